@@ -1,0 +1,55 @@
+"""Java ``String.hashCode`` and the hashes RocketMQ derives from it (tags code, index key hash).
+
+Hashing runs for every tag and every index key at append time, so it avoids a Python-level loop:
+``h = sum(c[i] * 31**(n-1-i)) mod 2**32`` is evaluated with ``map(mul, ...)`` over precomputed
+powers of 31, which runs in C.
+"""
+
+from __future__ import annotations
+
+import sys
+from functools import lru_cache
+from operator import mul
+
+_MASK = 0xFFFFFFFF
+_POWERS: dict[int, tuple[int, ...]] = {}
+_LITTLE = sys.byteorder == "little"
+
+
+def _powers(n: int) -> tuple[int, ...]:
+    """``(31**(n-1), ..., 31, 1) mod 2**32`` — the Horner coefficients for a string of n code units."""
+    p = _POWERS.get(n)
+    if p is None:
+        acc = [1] * n
+        v = 1
+        for i in range(n - 2, -1, -1):
+            v = (v * 31) & _MASK
+            acc[i] = v
+        p = _POWERS[n] = tuple(acc)
+    return p
+
+
+def java_hash(s: str) -> int:
+    """Java ``String.hashCode`` of ``s`` (UTF-16 code units, 32-bit wrap, signed result)."""
+    if s.isascii():
+        units: bytes | memoryview = s.encode("ascii")
+    else:
+        units = memoryview(s.encode("utf-16-le" if _LITTLE else "utf-16-be")).cast("H")
+    h = sum(map(mul, units, _powers(len(units)))) & _MASK
+    return h - 0x100000000 if h & 0x80000000 else h
+
+
+@lru_cache(maxsize=4096)
+def tags_code(tags: str | None) -> int:
+    """ConsumeQueue tags code: the signed hash sign-extended to i64; 0 for no or empty tags (§3.3)."""
+    if not tags:
+        return 0
+    return java_hash(tags)
+
+
+def index_key_hash(key: str) -> int:
+    """IndexFile key hash: ``abs(hashCode)``, with Java's ``abs(MIN_VALUE)`` overflow mapped to 0 (§5.5)."""
+    h = java_hash(key)
+    if h == -0x80000000:
+        return 0
+    return -h if h < 0 else h

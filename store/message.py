@@ -1,0 +1,151 @@
+"""Message model: what a producer hands to the store and what a decoded CommitLog record holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# --- sysFlag bits (§2.2) ---
+COMPRESSED_FLAG = 0x1
+MULTI_TAGS_FLAG = 0x2
+TRANSACTION_TYPE_MASK = 0xC
+TRANSACTION_NOT_TYPE = 0x0
+TRANSACTION_PREPARED_TYPE = 0x4
+TRANSACTION_COMMIT_TYPE = 0x8
+TRANSACTION_ROLLBACK_TYPE = 0xC
+BORNHOST_V6_FLAG = 0x10
+STOREHOST_V6_FLAG = 0x20
+NEED_UNWRAP_FLAG = 0x40
+INNER_BATCH_FLAG = 0x80
+COMPRESSION_TYPE_MASK = 0x700
+COMPRESSION_LZ4 = 0x100
+COMPRESSION_ZSTD = 0x200
+COMPRESSION_ZLIB = 0x300
+
+# --- magic codes (§2.3) ---
+MESSAGE_MAGIC_CODE = -626843481  # 0xDAA320A7
+MESSAGE_MAGIC_CODE_V2 = -626843477  # 0xDAA320AB (5.x, i16 topic length)
+BLANK_MAGIC_CODE = -875286124  # 0xCBD43194
+
+# --- reserved property names (§3.2) used by the store ---
+PROPERTY_KEYS = "KEYS"
+PROPERTY_TAGS = "TAGS"
+PROPERTY_UNIQ_KEY = "UNIQ_KEY"  # Java: MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
+PROPERTY_WAIT_STORE_MSG_OK = "WAIT"
+PROPERTY_DELAY_TIME_LEVEL = "DELAY"
+PROPERTY_REAL_TOPIC = "REAL_TOPIC"
+PROPERTY_REAL_QUEUE_ID = "REAL_QID"
+PROPERTY_CLUSTER = "CLUSTER"
+PROPERTY_RETRY_TOPIC = "RETRY_TOPIC"
+PROPERTY_ORIGIN_MESSAGE_ID = "ORIGIN_MESSAGE_ID"
+PROPERTY_TRANSACTION_PREPARED = "TRAN_MSG"
+KEY_SEPARATOR = " "
+
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+HostAddress = tuple[str, int]
+"""``(ip, port)``; IPv6 addresses make the record use 20-byte host fields."""
+
+
+def transaction_type(sys_flag: int) -> int:
+    """The transaction bits of a sysFlag (NOT_TYPE, PREPARED, COMMIT or ROLLBACK)."""
+    return sys_flag & TRANSACTION_TYPE_MASK
+
+
+@dataclass(slots=True)
+class Message:
+    """A message as a producer (or the broker, for retries and delay delivery) hands it to the store.
+
+    ``properties`` are stored verbatim, in insertion order; the broker decides what goes in (for
+    example ``CLUSTER``, or dropping ``WAIT``). ``wait_store_msg_ok`` is what the ``WAIT``
+    property meant to the producer: in SYNC_FLUSH mode ``put_message`` waits for the fsync only
+    when it is true.
+    """
+
+    topic: str
+    body: bytes
+    queue_id: int = 0
+    flag: int = 0
+    properties: dict[str, str] = field(default_factory=dict)
+    sys_flag: int = 0
+    born_timestamp: int = 0
+    born_host: HostAddress = ("127.0.0.1", 0)
+    store_host: HostAddress | None = None  # None: the store's configured address
+    reconsume_times: int = 0
+    prepared_transaction_offset: int = 0
+    wait_store_msg_ok: bool = True
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return split_keys(self.properties.get(PROPERTY_KEYS))
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    @property
+    def delay_level(self) -> int:
+        v = self.properties.get(PROPERTY_DELAY_TIME_LEVEL)
+        return int(v) if v else 0
+
+
+def split_keys(keys: str | None) -> list[str]:
+    """``KEYS`` split on single spaces, empty pieces dropped (what the index does, §3.3)."""
+    if not keys:
+        return []
+    return [k for k in keys.split(KEY_SEPARATOR) if k]
+
+
+@dataclass(slots=True)
+class StoredMessage:
+    """A decoded CommitLog record (RocketMQ's ``MessageExt``).
+
+    ``body`` is inflated when the record is compressed; ``stored_body`` is the bytes on disk (the
+    BODYCRC covers those). ``msg_id`` is the offset message id derived from the store host and
+    physical offset.
+    """
+
+    store_size: int
+    magic: int
+    body_crc: int
+    queue_id: int
+    flag: int
+    queue_offset: int
+    commit_log_offset: int
+    sys_flag: int
+    born_timestamp: int
+    born_host: HostAddress
+    store_timestamp: int
+    store_host: HostAddress
+    reconsume_times: int
+    prepared_transaction_offset: int
+    stored_body: bytes
+    body: bytes
+    topic: str
+    properties: dict[str, str]
+    msg_id: str
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> list[str]:
+        return split_keys(self.properties.get(PROPERTY_KEYS))
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+    @property
+    def compressed(self) -> bool:
+        return bool(self.sys_flag & COMPRESSED_FLAG)
+
+    @property
+    def transaction_type(self) -> int:
+        return self.sys_flag & TRANSACTION_TYPE_MASK

@@ -1,0 +1,429 @@
+"""Pure codecs for CommitLog records, properties, offset message ids and UNIQ_KEY (spec §2, §3).
+
+Every decoder takes a bytes-like buffer and a position, so callers can pass a ``memoryview`` of a
+whole memory-mapped file without copying it; only the body, topic and properties are copied out.
+Encoders return ``bytes`` ready to be written at the record's physical offset.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import socket
+import struct
+import zlib
+from dataclasses import dataclass
+from functools import lru_cache
+
+from store.errors import CorruptRecordError, UnsupportedCompressionError
+from store.message import (
+    BLANK_MAGIC_CODE,
+    BORNHOST_V6_FLAG,
+    COMPRESSED_FLAG,
+    COMPRESSION_LZ4,
+    COMPRESSION_TYPE_MASK,
+    COMPRESSION_ZSTD,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    STOREHOST_V6_FLAG,
+    HostAddress,
+    Message,
+    StoredMessage,
+)
+
+NAME_VALUE_SEPARATOR = "\x01"
+PROPERTY_SEPARATOR = "\x02"
+
+MAX_TOPIC_LENGTH = 127
+MAX_PROPERTIES_LENGTH = 32767
+BLANK_HEADER_SIZE = 8  # TOTALSIZE + BLANK magic, written at the end of a full file (§2.6)
+
+# TOTALSIZE(4) MAGIC(4) BODYCRC(4) QUEUEID(4) FLAG(4) QUEUEOFFSET(8) PHYSICALOFFSET(8) SYSFLAG(4) BORN(8)
+_FIXED = struct.Struct(">iiiiiqqiq")
+_FIXED_SIZE = _FIXED.size  # 48: BORNHOST starts here
+_HEADER = struct.Struct(">ii")
+_I64 = struct.Struct(">q")
+_I32 = struct.Struct(">i")
+_I16 = struct.Struct(">h")
+# After BORNHOST: STORETIMESTAMP(8), then STOREHOST; after STOREHOST: RECONSUMETIMES(4) PREPARED(8) BODYLEN(4)
+_AFTER_STOREHOST = struct.Struct(">iqi")
+
+_ENCODERS: dict[tuple[int, int], struct.Struct] = {}
+
+
+def _encoder(born_len: int, store_len: int) -> struct.Struct:
+    """Struct packing every field from TOTALSIZE through BODY LENGTH for the given host field sizes."""
+    s = _ENCODERS.get((born_len, store_len))
+    if s is None:
+        s = _ENCODERS[(born_len, store_len)] = struct.Struct(f">iiiiiqqiq{born_len}sq{store_len}siqi")
+    return s
+
+
+def record_size(body_len: int, topic_len: int, props_len: int, sys_flag: int = 0, *, v2: bool = False) -> int:
+    """TOTALSIZE of a record (§2.1 length formula; v2 has a 2-byte topic length)."""
+    born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    store = 20 if sys_flag & STOREHOST_V6_FLAG else 8
+    return 75 + (1 if v2 else 0) + born + store + body_len + topic_len + props_len
+
+
+def body_crc(body: bytes | memoryview) -> int:
+    """BODYCRC: CRC-32 of the stored body bytes masked to 31 bits (§2.4)."""
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+# ---------------------------------------------------------------- properties (§3.1)
+
+
+def encode_properties(props: dict[str, str]) -> bytes:
+    """Serialise properties the 4.9.1+ way: ``name\\x01value`` joined by ``\\x02``, no trailing separator.
+
+    ``None`` values are skipped as Java does. Separators inside names or values cannot be represented
+    and raise ``ValueError``.
+    """
+    parts = []
+    for k, v in props.items():
+        if v is None:
+            continue
+        if "\x01" in k or "\x02" in k or "\x01" in v or "\x02" in v:
+            raise ValueError(f"property {k!r} contains a separator byte")
+        parts.append(f"{k}\x01{v}")
+    return "\x02".join(parts).encode("utf-8")
+
+
+def decode_properties(data: bytes | memoryview | str) -> dict[str, str]:
+    """Parse a properties string by the 4.9.1+ rule, accepting both trailing-separator styles (§3.1)."""
+    text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
+    out: dict[str, str] = {}
+    for seg in text.split(PROPERTY_SEPARATOR):
+        if len(seg) < 3:
+            continue
+        name, sep, value = seg.partition(NAME_VALUE_SEPARATOR)
+        if sep and name and value:
+            out[name] = value
+    return out
+
+
+# ---------------------------------------------------------------- hosts and message ids (§3.4)
+
+
+@lru_cache(maxsize=1024)
+def encode_host(host: HostAddress) -> bytes:
+    """4+4 bytes for IPv4, 16+4 for IPv6: address then i32 port."""
+    addr = ipaddress.ip_address(host[0])
+    return addr.packed + _I32.pack(host[1])
+
+
+def decode_host(buf: bytes | memoryview, pos: int, v6: bool) -> HostAddress:
+    """Inverse of :func:`encode_host` at ``pos`` in ``buf``."""
+    if v6:
+        return socket.inet_ntop(socket.AF_INET6, bytes(buf[pos : pos + 16])), _I32.unpack_from(buf, pos + 16)[
+            0
+        ]
+    return socket.inet_ntoa(bytes(buf[pos : pos + 4])), _I32.unpack_from(buf, pos + 4)[0]
+
+
+def host_is_v6(host: HostAddress) -> bool:
+    return len(encode_host(host)) == 20
+
+
+def create_msg_id(store_host: HostAddress, physical_offset: int) -> str:
+    """Offset message id: upper-case hex of store address, port and physical offset."""
+    return (encode_host(store_host) + _I64.pack(physical_offset)).hex().upper()
+
+
+@lru_cache(maxsize=64)
+def msg_id_prefix(store_host: HostAddress) -> str:
+    """The constant hex prefix of every msgId of one store host (appending uses it per message)."""
+    return encode_host(store_host).hex().upper()
+
+
+def decode_msg_id(msg_id: str) -> tuple[HostAddress, int]:
+    """``msgId`` → ``((ip, port), physical_offset)``: 32 hex chars mean IPv4, otherwise IPv6."""
+    try:
+        raw = bytes.fromhex(msg_id)
+    except ValueError as e:
+        raise ValueError(f"not a message id: {msg_id!r}") from e
+    if len(raw) not in (16, 28):
+        raise ValueError(f"not a message id (length {len(msg_id)}): {msg_id!r}")
+    v6 = len(raw) == 28
+    host = decode_host(raw, 0, v6)
+    return host, _I64.unpack_from(raw, 20 if v6 else 8)[0]
+
+
+@dataclass(frozen=True, slots=True)
+class UniqKey:
+    """The parts of a client-generated UNIQ_KEY (§3.5)."""
+
+    ip: str
+    pid: int
+    class_loader_hash: int
+    time_in_month_ms: int
+    counter: int
+
+
+def decode_uniq_key(key: str) -> UniqKey:
+    """Split a UNIQ_KEY into ip, pid, class-loader hash, ms since month start and counter."""
+    raw = bytes.fromhex(key)
+    if len(raw) not in (16, 28):
+        raise ValueError(f"not a UNIQ_KEY (length {len(key)}): {key!r}")
+    n = len(raw) - 12
+    ip = str(ipaddress.ip_address(raw[:n]))
+    pid, clh, t, counter = struct.unpack_from(">HiIH", raw, n)
+    return UniqKey(ip, pid, clh, t, counter)
+
+
+# ---------------------------------------------------------------- bodies (§3.6)
+
+
+def inflate_body(body: bytes, sys_flag: int) -> bytes:
+    """The application body: inflated when sysFlag bit 0 is set (type 0 and 3 are zlib)."""
+    if not sys_flag & COMPRESSED_FLAG:
+        return body
+    kind = sys_flag & COMPRESSION_TYPE_MASK
+    if kind == COMPRESSION_LZ4:
+        try:
+            import lz4.frame  # type: ignore[import-not-found]
+        except ImportError as e:
+            raise UnsupportedCompressionError("LZ4 body needs the 'lz4' package") from e
+        return bytes(lz4.frame.decompress(body))
+    if kind == COMPRESSION_ZSTD:
+        try:
+            import zstandard  # type: ignore[import-not-found]
+        except ImportError as e:
+            raise UnsupportedCompressionError("ZSTD body needs the 'zstandard' package") from e
+        return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(body))
+    return zlib.decompress(body)
+
+
+# ---------------------------------------------------------------- records (§2.1)
+
+
+@lru_cache(maxsize=4096)
+def topic_field(topic: str) -> bytes:
+    """TOPIC LENGTH (i8) + TOPIC bytes of a v1 record."""
+    raw = topic.encode("utf-8")
+    if not 0 < len(raw) <= MAX_TOPIC_LENGTH:
+        raise ValueError(f"topic length {len(raw)} is outside 1..{MAX_TOPIC_LENGTH}")
+    return bytes((len(raw),)) + raw
+
+
+def encode_record(
+    msg: Message,
+    *,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+    store_host: HostAddress,
+    properties: bytes | None = None,
+) -> bytes:
+    """Encode ``msg`` as a v1 CommitLog record.
+
+    The store assigns ``queue_offset``, ``physical_offset`` and ``store_timestamp`` at append time;
+    ``properties`` may be passed pre-encoded (the append path needs their length for size checks).
+    The IPv6 sysFlag bits are set from the host addresses, as the broker does.
+    """
+    props = encode_properties(msg.properties) if properties is None else properties
+    born = encode_host(msg.born_host)
+    store = encode_host(msg.store_host or store_host)
+    sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
+    if len(born) == 20:
+        sys_flag |= BORNHOST_V6_FLAG
+    if len(store) == 20:
+        sys_flag |= STOREHOST_V6_FLAG
+    topic = topic_field(msg.topic)
+    body = msg.body
+    total = 72 + len(born) + len(store) + len(body) + len(topic) + len(props) + 2
+    head = _encoder(len(born), len(store)).pack(
+        total,
+        MESSAGE_MAGIC_CODE,
+        zlib.crc32(body) & 0x7FFFFFFF,
+        msg.queue_id,
+        msg.flag,
+        queue_offset,
+        physical_offset,
+        sys_flag,
+        msg.born_timestamp,
+        born,
+        store_timestamp,
+        store,
+        msg.reconsume_times,
+        msg.prepared_transaction_offset,
+        len(body),
+    )
+    return b"".join((head, body, topic, _I16.pack(len(props)), props))
+
+
+def encode_blank(size: int) -> bytes:
+    """The 8-byte end-of-file filler header (TOTALSIZE = bytes left in the file, BLANK magic)."""
+    return _HEADER.pack(size, BLANK_MAGIC_CODE)
+
+
+def read_header(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """``(TOTALSIZE, MAGICCODE)`` at ``pos``."""
+    return _HEADER.unpack_from(buf, pos)  # type: ignore[return-value]
+
+
+@dataclass(slots=True)
+class RecordInfo:
+    """What dispatch needs from a record, parsed without decoding hosts or copying the body."""
+
+    commit_log_offset: int
+    size: int
+    topic: str
+    queue_id: int
+    queue_offset: int
+    sys_flag: int
+    store_timestamp: int
+    prepared_transaction_offset: int
+    properties: dict[str, str]
+
+    @property
+    def tags(self) -> str | None:
+        return self.properties.get(PROPERTY_TAGS)
+
+    @property
+    def keys(self) -> str | None:
+        return self.properties.get(PROPERTY_KEYS)
+
+    @property
+    def uniq_key(self) -> str | None:
+        return self.properties.get(PROPERTY_UNIQ_KEY)
+
+
+_Layout = tuple[tuple[int, ...], int, int, int, int, int, int, int]
+
+
+def _layout(buf: bytes | memoryview, pos: int, limit: int, check_crc: bool) -> _Layout:
+    """Validate the record at ``pos`` (§2.10) and return its fixed fields and section positions.
+
+    Returns ``(fixed, store_ts_pos, reconsume_pos, body_pos, body_len, topic_pos, topic_len,
+    props_pos)``; the properties length sits just before ``props_pos``. Raises :class:`CorruptRecordError` (with the
+    buffer position) for anything a Java broker would stop at.
+    """
+    if pos + _FIXED_SIZE > limit:
+        raise CorruptRecordError(None, pos, "record header runs past the end of the file")
+    fixed = _FIXED.unpack_from(buf, pos)
+    total, magic = fixed[0], fixed[1]
+    if magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2:
+        raise CorruptRecordError(None, pos, f"bad magic code 0x{magic & 0xFFFFFFFF:08X}")
+    if total <= 0 or pos + total > limit:
+        raise CorruptRecordError(None, pos, f"total size {total} does not fit in the file")
+    sys_flag = fixed[7]
+    born_len = 20 if sys_flag & BORNHOST_V6_FLAG else 8
+    store_len = 20 if sys_flag & STOREHOST_V6_FLAG else 8
+    store_ts_pos = pos + _FIXED_SIZE + born_len
+    p = store_ts_pos + 8 + store_len
+    end = pos + total
+    if p + 16 > end:
+        raise CorruptRecordError(None, pos, "record too short for its host fields")
+    body_len = _I32.unpack_from(buf, p + 12)[0]
+    body_pos = p + 16
+    if body_len < 0 or body_pos + body_len + 1 > end:
+        raise CorruptRecordError(None, pos, f"body length {body_len} does not fit in the record")
+    tp = body_pos + body_len
+    if magic == MESSAGE_MAGIC_CODE:
+        topic_len = buf[tp]
+        if topic_len > 127:  # the field is a signed byte
+            topic_len -= 256
+        topic_pos = tp + 1
+    else:
+        topic_len = _I16.unpack_from(buf, tp)[0]
+        topic_pos = tp + 2
+    if topic_len < 0 or topic_pos + topic_len + 2 > end:
+        raise CorruptRecordError(None, pos, f"topic length {topic_len} does not fit in the record")
+    props_len = _I16.unpack_from(buf, topic_pos + topic_len)[0]
+    props_pos = topic_pos + topic_len + 2
+    if props_len < 0 or props_pos + props_len != end:
+        raise CorruptRecordError(None, pos, f"total size {total} does not match the field lengths")
+    if check_crc and body_len > 0:
+        crc = zlib.crc32(buf[body_pos : body_pos + body_len]) & 0x7FFFFFFF
+        if crc != fixed[2]:
+            raise CorruptRecordError(None, pos, f"body CRC {crc} != stored {fixed[2]}")
+    return fixed, store_ts_pos, p, body_pos, body_len, topic_pos, topic_len, props_pos
+
+
+def read_record_info(
+    buf: bytes | memoryview, pos: int, limit: int | None = None, *, check_crc: bool = False
+) -> RecordInfo:
+    """Validate and parse what dispatch and recovery need from the record at ``pos``."""
+    lim = len(buf) if limit is None else limit
+    fixed, ts_pos, rc_pos, _bp, _bl, topic_pos, topic_len, props_pos = _layout(buf, pos, lim, check_crc)
+    props_len = fixed[0] - (props_pos - pos)
+    return RecordInfo(
+        commit_log_offset=fixed[6],
+        size=fixed[0],
+        topic=bytes(buf[topic_pos : topic_pos + topic_len]).decode("utf-8", "replace"),
+        queue_id=fixed[3],
+        queue_offset=fixed[5],
+        sys_flag=fixed[7],
+        store_timestamp=_I64.unpack_from(buf, ts_pos)[0],
+        prepared_transaction_offset=_I64.unpack_from(buf, rc_pos + 4)[0],
+        properties=decode_properties(buf[props_pos : props_pos + props_len]) if props_len else {},
+    )
+
+
+def decode_record(
+    buf: bytes | memoryview, pos: int = 0, limit: int | None = None, *, check_crc: bool = True
+) -> StoredMessage:
+    """Decode the whole record at ``pos`` into a :class:`StoredMessage` (body inflated if compressed)."""
+    lim = len(buf) if limit is None else limit
+    fixed, ts_pos, rc_pos, body_pos, body_len, topic_pos, topic_len, props_pos = _layout(
+        buf, pos, lim, check_crc
+    )
+    sys_flag = fixed[7]
+    born_v6 = bool(sys_flag & BORNHOST_V6_FLAG)
+    store_v6 = bool(sys_flag & STOREHOST_V6_FLAG)
+    store_host_pos = ts_pos + 8
+    reconsume, prepared, _ = _AFTER_STOREHOST.unpack_from(buf, rc_pos)
+    store_host = decode_host(buf, store_host_pos, store_v6)
+    stored_body = bytes(buf[body_pos : body_pos + body_len])
+    props_len = fixed[0] - (props_pos - pos)
+    return StoredMessage(
+        store_size=fixed[0],
+        magic=fixed[1],
+        body_crc=fixed[2],
+        queue_id=fixed[3],
+        flag=fixed[4],
+        queue_offset=fixed[5],
+        commit_log_offset=fixed[6],
+        sys_flag=sys_flag,
+        born_timestamp=fixed[8],
+        born_host=decode_host(buf, pos + _FIXED_SIZE, born_v6),
+        store_timestamp=_I64.unpack_from(buf, ts_pos)[0],
+        store_host=store_host,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        stored_body=stored_body,
+        body=inflate_body(stored_body, sys_flag),
+        topic=bytes(buf[topic_pos : topic_pos + topic_len]).decode("utf-8", "replace"),
+        properties=decode_properties(buf[props_pos : props_pos + props_len]) if props_len else {},
+        msg_id=msg_id_prefix(store_host) + format(fixed[6] & 0xFFFFFFFFFFFFFFFF, "016X"),
+    )
+
+
+__all__ = [
+    "BLANK_HEADER_SIZE",
+    "BLANK_MAGIC_CODE",
+    "MAX_PROPERTIES_LENGTH",
+    "MAX_TOPIC_LENGTH",
+    "RecordInfo",
+    "UniqKey",
+    "body_crc",
+    "create_msg_id",
+    "decode_host",
+    "decode_msg_id",
+    "decode_properties",
+    "decode_record",
+    "decode_uniq_key",
+    "encode_blank",
+    "encode_host",
+    "encode_properties",
+    "encode_record",
+    "inflate_body",
+    "read_header",
+    "read_record_info",
+    "record_size",
+    "topic_field",
+]
