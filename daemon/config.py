@@ -1,0 +1,176 @@
+"""Typed configuration loaded once: properties file -> ``MQCTL_*`` environment -> flags.
+
+Config objects are dataclasses whose field names are the snake_case of RocketMQ's own
+camelCase keys, so an operator's existing ``broker.conf`` or ``namesrv.properties`` loads as
+it is (``mappedFileSizeCommitLog`` fills ``mapped_file_size_commit_log``). A field may name
+its RocketMQ key explicitly with ``field(metadata={"key": "brokerIP1"})`` when the
+mechanical conversion would not round-trip.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+_CAMEL_BOUNDARY = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+class ConfigError(ValueError):
+    """A configuration file, variable or flag holds a value that cannot be used."""
+
+
+def snake_case(key: str) -> str:
+    """``mappedFileSizeCommitLog`` -> ``mapped_file_size_commit_log``; ``brokerIP1`` -> ``broker_ip1``."""
+    return _CAMEL_BOUNDARY.sub("_", key).lower()
+
+
+def camel_case(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def property_key(f: dataclasses.Field[Any]) -> str:
+    """The RocketMQ key a field is read from and printed as."""
+    return str(f.metadata.get("key") or camel_case(f.name))
+
+
+def parse_properties(text: str) -> dict[str, str]:
+    """Parse Java ``.properties`` text (``key=value``, ``key: value``, ``#``/``!`` comments, ``\\`` continuations)."""
+    result: dict[str, str] = {}
+    pending = ""
+    for raw in text.splitlines():
+        line = pending + raw.strip() if pending else raw.strip()
+        pending = ""
+        if not line or line[0] in "#!":
+            continue
+        if line.endswith("\\") and not line.endswith("\\\\"):
+            pending = line[:-1]
+            continue
+        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)", line)
+        if match is None:
+            result[line] = ""
+        else:
+            result[match.group(1)] = match.group(2).strip()
+    if pending:
+        key, _, value = pending.partition("=")
+        result[key.strip()] = value.strip()
+    return result
+
+
+def coerce(value: object, annotation: Any, *, source: str) -> object:
+    """Convert a string (or already typed value) to ``annotation`` the way RocketMQ's loader does."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Union or origin is types.UnionType:
+        if value is None or value == "":
+            return None
+        annotation = next(a for a in typing.get_args(annotation) if a is not type(None))
+        origin = typing.get_origin(annotation)
+    if origin in (list, tuple):
+        (item_type, *_) = typing.get_args(annotation) or (str,)
+        items = (
+            value
+            if isinstance(value, list | tuple)
+            else [p for p in re.split(r"[;,]", str(value)) if p.strip()]
+        )
+        return [
+            coerce(item.strip() if isinstance(item, str) else item, item_type, source=source)
+            for item in items
+        ]
+    try:
+        if annotation is bool:
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in _TRUE:
+                return True
+            if text in _FALSE:
+                return False
+            raise ValueError(f"expected true or false, got {value!r}")
+        if annotation is int:
+            return value if isinstance(value, int) else int(str(value).strip())
+        if annotation is float:
+            return float(value)  # type: ignore[arg-type]
+        if annotation is Path:
+            return Path(str(value)).expanduser()
+        if annotation is str:
+            return str(value)
+    except ValueError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return value
+
+
+def load_config(
+    cls: type[T],
+    file: Path | str | None = None,
+    *,
+    env_prefix: str = "MQCTL_",
+    overrides: Mapping[str, object] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> T:
+    """Build ``cls`` from defaults, then ``file``, then ``MQCTL_<FIELD>`` variables, then ``overrides``.
+
+    ``overrides`` are flag values keyed by field name; ``None`` means "flag not given".
+    Unknown keys in the file are ignored with a warning, as RocketMQ ignores them silently.
+    """
+    if not dataclasses.is_dataclass(cls):
+        raise TypeError(f"{cls!r} is not a dataclass")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    by_key = {property_key(f): f.name for f in fields.values()}
+    values: dict[str, object] = {}
+    if file is not None:
+        path = Path(file)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
+        for key, raw in parse_properties(text).items():
+            name = by_key.get(key) or (snake_case(key) if snake_case(key) in fields else None)
+            if name is None:
+                log.warning("%s: ignoring unknown key %r", path, key)
+                continue
+            values[name] = coerce(raw, hints[name], source=f"{path}: {key}")
+    env = os.environ if environ is None else environ
+    for name in fields:
+        var = env_prefix + name.upper()
+        if var in env:
+            values[name] = coerce(env[var], hints[name], source=var)
+    for name, raw in (overrides or {}).items():
+        if raw is None:
+            continue
+        if name not in fields:
+            raise TypeError(f"{cls.__name__} has no field {name!r}")
+        values[name] = coerce(raw, hints[name], source=f"--{name.replace('_', '-')}")
+    return cls(**values)
+
+
+def to_properties(obj: object) -> str:
+    """Render a config object as a RocketMQ properties file (what ``--print-config`` shows)."""
+    if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
+        raise TypeError(f"{obj!r} is not a dataclass instance")
+    lines = []
+    for f in dataclasses.fields(obj):
+        value = getattr(obj, f.name)
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, list | tuple):
+            text = ";".join(str(v) for v in value)
+        elif value is None:
+            text = ""
+        else:
+            text = str(value)
+        lines.append(f"{property_key(f)}={text}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,106 @@
+"""The root ``mqctl`` command: global flags, the noun registry, and the one error boundary."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+from typing import Annotated
+
+import click
+import typer
+
+from mqctl import __version__
+
+# Every noun of the CLI, registered here and only here: (name, module holding ``app``).
+NOUNS: tuple[tuple[str, str], ...] = (
+    ("up", "mqctl.cli.up"),
+    ("context", "mqctl.cli.context"),
+)
+
+COMPLETE_VAR = "_MQCTL_COMPLETE"
+
+_debug = {"on": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"mqctl {__version__}")
+        raise typer.Exit()
+
+
+def _root(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+    debug: Annotated[bool, typer.Option("--debug", envvar="MQCTL_DEBUG", help="Log debug output and show tracebacks.")] = False,
+    no_color: Annotated[bool, typer.Option("--no-color", help="Never use colour (NO_COLOR is honoured too).")] = False,
+) -> None:
+    """mqctl: run and operate RocketMQ-compatible NameServers and Brokers."""
+    from mqctl.output import configure
+
+    _debug["on"] = debug
+    configure(no_color=no_color)
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+
+
+def build_app() -> typer.Typer:
+    app = typer.Typer(
+        name="mqctl",
+        help="Run and operate RocketMQ-compatible NameServers and Brokers.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        context_settings={"help_option_names": ["-h", "--help"]},
+    )
+    app.callback()(_root)
+    for name, module in NOUNS:
+        app.add_typer(importlib.import_module(module).app, name=name)
+    return app
+
+
+def command() -> click.Command:
+    """The Click command tree (used by the docs generator and the completion scripts)."""
+    return typer.main.get_command(build_app())
+
+
+def _fail(message: str, code: int) -> int:
+    sys.stderr.write(f"mqctl: error: {message}\n")
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code; every error leaves as one line on stderr."""
+    from mqctl.errors import UsageError, translate
+
+    if COMPLETE_VAR in os.environ:
+        from typer.completion import completion_init
+
+        completion_init()  # answer the committed completion scripts with Typer's classes
+    cli = command()
+    try:
+        result = cli.main(args=argv, prog_name="mqctl", complete_var=COMPLETE_VAR, standalone_mode=False)
+    except click.exceptions.Abort:
+        return _fail("aborted", 130)
+    except click.UsageError as exc:
+        where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        return _fail(f"{exc.format_message()}{where}", UsageError.exit_code)
+    except click.ClickException as exc:
+        return _fail(exc.format_message(), exc.exit_code)
+    except BaseException as exc:  # the one translation boundary
+        if isinstance(exc, SystemExit):
+            raise
+        error = translate(exc)
+        if _debug["on"] or os.environ.get("MQCTL_DEBUG"):
+            logging.getLogger("mqctl").exception("command failed")
+        return _fail(str(error), error.exit_code)
+    return result if isinstance(result, int) else 0
+
+
+def run() -> None:
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""CLI settings and contexts, resolved once per invocation.
+
+Precedence, lowest first: the current context (user config dir) -> ``NAMESRV_ADDR``
+(RocketMQ's own variable) -> ``MQCTL_*`` variables -> flags.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from mqctl.errors import ConflictError, NotFoundError, UsageError
+
+DEFAULT_NAMESRV = "127.0.0.1:9876"
+
+
+def config_dir() -> Path:
+    """Where contexts live: ``$MQCTL_CONFIG_DIR`` or the platform's user config dir."""
+    override = os.environ.get("MQCTL_CONFIG_DIR")
+    if override:
+        return Path(override)
+    from platformdirs import user_config_dir
+
+    return Path(user_config_dir("mqctl"))
+
+
+def data_dir() -> Path:
+    """Default root for daemon data (``mqctl up``): ``$MQCTL_DATA_DIR`` or the user data dir."""
+    override = os.environ.get("MQCTL_DATA_DIR")
+    if override:
+        return Path(override)
+    from platformdirs import user_data_dir
+
+    return Path(user_data_dir("mqctl"))
+
+
+def parse_namesrv(value: str) -> list[str]:
+    """Split RocketMQ's ``host:port;host:port`` list, checking each address."""
+    addrs = [a.strip() for a in value.replace(",", ";").split(";") if a.strip()]
+    if not addrs:
+        raise UsageError("empty NameServer address list")
+    for addr in addrs:
+        host, sep, port = addr.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise UsageError(f"bad NameServer address {addr!r}: expected HOST:PORT")
+    return addrs
+
+
+@dataclass(frozen=True)
+class Context:
+    name: str
+    namesrv: str
+
+
+@dataclass
+class ContextFile:
+    """The contexts file: ``{"current": NAME, "contexts": {NAME: {"namesrv": ...}}}``."""
+
+    current: str | None
+    contexts: dict[str, Context]
+
+    @staticmethod
+    def path() -> Path:
+        return config_dir() / "contexts.json"
+
+    @classmethod
+    def load(cls) -> ContextFile:
+        path = cls.path()
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return cls(current=None, contexts={})
+        except (OSError, ValueError) as exc:
+            raise UsageError(f"cannot read {path}: {exc}") from None
+        contexts = {name: Context(name=name, namesrv=str(c["namesrv"])) for name, c in raw.get("contexts", {}).items()}
+        return cls(current=raw.get("current"), contexts=contexts)
+
+    def save(self) -> None:
+        path = self.path()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        body = {"current": self.current, "contexts": {n: {"namesrv": c.namesrv} for n, c in self.contexts.items()}}
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
+        tmp.replace(path)
+
+    def add(self, name: str, namesrv: str, *, overwrite: bool) -> Context:
+        parse_namesrv(namesrv)
+        if name in self.contexts and not overwrite:
+            raise ConflictError(f"context {name!r} already exists", hint="use --force to replace it")
+        self.contexts[name] = Context(name=name, namesrv=namesrv)
+        if self.current is None:
+            self.current = name
+        return self.contexts[name]
+
+    def get(self, name: str) -> Context:
+        try:
+            return self.contexts[name]
+        except KeyError:
+            raise NotFoundError(f"no context named {name!r}", hint="see 'mqctl context ls'") from None
+
+    def remove(self, name: str) -> Context:
+        context = self.get(name)
+        del self.contexts[name]
+        if self.current == name:
+            self.current = None
+        return context
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where online commands connect, and where that choice came from."""
+
+    namesrv: list[str]
+    source: str
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def resolve_target(*, namesrv_flag: str | None, context_flag: str | None) -> Target:
+    """Resolve the NameServer list once, by the documented precedence."""
+    if namesrv_flag:
+        return Target(parse_namesrv(namesrv_flag), "--namesrv")
+    contexts = ContextFile.load()
+    if context_flag:
+        return Target(parse_namesrv(contexts.get(context_flag).namesrv), f"context {context_flag}")
+    for var in ("MQCTL_NAMESRV", "NAMESRV_ADDR"):
+        if os.environ.get(var):
+            return Target(parse_namesrv(os.environ[var]), f"${var}")
+    if contexts.current and contexts.current in contexts.contexts:
+        return Target(parse_namesrv(contexts.contexts[contexts.current].namesrv), f"context {contexts.current}")
+    return Target([DEFAULT_NAMESRV], "default")

@@ -1,0 +1,165 @@
+"""The one exception tree of the CLI and the single place lower-level errors are translated.
+
+Every failure a user can see is an ``MqctlError``; each class carries the exit code the CLI
+returns for it (documented in README and ``mqctl(1)``) and whether retrying may help.
+Errors raised by ``store`` and ``daemon`` keep their own small trees and are mapped here,
+at one boundary, by :func:`translate`.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+
+class MqctlError(Exception):
+    """Base of every error mqctl reports to a user."""
+
+    exit_code: ClassVar[int] = 1
+    retriable: ClassVar[bool] = False
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return self.message if self.hint is None else f"{self.message} ({self.hint})"
+
+
+class UsageError(MqctlError):
+    """Wrong flags, arguments or configuration: the command never ran."""
+
+    exit_code = 2
+
+
+class NotFoundError(MqctlError):
+    """The topic, group, message, file or context named does not exist."""
+
+    exit_code = 3
+
+
+class ConflictError(MqctlError):
+    """The object already exists, or the store is locked by another process."""
+
+    exit_code = 4
+
+
+class ConnectError(MqctlError):
+    """No connection to a NameServer or broker could be made."""
+
+    exit_code = 5
+    retriable = True
+
+
+class RequestTimeoutError(MqctlError):
+    """A request got no answer in time."""
+
+    exit_code = 6
+    retriable = True
+
+
+class ProtocolError(MqctlError):
+    """A peer sent something that is not the RocketMQ remoting protocol."""
+
+    exit_code = 7
+
+
+class BrokerError(MqctlError):
+    """A NameServer or broker answered with a RocketMQ error response code."""
+
+    exit_code = 8
+
+    def __init__(self, message: str, *, code: int, remark: str | None = None, hint: str | None = None) -> None:
+        super().__init__(message, hint=hint)
+        self.code = code
+        self.remark = remark
+
+
+class RetriableBrokerError(BrokerError):
+    """A broker error that says 'try again': busy, flow control, flush timeout."""
+
+    retriable = True
+
+
+class AuthError(MqctlError):
+    """The broker or NameServer refused the request for lack of permission."""
+
+    exit_code = 9
+
+
+class StoreError(MqctlError):
+    """A store directory is unreadable, inconsistent or corrupt."""
+
+    exit_code = 10
+
+
+class Interrupted(MqctlError):
+    """The user pressed Ctrl-C."""
+
+    exit_code = 130
+
+
+# Exit-code table, in the order it is documented (README, mqctl(1)).
+EXIT_CODES: tuple[tuple[int, str, str], ...] = (
+    (0, "-", "success"),
+    (1, "MqctlError", "unexpected failure (a bug: run again with --debug and report it)"),
+    (UsageError.exit_code, "UsageError", "bad flag, argument or configuration"),
+    (NotFoundError.exit_code, "NotFoundError", "topic, group, message, file or context not found"),
+    (ConflictError.exit_code, "ConflictError", "already exists, or the store is locked by a running broker"),
+    (ConnectError.exit_code, "ConnectError", "NameServer or broker unreachable"),
+    (RequestTimeoutError.exit_code, "RequestTimeoutError", "no answer in time"),
+    (ProtocolError.exit_code, "ProtocolError", "peer does not speak the RocketMQ remoting protocol"),
+    (BrokerError.exit_code, "BrokerError", "the server answered a RocketMQ error response code"),
+    (AuthError.exit_code, "AuthError", "permission denied by the server"),
+    (StoreError.exit_code, "StoreError", "store directory unreadable or corrupt"),
+    (Interrupted.exit_code, "Interrupted", "interrupted by Ctrl-C"),
+)
+
+# RocketMQ response codes (wire-protocol.md §2.2) that mean something more specific than BrokerError.
+_RESPONSE_CODE_CLASSES: dict[int, type[BrokerError] | type[MqctlError]] = {
+    2: RetriableBrokerError,  # SYSTEM_BUSY
+    10: RetriableBrokerError,  # FLUSH_DISK_TIMEOUT
+    11: RetriableBrokerError,  # SLAVE_NOT_AVAILABLE
+    12: RetriableBrokerError,  # FLUSH_SLAVE_TIMEOUT
+    14: RetriableBrokerError,  # SERVICE_NOT_AVAILABLE
+    215: RetriableBrokerError,  # FLOW_CONTROL
+    16: AuthError,  # NO_PERMISSION
+    17: NotFoundError,  # TOPIC_NOT_EXIST
+    22: NotFoundError,  # QUERY_NOT_FOUND
+    24: NotFoundError,  # SUBSCRIPTION_NOT_EXIST
+    26: NotFoundError,  # SUBSCRIPTION_GROUP_NOT_EXIST
+    206: NotFoundError,  # CONSUMER_NOT_ONLINE
+    18: ConflictError,  # TOPIC_EXIST_ALREADY
+}
+
+
+def from_response_code(code: int, remark: str | None, *, action: str) -> MqctlError:
+    """Build the error for a RocketMQ response ``code`` answered to ``action``."""
+    message = f"{action}: {remark or 'no remark'} (response code {code})"
+    cls = _RESPONSE_CODE_CLASSES.get(code, BrokerError)
+    if issubclass(cls, BrokerError):
+        return cls(message, code=code, remark=remark)
+    return cls(message)
+
+
+def translate(exc: BaseException) -> MqctlError:
+    """Map any exception escaping a command to the ``MqctlError`` the user sees."""
+    if isinstance(exc, MqctlError):
+        return exc
+    if isinstance(exc, KeyboardInterrupt):
+        return Interrupted("interrupted")
+    from daemon.config import ConfigError
+
+    if isinstance(exc, ConfigError):
+        return UsageError(str(exc))
+    if isinstance(exc, FileNotFoundError):
+        return NotFoundError(f"{exc.strerror}: {exc.filename}")
+    if isinstance(exc, PermissionError):
+        return AuthError(f"{exc.strerror}: {exc.filename}")
+    if isinstance(exc, ConnectionRefusedError):
+        return ConnectError(str(exc))
+    if isinstance(exc, TimeoutError):
+        return RequestTimeoutError(str(exc) or "timed out")
+    if isinstance(exc, OSError):
+        return MqctlError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
+    return MqctlError(f"{type(exc).__name__}: {exc}")

@@ -1,0 +1,55 @@
+"""``mqctl context`` and the precedence of NameServer settings."""
+
+from __future__ import annotations
+
+from mqctl.errors import ConflictError, UsageError
+from tests.conftest import RunCli
+
+
+def test_add_use_ls_rm_roundtrip(cli: RunCli) -> None:
+    assert cli("context", "add", "dev", "--namesrv", "127.0.0.1:9876").code == 0
+    assert cli("context", "add", "prod", "-n", "10.0.0.1:9876;10.0.0.2:9876").code == 0
+    listed = cli("context", "ls", "-o", "json").json()
+    assert listed == [
+        {"name": "dev", "namesrv": "127.0.0.1:9876", "current": True},
+        {"name": "prod", "namesrv": "10.0.0.1:9876;10.0.0.2:9876", "current": False},
+    ]
+    used = cli("context", "use", "prod", "-o", "json").json()
+    assert used == {"current": "prod", "previous": "dev"}
+    assert cli("context", "current", "-o", "json").json() == {
+        "namesrv": "10.0.0.1:9876;10.0.0.2:9876",
+        "source": "context prod",
+    }
+    assert cli("context", "rm", "prod").code == 0
+    assert [c["name"] for c in cli("context", "ls", "-o", "json").json()] == ["dev"]
+
+
+def test_duplicate_context_is_a_conflict_unless_forced(cli: RunCli) -> None:
+    assert cli("context", "add", "dev", "-n", "127.0.0.1:9876").code == 0
+    again = cli("context", "add", "dev", "-n", "127.0.0.1:9877")
+    assert again.code == ConflictError.exit_code
+    assert cli("context", "add", "dev", "-n", "127.0.0.1:9877", "--force").code == 0
+    assert cli("context", "ls", "-o", "json").json()[0]["namesrv"] == "127.0.0.1:9877"
+
+
+def test_bad_address_is_a_usage_error(cli: RunCli) -> None:
+    result = cli("context", "add", "dev", "-n", "localhost")
+    assert result.code == UsageError.exit_code
+    assert "HOST:PORT" in result.stderr
+
+
+def test_precedence_context_then_namesrv_addr_then_mqctl_env(cli: RunCli) -> None:
+    assert cli("context", "current", "-o", "json").json()["source"] == "default"
+    cli("context", "add", "dev", "-n", "127.0.0.1:1111")
+    assert cli("context", "current", "-o", "json").json()["namesrv"] == "127.0.0.1:1111"
+    via_rocketmq_var = cli("context", "current", "-o", "json", env={"NAMESRV_ADDR": "127.0.0.1:2222"}).json()
+    assert via_rocketmq_var == {"namesrv": "127.0.0.1:2222", "source": "$NAMESRV_ADDR"}
+    both = cli(
+        "context", "current", "-o", "json", env={"NAMESRV_ADDR": "127.0.0.1:2222", "MQCTL_NAMESRV": "127.0.0.1:3333"}
+    ).json()
+    assert both["namesrv"] == "127.0.0.1:3333"
+
+
+def test_output_env_default(cli: RunCli) -> None:
+    cli("context", "add", "dev", "-n", "127.0.0.1:1111")
+    assert cli("context", "ls", env={"MQCTL_OUTPUT": "csv"}).stdout == "name,namesrv,current\ndev,127.0.0.1:1111,yes\n"

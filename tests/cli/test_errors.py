@@ -1,0 +1,73 @@
+"""The exception tree, the response-code registry and the documented exit codes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon.config import ConfigError
+from mqctl import errors
+from mqctl.errors import (
+    EXIT_CODES,
+    AuthError,
+    BrokerError,
+    ConflictError,
+    ConnectError,
+    MqctlError,
+    NotFoundError,
+    RetriableBrokerError,
+    UsageError,
+    from_response_code,
+    translate,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_error_class_has_a_unique_documented_exit_code() -> None:
+    classes = [c for c in vars(errors).values() if isinstance(c, type) and issubclass(c, MqctlError)]
+    documented = {name: code for code, name, _ in EXIT_CODES}
+    for cls in classes:
+        if cls is RetriableBrokerError:
+            assert cls.exit_code == BrokerError.exit_code
+            continue
+        assert documented[cls.__name__] == cls.exit_code, cls
+    codes = [code for code, _, _ in EXIT_CODES]
+    assert len(codes) == len(set(codes))
+
+
+def test_exit_code_table_is_in_readme() -> None:
+    readme = (ROOT / "README.md").read_text()
+    for code, name, _ in EXIT_CODES:
+        assert f"| {code} | `{name}` |" in readme, name
+
+
+@pytest.mark.parametrize(
+    ("code", "cls", "retriable"),
+    [
+        (17, NotFoundError, False),
+        (26, NotFoundError, False),
+        (18, ConflictError, False),
+        (16, AuthError, False),
+        (2, RetriableBrokerError, True),
+        (14, RetriableBrokerError, True),
+        (1, BrokerError, False),
+        (13, BrokerError, False),
+    ],
+)
+def test_response_codes_map_to_classes(code: int, cls: type[MqctlError], retriable: bool) -> None:
+    error = from_response_code(code, "why", action="create topic")
+    assert type(error) is cls
+    assert error.retriable is retriable
+    assert str(error) == f"create topic: why (response code {code})"
+
+
+def test_translate_lower_level_errors() -> None:
+    assert isinstance(translate(ConfigError("bad")), UsageError)
+    assert isinstance(translate(FileNotFoundError(2, "No such file", "/x")), NotFoundError)
+    assert isinstance(translate(ConnectionRefusedError(111, "refused")), ConnectError)
+    assert translate(KeyboardInterrupt()).exit_code == 130
+    own = NotFoundError("x")
+    assert translate(own) is own
+    assert type(translate(RuntimeError("boom"))) is MqctlError

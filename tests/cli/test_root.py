@@ -1,0 +1,63 @@
+"""The root command: version, help, the usage-error contract and lazy imports."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from mqctl import __version__
+from mqctl.cli.app import NOUNS
+from mqctl.errors import NotFoundError, UsageError
+from tests.conftest import RunCli
+
+
+def test_version(cli: RunCli) -> None:
+    result = cli("--version")
+    assert result.code == 0
+    assert result.stdout.strip() == f"mqctl {__version__}"
+
+
+def test_help_lists_every_registered_noun(cli: RunCli) -> None:
+    result = cli("--help")
+    assert result.code == 0
+    for name, _ in NOUNS:
+        assert name in result.stdout
+
+
+def test_bad_flag_is_one_line_on_stderr_with_usage_code(cli: RunCli) -> None:
+    result = cli("--no-such-flag")
+    assert result.code == UsageError.exit_code == 2
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mqctl: error:") and "--no-such-flag" in lines[0]
+
+
+def test_bad_flag_on_a_subcommand_names_its_help(cli: RunCli) -> None:
+    result = cli("context", "ls", "--bogus")
+    assert result.code == UsageError.exit_code
+    assert result.stderr.splitlines() == [result.stderr.strip()]
+    assert "mqctl context ls --help" in result.stderr
+
+
+def test_unknown_command_and_bad_choice_are_usage_errors(cli: RunCli) -> None:
+    assert cli("no-such-noun").code == UsageError.exit_code
+    bad_format = cli("context", "ls", "-o", "xml")
+    assert bad_format.code == UsageError.exit_code
+    assert "xml" in bad_format.stderr
+
+
+def test_not_found_exit_code(cli: RunCli) -> None:
+    result = cli("context", "use", "missing")
+    assert result.code == NotFoundError.exit_code
+    assert "missing" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+def test_cli_import_stays_light() -> None:
+    """``mqctl --help`` must stay fast: building the CLI never imports textual or pyspark."""
+    code = (
+        "import sys; from mqctl.cli.app import command; command(); "
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'pyspark', 'pyarrow', 'numpy')); "
+        "print(','.join(heavy))"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == ""

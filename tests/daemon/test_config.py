@@ -1,0 +1,69 @@
+"""The shared config loader: properties file -> MQCTL_* env -> flags."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from daemon.config import ConfigError, camel_case, load_config, parse_properties, snake_case, to_properties
+
+
+@dataclass
+class Sample:
+    listen_port: int = 10911
+    broker_ip1: str = field(default="", metadata={"key": "brokerIP1"})
+    auto_create_topic_enable: bool = True
+    namesrv_addr: str | None = None
+    delete_when: list[int] = field(default_factory=lambda: [4])
+    store_path_root_dir: Path = Path("/tmp/store")
+
+
+def test_precedence_file_then_env_then_flags(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("listenPort=10000\nbrokerIP1 = 10.1.2.3\nautoCreateTopicEnable=false\ndeleteWhen=04;05\n")
+    loaded = load_config(Sample, conf, environ={"MQCTL_LISTEN_PORT": "20000"}, overrides={"namesrv_addr": None})
+    assert loaded == Sample(
+        listen_port=20000, broker_ip1="10.1.2.3", auto_create_topic_enable=False, delete_when=[4, 5]
+    )
+    flagged = load_config(Sample, conf, environ={"MQCTL_LISTEN_PORT": "20000"}, overrides={"listen_port": 30000})
+    assert flagged.listen_port == 30000
+
+
+def test_unknown_and_old_keys_are_ignored(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("# comment\n! also comment\nmapedFileSizeCommitLog=1024\nlistenPort: 1\n")
+    assert load_config(Sample, conf, environ={}).listen_port == 1
+    assert "mapedFileSizeCommitLog" in caplog.text
+
+
+def test_bad_values_name_their_source(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("listenPort=ten\n")
+    with pytest.raises(ConfigError, match="listenPort"):
+        load_config(Sample, conf, environ={})
+    with pytest.raises(ConfigError, match="MQCTL_AUTO_CREATE_TOPIC_ENABLE"):
+        load_config(Sample, environ={"MQCTL_AUTO_CREATE_TOPIC_ENABLE": "maybe"})
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config(Sample, tmp_path / "missing.conf", environ={})
+
+
+def test_print_config_round_trips(tmp_path: Path) -> None:
+    original = Sample(listen_port=1, broker_ip1="1.2.3.4", auto_create_topic_enable=False, namesrv_addr="a:1")
+    text = to_properties(original)
+    assert "brokerIP1=1.2.3.4\n" in text and "autoCreateTopicEnable=false\n" in text
+    conf = tmp_path / "printed.conf"
+    conf.write_text(text)
+    assert load_config(Sample, conf, environ={}) == original
+
+
+def test_properties_continuations() -> None:
+    assert parse_properties("a = 1 \\\n  2\nb:3\n") == {"a": "1 2", "b": "3"}
+
+
+@given(st.from_regex(r"[a-z]{2,}(_[a-z]{2,}[0-9]?)*", fullmatch=True))
+def test_snake_camel_round_trip(name: str) -> None:
+    assert snake_case(camel_case(name)) == name
