@@ -149,9 +149,23 @@ def translate(exc: BaseException) -> MqctlError:
     if isinstance(exc, KeyboardInterrupt):
         return Interrupted("interrupted")
     from daemon.config import ConfigError
+    from daemon.remoting import errors as remoting
+    from store import errors as store
 
     if isinstance(exc, ConfigError):
         return UsageError(str(exc))
+    if isinstance(exc, remoting.RemotingCommandError):
+        return from_response_code(exc.code, exc.remark, action="request failed")
+    if isinstance(exc, remoting.RemotingConnectError):
+        return ConnectError(str(exc), hint="is the NameServer/broker running? see 'mqctl context current'")
+    if isinstance(exc, remoting.RemotingTimeoutError):
+        return RequestTimeoutError(str(exc))
+    if isinstance(exc, remoting.RemotingError):
+        return ProtocolError(str(exc))
+    if isinstance(exc, store.StoreLockedError):
+        return ConflictError(str(exc), hint="stop the broker that holds it first")
+    if isinstance(exc, store.StoreError):
+        return StoreError(str(exc))
     if isinstance(exc, FileNotFoundError):
         return NotFoundError(f"{exc.strerror}: {exc.filename}")
     if isinstance(exc, PermissionError):

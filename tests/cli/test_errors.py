@@ -7,6 +7,12 @@ from pathlib import Path
 import pytest
 
 from daemon.config import ConfigError
+from daemon.remoting.errors import (
+    RemotingCommandError,
+    RemotingConnectError,
+    RemotingProtocolError,
+    RemotingTimeoutError,
+)
 from mqctl import errors
 from mqctl.errors import (
     EXIT_CODES,
@@ -16,11 +22,15 @@ from mqctl.errors import (
     ConnectError,
     MqctlError,
     NotFoundError,
+    ProtocolError,
+    RequestTimeoutError,
     RetriableBrokerError,
+    StoreError,
     UsageError,
     from_response_code,
     translate,
 )
+from store.errors import CorruptRecordError, StoreLockedError
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -64,6 +74,13 @@ def test_response_codes_map_to_classes(code: int, cls: type[MqctlError], retriab
 
 
 def test_translate_lower_level_errors() -> None:
+    assert isinstance(translate(RemotingConnectError("127.0.0.1:1", "refused")), ConnectError)
+    assert isinstance(translate(RemotingTimeoutError("127.0.0.1:1", 3, 105)), RequestTimeoutError)
+    assert isinstance(translate(RemotingProtocolError("garbage")), ProtocolError)
+    topic_missing = translate(RemotingCommandError(17, "No topic route info in name server for the topic: T"))
+    assert isinstance(topic_missing, NotFoundError) and "T" in str(topic_missing)
+    assert isinstance(translate(StoreLockedError("locked")), ConflictError)
+    assert isinstance(translate(CorruptRecordError("/s/commitlog/0", 5, "bad magic")), StoreError)
     assert isinstance(translate(ConfigError("bad")), UsageError)
     assert isinstance(translate(FileNotFoundError(2, "No such file", "/x")), NotFoundError)
     assert isinstance(translate(ConnectionRefusedError(111, "refused")), ConnectError)
