@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated, Any
 
+import click
 import typer
 
 from mqctl.output import FORMATS
+
+if TYPE_CHECKING:
+    from mqctl.admin.client import Admin
 
 OutputOpt = Annotated[
     str,
@@ -15,7 +20,7 @@ OutputOpt = Annotated[
         "-o",
         help=f"Output format: {', '.join(FORMATS)}.",
         envvar="MQCTL_OUTPUT",
-        click_type=__import__("click").Choice(FORMATS),
+        click_type=click.Choice(FORMATS),
     ),
 ]
 NamesrvOpt = Annotated[
@@ -27,3 +32,39 @@ ContextOpt = Annotated[
     typer.Option("--context", help="Use this saved context instead of the current one."),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+WatchOpt = Annotated[
+    float | None, typer.Option("--watch", "-w", min=0.1, help="Refresh every N seconds until Ctrl-C.")
+]
+
+
+def online(
+    work: Callable[[Admin], Awaitable[Any]],
+    *,
+    namesrv: str | None,
+    context: str | None,
+    output: str,
+    watch: float | None = None,
+    timeout: float = 5.0,
+) -> None:
+    """Run ``work`` against the resolved NameServers and render its result, once or every ``watch`` s."""
+    from mqctl.admin.client import run_admin
+    from mqctl.config import resolve_target
+    from mqctl.output import render, stderr_console, stdout_console
+
+    target = resolve_target(namesrv_flag=namesrv, context_flag=context)
+    if watch is None:
+        render(run_admin(target.namesrv, work, timeout=timeout), output)
+        return
+    import time
+
+    console = stdout_console()
+    try:
+        while True:
+            result = run_admin(target.namesrv, work, timeout=timeout)
+            if console.is_terminal:
+                console.clear()
+            stderr_console().print(f"[dim]{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop[/dim]")
+            render(result, output)
+            time.sleep(watch)
+    except KeyboardInterrupt:
+        return

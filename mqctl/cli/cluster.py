@@ -1,0 +1,41 @@
+"""``mqctl cluster``: clusters and their brokers."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from mqctl.cli.common import ContextOpt, NamesrvOpt, OutputOpt, WatchOpt, online
+
+app = typer.Typer(help="Clusters and their brokers.", no_args_is_help=True)
+
+ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Only this cluster.")]
+
+
+@app.command("list")
+def list_(
+    cluster: ClusterOpt = None,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+    watch: WatchOpt = None,
+) -> None:
+    """Every broker the NameServer knows: cluster, broker name, id (0 = master) and address."""
+    from mqctl.services.cluster import brokers
+
+    online(lambda admin: brokers(admin, cluster), namesrv=namesrv, context=context, output=output, watch=watch)
+
+
+@app.command("status")
+def status(
+    cluster: ClusterOpt = None,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+    watch: WatchOpt = None,
+) -> None:
+    """Each broker's version, put/get TPS, CommitLog disk ratio and max offset."""
+    from mqctl.services.cluster import cluster_status
+
+    online(lambda admin: cluster_status(admin, cluster), namesrv=namesrv, context=context, output=output, watch=watch)

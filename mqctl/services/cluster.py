@@ -1,0 +1,71 @@
+"""Clusters and brokers as the NameServer and each broker's runtime info describe them."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+from daemon.remoting.errors import RemotingError
+from mqctl.admin.client import Admin
+
+
+@dataclass
+class BrokerRow:
+    cluster: str
+    broker_name: str
+    broker_id: int
+    addr: str
+
+
+@dataclass
+class BrokerStatus(BrokerRow):
+    """A broker with its runtime figures; ``error`` says why figures are missing."""
+
+    version: str | None = None
+    put_tps: float | None = None
+    get_tps: float | None = None
+    disk_ratio: float | None = None
+    commitlog_max_offset: int | None = None
+    error: str | None = None
+
+
+async def brokers(admin: Admin, cluster: str | None = None) -> list[BrokerRow]:
+    """Every broker address the NameServer knows, by cluster, broker name and id."""
+    info = await admin.cluster_info()
+    rows = []
+    for cluster_name, broker_names in sorted(info.cluster_addr_table.items()):
+        if cluster is not None and cluster_name != cluster:
+            continue
+        for broker_name in sorted(broker_names):
+            data = info.broker_addr_table.get(broker_name)
+            for broker_id, addr in sorted((data.broker_addrs if data else {}).items()):
+                rows.append(BrokerRow(cluster_name, broker_name, broker_id, addr))
+    return rows
+
+
+def _first_float(text: str | None) -> float | None:
+    """RocketMQ's TPS fields hold 'last10s last60s last600s' (or blanks before any traffic)."""
+    parts = (text or "").split()
+    return float(parts[0]) if parts else None
+
+
+async def status_of(admin: Admin, row: BrokerRow) -> BrokerStatus:
+    try:
+        table = await admin.broker_runtime_info(row.addr)
+    except RemotingError as exc:
+        return BrokerStatus(**vars(row), error=str(exc))
+    max_offset = table.get("commitLogMaxOffset")
+    return BrokerStatus(
+        **vars(row),
+        version=table.get("brokerVersionDesc"),
+        put_tps=_first_float(table.get("putTps")),
+        get_tps=_first_float(table.get("getTransferedTps")),
+        disk_ratio=float(table["commitLogDiskRatio"]) if "commitLogDiskRatio" in table else None,
+        commitlog_max_offset=int(max_offset) if max_offset and max_offset.lstrip("-").isdigit() else None,
+    )
+
+
+async def cluster_status(admin: Admin, cluster: str | None = None) -> list[BrokerStatus]:
+    """Each broker's runtime info, asked of all brokers at once; an unreachable one is shown, not fatal."""
+    rows = await brokers(admin, cluster)
+    return list(await asyncio.gather(*(status_of(admin, row) for row in rows)))
