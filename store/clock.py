@@ -1,0 +1,39 @@
+"""Wall-clock seam: the store stamps records and names index files from a :class:`Clock`."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Protocol
+
+
+class Clock(Protocol):
+    def now_ms(self) -> int:
+        """Milliseconds since the Unix epoch."""
+        ...
+
+
+class SystemClock:
+    """The real wall clock (RocketMQ uses ``System.currentTimeMillis``)."""
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000
+
+
+class FakeClock:
+    """A settable clock for tests: time moves only when the test says so."""
+
+    def __init__(self, now_ms: int = 1_700_000_000_000) -> None:
+        self._now = now_ms
+        self._lock = threading.Lock()
+
+    def now_ms(self) -> int:
+        return self._now
+
+    def set(self, now_ms: int) -> None:
+        with self._lock:
+            self._now = now_ms
+
+    def advance(self, ms: int) -> None:
+        with self._lock:
+            self._now += ms

@@ -1,0 +1,338 @@
+"""CommitLog: the append-only record log split into fixed-size mapped files (spec §2, §6.4–§6.6).
+
+The log itself is single-writer: callers (the engine) serialise appends with their put lock.
+Reads take no lock; a reader only looks below the write position, which is advanced after the
+bytes are in place.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+
+from store.errors import CorruptRecordError
+from store.mapped_file import MappedFile, MappedFileQueue
+from store.message import (
+    BLANK_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    SCHEDULE_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_TYPE_MASK,
+    HostAddress,
+    Message,
+)
+from store.record import (
+    MAX_PROPERTIES_LENGTH,
+    RecordInfo,
+    encode_blank,
+    encode_host,
+    encode_properties,
+    encode_record,
+    read_header,
+    read_record_info,
+    topic_field,
+)
+
+log = logging.getLogger(__name__)
+
+
+class PutMessageStatus(Enum):
+    """RocketMQ's ``PutMessageStatus`` values that this store can produce."""
+
+    PUT_OK = "PUT_OK"
+    FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
+    CREATE_MAPEDFILE_FAILED = "CREATE_MAPEDFILE_FAILED"
+    MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
+    PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
+    UNKNOWN_ERROR = "UNKNOWN_ERROR"
+
+
+class IllegalMessage(Exception):
+    """Internal: a message the log refuses; carries the status to report."""
+
+    def __init__(self, status: PutMessageStatus, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+
+
+@dataclass(slots=True)
+class ScanResult:
+    """Outcome of a recovery scan: where valid data ends and what stopped it, if not a clean end."""
+
+    process_offset: int
+    corruption: CorruptRecordError | None
+    records: int
+    last_store_timestamp: int
+
+
+class CommitLog:
+    """Appends records, rolls files with the blank filler, validates and truncates on recovery."""
+
+    def __init__(
+        self,
+        directory: str,
+        file_size: int,
+        *,
+        max_message_size: int,
+        delay_levels_ms: list[int],
+        read_only: bool = False,
+    ) -> None:
+        self.files = MappedFileQueue(directory, file_size, read_only=read_only)
+        self.file_size = file_size
+        self.max_message_size = max_message_size
+        self.delay_levels_ms = delay_levels_ms
+        self.topic_queue_table: dict[tuple[str, int], int] = {}
+        self.last_store_timestamp = 0
+
+    def load(self) -> None:
+        self.files.load()
+
+    # ------------------------------------------------------------------ append
+
+    def apply_delay(self, msg: Message) -> Message:
+        """Redirect a delayed message to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` (§10.2)."""
+        level = msg.delay_level
+        tran = msg.sys_flag & TRANSACTION_TYPE_MASK
+        if (
+            level <= 0
+            or tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+            or msg.topic == SCHEDULE_TOPIC
+        ):
+            return msg
+        level = min(level, len(self.delay_levels_ms))
+        props = dict(msg.properties)
+        props[PROPERTY_REAL_TOPIC] = msg.topic
+        props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+        props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        return Message(
+            topic=SCHEDULE_TOPIC,
+            body=msg.body,
+            queue_id=level - 1,
+            flag=msg.flag,
+            properties=props,
+            sys_flag=msg.sys_flag,
+            born_timestamp=msg.born_timestamp,
+            born_host=msg.born_host,
+            store_host=msg.store_host,
+            reconsume_times=msg.reconsume_times,
+            prepared_transaction_offset=msg.prepared_transaction_offset,
+            wait_store_msg_ok=msg.wait_store_msg_ok,
+        )
+
+    def _check(self, msg: Message, props: bytes, store_host: HostAddress) -> int:
+        """Validate sizes (§2.5) and return the record's TOTALSIZE."""
+        try:
+            topic = topic_field(msg.topic)
+        except ValueError as e:
+            raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, str(e)) from e
+        if len(props) > MAX_PROPERTIES_LENGTH:
+            raise IllegalMessage(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, f"properties {len(props)} bytes")
+        if len(msg.body) > self.max_message_size:
+            raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"body {len(msg.body)} > maxMessageSize")
+        try:
+            hosts = len(encode_host(msg.born_host)) + len(encode_host(msg.store_host or store_host))
+        except ValueError as e:
+            raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"bad host address: {e}") from e
+        total = 74 + hosts + len(msg.body) + len(topic) + len(props)
+        if total > self.max_message_size + 65536 or total + 8 > self.file_size:
+            raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"record of {total} bytes is too large")
+        return total
+
+    def _file_for(self, size: int) -> MappedFile:
+        """The file the next ``size`` bytes go to; writes the blank filler and rolls when they do not fit."""
+        mf = self.files.last_file_for_append(0)
+        pos = mf.wrote_position
+        remaining = self.file_size - pos
+        if size + 8 > remaining:
+            if remaining >= 8:
+                mf.mm[pos : pos + 8] = encode_blank(remaining)
+            mf.wrote_position = self.file_size
+            mf = self.files.last_file_for_append(0)
+        return mf
+
+    def append(self, msgs: list[Message], store_host: HostAddress, now_ms: int) -> list[RecordInfo]:
+        """Append one message, or a batch for one queue (all in one file, §2.9).
+
+        Raises :class:`IllegalMessage` before anything is written when a message is refused.
+        """
+        encoded = []
+        total = 0
+        for m in msgs:
+            props = encode_properties(m.properties) if m.properties else b""
+            size = self._check(m, props, store_host)
+            encoded.append((m, props, size))
+            total += size
+        if len(msgs) > 1 and total + 8 > self.file_size:
+            raise IllegalMessage(
+                PutMessageStatus.MESSAGE_ILLEGAL, f"batch of {total} bytes does not fit a file"
+            )
+        mf = self._file_for(total)
+        table = self.topic_queue_table
+        out = []
+        mm = mf.mm
+        pos = mf.wrote_position
+        base = mf.file_from_offset
+        for m, props, size in encoded:
+            key = (m.topic, m.queue_id)
+            tran = m.sys_flag & TRANSACTION_TYPE_MASK
+            counted = tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+            qoff = table.get(key, 0) if counted else 0
+            rec = encode_record(
+                m,
+                queue_offset=qoff,
+                physical_offset=base + pos,
+                store_timestamp=now_ms,
+                store_host=store_host,
+                properties=props,
+            )
+            mm[pos : pos + size] = rec
+            if counted:
+                table[key] = qoff + 1
+            out.append(
+                RecordInfo(
+                    base + pos,
+                    size,
+                    m.topic,
+                    m.queue_id,
+                    qoff,
+                    m.sys_flag,
+                    now_ms,
+                    m.prepared_transaction_offset,
+                    m.properties,
+                )
+            )
+            pos += size
+        mf.wrote_position = pos
+        self.last_store_timestamp = now_ms
+        return out
+
+    # ------------------------------------------------------------------ reads
+
+    @property
+    def min_offset(self) -> int:
+        return self.files.min_offset
+
+    @property
+    def max_offset(self) -> int:
+        return self.files.max_offset
+
+    def get_message(self, offset: int, size: int) -> memoryview | None:
+        """Raw record bytes at ``offset`` (``size`` from the ConsumeQueue unit), zero-copy."""
+        mf = self.files.find_file(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + size > mf.wrote_position:
+            return None
+        return mf.view[pos : pos + size]
+
+    def read_record(self, offset: int) -> memoryview | None:
+        """Raw bytes of the record starting at ``offset`` (size from its TOTALSIZE), validated lightly."""
+        mf = self.files.find_file(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        if pos + 8 > mf.wrote_position:
+            return None
+        size, magic = read_header(mf.view, pos)
+        if (
+            magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
+            or size <= 0
+            or pos + size > mf.wrote_position
+        ):
+            raise CorruptRecordError(
+                mf.path, offset, f"no record here (size {size}, magic 0x{magic & 0xFFFFFFFF:08X})"
+            )
+        return mf.view[pos : pos + size]
+
+    def store_timestamp_at(self, offset: int) -> int:
+        """STORETIMESTAMP of the record at ``offset`` (-1 when it cannot be read)."""
+        raw = self.read_record(offset)
+        if raw is None:
+            return -1
+        return read_record_info(raw, 0).store_timestamp
+
+    def roll_next_file(self, offset: int) -> int:
+        return offset + self.file_size - offset % self.file_size
+
+    # ------------------------------------------------------------------ recovery
+
+    def scan(
+        self, start_index: int, *, check_crc: bool, on_record: Callable[[RecordInfo], None] | None = None
+    ) -> ScanResult:
+        """Walk records from file ``start_index`` (§2.10) until the end of valid data."""
+        files = self.files.files
+        if not files:
+            return ScanResult(0, None, 0, 0)
+        idx = start_index
+        last_ts = 0
+        mf = files[idx]
+        pos = 0
+        count = 0
+        corruption: CorruptRecordError | None = None
+        while True:
+            view = mf.view
+            if pos + 8 > self.file_size:
+                size, magic = 0, 0  # no room for a header: same as the end of data
+            else:
+                size, magic = read_header(view, pos)
+            if magic == BLANK_MAGIC_CODE and size > 0:
+                if idx + 1 >= len(files):
+                    break
+                idx += 1
+                mf = files[idx]
+                pos = 0
+                continue
+            if magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+                try:
+                    info = read_record_info(view, pos, self.file_size, check_crc=check_crc)
+                except CorruptRecordError as e:
+                    corruption = e.located(mf.path, mf.file_from_offset + pos)
+                    break
+                if on_record is not None:
+                    on_record(info)
+                pos += info.size
+                count += 1
+                last_ts = info.store_timestamp
+                continue
+            if size != 0 or magic != 0:
+                corruption = CorruptRecordError(
+                    mf.path, mf.file_from_offset + pos, f"bad magic code 0x{magic & 0xFFFFFFFF:08X}"
+                )
+            break
+        if corruption is not None:
+            log.warning("recovery stops at %s", corruption)
+        return ScanResult(mf.file_from_offset + pos, corruption, count, last_ts)
+
+    def abnormal_start_index(self, limit_ts: int) -> int:
+        """Newest file whose first record is a message stored at or before ``limit_ts`` (§6.5 step 1)."""
+        files = self.files.files
+        for idx in range(len(files) - 1, -1, -1):
+            view = files[idx].view
+            _size, magic = read_header(view, 0)
+            if magic != MESSAGE_MAGIC_CODE:
+                continue
+            try:
+                ts = read_record_info(view, 0, self.file_size).store_timestamp
+            except CorruptRecordError:
+                continue
+            if ts != 0 and ts <= limit_ts:
+                return idx
+        return 0
+
+    def truncate(self, offset: int) -> None:
+        self.files.truncate_dirty_files(offset)
+
+    def flush(self) -> int:
+        return self.files.flush()
+
+    def close(self) -> None:
+        self.files.close()

@@ -1,0 +1,338 @@
+"""The broker's ``config/*.json`` files (spec §9): fastjson-compatible reading and writing, and managers.
+
+fastjson writes maps with integer keys unquoted (``{0:400,1:400\\n\\t\\t}``), which is not JSON.
+:func:`loads_fastjson` accepts that shape (and plain JSON); :func:`dumps_fastjson` reproduces the
+broker's pretty format byte for byte: tabs, bean properties in alphabetical order, integer-keyed
+maps on one line, no trailing newline. Files are replaced atomically, keeping the previous
+version as ``.bak`` as ``ConfigManager.persist`` does.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import re
+import shutil
+import threading
+from typing import Any, TypeVar
+
+from store.clock import Clock, SystemClock
+from store.errors import ConfigFileError
+
+log = logging.getLogger(__name__)
+
+_STRING = re.compile(r'"(?:[^"\\]|\\.)*"', re.S)
+_BARE_INT_KEY = re.compile(r"([{,]\s*)(-?\d+)\s*:")
+_INT_MARK = "\x00int:"
+
+
+def loads_fastjson(text: str) -> Any:
+    """Parse fastjson output; bare integer map keys come back as ``int``."""
+    parts = []
+    last = 0
+    for m in _STRING.finditer(text):
+        parts.append(
+            _BARE_INT_KEY.sub(lambda k: f'{k.group(1)}"\\u0000int:{k.group(2)}":', text[last : m.start()])
+        )
+        parts.append(m.group(0))
+        last = m.end()
+    parts.append(_BARE_INT_KEY.sub(lambda k: f'{k.group(1)}"\\u0000int:{k.group(2)}":', text[last:]))
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[Any, Any]:
+        return {int(k[len(_INT_MARK) :]) if k.startswith(_INT_MARK) else k: v for k, v in pairs}
+
+    return json.loads("".join(parts), object_pairs_hook=hook)
+
+
+def dumps_fastjson(obj: Any, indent: int = 0) -> str:
+    """Serialise like fastjson's pretty format (the shape the broker writes)."""
+    if isinstance(obj, dict):
+        if not obj:
+            return "{}"
+        pad = "\t" * indent
+        if all(isinstance(k, int) and not isinstance(k, bool) for k in obj):
+            return (
+                "{" + ",".join(f"{k}:{dumps_fastjson(v, indent + 1)}" for k, v in obj.items()) + f"\n{pad}}}"
+            )
+        inner = "\t" * (indent + 1)
+        items = ",\n".join(
+            f"{inner}{json.dumps(str(k), ensure_ascii=False)}:{dumps_fastjson(v, indent + 1)}"
+            for k, v in obj.items()
+        )
+        return "{\n" + items + f"\n{pad}}}"
+    if isinstance(obj, list | tuple):
+        if not obj:
+            return "[]"
+        pad = "\t" * indent
+        inner = "\t" * (indent + 1)
+        return "[\n" + ",\n".join(inner + dumps_fastjson(v, indent + 1) for v in obj) + f"\n{pad}]"
+    return json.dumps(obj, ensure_ascii=False)
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p[:1].upper() + p[1:] for p in rest)
+
+
+T = TypeVar("T")
+
+
+def _bean_to_json(obj: Any) -> dict[str, Any]:
+    """A dataclass as fastjson writes a bean: camelCase properties in alphabetical order, plus unknown ones kept."""
+    out = {_camel(f.name): getattr(obj, f.name) for f in dataclasses.fields(obj) if f.name != "extra"}
+    out.update(getattr(obj, "extra", {}))
+    return dict(sorted(out.items()))
+
+
+def _bean_from_json(cls: type[T], data: dict[str, Any]) -> T:
+    fields = {_camel(f.name): f.name for f in dataclasses.fields(cls) if f.name != "extra"}  # type: ignore[arg-type]
+    kwargs = {fields[k]: v for k, v in data.items() if k in fields}
+    obj = cls(**kwargs)
+    obj.extra = {k: v for k, v in data.items() if k not in fields}  # type: ignore[attr-defined]
+    return obj
+
+
+@dataclasses.dataclass
+class DataVersion:
+    counter: int = 0
+    timestamp: int = 0
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def next_version(self, now_ms: int) -> None:
+        self.counter += 1
+        self.timestamp = now_ms
+
+
+@dataclasses.dataclass
+class TopicConfig:
+    """One entry of ``topicConfigTable`` (class defaults as RocketMQ's ``TopicConfig``)."""
+
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = 6
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass
+class SubscriptionGroupConfig:
+    """One entry of ``subscriptionGroupTable`` (defaults as RocketMQ's ``SubscriptionGroupConfig``)."""
+
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class JsonConfigFile:
+    """Load from ``<name>`` or its ``.bak``; persist atomically keeping ``.bak`` (§9.1)."""
+
+    def __init__(self, path: str, *, read_only: bool = False) -> None:
+        self.path = path
+        self.read_only = read_only
+        self.lock = threading.RLock()
+
+    def load(self) -> None:
+        for candidate in (self.path, self.path + ".bak"):
+            try:
+                with open(candidate, encoding="utf-8") as f:
+                    text = f.read()
+            except FileNotFoundError:
+                continue
+            if not text.strip():
+                continue
+            try:
+                data = loads_fastjson(text)
+            except ValueError as e:
+                if candidate == self.path:
+                    log.warning("%s unreadable (%s); trying .bak", candidate, e)
+                    continue
+                raise ConfigFileError(f"{self.path} and its .bak are unreadable: {e}") from e
+            with self.lock:
+                self.decode(data)
+            return
+
+    def persist(self) -> None:
+        if self.read_only:
+            return
+        with self.lock:
+            text = dumps_fastjson(self.encode())
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        if os.path.exists(self.path):
+            shutil.copyfile(self.path, self.path + ".bak")
+        os.replace(tmp, self.path)
+
+    def encode(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def decode(self, data: dict[str, Any]) -> None:
+        raise NotImplementedError
+
+
+class TopicConfigManager(JsonConfigFile):
+    """``topics.json``: topic configs plus a ``dataVersion`` bumped on every change."""
+
+    def __init__(self, path: str, clock: Clock, *, read_only: bool = False) -> None:
+        super().__init__(path, read_only=read_only)
+        self.clock = clock
+        self.data_version = DataVersion()
+        self.table: dict[str, TopicConfig] = {}
+
+    def encode(self) -> dict[str, Any]:
+        return {
+            "dataVersion": _bean_to_json(self.data_version),
+            "topicConfigTable": {k: _bean_to_json(v) for k, v in self.table.items()},
+        }
+
+    def decode(self, data: dict[str, Any]) -> None:
+        self.data_version = _bean_from_json(DataVersion, data.get("dataVersion") or {})
+        self.table = {
+            k: _bean_from_json(TopicConfig, v) for k, v in (data.get("topicConfigTable") or {}).items()
+        }
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def update(self, config: TopicConfig) -> None:
+        with self.lock:
+            self.table[config.topic_name] = config
+            self.data_version.next_version(self.clock.now_ms())
+        self.persist()
+
+    def delete(self, topic: str) -> bool:
+        with self.lock:
+            if self.table.pop(topic, None) is None:
+                return False
+            self.data_version.next_version(self.clock.now_ms())
+        self.persist()
+        return True
+
+
+class SubscriptionGroupManager(JsonConfigFile):
+    """``subscriptionGroup.json``."""
+
+    def __init__(self, path: str, clock: Clock, *, read_only: bool = False) -> None:
+        super().__init__(path, read_only=read_only)
+        self.clock = clock
+        self.data_version = DataVersion()
+        self.table: dict[str, SubscriptionGroupConfig] = {}
+
+    def encode(self) -> dict[str, Any]:
+        return {
+            "dataVersion": _bean_to_json(self.data_version),
+            "subscriptionGroupTable": {k: _bean_to_json(v) for k, v in self.table.items()},
+        }
+
+    def decode(self, data: dict[str, Any]) -> None:
+        self.data_version = _bean_from_json(DataVersion, data.get("dataVersion") or {})
+        self.table = {
+            k: _bean_from_json(SubscriptionGroupConfig, v)
+            for k, v in (data.get("subscriptionGroupTable") or {}).items()
+        }
+
+    def get(self, group: str) -> SubscriptionGroupConfig | None:
+        return self.table.get(group)
+
+    def update(self, config: SubscriptionGroupConfig) -> None:
+        with self.lock:
+            self.table[config.group_name] = config
+            self.data_version.next_version(self.clock.now_ms())
+        self.persist()
+
+    def delete(self, group: str) -> bool:
+        with self.lock:
+            if self.table.pop(group, None) is None:
+                return False
+            self.data_version.next_version(self.clock.now_ms())
+        self.persist()
+        return True
+
+
+class ConsumerOffsetManager(JsonConfigFile):
+    """``consumerOffset.json``: ``topic@group`` → {queueId: next offset to consume} (§9.5)."""
+
+    def __init__(self, path: str, *, read_only: bool = False) -> None:
+        super().__init__(path, read_only=read_only)
+        self.table: dict[str, dict[int, int]] = {}
+
+    def encode(self) -> dict[str, Any]:
+        return {"offsetTable": {k: dict(v) for k, v in self.table.items()}}
+
+    def decode(self, data: dict[str, Any]) -> None:
+        self.table = {
+            k: {int(q): int(o) for q, o in v.items()} for k, v in (data.get("offsetTable") or {}).items()
+        }
+
+    def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        with self.lock:
+            self.table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
+
+    def query_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """Committed offset, or -1 when the group never committed one for that queue."""
+        return self.table.get(f"{topic}@{group}", {}).get(queue_id, -1)
+
+    def offsets_of(self, group: str, topic: str) -> dict[int, int]:
+        return dict(self.table.get(f"{topic}@{group}", {}))
+
+    def groups_of(self, topic: str) -> set[str]:
+        return {k.split("@", 1)[1] for k in self.table if k.split("@", 1)[0] == topic}
+
+    def topics_of(self, group: str) -> set[str]:
+        return {k.split("@", 1)[0] for k in self.table if k.split("@", 1)[1] == group}
+
+
+class DelayOffsetManager(JsonConfigFile):
+    """``delayOffset.json``: delay level → next offset of queue ``level - 1`` of SCHEDULE_TOPIC_XXXX."""
+
+    def __init__(self, path: str, *, read_only: bool = False) -> None:
+        super().__init__(path, read_only=read_only)
+        self.table: dict[int, int] = {}
+
+    def encode(self) -> dict[str, Any]:
+        return {"offsetTable": dict(self.table)}
+
+    def decode(self, data: dict[str, Any]) -> None:
+        self.table = {int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
+
+
+class ConfigFiles:
+    """The managers of one store's ``config/`` directory."""
+
+    def __init__(self, directory: str, *, clock: Clock | None = None, read_only: bool = False) -> None:
+        clk = clock or SystemClock()
+        self.directory = directory
+        self.topics = TopicConfigManager(os.path.join(directory, "topics.json"), clk, read_only=read_only)
+        self.subscription_groups = SubscriptionGroupManager(
+            os.path.join(directory, "subscriptionGroup.json"), clk, read_only=read_only
+        )
+        self.consumer_offsets = ConsumerOffsetManager(
+            os.path.join(directory, "consumerOffset.json"), read_only=read_only
+        )
+        self.delay_offsets = DelayOffsetManager(
+            os.path.join(directory, "delayOffset.json"), read_only=read_only
+        )
+
+    def load(self) -> None:
+        for m in (self.topics, self.subscription_groups, self.consumer_offsets, self.delay_offsets):
+            m.load()
+
+    def persist_offsets(self) -> None:
+        """What the broker persists periodically and at shutdown (topics and groups persist on change)."""
+        self.consumer_offsets.persist()
+        self.delay_offsets.persist()

@@ -1,0 +1,204 @@
+"""ConsumeQueue: per (topic, queueId) array of 20-byte units pointing into the CommitLog (spec §4)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+
+from store.mapped_file import MappedFile, MappedFileQueue
+
+log = logging.getLogger(__name__)
+
+CQ_STORE_UNIT_SIZE = 20
+UNIT = struct.Struct(">qiq")  # commit log offset, size, tags code
+PREFILL_UNIT = UNIT.pack(0, 0x7FFFFFFF, 0)
+
+
+def encode_unit(phys_offset: int, size: int, tags_code: int) -> bytes:
+    return UNIT.pack(phys_offset, size, tags_code)
+
+
+def decode_unit(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int, int]:
+    """``(commit_log_offset, size, tags_code)``."""
+    return UNIT.unpack_from(buf, pos)  # type: ignore[return-value]
+
+
+def unit_location(queue_offset: int, file_size: int) -> tuple[str, int]:
+    """Queue offset → (20-digit file name, byte position in that file) (§4.3)."""
+    byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
+    return f"{byte_offset - byte_offset % file_size:020d}", byte_offset % file_size
+
+
+class ConsumeQueue:
+    """One queue's units. ``max_physic_offset`` is the CommitLog end of the last unit written."""
+
+    def __init__(
+        self, root: str, topic: str, queue_id: int, file_size: int, *, read_only: bool = False
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.file_size = file_size
+        self.files = MappedFileQueue(
+            os.path.join(root, topic, str(queue_id)), file_size, read_only=read_only, clear_whole_tail=True
+        )
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
+        self._last: MappedFile | None = None
+
+    def load(self) -> None:
+        self.files.load()
+        self._last = None
+
+    # ------------------------------------------------------------------ recovery
+
+    def recover(self) -> None:
+        """Find the end of valid units, starting 3 files from the end; drop files after it (§4.7)."""
+        files = self.files.files
+        if not files:
+            return
+        idx = max(0, len(files) - 3)
+        end = files[idx].file_from_offset
+        max_phys = -1
+        while idx < len(files):
+            mf = files[idx]
+            view = mf.view
+            pos = 0
+            while pos < self.file_size:
+                off, size, _tags = UNIT.unpack_from(view, pos)
+                if off < 0 or size <= 0:
+                    break
+                if size != 0x7FFFFFFF:
+                    max_phys = off + size
+                pos += CQ_STORE_UNIT_SIZE
+            end = mf.file_from_offset + pos
+            if pos < self.file_size:
+                break
+            idx += 1
+        self.max_physic_offset = max_phys
+        self.files.truncate_dirty_files(end)
+        self._last = None
+
+    def truncate_dirty(self, phy_offset: int) -> None:
+        """Drop every unit that points at or past ``phy_offset`` in the CommitLog (§4.7)."""
+        files = self.files.files
+        cut: int | None = None
+        for mf in reversed(files):
+            view = mf.view
+            pos = mf.wrote_position - CQ_STORE_UNIT_SIZE
+            while pos >= 0:
+                off, size, _ = UNIT.unpack_from(view, pos)
+                if off < phy_offset or size == 0x7FFFFFFF:
+                    break
+                cut = mf.file_from_offset + pos
+                pos -= CQ_STORE_UNIT_SIZE
+            if pos >= 0:
+                break
+        if cut is not None:
+            self.files.truncate_dirty_files(cut)
+            self._last = None
+        self.max_physic_offset = self._last_unit_end()
+
+    def _last_unit_end(self) -> int:
+        last = self.files.last_file()
+        while last is not None:
+            pos = last.wrote_position - CQ_STORE_UNIT_SIZE
+            if pos >= 0:
+                off, size, _ = UNIT.unpack_from(last.view, pos)
+                return off + size
+            idx = self.files.files.index(last)
+            last = self.files.files[idx - 1] if idx else None
+        return -1
+
+    def correct_min_offset(self, phy_min_offset: int) -> None:
+        """Set the min offset to the first unit (of the first file) whose data is still in the CommitLog."""
+        first = self.files.first_file()
+        if first is None:
+            return
+        view = first.view
+        for pos in range(0, first.wrote_position, CQ_STORE_UNIT_SIZE):
+            off, size, _ = UNIT.unpack_from(view, pos)
+            if size != 0x7FFFFFFF and off >= phy_min_offset:
+                self.min_logic_offset = first.file_from_offset + pos
+                return
+
+    # ------------------------------------------------------------------ writing
+
+    def put_unit(self, phys_offset: int, size: int, tags_code: int, queue_offset: int) -> None:
+        """Write the unit for a dispatched record at ``queue_offset`` (rules of §4.5)."""
+        if phys_offset + size <= self.max_physic_offset:
+            return  # already dispatched
+        expected = queue_offset * CQ_STORE_UNIT_SIZE
+        mf = self._last
+        if mf is None or mf.wrote_position >= self.file_size:
+            first_file = not self.files.files
+            mf = self._last = self.files.last_file_for_append(expected)
+            if first_file and queue_offset != 0 and mf.wrote_position == 0:
+                pos = expected - mf.file_from_offset
+                mf.mm[0:pos] = PREFILL_UNIT * (pos // CQ_STORE_UNIT_SIZE)
+                mf.wrote_position = pos
+                self.min_logic_offset = expected
+        if queue_offset != 0:
+            current = mf.file_from_offset + mf.wrote_position
+            if expected < current:
+                return
+            if expected != current:
+                log.error(
+                    "%s/%d: unit for queue offset %d written at %d (gap)",
+                    self.topic,
+                    self.queue_id,
+                    queue_offset,
+                    current // CQ_STORE_UNIT_SIZE,
+                )
+        UNIT.pack_into(mf.mm, mf.wrote_position, phys_offset, size, tags_code)
+        mf.wrote_position += CQ_STORE_UNIT_SIZE
+        self.max_physic_offset = phys_offset + size
+
+    # ------------------------------------------------------------------ reading
+
+    @property
+    def max_offset(self) -> int:
+        """Next queue offset to be written."""
+        return self.files.max_offset // CQ_STORE_UNIT_SIZE
+
+    @property
+    def min_offset(self) -> int:
+        return self.min_logic_offset // CQ_STORE_UNIT_SIZE
+
+    def get_unit(self, queue_offset: int) -> tuple[int, int, int] | None:
+        if queue_offset < self.min_offset or queue_offset >= self.max_offset:
+            return None
+        byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
+        mf = self.files.find_file(byte_offset)
+        if mf is None:
+            return None
+        return UNIT.unpack_from(mf.view, byte_offset - mf.file_from_offset)  # type: ignore[return-value]
+
+    def units_from(self, queue_offset: int) -> tuple[memoryview, int] | None:
+        """Units from ``queue_offset`` to the end of written data in its file, as ``(view, count)``."""
+        byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
+        mf = self.files.find_file(byte_offset)
+        if mf is None:
+            return None
+        pos = byte_offset - mf.file_from_offset
+        end = mf.wrote_position
+        if pos >= end:
+            return None
+        return mf.view[pos:end], (end - pos) // CQ_STORE_UNIT_SIZE
+
+    def roll_next_file(self, queue_offset: int) -> int:
+        """First queue offset of the file after the one holding ``queue_offset``."""
+        per_file = self.file_size // CQ_STORE_UNIT_SIZE
+        return queue_offset + per_file - queue_offset % per_file
+
+    def flush(self) -> None:
+        self.files.flush()
+
+    def close(self) -> None:
+        self.files.close()
+
+    def destroy(self) -> None:
+        self.files.destroy()
+        self._last = None
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0

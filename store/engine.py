@@ -1,0 +1,860 @@
+"""The ``MessageStore`` protocol the broker codes against, and ``DefaultMessageStore``, its implementation.
+
+Threading model (why not asyncio): appends are CPU-bound memcpy into a mapping plus a few struct
+writes, so the broker can call :meth:`DefaultMessageStore.put_message` directly from its event loop
+in ASYNC_FLUSH mode (tens of microseconds). SYNC_FLUSH needs group commit: an append must wait for
+an ``msync`` that many appends share, so a dedicated flush thread performs the fsyncs and waiting
+appenders block on a condition; the broker runs those puts in a thread pool
+(``loop.run_in_executor``), which lets concurrent sends share one fsync. Dispatch (ConsumeQueue
+and IndexFile) runs synchronously inside the put, under the same lock, so a message is visible to
+pulls as soon as ``put_message`` returns and listeners (long polling) are told right away; the
+CommitLog-parsing dispatch path (:meth:`DefaultMessageStore.dispatch`) catches up at start-up and
+after recovery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+import threading
+from collections.abc import Callable, Container
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol
+
+from store.checkpoint import StoreCheckpoint
+from store.clock import Clock, SystemClock
+from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanResult
+from store.config import StoreConfig
+from store.config_files import ConfigFiles
+from store.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
+from store.errors import CorruptRecordError, StoreClosedError, StoreLockedError
+from store.indexfile import IndexService
+from store.javahash import tags_code
+from store.message import (
+    BLANK_MAGIC_CODE,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_TAGS,
+    PROPERTY_UNIQ_KEY,
+    SCHEDULE_TOPIC,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+    HostAddress,
+    Message,
+    StoredMessage,
+    split_keys,
+)
+from store.record import (
+    RecordInfo,
+    decode_msg_id,
+    decode_record,
+    msg_id_prefix,
+    read_header,
+    read_record_info,
+)
+
+log = logging.getLogger(__name__)
+
+__all__ = [
+    "DefaultMessageStore",
+    "GetMessageStatus",
+    "GetResult",
+    "MessageStore",
+    "PutMessageStatus",
+    "PutResult",
+    "QueryResult",
+    "SelectedMessage",
+]
+
+
+class GetMessageStatus(Enum):
+    """RocketMQ's ``GetMessageStatus``."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class PutResult:
+    """Outcome of a put. For a batch, offsets are those of the first message and ``msg_id`` joins all ids."""
+
+    status: PutMessageStatus
+    phys_offset: int = -1
+    queue_offset: int = -1
+    msg_id: str = ""
+    wrote_bytes: int = 0
+    store_timestamp: int = 0
+    msg_num: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+
+class SelectedMessage:
+    """One record found by a read: raw bytes (a zero-copy view of the mapping) plus a lazy decode.
+
+    The broker sends ``raw`` as-is in pull responses; :attr:`message` decodes on first use.
+    """
+
+    __slots__ = ("_decoded", "phys_offset", "queue_offset", "raw", "size", "tags_code")
+
+    def __init__(
+        self, phys_offset: int, size: int, raw: memoryview, queue_offset: int = -1, tags_code: int = 0
+    ) -> None:
+        self.phys_offset = phys_offset
+        self.size = size
+        self.raw = raw
+        self.queue_offset = queue_offset
+        self.tags_code = tags_code
+        self._decoded: StoredMessage | None = None
+
+    @property
+    def message(self) -> StoredMessage:
+        if self._decoded is None:
+            self._decoded = decode_record(self.raw, 0, self.size, check_crc=False)
+        return self._decoded
+
+    def __repr__(self) -> str:
+        return f"SelectedMessage(phys_offset={self.phys_offset}, size={self.size}, queue_offset={self.queue_offset})"
+
+
+@dataclass(slots=True)
+class GetResult:
+    status: GetMessageStatus
+    messages: list[SelectedMessage] = field(default_factory=list)
+    next_begin_offset: int = 0
+    min_offset: int = 0
+    max_offset: int = 0
+
+    @property
+    def buffer_total_size(self) -> int:
+        return sum(m.size for m in self.messages)
+
+
+@dataclass(slots=True)
+class QueryResult:
+    messages: list[SelectedMessage]
+    index_last_update_timestamp: int
+    index_last_update_phy_offset: int
+
+
+ArrivalListener = Callable[[str, int, int], None]
+"""``callback(topic, queue_id, max_offset)`` after new units were dispatched (long polling)."""
+
+
+class MessageStore(Protocol):
+    """What the broker needs from a store."""
+
+    config: StoreConfig
+    configs: ConfigFiles
+
+    def open(self) -> None: ...
+    def start(self) -> None: ...
+    def shutdown(self) -> None: ...
+    def put_message(self, msg: Message) -> PutResult: ...
+    def put_messages(self, batch: list[Message]) -> PutResult: ...
+    def get_messages(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tag_filter: Container[int] | None = None,
+    ) -> GetResult: ...
+    def get_min_offset(self, topic: str, queue_id: int) -> int: ...
+    def get_max_offset(self, topic: str, queue_id: int) -> int: ...
+    def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int: ...
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int: ...
+    def look_message_by_offset(self, phys_offset: int) -> SelectedMessage | None: ...
+    def look_message_by_msg_id(self, msg_id: str) -> SelectedMessage | None: ...
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int
+    ) -> QueryResult: ...
+    def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int: ...
+    @property
+    def max_phy_offset(self) -> int: ...
+    @property
+    def min_phy_offset(self) -> int: ...
+    def topic_queue_table(self) -> dict[tuple[str, int], int]: ...
+    def add_arrival_listener(self, listener: ArrivalListener) -> None: ...
+
+
+_LOCKED_ROOTS: set[str] = set()
+_LOCKED_ROOTS_GUARD = threading.Lock()
+
+
+class DefaultMessageStore:
+    """The RocketMQ-compatible engine. ``open()`` loads and recovers, ``start()`` makes it live.
+
+    With ``read_only=True`` nothing on disk changes: no lock, no ``abort``, no truncation, no
+    dispatch; use it to inspect a store (even one a broker is running on).
+    """
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        *,
+        clock: Clock | None = None,
+        store_host: HostAddress = ("127.0.0.1", 10911),
+        read_only: bool = False,
+    ) -> None:
+        self.config = config
+        self.clock: Clock = clock or SystemClock()
+        self.store_host = store_host
+        self.read_only = read_only
+        root = config.store_path_root_dir
+        self._abort_path = os.path.join(root, "abort")
+        self._lock_path = os.path.join(root, "lock")
+        self._delay_ms = config.delay_levels_ms()
+        self.commit_log = CommitLog(
+            config.commit_log_dir,
+            config.mapped_file_size_commit_log,
+            max_message_size=config.max_message_size,
+            delay_levels_ms=self._delay_ms,
+            read_only=read_only,
+        )
+        self.index = IndexService(
+            config.index_dir, config.max_hash_slot_num, config.max_index_num, read_only=read_only
+        )
+        self.configs = ConfigFiles(config.config_dir, clock=self.clock, read_only=read_only)
+        self.checkpoint: StoreCheckpoint | None = None
+        self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
+        self._put_lock = threading.Lock()
+        self.reput_from_offset = 0
+        self._listeners: list[ArrivalListener] = []
+        self.last_exit_ok = True
+        self.recovery_corruption: CorruptRecordError | None = None
+        self._lock_fd: int | None = None
+        self._opened = False
+        self._running = False
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._gc_cond = threading.Condition()
+        self._gc_pending = False
+        self._flushed_offset = 0
+        self._logics_ts = 0
+
+    # ================================================================== lifecycle
+
+    def __enter__(self) -> DefaultMessageStore:
+        self.open()
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def open(self) -> None:
+        """Lock, load every file, recover CommitLog and ConsumeQueues (§6.3 steps 1–7)."""
+        root = self.config.store_path_root_dir
+        if not self.read_only:
+            os.makedirs(root, exist_ok=True)
+            self._acquire_lock()
+        try:
+            self.last_exit_ok = not os.path.exists(self._abort_path)
+            self.commit_log.load()
+            self._load_consume_queues()
+            self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"), read_only=self.read_only)
+            if self.config.message_index_enable:
+                self.index.load(self.last_exit_ok or self.read_only, self.checkpoint.index_msg_timestamp)
+            self._recover()
+            self.configs.load()
+        except BaseException:
+            self._release_lock()
+            raise
+        self._opened = True
+
+    def start(self) -> None:
+        """Dispatch what the ConsumeQueues miss, create ``abort`` and start the flush threads (§6.3 step 9)."""
+        if not self._opened:
+            raise StoreClosedError("open() the store first")
+        if self.read_only or self._running:
+            return
+        self.reput_from_offset = max(self._max_cq_phy_offset(), self.commit_log.min_offset)
+        self.dispatch()
+        self._rebuild_queue_table()
+        with open(self._abort_path, "wb"):
+            pass
+        self._flushed_offset = self.commit_log.max_offset
+        self._stop.clear()
+        self._running = True
+        self._threads = [
+            threading.Thread(target=self._commit_log_flush_loop, name="store-flush-commitlog", daemon=True),
+            threading.Thread(target=self._cq_flush_loop, name="store-flush-cq", daemon=True),
+        ]
+        for t in self._threads:
+            t.start()
+
+    def shutdown(self) -> None:
+        """Stop threads, flush everything, write the checkpoint, delete ``abort``, release the lock."""
+        if not self._opened:
+            return
+        self._stop.set()
+        with self._gc_cond:
+            self._gc_cond.notify_all()
+        for t in self._threads:
+            t.join()
+        self._threads = []
+        if not self.read_only and self.checkpoint is not None:
+            with self._put_lock:
+                self.commit_log.flush()
+                self._flush_consume_queues(thorough=True)
+                self.index.flush()
+                if self.commit_log.last_store_timestamp:
+                    self.checkpoint.physic_msg_timestamp = self.commit_log.last_store_timestamp
+                self.checkpoint.flush()
+                self.configs.persist_offsets()
+                if self._running and self.reput_from_offset >= self.commit_log.max_offset:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._abort_path)
+        self._running = False
+        self.commit_log.close()
+        for cq in self._cqs.values():
+            cq.close()
+        self.index.close()
+        if self.checkpoint is not None:
+            self.checkpoint.close()
+        self._release_lock()
+        self._opened = False
+
+    def _acquire_lock(self) -> None:
+        """Take the broker's lock: a POSIX record lock on byte 0 of ``lock`` (§1.5)."""
+        key = os.path.realpath(self.config.store_path_root_dir)
+        with _LOCKED_ROOTS_GUARD:
+            if key in _LOCKED_ROOTS:  # fcntl locks do not exclude the same process
+                raise StoreLockedError(f"{key} is already open in this process")
+            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+            except OSError as e:
+                os.close(fd)
+                raise StoreLockedError(f"{key} is locked by another process (a running broker?)") from e
+            os.pwrite(fd, b"lock", 0)
+            _LOCKED_ROOTS.add(key)
+            self._lock_fd = fd
+
+    def _release_lock(self) -> None:
+        if self._lock_fd is None:
+            return
+        with _LOCKED_ROOTS_GUARD:
+            fcntl.lockf(self._lock_fd, fcntl.LOCK_UN, 1, 0)
+            os.close(self._lock_fd)
+            self._lock_fd = None
+            _LOCKED_ROOTS.discard(os.path.realpath(self.config.store_path_root_dir))
+
+    # ================================================================== recovery
+
+    def _load_consume_queues(self) -> None:
+        root = self.config.consume_queue_dir
+        if not os.path.isdir(root):
+            return
+        for topic in sorted(os.listdir(root)):
+            tdir = os.path.join(root, topic)
+            if not os.path.isdir(tdir):
+                continue
+            for qdir in sorted(os.listdir(tdir)):
+                if not qdir.isdigit():
+                    continue
+                cq = self._new_cq(topic, int(qdir))
+                cq.load()
+                self._cqs[(topic, int(qdir))] = cq
+
+    def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        return ConsumeQueue(
+            self.config.consume_queue_dir,
+            topic,
+            queue_id,
+            self.config.consume_queue_file_size,
+            read_only=self.read_only,
+        )
+
+    def _max_cq_phy_offset(self) -> int:
+        return max((cq.max_physic_offset for cq in self._cqs.values()), default=0)
+
+    def _recover(self) -> None:
+        for cq in self._cqs.values():
+            cq.recover()
+        max_cq_phy = self._max_cq_phy_offset()
+        files = self.commit_log.files.files
+        check_crc = self.config.check_crc_on_recover
+        if not files:
+            for cq in self._cqs.values():
+                if not self.read_only:
+                    cq.destroy()
+            if not self.read_only:
+                self._cqs.clear()
+            result = ScanResult(0, None, 0, 0)
+        elif self.last_exit_ok or self.read_only:
+            result = self.commit_log.scan(max(0, len(files) - 3), check_crc=check_crc)
+        else:
+            assert self.checkpoint is not None
+            limit = self.checkpoint.recovery_limit(
+                index_safe=self.config.message_index_enable and self.config.message_index_safe
+            )
+            start = self.commit_log.abnormal_start_index(limit)
+            log.info("abnormal recovery from %s (checkpoint limit %d)", files[start].path, limit)
+            result = self.commit_log.scan(start, check_crc=check_crc, on_record=self._dispatch_one)
+        self.recovery_corruption = result.corruption
+        end = result.process_offset
+        self.commit_log.truncate(end)
+        self.commit_log.last_store_timestamp = result.last_store_timestamp
+        if max_cq_phy >= end or not self.last_exit_ok:
+            for cq in self._cqs.values():
+                cq.truncate_dirty(end)
+        self.reput_from_offset = (
+            end if not self.last_exit_ok else max(self._max_cq_phy_offset(), self.commit_log.min_offset)
+        )
+        self._rebuild_queue_table()
+
+    def _rebuild_queue_table(self) -> None:
+        """``(topic, queue) → next queue offset`` from the ConsumeQueues; fix min offsets (§6.3 step 7)."""
+        table = self.commit_log.topic_queue_table
+        table.clear()
+        min_phy = self.commit_log.min_offset
+        for key, cq in self._cqs.items():
+            table[key] = cq.max_offset
+            cq.correct_min_offset(min_phy)
+
+    # ================================================================== dispatch
+
+    def _find_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        key = (topic, queue_id)
+        cq = self._cqs.get(key)
+        if cq is None:
+            cq = self._cqs[key] = self._new_cq(topic, queue_id)
+        return cq
+
+    def _tags_code(self, info: RecordInfo) -> int:
+        props = info.properties
+        if info.topic == SCHEDULE_TOPIC:
+            level_s = props.get(PROPERTY_DELAY_TIME_LEVEL)
+            if level_s:
+                level = int(level_s)
+                if level > 0:
+                    return info.store_timestamp + self._delay_ms[min(level, len(self._delay_ms)) - 1]
+        return tags_code(props.get(PROPERTY_TAGS))
+
+    def _dispatch_one(self, info: RecordInfo) -> None:
+        """Build the ConsumeQueue unit and the index entries of one record (§4.5, §5.6)."""
+        tran = info.sys_flag & TRANSACTION_TYPE_MASK
+        if tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+            cq = self._find_cq(info.topic, info.queue_id)
+            cq.put_unit(info.commit_log_offset, info.size, self._tags_code(info), info.queue_offset)
+            self._logics_ts = info.store_timestamp
+        if self.config.message_index_enable and tran != TRANSACTION_ROLLBACK_TYPE:
+            props = info.properties
+            topic = info.topic
+            uniq = props.get(PROPERTY_UNIQ_KEY)
+            keys = [f"{topic}#{uniq}"] if uniq else []
+            keys_prop = props.get(PROPERTY_KEYS)
+            if keys_prop:
+                keys.extend(f"{topic}#{k}" for k in split_keys(keys_prop))
+            if keys:
+                rolled = self.index.build_index(
+                    keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms()
+                )
+                if rolled is not None and self.checkpoint is not None:
+                    self.checkpoint.index_msg_timestamp = rolled
+                    self.checkpoint.flush()
+
+    def dispatch(self) -> int:
+        """Parse the CommitLog from the dispatch cursor to its end and dispatch every record (reput).
+
+        Puts dispatch their own records, so this only has work after recovery or when records were
+        written without going through :meth:`put_message`. Returns the number of records dispatched.
+        """
+        if self.read_only:
+            return 0
+        with self._put_lock:
+            return self._reput_until(self.commit_log.max_offset)
+
+    def _reput_until(self, end: int) -> int:
+        n = 0
+        cl = self.commit_log
+        while self.reput_from_offset < end:
+            mf = cl.files.find_file(self.reput_from_offset)
+            if mf is None:
+                first = cl.min_offset
+                if self.reput_from_offset < first:
+                    self.reput_from_offset = first
+                    continue
+                break
+            pos = self.reput_from_offset - mf.file_from_offset
+            stop = mf.wrote_position
+            jumped = False
+            while pos < stop:
+                if pos + 8 > mf.file_size:
+                    jumped = True
+                    break
+                _size, magic = read_header(mf.view, pos)
+                if magic == BLANK_MAGIC_CODE:
+                    jumped = True
+                    break
+                try:
+                    info = read_record_info(mf.view, pos, mf.file_size)
+                except CorruptRecordError as e:
+                    log.error("dispatch stops at %s", e.located(mf.path, mf.file_from_offset + pos))
+                    return n
+                self._dispatch_one(info)
+                pos += info.size
+                n += 1
+            if jumped or pos >= mf.file_size:
+                self.reput_from_offset = mf.end_offset
+            else:
+                self.reput_from_offset = mf.file_from_offset + pos
+                if pos >= stop:
+                    break
+        return n
+
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        """Register ``callback(topic, queue_id, max_offset)``, called after a put's records are dispatched.
+
+        It runs on the putting thread; an asyncio broker should hop to its loop with
+        ``loop.call_soon_threadsafe``.
+        """
+        self._listeners.append(listener)
+
+    # ================================================================== puts
+
+    def put_message(self, msg: Message) -> PutResult:
+        """Append, dispatch and (SYNC_FLUSH with ``wait_store_msg_ok``) wait for the fsync."""
+        return self._put([self.commit_log.apply_delay(msg)], msg.wait_store_msg_ok)
+
+    def put_messages(self, batch: list[Message]) -> PutResult:
+        """Append a batch for one (topic, queue): consecutive queue offsets, all in one file (§2.9)."""
+        if not batch:
+            return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        first = batch[0]
+        if any(m.topic != first.topic or m.queue_id != first.queue_id for m in batch):
+            return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        if any(m.delay_level > 0 or m.sys_flag & TRANSACTION_TYPE_MASK for m in batch):
+            return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)  # batches cannot be delayed or transactional
+        return self._put(batch, first.wait_store_msg_ok)
+
+    def _put(self, msgs: list[Message], wait: bool) -> PutResult:
+        if not self._running:
+            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        with self._put_lock:
+            if self.reput_from_offset < self.commit_log.max_offset:
+                self._reput_until(self.commit_log.max_offset)
+            try:
+                infos = self.commit_log.append(msgs, self.store_host, self.clock.now_ms())
+            except IllegalMessage as e:
+                log.warning("message refused: %s", e)
+                return PutResult(e.status)
+            except OSError:
+                log.exception("append failed")
+                return PutResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+            for info in infos:
+                self._dispatch_one(info)
+            last = infos[-1]
+            end = last.commit_log_offset + last.size
+            self.reput_from_offset = end
+        first = infos[0]
+        prefix = msg_id_prefix(msgs[0].store_host or self.store_host)
+        result = PutResult(
+            PutMessageStatus.PUT_OK,
+            phys_offset=first.commit_log_offset,
+            queue_offset=first.queue_offset,
+            msg_id=",".join(prefix + format(i.commit_log_offset, "016X") for i in infos),
+            wrote_bytes=end - first.commit_log_offset,
+            store_timestamp=first.store_timestamp,
+            msg_num=len(infos),
+        )
+        if self._listeners:
+            cq = self._cqs.get((first.topic, first.queue_id))
+            if cq is not None:
+                for listener in self._listeners:
+                    listener(first.topic, first.queue_id, cq.max_offset)
+        if wait and self.config.sync_flush and not self._wait_flushed(end):
+            result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
+        return result
+
+    # ================================================================== flushing
+
+    def _wait_flushed(self, end: int) -> bool:
+        """Group commit: wake the flusher and wait until ``end`` is on disk."""
+        timeout = self.config.sync_flush_timeout / 1000
+        with self._gc_cond:
+            if self._flushed_offset >= end:
+                return True
+            self._gc_pending = True
+            self._gc_cond.notify_all()
+            return self._gc_cond.wait_for(
+                lambda: self._flushed_offset >= end or self._stop.is_set(), timeout
+            ) and (self._flushed_offset >= end)
+
+    def _commit_log_flush_loop(self) -> None:
+        cfg = self.config
+        cl = self.commit_log
+        last_thorough = self.clock.now_ms()
+        while not self._stop.is_set():
+            if cfg.sync_flush:
+                with self._gc_cond:
+                    self._gc_cond.wait_for(lambda: self._gc_pending or self._stop.is_set(), 0.01)
+                    self._gc_pending = False
+            elif self._stop.wait(cfg.flush_interval_commit_log / 1000):
+                break
+            target = cl.max_offset
+            ts = cl.last_store_timestamp
+            dirty = target - cl.files.flushed_offset
+            now = self.clock.now_ms()
+            thorough = now - last_thorough >= cfg.flush_commit_log_thorough_interval
+            if dirty <= 0 and not cfg.sync_flush:
+                continue
+            if cfg.sync_flush or thorough or dirty >= cfg.flush_commit_log_least_pages * 4096:
+                try:
+                    cl.flush()
+                except (OSError, ValueError):
+                    log.exception("commit log flush failed")
+                    continue
+                if thorough:
+                    last_thorough = now
+                if self.checkpoint is not None and ts:
+                    self.checkpoint.physic_msg_timestamp = ts
+                with self._gc_cond:
+                    self._flushed_offset = max(self._flushed_offset, target)
+                    self._gc_cond.notify_all()
+
+    def _flush_consume_queues(self, *, thorough: bool) -> None:
+        logics_ts = self._logics_ts
+        least = 0 if thorough else self.config.flush_consume_queue_least_pages * 4096
+        for cq in list(self._cqs.values()):
+            if cq.files.dirty_bytes() > least:
+                cq.flush()
+        if thorough and self.checkpoint is not None:
+            if logics_ts:
+                self.checkpoint.logics_msg_timestamp = logics_ts
+            self.checkpoint.flush()
+
+    def _cq_flush_loop(self) -> None:
+        cfg = self.config
+        last_thorough = self.clock.now_ms()
+        while not self._stop.wait(cfg.flush_interval_consume_queue / 1000):
+            now = self.clock.now_ms()
+            thorough = now - last_thorough >= cfg.flush_consume_queue_thorough_interval
+            if thorough:
+                last_thorough = now
+            try:
+                self._flush_consume_queues(thorough=thorough)
+            except (OSError, ValueError):
+                log.exception("consume queue flush failed")
+
+    # ================================================================== reads
+
+    @property
+    def max_phy_offset(self) -> int:
+        return self.commit_log.max_offset
+
+    @property
+    def min_phy_offset(self) -> int:
+        return self.commit_log.min_offset
+
+    def topic_queue_table(self) -> dict[tuple[str, int], int]:
+        """``(topic, queue_id) → next queue offset`` for every queue the store has."""
+        return {k: cq.max_offset for k, cq in list(self._cqs.items())}
+
+    def get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
+        return self._cqs.get((topic, queue_id))
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._cqs.get((topic, queue_id))
+        return cq.min_offset if cq is not None else 0
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        cq = self._cqs.get((topic, queue_id))
+        return cq.max_offset if cq is not None else 0
+
+    def get_messages(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tag_filter: Container[int] | None = None,
+    ) -> GetResult:
+        """Read up to ``max_count`` messages from ``offset``, as RocketMQ's ``getMessage`` does.
+
+        ``tag_filter`` holds the tag hash codes a subscription accepts (``None``: all). ``group`` is
+        accepted for API parity (the broker's stats); the store does not use it.
+        """
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return GetResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
+        min_off, max_off = cq.min_offset, cq.max_offset
+        res = GetResult(GetMessageStatus.NO_MATCHED_MESSAGE, min_offset=min_off, max_offset=max_off)
+        if max_off == 0:
+            res.status, res.next_begin_offset = GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0
+        elif offset < min_off:
+            res.status, res.next_begin_offset = GetMessageStatus.OFFSET_TOO_SMALL, min_off
+        elif offset == max_off:
+            res.status, res.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
+        elif offset > max_off:
+            res.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
+            res.next_begin_offset = min_off if min_off == 0 else max_off
+        else:
+            units = cq.units_from(offset)
+            if units is None:
+                res.status = GetMessageStatus.OFFSET_FOUND_NULL
+                res.next_begin_offset = cq.roll_next_file(offset)
+                return res
+            self._select(res, units[0], units[1], offset, max_count, tag_filter)
+        return res
+
+    def _select(
+        self,
+        res: GetResult,
+        view: memoryview,
+        count: int,
+        offset: int,
+        max_count: int,
+        tag_filter: Container[int] | None,
+    ) -> None:
+        """The unit walk of ``getMessage``: filter by tags code, stop when the batch is full."""
+        cl = self.commit_log
+        max_bytes = self.config.max_transfer_bytes_on_message_in_memory
+        max_msgs = min(max_count, self.config.max_transfer_count_on_message_in_memory)
+        limit = min(count, max(16000, max_count * 20))
+        messages = res.messages
+        total = 0
+        next_file_start = -1
+        unpack = UNIT.unpack_from
+        i = 0
+        while i < limit:
+            phys, size, tags = unpack(view, i * CQ_STORE_UNIT_SIZE)
+            if next_file_start >= 0 and phys < next_file_start:
+                i += 1
+                continue
+            if messages and (len(messages) >= max_msgs or total + size > max_bytes):
+                break
+            if tag_filter is not None and tags not in tag_filter:
+                i += 1
+                continue
+            raw = cl.get_message(phys, size)
+            if raw is None:
+                if not messages:
+                    res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+                next_file_start = cl.roll_next_file(phys)
+                i += 1
+                continue
+            messages.append(SelectedMessage(phys, size, raw, offset + i, tags))
+            total += size
+            res.status = GetMessageStatus.FOUND
+            next_file_start = -1
+            i += 1
+        res.next_begin_offset = offset + i
+
+    def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        """Store time of the message at a queue offset; -1 if there is none."""
+        cq = self._cqs.get((topic, queue_id))
+        unit = cq.get_unit(offset) if cq is not None else None
+        if unit is None:
+            return -1
+        try:
+            return self.commit_log.store_timestamp_at(unit[0])
+        except CorruptRecordError:
+            return -1
+
+    def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """Queue offset of the first message stored at ``timestamp``, else the nearest neighbour.
+
+        Same choice as RocketMQ's ``getOffsetInQueueByTime`` (exact match, else the closer of the
+        last earlier and first later message, ties to the earlier), but searching the whole queue by
+        store time rather than one file picked by its mtime.
+        """
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset - 1
+        if hi < lo:
+            return cq.min_offset
+        left = right = target = -1
+        left_ts = right_ts = -1
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            ts = self.get_store_timestamp(topic, queue_id, mid)
+            if ts < 0:
+                break
+            if ts == timestamp:
+                target = mid
+                hi = mid - 1
+            elif ts > timestamp:
+                right, right_ts = mid, ts
+                hi = mid - 1
+            else:
+                left, left_ts = mid, ts
+                lo = mid + 1
+        if target != -1:
+            return target
+        if left_ts == -1:
+            return right if right != -1 else cq.min_offset
+        if right_ts == -1:
+            return left
+        return right if abs(timestamp - left_ts) > abs(timestamp - right_ts) else left
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
+        """Store time of the oldest message in the store (or in one queue); -1 if empty."""
+        if topic is not None:
+            return self.get_store_timestamp(topic, queue_id, self.get_min_offset(topic, queue_id))
+        try:
+            return self.commit_log.store_timestamp_at(self.commit_log.min_offset)
+        except CorruptRecordError:
+            return -1
+
+    def look_message_by_offset(self, phys_offset: int) -> SelectedMessage | None:
+        """The record at a CommitLog offset (size from its TOTALSIZE); ``None`` outside the log.
+
+        Raises :class:`CorruptRecordError` when no valid record starts there.
+        """
+        raw = self.commit_log.read_record(phys_offset)
+        if raw is None:
+            return None
+        sel = SelectedMessage(phys_offset, len(raw), raw)
+        try:
+            sel._decoded = decode_record(raw, 0, len(raw), check_crc=True)
+        except CorruptRecordError as e:
+            mf = self.commit_log.files.find_file(phys_offset)
+            raise e.located(mf.path if mf else "", phys_offset) from None
+        return sel
+
+    def look_message_by_msg_id(self, msg_id: str) -> SelectedMessage | None:
+        """The record an offset msgId points at (the address part is not checked against this store)."""
+        _host, offset = decode_msg_id(msg_id)
+        return self.look_message_by_offset(offset)
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> QueryResult:
+        """Messages of ``topic`` whose KEYS contain ``key`` or whose UNIQ_KEY is ``key`` (§5.8).
+
+        The index only stores hashes, so every hit is read back and its topic and keys compared.
+        """
+        max_num = min(max_num, self.config.max_msgs_num_batch)
+        offsets = sorted(set(self.index.query(f"{topic}#{key}", max_num, begin_ms, end_ms)))
+        out: list[SelectedMessage] = []
+        for off in offsets:
+            try:
+                sel = self.look_message_by_offset(off)
+            except CorruptRecordError as e:
+                log.warning("index entry points at a bad record: %s", e)
+                continue
+            if sel is None:
+                continue
+            m = sel.message
+            if m.topic == topic and (key in m.keys or m.uniq_key == key):
+                out.append(sel)
+        ts, phy = self.index.last_update
+        return QueryResult(out, ts, phy)

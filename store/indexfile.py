@@ -1,0 +1,248 @@
+"""IndexFile: hash index from ``topic#key`` to CommitLog offsets (spec §5), and the service over all files."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+import struct
+import time
+from collections.abc import Iterable
+
+from store.errors import StoreFormatError
+from store.javahash import index_key_hash
+
+log = logging.getLogger(__name__)
+
+INDEX_HEADER_SIZE = 40
+HASH_SLOT_SIZE = 4
+INDEX_ENTRY_SIZE = 20
+HEADER = struct.Struct(">qqqqii")  # begin ts, end ts, begin phy, end phy, hashSlotCount, indexCount
+ENTRY = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff (s), prevIndex
+SLOT = struct.Struct(">i")
+_MAX_DIFF = 0x7FFFFFFF
+
+
+def index_file_size(hash_slot_num: int, index_num: int) -> int:
+    return INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE + index_num * INDEX_ENTRY_SIZE
+
+
+def index_file_name(now_ms: int) -> str:
+    """``yyyyMMddHHmmssSSS`` in local time, as the broker names index files (§1.2)."""
+    return time.strftime("%Y%m%d%H%M%S", time.localtime(now_ms // 1000)) + f"{now_ms % 1000:03d}"
+
+
+class IndexFile:
+    """One index file; header fields live in attributes and are written back after every insert batch."""
+
+    def __init__(self, path: str, hash_slot_num: int, index_num: int, *, read_only: bool = False) -> None:
+        self.path = path
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.read_only = read_only
+        size = index_file_size(hash_slot_num, index_num)
+        fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            actual = os.fstat(fd).st_size
+            if actual != size:
+                if read_only or actual > size:
+                    raise StoreFormatError(f"{path}: size {actual} != configured index size {size}")
+                os.ftruncate(fd, size)
+            self.mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
+        finally:
+            os.close(fd)
+        (
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        ) = HEADER.unpack_from(self.mm, 0)
+        if self.index_count <= 0:
+            self.index_count = 1
+        self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+    @property
+    def is_full(self) -> bool:
+        return self.index_count >= self.index_num
+
+    def write_header(self) -> None:
+        HEADER.pack_into(
+            self.mm,
+            0,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
+        """Insert one key (§5.6); ``False`` when the file is full. Call :meth:`write_header` afterwards."""
+        n = self.index_count
+        if n >= self.index_num:
+            return False
+        h = index_key_hash(key)
+        sp = INDEX_HEADER_SIZE + (h % self.hash_slot_num) * HASH_SLOT_SIZE
+        mm = self.mm
+        prev = SLOT.unpack_from(mm, sp)[0]
+        if prev <= 0 or prev > n:
+            prev = 0
+        begin = self.begin_timestamp
+        if begin <= 0:
+            diff = 0
+        else:
+            diff = int((store_timestamp - begin) / 1000)  # Java long division truncates toward zero
+            diff = 0 if diff < 0 else _MAX_DIFF if diff > _MAX_DIFF else diff
+        ENTRY.pack_into(mm, self._entries_base + n * INDEX_ENTRY_SIZE, h, phy_offset, diff, prev)
+        SLOT.pack_into(mm, sp, n)
+        if n <= 1:
+            self.begin_phy_offset = phy_offset
+            self.begin_timestamp = store_timestamp
+        if prev == 0:
+            self.hash_slot_count += 1
+        self.index_count = n + 1
+        self.end_phy_offset = phy_offset
+        self.end_timestamp = store_timestamp
+        return True
+
+    def is_time_matched(self, begin: int, end: int) -> bool:
+        fb, fe = self.begin_timestamp, self.end_timestamp
+        return (begin < fb and end > fe) or fb <= begin <= fe or fb <= end <= fe
+
+    def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int, out: list[int]) -> None:
+        """Append to ``out`` the offsets of entries whose hash matches ``key`` within [begin, end] (§5.8)."""
+        if self.index_count <= 1:
+            return
+        h = index_key_hash(key)
+        mm = self.mm
+        n = SLOT.unpack_from(mm, INDEX_HEADER_SIZE + (h % self.hash_slot_num) * HASH_SLOT_SIZE)[0]
+        count = self.index_count
+        if n <= 0 or n > count:
+            return
+        base_ts = self.begin_timestamp
+        while len(out) < max_num:
+            kh, phy, diff, prev = ENTRY.unpack_from(mm, self._entries_base + n * INDEX_ENTRY_SIZE)
+            if diff < 0:
+                break
+            time_read = base_ts + diff * 1000
+            if kh == h and begin <= time_read <= end:
+                out.append(phy)
+            if prev <= 0 or prev > count or prev == n or time_read < begin:
+                break
+            n = prev
+
+    def flush(self) -> None:
+        if not self.read_only:
+            self.write_header()
+            self.mm.flush()
+
+    def close(self) -> None:
+        try:
+            self.mm.close()
+        except BufferError:
+            log.debug("index file %s still referenced", self.path)
+
+    def destroy(self) -> None:
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+class IndexService:
+    """All index files of a store, oldest first; inserts go to the last one, rolling when it is full."""
+
+    def __init__(
+        self, directory: str, hash_slot_num: int, index_num: int, *, read_only: bool = False
+    ) -> None:
+        self.directory = directory
+        self.hash_slot_num = hash_slot_num
+        self.index_num = index_num
+        self.read_only = read_only
+        self.files: list[IndexFile] = []
+
+    def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
+        """Map every index file; after a crash drop those newer than the checkpoint (§5.10)."""
+        if not os.path.isdir(self.directory):
+            return
+        for name in sorted(os.listdir(self.directory)):
+            f = IndexFile(
+                os.path.join(self.directory, name),
+                self.hash_slot_num,
+                self.index_num,
+                read_only=self.read_only,
+            )
+            if not last_exit_ok and f.end_timestamp > index_msg_timestamp and not self.read_only:
+                log.info("abnormal recovery: deleting index file %s (newer than checkpoint)", f.name)
+                f.destroy()
+                continue
+            self.files.append(f)
+
+    def _writable_file(self, now_ms: int) -> tuple[IndexFile, IndexFile | None]:
+        """The file to insert into, creating one if needed; also returns the file that just filled up."""
+        last = self.files[-1] if self.files else None
+        if last is not None and not last.is_full:
+            return last, None
+        os.makedirs(self.directory, exist_ok=True)
+        name = index_file_name(now_ms)
+        while os.path.exists(os.path.join(self.directory, name)) or (last and name <= last.name):
+            now_ms += 1
+            name = index_file_name(now_ms)
+        f = IndexFile(os.path.join(self.directory, name), self.hash_slot_num, self.index_num)
+        if last is not None:
+            f.begin_phy_offset = f.end_phy_offset = last.end_phy_offset
+            f.begin_timestamp = f.end_timestamp = last.end_timestamp
+        f.write_header()
+        self.files.append(f)
+        return f, last
+
+    def build_index(
+        self, keys: Iterable[str], phy_offset: int, store_timestamp: int, now_ms: int
+    ) -> int | None:
+        """Insert ``keys`` for one record; returns the end timestamp of a file that filled up, if any."""
+        f, _ = self._writable_file(now_ms)
+        if phy_offset < f.end_phy_offset:
+            return None  # already indexed (re-dispatch after recovery)
+        rolled: int | None = None
+        for key in keys:
+            if not f.put_key(key, phy_offset, store_timestamp):
+                f.write_header()
+                f, full = self._writable_file(now_ms)
+                if full is not None:
+                    full.flush()
+                    rolled = full.end_timestamp
+                f.put_key(key, phy_offset, store_timestamp)
+        f.write_header()
+        return rolled
+
+    def query(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
+        """Offsets of entries for ``key`` (already ``topic#key``), newest files first (§5.8), unsorted."""
+        out: list[int] = []
+        for f in reversed(self.files):
+            if f.is_time_matched(begin, end):
+                f.select_phy_offsets(key, max_num, begin, end, out)
+            if f.begin_timestamp < begin or len(out) >= max_num:
+                break
+        return out
+
+    @property
+    def last_update(self) -> tuple[int, int]:
+        """``(endTimestamp, endPhyOffset)`` of the newest file (carried in query responses)."""
+        if not self.files:
+            return 0, 0
+        return self.files[-1].end_timestamp, self.files[-1].end_phy_offset
+
+    def flush(self) -> None:
+        for f in self.files:
+            f.flush()
+
+    def close(self) -> None:
+        for f in self.files:
+            f.close()

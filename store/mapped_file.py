@@ -1,0 +1,223 @@
+"""Fixed-size memory-mapped files named by their 20-digit start offset, and the queue of them (§1.2, §1.3).
+
+CommitLog and ConsumeQueue files are both a :class:`MappedFileQueue`. Files are created sparse with
+``ftruncate`` at their full size and mapped whole, like RocketMQ; the write position is kept in
+memory because the file length says nothing about where data ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import mmap
+import os
+
+from store.errors import StoreFormatError
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = mmap.PAGESIZE
+
+
+def offset_to_file_name(offset: int) -> str:
+    return f"{offset:020d}"
+
+
+class MappedFile:
+    """One mapped file. ``wrote_position`` is where the next append goes; bytes past it are not data."""
+
+    def __init__(self, path: str, file_size: int, *, read_only: bool = False) -> None:
+        self.path = path
+        self.file_size = file_size
+        self.file_from_offset = int(os.path.basename(path))
+        self.read_only = read_only
+        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
+        fd = os.open(path, flags, 0o644)
+        try:
+            size = os.fstat(fd).st_size
+            if size != file_size:
+                if read_only or size > file_size:
+                    raise StoreFormatError(f"{path}: size {size} != configured {file_size}")
+                os.ftruncate(fd, file_size)  # sparse pre-allocation
+            access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
+            self.mm = mmap.mmap(fd, file_size, access=access)
+        finally:
+            os.close(fd)
+        self.view = memoryview(self.mm)
+        self.wrote_position = 0
+        self.flushed_position = 0
+
+    @property
+    def end_offset(self) -> int:
+        return self.file_from_offset + self.file_size
+
+    @property
+    def is_full(self) -> bool:
+        return self.wrote_position >= self.file_size
+
+    @property
+    def dirty_bytes(self) -> int:
+        return self.wrote_position - self.flushed_position
+
+    def flush(self) -> int:
+        """``msync`` everything written since the last flush; returns the new flushed position."""
+        end = self.wrote_position
+        start = self.flushed_position
+        if end > start and not self.read_only:
+            aligned = start - start % PAGE_SIZE
+            self.mm.flush(aligned, end - aligned)
+        self.flushed_position = end
+        return end
+
+    def close(self) -> None:
+        try:
+            self.view.release()
+            self.mm.close()
+        except BufferError:
+            # A reader still holds a memoryview slice (raw record bytes); the mapping goes away with it.
+            log.debug("mapping of %s still referenced; left to the garbage collector", self.path)
+
+    def destroy(self) -> None:
+        self.close()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+class MappedFileQueue:
+    """The ordered files of one CommitLog or one ConsumeQueue; offsets are global byte offsets."""
+
+    def __init__(
+        self, directory: str, file_size: int, *, read_only: bool = False, clear_whole_tail: bool = False
+    ) -> None:
+        self.directory = directory
+        self.file_size = file_size
+        self.read_only = read_only
+        # On truncation, zero the whole tail (ConsumeQueue: stale units would look valid) or only the
+        # next 8 bytes (CommitLog: enough to end the scan there, §6.7).
+        self.clear_whole_tail = clear_whole_tail
+        self.files: list[MappedFile] = []
+
+    def load(self) -> None:
+        """Map every file in name order; all are assumed full until recovery sets the positions."""
+        if not os.path.isdir(self.directory):
+            return
+        names = sorted(os.listdir(self.directory))
+        for name in names:
+            path = os.path.join(self.directory, name)
+            if not name.isdigit() or not os.path.isfile(path):
+                raise StoreFormatError(f"unexpected entry in {self.directory}: {name}")
+            size = os.path.getsize(path)
+            if size != self.file_size:
+                raise StoreFormatError(f"{path}: size {size} != configured {self.file_size}")
+            mf = MappedFile(path, self.file_size, read_only=self.read_only)
+            mf.wrote_position = mf.flushed_position = self.file_size
+            self.files.append(mf)
+        for a, b in zip(self.files, self.files[1:], strict=False):
+            if b.file_from_offset != a.end_offset:
+                log.error("[BUG] gap between %s and %s", a.path, b.path)
+
+    def last_file(self) -> MappedFile | None:
+        return self.files[-1] if self.files else None
+
+    def first_file(self) -> MappedFile | None:
+        return self.files[0] if self.files else None
+
+    def create_file(self, start_offset: int) -> MappedFile:
+        """Create (or re-open) the file that starts at ``start_offset`` (a multiple of the file size)."""
+        os.makedirs(self.directory, exist_ok=True)
+        mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start_offset)), self.file_size)
+        self.files.append(mf)
+        return mf
+
+    def last_file_for_append(self, start_offset: int = 0) -> MappedFile:
+        """The file to append to: the last one, or a new one when there is none or it is full."""
+        last = self.files[-1] if self.files else None
+        if last is None:
+            return self.create_file(start_offset - start_offset % self.file_size)
+        if last.wrote_position >= self.file_size:
+            return self.create_file(last.end_offset)
+        return last
+
+    def find_file(self, offset: int) -> MappedFile | None:
+        """The file holding global ``offset``, or ``None`` when it is outside the queue."""
+        files = self.files
+        if not files:
+            return None
+        first = files[0].file_from_offset
+        if offset < first:
+            return None
+        idx = (offset - first) // self.file_size
+        if idx < len(files):
+            mf = files[idx]
+            if mf.file_from_offset <= offset < mf.end_offset:
+                return mf
+        for mf in files:  # after a gap the arithmetic is off; fall back to a scan
+            if mf.file_from_offset <= offset < mf.end_offset:
+                return mf
+        return None
+
+    @property
+    def min_offset(self) -> int:
+        return self.files[0].file_from_offset if self.files else 0
+
+    @property
+    def max_offset(self) -> int:
+        """End of written data (next append position)."""
+        last = self.files[-1] if self.files else None
+        return last.file_from_offset + last.wrote_position if last else 0
+
+    @property
+    def flushed_offset(self) -> int:
+        for mf in self.files:
+            if mf.flushed_position < mf.wrote_position:
+                return mf.file_from_offset + mf.flushed_position
+        return self.max_offset
+
+    def set_positions(self, offset: int) -> None:
+        """After recovery: files before ``offset`` are full, the one holding it ends there."""
+        for mf in self.files:
+            if mf.end_offset <= offset:
+                mf.wrote_position = mf.flushed_position = self.file_size
+            elif mf.file_from_offset <= offset:
+                mf.wrote_position = mf.flushed_position = offset - mf.file_from_offset
+
+    def truncate_dirty_files(self, offset: int) -> None:
+        """Drop everything from ``offset`` on: later files are deleted, the file holding it is cut (§6.6)."""
+        keep: list[MappedFile] = []
+        for mf in self.files:
+            if mf.end_offset <= offset:
+                keep.append(mf)
+            elif mf.file_from_offset <= offset:
+                pos = offset - mf.file_from_offset
+                mf.wrote_position = mf.flushed_position = pos
+                if not self.read_only:
+                    end = self.file_size if self.clear_whole_tail else min(pos + 8, self.file_size)
+                    mf.mm[pos:end] = bytes(end - pos)
+                keep.append(mf)
+            elif not self.read_only:
+                log.info("deleting %s (beyond offset %d)", mf.path, offset)
+                mf.destroy()
+            else:
+                mf.close()
+        self.files = keep
+
+    def flush(self) -> int:
+        """``msync`` every dirty file; returns the flushed offset."""
+        for mf in self.files:
+            if mf.flushed_position < mf.wrote_position:
+                mf.flush()
+        return self.flushed_offset
+
+    def dirty_bytes(self) -> int:
+        return sum(mf.dirty_bytes for mf in self.files if mf.flushed_position < mf.wrote_position)
+
+    def close(self) -> None:
+        for mf in self.files:
+            mf.close()
+
+    def destroy(self) -> None:
+        for mf in self.files:
+            mf.destroy()
+        self.files = []
+        with contextlib.suppress(OSError):
+            os.rmdir(self.directory)
