@@ -21,6 +21,7 @@ Column meanings worth stating:
 
 from __future__ import annotations
 
+import itertools
 import socket
 import struct
 from collections.abc import Iterator
@@ -180,7 +181,7 @@ def _strings(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
     except pa.ArrowInvalid:
         raw = data.tobytes()
         bounds = offsets.tolist()
-        return pa.array([raw[a:b].decode("utf-8", "replace") for a, b in zip(bounds, bounds[1:], strict=False)])
+        return pa.array([raw[a:b].decode("utf-8", "replace") for a, b in itertools.pairwise(bounds)])
     return arr
 
 
@@ -212,7 +213,9 @@ def _hosts(buf: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> pa.Array:
     for key in uniq:
         b = bytes(key)
         if b[20]:
-            text.append(f"{socket.inet_ntop(socket.AF_INET6, b[:16])}:{int.from_bytes(b[16:20], 'big', signed=True)}")
+            text.append(
+                f"{socket.inet_ntop(socket.AF_INET6, b[:16])}:{int.from_bytes(b[16:20], 'big', signed=True)}"
+            )
         else:
             text.append(f"{socket.inet_ntoa(b[:4])}:{int.from_bytes(b[4:8], 'big', signed=True)}")
     return pa.array(text, pa.string()).take(pa.array(inverse.ravel().astype(np.int32)))
@@ -324,7 +327,9 @@ def _bodies(buf: np.ndarray, lay: _Layout) -> pa.Array:
     """Application bodies (inflated when compressed); per record, since inflation is per record."""
     mv = memoryview(buf)
     out = []
-    for start, length, flag in zip(lay.body_pos.tolist(), lay.body_len.tolist(), lay.sys_flag.tolist(), strict=True):
+    for start, length, flag in zip(
+        lay.body_pos.tolist(), lay.body_len.tolist(), lay.sys_flag.tolist(), strict=True
+    ):
         out.append(inflate_body(bytes(mv[start : start + length]), flag))
     return pa.array(out, pa.binary())
 
@@ -432,8 +437,8 @@ __all__ = [
     "RecordFilter",
     "Scan",
     "arrow_schema",
-    "columns",
     "batches",
+    "columns",
     "decode_batch",
     "scan",
     "spark_ddl",
