@@ -1,0 +1,291 @@
+"""The ``rocketmq-commitlog`` PySpark data source: byte-range splits of CommitLog files.
+
+Split boundaries. A split must start at a record start, and none is recorded anywhere for
+every record (ConsumeQueues miss records that were never dispatched, such as a crashed
+broker's tail, and a first pass over the data would read every byte twice). Every record
+carries its own PHYSICALOFFSET at byte 28, so the driver *probes*: from each target cut
+point it searches forward for the message magic code at ``p + 4`` whose PHYSICALOFFSET equals
+``file start + p`` and whose TOTALSIZE leads to another record header (or the file end). That
+costs a few KiB of reading per split. Each task then walks the TOTALSIZE chain of its range
+and must land exactly on the next split's start; if it does not, the boundary was not a real
+record and the task fails with :class:`~store.errors.CorruptRecordError` instead of
+returning wrong rows. Only the last split of a file may end early (blank filler or the end of
+the written data).
+
+Whole-file readers (``binaryFiles``) hold a 1 GiB file as one value; here a task maps its
+file and touches only its own range.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import mmap
+import os
+import re
+import struct
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    InputPartition,
+    LessThan,
+    LessThanOrEqual,
+)
+
+from mqctl.spark import FORMAT_NAME
+from mqctl.spark.decode import RecordFilter, batches, scan, spark_ddl
+from store.errors import CorruptRecordError
+from store.message import BLANK_MAGIC_CODE
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SPLIT_BYTES = 64 << 20
+_PROBE_CHUNK = 1 << 20
+_MAGIC = re.compile(rb"\xda\xa3\x20[\xa7\xab]")
+_RECORD_HEAD = struct.Struct(">ii")
+_PHYS = struct.Struct(">q")
+_NAME = re.compile(r"^\d{20}$")
+
+
+@dataclass(frozen=True)
+class CommitLogFile:
+    path: str
+    base_offset: int
+    size: int
+    data_estimate: int
+    """Bytes up to the first hole of a sparse, preallocated file (its size where holes are unknown)."""
+
+
+@dataclass(frozen=True)
+class Split(InputPartition):
+    """Bytes ``[start, end)`` of one CommitLog file; ``start`` is a verified record start."""
+
+    path: str
+    base_offset: int
+    start: int
+    end: int
+    last_in_file: bool
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+
+def commitlog_dir(store: str | os.PathLike[str]) -> Path:
+    """The CommitLog directory of a store root (or the CommitLog directory itself)."""
+    root = Path(store)
+    if (root / "commitlog").is_dir():
+        return root / "commitlog"
+    if root.is_dir() and any(_NAME.match(p.name) for p in root.iterdir()):
+        return root
+    raise FileNotFoundError(2, "no CommitLog under this store directory", str(root))
+
+
+def _data_estimate(fd: int, size: int) -> int:
+    try:
+        return min(size, os.lseek(fd, 0, os.SEEK_HOLE))
+    except OSError:  # no sparse-file support: assume the whole file holds data
+        return size
+
+
+def list_files(store: str | os.PathLike[str]) -> list[CommitLogFile]:
+    """CommitLog files in offset order, skipping preallocated files that hold no record yet."""
+    out = []
+    for path in sorted(p for p in commitlog_dir(store).iterdir() if _NAME.match(p.name)):
+        with open(path, "rb") as f:
+            head = f.read(8)
+            size = os.fstat(f.fileno()).st_size
+            estimate = _data_estimate(f.fileno(), size)
+        if len(head) < 8 or _RECORD_HEAD.unpack(head)[1] == BLANK_MAGIC_CODE or not _MAGIC.match(head[4:]):
+            log.debug("skipping %s: no record at its start", path)
+            continue
+        out.append(CommitLogFile(str(path), int(path.name), size, estimate))
+    return out
+
+
+def _is_record_start(mm: mmap.mmap, base: int, pos: int, size: int) -> bool:
+    """Magic at +4, own offset at +28, and TOTALSIZE leading to a plausible next header."""
+    if pos + 36 > size or not _MAGIC.match(mm, pos + 4):
+        return False
+    total = _RECORD_HEAD.unpack_from(mm, pos)[0]
+    if total < 91 or pos + total > size or _PHYS.unpack_from(mm, pos + 28)[0] != base + pos:
+        return False
+    nxt = pos + total
+    if nxt + 8 > size:
+        return True
+    next_total, next_magic = _RECORD_HEAD.unpack_from(mm, nxt)
+    if next_magic == BLANK_MAGIC_CODE:
+        return next_total == size - nxt
+    if _MAGIC.match(mm, nxt + 4):
+        return nxt + 36 <= size and _PHYS.unpack_from(mm, nxt + 28)[0] == base + nxt
+    return next_total == 0 and next_magic == 0  # the end of the written data
+
+
+def _probe(mm: mmap.mmap, base: int, start: int, stop: int, size: int) -> int | None:
+    """The first verified record start in ``[start, stop)``, reading ``_PROBE_CHUNK`` at a time."""
+    pos = start
+    while pos < stop:
+        chunk_end = min(pos + _PROBE_CHUNK, stop)
+        for m in _MAGIC.finditer(mm, pos + 4, min(chunk_end + 4, size)):
+            candidate = m.start() - 4
+            if candidate >= chunk_end:
+                break
+            if _is_record_start(mm, base, candidate, size):
+                return candidate
+        pos = chunk_end
+    return None
+
+
+def plan_splits(files: Sequence[CommitLogFile], *, partitions: int | None = None,
+                split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Split]:  # fmt: skip
+    """Cut every file into ranges of about ``split_bytes`` (or ``partitions`` ranges in all)."""
+    data = sum(f.data_estimate for f in files)
+    if partitions:
+        split_bytes = max(4096, -(-data // partitions))
+    out: list[Split] = []
+    for f in files:
+        cuts = [0]
+        with open(f.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            target = split_bytes
+            while target < f.data_estimate:
+                found = _probe(mm, f.base_offset, target, min(target + split_bytes, f.data_estimate), f.size)
+                if found is not None and found > cuts[-1]:
+                    cuts.append(found)
+                target += split_bytes
+        cuts.append(f.size)
+        out.extend(
+            Split(f.path, f.base_offset, a, b, last_in_file=i == len(cuts) - 2)
+            for i, (a, b) in enumerate(itertools.pairwise(cuts))
+        )
+    return out
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _micros(value: Any) -> int | None:
+    """Exact epoch microseconds of a pushed timestamp literal (PySpark passes naive local time)."""
+    if not isinstance(value, datetime):
+        return None
+    return (value.astimezone(UTC) - _EPOCH) // timedelta(microseconds=1)
+
+
+def read_split(
+    split: Split, *, with_body: bool = False, record_filter: RecordFilter | None = None,
+    batch_rows: int = 32768,
+) -> Iterator[pa.RecordBatch]:  # fmt: skip
+    """Decode one split; fails if its record chain does not end where the next split starts."""
+    name = Path(split.path).name
+    with open(split.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        mm.madvise(mmap.MADV_SEQUENTIAL)
+        buf = np.frombuffer(mm, dtype=np.uint8, count=split.end - split.start, offset=split.start)
+        try:
+            found = scan(buf)
+            if found.reason != "end" and not split.last_in_file:
+                raise CorruptRecordError(
+                    split.path, split.base_offset + split.start + found.stop,
+                    f"record chain stops ({found.reason}) before the next split at {split.end}",
+                )  # fmt: skip
+            if found.reason == "invalid":
+                log.warning("%s: data ends at %d: %s", split.path, split.start + found.stop, found.detail)
+            base = split.base_offset + split.start
+            try:
+                yield from batches(
+                    buf, found, base, name, with_body=with_body, record_filter=record_filter,
+                    batch_rows=batch_rows,
+                )  # fmt: skip
+            except CorruptRecordError as exc:
+                raise exc.located(split.path, exc.offset) from None
+        finally:
+            del buf  # release the export before the map closes
+
+
+class CommitLogReader(DataSourceReader):
+    """Plans splits on the driver and decodes them in the tasks; pushes topic and store-time filters."""
+
+    def __init__(self, store: str, *, with_body: bool, partitions: int | None, split_bytes: int) -> None:
+        self.store = store
+        self.with_body = with_body
+        self.partitions_wanted = partitions
+        self.split_bytes = split_bytes
+        self.record_filter = RecordFilter()
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Take ``topic = / IN`` and ``store_timestamp`` comparisons; hand the rest back to Spark."""
+        topics = self.record_filter.topics
+        lo, hi = self.record_filter.store_from_us, self.record_filter.store_to_us
+        for flt in filters:
+            column = getattr(flt, "attribute", ("",))
+            if column == ("topic",) and isinstance(flt, EqualTo | In):
+                values = (flt.value,) if isinstance(flt, EqualTo) else tuple(flt.value)
+                if all(isinstance(v, str) for v in values):
+                    wanted = frozenset(values)
+                    topics = wanted if topics is None else topics & wanted
+                    continue
+            elif column == ("store_timestamp",) and (us := _micros(getattr(flt, "value", None))) is not None:
+                if isinstance(flt, GreaterThan | GreaterThanOrEqual):
+                    bound = us + 1 if isinstance(flt, GreaterThan) else us
+                    lo = bound if lo is None else max(lo, bound)
+                    continue
+                if isinstance(flt, LessThan | LessThanOrEqual):
+                    bound = us - 1 if isinstance(flt, LessThan) else us
+                    hi = bound if hi is None else min(hi, bound)
+                    continue
+            yield flt
+        self.record_filter = RecordFilter(topics, lo, hi)
+
+    def partitions(self) -> list[InputPartition]:
+        files = list_files(self.store)
+        return list(plan_splits(files, partitions=self.partitions_wanted, split_bytes=self.split_bytes))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        assert isinstance(partition, Split)
+        return read_split(partition, with_body=self.with_body, record_filter=self.record_filter)
+
+
+def _flag(options: dict[str, str], name: str) -> bool:
+    return options.get(name, "false").strip().lower() in ("1", "true", "yes")
+
+
+class CommitLogDataSource(DataSource):
+    """``spark.read.format("rocketmq-commitlog").option("with_body", "true").load(STORE_DIR)``.
+
+    Options (case-insensitive, as Spark passes them lower-cased): ``path`` (store root or its
+    ``commitlog`` directory), ``with_body`` (default false), ``partitions`` (total number of
+    splits) or ``split_bytes`` (default 64 MiB).
+    """
+
+    @classmethod
+    def name(cls) -> str:
+        return FORMAT_NAME
+
+    def _options(self) -> dict[str, str]:
+        return {k.lower(): v for k, v in self.options.items()}
+
+    def schema(self) -> str:
+        return spark_ddl(_flag(self._options(), "with_body"))
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        opts = self._options()
+        if "path" not in opts:
+            raise ValueError(f"the {FORMAT_NAME} data source needs a path: .load(STORE_DIR)")
+        partitions = int(opts["partitions"]) if opts.get("partitions") else None
+        return CommitLogReader(
+            opts["path"],
+            with_body=_flag(opts, "with_body"),
+            partitions=partitions,
+            split_bytes=int(opts.get("split_bytes", DEFAULT_SPLIT_BYTES)),
+        )
