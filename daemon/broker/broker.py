@@ -1,0 +1,376 @@
+"""The broker's lifecycle: open the store, serve the processors, register with NameServers, shut down.
+
+Everything runs on one asyncio loop. Store reads and ASYNC_FLUSH puts are fast memory operations and
+run inline; SYNC_FLUSH puts block on a shared fsync, so they run in a thread pool where concurrent
+sends share one flush (group commit).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import time
+import zlib
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from daemon.broker.config import BrokerConfig
+from daemon.broker.headers import NotifyConsumerIdsChangedRequestHeader
+from daemon.broker.long_poll import PullRequestHoldService
+from daemon.broker.managers.consumers import ConsumerGroupInfo, ConsumerManager
+from daemon.broker.managers.groups import SubscriptionGroupManager
+from daemon.broker.managers.locks import RebalanceLockManager
+from daemon.broker.managers.producers import ProducerManager
+from daemon.broker.managers.topics import TopicConfigManager
+from daemon.broker.stats import BrokerStats
+from daemon.remoting.bodies import PermName, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode, Version
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection
+from daemon.remoting.errors import RemotingError
+from daemon.remoting.headers import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
+from daemon.remoting.server import RemotingServer
+from store.config_files import ConsumerOffsetManager
+from store.engine import DefaultMessageStore, MessageStore, PutResult
+from store.message import Message
+
+log = logging.getLogger(__name__)
+
+CLIENT_SCAN_INTERVAL = 10.0
+
+
+class Broker:
+    """One broker process. `await start()`, then `await shutdown()` (or use `async with`)."""
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        *,
+        store_factory: Callable[[BrokerConfig], MessageStore] | None = None,
+    ) -> None:
+        self.config = config
+        self._store_factory = store_factory or _default_store
+        self.server = RemotingServer(host=config.listen_host, port=config.listen_port)
+        self.client = RemotingClient()
+        self.store: MessageStore
+        self.topics: TopicConfigManager
+        self.groups: SubscriptionGroupManager
+        self.offsets: ConsumerOffsetManager
+        self.consumers = ConsumerManager()
+        self.producers = ProducerManager()
+        self.locks = RebalanceLockManager()
+        self.stats = BrokerStats()
+        self.hold: PullRequestHoldService
+        self.boot_timestamp = int(time.time() * 1000)
+        self.metrics_port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._register_pending: asyncio.Task[None] | None = None
+        self._flush_pool: ThreadPoolExecutor | None = None
+        self._metrics_stop: Callable[[], None] | None = None
+        self._started = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @property
+    def addr(self) -> str:
+        return self.config.broker_addr
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self.server.start()
+        self.config.listen_port = self.server.port  # port 0: the bound one is what we register
+        self.store = self._store_factory(self.config)
+        self.store.open()
+        configs = self.store.configs
+        self.topics = TopicConfigManager(self.config, configs.topics)
+        self.groups = SubscriptionGroupManager(configs.subscription_groups, self.config.auto_create_subscription_group)
+        self.offsets = configs.consumer_offsets
+        self.topics.create_system_topics()
+        self.groups.create_builtin_groups()
+        self.topics.on_change = self.schedule_register
+        self.consumers.on_ids_changed = self._notify_ids_changed
+        self.hold = PullRequestHoldService(
+            self.store.get_max_offset,
+            5.0 if self.config.long_polling_enable else self.config.short_polling_time_mills / 1000,
+        )
+        self.store.add_arrival_listener(self._on_arrival)
+        self.store.start()
+        if self.config.flush_disk_type == "SYNC_FLUSH":
+            self._flush_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="broker-sync-put")
+        from daemon.broker.schedule import ScheduleMessageService
+
+        self.schedule = ScheduleMessageService(self)
+        self._register_processors()
+        self.server.on_connection_closed(self._connection_closed)
+        self.hold.start()
+        self.schedule.start()
+        self._tasks += [
+            asyncio.create_task(self._every(CLIENT_SCAN_INTERVAL, self._scan_clients), name="client-scan"),
+            asyncio.create_task(
+                self._every(self.config.flush_consumer_offset_interval / 1000, self._persist_offsets),
+                name="offset-persist",
+            ),
+            asyncio.create_task(self._registration_loop(), name="namesrv-register"),
+        ]
+        if self.config.metrics_enable:
+            from daemon.broker.metrics import start_metrics_server
+
+            self.metrics_port, self._metrics_stop = start_metrics_server(self, self.config.metrics_port)
+        self._started = True
+        log.info(
+            "broker %s (cluster %s) serving at %s, store %s",
+            self.config.broker_name,
+            self.config.broker_cluster_name,
+            self.addr,
+            self.config.store_path_root_dir,
+        )
+
+    async def shutdown(self) -> None:
+        """Unregister, stop serving, flush offsets and the store (the store writes its checkpoint)."""
+        if not self._started:
+            return
+        self._started = False
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+        if self._register_pending is not None:
+            self._register_pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._register_pending
+        await self._unregister_all()
+        await self.schedule.stop()
+        await self.hold.stop()
+        await self.server.stop(grace=2.0)
+        await self.client.close()
+        if self._metrics_stop is not None:
+            self._metrics_stop()
+        if self._flush_pool is not None:
+            self._flush_pool.shutdown(wait=True)
+        self.store.shutdown()  # persists offsets and delay offsets too
+        log.info("broker %s stopped", self.config.broker_name)
+
+    async def __aenter__(self) -> Broker:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.shutdown()
+
+    def _register_processors(self) -> None:
+        from daemon.broker.processors import admin, heartbeat, lock, offset, pull, query, send
+
+        for module in (send, pull, heartbeat, offset, query, admin, lock):
+            for code, processor in module.processors(self).items():
+                self.server.register(code, processor)
+
+    @staticmethod
+    async def _every(period: float, action: Callable[[], None]) -> None:
+        while True:
+            await asyncio.sleep(period)
+            try:
+                action()
+            except Exception:
+                log.exception("periodic task %s failed", getattr(action, "__name__", action))
+
+    def _persist_offsets(self) -> None:
+        self.store.configs.persist_offsets()
+
+    def _scan_clients(self) -> None:
+        self.consumers.scan_expired()
+        self.producers.scan_expired()
+
+    def _connection_closed(self, conn: Connection) -> None:
+        self.consumers.connection_closed(conn)
+        self.producers.connection_closed(conn)
+
+    # ------------------------------------------------------------------ store access
+
+    async def put(self, msg: Message) -> PutResult:
+        """Store one message; SYNC_FLUSH waits for the fsync off the event loop."""
+        if self._flush_pool is not None and msg.wait_store_msg_ok:
+            return await asyncio.get_running_loop().run_in_executor(self._flush_pool, self.store.put_message, msg)
+        return self.store.put_message(msg)
+
+    async def put_batch(self, msgs: list[Message]) -> PutResult:
+        if self._flush_pool is not None and msgs and msgs[0].wait_store_msg_ok:
+            return await asyncio.get_running_loop().run_in_executor(self._flush_pool, self.store.put_messages, msgs)
+        return self.store.put_messages(msgs)
+
+    def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
+        loop = self._loop
+        assert loop is not None
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self.hold.notify(topic, queue_id, max_offset)
+        else:
+            loop.call_soon_threadsafe(self.hold.notify, topic, queue_id, max_offset)
+
+    def runtime_info(self) -> dict[str, str]:
+        """GET_BROKER_RUNTIME_INFO table; mqadmin needs at least `putTps` and `getTransferedTps`."""
+        store = self.store
+        put_total, get_total = self.stats.put.total, self.stats.get.total
+        usage = disk_usage_ratio(self.config.store_path_root_dir)
+        return {
+            "brokerVersionDesc": "V4_9_8",
+            "brokerVersion": str(int(Version.V4_9_8)),
+            "msgPutTotalYesterdayMorning": "0",
+            "msgPutTotalTodayMorning": "0",
+            "msgPutTotalTodayNow": str(put_total),
+            "msgGetTotalYesterdayMorning": "0",
+            "msgGetTotalTodayMorning": "0",
+            "msgGetTotalTodayNow": str(get_total),
+            "putTps": self.stats.tps_triplet(self.stats.put),
+            "getTransferedTps": self.stats.tps_triplet(self.stats.get),
+            "sendThreadPoolQueueSize": "0",
+            "pullThreadPoolQueueSize": str(self.hold.parked),
+            "sendThreadPoolQueueHeadWaitTimeMills": "0",
+            "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "pageCacheLockTimeMills": "0",
+            "earliestMessageTimeStamp": str(store.get_earliest_message_time()),
+            "commitLogDiskRatio": f"{usage:.4f}",
+            "consumeQueueDiskRatio": f"{usage:.4f}",
+            "commitLogMinOffset": str(store.min_phy_offset),
+            "commitLogMaxOffset": str(store.max_phy_offset),
+            "bootTimestamp": str(self.boot_timestamp),
+            "runtime": _uptime(self.boot_timestamp),
+            "dispatchBehindBytes": "0",
+            "remainHowManyDataToFlush": "0",
+            "commitLogDirCapacity": _capacity(self.config.store_path_root_dir),
+            "startAcceptSendRequestTimeStamp": "0",
+        }
+
+    # ------------------------------------------------------------------ client notifications
+
+    def _notify_ids_changed(self, info: ConsumerGroupInfo) -> None:
+        if not self.config.notify_consumer_ids_changed_enable:
+            return
+        group = self.groups.table.get(info.group)
+        if group is not None and not group.notify_consumer_ids_changed_enable:
+            return
+        header = NotifyConsumerIdsChangedRequestHeader(info.group).to_ext_fields()
+        for channel in list(info.channels.values()):
+            try:
+                channel.conn.invoke_oneway(
+                    RemotingCommand.request(RequestCode.NOTIFY_CONSUMER_IDS_CHANGED, dict(header))
+                )
+            except RemotingError as exc:
+                log.debug("cannot notify %s: %s", channel.client_id, exc)
+
+    # ------------------------------------------------------------------ NameServer registration
+
+    def registration_wrapper(self) -> TopicConfigSerializeWrapper:
+        """The topic table as registered; a non-RW broker permission caps every topic's perm."""
+        wrapper = self.topics.wrapper()
+        perm = self.config.broker_permission
+        if perm & PermName.READ_WRITE != PermName.READ_WRITE:
+            wrapper.topic_config_table = {
+                name: TopicConfig(
+                    t.topic_name, t.read_queue_nums, t.write_queue_nums, t.perm & perm, t.topic_filter_type,
+                    t.topic_sys_flag, t.order,
+                )
+                for name, t in wrapper.topic_config_table.items()
+            }
+        return wrapper
+
+    async def register_all(self) -> list[str]:
+        """Register with every NameServer concurrently; returns the addresses that accepted."""
+        addrs = self.config.namesrv_addrs
+        if not addrs:
+            return []
+        c = self.config
+        compressed = c.compressed_register
+        body = RegisterBrokerBody(self.registration_wrapper(), []).encode(compressed)
+        header = RegisterBrokerRequestHeader(
+            c.broker_name, self.addr, c.broker_cluster_name, f"{c.broker_ip2 or c.broker_ip1}:{c.ha_listen_port}",
+            c.broker_id, compressed, _crc32(body),
+        ).to_ext_fields()
+        timeout = c.register_broker_timeout_mills / 1000
+
+        async def one(addr: str) -> str | None:
+            request = RemotingCommand.request(RequestCode.REGISTER_BROKER, dict(header), body)
+            try:
+                response = await self.client.invoke(addr, request, timeout)
+            except RemotingError as exc:
+                log.warning("register to name server %s failed: %s", addr, exc)
+                return None
+            if response.code != ResponseCode.SUCCESS:
+                log.warning("name server %s refused registration: %s %s", addr, response.code, response.remark)
+                return None
+            return addr
+
+        done = await asyncio.gather(*(one(a) for a in addrs))
+        return [a for a in done if a is not None]
+
+    def schedule_register(self) -> None:
+        """Re-register soon (topic changes); coalesces bursts of changes into one registration."""
+        if self._loop is None or not self._started:
+            return
+        if self._register_pending is None or self._register_pending.done():
+            self._register_pending = self._loop.create_task(self.register_all(), name="namesrv-register-now")
+
+    async def _registration_loop(self) -> None:
+        period = min(max(self.config.register_name_server_period, 10_000), 60_000) / 1000
+        while True:
+            try:
+                await self.register_all()
+            except Exception:
+                log.exception("name server registration failed")
+            await asyncio.sleep(period)
+
+    async def _unregister_all(self) -> None:
+        c = self.config
+        header = UnregisterBrokerRequestHeader(c.broker_name, self.addr, c.broker_cluster_name, c.broker_id)
+
+        async def one(addr: str) -> None:
+            request = RemotingCommand.request(RequestCode.UNREGISTER_BROKER, header.to_ext_fields())
+            try:
+                await self.client.invoke(addr, request, 3.0)
+            except RemotingError as exc:
+                log.warning("unregister from name server %s failed: %s", addr, exc)
+
+        await asyncio.gather(*(one(a) for a in c.namesrv_addrs))
+
+
+def _crc32(body: bytes) -> int:
+    return zlib.crc32(body) & 0x7FFFFFFF
+
+
+def disk_usage_ratio(path: str) -> float:
+    """Used fraction of the file system holding `path` (0..1)."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return 0.0
+    return usage.used / usage.total if usage.total else 0.0
+
+
+def _capacity(path: str) -> str:
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return "Total : 0 GiB, Free : 0 GiB."
+    return f"Total : {usage.total / 2**30:.2f} GiB, Free : {usage.free / 2**30:.2f} GiB."
+
+
+def _uptime(boot_ms: int) -> str:
+    """Java's `[ d days, h hours, m minutes, s seconds ]` uptime text."""
+    secs = max(0, int(time.time() * 1000) - boot_ms) // 1000
+    d, rem = divmod(secs, 86400)
+    h, rem = divmod(rem, 3600)
+    m, s = divmod(rem, 60)
+    return f"[ {d} days, {h} hours, {m} minutes, {s} seconds ]"
+
+
+def _default_store(config: BrokerConfig) -> MessageStore:
+    return DefaultMessageStore(config.store_config(), store_host=(config.broker_ip1, config.listen_port))
+

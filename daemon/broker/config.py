@@ -1,0 +1,101 @@
+"""Broker settings: the snake_case of RocketMQ's `broker.conf` keys, so an existing file loads as it is."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+from dataclasses import dataclass, field
+
+from store.config import ASYNC_FLUSH, DEFAULT_DELAY_LEVELS, StoreConfig
+
+#: Default port of the Prometheus endpoint (`metricsPort`); RocketMQ 5's exporter uses the same.
+DEFAULT_METRICS_PORT = 5557
+
+
+def local_ip() -> str:
+    """The first non-loopback IPv4 address of this host (Java's `RemotingUtil.getLocalAddress`)."""
+    try:
+        infos = socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
+    except OSError:
+        infos = []
+    for info in infos:
+        ip = str(info[4][0])
+        if not ip.startswith("127."):
+            return ip
+    return "127.0.0.1"
+
+
+@dataclass
+class BrokerConfig:
+    """RocketMQ 4.9.8 defaults (wire-protocol.md §13.10) plus the store keys an operator sets in broker.conf."""
+
+    # identity and cluster
+    broker_cluster_name: str = "DefaultCluster"
+    broker_name: str = field(default_factory=socket.gethostname)
+    broker_id: int = 0
+    broker_role: str = "ASYNC_MASTER"
+    namesrv_addr: str = field(default_factory=lambda: os.environ.get("NAMESRV_ADDR", ""))
+    broker_ip1: str = field(default_factory=local_ip, metadata={"key": "brokerIP1"})
+    broker_ip2: str = field(default="", metadata={"key": "brokerIP2"})
+    listen_port: int = 10911
+    ha_listen_port: int = 10912
+    broker_permission: int = 6
+    # topics and groups
+    auto_create_topic_enable: bool = True
+    auto_create_subscription_group: bool = True
+    default_topic_queue_nums: int = 8
+    cluster_topic_enable: bool = True
+    broker_topic_enable: bool = True
+    trace_topic_enable: bool = False
+    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
+    # consumers
+    long_polling_enable: bool = True
+    short_polling_time_mills: int = 1000
+    notify_consumer_ids_changed_enable: bool = True
+    slave_read_enable: bool = False
+    enable_property_filter: bool = False
+    filter_support_retry: bool = False
+    reject_transaction_message: bool = False
+    default_query_max_num: int = 32
+    flush_consumer_offset_interval: int = 5000
+    flush_delay_offset_interval: int = 10000
+    # name server registration
+    register_name_server_period: int = 30000
+    register_broker_timeout_mills: int = 6000
+    compressed_register: bool = False
+    force_register: bool = True
+    # store (passed through to store.config.StoreConfig)
+    store_path_root_dir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), "store"))
+    store_path_commit_log: str = ""
+    flush_disk_type: str = ASYNC_FLUSH
+    sync_flush_timeout: int = 5000
+    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
+    mapped_file_size_consume_queue: int = 300_000 * 20
+    max_hash_slot_num: int = 5_000_000
+    max_index_num: int = 5_000_000 * 4
+    max_msgs_num_batch: int = 64
+    message_index_enable: bool = True
+    max_message_size: int = 1024 * 1024 * 4
+    message_delay_level: str = DEFAULT_DELAY_LEVELS
+    file_reserved_time: int = 72
+    delete_when: str = "04"
+    disk_max_used_space_ratio: int = 75
+    # mqctl additions
+    metrics_enable: bool = True
+    metrics_port: int = DEFAULT_METRICS_PORT
+    listen_host: str = "0.0.0.0"
+
+    @property
+    def broker_addr(self) -> str:
+        """The registered address, also the store host of every message (§5.6)."""
+        return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def namesrv_addrs(self) -> list[str]:
+        return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
+
+    def store_config(self) -> StoreConfig:
+        """The store's settings, taken from the keys both configs share."""
+        shared = {f.name for f in dataclasses.fields(StoreConfig)}
+        return StoreConfig(**{k: v for k, v in dataclasses.asdict(self).items() if k in shared})

@@ -1,0 +1,48 @@
+"""Subscriptions and broker-side TAG filtering (wire-protocol.md §4.14, §5.7).
+
+The broker filters coarsely on the consume queue's tags code; clients re-check the tag string.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from daemon.broker.bodies import SubscriptionData
+from store.javahash import java_hash
+
+SUB_ALL = "*"
+TAG = "TAG"
+
+
+def build_subscription(topic: str, expression: str | None, expression_type: str | None = None) -> SubscriptionData:
+    """Parse a tag expression as `FilterAPI.buildSubscriptionData` does: `*`, or `a || b`."""
+    kind = expression_type or TAG
+    if kind != TAG:
+        return SubscriptionData(topic, expression or "", expression_type=kind)
+    if not expression or expression.strip() == SUB_ALL:
+        return SubscriptionData(topic, SUB_ALL, expression_type=TAG)
+    tags = [t.strip() for t in expression.split("||") if t.strip()]
+    return SubscriptionData(topic, expression, tags_set=tags, code_set=[java_hash(t) for t in tags], expression_type=TAG)
+
+
+@dataclass(frozen=True, slots=True)
+class TagFilter:
+    """Matches consume-queue tags codes against a subscription's code set (None = everything)."""
+
+    codes: frozenset[int] | None
+
+    @classmethod
+    def of(cls, sub: SubscriptionData) -> TagFilter:
+        if sub.sub_string == SUB_ALL or (not sub.tags_set and not sub.code_set):
+            return cls(None)
+        return cls(frozenset(int(c) for c in sub.code_set))
+
+    def matches(self, tags_code: int) -> bool:
+        if self.codes is None:
+            return True
+        # the consume queue keeps the int hash sign-extended to a long; compare as int
+        return ((tags_code + 2**31) % 2**32 - 2**31) in self.codes
+
+
+def is_tag_type(expression_type: str | None) -> bool:
+    return not expression_type or expression_type == TAG

@@ -1,0 +1,262 @@
+"""Typed extFields of the broker's requests and responses (wire-protocol.md §8–12).
+
+Names follow Java's `*RequestHeader` classes; wire names are the camelCase of the fields unless
+`wire()` says otherwise (the one-letter SEND_MESSAGE_V2 names, `clientID`, `isForce`, ...).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from daemon.remoting.headers import CommandHeader, wire
+
+
+@dataclass(slots=True)
+class SendMessageRequestHeader(CommandHeader):
+    """SEND_MESSAGE (10); SEND_MESSAGE_V2/SEND_BATCH_MESSAGE are parsed with the V2 class below."""
+
+    JAVA_NAME = "SendMessageRequestHeader"
+    producer_group: str
+    topic: str
+    default_topic: str
+    default_topic_queue_nums: int
+    queue_id: int
+    sys_flag: int
+    born_timestamp: int
+    flag: int
+    properties: str | None = None
+    reconsume_times: int | None = None
+    unit_mode: bool = False
+    batch: bool = False
+    max_reconsume_times: int | None = None
+
+
+@dataclass(slots=True)
+class SendMessageRequestHeaderV2(CommandHeader):
+    """The one-letter field names of SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320), §8.2."""
+
+    JAVA_NAME = "SendMessageRequestHeaderV2"
+    a: str
+    b: str
+    c: str
+    d: int
+    e: int
+    f: int
+    g: int
+    h: int
+    i: str | None = None
+    j: int | None = None
+    k: bool = False
+    l: int | None = None  # noqa: E741 - the wire name
+    m: bool = False
+
+    def to_v1(self) -> SendMessageRequestHeader:
+        return SendMessageRequestHeader(
+            self.a, self.b, self.c, self.d, self.e, self.f, self.g, self.h, self.i, self.j, self.k, self.m, self.l
+        )
+
+
+@dataclass(slots=True)
+class SendMessageResponseHeader(CommandHeader):
+    JAVA_NAME = "SendMessageResponseHeader"
+    msg_id: str
+    queue_id: int
+    queue_offset: int
+    transaction_id: str | None = None
+    msg_region: str = wire("MSG_REGION", "DefaultRegion")
+    trace_on: str = wire("TRACE_ON", "true")
+
+
+@dataclass(slots=True)
+class PullMessageRequestHeader(CommandHeader):
+    JAVA_NAME = "PullMessageRequestHeader"
+    consumer_group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    max_msg_nums: int
+    sys_flag: int
+    commit_offset: int
+    suspend_timeout_millis: int
+    sub_version: int
+    subscription: str | None = None
+    expression_type: str | None = None
+
+
+@dataclass(slots=True)
+class PullMessageResponseHeader(CommandHeader):
+    JAVA_NAME = "PullMessageResponseHeader"
+    suggest_which_broker_id: int
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+
+
+@dataclass(slots=True)
+class UnregisterClientRequestHeader(CommandHeader):
+    JAVA_NAME = "UnregisterClientRequestHeader"
+    client_id: str = wire("clientID")
+    producer_group: str | None = None
+    consumer_group: str | None = None
+
+
+@dataclass(slots=True)
+class ConsumerGroupHeader(CommandHeader):
+    """GET_CONSUMER_LIST_BY_GROUP (38), GET_CONSUMER_CONNECTION_LIST (203)."""
+
+    JAVA_NAME = "GetConsumerListByGroupRequestHeader"
+    consumer_group: str
+
+
+@dataclass(slots=True)
+class QueryConsumerOffsetRequestHeader(CommandHeader):
+    JAVA_NAME = "QueryConsumerOffsetRequestHeader"
+    consumer_group: str
+    topic: str
+    queue_id: int
+
+
+@dataclass(slots=True)
+class UpdateConsumerOffsetRequestHeader(CommandHeader):
+    JAVA_NAME = "UpdateConsumerOffsetRequestHeader"
+    consumer_group: str
+    topic: str
+    queue_id: int
+    commit_offset: int
+
+
+@dataclass(slots=True)
+class QueueHeader(CommandHeader):
+    """GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), GET_EARLIEST_MSG_STORETIME (32)."""
+
+    JAVA_NAME = "GetMaxOffsetRequestHeader"
+    topic: str
+    queue_id: int
+
+
+@dataclass(slots=True)
+class SearchOffsetRequestHeader(CommandHeader):
+    JAVA_NAME = "SearchOffsetRequestHeader"
+    topic: str
+    queue_id: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class OffsetResponseHeader(CommandHeader):
+    JAVA_NAME = "QueryConsumerOffsetResponseHeader"
+    offset: int
+
+
+@dataclass(slots=True)
+class TimestampResponseHeader(CommandHeader):
+    JAVA_NAME = "GetEarliestMsgStoretimeResponseHeader"
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ConsumerSendMsgBackRequestHeader(CommandHeader):
+    JAVA_NAME = "ConsumerSendMsgBackRequestHeader"
+    offset: int
+    group: str
+    delay_level: int
+    origin_msg_id: str | None = None
+    origin_topic: str | None = None
+    unit_mode: bool = False
+    max_reconsume_times: int | None = None
+
+
+@dataclass(slots=True)
+class QueryMessageRequestHeader(CommandHeader):
+    JAVA_NAME = "QueryMessageRequestHeader"
+    topic: str
+    key: str
+    max_num: int
+    begin_timestamp: int
+    end_timestamp: int
+
+
+@dataclass(slots=True)
+class QueryMessageResponseHeader(CommandHeader):
+    JAVA_NAME = "QueryMessageResponseHeader"
+    index_last_update_timestamp: int
+    index_last_update_phyoffset: int
+
+
+@dataclass(slots=True)
+class ViewMessageRequestHeader(CommandHeader):
+    JAVA_NAME = "ViewMessageRequestHeader"
+    offset: int
+
+
+@dataclass(slots=True)
+class CreateTopicRequestHeader(CommandHeader):
+    JAVA_NAME = "CreateTopicRequestHeader"
+    topic: str
+    default_topic: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    topic_filter_type: str
+    topic_sys_flag: int = 0
+    order: bool = False
+
+
+@dataclass(slots=True)
+class TopicHeader(CommandHeader):
+    """DELETE_TOPIC_IN_BROKER (215), GET_TOPIC_STATS_INFO (202), QUERY_TOPIC_CONSUME_BY_WHO (300)."""
+
+    JAVA_NAME = "DeleteTopicRequestHeader"
+    topic: str
+
+
+@dataclass(slots=True)
+class DeleteSubscriptionGroupRequestHeader(CommandHeader):
+    JAVA_NAME = "DeleteSubscriptionGroupRequestHeader"
+    group_name: str
+    remove_offset: bool = False
+
+
+@dataclass(slots=True)
+class GetConsumeStatsRequestHeader(CommandHeader):
+    JAVA_NAME = "GetConsumeStatsRequestHeader"
+    consumer_group: str
+    topic: str | None = None
+
+
+@dataclass(slots=True)
+class ProducerGroupHeader(CommandHeader):
+    JAVA_NAME = "GetProducerConnectionListRequestHeader"
+    producer_group: str
+
+
+@dataclass(slots=True)
+class ResetOffsetRequestHeader(CommandHeader):
+    """INVOKE_BROKER_TO_RESET_OFFSET (222) and the RESET_CONSUMER_CLIENT_OFFSET callback (220)."""
+
+    JAVA_NAME = "ResetOffsetRequestHeader"
+    topic: str
+    group: str
+    timestamp: int
+    is_force: bool = wire("isForce", False)
+
+
+@dataclass(slots=True)
+class CloneGroupOffsetRequestHeader(CommandHeader):
+    JAVA_NAME = "CloneGroupOffsetRequestHeader"
+    src_group: str
+    dest_group: str
+    topic: str | None = None
+    offline: bool = False
+
+
+@dataclass(slots=True)
+class NotifyConsumerIdsChangedRequestHeader(CommandHeader):
+    JAVA_NAME = "NotifyConsumerIdsChangedRequestHeader"
+    consumer_group: str
+
+
+@dataclass(slots=True)
+class GetBrokerConfigResponseHeader(CommandHeader):
+    JAVA_NAME = "GetBrokerConfigResponseHeader"
+    version: str

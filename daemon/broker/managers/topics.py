@@ -1,0 +1,156 @@
+"""The broker's topic rules on top of the store's `topics.json` manager (§8.3, §13.1).
+
+System topics are created at start, user topics from the TBW102 template when auto-creation is on,
+`%RETRY%`/`%DLQ%` topics on demand. Every change bumps the table's DataVersion, is persisted by the
+store's manager, and calls `on_change` so the broker re-registers with the NameServers.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Callable
+
+from daemon.broker.config import BrokerConfig
+from daemon.remoting import bodies
+from daemon.remoting.bodies import PermName
+from store.config_files import TopicConfig
+from store.config_files import TopicConfigManager as TopicConfigFile
+
+log = logging.getLogger(__name__)
+
+TBW102 = "TBW102"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+BENCHMARK_TOPIC = "BenchmarkTest"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+RETRY_PREFIX = "%RETRY%"
+DLQ_PREFIX = "%DLQ%"
+MAX_TOPIC_LENGTH = 127
+
+#: Topics no client may send to (§8.3 step 3).
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC,
+     OFFSET_MOVED_EVENT}
+)
+_VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_PREFIX + group
+
+
+def topic_problem(topic: str) -> str | None:
+    """Why a topic name is invalid (the broker's remarks), or None when it is fine."""
+    if not topic:
+        return "The specified topic is blank."
+    if not _VALID_TOPIC.match(topic):
+        return "The specified topic contains illegal characters, allowing only ^[%|a-zA-Z0-9_-]+$"
+    if len(topic) > MAX_TOPIC_LENGTH:
+        return "The specified topic is longer than topic max length."
+    return None
+
+
+def to_wire(config: TopicConfig) -> bodies.TopicConfig:
+    return bodies.TopicConfig(
+        config.topic_name, config.read_queue_nums, config.write_queue_nums, config.perm,
+        config.topic_filter_type, config.topic_sys_flag, config.order,
+    )
+
+
+class TopicConfigManager:
+    def __init__(self, config: BrokerConfig, file: TopicConfigFile) -> None:
+        self.config = config
+        self.file = file
+        self.on_change: Callable[[], None] = lambda: None
+        self.system_topics: set[str] = {
+            TBW102, SCHEDULE_TOPIC, BENCHMARK_TOPIC, TRANS_HALF_TOPIC, config.msg_trace_topic_name,
+            TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT,
+            config.broker_cluster_name, config.broker_name, f"{config.broker_cluster_name}_REPLY_TOPIC",
+        }
+
+    @property
+    def table(self) -> dict[str, TopicConfig]:
+        return self.file.table
+
+    def create_system_topics(self) -> None:
+        """The topics a 4.9.8 broker creates at start-up (§13.1); existing entries are kept."""
+        c = self.config
+        rw = PermName.READ_WRITE
+        specs: list[tuple[str, int, int]] = [(SELF_TEST_TOPIC, 1, rw)]
+        if c.auto_create_topic_enable:
+            specs.append((TBW102, c.default_topic_queue_nums, rw | PermName.INHERIT))
+        specs += [
+            (BENCHMARK_TOPIC, 1024, rw),
+            (c.broker_cluster_name, 16, rw | PermName.INHERIT if c.cluster_topic_enable else PermName.INHERIT),
+            (c.broker_name, 1, rw | PermName.INHERIT if c.broker_topic_enable else PermName.INHERIT),
+            (OFFSET_MOVED_EVENT, 1, rw),
+            (SCHEDULE_TOPIC, 18, rw),
+            (f"{c.broker_cluster_name}_REPLY_TOPIC", 1, rw),
+        ]
+        if c.trace_topic_enable:
+            specs.append((c.msg_trace_topic_name, 1, rw))
+        with self.file.lock:
+            for name, queues, perm in specs:
+                self.table.setdefault(name, TopicConfig(name, queues, queues, perm))
+        self.file.persist()
+
+    def is_system_topic(self, topic: str) -> bool:
+        return topic in self.system_topics or topic.startswith("rmq_sys_")
+
+    def wrapper(self) -> bodies.TopicConfigSerializeWrapper:
+        """The table as GET_ALL_TOPIC_CONFIG and REGISTER_BROKER carry it."""
+        with self.file.lock:
+            version = bodies.DataVersion(self.file.data_version.counter, self.file.data_version.timestamp)
+            return bodies.TopicConfigSerializeWrapper({k: to_wire(v) for k, v in self.table.items()}, version)
+
+    def get(self, topic: str) -> TopicConfig | None:
+        return self.table.get(topic)
+
+    def put(self, config: TopicConfig) -> None:
+        """Create or replace a topic (UPDATE_AND_CREATE_TOPIC)."""
+        self.file.update(config)
+        self.on_change()
+
+    def delete(self, topic: str) -> bool:
+        if not self.file.delete(topic):
+            return False
+        self.on_change()
+        return True
+
+    def create_in_send(self, topic: str, default_topic: str, queue_nums: int, topic_sys_flag: int) -> TopicConfig | None:
+        """Auto-create `topic` from the template `default_topic` when it carries INHERIT (§8.3 step 4)."""
+        with self.file.lock:
+            existing = self.table.get(topic)
+            if existing is not None:
+                return existing
+            template = self.table.get(default_topic)
+            if template is None or not template.perm & PermName.INHERIT:
+                return None
+            if default_topic == TBW102 and not self.config.auto_create_topic_enable:
+                return None
+            nums = max(1, min(queue_nums, template.write_queue_nums))
+            config = TopicConfig(
+                topic, nums, nums, template.perm & ~PermName.INHERIT, template.topic_filter_type, topic_sys_flag
+            )
+            log.info("auto-created topic %s from %s with %d queues", topic, default_topic, nums)
+            self.put(config)
+            return config
+
+    def create_system_like(self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int = 0) -> TopicConfig:
+        """Get or create a broker-owned topic (`%RETRY%`, `%DLQ%`, transaction topics)."""
+        with self.file.lock:
+            existing = self.table.get(topic)
+            if existing is not None:
+                return existing
+            config = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=topic_sys_flag)
+            log.info("created topic %s with %d queues", topic, queue_nums)
+            self.put(config)
+            return config

@@ -1,0 +1,113 @@
+"""Prometheus endpoint of the broker: put/get totals and rates per topic, lag per group and queue,
+store offsets and disk usage, plus `/healthz` (200 while the broker runs).
+
+Values are collected at scrape time from the broker's own tables, so the hot paths only bump the
+plain counters in `BrokerStats`. The HTTP server runs in a daemon thread (wsgiref), away from the
+event loop; reads of the broker's dicts are snapshots taken with `list()`/`dict()`.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from daemon.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+
+class BrokerCollector(Collector):
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def collect(self) -> Iterator[Any]:
+        b = self.broker
+        stats = b.stats
+        labels = ["cluster", "broker"]
+        base = [b.config.broker_cluster_name, b.config.broker_name]
+
+        puts = CounterMetricFamily("rocketmq_broker_put_messages", "Messages stored, per topic", labels=[*labels, "topic"])
+        put_bytes = CounterMetricFamily("rocketmq_broker_put_bytes", "Body bytes stored, per topic", labels=[*labels, "topic"])
+        for topic, n in dict(stats.put_by_topic).items():
+            puts.add_metric([*base, topic], n)
+            put_bytes.add_metric([*base, topic], stats.put_bytes_by_topic.get(topic, 0))
+        gets = CounterMetricFamily(
+            "rocketmq_broker_get_messages", "Messages delivered to consumers", labels=[*labels, "group", "topic"]
+        )
+        for (group, topic), n in dict(stats.get_by_group_topic).items():
+            gets.add_metric([*base, group, topic], n)
+        yield puts
+        yield put_bytes
+        yield gets
+
+        tps = GaugeMetricFamily("rocketmq_broker_tps", "Messages per second over the last 10 s", labels=[*labels, "kind"])
+        tps.add_metric([*base, "put"], float(stats.tps_triplet(stats.put).split()[0]))
+        tps.add_metric([*base, "get"], float(stats.tps_triplet(stats.get).split()[0]))
+        yield tps
+
+        store = b.store
+        offsets = GaugeMetricFamily(
+            "rocketmq_queue_max_offset", "Next offset to be written, per queue", labels=[*labels, "topic", "queue"]
+        )
+        for (topic, qid), off in store.topic_queue_table().items():
+            offsets.add_metric([*base, topic, str(qid)], off)
+        yield offsets
+
+        lag = GaugeMetricFamily(
+            "rocketmq_consumer_lag", "Messages not yet consumed, per group and queue",
+            labels=[*labels, "group", "topic", "queue"],
+        )
+        for key, queues in list(b.offsets.table.items()):
+            topic, _, group = key.partition("@")
+            for qid, committed in list(queues.items()):
+                lag.add_metric([*base, group, topic, str(qid)], max(0, store.get_max_offset(topic, qid) - max(committed, 0)))
+        yield lag
+
+        phy = GaugeMetricFamily("rocketmq_commitlog_offset", "CommitLog offsets", labels=[*labels, "end"])
+        phy.add_metric([*base, "min"], store.min_phy_offset)
+        phy.add_metric([*base, "max"], store.max_phy_offset)
+        yield phy
+
+        from daemon.broker.broker import disk_usage_ratio
+
+        disk = GaugeMetricFamily("rocketmq_disk_used_ratio", "Used fraction of the store's file system", labels=labels)
+        disk.add_metric(base, disk_usage_ratio(b.config.store_path_root_dir))
+        yield disk
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("metrics: " + format, *args)
+
+
+def start_metrics_server(broker: Broker, port: int, host: str = "0.0.0.0") -> tuple[int, Callable[[], None]]:
+    """Serve `/metrics` and `/healthz` on `port` (0 picks one); returns the bound port and a stop function."""
+    registry = CollectorRegistry()
+    registry.register(BrokerCollector(broker))
+    metrics_app = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        if environ.get("PATH_INFO") == "/healthz":
+            start_response("200 OK", [("Content-Type", "text/plain")])
+            return [b"ok\n"]
+        return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+
+    server: WSGIServer = make_server(host, port, app, handler_class=_QuietHandler)
+    thread = threading.Thread(target=server.serve_forever, name="broker-metrics", daemon=True)
+    thread.start()
+    bound = server.server_address[1]
+    log.info("metrics on http://%s:%d/metrics", host, bound)
+
+    def stop() -> None:
+        server.shutdown()
+        server.server_close()
+
+    return int(bound), stop

@@ -1,0 +1,29 @@
+"""Request processors, one module per request family; each exposes `processors(broker)`."""
+
+from __future__ import annotations
+
+from daemon.remoting.codes import ResponseCode
+from daemon.remoting.connection import Connection
+from daemon.remoting.errors import RemotingCommandError
+from store.message import HostAddress
+
+
+def fail(code: int, remark: str) -> RemotingCommandError:
+    """The exception a processor raises to answer with `code` and `remark`."""
+    return RemotingCommandError(code, remark)
+
+
+def system_error(remark: str) -> RemotingCommandError:
+    return RemotingCommandError(ResponseCode.SYSTEM_ERROR, remark)
+
+
+def peer_host(conn: Connection) -> HostAddress:
+    """The client's socket address as (ip, port), IPv4-mapped IPv6 folded to IPv4 (ali-ons reads v4 only)."""
+    host, _, port = conn.peer.rpartition(":")
+    host = host.strip("[]")
+    if host.startswith("::ffff:") and "." in host:
+        host = host[7:]
+    try:
+        return host or "127.0.0.1", int(port)
+    except ValueError:
+        return "127.0.0.1", 0

@@ -1,0 +1,308 @@
+"""Admin requests (wire-protocol.md §11): topics, groups, stats, connections, offsets reset, config."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from daemon.broker.bodies import (
+    ConsumeStats,
+    GroupList,
+    MessageQueue,
+    OffsetWrapper,
+    ProducerConnection,
+    ResetOffsetBody,
+    SubscriptionGroupConfig,
+    TopicOffset,
+    TopicStatsTable,
+)
+from daemon.broker.headers import (
+    CloneGroupOffsetRequestHeader,
+    ConsumerGroupHeader,
+    CreateTopicRequestHeader,
+    DeleteSubscriptionGroupRequestHeader,
+    GetBrokerConfigResponseHeader,
+    GetConsumeStatsRequestHeader,
+    ProducerGroupHeader,
+    ResetOffsetRequestHeader,
+    TopicHeader,
+)
+from daemon.broker.managers.groups import from_wire
+from daemon.broker.managers.topics import topic_problem
+from daemon.broker.processors import fail, system_error
+from daemon.config import ConfigError, coerce, parse_properties, property_key, to_properties
+from daemon.remoting import fastjson
+from daemon.remoting.bodies import DataVersion, KVTable, TopicList
+from daemon.remoting.codes import LanguageCode, RequestCode, ResponseCode, Version
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection, Processor
+from daemon.remoting.errors import RemotingError
+from store.config_files import TopicConfig
+
+if TYPE_CHECKING:
+    from daemon.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+#: Keys UPDATE_BROKER_CONFIG refuses (Java's default `configBlackList`, plus where the store lives).
+CONFIG_BLACK_LIST = frozenset({"configBlackList", "brokerConfigPath", "storePathRootDir", "storePathCommitLog"})
+BROKER_VERSION_DESC = "V4_9_8"
+
+
+def processors(broker: Broker) -> dict[int, Processor]:
+    p = AdminProcessor(broker)
+    R = RequestCode
+    return {
+        R.UPDATE_AND_CREATE_TOPIC: p.create_topic,
+        R.DELETE_TOPIC_IN_BROKER: p.delete_topic,
+        R.GET_ALL_TOPIC_CONFIG: p.all_topic_config,
+        R.GET_SYSTEM_TOPIC_LIST_FROM_BROKER: p.system_topics,
+        R.GET_TOPIC_STATS_INFO: p.topic_stats,
+        R.QUERY_TOPIC_CONSUME_BY_WHO: p.consumed_by_who,
+        R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: p.create_group,
+        R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: p.all_groups,
+        R.DELETE_SUBSCRIPTIONGROUP: p.delete_group,
+        R.GET_CONSUME_STATS: p.consume_stats,
+        R.GET_CONSUMER_CONNECTION_LIST: p.consumer_connections,
+        R.GET_PRODUCER_CONNECTION_LIST: p.producer_connections,
+        R.INVOKE_BROKER_TO_RESET_OFFSET: p.reset_offset,
+        R.CLONE_GROUP_OFFSET: p.clone_group_offset,
+        R.GET_BROKER_RUNTIME_INFO: p.runtime_info,
+        R.GET_BROKER_CONFIG: p.get_config,
+        R.UPDATE_BROKER_CONFIG: p.update_config,
+        R.CLEAN_EXPIRED_CONSUMEQUEUE: p.clean_expired_consume_queue,
+        R.DELETE_EXPIRED_COMMITLOG: p.delete_expired_commit_log,
+    }
+
+
+class AdminProcessor:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.config_version = DataVersion(0, int(time.time() * 1000))
+
+    def _check_topic(self, topic: str) -> None:
+        problem = topic_problem(topic)
+        if problem is not None:
+            raise system_error(problem)
+        if self.broker.topics.is_system_topic(topic):
+            raise system_error(f"The topic[{topic}] is conflict with system topic.")
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = CreateTopicRequestHeader.from_ext_fields(request.ext_fields)
+        self._check_topic(h.topic)
+        old = self.broker.topics.get(h.topic)
+        self.broker.topics.put(
+            TopicConfig(
+                h.topic, h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_filter_type, h.topic_sys_flag,
+                old.order if old is not None else False,
+            )
+        )
+        await self.broker.register_all()  # synchronous registration, so the route exists on return
+        return request.make_response()
+
+    def delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = TopicHeader.from_ext_fields(request.ext_fields)
+        self._check_topic(h.topic)
+        self.broker.topics.delete(h.topic)
+        self.broker.store.delete_topics({h.topic})
+        return request.make_response()
+
+    def all_topic_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        wrapper = self.broker.topics.wrapper()
+        if not wrapper.topic_config_table:
+            raise system_error("No topic in this broker")
+        return request.make_response(body=wrapper.dumps())
+
+    def system_topics(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        topics = sorted(self.broker.topics.system_topics)
+        return request.make_response(body=TopicList(topics).dumps())
+
+    def topic_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = TopicHeader.from_ext_fields(request.ext_fields)
+        config = self.broker.topics.get(h.topic)
+        if config is None:
+            raise fail(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist")
+        store = self.broker.store
+        table = {}
+        for qid in range(config.write_queue_nums):
+            max_off = store.get_max_offset(h.topic, qid)
+            last = store.get_store_timestamp(h.topic, qid, max_off - 1) if max_off > 0 else 0
+            table[self._mq(h.topic, qid)] = TopicOffset(store.get_min_offset(h.topic, qid), max_off, max(last, 0))
+        return request.make_response(body=TopicStatsTable(table).dumps())
+
+    def consumed_by_who(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = TopicHeader.from_ext_fields(request.ext_fields)
+        groups = self.broker.consumers.groups_subscribing(h.topic) | self.broker.offsets.groups_of(h.topic)
+        return request.make_response(body=GroupList(sorted(groups)).dumps())
+
+    def _mq(self, topic: str, queue_id: int) -> MessageQueue:
+        return MessageQueue(topic, self.broker.config.broker_name, queue_id)
+
+    # ------------------------------------------------------------------ subscription groups
+
+    def create_group(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        try:
+            config = SubscriptionGroupConfig.loads(request.body)
+        except (ValueError, TypeError, KeyError) as exc:
+            raise system_error(f"bad subscription group body: {exc}") from None
+        self.broker.groups.put(from_wire(config))
+        return request.make_response()
+
+    def all_groups(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(body=self.broker.groups.wrapper().dumps())
+
+    def delete_group(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = DeleteSubscriptionGroupRequestHeader.from_ext_fields(request.ext_fields)
+        self.broker.groups.delete(h.group_name)
+        if h.remove_offset:
+            offsets = self.broker.offsets
+            with offsets.lock:
+                for key in [k for k in offsets.table if k.split("@", 1)[1] == h.group_name]:
+                    del offsets.table[key]
+        return request.make_response()
+
+    # ------------------------------------------------------------------ consumption state
+
+    def consume_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = GetConsumeStatsRequestHeader.from_ext_fields(request.ext_fields)
+        return request.make_response(body=self.compute_consume_stats(h.consumer_group, h.topic).dumps())
+
+    def compute_consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
+        """ConsumeStats of a group over one topic or every topic it has offsets for (§11.3)."""
+        broker = self.broker
+        store = broker.store
+        topics = [topic] if topic else sorted(broker.offsets.topics_of(group))
+        info = broker.consumers.get(group)
+        stats = ConsumeStats()
+        for t in topics:
+            config = broker.topics.get(t)
+            if config is None:
+                continue
+            if info is not None and info.subscriptions and t not in info.subscriptions:
+                continue
+            for qid in range(config.read_queue_nums):
+                broker_offset = max(store.get_max_offset(t, qid), 0)
+                consumer_offset = max(broker.offsets.query_offset(group, t, qid), 0)
+                last = store.get_store_timestamp(t, qid, consumer_offset - 1) if consumer_offset > 0 else 0
+                stats.offset_table[self._mq(t, qid)] = OffsetWrapper(broker_offset, consumer_offset, max(last, 0))
+            stats.consume_tps += broker.stats.get.tps(10, time.monotonic())
+        return stats
+
+    def consumer_connections(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = ConsumerGroupHeader.from_ext_fields(request.ext_fields)
+        info = self.broker.consumers.get(h.consumer_group)
+        if info is None:
+            raise fail(ResponseCode.CONSUMER_NOT_ONLINE, f"the consumer group[{h.consumer_group}] not online")
+        return request.make_response(body=info.connection().dumps())
+
+    def producer_connections(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = ProducerGroupHeader.from_ext_fields(request.ext_fields)
+        channels = self.broker.producers.groups.get(h.producer_group)
+        if not channels:
+            raise system_error(f"the producer group[{h.producer_group}] not exist")
+        return request.make_response(body=ProducerConnection([c.info() for c in channels.values()]).dumps())
+
+    def reset_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Compute the new offsets, commit them, and tell live consumers (§11.3 INVOKE_BROKER_TO_RESET_OFFSET).
+
+        Unlike 4.9.8 the broker commits the offsets itself, because ali-ons ignores the callback.
+        """
+        h = ResetOffsetRequestHeader.from_ext_fields(request.ext_fields)
+        broker = self.broker
+        config = broker.topics.get(h.topic)
+        if config is None:
+            raise system_error(f"[reset-offset] reset offset failed, no topic in this broker. topic={h.topic}")
+        info = broker.consumers.get(h.group)
+        if info is None or not info.channels:
+            raise fail(
+                ResponseCode.CONSUMER_NOT_ONLINE,
+                f"Consumer not online, so can not reset offset, Group: {h.group} Topic: {h.topic} "
+                f"Timestamp: {h.timestamp}",
+            )
+        store = broker.store
+        table: dict[MessageQueue, int] = {}
+        for qid in range(config.write_queue_nums):
+            stored = broker.offsets.query_offset(h.group, h.topic, qid)
+            if stored < 0:
+                raise system_error(f"THe consumer group {h.group} not exist")
+            if h.timestamp == -1:
+                target = store.get_max_offset(h.topic, qid)
+            else:
+                target = max(store.search_offset_by_timestamp(h.topic, qid, h.timestamp), 0)
+            table[self._mq(h.topic, qid)] = target if h.is_force or target < stored else stored
+        for mq, offset in table.items():
+            broker.offsets.commit_offset(h.group, h.topic, mq.queue_id, offset)
+        body = ResetOffsetBody(table)
+        callback = ResetOffsetRequestHeader(h.topic, h.group, h.timestamp, False).to_ext_fields()
+        for channel in list(info.channels.values()):
+            if channel.version < Version.V3_0_7_SNAPSHOT:
+                raise system_error(f"the client does not support this feature. version={channel.version}")
+            payload = fastjson.dumps(body.for_cpp()) if channel.language == LanguageCode.CPP.name else body.dumps()
+            try:
+                channel.conn.invoke_oneway(
+                    RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, dict(callback), payload)
+                )
+            except RemotingError as exc:
+                log.warning("reset offset: cannot notify %s: %s", channel.client_id, exc)
+        return request.make_response(body=body.dumps())
+
+    def clone_group_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = CloneGroupOffsetRequestHeader.from_ext_fields(request.ext_fields)
+        offsets = self.broker.offsets
+        topics = [h.topic] if h.topic else sorted(offsets.topics_of(h.src_group))
+        for topic in topics:
+            for qid, off in offsets.offsets_of(h.src_group, topic).items():
+                offsets.commit_offset(h.dest_group, topic, qid, off)
+        return request.make_response()
+
+    # ------------------------------------------------------------------ runtime and configuration
+
+    def runtime_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(body=KVTable(self.broker.runtime_info()).dumps())
+
+    def get_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        header = GetBrokerConfigResponseHeader(self.config_version.dumps().decode())
+        body = to_properties(self.broker.config).encode()
+        return request.make_response(ext_fields=header.to_ext_fields(), body=body)
+
+    def update_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        try:
+            updates = parse_properties(request.body.decode("utf-8"))
+        except UnicodeDecodeError:
+            raise system_error("string2Properties error") from None
+        if CONFIG_BLACK_LIST & updates.keys():
+            raise fail(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+        config = self.broker.config
+        fields = {property_key(f): f for f in dataclasses.fields(config)}
+        hints = {f.name: type(getattr(config, f.name)) for f in dataclasses.fields(config)}
+        changed: dict[str, object] = {}
+        for key, raw in updates.items():
+            f = fields.get(key)
+            if f is None:
+                continue  # Java ignores unknown keys too
+            try:
+                changed[f.name] = coerce(raw, hints[f.name], source=key)
+            except ConfigError as exc:
+                raise system_error(str(exc)) from None
+        for name, value in changed.items():
+            setattr(config, name, value)
+        if changed:
+            self.config_version = DataVersion(self.config_version.counter + 1, int(time.time() * 1000))
+            log.info("broker config updated: %s", changed)
+        if "broker_permission" in changed:
+            self.broker.schedule_register()
+        return request.make_response()
+
+    # ------------------------------------------------------------------ store maintenance
+
+    def clean_expired_consume_queue(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        self.broker.store.clean_expired_consume_queues()
+        return request.make_response()
+
+    def delete_expired_commit_log(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        self.broker.store.execute_delete_files_manually()
+        return request.make_response()

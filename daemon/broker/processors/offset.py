@@ -1,0 +1,107 @@
+"""Consumer offsets and queue offset lookups: 14, 15, 29, 30, 31, 32, 43, 45 (wire-protocol.md §9.4–9.6)."""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING
+
+from daemon.broker.headers import (
+    OffsetResponseHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueueHeader,
+    SearchOffsetRequestHeader,
+    TimestampResponseHeader,
+    UpdateConsumerOffsetRequestHeader,
+)
+from daemon.broker.processors import fail
+from daemon.remoting import fastjson
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection, Processor
+
+if TYPE_CHECKING:
+    from daemon.broker.broker import Broker
+
+#: Java's `accessMessageInMemoryMaxRatio`: data within 40 % of RAM of the log's end counts as "hot".
+_HOT_RATIO = 0.4
+
+
+def _memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):
+        return 8 << 30
+
+
+def processors(broker: Broker) -> dict[int, Processor]:
+    p = OffsetProcessor(broker)
+    return {
+        RequestCode.QUERY_CONSUMER_OFFSET: p.query_consumer_offset,
+        RequestCode.UPDATE_CONSUMER_OFFSET: p.update_consumer_offset,
+        RequestCode.GET_MAX_OFFSET: p.max_offset,
+        RequestCode.GET_MIN_OFFSET: p.min_offset,
+        RequestCode.GET_EARLIEST_MSG_STORETIME: p.earliest_time,
+        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: p.search_by_timestamp,
+        RequestCode.GET_ALL_CONSUMER_OFFSET: p.all_consumer_offsets,
+        RequestCode.GET_ALL_DELAY_OFFSET: p.all_delay_offsets,
+    }
+
+
+class OffsetProcessor:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._hot_bytes = int(_memory_bytes() * _HOT_RATIO)
+
+    def _first_message_hot(self, topic: str, queue_id: int) -> bool:
+        """Whether the queue's first message is recent enough to be in memory (Java's residency check)."""
+        store = self.broker.store
+        result = store.get_messages("", topic, queue_id, 0, 1)
+        if not result.messages:
+            return True
+        return store.max_phy_offset - result.messages[0].phys_offset <= self._hot_bytes
+
+    def query_consumer_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = QueryConsumerOffsetRequestHeader.from_ext_fields(request.ext_fields)
+        offset = self.broker.offsets.query_offset(h.consumer_group, h.topic, h.queue_id)
+        if offset < 0:
+            # a new group on a young queue starts from 0 even with CONSUME_FROM_LAST_OFFSET (§9.4)
+            if self.broker.store.get_min_offset(h.topic, h.queue_id) <= 0 and self._first_message_hot(
+                h.topic, h.queue_id
+            ):
+                offset = 0
+            else:
+                raise fail(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+        return request.make_response(ext_fields=OffsetResponseHeader(offset).to_ext_fields())
+
+    def update_consumer_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = UpdateConsumerOffsetRequestHeader.from_ext_fields(request.ext_fields)
+        self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        return request.make_response()
+
+    def max_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = QueueHeader.from_ext_fields(request.ext_fields)
+        offset = self.broker.store.get_max_offset(h.topic, h.queue_id)
+        return request.make_response(ext_fields=OffsetResponseHeader(offset).to_ext_fields())
+
+    def min_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = QueueHeader.from_ext_fields(request.ext_fields)
+        offset = self.broker.store.get_min_offset(h.topic, h.queue_id)
+        return request.make_response(ext_fields=OffsetResponseHeader(offset).to_ext_fields())
+
+    def earliest_time(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = QueueHeader.from_ext_fields(request.ext_fields)
+        ts = self.broker.store.get_earliest_message_time(h.topic, h.queue_id)
+        return request.make_response(ext_fields=TimestampResponseHeader(ts).to_ext_fields())
+
+    def search_by_timestamp(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = SearchOffsetRequestHeader.from_ext_fields(request.ext_fields)
+        offset = self.broker.store.search_offset_by_timestamp(h.topic, h.queue_id, h.timestamp)
+        return request.make_response(ext_fields=OffsetResponseHeader(offset).to_ext_fields())
+
+    def all_consumer_offsets(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        table = {k: dict(v) for k, v in self.broker.offsets.table.items()}
+        return request.make_response(body=fastjson.dumps({"offsetTable": table}, bare_int_keys=True))
+
+    def all_delay_offsets(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        table = dict(self.broker.store.configs.delay_offsets.table)
+        return request.make_response(body=fastjson.dumps({"offsetTable": table}, bare_int_keys=True))

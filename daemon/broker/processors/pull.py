@@ -1,0 +1,122 @@
+"""PULL_MESSAGE (11) with long polling (wire-protocol.md §9.7).
+
+A pull that finds nothing is held by awaiting `PullRequestHoldService.wait` and then read again, so the
+response keeps the request's opaque and the connection never blocks other requests. The response body
+is the raw stored records concatenated, straight from the store's mapping.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from daemon.broker.filter import TagFilter, build_subscription, is_tag_type
+from daemon.broker.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from daemon.broker.processors import fail, system_error
+from daemon.remoting.bodies import PermName
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection, Processor
+from store.engine import GetMessageStatus, GetResult
+
+if TYPE_CHECKING:
+    from daemon.broker.bodies import SubscriptionData
+    from daemon.broker.broker import Broker
+
+FLAG_COMMIT_OFFSET = 0x1
+FLAG_SUSPEND = 0x2
+FLAG_SUBSCRIPTION = 0x4
+
+_S = GetMessageStatus
+_CODES: dict[GetMessageStatus, int] = {
+    _S.FOUND: ResponseCode.SUCCESS,
+    _S.NO_MATCHED_MESSAGE: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    _S.MESSAGE_WAS_REMOVING: ResponseCode.PULL_RETRY_IMMEDIATELY,
+    _S.OFFSET_FOUND_NULL: ResponseCode.PULL_NOT_FOUND,
+    _S.OFFSET_OVERFLOW_ONE: ResponseCode.PULL_NOT_FOUND,
+    _S.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
+    _S.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
+}
+
+
+def processors(broker: Broker) -> dict[int, Processor]:
+    return {RequestCode.PULL_MESSAGE: PullProcessor(broker).pull}
+
+
+class PullProcessor:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def _subscription(self, h: PullMessageRequestHeader) -> SubscriptionData:
+        """The subscription to filter with: from the header, or from the group's heartbeat (step 4)."""
+        if h.sys_flag & FLAG_SUBSCRIPTION:
+            sub = build_subscription(h.topic, h.subscription, h.expression_type)
+        else:
+            info = self.broker.consumers.get(h.consumer_group)
+            if info is None:
+                raise fail(ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's group info not exist, {h.consumer_group}")
+            group = self.broker.groups.table.get(h.consumer_group)
+            if info.message_model == "BROADCASTING" and group is not None and not group.consume_broadcast_enable:
+                raise fail(ResponseCode.NO_PERMISSION, f"the consumer group[{h.consumer_group}] can not consume by broadcast way")
+            found = info.subscriptions.get(h.topic)
+            if found is None:
+                raise fail(ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's subscription not exist, {h.topic}")
+            if found.sub_version < h.sub_version:
+                raise fail(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
+            sub = found
+        if not is_tag_type(sub.expression_type) and not self.broker.config.enable_property_filter:
+            raise system_error(f"The broker does not support consumer to filter message by {sub.expression_type}")
+        return sub
+
+    def _check(self, h: PullMessageRequestHeader) -> None:
+        """Steps 1–3: permissions, group and topic."""
+        broker = self.broker
+        if not broker.config.broker_permission & PermName.READ:
+            raise fail(ResponseCode.NO_PERMISSION, f"the broker[{broker.config.broker_ip1}] pulling message is forbidden")
+        group = broker.groups.find(h.consumer_group)
+        if group is None:
+            raise fail(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{h.consumer_group}] does not exist")
+        if not group.consume_enable:
+            raise fail(ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}")
+        config = broker.topics.get(h.topic)
+        if config is None:
+            raise fail(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+        if not config.perm & PermName.READ:
+            raise fail(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
+        if h.queue_id < 0 or h.queue_id >= config.read_queue_nums:
+            raise system_error(
+                f"queueId[{h.queue_id}] is illegal, topic:[{h.topic}] topicConfig.readQueueNums:"
+                f"[{config.read_queue_nums}] consumer:[{h.consumer_group}]"
+            )
+
+    def _read(self, h: PullMessageRequestHeader, tag_filter: TagFilter) -> tuple[int, GetResult]:
+        result = self.broker.store.get_messages(
+            h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, tag_filter.codes
+        )
+        code = _CODES.get(result.status)
+        if code is None:  # NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE
+            code = ResponseCode.PULL_NOT_FOUND if h.queue_offset == 0 else ResponseCode.PULL_OFFSET_MOVED
+        return code, result
+
+    async def pull(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
+        self._check(h)
+        sub = self._subscription(h)
+        tag_filter = TagFilter.of(sub)
+        code, result = self._read(h, tag_filter)
+        if h.sys_flag & FLAG_COMMIT_OFFSET:
+            self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND:
+            config = self.broker.config
+            hold_ms = h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
+            await self.broker.hold.wait(h.topic, h.queue_id, h.queue_offset, tag_filter, hold_ms / 1000)
+            if conn.is_closed:
+                return request.make_response(ResponseCode.PULL_NOT_FOUND)  # dropped by the connection
+            code, result = self._read(h, tag_filter)
+            if code == ResponseCode.PULL_NOT_FOUND:
+                result.next_begin_offset = h.queue_offset
+        header = PullMessageResponseHeader(0, result.next_begin_offset, result.min_offset, result.max_offset)
+        body = b""
+        if code == ResponseCode.SUCCESS:
+            body = b"".join(m.raw for m in result.messages)
+            self.broker.stats.on_get(h.consumer_group, h.topic, len(result.messages))
+        return request.make_response(code, result.status.value, header.to_ext_fields(), body)

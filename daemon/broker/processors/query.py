@@ -1,0 +1,43 @@
+"""QUERY_MESSAGE (12) by key or unique key and VIEW_MESSAGE_BY_ID (33) (wire-protocol.md §10)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from daemon.broker.headers import QueryMessageRequestHeader, QueryMessageResponseHeader, ViewMessageRequestHeader
+from daemon.broker.processors import system_error
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection, Processor
+
+if TYPE_CHECKING:
+    from daemon.broker.broker import Broker
+
+
+def processors(broker: Broker) -> dict[int, Processor]:
+    store = broker.store
+    config = broker.config
+
+    def query(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = QueryMessageRequestHeader.from_ext_fields(request.ext_fields)
+        max_num = min(h.max_num, config.max_msgs_num_batch)
+        if request.ext_fields.get("_UNIQUE_KEY_QUERY") == "true":
+            max_num = config.default_query_max_num
+        result = store.query_message(h.topic, h.key, max_num, h.begin_timestamp, h.end_timestamp)
+        header = QueryMessageResponseHeader(
+            result.index_last_update_timestamp, result.index_last_update_phy_offset
+        ).to_ext_fields()
+        if not result.messages:
+            return request.make_response(
+                ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", header
+            )
+        return request.make_response(ext_fields=header, body=b"".join(m.raw for m in result.messages))
+
+    def view(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = ViewMessageRequestHeader.from_ext_fields(request.ext_fields)
+        found = store.look_message_by_offset(h.offset)
+        if found is None:
+            raise system_error(f"can not find message by the offset, {h.offset}")
+        return request.make_response(body=bytes(found.raw))
+
+    return {RequestCode.QUERY_MESSAGE: query, RequestCode.VIEW_MESSAGE_BY_ID: view}

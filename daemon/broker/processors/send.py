@@ -1,0 +1,274 @@
+"""SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), CONSUMER_SEND_MSG_BACK (36).
+
+The hot path does no JSON work: the header is parsed field by field, properties are split once, and
+the store encodes the record. See wire-protocol.md §8.3 and §9.8 for the rules followed here.
+"""
+
+from __future__ import annotations
+
+import random
+import struct
+from typing import TYPE_CHECKING
+
+from daemon.broker.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    SendMessageRequestHeader,
+    SendMessageRequestHeaderV2,
+    SendMessageResponseHeader,
+)
+from daemon.broker.managers.topics import (
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_PREFIX,
+    TRANS_HALF_TOPIC,
+    dlq_topic,
+    retry_topic,
+    topic_problem,
+)
+from daemon.broker.processors import fail, peer_host, system_error
+from daemon.remoting.bodies import PermName, TopicConfig
+from daemon.remoting.codes import RequestCode, ResponseCode, Version
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection, Processor
+from store.commitlog import PutMessageStatus
+from store.engine import PutResult
+from store.message import (
+    MULTI_TAGS_FLAG,
+    PROPERTY_CLUSTER,
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    TRANSACTION_PREPARED_TYPE,
+    Message,
+)
+from store.record import decode_properties
+
+if TYPE_CHECKING:
+    from daemon.broker.broker import Broker
+
+_BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body crc, flag, body length
+_SHORT = struct.Struct(">h")
+
+#: Store outcome → (response code, remark); codes 0/10/11/12 mean "stored" (§8.3 step 11).
+_PUT_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
+    PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
+    PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
+    PutMessageStatus.MESSAGE_ILLEGAL: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg body or properties length not matched. msg body length limit 4M, "
+        "msg properties length limit 32k.",
+    ),
+    PutMessageStatus.PROPERTIES_SIZE_EXCEEDED: (
+        ResponseCode.MESSAGE_ILLEGAL,
+        "the message is illegal, maybe msg properties length limit 32k.",
+    ),
+    PutMessageStatus.SERVICE_NOT_AVAILABLE: (
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        "service not available now. It may be caused by one of the following reasons: the broker's disk is "
+        "full, messages are put to the slave, message store has been shut down, etc.",
+    ),
+    PutMessageStatus.CREATE_MAPEDFILE_FAILED: (ResponseCode.SYSTEM_ERROR, "create mapped file failed, server is busy or broken."),
+}
+_STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT)
+
+
+def processors(broker: Broker) -> dict[int, Processor]:
+    p = SendProcessor(broker)
+    return {
+        RequestCode.SEND_MESSAGE: p.send,
+        RequestCode.SEND_MESSAGE_V2: p.send,
+        RequestCode.SEND_BATCH_MESSAGE: p.send,
+        RequestCode.CONSUMER_SEND_MSG_BACK: p.send_back,
+    }
+
+
+def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
+    """Split a batch body (§5.3) into (flag, body, properties) per inner message."""
+    out = []
+    pos = 0
+    view = memoryview(body)
+    while pos < len(body):
+        if pos + _BATCH_HEAD.size > len(body):
+            raise system_error("bad batch body: truncated message header")
+        total, _magic, _crc, flag, body_len = _BATCH_HEAD.unpack_from(view, pos)
+        start = pos + _BATCH_HEAD.size
+        props_at = start + body_len
+        if body_len < 0 or props_at + 2 > len(body):
+            raise system_error("bad batch body: truncated message body")
+        (props_len,) = _SHORT.unpack_from(view, props_at)
+        end = props_at + 2 + props_len
+        if props_len < 0 or end > len(body) or total != end - pos:
+            raise system_error("bad batch body: inconsistent message sizes")
+        out.append((flag, bytes(view[start:props_at]), decode_properties(view[props_at + 2 : end])))
+        pos = end
+    return out
+
+
+class SendProcessor:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.store_host = (broker.config.broker_ip1, broker.config.listen_port)
+
+    # ------------------------------------------------------------------ checks shared by sends
+
+    def _topic_config(self, h: SendMessageRequestHeader) -> TopicConfig:
+        """Validate the topic and find or auto-create its config (§8.3 steps 2–5)."""
+        problem = topic_problem(h.topic)
+        if problem is not None:
+            raise system_error(problem)
+        if h.topic in NOT_ALLOWED_SEND_TOPICS:
+            raise fail(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
+        if not self.broker.config.broker_permission & PermName.WRITE:
+            raise fail(ResponseCode.NO_PERMISSION, f"the broker[{self.broker.config.broker_ip1}] sending message is forbidden")
+        topics = self.broker.topics
+        config = topics.get(h.topic)
+        if config is None:
+            sys_flag = 1 if h.unit_mode else 0
+            config = topics.create_in_send(h.topic, h.default_topic, h.default_topic_queue_nums, sys_flag)
+            if config is None and h.topic.startswith(RETRY_PREFIX):
+                config = topics.create_system_like(h.topic, 1, PermName.READ_WRITE, sys_flag)
+            if config is None:
+                raise fail(
+                    ResponseCode.TOPIC_NOT_EXIST,
+                    f"topic[{h.topic}] not exist, apply first please! http://rocketmq.apache.org/docs/faq/",
+                )
+        if not config.perm & PermName.WRITE:
+            raise fail(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden")
+        if h.queue_id >= max(config.write_queue_nums, config.read_queue_nums):
+            raise system_error(
+                f"request queueId[{h.queue_id}] is illegal, {config} Producer: {h.producer_group}"
+            )
+        return config
+
+    def _retry_or_dlq(self, h: SendMessageRequestHeader, version: int, props: dict[str, str]) -> tuple[str, int] | None:
+        """For a client re-send to `%RETRY%<group>`: the DLQ target once retries are exhausted (§8.3 step 6)."""
+        group_name = h.topic[len(RETRY_PREFIX):]
+        group = self.broker.groups.find(group_name)
+        if group is None:
+            raise fail(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group_name}")
+        max_times = group.retry_max_times
+        if version >= Version.V3_4_9 and h.max_reconsume_times is not None:
+            max_times = h.max_reconsume_times
+        if (h.reconsume_times or 0) >= max_times:
+            dlq = dlq_topic(group_name)
+            self.broker.topics.create_system_like(dlq, 1, PermName.READ_WRITE)
+            props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+            return dlq, 0
+        return None
+
+    # ------------------------------------------------------------------ send
+
+    async def send(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        if request.code == RequestCode.SEND_MESSAGE:
+            h = SendMessageRequestHeader.from_ext_fields(request.ext_fields)
+        else:
+            h = SendMessageRequestHeaderV2.from_ext_fields(request.ext_fields).to_v1()
+        config = self._topic_config(h)
+        queue_id = h.queue_id if h.queue_id >= 0 else random.randrange(max(1, config.write_queue_nums))
+        props = decode_properties(h.properties) if h.properties else {}
+        wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
+        props[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
+        topic = h.topic
+        if topic.startswith(RETRY_PREFIX):
+            target = self._retry_or_dlq(h, request.version, props)
+            if target is not None:
+                topic, queue_id = target
+        reply_queue_id = queue_id
+        sys_flag = h.sys_flag
+        if config.topic_filter_type == "MULTI_TAG":
+            sys_flag |= MULTI_TAGS_FLAG
+        born_host = peer_host(conn)
+        if request.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
+            if props.get(PROPERTY_TRANSACTION_PREPARED) == "true" or props.get(PROPERTY_DELAY_TIME_LEVEL, "0") != "0":
+                raise fail(ResponseCode.MESSAGE_ILLEGAL, "batch message does not support transaction or delay")
+            msgs = [
+                Message(
+                    topic, body, queue_id, flag, {**inner, **props}, sys_flag, h.born_timestamp, born_host,
+                    self.store_host, h.reconsume_times or 0, 0, wait,
+                )
+                for flag, body, inner in decode_batch(request.body)
+            ]
+            if not msgs:
+                raise fail(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
+            result = await self.broker.put_batch(msgs)
+        else:
+            if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+                if self.broker.config.reject_transaction_message:
+                    raise fail(
+                        ResponseCode.NO_PERMISSION,
+                        f"the broker[{self.broker.config.broker_ip1}] sending transaction message is forbidden",
+                    )
+                props[PROPERTY_REAL_TOPIC] = topic
+                props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+                sys_flag = (sys_flag & ~0xC) | TRANSACTION_PREPARED_TYPE
+                self.broker.topics.create_system_like(TRANS_HALF_TOPIC, 1, PermName.READ_WRITE)
+                topic, queue_id = TRANS_HALF_TOPIC, 0
+            msg = Message(
+                topic, request.body, queue_id, h.flag, props, sys_flag, h.born_timestamp, born_host,
+                self.store_host, h.reconsume_times or 0, 0, wait,
+            )
+            result = await self.broker.put(msg)
+        return self._response(request, result, topic, reply_queue_id, len(request.body))
+
+    def _response(
+        self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, size: int
+    ) -> RemotingCommand:
+        code, remark = _PUT_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, None))
+        if code not in _STORED:
+            return request.make_response(code, remark or result.status.value)
+        self.broker.stats.on_put(topic, result.msg_num, size)
+        header = SendMessageResponseHeader(result.msg_id, queue_id, result.queue_offset)
+        return request.make_response(code, remark, header.to_ext_fields())
+
+    # ------------------------------------------------------------------ consumer send-back (retry)
+
+    async def send_back(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = ConsumerSendMsgBackRequestHeader.from_ext_fields(request.ext_fields)
+        broker = self.broker
+        group = broker.groups.find(h.group)
+        if group is None:
+            raise fail(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {h.group}")
+        if not broker.config.broker_permission & PermName.WRITE:
+            raise fail(ResponseCode.NO_PERMISSION, f"the broker[{broker.config.broker_ip1}] sending message is forbidden")
+        if group.retry_queue_nums <= 0:
+            return request.make_response()
+        retry = broker.topics.create_system_like(
+            retry_topic(h.group), group.retry_queue_nums, PermName.READ_WRITE, 1 if h.unit_mode else 0
+        )
+        if not retry.perm & PermName.WRITE:
+            raise fail(ResponseCode.NO_PERMISSION, f"the topic[{retry.topic_name}] sending message is forbidden")
+        found = broker.store.look_message_by_offset(h.offset)
+        if found is None:
+            raise system_error(f"look message by offset failed, {h.offset}")
+        old = found.message
+        props = dict(old.properties)
+        props.setdefault(PROPERTY_RETRY_TOPIC, old.topic)
+        max_times = group.retry_max_times
+        if request.version >= Version.V3_4_9 and h.max_reconsume_times is not None:
+            max_times = h.max_reconsume_times
+        delay = h.delay_level
+        if old.reconsume_times >= max_times or delay < 0:
+            topic = dlq_topic(h.group)
+            dlq = broker.topics.create_system_like(topic, 1, PermName.READ_WRITE)
+            if not dlq.perm & PermName.WRITE:
+                raise fail(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
+            queue_id = 0
+            props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        else:
+            topic = retry.topic_name
+            queue_id = random.randrange(max(1, retry.write_queue_nums))
+            props[PROPERTY_DELAY_TIME_LEVEL] = str(delay if delay > 0 else 3 + old.reconsume_times)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, old.msg_id)
+        props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
+        msg = Message(
+            topic, old.stored_body, queue_id, old.flag, props, old.sys_flag, old.born_timestamp, old.born_host,
+            self.store_host, old.reconsume_times + 1, 0, False,
+        )
+        result = await broker.put(msg)
+        if not result.ok:
+            raise system_error(result.status.value)
+        broker.stats.on_put(topic)
+        return request.make_response()

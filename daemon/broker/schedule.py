@@ -1,0 +1,108 @@
+"""Delivery of delayed messages: the 18 levels of SCHEDULE_TOPIC_XXXX (wire-protocol.md §13.4).
+
+The store parks a message with `DELAY=n` in queue n−1 of SCHEDULE_TOPIC_XXXX and writes its due time
+into the consume-queue tags code. This service walks each level's queue in order, re-puts due messages
+into their `REAL_TOPIC`/`REAL_QID` (without `DELAY`, with `WAIT=false`) and records its progress per
+level in the store's `delayOffset.json` manager.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from daemon.broker.managers.topics import SCHEDULE_TOPIC
+from store.engine import GetMessageStatus
+from store.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    Message,
+    StoredMessage,
+)
+
+if TYPE_CHECKING:
+    from daemon.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+SCHEDULE_GROUP = "SCHEDULE_CONSUMER"
+TICK = 0.1  # Java re-checks a level 100 ms after finding nothing due
+BATCH = 32
+
+
+def delivered_copy(old: StoredMessage) -> Message:
+    """The message as it must reach its real topic: DELAY removed, everything else kept."""
+    props = dict(old.properties)
+    props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+    props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
+    return Message(
+        props.get(PROPERTY_REAL_TOPIC, old.topic),
+        old.stored_body,
+        int(props.get(PROPERTY_REAL_QUEUE_ID, "0")),
+        old.flag,
+        props,
+        old.sys_flag,
+        old.born_timestamp,
+        old.born_host,
+        old.store_host,
+        old.reconsume_times,
+        old.prepared_transaction_offset,
+        False,
+    )
+
+
+class ScheduleMessageService:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.levels = len(broker.store.config.delay_levels_ms())
+        self.offsets = broker.store.configs.delay_offsets.table
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="schedule-delivery")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            for level in range(1, self.levels + 1):
+                try:
+                    await self.deliver_due(level)
+                except Exception:
+                    log.exception("delivering delay level %d failed", level)
+            await asyncio.sleep(TICK)
+
+    async def deliver_due(self, level: int) -> int:
+        """Deliver what is due in `level`; returns how many messages moved."""
+        store = self.broker.store
+        moved = 0
+        while True:
+            offset = self.offsets.get(level, 0)
+            result = store.get_messages(SCHEDULE_GROUP, SCHEDULE_TOPIC, level - 1, offset, BATCH)
+            if result.status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+                                 GetMessageStatus.OFFSET_FOUND_NULL, GetMessageStatus.MESSAGE_WAS_REMOVING):
+                self.offsets[level] = result.next_begin_offset
+                continue
+            if not result.messages:
+                return moved
+            now = int(time.time() * 1000)
+            for selected in result.messages:
+                if selected.tags_code > now:  # the tags code holds the due time
+                    return moved
+                put = await self.broker.put(delivered_copy(selected.message))
+                if not put.ok:
+                    log.warning("delay level %d: re-put of offset %d failed: %s", level, selected.queue_offset,
+                                put.status.value)
+                    return moved
+                self.offsets[level] = selected.queue_offset + 1
+                moved += 1
+            self.offsets[level] = max(self.offsets.get(level, 0), result.next_begin_offset)
