@@ -19,6 +19,7 @@ NOUNS: tuple[tuple[str, str], ...] = (
     ("cluster", "mqctl.cli.cluster"),
     ("topic", "mqctl.cli.topic"),
     ("context", "mqctl.cli.context"),
+    ("spark-export", "mqctl.cli.spark_export"),
 )
 
 COMPLETE_VAR = "_MQCTL_COMPLETE"

@@ -1,0 +1,159 @@
+"""``mqctl spark-export``: CommitLog to Parquet/JSON/CSV on Spark, and ``spark-export report``.
+
+Thin: options are parsed here, the work is in ``mqctl.spark`` (imported inside the commands, so
+that building the CLI never loads pyspark, pyarrow or numpy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import click
+import typer
+
+from mqctl.cli.common import OutputOpt
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from mqctl.spark.export import ExportProgress
+
+app = typer.Typer(
+    help="Export a store's CommitLog with Spark (Parquet, JSON, CSV) or report on it.",
+    invoke_without_command=True,
+)
+
+StoreOpt = Annotated[
+    Path,
+    typer.Option("--store", help="Store root directory (holds commitlog/).", exists=True, file_okay=False),
+]
+TopicOpt = Annotated[list[str] | None, typer.Option("--topic", "-t", help="Only this topic (repeatable).")]
+SinceOpt = Annotated[
+    str | None,
+    typer.Option("--since", help="Store time from (inclusive): ISO 8601 (UTC default) or epoch ms."),
+]
+UntilOpt = Annotated[
+    str | None, typer.Option("--until", help="Store time until (exclusive), same forms as --since.")
+]
+MasterOpt = Annotated[
+    str | None,
+    typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: embedded local[*]).",
+                 envvar="MQCTL_SPARK_MASTER"),
+]  # fmt: skip
+PartitionsOpt = Annotated[
+    int | None, typer.Option("--partitions", min=1, help="Number of read splits (default: one per 64 MiB).")
+]
+
+
+def _window(since: str | None, until: str | None) -> tuple[datetime | None, datetime | None]:
+    from mqctl.spark.export import parse_instant
+
+    return (parse_instant(since) if since else None, parse_instant(until) if until else None)
+
+
+@app.callback()
+def export(
+    ctx: typer.Context,
+    store: Annotated[
+        Path | None,
+        typer.Option(
+            "--store", help="Store root directory (holds commitlog/).", exists=True, file_okay=False
+        ),
+    ] = None,
+    out: Annotated[Path | None, typer.Option("--out", help="Output directory (Spark part files).")] = None,
+    fmt: Annotated[
+        str,
+        typer.Option("--format", help="Export format.", click_type=click.Choice(["parquet", "json", "csv"])),
+    ] = "parquet",
+    topic: TopicOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    with_body: Annotated[
+        bool, typer.Option("--with-body", help="Include message bodies (inflated when compressed).")
+    ] = False,
+    master: MasterOpt = None,
+    partitions: PartitionsOpt = None,
+    overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --out if it exists.")] = False,
+    output: OutputOpt = "table",
+) -> None:
+    """Export every record of the CommitLog (one row per record) and print a summary."""
+    if ctx.invoked_subcommand is not None:
+        return
+    from mqctl.errors import UsageError
+
+    if store is None or out is None:
+        raise UsageError("spark-export needs --store DIR and --out PATH (or the 'report' command)")
+    from mqctl.output import render
+    from mqctl.spark.export import export as run_export
+    from mqctl.spark.session import spark_session
+
+    first, last = _window(since, until)
+    with _progress_bar() as progress, spark_session(master, app_name="mqctl spark-export") as spark:
+        result = run_export(
+            spark, store, out, fmt=fmt, topics=topic or (), since=first, until=last, with_body=with_body,
+            partitions=partitions, overwrite=overwrite, progress=progress,
+        )  # fmt: skip
+    render(result, output)
+
+
+@contextmanager
+def _progress_bar() -> Iterator[Callable[[ExportProgress], None]]:
+    """A files/bytes progress bar on stderr, drawn only on a terminal, fed by the export service."""
+    from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from mqctl.output import stderr_console
+
+    console = stderr_console()
+    columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn())
+    with Progress(*columns, console=console, disable=not console.is_terminal, transient=True) as progress:
+        task = progress.add_task("planning", total=None)
+
+        def update(p: ExportProgress) -> None:
+            description = f"{p.files} files, split {p.splits_done}/{p.splits}"
+            progress.update(task, total=p.bytes_total, completed=p.bytes_done, description=description)
+
+        yield update
+
+
+@app.command("report")
+def report(
+    store: StoreOpt,
+    topic: TopicOpt = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    master: MasterOpt = None,
+    partitions: PartitionsOpt = None,
+    json_out: Annotated[
+        Path | None, typer.Option("--json", help="Also write the whole report as JSON here.")
+    ] = None,
+    charts: Annotated[
+        Path | None,
+        typer.Option("--charts", help="Write PNG charts of the per-minute series into this directory."),
+    ] = None,
+    top: Annotated[
+        int, typer.Option("--top", min=1, help="Rows in the top-N sections (keys, producers).")
+    ] = 20,
+    output: OutputOpt = "table",
+) -> None:
+    """Per-topic throughput, sizes, producers, latency, hot keys, queue skew, retries/DLQ, per-file content."""
+    from mqctl.output import render
+    from mqctl.spark.report import build_report, write_charts, write_json
+    from mqctl.spark.session import spark_session
+
+    first, last = _window(since, until)
+    with spark_session(master, app_name="mqctl spark-export report") as spark:
+        result = build_report(
+            spark, store, topics=topic or (), since=first, until=last, partitions=partitions, top=top
+        )
+    if json_out is not None:
+        write_json(result, json_out)
+    if charts is not None:
+        write_charts(result, charts)
+    if output == "table":
+        for title, rows in result.sections():
+            render(rows, "table", title=title)
+    else:
+        render(result, output)

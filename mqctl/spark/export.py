@@ -1,0 +1,240 @@
+"""``spark-export``: a store's CommitLog to Parquet, JSON or CSV through the data source.
+
+Services return results and never print; progress goes to an optional callback that the CLI
+draws. Topic and time filters are written as DataFrame predicates so Spark pushes them into
+the reader (``pushFilters``), where whole batches are dropped before their columns are built.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import shutil
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mqctl.errors import ConflictError, MqctlError, StoreError, UsageError
+from mqctl.spark import FORMAT_NAME
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+log = logging.getLogger(__name__)
+
+EXPORT_FORMATS = ("parquet", "json", "csv")
+_JOB_GROUP = "mqctl-spark-export"
+
+
+@dataclass(frozen=True)
+class ScanPlan:
+    """What a read will cover, computed on the driver for progress and the summary."""
+
+    files: int
+    splits: int
+    data_bytes: int
+
+
+@dataclass(frozen=True)
+class ExportProgress:
+    files: int
+    splits_done: int
+    splits: int
+    bytes_done: int
+    bytes_total: int
+
+
+ProgressCallback = Callable[[ExportProgress], None]
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    """The summary ``spark-export`` prints: rows written and CommitLog bytes read per second.
+
+    ``data_bytes`` is the CommitLog data scanned (written bytes of the files read); ``record_bytes``
+    the TOTALSIZE sum of the exported rows (smaller when filters drop records).
+    """
+
+    store: str
+    out: str
+    format: str
+    rows: int
+    files: int
+    splits: int
+    data_bytes: int
+    record_bytes: int
+    wall_seconds: float
+    mb_per_s: float
+
+
+def parse_instant(text: str) -> datetime:
+    """``--since``/``--until``: ISO 8601 (UTC unless an offset is given) or epoch milliseconds."""
+    value = text.strip()
+    if re.fullmatch(r"\d{10,16}", value):
+        return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError as exc:
+        raise UsageError(
+            f"not a time: {text!r} (use ISO 8601 like 2026-11-21T09:10:00Z, or epoch ms)"
+        ) from exc
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def plan(store: str | Path, partitions: int | None = None) -> ScanPlan:
+    """Files, splits and data bytes of a read (the reader plans the same splits in Spark)."""
+    from mqctl.spark.source import list_files, plan_splits
+
+    files = list_files(store)
+    return ScanPlan(
+        len(files), len(plan_splits(files, partitions=partitions)), sum(f.data_estimate for f in files)
+    )
+
+
+def load(
+    spark: SparkSession,
+    store: str | Path,
+    *,
+    topics: Sequence[str] = (),
+    since: datetime | None = None,
+    until: datetime | None = None,
+    with_body: bool = False,
+    partitions: int | None = None,
+) -> DataFrame:
+    """The store's records as a DataFrame; ``since`` is inclusive and ``until`` exclusive."""
+    from pyspark.sql import functions as F
+
+    from mqctl.spark.source import commitlog_dir
+
+    commitlog_dir(store)  # a missing store fails here, not inside a Spark task
+    reader = spark.read.format(FORMAT_NAME).option("with_body", str(with_body).lower())
+    if partitions:
+        reader = reader.option("partitions", str(partitions))
+    df = reader.load(str(store))
+    if topics:
+        df = df.where(F.col("topic").isin(list(topics)))
+    if since is not None:
+        df = df.where(F.col("store_timestamp") >= F.lit(since))
+    if until is not None:
+        df = df.where(F.col("store_timestamp") < F.lit(until))
+    return df
+
+
+def _csv_columns(df: DataFrame) -> DataFrame:
+    """CSV has no arrays, maps or binary: keys joined by spaces, properties as JSON, body base64."""
+    from pyspark.sql import functions as F
+
+    out = df.withColumn("keys", F.array_join("keys", " ")).withColumn("properties", F.to_json("properties"))
+    return out.withColumn("body", F.base64("body")) if "body" in df.columns else out
+
+
+@contextmanager
+def _watch(spark: SparkSession, scan: ScanPlan, callback: ProgressCallback | None) -> Iterator[None]:
+    """Report task progress of this thread's job group every 0.25 s while the block runs."""
+    sc = spark.sparkContext
+    sc.setJobGroup(_JOB_GROUP, "mqctl spark-export")
+    stop = threading.Event()
+
+    def poll() -> None:
+        tracker = sc.statusTracker()
+        while not stop.wait(0.25):
+            done = total = 0
+            for job in tracker.getJobIdsForGroup(_JOB_GROUP):
+                info = tracker.getJobInfo(job)
+                for stage_id in info.stageIds if info else ():
+                    stage = tracker.getStageInfo(stage_id)
+                    if stage is not None:
+                        done, total = done + stage.numCompletedTasks, total + stage.numTasks
+            if total and callback is not None:
+                callback(
+                    ExportProgress(scan.files, done, total, scan.data_bytes * done // total, scan.data_bytes)
+                )
+
+    thread = threading.Thread(target=poll, name="spark-export-progress", daemon=True)
+    if callback is not None:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        if callback is not None:
+            thread.join()
+            callback(ExportProgress(scan.files, scan.splits, scan.splits, scan.data_bytes, scan.data_bytes))
+        sc.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+
+
+def spark_failure(exc: Exception) -> MqctlError:
+    """A failed Spark job as one line: a corrupt record keeps its file and offset."""
+    text = str(exc)
+    corrupt = re.search(r"corrupt record at [^\n]*", text)
+    if corrupt:
+        return StoreError(corrupt.group(0).strip())
+    first = next((line.strip() for line in text.splitlines() if line.strip()), type(exc).__name__)
+    return MqctlError(f"Spark job failed: {first}")
+
+
+def export(
+    spark: SparkSession,
+    store: str | Path,
+    out: str | Path,
+    *,
+    fmt: str = "parquet",
+    topics: Sequence[str] = (),
+    since: datetime | None = None,
+    until: datetime | None = None,
+    with_body: bool = False,
+    partitions: int | None = None,
+    overwrite: bool = False,
+    progress: ProgressCallback | None = None,
+) -> ExportResult:
+    """Write the store's records to ``out`` (a directory of part files) and summarise the run."""
+    from pyspark.errors import PySparkException
+    from pyspark.sql import Observation
+    from pyspark.sql import functions as F
+
+    if fmt not in EXPORT_FORMATS:
+        raise UsageError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")
+    target = Path(out)
+    if target.exists() and not overwrite:
+        raise ConflictError(f"{target} already exists", hint="use --overwrite to replace it")
+    started = time.perf_counter()
+    scan = plan(store, partitions)
+    df = load(
+        spark, store, topics=topics, since=since, until=until, with_body=with_body, partitions=partitions
+    )
+    seen = Observation("mqctl-export")
+    df = df.observe(
+        seen, F.count(F.lit(1)).alias("rows"), F.coalesce(F.sum("record_size"), F.lit(0)).alias("bytes")
+    )
+    if fmt == "csv":
+        df = _csv_columns(df)
+    writer = df.write.mode("overwrite" if overwrite else "errorifexists")
+    if fmt == "csv":
+        writer = writer.option("header", "true")
+    if overwrite and target.is_file():
+        target.unlink()
+    try:
+        with _watch(spark, scan, progress):
+            writer.format(fmt).save(str(target))
+    except PySparkException as exc:
+        shutil.rmtree(target, ignore_errors=True)
+        raise spark_failure(exc) from exc
+    metrics = seen.get
+    wall = time.perf_counter() - started
+    return ExportResult(
+        store=str(store),
+        out=str(target),
+        format=fmt,
+        rows=int(metrics["rows"]),
+        files=scan.files,
+        splits=scan.splits,
+        data_bytes=scan.data_bytes,
+        record_bytes=int(metrics["bytes"]),
+        wall_seconds=round(wall, 3),
+        mb_per_s=round(scan.data_bytes / wall / 1e6, 1) if wall > 0 else 0.0,
+    )
