@@ -108,7 +108,11 @@ class AdminProcessor:
         h = TopicHeader.from_ext_fields(request.ext_fields)
         self._check_topic(h.topic)
         self.broker.topics.delete(h.topic)
-        self.broker.store.delete_topics({h.topic})
+        offsets = self.broker.offsets
+        with offsets.lock:
+            for key in [k for k in offsets.table if k.split("@", 1)[0] == h.topic]:
+                del offsets.table[key]
+        # The topic's consume-queue files stay until the store offers queue deletion (see report).
         return request.make_response()
 
     def all_topic_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -300,9 +304,11 @@ class AdminProcessor:
     # ------------------------------------------------------------------ store maintenance
 
     def clean_expired_consume_queue(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        self.broker.store.clean_expired_consume_queues()
+        """Accepted for mqadmin compatibility; the store has no expiry yet, so nothing is expired."""
+        log.info("clean expired consume queues requested by %s: the store keeps every file", conn.peer)
         return request.make_response()
 
     def delete_expired_commit_log(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        self.broker.store.execute_delete_files_manually()
+        """Accepted for mqadmin compatibility; the retention policy (fileReservedTime) is a later issue."""
+        log.info("delete expired commit log requested by %s: the store keeps every file", conn.peer)
         return request.make_response()

@@ -1,0 +1,212 @@
+"""Send, pull, long polling, retry, DLQ, delay, query and view against a real broker over TCP."""
+
+from __future__ import annotations
+
+import asyncio
+import struct
+from pathlib import Path
+
+from daemon.broker.headers import ConsumerSendMsgBackRequestHeader, QueryMessageRequestHeader
+from daemon.remoting.codes import RequestCode, ResponseCode
+from store.record import decode_msg_id, encode_properties
+from tests.broker.conftest import BrokerHandle, decode_records, start_broker
+
+
+async def test_send_v2_then_pull_returns_identical_message(broker: BrokerHandle) -> None:
+    body = bytes(range(256)) * 4
+    sent = await broker.send("OrderTopic", body, queue_id=1, tags="TagA", keys="k1 k2")
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    assert sent.ext_fields["queueId"] == "1" and sent.ext_fields["queueOffset"] == "0"
+    (host, port), phys = decode_msg_id(sent.ext_fields["msgId"])
+    assert f"{host}:{port}" == broker.addr
+
+    pulled = await broker.pull("G1", "OrderTopic", 1, 0)
+    assert pulled.code == ResponseCode.SUCCESS and pulled.remark == "FOUND"
+    assert pulled.ext_fields["nextBeginOffset"] == "1"
+    assert pulled.ext_fields["maxOffset"] == "1" and pulled.ext_fields["minOffset"] == "0"
+    (msg,) = decode_records(pulled.body)
+    assert msg.body == body and msg.topic == "OrderTopic" and msg.queue_id == 1
+    assert msg.tags == "TagA" and msg.keys == ["k1", "k2"]
+    assert msg.properties["CLUSTER"] == "DefaultCluster" and "WAIT" not in msg.properties
+    assert msg.commit_log_offset == phys and msg.msg_id == sent.ext_fields["msgId"]
+
+
+async def test_send_v1_header_and_auto_created_topic_queue_count(broker: BrokerHandle) -> None:
+    sent = await broker.send("AutoTopic", b"v1", code=RequestCode.SEND_MESSAGE_V2)
+    assert sent.code == ResponseCode.SUCCESS
+    config = broker.broker.topics.get("AutoTopic")
+    assert config is not None and config.write_queue_nums == 4 and config.perm == 6
+    v1 = {"producerGroup": "PG", "topic": "AutoTopic", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
+          "queueId": "2", "sysFlag": "0", "bornTimestamp": "1", "flag": "7", "properties": ""}
+    r = await broker.call(RequestCode.SEND_MESSAGE, v1, b"legacy")
+    assert r.code == ResponseCode.SUCCESS and r.ext_fields["queueId"] == "2"
+    (msg,) = decode_records((await broker.pull("G", "AutoTopic", 2, 0)).body)
+    assert msg.flag == 7 and msg.body == b"legacy"
+
+
+async def test_send_refusals(tmp_path: Path) -> None:
+    b = await start_broker(tmp_path / "s", auto_create_topic_enable=False)
+    handle = BrokerHandle(b, __import__("daemon.remoting.client", fromlist=["RemotingClient"]).RemotingClient())
+    try:
+        missing = await handle.send("NoSuchTopic", b"x")
+        assert missing.code == ResponseCode.TOPIC_NOT_EXIST
+        assert (await handle.send("SCHEDULE_TOPIC_XXXX", b"x")).code == ResponseCode.NO_PERMISSION
+        bad = await handle.send("bad topic!", b"x")
+        assert bad.code == ResponseCode.SYSTEM_ERROR and "illegal characters" in (bad.remark or "")
+        b.topics.create_system_like("Small", 2, 6)
+        assert (await handle.send("Small", b"x", queue_id=5)).code == ResponseCode.SYSTEM_ERROR
+    finally:
+        await handle.client.close()
+        await b.shutdown()
+
+
+async def test_pull_status_codes_follow_the_outcome_table(broker: BrokerHandle) -> None:
+    b = broker.broker
+    b.topics.create_system_like("PT", 2, 6)
+    empty = await broker.pull("G", "PT", 0, 0)
+    assert empty.code == ResponseCode.PULL_NOT_FOUND and empty.ext_fields["nextBeginOffset"] == "0"
+    for i in range(3):
+        await broker.send("PT", f"m{i}".encode())
+    caught_up = await broker.pull("G", "PT", 0, 3)
+    assert caught_up.code == ResponseCode.PULL_NOT_FOUND and caught_up.remark == "OFFSET_OVERFLOW_ONE"
+    assert caught_up.ext_fields["nextBeginOffset"] == "3"
+    badly = await broker.pull("G", "PT", 0, 10)
+    assert badly.code == ResponseCode.PULL_OFFSET_MOVED and badly.remark == "OFFSET_OVERFLOW_BADLY"
+    assert int(badly.ext_fields["nextBeginOffset"]) <= 3  # Java: min offset when it is 0, else max offset
+    unknown_queue = await broker.pull("G", "PT", 1, 5)
+    assert unknown_queue.code == ResponseCode.PULL_OFFSET_MOVED
+    illegal = await broker.pull("G", "PT", 7, 0)
+    assert illegal.code == ResponseCode.SYSTEM_ERROR
+    assert (await broker.pull("G", "Nope", 0, 0)).code == ResponseCode.TOPIC_NOT_EXIST
+    some = await broker.pull("G", "PT", 0, 1, max_nums=1)
+    assert [m.body for m in decode_records(some.body)] == [b"m1"]
+    assert some.ext_fields["nextBeginOffset"] == "2"
+
+
+async def test_tag_filter_skips_other_tags_but_advances(broker: BrokerHandle) -> None:
+    for tag in ("A", "B", "A", "C"):
+        await broker.send("Tagged", tag.encode(), tags=tag)
+    got = await broker.pull("G", "Tagged", 0, 0, subscription="A || C")
+    assert [m.body for m in decode_records(got.body)] == [b"A", b"A", b"C"]
+    assert got.ext_fields["nextBeginOffset"] == "4"
+    none = await broker.pull("G", "Tagged", 0, 1, subscription="Z", max_nums=1)
+    assert none.code in (ResponseCode.PULL_RETRY_IMMEDIATELY, ResponseCode.PULL_NOT_FOUND)
+
+
+async def test_pull_without_subscription_uses_heartbeat_state(broker: BrokerHandle) -> None:
+    await broker.send("HB", b"x")
+    no_group = await broker.pull("HG", "HB", 0, 0, sys_flag=0)
+    assert no_group.code == ResponseCode.SUBSCRIPTION_NOT_EXIST
+    assert (await broker.heartbeat("c1", "HG", ["HB"])).code == ResponseCode.SUCCESS
+    ok = await broker.pull("HG", "HB", 0, 0, sys_flag=0)
+    assert ok.code == ResponseCode.SUCCESS and decode_records(ok.body)[0].body == b"x"
+
+
+async def test_long_poll_wakes_when_a_message_arrives(broker: BrokerHandle) -> None:
+    broker.broker.topics.create_system_like("LP", 1, 6)
+    pending = asyncio.create_task(broker.pull("G", "LP", 0, 0, sys_flag=0x6, suspend_ms=20_000, timeout=30))
+    while broker.broker.hold.parked == 0:
+        await asyncio.sleep(0.01)
+    assert not pending.done()
+    await broker.send("LP", b"wake")
+    woke = await pending
+    assert woke.code == ResponseCode.SUCCESS and decode_records(woke.body)[0].body == b"wake"
+
+
+async def test_long_poll_times_out_with_not_found(broker: BrokerHandle) -> None:
+    broker.broker.topics.create_system_like("LP2", 1, 6)
+    await broker.send("LP2", b"first")
+    r = await broker.pull("G", "LP2", 0, 1, sys_flag=0x6, suspend_ms=200)
+    assert r.code == ResponseCode.PULL_NOT_FOUND and r.ext_fields["nextBeginOffset"] == "1"
+
+
+async def test_a_slow_long_poll_does_not_block_the_same_connection(broker: BrokerHandle) -> None:
+    broker.broker.topics.create_system_like("LP3", 1, 6)
+    held = asyncio.create_task(broker.pull("G", "LP3", 0, 0, sys_flag=0x6, suspend_ms=20_000, timeout=30))
+    while broker.broker.hold.parked == 0:
+        await asyncio.sleep(0.01)
+    sent = await broker.send("LP3", b"after")  # same pooled connection as the held pull
+    assert sent.code == ResponseCode.SUCCESS
+    assert (await held).code == ResponseCode.SUCCESS
+
+
+async def test_batch_send_gives_consecutive_offsets_and_joined_ids(broker: BrokerHandle) -> None:
+    def entry(body: bytes, props: dict[str, str]) -> bytes:
+        p = encode_properties(props)
+        return struct.pack(">iiiii", 20 + len(body) + 2 + len(p), 0, 0, 0, len(body)) + body + struct.pack(">h", len(p)) + p
+
+    payload = b"".join(entry(f"b{i}".encode(), {"KEYS": f"bk{i}", "UNIQ_KEY": f"U{i}"}) for i in range(3))
+    r = await broker.send("Batch", payload, code=RequestCode.SEND_BATCH_MESSAGE, batch=True)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    assert len(r.ext_fields["msgId"].split(",")) == 3 and r.ext_fields["queueOffset"] == "0"
+    msgs = decode_records((await broker.pull("G", "Batch", 0, 0)).body)
+    assert [(m.body, m.queue_offset, m.keys) for m in msgs] == [(b"b0", 0, ["bk0"]), (b"b1", 1, ["bk1"]), (b"b2", 2, ["bk2"])]
+    assert all(m.properties["CLUSTER"] == "DefaultCluster" for m in msgs)
+
+
+async def test_view_by_id_and_query_by_key(broker: BrokerHandle) -> None:
+    sent = await broker.send("Q", b"findme", keys="order-1 order-2", props={"UNIQ_KEY": "ABCDEF"})
+    _, phys = decode_msg_id(sent.ext_fields["msgId"])
+    viewed = await broker.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(phys)})
+    assert viewed.code == ResponseCode.SUCCESS and decode_records(viewed.body)[0].body == b"findme"
+    missing = await broker.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(phys + 10**6)})
+    assert missing.code == ResponseCode.SYSTEM_ERROR
+
+    def query(key: str, unique: bool = False) -> dict[str, str]:
+        ext = QueryMessageRequestHeader("Q", key, 64, 0, 2**62).to_ext_fields()
+        if unique:
+            ext["_UNIQUE_KEY_QUERY"] = "true"
+        return ext
+
+    by_key = await broker.call(RequestCode.QUERY_MESSAGE, query("order-2"))
+    assert by_key.code == ResponseCode.SUCCESS and decode_records(by_key.body)[0].body == b"findme"
+    assert "indexLastUpdateTimestamp" in by_key.ext_fields
+    by_uniq = await broker.call(RequestCode.QUERY_MESSAGE, query("ABCDEF", unique=True))
+    assert decode_records(by_uniq.body)[0].body == b"findme"
+    nothing = await broker.call(RequestCode.QUERY_MESSAGE, query("absent"))
+    assert nothing.code == ResponseCode.QUERY_NOT_FOUND
+
+
+async def _send_back(broker: BrokerHandle, phys: int, group: str, delay: int, max_times: int | None = None) -> int:
+    h = ConsumerSendMsgBackRequestHeader(phys, group, delay, None, None, False, max_times)
+    return (await broker.call(RequestCode.CONSUMER_SEND_MSG_BACK, h.to_ext_fields())).code
+
+
+async def test_send_back_goes_through_delay_level_to_retry_topic(broker: BrokerHandle) -> None:
+    sent = await broker.send("RT", b"retry-me", tags="T")
+    _, phys = decode_msg_id(sent.ext_fields["msgId"])
+    assert await _send_back(broker, phys, "RG", 1) == ResponseCode.SUCCESS
+    parked = decode_records((await broker.pull("X", "SCHEDULE_TOPIC_XXXX", 0, 0)).body)
+    assert parked[0].properties["REAL_TOPIC"] == "%RETRY%RG" and parked[0].properties["DELAY"] == "1"
+    # level 1 = 1 s: wait for the schedule service with a long poll on the retry queue
+    got = await broker.pull("RG", "%RETRY%RG", 0, 0, sys_flag=0x6, suspend_ms=15_000, timeout=20)
+    (msg,) = decode_records(got.body)
+    assert msg.body == b"retry-me" and msg.reconsume_times == 1
+    assert msg.properties["RETRY_TOPIC"] == "RT" and "DELAY" not in msg.properties
+    assert msg.properties["ORIGIN_MESSAGE_ID"] == sent.ext_fields["msgId"]
+    assert broker.broker.store.configs.delay_offsets.table[1] == 1
+
+
+async def test_send_back_past_max_times_goes_to_dlq(broker: BrokerHandle) -> None:
+    sent = await broker.send("DT", b"dead")
+    _, phys = decode_msg_id(sent.ext_fields["msgId"])
+    assert await _send_back(broker, phys, "DG", 0, max_times=0) == ResponseCode.SUCCESS
+    (msg,) = decode_records((await broker.pull("X", "%DLQ%DG", 0, 0)).body)
+    assert msg.body == b"dead" and msg.reconsume_times == 1 and "DELAY" not in msg.properties
+    assert await _send_back(broker, phys + 10**6, "DG", 0) == ResponseCode.SYSTEM_ERROR
+
+
+async def test_client_resend_to_retry_topic_beyond_max_goes_to_dlq(broker: BrokerHandle) -> None:
+    r = await broker.send("%RETRY%CG", b"again", reconsume_times=3, max_reconsume_times=3, props={"DELAY": "5"})
+    assert r.code == ResponseCode.SUCCESS
+    (msg,) = decode_records((await broker.pull("X", "%DLQ%CG", 0, 0)).body)
+    assert msg.body == b"again" and msg.reconsume_times == 3
+
+
+async def test_delayed_send_is_parked_then_delivered(broker: BrokerHandle) -> None:
+    r = await broker.send("Later", b"soon", props={"DELAY": "1"})
+    assert r.code == ResponseCode.SUCCESS
+    assert (await broker.pull("G", "Later", 0, 0)).code == ResponseCode.PULL_NOT_FOUND
+    got = await broker.pull("G", "Later", 0, 0, sys_flag=0x6, suspend_ms=15_000, timeout=20)
+    (msg,) = decode_records(got.body)
+    assert msg.body == b"soon" and msg.properties["REAL_TOPIC"] == "Later" and "DELAY" not in msg.properties
