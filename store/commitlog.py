@@ -175,10 +175,12 @@ class CommitLog:
                 PutMessageStatus.MESSAGE_ILLEGAL, f"batch of {total} bytes does not fit a file"
             )
         mf = self._file_for(total)
+        pos = mf.wrote_position
+        if pos + total > mf.prepared_position:
+            mf.prepare(pos + total)
         table = self.topic_queue_table
         out = []
         mm = mf.mm
-        pos = mf.wrote_position
         base = mf.file_from_offset
         for m, props, size in encoded:
             key = (m.topic, m.queue_id)
@@ -330,6 +332,12 @@ class CommitLog:
 
     def truncate(self, offset: int) -> None:
         self.files.truncate_dirty_files(offset)
+
+    def warm_ahead(self, nbytes: int) -> None:
+        """Pre-fault the next ``nbytes`` of the active file (called from a background thread)."""
+        last = self.files.last_file()
+        if last is not None and last.prepared_position < last.file_size:
+            last.prepare(min(last.wrote_position + nbytes, last.file_size))
 
     def flush(self) -> int:
         return self.files.flush()

@@ -193,6 +193,7 @@ class MessageStore(Protocol):
     def add_arrival_listener(self, listener: ArrivalListener) -> None: ...
 
 
+_WARM_AHEAD_BYTES = 16 * 1024 * 1024
 _LOCKED_ROOTS: set[str] = set()
 _LOCKED_ROOTS_GUARD = threading.Lock()
 
@@ -295,6 +296,7 @@ class DefaultMessageStore:
         self._threads = [
             threading.Thread(target=self._commit_log_flush_loop, name="store-flush-commitlog", daemon=True),
             threading.Thread(target=self._cq_flush_loop, name="store-flush-cq", daemon=True),
+            threading.Thread(target=self._warm_loop, name="store-warm-commitlog", daemon=True),
         ]
         for t in self._threads:
             t.start()
@@ -629,6 +631,14 @@ class DefaultMessageStore:
                 with self._gc_cond:
                     self._flushed_offset = max(self._flushed_offset, target)
                     self._gc_cond.notify_all()
+
+    def _warm_loop(self) -> None:
+        """Keep zeroed page-cache pages ahead of the CommitLog writer (see ``MappedFile.prepare``)."""
+        while not self._stop.wait(0.005):
+            try:
+                self.commit_log.warm_ahead(_WARM_AHEAD_BYTES)
+            except (OSError, ValueError):
+                log.exception("commit log warm-up failed")
 
     def _flush_consume_queues(self, *, thorough: bool) -> None:
         logics_ts = self._logics_ts

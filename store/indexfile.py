@@ -8,7 +8,7 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import Sequence
 
 from store.errors import StoreFormatError
 from store.javahash import index_key_hash
@@ -86,32 +86,43 @@ class IndexFile:
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """Insert one key (§5.6); ``False`` when the file is full. Call :meth:`write_header` afterwards."""
-        n = self.index_count
-        if n >= self.index_num:
-            return False
-        h = index_key_hash(key)
-        sp = INDEX_HEADER_SIZE + (h % self.hash_slot_num) * HASH_SLOT_SIZE
+        return self.put_keys((key,), phy_offset, store_timestamp) == 1
+
+    def put_keys(self, keys: Sequence[str], phy_offset: int, store_timestamp: int) -> int:
+        """Insert keys of one record in order (§5.6); returns how many fit before the file filled up."""
         mm = self.mm
-        prev = SLOT.unpack_from(mm, sp)[0]
-        if prev <= 0 or prev > n:
-            prev = 0
-        begin = self.begin_timestamp
-        if begin <= 0:
-            diff = 0
-        else:
-            diff = int((store_timestamp - begin) / 1000)  # Java long division truncates toward zero
-            diff = 0 if diff < 0 else _MAX_DIFF if diff > _MAX_DIFF else diff
-        ENTRY.pack_into(mm, self._entries_base + n * INDEX_ENTRY_SIZE, h, phy_offset, diff, prev)
-        SLOT.pack_into(mm, sp, n)
-        if n <= 1:
-            self.begin_phy_offset = phy_offset
-            self.begin_timestamp = store_timestamp
-        if prev == 0:
-            self.hash_slot_count += 1
-        self.index_count = n + 1
-        self.end_phy_offset = phy_offset
-        self.end_timestamp = store_timestamp
-        return True
+        slots = self.hash_slot_num
+        base = self._entries_base
+        unpack_slot = SLOT.unpack_from
+        done = 0
+        for key in keys:
+            n = self.index_count
+            if n >= self.index_num:
+                break
+            h = index_key_hash(key)
+            sp = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE
+            prev = unpack_slot(mm, sp)[0]
+            if prev <= 0 or prev > n:
+                prev = 0
+            begin = self.begin_timestamp
+            if begin <= 0:
+                diff = 0
+            else:
+                diff = int((store_timestamp - begin) / 1000)  # Java long division truncates toward zero
+                diff = 0 if diff < 0 else _MAX_DIFF if diff > _MAX_DIFF else diff
+            ENTRY.pack_into(mm, base + n * INDEX_ENTRY_SIZE, h, phy_offset, diff, prev)
+            SLOT.pack_into(mm, sp, n)
+            if n <= 1:
+                self.begin_phy_offset = phy_offset
+                self.begin_timestamp = store_timestamp
+            if prev == 0:
+                self.hash_slot_count += 1
+            self.index_count = n + 1
+            done += 1
+        if done:
+            self.end_phy_offset = phy_offset
+            self.end_timestamp = store_timestamp
+        return done
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         fb, fe = self.begin_timestamp, self.end_timestamp
@@ -211,14 +222,15 @@ class IndexService:
         if phy_offset < f.end_phy_offset:
             return None  # already indexed (re-dispatch after recovery)
         rolled: int | None = None
-        for key in keys:
-            if not f.put_key(key, phy_offset, store_timestamp):
-                f.write_header()
-                f, full = self._writable_file(now_ms)
-                if full is not None:
-                    full.flush()
-                    rolled = full.end_timestamp
-                f.put_key(key, phy_offset, store_timestamp)
+        done = f.put_keys(keys, phy_offset, store_timestamp)
+        while done < len(keys):
+            f.write_header()
+            f, full = self._writable_file(now_ms)
+            if full is not None:
+                full.flush()
+                rolled = full.end_timestamp
+            keys = keys[done:]
+            done = f.put_keys(keys, phy_offset, store_timestamp)
         f.write_header()
         return rolled
 

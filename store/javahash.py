@@ -49,7 +49,11 @@ def tags_code(tags: str | None) -> int:
 
 def index_key_hash(key: str) -> int:
     """IndexFile key hash: ``abs(hashCode)``, with Java's ``abs(MIN_VALUE)`` overflow mapped to 0 (§5.5)."""
-    h = java_hash(key)
-    if h == -0x80000000:
-        return 0
-    return -h if h < 0 else h
+    if key.isascii():
+        units: bytes | memoryview = key.encode("ascii")
+    else:
+        units = memoryview(key.encode("utf-16-le" if _LITTLE else "utf-16-be")).cast("H")
+    h = sum(map(mul, units, _powers(len(units)))) & _MASK
+    if h & 0x80000000:  # negative as a Java int: abs() is 2**32 - h, except MIN_VALUE which stays negative
+        return 0 if h == 0x80000000 else 0x100000000 - h
+    return h

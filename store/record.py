@@ -82,14 +82,11 @@ def encode_properties(props: dict[str, str]) -> bytes:
     ``None`` values are skipped as Java does. Separators inside names or values cannot be represented
     and raise ``ValueError``.
     """
-    parts = []
-    for k, v in props.items():
-        if v is None:
-            continue
-        if "\x01" in k or "\x02" in k or "\x01" in v or "\x02" in v:
-            raise ValueError(f"property {k!r} contains a separator byte")
-        parts.append(f"{k}\x01{v}")
-    return "\x02".join(parts).encode("utf-8")
+    parts = [f"{k}\x01{v}" for k, v in props.items() if v is not None]
+    text = "\x02".join(parts)
+    if text.count("\x01") != len(parts) or text.count("\x02") != len(parts) - (1 if parts else 0):
+        raise ValueError("a property name or value contains a separator byte (\\x01 or \\x02)")
+    return text.encode("utf-8")
 
 
 def decode_properties(data: bytes | memoryview | str) -> dict[str, str]:
