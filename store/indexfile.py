@@ -215,7 +215,7 @@ class IndexService:
         return f, last
 
     def build_index(
-        self, keys: Iterable[str], phy_offset: int, store_timestamp: int, now_ms: int
+        self, keys: Sequence[str], phy_offset: int, store_timestamp: int, now_ms: int
     ) -> int | None:
         """Insert ``keys`` for one record; returns the end timestamp of a file that filled up, if any."""
         f, _ = self._writable_file(now_ms)
