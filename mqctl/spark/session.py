@@ -8,7 +8,7 @@ which PySpark refuses a reader that implements ``pushFilters``.
 
 from __future__ import annotations
 
-import importlib.util
+import importlib
 import logging
 import os
 import shutil
@@ -39,7 +39,12 @@ _EXTRA_MODULES = ("pyspark", "pyarrow", "numpy")
 
 def check_prerequisites() -> None:
     """Fail with one actionable line when the ``spark`` extra or Java is missing."""
-    missing = [m for m in _EXTRA_MODULES if importlib.util.find_spec(m) is None]
+    missing = []
+    for module in _EXTRA_MODULES:
+        try:
+            importlib.import_module(module)
+        except ImportError:
+            missing.append(module)
     if missing:
         raise UsageError(
             f"spark-export needs the 'spark' extra ({', '.join(missing)} not installed): "
