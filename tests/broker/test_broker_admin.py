@@ -1,0 +1,143 @@
+"""Admin requests, metrics and restart persistence against a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from pathlib import Path
+
+from daemon.broker.bodies import (
+    ConsumeStats,
+    ConsumerConnection,
+    ResetOffsetBody,
+    SubscriptionGroupConfig,
+    SubscriptionGroupWrapper,
+    TopicStatsTable,
+)
+from daemon.broker.headers import CreateTopicRequestHeader
+from daemon.config import parse_properties
+from daemon.remoting.bodies import KVTable, TopicConfigSerializeWrapper
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from tests.broker.conftest import BrokerHandle, decode_records, start_broker
+
+
+def create_topic(name: str, queues: int = 4, perm: int = 6) -> dict[str, str]:
+    return CreateTopicRequestHeader(name, "TBW102", queues, queues, perm, "SINGLE_TAG").to_ext_fields()
+
+
+async def test_create_list_and_delete_topic(broker: BrokerHandle) -> None:
+    assert (await broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic("Adm", 3))).code == ResponseCode.SUCCESS
+    all_topics = TopicConfigSerializeWrapper.loads((await broker.call(RequestCode.GET_ALL_TOPIC_CONFIG)).body)
+    assert all_topics.topic_config_table["Adm"].write_queue_nums == 3
+    assert "SCHEDULE_TOPIC_XXXX" in all_topics.topic_config_table and "TBW102" in all_topics.topic_config_table
+    system = await broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic("TBW102"))
+    assert system.code == ResponseCode.SYSTEM_ERROR and "conflict with system topic" in (system.remark or "")
+    assert (await broker.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Adm"})).code == ResponseCode.SUCCESS
+    assert broker.broker.topics.get("Adm") is None
+    assert (await broker.send("Adm", b"x", group="PG")).code == ResponseCode.SUCCESS  # auto-created again
+
+
+async def test_subscription_group_admin(broker: BrokerHandle) -> None:
+    body = SubscriptionGroupConfig("SG", retry_max_times=3, consume_enable=False).dumps()
+    assert (await broker.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)).code == ResponseCode.SUCCESS
+    groups = SubscriptionGroupWrapper.loads((await broker.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)).body)
+    assert groups.subscription_group_table["SG"].retry_max_times == 3
+    assert "TOOLS_CONSUMER" in groups.subscription_group_table
+    await broker.send("SGT", b"x")
+    denied = await broker.pull("SG", "SGT", 0, 0)
+    assert denied.code == ResponseCode.NO_PERMISSION
+    broker.broker.offsets.commit_offset("SG", "SGT", 0, 1)
+    r = await broker.call(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "SG", "removeOffset": "true"})
+    assert r.code == ResponseCode.SUCCESS
+    assert broker.broker.groups.table.get("SG") is None and broker.broker.offsets.query_offset("SG", "SGT", 0) == -1
+
+
+async def test_topic_and_consume_stats_show_lag(broker: BrokerHandle) -> None:
+    for i in range(5):
+        await broker.send("ST", f"{i}".encode(), queue_id=i % 2)
+    stats = TopicStatsTable.loads((await broker.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "ST"})).body)
+    assert sorted((mq.queue_id, o.max_offset) for mq, o in stats.offset_table.items()) == [(0, 3), (1, 2), (2, 0), (3, 0)]
+    missing = await broker.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "none"})
+    assert missing.code == ResponseCode.TOPIC_NOT_EXIST
+    broker.broker.offsets.commit_offset("SC", "ST", 0, 3)
+    broker.broker.offsets.commit_offset("SC", "ST", 1, 1)
+    cs = ConsumeStats.loads((await broker.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "SC"})).body)
+    assert cs.total_diff() == 1
+    broker.broker.offsets.commit_offset("SC", "ST", 1, 2)
+    cs = ConsumeStats.loads((await broker.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "SC", "topic": "ST"})).body)
+    assert cs.total_diff() == 0
+
+
+async def test_consumer_connection_and_reset_offset_commits(broker: BrokerHandle) -> None:
+    for i in range(4):
+        await broker.send("RO", f"{i}".encode())
+    offline = await broker.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                                {"topic": "RO", "group": "RG", "timestamp": "0", "isForce": "true"})
+    assert offline.code == ResponseCode.CONSUMER_NOT_ONLINE
+    await broker.heartbeat("rc1", "RG", ["RO"])
+    conn = ConsumerConnection.loads((await broker.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "RG"})).body)
+    assert [c.client_id for c in conn.connection_set] == ["rc1"] and "RO" in conn.subscription_table
+    for qid in range(4):
+        broker.broker.offsets.commit_offset("RG", "RO", qid, broker.broker.store.get_max_offset("RO", qid))
+    r = await broker.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+                          {"topic": "RO", "group": "RG", "timestamp": "0", "isForce": "true"})
+    assert r.code == ResponseCode.SUCCESS
+    assert set(ResetOffsetBody.loads(r.body).offset_table.values()) == {0}
+    assert broker.broker.offsets.query_offset("RG", "RO", 0) == 0  # committed by the broker itself
+
+
+async def test_runtime_info_and_broker_config(broker: BrokerHandle) -> None:
+    await broker.send("RT", b"x")
+    info = KVTable.loads((await broker.call(RequestCode.GET_BROKER_RUNTIME_INFO)).body).table
+    assert info["brokerVersionDesc"] == "V4_9_8" and len(info["putTps"].split()) == 3
+    assert int(info["msgPutTotalTodayNow"]) >= 1
+    got = await broker.call(RequestCode.GET_BROKER_CONFIG)
+    props = parse_properties(got.body.decode())
+    assert props["brokerName"] == "broker-a" and "version" in got.ext_fields
+    update = await broker.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"autoCreateSubscriptionGroup=false\n")
+    assert update.code == ResponseCode.SUCCESS and broker.broker.config.auto_create_subscription_group is False
+    black = await broker.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"brokerConfigPath=/tmp/x\n")
+    assert black.code == ResponseCode.NO_PERMISSION
+
+
+async def test_metrics_endpoint_reports_lag_and_health(broker: BrokerHandle) -> None:
+    await broker.send("MT", b"x")
+    broker.broker.offsets.commit_offset("MG", "MT", 0, 0)
+    port = broker.broker.metrics_port
+
+    def fetch(path: str) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
+            return resp.read().decode()
+
+    assert (await asyncio.to_thread(fetch, "/healthz")).strip() == "ok"
+    text = await asyncio.to_thread(fetch, "/metrics")
+    assert 'rocketmq_consumer_lag{broker="broker-a",cluster="DefaultCluster",group="MG",queue="0",topic="MT"} 1.0' in text
+    assert 'rocketmq_broker_put_messages_total{broker="broker-a",cluster="DefaultCluster",topic="MT"} 1.0' in text
+
+
+async def test_restart_keeps_messages_offsets_topics_and_groups(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    b = await start_broker(root)
+    client = RemotingClient()
+    handle = BrokerHandle(b, client)
+    try:
+        sent = [await handle.send("Persist", f"m{i}".encode()) for i in range(3)]
+        assert all(s.code == ResponseCode.SUCCESS for s in sent)
+        b.offsets.commit_offset("PG2", "Persist", 0, 2)
+        await handle.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic("Kept", 2))
+    finally:
+        await client.close()
+        await b.shutdown()
+    b = await start_broker(root)
+    client = RemotingClient()
+    handle = BrokerHandle(b, client)
+    try:
+        assert b.topics.get("Kept") is not None and b.topics.get("Persist") is not None
+        q = await handle.call(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "PG2", "topic": "Persist", "queueId": "0"})
+        assert q.ext_fields["offset"] == "2"
+        msgs = decode_records((await handle.pull("PG2", "Persist", 0, 0)).body)
+        assert [m.body for m in msgs] == [b"m0", b"m1", b"m2"]
+    finally:
+        await client.close()
+        await b.shutdown()

@@ -1,0 +1,134 @@
+"""Heartbeats, consumer lists, notifications, offsets and order locks against a real broker."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from daemon.broker.bodies import (
+    ConsumerData,
+    GetConsumerListByGroupResponseBody,
+    HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    MessageQueue,
+    ProducerData,
+)
+from daemon.remoting import fastjson
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection
+from tests.broker.conftest import BrokerHandle
+
+
+async def test_heartbeat_registers_consumer_and_creates_retry_topic(broker: BrokerHandle) -> None:
+    assert (await broker.heartbeat("10.0.0.1@1", "CG", ["T"])).code == ResponseCode.SUCCESS
+    assert broker.broker.topics.get("%RETRY%CG") is not None
+    r = await broker.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "CG"})
+    assert GetConsumerListByGroupResponseBody.loads(r.body).consumer_id_list == ["10.0.0.1@1"]
+    none = await broker.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "Other"})
+    assert none.code == ResponseCode.SYSTEM_ERROR and "no consumer for this group" in (none.remark or "")
+
+
+async def test_ali_ons_style_heartbeat_without_expression_type(broker: BrokerHandle) -> None:
+    body = (b'{"clientID":"1.2.3.4@99","consumerDataSet":[{"groupName":"AG","consumeType":"CONSUME_PASSIVELY",'
+            b'"messageModel":"CLUSTERING","consumeFromWhere":"CONSUME_FROM_LAST_OFFSET","subscriptionDataSet":'
+            b'[{"topic":"T","subString":"*","classFilterMode":false,"tagsSet":[],"codeSet":[],"subVersion":1}],'
+            b'"unitMode":false}],"producerDataSet":[]}')
+    assert (await broker.call(RequestCode.HEART_BEAT, body=body)).code == ResponseCode.SUCCESS
+    info = broker.broker.consumers.get("AG")
+    assert info is not None and "T" in info.subscriptions
+
+
+async def test_membership_change_notifies_members_and_close_removes_them(broker: BrokerHandle) -> None:
+    notified: list[str] = []
+
+    def on_notify(conn: Connection, request: RemotingCommand) -> None:
+        notified.append(request.ext_fields["consumerGroup"])
+
+    other = RemotingClient({RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: on_notify})
+    try:
+        data = HeartbeatData("c2", [], [ConsumerData("NG")])
+        first = await other.invoke(broker.addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=data.dumps()))
+        assert first.code == ResponseCode.SUCCESS
+        await broker.heartbeat("c1", "NG", [])
+        while len(notified) < 2:
+            await asyncio.sleep(0.01)
+        assert set(notified) == {"NG"}
+        ids = await broker.call(RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": "NG"})
+        assert sorted(GetConsumerListByGroupResponseBody.loads(ids.body).consumer_id_list) == ["c1", "c2"]
+    finally:
+        await other.close()
+    while len(broker.broker.consumers.get("NG").channels) != 1:  # type: ignore[union-attr]
+        await asyncio.sleep(0.01)
+    r = await broker.call(RequestCode.UNREGISTER_CLIENT, {"clientID": "c1", "consumerGroup": "NG"})
+    assert r.code == ResponseCode.SUCCESS and broker.broker.consumers.get("NG") is None
+
+
+async def test_producer_heartbeat_and_connection_list(broker: BrokerHandle) -> None:
+    data = HeartbeatData("p1", [ProducerData("PGX")], [])
+    await broker.call(RequestCode.HEART_BEAT, body=data.dumps())
+    r = await broker.call(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "PGX"})
+    assert r.code == ResponseCode.SUCCESS and fastjson.loads(r.body)["connectionSet"][0]["clientId"] == "p1"
+    missing = await broker.call(RequestCode.GET_PRODUCER_CONNECTION_LIST, {"producerGroup": "none"})
+    assert missing.code == ResponseCode.SYSTEM_ERROR
+
+
+async def test_offsets_commit_query_and_oneway(broker: BrokerHandle) -> None:
+    await broker.send("OT", b"a")
+    young = await broker.call(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "OG", "topic": "OT", "queueId": "0"})
+    assert young.code == ResponseCode.SUCCESS and young.ext_fields["offset"] == "0"
+    update = {"consumerGroup": "OG", "topic": "OT", "queueId": "0", "commitOffset": "1"}
+    assert (await broker.call(RequestCode.UPDATE_CONSUMER_OFFSET, update)).code == ResponseCode.SUCCESS
+    q = await broker.call(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "OG", "topic": "OT", "queueId": "0"})
+    assert q.ext_fields["offset"] == "1"
+    oneway = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {**update, "queueId": "1", "commitOffset": "9"}, oneway=True)
+    await broker.client.invoke_oneway(broker.addr, oneway)
+    while broker.broker.offsets.query_offset("OG", "OT", 1) != 9:
+        await asyncio.sleep(0.01)
+    # a pull with FLAG_COMMIT_OFFSET commits too
+    await broker.pull("OG", "OT", 0, 1, sys_flag=0x5, commit_offset=1)
+    assert broker.broker.offsets.query_offset("OG", "OT", 0) == 1
+
+
+async def test_queue_offset_lookups(broker: BrokerHandle) -> None:
+    stamps = []
+    for i in range(3):
+        r = await broker.send("LT", f"{i}".encode())
+        assert r.code == ResponseCode.SUCCESS
+        stamps.append(broker.broker.store.get_store_timestamp("LT", 0, i))
+    q = {"topic": "LT", "queueId": "0"}
+    assert (await broker.call(RequestCode.GET_MAX_OFFSET, q)).ext_fields["offset"] == "3"
+    assert (await broker.call(RequestCode.GET_MIN_OFFSET, q)).ext_fields["offset"] == "0"
+    earliest = await broker.call(RequestCode.GET_EARLIEST_MSG_STORETIME, q)
+    assert int(earliest.ext_fields["timestamp"]) == stamps[0]
+    found = await broker.call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {**q, "timestamp": str(stamps[0] - 10_000)})
+    assert found.ext_fields["offset"] == "0"
+    unknown = await broker.call(RequestCode.GET_MAX_OFFSET, {"topic": "Nothing", "queueId": "0"})
+    assert unknown.ext_fields["offset"] == "0"
+
+
+async def test_lock_batch_is_exclusive_until_unlock(broker: BrokerHandle) -> None:
+    mqs = [MessageQueue("LockT", "broker-a", i) for i in range(2)]
+
+    async def lock(client_id: str) -> list[MessageQueue]:
+        body = LockBatchRequestBody("LG", client_id, mqs).dumps()
+        r = await broker.call(RequestCode.LOCK_BATCH_MQ, body=body)
+        return LockBatchResponseBody.loads(r.body).lock_ok_m_q_set
+
+    assert await lock("a") == mqs
+    assert await lock("b") == []
+    assert await lock("a") == mqs
+    unlock = LockBatchRequestBody("LG", "a", mqs[:1]).dumps()
+    assert (await broker.call(RequestCode.UNLOCK_BATCH_MQ, body=unlock)).code == ResponseCode.SUCCESS
+    assert await lock("b") == mqs[:1]
+
+
+async def test_lock_expires_after_max_live_time(broker: BrokerHandle) -> None:
+    locks = broker.broker.locks
+    mq = MessageQueue("T", "b", 0)
+    locks.max_live_ms = 0
+    assert locks.try_lock_batch("G", [mq], "a") == [mq]
+    time.sleep(0.002)
+    assert locks.try_lock_batch("G", [mq], "b") == [mq]
