@@ -214,8 +214,8 @@ def export(
     if fmt == "csv":
         df = _csv_columns(df)
     writer = df.write.mode("overwrite" if overwrite else "errorifexists")
-    if fmt == "csv":
-        writer = writer.option("header", "true")
+    if fmt == "csv":  # RFC 4180 quoting (Spark's default escapes quotes with a backslash)
+        writer = writer.option("header", "true").option("escape", '"')
     if overwrite and target.is_file():
         target.unlink()
     try:
