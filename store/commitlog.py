@@ -226,16 +226,6 @@ class CommitLog:
     def max_offset(self) -> int:
         return self.files.max_offset
 
-    def get_message(self, offset: int, size: int) -> memoryview | None:
-        """Raw record bytes at ``offset`` (``size`` from the ConsumeQueue unit), zero-copy."""
-        mf = self.files.find_file(offset)
-        if mf is None:
-            return None
-        pos = offset - mf.file_from_offset
-        if pos + size > mf.wrote_position:
-            return None
-        return mf.view[pos : pos + size]
-
     def read_record(self, offset: int) -> memoryview | None:
         """Raw bytes of the record starting at ``offset`` (size from its TOTALSIZE), validated lightly."""
         mf = self.files.find_file(offset)

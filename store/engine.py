@@ -106,25 +106,37 @@ class PutResult:
 class SelectedMessage:
     """One record found by a read: raw bytes (a zero-copy view of the mapping) plus a lazy decode.
 
-    The broker sends ``raw`` as-is in pull responses; :attr:`message` decodes on first use.
+    The broker sends ``raw`` as-is in pull responses; :attr:`message` decodes on first use and
+    validates the record (magic, lengths, body CRC), raising :class:`CorruptRecordError` with the
+    file and CommitLog offset instead of returning a damaged message.
     """
 
-    __slots__ = ("_decoded", "phys_offset", "queue_offset", "raw", "size", "tags_code")
+    __slots__ = ("_decoded", "path", "phys_offset", "queue_offset", "raw", "size", "tags_code")
 
     def __init__(
-        self, phys_offset: int, size: int, raw: memoryview, queue_offset: int = -1, tags_code: int = 0
+        self,
+        phys_offset: int,
+        size: int,
+        raw: memoryview,
+        queue_offset: int = -1,
+        tags_code: int = 0,
+        path: str = "",
     ) -> None:
         self.phys_offset = phys_offset
         self.size = size
         self.raw = raw
         self.queue_offset = queue_offset
         self.tags_code = tags_code
+        self.path = path
         self._decoded: StoredMessage | None = None
 
     @property
     def message(self) -> StoredMessage:
         if self._decoded is None:
-            self._decoded = decode_record(self.raw, 0, self.size, check_crc=False)
+            try:
+                self._decoded = decode_record(self.raw, 0, self.size, check_crc=True)
+            except CorruptRecordError as e:
+                raise e.located(self.path, self.phys_offset) from None
         return self._decoded
 
     def __repr__(self) -> str:
@@ -185,6 +197,11 @@ class MessageStore(Protocol):
         self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int
     ) -> QueryResult: ...
     def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int: ...
+    @property
+    def flushed_phy_offset(self) -> int:
+        """CommitLog offset known to be on disk (SYNC_FLUSH puts wait for this to pass their end)."""
+        return self._flushed_offset
+
     @property
     def max_phy_offset(self) -> int: ...
     @property
@@ -247,6 +264,7 @@ class DefaultMessageStore:
         self._gc_cond = threading.Condition()
         self._gc_pending = False
         self._flushed_offset = 0
+        self.flush_count = 0  # CommitLog flushes done by the flush thread (shows group commit at work)
         self._logics_ts = 0
 
     # ================================================================== lifecycle
@@ -630,6 +648,7 @@ class DefaultMessageStore:
                     self.checkpoint.physic_msg_timestamp = ts
                 with self._gc_cond:
                     self._flushed_offset = max(self._flushed_offset, target)
+                    self.flush_count += 1
                     self._gc_cond.notify_all()
 
     def _warm_loop(self) -> None:
@@ -665,6 +684,11 @@ class DefaultMessageStore:
                 log.exception("consume queue flush failed")
 
     # ================================================================== reads
+
+    @property
+    def flushed_phy_offset(self) -> int:
+        """CommitLog offset known to be on disk (SYNC_FLUSH puts wait for this to pass their end)."""
+        return self._flushed_offset
 
     @property
     def max_phy_offset(self) -> int:
@@ -744,6 +768,7 @@ class DefaultMessageStore:
         total = 0
         next_file_start = -1
         unpack = UNIT.unpack_from
+        find_file = cl.files.find_file
         i = 0
         while i < limit:
             phys, size, tags = unpack(view, i * CQ_STORE_UNIT_SIZE)
@@ -755,14 +780,15 @@ class DefaultMessageStore:
             if tag_filter is not None and tags not in tag_filter:
                 i += 1
                 continue
-            raw = cl.get_message(phys, size)
-            if raw is None:
+            mf = find_file(phys)
+            pos = phys - mf.file_from_offset if mf is not None else 0
+            if mf is None or pos + size > mf.wrote_position:
                 if not messages:
                     res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
                 next_file_start = cl.roll_next_file(phys)
                 i += 1
                 continue
-            messages.append(SelectedMessage(phys, size, raw, offset + i, tags))
+            messages.append(SelectedMessage(phys, size, mf.view[pos : pos + size], offset + i, tags, mf.path))
             total += size
             res.status = GetMessageStatus.FOUND
             next_file_start = -1
@@ -834,12 +860,9 @@ class DefaultMessageStore:
         raw = self.commit_log.read_record(phys_offset)
         if raw is None:
             return None
-        sel = SelectedMessage(phys_offset, len(raw), raw)
-        try:
-            sel._decoded = decode_record(raw, 0, len(raw), check_crc=True)
-        except CorruptRecordError as e:
-            mf = self.commit_log.files.find_file(phys_offset)
-            raise e.located(mf.path if mf else "", phys_offset) from None
+        mf = self.commit_log.files.find_file(phys_offset)
+        sel = SelectedMessage(phys_offset, len(raw), raw, path=mf.path if mf else "")
+        _ = sel.message  # validate now: a corrupt record raises instead of being returned
         return sel
 
     def look_message_by_msg_id(self, msg_id: str) -> SelectedMessage | None:

@@ -218,21 +218,27 @@ class IndexService:
         self, keys: Sequence[str], phy_offset: int, store_timestamp: int, now_ms: int
     ) -> int | None:
         """Insert ``keys`` for one record; returns the end timestamp of a file that filled up, if any."""
-        f, _ = self._writable_file(now_ms)
+        f, full = self._writable_file(now_ms)
         if phy_offset < f.end_phy_offset:
             return None  # already indexed (re-dispatch after recovery)
-        rolled: int | None = None
+        rolled = self._on_roll(full)
         done = f.put_keys(keys, phy_offset, store_timestamp)
         while done < len(keys):
             f.write_header()
             f, full = self._writable_file(now_ms)
-            if full is not None:
-                full.flush()
-                rolled = full.end_timestamp
+            rolled = self._on_roll(full) or rolled
             keys = keys[done:]
             done = f.put_keys(keys, phy_offset, store_timestamp)
         f.write_header()
         return rolled
+
+    @staticmethod
+    def _on_roll(full: IndexFile | None) -> int | None:
+        """Flush a file that just filled up; its end timestamp becomes the checkpoint's index time."""
+        if full is None:
+            return None
+        full.flush()
+        return full.end_timestamp
 
     def query(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """Offsets of entries for ``key`` (already ``topic#key``), newest files first (§5.8), unsorted."""

@@ -1,0 +1,408 @@
+"""DefaultMessageStore behaviour: puts, reads, index queries, flush modes, recovery and faults."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+from pathlib import Path
+
+import pytest
+
+from store.clock import FakeClock
+from store.commitlog import PutMessageStatus
+from store.config import SYNC_FLUSH
+from store.engine import DefaultMessageStore, GetMessageStatus
+from store.errors import CorruptRecordError, StoreLockedError
+from store.javahash import tags_code
+from store.message import (
+    SCHEDULE_TOPIC,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    Message,
+)
+
+from .conftest import small_config
+
+FAR = 2**62
+
+
+def _msg(i: int, topic: str = "T", queue_id: int = 0, **props: str) -> Message:
+    p = {"TAGS": f"tag{i % 3}", "KEYS": f"k-{i} shared-{i % 5}"}
+    p.update(props)
+    return Message(topic=topic, body=f"body-{i}-".encode() * 20, queue_id=queue_id, properties=p)
+
+
+def _open(root: Path, clock: FakeClock | None = None, **cfg: object) -> DefaultMessageStore:
+    store = DefaultMessageStore(small_config(root, **cfg), clock=clock)
+    store.open()
+    store.start()
+    return store
+
+
+def test_put_and_read_across_rolled_files(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    results = [store.put_message(_msg(i, queue_id=i % 2)) for i in range(600)]
+    assert all(r.ok for r in results)
+    assert [r.queue_offset for r in results[:6]] == [0, 0, 1, 1, 2, 2]
+    assert len(os.listdir(tmp_path / "commitlog")) > 2  # 64 KiB files rolled
+    assert len(os.listdir(tmp_path / "consumequeue" / "T" / "0")) == 6  # 50 units per file
+    got: list[bytes] = []
+    offset = 0
+    while True:
+        res = store.get_messages("g", "T", 0, offset, 32)
+        if res.status is not GetMessageStatus.FOUND:
+            assert res.status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+            break
+        got.extend(s.message.body for s in res.messages)
+        assert res.max_offset == 300 and res.min_offset == 0
+        offset = res.next_begin_offset
+    assert got == [_msg(i).body for i in range(0, 600, 2)]
+    for r in results[::37]:
+        sel = store.look_message_by_msg_id(r.msg_id)
+        assert sel is not None and sel.phys_offset == r.phys_offset
+        assert bytes(sel.raw[28:36]) == r.phys_offset.to_bytes(8, "big")
+    store.shutdown()
+    for name in os.listdir(tmp_path / "commitlog"):
+        assert os.path.getsize(tmp_path / "commitlog" / name) == 64 * 1024
+        assert int(name) % (64 * 1024) == 0 and len(name) == 20
+
+
+def test_get_message_statuses_and_tag_filter(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    for i in range(10):
+        store.put_message(_msg(i))
+    assert store.get_messages("g", "T", 0, 10, 5).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+    over = store.get_messages("g", "T", 0, 11, 5)
+    assert over.status is GetMessageStatus.OFFSET_OVERFLOW_BADLY and over.next_begin_offset == 0
+    assert store.get_messages("g", "T", 7, 0, 5).status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+    res = store.get_messages("g", "T", 0, 0, 32, tag_filter={tags_code("tag1")})
+    assert [s.queue_offset for s in res.messages] == [1, 4, 7]
+    assert res.next_begin_offset == 10
+    none = store.get_messages("g", "T", 0, 0, 32, tag_filter={tags_code("nope")})
+    assert none.status is GetMessageStatus.NO_MATCHED_MESSAGE and none.next_begin_offset == 10
+    capped = store.get_messages("g", "T", 0, 0, 3)
+    assert len(capped.messages) == 3 and capped.next_begin_offset == 3
+    store.shutdown()
+
+
+def test_batch_put(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    store.put_message(_msg(0, queue_id=3))
+    r = store.put_messages([_msg(i, queue_id=3) for i in range(1, 11)])
+    assert r.ok and r.msg_num == 10 and r.queue_offset == 1
+    ids = r.msg_id.split(",")
+    assert len(ids) == 10
+    res = store.get_messages("g", "T", 3, 1, 32)
+    assert [s.queue_offset for s in res.messages] == list(range(1, 11))
+    assert [s.message.msg_id for s in res.messages] == ids
+    assert (
+        store.put_messages([_msg(1, queue_id=0), _msg(2, queue_id=1)]).status
+        is PutMessageStatus.MESSAGE_ILLEGAL
+    )
+    store.shutdown()
+
+
+def test_refused_messages_write_nothing(tmp_path: Path) -> None:
+    store = _open(tmp_path, max_message_size=1000)
+    end = store.max_phy_offset
+    big = Message(topic="T", body=b"x" * 1001)
+    assert store.put_message(big).status is PutMessageStatus.MESSAGE_ILLEGAL
+    props = Message(topic="T", body=b"x", properties={"P": "v" * 40000})
+    assert store.put_message(props).status is PutMessageStatus.PROPERTIES_SIZE_EXCEEDED
+    assert store.put_message(Message(topic="T" * 128, body=b"x")).status is PutMessageStatus.MESSAGE_ILLEGAL
+    assert store.max_phy_offset == end
+    assert store.put_message(Message(topic="T", body=b"x" * 1000)).ok
+    store.shutdown()
+    assert store.put_message(_msg(1)).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+
+
+def test_delay_and_transactions(tmp_path: Path) -> None:
+    clock = FakeClock(1_700_000_000_123)
+    store = _open(tmp_path, clock)
+    r = store.put_message(_msg(1, DELAY="3"))
+    assert r.ok
+    sel = store.get_messages("g", SCHEDULE_TOPIC, 2, 0, 1).messages[0]
+    assert sel.tags_code == 1_700_000_010_123  # delivery time, spec §15.5
+    m = sel.message
+    assert (m.properties["REAL_TOPIC"], m.properties["REAL_QID"], m.properties["DELAY"]) == ("T", "0", "3")
+    assert store.get_max_offset("T", 0) == 0
+    prepared = Message(topic="T", body=b"half", sys_flag=TRANSACTION_PREPARED_TYPE, properties={"KEYS": "tx"})
+    rp = store.put_message(prepared)
+    assert rp.ok and rp.queue_offset == 0 and store.get_max_offset("T", 0) == 0  # not in the ConsumeQueue
+    assert [s.phys_offset for s in store.query_message("T", "tx", 4, 0, FAR).messages] == [rp.phys_offset]
+    rollback = Message(topic="T", body=b"rb", sys_flag=TRANSACTION_ROLLBACK_TYPE, properties={"KEYS": "rb"})
+    assert store.put_message(rollback).ok
+    assert store.query_message("T", "rb", 4, 0, FAR).messages == []  # rollback records are not indexed
+    store.shutdown()
+
+
+def test_query_by_key_time_range_and_index_roll(tmp_path: Path) -> None:
+    clock = FakeClock(1_700_000_000_000)
+    store = _open(tmp_path, clock)
+    offsets = {}
+    for i in range(300):  # 3 keys per message (2 KEYS + UNIQ) against 399 entries per index file
+        clock.advance(1000)
+        r = store.put_message(_msg(i, UNIQ_KEY=f"U{i:031d}"))
+        offsets[i] = r.phys_offset
+    assert len(store.index.files) >= 2
+    assert store.checkpoint is not None and store.checkpoint.index_msg_timestamp > 0
+    found = store.query_message("T", "k-7", 64, 0, FAR).messages
+    assert [s.phys_offset for s in found] == [offsets[7]]
+    assert [s.phys_offset for s in store.query_message("T", f"U{250:031d}", 64, 0, FAR).messages] == [
+        offsets[250]
+    ]
+    shared = store.query_message("T", "shared-2", 64, 0, FAR).messages
+    assert [s.phys_offset for s in shared] == [offsets[i] for i in range(2, 300, 5)][-len(shared) :]
+    assert len(shared) == 60
+    t100 = 1_700_000_000_000 + 101 * 1000
+    window = store.query_message("T", "shared-2", 64, t100, t100 + 50_000).messages
+    assert {s.message.store_timestamp for s in window} <= set(range(t100, t100 + 50_001))
+    assert len(window) == 10
+    assert store.query_message("T", "shared-2", 3, 0, FAR).messages.__len__() == 3
+    assert store.query_message("Other", "k-7", 64, 0, FAR).messages == []
+    store.shutdown()
+
+
+def test_search_offset_by_timestamp_and_earliest_time(tmp_path: Path) -> None:
+    clock = FakeClock(1000)
+    store = _open(tmp_path, clock)
+    for ts in (1000, 2000, 2000, 3000):
+        clock.set(ts)
+        store.put_message(_msg(0))
+    assert store.get_earliest_message_time() == 1000
+    assert store.get_earliest_message_time("T", 0) == 1000
+    search = store.search_offset_by_timestamp
+    assert [search("T", 0, t) for t in (500, 1000, 2000, 2400, 2600, 3000, 9000)] == [0, 0, 1, 2, 3, 3, 3]
+    assert search("Nope", 0, 1) == 0
+    store.shutdown()
+
+
+def test_arrival_listener_sees_dispatched_offsets(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    seen: list[tuple[str, int, int]] = []
+    store.add_arrival_listener(lambda t, q, off: seen.append((t, q, off)))
+    store.put_message(_msg(0, queue_id=1))
+    store.put_messages([_msg(1, queue_id=1), _msg(2, queue_id=1)])
+    assert seen == [("T", 1, 1), ("T", 1, 3)]
+    assert store.get_messages("g", "T", 1, 0, 32).messages[-1].queue_offset == 2
+    store.shutdown()
+
+
+def test_reopen_after_clean_shutdown_continues(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    for i in range(100):
+        store.put_message(_msg(i, queue_id=i % 3))
+    end = store.max_phy_offset
+    store.shutdown()
+    assert not (tmp_path / "abort").exists()
+    again = _open(tmp_path)
+    assert again.last_exit_ok and again.max_phy_offset == end
+    assert again.topic_queue_table() == {("T", 0): 34, ("T", 1): 33, ("T", 2): 33}
+    assert again.put_message(_msg(100, queue_id=0)).queue_offset == 34
+    assert [s.phys_offset for s in again.query_message("T", "k-5", 4, 0, FAR).messages]
+    again.shutdown()
+
+
+def test_rebuild_consume_queues_and_index_from_commitlog(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    for i in range(400):
+        store.put_message(_msg(i, topic=f"T{i % 2}", queue_id=i % 4))
+    store.shutdown()
+    cq_root = tmp_path / "consumequeue"
+    before = {p.relative_to(cq_root): p.read_bytes() for p in cq_root.rglob("*") if p.is_file()}
+    shutil.rmtree(cq_root)
+    shutil.rmtree(tmp_path / "index")
+    again = _open(tmp_path)
+    after = {p.relative_to(cq_root): p.read_bytes() for p in cq_root.rglob("*") if p.is_file()}
+    assert after == before  # the reput rebuilds byte-identical ConsumeQueues
+    assert [s.message.body for s in again.query_message("T1", "k-301", 4, 0, FAR).messages] == [
+        _msg(301).body
+    ]
+    again.shutdown()
+
+
+def _record_offsets(store: DefaultMessageStore, n: int) -> list[int]:
+    return [store.put_message(_msg(i)).phys_offset for i in range(n)]
+
+
+@pytest.mark.parametrize("damage", ["crc", "magic", "truncated"])
+@pytest.mark.parametrize("abort", [False, True])
+def test_corrupt_record_stops_recovery_and_is_truncated(tmp_path: Path, damage: str, abort: bool) -> None:
+    store = _open(tmp_path, mapped_file_size_commit_log=1024 * 1024)
+    offsets = _record_offsets(store, 50)
+    store.shutdown()
+    bad = offsets[30]
+    path = tmp_path / "commitlog" / "00000000000000000000"
+    data = bytearray(path.read_bytes())
+    if damage == "crc":
+        data[bad + 100] ^= 0xFF
+    elif damage == "magic":
+        data[bad + 4 : bad + 8] = b"\x01\x02\x03\x04"
+    else:
+        data[bad + 20 :] = bytes(len(data) - bad - 20)  # torn write: the tail of the log is gone
+    path.write_bytes(bytes(data))
+    if abort:
+        (tmp_path / "abort").touch()
+    again = _open(tmp_path, mapped_file_size_commit_log=1024 * 1024)
+    err = again.recovery_corruption
+    assert err is not None and err.path == str(path) and err.offset == bad
+    assert again.last_exit_ok is not abort
+    assert again.max_phy_offset == bad
+    assert again.get_max_offset("T", 0) == 30
+    assert again.look_message_by_offset(bad) is None  # beyond the end now
+    assert again.query_message("T", "k-31", 4, 0, FAR).messages == []
+    assert [s.phys_offset for s in again.query_message("T", "k-29", 4, 0, FAR).messages] == [offsets[29]]
+    r = again.put_message(_msg(99))
+    assert r.phys_offset == bad and r.queue_offset == 30
+    again.shutdown()
+
+
+def test_corrupt_record_in_an_old_file_is_reported_not_returned(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    offsets = _record_offsets(store, 1200)  # 5 files of 64 KiB; normal recovery checks only the last 3
+    store.shutdown()
+    victim = offsets[3]
+    path = tmp_path / "commitlog" / "00000000000000000000"
+    data = bytearray(path.read_bytes())
+    data[victim + 100] ^= 0xFF
+    path.write_bytes(bytes(data))
+    again = _open(tmp_path)
+    with pytest.raises(CorruptRecordError) as ei:
+        again.look_message_by_offset(victim)
+    assert ei.value.path == str(path) and ei.value.offset == victim and "CRC" in ei.value.reason
+    res = again.get_messages("g", "T", 0, 3, 1)
+    with pytest.raises(CorruptRecordError) as ei2:
+        _ = res.messages[0].message
+    assert ei2.value.offset == victim and ei2.value.path == str(path)
+    assert again.get_messages("g", "T", 0, 4, 1).messages[0].message.body == _msg(4).body
+    again.shutdown()
+
+
+def test_lock_excludes_a_second_store(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    with pytest.raises(StoreLockedError):
+        DefaultMessageStore(small_config(tmp_path)).open()
+    code = textwrap.dedent(
+        f"""
+        from store.engine import DefaultMessageStore
+        from store.errors import StoreLockedError
+        from tests.store.conftest import small_config
+        try:
+            DefaultMessageStore(small_config({str(tmp_path)!r})).open()
+        except StoreLockedError:
+            raise SystemExit(7)
+        """
+    )
+    other = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).parents[2], check=False)
+    assert other.returncode == 7
+    ro = DefaultMessageStore(small_config(tmp_path), read_only=True)
+    ro.open()  # readers do not take the lock
+    ro.shutdown()
+    store.shutdown()
+    _open(tmp_path).shutdown()
+
+
+def test_sync_flush_group_commit(tmp_path: Path) -> None:
+    store = _open(tmp_path, flush_disk_type=SYNC_FLUSH)
+    threads, per_thread = 8, 25
+    gate = threading.Barrier(threads)
+    results = []
+    lock = threading.Lock()
+    original_flush = store.commit_log.flush
+
+    def gated_flush() -> int:
+        # hold the first fsync until every thread has appended once, so they must share it
+        if store.flush_count == 0:
+            while store.commit_log.topic_queue_table.get(("T", 0), 0) < threads:
+                threading.Event().wait(0.001)
+        return original_flush()
+
+    store.commit_log.flush = gated_flush  # type: ignore[method-assign]
+
+    def worker(t: int) -> None:
+        gate.wait()
+        for i in range(per_thread):
+            r = store.put_message(_msg(t * 1000 + i))
+            # the put returned, so its bytes must already be flushed
+            assert store.flushed_phy_offset >= r.phys_offset + r.wrote_bytes
+            with lock:
+                results.append(r)
+
+    pool = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+    for th in pool:
+        th.start()
+    for th in pool:
+        th.join()
+    assert len(results) == threads * per_thread and all(r.ok for r in results)
+    assert store.flush_count < threads * per_thread
+    no_wait = Message(topic="T", body=b"x", wait_store_msg_ok=False)
+    assert store.put_message(no_wait).ok
+    store.shutdown()
+
+
+WRITER = """
+import sys
+from store.config import SYNC_FLUSH
+from store.engine import DefaultMessageStore
+from store.message import Message
+from tests.store.conftest import small_config
+store = DefaultMessageStore(small_config(sys.argv[1], flush_disk_type=SYNC_FLUSH))
+store.open(); store.start()
+i = 0
+while True:
+    r = store.put_message(Message(topic="K", body=b"payload-%d" % i * 30, queue_id=i % 3,
+                                  properties={"KEYS": "key-%d" % i, "TAGS": "t"}))
+    assert r.ok, r
+    print(i, r.queue_offset, r.phys_offset, flush=True)
+    i += 1
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_during_sync_writes_loses_no_acknowledged_message(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    proc = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(root)],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).parents[2],
+        text=True,
+    )
+    assert proc.stdout is not None
+    acked = []
+    for line in proc.stdout:
+        acked.append(tuple(int(x) for x in line.split()))
+        if len(acked) >= 400:
+            break
+    proc.send_signal(signal.SIGKILL)
+    rest = proc.stdout.read()  # lines printed before the kill are acknowledged too
+    acked.extend(tuple(int(x) for x in line.split()) for line in rest.splitlines() if line.strip())
+    proc.wait()
+    assert (root / "abort").exists()
+    store = _open(root)
+    assert not store.last_exit_ok
+    for i, qoff, phys in acked:
+        res = store.get_messages("g", "K", i % 3, qoff, 1)
+        assert res.status is GetMessageStatus.FOUND, i
+        assert res.messages[0].phys_offset == phys
+        assert res.messages[0].message.body == b"payload-%d" % i * 30
+        assert phys in {s.phys_offset for s in store.query_message("K", f"key-{i}", 4, 0, FAR).messages}
+    # nothing beyond the last valid record: every unit points at a valid record and the log ends there
+    last_end = 0
+    units = 0
+    for q in range(3):
+        offset = 0
+        while (res := store.get_messages("g", "K", q, offset, 32)).status is GetMessageStatus.FOUND:
+            for s in res.messages:
+                assert s.message.queue_offset == s.queue_offset
+                last_end = max(last_end, s.phys_offset + s.size)
+                units += 1
+            offset = res.next_begin_offset
+    assert store.max_phy_offset == last_end
+    assert units >= len(acked)
+    assert sum(store.topic_queue_table().values()) == units
+    store.shutdown()
