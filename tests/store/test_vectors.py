@@ -6,12 +6,17 @@ import datetime
 import os
 from pathlib import Path
 
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from store.checkpoint import CHECKPOINT_FILE_SIZE, StoreCheckpoint
 from store.clock import FakeClock
 from store.config import StoreConfig
 from store.consumequeue import PREFILL_UNIT, decode_unit, encode_unit, unit_location
 from store.engine import DefaultMessageStore
-from store.indexfile import IndexFile, index_file_name, index_file_size
+from store.indexfile import ENTRY, IndexFile, index_file_name, index_file_size
+from store.javahash import index_key_hash
 from store.mapped_file import offset_to_file_name
 from store.message import Message
 
@@ -147,3 +152,45 @@ def test_file_names_15_12() -> None:
     assert offset_to_file_name(off - off % gib) == "00000000004294967296" and off % gib == 705_032_704
     local = datetime.datetime(2023, 11, 14, 22, 13, 20, 123000)  # naive = the machine's local time
     assert index_file_name(int(local.timestamp() * 1000)) == "20231114221320123"
+
+
+@given(st.integers(-(2**63), 2**63 - 1), st.integers(-(2**31), 2**31 - 1), st.integers(-(2**63), 2**63 - 1))
+def test_unit_round_trip(phys: int, size: int, tags: int) -> None:
+    raw = encode_unit(phys, size, tags)
+    assert len(raw) == 20 and decode_unit(memoryview(b"\x00" * 3 + raw), 3) == (phys, size, tags)
+
+
+@given(
+    st.integers(0, 2**31 - 1), st.integers(0, 2**63 - 1), st.integers(0, 2**31 - 1), st.integers(0, 2**31 - 1)
+)
+def test_index_entry_round_trip(key_hash: int, phy: int, diff: int, prev: int) -> None:
+    assert ENTRY.unpack(ENTRY.pack(key_hash, phy, diff, prev)) == (key_hash, phy, diff, prev)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from([f"T#k{i}" for i in range(12)]), st.integers(0, 50)),
+        min_size=1,
+        max_size=60,
+    )
+)
+def test_index_lookups_match_a_model(
+    tmp_path_factory: pytest.TempPathFactory, inserts: list[tuple[str, int]]
+) -> None:
+    """Every key finds exactly the offsets inserted for it (modulo hash collisions, filtered by hash)."""
+    f = IndexFile(str(tmp_path_factory.mktemp("idx") / "i"), 4, 100)  # 4 slots: chains collide a lot
+    model: dict[str, list[int]] = {}
+    phy = 0
+    for key, gap in inserts:
+        phy += gap + 1
+        assert f.put_key(key, phy, 1_700_000_000_000 + phy)
+        model.setdefault(key, []).append(phy)
+    same_hash: dict[int, list[int]] = {}
+    for key, offsets in model.items():
+        same_hash.setdefault(index_key_hash(key), []).extend(offsets)
+    for key in model:
+        out: list[int] = []
+        f.select_phy_offsets(key, 1000, 0, 2**62, out)
+        assert sorted(out) == sorted(same_hash[index_key_hash(key)])
+    f.destroy()

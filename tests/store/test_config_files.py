@@ -1,0 +1,125 @@
+"""fastjson-compatible config files (spec §9, vector §15.13) and their managers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from store.clock import FakeClock
+from store.config_files import (
+    ConfigFiles,
+    ConsumerOffsetManager,
+    DelayOffsetManager,
+    SubscriptionGroupConfig,
+    TopicConfig,
+    TopicConfigManager,
+    dumps_fastjson,
+    loads_fastjson,
+)
+from store.errors import ConfigFileError
+
+OFFSETS_15_13 = '{\n\t"offsetTable":{\n\t\t"TopicTest@GroupA":{0:250,1:251\n\t\t},\n\t\t"%RETRY%GroupA@GroupA":{0:0\n\t\t}\n\t}\n}'
+
+
+def test_vector_15_13() -> None:
+    assert loads_fastjson(OFFSETS_15_13) == {
+        "offsetTable": {"TopicTest@GroupA": {0: 250, 1: 251}, "%RETRY%GroupA@GroupA": {0: 0}}
+    }
+    assert dumps_fastjson(loads_fastjson(OFFSETS_15_13)) == OFFSETS_15_13
+    assert loads_fastjson('{\n\t"offsetTable":{1:15,3:127\n\t}\n}') == {"offsetTable": {1: 15, 3: 127}}
+    assert dumps_fastjson({"offsetTable": {}}) == '{\n\t"offsetTable":{}\n}'
+    assert len(dumps_fastjson({"offsetTable": {}})) == 21
+
+
+def test_reader_tolerates_quoted_keys_and_keeps_numeric_strings_inside_values() -> None:
+    data = loads_fastjson('{"offsetTable":{"T@G":{"0":5}}, "note":"{1:2,3:4}", "123":{7:1}}')
+    assert data["note"] == "{1:2,3:4}"
+    assert data["123"] == {7: 1}  # a numeric-looking topic name stays a string key
+    mgr = ConsumerOffsetManager("/nonexistent")
+    mgr.decode(data)
+    assert mgr.query_offset("G", "T", 0) == 5
+
+
+@given(
+    st.dictionaries(
+        st.text("abcXYZ_%|-0123456789", min_size=1, max_size=12).map(lambda s: f"{s}@g"),
+        st.dictionaries(st.integers(0, 1023), st.integers(0, 2**62), max_size=5),
+        max_size=5,
+    )
+)
+def test_offset_table_round_trip(table: dict[str, dict[int, int]]) -> None:
+    text = dumps_fastjson({"offsetTable": table})
+    assert loads_fastjson(text) == {"offsetTable": table}
+
+
+def test_fixture_files_are_rewritten_byte_for_byte(store_a_root: Path, tmp_path: Path) -> None:
+    src = store_a_root / "config"
+    files = ConfigFiles(str(tmp_path), clock=FakeClock())
+    for name, mgr in (
+        ("topics.json", files.topics),
+        ("subscriptionGroup.json", files.subscription_groups),
+        ("consumerOffset.json", files.consumer_offsets),
+        ("delayOffset.json", files.delay_offsets),
+    ):
+        (tmp_path / name).write_bytes((src / name).read_bytes())
+        mgr.load()
+        mgr.persist()
+        assert (tmp_path / name).read_bytes() == (src / name).read_bytes(), name
+        assert (tmp_path / f"{name}.bak").read_bytes() == (src / name).read_bytes()
+
+
+def test_persist_keeps_bak_and_load_falls_back_to_it(tmp_path: Path) -> None:
+    clock = FakeClock(1_700_000_000_000)
+    topics = TopicConfigManager(str(tmp_path / "topics.json"), clock)
+    topics.update(TopicConfig("A", read_queue_nums=4, write_queue_nums=4))
+    clock.advance(5)
+    topics.update(TopicConfig("B"))
+    assert topics.data_version.counter == 2 and topics.data_version.timestamp == 1_700_000_000_005
+    assert (
+        "A" in (tmp_path / "topics.json.bak").read_text()
+        and '"B"' not in (tmp_path / "topics.json.bak").read_text()
+    )
+    assert not (tmp_path / "topics.json.tmp").exists()
+    text = (tmp_path / "topics.json").read_text()
+    assert text.startswith('{\n\t"dataVersion":{\n\t\t"counter":2,') and '\t\t\t"order":false,' in text
+    (tmp_path / "topics.json").write_text("{broken")
+    again = TopicConfigManager(str(tmp_path / "topics.json"), clock)
+    again.load()
+    assert set(again.table) == {"A"} and again.table["A"].read_queue_nums == 4
+    (tmp_path / "topics.json.bak").write_text("{also broken")
+    with pytest.raises(ConfigFileError):
+        TopicConfigManager(str(tmp_path / "topics.json"), clock).load()
+
+
+def test_unknown_fields_survive(tmp_path: Path) -> None:
+    path = tmp_path / "subscriptionGroup.json"
+    path.write_text(
+        '{"subscriptionGroupTable":{"G":{"groupName":"G","consumeTimeoutMinute":15,"retryMaxTimes":3}}}'
+    )
+    files = ConfigFiles(str(tmp_path))
+    files.load()
+    g = files.subscription_groups.get("G")
+    assert g is not None and g.retry_max_times == 3 and g.extra == {"consumeTimeoutMinute": 15}
+    files.subscription_groups.update(SubscriptionGroupConfig("H"))
+    assert '"consumeTimeoutMinute":15' in path.read_text()
+
+
+def test_offsets_persist(tmp_path: Path) -> None:
+    files = ConfigFiles(str(tmp_path))
+    files.consumer_offsets.commit_offset("G", "T", 2, 41)
+    files.delay_offsets.table[3] = 9
+    files.persist_offsets()
+    assert (
+        tmp_path / "consumerOffset.json"
+    ).read_text() == '{\n\t"offsetTable":{\n\t\t"T@G":{2:41\n\t\t}\n\t}\n}'
+    assert (tmp_path / "delayOffset.json").read_text() == '{\n\t"offsetTable":{3:9\n\t}\n}'
+    fresh = DelayOffsetManager(str(tmp_path / "delayOffset.json"))
+    fresh.load()
+    assert fresh.table == {3: 9}
+    assert ConfigFiles(str(tmp_path)).consumer_offsets.groups_of("T") == set()
+    loaded = ConfigFiles(str(tmp_path))
+    loaded.load()
+    assert loaded.consumer_offsets.groups_of("T") == {"G"} and loaded.consumer_offsets.topics_of("G") == {"T"}
