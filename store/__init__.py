@@ -1,7 +1,130 @@
-"""RocketMQ 4.x compatible storage engine (byte-compatible CommitLog, ConsumeQueue, IndexFile).
+"""RocketMQ 4.x compatible storage engine: byte-compatible CommitLog, ConsumeQueue, IndexFile,
+checkpoint, abort/lock files and config JSON (spec: /work/shared/spec/store-format.md).
 
-The public API is documented in full once the engine lands; the codec layer is in
-:mod:`store.record`, the message model in :mod:`store.message`.
+Imports nothing from ``daemon`` or ``mqctl``. The broker codes against :class:`MessageStore`;
+:class:`DefaultMessageStore` is the implementation.
+
+Lifecycle::
+
+    from store import DefaultMessageStore, Message, StoreConfig
+
+    store = DefaultMessageStore(StoreConfig(store_path_root_dir="/data/store"),
+                                store_host=("10.0.0.1", 10911))   # clock=FakeClock() in tests
+    store.open()     # lock file, load, recover (normal or abnormal per the abort file)
+    store.start()    # catch-up dispatch, create abort, start flush / warm-up threads
+    ...
+    store.shutdown() # flush, checkpoint, persist offsets, delete abort, release the lock
+
+    with DefaultMessageStore(cfg) as store: ...                   # open + start / shutdown
+    DefaultMessageStore(cfg, read_only=True).open()               # inspect any store, changes nothing
+
+Writes (thread-safe; one internal put lock):
+
+* ``put_message(Message) -> PutResult(status, phys_offset, queue_offset, msg_id, wrote_bytes,
+  store_timestamp, msg_num)``; ``status`` is a :class:`PutMessageStatus` (``PUT_OK``,
+  ``MESSAGE_ILLEGAL``, ``PROPERTIES_SIZE_EXCEEDED``, ``FLUSH_DISK_TIMEOUT``, ``SERVICE_NOT_AVAILABLE``).
+  The message's properties are stored as given (the broker adds ``CLUSTER``, drops ``WAIT``);
+  ``Message.wait_store_msg_ok`` says whether a SYNC_FLUSH put waits for the fsync. A ``DELAY``
+  property redirects the message to ``SCHEDULE_TOPIC_XXXX`` as RocketMQ's CommitLog does
+  (delivery back to the real topic is the broker's schedule service; not implemented here).
+* ``put_messages(list[Message])``: a batch for one (topic, queue), consecutive queue offsets,
+  ``msg_id`` is the comma-joined ids.
+* A put dispatches its own records (ConsumeQueue unit + index entries) before returning, so the
+  message is immediately pullable; ``add_arrival_listener(cb)`` registers
+  ``cb(topic, queue_id, max_offset)`` called on the putting thread after each put (long polling;
+  hop to asyncio with ``loop.call_soon_threadsafe``). In SYNC_FLUSH mode call puts from a thread
+  pool (``loop.run_in_executor``): concurrent puts share one fsync (group commit).
+
+Reads (lock-free):
+
+* ``get_messages(group, topic, queue_id, offset, max_count, tag_filter=None) -> GetResult(status,
+  messages, next_begin_offset, min_offset, max_offset)``; ``status`` is a :class:`GetMessageStatus`
+  (FOUND, NO_MESSAGE_IN_QUEUE, OFFSET_OVERFLOW_ONE, OFFSET_OVERFLOW_BADLY, OFFSET_TOO_SMALL,
+  NO_MATCHED_LOGIC_QUEUE, NO_MATCHED_MESSAGE, OFFSET_FOUND_NULL, MESSAGE_WAS_REMOVING);
+  ``tag_filter`` is a set of tag hash codes (:func:`tags_code`). Batches stop at 32 messages /
+  256 KiB like the broker (``max_transfer_*`` config).
+* Each :class:`SelectedMessage` has ``raw`` (memoryview of the stored record — send it as-is in a
+  pull response), ``phys_offset``, ``size``, ``queue_offset``, ``tags_code`` and ``message`` (lazily
+  decoded, CRC-checked :class:`StoredMessage`; raises :class:`CorruptRecordError` with file and offset).
+* ``get_min_offset / get_max_offset(topic, qid)``, ``get_store_timestamp(topic, qid, offset)``,
+  ``search_offset_by_timestamp(topic, qid, ts)``, ``get_earliest_message_time(topic=None, qid=0)``,
+  ``look_message_by_offset(phys)``, ``look_message_by_msg_id(msg_id)``,
+  ``query_message(topic, key, max_num, begin_ms, end_ms) -> QueryResult(messages,
+  index_last_update_timestamp, index_last_update_phy_offset)`` (key = a KEYS entry or UNIQ_KEY;
+  hits are verified against the stored record), ``max_phy_offset``, ``min_phy_offset``,
+  ``flushed_phy_offset``, ``topic_queue_table()``, ``get_consume_queue(topic, qid)``.
+* ``dispatch()`` re-runs the CommitLog → ConsumeQueue/index reput (done automatically at start).
+
+Config files: ``store.configs`` (:class:`ConfigFiles`) holds ``topics`` (:class:`TopicConfig`,
+``dataVersion``), ``subscription_groups`` (:class:`SubscriptionGroupConfig`), ``consumer_offsets``
+(``commit_offset(group, topic, qid, offset)``, ``query_offset`` → -1 if none) and
+``delay_offsets``; they read fastjson's shapes and write the broker's byte for byte
+(``persist()``: ``.tmp`` then rename, previous version kept as ``.bak``). Topic and group
+``update``/``delete`` persist at once; offsets persist at shutdown or when the broker calls
+``configs.persist_offsets()``.
+
+Codecs (pure, over bytes/memoryview): :mod:`store.record` (records, properties, msgId,
+UNIQ_KEY), :mod:`store.javahash`, :mod:`store.consumequeue` (units), :mod:`store.indexfile`.
+Errors: :mod:`store.errors` (``StoreError`` → ``CorruptRecordError(path, offset, reason)``,
+``StoreLockedError``, ``StoreFormatError``, ``StoreClosedError``, ``ConfigFileError``,
+``UnsupportedCompressionError``).
 """
 
 from __future__ import annotations
+
+from store.clock import Clock, FakeClock, SystemClock
+from store.commitlog import PutMessageStatus
+from store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
+from store.config_files import ConfigFiles, SubscriptionGroupConfig, TopicConfig
+from store.engine import (
+    DefaultMessageStore,
+    GetMessageStatus,
+    GetResult,
+    MessageStore,
+    PutResult,
+    QueryResult,
+    SelectedMessage,
+)
+from store.errors import (
+    ConfigFileError,
+    CorruptRecordError,
+    StoreClosedError,
+    StoreError,
+    StoreFormatError,
+    StoreLockedError,
+    UnsupportedCompressionError,
+)
+from store.javahash import index_key_hash, java_hash, tags_code
+from store.message import Message, StoredMessage
+
+__all__ = [
+    "ASYNC_FLUSH",
+    "SYNC_FLUSH",
+    "Clock",
+    "ConfigFileError",
+    "ConfigFiles",
+    "CorruptRecordError",
+    "DefaultMessageStore",
+    "FakeClock",
+    "GetMessageStatus",
+    "GetResult",
+    "Message",
+    "MessageStore",
+    "PutMessageStatus",
+    "PutResult",
+    "QueryResult",
+    "SelectedMessage",
+    "StoreClosedError",
+    "StoreConfig",
+    "StoreError",
+    "StoreFormatError",
+    "StoreLockedError",
+    "StoredMessage",
+    "SubscriptionGroupConfig",
+    "SystemClock",
+    "TopicConfig",
+    "UnsupportedCompressionError",
+    "index_key_hash",
+    "java_hash",
+    "tags_code",
+]
