@@ -1,0 +1,127 @@
+"""Asyncio remoting client: one reusable connection per address, requests matched by opaque.
+
+Used by mqctl's admin commands, by brokers registering with NameServers, and by tests. Requests to
+the same address share one connection and may be pipelined freely, as RocketMQ clients do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterable, Mapping
+
+from daemon.remoting.codes import ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection, Processor, RequestDispatcher
+from daemon.remoting.errors import RemotingCommandError, RemotingConnectError
+from daemon.remoting.frame import MAX_FRAME_LENGTH
+
+log = logging.getLogger(__name__)
+
+
+def parse_addr(addr: str) -> tuple[str, int]:
+    """Split `host:port` (or `[v6]:port`) into its parts; raises ValueError when malformed."""
+    host, sep, port = addr.strip().rpartition(":")
+    if not sep or not host or not port.isdigit():
+        raise ValueError(f"address must be host:port, got {addr!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    return host, int(port)
+
+
+class RemotingClient:
+    """Pool of connections keyed by `host:port`.
+
+    `processors` answer requests the server sends back over the same connection (broker callbacks);
+    without them such requests get REQUEST_CODE_NOT_SUPPORTED.
+    """
+
+    def __init__(
+        self,
+        processors: Mapping[int, Processor] | None = None,
+        *,
+        connect_timeout: float = 3.0,
+        max_frame_length: int = MAX_FRAME_LENGTH,
+    ) -> None:
+        self.dispatcher = RequestDispatcher(processors)
+        self.connect_timeout = connect_timeout
+        self.max_frame_length = max_frame_length
+        self._connections: dict[str, Connection] = {}
+        self._connecting: dict[str, asyncio.Lock] = {}
+
+    async def connection(self, addr: str) -> Connection:
+        """The open connection to `addr`, connecting (once, even under concurrency) if needed."""
+        conn = self._connections.get(addr)
+        if conn is not None and not conn.is_closed:
+            return conn
+        lock = self._connecting.setdefault(addr, asyncio.Lock())
+        async with lock:
+            conn = self._connections.get(addr)
+            if conn is not None and not conn.is_closed:
+                return conn
+            conn = await self._connect(addr)
+            self._connections[addr] = conn
+            return conn
+
+    async def _connect(self, addr: str) -> Connection:
+        try:
+            host, port = parse_addr(addr)
+        except ValueError as exc:
+            raise RemotingConnectError(addr, str(exc)) from None
+        loop = asyncio.get_running_loop()
+
+        def factory() -> Connection:
+            return Connection(self.dispatcher, max_frame_length=self.max_frame_length, on_close=self._forget)
+
+        try:
+            _, conn = await asyncio.wait_for(
+                loop.create_connection(factory, host, port), self.connect_timeout
+            )
+        except TimeoutError:
+            raise RemotingConnectError(addr, f"connect timed out after {self.connect_timeout:g}s") from None
+        except OSError as exc:
+            raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
+        conn.peer = addr
+        log.debug("connected to %s", addr)
+        return conn
+
+    def _forget(self, conn: Connection) -> None:
+        if self._connections.get(conn.peer) is conn:
+            del self._connections[conn.peer]
+
+    async def invoke(self, addr: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
+        """Send `request` to `addr` and return the response (whatever its code)."""
+        conn = await self.connection(addr)
+        return await conn.invoke(request, timeout)
+
+    async def invoke_checked(
+        self,
+        addr: str,
+        request: RemotingCommand,
+        timeout: float = 3.0,
+        expect: Iterable[int] = (ResponseCode.SUCCESS,),
+    ) -> RemotingCommand:
+        """Like `invoke`, but raise RemotingCommandError unless the response code is in `expect`."""
+        response = await self.invoke(addr, request, timeout)
+        if response.code not in tuple(expect):
+            raise RemotingCommandError(response.code, response.remark)
+        return response
+
+    async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
+        """Send `request` marked one-way; no response is expected."""
+        conn = await self.connection(addr)
+        conn.invoke_oneway(request)
+
+    async def close(self) -> None:
+        conns = list(self._connections.values())
+        self._connections.clear()
+        for conn in conns:
+            conn.close()
+        for conn in conns:
+            await conn.wait_closed()
+
+    async def __aenter__(self) -> RemotingClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

@@ -1,0 +1,278 @@
+"""One remoting connection, usable from both ends.
+
+RocketMQ multiplexes both directions over one TCP connection: a client sends requests to a broker,
+and the broker sends requests (callbacks such as NOTIFY_CONSUMER_IDS_CHANGED) back over the same
+connection. So a single `Connection` class decodes frames, hands requests to a `RequestDispatcher`,
+and matches responses to its own outstanding requests by opaque. Servers and clients only differ in
+who opens the connection.
+
+It is an `asyncio.Protocol` rather than a stream pair: one `data_received` may carry many pipelined
+frames, and decoding them in a tight loop without per-frame awaits is what makes lookups cheap.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import itertools
+import logging
+import typing
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol
+
+from daemon.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import (
+    RemotingCommandError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingProtocolError,
+    RemotingTimeoutError,
+)
+from daemon.remoting.frame import MAX_FRAME_LENGTH, decode_frame, encode_command
+
+log = logging.getLogger(__name__)
+
+#: Opaques are unique per process, like Java's static AtomicInteger in RemotingCommand.
+_opaques = itertools.count(1)
+
+
+def next_opaque() -> int:
+    """Allocate a request id (wraps within Java's int range)."""
+    return next(_opaques) & 0x7FFFFFFF
+
+
+class Processor(Protocol):
+    """Handles one request code. May be a coroutine function or a plain function.
+
+    Return the response (built with `request.make_response`) or None to send nothing. Raise
+    `RemotingCommandError(code, remark)` to answer with an error code; any other exception is
+    answered as SYSTEM_ERROR and logged. Nothing is ever sent for one-way requests.
+    """
+
+    def __call__(
+        self, conn: Connection, request: RemotingCommand
+    ) -> Awaitable[RemotingCommand | None] | RemotingCommand | None: ...
+
+
+def error_response(request: RemotingCommand, exc: BaseException) -> RemotingCommand:
+    """The response a failed processor produces (RemotingCommandError keeps its code and remark)."""
+    if isinstance(exc, RemotingCommandError):
+        return request.make_response(exc.code, exc.remark)
+    return request.make_response(ResponseCode.SYSTEM_ERROR, f"{type(exc).__name__}: {exc}")
+
+
+class RequestDispatcher:
+    """Routes incoming requests to processors by code (Java's processor table)."""
+
+    def __init__(
+        self, processors: Mapping[int, Processor] | None = None, default: Processor | None = None
+    ) -> None:
+        self.processors: dict[int, Processor] = dict(processors or {})
+        self.default = default
+
+    def register(self, code: int, processor: Processor) -> None:
+        self.processors[code] = processor
+
+    def dispatch(self, conn: Connection, request: RemotingCommand) -> None:
+        processor = self.processors.get(request.code, self.default)
+        if processor is None:
+            conn.reply(
+                request,
+                request.make_response(
+                    ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
+                ),
+            )
+            return
+        try:
+            result = processor(conn, request)
+        except Exception as exc:
+            self._failed(conn, request, exc)
+            return
+        if inspect.isawaitable(result):
+            conn.track(asyncio.ensure_future(self._finish(conn, request, result)))
+        else:
+            conn.reply(request, result)
+
+    async def _finish(
+        self, conn: Connection, request: RemotingCommand, pending: Awaitable[RemotingCommand | None]
+    ) -> None:
+        try:
+            response = await pending
+        except Exception as exc:
+            self._failed(conn, request, exc)
+        else:
+            conn.reply(request, response)
+
+    @staticmethod
+    def _failed(conn: Connection, request: RemotingCommand, exc: Exception) -> None:
+        if not isinstance(exc, RemotingCommandError):
+            log.exception("processor for request code %d from %s failed", request.code, conn.peer)
+        conn.reply(request, error_response(request, exc))
+
+
+class Connection(asyncio.Protocol):
+    """Frames in, frames out, over one transport (see module docstring)."""
+
+    def __init__(
+        self,
+        dispatcher: RequestDispatcher,
+        *,
+        max_frame_length: int = MAX_FRAME_LENGTH,
+        on_close: Callable[[Connection], None] | None = None,
+    ) -> None:
+        self.dispatcher = dispatcher
+        self.max_frame_length = max_frame_length
+        self.on_close = on_close
+        self.peer = "?"
+        self.last_active = 0.0
+        #: Free-form per-connection state for applications (client id, language, version, ...).
+        self.attributes: dict[str, Any] = {}
+        self._transport: asyncio.Transport | None = None
+        self._buffer = bytearray()
+        self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        self._tasks: set[asyncio.Future[None]] = set()
+        self._loop = asyncio.get_running_loop()
+        self._closed = self._loop.create_future()
+
+    # ------------------------------------------------------------------ asyncio.Protocol callbacks
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = typing.cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        peer = transport.get_extra_info("peername")
+        if isinstance(peer, tuple) and len(peer) >= 2:
+            host = peer[0]
+            self.peer = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+        self.last_active = self._loop.time()
+
+    def data_received(self, data: bytes) -> None:
+        self.last_active = self._loop.time()
+        buf = self._buffer
+        buf += data
+        pos = 0
+        try:
+            while True:
+                decoded = decode_frame(buf, pos, self.max_frame_length)
+                if decoded is None:
+                    break
+                cmd, consumed = decoded
+                pos += consumed
+                if cmd.is_response:
+                    self._on_response(cmd)
+                else:
+                    self.dispatcher.dispatch(self, cmd)
+        except RemotingProtocolError as exc:
+            log.warning("closing connection from %s: bad frame: %s", self.peer, exc)
+            buf.clear()
+            self.close()
+            return
+        if pos:
+            del buf[:pos]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        error = RemotingConnectError(self.peer, "connection closed")
+        for fut in self._pending.values():
+            if not fut.done():
+                fut.set_exception(error)
+        self._pending.clear()
+        if not self._closed.done():
+            self._closed.set_result(None)
+        if self.on_close is not None:
+            self.on_close(self)
+
+    def pause_writing(self) -> None:
+        # The peer is not reading its responses: stop reading its requests until it catches up.
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None:
+            self._transport.resume_reading()
+
+    # ------------------------------------------------------------------ sending
+
+    @property
+    def is_closed(self) -> bool:
+        return self._transport is None or self._transport.is_closing()
+
+    def send(self, cmd: RemotingCommand) -> None:
+        """Write one command; silently dropped if the connection is already gone."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(encode_command(cmd))
+
+    def reply(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
+        """Send `response` to `request` unless the request was one-way or there is nothing to send."""
+        if response is None or request.flag & FLAG_ONEWAY:
+            return
+        response.opaque = request.opaque
+        response.flag |= FLAG_RESPONSE
+        response.serialize_type = request.serialize_type
+        self.send(response)
+
+    async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
+        """Send a request over this connection and wait for the response with the same opaque."""
+        if self.is_closed:
+            raise RemotingConnectError(self.peer, "connection closed")
+        request.opaque = next_opaque()
+        request.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        fut: asyncio.Future[RemotingCommand] = self._loop.create_future()
+        self._pending[request.opaque] = fut
+        timer = self._loop.call_later(timeout, self._expire, request.opaque)
+        try:
+            self.send(request)
+            return await fut
+        except TimeoutError:
+            raise RemotingTimeoutError(self.peer, timeout, request.code) from None
+        finally:
+            timer.cancel()
+            self._pending.pop(request.opaque, None)
+
+    def invoke_oneway(self, request: RemotingCommand) -> None:
+        """Send a request that the peer must not answer."""
+        if self.is_closed:
+            raise RemotingConnectError(self.peer, "connection closed")
+        request.opaque = next_opaque()
+        request.flag = (request.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
+        self.send(request)
+
+    def _expire(self, opaque: int) -> None:
+        fut = self._pending.get(opaque)
+        if fut is not None and not fut.done():
+            fut.set_exception(TimeoutError())
+
+    def _on_response(self, cmd: RemotingCommand) -> None:
+        fut = self._pending.get(cmd.opaque)
+        if fut is None or fut.done():
+            log.debug("dropping response with unknown opaque %d from %s", cmd.opaque, self.peer)
+            return
+        fut.set_result(cmd)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def track(self, task: asyncio.Future[None]) -> None:
+        """Keep a reference to an in-flight processor task until it finishes."""
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def close(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.close()
+
+    async def wait_closed(self) -> None:
+        await asyncio.shield(self._closed)
+
+    async def drain_tasks(self) -> None:
+        """Wait for in-flight processor tasks (used for graceful shutdown)."""
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+
+__all__ = [
+    "Connection",
+    "Processor",
+    "RemotingError",
+    "RequestDispatcher",
+    "error_response",
+    "next_opaque",
+]

@@ -1,0 +1,224 @@
+"""Pure codec between RemotingCommands and frame bytes (wire-protocol.md §1.2-1.4).
+
+No I/O here: transports feed bytes to `decode_frame` and write what `encode_command` returns, so the
+codec is testable byte-for-byte against the golden frames and fuzzable without sockets.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from typing import Any
+
+from daemon.remoting.codes import LanguageCode, SerializeType
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import RemotingProtocolError
+
+#: Java's `com.rocketmq.remoting.frameMaxLength`: a whole frame, its length field included.
+MAX_FRAME_LENGTH = 16 * 1024 * 1024
+
+_INT = struct.Struct(">i")
+_PREFIX = struct.Struct(">iI")
+_BIN_FIXED = struct.Struct(">hBhiii")  # code, language, version, opaque, flag, remark length
+_SHORT = struct.Struct(">h")
+_HEADER_LEN_MASK = 0xFFFFFF
+_JSON_SEPARATORS = (",", ":")
+
+
+def java_string(value: Any) -> str:
+    """Render an extFields value the way Java's `String.valueOf` would after fastjson parsing.
+
+    ali-ons sends numbers and booleans; Java handlers see "3" and "false", never Python's "False".
+    """
+    if isinstance(value, str):
+        return value
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    return json.dumps(value, separators=_JSON_SEPARATORS, ensure_ascii=False)
+
+
+def coerce_ext_fields(raw: dict[Any, Any]) -> dict[str, str]:
+    """Coerce a decoded extFields object to str→str, dropping nulls (absent header fields)."""
+    for value in raw.values():
+        if not isinstance(value, str):
+            break
+    else:
+        return raw  # the Java-client fast path: everything already a string
+    return {str(k): java_string(v) for k, v in raw.items() if v is not None}
+
+
+# --------------------------------------------------------------------------------------------- encode
+
+
+def _encode_json_header(cmd: RemotingCommand) -> bytes:
+    # Keys in fastjson's alphabetical order so our frames match Java's byte for byte.
+    header: dict[str, Any] = {"code": cmd.code}
+    if cmd.ext_fields:
+        header["extFields"] = cmd.ext_fields
+    header["flag"] = cmd.flag
+    header["language"] = cmd.language.name
+    header["opaque"] = cmd.opaque
+    if cmd.remark is not None:
+        header["remark"] = cmd.remark
+    header["serializeTypeCurrentRPC"] = "JSON"
+    header["version"] = cmd.version
+    return json.dumps(header, ensure_ascii=False, separators=_JSON_SEPARATORS).encode()
+
+
+def _encode_binary_header(cmd: RemotingCommand) -> bytes:
+    remark = cmd.remark.encode() if cmd.remark else b""
+    parts = [_BIN_FIXED.pack(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, len(remark)), remark]
+    fields = bytearray()
+    for key, value in cmd.ext_fields.items():
+        k = key.encode()
+        v = value.encode()
+        fields += _SHORT.pack(len(k)) + k + _INT.pack(len(v)) + v
+    parts += [_INT.pack(len(fields)), bytes(fields)]
+    return b"".join(parts)
+
+
+def encode_command(cmd: RemotingCommand) -> bytes:
+    """Serialize a command into one frame, header in `cmd.serialize_type`."""
+    if cmd.serialize_type == SerializeType.ROCKETMQ:
+        header = _encode_binary_header(cmd)
+    else:
+        header = _encode_json_header(cmd)
+    length = 4 + len(header) + len(cmd.body)
+    if len(header) > _HEADER_LEN_MASK or length + 4 > MAX_FRAME_LENGTH:
+        raise RemotingProtocolError(f"frame of {length + 4} bytes exceeds the {MAX_FRAME_LENGTH} byte limit")
+    return b"".join((_PREFIX.pack(length, (cmd.serialize_type << 24) | len(header)), header, cmd.body))
+
+
+# --------------------------------------------------------------------------------------------- decode
+
+
+def _int(header: dict[str, Any], key: str) -> int:
+    value = header.get(key, 0)
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value)
+        except ValueError:
+            pass
+    raise RemotingProtocolError(f"header field {key!r} is not an integer: {value!r}")
+
+
+def _decode_json_header(raw: bytes, body: bytes) -> RemotingCommand:
+    try:
+        header = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RemotingProtocolError(f"header is not JSON: {exc}") from None
+    if not isinstance(header, dict):
+        raise RemotingProtocolError("header is not a JSON object")
+    ext = header.get("extFields")
+    if ext is None:
+        ext = {}
+    elif not isinstance(ext, dict):
+        raise RemotingProtocolError("extFields is not a JSON object")
+    remark = header.get("remark")
+    return RemotingCommand(
+        code=_int(header, "code"),
+        language=LanguageCode.parse(header.get("language", "JAVA")),
+        version=_int(header, "version"),
+        opaque=_int(header, "opaque"),
+        flag=_int(header, "flag"),
+        remark=remark if remark is None or isinstance(remark, str) else java_string(remark),
+        ext_fields=coerce_ext_fields(ext),
+        body=body,
+        serialize_type=SerializeType.JSON,
+    )
+
+
+def _take(raw: bytes, pos: int, size: int, what: str) -> int:
+    end = pos + size
+    if size < 0 or end > len(raw):
+        raise RemotingProtocolError(f"binary header: {what} of {size} bytes overruns the header")
+    return end
+
+
+def _utf8(data: bytes, what: str) -> str:
+    try:
+        return data.decode()
+    except UnicodeDecodeError:
+        raise RemotingProtocolError(f"binary header: {what} is not UTF-8") from None
+
+
+def _decode_binary_header(raw: bytes, body: bytes) -> RemotingCommand:
+    end = _take(raw, 0, _BIN_FIXED.size, "fixed part")
+    code, language, version, opaque, flag, remark_len = _BIN_FIXED.unpack_from(raw, 0)
+    pos, end = end, _take(raw, end, remark_len, "remark")
+    remark = _utf8(raw[pos:end], "remark") if remark_len else None
+    pos = _take(raw, end, 4, "extFields length")
+    (fields_len,) = _INT.unpack_from(raw, end)
+    fields_end = _take(raw, pos, fields_len, "extFields")
+    ext: dict[str, str] = {}
+    while pos < fields_end:
+        key_end = _take(raw, pos, 2, "key length")
+        (klen,) = _SHORT.unpack_from(raw, pos)
+        pos, key_end = key_end, _take(raw, key_end, klen, "key")
+        key = _utf8(raw[pos:key_end], "key")
+        val_pos = _take(raw, key_end, 4, "value length")
+        (vlen,) = _INT.unpack_from(raw, key_end)
+        val_end = _take(raw, val_pos, vlen, "value")
+        if val_end > fields_end:
+            raise RemotingProtocolError("binary header: extFields entry overruns its table")
+        if klen and vlen:  # 4.9.8 reads zero-length keys/values as null: the field is absent
+            ext[key] = _utf8(raw[val_pos:val_end], "value")
+        pos = val_end
+    if fields_end != len(raw):
+        raise RemotingProtocolError("binary header: trailing bytes after extFields")
+    return RemotingCommand(
+        code=code,
+        language=LanguageCode.parse(language),
+        version=version,
+        opaque=opaque,
+        flag=flag,
+        remark=remark,
+        ext_fields=ext,
+        body=body,
+        serialize_type=SerializeType.ROCKETMQ,
+    )
+
+
+def check_frame_length(length: int, max_frame_length: int = MAX_FRAME_LENGTH) -> None:
+    """Reject a length prefix as soon as it is read, before waiting for the frame it announces."""
+    if length < 4 or length + 4 > max_frame_length:
+        raise RemotingProtocolError(f"frame length {length} outside 4..{max_frame_length - 4}")
+
+
+def decode_frame(
+    buf: bytes | bytearray | memoryview, offset: int = 0, max_frame_length: int = MAX_FRAME_LENGTH
+) -> tuple[RemotingCommand, int] | None:
+    """Decode the frame starting at `offset`.
+
+    Returns `(command, consumed_bytes)`, or None while the frame is still incomplete. Raises
+    RemotingProtocolError for bytes that can never become a valid frame; the caller must then drop
+    the connection (the stream position is lost).
+    """
+    available = len(buf) - offset
+    if available < 4:
+        return None
+    (length,) = _INT.unpack_from(buf, offset)
+    check_frame_length(length, max_frame_length)
+    if available < 4 + length:
+        return None
+    (mixed,) = _INT.unpack_from(buf, offset + 4)
+    serialize_type = (mixed >> 24) & 0xFF
+    header_len = mixed & _HEADER_LEN_MASK
+    if header_len > length - 4:
+        raise RemotingProtocolError(f"header length {header_len} exceeds frame length {length}")
+    start = offset + 8
+    header = bytes(buf[start : start + header_len])
+    body = bytes(buf[start + header_len : offset + 4 + length])
+    if serialize_type == SerializeType.JSON:
+        cmd = _decode_json_header(header, body)
+    elif serialize_type == SerializeType.ROCKETMQ:
+        cmd = _decode_binary_header(header, body)
+    else:
+        raise RemotingProtocolError(f"unknown serialize type {serialize_type}")
+    return cmd, 4 + length

@@ -1,0 +1,238 @@
+"""Typed request/response headers: the `extFields` of a command as dataclasses.
+
+Java decodes extFields into `CommandCustomHeader` classes and supports only str, int, long, bool and
+double fields. `CommandHeader` does the same in both directions: `from_ext_fields` parses the strings
+(a missing required field or a bad number raises `HeaderFieldError`, which servers answer as
+SYSTEM_ERROR with a clear remark instead of Java's NullPointerException text) and `to_ext_fields`
+renders values as Java would (`true`/`false`, decimal numbers). Wire names are the camelCase of the
+field names unless a field says otherwise with `wire("name")`.
+
+A field is required when it has no default. Subclasses are plain `@dataclass(slots=True)` classes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, ClassVar, Self
+
+from daemon.remoting.errors import HeaderFieldError
+
+
+def wire(name: str, default: Any = dataclasses.MISSING) -> Any:
+    """Declare a header field whose wire name is not the camelCase of its Python name."""
+    return dataclasses.field(default=default, metadata={"wire": name})
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def _parse_bool(text: str) -> bool:
+    return text.lower() == "true"  # Java Boolean.parseBoolean: anything else is false
+
+
+_PARSERS: dict[Any, Callable[[str], Any]] = {str: str, int: int, float: float, bool: _parse_bool}
+
+
+def _render(value: Any) -> str:
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    return str(value)
+
+
+@dataclass(frozen=True, slots=True)
+class _FieldSpec:
+    attr: str
+    wire: str
+    parse: Callable[[str], Any]
+    required: bool
+    type_name: str
+
+
+def _base_type(hint: Any) -> Any:
+    """`int | None` → int; plain types unchanged."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0] if args else hint
+
+
+class CommandHeader:
+    """Base of every typed header; see the module docstring."""
+
+    __slots__ = ()
+    #: Java class name, used in error remarks so operators can look the header up.
+    JAVA_NAME: ClassVar[str] = ""
+
+    @classmethod
+    @cache
+    def _specs(cls) -> tuple[_FieldSpec, ...]:
+        hints = typing.get_type_hints(cls)
+        specs = []
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            base = _base_type(hints[f.name])
+            required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+            specs.append(
+                _FieldSpec(
+                    f.name, f.metadata.get("wire", _camel(f.name)), _PARSERS[base], required, base.__name__
+                )
+            )
+        return tuple(specs)
+
+    @classmethod
+    def from_ext_fields(cls, ext: Mapping[str, str]) -> Self:
+        """Parse a request's extFields; raises HeaderFieldError naming the offending field."""
+        values: dict[str, Any] = {}
+        for spec in cls._specs():
+            raw = ext.get(spec.wire)
+            if raw is None:
+                if spec.required:
+                    raise HeaderFieldError(
+                        cls.JAVA_NAME or cls.__name__, spec.wire, "is required but missing"
+                    )
+                continue
+            try:
+                values[spec.attr] = spec.parse(raw.strip() if spec.parse is int else raw)
+            except ValueError:
+                raise HeaderFieldError(
+                    cls.JAVA_NAME or cls.__name__, spec.wire, f"must be {spec.type_name}, got {raw!r}"
+                ) from None
+        return cls(**values)
+
+    def to_ext_fields(self) -> dict[str, str]:
+        """Render the non-None fields as Java-style strings."""
+        out: dict[str, str] = {}
+        for spec in self._specs():
+            value = getattr(self, spec.attr)
+            if value is not None:
+                out[spec.wire] = _render(value)
+        return out
+
+
+# ------------------------------------------------------------------------------------- namesrv headers
+
+
+@dataclass(slots=True)
+class RegisterBrokerRequestHeader(CommandHeader):
+    JAVA_NAME = "RegisterBrokerRequestHeader"
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    ha_server_addr: str
+    broker_id: int
+    compressed: bool = False
+    body_crc32: int = 0
+
+
+@dataclass(slots=True)
+class RegisterBrokerResponseHeader(CommandHeader):
+    JAVA_NAME = "RegisterBrokerResponseHeader"
+    ha_server_addr: str | None = None
+    master_addr: str | None = None
+
+
+@dataclass(slots=True)
+class UnregisterBrokerRequestHeader(CommandHeader):
+    JAVA_NAME = "UnRegisterBrokerRequestHeader"
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int
+
+
+@dataclass(slots=True)
+class QueryDataVersionRequestHeader(CommandHeader):
+    JAVA_NAME = "QueryDataVersionRequestHeader"
+    broker_name: str
+    broker_addr: str
+    cluster_name: str
+    broker_id: int
+
+
+@dataclass(slots=True)
+class QueryDataVersionResponseHeader(CommandHeader):
+    JAVA_NAME = "QueryDataVersionResponseHeader"
+    changed: bool | None = None
+
+
+@dataclass(slots=True)
+class GetRouteInfoRequestHeader(CommandHeader):
+    JAVA_NAME = "GetRouteInfoRequestHeader"
+    topic: str
+    accept_standard_json_only: bool | None = None
+
+
+@dataclass(slots=True)
+class DeleteTopicFromNamesrvRequestHeader(CommandHeader):
+    JAVA_NAME = "DeleteTopicFromNamesrvRequestHeader"
+    topic: str
+    cluster_name: str | None = None
+
+
+@dataclass(slots=True)
+class GetTopicsByClusterRequestHeader(CommandHeader):
+    JAVA_NAME = "GetTopicsByClusterRequestHeader"
+    cluster: str
+
+
+@dataclass(slots=True)
+class PutKVConfigRequestHeader(CommandHeader):
+    JAVA_NAME = "PutKVConfigRequestHeader"
+    namespace: str
+    key: str
+    value: str
+
+
+@dataclass(slots=True)
+class GetKVConfigRequestHeader(CommandHeader):
+    JAVA_NAME = "GetKVConfigRequestHeader"
+    namespace: str
+    key: str
+
+
+@dataclass(slots=True)
+class GetKVConfigResponseHeader(CommandHeader):
+    JAVA_NAME = "GetKVConfigResponseHeader"
+    value: str | None = None
+
+
+@dataclass(slots=True)
+class DeleteKVConfigRequestHeader(CommandHeader):
+    JAVA_NAME = "DeleteKVConfigRequestHeader"
+    namespace: str
+    key: str
+
+
+@dataclass(slots=True)
+class GetKVListByNamespaceRequestHeader(CommandHeader):
+    JAVA_NAME = "GetKVListByNamespaceRequestHeader"
+    namespace: str
+
+
+@dataclass(slots=True)
+class WipeWritePermOfBrokerRequestHeader(CommandHeader):
+    JAVA_NAME = "WipeWritePermOfBrokerRequestHeader"
+    broker_name: str
+
+
+@dataclass(slots=True)
+class WipeWritePermOfBrokerResponseHeader(CommandHeader):
+    JAVA_NAME = "WipeWritePermOfBrokerResponseHeader"
+    wipe_topic_count: int
+
+
+@dataclass(slots=True)
+class AddWritePermOfBrokerRequestHeader(CommandHeader):
+    JAVA_NAME = "AddWritePermOfBrokerRequestHeader"
+    broker_name: str
+
+
+@dataclass(slots=True)
+class AddWritePermOfBrokerResponseHeader(CommandHeader):
+    JAVA_NAME = "AddWritePermOfBrokerResponseHeader"
+    add_topic_count: int

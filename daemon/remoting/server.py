@@ -1,0 +1,120 @@
+"""Asyncio remoting server: accepts connections and runs a processor table over them.
+
+Used by the NameServer and the broker alike; everything protocol-specific lives in the processors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Mapping
+
+from daemon.remoting.connection import Connection, Processor, RequestDispatcher
+from daemon.remoting.frame import MAX_FRAME_LENGTH
+
+log = logging.getLogger(__name__)
+
+
+class RemotingServer:
+    """Listens on host:port (port 0 picks a free one) and serves the registered processors.
+
+    Unknown request codes are answered with REQUEST_CODE_NOT_SUPPORTED; unparseable frames close only
+    the connection they arrived on. Connections without traffic for `idle_timeout` seconds are
+    closed, as Java does after `serverChannelMaxIdleTimeSeconds`.
+    """
+
+    def __init__(
+        self,
+        processors: Mapping[int, Processor] | None = None,
+        *,
+        host: str = "0.0.0.0",
+        port: int = 0,
+        default_processor: Processor | None = None,
+        max_frame_length: int = MAX_FRAME_LENGTH,
+        idle_timeout: float = 120.0,
+    ) -> None:
+        self.dispatcher = RequestDispatcher(processors, default_processor)
+        self.host = host
+        self.port = port
+        self.max_frame_length = max_frame_length
+        self.idle_timeout = idle_timeout
+        self.connections: set[Connection] = set()
+        self._close_listeners: list[Callable[[Connection], None]] = []
+        self._server: asyncio.Server | None = None
+        self._sweeper: asyncio.Task[None] | None = None
+
+    def register(self, code: int, processor: Processor) -> None:
+        self.dispatcher.register(code, processor)
+
+    def on_connection_closed(self, listener: Callable[[Connection], None]) -> None:
+        """Call `listener(conn)` whenever a client connection goes away (for any reason)."""
+        self._close_listeners.append(listener)
+
+    @property
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    async def start(self) -> None:
+        """Bind and start accepting; `self.port` holds the bound port afterwards."""
+        loop = asyncio.get_running_loop()
+        self._server = await loop.create_server(
+            self._make_connection, self.host, self.port, reuse_address=True
+        )
+        sock = self._server.sockets[0]
+        self.port = sock.getsockname()[1]
+        self._sweeper = asyncio.create_task(self._sweep_idle(), name="remoting-idle-sweeper")
+        log.info("remoting server listening on %s:%d", self.host, self.port)
+
+    def _make_connection(self) -> Connection:
+        conn = Connection(self.dispatcher, max_frame_length=self.max_frame_length, on_close=self._closed)
+        self.connections.add(conn)
+        return conn
+
+    def _closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        for listener in self._close_listeners:
+            try:
+                listener(conn)
+            except Exception:
+                log.exception("connection-closed listener failed for %s", conn.peer)
+
+    async def _sweep_idle(self) -> None:
+        loop = asyncio.get_running_loop()
+        period = max(0.05, min(self.idle_timeout / 4, 10.0))
+        while True:
+            await asyncio.sleep(period)
+            deadline = loop.time() - self.idle_timeout
+            for conn in list(self.connections):
+                if conn.last_active < deadline:
+                    log.info("closing idle connection from %s", conn.peer)
+                    conn.close()
+
+    async def stop(self, grace: float = 5.0) -> None:
+        """Stop accepting, let in-flight processors finish (up to `grace` s), close every connection."""
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._sweeper
+        if self._server is not None:
+            self._server.close()
+        conns = list(self.connections)
+        if conns:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*(c.drain_tasks() for c in conns)), grace)
+        for conn in conns:
+            conn.close()
+        if conns:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(asyncio.gather(*(c.wait_closed() for c in conns)), grace)
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        log.info("remoting server on port %d stopped", self.port)
+
+    async def __aenter__(self) -> RemotingServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
