@@ -1,0 +1,114 @@
+"""The export against a real standalone Spark master and worker started from the installed pyspark."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import RunCli
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+MASTER = "org.apache.spark.deploy.master.Master"
+WORKER = "org.apache.spark.deploy.worker.Worker"
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _wait_for(log_dir: Path, pattern: str, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if any(pattern in p.read_text(errors="replace") for p in log_dir.glob("*.out")):
+            return
+        time.sleep(0.3)
+    logs = "\n".join(p.read_text(errors="replace")[-2000:] for p in log_dir.glob("*.out"))
+    raise AssertionError(f"no {pattern!r} in the daemon logs within {timeout} s:\n{logs}")
+
+
+@pytest.fixture
+def standalone(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A master and one worker on 127.0.0.1 (``sbin/spark-daemon.sh``: the pip package has no start-*.sh)."""
+    import pyspark
+
+    from mqctl.spark.session import find_java
+
+    if find_java() is None:
+        pytest.skip("Spark needs Java")
+    home = Path(pyspark.__file__).parent
+    work = tmp_path / "spark"
+    for sub in ("logs", "pids", "work", "conf"):
+        (work / sub).mkdir(parents=True)
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_CONF_DIR": str(work / "conf"),
+        "SPARK_LOG_DIR": str(work / "logs"),
+        "SPARK_PID_DIR": str(work / "pids"),
+        "SPARK_WORKER_DIR": str(work / "work"),
+        "SPARK_IDENT_STRING": f"mqctl-test-{os.getpid()}",
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+    }
+    daemon = [str(home / "sbin" / "spark-daemon.sh")]
+    port = _free_port()
+    url = f"spark://127.0.0.1:{port}"
+    master = [MASTER, "1", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(_free_port())]
+    worker = [
+        WORKER,
+        "1",
+        "--host",
+        "127.0.0.1",
+        "--cores",
+        "2",
+        "--memory",
+        "1g",
+        "--webui-port",
+        str(_free_port()),
+        url,
+    ]
+    try:
+        subprocess.run([*daemon, "start", *master], env=env, check=True, capture_output=True, timeout=60)
+        _wait_for(work / "logs", "I have been elected leader", 45)
+        subprocess.run([*daemon, "start", *worker], env=env, check=True, capture_output=True, timeout=60)
+        _wait_for(work / "logs", "Successfully registered with master", 45)
+        yield url, work
+    finally:
+        for cls in (WORKER, MASTER):
+            subprocess.run([*daemon, "stop", cls, "1"], env=env, capture_output=True, timeout=60)
+
+
+def test_export_on_a_standalone_cluster(
+    cli: RunCli, standalone: tuple[str, Path], store_a: Path, tmp_path: Path
+) -> None:
+    url, work = standalone
+    out = tmp_path / "out"
+    result = cli(
+        "spark-export",
+        "--store",
+        str(store_a),
+        "--out",
+        str(out),
+        "--master",
+        url,
+        "--partitions",
+        "6",
+        "-o",
+        "json",
+        timeout=120,
+    )
+    assert result.code == 0, result.stderr
+    assert result.json()["rows"] == 5612
+    assert pq.read_table(out).num_rows == 5612
+    assert list((work / "work").glob("app-*/*/stderr")), "no executor ran on the worker"
