@@ -34,7 +34,7 @@ from store.record import (
     encode_blank,
     encode_host,
     encode_properties,
-    encode_record,
+    encode_record_parts,
     read_header,
     read_record_info,
     topic_field,
@@ -127,24 +127,24 @@ class CommitLog:
             wait_store_msg_ok=msg.wait_store_msg_ok,
         )
 
-    def _check(self, msg: Message, props: bytes, store_host: HostAddress) -> int:
-        """Validate sizes (§2.5) and return the record's TOTALSIZE."""
+    def _encode_fields(self, msg: Message, store_host: HostAddress) -> tuple[bytes, bytes, bytes, bytes, int]:
+        """Encode properties, hosts and topic and validate sizes (§2.5); returns them and TOTALSIZE."""
         try:
             topic = topic_field(msg.topic)
+            props = encode_properties(msg.properties) if msg.properties else b""
+            born = encode_host(msg.born_host)
+            store = encode_host(msg.store_host or store_host)
         except ValueError as e:
             raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, str(e)) from e
         if len(props) > MAX_PROPERTIES_LENGTH:
             raise IllegalMessage(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, f"properties {len(props)} bytes")
-        if len(msg.body) > self.max_message_size:
-            raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"body {len(msg.body)} > maxMessageSize")
-        try:
-            hosts = len(encode_host(msg.born_host)) + len(encode_host(msg.store_host or store_host))
-        except ValueError as e:
-            raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"bad host address: {e}") from e
-        total = 74 + hosts + len(msg.body) + len(topic) + len(props)
+        body_len = len(msg.body)
+        if body_len > self.max_message_size:
+            raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"body {body_len} > maxMessageSize")
+        total = 74 + len(born) + len(store) + body_len + len(topic) + len(props)
         if total > self.max_message_size + 65536 or total + 8 > self.file_size:
             raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"record of {total} bytes is too large")
-        return total
+        return props, born, store, topic, total
 
     def _file_for(self, size: int) -> MappedFile:
         """The file the next ``size`` bytes go to; writes the blank filler and rolls when they do not fit."""
@@ -156,6 +156,8 @@ class CommitLog:
                 mf.mm[pos : pos + 8] = encode_blank(remaining)
             mf.wrote_position = self.file_size
             mf = self.files.last_file_for_append(0)
+        if mf.wrote_position + size > mf.prepared_position:
+            mf.prepare(mf.wrote_position + size)
         return mf
 
     def append(self, msgs: list[Message], store_host: HostAddress, now_ms: int) -> list[RecordInfo]:
@@ -163,39 +165,24 @@ class CommitLog:
 
         Raises :class:`IllegalMessage` before anything is written when a message is refused.
         """
-        encoded = []
-        total = 0
-        for m in msgs:
-            props = encode_properties(m.properties) if m.properties else b""
-            size = self._check(m, props, store_host)
-            encoded.append((m, props, size))
-            total += size
+        encoded = [(m, *self._encode_fields(m, store_host)) for m in msgs]
+        total = sum(e[5] for e in encoded)
         if len(msgs) > 1 and total + 8 > self.file_size:
             raise IllegalMessage(
                 PutMessageStatus.MESSAGE_ILLEGAL, f"batch of {total} bytes does not fit a file"
             )
         mf = self._file_for(total)
         pos = mf.wrote_position
-        if pos + total > mf.prepared_position:
-            mf.prepare(pos + total)
         table = self.topic_queue_table
         out = []
         mm = mf.mm
         base = mf.file_from_offset
-        for m, props, size in encoded:
+        for m, props, born, store, topic, size in encoded:
             key = (m.topic, m.queue_id)
             tran = m.sys_flag & TRANSACTION_TYPE_MASK
             counted = tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
             qoff = table.get(key, 0) if counted else 0
-            rec = encode_record(
-                m,
-                queue_offset=qoff,
-                physical_offset=base + pos,
-                store_timestamp=now_ms,
-                store_host=store_host,
-                properties=props,
-            )
-            mm[pos : pos + size] = rec
+            mm[pos : pos + size] = encode_record_parts(m, props, born, store, topic, qoff, base + pos, now_ms)
             if counted:
                 table[key] = qoff + 1
             out.append(

@@ -251,6 +251,9 @@ class DefaultMessageStore:
         self._put_lock = threading.Lock()
         self.reput_from_offset = 0
         self._listeners: list[ArrivalListener] = []
+        self._index_enabled = config.message_index_enable
+        self._sync_flush = config.sync_flush
+        self._caught_up = False
         self.last_exit_ok = True
         self.recovery_corruption: CorruptRecordError | None = None
         self._lock_fd: int | None = None
@@ -472,7 +475,7 @@ class DefaultMessageStore:
             cq = self._find_cq(info.topic, info.queue_id)
             cq.put_unit(info.commit_log_offset, info.size, self._tags_code(info), info.queue_offset)
             self._logics_ts = info.store_timestamp
-        if self.config.message_index_enable and tran != TRANSACTION_ROLLBACK_TYPE:
+        if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
             props = info.properties
             topic = info.topic
             uniq = props.get(PROPERTY_UNIQ_KEY)
@@ -482,7 +485,7 @@ class DefaultMessageStore:
                 keys.extend(f"{topic}#{k}" for k in split_keys(keys_prop))
             if keys:
                 rolled = self.index.build_index(
-                    keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms()
+                    keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms
                 )
                 if rolled is not None and self.checkpoint is not None:
                     self.checkpoint.index_msg_timestamp = rolled
@@ -497,7 +500,9 @@ class DefaultMessageStore:
         if self.read_only:
             return 0
         with self._put_lock:
-            return self._reput_until(self.commit_log.max_offset)
+            n = self._reput_until(self.commit_log.max_offset)
+            self._caught_up = True
+            return n
 
     def _reput_until(self, end: int) -> int:
         n = 0
@@ -566,8 +571,9 @@ class DefaultMessageStore:
         if not self._running:
             return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         with self._put_lock:
-            if self.reput_from_offset < self.commit_log.max_offset:
+            if not self._caught_up:  # every put dispatches its own records, so this runs once after start
                 self._reput_until(self.commit_log.max_offset)
+                self._caught_up = True
             try:
                 infos = self.commit_log.append(msgs, self.store_host, self.clock.now_ms())
             except IllegalMessage as e:
@@ -583,11 +589,15 @@ class DefaultMessageStore:
             self.reput_from_offset = end
         first = infos[0]
         prefix = msg_id_prefix(msgs[0].store_host or self.store_host)
+        if len(infos) == 1:
+            msg_id = prefix + format(first.commit_log_offset, "016X")
+        else:
+            msg_id = ",".join(prefix + format(i.commit_log_offset, "016X") for i in infos)
         result = PutResult(
             PutMessageStatus.PUT_OK,
             phys_offset=first.commit_log_offset,
             queue_offset=first.queue_offset,
-            msg_id=",".join(prefix + format(i.commit_log_offset, "016X") for i in infos),
+            msg_id=msg_id,
             wrote_bytes=end - first.commit_log_offset,
             store_timestamp=first.store_timestamp,
             msg_num=len(infos),
@@ -597,7 +607,7 @@ class DefaultMessageStore:
             if cq is not None:
                 for listener in self._listeners:
                     listener(first.topic, first.queue_id, cq.max_offset)
-        if wait and self.config.sync_flush and not self._wait_flushed(end):
+        if wait and self._sync_flush and not self._wait_flushed(end):
             result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return result
 

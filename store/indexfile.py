@@ -8,7 +8,7 @@ import mmap
 import os
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from store.errors import StoreFormatError
 from store.javahash import index_key_hash
@@ -196,12 +196,13 @@ class IndexService:
                 continue
             self.files.append(f)
 
-    def _writable_file(self, now_ms: int) -> tuple[IndexFile, IndexFile | None]:
+    def _writable_file(self, clock: Callable[[], int]) -> tuple[IndexFile, IndexFile | None]:
         """The file to insert into, creating one if needed; also returns the file that just filled up."""
         last = self.files[-1] if self.files else None
-        if last is not None and not last.is_full:
+        if last is not None and last.index_count < last.index_num:
             return last, None
         os.makedirs(self.directory, exist_ok=True)
+        now_ms = clock()
         name = index_file_name(now_ms)
         while os.path.exists(os.path.join(self.directory, name)) or (last and name <= last.name):
             now_ms += 1
@@ -215,17 +216,20 @@ class IndexService:
         return f, last
 
     def build_index(
-        self, keys: Sequence[str], phy_offset: int, store_timestamp: int, now_ms: int
+        self, keys: Sequence[str], phy_offset: int, store_timestamp: int, clock: Callable[[], int]
     ) -> int | None:
-        """Insert ``keys`` for one record; returns the end timestamp of a file that filled up, if any."""
-        f, full = self._writable_file(now_ms)
+        """Insert ``keys`` for one record; returns the end timestamp of a file that filled up, if any.
+
+        ``clock`` names a new index file (local time) when one has to be created.
+        """
+        f, full = self._writable_file(clock)
         if phy_offset < f.end_phy_offset:
             return None  # already indexed (re-dispatch after recovery)
         rolled = self._on_roll(full)
         done = f.put_keys(keys, phy_offset, store_timestamp)
         while done < len(keys):
             f.write_header()
-            f, full = self._writable_file(now_ms)
+            f, full = self._writable_file(clock)
             rolled = self._on_roll(full) or rolled
             keys = keys[done:]
             done = f.put_keys(keys, phy_offset, store_timestamp)

@@ -218,22 +218,45 @@ def encode_record(
     """Encode ``msg`` as a v1 CommitLog record.
 
     The store assigns ``queue_offset``, ``physical_offset`` and ``store_timestamp`` at append time;
-    ``properties`` may be passed pre-encoded (the append path needs their length for size checks).
-    The IPv6 sysFlag bits are set from the host addresses, as the broker does.
+    ``properties`` may be passed pre-encoded. The IPv6 sysFlag bits are set from the host
+    addresses, as the broker does.
     """
-    props = encode_properties(msg.properties) if properties is None else properties
-    born = encode_host(msg.born_host)
-    store = encode_host(msg.store_host or store_host)
+    return encode_record_parts(
+        msg,
+        encode_properties(msg.properties) if properties is None else properties,
+        encode_host(msg.born_host),
+        encode_host(msg.store_host or store_host),
+        topic_field(msg.topic),
+        queue_offset,
+        physical_offset,
+        store_timestamp,
+    )
+
+
+def encode_record_parts(
+    msg: Message,
+    props: bytes,
+    born: bytes,
+    store: bytes,
+    topic: bytes,
+    queue_offset: int,
+    physical_offset: int,
+    store_timestamp: int,
+) -> bytes:
+    """:func:`encode_record` with the variable fields already encoded (the append hot path).
+
+    ``born``/``store`` come from :func:`encode_host`, ``topic`` from :func:`topic_field`.
+    """
     sys_flag = msg.sys_flag & ~(BORNHOST_V6_FLAG | STOREHOST_V6_FLAG)
-    if len(born) == 20:
+    born_len = len(born)
+    store_len = len(store)
+    if born_len == 20:
         sys_flag |= BORNHOST_V6_FLAG
-    if len(store) == 20:
+    if store_len == 20:
         sys_flag |= STOREHOST_V6_FLAG
-    topic = topic_field(msg.topic)
     body = msg.body
-    total = 72 + len(born) + len(store) + len(body) + len(topic) + len(props) + 2
-    head = _encoder(len(born), len(store)).pack(
-        total,
+    head = _encoder(born_len, store_len).pack(
+        74 + born_len + store_len + len(body) + len(topic) + len(props),
         MESSAGE_MAGIC_CODE,
         zlib.crc32(body) & 0x7FFFFFFF,
         msg.queue_id,
@@ -418,6 +441,7 @@ __all__ = [
     "encode_host",
     "encode_properties",
     "encode_record",
+    "encode_record_parts",
     "inflate_body",
     "read_header",
     "read_record_info",
