@@ -51,7 +51,7 @@ class Processor(Protocol):
     """
 
     def __call__(
-        self, conn: Connection, request: RemotingCommand
+        self, conn: Connection, request: RemotingCommand, /
     ) -> Awaitable[RemotingCommand | None] | RemotingCommand | None: ...
 
 

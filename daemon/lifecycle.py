@@ -1,0 +1,204 @@
+"""Process lifecycle shared by every daemon (NameServer, broker, `mqctl up`).
+
+Like uvicorn: start → serve → graceful stop on the first SIGINT/SIGTERM, immediate exit on the second.
+Also the pieces of running in the background: a pidfile that refuses a second live instance, a
+double-fork `daemonize` that reports the child's start-up outcome back to the parent, and `terminate`
+for `stop` commands.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Protocol
+
+log = logging.getLogger(__name__)
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class LifecycleError(Exception):
+    """A daemon could not be started, found or stopped."""
+
+
+class AlreadyRunningError(LifecycleError):
+    def __init__(self, pid_file: Path, pid: int) -> None:
+        super().__init__(f"already running as pid {pid} (pidfile {pid_file})")
+        self.pid = pid
+
+
+class Service(Protocol):
+    """Anything with an async start and stop (NamesrvController, the broker, ...)."""
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+async def serve(service: Service, on_started: Callable[[], None] | None = None) -> None:
+    """Start `service`, run until SIGINT/SIGTERM, then stop it; a second signal exits at once."""
+    loop = asyncio.get_running_loop()
+    stopping = asyncio.Event()
+    received: list[int] = []
+
+    def on_signal(signum: int) -> None:
+        received.append(signum)
+        name = signal.Signals(signum).name
+        if len(received) == 1:
+            log.info("received %s: shutting down gracefully (send it again to force)", name)
+            stopping.set()
+        else:
+            log.warning("received %s again: exiting immediately", name)
+            os._exit(128 + signum)
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, on_signal, sig)
+    try:
+        await service.start()
+        try:
+            if on_started is not None:
+                on_started()
+            await stopping.wait()
+        finally:
+            await service.stop()
+    finally:
+        for sig in STOP_SIGNALS:
+            loop.remove_signal_handler(sig)
+
+
+# ------------------------------------------------------------------------------------------- pidfiles
+
+
+def read_pid(pid_file: Path) -> int | None:
+    """The pid recorded in `pid_file`, or None if there is no readable pid."""
+    try:
+        text = pid_file.read_text().strip()
+    except OSError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def running_pid(pid_file: Path) -> int | None:
+    """The pid of a live process recorded in `pid_file` (stale files count as not running)."""
+    pid = read_pid(pid_file)
+    return pid if pid is not None and pid_alive(pid) else None
+
+
+class PidFile:
+    """Holds `path` with our pid while the daemon runs; refuses to overwrite a live one."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __enter__(self) -> PidFile:
+        other = running_pid(self.path)
+        if other is not None and other != os.getpid():
+            raise AlreadyRunningError(self.path, other)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        tmp.write_text(f"{os.getpid()}\n")
+        os.replace(tmp, self.path)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if read_pid(self.path) == os.getpid():
+            with contextlib.suppress(FileNotFoundError):
+                self.path.unlink()
+
+
+def terminate(pid_file: Path, timeout: float = 15.0) -> int | None:
+    """SIGTERM the daemon recorded in `pid_file` and wait for it to exit.
+
+    Returns the pid that was stopped, None if nothing was running; raises LifecycleError if it is
+    still alive after `timeout` seconds.
+    """
+    pid = running_pid(pid_file)
+    if pid is None:
+        return None
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            raise LifecycleError(f"pid {pid} still running {timeout:g}s after SIGTERM")
+        time.sleep(0.05)
+    return pid
+
+
+# ------------------------------------------------------------------------------------------- daemonize
+
+
+class Daemon:
+    """Handle the detached child uses to tell the waiting parent how start-up went."""
+
+    def __init__(self, write_fd: int) -> None:
+        self._fd: int | None = write_fd
+
+    def report(self, message: str) -> None:
+        """Send one line to the parent (first call only) and let it exit."""
+        if self._fd is None:
+            return
+        with contextlib.suppress(OSError):
+            os.write(self._fd, (message.replace("\n", " ") + "\n").encode())
+        os.close(self._fd)
+        self._fd = None
+
+
+def daemonize(log_file: Path, timeout: float = 30.0) -> Daemon | str:
+    """Detach into the background (double fork, new session, stdio to `log_file`).
+
+    In the original process this returns the first line the daemon reports (or a failure text if it
+    died before reporting) and the caller should exit; in the daemon it returns a `Daemon` handle.
+    """
+    log_file.parent.mkdir(parents=True, exist_ok=True)
+    read_fd, write_fd = os.pipe()
+    if os.fork() > 0:
+        os.close(write_fd)
+        return _await_report(read_fd, timeout, log_file)
+    os.close(read_fd)
+    os.setsid()
+    if os.fork() > 0:
+        os._exit(0)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    out = os.open(log_file, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.dup2(out, 1)
+    os.dup2(out, 2)
+    os.close(out)
+    os.close(devnull)
+    return Daemon(write_fd)
+
+
+def _await_report(read_fd: int, timeout: float, log_file: Path) -> str:
+    deadline = time.monotonic() + timeout
+    chunks = b""
+    with os.fdopen(read_fd, "rb", buffering=0) as pipe:
+        import select
+
+        while b"\n" not in chunks:
+            left = deadline - time.monotonic()
+            if left <= 0 or not select.select([pipe], [], [], left)[0]:
+                return f"error: daemon did not report within {timeout:g}s; see {log_file}"
+            data = pipe.read(4096)
+            if not data:
+                return f"error: daemon exited during start-up; see {log_file}"
+            chunks += data
+    return chunks.decode(errors="replace").splitlines()[0]

@@ -1,0 +1,71 @@
+"""The NameServer process: config + route tables + KV store + remoting server + liveness scan."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from daemon.namesrv.config import NamesrvConfig
+from daemon.namesrv.kvconfig import KVConfigManager
+from daemon.namesrv.processor import NamesrvProcessor
+from daemon.namesrv.routes import RouteInfoManager
+from daemon.remoting.connection import Connection
+from daemon.remoting.server import RemotingServer
+
+log = logging.getLogger(__name__)
+
+#: Java runs the first scan 5 s after start, then every scan interval.
+FIRST_SCAN_DELAY_MS = 5_000
+
+
+class NamesrvController:
+    """Start/stop wrapper; `port` is the bound port once `start()` returned."""
+
+    def __init__(self, config: NamesrvConfig) -> None:
+        self.config = config
+        self.routes = RouteInfoManager(broker_expire_ms=config.broker_expire_ms)
+        self.kv = KVConfigManager(config.kv_config_file)
+        self.processor = NamesrvProcessor(config, self.routes, self.kv)
+        self.server = RemotingServer(
+            self.processor.table(),
+            host=config.listen_host,
+            port=config.listen_port,
+            idle_timeout=config.server_channel_max_idle_time_seconds,
+        )
+        self.server.on_connection_closed(self._connection_closed)
+        self._scanner: asyncio.Task[None] | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def start(self) -> None:
+        self.config.home.mkdir(parents=True, exist_ok=True)
+        self.kv.load()
+        await self.server.start()
+        self._scanner = asyncio.create_task(self._scan_loop(), name="namesrv-broker-scan")
+        log.info(
+            "NameServer started on %s:%d, data in %s", self.config.listen_host, self.port, self.config.home
+        )
+
+    async def stop(self) -> None:
+        if self._scanner is not None:
+            self._scanner.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._scanner
+        await self.server.stop()
+        self.kv.persist()
+        log.info("NameServer stopped")
+
+    def _connection_closed(self, conn: Connection) -> None:
+        self.routes.on_connection_closed(conn, conn.peer)
+
+    async def _scan_loop(self) -> None:
+        interval = self.config.scan_interval_ms / 1000
+        await asyncio.sleep(min(FIRST_SCAN_DELAY_MS / 1000, interval))
+        while True:
+            for expired in self.routes.scan_not_active_brokers():
+                if isinstance(expired.connection, Connection):
+                    expired.connection.close()
+            await asyncio.sleep(interval)

@@ -1,0 +1,259 @@
+"""Request handlers of the NameServer, one per request code (wire-protocol.md §6).
+
+Handlers are plain functions over the route tables and the KV store: they parse a typed header,
+act, and build the response. Only REGISTER_BROKER may await (to decode a large body off the loop).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import typing
+import zlib
+
+from daemon.config import ConfigError, coerce, parse_properties, property_key, to_properties
+from daemon.namesrv.config import NamesrvConfig
+from daemon.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, write_atomically
+from daemon.namesrv.routes import TOPIC_SYS_FLAG_UNIT, TOPIC_SYS_FLAG_UNIT_SUB, RouteInfoManager
+from daemon.remoting.bodies import DataVersion, KVTable, RegisterBrokerBody, TopicConfigSerializeWrapper
+from daemon.remoting.codes import RequestCode, ResponseCode, Version
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection, Processor
+from daemon.remoting.errors import RemotingCommandError
+from daemon.remoting.headers import (
+    AddWritePermOfBrokerRequestHeader,
+    AddWritePermOfBrokerResponseHeader,
+    DeleteKVConfigRequestHeader,
+    DeleteTopicFromNamesrvRequestHeader,
+    GetKVConfigRequestHeader,
+    GetKVConfigResponseHeader,
+    GetKVListByNamespaceRequestHeader,
+    GetRouteInfoRequestHeader,
+    GetTopicsByClusterRequestHeader,
+    PutKVConfigRequestHeader,
+    QueryDataVersionRequestHeader,
+    QueryDataVersionResponseHeader,
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnregisterBrokerRequestHeader,
+    WipeWritePermOfBrokerRequestHeader,
+    WipeWritePermOfBrokerResponseHeader,
+)
+
+log = logging.getLogger(__name__)
+
+#: Registration bodies above this size are decoded in a worker thread so lookups keep flowing.
+LARGE_BODY = 256 * 1024
+_FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+
+class NamesrvProcessor:
+    """Owns nothing but references: the route tables, the KV store and the live config."""
+
+    def __init__(self, config: NamesrvConfig, routes: RouteInfoManager, kv: KVConfigManager) -> None:
+        self.config = config
+        self.routes = routes
+        self.kv = kv
+
+    def table(self) -> dict[int, Processor]:
+        """The processor table for RemotingServer."""
+        return {
+            RequestCode.PUT_KV_CONFIG: self.put_kv_config,
+            RequestCode.GET_KV_CONFIG: self.get_kv_config,
+            RequestCode.DELETE_KV_CONFIG: self.delete_kv_config,
+            RequestCode.GET_KVLIST_BY_NAMESPACE: self.get_kv_list_by_namespace,
+            RequestCode.REGISTER_BROKER: self.register_broker,
+            RequestCode.UNREGISTER_BROKER: self.unregister_broker,
+            RequestCode.QUERY_DATA_VERSION: self.query_data_version,
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.get_route_info,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self.get_cluster_info,
+            RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.get_all_topics,
+            RequestCode.GET_TOPICS_BY_CLUSTER: self.get_topics_by_cluster,
+            RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS: self.get_system_topics,
+            RequestCode.GET_UNIT_TOPIC_LIST: self.get_unit_topics,
+            RequestCode.GET_HAS_UNIT_SUB_TOPIC_LIST: self.get_has_unit_sub_topics,
+            RequestCode.GET_HAS_UNIT_SUB_UNUNIT_TOPIC_LIST: self.get_has_unit_sub_ununit_topics,
+            RequestCode.DELETE_TOPIC_IN_NAMESRV: self.delete_topic,
+            RequestCode.WIPE_WRITE_PERM_OF_BROKER: self.wipe_write_perm,
+            RequestCode.ADD_WRITE_PERM_OF_BROKER: self.add_write_perm,
+            RequestCode.UPDATE_NAMESRV_CONFIG: self.update_config,
+            RequestCode.GET_NAMESRV_CONFIG: self.get_config,
+        }
+
+    # ------------------------------------------------------------------ KV config (§6.7)
+
+    def put_kv_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = PutKVConfigRequestHeader.from_ext_fields(req.ext_fields)
+        self.kv.put(h.namespace, h.key, h.value)
+        return req.make_response()
+
+    def get_kv_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = GetKVConfigRequestHeader.from_ext_fields(req.ext_fields)
+        value = self.kv.get(h.namespace, h.key)
+        if value is None:
+            return req.make_response(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace} Key: {h.key}"
+            )
+        return req.make_response(ext_fields=GetKVConfigResponseHeader(value).to_ext_fields())
+
+    def delete_kv_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = DeleteKVConfigRequestHeader.from_ext_fields(req.ext_fields)
+        self.kv.delete(h.namespace, h.key)
+        return req.make_response()
+
+    def get_kv_list_by_namespace(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = GetKVListByNamespaceRequestHeader.from_ext_fields(req.ext_fields)
+        table = self.kv.namespace(h.namespace)
+        if table is None:
+            return req.make_response(
+                ResponseCode.QUERY_NOT_FOUND, f"No config item, Namespace: {h.namespace}"
+            )
+        return req.make_response(body=KVTable(table).dumps())
+
+    # ------------------------------------------------------------------ brokers (§6.1, 6.2, 6.13)
+
+    async def register_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = RegisterBrokerRequestHeader.from_ext_fields(req.ext_fields)
+        if h.body_crc32 and zlib.crc32(req.body) & 0x7FFFFFFF != h.body_crc32:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, "crc32 not match")
+        try:
+            topics = await self._decode_topics(req, h.compressed)
+        except ValueError as exc:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad registration body: {exc}")
+        result = self.routes.register_broker(
+            h.cluster_name,
+            h.broker_addr,
+            h.broker_name,
+            h.broker_id,
+            h.ha_server_addr,
+            topics.topic_config_serialize_wrapper,
+            topics.filter_server_list,
+            conn,
+        )
+        order = self.kv.namespace(ORDER_TOPIC_CONFIG)
+        return req.make_response(
+            ext_fields=RegisterBrokerResponseHeader(
+                result.ha_server_addr, result.master_addr
+            ).to_ext_fields(),
+            body=KVTable(order).dumps() if order else b"",
+        )
+
+    @staticmethod
+    async def _decode_topics(req: RemotingCommand, compressed: bool) -> RegisterBrokerBody:
+        if req.version < Version.V3_0_11:  # pre-3.0.11 brokers send a bare wrapper
+            wrapper = (
+                TopicConfigSerializeWrapper.loads(req.body) if req.body else TopicConfigSerializeWrapper()
+            )
+            return RegisterBrokerBody(wrapper)
+        if len(req.body) > LARGE_BODY:
+            return await asyncio.to_thread(RegisterBrokerBody.decode, req.body, compressed)
+        return RegisterBrokerBody.decode(req.body, compressed)
+
+    def unregister_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = UnregisterBrokerRequestHeader.from_ext_fields(req.ext_fields)
+        self.routes.unregister_broker(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id)
+        return req.make_response()
+
+    def query_data_version(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = QueryDataVersionRequestHeader.from_ext_fields(req.ext_fields)
+        try:
+            version = DataVersion.loads(req.body) if req.body else DataVersion()
+        except ValueError as exc:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad DataVersion body: {exc}")
+        changed, stored = self.routes.query_data_version(h.broker_addr, version)
+        return req.make_response(
+            ext_fields=QueryDataVersionResponseHeader(changed).to_ext_fields(),
+            body=stored.dumps() if stored is not None else b"",
+        )
+
+    # ------------------------------------------------------------------ routes and topics (§6.3-6.11)
+
+    def get_route_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = GetRouteInfoRequestHeader.from_ext_fields(req.ext_fields)
+        standard = req.version >= Version.V4_9_4 or bool(h.accept_standard_json_only)
+        order = self.kv.get(ORDER_TOPIC_CONFIG, h.topic) if self.config.order_message_enable else None
+        body = self.routes.route_body(h.topic, standard, order)
+        if body is None:
+            return req.make_response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {h.topic}{_FAQ}",
+            )
+        return req.make_response(body=body)
+
+    def get_cluster_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        # Java writes this one with default fastjson whatever the version: bare brokerId keys.
+        return req.make_response(body=self.routes.cluster_info().dumps(bare_int_keys=True))
+
+    def get_all_topics(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.make_response(body=self.routes.all_topics().dumps())
+
+    def get_topics_by_cluster(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = GetTopicsByClusterRequestHeader.from_ext_fields(req.ext_fields)
+        return req.make_response(body=self.routes.topics_by_cluster(h.cluster).dumps())
+
+    def get_system_topics(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.make_response(body=self.routes.system_topics().dumps())
+
+    def get_unit_topics(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        topics = self.routes.unit_topics(lambda flag: bool(flag & TOPIC_SYS_FLAG_UNIT))
+        return req.make_response(body=topics.dumps())
+
+    def get_has_unit_sub_topics(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        topics = self.routes.unit_topics(lambda flag: bool(flag & TOPIC_SYS_FLAG_UNIT_SUB))
+        return req.make_response(body=topics.dumps())
+
+    def get_has_unit_sub_ununit_topics(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        topics = self.routes.unit_topics(
+            lambda flag: bool(flag & TOPIC_SYS_FLAG_UNIT_SUB) and not flag & TOPIC_SYS_FLAG_UNIT
+        )
+        return req.make_response(body=topics.dumps())
+
+    def delete_topic(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = DeleteTopicFromNamesrvRequestHeader.from_ext_fields(req.ext_fields)
+        self.routes.delete_topic(h.topic, h.cluster_name)
+        return req.make_response()
+
+    def wipe_write_perm(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = WipeWritePermOfBrokerRequestHeader.from_ext_fields(req.ext_fields)
+        count = self.routes.wipe_write_perm(h.broker_name)
+        return req.make_response(ext_fields=WipeWritePermOfBrokerResponseHeader(count).to_ext_fields())
+
+    def add_write_perm(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        h = AddWritePermOfBrokerRequestHeader.from_ext_fields(req.ext_fields)
+        count = self.routes.add_write_perm(h.broker_name)
+        return req.make_response(ext_fields=AddWritePermOfBrokerResponseHeader(count).to_ext_fields())
+
+    # ------------------------------------------------------------------ config (§6.12)
+
+    def update_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        try:
+            props = parse_properties(req.body.decode())
+        except UnicodeDecodeError:
+            return req.make_response(ResponseCode.SYSTEM_ERROR, "string2Properties error")
+        if self.config.black_list() & props.keys():
+            return req.make_response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+        apply_properties(self.config, props)
+        write_atomically(self.config.config_store_file, to_properties(self.config).encode())
+        log.info("namesrv config updated from %s: %s", conn.peer, sorted(props))
+        return req.make_response()
+
+    def get_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.make_response(body=to_properties(self.config).encode())
+
+
+def apply_properties(config: NamesrvConfig, props: dict[str, str]) -> None:
+    """Set the fields named by RocketMQ keys; unknown keys and bad values raise RemotingCommandError."""
+    hints = typing.get_type_hints(type(config))
+    by_key = {property_key(f): f.name for f in dataclasses.fields(config)}
+    updates = {}
+    for key, raw in props.items():
+        name = by_key.get(key)
+        if name is None:
+            raise RemotingCommandError(ResponseCode.SYSTEM_ERROR, f"unknown namesrv config key {key!r}")
+        try:
+            updates[name] = coerce(raw, hints[name], source=key)
+        except ConfigError as exc:
+            raise RemotingCommandError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    for name, value in updates.items():
+        setattr(config, name, value)

@@ -1,0 +1,203 @@
+"""``mqctl namesrv``: run, stop and inspect a RocketMQ-compatible NameServer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from mqctl.cli.common import OutputOpt
+
+if TYPE_CHECKING:
+    from daemon.lifecycle import Daemon
+    from daemon.namesrv.config import NamesrvConfig
+
+app = typer.Typer(help="Run, stop and inspect a NameServer (the route registry).", no_args_is_help=True)
+
+ENV_PREFIX = "MQCTL_NAMESRV_"
+PID_FILE = "namesrv.pid"
+ADDR_FILE = "namesrv.addr"
+LOG_FILE = "namesrv.log"
+
+ConfigOpt = Annotated[
+    Path | None,
+    typer.Option("--config", "-c", help="RocketMQ namesrv.properties file (camelCase keys).", dir_okay=False),
+]
+DataOpt = Annotated[
+    Path | None,
+    typer.Option("--data", help="State dir: kvConfig.json, pidfile, log (default: <user data dir>/namesrv)."),
+]
+
+
+def _load(config_file: Path | None, data: Path | None, listen: str | None = None) -> NamesrvConfig:
+    from daemon.config import load_config
+    from daemon.namesrv.config import NamesrvConfig
+    from mqctl.config import data_dir
+    from mqctl.errors import UsageError
+
+    host = port = None
+    if listen is not None:
+        host, sep, port_text = listen.rpartition(":")
+        if not sep or not port_text.isdigit() or int(port_text) > 65535:
+            raise UsageError(f"bad --listen {listen!r}: expected HOST:PORT (port 0 picks a free one)")
+        host, port = host.strip("[]") or "0.0.0.0", int(port_text)
+    config = load_config(
+        NamesrvConfig,
+        config_file,
+        env_prefix=ENV_PREFIX,
+        overrides={"listen_host": host, "listen_port": port, "data_dir": data},
+    )
+    if config.data_dir is None:
+        config.data_dir = data_dir() / "namesrv"
+    return config
+
+
+@app.command()
+def start(
+    config_file: ConfigOpt = None,
+    data: DataOpt = None,
+    listen: Annotated[
+        str | None, typer.Option("--listen", help="HOST:PORT to listen on (default 0.0.0.0:9876).")
+    ] = None,
+    print_config: Annotated[
+        bool, typer.Option("--print-config", help="Print the effective settings as properties and exit.")
+    ] = False,
+    daemon: Annotated[
+        bool, typer.Option("--daemon", "-d", help="Run in the background (pidfile and log in the data dir).")
+    ] = False,
+) -> None:
+    """Start a NameServer; runs in the foreground until SIGINT/SIGTERM unless --daemon."""
+    from daemon.config import to_properties
+    from daemon.lifecycle import daemonize, running_pid
+    from mqctl.errors import ConflictError, MqctlError
+
+    config = _load(config_file, data, listen)
+    if print_config:
+        typer.echo(to_properties(config), nl=False)
+        return
+    pid_file = config.home / PID_FILE
+    pid = running_pid(pid_file)
+    if pid is not None:
+        raise ConflictError(f"a NameServer is already running from {config.home} (pid {pid})")
+    handle = None
+    if daemon:
+        outcome = daemonize(config.home / LOG_FILE)
+        if isinstance(outcome, str):  # the original process: report what the daemon said
+            if outcome.startswith("error"):
+                raise MqctlError(outcome.removeprefix("error: "))
+            typer.echo(outcome)
+            return
+        handle = outcome
+    _serve(config, handle)
+
+
+def _serve(config: NamesrvConfig, handle: Daemon | None) -> None:
+    import logging
+    import os
+
+    from daemon.lifecycle import PidFile, serve
+    from daemon.namesrv.controller import NamesrvController
+    from daemon.remoting.loop import run
+
+    root = logging.getLogger()
+    if root.level > logging.INFO:
+        root.setLevel(logging.INFO)
+    log = logging.getLogger("mqctl.namesrv")
+    controller = NamesrvController(config)
+
+    def started() -> None:
+        host = "127.0.0.1" if config.listen_host in ("0.0.0.0", "") else config.listen_host
+        addr = f"{host}:{controller.port}"
+        (config.home / ADDR_FILE).write_text(addr + "\n")
+        log.info("NameServer listening on %s:%d (pid %d)", config.listen_host, controller.port, os.getpid())
+        if handle is not None:
+            handle.report(f"NameServer started in the background: pid {os.getpid()}, listening on {addr}")
+
+    try:
+        with PidFile(config.home / PID_FILE):
+            run(serve(controller, on_started=started))
+    except BaseException as exc:
+        if handle is not None:
+            handle.report(f"error: {type(exc).__name__}: {exc}")
+        raise
+    finally:
+        (config.home / ADDR_FILE).unlink(missing_ok=True)
+
+
+@app.command()
+def stop(
+    config_file: ConfigOpt = None,
+    data: DataOpt = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for a graceful exit.")] = 15.0,
+) -> None:
+    """Stop the background NameServer of a data dir (SIGTERM, then wait)."""
+    from daemon.lifecycle import LifecycleError, terminate
+    from mqctl.errors import MqctlError
+    from mqctl.output import stderr_console
+
+    config = _load(config_file, data)
+    try:
+        pid = terminate(config.home / PID_FILE, timeout)
+    except LifecycleError as exc:
+        raise MqctlError(str(exc), hint="send SIGTERM again to force it") from None
+    if pid is None:
+        stderr_console().print(f"no NameServer is running from {config.home}")
+    else:
+        stderr_console().print(f"stopped NameServer (pid {pid})")
+
+
+@app.command()
+def status(
+    output: OutputOpt = "table",
+    config_file: ConfigOpt = None,
+    data: DataOpt = None,
+) -> None:
+    """Show whether the NameServer of a data dir runs, where, and what it knows."""
+    from daemon.lifecycle import running_pid
+    from mqctl.errors import NotFoundError
+    from mqctl.output import render
+
+    config = _load(config_file, data)
+    pid = running_pid(config.home / PID_FILE)
+    if pid is None:
+        raise NotFoundError(f"no NameServer is running from {config.home}")
+    addr_file = config.home / ADDR_FILE
+    addr = addr_file.read_text().strip() if addr_file.exists() else None
+    result: dict[str, Any] = {"pid": pid, "address": addr, "data_dir": str(config.home)}
+    if addr is not None:
+        result.update(_probe(addr))
+    render(result, output)
+
+
+def _probe(addr: str) -> dict[str, Any]:
+    """Ask the running NameServer for its cluster and topic tables."""
+    from daemon.remoting.bodies import ClusterInfo, TopicList
+    from daemon.remoting.client import RemotingClient
+    from daemon.remoting.codes import RequestCode
+    from daemon.remoting.command import RemotingCommand
+    from daemon.remoting.loop import run
+
+    async def ask() -> dict[str, Any]:
+        async with RemotingClient() as client:
+            info = ClusterInfo.loads(
+                (
+                    await client.invoke_checked(
+                        addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+                    )
+                ).body
+            )
+            topics = TopicList.loads(
+                (
+                    await client.invoke_checked(
+                        addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
+                    )
+                ).body
+            )
+        return {
+            "clusters": len(info.cluster_addr_table),
+            "brokers": sum(len(b.broker_addrs) for b in info.broker_addr_table.values()),
+            "topics": len(topics.topic_list),
+        }
+
+    return run(ask())
