@@ -17,11 +17,13 @@ import time
 from store import DefaultMessageStore, Message, StoreConfig
 
 
-def make_messages(count: int, body_size: int, *, keys: bool, topic: str = "BenchTopic", queues: int = 8) -> list[Message]:
-    """Producer-like messages; the UNIQ_KEY has the Java client's 32-hex-digit shape."""
+def make_messages(
+    count: int, body_size: int, *, keys: bool, start: int = 0, topic: str = "BenchTopic", queues: int = 8
+) -> list[Message]:
+    """Producer-like messages numbered from ``start``; the UNIQ_KEY has the Java client's 32-hex-digit shape."""
     body = os.urandom(body_size // 2 + 1).hex().encode()[:body_size]
     out = []
-    for i in range(count):
+    for i in range(start, start + count):
         props = {"TAGS": f"Tag{i % 4}", "UNIQ_KEY": f"0A0000029C406D06D69C{i:012X}"}
         if keys:
             props["KEYS"] = f"order-{i}"
@@ -42,7 +44,9 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--count", type=int, default=300_000)
     ap.add_argument("--body", type=int, default=1024)
-    ap.add_argument("--keys", action="store_true", help="also set one KEYS value (two index entries per message)")
+    ap.add_argument(
+        "--keys", action="store_true", help="also set one KEYS value (two index entries per message)"
+    )
     ap.add_argument("--dir", default=None, help="parent of the temporary store directory")
     args = ap.parse_args()
     msgs = make_messages(args.count, args.body, keys=args.keys)

@@ -148,7 +148,12 @@ class CommitLog:
 
     def _file_for(self, size: int) -> MappedFile:
         """The file the next ``size`` bytes go to; writes the blank filler and rolls when they do not fit."""
-        mf = self.files.last_file_for_append(0)
+        files = self.files.files
+        mf = (
+            files[-1]
+            if files and files[-1].wrote_position < self.file_size
+            else self.files.last_file_for_append(0)
+        )
         pos = mf.wrote_position
         remaining = self.file_size - pos
         if size + 8 > remaining:
@@ -165,8 +170,12 @@ class CommitLog:
 
         Raises :class:`IllegalMessage` before anything is written when a message is refused.
         """
-        encoded = [(m, *self._encode_fields(m, store_host)) for m in msgs]
-        total = sum(e[5] for e in encoded)
+        encoded = []
+        total = 0
+        for m in msgs:
+            fields = self._encode_fields(m, store_host)
+            encoded.append((m, *fields))
+            total += fields[4]
         if len(msgs) > 1 and total + 8 > self.file_size:
             raise IllegalMessage(
                 PutMessageStatus.MESSAGE_ILLEGAL, f"batch of {total} bytes does not fit a file"

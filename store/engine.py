@@ -22,7 +22,7 @@ import threading
 from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from store.checkpoint import StoreCheckpoint
 from store.clock import Clock, SystemClock
@@ -47,7 +47,6 @@ from store.message import (
     HostAddress,
     Message,
     StoredMessage,
-    split_keys,
 )
 from store.record import (
     RecordInfo,
@@ -167,6 +166,7 @@ ArrivalListener = Callable[[str, int, int], None]
 """``callback(topic, queue_id, max_offset)`` after new units were dispatched (long polling)."""
 
 
+@runtime_checkable
 class MessageStore(Protocol):
     """What the broker needs from a store."""
 
@@ -459,6 +459,7 @@ class DefaultMessageStore:
         return cq
 
     def _tags_code(self, info: RecordInfo) -> int:
+        """Tags code of a unit: the delivery time for delayed messages (§4.2), else the tag hash."""
         props = info.properties
         if info.topic == SCHEDULE_TOPIC:
             level_s = props.get(PROPERTY_DELAY_TIME_LEVEL)
@@ -471,18 +472,19 @@ class DefaultMessageStore:
     def _dispatch_one(self, info: RecordInfo) -> None:
         """Build the ConsumeQueue unit and the index entries of one record (§4.5, §5.6)."""
         tran = info.sys_flag & TRANSACTION_TYPE_MASK
-        if tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-            cq = self._find_cq(info.topic, info.queue_id)
-            cq.put_unit(info.commit_log_offset, info.size, self._tags_code(info), info.queue_offset)
+        topic = info.topic
+        props = info.properties
+        if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:  # noqa: SIM109 (hot path)
+            cq = self._cqs.get((topic, info.queue_id)) or self._find_cq(topic, info.queue_id)
+            code = self._tags_code(info) if topic == SCHEDULE_TOPIC else tags_code(props.get(PROPERTY_TAGS))
+            cq.put_unit(info.commit_log_offset, info.size, code, info.queue_offset)
             self._logics_ts = info.store_timestamp
         if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
-            props = info.properties
-            topic = info.topic
             uniq = props.get(PROPERTY_UNIQ_KEY)
             keys = [f"{topic}#{uniq}"] if uniq else []
             keys_prop = props.get(PROPERTY_KEYS)
             if keys_prop:
-                keys.extend(f"{topic}#{k}" for k in split_keys(keys_prop))
+                keys.extend(f"{topic}#{k}" for k in keys_prop.split(" ") if k)
             if keys:
                 rolled = self.index.build_index(
                     keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms
@@ -686,6 +688,8 @@ class DefaultMessageStore:
             if thorough:
                 last_thorough = now
             try:
+                with self._put_lock:  # header fields are updated by puts; write a consistent snapshot
+                    self.index.write_header()
                 self._flush_consume_queues(thorough=thorough)
             except (OSError, ValueError):
                 log.exception("consume queue flush failed")

@@ -222,7 +222,11 @@ class IndexService:
 
         ``clock`` names a new index file (local time) when one has to be created.
         """
-        f, full = self._writable_file(clock)
+        last = self.files[-1] if self.files else None
+        if last is not None and last.index_count < last.index_num:
+            f, full = last, None
+        else:
+            f, full = self._writable_file(clock)
         if phy_offset < f.end_phy_offset:
             return None  # already indexed (re-dispatch after recovery)
         rolled = self._on_roll(full)
@@ -233,8 +237,7 @@ class IndexService:
             rolled = self._on_roll(full) or rolled
             keys = keys[done:]
             done = f.put_keys(keys, phy_offset, store_timestamp)
-        f.write_header()
-        return rolled
+        return rolled  # the header of the active file is written by write_header() (periodic) and flush()
 
     @staticmethod
     def _on_roll(full: IndexFile | None) -> int | None:
@@ -260,6 +263,11 @@ class IndexService:
         if not self.files:
             return 0, 0
         return self.files[-1].end_timestamp, self.files[-1].end_phy_offset
+
+    def write_header(self) -> None:
+        """Copy the active file's header fields into its mapping (readers in other processes see them)."""
+        if self.files and not self.read_only:
+            self.files[-1].write_header()
 
     def flush(self) -> None:
         for f in self.files:

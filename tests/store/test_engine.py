@@ -16,7 +16,7 @@ import pytest
 from store.clock import FakeClock
 from store.commitlog import PutMessageStatus
 from store.config import SYNC_FLUSH
-from store.engine import DefaultMessageStore, GetMessageStatus
+from store.engine import DefaultMessageStore, GetMessageStatus, MessageStore
 from store.errors import CorruptRecordError, StoreLockedError
 from store.javahash import tags_code
 from store.message import (
@@ -406,3 +406,22 @@ def test_sigkill_during_sync_writes_loses_no_acknowledged_message(tmp_path: Path
     assert units >= len(acked)
     assert sum(store.topic_queue_table().values()) == units
     store.shutdown()
+
+
+def test_async_flush_reaches_disk_without_waiting_puts(tmp_path: Path) -> None:
+    store = _open(tmp_path, flush_commit_log_least_pages=0)
+    r = store.put_message(_msg(1))
+    assert r.ok  # returned without a flush
+    done = threading.Event()
+    for _ in range(1000):  # the 50 ms flush thread gets there; poll instead of sleeping a fixed time
+        if store.flushed_phy_offset >= r.phys_offset + r.wrote_bytes:
+            done.set()
+            break
+        done.wait(0.01)
+    assert done.is_set()
+    store.shutdown()
+
+
+def test_default_store_satisfies_the_protocol(tmp_path: Path) -> None:
+    store: MessageStore = DefaultMessageStore(small_config(tmp_path))
+    assert isinstance(store, MessageStore)

@@ -290,3 +290,21 @@ def test_properties_round_trip_with_and_without_trailing_separator(props, traili
         raw += b"\x02"
     # segments shorter than 3 characters are dropped by the 4.9.1+ rule
     assert decode_properties(raw) == {k: v for k, v in props.items() if len(k) + len(v) + 1 >= 3}
+
+
+def test_reads_a_v2_record_with_a_two_byte_topic_length() -> None:
+    """5.x writes magic 0xDAA320AB with an i16 TOPIC LENGTH for long topics (§12); we read it."""
+    topic = "t" * 200
+    msg = Message(topic="x", body=b"hello", properties={"TAGS": "a"})
+    v1 = encode_record(
+        msg, queue_offset=0, physical_offset=0, store_timestamp=5, store_host=("127.0.0.1", 10911)
+    )
+    body_end = 88 + 5
+    props = v1[body_end + 2 :]
+    rest = topic.encode() + props
+    v2 = bytearray(v1[:body_end] + len(topic).to_bytes(2, "big") + rest)
+    v2[0:4] = len(v2).to_bytes(4, "big")
+    v2[4:8] = bytes.fromhex("daa320ab")
+    m = decode_record(bytes(v2))
+    assert m.topic == topic and m.body == b"hello" and m.properties == {"TAGS": "a"}
+    assert m.magic == -626843477
