@@ -1,0 +1,294 @@
+"""The NameServer driven over TCP like brokers, clients and mqadmin drive a real one."""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+from pathlib import Path
+
+from daemon.namesrv.controller import NamesrvController
+from daemon.remoting import fastjson
+from daemon.remoting.bodies import ClusterInfo, DataVersion, KVTable, TopicList, TopicRouteData
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from tests.namesrv.conftest import Namesrv, namesrv_config
+
+ROUTE_V121 = (
+    b'{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911"},"brokerName":"broker-a","cluster":"DefaultCluster"}],'
+    b'"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":4,"topicSysFlag":0,'
+    b'"writeQueueNums":4}]}'
+)
+ROUTE_V401 = ROUTE_V121.replace(b'{0:"', b'{"0":"')
+NOT_EXIST = (
+    "No topic route info in name server for the topic: GoldenTopic\n"
+    "See http://rocketmq.apache.org/docs/faq/ for further details."
+)
+
+
+async def test_route_in_both_json_forms_like_golden_frames(namesrv: Namesrv) -> None:
+    missing = await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "GoldenTopic"})
+    assert (missing.code, missing.remark) == (ResponseCode.TOPIC_NOT_EXIST, NOT_EXIST)
+    assert (await namesrv.register({"GoldenTopic": 4})).code == ResponseCode.SUCCESS
+
+    v121 = await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "GoldenTopic"}, version=121)
+    v401 = await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "GoldenTopic"}, version=401)
+    std = await namesrv.call(
+        RequestCode.GET_ROUTEINFO_BY_TOPIC,
+        {"topic": "GoldenTopic", "acceptStandardJsonOnly": "true"},
+        version=121,
+    )
+    assert (v121.code, v121.body) == (0, ROUTE_V121)
+    assert (v401.body, std.body) == (ROUTE_V401, ROUTE_V401)
+    assert TopicRouteData.loads(v121.body) == TopicRouteData.loads(v401.body)
+
+
+async def test_cluster_info_and_topic_lists(namesrv: Namesrv) -> None:
+    await namesrv.register({"T1": 4, "broker-a": 1, "DefaultCluster": 16})
+    await namesrv.register({"T2": 8}, broker_name="broker-b", broker_addr="127.0.0.2:10911", cluster="Other")
+    info = await namesrv.call(RequestCode.GET_BROKER_CLUSTER_INFO)
+    assert b'"brokerAddrs":{0:"127.0.0.1:10911"}' in info.body  # Java always writes bare keys here
+    cluster = ClusterInfo.loads(info.body)
+    assert cluster.cluster_addr_table == {"DefaultCluster": {"broker-a"}, "Other": {"broker-b"}}
+    assert cluster.broker_addr_table["broker-b"].broker_addrs == {0: "127.0.0.2:10911"}
+
+    all_topics = TopicList.loads((await namesrv.call(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)).body)
+    assert sorted(all_topics.topic_list) == ["DefaultCluster", "T1", "T2", "broker-a"]
+    by_cluster = await namesrv.call(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "Other"})
+    assert TopicList.loads(by_cluster.body).topic_list == ["T2"]
+    unknown = await namesrv.call(RequestCode.GET_TOPICS_BY_CLUSTER, {"cluster": "Nope"})
+    assert TopicList.loads(unknown.body).topic_list == []
+    system = TopicList.loads((await namesrv.call(RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_NS)).body)
+    assert sorted(system.topic_list) == ["DefaultCluster", "Other", "broker-a", "broker-b"]
+    assert system.broker_addr in {"127.0.0.1:10911", "127.0.0.2:10911"}
+
+
+async def test_slave_registration_learns_master_and_keeps_routes(namesrv: Namesrv) -> None:
+    await namesrv.register({"T": 4})
+    slave = await namesrv.register({"T": 2}, broker_addr="127.0.0.3:10911", broker_id=1)
+    assert slave.ext_fields == {"masterAddr": "127.0.0.1:10911", "haServerAddr": "127.0.0.1:10912"}
+    route = TopicRouteData.loads(
+        (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).body
+    )
+    assert route.broker_datas[0].broker_addrs == {0: "127.0.0.1:10911", 1: "127.0.0.3:10911"}
+    assert route.queue_datas[0].write_queue_nums == 4  # slaves never change routes
+
+
+async def test_reregistration_applies_topics_only_when_data_version_changes(namesrv: Namesrv) -> None:
+    await namesrv.register({"T": 4}, version=DataVersion(1, 1))
+    await namesrv.register({"T": 8}, version=DataVersion(1, 1))
+    route = TopicRouteData.loads(
+        (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).body
+    )
+    assert route.queue_datas[0].read_queue_nums == 4
+    await namesrv.register({"T": 8, "U": 1}, version=DataVersion(2, 2))
+    route = TopicRouteData.loads(
+        (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).body
+    )
+    assert route.queue_datas[0].read_queue_nums == 8
+
+
+async def test_compressed_registration_and_crc_check(namesrv: Namesrv) -> None:
+    assert (await namesrv.register({"Z": 2}, compressed=True)).code == 0
+    assert (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Z"})).code == 0
+    fields = {
+        "brokerName": "b",
+        "brokerAddr": "127.0.0.9:1",
+        "clusterName": "C",
+        "haServerAddr": "x",
+        "brokerId": "0",
+        "bodyCrc32": str((zlib.crc32(b"{}") & 0x7FFFFFFF) ^ 1),
+    }
+    bad = await namesrv.call(RequestCode.REGISTER_BROKER, fields, b"{}")
+    assert (bad.code, bad.remark) == (ResponseCode.SYSTEM_ERROR, "crc32 not match")
+    garbage = await namesrv.call(RequestCode.REGISTER_BROKER, {**fields, "bodyCrc32": "0"}, b"[oops")
+    assert garbage.code == ResponseCode.SYSTEM_ERROR and garbage.remark.startswith("bad registration body")
+
+
+async def test_unregister_removes_broker_and_its_topics(namesrv: Namesrv) -> None:
+    await namesrv.register({"T": 4})
+    fields = {"brokerName": "broker-a", "brokerAddr": "127.0.0.1:10911", "clusterName": "DefaultCluster"}
+    r = await namesrv.call(RequestCode.UNREGISTER_BROKER, {**fields, "brokerId": "0"})
+    assert r.code == 0
+    assert (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).code == 17
+    assert ClusterInfo.loads((await namesrv.call(RequestCode.GET_BROKER_CLUSTER_INFO)).body) == ClusterInfo()
+
+
+async def test_silent_brokers_expire(tmp_path: Path) -> None:
+    controller = NamesrvController(namesrv_config(tmp_path, scan_interval_ms=20, broker_expire_ms=150))
+    await controller.start()
+    try:
+        async with RemotingClient() as client, RemotingClient() as broker_side:
+            ns = Namesrv(controller, client)
+            await ns.register({"T": 4}, client=broker_side)  # expiry closes the broker's connection
+            assert (await ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).code == 0
+            for _ in range(200):
+                await asyncio.sleep(0.02)
+                if (await ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).code != 0:
+                    break
+            assert (await ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).code == 17
+            assert controller.routes.broker_live_table == {}
+    finally:
+        await controller.stop()
+
+
+async def test_broker_connection_close_removes_it(namesrv: Namesrv) -> None:
+    async with RemotingClient() as broker_side:
+        await namesrv.register({"T": 4}, client=broker_side)
+        assert (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).code == 0
+    for _ in range(100):
+        if (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).code != 0:
+            break
+        await asyncio.sleep(0.01)
+    assert (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).code == 17
+
+
+async def test_delete_topic_whole_or_per_cluster(namesrv: Namesrv) -> None:
+    await namesrv.register({"T": 4, "U": 4})
+    await namesrv.register({"T": 4}, broker_name="broker-b", broker_addr="127.0.0.2:10911", cluster="Other")
+    assert (
+        await namesrv.call(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T", "clusterName": "Other"})
+    ).code == 0
+    route = TopicRouteData.loads(
+        (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).body
+    )
+    assert [q.broker_name for q in route.queue_datas] == ["broker-a"]
+    assert (await namesrv.call(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "T"})).code == 0
+    assert (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).code == 17
+    assert (await namesrv.call(RequestCode.DELETE_TOPIC_IN_NAMESRV, {"topic": "never"})).code == 0
+    assert (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "U"})).code == 0
+
+
+async def test_wipe_and_add_write_perm(namesrv: Namesrv) -> None:
+    await namesrv.register({"T": 4, "U": 4})
+    wiped = await namesrv.call(RequestCode.WIPE_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+    assert wiped.ext_fields == {"wipeTopicCount": "2"}
+    route = TopicRouteData.loads(
+        (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).body
+    )
+    assert route.queue_datas[0].perm == 4
+    added = await namesrv.call(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"})
+    assert added.ext_fields == {"addTopicCount": "2"}
+    route = TopicRouteData.loads(
+        (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).body
+    )
+    assert route.queue_datas[0].perm == 6
+
+
+async def test_kv_config_and_persistence_across_restart(tmp_path: Path) -> None:
+    config = namesrv_config(tmp_path)
+    controller = NamesrvController(config)
+    await controller.start()
+    async with RemotingClient() as client:
+        ns = Namesrv(controller, client)
+        put = {"namespace": "NS", "key": "k", "value": "v"}
+        assert (await ns.call(RequestCode.PUT_KV_CONFIG, put)).code == 0
+        assert (await ns.call(RequestCode.PUT_KV_CONFIG, {**put, "key": "gone"})).code == 0
+        assert (await ns.call(RequestCode.DELETE_KV_CONFIG, {"namespace": "NS", "key": "gone"})).code == 0
+        got = await ns.call(RequestCode.GET_KV_CONFIG, {"namespace": "NS", "key": "k"})
+        assert (got.code, got.ext_fields) == (0, {"value": "v"})
+        missing = await ns.call(RequestCode.GET_KV_CONFIG, {"namespace": "NS", "key": "nope"})
+        assert (missing.code, missing.remark) == (22, "No config item, Namespace: NS Key: nope")
+        no_ns = await ns.call(RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "X"})
+        assert (no_ns.code, no_ns.remark) == (22, "No config item, Namespace: X")
+    await controller.stop()
+    assert fastjson.loads(config.kv_config_file.read_bytes()) == {"configTable": {"NS": {"k": "v"}}}
+
+    controller = NamesrvController(namesrv_config(tmp_path))
+    await controller.start()
+    async with RemotingClient() as client:
+        listing = await Namesrv(controller, client).call(
+            RequestCode.GET_KVLIST_BY_NAMESPACE, {"namespace": "NS"}
+        )
+    await controller.stop()
+    assert KVTable.loads(listing.body).table == {"k": "v"}
+
+
+async def test_order_topic_conf(tmp_path: Path) -> None:
+    controller = NamesrvController(namesrv_config(tmp_path, order_message_enable=True))
+    await controller.start()
+    async with RemotingClient() as client:
+        ns = Namesrv(controller, client)
+        await ns.register({"T": 4})
+        put = {"namespace": "ORDER_TOPIC_CONFIG", "key": "T", "value": "broker-a:4"}
+        await ns.call(RequestCode.PUT_KV_CONFIG, put)
+        route = TopicRouteData.loads((await ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).body)
+        registered = await ns.register({"T": 4})
+    await controller.stop()
+    assert route.order_topic_conf == "broker-a:4"
+    assert KVTable.loads(registered.body).table == {"T": "broker-a:4"}
+
+
+async def test_query_data_version(namesrv: Namesrv) -> None:
+    await namesrv.register({"T": 4}, version=DataVersion(5, 55))
+    fields = {
+        "brokerName": "broker-a",
+        "brokerAddr": "127.0.0.1:10911",
+        "clusterName": "DefaultCluster",
+        "brokerId": "0",
+    }
+    same = await namesrv.call(RequestCode.QUERY_DATA_VERSION, fields, DataVersion(5, 55).dumps())
+    other = await namesrv.call(RequestCode.QUERY_DATA_VERSION, fields, DataVersion(6, 66).dumps())
+    assert (same.ext_fields, other.ext_fields) == ({"changed": "false"}, {"changed": "true"})
+    assert DataVersion.loads(other.body) == DataVersion(5, 55)
+
+
+async def test_namesrv_config_get_and_update(namesrv: Namesrv) -> None:
+    before = (await namesrv.call(RequestCode.GET_NAMESRV_CONFIG)).body.decode()
+    assert "orderMessageEnable=false" in before.splitlines() and "listenPort=0" in before.splitlines()
+    ok = await namesrv.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"orderMessageEnable=true\n")
+    assert ok.code == 0 and namesrv.controller.config.order_message_enable is True
+    assert "orderMessageEnable=true" in namesrv.controller.config.config_store_file.read_text()
+    denied = await namesrv.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"kvConfigPath=/etc/passwd\n")
+    assert (denied.code, denied.remark) == (
+        ResponseCode.NO_PERMISSION,
+        "Can not update config in black list.",
+    )
+    bad = await namesrv.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"listenPort=abc\n")
+    assert bad.code == ResponseCode.SYSTEM_ERROR and "listenPort" in (bad.remark or "")
+
+
+async def test_bad_requests_get_clear_errors(namesrv: Namesrv) -> None:
+    unknown = await namesrv.call(9999)
+    assert (unknown.code, unknown.remark) == (
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+        " request type 9999 not supported",
+    )
+    missing = await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC)
+    assert missing.code == ResponseCode.SYSTEM_ERROR
+    assert missing.remark == "header GetRouteInfoRequestHeader: field 'topic' is required but missing"
+    kv = await namesrv.call(RequestCode.PUT_KV_CONFIG, {"namespace": "NS"})
+    assert kv.code == ResponseCode.SYSTEM_ERROR and "'key'" in (kv.remark or "")
+
+
+async def test_bad_frames_close_only_their_connection(namesrv: Namesrv) -> None:
+    port = namesrv.controller.port
+    garbage = [
+        "000000230000001f7b22636f6465223a3130362c226f7061717565223a312c626164206a736f6e",
+        "7ffffff0000000707b22",
+        "fffffffb00000070",
+        "474554202f20485454502f312e310d0a486f73743a20780d0a0d0a",
+    ]
+    for raw in garbage:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(bytes.fromhex(raw))
+        assert await asyncio.wait_for(reader.read(), 5) == b""
+        writer.close()
+    # '{}' is request code 0: not supported, and the connection stays usable (like the real broker).
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(bytes.fromhex("00000006000000027b7d"))
+    good = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+    good.opaque = 101
+    from daemon.remoting.frame import decode_frame, encode_command
+
+    writer.write(encode_command(good))
+    data = b""
+    replies = []
+    while len(replies) < 2:
+        data += await asyncio.wait_for(reader.read(4096), 5)
+        while (decoded := decode_frame(data)) is not None:
+            replies.append(decoded[0])
+            data = data[decoded[1] :]
+    writer.close()
+    assert [(r.code, r.opaque) for r in replies] == [(3, 0), (0, 101)]
+    assert (await namesrv.call(RequestCode.GET_BROKER_CLUSTER_INFO)).code == 0

@@ -1,0 +1,122 @@
+"""fastjson compatibility layer, typed headers and shared bodies."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from daemon.remoting import fastjson
+from daemon.remoting.bodies import (
+    BrokerData,
+    DataVersion,
+    RegisterBrokerBody,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    TopicRouteData,
+)
+from daemon.remoting.codes import ResponseCode
+from daemon.remoting.errors import HeaderFieldError
+from daemon.remoting.headers import (
+    CommandHeader,
+    GetRouteInfoRequestHeader,
+    RegisterBrokerRequestHeader,
+    wire,
+)
+
+
+def test_loads_bare_integer_and_object_keys() -> None:
+    data = fastjson.loads(
+        b'{"brokerAddrs":{0:"a", 1:"b"},"offsetTable":{{"brokerName":"b","queueId":0,"topic":"T"}:{"o":1}}}'
+    )
+    assert data["brokerAddrs"] == {0: "a", 1: "b"}
+    (key,) = data["offsetTable"]
+    assert isinstance(key, fastjson.ObjectKey)
+    assert key.as_dict() == {"brokerName": "b", "queueId": 0, "topic": "T"}
+
+
+def test_dumps_both_route_forms() -> None:
+    route = {"brokerAddrs": {1: "s", 0: "m"}}
+    assert fastjson.dumps(route) == b'{"brokerAddrs":{"0":"m","1":"s"}}'
+    assert fastjson.dumps(route, bare_int_keys=True) == b'{"brokerAddrs":{0:"m",1:"s"}}'
+
+
+def test_object_keys_round_trip() -> None:
+    key = fastjson.ObjectKey.of({"topic": "T", "queueId": 1, "brokerName": "b"})
+    raw = fastjson.dumps({"offsetTable": {key: 5}})
+    assert raw == b'{"offsetTable":{{"brokerName":"b","queueId":1,"topic":"T"}:5}}'
+    assert fastjson.loads(raw) == {"offsetTable": {key: 5}}
+
+
+@pytest.mark.parametrize("bad", [b"{", b'{"a":}', b"{0 1}", b'{"a":1} x', b"[1,]x", b"{{}:"])
+def test_loads_rejects_garbage(bad: bytes) -> None:
+    with pytest.raises(ValueError):
+        fastjson.loads(bad)
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=6), inner, max_size=4),
+    max_leaves=20,
+)
+
+
+@given(json_values)
+def test_standard_output_is_standard_json(value: object) -> None:
+    assert json.loads(fastjson.dumps(value)) == value
+
+
+@given(st.dictionaries(st.integers(-(2**40), 2**40), st.text(max_size=5), max_size=5))
+def test_bare_int_keys_load_back_as_ints(table: dict[int, str]) -> None:
+    assert fastjson.loads(fastjson.dumps({"m": table}, bare_int_keys=True)) == {"m": table}
+
+
+def test_header_parse_and_render_like_java() -> None:
+    h = GetRouteInfoRequestHeader.from_ext_fields({"topic": "T", "acceptStandardJsonOnly": "TRUE", "x": "y"})
+    assert (h.topic, h.accept_standard_json_only) == ("T", True)
+    assert GetRouteInfoRequestHeader("T", False).to_ext_fields() == {
+        "topic": "T",
+        "acceptStandardJsonOnly": "false",
+    }
+    assert GetRouteInfoRequestHeader("T").to_ext_fields() == {"topic": "T"}
+
+
+def test_missing_and_malformed_header_fields_name_the_field() -> None:
+    with pytest.raises(HeaderFieldError) as info:
+        GetRouteInfoRequestHeader.from_ext_fields({})
+    assert info.value.code == ResponseCode.SYSTEM_ERROR
+    assert info.value.remark == "header GetRouteInfoRequestHeader: field 'topic' is required but missing"
+    fields = {"brokerName": "b", "brokerAddr": "a", "clusterName": "c", "haServerAddr": "h", "brokerId": "x"}
+    with pytest.raises(HeaderFieldError, match="'brokerId' must be int, got 'x'"):
+        RegisterBrokerRequestHeader.from_ext_fields(fields)
+
+
+def test_wire_names_override_camel_case() -> None:
+    @dataclass(slots=True)
+    class Short(CommandHeader):
+        producer_group: str = wire("a")
+        queue_id: int = wire("e", 0)
+
+    assert Short.from_ext_fields({"a": "G", "e": "3"}) == Short("G", 3)
+    assert Short("G", 3).to_ext_fields() == {"a": "G", "e": "3"}
+
+
+def test_beans_round_trip_with_either_key_form() -> None:
+    route = TopicRouteData(broker_datas=[BrokerData("C", "b", {0: "127.0.0.1:10911"})])
+    for raw in (route.dumps(), route.dumps(bare_int_keys=True)):
+        assert TopicRouteData.loads(raw) == route
+
+
+def test_register_body_compressed_form_round_trips() -> None:
+    wrapper = TopicConfigSerializeWrapper(
+        {"T": TopicConfig("T", 4, 4, 6), "U": TopicConfig("U", 8, 2, 7, "MULTI_TAG")},
+        DataVersion(3, 1700000000000),
+    )
+    body = RegisterBrokerBody(wrapper, ["fs:1"])
+    assert RegisterBrokerBody.decode(body.encode(compressed=True), compressed=True) == body
+    assert RegisterBrokerBody.decode(body.encode()) == body
+    with pytest.raises(ValueError):
+        RegisterBrokerBody.decode(b"not zlib", compressed=True)

@@ -1,0 +1,219 @@
+"""RemotingServer and RemotingClient over real loopback TCP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import struct
+from collections.abc import AsyncIterator
+
+import pytest
+
+from daemon.remoting.client import RemotingClient, parse_addr
+from daemon.remoting.codes import ResponseCode, SerializeType
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection
+from daemon.remoting.errors import (
+    RemotingCommandError,
+    RemotingConnectError,
+    RemotingTimeoutError,
+)
+from daemon.remoting.frame import decode_frame, encode_command
+from daemon.remoting.server import RemotingServer
+
+ECHO, SLOW, FAIL, CRASH, RECORD, CALLBACK, NEVER = 1, 2, 3, 4, 5, 6, 7
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.seen: list[RemotingCommand] = []
+
+    def __call__(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        self.seen.append(req)
+        return req.make_response()
+
+
+@pytest.fixture
+async def server() -> AsyncIterator[RemotingServer]:
+    recorder = Recorder()
+
+    def echo(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.make_response(ext_fields=dict(req.ext_fields), body=req.body)
+
+    async def slow(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        await asyncio.sleep(float(req.ext_fields.get("delay", "0.01")))
+        return req.make_response(body=req.body)
+
+    def fail(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        raise RemotingCommandError(ResponseCode.TOPIC_NOT_EXIST, "no such topic")
+
+    async def crash(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        raise ZeroDivisionError("boom")
+
+    async def callback(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        # Server → client request over the same connection, as brokers do with consumers.
+        answer = await conn.invoke(RemotingCommand.request(40, {"consumerGroup": "G"}), timeout=2)
+        return req.make_response(body=answer.body)
+
+    async def never(conn: Connection, req: RemotingCommand) -> None:
+        await asyncio.sleep(3600)
+
+    srv = RemotingServer(
+        {
+            ECHO: echo,
+            SLOW: slow,
+            FAIL: fail,
+            CRASH: crash,
+            RECORD: recorder,
+            CALLBACK: callback,
+            NEVER: never,
+        },
+        host="127.0.0.1",
+        idle_timeout=5,
+    )
+    srv.recorder = recorder  # type: ignore[attr-defined]
+    await srv.start()
+    yield srv
+    await srv.stop(grace=0.1)
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[RemotingClient]:
+    async with RemotingClient() as c:
+        yield c
+
+
+def addr(srv: RemotingServer) -> str:
+    return f"127.0.0.1:{srv.port}"
+
+
+async def test_request_response_and_connection_reuse(server: RemotingServer, client: RemotingClient) -> None:
+    r1 = await client.invoke(addr(server), RemotingCommand.request(ECHO, {"k": "v"}, b"body"))
+    r2 = await client.invoke(addr(server), RemotingCommand.request(ECHO))
+    assert (r1.code, r1.ext_fields, r1.body, r1.is_response) == (0, {"k": "v"}, b"body", True)
+    assert r2.opaque != r1.opaque
+    assert len(server.connections) == 1
+
+
+async def test_pipelined_requests_are_matched_by_opaque(
+    server: RemotingServer, client: RemotingClient
+) -> None:
+    # Later requests finish first: responses arrive out of order and must still be matched.
+    reqs = [
+        RemotingCommand.request(SLOW, {"delay": str(0.002 * (50 - i))}, str(i).encode()) for i in range(50)
+    ]
+    responses = await asyncio.gather(*(client.invoke(addr(server), r) for r in reqs))
+    assert [r.body for r in responses] == [str(i).encode() for i in range(50)]
+
+
+async def test_unknown_code_is_not_supported(server: RemotingServer, client: RemotingClient) -> None:
+    r = await client.invoke(addr(server), RemotingCommand.request(9999))
+    assert (r.code, r.remark) == (ResponseCode.REQUEST_CODE_NOT_SUPPORTED, " request type 9999 not supported")
+
+
+async def test_processor_errors_become_responses(server: RemotingServer, client: RemotingClient) -> None:
+    r = await client.invoke(addr(server), RemotingCommand.request(FAIL))
+    assert (r.code, r.remark) == (ResponseCode.TOPIC_NOT_EXIST, "no such topic")
+    r = await client.invoke(addr(server), RemotingCommand.request(CRASH))
+    assert r.code == ResponseCode.SYSTEM_ERROR and r.remark == "ZeroDivisionError: boom"
+    with pytest.raises(RemotingCommandError) as info:
+        await client.invoke_checked(addr(server), RemotingCommand.request(FAIL))
+    assert info.value.code == ResponseCode.TOPIC_NOT_EXIST
+
+
+async def test_oneway_requests_get_no_response(server: RemotingServer) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    oneway = RemotingCommand.request(RECORD, {"n": "1"}, oneway=True)
+    oneway.opaque = 11
+    unknown_oneway = RemotingCommand.request(9999, oneway=True)
+    unknown_oneway.opaque = 12
+    normal = RemotingCommand.request(ECHO)
+    normal.opaque = 13
+    writer.write(encode_command(oneway) + encode_command(unknown_oneway) + encode_command(normal))
+    length = struct.unpack(">i", await reader.readexactly(4))[0]
+    reply, _ = decode_frame(struct.pack(">i", length) + await reader.readexactly(length)) or pytest.fail()
+    assert reply.opaque == 13  # the first frame back answers the normal request
+    assert [c.ext_fields for c in server.recorder.seen] == [{"n": "1"}]  # type: ignore[attr-defined]
+    writer.close()
+
+
+async def test_reply_keeps_the_request_serialize_type(server: RemotingServer, client: RemotingClient) -> None:
+    req = RemotingCommand.request(ECHO, {"a": "b"}, serialize_type=SerializeType.ROCKETMQ)
+    r = await client.invoke(addr(server), req)
+    assert (r.serialize_type, r.ext_fields) == (SerializeType.ROCKETMQ, {"a": "b"})
+
+
+async def test_server_to_client_request(server: RemotingServer) -> None:
+    def on_notify(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.make_response(body=req.ext_fields["consumerGroup"].encode())
+
+    async with RemotingClient({40: on_notify}) as c:
+        r = await c.invoke(addr(server), RemotingCommand.request(CALLBACK))
+    assert (r.code, r.body) == (0, b"G")
+
+
+async def test_timeout_and_connect_errors(server: RemotingServer, client: RemotingClient) -> None:
+    with pytest.raises(RemotingTimeoutError):
+        await client.invoke(addr(server), RemotingCommand.request(NEVER), timeout=0.05)
+    # the connection survives a timeout
+    assert (await client.invoke(addr(server), RemotingCommand.request(ECHO))).code == 0
+    probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    free_port = probe.sockets[0].getsockname()[1]
+    probe.close()
+    await probe.wait_closed()
+    with pytest.raises(RemotingConnectError):
+        await client.invoke(f"127.0.0.1:{free_port}", RemotingCommand.request(ECHO))
+    with pytest.raises(RemotingConnectError):
+        await client.invoke("no-port", RemotingCommand.request(ECHO))
+
+
+async def test_pending_requests_fail_when_the_server_goes_away(client: RemotingClient) -> None:
+    srv = RemotingServer({NEVER: lambda conn, req: asyncio.sleep(3600)}, host="127.0.0.1")
+    await srv.start()
+    pending = asyncio.ensure_future(client.invoke(addr(srv), RemotingCommand.request(NEVER), timeout=30))
+    await asyncio.sleep(0.05)
+    await srv.stop(grace=0.05)
+    with pytest.raises(RemotingConnectError):
+        await pending
+
+
+async def test_idle_connections_are_closed() -> None:
+    srv = RemotingServer({}, host="127.0.0.1", idle_timeout=0.1)
+    await srv.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        assert await asyncio.wait_for(reader.read(), 5) == b""  # EOF: the server hung up
+        writer.close()
+    finally:
+        await srv.stop()
+
+
+async def test_bad_frame_closes_only_its_connection(server: RemotingServer, client: RemotingClient) -> None:
+    assert (await client.invoke(addr(server), RemotingCommand.request(ECHO))).code == 0
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    writer.write(
+        bytes.fromhex("000000230000001f7b22636f6465223a3130362c226f7061717565223a312c626164206a736f6e")
+    )
+    assert await asyncio.wait_for(reader.read(), 5) == b""
+    writer.close()
+    assert (await client.invoke(addr(server), RemotingCommand.request(ECHO, body=b"still"))).body == b"still"
+
+
+async def test_random_bytes_at_a_live_server(server: RemotingServer, client: RemotingClient) -> None:
+    rng = __import__("random").Random(1234)
+    for _ in range(40):
+        _, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(
+            os.urandom(rng.randint(1, 64)) if rng.random() < 0.5 else rng.randbytes(rng.randint(1, 256))
+        )
+        await writer.drain()
+        writer.close()
+    r = await client.invoke(addr(server), RemotingCommand.request(ECHO, body=b"alive"))
+    assert (r.code, r.body) == (0, b"alive")
+
+
+def test_parse_addr() -> None:
+    assert parse_addr("127.0.0.1:9876") == ("127.0.0.1", 9876)
+    assert parse_addr("[::1]:10911") == ("::1", 10911)
+    with pytest.raises(ValueError):
+        parse_addr("localhost")
