@@ -1,0 +1,72 @@
+"""Real third-party clients resolve routes from our NameServer (installed by
+scripts/install-interop-clients.sh: the C++ client from PyPI in .venv-interop/, ali-ons via npm).
+
+There is no broker yet, so the clients only resolve routes; the test plays the broker's
+registration over its own connection, which stays open while the clients ask.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from daemon.namesrv.controller import NamesrvController
+from daemon.remoting.client import RemotingClient
+from tests.namesrv.conftest import Namesrv, namesrv_config
+
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
+
+ROOT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+INTEROP_PYTHON = ROOT / ".venv-interop" / "bin" / "python"
+INSTALL_HINT = "run scripts/install-interop-clients.sh (the Makefile's test target does)"
+TOPIC = "InteropTopic"
+
+
+@pytest.fixture
+async def registered(tmp_path: Path) -> AsyncIterator[str]:
+    """A NameServer with broker-a (4 queues of TOPIC) registered; yields its address."""
+    controller = NamesrvController(namesrv_config(tmp_path))
+    await controller.start()
+    try:
+        async with RemotingClient() as broker_side:
+            ns = Namesrv(controller, broker_side)
+            assert (await ns.register({TOPIC: 4})).code == 0
+            yield ns.addr
+    finally:
+        await controller.stop()
+
+
+async def run(*argv: str | Path, timeout: float = 90) -> dict[str, object]:
+    proc = await asyncio.create_subprocess_exec(
+        *map(str, argv), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=HERE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode == 0, f"{argv[0]} failed ({proc.returncode}): {err.decode()[-2000:]}"
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+EXPECTED = [{"brokerName": "broker-a", "queueId": i} for i in range(4)]
+
+
+async def test_cpp_client_resolves_route(registered: str) -> None:
+    if not INTEROP_PYTHON.exists():
+        pytest.fail(f"C++ client venv missing: {INSTALL_HINT}")
+    result = await run(INTEROP_PYTHON, HERE / "cpp_route.py", registered, TOPIC)
+    assert result["status"] == 0
+    assert [{k: q[k] for k in ("brokerName", "queueId")} for q in result["queues"]] == EXPECTED  # type: ignore[attr-defined]
+
+
+async def test_ali_ons_resolves_route(registered: str) -> None:
+    node = shutil.which("node")
+    if node is None or shutil.which("npm") is None:
+        pytest.skip("node/npm not installed: the ali-ons interop test needs them")
+    if not (HERE / "node_modules" / "ali-ons").is_dir():
+        pytest.fail(f"ali-ons not installed: {INSTALL_HINT}")
+    result = await run(node, HERE / "ons_route.js", registered, TOPIC)
+    assert result == {"queues": EXPECTED, "brokerAddr": "127.0.0.1:10911"}
