@@ -19,7 +19,7 @@ fi
 
 if command -v npm >/dev/null 2>&1; then
     if [ ! -d "$root/tests/interop/node_modules/ali-ons" ]; then
-        (cd "$root/tests/interop" && npm install --no-audit --no-fund --loglevel=error)
+        (cd "$root/tests/interop" && npm ci --no-audit --no-fund --loglevel=error)
     fi
 else
     echo "install-interop-clients: npm not found; ali-ons interop tests will skip" >&2
