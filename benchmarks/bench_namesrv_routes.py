@@ -1,0 +1,123 @@
+"""Route lookups (GET_ROUTEINFO_BY_TOPIC) per second against a real NameServer process (target >= 20,000/s).
+
+The NameServer runs as `mqctl namesrv start` in its own process on 127.0.0.1 with one broker group
+registered (100 topics); the load comes from this process over loopback TCP:
+
+* pipelined: one connection, `--window` requests in flight at a time;
+* concurrent: `--connections` connections, each with `--window` requests in flight.
+
+    python benchmarks/bench_namesrv_routes.py [--seconds S] [--connections N] [--window W]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from daemon.remoting.bodies import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.headers import GetRouteInfoRequestHeader, RegisterBrokerRequestHeader
+from daemon.remoting.loop import run
+
+TOPICS = [f"BenchTopic{i}" for i in range(100)]
+
+
+def start_namesrv(data: Path) -> tuple[subprocess.Popen[bytes], str]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqctl", "namesrv", "start", "--listen", "127.0.0.1:0", "--data", str(data)],
+        stderr=subprocess.DEVNULL,
+    )
+    addr_file = data / "namesrv.addr"
+    deadline = time.monotonic() + 30
+    while not (addr_file.exists() and addr_file.read_text().strip()):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise SystemExit("the NameServer did not start")
+        time.sleep(0.05)
+    return proc, addr_file.read_text().strip()
+
+
+async def register(client: RemotingClient, addr: str) -> None:
+    wrapper = TopicConfigSerializeWrapper({t: TopicConfig(t, 8, 8) for t in TOPICS}, DataVersion(1, 1))
+    header = RegisterBrokerRequestHeader(
+        "broker-a", "127.0.0.1:10911", "DefaultCluster", "127.0.0.1:10912", 0
+    )
+    cmd = RemotingCommand.request(
+        RequestCode.REGISTER_BROKER, header.to_ext_fields(), RegisterBrokerBody(wrapper).encode()
+    )
+    await client.invoke_checked(addr, cmd)
+
+
+async def load(addr: str, connections: int, window: int, seconds: float) -> float:
+    """Lookups per second over `connections` connections with `window` requests in flight on each."""
+    clients = [RemotingClient() for _ in range(connections)]
+    done = 0
+    stop_at = 0.0
+
+    async def worker(client: RemotingClient, slot: int) -> None:
+        nonlocal done
+        i = slot
+        while time.perf_counter() < stop_at:
+            header = GetRouteInfoRequestHeader(TOPICS[i % len(TOPICS)])
+            response = await client.invoke(
+                addr, RemotingCommand.request(105, header.to_ext_fields()), timeout=10
+            )
+            if response.code != 0:
+                raise SystemExit(f"lookup failed: {response.code} {response.remark}")
+            done += 1
+            i += window
+
+    try:
+        for client in clients:
+            await client.connection(addr)
+        stop_at = time.perf_counter() + 0.5  # warm-up
+        await asyncio.gather(*(worker(c, s) for c in clients for s in range(window)))
+        done = 0
+        start = time.perf_counter()
+        stop_at = start + seconds
+        await asyncio.gather(*(worker(c, s) for c in clients for s in range(window)))
+        return done / (time.perf_counter() - start)
+    finally:
+        for client in clients:
+            await client.close()
+
+
+async def bench(addr: str, args: argparse.Namespace) -> None:
+    async with RemotingClient() as client:
+        await register(client, addr)
+        pipelined = await load(addr, 1, args.window, args.seconds)
+        concurrent = await load(addr, args.connections, args.window, args.seconds)
+        sequential = await load(addr, 1, 1, args.seconds)
+    print(f"route lookups/s, 1 connection, {args.window} in flight (pipelined): {pipelined:,.0f}")
+    print(f"route lookups/s, {args.connections} connections, {args.window} in flight each: {concurrent:,.0f}")
+    print(f"route lookups/s, 1 connection, 1 in flight (request/response latency bound): {sequential:,.0f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--window", type=int, default=64)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        proc, addr = start_namesrv(Path(tmp))
+        try:
+            print(
+                f"NameServer pid {proc.pid} on {addr}; {os.cpu_count()} CPUs; {len(TOPICS)} topics registered"
+            )
+            run(bench(addr, args))
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(timeout=30)
+
+
+if __name__ == "__main__":
+    main()
