@@ -1,8 +1,10 @@
 """RocketMQ 4.x compatible storage engine: byte-compatible CommitLog, ConsumeQueue, IndexFile,
 checkpoint, abort/lock files and config JSON (spec: /work/shared/spec/store-format.md).
 
-Imports nothing from ``daemon`` or ``mqctl``. The broker codes against :class:`MessageStore`;
-:class:`DefaultMessageStore` is the implementation.
+Imports nothing from ``daemon`` or ``mqctl``. The broker codes against :class:`MessageStore`
+(:mod:`store.api`); :class:`DefaultMessageStore` (:mod:`store.engine`) is the file-backed
+implementation and :class:`InMemoryMessageStore` (:mod:`store.memory`) a file-less one with the
+same records, offsets and statuses, for broker unit tests.
 
 Lifecycle::
 
@@ -72,12 +74,7 @@ Errors: :mod:`store.errors` (``StoreError`` → ``CorruptRecordError(path, offse
 
 from __future__ import annotations
 
-from store.clock import Clock, FakeClock, SystemClock
-from store.commitlog import PutMessageStatus
-from store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
-from store.config_files import ConfigFiles, SubscriptionGroupConfig, TopicConfig
-from store.engine import (
-    DefaultMessageStore,
+from store.api import (
     GetMessageStatus,
     GetResult,
     MessageStore,
@@ -85,6 +82,11 @@ from store.engine import (
     QueryResult,
     SelectedMessage,
 )
+from store.clock import Clock, FakeClock, SystemClock
+from store.commitlog import PutMessageStatus
+from store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
+from store.config_files import ConfigFiles, SubscriptionGroupConfig, TopicConfig
+from store.engine import DefaultMessageStore
 from store.errors import (
     ConfigFileError,
     CorruptRecordError,
@@ -95,6 +97,7 @@ from store.errors import (
     UnsupportedCompressionError,
 )
 from store.javahash import index_key_hash, java_hash, tags_code
+from store.memory import InMemoryMessageStore
 from store.message import Message, StoredMessage
 
 __all__ = [
@@ -108,6 +111,7 @@ __all__ = [
     "FakeClock",
     "GetMessageStatus",
     "GetResult",
+    "InMemoryMessageStore",
     "Message",
     "MessageStore",
     "PutMessageStatus",

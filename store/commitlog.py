@@ -7,6 +7,7 @@ bytes are in place.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -73,6 +74,55 @@ class ScanResult:
     last_store_timestamp: int
 
 
+def apply_delay(msg: Message, delay_levels_ms: list[int]) -> Message:
+    """Redirect a delayed message to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` (§10.2).
+
+    Levels above the configured maximum are lowered to it; ``REAL_TOPIC``/``REAL_QID`` keep the
+    destination. Transactional half/rollback records and messages already in the schedule topic
+    are returned unchanged.
+    """
+    level = msg.delay_level
+    tran = msg.sys_flag & TRANSACTION_TYPE_MASK
+    if (
+        level <= 0
+        or tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+        or msg.topic == SCHEDULE_TOPIC
+    ):
+        return msg
+    level = min(level, len(delay_levels_ms))
+    props = dict(msg.properties)
+    props[PROPERTY_REAL_TOPIC] = msg.topic
+    props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
+    props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+    return dataclasses.replace(msg, topic=SCHEDULE_TOPIC, queue_id=level - 1, properties=props)
+
+
+def encode_checked(
+    msg: Message, store_host: HostAddress, max_message_size: int, file_size: int
+) -> tuple[bytes, bytes, bytes, bytes, int]:
+    """Encode properties, hosts and topic and apply the size limits (§2.5).
+
+    Returns ``(properties, born_host, store_host, topic_field, total_size)``; raises
+    :class:`IllegalMessage` with the status to report.
+    """
+    try:
+        topic = topic_field(msg.topic)
+        props = encode_properties(msg.properties) if msg.properties else b""
+        born = encode_host(msg.born_host)
+        store = encode_host(msg.store_host or store_host)
+    except ValueError as e:
+        raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, str(e)) from e
+    if len(props) > MAX_PROPERTIES_LENGTH:
+        raise IllegalMessage(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, f"properties {len(props)} bytes")
+    body_len = len(msg.body)
+    if body_len > max_message_size:
+        raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"body {body_len} > maxMessageSize")
+    total = 74 + len(born) + len(store) + body_len + len(topic) + len(props)
+    if total > max_message_size + 65536 or total + 8 > file_size:
+        raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"record of {total} bytes is too large")
+    return props, born, store, topic, total
+
+
 class CommitLog:
     """Appends records, rolls files with the blank filler, validates and truncates on recovery."""
 
@@ -96,55 +146,6 @@ class CommitLog:
         self.files.load()
 
     # ------------------------------------------------------------------ append
-
-    def apply_delay(self, msg: Message) -> Message:
-        """Redirect a delayed message to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` (§10.2)."""
-        level = msg.delay_level
-        tran = msg.sys_flag & TRANSACTION_TYPE_MASK
-        if (
-            level <= 0
-            or tran not in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
-            or msg.topic == SCHEDULE_TOPIC
-        ):
-            return msg
-        level = min(level, len(self.delay_levels_ms))
-        props = dict(msg.properties)
-        props[PROPERTY_REAL_TOPIC] = msg.topic
-        props[PROPERTY_REAL_QUEUE_ID] = str(msg.queue_id)
-        props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
-        return Message(
-            topic=SCHEDULE_TOPIC,
-            body=msg.body,
-            queue_id=level - 1,
-            flag=msg.flag,
-            properties=props,
-            sys_flag=msg.sys_flag,
-            born_timestamp=msg.born_timestamp,
-            born_host=msg.born_host,
-            store_host=msg.store_host,
-            reconsume_times=msg.reconsume_times,
-            prepared_transaction_offset=msg.prepared_transaction_offset,
-            wait_store_msg_ok=msg.wait_store_msg_ok,
-        )
-
-    def _encode_fields(self, msg: Message, store_host: HostAddress) -> tuple[bytes, bytes, bytes, bytes, int]:
-        """Encode properties, hosts and topic and validate sizes (§2.5); returns them and TOTALSIZE."""
-        try:
-            topic = topic_field(msg.topic)
-            props = encode_properties(msg.properties) if msg.properties else b""
-            born = encode_host(msg.born_host)
-            store = encode_host(msg.store_host or store_host)
-        except ValueError as e:
-            raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, str(e)) from e
-        if len(props) > MAX_PROPERTIES_LENGTH:
-            raise IllegalMessage(PutMessageStatus.PROPERTIES_SIZE_EXCEEDED, f"properties {len(props)} bytes")
-        body_len = len(msg.body)
-        if body_len > self.max_message_size:
-            raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"body {body_len} > maxMessageSize")
-        total = 74 + len(born) + len(store) + body_len + len(topic) + len(props)
-        if total > self.max_message_size + 65536 or total + 8 > self.file_size:
-            raise IllegalMessage(PutMessageStatus.MESSAGE_ILLEGAL, f"record of {total} bytes is too large")
-        return props, born, store, topic, total
 
     def _file_for(self, size: int) -> MappedFile:
         """The file the next ``size`` bytes go to; writes the blank filler and rolls when they do not fit."""
@@ -173,7 +174,7 @@ class CommitLog:
         encoded = []
         total = 0
         for m in msgs:
-            fields = self._encode_fields(m, store_host)
+            fields = encode_checked(m, store_host, self.max_message_size, self.file_size)
             encoded.append((m, *fields))
             total += fields[4]
         if len(msgs) > 1 and total + 8 > self.file_size:

@@ -136,14 +136,19 @@ class SubscriptionGroupConfig:
 
 
 class JsonConfigFile:
-    """Load from ``<name>`` or its ``.bak``; persist atomically keeping ``.bak`` (§9.1)."""
+    """Load from ``<name>`` or its ``.bak``; persist atomically keeping ``.bak`` (§9.1).
 
-    def __init__(self, path: str, *, read_only: bool = False) -> None:
+    With ``path=None`` the manager lives in memory only (load and persist do nothing).
+    """
+
+    def __init__(self, path: str | None, *, read_only: bool = False) -> None:
         self.path = path
         self.read_only = read_only
         self.lock = threading.RLock()
 
     def load(self) -> None:
+        if self.path is None:
+            return
         for candidate in (self.path, self.path + ".bak"):
             try:
                 with open(candidate, encoding="utf-8") as f:
@@ -164,7 +169,7 @@ class JsonConfigFile:
             return
 
     def persist(self) -> None:
-        if self.read_only:
+        if self.read_only or self.path is None:
             return
         with self.lock:
             text = dumps_fastjson(self.encode())
@@ -188,7 +193,7 @@ class JsonConfigFile:
 class TopicConfigManager(JsonConfigFile):
     """``topics.json``: topic configs plus a ``dataVersion`` bumped on every change."""
 
-    def __init__(self, path: str, clock: Clock, *, read_only: bool = False) -> None:
+    def __init__(self, path: str | None, clock: Clock, *, read_only: bool = False) -> None:
         super().__init__(path, read_only=read_only)
         self.clock = clock
         self.data_version = DataVersion()
@@ -227,7 +232,7 @@ class TopicConfigManager(JsonConfigFile):
 class SubscriptionGroupManager(JsonConfigFile):
     """``subscriptionGroup.json``."""
 
-    def __init__(self, path: str, clock: Clock, *, read_only: bool = False) -> None:
+    def __init__(self, path: str | None, clock: Clock, *, read_only: bool = False) -> None:
         super().__init__(path, read_only=read_only)
         self.clock = clock
         self.data_version = DataVersion()
@@ -267,7 +272,7 @@ class SubscriptionGroupManager(JsonConfigFile):
 class ConsumerOffsetManager(JsonConfigFile):
     """``consumerOffset.json``: ``topic@group`` → {queueId: next offset to consume} (§9.5)."""
 
-    def __init__(self, path: str, *, read_only: bool = False) -> None:
+    def __init__(self, path: str | None, *, read_only: bool = False) -> None:
         super().__init__(path, read_only=read_only)
         self.table: dict[str, dict[int, int]] = {}
 
@@ -300,7 +305,7 @@ class ConsumerOffsetManager(JsonConfigFile):
 class DelayOffsetManager(JsonConfigFile):
     """``delayOffset.json``: delay level → next offset of queue ``level - 1`` of SCHEDULE_TOPIC_XXXX."""
 
-    def __init__(self, path: str, *, read_only: bool = False) -> None:
+    def __init__(self, path: str | None, *, read_only: bool = False) -> None:
         super().__init__(path, read_only=read_only)
         self.table: dict[int, int] = {}
 
@@ -312,21 +317,21 @@ class DelayOffsetManager(JsonConfigFile):
 
 
 class ConfigFiles:
-    """The managers of one store's ``config/`` directory."""
+    """The managers of one store's ``config/`` directory (``directory=None``: in memory only)."""
 
-    def __init__(self, directory: str, *, clock: Clock | None = None, read_only: bool = False) -> None:
+    def __init__(self, directory: str | None, *, clock: Clock | None = None, read_only: bool = False) -> None:
         clk = clock or SystemClock()
         self.directory = directory
-        self.topics = TopicConfigManager(os.path.join(directory, "topics.json"), clk, read_only=read_only)
+
+        def path(name: str) -> str | None:
+            return os.path.join(directory, name) if directory is not None else None
+
+        self.topics = TopicConfigManager(path("topics.json"), clk, read_only=read_only)
         self.subscription_groups = SubscriptionGroupManager(
-            os.path.join(directory, "subscriptionGroup.json"), clk, read_only=read_only
+            path("subscriptionGroup.json"), clk, read_only=read_only
         )
-        self.consumer_offsets = ConsumerOffsetManager(
-            os.path.join(directory, "consumerOffset.json"), read_only=read_only
-        )
-        self.delay_offsets = DelayOffsetManager(
-            os.path.join(directory, "delayOffset.json"), read_only=read_only
-        )
+        self.consumer_offsets = ConsumerOffsetManager(path("consumerOffset.json"), read_only=read_only)
+        self.delay_offsets = DelayOffsetManager(path("delayOffset.json"), read_only=read_only)
 
     def load(self) -> None:
         for m in (self.topics, self.subscription_groups, self.consumer_offsets, self.delay_offsets):

@@ -6,7 +6,9 @@ import logging
 import os
 import struct
 
+from store.javahash import tags_code
 from store.mapped_file import MappedFile, MappedFileQueue
+from store.message import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TAGS, SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +24,20 @@ def encode_unit(phys_offset: int, size: int, tags_code: int) -> bytes:
 def decode_unit(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int, int]:
     """``(commit_log_offset, size, tags_code)``."""
     return UNIT.unpack_from(buf, pos)  # type: ignore[return-value]
+
+
+def unit_tags_code(
+    topic: str, properties: dict[str, str], store_timestamp: int, delay_levels_ms: list[int]
+) -> int:
+    """The unit's tags code (§4.2): delivery time for a delayed record in ``SCHEDULE_TOPIC_XXXX``,
+    otherwise the sign-extended hash of ``TAGS`` (0 without tags)."""
+    if topic == SCHEDULE_TOPIC:
+        level_s = properties.get(PROPERTY_DELAY_TIME_LEVEL)
+        if level_s:
+            level = int(level_s)
+            if level > 0:
+                return store_timestamp + delay_levels_ms[min(level, len(delay_levels_ms)) - 1]
+    return tags_code(properties.get(PROPERTY_TAGS))
 
 
 def unit_location(queue_offset: int, file_size: int) -> tuple[str, int]:

@@ -1,4 +1,4 @@
-"""The ``MessageStore`` protocol the broker codes against, and ``DefaultMessageStore``, its implementation.
+"""``DefaultMessageStore``: the file-backed, RocketMQ-compatible :class:`store.api.MessageStore`.
 
 Threading model (why not asyncio): appends are CPU-bound memcpy into a mapping plus a few struct
 writes, so the broker can call :meth:`DefaultMessageStore.put_message` directly from its event loop
@@ -19,39 +19,40 @@ import fcntl
 import logging
 import os
 import threading
-from collections.abc import Callable, Container
-from dataclasses import dataclass, field
-from enum import Enum
-from typing import Protocol, runtime_checkable
+from collections.abc import Container
 
+from store.api import (
+    ArrivalListener,
+    GetMessageStatus,
+    GetResult,
+    MessageStore,
+    PutResult,
+    QueryResult,
+    SelectedMessage,
+    check_offset,
+    search_by_timestamp,
+    select_units,
+)
 from store.checkpoint import StoreCheckpoint
 from store.clock import Clock, SystemClock
-from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanResult
+from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanResult, apply_delay
 from store.config import StoreConfig
 from store.config_files import ConfigFiles
-from store.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
+from store.consumequeue import UNIT, ConsumeQueue, unit_tags_code
 from store.errors import CorruptRecordError, StoreClosedError, StoreLockedError
-from store.indexfile import IndexService
-from store.javahash import tags_code
+from store.indexfile import IndexService, index_keys
 from store.message import (
     BLANK_MAGIC_CODE,
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_KEYS,
-    PROPERTY_TAGS,
-    PROPERTY_UNIQ_KEY,
-    SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     TRANSACTION_TYPE_MASK,
     HostAddress,
     Message,
-    StoredMessage,
 )
 from store.record import (
     RecordInfo,
     decode_msg_id,
-    decode_record,
     msg_id_prefix,
     read_header,
     read_record_info,
@@ -69,142 +70,6 @@ __all__ = [
     "QueryResult",
     "SelectedMessage",
 ]
-
-
-class GetMessageStatus(Enum):
-    """RocketMQ's ``GetMessageStatus``."""
-
-    FOUND = "FOUND"
-    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
-    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
-    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
-    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
-    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
-    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
-    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
-
-
-@dataclass(slots=True)
-class PutResult:
-    """Outcome of a put. For a batch, offsets are those of the first message and ``msg_id`` joins all ids."""
-
-    status: PutMessageStatus
-    phys_offset: int = -1
-    queue_offset: int = -1
-    msg_id: str = ""
-    wrote_bytes: int = 0
-    store_timestamp: int = 0
-    msg_num: int = 0
-
-    @property
-    def ok(self) -> bool:
-        return self.status is PutMessageStatus.PUT_OK
-
-
-class SelectedMessage:
-    """One record found by a read: raw bytes (a zero-copy view of the mapping) plus a lazy decode.
-
-    The broker sends ``raw`` as-is in pull responses; :attr:`message` decodes on first use and
-    validates the record (magic, lengths, body CRC), raising :class:`CorruptRecordError` with the
-    file and CommitLog offset instead of returning a damaged message.
-    """
-
-    __slots__ = ("_decoded", "path", "phys_offset", "queue_offset", "raw", "size", "tags_code")
-
-    def __init__(
-        self,
-        phys_offset: int,
-        size: int,
-        raw: memoryview,
-        queue_offset: int = -1,
-        tags_code: int = 0,
-        path: str = "",
-    ) -> None:
-        self.phys_offset = phys_offset
-        self.size = size
-        self.raw = raw
-        self.queue_offset = queue_offset
-        self.tags_code = tags_code
-        self.path = path
-        self._decoded: StoredMessage | None = None
-
-    @property
-    def message(self) -> StoredMessage:
-        if self._decoded is None:
-            try:
-                self._decoded = decode_record(self.raw, 0, self.size, check_crc=True)
-            except CorruptRecordError as e:
-                raise e.located(self.path, self.phys_offset) from None
-        return self._decoded
-
-    def __repr__(self) -> str:
-        return f"SelectedMessage(phys_offset={self.phys_offset}, size={self.size}, queue_offset={self.queue_offset})"
-
-
-@dataclass(slots=True)
-class GetResult:
-    status: GetMessageStatus
-    messages: list[SelectedMessage] = field(default_factory=list)
-    next_begin_offset: int = 0
-    min_offset: int = 0
-    max_offset: int = 0
-
-    @property
-    def buffer_total_size(self) -> int:
-        return sum(m.size for m in self.messages)
-
-
-@dataclass(slots=True)
-class QueryResult:
-    messages: list[SelectedMessage]
-    index_last_update_timestamp: int
-    index_last_update_phy_offset: int
-
-
-ArrivalListener = Callable[[str, int, int], None]
-"""``callback(topic, queue_id, max_offset)`` after new units were dispatched (long polling)."""
-
-
-@runtime_checkable
-class MessageStore(Protocol):
-    """What the broker needs from a store."""
-
-    config: StoreConfig
-    configs: ConfigFiles
-
-    def open(self) -> None: ...
-    def start(self) -> None: ...
-    def shutdown(self) -> None: ...
-    def put_message(self, msg: Message) -> PutResult: ...
-    def put_messages(self, batch: list[Message]) -> PutResult: ...
-    def get_messages(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        tag_filter: Container[int] | None = None,
-    ) -> GetResult: ...
-    def get_min_offset(self, topic: str, queue_id: int) -> int: ...
-    def get_max_offset(self, topic: str, queue_id: int) -> int: ...
-    def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int: ...
-    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int: ...
-    def look_message_by_offset(self, phys_offset: int) -> SelectedMessage | None: ...
-    def look_message_by_msg_id(self, msg_id: str) -> SelectedMessage | None: ...
-    def query_message(
-        self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int
-    ) -> QueryResult: ...
-    def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int: ...
-    @property
-    def flushed_phy_offset(self) -> int: ...
-    @property
-    def max_phy_offset(self) -> int: ...
-    @property
-    def min_phy_offset(self) -> int: ...
-    def topic_queue_table(self) -> dict[tuple[str, int], int]: ...
-    def add_arrival_listener(self, listener: ArrivalListener) -> None: ...
 
 
 _WARM_AHEAD_BYTES = 16 * 1024 * 1024
@@ -458,33 +323,17 @@ class DefaultMessageStore:
             cq = self._cqs[key] = self._new_cq(topic, queue_id)
         return cq
 
-    def _tags_code(self, info: RecordInfo) -> int:
-        """Tags code of a unit: the delivery time for delayed messages (§4.2), else the tag hash."""
-        props = info.properties
-        if info.topic == SCHEDULE_TOPIC:
-            level_s = props.get(PROPERTY_DELAY_TIME_LEVEL)
-            if level_s:
-                level = int(level_s)
-                if level > 0:
-                    return info.store_timestamp + self._delay_ms[min(level, len(self._delay_ms)) - 1]
-        return tags_code(props.get(PROPERTY_TAGS))
-
     def _dispatch_one(self, info: RecordInfo) -> None:
         """Build the ConsumeQueue unit and the index entries of one record (§4.5, §5.6)."""
         tran = info.sys_flag & TRANSACTION_TYPE_MASK
         topic = info.topic
-        props = info.properties
         if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:  # noqa: SIM109 (hot path)
             cq = self._cqs.get((topic, info.queue_id)) or self._find_cq(topic, info.queue_id)
-            code = self._tags_code(info) if topic == SCHEDULE_TOPIC else tags_code(props.get(PROPERTY_TAGS))
+            code = unit_tags_code(topic, info.properties, info.store_timestamp, self._delay_ms)
             cq.put_unit(info.commit_log_offset, info.size, code, info.queue_offset)
             self._logics_ts = info.store_timestamp
         if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
-            uniq = props.get(PROPERTY_UNIQ_KEY)
-            keys = [f"{topic}#{uniq}"] if uniq else []
-            keys_prop = props.get(PROPERTY_KEYS)
-            if keys_prop:
-                keys.extend(f"{topic}#{k}" for k in keys_prop.split(" ") if k)
+            keys = index_keys(topic, info.properties)
             if keys:
                 rolled = self.index.build_index(
                     keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms
@@ -556,7 +405,7 @@ class DefaultMessageStore:
 
     def put_message(self, msg: Message) -> PutResult:
         """Append, dispatch and (SYNC_FLUSH with ``wait_store_msg_ok``) wait for the fsync."""
-        return self._put([self.commit_log.apply_delay(msg)], msg.wait_store_msg_ok)
+        return self._put([apply_delay(msg, self._delay_ms)], msg.wait_store_msg_ok)
 
     def put_messages(self, batch: list[Message]) -> PutResult:
         """Append a batch for one (topic, queue): consecutive queue offsets, all in one file (§2.9)."""
@@ -743,68 +592,36 @@ class DefaultMessageStore:
             return GetResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE, next_begin_offset=0)
         min_off, max_off = cq.min_offset, cq.max_offset
         res = GetResult(GetMessageStatus.NO_MATCHED_MESSAGE, min_offset=min_off, max_offset=max_off)
-        if max_off == 0:
-            res.status, res.next_begin_offset = GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0
-        elif offset < min_off:
-            res.status, res.next_begin_offset = GetMessageStatus.OFFSET_TOO_SMALL, min_off
-        elif offset == max_off:
-            res.status, res.next_begin_offset = GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
-        elif offset > max_off:
-            res.status = GetMessageStatus.OFFSET_OVERFLOW_BADLY
-            res.next_begin_offset = min_off if min_off == 0 else max_off
-        else:
-            units = cq.units_from(offset)
-            if units is None:
-                res.status = GetMessageStatus.OFFSET_FOUND_NULL
-                res.next_begin_offset = cq.roll_next_file(offset)
-                return res
-            self._select(res, units[0], units[1], offset, max_count, tag_filter)
+        bad = check_offset(offset, min_off, max_off)
+        if bad is not None:
+            res.status, res.next_begin_offset = bad
+            return res
+        units = cq.units_from(offset)
+        if units is None:
+            res.status = GetMessageStatus.OFFSET_FOUND_NULL
+            res.next_begin_offset = cq.roll_next_file(offset)
+            return res
+        select_units(
+            res,
+            UNIT.iter_unpack(units[0]),
+            offset,
+            max_count,
+            tag_filter,
+            self._read_record_at,
+            self.commit_log.roll_next_file,
+            max_bytes=self.config.max_transfer_bytes_on_message_in_memory,
+            max_messages=self.config.max_transfer_count_on_message_in_memory,
+        )
         return res
 
-    def _select(
-        self,
-        res: GetResult,
-        view: memoryview,
-        count: int,
-        offset: int,
-        max_count: int,
-        tag_filter: Container[int] | None,
-    ) -> None:
-        """The unit walk of ``getMessage``: filter by tags code, stop when the batch is full."""
-        cl = self.commit_log
-        max_bytes = self.config.max_transfer_bytes_on_message_in_memory
-        max_msgs = min(max_count, self.config.max_transfer_count_on_message_in_memory)
-        limit = min(count, max(16000, max_count * 20))
-        messages = res.messages
-        total = 0
-        next_file_start = -1
-        unpack = UNIT.unpack_from
-        find_file = cl.files.find_file
-        i = 0
-        while i < limit:
-            phys, size, tags = unpack(view, i * CQ_STORE_UNIT_SIZE)
-            if next_file_start >= 0 and phys < next_file_start:
-                i += 1
-                continue
-            if messages and (len(messages) >= max_msgs or total + size > max_bytes):
-                break
-            if tag_filter is not None and tags not in tag_filter:
-                i += 1
-                continue
-            mf = find_file(phys)
-            pos = phys - mf.file_from_offset if mf is not None else 0
-            if mf is None or pos + size > mf.wrote_position:
-                if not messages:
-                    res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
-                next_file_start = cl.roll_next_file(phys)
-                i += 1
-                continue
-            messages.append(SelectedMessage(phys, size, mf.view[pos : pos + size], offset + i, tags, mf.path))
-            total += size
-            res.status = GetMessageStatus.FOUND
-            next_file_start = -1
-            i += 1
-        res.next_begin_offset = offset + i
+    def _read_record_at(self, phys: int, size: int) -> tuple[memoryview, str] | None:
+        mf = self.commit_log.files.find_file(phys)
+        if mf is None:
+            return None
+        pos = phys - mf.file_from_offset
+        if pos + size > mf.wrote_position:
+            return None
+        return mf.view[pos : pos + size], mf.path
 
     def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
         """Store time of the message at a queue offset; -1 if there is none."""
@@ -818,41 +635,17 @@ class DefaultMessageStore:
             return -1
 
     def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
-        """Queue offset of the first message stored at ``timestamp``, else the nearest neighbour.
-
-        Same choice as RocketMQ's ``getOffsetInQueueByTime`` (exact match, else the closer of the
-        last earlier and first later message, ties to the earlier), but searching the whole queue by
-        store time rather than one file picked by its mtime.
-        """
+        """Queue offset of the first message stored at ``timestamp``, else the nearest one (see
+        :func:`store.api.search_by_timestamp`)."""
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
             return 0
-        lo, hi = cq.min_offset, cq.max_offset - 1
-        if hi < lo:
-            return cq.min_offset
-        left = right = target = -1
-        left_ts = right_ts = -1
-        while lo <= hi:
-            mid = (lo + hi) // 2
-            ts = self.get_store_timestamp(topic, queue_id, mid)
-            if ts < 0:
-                break
-            if ts == timestamp:
-                target = mid
-                hi = mid - 1
-            elif ts > timestamp:
-                right, right_ts = mid, ts
-                hi = mid - 1
-            else:
-                left, left_ts = mid, ts
-                lo = mid + 1
-        if target != -1:
-            return target
-        if left_ts == -1:
-            return right if right != -1 else cq.min_offset
-        if right_ts == -1:
-            return left
-        return right if abs(timestamp - left_ts) > abs(timestamp - right_ts) else left
+        return search_by_timestamp(
+            cq.min_offset,
+            cq.max_offset - 1,
+            lambda q: self.get_store_timestamp(topic, queue_id, q),
+            timestamp,
+        )
 
     def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
         """Store time of the oldest message in the store (or in one queue); -1 if empty."""

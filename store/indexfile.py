@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 
 from store.errors import StoreFormatError
 from store.javahash import index_key_hash
+from store.message import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,16 @@ HEADER = struct.Struct(">qqqqii")  # begin ts, end ts, begin phy, end phy, hashS
 ENTRY = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff (s), prevIndex
 SLOT = struct.Struct(">i")
 _MAX_DIFF = 0x7FFFFFFF
+
+
+def index_keys(topic: str, properties: dict[str, str]) -> list[str]:
+    """The index keys of a record (§5.5): ``topic#UNIQ_KEY`` first, then ``topic#key`` per KEYS entry."""
+    uniq = properties.get(PROPERTY_UNIQ_KEY)
+    keys = [f"{topic}#{uniq}"] if uniq else []
+    keys_prop = properties.get(PROPERTY_KEYS)
+    if keys_prop:
+        keys.extend(f"{topic}#{k}" for k in keys_prop.split(KEY_SEPARATOR) if k)
+    return keys
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:

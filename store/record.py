@@ -33,6 +33,9 @@ from store.message import (
     StoredMessage,
 )
 
+Buffer = bytes | bytearray | memoryview
+"""Anything the decoders read from: a record, or a whole mapped file viewed without copying."""
+
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
@@ -89,7 +92,7 @@ def encode_properties(props: dict[str, str]) -> bytes:
     return text.encode("utf-8")
 
 
-def decode_properties(data: bytes | memoryview | str) -> dict[str, str]:
+def decode_properties(data: Buffer | str) -> dict[str, str]:
     """Parse a properties string by the 4.9.1+ rule, accepting both trailing-separator styles (§3.1)."""
     text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
     out: dict[str, str] = {}
@@ -112,7 +115,7 @@ def encode_host(host: HostAddress) -> bytes:
     return addr.packed + _I32.pack(host[1])
 
 
-def decode_host(buf: bytes | memoryview, pos: int, v6: bool) -> HostAddress:
+def decode_host(buf: Buffer, pos: int, v6: bool) -> HostAddress:
     """Inverse of :func:`encode_host` at ``pos`` in ``buf``."""
     if v6:
         return socket.inet_ntop(socket.AF_INET6, bytes(buf[pos : pos + 16])), _I32.unpack_from(buf, pos + 16)[
@@ -280,7 +283,7 @@ def encode_blank(size: int) -> bytes:
     return _HEADER.pack(size, BLANK_MAGIC_CODE)
 
 
-def read_header(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+def read_header(buf: Buffer, pos: int) -> tuple[int, int]:
     """``(TOTALSIZE, MAGICCODE)`` at ``pos``."""
     return _HEADER.unpack_from(buf, pos)  # type: ignore[return-value]
 
@@ -315,7 +318,7 @@ class RecordInfo:
 _Layout = tuple[tuple[int, ...], int, int, int, int, int, int, int]
 
 
-def _layout(buf: bytes | memoryview, pos: int, limit: int, check_crc: bool) -> _Layout:
+def _layout(buf: Buffer, pos: int, limit: int, check_crc: bool) -> _Layout:
     """Validate the record at ``pos`` (§2.10) and return its fixed fields and section positions.
 
     Returns ``(fixed, store_ts_pos, reconsume_pos, body_pos, body_len, topic_pos, topic_len,
@@ -365,7 +368,7 @@ def _layout(buf: bytes | memoryview, pos: int, limit: int, check_crc: bool) -> _
 
 
 def read_record_info(
-    buf: bytes | memoryview, pos: int, limit: int | None = None, *, check_crc: bool = False
+    buf: Buffer, pos: int, limit: int | None = None, *, check_crc: bool = False
 ) -> RecordInfo:
     """Validate and parse what dispatch and recovery need from the record at ``pos``."""
     lim = len(buf) if limit is None else limit
@@ -385,7 +388,7 @@ def read_record_info(
 
 
 def decode_record(
-    buf: bytes | memoryview, pos: int = 0, limit: int | None = None, *, check_crc: bool = True
+    buf: Buffer, pos: int = 0, limit: int | None = None, *, check_crc: bool = True
 ) -> StoredMessage:
     """Decode the whole record at ``pos`` into a :class:`StoredMessage` (body inflated if compressed)."""
     lim = len(buf) if limit is None else limit

@@ -1,0 +1,270 @@
+"""Types the broker sees (results, statuses, the ``MessageStore`` protocol) and the read-path logic
+that both implementations share (offset checks, the ConsumeQueue unit walk, search by time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterable
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+from store.commitlog import PutMessageStatus
+from store.config import StoreConfig
+from store.config_files import ConfigFiles
+from store.errors import CorruptRecordError
+from store.message import Message, StoredMessage
+from store.record import decode_record
+
+__all__ = [
+    "ArrivalListener",
+    "GetMessageStatus",
+    "GetResult",
+    "MessageStore",
+    "PutMessageStatus",
+    "PutResult",
+    "QueryResult",
+    "SelectedMessage",
+    "check_offset",
+    "search_by_timestamp",
+    "select_units",
+]
+
+
+class GetMessageStatus(Enum):
+    """RocketMQ's ``GetMessageStatus``."""
+
+    FOUND = "FOUND"
+    NO_MATCHED_MESSAGE = "NO_MATCHED_MESSAGE"
+    MESSAGE_WAS_REMOVING = "MESSAGE_WAS_REMOVING"
+    OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
+    OFFSET_OVERFLOW_BADLY = "OFFSET_OVERFLOW_BADLY"
+    OFFSET_OVERFLOW_ONE = "OFFSET_OVERFLOW_ONE"
+    OFFSET_TOO_SMALL = "OFFSET_TOO_SMALL"
+    NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
+    NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
+
+
+@dataclass(slots=True)
+class PutResult:
+    """Outcome of a put. For a batch, offsets are those of the first message and ``msg_id`` joins all ids."""
+
+    status: PutMessageStatus
+    phys_offset: int = -1
+    queue_offset: int = -1
+    msg_id: str = ""
+    wrote_bytes: int = 0
+    store_timestamp: int = 0
+    msg_num: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.status is PutMessageStatus.PUT_OK
+
+
+class SelectedMessage:
+    """One record found by a read: raw bytes (a zero-copy view of the mapping) plus a lazy decode.
+
+    The broker sends ``raw`` as-is in pull responses; :attr:`message` decodes on first use and
+    validates the record (magic, lengths, body CRC), raising :class:`CorruptRecordError` with the
+    file and CommitLog offset instead of returning a damaged message.
+    """
+
+    __slots__ = ("_decoded", "path", "phys_offset", "queue_offset", "raw", "size", "tags_code")
+
+    def __init__(
+        self,
+        phys_offset: int,
+        size: int,
+        raw: memoryview,
+        queue_offset: int = -1,
+        tags_code: int = 0,
+        path: str = "",
+    ) -> None:
+        self.phys_offset = phys_offset
+        self.size = size
+        self.raw = raw
+        self.queue_offset = queue_offset
+        self.tags_code = tags_code
+        self.path = path
+        self._decoded: StoredMessage | None = None
+
+    @property
+    def message(self) -> StoredMessage:
+        if self._decoded is None:
+            try:
+                self._decoded = decode_record(self.raw, 0, self.size, check_crc=True)
+            except CorruptRecordError as e:
+                raise e.located(self.path, self.phys_offset) from None
+        return self._decoded
+
+    def __repr__(self) -> str:
+        return f"SelectedMessage(phys_offset={self.phys_offset}, size={self.size}, queue_offset={self.queue_offset})"
+
+
+@dataclass(slots=True)
+class GetResult:
+    status: GetMessageStatus
+    messages: list[SelectedMessage] = field(default_factory=list)
+    next_begin_offset: int = 0
+    min_offset: int = 0
+    max_offset: int = 0
+
+    @property
+    def buffer_total_size(self) -> int:
+        return sum(m.size for m in self.messages)
+
+
+@dataclass(slots=True)
+class QueryResult:
+    messages: list[SelectedMessage]
+    index_last_update_timestamp: int
+    index_last_update_phy_offset: int
+
+
+ArrivalListener = Callable[[str, int, int], None]
+"""``callback(topic, queue_id, max_offset)`` after new units were dispatched (long polling)."""
+
+
+@runtime_checkable
+class MessageStore(Protocol):
+    """What the broker needs from a store."""
+
+    config: StoreConfig
+    configs: ConfigFiles
+
+    def open(self) -> None: ...
+    def start(self) -> None: ...
+    def shutdown(self) -> None: ...
+    def put_message(self, msg: Message) -> PutResult: ...
+    def put_messages(self, batch: list[Message]) -> PutResult: ...
+    def get_messages(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tag_filter: Container[int] | None = None,
+    ) -> GetResult: ...
+    def get_min_offset(self, topic: str, queue_id: int) -> int: ...
+    def get_max_offset(self, topic: str, queue_id: int) -> int: ...
+    def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int: ...
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int: ...
+    def look_message_by_offset(self, phys_offset: int) -> SelectedMessage | None: ...
+    def look_message_by_msg_id(self, msg_id: str) -> SelectedMessage | None: ...
+    def query_message(
+        self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int
+    ) -> QueryResult: ...
+    def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int: ...
+    @property
+    def flushed_phy_offset(self) -> int: ...
+    @property
+    def max_phy_offset(self) -> int: ...
+    @property
+    def min_phy_offset(self) -> int: ...
+    def topic_queue_table(self) -> dict[tuple[str, int], int]: ...
+    def add_arrival_listener(self, listener: ArrivalListener) -> None: ...
+
+
+def check_offset(offset: int, min_offset: int, max_offset: int) -> tuple[GetMessageStatus, int] | None:
+    """Status and next offset when ``offset`` cannot be read from a queue holding [min, max); else None.
+
+    The next offsets are the master's corrections in ``DefaultMessageStore.getMessage`` (4.9.8).
+    """
+    if max_offset == 0:
+        return GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0
+    if offset < min_offset:
+        return GetMessageStatus.OFFSET_TOO_SMALL, min_offset
+    if offset == max_offset:
+        return GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
+    if offset > max_offset:
+        return GetMessageStatus.OFFSET_OVERFLOW_BADLY, min_offset if min_offset == 0 else max_offset
+    return None
+
+
+RecordReader = Callable[[int, int], "tuple[memoryview, str] | None"]
+"""``read(phys_offset, size)`` → (raw record view, file path), or None when the log no longer has it."""
+
+
+def select_units(
+    res: GetResult,
+    units: Iterable[tuple[int, int, int]],
+    offset: int,
+    max_count: int,
+    tag_filter: Container[int] | None,
+    read: RecordReader,
+    roll_next_file: Callable[[int], int],
+    *,
+    max_bytes: int,
+    max_messages: int,
+) -> None:
+    """Walk ConsumeQueue units from ``offset`` as ``getMessage`` does: filter by tags code, stop when
+    the batch is full (count or bytes), skip to the next CommitLog file past removed data.
+    Fills ``res.messages``, ``res.status`` and ``res.next_begin_offset``.
+    """
+    max_msgs = min(max_count, max_messages)
+    limit = max(16000, max_count * 20)
+    messages = res.messages
+    total = 0
+    next_file_start = -1
+    i = 0
+    for phys, size, tags in units:
+        if i >= limit:
+            break
+        if next_file_start >= 0 and phys < next_file_start:
+            i += 1
+            continue
+        if messages and (len(messages) >= max_msgs or total + size > max_bytes):
+            break
+        if tag_filter is not None and tags not in tag_filter:
+            i += 1
+            continue
+        found = read(phys, size)
+        if found is None:
+            if not messages:
+                res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
+            next_file_start = roll_next_file(phys)
+            i += 1
+            continue
+        messages.append(SelectedMessage(phys, size, found[0], offset + i, tags, found[1]))
+        total += size
+        res.status = GetMessageStatus.FOUND
+        next_file_start = -1
+        i += 1
+    res.next_begin_offset = offset + i
+
+
+def search_by_timestamp(low: int, high: int, store_time_at: Callable[[int], int], timestamp: int) -> int:
+    """Queue offset in [low, high] of the first message stored at ``timestamp``, else the nearest one.
+
+    Same choice as RocketMQ's ``getOffsetInQueueByTime`` (exact match, else the closer of the last
+    earlier and the first later message, ties to the earlier), over the whole range rather than one
+    file picked by its mtime. ``store_time_at`` returns -1 for an unreadable offset.
+    """
+    if high < low:
+        return low
+    left = right = target = -1
+    left_ts = right_ts = -1
+    lo, hi = low, high
+    while lo <= hi:
+        mid = (lo + hi) // 2
+        ts = store_time_at(mid)
+        if ts < 0:
+            break
+        if ts == timestamp:
+            target = mid
+            hi = mid - 1
+        elif ts > timestamp:
+            right, right_ts = mid, ts
+            hi = mid - 1
+        else:
+            left, left_ts = mid, ts
+            lo = mid + 1
+    if target != -1:
+        return target
+    if left_ts == -1:
+        return right if right != -1 else low
+    if right_ts == -1:
+        return left
+    return right if abs(timestamp - left_ts) > abs(timestamp - right_ts) else left

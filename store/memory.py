@@ -1,0 +1,244 @@
+"""``InMemoryMessageStore``: the :class:`store.api.MessageStore` seam without files, for broker tests.
+
+Records are encoded exactly as on disk (same codec) into one growing buffer, so raw bytes, msgIds,
+offsets and statuses match :class:`store.engine.DefaultMessageStore`; ConsumeQueues are lists of
+units and the index a dict of ``topic#key`` → offsets. Nothing is flushed, nothing survives
+``shutdown()``.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Container
+
+from store.api import (
+    ArrivalListener,
+    GetMessageStatus,
+    GetResult,
+    PutResult,
+    QueryResult,
+    SelectedMessage,
+    check_offset,
+    search_by_timestamp,
+    select_units,
+)
+from store.clock import Clock, SystemClock
+from store.commitlog import IllegalMessage, PutMessageStatus, apply_delay, encode_checked
+from store.config import StoreConfig
+from store.config_files import ConfigFiles
+from store.consumequeue import unit_tags_code
+from store.errors import CorruptRecordError
+from store.indexfile import index_keys
+from store.message import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+    HostAddress,
+    Message,
+)
+from store.record import create_msg_id, decode_msg_id, encode_record_parts, read_header, read_record_info
+
+_MEMORY = "<memory>"
+_NO_FILE_LIMIT = 2**62  # records never have to fit a CommitLog file here
+
+
+class InMemoryMessageStore:
+    """Same behaviour as the file store for puts, pulls, key queries and offsets; no durability."""
+
+    def __init__(
+        self,
+        config: StoreConfig | None = None,
+        *,
+        clock: Clock | None = None,
+        store_host: HostAddress = ("127.0.0.1", 10911),
+    ) -> None:
+        self.config = config or StoreConfig(store_path_root_dir=_MEMORY)
+        self.clock: Clock = clock or SystemClock()
+        self.store_host = store_host
+        self.configs = ConfigFiles(None, clock=self.clock)
+        self._delay_ms = self.config.delay_levels_ms()
+        self._log = bytearray()
+        self._queues: dict[tuple[str, int], list[tuple[int, int, int]]] = {}
+        self._index: dict[str, list[tuple[int, int]]] = {}  # key → (phys offset, store time)
+        self._lock = threading.Lock()
+        self._listeners: list[ArrivalListener] = []
+        self._running = False
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def open(self) -> None:
+        """Nothing to load."""
+
+    def start(self) -> None:
+        self._running = True
+
+    def shutdown(self) -> None:
+        self._running = False
+
+    def __enter__(self) -> InMemoryMessageStore:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # ------------------------------------------------------------------ puts
+
+    def put_message(self, msg: Message) -> PutResult:
+        return self._put([apply_delay(msg, self._delay_ms)])
+
+    def put_messages(self, batch: list[Message]) -> PutResult:
+        if not batch or any(m.topic != batch[0].topic or m.queue_id != batch[0].queue_id for m in batch):
+            return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        if any(m.delay_level > 0 or m.sys_flag & TRANSACTION_TYPE_MASK for m in batch):
+            return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
+        return self._put(batch)
+
+    def _put(self, msgs: list[Message]) -> PutResult:
+        if not self._running:
+            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        try:
+            encoded = [
+                encode_checked(m, self.store_host, self.config.max_message_size, _NO_FILE_LIMIT) for m in msgs
+            ]
+        except IllegalMessage as e:
+            return PutResult(e.status)
+        ids = []
+        with self._lock:
+            now = self.clock.now_ms()
+            first_phys = len(self._log)
+            first_qoff = -1
+            for m, (props, born, store, topic, _size) in zip(msgs, encoded, strict=True):
+                tran = m.sys_flag & TRANSACTION_TYPE_MASK
+                counted = tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+                queue = self._queues.setdefault((m.topic, m.queue_id), []) if counted else None
+                qoff = len(queue) if queue is not None else 0
+                phys = len(self._log)
+                rec = encode_record_parts(m, props, born, store, topic, qoff, phys, now)
+                self._log += rec
+                if queue is not None:
+                    queue.append((phys, len(rec), unit_tags_code(m.topic, m.properties, now, self._delay_ms)))
+                if tran != TRANSACTION_ROLLBACK_TYPE:
+                    for key in index_keys(m.topic, m.properties):
+                        self._index.setdefault(key, []).append((phys, now))
+                first_qoff = qoff if first_qoff < 0 else first_qoff
+                ids.append(phys)
+            end = len(self._log)
+        first = msgs[0]
+        prefix_host = first.store_host or self.store_host
+        msg_ids = [create_msg_id(prefix_host, p) for p in ids]
+        for listener in self._listeners:
+            listener(first.topic, first.queue_id, self.get_max_offset(first.topic, first.queue_id))
+        return PutResult(
+            PutMessageStatus.PUT_OK,
+            first_phys,
+            first_qoff,
+            ",".join(msg_ids),
+            end - first_phys,
+            now,
+            len(msgs),
+        )
+
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        self._listeners.append(listener)
+
+    # ------------------------------------------------------------------ reads
+
+    def _read(self, phys: int, size: int) -> tuple[memoryview, str] | None:
+        if phys < 0 or phys + size > len(self._log):
+            return None
+        return memoryview(bytes(self._log[phys : phys + size])), _MEMORY
+
+    def get_messages(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tag_filter: Container[int] | None = None,
+    ) -> GetResult:
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            return GetResult(GetMessageStatus.NO_MATCHED_LOGIC_QUEUE)
+        res = GetResult(GetMessageStatus.NO_MATCHED_MESSAGE, min_offset=0, max_offset=len(queue))
+        bad = check_offset(offset, 0, len(queue))
+        if bad is not None:
+            res.status, res.next_begin_offset = bad
+            return res
+        select_units(
+            res,
+            queue[offset:],
+            offset,
+            max_count,
+            tag_filter,
+            self._read,
+            lambda phys: phys,
+            max_bytes=self.config.max_transfer_bytes_on_message_in_memory,
+            max_messages=self.config.max_transfer_count_on_message_in_memory,
+        )
+        return res
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        return 0
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        return len(self._queues.get((topic, queue_id), ()))
+
+    def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        queue = self._queues.get((topic, queue_id))
+        if queue is None or not 0 <= offset < len(queue):
+            return -1
+        return read_record_info(self._log, queue[offset][0]).store_timestamp
+
+    def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
+        n = self.get_max_offset(topic, queue_id)
+        return search_by_timestamp(
+            0, n - 1, lambda q: self.get_store_timestamp(topic, queue_id, q), timestamp
+        )
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
+        if topic is not None:
+            return self.get_store_timestamp(topic, queue_id, 0)
+        return read_record_info(self._log, 0).store_timestamp if self._log else -1
+
+    def look_message_by_offset(self, phys_offset: int) -> SelectedMessage | None:
+        if not 0 <= phys_offset < len(self._log):
+            return None
+        size, _magic = read_header(self._log, phys_offset)
+        found = self._read(phys_offset, size)
+        if found is None:
+            raise CorruptRecordError(_MEMORY, phys_offset, "no record here")
+        sel = SelectedMessage(phys_offset, size, found[0], path=_MEMORY)
+        _ = sel.message
+        return sel
+
+    def look_message_by_msg_id(self, msg_id: str) -> SelectedMessage | None:
+        return self.look_message_by_offset(decode_msg_id(msg_id)[1])
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> QueryResult:
+        max_num = min(max_num, self.config.max_msgs_num_batch)
+        hits = [p for p, ts in reversed(self._index.get(f"{topic}#{key}", [])) if begin_ms <= ts <= end_ms]
+        out = []
+        for phys in sorted(hits[:max_num]):
+            sel = self.look_message_by_offset(phys)
+            if sel is not None:
+                out.append(sel)
+        last = max((entries[-1] for entries in self._index.values()), key=lambda e: e[0], default=(0, 0))
+        return QueryResult(out, last[1], last[0])
+
+    @property
+    def flushed_phy_offset(self) -> int:
+        return len(self._log)
+
+    @property
+    def max_phy_offset(self) -> int:
+        return len(self._log)
+
+    @property
+    def min_phy_offset(self) -> int:
+        return 0
+
+    def topic_queue_table(self) -> dict[tuple[str, int], int]:
+        return {k: len(v) for k, v in self._queues.items()}

@@ -1,0 +1,105 @@
+"""The ``MessageStore`` contract, run against the file store and the in-memory store alike."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from store import (
+    DefaultMessageStore,
+    FakeClock,
+    GetMessageStatus,
+    Message,
+    MessageStore,
+    PutMessageStatus,
+    StoreConfig,
+    tags_code,
+)
+from store.memory import InMemoryMessageStore
+
+FAR = 2**62
+
+
+@pytest.fixture(params=["file", "memory"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MessageStore]:
+    clock = FakeClock(1_700_000_000_000)
+    cfg = StoreConfig(store_path_root_dir=str(tmp_path), max_hash_slot_num=1000, max_index_num=4000)
+    store: MessageStore
+    if request.param == "file":
+        store = DefaultMessageStore(cfg, clock=clock)
+    else:
+        store = InMemoryMessageStore(cfg, clock=clock)
+    store.open()
+    store.start()
+    yield store
+    store.shutdown()
+
+
+def _m(i: int, **extra: str) -> Message:
+    props = {"TAGS": f"t{i % 2}", "KEYS": f"k{i} common", "UNIQ_KEY": f"{i:032X}", **extra}
+    return Message(topic="C", body=b"m%d" % i, queue_id=i % 2, born_timestamp=i, properties=props)
+
+
+def test_contract(any_store: MessageStore) -> None:
+    clock: FakeClock = any_store.clock  # type: ignore[attr-defined]
+    assert isinstance(any_store, MessageStore)
+    results = []
+    for i in range(20):
+        clock.advance(1000)
+        results.append(any_store.put_message(_m(i)))
+    assert [r.queue_offset for r in results[:4]] == [0, 0, 1, 1]
+    assert results[1].phys_offset == results[0].phys_offset + results[0].wrote_bytes
+    assert any_store.get_max_offset("C", 0) == 10 and any_store.get_min_offset("C", 0) == 0
+    res = any_store.get_messages("g", "C", 0, 0, 4)
+    assert res.status is GetMessageStatus.FOUND and res.next_begin_offset == 4
+    assert [s.message.body for s in res.messages] == [b"m0", b"m2", b"m4", b"m6"]
+    assert bytes(res.messages[0].raw) == bytes(any_store.look_message_by_msg_id(results[0].msg_id).raw)  # type: ignore[union-attr]
+    filtered = any_store.get_messages("g", "C", 1, 0, 32, tag_filter={tags_code("t1")})
+    assert len(filtered.messages) == 10
+    assert any_store.get_messages("g", "C", 0, 10, 4).status is GetMessageStatus.OFFSET_OVERFLOW_ONE
+    assert any_store.get_messages("g", "C", 0, 12, 4).status is GetMessageStatus.OFFSET_OVERFLOW_BADLY
+    assert any_store.get_messages("g", "X", 0, 0, 4).status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+    assert [s.phys_offset for s in any_store.query_message("C", "k3", 8, 0, FAR).messages] == [
+        results[3].phys_offset
+    ]
+    assert len(any_store.query_message("C", "common", 8, 0, FAR).messages) == 8
+    assert [s.phys_offset for s in any_store.query_message("C", f"{5:032X}", 8, 0, FAR).messages] == [
+        results[5].phys_offset
+    ]
+    ts = any_store.get_store_timestamp("C", 0, 3)
+    assert any_store.search_offset_by_timestamp("C", 0, ts) == 3
+    assert any_store.get_earliest_message_time() == 1_700_000_001_000
+    batch = any_store.put_messages([_m(100 + 2 * i) for i in range(3)])
+    assert batch.ok and batch.msg_num == 3 and batch.queue_offset == 10 and len(batch.msg_id.split(",")) == 3
+    assert any_store.put_message(Message(topic="C", body=b"x" * (4 * 1024 * 1024 + 1))).status is (
+        PutMessageStatus.MESSAGE_ILLEGAL
+    )
+    delayed = any_store.put_message(_m(7, DELAY="2"))
+    assert delayed.ok and any_store.get_max_offset("SCHEDULE_TOPIC_XXXX", 1) == 1
+    seen: list[tuple[str, int, int]] = []
+    any_store.add_arrival_listener(lambda t, q, o: seen.append((t, q, o)))
+    any_store.put_message(_m(1))
+    assert seen == [("C", 1, 11)]
+    assert any_store.topic_queue_table()[("C", 0)] == 13
+    assert any_store.max_phy_offset > results[-1].phys_offset and any_store.min_phy_offset == 0
+    any_store.configs.consumer_offsets.commit_offset("g", "C", 0, 5)
+    assert any_store.configs.consumer_offsets.query_offset("g", "C", 0) == 5
+
+
+def test_memory_and_file_store_write_identical_records(tmp_path: Path) -> None:
+    clock_a, clock_b = FakeClock(), FakeClock()
+    file_store = DefaultMessageStore(StoreConfig(store_path_root_dir=str(tmp_path)), clock=clock_a)
+    mem_store = InMemoryMessageStore(clock=clock_b)
+    for s in (file_store, mem_store):
+        s.open()
+        s.start()
+    for i in range(10):
+        a, b = file_store.put_message(_m(i)), mem_store.put_message(_m(i))
+        assert (a.phys_offset, a.queue_offset, a.msg_id) == (b.phys_offset, b.queue_offset, b.msg_id)
+        assert bytes(file_store.look_message_by_offset(a.phys_offset).raw) == bytes(  # type: ignore[union-attr]
+            mem_store.look_message_by_offset(b.phys_offset).raw  # type: ignore[union-attr]
+        )
+    for s in (file_store, mem_store):
+        s.shutdown()
