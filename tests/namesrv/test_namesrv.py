@@ -12,6 +12,7 @@ from daemon.remoting.bodies import ClusterInfo, DataVersion, KVTable, TopicList,
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from daemon.remoting.frame import decode_frame, encode_command
 from tests.namesrv.conftest import Namesrv, namesrv_config
 
 ROUTE_V121 = (
@@ -102,7 +103,9 @@ async def test_compressed_registration_and_crc_check(namesrv: Namesrv) -> None:
     bad = await namesrv.call(RequestCode.REGISTER_BROKER, fields, b"{}")
     assert (bad.code, bad.remark) == (ResponseCode.SYSTEM_ERROR, "crc32 not match")
     garbage = await namesrv.call(RequestCode.REGISTER_BROKER, {**fields, "bodyCrc32": "0"}, b"[oops")
-    assert garbage.code == ResponseCode.SYSTEM_ERROR and garbage.remark.startswith("bad registration body")
+    assert garbage.code == ResponseCode.SYSTEM_ERROR and (garbage.remark or "").startswith(
+        "bad registration body"
+    )
 
 
 async def test_unregister_removes_broker_and_its_topics(namesrv: Namesrv) -> None:
@@ -279,11 +282,9 @@ async def test_bad_frames_close_only_their_connection(namesrv: Namesrv) -> None:
     writer.write(bytes.fromhex("00000006000000027b7d"))
     good = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
     good.opaque = 101
-    from daemon.remoting.frame import decode_frame, encode_command
-
     writer.write(encode_command(good))
     data = b""
-    replies = []
+    replies: list[RemotingCommand] = []
     while len(replies) < 2:
         data += await asyncio.wait_for(reader.read(4096), 5)
         while (decoded := decode_frame(data)) is not None:
