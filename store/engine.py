@@ -492,7 +492,11 @@ class DefaultMessageStore:
             dirty = target - cl.files.flushed_offset
             now = self.clock.now_ms()
             thorough = now - last_thorough >= cfg.flush_commit_log_thorough_interval
-            if dirty <= 0 and not cfg.sync_flush:
+            if dirty <= 0:
+                if target > self._flushed_offset:  # e.g. the start-up position; nothing to sync
+                    with self._gc_cond:
+                        self._flushed_offset = target
+                        self._gc_cond.notify_all()
                 continue
             if cfg.sync_flush or thorough or dirty >= cfg.flush_commit_log_least_pages * 4096:
                 try:
