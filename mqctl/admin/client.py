@@ -11,12 +11,22 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
+from daemon.broker import bodies as bb
+from daemon.broker import headers as bh
 from daemon.remoting import headers as h
-from daemon.remoting.bodies import ClusterInfo, KVTable, TopicList, TopicRouteData
+from daemon.remoting.bodies import (
+    ClusterInfo,
+    KVTable,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    TopicList,
+    TopicRouteData,
+)
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingConnectError
+from daemon.remoting.fastjson import dumps
 
 log = logging.getLogger(__name__)
 
@@ -125,6 +135,99 @@ class Admin:
     async def broker_runtime_info(self, addr: str) -> dict[str, str]:
         response = await self.call(addr, RequestCode.GET_BROKER_RUNTIME_INFO)
         return KVTable.loads(response.body).table
+
+    async def broker_config(self, addr: str) -> dict[str, str]:
+        """The broker's effective configuration (GET_BROKER_CONFIG answers a properties text)."""
+        from daemon.config import parse_properties
+
+        response = await self.call(addr, RequestCode.GET_BROKER_CONFIG)
+        return parse_properties(response.body.decode("utf-8"))
+
+    async def update_broker_config(self, addr: str, changes: dict[str, str]) -> None:
+        body = "".join(f"{key}={value}\n" for key, value in changes.items()).encode("utf-8")
+        await self.call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
+
+    async def create_topic(self, addr: str, config: TopicConfig) -> None:
+        header = bh.CreateTopicRequestHeader(
+            topic=config.topic_name,
+            default_topic="TBW102",
+            read_queue_nums=config.read_queue_nums,
+            write_queue_nums=config.write_queue_nums,
+            perm=config.perm,
+            topic_filter_type=config.topic_filter_type,
+            topic_sys_flag=config.topic_sys_flag,
+            order=config.order,
+        )
+        await self.call(addr, RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+
+    async def delete_topic_in_broker(self, addr: str, topic: str) -> None:
+        await self.call(addr, RequestCode.DELETE_TOPIC_IN_BROKER, bh.TopicHeader(topic=topic))
+
+    async def topic_configs(self, addr: str) -> dict[str, TopicConfig]:
+        response = await self.call(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
+        return TopicConfigSerializeWrapper.loads(response.body).topic_config_table
+
+    async def topic_stats(self, addr: str, topic: str) -> bb.TopicStatsTable:
+        response = await self.call(addr, RequestCode.GET_TOPIC_STATS_INFO, bh.TopicHeader(topic=topic))
+        return bb.TopicStatsTable.loads(response.body)
+
+    async def create_group(self, addr: str, config: bb.SubscriptionGroupConfig) -> None:
+        await self.call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=dumps(config))
+
+    async def group_configs(self, addr: str) -> dict[str, bb.SubscriptionGroupConfig]:
+        response = await self.call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+        return bb.SubscriptionGroupWrapper.loads(response.body).subscription_group_table
+
+    async def delete_group(self, addr: str, group: str, *, remove_offsets: bool) -> None:
+        header = bh.DeleteSubscriptionGroupRequestHeader(group_name=group, remove_offset=remove_offsets)
+        await self.call(addr, RequestCode.DELETE_SUBSCRIPTIONGROUP, header)
+
+    async def consume_stats(self, addr: str, group: str, topic: str | None = None) -> bb.ConsumeStats:
+        header = bh.GetConsumeStatsRequestHeader(consumer_group=group, topic=topic)
+        response = await self.call(addr, RequestCode.GET_CONSUME_STATS, header)
+        return bb.ConsumeStats.loads(response.body)
+
+    async def consumer_connections(self, addr: str, group: str) -> bb.ConsumerConnection | None:
+        """The group's online clients on ``addr``, or None when none is online."""
+        response = await self.call(
+            addr,
+            RequestCode.GET_CONSUMER_CONNECTION_LIST,
+            bh.ConsumerGroupHeader(consumer_group=group),
+            expect=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE),
+        )
+        return None if response.code == ResponseCode.CONSUMER_NOT_ONLINE else bb.ConsumerConnection.loads(response.body)
+
+    async def consumer_offset(self, addr: str, group: str, topic: str, queue_id: int) -> int | None:
+        """The committed offset, or None when the group never committed one for the queue."""
+        header = bh.QueryConsumerOffsetRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id)
+        response = await self.call(
+            addr, RequestCode.QUERY_CONSUMER_OFFSET, header, expect=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)
+        )
+        if response.code == ResponseCode.QUERY_NOT_FOUND:
+            return None
+        return bh.OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+
+    async def commit_offset(self, addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
+        header = bh.UpdateConsumerOffsetRequestHeader(
+            consumer_group=group, topic=topic, queue_id=queue_id, commit_offset=offset
+        )
+        await self.call(addr, RequestCode.UPDATE_CONSUMER_OFFSET, header)
+
+    async def queue_offset(self, addr: str, code: int, topic: str, queue_id: int) -> int:
+        """GET_MAX_OFFSET or GET_MIN_OFFSET of one queue."""
+        response = await self.call(addr, code, bh.QueueHeader(topic=topic, queue_id=queue_id))
+        return bh.OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+
+    async def search_offset(self, addr: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
+        header = bh.SearchOffsetRequestHeader(topic=topic, queue_id=queue_id, timestamp=timestamp_ms)
+        response = await self.call(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header)
+        return bh.OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+
+    async def reset_offset_by_time(self, addr: str, topic: str, group: str, timestamp_ms: int) -> dict[bb.MessageQueue, int]:
+        """INVOKE_BROKER_TO_RESET_OFFSET: the broker moves its online consumers to ``timestamp_ms``."""
+        header = bh.ResetOffsetRequestHeader(topic=topic, group=group, timestamp=timestamp_ms, is_force=True)
+        response = await self.call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header)
+        return bb.ResetOffsetBody.loads(response.body).offset_table if response.body else {}
 
 
 def run_admin(namesrv: list[str], work: Callable[[Admin], Awaitable[T]], *, timeout: float = 5.0) -> T:

@@ -32,8 +32,27 @@ ContextOpt = Annotated[
     typer.Option("--context", help="Use this saved context instead of the current one."),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
+TopicOpt = Annotated[str, typer.Option("--topic", "-t", help="Topic name.")]
+GroupOpt = Annotated[str, typer.Option("--group", "-g", help="Consumer group name.")]
+ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster name.")]
+BrokerAddrOpt = Annotated[str | None, typer.Option("--broker", "-b", help="Broker address HOST:PORT (beats --cluster).")]
+ExecuteOpt = Annotated[bool, typer.Option("--execute", help="Apply the plan; without it nothing changes.")]
+
+
+def confirm(question: str, *, yes: bool) -> None:
+    """Ask before a destructive action on a terminal; off a terminal require --yes."""
+    import sys
+
+    from mqctl.errors import Interrupted, UsageError
+
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise UsageError(f"{question} needs confirmation: pass --yes")
+    if not typer.confirm(question, default=False, err=True):
+        raise Interrupted("not confirmed; nothing changed")
 WatchOpt = Annotated[
-    float | None, typer.Option("--watch", "-w", min=0.1, help="Refresh every N seconds until Ctrl-C.")
+    float | None, typer.Option("--watch", min=0.1, help="Refresh every N seconds until Ctrl-C.")
 ]
 
 

@@ -2,20 +2,115 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
-from mqctl.cli.common import ContextOpt, NamesrvOpt, OutputOpt, WatchOpt, online
+from mqctl.cli.common import (
+    BrokerAddrOpt,
+    ClusterOpt,
+    ContextOpt,
+    NamesrvOpt,
+    OutputOpt,
+    TopicOpt,
+    WatchOpt,
+    YesOpt,
+    confirm,
+    online,
+)
 
 app = typer.Typer(help="Create, inspect and delete topics.", no_args_is_help=True)
 
-TopicOpt = Annotated[str, typer.Option("--topic", "-t", help="Topic name.")]
+ReadQueuesOpt = Annotated[int | None, typer.Option("--read-queues", "-r", min=1, help="Read queue count (default 8).")]
+WriteQueuesOpt = Annotated[int | None, typer.Option("--write-queues", "-w", min=1, help="Write queue count (default 8).")]
+PermOpt = Annotated[str | None, typer.Option("--perm", help="Permission: r, w or rw (default rw).")]
+OrderOpt = Annotated[bool | None, typer.Option("--order/--no-order", help="Ordered topic (default no).")]
+
+
+def _spec(topic: str, read: int | None, write: int | None, perm: str | None, order: bool | None) -> Any:
+    from mqctl.services.topics import TopicSpec
+
+    return TopicSpec(topic, read, write, perm, order)
+
+
+@app.command("create")
+def create(
+    topic: TopicOpt,
+    cluster: ClusterOpt = None,
+    broker: BrokerAddrOpt = None,
+    read_queues: ReadQueuesOpt = None,
+    write_queues: WriteQueuesOpt = None,
+    perm: PermOpt = None,
+    order: OrderOpt = None,
+    if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="Succeed without change when it exists.")] = False,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Create a topic on every master of the cluster (or on one broker); an existing topic is a conflict."""
+    from mqctl.services.topics import upsert
+
+    spec = _spec(topic, read_queues, write_queues, perm, order)
+    online(
+        lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists),
+        namesrv=namesrv,
+        context=context,
+        output=output,
+    )
+
+
+@app.command("update")
+def update(
+    topic: TopicOpt,
+    cluster: ClusterOpt = None,
+    broker: BrokerAddrOpt = None,
+    read_queues: ReadQueuesOpt = None,
+    write_queues: WriteQueuesOpt = None,
+    perm: PermOpt = None,
+    order: OrderOpt = None,
+    if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed without change when it is missing.")] = False,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Change an existing topic's queue counts, permission or order flag; unchanged fields stay."""
+    from mqctl.services.topics import upsert
+
+    spec = _spec(topic, read_queues, write_queues, perm, order)
+    online(
+        lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists),
+        namesrv=namesrv,
+        context=context,
+        output=output,
+    )
+
+
+@app.command("delete")
+def delete(
+    topic: TopicOpt,
+    cluster: ClusterOpt = None,
+    if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed when it is already gone.")] = False,
+    yes: YesOpt = False,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Delete a topic from its brokers and from every NameServer (asks first)."""
+    from mqctl.services.topics import delete as delete_topic
+
+    confirm(f"Delete topic {topic!r} from its brokers and NameServers?", yes=yes)
+    online(
+        lambda admin: delete_topic(admin, topic, cluster=cluster, if_exists=if_exists),
+        namesrv=namesrv,
+        context=context,
+        output=output,
+    )
 
 
 @app.command("list")
 def list_(
-    cluster: Annotated[str | None, typer.Option("--cluster", "-c", help="Only topics of this cluster.")] = None,
+    cluster: ClusterOpt = None,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
@@ -39,3 +134,80 @@ def route(
     from mqctl.services.topics import route as topic_route
 
     online(lambda admin: topic_route(admin, topic), namesrv=namesrv, context=context, output=output, watch=watch)
+
+
+@app.command("status")
+def status(
+    topic: TopicOpt,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+    watch: WatchOpt = None,
+) -> None:
+    """Per queue: min/max offset, messages held and last store time."""
+    from mqctl.services.topics import status as topic_status
+
+    online(lambda admin: topic_status(admin, topic), namesrv=namesrv, context=context, output=output, watch=watch)
+
+
+@app.command("stats")
+def stats(
+    topic: TopicOpt,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+    watch: WatchOpt = None,
+) -> None:
+    """Totals over the topic's queues: brokers, queues, messages held, last write."""
+    from mqctl.services.topics import stats as topic_stats
+
+    online(lambda admin: topic_stats(admin, topic), namesrv=namesrv, context=context, output=output, watch=watch)
+
+
+@app.command("apply")
+def apply(
+    file: Annotated[Path, typer.Option("--file", "-f", exists=True, dir_okay=False, help="YAML or JSON topic list.")],
+    cluster: ClusterOpt = None,
+    broker: BrokerAddrOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; change nothing.")] = False,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Make topics match a file (create what is missing, update what differs); running it twice changes nothing.
+
+    The file holds a list (or ``{topics: [...]}``) of ``{name, read_queues, write_queues, perm, order}``.
+    """
+    from mqctl.services.topics import apply_file
+
+    specs = _load_specs(file)
+    online(
+        lambda admin: apply_file(admin, specs, cluster=cluster, broker=broker, dry_run=dry_run),
+        namesrv=namesrv,
+        context=context,
+        output=output,
+    )
+
+
+def _load_specs(file: Path) -> list[Any]:
+    import yaml
+
+    from mqctl.errors import UsageError
+    from mqctl.services.topics import TopicSpec
+
+    try:
+        raw = yaml.safe_load(file.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise UsageError(f"{file}: not YAML or JSON: {exc}") from None
+    items = raw.get("topics") if isinstance(raw, dict) else raw
+    if not isinstance(items, list):
+        raise UsageError(f"{file}: expected a list of topics")
+    specs = []
+    for item in items:
+        if not isinstance(item, dict) or "name" not in item:
+            raise UsageError(f"{file}: every topic needs a name: {item!r}")
+        unknown = set(item) - {"name", "read_queues", "write_queues", "perm", "order"}
+        if unknown:
+            raise UsageError(f"{file}: unknown keys {sorted(unknown)} in topic {item['name']!r}")
+        specs.append(TopicSpec(**item))
+    return specs

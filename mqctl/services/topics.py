@@ -1,11 +1,20 @@
-"""Topics as the NameServer routes them."""
+"""Topics: routes from the NameServer, configs and offsets from the brokers that hold them."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 from dataclasses import dataclass
+from typing import Any
 
-from daemon.remoting.bodies import PermName
+from daemon.remoting.bodies import PermName, TopicConfig
+from daemon.remoting.codes import ResponseCode
+from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
+from mqctl.errors import ConflictError, NotFoundError, UsageError
+from mqctl.services.cluster import brokers
+
+PERMS = {"r": PermName.READ, "w": PermName.WRITE, "rw": PermName.READ_WRITE}
 
 
 @dataclass
@@ -18,6 +27,39 @@ class RouteRow:
     slaves: list[str]
 
 
+@dataclass
+class QueueStatus:
+    broker_name: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    messages: int
+    last_updated: int
+
+
+@dataclass(frozen=True)
+class TopicSpec:
+    """What an operator asks for; None means 'keep what the broker has' (or RocketMQ's default)."""
+
+    name: str
+    read_queues: int | None = None
+    write_queues: int | None = None
+    perm: str | None = None
+    order: bool | None = None
+
+    def apply_to(self, current: TopicConfig | None) -> TopicConfig:
+        base = current or TopicConfig(self.name, read_queue_nums=8, write_queue_nums=8)
+        if self.perm is not None and self.perm not in PERMS:
+            raise UsageError(f"bad --perm {self.perm!r}: use r, w or rw")
+        return dataclasses.replace(
+            base,
+            read_queue_nums=self.read_queues if self.read_queues is not None else base.read_queue_nums,
+            write_queue_nums=self.write_queues if self.write_queues is not None else base.write_queue_nums,
+            perm=PERMS[self.perm] if self.perm is not None else base.perm,
+            order=self.order if self.order is not None else base.order,
+        )
+
+
 async def topics(admin: Admin, cluster: str | None = None) -> list[dict[str, str]]:
     """Every topic the NameServer routes, or only those of ``cluster``."""
     return [{"topic": name} for name in await admin.topic_list(cluster)]
@@ -25,11 +67,11 @@ async def topics(admin: Admin, cluster: str | None = None) -> list[dict[str, str
 
 async def route(admin: Admin, topic: str) -> list[RouteRow]:
     """Where a topic's queues live: one row per broker group."""
-    data = await admin.topic_route(topic)
-    brokers = {b.broker_name: b for b in data.broker_datas}
+    data = await _route_or_not_found(admin, topic)
+    by_name = {b.broker_name: b for b in data.broker_datas}
     rows = []
     for queue in sorted(data.queue_datas, key=lambda q: q.broker_name):
-        broker = brokers.get(queue.broker_name)
+        broker = by_name.get(queue.broker_name)
         addrs = broker.broker_addrs if broker else {}
         rows.append(
             RouteRow(
@@ -41,4 +83,141 @@ async def route(admin: Admin, topic: str) -> list[RouteRow]:
                 slaves=[addr for broker_id, addr in sorted(addrs.items()) if broker_id != 0],
             )
         )
+    return rows
+
+
+async def _route_or_not_found(admin: Admin, topic: str) -> Any:
+    try:
+        return await admin.topic_route(topic)
+    except RemotingCommandError as exc:
+        if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise NotFoundError(f"topic {topic!r} not found", hint="see 'mqctl topic list'") from None
+        raise
+
+
+async def masters_of_topic(admin: Admin, topic: str) -> dict[str, str]:
+    """broker name -> master address, for every broker group holding ``topic``."""
+    data = await _route_or_not_found(admin, topic)
+    queue_brokers = {q.broker_name for q in data.queue_datas}
+    return {
+        b.broker_name: addr for b in data.broker_datas if b.broker_name in queue_brokers and (addr := b.master_addr())
+    }
+
+
+async def target_masters(admin: Admin, cluster: str | None, broker: str | None) -> list[str]:
+    """The master addresses a write goes to: ``--broker``, else every master of ``--cluster`` (or the only cluster)."""
+    if broker is not None:
+        return [broker]
+    rows = [r for r in await brokers(admin, cluster) if r.broker_id == 0]
+    clusters = sorted({r.cluster for r in rows})
+    if cluster is None and len(clusters) > 1:
+        raise UsageError(f"several clusters ({', '.join(clusters)}): say which with --cluster")
+    if not rows:
+        raise NotFoundError(f"no master broker in cluster {cluster!r}" if cluster else "no master broker registered")
+    return [r.addr for r in rows]
+
+
+def _diff(old: TopicConfig | None, new: TopicConfig) -> dict[str, list[Any]]:
+    fields = ("read_queue_nums", "write_queue_nums", "perm", "order")
+    if old is None:
+        return {f: [None, getattr(new, f)] for f in fields}
+    return {f: [getattr(old, f), getattr(new, f)] for f in fields if getattr(old, f) != getattr(new, f)}
+
+
+async def upsert(
+    admin: Admin,
+    spec: TopicSpec,
+    *,
+    cluster: str | None,
+    broker: str | None,
+    mode: str,
+    soft: bool = False,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Create or update a topic on its target masters; ``mode`` is 'create', 'update' or 'apply'.
+
+    create refuses an existing topic and update a missing one, unless ``soft`` (--if-not-exists,
+    --if-exists) turns that into a no-op; apply does whichever is needed. The result says, per
+    broker, what changed.
+    """
+    addrs = await target_masters(admin, cluster, broker)
+    configs = await asyncio.gather(*(admin.topic_configs(addr) for addr in addrs))
+    existing = {addr: table.get(spec.name) for addr, table in zip(addrs, configs, strict=True)}
+    exists = any(existing.values())
+    if mode == "create" and exists:
+        if soft:
+            return {"topic": spec.name, "action": "exists", "brokers": []}
+        raise ConflictError(f"topic {spec.name!r} already exists", hint="use 'mqctl topic update' or --if-not-exists")
+    if mode == "update" and not exists:
+        if soft:
+            return {"topic": spec.name, "action": "missing", "brokers": []}
+        raise NotFoundError(f"topic {spec.name!r} not found", hint="use 'mqctl topic create' or --if-exists")
+    changes = []
+    for addr in addrs:
+        old = existing[addr]
+        new = spec.apply_to(old)
+        diff = _diff(old, new)
+        action = "unchanged" if not diff else ("created" if old is None else "updated")
+        if diff and not dry_run:
+            await admin.create_topic(addr, new)
+        changes.append({"broker": addr, "action": action, "changes": diff})
+    return {"topic": spec.name, "action": mode, "dry_run": dry_run, "brokers": changes}
+
+
+async def delete(admin: Admin, topic: str, *, cluster: str | None, if_exists: bool = False) -> dict[str, Any]:
+    """Delete a topic from every broker holding it, then from every NameServer (mqadmin's order)."""
+    try:
+        masters = await masters_of_topic(admin, topic)
+    except NotFoundError:
+        if if_exists:
+            return {"topic": topic, "action": "missing", "brokers": []}
+        raise
+    for addr in masters.values():
+        await admin.delete_topic_in_broker(addr, topic)
+    await admin.delete_topic_in_namesrv(topic, cluster)
+    return {"topic": topic, "action": "deleted", "brokers": sorted(masters.values())}
+
+
+async def status(admin: Admin, topic: str) -> list[QueueStatus]:
+    """Per queue: min and max offset, message count and last store time, from each broker."""
+    masters = await masters_of_topic(admin, topic)
+    rows = []
+    for name, addr in sorted(masters.items()):
+        table = await admin.topic_stats(addr, topic)
+        for mq, off in sorted(table.offset_table.items()):
+            rows.append(
+                QueueStatus(
+                    broker_name=name,
+                    queue_id=mq.queue_id,
+                    min_offset=off.min_offset,
+                    max_offset=off.max_offset,
+                    messages=off.max_offset - off.min_offset,
+                    last_updated=off.last_update_timestamp,
+                )
+            )
+    return rows
+
+
+async def stats(admin: Admin, topic: str) -> dict[str, Any]:
+    """One line per topic: queues, messages held, last write."""
+    rows = await status(admin, topic)
+    return {
+        "topic": topic,
+        "brokers": len({r.broker_name for r in rows}),
+        "queues": len(rows),
+        "messages": sum(r.messages for r in rows),
+        "max_offset_total": sum(r.max_offset for r in rows),
+        "last_updated": max((r.last_updated for r in rows), default=0),
+    }
+
+
+async def apply_file(
+    admin: Admin, specs: list[TopicSpec], *, cluster: str | None, broker: str | None, dry_run: bool
+) -> list[dict[str, Any]]:
+    """Declarative apply: one row per topic and broker with the action taken (or planned)."""
+    rows = []
+    for spec in specs:
+        result = await upsert(admin, spec, cluster=cluster, broker=broker, mode="apply", dry_run=dry_run)
+        for change in result["brokers"]:
+            rows.append({"topic": spec.name, **change, "dry_run": dry_run})
     return rows

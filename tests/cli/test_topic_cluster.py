@@ -1,0 +1,109 @@
+"""``mqctl cluster`` and ``mqctl topic`` against our real NameServer and Broker over TCP."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mqctl.errors import ConflictError, ConnectError, NotFoundError, UsageError
+from tests.conftest import RunCli
+from tests.daemons import LocalCluster, local_cluster
+
+
+@pytest.fixture(scope="module")
+def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with local_cluster(tmp_path_factory.mktemp("cluster")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def mq(cli: RunCli, daemons: LocalCluster) -> RunCli:
+    """``mqctl`` pointed at the local cluster through $NAMESRV_ADDR, as an operator would."""
+
+    def run(*args: str, **kwargs: object) -> object:
+        env = {"NAMESRV_ADDR": daemons.namesrv_addr, **kwargs.pop("env", {})}  # type: ignore[dict-item]
+        return cli(*args, env=env, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
+def test_cluster_list_and_status(mq: RunCli, daemons: LocalCluster) -> None:
+    listed = mq("cluster", "list", "-o", "json").json()
+    assert listed == [
+        {"cluster": daemons.broker.config.broker_cluster_name, "broker_name": "broker-a", "broker_id": 0,
+         "addr": daemons.broker_addr}
+    ]
+    status = mq("cluster", "status", "-o", "json").json()
+    assert status[0]["addr"] == daemons.broker_addr
+    assert status[0]["error"] is None
+    assert status[0]["version"] == "V4_9_8"
+    assert isinstance(status[0]["commitlog_max_offset"], int)
+
+
+def test_topic_lifecycle(mq: RunCli, daemons: LocalCluster) -> None:
+    created = mq("topic", "create", "-t", "Orders", "-r", "4", "-w", "4", "-o", "json")
+    assert created.code == 0, created.stderr
+    body = created.json()
+    assert body["brokers"] == [
+        {"broker": daemons.broker_addr, "action": "created",
+         "changes": {"read_queue_nums": [None, 4], "write_queue_nums": [None, 4], "perm": [None, 6], "order": [None, False]}}
+    ]
+    config = daemons.broker.topics.get("Orders")
+    assert config is not None and config.read_queue_nums == 4 and config.write_queue_nums == 4
+
+    again = mq("topic", "create", "-t", "Orders")
+    assert again.code == ConflictError.exit_code and "already exists" in again.stderr
+    soft = mq("topic", "create", "-t", "Orders", "--if-not-exists", "-o", "json")
+    assert soft.code == 0 and soft.json()["action"] == "exists"
+
+    updated = mq("topic", "update", "-t", "Orders", "-w", "2", "-o", "json").json()
+    assert updated["brokers"][0]["changes"] == {"write_queue_nums": [4, 2]}
+    assert daemons.broker.topics.get("Orders").write_queue_nums == 2
+
+    route = mq("topic", "route", "-t", "Orders", "-o", "json").json()
+    assert route == [{"broker_name": "broker-a", "read_queues": 4, "write_queues": 2, "perm": "RW-",
+                      "master": daemons.broker_addr, "slaves": []}]
+    assert {"topic": "Orders"} in mq("topic", "list", "-o", "json").json()
+
+    status = mq("topic", "status", "-t", "Orders", "-o", "json").json()
+    assert [row["queue_id"] for row in status] == [0, 1]  # as RocketMQ: the write queues
+    assert all(row["messages"] == 0 for row in status)
+
+    refused = mq("topic", "delete", "-t", "Orders")
+    assert refused.code == UsageError.exit_code and "--yes" in refused.stderr
+    assert daemons.broker.topics.get("Orders") is not None
+    deleted = mq("topic", "delete", "-t", "Orders", "--yes", "-o", "json").json()
+    assert deleted == {"topic": "Orders", "action": "deleted", "brokers": [daemons.broker_addr]}
+    assert daemons.broker.topics.get("Orders") is None
+    assert mq("topic", "route", "-t", "Orders").code == NotFoundError.exit_code
+    assert mq("topic", "delete", "-t", "Orders", "--yes", "--if-exists", "-o", "json").json()["action"] == "missing"
+
+
+def test_update_missing_topic(mq: RunCli) -> None:
+    assert mq("topic", "update", "-t", "Nope", "-w", "2").code == NotFoundError.exit_code
+    assert mq("topic", "update", "-t", "Nope", "-w", "2", "--if-exists", "-o", "json").json()["action"] == "missing"
+
+
+def test_apply_is_idempotent(mq: RunCli, daemons: LocalCluster, tmp_path: Path) -> None:
+    spec = tmp_path / "topics.yaml"
+    spec.write_text("topics:\n  - {name: A1, read_queues: 2, write_queues: 2}\n  - {name: A2, perm: r}\n")
+    first = mq("topic", "apply", "-f", str(spec), "-o", "json").json()
+    assert [(row["topic"], row["action"]) for row in first] == [("A1", "created"), ("A2", "created")]
+    assert daemons.broker.topics.get("A2").perm == 4
+    second = mq("topic", "apply", "-f", str(spec), "-o", "json").json()
+    assert [row["action"] for row in second] == ["unchanged", "unchanged"]
+    spec.write_text("- {name: A1, read_queues: 3, write_queues: 2}\n")
+    planned = mq("topic", "apply", "-f", str(spec), "--dry-run", "-o", "json").json()
+    assert planned[0]["action"] == "updated" and planned[0]["changes"] == {"read_queue_nums": [2, 3]}
+    assert daemons.broker.topics.get("A1").read_queue_nums == 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("- {name: X, colour: red}\n")
+    assert mq("topic", "apply", "-f", str(bad)).code == UsageError.exit_code
+
+
+def test_unreachable_namesrv_is_a_connect_error(cli: RunCli) -> None:
+    result = cli("topic", "list", "-n", "127.0.0.1:1")
+    assert result.code == ConnectError.exit_code
+    assert len(result.stderr.splitlines()) == 1

@@ -1,0 +1,71 @@
+"""Our real NameServer and Broker on 127.0.0.1, port 0, running in a background event loop.
+
+CLI tests run ``mqctl`` in a subprocess against them over TCP; the daemons live in the test
+process so a test can also look at their state directly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from daemon.broker.broker import Broker
+from daemon.namesrv.config import NamesrvConfig
+from daemon.namesrv.controller import NamesrvController
+from tests.broker.conftest import broker_config
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An asyncio loop in a daemon thread; ``run`` executes a coroutine on it and waits."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, name="daemons", daemon=True)
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float = 30) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def close(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(5)
+        self.loop.close()
+
+
+@dataclass
+class LocalCluster:
+    loop: LoopThread
+    namesrv: NamesrvController
+    broker: Broker
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv.port}"
+
+    @property
+    def broker_addr(self) -> str:
+        return self.broker.addr
+
+
+@contextmanager
+def local_cluster(root: Path, **broker_overrides: Any) -> Iterator[LocalCluster]:
+    """A NameServer and one registered Broker (cluster DefaultCluster, broker-a) under ``root``."""
+    loop = LoopThread()
+    namesrv = NamesrvController(NamesrvConfig(listen_host="127.0.0.1", listen_port=0, data_dir=root / "namesrv"))
+    loop.run(namesrv.start())
+    config = broker_config(root / "broker", namesrv_addr=f"127.0.0.1:{namesrv.port}", **broker_overrides)
+    broker = Broker(config)
+    try:
+        loop.run(broker.start())
+        yield LocalCluster(loop, namesrv, broker)
+    finally:
+        loop.run(broker.shutdown())
+        loop.run(namesrv.stop())
+        loop.close()
