@@ -28,5 +28,7 @@ Public API (import from the submodules named here):
   `invoke_oneway(addr, cmd)`, `close()`; one pooled connection per `host:port`.
 * `errors` — `RemotingError` → `RemotingConnectError`, `RemotingTimeoutError`,
   `RemotingProtocolError`, `RemotingCommandError(code, remark)` → `HeaderFieldError`.
+* `memory.connect_pair(server_dispatcher, client_dispatcher=None, on_server_close=None)` — two
+  connected `Connection`s without sockets (real codec and dispatch), for processor unit tests.
 * `loop.run(coro)` — run a coroutine on uvloop when it is installed.
 """
