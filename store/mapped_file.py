@@ -205,14 +205,6 @@ class MappedFileQueue:
                 return mf.file_from_offset + mf.flushed_position
         return self.max_offset
 
-    def set_positions(self, offset: int) -> None:
-        """After recovery: files before ``offset`` are full, the one holding it ends there."""
-        for mf in self.files:
-            if mf.end_offset <= offset:
-                mf.wrote_position = mf.flushed_position = mf.prepared_position = self.file_size
-            elif mf.file_from_offset <= offset:
-                mf.wrote_position = mf.flushed_position = mf.prepared_position = offset - mf.file_from_offset
-
     def truncate_dirty_files(self, offset: int) -> None:
         """Drop everything from ``offset`` on: later files are deleted, the file holding it is cut (§6.6)."""
         keep: list[MappedFile] = []

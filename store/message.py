@@ -48,11 +48,6 @@ HostAddress = tuple[str, int]
 """``(ip, port)``; IPv6 addresses make the record use 20-byte host fields."""
 
 
-def transaction_type(sys_flag: int) -> int:
-    """The transaction bits of a sysFlag (NOT_TYPE, PREPARED, COMMIT or ROLLBACK)."""
-    return sys_flag & TRANSACTION_TYPE_MASK
-
-
 @dataclass(slots=True)
 class Message:
     """A message as a producer (or the broker, for retries and delay delivery) hands it to the store.

@@ -124,10 +124,6 @@ def decode_host(buf: Buffer, pos: int, v6: bool) -> HostAddress:
     return socket.inet_ntoa(bytes(buf[pos : pos + 4])), _I32.unpack_from(buf, pos + 4)[0]
 
 
-def host_is_v6(host: HostAddress) -> bool:
-    return len(encode_host(host)) == 20
-
-
 def create_msg_id(store_host: HostAddress, physical_offset: int) -> str:
     """Offset message id: upper-case hex of store address, port and physical offset."""
     return (encode_host(store_host) + _I64.pack(physical_offset)).hex().upper()
