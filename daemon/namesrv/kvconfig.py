@@ -40,10 +40,13 @@ class KVConfigManager:
             return
         if not data.strip():
             return
-        parsed = fastjson.loads(data)
+        try:
+            parsed = fastjson.loads(data)
+        except ValueError as exc:
+            raise ValueError(f"{self.path}: not a KV config file: {exc}") from None
         table = parsed.get("configTable") if isinstance(parsed, dict) else None
-        if not isinstance(table, dict):
-            raise ValueError(f"{self.path}: no configTable object")
+        if not isinstance(table, dict) or not all(isinstance(kv, dict) for kv in table.values()):
+            raise ValueError(f"{self.path}: not a KV config file: no configTable object of objects")
         self.table = {str(ns): {str(k): str(v) for k, v in kv.items()} for ns, kv in table.items()}
         log.info("loaded %d KV namespaces from %s", len(self.table), self.path)
 

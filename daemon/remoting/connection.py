@@ -25,7 +25,6 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import (
     RemotingCommandError,
     RemotingConnectError,
-    RemotingError,
     RemotingProtocolError,
     RemotingTimeoutError,
 )
@@ -77,6 +76,7 @@ class RequestDispatcher:
     def dispatch(self, conn: Connection, request: RemotingCommand) -> None:
         processor = self.processors.get(request.code, self.default)
         if processor is None:
+            log.debug("request code %d from %s is not supported", request.code, conn.peer)
             conn.reply(
                 request,
                 request.make_response(
@@ -146,6 +146,8 @@ class Connection(asyncio.Protocol):
         self.last_active = self._loop.time()
 
     def data_received(self, data: bytes) -> None:
+        if self.is_closed:
+            return  # closing after a bad frame: the rest of the stream is meaningless
         self.last_active = self._loop.time()
         buf = self._buffer
         buf += data
@@ -198,8 +200,11 @@ class Connection(asyncio.Protocol):
 
     def send(self, cmd: RemotingCommand) -> None:
         """Write one command; silently dropped if the connection is already gone."""
+        self._write(encode_command(cmd))
+
+    def _write(self, frame: bytes) -> None:
         if self._transport is not None and not self._transport.is_closing():
-            self._transport.write(encode_command(cmd))
+            self._transport.write(frame)
 
     def reply(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         """Send `response` to `request` unless the request was one-way or there is nothing to send."""
@@ -208,7 +213,12 @@ class Connection(asyncio.Protocol):
         response.opaque = request.opaque
         response.flag |= FLAG_RESPONSE
         response.serialize_type = request.serialize_type
-        self.send(response)
+        try:
+            frame = encode_command(response)
+        except RemotingProtocolError as exc:  # e.g. a body over the frame limit: tell the requester
+            log.error("cannot send response to request code %d from %s: %s", request.code, self.peer, exc)
+            frame = encode_command(error_response(request, exc))
+        self._write(frame)
 
     async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send a request over this connection and wait for the response with the same opaque."""
@@ -271,7 +281,6 @@ class Connection(asyncio.Protocol):
 __all__ = [
     "Connection",
     "Processor",
-    "RemotingError",
     "RequestDispatcher",
     "error_response",
     "next_opaque",

@@ -217,3 +217,17 @@ def test_parse_addr() -> None:
     assert parse_addr("[::1]:10911") == ("::1", 10911)
     with pytest.raises(ValueError):
         parse_addr("localhost")
+
+
+async def test_oversized_response_becomes_an_error_response() -> None:
+    def huge(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.make_response(body=b"\0" * (16 * 1024 * 1024))
+
+    srv = RemotingServer({ECHO: huge}, host="127.0.0.1")
+    await srv.start()
+    try:
+        async with RemotingClient() as c:
+            r = await c.invoke(addr(srv), RemotingCommand.request(ECHO))
+        assert r.code == ResponseCode.SYSTEM_ERROR and "exceeds" in (r.remark or "")
+    finally:
+        await srv.stop()
