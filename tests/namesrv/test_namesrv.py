@@ -6,6 +6,8 @@ import asyncio
 import zlib
 from pathlib import Path
 
+import pytest
+
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting import fastjson
 from daemon.remoting.bodies import ClusterInfo, DataVersion, KVTable, TopicList, TopicRouteData
@@ -293,3 +295,27 @@ async def test_bad_frames_close_only_their_connection(namesrv: Namesrv) -> None:
     writer.close()
     assert [(r.code, r.opaque) for r in replies] == [(3, 0), (0, 101)]
     assert (await namesrv.call(RequestCode.GET_BROKER_CLUSTER_INFO)).code == 0
+
+
+async def test_loads_a_java_written_kv_config(tmp_path: Path) -> None:
+    config = namesrv_config(tmp_path)
+    config.kv_config_file.parent.mkdir(parents=True)
+    config.kv_config_file.write_text(
+        '{\n\t"configTable":{\n\t\t"ORDER_TOPIC_CONFIG":{\n\t\t\t"T":"broker-a:4"\n\t\t}\n\t}\n}'
+    )
+    controller = NamesrvController(config)
+    await controller.start()
+    async with RemotingClient() as client:
+        got = await Namesrv(controller, client).call(
+            RequestCode.GET_KV_CONFIG, {"namespace": "ORDER_TOPIC_CONFIG", "key": "T"}
+        )
+    await controller.stop()
+    assert got.ext_fields == {"value": "broker-a:4"}
+
+
+async def test_corrupt_kv_config_stops_start_up_with_its_path(tmp_path: Path) -> None:
+    config = namesrv_config(tmp_path)
+    config.kv_config_file.parent.mkdir(parents=True)
+    config.kv_config_file.write_text('{"configTable":')
+    with pytest.raises(ValueError, match=r"kvConfig\.json: not a KV config file"):
+        await NamesrvController(config).start()
