@@ -405,7 +405,7 @@ def decode_batch(
         "body_size": pa.array(lay.body_len.astype(np.int32)),
         "record_size": pa.array(lay.total.astype(np.int32)),
         "properties": props,
-        "file": pa.array(np.full(len(pos), file_name, dtype=object), pa.string()),
+        "file": pa.repeat(pa.scalar(file_name, pa.string()), len(pos)),
     }
     if with_body:
         arrays["body"] = _bodies(buf, lay)
