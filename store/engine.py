@@ -300,9 +300,6 @@ class DefaultMessageStore:
         if max_cq_phy >= end or not self.last_exit_ok:
             for cq in self._cqs.values():
                 cq.truncate_dirty(end)
-        self.reput_from_offset = (
-            end if not self.last_exit_ok else max(self._max_cq_phy_offset(), self.commit_log.min_offset)
-        )
         self._rebuild_queue_table()
 
     def _rebuild_queue_table(self) -> None:
