@@ -319,3 +319,46 @@ async def test_corrupt_kv_config_stops_start_up_with_its_path(tmp_path: Path) ->
     config.kv_config_file.write_text('{"configTable":')
     with pytest.raises(ValueError, match=r"kvConfig\.json: not a KV config file"):
         await NamesrvController(config).start()
+
+
+def golden(prefix: str, header: str, body: bytes = b"") -> bytes:
+    return bytes.fromhex(prefix) + header.encode() + body
+
+
+async def exchange(port: int, request: bytes) -> bytes:
+    """Send raw request bytes, return the raw bytes of one response frame."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(request)
+    head = await asyncio.wait_for(reader.readexactly(4), 5)
+    rest = await asyncio.wait_for(reader.readexactly(int.from_bytes(head, "big")), 5)
+    writer.close()
+    return head + rest
+
+
+async def test_byte_for_byte_golden_route_exchanges(namesrv: Namesrv) -> None:
+    await namesrv.register({"GoldenTopic": 4})
+    port = namesrv.controller.port
+    for version, opaque, prefix, body in (
+        (121, 3, "0000014c0000005f", ROUTE_V121),
+        (401, 4, "0000014e0000005f", ROUTE_V401),
+    ):
+        request = golden(
+            "0000008900000085",
+            f'{{"code":105,"extFields":{{"topic":"GoldenTopic"}},"flag":0,"language":"JAVA","opaque":{opaque},'
+            f'"serializeTypeCurrentRPC":"JSON","version":{version}}}',
+        )
+        expected = golden(
+            prefix,
+            f'{{"code":0,"flag":1,"language":"JAVA","opaque":{opaque},"serializeTypeCurrentRPC":"JSON","version":409}}',
+            body,
+        )
+        assert await exchange(port, request) == expected
+    delete = golden(
+        "0000008900000085",
+        '{"code":216,"extFields":{"topic":"GoldenTopic"},"flag":0,"language":"JAVA","opaque":8,'
+        '"serializeTypeCurrentRPC":"JSON","version":409}',
+    )
+    assert await exchange(port, delete) == golden(
+        "000000630000005f",
+        '{"code":0,"flag":1,"language":"JAVA","opaque":8,"serializeTypeCurrentRPC":"JSON","version":409}',
+    )
