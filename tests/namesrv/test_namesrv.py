@@ -353,6 +353,16 @@ async def test_byte_for_byte_golden_route_exchanges(namesrv: Namesrv) -> None:
             body,
         )
         assert await exchange(port, request) == expected
+    cluster = golden(
+        "0000007400000070",
+        '{"code":106,"extFields":{},"flag":0,"language":"JAVA","opaque":1,"serializeTypeCurrentRPC":"JSON","version":409}',
+    )
+    assert await exchange(port, cluster) == golden(
+        "0000010f0000005f",
+        '{"code":0,"flag":1,"language":"JAVA","opaque":1,"serializeTypeCurrentRPC":"JSON","version":409}',
+        b'{"brokerAddrTable":{"broker-a":{"brokerAddrs":{0:"127.0.0.1:10911"},"brokerName":"broker-a",'
+        b'"cluster":"DefaultCluster"}},"clusterAddrTable":{"DefaultCluster":["broker-a"]}}',
+    )
     delete = golden(
         "0000008900000085",
         '{"code":216,"extFields":{"topic":"GoldenTopic"},"flag":0,"language":"JAVA","opaque":8,'
