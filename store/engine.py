@@ -118,6 +118,7 @@ class DefaultMessageStore:
         self._listeners: list[ArrivalListener] = []
         self._index_enabled = config.message_index_enable
         self._sync_flush = config.sync_flush
+        self._msg_id_prefix = msg_id_prefix(store_host)
         self._caught_up = False
         self.last_exit_ok = True
         self.recovery_corruption: CorruptRecordError | None = None
@@ -436,19 +437,20 @@ class DefaultMessageStore:
             end = last.commit_log_offset + last.size
             self.reput_from_offset = end
         first = infos[0]
-        prefix = msg_id_prefix(msgs[0].store_host or self.store_host)
+        host = msgs[0].store_host
+        prefix = msg_id_prefix(host) if host else self._msg_id_prefix
         if len(infos) == 1:
             msg_id = prefix + format(first.commit_log_offset, "016X")
         else:
             msg_id = ",".join(prefix + format(i.commit_log_offset, "016X") for i in infos)
-        result = PutResult(
+        result = PutResult(  # positional: status, phys_offset, queue_offset, msg_id, wrote_bytes, store_timestamp, msg_num
             PutMessageStatus.PUT_OK,
-            phys_offset=first.commit_log_offset,
-            queue_offset=first.queue_offset,
-            msg_id=msg_id,
-            wrote_bytes=end - first.commit_log_offset,
-            store_timestamp=first.store_timestamp,
-            msg_num=len(infos),
+            first.commit_log_offset,
+            first.queue_offset,
+            msg_id,
+            end - first.commit_log_offset,
+            first.store_timestamp,
+            len(infos),
         )
         if self._listeners:
             cq = self._cqs.get((first.topic, first.queue_id))
