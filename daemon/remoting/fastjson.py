@@ -45,6 +45,7 @@ class ObjectKey(tuple):  # type: ignore[type-arg]
 _WS = re.compile(r"[ \t\n\r]*")
 _NUMBER = re.compile(r"-?(?:0|[1-9]\d*)(\.\d+)?([eE][-+]?\d+)?")
 _LITERALS = {"true": True, "false": False, "null": None}
+_MAX_DEPTH = 200  # well below the interpreter's recursion limit
 
 
 class _Parser:
@@ -61,7 +62,7 @@ class _Parser:
         self.i = _WS.match(self.s, self.i).end()  # type: ignore[union-attr]
 
     def value(self, depth: int = 0) -> Any:
-        if depth > 512:
+        if depth > _MAX_DEPTH:
             raise self.fail("nesting too deep")
         self.ws()
         if self.i >= len(self.s):
@@ -142,15 +143,18 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
     """Parse JSON written by fastjson; raises ValueError for anything else."""
     text = data if isinstance(data, str) else bytes(data).decode()
     try:
-        return json.loads(text)
-    except json.JSONDecodeError:
-        pass
-    parser = _Parser(text)
-    result = parser.value()
-    parser.ws()
-    if parser.i != len(text):
-        raise parser.fail("trailing data")
-    return result
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError:
+            pass
+        parser = _Parser(text)
+        result = parser.value()
+        parser.ws()
+        if parser.i != len(text):
+            raise parser.fail("trailing data")
+        return result
+    except RecursionError:
+        raise ValueError("fastjson: nesting too deep") from None
 
 
 # ----------------------------------------------------------------------------------------------- dumps

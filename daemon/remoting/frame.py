@@ -111,7 +111,7 @@ def _int(header: dict[str, Any], key: str) -> int:
 def _decode_json_header(raw: bytes, body: bytes) -> RemotingCommand:
     try:
         header = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise RemotingProtocolError(f"header is not JSON: {exc}") from None
     if not isinstance(header, dict):
         raise RemotingProtocolError("header is not a JSON object")

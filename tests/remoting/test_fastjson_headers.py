@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 
@@ -120,3 +121,18 @@ def test_register_body_compressed_form_round_trips() -> None:
     assert RegisterBrokerBody.decode(body.encode()) == body
     with pytest.raises(ValueError):
         RegisterBrokerBody.decode(b"not zlib", compressed=True)
+
+
+@given(st.text(alphabet='{}[]:,"0123456789-.eE tfnrulas\\', max_size=40))
+def test_loads_raises_only_value_errors(text: str) -> None:
+    with contextlib.suppress(ValueError):
+        fastjson.loads(text)
+
+
+@pytest.mark.parametrize("text", ["[" * 5000, "{0:" * 600, "{0:" * 150 + "1" + "}" * 150])
+def test_deep_nesting_is_a_value_error_or_parses(text: str) -> None:
+    try:
+        fastjson.loads(text)
+    except ValueError:
+        return
+    assert text.endswith("}")

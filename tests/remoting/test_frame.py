@@ -208,3 +208,9 @@ def test_corrupted_frames_never_crash_the_decoder(cmd: RemotingCommand, junk: by
     raw[pos : pos + len(junk)] = junk
     with contextlib.suppress(RemotingProtocolError):
         decode_frame(raw)
+
+
+def test_deeply_nested_header_is_a_protocol_error() -> None:
+    header = b"[" * 100_000
+    with pytest.raises(RemotingProtocolError):
+        decode_frame(struct.pack(">ii", 4 + len(header), len(header)) + header)
