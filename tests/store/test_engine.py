@@ -17,7 +17,7 @@ from store.clock import FakeClock
 from store.commitlog import PutMessageStatus
 from store.config import SYNC_FLUSH
 from store.engine import DefaultMessageStore, GetMessageStatus, MessageStore
-from store.errors import CorruptRecordError, StoreLockedError
+from store.errors import CorruptRecordError, StoreFormatError, StoreLockedError
 from store.javahash import tags_code
 from store.message import (
     SCHEDULE_TOPIC,
@@ -425,3 +425,46 @@ def test_async_flush_reaches_disk_without_waiting_puts(tmp_path: Path) -> None:
 def test_default_store_satisfies_the_protocol(tmp_path: Path) -> None:
     store: MessageStore = DefaultMessageStore(small_config(tmp_path))
     assert isinstance(store, MessageStore)
+
+
+def test_abnormal_recovery_starts_at_the_checkpoint_file(tmp_path: Path) -> None:
+    clock = FakeClock(1_700_000_000_000)
+    store = _open(tmp_path, clock, message_index_safe=False)
+    for i in range(1200):
+        clock.advance(100)
+        store.put_message(_msg(i))
+    files = store.commit_log.files.files
+    assert len(files) >= 5
+    store.shutdown()  # writes the checkpoint: physic = logics = last store time
+    (tmp_path / "abort").touch()
+    again = DefaultMessageStore(small_config(tmp_path, message_index_safe=False), clock=clock)
+    again.open()
+    assert again.checkpoint is not None
+    limit = again.checkpoint.recovery_limit(index_safe=False)
+    assert limit == clock.now_ms() - 3000
+    start = again.commit_log.abnormal_start_index(limit)
+    assert (
+        start == len(again.commit_log.files.files) - 1
+    )  # the newest file starts more than 3 s before the end
+    again.start()
+    assert again.get_max_offset("T", 0) == 1200
+    assert again.get_messages("g", "T", 0, 1199, 1).messages[0].message.body == _msg(1199).body
+    again.shutdown()
+
+
+def test_preallocated_empty_file_is_removed_and_junk_is_refused(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    for i in range(10):
+        store.put_message(_msg(i))
+    store.shutdown()
+    extra = tmp_path / "commitlog" / f"{64 * 1024:020d}"
+    extra.write_bytes(bytes(64 * 1024))  # what RocketMQ's allocate service leaves behind
+    again = _open(tmp_path)
+    assert not extra.exists() and again.get_max_offset("T", 0) == 10
+    again.shutdown()
+    (tmp_path / "commitlog" / ".DS_Store").write_bytes(b"x")
+    with pytest.raises(StoreFormatError):
+        DefaultMessageStore(small_config(tmp_path)).open()
+    # a failed open releases the lock
+    (tmp_path / "commitlog" / ".DS_Store").unlink()
+    _open(tmp_path).shutdown()
