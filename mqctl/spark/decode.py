@@ -131,7 +131,7 @@ def scan(buf: np.ndarray, start: int = 0, end: int | None = None) -> Scan:
     validated in bulk (§2.10 length rule) and the scan is cut at the first invalid one.
     """
     limit = len(buf) if end is None else end
-    mv = memoryview(buf)
+    mv = buf.data
     unpack = _HEADER.unpack_from
     positions: list[int] = []
     append = positions.append
@@ -325,7 +325,7 @@ def _properties(buf: np.ndarray, lay: _Layout) -> tuple[pa.Array, pa.Array, pa.A
 
 def _bodies(buf: np.ndarray, lay: _Layout) -> pa.Array:
     """Application bodies (inflated when compressed); per record, since inflation is per record."""
-    mv = memoryview(buf)
+    mv = buf.data
     out = []
     for start, length, flag in zip(
         lay.body_pos.tolist(), lay.body_len.tolist(), lay.sys_flag.tolist(), strict=True

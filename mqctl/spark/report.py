@@ -213,8 +213,8 @@ def _build(df: DataFrame, store: str, top: int) -> Report:
         )
         .orderBy("file")
     )
-    for row in files:
-        row["content"] = " ".join(file_topics.get(row["file"], []))
+    for entry in files:
+        entry["content"] = " ".join(file_topics.get(entry["file"], []))
     return Report(
         store=store,
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
@@ -241,6 +241,7 @@ def write_json(report: Report, path: str | Path) -> Path:
 def write_charts(report: Report, directory: str | Path) -> list[Path]:
     """PNG line charts of records and bytes per minute for each topic (matplotlib, no display)."""
     import matplotlib
+    import numpy as np
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -254,7 +255,7 @@ def write_charts(report: Report, directory: str | Path) -> list[Path]:
     for metric, label in (("records", "records per minute"), ("record_bytes", "CommitLog bytes per minute")):
         fig, ax = plt.subplots(figsize=(10, 5))
         for topic, rows in sorted(series.items()):
-            xs = [datetime.strptime(r["minute"], "%Y-%m-%dT%H:%MZ") for r in rows]
+            xs = np.array([r["minute"].rstrip("Z") for r in rows], dtype="datetime64[m]")
             ax.plot(xs, [r[metric] for r in rows], marker="o", label=topic)
         ax.set_title(f"{label} by topic")
         ax.set_xlabel("store time (UTC)")
