@@ -204,7 +204,7 @@ def select_units(
     Fills ``res.messages``, ``res.status`` and ``res.next_begin_offset``.
     """
     max_msgs = min(max_count, max_messages)
-    limit = max(16000, max_count * 20)
+    limit = max(16000, max_count * 20) // 20  # Java counts this bound in ConsumeQueue bytes
     messages = res.messages
     total = 0
     next_file_start = -1
