@@ -223,6 +223,7 @@ class _Writer:
 def dumps(obj: Any, *, bare_int_keys: bool = False, ensure_ascii: bool = False) -> bytes:
     """Serialize like fastjson: sorted keys, no nulls dropped for you (beans omit them themselves).
 
+    Lone surrogates become '?' in the UTF-8 output, as Java's encoder writes them.
     `bare_int_keys=True` gives the legacy default-fastjson form; otherwise int keys are quoted as
     with `BrowserCompatible`. `ensure_ascii=True` escapes non-ASCII (`BrowserCompatible` does).
     """
@@ -230,9 +231,9 @@ def dumps(obj: Any, *, bare_int_keys: bool = False, ensure_ascii: bool = False) 
         try:
             return json.dumps(
                 obj, default=_bean_default, sort_keys=True, separators=(",", ":"), ensure_ascii=ensure_ascii
-            ).encode()
+            ).encode("utf-8", "replace")
         except TypeError:
             pass  # object keys, or int and str keys mixed in one map: use the general writer
     writer = _Writer(bare_int_keys, ensure_ascii)
     writer.value(obj)
-    return "".join(writer.parts).encode()
+    return "".join(writer.parts).encode("utf-8", "replace")

@@ -54,6 +54,11 @@ def coerce_ext_fields(raw: dict[Any, Any]) -> dict[str, str]:
 # --------------------------------------------------------------------------------------------- encode
 
 
+def _utf8_out(text: str) -> bytes:
+    """UTF-8 as Java's String.getBytes writes it: a lone surrogate becomes '?' instead of failing."""
+    return text.encode("utf-8", "replace")
+
+
 def _encode_json_header(cmd: RemotingCommand) -> bytes:
     # Keys in fastjson's alphabetical order so our frames match Java's byte for byte.
     header: dict[str, Any] = {"code": cmd.code}
@@ -66,16 +71,16 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
         header["remark"] = cmd.remark
     header["serializeTypeCurrentRPC"] = "JSON"
     header["version"] = cmd.version
-    return json.dumps(header, ensure_ascii=False, separators=_JSON_SEPARATORS).encode()
+    return _utf8_out(json.dumps(header, ensure_ascii=False, separators=_JSON_SEPARATORS))
 
 
 def _encode_binary_header(cmd: RemotingCommand) -> bytes:
-    remark = cmd.remark.encode() if cmd.remark else b""
+    remark = _utf8_out(cmd.remark) if cmd.remark else b""
     parts = [_BIN_FIXED.pack(cmd.code, cmd.language, cmd.version, cmd.opaque, cmd.flag, len(remark)), remark]
     fields = bytearray()
     for key, value in cmd.ext_fields.items():
-        k = key.encode()
-        v = value.encode()
+        k = _utf8_out(key)
+        v = _utf8_out(value)
         fields += _SHORT.pack(len(k)) + k + _INT.pack(len(v)) + v
     parts += [_INT.pack(len(fields)), bytes(fields)]
     return b"".join(parts)
@@ -84,7 +89,10 @@ def _encode_binary_header(cmd: RemotingCommand) -> bytes:
 def encode_command(cmd: RemotingCommand) -> bytes:
     """Serialize a command into one frame, header in `cmd.serialize_type`."""
     if cmd.serialize_type == SerializeType.ROCKETMQ:
-        header = _encode_binary_header(cmd)
+        try:
+            header = _encode_binary_header(cmd)
+        except struct.error as exc:  # a value outside its short/int field
+            raise RemotingProtocolError(f"cannot encode binary header: {exc}") from None
     else:
         header = _encode_json_header(cmd)
     length = 4 + len(header) + len(cmd.body)

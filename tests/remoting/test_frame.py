@@ -214,3 +214,11 @@ def test_deeply_nested_header_is_a_protocol_error() -> None:
     header = b"[" * 100_000
     with pytest.raises(RemotingProtocolError):
         decode_frame(struct.pack(">ii", 4 + len(header), len(header)) + header)
+
+
+def test_unencodable_values_never_escape_as_other_errors() -> None:
+    lone = RemotingCommand(code=0, remark="a\ud800b", ext_fields={"k": "\udfff"})
+    decoded, _ = decode_frame(encode_command(lone)) or pytest.fail("incomplete")
+    assert (decoded.remark, decoded.ext_fields) == ("a?b", {"k": "?"})
+    with pytest.raises(RemotingProtocolError):
+        encode_command(RemotingCommand(code=70000, serialize_type=SerializeType.ROCKETMQ))
