@@ -468,3 +468,14 @@ def test_preallocated_empty_file_is_removed_and_junk_is_refused(tmp_path: Path) 
     # a failed open releases the lock
     (tmp_path / "commitlog" / ".DS_Store").unlink()
     _open(tmp_path).shutdown()
+
+
+def test_filtered_pull_scans_at_most_800_units(tmp_path: Path) -> None:
+    store = _open(tmp_path, mapped_file_size_consume_queue=6_000_000)
+    store.put_messages([_msg(i) for i in range(100)])
+    for i in range(900):
+        store.put_message(_msg(i))
+    res = store.get_messages("g", "T", 0, 0, 32, tag_filter={tags_code("no-such-tag")})
+    assert res.status is GetMessageStatus.NO_MATCHED_MESSAGE
+    assert res.next_begin_offset == 800  # max(16000 bytes, 32 * 20) of ConsumeQueue per pull
+    store.shutdown()
