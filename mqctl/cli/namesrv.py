@@ -71,6 +71,7 @@ def start(
     from daemon.config import to_properties
     from daemon.lifecycle import daemonize, running_pid
     from mqctl.errors import ConflictError, MqctlError
+    from mqctl.output import stderr_console
 
     config = _load(config_file, data, listen)
     if print_config:
@@ -86,7 +87,7 @@ def start(
         if isinstance(outcome, str):  # the original process: report what the daemon said
             if outcome.startswith("error"):
                 raise MqctlError(outcome.removeprefix("error: "))
-            typer.echo(outcome)
+            stderr_console().print(outcome)
             return
         handle = outcome
     _serve(config, handle)
@@ -112,7 +113,9 @@ def _serve(config: NamesrvConfig, handle: Daemon | None) -> None:
         (config.home / ADDR_FILE).write_text(addr + "\n")
         log.info("NameServer listening on %s:%d (pid %d)", config.listen_host, controller.port, os.getpid())
         if handle is not None:
-            handle.report(f"NameServer started in the background: pid {os.getpid()}, listening on {addr}")
+            handle.report(
+                f"NameServer started: pid {os.getpid()}, listening on {addr}, log {config.home / LOG_FILE}"
+            )
 
     try:
         with PidFile(config.home / PID_FILE):
@@ -133,7 +136,7 @@ def stop(
 ) -> None:
     """Stop the background NameServer of a data dir (SIGTERM, then wait)."""
     from daemon.lifecycle import LifecycleError, terminate
-    from mqctl.errors import MqctlError
+    from mqctl.errors import MqctlError, NotFoundError
     from mqctl.output import stderr_console
 
     config = _load(config_file, data)
@@ -142,9 +145,8 @@ def stop(
     except LifecycleError as exc:
         raise MqctlError(str(exc), hint="send SIGTERM again to force it") from None
     if pid is None:
-        stderr_console().print(f"no NameServer is running from {config.home}")
-    else:
-        stderr_console().print(f"stopped NameServer (pid {pid})")
+        raise NotFoundError(f"no NameServer is running from {config.home}")
+    stderr_console().print(f"NameServer pid {pid} stopped")
 
 
 @app.command()
@@ -153,21 +155,22 @@ def status(
     config_file: ConfigOpt = None,
     data: DataOpt = None,
 ) -> None:
-    """Show whether the NameServer of a data dir runs, where, and what it knows."""
+    """Whether the NameServer of a data dir runs, where, and what it knows (exit 3 when stopped)."""
     from daemon.lifecycle import running_pid
-    from mqctl.errors import NotFoundError
     from mqctl.output import render
 
     config = _load(config_file, data)
     pid = running_pid(config.home / PID_FILE)
-    if pid is None:
-        raise NotFoundError(f"no NameServer is running from {config.home}")
-    addr_file = config.home / ADDR_FILE
-    addr = addr_file.read_text().strip() if addr_file.exists() else None
-    result: dict[str, Any] = {"pid": pid, "address": addr, "data_dir": str(config.home)}
-    if addr is not None:
-        result.update(_probe(addr))
+    result: dict[str, Any] = {"state": "stopped", "data_dir": str(config.home)}
+    if pid is not None:
+        addr_file = config.home / ADDR_FILE
+        addr = addr_file.read_text().strip() if addr_file.exists() else None
+        result.update(state="running", pid=pid, address=addr)
+        if addr is not None:
+            result.update(_probe(addr))
     render(result, output)
+    if pid is None:
+        raise typer.Exit(3)
 
 
 def _probe(addr: str) -> dict[str, Any]:

@@ -54,9 +54,10 @@ async def test_foreground_start_serves_and_stops_gracefully_on_sigterm(
         status = cli("namesrv", "status", "--data", str(data), "-o", "json")
         assert status.code == 0, status.stderr
         assert status.json() == {
+            "state": "running",
+            "data_dir": str(data),
             "pid": proc.pid,
             "address": addr,
-            "data_dir": str(data),
             "clusters": 0,
             "brokers": 0,
             "topics": 0,
@@ -79,7 +80,7 @@ def test_daemon_start_status_stop(tmp_path: Path, cli: RunCli) -> None:
     data = str(tmp_path / "ns")
     started = cli("namesrv", "start", "--daemon", "--listen", "127.0.0.1:0", "--data", data)
     assert started.code == 0, started.stderr
-    assert "NameServer started in the background: pid" in started.stdout
+    assert "NameServer started: pid" in started.stderr
     try:
         pid = int((tmp_path / "ns" / "namesrv.pid").read_text())
         assert os.getpgid(pid) != os.getpgid(0)  # detached into its own session
@@ -89,9 +90,11 @@ def test_daemon_start_status_stop(tmp_path: Path, cli: RunCli) -> None:
         assert again.code == 4 and f"already running from {data} (pid {pid})" in again.stderr
     finally:
         stopped = cli("namesrv", "stop", "--data", data)
-    assert stopped.code == 0 and f"stopped NameServer (pid {pid})" in stopped.stderr
-    gone = cli("namesrv", "status", "--data", data)
-    assert gone.code == 3 and "no NameServer is running" in gone.stderr
+    assert stopped.code == 0 and f"NameServer pid {pid} stopped" in stopped.stderr
+    gone = cli("namesrv", "status", "--data", data, "-o", "json")
+    assert gone.code == 3 and gone.json() == {"state": "stopped", "data_dir": data}
+    again = cli("namesrv", "stop", "--data", data)
+    assert again.code == 3 and "no NameServer is running" in again.stderr
     assert "NameServer listening on 127.0.0.1:" in (tmp_path / "ns" / "namesrv.log").read_text()
 
 
