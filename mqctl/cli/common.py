@@ -36,6 +36,12 @@ TopicOpt = Annotated[str, typer.Option("--topic", "-t", help="Topic name.")]
 GroupOpt = Annotated[str, typer.Option("--group", "-g", help="Consumer group name.")]
 ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster name.")]
 BrokerAddrOpt = Annotated[str | None, typer.Option("--broker", "-b", help="Broker address HOST:PORT (beats --cluster).")]
+QueueOpt = Annotated[int | None, typer.Option("--queue", "-q", min=0, help="Queue id.")]
+KeyOpt = Annotated[str | None, typer.Option("--key", "-k", help="Message key (an entry of KEYS).")]
+SinceOpt = Annotated[
+    str | None, typer.Option("--since", help="Store time from: ISO 8601 (UTC default), epoch ms or relative like -2h.")
+]
+UntilOpt = Annotated[str | None, typer.Option("--until", help="Store time until, same forms as --since (default now).")]
 ExecuteOpt = Annotated[bool, typer.Option("--execute", help="Apply the plan; without it nothing changes.")]
 
 

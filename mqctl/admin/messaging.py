@@ -1,0 +1,271 @@
+"""Message requests to one broker, as typed async calls over an :class:`Admin` session.
+
+Only RocketMQ 4.x request codes are used (SEND_MESSAGE_V2, PULL_MESSAGE, QUERY_MESSAGE,
+VIEW_MESSAGE_BY_ID, GET_MAX/MIN_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, QUERY_CONSUMER_OFFSET,
+CONSUMER_SEND_MSG_BACK), so each call works against a real RocketMQ broker as well as ours.
+Bodies that carry stored records are decoded with the store's record codec: the wire format of a
+pulled or queried message is the CommitLog record itself.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from daemon.broker.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    OffsetResponseHeader,
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
+    QueryConsumerOffsetRequestHeader,
+    QueryMessageRequestHeader,
+    QueueHeader,
+    SearchOffsetRequestHeader,
+    SendMessageRequestHeaderV2,
+    SendMessageResponseHeader,
+    ViewMessageRequestHeader,
+)
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from mqctl.admin.client import Admin
+from store.message import PROPERTY_UNIQ_KEY, StoredMessage
+from store.record import decode_record, encode_properties
+
+#: The producer group mqctl sends as (like mqadmin's tools groups, never a real application's).
+PRODUCER_GROUP = "MQCTL_PRODUCER"
+#: The consumer group mqctl reads as when no group is named: built into every broker, never commits.
+TOOLS_GROUP = "TOOLS_CONSUMER"
+DEFAULT_TOPIC = "TBW102"
+
+# PullMessageRequestHeader.sysFlag bits (PullSysFlag)
+PULL_FLAG_COMMIT_OFFSET = 0x1
+PULL_FLAG_SUSPEND = 0x2
+PULL_FLAG_SUBSCRIPTION = 0x4
+
+
+def decode_records(body: bytes) -> list[StoredMessage]:
+    """Split a pull or query response body (concatenated CommitLog records) into messages."""
+    out = []
+    pos = 0
+    while pos < len(body):
+        msg = decode_record(body, pos)
+        out.append(msg)
+        pos += msg.store_size
+    return out
+
+
+# ------------------------------------------------------------------------------------ UNIQ_KEY
+
+_counter = itertools.count(int.from_bytes(os.urandom(2), "big"))
+_UNIQ_TAIL = struct.Struct(">HiIH")
+
+
+def _local_ip() -> bytes:
+    try:
+        return socket.inet_aton(socket.gethostbyname(socket.gethostname()))
+    except OSError:
+        return socket.inet_aton("127.0.0.1")
+
+
+_IP = _local_ip()
+_LOADER_HASH = int.from_bytes(os.urandom(4), "big") & 0x7FFFFFFF  # Java hashes its class loader here
+
+
+def new_uniq_key(now_ms: int | None = None) -> str:
+    """A client message id as the Java client makes it (MessageClientIDSetter, spec §3.5):
+    IP, pid, class-loader hash, milliseconds since the start of the month, counter."""
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    now = datetime.fromtimestamp(now_ms / 1000)
+    month_start = datetime(now.year, now.month, 1)
+    since = (now_ms - int(month_start.timestamp() * 1000)) & 0xFFFFFFFF
+    tail = _UNIQ_TAIL.pack(os.getpid() & 0xFFFF, _LOADER_HASH, since, next(_counter) & 0xFFFF)
+    return (_IP + tail).hex().upper()
+
+
+# ---------------------------------------------------------------------------------------- send
+
+
+@dataclass
+class SendResult:
+    msg_id: str  # the client id (UNIQ_KEY), as the Java client's SendResult.msgId
+    offset_msg_id: str
+    queue_id: int
+    queue_offset: int
+    status: str
+
+
+async def send(
+    admin: Admin,
+    addr: str,
+    topic: str,
+    body: bytes,
+    *,
+    queue_id: int,
+    properties: dict[str, str],
+    group: str = PRODUCER_GROUP,
+    default_queue_nums: int = 4,
+) -> SendResult:
+    """SEND_MESSAGE_V2 (310) of one message to ``topic``/``queue_id`` on ``addr``.
+
+    A ``UNIQ_KEY`` is added when ``properties`` has none, so the message can be found by its id.
+    """
+    props = dict(properties)
+    props.setdefault(PROPERTY_UNIQ_KEY, new_uniq_key())
+    props.setdefault("WAIT", "true")
+    header = SendMessageRequestHeaderV2(
+        group, topic, DEFAULT_TOPIC, default_queue_nums, queue_id, 0, int(time.time() * 1000), 0,
+        encode_properties(props).decode("utf-8"),
+    )
+    stored = (
+        ResponseCode.SUCCESS,
+        ResponseCode.FLUSH_DISK_TIMEOUT,
+        ResponseCode.FLUSH_SLAVE_TIMEOUT,
+        ResponseCode.SLAVE_NOT_AVAILABLE,
+    )
+    response = await admin.call(addr, RequestCode.SEND_MESSAGE_V2, header, body, expect=stored)
+    reply = SendMessageResponseHeader.from_ext_fields(response.ext_fields)
+    status = "SEND_OK" if response.code == ResponseCode.SUCCESS else ResponseCode(response.code).name
+    return SendResult(props[PROPERTY_UNIQ_KEY], reply.msg_id, reply.queue_id, reply.queue_offset, status)
+
+
+async def send_back(
+    admin: Admin,
+    addr: str,
+    *,
+    group: str,
+    phys_offset: int,
+    delay_level: int,
+    origin_msg_id: str | None = None,
+    origin_topic: str | None = None,
+    max_reconsume_times: int | None = None,
+) -> None:
+    """CONSUMER_SEND_MSG_BACK (36): hand a consumed message back for retry (``delay_level`` < 0: the DLQ)."""
+    header = ConsumerSendMsgBackRequestHeader(
+        phys_offset, group, delay_level, origin_msg_id, origin_topic, False, max_reconsume_times
+    )
+    await admin.call(addr, RequestCode.CONSUMER_SEND_MSG_BACK, header)
+
+
+# ---------------------------------------------------------------------------------------- pull
+
+
+@dataclass
+class PullResult:
+    found: bool
+    next_begin_offset: int
+    min_offset: int
+    max_offset: int
+    messages: list[StoredMessage] = field(default_factory=list)
+
+
+async def pull(
+    admin: Admin,
+    addr: str,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    *,
+    group: str = TOOLS_GROUP,
+    max_nums: int = 32,
+    subscription: str = "*",
+    suspend_ms: int = 0,
+) -> PullResult:
+    """PULL_MESSAGE (11) with the subscription in the request; never commits an offset.
+
+    ``suspend_ms`` > 0 asks the broker to hold the request until a message arrives (long polling);
+    the caller's timeout must then exceed it.
+    """
+    sys_flag = PULL_FLAG_SUBSCRIPTION | (PULL_FLAG_SUSPEND if suspend_ms > 0 else 0)
+    header = PullMessageRequestHeader(
+        group, topic, queue_id, offset, max_nums, sys_flag, 0, suspend_ms, 0, subscription, "TAG"
+    )
+    expect = (
+        ResponseCode.SUCCESS,
+        ResponseCode.PULL_NOT_FOUND,
+        ResponseCode.PULL_RETRY_IMMEDIATELY,
+        ResponseCode.PULL_OFFSET_MOVED,
+    )
+    response = await admin.call(addr, RequestCode.PULL_MESSAGE, header, expect=expect)
+    reply = PullMessageResponseHeader.from_ext_fields(response.ext_fields)
+    found = response.code == ResponseCode.SUCCESS
+    return PullResult(
+        found,
+        reply.next_begin_offset,
+        reply.min_offset,
+        reply.max_offset,
+        decode_records(response.body) if found else [],
+    )
+
+
+# ------------------------------------------------------------------------------- query and view
+
+
+async def query(
+    admin: Admin,
+    addr: str,
+    topic: str,
+    key: str,
+    *,
+    begin_ms: int,
+    end_ms: int,
+    max_num: int = 64,
+    unique_key: bool = False,
+) -> list[StoredMessage]:
+    """QUERY_MESSAGE (12) through the broker's IndexFile; ``[]`` when the broker finds nothing.
+
+    The index stores hashes only and the broker may return records of colliding keys, so callers
+    verify the stored key (see :func:`mqctl.services.messages.query_by_key`).
+    """
+    header = QueryMessageRequestHeader(topic, key, max_num, begin_ms, end_ms)
+    fields = header.to_ext_fields()
+    if unique_key:
+        fields["_UNIQUE_KEY_QUERY"] = "true"
+    request = RemotingCommand.request(RequestCode.QUERY_MESSAGE, fields)
+    response = await admin.client.invoke_checked(
+        addr, request, admin.timeout, (ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)
+    )
+    return decode_records(response.body) if response.code == ResponseCode.SUCCESS else []
+
+
+async def view(admin: Admin, addr: str, phys_offset: int) -> StoredMessage:
+    """VIEW_MESSAGE_BY_ID (33): the record at a CommitLog offset (the offset part of a msgId)."""
+    response = await admin.call(addr, RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(phys_offset))
+    return decode_record(response.body)
+
+
+# ------------------------------------------------------------------------------------- offsets
+
+
+async def max_offset(admin: Admin, addr: str, topic: str, queue_id: int) -> int:
+    """GET_MAX_OFFSET (30): the queue offset the next message will get."""
+    response = await admin.call(addr, RequestCode.GET_MAX_OFFSET, QueueHeader(topic, queue_id))
+    return OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+
+
+async def min_offset(admin: Admin, addr: str, topic: str, queue_id: int) -> int:
+    """GET_MIN_OFFSET (31): the oldest queue offset still stored."""
+    response = await admin.call(addr, RequestCode.GET_MIN_OFFSET, QueueHeader(topic, queue_id))
+    return OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+
+
+async def search_offset(admin: Admin, addr: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
+    """SEARCH_OFFSET_BY_TIMESTAMP (29): the first queue offset stored at or after ``timestamp_ms``."""
+    header = SearchOffsetRequestHeader(topic, queue_id, timestamp_ms)
+    response = await admin.call(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header)
+    return OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+
+
+async def consumer_offset(admin: Admin, addr: str, group: str, topic: str, queue_id: int) -> int | None:
+    """QUERY_CONSUMER_OFFSET (14): the group's committed offset, ``None`` when it never committed."""
+    header = QueryConsumerOffsetRequestHeader(group, topic, queue_id)
+    response = await admin.call(
+        addr, RequestCode.QUERY_CONSUMER_OFFSET, header, expect=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)
+    )
+    if response.code == ResponseCode.QUERY_NOT_FOUND:
+        return None
+    return OffsetResponseHeader.from_ext_fields(response.ext_fields).offset

@@ -1,0 +1,253 @@
+"""``mqctl msg``: send, find, show, tail and re-send messages on a running cluster."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any, TextIO
+
+import click
+import typer
+
+from mqctl.cli.common import (
+    BrokerAddrOpt,
+    ContextOpt,
+    GroupOpt,
+    KeyOpt,
+    NamesrvOpt,
+    OutputOpt,
+    QueueOpt,
+    SinceOpt,
+    TopicOpt,
+    UntilOpt,
+    WatchOpt,
+    YesOpt,
+    confirm,
+    online,
+)
+from mqctl.errors import UsageError
+
+app = typer.Typer(help="Send, find, show, tail and re-send messages.", no_args_is_help=True)
+
+OptionalTopicOpt = Annotated[str | None, typer.Option("--topic", "-t", help="Topic name.")]
+
+
+def _properties(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            raise UsageError(f"--property wants NAME=VALUE, got {pair!r}")
+        out[name] = value
+    return out
+
+
+def _body(text: str | None, file: str | None) -> bytes:
+    """The body from the argument, ``--file PATH`` or ``--file -``/a piped stdin."""
+    if text is not None and file is not None:
+        raise UsageError("give the body as an argument or with --file, not both")
+    if text is not None:
+        return text.encode("utf-8")
+    if file == "-" or (file is None and not sys.stdin.isatty()):
+        return sys.stdin.buffer.read()
+    if file is None:
+        raise UsageError("no body: pass it as an argument, with --file PATH, or on stdin")
+    return Path(file).read_bytes()
+
+
+@app.command("send")
+def send(
+    topic: TopicOpt,
+    body: Annotated[str | None, typer.Argument(help="Message body (or use --file, or pipe it on stdin).")] = None,
+    file: Annotated[str | None, typer.Option("--file", "-f", help="Read the body from this file ('-': stdin).")] = None,
+    tag: Annotated[str | None, typer.Option("--tag", help="Message tag (TAGS).")] = None,
+    keys: Annotated[list[str] | None, typer.Option("--key", "-k", help="Message key (repeatable).")] = None,
+    prop: Annotated[list[str] | None, typer.Option("--property", help="User property NAME=VALUE (repeatable).")] = None,
+    delay_level: Annotated[int, typer.Option("--delay-level", min=0, max=18, help="Delay level 1-18 (0: none).")] = 0,
+    queue: QueueOpt = None,
+    broker: BrokerAddrOpt = None,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Send one message; prints where it was stored (ids, broker, queue, offset)."""
+    from mqctl.services.messages import message_properties, send_message
+
+    payload = _body(body, file)
+    props = message_properties(tags=tag, keys=keys or [], properties=_properties(prop or []), delay_level=delay_level)
+    online(
+        lambda admin: send_message(admin, topic, payload, properties=props, broker=broker, queue=queue),
+        namesrv=namesrv,
+        context=context,
+        output=output,
+    )
+
+
+@app.command("query")
+def query(
+    topic: OptionalTopicOpt = None,
+    key: KeyOpt = None,
+    msg_id: Annotated[str | None, typer.Option("--id", help="Offset message id (finds its broker by itself).")] = None,
+    unique_key: Annotated[str | None, typer.Option("--unique-key", help="Client message id (UNIQ_KEY).")] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    max_num: Annotated[int, typer.Option("--max", min=1, max=64, help="At most this many messages per broker.")] = 64,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+    watch: WatchOpt = None,
+) -> None:
+    """Find messages by key (--key with --topic), by message id (--id) or by client id (--unique-key).
+
+    A key query goes through the brokers' index; every hit is checked against the stored keys.
+    The store-time window searched is printed on stderr.
+    """
+    from mqctl.output import stderr_console
+    from mqctl.services import messages
+
+    chosen = [name for name, value in (("--key", key), ("--id", msg_id), ("--unique-key", unique_key)) if value]
+    if len(chosen) != 1:
+        raise UsageError("give exactly one of --key, --id or --unique-key")
+    if (since or until) and key is None:
+        raise UsageError("--since/--until only apply to --key")
+    if msg_id is not None:
+        online(lambda admin: messages.query_by_id(admin, msg_id), namesrv=namesrv, context=context, output=output,
+               watch=watch)
+        return
+    if topic is None:
+        raise UsageError(f"{chosen[0]} needs --topic")
+    if unique_key is not None:
+        online(lambda admin: messages.query_by_unique_key(admin, topic, unique_key), namesrv=namesrv,
+               context=context, output=output, watch=watch)
+        return
+    assert key is not None
+    window = messages.Window.of(since, until)
+    stderr_console().print(f"window: {window.describe()} (store time, UTC)")
+    online(lambda admin: messages.query_by_key(admin, topic, key, window, max_num=max_num), namesrv=namesrv,
+           context=context, output=output, watch=watch)
+
+
+@app.command("show")
+def show(
+    topic: TopicOpt,
+    queue: Annotated[int, typer.Option("--queue", "-q", min=0, help="Queue id.")],
+    offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset.")],
+    broker: BrokerAddrOpt = None,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+    watch: WatchOpt = None,
+) -> None:
+    """The message at a queue offset, with its properties and body (nothing is committed)."""
+    from mqctl.services.messages import show as show_message
+
+    online(lambda admin: show_message(admin, topic, queue, offset, broker=broker), namesrv=namesrv,
+           context=context, output=output, watch=watch)
+
+
+class LineWriter:
+    """Streams rows as they come: JSON lines, YAML documents, CSV with one header, or table-like lines."""
+
+    COLUMNS = ("store_time", "topic", "queue_id", "queue_offset", "msg_id", "tags", "keys", "body")
+
+    def __init__(self, fmt: str, out: TextIO) -> None:
+        self.fmt = fmt
+        self.out = out
+        self._csv: Any = None
+
+    def __call__(self, row: dict[str, Any]) -> None:
+        import json
+
+        if self.fmt == "json":
+            self.out.write(json.dumps(row, ensure_ascii=False) + "\n")
+        elif self.fmt == "yaml":
+            import yaml
+
+            self.out.write("---\n" + yaml.safe_dump(row, sort_keys=False, allow_unicode=True))
+        elif self.fmt == "csv":
+            import csv
+
+            if self._csv is None:
+                self._csv = csv.DictWriter(self.out, fieldnames=list(row), lineterminator="\n")
+                self._csv.writeheader()
+            self._csv.writerow(row)
+        else:
+            self.out.write(" ".join("-" if row.get(c) is None else str(row[c]) for c in self.COLUMNS) + "\n")
+        self.out.flush()
+
+
+@app.command("tail")
+def tail(
+    topic: TopicOpt,
+    group: Annotated[
+        str | None, typer.Option("--group", "-g", help="Start at this consumer group's committed offsets (never commits).")
+    ] = None,
+    start: Annotated[
+        str,
+        typer.Option("--from", click_type=click.Choice(["latest", "earliest"]), help="Where queues without a committed offset start."),
+    ] = "latest",
+    tag: Annotated[str | None, typer.Option("--tag", help="Only these tags: 'TagA || TagB'.")] = None,
+    max_messages: Annotated[int | None, typer.Option("--max-messages", min=1, help="Stop after this many messages.")] = None,
+    exit_at_end: Annotated[bool, typer.Option("--exit", help="Stop at the end of every queue instead of waiting.")] = False,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Stream messages as they arrive (like kcat -C); -o json prints one JSON object per line."""
+    from mqctl.admin.client import run_admin
+    from mqctl.config import resolve_target
+    from mqctl.output import stderr_console
+    from mqctl.services.messages import tail as tail_messages
+
+    target = resolve_target(namesrv_flag=namesrv, context_flag=context)
+    writer = LineWriter(output, sys.stdout)
+    try:
+        count = run_admin(
+            target.namesrv,
+            lambda admin: tail_messages(
+                admin, topic, writer, group=group, start=start, subscription=tag or "*",
+                max_messages=max_messages, exit_at_end=exit_at_end,
+            ),
+            timeout=10.0,
+        )
+    except KeyboardInterrupt:
+        return
+    stderr_console().print(f"[dim]{count} message(s)[/dim]")
+
+
+@app.command("resend")
+def resend(
+    group: GroupOpt,
+    ids: Annotated[
+        list[str] | None, typer.Option("--id", help="Only this message (offset id or UNIQ_KEY; repeatable).")
+    ] = None,
+    to_topic: Annotated[str | None, typer.Option("--to-topic", help="Send here instead of the original topic.")] = None,
+    yes: YesOpt = False,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Send messages of the group's dead-letter queue (%DLQ%<group>) again to their original topic.
+
+    Prints one outcome per message (RESENT with the new id, FAILED or SKIPPED). Without --id every
+    message in the DLQ is re-sent, which asks for confirmation (or --yes). The DLQ is left as is.
+    """
+    from mqctl.admin.client import run_admin
+    from mqctl.config import resolve_target
+    from mqctl.output import render, stderr_console
+    from mqctl.services.messages import dlq_messages
+    from mqctl.services.messages import resend as resend_messages
+
+    target = resolve_target(namesrv_flag=namesrv, context_flag=context)
+    found = run_admin(target.namesrv, lambda admin: dlq_messages(admin, group, ids or []))
+    if not found:
+        stderr_console().print(f"%DLQ%{group} is empty; nothing to re-send")
+        render([], output)
+        return
+    if not ids:
+        destination = f"topic {to_topic!r}" if to_topic else "their original topics"
+        confirm(f"Re-send all {len(found)} message(s) of %DLQ%{group} to {destination}?", yes=yes)
+    outcomes = run_admin(target.namesrv, lambda admin: resend_messages(admin, [m for _, m in found], to_topic))
+    render(outcomes, output)
+    failed = sum(o.outcome != "RESENT" for o in outcomes)
+    stderr_console().print(f"{len(outcomes) - failed} re-sent, {failed} not")

@@ -1,0 +1,185 @@
+"""``mqctl store``: read a store directory offline (no broker needed, nothing written, no lock taken)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from mqctl.cli.common import KeyOpt, OutputOpt, SinceOpt, TopicOpt, UntilOpt, WatchOpt
+from mqctl.errors import StoreError, UsageError
+
+app = typer.Typer(help="Inspect a store directory offline (read-only; safe while a broker runs on it).",
+                  no_args_is_help=True)
+commitlog_app = typer.Typer(help="CommitLog files.", no_args_is_help=True)
+cq_app = typer.Typer(help="ConsumeQueues.", no_args_is_help=True)
+index_app = typer.Typer(help="IndexFiles.", no_args_is_help=True)
+msg_app = typer.Typer(help="Find messages through the on-disk index.", no_args_is_help=True)
+app.add_typer(commitlog_app, name="commitlog")
+app.add_typer(cq_app, name="cq")
+app.add_typer(index_app, name="index")
+app.add_typer(msg_app, name="msg")
+
+StoreDirOpt = Annotated[
+    Path,
+    typer.Option("--store", help="Store root directory (storePathRootDir, holds commitlog/).", exists=True,
+                 file_okay=False),
+]
+IndexNameOpt = Annotated[str | None, typer.Argument(help="Index file name (default: the newest).")]
+
+
+def offline(work: Callable[[], Any], output: str, watch: float | None = None) -> None:
+    """Render ``work()`` once, or every ``watch`` seconds until Ctrl-C."""
+    from mqctl.output import render, stderr_console, stdout_console
+
+    if watch is None:
+        render(work(), output)
+        return
+    console = stdout_console()
+    try:
+        while True:
+            result = work()
+            if console.is_terminal:
+                console.clear()
+            stderr_console().print(f"[dim]{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop[/dim]")
+            render(result, output)
+            time.sleep(watch)
+    except KeyboardInterrupt:
+        return
+
+
+def progress_bar(total: int, description: str) -> AbstractContextManager[Callable[[int], None] | None]:
+    """A rich progress bar over ``total`` bytes on stderr, or nothing when stderr is not a terminal."""
+    from mqctl.output import stderr_console
+
+    console = stderr_console()
+    if not console.is_terminal:
+        return nullcontext(None)
+    from contextlib import contextmanager
+
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
+
+    @contextmanager
+    def bar() -> Any:
+        with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+                      TimeRemainingColumn(), console=console, transient=True) as progress:
+            task = progress.add_task(description, total=total)
+            yield lambda n: progress.advance(task, n)
+
+    return bar()  # type: ignore[no-any-return]
+
+
+@commitlog_app.command("ls")
+def commitlog_ls(store: StoreDirOpt, output: OutputOpt = "table", watch: WatchOpt = None) -> None:
+    """Each file: offset range, size, data bytes, records, first/last store time and topics."""
+    from mqctl.services import store_inspect as si
+
+    def work() -> Any:
+        with progress_bar(si.commitlog_bytes(store), "reading CommitLog") as advance:
+            return si.commitlog_ls(store, progress=advance)
+
+    offline(work, output, watch)
+
+
+@cq_app.command("ls")
+def cq_ls(
+    store: StoreDirOpt,
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
+    output: OutputOpt = "table",
+    watch: WatchOpt = None,
+) -> None:
+    """Every ConsumeQueue: files, min/max offset and message count."""
+    from mqctl.services.store_inspect import cq_ls as list_queues
+
+    offline(lambda: list_queues(store, topic), output, watch)
+
+
+@cq_app.command("show")
+def cq_show(
+    store: StoreDirOpt,
+    topic: TopicOpt,
+    queue: Annotated[int, typer.Option("--queue", "-q", min=0, help="Queue id.")],
+    offset: Annotated[int | None, typer.Option("--offset", min=0, help="First queue offset (default: the oldest).")] = None,
+    max_num: Annotated[int, typer.Option("--max", min=1, help="At most this many units.")] = 20,
+    output: OutputOpt = "table",
+) -> None:
+    """Units of one queue with the message each points at."""
+    from mqctl.services.store_inspect import cq_show as show_queue
+
+    offline(lambda: show_queue(store, topic, queue, offset=offset, count=max_num), output)
+
+
+@index_app.command("ls")
+def index_ls(store: StoreDirOpt, output: OutputOpt = "table", watch: WatchOpt = None) -> None:
+    """Each IndexFile's header: time and CommitLog range, used slots, entries, full or not."""
+    from mqctl.services.store_inspect import index_ls as list_index
+
+    offline(lambda: list_index(store), output, watch)
+
+
+@index_app.command("show")
+def index_show(
+    store: StoreDirOpt,
+    name: IndexNameOpt = None,
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="With --key: show the hash chain of topic#key.")] = None,
+    key: KeyOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """One IndexFile's header and hash-chain statistics, or (--topic and --key) the chain of one key."""
+    from mqctl.services import store_inspect as si
+
+    if (topic is None) != (key is None):
+        raise UsageError("--topic and --key go together")
+    if topic is not None and key is not None:
+        offline(lambda: si.index_chain(store, topic, key, name), output)
+    else:
+        offline(lambda: si.index_show(store, name), output)
+
+
+@msg_app.command("query")
+def msg_query(
+    store: StoreDirOpt,
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Topic name (with --key).")] = None,
+    key: KeyOpt = None,
+    msg_id: Annotated[str | None, typer.Option("--id", help="Offset message id.")] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    max_num: Annotated[int, typer.Option("--max", min=1, max=64, help="At most this many messages.")] = 64,
+    output: OutputOpt = "table",
+) -> None:
+    """Find messages by key (--key with --topic, verified against the records) or by offset id (--id)."""
+    from mqctl.output import stderr_console
+    from mqctl.services import store_inspect as si
+    from mqctl.services.messages import Window
+
+    if (key is None) == (msg_id is None):
+        raise UsageError("give exactly one of --key or --id")
+    if msg_id is not None:
+        if since or until:
+            raise UsageError("--since/--until only apply to --key")
+        offline(lambda: si.query_id(store, msg_id), output)
+        return
+    if topic is None:
+        raise UsageError("--key needs --topic")
+    assert key is not None
+    window = Window.of(since, until)
+    stderr_console().print(f"window: {window.describe()} (store time, UTC)")
+    offline(lambda: si.query_key(store, topic, key, window, max_num=max_num), output)
+
+
+@app.command("verify")
+def verify(store: StoreDirOpt, output: OutputOpt = "table") -> None:
+    """Check every record's CRC and ConsumeQueues and IndexFiles against the CommitLog; exit 10 on problems."""
+    from mqctl.output import render
+    from mqctl.services import store_inspect as si
+
+    with progress_bar(si.commitlog_bytes(store), "verifying") as advance:
+        report = si.verify(store, progress=advance)
+    render(report, output)
+    if not report.ok:
+        problems = report.crc_errors + report.corrupt_files + report.unit_errors + report.records_without_unit
+        raise StoreError(f"store {store} has problems ({problems + report.index_errors} found; see the report)")
