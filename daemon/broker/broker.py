@@ -129,7 +129,7 @@ class Broker:
             self.config.store_path_root_dir,
         )
 
-    async def shutdown(self) -> None:
+    async def stop(self) -> None:
         """Unregister, stop serving, flush offsets and the store (the store writes its checkpoint)."""
         if not self._started:
             return
@@ -161,7 +161,7 @@ class Broker:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.shutdown()
+        await self.stop()
 
     def _register_processors(self) -> None:
         from daemon.broker.processors import admin, heartbeat, lock, offset, pull, query, send

@@ -3,21 +3,31 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from mqctl.cli.common import OutputOpt
 
+if TYPE_CHECKING:
+    from daemon.broker.config import BrokerConfig
+    from daemon.lifecycle import Daemon
+
 app = typer.Typer(help="Run and manage a broker (RocketMQ broker.conf files work as they are).", no_args_is_help=True)
 
+#: Kept in the store root: one broker per store (the store lock enforces it anyway).
+PID_FILE = "broker.pid"
+LOG_FILE = "logs/broker.log"
+
 ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", "-c", help="RocketMQ broker.conf (properties) file.", exists=True, dir_okay=False)
+    Path | None,
+    typer.Option("--config", "-c", help="RocketMQ broker.conf (properties) file.", exists=True, dir_okay=False),
 ]
 StoreOpt = Annotated[Path | None, typer.Option("--store", help="Store root dir (storePathRootDir); beats the config file.")]
 
 
-def _load(config: Path | None, overrides: dict[str, Any]) -> Any:
+def load(config: Path | None, overrides: dict[str, Any]) -> BrokerConfig:
+    """Defaults → broker.conf → MQCTL_* environment → flags."""
     from daemon.broker.config import BrokerConfig
     from daemon.config import load_config
 
@@ -27,24 +37,26 @@ def _load(config: Path | None, overrides: dict[str, Any]) -> Any:
 @app.command("start")
 def start(
     config: ConfigOpt = None,
-    namesrv: Annotated[str | None, typer.Option("--namesrv", "-n", help="NameServers HOST:PORT[;HOST:PORT] (namesrvAddr).")] = None,
+    namesrv: Annotated[
+        str | None, typer.Option("--namesrv", "-n", help="NameServers HOST:PORT[;HOST:PORT] (namesrvAddr).")
+    ] = None,
     port: Annotated[int | None, typer.Option("--port", "-p", help="Listen port (listenPort, default 10911).")] = None,
     store: StoreOpt = None,
-    metrics_port: Annotated[int | None, typer.Option("--metrics-port", help="Prometheus port (metricsPort, default 5557).")] = None,
+    metrics_port: Annotated[
+        int | None, typer.Option("--metrics-port", help="Prometheus /metrics and /healthz port (metricsPort, default 5557).")
+    ] = None,
     no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Do not serve /metrics and /healthz.")] = False,
-    print_config: Annotated[bool, typer.Option("--print-config", help="Print the effective configuration and exit.")] = False,
-    daemon: Annotated[bool, typer.Option("--daemon", "-d", help="Detach; logs go to <store>/logs/broker.log.")] = False,
+    print_config: Annotated[
+        bool, typer.Option("--print-config", help="Print the effective configuration as broker.conf and exit.")
+    ] = False,
+    daemon: Annotated[bool, typer.Option("--daemon", "-d", help=f"Run in the background; log in <store>/{LOG_FILE}.")] = False,
 ) -> None:
     """Start a broker in the foreground (Ctrl-C stops it cleanly) or, with --daemon, in the background."""
-    import logging
-    import sys
-
-    from daemon.broker import runner
     from daemon.config import to_properties
+    from daemon.lifecycle import daemonize, running_pid
     from mqctl.errors import ConflictError, MqctlError
-    from mqctl.output import stderr_console
 
-    cfg = _load(
+    cfg = load(
         config,
         {
             "namesrv_addr": namesrv,
@@ -55,77 +67,105 @@ def start(
         },
     )
     if print_config:
-        sys.stdout.write(to_properties(cfg))
+        typer.echo(to_properties(cfg), nl=False)
         return
-    pid_path = runner.pid_file(cfg.store_path_root_dir)
-    running = runner.read_pid(pid_path)
-    if running is not None:
-        raise ConflictError(f"a broker (pid {running.pid}, {running.addr}) already runs on {cfg.store_path_root_dir}")
+    root = Path(cfg.store_path_root_dir)
+    pid = running_pid(root / PID_FILE)
+    if pid is not None:
+        raise ConflictError(f"a broker is already running on {root} (pid {pid})")
+    handle = None
     if daemon:
-        log_path = Path(cfg.store_path_root_dir) / "logs" / "broker.log"
-        if not runner.daemonize(log_path):
-            if not runner.wait_for(lambda: runner.read_pid(pid_path) is not None, 30.0):
-                raise MqctlError(f"the broker did not start; see {log_path}")
-            info = runner.read_pid(pid_path)
-            assert info is not None
-            stderr_console().print(f"broker started: pid {info.pid}, listening on {info.addr}, log {log_path}")
+        outcome = daemonize(root / LOG_FILE)
+        if isinstance(outcome, str):  # the original process: report what the daemon said
+            if outcome.startswith("error"):
+                raise MqctlError(outcome.removeprefix("error: "))
+            typer.echo(outcome)
             return
-    logging.getLogger().setLevel(logging.INFO)
-    if daemon:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True)
-    runner.run_broker(cfg)
+        handle = outcome
+    _serve(cfg, handle)
+
+
+def _serve(cfg: BrokerConfig, handle: Daemon | None) -> None:
+    import logging
+    import os
+
+    from daemon.broker.broker import Broker
+    from daemon.lifecycle import PidFile, serve
+    from daemon.remoting.loop import run
+
+    root_logger = logging.getLogger()
+    if root_logger.level > logging.INFO:
+        root_logger.setLevel(logging.INFO)
+    broker = Broker(cfg)
+
+    def started() -> None:
+        if handle is not None:
+            handle.report(f"broker started in the background: pid {os.getpid()}, listening on {broker.addr}")
+
+    try:
+        with PidFile(Path(cfg.store_path_root_dir) / PID_FILE):
+            run(serve(broker, on_started=started))
+    except BaseException as exc:
+        if handle is not None:
+            handle.report(f"error: {type(exc).__name__}: {exc}")
+        raise
 
 
 @app.command("stop")
-def stop(config: ConfigOpt = None, store: StoreOpt = None) -> None:
-    """Stop the broker running on this store (SIGTERM, then wait for a clean shutdown)."""
-    from daemon.broker import runner
-    from mqctl.errors import MqctlError, NotFoundError
+def stop(
+    config: ConfigOpt = None,
+    store: StoreOpt = None,
+    timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for a graceful exit.")] = 30.0,
+) -> None:
+    """Stop the broker running on a store (SIGTERM, then wait for a clean shutdown)."""
+    from daemon.lifecycle import LifecycleError, terminate
+    from mqctl.errors import MqctlError
     from mqctl.output import stderr_console
 
-    cfg = _load(config, {"store_path_root_dir": str(store) if store else None})
-    info = runner.read_pid(runner.pid_file(cfg.store_path_root_dir))
-    if info is None:
-        raise NotFoundError(f"no broker is running on {cfg.store_path_root_dir}")
-    if not runner.stop_process(info.pid):
-        raise MqctlError(f"broker pid {info.pid} did not stop within 30 s")
-    stderr_console().print(f"broker pid {info.pid} stopped")
+    cfg = load(config, {"store_path_root_dir": str(store) if store else None})
+    try:
+        pid = terminate(Path(cfg.store_path_root_dir) / PID_FILE, timeout)
+    except LifecycleError as exc:
+        raise MqctlError(str(exc), hint="send SIGTERM again to force it") from None
+    if pid is None:
+        stderr_console().print(f"no broker is running on {cfg.store_path_root_dir}")
+    else:
+        stderr_console().print(f"stopped broker (pid {pid})")
 
 
 @app.command("status")
 def status(config: ConfigOpt = None, store: StoreOpt = None, output: OutputOpt = "table") -> None:
-    """Whether a broker runs on this store, and its address, version, TPS and offsets when it does."""
-    from daemon.broker import runner
+    """Whether a broker runs on a store; its address, version, TPS and offsets when it does."""
+    from daemon.lifecycle import running_pid
+    from mqctl.errors import NotFoundError
     from mqctl.output import render
 
-    cfg = _load(config, {"store_path_root_dir": str(store) if store else None})
-    info = runner.read_pid(runner.pid_file(cfg.store_path_root_dir))
-    result: dict[str, Any] = {"state": "stopped", "store": cfg.store_path_root_dir}
-    if info is not None:
-        result.update(state="running", pid=info.pid, address=info.addr)
-        result.update(_runtime(info.addr))
+    cfg = load(config, {"store_path_root_dir": str(store) if store else None})
+    pid = running_pid(Path(cfg.store_path_root_dir) / PID_FILE)
+    if pid is None:
+        raise NotFoundError(f"no broker is running on {cfg.store_path_root_dir}")
+    addr = f"127.0.0.1:{cfg.listen_port}" if cfg.listen_host in ("0.0.0.0", "") else f"{cfg.listen_host}:{cfg.listen_port}"
+    result: dict[str, Any] = {"pid": pid, "address": cfg.broker_addr, "store": cfg.store_path_root_dir}
+    result.update(_probe(addr))
     render(result, output)
-    if info is None:
-        raise typer.Exit(3)
 
 
-def _runtime(addr: str) -> dict[str, Any]:
-    """A few GET_BROKER_RUNTIME_INFO figures; empty when the broker does not answer."""
-    import asyncio
-
+def _probe(addr: str) -> dict[str, Any]:
+    """A few GET_BROKER_RUNTIME_INFO figures; `reachable: false` when the broker does not answer."""
     from daemon.remoting.bodies import KVTable
     from daemon.remoting.client import RemotingClient
     from daemon.remoting.codes import RequestCode
     from daemon.remoting.command import RemotingCommand
     from daemon.remoting.errors import RemotingError
+    from daemon.remoting.loop import run
 
     async def fetch() -> dict[str, str]:
         async with RemotingClient() as client:
-            response = await client.invoke_checked(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 3.0)
-            return KVTable.loads(response.body).table
+            request = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
+            return KVTable.loads((await client.invoke_checked(addr, request, 3.0)).body).table
 
     try:
-        table = asyncio.run(fetch())
+        table = run(fetch())
     except RemotingError:
         return {"reachable": False}
     return {
@@ -133,7 +173,7 @@ def _runtime(addr: str) -> dict[str, Any]:
         "version": table.get("brokerVersionDesc"),
         "put_tps": table.get("putTps", "").split(" ")[0],
         "get_tps": table.get("getTransferedTps", "").split(" ")[0],
-        "commit_log_max_offset": table.get("commitLogMaxOffset"),
-        "disk_ratio": table.get("commitLogDiskRatio"),
+        "commit_log_max_offset": int(table.get("commitLogMaxOffset", "0")),
+        "disk_ratio": float(table.get("commitLogDiskRatio", "0")),
         "uptime": table.get("runtime"),
     }

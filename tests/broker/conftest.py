@@ -113,4 +113,4 @@ async def broker(tmp_path: Path) -> AsyncIterator[BrokerHandle]:
         yield BrokerHandle(b, client)
     finally:
         await client.close()
-        await b.shutdown()
+        await b.stop()

@@ -128,7 +128,7 @@ async def test_restart_keeps_messages_offsets_topics_and_groups(tmp_path: Path) 
         await handle.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic("Kept", 2))
     finally:
         await client.close()
-        await b.shutdown()
+        await b.stop()
     b = await start_broker(root)
     client = RemotingClient()
     handle = BrokerHandle(b, client)
@@ -140,4 +140,4 @@ async def test_restart_keeps_messages_offsets_topics_and_groups(tmp_path: Path) 
         assert [m.body for m in msgs] == [b"m0", b"m1", b"m2"]
     finally:
         await client.close()
-        await b.shutdown()
+        await b.stop()

@@ -57,7 +57,7 @@ async def test_send_refusals(tmp_path: Path) -> None:
         assert (await handle.send("Small", b"x", queue_id=5)).code == ResponseCode.SYSTEM_ERROR
     finally:
         await handle.client.close()
-        await b.shutdown()
+        await b.stop()
 
 
 async def test_pull_status_codes_follow_the_outcome_table(broker: BrokerHandle) -> None:

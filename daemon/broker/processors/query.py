@@ -4,7 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from daemon.broker.headers import QueryMessageRequestHeader, QueryMessageResponseHeader, ViewMessageRequestHeader
+from daemon.broker.headers import (
+    QueryMessageRequestHeader,
+    QueryMessageResponseHeader,
+    ViewMessageRequestHeader,
+)
 from daemon.broker.processors import system_error
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
