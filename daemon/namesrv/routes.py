@@ -74,7 +74,9 @@ class RouteInfoManager:
     cluster_addr_table: dict[str, set[str]] = field(default_factory=dict)
     broker_live_table: dict[str, BrokerLiveInfo] = field(default_factory=dict)
     filter_server_table: dict[str, list[str]] = field(default_factory=dict)
-    _route_cache: dict[tuple[str, bool, str | None], bytes] = field(default_factory=dict, init=False, repr=False)
+    _route_cache: dict[tuple[str, bool, str | None], bytes] = field(
+        default_factory=dict, init=False, repr=False
+    )
 
     # ------------------------------------------------------------------ registration
 
