@@ -17,7 +17,8 @@ from typing import Any, TypeVar
 from daemon.broker.broker import Broker
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
-from tests.broker.conftest import broker_config
+from daemon.remoting.client import RemotingClient
+from tests.broker.conftest import BrokerHandle, broker_config
 
 T = TypeVar("T")
 
@@ -66,6 +67,16 @@ def local_cluster(root: Path, **broker_overrides: Any) -> Iterator[LocalCluster]
         loop.run(broker.start())
         yield LocalCluster(loop, namesrv, broker)
     finally:
-        loop.run(broker.shutdown())
+        loop.run(broker.stop())
         loop.run(namesrv.stop())
         loop.close()
+
+
+def handle(cluster: LocalCluster) -> BrokerHandle:
+    """A wire-protocol client to the cluster's broker, living on the daemons' loop."""
+    client = cluster.loop.run(_new_client())
+    return BrokerHandle(cluster.broker, client)
+
+
+async def _new_client() -> RemotingClient:
+    return RemotingClient()

@@ -19,6 +19,8 @@ NOUNS: tuple[tuple[str, str], ...] = (
     ("broker", "mqctl.cli.broker"),
     ("cluster", "mqctl.cli.cluster"),
     ("topic", "mqctl.cli.topic"),
+    ("group", "mqctl.cli.group"),
+    ("offset", "mqctl.cli.offset"),
     ("msg", "mqctl.cli.msg"),
     ("store", "mqctl.cli.store"),
     ("context", "mqctl.cli.context"),

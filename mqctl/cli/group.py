@@ -1,0 +1,160 @@
+"""``mqctl group``: subscription groups, their online clients and their progress."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from mqctl.cli.common import (
+    BrokerAddrOpt,
+    ClusterOpt,
+    ContextOpt,
+    GroupOpt,
+    NamesrvOpt,
+    OutputOpt,
+    WatchOpt,
+    YesOpt,
+    confirm,
+    online,
+)
+
+app = typer.Typer(help="Subscription groups: config, online clients, lag.", no_args_is_help=True)
+
+RetryQueuesOpt = Annotated[int | None, typer.Option("--retry-queues", min=1, help="Retry queue count (default 1).")]
+MaxRetriesOpt = Annotated[int | None, typer.Option("--max-retries", min=0, help="Redeliveries before the DLQ (default 16).")]
+BroadcastOpt = Annotated[bool | None, typer.Option("--broadcast/--no-broadcast", help="Allow broadcast consumption.")]
+FromMinOpt = Annotated[bool | None, typer.Option("--consume-from-min/--no-consume-from-min", help="New groups start at the min offset.")]
+EnabledOpt = Annotated[bool | None, typer.Option("--enable/--disable", help="Allow the group to consume.")]
+
+
+def _spec(group: str, retry: int | None, retries: int | None, broadcast: bool | None, from_min: bool | None,
+          enabled: bool | None) -> Any:
+    from mqctl.services.groups import GroupSpec
+
+    return GroupSpec(group, retry, retries, broadcast, from_min, enabled)
+
+
+@app.command("create")
+def create(
+    group: GroupOpt,
+    cluster: ClusterOpt = None,
+    broker: BrokerAddrOpt = None,
+    retry_queues: RetryQueuesOpt = None,
+    max_retries: MaxRetriesOpt = None,
+    broadcast: BroadcastOpt = None,
+    consume_from_min: FromMinOpt = None,
+    enabled: EnabledOpt = None,
+    if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="Succeed without change when it exists.")] = False,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Create a subscription group on every master of the cluster (or on one broker)."""
+    from mqctl.services.groups import upsert
+
+    spec = _spec(group, retry_queues, max_retries, broadcast, consume_from_min, enabled)
+    online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists),
+           namesrv=namesrv, context=context, output=output)
+
+
+@app.command("update")
+def update(
+    group: GroupOpt,
+    cluster: ClusterOpt = None,
+    broker: BrokerAddrOpt = None,
+    retry_queues: RetryQueuesOpt = None,
+    max_retries: MaxRetriesOpt = None,
+    broadcast: BroadcastOpt = None,
+    consume_from_min: FromMinOpt = None,
+    enabled: EnabledOpt = None,
+    if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed without change when it is missing.")] = False,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Change an existing group's settings; fields not given stay as they are."""
+    from mqctl.services.groups import upsert
+
+    spec = _spec(group, retry_queues, max_retries, broadcast, consume_from_min, enabled)
+    online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists),
+           namesrv=namesrv, context=context, output=output)
+
+
+@app.command("delete")
+def delete(
+    group: GroupOpt,
+    cluster: ClusterOpt = None,
+    remove_offsets: Annotated[bool, typer.Option("--remove-offsets", help="Also drop its committed offsets.")] = False,
+    yes: YesOpt = False,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Delete a subscription group from every master that has it (asks first)."""
+    from mqctl.services.groups import delete as delete_group
+
+    confirm(f"Delete group {group!r}{' and its offsets' if remove_offsets else ''}?", yes=yes)
+    online(lambda admin: delete_group(admin, group, cluster=cluster, remove_offsets=remove_offsets),
+           namesrv=namesrv, context=context, output=output)
+
+
+@app.command("list")
+def list_(
+    cluster: ClusterOpt = None,
+    system: Annotated[bool, typer.Option("--system", help="Include RocketMQ's built-in groups.")] = False,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+    watch: WatchOpt = None,
+) -> None:
+    """Every subscription group on the masters."""
+    from mqctl.services.groups import list_groups
+
+    online(lambda admin: list_groups(admin, cluster=cluster, system=system),
+           namesrv=namesrv, context=context, output=output, watch=watch)
+
+
+@app.command("connections")
+def connections(
+    group: GroupOpt,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+    watch: WatchOpt = None,
+) -> None:
+    """The group's online clients (id, address, language, version) and subscriptions."""
+    from mqctl.services.groups import connections as group_connections
+
+    online(lambda admin: group_connections(admin, group), namesrv=namesrv, context=context, output=output, watch=watch)
+
+
+@app.command("show")
+def show(
+    group: GroupOpt,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+    watch: WatchOpt = None,
+) -> None:
+    """The group's config, online clients and total lag."""
+    from mqctl.services.groups import show as group_show
+
+    online(lambda admin: group_show(admin, group), namesrv=namesrv, context=context, output=output, watch=watch)
+
+
+@app.command("progress")
+def progress(
+    group: GroupOpt,
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
+    lag_over: Annotated[int | None, typer.Option("--lag-over", min=0, help="Only queues with lag above N.")] = None,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+    watch: WatchOpt = None,
+) -> None:
+    """Per queue: broker offset, committed offset, lag, last consumed store time and owning client."""
+    from mqctl.services.groups import progress as group_progress
+
+    online(lambda admin: group_progress(admin, group, topic=topic, lag_over=lag_over),
+           namesrv=namesrv, context=context, output=output, watch=watch)

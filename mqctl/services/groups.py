@@ -1,0 +1,213 @@
+"""Consumer groups: configs, online clients, and per-queue progress (lag) from the brokers."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+from daemon.broker.bodies import MessageQueue, SubscriptionGroupConfig
+from mqctl.admin.client import Admin
+from mqctl.errors import ConflictError, NotFoundError
+from mqctl.services.cluster import brokers
+from mqctl.services.topics import target_masters
+
+#: Groups every RocketMQ broker creates for itself (hidden from ``group list`` unless --system).
+SYSTEM_GROUPS = frozenset(
+    {"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PERMISSION",
+     "CID_ONSAPI_OWNER", "CID_ONSAPI_PULL", "CID_RMQ_SYS_TRANS"}
+)
+
+
+@dataclass(frozen=True)
+class GroupSpec:
+    """What an operator asks for; None keeps what the broker has (or RocketMQ's default)."""
+
+    name: str
+    retry_queues: int | None = None
+    max_retries: int | None = None
+    broadcast: bool | None = None
+    consume_from_min: bool | None = None
+    enabled: bool | None = None
+
+    def apply_to(self, current: SubscriptionGroupConfig | None) -> SubscriptionGroupConfig:
+        base = current or SubscriptionGroupConfig(self.name)
+        pairs = {
+            "retry_queue_nums": self.retry_queues,
+            "retry_max_times": self.max_retries,
+            "consume_broadcast_enable": self.broadcast,
+            "consume_from_min_enable": self.consume_from_min,
+            "consume_enable": self.enabled,
+        }
+        return dataclasses.replace(base, **{k: v for k, v in pairs.items() if v is not None})
+
+
+@dataclass
+class QueueProgress:
+    topic: str
+    broker_name: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    lag: int
+    last_consumed_store_time: int
+    client: str | None
+
+
+async def _configs(admin: Admin, cluster: str | None) -> dict[str, dict[str, SubscriptionGroupConfig]]:
+    addrs = [r.addr for r in await brokers(admin, cluster) if r.broker_id == 0]
+    tables = await asyncio.gather(*(admin.group_configs(addr) for addr in addrs))
+    return dict(zip(addrs, tables, strict=True))
+
+
+async def upsert(
+    admin: Admin, spec: GroupSpec, *, cluster: str | None, broker: str | None, mode: str, soft: bool = False
+) -> dict[str, Any]:
+    """Create ('create'), change ('update') or make equal ('apply') a subscription group on its masters."""
+    addrs = await target_masters(admin, cluster, broker)
+    tables = await asyncio.gather(*(admin.group_configs(addr) for addr in addrs))
+    existing = {addr: table.get(spec.name) for addr, table in zip(addrs, tables, strict=True)}
+    exists = any(existing.values())
+    if mode == "create" and exists:
+        if soft:
+            return {"group": spec.name, "action": "exists", "brokers": []}
+        raise ConflictError(f"group {spec.name!r} already exists", hint="use 'mqctl group update' or --if-not-exists")
+    if mode == "update" and not exists:
+        if soft:
+            return {"group": spec.name, "action": "missing", "brokers": []}
+        raise NotFoundError(f"group {spec.name!r} not found", hint="use 'mqctl group create' or --if-exists")
+    changes = []
+    for addr in addrs:
+        old = existing[addr]
+        new = spec.apply_to(old)
+        diff = {
+            f.name: [getattr(old, f.name) if old else None, getattr(new, f.name)]
+            for f in dataclasses.fields(new)
+            if old is None or getattr(old, f.name) != getattr(new, f.name)
+        }
+        if diff:
+            await admin.create_group(addr, new)
+        changes.append({"broker": addr, "action": "unchanged" if not diff else ("created" if old is None else "updated"),
+                        "changes": diff})
+    return {"group": spec.name, "action": mode, "brokers": changes}
+
+
+async def delete(admin: Admin, group: str, *, cluster: str | None, remove_offsets: bool) -> dict[str, Any]:
+    holders = [addr for addr, table in (await _configs(admin, cluster)).items() if group in table]
+    if not holders:
+        raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
+    for addr in holders:
+        await admin.delete_group(addr, group, remove_offsets=remove_offsets)
+    return {"group": group, "action": "deleted", "offsets_removed": remove_offsets, "brokers": holders}
+
+
+async def list_groups(admin: Admin, *, cluster: str | None, system: bool) -> list[dict[str, Any]]:
+    """Every subscription group on the masters, with the brokers that know it."""
+    seen: dict[str, list[str]] = {}
+    for addr, table in (await _configs(admin, cluster)).items():
+        for name in table:
+            seen.setdefault(name, []).append(addr)
+    return [
+        {"group": name, "brokers": sorted(addrs)}
+        for name, addrs in sorted(seen.items())
+        if system or name not in SYSTEM_GROUPS
+    ]
+
+
+def allocate_averagely(queues: list[MessageQueue], clients: list[str]) -> dict[MessageQueue, str]:
+    """RocketMQ's default AllocateMessageQueueAveragely, seen from every client at once.
+
+    Clients sort both lists and take contiguous slices; the first ``len % n`` clients get one more.
+    """
+    queues, clients = sorted(queues), sorted(clients)
+    owners: dict[MessageQueue, str] = {}
+    if not clients:
+        return owners
+    count = len(clients)
+    for index, client in enumerate(clients):
+        mod = len(queues) % count
+        if len(queues) <= count:
+            size = 1
+        elif mod > 0 and index < mod:
+            size = len(queues) // count + 1
+        else:
+            size = len(queues) // count
+        start = index * size if mod > 0 and index < mod else index * size + mod
+        for i in range(min(size, len(queues) - start)):
+            owners[queues[(start + i) % len(queues)]] = client
+    return owners
+
+
+async def connections(admin: Admin, group: str) -> dict[str, Any]:
+    """Online clients of a group over all masters, and their subscriptions."""
+    rows: dict[str, dict[str, Any]] = {}
+    subscriptions: dict[str, str] = {}
+    details: dict[str, Any] = {}
+    for row in [r for r in await brokers(admin) if r.broker_id == 0]:
+        found = await admin.consumer_connections(row.addr, group)
+        if found is None:
+            continue
+        details = {"consume_type": found.consume_type, "message_model": found.message_model,
+                   "consume_from_where": found.consume_from_where}
+        for conn in found.connection_set:
+            rows[conn.client_id] = {"client_id": conn.client_id, "addr": conn.client_addr,
+                                    "language": conn.language, "version": conn.version}
+        for topic, sub in found.subscription_table.items():
+            subscriptions[topic] = sub.sub_string
+    return {"group": group, **details, "clients": sorted(rows.values(), key=lambda r: r["client_id"]),
+            "subscriptions": subscriptions}
+
+
+async def progress(admin: Admin, group: str, *, topic: str | None, lag_over: int | None) -> list[QueueProgress]:
+    """Per queue: broker offset, committed offset, lag and the owning client.
+
+    The owner is computed with RocketMQ's default allocation (averagely, per topic, over the
+    sorted client ids), which is what Java and Node clients use unless configured otherwise.
+    """
+    masters = [r.addr for r in await brokers(admin) if r.broker_id == 0]
+    clients: set[str] = set()
+    offsets = {}
+    for addr in masters:
+        found = await admin.consumer_connections(addr, group)
+        if found is not None:
+            clients.update(c.client_id for c in found.connection_set)
+        offsets.update((await admin.consume_stats(addr, group, topic)).offset_table)
+    if not offsets and not clients:
+        raise NotFoundError(f"group {group!r} has no offsets and no online consumer")
+    owners: dict[MessageQueue, str] = {}
+    for name in {mq.topic for mq in offsets}:
+        owners.update(allocate_averagely([mq for mq in offsets if mq.topic == name], sorted(clients)))
+    rows = [
+        QueueProgress(
+            topic=mq.topic,
+            broker_name=mq.broker_name,
+            queue_id=mq.queue_id,
+            broker_offset=wrapper.broker_offset,
+            consumer_offset=wrapper.consumer_offset,
+            lag=max(wrapper.broker_offset - wrapper.consumer_offset, 0),
+            last_consumed_store_time=wrapper.last_timestamp,
+            client=owners.get(mq),
+        )
+        for mq, wrapper in sorted(offsets.items())
+    ]
+    return [r for r in rows if lag_over is None or r.lag > lag_over]
+
+
+async def show(admin: Admin, group: str) -> dict[str, Any]:
+    """Config (from the first master that has it), online clients and lag totals."""
+    configs = [table[group] for table in (await _configs(admin, None)).values() if group in table]
+    if not configs:
+        raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
+    online = await connections(admin, group)
+    try:
+        queues = await progress(admin, group, topic=None, lag_over=None)
+    except NotFoundError:
+        queues = []
+    return {
+        **dataclasses.asdict(configs[0]),
+        "brokers": len(configs),
+        "online_clients": len(online["clients"]),
+        "topics": sorted({q.topic for q in queues}),
+        "total_lag": sum(q.lag for q in queues),
+    }

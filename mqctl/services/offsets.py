@@ -1,0 +1,149 @@
+"""Consumer offsets: show them, and reset them with a plan first (kafka-consumer-groups style).
+
+A reset computes, per queue, current -> new and changes nothing until executed. Executing writes
+the offsets with UPDATE_CONSUMER_OFFSET when the group has no online consumer (mqadmin's fallback,
+which works on any 4.x broker); with online consumers only time-based resets are possible, through
+INVOKE_BROKER_TO_RESET_OFFSET, since running clients would overwrite other offsets.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from mqctl.admin.client import Admin
+from mqctl.errors import ConflictError, NotFoundError, UsageError
+from mqctl.services.topics import masters_of_topic
+
+
+@dataclass(frozen=True)
+class ResetTarget:
+    """Exactly one way of choosing the new offsets."""
+
+    kind: str  # earliest | latest | time | offset | shift | file
+    value: int = 0
+    plan_file: Path | None = None
+
+    @property
+    def time_based(self) -> int | None:
+        """The timestamp the broker can apply itself, or None when the plan is per queue."""
+        return {"earliest": 0, "latest": -1}.get(self.kind, self.value if self.kind == "time" else None)
+
+
+@dataclass
+class PlanRow:
+    topic: str
+    broker_name: str
+    broker_addr: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    current: int | None
+    new: int
+
+    @property
+    def change(self) -> int:
+        return self.new - (self.current or 0)
+
+
+async def show(admin: Admin, group: str, topic: str) -> list[dict[str, Any]]:
+    rows = await _queues(admin, group, topic)
+    return [
+        {"topic": r.topic, "broker_name": r.broker_name, "queue_id": r.queue_id, "min_offset": r.min_offset,
+         "max_offset": r.max_offset, "committed": r.current, "lag": None if r.current is None else r.max_offset - r.current}
+        for r in rows
+    ]
+
+
+async def _queues(admin: Admin, group: str, topic: str) -> list[PlanRow]:
+    rows = []
+    for name, addr in sorted((await masters_of_topic(admin, topic)).items()):
+        stats = await admin.topic_stats(addr, topic)
+        for mq, off in sorted(stats.offset_table.items()):
+            current = await admin.consumer_offset(addr, group, topic, mq.queue_id)
+            rows.append(PlanRow(topic, name, addr, mq.queue_id, off.min_offset, off.max_offset, current, current or 0))
+    return rows
+
+
+def _clamp(value: int, row: PlanRow) -> int:
+    return max(row.min_offset, min(value, row.max_offset))
+
+
+async def plan(admin: Admin, group: str, topic: str, target: ResetTarget) -> list[PlanRow]:
+    """Per queue: where the group is, and where the reset would put it (clamped to what is stored)."""
+    rows = await _queues(admin, group, topic)
+    from_file = _read_plan(target.plan_file, topic) if target.kind == "file" and target.plan_file else {}
+    for row in rows:
+        if target.kind == "earliest":
+            row.new = row.min_offset
+        elif target.kind == "latest":
+            row.new = row.max_offset
+        elif target.kind == "time":
+            row.new = await admin.search_offset(row.broker_addr, topic, row.queue_id, target.value)
+        elif target.kind == "offset":
+            row.new = _clamp(target.value, row)
+        elif target.kind == "shift":
+            row.new = _clamp((row.current or 0) + target.value, row)
+        elif target.kind == "file":
+            row.new = _clamp(from_file.get((row.broker_name, row.queue_id), row.current or 0), row)
+    return rows
+
+
+def _read_plan(path: Path, topic: str) -> dict[tuple[str, int], int]:
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8"))
+        return {(r["broker_name"], int(r["queue_id"])): int(r["new"]) for r in rows if r["topic"] == topic}
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"cannot use plan file {path}: {exc}") from None
+
+
+def export(rows: list[PlanRow], path: Path) -> None:
+    """Save a plan in the form --from-file reads back."""
+    path.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n", encoding="utf-8")
+
+
+async def execute(admin: Admin, group: str, topic: str, target: ResetTarget, rows: list[PlanRow]) -> str:
+    """Apply a plan; returns how it was applied."""
+    online = False
+    for addr in {r.broker_addr for r in rows}:
+        found = await admin.consumer_connections(addr, group)
+        online = online or bool(found and found.connection_set)
+    if online:
+        timestamp = target.time_based
+        if timestamp is None:
+            raise ConflictError(
+                f"group {group!r} has online consumers; they would overwrite per-queue offsets",
+                hint="stop them first, or reset with --to-earliest/--to-latest/--to-time",
+            )
+        for addr in {r.broker_addr for r in rows}:
+            await admin.reset_offset_by_time(addr, topic, group, timestamp)
+        return "broker reset (online consumers notified)"
+    for row in rows:
+        if row.new != row.current:
+            await admin.commit_offset(row.broker_addr, group, topic, row.queue_id, row.new)
+    return "offsets committed (no consumer online)"
+
+
+async def reset(
+    admin: Admin, group: str, topic: str, target: ResetTarget, *, execute_plan: bool, export_to: Path | None
+) -> dict[str, Any]:
+    rows = await plan(admin, group, topic, target)
+    if not rows:
+        raise NotFoundError(f"topic {topic!r} has no queues")
+    if export_to is not None:
+        export(rows, export_to)
+    applied = await execute(admin, group, topic, target, rows) if execute_plan else None
+    return {
+        "group": group,
+        "topic": topic,
+        "executed": execute_plan,
+        "applied": applied or "plan only: add --execute to apply",
+        "queues": [
+            {"broker_name": r.broker_name, "queue_id": r.queue_id, "current": r.current, "new": r.new, "change": r.change}
+            for r in rows
+        ],
+    }
+
+
