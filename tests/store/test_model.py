@@ -5,6 +5,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -23,6 +24,7 @@ put_op = st.tuples(
 ops = st.lists(st.one_of(put_op, st.just(("restart",)), st.just(("crash",))), min_size=1, max_size=40)
 
 
+@pytest.mark.slow
 @settings(max_examples=25, deadline=None)
 @given(ops)
 def test_random_puts_restarts_and_crashes_match_the_model(operations: list[tuple]) -> None:  # type: ignore[type-arg]
