@@ -104,6 +104,8 @@ class SelectedMessage:
 
 @dataclass(slots=True)
 class GetResult:
+    """A pull: the messages found, where the next pull starts and the queue's offset range."""
+
     status: GetMessageStatus
     messages: list[SelectedMessage] = field(default_factory=list)
     next_begin_offset: int = 0
@@ -117,6 +119,8 @@ class GetResult:
 
 @dataclass(slots=True)
 class QueryResult:
+    """Messages found by key, oldest first, plus the newest index file's end time and offset."""
+
     messages: list[SelectedMessage]
     index_last_update_timestamp: int
     index_last_update_phy_offset: int
