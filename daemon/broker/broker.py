@@ -121,6 +121,7 @@ class Broker:
 
             self.metrics_port, self._metrics_stop = start_metrics_server(self, self.config.metrics_port)
         self._started = True
+        await self.register_all()  # at start, like Java; then every registerNameServerPeriod
         log.info(
             "broker %s (cluster %s) serving at %s, store %s",
             self.config.broker_name,
@@ -321,11 +322,11 @@ class Broker:
     async def _registration_loop(self) -> None:
         period = min(max(self.config.register_name_server_period, 10_000), 60_000) / 1000
         while True:
+            await asyncio.sleep(period)
             try:
                 await self.register_all()
             except Exception:
                 log.exception("name server registration failed")
-            await asyncio.sleep(period)
 
     async def _unregister_all(self) -> None:
         c = self.config

@@ -55,6 +55,7 @@ def start(
     from daemon.config import to_properties
     from daemon.lifecycle import daemonize, running_pid
     from mqctl.errors import ConflictError, MqctlError
+    from mqctl.output import stderr_console
 
     cfg = load(
         config,
@@ -79,7 +80,7 @@ def start(
         if isinstance(outcome, str):  # the original process: report what the daemon said
             if outcome.startswith("error"):
                 raise MqctlError(outcome.removeprefix("error: "))
-            typer.echo(outcome)
+            stderr_console().print(outcome)
             return
         handle = outcome
     _serve(cfg, handle)
@@ -135,19 +136,20 @@ def stop(
 
 @app.command("status")
 def status(config: ConfigOpt = None, store: StoreOpt = None, output: OutputOpt = "table") -> None:
-    """Whether a broker runs on a store; its address, version, TPS and offsets when it does."""
+    """Whether a broker runs on a store; its address, version, TPS and offsets when it does (exit 3 when stopped)."""
     from daemon.lifecycle import running_pid
-    from mqctl.errors import NotFoundError
     from mqctl.output import render
 
     cfg = load(config, {"store_path_root_dir": str(store) if store else None})
     pid = running_pid(Path(cfg.store_path_root_dir) / PID_FILE)
-    if pid is None:
-        raise NotFoundError(f"no broker is running on {cfg.store_path_root_dir}")
-    addr = f"127.0.0.1:{cfg.listen_port}" if cfg.listen_host in ("0.0.0.0", "") else f"{cfg.listen_host}:{cfg.listen_port}"
-    result: dict[str, Any] = {"pid": pid, "address": cfg.broker_addr, "store": cfg.store_path_root_dir}
-    result.update(_probe(addr))
+    result: dict[str, Any] = {"state": "stopped", "store": cfg.store_path_root_dir}
+    if pid is not None:
+        local = cfg.listen_host if cfg.listen_host not in ("0.0.0.0", "") else "127.0.0.1"
+        result.update(state="running", pid=pid, address=cfg.broker_addr)
+        result.update(_probe(f"{local}:{cfg.listen_port}"))
     render(result, output)
+    if pid is None:
+        raise typer.Exit(3)
 
 
 def _probe(addr: str) -> dict[str, Any]:

@@ -3,25 +3,84 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from daemon.broker.broker import Broker
+    from daemon.namesrv.controller import NamesrvController
 
 app = typer.Typer(help="Run a local NameServer and Broker on embedded defaults (Ctrl-C stops both).")
 
 
+class LocalCluster:
+    """NameServer first, then the broker registered with it; stopped in the reverse order."""
+
+    def __init__(self, namesrv: NamesrvController, broker: Broker) -> None:
+        self.namesrv = namesrv
+        self.broker = broker
+
+    async def start(self) -> None:
+        await self.namesrv.start()
+        self.broker.config.namesrv_addr = f"127.0.0.1:{self.namesrv.port}"
+        try:
+            await self.broker.start()
+        except BaseException:
+            await self.namesrv.stop()
+            raise
+
+    async def stop(self) -> None:
+        try:
+            await self.broker.stop()  # unregisters from the NameServer first
+        finally:
+            await self.namesrv.stop()
+
+
 @app.callback(invoke_without_command=True)
 def up(
-    data: Annotated[Path | None, typer.Option("--data", help="Data dir (default: the user data dir).")] = None,
+    data: Annotated[
+        Path | None, typer.Option("--data", help="Data dir: <DIR>/store and <DIR>/namesrv (default: the user data dir).")
+    ] = None,
+    namesrv_port: Annotated[int, typer.Option("--namesrv-port", help="NameServer port.")] = 9876,
+    broker_port: Annotated[int, typer.Option("--broker-port", help="Broker port.")] = 10911,
+    metrics_port: Annotated[int, typer.Option("--metrics-port", help="Broker /metrics and /healthz port.")] = 5557,
+    no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Do not serve /metrics and /healthz.")] = False,
 ) -> None:
-    """Run a local NameServer and Broker in the foreground until Ctrl-C."""
-    import signal
+    """Run a local NameServer and Broker (cluster DefaultCluster, broker-a) until Ctrl-C."""
+    import logging
 
+    from daemon.broker.broker import Broker
+    from daemon.broker.config import BrokerConfig
+    from daemon.lifecycle import serve
+    from daemon.namesrv.config import NamesrvConfig
+    from daemon.namesrv.controller import NamesrvController
+    from daemon.remoting.loop import run
     from mqctl.config import data_dir
     from mqctl.output import stderr_console
 
     root = data or data_dir()
-    console = stderr_console()
-    console.print(f"would start: NameServer 127.0.0.1:9876 and Broker 127.0.0.1:10911, data in {root}")
-    console.print("the daemons are not built yet; waiting for Ctrl-C")
-    signal.sigwait({signal.SIGINT, signal.SIGTERM})
+    root_logger = logging.getLogger()
+    if root_logger.level > logging.INFO:
+        root_logger.setLevel(logging.INFO)
+    namesrv = NamesrvController(NamesrvConfig(listen_port=namesrv_port, data_dir=root / "namesrv"))
+    broker = Broker(
+        BrokerConfig(
+            broker_name="broker-a",
+            broker_ip1="127.0.0.1",
+            listen_port=broker_port,
+            store_path_root_dir=str(root / "store"),
+            metrics_enable=not no_metrics,
+            metrics_port=metrics_port,
+        )
+    )
+    cluster = LocalCluster(namesrv, broker)
+
+    def started() -> None:
+        metrics = f", metrics http://127.0.0.1:{broker.metrics_port}/metrics" if broker.metrics_port else ""
+        stderr_console().print(
+            f"ready: NameServer 127.0.0.1:{namesrv.port}, broker {broker.addr}{metrics}; data in {root}. "
+            "Ctrl-C stops both."
+        )
+
+    run(serve(cluster, on_started=started))

@@ -48,13 +48,14 @@ def test_print_config_reads_rocketmq_keys(cli: RunCli, broker_conf: Path) -> Non
 def test_daemon_start_status_stop(cli: RunCli, broker_conf: Path) -> None:
     started = cli("broker", "start", "-c", str(broker_conf), "--daemon")
     assert started.code == 0, started.stderr
-    assert "broker started in the background" in started.stdout
+    assert "broker started in the background" in started.stderr
     try:
         again = cli("broker", "start", "-c", str(broker_conf), "--daemon")
         assert again.code == 4 and "already running" in again.stderr
         status = cli("broker", "status", "-c", str(broker_conf), "-o", "json")
         assert status.code == 0, status.stderr
-        assert status.json()["reachable"] is True and status.json()["version"] == "V4_9_8"
+        assert status.json()["state"] == "running" and status.json()["reachable"] is True
+        assert status.json()["version"] == "V4_9_8"
     finally:
         stopped = cli("broker", "stop", "-c", str(broker_conf))
     assert stopped.code == 0 and "stopped broker" in stopped.stderr

@@ -1,0 +1,46 @@
+"""`mqctl up`: NameServer + broker in one foreground process; the broker registers; Ctrl-C stops both."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from daemon.remoting.bodies import TopicRouteData
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from tests.broker.test_broker_cli import free_port
+from tests.conftest import ROOT
+
+
+@pytest.mark.slow
+async def test_up_serves_registered_broker_and_stops_on_sigint(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    ports = [free_port() for _ in range(3)]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqctl", "up", "--data", str(tmp_path / "data"), "--namesrv-port", str(ports[0]),
+         "--broker-port", str(ports[1]), "--metrics-port", str(ports[2])],
+        cwd=ROOT, env=cli_env, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = ""
+        while "ready:" not in line:
+            line = await asyncio.to_thread(proc.stderr.readline)
+            assert line, "mqctl up exited before it was ready"
+        async with RemotingClient() as client:
+            request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})
+            response = await client.invoke(f"127.0.0.1:{ports[0]}", request)
+        assert response.code == ResponseCode.SUCCESS
+        route = TopicRouteData.loads(response.body)
+        assert route.broker_datas[0].broker_addrs[0] == f"127.0.0.1:{ports[1]}"
+    finally:
+        os.kill(proc.pid, signal.SIGINT)
+        code = await asyncio.to_thread(proc.wait, 30)
+    assert code == 0
+    assert not (tmp_path / "data" / "store" / "abort").exists()  # clean shutdown
