@@ -8,6 +8,7 @@ units and the index a dict of ``topic#key`` → offsets. Nothing is flushed, not
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections.abc import Container
 
@@ -148,6 +149,7 @@ class InMemoryMessageStore:
     def _read(self, phys: int, size: int) -> tuple[memoryview, str] | None:
         if phys < 0 or phys + size > len(self._log):
             return None
+        # a copy: a view into the bytearray would stop it from growing while a reader holds it
         return memoryview(bytes(self._log[phys : phys + size])), _MEMORY
 
     def get_messages(
@@ -169,7 +171,7 @@ class InMemoryMessageStore:
             return res
         select_units(
             res,
-            queue[offset:],
+            itertools.islice(queue, offset, None),
             offset,
             max_count,
             tag_filter,
