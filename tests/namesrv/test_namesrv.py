@@ -372,3 +372,19 @@ async def test_byte_for_byte_golden_route_exchanges(namesrv: Namesrv) -> None:
         "000000630000005f",
         '{"code":0,"flag":1,"language":"JAVA","opaque":8,"serializeTypeCurrentRPC":"JSON","version":409}',
     )
+
+
+async def test_large_registration_while_lookups_continue(namesrv: Namesrv) -> None:
+    await namesrv.register({"Hot": 4})
+    big = {f"Topic{i:05d}": 8 for i in range(4000)}  # > LARGE_BODY: decoded off the event loop
+    async with RemotingClient() as broker_side:
+        registration = asyncio.ensure_future(
+            namesrv.register(big, broker_name="broker-b", broker_addr="127.0.0.2:10911", client=broker_side)
+        )
+        lookups = [
+            await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Hot"}) for _ in range(20)
+        ]
+        assert (await registration).code == 0
+        assert {r.code for r in lookups} == {0}
+        route = await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Topic03999"})
+        assert TopicRouteData.loads(route.body).queue_datas[0].broker_name == "broker-b"
