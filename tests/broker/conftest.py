@@ -17,11 +17,13 @@ from daemon.broker.bodies import ConsumerData, HeartbeatData, SubscriptionData
 from daemon.broker.broker import Broker
 from daemon.broker.config import BrokerConfig
 from daemon.broker.headers import PullMessageRequestHeader, SendMessageRequestHeaderV2
+from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
-from store.record import decode_record, encode_properties
 from store.message import StoredMessage
+from store.record import decode_record, encode_properties
+from tests.namesrv.conftest import namesrv_config
 
 
 def broker_config(root: Path, **overrides: Any) -> BrokerConfig:
@@ -114,3 +116,43 @@ async def broker(tmp_path: Path) -> AsyncIterator[BrokerHandle]:
     finally:
         await client.close()
         await b.stop()
+
+
+@dataclass
+class ClusterHandle(BrokerHandle):
+    """A real NameServer with a real broker registered to it."""
+
+    namesrv: NamesrvController
+
+    @property
+    def namesrv_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv.port}"
+
+
+async def start_cluster(tmp_path: Path, **broker_overrides: Any) -> ClusterHandle:
+    """NameServer and broker on free loopback ports; stop with `stop_cluster`."""
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    try:
+        broker = await start_broker(tmp_path / "store", namesrv_addr=f"127.0.0.1:{namesrv.port}", **broker_overrides)
+    except BaseException:
+        await namesrv.stop()
+        raise
+    return ClusterHandle(broker, RemotingClient(), namesrv)
+
+
+async def stop_cluster(cluster: ClusterHandle) -> None:
+    await cluster.client.close()
+    try:
+        await cluster.broker.stop()
+    finally:
+        await cluster.namesrv.stop()
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[ClusterHandle]:
+    handle = await start_cluster(tmp_path)
+    try:
+        yield handle
+    finally:
+        await stop_cluster(handle)

@@ -1,0 +1,57 @@
+"""Registration with a real NameServer: at start, on topic changes, retry topics, unregister at stop."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from daemon.broker.headers import CreateTopicRequestHeader
+from daemon.remoting.bodies import ClusterInfo, TopicRouteData
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
+
+
+async def route(cluster: ClusterHandle, topic: str) -> RemotingCommand:
+    request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+    return await cluster.client.invoke(cluster.namesrv_addr, request)
+
+
+async def test_start_registers_system_topics(cluster: ClusterHandle) -> None:
+    r = await route(cluster, "TBW102")
+    assert r.code == ResponseCode.SUCCESS
+    data = TopicRouteData.loads(r.body)
+    assert data.broker_datas[0].broker_addrs[0] == cluster.addr
+    assert data.queue_datas[0].perm == 7 and data.queue_datas[0].write_queue_nums == 8
+
+
+async def test_created_topic_has_a_route_when_the_request_returns(cluster: ClusterHandle) -> None:
+    header = CreateTopicRequestHeader("Routed", "TBW102", 3, 3, 6, "SINGLE_TAG").to_ext_fields()
+    assert (await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header)).code == ResponseCode.SUCCESS
+    data = TopicRouteData.loads((await route(cluster, "Routed")).body)
+    assert data.queue_datas[0].read_queue_nums == 3
+
+
+async def test_heartbeat_gives_the_retry_topic_a_route(cluster: ClusterHandle) -> None:
+    await cluster.heartbeat("c1", "RouteG", ["T"])
+    await cluster.broker.register_all()  # the heartbeat scheduled one; make sure it has happened
+    assert (await route(cluster, "%RETRY%RouteG")).code == ResponseCode.SUCCESS
+
+
+async def test_auto_created_topic_is_registered(cluster: ClusterHandle) -> None:
+    assert (await cluster.send("Fresh", b"x")).code == ResponseCode.SUCCESS
+    await cluster.broker.register_all()
+    assert (await route(cluster, "Fresh")).code == ResponseCode.SUCCESS
+
+
+async def test_stop_unregisters(tmp_path: Path) -> None:
+    handle = await start_cluster(tmp_path)
+    try:
+        request = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+        before = ClusterInfo.loads((await handle.client.invoke(handle.namesrv_addr, request)).body)
+        assert "broker-a" in before.broker_addr_table
+        await handle.broker.stop()
+        request = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+        after = ClusterInfo.loads((await handle.client.invoke(handle.namesrv_addr, request)).body)
+        assert "broker-a" not in after.broker_addr_table
+    finally:
+        await stop_cluster(handle)
