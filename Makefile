@@ -13,10 +13,16 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[spark,dev]'
 	touch $(STAMP)
 
+# The real third-party clients (C++ via PyPI rocketmq==0.4.4, Node ali-ons) that tests/interop drives.
+INTEROP_STAMP := .venv-interop/.installed
+$(INTEROP_STAMP): scripts/install-interop-clients.sh tests/interop/package.json
+	bash scripts/install-interop-clients.sh
+	mkdir -p .venv-interop && touch $(INTEROP_STAMP)
+
 run: $(STAMP)
 	$(BIN)/mqctl up
 
-test: $(STAMP)
+test: $(STAMP) $(INTEROP_STAMP)
 	$(BIN)/python -m pytest
 
 lint: $(STAMP)
