@@ -4,7 +4,7 @@ Messages look like the Java producer's: ``TAGS`` and a ``UNIQ_KEY`` (indexed), a
 also one business key in ``KEYS`` (a second index entry). Each append writes the CommitLog record,
 its ConsumeQueue unit and the index entries before returning.
 
-    python benchmarks/bench_store_append.py [--count N] [--keys] [--body BYTES] [--dir PATH]
+    python benchmarks/bench_store_append.py [--count N] [--keys] [--batch N] [--sync THREADS] [--body BYTES]
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import argparse
 import os
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from store import DefaultMessageStore, Message, StoreConfig
 
@@ -48,16 +49,23 @@ def main() -> None:
         "--keys", action="store_true", help="also set one KEYS value (two index entries per message)"
     )
     ap.add_argument("--batch", type=int, default=1, help="messages per put (put_messages) for one queue")
+    ap.add_argument(
+        "--sync", type=int, default=0, metavar="THREADS", help="SYNC_FLUSH with this many putting threads"
+    )
     ap.add_argument("--dir", default=None, help="parent of the temporary store directory")
     args = ap.parse_args()
     msgs = make_messages(args.count, args.body, keys=args.keys, queues=1 if args.batch > 1 else 8)
     with tempfile.TemporaryDirectory(dir=args.dir) as root:
-        store = DefaultMessageStore(StoreConfig(store_path_root_dir=root))
+        flush = "SYNC_FLUSH" if args.sync else "ASYNC_FLUSH"
+        store = DefaultMessageStore(StoreConfig(store_path_root_dir=root, flush_disk_type=flush))
         store.open()
         store.start()
         t0 = time.perf_counter()
         cpu0 = time.thread_time()
-        if args.batch > 1:
+        if args.sync:
+            with ThreadPoolExecutor(args.sync) as pool:
+                assert all(r.ok for r in pool.map(store.put_message, msgs, chunksize=64))
+        elif args.batch > 1:
             put_batch = store.put_messages
             for i in range(0, len(msgs), args.batch):
                 put_batch(msgs[i : i + args.batch])
@@ -68,9 +76,17 @@ def main() -> None:
         cpu = time.thread_time() - cpu0
         elapsed = time.perf_counter() - t0
         assert sum(store.topic_queue_table().values()) == args.count
+        fsyncs = store.flush_count
         store.shutdown()
     kind = "UNIQ_KEY+KEYS" if args.keys else "UNIQ_KEY"
     how = f"batches of {args.batch}" if args.batch > 1 else "single puts"
+    if args.sync:
+        print(
+            f"append+dispatch ({kind} indexed, SYNC_FLUSH, {args.sync} threads): {args.count:,} x {args.body} B"
+            f" in {elapsed:.2f} s = {args.count / elapsed:,.0f} msgs/s; {fsyncs:,} group commits"
+            f" ({args.count / max(fsyncs, 1):.1f} puts per fsync)"
+        )
+        return
     print(
         f"append+dispatch ({kind} indexed, ASYNC_FLUSH, {how}): {args.count:,} x {args.body} B in {elapsed:.2f} s"
         f" = {args.count / elapsed:,.0f} msgs/s wall; writer thread CPU {cpu / args.count * 1e6:.2f} us/msg"
