@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import click
 import typer
 
+from mqctl.completion import complete_group, complete_topic
 from mqctl.output import FORMATS
 
 if TYPE_CHECKING:
@@ -32,8 +33,8 @@ ContextOpt = Annotated[
     typer.Option("--context", help="Use this saved context instead of the current one."),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
-TopicOpt = Annotated[str, typer.Option("--topic", "-t", help="Topic name.")]
-GroupOpt = Annotated[str, typer.Option("--group", "-g", help="Consumer group name.")]
+TopicOpt = Annotated[str, typer.Option("--topic", "-t", help="Topic name.", autocompletion=complete_topic)]
+GroupOpt = Annotated[str, typer.Option("--group", "-g", help="Consumer group name.", autocompletion=complete_group)]
 ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster name.")]
 BrokerAddrOpt = Annotated[str | None, typer.Option("--broker", "-b", help="Broker address HOST:PORT (beats --cluster).")]
 QueueOpt = Annotated[int | None, typer.Option("--queue", "-q", min=0, help="Queue id.")]

@@ -107,3 +107,24 @@ def test_unreachable_namesrv_is_a_connect_error(cli: RunCli) -> None:
     result = cli("topic", "list", "-n", "127.0.0.1:1")
     assert result.code == ConnectError.exit_code
     assert len(result.stderr.splitlines()) == 1
+
+
+def test_topic_names_complete_from_a_background_refreshed_cache(
+    mq: RunCli, daemons: LocalCluster, tmp_path: Path
+) -> None:
+    import time
+
+    assert mq("topic", "create", "-t", "Completion1", "--if-not-exists").code == 0
+    env = {
+        "MQCTL_CACHE_DIR": str(tmp_path / "cache"),
+        "_MQCTL_COMPLETE": "complete_bash",
+        "COMP_WORDS": "mqctl topic route -t Completio",
+        "COMP_CWORD": "4",
+    }
+    first = mq(env=env)
+    assert first.code == 0 and first.stdout.split() == []  # cold cache: answer at once, refresh behind
+    deadline = time.monotonic() + 20
+    while not list((tmp_path / "cache").glob("names-*.json")) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    second = mq(env=env)
+    assert second.stdout.split() == ["Completion1"]
