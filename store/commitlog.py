@@ -134,15 +134,16 @@ class CommitLog:
         file_size: int,
         *,
         max_message_size: int,
-        delay_levels_ms: list[int],
         read_only: bool = False,
+        prefault: bool = False,
     ) -> None:
+        """``prefault``: zero-fill pages ahead of the writer (see ``MappedFile.prepare``)."""
         self.files = MappedFileQueue(directory, file_size, read_only=read_only)
         self.file_size = file_size
         self.max_message_size = max_message_size
-        self.delay_levels_ms = delay_levels_ms
         self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.last_store_timestamp = 0
+        self.prefault = prefault
 
     def load(self) -> None:
         self.files.load()
@@ -164,7 +165,7 @@ class CommitLog:
                 mf.mm[pos : pos + 8] = encode_blank(remaining)
             mf.wrote_position = self.file_size
             mf = self.files.last_file_for_append(0)
-        if mf.wrote_position + size > mf.prepared_position:
+        if self.prefault and mf.wrote_position + size > mf.prepared_position:
             mf.prepare(mf.wrote_position + size)
         return mf
 

@@ -72,7 +72,7 @@ __all__ = [
 ]
 
 
-_WARM_AHEAD_BYTES = 16 * 1024 * 1024
+_WARM_AHEAD_BYTES = 8 * 1024 * 1024
 _LOCKED_ROOTS: set[str] = set()
 _LOCKED_ROOTS_GUARD = threading.Lock()
 
@@ -104,8 +104,10 @@ class DefaultMessageStore:
             config.commit_log_dir,
             config.mapped_file_size_commit_log,
             max_message_size=config.max_message_size,
-            delay_levels_ms=self._delay_ms,
             read_only=read_only,
+            # Pre-faulting saves the appender ~2 us/msg of page faults but the zero pages it dirties are
+            # written to disk too; worth it in ASYNC mode, not when every put waits for an fsync.
+            prefault=not config.sync_flush,
         )
         self.index = IndexService(
             config.index_dir, config.max_hash_slot_num, config.max_index_num, read_only=read_only
@@ -180,8 +182,11 @@ class DefaultMessageStore:
         self._threads = [
             threading.Thread(target=self._commit_log_flush_loop, name="store-flush-commitlog", daemon=True),
             threading.Thread(target=self._cq_flush_loop, name="store-flush-cq", daemon=True),
-            threading.Thread(target=self._warm_loop, name="store-warm-commitlog", daemon=True),
         ]
+        if self.commit_log.prefault:
+            self._threads.append(
+                threading.Thread(target=self._warm_loop, name="store-warm-commitlog", daemon=True)
+            )
         for t in self._threads:
             t.start()
 

@@ -17,7 +17,7 @@ from store.errors import StoreFormatError
 
 log = logging.getLogger(__name__)
 
-PREPARE_CHUNK = 4 * 1024 * 1024
+PREPARE_CHUNK = 2 * 1024 * 1024
 _ZEROS = bytes(PREPARE_CHUNK)
 
 
@@ -56,7 +56,7 @@ class MappedFile:
         self._prepare_lock = threading.Lock()
 
     def prepare(self, end: int) -> None:
-        """Put zeroed pages in the page cache up to ``end`` (4 MiB steps) before the writer touches them.
+        """Put zeroed pages in the page cache up to ``end`` (2 MiB steps) before the writer touches them.
 
         The first write to a page of a sparse shared mapping page-faults while holding the GIL, which
         costs microseconds per page; ``pwrite`` of zeros does the same allocation with the GIL
