@@ -13,6 +13,7 @@ import logging
 import os
 import shutil
 import sys
+import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,9 +33,30 @@ SPARK_CONF: dict[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.python.filterPushdown.enabled": "true",
-    "spark.log.level": "ERROR",
 }
 _EXTRA_MODULES = ("pyspark", "pyarrow", "numpy")
+# Spark's default log4j profile announces itself, and logs a WARN line on every start; mqctl's
+# stderr is for its own progress and errors. WARN is also the level the shell launcher wants, so
+# it does not announce a level change either.
+_LOG4J2 = """\
+rootLogger.level = warn
+logger.hadoop.name = org.apache.hadoop.util.NativeCodeLoader
+logger.hadoop.level = error
+rootLogger.appenderRef.stderr.ref = stderr
+appender.stderr.type = Console
+appender.stderr.name = stderr
+appender.stderr.target = SYSTEM_ERR
+appender.stderr.layout.type = PatternLayout
+appender.stderr.layout.pattern = spark: %p %c{1}: %m%n%ex
+"""
+
+
+def _log4j_config() -> Path:
+    """The log4j2 file handed to the driver JVM (written once per user into the temp directory)."""
+    path = Path(tempfile.gettempdir()) / f"mqctl-spark-log4j2-{os.getuid()}.properties"
+    if not path.exists() or path.read_text() != _LOG4J2:
+        path.write_text(_LOG4J2)
+    return path
 
 
 def check_prerequisites() -> None:
@@ -85,17 +107,19 @@ def spark_session(
     active = SparkSession.getActiveSession()
     if active is not None:
         for key, value in SPARK_CONF.items():
-            if not key.startswith("spark.ui.") and key != "spark.log.level":
+            if key.startswith("spark.sql."):  # the rest only applies when a JVM starts
                 active.conf.set(key, value)
         active.dataSource.register(CommitLogDataSource)
         yield active
         return
     builder = SparkSession.builder.appName(app_name).master(master or DEFAULT_MASTER)
-    for key, value in {
+    settings = {
         **SPARK_CONF,
         "spark.driver.host": os.environ["SPARK_LOCAL_IP"],
+        "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile={_log4j_config().as_uri()}",
         **(conf or {}),
-    }.items():
+    }
+    for key, value in settings.items():
         builder = builder.config(key, value)
     log.debug("starting Spark, master %s", master or DEFAULT_MASTER)
     spark = builder.getOrCreate()
