@@ -1,0 +1,101 @@
+"""ali-ons (npm, installed by scripts/install-interop-clients.sh) producing to and consuming from
+our real NameServer + broker: tags, keys, deflated bodies, retries through %RETRY%, committed offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from daemon.broker.bodies import ConsumeStats
+from daemon.broker.managers.topics import retry_topic
+from daemon.remoting.codes import RequestCode
+from store.engine import DefaultMessageStore
+from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
+
+pytestmark = [pytest.mark.interop, pytest.mark.slow]
+
+HERE = Path(__file__).resolve().parent
+SCRIPT = HERE / "ons_broker_roundtrip.js"
+TOPIC = "OnsTopic"
+GROUP = "CID_MQCTL_ONS"
+COUNT = 200
+#: Every level 1 s, so retried messages come back quickly (a broker.conf setting, like any other).
+FAST_DELAYS = " ".join(["1s"] * 18)
+
+
+def expected_body(i: int, count: int) -> bytes:
+    length = 10 + (i * (6144 - 10)) // max(1, count - 1)
+    return bytes((i * 31 + j) % 251 for j in range(length))
+
+
+async def node(*args: str, timeout: float = 240) -> dict[str, object]:
+    exe = shutil.which("node")
+    if exe is None or shutil.which("npm") is None:
+        pytest.skip("node/npm not installed: the ali-ons interop test needs them")
+    if not (HERE / "node_modules" / "ali-ons").is_dir():
+        pytest.fail("ali-ons not installed: run scripts/install-interop-clients.sh (make test does)")
+    proc = await asyncio.create_subprocess_exec(
+        exe, str(SCRIPT), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=HERE
+    )
+    out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    assert proc.returncode == 0, f"ali-ons script failed ({proc.returncode}): {err.decode()[-3000:]}"
+    return json.loads(out.decode().strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+async def cluster(tmp_path: Path) -> AsyncIterator[ClusterHandle]:
+    handle = await start_cluster(tmp_path, message_delay_level=FAST_DELAYS)
+    broker = handle.broker
+    broker.topics.create_system_like(TOPIC, 4, 6)
+    # ali-ons only learns a route at start and every 30 s: give %RETRY%<group> one before it starts
+    broker.topics.create_system_like(retry_topic(GROUP), 1, 6)
+    await broker.register_all()
+    try:
+        yield handle
+    finally:
+        await stop_cluster(handle)
+
+
+async def test_ali_ons_roundtrip_with_retries_and_committed_offsets(cluster: ClusterHandle, tmp_path: Path) -> None:
+    ns = cluster.namesrv_addr
+    sent = (await node("produce", ns, TOPIC, str(COUNT)))["sent"]
+    assert isinstance(sent, list) and len(sent) == COUNT
+    assert {s["status"] for s in sent} == {"SEND_OK"}
+
+    consumed = await node("consume", ns, TOPIC, GROUP, str(COUNT), "1", "7000", "120000")
+    received = consumed["received"]
+    assert isinstance(received, list)
+    assert consumed["failures"] == COUNT
+    by_key = {r["key"]: r for r in received}
+    assert len(received) == COUNT and len(by_key) == COUNT  # each exactly once after its retry
+    for i in range(COUNT):
+        r = by_key[f"key-{i}"]
+        body = expected_body(i, COUNT)
+        assert (r["len"], r["sha1"]) == (len(body), hashlib.sha1(body).hexdigest())
+        assert r["tags"] == f"Tag{i % 3}" and r["keys"] == f"key-{i} alt-{i}"
+        assert r["reconsumeTimes"] == 1
+
+    again = await node("consume", ns, TOPIC, GROUP, "0", "0", "8000", "0")
+    assert again["received"] == []
+
+    stats = await cluster.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": GROUP, "topic": TOPIC})
+    assert ConsumeStats.loads(stats.body).total_diff() == 0
+
+    # our own store tools read what the broker wrote, after a clean stop
+    await cluster.broker.stop()
+    with DefaultMessageStore(cluster.broker.config.store_config(), read_only=True) as store:
+        total = sum(store.get_max_offset(TOPIC, q) for q in range(4))
+        assert total == COUNT
+        got = store.get_messages("", TOPIC, int(sent[0]["queueId"]), int(sent[0]["queueOffset"]), 1)
+        assert got.messages, (sent[0], got)
+        first = got.messages[0].message
+        assert first.keys == ["key-0", "alt-0"] and first.body == expected_body(0, COUNT)
+        offsets = store.configs.consumer_offsets
+        assert sum(offsets.offsets_of(GROUP, TOPIC).values()) == COUNT
