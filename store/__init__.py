@@ -57,6 +57,12 @@ Reads (lock-free):
   ``flushed_phy_offset``, ``topic_queue_table()``, ``get_consume_queue(topic, qid)``.
 * ``dispatch()`` re-runs the CommitLog → ConsumeQueue/index reput (done automatically at start).
 
+Cleanup (spec §8, :mod:`store.cleanup`): a background thread deletes expired CommitLog files
+(``file_reserved_time`` hours after their mtime, during ``delete_when`` hours or above
+``disk_max_used_space_ratio``), forcibly above 85 % and refuses puts above 90 % (``disk_full``), then
+drops ConsumeQueue and index files below the new minimum. ``delete_expired_files_manually()``
+serves the admin ``DELETE_EXPIRED_COMMITLOG`` request.
+
 Config files: ``store.configs`` (:class:`ConfigFiles`) holds ``topics`` (:class:`TopicConfig`,
 ``dataVersion``), ``subscription_groups`` (:class:`SubscriptionGroupConfig`), ``consumer_offsets``
 (``commit_offset(group, topic, qid, offset)``, ``query_offset`` → -1 if none) and

@@ -42,10 +42,15 @@ class StoreConfig:
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     max_transfer_count_on_message_in_memory: int = 32
     message_delay_level: str = DEFAULT_DELAY_LEVELS
-    # Retention settings (spec §8) are carried for the broker's config file; cleanup is not run by this engine yet.
+    # Cleanup (spec §8). The two ratios are JVM system properties in 4.x and config keys in 5.x (percent).
     file_reserved_time: int = 72
     delete_when: str = "04"
     disk_max_used_space_ratio: int = 75
+    disk_space_warning_level_ratio: int = 90
+    disk_space_clean_forcibly_ratio: int = 85
+    clean_file_forcibly_enable: bool = True
+    clean_resource_interval: int = 10_000
+    delete_commit_log_files_interval: int = 100
 
     @property
     def commit_log_dir(self) -> str:

@@ -34,6 +34,7 @@ from store.api import (
     select_units,
 )
 from store.checkpoint import StoreCheckpoint
+from store.cleanup import Cleaner
 from store.clock import Clock, SystemClock
 from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanResult, apply_delay
 from store.config import StoreConfig
@@ -116,6 +117,15 @@ class DefaultMessageStore:
         self.checkpoint: StoreCheckpoint | None = None
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         self._put_lock = threading.Lock()
+        self._stop = threading.Event()
+        self.cleaner = Cleaner(
+            config,
+            self.commit_log,
+            lambda: list(self._cqs.values()),
+            self.index,
+            self._put_lock,
+            stop=self._stop,
+        )
         self.reput_from_offset = 0
         self._listeners: list[ArrivalListener] = []
         self._index_enabled = config.message_index_enable
@@ -127,7 +137,6 @@ class DefaultMessageStore:
         self._lock_fd: int | None = None
         self._opened = False
         self._running = False
-        self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
         self._gc_cond = threading.Condition()
         self._gc_pending = False
@@ -182,6 +191,7 @@ class DefaultMessageStore:
         self._threads = [
             threading.Thread(target=self._commit_log_flush_loop, name="store-flush-commitlog", daemon=True),
             threading.Thread(target=self._cq_flush_loop, name="store-flush-cq", daemon=True),
+            threading.Thread(target=self._clean_loop, name="store-clean", daemon=True),
         ]
         if self.commit_log.prefault:
             self._threads.append(
@@ -422,7 +432,7 @@ class DefaultMessageStore:
         return self._put(batch, first.wait_store_msg_ok)
 
     def _put(self, msgs: list[Message], wait: bool) -> PutResult:
-        if not self._running:
+        if not self._running or self.cleaner.disk_full:
             return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         with self._put_lock:
             if not self._caught_up:  # every put dispatches its own records, so this runs once after start
@@ -516,6 +526,22 @@ class DefaultMessageStore:
                     self._flushed_offset = max(self._flushed_offset, target)
                     self.flush_count += 1
                     self._gc_cond.notify_all()
+
+    def _clean_loop(self) -> None:
+        while not self._stop.wait(self.config.clean_resource_interval / 1000):
+            try:
+                self.cleaner.run_once(self.clock.now_ms())
+            except (OSError, ValueError):
+                log.exception("file cleanup failed")
+
+    def delete_expired_files_manually(self) -> None:
+        """The admin ``DELETE_EXPIRED_COMMITLOG`` request: expired files go at the next runs (§8.7)."""
+        self.cleaner.request_manual_delete()
+
+    @property
+    def disk_full(self) -> bool:
+        """Usage above the warning watermark: puts are refused until cleanup frees space (§8.3)."""
+        return self.cleaner.disk_full
 
     def _warm_loop(self) -> None:
         """Keep zeroed page-cache pages ahead of the CommitLog writer (see ``MappedFile.prepare``)."""
