@@ -118,7 +118,14 @@ async def send(
     props.setdefault(PROPERTY_UNIQ_KEY, new_uniq_key())
     props.setdefault("WAIT", "true")
     header = SendMessageRequestHeaderV2(
-        group, topic, DEFAULT_TOPIC, default_queue_nums, queue_id, 0, int(time.time() * 1000), 0,
+        group,
+        topic,
+        DEFAULT_TOPIC,
+        default_queue_nums,
+        queue_id,
+        0,
+        int(time.time() * 1000),
+        0,
         encode_properties(props).decode("utf-8"),
     )
     stored = (
@@ -264,7 +271,10 @@ async def consumer_offset(admin: Admin, addr: str, group: str, topic: str, queue
     """QUERY_CONSUMER_OFFSET (14): the group's committed offset, ``None`` when it never committed."""
     header = QueryConsumerOffsetRequestHeader(group, topic, queue_id)
     response = await admin.call(
-        addr, RequestCode.QUERY_CONSUMER_OFFSET, header, expect=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)
+        addr,
+        RequestCode.QUERY_CONSUMER_OFFSET,
+        header,
+        expect=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
     )
     if response.code == ResponseCode.QUERY_NOT_FOUND:
         return None

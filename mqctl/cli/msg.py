@@ -47,23 +47,35 @@ def _body(text: str | None, file: str | None) -> bytes:
     if text is not None and file is not None:
         raise UsageError("give the body as an argument or with --file, not both")
     if text is not None:
-        return text.encode("utf-8")
-    if file == "-" or (file is None and not sys.stdin.isatty()):
-        return sys.stdin.buffer.read()
-    if file is None:
+        data = text.encode("utf-8")
+    elif file == "-" or (file is None and not sys.stdin.isatty()):
+        data = sys.stdin.buffer.read()
+    elif file is None:
         raise UsageError("no body: pass it as an argument, with --file PATH, or on stdin")
-    return Path(file).read_bytes()
+    else:
+        data = Path(file).read_bytes()
+    if not data:
+        raise UsageError("the message body is empty")
+    return data
 
 
 @app.command("send")
 def send(
     topic: TopicOpt,
-    body: Annotated[str | None, typer.Argument(help="Message body (or use --file, or pipe it on stdin).")] = None,
-    file: Annotated[str | None, typer.Option("--file", "-f", help="Read the body from this file ('-': stdin).")] = None,
+    body: Annotated[
+        str | None, typer.Argument(help="Message body (or use --file, or pipe it on stdin).")
+    ] = None,
+    file: Annotated[
+        str | None, typer.Option("--file", "-f", help="Read the body from this file ('-': stdin).")
+    ] = None,
     tag: Annotated[str | None, typer.Option("--tag", help="Message tag (TAGS).")] = None,
     keys: Annotated[list[str] | None, typer.Option("--key", "-k", help="Message key (repeatable).")] = None,
-    prop: Annotated[list[str] | None, typer.Option("--property", help="User property NAME=VALUE (repeatable).")] = None,
-    delay_level: Annotated[int, typer.Option("--delay-level", min=0, max=18, help="Delay level 1-18 (0: none).")] = 0,
+    prop: Annotated[
+        list[str] | None, typer.Option("--property", help="User property NAME=VALUE (repeatable).")
+    ] = None,
+    delay_level: Annotated[
+        int, typer.Option("--delay-level", min=0, max=18, help="Delay level 1-18 (0: none).")
+    ] = 0,
     queue: QueueOpt = None,
     broker: BrokerAddrOpt = None,
     namesrv: NamesrvOpt = None,
@@ -74,7 +86,9 @@ def send(
     from mqctl.services.messages import message_properties, send_message
 
     payload = _body(body, file)
-    props = message_properties(tags=tag, keys=keys or [], properties=_properties(prop or []), delay_level=delay_level)
+    props = message_properties(
+        tags=tag, keys=keys or [], properties=_properties(prop or []), delay_level=delay_level
+    )
     online(
         lambda admin: send_message(admin, topic, payload, properties=props, broker=broker, queue=queue),
         namesrv=namesrv,
@@ -87,11 +101,17 @@ def send(
 def query(
     topic: OptionalTopicOpt = None,
     key: KeyOpt = None,
-    msg_id: Annotated[str | None, typer.Option("--id", help="Offset message id (finds its broker by itself).")] = None,
-    unique_key: Annotated[str | None, typer.Option("--unique-key", help="Client message id (UNIQ_KEY).")] = None,
+    msg_id: Annotated[
+        str | None, typer.Option("--id", help="Offset message id (finds its broker by itself).")
+    ] = None,
+    unique_key: Annotated[
+        str | None, typer.Option("--unique-key", help="Client message id (UNIQ_KEY).")
+    ] = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
-    max_num: Annotated[int, typer.Option("--max", min=1, max=64, help="At most this many messages per broker.")] = 64,
+    max_num: Annotated[
+        int, typer.Option("--max", min=1, max=64, help="At most this many messages per broker.")
+    ] = 64,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
@@ -105,26 +125,43 @@ def query(
     from mqctl.output import stderr_console
     from mqctl.services import messages
 
-    chosen = [name for name, value in (("--key", key), ("--id", msg_id), ("--unique-key", unique_key)) if value]
+    chosen = [
+        name for name, value in (("--key", key), ("--id", msg_id), ("--unique-key", unique_key)) if value
+    ]
     if len(chosen) != 1:
         raise UsageError("give exactly one of --key, --id or --unique-key")
     if (since or until) and key is None:
         raise UsageError("--since/--until only apply to --key")
     if msg_id is not None:
-        online(lambda admin: messages.query_by_id(admin, msg_id), namesrv=namesrv, context=context, output=output,
-               watch=watch)
+        online(
+            lambda admin: messages.query_by_id(admin, msg_id),
+            namesrv=namesrv,
+            context=context,
+            output=output,
+            watch=watch,
+        )
         return
     if topic is None:
         raise UsageError(f"{chosen[0]} needs --topic")
     if unique_key is not None:
-        online(lambda admin: messages.query_by_unique_key(admin, topic, unique_key), namesrv=namesrv,
-               context=context, output=output, watch=watch)
+        online(
+            lambda admin: messages.query_by_unique_key(admin, topic, unique_key),
+            namesrv=namesrv,
+            context=context,
+            output=output,
+            watch=watch,
+        )
         return
     assert key is not None
     window = messages.Window.of(since, until)
     stderr_console().print(f"window: {window.describe()} (store time, UTC)")
-    online(lambda admin: messages.query_by_key(admin, topic, key, window, max_num=max_num), namesrv=namesrv,
-           context=context, output=output, watch=watch)
+    online(
+        lambda admin: messages.query_by_key(admin, topic, key, window, max_num=max_num),
+        namesrv=namesrv,
+        context=context,
+        output=output,
+        watch=watch,
+    )
 
 
 @app.command("show")
@@ -141,8 +178,13 @@ def show(
     """The message at a queue offset, with its properties and body (nothing is committed)."""
     from mqctl.services.messages import show as show_message
 
-    online(lambda admin: show_message(admin, topic, queue, offset, broker=broker), namesrv=namesrv,
-           context=context, output=output, watch=watch)
+    online(
+        lambda admin: show_message(admin, topic, queue, offset, broker=broker),
+        namesrv=namesrv,
+        context=context,
+        output=output,
+        watch=watch,
+    )
 
 
 class LineWriter:
@@ -180,15 +222,26 @@ class LineWriter:
 def tail(
     topic: TopicOpt,
     group: Annotated[
-        str | None, typer.Option("--group", "-g", help="Start at this consumer group's committed offsets (never commits).")
+        str | None,
+        typer.Option(
+            "--group", "-g", help="Start at this consumer group's committed offsets (never commits)."
+        ),
     ] = None,
     start: Annotated[
         str,
-        typer.Option("--from", click_type=click.Choice(["latest", "earliest"]), help="Where queues without a committed offset start."),
+        typer.Option(
+            "--from",
+            click_type=click.Choice(["latest", "earliest"]),
+            help="Where queues without a committed offset start.",
+        ),
     ] = "latest",
     tag: Annotated[str | None, typer.Option("--tag", help="Only these tags: 'TagA || TagB'.")] = None,
-    max_messages: Annotated[int | None, typer.Option("--max-messages", min=1, help="Stop after this many messages.")] = None,
-    exit_at_end: Annotated[bool, typer.Option("--exit", help="Stop at the end of every queue instead of waiting.")] = False,
+    max_messages: Annotated[
+        int | None, typer.Option("--max-messages", min=1, help="Stop after this many messages.")
+    ] = None,
+    exit_at_end: Annotated[
+        bool, typer.Option("--exit", help="Stop at the end of every queue instead of waiting.")
+    ] = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
@@ -201,18 +254,32 @@ def tail(
 
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
     writer = LineWriter(output, sys.stdout)
+    console = stderr_console()
+
+    def started(queues: int) -> None:
+        console.print(
+            f"[dim]tailing {topic}: {queues} queue(s){'' if exit_at_end else ', Ctrl-C to stop'}[/dim]"
+        )
+
     try:
         count = run_admin(
             target.namesrv,
             lambda admin: tail_messages(
-                admin, topic, writer, group=group, start=start, subscription=tag or "*",
-                max_messages=max_messages, exit_at_end=exit_at_end,
+                admin,
+                topic,
+                writer,
+                group=group,
+                start=start,
+                subscription=tag or "*",
+                max_messages=max_messages,
+                exit_at_end=exit_at_end,
+                on_start=started,
             ),
             timeout=10.0,
         )
     except KeyboardInterrupt:
         return
-    stderr_console().print(f"[dim]{count} message(s)[/dim]")
+    console.print(f"[dim]{count} message(s)[/dim]")
 
 
 @app.command("resend")
@@ -221,7 +288,9 @@ def resend(
     ids: Annotated[
         list[str] | None, typer.Option("--id", help="Only this message (offset id or UNIQ_KEY; repeatable).")
     ] = None,
-    to_topic: Annotated[str | None, typer.Option("--to-topic", help="Send here instead of the original topic.")] = None,
+    to_topic: Annotated[
+        str | None, typer.Option("--to-topic", help="Send here instead of the original topic.")
+    ] = None,
     yes: YesOpt = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
@@ -247,7 +316,9 @@ def resend(
     if not ids:
         destination = f"topic {to_topic!r}" if to_topic else "their original topics"
         confirm(f"Re-send all {len(found)} message(s) of %DLQ%{group} to {destination}?", yes=yes)
-    outcomes = run_admin(target.namesrv, lambda admin: resend_messages(admin, [m for _, m in found], to_topic))
+    outcomes = run_admin(
+        target.namesrv, lambda admin: resend_messages(admin, [m for _, m in found], to_topic)
+    )
     render(outcomes, output)
     failed = sum(o.outcome != "RESENT" for o in outcomes)
     stderr_console().print(f"{len(outcomes) - failed} re-sent, {failed} not")

@@ -13,8 +13,10 @@ import typer
 from mqctl.cli.common import KeyOpt, OutputOpt, SinceOpt, TopicOpt, UntilOpt, WatchOpt
 from mqctl.errors import StoreError, UsageError
 
-app = typer.Typer(help="Inspect a store directory offline (read-only; safe while a broker runs on it).",
-                  no_args_is_help=True)
+app = typer.Typer(
+    help="Inspect a store directory offline (read-only; safe while a broker runs on it).",
+    no_args_is_help=True,
+)
 commitlog_app = typer.Typer(help="CommitLog files.", no_args_is_help=True)
 cq_app = typer.Typer(help="ConsumeQueues.", no_args_is_help=True)
 index_app = typer.Typer(help="IndexFiles.", no_args_is_help=True)
@@ -26,8 +28,12 @@ app.add_typer(msg_app, name="msg")
 
 StoreDirOpt = Annotated[
     Path,
-    typer.Option("--store", help="Store root directory (storePathRootDir, holds commitlog/).", exists=True,
-                 file_okay=False),
+    typer.Option(
+        "--store",
+        help="Store root directory (storePathRootDir, holds commitlog/).",
+        exists=True,
+        file_okay=False,
+    ),
 ]
 IndexNameOpt = Annotated[str | None, typer.Argument(help="Index file name (default: the newest).")]
 
@@ -65,8 +71,14 @@ def progress_bar(total: int, description: str) -> AbstractContextManager[Callabl
 
     @contextmanager
     def bar() -> Any:
-        with Progress("[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-                      TimeRemainingColumn(), console=console, transient=True) as progress:
+        with Progress(
+            "[progress.description]{task.description}",
+            BarColumn(),
+            DownloadColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            transient=True,
+        ) as progress:
             task = progress.add_task(description, total=total)
             yield lambda n: progress.advance(task, n)
 
@@ -103,7 +115,9 @@ def cq_show(
     store: StoreDirOpt,
     topic: TopicOpt,
     queue: Annotated[int, typer.Option("--queue", "-q", min=0, help="Queue id.")],
-    offset: Annotated[int | None, typer.Option("--offset", min=0, help="First queue offset (default: the oldest).")] = None,
+    offset: Annotated[
+        int | None, typer.Option("--offset", min=0, help="First queue offset (default: the oldest).")
+    ] = None,
     max_num: Annotated[int, typer.Option("--max", min=1, help="At most this many units.")] = 20,
     output: OutputOpt = "table",
 ) -> None:
@@ -125,7 +139,9 @@ def index_ls(store: StoreDirOpt, output: OutputOpt = "table", watch: WatchOpt = 
 def index_show(
     store: StoreDirOpt,
     name: IndexNameOpt = None,
-    topic: Annotated[str | None, typer.Option("--topic", "-t", help="With --key: show the hash chain of topic#key.")] = None,
+    topic: Annotated[
+        str | None, typer.Option("--topic", "-t", help="With --key: show the hash chain of topic#key.")
+    ] = None,
     key: KeyOpt = None,
     output: OutputOpt = "table",
 ) -> None:
@@ -182,4 +198,6 @@ def verify(store: StoreDirOpt, output: OutputOpt = "table") -> None:
     render(report, output)
     if not report.ok:
         problems = report.crc_errors + report.corrupt_files + report.unit_errors + report.records_without_unit
-        raise StoreError(f"store {store} has problems ({problems + report.index_errors} found; see the report)")
+        raise StoreError(
+            f"store {store} has problems ({problems + report.index_errors} found; see the report)"
+        )

@@ -39,9 +39,21 @@ log = logging.getLogger(__name__)
 #: Properties the broker or the consumer path added; a re-sent message must not carry them.
 BROKER_PROPERTIES = frozenset(
     {
-        "CLUSTER", "WAIT", "DELAY", "REAL_TOPIC", "REAL_QID", "RETRY_TOPIC", "ORIGIN_MESSAGE_ID",
-        "MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME", "TRAN_MSG", "PGROUP", "TRANSACTION_CHECK_TIMES",
-        "MSG_REGION", "TRACE_ON",
+        "CLUSTER",
+        "WAIT",
+        "DELAY",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "RETRY_TOPIC",
+        "ORIGIN_MESSAGE_ID",
+        "MIN_OFFSET",
+        "MAX_OFFSET",
+        "CONSUME_START_TIME",
+        "TRAN_MSG",
+        "PGROUP",
+        "TRANSACTION_CHECK_TIMES",
+        "MSG_REGION",
+        "TRACE_ON",
     }
 )
 
@@ -153,7 +165,7 @@ def queues(route: TopicRouteData, *, write: bool) -> list[QueueRef]:
     """The readable (or writable) queues of a topic on master brokers, by broker name and id."""
     masters = _masters(route)
     perm = PermName.WRITE if write else PermName.READ
-    out = []
+    out: list[QueueRef] = []
     for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
         addr = masters.get(q.broker_name)
         if addr is None or not q.perm & perm:
@@ -240,14 +252,18 @@ async def send_message(
 # --------------------------------------------------------------------------------------- query
 
 
-async def query_by_key(admin: Admin, topic: str, key: str, window: Window, *, max_num: int = 64) -> list[dict[str, Any]]:
+async def query_by_key(
+    admin: Admin, topic: str, key: str, window: Window, *, max_num: int = 64
+) -> list[dict[str, Any]]:
     """Messages of ``topic`` with ``key`` in their KEYS, on every master, in store-time order.
 
     The IndexFile holds hashes only, so each hit is checked against the stored topic and keys.
     """
     hits: list[StoredMessage] = []
     for addr in await master_addrs(admin, topic):
-        found = await wire.query(admin, addr, topic, key, begin_ms=window.begin_ms, end_ms=window.end_ms, max_num=max_num)
+        found = await wire.query(
+            admin, addr, topic, key, begin_ms=window.begin_ms, end_ms=window.end_ms, max_num=max_num
+        )
         hits.extend(m for m in found if m.topic == topic and key in m.keys)
     if not hits:
         raise NotFoundError(f"no message with key {key!r} in topic {topic!r} stored {window.describe()}")
@@ -259,7 +275,9 @@ async def query_by_unique_key(admin: Admin, topic: str, uniq_key: str) -> list[d
     hits: list[StoredMessage] = []
     now = int(time.time() * 1000)
     for addr in await master_addrs(admin, topic):
-        found = await wire.query(admin, addr, topic, uniq_key, begin_ms=0, end_ms=now, max_num=32, unique_key=True)
+        found = await wire.query(
+            admin, addr, topic, uniq_key, begin_ms=0, end_ms=now, max_num=32, unique_key=True
+        )
         hits.extend(m for m in found if m.topic == topic and m.uniq_key == uniq_key)
     if not hits:
         raise NotFoundError(f"no message with unique key {uniq_key!r} in topic {topic!r}")
@@ -288,13 +306,17 @@ async def query_by_id(admin: Admin, msg_id: str) -> dict[str, Any]:
     return detail(message)
 
 
-async def show(admin: Admin, topic: str, queue: int, offset: int, *, broker: str | None = None) -> dict[str, Any]:
+async def show(
+    admin: Admin, topic: str, queue: int, offset: int, *, broker: str | None = None
+) -> dict[str, Any]:
     """The message at ``offset`` of queue ``queue`` (pulled as the tools group, nothing committed)."""
     route = await admin.topic_route(topic)
     refs = pick(queues(route, write=False), broker=broker, queue=queue, topic=topic)
     if len(refs) > 1:
         names = ", ".join(f"{r.broker_name} ({r.addr})" for r in refs)
-        raise UsageError(f"queue {queue} of {topic!r} exists on several brokers: {names}; choose one with --broker")
+        raise UsageError(
+            f"queue {queue} of {topic!r} exists on several brokers: {names}; choose one with --broker"
+        )
     ref = refs[0]
     result = await wire.pull(admin, ref.addr, topic, queue, offset, max_nums=1)
     if not result.messages or result.messages[0].queue_offset != offset:
@@ -329,12 +351,14 @@ async def tail(
     max_messages: int | None = None,
     exit_at_end: bool = False,
     hold_ms: int = 3000,
+    on_start: Callable[[int], None] | None = None,
 ) -> int:
     """Stream messages of every readable queue to ``emit`` until ``max_messages`` or (``exit_at_end``)
     the end of every queue; returns how many were emitted.
 
     Starts at each queue's end (``latest``), its oldest message (``earliest``) or, with ``group``,
-    at the group's committed offset. Reading never commits an offset.
+    at the group's committed offset. Reading never commits an offset. ``on_start`` is told the
+    number of queues once every start offset is known (nothing sent after that is missed).
     """
     route = await admin.topic_route(topic)
     refs = queues(route, write=False)
@@ -349,8 +373,15 @@ async def tail(
         offset = offsets[ref]
         while True:
             result = await wire.pull(
-                admin, ref.addr, topic, ref.queue_id, offset,
-                group=read_group, max_nums=32, subscription=subscription, suspend_ms=suspend,
+                admin,
+                ref.addr,
+                topic,
+                ref.queue_id,
+                offset,
+                group=read_group,
+                max_nums=32,
+                subscription=subscription,
+                suspend_ms=suspend,
             )
             for m in result.messages:
                 await out.put(m)
@@ -360,6 +391,8 @@ async def tail(
             offset = result.next_begin_offset
 
     tasks = [asyncio.create_task(follow(ref)) for ref in refs]
+    if on_start is not None:
+        on_start(len(refs))
     emitted = 0
     drained = 0
     try:
@@ -400,7 +433,9 @@ async def _read_queue(admin: Admin, ref: QueueRef, topic: str) -> list[StoredMes
         offset = result.next_begin_offset
 
 
-async def dlq_messages(admin: Admin, group: str, ids: Iterable[str] = ()) -> list[tuple[QueueRef, StoredMessage]]:
+async def dlq_messages(
+    admin: Admin, group: str, ids: Iterable[str] = ()
+) -> list[tuple[QueueRef, StoredMessage]]:
     """Messages in ``%DLQ%<group>``, optionally only those whose offset id or UNIQ_KEY is in ``ids``."""
     topic = DLQ_GROUP_TOPIC_PREFIX + group
     try:
@@ -438,7 +473,9 @@ async def resend_one(admin: Admin, m: StoredMessage, to_topic: str | None, rr: I
     body, tags, keys, UNIQ_KEY and user properties; one failure does not stop the others."""
     target = to_topic or m.properties.get(PROPERTY_RETRY_TOPIC)
     if not target:
-        return Resent(m.msg_id, m.uniq_key, None, "SKIPPED", error="no original topic (RETRY_TOPIC); use --to-topic")
+        return Resent(
+            m.msg_id, m.uniq_key, None, "SKIPPED", error="no original topic (RETRY_TOPIC); use --to-topic"
+        )
     props = {k: v for k, v in m.properties.items() if k not in BROKER_PROPERTIES}
     try:
         route = await admin.topic_route(target)
@@ -449,10 +486,11 @@ async def resend_one(admin: Admin, m: StoredMessage, to_topic: str | None, rr: I
         result = await wire.send(admin, ref.addr, target, m.body, queue_id=ref.queue_id, properties=props)
     except (RemotingError, NotFoundError) as exc:
         return Resent(m.msg_id, m.uniq_key, target, "FAILED", error=str(exc))
-    return Resent(m.msg_id, m.uniq_key, target, "RESENT", result.offset_msg_id, result.queue_id, result.queue_offset)
+    return Resent(
+        m.msg_id, m.uniq_key, target, "RESENT", result.offset_msg_id, result.queue_id, result.queue_offset
+    )
 
 
 async def resend(admin: Admin, messages: list[StoredMessage], to_topic: str | None = None) -> list[Resent]:
     rr = itertools.count(random.randrange(1 << 16))
     return [await resend_one(admin, m, to_topic, rr) for m in messages]
-

@@ -21,7 +21,7 @@ from mqctl.errors import NotFoundError, StoreError, UsageError
 from mqctl.services.messages import Window, detail, iso, summary
 from store.commitlog import CommitLog
 from store.config import StoreConfig
-from store.consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue, decode_unit, unit_tags_code
+from store.consumequeue import ConsumeQueue, unit_tags_code
 from store.engine import DefaultMessageStore
 from store.errors import CorruptRecordError
 from store.errors import StoreError as EngineStoreError
@@ -90,14 +90,23 @@ class Layout:
 
     def queues(self, topic: str | None = None) -> list[tuple[str, int]]:
         """Every (topic, queue id) with a ConsumeQueue directory, sorted."""
-        out = []
-        topics = [topic] if topic else sorted(os.listdir(self.consumequeue_dir)) if self.consumequeue_dir.is_dir() else []
+        out: list[tuple[str, int]] = []
+        topics = (
+            [topic]
+            if topic
+            else sorted(os.listdir(self.consumequeue_dir))
+            if self.consumequeue_dir.is_dir()
+            else []
+        )
         for t in topics:
             tdir = self.consumequeue_dir / t
             if not tdir.is_dir():
                 continue
-            out.extend((t, int(q)) for q in sorted(os.listdir(tdir), key=lambda q: int(q) if q.isdigit() else -1)
-                       if q.isdigit())
+            out.extend(
+                (t, int(q))
+                for q in sorted(os.listdir(tdir), key=lambda q: int(q) if q.isdigit() else -1)
+                if q.isdigit()
+            )
         return out
 
 
@@ -123,7 +132,9 @@ def layout(root: str | Path) -> Layout:
         body = index_size - INDEX_HEADER_SIZE
         per_slot = HASH_SLOT_SIZE + 4 * INDEX_ENTRY_SIZE
         if body <= 0 or body % per_slot:
-            raise StoreError(f"index files of {index_size} bytes do not have 4 entries per hash slot; cannot read them")
+            raise StoreError(
+                f"index files of {index_size} bytes do not have 4 entries per hash slot; cannot read them"
+            )
         slots = body // per_slot
         entries = 4 * slots
     return Layout(path, cl, cq, slots, entries)
@@ -131,10 +142,11 @@ def layout(root: str | Path) -> Layout:
 
 @contextlib.contextmanager
 def _commit_log(lay: Layout) -> Iterator[CommitLog]:
-    cfg = lay.config()
     log_ = CommitLog(
-        str(lay.commitlog_dir), lay.commit_log_file_size, max_message_size=cfg.max_message_size,
-        delay_levels_ms=cfg.delay_levels_ms(), read_only=True,
+        str(lay.commitlog_dir),
+        lay.commit_log_file_size,
+        max_message_size=lay.config().max_message_size,
+        read_only=True,
     )
     try:
         log_.load()
@@ -205,7 +217,11 @@ def scan_file(
                 tail = "zeros"
             else:
                 tail = "corrupt"
-                error = str(CorruptRecordError(mf.path, mf.file_from_offset + pos, f"bad magic code 0x{magic & 0xFFFFFFFF:08X}"))
+                error = str(
+                    CorruptRecordError(
+                        mf.path, mf.file_from_offset + pos, f"bad magic code 0x{magic & 0xFFFFFFFF:08X}"
+                    )
+                )
             break
         try:
             info = read_record_info(view, pos, size)
@@ -227,9 +243,17 @@ def scan_file(
         last_ts = info.store_timestamp
         pos += info.size
     return FileScan(
-        os.path.basename(mf.path), mf.file_from_offset, mf.file_from_offset + pos, size, pos, records,
-        iso(first_ts) if first_ts is not None else None, iso(last_ts) if last_ts is not None else None,
-        tail, dict(sorted(topics.items())), error,
+        os.path.basename(mf.path),
+        mf.file_from_offset,
+        mf.file_from_offset + pos,
+        size,
+        pos,
+        records,
+        iso(first_ts) if first_ts is not None else None,
+        iso(last_ts) if last_ts is not None else None,
+        tail,
+        dict(sorted(topics.items())),
+        error,
     )
 
 
@@ -267,7 +291,9 @@ class QueueRow:
 
 
 def _open_cq(lay: Layout, topic: str, queue_id: int, min_phy: int) -> ConsumeQueue:
-    cq = ConsumeQueue(str(lay.consumequeue_dir), topic, queue_id, lay.config().consume_queue_file_size, read_only=True)
+    cq = ConsumeQueue(
+        str(lay.consumequeue_dir), topic, queue_id, lay.config().consume_queue_file_size, read_only=True
+    )
     try:
         cq.load()
         cq.recover()
@@ -297,15 +323,25 @@ def cq_ls(root: str | Path, topic: str | None = None) -> list[QueueRow]:
             first = cq.get_unit(cq.min_offset)
             last = cq.get_unit(cq.max_offset - 1)
             rows.append(
-                QueueRow(t, q, len(cq.files.files), cq.min_offset, cq.max_offset, cq.max_offset - cq.min_offset,
-                         first[0] if first else None, last[0] if last else None)
+                QueueRow(
+                    t,
+                    q,
+                    len(cq.files.files),
+                    cq.min_offset,
+                    cq.max_offset,
+                    cq.max_offset - cq.min_offset,
+                    first[0] if first else None,
+                    last[0] if last else None,
+                )
             )
         finally:
             cq.close()
     return rows
 
 
-def cq_show(root: str | Path, topic: str, queue_id: int, *, offset: int | None = None, count: int = 20) -> list[dict[str, Any]]:
+def cq_show(
+    root: str | Path, topic: str, queue_id: int, *, offset: int | None = None, count: int = 20
+) -> list[dict[str, Any]]:
     """Units of one queue from ``offset`` (default: the oldest), each with the record it points at."""
     lay = layout(root)
     if (topic, queue_id) not in lay.queues(topic):
@@ -324,7 +360,12 @@ def cq_show(root: str | Path, topic: str, queue_id: int, *, offset: int | None =
                 if unit is None:
                     continue
                 phys, size, tags_code = unit
-                row: dict[str, Any] = {"queue_offset": qoff, "commit_log_offset": phys, "size": size, "tags_code": tags_code}
+                row: dict[str, Any] = {
+                    "queue_offset": qoff,
+                    "commit_log_offset": phys,
+                    "size": size,
+                    "tags_code": tags_code,
+                }
                 try:
                     raw = cl.read_record(phys)
                     message = decode_record(raw) if raw is not None else None
@@ -332,7 +373,11 @@ def cq_show(root: str | Path, topic: str, queue_id: int, *, offset: int | None =
                     row["error"] = str(exc)
                     message = None
                 if message is not None:
-                    row |= {k: v for k, v in summary(message).items() if k not in ("topic", "queue_id", "queue_offset")}
+                    row |= {
+                        k: v
+                        for k, v in summary(message).items()
+                        if k not in ("topic", "queue_id", "queue_offset")
+                    }
                 rows.append(row)
     finally:
         cq.close()
@@ -375,11 +420,17 @@ def _index_file(lay: Layout, path: Path) -> Iterator[IndexFile]:
 
 def _index_row(lay: Layout, f: IndexFile) -> IndexRow:
     return IndexRow(
-        f.name, os.path.getsize(f.path),
+        f.name,
+        os.path.getsize(f.path),
         iso(f.begin_timestamp) if f.begin_timestamp > 0 else None,
         iso(f.end_timestamp) if f.end_timestamp > 0 else None,
-        f.begin_phy_offset, f.end_phy_offset, lay.hash_slot_num, f.hash_slot_count, f.index_count,
-        lay.index_num, f.is_full,
+        f.begin_phy_offset,
+        f.end_phy_offset,
+        lay.hash_slot_num,
+        f.hash_slot_count,
+        f.index_count,
+        lay.index_num,
+        f.is_full,
     )
 
 
@@ -402,7 +453,9 @@ def _pick_index(lay: Layout, name: str | None) -> Path:
     for p in files:
         if p.name == name:
             return p
-    raise NotFoundError(f"no index file {name!r} in {lay.index_dir} (have: {', '.join(p.name for p in files)})")
+    raise NotFoundError(
+        f"no index file {name!r} in {lay.index_dir} (have: {', '.join(p.name for p in files)})"
+    )
 
 
 def index_show(root: str | Path, name: str | None = None) -> dict[str, Any]:
@@ -450,8 +503,13 @@ def index_chain(root: str | Path, topic: str, key: str, name: str | None = None)
             seen.add(n)
             kh, phy, diff, prev = ENTRY.unpack_from(f.mm, base + n * INDEX_ENTRY_SIZE)
             row: dict[str, Any] = {
-                "entry": n, "key_hash": kh, "hash_match": kh == h, "commit_log_offset": phy,
-                "store_time": iso(f.begin_timestamp + diff * 1000), "prev": prev, "record_has_key": False,
+                "entry": n,
+                "key_hash": kh,
+                "hash_match": kh == h,
+                "commit_log_offset": phy,
+                "store_time": iso(f.begin_timestamp + diff * 1000),
+                "prev": prev,
+                "record_has_key": False,
             }
             if kh == h:
                 try:
@@ -473,7 +531,9 @@ def index_chain(root: str | Path, topic: str, key: str, name: str | None = None)
 # ------------------------------------------------------------------------------------ messages
 
 
-def query_key(root: str | Path, topic: str, key: str, window: Window, *, max_num: int = 64) -> list[dict[str, Any]]:
+def query_key(
+    root: str | Path, topic: str, key: str, window: Window, *, max_num: int = 64
+) -> list[dict[str, Any]]:
     """Messages of ``topic`` with ``key`` in KEYS, through the on-disk IndexFile, verified against the records."""
     lay = layout(root)
     with _engine(lay) as store:
@@ -554,7 +614,10 @@ def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyRepor
     def on_record(info: RecordInfo, crc_error: CorruptRecordError | None) -> None:
         tran = info.sys_flag & TRANSACTION_TYPE_MASK
         records[info.commit_log_offset] = _Rec(
-            info.topic, info.queue_id, info.queue_offset, info.size,
+            info.topic,
+            info.queue_id,
+            info.queue_offset,
+            info.size,
             unit_tags_code(info.topic, info.properties, info.store_timestamp, delay_ms),
             tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE),
         )
@@ -602,10 +665,12 @@ def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyRepor
         finally:
             cq.close()
     orphans = [phys for phys, rec in records.items() if rec.in_queue and not rec.has_unit]
-    for phys in orphans[: MAX_LISTED_PROBLEMS]:
+    for phys in orphans[:MAX_LISTED_PROBLEMS]:
         rec = records[phys]
         if len(problems) < MAX_LISTED_PROBLEMS:
-            problems.append(f"record at {phys} ({rec.topic}/{rec.queue_id} offset {rec.queue_offset}) has no unit")
+            problems.append(
+                f"record at {phys} ({rec.topic}/{rec.queue_id} offset {rec.queue_offset}) has no unit"
+            )
 
     index_files = index_entries = 0
     for path in _index_files(lay):
@@ -616,10 +681,25 @@ def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyRepor
                 index_entries += 1
                 phy = ENTRY.unpack_from(f.mm, base + n * INDEX_ENTRY_SIZE)[1]
                 if phy >= min_phy and phy not in records:
-                    problem("index_errors", f"index/{f.name} entry {n}: no record starts at CommitLog offset {phy}")
+                    problem(
+                        "index_errors",
+                        f"index/{f.name} entry {n}: no record starts at CommitLog offset {phy}",
+                    )
 
     bad = counts["crc"] + counts["corrupt"] + counts["unit_errors"] + counts["index_errors"] + len(orphans)
     return VerifyReport(
-        bad == 0, files, len(records), counts["crc"], counts["corrupt"], len(queues), units,
-        counts["unit_errors"], before, len(orphans), index_files, index_entries, counts["index_errors"], problems,
+        bad == 0,
+        files,
+        len(records),
+        counts["crc"],
+        counts["corrupt"],
+        len(queues),
+        units,
+        counts["unit_errors"],
+        before,
+        len(orphans),
+        index_files,
+        index_entries,
+        counts["index_errors"],
+        problems,
     )

@@ -9,6 +9,7 @@ import io
 import json
 import os
 from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +38,11 @@ def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
     for path in sorted(root.rglob("*")):
         if path.is_file():
             st = path.stat()
-            out[str(path.relative_to(root))] = (st.st_size, st.st_mtime_ns, hashlib.sha256(path.read_bytes()).hexdigest())
+            out[str(path.relative_to(root))] = (
+                st.st_size,
+                st.st_mtime_ns,
+                hashlib.sha256(path.read_bytes()).hexdigest(),
+            )
     return out
 
 
@@ -66,7 +71,9 @@ def test_commitlog_ls_gives_the_manifest_files_records_and_topics(
         (f["file"], f["size"], f["dataEnd"], f["tail"]) for f in expected
     ]
     assert [r["from_offset"] for r in rows] == [int(f["file"]) for f in expected]
-    assert sum(r["records"] for r in rows) == manifest["verification"]["summary"]["commitlog"]["records"] == 5612
+    assert (
+        sum(r["records"] for r in rows) == manifest["verification"]["summary"]["commitlog"]["records"] == 5612
+    )
     topics: Counter[str] = Counter()
     for r in rows:
         topics.update(r["topics"])
@@ -102,9 +109,28 @@ def test_cq_ls_counts_every_queue(cli: RunCli, store_a: Path, manifest: dict[str
     assert [(r["topic"], r["queue_id"]) for r in only] == [("FixA_Mixed", q) for q in range(4)]
 
 
-def test_cq_show_points_at_the_manifest_messages(cli: RunCli, store_a: Path, manifest: dict[str, Any]) -> None:
-    rows = ok(cli("store", "cq", "show", "--store", str(store_a), "-t", "FixA_Orders", "-q", "1",
-                  "--offset", "650", "--max", "60", "-o", "json"))
+def test_cq_show_points_at_the_manifest_messages(
+    cli: RunCli, store_a: Path, manifest: dict[str, Any]
+) -> None:
+    rows = ok(
+        cli(
+            "store",
+            "cq",
+            "show",
+            "--store",
+            str(store_a),
+            "-t",
+            "FixA_Orders",
+            "-q",
+            "1",
+            "--offset",
+            "650",
+            "--max",
+            "60",
+            "-o",
+            "json",
+        )
+    )
     assert [r["queue_offset"] for r in rows] == list(range(650, 700))  # stops at the queue's end
     expected = {
         m["queueOffset"]: m for m in manifest["messages"] if m["topic"] == "FixA_Orders" and m["queueId"] == 1
@@ -120,26 +146,55 @@ def test_cq_show_points_at_the_manifest_messages(cli: RunCli, store_a: Path, man
 def test_cq_show_of_the_schedule_queue_has_delivery_times_as_tags_codes(
     cli: RunCli, store_a: Path, manifest: dict[str, Any]
 ) -> None:
-    rows = ok(cli("store", "cq", "show", "--store", str(store_a), "-t", "SCHEDULE_TOPIC_XXXX", "-q", "0", "-o", "json"))
+    rows = ok(
+        cli(
+            "store",
+            "cq",
+            "show",
+            "--store",
+            str(store_a),
+            "-t",
+            "SCHEDULE_TOPIC_XXXX",
+            "-q",
+            "0",
+            "-o",
+            "json",
+        )
+    )
     delayed = [m for m in manifest["messages"] if m["delayed"]]
     assert sorted(r["msg_id"] for r in rows) == sorted(m["offsetMsgId"] for m in delayed)
     for row in rows:
-        stored_ms = int(__import__("datetime").datetime.fromisoformat(row["store_time"].replace("Z", "+00:00"))
-                        .timestamp() * 1000)
+        stored_ms = round(datetime.fromisoformat(row["store_time"]).timestamp() * 1000)
         assert row["tags_code"] == stored_ms + 1000  # level 1 = 1 s
 
 
 # ------------------------------------------------------------------------------------- index
 
 
-def test_index_ls_and_show_give_the_manifest_header(cli: RunCli, store_a: Path, manifest: dict[str, Any]) -> None:
+def test_index_ls_and_show_give_the_manifest_header(
+    cli: RunCli, store_a: Path, manifest: dict[str, Any]
+) -> None:
     (expected,) = manifest["verification"]["summary"]["index"]["files"]
     (row,) = ok(cli("store", "index", "ls", "--store", str(store_a), "-o", "json"))
-    assert (row["name"], row["begin_phy_offset"], row["end_phy_offset"], row["hash_slot_count"], row["index_count"]) == (
-        expected["name"], expected["beginPhyOffset"], expected["endPhyOffset"], expected["hashSlotCount"],
+    assert (
+        row["name"],
+        row["begin_phy_offset"],
+        row["end_phy_offset"],
+        row["hash_slot_count"],
+        row["index_count"],
+    ) == (
+        expected["name"],
+        expected["beginPhyOffset"],
+        expected["endPhyOffset"],
+        expected["hashSlotCount"],
         expected["indexCount"],
     )
-    assert (row["hash_slots"], row["max_index_count"], row["size"], row["full"]) == (5000, 20000, 420_040, False)
+    assert (row["hash_slots"], row["max_index_count"], row["size"], row["full"]) == (
+        5000,
+        20000,
+        420_040,
+        False,
+    )
     shown = ok(cli("store", "index", "show", "--store", str(store_a), expected["name"], "-o", "json"))
     assert shown["entries"] == expected["indexCount"] - 1
     assert shown["used_slots"] == expected["hashSlotCount"]
@@ -147,8 +202,26 @@ def test_index_ls_and_show_give_the_manifest_header(cli: RunCli, store_a: Path, 
 
 
 def test_index_show_walks_one_keys_chain(cli: RunCli, store_a: Path, manifest: dict[str, Any]) -> None:
-    rows = ok(cli("store", "index", "show", "--store", str(store_a), "-t", "FixA_Events", "-k", "sess-07", "-o", "json"))
-    expected = {stored_copy(m)[3] for m in manifest["messages"] if m["topic"] == "FixA_Events" and "sess-07" in m["keys"]}
+    rows = ok(
+        cli(
+            "store",
+            "index",
+            "show",
+            "--store",
+            str(store_a),
+            "-t",
+            "FixA_Events",
+            "-k",
+            "sess-07",
+            "-o",
+            "json",
+        )
+    )
+    expected = {
+        stored_copy(m)[3]
+        for m in manifest["messages"]
+        if m["topic"] == "FixA_Events" and "sess-07" in m["keys"]
+    }
     assert expected
     assert {r["msg_id"] for r in rows if r["record_has_key"]} == expected
 
@@ -158,34 +231,77 @@ def test_index_show_walks_one_keys_chain(cli: RunCli, store_a: Path, manifest: d
 
 @pytest.mark.parametrize(
     ("topic", "key"),
-    [("FixA_Orders", "cust-013"), ("FixA_Events", "evt-00077"), ("FixA_Mixed", "shared-4"), ("FixA_Mixed", "mix-j-0010")],
+    [
+        ("FixA_Orders", "cust-013"),
+        ("FixA_Events", "evt-00077"),
+        ("FixA_Mixed", "shared-4"),
+        ("FixA_Mixed", "mix-j-0010"),
+    ],
 )
 def test_msg_query_by_key_finds_exactly_the_records_with_that_key(
     cli: RunCli, store_a: Path, manifest: dict[str, Any], topic: str, key: str
 ) -> None:
     result = cli("store", "msg", "query", "--store", str(store_a), "-t", topic, "-k", key, "-o", "json")
     rows = ok(result)
-    expected = {stored_copy(m)[3] for m in manifest["messages"] if stored_copy(m)[0] == topic and key in m["keys"]}
+    expected = {
+        stored_copy(m)[3] for m in manifest["messages"] if stored_copy(m)[0] == topic and key in m["keys"]
+    }
     assert {r["msg_id"] for r in rows} == expected
     assert all(key in r["keys"].split() and r["topic"] == topic for r in rows)
     assert "window: 1970-01-01T00:00:00.000Z .. " in result.stderr
 
 
-def test_msg_query_window_excludes_later_messages(cli: RunCli, store_a: Path, manifest: dict[str, Any]) -> None:
-    first_orders_phase_done = next(s["at"] for s in manifest["steps"] if s["name"] == "orders phase 1 sent (java)")
+def test_msg_query_window_excludes_later_messages(
+    cli: RunCli, store_a: Path, manifest: dict[str, Any]
+) -> None:
+    first_orders_phase_done = next(
+        s["at"] for s in manifest["steps"] if s["name"] == "orders phase 1 sent (java)"
+    )
     # ord-02000 was sent in phase 2, after the end of this window
-    result = cli("store", "msg", "query", "--store", str(store_a), "-t", "FixA_Orders", "-k", "ord-02000",
-                 "--until", str(first_orders_phase_done), "-o", "json")
+    result = cli(
+        "store",
+        "msg",
+        "query",
+        "--store",
+        str(store_a),
+        "-t",
+        "FixA_Orders",
+        "-k",
+        "ord-02000",
+        "--until",
+        str(first_orders_phase_done),
+        "-o",
+        "json",
+    )
     assert result.code == 3, result.stderr
     assert "window: 1970-01-01T00:00:00.000Z .. 2026-11-21T09:09:48.669Z" in result.stderr
-    found = ok(cli("store", "msg", "query", "--store", str(store_a), "-t", "FixA_Orders", "-k", "ord-02000",
-                   "--since", "2026-11-21T09:09:48.669Z", "-o", "json"))
+    found = ok(
+        cli(
+            "store",
+            "msg",
+            "query",
+            "--store",
+            str(store_a),
+            "-t",
+            "FixA_Orders",
+            "-k",
+            "ord-02000",
+            "--since",
+            "2026-11-21T09:09:48.669Z",
+            "-o",
+            "json",
+        )
+    )
     assert len(found) == 1
 
 
-def test_msg_query_by_id_decodes_compressed_bodies(cli: RunCli, store_a: Path, manifest: dict[str, Any]) -> None:
+def test_msg_query_by_id_decodes_compressed_bodies(
+    cli: RunCli, store_a: Path, manifest: dict[str, Any]
+) -> None:
     for m in [x for x in manifest["messages"] if x["compressed"]][:3] + manifest["messages"][:2]:
-        shown = ok(cli("store", "msg", "query", "--store", str(store_a), "--id", m["offsetMsgId"], "-o", "json"))
+        shown = ok(
+            cli("store", "msg", "query", "--store", str(store_a), "--id", m["offsetMsgId"], "-o", "json")
+        )
         assert shown["topic"] == m["topic"] and shown["queue_offset"] == m["queueOffset"]
         assert hashlib.sha256(shown["body"].encode()).hexdigest() == m["bodySha256"]
         assert shown["body_size"] == m["bodyLength"]
@@ -206,7 +322,9 @@ def test_verify_reports_a_consistent_store(cli: RunCli, store_a: Path, manifest:
     assert (report["crc_errors"], report["unit_errors"], report["index_errors"]) == (0, 0, 0)
 
 
-def test_verify_finds_a_flipped_body_byte_and_a_bad_unit(cli: RunCli, tmp_path: Path, manifest: dict[str, Any]) -> None:
+def test_verify_finds_a_flipped_body_byte_and_a_bad_unit(
+    cli: RunCli, tmp_path: Path, manifest: dict[str, Any]
+) -> None:
     root = unpack_store_a(tmp_path)
     victim = manifest["messages"][10]  # in commitlog/00000000000000000000
     with open(root / "commitlog" / "00000000000000000000", "r+b") as f:

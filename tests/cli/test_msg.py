@@ -1,0 +1,446 @@
+"""``mqctl msg ...`` against our real NameServer and Broker on port 0, checked on the broker's store."""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import io
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from daemon.broker.headers import CreateTopicRequestHeader, UpdateConsumerOffsetRequestHeader
+from daemon.remoting.codes import RequestCode
+from daemon.remoting.errors import RemotingCommandError
+from mqctl.admin import messaging as wire
+from mqctl.admin.client import Admin
+from store.message import SCHEDULE_TOPIC, StoredMessage
+from store.record import create_msg_id, decode_msg_id
+from tests.conftest import ROOT, CliResult, RunCli
+from tests.daemons import LocalCluster, handle, local_cluster
+
+T = TypeVar("T")
+TOPIC = "MsgT"
+OTHER = "MsgOther"
+DLQ_GROUP = "CG_Dead"
+
+
+async def _wait_for_route(namesrv: str, topic: str) -> None:
+    async with Admin([namesrv]) as admin:
+        for _ in range(200):
+            try:
+                await admin.topic_route(topic)
+                return
+            except RemotingCommandError:
+                await asyncio.sleep(0.05)
+    raise AssertionError(f"{topic} never got a route")
+
+
+@pytest.fixture(scope="module")
+def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Topics MsgT (4 queues, 8 messages keyed seed-<i>) and MsgOther (2 queues, empty)."""
+    with local_cluster(tmp_path_factory.mktemp("msg")) as cluster:
+        client = handle(cluster)
+
+        async def fill() -> None:
+            for topic, queues in ((TOPIC, 4), (OTHER, 2)):
+                create = CreateTopicRequestHeader(topic, "TBW102", queues, queues, 6, "SINGLE_TAG")
+                assert (
+                    await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create.to_ext_fields())
+                ).code == 0
+            for i in range(8):
+                sent = await client.send(
+                    TOPIC, f"seed {i}".encode(), queue_id=i % 4, keys=f"seed-{i} seeds", tags="S"
+                )
+                assert sent.code == 0, sent.remark
+            await client.client.close()
+            for topic in (TOPIC, OTHER):
+                await _wait_for_route(cluster.namesrv_addr, topic)
+
+        cluster.loop.run(fill())
+        yield cluster
+
+
+@pytest.fixture
+def mq(cli: RunCli, daemons: LocalCluster) -> Callable[..., CliResult]:
+    def run(*args: str, input: str | None = None) -> CliResult:
+        return cli(*args, env={"NAMESRV_ADDR": daemons.namesrv_addr}, input=input)
+
+    return run
+
+
+def on_broker(daemons: LocalCluster, fn: Callable[[], T]) -> T:
+    """Run ``fn`` on the daemons' loop (the broker's thread), so store reads never race a put."""
+
+    async def call() -> T:
+        return fn()
+
+    return daemons.loop.run(call())
+
+
+def stored(daemons: LocalCluster, msg_id: str) -> StoredMessage:
+    _host, offset = decode_msg_id(msg_id)
+    found = on_broker(daemons, lambda: daemons.broker.store.look_message_by_offset(offset))
+    assert found is not None
+    return found.message
+
+
+def ok(result: CliResult) -> Any:
+    assert result.code == 0, result.stderr
+    return result.json()
+
+
+# ---------------------------------------------------------------------------------------- send
+
+
+def test_send_stores_tag_keys_properties_on_the_chosen_queue(
+    mq: Callable[..., CliResult], daemons: LocalCluster
+) -> None:
+    sent = ok(
+        mq(
+            "msg",
+            "send",
+            "-t",
+            OTHER,
+            "--tag",
+            "TagA",
+            "-k",
+            "order-1",
+            "-k",
+            "cust-9",
+            "--property",
+            "color=red",
+            "-q",
+            "1",
+            "hello world",
+            "-o",
+            "json",
+        )
+    )
+    assert (sent["status"], sent["topic"], sent["queue_id"], sent["broker"]) == (
+        "SEND_OK",
+        OTHER,
+        1,
+        "broker-a",
+    )
+    m = stored(daemons, sent["offset_msg_id"])
+    assert (m.topic, m.queue_id, m.queue_offset) == (OTHER, 1, sent["queue_offset"])
+    assert m.body == b"hello world"
+    assert (m.tags, m.keys, m.properties["color"]) == ("TagA", ["order-1", "cust-9"], "red")
+    assert m.uniq_key == sent["msg_id"]
+
+
+def test_send_reads_the_body_from_a_file_or_stdin(
+    mq: Callable[..., CliResult], daemons: LocalCluster, tmp_path: Path
+) -> None:
+    payload = bytes(range(256)) * 4
+    (tmp_path / "body.bin").write_bytes(payload)
+    from_file = ok(mq("msg", "send", "-t", OTHER, "--file", str(tmp_path / "body.bin"), "-o", "json"))
+    assert stored(daemons, from_file["offset_msg_id"]).body == payload
+    from_stdin = ok(mq("msg", "send", "-t", OTHER, "-o", "json", input="piped body\n"))
+    assert stored(daemons, from_stdin["offset_msg_id"]).body == b"piped body\n"
+
+
+def test_send_with_a_delay_level_goes_through_the_schedule_topic(
+    mq: Callable[..., CliResult], daemons: LocalCluster
+) -> None:
+    sent = ok(mq("msg", "send", "-t", OTHER, "--delay-level", "3", "-k", "later", "tick", "-o", "json"))
+    assert sent["delay_level"] == 3
+    m = stored(daemons, sent["offset_msg_id"])
+    assert (m.topic, m.queue_id) == (SCHEDULE_TOPIC, 2)
+    assert (m.properties["REAL_TOPIC"], m.properties["DELAY"]) == (OTHER, "3")
+
+
+def test_send_table_output_says_what_changed(mq: Callable[..., CliResult]) -> None:
+    result = mq("msg", "send", "-t", OTHER, "plain")
+    assert result.code == 0, result.stderr
+    assert "SEND_OK" in result.stdout and OTHER in result.stdout
+
+
+# --------------------------------------------------------------------------------------- query
+
+
+def test_query_by_key_returns_verified_hits_and_prints_the_window(
+    mq: Callable[..., CliResult], daemons: LocalCluster
+) -> None:
+    result = mq("msg", "query", "-t", TOPIC, "-k", "seeds", "--since", "-1h", "-o", "json")
+    rows = ok(result)
+    assert sorted(r["keys"] for r in rows) == sorted(f"seed-{i} seeds" for i in range(8))
+    for row in rows:
+        assert "seeds" in stored(daemons, row["msg_id"]).keys
+    assert result.stderr.startswith("window: ")
+    assert "(store time, UTC)" in result.stderr
+    one = ok(mq("msg", "query", "-t", TOPIC, "-k", "seed-3", "-o", "json"))
+    assert [r["queue_id"] for r in one] == [3]
+
+
+def test_query_by_key_in_csv_and_yaml(mq: Callable[..., CliResult]) -> None:
+    as_csv = mq("msg", "query", "-t", TOPIC, "-k", "seed-1", "-o", "csv")
+    assert as_csv.code == 0, as_csv.stderr
+    (row,) = list(csv.DictReader(io.StringIO(as_csv.stdout)))
+    assert (row["topic"], row["keys"], row["tags"]) == (TOPIC, "seed-1 seeds", "S")
+    import yaml
+
+    (doc,) = yaml.safe_load(mq("msg", "query", "-t", TOPIC, "-k", "seed-1", "-o", "yaml").stdout)
+    assert doc["msg_id"] == row["msg_id"]
+
+
+def test_query_by_key_outside_the_window_is_not_found(mq: Callable[..., CliResult]) -> None:
+    result = mq("msg", "query", "-t", TOPIC, "-k", "seed-1", "--until", "1000000000000")
+    assert result.code == 3
+    assert "window: 1970-01-01T00:00:00.000Z .. 2001-09-09T01:46:40.000Z" in result.stderr
+    assert "no message with key 'seed-1'" in result.stderr
+
+
+def test_query_by_id_and_by_unique_key(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
+    sent = ok(mq("msg", "send", "-t", OTHER, "-k", "by-id", "find me", "-o", "json"))
+    shown = ok(mq("msg", "query", "--id", sent["offset_msg_id"], "-o", "json"))
+    assert (shown["body"], shown["keys"], shown["topic"]) == ("find me", "by-id", OTHER)
+    assert shown["store_host"] == daemons.broker_addr
+    (by_uniq,) = ok(mq("msg", "query", "-t", OTHER, "--unique-key", sent["msg_id"], "-o", "json"))
+    assert by_uniq["msg_id"] == sent["offset_msg_id"]
+
+
+def test_query_by_id_of_a_missing_offset_or_an_unreachable_broker(
+    mq: Callable[..., CliResult], daemons: LocalCluster
+) -> None:
+    host, port = daemons.broker_addr.rsplit(":", 1)
+    beyond = create_msg_id((host, int(port)), 1 << 40)
+    assert mq("msg", "query", "--id", beyond).code == 3
+    unreachable = mq("msg", "query", "--id", create_msg_id(("127.0.0.1", 1), 0))
+    assert unreachable.code == 5, unreachable.stderr
+    assert "127.0.0.1:1" in unreachable.stderr
+
+
+# ---------------------------------------------------------------------------------------- show
+
+
+def test_show_a_queue_offset(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
+    shown = ok(mq("msg", "show", "-t", TOPIC, "-q", "2", "--offset", "1", "-o", "json"))
+    assert (shown["queue_id"], shown["queue_offset"], shown["body"]) == (2, 1, "seed 6")
+    assert shown["properties"]["KEYS"] == "seed-6 seeds"
+    assert stored(daemons, shown["msg_id"]).body == b"seed 6"
+    table = mq("msg", "show", "-t", TOPIC, "-q", "2", "--offset", "1")
+    assert table.code == 0 and "seed 6" in table.stdout
+
+
+def test_show_never_commits_an_offset(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
+    ok(mq("msg", "show", "-t", TOPIC, "-q", "0", "--offset", "0", "-o", "json"))
+    offsets = on_broker(daemons, lambda: daemons.broker.offsets.query_offset(wire.TOOLS_GROUP, TOPIC, 0))
+    assert offsets == -1
+
+
+# ---------------------------------------------------------------------------------------- tail
+
+
+def test_tail_from_earliest_until_the_end_as_json_lines(mq: Callable[..., CliResult]) -> None:
+    result = mq("msg", "tail", "-t", TOPIC, "--from", "earliest", "--exit", "-o", "json")
+    assert result.code == 0, result.stderr
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert sorted(m["body"] for m in lines) == sorted(f"seed {i}" for i in range(8))
+    assert "8 message(s)" in result.stderr
+
+
+def test_tail_from_a_groups_committed_offsets(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
+    client = handle(daemons)
+
+    async def commit() -> None:
+        for queue_id in range(4):
+            header = UpdateConsumerOffsetRequestHeader("CG_Tail", TOPIC, queue_id, 1)  # each queue holds 2
+            assert (await client.call(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_ext_fields())).code == 0
+        await client.client.close()
+
+    daemons.loop.run(commit())
+    result = mq("msg", "tail", "-t", TOPIC, "-g", "CG_Tail", "--exit", "-o", "json")
+    lines = [json.loads(line) for line in result.stdout.splitlines()]
+    assert sorted(m["body"] for m in lines) == [f"seed {i}" for i in range(4, 8)]
+    assert all(m["queue_offset"] == 1 for m in lines)
+
+
+def test_tail_streams_new_messages(
+    cli_env: dict[str, str], daemons: LocalCluster, mq: Callable[..., CliResult]
+) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqctl", "msg", "tail", "-t", TOPIC, "--max-messages", "2", "-o", "json"],
+        env={**cli_env, "NAMESRV_ADDR": daemons.namesrv_addr},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        started = proc.stderr.readline()
+        assert "tailing MsgT: 4 queue(s)" in started
+        for body in ("live 1", "live 2"):
+            ok(mq("msg", "send", "-t", TOPIC, body, "-o", "json"))
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 0
+    assert sorted(json.loads(line)["body"] for line in out.splitlines()) == ["live 1", "live 2"]
+
+
+# -------------------------------------------------------------------------------------- resend
+
+
+@pytest.fixture(scope="module")
+def dead_letters(daemons: LocalCluster) -> list[str]:
+    """Two messages of MsgOther sent to %DLQ%CG_Dead (send-back with delay level -1); their DLQ msgIds."""
+    client = handle(daemons)
+
+    async def kill() -> list[str]:
+        ids = []
+        async with Admin([daemons.namesrv_addr]) as admin:
+            for i in range(2):
+                sent = await wire.send(
+                    admin,
+                    daemons.broker_addr,
+                    OTHER,
+                    f"dead {i}".encode(),
+                    queue_id=0,
+                    properties={"KEYS": f"dead-{i}", "TAGS": "D", "color": "blue"},
+                )
+                _host, offset = decode_msg_id(sent.offset_msg_id)
+                await wire.send_back(
+                    admin, daemons.broker_addr, group=DLQ_GROUP, phys_offset=offset, delay_level=-1
+                )
+            await _wait_for_route(daemons.namesrv_addr, f"%DLQ%{DLQ_GROUP}")
+            for m in (await wire.pull(admin, daemons.broker_addr, f"%DLQ%{DLQ_GROUP}", 0, 0)).messages:
+                ids.append(m.msg_id)
+        await client.client.close()
+        return ids
+
+    ids = daemons.loop.run(kill())
+    assert len(ids) == 2
+    return ids
+
+
+def test_resend_all_needs_confirmation_off_a_terminal(
+    mq: Callable[..., CliResult], dead_letters: list[str]
+) -> None:
+    result = mq("msg", "resend", "-g", DLQ_GROUP)
+    assert result.code == 2
+    assert "--yes" in result.stderr
+
+
+def test_resend_sends_dead_letters_back_to_their_topic(
+    mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str]
+) -> None:
+    before = on_broker(
+        daemons,
+        lambda: daemons.broker.store.get_max_offset(OTHER, 0) + daemons.broker.store.get_max_offset(OTHER, 1),
+    )
+    one = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[0], "-o", "json"))
+    assert [(o["dlq_msg_id"], o["outcome"], o["to_topic"]) for o in one] == [
+        (dead_letters[0], "RESENT", OTHER)
+    ]
+    everything = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--yes", "-o", "json"))
+    assert sorted(o["dlq_msg_id"] for o in everything) == sorted(dead_letters)
+    assert all(o["outcome"] == "RESENT" for o in everything)
+    after = on_broker(
+        daemons,
+        lambda: daemons.broker.store.get_max_offset(OTHER, 0) + daemons.broker.store.get_max_offset(OTHER, 1),
+    )
+    assert after - before == 3
+    for outcome in one + everything:
+        m = stored(daemons, outcome["new_msg_id"])
+        assert m.topic == OTHER and m.body.decode().startswith("dead ")
+        assert m.tags == "D" and m.properties["color"] == "blue" and m.keys[0].startswith("dead-")
+        assert "RETRY_TOPIC" not in m.properties and "ORIGIN_MESSAGE_ID" not in m.properties
+
+
+def test_resend_to_another_topic(
+    mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str]
+) -> None:
+    (outcome,) = ok(
+        mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[1], "--to-topic", TOPIC, "-o", "json")
+    )
+    assert outcome["outcome"] == "RESENT" and outcome["to_topic"] == TOPIC
+    assert stored(daemons, outcome["new_msg_id"]).topic == TOPIC
+
+
+def test_resend_unknown_ids_and_groups_are_not_found(
+    mq: Callable[..., CliResult], dead_letters: list[str]
+) -> None:
+    assert mq("msg", "resend", "-g", DLQ_GROUP, "--id", "7F00000100002A9F00000000DEADBEEF").code == 3
+    assert mq("msg", "resend", "-g", "CG_NeverDied", "--yes").code == 3
+
+
+# -------------------------------------------------------------------------------- errors, codes
+
+
+@pytest.mark.parametrize(
+    ("args", "code"),
+    [
+        (["msg", "show", "-t", TOPIC, "-q", "0", "--offset", "99"], 3),
+        (["msg", "show", "-t", TOPIC, "-q", "9", "--offset", "0"], 3),
+        (["msg", "show", "-t", "NoSuchTopic", "-q", "0", "--offset", "0"], 3),
+        (["msg", "query", "-t", "NoSuchTopic", "-k", "x"], 3),
+        (["msg", "query", "-t", TOPIC, "-k", "x", "--id", "7F00000100002A9F0000000000000000"], 2),
+        (["msg", "query", "-k", "x"], 2),
+        (["msg", "query", "--id", "xyz"], 2),
+        (["msg", "query", "-t", TOPIC, "-k", "x", "--since", "last tuesday"], 2),
+        (["msg", "query", "-t", TOPIC, "-k", "x", "--since", "-1h", "--until", "-2h"], 2),
+        (["msg", "send", "-t", TOPIC, "--property", "novalue", "b"], 2),
+        (["msg", "send", "-t", TOPIC, ""], 2),
+    ],
+)
+def test_exit_codes(mq: Callable[..., CliResult], args: list[str], code: int) -> None:
+    result = mq(*args)
+    assert result.code == code, result.stderr
+    assert "mqctl: error:" in result.stderr
+
+
+def test_an_unreachable_namesrv_exits_5(cli: RunCli) -> None:
+    for args in (
+        ["msg", "query", "-t", TOPIC, "-k", "x"],
+        ["msg", "send", "-t", TOPIC, "b"],
+        ["msg", "tail", "-t", TOPIC],
+    ):
+        result = cli(*args, "-n", "127.0.0.1:1")
+        assert result.code == 5, (args, result.stderr)
+
+
+def test_watch_repeats_a_query_until_interrupted(cli_env: dict[str, str], daemons: LocalCluster) -> None:
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mqctl",
+            "msg",
+            "query",
+            "-t",
+            TOPIC,
+            "-k",
+            "seed-0",
+            "--watch",
+            "0.2",
+            "-o",
+            "json",
+        ],
+        env={**cli_env, "NAMESRV_ADDR": daemons.namesrv_addr},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        seen = 0
+        deadline = time.monotonic() + 30
+        while seen < 2 and time.monotonic() < deadline:
+            if "every 0.2s" in proc.stderr.readline():
+                seen += 1
+    finally:
+        proc.send_signal(2)
+        proc.wait(timeout=10)
+    assert seen == 2
