@@ -173,7 +173,7 @@ class IndexFile:
             log.debug("index file %s still referenced", self.path)
 
     def destroy(self) -> None:
-        self.close()
+        """Delete the file; the mapping goes when the last reader drops it (see ``MappedFile.destroy``)."""
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 

@@ -112,7 +112,11 @@ class MappedFile:
             log.debug("mapping of %s still referenced; left to the garbage collector", self.path)
 
     def destroy(self) -> None:
-        self.close()
+        """Delete the file. The mapping is not closed here: a concurrent reader may still be slicing
+        it (RocketMQ reference-counts files for this); it is unmapped when the last reference goes."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 
