@@ -1,15 +1,19 @@
 """``DefaultMessageStore``: the file-backed, RocketMQ-compatible :class:`store.api.MessageStore`.
 
-Threading model (why not asyncio): appends are CPU-bound memcpy into a mapping plus a few struct
-writes, so the broker can call :meth:`DefaultMessageStore.put_message` directly from its event loop
-in ASYNC_FLUSH mode (tens of microseconds). SYNC_FLUSH needs group commit: an append must wait for
-an ``msync`` that many appends share, so a dedicated flush thread performs the fsyncs and waiting
-appenders block on a condition; the broker runs those puts in a thread pool
-(``loop.run_in_executor``), which lets concurrent sends share one fsync. Dispatch (ConsumeQueue
-and IndexFile) runs synchronously inside the put, under the same lock, so a message is visible to
-pulls as soon as ``put_message`` returns and listeners (long polling) are told right away; the
-CommitLog-parsing dispatch path (:meth:`DefaultMessageStore.dispatch`) catches up at start-up and
-after recovery.
+Threading model (why threads, not asyncio): an append is CPU-bound work (encode, copy into the
+mapping, a few struct writes), so the broker can call :meth:`DefaultMessageStore.put_message`
+directly from its event loop in ASYNC_FLUSH mode (under 10 us). SYNC_FLUSH needs group commit: a
+put must wait for an fsync that many puts share, so a flush thread does the ``fdatasync`` (which
+releases the GIL) while putting threads wait on a condition; the broker runs those puts in a
+thread pool (``loop.run_in_executor``) so concurrent sends share one fsync.
+
+Dispatch (ConsumeQueue unit + index entries) runs inside the put, under the same lock, from the
+fields the append just wrote, so a message is pullable when ``put_message`` returns and arrival
+listeners (long polling) fire at once. The CommitLog-parsing reput (:meth:`DefaultMessageStore.dispatch`)
+rebuilds whatever the ConsumeQueues miss at start-up and during abnormal recovery.
+
+Background threads: CommitLog flush (periodic or group commit), ConsumeQueue/checkpoint flush,
+CommitLog page warm-up (ASYNC only) and file cleanup.
 """
 
 from __future__ import annotations
