@@ -75,7 +75,7 @@ def local_cluster(root: Path, **broker_overrides: Any) -> Iterator[LocalCluster]
 def handle(cluster: LocalCluster) -> BrokerHandle:
     """A wire-protocol client to the cluster's broker, living on the daemons' loop."""
     client = cluster.loop.run(_new_client())
-    return BrokerHandle(cluster.broker, client)
+    return BrokerHandle(cluster.broker.addr, client, cluster.broker)
 
 
 async def _new_client() -> RemotingClient:

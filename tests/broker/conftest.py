@@ -52,15 +52,11 @@ async def start_broker(root: Path, **overrides: Any) -> Broker:
 
 
 @dataclass
-class BrokerHandle:
-    """A running broker plus a remoting client and helpers that speak the wire protocol to it."""
+class BrokerClient:
+    """A remoting client plus helpers that speak the broker's wire protocol to `addr`."""
 
-    broker: Broker
+    addr: str
     client: RemotingClient
-
-    @property
-    def addr(self) -> str:
-        return self.broker.addr
 
     async def call(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"", timeout: float = 5.0,
                    oneway: bool = False) -> RemotingCommand:
@@ -96,6 +92,13 @@ class BrokerHandle:
         return await self.call(RequestCode.HEART_BEAT, body=data.dumps())
 
 
+@dataclass
+class BrokerHandle(BrokerClient):
+    """A broker running in this process, and a client for it."""
+
+    broker: Broker
+
+
 def decode_records(body: bytes) -> list[StoredMessage]:
     """Split a pull/query body into its records."""
     out = []
@@ -112,7 +115,7 @@ async def broker(tmp_path: Path) -> AsyncIterator[BrokerHandle]:
     b = await start_broker(tmp_path / "store")
     client = RemotingClient()
     try:
-        yield BrokerHandle(b, client)
+        yield BrokerHandle(b.addr, client, b)
     finally:
         await client.close()
         await b.stop()
@@ -138,7 +141,7 @@ async def start_cluster(tmp_path: Path, **broker_overrides: Any) -> ClusterHandl
     except BaseException:
         await namesrv.stop()
         raise
-    return ClusterHandle(broker, RemotingClient(), namesrv)
+    return ClusterHandle(broker.addr, RemotingClient(), broker, namesrv)
 
 
 async def stop_cluster(cluster: ClusterHandle) -> None:

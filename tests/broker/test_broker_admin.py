@@ -120,7 +120,7 @@ async def test_restart_keeps_messages_offsets_topics_and_groups(tmp_path: Path) 
     root = tmp_path / "store"
     b = await start_broker(root)
     client = RemotingClient()
-    handle = BrokerHandle(b, client)
+    handle = BrokerHandle(b.addr, client, b)
     try:
         sent = [await handle.send("Persist", f"m{i}".encode()) for i in range(3)]
         assert all(s.code == ResponseCode.SUCCESS for s in sent)
@@ -131,7 +131,7 @@ async def test_restart_keeps_messages_offsets_topics_and_groups(tmp_path: Path) 
         await b.stop()
     b = await start_broker(root)
     client = RemotingClient()
-    handle = BrokerHandle(b, client)
+    handle = BrokerHandle(b.addr, client, b)
     try:
         assert b.topics.get("Kept") is not None and b.topics.get("Persist") is not None
         q = await handle.call(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "PG2", "topic": "Persist", "queueId": "0"})

@@ -7,6 +7,7 @@ import struct
 from pathlib import Path
 
 from daemon.broker.headers import ConsumerSendMsgBackRequestHeader, QueryMessageRequestHeader
+from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store.record import decode_msg_id, encode_properties
 from tests.broker.conftest import BrokerHandle, decode_records, start_broker
@@ -46,7 +47,7 @@ async def test_send_v1_header_and_auto_created_topic_queue_count(broker: BrokerH
 
 async def test_send_refusals(tmp_path: Path) -> None:
     b = await start_broker(tmp_path / "s", auto_create_topic_enable=False)
-    handle = BrokerHandle(b, __import__("daemon.remoting.client", fromlist=["RemotingClient"]).RemotingClient())
+    handle = BrokerHandle(b.addr, RemotingClient(), b)
     try:
         missing = await handle.send("NoSuchTopic", b"x")
         assert missing.code == ResponseCode.TOPIC_NOT_EXIST

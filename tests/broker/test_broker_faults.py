@@ -1,0 +1,147 @@
+"""Faults: SIGKILL under SYNC_FLUSH sends, clients vanishing mid-pull, a thousand idle connections."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import pytest
+
+from daemon.namesrv.controller import NamesrvController
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from tests.broker.conftest import BrokerClient, BrokerHandle, decode_records
+from tests.broker.test_broker_cli import free_port
+from tests.conftest import ROOT
+from tests.namesrv.conftest import namesrv_config
+
+
+async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not await predicate():
+        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.1)
+
+
+@pytest.mark.slow
+async def test_sigkill_under_sync_flush_loses_no_acknowledged_send(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    ns_addr = f"127.0.0.1:{namesrv.port}"
+    port = free_port()
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        f"brokerName=broker-k\nbrokerIP1=127.0.0.1\nlistenPort={port}\nnamesrvAddr={ns_addr}\n"
+        f"storePathRootDir={tmp_path / 'store'}\nflushDiskType=SYNC_FLUSH\nmappedFileSizeCommitLog=4194304\n"
+        "flushConsumerOffsetInterval=200\nmetricsEnable=false\n"
+    )
+    argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
+    client = RemotingClient()
+    addr = f"127.0.0.1:{port}"
+    handle = BrokerClient(addr, client)
+
+    async def broker_up() -> bool:
+        try:
+            r = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 1.0)
+        except Exception:
+            return False
+        return r.code == ResponseCode.SUCCESS
+
+    async def registered() -> bool:
+        request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})
+        return (await client.invoke(ns_addr, request)).code == ResponseCode.SUCCESS
+
+    async def call(code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
+        return await client.invoke(addr, RemotingCommand.request(code, ext, body), 5.0)
+
+    proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
+    acked: list[tuple[int, int, bytes]] = []
+    try:
+        await wait_until(broker_up)
+        await wait_until(registered)
+        update = {"consumerGroup": "KG", "topic": "Kill", "queueId": "0", "commitOffset": "0"}
+
+        async def sender(n: int) -> None:
+            i = 0
+            while True:
+                body = f"{n}-{i}".encode() * 10
+                try:
+                    r = await handle.send("Kill", body, queue_id=n % 4)
+                except Exception:
+                    return  # the broker died under us
+                if r.code == ResponseCode.SUCCESS:
+                    acked.append((int(r.ext_fields["queueId"]), int(r.ext_fields["queueOffset"]), body))
+                i += 1
+
+        senders = [asyncio.create_task(sender(n)) for n in range(8)]
+        await wait_until(lambda: _at_least(acked, 200))
+        committed = {**update, "commitOffset": "7"}
+        assert (await call(RequestCode.UPDATE_CONSUMER_OFFSET, committed)).code == ResponseCode.SUCCESS
+        await asyncio.sleep(0.6)  # > flushConsumerOffsetInterval: the offset is on disk
+        await wait_until(lambda: _at_least(acked, 400))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        await asyncio.gather(*senders)
+        await wait_until(lambda: _not(registered))  # the NameServer dropped the dead broker's connection
+
+        proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
+        await wait_until(broker_up)
+        await wait_until(registered)  # registered again
+        for queue_id, offset, body in acked:
+            pulled = await handle.pull("KG", "Kill", queue_id, offset, max_nums=1)
+            assert pulled.code == ResponseCode.SUCCESS, (queue_id, offset, pulled.remark)
+            assert decode_records(pulled.body)[0].body == body
+        q = await call(RequestCode.QUERY_CONSUMER_OFFSET, {k: update[k] for k in ("consumerGroup", "topic", "queueId")})
+        assert q.ext_fields["offset"] == "7"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        await client.close()
+        await namesrv.stop()
+
+
+async def _at_least(items: list[object], n: int) -> bool:
+    return len(items) >= n
+
+
+async def _not(check: Callable[[], Awaitable[bool]]) -> bool:
+    return not await check()
+
+
+async def test_client_disconnecting_mid_pull_does_not_disturb_others(broker: BrokerHandle) -> None:
+    broker.broker.topics.create_system_like("Gone", 1, 6)
+    leaver = RemotingClient()
+    header = {"consumerGroup": "G", "topic": "Gone", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
+              "sysFlag": "6", "commitOffset": "0", "suspendTimeoutMillis": "20000", "subVersion": "0",
+              "subscription": "*"}
+    held = asyncio.create_task(leaver.invoke(broker.addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, header), 30))
+    while broker.broker.hold.parked == 0:
+        await asyncio.sleep(0.01)
+    await leaver.close()
+    with pytest.raises(Exception):
+        await held
+    assert (await broker.send("Gone", b"still-works")).code == ResponseCode.SUCCESS
+    pulled = await broker.pull("G", "Gone", 0, 0)
+    assert decode_records(pulled.body)[0].body == b"still-works"
+    while broker.broker.hold.parked:
+        await asyncio.sleep(0.01)  # the abandoned pull was woken by the send and dropped
+
+
+@pytest.mark.slow
+async def test_a_thousand_idle_connections_do_not_stall_a_client(broker: BrokerHandle) -> None:
+    host, port = broker.addr.split(":")
+    idle = [await asyncio.open_connection(host, int(port)) for _ in range(1000)]
+    try:
+        while len(broker.broker.server.connections) < 1000:
+            await asyncio.sleep(0.01)
+        assert (await broker.send("Busy", b"x")).code == ResponseCode.SUCCESS
+        assert decode_records((await broker.pull("G", "Busy", 0, 0)).body)[0].body == b"x"
+    finally:
+        for _, writer in idle:
+            writer.close()
