@@ -14,11 +14,9 @@ from typing import TYPE_CHECKING, Annotated
 import click
 import typer
 
-from mqctl.cli.common import OutputOpt
+from mqctl.cli.common import OutputOpt, SinceOpt, UntilOpt
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from mqctl.spark.export import ExportProgress
 
 app = typer.Typer(
@@ -31,13 +29,6 @@ StoreOpt = Annotated[
     typer.Option("--store", help="Store root directory (holds commitlog/).", exists=True, file_okay=False),
 ]
 TopicOpt = Annotated[list[str] | None, typer.Option("--topic", "-t", help="Only this topic (repeatable).")]
-SinceOpt = Annotated[
-    str | None,
-    typer.Option("--since", help="Store time from (inclusive): ISO 8601 (UTC default) or epoch ms."),
-]
-UntilOpt = Annotated[
-    str | None, typer.Option("--until", help="Store time until (exclusive), same forms as --since.")
-]
 MasterOpt = Annotated[
     str | None,
     typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: embedded local[*]).",
@@ -48,10 +39,19 @@ PartitionsOpt = Annotated[
 ]
 
 
-def _window(since: str | None, until: str | None) -> tuple[datetime | None, datetime | None]:
-    from mqctl.spark.export import parse_instant
+def _window(since: str | None, until: str | None) -> tuple[int | None, int | None]:
+    """``--since``/``--until`` as epoch ms (inclusive), parsed like every other time flag."""
+    import time
 
-    return (parse_instant(since) if since else None, parse_instant(until) if until else None)
+    from mqctl.errors import UsageError
+    from mqctl.timespec import parse_time
+
+    now = int(time.time() * 1000)
+    first = parse_time(since, now_ms=now) if since else None
+    last = parse_time(until, now_ms=now) if until else None
+    if first is not None and last is not None and first > last:
+        raise UsageError(f"empty time window: --since {since} is after --until {until}")
+    return first, last
 
 
 @app.callback()
@@ -93,7 +93,7 @@ def export(
     first, last = _window(since, until)
     with _progress_bar() as progress, spark_session(master, app_name="mqctl spark-export") as spark:
         result = run_export(
-            spark, store, out, fmt=fmt, topics=topic or (), since=first, until=last, with_body=with_body,
+            spark, store, out, fmt=fmt, topics=topic or (), since_ms=first, until_ms=last, with_body=with_body,
             partitions=partitions, overwrite=overwrite, progress=progress,
         )  # fmt: skip
     render(result, output)
@@ -146,7 +146,7 @@ def report(
     first, last = _window(since, until)
     with spark_session(master, app_name="mqctl spark-export report") as spark:
         result = build_report(
-            spark, store, topics=topic or (), since=first, until=last, partitions=partitions, top=top
+            spark, store, topics=topic or (), since_ms=first, until_ms=last, partitions=partitions, top=top
         )
     if json_out is not None:
         write_json(result, json_out)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -36,6 +36,7 @@ _NO_DICTIONARY = (
     "store_timestamp", "properties.key_value.value", "body",
 )  # fmt: skip
 _JOB_GROUP = "mqctl-spark-export"
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -79,18 +80,9 @@ class ExportResult:
     mb_per_s: float
 
 
-def parse_instant(text: str) -> datetime:
-    """``--since``/``--until``: ISO 8601 (UTC unless an offset is given) or epoch milliseconds."""
-    value = text.strip()
-    if re.fullmatch(r"\d{10,16}", value):
-        return datetime.fromtimestamp(int(value) / 1000, tz=UTC)
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise UsageError(
-            f"not a time: {text!r} (use ISO 8601 like 2026-11-21T09:10:00Z, or epoch ms)"
-        ) from exc
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+def _instant(ms: int) -> datetime:
+    """Epoch ms as an aware datetime, exactly (Spark literals of this type are pushed as timestamps)."""
+    return _EPOCH + timedelta(milliseconds=ms)
 
 
 def plan(store: str | Path, partitions: int | None = None) -> ScanPlan:
@@ -108,12 +100,13 @@ def load(
     store: str | Path,
     *,
     topics: Sequence[str] = (),
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
     with_body: bool = False,
     partitions: int | None = None,
 ) -> DataFrame:
-    """The store's records as a DataFrame; ``since`` is inclusive and ``until`` exclusive."""
+    """The store's records as a DataFrame; the store-time window ``[since_ms, until_ms]`` is inclusive,
+    as for every ``--since``/``--until`` of the CLI."""
     from pyspark.sql import functions as F
 
     from mqctl.spark.source import commitlog_dir
@@ -125,10 +118,10 @@ def load(
     df = reader.load(str(store))
     if topics:
         df = df.where(F.col("topic").isin(list(topics)))
-    if since is not None:
-        df = df.where(F.col("store_timestamp") >= F.lit(since))
-    if until is not None:
-        df = df.where(F.col("store_timestamp") < F.lit(until))
+    if since_ms is not None:
+        df = df.where(F.col("store_timestamp") >= F.lit(_instant(since_ms)))
+    if until_ms is not None:
+        df = df.where(F.col("store_timestamp") <= F.lit(_instant(until_ms)))
     return df
 
 
@@ -192,8 +185,8 @@ def export(
     *,
     fmt: str = "parquet",
     topics: Sequence[str] = (),
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
     with_body: bool = False,
     partitions: int | None = None,
     overwrite: bool = False,
@@ -212,7 +205,13 @@ def export(
     started = time.perf_counter()
     scan = plan(store, partitions)
     df = load(
-        spark, store, topics=topics, since=since, until=until, with_body=with_body, partitions=partitions
+        spark,
+        store,
+        topics=topics,
+        since_ms=since_ms,
+        until_ms=until_ms,
+        with_body=with_body,
+        partitions=partitions,
     )
     seen = Observation("mqctl-export")
     df = df.observe(

@@ -93,14 +93,14 @@ def build_report(
     store: str | Path,
     *,
     topics: Sequence[str] = (),
-    since: datetime | None = None,
-    until: datetime | None = None,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
     partitions: int | None = None,
     top: int = 20,
 ) -> Report:
     from pyspark import StorageLevel
 
-    df = load(spark, store, topics=topics, since=since, until=until, partitions=partitions)
+    df = load(spark, store, topics=topics, since_ms=since_ms, until_ms=until_ms, partitions=partitions)
     df = df.select(
         "topic", "queue_id", "keys", "born_timestamp", "born_host", "store_timestamp", "reconsume_times",
         "body_size", "record_size", "properties", "file",

@@ -110,6 +110,7 @@ def test_missing_spark_extra_is_one_line(cli: RunCli, store_a: Path, tmp_path: P
     [
         ["spark-export", "--store", "{store}"],
         ["spark-export", "--store", "{store}", "--out", "{tmp}/o", "--since", "yesterday-ish"],
+        ["spark-export", "--store", "{store}", "--out", "{tmp}/o", "--since", "now", "--until", "-1h"],
         ["spark-export", "--store", "{tmp}/missing", "--out", "{tmp}/o"],
         ["spark-export", "--store", "{store}", "--out", "{tmp}/o", "--format", "avro"],
     ],

@@ -95,13 +95,13 @@ def test_topic_and_time_window_export(
         tmp_path / "w",
         fmt="json",
         topics=["FixA_Mixed", "FixA_Events"],
-        since=since,
-        until=until,
+        since_ms=int(since.timestamp() * 1000),
+        until_ms=int(until.timestamp() * 1000),
     )
     expected = sorted(
         o
         for o, r in exported.items()
-        if r["topic"] in ("FixA_Mixed", "FixA_Events") and since <= r["store_timestamp"] < until
+        if r["topic"] in ("FixA_Mixed", "FixA_Events") and since <= r["store_timestamp"] <= until
     )
     lines = [
         json.loads(line)
