@@ -113,15 +113,20 @@ class Scan:
     (a record whose field lengths do not add up to its TOTALSIZE).
     """
 
-    positions: np.ndarray
+    layout: _Layout
     stop: int
     reason: str
     detail: str = field(default="")
+
+    @property
+    def positions(self) -> np.ndarray:
+        return self.layout.pos
 
 
 _HEADER = struct.Struct(">ii")
 _MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 _MIN_RECORD = 91  # TOTALSIZE with IPv4 hosts and empty body, topic and properties
+_HEAD_SIZE = 48
 
 
 def scan(buf: np.ndarray, start: int = 0, end: int | None = None) -> Scan:
@@ -147,19 +152,32 @@ def scan(buf: np.ndarray, start: int = 0, end: int | None = None) -> Scan:
             break
         append(pos)
         pos += total
-    pos_arr = np.fromiter(positions, dtype=np.int64, count=len(positions))
-    bad = np.flatnonzero(~_Layout.of(buf, pos_arr).valid)
+    layout = _Layout.of(buf, np.fromiter(positions, dtype=np.int64, count=len(positions)))
+    bad = np.flatnonzero(~layout.valid)
     if bad.size:
         first = int(bad[0])
-        return Scan(pos_arr[:first], int(pos_arr[first]), "invalid", "field lengths do not match TOTALSIZE")
-    return Scan(pos_arr, pos, reason)
+        cut = layout.take(slice(0, first))
+        return Scan(cut, int(layout.pos[first]), "invalid", "field lengths do not match TOTALSIZE")
+    return Scan(layout, pos, reason)
 
 
 def _be(buf: np.ndarray, idx: np.ndarray, width: int, dtype: str) -> np.ndarray:
     """Big-endian integers of ``width`` bytes at each index (indexes are clipped into the buffer)."""
+    return np.ascontiguousarray(_rows(buf, idx, width)).view(dtype).ravel()
+
+
+def _rows(buf: np.ndarray, idx: np.ndarray, width: int) -> np.ndarray:
+    """``buf[i : i + width]`` for every index, as an ``(n, width)`` array (one gather, no index matrix)."""
+    if len(buf) < width:
+        return np.zeros((len(idx), width), dtype=np.uint8)
     windows = np.lib.stride_tricks.sliding_window_view(buf, width)
-    safe = np.clip(idx, 0, len(buf) - width)
-    return np.ascontiguousarray(windows[safe]).view(dtype).ravel()
+    return windows[np.clip(idx, 0, len(buf) - width)]
+
+
+def _field(head: np.ndarray, offset: int, dtype: str) -> np.ndarray:
+    """A big-endian field of the fixed record head gathered by :meth:`_Layout.of`."""
+    width = np.dtype(dtype).itemsize
+    return np.ascontiguousarray(head[:, offset : offset + width]).view(dtype).ravel()
 
 
 def _gather(buf: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -226,6 +244,8 @@ class _Layout:
     """Fixed fields and section positions of many records, computed together (§2.1)."""
 
     pos: np.ndarray
+    head: np.ndarray
+    """The first 48 bytes of every record (TOTALSIZE .. BORNTIMESTAMP: fixed positions in every layout)."""
     total: np.ndarray
     sys_flag: np.ndarray
     born_v6: np.ndarray
@@ -242,9 +262,10 @@ class _Layout:
 
     @classmethod
     def of(cls, buf: np.ndarray, pos: np.ndarray) -> _Layout:
-        total = _be(buf, pos, 4, ">i4").astype(np.int64)
-        magic = _be(buf, pos + 4, 4, ">i4")
-        sys_flag = _be(buf, pos + 36, 4, ">i4")
+        head = _rows(buf, pos, _HEAD_SIZE)
+        total = _field(head, 0, ">i4").astype(np.int64)
+        magic = _field(head, 4, ">i4")
+        sys_flag = _field(head, 36, ">i4")
         born_v6 = (sys_flag & BORNHOST_V6_FLAG) != 0
         store_v6 = (sys_flag & STOREHOST_V6_FLAG) != 0
         store_ts_pos = pos + 48 + np.where(born_v6, 20, 8)
@@ -268,11 +289,11 @@ class _Layout:
             & (props_pos + props_len == end)
         )
         return cls(
-            pos, total, sys_flag, born_v6, store_v6, store_ts_pos, reconsume_pos, body_pos, body_len,
+            pos, head, total, sys_flag, born_v6, store_v6, store_ts_pos, reconsume_pos, body_pos, body_len,
             topic_pos, topic_len, props_pos, props_len, valid,
         )  # fmt: skip
 
-    def take(self, mask: np.ndarray) -> _Layout:
+    def take(self, mask: np.ndarray | slice) -> _Layout:
         return _Layout(*(getattr(self, f)[mask] for f in self.__dataclass_fields__))
 
 
@@ -344,26 +365,22 @@ def _topics(buf: np.ndarray, lay: _Layout) -> pa.Array:
 
 def decode_batch(
     buf: np.ndarray,
-    positions: np.ndarray,
+    lay: _Layout,
     base_offset: int,
     file_name: str,
     *,
     with_body: bool = False,
     record_filter: RecordFilter | None = None,
 ) -> pa.RecordBatch:
-    """Decode the records starting at ``positions`` (buffer positions from :func:`scan`).
+    """Decode the records of ``lay`` (a slice of a :class:`Scan`'s layout).
 
     ``base_offset`` is the physical offset of ``buf[0]``; it is only used to check that each
     record's PHYSICALOFFSET field names its own position (a torn or foreign record does not).
     """
-    lay = _Layout.of(buf, positions)
-    if not lay.valid.all():
-        bad = int(positions[np.flatnonzero(~lay.valid)[0]])
-        raise CorruptRecordError(None, base_offset + bad, "field lengths do not match TOTALSIZE")
     store_ms = _be(buf, lay.store_ts_pos, 8, ">i8")
     topics = _topics(buf, lay)
     if record_filter is not None and record_filter.active:
-        keep = np.ones(len(positions), dtype=bool)
+        keep = np.ones(len(lay.pos), dtype=bool)
         if record_filter.topics is not None:
             keep &= pc.is_in(topics, pa.array(sorted(record_filter.topics), pa.string())).to_numpy(
                 zero_copy_only=False
@@ -376,7 +393,7 @@ def decode_batch(
             lay, store_ms = lay.take(keep), store_ms[keep]
             topics = topics.filter(pa.array(keep))
     pos = lay.pos
-    phys = _be(buf, pos + 28, 8, ">i8")
+    phys = _field(lay.head, 28, ">i8")
     wrong = np.flatnonzero(phys != pos + base_offset)
     if wrong.size:
         at = int(pos[wrong[0]]) + base_offset
@@ -388,16 +405,16 @@ def decode_batch(
     props, tags, keys, uniq = _properties(buf, lay)
     arrays: dict[str, pa.Array] = {
         "topic": topics,
-        "queue_id": pa.array(_be(buf, pos + 12, 4, ">i4").astype(np.int32)),
-        "queue_offset": pa.array(_be(buf, pos + 20, 8, ">i8").astype(np.int64)),
+        "queue_id": pa.array(_field(lay.head, 12, ">i4").astype(np.int32)),
+        "queue_offset": pa.array(_field(lay.head, 20, ">i8").astype(np.int64)),
         "physical_offset": pa.array(phys.astype(np.int64)),
         "msg_id": msg_id,
         "uniq_key": uniq,
         "keys": keys,
         "tags": tags,
-        "flag": pa.array(_be(buf, pos + 16, 4, ">i4").astype(np.int32)),
+        "flag": pa.array(_field(lay.head, 16, ">i4").astype(np.int32)),
         "sys_flag": pa.array(lay.sys_flag.astype(np.int32)),
-        "born_timestamp": _timestamps(_be(buf, pos + 40, 8, ">i8").astype(np.int64)),
+        "born_timestamp": _timestamps(_field(lay.head, 40, ">i8").astype(np.int64)),
         "born_host": _hosts(buf, pos + 48, lay.born_v6),
         "store_timestamp": _timestamps(store_ms.astype(np.int64)),
         "store_host": _hosts(buf, store_host_pos, lay.store_v6),
@@ -426,7 +443,7 @@ def batches(
     """The records of ``found`` as non-empty batches of at most ``batch_rows`` rows."""
     for i in range(0, len(found.positions), batch_rows):
         batch = decode_batch(
-            buf, found.positions[i : i + batch_rows], base_offset, file_name,
+            buf, found.layout.take(slice(i, i + batch_rows)), base_offset, file_name,
             with_body=with_body, record_filter=record_filter,
         )  # fmt: skip
         if batch.num_rows:
