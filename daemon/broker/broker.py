@@ -69,6 +69,7 @@ class Broker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._register_pending: asyncio.Task[None] | None = None
+        self._register_dirty = False
         self._flush_pool: ThreadPoolExecutor | None = None
         self._metrics_stop: Callable[[], None] | None = None
         self._started = False
@@ -87,7 +88,9 @@ class Broker:
         self.store.open()
         configs = self.store.configs
         self.topics = TopicConfigManager(self.config, configs.topics)
-        self.groups = SubscriptionGroupManager(configs.subscription_groups, self.config.auto_create_subscription_group)
+        self.groups = SubscriptionGroupManager(
+            configs.subscription_groups, self.config.auto_create_subscription_group
+        )
         self.offsets = configs.consumer_offsets
         self.topics.create_system_topics()
         self.groups.create_builtin_groups()
@@ -196,12 +199,16 @@ class Broker:
     async def put(self, msg: Message) -> PutResult:
         """Store one message; SYNC_FLUSH waits for the fsync off the event loop."""
         if self._flush_pool is not None and msg.wait_store_msg_ok:
-            return await asyncio.get_running_loop().run_in_executor(self._flush_pool, self.store.put_message, msg)
+            return await asyncio.get_running_loop().run_in_executor(
+                self._flush_pool, self.store.put_message, msg
+            )
         return self.store.put_message(msg)
 
     async def put_batch(self, msgs: list[Message]) -> PutResult:
         if self._flush_pool is not None and msgs and msgs[0].wait_store_msg_ok:
-            return await asyncio.get_running_loop().run_in_executor(self._flush_pool, self.store.put_messages, msgs)
+            return await asyncio.get_running_loop().run_in_executor(
+                self._flush_pool, self.store.put_messages, msgs
+            )
         return self.store.put_messages(msgs)
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
@@ -276,8 +283,13 @@ class Broker:
         if perm & PermName.READ_WRITE != PermName.READ_WRITE:
             wrapper.topic_config_table = {
                 name: TopicConfig(
-                    t.topic_name, t.read_queue_nums, t.write_queue_nums, t.perm & perm, t.topic_filter_type,
-                    t.topic_sys_flag, t.order,
+                    t.topic_name,
+                    t.read_queue_nums,
+                    t.write_queue_nums,
+                    t.perm & perm,
+                    t.topic_filter_type,
+                    t.topic_sys_flag,
+                    t.order,
                 )
                 for name, t in wrapper.topic_config_table.items()
             }
@@ -292,8 +304,13 @@ class Broker:
         compressed = c.compressed_register
         body = RegisterBrokerBody(self.registration_wrapper(), []).encode(compressed)
         header = RegisterBrokerRequestHeader(
-            c.broker_name, self.addr, c.broker_cluster_name, f"{c.broker_ip2 or c.broker_ip1}:{c.ha_listen_port}",
-            c.broker_id, compressed, _crc32(body),
+            c.broker_name,
+            self.addr,
+            c.broker_cluster_name,
+            f"{c.broker_ip2 or c.broker_ip1}:{c.ha_listen_port}",
+            c.broker_id,
+            compressed,
+            _crc32(body),
         ).to_ext_fields()
         timeout = c.register_broker_timeout_mills / 1000
 
@@ -305,7 +322,9 @@ class Broker:
                 log.warning("register to name server %s failed: %s", addr, exc)
                 return None
             if response.code != ResponseCode.SUCCESS:
-                log.warning("name server %s refused registration: %s %s", addr, response.code, response.remark)
+                log.warning(
+                    "name server %s refused registration: %s %s", addr, response.code, response.remark
+                )
                 return None
             return addr
 
@@ -313,11 +332,19 @@ class Broker:
         return [a for a in done if a is not None]
 
     def schedule_register(self) -> None:
-        """Re-register soon (topic changes); coalesces bursts of changes into one registration."""
+        """Re-register soon (topic changes); a burst of changes costs one or two registrations."""
         if self._loop is None or not self._started:
             return
+        self._register_dirty = True
         if self._register_pending is None or self._register_pending.done():
-            self._register_pending = self._loop.create_task(self.register_all(), name="namesrv-register-now")
+            self._register_pending = self._loop.create_task(
+                self._register_while_dirty(), name="namesrv-register-now"
+            )
+
+    async def _register_while_dirty(self) -> None:
+        while self._register_dirty:
+            self._register_dirty = False
+            await self.register_all()
 
     async def _registration_loop(self) -> None:
         period = min(max(self.config.register_name_server_period, 10_000), 60_000) / 1000
@@ -374,4 +401,3 @@ def _uptime(boot_ms: int) -> str:
 
 def _default_store(config: BrokerConfig) -> MessageStore:
     return DefaultMessageStore(config.store_config(), store_host=(config.broker_ip1, config.listen_port))
-

@@ -14,7 +14,9 @@ SUB_ALL = "*"
 TAG = "TAG"
 
 
-def build_subscription(topic: str, expression: str | None, expression_type: str | None = None) -> SubscriptionData:
+def build_subscription(
+    topic: str, expression: str | None, expression_type: str | None = None
+) -> SubscriptionData:
     """Parse a tag expression as `FilterAPI.buildSubscriptionData` does: `*`, or `a || b`."""
     kind = expression_type or TAG
     if kind != TAG:
@@ -22,7 +24,9 @@ def build_subscription(topic: str, expression: str | None, expression_type: str 
     if not expression or expression.strip() == SUB_ALL:
         return SubscriptionData(topic, SUB_ALL, expression_type=TAG)
     tags = [t.strip() for t in expression.split("||") if t.strip()]
-    return SubscriptionData(topic, expression, tags_set=tags, code_set=[java_hash(t) for t in tags], expression_type=TAG)
+    return SubscriptionData(
+        topic, expression, tags_set=tags, code_set=[java_hash(t) for t in tags], expression_type=TAG
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -52,7 +52,19 @@ class SendMessageRequestHeaderV2(CommandHeader):
 
     def to_v1(self) -> SendMessageRequestHeader:
         return SendMessageRequestHeader(
-            self.a, self.b, self.c, self.d, self.e, self.f, self.g, self.h, self.i, self.j, self.k, self.m, self.l
+            self.a,
+            self.b,
+            self.c,
+            self.d,
+            self.e,
+            self.f,
+            self.g,
+            self.h,
+            self.i,
+            self.j,
+            self.k,
+            self.m,
+            self.l,
         )
 
 

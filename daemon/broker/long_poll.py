@@ -39,7 +39,9 @@ class PullRequestHoldService:
     def parked(self) -> int:
         return sum(len(w) for w in self._waiters.values())
 
-    async def wait(self, topic: str, queue_id: int, offset: int, tag_filter: TagFilter, timeout: float) -> None:
+    async def wait(
+        self, topic: str, queue_id: int, offset: int, tag_filter: TagFilter, timeout: float
+    ) -> None:
         """Return when the queue grows past `offset` with a matching message, or after `timeout` s."""
         key = (topic, queue_id)
         waiter = _Waiter(offset, tag_filter)
@@ -81,7 +83,7 @@ class PullRequestHoldService:
     async def _check_loop(self) -> None:
         while True:
             await asyncio.sleep(self.check_interval)
-            for (topic, queue_id) in list(self._waiters):
+            for topic, queue_id in list(self._waiters):
                 try:
                     self.notify(topic, queue_id, self._max_offset(topic, queue_id))
                 except Exception:

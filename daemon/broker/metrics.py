@@ -34,13 +34,19 @@ class BrokerCollector(Collector):
         labels = ["cluster", "broker"]
         base = [b.config.broker_cluster_name, b.config.broker_name]
 
-        puts = CounterMetricFamily("rocketmq_broker_put_messages", "Messages stored, per topic", labels=[*labels, "topic"])
-        put_bytes = CounterMetricFamily("rocketmq_broker_put_bytes", "Body bytes stored, per topic", labels=[*labels, "topic"])
+        puts = CounterMetricFamily(
+            "rocketmq_broker_put_messages", "Messages stored, per topic", labels=[*labels, "topic"]
+        )
+        put_bytes = CounterMetricFamily(
+            "rocketmq_broker_put_bytes", "Body bytes stored, per topic", labels=[*labels, "topic"]
+        )
         for topic, n in dict(stats.put_by_topic).items():
             puts.add_metric([*base, topic], n)
             put_bytes.add_metric([*base, topic], stats.put_bytes_by_topic.get(topic, 0))
         gets = CounterMetricFamily(
-            "rocketmq_broker_get_messages", "Messages delivered to consumers", labels=[*labels, "group", "topic"]
+            "rocketmq_broker_get_messages",
+            "Messages delivered to consumers",
+            labels=[*labels, "group", "topic"],
         )
         for (group, topic), n in dict(stats.get_by_group_topic).items():
             gets.add_metric([*base, group, topic], n)
@@ -48,27 +54,35 @@ class BrokerCollector(Collector):
         yield put_bytes
         yield gets
 
-        tps = GaugeMetricFamily("rocketmq_broker_tps", "Messages per second over the last 10 s", labels=[*labels, "kind"])
+        tps = GaugeMetricFamily(
+            "rocketmq_broker_tps", "Messages per second over the last 10 s", labels=[*labels, "kind"]
+        )
         tps.add_metric([*base, "put"], float(stats.tps_triplet(stats.put).split()[0]))
         tps.add_metric([*base, "get"], float(stats.tps_triplet(stats.get).split()[0]))
         yield tps
 
         store = b.store
         offsets = GaugeMetricFamily(
-            "rocketmq_queue_max_offset", "Next offset to be written, per queue", labels=[*labels, "topic", "queue"]
+            "rocketmq_queue_max_offset",
+            "Next offset to be written, per queue",
+            labels=[*labels, "topic", "queue"],
         )
         for (topic, qid), off in store.topic_queue_table().items():
             offsets.add_metric([*base, topic, str(qid)], off)
         yield offsets
 
         lag = GaugeMetricFamily(
-            "rocketmq_consumer_lag", "Messages not yet consumed, per group and queue",
+            "rocketmq_consumer_lag",
+            "Messages not yet consumed, per group and queue",
             labels=[*labels, "group", "topic", "queue"],
         )
         for key, queues in list(b.offsets.table.items()):
             topic, _, group = key.partition("@")
             for qid, committed in list(queues.items()):
-                lag.add_metric([*base, group, topic, str(qid)], max(0, store.get_max_offset(topic, qid) - max(committed, 0)))
+                lag.add_metric(
+                    [*base, group, topic, str(qid)],
+                    max(0, store.get_max_offset(topic, qid) - max(committed, 0)),
+                )
         yield lag
 
         phy = GaugeMetricFamily("rocketmq_commitlog_offset", "CommitLog offsets", labels=[*labels, "end"])
@@ -78,7 +92,9 @@ class BrokerCollector(Collector):
 
         from daemon.broker.broker import disk_usage_ratio
 
-        disk = GaugeMetricFamily("rocketmq_disk_used_ratio", "Used fraction of the store's file system", labels=labels)
+        disk = GaugeMetricFamily(
+            "rocketmq_disk_used_ratio", "Used fraction of the store's file system", labels=labels
+        )
         disk.add_metric(base, disk_usage_ratio(b.config.store_path_root_dir))
         yield disk
 

@@ -88,8 +88,12 @@ class ScheduleMessageService:
         while True:
             offset = self.offsets.get(level, 0)
             result = store.get_messages(SCHEDULE_GROUP, SCHEDULE_TOPIC, level - 1, offset, BATCH)
-            if result.status in (GetMessageStatus.OFFSET_TOO_SMALL, GetMessageStatus.OFFSET_OVERFLOW_BADLY,
-                                 GetMessageStatus.OFFSET_FOUND_NULL, GetMessageStatus.MESSAGE_WAS_REMOVING):
+            if result.status in (
+                GetMessageStatus.OFFSET_TOO_SMALL,
+                GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+                GetMessageStatus.OFFSET_FOUND_NULL,
+                GetMessageStatus.MESSAGE_WAS_REMOVING,
+            ):
                 self.offsets[level] = result.next_begin_offset
                 continue
             if not result.messages:
@@ -100,8 +104,12 @@ class ScheduleMessageService:
                     return moved
                 put = await self.broker.put(delivered_copy(selected.message))
                 if not put.ok:
-                    log.warning("delay level %d: re-put of offset %d failed: %s", level, selected.queue_offset,
-                                put.status.value)
+                    log.warning(
+                        "delay level %d: re-put of offset %d failed: %s",
+                        level,
+                        selected.queue_offset,
+                        put.status.value,
+                    )
                     return moved
                 self.offsets[level] = selected.queue_offset + 1
                 moved += 1

@@ -13,7 +13,9 @@ if TYPE_CHECKING:
     from daemon.broker.config import BrokerConfig
     from daemon.lifecycle import Daemon
 
-app = typer.Typer(help="Run and manage a broker (RocketMQ broker.conf files work as they are).", no_args_is_help=True)
+app = typer.Typer(
+    help="Run and manage a broker (RocketMQ broker.conf files work as they are).", no_args_is_help=True
+)
 
 #: Kept in the store root: one broker per store (the store lock enforces it anyway).
 PID_FILE = "broker.pid"
@@ -21,9 +23,13 @@ LOG_FILE = "logs/broker.log"
 
 ConfigOpt = Annotated[
     Path | None,
-    typer.Option("--config", "-c", help="RocketMQ broker.conf (properties) file.", exists=True, dir_okay=False),
+    typer.Option(
+        "--config", "-c", help="RocketMQ broker.conf (properties) file.", exists=True, dir_okay=False
+    ),
 ]
-StoreOpt = Annotated[Path | None, typer.Option("--store", help="Store root dir (storePathRootDir); beats the config file.")]
+StoreOpt = Annotated[
+    Path | None, typer.Option("--store", help="Store root dir (storePathRootDir); beats the config file.")
+]
 
 
 def load(config: Path | None, overrides: dict[str, Any]) -> BrokerConfig:
@@ -40,16 +46,26 @@ def start(
     namesrv: Annotated[
         str | None, typer.Option("--namesrv", "-n", help="NameServers HOST:PORT[;HOST:PORT] (namesrvAddr).")
     ] = None,
-    port: Annotated[int | None, typer.Option("--port", "-p", help="Listen port (listenPort, default 10911).")] = None,
+    port: Annotated[
+        int | None, typer.Option("--port", "-p", help="Listen port (listenPort, default 10911).")
+    ] = None,
     store: StoreOpt = None,
     metrics_port: Annotated[
-        int | None, typer.Option("--metrics-port", help="Prometheus /metrics and /healthz port (metricsPort, default 5557).")
+        int | None,
+        typer.Option(
+            "--metrics-port", help="Prometheus /metrics and /healthz port (metricsPort, default 5557)."
+        ),
     ] = None,
-    no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Do not serve /metrics and /healthz.")] = False,
-    print_config: Annotated[
-        bool, typer.Option("--print-config", help="Print the effective configuration as broker.conf and exit.")
+    no_metrics: Annotated[
+        bool, typer.Option("--no-metrics", help="Do not serve /metrics and /healthz.")
     ] = False,
-    daemon: Annotated[bool, typer.Option("--daemon", "-d", help=f"Run in the background; log in <store>/{LOG_FILE}.")] = False,
+    print_config: Annotated[
+        bool,
+        typer.Option("--print-config", help="Print the effective configuration as broker.conf and exit."),
+    ] = False,
+    daemon: Annotated[
+        bool, typer.Option("--daemon", "-d", help=f"Run in the background; log in <store>/{LOG_FILE}.")
+    ] = False,
 ) -> None:
     """Start a broker in the foreground (Ctrl-C stops it cleanly) or, with --daemon, in the background."""
     from daemon.config import to_properties

@@ -40,12 +40,17 @@ class LocalCluster:
 @app.callback(invoke_without_command=True)
 def up(
     data: Annotated[
-        Path | None, typer.Option("--data", help="Data dir: <DIR>/store and <DIR>/namesrv (default: the user data dir).")
+        Path | None,
+        typer.Option("--data", help="Data dir: <DIR>/store and <DIR>/namesrv (default: the user data dir)."),
     ] = None,
     namesrv_port: Annotated[int, typer.Option("--namesrv-port", help="NameServer port.")] = 9876,
     broker_port: Annotated[int, typer.Option("--broker-port", help="Broker port.")] = 10911,
-    metrics_port: Annotated[int, typer.Option("--metrics-port", help="Broker /metrics and /healthz port.")] = 5557,
-    no_metrics: Annotated[bool, typer.Option("--no-metrics", help="Do not serve /metrics and /healthz.")] = False,
+    metrics_port: Annotated[
+        int, typer.Option("--metrics-port", help="Broker /metrics and /healthz port.")
+    ] = 5557,
+    no_metrics: Annotated[
+        bool, typer.Option("--no-metrics", help="Do not serve /metrics and /healthz.")
+    ] = False,
 ) -> None:
     """Run a local NameServer and Broker (cluster DefaultCluster, broker-a) until Ctrl-C."""
     import logging

@@ -58,14 +58,33 @@ class BrokerClient:
     addr: str
     client: RemotingClient
 
-    async def call(self, code: int, ext: dict[str, str] | None = None, body: bytes = b"", timeout: float = 5.0,
-                   oneway: bool = False) -> RemotingCommand:
-        return await self.client.invoke(self.addr, RemotingCommand.request(code, ext or {}, body, oneway=oneway), timeout)
+    async def call(
+        self,
+        code: int,
+        ext: dict[str, str] | None = None,
+        body: bytes = b"",
+        timeout: float = 5.0,
+        oneway: bool = False,
+    ) -> RemotingCommand:
+        return await self.client.invoke(
+            self.addr, RemotingCommand.request(code, ext or {}, body, oneway=oneway), timeout
+        )
 
-    async def send(self, topic: str, body: bytes, *, queue_id: int = 0, tags: str | None = None,
-                   keys: str | None = None, props: dict[str, str] | None = None, group: str = "PG",
-                   reconsume_times: int | None = None, max_reconsume_times: int | None = None,
-                   code: int = RequestCode.SEND_MESSAGE_V2, batch: bool = False) -> RemotingCommand:
+    async def send(
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        queue_id: int = 0,
+        tags: str | None = None,
+        keys: str | None = None,
+        props: dict[str, str] | None = None,
+        group: str = "PG",
+        reconsume_times: int | None = None,
+        max_reconsume_times: int | None = None,
+        code: int = RequestCode.SEND_MESSAGE_V2,
+        batch: bool = False,
+    ) -> RemotingCommand:
         properties = dict(props or {})
         if tags is not None:
             properties["TAGS"] = tags
@@ -73,16 +92,48 @@ class BrokerClient:
             properties["KEYS"] = keys
         properties.setdefault("WAIT", "true")
         header = SendMessageRequestHeaderV2(
-            "PG" if group is None else group, topic, "TBW102", 4, queue_id, 0, int(time.time() * 1000), 0,
-            encode_properties(properties).decode(), reconsume_times, False, max_reconsume_times, batch,
+            "PG" if group is None else group,
+            topic,
+            "TBW102",
+            4,
+            queue_id,
+            0,
+            int(time.time() * 1000),
+            0,
+            encode_properties(properties).decode(),
+            reconsume_times,
+            False,
+            max_reconsume_times,
+            batch,
         )
         return await self.call(code, header.to_ext_fields(), body)
 
-    async def pull(self, group: str, topic: str, queue_id: int, offset: int, *, max_nums: int = 32,
-                   sys_flag: int = 0x4, subscription: str = "*", suspend_ms: int = 0,
-                   commit_offset: int = 0, timeout: float = 5.0) -> RemotingCommand:
+    async def pull(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        *,
+        max_nums: int = 32,
+        sys_flag: int = 0x4,
+        subscription: str = "*",
+        suspend_ms: int = 0,
+        commit_offset: int = 0,
+        timeout: float = 5.0,
+    ) -> RemotingCommand:
         header = PullMessageRequestHeader(
-            group, topic, queue_id, offset, max_nums, sys_flag, commit_offset, suspend_ms, 0, subscription, "TAG"
+            group,
+            topic,
+            queue_id,
+            offset,
+            max_nums,
+            sys_flag,
+            commit_offset,
+            suspend_ms,
+            0,
+            subscription,
+            "TAG",
         )
         return await self.call(RequestCode.PULL_MESSAGE, header.to_ext_fields(), timeout=timeout)
 
@@ -137,7 +188,9 @@ async def start_cluster(tmp_path: Path, **broker_overrides: Any) -> ClusterHandl
     namesrv = NamesrvController(namesrv_config(tmp_path))
     await namesrv.start()
     try:
-        broker = await start_broker(tmp_path / "store", namesrv_addr=f"127.0.0.1:{namesrv.port}", **broker_overrides)
+        broker = await start_broker(
+            tmp_path / "store", namesrv_addr=f"127.0.0.1:{namesrv.port}", **broker_overrides
+        )
     except BaseException:
         await namesrv.stop()
         raise

@@ -7,8 +7,8 @@ import urllib.request
 from pathlib import Path
 
 from daemon.broker.bodies import (
-    ConsumeStats,
     ConsumerConnection,
+    ConsumeStats,
     ResetOffsetBody,
     SubscriptionGroupConfig,
     SubscriptionGroupWrapper,
@@ -27,21 +27,31 @@ def create_topic(name: str, queues: int = 4, perm: int = 6) -> dict[str, str]:
 
 
 async def test_create_list_and_delete_topic(broker: BrokerHandle) -> None:
-    assert (await broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic("Adm", 3))).code == ResponseCode.SUCCESS
+    assert (
+        await broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic("Adm", 3))
+    ).code == ResponseCode.SUCCESS
     all_topics = TopicConfigSerializeWrapper.loads((await broker.call(RequestCode.GET_ALL_TOPIC_CONFIG)).body)
     assert all_topics.topic_config_table["Adm"].write_queue_nums == 3
-    assert "SCHEDULE_TOPIC_XXXX" in all_topics.topic_config_table and "TBW102" in all_topics.topic_config_table
+    assert (
+        "SCHEDULE_TOPIC_XXXX" in all_topics.topic_config_table and "TBW102" in all_topics.topic_config_table
+    )
     system = await broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic("TBW102"))
     assert system.code == ResponseCode.SYSTEM_ERROR and "conflict with system topic" in (system.remark or "")
-    assert (await broker.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Adm"})).code == ResponseCode.SUCCESS
+    assert (
+        await broker.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Adm"})
+    ).code == ResponseCode.SUCCESS
     assert broker.broker.topics.get("Adm") is None
     assert (await broker.send("Adm", b"x", group="PG")).code == ResponseCode.SUCCESS  # auto-created again
 
 
 async def test_subscription_group_admin(broker: BrokerHandle) -> None:
     body = SubscriptionGroupConfig("SG", retry_max_times=3, consume_enable=False).dumps()
-    assert (await broker.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)).code == ResponseCode.SUCCESS
-    groups = SubscriptionGroupWrapper.loads((await broker.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)).body)
+    assert (
+        await broker.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+    ).code == ResponseCode.SUCCESS
+    groups = SubscriptionGroupWrapper.loads(
+        (await broker.call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)).body
+    )
     assert groups.subscription_group_table["SG"].retry_max_times == 3
     assert "TOOLS_CONSUMER" in groups.subscription_group_table
     await broker.send("SGT", b"x")
@@ -50,14 +60,22 @@ async def test_subscription_group_admin(broker: BrokerHandle) -> None:
     broker.broker.offsets.commit_offset("SG", "SGT", 0, 1)
     r = await broker.call(RequestCode.DELETE_SUBSCRIPTIONGROUP, {"groupName": "SG", "removeOffset": "true"})
     assert r.code == ResponseCode.SUCCESS
-    assert broker.broker.groups.table.get("SG") is None and broker.broker.offsets.query_offset("SG", "SGT", 0) == -1
+    assert (
+        broker.broker.groups.table.get("SG") is None
+        and broker.broker.offsets.query_offset("SG", "SGT", 0) == -1
+    )
 
 
 async def test_topic_and_consume_stats_show_lag(broker: BrokerHandle) -> None:
     for i in range(5):
         await broker.send("ST", f"{i}".encode(), queue_id=i % 2)
     stats = TopicStatsTable.loads((await broker.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "ST"})).body)
-    assert sorted((mq.queue_id, o.max_offset) for mq, o in stats.offset_table.items()) == [(0, 3), (1, 2), (2, 0), (3, 0)]
+    assert sorted((mq.queue_id, o.max_offset) for mq, o in stats.offset_table.items()) == [
+        (0, 3),
+        (1, 2),
+        (2, 0),
+        (3, 0),
+    ]
     missing = await broker.call(RequestCode.GET_TOPIC_STATS_INFO, {"topic": "none"})
     assert missing.code == ResponseCode.TOPIC_NOT_EXIST
     broker.broker.offsets.commit_offset("SC", "ST", 0, 3)
@@ -65,23 +83,31 @@ async def test_topic_and_consume_stats_show_lag(broker: BrokerHandle) -> None:
     cs = ConsumeStats.loads((await broker.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "SC"})).body)
     assert cs.total_diff() == 1
     broker.broker.offsets.commit_offset("SC", "ST", 1, 2)
-    cs = ConsumeStats.loads((await broker.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "SC", "topic": "ST"})).body)
+    cs = ConsumeStats.loads(
+        (await broker.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": "SC", "topic": "ST"})).body
+    )
     assert cs.total_diff() == 0
 
 
 async def test_consumer_connection_and_reset_offset_commits(broker: BrokerHandle) -> None:
     for i in range(4):
         await broker.send("RO", f"{i}".encode())
-    offline = await broker.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-                                {"topic": "RO", "group": "RG", "timestamp": "0", "isForce": "true"})
+    offline = await broker.call(
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+        {"topic": "RO", "group": "RG", "timestamp": "0", "isForce": "true"},
+    )
     assert offline.code == ResponseCode.CONSUMER_NOT_ONLINE
     await broker.heartbeat("rc1", "RG", ["RO"])
-    conn = ConsumerConnection.loads((await broker.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "RG"})).body)
+    conn = ConsumerConnection.loads(
+        (await broker.call(RequestCode.GET_CONSUMER_CONNECTION_LIST, {"consumerGroup": "RG"})).body
+    )
     assert [c.client_id for c in conn.connection_set] == ["rc1"] and "RO" in conn.subscription_table
     for qid in range(4):
         broker.broker.offsets.commit_offset("RG", "RO", qid, broker.broker.store.get_max_offset("RO", qid))
-    r = await broker.call(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
-                          {"topic": "RO", "group": "RG", "timestamp": "0", "isForce": "true"})
+    r = await broker.call(
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+        {"topic": "RO", "group": "RG", "timestamp": "0", "isForce": "true"},
+    )
     assert r.code == ResponseCode.SUCCESS
     assert set(ResetOffsetBody.loads(r.body).offset_table.values()) == {0}
     assert broker.broker.offsets.query_offset("RG", "RO", 0) == 0  # committed by the broker itself
@@ -96,7 +122,9 @@ async def test_runtime_info_and_broker_config(broker: BrokerHandle) -> None:
     props = parse_properties(got.body.decode())
     assert props["brokerName"] == "broker-a" and "version" in got.ext_fields
     update = await broker.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"autoCreateSubscriptionGroup=false\n")
-    assert update.code == ResponseCode.SUCCESS and broker.broker.config.auto_create_subscription_group is False
+    assert (
+        update.code == ResponseCode.SUCCESS and broker.broker.config.auto_create_subscription_group is False
+    )
     black = await broker.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"brokerConfigPath=/tmp/x\n")
     assert black.code == ResponseCode.NO_PERMISSION
 
@@ -112,8 +140,14 @@ async def test_metrics_endpoint_reports_lag_and_health(broker: BrokerHandle) -> 
 
     assert (await asyncio.to_thread(fetch, "/healthz")).strip() == "ok"
     text = await asyncio.to_thread(fetch, "/metrics")
-    assert 'rocketmq_consumer_lag{broker="broker-a",cluster="DefaultCluster",group="MG",queue="0",topic="MT"} 1.0' in text
-    assert 'rocketmq_broker_put_messages_total{broker="broker-a",cluster="DefaultCluster",topic="MT"} 1.0' in text
+    assert (
+        'rocketmq_consumer_lag{broker="broker-a",cluster="DefaultCluster",group="MG",queue="0",topic="MT"} 1.0'
+        in text
+    )
+    assert (
+        'rocketmq_broker_put_messages_total{broker="broker-a",cluster="DefaultCluster",topic="MT"} 1.0'
+        in text
+    )
 
 
 async def test_restart_keeps_messages_offsets_topics_and_groups(tmp_path: Path) -> None:
@@ -134,7 +168,9 @@ async def test_restart_keeps_messages_offsets_topics_and_groups(tmp_path: Path) 
     handle = BrokerHandle(b.addr, client, b)
     try:
         assert b.topics.get("Kept") is not None and b.topics.get("Persist") is not None
-        q = await handle.call(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "PG2", "topic": "Persist", "queueId": "0"})
+        q = await handle.call(
+            RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "PG2", "topic": "Persist", "queueId": "0"}
+        )
         assert q.ext_fields["offset"] == "2"
         msgs = decode_records((await handle.pull("PG2", "Persist", 0, 0)).body)
         assert [m.body for m in msgs] == [b"m0", b"m1", b"m2"]

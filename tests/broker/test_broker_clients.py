@@ -32,10 +32,12 @@ async def test_heartbeat_registers_consumer_and_creates_retry_topic(broker: Brok
 
 
 async def test_ali_ons_style_heartbeat_without_expression_type(broker: BrokerHandle) -> None:
-    body = (b'{"clientID":"1.2.3.4@99","consumerDataSet":[{"groupName":"AG","consumeType":"CONSUME_PASSIVELY",'
-            b'"messageModel":"CLUSTERING","consumeFromWhere":"CONSUME_FROM_LAST_OFFSET","subscriptionDataSet":'
-            b'[{"topic":"T","subString":"*","classFilterMode":false,"tagsSet":[],"codeSet":[],"subVersion":1}],'
-            b'"unitMode":false}],"producerDataSet":[]}')
+    body = (
+        b'{"clientID":"1.2.3.4@99","consumerDataSet":[{"groupName":"AG","consumeType":"CONSUME_PASSIVELY",'
+        b'"messageModel":"CLUSTERING","consumeFromWhere":"CONSUME_FROM_LAST_OFFSET","subscriptionDataSet":'
+        b'[{"topic":"T","subString":"*","classFilterMode":false,"tagsSet":[],"codeSet":[],"subVersion":1}],'
+        b'"unitMode":false}],"producerDataSet":[]}'
+    )
     assert (await broker.call(RequestCode.HEART_BEAT, body=body)).code == ResponseCode.SUCCESS
     info = broker.broker.consumers.get("AG")
     assert info is not None and "T" in info.subscriptions
@@ -50,7 +52,9 @@ async def test_membership_change_notifies_members_and_close_removes_them(broker:
     other = RemotingClient({RequestCode.NOTIFY_CONSUMER_IDS_CHANGED: on_notify})
     try:
         data = HeartbeatData("c2", [], [ConsumerData("NG")])
-        first = await other.invoke(broker.addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=data.dumps()))
+        first = await other.invoke(
+            broker.addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=data.dumps())
+        )
         assert first.code == ResponseCode.SUCCESS
         await broker.heartbeat("c1", "NG", [])
         while len(notified) < 2:
@@ -77,13 +81,19 @@ async def test_producer_heartbeat_and_connection_list(broker: BrokerHandle) -> N
 
 async def test_offsets_commit_query_and_oneway(broker: BrokerHandle) -> None:
     await broker.send("OT", b"a")
-    young = await broker.call(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "OG", "topic": "OT", "queueId": "0"})
+    young = await broker.call(
+        RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "OG", "topic": "OT", "queueId": "0"}
+    )
     assert young.code == ResponseCode.SUCCESS and young.ext_fields["offset"] == "0"
     update = {"consumerGroup": "OG", "topic": "OT", "queueId": "0", "commitOffset": "1"}
     assert (await broker.call(RequestCode.UPDATE_CONSUMER_OFFSET, update)).code == ResponseCode.SUCCESS
-    q = await broker.call(RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "OG", "topic": "OT", "queueId": "0"})
+    q = await broker.call(
+        RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": "OG", "topic": "OT", "queueId": "0"}
+    )
     assert q.ext_fields["offset"] == "1"
-    oneway = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, {**update, "queueId": "1", "commitOffset": "9"}, oneway=True)
+    oneway = RemotingCommand.request(
+        RequestCode.UPDATE_CONSUMER_OFFSET, {**update, "queueId": "1", "commitOffset": "9"}, oneway=True
+    )
     await broker.client.invoke_oneway(broker.addr, oneway)
     while broker.broker.offsets.query_offset("OG", "OT", 1) != 9:
         await asyncio.sleep(0.01)
@@ -103,7 +113,9 @@ async def test_queue_offset_lookups(broker: BrokerHandle) -> None:
     assert (await broker.call(RequestCode.GET_MIN_OFFSET, q)).ext_fields["offset"] == "0"
     earliest = await broker.call(RequestCode.GET_EARLIEST_MSG_STORETIME, q)
     assert int(earliest.ext_fields["timestamp"]) == stamps[0]
-    found = await broker.call(RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {**q, "timestamp": str(stamps[0] - 10_000)})
+    found = await broker.call(
+        RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, {**q, "timestamp": str(stamps[0] - 10_000)}
+    )
     assert found.ext_fields["offset"] == "0"
     unknown = await broker.call(RequestCode.GET_MAX_OFFSET, {"topic": "Nothing", "queueId": "0"})
     assert unknown.ext_fields["offset"] == "0"

@@ -16,6 +16,7 @@ from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import RemotingConnectError
 from tests.broker.conftest import BrokerClient, BrokerHandle, decode_records
 from tests.broker.test_broker_cli import free_port
 from tests.conftest import ROOT
@@ -30,7 +31,9 @@ async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float = 
 
 
 @pytest.mark.slow
-async def test_sigkill_under_sync_flush_loses_no_acknowledged_send(tmp_path: Path, cli_env: dict[str, str]) -> None:
+async def test_sigkill_under_sync_flush_loses_no_acknowledged_send(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
     namesrv = NamesrvController(namesrv_config(tmp_path))
     await namesrv.start()
     ns_addr = f"127.0.0.1:{namesrv.port}"
@@ -97,7 +100,9 @@ async def test_sigkill_under_sync_flush_loses_no_acknowledged_send(tmp_path: Pat
             pulled = await handle.pull("KG", "Kill", queue_id, offset, max_nums=1)
             assert pulled.code == ResponseCode.SUCCESS, (queue_id, offset, pulled.remark)
             assert decode_records(pulled.body)[0].body == body
-        q = await call(RequestCode.QUERY_CONSUMER_OFFSET, {k: update[k] for k in ("consumerGroup", "topic", "queueId")})
+        q = await call(
+            RequestCode.QUERY_CONSUMER_OFFSET, {k: update[k] for k in ("consumerGroup", "topic", "queueId")}
+        )
         assert q.ext_fields["offset"] == "7"
     finally:
         proc.send_signal(signal.SIGTERM)
@@ -117,14 +122,25 @@ async def _not(check: Callable[[], Awaitable[bool]]) -> bool:
 async def test_client_disconnecting_mid_pull_does_not_disturb_others(broker: BrokerHandle) -> None:
     broker.broker.topics.create_system_like("Gone", 1, 6)
     leaver = RemotingClient()
-    header = {"consumerGroup": "G", "topic": "Gone", "queueId": "0", "queueOffset": "0", "maxMsgNums": "32",
-              "sysFlag": "6", "commitOffset": "0", "suspendTimeoutMillis": "20000", "subVersion": "0",
-              "subscription": "*"}
-    held = asyncio.create_task(leaver.invoke(broker.addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, header), 30))
+    header = {
+        "consumerGroup": "G",
+        "topic": "Gone",
+        "queueId": "0",
+        "queueOffset": "0",
+        "maxMsgNums": "32",
+        "sysFlag": "6",
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "20000",
+        "subVersion": "0",
+        "subscription": "*",
+    }
+    held = asyncio.create_task(
+        leaver.invoke(broker.addr, RemotingCommand.request(RequestCode.PULL_MESSAGE, header), 30)
+    )
     while broker.broker.hold.parked == 0:
         await asyncio.sleep(0.01)
     await leaver.close()
-    with pytest.raises(Exception):
+    with pytest.raises(RemotingConnectError):
         await held
     assert (await broker.send("Gone", b"still-works")).code == ResponseCode.SUCCESS
     pulled = await broker.pull("G", "Gone", 0, 0)

@@ -37,8 +37,17 @@ async def test_send_v1_header_and_auto_created_topic_queue_count(broker: BrokerH
     assert sent.code == ResponseCode.SUCCESS
     config = broker.broker.topics.get("AutoTopic")
     assert config is not None and config.write_queue_nums == 4 and config.perm == 6
-    v1 = {"producerGroup": "PG", "topic": "AutoTopic", "defaultTopic": "TBW102", "defaultTopicQueueNums": "4",
-          "queueId": "2", "sysFlag": "0", "bornTimestamp": "1", "flag": "7", "properties": ""}
+    v1 = {
+        "producerGroup": "PG",
+        "topic": "AutoTopic",
+        "defaultTopic": "TBW102",
+        "defaultTopicQueueNums": "4",
+        "queueId": "2",
+        "sysFlag": "0",
+        "bornTimestamp": "1",
+        "flag": "7",
+        "properties": "",
+    }
     r = await broker.call(RequestCode.SEND_MESSAGE, v1, b"legacy")
     assert r.code == ResponseCode.SUCCESS and r.ext_fields["queueId"] == "2"
     (msg,) = decode_records((await broker.pull("G", "AutoTopic", 2, 0)).body)
@@ -134,14 +143,23 @@ async def test_a_slow_long_poll_does_not_block_the_same_connection(broker: Broke
 async def test_batch_send_gives_consecutive_offsets_and_joined_ids(broker: BrokerHandle) -> None:
     def entry(body: bytes, props: dict[str, str]) -> bytes:
         p = encode_properties(props)
-        return struct.pack(">iiiii", 20 + len(body) + 2 + len(p), 0, 0, 0, len(body)) + body + struct.pack(">h", len(p)) + p
+        return (
+            struct.pack(">iiiii", 20 + len(body) + 2 + len(p), 0, 0, 0, len(body))
+            + body
+            + struct.pack(">h", len(p))
+            + p
+        )
 
     payload = b"".join(entry(f"b{i}".encode(), {"KEYS": f"bk{i}", "UNIQ_KEY": f"U{i}"}) for i in range(3))
     r = await broker.send("Batch", payload, code=RequestCode.SEND_BATCH_MESSAGE, batch=True)
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert len(r.ext_fields["msgId"].split(",")) == 3 and r.ext_fields["queueOffset"] == "0"
     msgs = decode_records((await broker.pull("G", "Batch", 0, 0)).body)
-    assert [(m.body, m.queue_offset, m.keys) for m in msgs] == [(b"b0", 0, ["bk0"]), (b"b1", 1, ["bk1"]), (b"b2", 2, ["bk2"])]
+    assert [(m.body, m.queue_offset, m.keys) for m in msgs] == [
+        (b"b0", 0, ["bk0"]),
+        (b"b1", 1, ["bk1"]),
+        (b"b2", 2, ["bk2"]),
+    ]
     assert all(m.properties["CLUSTER"] == "DefaultCluster" for m in msgs)
 
 
@@ -168,7 +186,9 @@ async def test_view_by_id_and_query_by_key(broker: BrokerHandle) -> None:
     assert nothing.code == ResponseCode.QUERY_NOT_FOUND
 
 
-async def _send_back(broker: BrokerHandle, phys: int, group: str, delay: int, max_times: int | None = None) -> int:
+async def _send_back(
+    broker: BrokerHandle, phys: int, group: str, delay: int, max_times: int | None = None
+) -> int:
     h = ConsumerSendMsgBackRequestHeader(phys, group, delay, None, None, False, max_times)
     return (await broker.call(RequestCode.CONSUMER_SEND_MSG_BACK, h.to_ext_fields())).code
 
@@ -198,7 +218,9 @@ async def test_send_back_past_max_times_goes_to_dlq(broker: BrokerHandle) -> Non
 
 
 async def test_client_resend_to_retry_topic_beyond_max_goes_to_dlq(broker: BrokerHandle) -> None:
-    r = await broker.send("%RETRY%CG", b"again", reconsume_times=3, max_reconsume_times=3, props={"DELAY": "5"})
+    r = await broker.send(
+        "%RETRY%CG", b"again", reconsume_times=3, max_reconsume_times=3, props={"DELAY": "5"}
+    )
     assert r.code == ResponseCode.SUCCESS
     (msg,) = decode_records((await broker.pull("X", "%DLQ%CG", 0, 0)).body)
     assert msg.body == b"again" and msg.reconsume_times == 3

@@ -20,12 +20,29 @@ from tests.conftest import ROOT
 
 
 @pytest.mark.slow
-async def test_up_serves_registered_broker_and_stops_on_sigint(tmp_path: Path, cli_env: dict[str, str]) -> None:
+async def test_up_serves_registered_broker_and_stops_on_sigint(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
     ports = [free_port() for _ in range(3)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mqctl", "up", "--data", str(tmp_path / "data"), "--namesrv-port", str(ports[0]),
-         "--broker-port", str(ports[1]), "--metrics-port", str(ports[2])],
-        cwd=ROOT, env=cli_env, stderr=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "mqctl",
+            "up",
+            "--data",
+            str(tmp_path / "data"),
+            "--namesrv-port",
+            str(ports[0]),
+            "--broker-port",
+            str(ports[1]),
+            "--metrics-port",
+            str(ports[2]),
+        ],
+        cwd=ROOT,
+        env=cli_env,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stderr is not None

@@ -63,7 +63,9 @@ async def cluster(tmp_path: Path) -> AsyncIterator[ClusterHandle]:
         await stop_cluster(handle)
 
 
-async def test_ali_ons_roundtrip_with_retries_and_committed_offsets(cluster: ClusterHandle, tmp_path: Path) -> None:
+async def test_ali_ons_roundtrip_with_retries_and_committed_offsets(
+    cluster: ClusterHandle, tmp_path: Path
+) -> None:
     ns = cluster.namesrv_addr
     sent = (await node("produce", ns, TOPIC, str(COUNT)))["sent"]
     assert isinstance(sent, list) and len(sent) == COUNT

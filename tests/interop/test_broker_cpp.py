@@ -38,8 +38,16 @@ async def test_cpp_client_auto_creates_topic_then_produces_and_consumes(cluster:
         pytest.fail("C++ client venv missing: run scripts/install-interop-clients.sh (make test does)")
     assert cluster.broker.topics.get(TOPIC) is None
     proc = await asyncio.create_subprocess_exec(
-        str(INTEROP_PYTHON), str(HERE / "cpp_broker_roundtrip.py"), cluster.namesrv_addr, TOPIC, GROUP,
-        str(COUNT), "90", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=HERE,
+        str(INTEROP_PYTHON),
+        str(HERE / "cpp_broker_roundtrip.py"),
+        cluster.namesrv_addr,
+        TOPIC,
+        GROUP,
+        str(COUNT),
+        "90",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=HERE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 180)
     assert proc.returncode == 0, err.decode()[-3000:]

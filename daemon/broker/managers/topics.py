@@ -33,8 +33,14 @@ MAX_TOPIC_LENGTH = 127
 
 #: Topics no client may send to (§8.3 step 3).
 NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC,
-     OFFSET_MOVED_EVENT}
+    {
+        SCHEDULE_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
 )
 _VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
@@ -60,8 +66,13 @@ def topic_problem(topic: str) -> str | None:
 
 def to_wire(config: TopicConfig) -> bodies.TopicConfig:
     return bodies.TopicConfig(
-        config.topic_name, config.read_queue_nums, config.write_queue_nums, config.perm,
-        config.topic_filter_type, config.topic_sys_flag, config.order,
+        config.topic_name,
+        config.read_queue_nums,
+        config.write_queue_nums,
+        config.perm,
+        config.topic_filter_type,
+        config.topic_sys_flag,
+        config.order,
     )
 
 
@@ -71,9 +82,18 @@ class TopicConfigManager:
         self.file = file
         self.on_change: Callable[[], None] = lambda: None
         self.system_topics: set[str] = {
-            TBW102, SCHEDULE_TOPIC, BENCHMARK_TOPIC, TRANS_HALF_TOPIC, config.msg_trace_topic_name,
-            TRANS_OP_HALF_TOPIC, TRANS_CHECK_MAX_TIME_TOPIC, SELF_TEST_TOPIC, OFFSET_MOVED_EVENT,
-            config.broker_cluster_name, config.broker_name, f"{config.broker_cluster_name}_REPLY_TOPIC",
+            TBW102,
+            SCHEDULE_TOPIC,
+            BENCHMARK_TOPIC,
+            TRANS_HALF_TOPIC,
+            config.msg_trace_topic_name,
+            TRANS_OP_HALF_TOPIC,
+            TRANS_CHECK_MAX_TIME_TOPIC,
+            SELF_TEST_TOPIC,
+            OFFSET_MOVED_EVENT,
+            config.broker_cluster_name,
+            config.broker_name,
+            f"{config.broker_cluster_name}_REPLY_TOPIC",
         }
 
     @property
@@ -89,7 +109,11 @@ class TopicConfigManager:
             specs.append((TBW102, c.default_topic_queue_nums, rw | PermName.INHERIT))
         specs += [
             (BENCHMARK_TOPIC, 1024, rw),
-            (c.broker_cluster_name, 16, rw | PermName.INHERIT if c.cluster_topic_enable else PermName.INHERIT),
+            (
+                c.broker_cluster_name,
+                16,
+                rw | PermName.INHERIT if c.cluster_topic_enable else PermName.INHERIT,
+            ),
             (c.broker_name, 1, rw | PermName.INHERIT if c.broker_topic_enable else PermName.INHERIT),
             (OFFSET_MOVED_EVENT, 1, rw),
             (SCHEDULE_TOPIC, 18, rw),
@@ -125,7 +149,9 @@ class TopicConfigManager:
         self.on_change()
         return True
 
-    def create_in_send(self, topic: str, default_topic: str, queue_nums: int, topic_sys_flag: int) -> TopicConfig | None:
+    def create_in_send(
+        self, topic: str, default_topic: str, queue_nums: int, topic_sys_flag: int
+    ) -> TopicConfig | None:
         """Auto-create `topic` from the template `default_topic` when it carries INHERIT (§8.3 step 4)."""
         with self.file.lock:
             existing = self.table.get(topic)
@@ -138,13 +164,20 @@ class TopicConfigManager:
                 return None
             nums = max(1, min(queue_nums, template.write_queue_nums))
             config = TopicConfig(
-                topic, nums, nums, template.perm & ~PermName.INHERIT, template.topic_filter_type, topic_sys_flag
+                topic,
+                nums,
+                nums,
+                template.perm & ~PermName.INHERIT,
+                template.topic_filter_type,
+                topic_sys_flag,
             )
             log.info("auto-created topic %s from %s with %d queues", topic, default_topic, nums)
             self.put(config)
             return config
 
-    def create_system_like(self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int = 0) -> TopicConfig:
+    def create_system_like(
+        self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int = 0
+    ) -> TopicConfig:
         """Get or create a broker-owned topic (`%RETRY%`, `%DLQ%`, transaction topics)."""
         with self.file.lock:
             existing = self.table.get(topic)

@@ -47,7 +47,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 #: Keys UPDATE_BROKER_CONFIG refuses (Java's default `configBlackList`, plus where the store lives).
-CONFIG_BLACK_LIST = frozenset({"configBlackList", "brokerConfigPath", "storePathRootDir", "storePathCommitLog"})
+CONFIG_BLACK_LIST = frozenset(
+    {"configBlackList", "brokerConfigPath", "storePathRootDir", "storePathCommitLog"}
+)
 BROKER_VERSION_DESC = "V4_9_8"
 
 
@@ -97,7 +99,12 @@ class AdminProcessor:
         old = self.broker.topics.get(h.topic)
         self.broker.topics.put(
             TopicConfig(
-                h.topic, h.read_queue_nums, h.write_queue_nums, h.perm, h.topic_filter_type, h.topic_sys_flag,
+                h.topic,
+                h.read_queue_nums,
+                h.write_queue_nums,
+                h.perm,
+                h.topic_filter_type,
+                h.topic_sys_flag,
                 old.order if old is not None else False,
             )
         )
@@ -135,7 +142,9 @@ class AdminProcessor:
         for qid in range(config.write_queue_nums):
             max_off = store.get_max_offset(h.topic, qid)
             last = store.get_store_timestamp(h.topic, qid, max_off - 1) if max_off > 0 else 0
-            table[self._mq(h.topic, qid)] = TopicOffset(store.get_min_offset(h.topic, qid), max_off, max(last, 0))
+            table[self._mq(h.topic, qid)] = TopicOffset(
+                store.get_min_offset(h.topic, qid), max_off, max(last, 0)
+            )
         return request.make_response(body=TopicStatsTable(table).dumps())
 
     def consumed_by_who(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -192,7 +201,9 @@ class AdminProcessor:
                 broker_offset = max(store.get_max_offset(t, qid), 0)
                 consumer_offset = max(broker.offsets.query_offset(group, t, qid), 0)
                 last = store.get_store_timestamp(t, qid, consumer_offset - 1) if consumer_offset > 0 else 0
-                stats.offset_table[self._mq(t, qid)] = OffsetWrapper(broker_offset, consumer_offset, max(last, 0))
+                stats.offset_table[self._mq(t, qid)] = OffsetWrapper(
+                    broker_offset, consumer_offset, max(last, 0)
+                )
             stats.consume_tps += broker.stats.get.tps(10, time.monotonic())
         return stats
 
@@ -219,7 +230,9 @@ class AdminProcessor:
         broker = self.broker
         config = broker.topics.get(h.topic)
         if config is None:
-            raise system_error(f"[reset-offset] reset offset failed, no topic in this broker. topic={h.topic}")
+            raise system_error(
+                f"[reset-offset] reset offset failed, no topic in this broker. topic={h.topic}"
+            )
         info = broker.consumers.get(h.group)
         if info is None or not info.channels:
             raise fail(
@@ -245,7 +258,9 @@ class AdminProcessor:
         for channel in list(info.channels.values()):
             if channel.version < Version.V3_0_7_SNAPSHOT:
                 raise system_error(f"the client does not support this feature. version={channel.version}")
-            payload = fastjson.dumps(body.for_cpp()) if channel.language == LanguageCode.CPP.name else body.dumps()
+            payload = (
+                fastjson.dumps(body.for_cpp()) if channel.language == LanguageCode.CPP.name else body.dumps()
+            )
             try:
                 channel.conn.invoke_oneway(
                     RemotingCommand.request(RequestCode.RESET_CONSUMER_CLIENT_OFFSET, dict(callback), payload)

@@ -54,7 +54,9 @@ class ClientProcessor:
             channel = ClientChannel(conn, data.client_id, language, request.version)
             broker.consumers.register(channel, consumer)
         for producer in data.producer_data_set:
-            broker.producers.register(producer.group_name, ClientChannel(conn, data.client_id, language, request.version))
+            broker.producers.register(
+                producer.group_name, ClientChannel(conn, data.client_id, language, request.version)
+            )
         return request.make_response()
 
     def unregister(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

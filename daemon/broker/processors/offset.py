@@ -70,7 +70,10 @@ class OffsetProcessor:
             ):
                 offset = 0
             else:
-                raise fail(ResponseCode.QUERY_NOT_FOUND, "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first")
+                raise fail(
+                    ResponseCode.QUERY_NOT_FOUND,
+                    "Not found, V3_0_6_SNAPSHOT maybe this group consumer boot first",
+                )
         return request.make_response(ext_fields=OffsetResponseHeader(offset).to_ext_fields())
 
     def update_consumer_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

@@ -53,28 +53,48 @@ class PullProcessor:
         else:
             info = self.broker.consumers.get(h.consumer_group)
             if info is None:
-                raise fail(ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's group info not exist, {h.consumer_group}")
+                raise fail(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST,
+                    f"the consumer's group info not exist, {h.consumer_group}",
+                )
             group = self.broker.groups.table.get(h.consumer_group)
-            if info.message_model == "BROADCASTING" and group is not None and not group.consume_broadcast_enable:
-                raise fail(ResponseCode.NO_PERMISSION, f"the consumer group[{h.consumer_group}] can not consume by broadcast way")
+            if (
+                info.message_model == "BROADCASTING"
+                and group is not None
+                and not group.consume_broadcast_enable
+            ):
+                raise fail(
+                    ResponseCode.NO_PERMISSION,
+                    f"the consumer group[{h.consumer_group}] can not consume by broadcast way",
+                )
             found = info.subscriptions.get(h.topic)
             if found is None:
-                raise fail(ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's subscription not exist, {h.topic}")
+                raise fail(
+                    ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's subscription not exist, {h.topic}"
+                )
             if found.sub_version < h.sub_version:
                 raise fail(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
             sub = found
         if not is_tag_type(sub.expression_type) and not self.broker.config.enable_property_filter:
-            raise system_error(f"The broker does not support consumer to filter message by {sub.expression_type}")
+            raise system_error(
+                f"The broker does not support consumer to filter message by {sub.expression_type}"
+            )
         return sub
 
     def _check(self, h: PullMessageRequestHeader) -> None:
         """Steps 1–3: permissions, group and topic."""
         broker = self.broker
         if not broker.config.broker_permission & PermName.READ:
-            raise fail(ResponseCode.NO_PERMISSION, f"the broker[{broker.config.broker_ip1}] pulling message is forbidden")
+            raise fail(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.config.broker_ip1}] pulling message is forbidden",
+            )
         group = broker.groups.find(h.consumer_group)
         if group is None:
-            raise fail(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{h.consumer_group}] does not exist")
+            raise fail(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
+                f"subscription group [{h.consumer_group}] does not exist",
+            )
         if not group.consume_enable:
             raise fail(ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}")
         config = broker.topics.get(h.topic)
@@ -107,7 +127,9 @@ class PullProcessor:
             self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND:
             config = self.broker.config
-            hold_ms = h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
+            hold_ms = (
+                h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
+            )
             await self.broker.hold.wait(h.topic, h.queue_id, h.queue_offset, tag_filter, hold_ms / 1000)
             if conn.is_closed:
                 return request.make_response(ResponseCode.PULL_NOT_FOUND)  # dropped by the connection

@@ -25,11 +25,12 @@ from daemon.broker.managers.topics import (
     topic_problem,
 )
 from daemon.broker.processors import fail, peer_host, system_error
-from daemon.remoting.bodies import PermName, TopicConfig
+from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from store.commitlog import PutMessageStatus
+from store.config_files import TopicConfig
 from store.engine import PutResult
 from store.message import (
     MULTI_TAGS_FLAG,
@@ -70,7 +71,10 @@ _PUT_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
         "service not available now. It may be caused by one of the following reasons: the broker's disk is "
         "full, messages are put to the slave, message store has been shut down, etc.",
     ),
-    PutMessageStatus.CREATE_MAPEDFILE_FAILED: (ResponseCode.SYSTEM_ERROR, "create mapped file failed, server is busy or broken."),
+    PutMessageStatus.CREATE_MAPEDFILE_FAILED: (
+        ResponseCode.SYSTEM_ERROR,
+        "create mapped file failed, server is busy or broken.",
+    ),
 }
 _STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT)
 
@@ -122,7 +126,10 @@ class SendProcessor:
         if h.topic in NOT_ALLOWED_SEND_TOPICS:
             raise fail(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
         if not self.broker.config.broker_permission & PermName.WRITE:
-            raise fail(ResponseCode.NO_PERMISSION, f"the broker[{self.broker.config.broker_ip1}] sending message is forbidden")
+            raise fail(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{self.broker.config.broker_ip1}] sending message is forbidden",
+            )
         topics = self.broker.topics
         config = topics.get(h.topic)
         if config is None:
@@ -143,12 +150,16 @@ class SendProcessor:
             )
         return config
 
-    def _retry_or_dlq(self, h: SendMessageRequestHeader, version: int, props: dict[str, str]) -> tuple[str, int] | None:
+    def _retry_or_dlq(
+        self, h: SendMessageRequestHeader, version: int, props: dict[str, str]
+    ) -> tuple[str, int] | None:
         """For a client re-send to `%RETRY%<group>`: the DLQ target once retries are exhausted (§8.3 step 6)."""
-        group_name = h.topic[len(RETRY_PREFIX):]
+        group_name = h.topic[len(RETRY_PREFIX) :]
         group = self.broker.groups.find(group_name)
         if group is None:
-            raise fail(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group_name}")
+            raise fail(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group_name}"
+            )
         max_times = group.retry_max_times
         if version >= Version.V3_4_9 and h.max_reconsume_times is not None:
             max_times = h.max_reconsume_times
@@ -182,12 +193,27 @@ class SendProcessor:
             sys_flag |= MULTI_TAGS_FLAG
         born_host = peer_host(conn)
         if request.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
-            if props.get(PROPERTY_TRANSACTION_PREPARED) == "true" or props.get(PROPERTY_DELAY_TIME_LEVEL, "0") != "0":
-                raise fail(ResponseCode.MESSAGE_ILLEGAL, "batch message does not support transaction or delay")
+            if (
+                props.get(PROPERTY_TRANSACTION_PREPARED) == "true"
+                or props.get(PROPERTY_DELAY_TIME_LEVEL, "0") != "0"
+            ):
+                raise fail(
+                    ResponseCode.MESSAGE_ILLEGAL, "batch message does not support transaction or delay"
+                )
             msgs = [
                 Message(
-                    topic, body, queue_id, flag, {**inner, **props}, sys_flag, h.born_timestamp, born_host,
-                    self.store_host, h.reconsume_times or 0, 0, wait,
+                    topic,
+                    body,
+                    queue_id,
+                    flag,
+                    {**inner, **props},
+                    sys_flag,
+                    h.born_timestamp,
+                    born_host,
+                    self.store_host,
+                    h.reconsume_times or 0,
+                    0,
+                    wait,
                 )
                 for flag, body, inner in decode_batch(request.body)
             ]
@@ -207,8 +233,18 @@ class SendProcessor:
                 self.broker.topics.create_system_like(TRANS_HALF_TOPIC, 1, PermName.READ_WRITE)
                 topic, queue_id = TRANS_HALF_TOPIC, 0
             msg = Message(
-                topic, request.body, queue_id, h.flag, props, sys_flag, h.born_timestamp, born_host,
-                self.store_host, h.reconsume_times or 0, 0, wait,
+                topic,
+                request.body,
+                queue_id,
+                h.flag,
+                props,
+                sys_flag,
+                h.born_timestamp,
+                born_host,
+                self.store_host,
+                h.reconsume_times or 0,
+                0,
+                wait,
             )
             result = await self.broker.put(msg)
         return self._response(request, result, topic, reply_queue_id, len(request.body))
@@ -232,14 +268,19 @@ class SendProcessor:
         if group is None:
             raise fail(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {h.group}")
         if not broker.config.broker_permission & PermName.WRITE:
-            raise fail(ResponseCode.NO_PERMISSION, f"the broker[{broker.config.broker_ip1}] sending message is forbidden")
+            raise fail(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.config.broker_ip1}] sending message is forbidden",
+            )
         if group.retry_queue_nums <= 0:
             return request.make_response()
         retry = broker.topics.create_system_like(
             retry_topic(h.group), group.retry_queue_nums, PermName.READ_WRITE, 1 if h.unit_mode else 0
         )
         if not retry.perm & PermName.WRITE:
-            raise fail(ResponseCode.NO_PERMISSION, f"the topic[{retry.topic_name}] sending message is forbidden")
+            raise fail(
+                ResponseCode.NO_PERMISSION, f"the topic[{retry.topic_name}] sending message is forbidden"
+            )
         found = broker.store.look_message_by_offset(h.offset)
         if found is None:
             raise system_error(f"look message by offset failed, {h.offset}")
@@ -264,8 +305,18 @@ class SendProcessor:
         props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, old.msg_id)
         props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
         msg = Message(
-            topic, old.stored_body, queue_id, old.flag, props, old.sys_flag, old.born_timestamp, old.born_host,
-            self.store_host, old.reconsume_times + 1, 0, False,
+            topic,
+            old.stored_body,
+            queue_id,
+            old.flag,
+            props,
+            old.sys_flag,
+            old.born_timestamp,
+            old.born_host,
+            self.store_host,
+            old.reconsume_times + 1,
+            0,
+            False,
         )
         result = await broker.put(msg)
         if not result.ok:
