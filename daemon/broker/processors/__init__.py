@@ -8,6 +8,10 @@ from daemon.remoting.errors import RemotingCommandError
 from store.message import HostAddress
 
 
+#: Java appends this (`FAQUrl.suggestTodo`) to several remarks; clients show remarks verbatim.
+FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+
+
 def fail(code: int, remark: str) -> RemotingCommandError:
     """The exception a processor raises to answer with `code` and `remark`."""
     return RemotingCommandError(code, remark)

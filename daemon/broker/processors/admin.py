@@ -109,7 +109,7 @@ class AdminProcessor:
             )
         )
         await self.broker.register_all()  # synchronous registration, so the route exists on return
-        return request.make_response()
+        return request.make_response(remark="not set any response code")  # what 4.9.8 answers
 
     def delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = TopicHeader.from_ext_fields(request.ext_fields)

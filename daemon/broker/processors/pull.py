@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from daemon.broker.filter import TagFilter, build_subscription, is_tag_type
 from daemon.broker.headers import PullMessageRequestHeader, PullMessageResponseHeader
-from daemon.broker.processors import fail, system_error
+from daemon.broker.processors import FAQ, fail, system_error
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -55,7 +55,7 @@ class PullProcessor:
             if info is None:
                 raise fail(
                     ResponseCode.SUBSCRIPTION_NOT_EXIST,
-                    f"the consumer's group info not exist, {h.consumer_group}",
+                    "the consumer's group info not exist" + FAQ,
                 )
             group = self.broker.groups.table.get(h.consumer_group)
             if (
@@ -69,9 +69,7 @@ class PullProcessor:
                 )
             found = info.subscriptions.get(h.topic)
             if found is None:
-                raise fail(
-                    ResponseCode.SUBSCRIPTION_NOT_EXIST, f"the consumer's subscription not exist, {h.topic}"
-                )
+                raise fail(ResponseCode.SUBSCRIPTION_NOT_EXIST, "the consumer's subscription not exist" + FAQ)
             if found.sub_version < h.sub_version:
                 raise fail(ResponseCode.SUBSCRIPTION_NOT_LATEST, "the consumer's subscription not latest")
             sub = found
@@ -93,13 +91,13 @@ class PullProcessor:
         if group is None:
             raise fail(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
-                f"subscription group [{h.consumer_group}] does not exist",
+                f"subscription group [{h.consumer_group}] does not exist, {FAQ}",
             )
         if not group.consume_enable:
             raise fail(ResponseCode.NO_PERMISSION, f"subscription group no permission, {h.consumer_group}")
         config = broker.topics.get(h.topic)
         if config is None:
-            raise fail(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please!")
+            raise fail(ResponseCode.TOPIC_NOT_EXIST, f"topic[{h.topic}] not exist, apply first please! {FAQ}")
         if not config.perm & PermName.READ:
             raise fail(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] pulling message is forbidden")
         if h.queue_id < 0 or h.queue_id >= config.read_queue_nums:

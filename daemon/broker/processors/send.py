@@ -24,7 +24,7 @@ from daemon.broker.managers.topics import (
     retry_topic,
     topic_problem,
 )
-from daemon.broker.processors import fail, peer_host, system_error
+from daemon.broker.processors import FAQ, fail, peer_host, system_error
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
@@ -140,7 +140,7 @@ class SendProcessor:
             if config is None:
                 raise fail(
                     ResponseCode.TOPIC_NOT_EXIST,
-                    f"topic[{h.topic}] not exist, apply first please! http://rocketmq.apache.org/docs/faq/",
+                    f"topic[{h.topic}] not exist, apply first please!{FAQ}",
                 )
         if not config.perm & PermName.WRITE:
             raise fail(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden")

@@ -1,0 +1,64 @@
+"""Our broker answers the requests recorded from a real RocketMQ 4.9.8 broker as that broker did
+(/work/shared/spec/golden-frames.md): codes, remarks and response header fields."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.remoting.command import RemotingCommand
+from tests.broker.conftest import BrokerHandle
+from tests.conftest import SHARED
+
+GOLDEN = SHARED / "spec" / "golden-frames.md"
+_JSON_BLOCK = re.compile(r"```json\n(.*?)\n```", re.S)
+_BODY = re.compile(r"Request body:\n```\n(.*?)\n```", re.S)
+
+
+def golden(title: str) -> tuple[dict[str, Any], bytes, dict[str, Any]]:
+    """(request header, request body, response header) of the section called `title`."""
+    text = Path(GOLDEN).read_text()
+    section = text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+    request, response = (json.loads(block) for block in _JSON_BLOCK.findall(section)[:2])
+    body = _BODY.search(section)
+    return request, (body.group(1).encode() if body else b""), response
+
+
+async def replay(broker: BrokerHandle, title: str) -> tuple[RemotingCommand, dict[str, Any]]:
+    request, body, expected = golden(title)
+    ext = {k: str(v) for k, v in request.get("extFields", {}).items()}
+    return await broker.call(request["code"], ext, body), expected
+
+
+pytestmark = pytest.mark.skipif(not GOLDEN.exists(), reason="golden frames not available")
+
+
+async def test_golden_exchanges(broker: BrokerHandle) -> None:
+    got, want = await replay(broker, "17 UPDATE_AND_CREATE_TOPIC")
+    assert (got.code, got.remark) == (want["code"], want["remark"])
+
+    got, want = await replay(broker, "310 SEND_MESSAGE_V2 (message 0)")
+    assert got.code == want["code"] and got.ext_fields.keys() == want["extFields"].keys()
+    assert got.ext_fields["queueOffset"] == want["extFields"]["queueOffset"]
+    assert got.ext_fields["MSG_REGION"] == "DefaultRegion" and got.ext_fields["TRACE_ON"] == "true"
+
+    got, want = await replay(
+        broker, "310 SEND_MESSAGE_V2 to a topic that does not exist (auto-create via TBW102)"
+    )
+    assert got.code == want["code"] and got.ext_fields["queueOffset"] == "0"
+
+    for title in (
+        "11 PULL_MESSAGE without subscription flag, group has no live consumer",
+        "11 PULL_MESSAGE (topic does not exist)",
+        "12 QUERY_MESSAGE (key not found)",
+        "9999 unknown request code (broker)",
+        "14 QUERY_CONSUMER_OFFSET (group never committed, empty queue)",
+        "36 CONSUMER_SEND_MSG_BACK",
+    ):
+        got, want = await replay(broker, title)
+        assert (got.code, got.remark) == (want["code"], want.get("remark")), title
+        assert got.ext_fields.keys() == want.get("extFields", {}).keys(), title
