@@ -7,7 +7,6 @@ from daemon.remoting.connection import Connection
 from daemon.remoting.errors import RemotingCommandError
 from store.message import HostAddress
 
-
 #: Java appends this (`FAQUrl.suggestTodo`) to several remarks; clients show remarks verbatim.
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
