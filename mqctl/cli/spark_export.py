@@ -72,7 +72,11 @@ def export(
     since: SinceOpt = None,
     until: UntilOpt = None,
     with_body: Annotated[
-        bool, typer.Option("--with-body", help="Include message bodies (inflated when compressed).")
+        bool,
+        typer.Option(
+            "--with-body",
+            help="Include message bodies, inflated when compressed (body_size stays the stored size).",
+        ),
     ] = False,
     master: MasterOpt = None,
     partitions: PartitionsOpt = None,

@@ -78,6 +78,8 @@ class Split(InputPartition):
     start: int
     end: int
     last_in_file: bool
+    data_end: int
+    """Where the file's written data probably ends (first hole); only bounds the prefault."""
 
     @property
     def size(self) -> int:
@@ -167,7 +169,7 @@ def plan_splits(files: Sequence[CommitLogFile], *, partitions: int | None = None
                 target += split_bytes
         cuts.append(f.size)
         out.extend(
-            Split(f.path, f.base_offset, a, b, last_in_file=i == len(cuts) - 2)
+            Split(f.path, f.base_offset, a, b, last_in_file=i == len(cuts) - 2, data_end=f.data_estimate)
             for i, (a, b) in enumerate(itertools.pairwise(cuts))
         )
     return out
@@ -202,7 +204,7 @@ def read_split(
     """Decode one split; fails if its record chain does not end where the next split starts."""
     name = Path(split.path).name
     with open(split.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        _prefault(mm, split.start, split.end - split.start)
+        _prefault(mm, split.start, max(0, min(split.end, split.data_end) - split.start))
         buf = np.frombuffer(mm, dtype=np.uint8, count=split.end - split.start, offset=split.start)
         try:
             found = scan(buf)
