@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
 
 import click
@@ -94,3 +95,28 @@ def online(
             time.sleep(watch)
     except KeyboardInterrupt:
         return
+
+
+@contextmanager
+def progress(total: int, description: str, *, unit: str = "items") -> Iterator[Callable[[int], None] | None]:
+    """A rich progress bar on stderr for a long operation, yielding ``advance(n)``; ``None`` (no bar)
+    when stderr is not a terminal, so pipes and logs stay clean."""
+    from mqctl.output import stderr_console
+
+    console = stderr_console()
+    if not console.is_terminal:
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+    counter = DownloadColumn() if unit == "bytes" else MofNCompleteColumn()
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        counter,
+        TimeRemainingColumn(),
+        console=console,
+        transient=True,
+    ) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda n: bar.advance(task, n)

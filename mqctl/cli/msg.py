@@ -24,12 +24,16 @@ from mqctl.cli.common import (
     YesOpt,
     confirm,
     online,
+    progress,
 )
+from mqctl.completion import complete_topic
 from mqctl.errors import UsageError
 
 app = typer.Typer(help="Send, find, show, tail and re-send messages.", no_args_is_help=True)
 
-OptionalTopicOpt = Annotated[str | None, typer.Option("--topic", "-t", help="Topic name.")]
+OptionalTopicOpt = Annotated[
+    str | None, typer.Option("--topic", "-t", help="Topic name.", autocompletion=complete_topic)
+]
 
 
 def _properties(pairs: list[str]) -> dict[str, str]:
@@ -214,7 +218,8 @@ class LineWriter:
                 self._csv.writeheader()
             self._csv.writerow(row)
         else:
-            self.out.write(" ".join("-" if row.get(c) is None else str(row[c]) for c in self.COLUMNS) + "\n")
+            cells = ("-" if row.get(c) is None else str(row[c]).replace("\n", "\\n") for c in self.COLUMNS)
+            self.out.write(" ".join(cells) + "\n")
         self.out.flush()
 
 
@@ -316,9 +321,11 @@ def resend(
     if not ids:
         destination = f"topic {to_topic!r}" if to_topic else "their original topics"
         confirm(f"Re-send all {len(found)} message(s) of %DLQ%{group} to {destination}?", yes=yes)
-    outcomes = run_admin(
-        target.namesrv, lambda admin: resend_messages(admin, [m for _, m in found], to_topic)
-    )
+    with progress(len(found), "re-sending") as advance:
+        outcomes = run_admin(
+            target.namesrv,
+            lambda admin: resend_messages(admin, [m for _, m in found], to_topic, progress=advance),
+        )
     render(outcomes, output)
     failed = sum(o.outcome != "RESENT" for o in outcomes)
     stderr_console().print(f"{len(outcomes) - failed} re-sent, {failed} not")

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from mqctl.cli.common import KeyOpt, OutputOpt, SinceOpt, TopicOpt, UntilOpt, WatchOpt
+from mqctl.cli.common import KeyOpt, OutputOpt, SinceOpt, TopicOpt, UntilOpt, WatchOpt, progress
 from mqctl.errors import StoreError, UsageError
 
 app = typer.Typer(
@@ -58,40 +57,13 @@ def offline(work: Callable[[], Any], output: str, watch: float | None = None) ->
         return
 
 
-def progress_bar(total: int, description: str) -> AbstractContextManager[Callable[[int], None] | None]:
-    """A rich progress bar over ``total`` bytes on stderr, or nothing when stderr is not a terminal."""
-    from mqctl.output import stderr_console
-
-    console = stderr_console()
-    if not console.is_terminal:
-        return nullcontext(None)
-    from contextlib import contextmanager
-
-    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn
-
-    @contextmanager
-    def bar() -> Any:
-        with Progress(
-            "[progress.description]{task.description}",
-            BarColumn(),
-            DownloadColumn(),
-            TimeRemainingColumn(),
-            console=console,
-            transient=True,
-        ) as progress:
-            task = progress.add_task(description, total=total)
-            yield lambda n: progress.advance(task, n)
-
-    return bar()  # type: ignore[no-any-return]
-
-
 @commitlog_app.command("ls")
 def commitlog_ls(store: StoreDirOpt, output: OutputOpt = "table", watch: WatchOpt = None) -> None:
     """Each file: offset range, size, data bytes, records, first/last store time and topics."""
     from mqctl.services import store_inspect as si
 
     def work() -> Any:
-        with progress_bar(si.commitlog_bytes(store), "reading CommitLog") as advance:
+        with progress(si.commitlog_bytes(store), "reading CommitLog", unit="bytes") as advance:
             return si.commitlog_ls(store, progress=advance)
 
     offline(work, output, watch)
@@ -193,7 +165,7 @@ def verify(store: StoreDirOpt, output: OutputOpt = "table") -> None:
     from mqctl.output import render
     from mqctl.services import store_inspect as si
 
-    with progress_bar(si.commitlog_bytes(store), "verifying") as advance:
+    with progress(si.commitlog_bytes(store), "verifying", unit="bytes") as advance:
         report = si.verify(store, progress=advance)
     render(report, output)
     if not report.ok:

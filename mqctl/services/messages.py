@@ -11,11 +11,9 @@ import asyncio
 import itertools
 import logging
 import random
-import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any
 
 from daemon.remoting.bodies import PermName, TopicRouteData
@@ -24,6 +22,7 @@ from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError, UsageError
+from mqctl.timespec import iso, parse_time
 from store.message import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -57,30 +56,9 @@ BROKER_PROPERTIES = frozenset(
     }
 )
 
+JAVA_LONG_MAX = (1 << 63) - 1
+
 # ----------------------------------------------------------------------------------- time window
-
-_RELATIVE = re.compile(r"-(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
-_UNIT_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-
-
-def parse_when(text: str, *, now_ms: int) -> int:
-    """``--since``/``--until`` → epoch ms: ISO 8601 (UTC unless an offset is given), epoch ms,
-    ``now``, or relative to now like ``-2h``, ``-30m``, ``-7d``, ``-90s``."""
-    value = text.strip()
-    if value == "now":
-        return now_ms
-    if value.isdigit():
-        return int(value)
-    rel = _RELATIVE.fullmatch(value)
-    if rel:
-        return now_ms - int(float(rel.group(1)) * _UNIT_MS[rel.group(2)])
-    try:
-        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
-    except ValueError as exc:
-        raise UsageError(
-            f"not a time: {text!r} (use ISO 8601 like 2026-11-21T09:10:00Z, epoch ms, or relative like -2h)"
-        ) from exc
-    return int((parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
 @dataclass
@@ -94,18 +72,14 @@ class Window:
     def of(cls, since: str | None, until: str | None, *, now_ms: int | None = None) -> Window:
         """Default: from the beginning of time until now (mqadmin's queryMsgByKey does the same)."""
         now = int(time.time() * 1000) if now_ms is None else now_ms
-        begin = parse_when(since, now_ms=now) if since else 0
-        end = parse_when(until, now_ms=now) if until else now
+        begin = parse_time(since, now_ms=now) if since else 0
+        end = parse_time(until, now_ms=now) if until else now
         if begin > end:
             raise UsageError(f"empty time window: --since {since} is after --until {until or 'now'}")
         return cls(begin, end)
 
     def describe(self) -> str:
         return f"{iso(self.begin_ms)} .. {iso(self.end_ms)}"
-
-
-def iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 # -------------------------------------------------------------------------------- message views
@@ -252,6 +226,28 @@ async def send_message(
 # --------------------------------------------------------------------------------------- query
 
 
+async def _query_masters(
+    admin: Admin, topic: str, key: str, begin_ms: int, end_ms: int, max_num: int, *, unique_key: bool
+) -> list[StoredMessage]:
+    """QUERY_MESSAGE on every master of ``topic`` at once."""
+    found = await asyncio.gather(
+        *(
+            wire.query(
+                admin,
+                addr,
+                topic,
+                key,
+                begin_ms=begin_ms,
+                end_ms=end_ms,
+                max_num=max_num,
+                unique_key=unique_key,
+            )
+            for addr in await master_addrs(admin, topic)
+        )
+    )
+    return [m for batch in found for m in batch if m.topic == topic]
+
+
 async def query_by_key(
     admin: Admin, topic: str, key: str, window: Window, *, max_num: int = 64
 ) -> list[dict[str, Any]]:
@@ -259,26 +255,18 @@ async def query_by_key(
 
     The IndexFile holds hashes only, so each hit is checked against the stored topic and keys.
     """
-    hits: list[StoredMessage] = []
-    for addr in await master_addrs(admin, topic):
-        found = await wire.query(
-            admin, addr, topic, key, begin_ms=window.begin_ms, end_ms=window.end_ms, max_num=max_num
-        )
-        hits.extend(m for m in found if m.topic == topic and key in m.keys)
+    found = await _query_masters(admin, topic, key, window.begin_ms, window.end_ms, max_num, unique_key=False)
+    hits = [m for m in found if key in m.keys]
     if not hits:
         raise NotFoundError(f"no message with key {key!r} in topic {topic!r} stored {window.describe()}")
     return [summary(m) for m in sorted(hits, key=lambda m: (m.store_timestamp, m.msg_id))]
 
 
 async def query_by_unique_key(admin: Admin, topic: str, uniq_key: str) -> list[dict[str, Any]]:
-    """The message(s) whose client id (UNIQ_KEY) is ``uniq_key``: a retried or delayed message has copies."""
-    hits: list[StoredMessage] = []
-    now = int(time.time() * 1000)
-    for addr in await master_addrs(admin, topic):
-        found = await wire.query(
-            admin, addr, topic, uniq_key, begin_ms=0, end_ms=now, max_num=32, unique_key=True
-        )
-        hits.extend(m for m in found if m.topic == topic and m.uniq_key == uniq_key)
+    """The message(s) of ``topic`` whose client id (UNIQ_KEY) is ``uniq_key``, over all time (as
+    mqadmin's queryMsgByUniqueKey); a producer that re-sent after a timeout leaves two."""
+    found = await _query_masters(admin, topic, uniq_key, 0, JAVA_LONG_MAX, 32, unique_key=True)
+    hits = [m for m in found if m.uniq_key == uniq_key]
     if not hits:
         raise NotFoundError(f"no message with unique key {uniq_key!r} in topic {topic!r}")
     return [detail(m) for m in sorted(hits, key=lambda m: m.store_timestamp)]
@@ -491,6 +479,18 @@ async def resend_one(admin: Admin, m: StoredMessage, to_topic: str | None, rr: I
     )
 
 
-async def resend(admin: Admin, messages: list[StoredMessage], to_topic: str | None = None) -> list[Resent]:
+async def resend(
+    admin: Admin,
+    messages: list[StoredMessage],
+    to_topic: str | None = None,
+    *,
+    progress: Callable[[int], None] | None = None,
+) -> list[Resent]:
+    """Re-send each message in turn (see :func:`resend_one`), spreading them over the target's queues."""
     rr = itertools.count(random.randrange(1 << 16))
-    return [await resend_one(admin, m, to_topic, rr) for m in messages]
+    out = []
+    for m in messages:
+        out.append(await resend_one(admin, m, to_topic, rr))
+        if progress is not None:
+            progress(1)
+    return out

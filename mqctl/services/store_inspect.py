@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from mqctl.errors import NotFoundError, StoreError, UsageError
-from mqctl.services.messages import Window, detail, iso, summary
+from mqctl.services.messages import Window, detail, summary
+from mqctl.timespec import iso
 from store.commitlog import CommitLog
 from store.config import StoreConfig
 from store.consumequeue import ConsumeQueue, unit_tags_code

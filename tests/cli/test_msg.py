@@ -245,6 +245,10 @@ def test_tail_from_earliest_until_the_end_as_json_lines(mq: Callable[..., CliRes
     lines = [json.loads(line) for line in result.stdout.splitlines()]
     assert sorted(m["body"] for m in lines) == sorted(f"seed {i}" for i in range(8))
     assert "8 message(s)" in result.stderr
+    table = mq("msg", "tail", "-t", TOPIC, "--from", "earliest", "--exit")
+    assert table.code == 0, table.stderr
+    assert len(table.stdout.splitlines()) == 8  # one line per message, whatever the body holds
+    assert all(line.split(" ")[1] == TOPIC for line in table.stdout.splitlines())
 
 
 def test_tail_from_a_groups_committed_offsets(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
