@@ -107,8 +107,8 @@ class RecordFilter:
 class Scan:
     """The record starts found by :func:`scan` and why the walk stopped.
 
-    ``stop`` is the buffer position where the walk ended; ``reason`` is ``"end"`` (the requested
-    end was reached exactly), ``"blank"`` (end-of-file filler), ``"eod"`` (anything that is not a
+    ``stop`` is the buffer position where the walk ended; ``reason`` is ``"end"`` (the last record
+    ends exactly at the end of the buffer), ``"blank"`` (end-of-file filler), ``"eod"`` (anything that is not a
     record: never-written zeros or a torn write, the broker's end of valid data) or ``"invalid"``
     (a record whose field lengths do not add up to its TOTALSIZE).
     """
@@ -129,18 +129,18 @@ _MIN_RECORD = 91  # TOTALSIZE with IPv4 hosts and empty body, topic and properti
 _HEAD_SIZE = 48
 
 
-def scan(buf: np.ndarray, start: int = 0, end: int | None = None) -> Scan:
-    """Follow the TOTALSIZE chain from the record at ``start`` to ``end`` (default: the buffer end).
+def scan(buf: np.ndarray) -> Scan:
+    """Follow the TOTALSIZE chain from the record at ``buf[0]`` to the end of the buffer.
 
     This is the only per-record Python loop; it reads 8 bytes per record. Records are then
     validated in bulk (§2.10 length rule) and the scan is cut at the first invalid one.
     """
-    limit = len(buf) if end is None else end
+    limit = len(buf)
     mv = buf.data
     unpack = _HEADER.unpack_from
     positions: list[int] = []
     append = positions.append
-    pos = start
+    pos = 0
     reason = "end"
     while pos < limit:
         if pos + 8 > limit:
@@ -219,11 +219,9 @@ def _hex(offsets: np.ndarray, data: np.ndarray) -> pa.Array:
 def _hosts(buf: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> pa.Array:
     """``ip:port`` strings; each distinct address is formatted once (a store has few producers)."""
     raw = np.zeros((len(pos), 21), dtype=np.uint8)
-    windows = np.lib.stride_tricks.sliding_window_view(buf, 8)
-    raw[:, :8] = windows[np.clip(pos, 0, len(buf) - 8)]
+    raw[:, :8] = _rows(buf, pos, 8)
     if v6.any():
-        wide = np.lib.stride_tricks.sliding_window_view(buf, 20)
-        raw[v6, :20] = wide[np.clip(pos[v6], 0, len(buf) - 20)]
+        raw[v6, :20] = _rows(buf, pos[v6], 20)
         raw[v6, 20] = 1
     keys = raw.view("V21").ravel()
     uniq, inverse = np.unique(keys, return_inverse=True)
@@ -439,15 +437,22 @@ def batches(
     with_body: bool = False,
     record_filter: RecordFilter | None = None,
     batch_rows: int = 32768,
+    batch_bytes: int = 64 << 20,
 ) -> Iterator[pa.RecordBatch]:
-    """The records of ``found`` as non-empty batches of at most ``batch_rows`` rows."""
-    for i in range(0, len(found.positions), batch_rows):
+    """The records of ``found`` as non-empty batches of at most ``batch_rows`` rows and about
+    ``batch_bytes`` of records (Arrow's 32-bit offsets cap a batch's bodies at 2 GiB)."""
+    ends = np.cumsum(found.layout.total)
+    start, n = 0, len(ends)
+    while start < n:
+        budget = (int(ends[start - 1]) if start else 0) + batch_bytes
+        stop = max(start + 1, min(start + batch_rows, int(np.searchsorted(ends, budget, side="right"))))
         batch = decode_batch(
-            buf, found.layout.take(slice(i, i + batch_rows)), base_offset, file_name,
+            buf, found.layout.take(slice(start, stop)), base_offset, file_name,
             with_body=with_body, record_filter=record_filter,
         )  # fmt: skip
         if batch.num_rows:
             yield batch
+        start = stop
 
 
 __all__ = [

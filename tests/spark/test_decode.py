@@ -69,6 +69,17 @@ def test_every_fixture_record_matches_the_reference_codec(store_a: Path) -> None
     assert total == 5612
 
 
+def test_batches_respect_the_row_and_byte_budgets(store_a: Path) -> None:
+    path = store_a / "commitlog" / "00000000000001048576"  # holds FixA_Mixed records of up to 4311 bytes
+    arr = np.fromfile(path, dtype=np.uint8)
+    found = scan(arr)
+    got = list(batches(arr, found, int(path.name), path.name, batch_rows=100, batch_bytes=2048))
+    sizes = [b.column("record_size").to_pylist() for b in got]
+    assert sum(len(s) for s in sizes) == len(found.positions) == 1694
+    assert all(len(s) <= 100 and (sum(s) <= 2048 or len(s) == 1) for s in sizes)
+    assert any(len(s) == 1 and s[0] > 2048 for s in sizes)
+
+
 def test_scan_stops_at_the_blank_filler_and_at_unwritten_bytes(store_a: Path) -> None:
     files = sorted((store_a / "commitlog").iterdir())
     first = scan(np.fromfile(files[0], dtype=np.uint8))
