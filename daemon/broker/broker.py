@@ -33,8 +33,9 @@ from daemon.remoting.connection import Connection
 from daemon.remoting.errors import RemotingError
 from daemon.remoting.headers import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
 from daemon.remoting.server import RemotingServer
+from store.api import MessageStore, PutResult
 from store.config_files import ConsumerOffsetManager
-from store.engine import DefaultMessageStore, MessageStore, PutResult
+from store.engine import DefaultMessageStore
 from store.message import Message
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ import time
 from typing import TYPE_CHECKING
 
 from daemon.broker.managers.topics import SCHEDULE_TOPIC
-from store.engine import GetMessageStatus
+from store.api import GetMessageStatus
 from store.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,

@@ -177,3 +177,9 @@ async def test_restart_keeps_messages_offsets_topics_and_groups(tmp_path: Path) 
     finally:
         await client.close()
         await b.stop()
+
+
+async def test_store_maintenance_requests(broker: BrokerHandle) -> None:
+    assert (await broker.call(RequestCode.CLEAN_EXPIRED_CONSUMEQUEUE)).code == ResponseCode.SUCCESS
+    assert (await broker.call(RequestCode.DELETE_EXPIRED_COMMITLOG)).code == ResponseCode.SUCCESS
+    assert broker.broker.store.cleaner.manual_runs > 0  # type: ignore[attr-defined]

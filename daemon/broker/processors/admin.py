@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from daemon.broker.bodies import (
     ConsumeStats,
@@ -77,6 +77,13 @@ def processors(broker: Broker) -> dict[int, Processor]:
         R.CLEAN_EXPIRED_CONSUMEQUEUE: p.clean_expired_consume_queue,
         R.DELETE_EXPIRED_COMMITLOG: p.delete_expired_commit_log,
     }
+
+
+@runtime_checkable
+class ManualCleanup(Protocol):
+    """Stores with a retention policy (DefaultMessageStore) can be told to apply it now."""
+
+    def delete_expired_files_manually(self) -> None: ...
 
 
 class AdminProcessor:
@@ -319,11 +326,14 @@ class AdminProcessor:
     # ------------------------------------------------------------------ store maintenance
 
     def clean_expired_consume_queue(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """Accepted for mqadmin compatibility; the store has no expiry yet, so nothing is expired."""
-        log.info("clean expired consume queues requested by %s: the store keeps every file", conn.peer)
+        """Nothing to do on request: every store cleanup run already removes the consume-queue files that
+        point below the CommitLog minimum (what Java's 306 does on demand)."""
         return request.make_response()
 
     def delete_expired_commit_log(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """Accepted for mqadmin compatibility; the retention policy (fileReservedTime) is a later issue."""
-        log.info("delete expired commit log requested by %s: the store keeps every file", conn.peer)
+        """The next cleanup runs delete CommitLog files older than fileReservedTime whatever the hour."""
+        store = self.broker.store
+        if isinstance(store, ManualCleanup):
+            store.delete_expired_files_manually()
+            log.info("manual deletion of expired CommitLog files requested by %s", conn.peer)
         return request.make_response()

@@ -16,7 +16,7 @@ from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
-from store.engine import GetMessageStatus, GetResult
+from store.api import GetMessageStatus, GetResult
 
 if TYPE_CHECKING:
     from daemon.broker.bodies import SubscriptionData

@@ -29,9 +29,8 @@ from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
-from store.commitlog import PutMessageStatus
+from store.api import PutMessageStatus, PutResult
 from store.config_files import TopicConfig
-from store.engine import PutResult
 from store.message import (
     MULTI_TAGS_FLAG,
     PROPERTY_CLUSTER,
