@@ -45,7 +45,7 @@ from store.config import StoreConfig
 from store.config_files import ConfigFiles
 from store.consumequeue import UNIT, ConsumeQueue, unit_tags_code
 from store.errors import CorruptRecordError, StoreClosedError, StoreLockedError
-from store.indexfile import IndexService, index_keys
+from store.indexfile import IndexFile, IndexService, index_keys
 from store.message import (
     BLANK_MAGIC_CODE,
     TRANSACTION_COMMIT_TYPE,
@@ -142,6 +142,7 @@ class DefaultMessageStore:
         self._opened = False
         self._running = False
         self._threads: list[threading.Thread] = []
+        self._index_flushers: list[threading.Thread] = []
         self._gc_cond = threading.Condition()
         self._gc_pending = False
         self._flushed_offset = 0
@@ -211,9 +212,10 @@ class DefaultMessageStore:
         self._stop.set()
         with self._gc_cond:
             self._gc_cond.notify_all()
-        for t in self._threads:
+        for t in self._threads + self._index_flushers:
             t.join()
         self._threads = []
+        self._index_flushers = []
         if not self.read_only and self.checkpoint is not None:
             with self._put_lock:
                 self.commit_log.flush()
@@ -352,12 +354,22 @@ class DefaultMessageStore:
         if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
             keys = index_keys(topic, info.properties)
             if keys:
-                rolled = self.index.build_index(
+                full = self.index.build_index(
                     keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms
                 )
-                if rolled is not None and self.checkpoint is not None:
-                    self.checkpoint.index_msg_timestamp = rolled
-                    self.checkpoint.flush()
+                if full is not None:
+                    t = threading.Thread(
+                        target=self._flush_full_index, args=(full,), name="store-flush-index"
+                    )
+                    self._index_flushers.append(t)
+                    t.start()
+
+    def _flush_full_index(self, full: IndexFile) -> None:
+        """Flush an index file that filled up, then record its end time in the checkpoint (§5.7)."""
+        full.flush()
+        if self.checkpoint is not None:
+            self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, full.end_timestamp)
+            self.checkpoint.flush()
 
     def dispatch(self) -> int:
         """Parse the CommitLog from the dispatch cursor to its end and dispatch every record (reput).

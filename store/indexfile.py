@@ -61,7 +61,11 @@ class IndexFile:
                     raise StoreFormatError(f"{path}: size {actual} != configured index size {size}")
                 os.ftruncate(fd, size)
             self.mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
-        finally:
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd: int | None = None if read_only else fd
+        if read_only:
             os.close(fd)
         (
             self.begin_timestamp,
@@ -162,11 +166,15 @@ class IndexFile:
             n = prev
 
     def flush(self) -> None:
-        if not self.read_only:
+        """Write the header and force the file to disk (``fdatasync``: the GIL is released meanwhile)."""
+        if self._fd is not None:
             self.write_header()
-            self.mm.flush()
+            os.fdatasync(self._fd)
 
     def close(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         try:
             self.mm.close()
         except BufferError:
@@ -174,6 +182,9 @@ class IndexFile:
 
     def destroy(self) -> None:
         """Delete the file; the mapping goes when the last reader drops it (see ``MappedFile.destroy``)."""
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 
@@ -228,8 +239,9 @@ class IndexService:
 
     def build_index(
         self, keys: Sequence[str], phy_offset: int, store_timestamp: int, clock: Callable[[], int]
-    ) -> int | None:
-        """Insert ``keys`` for one record; returns the end timestamp of a file that filled up, if any.
+    ) -> IndexFile | None:
+        """Insert ``keys`` for one record; returns the file that filled up, if any (the caller flushes
+        it in the background and records its end time in the checkpoint, §5.7).
 
         ``clock`` names a new index file (local time) when one has to be created.
         """
@@ -240,23 +252,12 @@ class IndexService:
             f, full = self._writable_file(clock)
         if phy_offset < f.end_phy_offset:
             return None  # already indexed (re-dispatch after recovery)
-        rolled = self._on_roll(full)
         done = f.put_keys(keys, phy_offset, store_timestamp)
         while done < len(keys):
-            f.write_header()
             f, full = self._writable_file(clock)
-            rolled = self._on_roll(full) or rolled
             keys = keys[done:]
             done = f.put_keys(keys, phy_offset, store_timestamp)
-        return rolled  # the header of the active file is written by write_header() (periodic) and flush()
-
-    @staticmethod
-    def _on_roll(full: IndexFile | None) -> int | None:
-        """Flush a file that just filled up; its end timestamp becomes the checkpoint's index time."""
-        if full is None:
-            return None
-        full.flush()
-        return full.end_timestamp
+        return full  # the active file's header is written by write_header() (periodic) and flush()
 
     def query(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
         """Offsets of entries for ``key`` (already ``topic#key``), newest files first (§5.8), unsorted."""

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from store.checkpoint import StoreCheckpoint
 from store.clock import FakeClock
 from store.commitlog import PutMessageStatus
 from store.config import SYNC_FLUSH
@@ -150,7 +151,6 @@ def test_query_by_key_time_range_and_index_roll(tmp_path: Path) -> None:
         r = store.put_message(_msg(i, UNIQ_KEY=f"U{i:031d}"))
         offsets[i] = r.phys_offset
     assert len(store.index.files) >= 2
-    assert store.checkpoint is not None and store.checkpoint.index_msg_timestamp > 0
     found = store.query_message("T", "k-7", 64, 0, FAR).messages
     assert [s.phys_offset for s in found] == [offsets[7]]
     assert [s.phys_offset for s in store.query_message("T", f"U{250:031d}", 64, 0, FAR).messages] == [
@@ -165,7 +165,9 @@ def test_query_by_key_time_range_and_index_roll(tmp_path: Path) -> None:
     assert len(window) == 10
     assert store.query_message("T", "shared-2", 3, 0, FAR).messages.__len__() == 3
     assert store.query_message("Other", "k-7", 64, 0, FAR).messages == []
-    store.shutdown()
+    full_end = store.index.files[-2].end_timestamp
+    store.shutdown()  # waits for the background flush of full index files
+    assert StoreCheckpoint(str(tmp_path / "checkpoint"), read_only=True).index_msg_timestamp == full_end
 
 
 def test_search_offset_by_timestamp_and_earliest_time(tmp_path: Path) -> None:
@@ -366,22 +368,21 @@ while True:
 @pytest.mark.slow
 def test_sigkill_during_sync_writes_loses_no_acknowledged_message(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    proc = subprocess.Popen(
+    acked = []
+    with subprocess.Popen(
         [sys.executable, "-c", WRITER, str(root)],
         stdout=subprocess.PIPE,
         cwd=Path(__file__).parents[2],
         text=True,
-    )
-    assert proc.stdout is not None
-    acked = []
-    for line in proc.stdout:
-        acked.append(tuple(int(x) for x in line.split()))
-        if len(acked) >= 400:
-            break
-    proc.send_signal(signal.SIGKILL)
-    rest = proc.stdout.read()  # lines printed before the kill are acknowledged too
-    acked.extend(tuple(int(x) for x in line.split()) for line in rest.splitlines() if line.strip())
-    proc.wait()
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            acked.append(tuple(int(x) for x in line.split()))
+            if len(acked) >= 400:
+                break
+        proc.send_signal(signal.SIGKILL)
+        rest = proc.stdout.read()  # lines printed before the kill are acknowledged too
+        acked.extend(tuple(int(x) for x in line.split()) for line in rest.splitlines() if line.strip())
     assert (root / "abort").exists()
     store = _open(root)
     assert not store.last_exit_ok
