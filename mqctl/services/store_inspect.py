@@ -23,7 +23,6 @@ from mqctl.timespec import iso
 from store.commitlog import CommitLog
 from store.config import StoreConfig
 from store.consumequeue import ConsumeQueue, unit_tags_code
-from store.engine import DefaultMessageStore
 from store.errors import CorruptRecordError
 from store.errors import StoreError as EngineStoreError
 from store.indexfile import (
@@ -33,6 +32,7 @@ from store.indexfile import (
     INDEX_HEADER_SIZE,
     SLOT,
     IndexFile,
+    IndexService,
 )
 from store.javahash import index_key_hash
 from store.mapped_file import MappedFile
@@ -43,6 +43,7 @@ from store.message import (
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
+    StoredMessage,
 )
 from store.record import RecordInfo, decode_msg_id, decode_record, read_header, read_record_info
 
@@ -158,15 +159,13 @@ def _commit_log(lay: Layout) -> Iterator[CommitLog]:
         log_.files.close()
 
 
-@contextlib.contextmanager
-def _engine(lay: Layout) -> Iterator[DefaultMessageStore]:
-    """The engine opened read-only: no lock, no abort file, no truncation, no dispatch."""
-    store = DefaultMessageStore(lay.config(), read_only=True)
-    store.open()
-    try:
-        yield store
-    finally:
-        store.shutdown()
+def _message_at(cl: CommitLog, phys: int) -> StoredMessage | None:
+    """The decoded (CRC-checked) record at a CommitLog offset; ``None`` outside the log.
+
+    Raises :class:`CorruptRecordError` when no valid record starts there.
+    """
+    raw = cl.read_record(phys)
+    return decode_record(raw) if raw is not None else None
 
 
 # ---------------------------------------------------------------------------------- commitlog
@@ -368,8 +367,7 @@ def cq_show(
                     "tags_code": tags_code,
                 }
                 try:
-                    raw = cl.read_record(phys)
-                    message = decode_record(raw) if raw is not None else None
+                    message = _message_at(cl, phys)
                 except CorruptRecordError as exc:
                     row["error"] = str(exc)
                     message = None
@@ -514,8 +512,7 @@ def index_chain(root: str | Path, topic: str, key: str, name: str | None = None)
             }
             if kh == h:
                 try:
-                    raw = cl.read_record(phy)
-                    m = decode_record(raw) if raw is not None else None
+                    m = _message_at(cl, phy)
                 except CorruptRecordError as exc:
                     row["error"] = str(exc)
                     m = None
@@ -535,11 +532,27 @@ def index_chain(root: str | Path, topic: str, key: str, name: str | None = None)
 def query_key(
     root: str | Path, topic: str, key: str, window: Window, *, max_num: int = 64
 ) -> list[dict[str, Any]]:
-    """Messages of ``topic`` with ``key`` in KEYS, through the on-disk IndexFile, verified against the records."""
+    """Messages of ``topic`` with ``key`` in KEYS, through the on-disk IndexFiles (newest first, as
+    the broker looks), each verified against its record: the index holds hashes only."""
     lay = layout(root)
-    with _engine(lay) as store:
-        found = store.query_message(topic, key, max_num, window.begin_ms, window.end_ms).messages
-        rows = [summary(s.message) for s in found if key in s.message.keys]
+    index = IndexService(str(lay.index_dir), lay.hash_slot_num, lay.index_num, read_only=True)
+    try:
+        index.load(True, 0)
+        offsets = sorted(set(index.query(f"{topic}#{key}", max_num, window.begin_ms, window.end_ms)))
+    except EngineStoreError as exc:
+        raise StoreError(str(exc)) from exc
+    finally:
+        index.close()
+    rows = []
+    with _commit_log(lay) as cl:
+        for phys in offsets:
+            try:
+                m = _message_at(cl, phys)
+            except CorruptRecordError as exc:
+                log.warning("index entry points at a bad record: %s", exc)
+                continue
+            if m is not None and m.topic == topic and key in m.keys:
+                rows.append(summary(m))
     if not rows:
         raise NotFoundError(f"no message with key {key!r} in topic {topic!r} stored {window.describe()}")
     return sorted(rows, key=lambda r: (r["store_time"], r["msg_id"]))
@@ -554,15 +567,12 @@ def query_id(root: str | Path, msg_id: str) -> dict[str, Any]:
     lay = layout(root)
     with _commit_log(lay) as cl:
         try:
-            raw = cl.read_record(offset)
+            m = _message_at(cl, offset)
         except CorruptRecordError as exc:
             raise NotFoundError(f"no message {msg_id}: {exc}") from exc
-        if raw is None:
+        if m is None:
             raise NotFoundError(f"no message {msg_id}: offset {offset} is outside the CommitLog")
-        try:
-            return detail(decode_record(raw))
-        except CorruptRecordError as exc:
-            raise StoreError(str(exc)) from exc
+        return detail(m)
 
 
 # -------------------------------------------------------------------------------------- verify
@@ -586,7 +596,7 @@ class VerifyReport:
     problems: list[str]
 
 
-@dataclass
+@dataclass(slots=True)
 class _Rec:
     topic: str
     queue_id: int
