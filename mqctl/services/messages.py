@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -32,8 +31,6 @@ from store.message import (
     StoredMessage,
 )
 from store.record import decode_msg_id
-
-log = logging.getLogger(__name__)
 
 #: Properties the broker or the consumer path added; a re-sent message must not carry them.
 BROKER_PROPERTIES = frozenset(
@@ -386,11 +383,12 @@ async def tail(
     try:
         while max_messages is None or emitted < max_messages:
             getter = asyncio.ensure_future(out.get())
-            done, _ = await asyncio.wait([getter, *tasks], return_when=asyncio.FIRST_COMPLETED)
+            running = [t for t in tasks if not t.done()]
+            done, _ = await asyncio.wait([getter, *running], return_when=asyncio.FIRST_COMPLETED)
+            for task in done - {getter}:
+                task.result()  # a pull failed: raise it (a drained queue's task ends quietly)
             if getter not in done:
-                getter.cancel()
-                for task in done:
-                    task.result()  # a pull failed: raise it
+                getter.cancel()  # an item not yet taken stays in the queue
                 continue
             item = getter.result()
             if isinstance(item, QueueRef):
