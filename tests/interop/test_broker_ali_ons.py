@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import json
 import shutil
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from daemon.broker.managers.topics import retry_topic
 from daemon.remoting.codes import RequestCode
 from store.engine import DefaultMessageStore
 from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
+from tests.conftest import ROOT
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -26,8 +28,6 @@ SCRIPT = HERE / "ons_broker_roundtrip.js"
 TOPIC = "OnsTopic"
 GROUP = "CID_MQCTL_ONS"
 COUNT = 200
-#: Every level 1 s, so retried messages come back quickly (a broker.conf setting, like any other).
-FAST_DELAYS = " ".join(["1s"] * 18)
 
 
 def expected_body(i: int, count: int) -> bytes:
@@ -51,7 +51,7 @@ async def node(*args: str, timeout: float = 240) -> dict[str, object]:
 
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[ClusterHandle]:
-    handle = await start_cluster(tmp_path, message_delay_level=FAST_DELAYS)
+    handle = await start_cluster(tmp_path)  # default delay levels: retries come back after 10 s
     broker = handle.broker
     broker.topics.create_system_like(TOPIC, 4, 6)
     # ali-ons only learns a route at start and every 30 s: give %RETRY%<group> one before it starts
@@ -92,6 +92,7 @@ async def test_ali_ons_roundtrip_with_retries_and_committed_offsets(
 
     # our own store tools read what the broker wrote, after a clean stop
     await cluster.broker.stop()
+    root = cluster.broker.config.store_path_root_dir
     with DefaultMessageStore(cluster.broker.config.store_config(), read_only=True) as store:
         total = sum(store.get_max_offset(TOPIC, q) for q in range(4))
         assert total == COUNT
@@ -101,3 +102,19 @@ async def test_ali_ons_roundtrip_with_retries_and_committed_offsets(
         assert first.keys == ["key-0", "alt-0"] and first.body == expected_body(0, COUNT)
         offsets = store.configs.consumer_offsets
         assert sum(offsets.offsets_of(GROUP, TOPIC).values()) == COUNT
+    verify = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "mqctl",
+        "store",
+        "verify",
+        "--store",
+        root,
+        "-o",
+        "json",
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+    )
+    out, err = await verify.communicate()
+    assert verify.returncode == 0, (out.decode()[-2000:], err.decode()[-2000:])
