@@ -76,18 +76,24 @@ def online(
     """Run ``work`` against the resolved NameServers and render its result, once or every ``watch`` s."""
     from mqctl.admin.client import run_admin
     from mqctl.config import resolve_target
-    from mqctl.output import render, stderr_console, stdout_console
 
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
+    render_every(lambda: run_admin(target.namesrv, work, timeout=timeout), output, watch)
+
+
+def render_every(produce: Callable[[], Any], output: str, watch: float | None = None) -> None:
+    """Render ``produce()`` once, or (``--watch``) every ``watch`` seconds until Ctrl-C."""
+    from mqctl.output import render, stderr_console, stdout_console
+
     if watch is None:
-        render(run_admin(target.namesrv, work, timeout=timeout), output)
+        render(produce(), output)
         return
     import time
 
     console = stdout_console()
     try:
         while True:
-            result = run_admin(target.namesrv, work, timeout=timeout)
+            result = produce()
             if console.is_terminal:
                 console.clear()
             stderr_console().print(f"[dim]{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop[/dim]")

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
-from mqctl.cli.common import KeyOpt, OutputOpt, SinceOpt, TopicOpt, UntilOpt, WatchOpt, progress
+from mqctl.cli.common import KeyOpt, OutputOpt, SinceOpt, TopicOpt, UntilOpt, WatchOpt, progress, render_every
 from mqctl.errors import StoreError, UsageError
 
 app = typer.Typer(
@@ -37,26 +35,6 @@ StoreDirOpt = Annotated[
 IndexNameOpt = Annotated[str | None, typer.Argument(help="Index file name (default: the newest).")]
 
 
-def offline(work: Callable[[], Any], output: str, watch: float | None = None) -> None:
-    """Render ``work()`` once, or every ``watch`` seconds until Ctrl-C."""
-    from mqctl.output import render, stderr_console, stdout_console
-
-    if watch is None:
-        render(work(), output)
-        return
-    console = stdout_console()
-    try:
-        while True:
-            result = work()
-            if console.is_terminal:
-                console.clear()
-            stderr_console().print(f"[dim]{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop[/dim]")
-            render(result, output)
-            time.sleep(watch)
-    except KeyboardInterrupt:
-        return
-
-
 @commitlog_app.command("ls")
 def commitlog_ls(store: StoreDirOpt, output: OutputOpt = "table", watch: WatchOpt = None) -> None:
     """Each file: offset range, size, data bytes, records, first/last store time and topics."""
@@ -66,7 +44,7 @@ def commitlog_ls(store: StoreDirOpt, output: OutputOpt = "table", watch: WatchOp
         with progress(si.commitlog_bytes(store), "reading CommitLog", unit="bytes") as advance:
             return si.commitlog_ls(store, progress=advance)
 
-    offline(work, output, watch)
+    render_every(work, output, watch)
 
 
 @cq_app.command("ls")
@@ -79,7 +57,7 @@ def cq_ls(
     """Every ConsumeQueue: files, min/max offset and message count."""
     from mqctl.services.store_inspect import cq_ls as list_queues
 
-    offline(lambda: list_queues(store, topic), output, watch)
+    render_every(lambda: list_queues(store, topic), output, watch)
 
 
 @cq_app.command("show")
@@ -96,7 +74,7 @@ def cq_show(
     """Units of one queue with the message each points at."""
     from mqctl.services.store_inspect import cq_show as show_queue
 
-    offline(lambda: show_queue(store, topic, queue, offset=offset, count=max_num), output)
+    render_every(lambda: show_queue(store, topic, queue, offset=offset, count=max_num), output)
 
 
 @index_app.command("ls")
@@ -104,7 +82,7 @@ def index_ls(store: StoreDirOpt, output: OutputOpt = "table", watch: WatchOpt = 
     """Each IndexFile's header: time and CommitLog range, used slots, entries, full or not."""
     from mqctl.services.store_inspect import index_ls as list_index
 
-    offline(lambda: list_index(store), output, watch)
+    render_every(lambda: list_index(store), output, watch)
 
 
 @index_app.command("show")
@@ -123,9 +101,9 @@ def index_show(
     if (topic is None) != (key is None):
         raise UsageError("--topic and --key go together")
     if topic is not None and key is not None:
-        offline(lambda: si.index_chain(store, topic, key, name), output)
+        render_every(lambda: si.index_chain(store, topic, key, name), output)
     else:
-        offline(lambda: si.index_show(store, name), output)
+        render_every(lambda: si.index_show(store, name), output)
 
 
 @msg_app.command("query")
@@ -149,14 +127,14 @@ def msg_query(
     if msg_id is not None:
         if since or until:
             raise UsageError("--since/--until only apply to --key")
-        offline(lambda: si.query_id(store, msg_id), output)
+        render_every(lambda: si.query_id(store, msg_id), output)
         return
     if topic is None:
         raise UsageError("--key needs --topic")
     assert key is not None
     window = Window.of(since, until)
     stderr_console().print(f"window: {window.describe()} (store time, UTC)")
-    offline(lambda: si.query_key(store, topic, key, window, max_num=max_num), output)
+    render_every(lambda: si.query_key(store, topic, key, window, max_num=max_num), output)
 
 
 @app.command("verify")
