@@ -169,9 +169,9 @@ class Broker:
         await self.stop()
 
     def _register_processors(self) -> None:
-        from daemon.broker.processors import admin, heartbeat, lock, offset, pull, query, send
+        from daemon.broker.processors import admin, heartbeat, lock, offset, pull, query, send, transaction
 
-        for module in (send, pull, heartbeat, offset, query, admin, lock):
+        for module in (send, pull, heartbeat, offset, query, admin, lock, transaction):
             for code, processor in module.processors(self).items():
                 self.server.register(code, processor)
 

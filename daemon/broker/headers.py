@@ -272,3 +272,23 @@ class NotifyConsumerIdsChangedRequestHeader(CommandHeader):
 class GetBrokerConfigResponseHeader(CommandHeader):
     JAVA_NAME = "GetBrokerConfigResponseHeader"
     version: str
+
+
+@dataclass(slots=True)
+class EndTransactionRequestHeader(CommandHeader):
+    JAVA_NAME = "EndTransactionRequestHeader"
+    producer_group: str
+    tran_state_table_offset: int
+    commit_log_offset: int
+    commit_or_rollback: int
+    msg_id: str
+    from_transaction_check: bool = False
+    transaction_id: str | None = None
+
+
+@dataclass(slots=True)
+class ConsumerRunningInfoRequestHeader(CommandHeader):
+    JAVA_NAME = "GetConsumerRunningInfoRequestHeader"
+    consumer_group: str
+    client_id: str
+    jstack_enable: bool = False

@@ -144,3 +144,23 @@ async def test_lock_expires_after_max_live_time(broker: BrokerHandle) -> None:
     assert locks.try_lock_batch("G", [mq], "a") == [mq]
     time.sleep(0.002)
     assert locks.try_lock_batch("G", [mq], "b") == [mq]
+
+
+async def test_consumer_running_info_is_forwarded_to_the_client(broker: BrokerHandle) -> None:
+    def answer(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        return request.make_response(body=b'{"properties":{"PROP_CONSUME_TYPE":"CONSUME_PASSIVELY"}}')
+
+    consumer = RemotingClient({RequestCode.GET_CONSUMER_RUNNING_INFO: answer})
+    try:
+        data = HeartbeatData("ci-1", [], [ConsumerData("RunG")])
+        await consumer.invoke(broker.addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=data.dumps()))
+        r = await broker.call(
+            RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "RunG", "clientId": "ci-1"}
+        )
+        assert r.code == ResponseCode.SUCCESS and b"CONSUME_PASSIVELY" in r.body
+        absent = await broker.call(
+            RequestCode.GET_CONSUMER_RUNNING_INFO, {"consumerGroup": "RunG", "clientId": "x"}
+        )
+        assert absent.code == ResponseCode.SYSTEM_ERROR and "not online" in (absent.remark or "")
+    finally:
+        await consumer.close()

@@ -233,3 +233,22 @@ async def test_delayed_send_is_parked_then_delivered(broker: BrokerHandle) -> No
     got = await broker.pull("G", "Later", 0, 0, sys_flag=0x6, suspend_ms=15_000, timeout=20)
     (msg,) = decode_records(got.body)
     assert msg.body == b"soon" and msg.properties["REAL_TOPIC"] == "Later" and "DELAY" not in msg.properties
+
+
+async def test_transaction_half_message_is_invisible_until_committed(broker: BrokerHandle) -> None:
+    from daemon.broker.headers import EndTransactionRequestHeader
+
+    async def half(body: bytes) -> int:
+        r = await broker.send("TxT", body, props={"TRAN_MSG": "true", "PGROUP": "TxPG"})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        return decode_msg_id(r.ext_fields["msgId"])[1]
+
+    committed, rolled_back = await half(b"commit-me"), await half(b"roll-me-back")
+    assert (await broker.pull("G", "TxT", 0, 0)).code == ResponseCode.PULL_NOT_FOUND
+    for phys, decision in ((committed, 8), (rolled_back, 12)):
+        h = EndTransactionRequestHeader("TxPG", 0, phys, decision, "id")
+        assert (
+            await broker.call(RequestCode.END_TRANSACTION, h.to_ext_fields())
+        ).code == ResponseCode.SUCCESS
+    msgs = decode_records((await broker.pull("G", "TxT", 0, 0)).body)
+    assert [m.body for m in msgs] == [b"commit-me"] and "TRAN_MSG" not in msgs[0].properties

@@ -21,6 +21,7 @@ from daemon.broker.bodies import (
 from daemon.broker.headers import (
     CloneGroupOffsetRequestHeader,
     ConsumerGroupHeader,
+    ConsumerRunningInfoRequestHeader,
     CreateTopicRequestHeader,
     DeleteSubscriptionGroupRequestHeader,
     GetBrokerConfigResponseHeader,
@@ -38,7 +39,7 @@ from daemon.remoting.bodies import DataVersion, KVTable, TopicList
 from daemon.remoting.codes import LanguageCode, RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
-from daemon.remoting.errors import RemotingError
+from daemon.remoting.errors import RemotingError, RemotingTimeoutError
 from store.config_files import TopicConfig
 
 if TYPE_CHECKING:
@@ -50,7 +51,8 @@ log = logging.getLogger(__name__)
 CONFIG_BLACK_LIST = frozenset(
     {"configBlackList", "brokerConfigPath", "storePathRootDir", "storePathCommitLog"}
 )
-BROKER_VERSION_DESC = "V4_9_8"
+#: How long the broker waits for a client it calls on an admin's behalf (Java: 10 s).
+CLIENT_CALL_TIMEOUT = 10.0
 
 
 def processors(broker: Broker) -> dict[int, Processor]:
@@ -70,6 +72,7 @@ def processors(broker: Broker) -> dict[int, Processor]:
         R.GET_CONSUMER_CONNECTION_LIST: p.consumer_connections,
         R.GET_PRODUCER_CONNECTION_LIST: p.producer_connections,
         R.INVOKE_BROKER_TO_RESET_OFFSET: p.reset_offset,
+        R.GET_CONSUMER_RUNNING_INFO: p.consumer_running_info,
         R.CLONE_GROUP_OFFSET: p.clone_group_offset,
         R.GET_BROKER_RUNTIME_INFO: p.runtime_info,
         R.GET_BROKER_CONFIG: p.get_config,
@@ -275,6 +278,30 @@ class AdminProcessor:
             except RemotingError as exc:
                 log.warning("reset offset: cannot notify %s: %s", channel.client_id, exc)
         return request.make_response(body=body.dumps())
+
+    async def consumer_running_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Forward to the consumer itself and relay its answer (§12.3); ali-ons never answers."""
+        h = ConsumerRunningInfoRequestHeader.from_ext_fields(request.ext_fields)
+        info = self.broker.consumers.get(h.consumer_group)
+        channel = next(
+            (c for c in (info.channels.values() if info else ()) if c.client_id == h.client_id), None
+        )
+        if channel is None:
+            raise system_error(f"The Consumer <{h.consumer_group}> <{h.client_id}> not online")
+        if channel.version < Version.V3_1_8_SNAPSHOT:
+            raise system_error(
+                f"The Consumer <{h.consumer_group}> Version <{channel.version}> too low to finish"
+            )
+        forward = RemotingCommand.request(
+            RequestCode.GET_CONSUMER_RUNNING_INFO, dict(request.ext_fields), request.body
+        )
+        try:
+            answer = await channel.conn.invoke(forward, CLIENT_CALL_TIMEOUT)
+        except RemotingTimeoutError:
+            raise fail(ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{h.client_id}> timeout") from None
+        except RemotingError as exc:
+            raise system_error(f"invoke consumer <{h.client_id}> failed: {exc}") from None
+        return request.make_response(answer.code, answer.remark, dict(answer.ext_fields), answer.body)
 
     def clone_group_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = CloneGroupOffsetRequestHeader.from_ext_fields(request.ext_fields)
