@@ -448,3 +448,16 @@ def test_watch_repeats_a_query_until_interrupted(cli_env: dict[str, str], daemon
         proc.send_signal(2)
         proc.wait(timeout=10)
     assert seen == 2
+
+
+def test_store_commands_read_the_running_brokers_store(
+    mq: Callable[..., CliResult], daemons: LocalCluster
+) -> None:
+    """The offline commands open files read-only and take no lock, so they work beside a live broker."""
+    root = daemons.broker.config.store_path_root_dir
+    rows = ok(mq("store", "cq", "ls", "--store", root, "-t", TOPIC, "-o", "json"))
+    live = on_broker(daemons, lambda: {q: daemons.broker.store.get_max_offset(TOPIC, q) for q in range(4)})
+    assert {r["queue_id"]: r["max_offset"] for r in rows} == live
+    sent = ok(mq("msg", "send", "-t", OTHER, "seen offline", "-o", "json"))
+    shown = ok(mq("store", "msg", "query", "--store", root, "--id", sent["offset_msg_id"], "-o", "json"))
+    assert shown["body"] == "seen offline"
