@@ -461,3 +461,18 @@ def test_store_commands_read_the_running_brokers_store(
     sent = ok(mq("msg", "send", "-t", OTHER, "seen offline", "-o", "json"))
     shown = ok(mq("store", "msg", "query", "--store", root, "--id", sent["offset_msg_id"], "-o", "json"))
     assert shown["body"] == "seen offline"
+
+
+def test_client_ids_have_the_java_clients_layout() -> None:
+    import os
+    from datetime import datetime
+
+    from store.record import decode_uniq_key
+
+    now = int(datetime(2026, 11, 21, 10, 30).timestamp() * 1000)
+    first, second = wire.new_uniq_key(now), wire.new_uniq_key(now)
+    assert len(first) == 32 and first != second
+    parts = decode_uniq_key(first)
+    assert parts.pid == os.getpid() & 0xFFFF
+    assert parts.time_in_month_ms == ((20 * 24 + 10) * 60 + 30) * 60_000  # since Nov 1, 00:00 local
+    assert decode_uniq_key(second).counter == (parts.counter + 1) & 0xFFFF
