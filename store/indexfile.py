@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import mmap
 import os
 import struct
 import time
 from collections.abc import Callable, Sequence
 
-from store.errors import StoreFormatError
 from store.javahash import index_key_hash
+from store.mapped_file import FileMapping
 from store.message import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
 
 log = logging.getLogger(__name__)
@@ -52,21 +50,8 @@ class IndexFile:
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.read_only = read_only
-        size = index_file_size(hash_slot_num, index_num)
-        fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            actual = os.fstat(fd).st_size
-            if actual != size:
-                if read_only or actual > size:
-                    raise StoreFormatError(f"{path}: size {actual} != configured index size {size}")
-                os.ftruncate(fd, size)
-            self.mm = mmap.mmap(fd, size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd: int | None = None if read_only else fd
-        if read_only:
-            os.close(fd)
+        self.file = FileMapping(path, index_file_size(hash_slot_num, index_num), read_only=read_only)
+        self.mm = self.file.mm
         (
             self.begin_timestamp,
             self.end_timestamp,
@@ -166,27 +151,16 @@ class IndexFile:
             n = prev
 
     def flush(self) -> None:
-        """Write the header and force the file to disk (``fdatasync``: the GIL is released meanwhile)."""
-        if self._fd is not None:
+        """Write the header and force the file to disk."""
+        if not self.read_only:
             self.write_header()
-            os.fdatasync(self._fd)
+            self.file.sync()
 
     def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        try:
-            self.mm.close()
-        except BufferError:
-            log.debug("index file %s still referenced", self.path)
+        self.file.close()
 
     def destroy(self) -> None:
-        """Delete the file; the mapping goes when the last reader drops it (see ``MappedFile.destroy``)."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
+        self.file.destroy()
 
 
 class IndexService:

@@ -25,24 +25,26 @@ def offset_to_file_name(offset: int) -> str:
     return f"{offset:020d}"
 
 
-class MappedFile:
-    """One mapped file. ``wrote_position`` is where the next append goes; bytes past it are not data."""
+class FileMapping:
+    """A file of a fixed size mapped whole, keeping its descriptor for ``pwrite``/``fdatasync``.
+
+    Created sparse with ``ftruncate`` when missing (writable mode). Descriptor operations are
+    serialised with :meth:`close`/:meth:`destroy`, which other threads (cleanup) may call while a
+    flush is running.
+    """
 
     def __init__(self, path: str, file_size: int, *, read_only: bool = False) -> None:
         self.path = path
         self.file_size = file_size
-        self.file_from_offset = int(os.path.basename(path))
         self.read_only = read_only
-        flags = os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT
-        fd = os.open(path, flags, 0o644)
+        fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
             if size != file_size:
                 if read_only or size > file_size:
                     raise StoreFormatError(f"{path}: size {size} != configured {file_size}")
                 os.ftruncate(fd, file_size)  # sparse pre-allocation
-            access = mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE
-            self.mm = mmap.mmap(fd, file_size, access=access)
+            self.mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
         except BaseException:
             os.close(fd)
             raise
@@ -50,6 +52,55 @@ class MappedFile:
         if read_only:
             os.close(fd)
         self.view = memoryview(self.mm)
+        self._fd_lock = threading.Lock()
+
+    def sync(self) -> None:
+        """``fdatasync``: writes back the mapping's dirty pages like ``msync``, but releases the GIL
+        for the disk wait (``mmap.flush`` does not), so appenders keep running and group commit works."""
+        with self._fd_lock:
+            if self._fd is not None:
+                os.fdatasync(self._fd)
+
+    def pwrite(self, data: bytes, offset: int) -> bool:
+        """Write through the descriptor (GIL released); False once the file is closed."""
+        with self._fd_lock:
+            if self._fd is None:
+                return False
+            os.pwrite(self._fd, data, offset)
+            return True
+
+    def _close_fd(self) -> None:
+        with self._fd_lock:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def close(self) -> None:
+        self._close_fd()
+        try:
+            self.view.release()
+            self.mm.close()
+        except BufferError:
+            # A reader still holds a memoryview slice (raw record bytes); the mapping goes away with it.
+            log.debug("mapping of %s still referenced; left to the garbage collector", self.path)
+
+    def destroy(self) -> None:
+        """Delete the file. The mapping is not closed here: a concurrent reader may still be slicing
+        it (RocketMQ reference-counts files for this); it is unmapped when the last reference goes."""
+        self._close_fd()
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.path)
+
+
+class MappedFile(FileMapping):
+    """One CommitLog or ConsumeQueue file, named by its start offset.
+
+    ``wrote_position`` is where the next append goes; bytes past it are not data.
+    """
+
+    def __init__(self, path: str, file_size: int, *, read_only: bool = False) -> None:
+        super().__init__(path, file_size, read_only=read_only)
+        self.file_from_offset = int(os.path.basename(path))
         self.wrote_position = 0
         self.flushed_position = 0
         self.prepared_position = 0
@@ -64,15 +115,16 @@ class MappedFile:
         Only bytes at or beyond ``prepared_position`` are written, and the writer never writes past
         it, so this cannot overwrite data.
         """
-        if self._fd is None:
+        if self.read_only:
             return
         with self._prepare_lock:
             while self.prepared_position < end:
                 start = self.prepared_position
                 length = min(PREPARE_CHUNK, self.file_size - start)
-                if length <= 0:
+                if length <= 0 or not self.pwrite(
+                    _ZEROS[:length] if length < PREPARE_CHUNK else _ZEROS, start
+                ):
                     break
-                os.pwrite(self._fd, _ZEROS[:length] if length < PREPARE_CHUNK else _ZEROS, start)
                 self.prepared_position = start + length
 
     @property
@@ -88,37 +140,12 @@ class MappedFile:
         return self.wrote_position - self.flushed_position
 
     def flush(self) -> int:
-        """Force everything written since the last flush to disk; returns the new flushed position.
-
-        ``fdatasync`` on the file rather than ``mmap.flush``: on Linux both write back the dirty
-        pages of the shared mapping, but ``mmap.flush`` (msync) holds the GIL for the whole disk
-        wait, which stops every appender and defeats group commit.
-        """
+        """Force everything written since the last flush to disk; returns the new flushed position."""
         end = self.wrote_position
-        if end > self.flushed_position and self._fd is not None:
-            os.fdatasync(self._fd)
+        if end > self.flushed_position:
+            self.sync()
         self.flushed_position = end
         return end
-
-    def close(self) -> None:
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        try:
-            self.view.release()
-            self.mm.close()
-        except BufferError:
-            # A reader still holds a memoryview slice (raw record bytes); the mapping goes away with it.
-            log.debug("mapping of %s still referenced; left to the garbage collector", self.path)
-
-    def destroy(self) -> None:
-        """Delete the file. The mapping is not closed here: a concurrent reader may still be slicing
-        it (RocketMQ reference-counts files for this); it is unmapped when the last reference goes."""
-        if self._fd is not None:
-            os.close(self._fd)
-            self._fd = None
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.path)
 
 
 class MappedFileQueue:
