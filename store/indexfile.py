@@ -43,7 +43,8 @@ def index_file_name(now_ms: int) -> str:
 
 
 class IndexFile:
-    """One index file; header fields live in attributes and are written back after every insert batch."""
+    """One index file. Header fields live in attributes (queries use those) and are copied into the
+    mapping periodically, when the file fills up and at shutdown."""
 
     def __init__(self, path: str, hash_slot_num: int, index_num: int, *, read_only: bool = False) -> None:
         self.path = path
