@@ -15,6 +15,7 @@ import time
 import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
 from daemon.broker.config import BrokerConfig
 from daemon.broker.headers import NotifyConsumerIdsChangedRequestHeader
@@ -39,6 +40,8 @@ from store.engine import DefaultMessageStore
 from store.message import Message
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 CLIENT_SCAN_INTERVAL = 10.0
 
@@ -197,20 +200,19 @@ class Broker:
 
     # ------------------------------------------------------------------ store access
 
-    async def put(self, msg: Message) -> PutResult:
-        """Store one message; SYNC_FLUSH waits for the fsync off the event loop."""
-        if self._flush_pool is not None and msg.wait_store_msg_ok:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._flush_pool, self.store.put_message, msg
-            )
-        return self.store.put_message(msg)
+    def must_offload(self, wait: bool) -> bool:
+        """Whether a put would block on an fsync (SYNC_FLUSH and the producer waits for it)."""
+        return self._flush_pool is not None and wait
 
-    async def put_batch(self, msgs: list[Message]) -> PutResult:
-        if self._flush_pool is not None and msgs and msgs[0].wait_store_msg_ok:
-            return await asyncio.get_running_loop().run_in_executor(
-                self._flush_pool, self.store.put_messages, msgs
-            )
-        return self.store.put_messages(msgs)
+    async def offload(self, put: Callable[[_T], PutResult], arg: _T) -> PutResult:
+        """Run a blocking put in the flush pool, where concurrent puts share one fsync."""
+        return await asyncio.get_running_loop().run_in_executor(self._flush_pool, put, arg)
+
+    async def put(self, msg: Message) -> PutResult:
+        """Store one message (internal re-puts: retries, delay delivery, transaction commits)."""
+        if self.must_offload(msg.wait_store_msg_ok):
+            return await self.offload(self.store.put_message, msg)
+        return self.store.put_message(msg)
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
         loop = self._loop

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import random
 import struct
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from daemon.broker.headers import (
     ConsumerSendMsgBackRequestHeader,
@@ -171,7 +172,10 @@ class SendProcessor:
 
     # ------------------------------------------------------------------ send
 
-    async def send(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def send(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """Synchronous unless the put must wait for an fsync: no task per send on the hot path."""
         if request.code == RequestCode.SEND_MESSAGE:
             h = SendMessageRequestHeader.from_ext_fields(request.ext_fields)
         else:
@@ -218,7 +222,9 @@ class SendProcessor:
             ]
             if not msgs:
                 raise fail(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
-            result = await self.broker.put_batch(msgs)
+            if self.broker.must_offload(wait):
+                return self._offloaded(request, self.broker.store.put_messages, msgs, topic, reply_queue_id)
+            result = self.broker.store.put_messages(msgs)
         else:
             if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
                 if self.broker.config.reject_transaction_message:
@@ -245,8 +251,16 @@ class SendProcessor:
                 0,
                 wait,
             )
-            result = await self.broker.put(msg)
+            if self.broker.must_offload(wait):
+                return self._offloaded(request, self.broker.store.put_message, msg, topic, reply_queue_id)
+            result = self.broker.store.put_message(msg)
         return self._response(request, result, topic, reply_queue_id, len(request.body))
+
+    async def _offloaded(
+        self, request: RemotingCommand, put: Callable[[Any], PutResult], arg: Any, topic: str, queue_id: int
+    ) -> RemotingCommand:
+        result = await self.broker.offload(put, arg)
+        return self._response(request, result, topic, queue_id, len(request.body))
 
     def _response(
         self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, size: int
