@@ -38,7 +38,9 @@ async def wait_ready(addr: str, started: float) -> float:
     while True:
         try:
             async with RemotingClient() as client:
-                r = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 1.0)
+                r = await client.invoke(
+                    addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 1.0
+                )
                 if r.code == ResponseCode.SUCCESS:
                     return time.perf_counter() - started
         except Exception:
@@ -52,7 +54,9 @@ async def producer(addr: str, deadline: float, n: int) -> int:
             header = SendMessageRequestHeaderV2(
                 "BenchPG", "BenchTopic", "TBW102", 8, n % 8, 0, int(time.time() * 1000), 0, "WAIT\x01true"
             )
-            r = await client.invoke(addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(), BODY))
+            r = await client.invoke(
+                addr, RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(), BODY)
+            )
             if r.code != ResponseCode.SUCCESS:
                 raise RuntimeError(f"send failed: {r.code} {r.remark}")
             sent += 1
@@ -73,11 +77,22 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         addr = f"127.0.0.1:{port}"
-        argv = [sys.executable, "-m", "mqctl", "broker", "start", "--store", f"{tmp}/store", "--port", str(port),
-                "--no-metrics"]
+        argv = [
+            sys.executable,
+            "-m",
+            "mqctl",
+            "broker",
+            "start",
+            "--store",
+            f"{tmp}/store",
+            "--port",
+            str(port),
+            "--no-metrics",
+        ]
         started = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.DEVNULL,
-                                env={**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1"})
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, stderr=subprocess.DEVNULL, env={**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1"}
+        )
         try:
             ready = run(wait_ready(addr, started))
             rate = run(bench(addr, duration, producers))
