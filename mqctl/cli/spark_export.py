@@ -113,7 +113,7 @@ def _progress_bar() -> Iterator[Callable[[ExportProgress], None]]:
     console = stderr_console()
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not console.is_terminal, transient=True) as progress:
-        task = progress.add_task("planning", total=None)
+        task = progress.add_task("starting Spark", total=None)
 
         def update(p: ExportProgress) -> None:
             description = f"{p.files} files, split {p.splits_done}/{p.splits}"
