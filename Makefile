@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 
 # The real third-party clients (C++ via PyPI rocketmq==0.4.4, Node ali-ons) that tests/interop drives.
 INTEROP_STAMP := .venv-interop/.installed
-$(INTEROP_STAMP): scripts/install-interop-clients.sh tests/interop/package.json
+$(INTEROP_STAMP): scripts/install-interop-clients.sh tests/interop/package.json tests/interop/package-lock.json
 	bash scripts/install-interop-clients.sh
 	mkdir -p .venv-interop && touch $(INTEROP_STAMP)
 

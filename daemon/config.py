@@ -148,12 +148,12 @@ def load_config(
         var = env_prefix + name.upper()
         if var in env:
             values[name] = coerce(env[var], hints[name], source=var)
-    for name, raw in (overrides or {}).items():
-        if raw is None:
+    for name, flag in (overrides or {}).items():
+        if flag is None:
             continue
         if name not in fields:
             raise TypeError(f"{cls.__name__} has no field {name!r}")
-        values[name] = coerce(raw, hints[name], source=f"--{name.replace('_', '-')}")
+        values[name] = coerce(flag, hints[name], source=f"--{name.replace('_', '-')}")
     return cls(**values)
 
 

@@ -16,6 +16,7 @@ from mqctl import __version__
 # Every noun of the CLI, registered here and only here: (name, module holding ``app``).
 NOUNS: tuple[tuple[str, str], ...] = (
     ("up", "mqctl.cli.up"),
+    ("namesrv", "mqctl.cli.namesrv"),
     ("broker", "mqctl.cli.broker"),
     ("cluster", "mqctl.cli.cluster"),
     ("topic", "mqctl.cli.topic"),

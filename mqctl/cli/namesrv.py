@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mqctl.cli.common import OutputOpt
+from mqctl.cli.common import ContextOpt, NamesrvOpt, OutputOpt, WatchOpt, YesOpt, confirm, online
 
 if TYPE_CHECKING:
     from daemon.lifecycle import Daemon
@@ -204,3 +204,63 @@ def _probe(addr: str) -> dict[str, Any]:
         }
 
     return run(ask())
+
+
+kv = typer.Typer(help="The NameServers' KV config (e.g. ORDER_TOPIC_CONFIG), written to every NameServer.",
+                 no_args_is_help=True)
+app.add_typer(kv, name="kv")
+
+NamespaceOpt = Annotated[str, typer.Option("--namespace", "-N", help="KV namespace, e.g. ORDER_TOPIC_CONFIG.")]
+KeyArg = Annotated[str, typer.Argument(help="Key.")]
+
+
+@kv.command("get")
+def kv_get(
+    namespace: NamespaceOpt, key: KeyArg, namesrv: NamesrvOpt = None, context: ContextOpt = None, output: OutputOpt = "table"
+) -> None:
+    """One value (exit 3 when the key is absent)."""
+    from mqctl.services.kv import get
+
+    online(lambda admin: get(admin, namespace, key), namesrv=namesrv, context=context, output=output)
+
+
+@kv.command("list")
+def kv_list(
+    namespace: NamespaceOpt, namesrv: NamesrvOpt = None, context: ContextOpt = None, output: OutputOpt = "table",
+    watch: WatchOpt = None,
+) -> None:
+    """Every key and value of a namespace."""
+    from mqctl.services.kv import list_namespace
+
+    online(lambda admin: list_namespace(admin, namespace), namesrv=namesrv, context=context, output=output, watch=watch)
+
+
+@kv.command("set")
+def kv_set(
+    namespace: NamespaceOpt,
+    key: KeyArg,
+    value: Annotated[str, typer.Argument(help="Value.")],
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Set a value on every NameServer (they never share state)."""
+    from mqctl.services.kv import put
+
+    online(lambda admin: put(admin, namespace, key, value), namesrv=namesrv, context=context, output=output)
+
+
+@kv.command("delete")
+def kv_delete(
+    namespace: NamespaceOpt,
+    key: KeyArg,
+    yes: YesOpt = False,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Delete a key from every NameServer (asks first)."""
+    from mqctl.services.kv import delete
+
+    confirm(f"Delete {namespace}/{key} from every NameServer?", yes=yes)
+    online(lambda admin: delete(admin, namespace, key), namesrv=namesrv, context=context, output=output)

@@ -128,3 +128,16 @@ def test_topic_names_complete_from_a_background_refreshed_cache(
         time.sleep(0.1)
     second = mq(env=env)
     assert second.stdout.split() == ["Completion1"]
+
+
+def test_namesrv_kv(mq: RunCli, daemons: LocalCluster) -> None:
+    ns = ["-N", "ORDER_TOPIC_CONFIG"]
+    assert mq("namesrv", "kv", "get", *ns, "OrderT").code == NotFoundError.exit_code
+    put = mq("namesrv", "kv", "set", *ns, "OrderT", "broker-a:4", "-o", "json").json()
+    assert put["previous"] is None and put["value"] == "broker-a:4"
+    assert daemons.namesrv.kv.get("ORDER_TOPIC_CONFIG", "OrderT") == "broker-a:4"
+    assert mq("namesrv", "kv", "get", *ns, "OrderT", "-o", "json").json()["value"] == "broker-a:4"
+    assert mq("namesrv", "kv", "list", *ns, "-o", "json").json() == [{"key": "OrderT", "value": "broker-a:4"}]
+    assert mq("namesrv", "kv", "delete", *ns, "OrderT").code == UsageError.exit_code  # needs --yes off a TTY
+    assert mq("namesrv", "kv", "delete", *ns, "OrderT", "--yes", "-o", "json").json()["deleted"] == "broker-a:4"
+    assert daemons.namesrv.kv.get("ORDER_TOPIC_CONFIG", "OrderT") is None

@@ -1,0 +1,33 @@
+"""The NameServers' KV config; writes go to every NameServer since they never talk to each other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mqctl.admin.client import Admin
+from mqctl.errors import NotFoundError
+
+
+async def get(admin: Admin, namespace: str, key: str) -> dict[str, Any]:
+    value = await admin.kv_get(namespace, key)
+    if value is None:
+        raise NotFoundError(f"no key {key!r} in namespace {namespace!r}")
+    return {"namespace": namespace, "key": key, "value": value}
+
+
+async def list_namespace(admin: Admin, namespace: str) -> list[dict[str, str]]:
+    return [{"key": k, "value": v} for k, v in sorted((await admin.kv_list(namespace)).items())]
+
+
+async def put(admin: Admin, namespace: str, key: str, value: str) -> dict[str, Any]:
+    previous = await admin.kv_get(namespace, key)
+    await admin.kv_put(namespace, key, value)
+    return {"namespace": namespace, "key": key, "previous": previous, "value": value, "namesrv": admin.namesrv}
+
+
+async def delete(admin: Admin, namespace: str, key: str) -> dict[str, Any]:
+    previous = await admin.kv_get(namespace, key)
+    if previous is None:
+        raise NotFoundError(f"no key {key!r} in namespace {namespace!r}")
+    await admin.kv_delete(namespace, key)
+    return {"namespace": namespace, "key": key, "deleted": previous, "namesrv": admin.namesrv}
