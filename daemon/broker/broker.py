@@ -126,7 +126,10 @@ class Broker:
         if self.config.metrics_enable:
             from daemon.broker.metrics import start_metrics_server
 
-            self.metrics_port, self._metrics_stop = start_metrics_server(self, self.config.metrics_port)
+            try:
+                self.metrics_port, self._metrics_stop = start_metrics_server(self, self.config.metrics_port)
+            except OSError as exc:  # metrics are an aid: a taken port must not keep the broker down
+                log.error("metrics endpoint not started on port %d: %s", self.config.metrics_port, exc)
         self._started = True
         await self.register_all()  # at start, like Java; then every registerNameServerPeriod
         log.info(

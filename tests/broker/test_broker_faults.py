@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -17,7 +18,8 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingConnectError
-from tests.broker.conftest import BrokerClient, BrokerHandle, decode_records
+from daemon.remoting.frame import encode_command
+from tests.broker.conftest import BrokerClient, BrokerHandle, decode_records, start_broker
 from tests.broker.test_broker_cli import free_port
 from tests.conftest import ROOT
 from tests.namesrv.conftest import namesrv_config
@@ -161,3 +163,44 @@ async def test_a_thousand_idle_connections_do_not_stall_a_client(broker: BrokerH
     finally:
         for _, writer in idle:
             writer.close()
+
+
+async def test_a_consumer_that_never_reads_does_not_stall_others(broker: BrokerHandle) -> None:
+    big = b"x" * 60_000
+    for _ in range(8):
+        assert (await broker.send("Slow", big)).code == ResponseCode.SUCCESS
+    host, port = broker.addr.split(":")
+    _reader, writer = await asyncio.open_connection(host, int(port))
+    header = {
+        "consumerGroup": "SG",
+        "topic": "Slow",
+        "queueId": "0",
+        "queueOffset": "0",
+        "maxMsgNums": "32",
+        "sysFlag": "4",
+        "commitOffset": "0",
+        "suspendTimeoutMillis": "0",
+        "subVersion": "0",
+        "subscription": "*",
+    }
+    frame = encode_command(RemotingCommand.request(RequestCode.PULL_MESSAGE, header))
+    writer.write(frame * 400)  # ~190 MB of responses that this client never reads
+    await writer.drain()
+    try:
+        for i in range(20):
+            assert (await broker.send("Fast", f"{i}".encode())).code == ResponseCode.SUCCESS
+        got = await broker.pull("G", "Fast", 0, 0)
+        assert len(decode_records(got.body)) == 20
+    finally:
+        writer.close()
+
+
+async def test_metrics_port_in_use_does_not_prevent_start(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen()
+        b = await start_broker(tmp_path / "s", metrics_port=taken.getsockname()[1])
+        try:
+            assert b.metrics_port is None
+        finally:
+            await b.stop()
