@@ -1,0 +1,221 @@
+"""Pure formatting for ``mqctl top``: cells, units, the disk bar, filter and sort orders.
+
+Kept free of Textual so each rule is tested directly and the App stays a thin renderer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from mqctl.top.model import WATERMARKS, BrokerView, ClientView, GroupRow, QueueOffset, StoreView, TopicRow
+
+R = TypeVar("R")
+
+NONE = "-"
+_UNITS = ("B", "KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def human_bytes(n: int | None) -> str:
+    if n is None:
+        return NONE
+    value = float(n)
+    for unit in _UNITS:
+        if abs(value) < 1024 or unit == _UNITS[-1]:
+            return f"{int(value)} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    raise AssertionError("unreachable")
+
+
+def rate(tps: float | None) -> str:
+    """Messages per second; None (not measured yet, or not available) shows as '-'."""
+    if tps is None:
+        return NONE
+    return f"{tps:,.1f}/s"
+
+
+def count(n: int | None) -> str:
+    return NONE if n is None else f"{n:,}"
+
+
+def age(seconds: float | None) -> str:
+    """A short duration: 42s, 3m05s, 2h07m, 3d04h."""
+    if seconds is None:
+        return NONE
+    s = max(0, int(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+
+
+def percent(ratio: float | None) -> str:
+    return NONE if ratio is None else f"{ratio * 100:.1f}%"
+
+
+def watermark(ratio: float | None) -> str:
+    """Which RocketMQ disk watermark a used-space ratio has crossed ('ok' below 75 %)."""
+    if ratio is None:
+        return NONE
+    for level, label in WATERMARKS:
+        if ratio >= level:
+            return label
+    return "ok"
+
+
+def disk_bar(ratio: float | None, width: int = 20) -> str:
+    """A bar of ``width`` cells, filled to ``ratio``, with the 75/85/90 % watermarks marked '│'."""
+    if ratio is None:
+        return "?" * width
+    filled = round(min(max(ratio, 0.0), 1.0) * width)
+    marks = {min(width - 1, int(level * width)) for level, _ in WATERMARKS}
+    return "".join("█" if i < filled else ("│" if i in marks else "·") for i in range(width))
+
+
+def staleness(taken_at: float | None, now: float, interval: float) -> str | None:
+    """A marker when the newest data is older than two refresh intervals, else None."""
+    if taken_at is None:
+        return "no data yet"
+    old = now - taken_at
+    if old > 2 * interval:
+        return f"STALE: data is {age(old)} old"
+    return None
+
+
+# ------------------------------------------------------------------------------------------- cells
+
+
+def broker_cells(b: BrokerView) -> tuple[str, ...]:
+    role = "master" if b.broker_id == 0 else f"slave {b.broker_id}"
+    if b.error is not None:
+        return (b.cluster, b.name, role, b.addr, "DOWN", NONE, NONE, NONE, NONE, NONE, b.error)
+    return (
+        b.cluster,
+        b.name,
+        role,
+        b.addr,
+        b.version or NONE,
+        rate(b.put_tps),
+        rate(b.get_tps),
+        f"{disk_bar(b.disk_ratio, 10)} {percent(b.disk_ratio)}",
+        human_bytes(b.commitlog_bytes),
+        count(b.commitlog_files),
+        watermark(b.disk_ratio) + ("" if b.metrics else "  (no metrics endpoint)"),
+    )
+
+
+BROKER_COLUMNS = ("Cluster", "Broker", "Role", "Address", "Version", "Put TPS", "Get TPS", "Disk", "CommitLog",
+                  "Files", "State")
+
+
+def topic_cells(t: TopicRow) -> tuple[str, ...]:
+    return (t.name, count(t.queues), rate(t.put_tps), count(t.messages), human_bytes(t.bytes))
+
+
+TOPIC_COLUMNS = ("Topic", "Queues", "Put TPS", "Messages", "Bytes")
+
+
+def group_cells(g: GroupRow) -> tuple[str, ...]:
+    oldest = NONE if g.oldest_age is None else "≤" + age(g.oldest_age)
+    return (g.name, count(g.lag), count(g.consumers), rate(g.consume_tps), oldest)
+
+
+GROUP_COLUMNS = ("Group", "Lag", "Consumers", "Consume TPS", "Oldest unconsumed")
+
+
+def queue_cells(q: QueueOffset) -> tuple[str, ...]:
+    return (q.topic, q.broker, str(q.queue_id), count(q.broker_offset), count(q.consumer_offset), count(q.lag),
+            q.client or NONE)
+
+
+QUEUE_COLUMNS = ("Topic", "Broker", "Queue", "Broker offset", "Consumer offset", "Lag", "Client")
+
+
+def client_cells(c: ClientView) -> tuple[str, ...]:
+    return (c.client_id, c.addr, c.language, str(c.version))
+
+
+CLIENT_COLUMNS = ("Client id", "Address", "Language", "Version")
+
+
+def store_rows(view: StoreView, now: float) -> list[tuple[str, ...]]:
+    """One row per CommitLog file: written bytes, first and last write ages, expiry and verdict."""
+    rows: list[tuple[str, ...]] = []
+    for f in view.files:
+        expires = view.expires_at(f)
+        if f.active:
+            verdict = "active (never deleted)"
+        elif expires is None:
+            verdict = "unknown age"
+        elif expires <= now:
+            verdict = "DELETE on next clean"
+        else:
+            verdict = f"kept {age(expires - now)}"
+        rows.append(
+            (
+                view.broker,
+                f.name,
+                human_bytes(f.written),
+                NONE if f.first_write is None else age(now - f.first_write),
+                NONE if f.last_write is None else age(now - f.last_write),
+                verdict,
+            )
+        )
+    return rows
+
+
+STORE_COLUMNS = ("Broker", "CommitLog file", "Written", "First write", "Last write", "Retention")
+
+
+def store_summary(view: StoreView, now: float) -> str:
+    doomed = view.deletable(now)
+    reserved = NONE if view.file_reserved_hours is None else f"{view.file_reserved_hours:g}h"
+    parts = [
+        f"{view.broker}: CommitLog {len(view.files)} files, {human_bytes(view.max_offset - view.min_offset)} "
+        f"(offsets {view.min_offset:,}..{view.max_offset:,}), file size {human_bytes(view.file_size)}",
+        f"disk {percent(view.disk_ratio)} [{watermark(view.disk_ratio)}], fileReservedTime {reserved}",
+        f"a clean now deletes {len(doomed)} files ({human_bytes(sum(f.written for f in doomed))})",
+    ]
+    if view.note:
+        parts.append(view.note)
+    return "; ".join(parts)
+
+
+# ---------------------------------------------------------------------------------- filter and sort
+
+
+@dataclass(frozen=True)
+class SortKey(Generic[R]):
+    label: str
+    key: Callable[[R], Any]
+    descending: bool = False
+
+
+TOPIC_SORTS: tuple[SortKey[TopicRow], ...] = (
+    SortKey("name", lambda t: t.name),
+    SortKey("put tps", lambda t: t.put_tps or 0.0, True),
+    SortKey("messages", lambda t: t.messages, True),
+    SortKey("bytes", lambda t: t.bytes or 0, True),
+    SortKey("queues", lambda t: t.queues, True),
+)
+
+GROUP_SORTS: tuple[SortKey[GroupRow], ...] = (
+    SortKey("lag", lambda g: g.lag, True),
+    SortKey("name", lambda g: g.name),
+    SortKey("consume tps", lambda g: g.consume_tps, True),
+    SortKey("oldest", lambda g: g.oldest_age or 0.0, True),
+    SortKey("consumers", lambda g: g.consumers, True),
+)
+
+
+def select(rows: Sequence[R], name: Callable[[R], str], text: str, order: SortKey[R]) -> list[R]:
+    """Rows whose name contains ``text`` (case-insensitive), in ``order`` with the name breaking ties."""
+    needle = text.casefold()
+    kept = [r for r in rows if needle in name(r).casefold()]
+    kept.sort(key=name)
+    kept.sort(key=order.key, reverse=order.descending)
+    return kept

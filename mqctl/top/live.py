@@ -1,0 +1,374 @@
+"""The live ``TopSource``: standard admin request codes, plus the broker's Prometheus endpoint when it has one.
+
+Every request is one of RocketMQ 4.x's, so ``mqctl top`` also watches a real RocketMQ 4.9 cluster;
+there the endpoint is missing and per-topic figures come from GET_TOPIC_STATS_INFO instead, without
+the bytes column (``MISSING_WITHOUT_METRICS``). One broker failing never fails a snapshot: it shows
+as down. Only when no NameServer answers does ``snapshot`` raise.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import TypeVar
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from daemon.broker.bodies import ConsumerConnection, ConsumeStats
+from daemon.remoting.bodies import TopicConfig
+from daemon.remoting.codes import RequestCode
+from daemon.remoting.errors import RemotingError
+from mqctl.admin.client import Admin
+from mqctl.admin.messaging import view
+from mqctl.errors import ConnectError, NotFoundError
+from mqctl.services.cluster import BrokerRow, brokers
+from mqctl.services.groups import SYSTEM_GROUPS, connections, progress
+from mqctl.top.model import (
+    BrokerView,
+    ClientView,
+    Clock,
+    CommitLogFile,
+    GroupDetail,
+    GroupRow,
+    NamesrvView,
+    Overview,
+    QueueOffset,
+    Snapshot,
+    StoreView,
+    SystemClock,
+    TopicRow,
+)
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Columns a broker without the metrics endpoint (e.g. RocketMQ 4.9) cannot fill.
+MISSING_WITHOUT_METRICS = frozenset({"Topics: Bytes"})
+#: Newest CommitLog files shown per broker on the Store screen.
+MAX_FILES = 256
+#: Concurrent per-topic or per-group requests to one cluster.
+CONCURRENCY = 16
+
+
+@dataclass
+class Scrape:
+    """The per-topic counters of one metrics scrape."""
+
+    puts: dict[str, int] = field(default_factory=dict)
+    put_bytes: dict[str, int] = field(default_factory=dict)
+    max_offsets: dict[str, int] = field(default_factory=dict)
+
+
+def parse_metrics(text: str) -> Scrape:
+    """Per-topic put count, put bytes and summed queue max offsets from the broker's exposition text."""
+    scrape = Scrape()
+    wanted = {
+        "rocketmq_broker_put_messages_total": scrape.puts,
+        "rocketmq_broker_put_bytes_total": scrape.put_bytes,
+        "rocketmq_queue_max_offset": scrape.max_offsets,
+    }
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            table = wanted.get(sample.name)
+            if table is not None:
+                topic = sample.labels["topic"]
+                table[topic] = table.get(topic, 0) + int(sample.value)
+    return scrape
+
+
+@dataclass(frozen=True)
+class BrokerSettings:
+    """What a broker's config says about its store and metrics, read once per broker address."""
+
+    file_size: int
+    reserved_hours: float | None
+    metrics_url: str | None
+
+
+def _settings(addr: str, config: dict[str, str]) -> BrokerSettings:
+    port = config.get("metricsPort", "")
+    enabled = config.get("metricsEnable", "false").lower() == "true"
+    url = f"http://{addr.rpartition(':')[0]}:{port}/metrics" if enabled and port.isdigit() and int(port) else None
+    reserved = config.get("fileReservedTime")
+    return BrokerSettings(
+        file_size=int(config.get("mappedFileSizeCommitLog", 1024**3)),
+        reserved_hours=float(reserved) if reserved else None,
+        metrics_url=url,
+    )
+
+
+def _first_float(text: str | None) -> float | None:
+    parts = (text or "").split()
+    return float(parts[0]) if parts else None
+
+
+def _int(text: str | None) -> int | None:
+    return int(text) if text and text.lstrip("-").isdigit() else None
+
+
+@dataclass
+class _Broker:
+    view: BrokerView
+    runtime: dict[str, str]
+    settings: BrokerSettings | None
+    scrape: Scrape | None
+
+
+class LiveSource:
+    """Snapshots of a running cluster. Keeps what rates need (previous counters) and what never changes
+    (broker settings, first-message times of full CommitLog files) between refreshes."""
+
+    def __init__(self, namesrv: list[str], *, clock: Clock | None = None, timeout: float = 3.0) -> None:
+        self.namesrv = list(namesrv)
+        self.clock = clock or SystemClock()
+        self.admin = Admin(self.namesrv, timeout=timeout)
+        self.http = httpx.AsyncClient(timeout=timeout)
+        self._limit = asyncio.Semaphore(CONCURRENCY)
+        self._settings: dict[str, BrokerSettings] = {}
+        self._counters: dict[tuple[str, str, str], tuple[float, int]] = {}
+        self._first_writes: dict[tuple[str, int], float] = {}
+
+    async def close(self) -> None:
+        await self.http.aclose()
+        await self.admin.client.close()
+
+    async def _limited(self, work: Awaitable[T]) -> T:
+        async with self._limit:
+            return await work
+
+    # ----------------------------------------------------------------------------------- snapshot
+
+    async def snapshot(self) -> Snapshot:
+        namesrvs = await asyncio.gather(*(self._ping(addr) for addr in self.namesrv))
+        if not any(n.up for n in namesrvs):
+            raise ConnectError("no NameServer answers: " + "; ".join(f"{n.addr} ({n.error})" for n in namesrvs))
+        rows = await brokers(self.admin)
+        found = await asyncio.gather(*(self._broker(row) for row in rows))
+        masters = [b for b in found if b.view.broker_id == 0 and b.view.error is None]
+        now = self.clock.now()
+        errors = [f"{b.view.name} {b.view.addr}: {b.view.error}" for b in found if b.view.error is not None]
+        topics, groups, stores = await asyncio.gather(
+            self._topics(masters, now), self._groups(masters, now), self._stores(masters)
+        )
+        missing = MISSING_WITHOUT_METRICS if any(b.scrape is None for b in masters) else frozenset()
+        return Snapshot(
+            taken_at=now,
+            overview=Overview(brokers=tuple(b.view for b in found), namesrvs=tuple(namesrvs)),
+            topics=topics,
+            groups=groups,
+            stores=stores,
+            missing=missing,
+            errors=tuple(errors),
+        )
+
+    async def _ping(self, addr: str) -> NamesrvView:
+        try:
+            await self.admin.call(addr, RequestCode.GET_BROKER_CLUSTER_INFO)
+        except RemotingError as exc:
+            return NamesrvView(addr, up=False, error=str(exc))
+        return NamesrvView(addr, up=True)
+
+    async def _broker(self, row: BrokerRow) -> _Broker:
+        base = BrokerView(row.cluster, row.broker_name, row.broker_id, row.addr)
+        try:
+            runtime = await self.admin.broker_runtime_info(row.addr)
+            settings = self._settings.get(row.addr)
+            if settings is None:
+                settings = self._settings[row.addr] = _settings(row.addr, await self.admin.broker_config(row.addr))
+        except RemotingError as exc:
+            self._settings.pop(row.addr, None)  # a restarted broker may come back with another config
+            return _Broker(replace(base, error=str(exc)), {}, None, None)
+        scrape = await self._scrape(settings.metrics_url) if settings.metrics_url else None
+        disk = runtime.get("commitLogDiskRatio")
+        view_ = replace(
+            base,
+            version=runtime.get("brokerVersionDesc"),
+            put_tps=_first_float(runtime.get("putTps")),
+            get_tps=_first_float(runtime.get("getTransferedTps")),
+            disk_ratio=float(disk) if disk else None,
+            commitlog_min=_int(runtime.get("commitLogMinOffset")),
+            commitlog_max=_int(runtime.get("commitLogMaxOffset")),
+            file_size=settings.file_size,
+            metrics=scrape is not None,
+        )
+        return _Broker(view_, runtime, settings, scrape)
+
+    async def _scrape(self, url: str) -> Scrape | None:
+        try:
+            response = await self.http.get(url)
+            response.raise_for_status()
+        except httpx.HTTPError as exc:
+            log.info("metrics at %s unavailable (%s); using admin requests", url, exc)
+            return None
+        return parse_metrics(response.text)
+
+    # ------------------------------------------------------------------------------------- topics
+
+    def _rate(self, key: tuple[str, str, str], now: float, total: int) -> float | None:
+        """Per-second increase of a counter since the previous refresh (None at first sight or on reset)."""
+        before = self._counters.get(key)
+        self._counters[key] = (now, total)
+        if before is None or now <= before[0] or total < before[1]:
+            return None
+        return (total - before[1]) / (now - before[0])
+
+    async def _topics(self, masters: list[_Broker], now: float) -> tuple[TopicRow, ...]:
+        configs = await asyncio.gather(*(self._topic_configs(b.view.addr) for b in masters))
+        queues: dict[str, int] = {}
+        messages: dict[str, int] = {}
+        nbytes: dict[str, int] = {}
+        tps: dict[str, float | None] = {}
+        for broker, table in zip(masters, configs, strict=True):
+            addr = broker.view.addr
+            for name, config in table.items():
+                queues[name] = queues.get(name, 0) + config.read_queue_nums
+            if broker.scrape is not None:
+                written, counter, kind = broker.scrape.max_offsets, broker.scrape.puts, "metrics"
+            else:
+                written = await self._written(addr, table)
+                counter, kind = written, "offsets"
+            for name in table:
+                messages[name] = messages.get(name, 0) + written.get(name, 0)
+                if broker.scrape is not None:
+                    nbytes[name] = nbytes.get(name, 0) + broker.scrape.put_bytes.get(name, 0)
+                rate = self._rate((addr, kind, name), now, counter.get(name, 0))
+                known = tps.get(name, 0.0)
+                tps[name] = None if rate is None or known is None else known + rate
+        complete = all(b.scrape is not None for b in masters)  # bytes only when every master reports them
+        return tuple(
+            TopicRow(name, queues[name], messages[name], tps[name], nbytes.get(name, 0) if complete else None)
+            for name in sorted(queues)
+        )
+
+    async def _topic_configs(self, addr: str) -> dict[str, TopicConfig]:
+        try:
+            return await self.admin.topic_configs(addr)
+        except RemotingError as exc:
+            log.info("topic configs of %s: %s", addr, exc)
+            return {}
+
+    async def _written(self, addr: str, table: Iterable[str]) -> dict[str, int]:
+        """Summed queue max offsets per topic through GET_TOPIC_STATS_INFO (brokers without metrics)."""
+        names = list(table)
+
+        async def one(name: str) -> int:
+            try:
+                stats = await self._limited(self.admin.topic_stats(addr, name))
+            except RemotingError:
+                return 0
+            return sum(o.max_offset for o in stats.offset_table.values())
+
+        return dict(zip(names, await asyncio.gather(*(one(n) for n in names)), strict=True))
+
+    # ------------------------------------------------------------------------------------- groups
+
+    async def _groups(self, masters: list[_Broker], now: float) -> tuple[GroupRow, ...]:
+        per_broker = await asyncio.gather(*(self._group_names(b.view.addr) for b in masters))
+        names = sorted({g for found in per_broker for g in found})
+        asks = [(b.view.addr, g) for b, found in zip(masters, per_broker, strict=True) for g in found]
+        answers = await asyncio.gather(*(self._limited(self._group_on(addr, g)) for addr, g in asks))
+        lag = dict.fromkeys(names, 0)
+        tps = dict.fromkeys(names, 0.0)
+        oldest: dict[str, float | None] = dict.fromkeys(names)
+        clients: dict[str, set[str]] = {g: set() for g in names}
+        for (_, group), (stats, conns) in zip(asks, answers, strict=True):
+            if conns is not None:
+                clients[group].update(c.client_id for c in conns.connection_set)
+            if stats is None:
+                continue
+            tps[group] += stats.consume_tps
+            for wrapper in stats.offset_table.values():
+                behind = max(wrapper.broker_offset - wrapper.consumer_offset, 0)
+                lag[group] += behind
+                if behind and wrapper.last_timestamp > 0:
+                    seen = now - wrapper.last_timestamp / 1000
+                    oldest[group] = max(seen, oldest[group] or 0.0)
+        return tuple(GroupRow(g, lag[g], len(clients[g]), tps[g], oldest[g]) for g in names)
+
+    async def _group_names(self, addr: str) -> list[str]:
+        try:
+            table = await self.admin.group_configs(addr)
+        except RemotingError as exc:
+            log.info("group configs of %s: %s", addr, exc)
+            return []
+        return [g for g in table if g not in SYSTEM_GROUPS]
+
+    async def _group_on(self, addr: str, group: str) -> tuple[ConsumeStats | None, ConsumerConnection | None]:
+        try:
+            stats: ConsumeStats | None = await self.admin.consume_stats(addr, group)
+        except RemotingError:
+            stats = None
+        try:
+            conns = await self.admin.consumer_connections(addr, group)
+        except RemotingError:
+            conns = None
+        return stats, conns
+
+    async def group_detail(self, group: str) -> GroupDetail:
+        online = await connections(self.admin, group)
+        try:
+            queues = await progress(self.admin, group, topic=None, lag_over=None)
+        except NotFoundError:
+            queues = []
+        return GroupDetail(
+            group=group,
+            queues=tuple(
+                QueueOffset(q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset, q.lag, q.client)
+                for q in queues
+            ),
+            clients=tuple(ClientView(c["client_id"], c["addr"], c["language"], c["version"]) for c in online["clients"]),
+        )
+
+    # -------------------------------------------------------------------------------------- store
+
+    async def _stores(self, masters: list[_Broker]) -> tuple[StoreView, ...]:
+        return tuple(await asyncio.gather(*(self._store(b) for b in masters)))
+
+    async def _store(self, broker: _Broker) -> StoreView:
+        """The CommitLog's files from its min/max offsets; ages from each file's first message
+        (VIEW_MESSAGE_BY_ID at the file's start offset, cached: a file's first message never changes)."""
+        settings = broker.settings
+        assert settings is not None
+        lo = broker.view.commitlog_min or 0
+        hi = broker.view.commitlog_max or 0
+        size = settings.file_size
+        starts = list(range(lo - lo % size, hi, size))[-MAX_FILES:] if hi > lo else []
+        firsts = await asyncio.gather(*(self._first_write(broker.view.addr, s) for s in starts))
+        files = []
+        for i, start in enumerate(starts):
+            active = i == len(starts) - 1
+            files.append(
+                CommitLogFile(
+                    start=start,
+                    written=(hi - start) if active else size,
+                    first_write=firsts[i],
+                    last_write=None if active else firsts[i + 1],
+                    active=active,
+                )
+            )
+        return StoreView(
+            broker=broker.view.name,
+            min_offset=lo,
+            max_offset=hi,
+            file_size=size,
+            file_reserved_hours=settings.reserved_hours,
+            disk_ratio=broker.view.disk_ratio,
+            files=tuple(files),
+            note="ages from each file's first message; a file's last write is the next file's first",
+        )
+
+    async def _first_write(self, addr: str, start: int) -> float | None:
+        cached = self._first_writes.get((addr, start))
+        if cached is not None:
+            return cached
+        try:
+            message = await self._limited(view(self.admin, addr, start))
+        except (RemotingError, ValueError) as exc:
+            log.debug("no message at %s offset %d: %s", addr, start, exc)
+            return None
+        self._first_writes[(addr, start)] = at = message.store_timestamp / 1000
+        return at

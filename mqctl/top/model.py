@@ -1,0 +1,205 @@
+"""What ``mqctl top`` shows, as plain data: one immutable ``Snapshot`` per refresh.
+
+The App only renders snapshots, so every screen can be driven by the live source (Admin requests
+plus the broker's metrics endpoint) or by the in-memory one that tests use for fixed pictures.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Protocol
+
+#: RocketMQ's disk watermarks: cleanup starts (diskMaxUsedSpaceRatio), forced cleanup
+#: (diskSpaceCleanForciblyRatio) and writes refused (diskSpaceWarningLevelRatio).
+WATERMARKS: tuple[tuple[float, str], ...] = ((0.90, "writes blocked"), (0.85, "force clean"), (0.75, "clean"))
+
+
+class Clock(Protocol):
+    """Epoch seconds; a seam so snapshot tests can freeze time."""
+
+    def now(self) -> float: ...
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.time()
+
+
+@dataclass
+class FrozenClock:
+    at: float
+
+    def now(self) -> float:
+        return self.at
+
+
+@dataclass(frozen=True)
+class NamesrvView:
+    addr: str
+    up: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BrokerView:
+    """One broker as its runtime info (and config) describe it; ``error`` when it did not answer."""
+
+    cluster: str
+    name: str
+    broker_id: int
+    addr: str
+    version: str | None = None
+    put_tps: float | None = None
+    get_tps: float | None = None
+    disk_ratio: float | None = None
+    commitlog_min: int | None = None
+    commitlog_max: int | None = None
+    file_size: int | None = None
+    metrics: bool = False
+    error: str | None = None
+
+    @property
+    def commitlog_bytes(self) -> int | None:
+        if self.commitlog_min is None or self.commitlog_max is None:
+            return None
+        return self.commitlog_max - self.commitlog_min
+
+    @property
+    def commitlog_files(self) -> int | None:
+        """Mapped files spanning [min, max): the store never keeps a gap between them."""
+        if self.commitlog_min is None or self.commitlog_max is None or not self.file_size:
+            return None
+        if self.commitlog_max <= 0:
+            return 0
+        first = self.commitlog_min // self.file_size
+        last = max(self.commitlog_max - 1, self.commitlog_min) // self.file_size
+        return last - first + 1
+
+
+@dataclass(frozen=True)
+class Overview:
+    brokers: tuple[BrokerView, ...]
+    namesrvs: tuple[NamesrvView, ...]
+
+    @property
+    def put_tps(self) -> float:
+        return sum(b.put_tps or 0.0 for b in self.brokers if b.broker_id == 0)
+
+    @property
+    def get_tps(self) -> float:
+        return sum(b.get_tps or 0.0 for b in self.brokers if b.broker_id == 0)
+
+
+@dataclass(frozen=True)
+class TopicRow:
+    """One topic over all masters. ``messages`` is the sum of its queues' max offsets (written so far);
+    ``put_tps`` is None until two refreshes were seen, ``bytes`` None without a metrics endpoint."""
+
+    name: str
+    queues: int
+    messages: int
+    put_tps: float | None = None
+    bytes: int | None = None
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    """One consumer group over all masters; ``oldest_age`` (seconds) is an upper bound: the age of the
+    last consumed message on the queue furthest behind (ConsumeStats' lastTimestamp)."""
+
+    name: str
+    lag: int
+    consumers: int
+    consume_tps: float
+    oldest_age: float | None = None
+
+
+@dataclass(frozen=True)
+class QueueOffset:
+    topic: str
+    broker: str
+    queue_id: int
+    broker_offset: int
+    consumer_offset: int
+    lag: int
+    client: str | None
+
+
+@dataclass(frozen=True)
+class ClientView:
+    client_id: str
+    addr: str
+    language: str
+    version: int
+
+
+@dataclass(frozen=True)
+class GroupDetail:
+    """Enter on a group: its queues with offsets and owners, and its online clients."""
+
+    group: str
+    queues: tuple[QueueOffset, ...]
+    clients: tuple[ClientView, ...]
+
+
+@dataclass(frozen=True)
+class CommitLogFile:
+    """One CommitLog file; times are epoch seconds from the first message of it and of the next file."""
+
+    start: int
+    written: int
+    first_write: float | None
+    last_write: float | None
+    active: bool
+
+    @property
+    def name(self) -> str:
+        return f"{self.start:020d}"
+
+
+@dataclass(frozen=True)
+class StoreView:
+    """A master's CommitLog as seen online, with the retention settings that decide what a clean deletes."""
+
+    broker: str
+    min_offset: int
+    max_offset: int
+    file_size: int
+    file_reserved_hours: float | None
+    disk_ratio: float | None
+    files: tuple[CommitLogFile, ...] = ()
+    note: str | None = None
+
+    def expires_at(self, f: CommitLogFile) -> float | None:
+        """When a clean may delete ``f``: RocketMQ never deletes the file being written."""
+        if f.active or f.last_write is None or self.file_reserved_hours is None:
+            return None
+        return f.last_write + self.file_reserved_hours * 3600
+
+    def deletable(self, now: float) -> list[CommitLogFile]:
+        """What a clean run now would delete: files whose last write is older than fileReservedTime."""
+        return [f for f in self.files if (at := self.expires_at(f)) is not None and at <= now]
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Everything one refresh saw; ``missing`` names columns this cluster cannot provide."""
+
+    taken_at: float
+    overview: Overview
+    topics: tuple[TopicRow, ...] = ()
+    groups: tuple[GroupRow, ...] = ()
+    stores: tuple[StoreView, ...] = ()
+    missing: frozenset[str] = field(default_factory=frozenset)
+    errors: tuple[str, ...] = ()
+
+
+class TopSource(Protocol):
+    """Where snapshots come from: the live cluster or fixed data."""
+
+    async def snapshot(self) -> Snapshot: ...
+
+    async def group_detail(self, group: str) -> GroupDetail: ...
+
+    async def close(self) -> None: ...

@@ -1,0 +1,74 @@
+"""The pure formatting rules of ``mqctl top``: units, watermarks, staleness, filter and sort."""
+
+from __future__ import annotations
+
+from mqctl.top import format as fmt
+from mqctl.top.live import parse_metrics
+from mqctl.top.model import BrokerView, CommitLogFile, GroupRow, StoreView, TopicRow
+
+
+def test_units() -> None:
+    assert fmt.human_bytes(None) == "-"
+    assert fmt.human_bytes(1023) == "1023 B"
+    assert fmt.human_bytes(1536) == "1.5 KiB"
+    assert fmt.human_bytes(3 * 1024**3) == "3.0 GiB"
+    assert fmt.rate(None) == "-" and fmt.rate(1234.56) == "1,234.6/s"
+    assert [fmt.age(s) for s in (5, 185, 7260, 2 * 86400 + 3 * 3600)] == ["5s", "3m05s", "2h01m", "2d03h"]
+
+
+def test_watermarks_and_disk_bar() -> None:
+    assert [fmt.watermark(r) for r in (0.5, 0.75, 0.86, 0.95)] == ["ok", "clean", "force clean", "writes blocked"]
+    bar = fmt.disk_bar(0.5, 20)
+    assert bar.startswith("█" * 10) and bar.count("│") == 3 and len(bar) == 20
+    assert fmt.disk_bar(0.95, 20).count("█") == 19
+
+
+def test_staleness_after_two_intervals() -> None:
+    assert fmt.staleness(None, 100.0, 2.0) == "no data yet"
+    assert fmt.staleness(96.0, 100.0, 2.0) is None
+    assert fmt.staleness(95.0, 100.0, 2.0) == "STALE: data is 5s old"
+
+
+def test_commitlog_files_span_min_to_max() -> None:
+    b = BrokerView("c", "b", 0, "a:1", commitlog_min=2048, commitlog_max=2048 * 3 + 1, file_size=2048)
+    assert b.commitlog_files == 3 and b.commitlog_bytes == 2048 * 2 + 1
+    assert BrokerView("c", "b", 0, "a:1", commitlog_min=0, commitlog_max=0, file_size=2048).commitlog_files == 0
+
+
+def test_select_filters_by_name_and_sorts_with_name_tiebreak() -> None:
+    rows = [TopicRow("b-orders", 4, 10, 1.0), TopicRow("a-orders", 4, 10, 1.0), TopicRow("pay", 8, 99, 5.0)]
+    by_messages = fmt.TOPIC_SORTS[2]
+    assert [r.name for r in fmt.select(rows, lambda r: r.name, "", by_messages)] == ["pay", "a-orders", "b-orders"]
+    assert [r.name for r in fmt.select(rows, lambda r: r.name, "ORD", by_messages)] == ["a-orders", "b-orders"]
+
+
+def test_group_cells_mark_oldest_as_upper_bound() -> None:
+    assert fmt.group_cells(GroupRow("g", 1200, 2, 3.5, 65.0)) == ("g", "1,200", "2", "3.5/s", "≤1m05s")
+
+
+def test_store_rows_say_what_a_clean_deletes() -> None:
+    files = (
+        CommitLogFile(0, 100, first_write=0.0, last_write=1000.0, active=False),
+        CommitLogFile(100, 100, first_write=1000.0, last_write=90_000.0, active=False),
+        CommitLogFile(200, 40, first_write=90_000.0, last_write=None, active=True),
+    )
+    view = StoreView("broker-a", 0, 240, 100, file_reserved_hours=1, disk_ratio=0.5, files=files)
+    now = 91_000.0
+    assert view.deletable(now) == [files[0]]
+    verdicts = [row[-1] for row in fmt.store_rows(view, now)]
+    assert verdicts == ["DELETE on next clean", "kept 43m20s", "active (never deleted)"]
+    assert "a clean now deletes 1 files (100 B)" in fmt.store_summary(view, now)
+
+
+def test_parse_metrics_sums_queues_per_topic() -> None:
+    text = (
+        "# TYPE rocketmq_broker_put_messages counter\n"
+        'rocketmq_broker_put_messages_total{cluster="c",broker="b",topic="T"} 7.0\n'
+        "# TYPE rocketmq_broker_put_bytes counter\n"
+        'rocketmq_broker_put_bytes_total{cluster="c",broker="b",topic="T"} 700.0\n'
+        "# TYPE rocketmq_queue_max_offset gauge\n"
+        'rocketmq_queue_max_offset{cluster="c",broker="b",topic="T",queue="0"} 3.0\n'
+        'rocketmq_queue_max_offset{cluster="c",broker="b",topic="T",queue="1"} 4.0\n'
+    )
+    scrape = parse_metrics(text)
+    assert scrape.puts == {"T": 7} and scrape.put_bytes == {"T": 700} and scrape.max_offsets == {"T": 7}
