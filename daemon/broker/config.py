@@ -7,7 +7,7 @@ import os
 import socket
 from dataclasses import dataclass, field
 
-from store.config import ASYNC_FLUSH, DEFAULT_DELAY_LEVELS, StoreConfig
+from store.config import StoreConfig
 
 #: Default port of the Prometheus endpoint (`metricsPort`); RocketMQ 5's exporter uses the same.
 DEFAULT_METRICS_PORT = 5557
@@ -27,8 +27,13 @@ def local_ip() -> str:
 
 
 @dataclass
-class BrokerConfig:
-    """RocketMQ 4.9.8 defaults (wire-protocol.md §13.10) plus the store keys an operator sets in broker.conf."""
+class BrokerConfig(StoreConfig):
+    """RocketMQ 4.9.8 broker defaults (wire-protocol.md §13.10).
+
+    It extends the store's settings because RocketMQ keeps both in one `broker.conf`: every store key
+    (`storePathRootDir`, `flushDiskType`, `mappedFileSizeCommitLog`, `fileReservedTime`, ...) loads here
+    and `store_config()` hands exactly those to the store.
+    """
 
     # identity and cluster
     broker_cluster_name: str = "DefaultCluster"
@@ -65,22 +70,6 @@ class BrokerConfig:
     register_broker_timeout_mills: int = 6000
     compressed_register: bool = False
     force_register: bool = True
-    # store (passed through to store.config.StoreConfig)
-    store_path_root_dir: str = field(default_factory=lambda: os.path.join(os.path.expanduser("~"), "store"))
-    store_path_commit_log: str = ""
-    flush_disk_type: str = ASYNC_FLUSH
-    sync_flush_timeout: int = 5000
-    mapped_file_size_commit_log: int = 1024 * 1024 * 1024
-    mapped_file_size_consume_queue: int = 300_000 * 20
-    max_hash_slot_num: int = 5_000_000
-    max_index_num: int = 5_000_000 * 4
-    max_msgs_num_batch: int = 64
-    message_index_enable: bool = True
-    max_message_size: int = 1024 * 1024 * 4
-    message_delay_level: str = DEFAULT_DELAY_LEVELS
-    file_reserved_time: int = 72
-    delete_when: str = "04"
-    disk_max_used_space_ratio: int = 75
     # mqctl additions
     metrics_enable: bool = True
     metrics_port: int = DEFAULT_METRICS_PORT
@@ -97,5 +86,4 @@ class BrokerConfig:
 
     def store_config(self) -> StoreConfig:
         """The store's settings, taken from the keys both configs share."""
-        shared = {f.name for f in dataclasses.fields(StoreConfig)}
-        return StoreConfig(**{k: v for k, v in dataclasses.asdict(self).items() if k in shared})
+        return StoreConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(StoreConfig)})
