@@ -137,7 +137,7 @@ class CommitLog:
         read_only: bool = False,
         prefault: bool = False,
     ) -> None:
-        """``prefault``: zero-fill pages ahead of the writer (see ``MappedFile.prepare``)."""
+        """``prefault``: also zero-fill the reserved pages ahead of the writer (see ``MappedFile.prepare``)."""
         self.files = MappedFileQueue(directory, file_size, read_only=read_only)
         self.file_size = file_size
         self.max_message_size = max_message_size
@@ -165,8 +165,8 @@ class CommitLog:
                 mf.mm[pos : pos + 8] = encode_blank(remaining)
             mf.wrote_position = self.file_size
             mf = self.files.last_file_for_append(0)
-        if self.prefault and mf.wrote_position + size > mf.prepared_position:
-            mf.prepare(mf.wrote_position + size)
+        if mf.wrote_position + size > mf.prepared_position:
+            mf.prepare(mf.wrote_position + size, populate=self.prefault)
         return mf
 
     def append(self, msgs: list[Message], store_host: HostAddress, now_ms: int) -> list[RecordInfo]:
@@ -327,7 +327,7 @@ class CommitLog:
         """Pre-fault the next ``nbytes`` of the active file (called from a background thread)."""
         last = self.files.last_file()
         if last is not None and last.prepared_position < last.file_size:
-            last.prepare(min(last.wrote_position + nbytes, last.file_size))
+            last.prepare(min(last.wrote_position + nbytes, last.file_size), populate=True)
 
     def flush(self) -> int:
         return self.files.flush()

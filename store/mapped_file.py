@@ -69,6 +69,14 @@ class FileMapping:
             os.pwrite(self._fd, data, offset)
             return True
 
+    def fallocate(self, offset: int, length: int) -> bool:
+        """Reserve blocks without writing them (GIL released); False once the file is closed."""
+        with self._fd_lock:
+            if self._fd is None:
+                return False
+            os.posix_fallocate(self._fd, offset, length)
+            return True
+
     def _close_fd(self) -> None:
         with self._fd_lock:
             if self._fd is not None:
@@ -106,14 +114,16 @@ class MappedFile(FileMapping):
         self.prepared_position = 0
         self._prepare_lock = threading.Lock()
 
-    def prepare(self, end: int) -> None:
-        """Put zeroed pages in the page cache up to ``end`` (2 MiB steps) before the writer touches them.
+    def prepare(self, end: int, *, populate: bool) -> None:
+        """Reserve disk blocks up to ``end`` (2 MiB steps) before the writer gets there.
 
-        The first write to a page of a sparse shared mapping page-faults while holding the GIL, which
-        costs microseconds per page; ``pwrite`` of zeros does the same allocation with the GIL
-        released, so a background thread can keep ahead of the writer (RocketMQ's warm-up, §1.3).
-        Only bytes at or beyond ``prepared_position`` are written, and the writer never writes past
-        it, so this cannot overwrite data.
+        Reserving first means a full disk fails the append with an ``OSError`` instead of killing the
+        process with SIGBUS on a store into the mapping. With ``populate`` the blocks are also written
+        with zeros, which puts the pages in the page cache: the first write to a page of a sparse
+        shared mapping page-faults while holding the GIL (microseconds per page), while ``pwrite``
+        does that work with the GIL released, so a background thread can keep ahead of the writer
+        (RocketMQ's warm-up, §1.3). Only bytes at or beyond ``prepared_position`` are touched, and
+        the writer never writes past it, so this cannot overwrite data.
         """
         if self.read_only:
             return
@@ -121,9 +131,13 @@ class MappedFile(FileMapping):
             while self.prepared_position < end:
                 start = self.prepared_position
                 length = min(PREPARE_CHUNK, self.file_size - start)
-                if length <= 0 or not self.pwrite(
-                    _ZEROS[:length] if length < PREPARE_CHUNK else _ZEROS, start
-                ):
+                if length <= 0:
+                    break
+                if populate:
+                    done = self.pwrite(_ZEROS[:length] if length < PREPARE_CHUNK else _ZEROS, start)
+                else:
+                    done = self.fallocate(start, length)
+                if not done:
                     break
                 self.prepared_position = start + length
 
