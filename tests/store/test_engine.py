@@ -320,8 +320,11 @@ def test_sync_flush_group_commit(tmp_path: Path) -> None:
     def gated_flush() -> int:
         # hold the first fsync until every thread has appended once, so they must share it
         if store.flush_count == 0:
-            while store.commit_log.topic_queue_table.get(("T", 0), 0) < threads:
-                threading.Event().wait(0.001)
+            pause = threading.Event()
+            for _ in range(10_000):  # bounded: a bug must fail the assertions below, not hang
+                if store.commit_log.topic_queue_table.get(("T", 0), 0) >= threads:
+                    break
+                pause.wait(0.001)
         return original_flush()
 
     store.commit_log.flush = gated_flush  # type: ignore[method-assign]
