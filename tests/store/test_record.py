@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 import zlib
 
 import pytest
@@ -308,3 +309,12 @@ def test_reads_a_v2_record_with_a_two_byte_topic_length() -> None:
     m = decode_record(bytes(v2))
     assert m.topic == topic and m.body == b"hello" and m.properties == {"TAGS": "a"}
     assert m.magic == -626843477
+
+
+@given(hosts, st.integers(0, 2**63 - 1))
+def test_msg_id_round_trip(host: tuple[str, int], offset: int) -> None:
+    msg_id = create_msg_id(host, offset)
+    assert len(msg_id) == (56 if ":" in host[0] else 32) and msg_id == msg_id.upper()
+    (ip, port), back = decode_msg_id(msg_id)
+    assert back == offset and port == host[1]
+    assert ipaddress.ip_address(ip) == ipaddress.ip_address(host[0])
