@@ -25,6 +25,7 @@ from daemon.broker.managers.groups import SubscriptionGroupManager
 from daemon.broker.managers.locks import RebalanceLockManager
 from daemon.broker.managers.producers import ProducerManager
 from daemon.broker.managers.topics import TopicConfigManager
+from daemon.broker.schedule import ScheduleMessageService
 from daemon.broker.stats import BrokerStats
 from daemon.remoting.bodies import PermName, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient
@@ -68,6 +69,7 @@ class Broker:
         self.locks = RebalanceLockManager()
         self.stats = BrokerStats()
         self.hold: PullRequestHoldService
+        self.schedule: ScheduleMessageService
         self.boot_timestamp = int(time.time() * 1000)
         self.metrics_port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -88,29 +90,11 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         await self.server.start()
         self.config.listen_port = self.server.port  # port 0: the bound one is what we register
-        self.store = self._store_factory(self.config)
-        self.store.open()
-        configs = self.store.configs
-        self.topics = TopicConfigManager(self.config, configs.topics)
-        self.groups = SubscriptionGroupManager(
-            configs.subscription_groups, self.config.auto_create_subscription_group
-        )
-        self.offsets = configs.consumer_offsets
-        self.topics.create_system_topics()
-        self.groups.create_builtin_groups()
-        self.topics.on_change = self.schedule_register
-        self.consumers.on_ids_changed = self._notify_ids_changed
-        self.hold = PullRequestHoldService(
-            self.store.get_max_offset,
-            5.0 if self.config.long_polling_enable else self.config.short_polling_time_mills / 1000,
-        )
-        self.store.add_arrival_listener(self._on_arrival)
-        self.store.start()
-        if self.config.flush_disk_type == "SYNC_FLUSH":
-            self._flush_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="broker-sync-put")
-        from daemon.broker.schedule import ScheduleMessageService
-
-        self.schedule = ScheduleMessageService(self)
+        try:
+            self._open_store()
+        except BaseException:
+            await self.server.stop(grace=0)
+            raise
         self._register_processors()
         self.server.on_connection_closed(self._connection_closed)
         self.hold.start()
@@ -139,6 +123,34 @@ class Broker:
             self.addr,
             self.config.store_path_root_dir,
         )
+
+    def _open_store(self) -> None:
+        """Open and start the store and everything kept in it; on failure the store is closed again."""
+        self.store = self._store_factory(self.config)
+        self.store.open()
+        try:
+            configs = self.store.configs
+            self.topics = TopicConfigManager(self.config, configs.topics)
+            self.groups = SubscriptionGroupManager(
+                configs.subscription_groups, self.config.auto_create_subscription_group
+            )
+            self.offsets = configs.consumer_offsets
+            self.topics.create_system_topics()
+            self.groups.create_builtin_groups()
+            self.topics.on_change = self.schedule_register
+            self.consumers.on_ids_changed = self._notify_ids_changed
+            self.hold = PullRequestHoldService(
+                self.store.get_max_offset,
+                5.0 if self.config.long_polling_enable else self.config.short_polling_time_mills / 1000,
+            )
+            self.store.add_arrival_listener(self._on_arrival)
+            self.schedule = ScheduleMessageService(self)
+            self.store.start()
+        except BaseException:
+            self.store.shutdown()
+            raise
+        if self.config.flush_disk_type == "SYNC_FLUSH":
+            self._flush_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="broker-sync-put")
 
     async def stop(self) -> None:
         """Unregister, stop serving, flush offsets and the store (the store writes its checkpoint)."""

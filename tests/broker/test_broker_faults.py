@@ -13,13 +13,15 @@ from pathlib import Path
 
 import pytest
 
+from daemon.broker.broker import Broker
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingConnectError
 from daemon.remoting.frame import encode_command
-from tests.broker.conftest import BrokerClient, BrokerHandle, decode_records, start_broker
+from store.errors import StoreLockedError
+from tests.broker.conftest import BrokerClient, BrokerHandle, broker_config, decode_records, start_broker
 from tests.broker.test_broker_cli import free_port
 from tests.conftest import ROOT
 from tests.namesrv.conftest import namesrv_config
@@ -204,3 +206,11 @@ async def test_metrics_port_in_use_does_not_prevent_start(tmp_path: Path) -> Non
             assert b.metrics_port is None
         finally:
             await b.stop()
+
+
+async def test_second_broker_on_a_locked_store_fails_and_frees_its_port(broker: BrokerHandle) -> None:
+    second = Broker(broker_config(Path(broker.broker.config.store_path_root_dir)))
+    with pytest.raises(StoreLockedError):
+        await second.start()
+    with socket.socket() as probe:  # the listener it had opened is closed again
+        probe.bind(("127.0.0.1", second.server.port))
