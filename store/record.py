@@ -52,6 +52,8 @@ _I32 = struct.Struct(">i")
 _I16 = struct.Struct(">h")
 # After BORNHOST: STORETIMESTAMP(8), then STOREHOST; after STOREHOST: RECONSUMETIMES(4) PREPARED(8) BODYLEN(4)
 _AFTER_STOREHOST = struct.Struct(">iqi")
+# BORNHOST(4s+i) STORETIMESTAMP(q) STOREHOST(4s+i) RECONSUMETIMES(i) PREPARED(q) when both hosts are IPv4
+_V4_HOSTS = struct.Struct(">4siq4siiq")
 
 _ENCODERS: dict[tuple[int, int], struct.Struct] = {}
 
@@ -94,7 +96,7 @@ def encode_properties(props: dict[str, str]) -> bytes:
 
 def decode_properties(data: Buffer | str) -> dict[str, str]:
     """Parse a properties string by the 4.9.1+ rule, accepting both trailing-separator styles (§3.1)."""
-    text = data if isinstance(data, str) else bytes(data).decode("utf-8", "replace")
+    text = data if isinstance(data, str) else str(data, "utf-8", "replace")
     out: dict[str, str] = {}
     for seg in text.split(PROPERTY_SEPARATOR):
         if len(seg) < 3:
@@ -391,34 +393,40 @@ def decode_record(
     fixed, ts_pos, rc_pos, body_pos, body_len, topic_pos, topic_len, props_pos = _layout(
         buf, pos, lim, check_crc
     )
-    sys_flag = fixed[7]
-    born_v6 = bool(sys_flag & BORNHOST_V6_FLAG)
-    store_v6 = bool(sys_flag & STOREHOST_V6_FLAG)
-    store_host_pos = ts_pos + 8
-    reconsume, prepared, _ = _AFTER_STOREHOST.unpack_from(buf, rc_pos)
-    store_host = decode_host(buf, store_host_pos, store_v6)
+    size, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts = fixed
+    if sys_flag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG):
+        born_host = decode_host(buf, pos + _FIXED_SIZE, bool(sys_flag & BORNHOST_V6_FLAG))
+        store_ts = _I64.unpack_from(buf, ts_pos)[0]
+        store_host = decode_host(buf, ts_pos + 8, bool(sys_flag & STOREHOST_V6_FLAG))
+        reconsume, prepared, _ = _AFTER_STOREHOST.unpack_from(buf, rc_pos)
+    else:  # the common all-IPv4 layout in one unpack
+        born_ip, born_port, store_ts, store_ip, store_port, reconsume, prepared = _V4_HOSTS.unpack_from(
+            buf, pos + _FIXED_SIZE
+        )
+        born_host = (socket.inet_ntoa(born_ip), born_port)
+        store_host = (socket.inet_ntoa(store_ip), store_port)
     stored_body = bytes(buf[body_pos : body_pos + body_len])
-    props_len = fixed[0] - (props_pos - pos)
+    props_len = size - (props_pos - pos)
     return StoredMessage(
-        store_size=fixed[0],
-        magic=fixed[1],
-        body_crc=fixed[2],
-        queue_id=fixed[3],
-        flag=fixed[4],
-        queue_offset=fixed[5],
-        commit_log_offset=fixed[6],
-        sys_flag=sys_flag,
-        born_timestamp=fixed[8],
-        born_host=decode_host(buf, pos + _FIXED_SIZE, born_v6),
-        store_timestamp=_I64.unpack_from(buf, ts_pos)[0],
-        store_host=store_host,
-        reconsume_times=reconsume,
-        prepared_transaction_offset=prepared,
-        stored_body=stored_body,
-        body=inflate_body(stored_body, sys_flag),
-        topic=bytes(buf[topic_pos : topic_pos + topic_len]).decode("utf-8", "replace"),
-        properties=decode_properties(buf[props_pos : props_pos + props_len]) if props_len else {},
-        msg_id=msg_id_prefix(store_host) + format(fixed[6] & 0xFFFFFFFFFFFFFFFF, "016X"),
+        size,
+        magic,
+        crc,
+        queue_id,
+        flag,
+        queue_offset,
+        phys,
+        sys_flag,
+        born_ts,
+        born_host,
+        store_ts,
+        store_host,
+        reconsume,
+        prepared,
+        stored_body,
+        inflate_body(stored_body, sys_flag) if sys_flag & COMPRESSED_FLAG else stored_body,
+        bytes(buf[topic_pos : topic_pos + topic_len]).decode("utf-8", "replace"),
+        decode_properties(buf[props_pos : props_pos + props_len]) if props_len else {},
+        msg_id_prefix(store_host) + format(phys & 0xFFFFFFFFFFFFFFFF, "016X"),
     )
 
 
