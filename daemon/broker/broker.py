@@ -131,9 +131,7 @@ class Broker:
         try:
             configs = self.store.configs
             self.topics = TopicConfigManager(self.config, configs.topics)
-            self.groups = SubscriptionGroupManager(
-                configs.subscription_groups, self.config.auto_create_subscription_group
-            )
+            self.groups = SubscriptionGroupManager(configs.subscription_groups, self.config)
             self.offsets = configs.consumer_offsets
             self.topics.create_system_topics()
             self.groups.create_builtin_groups()

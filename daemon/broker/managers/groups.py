@@ -6,6 +6,7 @@ import dataclasses
 import logging
 
 from daemon.broker import bodies
+from daemon.broker.config import BrokerConfig
 from store.config_files import SubscriptionGroupConfig
 from store.config_files import SubscriptionGroupManager as SubscriptionGroupFile
 
@@ -33,9 +34,9 @@ def from_wire(config: bodies.SubscriptionGroupConfig) -> SubscriptionGroupConfig
 
 
 class SubscriptionGroupManager:
-    def __init__(self, file: SubscriptionGroupFile, auto_create: bool = True) -> None:
+    def __init__(self, file: SubscriptionGroupFile, config: BrokerConfig) -> None:
         self.file = file
-        self.auto_create = auto_create
+        self.config = config  # read on use: UPDATE_BROKER_CONFIG may switch auto-creation
 
     @property
     def table(self) -> dict[str, SubscriptionGroupConfig]:
@@ -55,7 +56,9 @@ class SubscriptionGroupManager:
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config, created with defaults when auto-creation allows it."""
         config = self.table.get(group)
-        if config is None and (self.auto_create or group.startswith(SYS_GROUP_PREFIX)):
+        if config is None and (
+            self.config.auto_create_subscription_group or group.startswith(SYS_GROUP_PREFIX)
+        ):
             with self.file.lock:
                 config = self.table.get(group)
                 if config is None:

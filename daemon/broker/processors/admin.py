@@ -40,6 +40,7 @@ from daemon.remoting.codes import LanguageCode, RequestCode, ResponseCode, Versi
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from daemon.remoting.errors import RemotingError, RemotingTimeoutError
+from store.config import StoreConfig
 from store.config_files import TopicConfig
 
 if TYPE_CHECKING:
@@ -341,8 +342,11 @@ class AdminProcessor:
                 changed[f.name] = coerce(raw, hints[f.name], source=key)
             except ConfigError as exc:
                 raise system_error(str(exc)) from None
+        store_keys = {f.name for f in dataclasses.fields(StoreConfig)}
         for name, value in changed.items():
             setattr(config, name, value)
+            if name in store_keys:  # the store reads its own copy (e.g. fileReservedTime at the next cleanup)
+                setattr(self.broker.store.config, name, value)
         if changed:
             self.config_version = DataVersion(self.config_version.counter + 1, int(time.time() * 1000))
             log.info("broker config updated: %s", changed)
