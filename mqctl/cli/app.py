@@ -26,6 +26,7 @@ NOUNS: tuple[tuple[str, str], ...] = (
     ("store", "mqctl.cli.store"),
     ("context", "mqctl.cli.context"),
     ("spark-export", "mqctl.cli.spark_export"),
+    ("top", "mqctl.cli.top"),
 )
 
 COMPLETE_VAR = "_MQCTL_COMPLETE"

@@ -90,25 +90,24 @@ def staleness(taken_at: float | None, now: float, interval: float) -> str | None
 
 
 def broker_cells(b: BrokerView) -> tuple[str, ...]:
-    role = "master" if b.broker_id == 0 else f"slave {b.broker_id}"
+    role = "master" if b.broker_id == 0 else f"slave{b.broker_id}"
     if b.error is not None:
-        return (b.cluster, b.name, role, b.addr, "DOWN", NONE, NONE, NONE, NONE, NONE, b.error)
+        return (b.name, role, b.addr, "DOWN", NONE, NONE, NONE, NONE, NONE, b.error)
     return (
-        b.cluster,
         b.name,
         role,
         b.addr,
         b.version or NONE,
         rate(b.put_tps),
         rate(b.get_tps),
-        f"{disk_bar(b.disk_ratio, 10)} {percent(b.disk_ratio)}",
+        f"{disk_bar(b.disk_ratio, 8)} {percent(b.disk_ratio)}",
         human_bytes(b.commitlog_bytes),
         count(b.commitlog_files),
-        watermark(b.disk_ratio) + ("" if b.metrics else "  (no metrics endpoint)"),
+        watermark(b.disk_ratio) + ("" if b.metrics else ", no metrics"),
     )
 
 
-BROKER_COLUMNS = ("Cluster", "Broker", "Role", "Address", "Version", "Put TPS", "Get TPS", "Disk", "CommitLog",
+BROKER_COLUMNS = ("Broker", "Role", "Address", "Version", "Put TPS", "Get TPS", "Disk", "CommitLog",
                   "Files", "State")
 
 

@@ -1,0 +1,486 @@
+"""The Textual App of ``mqctl top``: four views over the latest ``Snapshot``, refreshed by a worker.
+
+The App fetches nothing itself: a ``TopSource`` hands it snapshots and the pure functions of
+``mqctl.top.format`` turn them into cells. Refreshes never overlap (a tick while one runs is
+skipped), a failure keeps the last data on screen marked stale and is retried on the next tick.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar
+
+from rich.text import Text
+from textual import on
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen, Screen
+from textual.widgets import ContentSwitcher, DataTable, Input, Sparkline, Static
+
+from mqctl.errors import translate
+from mqctl.top import format as fmt
+from mqctl.top.model import Clock, GroupDetail, Snapshot, SystemClock, TopSource
+
+log = logging.getLogger(__name__)
+
+VIEWS: tuple[tuple[str, str], ...] = (
+    ("overview", "Overview"),
+    ("topics", "Topics"),
+    ("groups", "Groups"),
+    ("store", "Store"),
+)
+#: Refreshes kept for the TPS sparklines.
+HISTORY = 60
+
+HELP = """\
+[b]mqctl top[/b] — live view of a RocketMQ cluster
+
+  [b]1-4[/b], [b]Tab[/b]   Overview, Topics, Groups, Store
+  [b]/[/b]          filter the rows by name (Enter keeps, Esc cancels)
+  [b]s[/b]          next sort order (Topics, Groups)
+  [b]p[/b]          pause / resume refreshing
+  [b]r[/b]          refresh now
+  [b]Enter[/b]      on a group: per-queue offsets and owning clients
+  [b]Esc[/b]        back / clear the filter
+  [b]?[/b]          this help        [b]q[/b]  quit
+
+Data: the standard admin request codes, plus the broker's /metrics endpoint
+when it has one (put bytes per topic need it; RocketMQ 4.9 has none).
+A view whose data is older than two refresh intervals is marked STALE.
+Oldest unconsumed (≤) is an upper bound: the age of the last consumed
+message on the group's furthest-behind queue.
+
+Press Esc or ? to close."""
+
+
+def _cells(values: Sequence[str], right_from: int) -> list[Text | str]:
+    """Numbers right-aligned: every column from ``right_from`` on."""
+    return [Text(v, justify="right") if i >= right_from else v for i, v in enumerate(values)]
+
+
+class Table(DataTable[Any]):
+    """A DataTable that is synced to rows by key: unchanged rows cost nothing, the cursor stays on its row."""
+
+    def __init__(self, columns: Sequence[str], *, right_from: int = 1, **kwargs: Any) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)
+        self.columns_spec = tuple(columns)
+        self.right_from = right_from
+        self._shown: dict[str, tuple[str, ...]] = {}
+        self._order: list[str] = []
+
+    def on_mount(self) -> None:
+        for label in self.columns_spec:
+            self.add_column(label, key=label)
+
+    def sync(self, rows: Sequence[tuple[str, tuple[str, ...]]]) -> None:
+        order = [key for key, _ in rows]
+        if order != self._order:
+            current = self.current_key()
+            self.clear()
+            for key, values in rows:
+                self.add_row(*_cells(values, self.right_from), key=key)
+            if current in order:
+                self.move_cursor(row=order.index(current))
+        else:
+            for key, values in rows:
+                old = self._shown.get(key, ())
+                for i, value in enumerate(values):
+                    if i >= len(old) or old[i] != value:
+                        self.update_cell(key, self.columns_spec[i], _cells(values, self.right_from)[i])
+        self._order = order
+        self._shown = dict(rows)
+
+    def current_key(self) -> str | None:
+        if not self._order or not 0 <= self.cursor_row < len(self._order):
+            return None
+        return self._order[self.cursor_row]
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,question_mark,q", "app.pop_screen", "Close"),
+    ]
+    DEFAULT_CSS = """
+    HelpScreen { align: center middle; }
+    HelpScreen > Static { width: 80; height: auto; border: round $accent; padding: 1 2; background: $panel; }
+    """
+
+    def compose(self) -> ComposeResult:
+        yield Static(HELP)
+
+
+class GroupScreen(Screen[None]):
+    """Drill-down of one group: its queues with offsets, lag and owner, and its online clients."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "app.pop_screen", "Back"),
+        Binding("r", "reload", "Refresh"),
+    ]
+    DEFAULT_CSS = """
+    GroupScreen #queues { height: 2fr; }
+    GroupScreen #clients { height: 1fr; }
+    GroupScreen .title { background: $boost; text-style: bold; padding: 0 1; }
+    """
+
+    def __init__(self, group: str) -> None:
+        super().__init__()
+        self.group = group
+        self.detail: GroupDetail | None = None
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text(f"Group {self.group} — loading…  (Esc back, r refresh)"), id="group-title", classes="title")
+        yield Table(fmt.QUEUE_COLUMNS, right_from=2, id="queues")
+        yield Static("Online clients", classes="title")
+        yield Table(fmt.CLIENT_COLUMNS, right_from=3, id="clients")
+
+    def on_mount(self) -> None:
+        self.action_reload()
+
+    def action_reload(self) -> None:
+        self.run_worker(self._load(), exclusive=True, group="detail", exit_on_error=False)
+
+    async def _load(self) -> None:
+        app = self.app
+        assert isinstance(app, TopApp)
+        title = self.query_one("#group-title", Static)
+        try:
+            detail = await app.source.group_detail(self.group)
+        except Exception as exc:  # shown, never fatal: the group may be gone or the broker down
+            title.update(Text(f"Group {self.group} — error: {translate(exc)}  (Esc back, r retry)"))
+            return
+        self.detail = detail
+        lag = sum(q.lag for q in detail.queues)
+        title.update(
+            Text(
+                f"Group {self.group} — {len(detail.queues)} queues, lag {lag:,}, "
+                f"{len(detail.clients)} clients  (Esc back, r refresh)"
+            )
+        )
+        self.query_one("#queues", Table).sync(
+            [(f"{q.topic}/{q.broker}/{q.queue_id}", fmt.queue_cells(q)) for q in detail.queues]
+        )
+        self.query_one("#clients", Table).sync([(c.client_id, fmt.client_cells(c)) for c in detail.clients])
+
+
+class TopApp(App[None]):
+    """``mqctl top``: Overview, Topics, Groups and Store over one ``TopSource``."""
+
+    TITLE = "mqctl top"
+    CSS = """
+    Screen { overflow: hidden; }
+    #views { height: 1fr; }
+    #views > Vertical { height: 1fr; }
+    Table { height: 1fr; }
+    #tabs { height: 1; background: $boost; }
+    #banner { height: 1; background: $error; color: $text; text-style: bold; display: none; }
+    #banner.on { display: block; }
+    .info { height: auto; padding: 0 1; }
+    .stale DataTable, .stale Sparkline, .stale .info { opacity: 50%; }
+    .spark-row { height: 2; }
+    .spark-row > Static { width: 22; padding: 0 1; }
+    .spark-row > Sparkline { width: 1fr; height: 2; }
+    #filter { dock: bottom; display: none; }
+    #filter.on { display: block; }
+    #status { dock: bottom; height: 1; background: $panel; padding: 0 1; }
+    """
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("1", "show('overview')", "Overview"),
+        Binding("2", "show('topics')", "Topics"),
+        Binding("3", "show('groups')", "Groups"),
+        Binding("4", "show('store')", "Store"),
+        Binding("tab", "next_view", "Next", priority=True),
+        Binding("slash", "filter", "Filter"),
+        Binding("s", "sort", "Sort"),
+        Binding("p", "pause", "Pause"),
+        Binding("r", "refresh_now", "Refresh"),
+        Binding("question_mark", "help", "Help"),
+        Binding("escape", "escape", "Back"),
+        Binding("q", "quit", "Quit"),
+    ]
+
+    def __init__(
+        self,
+        source: TopSource,
+        *,
+        interval: float = 2.0,
+        clock: Clock | None = None,
+        target: str = "",
+        screen: str = "overview",
+    ) -> None:
+        super().__init__()
+        self.source = source
+        self.interval = interval
+        self.clock = clock or SystemClock()
+        self.target = target
+        self.view = screen
+        self.snapshot: Snapshot | None = None
+        self.error: str | None = None
+        self.failures = 0
+        self.paused = False
+        self.refreshing = False
+        self.refreshes = 0
+        self.filters: dict[str, str] = {name: "" for name, _ in VIEWS}
+        self.sorts = {"topics": 0, "groups": 0}
+        self.put_history: deque[float] = deque(maxlen=HISTORY)
+        self.get_history: deque[float] = deque(maxlen=HISTORY)
+
+    # ------------------------------------------------------------------------------------ layout
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="tabs")
+        yield Static(id="banner")
+        with ContentSwitcher(initial=self.view, id="views"):
+            with Vertical(id="overview"):
+                yield Static(id="overview-info", classes="info")
+                with Horizontal(classes="spark-row"):
+                    yield Static(id="put-label")
+                    yield Sparkline([], id="put-spark")
+                with Horizontal(classes="spark-row"):
+                    yield Static(id="get-label")
+                    yield Sparkline([], id="get-spark")
+                yield Table(fmt.BROKER_COLUMNS, right_from=99, id="brokers-table")
+            with Vertical(id="topics"):
+                yield Static(id="topics-info", classes="info")
+                yield Table(fmt.TOPIC_COLUMNS, id="topics-table")
+            with Vertical(id="groups"):
+                yield Static(id="groups-info", classes="info")
+                yield Table(fmt.GROUP_COLUMNS, id="groups-table")
+            with Vertical(id="store"):
+                yield Static(id="store-info", classes="info")
+                yield Table(fmt.STORE_COLUMNS, right_from=2, id="store-table")
+        yield Input(placeholder="filter by name (Enter keeps, Esc cancels)", id="filter")
+        yield Static(id="status")
+
+    def on_mount(self) -> None:
+        self.set_interval(self.interval, self._tick)
+        self.set_interval(1.0, self.render_chrome)  # the stale marker appears even when nothing arrives
+        self._focus_view()
+        self.render_all()
+        self.action_refresh_now()
+
+    async def on_unmount(self) -> None:
+        await self.source.close()
+
+    # ----------------------------------------------------------------------------------- refresh
+
+    def _tick(self) -> None:
+        if not self.paused:
+            self.action_refresh_now()
+
+    def action_refresh_now(self) -> None:
+        """Start a refresh unless one is running: refreshes never overlap."""
+        if self.refreshing:
+            return
+        self.refreshing = True
+        self.run_worker(self._refresh(), group="refresh", exit_on_error=False)
+
+    async def _refresh(self) -> None:
+        try:
+            snapshot = await self.source.snapshot()
+        except Exception as exc:  # a down cluster is shown and retried, never fatal
+            self.failures += 1
+            self.error = str(translate(exc))
+            log.debug("refresh failed", exc_info=True)
+        else:
+            self.failures = 0
+            self.error = None
+            self.snapshot = snapshot
+            self.put_history.append(snapshot.overview.put_tps)
+            self.get_history.append(snapshot.overview.get_tps)
+        finally:
+            self.refreshing = False
+            self.refreshes += 1
+        self.render_all()
+
+    # ------------------------------------------------------------------------------------ render
+
+    def render_all(self) -> None:
+        self.render_chrome()
+        if self.snapshot is not None:
+            self.render_view()
+
+    def render_chrome(self) -> None:
+        """Tabs, stale banner and status bar: everything that depends on time, not on data."""
+        tabs = Text()
+        for i, (name, label) in enumerate(VIEWS, 1):
+            tabs.append(f" {i} {label} ", style="reverse bold" if name == self.view else "")
+        tabs.append(f"  {self.target}", style="dim")
+        self.query_one("#tabs", Static).update(tabs)
+
+        now = self.clock.now()
+        taken = self.snapshot.taken_at if self.snapshot else None
+        stale = fmt.staleness(taken, now, self.interval)
+        banner = self.query_one("#banner", Static)
+        if self.paused and taken is not None:
+            marker = f"PAUSED: showing data from {_clock(taken)} (p resumes)"
+        elif stale is not None and (self.snapshot is not None or self.error is not None):
+            marker = stale + ("" if self.snapshot is None else f", from {_clock(taken or 0)}")
+        else:
+            marker = ""
+        banner.update(" " + marker)
+        banner.set_class(bool(marker), "on")
+        self.query_one("#views").set_class(stale is not None and self.snapshot is not None, "stale")
+
+        status = Text()
+        if self.error is not None:
+            status.append(f"error: {self.error}; retrying every {self.interval:g}s (failed {self.failures}×)",
+                          style="bold red")
+        elif self.snapshot is None:
+            status.append("connecting…")
+        else:
+            status.append(f"updated {_clock(self.snapshot.taken_at)}")
+            down = [b.name for b in self.snapshot.overview.brokers if b.error is not None]
+            if down:
+                status.append(f"  DOWN: {', '.join(down)}", style="bold yellow")
+        status.append(f"  every {self.interval:g}s" + ("  PAUSED" if self.paused else "") + "  ? help  q quit",
+                      style="dim")
+        self.query_one("#status", Static).update(status)
+
+    def render_view(self) -> None:
+        """Only the visible view is rendered; a switch renders the new one at once."""
+        snap = self.snapshot
+        assert snap is not None
+        getattr(self, f"_render_{self.view}")(snap)
+
+    def _render_overview(self, snap: Snapshot) -> None:
+        ov = snap.overview
+        clusters = {c: sorted({b.name for b in ov.brokers if b.cluster == c}) for c in {b.cluster for b in ov.brokers}}
+        listed = "; ".join(f"{c} ({', '.join(names)})" for c, names in sorted(clusters.items()))
+        down = [b for b in ov.brokers if b.error is not None]
+        masters = [b for b in ov.brokers if b.broker_id == 0]
+        namesrvs = "  ".join(f"{n.addr} {'up' if n.up else 'DOWN'}" for n in ov.namesrvs)
+        info = Text()
+        info.append(f"Cluster {listed or '-'}: {len(ov.brokers)} brokers, {len(masters)} masters, "
+                    f"{len(down)} down   NameServers: {namesrvs}\n")
+        size = sum(b.commitlog_bytes or 0 for b in masters)
+        files = sum(b.commitlog_files or 0 for b in masters)
+        info.append(f"CommitLog: {fmt.human_bytes(size)} in {files} files   "
+                    "disk watermarks: clean 75%, force clean 85%, writes blocked 90%")
+        self.query_one("#overview-info", Static).update(info)
+        self.query_one("#put-label", Static).update(Text(f"Put {fmt.rate(ov.put_tps)}"))
+        self.query_one("#get-label", Static).update(Text(f"Get {fmt.rate(ov.get_tps)}"))
+        # one point would paint a solid block: the lines start with the second refresh
+        self.query_one("#put-spark", Sparkline).data = list(self.put_history) if len(self.put_history) > 1 else []
+        self.query_one("#get-spark", Sparkline).data = list(self.get_history) if len(self.get_history) > 1 else []
+        brokers = fmt.select(list(ov.brokers), lambda b: b.name, self.filters["overview"], _BY_BROKER)
+        self.query_one("#brokers-table", Table).sync(
+            [(f"{b.name}/{b.broker_id}/{b.addr}", fmt.broker_cells(b)) for b in brokers]
+        )
+
+    def _render_topics(self, snap: Snapshot) -> None:
+        order = fmt.TOPIC_SORTS[self.sorts["topics"]]
+        rows = fmt.select(list(snap.topics), lambda t: t.name, self.filters["topics"], order)
+        missing = sorted(m.split(": ", 1)[1] for m in snap.missing if m.startswith("Topics: "))
+        note = f"   not available without the broker metrics endpoint: {', '.join(missing)}" if missing else ""
+        self.query_one("#topics-info", Static).update(
+            Text(self._list_info(len(rows), len(snap.topics), "topics", order.label) + note)
+        )
+        self.query_one("#topics-table", Table).sync([(t.name, fmt.topic_cells(t)) for t in rows])
+
+    def _render_groups(self, snap: Snapshot) -> None:
+        order = fmt.GROUP_SORTS[self.sorts["groups"]]
+        rows = fmt.select(list(snap.groups), lambda g: g.name, self.filters["groups"], order)
+        self.query_one("#groups-info", Static).update(
+            Text(self._list_info(len(rows), len(snap.groups), "groups", order.label) + "   Enter: queues and clients")
+        )
+        self.query_one("#groups-table", Table).sync([(g.name, fmt.group_cells(g)) for g in rows])
+
+    def _render_store(self, snap: Snapshot) -> None:
+        now = self.clock.now()
+        stores = [s for s in snap.stores if self.filters["store"].casefold() in s.broker.casefold()]
+        text = "\n".join(fmt.store_summary(s, now) for s in stores) or "no master broker answered"
+        self.query_one("#store-info", Static).update(Text(text))
+        rows = [row for s in stores for row in fmt.store_rows(s, now)]
+        self.query_one("#store-table", Table).sync([(f"{r[0]}/{r[1]}", r) for r in rows])
+
+    def _list_info(self, shown: int, total: int, noun: str, order: str) -> str:
+        where = f" matching '{self.filters[self.view]}'" if self.filters[self.view] else ""
+        return f"{shown} of {total} {noun}{where}   sorted by {order} (s)   / filter"
+
+    # ----------------------------------------------------------------------------------- actions
+
+    def action_show(self, name: str) -> None:
+        self.view = name
+        self.query_one("#views", ContentSwitcher).current = name
+        self._focus_view()
+        self.render_all()
+
+    def action_next_view(self) -> None:
+        names = [n for n, _ in VIEWS]
+        self.action_show(names[(names.index(self.view) + 1) % len(names)])
+
+    def _focus_view(self) -> None:
+        tables = self.query_one(f"#{self.view}").query(Table)
+        if tables:
+            tables.first().focus()
+
+    def action_filter(self) -> None:
+        box = self.query_one("#filter", Input)
+        box.value = self.filters[self.view]
+        box.add_class("on")
+        box.focus()
+
+    @on(Input.Changed, "#filter")
+    def _filter_changed(self, event: Input.Changed) -> None:
+        self.filters[self.view] = event.value
+        if self.snapshot is not None:
+            self.render_view()
+
+    @on(Input.Submitted, "#filter")
+    def _filter_done(self) -> None:
+        self.query_one("#filter", Input).remove_class("on")
+        self._focus_view()
+
+    def action_escape(self) -> None:
+        """Esc: close the filter box, else clear the view's filter."""
+        box = self.query_one("#filter", Input)
+        if box.has_class("on"):
+            box.value = ""
+            self._filter_done()
+        elif self.filters[self.view]:
+            self.filters[self.view] = ""
+            self.render_all()
+
+    def action_sort(self) -> None:
+        sorts = {"topics": fmt.TOPIC_SORTS, "groups": fmt.GROUP_SORTS}
+        if self.view not in sorts:
+            self.notify("sorting applies to Topics and Groups")
+            return
+        self.sorts[self.view] = (self.sorts[self.view] + 1) % len(sorts[self.view])
+        self.render_all()
+
+    def action_pause(self) -> None:
+        self.paused = not self.paused
+        self.render_chrome()
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen())
+
+    @on(DataTable.RowSelected, "#groups-table")
+    def _drill_down(self, event: DataTable.RowSelected) -> None:
+        if event.row_key.value is not None:
+            self.push_screen(GroupScreen(event.row_key.value))
+
+
+_BY_BROKER: fmt.SortKey[Any] = fmt.SortKey("broker", lambda b: (b.cluster, b.name, b.broker_id))
+
+
+def _clock(epoch: float) -> str:
+    return time.strftime("%H:%M:%SZ", time.gmtime(epoch))
+
+
+def run_top(namesrv: list[str], *, interval: float, screen: str, make_source: Callable[[], TopSource]) -> None:
+    """Run the App in this terminal until the user quits; log records go to Textual's log, not over the screen."""
+    from textual.logging import TextualHandler
+
+    root = logging.getLogger()
+    saved = root.handlers[:]
+    root.handlers = [TextualHandler()]
+    try:
+        TopApp(make_source(), interval=interval, target="NameServer " + ";".join(namesrv), screen=screen).run()
+    finally:
+        root.handlers = saved

@@ -1,0 +1,132 @@
+"""The App over fixed data (in-memory source, frozen clock): keys, filter, sort, drill-down, pause,
+failures and the stale marker."""
+
+from __future__ import annotations
+
+from textual.pilot import Pilot
+from textual.widgets import Static
+
+from mqctl.errors import ConnectError
+from mqctl.top.app import GroupScreen, HelpScreen, Table, TopApp
+from tests.top.data import DETAIL, NOW, fixed_source
+
+SIZE = (120, 36)
+
+
+async def settle(pilot: Pilot[None]) -> None:
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def column(app: TopApp, table_id: str, index: int = 0) -> list[str]:
+    table = app.query_one(table_id, Table)
+    return [str(table.get_row_at(i)[index]) for i in range(table.row_count)]
+
+
+def text_of(app: TopApp, widget_id: str) -> str:
+    return str(app.query_one(widget_id, Static).render())
+
+
+async def test_switch_views_with_numbers_and_tab() -> None:
+    source, clock = fixed_source()
+    app = TopApp(source, interval=3600, clock=clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert column(app, "#brokers-table") == ["broker-a", "broker-a", "broker-b", "broker-c"]
+        await pilot.press("2")
+        assert app.view == "topics" and len(column(app, "#topics-table")) == 7
+        await pilot.press("tab", "tab")
+        assert app.view == "store"
+        await pilot.press("tab")
+        assert app.view == "overview"
+
+
+async def test_filter_then_escape_clears_it() -> None:
+    source, clock = fixed_source()
+    app = TopApp(source, interval=3600, clock=clock, screen="topics")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", "o", "r", "d", "enter")
+        assert column(app, "#topics-table") == ["orders"]
+        assert "1 of 7 topics matching 'ord'" in text_of(app, "#topics-info")
+        await pilot.press("escape")
+        assert len(column(app, "#topics-table")) == 7
+
+
+async def test_sort_cycles_orders() -> None:
+    source, clock = fixed_source()
+    app = TopApp(source, interval=3600, clock=clock, screen="topics")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("s")  # put tps, descending
+        assert column(app, "#topics-table")[:3] == ["orders", "payments", "audit-log"]
+        await pilot.press("s")  # messages, descending
+        assert column(app, "#topics-table")[0] == "audit-log"
+        await pilot.press("3")
+        assert column(app, "#groups-table") == ["analytics", "billing", "search-indexer", "shipping"]
+
+
+async def test_enter_drills_into_a_group_and_escape_returns() -> None:
+    source, clock = fixed_source()
+    app = TopApp(source, interval=3600, clock=clock, screen="groups")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("down", "enter")  # second row by lag: billing
+        await settle(pilot)
+        assert isinstance(app.screen, GroupScreen) and app.screen.group == "billing"
+        queues = app.screen.query_one("#queues", Table)
+        assert queues.row_count == 8
+        assert app.screen.query_one("#clients", Table).row_count == 3
+        assert f"lag {sum(q.lag for q in DETAIL.queues):,}" in str(app.screen.query_one("#group-title", Static).render())
+        await pilot.press("escape")
+        assert not isinstance(app.screen, GroupScreen) and app.view == "groups"
+
+
+async def test_pause_stops_refreshes_and_r_refreshes_once() -> None:
+    source, clock = fixed_source()
+    app = TopApp(source, interval=0.05, clock=clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("p")
+        await settle(pilot)
+        paused_at = source.calls
+        await pilot.pause(0.3)
+        assert source.calls == paused_at
+        assert "PAUSED" in text_of(app, "#banner")
+        await pilot.press("r")
+        await settle(pilot)
+        assert source.calls == paused_at + 1
+        await pilot.press("p")
+        await pilot.pause(0.3)
+        assert source.calls > paused_at + 1
+
+
+async def test_failure_keeps_data_marked_stale_and_recovers() -> None:
+    source, clock = fixed_source()
+    app = TopApp(source, interval=2, clock=clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        source.failure = ConnectError("no NameServer answers: 10.0.0.1:9876 (refused)")
+        clock.at = NOW + 5
+        await pilot.press("r")
+        await settle(pilot)
+        app.render_chrome()
+        assert "error: no NameServer answers" in text_of(app, "#status")
+        assert "STALE: data is 5s old" in text_of(app, "#banner")
+        assert app.query_one("#views").has_class("stale")
+        assert column(app, "#brokers-table")[0] == "broker-a"  # old rows stay, marked
+        source.failure = None
+        await pilot.press("r")
+        await settle(pilot)
+        assert "error" not in text_of(app, "#status")
+        assert not app.query_one("#views").has_class("stale")
+
+
+async def test_help_opens_and_closes() -> None:
+    source, clock = fixed_source()
+    app = TopApp(source, interval=3600, clock=clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("question_mark")
+        assert isinstance(app.screen, HelpScreen)
+        await pilot.press("escape")
+        assert not isinstance(app.screen, HelpScreen)
