@@ -1,4 +1,7 @@
-"""``mqctl spark-export`` through the real entry point: a fresh-process export, report, and the error lines."""
+"""``mqctl spark-export`` through the real entry point: report (on the shared session) and the error lines.
+
+The fresh-process export runs in ``test_standalone`` (against a real master), so it is not repeated here.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +9,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
 import pytest
 
 from mqctl.cli.app import main
@@ -15,33 +17,10 @@ from tests.conftest import RunCli
 
 
 @pytest.mark.spark
-@pytest.mark.slow
-def test_export_in_a_fresh_process(cli: RunCli, store_a: Path, tmp_path: Path) -> None:
-    out = tmp_path / "out"
-    result = cli(
-        "spark-export",
-        "--store",
-        str(store_a),
-        "--out",
-        str(out),
-        "--master",
-        "local[2]",
-        "-o",
-        "json",
-        timeout=240,
-    )
-    assert result.code == 0, result.stderr
-    summary = result.json()
-    assert (summary["rows"], summary["files"], summary["format"]) == (5612, 4, "parquet")
-    assert summary["mb_per_s"] > 0 and summary["data_bytes"] >= summary["record_bytes"] > 0
-    table = pq.read_table(out)
-    assert table.num_rows == 5612 and "body" not in table.column_names
-
-
-@pytest.mark.spark
 def test_report_prints_tables_and_writes_json_and_charts(
-    spark: Any, store_a: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    spark: Any, store_a: Path, manifest: dict[str, Any], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """The report's numbers against the manifest, as written to --json, plus the tables and PNGs."""
     code = main(
         [
             "spark-export",
@@ -64,11 +43,33 @@ def test_report_prints_tables_and_writes_json_and_charts(
     ):
         assert title in printed
     report = json.loads((tmp_path / "r.json").read_text())
-    assert {r["topic"]: r["records"] for r in report["topics"]}["FixA_Orders"] == 2800
-    assert sorted(p.name for p in (tmp_path / "png").iterdir()) == [
-        "throughput-record-bytes.png",
-        "throughput-records.png",
+    assert {r["topic"]: r["records"] for r in report["topics"]} == manifest["counts"][
+        "recordsInCommitLogPerTopic"
     ]
+    assert report["totals"]["records"] == 5612 and report["totals"]["files"] == 4
+    assert (
+        sum(r["records"] for r in report["throughput"]) == sum(r["records"] for r in report["files"]) == 5612
+    )
+    assert {(r["kind"], r["topic"]): r["records"] for r in report["retries"]} == {
+        ("retry topic", "%RETRY%FixA_CG_Retry"): 2,
+        ("scheduled delay", "SCHEDULE_TOPIC_XXXX"): 8,
+        ("scheduled retry", "SCHEDULE_TOPIC_XXXX"): 2,
+    }
+    orders = next(q for q in report["queues"] if q["topic"] == "FixA_Orders")
+    assert (orders["queues"], orders["min_records"], orders["max_records"], orders["skew"]) == (
+        4,
+        700,
+        700,
+        1.0,
+    )
+    assert report["top_keys"][0]["records"] >= report["top_keys"][-1]["records"] > 1
+    assert all(r["born_ip"] == "127.0.0.1" for r in report["producers"])
+    sizes = {r["topic"]: r for r in report["sizes"]}
+    assert 64 <= sizes["FixA_Orders"]["body_p50"] <= sizes["FixA_Orders"]["body_max"] == 463
+    assert all(r["p50"] >= 0 for r in report["latency"])
+    charts = sorted((tmp_path / "png").iterdir())
+    assert [p.name for p in charts] == ["throughput-record-bytes.png", "throughput-records.png"]
+    assert all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in charts)
 
 
 @pytest.mark.spark

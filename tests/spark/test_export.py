@@ -18,7 +18,6 @@ import pytest
 from mqctl.errors import ConflictError, StoreError
 from mqctl.spark.decode import arrow_schema
 from mqctl.spark.export import ExportProgress, export, load
-from mqctl.spark.report import build_report, write_charts, write_json
 
 pytestmark = pytest.mark.spark
 
@@ -139,36 +138,3 @@ def test_a_corrupt_record_names_its_file_and_offset(spark: Any, store_a: Path, t
     with pytest.raises(StoreError, match=r"corrupt record at .*00000000000000000000@0"):
         export(spark, store, tmp_path / "out", partitions=8)
     assert not (tmp_path / "out").exists()
-
-
-def test_report_counts_match_the_manifest(
-    spark: Any, store_a: Path, manifest: dict[str, Any], tmp_path: Path
-) -> None:
-    report = build_report(spark, store_a, top=5)
-    assert {r["topic"]: r["records"] for r in report.topics} == manifest["counts"][
-        "recordsInCommitLogPerTopic"
-    ]
-    assert report.totals["records"] == 5612 and report.totals["files"] == 4
-    assert sum(r["records"] for r in report.throughput) == 5612
-    assert sum(r["records"] for r in report.files) == 5612
-    assert {(r["kind"], r["topic"]): r["records"] for r in report.retries} == {
-        ("retry topic", "%RETRY%FixA_CG_Retry"): 2,
-        ("scheduled delay", SCHEDULE): 8,
-        ("scheduled retry", SCHEDULE): 2,
-    }
-    orders = next(q for q in report.queues if q["topic"] == "FixA_Orders")
-    assert (orders["queues"], orders["min_records"], orders["max_records"], orders["skew"]) == (
-        4,
-        700,
-        700,
-        1.0,
-    )
-    assert report.top_keys[0]["records"] >= report.top_keys[-1]["records"] > 1
-    assert all(r["born_ip"] == "127.0.0.1" for r in report.producers)
-    sizes = {r["topic"]: r for r in report.sizes}
-    assert 64 <= sizes["FixA_Orders"]["body_p50"] <= sizes["FixA_Orders"]["body_max"] == 463
-    assert all(r["p50"] >= 0 for r in report.latency)
-    path = write_json(report, tmp_path / "r.json")
-    assert json.loads(path.read_text())["totals"]["records"] == 5612
-    charts = write_charts(report, tmp_path / "charts")
-    assert charts and all(p.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" for p in charts)

@@ -1,4 +1,4 @@
-"""The export against a real standalone Spark master and worker started from the installed pyspark."""
+"""The export, in a fresh ``mqctl`` process, against a real standalone master and worker from the installed pyspark."""
 
 from __future__ import annotations
 
@@ -109,6 +109,14 @@ def test_export_on_a_standalone_cluster(
         timeout=120,
     )
     assert result.code == 0, result.stderr
-    assert result.json()["rows"] == 5612
-    assert pq.read_table(out).num_rows == 5612
+    summary = result.json()
+    assert (summary["rows"], summary["files"], summary["splits"], summary["format"]) == (
+        5612,
+        4,
+        10,
+        "parquet",
+    )
+    assert summary["mb_per_s"] > 0 and summary["data_bytes"] >= summary["record_bytes"] > 0
+    table = pq.read_table(out)
+    assert table.num_rows == 5612 and "body" not in table.column_names
     assert list((work / "work").glob("app-*/*/stderr")), "no executor ran on the worker"
