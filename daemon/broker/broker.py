@@ -48,7 +48,10 @@ CLIENT_SCAN_INTERVAL = 10.0
 
 
 class Broker:
-    """One broker process. `await start()`, then `await shutdown()` (or use `async with`)."""
+    """One broker process. `await start()`, then `await stop()` (or use `async with`).
+
+    `store_factory` is the store seam: `DefaultMessageStore` by default, `InMemoryMessageStore` in tests.
+    """
 
     def __init__(
         self,

@@ -6,11 +6,14 @@ import asyncio
 import struct
 from pathlib import Path
 
+from daemon.broker.broker import Broker
+from daemon.broker.config import BrokerConfig
 from daemon.broker.headers import ConsumerSendMsgBackRequestHeader, QueryMessageRequestHeader
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
+from store.memory import InMemoryMessageStore
 from store.record import decode_msg_id, encode_properties
-from tests.broker.conftest import BrokerHandle, decode_records, start_broker
+from tests.broker.conftest import BrokerHandle, broker_config, decode_records, start_broker
 
 
 async def test_send_v2_then_pull_returns_identical_message(broker: BrokerHandle) -> None:
@@ -252,3 +255,17 @@ async def test_transaction_half_message_is_invisible_until_committed(broker: Bro
         ).code == ResponseCode.SUCCESS
     msgs = decode_records((await broker.pull("G", "TxT", 0, 0)).body)
     assert [m.body for m in msgs] == [b"commit-me"] and "TRAN_MSG" not in msgs[0].properties
+
+
+async def test_broker_runs_on_the_in_memory_store(tmp_path: Path) -> None:
+    def memory(config: BrokerConfig) -> InMemoryMessageStore:
+        return InMemoryMessageStore(config.store_config(), store_host=(config.broker_ip1, config.listen_port))
+
+    async with Broker(broker_config(tmp_path / "mem"), store_factory=memory) as b:
+        handle = BrokerHandle(b.addr, RemotingClient(), b)
+        try:
+            assert (await handle.send("Mem", b"in memory", tags="T")).code == ResponseCode.SUCCESS
+            (msg,) = decode_records((await handle.pull("G", "Mem", 0, 0)).body)
+            assert msg.body == b"in memory" and msg.tags == "T"
+        finally:
+            await handle.client.close()
