@@ -615,6 +615,22 @@ class DefaultMessageStore:
     def get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self._cqs.get((topic, queue_id))
 
+    def delete_topics(self, topics: Container[str]) -> int:
+        """``DELETE_TOPIC_IN_BROKER``: destroy the topics' ConsumeQueues and forget their next offsets, so a
+        re-created topic starts at offset 0. Their CommitLog records stay until they expire. Returns
+        the number of queues destroyed."""
+        if self.read_only:
+            return 0
+        with self._put_lock:
+            doomed = [key for key in self._cqs if key[0] in topics]
+            for key in doomed:
+                self._cqs.pop(key).destroy()
+                self.commit_log.topic_queue_table.pop(key, None)
+        for topic in {key[0] for key in doomed}:
+            with contextlib.suppress(OSError):
+                os.rmdir(os.path.join(self.config.consume_queue_dir, topic))
+        return len(doomed)
+
     def get_min_offset(self, topic: str, queue_id: int) -> int:
         cq = self._cqs.get((topic, queue_id))
         return cq.min_offset if cq is not None else 0
