@@ -41,7 +41,9 @@ async def test_create_list_and_delete_topic(broker: BrokerHandle) -> None:
         await broker.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Adm"})
     ).code == ResponseCode.SUCCESS
     assert broker.broker.topics.get("Adm") is None
-    assert (await broker.send("Adm", b"x", group="PG")).code == ResponseCode.SUCCESS  # auto-created again
+    assert broker.broker.store.get_max_offset("Adm", 0) == 0  # its consume queues are gone
+    again = await broker.send("Adm", b"new", group="PG")  # auto-created again, from offset 0
+    assert again.code == ResponseCode.SUCCESS and again.ext_fields["queueOffset"] == "0"
 
 
 async def test_subscription_group_admin(broker: BrokerHandle) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+from collections.abc import Container
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from daemon.broker.bodies import (
@@ -84,6 +85,13 @@ def processors(broker: Broker) -> dict[int, Processor]:
 
 
 @runtime_checkable
+class TopicDeletion(Protocol):
+    """Stores that can drop a deleted topic's consume queues (DefaultMessageStore)."""
+
+    def delete_topics(self, topics: Container[str]) -> int: ...
+
+
+@runtime_checkable
 class ManualCleanup(Protocol):
     """Stores with a retention policy (DefaultMessageStore) can be told to apply it now."""
 
@@ -130,7 +138,9 @@ class AdminProcessor:
         with offsets.lock:
             for key in [k for k in offsets.table if k.split("@", 1)[0] == h.topic]:
                 del offsets.table[key]
-        # The topic's consume-queue files stay until the store offers queue deletion (see report).
+        store = self.broker.store
+        if isinstance(store, TopicDeletion):
+            store.delete_topics({h.topic})
         return request.make_response()
 
     def all_topic_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
