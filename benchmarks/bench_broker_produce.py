@@ -4,6 +4,7 @@ Starts `mqctl broker start` in a subprocess on a temporary store (so the load ge
 the broker's event loop), waits for it to answer, then runs 16 producers, each with its own connection
 and one SEND_MESSAGE_V2 in flight at a time (like 16 producer threads calling `send()`), for DURATION s.
 Prints start-up time and sends/s.  Usage: python benchmarks/bench_broker_produce.py [DURATION] [PRODUCERS]
+(`MQCTL_FLUSH_DISK_TYPE=SYNC_FLUSH` in the environment measures group commit instead).
 """
 
 from __future__ import annotations
@@ -111,8 +112,9 @@ def main() -> None:
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
+    flush = os.environ.get("MQCTL_FLUSH_DISK_TYPE", "ASYNC_FLUSH")
     print(f"broker start-up (process start to first answer, empty store): {ready:.2f} s")
-    print(f"produce: {rate:,.0f} sends/s ({producers} producers, 1 KiB bodies, ASYNC_FLUSH, {duration:g} s)")
+    print(f"produce: {rate:,.0f} sends/s ({producers} producers, 1 KiB bodies, {flush}, {duration:g} s)")
 
 
 if __name__ == "__main__":
