@@ -266,7 +266,8 @@ class CommitLogReader(DataSourceReader):
         return list(plan_splits(files, partitions=self.partitions_wanted, split_bytes=self.split_bytes))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, Split)
+        if not isinstance(partition, Split):  # Spark's single placeholder when there are no splits
+            return iter(())
         return read_split(partition, with_body=self.with_body, record_filter=self.record_filter)
 
 

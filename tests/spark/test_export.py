@@ -123,6 +123,13 @@ def test_csv_flattens_keys_properties_and_body(
     assert json.loads(first["properties"])["TAGS"] == "TagA"
 
 
+def test_a_store_without_records_exports_nothing(spark: Any, tmp_path: Path) -> None:
+    (tmp_path / "store" / "commitlog").mkdir(parents=True)
+    (tmp_path / "store" / "commitlog" / f"{0:020d}").write_bytes(bytes(4096))  # preallocated, never written
+    result = export(spark, tmp_path / "store", tmp_path / "out")
+    assert (result.rows, result.files, result.splits) == (0, 0, 0)
+
+
 def test_an_existing_output_needs_overwrite(spark: Any, store_a: Path, tmp_path: Path) -> None:
     (tmp_path / "o").mkdir()
     with pytest.raises(ConflictError):
