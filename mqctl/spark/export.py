@@ -193,6 +193,7 @@ def export(
     progress: ProgressCallback | None = None,
 ) -> ExportResult:
     """Write the store's records to ``out`` (a directory of part files) and summarise the run."""
+    from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
@@ -230,7 +231,7 @@ def export(
     try:
         with _watch(spark, scan, progress):
             writer.format(fmt).save(str(target))
-    except PySparkException as exc:
+    except (PySparkException, Py4JJavaError) as exc:  # Java errors Spark does not convert stay Py4J's
         shutil.rmtree(target, ignore_errors=True)
         raise spark_failure(exc) from exc
     metrics = seen.get
