@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqctl.output import plain
-from mqctl.spark.export import load
+from mqctl.spark.export import load, spark_failure
 from store.message import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_RETRY_TOPIC,
@@ -98,7 +98,10 @@ def build_report(
     partitions: int | None = None,
     top: int = 20,
 ) -> Report:
+    """Every section of the report; the store is read once (no bodies) and cached for the aggregations."""
+    from py4j.protocol import Py4JJavaError
     from pyspark import StorageLevel
+    from pyspark.errors import PySparkException
 
     df = load(spark, store, topics=topics, since_ms=since_ms, until_ms=until_ms, partitions=partitions)
     df = df.select(
@@ -107,6 +110,8 @@ def build_report(
     ).persist(StorageLevel.MEMORY_AND_DISK)  # fmt: skip
     try:
         return _build(df, str(store), top)
+    except (PySparkException, Py4JJavaError) as exc:
+        raise spark_failure(exc) from exc
     finally:
         df.unpersist()
 
