@@ -1,0 +1,197 @@
+"""``mqctl top`` against our real NameServer and Broker (port 0) with traffic running: the numbers on
+screen are the admin API's, and filter, sort, drill-down, pause and connection loss behave."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import Iterator
+from concurrent.futures import Future
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from textual.pilot import Pilot
+from textual.widgets import Static
+
+from mqctl.admin.client import Admin
+from mqctl.services.groups import progress
+from mqctl.services.topics import stats
+from mqctl.top.app import GroupScreen, Table, TopApp
+from mqctl.top.live import LiveSource
+from tests.broker.conftest import BrokerHandle
+from tests.daemons import LocalCluster, handle, local_cluster
+
+SIZE = (130, 40)
+TOPICS = ("orders", "payments")
+GROUP = "billing"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Traffic:
+    """Producers on the daemons' loop, sending until stopped."""
+
+    cluster: LocalCluster
+    client: BrokerHandle
+    stop_event: asyncio.Event | None = None
+    future: Future[int] | None = None
+
+    async def _run(self) -> int:
+        self.stop_event = asyncio.Event()
+        sent = 0
+        while not self.stop_event.is_set():
+            await self.client.send(TOPICS[sent % 2], b"x" * 100, queue_id=sent % 4)
+            sent += 1
+            await asyncio.sleep(0.01)
+        return sent
+
+    def start(self) -> None:
+        self.future = asyncio.run_coroutine_threadsafe(self._run(), self.cluster.loop.loop)
+
+    def stop(self) -> int:
+        assert self.future is not None
+        while self.stop_event is None:
+            pass
+        self.cluster.loop.loop.call_soon_threadsafe(self.stop_event.set)
+        return self.future.result(10)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with local_cluster(tmp_path, metrics_port=free_port()) as running:
+        yield running
+
+
+@pytest.fixture
+def traffic(cluster: LocalCluster) -> Iterator[Traffic]:
+    client = handle(cluster)
+    for topic in TOPICS:  # create both topics before the App looks
+        cluster.loop.run(client.send(topic, b"first", queue_id=0))
+    cluster.loop.run(client.heartbeat("10.0.0.9@billing-1", GROUP, ["orders"]))
+    running = Traffic(cluster, client)
+    running.start()
+    yield running
+    if running.stop_event is not None and not running.stop_event.is_set():
+        running.stop()
+
+
+async def settle(pilot: Pilot[None]) -> None:
+    await pilot.app.workers.wait_for_complete()
+    await pilot.pause()
+
+
+def rows(table: Table) -> dict[str, list[str]]:
+    return {str(r[0]): [str(c) for c in r] for r in (table.get_row_at(i) for i in range(table.row_count))}
+
+
+async def test_numbers_match_the_admin_api(cluster: LocalCluster, traffic: Traffic) -> None:
+    source = LiveSource([cluster.namesrv_addr])
+    app = TopApp(source, interval=3600, screen="topics")
+    async with app.run_test(size=SIZE) as pilot, Admin([cluster.namesrv_addr]) as admin:
+        await settle(pilot)
+        await asyncio.sleep(0.3)
+        await pilot.press("r")
+        await settle(pilot)
+        live = rows(app.query_one("#topics-table", Table))
+        assert float(live["orders"][2].removesuffix("/s").replace(",", "")) > 0  # put TPS while sending
+
+        traffic.stop()
+        for q in range(4):
+            await admin.commit_offset(cluster.broker_addr, GROUP, "orders", q, 1)
+        await pilot.press("r")
+        await settle(pilot)
+        shown = rows(app.query_one("#topics-table", Table))
+        for topic in TOPICS:
+            expected = await stats(admin, topic)
+            assert shown[topic][1] == str(expected["queues"])
+            assert shown[topic][3] == f"{expected['max_offset_total']:,}"
+            assert shown[topic][4] != "-"  # bytes come from the metrics endpoint
+
+        await pilot.press("3")
+        groups = rows(app.query_one("#groups-table", Table))
+        queues = await progress(admin, GROUP, topic=None, lag_over=None)
+        assert groups[GROUP][1] == f"{sum(q.lag for q in queues):,}"
+        assert groups[GROUP][2] == "1"
+
+        await pilot.press("1")
+        brokers = rows(app.query_one("#brokers-table", Table))
+        runtime = await admin.broker_runtime_info(cluster.broker_addr)
+        assert brokers["broker-a"][2] == cluster.broker_addr and brokers["broker-a"][3] == runtime["brokerVersionDesc"]
+        assert brokers["broker-a"][8] == "1"  # CommitLog files: one 4 MiB file so far
+
+
+async def test_drill_down_shows_queue_offsets_and_owner(cluster: LocalCluster, traffic: Traffic) -> None:
+    traffic.stop()
+    async with Admin([cluster.namesrv_addr]) as admin:
+        await admin.commit_offset(cluster.broker_addr, GROUP, "orders", 2, 1)
+        expected = await progress(admin, GROUP, topic=None, lag_over=None)
+    app = TopApp(LiveSource([cluster.namesrv_addr]), interval=3600, screen="groups")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", *GROUP, "enter", "enter")
+        await settle(pilot)
+        assert isinstance(app.screen, GroupScreen)
+        shown = app.screen.query_one("#queues", Table)
+        got = [[str(c) for c in shown.get_row_at(i)] for i in range(shown.row_count)]
+        assert got == [
+            [q.topic, q.broker_name, str(q.queue_id), f"{q.broker_offset:,}", f"{q.consumer_offset:,}", f"{q.lag:,}",
+             q.client or "-"]
+            for q in expected
+        ]
+        assert rows(app.screen.query_one("#clients", Table)).keys() == {"10.0.0.9@billing-1"}
+
+
+async def test_filter_sort_and_pause_live(cluster: LocalCluster, traffic: Traffic) -> None:
+    source = LiveSource([cluster.namesrv_addr])
+    app = TopApp(source, interval=0.5, screen="topics")
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        await pilot.press("slash", *"pay", "enter")
+        assert list(rows(app.query_one("#topics-table", Table))) == ["payments"]
+        await pilot.press("escape", "s", "s")  # messages, descending: the two busy topics first
+        assert set(list(rows(app.query_one("#topics-table", Table)))[:2]) == set(TOPICS)
+        await pilot.press("p")
+        await settle(pilot)
+        frozen = app.snapshot
+        await pilot.pause(1.2)
+        assert app.snapshot is frozen
+        await pilot.press("p")
+        await pilot.pause(1.2)
+        await settle(pilot)
+        assert app.snapshot is not frozen
+
+
+async def test_lost_nameserver_shows_in_status_bar_and_app_lives(cluster: LocalCluster) -> None:
+    app = TopApp(LiveSource([cluster.namesrv_addr], timeout=1.0), interval=3600)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        assert app.error is None and app.snapshot is not None
+        cluster.loop.run(cluster.namesrv.stop())
+        await pilot.press("r")
+        await settle(pilot)
+        assert "error: no NameServer answers" in str(app.query_one("#status", Static).render())
+        assert app.is_running and app.query_one("#brokers-table", Table).row_count == 1
+
+
+async def test_without_metrics_endpoint_bytes_are_missing(tmp_path: Path) -> None:
+    """A broker without /metrics (as RocketMQ 4.9): figures from GET_TOPIC_STATS_INFO, no bytes column."""
+    with local_cluster(tmp_path, metrics_enable=False) as cluster:
+        client = handle(cluster)
+        for i in range(6):
+            cluster.loop.run(client.send("orders", b"x", queue_id=i % 3))
+        app = TopApp(LiveSource([cluster.namesrv_addr]), interval=3600, screen="topics")
+        async with app.run_test(size=SIZE) as pilot, Admin([cluster.namesrv_addr]) as admin:
+            await settle(pilot)
+            shown = rows(app.query_one("#topics-table", Table))
+            expected = await stats(admin, "orders")
+            assert shown["orders"][3] == f"{expected['max_offset_total']:,}" == "6"
+            assert shown["orders"][4] == "-"
+            assert "not available without the broker metrics endpoint: Bytes" in str(
+                app.query_one("#topics-info", Static).render()
+            )
