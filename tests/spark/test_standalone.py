@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import socket
 import subprocess
@@ -9,6 +10,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pyarrow.parquet as pq
 import pytest
@@ -89,25 +91,13 @@ def standalone(tmp_path: Path) -> Iterator[tuple[str, Path]]:
             subprocess.run([*daemon, "stop", cls, "1"], env=env, capture_output=True, timeout=60)
 
 
-def test_export_on_a_standalone_cluster(
-    cli: RunCli, standalone: tuple[str, Path], store_a: Path, tmp_path: Path
+def test_export_with_bodies_on_a_standalone_cluster(
+    cli: RunCli, standalone: tuple[str, Path], store_a: Path, manifest: dict[str, Any], tmp_path: Path
 ) -> None:
     url, work = standalone
     out = tmp_path / "out"
-    result = cli(
-        "spark-export",
-        "--store",
-        str(store_a),
-        "--out",
-        str(out),
-        "--master",
-        url,
-        "--partitions",
-        "6",
-        "-o",
-        "json",
-        timeout=120,
-    )
+    args = ["--store", str(store_a), "--out", str(out), "--with-body", "--master", url, "--partitions", "6"]
+    result = cli("spark-export", *args, "-o", "json", timeout=120)
     assert result.code == 0, result.stderr
     summary = result.json()
     assert (summary["rows"], summary["files"], summary["splits"], summary["format"]) == (
@@ -117,6 +107,11 @@ def test_export_on_a_standalone_cluster(
         "parquet",
     )
     assert summary["mb_per_s"] > 0 and summary["data_bytes"] >= summary["record_bytes"] > 0
-    table = pq.read_table(out)
-    assert table.num_rows == 5612 and "body" not in table.column_names
+    rows = pq.read_table(out, columns=["physical_offset", "keys", "tags", "body"]).to_pylist()
+    by_offset = {r["physical_offset"]: r for r in rows}
+    assert len(by_offset) == 5612
+    for m in manifest["messages"]:
+        row = by_offset[m["commitLogOffset"]]
+        assert (row["keys"], row["tags"]) == (m["keys"], m["storedTags"])
+        assert hashlib.sha256(row["body"]).hexdigest() == m["bodySha256"]
     assert list((work / "work").glob("app-*/*/stderr")), "no executor ran on the worker"
