@@ -205,6 +205,9 @@ def export(
         raise ConflictError(f"{target} already exists", hint="use --overwrite to replace it")
     started = time.perf_counter()
     scan = plan(store, partitions)
+    log.debug(
+        "exporting %s: %d files, %d splits, %d data bytes", store, scan.files, scan.splits, scan.data_bytes
+    )
     df = load(
         spark,
         store,

@@ -8,7 +8,6 @@ so the JSON does not depend on the local zone of the process that printed it.
 from __future__ import annotations
 
 import json
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,8 +25,6 @@ from store.message import (
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
-
-log = logging.getLogger(__name__)
 
 Rows = list[dict[str, Any]]
 _ISO = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
