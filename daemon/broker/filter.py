@@ -5,8 +5,6 @@ The broker filters coarsely on the consume queue's tags code; clients re-check t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from daemon.broker.bodies import SubscriptionData
 from store.javahash import java_hash
 
@@ -29,23 +27,11 @@ def build_subscription(
     )
 
 
-@dataclass(frozen=True, slots=True)
-class TagFilter:
-    """Matches consume-queue tags codes against a subscription's code set (None = everything)."""
-
-    codes: frozenset[int] | None
-
-    @classmethod
-    def of(cls, sub: SubscriptionData) -> TagFilter:
-        if sub.sub_string == SUB_ALL or (not sub.tags_set and not sub.code_set):
-            return cls(None)
-        return cls(frozenset(int(c) for c in sub.code_set))
-
-    def matches(self, tags_code: int) -> bool:
-        if self.codes is None:
-            return True
-        # the consume queue keeps the int hash sign-extended to a long; compare as int
-        return ((tags_code + 2**31) % 2**32 - 2**31) in self.codes
+def tag_codes(sub: SubscriptionData) -> frozenset[int] | None:
+    """The tags codes a subscription accepts, as the store's pull filter wants them (None = all)."""
+    if sub.sub_string == SUB_ALL or (not sub.tags_set and not sub.code_set):
+        return None
+    return frozenset(int(c) for c in sub.code_set)
 
 
 def is_tag_type(expression_type: str | None) -> bool:

@@ -2,8 +2,8 @@
 
 A parked pull is an awaiting coroutine, so parking costs one future and a timer; the pull processor
 re-runs the read after `wait()` returns, with the original opaque. Waiters wake when `notify()`
-reports a new message for their queue whose tags code matches, or at their deadline; a periodic
-check also catches arrivals whose notification was missed (e.g. dispatch lagging the put).
+reports that their queue grew, or at their deadline (a re-read that finds only other tags answers
+PULL_RETRY_IMMEDIATELY, as Java does); a periodic check also catches missed notifications.
 """
 
 from __future__ import annotations
@@ -14,15 +14,12 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from daemon.broker.filter import TagFilter
-
 log = logging.getLogger(__name__)
 
 
 @dataclass(eq=False, slots=True)
 class _Waiter:
     offset: int
-    tag_filter: TagFilter
     future: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
 
 
@@ -39,12 +36,10 @@ class PullRequestHoldService:
     def parked(self) -> int:
         return sum(len(w) for w in self._waiters.values())
 
-    async def wait(
-        self, topic: str, queue_id: int, offset: int, tag_filter: TagFilter, timeout: float
-    ) -> None:
+    async def wait(self, topic: str, queue_id: int, offset: int, timeout: float) -> None:
         """Return when the queue grows past `offset` with a matching message, or after `timeout` s."""
         key = (topic, queue_id)
-        waiter = _Waiter(offset, tag_filter)
+        waiter = _Waiter(offset)
         self._waiters.setdefault(key, set()).add(waiter)
         try:
             with contextlib.suppress(TimeoutError):
@@ -56,15 +51,13 @@ class PullRequestHoldService:
                 if not waiters:
                     del self._waiters[key]
 
-    def notify(self, topic: str, queue_id: int, max_offset: int, tags_code: int | None = None) -> None:
+    def notify(self, topic: str, queue_id: int, max_offset: int) -> None:
         """A message was dispatched: `max_offset` is the queue's new max offset."""
         waiters = self._waiters.get((topic, queue_id))
         if not waiters:
             return
         for waiter in waiters:
-            if waiter.future.done() or max_offset <= waiter.offset:
-                continue
-            if tags_code is None or waiter.tag_filter.matches(tags_code):
+            if not waiter.future.done() and max_offset > waiter.offset:
                 waiter.future.set_result(None)
 
     def start(self) -> None:

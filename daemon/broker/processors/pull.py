@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from daemon.broker.filter import TagFilter, build_subscription, is_tag_type
+from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
 from daemon.broker.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from daemon.broker.processors import FAQ, fail, system_error
 from daemon.remoting.bodies import PermName
@@ -106,9 +106,9 @@ class PullProcessor:
                 f"[{config.read_queue_nums}] consumer:[{h.consumer_group}]"
             )
 
-    def _read(self, h: PullMessageRequestHeader, tag_filter: TagFilter) -> tuple[int, GetResult]:
+    def _read(self, h: PullMessageRequestHeader, codes: frozenset[int] | None) -> tuple[int, GetResult]:
         result = self.broker.store.get_messages(
-            h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, tag_filter.codes
+            h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes
         )
         code = _CODES.get(result.status)
         if code is None:  # NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE
@@ -119,8 +119,8 @@ class PullProcessor:
         h = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
         self._check(h)
         sub = self._subscription(h)
-        tag_filter = TagFilter.of(sub)
-        code, result = self._read(h, tag_filter)
+        codes = tag_codes(sub)
+        code, result = self._read(h, codes)
         if h.sys_flag & FLAG_COMMIT_OFFSET:
             self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND:
@@ -128,10 +128,10 @@ class PullProcessor:
             hold_ms = (
                 h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
             )
-            await self.broker.hold.wait(h.topic, h.queue_id, h.queue_offset, tag_filter, hold_ms / 1000)
+            await self.broker.hold.wait(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000)
             if conn.is_closed:
                 return request.make_response(ResponseCode.PULL_NOT_FOUND)  # dropped by the connection
-            code, result = self._read(h, tag_filter)
+            code, result = self._read(h, codes)
             if code == ResponseCode.PULL_NOT_FOUND:
                 result.next_begin_offset = h.queue_offset
         header = PullMessageResponseHeader(0, result.next_begin_offset, result.min_offset, result.max_offset)
