@@ -1,0 +1,74 @@
+"""Pure pieces of the broker: tag expressions, batch bodies, config loading."""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from daemon.broker.config import BrokerConfig
+from daemon.broker.filter import build_subscription, tag_codes
+from daemon.broker.processors.send import decode_batch
+from daemon.config import load_config
+from daemon.remoting.errors import RemotingCommandError
+from store.javahash import java_hash
+from store.record import encode_properties
+
+
+def test_tag_expressions_parse_like_java() -> None:
+    assert tag_codes(build_subscription("T", "*")) is None
+    assert tag_codes(build_subscription("T", "")) is None
+    sub = build_subscription("T", " TagA || TagB ||  ")
+    assert sub.tags_set == ["TagA", "TagB"] and sub.code_set == [java_hash("TagA"), java_hash("TagB")]
+    assert tag_codes(sub) == {java_hash("TagA"), java_hash("TagB")}
+
+
+def entry(flag: int, body: bytes, props: dict[str, str]) -> bytes:
+    p = encode_properties(props)
+    return (
+        struct.pack(">iiiii", 20 + len(body) + 2 + len(p), 0, 0, flag, len(body))
+        + body
+        + struct.pack(">h", len(p))
+        + p
+    )
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 2**31 - 1), st.binary(max_size=64), st.text("abc", min_size=1, max_size=5)),
+        max_size=5,
+    )
+)
+def test_batch_bodies_round_trip(items: list[tuple[int, bytes, str]]) -> None:
+    payload = b"".join(entry(flag, body, {"KEYS": key}) for flag, body, key in items)
+    assert decode_batch(payload) == [(flag, body, {"KEYS": key}) for flag, body, key in items]
+
+
+def test_truncated_batch_is_refused() -> None:
+    whole = entry(0, b"body", {"KEYS": "k"})
+    for cut in (3, 10, len(whole) - 1):
+        with pytest.raises(RemotingCommandError):
+            decode_batch(whole[:cut])
+
+
+def test_rocketmq_broker_conf_reaches_the_store(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        "brokerClusterName=C1\nbrokerName=b1\nbrokerIP1=10.1.2.3\nlistenPort=20911\nnamesrvAddr=a:9876;b:9876\n"
+        "storePathRootDir=/data/store\nflushDiskType=SYNC_FLUSH\nfileReservedTime=48\ndeleteWhen=01\n"
+        "mappedFileSizeCommitLog=104857600\nmapedFileSizeCommitLog=1\nautoCreateTopicEnable=false\n"
+    )
+    cfg = load_config(BrokerConfig, conf, environ={})
+    assert cfg.broker_addr == "10.1.2.3:20911" and cfg.namesrv_addrs == ["a:9876", "b:9876"]
+    assert cfg.auto_create_topic_enable is False
+    store = cfg.store_config()
+    assert (
+        store.store_path_root_dir,
+        store.flush_disk_type,
+        store.file_reserved_time,
+        store.delete_when,
+    ) == ("/data/store", "SYNC_FLUSH", 48, "01")
+    assert store.mapped_file_size_commit_log == 104857600  # the old `maped` spelling is ignored, as in 4.9.8
