@@ -15,6 +15,7 @@ import click
 import typer
 
 from mqctl.cli.common import OutputOpt, SinceOpt, UntilOpt
+from mqctl.spark.export import EXPORT_FORMATS  # stdlib-only at import time, like all of mqctl.spark's surface
 
 if TYPE_CHECKING:
     from mqctl.spark.export import ExportProgress
@@ -24,10 +25,10 @@ app = typer.Typer(
     invoke_without_command=True,
 )
 
-StoreOpt = Annotated[
-    Path,
-    typer.Option("--store", help="Store root directory (holds commitlog/).", exists=True, file_okay=False),
-]
+_STORE = typer.Option(
+    "--store", help="Store root directory (holds commitlog/).", exists=True, file_okay=False
+)
+StoreOpt = Annotated[Path, _STORE]
 TopicOpt = Annotated[list[str] | None, typer.Option("--topic", "-t", help="Only this topic (repeatable).")]
 MasterOpt = Annotated[
     str | None,
@@ -57,16 +58,11 @@ def _window(since: str | None, until: str | None) -> tuple[int | None, int | Non
 @app.callback()
 def export(
     ctx: typer.Context,
-    store: Annotated[
-        Path | None,
-        typer.Option(
-            "--store", help="Store root directory (holds commitlog/).", exists=True, file_okay=False
-        ),
-    ] = None,
+    store: Annotated[Path | None, _STORE] = None,
     out: Annotated[Path | None, typer.Option("--out", help="Output directory (Spark part files).")] = None,
     fmt: Annotated[
         str,
-        typer.Option("--format", help="Export format.", click_type=click.Choice(["parquet", "json", "csv"])),
+        typer.Option("--format", help="Export format.", click_type=click.Choice(EXPORT_FORMATS)),
     ] = "parquet",
     topic: TopicOpt = None,
     since: SinceOpt = None,
