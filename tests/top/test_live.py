@@ -4,7 +4,6 @@ screen are the admin API's, and filter, sort, drill-down, pause and connection l
 from __future__ import annotations
 
 import asyncio
-import socket
 from collections.abc import Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass
@@ -25,12 +24,6 @@ from tests.daemons import LocalCluster, handle, local_cluster
 SIZE = (130, 40)
 TOPICS = ("orders", "payments")
 GROUP = "billing"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -63,8 +56,8 @@ class Traffic:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
-    with local_cluster(tmp_path, metrics_port=free_port()) as running:
+def cluster(tmp_path: Path, metrics_port: int) -> Iterator[LocalCluster]:
+    with local_cluster(tmp_path, metrics_port=metrics_port) as running:
         yield running
 
 
