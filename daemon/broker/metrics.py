@@ -57,8 +57,8 @@ class BrokerCollector(Collector):
         tps = GaugeMetricFamily(
             "rocketmq_broker_tps", "Messages per second over the last 10 s", labels=[*labels, "kind"]
         )
-        tps.add_metric([*base, "put"], float(stats.tps_triplet(stats.put).split()[0]))
-        tps.add_metric([*base, "get"], float(stats.tps_triplet(stats.get).split()[0]))
+        tps.add_metric([*base, "put"], stats.tps(stats.put, 10))
+        tps.add_metric([*base, "get"], stats.tps(stats.get, 10))
         yield tps
 
         store = b.store

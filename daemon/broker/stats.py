@@ -42,6 +42,7 @@ class BrokerStats:
         self.put_by_topic: dict[str, int] = defaultdict(int)
         self.put_bytes_by_topic: dict[str, int] = defaultdict(int)
         self.get_by_group_topic: dict[tuple[str, str], int] = defaultdict(int)
+        self.get_by_group: dict[str, _Rate] = defaultdict(_Rate)
 
     def on_put(self, topic: str, count: int = 1, size: int = 0) -> None:
         with self._lock:
@@ -51,11 +52,22 @@ class BrokerStats:
 
     def on_get(self, group: str, topic: str, count: int) -> None:
         with self._lock:
-            self.get.add(count, time.monotonic())
+            now = time.monotonic()
+            self.get.add(count, now)
+            self.get_by_group[group].add(count, now)
             self.get_by_group_topic[(group, topic)] += count
+
+    def tps(self, rate: _Rate, window: float) -> float:
+        """Average rate over the last `window` seconds."""
+        with self._lock:
+            return rate.tps(window, time.monotonic())
+
+    def group_get_tps(self, group: str, window: float = 10) -> float:
+        """Messages/s a consumer group pulled (ConsumeStats.consumeTps)."""
+        with self._lock:
+            rate = self.get_by_group.get(group)
+            return rate.tps(window, time.monotonic()) if rate is not None else 0.0
 
     def tps_triplet(self, rate: _Rate) -> str:
         """`putTps`/`getTransferedTps` format: 10 s, 1 min and 10 min averages."""
-        now = time.monotonic()
-        with self._lock:
-            return " ".join(f"{rate.tps(w, now):.2f}" for w in (10, 60, 600))
+        return " ".join(f"{self.tps(rate, w):.2f}" for w in (10, 60, 600))

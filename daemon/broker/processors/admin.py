@@ -225,7 +225,7 @@ class AdminProcessor:
                 stats.offset_table[self._mq(t, qid)] = OffsetWrapper(
                     broker_offset, consumer_offset, max(last, 0)
                 )
-            stats.consume_tps += broker.stats.get.tps(10, time.monotonic())
+        stats.consume_tps = broker.stats.group_get_tps(group)
         return stats
 
     def consumer_connections(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
