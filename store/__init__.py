@@ -24,7 +24,8 @@ Writes (thread-safe; one internal put lock):
 
 * ``put_message(Message) -> PutResult(status, phys_offset, queue_offset, msg_id, wrote_bytes,
   store_timestamp, msg_num)``; ``status`` is a :class:`PutMessageStatus` (``PUT_OK``,
-  ``MESSAGE_ILLEGAL``, ``PROPERTIES_SIZE_EXCEEDED``, ``FLUSH_DISK_TIMEOUT``, ``SERVICE_NOT_AVAILABLE``).
+  ``MESSAGE_ILLEGAL``, ``PROPERTIES_SIZE_EXCEEDED``, ``FLUSH_DISK_TIMEOUT``, ``SERVICE_NOT_AVAILABLE``
+  when stopped, read-only or ``disk_full``, ``CREATE_MAPEDFILE_FAILED`` when space cannot be reserved).
   The message's properties are stored as given (the broker adds ``CLUSTER``, drops ``WAIT``);
   ``Message.wait_store_msg_ok`` says whether a SYNC_FLUSH put waits for the fsync. A ``DELAY``
   property redirects the message to ``SCHEDULE_TOPIC_XXXX`` as RocketMQ's CommitLog does
