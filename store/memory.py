@@ -144,6 +144,9 @@ class InMemoryMessageStore:
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         self._listeners.append(listener)
 
+    def delete_expired_files_manually(self) -> None:
+        """No files, nothing expires."""
+
     # ------------------------------------------------------------------ reads
 
     def _read(self, phys: int, size: int) -> tuple[memoryview, str] | None:
