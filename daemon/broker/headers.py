@@ -292,3 +292,12 @@ class ConsumerRunningInfoRequestHeader(CommandHeader):
     consumer_group: str
     client_id: str
     jstack_enable: bool = False
+
+
+@dataclass(slots=True)
+class ConsumeMessageDirectlyRequestHeader(CommandHeader):
+    JAVA_NAME = "ConsumeMessageDirectlyResultRequestHeader"
+    consumer_group: str
+    client_id: str | None = None
+    msg_id: str | None = None
+    broker_name: str | None = None

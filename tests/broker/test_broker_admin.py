@@ -42,6 +42,10 @@ async def test_create_list_and_delete_topic(broker: BrokerHandle) -> None:
     ).code == ResponseCode.SUCCESS
     assert broker.broker.topics.get("Adm") is None
     assert broker.broker.store.get_max_offset("Adm", 0) == 0  # its consume queues are gone
+    await broker.send("Orphan", b"x")
+    broker.broker.topics.file.delete("Orphan")  # a config gone without DELETE_TOPIC (e.g. edited file)
+    assert (await broker.call(RequestCode.CLEAN_UNUSED_TOPIC)).code == ResponseCode.SUCCESS
+    assert ("Orphan", 0) not in broker.broker.store.topic_queue_table()
     again = await broker.send("Adm", b"new", group="PG")  # auto-created again, from offset 0
     assert again.code == ResponseCode.SUCCESS and again.ext_fields["queueOffset"] == "0"
 

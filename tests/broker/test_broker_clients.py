@@ -19,7 +19,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
-from tests.broker.conftest import BrokerHandle
+from tests.broker.conftest import BrokerHandle, decode_records
 
 
 async def test_heartbeat_registers_consumer_and_creates_retry_topic(broker: BrokerHandle) -> None:
@@ -164,3 +164,30 @@ async def test_consumer_running_info_is_forwarded_to_the_client(broker: BrokerHa
         assert absent.code == ResponseCode.SYSTEM_ERROR and "not online" in (absent.remark or "")
     finally:
         await consumer.close()
+
+
+async def test_consume_message_directly_hands_the_record_to_the_client(broker: BrokerHandle) -> None:
+    seen: list[bytes] = []
+
+    def consume(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        seen.append(request.body)
+        assert request.ext_fields["brokerName"] == "broker-a"
+        return request.make_response(body=b'{"consumeResult":"CR_SUCCESS","order":false}')
+
+    consumer = RemotingClient({RequestCode.CONSUME_MESSAGE_DIRECTLY: consume})
+    try:
+        data = HeartbeatData("cd-1", [], [ConsumerData("DirG")])
+        await consumer.invoke(broker.addr, RemotingCommand.request(RequestCode.HEART_BEAT, body=data.dumps()))
+        sent = await broker.send("Direct", b"direct body")
+        ext = {"consumerGroup": "DirG", "clientId": "cd-1", "msgId": sent.ext_fields["msgId"]}
+        r = await broker.call(RequestCode.CONSUME_MESSAGE_DIRECTLY, ext)
+        assert r.code == ResponseCode.SUCCESS and b"CR_SUCCESS" in r.body
+        assert decode_records(seen[0])[0].body == b"direct body"
+    finally:
+        await consumer.close()
+
+
+async def test_all_producer_info(broker: BrokerHandle) -> None:
+    await broker.call(RequestCode.HEART_BEAT, body=HeartbeatData("p9", [ProducerData("PG9")], []).dumps())
+    r = await broker.call(RequestCode.GET_ALL_PRODUCER_INFO)
+    assert fastjson.loads(r.body)["data"]["PG9"][0]["clientId"] == "p9"

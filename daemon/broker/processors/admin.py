@@ -21,6 +21,7 @@ from daemon.broker.bodies import (
 )
 from daemon.broker.headers import (
     CloneGroupOffsetRequestHeader,
+    ConsumeMessageDirectlyRequestHeader,
     ConsumerGroupHeader,
     ConsumerRunningInfoRequestHeader,
     CreateTopicRequestHeader,
@@ -32,7 +33,7 @@ from daemon.broker.headers import (
     TopicHeader,
 )
 from daemon.broker.managers.groups import from_wire
-from daemon.broker.managers.topics import topic_problem
+from daemon.broker.managers.topics import SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC, topic_problem
 from daemon.broker.processors import fail, system_error
 from daemon.config import ConfigError, coerce, parse_properties, property_key, to_properties
 from daemon.remoting import fastjson
@@ -43,6 +44,7 @@ from daemon.remoting.connection import Connection, Processor
 from daemon.remoting.errors import RemotingError, RemotingTimeoutError
 from store.config import StoreConfig
 from store.config_files import TopicConfig
+from store.record import decode_msg_id
 
 if TYPE_CHECKING:
     from daemon.broker.broker import Broker
@@ -75,6 +77,9 @@ def processors(broker: Broker) -> dict[int, Processor]:
         R.GET_PRODUCER_CONNECTION_LIST: p.producer_connections,
         R.INVOKE_BROKER_TO_RESET_OFFSET: p.reset_offset,
         R.GET_CONSUMER_RUNNING_INFO: p.consumer_running_info,
+        R.CONSUME_MESSAGE_DIRECTLY: p.consume_message_directly,
+        R.GET_ALL_PRODUCER_INFO: p.all_producers,
+        R.CLEAN_UNUSED_TOPIC: p.clean_unused_topic,
         R.CLONE_GROUP_OFFSET: p.clone_group_offset,
         R.GET_BROKER_RUNTIME_INFO: p.runtime_info,
         R.GET_BROKER_CONFIG: p.get_config,
@@ -293,26 +298,70 @@ class AdminProcessor:
     async def consumer_running_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """Forward to the consumer itself and relay its answer (§12.3); ali-ons never answers."""
         h = ConsumerRunningInfoRequestHeader.from_ext_fields(request.ext_fields)
-        info = self.broker.consumers.get(h.consumer_group)
+        return await self._via_consumer(
+            request, h.consumer_group, h.client_id, dict(request.ext_fields), request.body
+        )
+
+    async def consume_message_directly(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Hand one stored message to a consumer's listener and relay the result (§11.4, 309)."""
+        h = ConsumeMessageDirectlyRequestHeader.from_ext_fields(request.ext_fields)
+        try:
+            _, phys = decode_msg_id(h.msg_id or "")
+        except ValueError as exc:
+            raise system_error(str(exc)) from None
+        found = self.broker.store.look_message_by_offset(phys)
+        if found is None:
+            raise system_error(f"can not find message by the offset, {phys}")
+        ext = {**request.ext_fields, "brokerName": self.broker.config.broker_name}
+        return await self._via_consumer(request, h.consumer_group, h.client_id or "", ext, bytes(found.raw))
+
+    async def _via_consumer(
+        self, request: RemotingCommand, group: str, client_id: str, ext: dict[str, str], body: bytes
+    ) -> RemotingCommand:
+        """Send `request.code` to the live consumer `client_id` of `group`; its answer is ours."""
+        info = self.broker.consumers.get(group)
         channel = next(
-            (c for c in (info.channels.values() if info else ()) if c.client_id == h.client_id), None
+            (c for c in (info.channels.values() if info else ()) if c.client_id == client_id), None
         )
         if channel is None:
-            raise system_error(f"The Consumer <{h.consumer_group}> <{h.client_id}> not online")
+            raise system_error(f"The Consumer <{group}> <{client_id}> not online")
         if channel.version < Version.V3_1_8_SNAPSHOT:
-            raise system_error(
-                f"The Consumer <{h.consumer_group}> Version <{channel.version}> too low to finish"
-            )
-        forward = RemotingCommand.request(
-            RequestCode.GET_CONSUMER_RUNNING_INFO, dict(request.ext_fields), request.body
-        )
+            raise system_error(f"The Consumer <{group}> Version <{channel.version}> too low to finish")
         try:
-            answer = await channel.conn.invoke(forward, CLIENT_CALL_TIMEOUT)
+            answer = await channel.conn.invoke(
+                RemotingCommand.request(request.code, ext, body), CLIENT_CALL_TIMEOUT
+            )
         except RemotingTimeoutError:
-            raise fail(ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{h.client_id}> timeout") from None
+            raise fail(ResponseCode.CONSUME_MSG_TIMEOUT, f"consumer <{client_id}> timeout") from None
         except RemotingError as exc:
-            raise system_error(f"invoke consumer <{h.client_id}> failed: {exc}") from None
+            raise system_error(f"invoke consumer <{client_id}> failed: {exc}") from None
         return request.make_response(answer.code, answer.remark, dict(answer.ext_fields), answer.body)
+
+    def all_producers(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_ALL_PRODUCER_INFO (328): every live producer connection by group."""
+        data = {
+            group: [
+                {
+                    "clientId": c.client_id,
+                    "remoteIP": c.conn.peer,
+                    "language": c.language,
+                    "version": c.version,
+                    "lastUpdateTimestamp": c.last_update,
+                }
+                for c in channels.values()
+            ]
+            for group, channels in list(self.broker.producers.groups.items())
+        }
+        return request.make_response(body=fastjson.dumps({"data": data}))
+
+    def clean_unused_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """CLEAN_UNUSED_TOPIC (316): drop consume queues of topics that have no config any more."""
+        store = self.broker.store
+        if isinstance(store, TopicDeletion):
+            keep = set(self.broker.topics.table) | {SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC}
+            unused = {topic for topic, _ in store.topic_queue_table() if topic not in keep}
+            store.delete_topics(unused)
+        return request.make_response()
 
     def clone_group_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = CloneGroupOffsetRequestHeader.from_ext_fields(request.ext_fields)
