@@ -73,6 +73,7 @@ def processors(broker: Broker) -> dict[int, Processor]:
         R.GET_ALL_SUBSCRIPTIONGROUP_CONFIG: p.all_groups,
         R.DELETE_SUBSCRIPTIONGROUP: p.delete_group,
         R.GET_CONSUME_STATS: p.consume_stats,
+        R.GET_BROKER_CONSUME_STATS: p.broker_consume_stats,
         R.GET_CONSUMER_CONNECTION_LIST: p.consumer_connections,
         R.GET_PRODUCER_CONNECTION_LIST: p.producer_connections,
         R.INVOKE_BROKER_TO_RESET_OFFSET: p.reset_offset,
@@ -232,6 +233,24 @@ class AdminProcessor:
                 )
         stats.consume_tps = broker.stats.group_get_tps(group)
         return stats
+
+    def broker_consume_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """GET_BROKER_CONSUME_STATS (317): ConsumeStats of every group and topic with stored offsets."""
+        offsets = self.broker.offsets
+        groups = sorted({key.split("@", 1)[1] for key in list(offsets.table)})
+        entries = []
+        total = 0
+        for group in groups:
+            per_topic = []
+            for topic in sorted(offsets.topics_of(group)):
+                stats = self.compute_consume_stats(group, topic)
+                if stats.offset_table:
+                    per_topic.append(stats)
+                    total += stats.total_diff()
+            if per_topic:
+                entries.append({group: per_topic})
+        body = {"brokerAddr": self.broker.addr, "consumeStatsList": entries, "totalDiff": total}
+        return request.make_response(body=fastjson.dumps(body))
 
     def consumer_connections(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = ConsumerGroupHeader.from_ext_fields(request.ext_fields)
