@@ -14,6 +14,11 @@ the written data).
 
 Whole-file readers (``binaryFiles``) hold a 1 GiB file as one value; here a task maps its
 file and touches only its own range.
+
+Pushdown. ``topic = / IN`` and ``store_timestamp`` comparisons are taken by the reader and
+applied per batch right after the fixed fields are gathered, before properties, keys, hosts and
+bodies are built. Files are not skipped by time: store timestamps only rise while the broker's
+clock does, and a stepped-back clock would make such pruning drop records silently.
 """
 
 from __future__ import annotations
