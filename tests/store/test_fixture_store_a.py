@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 
 from store.checkpoint import StoreCheckpoint
+from store.config import StoreConfig
+from store.consumequeue import unit_tags_code
 from store.engine import DefaultMessageStore, GetMessageStatus
 from store.indexfile import IndexFile
 from store.javahash import tags_code
@@ -18,6 +20,7 @@ from store.message import SCHEDULE_TOPIC, Message
 from .conftest import store_a_config
 
 FAR_FUTURE = 2**62
+DELAYS = StoreConfig().delay_levels_ms()
 
 
 def _tree_digest(root: Path) -> dict[str, str]:
@@ -168,6 +171,8 @@ def test_every_consume_queue_unit_points_at_its_record(ro_store: DefaultMessageS
                     s.queue_offset,
                     s.size,
                 )
+                # what the real broker wrote equals what our dispatcher computes (delivery time for delays)
+                assert s.tags_code == unit_tags_code(topic, m.properties, m.store_timestamp, DELAYS)
                 if topic != SCHEDULE_TOPIC:
                     assert s.tags_code == tags_code(m.tags)
                 units += 1
