@@ -106,7 +106,9 @@ def main() -> None:
             t = time.perf_counter()
             data = generate(store, args.size_mib)
             _line(f"generate {data / 2**30:.2f} GiB of 1 KiB messages", time.perf_counter() - t, data)
-        print(f"load average before Spark: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores")
+        print(
+            f"load average before Spark: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} cores"
+        )
         from mqctl.spark.export import export, load
         from mqctl.spark.session import spark_session
 
