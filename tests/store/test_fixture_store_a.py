@@ -17,6 +17,7 @@ from store.engine import DefaultMessageStore, GetMessageStatus
 from store.indexfile import IndexFile
 from store.javahash import tags_code
 from store.message import SCHEDULE_TOPIC, Message
+from store.record import encode_record
 
 from .conftest import store_a_config
 
@@ -300,3 +301,36 @@ def test_rebuilt_consume_queues_and_index_are_byte_identical_to_the_brokers(stor
         store.index.write_header()
         (our_index,) = (store_a_copy / "index").iterdir()
         assert our_index.read_bytes() == real_index_bytes
+
+
+def test_every_real_record_re_encodes_to_the_same_bytes(ro_store: DefaultMessageStore) -> None:
+    records = 0
+    for (topic, qid), max_offset in ro_store.topic_queue_table().items():
+        offset = 0
+        while offset < max_offset:
+            res = ro_store.get_messages("t", topic, qid, offset, 32)
+            for s in res.messages:
+                m = s.message
+                msg = Message(
+                    topic=m.topic,
+                    body=m.stored_body,
+                    queue_id=m.queue_id,
+                    flag=m.flag,
+                    properties=m.properties,
+                    sys_flag=m.sys_flag,
+                    born_timestamp=m.born_timestamp,
+                    born_host=m.born_host,
+                    reconsume_times=m.reconsume_times,
+                    prepared_transaction_offset=m.prepared_transaction_offset,
+                )
+                again = encode_record(
+                    msg,
+                    queue_offset=m.queue_offset,
+                    physical_offset=m.commit_log_offset,
+                    store_timestamp=m.store_timestamp,
+                    store_host=m.store_host,
+                )
+                assert again == bytes(s.raw), (topic, qid, s.queue_offset)
+                records += 1
+            offset = res.next_begin_offset
+    assert records == 5612
