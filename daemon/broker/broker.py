@@ -61,7 +61,11 @@ class Broker:
     ) -> None:
         self.config = config
         self._store_factory = store_factory or _default_store
-        self.server = RemotingServer(host=config.listen_host, port=config.listen_port)
+        self.server = RemotingServer(
+            host=config.listen_host,
+            port=config.listen_port,
+            idle_timeout=config.server_channel_max_idle_time_seconds,
+        )
         self.client = RemotingClient()
         self.store: MessageStore
         self.topics: TopicConfigManager

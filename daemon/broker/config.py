@@ -44,6 +44,7 @@ class BrokerConfig(StoreConfig):
     broker_ip1: str = field(default_factory=local_ip, metadata={"key": "brokerIP1"})
     broker_ip2: str = field(default="", metadata={"key": "brokerIP2"})
     listen_port: int = 10911
+    server_channel_max_idle_time_seconds: int = 120
     ha_listen_port: int = 10912
     broker_permission: int = 6
     # topics and groups
