@@ -81,7 +81,7 @@ def apply_delay(msg: Message, delay_levels_ms: list[int]) -> Message:
     destination. Transactional half/rollback records and messages already in the schedule topic
     are returned unchanged.
     """
-    if PROPERTY_DELAY_TIME_LEVEL not in msg.properties:
+    if msg.delay_time_level is None and PROPERTY_DELAY_TIME_LEVEL not in msg.properties:
         return msg
     level = msg.delay_level
     tran = msg.sys_flag & TRANSACTION_TYPE_MASK

@@ -70,6 +70,7 @@ class Message:
     reconsume_times: int = 0
     prepared_transaction_offset: int = 0
     wait_store_msg_ok: bool = True
+    delay_time_level: int | None = None
 
     @property
     def tags(self) -> str | None:
@@ -85,6 +86,14 @@ class Message:
 
     @property
     def delay_level(self) -> int:
+        """``delay_time_level`` when set, else the ``DELAY`` property.
+
+        RocketMQ keeps the level in the property map and the stored string separately; 4.9.8's
+        schedule service stores delivered copies with ``DELAY`` still in the string but level 0.
+        Passing ``delay_time_level=0`` reproduces that (the copy is not delayed again).
+        """
+        if self.delay_time_level is not None:
+            return self.delay_time_level
         v = self.properties.get(PROPERTY_DELAY_TIME_LEVEL)
         return int(v) if v else 0
 
