@@ -30,6 +30,8 @@ Writes (thread-safe; one internal put lock):
   ``Message.wait_store_msg_ok`` says whether a SYNC_FLUSH put waits for the fsync. A ``DELAY``
   property redirects the message to ``SCHEDULE_TOPIC_XXXX`` as RocketMQ's CommitLog does
   (delivery back to the real topic is the broker's schedule service; not implemented here).
+  ``Message.delay_time_level`` overrides the property (``0``: store a ``DELAY`` property without
+  delaying, as 4.9.8 does for delivered copies).
 * ``put_messages(list[Message])``: a batch for one (topic, queue), consecutive queue offsets,
   ``msg_id`` is the comma-joined ids.
 * A put dispatches its own records (ConsumeQueue unit + index entries) before returning, so the
