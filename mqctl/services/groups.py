@@ -33,7 +33,7 @@ class GroupSpec:
 
     def apply_to(self, current: SubscriptionGroupConfig | None) -> SubscriptionGroupConfig:
         base = current or SubscriptionGroupConfig(self.name)
-        pairs = {
+        pairs: dict[str, Any] = {
             "retry_queue_nums": self.retry_queues,
             "retry_max_times": self.max_retries,
             "consume_broadcast_enable": self.broadcast,
