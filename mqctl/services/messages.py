@@ -195,6 +195,23 @@ def message_properties(
     return props
 
 
+AUTO_CREATE_TOPIC = "TBW102"
+DEFAULT_TOPIC_QUEUE_NUMS = 4  # DefaultMQProducer.defaultTopicQueueNums
+
+
+async def _auto_create_queues(admin: Admin, topic: str) -> list[QueueRef]:
+    try:
+        template = await admin.topic_route(AUTO_CREATE_TOPIC)
+    except RemotingCommandError as exc:
+        if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+            raise NotFoundError(
+                f"topic {topic!r} does not exist and no broker auto-creates topics",
+                hint=f"create it: mqctl topic create -t {topic}",
+            ) from None
+        raise
+    return [ref for ref in queues(template, write=True) if ref.queue_id < DEFAULT_TOPIC_QUEUE_NUMS]
+
+
 async def send_message(
     admin: Admin,
     topic: str,
@@ -204,9 +221,18 @@ async def send_message(
     broker: str | None = None,
     queue: int | None = None,
 ) -> Sent:
-    """Send one message to a writable queue of ``topic`` (random unless ``broker``/``queue`` are given)."""
-    route = await admin.topic_route(topic)
-    ref = random.choice(pick(queues(route, write=True), broker=broker, queue=queue, topic=topic))
+    """Send one message to a writable queue of ``topic`` (random unless ``broker``/``queue`` are given).
+
+    A topic the NameServer does not know goes, as with RocketMQ's producers, to the brokers that
+    route TBW102: those with autoCreateTopicEnable create it on this first send.
+    """
+    try:
+        refs = queues(await admin.topic_route(topic), write=True)
+    except RemotingCommandError as exc:
+        if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+            raise
+        refs = await _auto_create_queues(admin, topic)
+    ref = random.choice(pick(refs, broker=broker, queue=queue, topic=topic))
     result = await wire.send(admin, ref.addr, topic, body, queue_id=ref.queue_id, properties=properties)
     return Sent(
         result.status,

@@ -476,3 +476,12 @@ def test_client_ids_have_the_java_clients_layout() -> None:
     assert parts.pid == os.getpid() & 0xFFFF
     assert parts.time_in_month_ms == ((20 * 24 + 10) * 60 + 30) * 60_000  # since Nov 1, 00:00 local
     assert decode_uniq_key(second).counter == (parts.counter + 1) & 0xFFFF
+
+
+def test_send_to_an_unknown_topic_auto_creates_it_through_tbw102(
+    mq: Callable[..., CliResult], daemons: LocalCluster
+) -> None:
+    sent = ok(mq("msg", "send", "-t", "AutoCreated", "first", "-o", "json"))
+    assert sent["topic"] == "AutoCreated" and sent["queue_id"] < 4
+    config = daemons.broker.topics.get("AutoCreated")
+    assert config is not None and config.write_queue_nums == 4
