@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import struct
 import zlib
 from datetime import UTC, datetime
 from pathlib import Path
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 
 from mqctl.spark.decode import RecordFilter, batches, scan
 from store.errors import CorruptRecordError
-from store.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, Message, StoredMessage
+from store.message import COMPRESSED_FLAG, COMPRESSION_ZLIB, MESSAGE_MAGIC_CODE_V2, Message, StoredMessage
 from store.record import decode_record, encode_blank, encode_record
 
 
@@ -186,6 +187,21 @@ def _two_records() -> tuple[bytes, int]:
         msg, queue_offset=1, physical_offset=len(first), store_timestamp=3, store_host=("127.0.0.1", 10911)
     )
     return first + second, len(first)
+
+
+def test_a_5x_record_with_a_two_byte_topic_length_decodes() -> None:
+    """MESSAGE_MAGIC_CODE_V2 (5.x): same layout but TOPIC LENGTH is an i16."""
+    msg = Message(topic="V2Topic", body=b"body", born_timestamp=5, properties={"TAGS": "t"})
+    v1 = encode_record(
+        msg, queue_offset=0, physical_offset=0, store_timestamp=6, store_host=("127.0.0.1", 10911)
+    )
+    topic_at = 88 + len(msg.body)
+    v2 = bytearray(v1[:topic_at] + struct.pack(">h", len(msg.topic)) + v1[topic_at + 1 :])
+    struct.pack_into(">ii", v2, 0, len(v2), MESSAGE_MAGIC_CODE_V2)
+    rows = decode_rows(bytes(v2))
+    assert len(rows) == 1
+    assert_same(rows[0], decode_record(bytes(v2), 0))
+    assert rows[0]["topic"] == "V2Topic"
 
 
 def test_a_record_whose_lengths_do_not_add_up_ends_the_scan() -> None:
