@@ -99,11 +99,14 @@ def build_report(
     from py4j.protocol import Py4JJavaError
     from pyspark import StorageLevel
     from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
 
     df = load(spark, store, topics=topics, since_ms=since_ms, until_ms=until_ms, partitions=partitions)
     df = df.select(
         "topic", "queue_id", "keys", "born_timestamp", "born_host", "store_timestamp", "reconsume_times",
-        "body_size", "record_size", "properties", "file",
+        "body_size", "record_size", "file",
+        # the only property a section needs; caching the whole map would cost more than the rest
+        F.col("properties").getItem(PROPERTY_RETRY_TOPIC).isNotNull().alias("has_retry_topic"),
     ).persist(StorageLevel.MEMORY_AND_DISK)  # fmt: skip
     try:
         return _build(df, str(store), top)
@@ -186,8 +189,7 @@ def _build(df: DataFrame, store: str, top: int) -> Report:
         F.when(F.col("topic").startswith(RETRY_GROUP_TOPIC_PREFIX), F.lit("retry topic"))
         .when(F.col("topic").startswith(DLQ_GROUP_TOPIC_PREFIX), F.lit("dead-letter topic"))
         .when(
-            (F.col("topic") == SCHEDULE_TOPIC)
-            & F.col("properties").getItem(PROPERTY_RETRY_TOPIC).isNotNull(),
+            (F.col("topic") == SCHEDULE_TOPIC) & F.col("has_retry_topic"),
             F.lit("scheduled retry"),
         )
         .when(F.col("topic") == SCHEDULE_TOPIC, F.lit("scheduled delay"))
