@@ -13,13 +13,15 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
 
 from store.commitlog import CommitLog
 from store.config import StoreConfig
 from store.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
 from store.indexfile import IndexService
+from store.message import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -36,13 +38,36 @@ def disk_usage_ratio(total: int, free: int, usable: int) -> float:
     return math.ceil(used * 100 / entire) / 100
 
 
-def path_usage_ratio(path: str) -> float:
-    """:func:`disk_usage_ratio` of the partition holding ``path``; -1 if the path does not exist."""
-    try:
-        st = os.statvfs(path)
-    except OSError:
-        return -1.0
-    return disk_usage_ratio(st.f_blocks * st.f_frsize, st.f_bfree * st.f_frsize, st.f_bavail * st.f_frsize)
+class DiskUsage(Protocol):
+    """Where the cleanup reads partition usage from: the real file system, or a settable fake in tests
+    (86 % or 91 % cannot be produced by filling a test machine's disk)."""
+
+    def ratio(self, path: str) -> float:
+        """:func:`disk_usage_ratio` of the partition holding ``path``; -1 if the path does not exist."""
+        ...
+
+
+class PartitionUsage:
+    """The real :class:`DiskUsage`: ``statvfs`` of the path, as the broker's ``File.getTotalSpace`` etc."""
+
+    def ratio(self, path: str) -> float:
+        try:
+            st = os.statvfs(path)
+        except OSError:
+            return -1.0
+        return disk_usage_ratio(
+            st.f_blocks * st.f_frsize, st.f_bfree * st.f_frsize, st.f_bavail * st.f_frsize
+        )
+
+
+class FakeDiskUsage:
+    """A :class:`DiskUsage` that reports whatever ``level`` a test sets, for every path."""
+
+    def __init__(self, level: float = 0.5) -> None:
+        self.level = level
+
+    def ratio(self, path: str) -> float:
+        return self.level
 
 
 def is_delete_hour(now_ms: int, delete_when: str) -> bool:
@@ -81,6 +106,182 @@ def decide(ratio: float, config: StoreConfig, *, delete_hour: bool, manual: bool
     )
 
 
+# ------------------------------------------------------------------------------------- the plan
+
+
+@dataclass(frozen=True, slots=True)
+class LogFile:
+    """A CommitLog file as the plan sees it: where it starts, what deleting it frees, its mtime."""
+
+    path: str
+    from_offset: int
+    size: int
+    mtime_ms: int
+
+    @property
+    def name(self) -> str:
+        return os.path.basename(self.path)
+
+
+@dataclass(frozen=True, slots=True)
+class CommittedOffset:
+    """A consumer group's committed (next-to-consume) offset on one queue."""
+
+    group: str
+    topic: str
+    queue_id: int
+    offset: int
+
+
+FirstOffsetAt = Callable[[str, int, int], int]
+"""``(topic, queue_id, phys) -> `` the first queue offset whose message is at CommitLog offset ``phys`` or
+later (the queue's max offset when there is none), found through the ConsumeQueue."""
+
+EXPIRED = "expired"
+WATERMARK = "watermark"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRow:
+    """One CommitLog file: its age, whether it is expired, whether (and why) the plan deletes it, and per
+    group how many of its messages that group has not consumed yet."""
+
+    file: LogFile
+    age_ms: int
+    expired: bool
+    reason: str | None  # EXPIRED, WATERMARK, or None: kept
+    unconsumed: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def deletable(self) -> bool:
+        return self.reason is not None
+
+    @property
+    def consumed_by_all(self) -> bool:
+        return not any(self.unconsumed.values())
+
+
+@dataclass(frozen=True, slots=True)
+class CleanPlan:
+    """What a cleanup would do now: the usage it saw, the decision, and every file in order."""
+
+    ratio: float
+    decision: CleanupDecision
+    rows: list[PlanRow]
+
+    @property
+    def deletable(self) -> list[PlanRow]:
+        return [r for r in self.rows if r.deletable]
+
+    @property
+    def reclaimable_bytes(self) -> int:
+        return sum(r.file.size for r in self.deletable)
+
+    @property
+    def new_min_offset(self) -> int:
+        """The CommitLog min offset once the plan is applied."""
+        kept = [r for r in self.rows if not r.deletable]
+        return kept[0].file.from_offset if kept else 0
+
+    def losses(self) -> dict[str, int]:
+        """Per group, the unconsumed messages the deletable files hold (groups that lose none are left out)."""
+        out: dict[str, int] = {}
+        for row in self.deletable:
+            for group, n in row.unconsumed.items():
+                if n:
+                    out[group] = out.get(group, 0) + n
+        return dict(sorted(out.items()))
+
+
+def select_files(
+    files: Sequence[LogFile], now_ms: int, reserved_hours: int, *, forcibly: bool
+) -> list[str | None]:
+    """The deletion rule of §8.4, per file in name order: ``EXPIRED`` / ``WATERMARK`` (deleted although young,
+    because usage is above the force watermark) or ``None`` (kept). Never the newest file, and nothing after
+    the first file that is kept."""
+    reasons: list[str | None] = [None] * len(files)
+    for i, f in enumerate(files[:-1]):
+        if is_expired(f.mtime_ms, now_ms, reserved_hours):
+            reasons[i] = EXPIRED
+        elif forcibly:
+            reasons[i] = WATERMARK
+        else:
+            break
+    return reasons
+
+
+def unconsumed_per_file(
+    files: Sequence[LogFile], offsets: Iterable[CommittedOffset], first_offset_at: FirstOffsetAt
+) -> list[dict[str, int]]:
+    """Per file, per group: messages stored in that file at or after the group's committed offset.
+
+    Queue offsets grow with CommitLog offsets, so a file ``[start, end)`` holds queue offsets
+    ``[first_offset_at(start), first_offset_at(end))`` of every queue.
+    """
+    out: list[dict[str, int]] = [{} for _ in files]
+    if not files:
+        return out
+    bounds = [f.from_offset for f in files] + [files[-1].from_offset + files[-1].size]
+    cache: dict[tuple[str, int], list[int]] = {}
+    for co in offsets:
+        if co.offset < 0:
+            continue
+        key = (co.topic, co.queue_id)
+        qs = cache.get(key)
+        if qs is None:
+            qs = cache[key] = [first_offset_at(co.topic, co.queue_id, b) for b in bounds]
+        for i, counts in enumerate(out):
+            n = qs[i + 1] - max(qs[i], co.offset)
+            if n > 0:
+                counts[co.group] = counts.get(co.group, 0) + n
+            else:
+                counts.setdefault(co.group, 0)
+    return out
+
+
+def make_plan(
+    files: Sequence[LogFile],
+    *,
+    now_ms: int,
+    ratio: float,
+    config: StoreConfig,
+    delete_hour: bool,
+    manual: bool,
+    unconsumed: Sequence[dict[str, int]] | None = None,
+) -> CleanPlan:
+    """The one cleanup plan: the broker's clean service, ``mqctl store clean`` and ``mqctl broker clean``
+    all act on (or show) this, so they cannot disagree."""
+    decision = decide(ratio, config, delete_hour=delete_hour, manual=manual)
+    reasons = (
+        select_files(files, now_ms, config.file_reserved_time, forcibly=decision.forcibly)
+        if decision.delete
+        else [None] * len(files)
+    )
+    rows = [
+        PlanRow(
+            f,
+            max(0, now_ms - f.mtime_ms),
+            is_expired(f.mtime_ms, now_ms, config.file_reserved_time),
+            reason,
+            dict(unconsumed[i]) if unconsumed is not None else {},
+        )
+        for i, (f, reason) in enumerate(zip(files, reasons, strict=True))
+    ]
+    return CleanPlan(ratio, decision, rows)
+
+
+def log_files(commit_log: CommitLog) -> list[LogFile]:
+    """The plan's view of a CommitLog's files."""
+    out = []
+    for mf in commit_log.files.files:
+        st = os.stat(mf.path)
+        out.append(LogFile(mf.path, mf.file_from_offset, st.st_size, int(st.st_mtime * 1000)))
+    return out
+
+
+# ------------------------------------------------------------------------------------- the service
+
+
 class Cleaner:
     """Deletes CommitLog, ConsumeQueue and index files per §8.4–§8.6.
 
@@ -96,6 +297,7 @@ class Cleaner:
         index: IndexService,
         lock: threading.Lock,
         *,
+        disk_usage: DiskUsage | None = None,
         stop: threading.Event | None = None,
     ) -> None:
         self.config = config
@@ -103,6 +305,7 @@ class Cleaner:
         self.consume_queues = consume_queues
         self.index = index
         self.lock = lock
+        self.disk_usage: DiskUsage = disk_usage or PartitionUsage()
         self.stop = stop or threading.Event()
         self.manual_runs = 0
         self.disk_full = False
@@ -112,47 +315,86 @@ class Cleaner:
         """``DELETE_EXPIRED_COMMITLOG``: act as if it were ``delete_when`` for the next 20 runs (§8.7)."""
         self.manual_runs = MANUAL_DELETE_RUNS
 
+    def ratio(self) -> float:
+        """Usage that drives the watermarks: the fuller of the CommitLog and ConsumeQueue partitions
+        (each is checked in 4.9.8; either one above a watermark triggers); -1 if one cannot be measured."""
+        ratios = [
+            self.disk_usage.ratio(self.commit_log.files.directory),
+            self.disk_usage.ratio(self.config.consume_queue_dir),
+        ]
+        return -1.0 if min(ratios) < 0 else max(ratios)
+
+    def commit_log_ratio(self) -> float:
+        return self.disk_usage.ratio(self.commit_log.files.directory)
+
+    def check_disk_space(self) -> bool:
+        """The 10-s disk check of §8.3: full above the warning watermark, writable again at or below it."""
+        full = self.commit_log_ratio() > self.config.disk_space_warning_level_ratio / 100
+        self._set_disk_full(full)
+        return full
+
+    def _set_disk_full(self, full: bool) -> None:
+        if full != self.disk_full:
+            log.warning(
+                "disk usage %.2f: store %s",
+                self.commit_log_ratio(),
+                "full, puts refused" if full else "writable again",
+            )
+        self.disk_full = full
+
+    def plan(
+        self,
+        now_ms: int,
+        *,
+        manual: bool,
+        unconsumed: Sequence[dict[str, int]] | None = None,
+        config: StoreConfig | None = None,
+    ) -> CleanPlan:
+        """:func:`make_plan` over this store's files and disks (``config`` overrides the policy)."""
+        cfg = config or self.config
+        return make_plan(
+            log_files(self.commit_log),
+            now_ms=now_ms,
+            ratio=self.ratio(),
+            config=cfg,
+            delete_hour=is_delete_hour(now_ms, cfg.delete_when),
+            manual=manual,
+            unconsumed=unconsumed,
+        )
+
     def run_once(self, now_ms: int) -> int:
         """One cleanup run; returns how many CommitLog files were deleted."""
         manual = self.manual_runs > 0
         if manual:
             self.manual_runs -= 1
-        ratio = min(
-            path_usage_ratio(self.commit_log.files.directory),
-            path_usage_ratio(self.config.consume_queue_dir),
-            key=lambda r: r if r >= 0 else 2.0,
-        )
-        decision = decide(
-            ratio, self.config, delete_hour=is_delete_hour(now_ms, self.config.delete_when), manual=manual
-        )
-        if decision.disk_full != self.disk_full:
-            log.warning(
-                "disk usage %.2f: store %s", ratio, "full, puts refused" if decision.disk_full else "writable"
-            )
-        self.disk_full = decision.disk_full
-        deleted = self.delete_commit_log_files(now_ms, forcibly=decision.forcibly) if decision.delete else 0
+        plan = self.plan(now_ms, manual=manual)
+        if plan.decision.disk_full:
+            self._set_disk_full(True)
+        elif plan.ratio <= self.config.disk_space_clean_forcibly_ratio / 100:  # the run clears it here too
+            self._set_disk_full(False)
+        deleted = self.delete(plan, batch=DELETE_FILES_BATCH_MAX)
         self.delete_logic_files()
         return deleted
 
-    def delete_commit_log_files(self, now_ms: int, *, forcibly: bool) -> int:
-        """Oldest first, never the active file, at most 10, stop at the first file to keep (§8.4)."""
-        files = self.commit_log.files.files
+    def delete(self, plan: CleanPlan, *, batch: int | None = None) -> int:
+        """Delete the plan's files oldest first, at most ``batch`` of them (``None``: all); never a file
+        that is no longer the first one (the plan is stale then)."""
         deleted = 0
-        for mf in files[:-1]:
-            mtime_ms = int(os.path.getmtime(mf.path) * 1000)
-            if not (forcibly or is_expired(mtime_ms, now_ms, self.config.file_reserved_time)):
+        for row in plan.deletable[:batch]:
+            files = self.commit_log.files.files
+            if len(files) < 2 or files[0].path != row.file.path:
                 break
-            log.info("deleting commit log file %s (%s)", mf.path, "forced" if forcibly else "expired")
-            mf.destroy()
+            log.info("deleting commit log file %s (%s)", row.file.path, row.reason)
+            with self.lock:
+                self.commit_log.files.files = files[
+                    1:
+                ]  # a new list: readers holding the old one stay consistent
+            files[0].destroy()
             deleted += 1
-            if deleted >= DELETE_FILES_BATCH_MAX or self.stop.wait(
+            if deleted < len(plan.deletable[:batch]) and self.stop.wait(
                 self.config.delete_commit_log_files_interval / 1000
             ):
                 break
-        if deleted:
-            self.commit_log.files.files = files[
-                deleted:
-            ]  # a new list: readers holding the old one stay consistent
         return deleted
 
     def delete_logic_files(self) -> None:
@@ -184,3 +426,16 @@ class Cleaner:
                 self.index.files = self.index.files[len(stale) :]
             for f in stale:
                 f.destroy()
+
+    def expired_consume_queues(self) -> list[ConsumeQueue]:
+        """Queues whose last unit points below the CommitLog minimum: all their messages are gone
+        (what ``CLEAN_EXPIRED_CONSUMEQUEUE`` destroys; ``SCHEDULE_TOPIC_XXXX`` is kept)."""
+        min_offset = self.commit_log.min_offset
+        out = []
+        for cq in self.consume_queues():
+            if cq.topic == SCHEDULE_TOPIC:
+                continue
+            last = cq.get_unit(cq.max_offset - 1)
+            if last is not None and last[0] < min_offset:
+                out.append(cq)
+        return out

@@ -38,7 +38,7 @@ from store.api import (
     select_units,
 )
 from store.checkpoint import StoreCheckpoint
-from store.cleanup import Cleaner
+from store.cleanup import Cleaner, CleanPlan, CommittedOffset, DiskUsage, log_files, unconsumed_per_file
 from store.clock import Clock, SystemClock
 from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanResult, apply_delay
 from store.config import StoreConfig
@@ -78,8 +78,30 @@ __all__ = [
 
 
 _WARM_AHEAD_BYTES = 8 * 1024 * 1024
+CLEAN_START_DELAY_MS = 60_000  # first cleanup run after start, as the broker schedules it (§8.1)
+DISK_CHECK_START_DELAY_MS, DISK_CHECK_INTERVAL_MS = 1_000, 10_000
 _LOCKED_ROOTS: set[str] = set()
 _LOCKED_ROOTS_GUARD = threading.Lock()
+
+
+def ensure_unlocked(root: str) -> None:
+    """Raise :class:`StoreLockedError` when a broker holds the store's lock (what an offline change must
+    check even when it only plans); takes and drops the lock, writes nothing."""
+    key = os.path.realpath(root)
+    with _LOCKED_ROOTS_GUARD:
+        if key in _LOCKED_ROOTS:
+            raise StoreLockedError(f"{key} is already open in this process")
+        try:
+            fd = os.open(os.path.join(root, "lock"), os.O_RDWR)
+        except FileNotFoundError:
+            return
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+            fcntl.lockf(fd, fcntl.LOCK_UN, 1, 0)
+        except OSError as e:
+            raise StoreLockedError(f"{key} is locked by another process (a running broker?)") from e
+        finally:
+            os.close(fd)
 
 
 class DefaultMessageStore:
@@ -96,6 +118,8 @@ class DefaultMessageStore:
         clock: Clock | None = None,
         store_host: HostAddress = ("127.0.0.1", 10911),
         read_only: bool = False,
+        disk_usage: DiskUsage | None = None,
+        clean_start_delay_ms: int = CLEAN_START_DELAY_MS,
     ) -> None:
         self.config = config
         self.clock: Clock = clock or SystemClock()
@@ -128,8 +152,10 @@ class DefaultMessageStore:
             lambda: list(self._cqs.values()),
             self.index,
             self._put_lock,
+            disk_usage=disk_usage,
             stop=self._stop,
         )
+        self._clean_start_delay_ms = clean_start_delay_ms
         self.reput_from_offset = 0
         self._listeners: list[ArrivalListener] = []
         self._index_enabled = config.message_index_enable
@@ -197,6 +223,7 @@ class DefaultMessageStore:
             threading.Thread(target=self._commit_log_flush_loop, name="store-flush-commitlog", daemon=True),
             threading.Thread(target=self._cq_flush_loop, name="store-flush-cq", daemon=True),
             threading.Thread(target=self._clean_loop, name="store-clean", daemon=True),
+            threading.Thread(target=self._disk_check_loop, name="store-disk-check", daemon=True),
         ]
         if self.commit_log.prefault:
             self._threads.append(
@@ -544,11 +571,19 @@ class DefaultMessageStore:
                     self._gc_cond.notify_all()
 
     def _clean_loop(self) -> None:
-        while not self._stop.wait(self.config.clean_resource_interval / 1000):
+        delay = self._clean_start_delay_ms
+        while not self._stop.wait(delay / 1000):
+            delay = self.config.clean_resource_interval
             try:
                 self.cleaner.run_once(self.clock.now_ms())
             except (OSError, ValueError):
                 log.exception("file cleanup failed")
+
+    def _disk_check_loop(self) -> None:
+        delay = DISK_CHECK_START_DELAY_MS
+        while not self._stop.wait(delay / 1000):
+            delay = DISK_CHECK_INTERVAL_MS
+            self.cleaner.check_disk_space()
 
     def delete_expired_files_manually(self) -> None:
         """The admin ``DELETE_EXPIRED_COMMITLOG`` request: expired files go at the next runs (§8.7)."""
@@ -558,6 +593,65 @@ class DefaultMessageStore:
     def disk_full(self) -> bool:
         """Usage above the warning watermark: puts are refused until cleanup frees space (§8.3)."""
         return self.cleaner.disk_full
+
+    def disk_ratio(self) -> float:
+        """Usage of the CommitLog partition as the watermarks see it (runtime info ``commitLogDiskRatio``)."""
+        return self.cleaner.commit_log_ratio()
+
+    def committed_offsets(self) -> list[CommittedOffset]:
+        """Every group's committed offset on every queue (``consumerOffset.json``)."""
+        out: list[CommittedOffset] = []
+        for key, queues in list(self.configs.consumer_offsets.table.items()):
+            topic, _, group = key.partition("@")
+            out.extend(CommittedOffset(group, topic, qid, off) for qid, off in sorted(queues.items()))
+        return out
+
+    def first_offset_at(self, topic: str, queue_id: int, phys: int) -> int:
+        """First queue offset whose message is at CommitLog offset ``phys`` or later (binary search of the
+        ConsumeQueue; its max offset when none is, 0 for an unknown queue)."""
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return 0
+        lo, hi = cq.min_offset, cq.max_offset
+        while lo < hi:
+            mid = (lo + hi) // 2
+            unit = cq.get_unit(mid)
+            if unit is not None and unit[0] < phys:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def cleanup_plan(self, *, manual: bool = True, config: StoreConfig | None = None) -> CleanPlan:
+        """What a cleanup run would delete now and whose unconsumed messages go with it (``manual``: as
+        after ``DELETE_EXPIRED_COMMITLOG``; ``config`` overrides the retention settings). Changes nothing."""
+        unconsumed = unconsumed_per_file(
+            log_files(self.commit_log), self.committed_offsets(), self.first_offset_at
+        )
+        return self.cleaner.plan(self.clock.now_ms(), manual=manual, unconsumed=unconsumed, config=config)
+
+    def apply_cleanup_plan(self, plan: CleanPlan) -> int:
+        """Delete every file of ``plan`` now (offline ``mqctl store clean``: no batch limit, no pauses), then
+        the ConsumeQueue and index files below the new minimum. Returns the CommitLog files deleted."""
+        if self.read_only:
+            raise StoreClosedError("the store is open read-only")
+        deleted = self.cleaner.delete(plan)
+        self.cleaner.delete_logic_files()
+        return deleted
+
+    def clean_expired_consume_queues(self) -> int:
+        """``CLEAN_EXPIRED_CONSUMEQUEUE``: destroy queues whose every message is below the CommitLog
+        minimum. Returns the number destroyed."""
+        if self.read_only:
+            return 0
+        doomed = self.cleaner.expired_consume_queues()
+        with self._put_lock:
+            for cq in doomed:
+                self._cqs.pop((cq.topic, cq.queue_id), None)
+                cq.destroy()
+        for cq in doomed:
+            log.info("destroyed expired consume queue %s/%d", cq.topic, cq.queue_id)
+        return len(doomed)
 
     def _warm_loop(self) -> None:
         """Keep zeroed page-cache pages ahead of the CommitLog writer (see ``MappedFile.prepare``)."""
