@@ -167,6 +167,7 @@ class CleanPlan:
 
     ratio: float
     decision: CleanupDecision
+    reserved_hours: int
     rows: list[PlanRow]
 
     @property
@@ -267,14 +268,17 @@ def make_plan(
         )
         for i, (f, reason) in enumerate(zip(files, reasons, strict=True))
     ]
-    return CleanPlan(ratio, decision, rows)
+    return CleanPlan(ratio, decision, config.file_reserved_time, rows)
 
 
 def log_files(commit_log: CommitLog) -> list[LogFile]:
     """The plan's view of a CommitLog's files."""
     out = []
     for mf in commit_log.files.files:
-        st = os.stat(mf.path)
+        try:
+            st = os.stat(mf.path)
+        except FileNotFoundError:  # deleted by a cleanup run meanwhile
+            continue
         out.append(LogFile(mf.path, mf.file_from_offset, st.st_size, int(st.st_mtime * 1000)))
     return out
 
