@@ -19,6 +19,7 @@ from daemon.broker.bodies import (
     TopicOffset,
     TopicStatsTable,
 )
+from daemon.broker.clean import CLEAN_PLAN, PlanBody, RetentionStore
 from daemon.broker.headers import (
     CloneGroupOffsetRequestHeader,
     ConsumeMessageDirectlyRequestHeader,
@@ -87,6 +88,7 @@ def processors(broker: Broker) -> dict[int, Processor]:
         R.UPDATE_BROKER_CONFIG: p.update_config,
         R.CLEAN_EXPIRED_CONSUMEQUEUE: p.clean_expired_consume_queue,
         R.DELETE_EXPIRED_COMMITLOG: p.delete_expired_commit_log,
+        CLEAN_PLAN: p.clean_plan,
     }
 
 
@@ -95,13 +97,6 @@ class TopicDeletion(Protocol):
     """Stores that can drop a deleted topic's consume queues (DefaultMessageStore)."""
 
     def delete_topics(self, topics: Container[str]) -> int: ...
-
-
-@runtime_checkable
-class ManualCleanup(Protocol):
-    """Stores with a retention policy (DefaultMessageStore) can be told to apply it now."""
-
-    def delete_expired_files_manually(self) -> None: ...
 
 
 class AdminProcessor:
@@ -435,14 +430,25 @@ class AdminProcessor:
     # ------------------------------------------------------------------ store maintenance
 
     def clean_expired_consume_queue(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """Nothing to do on request: every store cleanup run already removes the consume-queue files that
-        point below the CommitLog minimum (what Java's 306 does on demand)."""
+        """Destroy the consume queues whose every message lies below the CommitLog minimum."""
+        store = self.broker.store
+        if isinstance(store, RetentionStore):
+            n = store.clean_expired_consume_queues()
+            log.info("clean expired consume queues requested by %s: %d destroyed", conn.peer, n)
         return request.make_response()
 
     def delete_expired_commit_log(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """The next cleanup runs delete CommitLog files older than fileReservedTime whatever the hour."""
         store = self.broker.store
-        if isinstance(store, ManualCleanup):
+        if isinstance(store, RetentionStore):
             store.delete_expired_files_manually()
             log.info("manual deletion of expired CommitLog files requested by %s", conn.peer)
         return request.make_response()
+
+    def clean_plan(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """mqctl's dry run of 329: what the next cleanup runs would delete after a manual trigger."""
+        store = self.broker.store
+        if not isinstance(store, RetentionStore):
+            raise system_error("this broker's store keeps no files to clean")
+        body = PlanBody.of(store.cleanup_plan(manual=True), disk_full=store.disk_full)
+        return request.make_response(body=body.dumps())
