@@ -17,6 +17,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from daemon.broker.clean import RetentionStore
 from daemon.broker.config import BrokerConfig
 from daemon.broker.headers import NotifyConsumerIdsChangedRequestHeader
 from daemon.broker.long_poll import PullRequestHoldService
@@ -250,7 +251,12 @@ class Broker:
         """GET_BROKER_RUNTIME_INFO table; mqadmin needs at least `putTps` and `getTransferedTps`."""
         store = self.store
         put_total, get_total = self.stats.put.total, self.stats.get.total
-        usage = disk_usage_ratio(self.config.store_path_root_dir)
+        # the ratio the store's watermarks act on (a test's simulated disk level shows here too)
+        usage = (
+            store.disk_ratio()
+            if isinstance(store, RetentionStore)
+            else disk_usage_ratio(self.config.store_path_root_dir)
+        )
         return {
             "brokerVersionDesc": "V4_9_8",
             "brokerVersion": str(int(Version.V4_9_8)),
@@ -268,8 +274,8 @@ class Broker:
             "pullThreadPoolQueueHeadWaitTimeMills": "0",
             "pageCacheLockTimeMills": "0",
             "earliestMessageTimeStamp": str(store.get_earliest_message_time()),
-            "commitLogDiskRatio": f"{usage:.4f}",
-            "consumeQueueDiskRatio": f"{usage:.4f}",
+            "commitLogDiskRatio": str(usage),  # Java prints the double as is: "0.35"
+            "consumeQueueDiskRatio": str(usage),
             "commitLogMinOffset": str(store.min_phy_offset),
             "commitLogMaxOffset": str(store.max_phy_offset),
             "bootTimestamp": str(self.boot_timestamp),
