@@ -60,11 +60,11 @@ def generate(root: Path, size_mib: int) -> int:
                         "UNIQ_KEY": f"0A000001{seq:024X}",
                         "CLUSTER": "BenchCluster",
                     },
-                    born_timestamp=t0 + seq // 2000,
+                    born_timestamp=t0 + seq,
                     born_host=hosts[seq % len(hosts)],
                 )
                 record = encode_record(
-                    msg, queue_offset=qoff, physical_offset=base + pos, store_timestamp=t0 + seq // 2000 + 3,
+                    msg, queue_offset=qoff, physical_offset=base + pos, store_timestamp=t0 + seq + 3,
                     store_host=("10.0.0.1", 10911),
                 )  # fmt: skip
                 if pos + len(record) + 8 > FILE_SIZE:

@@ -252,15 +252,21 @@ def write_charts(report: Report, directory: str | Path) -> list[Path]:
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    series: dict[str, list[dict[str, Any]]] = {}
-    for row in report.throughput:
-        series.setdefault(row["topic"], []).append(row)
+    # One point per minute from the first to the last, 0 where a topic stored nothing, so gaps show.
+    stamp = {row["minute"]: np.datetime64(row["minute"].rstrip("Z"), "m") for row in report.throughput}
+    minutes = (
+        np.arange(min(stamp.values()), max(stamp.values()) + 1) if stamp else np.array([], "datetime64[m]")
+    )
+    index = {m: i for i, m in enumerate(minutes)}
     written = []
     for metric, label in (("records", "records per minute"), ("record_bytes", "CommitLog bytes per minute")):
+        series: dict[str, np.ndarray] = {}
+        for row in report.throughput:
+            values = series.setdefault(row["topic"], np.zeros(len(minutes), dtype=np.int64))
+            values[index[stamp[row["minute"]]]] = row[metric]
         fig, ax = plt.subplots(figsize=(10, 5))
-        for topic, rows in sorted(series.items()):
-            xs = np.array([r["minute"].rstrip("Z") for r in rows], dtype="datetime64[m]")
-            ax.plot(xs, [r[metric] for r in rows], marker="o", label=topic)
+        for topic, values in sorted(series.items()):
+            ax.plot(minutes, values, marker="o", label=topic)
         ax.set_title(f"{label} by topic")
         ax.set_xlabel("store time (UTC)")
         ax.set_ylabel(label)
