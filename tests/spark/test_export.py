@@ -112,6 +112,18 @@ def test_topic_and_time_window_export(
     assert lines[0]["store_timestamp"].endswith("Z")
 
 
+def test_topic_and_time_predicates_leave_spark_for_the_reader(
+    spark: Any, store_a: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Pushed predicates vanish from Spark's own Filter; the reader applies them (test_source checks how)."""
+    load(
+        spark, store_a, topics=["FixA_Mixed"], since_ms=1_795_252_190_000, until_ms=1_795_252_200_000
+    ).explain()
+    plan = capsys.readouterr().out
+    assert "BatchScan rocketmq-commitlog" in plan
+    assert "FixA_Mixed" not in plan and "store_timestamp#" in plan and ">=" not in plan and "<=" not in plan
+
+
 def test_csv_flattens_keys_properties_and_body(
     spark: Any, store_a: Path, tmp_path: Path, exported: dict[int, dict[str, Any]]
 ) -> None:
