@@ -116,8 +116,9 @@ def list_files(store: str | os.PathLike[str]) -> list[CommitLogFile]:
             head = f.read(8)
             size = os.fstat(f.fileno()).st_size
             estimate = _data_estimate(f.fileno(), size)
-        if len(head) < 8 or _RECORD_HEAD.unpack(head)[1] == BLANK_MAGIC_CODE or not _MAGIC.match(head[4:]):
-            log.debug("skipping %s: no record at its start", path)
+        if len(head) < 8 or not _MAGIC.match(head[4:]):
+            if head.strip(b"\0"):  # a never-written (preallocated) file is all zeros; anything else is odd
+                log.warning("skipping %s: it does not start with a record", path)
             continue
         out.append(CommitLogFile(str(path), int(path.name), size, estimate))
     return out
