@@ -35,6 +35,7 @@ VIEWS: tuple[tuple[str, str], ...] = (
 )
 #: Refreshes kept for the TPS sparklines.
 HISTORY = 60
+VIEW_NAMES = tuple(name for name, _ in VIEWS)
 
 HELP = """\
 [b]mqctl top[/b] — live view of a RocketMQ cluster
@@ -217,7 +218,9 @@ class TopApp(App[None]):
         self.clock = clock or SystemClock()
         self.target = target
         self.view = screen
-        self.snapshot: Snapshot | None = None
+        self.snapshot: Snapshot | None = None  # the newest
+        self.latest: dict[str, Snapshot] = {}  # per view, the newest snapshot holding its data
+        self.again = False
         self.error: str | None = None
         self.failures = 0
         self.paused = False
@@ -272,15 +275,16 @@ class TopApp(App[None]):
             self.action_refresh_now()
 
     def action_refresh_now(self) -> None:
-        """Start a refresh unless one is running: refreshes never overlap."""
+        """Start a refresh; while one runs, only remember to run another after it: they never overlap."""
         if self.refreshing:
+            self.again = True
             return
         self.refreshing = True
         self.run_worker(self._refresh(), group="refresh", exit_on_error=False)
 
     async def _refresh(self) -> None:
         try:
-            snapshot = await self.source.snapshot()
+            snapshot = await self.source.snapshot(frozenset({self.view}))
         except Exception as exc:  # a down cluster is shown and retried, never fatal
             self.failures += 1
             self.error = str(translate(exc))
@@ -289,18 +293,22 @@ class TopApp(App[None]):
             self.failures = 0
             self.error = None
             self.snapshot = snapshot
+            self.latest.update((view, snapshot) for view in VIEW_NAMES if snapshot.has(view))
             self.put_history.append(snapshot.overview.put_tps)
             self.get_history.append(snapshot.overview.get_tps)
         finally:
             self.refreshing = False
             self.refreshes += 1
         self.render_all()
+        if self.again:
+            self.again = False
+            self.action_refresh_now()
 
     # ------------------------------------------------------------------------------------ render
 
     def render_all(self) -> None:
         self.render_chrome()
-        if self.snapshot is not None:
+        if self.view in self.latest:
             self.render_view()
 
     def render_chrome(self) -> None:
@@ -312,18 +320,19 @@ class TopApp(App[None]):
         self.query_one("#tabs", Static).update(tabs)
 
         now = self.clock.now()
-        taken = self.snapshot.taken_at if self.snapshot else None
+        shown = self.latest.get(self.view)
+        taken = shown.taken_at if shown else None
         stale = fmt.staleness(taken, now, self.interval)
         banner = self.query_one("#banner", Static)
         if self.paused and taken is not None:
             marker = f"PAUSED: showing data from {_clock(taken)} (p resumes)"
-        elif stale is not None and (self.snapshot is not None or self.error is not None):
-            marker = stale + ("" if self.snapshot is None else f", from {_clock(taken or 0)}")
+        elif stale is not None and (shown is not None or self.error is not None or self.snapshot is not None):
+            marker = stale + ("" if shown is None else f", from {_clock(shown.taken_at)}")
         else:
             marker = ""
         banner.update(" " + marker)
         banner.set_class(bool(marker), "on")
-        self.query_one("#views").set_class(stale is not None and self.snapshot is not None, "stale")
+        self.query_one("#views").set_class(stale is not None and shown is not None, "stale")
 
         status = Text()
         if self.error is not None:
@@ -342,9 +351,7 @@ class TopApp(App[None]):
 
     def render_view(self) -> None:
         """Only the visible view is rendered; a switch renders the new one at once."""
-        snap = self.snapshot
-        assert snap is not None
-        getattr(self, f"_render_{self.view}")(snap)
+        getattr(self, f"_render_{self.view}")(self.latest[self.view])
 
     def _render_overview(self, snap: Snapshot) -> None:
         ov = snap.overview
@@ -373,25 +380,27 @@ class TopApp(App[None]):
 
     def _render_topics(self, snap: Snapshot) -> None:
         order = fmt.TOPIC_SORTS[self.sorts["topics"]]
-        rows = fmt.select(list(snap.topics), lambda t: t.name, self.filters["topics"], order)
+        topics = snap.topics or ()
+        rows = fmt.select(list(topics), lambda t: t.name, self.filters["topics"], order)
         missing = sorted(m.split(": ", 1)[1] for m in snap.missing if m.startswith("Topics: "))
         note = f"   not available without the broker metrics endpoint: {', '.join(missing)}" if missing else ""
         self.query_one("#topics-info", Static).update(
-            Text(self._list_info(len(rows), len(snap.topics), "topics", order.label) + note)
+            Text(self._list_info(len(rows), len(topics), "topics", order.label) + note)
         )
         self.query_one("#topics-table", Table).sync([(t.name, fmt.topic_cells(t)) for t in rows])
 
     def _render_groups(self, snap: Snapshot) -> None:
         order = fmt.GROUP_SORTS[self.sorts["groups"]]
-        rows = fmt.select(list(snap.groups), lambda g: g.name, self.filters["groups"], order)
+        groups = snap.groups or ()
+        rows = fmt.select(list(groups), lambda g: g.name, self.filters["groups"], order)
         self.query_one("#groups-info", Static).update(
-            Text(self._list_info(len(rows), len(snap.groups), "groups", order.label) + "   Enter: queues and clients")
+            Text(self._list_info(len(rows), len(groups), "groups", order.label) + "   Enter: queues and clients")
         )
         self.query_one("#groups-table", Table).sync([(g.name, fmt.group_cells(g)) for g in rows])
 
     def _render_store(self, snap: Snapshot) -> None:
         now = self.clock.now()
-        stores = [s for s in snap.stores if self.filters["store"].casefold() in s.broker.casefold()]
+        stores = [s for s in snap.stores or () if self.filters["store"].casefold() in s.broker.casefold()]
         text = "\n".join(fmt.store_summary(s, now) for s in stores) or "no master broker answered"
         self.query_one("#store-info", Static).update(Text(text))
         rows = [row for s in stores for row in fmt.store_rows(s, now)]
@@ -404,10 +413,13 @@ class TopApp(App[None]):
     # ----------------------------------------------------------------------------------- actions
 
     def action_show(self, name: str) -> None:
+        """Switch views; unless paused, the new view's data is fetched at once."""
         self.view = name
         self.query_one("#views", ContentSwitcher).current = name
         self._focus_view()
         self.render_all()
+        if not self.paused:
+            self.action_refresh_now()
 
     def action_next_view(self) -> None:
         names = [n for n, _ in VIEWS]
@@ -427,7 +439,7 @@ class TopApp(App[None]):
     @on(Input.Changed, "#filter")
     def _filter_changed(self, event: Input.Changed) -> None:
         self.filters[self.view] = event.value
-        if self.snapshot is not None:
+        if self.view in self.latest:
             self.render_view()
 
     @on(Input.Submitted, "#filter")

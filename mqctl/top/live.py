@@ -27,6 +27,7 @@ from mqctl.errors import ConnectError, NotFoundError
 from mqctl.services.cluster import BrokerRow, brokers
 from mqctl.services.groups import SYSTEM_GROUPS, connections, progress
 from mqctl.top.model import (
+    VIEWS,
     BrokerView,
     ClientView,
     Clock,
@@ -110,6 +111,10 @@ def _int(text: str | None) -> int | None:
     return int(text) if text and text.lstrip("-").isdigit() else None
 
 
+async def _none() -> None:
+    return None
+
+
 @dataclass
 class _Broker:
     view: BrokerView
@@ -131,6 +136,7 @@ class LiveSource:
         self._settings: dict[str, BrokerSettings] = {}
         self._counters: dict[tuple[str, str, str], tuple[float, int]] = {}
         self._first_writes: dict[tuple[str, int], float] = {}
+        self._last_views: frozenset[str] = frozenset()
 
     async def close(self) -> None:
         await self.http.aclose()
@@ -142,7 +148,7 @@ class LiveSource:
 
     # ----------------------------------------------------------------------------------- snapshot
 
-    async def snapshot(self) -> Snapshot:
+    async def snapshot(self, views: frozenset[str] = VIEWS) -> Snapshot:
         namesrvs = await asyncio.gather(*(self._ping(addr) for addr in self.namesrv))
         if not any(n.up for n in namesrvs):
             raise ConnectError("no NameServer answers: " + "; ".join(f"{n.addr} ({n.error})" for n in namesrvs))
@@ -152,8 +158,11 @@ class LiveSource:
         now = self.clock.now()
         errors = [f"{b.view.name} {b.view.addr}: {b.view.error}" for b in found if b.view.error is not None]
         topics, groups, stores = await asyncio.gather(
-            self._topics(masters, now), self._groups(masters, now), self._stores(masters)
+            self._topics(masters, now) if "topics" in views else _none(),
+            self._groups(masters, now) if "groups" in views else _none(),
+            self._stores(masters) if "store" in views else _none(),
         )
+        self._last_views = views
         missing = MISSING_WITHOUT_METRICS if any(b.scrape is None for b in masters) else frozenset()
         return Snapshot(
             taken_at=now,
@@ -208,11 +217,13 @@ class LiveSource:
 
     # ------------------------------------------------------------------------------------- topics
 
-    def _rate(self, key: tuple[str, str, str], now: float, total: int) -> float | None:
-        """Per-second increase of a counter since the previous refresh (None at first sight or on reset)."""
+    def _rate(self, key: tuple[str, str, str], now: float, total: int, fresh: bool) -> float | None:
+        """Per-second increase of a counter since the previous refresh: None at first sight, after a
+        counter reset, or when the previous refresh did not look (``fresh``), as an average over the
+        time the view was hidden would pass for a current rate."""
         before = self._counters.get(key)
         self._counters[key] = (now, total)
-        if before is None or now <= before[0] or total < before[1]:
+        if not fresh or before is None or now <= before[0] or total < before[1]:
             return None
         return (total - before[1]) / (now - before[0])
 
@@ -235,7 +246,7 @@ class LiveSource:
                 messages[name] = messages.get(name, 0) + written.get(name, 0)
                 if broker.scrape is not None:
                     nbytes[name] = nbytes.get(name, 0) + broker.scrape.put_bytes.get(name, 0)
-                rate = self._rate((addr, kind, name), now, counter.get(name, 0))
+                rate = self._rate((addr, kind, name), now, counter.get(name, 0), "topics" in self._last_views)
                 known = tps.get(name, 0.0)
                 tps[name] = None if rate is None or known is None else known + rate
         complete = all(b.scrape is not None for b in masters)  # bytes only when every master reports them

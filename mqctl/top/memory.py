@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from mqctl.errors import NotFoundError
-from mqctl.top.model import Clock, GroupDetail, Snapshot
+from mqctl.top.model import VIEWS, Clock, GroupDetail, Snapshot
 
 
 @dataclass
@@ -19,11 +19,17 @@ class MemorySource:
     failure: Exception | None = None
     calls: int = 0
 
-    async def snapshot(self) -> Snapshot:
+    async def snapshot(self, views: frozenset[str] = VIEWS) -> Snapshot:
         self.calls += 1
         if self.failure is not None:
             raise self.failure
-        return replace(self.data, taken_at=self.clock.now())
+        return replace(
+            self.data,
+            taken_at=self.clock.now(),
+            topics=self.data.topics if "topics" in views else None,
+            groups=self.data.groups if "groups" in views else None,
+            stores=self.data.stores if "store" in views else None,
+        )
 
     async def group_detail(self, group: str) -> GroupDetail:
         if self.failure is not None:

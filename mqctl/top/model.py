@@ -182,23 +182,32 @@ class StoreView:
         return [f for f in self.files if (at := self.expires_at(f)) is not None and at <= now]
 
 
+#: The views a snapshot can hold data for; the overview is always fetched.
+VIEWS = frozenset({"overview", "topics", "groups", "store"})
+
+
 @dataclass(frozen=True)
 class Snapshot:
-    """Everything one refresh saw; ``missing`` names columns this cluster cannot provide."""
+    """What one refresh saw. ``topics``, ``groups`` and ``stores`` are None when that view was not
+    asked for (a cluster of 1,000 topics costs one request per topic without a metrics endpoint);
+    ``missing`` names columns this cluster cannot provide."""
 
     taken_at: float
     overview: Overview
-    topics: tuple[TopicRow, ...] = ()
-    groups: tuple[GroupRow, ...] = ()
-    stores: tuple[StoreView, ...] = ()
+    topics: tuple[TopicRow, ...] | None = None
+    groups: tuple[GroupRow, ...] | None = None
+    stores: tuple[StoreView, ...] | None = None
     missing: frozenset[str] = field(default_factory=frozenset)
     errors: tuple[str, ...] = ()
+
+    def has(self, view: str) -> bool:
+        return view == "overview" or getattr(self, "stores" if view == "store" else view) is not None
 
 
 class TopSource(Protocol):
     """Where snapshots come from: the live cluster or fixed data."""
 
-    async def snapshot(self) -> Snapshot: ...
+    async def snapshot(self, views: frozenset[str] = VIEWS) -> Snapshot: ...
 
     async def group_detail(self, group: str) -> GroupDetail: ...
 
