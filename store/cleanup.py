@@ -168,6 +168,8 @@ class CleanPlan:
     ratio: float
     decision: CleanupDecision
     reserved_hours: int
+    watermark: int  # percent: above it expired files go without waiting for deleteWhen
+    force_watermark: int  # percent: above it unexpired files go too
     rows: list[PlanRow]
 
     @property
@@ -268,7 +270,14 @@ def make_plan(
         )
         for i, (f, reason) in enumerate(zip(files, reasons, strict=True))
     ]
-    return CleanPlan(ratio, decision, config.file_reserved_time, rows)
+    return CleanPlan(
+        ratio,
+        decision,
+        config.file_reserved_time,
+        min(max(config.disk_max_used_space_ratio, 10), 95),
+        config.disk_space_clean_forcibly_ratio,
+        rows,
+    )
 
 
 def log_files(commit_log: CommitLog) -> list[LogFile]:

@@ -59,6 +59,8 @@ class PlanBody:
     forcibly: bool
     disk_full: bool
     file_reserved_time: int
+    watermark: int
+    force_watermark: int
     files: list[PlanFile]
 
     def dumps(self) -> bytes:
@@ -69,6 +71,8 @@ class PlanBody:
                 "forcibly": self.forcibly,
                 "diskFull": self.disk_full,
                 "fileReservedTime": self.file_reserved_time,
+                "diskMaxUsedSpaceRatio": self.watermark,
+                "diskSpaceCleanForciblyRatio": self.force_watermark,
                 "files": [
                     {
                         "name": f.name,
@@ -94,6 +98,8 @@ class PlanBody:
             bool(d["forcibly"]),
             bool(d["diskFull"]),
             int(d["fileReservedTime"]),
+            int(d["diskMaxUsedSpaceRatio"]),
+            int(d["diskSpaceCleanForciblyRatio"]),
             [
                 PlanFile(
                     f["name"],
@@ -117,6 +123,8 @@ class PlanBody:
             plan.decision.forcibly,
             disk_full,
             plan.reserved_hours,
+            plan.watermark,
+            plan.force_watermark,
             [
                 PlanFile(
                     r.file.name,
