@@ -1,17 +1,32 @@
-"""``mqctl store``: read a store directory offline (no broker needed, nothing written, no lock taken)."""
+"""``mqctl store``: read a store directory offline (no broker needed, nothing written, no lock taken);
+``store clean --execute`` is the one command that changes it, and only a stopped broker's store."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mqctl.cli.common import KeyOpt, OutputOpt, SinceOpt, TopicOpt, UntilOpt, WatchOpt, progress, render_every
+from mqctl.cli.common import (
+    ExecuteOpt,
+    KeyOpt,
+    OutputOpt,
+    SinceOpt,
+    TopicOpt,
+    UntilOpt,
+    WatchOpt,
+    progress,
+    render_every,
+)
 from mqctl.errors import StoreError, UsageError
 
+if TYPE_CHECKING:
+    from mqctl.services.retention import CleanReport
+
 app = typer.Typer(
-    help="Inspect a store directory offline (read-only; safe while a broker runs on it).",
+    help="Inspect a store directory offline (read-only; safe while a broker runs on it). "
+    "'store clean --execute' deletes expired CommitLog files of a stopped broker's store.",
     no_args_is_help=True,
 )
 commitlog_app = typer.Typer(help="CommitLog files.", no_args_is_help=True)
@@ -35,16 +50,106 @@ StoreDirOpt = Annotated[
 IndexNameOpt = Annotated[str | None, typer.Argument(help="Index file name (default: the newest).")]
 
 
+ReservedHoursOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--reserved-hours",
+        min=0,
+        help="fileReservedTime: a file expires this many hours after its last write (default 72).",
+    ),
+]
+
+
 @commitlog_app.command("ls")
-def commitlog_ls(store: StoreDirOpt, output: OutputOpt = "table", watch: WatchOpt = None) -> None:
-    """Each file: offset range, size, data bytes, records, first/last store time and topics."""
+def commitlog_ls(
+    store: StoreDirOpt,
+    reserved_hours: ReservedHoursOpt = None,
+    output: OutputOpt = "table",
+    watch: WatchOpt = None,
+) -> None:
+    """Each file: offset range, size, data bytes, records, first/last store time, topics, and for retention its
+    age, whether it is expired, the bytes a cleanup triggered now would free and whether every group has
+    consumed all of its messages."""
+    from dataclasses import asdict
+
+    from mqctl.services import retention
     from mqctl.services import store_inspect as si
 
     def work() -> Any:
         with progress(si.commitlog_bytes(store), "reading CommitLog", unit="bytes") as advance:
-            return si.commitlog_ls(store, progress=advance)
+            scans = si.commitlog_ls(store, progress=advance)
+        config = retention.offline_config(
+            store, reserved_hours=reserved_hours, watermark=None, force_watermark=None
+        )
+        extra = retention.file_retention(store, config)
+        return [{**asdict(s), **extra.get(s.file, {})} for s in scans]
 
     render_every(work, output, watch)
+
+
+@app.command("clean")
+def clean(
+    store: StoreDirOpt,
+    reserved_hours: ReservedHoursOpt = None,
+    watermark: Annotated[
+        int | None,
+        typer.Option(
+            "--watermark",
+            min=10,
+            max=95,
+            help="diskMaxUsedSpaceRatio, percent (default 75): whether the broker would act without waiting for deleteWhen.",
+        ),
+    ] = None,
+    force_watermark: Annotated[
+        int | None,
+        typer.Option(
+            "--force-watermark",
+            min=1,
+            max=100,
+            help="Disk usage percent above which unexpired files are deleted too (default 85).",
+        ),
+    ] = None,
+    execute: ExecuteOpt = False,
+    output: OutputOpt = "table",
+) -> None:
+    """Plan the deletion of expired CommitLog files of a stopped broker's store; delete with --execute.
+
+    The plan lists every file with its size, age and why it goes (expired / watermark), and the groups that
+    would lose unconsumed messages, with counts. The oldest files go first, never the newest, and nothing
+    after the first file that stays; ConsumeQueue and index files below the new minimum go with them.
+    Refuses while a broker holds the store's lock.
+    """
+    from mqctl.services import retention
+
+    config = retention.offline_config(
+        store, reserved_hours=reserved_hours, watermark=watermark, force_watermark=force_watermark
+    )
+    show_clean_report(retention.store_clean(store, config, execute=execute), output)
+
+
+def show_clean_report(rep: CleanReport, output: str) -> None:
+    """The plan: a file table titled with the summary, then the groups losing messages; hints on stderr."""
+    from mqctl.output import render, stderr_console
+
+    if output in ("json", "yaml"):
+        render(rep, output)
+    else:
+        render(rep.files, output, title=rep.summary() if output == "table" else None)
+        if rep.losses and output == "table":
+            render(
+                [{"group": g, "unconsumed_messages_lost": n} for g, n in rep.losses.items()],
+                output,
+                title="groups that lose unconsumed messages",
+            )
+    err = stderr_console()
+    if rep.note:
+        err.print(rep.note)
+    if rep.executed:
+        err.print(f"deleted {len(rep.deleted)} CommitLog file(s); min offset now {rep.min_offset_after}")
+    elif rep.delete_files:
+        err.print(
+            f"dry run: nothing deleted; --execute deletes the {rep.delete_files} file(s) marked 'delete'"
+        )
 
 
 @cq_app.command("ls")

@@ -1,0 +1,239 @@
+"""Retention plans: which CommitLog files a cleanup deletes, why, and whose unconsumed messages go with them.
+
+The plan itself is computed by the store (:func:`store.cleanup.make_plan`), the same function the broker's
+clean service acts on, so ``mqctl store clean`` (offline), ``mqctl broker clean`` (online, through the
+broker's :data:`~daemon.broker.clean.CLEAN_PLAN` dry run) and the broker never disagree. This module only
+opens the store or asks the broker, applies the plan when told to, and shapes the report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from daemon.broker.clean import CLEAN_PLAN, PlanBody
+from daemon.remoting.codes import RequestCode, ResponseCode
+from mqctl.admin.client import Admin
+from mqctl.services import store_inspect as si
+from store.cleanup import WATERMARK
+from store.config import StoreConfig
+from store.engine import DefaultMessageStore, ensure_unlocked
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class FileRow:
+    """One CommitLog file of a plan."""
+
+    file: str
+    from_offset: int
+    size: int
+    age: str
+    expired: bool
+    action: str  # delete / keep
+    why: str | None  # expired / watermark
+    unconsumed: dict[str, int]  # per group: messages in this file it has not consumed
+
+
+@dataclass
+class CleanReport:
+    """A plan (and, with ``executed``, its outcome)."""
+
+    target: str
+    disk_ratio: float
+    reserved_hours: int
+    trigger: str
+    files: list[FileRow]
+    delete_files: int
+    reclaimable_bytes: int
+    min_offset_after: int | None
+    losses: dict[str, int]  # groups that lose unconsumed messages, with counts
+    executed: bool = False
+    deleted: list[str] = field(default_factory=list)
+    note: str | None = None
+
+    def summary(self) -> str:
+        text = (
+            f"{self.target}: disk {self.disk_ratio:.0%}, fileReservedTime {self.reserved_hours} h, {self.trigger}; "
+            f"{self.delete_files} file(s) deletable, {self.reclaimable_bytes} bytes"
+        )
+        return text + (f"; deleted {len(self.deleted)}" if self.executed else "")
+
+
+def age_text(ms: int) -> str:
+    """``3d 04h``, ``5h 12m``, ``12m 05s``: an age at a glance."""
+    s = ms // 1000
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}d {h:02d}h"
+    if h:
+        return f"{h}h {m:02d}m"
+    return f"{m}m {s:02d}s"
+
+
+def _trigger(body: PlanBody) -> str:
+    if body.forcibly:
+        return f"above the force watermark {body.force_watermark}%: unexpired files too"
+    if body.disk_ratio > body.watermark / 100 or body.disk_ratio < 0:
+        return (
+            f"above the watermark {body.watermark}%: expired files, the broker would not wait for deleteWhen"
+        )
+    if body.delete:
+        return (
+            f"expired files (below the watermark {body.watermark}%, the broker waits for deleteWhen or 329)"
+        )
+    return "no trigger"
+
+
+def report(target: str, body: PlanBody) -> CleanReport:
+    """Shape a plan (from the store or the broker) into the report every command prints."""
+    rows = [
+        FileRow(
+            f.name,
+            f.from_offset,
+            f.size,
+            age_text(f.age_ms),
+            f.expired,
+            "delete" if f.reason else "keep",
+            f.reason,
+            {g: n for g, n in sorted(f.unconsumed.items()) if n},
+        )
+        for f in body.files
+    ]
+    doomed = [f for f in body.files if f.reason]
+    kept = [f for f in body.files if not f.reason]
+    losses: dict[str, int] = {}
+    for f in doomed:
+        for group, n in f.unconsumed.items():
+            if n:
+                losses[group] = losses.get(group, 0) + n
+    return CleanReport(
+        target,
+        body.disk_ratio,
+        body.file_reserved_time,
+        _trigger(body),
+        rows,
+        len(doomed),
+        sum(f.size for f in doomed),
+        kept[0].from_offset if kept else None,
+        dict(sorted(losses.items())),
+    )
+
+
+# ------------------------------------------------------------------------------------- offline
+
+
+def offline_config(
+    root: Path, *, reserved_hours: int | None, watermark: int | None, force_watermark: int | None
+) -> StoreConfig:
+    """The store's file sizes (read from its files) with the retention settings of this run."""
+    cfg = si.layout(root).config()
+    if reserved_hours is not None:
+        cfg.file_reserved_time = reserved_hours
+    if watermark is not None:
+        cfg.disk_max_used_space_ratio = watermark
+    if force_watermark is not None:
+        cfg.disk_space_clean_forcibly_ratio = force_watermark
+    return cfg
+
+
+def store_clean(root: Path, config: StoreConfig, *, execute: bool) -> CleanReport:
+    """Plan (and with ``execute`` apply) a cleanup of a stopped broker's store, as if an operator had
+    triggered it (expired files whatever the hour; unexpired ones only above the force watermark).
+
+    Refuses (``StoreLockedError``) when a broker holds the store's lock, even for a dry run.
+    """
+    ensure_unlocked(str(root))
+    store = DefaultMessageStore(config, read_only=not execute)
+    store.open()
+    try:
+        plan = store.cleanup_plan(manual=True)
+        rep = report(str(root), PlanBody.of(plan, disk_full=False))
+        if execute:
+            deleted = store.apply_cleanup_plan(plan)
+            rep.executed = True
+            rep.deleted = [r.file.name for r in plan.deletable[:deleted]]
+            rep.min_offset_after = store.min_phy_offset
+            log.info("deleted %d CommitLog file(s) from %s", deleted, root)
+    finally:
+        store.shutdown()
+    return rep
+
+
+def file_retention(root: Path, config: StoreConfig) -> dict[str, dict[str, Any]]:
+    """Per CommitLog file name: age, expired, reclaimable bytes (what a cleanup triggered now would free)
+    and whether every group has consumed all of its messages. Read-only; safe on a running broker's store."""
+    store = DefaultMessageStore(config, read_only=True)
+    store.open()
+    try:
+        plan = store.cleanup_plan(manual=True)
+    finally:
+        store.shutdown()
+    return {
+        r.file.name: {
+            "age": age_text(r.age_ms),
+            "expired": r.expired,
+            "reclaimable": r.file.size if r.deletable and r.reason != WATERMARK else 0,
+            "consumed_by_all_groups": r.consumed_by_all,
+        }
+        for r in plan.rows
+    }
+
+
+# -------------------------------------------------------------------------------------- online
+
+
+async def broker_clean(admin: Admin, addr: str, *, execute: bool, wait: float) -> CleanReport:
+    """The broker's own plan (dry run), then with ``execute`` a manual trigger (329) and the outcome seen
+    through runtime info (``commitLogMinOffset``) within ``wait`` seconds: the broker deletes at its next
+    cleanup runs (every 10 s; the first one 60 s after it started)."""
+    resp = await admin.call(
+        addr, CLEAN_PLAN, expect=(ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+    )
+    info = await admin.broker_runtime_info(addr)
+    min_before = int(info.get("commitLogMinOffset", "0"))
+    if resp.code == ResponseCode.SUCCESS:
+        rep = report(addr, PlanBody.loads(resp.body))
+    else:  # a RocketMQ broker: it exposes neither its file list nor the files' ages
+        rep = CleanReport(
+            addr,
+            float(info.get("commitLogDiskRatio", "-1")),
+            -1,
+            "unknown",
+            [],
+            0,
+            0,
+            None,
+            {},
+            note=(
+                "this broker does not answer mqctl's plan request (a RocketMQ broker?): files, ages and "
+                f"losses are unknown; CommitLog offsets {min_before}..{info.get('commitLogMaxOffset')}"
+            ),
+        )
+    if not execute:
+        return rep
+    await admin.call(addr, RequestCode.DELETE_EXPIRED_COMMITLOG)
+    rep.executed = True
+    target = rep.min_offset_after if rep.delete_files else None
+    deadline = time.monotonic() + wait
+    min_after = min_before
+    while target is not None and min_after < target and time.monotonic() < deadline:
+        await asyncio.sleep(0.2)
+        min_after = int((await admin.broker_runtime_info(addr)).get("commitLogMinOffset", "0"))
+    rep.min_offset_after = min_after
+    rep.deleted = [
+        f.file for f in rep.files if f.from_offset + f.size <= min_after and f.from_offset >= min_before
+    ]
+    if target is not None and min_after < target:
+        rep.note = (
+            f"after {wait:g} s the broker has deleted {len(rep.deleted)} of {rep.delete_files} file(s); "
+            "it goes on at its next cleanup runs (every 10 s, for about 200 s after the trigger)"
+        )
+    return rep

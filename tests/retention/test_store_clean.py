@@ -1,0 +1,150 @@
+"""``mqctl store clean`` and the retention columns of ``mqctl store commitlog ls`` on copies of the real
+RocketMQ 4.9.8 store ``store-a``, through the real entry point; losses are checked against the manifest."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import RunCli
+from tests.store.conftest import STORE_A_MANIFEST, STORE_A_TAR, unpack_store_a
+
+pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
+
+FILE = 1_048_576
+
+
+@pytest.fixture
+def store_a(tmp_path: Path) -> Path:
+    return unpack_store_a(tmp_path)
+
+
+@pytest.fixture(scope="module")
+def manifest() -> dict[str, Any]:
+    return json.loads(STORE_A_MANIFEST.read_text())
+
+
+def _json(result: Any) -> Any:
+    assert result.code == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def _expected_losses(manifest: dict[str, Any], below: int) -> dict[str, int]:
+    """From the manifest alone: per group, messages at or after its committed offset stored below ``below``."""
+    committed = {
+        (topic, int(q)): (group, off)
+        for group, topics in manifest["consumerOffsets"].items()
+        for topic, queues in topics.items()
+        for q, off in queues.items()
+    }
+    out: dict[str, int] = {}
+    for m in manifest["messages"]:
+        hit = committed.get((m["topic"], m["queueId"]))
+        if hit and m["queueOffset"] >= hit[1] and m["commitLogOffset"] < below:
+            out[hit[0]] = out.get(hit[0], 0) + 1
+    return out
+
+
+def _age(root: Path, hours: float) -> None:
+    when = time.time() - hours * 3600
+    for p in (root / "commitlog").iterdir():
+        os.utime(p, (when, when))
+
+
+def test_plan_only_changes_nothing_and_names_the_losers(
+    cli: RunCli, store_a: Path, manifest: dict[str, Any]
+) -> None:
+    _age(store_a, 100)
+    before = {p.name: p.stat().st_mtime for p in (store_a / "commitlog").iterdir()}
+    plan = _json(cli("store", "clean", "--store", str(store_a), "-o", "json"))
+    assert [f["action"] for f in plan["files"]] == ["delete", "delete", "delete", "keep"]
+    assert {f["why"] for f in plan["files"][:3]} == {"expired"}
+    assert (
+        plan["reserved_hours"] == 72
+        and plan["files"][0]["expired"]
+        and plan["files"][0]["age"].startswith("4d")
+    )
+    assert plan["reclaimable_bytes"] == 3 * FILE and plan["min_offset_after"] == 3 * FILE
+    assert plan["losses"] == _expected_losses(manifest, 3 * FILE)
+    assert plan["losses"]  # FixA_CG_Orders has not consumed everything in those files
+    assert not plan["executed"]
+    assert {p.name: p.stat().st_mtime for p in (store_a / "commitlog").iterdir()} == before
+
+    young = _json(cli("store", "clean", "--store", str(store_a), "--reserved-hours", "200", "-o", "json"))
+    assert young["delete_files"] == 0 and [f["expired"] for f in young["files"]] == [False] * 4
+
+
+def test_reserved_hours_0_execute_keeps_only_the_newest_and_the_store_verifies(
+    cli: RunCli, store_a: Path, manifest: dict[str, Any]
+) -> None:
+    res = cli("store", "clean", "--store", str(store_a), "--reserved-hours", "0", "--execute")
+    assert res.code == 0, res.stderr
+    assert "deleted 3 CommitLog file(s)" in res.stderr
+    assert "FixA_CG_Orders" in res.stdout  # the plan printed before deleting names the group that loses messages
+    assert sorted(os.listdir(store_a / "commitlog")) == [f"{3 * FILE:020d}"]
+    verify = cli("store", "verify", "--store", str(store_a), "-o", "json")
+    assert verify.code == 0, verify.stdout + verify.stderr
+    assert json.loads(verify.stdout)["ok"] is True
+    queues = {
+        (q["topic"], q["queue_id"]): q
+        for q in _json(cli("store", "cq", "ls", "--store", str(store_a), "-o", "json"))
+    }
+    orders = queues[("FixA_Orders", 0)]
+    assert orders["first_phys_offset"] >= 3 * FILE  # the queue's min offset moved past the deleted files
+    expected = min(
+        m["queueOffset"]
+        for m in manifest["messages"]
+        if m["topic"] == "FixA_Orders" and m["queueId"] == 0 and m["commitLogOffset"] >= 3 * FILE
+    )
+    assert orders["min_offset"] == expected
+
+
+def test_refuses_while_a_broker_holds_the_lock(cli: RunCli, store_a: Path) -> None:
+    fd = os.open(store_a / "lock", os.O_RDWR)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+        for args in ([], ["--execute"]):
+            res = cli("store", "clean", "--store", str(store_a), "--reserved-hours", "0", *args)
+            assert res.code == 4 and "locked" in res.stderr
+    finally:
+        os.close(fd)
+    assert len(os.listdir(store_a / "commitlog")) == 4
+
+
+def test_force_watermark_plans_unexpired_files(cli: RunCli, store_a: Path) -> None:
+    # every real disk is fuller than 1 %: young files become deletable, never the newest
+    plan = _json(
+        cli(
+            "store",
+            "clean",
+            "--store",
+            str(store_a),
+            "--reserved-hours",
+            "9999",
+            "--force-watermark",
+            "1",
+            "-o",
+            "json",
+        )
+    )
+    assert [f["why"] for f in plan["files"]] == ["watermark", "watermark", "watermark", None]
+
+
+def test_commitlog_ls_retention_columns(cli: RunCli, store_a: Path) -> None:
+    _age(store_a, 50)
+    rows = _json(
+        cli("store", "commitlog", "ls", "--store", str(store_a), "--reserved-hours", "48", "-o", "json")
+    )
+    assert [r["expired"] for r in rows] == [True] * 4
+    assert [r["reclaimable"] for r in rows] == [FILE, FILE, FILE, 0]  # never the newest
+    assert all(r["age"].startswith("2d 02h") for r in rows)
+    # FixA_CG_Orders committed 400 of 700 per queue: the files holding its tail are not consumed by all
+    assert [r["consumed_by_all_groups"] for r in rows] == [True, True, False, False]
+    default = _json(cli("store", "commitlog", "ls", "--store", str(store_a), "-o", "json"))
+    assert [r["expired"] for r in default] == [False] * 4 and {r["reclaimable"] for r in default} == {0}
