@@ -448,7 +448,7 @@ class AdminProcessor:
     def clean_plan(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """mqctl's dry run of 329: what the next cleanup runs would delete after a manual trigger."""
         store = self.broker.store
-        if not isinstance(store, RetentionStore):
-            raise system_error("this broker's store keeps no files to clean")
+        if not isinstance(store, RetentionStore):  # no files to plan: answer like a RocketMQ broker does
+            raise fail(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported")
         body = PlanBody.of(store.cleanup_plan(manual=True), disk_full=store.disk_full)
         return request.make_response(body=body.dumps())
