@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mqctl.cli.common import OutputOpt
+from mqctl.cli.common import BrokerAddrOpt, ClusterOpt, ContextOpt, ExecuteOpt, NamesrvOpt, OutputOpt
 
 if TYPE_CHECKING:
     from daemon.broker.config import BrokerConfig
@@ -195,3 +195,42 @@ def _probe(addr: str) -> dict[str, Any]:
         "disk_ratio": float(table.get("commitLogDiskRatio", "0")),
         "uptime": table.get("runtime"),
     }
+
+
+@app.command("clean")
+def clean(
+    broker: BrokerAddrOpt = None,
+    cluster: ClusterOpt = None,
+    execute: ExecuteOpt = False,
+    wait: Annotated[
+        float,
+        typer.Option(
+            "--wait", min=0, help="With --execute: seconds to watch the broker delete (it runs every 10 s)."
+        ),
+    ] = 30.0,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Show what the broker's retention would delete now; with --execute trigger it (DELETE_EXPIRED_COMMITLOG).
+
+    The plan comes from the broker itself (a dry run of the same policy its clean service applies): every
+    CommitLog file with size, age and why it goes (expired / watermark), and the groups that would lose
+    unconsumed messages. The trigger deletes expired files at the broker's next cleanup runs, and unexpired
+    ones only above the force watermark. A RocketMQ broker does not expose its files: the plan is then empty.
+    """
+    from mqctl.admin.client import Admin, run_admin
+    from mqctl.cli.store import show_clean_report
+    from mqctl.config import resolve_target
+    from mqctl.services.retention import CleanReport, broker_clean
+    from mqctl.services.topics import target_masters
+
+    async def work(admin: Admin) -> list[CleanReport]:
+        return [
+            await broker_clean(admin, addr, execute=execute, wait=wait)
+            for addr in await target_masters(admin, cluster, broker)
+        ]
+
+    target = resolve_target(namesrv_flag=namesrv, context_flag=context)
+    for rep in run_admin(target.namesrv, work):
+        show_clean_report(rep, output)

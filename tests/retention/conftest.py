@@ -15,6 +15,7 @@ from daemon.broker.broker import Broker
 from daemon.broker.config import BrokerConfig
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
+from store.api import MessageStore
 from store.cleanup import FakeDiskUsage
 from store.engine import DefaultMessageStore
 from tests.broker.conftest import BrokerHandle, broker_config
@@ -96,8 +97,13 @@ def wait_until(cond: Callable[[], bool], timeout: float = 15.0) -> None:
 
 
 @contextmanager
-def retention_cluster(root: Path, disk: FakeDiskUsage, **overrides: Any) -> Iterator[RetentionCluster]:
-    """NameServer + broker like :func:`tests.daemons.local_cluster`, on the simulated disk."""
+def retention_cluster(
+    root: Path,
+    disk: FakeDiskUsage,
+    store_factory: Callable[[BrokerConfig], MessageStore] | None = None,
+    **overrides: Any,
+) -> Iterator[RetentionCluster]:
+    """NameServer + broker like :func:`tests.daemons.local_cluster`, on the simulated disk (or another store)."""
     loop = LoopThread()
     namesrv = NamesrvController(
         NamesrvConfig(listen_host="127.0.0.1", listen_port=0, data_dir=root / "namesrv")
@@ -105,7 +111,7 @@ def retention_cluster(root: Path, disk: FakeDiskUsage, **overrides: Any) -> Iter
     loop.run(namesrv.start())
     values = {**RETENTION_OVERRIDES, "delete_when": other_hour(), **overrides}
     config = broker_config(root / "broker", namesrv_addr=f"127.0.0.1:{namesrv.port}", **values)
-    broker = Broker(config, store_factory=simulated_store(disk))
+    broker = Broker(config, store_factory=store_factory or simulated_store(disk))
     try:
         loop.run(broker.start())
         cluster = LocalCluster(loop, namesrv, broker)

@@ -86,7 +86,9 @@ def test_reserved_hours_0_execute_keeps_only_the_newest_and_the_store_verifies(
     res = cli("store", "clean", "--store", str(store_a), "--reserved-hours", "0", "--execute")
     assert res.code == 0, res.stderr
     assert "deleted 3 CommitLog file(s)" in res.stderr
-    assert "FixA_CG_Orders" in res.stdout  # the plan printed before deleting names the group that loses messages
+    assert (
+        "FixA_CG_Orders" in res.stdout
+    )  # the plan printed before deleting names the group that loses messages
     assert sorted(os.listdir(store_a / "commitlog")) == [f"{3 * FILE:020d}"]
     verify = cli("store", "verify", "--store", str(store_a), "-o", "json")
     assert verify.code == 0, verify.stdout + verify.stderr

@@ -1,0 +1,60 @@
+"""``mqctl broker clean`` (real entry point, subprocess) against our real broker on a simulated disk."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
+from daemon.remoting.codes import RequestCode
+from store.cleanup import FakeDiskUsage
+from store.memory import InMemoryMessageStore
+from tests.conftest import RunCli
+from tests.retention.conftest import retention_cluster
+
+
+def test_broker_clean_plans_then_executes_through_329(cli: RunCli, tmp_path: Path) -> None:
+    with retention_cluster(tmp_path, FakeDiskUsage(0.40)) as rc:
+        rc.send("TC", 300)
+        header = UpdateConsumerOffsetRequestHeader("G-late", "TC", 1, 3)
+        assert rc.run(rc.client.call(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_ext_fields())).code == 0
+        files = rc.commitlog_files()
+        assert len(files) >= 4
+        rc.age_all_but_last(80)
+        young = rc.root / "commitlog" / files[2]
+        os.utime(young, (time.time(), time.time()))
+        ns = ["-n", rc.cluster.namesrv_addr]
+
+        dry = cli("broker", "clean", *ns, "-o", "json")
+        assert dry.code == 0, dry.stderr
+        plan = json.loads(dry.stdout)
+        assert plan["target"] == rc.cluster.broker_addr and plan["disk_ratio"] == 0.4
+        assert [f["action"] for f in plan["files"]] == ["delete", "delete"] + ["keep"] * (len(files) - 2)
+        assert plan["losses"]["G-late"] == rc.store.first_offset_at("TC", 1, int(files[2])) - 3
+        assert not plan["executed"] and rc.commitlog_files() == files
+
+        table = cli("broker", "clean", *ns)
+        assert table.code == 0 and "G-late" in table.stdout and "dry run: nothing deleted" in table.stderr
+
+        done = cli("broker", "clean", *ns, "--execute", "--wait", "20", "-o", "json")
+        assert done.code == 0, done.stderr
+        result = json.loads(done.stdout)
+        assert result["executed"] and result["deleted"] == files[:2]
+        assert result["min_offset_after"] == int(files[2]) == rc.store.min_phy_offset
+        assert rc.commitlog_files() == files[2:]  # the young file stops the deletion, as in RocketMQ
+
+
+def test_broker_without_a_plan_still_gets_the_trigger(cli: RunCli, tmp_path: Path) -> None:
+    """A broker that does not answer the plan request (as RocketMQ answers an unknown code): the report
+    says the plan is unknown, shows the offsets, and --execute still sends 329."""
+    with retention_cluster(
+        tmp_path, FakeDiskUsage(), store_factory=lambda cfg: InMemoryMessageStore(cfg.store_config())
+    ) as rc:
+        rc.send("TC", 3)
+        res = cli("broker", "clean", "-n", rc.cluster.namesrv_addr, "--execute", "-o", "json")
+        assert res.code == 0, res.stderr
+        report = json.loads(res.stdout)
+        assert report["files"] == [] and report["executed"] and report["deleted"] == []
+        assert "does not answer mqctl's plan request" in report["note"] and "0.." in report["note"]
