@@ -146,7 +146,7 @@ def main() -> None:
                         times.append(time.perf_counter() - t0)
                 finally:
                     await source.close()
-                return len(snap.topics), statistics.median(times)
+                return len(snap.topics or ()), statistics.median(times)
 
         topics, snapshot_s = loop.run(create_topics())
         print(f"cluster: {topics} topics (incl. system topics), one snapshot takes {snapshot_s * 1000:.0f} ms "

@@ -139,6 +139,9 @@ class GroupScreen(Screen[None]):
         yield Table(fmt.CLIENT_COLUMNS, right_from=3, id="clients")
 
     def on_mount(self) -> None:
+        app = self.app
+        assert isinstance(app, TopApp)
+        self.set_interval(app.interval, lambda: None if app.paused else self.action_reload())
         self.action_reload()
 
     def action_reload(self) -> None:

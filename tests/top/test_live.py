@@ -188,3 +188,47 @@ async def test_without_metrics_endpoint_bytes_are_missing(tmp_path: Path) -> Non
             assert "not available without the broker metrics endpoint: Bytes" in str(
                 app.query_one("#topics-info", Static).render()
             )
+
+
+async def test_store_view_lists_commitlog_files_with_ages(tmp_path: Path, metrics_port: int) -> None:
+    with local_cluster(tmp_path, metrics_port=metrics_port) as cluster:
+        client = handle(cluster)
+        for _ in range(5):  # 5 MiB into 4 MiB files: two CommitLog files
+            cluster.loop.run(client.send("blobs", b"b" * (1024 * 1024), queue_id=0))
+        app = TopApp(LiveSource([cluster.namesrv_addr]), interval=3600, screen="store")
+        async with app.run_test(size=SIZE) as pilot, Admin([cluster.namesrv_addr]) as admin:
+            await settle(pilot)
+            runtime = await admin.broker_runtime_info(cluster.broker_addr)
+            table = app.query_one("#store-table", Table)
+            files = [[str(c) for c in table.get_row_at(i)] for i in range(table.row_count)]
+            assert [f[1] for f in files] == [f"{0:020d}", f"{4 * 1024 * 1024:020d}"]
+            assert int(runtime["commitLogMaxOffset"]) > 4 * 1024 * 1024
+            assert files[0][5].startswith("kept ") and files[1][5] == "active (never deleted)"
+            assert files[0][3] != "-" and files[0][4] != "-"  # first and last write known for a full file
+            assert "a clean now deletes 0 files" in str(app.query_one("#store-info", Static).render())
+
+
+async def test_unreachable_broker_shows_down_and_the_rest_works(cluster: LocalCluster, traffic: Traffic) -> None:
+    """A broker the NameServer still lists but that does not answer (crashed): a DOWN row, no crash."""
+    from daemon.remoting.client import RemotingClient
+    from tests.namesrv.conftest import Namesrv
+
+    async def register_ghost() -> RemotingClient:
+        registrar = RemotingClient()  # kept open: the NameServer drops a broker whose channel closes
+        await Namesrv(cluster.namesrv, registrar).register({"ghost-topic": 4}, broker_name="broker-z",
+                                                           broker_addr="127.0.0.1:1")
+        return registrar
+
+    registrar = cluster.loop.run(register_ghost())
+    try:
+        app = TopApp(LiveSource([cluster.namesrv_addr], timeout=1.0), interval=3600)
+        async with app.run_test(size=SIZE) as pilot:
+            await settle(pilot)
+            brokers = rows(app.query_one("#brokers-table", Table))
+            assert brokers["broker-z"][3] == "DOWN" and brokers["broker-a"][3] == "V4_9_8"
+            assert "DOWN: broker-z" in str(app.query_one("#status", Static).render())
+            await pilot.press("2")
+            await settle(pilot)
+            assert "orders" in rows(app.query_one("#topics-table", Table))
+    finally:
+        cluster.loop.run(registrar.close())
