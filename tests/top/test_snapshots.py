@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from textual.pilot import Pilot
 
+from mqctl.errors import ConnectError
 from mqctl.top.app import TopApp
 from tests.top.data import fixed_source
 
@@ -51,3 +52,18 @@ def test_filtered_topics_sorted_by_bytes(snap_compare: Any) -> None:
 
 def test_help(snap_compare: Any) -> None:
     assert snap_compare(app_on("overview"), terminal_size=SIZE, press=["question_mark"], run_before=settle)
+
+
+def test_lost_cluster_is_stale_with_error(snap_compare: Any) -> None:
+    """Old numbers stay visible but dimmed under a STALE banner, the error in the status bar."""
+    source, clock = fixed_source()
+    app = TopApp(source, interval=2, clock=clock, target="NameServer 10.0.0.1:9876")
+
+    async def lose_cluster(pilot: Pilot[None]) -> None:
+        await settle(pilot)
+        source.failure = ConnectError("no NameServer answers: 10.0.0.1:9876 (refused)")
+        clock.at += 30
+        await pilot.press("r")
+        await settle(pilot)
+
+    assert snap_compare(app, terminal_size=SIZE, run_before=lose_cluster)
