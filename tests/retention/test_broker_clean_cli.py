@@ -9,10 +9,11 @@ from pathlib import Path
 
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
 from daemon.remoting.codes import RequestCode
+from mqctl.errors import RetriableBrokerError
 from store.cleanup import FakeDiskUsage
 from store.memory import InMemoryMessageStore
 from tests.conftest import RunCli
-from tests.retention.conftest import retention_cluster
+from tests.retention.conftest import retention_cluster, wait_until
 
 
 def test_broker_clean_plans_then_executes_through_329(cli: RunCli, tmp_path: Path) -> None:
@@ -58,3 +59,17 @@ def test_broker_without_a_plan_still_gets_the_trigger(cli: RunCli, tmp_path: Pat
         report = json.loads(res.stdout)
         assert report["files"] == [] and report["executed"] and report["deleted"] == []
         assert "does not answer mqctl's plan request" in report["note"] and "0.." in report["note"]
+
+
+def test_mqctl_msg_send_is_refused_at_91_and_accepted_below(cli: RunCli, tmp_path: Path) -> None:
+    disk = FakeDiskUsage(0.50)
+    with retention_cluster(tmp_path, disk) as rc:
+        rc.send("TF", 1)  # the topic exists and has a route
+        ns = ["-n", rc.cluster.namesrv_addr]
+        disk.level = 0.91
+        wait_until(lambda: rc.store.disk_full)
+        refused = cli("msg", "send", *ns, "-t", "TF", "while full")
+        assert refused.code == RetriableBrokerError.exit_code and "disk is full" in refused.stderr
+        disk.level = 0.70
+        wait_until(lambda: not rc.store.disk_full)
+        assert cli("msg", "send", *ns, "-t", "TF", "space again").code == 0
