@@ -142,16 +142,21 @@ CLIENT_COLUMNS = ("Client id", "Address", "Language", "Version")
 
 
 def store_rows(view: StoreView, now: float) -> list[tuple[str, ...]]:
-    """One row per CommitLog file: written bytes, first and last write ages, expiry and verdict."""
+    """One row per CommitLog file: written bytes, first and last write ages, expiry, verdict and (with the
+    broker's plan) the groups that would lose unconsumed messages."""
     rows: list[tuple[str, ...]] = []
     for f in view.files:
         expires = view.expires_at(f)
-        if f.active:
+        if f.reason is not None:
+            verdict = f"DELETE on next clean ({f.reason})"
+        elif f.active:
             verdict = "active (never deleted)"
         elif expires is None:
             verdict = "unknown age"
-        elif expires <= now:
+        elif expires <= now and not view.planned:
             verdict = "DELETE on next clean"
+        elif expires <= now:
+            verdict = "expired, kept (no trigger)"
         else:
             verdict = f"kept {age(expires - now)}"
         rows.append(
@@ -162,12 +167,21 @@ def store_rows(view: StoreView, now: float) -> list[tuple[str, ...]]:
                 NONE if f.first_write is None else age(now - f.first_write),
                 NONE if f.last_write is None else age(now - f.last_write),
                 verdict,
+                unconsumed(f.unconsumed),
             )
         )
     return rows
 
 
-STORE_COLUMNS = ("Broker", "CommitLog file", "Written", "First write", "Last write", "Retention")
+def unconsumed(by_group: dict[str, int] | None) -> str:
+    """'billing 1,204, search 12' — or '-' when unknown (no plan), 'none' when every group is past it."""
+    if by_group is None:
+        return NONE
+    behind = [(g, n) for g, n in sorted(by_group.items()) if n]
+    return ", ".join(f"{g} {n:,}" for g, n in behind) or "none"
+
+
+STORE_COLUMNS = ("Broker", "CommitLog file", "Written", "First write", "Last write", "Retention", "Unconsumed by")
 
 
 def store_summary(view: StoreView, now: float) -> str:
@@ -177,7 +191,8 @@ def store_summary(view: StoreView, now: float) -> str:
         f"{view.broker}: CommitLog {len(view.files)} files, {human_bytes(view.max_offset - view.min_offset)} "
         f"(offsets {view.min_offset:,}..{view.max_offset:,}), file size {human_bytes(view.file_size)}",
         f"disk {percent(view.disk_ratio)} [{watermark(view.disk_ratio)}], fileReservedTime {reserved}",
-        f"a clean now deletes {len(doomed)} files ({human_bytes(sum(f.written for f in doomed))})",
+        f"a clean now deletes {len(doomed)} files ({human_bytes(sum(f.written for f in doomed))})"
+        + (" (the broker's own plan)" if view.planned else " (estimated from file ages)"),
     ]
     if view.note:
         parts.append(view.note)

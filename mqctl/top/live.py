@@ -18,8 +18,9 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.broker.bodies import ConsumerConnection, ConsumeStats
+from daemon.broker.clean import CLEAN_PLAN, PlanBody
 from daemon.remoting.bodies import TopicConfig
-from daemon.remoting.codes import RequestCode
+from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
 from mqctl.admin.messaging import view
@@ -340,25 +341,34 @@ class LiveSource:
         return tuple(await asyncio.gather(*(self._store(b) for b in masters)))
 
     async def _store(self, broker: _Broker) -> StoreView:
-        """The CommitLog's files from its min/max offsets; ages from each file's first message
-        (VIEW_MESSAGE_BY_ID at the file's start offset, cached: a file's first message never changes)."""
+        """The CommitLog's files from its min/max offsets; first writes from each file's first message
+        (VIEW_MESSAGE_BY_ID at the file's start offset, cached: a file's first message never changes).
+        Verdicts and last writes from the broker's own cleanup plan (mqctl's CLEAN_PLAN request) when it
+        serves one; a RocketMQ broker does not, and there a file's last write is the next file's first."""
         settings = broker.settings
         assert settings is not None
+        addr = broker.view.addr
         lo = broker.view.commitlog_min or 0
         hi = broker.view.commitlog_max or 0
         size = settings.file_size
         starts = list(range(lo - lo % size, hi, size))[-MAX_FILES:] if hi > lo else []
-        firsts = await asyncio.gather(*(self._first_write(broker.view.addr, s) for s in starts))
+        firsts, plan = await asyncio.gather(
+            asyncio.gather(*(self._first_write(addr, s) for s in starts)), self._plan(addr)
+        )
+        planned = {f.from_offset: f for f in plan.files} if plan is not None else {}
         files = []
         for i, start in enumerate(starts):
             active = i == len(starts) - 1
+            row = planned.get(start)
             files.append(
                 CommitLogFile(
                     start=start,
                     written=(hi - start) if active else size,
                     first_write=firsts[i],
-                    last_write=None if active else firsts[i + 1],
+                    last_write=row.mtime_ms / 1000 if row is not None else None if active else firsts[i + 1],
                     active=active,
+                    reason=row.reason if row is not None else None,
+                    unconsumed=row.unconsumed if row is not None else None,
                 )
             )
         return StoreView(
@@ -369,8 +379,22 @@ class LiveSource:
             file_reserved_hours=settings.reserved_hours,
             disk_ratio=broker.view.disk_ratio,
             files=tuple(files),
-            note="ages from each file's first message; a file's last write is the next file's first",
+            note=None if plan is not None else "no cleanup plan from this broker: last writes and verdicts "
+            "estimated from the next file's first message",
+            planned=plan is not None,
         )
+
+    async def _plan(self, addr: str) -> PlanBody | None:
+        """The broker's dry-run cleanup plan, or None from a broker without it (RocketMQ answers
+        REQUEST_CODE_NOT_SUPPORTED)."""
+        try:
+            response = await self.admin.call(
+                addr, CLEAN_PLAN, expect=(ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+            )
+        except RemotingError as exc:
+            log.info("cleanup plan of %s: %s", addr, exc)
+            return None
+        return PlanBody.loads(response.body) if response.code == ResponseCode.SUCCESS else None
 
     async def _first_write(self, addr: str, start: int) -> float | None:
         cached = self._first_writes.get((addr, start))

@@ -145,13 +145,17 @@ class GroupDetail:
 
 @dataclass(frozen=True)
 class CommitLogFile:
-    """One CommitLog file; times are epoch seconds from the first message of it and of the next file."""
+    """One CommitLog file; times in epoch seconds. ``reason`` and ``unconsumed`` come from the broker's
+    own cleanup plan when it serves one (why a clean deletes the file; per group, messages in it not yet
+    consumed); without a plan they stay None and the verdict is estimated from the ages."""
 
     start: int
     written: int
     first_write: float | None
     last_write: float | None
     active: bool
+    reason: str | None = None
+    unconsumed: dict[str, int] | None = None
 
     @property
     def name(self) -> str:
@@ -170,6 +174,7 @@ class StoreView:
     disk_ratio: float | None
     files: tuple[CommitLogFile, ...] = ()
     note: str | None = None
+    planned: bool = False  # verdicts are the broker's own plan, not an estimate
 
     def expires_at(self, f: CommitLogFile) -> float | None:
         """When a clean may delete ``f``: RocketMQ never deletes the file being written."""
@@ -178,7 +183,10 @@ class StoreView:
         return f.last_write + self.file_reserved_hours * 3600
 
     def deletable(self, now: float) -> list[CommitLogFile]:
-        """What a clean run now would delete: files whose last write is older than fileReservedTime."""
+        """What a clean run now would delete: the broker's plan, else the files whose last write is older
+        than fileReservedTime."""
+        if self.planned:
+            return [f for f in self.files if f.reason is not None]
         return [f for f in self.files if (at := self.expires_at(f)) is not None and at <= now]
 
 

@@ -3,6 +3,8 @@ with expired files, at a frozen time."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from mqctl.top.memory import MemorySource
 from mqctl.top.model import (
     BrokerView,
@@ -71,11 +73,22 @@ def _files(first: float, starts: range, size: int) -> tuple[CommitLogFile, ...]:
     )
 
 
+def _planned(files: tuple[CommitLogFile, ...], reserved_hours: float) -> tuple[CommitLogFile, ...]:
+    """As the broker's plan says: expired files go, the oldest of them with 1,204 of billing's messages."""
+    out = []
+    for i, f in enumerate(files):
+        expired = not f.active and f.last_write is not None and f.last_write + reserved_hours * HOUR <= NOW
+        out.append(replace(f, reason="expired" if expired else None,
+                           unconsumed={"billing": 1_204 if i == 0 else 0, "shipping": 0}))
+    return tuple(out)
+
+
 STORES = (
     StoreView("broker-a", GIB * 3, GIB * 7 + 123_456_789, GIB, 72, 0.62,
-              _files(NOW - 130 * HOUR, range(GIB * 3, GIB * 8, GIB), GIB),
-              note="ages from each file's first message; a file's last write is the next file's first"),
-    StoreView("broker-b", 0, GIB * 2 + 5, GIB, 48, 0.87, _files(NOW - 61 * HOUR, range(0, GIB * 3, GIB), GIB)),
+              _planned(_files(NOW - 130 * HOUR, range(GIB * 3, GIB * 8, GIB), GIB), 72), planned=True),
+    StoreView("broker-b", 0, GIB * 2 + 5, GIB, 48, 0.87, _files(NOW - 61 * HOUR, range(0, GIB * 3, GIB), GIB),
+              note="no cleanup plan from this broker: last writes and verdicts estimated from the next file's "
+              "first message"),
 )
 
 SNAPSHOT = Snapshot(

@@ -55,9 +55,27 @@ def test_store_rows_say_what_a_clean_deletes() -> None:
     view = StoreView("broker-a", 0, 240, 100, file_reserved_hours=1, disk_ratio=0.5, files=files)
     now = 91_000.0
     assert view.deletable(now) == [files[0]]
-    verdicts = [row[-1] for row in fmt.store_rows(view, now)]
+    verdicts = [row[5] for row in fmt.store_rows(view, now)]
     assert verdicts == ["DELETE on next clean", "kept 43m20s", "active (never deleted)"]
-    assert "a clean now deletes 1 files (100 B)" in fmt.store_summary(view, now)
+    assert "a clean now deletes 1 files (100 B) (estimated from file ages)" in fmt.store_summary(view, now)
+
+
+def test_the_brokers_plan_beats_the_estimate() -> None:
+    """With the broker's plan, a file goes for the reason it gives (watermark: unexpired too), an expired
+    file without a trigger stays, and groups that would lose messages are named."""
+    files = (
+        CommitLogFile(0, 100, 0.0, 1000.0, active=False, reason=None, unconsumed={"a": 0}),
+        CommitLogFile(100, 100, 1000.0, 90_500.0, active=False, reason="watermark", unconsumed={"b": 3, "a": 0}),
+        CommitLogFile(200, 40, 90_500.0, 90_900.0, active=True, reason=None, unconsumed={}),
+    )
+    view = StoreView("broker-a", 0, 240, 100, file_reserved_hours=1, disk_ratio=0.88, files=files, planned=True)
+    now = 91_000.0
+    assert view.deletable(now) == [files[1]]
+    rows = fmt.store_rows(view, now)
+    assert [r[5] for r in rows] == ["expired, kept (no trigger)", "DELETE on next clean (watermark)",
+                                    "active (never deleted)"]
+    assert [r[6] for r in rows] == ["none", "b 3", "none"]
+    assert "(the broker's own plan)" in fmt.store_summary(view, now)
 
 
 def test_parse_metrics_sums_queues_per_topic() -> None:

@@ -197,6 +197,8 @@ async def test_store_view_lists_commitlog_files_with_ages(tmp_path: Path, metric
             cluster.loop.run(client.send("blobs", b"b" * (1024 * 1024), queue_id=0))
         app = TopApp(LiveSource([cluster.namesrv_addr]), interval=3600, screen="store")
         async with app.run_test(size=SIZE) as pilot, Admin([cluster.namesrv_addr]) as admin:
+            await admin.commit_offset(cluster.broker_addr, "archiver", "blobs", 0, 1)  # 4 messages behind
+            await pilot.press("r")
             await settle(pilot)
             runtime = await admin.broker_runtime_info(cluster.broker_addr)
             table = app.query_one("#store-table", Table)
@@ -205,7 +207,9 @@ async def test_store_view_lists_commitlog_files_with_ages(tmp_path: Path, metric
             assert int(runtime["commitLogMaxOffset"]) > 4 * 1024 * 1024
             assert files[0][5].startswith("kept ") and files[1][5] == "active (never deleted)"
             assert files[0][3] != "-" and files[0][4] != "-"  # first and last write known for a full file
-            assert "a clean now deletes 0 files" in str(app.query_one("#store-info", Static).render())
+            info = str(app.query_one("#store-info", Static).render())
+            assert "a clean now deletes 0 files (0 B) (the broker's own plan)" in info
+            assert files[0][6] == "archiver 2"  # the broker's plan: the first file holds messages 0..2
 
 
 async def test_unreachable_broker_shows_down_and_the_rest_works(cluster: LocalCluster, traffic: Traffic) -> None:
