@@ -217,7 +217,8 @@ def clean(
     The plan comes from the broker itself (a dry run of the same policy its clean service applies): every
     CommitLog file with size, age and why it goes (expired / watermark), and the groups that would lose
     unconsumed messages. The trigger deletes expired files at the broker's next cleanup runs, and unexpired
-    ones only above the force watermark. A RocketMQ broker does not expose its files: the plan is then empty.
+    ones only above the force watermark. A RocketMQ broker has no plan request: the same plan is then
+    estimated from standard requests (file ages from message store times, counts from offset searches).
     """
     from mqctl.admin.client import Admin, run_admin
     from mqctl.cli.store import show_clean_report

@@ -16,14 +16,18 @@ from pathlib import Path
 from typing import Any
 
 from daemon.broker.clean import CLEAN_PLAN, PlanBody
+from daemon.remoting import fastjson
 from daemon.remoting.codes import RequestCode, ResponseCode
+from mqctl.admin import messaging
 from mqctl.admin.client import Admin
 from mqctl.services import store_inspect as si
-from store.cleanup import WATERMARK
+from store.cleanup import WATERMARK, CommittedOffset, LogFile, make_plan, unconsumed_per_file
 from store.config import StoreConfig
 from store.engine import DefaultMessageStore, ensure_unlocked
 
 log = logging.getLogger(__name__)
+
+_MAX_PULLS = 8
 
 
 @dataclass
@@ -190,6 +194,98 @@ def file_retention(root: Path, config: StoreConfig) -> dict[str, dict[str, Any]]
 # -------------------------------------------------------------------------------------- online
 
 
+def _broker_store_config(props: dict[str, str]) -> StoreConfig:
+    """The retention settings GET_BROKER_CONFIG shows (the force watermark is a JVM property: default)."""
+    cfg = StoreConfig()
+    cfg.mapped_file_size_commit_log = int(
+        props.get("mappedFileSizeCommitLog", cfg.mapped_file_size_commit_log)
+    )
+    cfg.file_reserved_time = int(props.get("fileReservedTime", cfg.file_reserved_time))
+    cfg.disk_max_used_space_ratio = int(props.get("diskMaxUsedSpaceRatio", cfg.disk_max_used_space_ratio))
+    cfg.clean_file_forcibly_enable = props.get("cleanFileForciblyEnable", "true").lower() == "true"
+    cfg.delete_when = props.get("deleteWhen", cfg.delete_when)
+    return cfg
+
+
+async def _first_offset_at(admin: Admin, addr: str, topic: str, queue_id: int, phys: int, guess: int) -> int:
+    """The first queue offset whose message is at CommitLog offset ``phys`` or later, found by pulling (never
+    committing) around ``guess``: a timestamp search lands near it, but messages stored in the same
+    millisecond make it ambiguous. A few pulls at most; the guess if they do not settle it."""
+    start = max(0, guess - 8)
+    for _ in range(_MAX_PULLS):
+        res = await messaging.pull(admin, addr, topic, queue_id, start, max_nums=32)
+        if not res.found:
+            if res.next_begin_offset > start:  # below the queue's min offset: moved there
+                start = res.next_begin_offset
+                continue
+            return start  # nothing at or after start
+        first = res.messages[0]
+        if first.commit_log_offset >= phys:
+            if first.queue_offset <= res.min_offset:
+                return first.queue_offset
+            start = max(res.min_offset, first.queue_offset - 32)  # went too far: step back
+            continue
+        hit = next((m for m in res.messages if m.commit_log_offset >= phys), None)
+        if hit is not None:
+            return hit.queue_offset
+        start = res.messages[-1].queue_offset + 1
+    return guess
+
+
+async def estimated_plan(admin: Admin, addr: str, info: dict[str, str]) -> PlanBody:
+    """:func:`store.cleanup.make_plan` fed from standard 4.x requests only (runtime info, broker config,
+    VIEW_MESSAGE_BY_ID, GET_ALL_CONSUMER_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP, PULL_MESSAGE, GET_MAX_OFFSET), for brokers
+    that expose no file list. A file's mtime is taken as the store time of the next file's first message
+    (the moment it filled up); the newest file, never deleted, gets "now"."""
+    config = _broker_store_config(await admin.broker_config(addr))
+    size = config.mapped_file_size_commit_log
+    lo, hi = int(info.get("commitLogMinOffset", "0")), int(info.get("commitLogMaxOffset", "0"))
+    starts = list(range(lo - lo % size, hi, size)) if hi > lo else []
+    firsts = [
+        m.store_timestamp for m in await asyncio.gather(*(messaging.view(admin, addr, s) for s in starts))
+    ]
+    now = int(time.time() * 1000)
+    files = [
+        LogFile(f"{s:020d}", s, size, firsts[i + 1] if i + 1 < len(starts) else now)
+        for i, s in enumerate(starts)
+    ]
+    ratio = float(info.get("commitLogDiskRatio", "-1"))
+    plan = make_plan(files, now_ms=now, ratio=ratio, config=config, delete_hour=False, manual=True)
+    doomed = len(plan.deletable)
+    if doomed:  # counts only where they matter: the deletable files and the first one kept
+        offsets = fastjson.loads((await admin.call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)).body)[
+            "offsetTable"
+        ]
+        committed = [
+            CommittedOffset(key.partition("@")[2], key.partition("@")[0], int(q), int(off))
+            for key, queues in offsets.items()
+            for q, off in queues.items()
+        ]
+        # queue offset at each boundary: the first message stored at or after the boundary's first message
+        stamps = {f.from_offset: firsts[i] for i, f in enumerate(files[: doomed + 2])}
+        end = files[doomed].from_offset + size  # the first kept file's end; past the data if it is the newest
+
+        async def offsets_at(topic: str, queue_id: int) -> tuple[tuple[str, int], dict[int, int]]:
+            out = {}
+            for b, ts in stamps.items():
+                guess = await messaging.search_offset(admin, addr, topic, queue_id, ts)
+                out[b] = await _first_offset_at(admin, addr, topic, queue_id, b, guess)
+            if end not in out:
+                out[end] = await messaging.max_offset(admin, addr, topic, queue_id)
+            return (topic, queue_id), out
+
+        table = dict(
+            await asyncio.gather(*(offsets_at(t, q) for t, q in {(c.topic, c.queue_id) for c in committed}))
+        )
+        considered = files[: doomed + 1]
+        per_file = unconsumed_per_file(considered, committed, lambda t, q, phys: table[(t, q)][phys])
+        per_file += [{} for _ in files[doomed + 1 :]]
+        plan = make_plan(
+            files, now_ms=now, ratio=ratio, config=config, delete_hour=False, manual=True, unconsumed=per_file
+        )
+    return PlanBody.of(plan, disk_full=ratio > config.disk_space_warning_level_ratio / 100)
+
+
 async def broker_clean(admin: Admin, addr: str, *, execute: bool, wait: float) -> CleanReport:
     """The broker's own plan (dry run), then with ``execute`` a manual trigger (329) and the outcome seen
     through runtime info (``commitLogMinOffset``) within ``wait`` seconds: the broker deletes at its next
@@ -201,21 +297,11 @@ async def broker_clean(admin: Admin, addr: str, *, execute: bool, wait: float) -
     min_before = int(info.get("commitLogMinOffset", "0"))
     if resp.code == ResponseCode.SUCCESS:
         rep = report(addr, PlanBody.loads(resp.body))
-    else:  # a RocketMQ broker: it exposes neither its file list nor the files' ages
-        rep = CleanReport(
-            addr,
-            float(info.get("commitLogDiskRatio", "-1")),
-            -1,
-            "unknown",
-            [],
-            0,
-            0,
-            None,
-            {},
-            note=(
-                "this broker does not answer mqctl's plan request (a RocketMQ broker?): files, ages and "
-                f"losses are unknown; CommitLog offsets {min_before}..{info.get('commitLogMaxOffset')}"
-            ),
+    else:  # a RocketMQ broker: the same plan from what it exposes, with estimated file ages
+        rep = report(addr, await estimated_plan(admin, addr, info))
+        rep.note = (
+            "estimated: this broker does not answer mqctl's plan request (a RocketMQ broker?), so file ages "
+            "are the store time of the next file's first message; counts come from offset searches and pulls"
         )
     if not execute:
         return rep

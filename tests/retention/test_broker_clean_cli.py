@@ -7,9 +7,12 @@ import os
 import time
 from pathlib import Path
 
+from daemon.broker.clean import CLEAN_PLAN, PlanBody
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
 from daemon.remoting.codes import RequestCode
+from mqctl.admin.client import Admin
 from mqctl.errors import RetriableBrokerError
+from mqctl.services.retention import estimated_plan, report
 from store.cleanup import FakeDiskUsage
 from store.memory import InMemoryMessageStore
 from tests.conftest import RunCli
@@ -48,8 +51,8 @@ def test_broker_clean_plans_then_executes_through_329(cli: RunCli, tmp_path: Pat
 
 
 def test_broker_without_a_plan_still_gets_the_trigger(cli: RunCli, tmp_path: Path) -> None:
-    """A broker that does not answer the plan request (as RocketMQ answers an unknown code): the report
-    says the plan is unknown, shows the offsets, and --execute still sends 329."""
+    """A broker that does not answer the plan request (as RocketMQ answers an unknown code): the plan is
+    estimated from standard requests, and --execute still sends 329."""
     with retention_cluster(
         tmp_path, FakeDiskUsage(), store_factory=lambda cfg: InMemoryMessageStore(cfg.store_config())
     ) as rc:
@@ -57,8 +60,41 @@ def test_broker_without_a_plan_still_gets_the_trigger(cli: RunCli, tmp_path: Pat
         res = cli("broker", "clean", "-n", rc.cluster.namesrv_addr, "--execute", "-o", "json")
         assert res.code == 0, res.stderr
         report = json.loads(res.stdout)
-        assert report["files"] == [] and report["executed"] and report["deleted"] == []
-        assert "does not answer mqctl's plan request" in report["note"] and "0.." in report["note"]
+        assert [f["action"] for f in report["files"]] == ["keep"]  # one file, the newest
+        assert report["executed"] and report["deleted"] == []
+        assert report["note"].startswith("estimated: this broker does not answer")
+
+
+def test_estimate_from_standard_requests_matches_the_brokers_plan(tmp_path: Path) -> None:
+    """The estimate (what a RocketMQ broker exposes) and our broker's exact plan go through the same
+    function; with every file expired they name the same files and the same losses."""
+    with retention_cluster(tmp_path, FakeDiskUsage(0.40), file_reserved_time=0) as rc:
+        rc.send("TC", 260)
+        for group, qid, off in (("G-a", 0, 7), ("G-b", 1, 100), ("G-c", 0, 130)):
+            header = UpdateConsumerOffsetRequestHeader(group, "TC", qid, off)
+            assert (
+                rc.run(rc.client.call(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_ext_fields())).code == 0
+            )
+
+        async def both() -> tuple[PlanBody, PlanBody]:
+            async with Admin([rc.cluster.namesrv_addr]) as admin:
+                info = await admin.broker_runtime_info(rc.cluster.broker_addr)
+                estimate = await estimated_plan(admin, rc.cluster.broker_addr, info)
+                exact = PlanBody.loads((await admin.call(rc.cluster.broker_addr, CLEAN_PLAN)).body)
+            return estimate, exact
+
+        estimate, exact = rc.run(both())
+        assert [f.name for f in estimate.files] == [f.name for f in exact.files] == rc.commitlog_files()
+        assert [f.reason for f in estimate.files] == [f.reason for f in exact.files]
+        assert len([f for f in exact.files if f.reason]) == len(exact.files) - 1
+        est, ex = report("b", estimate), report("b", exact)
+        assert ex.losses["G-a"] > 0 and ex.losses["G-b"] > 0 and "G-c" not in ex.losses
+        assert est.losses == ex.losses
+        assert (est.delete_files, est.reclaimable_bytes, est.min_offset_after) == (
+            ex.delete_files,
+            ex.reclaimable_bytes,
+            ex.min_offset_after,
+        )
 
 
 def test_mqctl_msg_send_is_refused_at_91_and_accepted_below(cli: RunCli, tmp_path: Path) -> None:
