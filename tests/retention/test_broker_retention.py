@@ -101,6 +101,8 @@ def test_manual_trigger_plan_losses_and_consistency_after_deletion(tmp_path: Pat
         assert rc.store.min_phy_offset == new_min
         min_q = rc.store.get_min_offset("TR", 0)
         assert min_q == rc.store.first_offset_at("TR", 0, new_min) > 0
+        cq_files = sorted(os.listdir(rc.root / "consumequeue" / "TR" / "0"))  # 100 units per file
+        assert 0 < int(cq_files[0]) // 20 <= min_q < int(cq_files[0]) // 20 + 100  # wholly-older files gone
 
         moved = rc.run(rc.client.pull("G-behind", "TR", 0, 10))
         assert moved.code == ResponseCode.PULL_OFFSET_MOVED
