@@ -28,6 +28,7 @@ from daemon.broker.managers.producers import ProducerManager
 from daemon.broker.managers.topics import TopicConfigManager
 from daemon.broker.schedule import ScheduleMessageService
 from daemon.broker.stats import BrokerStats
+from daemon.broker.transaction import TransactionService
 from daemon.remoting.bodies import PermName, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
@@ -78,6 +79,7 @@ class Broker:
         self.stats = BrokerStats()
         self.hold: PullRequestHoldService
         self.schedule: ScheduleMessageService
+        self.transactions: TransactionService
         self.boot_timestamp = int(time.time() * 1000)
         self.metrics_port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -107,6 +109,7 @@ class Broker:
         self.server.on_connection_closed(self._connection_closed)
         self.hold.start()
         self.schedule.start()
+        self.transactions.start()
         self._tasks += [
             asyncio.create_task(self._every(CLIENT_SCAN_INTERVAL, self._scan_clients), name="client-scan"),
             asyncio.create_task(
@@ -151,7 +154,9 @@ class Broker:
             )
             self.store.add_arrival_listener(self._on_arrival)
             self.schedule = ScheduleMessageService(self)
+            self.transactions = TransactionService(self)
             self.store.start()
+            self.transactions.load()
         except BaseException:
             self.store.shutdown()
             raise
@@ -175,6 +180,7 @@ class Broker:
                 await self._register_pending
         await self._unregister_all()
         await self.schedule.stop()
+        await self.transactions.stop()
         await self.hold.stop()
         await self.server.stop(grace=2.0)
         await self.client.close()

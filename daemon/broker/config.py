@@ -63,6 +63,9 @@ class BrokerConfig(StoreConfig):
     enable_property_filter: bool = False
     filter_support_retry: bool = False
     reject_transaction_message: bool = False
+    transaction_time_out: int = 6000
+    transaction_check_max: int = 15
+    transaction_check_interval: int = 60000
     default_query_max_num: int = 32
     flush_consumer_offset_interval: int = 5000
     flush_delay_offset_interval: int = 10000

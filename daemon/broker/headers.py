@@ -301,3 +301,13 @@ class ConsumeMessageDirectlyRequestHeader(CommandHeader):
     client_id: str | None = None
     msg_id: str | None = None
     broker_name: str | None = None
+
+
+@dataclass(slots=True)
+class CheckTransactionStateRequestHeader(CommandHeader):
+    JAVA_NAME = "CheckTransactionStateRequestHeader"
+    tran_state_table_offset: int
+    commit_log_offset: int
+    msg_id: str | None = None
+    transaction_id: str | None = None
+    offset_msg_id: str | None = None

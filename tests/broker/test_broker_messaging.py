@@ -6,11 +6,18 @@ import asyncio
 import struct
 from pathlib import Path
 
+from daemon.broker.bodies import HeartbeatData, ProducerData
 from daemon.broker.broker import Broker
 from daemon.broker.config import BrokerConfig
-from daemon.broker.headers import ConsumerSendMsgBackRequestHeader, QueryMessageRequestHeader
+from daemon.broker.headers import (
+    ConsumerSendMsgBackRequestHeader,
+    EndTransactionRequestHeader,
+    QueryMessageRequestHeader,
+)
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection
 from store.memory import InMemoryMessageStore
 from store.record import decode_msg_id, encode_properties
 from tests.broker.conftest import BrokerHandle, broker_config, decode_records, start_broker
@@ -239,8 +246,6 @@ async def test_delayed_send_is_parked_then_delivered(broker: BrokerHandle) -> No
 
 
 async def test_transaction_half_message_is_invisible_until_committed(broker: BrokerHandle) -> None:
-    from daemon.broker.headers import EndTransactionRequestHeader
-
     async def half(body: bytes) -> int:
         r = await broker.send("TxT", body, props={"TRAN_MSG": "true", "PGROUP": "TxPG"})
         assert r.code == ResponseCode.SUCCESS, r.remark
@@ -269,3 +274,44 @@ async def test_broker_runs_on_the_in_memory_store(tmp_path: Path) -> None:
             assert msg.body == b"in memory" and msg.tags == "T"
         finally:
             await handle.client.close()
+
+
+async def test_unended_half_message_is_checked_with_its_producer(tmp_path: Path) -> None:
+    b = await start_broker(tmp_path / "s", transaction_time_out=0, transaction_check_interval=100)
+    checks: list[RemotingCommand] = []
+    answered = asyncio.Event()
+
+    def on_check(
+        conn: Connection, request: RemotingCommand
+    ) -> None:  # a producer's TransactionListener: commit
+        checks.append(request)
+        h = EndTransactionRequestHeader(
+            "TxPG",
+            int(request.ext_fields["tranStateTableOffset"]),
+            int(request.ext_fields["commitLogOffset"]),
+            8,
+            request.ext_fields["msgId"],
+            True,
+        )
+        conn.invoke_oneway(RemotingCommand.request(RequestCode.END_TRANSACTION, h.to_ext_fields()))
+        answered.set()
+
+    producer = RemotingClient({RequestCode.CHECK_TRANSACTION_STATE: on_check})
+    handle = BrokerHandle(b.addr, producer, b)
+    try:
+        await handle.call(
+            RequestCode.HEART_BEAT, body=HeartbeatData("tx-1", [ProducerData("TxPG")], []).dumps()
+        )
+        sent = await handle.send("TxChecked", b"decided later", props={"TRAN_MSG": "true", "PGROUP": "TxPG"})
+        assert sent.code == ResponseCode.SUCCESS
+        await asyncio.wait_for(answered.wait(), 10)
+        assert decode_records(checks[0].body)[0].body == b"decided later"
+        got = await handle.pull("G", "TxChecked", 0, 0, sys_flag=0x6, suspend_ms=5000, timeout=10)
+        (msg,) = decode_records(got.body)
+        assert msg.body == b"decided later" and msg.properties["TRAN_PREPARED_QUEUE_OFFSET"] == "0"
+        while b.offsets.query_offset("CID_RMQ_SYS_TRANS", "RMQ_SYS_TRANS_HALF_TOPIC", 0) != 1:
+            await asyncio.sleep(0.05)  # the next pass sees the op record and moves past the half
+        assert len(checks) == 1
+    finally:
+        await producer.close()
+        await b.stop()

@@ -42,7 +42,7 @@ from store.message import (
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT_STORE_MSG_OK,
-    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_TYPE_MASK,
     Message,
 )
 from store.record import decode_properties
@@ -234,7 +234,9 @@ class SendProcessor:
                     )
                 props[PROPERTY_REAL_TOPIC] = topic
                 props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
-                sys_flag = (sys_flag & ~0xC) | TRANSACTION_PREPARED_TYPE
+                # stored as a plain message of the half topic (Java resets the type): dispatched there,
+                # invisible to consumers of the real topic until END_TRANSACTION commits a copy
+                sys_flag &= ~TRANSACTION_TYPE_MASK
                 self.broker.topics.create_system_like(TRANS_HALF_TOPIC, 1, PermName.READ_WRITE)
                 topic, queue_id = TRANS_HALF_TOPIC, 0
             msg = Message(

@@ -1,0 +1,209 @@
+"""Transactional messages: END_TRANSACTION resolution and the CHECK_TRANSACTION_STATE service (§8.4).
+
+A half message waits in `RMQ_SYS_TRANS_HALF_TOPIC` queue 0. END_TRANSACTION commits it (re-put into its
+`REAL_TOPIC`/`REAL_QID` with the commit sysFlag) or rolls it back, and either way writes an "op" record
+(body = the half's queue offset, tag `d`) to `RMQ_SYS_TRANS_OP_HALF_TOPIC`, as Java does. Every
+`transactionCheckInterval` the service asks a live producer of the half's group (`PGROUP`) about halves
+older than `transactionTimeOut` that have no op record, at most `transactionCheckMax` times each.
+Progress through the half queue is kept as the offset of group `CID_RMQ_SYS_TRANS`, like Java.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from typing import TYPE_CHECKING
+
+from daemon.broker.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
+from daemon.broker.managers.topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
+from daemon.broker.processors import system_error
+from daemon.remoting.bodies import PermName
+from daemon.remoting.codes import RequestCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import RemotingError
+from store.message import (
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+    TRANSACTION_TYPE_MASK,
+    Message,
+    StoredMessage,
+)
+
+if TYPE_CHECKING:
+    from daemon.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+TRANS_GROUP = "CID_RMQ_SYS_TRANS"
+PROPERTY_PRODUCER_GROUP = "PGROUP"
+PROPERTY_TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
+OP_TAG = "d"  # Java's TransactionalMessageUtil.REMOVETAG
+BATCH = 32
+
+
+class TransactionService:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.resolved: set[int] = set()  # half queue offsets that have an op record
+        self.check_times: dict[int, int] = {}
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def load(self) -> None:
+        """Rebuild the resolved set from the op queue (small: one short record per transaction)."""
+        offset = 0
+        store = self.broker.store
+        while True:
+            result = store.get_messages(TRANS_GROUP, TRANS_OP_HALF_TOPIC, 0, offset, BATCH)
+            if not result.messages:
+                return
+            for selected in result.messages:
+                with contextlib.suppress(ValueError):
+                    self.resolved.add(int(selected.message.body))
+            offset = result.next_begin_offset
+
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="transaction-check")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _run(self) -> None:
+        while True:
+            await asyncio.sleep(self.broker.config.transaction_check_interval / 1000)
+            try:
+                await self.check_once()
+            except Exception:
+                log.exception("transaction check failed")
+
+    # ------------------------------------------------------------------ END_TRANSACTION
+
+    async def end(self, h: EndTransactionRequestHeader) -> None:
+        """Commit or roll back the half message at `h.commit_log_offset`; 0 (unknown) changes nothing."""
+        if h.commit_or_rollback not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
+            return
+        found = self.broker.store.look_message_by_offset(h.commit_log_offset)
+        if found is None or found.message.topic != TRANS_HALF_TOPIC:
+            raise system_error(f"Find prepared transaction message failed, offset {h.commit_log_offset}")
+        half = found.message
+        if half.queue_offset in self.resolved:
+            return  # already ended (a late answer to a check)
+        if h.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
+            result = await self.broker.put(committed_copy(half))
+            if not result.ok:
+                raise system_error(result.status.value)
+            self.broker.stats.on_put(half.properties.get(PROPERTY_REAL_TOPIC, half.topic))
+        await self._write_op(half.queue_offset)
+
+    async def _write_op(self, half_offset: int) -> None:
+        self.broker.topics.create_system_like(TRANS_OP_HALF_TOPIC, 1, PermName.READ_WRITE)
+        op = Message(
+            TRANS_OP_HALF_TOPIC,
+            str(half_offset).encode(),
+            0,
+            0,
+            {PROPERTY_TAGS: OP_TAG},
+            store_host=(self.broker.config.broker_ip1, self.broker.config.listen_port),
+            wait_store_msg_ok=False,
+        )
+        result = await self.broker.put(op)
+        if not result.ok:
+            raise system_error(f"writing the transaction op record failed: {result.status.value}")
+        self.resolved.add(half_offset)
+        self.check_times.pop(half_offset, None)
+
+    # ------------------------------------------------------------------ CHECK_TRANSACTION_STATE
+
+    async def check_once(self) -> int:
+        """One pass over the unresolved halves; returns how many checks were sent."""
+        broker = self.broker
+        config = broker.config
+        offsets = broker.offsets
+        progress = max(offsets.query_offset(TRANS_GROUP, TRANS_HALF_TOPIC, 0), 0)
+        sent = 0
+        offset = progress
+        now = int(time.time() * 1000)
+        while True:
+            result = broker.store.get_messages(TRANS_GROUP, TRANS_HALF_TOPIC, 0, offset, BATCH)
+            if not result.messages:
+                break
+            for selected in result.messages:
+                qoff = selected.queue_offset
+                if qoff in self.resolved:
+                    if qoff == progress:
+                        progress += 1
+                    continue
+                half = selected.message
+                if now - half.store_timestamp < config.transaction_time_out:
+                    offset = -1
+                    break
+                if self.check_times.get(qoff, 0) >= config.transaction_check_max:
+                    log.warning(
+                        "half message %s checked %d times: discarded",
+                        half.msg_id,
+                        config.transaction_check_max,
+                    )
+                    await self._write_op(qoff)
+                    if qoff == progress:
+                        progress += 1
+                    continue
+                if self._ask_producer(half, bytes(selected.raw)):
+                    self.check_times[qoff] = self.check_times.get(qoff, 0) + 1
+                    sent += 1
+            if offset < 0:
+                break
+            offset = result.next_begin_offset
+        offsets.commit_offset(TRANS_GROUP, TRANS_HALF_TOPIC, 0, progress)
+        return sent
+
+    def _ask_producer(self, half: StoredMessage, raw: bytes) -> bool:
+        group = half.properties.get(PROPERTY_PRODUCER_GROUP, "")
+        channels = self.broker.producers.groups.get(group)
+        if not channels:
+            log.info("no live producer of group %s to check half message %s", group, half.msg_id)
+            return False
+        channel = next(iter(channels.values()))
+        uniq = half.properties.get(PROPERTY_UNIQ_KEY, half.msg_id)
+        header = CheckTransactionStateRequestHeader(
+            half.queue_offset, half.commit_log_offset, uniq, uniq, half.msg_id
+        )
+        try:
+            channel.conn.invoke_oneway(
+                RemotingCommand.request(RequestCode.CHECK_TRANSACTION_STATE, header.to_ext_fields(), raw)
+            )
+        except RemotingError as exc:
+            log.info("cannot check half message %s with %s: %s", half.msg_id, channel.client_id, exc)
+            return False
+        return True
+
+
+def committed_copy(half: StoredMessage) -> Message:
+    """The half message as its committed twin in the real topic and queue."""
+    props = dict(half.properties)
+    props.pop(PROPERTY_TRANSACTION_PREPARED, None)
+    props[PROPERTY_TRAN_PREPARED_QUEUE_OFFSET] = str(half.queue_offset)
+    return Message(
+        props.get(PROPERTY_REAL_TOPIC, half.topic),
+        half.stored_body,
+        int(props.get(PROPERTY_REAL_QUEUE_ID, "0")),
+        half.flag,
+        props,
+        (half.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_COMMIT_TYPE,
+        half.born_timestamp,
+        half.born_host,
+        half.store_host,
+        half.reconsume_times,
+        half.commit_log_offset,
+        True,
+    )
