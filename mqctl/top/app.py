@@ -274,7 +274,9 @@ class TopApp(App[None]):
     # ----------------------------------------------------------------------------------- refresh
 
     def _tick(self) -> None:
-        if not self.paused:
+        """A timer tick while a refresh still runs is dropped: a cluster slower than the interval is
+        refreshed back to back at most, never by piled-up requests."""
+        if not self.paused and not self.refreshing:
             self.action_refresh_now()
 
     def action_refresh_now(self) -> None:
