@@ -188,12 +188,17 @@ class CleanPlan:
 
     def losses(self) -> dict[str, int]:
         """Per group, the unconsumed messages the deletable files hold (groups that lose none are left out)."""
-        out: dict[str, int] = {}
-        for row in self.deletable:
-            for group, n in row.unconsumed.items():
-                if n:
-                    out[group] = out.get(group, 0) + n
-        return dict(sorted(out.items()))
+        return total_losses(r.unconsumed for r in self.deletable)
+
+
+def total_losses(per_file: Iterable[dict[str, int]]) -> dict[str, int]:
+    """Sum per-file unconsumed counts by group, leaving out groups that lose nothing."""
+    out: dict[str, int] = {}
+    for counts in per_file:
+        for group, n in counts.items():
+            if n:
+                out[group] = out.get(group, 0) + n
+    return dict(sorted(out.items()))
 
 
 def select_files(
@@ -394,14 +399,13 @@ class Cleaner:
         that is no longer the first one (the plan is stale then)."""
         deleted = 0
         for row in plan.deletable[:batch]:
-            files = self.commit_log.files.files
-            if len(files) < 2 or files[0].path != row.file.path:
-                break
-            log.info("deleting commit log file %s (%s)", row.file.path, row.reason)
             with self.lock:
-                self.commit_log.files.files = files[
-                    1:
-                ]  # a new list: readers holding the old one stay consistent
+                files = self.commit_log.files.files
+                if len(files) < 2 or files[0].path != row.file.path:
+                    break
+                # a new list: readers holding the old one stay consistent
+                self.commit_log.files.files = files[1:]
+            log.info("deleting commit log file %s (%s)", row.file.path, row.reason)
             files[0].destroy()
             deleted += 1
             if deleted < len(plan.deletable[:batch]) and self.stop.wait(

@@ -21,7 +21,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from mqctl.admin import messaging
 from mqctl.admin.client import Admin
 from mqctl.services import store_inspect as si
-from store.cleanup import WATERMARK, CommittedOffset, LogFile, make_plan, unconsumed_per_file
+from store.cleanup import WATERMARK, CommittedOffset, LogFile, make_plan, total_losses, unconsumed_per_file
 from store.config import StoreConfig
 from store.engine import DefaultMessageStore, ensure_unlocked
 
@@ -113,11 +113,6 @@ def report(target: str, body: PlanBody) -> CleanReport:
     ]
     doomed = [f for f in body.files if f.reason]
     kept = [f for f in body.files if not f.reason]
-    losses: dict[str, int] = {}
-    for f in doomed:
-        for group, n in f.unconsumed.items():
-            if n:
-                losses[group] = losses.get(group, 0) + n
     return CleanReport(
         target,
         body.disk_ratio,
@@ -127,7 +122,7 @@ def report(target: str, body: PlanBody) -> CleanReport:
         len(doomed),
         sum(f.size for f in doomed),
         kept[0].from_offset if kept else None,
-        dict(sorted(losses.items())),
+        total_losses(f.unconsumed for f in doomed),
     )
 
 
