@@ -21,7 +21,15 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from mqctl.admin import messaging
 from mqctl.admin.client import Admin
 from mqctl.services import store_inspect as si
-from store.cleanup import WATERMARK, CommittedOffset, LogFile, make_plan, total_losses, unconsumed_per_file
+from store.cleanup import (
+    WATERMARK,
+    CleanPlan,
+    CommittedOffset,
+    LogFile,
+    make_plan,
+    total_losses,
+    unconsumed_per_file,
+)
 from store.config import StoreConfig
 from store.engine import DefaultMessageStore, ensure_unlocked
 
@@ -150,31 +158,36 @@ def store_clean(root: Path, config: StoreConfig, *, execute: bool) -> CleanRepor
     Refuses (``StoreLockedError``) when a broker holds the store's lock, even for a dry run.
     """
     ensure_unlocked(str(root))
-    store = DefaultMessageStore(config, read_only=not execute)
+    plan = _offline_plan(config)  # read-only, so the ages shown are the files' own, not our open's
+    rep = report(str(root), PlanBody.of(plan, disk_full=False))
+    if not execute:
+        return rep
+    store = DefaultMessageStore(config)  # takes the lock: a broker started meanwhile makes this fail
     store.open()
     try:
-        plan = store.cleanup_plan(manual=True)
-        rep = report(str(root), PlanBody.of(plan, disk_full=False))
-        if execute:
-            deleted = store.apply_cleanup_plan(plan)
-            rep.executed = True
-            rep.deleted = [r.file.name for r in plan.deletable[:deleted]]
-            rep.min_offset_after = store.min_phy_offset
-            log.info("deleted %d CommitLog file(s) from %s", deleted, root)
+        deleted = store.apply_cleanup_plan(plan)  # stops at a file that is no longer first
+        rep.min_offset_after = store.min_phy_offset
     finally:
         store.shutdown()
+    rep.executed = True
+    rep.deleted = [r.file.name for r in plan.deletable[:deleted]]
+    log.info("deleted %d CommitLog file(s) from %s", deleted, root)
     return rep
+
+
+def _offline_plan(config: StoreConfig) -> CleanPlan:
+    store = DefaultMessageStore(config, read_only=True)
+    store.open()
+    try:
+        return store.cleanup_plan(manual=True)
+    finally:
+        store.shutdown()
 
 
 def file_retention(root: Path, config: StoreConfig) -> dict[str, dict[str, Any]]:
     """Per CommitLog file name: age, expired, reclaimable bytes (what a cleanup triggered now would free)
     and whether every group has consumed all of its messages. Read-only; safe on a running broker's store."""
-    store = DefaultMessageStore(config, read_only=True)
-    store.open()
-    try:
-        plan = store.cleanup_plan(manual=True)
-    finally:
-        store.shutdown()
+    plan = _offline_plan(config)
     return {
         r.file.name: {
             "age": age_text(r.age_ms),
