@@ -228,7 +228,6 @@ class TopApp(App[None]):
         self.failures = 0
         self.paused = False
         self.refreshing = False
-        self.refreshes = 0
         self.filters: dict[str, str] = {name: "" for name, _ in VIEWS}
         self.sorts = {"topics": 0, "groups": 0}
         self.put_history: deque[float] = deque(maxlen=HISTORY)
@@ -303,7 +302,6 @@ class TopApp(App[None]):
             self.get_history.append(snapshot.overview.get_tps)
         finally:
             self.refreshing = False
-            self.refreshes += 1
         self.render_all()
         if self.again:
             self.again = False
