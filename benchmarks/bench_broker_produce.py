@@ -10,22 +10,21 @@ Prints start-up time and sends/s.  Usage: python benchmarks/bench_broker_produce
 from __future__ import annotations
 
 import asyncio
+import itertools
 import os
 import signal
 import socket
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from daemon.broker.headers import SendMessageRequestHeaderV2
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.frame import decode_frame, encode_command
 from daemon.remoting.loop import run
+from mqctl.services.bench import BenchResult, result, send_frame, sender
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = os.urandom(1024)
@@ -50,38 +49,19 @@ async def wait_ready(addr: str, started: float) -> float:
             await asyncio.sleep(0.01)
 
 
-async def producer(addr: str, deadline: float, n: int) -> int:
-    """One synchronous producer on its own connection. Frames are pre-encoded and responses only
-    length-parsed, so the load generator spends little CPU and the figure is the broker's."""
-    host, port = addr.split(":")
-    reader, writer = await asyncio.open_connection(host, int(port))
-    header = SendMessageRequestHeaderV2(
-        "BenchPG", "BenchTopic", "TBW102", 8, n % 8, 0, int(time.time() * 1000), 0, "WAIT\x01true"
-    )
-    frame = encode_command(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(), BODY))
-    sent = 0
-    try:
-        while time.perf_counter() < deadline:
-            writer.write(frame)
-            (length,) = struct.unpack(">i", await reader.readexactly(4))
-            response, _ = decode_frame(struct.pack(">i", length) + await reader.readexactly(length), 0) or (
-                None,
-                0,
-            )
-            if response is None or response.code != ResponseCode.SUCCESS:
-                raise RuntimeError(f"send failed: {response}")
-            sent += 1
-    finally:
-        writer.close()
-    return sent
+async def bench(addr: str, duration: float, producers: int) -> BenchResult:
+    """`mqctl bench produce`'s senders, each re-run until ``duration`` is over (after a 1 s warm-up)."""
+    sends = [(addr, send_frame("BenchTopic", q, BODY)) for q in range(4)]  # auto-created with 4 queues
 
+    async def until(deadline: float, i: int, rts: list[float]) -> int:
+        rotated = itertools.cycle(sends[i % 4 :] + sends[: i % 4])
+        return await sender(itertools.takewhile(lambda _: time.perf_counter() < deadline, rotated), rts)
 
-async def bench(addr: str, duration: float, producers: int) -> float:
-    warm = time.perf_counter() + 1.0
-    await asyncio.gather(*(producer(addr, warm, n) for n in range(producers)))
+    await asyncio.gather(*(until(time.perf_counter() + 1.0, i, []) for i in range(producers)))
+    rts: list[float] = []
     start = time.perf_counter()
-    counts = await asyncio.gather(*(producer(addr, start + duration, n) for n in range(producers)))
-    return sum(counts) / (time.perf_counter() - start)
+    failures = await asyncio.gather(*(until(start + duration, i, rts) for i in range(producers)))
+    return result("produce", len(rts), sum(failures), time.perf_counter() - start, rts)
 
 
 def main() -> None:
@@ -114,7 +94,10 @@ def main() -> None:
             proc.wait(30)
     flush = os.environ.get("MQCTL_FLUSH_DISK_TYPE", "ASYNC_FLUSH")
     print(f"broker start-up (process start to first answer, empty store): {ready:.2f} s")
-    print(f"produce: {rate:,.0f} sends/s ({producers} producers, 1 KiB bodies, {flush}, {duration:g} s)")
+    print(
+        f"produce: {rate.tps:,.0f} sends/s, avg RT {rate.avg_rt_ms:.2f} ms, max RT {rate.max_rt_ms:.1f} ms, "
+        f"{rate.failures} failures ({producers} producers, 1 KiB bodies, {flush}, {duration:g} s)"
+    )
 
 
 if __name__ == "__main__":

@@ -135,7 +135,9 @@ _RESPONSE_CODE_CLASSES: dict[int, type[BrokerError] | type[MqctlError]] = {
 
 def from_response_code(code: int, remark: str | None, *, action: str) -> MqctlError:
     """Build the error for a RocketMQ response ``code`` answered to ``action``."""
-    message = f"{action}: {remark or 'no remark'} (response code {code})"
+    # Java remarks may carry a second line with a FAQ link: keep the error to one line.
+    first_line = (remark or "").strip().splitlines()[0] if (remark or "").strip() else "no remark"
+    message = f"{action}: {first_line} (response code {code})"
     cls = _RESPONSE_CODE_CLASSES.get(code, BrokerError)
     if issubclass(cls, BrokerError):
         return cls(message, code=code, remark=remark)

@@ -24,6 +24,7 @@ NOUNS: tuple[tuple[str, str], ...] = (
     ("offset", "mqctl.cli.offset"),
     ("msg", "mqctl.cli.msg"),
     ("store", "mqctl.cli.store"),
+    ("bench", "mqctl.cli.bench"),
     ("context", "mqctl.cli.context"),
     ("spark-export", "mqctl.cli.spark_export"),
     ("top", "mqctl.cli.top"),

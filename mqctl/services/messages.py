@@ -199,7 +199,13 @@ AUTO_CREATE_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4  # DefaultMQProducer.defaultTopicQueueNums
 
 
-async def _auto_create_queues(admin: Admin, topic: str) -> list[QueueRef]:
+async def writable_queues(admin: Admin, topic: str) -> list[QueueRef]:
+    """Where a producer may send ``topic``: its own route, or TBW102's for a topic still to be auto-created."""
+    try:
+        return queues(await admin.topic_route(topic), write=True)
+    except RemotingCommandError as exc:
+        if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+            raise
     try:
         template = await admin.topic_route(AUTO_CREATE_TOPIC)
     except RemotingCommandError as exc:
@@ -226,12 +232,7 @@ async def send_message(
     A topic the NameServer does not know goes, as with RocketMQ's producers, to the brokers that
     route TBW102: those with autoCreateTopicEnable create it on this first send.
     """
-    try:
-        refs = queues(await admin.topic_route(topic), write=True)
-    except RemotingCommandError as exc:
-        if exc.code != ResponseCode.TOPIC_NOT_EXIST:
-            raise
-        refs = await _auto_create_queues(admin, topic)
+    refs = await writable_queues(admin, topic)
     ref = random.choice(pick(refs, broker=broker, queue=queue, topic=topic))
     result = await wire.send(admin, ref.addr, topic, body, queue_id=ref.queue_id, properties=properties)
     return Sent(

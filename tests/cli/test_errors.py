@@ -88,3 +88,10 @@ def test_translate_lower_level_errors() -> None:
     own = NotFoundError("x")
     assert translate(own) is own
     assert type(translate(RuntimeError("boom"))) is MqctlError
+
+
+def test_java_remarks_with_a_faq_line_stay_one_line() -> None:
+    remark = "No topic route info in name server for the topic: T\nSee http://rocketmq.apache.org/docs/faq/ for further details."
+    error = from_response_code(17, remark, action="route")
+    assert str(error) == "route: No topic route info in name server for the topic: T (response code 17)"
+    assert "\n" not in str(from_response_code(1, "\n", action="x"))

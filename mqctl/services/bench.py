@@ -1,0 +1,177 @@
+"""Load generators like RocketMQ's benchmark Producer and Consumer.
+
+``produce`` runs T synchronous senders, each on its own connection with one SEND_MESSAGE_V2 in
+flight (as T producer threads calling ``send()``); frames are encoded once per queue so the figure
+is the broker's, not the generator's. ``consume`` drains a topic with one PULL_MESSAGE in flight
+per queue (as a push consumer does) and counts records without decoding them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import struct
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from daemon.broker.headers import (
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
+    SendMessageRequestHeaderV2,
+)
+from daemon.remoting.client import parse_addr
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.frame import decode_frame, encode_command
+from mqctl.admin.client import Admin
+from mqctl.admin.messaging import PULL_FLAG_SUBSCRIPTION
+from mqctl.errors import NotFoundError
+from mqctl.services.messages import QueueRef, queues, writable_queues
+from mqctl.services.topics import TopicSpec, upsert
+from store.record import read_header
+
+_LENGTH = struct.Struct(">i")
+PRODUCER_GROUP = "mqctl_bench_producer"
+
+
+@dataclass
+class BenchResult:
+    kind: str
+    messages: int
+    failures: int
+    seconds: float
+    tps: float
+    avg_rt_ms: float
+    max_rt_ms: float
+
+
+def topic_names(prefix: str, topics: int) -> list[str]:
+    """PREFIX alone, or PREFIX-0 ... PREFIX-(N-1) to spread the load over N topics."""
+    return [prefix] if topics == 1 else [f"{prefix}-{i}" for i in range(topics)]
+
+
+def send_frame(topic: str, queue_id: int, body: bytes) -> bytes:
+    header = SendMessageRequestHeaderV2(
+        PRODUCER_GROUP, topic, "TBW102", 4, queue_id, 0, int(time.time() * 1000), 0, "WAIT\x01true"
+    )
+    return encode_command(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(), body))
+
+
+async def _read_response(reader: asyncio.StreamReader) -> RemotingCommand:
+    head = await reader.readexactly(4)
+    (length,) = _LENGTH.unpack(head)
+    decoded = decode_frame(head + await reader.readexactly(length), 0)
+    assert decoded is not None
+    return decoded[0]
+
+
+async def sender(sends: Iterable[tuple[str, bytes]], rts: list[float]) -> int:
+    """Send each (broker, frame) in turn, one in flight, on this sender's own connections; returns failures."""
+    streams: dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
+    failures = 0
+    try:
+        for addr, frame in sends:
+            if addr not in streams:
+                streams[addr] = await asyncio.open_connection(*parse_addr(addr))
+            reader, writer = streams[addr]
+            started = time.perf_counter()
+            writer.write(frame)
+            response = await _read_response(reader)
+            rts.append(time.perf_counter() - started)
+            failures += response.code != ResponseCode.SUCCESS
+    finally:
+        for _, writer in streams.values():
+            writer.close()
+    return failures
+
+
+async def produce(admin: Admin, prefix: str, *, topics: int, threads: int, size: int, count: int) -> BenchResult:
+    """Send ``count`` messages of ``size`` bytes from ``threads`` senders.
+
+    Message k goes to queue slot k mod S, where the slots interleave the topics (topic 0 queue 0,
+    topic 1 queue 0, ...), so the load is spread round-robin over topics and then queues.
+    """
+    names = topic_names(prefix, topics)
+    if topics > 1:
+        for name in names:
+            await upsert(admin, TopicSpec(name, 4, 4), cluster=None, broker=None, mode="create", soft=True)
+    body = os.urandom(size)
+    per_topic = [
+        [(ref.addr, send_frame(name, ref.queue_id, body)) for ref in await writable_queues(admin, name)]
+        for name in names
+    ]
+    slots = [slot for column in itertools.zip_longest(*per_topic) for slot in column if slot is not None]
+    if not slots:
+        raise NotFoundError(f"no writable queue for {prefix!r}")
+    rts: list[float] = []
+    started = time.perf_counter()
+    failures = await asyncio.gather(
+        *(sender([slots[k % len(slots)] for k in range(i, count, threads)], rts) for i in range(threads))
+    )
+    return result("produce", len(rts), sum(failures), time.perf_counter() - started, rts)
+
+
+def count_records(body: bytes) -> int:
+    """Records in a pull body, walking TOTALSIZE only."""
+    pos = count = 0
+    while pos < len(body):
+        size, _ = read_header(body, pos)
+        pos += size
+        count += 1
+    return count
+
+
+async def consume(admin: Admin, topic: str, *, group: str, count: int | None, idle_s: float) -> BenchResult:
+    """Drain ``topic`` from the group's committed offsets (earliest when none), until ``count`` or idle."""
+    refs = queues(await admin.topic_route(topic), write=False)
+    rts: list[float] = []
+    received = 0
+    last_progress = time.perf_counter()
+    done = asyncio.Event()
+
+    async def drain(ref: QueueRef) -> None:
+        nonlocal received, last_progress
+        committed = await admin.consumer_offset(ref.addr, group, topic, ref.queue_id)
+        offset = committed if committed is not None else await admin.queue_offset(
+            ref.addr, RequestCode.GET_MIN_OFFSET, topic, ref.queue_id
+        )
+        while not done.is_set():
+            header = PullMessageRequestHeader(group, topic, ref.queue_id, offset, 32, PULL_FLAG_SUBSCRIPTION, 0, 0, 0, "*", "TAG")
+            started = time.perf_counter()
+            response = await admin.call(
+                ref.addr, RequestCode.PULL_MESSAGE, header,
+                expect=(ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
+                        ResponseCode.PULL_OFFSET_MOVED),
+            )
+            rts.append(time.perf_counter() - started)
+            reply = PullMessageResponseHeader.from_ext_fields(response.ext_fields)
+            if response.code == ResponseCode.SUCCESS:
+                received += count_records(response.body)
+                last_progress = time.perf_counter()
+                if count is not None and received >= count:
+                    done.set()
+            elif response.code == ResponseCode.PULL_NOT_FOUND:
+                if time.perf_counter() - last_progress > idle_s:
+                    done.set()
+                await asyncio.sleep(0.01)
+            offset = reply.next_begin_offset
+        await admin.commit_offset(ref.addr, group, topic, ref.queue_id, offset)
+
+    started = time.perf_counter()
+    await asyncio.gather(*(drain(ref) for ref in refs))
+    seconds = max(last_progress - started, 1e-9)
+    return result("consume", received, 0, seconds, rts)  # an unexpected answer raises instead
+
+
+def result(kind: str, messages: int, failures: int, seconds: float, rts: list[float]) -> BenchResult:
+    return BenchResult(
+        kind=kind,
+        messages=messages,
+        failures=failures,
+        seconds=round(seconds, 3),
+        tps=round(messages / seconds, 1) if seconds else 0.0,
+        avg_rt_ms=round(1000 * sum(rts) / len(rts), 3) if rts else 0.0,
+        max_rt_ms=round(1000 * max(rts), 3) if rts else 0.0,
+    )

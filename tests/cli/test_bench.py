@@ -1,0 +1,43 @@
+"""``mqctl bench``: the load generators against our real daemons (counts, not speed: speed lives in benchmarks/)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from mqctl.services.bench import count_records, topic_names
+from tests.conftest import RunCli
+from tests.daemons import LocalCluster, local_cluster
+
+
+@pytest.fixture(scope="module")
+def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with local_cluster(tmp_path_factory.mktemp("bench")) as cluster:
+        yield cluster
+
+
+def test_produce_over_several_topics_then_consume_them(cli: RunCli, daemons: LocalCluster) -> None:
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+    produced = cli("bench", "produce", "-t", "BenchT", "--topics", "3", "--threads", "4", "--size", "128",
+                   "--count", "600", "-o", "json", env=env)
+    assert produced.code == 0, produced.stderr
+    result = produced.json()
+    assert result["messages"] == 600 and result["failures"] == 0 and result["tps"] > 0
+    assert result["max_rt_ms"] >= result["avg_rt_ms"] > 0
+    store = daemons.broker.store
+    per_topic = [sum(store.get_max_offset(t, q) for q in range(4)) for t in topic_names("BenchT", 3)]
+    assert per_topic == [200, 200, 200]
+
+    drained = cli("bench", "consume", "-t", "BenchT-1", "-g", "BenchG", "--idle", "0.5", "-o", "json", env=env).json()
+    assert drained["messages"] == 200 and drained["tps"] > 0
+    assert [daemons.broker.offsets.query_offset("BenchG", "BenchT-1", q) for q in range(4)] == [50, 50, 50, 50]
+    again = cli("bench", "consume", "-t", "BenchT-1", "-g", "BenchG", "--idle", "0.3", "-o", "json", env=env).json()
+    assert again["messages"] == 0
+
+
+def test_count_records_walks_total_sizes() -> None:
+    from store.record import encode_blank
+
+    assert count_records(b"") == 0
+    assert count_records(encode_blank(40) + bytes(32) + encode_blank(60) + bytes(52)) == 2
