@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mqctl.cli.common import BrokerAddrOpt, ClusterOpt, ContextOpt, ExecuteOpt, NamesrvOpt, OutputOpt
+from mqctl.cli.common import BrokerAddrOpt, ClusterOpt, ContextOpt, ExecuteOpt, NamesrvOpt, OutputOpt, online
 
 if TYPE_CHECKING:
     from daemon.broker.config import BrokerConfig
@@ -235,3 +235,40 @@ def clean(
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
     for rep in run_admin(target.namesrv, work):
         show_clean_report(rep, output)
+
+
+config_app = typer.Typer(help="Read and change a running broker's settings (RocketMQ key names).", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("get")
+def config_get(
+    keys: Annotated[list[str] | None, typer.Argument(help="Settings to show, e.g. fileReservedTime (default: all).")] = None,
+    cluster: ClusterOpt = None,
+    broker: BrokerAddrOpt = None,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Show settings of one broker (--broker) or of every master of the cluster."""
+    from mqctl.services.broker_config import get
+
+    online(lambda admin: get(admin, cluster=cluster, broker=broker, keys=keys or []),
+           namesrv=namesrv, context=context, output=output)
+
+
+@config_app.command("set")
+def config_set(
+    settings: Annotated[list[str], typer.Argument(help="key=value pairs, e.g. fileReservedTime=48.")],
+    cluster: ClusterOpt = None,
+    broker: BrokerAddrOpt = None,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Change settings at run time (UPDATE_BROKER_CONFIG); prints old -> new per broker."""
+    from mqctl.services.broker_config import parse_assignments, set_
+
+    changes = parse_assignments(settings)
+    online(lambda admin: set_(admin, cluster=cluster, broker=broker, changes=changes),
+           namesrv=namesrv, context=context, output=output)

@@ -141,3 +141,16 @@ def test_namesrv_kv(mq: RunCli, daemons: LocalCluster) -> None:
     assert mq("namesrv", "kv", "delete", *ns, "OrderT").code == UsageError.exit_code  # needs --yes off a TTY
     assert mq("namesrv", "kv", "delete", *ns, "OrderT", "--yes", "-o", "json").json()["deleted"] == "broker-a:4"
     assert daemons.namesrv.kv.get("ORDER_TOPIC_CONFIG", "OrderT") is None
+
+
+def test_broker_config_get_and_set(mq: RunCli, daemons: LocalCluster) -> None:
+    got = mq("broker", "config", "get", "fileReservedTime", "brokerName", "-o", "json").json()
+    assert got == [
+        {"broker": daemons.broker_addr, "key": "fileReservedTime", "value": str(daemons.broker.config.file_reserved_time)},
+        {"broker": daemons.broker_addr, "key": "brokerName", "value": "broker-a"},
+    ]
+    changed = mq("broker", "config", "set", "fileReservedTime=48", "-b", daemons.broker_addr, "-o", "json").json()
+    assert changed == [{"broker": daemons.broker_addr, "key": "fileReservedTime", "old": got[0]["value"], "new": "48"}]
+    assert daemons.broker.config.file_reserved_time == 48
+    assert mq("broker", "config", "get", "noSuchKey").code == NotFoundError.exit_code
+    assert mq("broker", "config", "set", "fileReservedTime").code == UsageError.exit_code

@@ -1,0 +1,46 @@
+"""Broker configuration over the wire (GET_BROKER_CONFIG 26 / UPDATE_BROKER_CONFIG 25)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from mqctl.admin.client import Admin
+from mqctl.errors import NotFoundError, UsageError
+from mqctl.services.topics import target_masters
+
+
+async def get(admin: Admin, *, cluster: str | None, broker: str | None, keys: list[str]) -> list[dict[str, Any]]:
+    """One row per broker and key; all keys when none are named (unknown names are an error)."""
+    rows = []
+    for addr in await target_masters(admin, cluster, broker):
+        config = await admin.broker_config(addr)
+        missing = [k for k in keys if k not in config]
+        if missing:
+            raise NotFoundError(f"broker {addr} has no setting {', '.join(missing)}")
+        rows.extend({"broker": addr, "key": k, "value": config[k]} for k in (keys or sorted(config)))
+    return rows
+
+
+def parse_assignments(pairs: list[str]) -> dict[str, str]:
+    """``key=value`` arguments, as RocketMQ's property keys spell them."""
+    changes = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise UsageError(f"bad setting {pair!r}: use key=value, e.g. fileReservedTime=48")
+        changes[key.strip()] = value.strip()
+    return changes
+
+
+async def set_(admin: Admin, *, cluster: str | None, broker: str | None, changes: dict[str, str]) -> list[dict[str, Any]]:
+    """Apply ``changes`` on each target broker; rows say old -> new as the broker reports afterwards."""
+    rows = []
+    for addr in await target_masters(admin, cluster, broker):
+        before = await admin.broker_config(addr)
+        unknown = [k for k in changes if k not in before]
+        if unknown:
+            raise NotFoundError(f"broker {addr} has no setting {', '.join(unknown)}")
+        await admin.update_broker_config(addr, changes)
+        after = await admin.broker_config(addr)
+        rows.extend({"broker": addr, "key": k, "old": before[k], "new": after.get(k)} for k in changes)
+    return rows
