@@ -455,3 +455,14 @@ __all__ = [
     "record_size",
     "topic_field",
 ]
+
+
+def decode_records(buf: Buffer) -> list[StoredMessage]:
+    """Decode concatenated records, as a pull or query response body carries them."""
+    out = []
+    pos = 0
+    while pos < len(buf):
+        msg = decode_record(buf, pos)
+        out.append(msg)
+        pos += msg.store_size
+    return out

@@ -34,7 +34,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from mqctl.admin.client import Admin
 from store.message import PROPERTY_UNIQ_KEY, StoredMessage
-from store.record import decode_record, encode_properties
+from store.record import decode_record, decode_records, encode_properties
 
 #: The producer group mqctl sends as (like mqadmin's tools groups, never a real application's).
 PRODUCER_GROUP = "MQCTL_PRODUCER"
@@ -46,17 +46,6 @@ DEFAULT_TOPIC = "TBW102"
 PULL_FLAG_COMMIT_OFFSET = 0x1
 PULL_FLAG_SUSPEND = 0x2
 PULL_FLAG_SUBSCRIPTION = 0x4
-
-
-def decode_records(body: bytes) -> list[StoredMessage]:
-    """Split a pull or query response body (concatenated CommitLog records) into messages."""
-    out = []
-    pos = 0
-    while pos < len(body):
-        msg = decode_record(body, pos)
-        out.append(msg)
-        pos += msg.store_size
-    return out
 
 
 # ------------------------------------------------------------------------------------ UNIQ_KEY

@@ -21,8 +21,7 @@ from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
-from store.message import StoredMessage
-from store.record import decode_record, encode_properties
+from store.record import encode_properties
 from tests.namesrv.conftest import namesrv_config
 
 
@@ -148,17 +147,6 @@ class BrokerHandle(BrokerClient):
     """A broker running in this process, and a client for it."""
 
     broker: Broker
-
-
-def decode_records(body: bytes) -> list[StoredMessage]:
-    """Split a pull/query body into its records."""
-    out = []
-    pos = 0
-    while pos < len(body):
-        msg = decode_record(body, pos)
-        out.append(msg)
-        pos += msg.store_size
-    return out
 
 
 @pytest.fixture

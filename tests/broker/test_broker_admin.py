@@ -19,7 +19,8 @@ from daemon.config import parse_properties
 from daemon.remoting.bodies import KVTable, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
-from tests.broker.conftest import BrokerHandle, decode_records, start_broker
+from store.record import decode_records
+from tests.broker.conftest import BrokerHandle, start_broker
 
 
 def create_topic(name: str, queues: int = 4, perm: int = 6) -> dict[str, str]:

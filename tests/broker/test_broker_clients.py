@@ -19,7 +19,8 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
-from tests.broker.conftest import BrokerHandle, decode_records
+from store.record import decode_records
+from tests.broker.conftest import BrokerHandle
 
 
 async def test_heartbeat_registers_consumer_and_creates_retry_topic(broker: BrokerHandle) -> None:

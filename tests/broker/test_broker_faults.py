@@ -21,7 +21,8 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingConnectError
 from daemon.remoting.frame import encode_command
 from store.errors import StoreLockedError
-from tests.broker.conftest import BrokerClient, BrokerHandle, broker_config, decode_records, start_broker
+from store.record import decode_records
+from tests.broker.conftest import BrokerClient, BrokerHandle, broker_config, start_broker
 from tests.broker.test_broker_cli import free_port
 from tests.conftest import ROOT
 from tests.namesrv.conftest import namesrv_config

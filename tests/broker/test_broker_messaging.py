@@ -19,8 +19,8 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from store.memory import InMemoryMessageStore
-from store.record import decode_msg_id, encode_properties
-from tests.broker.conftest import BrokerHandle, broker_config, decode_records, start_broker
+from store.record import decode_msg_id, decode_records, encode_properties
+from tests.broker.conftest import BrokerHandle, broker_config, start_broker
 
 
 async def test_send_v2_then_pull_returns_identical_message(broker: BrokerHandle) -> None:

@@ -11,7 +11,7 @@ from daemon.broker.clean import CLEAN_PLAN, PlanBody
 from daemon.broker.headers import QueryMessageRequestHeader, UpdateConsumerOffsetRequestHeader
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store.cleanup import EXPIRED, WATERMARK, FakeDiskUsage
-from tests.broker.conftest import decode_records
+from store.record import decode_records
 from tests.retention.conftest import RetentionCluster, retention_cluster, wait_until
 
 
