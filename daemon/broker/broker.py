@@ -123,6 +123,7 @@ class Broker:
 
             try:
                 self.metrics_port, self._metrics_stop = start_metrics_server(self, self.config.metrics_port)
+                self.config.metrics_port = self.metrics_port  # port 0: report the bound one (mqctl top reads it)
             except OSError as exc:  # metrics are an aid: a taken port must not keep the broker down
                 log.error("metrics endpoint not started on port %d: %s", self.config.metrics_port, exc)
         self._started = True
