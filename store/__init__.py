@@ -1,5 +1,5 @@
 """RocketMQ 4.x compatible storage engine: byte-compatible CommitLog, ConsumeQueue, IndexFile,
-checkpoint, abort/lock files and config JSON (spec: /work/shared/spec/store-format.md).
+checkpoint, abort/lock files and config JSON (spec: shared/spec/store-format.md).
 
 Imports nothing from ``daemon`` or ``mqctl``. The broker codes against :class:`MessageStore`
 (:mod:`store.api`); :class:`DefaultMessageStore` (:mod:`store.engine`) is the file-backed

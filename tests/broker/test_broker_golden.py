@@ -1,5 +1,5 @@
 """Our broker answers the requests recorded from a real RocketMQ 4.9.8 broker as that broker did
-(/work/shared/spec/golden-frames.md): codes, remarks and response header fields."""
+(shared/spec/golden-frames.md): codes, remarks and response header fields."""
 
 from __future__ import annotations
 

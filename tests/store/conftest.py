@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 
 from store.config import StoreConfig
+from tests.conftest import SHARED
 
-FIXTURES = Path("/work/shared/fixtures")
+FIXTURES = SHARED / "fixtures"
 STORE_A_TAR = FIXTURES / "store-a.tar.xz"
 STORE_A_MANIFEST = FIXTURES / "store-a.manifest.json"
 
