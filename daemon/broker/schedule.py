@@ -2,7 +2,7 @@
 
 The store parks a message with `DELAY=n` in queue n−1 of SCHEDULE_TOPIC_XXXX and writes its due time
 into the consume-queue tags code. This service walks each level's queue in order, re-puts due messages
-into their `REAL_TOPIC`/`REAL_QID` (without `DELAY`, with `WAIT=false`) and records its progress per
+into their `REAL_TOPIC`/`REAL_QID` (keeping `DELAY` as 4.9.8 does, with `WAIT=false`) and records its progress per
 level in the store's `delayOffset.json` manager.
 """
 
@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING
 from daemon.broker.managers.topics import SCHEDULE_TOPIC
 from store.api import GetMessageStatus
 from store.message import (
-    PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_WAIT_STORE_MSG_OK,
@@ -36,9 +35,12 @@ BATCH = 32
 
 
 def delivered_copy(old: StoredMessage) -> Message:
-    """The message as it must reach its real topic: DELAY removed, everything else kept."""
+    """The message as it must reach its real topic.
+
+    As 4.9.8 does, the stored properties keep ``DELAY``, ``REAL_TOPIC`` and ``REAL_QID`` (store-a's
+    delivered copies show it); only the in-memory level is 0 so the copy is not parked again.
+    """
     props = dict(old.properties)
-    props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
     props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
     return Message(
         props.get(PROPERTY_REAL_TOPIC, old.topic),
@@ -53,6 +55,7 @@ def delivered_copy(old: StoredMessage) -> Message:
         old.reconsume_times,
         old.prepared_transaction_offset,
         False,
+        delay_time_level=0,
     )
 
 

@@ -213,7 +213,9 @@ async def test_send_back_goes_through_delay_level_to_retry_topic(broker: BrokerH
     got = await broker.pull("RG", "%RETRY%RG", 0, 0, sys_flag=0x6, suspend_ms=15_000, timeout=20)
     (msg,) = decode_records(got.body)
     assert msg.body == b"retry-me" and msg.reconsume_times == 1
-    assert msg.properties["RETRY_TOPIC"] == "RT" and "DELAY" not in msg.properties
+    # as store-a's retried copies: DELAY, REAL_TOPIC and REAL_QID stay in the stored properties
+    assert msg.properties["RETRY_TOPIC"] == "RT" and msg.properties["DELAY"] == "1"
+    assert msg.properties["REAL_TOPIC"] == "%RETRY%RG" and msg.properties["WAIT"] == "false"
     assert msg.properties["ORIGIN_MESSAGE_ID"] == sent.ext_fields["msgId"]
     assert broker.broker.store.configs.delay_offsets.table[1] == 1
 
@@ -242,7 +244,9 @@ async def test_delayed_send_is_parked_then_delivered(broker: BrokerHandle) -> No
     assert (await broker.pull("G", "Later", 0, 0)).code == ResponseCode.PULL_NOT_FOUND
     got = await broker.pull("G", "Later", 0, 0, sys_flag=0x6, suspend_ms=15_000, timeout=20)
     (msg,) = decode_records(got.body)
-    assert msg.body == b"soon" and msg.properties["REAL_TOPIC"] == "Later" and "DELAY" not in msg.properties
+    assert msg.body == b"soon" and msg.properties["REAL_TOPIC"] == "Later" and msg.properties["DELAY"] == "1"
+    assert msg.properties["REAL_QID"] == "0"
+    assert (await broker.pull("G", "Later", 0, 1)).code == ResponseCode.PULL_NOT_FOUND  # not parked again
 
 
 async def test_transaction_half_message_is_invisible_until_committed(broker: BrokerHandle) -> None:
