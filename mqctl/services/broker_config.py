@@ -11,7 +11,7 @@ from mqctl.services.topics import target_masters
 
 async def get(admin: Admin, *, cluster: str | None, broker: str | None, keys: list[str]) -> list[dict[str, Any]]:
     """One row per broker and key; all keys when none are named (unknown names are an error)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for addr in await target_masters(admin, cluster, broker):
         config = await admin.broker_config(addr)
         missing = [k for k in keys if k not in config]
@@ -34,7 +34,7 @@ def parse_assignments(pairs: list[str]) -> dict[str, str]:
 
 async def set_(admin: Admin, *, cluster: str | None, broker: str | None, changes: dict[str, str]) -> list[dict[str, Any]]:
     """Apply ``changes`` on each target broker; rows say old -> new as the broker reports afterwards."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for addr in await target_masters(admin, cluster, broker):
         before = await admin.broker_config(addr)
         unknown = [k for k in changes if k not in before]
