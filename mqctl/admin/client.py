@@ -213,9 +213,14 @@ class Admin:
         )
         await self.call(addr, RequestCode.UPDATE_CONSUMER_OFFSET, header)
 
-    async def queue_offset(self, addr: str, code: int, topic: str, queue_id: int) -> int:
-        """GET_MAX_OFFSET or GET_MIN_OFFSET of one queue."""
-        response = await self.call(addr, code, bh.QueueHeader(topic=topic, queue_id=queue_id))
+    async def max_offset(self, addr: str, topic: str, queue_id: int) -> int:
+        """GET_MAX_OFFSET (30): the queue offset the next message will get."""
+        response = await self.call(addr, RequestCode.GET_MAX_OFFSET, bh.QueueHeader(topic=topic, queue_id=queue_id))
+        return bh.OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+
+    async def min_offset(self, addr: str, topic: str, queue_id: int) -> int:
+        """GET_MIN_OFFSET (31): the oldest queue offset still stored."""
+        response = await self.call(addr, RequestCode.GET_MIN_OFFSET, bh.QueueHeader(topic=topic, queue_id=queue_id))
         return bh.OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
 
     async def search_offset(self, addr: str, topic: str, queue_id: int, timestamp_ms: int) -> int:

@@ -19,13 +19,9 @@ from datetime import datetime
 
 from daemon.broker.headers import (
     ConsumerSendMsgBackRequestHeader,
-    OffsetResponseHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
-    QueryConsumerOffsetRequestHeader,
     QueryMessageRequestHeader,
-    QueueHeader,
-    SearchOffsetRequestHeader,
     SendMessageRequestHeaderV2,
     SendMessageResponseHeader,
     ViewMessageRequestHeader,
@@ -232,39 +228,3 @@ async def view(admin: Admin, addr: str, phys_offset: int) -> StoredMessage:
     """VIEW_MESSAGE_BY_ID (33): the record at a CommitLog offset (the offset part of a msgId)."""
     response = await admin.call(addr, RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(phys_offset))
     return decode_record(response.body)
-
-
-# ------------------------------------------------------------------------------------- offsets
-
-
-async def max_offset(admin: Admin, addr: str, topic: str, queue_id: int) -> int:
-    """GET_MAX_OFFSET (30): the queue offset the next message will get."""
-    response = await admin.call(addr, RequestCode.GET_MAX_OFFSET, QueueHeader(topic, queue_id))
-    return OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
-
-
-async def min_offset(admin: Admin, addr: str, topic: str, queue_id: int) -> int:
-    """GET_MIN_OFFSET (31): the oldest queue offset still stored."""
-    response = await admin.call(addr, RequestCode.GET_MIN_OFFSET, QueueHeader(topic, queue_id))
-    return OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
-
-
-async def search_offset(admin: Admin, addr: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
-    """SEARCH_OFFSET_BY_TIMESTAMP (29): the first queue offset stored at or after ``timestamp_ms``."""
-    header = SearchOffsetRequestHeader(topic, queue_id, timestamp_ms)
-    response = await admin.call(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header)
-    return OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
-
-
-async def consumer_offset(admin: Admin, addr: str, group: str, topic: str, queue_id: int) -> int | None:
-    """QUERY_CONSUMER_OFFSET (14): the group's committed offset, ``None`` when it never committed."""
-    header = QueryConsumerOffsetRequestHeader(group, topic, queue_id)
-    response = await admin.call(
-        addr,
-        RequestCode.QUERY_CONSUMER_OFFSET,
-        header,
-        expect=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
-    )
-    if response.code == ResponseCode.QUERY_NOT_FOUND:
-        return None
-    return OffsetResponseHeader.from_ext_fields(response.ext_fields).offset

@@ -134,9 +134,7 @@ async def consume(admin: Admin, topic: str, *, group: str, count: int | None, id
     async def drain(ref: QueueRef) -> None:
         nonlocal received, last_progress
         committed = await admin.consumer_offset(ref.addr, group, topic, ref.queue_id)
-        offset = committed if committed is not None else await admin.queue_offset(
-            ref.addr, RequestCode.GET_MIN_OFFSET, topic, ref.queue_id
-        )
+        offset = committed if committed is not None else await admin.min_offset(ref.addr, topic, ref.queue_id)
         while not done.is_set():
             header = PullMessageRequestHeader(group, topic, ref.queue_id, offset, 32, PULL_FLAG_SUBSCRIPTION, 0, 0, 0, "*", "TAG")
             started = time.perf_counter()

@@ -344,12 +344,12 @@ async def show(
 
 async def _start_offset(admin: Admin, ref: QueueRef, topic: str, group: str | None, start: str) -> int:
     if group is not None:
-        committed = await wire.consumer_offset(admin, ref.addr, group, topic, ref.queue_id)
+        committed = await admin.consumer_offset(ref.addr, group, topic, ref.queue_id)
         if committed is not None and committed >= 0:
             return committed
     if start == "earliest":
-        return await wire.min_offset(admin, ref.addr, topic, ref.queue_id)
-    return await wire.max_offset(admin, ref.addr, topic, ref.queue_id)
+        return await admin.min_offset(ref.addr, topic, ref.queue_id)
+    return await admin.max_offset(ref.addr, topic, ref.queue_id)
 
 
 async def tail(
@@ -436,7 +436,7 @@ async def tail(
 
 
 async def _read_queue(admin: Admin, ref: QueueRef, topic: str) -> list[StoredMessage]:
-    offset = await wire.min_offset(admin, ref.addr, topic, ref.queue_id)
+    offset = await admin.min_offset(ref.addr, topic, ref.queue_id)
     out: list[StoredMessage] = []
     while True:
         result = await wire.pull(admin, ref.addr, topic, ref.queue_id, offset, max_nums=32)

@@ -276,10 +276,10 @@ async def estimated_plan(admin: Admin, addr: str, info: dict[str, str]) -> PlanB
         async def offsets_at(topic: str, queue_id: int) -> tuple[tuple[str, int], dict[int, int]]:
             out = {}
             for b, ts in stamps.items():
-                guess = await messaging.search_offset(admin, addr, topic, queue_id, ts)
+                guess = await admin.search_offset(addr, topic, queue_id, ts)
                 out[b] = await _first_offset_at(admin, addr, topic, queue_id, b, guess)
             if end not in out:
-                out[end] = await messaging.max_offset(admin, addr, topic, queue_id)
+                out[end] = await admin.max_offset(addr, topic, queue_id)
             return (topic, queue_id), out
 
         table = dict(
