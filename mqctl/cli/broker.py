@@ -11,7 +11,6 @@ from mqctl.cli.common import BrokerAddrOpt, ClusterOpt, ContextOpt, ExecuteOpt, 
 
 if TYPE_CHECKING:
     from daemon.broker.config import BrokerConfig
-    from daemon.lifecycle import Daemon
 
 app = typer.Typer(
     help="Run and manage a broker (RocketMQ broker.conf files work as they are).", no_args_is_help=True
@@ -69,9 +68,6 @@ def start(
 ) -> None:
     """Start a broker in the foreground (Ctrl-C stops it cleanly) or, with --daemon, in the background."""
     from daemon.config import to_properties
-    from daemon.lifecycle import daemonize, running_pid
-    from mqctl.errors import ConflictError, MqctlError
-    from mqctl.output import stderr_console
 
     cfg = load(
         config,
@@ -86,46 +82,18 @@ def start(
     if print_config:
         typer.echo(to_properties(cfg), nl=False)
         return
-    root = Path(cfg.store_path_root_dir)
-    pid = running_pid(root / PID_FILE)
-    if pid is not None:
-        raise ConflictError(f"a broker is already running on {root} (pid {pid})")
-    handle = None
-    if daemon:
-        outcome = daemonize(root / LOG_FILE)
-        if isinstance(outcome, str):  # the original process: report what the daemon said
-            if outcome.startswith("error"):
-                raise MqctlError(outcome.removeprefix("error: "))
-            stderr_console().print(outcome)
-            return
-        handle = outcome
-    _serve(cfg, handle)
-
-
-def _serve(cfg: BrokerConfig, handle: Daemon | None) -> None:
-    import logging
-    import os
-
     from daemon.broker.broker import Broker
-    from daemon.lifecycle import PidFile, serve
-    from daemon.remoting.loop import run
+    from mqctl.cli.daemons import start_service
 
-    root_logger = logging.getLogger()
-    if root_logger.level > logging.INFO:
-        root_logger.setLevel(logging.INFO)
-    broker = Broker(cfg)
-
-    def started() -> None:
-        if handle is not None:
-            handle.report(f"broker started in the background: pid {os.getpid()}, listening on {broker.addr}")
-
-    try:
-        with PidFile(Path(cfg.store_path_root_dir) / PID_FILE):
-            run(serve(broker, on_started=started))
-    except BaseException as exc:
-        if handle is not None:
-            handle.report(f"error: {type(exc).__name__}: {exc}")
-        raise
+    start_service(
+        lambda: Broker(cfg),
+        what="broker",
+        state_dir=Path(cfg.store_path_root_dir),
+        pid_name=PID_FILE,
+        log_name=LOG_FILE,
+        detach=daemon,
+        describe=lambda broker: f"broker {cfg.broker_name} listening on {broker.addr}",
+    )
 
 
 @app.command("stop")

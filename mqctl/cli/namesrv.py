@@ -10,7 +10,6 @@ import typer
 from mqctl.cli.common import ContextOpt, NamesrvOpt, OutputOpt, WatchOpt, YesOpt, confirm, online
 
 if TYPE_CHECKING:
-    from daemon.lifecycle import Daemon
     from daemon.namesrv.config import NamesrvConfig
 
 app = typer.Typer(help="Run, stop and inspect a NameServer (the route registry).", no_args_is_help=True)
@@ -69,63 +68,30 @@ def start(
 ) -> None:
     """Start a NameServer; runs in the foreground until SIGINT/SIGTERM unless --daemon."""
     from daemon.config import to_properties
-    from daemon.lifecycle import daemonize, running_pid
-    from mqctl.errors import ConflictError, MqctlError
-    from mqctl.output import stderr_console
 
     config = _load(config_file, data, listen)
     if print_config:
         typer.echo(to_properties(config), nl=False)
         return
-    pid_file = config.home / PID_FILE
-    pid = running_pid(pid_file)
-    if pid is not None:
-        raise ConflictError(f"a NameServer is already running from {config.home} (pid {pid})")
-    handle = None
-    if daemon:
-        outcome = daemonize(config.home / LOG_FILE)
-        if isinstance(outcome, str):  # the original process: report what the daemon said
-            if outcome.startswith("error"):
-                raise MqctlError(outcome.removeprefix("error: "))
-            stderr_console().print(outcome)
-            return
-        handle = outcome
-    _serve(config, handle)
-
-
-def _serve(config: NamesrvConfig, handle: Daemon | None) -> None:
-    import logging
-    import os
-
-    from daemon.lifecycle import PidFile, serve
     from daemon.namesrv.controller import NamesrvController
-    from daemon.remoting.loop import run
+    from mqctl.cli.daemons import start_service
 
-    root = logging.getLogger()
-    if root.level > logging.INFO:
-        root.setLevel(logging.INFO)
-    log = logging.getLogger("mqctl.namesrv")
-    controller = NamesrvController(config)
-
-    def started() -> None:
+    def describe(controller: NamesrvController) -> str:
         host = "127.0.0.1" if config.listen_host in ("0.0.0.0", "") else config.listen_host
         addr = f"{host}:{controller.port}"
         (config.home / ADDR_FILE).write_text(addr + "\n")
-        log.info("NameServer listening on %s:%d (pid %d)", config.listen_host, controller.port, os.getpid())
-        if handle is not None:
-            handle.report(
-                f"NameServer started: pid {os.getpid()}, listening on {addr}, log {config.home / LOG_FILE}"
-            )
+        return f"NameServer listening on {addr}"
 
-    try:
-        with PidFile(config.home / PID_FILE):
-            run(serve(controller, on_started=started))
-    except BaseException as exc:
-        if handle is not None:
-            handle.report(f"error: {type(exc).__name__}: {exc}")
-        raise
-    finally:
-        (config.home / ADDR_FILE).unlink(missing_ok=True)
+    start_service(
+        lambda: NamesrvController(config),
+        what="NameServer",
+        state_dir=config.home,
+        pid_name=PID_FILE,
+        log_name=LOG_FILE,
+        detach=daemon,
+        describe=describe,
+        cleanup=lambda: (config.home / ADDR_FILE).unlink(missing_ok=True),
+    )
 
 
 @app.command()

@@ -80,7 +80,7 @@ def test_daemon_start_status_stop(tmp_path: Path, cli: RunCli) -> None:
     data = str(tmp_path / "ns")
     started = cli("namesrv", "start", "--daemon", "--listen", "127.0.0.1:0", "--data", data)
     assert started.code == 0, started.stderr
-    assert "NameServer started: pid" in started.stderr
+    assert "NameServer started in the background: NameServer listening on" in started.stderr
     try:
         pid = int((tmp_path / "ns" / "namesrv.pid").read_text())
         assert os.getpgid(pid) != os.getpgid(0)  # detached into its own session
