@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-import signal
-import subprocess
 import sys
-import tempfile
 import time
 
-from bench_broker_produce import ROOT, free_port, wait_ready  # run as a script: benchmarks/ is on sys.path
+from bench_broker_produce import broker_process  # run as a script: benchmarks/ is on sys.path
 
 from daemon.broker.headers import PullMessageRequestHeader, SendMessageRequestHeaderV2
 from daemon.remoting.client import RemotingClient
@@ -65,31 +62,9 @@ async def consume(addr: str, count: int) -> float:
 
 def main() -> None:
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 100_000
-    with tempfile.TemporaryDirectory() as tmp:
-        port = free_port()
-        addr = f"127.0.0.1:{port}"
-        argv = [
-            sys.executable,
-            "-m",
-            "mqctl",
-            "broker",
-            "start",
-            "--store",
-            f"{tmp}/store",
-            "--port",
-            str(port),
-            "--no-metrics",
-        ]
-        proc = subprocess.Popen(
-            argv, cwd=ROOT, stderr=subprocess.DEVNULL, env={**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1"}
-        )
-        try:
-            run(wait_ready(addr, time.perf_counter()))
-            run(fill(addr, count))
-            rate = run(consume(addr, count))
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
+    with broker_process() as (addr, _):
+        run(fill(addr, count))
+        rate = run(consume(addr, count))
     print(f"consume: {rate:,.0f} msgs/s ({count:,} x 1 KiB over {QUEUES} queues, 32 per pull)")
 
 

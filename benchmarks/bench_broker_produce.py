@@ -18,6 +18,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from daemon.remoting.client import RemotingClient
@@ -64,34 +66,30 @@ async def bench(addr: str, duration: float, producers: int) -> BenchResult:
     return result("produce", len(rts), sum(failures), time.perf_counter() - start, rts)
 
 
-def main() -> None:
-    duration = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
-    producers = int(sys.argv[2]) if len(sys.argv) > 2 else 16
+@contextmanager
+def broker_process() -> Iterator[tuple[str, float]]:
+    """`mqctl broker start` on a temporary store; yields its address and the seconds to its first answer."""
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         addr = f"127.0.0.1:{port}"
-        argv = [
-            sys.executable,
-            "-m",
-            "mqctl",
-            "broker",
-            "start",
-            "--store",
-            f"{tmp}/store",
-            "--port",
-            str(port),
-            "--no-metrics",
-        ]
+        argv = [sys.executable, "-m", "mqctl", "broker", "start", "--store", f"{tmp}/store", "--port", str(port),
+                "--no-metrics"]
         started = time.perf_counter()
         proc = subprocess.Popen(
             argv, cwd=ROOT, stderr=subprocess.DEVNULL, env={**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1"}
         )
         try:
-            ready = run(wait_ready(addr, started))
-            rate = run(bench(addr, duration, producers))
+            yield addr, run(wait_ready(addr, started))
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(30)
+
+
+def main() -> None:
+    duration = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
+    producers = int(sys.argv[2]) if len(sys.argv) > 2 else 16
+    with broker_process() as (addr, ready):
+        rate = run(bench(addr, duration, producers))
     flush = os.environ.get("MQCTL_FLUSH_DISK_TYPE", "ASYNC_FLUSH")
     print(f"broker start-up (process start to first answer, empty store): {ready:.2f} s")
     print(
