@@ -29,13 +29,18 @@ def _powers(n: int) -> tuple[int, ...]:
     return p
 
 
-def java_hash(s: str) -> int:
-    """Java ``String.hashCode`` of ``s`` (UTF-16 code units, 32-bit wrap, signed result)."""
+def _hash32(s: str) -> int:
+    """Java ``String.hashCode`` of ``s`` as an unsigned 32-bit value (UTF-16 code units)."""
     if s.isascii():
         units: bytes | memoryview = s.encode("ascii")
     else:
         units = memoryview(s.encode("utf-16-le" if _LITTLE else "utf-16-be")).cast("H")
-    h = sum(map(mul, units, _powers(len(units)))) & _MASK
+    return sum(map(mul, units, _powers(len(units)))) & _MASK
+
+
+def java_hash(s: str) -> int:
+    """Java ``String.hashCode`` of ``s`` (UTF-16 code units, 32-bit wrap, signed result)."""
+    h = _hash32(s)
     return h - 0x100000000 if h & 0x80000000 else h
 
 
@@ -49,11 +54,7 @@ def tags_code(tags: str | None) -> int:
 
 def index_key_hash(key: str) -> int:
     """IndexFile key hash: ``abs(hashCode)``, with Java's ``abs(MIN_VALUE)`` overflow mapped to 0 (§5.5)."""
-    if key.isascii():
-        units: bytes | memoryview = key.encode("ascii")
-    else:
-        units = memoryview(key.encode("utf-16-le" if _LITTLE else "utf-16-be")).cast("H")
-    h = sum(map(mul, units, _powers(len(units)))) & _MASK
+    h = _hash32(key)
     if h & 0x80000000:  # negative as a Java int: abs() is 2**32 - h, except MIN_VALUE which stays negative
         return 0 if h == 0x80000000 else 0x100000000 - h
     return h
