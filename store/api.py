@@ -13,7 +13,7 @@ from store.commitlog import PutMessageStatus
 from store.config import StoreConfig
 from store.config_files import ConfigFiles
 from store.errors import CorruptRecordError
-from store.message import Message, StoredMessage
+from store.message import TRANSACTION_TYPE_MASK, Message, StoredMessage
 from store.record import decode_record
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "PutResult",
     "QueryResult",
     "SelectedMessage",
+    "batch_is_legal",
     "check_offset",
     "search_by_timestamp",
     "select_units",
@@ -170,6 +171,20 @@ class MessageStore(Protocol):
     def topic_queue_table(self) -> dict[tuple[str, int], int]: ...
     def add_arrival_listener(self, listener: ArrivalListener) -> None: ...
     def delete_expired_files_manually(self) -> None: ...
+
+
+def batch_is_legal(batch: list[Message]) -> bool:
+    """A batch is one (topic, queue), neither delayed nor transactional (§2.9); else MESSAGE_ILLEGAL."""
+    if not batch:
+        return False
+    first = batch[0]
+    return not any(
+        m.topic != first.topic
+        or m.queue_id != first.queue_id
+        or m.delay_level > 0
+        or m.sys_flag & TRANSACTION_TYPE_MASK
+        for m in batch
+    )
 
 
 def check_offset(offset: int, min_offset: int, max_offset: int) -> tuple[GetMessageStatus, int] | None:

@@ -33,6 +33,7 @@ from store.api import (
     PutResult,
     QueryResult,
     SelectedMessage,
+    batch_is_legal,
     check_offset,
     search_by_timestamp,
     select_units,
@@ -465,14 +466,9 @@ class DefaultMessageStore:
 
     def put_messages(self, batch: list[Message]) -> PutResult:
         """Append a batch for one (topic, queue): consecutive queue offsets, all in one file (§2.9)."""
-        if not batch:
+        if not batch_is_legal(batch):
             return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
-        first = batch[0]
-        if any(m.topic != first.topic or m.queue_id != first.queue_id for m in batch):
-            return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
-        if any(m.delay_level > 0 or m.sys_flag & TRANSACTION_TYPE_MASK for m in batch):
-            return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)  # batches cannot be delayed or transactional
-        return self._put(batch, first.wait_store_msg_ok)
+        return self._put(batch, batch[0].wait_store_msg_ok)
 
     def _put(self, msgs: list[Message], wait: bool) -> PutResult:
         if not self._running or self.cleaner.disk_full:

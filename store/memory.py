@@ -19,6 +19,7 @@ from store.api import (
     PutResult,
     QueryResult,
     SelectedMessage,
+    batch_is_legal,
     check_offset,
     search_by_timestamp,
     select_units,
@@ -90,9 +91,7 @@ class InMemoryMessageStore:
         return self._put([apply_delay(msg, self._delay_ms)])
 
     def put_messages(self, batch: list[Message]) -> PutResult:
-        if not batch or any(m.topic != batch[0].topic or m.queue_id != batch[0].queue_id for m in batch):
-            return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
-        if any(m.delay_level > 0 or m.sys_flag & TRANSACTION_TYPE_MASK for m in batch):
+        if not batch_is_legal(batch):
             return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
         return self._put(batch)
 
