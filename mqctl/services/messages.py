@@ -21,6 +21,7 @@ from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError, UsageError
+from mqctl.services.topics import masters_of_topic, route_masters
 from mqctl.timespec import iso, parse_time
 from store.message import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -128,13 +129,9 @@ class QueueRef:
     queue_id: int
 
 
-def _masters(route: TopicRouteData) -> dict[str, str]:
-    return {b.broker_name: b.broker_addrs[0] for b in route.broker_datas if 0 in b.broker_addrs}
-
-
 def queues(route: TopicRouteData, *, write: bool) -> list[QueueRef]:
     """The readable (or writable) queues of a topic on master brokers, by broker name and id."""
-    masters = _masters(route)
+    masters = route_masters(route)
     perm = PermName.WRITE if write else PermName.READ
     out: list[QueueRef] = []
     for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
@@ -144,14 +141,6 @@ def queues(route: TopicRouteData, *, write: bool) -> list[QueueRef]:
         count = q.write_queue_nums if write else q.read_queue_nums
         out.extend(QueueRef(q.broker_name, addr, i) for i in range(count))
     return out
-
-
-async def master_addrs(admin: Admin, topic: str) -> list[str]:
-    route = await admin.topic_route(topic)
-    addrs = sorted(set(_masters(route).values()))
-    if not addrs:
-        raise NotFoundError(f"topic {topic!r} has no master broker online")
-    return addrs
 
 
 def pick(refs: list[QueueRef], *, broker: str | None, queue: int | None, topic: str) -> list[QueueRef]:
@@ -254,6 +243,9 @@ async def _query_masters(
     admin: Admin, topic: str, key: str, begin_ms: int, end_ms: int, max_num: int, *, unique_key: bool
 ) -> list[StoredMessage]:
     """QUERY_MESSAGE on every master of ``topic`` at once."""
+    addrs = sorted(set((await masters_of_topic(admin, topic)).values()))
+    if not addrs:
+        raise NotFoundError(f"topic {topic!r} has no master broker online")
     found = await asyncio.gather(
         *(
             wire.query(
@@ -266,7 +258,7 @@ async def _query_masters(
                 max_num=max_num,
                 unique_key=unique_key,
             )
-            for addr in await master_addrs(admin, topic)
+            for addr in addrs
         )
     )
     return [m for batch in found for m in batch if m.topic == topic]

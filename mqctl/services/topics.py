@@ -7,7 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.remoting.bodies import PermName, TopicConfig
+from daemon.remoting.bodies import PermName, TopicConfig, TopicRouteData
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
@@ -86,7 +86,7 @@ async def route(admin: Admin, topic: str) -> list[RouteRow]:
     return rows
 
 
-async def _route_or_not_found(admin: Admin, topic: str) -> Any:
+async def _route_or_not_found(admin: Admin, topic: str) -> TopicRouteData:
     try:
         return await admin.topic_route(topic)
     except RemotingCommandError as exc:
@@ -95,13 +95,17 @@ async def _route_or_not_found(admin: Admin, topic: str) -> Any:
         raise
 
 
-async def masters_of_topic(admin: Admin, topic: str) -> dict[str, str]:
-    """broker name -> master address, for every broker group holding ``topic``."""
-    data = await _route_or_not_found(admin, topic)
+def route_masters(data: TopicRouteData) -> dict[str, str]:
+    """broker name -> master address, for every broker group of a route that holds queues of its topic."""
     queue_brokers = {q.broker_name for q in data.queue_datas}
     return {
         b.broker_name: addr for b in data.broker_datas if b.broker_name in queue_brokers and (addr := b.master_addr())
     }
+
+
+async def masters_of_topic(admin: Admin, topic: str) -> dict[str, str]:
+    """broker name -> master address, for every broker group holding ``topic``."""
+    return route_masters(await _route_or_not_found(admin, topic))
 
 
 async def target_masters(admin: Admin, cluster: str | None, broker: str | None) -> list[str]:
