@@ -15,7 +15,7 @@ from typing import Any
 
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
-from mqctl.services.topics import masters_of_topic
+from mqctl.services.topics import queue_offsets
 
 
 @dataclass(frozen=True)
@@ -59,11 +59,9 @@ async def show(admin: Admin, group: str, topic: str) -> list[dict[str, Any]]:
 
 async def _queues(admin: Admin, group: str, topic: str) -> list[PlanRow]:
     rows = []
-    for name, addr in sorted((await masters_of_topic(admin, topic)).items()):
-        stats = await admin.topic_stats(addr, topic)
-        for mq, off in sorted(stats.offset_table.items()):
-            current = await admin.consumer_offset(addr, group, topic, mq.queue_id)
-            rows.append(PlanRow(topic, name, addr, mq.queue_id, off.min_offset, off.max_offset, current, current or 0))
+    for name, addr, queue_id, off in await queue_offsets(admin, topic):
+        current = await admin.consumer_offset(addr, group, topic, queue_id)
+        rows.append(PlanRow(topic, name, addr, queue_id, off.min_offset, off.max_offset, current, current or 0))
     return rows
 
 

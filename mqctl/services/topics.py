@@ -7,6 +7,7 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.broker.bodies import TopicOffset
 from daemon.remoting.bodies import PermName, TopicConfig, TopicRouteData
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
@@ -182,24 +183,28 @@ async def delete(admin: Admin, topic: str, *, cluster: str | None, if_exists: bo
     return {"topic": topic, "action": "deleted", "brokers": sorted(masters.values())}
 
 
+async def queue_offsets(admin: Admin, topic: str) -> list[tuple[str, str, int, TopicOffset]]:
+    """(broker name, master address, queue id, stored offsets) per queue of ``topic``, in broker and queue order."""
+    rows: list[tuple[str, str, int, TopicOffset]] = []
+    for name, addr in sorted((await masters_of_topic(admin, topic)).items()):
+        table = await admin.topic_stats(addr, topic)
+        rows.extend((name, addr, mq.queue_id, off) for mq, off in sorted(table.offset_table.items()))
+    return rows
+
+
 async def status(admin: Admin, topic: str) -> list[QueueStatus]:
     """Per queue: min and max offset, message count and last store time, from each broker."""
-    masters = await masters_of_topic(admin, topic)
-    rows = []
-    for name, addr in sorted(masters.items()):
-        table = await admin.topic_stats(addr, topic)
-        for mq, off in sorted(table.offset_table.items()):
-            rows.append(
-                QueueStatus(
-                    broker_name=name,
-                    queue_id=mq.queue_id,
-                    min_offset=off.min_offset,
-                    max_offset=off.max_offset,
-                    messages=off.max_offset - off.min_offset,
-                    last_updated=off.last_update_timestamp,
-                )
-            )
-    return rows
+    return [
+        QueueStatus(
+            broker_name=name,
+            queue_id=queue_id,
+            min_offset=off.min_offset,
+            max_offset=off.max_offset,
+            messages=off.max_offset - off.min_offset,
+            last_updated=off.last_update_timestamp,
+        )
+        for name, _, queue_id, off in await queue_offsets(admin, topic)
+    ]
 
 
 async def stats(admin: Admin, topic: str) -> dict[str, Any]:
