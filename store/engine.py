@@ -85,24 +85,38 @@ _LOCKED_ROOTS: set[str] = set()
 _LOCKED_ROOTS_GUARD = threading.Lock()
 
 
+def _take_lock(root: str, flags: int) -> int:
+    """Open ``root/lock`` with ``flags`` and take the broker's lock: a POSIX record lock on byte 0 (§1.5).
+
+    Call under ``_LOCKED_ROOTS_GUARD``. Raises :class:`StoreLockedError` when this process or another
+    holds it; ``FileNotFoundError`` when the file is missing and ``flags`` do not create it.
+    """
+    key = os.path.realpath(root)
+    if key in _LOCKED_ROOTS:  # fcntl locks do not exclude the same process
+        raise StoreLockedError(f"{key} is already open in this process")
+    fd = os.open(os.path.join(root, "lock"), flags, 0o644)
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+    except OSError as e:
+        os.close(fd)
+        raise StoreLockedError(f"{key} is locked by another process (a running broker?)") from e
+    return fd
+
+
+def _drop_lock(fd: int) -> None:
+    fcntl.lockf(fd, fcntl.LOCK_UN, 1, 0)
+    os.close(fd)
+
+
 def ensure_unlocked(root: str) -> None:
     """Raise :class:`StoreLockedError` when a broker holds the store's lock (what an offline change must
     check even when it only plans); takes and drops the lock, writes nothing."""
-    key = os.path.realpath(root)
     with _LOCKED_ROOTS_GUARD:
-        if key in _LOCKED_ROOTS:
-            raise StoreLockedError(f"{key} is already open in this process")
         try:
-            fd = os.open(os.path.join(root, "lock"), os.O_RDWR)
+            fd = _take_lock(root, os.O_RDWR)
         except FileNotFoundError:
             return
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-            fcntl.lockf(fd, fcntl.LOCK_UN, 1, 0)
-        except OSError as e:
-            raise StoreLockedError(f"{key} is locked by another process (a running broker?)") from e
-        finally:
-            os.close(fd)
+        _drop_lock(fd)
 
 
 class DefaultMessageStore:
@@ -128,7 +142,6 @@ class DefaultMessageStore:
         self.read_only = read_only
         root = config.store_path_root_dir
         self._abort_path = os.path.join(root, "abort")
-        self._lock_path = os.path.join(root, "lock")
         self._delay_ms = config.delay_levels_ms()
         self.commit_log = CommitLog(
             config.commit_log_dir,
@@ -267,27 +280,18 @@ class DefaultMessageStore:
         self._opened = False
 
     def _acquire_lock(self) -> None:
-        """Take the broker's lock: a POSIX record lock on byte 0 of ``lock`` (§1.5)."""
-        key = os.path.realpath(self.config.store_path_root_dir)
+        """Take the broker's lock on the store (§1.5) and hold it until :meth:`_release_lock`."""
         with _LOCKED_ROOTS_GUARD:
-            if key in _LOCKED_ROOTS:  # fcntl locks do not exclude the same process
-                raise StoreLockedError(f"{key} is already open in this process")
-            fd = os.open(self._lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
-            except OSError as e:
-                os.close(fd)
-                raise StoreLockedError(f"{key} is locked by another process (a running broker?)") from e
+            fd = _take_lock(self.config.store_path_root_dir, os.O_RDWR | os.O_CREAT)
             os.pwrite(fd, b"lock", 0)
-            _LOCKED_ROOTS.add(key)
+            _LOCKED_ROOTS.add(os.path.realpath(self.config.store_path_root_dir))
             self._lock_fd = fd
 
     def _release_lock(self) -> None:
         if self._lock_fd is None:
             return
         with _LOCKED_ROOTS_GUARD:
-            fcntl.lockf(self._lock_fd, fcntl.LOCK_UN, 1, 0)
-            os.close(self._lock_fd)
+            _drop_lock(self._lock_fd)
             self._lock_fd = None
             _LOCKED_ROOTS.discard(os.path.realpath(self.config.store_path_root_dir))
 
