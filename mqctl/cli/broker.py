@@ -138,20 +138,11 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, output: OutputOpt =
 
 def _probe(addr: str) -> dict[str, Any]:
     """A few GET_BROKER_RUNTIME_INFO figures; `reachable: false` when the broker does not answer."""
-    from daemon.remoting.bodies import KVTable
-    from daemon.remoting.client import RemotingClient
-    from daemon.remoting.codes import RequestCode
-    from daemon.remoting.command import RemotingCommand
     from daemon.remoting.errors import RemotingError
-    from daemon.remoting.loop import run
-
-    async def fetch() -> dict[str, str]:
-        async with RemotingClient() as client:
-            request = RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
-            return KVTable.loads((await client.invoke_checked(addr, request, 3.0)).body).table
+    from mqctl.admin.client import run_admin
 
     try:
-        table = run(fetch())
+        table = run_admin([], lambda admin: admin.broker_runtime_info(addr), timeout=3.0)
     except RemotingError:
         return {"reachable": False}
     return {

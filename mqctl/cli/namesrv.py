@@ -141,35 +141,17 @@ def status(
 
 def _probe(addr: str) -> dict[str, Any]:
     """Ask the running NameServer for its cluster and topic tables."""
-    from daemon.remoting.bodies import ClusterInfo, TopicList
-    from daemon.remoting.client import RemotingClient
-    from daemon.remoting.codes import RequestCode
-    from daemon.remoting.command import RemotingCommand
-    from daemon.remoting.loop import run
+    from mqctl.admin.client import Admin, run_admin
 
-    async def ask() -> dict[str, Any]:
-        async with RemotingClient() as client:
-            info = ClusterInfo.loads(
-                (
-                    await client.invoke_checked(
-                        addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
-                    )
-                ).body
-            )
-            topics = TopicList.loads(
-                (
-                    await client.invoke_checked(
-                        addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER)
-                    )
-                ).body
-            )
+    async def ask(admin: Admin) -> dict[str, Any]:
+        info = await admin.cluster_info()
         return {
             "clusters": len(info.cluster_addr_table),
             "brokers": sum(len(b.broker_addrs) for b in info.broker_addr_table.values()),
-            "topics": len(topics.topic_list),
+            "topics": len(await admin.topic_list()),
         }
 
-    return run(ask())
+    return run_admin([addr], ask, timeout=3.0)
 
 
 kv = typer.Typer(help="The NameServers' KV config (e.g. ORDER_TOPIC_CONFIG), written to every NameServer.",
