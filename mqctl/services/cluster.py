@@ -43,7 +43,7 @@ async def brokers(admin: Admin, cluster: str | None = None) -> list[BrokerRow]:
     return rows
 
 
-def _first_float(text: str | None) -> float | None:
+def first_float(text: str | None) -> float | None:
     """RocketMQ's TPS fields hold 'last10s last60s last600s' (or blanks before any traffic)."""
     parts = (text or "").split()
     return float(parts[0]) if parts else None
@@ -58,8 +58,8 @@ async def status_of(admin: Admin, row: BrokerRow) -> BrokerStatus:
     return BrokerStatus(
         **vars(row),
         version=table.get("brokerVersionDesc"),
-        put_tps=_first_float(table.get("putTps")),
-        get_tps=_first_float(table.get("getTransferedTps")),
+        put_tps=first_float(table.get("putTps")),
+        get_tps=first_float(table.get("getTransferedTps")),
         disk_ratio=float(table["commitLogDiskRatio"]) if "commitLogDiskRatio" in table else None,
         commitlog_max_offset=int(max_offset) if max_offset and max_offset.lstrip("-").isdigit() else None,
     )

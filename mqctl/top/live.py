@@ -25,7 +25,7 @@ from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
 from mqctl.admin.messaging import view
 from mqctl.errors import ConnectError, NotFoundError
-from mqctl.services.cluster import BrokerRow, brokers
+from mqctl.services.cluster import BrokerRow, brokers, first_float
 from mqctl.services.groups import SYSTEM_GROUPS, connections, progress
 from mqctl.top.model import (
     VIEWS,
@@ -101,11 +101,6 @@ def _settings(addr: str, config: dict[str, str]) -> BrokerSettings:
         reserved_hours=float(reserved) if reserved else None,
         metrics_url=url,
     )
-
-
-def _first_float(text: str | None) -> float | None:
-    parts = (text or "").split()
-    return float(parts[0]) if parts else None
 
 
 def _int(text: str | None) -> int | None:
@@ -197,8 +192,8 @@ class LiveSource:
         view_ = replace(
             base,
             version=runtime.get("brokerVersionDesc"),
-            put_tps=_first_float(runtime.get("putTps")),
-            get_tps=_first_float(runtime.get("getTransferedTps")),
+            put_tps=first_float(runtime.get("putTps")),
+            get_tps=first_float(runtime.get("getTransferedTps")),
             disk_ratio=float(disk) if disk else None,
             commitlog_min=_int(runtime.get("commitLogMinOffset")),
             commitlog_max=_int(runtime.get("commitLogMaxOffset")),
