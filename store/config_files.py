@@ -16,7 +16,7 @@ import os
 import re
 import shutil
 import threading
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 from store.clock import Clock, SystemClock
 from store.errors import ConfigFileError
@@ -77,6 +77,7 @@ def _camel(name: str) -> str:
 
 
 T = TypeVar("T")
+B = TypeVar("B")
 
 
 def _bean_to_json(obj: Any) -> dict[str, Any]:
@@ -190,83 +191,67 @@ class JsonConfigFile:
         raise NotImplementedError
 
 
-class TopicConfigManager(JsonConfigFile):
+class _VersionedTable(JsonConfigFile, Generic[B]):
+    """A ``dataVersion`` plus a name → bean table; every update or delete bumps the version and persists."""
+
+    TABLE: str  # the table's key in the file
+    BEAN: type[B]
+
+    def __init__(self, path: str | None, clock: Clock, *, read_only: bool = False) -> None:
+        super().__init__(path, read_only=read_only)
+        self.clock = clock
+        self.data_version = DataVersion()
+        self.table: dict[str, B] = {}
+
+    def encode(self) -> dict[str, Any]:
+        return {
+            "dataVersion": _bean_to_json(self.data_version),
+            self.TABLE: {k: _bean_to_json(v) for k, v in self.table.items()},
+        }
+
+    def decode(self, data: dict[str, Any]) -> None:
+        self.data_version = _bean_from_json(DataVersion, data.get("dataVersion") or {})
+        self.table = {k: _bean_from_json(self.BEAN, v) for k, v in (data.get(self.TABLE) or {}).items()}
+
+    def _name(self, config: B) -> str:
+        raise NotImplementedError
+
+    def get(self, name: str) -> B | None:
+        return self.table.get(name)
+
+    def update(self, config: B) -> None:
+        with self.lock:
+            self.table[self._name(config)] = config
+            self.data_version.next_version(self.clock.now_ms())
+        self.persist()
+
+    def delete(self, name: str) -> bool:
+        with self.lock:
+            if self.table.pop(name, None) is None:
+                return False
+            self.data_version.next_version(self.clock.now_ms())
+        self.persist()
+        return True
+
+
+class TopicConfigManager(_VersionedTable[TopicConfig]):
     """``topics.json``: topic configs plus a ``dataVersion`` bumped on every change."""
 
-    def __init__(self, path: str | None, clock: Clock, *, read_only: bool = False) -> None:
-        super().__init__(path, read_only=read_only)
-        self.clock = clock
-        self.data_version = DataVersion()
-        self.table: dict[str, TopicConfig] = {}
+    TABLE = "topicConfigTable"
+    BEAN = TopicConfig
 
-    def encode(self) -> dict[str, Any]:
-        return {
-            "dataVersion": _bean_to_json(self.data_version),
-            "topicConfigTable": {k: _bean_to_json(v) for k, v in self.table.items()},
-        }
-
-    def decode(self, data: dict[str, Any]) -> None:
-        self.data_version = _bean_from_json(DataVersion, data.get("dataVersion") or {})
-        self.table = {
-            k: _bean_from_json(TopicConfig, v) for k, v in (data.get("topicConfigTable") or {}).items()
-        }
-
-    def get(self, topic: str) -> TopicConfig | None:
-        return self.table.get(topic)
-
-    def update(self, config: TopicConfig) -> None:
-        with self.lock:
-            self.table[config.topic_name] = config
-            self.data_version.next_version(self.clock.now_ms())
-        self.persist()
-
-    def delete(self, topic: str) -> bool:
-        with self.lock:
-            if self.table.pop(topic, None) is None:
-                return False
-            self.data_version.next_version(self.clock.now_ms())
-        self.persist()
-        return True
+    def _name(self, config: TopicConfig) -> str:
+        return config.topic_name
 
 
-class SubscriptionGroupManager(JsonConfigFile):
+class SubscriptionGroupManager(_VersionedTable[SubscriptionGroupConfig]):
     """``subscriptionGroup.json``."""
 
-    def __init__(self, path: str | None, clock: Clock, *, read_only: bool = False) -> None:
-        super().__init__(path, read_only=read_only)
-        self.clock = clock
-        self.data_version = DataVersion()
-        self.table: dict[str, SubscriptionGroupConfig] = {}
+    TABLE = "subscriptionGroupTable"
+    BEAN = SubscriptionGroupConfig
 
-    def encode(self) -> dict[str, Any]:
-        return {
-            "dataVersion": _bean_to_json(self.data_version),
-            "subscriptionGroupTable": {k: _bean_to_json(v) for k, v in self.table.items()},
-        }
-
-    def decode(self, data: dict[str, Any]) -> None:
-        self.data_version = _bean_from_json(DataVersion, data.get("dataVersion") or {})
-        self.table = {
-            k: _bean_from_json(SubscriptionGroupConfig, v)
-            for k, v in (data.get("subscriptionGroupTable") or {}).items()
-        }
-
-    def get(self, group: str) -> SubscriptionGroupConfig | None:
-        return self.table.get(group)
-
-    def update(self, config: SubscriptionGroupConfig) -> None:
-        with self.lock:
-            self.table[config.group_name] = config
-            self.data_version.next_version(self.clock.now_ms())
-        self.persist()
-
-    def delete(self, group: str) -> bool:
-        with self.lock:
-            if self.table.pop(group, None) is None:
-                return False
-            self.data_version.next_version(self.clock.now_ms())
-        self.persist()
-        return True
+    def _name(self, config: SubscriptionGroupConfig) -> str:
+        return config.group_name
 
 
 class ConsumerOffsetManager(JsonConfigFile):
