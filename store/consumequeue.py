@@ -116,14 +116,10 @@ class ConsumeQueue:
         self.max_physic_offset = self._last_unit_end()
 
     def _last_unit_end(self) -> int:
-        last = self.files.last_file()
-        while last is not None:
-            pos = last.wrote_position - CQ_STORE_UNIT_SIZE
-            if pos >= 0:
-                off, size, _ = UNIT.unpack_from(last.view, pos)
+        for mf in reversed(self.files.files):
+            if mf.wrote_position >= CQ_STORE_UNIT_SIZE:
+                off, size, _ = UNIT.unpack_from(mf.view, mf.wrote_position - CQ_STORE_UNIT_SIZE)
                 return off + size
-            idx = self.files.files.index(last)
-            last = self.files.files[idx - 1] if idx else None
         return -1
 
     def correct_min_offset(self, phy_min_offset: int) -> None:
