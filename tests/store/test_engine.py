@@ -17,7 +17,7 @@ from store.checkpoint import StoreCheckpoint
 from store.clock import FakeClock
 from store.commitlog import PutMessageStatus
 from store.config import SYNC_FLUSH
-from store.engine import DefaultMessageStore, GetMessageStatus, MessageStore
+from store.engine import DefaultMessageStore, GetMessageStatus
 from store.errors import CorruptRecordError, StoreFormatError, StoreLockedError
 from store.javahash import tags_code
 from store.message import (
@@ -424,11 +424,6 @@ def test_async_flush_reaches_disk_without_waiting_puts(tmp_path: Path) -> None:
         done.wait(0.01)
     assert done.is_set()
     store.shutdown()
-
-
-def test_default_store_satisfies_the_protocol(tmp_path: Path) -> None:
-    store: MessageStore = DefaultMessageStore(small_config(tmp_path))
-    assert isinstance(store, MessageStore)
 
 
 def test_abnormal_recovery_starts_at_the_checkpoint_file(tmp_path: Path) -> None:
