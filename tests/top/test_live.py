@@ -56,8 +56,8 @@ class Traffic:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, metrics_port: int) -> Iterator[LocalCluster]:
-    with local_cluster(tmp_path, metrics_port=metrics_port) as running:
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with local_cluster(tmp_path) as running:
         yield running
 
 
@@ -190,8 +190,8 @@ async def test_without_metrics_endpoint_bytes_are_missing(tmp_path: Path) -> Non
             )
 
 
-async def test_store_view_lists_commitlog_files_with_ages(tmp_path: Path, metrics_port: int) -> None:
-    with local_cluster(tmp_path, metrics_port=metrics_port) as cluster:
+async def test_store_view_lists_commitlog_files_with_ages(tmp_path: Path) -> None:
+    with local_cluster(tmp_path) as cluster:
         client = handle(cluster)
         for _ in range(5):  # 5 MiB into 4 MiB files: two CommitLog files
             cluster.loop.run(client.send("blobs", b"b" * (1024 * 1024), queue_id=0))

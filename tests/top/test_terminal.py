@@ -126,8 +126,8 @@ def terminal_kind(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def cluster(tmp_path: Path, metrics_port: int) -> Iterator[LocalCluster]:
-    with local_cluster(tmp_path, metrics_port=metrics_port) as running:
+def cluster(tmp_path: Path) -> Iterator[LocalCluster]:
+    with local_cluster(tmp_path) as running:
         client = handle(running)
         for i in range(3):
             running.loop.run(client.send("smoke-orders", b"hello", queue_id=i))
