@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from daemon.broker.broker import Broker
+from daemon.broker.config import BrokerConfig
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
+from store.api import MessageStore
 from tests.broker.conftest import BrokerHandle, broker_config
 
 T = TypeVar("T")
@@ -56,13 +58,16 @@ class LocalCluster:
 
 
 @contextmanager
-def local_cluster(root: Path, **broker_overrides: Any) -> Iterator[LocalCluster]:
-    """A NameServer and one registered Broker (cluster DefaultCluster, broker-a) under ``root``."""
+def local_cluster(
+    root: Path, store_factory: Callable[[BrokerConfig], MessageStore] | None = None, **broker_overrides: Any
+) -> Iterator[LocalCluster]:
+    """A NameServer and one registered Broker (cluster DefaultCluster, broker-a) under ``root``;
+    ``store_factory`` is the broker's test hook for another store (e.g. a simulated disk)."""
     loop = LoopThread()
     namesrv = NamesrvController(NamesrvConfig(listen_host="127.0.0.1", listen_port=0, data_dir=root / "namesrv"))
     loop.run(namesrv.start())
     config = broker_config(root / "broker", namesrv_addr=f"127.0.0.1:{namesrv.port}", **broker_overrides)
-    broker = Broker(config)
+    broker = Broker(config, store_factory=store_factory)
     try:
         loop.run(broker.start())
         yield LocalCluster(loop, namesrv, broker)

@@ -11,15 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from daemon.broker.broker import Broker
 from daemon.broker.config import BrokerConfig
-from daemon.namesrv.config import NamesrvConfig
-from daemon.namesrv.controller import NamesrvController
 from store.api import MessageStore
 from store.cleanup import FakeDiskUsage
 from store.engine import DefaultMessageStore
-from tests.broker.conftest import BrokerHandle, broker_config
-from tests.daemons import LocalCluster, LoopThread, handle
+from tests.broker.conftest import BrokerHandle
+from tests.daemons import LocalCluster, handle, local_cluster
 
 FILE_SIZE = 64 * 1024
 HOUR_MS = 3_600_000
@@ -104,23 +101,10 @@ def retention_cluster(
     **overrides: Any,
 ) -> Iterator[RetentionCluster]:
     """NameServer + broker like :func:`tests.daemons.local_cluster`, on the simulated disk (or another store)."""
-    loop = LoopThread()
-    namesrv = NamesrvController(
-        NamesrvConfig(listen_host="127.0.0.1", listen_port=0, data_dir=root / "namesrv")
-    )
-    loop.run(namesrv.start())
     values = {**RETENTION_OVERRIDES, "delete_when": other_hour(), **overrides}
-    config = broker_config(root / "broker", namesrv_addr=f"127.0.0.1:{namesrv.port}", **values)
-    broker = Broker(config, store_factory=store_factory or simulated_store(disk))
-    try:
-        loop.run(broker.start())
-        cluster = LocalCluster(loop, namesrv, broker)
+    with local_cluster(root, store_factory or simulated_store(disk), **values) as cluster:
         client = handle(cluster)
         try:
             yield RetentionCluster(cluster, disk, client)
         finally:
-            loop.run(client.client.close())
-    finally:
-        loop.run(broker.stop())
-        loop.run(namesrv.stop())
-        loop.close()
+            cluster.loop.run(client.client.close())
