@@ -365,19 +365,23 @@ class Cleaner:
         now_ms: int,
         *,
         manual: bool,
-        unconsumed: Sequence[dict[str, int]] | None = None,
+        unconsumed: Callable[[Sequence[LogFile]], Sequence[dict[str, int]]] | None = None,
         config: StoreConfig | None = None,
     ) -> CleanPlan:
-        """:func:`make_plan` over this store's files and disks (``config`` overrides the policy)."""
+        """:func:`make_plan` over this store's files and disks (``config`` overrides the policy).
+
+        ``unconsumed`` counts per file of the very list the plan is made of (files read once, so a
+        deletion meanwhile cannot shift the counts onto the wrong file)."""
         cfg = config or self.config
+        files = log_files(self.commit_log)
         return make_plan(
-            log_files(self.commit_log),
+            files,
             now_ms=now_ms,
             ratio=self.ratio(),
             config=cfg,
             delete_hour=is_delete_hour(now_ms, cfg.delete_when),
             manual=manual,
-            unconsumed=unconsumed,
+            unconsumed=unconsumed(files) if unconsumed is not None else None,
         )
 
     def run_once(self, now_ms: int) -> int:

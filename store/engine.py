@@ -23,7 +23,7 @@ import fcntl
 import logging
 import os
 import threading
-from collections.abc import Container
+from collections.abc import Container, Sequence
 
 from store.api import (
     ArrivalListener,
@@ -39,7 +39,7 @@ from store.api import (
     select_units,
 )
 from store.checkpoint import StoreCheckpoint
-from store.cleanup import Cleaner, CleanPlan, CommittedOffset, DiskUsage, log_files, unconsumed_per_file
+from store.cleanup import Cleaner, CleanPlan, CommittedOffset, DiskUsage, LogFile, unconsumed_per_file
 from store.clock import Clock, SystemClock
 from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanResult, apply_delay
 from store.config import StoreConfig
@@ -625,9 +625,9 @@ class DefaultMessageStore:
     def cleanup_plan(self, *, manual: bool = True, config: StoreConfig | None = None) -> CleanPlan:
         """What a cleanup run would delete now and whose unconsumed messages go with it (``manual``: as
         after ``DELETE_EXPIRED_COMMITLOG``; ``config`` overrides the retention settings). Changes nothing."""
-        unconsumed = unconsumed_per_file(
-            log_files(self.commit_log), self.committed_offsets(), self.first_offset_at
-        )
+        def unconsumed(files: Sequence[LogFile]) -> list[dict[str, int]]:
+            return unconsumed_per_file(files, self.committed_offsets(), self.first_offset_at)
+
         return self.cleaner.plan(self.clock.now_ms(), manual=manual, unconsumed=unconsumed, config=config)
 
     def apply_cleanup_plan(self, plan: CleanPlan) -> int:
