@@ -43,6 +43,11 @@ async def brokers(admin: Admin, cluster: str | None = None) -> list[BrokerRow]:
     return rows
 
 
+async def masters(admin: Admin, cluster: str | None = None) -> list[str]:
+    """The master address of every broker group (of ``cluster``), in :func:`brokers` order."""
+    return [row.addr for row in await brokers(admin, cluster) if row.broker_id == 0]
+
+
 def first_float(text: str | None) -> float | None:
     """RocketMQ's TPS fields hold 'last10s last60s last600s' (or blanks before any traffic)."""
     parts = (text or "").split()

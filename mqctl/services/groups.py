@@ -10,7 +10,7 @@ from typing import Any
 from daemon.broker.bodies import MessageQueue, SubscriptionGroupConfig
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError
-from mqctl.services.cluster import brokers
+from mqctl.services.cluster import masters
 from mqctl.services.topics import target_masters
 
 #: Groups every RocketMQ broker creates for itself (hidden from ``group list`` unless --system).
@@ -56,7 +56,7 @@ class QueueProgress:
 
 
 async def _configs(admin: Admin, cluster: str | None) -> dict[str, dict[str, SubscriptionGroupConfig]]:
-    addrs = [r.addr for r in await brokers(admin, cluster) if r.broker_id == 0]
+    addrs = await masters(admin, cluster)
     tables = await asyncio.gather(*(admin.group_configs(addr) for addr in addrs))
     return dict(zip(addrs, tables, strict=True))
 
@@ -144,8 +144,8 @@ async def connections(admin: Admin, group: str) -> dict[str, Any]:
     rows: dict[str, dict[str, Any]] = {}
     subscriptions: dict[str, str] = {}
     details: dict[str, Any] = {}
-    for row in [r for r in await brokers(admin) if r.broker_id == 0]:
-        found = await admin.consumer_connections(row.addr, group)
+    for addr in await masters(admin):
+        found = await admin.consumer_connections(addr, group)
         if found is None:
             continue
         details = {"consume_type": found.consume_type, "message_model": found.message_model,
@@ -165,10 +165,9 @@ async def progress(admin: Admin, group: str, *, topic: str | None, lag_over: int
     The owner is computed with RocketMQ's default allocation (averagely, per topic, over the
     sorted client ids), which is what Java and Node clients use unless configured otherwise.
     """
-    masters = [r.addr for r in await brokers(admin) if r.broker_id == 0]
     clients: set[str] = set()
     offsets = {}
-    for addr in masters:
+    for addr in await masters(admin):
         found = await admin.consumer_connections(addr, group)
         if found is not None:
             clients.update(c.client_id for c in found.connection_set)
