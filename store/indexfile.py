@@ -220,11 +220,7 @@ class IndexService:
 
         ``clock`` names a new index file (local time) when one has to be created.
         """
-        last = self.files[-1] if self.files else None
-        if last is not None and last.index_count < last.index_num:
-            f, full = last, None
-        else:
-            f, full = self._writable_file(clock)
+        f, full = self._writable_file(clock)
         if phy_offset < f.end_phy_offset:
             return None  # already indexed (re-dispatch after recovery)
         done = f.put_keys(keys, phy_offset, store_timestamp)
