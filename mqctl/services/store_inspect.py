@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from mqctl.errors import NotFoundError, StoreError, UsageError
-from mqctl.services.messages import Window, detail, summary
+from mqctl.errors import NotFoundError, StoreError
+from mqctl.services.messages import Window, detail, locate, summary
 from mqctl.timespec import iso
 from store.commitlog import CommitLog
 from store.config import StoreConfig
@@ -45,7 +45,7 @@ from store.message import (
     TRANSACTION_TYPE_MASK,
     StoredMessage,
 )
-from store.record import RecordInfo, decode_msg_id, decode_record, read_header, read_record_info
+from store.record import RecordInfo, decode_record, read_header, read_record_info
 
 log = logging.getLogger(__name__)
 
@@ -560,10 +560,7 @@ def query_key(
 
 def query_id(root: str | Path, msg_id: str) -> dict[str, Any]:
     """The record an offset message id points at (its address part names the broker, not checked here)."""
-    try:
-        _host, offset = decode_msg_id(msg_id.strip())
-    except ValueError as exc:
-        raise UsageError(str(exc)) from exc
+    _addr, offset = locate(msg_id)
     lay = layout(root)
     with _commit_log(lay) as cl:
         try:
