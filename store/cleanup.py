@@ -91,9 +91,14 @@ class CleanupDecision:
     disk_full: bool
 
 
+def max_used_percent(config: StoreConfig) -> int:
+    """``diskMaxUsedSpaceRatio`` as the broker applies it: clamped to 10..95 (§8.3)."""
+    return min(max(config.disk_max_used_space_ratio, 10), 95)
+
+
 def decide(ratio: float, config: StoreConfig, *, delete_hour: bool, manual: bool) -> CleanupDecision:
     """Apply the watermarks of §8.3 to a partition usage ``ratio`` (-1: cannot be measured)."""
-    max_used = min(max(config.disk_max_used_space_ratio, 10), 95) / 100
+    max_used = max_used_percent(config) / 100
     warning = config.disk_space_warning_level_ratio / 100
     forcibly_ratio = config.disk_space_clean_forcibly_ratio / 100
     disk_full = ratio > warning
@@ -279,7 +284,7 @@ def make_plan(
         ratio,
         decision,
         config.file_reserved_time,
-        min(max(config.disk_max_used_space_ratio, 10), 95),
+        max_used_percent(config),
         config.disk_space_clean_forcibly_ratio,
         rows,
     )
