@@ -430,6 +430,17 @@ def decode_record(
     )
 
 
+def decode_records(buf: Buffer) -> list[StoredMessage]:
+    """Decode concatenated records, as a pull or query response body carries them."""
+    out = []
+    pos = 0
+    while pos < len(buf):
+        msg = decode_record(buf, pos)
+        out.append(msg)
+        pos += msg.store_size
+    return out
+
+
 __all__ = [
     "BLANK_HEADER_SIZE",
     "BLANK_MAGIC_CODE",
@@ -443,6 +454,7 @@ __all__ = [
     "decode_msg_id",
     "decode_properties",
     "decode_record",
+    "decode_records",
     "decode_uniq_key",
     "encode_blank",
     "encode_host",
@@ -456,13 +468,3 @@ __all__ = [
     "topic_field",
 ]
 
-
-def decode_records(buf: Buffer) -> list[StoredMessage]:
-    """Decode concatenated records, as a pull or query response body carries them."""
-    out = []
-    pos = 0
-    while pos < len(buf):
-        msg = decode_record(buf, pos)
-        out.append(msg)
-        pos += msg.store_size
-    return out
