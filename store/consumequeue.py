@@ -186,8 +186,8 @@ class ConsumeQueue:
             return None
         return UNIT.unpack_from(mf.view, byte_offset - mf.file_from_offset)  # type: ignore[return-value]
 
-    def units_from(self, queue_offset: int) -> tuple[memoryview, int] | None:
-        """Units from ``queue_offset`` to the end of written data in its file, as ``(view, count)``."""
+    def units_from(self, queue_offset: int) -> memoryview | None:
+        """Units from ``queue_offset`` to the end of written data in its file (a view of whole units)."""
         byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
         mf = self.files.find_file(byte_offset)
         if mf is None:
@@ -196,7 +196,7 @@ class ConsumeQueue:
         end = mf.wrote_position
         if pos >= end:
             return None
-        return mf.view[pos:end], (end - pos) // CQ_STORE_UNIT_SIZE
+        return mf.view[pos:end]
 
     def roll_next_file(self, queue_offset: int) -> int:
         """First queue offset of the file after the one holding ``queue_offset``."""

@@ -763,7 +763,7 @@ class DefaultMessageStore:
             return res
         select_units(
             res,
-            UNIT.iter_unpack(units[0]),
+            UNIT.iter_unpack(units),
             offset,
             max_count,
             tag_filter,
