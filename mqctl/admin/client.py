@@ -26,7 +26,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingConnectError
-from daemon.remoting.fastjson import dumps
+from daemon.remoting.fastjson import dumps, loads
 
 log = logging.getLogger(__name__)
 
@@ -206,6 +206,16 @@ class Admin:
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return None
         return bh.OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
+
+    async def all_consumer_offsets(self, addr: str) -> dict[tuple[str, str, int], int]:
+        """GET_ALL_CONSUMER_OFFSET (43): every committed offset on ``addr``, by (group, topic, queue id)."""
+        response = await self.call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
+        table: dict[str, dict[str, int]] = loads(response.body)["offsetTable"]
+        out = {}
+        for key, queues in table.items():
+            topic, _, group = key.partition("@")
+            out.update({(group, topic, int(q)): int(offset) for q, offset in queues.items()})
+        return out
 
     async def commit_offset(self, addr: str, group: str, topic: str, queue_id: int, offset: int) -> None:
         header = bh.UpdateConsumerOffsetRequestHeader(

@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any
 
 from daemon.broker.clean import CLEAN_PLAN, PlanBody
-from daemon.remoting import fastjson
 from daemon.remoting.codes import RequestCode, ResponseCode
 from mqctl.admin import messaging
 from mqctl.admin.client import Admin
@@ -261,13 +260,9 @@ async def estimated_plan(admin: Admin, addr: str, info: dict[str, str]) -> PlanB
     plan = make_plan(files, now_ms=now, ratio=ratio, config=config, delete_hour=False, manual=True)
     doomed = len(plan.deletable)
     if doomed:  # counts only where they matter: the deletable files and the first one kept
-        offsets = fastjson.loads((await admin.call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)).body)[
-            "offsetTable"
-        ]
         committed = [
-            CommittedOffset(key.partition("@")[2], key.partition("@")[0], int(q), int(off))
-            for key, queues in offsets.items()
-            for q, off in queues.items()
+            CommittedOffset(group, topic, queue_id, offset)
+            for (group, topic, queue_id), offset in (await admin.all_consumer_offsets(addr)).items()
         ]
         # queue offset at each boundary: the first message stored at or after the boundary's first message
         stamps = {f.from_offset: firsts[i] for i, f in enumerate(files[: doomed + 2])}
