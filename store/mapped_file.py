@@ -146,10 +146,6 @@ class MappedFile(FileMapping):
         return self.file_from_offset + self.file_size
 
     @property
-    def is_full(self) -> bool:
-        return self.wrote_position >= self.file_size
-
-    @property
     def dirty_bytes(self) -> int:
         return self.wrote_position - self.flushed_position
 
