@@ -5,6 +5,7 @@ Other test packages can reuse them with `from tests.broker.conftest import start
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -42,6 +43,17 @@ def broker_config(root: Path, **overrides: Any) -> BrokerConfig:
     }
     values.update(overrides)
     return BrokerConfig(**values)
+
+
+def batch_entry(body: bytes, props: dict[str, str], flag: int = 0) -> bytes:
+    """One inner message of a SEND_BATCH_MESSAGE body (wire-protocol.md §5.3), as clients encode it."""
+    p = encode_properties(props)
+    return (
+        struct.pack(">iiiii", 20 + len(body) + 2 + len(p), 0, 0, flag, len(body))
+        + body
+        + struct.pack(">h", len(p))
+        + p
+    )
 
 
 async def start_broker(root: Path, **overrides: Any) -> Broker:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import struct
 from pathlib import Path
 
 from daemon.broker.bodies import HeartbeatData, ProducerData
@@ -19,8 +18,8 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from store.memory import InMemoryMessageStore
-from store.record import decode_msg_id, decode_records, encode_properties
-from tests.broker.conftest import BrokerHandle, broker_config, start_broker
+from store.record import decode_msg_id, decode_records
+from tests.broker.conftest import BrokerHandle, batch_entry, broker_config, start_broker
 
 
 async def test_send_v2_then_pull_returns_identical_message(broker: BrokerHandle) -> None:
@@ -151,16 +150,9 @@ async def test_a_slow_long_poll_does_not_block_the_same_connection(broker: Broke
 
 
 async def test_batch_send_gives_consecutive_offsets_and_joined_ids(broker: BrokerHandle) -> None:
-    def entry(body: bytes, props: dict[str, str]) -> bytes:
-        p = encode_properties(props)
-        return (
-            struct.pack(">iiiii", 20 + len(body) + 2 + len(p), 0, 0, 0, len(body))
-            + body
-            + struct.pack(">h", len(p))
-            + p
-        )
-
-    payload = b"".join(entry(f"b{i}".encode(), {"KEYS": f"bk{i}", "UNIQ_KEY": f"U{i}"}) for i in range(3))
+    payload = b"".join(
+        batch_entry(f"b{i}".encode(), {"KEYS": f"bk{i}", "UNIQ_KEY": f"U{i}"}) for i in range(3)
+    )
     r = await broker.send("Batch", payload, code=RequestCode.SEND_BATCH_MESSAGE, batch=True)
     assert r.code == ResponseCode.SUCCESS, r.remark
     assert len(r.ext_fields["msgId"].split(",")) == 3 and r.ext_fields["queueOffset"] == "0"

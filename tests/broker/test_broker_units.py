@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,7 @@ from daemon.broker.processors.send import decode_batch
 from daemon.config import load_config
 from daemon.remoting.errors import RemotingCommandError
 from store.javahash import java_hash
-from store.record import encode_properties
+from tests.broker.conftest import batch_entry
 
 
 def test_tag_expressions_parse_like_java() -> None:
@@ -26,16 +25,6 @@ def test_tag_expressions_parse_like_java() -> None:
     assert tag_codes(sub) == {java_hash("TagA"), java_hash("TagB")}
 
 
-def entry(flag: int, body: bytes, props: dict[str, str]) -> bytes:
-    p = encode_properties(props)
-    return (
-        struct.pack(">iiiii", 20 + len(body) + 2 + len(p), 0, 0, flag, len(body))
-        + body
-        + struct.pack(">h", len(p))
-        + p
-    )
-
-
 @given(
     st.lists(
         st.tuples(st.integers(0, 2**31 - 1), st.binary(max_size=64), st.text("abc", min_size=1, max_size=5)),
@@ -43,12 +32,12 @@ def entry(flag: int, body: bytes, props: dict[str, str]) -> bytes:
     )
 )
 def test_batch_bodies_round_trip(items: list[tuple[int, bytes, str]]) -> None:
-    payload = b"".join(entry(flag, body, {"KEYS": key}) for flag, body, key in items)
+    payload = b"".join(batch_entry(body, {"KEYS": key}, flag) for flag, body, key in items)
     assert decode_batch(payload) == [(flag, body, {"KEYS": key}) for flag, body, key in items]
 
 
 def test_truncated_batch_is_refused() -> None:
-    whole = entry(0, b"body", {"KEYS": "k"})
+    whole = batch_entry(b"body", {"KEYS": "k"})
     for cut in (3, 10, len(whole) - 1):
         with pytest.raises(RemotingCommandError):
             decode_batch(whole[:cut])
