@@ -289,17 +289,24 @@ async def estimated_plan(admin: Admin, addr: str, info: dict[str, str]) -> PlanB
     return PlanBody.of(plan, disk_full=ratio > config.disk_space_warning_level_ratio / 100)
 
 
+async def broker_plan(admin: Admin, addr: str) -> PlanBody | None:
+    """The broker's own dry-run cleanup plan (mqctl's CLEAN_PLAN request), or None from a broker without
+    it (RocketMQ answers REQUEST_CODE_NOT_SUPPORTED)."""
+    response = await admin.call(
+        addr, CLEAN_PLAN, expect=(ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+    )
+    return PlanBody.loads(response.body) if response.code == ResponseCode.SUCCESS else None
+
+
 async def broker_clean(admin: Admin, addr: str, *, execute: bool, wait: float) -> CleanReport:
     """The broker's own plan (dry run), then with ``execute`` a manual trigger (329) and the outcome seen
     through runtime info (``commitLogMinOffset``) within ``wait`` seconds: the broker deletes at its next
     cleanup runs (every 10 s; the first one 60 s after it started)."""
-    resp = await admin.call(
-        addr, CLEAN_PLAN, expect=(ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
-    )
+    plan = await broker_plan(admin, addr)
     info = await admin.broker_runtime_info(addr)
     min_before = int(info.get("commitLogMinOffset", "0"))
-    if resp.code == ResponseCode.SUCCESS:
-        rep = report(addr, PlanBody.loads(resp.body))
+    if plan is not None:
+        rep = report(addr, plan)
     else:  # a RocketMQ broker: the same plan from what it exposes, with estimated file ages
         rep = report(addr, await estimated_plan(admin, addr, info))
         rep.note = (

@@ -18,15 +18,16 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.broker.bodies import ConsumerConnection, ConsumeStats
-from daemon.broker.clean import CLEAN_PLAN, PlanBody
+from daemon.broker.clean import PlanBody
 from daemon.remoting.bodies import TopicConfig
-from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.codes import RequestCode
 from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
 from mqctl.admin.messaging import view
 from mqctl.errors import ConnectError, NotFoundError
 from mqctl.services.cluster import BrokerRow, brokers, first_float
 from mqctl.services.groups import SYSTEM_GROUPS, connections, progress
+from mqctl.services.retention import broker_plan
 from mqctl.top.model import (
     VIEWS,
     BrokerView,
@@ -383,13 +384,10 @@ class LiveSource:
         """The broker's dry-run cleanup plan, or None from a broker without it (RocketMQ answers
         REQUEST_CODE_NOT_SUPPORTED)."""
         try:
-            response = await self.admin.call(
-                addr, CLEAN_PLAN, expect=(ResponseCode.SUCCESS, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
-            )
+            return await broker_plan(self.admin, addr)
         except RemotingError as exc:
             log.info("cleanup plan of %s: %s", addr, exc)
             return None
-        return PlanBody.loads(response.body) if response.code == ResponseCode.SUCCESS else None
 
     async def _first_write(self, addr: str, start: int) -> float | None:
         cached = self._first_writes.get((addr, start))
