@@ -70,19 +70,12 @@ def commitlog_ls(
     """Each file: offset range, size, data bytes, records, first/last store time, topics, and for retention its
     age, whether it is expired, the bytes a cleanup triggered now would free and whether every group has
     consumed all of its messages."""
-    from dataclasses import asdict
-
     from mqctl.services import retention
     from mqctl.services import store_inspect as si
 
     def work() -> Any:
         with progress(si.commitlog_bytes(store), "reading CommitLog", unit="bytes") as advance:
-            scans = si.commitlog_ls(store, progress=advance)
-        config = retention.offline_config(
-            store, reserved_hours=reserved_hours, watermark=None, force_watermark=None
-        )
-        extra = retention.file_retention(store, config)
-        return [{**asdict(s), **extra.get(s.file, {})} for s in scans]
+            return retention.commitlog_files(store, reserved_hours=reserved_hours, progress=advance)
 
     render_every(work, output, watch)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -183,19 +183,24 @@ def _offline_plan(config: StoreConfig) -> CleanPlan:
         store.shutdown()
 
 
-def file_retention(root: Path, config: StoreConfig) -> dict[str, dict[str, Any]]:
-    """Per CommitLog file name: age, expired, reclaimable bytes (what a cleanup triggered now would free)
-    and whether every group has consumed all of its messages. Read-only; safe on a running broker's store."""
-    plan = _offline_plan(config)
-    return {
+def commitlog_files(
+    root: Path, *, reserved_hours: int | None, progress: si.Progress | None = None
+) -> list[dict[str, Any]]:
+    """Each CommitLog file's scan (:func:`store_inspect.commitlog_ls`) with its retention: age, expired,
+    reclaimable bytes (what a cleanup triggered now would free) and whether every group has consumed all
+    of its messages. Read-only; safe on a running broker's store."""
+    scans = si.commitlog_ls(root, progress=progress)
+    config = offline_config(root, reserved_hours=reserved_hours, watermark=None, force_watermark=None)
+    retention = {
         r.file.name: {
             "age": age_text(r.age_ms),
             "expired": r.expired,
             "reclaimable": r.file.size if r.deletable and r.reason != WATERMARK else 0,
             "consumed_by_all_groups": r.consumed_by_all,
         }
-        for r in plan.rows
+        for r in _offline_plan(config).rows
     }
+    return [{**asdict(scan), **retention.get(scan.file, {})} for scan in scans]
 
 
 # -------------------------------------------------------------------------------------- online
