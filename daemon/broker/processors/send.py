@@ -31,7 +31,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from store.api import PutMessageStatus, PutResult
-from store.config_files import TopicConfig
+from store.config_files import SubscriptionGroupConfig, TopicConfig
 from store.message import (
     MULTI_TAGS_FLAG,
     PROPERTY_CLUSTER,
@@ -111,6 +111,13 @@ def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
     return out
 
 
+def max_reconsume_times(group: SubscriptionGroupConfig, version: int, requested: int | None) -> int:
+    """Retries before the DLQ: the client's own limit from 3.4.9 on, else the group's."""
+    if version >= Version.V3_4_9 and requested is not None:
+        return requested
+    return group.retry_max_times
+
+
 class SendProcessor:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
@@ -160,10 +167,7 @@ class SendProcessor:
             raise fail(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group_name}"
             )
-        max_times = group.retry_max_times
-        if version >= Version.V3_4_9 and h.max_reconsume_times is not None:
-            max_times = h.max_reconsume_times
-        if (h.reconsume_times or 0) >= max_times:
+        if (h.reconsume_times or 0) >= max_reconsume_times(group, version, h.max_reconsume_times):
             dlq = dlq_topic(group_name)
             self.broker.topics.create_system_like(dlq, 1, PermName.READ_WRITE)
             props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
@@ -302,9 +306,7 @@ class SendProcessor:
         old = found.message
         props = dict(old.properties)
         props.setdefault(PROPERTY_RETRY_TOPIC, old.topic)
-        max_times = group.retry_max_times
-        if request.version >= Version.V3_4_9 and h.max_reconsume_times is not None:
-            max_times = h.max_reconsume_times
+        max_times = max_reconsume_times(group, request.version, h.max_reconsume_times)
         delay = h.delay_level
         if old.reconsume_times >= max_times or delay < 0:
             topic = dlq_topic(h.group)
