@@ -17,12 +17,8 @@ from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Self
 
+from daemon.config import camel_case
 from daemon.remoting import fastjson
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def _convert(hint: Any, value: Any) -> Any:
@@ -57,7 +53,7 @@ class Bean:
     @cache
     def _json_fields(cls) -> tuple[tuple[str, str, Any], ...]:
         hints = typing.get_type_hints(cls)
-        return tuple((f.name, _camel(f.name), hints[f.name]) for f in dataclasses.fields(cls))  # type: ignore[arg-type]
+        return tuple((f.name, camel_case(f.name), hints[f.name]) for f in dataclasses.fields(cls))  # type: ignore[arg-type]
 
     def to_json(self) -> dict[str, Any]:
         out = {}

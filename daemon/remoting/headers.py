@@ -19,17 +19,13 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, ClassVar, Self
 
+from daemon.config import camel_case
 from daemon.remoting.errors import HeaderFieldError
 
 
 def wire(name: str, default: Any = dataclasses.MISSING) -> Any:
     """Declare a header field whose wire name is not the camelCase of its Python name."""
     return dataclasses.field(default=default, metadata={"wire": name})
-
-
-def _camel(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def _parse_bool(text: str) -> bool:
@@ -79,7 +75,11 @@ class CommandHeader:
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             specs.append(
                 _FieldSpec(
-                    f.name, f.metadata.get("wire", _camel(f.name)), _PARSERS[base], required, base.__name__
+                    f.name,
+                    f.metadata.get("wire", camel_case(f.name)),
+                    _PARSERS[base],
+                    required,
+                    base.__name__,
                 )
             )
         return tuple(specs)
