@@ -7,6 +7,7 @@ is the raw stored records concatenated, straight from the store's mapping.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
@@ -115,25 +116,40 @@ class PullProcessor:
             code = ResponseCode.PULL_NOT_FOUND if h.queue_offset == 0 else ResponseCode.PULL_OFFSET_MOVED
         return code, result
 
-    async def pull(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def pull(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """Synchronous unless the pull is held: no task per pull that finds messages."""
         h = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
         self._check(h)
-        sub = self._subscription(h)
-        codes = tag_codes(sub)
+        codes = tag_codes(self._subscription(h))
         code, result = self._read(h, codes)
         if h.sys_flag & FLAG_COMMIT_OFFSET:
             self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND:
-            config = self.broker.config
-            hold_ms = (
-                h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
-            )
-            await self.broker.hold.wait(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000)
-            if conn.is_closed:
-                return request.make_response(ResponseCode.PULL_NOT_FOUND)  # dropped by the connection
-            code, result = self._read(h, codes)
-            if code == ResponseCode.PULL_NOT_FOUND:
-                result.next_begin_offset = h.queue_offset
+            return self._held(conn, request, h, codes)
+        return self._response(request, h, code, result)
+
+    async def _held(
+        self,
+        conn: Connection,
+        request: RemotingCommand,
+        h: PullMessageRequestHeader,
+        codes: frozenset[int] | None,
+    ) -> RemotingCommand:
+        config = self.broker.config
+        hold_ms = h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
+        await self.broker.hold.wait(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000)
+        if conn.is_closed:
+            return request.make_response(ResponseCode.PULL_NOT_FOUND)  # dropped by the connection
+        code, result = self._read(h, codes)
+        if code == ResponseCode.PULL_NOT_FOUND:
+            result.next_begin_offset = h.queue_offset
+        return self._response(request, h, code, result)
+
+    def _response(
+        self, request: RemotingCommand, h: PullMessageRequestHeader, code: int, result: GetResult
+    ) -> RemotingCommand:
         header = PullMessageResponseHeader(0, result.next_begin_offset, result.min_offset, result.max_offset)
         body = b""
         if code == ResponseCode.SUCCESS:
