@@ -20,6 +20,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingConnectError
 from daemon.remoting.frame import encode_command
+from store.config_files import ConsumerOffsetManager
 from store.errors import StoreLockedError
 from store.record import decode_records
 from tests.broker.conftest import BrokerClient, BrokerHandle, broker_config, start_broker
@@ -68,6 +69,13 @@ async def test_sigkill_under_sync_flush_loses_no_acknowledged_send(
     async def call(code: int, ext: dict[str, str], body: bytes = b"") -> RemotingCommand:
         return await client.invoke(addr, RemotingCommand.request(code, ext, body), 5.0)
 
+    async def offset_persisted() -> bool:
+        offsets = ConsumerOffsetManager(
+            str(tmp_path / "store" / "config" / "consumerOffset.json"), read_only=True
+        )
+        offsets.load()
+        return offsets.query_offset("KG", "Kill", 0) == 7
+
     proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
     acked: list[tuple[int, int, bytes]] = []
     try:
@@ -91,7 +99,7 @@ async def test_sigkill_under_sync_flush_loses_no_acknowledged_send(
         await wait_until(lambda: _at_least(acked, 200))
         committed = {**update, "commitOffset": "7"}
         assert (await call(RequestCode.UPDATE_CONSUMER_OFFSET, committed)).code == ResponseCode.SUCCESS
-        await asyncio.sleep(0.6)  # > flushConsumerOffsetInterval: the offset is on disk
+        await wait_until(offset_persisted)  # flushConsumerOffsetInterval wrote it before the kill
         await wait_until(lambda: _at_least(acked, 400))
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
