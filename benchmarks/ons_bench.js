@@ -1,0 +1,87 @@
+'use strict';
+// ali-ons load for benchmarks/bench_ali_ons.py (which starts the broker and prints the figures).
+//   node ons_bench.js produce NAMESRV TOPIC CONCURRENCY SECONDS
+//     N async loops share one Producer, each awaiting `producer.send()` of a 1 KiB body in turn (like N
+//     producer threads of RocketMQ's benchmark Producer); 1 s warm-up, then SECONDS timed.
+//   node ons_bench.js consume NAMESRV TOPIC GROUP COUNT
+//     A push consumer (new group, from the first offset) receives COUNT messages; timed from the first
+//     message to the last, as that is the drain rate (client start to first message is firstMs).
+// Prints "start" when the timed window opens (the caller samples the broker's CPU then), and one JSON
+// line when it closes: {count, seconds, nodeCpu (share of one core over the window), ...}.
+const path = require('path');
+const modules = path.join(__dirname, '..', 'tests', 'interop', 'node_modules');
+const { Producer, Consumer, Message } = require(path.join(modules, 'ali-ons'));
+const urllib = require(path.join(modules, 'urllib'));
+
+const BODY = Buffer.alloc(1024, 'x');
+
+function window() {
+  process.stdout.write('start\n');
+  const wall = process.hrtime.bigint();
+  const cpu = process.cpuUsage();
+  return () => {
+    const seconds = Number(process.hrtime.bigint() - wall) / 1e9;
+    const used = process.cpuUsage(cpu);
+    return { seconds, nodeCpu: (used.user + used.system) / 1e6 / seconds };
+  };
+}
+
+async function produce(nameSrv, topic, concurrency, seconds) {
+  const producer = new Producer({ nameSrv, producerGroup: 'MQCTL_ONS_BENCH', httpclient: urllib });
+  producer.on('error', err => process.stderr.write(`producer error: ${err.message}\n`));
+  await producer.ready();
+  let failures = 0;
+  const loop = async (deadline, counter) => {
+    while (Date.now() < deadline) {
+      const r = await producer.send(new Message(topic, 'bench', BODY));
+      if (r.sendStatus === 'SEND_OK') counter.sent++; else failures++;
+    }
+  };
+  const run = async ms => {
+    const counter = { sent: 0 };
+    const deadline = Date.now() + ms;
+    await Promise.all(Array.from({ length: concurrency }, () => loop(deadline, counter)));
+    return counter.sent;
+  };
+  await run(1000);
+  const close = window();
+  const count = await run(seconds * 1000);
+  const result = { count, failures, ...close() };
+  await producer.close();
+  return result;
+}
+
+async function consume(nameSrv, topic, group, count) {
+  const consumer = new Consumer({
+    nameSrv, consumerGroup: group, httpclient: urllib, consumeFromWhere: 'CONSUME_FROM_FIRST_OFFSET',
+  });
+  consumer.on('error', err => process.stderr.write(`consumer error: ${err.message}\n`));
+  const begun = Date.now();
+  let received = 0;
+  let firstMs;
+  let close;
+  let done;
+  const allIn = new Promise(resolve => { done = resolve; });
+  consumer.subscribe(topic, '*', async () => {
+    if (received++ === 0) {
+      firstMs = Date.now() - begun;
+      close = window();
+    }
+    if (received === count) done(close());
+  });
+  await consumer.ready();
+  const result = await allIn;
+  await consumer.close();
+  return { count: received, firstMs, ...result };
+}
+
+async function main([mode, nameSrv, topic, a, b]) {
+  if (mode === 'produce') return produce(nameSrv, topic, Number(a), Number(b));
+  if (mode === 'consume') return consume(nameSrv, topic, a, Number(b));
+  throw new Error(`unknown mode ${mode}`);
+}
+
+main(process.argv.slice(2)).then(
+  result => { process.stdout.write(JSON.stringify(result) + '\n'); process.exit(0); },
+  err => { process.stderr.write(`${err.stack}\n`); process.exit(1); }
+);
