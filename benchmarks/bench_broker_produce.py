@@ -66,18 +66,24 @@ async def bench(addr: str, duration: float, producers: int) -> BenchResult:
     return result("produce", len(rts), sum(failures), time.perf_counter() - start, rts)
 
 
+def start_broker(store: str, port: int, *flags: str) -> subprocess.Popen[bytes]:
+    """`mqctl broker start` on ``store`` in a subprocess, so the load generator does not share its event loop."""
+    argv = [sys.executable, "-m", "mqctl", "broker", "start", "--store", store, "--port", str(port), "--no-metrics",
+            *flags]
+    return subprocess.Popen(
+        argv, cwd=ROOT, stderr=subprocess.DEVNULL, env={**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1"}
+    )
+
+
 @contextmanager
-def broker_process() -> Iterator[tuple[str, float]]:
-    """`mqctl broker start` on a temporary store; yields its address and the seconds to its first answer."""
+def broker_process(*flags: str) -> Iterator[tuple[str, float]]:
+    """`mqctl broker start` (plus ``flags``) on a temporary store; yields its address and the seconds to its
+    first answer."""
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         addr = f"127.0.0.1:{port}"
-        argv = [sys.executable, "-m", "mqctl", "broker", "start", "--store", f"{tmp}/store", "--port", str(port),
-                "--no-metrics"]
         started = time.perf_counter()
-        proc = subprocess.Popen(
-            argv, cwd=ROOT, stderr=subprocess.DEVNULL, env={**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1"}
-        )
+        proc = start_broker(f"{tmp}/store", port, *flags)
         try:
             yield addr, run(wait_ready(addr, started))
         finally:
