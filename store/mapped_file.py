@@ -8,10 +8,12 @@ memory because the file length says nothing about where data ends.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import mmap
 import os
 import threading
+from collections.abc import Iterator
 
 from store.errors import StoreFormatError
 
@@ -26,14 +28,16 @@ def offset_to_file_name(offset: int) -> str:
 
 
 class FileMapping:
-    """A file of a fixed size mapped whole, keeping its descriptor for ``pwrite``/``fdatasync``.
+    """A file of a fixed size mapped whole, with a descriptor for ``pwrite``/``fdatasync``.
 
-    Created sparse with ``ftruncate`` when missing (writable mode). Descriptor operations are
-    serialised with :meth:`close`/:meth:`destroy`, which other threads (cleanup) may call while a
-    flush is running.
+    Created sparse with ``ftruncate`` when missing (writable mode). ``keep_fd=False`` (ConsumeQueue
+    files, one or more per queue) holds no descriptor of its own and opens one per descriptor
+    operation: Python's ``mmap`` keeps a duplicate of the descriptor anyway, so 10,000 queues would
+    otherwise cost 20,000 descriptors. Descriptor operations are serialised with :meth:`close`/
+    :meth:`destroy`, which other threads (cleanup) may call while a flush is running.
     """
 
-    def __init__(self, path: str, file_size: int, *, read_only: bool = False) -> None:
+    def __init__(self, path: str, file_size: int, *, read_only: bool = False, keep_fd: bool = True) -> None:
         self.path = path
         self.file_size = file_size
         self.read_only = read_only
@@ -48,37 +52,76 @@ class FileMapping:
         except BaseException:
             os.close(fd)
             raise
-        self._fd: int | None = None if read_only else fd
-        if read_only:
+        self._writable = not read_only  # descriptor operations allowed (until closed or destroyed)
+        self._fd: int | None = fd if self._writable and keep_fd else None
+        if self._fd is None:
             os.close(fd)
         self.view = memoryview(self.mm)
         self._fd_lock = threading.Lock()
 
+    @contextlib.contextmanager
+    def _descriptor(self) -> Iterator[int | None]:
+        """The file's descriptor for one operation (opened for it when none is kept); None once closed."""
+        with self._fd_lock:
+            if self._fd is not None or not self._writable:
+                yield self._fd
+                return
+            fd = os.open(self.path, os.O_RDWR)
+            try:
+                yield fd
+            finally:
+                os.close(fd)
+
     def sync(self) -> None:
         """``fdatasync``: writes back the mapping's dirty pages like ``msync``, but releases the GIL
         for the disk wait (``mmap.flush`` does not), so appenders keep running and group commit works."""
-        with self._fd_lock:
-            if self._fd is not None:
-                os.fdatasync(self._fd)
+        with self._descriptor() as fd:
+            if fd is not None:
+                os.fdatasync(fd)
 
     def pwrite(self, data: bytes, offset: int) -> bool:
         """Write through the descriptor (GIL released); False once the file is closed."""
-        with self._fd_lock:
-            if self._fd is None:
+        with self._descriptor() as fd:
+            if fd is None:
                 return False
-            os.pwrite(self._fd, data, offset)
+            os.pwrite(fd, data, offset)
             return True
 
     def fallocate(self, offset: int, length: int) -> bool:
         """Reserve blocks without writing them (GIL released); False once the file is closed."""
-        with self._fd_lock:
-            if self._fd is None:
+        with self._descriptor() as fd:
+            if fd is None:
                 return False
-            os.posix_fallocate(self._fd, offset, length)
+            os.posix_fallocate(fd, offset, length)
             return True
+
+    def data_ranges(self, start: int, end: int) -> list[tuple[int, int]]:
+        """The parts of ``[start, end)`` that may hold data: holes of the sparse file (never written, so
+        zeros) are left out where the file system reports them (``SEEK_DATA``/``SEEK_HOLE``, which
+        count dirty pages of the mapping as data); elsewhere the whole range."""
+        ranges: list[tuple[int, int]] = []
+        with self._descriptor() as fd:
+            pos = start
+            while pos < end:
+                if fd is None or not hasattr(os, "SEEK_DATA"):
+                    ranges.append((pos, end))
+                    break
+                try:
+                    data = os.lseek(fd, pos, os.SEEK_DATA)
+                except OSError as e:
+                    if e.errno != errno.ENXIO:  # ENXIO: nothing but a hole up to the end of the file
+                        ranges.append((pos, end))
+                    break
+                if data >= end:
+                    break
+                hole = min(os.lseek(fd, data, os.SEEK_HOLE), end)
+                ranges.append((data, hole))
+                pos = hole
+        return ranges
 
     def _close_fd(self) -> None:
         with self._fd_lock:
+            self._writable = False
             if self._fd is not None:
                 os.close(self._fd)
                 self._fd = None
@@ -106,8 +149,8 @@ class MappedFile(FileMapping):
     ``wrote_position`` is where the next append goes; bytes past it are not data.
     """
 
-    def __init__(self, path: str, file_size: int, *, read_only: bool = False) -> None:
-        super().__init__(path, file_size, read_only=read_only)
+    def __init__(self, path: str, file_size: int, *, read_only: bool = False, keep_fd: bool = True) -> None:
+        super().__init__(path, file_size, read_only=read_only, keep_fd=keep_fd)
         self.file_from_offset = int(os.path.basename(path))
         self.wrote_position = 0
         self.flushed_position = 0
@@ -162,11 +205,18 @@ class MappedFileQueue:
     """The ordered files of one CommitLog or one ConsumeQueue; offsets are global byte offsets."""
 
     def __init__(
-        self, directory: str, file_size: int, *, read_only: bool = False, clear_whole_tail: bool = False
+        self,
+        directory: str,
+        file_size: int,
+        *,
+        read_only: bool = False,
+        clear_whole_tail: bool = False,
+        keep_fd: bool = True,
     ) -> None:
         self.directory = directory
         self.file_size = file_size
         self.read_only = read_only
+        self.keep_fd = keep_fd  # see FileMapping
         # On truncation, zero the whole tail (ConsumeQueue: stale units would look valid) or only the
         # next 8 bytes (CommitLog: enough to end the scan there, §6.7).
         self.clear_whole_tail = clear_whole_tail
@@ -184,7 +234,7 @@ class MappedFileQueue:
             size = os.path.getsize(path)
             if size != self.file_size:
                 raise StoreFormatError(f"{path}: size {size} != configured {self.file_size}")
-            mf = MappedFile(path, self.file_size, read_only=self.read_only)
+            mf = MappedFile(path, self.file_size, read_only=self.read_only, keep_fd=self.keep_fd)
             mf.wrote_position = mf.flushed_position = mf.prepared_position = self.file_size
             self.files.append(mf)
         for a, b in zip(self.files, self.files[1:], strict=False):
@@ -200,7 +250,8 @@ class MappedFileQueue:
     def create_file(self, start_offset: int) -> MappedFile:
         """Create (or re-open) the file that starts at ``start_offset`` (a multiple of the file size)."""
         os.makedirs(self.directory, exist_ok=True)
-        mf = MappedFile(os.path.join(self.directory, offset_to_file_name(start_offset)), self.file_size)
+        path = os.path.join(self.directory, offset_to_file_name(start_offset))
+        mf = MappedFile(path, self.file_size, keep_fd=self.keep_fd)
         self.files.append(mf)
         return mf
 
@@ -259,7 +310,8 @@ class MappedFileQueue:
                 mf.wrote_position = mf.flushed_position = mf.prepared_position = pos
                 if not self.read_only:
                     end = self.file_size if self.clear_whole_tail else min(pos + 8, self.file_size)
-                    mf.mm[pos:end] = bytes(end - pos)
+                    for a, b in mf.data_ranges(pos, end):  # zeroing a hole would allocate it on disk
+                        mf.mm[a:b] = bytes(b - a)
                 keep.append(mf)
             elif not self.read_only:
                 log.info("deleting %s (beyond offset %d)", mf.path, offset)

@@ -1,0 +1,56 @@
+"""Mapped files: truncation clears what lies past the cut without filling the sparse file's holes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from store.engine import DefaultMessageStore
+from store.mapped_file import MappedFileQueue
+from store.message import Message
+
+from .conftest import small_config
+
+SIZE = 1024 * 1024
+
+
+def _allocated(path: Path) -> int:
+    return path.stat().st_blocks * 512
+
+
+def test_truncation_zeroes_written_bytes_past_the_cut_and_skips_holes(tmp_path: Path) -> None:
+    queue = MappedFileQueue(str(tmp_path / "q"), SIZE, clear_whole_tail=True)
+    mf = queue.last_file_for_append()
+    if _allocated(Path(mf.path)) >= SIZE:
+        pytest.skip("the file system does not keep files sparse")
+    mf.mm[0:200] = b"\x01" * 200
+    mf.mm[600_000:600_020] = b"\x02" * 20  # a stale unit far past the end, in a page of its own
+    mf.wrote_position = 200
+    assert mf.data_ranges(0, SIZE) == [(0, 4096), (598_016, 602_112)]
+    queue.truncate_dirty_files(100)
+    assert mf.wrote_position == 100
+    assert bytes(mf.mm[0:100]) == b"\x01" * 100
+    assert mf.mm[100:SIZE] == bytes(SIZE - 100)
+    queue.flush()
+    assert _allocated(Path(mf.path)) <= 2 * 4096  # the holes in between were left alone
+    queue.close()
+
+
+def test_restarts_keep_consume_queue_files_sparse(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path, mapped_file_size_consume_queue=50_000 * 20)
+    store = DefaultMessageStore(cfg)
+    with store:
+        for i in range(10):
+            store.put_message(Message(topic="T", body=b"body-%d" % i, queue_id=0))
+    cq = tmp_path / "consumequeue" / "T" / "0" / f"{0:020d}"
+    allocated = _allocated(cq)
+    if allocated >= cq.stat().st_size:
+        pytest.skip("the file system does not keep files sparse")
+    for abort in (False, True):  # normal, then abnormal recovery
+        if abort:
+            (tmp_path / "abort").touch()
+        with DefaultMessageStore(cfg) as again:
+            assert again.last_exit_ok is not abort
+            assert again.get_max_offset("T", 0) == 10
+    assert _allocated(cq) == allocated
