@@ -1,9 +1,11 @@
 """Long polling: park pulls that found nothing until a message for their queue arrives (§9.7 step 8).
 
-A parked pull is an awaiting coroutine, so parking costs one future and a timer; the pull processor
-re-runs the read after `wait()` returns, with the original opaque. Waiters wake when `notify()`
-reports that their queue grew, or at their deadline (a re-read that finds only other tags answers
-PULL_RETRY_IMMEDIATELY, as Java does); a periodic check also catches missed notifications.
+A parked pull is a future plus a timer; the pull processor awaits it and re-runs the read, with the
+original opaque. The processor parks in the same step as the read that found nothing, before anything
+else runs on the loop, so a message stored right after that read (say, a send in the same TCP read)
+still wakes it. Waiters wake when `notify()` reports that their queue grew, or at their deadline (a
+re-read that finds only other tags answers PULL_RETRY_IMMEDIATELY, as Java does); a periodic check
+also catches notifications from elsewhere that were missed.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 log = logging.getLogger(__name__)
 
@@ -20,7 +22,12 @@ log = logging.getLogger(__name__)
 @dataclass(eq=False, slots=True)
 class _Waiter:
     offset: int
-    future: asyncio.Future[None] = field(default_factory=lambda: asyncio.get_running_loop().create_future())
+    future: asyncio.Future[None]
+
+
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class PullRequestHoldService:
@@ -36,20 +43,26 @@ class PullRequestHoldService:
     def parked(self) -> int:
         return sum(len(w) for w in self._waiters.values())
 
-    async def wait(self, topic: str, queue_id: int, offset: int, timeout: float) -> None:
-        """Return when the queue grows past `offset` with a matching message, or after `timeout` s."""
+    def park(self, topic: str, queue_id: int, offset: int, timeout: float) -> asyncio.Future[None]:
+        """Hold a pull that found nothing at `offset`: the future completes when the queue grows past
+        it, or after `timeout` s. Parking is synchronous so that the caller can do it in the same step
+        as its read (a coroutine would only register once the loop first runs it)."""
+        loop = asyncio.get_running_loop()
         key = (topic, queue_id)
-        waiter = _Waiter(offset)
+        waiter = _Waiter(offset, loop.create_future())
         self._waiters.setdefault(key, set()).add(waiter)
-        try:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(waiter.future, timeout)
-        finally:
+        timer = loop.call_later(timeout, _wake, waiter.future)
+
+        def unpark(_: asyncio.Future[None]) -> None:  # woken, timed out or cancelled
+            timer.cancel()
             waiters = self._waiters.get(key)
             if waiters is not None:
                 waiters.discard(waiter)
                 if not waiters:
                     del self._waiters[key]
+
+        waiter.future.add_done_callback(unpark)
+        return waiter.future
 
     def notify(self, topic: str, queue_id: int, max_offset: int) -> None:
         """A message was dispatched: `max_offset` is the queue's new max offset."""
@@ -57,8 +70,8 @@ class PullRequestHoldService:
         if not waiters:
             return
         for waiter in waiters:
-            if not waiter.future.done() and max_offset > waiter.offset:
-                waiter.future.set_result(None)
+            if max_offset > waiter.offset:
+                _wake(waiter.future)
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._check_loop(), name="pull-hold-check")
@@ -70,8 +83,7 @@ class PullRequestHoldService:
                 await self._task
         for waiters in self._waiters.values():
             for waiter in waiters:
-                if not waiter.future.done():
-                    waiter.future.set_result(None)
+                _wake(waiter.future)
 
     async def _check_loop(self) -> None:
         while True:

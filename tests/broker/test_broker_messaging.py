@@ -11,12 +11,15 @@ from daemon.broker.config import BrokerConfig
 from daemon.broker.headers import (
     ConsumerSendMsgBackRequestHeader,
     EndTransactionRequestHeader,
+    PullMessageRequestHeader,
     QueryMessageRequestHeader,
+    SendMessageRequestHeaderV2,
 )
-from daemon.remoting.client import RemotingClient
+from daemon.remoting.client import RemotingClient, parse_addr
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
+from daemon.remoting.frame import decode_frame, encode_command
 from store.memory import InMemoryMessageStore
 from store.record import decode_msg_id, decode_records
 from tests.broker.conftest import BrokerHandle, batch_entry, broker_config, start_broker
@@ -311,3 +314,41 @@ async def test_unended_half_message_is_checked_with_its_producer(tmp_path: Path)
     finally:
         await producer.close()
         await b.stop()
+
+
+async def test_a_send_right_behind_a_held_pull_wakes_it(broker: BrokerHandle) -> None:
+    """Pull and send in one TCP write: the broker reads the pull (nothing yet), then stores the message
+    before the held pull's coroutine first runs. That message must wake the pull, not the periodic
+    check (pushed out of reach here) or the pull's 60 s suspend timeout."""
+    hold = broker.broker.hold
+    await hold.stop()
+    hold.check_interval = 3600
+    hold.start()
+    broker.broker.topics.create_system_like("LP4", 1, 6)
+    pull = PullMessageRequestHeader("G", "LP4", 0, 0, 32, 0x6, 0, 60_000, 0, "*", "TAG")
+    send = SendMessageRequestHeaderV2("PG", "LP4", "TBW102", 4, 0, 0, 0, 0, "")
+    frames = [
+        RemotingCommand.request(RequestCode.PULL_MESSAGE, pull.to_ext_fields()),
+        RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send.to_ext_fields(), b"behind"),
+    ]
+    for opaque, frame in enumerate(frames, 1):
+        frame.opaque = opaque
+    reader, writer = await asyncio.open_connection(*parse_addr(broker.addr))
+    try:
+        writer.write(b"".join(encode_command(f) for f in frames))
+        responses = {}
+        for _ in frames:
+            r = await asyncio.wait_for(_read_command(reader), 10)
+            responses[r.opaque] = r
+    finally:
+        writer.close()
+    assert responses[2].code == ResponseCode.SUCCESS
+    assert responses[1].code == ResponseCode.SUCCESS
+    assert decode_records(responses[1].body)[0].body == b"behind"
+
+
+async def _read_command(reader: asyncio.StreamReader) -> RemotingCommand:
+    head = await reader.readexactly(4)
+    decoded = decode_frame(head + await reader.readexactly(int.from_bytes(head, "big")), 0)
+    assert decoded is not None
+    return decoded[0]

@@ -1,8 +1,8 @@
 """PULL_MESSAGE (11) with long polling (wire-protocol.md §9.7).
 
-A pull that finds nothing is held by awaiting `PullRequestHoldService.wait` and then read again, so the
-response keeps the request's opaque and the connection never blocks other requests. The response body
-is the raw stored records concatenated, straight from the store's mapping.
+A pull that finds nothing is parked with `PullRequestHoldService.park`, awaited and then read again, so
+the response keeps the request's opaque and the connection never blocks other requests. The response
+body is the raw stored records concatenated, straight from the store's mapping.
 """
 
 from __future__ import annotations
@@ -127,7 +127,13 @@ class PullProcessor:
         if h.sys_flag & FLAG_COMMIT_OFFSET:
             self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND:
-            return self._held(conn, request, h, codes)
+            config = self.broker.config
+            hold_ms = (
+                h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
+            )
+            # parked now, not when the coroutine first runs: a message stored in between must wake it
+            parked = self.broker.hold.park(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000)
+            return self._held(conn, request, h, codes, parked)
         return self._response(request, h, code, result)
 
     async def _held(
@@ -136,10 +142,9 @@ class PullProcessor:
         request: RemotingCommand,
         h: PullMessageRequestHeader,
         codes: frozenset[int] | None,
+        parked: Awaitable[None],
     ) -> RemotingCommand:
-        config = self.broker.config
-        hold_ms = h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
-        await self.broker.hold.wait(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000)
+        await parked
         if conn.is_closed:
             return request.make_response(ResponseCode.PULL_NOT_FOUND)  # dropped by the connection
         code, result = self._read(h, codes)
