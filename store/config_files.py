@@ -46,8 +46,24 @@ def loads_fastjson(text: str) -> Any:
     return json.loads("".join(parts), object_pairs_hook=hook)
 
 
+def _int_keyed(obj: Any) -> bool:
+    """Whether a map with int keys (written bare by fastjson) occurs anywhere in ``obj``."""
+    if isinstance(obj, dict):
+        return any(isinstance(k, int) for k in obj) or any(_int_keyed(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return any(_int_keyed(v) for v in obj)
+    return False
+
+
 def dumps_fastjson(obj: Any, indent: int = 0) -> str:
-    """Serialise like fastjson's pretty format (the shape the broker writes)."""
+    """Serialise like fastjson's pretty format (the shape the broker writes).
+
+    Without int-keyed maps that format is exactly ``json.dumps`` with tab indents, which writes a
+    10,000-topic topics.json ~10x faster than walking it here.
+    """
+    if not _int_keyed(obj):
+        text = json.dumps(obj, indent="\t", separators=(",", ":"), ensure_ascii=False)
+        return text.replace("\n", "\n" + "\t" * indent) if indent else text
     if isinstance(obj, dict):
         if not obj:
             return "{}"
@@ -80,15 +96,28 @@ T = TypeVar("T")
 B = TypeVar("B")
 
 
+_PROPERTIES: dict[type, dict[str, str]] = {}
+
+
+def _bean_properties(cls: type) -> dict[str, str]:
+    """camelCase property -> attribute of a bean class (its ``extra`` holds the unknown properties), worked
+    out once per class (``functools.cache`` would do, but mypy does not take a class as Hashable)."""
+    props = _PROPERTIES.get(cls)
+    if props is None:
+        fields = dataclasses.fields(cls)  # type: ignore[arg-type]
+        props = _PROPERTIES[cls] = {_camel(f.name): f.name for f in fields if f.name != "extra"}
+    return props
+
+
 def _bean_to_json(obj: Any) -> dict[str, Any]:
     """A dataclass as fastjson writes a bean: camelCase properties in alphabetical order, plus unknown ones kept."""
-    out = {_camel(f.name): getattr(obj, f.name) for f in dataclasses.fields(obj) if f.name != "extra"}
+    out = {key: getattr(obj, attr) for key, attr in _bean_properties(type(obj)).items()}
     out.update(getattr(obj, "extra", {}))
     return dict(sorted(out.items()))
 
 
 def _bean_from_json(cls: type[T], data: dict[str, Any]) -> T:
-    fields = {_camel(f.name): f.name for f in dataclasses.fields(cls) if f.name != "extra"}  # type: ignore[arg-type]
+    fields = _bean_properties(cls)
     kwargs = {fields[k]: v for k, v in data.items() if k in fields}
     obj = cls(**kwargs)
     obj.extra = {k: v for k, v in data.items() if k not in fields}  # type: ignore[attr-defined]
@@ -219,11 +248,13 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
     def get(self, name: str) -> B | None:
         return self.table.get(name)
 
-    def update(self, config: B) -> None:
+    def update(self, config: B, *, persist: bool = True) -> None:
+        """Add or replace ``config``; ``persist=False`` leaves the write to the caller (group commit)."""
         with self.lock:
             self.table[self._name(config)] = config
             self.data_version.next_version(self.clock.now_ms())
-        self.persist()
+        if persist:
+            self.persist()
 
     def delete(self, name: str) -> bool:
         with self.lock:

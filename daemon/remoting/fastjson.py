@@ -15,12 +15,11 @@ from __future__ import annotations
 import json
 import re
 from json.decoder import scanstring  # type: ignore[attr-defined]
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol
 
 __all__ = ["JsonBean", "ObjectKey", "dumps", "loads"]
 
 
-@runtime_checkable
 class JsonBean(Protocol):
     """An object that serializes as the JSON object `to_json()` returns (like a Java bean)."""
 
@@ -160,9 +159,17 @@ def loads(data: bytes | bytearray | memoryview | str) -> Any:
 # ----------------------------------------------------------------------------------------------- dumps
 
 
+def _bean_json(obj: Any) -> dict[str, Any] | None:
+    """``obj.to_json()`` for a JsonBean, else None: a class attribute lookup, because ``isinstance``
+    against a runtime-checkable Protocol costs microseconds per value (it dominated encoding 10,000 topics)."""
+    to_json = getattr(type(obj), "to_json", None)
+    return None if to_json is None else to_json(obj)  # type: ignore[no-any-return]
+
+
 def _bean_default(obj: Any) -> Any:
-    if isinstance(obj, JsonBean):
-        return obj.to_json()
+    as_json = _bean_json(obj)
+    if as_json is not None:
+        return as_json
     if isinstance(obj, set | frozenset):
         return list(obj)
     raise TypeError(f"{type(obj).__name__} is not JSON serializable")
@@ -190,14 +197,15 @@ class _Writer:
             self.parts.append(str(k) if self.bare_int_keys else f'"{k}"')
         elif isinstance(k, ObjectKey):
             self.value(k.as_dict())
-        elif isinstance(k, JsonBean):
-            self.value(k.to_json())
+        elif (as_json := _bean_json(k)) is not None:
+            self.value(as_json)
         else:
             self.string(str(k))
 
     def value(self, v: Any) -> None:
-        if isinstance(v, JsonBean):
-            v = v.to_json()
+        as_json = _bean_json(v)
+        if as_json is not None:
+            v = as_json
         if isinstance(v, dict):
             self.parts.append("{")
             for n, k in enumerate(sorted(v, key=_sort_key)):
