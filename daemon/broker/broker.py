@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from daemon.broker.clean import RetentionStore
+from daemon.broker.coalesce import Coalesced
 from daemon.broker.config import BrokerConfig
 from daemon.broker.headers import NotifyConsumerIdsChangedRequestHeader
 from daemon.broker.long_poll import PullRequestHoldService
@@ -84,8 +85,10 @@ class Broker:
         self.metrics_port: int | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._register_pending: asyncio.Task[None] | None = None
-        self._register_dirty = False
+        #: Registration with every NameServer, shared by the topic changes that ask for it meanwhile.
+        self.registration = Coalesced(self.register_all, "namesrv-register-now")
+        #: topics.json written once for a burst of topic creations (each answered after its write).
+        self.persist_topics = Coalesced(lambda: asyncio.to_thread(self.topics.file.persist), "persist-topics")
         self._flush_pool: ThreadPoolExecutor | None = None
         self._metrics_stop: Callable[[], None] | None = None
         self._started = False
@@ -175,10 +178,8 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks = []
-        if self._register_pending is not None:
-            self._register_pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._register_pending
+        await self.registration.aclose()
+        await self.persist_topics.aclose()
         await self._unregister_all()
         await self.schedule.stop()
         await self.transactions.stop()
@@ -369,18 +370,8 @@ class Broker:
 
     def schedule_register(self) -> None:
         """Re-register soon (topic changes); a burst of changes costs one or two registrations."""
-        if self._loop is None or not self._started:
-            return
-        self._register_dirty = True
-        if self._register_pending is None or self._register_pending.done():
-            self._register_pending = self._loop.create_task(
-                self._register_while_dirty(), name="namesrv-register-now"
-            )
-
-    async def _register_while_dirty(self) -> None:
-        while self._register_dirty:
-            self._register_dirty = False
-            await self.register_all()
+        if self._started:
+            self.registration.request()
 
     async def _registration_loop(self) -> None:
         period = min(max(self.config.register_name_server_period, 10_000), 60_000) / 1000

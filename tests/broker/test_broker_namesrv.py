@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from daemon.broker.headers import CreateTopicRequestHeader
@@ -55,3 +56,17 @@ async def test_stop_unregisters(tmp_path: Path) -> None:
         assert "broker-a" not in after.broker_addr_table
     finally:
         await stop_cluster(handle)
+
+
+async def test_concurrent_creations_are_each_on_disk_and_routed_when_answered(cluster: ClusterHandle) -> None:
+    """Creations group-commit topics.json and the registration; none is answered before both hold it."""
+    names = [f"Burst{i}" for i in range(40)]
+
+    async def create(name: str) -> None:
+        header = CreateTopicRequestHeader(name, "TBW102", 2, 2, 6, "SINGLE_TAG").to_ext_fields()
+        assert (await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header)).code == ResponseCode.SUCCESS
+        on_disk = Path(cluster.broker.topics.file.path).read_text()  # type: ignore[arg-type]
+        assert f'"{name}"' in on_disk
+        assert (await route(cluster, name)).code == ResponseCode.SUCCESS
+
+    await asyncio.gather(*(create(n) for n in names))

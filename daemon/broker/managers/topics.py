@@ -138,9 +138,9 @@ class TopicConfigManager:
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
-    def put(self, config: TopicConfig) -> None:
-        """Create or replace a topic (UPDATE_AND_CREATE_TOPIC)."""
-        self.file.update(config)
+    def put(self, config: TopicConfig, *, persist: bool = True) -> None:
+        """Create or replace a topic; ``persist=False`` when the caller group-commits topics.json itself."""
+        self.file.update(config, persist=persist)
         self.on_change()
 
     def delete(self, topic: str) -> bool:

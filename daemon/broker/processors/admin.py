@@ -126,9 +126,12 @@ class AdminProcessor:
                 h.topic_filter_type,
                 h.topic_sys_flag,
                 old.order if old is not None else False,
-            )
+            ),
+            persist=False,
         )
-        await self.broker.register_all()  # synchronous registration, so the route exists on return
+        # answered once topics.json holds it and the NameServers route it; concurrent creations share both
+        await self.broker.persist_topics()
+        await self.broker.registration()
         return request.make_response(remark="not set any response code")  # what 4.9.8 answers
 
     def delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
