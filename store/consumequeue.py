@@ -56,7 +56,12 @@ class ConsumeQueue:
         self.queue_id = queue_id
         self.file_size = file_size
         self.files = MappedFileQueue(
-            os.path.join(root, topic, str(queue_id)), file_size, read_only=read_only, clear_whole_tail=True
+            os.path.join(root, topic, str(queue_id)),
+            file_size,
+            read_only=read_only,
+            clear_whole_tail=True,
+            keep_fd=False,  # thousands of queues: no descriptor held per file (see FileMapping)
+            random_access=True,  # no read-ahead on a new file's first unit (see FileMapping)
         )
         self.max_physic_offset = -1
         self.min_logic_offset = 0

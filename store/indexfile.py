@@ -51,7 +51,9 @@ class IndexFile:
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.read_only = read_only
-        self.file = FileMapping(path, index_file_size(hash_slot_num, index_num), read_only=read_only)
+        self.file = FileMapping(
+            path, index_file_size(hash_slot_num, index_num), read_only=read_only, random_access=True  # hashed slots
+        )
         self.mm = self.file.mm
         (
             self.begin_timestamp,

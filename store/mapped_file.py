@@ -30,14 +30,25 @@ def offset_to_file_name(offset: int) -> str:
 class FileMapping:
     """A file of a fixed size mapped whole, with a descriptor for ``pwrite``/``fdatasync``.
 
-    Created sparse with ``ftruncate`` when missing (writable mode). ``keep_fd=False`` (ConsumeQueue
+    Created sparse with ``ftruncate`` when missing (writable mode). ``random_access`` turns off
+    read-ahead: the first store into a fresh sparse mapping otherwise makes the kernel read ahead and
+    zero-fill a large block of pages (1.3 ms per new ConsumeQueue or index file instead of 7 us).
+    ``keep_fd=False`` (ConsumeQueue
     files, one or more per queue) holds no descriptor of its own and opens one per descriptor
     operation: Python's ``mmap`` keeps a duplicate of the descriptor anyway, so 10,000 queues would
     otherwise cost 20,000 descriptors. Descriptor operations are serialised with :meth:`close`/
     :meth:`destroy`, which other threads (cleanup) may call while a flush is running.
     """
 
-    def __init__(self, path: str, file_size: int, *, read_only: bool = False, keep_fd: bool = True) -> None:
+    def __init__(
+        self,
+        path: str,
+        file_size: int,
+        *,
+        read_only: bool = False,
+        keep_fd: bool = True,
+        random_access: bool = False,
+    ) -> None:
         self.path = path
         self.file_size = file_size
         self.read_only = read_only
@@ -49,6 +60,8 @@ class FileMapping:
                     raise StoreFormatError(f"{path}: size {size} != configured {file_size}")
                 os.ftruncate(fd, file_size)  # sparse pre-allocation
             self.mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
+            if random_access and hasattr(mmap, "MADV_RANDOM"):
+                self.mm.madvise(mmap.MADV_RANDOM)
         except BaseException:
             os.close(fd)
             raise
@@ -149,8 +162,10 @@ class MappedFile(FileMapping):
     ``wrote_position`` is where the next append goes; bytes past it are not data.
     """
 
-    def __init__(self, path: str, file_size: int, *, read_only: bool = False, keep_fd: bool = True) -> None:
-        super().__init__(path, file_size, read_only=read_only, keep_fd=keep_fd)
+    def __init__(
+        self, path: str, file_size: int, *, read_only: bool = False, keep_fd: bool = True, random_access: bool = False
+    ) -> None:
+        super().__init__(path, file_size, read_only=read_only, keep_fd=keep_fd, random_access=random_access)
         self.file_from_offset = int(os.path.basename(path))
         self.wrote_position = 0
         self.flushed_position = 0
@@ -212,11 +227,13 @@ class MappedFileQueue:
         read_only: bool = False,
         clear_whole_tail: bool = False,
         keep_fd: bool = True,
+        random_access: bool = False,
     ) -> None:
         self.directory = directory
         self.file_size = file_size
         self.read_only = read_only
-        self.keep_fd = keep_fd  # see FileMapping
+        self.keep_fd = keep_fd  # see FileMapping for both
+        self.random_access = random_access
         # On truncation, zero the whole tail (ConsumeQueue: stale units would look valid) or only the
         # next 8 bytes (CommitLog: enough to end the scan there, §6.7).
         self.clear_whole_tail = clear_whole_tail
@@ -234,12 +251,17 @@ class MappedFileQueue:
             size = os.path.getsize(path)
             if size != self.file_size:
                 raise StoreFormatError(f"{path}: size {size} != configured {self.file_size}")
-            mf = MappedFile(path, self.file_size, read_only=self.read_only, keep_fd=self.keep_fd)
+            mf = self._map(path, read_only=self.read_only)
             mf.wrote_position = mf.flushed_position = mf.prepared_position = self.file_size
             self.files.append(mf)
         for a, b in zip(self.files, self.files[1:], strict=False):
             if b.file_from_offset != a.end_offset:
                 log.error("[BUG] gap between %s and %s", a.path, b.path)
+
+    def _map(self, path: str, *, read_only: bool) -> MappedFile:
+        return MappedFile(
+            path, self.file_size, read_only=read_only, keep_fd=self.keep_fd, random_access=self.random_access
+        )
 
     def last_file(self) -> MappedFile | None:
         return self.files[-1] if self.files else None
@@ -251,7 +273,7 @@ class MappedFileQueue:
         """Create (or re-open) the file that starts at ``start_offset`` (a multiple of the file size)."""
         os.makedirs(self.directory, exist_ok=True)
         path = os.path.join(self.directory, offset_to_file_name(start_offset))
-        mf = MappedFile(path, self.file_size, keep_fd=self.keep_fd)
+        mf = self._map(path, read_only=False)
         self.files.append(mf)
         return mf
 

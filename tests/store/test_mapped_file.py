@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -54,3 +55,22 @@ def test_restarts_keep_consume_queue_files_sparse(tmp_path: Path) -> None:
             assert again.last_exit_ok is not abort
             assert again.get_max_offset("T", 0) == 10
     assert _allocated(cq) == allocated
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs /proc to count descriptors")
+def test_consume_queue_files_hold_no_descriptor_of_their_own_and_still_flush(tmp_path: Path) -> None:
+    """10,000 queues must not cost 20,000 descriptors: each ConsumeQueue file keeps only the one its
+    mapping holds; flushing at shutdown opens one for the call."""
+    store = DefaultMessageStore(small_config(tmp_path))
+    with store:
+        store.put_message(Message(topic="T0", body=b"warm", queue_id=0))
+        before = _open_descriptors()
+        for i in range(1, 41):
+            store.put_message(Message(topic=f"T{i}", body=b"x", queue_id=0))
+        assert _open_descriptors() - before <= 41  # one per new mapping, not two
+    with DefaultMessageStore(small_config(tmp_path)) as again:
+        assert [again.get_max_offset(f"T{i}", 0) for i in range(41)] == [1] * 41
