@@ -15,6 +15,7 @@ app = typer.Typer(help="Measure a cluster: send or drain messages and report TPS
 def produce(
     topic: Annotated[str, typer.Option("--topic", "-t", help="Topic, or the prefix of PREFIX-0..N-1 with --topics N.")],
     topics: Annotated[int, typer.Option("--topics", min=1, help="Spread sends round-robin over N topics (created first).")] = 1,
+    write_queues: Annotated[int, typer.Option("--write-queues", "-w", min=1, help="Queues of each topic --topics creates.")] = 4,
     threads: Annotated[int, typer.Option("--threads", min=1, help="Concurrent synchronous senders.")] = 16,
     size: Annotated[int, typer.Option("--size", min=1, help="Body size in bytes.")] = 1024,
     count: Annotated[int, typer.Option("--count", min=1, help="Messages to send in all.")] = 100_000,
@@ -25,7 +26,7 @@ def produce(
     """Send COUNT messages and print TPS, average and max RT, failures."""
     from mqctl.services.bench import produce as run_produce
 
-    online(lambda admin: run_produce(admin, topic, topics=topics, threads=threads, size=size, count=count),
+    online(lambda admin: run_produce(admin, topic, topics=topics, queues=write_queues, threads=threads, size=size, count=count),
            namesrv=namesrv, context=context, output=output, timeout=30.0)
 
 

@@ -29,7 +29,7 @@ from mqctl.admin.client import Admin
 from mqctl.admin.messaging import PULL_FLAG_SUBSCRIPTION
 from mqctl.errors import NotFoundError
 from mqctl.services.messages import QueueRef, queues, writable_queues
-from mqctl.services.topics import TopicSpec, upsert
+from mqctl.services.topics import TopicSpec, create_missing, gather_limited
 from store.record import read_header
 
 _LENGTH = struct.Struct(">i")
@@ -87,20 +87,22 @@ async def sender(sends: Iterable[tuple[str, bytes]], rts: list[float]) -> int:
     return failures
 
 
-async def produce(admin: Admin, prefix: str, *, topics: int, threads: int, size: int, count: int) -> BenchResult:
+async def produce(
+    admin: Admin, prefix: str, *, topics: int, threads: int, size: int, count: int, queues: int = 4
+) -> BenchResult:
     """Send ``count`` messages of ``size`` bytes from ``threads`` senders.
 
     Message k goes to queue slot k mod S, where the slots interleave the topics (topic 0 queue 0,
-    topic 1 queue 0, ...), so the load is spread round-robin over topics and then queues.
+    topic 1 queue 0, ...), so the load is spread round-robin over topics and then queues. Topics
+    that ``topics > 1`` creates get ``queues`` queues (4, RocketMQ's defaultTopicQueueNums).
     """
     names = topic_names(prefix, topics)
     if topics > 1:
-        for name in names:
-            await upsert(admin, TopicSpec(name, 4, 4), cluster=None, broker=None, mode="create", soft=True)
+        await create_missing(admin, [TopicSpec(name, queues, queues) for name in names])
     body = os.urandom(size)
+    routes = await gather_limited((writable_queues(admin, name) for name in names), 32)
     per_topic = [
-        [(ref.addr, send_frame(name, ref.queue_id, body)) for ref in await writable_queues(admin, name)]
-        for name in names
+        [(ref.addr, send_frame(name, ref.queue_id, body)) for ref in refs] for name, refs in zip(names, routes, strict=True)
     ]
     slots = [slot for column in itertools.zip_longest(*per_topic) for slot in column if slot is not None]
     if not slots:

@@ -36,6 +36,15 @@ def test_produce_over_several_topics_then_consume_them(cli: RunCli, daemons: Loc
     assert again["messages"] == 0
 
 
+def test_topics_it_creates_get_the_asked_queue_count(cli: RunCli, daemons: LocalCluster) -> None:
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+    produced = cli("bench", "produce", "-t", "Narrow", "--topics", "2", "-w", "2", "--count", "40", "-o", "json", env=env)
+    assert produced.code == 0, produced.stderr
+    topics = daemons.broker.topics
+    assert [topics.get(t).write_queue_nums for t in topic_names("Narrow", 2)] == [2, 2]  # type: ignore[union-attr]
+    assert [daemons.broker.store.get_max_offset(t, q) for t in topic_names("Narrow", 2) for q in range(2)] == [10] * 4
+
+
 def test_count_records_walks_total_sizes() -> None:
     from store.record import encode_blank
 
