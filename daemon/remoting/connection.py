@@ -130,6 +130,8 @@ class Connection(asyncio.Protocol):
         self.attributes: dict[str, Any] = {}
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
+        #: While a read is being dispatched, replies made synchronously wait here for one write.
+        self._corked: list[bytes] | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Future[None]] = set()
         self._loop = asyncio.get_running_loop()
@@ -152,6 +154,9 @@ class Connection(asyncio.Protocol):
         buf = self._buffer
         buf += data
         pos = 0
+        # A client that pipelines (ali-ons: one connection, many sends in flight) delivers a dozen
+        # requests in one read; their synchronous replies go out in one write instead of a dozen.
+        self._corked = corked = []
         try:
             while True:
                 decoded = decode_frame(buf, pos, self.max_frame_length)
@@ -166,10 +171,19 @@ class Connection(asyncio.Protocol):
         except RemotingProtocolError as exc:
             log.warning("closing connection from %s: bad frame: %s", self.peer, exc)
             buf.clear()
+            pos = 0
+            self._uncork(corked)  # the answers to the good frames before the bad one go first
             self.close()
-            return
+        finally:
+            self._uncork(corked)
         if pos:
             del buf[:pos]
+
+    def _uncork(self, corked: list[bytes]) -> None:
+        self._corked = None
+        if corked:
+            self._write(corked[0] if len(corked) == 1 else b"".join(corked))
+            corked.clear()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -203,7 +217,9 @@ class Connection(asyncio.Protocol):
         self._write(encode_command(cmd))
 
     def _write(self, frame: bytes) -> None:
-        if self._transport is not None and not self._transport.is_closing():
+        if self._corked is not None:
+            self._corked.append(frame)
+        elif self._transport is not None and not self._transport.is_closing():
             self._transport.write(frame)
 
     def reply(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
