@@ -156,7 +156,8 @@ class Connection(asyncio.Protocol):
         pos = 0
         # A client that pipelines (ali-ons: one connection, many sends in flight) delivers a dozen
         # requests in one read; their synchronous replies go out in one write instead of a dozen.
-        self._corked = corked = []
+        corked: list[bytes] = []
+        self._corked = corked
         try:
             while True:
                 decoded = decode_frame(buf, pos, self.max_frame_length)
