@@ -70,6 +70,31 @@ def parse_properties(text: str) -> dict[str, str]:
     return result
 
 
+def update_properties(text: str, updates: Mapping[str, str]) -> str:
+    """``text`` with each updated key's line(s) replaced by ``key=value``; comments, order and the other
+    keys stay as the operator wrote them, and keys the file lacks are appended."""
+    out: list[str] = []
+    pending = set(updates)
+    lines = text.splitlines()
+    i = 0
+    while i < len(lines):
+        start = i
+        while lines[i].rstrip().endswith("\\") and not lines[i].rstrip().endswith("\\\\") and i + 1 < len(lines):
+            i += 1  # a value continued on the next line belongs to the same key
+        logical = lines[start : i + 1]
+        i += 1
+        stripped = logical[0].strip()
+        key = re.split(r"\s*[=:\s]", stripped, maxsplit=1)[0] if stripped and stripped[0] not in "#!" else None
+        if key in updates:
+            if key in pending:
+                out.append(f"{key}={updates[key]}")
+                pending.discard(key)
+            continue  # a repeated key: Java keeps the last, we keep one line
+        out.extend(logical)
+    out.extend(f"{key}={updates[key]}" for key in updates if key in pending)
+    return "\n".join(out) + "\n"
+
+
 def coerce(value: object, annotation: Any, *, source: str) -> object:
     """Convert a string (or already typed value) to ``annotation`` the way RocketMQ's loader does."""
     origin = typing.get_origin(annotation)

@@ -5,8 +5,11 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from daemon.config import load_config
 from store.config import StoreConfig
 
 #: Default port of the Prometheus endpoint (`metricsPort`); RocketMQ 5's exporter uses the same.
@@ -35,6 +38,8 @@ class BrokerConfig(StoreConfig):
     and `store_config()` hands exactly those to the store.
     """
 
+    #: Where UPDATE_BROKER_CONFIG changes are written: the ``-c`` file; see ``config_path``.
+    broker_config_path: str = ""
     # identity and cluster
     broker_cluster_name: str = "DefaultCluster"
     broker_name: str = field(default_factory=socket.gethostname)
@@ -85,9 +90,25 @@ class BrokerConfig(StoreConfig):
         return f"{self.broker_ip1}:{self.listen_port}"
 
     @property
+    def config_path(self) -> str:
+        """The file UPDATE_BROKER_CONFIG writes to: ``brokerConfigPath`` (the ``-c`` file), else
+        ``<storePathRootDir>/config/broker.properties``, which the next start reads when given no ``-c``."""
+        return self.broker_config_path or os.path.join(self.config_dir, "broker.properties")
+
+    @property
     def namesrv_addrs(self) -> list[str]:
         return [a.strip() for a in self.namesrv_addr.split(";") if a.strip()]
 
     def store_config(self) -> StoreConfig:
         """The store's settings, taken from the keys both configs share."""
         return StoreConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(StoreConfig)})
+
+
+def load_broker_config(file: Path | None, overrides: Mapping[str, object]) -> BrokerConfig:
+    """Defaults -> ``file`` (else the store's own broker.properties, if UPDATE_BROKER_CONFIG wrote one)
+    -> ``MQCTL_*`` environment -> ``overrides`` (flags)."""
+    if file is not None:
+        return load_config(BrokerConfig, file, overrides={**overrides, "broker_config_path": str(file.resolve())})
+    config = load_config(BrokerConfig, overrides=overrides)
+    saved = Path(config.config_path)
+    return load_config(BrokerConfig, saved, overrides=overrides) if saved.is_file() else config

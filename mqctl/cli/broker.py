@@ -32,11 +32,10 @@ StoreOpt = Annotated[
 
 
 def load(config: Path | None, overrides: dict[str, Any]) -> BrokerConfig:
-    """Defaults → broker.conf → MQCTL_* environment → flags."""
-    from daemon.broker.config import BrokerConfig
-    from daemon.config import load_config
+    """Defaults → broker.conf (else the store's broker.properties) → MQCTL_* environment → flags."""
+    from daemon.broker.config import load_broker_config
 
-    return load_config(BrokerConfig, config, overrides=overrides)
+    return load_broker_config(config, overrides)
 
 
 @app.command("start")
@@ -225,7 +224,10 @@ def config_set(
     context: ContextOpt = None,
     output: OutputOpt = "table",
 ) -> None:
-    """Change settings at run time (UPDATE_BROKER_CONFIG); prints old -> new per broker."""
+    """Change settings at run time (UPDATE_BROKER_CONFIG); prints old -> new per broker.
+
+    The broker also writes them into its -c file (or <store>/config/broker.properties), so they survive a restart.
+    """
     from mqctl.services.broker_config import parse_assignments, set_
 
     changes = parse_assignments(settings)

@@ -56,7 +56,7 @@ def up(
     import logging
 
     from daemon.broker.broker import Broker
-    from daemon.broker.config import BrokerConfig
+    from daemon.broker.config import load_broker_config
     from daemon.lifecycle import serve
     from daemon.namesrv.config import NamesrvConfig
     from daemon.namesrv.controller import NamesrvController
@@ -70,13 +70,16 @@ def up(
         root_logger.setLevel(logging.INFO)
     namesrv = NamesrvController(NamesrvConfig(listen_port=namesrv_port, data_dir=root / "namesrv"))
     broker = Broker(
-        BrokerConfig(
-            broker_name="broker-a",
-            broker_ip1="127.0.0.1",
-            listen_port=broker_port,
-            store_path_root_dir=str(root / "store"),
-            metrics_enable=not no_metrics,
-            metrics_port=metrics_port,
+        load_broker_config(
+            None,
+            {
+                "broker_name": "broker-a",
+                "broker_ip1": "127.0.0.1",
+                "listen_port": broker_port,
+                "store_path_root_dir": str(root / "store"),
+                "metrics_enable": not no_metrics,
+                "metrics_port": metrics_port,
+            },
         )
     )
     cluster = LocalCluster(namesrv, broker)

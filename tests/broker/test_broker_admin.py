@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import urllib.request
 from pathlib import Path
 
@@ -14,13 +15,16 @@ from daemon.broker.bodies import (
     SubscriptionGroupWrapper,
     TopicStatsTable,
 )
+from daemon.broker.broker import Broker
+from daemon.broker.config import load_broker_config
 from daemon.broker.headers import CreateTopicRequestHeader
 from daemon.config import parse_properties
 from daemon.remoting.bodies import KVTable, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
 from store.record import decode_records
-from tests.broker.conftest import BrokerHandle, start_broker
+from tests.broker.conftest import BrokerHandle, broker_config, start_broker
 
 
 def create_topic(name: str, queues: int = 4, perm: int = 6) -> dict[str, str]:
@@ -134,6 +138,33 @@ async def test_runtime_info_and_broker_config(broker: BrokerHandle) -> None:
     )
     black = await broker.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"brokerConfigPath=/tmp/x\n")
     assert black.code == ResponseCode.NO_PERMISSION
+
+
+async def test_config_updates_are_written_to_the_store_config_and_read_by_the_next_start(
+    broker: BrokerHandle,
+) -> None:
+    update = await broker.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"fileReservedTime=24\nnoSuchKey=1\n")
+    assert update.code == ResponseCode.SUCCESS
+    saved = Path(broker.broker.config.store_path_root_dir) / "config" / "broker.properties"
+    assert parse_properties(saved.read_text()) == {"fileReservedTime": "24"}
+    again = load_broker_config(None, {"store_path_root_dir": broker.broker.config.store_path_root_dir})
+    assert again.file_reserved_time == 24 and again.config_path == str(saved)
+
+
+async def test_config_updates_keep_the_operators_file_as_written(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    conf.write_text("# our cluster\nbrokerClusterName = Prod\nfileReservedTime=72\n")
+    config = load_broker_config(conf, {"store_path_root_dir": str(tmp_path / "store")})
+    broker = Broker(dataclasses.replace(broker_config(tmp_path / "store"), broker_config_path=config.broker_config_path))
+    await broker.start()
+    try:
+        async with RemotingClient() as client:
+            request = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=b"fileReservedTime=12\n")
+            assert (await client.invoke(broker.addr, request)).code == ResponseCode.SUCCESS
+    finally:
+        await broker.stop()
+    assert conf.read_text() == "# our cluster\nbrokerClusterName = Prod\nfileReservedTime=12\n"
+    assert not (tmp_path / "store" / "config" / "broker.properties").exists()
 
 
 async def test_metrics_endpoint_reports_lag_and_health(broker: BrokerHandle) -> None:

@@ -9,7 +9,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.config import ConfigError, camel_case, load_config, parse_properties, snake_case, to_properties
+from daemon.config import (
+    ConfigError,
+    camel_case,
+    load_config,
+    parse_properties,
+    snake_case,
+    to_properties,
+    update_properties,
+)
 
 
 @dataclass
@@ -67,3 +75,11 @@ def test_properties_continuations() -> None:
 @given(st.from_regex(r"[a-z]{2,}(_[a-z]{2,}[0-9]?)*", fullmatch=True))
 def test_snake_camel_round_trip(name: str) -> None:
     assert snake_case(camel_case(name)) == name
+
+
+def test_update_properties_keeps_comments_and_order_and_appends_new_keys() -> None:
+    text = "# broker\nbrokerName = broker-a\nfileReservedTime=48\nlongKey=a\\\n  b\n! note\nfileReservedTime: 72\n"
+    updated = update_properties(text, {"fileReservedTime": "24", "longKey": "c", "newKey": "x"})
+    assert updated == "# broker\nbrokerName = broker-a\nfileReservedTime=24\nlongKey=c\n! note\nnewKey=x\n"
+    assert parse_properties(updated) == {"brokerName": "broker-a", "fileReservedTime": "24", "longKey": "c", "newKey": "x"}
+    assert update_properties("", {"a": "1"}) == "a=1\n"

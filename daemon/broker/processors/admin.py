@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Container
+from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from daemon.broker.bodies import (
@@ -36,7 +38,14 @@ from daemon.broker.headers import (
 from daemon.broker.managers.groups import from_wire
 from daemon.broker.managers.topics import SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC, topic_problem
 from daemon.broker.processors import fail, system_error
-from daemon.config import ConfigError, coerce, parse_properties, property_key, to_properties
+from daemon.config import (
+    ConfigError,
+    coerce,
+    parse_properties,
+    property_key,
+    to_properties,
+    update_properties,
+)
 from daemon.remoting import fastjson
 from daemon.remoting.bodies import DataVersion, KVTable, TopicList
 from daemon.remoting.codes import LanguageCode, RequestCode, ResponseCode, Version
@@ -418,6 +427,8 @@ class AdminProcessor:
                 changed[f.name] = coerce(raw, hints[f.name], source=key)
             except ConfigError as exc:
                 raise system_error(str(exc)) from None
+        if changed:
+            self._persist_config({key: raw for key, raw in updates.items() if key in fields})
         store_keys = {f.name for f in dataclasses.fields(StoreConfig)}
         for name, value in changed.items():
             setattr(config, name, value)
@@ -429,6 +440,20 @@ class AdminProcessor:
         if "broker_permission" in changed:
             self.broker.schedule_register()
         return request.make_response()
+
+    def _persist_config(self, updates: dict[str, str]) -> None:
+        """Write the changed keys into the broker's config file before applying them, so a change
+        that is answered survives a restart (4.9.8 rewrites the whole file; we keep its comments)."""
+        path = Path(self.broker.config.config_path)
+        try:
+            text = path.read_text(encoding="utf-8") if path.exists() else ""
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(update_properties(text, updates), encoding="utf-8")
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise system_error(f"cannot write the broker config {path}: {exc.strerror}") from None
+        log.info("broker config %s updated: %s", path, ", ".join(sorted(updates)))
 
     # ------------------------------------------------------------------ store maintenance
 
