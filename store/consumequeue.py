@@ -141,20 +141,30 @@ class ConsumeQueue:
 
     # ------------------------------------------------------------------ writing
 
-    def put_unit(self, phys_offset: int, size: int, tags_code: int, queue_offset: int) -> None:
-        """Write the unit for a dispatched record at ``queue_offset`` (rules of §4.5)."""
-        if phys_offset + size <= self.max_physic_offset:
-            return  # already dispatched
-        expected = queue_offset * CQ_STORE_UNIT_SIZE
+    def file_for(self, queue_offset: int) -> MappedFile:
+        """The file the unit for ``queue_offset`` goes to, created when missing or when the last is full.
+
+        The store calls it before appending a record too, so a file that cannot be created (no space,
+        no descriptor left) refuses the message instead of leaving a stored record without its unit.
+        """
         mf = self._last
         if mf is None or mf.wrote_position >= self.file_size:
             first_file = not self.files.files
+            expected = queue_offset * CQ_STORE_UNIT_SIZE
             mf = self._last = self.files.last_file_for_append(expected)
             if first_file and queue_offset != 0 and mf.wrote_position == 0:
                 pos = expected - mf.file_from_offset
                 mf.mm[0:pos] = PREFILL_UNIT * (pos // CQ_STORE_UNIT_SIZE)
                 mf.wrote_position = pos
                 self.min_logic_offset = expected
+        return mf
+
+    def put_unit(self, phys_offset: int, size: int, tags_code: int, queue_offset: int) -> None:
+        """Write the unit for a dispatched record at ``queue_offset`` (rules of §4.5)."""
+        if phys_offset + size <= self.max_physic_offset:
+            return  # already dispatched
+        expected = queue_offset * CQ_STORE_UNIT_SIZE
+        mf = self.file_for(queue_offset)
         if queue_offset != 0:
             current = mf.file_from_offset + mf.wrote_position
             if expected < current:

@@ -478,3 +478,19 @@ def test_filtered_pull_scans_at_most_800_units(tmp_path: Path) -> None:
     assert res.status is GetMessageStatus.NO_MATCHED_MESSAGE
     assert res.next_begin_offset == 800  # max(16000 bytes, 32 * 20) of ConsumeQueue per pull
     store.shutdown()
+
+
+def test_a_queue_file_that_cannot_be_created_refuses_the_message_before_it_is_stored(tmp_path: Path) -> None:
+    """No descriptor or no space for a new ConsumeQueue file: the put fails and nothing is half-stored."""
+    store = DefaultMessageStore(small_config(tmp_path))
+    with store:
+        store.put_message(Message(topic="Ok", body=b"a"))
+        end = store.max_phy_offset
+        (tmp_path / "consumequeue" / "Blocked").write_text("")  # a file where the topic's directory goes
+        refused = store.put_message(Message(topic="Blocked", body=b"b"))
+        assert refused.status == PutMessageStatus.CREATE_MAPEDFILE_FAILED
+        assert store.max_phy_offset == end
+        (tmp_path / "consumequeue" / "Blocked").unlink()
+        stored = store.put_message(Message(topic="Blocked", body=b"c"))
+        assert (stored.status, stored.queue_offset) == (PutMessageStatus.PUT_OK, 0)
+        assert store.get_max_offset("Blocked", 0) == 1
