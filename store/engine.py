@@ -482,9 +482,9 @@ class DefaultMessageStore:
                 self._reput_until(self.commit_log.max_offset)
                 self._caught_up = True
             try:
-                first = msgs[0]
-                if first.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-                    key = (first.topic, first.queue_id)
+                head = msgs[0]
+                if head.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
+                    key = (head.topic, head.queue_id)
                     self._find_cq(*key).file_for(self.commit_log.topic_queue_table.get(key, 0))
                 infos = self.commit_log.append(msgs, self.store_host, self.clock.now_ms())
             except IllegalMessage as e:
