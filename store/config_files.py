@@ -175,6 +175,9 @@ class JsonConfigFile:
         self.path = path
         self.read_only = read_only
         self.lock = threading.RLock()
+        # Persists come from the event loop and from worker threads (group-committed topic creations,
+        # periodic offset flushes): one writer of ``<name>.tmp`` at a time, each writing a snapshot.
+        self._write_lock = threading.Lock()
 
     def load(self) -> None:
         if self.path is None:
@@ -201,17 +204,18 @@ class JsonConfigFile:
     def persist(self) -> None:
         if self.read_only or self.path is None:
             return
-        with self.lock:
-            text = dumps_fastjson(self.encode())
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        tmp = self.path + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        if os.path.exists(self.path):
-            shutil.copyfile(self.path, self.path + ".bak")
-        os.replace(tmp, self.path)
+        with self._write_lock:
+            with self.lock:
+                text = dumps_fastjson(self.encode())
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            tmp = self.path + ".tmp"
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            if os.path.exists(self.path):
+                shutil.copyfile(self.path, self.path + ".bak")
+            os.replace(tmp, self.path)
 
     def encode(self) -> dict[str, Any]:
         raise NotImplementedError

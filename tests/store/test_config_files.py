@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.clock import FakeClock
+from store.clock import FakeClock, SystemClock
 from store.config_files import (
     ConfigFiles,
     ConsumerOffsetManager,
@@ -123,3 +124,30 @@ def test_offsets_persist(tmp_path: Path) -> None:
     loaded = ConfigFiles(str(tmp_path))
     loaded.load()
     assert loaded.consumer_offsets.groups_of("T") == {"G"} and loaded.consumer_offsets.topics_of("G") == {"T"}
+
+
+def test_concurrent_persists_leave_a_whole_file(tmp_path: Path) -> None:
+    """The loop and worker threads persist the same file: every write is a whole snapshot, never two interleaved."""
+    path = tmp_path / "topics.json"
+    topics = TopicConfigManager(str(path), SystemClock())
+    for i in range(300):
+        topics.update(TopicConfig(f"T{i}", 4, 4), persist=False)
+
+    errors: list[BaseException] = []
+
+    def persist_many() -> None:
+        try:
+            for _ in range(20):
+                topics.persist()
+        except BaseException as exc:  # e.g. another writer's os.replace took our .tmp away
+            errors.append(exc)
+
+    workers = [threading.Thread(target=persist_many) for _ in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert errors == []
+    again = TopicConfigManager(str(path), SystemClock())
+    again.load()
+    assert set(again.table) == {f"T{i}" for i in range(300)}
