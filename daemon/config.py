@@ -182,6 +182,34 @@ def load_config(
     return cls(**values)
 
 
+def coerce_properties(config: object, props: Mapping[str, str], *, ignore_unknown: bool) -> dict[str, object]:
+    """``{field: typed value}`` for the RocketMQ keys in ``props`` (UPDATE_BROKER_CONFIG and
+    UPDATE_NAMESRV_CONFIG). Unknown keys are skipped with ``ignore_unknown`` (the broker, as Java's
+    does) or refused; either refusal and a bad value raise :class:`ConfigError`."""
+    hints = typing.get_type_hints(type(config))
+    by_key = {property_key(f): f.name for f in dataclasses.fields(config)}  # type: ignore[arg-type]
+    values: dict[str, object] = {}
+    for key, raw in props.items():
+        name = by_key.get(key)
+        if name is None:
+            if ignore_unknown:
+                continue
+            raise ConfigError(f"unknown config key {key!r}")
+        values[name] = coerce(raw, hints[name], source=key)
+    return values
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """Replace ``path`` so that readers and crashes see either the old or the new content."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+
+
 def to_properties(obj: object) -> str:
     """Render a config object as a RocketMQ properties file (what ``--print-config`` shows)."""
     if not dataclasses.is_dataclass(obj) or isinstance(obj, type):

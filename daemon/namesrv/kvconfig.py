@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 
+from daemon.config import write_atomically
 from daemon.remoting import fastjson
 
 log = logging.getLogger(__name__)
@@ -13,16 +13,6 @@ log = logging.getLogger(__name__)
 #: Namespace whose entries (topic → `brokerName:queueNums;…`) make topics ordered.
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace `path` so that readers and crashes see either the old or the new content."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 class KVConfigManager:

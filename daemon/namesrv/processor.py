@@ -7,14 +7,12 @@ act, and build the response. Only REGISTER_BROKER may await (to decode a large b
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
-import typing
 import zlib
 
-from daemon.config import ConfigError, coerce, parse_properties, property_key, to_properties
+from daemon.config import ConfigError, coerce_properties, parse_properties, to_properties, write_atomically
 from daemon.namesrv.config import NamesrvConfig
-from daemon.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, write_atomically
+from daemon.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager
 from daemon.namesrv.routes import TOPIC_SYS_FLAG_UNIT, TOPIC_SYS_FLAG_UNIT_SUB, RouteInfoManager
 from daemon.remoting.bodies import DataVersion, KVTable, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
@@ -244,16 +242,9 @@ class NamesrvProcessor:
 
 def apply_properties(config: NamesrvConfig, props: dict[str, str]) -> None:
     """Set the fields named by RocketMQ keys; unknown keys and bad values raise RemotingCommandError."""
-    hints = typing.get_type_hints(type(config))
-    by_key = {property_key(f): f.name for f in dataclasses.fields(config)}
-    updates = {}
-    for key, raw in props.items():
-        name = by_key.get(key)
-        if name is None:
-            raise RemotingCommandError(ResponseCode.SYSTEM_ERROR, f"unknown namesrv config key {key!r}")
-        try:
-            updates[name] = coerce(raw, hints[name], source=key)
-        except ConfigError as exc:
-            raise RemotingCommandError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
+    try:
+        updates = coerce_properties(config, props, ignore_unknown=False)
+    except ConfigError as exc:
+        raise RemotingCommandError(ResponseCode.SYSTEM_ERROR, str(exc)) from None
     for name, value in updates.items():
         setattr(config, name, value)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 from collections.abc import Container
 from pathlib import Path
@@ -40,11 +39,12 @@ from daemon.broker.managers.topics import SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC, t
 from daemon.broker.processors import fail, system_error
 from daemon.config import (
     ConfigError,
-    coerce,
+    coerce_properties,
     parse_properties,
     property_key,
     to_properties,
     update_properties,
+    write_atomically,
 )
 from daemon.remoting import fastjson
 from daemon.remoting.bodies import DataVersion, KVTable, TopicList
@@ -416,19 +416,13 @@ class AdminProcessor:
         if CONFIG_BLACK_LIST & updates.keys():
             raise fail(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
         config = self.broker.config
-        fields = {property_key(f): f for f in dataclasses.fields(config)}
-        hints = {f.name: type(getattr(config, f.name)) for f in dataclasses.fields(config)}
-        changed: dict[str, object] = {}
-        for key, raw in updates.items():
-            f = fields.get(key)
-            if f is None:
-                continue  # Java ignores unknown keys too
-            try:
-                changed[f.name] = coerce(raw, hints[f.name], source=key)
-            except ConfigError as exc:
-                raise system_error(str(exc)) from None
+        try:
+            changed = coerce_properties(config, updates, ignore_unknown=True)
+        except ConfigError as exc:
+            raise system_error(str(exc)) from None
         if changed:
-            self._persist_config({key: raw for key, raw in updates.items() if key in fields})
+            known = {property_key(f) for f in dataclasses.fields(config) if f.name in changed}
+            self._persist_config({key: raw for key, raw in updates.items() if key in known})
         store_keys = {f.name for f in dataclasses.fields(StoreConfig)}
         for name, value in changed.items():
             setattr(config, name, value)
@@ -447,10 +441,7 @@ class AdminProcessor:
         path = Path(self.broker.config.config_path)
         try:
             text = path.read_text(encoding="utf-8") if path.exists() else ""
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + ".tmp")
-            tmp.write_text(update_properties(text, updates), encoding="utf-8")
-            os.replace(tmp, path)
+            write_atomically(path, update_properties(text, updates).encode())
         except OSError as exc:
             raise system_error(f"cannot write the broker config {path}: {exc.strerror}") from None
         log.info("broker config %s updated: %s", path, ", ".join(sorted(updates)))
