@@ -14,7 +14,6 @@ log = logging.getLogger(__name__)
 ORDER_TOPIC_CONFIG = "ORDER_TOPIC_CONFIG"
 
 
-
 class KVConfigManager:
     """namespace → key → value; every change is written through to `path` at once."""
 
