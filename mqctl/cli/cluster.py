@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Annotated
-
 import typer
 
-from mqctl.cli.common import ContextOpt, NamesrvOpt, OutputOpt, WatchOpt, online
+from mqctl.cli.common import ClusterOpt, ContextOpt, NamesrvOpt, OutputOpt, WatchOpt, online
 
 app = typer.Typer(help="Clusters and their brokers.", no_args_is_help=True)
-
-ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Only this cluster.")]
 
 
 @app.command("list")
