@@ -30,14 +30,16 @@ def offset_to_file_name(offset: int) -> str:
 class FileMapping:
     """A file of a fixed size mapped whole, with a descriptor for ``pwrite``/``fdatasync``.
 
-    Created sparse with ``ftruncate`` when missing (writable mode). ``random_access`` turns off
-    read-ahead: the first store into a fresh sparse mapping otherwise makes the kernel read ahead and
-    zero-fill a large block of pages (1.3 ms per new ConsumeQueue or index file instead of 7 us).
-    ``keep_fd=False`` (ConsumeQueue
-    files, one or more per queue) holds no descriptor of its own and opens one per descriptor
-    operation: Python's ``mmap`` keeps a duplicate of the descriptor anyway, so 10,000 queues would
-    otherwise cost 20,000 descriptors. Descriptor operations are serialised with :meth:`close`/
-    :meth:`destroy`, which other threads (cleanup) may call while a flush is running.
+    Created sparse with ``ftruncate`` when missing (writable mode).
+
+    ``random_access`` turns off read-ahead: the first store into a fresh sparse mapping otherwise makes
+    the kernel read ahead and zero-fill a large block of pages (1.3 ms per new ConsumeQueue or index
+    file instead of 7 us). ``keep_fd=False`` (ConsumeQueue files, one or more per queue) holds no
+    descriptor of its own and opens one per descriptor operation: Python's ``mmap`` keeps a duplicate
+    of the descriptor anyway, so 10,000 queues would otherwise cost 20,000 descriptors.
+
+    Descriptor operations are serialised with :meth:`close`/:meth:`destroy`, which other threads
+    (cleanup) may call while a flush is running.
     """
 
     def __init__(
