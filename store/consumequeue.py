@@ -49,6 +49,8 @@ def unit_location(queue_offset: int, file_size: int) -> tuple[str, int]:
 class ConsumeQueue:
     """One queue's units. ``max_physic_offset`` is the CommitLog end of the last unit written."""
 
+    __slots__ = ("_last", "file_size", "files", "max_physic_offset", "min_logic_offset", "queue_id", "topic")
+
     def __init__(
         self, root: str, topic: str, queue_id: int, file_size: int, *, read_only: bool = False
     ) -> None:

@@ -22,6 +22,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import sys
 import threading
 from collections.abc import Container, Sequence
 
@@ -310,12 +311,13 @@ class DefaultMessageStore:
                     continue
                 cq = self._new_cq(topic, int(qdir))
                 cq.load()
-                self._cqs[(topic, int(qdir))] = cq
+                self._cqs[(cq.topic, cq.queue_id)] = cq
 
     def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
+        """A queue object, its topic interned like the broker's topic names (see ``TopicConfig``)."""
         return ConsumeQueue(
             self.config.consume_queue_dir,
-            topic,
+            sys.intern(topic),
             queue_id,
             self.config.consume_queue_file_size,
             read_only=self.read_only,
@@ -368,18 +370,20 @@ class DefaultMessageStore:
     # ================================================================== dispatch
 
     def _find_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
-        key = (topic, queue_id)
-        cq = self._cqs.get(key)
+        cq = self._cqs.get((topic, queue_id))
         if cq is None:
-            cq = self._cqs[key] = self._new_cq(topic, queue_id)
+            cq = self._new_cq(topic, queue_id)
+            self._cqs[(cq.topic, queue_id)] = cq
         return cq
 
-    def _dispatch_one(self, info: RecordInfo) -> None:
-        """Build the ConsumeQueue unit and the index entries of one record (§4.5, §5.6)."""
+    def _dispatch_one(self, info: RecordInfo, cq: ConsumeQueue | None = None) -> None:
+        """Build the ConsumeQueue unit and the index entries of one record (§4.5, §5.6); ``cq`` is the
+        record's queue when the caller has it already."""
         tran = info.sys_flag & TRANSACTION_TYPE_MASK
         topic = info.topic
         if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:  # noqa: SIM109 (hot path)
-            cq = self._cqs.get((topic, info.queue_id)) or self._find_cq(topic, info.queue_id)
+            if cq is None:
+                cq = self._find_cq(topic, info.queue_id)
             code = unit_tags_code(topic, info.properties, info.store_timestamp, self._delay_ms)
             cq.put_unit(info.commit_log_offset, info.size, code, info.queue_offset)
             self._logics_ts = info.store_timestamp
@@ -481,11 +485,12 @@ class DefaultMessageStore:
             if not self._caught_up:  # every put dispatches its own records, so this runs once after start
                 self._reput_until(self.commit_log.max_offset)
                 self._caught_up = True
+            head = msgs[0]
+            cq = None  # every message of a put goes to one queue: found once, not once per step
             try:
-                head = msgs[0]
                 if head.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-                    key = (head.topic, head.queue_id)
-                    self._find_cq(*key).file_for(self.commit_log.topic_queue_table.get(key, 0))
+                    cq = self._find_cq(head.topic, head.queue_id)
+                    cq.file_for(self.commit_log.topic_queue_table.get((head.topic, head.queue_id), 0))
                 infos = self.commit_log.append(msgs, self.store_host, self.clock.now_ms())
             except IllegalMessage as e:
                 log.warning("message refused: %s", e)
@@ -494,7 +499,7 @@ class DefaultMessageStore:
                 log.exception("append failed")
                 return PutResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
             for info in infos:
-                self._dispatch_one(info)
+                self._dispatch_one(info, cq)
             last = infos[-1]
             end = last.commit_log_offset + last.size
             self.reput_from_offset = end
@@ -514,11 +519,9 @@ class DefaultMessageStore:
             first.store_timestamp,
             len(infos),
         )
-        if self._listeners:
-            cq = self._cqs.get((first.topic, first.queue_id))
-            if cq is not None:
-                for listener in self._listeners:
-                    listener(first.topic, first.queue_id, cq.max_offset)
+        if cq is not None:
+            for listener in self._listeners:
+                listener(first.topic, first.queue_id, last.queue_offset + 1)
         if wait and self._sync_flush and not self._wait_flushed(end):
             result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return result
