@@ -15,6 +15,7 @@ import logging
 import os
 import re
 import shutil
+import sys
 import threading
 from typing import Any, Generic, TypeVar
 
@@ -135,9 +136,13 @@ class DataVersion:
         self.timestamp = now_ms
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(slots=True)
 class TopicConfig:
-    """One entry of ``topicConfigTable`` (class defaults as RocketMQ's ``TopicConfig``)."""
+    """One entry of ``topicConfigTable`` (class defaults as RocketMQ's ``TopicConfig``).
+
+    The name is interned, as the store interns its queues' topics: a broker with thousands of topics
+    then finds a send's topic in each per-topic table by identity, without reading the stored key.
+    """
 
     topic_name: str
     read_queue_nums: int = 16
@@ -147,6 +152,9 @@ class TopicConfig:
     topic_sys_flag: int = 0
     order: bool = False
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.topic_name = sys.intern(self.topic_name)
 
 
 @dataclasses.dataclass

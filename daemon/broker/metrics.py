@@ -44,9 +44,9 @@ class BrokerCollector(Collector):
         put_bytes = CounterMetricFamily(
             "rocketmq_broker_put_bytes", "Body bytes stored, per topic", labels=[*labels, "topic"]
         )
-        for topic, n in dict(stats.put_by_topic).items():
-            puts.add_metric([*base, topic], n)
-            put_bytes.add_metric([*base, topic], stats.put_bytes_by_topic.get(topic, 0))
+        for topic, put in dict(stats.put_by_topic).items():
+            puts.add_metric([*base, topic], put.messages)
+            put_bytes.add_metric([*base, topic], put.bytes)
         gets = CounterMetricFamily(
             "rocketmq_broker_get_messages",
             "Messages delivered to consumers",

@@ -32,6 +32,16 @@ class _Rate:
         return (self.total - base[1]) / max(now - base[0], 1.0)
 
 
+class TopicPuts:
+    """Messages and body bytes stored in one topic: one object per topic, so a send updates one entry."""
+
+    __slots__ = ("bytes", "messages")
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.bytes = 0
+
+
 class BrokerStats:
     """Thread-safe counters: messages put per topic, messages got per (group, topic)."""
 
@@ -39,16 +49,16 @@ class BrokerStats:
         self._lock = threading.Lock()
         self.put = _Rate()
         self.get = _Rate()
-        self.put_by_topic: dict[str, int] = defaultdict(int)
-        self.put_bytes_by_topic: dict[str, int] = defaultdict(int)
+        self.put_by_topic: dict[str, TopicPuts] = defaultdict(TopicPuts)
         self.get_by_group_topic: dict[tuple[str, str], int] = defaultdict(int)
         self.get_by_group: dict[str, _Rate] = defaultdict(_Rate)
 
     def on_put(self, topic: str, count: int = 1, size: int = 0) -> None:
         with self._lock:
             self.put.add(count, time.monotonic())
-            self.put_by_topic[topic] += count
-            self.put_bytes_by_topic[topic] += size
+            puts = self.put_by_topic[topic]
+            puts.messages += count
+            puts.bytes += size
 
     def on_get(self, group: str, topic: str, count: int) -> None:
         with self._lock:

@@ -189,7 +189,7 @@ class SendProcessor:
         props = decode_properties(h.properties) if h.properties else {}
         wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
         props[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
-        topic = h.topic
+        topic = config.topic_name  # h.topic's interned twin (see TopicConfig)
         if topic.startswith(RETRY_PREFIX):
             target = self._retry_or_dlq(h, request.version, props)
             if target is not None:
