@@ -142,7 +142,6 @@ class CommitLog:
         self.files = MappedFileQueue(directory, file_size, read_only=read_only)
         self.file_size = file_size
         self.max_message_size = max_message_size
-        self.topic_queue_table: dict[tuple[str, int], int] = {}
         self.last_store_timestamp = 0
         self.prefault = prefault
 
@@ -170,10 +169,15 @@ class CommitLog:
             mf.prepare(mf.wrote_position + size, populate=self.prefault)
         return mf
 
-    def append(self, msgs: list[Message], store_host: HostAddress, now_ms: int) -> list[RecordInfo]:
+    def append(
+        self, msgs: list[Message], store_host: HostAddress, now_ms: int, queue_offset: int
+    ) -> list[RecordInfo]:
         """Append one message, or a batch for one queue (all in one file, §2.9).
 
-        Raises :class:`IllegalMessage` before anything is written when a message is refused.
+        ``queue_offset`` is the queue offset of the first record that takes one (the next ones follow
+        it; transactional prepared and rollback records take 0): the store keeps each queue's next
+        offset with its ConsumeQueue, Java's ``topicQueueTable``. Raises :class:`IllegalMessage` before
+        anything is written when a message is refused.
         """
         encoded = []
         total = 0
@@ -187,18 +191,17 @@ class CommitLog:
             )
         mf = self._file_for(total)
         pos = mf.wrote_position
-        table = self.topic_queue_table
         out = []
         mm = mf.mm
         base = mf.file_from_offset
+        next_offset = queue_offset
         for m, props, born, store, topic, size in encoded:
-            key = (m.topic, m.queue_id)
             tran = m.sys_flag & TRANSACTION_TYPE_MASK
             counted = tran in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
-            qoff = table.get(key, 0) if counted else 0
+            qoff = next_offset if counted else 0
             mm[pos : pos + size] = encode_record_parts(m, props, born, store, topic, qoff, base + pos, now_ms)
             if counted:
-                table[key] = qoff + 1
+                next_offset += 1
             out.append(
                 RecordInfo(
                     base + pos,

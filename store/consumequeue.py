@@ -49,7 +49,9 @@ def unit_location(queue_offset: int, file_size: int) -> tuple[str, int]:
 class ConsumeQueue:
     """One queue's units. ``max_physic_offset`` is the CommitLog end of the last unit written."""
 
-    __slots__ = ("_last", "file_size", "files", "max_physic_offset", "min_logic_offset", "queue_id", "topic")
+    __slots__ = (
+        "_last", "file_size", "files", "max_physic_offset", "min_logic_offset", "next_offset", "queue_id", "topic"
+    )
 
     def __init__(
         self, root: str, topic: str, queue_id: int, file_size: int, *, read_only: bool = False
@@ -67,6 +69,9 @@ class ConsumeQueue:
         )
         self.max_physic_offset = -1
         self.min_logic_offset = 0
+        #: Queue offset of the next record appended for this queue (Java's ``topicQueueTable`` entry): the
+        #: store sets it from :attr:`max_offset` after recovery and advances it on every append.
+        self.next_offset = 0
         self._last: MappedFile | None = None
 
     def load(self) -> None:

@@ -359,12 +359,10 @@ class DefaultMessageStore:
         self._rebuild_queue_table()
 
     def _rebuild_queue_table(self) -> None:
-        """``(topic, queue) → next queue offset`` from the ConsumeQueues; fix min offsets (§6.3 step 7)."""
-        table = self.commit_log.topic_queue_table
-        table.clear()
+        """Each queue's next offset from its units; fix min offsets (§6.3 step 7)."""
         min_phy = self.commit_log.min_offset
-        for key, cq in self._cqs.items():
-            table[key] = cq.max_offset
+        for cq in self._cqs.values():
+            cq.next_offset = cq.max_offset
             cq.correct_min_offset(min_phy)
 
     # ================================================================== dispatch
@@ -490,17 +488,21 @@ class DefaultMessageStore:
             try:
                 if head.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
                     cq = self._find_cq(head.topic, head.queue_id)
-                    cq.file_for(self.commit_log.topic_queue_table.get((head.topic, head.queue_id), 0))
-                infos = self.commit_log.append(msgs, self.store_host, self.clock.now_ms())
+                    cq.file_for(cq.next_offset)
+                infos = self.commit_log.append(
+                    msgs, self.store_host, self.clock.now_ms(), cq.next_offset if cq is not None else 0
+                )
             except IllegalMessage as e:
                 log.warning("message refused: %s", e)
                 return PutResult(e.status)
             except OSError:
                 log.exception("append failed")
                 return PutResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+            last = infos[-1]
+            if cq is not None:
+                cq.next_offset = last.queue_offset + 1
             for info in infos:
                 self._dispatch_one(info, cq)
-            last = infos[-1]
             end = last.commit_log_offset + last.size
             self.reput_from_offset = end
         first = infos[0]
@@ -726,7 +728,6 @@ class DefaultMessageStore:
             doomed = [key for key in self._cqs if key[0] in topics]
             for key in doomed:
                 self._cqs.pop(key).destroy()
-                self.commit_log.topic_queue_table.pop(key, None)
         for topic in {key[0] for key in doomed}:
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(self.config.consume_queue_dir, topic))

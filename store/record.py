@@ -198,26 +198,16 @@ def inflate_body(body: bytes, sys_flag: int) -> bytes:
 # ---------------------------------------------------------------- records (§2.1)
 
 
-_TOPIC_FIELDS: dict[str, bytes] = {}
-_TOPIC_FIELDS_MAX = 1 << 16
-
-
 def topic_field(topic: str) -> bytes:
     """TOPIC LENGTH (i8) + TOPIC bytes of a v1 record.
 
-    Cached for every topic of a large broker in a plain dict: an LRU smaller than the topic count
-    misses on every send when sends go round the topics, and an LRU hit relinks three list nodes, which
-    with 10,000 topics are three cache misses per send. Past the bound the cache starts over.
+    Not cached: a cache hit costs more than the encoding once sends go round thousands of topics, the
+    cache's entry being one more cold read per send.
     """
-    field = _TOPIC_FIELDS.get(topic)
-    if field is None:
-        raw = topic.encode("utf-8")
-        if not 0 < len(raw) <= MAX_TOPIC_LENGTH:
-            raise ValueError(f"topic length {len(raw)} is outside 1..{MAX_TOPIC_LENGTH}")
-        if len(_TOPIC_FIELDS) >= _TOPIC_FIELDS_MAX:
-            _TOPIC_FIELDS.clear()
-        field = _TOPIC_FIELDS[topic] = bytes((len(raw),)) + raw
-    return field
+    raw = topic.encode("utf-8")
+    if not 0 < len(raw) <= MAX_TOPIC_LENGTH:
+        raise ValueError(f"topic length {len(raw)} is outside 1..{MAX_TOPIC_LENGTH}")
+    return bytes((len(raw),)) + raw
 
 
 def encode_record(

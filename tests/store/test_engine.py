@@ -322,7 +322,7 @@ def test_sync_flush_group_commit(tmp_path: Path) -> None:
         if store.flush_count == 0:
             pause = threading.Event()
             for _ in range(10_000):  # bounded: a bug must fail the assertions below, not hang
-                if store.commit_log.topic_queue_table.get(("T", 0), 0) >= threads:
+                if store.get_max_offset("T", 0) >= threads:
                     break
                 pause.wait(0.001)
         return original_flush()
