@@ -48,6 +48,7 @@ from store.config_files import ConfigFiles
 from store.consumequeue import UNIT, ConsumeQueue, unit_tags_code
 from store.errors import CorruptRecordError, StoreClosedError, StoreLockedError
 from store.indexfile import IndexFile, IndexService, index_keys
+from store.mapped_file import sync_filesystem
 from store.message import (
     BLANK_MAGIC_CODE,
     TRANSACTION_COMMIT_TYPE,
@@ -80,6 +81,7 @@ __all__ = [
 
 
 _WARM_AHEAD_BYTES = 8 * 1024 * 1024
+_SYNCFS_QUEUES = 64  # a flush due on this many ConsumeQueues syncs their file system once instead
 CLEAN_START_DELAY_MS = 60_000  # first cleanup run after start, as the broker schedules it (§8.1)
 DISK_CHECK_START_DELAY_MS, DISK_CHECK_INTERVAL_MS = 1_000, 10_000
 _LOCKED_ROOTS: set[str] = set()
@@ -673,9 +675,15 @@ class DefaultMessageStore:
     def _flush_consume_queues(self, *, thorough: bool) -> None:
         logics_ts = self._logics_ts
         least = 0 if thorough else self.config.flush_consume_queue_least_pages * 4096
-        for cq in list(self._cqs.values()):
-            if cq.files.dirty_bytes() > least:
-                cq.flush()
+        due = [cq for cq in list(self._cqs.values()) if cq.files.dirty_bytes() > least]
+        if len(due) >= _SYNCFS_QUEUES:
+            ends = [end for cq in due for end in cq.files.dirty_ends()]  # before the sync: what it covers
+            if sync_filesystem(self.config.consume_queue_dir):
+                for mf, end in ends:
+                    mf.mark_flushed(end)
+                due = []
+        for cq in due:
+            cq.flush()
         if thorough and self.checkpoint is not None:
             if logics_ts:
                 self.checkpoint.logics_msg_timestamp = logics_ts

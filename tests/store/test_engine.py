@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import store.engine as engine_module
 from store.checkpoint import StoreCheckpoint
 from store.clock import FakeClock
 from store.commitlog import PutMessageStatus
@@ -307,6 +308,29 @@ def test_lock_excludes_a_second_store(tmp_path: Path) -> None:
     ro.shutdown()
     store.shutdown()
     _open(tmp_path).shutdown()
+
+
+@pytest.mark.parametrize(("queues", "one_sync"), [(70, True), (3, False)])
+def test_consume_queue_flush_syncs_the_file_system_once_when_many_queues_are_due(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, queues: int, one_sync: bool
+) -> None:
+    synced: list[str] = []
+    real = engine_module.sync_filesystem
+    monkeypatch.setattr(engine_module, "sync_filesystem", lambda path: synced.append(path) or real(path))
+    store = _open(tmp_path, flush_consume_queue_thorough_interval=0)  # every flush is thorough
+    try:
+        for q in range(queues):
+            assert store.put_message(_msg(q, topic=f"T{q}")).status == PutMessageStatus.PUT_OK
+        cqs = [store.get_consume_queue(f"T{q}", 0) for q in range(queues)]
+        pause = threading.Event()
+        for _ in range(500):  # bounded: a flush that never comes fails below instead of hanging
+            if all(cq is not None and cq.files.dirty_bytes() == 0 for cq in cqs):
+                break
+            pause.wait(0.01)
+        assert all(cq is not None and cq.files.dirty_bytes() == 0 for cq in cqs)
+        assert bool(synced) == one_sync
+    finally:
+        store.shutdown()
 
 
 def test_sync_flush_group_commit(tmp_path: Path) -> None:
