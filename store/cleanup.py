@@ -290,6 +290,14 @@ def make_plan(
     )
 
 
+def consume_queue_expired(cq: ConsumeQueue, commit_log_min_offset: int) -> bool:
+    """Every message of the queue is below the CommitLog minimum (``SCHEDULE_TOPIC_XXXX`` is kept)."""
+    if cq.topic == SCHEDULE_TOPIC:
+        return False
+    last = cq.get_unit(cq.max_offset - 1)
+    return last is not None and last[0] < commit_log_min_offset
+
+
 def log_files(commit_log: CommitLog) -> list[LogFile]:
     """The plan's view of a CommitLog's files."""
     out = []
@@ -457,11 +465,4 @@ class Cleaner:
         """Queues whose last unit points below the CommitLog minimum: all their messages are gone
         (what ``CLEAN_EXPIRED_CONSUMEQUEUE`` destroys; ``SCHEDULE_TOPIC_XXXX`` is kept)."""
         min_offset = self.commit_log.min_offset
-        out = []
-        for cq in self.consume_queues():
-            if cq.topic == SCHEDULE_TOPIC:
-                continue
-            last = cq.get_unit(cq.max_offset - 1)
-            if last is not None and last[0] < min_offset:
-                out.append(cq)
-        return out
+        return [cq for cq in self.consume_queues() if consume_queue_expired(cq, min_offset)]

@@ -40,7 +40,15 @@ from store.api import (
     select_units,
 )
 from store.checkpoint import StoreCheckpoint
-from store.cleanup import Cleaner, CleanPlan, CommittedOffset, DiskUsage, LogFile, unconsumed_per_file
+from store.cleanup import (
+    Cleaner,
+    CleanPlan,
+    CommittedOffset,
+    DiskUsage,
+    LogFile,
+    consume_queue_expired,
+    unconsumed_per_file,
+)
 from store.clock import Clock, SystemClock
 from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanResult, apply_delay
 from store.config import StoreConfig
@@ -178,7 +186,6 @@ class DefaultMessageStore:
         self._index_enabled = config.message_index_enable
         self._sync_flush = config.sync_flush
         self._msg_id_prefix = msg_id_prefix(store_host)
-        self._caught_up = False
         self.last_exit_ok = True
         self.recovery_corruption: CorruptRecordError | None = None
         self._lock_fd: int | None = None
@@ -230,7 +237,6 @@ class DefaultMessageStore:
             return
         self.reput_from_offset = max(self._max_cq_phy_offset(), self.commit_log.min_offset)
         self.dispatch()
-        self._rebuild_queue_table()
         with open(self._abort_path, "wb"):
             pass
         self._flushed_offset = self.commit_log.max_offset
@@ -411,13 +417,14 @@ class DefaultMessageStore:
         """Parse the CommitLog from the dispatch cursor to its end and dispatch every record (reput).
 
         Puts dispatch their own records, so this only has work after recovery or when records were
-        written without going through :meth:`put_message`. Returns the number of records dispatched.
+        written without going through :meth:`put_message`; each queue's next offset then follows its
+        units. Returns the number of records dispatched.
         """
         if self.read_only:
             return 0
         with self._put_lock:
             n = self._reput_until(self.commit_log.max_offset)
-            self._caught_up = True
+            self._rebuild_queue_table()
             return n
 
     def _reput_until(self, end: int) -> int:
@@ -482,9 +489,6 @@ class DefaultMessageStore:
         if not self._running or self.cleaner.disk_full:
             return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
         with self._put_lock:
-            if not self._caught_up:  # every put dispatches its own records, so this runs once after start
-                self._reput_until(self.commit_log.max_offset)
-                self._caught_up = True
             head = msgs[0]
             cq = None  # every message of a put goes to one queue: found once, not once per step
             try:
@@ -655,8 +659,10 @@ class DefaultMessageStore:
         minimum. Returns the number destroyed."""
         if self.read_only:
             return 0
-        doomed = self.cleaner.expired_consume_queues()
-        with self._put_lock:
+        candidates = self.cleaner.expired_consume_queues()
+        with self._put_lock:  # a put may have reached a candidate since: check again
+            min_offset = self.commit_log.min_offset
+            doomed = [cq for cq in candidates if consume_queue_expired(cq, min_offset)]
             for cq in doomed:
                 self._cqs.pop((cq.topic, cq.queue_id), None)
                 cq.destroy()

@@ -317,18 +317,29 @@ def test_consume_queue_flush_syncs_the_file_system_once_when_many_queues_are_due
     synced: list[str] = []
     real = engine_module.sync_filesystem
     monkeypatch.setattr(engine_module, "sync_filesystem", lambda path: synced.append(path) or real(path))
-    store = _open(tmp_path, flush_consume_queue_thorough_interval=0)  # every flush is thorough
+    # no periodic flush during the test: the thorough flush at shutdown sees every queue due
+    store = _open(tmp_path, flush_interval_consume_queue=3_600_000)
+    for q in range(queues):
+        assert store.put_message(_msg(q, topic=f"T{q}")).status == PutMessageStatus.PUT_OK
+    cqs = [store.get_consume_queue(f"T{q}", 0) for q in range(queues)]
+    assert all(cq is not None and cq.files.dirty_bytes() > 0 for cq in cqs)
+    store.shutdown()
+    assert all(cq is not None and cq.files.dirty_bytes() == 0 for cq in cqs)
+    assert synced == ([store.config.consume_queue_dir] if one_sync else [])
+
+
+def test_clean_expired_consume_queues_checks_each_candidate_again_under_the_put_lock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _open(tmp_path)
     try:
-        for q in range(queues):
-            assert store.put_message(_msg(q, topic=f"T{q}")).status == PutMessageStatus.PUT_OK
-        cqs = [store.get_consume_queue(f"T{q}", 0) for q in range(queues)]
-        pause = threading.Event()
-        for _ in range(500):  # bounded: a flush that never comes fails below instead of hanging
-            if all(cq is not None and cq.files.dirty_bytes() == 0 for cq in cqs):
-                break
-            pause.wait(0.01)
-        assert all(cq is not None and cq.files.dirty_bytes() == 0 for cq in cqs)
-        assert bool(synced) == one_sync
+        assert store.put_message(_msg(0)).status == PutMessageStatus.PUT_OK
+        live = store.get_consume_queue("T", 0)
+        # as if the queue was listed as expired just before this put reached it
+        monkeypatch.setattr(store.cleaner, "expired_consume_queues", lambda: [live])
+        assert store.clean_expired_consume_queues() == 0
+        assert store.get_consume_queue("T", 0) is live
+        assert store.put_message(_msg(1)).queue_offset == 1
     finally:
         store.shutdown()
 
