@@ -154,7 +154,8 @@ class TopicConfig:
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.topic_name = sys.intern(self.topic_name)
+        if isinstance(self.topic_name, str):  # a hand-edited topics.json may hold null
+            self.topic_name = sys.intern(self.topic_name)
 
 
 @dataclasses.dataclass

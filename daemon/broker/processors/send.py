@@ -189,7 +189,9 @@ class SendProcessor:
         props = decode_properties(h.properties) if h.properties else {}
         wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
         props[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
-        topic = config.topic_name  # h.topic's interned twin (see TopicConfig)
+        # the config's interned name when it is h.topic (see TopicConfig); a hand-edited topics.json
+        # may file a config under another key, and the message then keeps the topic it was sent to
+        topic = config.topic_name if config.topic_name == h.topic else h.topic
         if topic.startswith(RETRY_PREFIX):
             target = self._retry_or_dlq(h, request.version, props)
             if target is not None:
