@@ -12,7 +12,8 @@ The rounds interleave because this machine drifts by more than the difference be
 topic alone, in 2-s rounds over 52 s, ran anywhere from 17,200 to 20,500 sends/s, lower on the whole
 towards the end. Measuring one topic first and N topics after it would charge that drift to the topic
 count. The idle broker costs the measured one little: MANY scans its queues for flushing (2 ms a
-second) and re-registers its 10,000 topics every 30 s (30 ms).
+second), syncs their files every 60 s (0.24 s, mostly waiting for the disk) and re-registers its
+10,000 topics every 30 s (30 ms).
 
     python benchmarks/bench_broker_topics.py [--topics 10000] [--queues 1] [--count 50000] [--rounds 5]
 
