@@ -3,7 +3,8 @@
 ``produce`` runs T synchronous senders, each on its own connection with one SEND_MESSAGE_V2 in
 flight (as T producer threads calling ``send()``); frames are encoded once per queue so the figure
 is the broker's, not the generator's. ``consume`` drains a topic with one PULL_MESSAGE in flight
-per queue (as a push consumer does) and counts records without decoding them.
+per queue (as a push consumer does) and counts records without decoding them; it commits
+the group's offsets, so it is a live member of the group while it runs.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from daemon.broker.bodies import MessageQueue
 from daemon.broker.headers import (
     PullMessageRequestHeader,
     PullMessageResponseHeader,
@@ -26,7 +28,8 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.frame import decode_frame, encode_command
 from mqctl.admin.client import Admin
-from mqctl.admin.messaging import PULL_FLAG_SUBSCRIPTION
+from mqctl.admin.member import GroupMember
+from mqctl.admin.messaging import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION
 from mqctl.errors import NotFoundError
 from mqctl.services.messages import QueueRef, queues, writable_queues
 from mqctl.services.topics import TopicSpec, create_missing, gather_limited
@@ -102,7 +105,8 @@ async def produce(
     body = os.urandom(size)
     routes = await gather_limited((writable_queues(admin, name) for name in names), 32)
     per_topic = [
-        [(ref.addr, send_frame(name, ref.queue_id, body)) for ref in refs] for name, refs in zip(names, routes, strict=True)
+        [(ref.addr, send_frame(name, ref.queue_id, body)) for ref in refs]
+        for name, refs in zip(names, routes, strict=True)
     ]
     slots = [slot for column in itertools.zip_longest(*per_topic) for slot in column if slot is not None]
     if not slots:
@@ -126,24 +130,52 @@ def count_records(body: bytes) -> int:
 
 
 async def consume(admin: Admin, topic: str, *, group: str, count: int | None, idle_s: float) -> BenchResult:
-    """Drain ``topic`` from the group's committed offsets (earliest when none), until ``count`` or idle."""
+    """Drain ``topic`` from the group's committed offsets (earliest when none), until ``count`` or idle.
+
+    It commits, so it runs as a member of the group (see :class:`GroupMember`): each pull carries
+    the queue's position for the broker to commit, as a push consumer's do, and a reset of the
+    group moves its positions instead of being overwritten by them.
+    """
     refs = queues(await admin.topic_route(topic), write=False)
     rts: list[float] = []
     received = 0
     last_progress = time.perf_counter()
     done = asyncio.Event()
+    member = GroupMember(admin, group, topic, {ref.broker_name: ref.addr for ref in refs})
 
     async def drain(ref: QueueRef) -> None:
         nonlocal received, last_progress
+        mq = MessageQueue(topic, ref.broker_name, ref.queue_id)
         committed = await admin.consumer_offset(ref.addr, group, topic, ref.queue_id)
-        offset = committed if committed is not None else await admin.min_offset(ref.addr, topic, ref.queue_id)
+        member.offsets[mq] = (
+            committed if committed is not None else await admin.min_offset(ref.addr, topic, ref.queue_id)
+        )
         while not done.is_set():
-            header = PullMessageRequestHeader(group, topic, ref.queue_id, offset, 32, PULL_FLAG_SUBSCRIPTION, 0, 0, 0, "*", "TAG")
+            offset = member.offsets[mq]
+            header = PullMessageRequestHeader(
+                group,
+                topic,
+                ref.queue_id,
+                offset,
+                32,
+                PULL_FLAG_SUBSCRIPTION | PULL_FLAG_COMMIT_OFFSET,
+                offset,
+                0,
+                0,
+                "*",
+                "TAG",
+            )
             started = time.perf_counter()
             response = await admin.call(
-                ref.addr, RequestCode.PULL_MESSAGE, header,
-                expect=(ResponseCode.SUCCESS, ResponseCode.PULL_NOT_FOUND, ResponseCode.PULL_RETRY_IMMEDIATELY,
-                        ResponseCode.PULL_OFFSET_MOVED),
+                ref.addr,
+                RequestCode.PULL_MESSAGE,
+                header,
+                expect=(
+                    ResponseCode.SUCCESS,
+                    ResponseCode.PULL_NOT_FOUND,
+                    ResponseCode.PULL_RETRY_IMMEDIATELY,
+                    ResponseCode.PULL_OFFSET_MOVED,
+                ),
             )
             rts.append(time.perf_counter() - started)
             reply = PullMessageResponseHeader.from_ext_fields(response.ext_fields)
@@ -156,11 +188,11 @@ async def consume(admin: Admin, topic: str, *, group: str, count: int | None, id
                 if time.perf_counter() - last_progress > idle_s:
                     done.set()
                 await asyncio.sleep(0.01)
-            offset = reply.next_begin_offset
-        await admin.commit_offset(ref.addr, group, topic, ref.queue_id, offset)
+            member.advance(mq, offset, reply.next_begin_offset)
 
     started = time.perf_counter()
-    await asyncio.gather(*(drain(ref) for ref in refs))
+    async with member:  # on exit: commits where each queue stopped, then leaves the group
+        await asyncio.gather(*(drain(ref) for ref in refs))
     seconds = max(last_progress - started, 1e-9)
     return result("consume", received, 0, seconds, rts)  # an unexpected answer raises instead
 
