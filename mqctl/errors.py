@@ -39,7 +39,7 @@ class NotFoundError(MqctlError):
 
 
 class ConflictError(MqctlError):
-    """The object already exists, or the store is locked by another process."""
+    """The object already exists, the store is locked by another process, or live consumers hold the group."""
 
     exit_code = 4
 
@@ -105,7 +105,7 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
     (1, "MqctlError", "unexpected failure (a bug: run again with --debug and report it)"),
     (UsageError.exit_code, "UsageError", "bad flag, argument or configuration"),
     (NotFoundError.exit_code, "NotFoundError", "topic, group, message, file or context not found"),
-    (ConflictError.exit_code, "ConflictError", "already exists, or the store is locked by a running broker"),
+    (ConflictError.exit_code, "ConflictError", "already exists, store locked by a running broker, or group has live consumers"),
     (ConnectError.exit_code, "ConnectError", "NameServer or broker unreachable"),
     (RequestTimeoutError.exit_code, "RequestTimeoutError", "no answer in time"),
     (ProtocolError.exit_code, "ProtocolError", "peer does not speak the RocketMQ remoting protocol"),

@@ -33,7 +33,13 @@ def show(
     """Per queue: min and max offset, the group's committed offset and lag."""
     from mqctl.services.offsets import show as show_offsets
 
-    online(lambda admin: show_offsets(admin, group, topic), namesrv=namesrv, context=context, output=output, watch=watch)
+    online(
+        lambda admin: show_offsets(admin, group, topic),
+        namesrv=namesrv,
+        context=context,
+        output=output,
+        watch=watch,
+    )
 
 
 @app.command("reset")
@@ -41,19 +47,39 @@ def reset(
     group: GroupOpt,
     topic: TopicOpt,
     to_earliest: Annotated[bool, typer.Option("--to-earliest", help="The oldest stored message.")] = False,
-    to_latest: Annotated[bool, typer.Option("--to-latest", help="After the newest message (skip all).")] = False,
-    to_time: Annotated[str | None, typer.Option("--to-time", help="First message stored at/after TIME (ISO, epoch ms, -2h).")] = None,
-    by_duration: Annotated[str | None, typer.Option("--by-duration", help="First message stored in the last DUR (30m, 2h, 1d).")] = None,
-    to_offset: Annotated[int | None, typer.Option("--to-offset", help="This queue offset (clamped per queue).")] = None,
-    shift_by: Annotated[int | None, typer.Option("--shift-by", help="Move each queue by N (negative: back).")] = None,
-    from_file: Annotated[Path | None, typer.Option("--from-file", exists=True, dir_okay=False, help="A plan saved by --export.")] = None,
-    export: Annotated[Path | None, typer.Option("--export", dir_okay=False, help="Save the plan as JSON.")] = None,
+    to_latest: Annotated[
+        bool, typer.Option("--to-latest", help="After the newest message (skip all).")
+    ] = False,
+    to_time: Annotated[
+        str | None, typer.Option("--to-time", help="First message stored at/after TIME (ISO, epoch ms, -2h).")
+    ] = None,
+    by_duration: Annotated[
+        str | None, typer.Option("--by-duration", help="First message stored in the last DUR (30m, 2h, 1d).")
+    ] = None,
+    to_offset: Annotated[
+        int | None, typer.Option("--to-offset", help="This queue offset (clamped per queue).")
+    ] = None,
+    shift_by: Annotated[
+        int | None, typer.Option("--shift-by", help="Move each queue by N (negative: back).")
+    ] = None,
+    from_file: Annotated[
+        Path | None,
+        typer.Option("--from-file", exists=True, dir_okay=False, help="A plan saved by --export."),
+    ] = None,
+    export: Annotated[
+        Path | None, typer.Option("--export", dir_okay=False, help="Save the plan as JSON.")
+    ] = None,
     execute: ExecuteOpt = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
 ) -> None:
-    """Plan a reset (per queue: current -> new); only --execute changes anything. Works with no consumer online."""
+    """Plan a reset (per queue: current -> new); only --execute changes anything.
+
+    With live consumers in the group only time targets (--to-earliest/--to-latest/--to-time/--by-duration)
+    are executed, by the broker, which tells the consumers to follow; other targets fail with exit 4,
+    naming the consumers.
+    """
     import time
 
     from mqctl.errors import UsageError
@@ -61,13 +87,24 @@ def reset(
     from mqctl.services.offsets import reset as reset_offsets
     from mqctl.timespec import parse_duration, parse_time
 
-    chosen = [name for name, given in (
-        ("--to-earliest", to_earliest), ("--to-latest", to_latest), ("--to-time", to_time is not None),
-        ("--by-duration", by_duration is not None), ("--to-offset", to_offset is not None),
-        ("--shift-by", shift_by is not None), ("--from-file", from_file is not None)) if given]
+    chosen = [
+        name
+        for name, given in (
+            ("--to-earliest", to_earliest),
+            ("--to-latest", to_latest),
+            ("--to-time", to_time is not None),
+            ("--by-duration", by_duration is not None),
+            ("--to-offset", to_offset is not None),
+            ("--shift-by", shift_by is not None),
+            ("--from-file", from_file is not None),
+        )
+        if given
+    ]
     if len(chosen) != 1:
-        raise UsageError(f"give exactly one of --to-earliest, --to-latest, --to-time, --by-duration, --to-offset, "
-                         f"--shift-by, --from-file (got {', '.join(chosen) or 'none'})")
+        raise UsageError(
+            f"give exactly one of --to-earliest, --to-latest, --to-time, --by-duration, --to-offset, "
+            f"--shift-by, --from-file (got {', '.join(chosen) or 'none'})"
+        )
     now = int(time.time() * 1000)
     if to_earliest:
         target = ResetTarget("earliest")
@@ -83,5 +120,9 @@ def reset(
         target = ResetTarget("shift", shift_by)
     else:
         target = ResetTarget("file", plan_file=from_file)
-    online(lambda admin: reset_offsets(admin, group, topic, target, execute_plan=execute, export_to=export),
-           namesrv=namesrv, context=context, output=output)
+    online(
+        lambda admin: reset_offsets(admin, group, topic, target, execute_plan=execute, export_to=export),
+        namesrv=namesrv,
+        context=context,
+        output=output,
+    )

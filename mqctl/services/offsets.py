@@ -1,9 +1,12 @@
 """Consumer offsets: show them, and reset them with a plan first (kafka-consumer-groups style).
 
 A reset computes, per queue, current -> new and changes nothing until executed. Executing writes
-the offsets with UPDATE_CONSUMER_OFFSET when the group has no online consumer (mqadmin's fallback,
-which works on any 4.x broker); with online consumers only time-based resets are possible, through
-INVOKE_BROKER_TO_RESET_OFFSET, since running clients would overwrite other offsets.
+the offsets with UPDATE_CONSUMER_OFFSET where the group has no online consumer (mqadmin's fallback,
+which works on any 4.x broker); where it has, only time-based resets are possible, through
+INVOKE_BROKER_TO_RESET_OFFSET, which makes the broker tell its members (RESET_CONSUMER_CLIENT_OFFSET):
+running clients would overwrite offsets committed behind their backs. Other resets are refused
+(ConflictError) with the members listed, as ``kafka-consumer-groups --reset-offsets`` refuses on an
+active group.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from daemon.broker.bodies import ConnectionInfo, MessageQueue
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services.topics import queue_offsets
@@ -51,8 +55,15 @@ class PlanRow:
 async def show(admin: Admin, group: str, topic: str) -> list[dict[str, Any]]:
     rows = await _queues(admin, group, topic)
     return [
-        {"topic": r.topic, "broker_name": r.broker_name, "queue_id": r.queue_id, "min_offset": r.min_offset,
-         "max_offset": r.max_offset, "committed": r.current, "lag": None if r.current is None else r.max_offset - r.current}
+        {
+            "topic": r.topic,
+            "broker_name": r.broker_name,
+            "queue_id": r.queue_id,
+            "min_offset": r.min_offset,
+            "max_offset": r.max_offset,
+            "committed": r.current,
+            "lag": None if r.current is None else r.max_offset - r.current,
+        }
         for r in rows
     ]
 
@@ -61,7 +72,9 @@ async def _queues(admin: Admin, group: str, topic: str) -> list[PlanRow]:
     rows = []
     for name, addr, queue_id, off in await queue_offsets(admin, topic):
         current = await admin.consumer_offset(addr, group, topic, queue_id)
-        rows.append(PlanRow(topic, name, addr, queue_id, off.min_offset, off.max_offset, current, current or 0))
+        rows.append(
+            PlanRow(topic, name, addr, queue_id, off.min_offset, off.max_offset, current, current or 0)
+        )
     return rows
 
 
@@ -103,25 +116,35 @@ def export(rows: list[PlanRow], path: Path) -> None:
 
 
 async def execute(admin: Admin, group: str, topic: str, target: ResetTarget, rows: list[PlanRow]) -> str:
-    """Apply a plan; returns how it was applied."""
-    online = False
-    for addr in {r.broker_addr for r in rows}:
+    """Apply a plan; returns how it was applied.
+
+    A broker where the group has live members resets through INVOKE_BROKER_TO_RESET_OFFSET, which
+    tells the members to adopt the new offsets; a commit of ours would be overwritten by theirs.
+    Only a time-based target can be sent that way, so any other plan is refused while members live.
+    """
+    members: dict[str, list[ConnectionInfo]] = {}
+    for addr in sorted({r.broker_addr for r in rows}):
         found = await admin.consumer_connections(addr, group)
-        online = online or bool(found and found.connection_set)
-    if online:
-        timestamp = target.time_based
+        members[addr] = found.connection_set if found else []
+    live = sorted({(c.client_id, c.client_addr) for found in members.values() for c in found})
+    timestamp = target.time_based
+    if live:
         if timestamp is None:
+            listed = ", ".join(f"{client} ({addr})" for client, addr in live)
             raise ConflictError(
-                f"group {group!r} has online consumers; they would overwrite per-queue offsets",
-                hint="stop them first, or reset with --to-earliest/--to-latest/--to-time",
+                f"group {group!r} has live consumers that would overwrite a per-queue reset: {listed}",
+                hint="stop them first, or reset with --to-earliest/--to-latest/--to-time/--by-duration",
             )
-        for addr in {r.broker_addr for r in rows}:
-            await admin.reset_offset_by_time(addr, topic, group, timestamp)
-        return "broker reset (online consumers notified)"
+        for addr in [a for a, found in members.items() if found]:
+            applied = await admin.reset_offset_by_time(addr, topic, group, timestamp)
+            for row in rows:  # report what the broker computed, which may differ from the plan
+                row.new = applied.get(MessageQueue(topic, row.broker_name, row.queue_id), row.new)
     for row in rows:
-        if row.new != row.current:
+        if not members[row.broker_addr] and row.new != row.current:
             await admin.commit_offset(row.broker_addr, group, topic, row.queue_id, row.new)
-    return "offsets committed (no consumer online)"
+    if not live:
+        return "offsets committed (no consumer online)"
+    return f"broker reset, {len(live)} online consumer(s) told to follow"
 
 
 async def reset(
@@ -139,9 +162,13 @@ async def reset(
         "executed": execute_plan,
         "applied": applied or "plan only: add --execute to apply",
         "queues": [
-            {"broker_name": r.broker_name, "queue_id": r.queue_id, "current": r.current, "new": r.new, "change": r.change}
+            {
+                "broker_name": r.broker_name,
+                "queue_id": r.queue_id,
+                "current": r.current,
+                "new": r.new,
+                "change": r.change,
+            }
             for r in rows
         ],
     }
-
-

@@ -1,0 +1,185 @@
+"""``offset reset`` against a group whose offsets a running mqctl command commits.
+
+A committing command must be a live member of its group, so that a reset either reaches it
+through the broker (which tells members to follow) or is refused naming it, never silently undone
+by its next commit. Real daemons on 127.0.0.1; the consumer is a real ``mqctl bench consume``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from daemon.broker.bodies import MessageQueue
+from daemon.broker.headers import CreateTopicRequestHeader
+from daemon.remoting.codes import RequestCode
+from mqctl.admin.client import Admin
+from mqctl.admin.member import GroupMember
+from mqctl.errors import ConflictError, Interrupted
+from tests.conftest import ROOT, RunCli
+from tests.daemons import LocalCluster, handle, local_cluster
+
+TOPIC = "Replay"
+PER_QUEUE = 5
+
+
+@pytest.fixture(scope="module")
+def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A topic with 2 queues of 5 messages each."""
+    with local_cluster(tmp_path_factory.mktemp("members")) as cluster:
+        wire = handle(cluster)
+
+        async def fill() -> None:
+            create = CreateTopicRequestHeader(TOPIC, "TBW102", 2, 2, 6, "SINGLE_TAG")
+            assert (await wire.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create.to_ext_fields())).code == 0
+            for i in range(2 * PER_QUEUE):
+                assert (await wire.send(TOPIC, f"m{i}".encode(), queue_id=i % 2)).code == 0
+            await wire.client.close()
+
+        cluster.loop.run(fill())
+        yield cluster
+
+
+def committed(cluster: LocalCluster, group: str) -> list[int]:
+    return [cluster.broker.offsets.query_offset(group, TOPIC, q) for q in (0, 1)]
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def consumer(
+    cli_env: dict[str, str], daemons: LocalCluster
+) -> Iterator[Callable[..., subprocess.Popen[str]]]:
+    """Start ``mqctl bench consume`` in the background; whatever is still running at teardown is killed."""
+    started: list[subprocess.Popen[str]] = []
+
+    def start(group: str, *args: str) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "mqctl",
+                "bench",
+                "consume",
+                "-t",
+                TOPIC,
+                "-g",
+                group,
+                "-o",
+                "json",
+                *args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**cli_env, "NAMESRV_ADDR": daemons.namesrv_addr},
+            cwd=ROOT,
+        )
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate()
+
+
+def drained_as_member(daemons: LocalCluster, group: str) -> None:
+    """Wait until the consumer is a member of ``group`` and the broker holds it at the end of both queues."""
+    wait_for(
+        lambda: (
+            daemons.broker.consumers.get(group) is not None and committed(daemons, group) == [PER_QUEUE] * 2
+        ),
+        f"bench consume to join {group} and drain {TOPIC}",
+    )
+
+
+def test_time_reset_reaches_a_running_consumer(cli: RunCli, daemons: LocalCluster, consumer: Any) -> None:
+    group = "CG_Follow"
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+    proc = consumer(
+        group, "--count", str(4 * PER_QUEUE), "--idle", "60"
+    )  # ends once it has read everything twice
+    drained_as_member(daemons, group)
+
+    connections = cli("group", "connections", "-g", group, "-o", "json", env=env)
+    assert connections.code == 0, connections.stderr
+    [client] = connections.json()["clients"]
+    assert client["client_id"].endswith(f"@mqctl-{proc.pid}") and client["addr"].startswith("127.0.0.1:")
+
+    reset = cli(
+        "offset", "reset", "-g", group, "-t", TOPIC, "--to-earliest", "--execute", "-o", "json", env=env
+    )
+    assert reset.code == 0, reset.stderr
+    assert "told to follow" in reset.json()["applied"]
+    assert [q["new"] for q in reset.json()["queues"]] == [0, 0]
+
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert json.loads(out)["messages"] == 4 * PER_QUEUE  # it read the topic again from the reset point
+    assert committed(daemons, group) == [PER_QUEUE] * 2  # and committed where it really stopped
+    assert daemons.broker.consumers.get(group) is None  # it left the group on exit
+
+
+def test_per_queue_reset_is_refused_while_a_consumer_runs(
+    cli: RunCli, daemons: LocalCluster, consumer: Any
+) -> None:
+    group = "CG_Busy"
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+    proc = consumer(group, "--idle", "60")
+    drained_as_member(daemons, group)
+
+    refused = cli("offset", "reset", "-g", group, "-t", TOPIC, "--to-offset", "1", "--execute", env=env)
+    assert refused.code == ConflictError.exit_code
+    lines = refused.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("mqctl: error: ")
+    assert f"@mqctl-{proc.pid} (127.0.0.1:" in lines[0]
+    assert committed(daemons, group) == [PER_QUEUE] * 2
+
+    proc.send_signal(signal.SIGINT)  # Ctrl-C: it still commits where it stopped and leaves the group
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == Interrupted.exit_code, err
+    assert committed(daemons, group) == [PER_QUEUE] * 2
+    assert daemons.broker.consumers.get(group) is None
+
+
+def test_a_member_adopts_a_reset_and_commits_it_not_its_old_offsets(daemons: LocalCluster) -> None:
+    group = "CG_Adopt"
+    addr = daemons.broker_addr
+    name = daemons.broker.config.broker_name
+    queues = [MessageQueue(TOPIC, name, q) for q in (0, 1)]
+
+    async def scenario() -> None:
+        async with (
+            Admin([daemons.namesrv_addr]) as admin,
+            Admin([daemons.namesrv_addr]) as operator,
+            GroupMember(admin, group, TOPIC, {name: addr}) as member,
+        ):
+            member.offsets.update(dict.fromkeys(queues, PER_QUEUE))
+            await member.commit(member.offsets)
+            applied = await operator.reset_offset_by_time(addr, TOPIC, group, 0)
+            assert applied == dict.fromkeys(queues, 0)
+            async with asyncio.timeout(10):
+                while not member.resets:
+                    await asyncio.sleep(0.01)
+            assert member.offsets == dict.fromkeys(queues, 0)
+            member.advance(queues[0], PER_QUEUE, PER_QUEUE + 3)  # a pull begun before the reset ends
+            assert member.offsets[queues[0]] == 0
+
+    daemons.loop.run(scenario())
+    assert committed(daemons, group) == [0, 0]
+    assert daemons.broker.consumers.get(group) is None
