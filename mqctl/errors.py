@@ -69,7 +69,9 @@ class BrokerError(MqctlError):
 
     exit_code = 8
 
-    def __init__(self, message: str, *, code: int, remark: str | None = None, hint: str | None = None) -> None:
+    def __init__(
+        self, message: str, *, code: int, remark: str | None = None, hint: str | None = None
+    ) -> None:
         super().__init__(message, hint=hint)
         self.code = code
         self.remark = remark
@@ -88,7 +90,8 @@ class AuthError(MqctlError):
 
 
 class StoreError(MqctlError):
-    """A store directory is unreadable, inconsistent or corrupt."""
+    """A store directory is unreadable, inconsistent or corrupt, or needs the recovery a broker start runs
+    (an offline change then refuses rather than cut data the operator has not seen)."""
 
     exit_code = 10
 
@@ -111,7 +114,7 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
     (ProtocolError.exit_code, "ProtocolError", "peer does not speak the RocketMQ remoting protocol"),
     (BrokerError.exit_code, "BrokerError", "the server answered a RocketMQ error response code"),
     (AuthError.exit_code, "AuthError", "permission denied by the server"),
-    (StoreError.exit_code, "StoreError", "store directory unreadable or corrupt"),
+    (StoreError.exit_code, "StoreError", "store directory unreadable or corrupt, or it needs recovery first"),
     (Interrupted.exit_code, "Interrupted", "interrupted by Ctrl-C"),
 )
 

@@ -20,7 +20,8 @@ from typing import Protocol
 from store.commitlog import CommitLog
 from store.config import StoreConfig
 from store.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
-from store.indexfile import IndexService
+from store.indexfile import IndexFile, IndexService
+from store.mapped_file import MappedFile
 from store.message import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
@@ -310,6 +311,78 @@ def log_files(commit_log: CommitLog) -> list[LogFile]:
     return out
 
 
+def cq_files_below(cq: ConsumeQueue, min_offset: int) -> list[MappedFile]:
+    """The queue's oldest files whose every unit points below CommitLog offset ``min_offset`` (never its
+    last file: it keeps the queue's offsets)."""
+    doomed = []
+    for mf in cq.files.files[:-1]:
+        if UNIT.unpack_from(mf.view, cq.file_size - CQ_STORE_UNIT_SIZE)[0] >= min_offset:
+            break
+        doomed.append(mf)
+    return doomed
+
+
+def index_files_below(files: Sequence[IndexFile], min_offset: int) -> list[IndexFile]:
+    """The oldest index files that only point below CommitLog offset ``min_offset`` (never the newest)."""
+    stale = []
+    for f in files[:-1]:
+        if f.end_phy_offset >= min_offset:
+            break
+        stale.append(f)
+    return stale
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    """One file applying a plan removes: ``kind`` is ``commitlog``, ``consumequeue`` or ``index``."""
+
+    path: str
+    kind: str
+    size: int
+    why: str
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except FileNotFoundError:
+        return 0
+
+
+def plan_removals(
+    plan: CleanPlan, consume_queues: Iterable[ConsumeQueue], index_files: Sequence[IndexFile]
+) -> list[Removal]:
+    """Every file applying ``plan`` removes, in the order to remove them: its CommitLog files oldest first
+    (the store stays consistent if it stops half-way), then the ConsumeQueue and index files that only point
+    below its new minimum. Read from a store opened read-only, so an offline cleanup can name them all
+    before it deletes one."""
+    doomed = plan.deletable
+    if not doomed:
+        return []
+    out = [Removal(r.file.path, "commitlog", r.file.size, r.reason or EXPIRED) for r in doomed]
+    new_min = plan.new_min_offset
+    below = f"below the new min offset {new_min}"
+    for cq in sorted(consume_queues, key=lambda q: (q.topic, q.queue_id)):
+        out += [Removal(mf.path, "consumequeue", _size(mf.path), below) for mf in cq_files_below(cq, new_min)]
+    out += [Removal(f.path, "index", _size(f.path), below) for f in index_files_below(index_files, new_min)]
+    return out
+
+
+def remove_files(removals: Iterable[Removal]) -> list[Removal]:
+    """Unlink exactly these files (an offline store, its lock held by the caller); returns those removed
+    (one already gone is skipped: the caller reports what really left the disk)."""
+    done = []
+    for r in removals:
+        try:
+            os.unlink(r.path)
+        except FileNotFoundError:
+            log.warning("%s is already gone", r.path)
+            continue
+        log.info("deleted %s file %s (%s)", r.kind, r.path, r.why)
+        done.append(r)
+    return done
+
+
 # ------------------------------------------------------------------------------------- the service
 
 
@@ -438,11 +511,7 @@ class Cleaner:
             return
         self._last_min_offset = min_offset
         for cq in self.consume_queues():
-            doomed = []
-            for mf in cq.files.files[:-1]:
-                if UNIT.unpack_from(mf.view, cq.file_size - CQ_STORE_UNIT_SIZE)[0] >= min_offset:
-                    break
-                doomed.append(mf)
+            doomed = cq_files_below(cq, min_offset)
             with self.lock:
                 if doomed:
                     cq.files.files = cq.files.files[len(doomed) :]
@@ -450,11 +519,7 @@ class Cleaner:
                 cq.correct_min_offset(min_offset)
             for mf in doomed:
                 mf.destroy()
-        stale = []
-        for f in self.index.files[:-1]:
-            if f.end_phy_offset >= min_offset:
-                break
-            stale.append(f)
+        stale = index_files_below(self.index.files, min_offset)
         if stale:
             with self.lock:
                 self.index.files = self.index.files[len(stale) :]

@@ -24,7 +24,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Container, Sequence
+from collections.abc import Container, Iterator, Sequence
 
 from store.api import (
     ArrivalListener,
@@ -128,6 +128,22 @@ def ensure_unlocked(root: str) -> None:
         except FileNotFoundError:
             return
         _drop_lock(fd)
+
+
+@contextlib.contextmanager
+def held_lock(root: str) -> Iterator[None]:
+    """Hold the store's lock for an offline change made without opening the store read-write (no broker
+    can start meanwhile, and no recovery runs); raises :class:`StoreLockedError` like a broker would."""
+    key = os.path.realpath(root)
+    with _LOCKED_ROOTS_GUARD:
+        fd = _take_lock(root, os.O_RDWR | os.O_CREAT)
+        _LOCKED_ROOTS.add(key)
+    try:
+        yield
+    finally:
+        with _LOCKED_ROOTS_GUARD:
+            _drop_lock(fd)
+            _LOCKED_ROOTS.discard(key)
 
 
 class DefaultMessageStore:
@@ -640,6 +656,7 @@ class DefaultMessageStore:
     def cleanup_plan(self, *, manual: bool = True, config: StoreConfig | None = None) -> CleanPlan:
         """What a cleanup run would delete now and whose unconsumed messages go with it (``manual``: as
         after ``DELETE_EXPIRED_COMMITLOG``; ``config`` overrides the retention settings). Changes nothing."""
+
         def unconsumed(files: Sequence[LogFile]) -> list[dict[str, int]]:
             return unconsumed_per_file(files, self.committed_offsets(), self.first_offset_at)
 

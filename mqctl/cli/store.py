@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -16,6 +17,8 @@ from mqctl.cli.common import (
     TopicOpt,
     UntilOpt,
     WatchOpt,
+    YesOpt,
+    confirm,
     progress,
     render_every,
 )
@@ -103,45 +106,80 @@ def clean(
         ),
     ] = None,
     execute: ExecuteOpt = False,
+    allow_recovery: Annotated[
+        bool,
+        typer.Option(
+            "--allow-recovery",
+            help="A store that needs recovery (unclean stop, damaged record, torn tail): plan the recovery "
+            "a broker start runs, and with --execute run it first.",
+        ),
+    ] = False,
+    yes: YesOpt = False,
     output: OutputOpt = "table",
 ) -> None:
     """Plan the deletion of expired CommitLog files of a stopped broker's store; delete with --execute.
 
-    The plan lists every file with its size, age and why it goes (expired / watermark), and the groups that
-    would lose unconsumed messages, with counts. The oldest files go first, never the newest, and nothing
-    after the first file that stays; ConsumeQueue and index files below the new minimum go with them.
-    Refuses while a broker holds the store's lock.
+    The plan lists every file with its size, age and why it goes (expired / watermark), the groups that
+    would lose unconsumed messages, with counts, and every file --execute removes: the oldest CommitLog
+    files, never the newest, nothing after the first file that stays, and the ConsumeQueue and index files
+    below the new minimum. --execute removes exactly those, from the same read-only view, with the store's
+    lock held; it asks first (off a terminal it needs --yes). A store that needs recovery is refused (exit
+    10) unless --allow-recovery. Refuses while a broker holds the store's lock.
     """
     from mqctl.services import retention
 
     config = retention.offline_config(
         store, reserved_hours=reserved_hours, watermark=watermark, force_watermark=force_watermark
     )
-    show_clean_report(retention.store_clean(store, config, execute=execute), output)
+
+    def ask(rep: CleanReport) -> None:
+        if not yes and sys.stdin.isatty():  # the question comes with the plan it is about
+            show_clean_report(rep, "table", to_stderr=True)
+        what = f"{len(rep.removes)} file(s)" + (" after recovery" if rep.recovery else "")
+        confirm(f"Remove {what} from {store}?", yes=yes)
+
+    rep = retention.store_clean(store, config, execute=execute, allow_recovery=allow_recovery, confirm=ask)
+    show_clean_report(rep, output)
 
 
-def show_clean_report(rep: CleanReport, output: str) -> None:
-    """The plan: a file table titled with the summary, then the groups losing messages; hints on stderr."""
+def show_clean_report(rep: CleanReport, output: str, *, to_stderr: bool = False) -> None:
+    """The plan: a file table titled with the summary, the groups losing messages, the recovery step and the
+    files an offline cleanup removes (or removed); hints on stderr (everything there with ``to_stderr``)."""
     from mqctl.output import render, stderr_console
 
-    if output in ("json", "yaml"):
-        render(rep, output)
-    else:
-        render(rep.files, output, title=rep.summary() if output == "table" else None)
-        if rep.losses and output == "table":
-            render(
-                [{"group": g, "unconsumed_messages_lost": n} for g, n in rep.losses.items()],
-                output,
-                title="groups that lose unconsumed messages",
-            )
     err = stderr_console()
+    out = sys.stderr if to_stderr else None
+    if output in ("json", "yaml"):
+        render(rep, output, out=out)
+    else:
+        render(rep.files, output, out=out, title=rep.summary() if output == "table" else None)
+        tables: list[tuple[list[Any], str]] = [
+            (
+                [{"group": g, "unconsumed_messages_lost": n} for g, n in rep.losses.items()],
+                "groups that lose unconsumed messages",
+            ),
+            (
+                [{"step": "recovery", "what": rep.recovery}] if rep.recovery else [],
+                "recovery, before the plan",
+            ),
+            (rep.removed, "removed") if rep.executed else (rep.removes, "--execute removes"),
+        ]
+        for rows, title in tables:
+            if rows and output == "table":
+                render(rows, output, out=out, title=title)
+    if to_stderr:
+        return
     if rep.note:
         err.print(rep.note)
     if rep.executed:
-        err.print(f"deleted {len(rep.deleted)} CommitLog file(s); min offset now {rep.min_offset_after}")
+        err.print(
+            f"deleted {len(rep.deleted)} CommitLog file(s), {len(rep.removed)} file(s) in all; "
+            f"min offset now {rep.min_offset_after}"
+        )
     elif rep.delete_files:
         err.print(
-            f"dry run: nothing deleted; --execute deletes the {rep.delete_files} file(s) marked 'delete'"
+            f"dry run: nothing deleted; --execute removes the {len(rep.removes)} file(s) listed "
+            f"({rep.delete_files} CommitLog file(s) marked 'delete')"
         )
 
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,18 +21,22 @@ from daemon.broker.clean import CLEAN_PLAN, PlanBody
 from daemon.remoting.codes import RequestCode, ResponseCode
 from mqctl.admin import messaging
 from mqctl.admin.client import Admin
+from mqctl.errors import StoreError
 from mqctl.services import store_inspect as si
 from store.cleanup import (
     WATERMARK,
     CleanPlan,
     CommittedOffset,
     LogFile,
+    Removal,
     make_plan,
+    plan_removals,
+    remove_files,
     total_losses,
     unconsumed_per_file,
 )
 from store.config import StoreConfig
-from store.engine import DefaultMessageStore, ensure_unlocked
+from store.engine import DefaultMessageStore, ensure_unlocked, held_lock
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +58,16 @@ class FileRow:
 
 
 @dataclass
+class RemovalRow:
+    """One file an offline cleanup removes (or removed), relative to the store root."""
+
+    file: str
+    kind: str  # commitlog / consumequeue / index
+    size: int
+    why: str
+
+
+@dataclass
 class CleanReport:
     """A plan (and, with ``executed``, its outcome)."""
 
@@ -67,6 +83,9 @@ class CleanReport:
     executed: bool = False
     deleted: list[str] = field(default_factory=list)
     note: str | None = None
+    recovery: str | None = None  # offline: the recovery step (part of the plan only with --allow-recovery)
+    removes: list[RemovalRow] = field(default_factory=list)  # offline: every file --execute removes
+    removed: list[RemovalRow] = field(default_factory=list)  # offline, executed: every file removed
 
     def summary(self) -> str:
         text = (
@@ -150,28 +169,178 @@ def offline_config(
     return cfg
 
 
-def store_clean(root: Path, config: StoreConfig, *, execute: bool) -> CleanReport:
-    """Plan (and with ``execute`` apply) a cleanup of a stopped broker's store, as if an operator had
-    triggered it (expired files whatever the hour; unexpired ones only above the force watermark).
+@dataclass(frozen=True)
+class RecoveryStep:
+    """What the recovery a broker start runs would do to a store, seen from a read-only open: where it
+    cuts the CommitLog and which later files it deletes."""
 
-    Refuses (``StoreLockedError``) when a broker holds the store's lock, even for a dry run.
-    """
-    ensure_unlocked(str(root))
-    plan = _offline_plan(config)  # read-only, so the ages shown are the files' own, not our open's
-    rep = report(str(root), PlanBody.of(plan, disk_full=False))
-    if not execute:
-        return rep
-    store = DefaultMessageStore(config)  # takes the lock: a broker started meanwhile makes this fail
+    cause: str
+    cut_offset: int
+    cut_file: str | None
+    later_files: list[str]
+    later_records: int
+
+    def describe(self) -> str:
+        if self.cut_file is None:
+            return f"store needs recovery: {self.cause}; recovery would rebuild the ConsumeQueues"
+        at = f"cut the CommitLog at offset {self.cut_offset} (the rest of {self.cut_file})"
+        if self.later_files:
+            at += (
+                f" and delete {len(self.later_files)} later file(s) ({', '.join(self.later_files)}: "
+                f"{self.later_records} records)"
+            )
+        return f"store needs recovery: {self.cause}; recovery would {at}"
+
+
+@dataclass(frozen=True)
+class _OfflineView:
+    """A stopped broker's store as a read-only open sees it: the plan, the files applying it removes, and
+    the recovery a broker start would run first (None: the store is clean)."""
+
+    plan: CleanPlan
+    removals: list[Removal]
+    recovery: RecoveryStep | None
+
+
+def _offline_view(root: Path, config: StoreConfig) -> _OfflineView:
+    store = DefaultMessageStore(config, read_only=True)
     store.open()
     try:
-        deleted = store.apply_cleanup_plan(plan)  # stops at a file that is no longer first
-        rep.min_offset_after = store.min_phy_offset
+        plan = store.cleanup_plan(manual=True)
+        queues = [store.get_consume_queue(t, q) for t, q in store.topic_queue_table()]
+        removals = plan_removals(plan, [cq for cq in queues if cq is not None], store.index.files)
+        return _OfflineView(plan, removals, _recovery_step(root, store))
     finally:
         store.shutdown()
+
+
+def _recovery_step(root: Path, store: DefaultMessageStore) -> RecoveryStep | None:
+    """The recovery a read-only open skipped: an ``abort`` file, a damaged record or a torn tail."""
+    corruption = store.recovery_corruption
+    if store.last_exit_ok and corruption is None:
+        return None
+    causes = [] if store.last_exit_ok else ["the broker did not shut down cleanly (abort file present)"]
+    if corruption is not None:
+        where = os.path.basename(corruption.path or "?")
+        causes.append(f"a bad record at offset {corruption.offset} in {where} ({corruption.reason})")
+    files = store.commit_log.files.files
+    if not files:
+        return RecoveryStep("; ".join(causes), 0, None, [], 0)
+    cut_file = files[-1]  # the read-only open stopped where recovery would cut
+    later = [scan for scan in si.commitlog_ls(root) if scan.from_offset > cut_file.file_from_offset]
+    return RecoveryStep(
+        "; ".join(causes),
+        store.max_phy_offset,
+        os.path.basename(cut_file.path),
+        [scan.file for scan in later],
+        sum(scan.records for scan in later),
+    )
+
+
+def _rows(root: Path, removals: Iterable[Removal]) -> list[RemovalRow]:
+    return [RemovalRow(os.path.relpath(r.path, root), r.kind, r.size, r.why) for r in removals]
+
+
+def _store_files(root: Path) -> dict[str, int]:
+    """Every CommitLog, ConsumeQueue and index file under ``root`` with its size (what recovery may remove)."""
+    out = {}
+    for sub in ("commitlog", "consumequeue", "index"):
+        for dirpath, _dirs, names in os.walk(root / sub):
+            for name in names:
+                path = os.path.join(dirpath, name)
+                out[os.path.relpath(path, root)] = os.stat(path).st_size
+    return out
+
+
+Confirm = Callable[[CleanReport], None]
+
+
+def store_clean(
+    root: Path,
+    config: StoreConfig,
+    *,
+    execute: bool,
+    allow_recovery: bool = False,
+    confirm: Confirm | None = None,
+) -> CleanReport:
+    """Plan (and with ``execute`` apply exactly) a cleanup of a stopped broker's store, as if an operator had
+    triggered it (expired files whatever the hour; unexpired ones only above the force watermark).
+
+    The plan comes from a read-only open and names every file it removes: CommitLog files and the
+    ConsumeQueue and index files below the new minimum. Executing deletes exactly those, with the store's
+    lock held and without running recovery. A store that needs recovery (``abort`` file, damaged record,
+    torn tail) is refused (``StoreError``) unless ``allow_recovery``: then the plan shows the recovery step
+    and executing runs it (one store start, as a broker's) before the same deletions. ``confirm`` sees the
+    plan before anything changes. Refuses (``StoreLockedError``) when a broker holds the lock, even to plan.
+    """
+    ensure_unlocked(str(root))
+    view = _offline_view(root, config)  # read-only, so the ages shown are the files' own, not our open's
+    rep = report(str(root), PlanBody.of(view.plan, disk_full=False))
+    rep.removes = _rows(root, view.removals)
+    if view.recovery is not None:
+        needs = view.recovery.describe()
+        if execute and not allow_recovery:
+            raise StoreError(f"{needs}; nothing deleted: start the broker once or pass --allow-recovery")
+        rep.recovery = needs if allow_recovery else None
+        rep.note = (
+            "--execute runs this recovery first, then the plan"
+            if allow_recovery
+            else f"{needs}; --execute refuses unless --allow-recovery"
+        )
+    if not execute or not (view.removals or view.recovery):
+        return rep
+    if confirm is not None:
+        confirm(rep)
+    if view.recovery is not None:
+        return _execute_with_recovery(root, config, view, rep)
+    with held_lock(str(root)):  # no broker starts meanwhile; the plan is checked again under it
+        again = _offline_view(root, config)
+        if again.recovery is not None or [r.path for r in again.removals] != [r.path for r in view.removals]:
+            raise StoreError("the store changed since the plan was made; nothing deleted: plan again")
+        removed = remove_files(view.removals)
+    return _executed(rep, root, removed, min_offset=view.plan.new_min_offset)
+
+
+def _executed(rep: CleanReport, root: Path, removed: list[Removal], *, min_offset: int) -> CleanReport:
     rep.executed = True
-    rep.deleted = [r.file.name for r in plan.deletable[:deleted]]
-    log.info("deleted %d CommitLog file(s) from %s", deleted, root)
+    rep.removed = _rows(root, removed)
+    rep.deleted = [os.path.basename(r.path) for r in removed if r.kind == "commitlog"]
+    rep.min_offset_after = min_offset
+    log.info("removed %d file(s) (%d CommitLog) from %s", len(removed), len(rep.deleted), root)
     return rep
+
+
+def _execute_with_recovery(
+    root: Path, config: StoreConfig, view: _OfflineView, rep: CleanReport
+) -> CleanReport:
+    """The recovery a broker start runs (the store's own lock held throughout), then the plan's deletions if
+    recovery left the plan as shown; what left the disk is read back from the disk."""
+    before = _store_files(root)
+    planned = {os.path.relpath(r.path, root): r for r in view.removals}
+    store = DefaultMessageStore(config)
+    store.open()  # takes the lock and recovers
+    try:
+        store.start()  # dispatches what the ConsumeQueues miss; a clean shutdown then clears ``abort``
+        plan = store.cleanup_plan(manual=True)
+        same = [r.file.path for r in plan.deletable] == [r.file.path for r in view.plan.deletable]
+        if same:
+            store.apply_cleanup_plan(plan)
+        min_offset = store.min_phy_offset
+    finally:
+        store.shutdown()
+    after = _store_files(root)
+    gone = [
+        planned.get(path) or Removal(str(root / path), _kind(path), size, "recovery")
+        for path, size in sorted(before.items())
+        if path not in after
+    ]
+    _executed(rep, root, gone, min_offset=min_offset)
+    rep.note = None if same else "recovery changed the plan: only recovery ran, nothing else deleted; plan again"
+    return rep
+
+
+def _kind(relpath: str) -> str:
+    return relpath.split(os.sep, 1)[0]
 
 
 def _offline_plan(config: StoreConfig) -> CleanPlan:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -83,7 +84,7 @@ def test_plan_only_changes_nothing_and_names_the_losers(
 def test_reserved_hours_0_execute_keeps_only_the_newest_and_the_store_verifies(
     cli: RunCli, store_a: Path, manifest: dict[str, Any]
 ) -> None:
-    res = cli("store", "clean", "--store", str(store_a), "--reserved-hours", "0", "--execute")
+    res = cli("store", "clean", "--store", str(store_a), "--reserved-hours", "0", "--execute", "--yes")
     assert res.code == 0, res.stderr
     assert "deleted 3 CommitLog file(s)" in res.stderr
     assert (
@@ -150,3 +151,78 @@ def test_commitlog_ls_retention_columns(cli: RunCli, store_a: Path) -> None:
     assert [r["consumed_by_all_groups"] for r in rows] == [True, True, False, False]
     default = _json(cli("store", "commitlog", "ls", "--store", str(store_a), "-o", "json"))
     assert [r["expired"] for r in default] == [False] * 4 and {r["reclaimable"] for r in default} == {0}
+
+
+def _commitlog_state(cli: RunCli, root: Path) -> tuple[dict[str, bytes], int]:
+    """Every CommitLog file's bytes and the records ``store commitlog ls`` counts."""
+    files = {p.name: p.read_bytes() for p in sorted((root / "commitlog").iterdir())}
+    return files, sum(
+        r["records"] for r in _json(cli("store", "commitlog", "ls", "--store", str(root), "-o", "json"))
+    )
+
+
+def _damage_second_file(root: Path) -> None:
+    with open(root / "commitlog" / f"{FILE:020d}", "r+b") as f:
+        f.seek(5000)
+        f.write(b"\xde\xad\xbe\xef" * 64)
+
+
+def test_execute_refuses_a_store_that_needs_recovery(cli: RunCli, store_a: Path) -> None:
+    _damage_second_file(store_a)
+    files_before, records_before = _commitlog_state(cli, store_a)
+    cq_before = sorted(p.relative_to(store_a) for p in (store_a / "consumequeue").rglob("*") if p.is_file())
+    args = ("store", "clean", "--store", str(store_a), "--reserved-hours", "0")
+    plan = _json(cli(*args, "-o", "json"))
+    assert plan["delete_files"] == 1 and plan["recovery"] is None  # the recovery step is not part of it
+
+    res = cli(*args, "--execute", "--yes")
+    assert res.code == 10, res.stderr
+    error = [line for line in res.stderr.splitlines() if line.startswith("mqctl: error:")]
+    assert len(error) == 1
+    bad = re.search(rf"bad record at offset (\d+) in {FILE:020d}", error[0])
+    assert bad and FILE < int(bad[1]) <= FILE + 5000  # the record the damage hit
+    assert f"delete 2 later file(s) ({2 * FILE:020d}, {3 * FILE:020d}" in error[0]
+    assert "--allow-recovery" in error[0]
+    assert _commitlog_state(cli, store_a) == (files_before, records_before)
+    assert (
+        sorted(p.relative_to(store_a) for p in (store_a / "consumequeue").rglob("*") if p.is_file())
+        == cq_before
+    )
+
+    with_recovery = _json(cli(*args, "--allow-recovery", "-o", "json"))
+    assert with_recovery["recovery"] and f"cut the CommitLog at offset {bad[1]}" in with_recovery["recovery"]
+    assert not with_recovery["executed"] and _commitlog_state(cli, store_a)[0] == files_before
+
+    done = _json(cli(*args, "--allow-recovery", "--execute", "--yes", "-o", "json"))
+    why = {r["file"]: r["why"] for r in done["removed"]}
+    assert done["executed"] and why[f"commitlog/{0:020d}"] == "expired"
+    assert why[f"commitlog/{2 * FILE:020d}"] == why[f"commitlog/{3 * FILE:020d}"] == "recovery"
+    assert sorted(os.listdir(store_a / "commitlog")) == [f"{FILE:020d}"]
+    assert not (store_a / "abort").exists()
+
+
+def test_execute_removes_exactly_the_planned_files_and_lists_them(cli: RunCli, store_a: Path) -> None:
+    now = time.time()
+    for p in (store_a / "commitlog").iterdir():  # only the first file expired: a plan deleting one file
+        os.utime(p, (now, now))
+    old = now - 100 * 3600
+    os.utime(store_a / "commitlog" / f"{0:020d}", (old, old))
+    args = ("store", "clean", "--store", str(store_a))
+    plan = _json(cli(*args, "-o", "json"))
+    assert [f["action"] for f in plan["files"]] == ["delete", "keep", "keep", "keep"]
+    planned = [r["file"] for r in plan["removes"]]
+    assert planned[0] == f"commitlog/{0:020d}" and len(planned) > 1  # its ConsumeQueue files are named too
+    before = {str(p.relative_to(store_a)) for p in store_a.rglob("*") if p.is_file()}
+
+    res = cli(*args, "--execute", "-o", "json")  # not a terminal: no --yes, nothing happens
+    assert res.code == 2 and "--yes" in res.stderr
+    assert {str(p.relative_to(store_a)) for p in store_a.rglob("*") if p.is_file()} == before
+
+    done = _json(cli(*args, "--execute", "--yes", "-o", "json"))
+    assert done["executed"] and [r["file"] for r in done["removed"]] == planned
+    assert done["deleted"] == [f"{0:020d}"]
+    after = {str(p.relative_to(store_a)) for p in store_a.rglob("*") if p.is_file()}
+    assert before - after == set(planned) and after <= before
+    table = cli(*args, "--execute", "--yes", "--reserved-hours", "0")  # table output: one row per file
+    assert table.code == 0, table.stderr
+    assert "removed" in table.stdout and f"commitlog/{FILE:020d}" in table.stdout
