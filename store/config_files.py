@@ -9,6 +9,7 @@ version as ``.bak`` as ``ConfigManager.persist`` does.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -125,6 +126,22 @@ def _bean_from_json(cls: type[T], data: dict[str, Any]) -> T:
     return obj
 
 
+_ENTRY = re.compile(r'"((?:[^"\\]|\\.)*)"\s*:\s*(\{[^{}]*\})', re.S)
+_MAX_REPORTED = 200  # differences named in one ERROR line
+
+
+def salvage_entries(text: str) -> dict[str, Any]:
+    """The flat ``"name":{...}`` objects still readable in a damaged config file's text, by name (what a
+    fallback to ``.bak`` is measured against: the last good state that can be reconstructed)."""
+    out: dict[str, Any] = {}
+    for m in _ENTRY.finditer(text):
+        try:
+            out[m.group(1)] = loads_fastjson(m.group(2))
+        except ValueError:
+            continue
+    return out
+
+
 @dataclasses.dataclass
 class DataVersion:
     counter: int = 0
@@ -189,26 +206,51 @@ class JsonConfigFile:
         self._write_lock = threading.Lock()
 
     def load(self) -> None:
+        """Load ``<name>``; when it is damaged, its ``.bak`` (as the broker does), but only after logging at
+        ERROR every entry still readable in the damaged file that the ``.bak`` lacks or holds otherwise."""
         if self.path is None:
             return
+        damaged: tuple[str, str] | None = None  # (why, text) of an unreadable main file
         for candidate in (self.path, self.path + ".bak"):
             try:
-                with open(candidate, encoding="utf-8") as f:
-                    text = f.read()
+                with open(candidate, "rb") as f:
+                    raw = f.read()
             except FileNotFoundError:
                 continue
-            if not text.strip():
+            if not raw.strip():
                 continue
             try:
-                data = loads_fastjson(text)
+                data = loads_fastjson(raw.decode("utf-8"))
             except ValueError as e:
                 if candidate == self.path:
-                    log.warning("%s unreadable (%s); trying .bak", candidate, e)
+                    damaged = (str(e), raw.decode("utf-8", errors="replace"))
                     continue
                 raise ConfigFileError(f"{self.path} and its .bak are unreadable: {e}") from e
+            if damaged is not None:
+                self._report_fallback(*damaged, data, source=".bak")
             with self.lock:
                 self.decode(data)
             return
+        if damaged is not None:
+            self._report_fallback(*damaged, {}, source="nothing (no usable .bak)")
+
+    def _report_fallback(self, why: str, text: str, fallback: dict[str, Any], *, source: str) -> None:
+        diffs = self.fallback_differences(text, fallback)
+        shown = "; ".join(diffs[:_MAX_REPORTED]) + (
+            f"; and {len(diffs) - _MAX_REPORTED} more" if len(diffs) > _MAX_REPORTED else ""
+        )
+        log.error(
+            "%s is unreadable (%s); loading %s instead, which differs from what the damaged file still shows: %s",
+            self.path,
+            why,
+            source,
+            shown or "none readable in the damaged file",
+        )
+
+    def fallback_differences(self, damaged: str, fallback: dict[str, Any]) -> list[str]:
+        """What loading ``fallback`` instead of the ``damaged`` file's text changes, one entry per line
+        (each manager knows its entries; by default nothing can be told)."""
+        return []
 
     def persist(self) -> None:
         if self.read_only or self.path is None:
@@ -238,6 +280,7 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
 
     TABLE: str  # the table's key in the file
     BEAN: type[B]
+    NAME: str  # the bean property that names an entry
 
     def __init__(self, path: str | None, clock: Clock, *, read_only: bool = False) -> None:
         super().__init__(path, read_only=read_only)
@@ -254,6 +297,24 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
     def decode(self, data: dict[str, Any]) -> None:
         self.data_version = _bean_from_json(DataVersion, data.get("dataVersion") or {})
         self.table = {k: _bean_from_json(self.BEAN, v) for k, v in (data.get(self.TABLE) or {}).items()}
+
+    def fallback_differences(self, damaged: str, fallback: dict[str, Any]) -> list[str]:
+        """Entries readable in the damaged file that ``fallback`` lacks or holds otherwise."""
+        table = fallback.get(self.TABLE) or {}
+        out = []
+        for name, entry in salvage_entries(damaged).items():
+            if not isinstance(entry, dict) or self.NAME not in entry:
+                continue
+            if name not in table:
+                out.append(f"{name} (missing)")
+            elif table[name] != entry:
+                changed = sorted(
+                    k for k in entry.keys() | table[name].keys() if entry.get(k) != table[name].get(k)
+                )
+                out.append(
+                    f"{name} ({', '.join(f'{k} {entry.get(k)} -> {table[name].get(k)}' for k in changed)})"
+                )
+        return out
 
     def _name(self, config: B) -> str:
         raise NotImplementedError
@@ -283,6 +344,7 @@ class TopicConfigManager(_VersionedTable[TopicConfig]):
 
     TABLE = "topicConfigTable"
     BEAN = TopicConfig
+    NAME = "topicName"
 
     def _name(self, config: TopicConfig) -> str:
         return config.topic_name
@@ -293,6 +355,7 @@ class SubscriptionGroupManager(_VersionedTable[SubscriptionGroupConfig]):
 
     TABLE = "subscriptionGroupTable"
     BEAN = SubscriptionGroupConfig
+    NAME = "groupName"
 
     def _name(self, config: SubscriptionGroupConfig) -> str:
         return config.group_name
@@ -312,6 +375,29 @@ class ConsumerOffsetManager(JsonConfigFile):
         self.table = {
             k: {int(q): int(o) for q, o in v.items()} for k, v in (data.get("offsetTable") or {}).items()
         }
+
+    def fallback_differences(self, damaged: str, fallback: dict[str, Any]) -> list[str]:
+        """Every committed offset that falls back: group/topic/queue with the value it now has, and the value
+        the damaged file held when it is still readable there."""
+        older = {
+            k: {int(q): int(o) for q, o in v.items()} for k, v in (fallback.get("offsetTable") or {}).items()
+        }
+        newer: dict[str, dict[int, int]] = {}
+        for key, queues in salvage_entries(damaged).items():
+            if "@" in key and isinstance(queues, dict):
+                with contextlib.suppress(TypeError, ValueError):
+                    newer[key] = {int(q): int(o) for q, o in queues.items()}
+        out = []
+        for key in sorted(older.keys() | newer.keys()):
+            topic, _, group = key.partition("@")
+            old_q, new_q = older.get(key, {}), newer.get(key, {})
+            for q in sorted(old_q.keys() | new_q.keys()):
+                was, now = new_q.get(q), old_q.get(q)
+                if was == now:
+                    continue
+                value = "none" if now is None else str(now)
+                out.append(f"{group}/{topic}/{q} = {value} ({'unreadable' if was is None else f'was {was}'})")
+        return out
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         with self.lock:

@@ -160,6 +160,7 @@ class Broker:
             self.schedule = ScheduleMessageService(self)
             self.transactions = TransactionService(self)
             self.store.start()
+            self.topics.recreate_lost_topics(self.store.topic_queue_table())  # queues complete once started
             self.transactions.load()
         except BaseException:
             self.store.shutdown()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 
@@ -151,3 +152,24 @@ def test_concurrent_persists_leave_a_whole_file(tmp_path: Path) -> None:
     again = TopicConfigManager(str(path), SystemClock())
     again.load()
     assert set(again.table) == {f"T{i}" for i in range(300)}
+
+
+def test_offsets_that_fall_back_to_the_bak_are_logged_at_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    offsets = ConsumerOffsetManager(str(tmp_path / "consumerOffset.json"))
+    offsets.table = {"T@G": {0: 300, 1: 500}, "U@H": {0: 7}}
+    offsets.persist()  # the .bak to be: older offsets
+    offsets.table = {"T@G": {0: 400, 1: 500}, "U@H": {0: 9}}
+    offsets.persist()
+    text = (tmp_path / "consumerOffset.json").read_text()
+    cut = text.index('"U@H"') + 8  # the last entry torn: its offset unreadable
+    (tmp_path / "consumerOffset.json").write_text(text[:cut])
+    caplog.set_level(logging.ERROR)
+    again = ConsumerOffsetManager(str(tmp_path / "consumerOffset.json"))
+    again.load()
+    assert again.table == {"T@G": {0: 300, 1: 500}, "U@H": {0: 7}}
+    (error,) = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert "consumerOffset.json is unreadable" in error
+    assert "G/T/0 = 300 (was 400)" in error and "H/U/0 = 7 (unreadable)" in error
+    assert "G/T/1" not in error  # the same in both: nothing falls back

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 from daemon.broker.config import BrokerConfig
 from daemon.remoting import bodies
@@ -125,6 +125,28 @@ class TopicConfigManager:
             for name, queues, perm in specs:
                 self.table.setdefault(name, TopicConfig(name, queues, queues, perm))
         self.file.persist()
+
+    def recreate_lost_topics(self, queue_table: Mapping[tuple[str, int], int]) -> list[str]:
+        """Give a config back to every topic the store holds messages of but the table lacks (topics.json
+        lost, or fallen back to an older .bak): as many queues as its highest queue id + 1, default perms,
+        logged at ERROR. No topic with data vanishes from routing. Returns the topics re-created."""
+        with_data = {topic for (topic, _), next_offset in queue_table.items() if next_offset > 0}
+        queues: dict[str, int] = {}
+        for topic, queue_id in queue_table:
+            if topic in with_data and topic not in self.table:
+                queues[topic] = max(queues.get(topic, 0), queue_id + 1)
+        if not queues:
+            return []
+        for topic, n in sorted(queues.items()):
+            self.file.update(TopicConfig(topic, n, n), persist=False)
+        self.file.persist()
+        log.error(
+            "%s lacks %d topic(s) that hold messages; re-created with their queues and default perms: %s",
+            self.file.path,
+            len(queues),
+            ", ".join(f"{topic} ({n} queues)" for topic, n in sorted(queues.items())),
+        )
+        return sorted(queues)
 
     def is_system_topic(self, topic: str) -> bool:
         return topic in self.system_topics or topic.startswith("rmq_sys_")
