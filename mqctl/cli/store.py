@@ -135,8 +135,8 @@ def clean(
     def ask(rep: CleanReport) -> None:
         if not yes and sys.stdin.isatty():  # the question comes with the plan it is about
             show_clean_report(rep, "table", to_stderr=True)
-        what = f"{len(rep.removes)} file(s)" + (" after recovery" if rep.recovery else "")
-        confirm(f"Remove {what} from {store}?", yes=yes)
+        first = "Run recovery, then remove" if rep.recovery else "Remove"
+        confirm(f"{first} {len(rep.removes)} file(s) from {store}?", yes=yes)
 
     rep = retention.store_clean(store, config, execute=execute, allow_recovery=allow_recovery, confirm=ask)
     show_clean_report(rep, output)

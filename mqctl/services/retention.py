@@ -176,13 +176,16 @@ class RecoveryStep:
 
     cause: str
     cut_offset: int
-    cut_file: str | None
+    cut_file: str | None  # None: nothing to cut (no damaged record, no CommitLog file)
     later_files: list[str]
     later_records: int
 
     def describe(self) -> str:
         if self.cut_file is None:
-            return f"store needs recovery: {self.cause}; recovery would rebuild the ConsumeQueues"
+            return (
+                f"store needs recovery: {self.cause}; recovery would rebuild ConsumeQueues and index files "
+                f"and keep the CommitLog up to offset {self.cut_offset}"
+            )
         at = f"cut the CommitLog at offset {self.cut_offset} (the rest of {self.cut_file})"
         if self.later_files:
             at += (
@@ -224,8 +227,8 @@ def _recovery_step(root: Path, store: DefaultMessageStore) -> RecoveryStep | Non
         where = os.path.basename(corruption.path or "?")
         causes.append(f"a bad record at offset {corruption.offset} in {where} ({corruption.reason})")
     files = store.commit_log.files.files
-    if not files:
-        return RecoveryStep("; ".join(causes), 0, None, [], 0)
+    if corruption is None or not files:
+        return RecoveryStep("; ".join(causes), store.max_phy_offset, None, [], 0)
     cut_file = files[-1]  # the read-only open stopped where recovery would cut
     later = [scan for scan in si.commitlog_ls(root) if scan.from_offset > cut_file.file_from_offset]
     return RecoveryStep(
@@ -335,7 +338,9 @@ def _execute_with_recovery(
         if path not in after
     ]
     _executed(rep, root, gone, min_offset=min_offset)
-    rep.note = None if same else "recovery changed the plan: only recovery ran, nothing else deleted; plan again"
+    rep.note = (
+        None if same else "recovery changed the plan: only recovery ran, nothing else deleted; plan again"
+    )
     return rep
 
 
