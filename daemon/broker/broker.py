@@ -68,6 +68,7 @@ class Broker:
             host=config.listen_host,
             port=config.listen_port,
             idle_timeout=config.server_channel_max_idle_time_seconds,
+            limits=config,
         )
         self.client = RemotingClient()
         self.store: MessageStore

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from daemon.config import load_config
+from daemon.remoting.limits import RemotingLimits
 from store.config import StoreConfig
 
 #: Default port of the Prometheus endpoint (`metricsPort`); RocketMQ 5's exporter uses the same.
@@ -30,12 +31,13 @@ def local_ip() -> str:
 
 
 @dataclass
-class BrokerConfig(StoreConfig):
+class BrokerConfig(StoreConfig, RemotingLimits):
     """RocketMQ 4.9.8 broker defaults (wire-protocol.md §13.10).
 
     It extends the store's settings because RocketMQ keeps both in one `broker.conf`: every store key
     (`storePathRootDir`, `flushDiskType`, `mappedFileSizeCommitLog`, `fileReservedTime`, ...) loads here
-    and `store_config()` hands exactly those to the store.
+    and `store_config()` hands exactly those to the store. The `remotingMax*` keys come from
+    `RemotingLimits`.
     """
 
     #: Where UPDATE_BROKER_CONFIG changes are written: the ``-c`` file; see ``config_path``.

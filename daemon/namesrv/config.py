@@ -5,13 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from daemon.remoting.limits import RemotingLimits
+
 #: Keys UPDATE_NAMESRV_CONFIG may never change remotely (they name files on the server).
 BUILTIN_BLACK_LIST = ("configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome")
 
 
 @dataclass
-class NamesrvConfig:
-    """Every field loads from its camelCase key, `MQCTL_<FIELD>` or a flag (see daemon.config)."""
+class NamesrvConfig(RemotingLimits):
+    """Every field loads from its camelCase key, `MQCTL_<FIELD>` or a flag (see daemon.config);
+    the `remotingMax*` keys come from `RemotingLimits`."""
 
     # RocketMQ NamesrvConfig
     rocketmq_home: str = ""

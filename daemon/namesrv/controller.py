@@ -32,6 +32,7 @@ class NamesrvController:
             host=config.listen_host,
             port=config.listen_port,
             idle_timeout=config.server_channel_max_idle_time_seconds,
+            limits=config,
         )
         self.server.on_connection_closed(self._connection_closed)
         self._scanner: asyncio.Task[None] | None = None

@@ -21,9 +21,12 @@ Public API (import from the submodules named here):
   `invoke_oneway(cmd)`, `reply`, `peer`, `attributes`), `Processor` (sync or async callable
   `(conn, request) -> response | None`; raise `RemotingCommandError(code, remark)` to fail),
   `RequestDispatcher`.
-* `server.RemotingServer(processors, host=, port=0, idle_timeout=)` — `start()`, `stop()`, `port`,
-  `register(code, processor)`, `on_connection_closed(listener)`, `connections`. A processor gets the
-  `Connection` and may call back into the client with `conn.invoke(...)`/`conn.invoke_oneway(...)`.
+* `server.RemotingServer(processors, host=, port=0, idle_timeout=, limits=)` — `start()`, `stop()`,
+  `port`, `register(code, processor)`, `on_connection_closed(listener)`, `connections`, `budget`
+  (bytes of incomplete frames held), `refused_connections`. A processor gets the `Connection` and
+  may call back into the client with `conn.invoke(...)`/`conn.invoke_oneway(...)`.
+* `limits` — `RemotingLimits` (the `remotingMax*` config keys both daemons' configs inherit),
+  `BufferBudget`, `WarningGate` (rate-limited warnings).
 * `client.RemotingClient(processors=None)` — `invoke(addr, cmd, timeout)`, `invoke_checked(...)`,
   `invoke_oneway(addr, cmd)`, `close()`; one pooled connection per `host:port`.
 * `errors` — `RemotingError` → `RemotingConnectError`, `RemotingTimeoutError`,

@@ -29,6 +29,7 @@ from daemon.remoting.errors import (
     RemotingTimeoutError,
 )
 from daemon.remoting.frame import MAX_FRAME_LENGTH, decode_frame, encode_command
+from daemon.remoting.limits import BufferBudget
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +53,15 @@ class Processor(Protocol):
     def __call__(
         self, conn: Connection, request: RemotingCommand, /
     ) -> Awaitable[RemotingCommand | None] | RemotingCommand | None: ...
+
+
+def peer_name(transport: asyncio.BaseTransport) -> str:
+    """`host:port` (`[v6]:port`) of the other end, for logs; "?" when the transport has none."""
+    peer = transport.get_extra_info("peername")
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = peer[0]
+        return f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+    return "?"
 
 
 def error_response(request: RemotingCommand, exc: BaseException) -> RemotingCommand:
@@ -120,16 +130,21 @@ class Connection(asyncio.Protocol):
         *,
         max_frame_length: int = MAX_FRAME_LENGTH,
         on_close: Callable[[Connection], None] | None = None,
+        budget: BufferBudget | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.max_frame_length = max_frame_length
         self.on_close = on_close
+        #: A server's cap on incomplete frames (clients trust their servers and have none).
+        self.budget = budget
         self.peer = "?"
         self.last_active = 0.0
         #: Free-form per-connection state for applications (client id, language, version, ...).
         self.attributes: dict[str, Any] = {}
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
+        #: Bytes of `_buffer` charged to `budget`: the incomplete frame left after each read.
+        self._held = 0
         #: While a read is being dispatched, replies made synchronously wait here for one write.
         self._corked: list[bytes] | None = None
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
@@ -141,10 +156,7 @@ class Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = typing.cast(asyncio.Transport, transport)  # uvloop's are not subclasses
-        peer = transport.get_extra_info("peername")
-        if isinstance(peer, tuple) and len(peer) >= 2:
-            host = peer[0]
-            self.peer = f"[{host}]:{peer[1]}" if ":" in host else f"{host}:{peer[1]}"
+        self.peer = peer_name(transport)
         self.last_active = self._loop.time()
 
     def data_received(self, data: bytes) -> None:
@@ -179,6 +191,17 @@ class Connection(asyncio.Protocol):
             self._uncork(corked)
         if pos:
             del buf[:pos]
+        if self.budget is not None and len(buf) != self._held:
+            self._charge(self.budget, len(buf))
+
+    def _charge(self, budget: BufferBudget, wanted: int) -> None:
+        """Account for the incomplete frame this connection now holds; over a cap, drop it and close."""
+        if budget.charge(self.peer, self._held, wanted):
+            self._held = wanted
+        else:
+            self._held = 0
+            self._buffer.clear()
+            self.close()
 
     def _uncork(self, corked: list[bytes]) -> None:
         self._corked = None
@@ -188,6 +211,8 @@ class Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        if self.budget is not None and self._held:
+            self._charge(self.budget, 0)
         error = RemotingConnectError(self.peer, "connection closed")
         for fut in self._pending.values():
             if not fut.done():
@@ -301,4 +326,5 @@ __all__ = [
     "RequestDispatcher",
     "error_response",
     "next_opaque",
+    "peer_name",
 ]

@@ -10,10 +10,22 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
-from daemon.remoting.connection import Connection, Processor, RequestDispatcher
+from daemon.remoting.connection import Connection, Processor, RequestDispatcher, peer_name
 from daemon.remoting.frame import MAX_FRAME_LENGTH
+from daemon.remoting.limits import BufferBudget, RemotingLimits, WarningGate
 
 log = logging.getLogger(__name__)
+
+
+class _Refused(asyncio.Protocol):
+    """What a connection past `remotingMaxConnections` gets: closed as soon as it is accepted."""
+
+    def __init__(self, on_made: Callable[[asyncio.BaseTransport], None]) -> None:
+        self.on_made = on_made
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.on_made(transport)
+        transport.close()
 
 
 class RemotingServer:
@@ -21,7 +33,8 @@ class RemotingServer:
 
     Unknown request codes are answered with REQUEST_CODE_NOT_SUPPORTED; unparseable frames close only
     the connection they arrived on. Connections without traffic for `idle_timeout` seconds are
-    closed, as Java does after `serverChannelMaxIdleTimeSeconds`.
+    closed, as Java does after `serverChannelMaxIdleTimeSeconds`. `limits` (the daemon's config, read
+    live) caps the connections and the bytes of incomplete frames they hold; `budget` counts those.
     """
 
     def __init__(
@@ -33,12 +46,18 @@ class RemotingServer:
         default_processor: Processor | None = None,
         max_frame_length: int = MAX_FRAME_LENGTH,
         idle_timeout: float = 120.0,
+        limits: RemotingLimits | None = None,
     ) -> None:
         self.dispatcher = RequestDispatcher(processors, default_processor)
         self.host = host
         self.port = port
         self.max_frame_length = max_frame_length
         self.idle_timeout = idle_timeout
+        self.limits = limits or RemotingLimits()
+        self.budget = BufferBudget(self.limits)
+        #: Connections closed on accept because `remotingMaxConnections` were open.
+        self.refused_connections = 0
+        self._refusals = WarningGate(log)
         self.connections: set[Connection] = set()
         self._close_listeners: list[Callable[[Connection], None]] = []
         self._server: asyncio.Server | None = None
@@ -66,10 +85,23 @@ class RemotingServer:
         self._sweeper = asyncio.create_task(self._sweep_idle(), name="remoting-idle-sweeper")
         log.info("remoting server listening on %s:%d", self.host, self.port)
 
-    def _make_connection(self) -> Connection:
-        conn = Connection(self.dispatcher, max_frame_length=self.max_frame_length, on_close=self._closed)
+    def _make_connection(self) -> asyncio.Protocol:
+        if len(self.connections) >= self.limits.connection_cap():
+            return _Refused(self._refuse)
+        conn = Connection(
+            self.dispatcher, max_frame_length=self.max_frame_length, on_close=self._closed, budget=self.budget
+        )
         self.connections.add(conn)
         return conn
+
+    def _refuse(self, transport: asyncio.BaseTransport) -> None:
+        self.refused_connections += 1
+        self._refusals.warning(
+            "closing connection from %s: %d connections open, remotingMaxConnections allows %d",
+            peer_name(transport),
+            len(self.connections),
+            self.limits.connection_cap(),
+        )
 
     def _closed(self, conn: Connection) -> None:
         self.connections.discard(conn)
