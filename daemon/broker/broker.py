@@ -18,7 +18,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from daemon.broker.clean import RetentionStore
-from daemon.broker.coalesce import Coalesced
 from daemon.broker.config import BrokerConfig
 from daemon.broker.headers import NotifyConsumerIdsChangedRequestHeader
 from daemon.broker.long_poll import PullRequestHoldService
@@ -30,6 +29,7 @@ from daemon.broker.managers.topics import TopicConfigManager
 from daemon.broker.schedule import ScheduleMessageService
 from daemon.broker.stats import BrokerStats
 from daemon.broker.transaction import TransactionService
+from daemon.coalesce import Coalesced
 from daemon.remoting.bodies import PermName, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode, Version

@@ -32,6 +32,10 @@ class NamesrvConfig(RemotingLimits):
     data_dir: Path | None = None  # default: ~/namesrv, RocketMQ's home of kvConfig.json
     scan_interval_ms: int = field(default=10_000, metadata={"key": "scanNotActiveBrokerInterval"})
     broker_expire_ms: int = 120_000
+    #: KV caps (PUT_KV_CONFIG over one answers SYSTEM_ERROR): one value, one namespace, everything.
+    kv_config_max_value_bytes: int = 64 * 1024
+    kv_config_max_namespace_bytes: int = 4 * 1024 * 1024
+    kv_config_max_total_bytes: int = 16 * 1024 * 1024
 
     @property
     def home(self) -> Path:

@@ -25,7 +25,7 @@ class NamesrvController:
     def __init__(self, config: NamesrvConfig) -> None:
         self.config = config
         self.routes = RouteInfoManager(broker_expire_ms=config.broker_expire_ms)
-        self.kv = KVConfigManager(config.kv_config_file)
+        self.kv = KVConfigManager(config)
         self.processor = NamesrvProcessor(config, self.routes, self.kv)
         self.server = RemotingServer(
             self.processor.table(),
@@ -56,7 +56,7 @@ class NamesrvController:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._scanner
         await self.server.stop()
-        self.kv.persist()
+        await self.kv.close()
         log.info("NameServer stopped")
 
     def _connection_closed(self, conn: Connection) -> None:

@@ -1,7 +1,8 @@
 """Request handlers of the NameServer, one per request code (wire-protocol.md §6).
 
 Handlers are plain functions over the route tables and the KV store: they parse a typed header,
-act, and build the response. Only REGISTER_BROKER may await (to decode a large body off the loop).
+act, and build the response. REGISTER_BROKER may await (to decode a large body off the loop), and
+KV changes await their write to kvConfig.json, done off the loop.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import zlib
 
 from daemon.config import ConfigError, coerce_properties, parse_properties, to_properties, write_atomically
 from daemon.namesrv.config import NamesrvConfig
-from daemon.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager
+from daemon.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, KVLimitError
 from daemon.namesrv.routes import TOPIC_SYS_FLAG_UNIT, TOPIC_SYS_FLAG_UNIT_SUB, RouteInfoManager
 from daemon.remoting.bodies import DataVersion, KVTable, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
@@ -38,6 +39,7 @@ from daemon.remoting.headers import (
     WipeWritePermOfBrokerRequestHeader,
     WipeWritePermOfBrokerResponseHeader,
 )
+from daemon.remoting.limits import WarningGate
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +55,7 @@ class NamesrvProcessor:
         self.config = config
         self.routes = routes
         self.kv = kv
+        self._kv_refusals = WarningGate(log)
 
     def table(self) -> dict[int, Processor]:
         """The processor table for RemotingServer."""
@@ -81,9 +84,13 @@ class NamesrvProcessor:
 
     # ------------------------------------------------------------------ KV config (§6.7)
 
-    def put_kv_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    async def put_kv_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = PutKVConfigRequestHeader.from_ext_fields(req.ext_fields)
-        self.kv.put(h.namespace, h.key, h.value)
+        try:
+            await self.kv.put(h.namespace, h.key, h.value)
+        except KVLimitError as exc:
+            self._kv_refusals.warning("refused KV put from %s: %s", conn.peer, exc)
+            return req.make_response(ResponseCode.SYSTEM_ERROR, str(exc))
         return req.make_response()
 
     def get_kv_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
@@ -95,9 +102,9 @@ class NamesrvProcessor:
             )
         return req.make_response(ext_fields=GetKVConfigResponseHeader(value).to_ext_fields())
 
-    def delete_kv_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+    async def delete_kv_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = DeleteKVConfigRequestHeader.from_ext_fields(req.ext_fields)
-        self.kv.delete(h.namespace, h.key)
+        await self.kv.delete(h.namespace, h.key)
         return req.make_response()
 
     def get_kv_list_by_namespace(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:

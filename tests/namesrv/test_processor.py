@@ -20,7 +20,7 @@ from tests.namesrv.conftest import namesrv_config
 async def test_broker_connection_loss_drops_its_routes(tmp_path: Path) -> None:
     config = namesrv_config(tmp_path)
     routes = RouteInfoManager()
-    processor = NamesrvProcessor(config, routes, KVConfigManager(config.kv_config_file))
+    processor = NamesrvProcessor(config, routes, KVConfigManager(config))
     dispatcher = RequestDispatcher(processor.table())
     closed = asyncio.Event()
 

@@ -1,4 +1,4 @@
-"""Group commit for whole-table work: persisting ``topics.json``, registering with the NameServers.
+"""Group commit for whole-table work: writing ``topics.json`` or ``kvConfig.json``, registering brokers.
 
 Both cost time proportional to the whole table, so doing them once per change makes creating N
 topics cost O(N^2). :class:`Coalesced` runs the work for everyone who asked while the previous run

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from daemon.broker.coalesce import Coalesced
+from daemon.coalesce import Coalesced
 
 
 async def test_callers_arriving_during_a_run_share_the_next_one_and_wait_for_it() -> None:

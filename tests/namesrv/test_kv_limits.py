@@ -1,0 +1,108 @@
+"""The NameServer's KV store under a flood: capped puts, and route lookups that never wait for
+kvConfig.json to be written."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+
+from daemon.namesrv import kvconfig
+from daemon.namesrv.controller import NamesrvController
+from daemon.namesrv.kvconfig import encode_table
+from daemon.remoting import fastjson
+from daemon.remoting.bodies import TopicRouteData
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from tests.namesrv.conftest import Namesrv, namesrv_config
+
+
+def put(namespace: str, key: str, value: str) -> dict[str, str]:
+    return {"namespace": namespace, "key": key, "value": value}
+
+
+async def test_puts_over_a_cap_are_refused_and_not_stored(tmp_path: Path) -> None:
+    config = namesrv_config(
+        tmp_path,
+        kv_config_max_value_bytes=100,
+        kv_config_max_namespace_bytes=1000,
+        kv_config_max_total_bytes=1500,
+    )
+    controller = NamesrvController(config)
+    await controller.start()
+    try:
+        async with RemotingClient() as client:
+            ns = Namesrv(controller, client)
+            big = await ns.call(RequestCode.PUT_KV_CONFIG, put("A", "big", "x" * 101))
+            assert big.code == ResponseCode.SYSTEM_ERROR
+            assert big.remark == "KV value of 101 bytes is over kvConfigMaxValueBytes=100"
+            for i in range(10):  # 10 entries of 1 + 90 bytes: 910 of the namespace's 1000
+                assert (await ns.call(RequestCode.PUT_KV_CONFIG, put("A", str(i), "a" * 90))).code == 0
+            full = await ns.call(RequestCode.PUT_KV_CONFIG, put("A", "x", "a" * 90))
+            assert full.code == ResponseCode.SYSTEM_ERROR
+            assert full.remark == "KV namespace A would hold 1001 bytes, over kvConfigMaxNamespaceBytes=1000"
+            replaced = await ns.call(RequestCode.PUT_KV_CONFIG, put("A", "0", "b" * 90))
+            assert replaced.code == 0  # replacing a value by one as long does not grow the namespace
+            for i in range(6):  # 546 more: 1456 of the 1500 in all
+                assert (await ns.call(RequestCode.PUT_KV_CONFIG, put("B", str(i), "a" * 90))).code == 0
+            over = await ns.call(RequestCode.PUT_KV_CONFIG, put("B", "x", "a" * 90))
+            assert over.code == ResponseCode.SYSTEM_ERROR
+            assert over.remark == "KV store would hold 1547 bytes, over kvConfigMaxTotalBytes=1500"
+    finally:
+        await controller.stop()
+    stored = fastjson.loads(config.kv_config_file.read_bytes())["configTable"]
+    assert stored["A"] == {"0": "b" * 90, **{str(i): "a" * 90 for i in range(1, 10)}}
+    assert stored["B"] == {str(i): "a" * 90 for i in range(6)}
+
+
+async def test_route_lookups_are_answered_while_kv_puts_wait_for_their_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first write of kvConfig.json is held until the lookups were answered: a NameServer that
+    wrote on its event loop could not answer them before the write finished."""
+    release = threading.Event()
+    started = threading.Event()
+    writes: list[bytes] = []
+    write = kvconfig.write_atomically
+
+    def held_write(path: Path, data: bytes) -> None:
+        started.set()
+        release.wait(3)
+        write(path, data)
+        writes.append(data)
+
+    monkeypatch.setattr(kvconfig, "write_atomically", held_write)
+    config = namesrv_config(tmp_path)
+    controller = NamesrvController(config)
+    await controller.start()
+    try:
+        async with RemotingClient() as client:
+            ns = Namesrv(controller, client)
+            await ns.register({"T": 4})
+            puts = [
+                asyncio.create_task(ns.call(RequestCode.PUT_KV_CONFIG, put("FLOOD", str(i), "v" * 8192)))
+                for i in range(20)
+            ]
+            assert await asyncio.to_thread(started.wait, 5)
+            lookups = [await ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"}) for _ in range(5)]
+            answered_during_write = not writes
+            release.set()
+            answers = await asyncio.gather(*puts)
+        assert answered_during_write
+        assert [r.code for r in lookups] == [ResponseCode.SUCCESS] * 5
+        assert {TopicRouteData.loads(r.body).broker_datas[0].broker_name for r in lookups} == {"broker-a"}
+        assert [r.code for r in answers] == [ResponseCode.SUCCESS] * 20
+        assert len(writes) <= 2  # group commit: the held write, then one for the puts that came meanwhile
+    finally:
+        release.set()
+        await controller.stop()
+    stored = fastjson.loads(config.kv_config_file.read_bytes())["configTable"]
+    assert stored == {"FLOOD": {str(i): "v" * 8192 for i in range(20)}}
+
+
+def test_kv_config_file_is_written_as_fastjson_writes_it() -> None:
+    table = {"b": {"k": "v", "ü": 'quote " and \\'}, "ORDER_TOPIC_CONFIG": {"T": "broker-a:4"}, "e": {}}
+    assert encode_table(table) == fastjson.dumps({"configTable": table})
+    assert encode_table({}) == fastjson.dumps({"configTable": {}})
