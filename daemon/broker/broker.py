@@ -126,8 +126,11 @@ class Broker:
             from daemon.broker.metrics import start_metrics_server
 
             try:
-                self.metrics_port, self._metrics_stop = start_metrics_server(self, self.config.metrics_port)
-                self.config.metrics_port = self.metrics_port  # port 0: report the bound one (mqctl top reads it)
+                self.metrics_port, self._metrics_stop = start_metrics_server(
+                    self, self.config.metrics_port, self.config.metrics_host or self.config.listen_host
+                )
+                # port 0: report the bound one (mqctl top reads it)
+                self.config.metrics_port = self.metrics_port
             except OSError as exc:  # metrics are an aid: a taken port must not keep the broker down
                 log.error("metrics endpoint not started on port %d: %s", self.config.metrics_port, exc)
         self._started = True

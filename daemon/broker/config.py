@@ -84,6 +84,8 @@ class BrokerConfig(StoreConfig, RemotingLimits):
     # mqctl additions
     metrics_enable: bool = True
     metrics_port: int = DEFAULT_METRICS_PORT
+    #: Where /metrics and /healthz listen; empty: `listenHost`, like every other listener.
+    metrics_host: str = ""
     listen_host: str = "0.0.0.0"
 
     @property

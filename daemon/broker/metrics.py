@@ -2,20 +2,24 @@
 store offsets and disk usage, plus `/healthz` (200 while the broker runs).
 
 Values are collected at scrape time from the broker's own tables, so the hot paths only bump the
-plain counters in `BrokerStats`. The HTTP server runs in a daemon thread (wsgiref), away from the
-event loop; reads of the broker's dicts are snapshots taken with `list()`/`dict()`.
+plain counters in `BrokerStats`. The HTTP server (prometheus-client's threaded WSGI server) runs
+away from the event loop, one thread per request with a read timeout, so a client that never
+finishes its request holds only its own thread and `/healthz` keeps answering. Reads of the broker's
+dicts are snapshots taken with `list()`/`dict()`.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any
-from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
 if TYPE_CHECKING:
@@ -26,6 +30,8 @@ log = logging.getLogger(__name__)
 #: How often the serving thread checks for shutdown: the wait `stop()` (and so every broker stop) pays.
 #: socketserver's default of 0.5 s made stopping a broker take half a second.
 POLL_INTERVAL = 0.1
+#: Seconds a request may take to arrive; a slower client is dropped (its thread would linger).
+READ_TIMEOUT = 10.0
 
 
 class BrokerCollector(Collector):
@@ -102,14 +108,45 @@ class BrokerCollector(Collector):
         disk.add_metric(base, disk_usage_ratio(b.config.store_path_root_dir))
         yield disk
 
+        server = b.server
+        buffered = GaugeMetricFamily(
+            "rocketmq_remoting_buffered_bytes",
+            "Bytes of incomplete request frames held for clients (capped by remotingMaxBufferedBytes)",
+            labels=labels,
+        )
+        buffered.add_metric(base, server.budget.used)
+        yield buffered
+        connections = GaugeMetricFamily(
+            "rocketmq_remoting_connections", "Open client connections", labels=labels
+        )
+        connections.add_metric(base, len(server.connections))
+        yield connections
+        closed = CounterMetricFamily(
+            "rocketmq_remoting_closed_over_limit",
+            "Client connections closed for passing a remotingMax* limit",
+            labels=[*labels, "limit"],
+        )
+        closed.add_metric([*base, "buffered_bytes"], server.budget.refused)
+        closed.add_metric([*base, "connections"], server.refused_connections)
+        yield closed
+
 
 class _QuietHandler(WSGIRequestHandler):
+    timeout = READ_TIMEOUT
+
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("metrics: " + format, *args)
 
 
-def start_metrics_server(broker: Broker, port: int, host: str = "0.0.0.0") -> tuple[int, Callable[[], None]]:
-    """Serve `/metrics` and `/healthz` on `port` (0 picks one); returns the bound port and a stop function."""
+class _Server6(ThreadingWSGIServer):
+    """IPv6 listener, for a `listenHost` such as `::`."""
+
+    address_family = socket.AF_INET6
+
+
+def start_metrics_server(broker: Broker, port: int, host: str) -> tuple[int, Callable[[], None]]:
+    """Serve `/metrics` and `/healthz` on `host:port` (0 picks one); returns the bound port and a stop
+    function."""
     registry = CollectorRegistry()
     registry.register(BrokerCollector(broker))
     metrics_app = make_wsgi_app(registry)
@@ -120,7 +157,9 @@ def start_metrics_server(broker: Broker, port: int, host: str = "0.0.0.0") -> tu
             return [b"ok\n"]
         return metrics_app(environ, start_response)  # type: ignore[no-any-return]
 
-    server: WSGIServer = make_server(host, port, app, handler_class=_QuietHandler)
+    server = make_server(
+        host, port, app, _Server6 if ":" in host else ThreadingWSGIServer, handler_class=_QuietHandler
+    )
     thread = threading.Thread(
         target=server.serve_forever, args=(POLL_INTERVAL,), name="broker-metrics", daemon=True
     )

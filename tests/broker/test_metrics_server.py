@@ -1,0 +1,62 @@
+"""The broker's /metrics and /healthz listener: where it binds, and that a stuck client stalls no one."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import struct
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.broker.conftest import BrokerHandle, start_broker
+from tests.broker.test_broker_faults import wait_until
+from tests.listeners import listening
+from tests.remoting.test_limits import budget_holds
+
+
+def fetch(port: int, path: str) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=3) as resp:
+        return resp.read().decode()
+
+
+async def test_healthz_answers_while_another_client_sends_half_a_request(broker: BrokerHandle) -> None:
+    port = broker.broker.metrics_port
+    assert port
+    with socket.create_connection(("127.0.0.1", port), timeout=3) as stuck:
+        stuck.sendall(b"GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # no blank line: never finished
+        assert (await asyncio.to_thread(fetch, port, "/healthz")).strip() == "ok"
+
+
+@pytest.mark.parametrize(
+    ("overrides", "bound"),
+    [({}, "127.0.0.1"), ({"metrics_host": "127.0.0.2"}, "127.0.0.2")],
+    ids=["listenHost", "metricsHost"],
+)
+async def test_metrics_listen_where_the_broker_listens(
+    tmp_path: Path, overrides: dict[str, str], bound: str
+) -> None:
+    b = await start_broker(tmp_path / "store", listen_host="127.0.0.1", **overrides)
+    try:
+        ports = {port: addr for addr, port in listening(os.getpid())}
+        assert ports[b.metrics_port] == bound
+        assert ports[b.server.port] == "127.0.0.1"
+    finally:
+        await b.stop()
+
+
+async def test_metrics_report_what_clients_make_the_broker_hold(broker: BrokerHandle) -> None:
+    port = broker.broker.metrics_port
+    _, writer = await asyncio.open_connection("127.0.0.1", broker.broker.server.port)
+    writer.write(struct.pack(">i", 4096) + bytes(1000))  # a frame announced, a quarter of it sent
+    await writer.drain()
+    try:
+        await wait_until(budget_holds(broker.broker.server, 1004), timeout=5)
+        text = await asyncio.to_thread(fetch, port, "/metrics")
+    finally:
+        writer.close()
+    labels = '{broker="broker-a",cluster="DefaultCluster"}'
+    assert f"rocketmq_remoting_buffered_bytes{labels} 1004.0" in text
+    assert f"rocketmq_remoting_connections{labels} 1.0" in text
