@@ -1,4 +1,8 @@
-"""``mqctl up``: a local NameServer and Broker on embedded defaults, in the foreground."""
+"""``mqctl up``: a local NameServer and Broker on embedded defaults, in the foreground.
+
+Every listener (NameServer, broker, metrics) binds loopback unless ``--listen`` widens it: the
+broker has no authentication, so a development command must not offer it to the network.
+"""
 
 from __future__ import annotations
 
@@ -15,15 +19,17 @@ app = typer.Typer(help="Run a local NameServer and Broker on embedded defaults (
 
 
 class LocalCluster:
-    """NameServer first, then the broker registered with it; stopped in the reverse order."""
+    """NameServer first, then the broker registered with it (reaching it at `host`); stopped in the
+    reverse order."""
 
-    def __init__(self, namesrv: NamesrvController, broker: Broker) -> None:
+    def __init__(self, namesrv: NamesrvController, broker: Broker, host: str) -> None:
         self.namesrv = namesrv
         self.broker = broker
+        self.host = host
 
     async def start(self) -> None:
         await self.namesrv.start()
-        self.broker.config.namesrv_addr = f"127.0.0.1:{self.namesrv.port}"
+        self.broker.config.namesrv_addr = f"{self.host}:{self.namesrv.port}"
         try:
             await self.broker.start()
         except BaseException:
@@ -43,6 +49,13 @@ def up(
         Path | None,
         typer.Option("--data", help="Data dir: <DIR>/store and <DIR>/namesrv (default: the user data dir)."),
     ] = None,
+    listen: Annotated[
+        str,
+        typer.Option(
+            "--listen",
+            help="Address every listener binds (0.0.0.0 opens the unauthenticated broker to the network).",
+        ),
+    ] = "127.0.0.1",
     namesrv_port: Annotated[int, typer.Option("--namesrv-port", help="NameServer port.")] = 9876,
     broker_port: Annotated[int, typer.Option("--broker-port", help="Broker port.")] = 10911,
     metrics_port: Annotated[
@@ -56,7 +69,7 @@ def up(
     import logging
 
     from daemon.broker.broker import Broker
-    from daemon.broker.config import load_broker_config
+    from daemon.broker.config import load_broker_config, local_ip
     from daemon.lifecycle import serve
     from daemon.namesrv.config import NamesrvConfig
     from daemon.namesrv.controller import NamesrvController
@@ -68,13 +81,19 @@ def up(
     root_logger = logging.getLogger()
     if root_logger.level > logging.INFO:
         root_logger.setLevel(logging.INFO)
-    namesrv = NamesrvController(NamesrvConfig(listen_port=namesrv_port, data_dir=root / "namesrv"))
+    wildcard = listen in ("0.0.0.0", "::", "")
+    # where clients (and the broker, registering) connect: this host's address when listening everywhere
+    host = local_ip() if wildcard else listen
+    namesrv = NamesrvController(
+        NamesrvConfig(listen_host=listen, listen_port=namesrv_port, data_dir=root / "namesrv")
+    )
     broker = Broker(
         load_broker_config(
             None,
             {
                 "broker_name": "broker-a",
-                "broker_ip1": "127.0.0.1",
+                "broker_ip1": host,
+                "listen_host": listen,
                 "listen_port": broker_port,
                 "store_path_root_dir": str(root / "store"),
                 "metrics_enable": not no_metrics,
@@ -82,13 +101,14 @@ def up(
             },
         )
     )
-    cluster = LocalCluster(namesrv, broker)
+    cluster = LocalCluster(namesrv, broker, host)
 
     def started() -> None:
-        metrics = f", metrics http://127.0.0.1:{broker.metrics_port}/metrics" if broker.metrics_port else ""
+        metrics = f", metrics http://{host}:{broker.metrics_port}/metrics" if broker.metrics_port else ""
+        everywhere = " (listening on all interfaces)" if wildcard else ""
         stderr_console().print(
-            f"ready: NameServer 127.0.0.1:{namesrv.port}, broker {broker.addr}{metrics}; data in {root}. "
-            "Ctrl-C stops both."
+            f"ready: NameServer {host}:{namesrv.port}, broker {broker.addr}{metrics}{everywhere}; "
+            f"data in {root}. Ctrl-C stops both."
         )
 
     run(serve(cluster, on_started=started))

@@ -17,6 +17,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from tests.broker.test_broker_cli import free_port
 from tests.conftest import ROOT
+from tests.listeners import listening
 
 
 @pytest.mark.slow
@@ -61,3 +62,28 @@ async def test_up_serves_registered_broker_and_stops_on_sigint(
         code = await asyncio.to_thread(proc.wait, 30)
     assert code == 0
     assert not (tmp_path / "data" / "store" / "abort").exists()  # clean shutdown
+
+
+@pytest.mark.slow
+async def test_up_listens_on_loopback_only(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    ports = ["--namesrv-port", "0", "--broker-port", "0", "--metrics-port", "0"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqctl", "up", "--data", str(tmp_path / "data"), *ports],
+        cwd=ROOT,
+        env=cli_env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = ""
+        while "ready:" not in line:
+            line = await asyncio.to_thread(proc.stderr.readline)
+            assert line, "mqctl up exited before it was ready"
+        sockets = listening(proc.pid)
+    finally:
+        os.kill(proc.pid, signal.SIGINT)
+        code = await asyncio.to_thread(proc.wait, 30)
+    assert code == 0
+    assert len(sockets) == 3  # NameServer, broker, metrics
+    assert {addr for addr, _ in sockets} == {"127.0.0.1"}
