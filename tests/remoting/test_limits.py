@@ -93,14 +93,14 @@ async def test_half_frame_flood_closes_flooders_within_budget_and_others_are_ans
             answer = await client.invoke(f"127.0.0.1:{port}", RemotingCommand.request(daemon.request))
         assert answer.code == ResponseCode.SUCCESS
 
-        closed = await asyncio.gather(*(closed_by_server(reader) for reader, _ in flooders))
+        closed = await asyncio.gather(*(closed_by_server(reader, wait=2.0) for reader, _ in flooders))
         still_open = FLOODERS - sum(closed)
         held = 4 + PART  # the length prefix and the part of the body that came
         assert still_open <= BUDGET // held  # the rest did not fit in the budget and were closed
+        await wait_until(budget_holds(daemon.server, still_open * held), timeout=5)
         budget = daemon.server.budget
         assert budget.peak <= BUDGET
-        assert budget.used == still_open * held
-        assert budget.refused >= sum(closed)
+        assert budget.refused == sum(closed)
     finally:
         for _, writer in flooders:
             writer.close()
