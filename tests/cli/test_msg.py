@@ -28,6 +28,7 @@ from tests.daemons import LocalCluster, handle, local_cluster
 T = TypeVar("T")
 TOPIC = "MsgT"
 OTHER = "MsgOther"
+LATER = "MsgLater"  # its own topic: the delayed message lands ~10 s later, inside other tests' counts
 DLQ_GROUP = "CG_Dead"
 
 
@@ -44,12 +45,12 @@ async def _wait_for_route(namesrv: str, topic: str) -> None:
 
 @pytest.fixture(scope="module")
 def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """Topics MsgT (4 queues, 8 messages keyed seed-<i>) and MsgOther (2 queues, empty)."""
+    """Topics MsgT (4 queues, 8 messages keyed seed-<i>), MsgOther (2 queues, empty) and MsgLater (1 queue)."""
     with local_cluster(tmp_path_factory.mktemp("msg")) as cluster:
         client = handle(cluster)
 
         async def fill() -> None:
-            for topic, queues in ((TOPIC, 4), (OTHER, 2)):
+            for topic, queues in ((TOPIC, 4), (OTHER, 2), (LATER, 1)):
                 create = CreateTopicRequestHeader(topic, "TBW102", queues, queues, 6, "SINGLE_TAG")
                 assert (
                     await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create.to_ext_fields())
@@ -60,7 +61,7 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
                 )
                 assert sent.code == 0, sent.remark
             await client.client.close()
-            for topic in (TOPIC, OTHER):
+            for topic in (TOPIC, OTHER, LATER):
                 await _wait_for_route(cluster.namesrv_addr, topic)
 
         cluster.loop.run(fill())
@@ -150,11 +151,11 @@ def test_send_reads_the_body_from_a_file_or_stdin(
 def test_send_with_a_delay_level_goes_through_the_schedule_topic(
     mq: Callable[..., CliResult], daemons: LocalCluster
 ) -> None:
-    sent = ok(mq("msg", "send", "-t", OTHER, "--delay-level", "3", "-k", "later", "tick", "-o", "json"))
+    sent = ok(mq("msg", "send", "-t", LATER, "--delay-level", "3", "-k", "later", "tick", "-o", "json"))
     assert sent["delay_level"] == 3
     m = stored(daemons, sent["offset_msg_id"])
     assert (m.topic, m.queue_id) == (SCHEDULE_TOPIC, 2)
-    assert (m.properties["REAL_TOPIC"], m.properties["DELAY"]) == (OTHER, "3")
+    assert (m.properties["REAL_TOPIC"], m.properties["DELAY"]) == (LATER, "3")
 
 
 def test_send_table_output_says_what_changed(mq: Callable[..., CliResult]) -> None:
