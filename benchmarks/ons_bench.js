@@ -2,7 +2,8 @@
 // ali-ons load for benchmarks/bench_ali_ons.py (which starts the broker and prints the figures).
 //   node ons_bench.js produce NAMESRV TOPIC CONCURRENCY SECONDS
 //     N async loops share one Producer, each awaiting `producer.send()` of a 1 KiB body in turn (like N
-//     producer threads of RocketMQ's benchmark Producer); 1 s warm-up, then SECONDS timed.
+//     producer threads of RocketMQ's benchmark Producer); 1 s warm-up, then SECONDS timed; the result
+//     carries the send round trips' p50/p99 in ms.
 //   node ons_bench.js consume NAMESRV TOPIC GROUP COUNT
 //     A push consumer (new group, from the first offset) receives COUNT messages; timed from the first
 //     message to the last, as that is the drain rate (client start to first message is firstMs).
@@ -26,6 +27,12 @@ function window() {
   };
 }
 
+function percentiles(rts) {
+  rts.sort((x, y) => x - y);
+  const at = q => (rts.length ? rts[Math.min(rts.length - 1, Math.floor(q * rts.length))] : 0);
+  return { p50Ms: at(0.5), p99Ms: at(0.99) };
+}
+
 async function produce(nameSrv, topic, concurrency, seconds) {
   const producer = new Producer({ nameSrv, producerGroup: 'MQCTL_ONS_BENCH', httpclient: urllib });
   producer.on('error', err => process.stderr.write(`producer error: ${err.message}\n`));
@@ -33,20 +40,22 @@ async function produce(nameSrv, topic, concurrency, seconds) {
   let failures = 0;
   const loop = async (deadline, counter) => {
     while (Date.now() < deadline) {
+      const begun = process.hrtime.bigint();
       const r = await producer.send(new Message(topic, 'bench', BODY));
+      counter.rts.push(Number(process.hrtime.bigint() - begun) / 1e6);
       if (r.sendStatus === 'SEND_OK') counter.sent++; else failures++;
     }
   };
   const run = async ms => {
-    const counter = { sent: 0 };
+    const counter = { sent: 0, rts: [] };
     const deadline = Date.now() + ms;
     await Promise.all(Array.from({ length: concurrency }, () => loop(deadline, counter)));
-    return counter.sent;
+    return counter;
   };
   await run(1000);
   const close = window();
-  const count = await run(seconds * 1000);
-  const result = { count, failures, ...close() };
+  const { sent: count, rts } = await run(seconds * 1000);
+  const result = { count, failures, ...close(), ...percentiles(rts) };
   await producer.close();
   return result;
 }

@@ -1,0 +1,253 @@
+"""A/B broker speed: brokers built from several git refs, side by side, under the same real clients.
+
+    python benchmarks/bench_ab.py REF [REF ...] [--loads ons,cpp,mqctl] [--rounds 3] [--seconds 10]
+                                  [--threads 16] [--profile DIR]
+
+Each REF (a commit, branch or tag; WORKTREE for the working tree as it is, uncommitted changes included)
+is checked out into a temporary git worktree, and gets a NameServer and a broker of its own, started from
+that tree as subprocesses on a temporary store (so a ref's NameServer code is measured with its broker).
+The topic ``AbBench`` (8 queues) is created on each. Then every round runs each load against each ref in
+turn, rotating the order of the refs each round, so drift over the run (other processes, page cache,
+thermal) spreads over all of them instead of favouring whichever ran first.
+
+Loads (each sends 1 KiB bodies synchronously from ``--threads`` concurrent senders for ``--seconds`` after
+a 1 s warm-up; each is a separate process that prints "start" when its timed window opens):
+- ``ons``: the Node client ali-ons (benchmarks/ons_bench.js), N awaiting loops on one Producer;
+- ``cpp``: the official C++ client (PyPI rocketmq 0.4.4, benchmarks/cpp_bench.py), N threads on one Producer;
+- ``mqctl``: `mqctl bench produce`'s senders (benchmarks/mqctl_load.py), N connections, one send in flight each.
+
+Per ref and load it prints the median over rounds of: sends/s, p50 and p99 round trip, the broker's CPU per
+message (utime + stime of the broker process over the timed window, divided by the messages sent in it),
+the cores the broker used over the window, and the ratios of sends/s and CPU per message to the first ref.
+The load average is printed before and after, since client and broker share this machine's cores.
+
+``--profile DIR`` adds one round per ref under the first load with py-spy recording the broker, and writes
+DIR/flame-REF.svg (py-spy is a dev dependency).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench_ali_ons import cpu_seconds, create_topics  # run as a script: benchmarks/ is on sys.path
+from bench_broker_produce import free_port, wait_ready
+
+from daemon.remoting.loop import run
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH = Path(__file__).resolve().parent
+TOPIC = "AbBench"
+INTEROP_PYTHON = ROOT / ".venv-interop" / "bin" / "python"
+PY_SPY = (
+    shutil.which("py-spy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    or "py-spy"
+)
+
+
+@dataclass
+class Target:
+    """One ref's tree and its running broker."""
+
+    ref: str
+    tree: Path
+    namesrv: str = ""
+    broker_pid: int = 0
+    rounds: dict[str, list[dict[str, float]]] = field(default_factory=dict)
+
+
+@contextmanager
+def checkout(ref: str, into: Path) -> Iterator[Path]:
+    """The tree of ``ref``: a detached worktree under ``into``, or the working tree itself for WORKTREE."""
+    if ref == "WORKTREE":
+        yield ROOT
+        return
+    sha = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    tree = into / f"{len(list(into.iterdir()))}-{sha[:10]}"
+    subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), sha], cwd=ROOT, check=True)
+    try:
+        yield tree
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)
+
+
+@contextmanager
+def cluster(target: Target, data: Path) -> Iterator[None]:
+    """A NameServer and a broker started from ``target.tree``, with that tree first on the path."""
+    ns, port = f"127.0.0.1:{free_port()}", free_port()
+    env = {**os.environ, "PYTHONPATH": str(target.tree), "MQCTL_BROKER_IP1": "127.0.0.1"}
+    argvs = [
+        ["namesrv", "start", "--data", str(data / "ns"), "--listen", ns],
+        [
+            "broker",
+            "start",
+            "--store",
+            str(data / "store"),
+            "--port",
+            str(port),
+            "--namesrv",
+            ns,
+            "--no-metrics",
+        ],
+    ]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for argv in argvs:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "mqctl", *argv],
+                    cwd=target.tree,
+                    env=env,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
+        run(wait_ready(f"127.0.0.1:{port}", time.perf_counter()))
+        target.namesrv, target.broker_pid = ns, procs[1].pid
+        run(create_topics(ns, [TOPIC], {}))
+        yield
+    finally:
+        for proc in reversed(procs):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
+
+
+def load_argv(load: str, namesrv: str, threads: int, seconds: float) -> list[str]:
+    args = [namesrv, TOPIC, str(threads), str(seconds)]
+    if load == "ons":
+        return ["node", str(BENCH / "ons_bench.js"), "produce", *args]
+    if load == "cpp":
+        return [str(INTEROP_PYTHON), str(BENCH / "cpp_bench.py"), *args]
+    return [sys.executable, str(BENCH / "mqctl_load.py"), *args]
+
+
+def measure(target: Target, argv: list[str], profile: Path | None = None) -> dict[str, float]:
+    """Run one load process; sample the broker's CPU time over the window the load reports."""
+    spy: subprocess.Popen[bytes] | None = None
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT) as proc:
+        assert proc.stdout is not None
+        opened = proc.stdout.readline() == "start\n"
+        if opened and profile is not None:
+            spy = subprocess.Popen(
+                [
+                    PY_SPY,
+                    "record",
+                    "--pid",
+                    str(target.broker_pid),
+                    "--output",
+                    str(profile),
+                    "--rate",
+                    "250",
+                    "--nonblocking",
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+        cpu, wall = cpu_seconds(target.broker_pid), time.perf_counter()
+        line = proc.stdout.readline() if opened else ""
+        used, window = cpu_seconds(target.broker_pid) - cpu, time.perf_counter() - wall
+    if spy is not None:
+        spy.send_signal(signal.SIGINT)  # py-spy writes the flame graph when interrupted
+        spy.wait(60)
+    if proc.returncode != 0 or not line:
+        raise SystemExit(f"{' '.join(argv[:3])} failed ({proc.returncode}) against {target.ref}")
+    r = json.loads(line)
+    count = max(1, int(r["count"]))
+    return {
+        "tps": r["count"] / r["seconds"],
+        "p50": float(r["p50Ms"]),
+        "p99": float(r["p99Ms"]),
+        "cpu_us": used / count * 1e6,
+        "cores": used / window,
+        "failures": float(r["failures"]),
+    }
+
+
+def median(rounds: list[dict[str, float]], key: str) -> float:
+    return statistics.median(r[key] for r in rounds)
+
+
+def report(targets: list[Target], loads: list[str]) -> None:
+    for load in loads:
+        base = targets[0].rounds[load]
+        print(f"\n{load}: median of {len(base)} rounds")
+        print(
+            f"  {'ref':<24} {'sends/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'CPU us/msg':>10} {'cores':>6} "
+            f"{'x sends/s':>9} {'x CPU/msg':>9} {'failures':>8}"
+        )
+        for t in targets:
+            rounds = t.rounds[load]
+            tps, cpu = median(rounds, "tps"), median(rounds, "cpu_us")
+            print(
+                f"  {t.ref:<24} {tps:>9,.0f} {median(rounds, 'p50'):>7.2f} {median(rounds, 'p99'):>7.2f} "
+                f"{cpu:>10.1f} {median(rounds, 'cores'):>6.2f} {tps / median(base, 'tps'):>9.2f} "
+                f"{cpu / median(base, 'cpu_us'):>9.2f} {sum(r['failures'] for r in rounds):>8.0f}"
+            )
+
+
+def loadavg() -> str:
+    return ", ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("refs", nargs="+", help="git refs to compare (WORKTREE: the working tree as it is)")
+    parser.add_argument("--loads", default="ons,cpp,mqctl", help="comma-separated: ons, cpp, mqctl")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--threads", type=int, default=16)
+    parser.add_argument(
+        "--profile", type=Path, help="write DIR/flame-REF.svg from one extra py-spy round per ref"
+    )
+    a = parser.parse_args()
+    loads = a.loads.split(",")
+    if unknown := set(loads) - {"ons", "cpp", "mqctl"}:
+        parser.error(f"unknown load(s): {', '.join(sorted(unknown))}")
+    print(f"load average before: {loadavg()} ({os.cpu_count()} cores)", flush=True)
+    with ExitStack() as stack:
+        work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mqctl-ab-")))
+        (work / "trees").mkdir()
+        targets = []
+        for i, ref in enumerate(a.refs):
+            target = Target(ref, stack.enter_context(checkout(ref, work / "trees")))
+            stack.enter_context(cluster(target, work / f"data-{i}"))
+            targets.append(target)
+        for n in range(a.rounds):
+            for load in loads:
+                for target in targets[n % len(targets) :] + targets[: n % len(targets)]:
+                    r = measure(target, load_argv(load, target.namesrv, a.threads, a.seconds))
+                    target.rounds.setdefault(load, []).append(r)
+                    print(
+                        f"round {n + 1} {load:<5} {target.ref:<24} {r['tps']:>9,.0f} sends/s "
+                        f"p99 {r['p99']:.2f} ms, {r['cpu_us']:.1f} us CPU/msg, {r['cores']:.2f} cores",
+                        flush=True,
+                    )
+        if a.profile:
+            a.profile.mkdir(parents=True, exist_ok=True)
+            for target in targets:
+                svg = a.profile / f"flame-{target.ref.replace('/', '_')}.svg"
+                measure(target, load_argv(loads[0], target.namesrv, a.threads, a.seconds), svg)
+                print(f"flame graph of {target.ref} under {loads[0]}: {svg}", flush=True)
+        report(targets, loads)
+    print(f"\nload average after: {loadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""`mqctl bench produce`'s senders as a timed load for benchmarks/bench_ab.py.
+
+`mqctl_load.py NAMESRV TOPIC THREADS SECONDS`: THREADS synchronous senders, each on its own connection with
+one SEND_MESSAGE_V2 of a 1 KiB body in flight, round-robin over the topic's writable queues; 1 s warm-up,
+then SECONDS timed. Prints "start" when the timed window opens and one JSON line when it closes, as
+ons_bench.js does: {count, failures, seconds, clientCpu (share of one core), p50Ms, p99Ms}.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import sys
+import time
+
+from daemon.remoting.loop import run
+from mqctl.admin.client import Admin
+from mqctl.services.bench import send_frame, sender
+from mqctl.services.messages import writable_queues
+
+BODY = os.urandom(1024)
+
+
+async def load(namesrv: str, topic: str, threads: int, seconds: float) -> dict[str, float]:
+    async with Admin([namesrv]) as admin:
+        refs = await writable_queues(admin, topic)
+    sends = [(ref.addr, send_frame(topic, ref.queue_id, BODY)) for ref in refs]
+
+    async def until(deadline: float, i: int, rts: list[float]) -> int:
+        rotated = itertools.cycle(sends[i % len(sends) :] + sends[: i % len(sends)])
+        return await sender(itertools.takewhile(lambda _: time.perf_counter() < deadline, rotated), rts)
+
+    await asyncio.gather(*(until(time.perf_counter() + 1.0, i, []) for i in range(threads)))
+    print("start", flush=True)
+    rts: list[float] = []
+    wall, cpu = time.perf_counter(), time.process_time()
+    failures = sum(await asyncio.gather(*(until(wall + seconds, i, rts) for i in range(threads))))
+    elapsed = time.perf_counter() - wall
+    rts.sort()
+
+    def at(q: float) -> float:
+        return rts[min(len(rts) - 1, int(q * len(rts)))] * 1000 if rts else 0.0
+
+    return {
+        "count": len(rts) - failures,
+        "failures": failures,
+        "seconds": elapsed,
+        "clientCpu": (time.process_time() - cpu) / elapsed,
+        "p50Ms": at(0.5),
+        "p99Ms": at(0.99),
+    }
+
+
+if __name__ == "__main__":
+    print(json.dumps(run(load(sys.argv[1], sys.argv[2], int(sys.argv[3]), float(sys.argv[4])))), flush=True)
