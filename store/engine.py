@@ -66,8 +66,10 @@ from store.message import (
     HostAddress,
     Message,
 )
+from store.quarantine import set_aside
 from store.record import (
     RecordInfo,
+    check_record,
     decode_msg_id,
     msg_id_prefix,
     read_header,
@@ -375,6 +377,17 @@ class DefaultMessageStore:
             result = self.commit_log.scan(start, check_crc=check_crc, on_record=self._dispatch_one)
         self.recovery_corruption = result.corruption
         end = result.process_offset
+        if not self.read_only:  # what the truncation would destroy is moved aside first
+            set_aside(
+                self.config.store_path_root_dir,
+                self.commit_log.files,
+                list(self._cqs.values()),
+                end,
+                corruption=result.corruption,
+                recovery="normal" if self.last_exit_ok else "abnormal",
+                now_ms=self.clock.now_ms(),
+                queue_cut=lambda cq: self.first_offset_at(cq.topic, cq.queue_id, end),
+            )
         self.commit_log.truncate(end)
         self.commit_log.last_store_timestamp = result.last_store_timestamp
         if max_cq_phy >= end or not self.last_exit_ok:
@@ -820,6 +833,10 @@ class DefaultMessageStore:
         pos = phys - mf.file_from_offset
         if pos + size > mf.wrote_position:
             return None
+        try:  # never serve a damaged record as if it were good (the pull skips it)
+            check_record(mf.view, pos, pos + size, check_crc=True)
+        except CorruptRecordError as e:
+            raise e.located(mf.path, phys) from None
         return mf.view[pos : pos + size], mf.path
 
     def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
