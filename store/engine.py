@@ -69,7 +69,7 @@ from store.message import (
 from store.quarantine import set_aside
 from store.record import (
     RecordInfo,
-    check_record,
+    body_crc_problem,
     decode_msg_id,
     msg_id_prefix,
     read_header,
@@ -216,6 +216,7 @@ class DefaultMessageStore:
         self._flushed_offset = 0
         self.flush_count = 0  # CommitLog flushes done by the flush thread (shows group commit at work)
         self._logics_ts = 0
+        self._crc_checked_from = 0
 
     # ================================================================== lifecycle
 
@@ -366,7 +367,8 @@ class DefaultMessageStore:
                 self._cqs.clear()
             result = ScanResult(0, None, 0, 0)
         elif self.last_exit_ok or self.read_only:
-            result = self.commit_log.scan(max(0, len(files) - 3), check_crc=check_crc)
+            start = max(0, len(files) - 3)
+            result = self.commit_log.scan(start, check_crc=check_crc)
         else:
             assert self.checkpoint is not None
             limit = self.checkpoint.recovery_limit(
@@ -390,6 +392,9 @@ class DefaultMessageStore:
             )
         self.commit_log.truncate(end)
         self.commit_log.last_store_timestamp = result.last_store_timestamp
+        # Records from here on were CRC-checked by this scan or are written by this process: reads check
+        # only those below (a pull pays a body CRC only for data no one has checked since start-up).
+        self._crc_checked_from = files[start].file_from_offset if files and check_crc else end
         if max_cq_phy >= end or not self.last_exit_ok:
             for cq in self._cqs.values():
                 cq.truncate_dirty(end)
@@ -833,10 +838,8 @@ class DefaultMessageStore:
         pos = phys - mf.file_from_offset
         if pos + size > mf.wrote_position:
             return None
-        try:  # never serve a damaged record as if it were good (the pull skips it)
-            check_record(mf.view, pos, pos + size, check_crc=True)
-        except CorruptRecordError as e:
-            raise e.located(mf.path, phys) from None
+        if phys < self._crc_checked_from and (problem := body_crc_problem(mf.view, pos, size)) is not None:
+            raise CorruptRecordError(mf.path, phys, problem)  # never served as good: the pull skips it
         return mf.view[pos : pos + size], mf.path
 
     def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:

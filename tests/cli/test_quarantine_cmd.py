@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
-from store.message import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, StoredMessage
+from store.config import StoreConfig
+from store.engine import DefaultMessageStore
+from store.message import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, Message, StoredMessage
 from store.record import decode_msg_id, decode_record, read_header
 from tests.conftest import RunCli
 from tests.daemons import local_cluster
@@ -157,3 +159,38 @@ def test_salvage_without_quarantine_and_conflicting_flags(cli: RunCli, tmp_path:
     assert result.code == 3 and "no quarantined data" in result.stderr
     result = cli("store", "salvage", "--store", str(root), "--out", "x", "--resend")
     assert result.code == 2
+
+
+def test_a_pull_over_a_record_whose_body_crc_fails_skips_it(
+    cli: RunCli, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "broker"
+    config = StoreConfig(
+        store_path_root_dir=str(root),
+        mapped_file_size_commit_log=64 * 1024,
+        mapped_file_size_consume_queue=20 * 10_000,
+        max_hash_slot_num=1000,
+        max_index_num=4000,
+    )
+    store = DefaultMessageStore(config)
+    store.open()
+    store.start()
+    bodies = [f"message-{i}-".encode() * 12 for i in range(1500)]
+    offsets = [
+        store.put_message(Message(topic="T", body=b, properties={"TAGS": "x"})).phys_offset for b in bodies
+    ]
+    store.shutdown()
+    assert len(os.listdir(root / "commitlog")) >= 4  # the first file is one a normal start does not re-check
+    path = root / "commitlog" / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    data[offsets[3] + 88 + 7] ^= 0x20  # a byte of the body of queue offset 3
+    path.write_bytes(bytes(data))
+
+    with caplog.at_level(logging.ERROR), local_cluster(tmp_path, mapped_file_size_commit_log=64 * 1024) as c:
+        ns = c.namesrv_addr
+        shown = cli("msg", "show", "-t", "T", "-q", "0", "--offset", "3", "-n", ns, "-o", "json")
+        assert shown.code == 3, shown.stdout  # the pull skipped it: the broker never serves it as good
+        after = ok(cli("msg", "show", "-t", "T", "-q", "0", "--offset", "4", "-n", ns, "-o", "json"))
+        assert after["body"] == bodies[4].decode()
+    errors = [r.getMessage() for r in caplog.records if r.name == "store.api"]
+    assert errors and all(f"{path}@{offsets[3]}" in e and "CRC" in e for e in errors), errors
