@@ -27,6 +27,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from store.consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue
 from store.errors import CorruptRecordError
@@ -84,6 +85,7 @@ class Manifest:
     damaged: int
     units: int  # ConsumeQueue units set aside
     files: list[Piece] = field(default_factory=list)
+    resent: list[dict[str, Any]] = field(default_factory=list)  # each 'salvage --resend' run: when, counts
     path: str = ""  # the quarantine directory (not stored)
 
     def to_json(self) -> str:
@@ -95,7 +97,18 @@ class Manifest:
     def from_json(cls, text: str, path: str) -> Manifest:
         data = json.loads(text)
         pieces = [Piece(**p) for p in data.pop("files", [])]
-        return cls(**data, files=pieces, path=path)
+        known = {f.name for f in dataclasses.fields(cls)} - {"files", "path"}
+        return cls(**{k: v for k, v in data.items() if k in known}, files=pieces, path=path)
+
+    def save(self) -> None:
+        """Write ``manifest.json`` atomically and durably (a crash leaves the old or the new one)."""
+        tmp = os.path.join(self.path, MANIFEST_NAME + ".tmp")
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(self.to_json())
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, os.path.join(self.path, MANIFEST_NAME))
+        _fsync_dir(self.path)
 
 
 def quarantine_root(store_root: str) -> str:
@@ -125,7 +138,7 @@ def list_quarantines(store_root: str) -> list[Manifest]:
         for n in names:
             size = os.path.getsize(os.path.join(cdir, n))
             pieces.append(Piece(f"{COMMITLOG}/{n}", "", COMMITLOG, False, int(n), int(n) + size, -1, -1))
-        out.append(Manifest(name, 0, "", why, "", -1, -1, -1, -1, pieces, qdir))
+        out.append(Manifest(name, 0, "", why, "", -1, -1, -1, -1, pieces, path=qdir))
     return out
 
 
@@ -301,12 +314,7 @@ class _Cut:
                     f.write(mf.mm[a : min(a + _CHUNK, end)])
                 f.flush()
                 os.fsync(f.fileno())
-        tmp = os.path.join(qdir, MANIFEST_NAME + ".tmp")
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(manifest.to_json())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, os.path.join(qdir, MANIFEST_NAME))
+        manifest.save()
         for piece, mf, queue in self.moves:
             dest = os.path.join(qdir, piece.file)
             os.makedirs(os.path.dirname(dest), exist_ok=True)
@@ -378,7 +386,7 @@ def set_aside(
         sum(p.damaged for p in logs),
         sum(p.records for p in pieces if p.kind == CONSUMEQUEUE),
         pieces,
-        qdir,
+        path=qdir,
     )
     taken.write(manifest)
     level = logging.ERROR if manifest.records or manifest.damaged else logging.WARNING

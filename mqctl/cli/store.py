@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -341,8 +342,9 @@ def salvage(
     keys, properties, times, original offset, body as UTF-8 or base64 per body_encoding). --resend sends
     each to its topic (a delayed one to its real topic) keeping body, tags, keys, UNIQ_KEY and user
     properties; transaction half/rollback records and system topics are skipped. It asks first (off a
-    terminal it needs --yes) and exits 8 when any record could not be sent. The quarantine is left as is.
-    Reads only the quarantine: safe while a broker runs on the store.
+    terminal it needs --yes) and exits 8 when any record could not be sent. The quarantined files stay; the
+    manifest records the re-send, and a second one warns that it sends duplicates.
+    Never touches the live store: safe while a broker runs on it.
     """
     from mqctl.output import render, stderr_console
     from mqctl.services import quarantine as qs
@@ -375,11 +377,15 @@ def salvage(
         render([], output)
         return
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
+    before = [f"{m.name} on {m.resent[-1]['at']}" for m in manifests if m.resent]
+    if before:
+        err.print(f"already re-sent: {', '.join(before)}; sending again duplicates those messages")
     confirm(
         f"Re-send {len(items)} salvaged record(s) from {len(manifests)} quarantine(s) of {store}?", yes=yes
     )
     with progress(len(items), "re-sending") as advance:
         outcomes = run_admin(target.namesrv, lambda admin: qs.resend(admin, items, progress=advance))
+    qs.note_resend(manifests, outcomes, int(time.time() * 1000))
     render(outcomes, output)
     counts = {k: sum(o.outcome == k for o in outcomes) for k in ("RESENT", "SKIPPED", "FAILED")}
     err.print(f"{counts['RESENT']} re-sent, {counts['SKIPPED']} skipped, {counts['FAILED']} failed")

@@ -48,6 +48,7 @@ class QuarantineRow:
     records_set_aside: int
     damaged_records: int
     consume_queue_units: int
+    resent: str | None  # when 'salvage --resend' last ran on it
     path: str
 
 
@@ -64,6 +65,7 @@ def quarantine_rows(root: str | Path) -> list[QuarantineRow]:
             m.records,
             m.damaged,
             m.units,
+            m.resent[-1]["at"] if m.resent else None,
             m.path,
         )
         for m in list_quarantines(str(root))
@@ -244,3 +246,20 @@ async def resend(
         if progress is not None:
             progress(1)
     return out
+
+
+def note_resend(manifests: list[Manifest], outcomes: list[Salvaged], now_ms: int) -> None:
+    """Record in each quarantine's manifest that (and how much of) it was re-sent, so a second run can warn."""
+    for m in manifests:
+        mine = [o for o in outcomes if o.quarantine == m.name]
+        counts = Counter(o.outcome for o in mine)
+        m.resent.append(
+            {
+                "at": iso(now_ms),
+                "records": len(mine),
+                "resent": counts["RESENT"],
+                "skipped": counts["SKIPPED"],
+                "failed": counts["FAILED"],
+            }
+        )
+        m.save()

@@ -151,6 +151,11 @@ def test_body_flip_is_quarantined_served_around_verified_and_salvaged(
             assert (new.body, new.tags, new.keys) == (m.body, m.tags, m.keys)
             assert m.uniq_key is None or new.uniq_key == m.uniq_key  # a client id is kept (consumers dedup)
             assert new.topic == m.properties.get("REAL_TOPIC", m.topic)
+        # the manifest remembers the re-send; doing it again warns (and, off a terminal, needs --yes)
+        [q] = cli("store", "verify", "--store", str(root), "-o", "json").json()["quarantined"]
+        assert q["resent"] is not None
+        again = cli("store", "salvage", "--store", str(root), "--resend", "-n", c.namesrv_addr)
+        assert again.code == 2 and "already re-sent" in again.stderr
 
 
 def test_salvage_without_quarantine_and_conflicting_flags(cli: RunCli, tmp_path: Path) -> None:
