@@ -175,18 +175,18 @@ def walk(buf: Searchable, base: int, start: int = 0, end: int | None = None) -> 
     with memoryview(buf) as view:
         pos = start
         while pos + 8 <= n:
+            error = None
             try:
-                size, _ = check_record(view, pos, n, check_crc=False)
-                ok = _PHYSICAL_OFFSET.unpack_from(view, pos + _PHYSICAL_OFFSET_POS)[0] == base + pos
-            except CorruptRecordError:
-                ok = False
-            if ok:
-                try:
-                    check_record(view, pos, n, check_crc=True)
-                except CorruptRecordError as e:
-                    yield Found(pos, size, e.located("", base + pos))
-                else:
-                    yield Found(pos, size, None)
+                size, _ = check_record(view, pos, n, check_crc=True)
+            except CorruptRecordError as e:
+                error = e.located("", base + pos)
+                try:  # a record whose body alone is damaged is reported; anything else is skipped
+                    size, _ = check_record(view, pos, n, check_crc=False)
+                except CorruptRecordError:
+                    size = 0
+            if size and _PHYSICAL_OFFSET.unpack_from(view, pos + _PHYSICAL_OFFSET_POS)[0] == base + pos:
+                yield Found(pos, size, error)
+                if error is None:
                     pos += size
                     continue
             pos = candidate(pos + 1)
