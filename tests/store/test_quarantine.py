@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from store.engine import DefaultMessageStore
+from store.errors import CorruptRecordError
 from store.message import Message
 from store.quarantine import MANIFEST_NAME, list_quarantines, piece_records, walk
-from store.record import encode_record
+from store.record import body_crc_problem, check_record, encode_record
 
 from .conftest import small_config
 
@@ -164,3 +165,18 @@ def test_walk_takes_only_records_that_name_their_own_offset() -> None:
     buf = first + b"\x00" * 7 + outer
     found = list(walk(buf, 1000))
     assert [(f.pos, f.error) for f in found] == [(0, None), (len(first) + 7, None)]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_body_crc_problem_agrees_with_the_full_check(host: str) -> None:
+    msg = Message(topic="T", body=b"payload" * 9, properties={"TAGS": "a"}, born_host=(host, 5))
+    raw = bytearray(
+        encode_record(msg, queue_offset=0, physical_offset=0, store_timestamp=1, store_host=(host, 6))
+    )
+    assert body_crc_problem(raw, 0, len(raw)) is None
+    raw[raw.index(b"payload") + 3] ^= 0x01
+    problem = body_crc_problem(raw, 0, len(raw))
+    assert problem is not None and "CRC" in problem
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        check_record(raw, 0, len(raw), check_crc=True)
+    assert body_crc_problem(raw, 0, 40) is not None  # a unit size that cannot hold the record
