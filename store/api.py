@@ -4,6 +4,7 @@ that both implementations share (offset checks, the ConsumeQueue unit walk, sear
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -15,6 +16,8 @@ from store.config_files import ConfigFiles
 from store.errors import CorruptRecordError
 from store.message import TRANSACTION_TYPE_MASK, Message, StoredMessage
 from store.record import decode_record
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "ArrivalListener",
@@ -204,7 +207,8 @@ def check_offset(offset: int, min_offset: int, max_offset: int) -> tuple[GetMess
 
 
 RecordReader = Callable[[int, int], "tuple[memoryview, str] | None"]
-"""``read(phys_offset, size)`` → (raw record view, file path), or None when the log no longer has it."""
+"""``read(phys_offset, size)`` → (raw record view, file path), or None when the log no longer has it;
+raises :class:`CorruptRecordError` (naming file and offset) for a record that fails validation."""
 
 
 def select_units(
@@ -240,7 +244,12 @@ def select_units(
         if tag_filter is not None and tags not in tag_filter:
             i += 1
             continue
-        found = read(phys, size)
+        try:
+            found = read(phys, size)
+        except CorruptRecordError as e:
+            log.error("pull skips a damaged record: %s", e)
+            i += 1
+            continue
         if found is None:
             if not messages:
                 res.status = GetMessageStatus.MESSAGE_WAS_REMOVING

@@ -66,8 +66,10 @@ from store.message import (
     HostAddress,
     Message,
 )
+from store.quarantine import set_aside
 from store.record import (
     RecordInfo,
+    body_crc_problem,
     decode_msg_id,
     msg_id_prefix,
     read_header,
@@ -214,6 +216,7 @@ class DefaultMessageStore:
         self._flushed_offset = 0
         self.flush_count = 0  # CommitLog flushes done by the flush thread (shows group commit at work)
         self._logics_ts = 0
+        self._crc_checked_from = 0
 
     # ================================================================== lifecycle
 
@@ -364,7 +367,8 @@ class DefaultMessageStore:
                 self._cqs.clear()
             result = ScanResult(0, None, 0, 0)
         elif self.last_exit_ok or self.read_only:
-            result = self.commit_log.scan(max(0, len(files) - 3), check_crc=check_crc)
+            start = max(0, len(files) - 3)
+            result = self.commit_log.scan(start, check_crc=check_crc)
         else:
             assert self.checkpoint is not None
             limit = self.checkpoint.recovery_limit(
@@ -375,8 +379,22 @@ class DefaultMessageStore:
             result = self.commit_log.scan(start, check_crc=check_crc, on_record=self._dispatch_one)
         self.recovery_corruption = result.corruption
         end = result.process_offset
+        if not self.read_only:  # what the truncation would destroy is moved aside first
+            set_aside(
+                self.config.store_path_root_dir,
+                self.commit_log.files,
+                list(self._cqs.values()),
+                end,
+                corruption=result.corruption,
+                recovery="normal" if self.last_exit_ok else "abnormal",
+                now_ms=self.clock.now_ms(),
+                queue_cut=lambda cq: self.first_offset_at(cq.topic, cq.queue_id, end),
+            )
         self.commit_log.truncate(end)
         self.commit_log.last_store_timestamp = result.last_store_timestamp
+        # Records from here on were CRC-checked by this scan or are written by this process: reads check
+        # only those below (a pull pays a body CRC only for data no one has checked since start-up).
+        self._crc_checked_from = files[start].file_from_offset if files and check_crc else end
         if max_cq_phy >= end or not self.last_exit_ok:
             for cq in self._cqs.values():
                 cq.truncate_dirty(end)
@@ -820,6 +838,8 @@ class DefaultMessageStore:
         pos = phys - mf.file_from_offset
         if pos + size > mf.wrote_position:
             return None
+        if phys < self._crc_checked_from and (problem := body_crc_problem(mf.view, pos, size)) is not None:
+            raise CorruptRecordError(mf.path, phys, problem)  # never served as good: the pull skips it
         return mf.view[pos : pos + size], mf.path
 
     def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:

@@ -3,15 +3,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from mqctl.cli.common import (
+    ContextOpt,
     ExecuteOpt,
     KeyOpt,
+    NamesrvOpt,
     OutputOpt,
     SinceOpt,
     TopicOpt,
@@ -22,7 +26,7 @@ from mqctl.cli.common import (
     progress,
     render_every,
 )
-from mqctl.errors import StoreError, UsageError
+from mqctl.errors import BrokerError, StoreError, UsageError
 
 if TYPE_CHECKING:
     from mqctl.services.retention import CleanReport
@@ -275,15 +279,145 @@ def msg_query(
 
 @app.command("verify")
 def verify(store: StoreDirOpt, output: OutputOpt = "table") -> None:
-    """Check every record's CRC and ConsumeQueues and IndexFiles against the CommitLog; exit 10 on problems."""
-    from mqctl.output import render
+    """Check every record's CRC and ConsumeQueues and IndexFiles against the CommitLog; exit 10 on problems.
+
+    Also lists the quarantines: data recovery set aside instead of deleting (when, why, files, records).
+    """
+    from mqctl.output import plain, render, stderr_console
     from mqctl.services import store_inspect as si
+    from mqctl.services.quarantine import quarantine_rows
 
     with progress(si.commitlog_bytes(store), "verifying", unit="bytes") as advance:
         report = si.verify(store, progress=advance)
-    render(report, output)
+    quarantined = quarantine_rows(store)
+    if output in ("json", "yaml"):
+        render({**plain(report), "quarantined": plain(quarantined)}, output)
+    else:
+        render(report, output)
+        if quarantined and output == "table":
+            render(
+                quarantined, output, title="quarantined: set aside by recovery (see 'mqctl store salvage')"
+            )
+    if quarantined:
+        records = sum(max(q.records_set_aside, 0) for q in quarantined)
+        stderr_console().print(
+            f"{len(quarantined)} quarantine(s) in {store}/quarantine hold {records} intact record(s) recovery "
+            "set aside; 'mqctl store salvage' extracts them"
+        )
     if not report.ok:
         problems = report.crc_errors + report.corrupt_files + report.unit_errors + report.records_without_unit
         raise StoreError(
             f"store {store} has problems ({problems + report.index_errors} found; see the report)"
         )
+
+
+@app.command("salvage")
+def salvage(
+    store: StoreDirOpt,
+    quarantine: Annotated[
+        list[str] | None,
+        typer.Option("--quarantine", help="Only this quarantine (a name 'store verify' lists; repeatable)."),
+    ] = None,
+    out: Annotated[
+        str | None,
+        typer.Option("--out", help="Write the intact records to this file as JSON lines ('-': stdout)."),
+    ] = None,
+    resend: Annotated[
+        bool,
+        typer.Option(
+            "--resend", help="Send the intact records again through the cluster, as 'msg resend' does."
+        ),
+    ] = False,
+    yes: YesOpt = False,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Extract the intact records from quarantined CommitLog data so they can be sent again.
+
+    Recovery moves what it cuts (the tail after a damaged record, later files) to <store>/quarantine/
+    instead of deleting it. Every record there that parses, names its own offset and passes its body CRC
+    is salvaged; damaged bytes are skipped. Without --out or --resend: a plan per quarantined file
+    (intact and damaged records, topics). --out writes one JSON object per record (topic, queue, tags,
+    keys, properties, times, original offset, body as UTF-8 or base64 per body_encoding). --resend sends
+    each to its topic (a delayed one to its real topic) keeping body, tags, keys, UNIQ_KEY and user
+    properties; transaction half/rollback records and system topics are skipped. It asks first (off a
+    terminal it needs --yes) and exits 8 when any record could not be sent. The quarantined files stay; the
+    manifest records the re-send, and a second one warns that it sends duplicates.
+    Never touches the live store: safe while a broker runs on it.
+    """
+    from mqctl.output import render, stderr_console
+    from mqctl.services import quarantine as qs
+
+    if out is not None and resend:
+        raise UsageError("give --out or --resend, not both")
+    err = stderr_console()
+    manifests = qs.chosen(store, quarantine or [])
+    if out is not None:
+        write_salvaged(manifests, out)
+        return
+    if not resend:
+        rows = qs.plan(manifests)
+        render(rows, output, title="salvage plan" if output == "table" else None)
+        intact = sum(r.intact for r in rows)
+        damaged = sum(r.damaged for r in rows)
+        err.print(
+            f"{intact} intact record(s) ({damaged} damaged, skipped) in {len(manifests)} quarantine(s): "
+            "--out FILE writes them as JSON lines, --resend sends them again"
+        )
+        return
+    from mqctl.admin.client import run_admin
+    from mqctl.config import resolve_target
+
+    items = [
+        (m, offset, rec) for m, _p, offset, rec in qs.records(manifests) if isinstance(rec, qs.StoredMessage)
+    ]
+    if not items:
+        err.print("no intact record in the quarantine(s); nothing to re-send")
+        render([], output)
+        return
+    target = resolve_target(namesrv_flag=namesrv, context_flag=context)
+    before = [f"{m.name} on {m.resent[-1]['at']}" for m in manifests if m.resent]
+    if before:
+        err.print(f"already re-sent: {', '.join(before)}; sending again duplicates those messages")
+    confirm(
+        f"Re-send {len(items)} salvaged record(s) from {len(manifests)} quarantine(s) of {store}?", yes=yes
+    )
+    with progress(len(items), "re-sending") as advance:
+        outcomes = run_admin(target.namesrv, lambda admin: qs.resend(admin, items, progress=advance))
+    qs.note_resend(manifests, outcomes, int(time.time() * 1000))
+    render(outcomes, output)
+    counts = {k: sum(o.outcome == k for o in outcomes) for k in ("RESENT", "SKIPPED", "FAILED")}
+    err.print(f"{counts['RESENT']} re-sent, {counts['SKIPPED']} skipped, {counts['FAILED']} failed")
+    if counts["FAILED"]:
+        raise BrokerError(f"{counts['FAILED']} salvaged record(s) could not be sent (see the report)", code=1)
+
+
+def write_salvaged(manifests: list[Any], out: str) -> None:
+    """The intact records as JSON lines to ``out`` ('-': stdout); counts and damaged offsets on stderr."""
+    import json
+
+    from mqctl.output import stderr_console
+    from mqctl.services import quarantine as qs
+
+    err = stderr_console()
+    intact = 0
+    damaged: list[int] = []
+    missing: list[str] = []
+    with contextlib.ExitStack() as stack:
+        f = sys.stdout if out == "-" else stack.enter_context(open(out, "w", encoding="utf-8"))
+        for m, p, offset, rec in qs.records(manifests):
+            if rec is None:
+                missing.append(f"{m.name}/{p.file}")
+            elif isinstance(rec, qs.StoredMessage):
+                f.write(json.dumps(qs.as_json_line(m, p, offset, rec), ensure_ascii=False) + "\n")
+                intact += 1
+            else:
+                damaged.append(offset)
+    shown = ", ".join(str(o) for o in damaged[:10]) + (" ..." if len(damaged) > 10 else "")
+    err.print(
+        f"salvaged {intact} intact record(s) to {'stdout' if out == '-' else out}; "
+        f"{len(damaged)} damaged record(s) skipped" + (f" (CommitLog offsets {shown})" if damaged else "")
+    )
+    for name in missing:
+        err.print(f"missing: {name} (listed in the manifest, not on disk)")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import signal
@@ -265,7 +266,9 @@ def test_corrupt_record_stops_recovery_and_is_truncated(tmp_path: Path, damage: 
     again.shutdown()
 
 
-def test_corrupt_record_in_an_old_file_is_reported_not_returned(tmp_path: Path) -> None:
+def test_corrupt_record_in_an_old_file_is_reported_not_returned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     store = _open(tmp_path)
     offsets = _record_offsets(store, 1200)  # 5 files of 64 KiB; normal recovery checks only the last 3
     store.shutdown()
@@ -278,11 +281,15 @@ def test_corrupt_record_in_an_old_file_is_reported_not_returned(tmp_path: Path) 
     with pytest.raises(CorruptRecordError) as ei:
         again.look_message_by_offset(victim)
     assert ei.value.path == str(path) and ei.value.offset == victim and "CRC" in ei.value.reason
-    res = again.get_messages("g", "T", 0, 3, 1)
-    with pytest.raises(CorruptRecordError) as ei2:
-        _ = res.messages[0].message
-    assert ei2.value.offset == victim and ei2.value.path == str(path)
-    assert again.get_messages("g", "T", 0, 4, 1).messages[0].message.body == _msg(4).body
+    with caplog.at_level(logging.ERROR, logger="store.api"):
+        res = again.get_messages("g", "T", 0, 3, 2)
+    # the pull skips the damaged record (never served as good) and says where it is
+    assert [(m.queue_offset, m.message.body) for m in res.messages] == [(4, _msg(4).body), (5, _msg(5).body)]
+    assert res.next_begin_offset == 6
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert len(errors) == 1 and f"{path}@{victim}" in errors[0] and "CRC" in errors[0]
+    only = again.get_messages("g", "T", 0, 3, 1)  # nothing but the damaged one before the next: moves on
+    assert [m.queue_offset for m in only.messages] == [4]
     again.shutdown()
 
 

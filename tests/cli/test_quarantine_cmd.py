@@ -1,0 +1,201 @@
+"""A damaged record in a real RocketMQ store: the broker quarantines what recovery cuts, serves the intact
+prefix, and ``mqctl store verify`` / ``store salvage`` list, extract and re-send the set-aside records."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from store.config import StoreConfig
+from store.engine import DefaultMessageStore
+from store.message import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, Message, StoredMessage
+from store.record import decode_msg_id, decode_record, read_header
+from tests.conftest import RunCli
+from tests.daemons import local_cluster
+from tests.store.conftest import STORE_A_TAR, unpack_store_a
+
+pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
+
+STORE_A_SIZES = {
+    "mapped_file_size_commit_log": 1_048_576,
+    "mapped_file_size_consume_queue": 6000,
+    "max_hash_slot_num": 5000,
+    "max_index_num": 20000,
+}
+
+
+def records_of(commitlog: Path) -> list[tuple[int, StoredMessage, int]]:
+    """Every record of the CommitLog read file by file with the plain codec: (offset, message, body position
+    in its file)."""
+    out = []
+    for name in sorted(os.listdir(commitlog)):
+        data = (commitlog / name).read_bytes()
+        pos = 0
+        while pos + 8 <= len(data):
+            _size, magic = read_header(data, pos)
+            if magic not in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2):
+                break
+            m = decode_record(data, pos)
+            out.append((int(name) + pos, m, data.index(m.stored_body, pos + 60)))
+            pos += m.store_size
+    return out
+
+
+def identity(m: StoredMessage) -> tuple[Any, ...]:
+    return (m.commit_log_offset, m.topic, m.queue_id, m.queue_offset, m.body, m.tags, m.keys, m.properties)
+
+
+def ok(result: Any) -> Any:
+    assert result.code == 0, result.stderr
+    return result.json()
+
+
+def test_body_flip_is_quarantined_served_around_verified_and_salvaged(
+    cli: RunCli, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = unpack_store_a(tmp_path)
+    recs = records_of(root / "commitlog")
+    second = 2 * 1_048_576
+    victim, _vm, body_at = [r for r in recs if second <= r[0] < second + 1_048_576][-40]
+    path = root / "commitlog" / f"{second:020d}"
+    with open(path, "r+b") as f:  # one flipped byte in the body of a record of the second-to-last file
+        f.seek(body_at)
+        byte = f.read(1)
+        f.seek(body_at)
+        f.write(bytes([byte[0] ^ 0x01]))
+    (root / "abort").touch()  # an unclean stop: abnormal recovery
+    before = [m for off, m, _ in recs if off < victim]
+    later = [m for off, m, _ in recs if off > victim]
+
+    with (
+        caplog.at_level(logging.ERROR),
+        local_cluster(tmp_path, store_path_root_dir=str(root), **STORE_A_SIZES) as c,
+    ):
+        store = c.broker.store
+        # the later file is in the quarantine, not deleted
+        assert not (root / "commitlog" / f"{3 * 1_048_576:020d}").exists()
+        [qdir] = list((root / "quarantine").iterdir())
+        manifest = json.loads((qdir / "manifest.json").read_text())
+        assert (manifest["cut_offset"], manifest["records"], manifest["damaged"]) == (victim, len(later), 1)
+        assert (qdir / "commitlog" / f"{3 * 1_048_576:020d}").is_file()
+        errors = [r.getMessage() for r in caplog.records if r.name == "store.quarantine"]
+        assert any(f"set aside {len(later)} intact record(s)" in e for e in errors), errors
+        # every intact record before the damage is served
+        served = {}
+        for (topic, qid), end in store.topic_queue_table().items():
+            offset = store.get_min_offset(topic, qid)
+            while offset < end:
+                res = store.get_messages("g", topic, qid, offset, 32)
+                served.update(
+                    {m.phys_offset: identity(m.message) for m in res.messages if m.phys_offset < victim}
+                )
+                offset = max(res.next_begin_offset, offset + 1)
+        assert served == {m.commit_log_offset: identity(m) for m in before}
+
+        # store verify lists the quarantine (it reads the live store read-only: safe next to the broker)
+        result = cli("store", "verify", "--store", str(root), "-o", "json")
+        assert result.code in (0, 10), result.stderr
+        [q] = result.json()["quarantined"]
+        assert (q["name"], q["records_set_aside"], q["damaged_records"], q["cut_offset"]) == (
+            qdir.name,
+            len(later),
+            1,
+            victim,
+        )
+        assert "CRC" in q["why"] and q["recovery"] == "abnormal"
+        assert "1 quarantine(s)" in result.stderr
+
+        # the plan, then the records as JSON lines: every intact record set aside, the damaged one skipped
+        plan = ok(cli("store", "salvage", "--store", str(root), "-o", "json"))
+        assert (sum(r["intact"] for r in plan), sum(r["damaged"] for r in plan)) == (len(later), 1)
+        out = tmp_path / "salvaged.jsonl"
+        result = cli("store", "salvage", "--store", str(root), "--out", str(out))
+        assert result.code == 0, result.stderr
+        assert f"salvaged {len(later)} intact record(s)" in result.stderr and str(victim) in result.stderr
+        lines = [json.loads(line) for line in out.read_text().splitlines()]
+        got = []
+        for d in lines:
+            body = d["body"].encode() if d["body_encoding"] == "utf-8" else base64.b64decode(d["body"])
+            got.append(
+                (
+                    d["commit_log_offset"],
+                    d["topic"],
+                    d["queue_id"],
+                    d["queue_offset"],
+                    body,
+                    d["tags"],
+                    d["keys"],
+                    d["properties"],
+                )
+            )
+        assert got == [identity(m) for m in later]
+
+        # --resend sends them through the broker again (a delayed one to its real topic)
+        result = cli(
+            "store", "salvage", "--store", str(root), "--resend", "--yes", "-n", c.namesrv_addr, "-o", "json"
+        )
+        assert result.code == 0, result.stderr
+        outcomes = result.json()
+        assert [o["outcome"] for o in outcomes] == ["RESENT"] * len(later)
+        for o, m in zip(outcomes, later, strict=True):
+            assert o["commit_log_offset"] == m.commit_log_offset
+            again = store.look_message_by_offset(decode_msg_id(o["new_msg_id"])[1])
+            assert again is not None
+            new = again.message
+            assert (new.body, new.tags, new.keys) == (m.body, m.tags, m.keys)
+            assert m.uniq_key is None or new.uniq_key == m.uniq_key  # a client id is kept (consumers dedup)
+            assert new.topic == m.properties.get("REAL_TOPIC", m.topic)
+        # the manifest remembers the re-send; doing it again warns (and, off a terminal, needs --yes)
+        [q] = cli("store", "verify", "--store", str(root), "-o", "json").json()["quarantined"]
+        assert q["resent"] is not None
+        again = cli("store", "salvage", "--store", str(root), "--resend", "-n", c.namesrv_addr)
+        assert again.code == 2 and "already re-sent" in again.stderr
+
+
+def test_salvage_without_quarantine_and_conflicting_flags(cli: RunCli, tmp_path: Path) -> None:
+    root = unpack_store_a(tmp_path)
+    result = cli("store", "salvage", "--store", str(root))
+    assert result.code == 3 and "no quarantined data" in result.stderr
+    result = cli("store", "salvage", "--store", str(root), "--out", "x", "--resend")
+    assert result.code == 2
+
+
+def test_a_pull_over_a_record_whose_body_crc_fails_skips_it(
+    cli: RunCli, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root = tmp_path / "broker"
+    config = StoreConfig(
+        store_path_root_dir=str(root),
+        mapped_file_size_commit_log=64 * 1024,
+        mapped_file_size_consume_queue=20 * 10_000,
+        max_hash_slot_num=1000,
+        max_index_num=4000,
+    )
+    store = DefaultMessageStore(config)
+    store.open()
+    store.start()
+    bodies = [f"message-{i}-".encode() * 12 for i in range(1500)]
+    offsets = [
+        store.put_message(Message(topic="T", body=b, properties={"TAGS": "x"})).phys_offset for b in bodies
+    ]
+    store.shutdown()
+    assert len(os.listdir(root / "commitlog")) >= 4  # the first file is one a normal start does not re-check
+    path = root / "commitlog" / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    data[offsets[3] + 88 + 7] ^= 0x20  # a byte of the body of queue offset 3
+    path.write_bytes(bytes(data))
+
+    with caplog.at_level(logging.ERROR), local_cluster(tmp_path, mapped_file_size_commit_log=64 * 1024) as c:
+        ns = c.namesrv_addr
+        shown = cli("msg", "show", "-t", "T", "-q", "0", "--offset", "3", "-n", ns, "-o", "json")
+        assert shown.code == 3, shown.stdout  # the pull skipped it: the broker never serves it as good
+        after = ok(cli("msg", "show", "-t", "T", "-q", "0", "--offset", "4", "-n", ns, "-o", "json"))
+        assert after["body"] == bodies[4].decode()
+    errors = [r.getMessage() for r in caplog.records if r.name == "store.api"]
+    assert errors and all(f"{path}@{offsets[3]}" in e and "CRC" in e for e in errors), errors

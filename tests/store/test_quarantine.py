@@ -1,0 +1,182 @@
+"""Recovery sets aside what it cuts (quarantine), never deletes it; salvage finds every intact record."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from store.engine import DefaultMessageStore
+from store.errors import CorruptRecordError
+from store.message import Message
+from store.quarantine import MANIFEST_NAME, list_quarantines, piece_records, walk
+from store.record import body_crc_problem, check_record, encode_record
+
+from .conftest import small_config
+
+FILE = 64 * 1024
+BODY_AT = 88  # where the body starts in a record with IPv4 hosts (fixed fields, hosts, lengths)
+
+
+def _msg(i: int) -> Message:
+    return Message(
+        topic="T",
+        body=f"body-{i}-".encode() * 20,
+        queue_id=i % 2,
+        properties={"TAGS": f"tag{i % 3}", "KEYS": f"k-{i}"},
+    )
+
+
+def _open(root: Path) -> DefaultMessageStore:
+    store = DefaultMessageStore(small_config(root, max_index_num=256))
+    store.open()
+    store.start()
+    return store
+
+
+def _write(root: Path, n: int = 1200, sizes: dict[int, int] | None = None) -> dict[int, bytes]:
+    """``n`` messages over 5 or 6 CommitLog files of 64 KiB: {CommitLog offset: body} (``sizes``: their sizes)."""
+    store = _open(root)
+    sent = {}
+    for i in range(n):
+        r = store.put_message(_msg(i))
+        sent[r.phys_offset] = _msg(i).body
+        if sizes is not None:
+            sizes[r.phys_offset] = r.wrote_bytes
+    store.shutdown()
+    return sent
+
+
+def _all_served(store: DefaultMessageStore) -> dict[int, bytes]:
+    out = {}
+    for (topic, qid), end in store.topic_queue_table().items():
+        offset = store.get_min_offset(topic, qid)
+        while offset < end:
+            res = store.get_messages("g", topic, qid, offset, 32)
+            out.update({m.phys_offset: m.message.body for m in res.messages})
+            assert res.next_begin_offset > offset
+            offset = res.next_begin_offset
+    return out
+
+
+def _salvaged(root: Path) -> tuple[dict[int, bytes], list[int]]:
+    intact: dict[int, bytes] = {}
+    damaged = []
+    for m in list_quarantines(str(root)):
+        for piece in m.files:
+            if piece.kind == "commitlog":
+                for offset, rec in piece_records(m, piece):
+                    if isinstance(rec, Exception):
+                        damaged.append(offset)
+                    else:
+                        intact[offset] = rec.body
+    return intact, damaged
+
+
+@pytest.mark.parametrize("abort", [False, True], ids=["normal", "abnormal"])
+def test_body_flip_in_the_second_to_last_file_is_quarantined_not_deleted(
+    tmp_path: Path, abort: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    sent = _write(tmp_path)
+    names = sorted(os.listdir(tmp_path / "commitlog"))
+    assert len(names) >= 4
+    second = int(names[-2])
+    victim = sorted(o for o in sent if second <= o < second + FILE)[10]
+    path = tmp_path / "commitlog" / names[-2]
+    data = bytearray(path.read_bytes())
+    data[victim - second + BODY_AT + 5] ^= 0xFF
+    path.write_bytes(bytes(data))
+    if abort:
+        (tmp_path / "abort").touch()
+
+    with caplog.at_level(logging.WARNING):
+        store = _open(tmp_path)
+    try:
+        assert store.recovery_corruption is not None and store.recovery_corruption.offset == victim
+        later = sorted(o for o in sent if o > victim)
+        # the later file left the CommitLog for the quarantine, with a manifest; nothing was deleted
+        assert sorted(os.listdir(tmp_path / "commitlog")) == names[:-1]
+        [m] = list_quarantines(str(tmp_path))
+        qdir = Path(m.path)
+        assert qdir.parent == tmp_path / "quarantine" and (qdir / MANIFEST_NAME).is_file()
+        assert (qdir / "commitlog" / names[-1]).stat().st_size == FILE
+        manifest = json.loads((qdir / MANIFEST_NAME).read_text())
+        assert manifest["cut_offset"] == victim and "CRC" in manifest["why"]
+        assert manifest["recovery"] == ("abnormal" if abort else "normal")
+        assert (manifest["records"], manifest["damaged"]) == (len(later), 1)
+        assert manifest["units"] == len(later) + 1  # every cut record had its ConsumeQueue unit
+        tail = next(p for p in m.files if p.kind == "commitlog" and not p.whole_file)
+        assert (tail.from_offset, tail.source) == (victim, str(path))
+        # logged at ERROR with the number of records set aside
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert any(f"set aside {len(later)} intact record(s)" in e and str(qdir) in e for e in errors), errors
+        # the intact prefix is served, and only it
+        assert _all_served(store) == {o: b for o, b in sent.items() if o < victim}
+        assert store.put_message(_msg(5000)).phys_offset == victim
+    finally:
+        store.shutdown()
+    # salvage: every intact record of the quarantined data, the damaged one reported
+    intact, damaged = _salvaged(tmp_path)
+    assert intact == {o: sent[o] for o in later}
+    assert damaged == [victim]
+    # the cut tail was zeroed when set aside: the next start finds a clean store and quarantines nothing
+    _open(tmp_path).shutdown()
+    assert len(list_quarantines(str(tmp_path))) == 1
+
+
+def test_salvage_skips_garbage_and_finds_the_records_after_it(tmp_path: Path) -> None:
+    sizes: dict[int, int] = {}
+    sent = _write(tmp_path, sizes=sizes)
+    names = sorted(os.listdir(tmp_path / "commitlog"))
+    second = int(names[-2])
+    offsets = sorted(o for o in sent if second <= o < second + FILE)
+    garbage_at = offsets[20] + 30  # inside a record's header: it and the next ones it covers are lost
+    path = tmp_path / "commitlog" / names[-2]
+    data = bytearray(path.read_bytes())
+    data[garbage_at - second : garbage_at - second + 600] = b"\xde\xad\xbe\xef" * 150
+    path.write_bytes(bytes(data))
+    _open(tmp_path).shutdown()
+    hit = {o for o in sent if o < garbage_at + 600 and o + sizes[o] > garbage_at}
+    intact, _damaged = _salvaged(tmp_path)
+    assert intact == {o: sent[o] for o in sent if o >= offsets[20] and o not in hit}
+    assert len(hit) == 3
+
+
+def test_walk_takes_only_records_that_name_their_own_offset() -> None:
+    msg = Message(topic="T", body=b"x" * 50, properties={})
+    first = encode_record(
+        msg, queue_offset=0, physical_offset=1000, store_timestamp=1, store_host=("127.0.0.1", 1)
+    )
+    inner = encode_record(
+        msg, queue_offset=1, physical_offset=5, store_timestamp=1, store_host=("127.0.0.1", 1)
+    )
+    # a record whose body holds a whole record: the inner one does not name its position, so it is not taken
+    outer_msg = Message(topic="T", body=inner, properties={})
+    outer = encode_record(
+        outer_msg,
+        queue_offset=2,
+        physical_offset=1000 + len(first) + 7,
+        store_timestamp=1,
+        store_host=("127.0.0.1", 1),
+    )
+    buf = first + b"\x00" * 7 + outer
+    found = list(walk(buf, 1000))
+    assert [(f.pos, f.error) for f in found] == [(0, None), (len(first) + 7, None)]
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_body_crc_problem_agrees_with_the_full_check(host: str) -> None:
+    msg = Message(topic="T", body=b"payload" * 9, properties={"TAGS": "a"}, born_host=(host, 5))
+    raw = bytearray(
+        encode_record(msg, queue_offset=0, physical_offset=0, store_timestamp=1, store_host=(host, 6))
+    )
+    assert body_crc_problem(raw, 0, len(raw)) is None
+    raw[raw.index(b"payload") + 3] ^= 0x01
+    problem = body_crc_problem(raw, 0, len(raw))
+    assert problem is not None and "CRC" in problem
+    with pytest.raises(CorruptRecordError, match="CRC"):
+        check_record(raw, 0, len(raw), check_crc=True)
+    assert body_crc_problem(raw, 0, 40) is not None  # a unit size that cannot hold the record
