@@ -132,13 +132,19 @@ def terminate(pid_file: Path, timeout: float = 15.0) -> int | None:
     pid = running_pid(pid_file)
     if pid is None:
         return None
+    terminate_pid(pid, timeout)
+    return pid
+
+
+def terminate_pid(pid: int, timeout: float = 15.0) -> None:
+    """SIGTERM `pid` (a daemon found without our pid file, e.g. a Java broker) and wait for it to exit;
+    raises LifecycleError if it is still alive after `timeout` seconds."""
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while pid_alive(pid):
         if time.monotonic() > deadline:
             raise LifecycleError(f"pid {pid} still running {timeout:g}s after SIGTERM")
         time.sleep(0.05)
-    return pid
 
 
 # ------------------------------------------------------------------------------------------- daemonize

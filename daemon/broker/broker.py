@@ -114,7 +114,8 @@ class Broker:
         self.config.listen_port = self.server.port  # port 0: the bound one is what we register
         self._start_metrics()
         try:
-            self._open_store()
+            # in a thread: the loop stays free (signals, /healthz's state) while a big store recovers
+            await asyncio.to_thread(self._open_store)
         except BaseException:
             await self.server.stop(grace=0)
             self._stop_metrics()

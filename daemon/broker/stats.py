@@ -115,9 +115,9 @@ class _Rate:
         self.samples: deque[tuple[float, int]] = deque(maxlen=601)
 
     def add(self, n: int, now: float) -> None:
-        self.total += n
         if not self.samples or now - self.samples[-1][0] >= 1.0:
-            self.samples.append((now, self.total))
+            self.samples.append((now, self.total))  # the total before this second's first add
+        self.total += n
 
     def tps(self, window: float, now: float) -> float:
         base = None
@@ -195,7 +195,7 @@ class LatencyHistogram:
             if n and rank <= passed + n:
                 low = self.BOUNDS[i - 1] if i > 0 else 0
                 high = self.BOUNDS[i] if i < len(self.BOUNDS) else max(self.max_us, low)
-                return (low + (high - low) * (rank - passed) / n) / 1000
+                return min(low + (high - low) * (rank - passed) / n, self.max_us) / 1000  # never past the max
             passed += n
         return self.max_us / 1000
 
