@@ -86,13 +86,18 @@ def read_pid(pid_file: Path) -> int | None:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether `pid` runs; a zombie (exited, not yet reaped by its parent) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def running_pid(pid_file: Path) -> int | None:

@@ -163,7 +163,9 @@ def status(
 
 
 def _probe(addr: str) -> dict[str, Any]:
-    """Ask the running NameServer for its cluster and topic tables."""
+    """Ask the running NameServer for its cluster and topic tables; `reachable: false` when whatever
+    holds its port does not answer (the process is still reported)."""
+    from daemon.remoting.errors import RemotingError
     from mqctl.admin.client import Admin, run_admin
 
     async def ask(admin: Admin) -> dict[str, Any]:
@@ -174,7 +176,10 @@ def _probe(addr: str) -> dict[str, Any]:
             "topics": len(await admin.topic_list()),
         }
 
-    return run_admin([addr], ask, timeout=3.0)
+    try:
+        return run_admin([addr], ask, timeout=3.0)
+    except RemotingError:
+        return {"reachable": False}
 
 
 kv = typer.Typer(help="The NameServers' KV config (e.g. ORDER_TOPIC_CONFIG), written to every NameServer.",
