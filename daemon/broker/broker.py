@@ -317,6 +317,7 @@ class Broker:
             "pageCacheLockTimeMills": "0",
             "sendThreadPoolQueueHeadWaitTimeMills": "0",
             "pullThreadPoolQueueHeadWaitTimeMills": "0",
+            "queryThreadPoolQueueHeadWaitTimeMills": "0",
             "earliestMessageTimeStamp": str(store.get_earliest_message_time()),
             "startAcceptSendRequestTimeStamp": settings["startAcceptSendRequestTimeStamp"],
             "remainTransientStoreBufferNumbs": str(2**31 - 1),  # no transient pool: Integer.MAX_VALUE

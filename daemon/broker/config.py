@@ -98,13 +98,14 @@ BROKER_KEYS: dict[str, str] = {
     "aclEnable": "false",
     "storeReplyMessageEnable": "true",
     "autoDeleteUnusedStats": "false",
-    "isolateLogEnable": "false",
 }
 
 #: RocketMQ 4.9.8's MessageStoreConfig keys and defaults (the store's fields implement the ones it uses).
 STORE_KEYS: dict[str, str] = {
     "storePathRootDir": os.path.join(os.path.expanduser("~"), "store"),
     "storePathCommitLog": os.path.join(os.path.expanduser("~"), "store", "commitlog"),
+    "storePathDLedgerCommitLog": "",
+    "readOnlyCommitLogStorePaths": "",
     "mappedFileSizeCommitLog": "1073741824",
     "mappedFileSizeConsumeQueue": "6000000",
     "enableConsumeQueueExt": "false",
@@ -152,6 +153,7 @@ STORE_KEYS: dict[str, str] = {
     "brokerRole": "ASYNC_MASTER",
     "flushDiskType": "ASYNC_FLUSH",
     "syncFlushTimeout": "5000",
+    "slaveTimeout": "3000",
     "messageDelayLevel": "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
     "flushDelayOffsetInterval": "10000",
     "cleanFileForciblyEnable": "true",

@@ -200,7 +200,7 @@ class LatencyHistogram:
         return self.max_us / 1000
 
     def distribution(self) -> str:
-        """`[<=0ms]:N [0~10ms]:N ... [10s~]:N` over the last one to two minutes."""
+        """`[<=0ms]:N [0~10ms]:N ... [10s~]:N ` over the last one to two minutes (Java ends it with a space)."""
         counts = self._counts()
         parts = []
         i = 0
@@ -209,8 +209,8 @@ class LatencyHistogram:
             while i < len(counts) and (upper is None or (i < len(self.BOUNDS) and self.BOUNDS[i] <= upper)):
                 n += counts[i]
                 i += 1
-            parts.append(f"{label}:{n}")
-        return " ".join(parts)
+            parts.append(f"{label}:{n} ")
+        return "".join(parts)
 
 
 class BrokerStats:

@@ -28,7 +28,8 @@ from store.engine import DefaultMessageStore
 from tests.broker.conftest import BrokerHandle, broker_config
 
 #: Every GET_BROKER_RUNTIME_INFO key of a 4.9.8 master with one commit-log path and no delayed messages
-#: (AdminBrokerProcessor.prepareRuntimeInfo + DefaultMessageStore/StoreStatsService.getRuntimeInfo).
+#: (AdminBrokerProcessor.prepareRuntimeInfo + DefaultMessageStore/StoreStatsService.getRuntimeInfo):
+#: the 46 keys a 4.9.3 broker answers, plus 4.9.8's putLatency99/999, plus `commitLogDiskRatio_<path>`.
 RUNTIME_KEYS_498 = {
     "brokerVersionDesc", "brokerVersion", "msgPutTotalYesterdayMorning", "msgPutTotalTodayMorning",
     "msgPutTotalTodayNow", "msgGetTotalYesterdayMorning", "msgGetTotalTodayMorning", "msgGetTotalTodayNow",
@@ -36,6 +37,7 @@ RUNTIME_KEYS_498 = {
     "pullThreadPoolQueueCapacity", "queryThreadPoolQueueSize", "queryThreadPoolQueueCapacity",
     "EndTransactionQueueSize", "EndTransactionThreadPoolQueueCapacity", "dispatchBehindBytes",
     "pageCacheLockTimeMills", "sendThreadPoolQueueHeadWaitTimeMills", "pullThreadPoolQueueHeadWaitTimeMills",
+    "queryThreadPoolQueueHeadWaitTimeMills",
     "earliestMessageTimeStamp", "startAcceptSendRequestTimeStamp", "remainTransientStoreBufferNumbs",
     "remainHowManyDataToFlush", "commitLogDirCapacity", "bootTimestamp", "runtime", "putMessageEntireTimeMax",
     "putMessageTimesTotal", "putMessageSizeTotal", "putMessageDistributeTime", "putMessageAverageSize",
@@ -130,13 +132,13 @@ async def test_runtime_info_has_every_498_key_with_real_values(broker: BrokerHan
     r = await call(broker, RequestCode.GET_BROKER_RUNTIME_INFO)
     table = KVTable.loads(r.body).table
     store_dir = broker.broker.config.commit_log_dir
-    assert RUNTIME_KEYS_498 | {f"commitLogDiskRatio_{store_dir}"} <= set(table)
+    assert set(table) == RUNTIME_KEYS_498 | {f"commitLogDiskRatio_{store_dir}"}  # no more, no fewer
     assert table["putMessageTimesTotal"] == "20" == table["msgPutTotalTodayNow"]
     # a fresh store holds exactly these 20 records: the stored size adds up to the commit log's end
     assert int(table["putMessageSizeTotal"]) == int(table["commitLogMaxOffset"])
     assert float(table["putMessageAverageSize"]) == pytest.approx(int(table["commitLogMaxOffset"]) / 20)
     assert table["putMessageFailedTimes"] == "0"
-    distribution = dict(part.split(":") for part in table["putMessageDistributeTime"].split(" "))
+    distribution = dict(part.split(":") for part in table["putMessageDistributeTime"].split())
     assert next(iter(distribution)) == "[<=0ms]" and [*distribution][-1] == "[10s~]"
     assert sum(int(n) for n in distribution.values()) == 20
     p99, p999 = float(table["putLatency99"]), float(table["putLatency999"])
