@@ -337,7 +337,7 @@ class Broker:
             "putTps": stats.tps_triplet(stats.put),
             "getFoundTps": stats.tps_triplet(stats.get_found),
             "getMissTps": stats.tps_triplet(stats.get_miss),
-            "getTotalTps": stats.tps_triplet(stats.get_calls),
+            "getTotalTps": stats.tps_triplet(stats.get_found, stats.get_miss),
             "getTransferedTps": stats.tps_triplet(stats.get),
             "putLatency99": f"{stats.put_latency.percentile_ms(0.99):.2f}",
             "putLatency999": f"{stats.put_latency.percentile_ms(0.999):.2f}",

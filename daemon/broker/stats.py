@@ -226,7 +226,9 @@ class BrokerStats:
         self.get = _Rate()
         self.get_found = _Rate()
         self.get_miss = _Rate()
-        self.get_calls = _Rate()
+        #: The items each put/pull updates, by topic and by (group, topic, queue): built once.
+        self._put_items: dict[str, tuple[StatsItem, StatsItem, StatsItem]] = {}
+        self._get_items: dict[tuple[str, str, int], tuple[StatsItem, StatsItem, StatsItem, StatsItem]] = {}
         self.put_size_total = 0
         self.put_failed = 0
         self.get_max_us = 0
@@ -237,13 +239,12 @@ class BrokerStats:
         self.get_today_morning = self.get_yesterday_morning = 0
         self._day = datetime.date.today()
 
-    def _add(self, name: str, key: str, value: int, times: int, now: float) -> None:
+    def _item(self, name: str, key: str, now: float) -> StatsItem:
         table = self.items[name]
         item = table.get(key)
         if item is None:
             item = table[key] = StatsItem(now)
-        item.value += value
-        item.times += times
+        return item
 
     def on_put(self, topic: str, count: int = 1, size: int = 0, elapsed_ns: int | None = None) -> None:
         """`count` messages of `topic` stored in one put of `size` bytes, taking `elapsed_ns`."""
@@ -251,9 +252,19 @@ class BrokerStats:
             now = self._now()
             self.put.add(count, now)
             self.put_size_total += size
-            self._add(TOPIC_PUT_NUMS, topic, count, 1, now)
-            self._add(TOPIC_PUT_SIZE, topic, size, 1, now)
-            self._add(BROKER_PUT_NUMS, self.cluster_name, count, 0, now)
+            items = self._put_items.get(topic)
+            if items is None:  # once per topic: the hot path formats no key and looks up one dict
+                items = self._put_items[topic] = (
+                    self._item(TOPIC_PUT_NUMS, topic, now),
+                    self._item(TOPIC_PUT_SIZE, topic, now),
+                    self._item(BROKER_PUT_NUMS, self.cluster_name, now),
+                )
+            nums, sizes, broker = items
+            nums.value += count
+            nums.times += 1
+            sizes.value += size
+            sizes.times += 1
+            broker.value += count
             if elapsed_ns is not None:
                 self.put_latency.record(elapsed_ns // 1000)
 
@@ -265,29 +276,40 @@ class BrokerStats:
         self, group: str, topic: str, queue_id: int, count: int, size: int = 0, elapsed_ns: int = 0
     ) -> None:
         """One pull that found `count` messages (`size` bytes); `elapsed_ns` the read took."""
-        key = stats_key(topic, group)
         with self._lock:
             now = self._now()
             self.get.add(count, now)
             self.get_found.add(1, now)
-            self.get_calls.add(1, now)
             self.get_max_us = max(self.get_max_us, elapsed_ns // 1000)
-            self._add(GROUP_GET_NUMS, key, count, 1, now)
-            self._add(GROUP_GET_SIZE, key, size, 1, now)
-            self._add(GROUP_GET_LATENCY, f"{queue_id}@{key}", elapsed_ns // 1_000_000, 1, now)
-            self._add(BROKER_GET_NUMS, self.cluster_name, count, 0, now)
+            items = self._get_items.get((group, topic, queue_id))
+            if items is None:
+                key = stats_key(topic, group)
+                items = self._get_items[(group, topic, queue_id)] = (
+                    self._item(GROUP_GET_NUMS, key, now),
+                    self._item(GROUP_GET_SIZE, key, now),
+                    self._item(GROUP_GET_LATENCY, f"{queue_id}@{key}", now),
+                    self._item(BROKER_GET_NUMS, self.cluster_name, now),
+                )
+            nums, sizes, latency, broker = items
+            nums.value += count
+            nums.times += 1
+            sizes.value += size
+            sizes.times += 1
+            latency.value += elapsed_ns // 1_000_000
+            latency.times += 1
+            broker.value += count
 
     def on_get_miss(self) -> None:
         """A pull that found nothing (getMissTps)."""
         with self._lock:
-            now = self._now()
-            self.get_miss.add(1, now)
-            self.get_calls.add(1, now)
+            self.get_miss.add(1, self._now())
 
     def on_send_back(self, group: str, topic: str) -> None:
         """A consumer sent a message of `topic` back for retry (SNDBCK_PUT_NUMS, key `topic@group`)."""
         with self._lock:
-            self._add(SNDBCK_PUT_NUMS, stats_key(topic, group), 1, 1, self._now())
+            item = self._item(SNDBCK_PUT_NUMS, stats_key(topic, group), self._now())
+            item.value += 1
+            item.times += 1
 
     def sample(self) -> None:
         """Move every item's windows (every `SAMPLE_PERIOD` s) and the latency minute."""
@@ -326,6 +348,7 @@ class BrokerStats:
         with self._lock:
             return rate.tps(window, self._now())
 
-    def tps_triplet(self, rate: _Rate) -> str:
-        """`putTps`/`getTransferedTps` format: 10 s, 1 min and 10 min averages."""
-        return " ".join(f"{self.tps(rate, w):.2f}" for w in (10, 60, 600))
+    def tps_triplet(self, *rates: _Rate) -> str:
+        """`putTps`/`getTransferedTps` format: 10 s, 1 min and 10 min averages (of the rates' sum:
+        getTotalTps is found + miss, as Java adds them)."""
+        return " ".join(f"{sum(self.tps(rate, w) for rate in rates):.2f}" for w in (10, 60, 600))
