@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import shutil
 import time
 import zlib
@@ -321,8 +322,8 @@ class Broker:
             "earliestMessageTimeStamp": str(store.get_earliest_message_time()),
             "startAcceptSendRequestTimeStamp": settings["startAcceptSendRequestTimeStamp"],
             "remainTransientStoreBufferNumbs": str(2**31 - 1),  # no transient pool: Integer.MAX_VALUE
-            "remainHowManyDataToFlush": str(max(0, store.max_phy_offset - store.flushed_phy_offset)),
-            "commitLogDirCapacity": _capacity(config.store_path_root_dir),
+            "remainHowManyDataToFlush": human_bytes(max(0, store.max_phy_offset - store.flushed_phy_offset)),
+            "commitLogDirCapacity": _capacity(config.commit_log_dir),
             # StoreStatsService
             "bootTimestamp": str(self.boot_timestamp),
             "runtime": _uptime(self.boot_timestamp),
@@ -468,12 +469,22 @@ def disk_usage_ratio(path: str) -> float:
     return usage.used / usage.total if usage.total else 0.0
 
 
+def human_bytes(n: int) -> str:
+    """Java's `MixAll.humanReadableByteCount(n, false)`: `1134` -> `1.1 KiB`, `0` -> `0 B` (the text
+    exporters parse in `remainHowManyDataToFlush` and `commitLogDirCapacity`)."""
+    if n < 1024:
+        return f"{n} B"
+    exp = min(int(math.log(n) / math.log(1024)), 6)
+    return f"{n / 1024**exp:.1f} {'KMGTPE'[exp - 1]}iB"
+
+
 def _capacity(path: str) -> str:
+    """`Total : 252.0 GiB, Free : 66.6 GiB.` of the file system holding `path`."""
     try:
         usage = shutil.disk_usage(path)
     except OSError:
-        return "Total : 0 GiB, Free : 0 GiB."
-    return f"Total : {usage.total / 2**30:.2f} GiB, Free : {usage.free / 2**30:.2f} GiB."
+        return f"Total : {human_bytes(0)}, Free : {human_bytes(0)}."
+    return f"Total : {human_bytes(usage.total)}, Free : {human_bytes(usage.free)}."
 
 
 def _uptime(boot_ms: int) -> str:

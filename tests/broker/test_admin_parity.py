@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import time
 import urllib.error
 import urllib.request
@@ -26,6 +27,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from store.engine import DefaultMessageStore
 from tests.broker.conftest import BrokerHandle, broker_config
+from tests.broker.test_broker_golden import GOLDEN
 
 #: Every GET_BROKER_RUNTIME_INFO key of a 4.9.8 master with one commit-log path and no delayed messages
 #: (AdminBrokerProcessor.prepareRuntimeInfo + DefaultMessageStore/StoreStatsService.getRuntimeInfo):
@@ -45,6 +47,21 @@ RUNTIME_KEYS_498 = {
     "getMissTps", "getTotalTps", "getTransferedTps", "putLatency99", "putLatency999", "commitLogDiskRatio",
     "consumeQueueDiskRatio", "commitLogMinOffset", "commitLogMaxOffset",
 }  # fmt: skip
+
+
+def golden_runtime_keys() -> set[str]:
+    """The keys of the GET_BROKER_RUNTIME_INFO table a real 4.9.8 broker answered (golden-frames.md)."""
+    text = GOLDEN.read_text()
+    section = text.split("\n## 28 GET_BROKER_RUNTIME_INFO\n", 1)[1].split("\n## ", 1)[0]
+    body = re.search(r"Response body:\n```\n(.*?)\n```", section, re.S)
+    assert body is not None
+    return set(fastjson.loads(body.group(1))["table"])
+
+
+@pytest.mark.skipif(not GOLDEN.exists(), reason="golden frames not available")
+def test_the_runtime_key_list_is_the_recorded_brokers() -> None:
+    path_key = "commitLogDiskRatio_<storePathRootDir>/commitlog"
+    assert golden_runtime_keys() == RUNTIME_KEYS_498 | {path_key}
 
 
 def java_request(code: int, ext: dict[str, str] | None = None, body: bytes = b"") -> RemotingCommand:
@@ -150,6 +167,11 @@ async def test_runtime_info_has_every_498_key_with_real_values(broker: BrokerHan
         table["sendThreadPoolQueueCapacity"] == "10000" and table["pullThreadPoolQueueCapacity"] == "100000"
     )
     assert table["remainTransientStoreBufferNumbs"] == str(2**31 - 1)
+    # Java's humanReadableByteCount texts, which exporters parse: "1.1 KiB", "Total : 252.0 GiB, Free : 66.6 GiB."
+    assert re.fullmatch(r"\d+ B|\d+\.\d [KMGTPE]iB", table["remainHowManyDataToFlush"])
+    assert re.fullmatch(
+        r"Total : \d+\.\d [KMGTPE]iB, Free : \d+\.\d [KMGTPE]iB\.", table["commitLogDirCapacity"]
+    )
     assert table[f"commitLogDiskRatio_{store_dir}"] == table["commitLogDiskRatio"]
 
 
