@@ -102,7 +102,7 @@ class StatsItem:
                 "sum": total,
                 "tps": total / max(now - first.at, 1.0),
             }
-        return out
+        return dict(sorted(out.items()))  # statsDay, statsHour, statsMinute: fastjson's field order
 
 
 class _Rate:

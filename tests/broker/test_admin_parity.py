@@ -89,6 +89,13 @@ async def test_view_broker_stats_data_counts_puts_gets_and_send_backs(broker: Br
     back = ConsumerSendMsgBackRequestHeader(0, "StatG", 0, origin_topic="StatT").to_ext_fields()
     assert (await call(broker, RequestCode.CONSUMER_SEND_MSG_BACK, dict(back))).code == ResponseCode.SUCCESS
 
+    raw = await call(
+        broker, RequestCode.VIEW_BROKER_STATS_DATA, {"statsName": TOPIC_PUT_NUMS, "statsKey": "StatT"}
+    )
+    assert re.fullmatch(  # BrokerStatsData as fastjson writes it: fields sorted, sum a long, the rest doubles
+        rb'\{"statsDay":\{"avgpt":1\.0,"sum":5,"tps":[0-9.e-]+\},"statsHour":\{.*\},"statsMinute":\{.*\}\}',
+        raw.body,
+    )
     puts = await stats_data(broker, TOPIC_PUT_NUMS, "StatT")
     assert set(puts) == {"statsMinute", "statsHour", "statsDay"}
     for window in puts.values():
