@@ -105,7 +105,7 @@ def stop(
     """Stop the broker running on a store, whoever started it (found by pid file, store lock or port):
     SIGTERM, then wait for a clean shutdown."""
     from daemon.lifecycle import LifecycleError, terminate_pid
-    from mqctl.errors import MqctlError
+    from mqctl.errors import ConflictError, MqctlError
     from mqctl.output import stderr_console
 
     cfg = load(config, {"store_path_root_dir": str(store) if store else None})
@@ -117,6 +117,11 @@ def stop(
         raise MqctlError(
             f"port {cfg.listen_port} is open but its process cannot be identified",
             hint="stop it as the user that started it",
+        )
+    if not running.stoppable("BrokerStartup", "broker"):
+        raise ConflictError(
+            f"port {cfg.listen_port} is held by pid {running.pid} ({running.process}), which does not look "
+            "like a broker: not stopping it"
         )
     try:
         terminate_pid(running.pid, timeout)

@@ -103,7 +103,7 @@ def stop(
 ) -> None:
     """Stop the NameServer of a data dir or its listen port, whoever started it (SIGTERM, then wait)."""
     from daemon.lifecycle import LifecycleError, terminate_pid
-    from mqctl.errors import MqctlError, NotFoundError
+    from mqctl.errors import ConflictError, MqctlError, NotFoundError
     from mqctl.output import stderr_console
 
     config = _load(config_file, data)
@@ -114,6 +114,11 @@ def stop(
         raise MqctlError(
             f"port {config.listen_port} is open but its process cannot be identified",
             hint="stop it as the user that started it",
+        )
+    if not running.stoppable("NamesrvStartup", "namesrv"):
+        raise ConflictError(
+            f"port {config.listen_port} is held by pid {running.pid} ({running.process}), which does not look "
+            "like a NameServer: not stopping it"
         )
     try:
         terminate_pid(running.pid, timeout)

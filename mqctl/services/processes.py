@@ -29,6 +29,20 @@ class Running:
     def fields(self) -> dict[str, object]:
         return {"pid": self.pid, "detected_by": self.detected_by, "process": self.process}
 
+    def stoppable(self, *markers: str) -> bool:
+        """Whether `stop` may signal it: found by our pid file or the store lock (it is the daemon of
+        that store), or found by the port and its command line names the daemon (one of `markers`,
+        e.g. `BrokerStartup`); a stranger that happens to hold the port is left alone."""
+        if self.pid is None:
+            return False
+        if self.detected_by != "port":
+            return True
+        try:
+            args = Path(f"/proc/{self.pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            return False
+        return any(marker in arg for arg in args for marker in markers)
+
 
 def process_name(pid: int) -> str | None:
     """`comm` of `pid`, plus the main class of a JVM (`java org.apache.rocketmq.broker.BrokerStartup`)."""

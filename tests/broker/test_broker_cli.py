@@ -127,6 +127,9 @@ def test_status_finds_whatever_listens_on_the_brokers_port(
     status = cli("broker", "status", "-c", str(broker_conf), "-o", "json")
     assert status.code == 0, status.stderr
     assert (status.json()["pid"], status.json()["detected_by"]) == (proc.pid, "port")
+    refused = cli("broker", "stop", "-c", str(broker_conf))  # a stranger on the port: not ours to stop
+    assert refused.code == 4 and "does not look like a broker" in refused.stderr
+    assert proc.poll() is None
 
 
 def test_namesrv_status_finds_a_namesrv_by_its_port(
