@@ -178,6 +178,7 @@ def _probe(addr: str) -> dict[str, Any]:
         "version": table.get("brokerVersionDesc"),
         "put_tps": table.get("putTps", "").split(" ")[0],
         "get_tps": table.get("getTransferedTps", "").split(" ")[0],
+        "put_latency_99_ms": table.get("putLatency99"),
         "commit_log_max_offset": int(table.get("commitLogMaxOffset", "0")),
         "disk_ratio": float(table.get("commitLogDiskRatio", "0")),
         "uptime": table.get("runtime"),
