@@ -17,7 +17,7 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +45,39 @@ def camel_case(name: str) -> str:
 def property_key(f: dataclasses.Field[Any]) -> str:
     """The RocketMQ key a field is read from and printed as."""
     return str(f.metadata.get("key") or camel_case(f.name))
+
+
+@dataclasses.dataclass
+class RocketMQKeys:
+    """Mixin of a daemon config that knows RocketMQ's whole key set.
+
+    ``ROCKETMQ_DEFAULTS`` (data, set by the subclass) lists every key RocketMQ 4.9.8 defines for the
+    daemon with its default. Keys a field implements take the field's value; the others are accepted
+    but inert: a file or UPDATE_*_CONFIG may set them (kept as text in ``rocketmq_inert``, persisted
+    and reported back), they load without a warning, and GET_*_CONFIG reports them, so tools that
+    export or diff configs see RocketMQ's set.
+    """
+
+    ROCKETMQ_DEFAULTS: ClassVar[Mapping[str, str]] = {}
+    rocketmq_inert: dict[str, str] = dataclasses.field(default_factory=dict, metadata={"internal": True})
+
+    def inert_keys(self) -> dict[str, str]:
+        """Every accepted-but-inert key with its value (set, else RocketMQ's default)."""
+        implemented = {property_key(f) for f in dataclasses.fields(self)}
+        return {
+            key: self.rocketmq_inert.get(key, default)
+            for key, default in self.ROCKETMQ_DEFAULTS.items()
+            if key not in implemented
+        }
+
+
+def _fields(cls_or_obj: Any) -> list[dataclasses.Field[Any]]:
+    """The fields that are settings (not the inert-key store)."""
+    return [f for f in dataclasses.fields(cls_or_obj) if not f.metadata.get("internal")]
+
+
+def _inert_defaults(cls_or_obj: Any) -> Mapping[str, str]:
+    return getattr(cls_or_obj, "ROCKETMQ_DEFAULTS", {})
 
 
 def parse_properties(text: str) -> dict[str, str]:
@@ -79,12 +112,16 @@ def update_properties(text: str, updates: Mapping[str, str]) -> str:
     i = 0
     while i < len(lines):
         start = i
-        while lines[i].rstrip().endswith("\\") and not lines[i].rstrip().endswith("\\\\") and i + 1 < len(lines):
+        while (
+            lines[i].rstrip().endswith("\\") and not lines[i].rstrip().endswith("\\\\") and i + 1 < len(lines)
+        ):
             i += 1  # a value continued on the next line belongs to the same key
         logical = lines[start : i + 1]
         i += 1
         stripped = logical[0].strip()
-        key = re.split(r"\s*[=:\s]", stripped, maxsplit=1)[0] if stripped and stripped[0] not in "#!" else None
+        key = (
+            re.split(r"\s*[=:\s]", stripped, maxsplit=1)[0] if stripped and stripped[0] not in "#!" else None
+        )
         if key in updates:
             if key in pending:
                 out.append(f"{key}={updates[key]}")
@@ -153,9 +190,11 @@ def load_config(
     if not dataclasses.is_dataclass(cls):
         raise TypeError(f"{cls!r} is not a dataclass")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    fields = {f.name: f for f in _fields(cls) if f.init}
     by_key = {property_key(f): f.name for f in fields.values()}
+    known = _inert_defaults(cls)
     values: dict[str, object] = {}
+    inert: dict[str, str] = {}
     if file is not None:
         path = Path(file)
         try:
@@ -165,9 +204,14 @@ def load_config(
         for key, raw in parse_properties(text).items():
             name = by_key.get(key) or (snake_case(key) if snake_case(key) in fields else None)
             if name is None:
-                log.warning("%s: ignoring unknown key %r", path, key)
+                if key in known:
+                    inert[key] = raw  # RocketMQ's key, not acted on: kept and reported back
+                else:
+                    log.warning("%s: ignoring unknown key %r", path, key)
                 continue
             values[name] = coerce(raw, hints[name], source=f"{path}: {key}")
+    if inert:
+        values["rocketmq_inert"] = inert
     env = os.environ if environ is None else environ
     for name in fields:
         var = env_prefix + name.upper()
@@ -187,11 +231,16 @@ def coerce_properties(config: object, props: Mapping[str, str], *, ignore_unknow
     UPDATE_NAMESRV_CONFIG). Unknown keys are skipped with ``ignore_unknown`` (the broker, as Java's
     does) or refused; either refusal and a bad value raise :class:`ConfigError`."""
     hints = typing.get_type_hints(type(config))
-    by_key = {property_key(f): f.name for f in dataclasses.fields(config)}  # type: ignore[arg-type]
+    by_key = {property_key(f): f.name for f in _fields(config)}
+    known = _inert_defaults(config)
     values: dict[str, object] = {}
     for key, raw in props.items():
         name = by_key.get(key)
         if name is None:
+            if key in known:  # accepted and kept, though nothing acts on it
+                inert = values.setdefault("rocketmq_inert", dict(getattr(config, "rocketmq_inert", {})))
+                inert[key] = raw  # type: ignore[index]
+                continue
             if ignore_unknown:
                 continue
             raise ConfigError(f"unknown config key {key!r}")
@@ -210,12 +259,16 @@ def write_atomically(path: Path, data: bytes) -> None:
     os.replace(tmp, path)
 
 
-def to_properties(obj: object) -> str:
-    """Render a config object as a RocketMQ properties file (what ``--print-config`` shows)."""
+INERT_HEADER = "# accepted for RocketMQ compatibility, inert: mqctl does not act on the keys below"
+
+
+def to_properties(obj: object, *, mark_inert: bool = False) -> str:
+    """Render a config object as a RocketMQ properties file: every setting, then RocketMQ's keys that
+    are accepted but inert (``--print-config`` heads them with ``INERT_HEADER`` when ``mark_inert``)."""
     if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         raise TypeError(f"{obj!r} is not a dataclass instance")
     lines = []
-    for f in dataclasses.fields(obj):
+    for f in _fields(obj):
         value = getattr(obj, f.name)
         if isinstance(value, bool):
             text = "true" if value else "false"
@@ -226,4 +279,9 @@ def to_properties(obj: object) -> str:
         else:
             text = str(value)
         lines.append(f"{property_key(f)}={text}")
+    if isinstance(obj, RocketMQKeys):
+        inert = obj.inert_keys()
+        if inert and mark_inert:
+            lines.append(INERT_HEADER)
+        lines.extend(f"{key}={value}" for key, value in inert.items())
     return "\n".join(lines) + "\n"

@@ -86,13 +86,18 @@ def read_pid(pid_file: Path) -> int | None:
 
 
 def pid_alive(pid: int) -> bool:
+    """Whether `pid` runs; a zombie (exited, not yet reaped by its parent) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def running_pid(pid_file: Path) -> int | None:
@@ -132,13 +137,19 @@ def terminate(pid_file: Path, timeout: float = 15.0) -> int | None:
     pid = running_pid(pid_file)
     if pid is None:
         return None
+    terminate_pid(pid, timeout)
+    return pid
+
+
+def terminate_pid(pid: int, timeout: float = 15.0) -> None:
+    """SIGTERM `pid` (a daemon found without our pid file, e.g. a Java broker) and wait for it to exit;
+    raises LifecycleError if it is still alive after `timeout` seconds."""
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while pid_alive(pid):
         if time.monotonic() > deadline:
             raise LifecycleError(f"pid {pid} still running {timeout:g}s after SIGTERM")
         time.sleep(0.05)
-    return pid
 
 
 # ------------------------------------------------------------------------------------------- daemonize

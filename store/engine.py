@@ -22,6 +22,7 @@ import contextlib
 import fcntl
 import logging
 import os
+import struct
 import sys
 import threading
 from collections.abc import Container, Iterator, Sequence
@@ -130,6 +131,27 @@ def ensure_unlocked(root: str) -> None:
         except FileNotFoundError:
             return
         _drop_lock(fd)
+
+
+_FLOCK = struct.Struct("@hhqqi4x")  # struct flock on Linux (64-bit off_t): type, whence, start, len, pid
+
+
+def lock_holder(root: str) -> int | None:
+    """Pid of the process holding the store's lock (any broker, ours or Java's: both lock byte 0 of
+    ``root/lock`` with a POSIX record lock); None when the store is free or has no lock file.
+    Reads the lock table only (F_GETLK): takes nothing, writes nothing."""
+    try:
+        fd = os.open(os.path.join(root, "lock"), os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        query = _FLOCK.pack(fcntl.F_WRLCK, os.SEEK_SET, 0, 1, 0)
+        lock_type, _, _, _, pid = _FLOCK.unpack(fcntl.fcntl(fd, fcntl.F_GETLK, query))
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return pid if lock_type != fcntl.F_UNLCK else None
 
 
 @contextlib.contextmanager

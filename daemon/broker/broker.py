@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import shutil
 import time
 import zlib
@@ -25,9 +26,9 @@ from daemon.broker.managers.consumers import ConsumerGroupInfo, ConsumerManager
 from daemon.broker.managers.groups import SubscriptionGroupManager
 from daemon.broker.managers.locks import RebalanceLockManager
 from daemon.broker.managers.producers import ProducerManager
-from daemon.broker.managers.topics import TopicConfigManager
+from daemon.broker.managers.topics import SCHEDULE_TOPIC, TopicConfigManager
 from daemon.broker.schedule import ScheduleMessageService
-from daemon.broker.stats import BrokerStats
+from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
 from daemon.remoting.bodies import PermName, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
@@ -78,7 +79,7 @@ class Broker:
         self.consumers = ConsumerManager()
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
-        self.stats = BrokerStats()
+        self.stats = BrokerStats(config.broker_cluster_name)
         self.hold: PullRequestHoldService
         self.schedule: ScheduleMessageService
         self.transactions: TransactionService
@@ -93,6 +94,8 @@ class Broker:
         self._flush_pool: ThreadPoolExecutor | None = None
         self._metrics_stop: Callable[[], None] | None = None
         self._started = False
+        #: "starting" until the store is recovered and the port accepts, then "serving" (/healthz).
+        self.state = "starting"
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -101,13 +104,22 @@ class Broker:
         return self.config.broker_addr
 
     async def start(self) -> None:
+        """Bind the port (connections are refused: nothing listens yet), recover the store, then accept.
+
+        Like the Java broker, the port opens only once the broker can serve: a TCP readiness probe and
+        the first client requests see a refused connection while the store recovers, never a request
+        that times out. `/healthz` answers meanwhile with `starting` (503).
+        """
         self._loop = asyncio.get_running_loop()
-        await self.server.start()
+        await self.server.start(serve=False)
         self.config.listen_port = self.server.port  # port 0: the bound one is what we register
+        self._start_metrics()
         try:
-            self._open_store()
+            # in a thread: the loop stays free (signals, /healthz's state) while a big store recovers
+            await asyncio.to_thread(self._open_store)
         except BaseException:
             await self.server.stop(grace=0)
+            self._stop_metrics()
             raise
         self._register_processors()
         self.server.on_connection_closed(self._connection_closed)
@@ -121,18 +133,10 @@ class Broker:
                 name="offset-persist",
             ),
             asyncio.create_task(self._registration_loop(), name="namesrv-register"),
+            asyncio.create_task(self._every(SAMPLE_PERIOD, self.stats.sample), name="stats-sample"),
         ]
-        if self.config.metrics_enable:
-            from daemon.broker.metrics import start_metrics_server
-
-            try:
-                self.metrics_port, self._metrics_stop = start_metrics_server(
-                    self, self.config.metrics_port, self.config.metrics_host or self.config.listen_host
-                )
-                # port 0: report the bound one (mqctl top reads it)
-                self.config.metrics_port = self.metrics_port
-            except OSError as exc:  # metrics are an aid: a taken port must not keep the broker down
-                log.error("metrics endpoint not started on port %d: %s", self.config.metrics_port, exc)
+        await self.server.serve()
+        self.state = "serving"
         self._started = True
         await self.register_all()  # at start, like Java; then every registerNameServerPeriod
         log.info(
@@ -142,6 +146,25 @@ class Broker:
             self.addr,
             self.config.store_path_root_dir,
         )
+
+    def _start_metrics(self) -> None:
+        if not self.config.metrics_enable:
+            return
+        from daemon.broker.metrics import start_metrics_server
+
+        try:
+            self.metrics_port, self._metrics_stop = start_metrics_server(
+                self, self.config.metrics_port, self.config.metrics_host or self.config.listen_host
+            )
+            # port 0: report the bound one (mqctl top reads it)
+            self.config.metrics_port = self.metrics_port
+        except OSError as exc:  # metrics are an aid: a taken port must not keep the broker down
+            log.error("metrics endpoint not started on port %d: %s", self.config.metrics_port, exc)
+
+    def _stop_metrics(self) -> None:
+        if self._metrics_stop is not None:
+            self._metrics_stop()
+            self._metrics_stop = None
 
     def _open_store(self) -> None:
         """Open and start the store and everything kept in it; on failure the store is closed again."""
@@ -177,6 +200,7 @@ class Broker:
         if not self._started:
             return
         self._started = False
+        self.state = "stopping"
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
@@ -191,8 +215,7 @@ class Broker:
         await self.hold.stop()
         await self.server.stop(grace=2.0)
         await self.client.close()
-        if self._metrics_stop is not None:
-            self._metrics_stop()
+        self._stop_metrics()
         if self._flush_pool is not None:
             self._flush_pool.shutdown(wait=True)
         self.store.shutdown()  # persists offsets and delay offsets too
@@ -261,43 +284,75 @@ class Broker:
             loop.call_soon_threadsafe(self.hold.notify, topic, queue_id, max_offset)
 
     def runtime_info(self) -> dict[str, str]:
-        """GET_BROKER_RUNTIME_INFO table; mqadmin needs at least `putTps` and `getTransferedTps`."""
-        store = self.store
-        put_total, get_total = self.stats.put.total, self.stats.get.total
+        """GET_BROKER_RUNTIME_INFO: every key 4.9.8 returns (BrokerController's thread pools and totals,
+        DefaultMessageStore's and StoreStatsService's figures). mqadmin needs at least `putTps` and
+        `getTransferedTps`. Pools we do not have report an empty queue and their configured capacity."""
+        store, stats, config = self.store, self.stats, self.config
+        settings = {**config.ROCKETMQ_DEFAULTS, **config.inert_keys()}
         # the ratio the store's watermarks act on (a test's simulated disk level shows here too)
         usage = (
             store.disk_ratio()
             if isinstance(store, RetentionStore)
-            else disk_usage_ratio(self.config.store_path_root_dir)
+            else disk_usage_ratio(config.store_path_root_dir)
         )
-        return {
+        put_times = stats.put.total
+        send_queue = self._flush_pool._work_queue.qsize() if self._flush_pool is not None else 0
+        info = {
             "brokerVersionDesc": "V4_9_8",
             "brokerVersion": str(int(Version.V4_9_8)),
-            "msgPutTotalYesterdayMorning": "0",
-            "msgPutTotalTodayMorning": "0",
-            "msgPutTotalTodayNow": str(put_total),
-            "msgGetTotalYesterdayMorning": "0",
-            "msgGetTotalTodayMorning": "0",
-            "msgGetTotalTodayNow": str(get_total),
-            "putTps": self.stats.tps_triplet(self.stats.put),
-            "getTransferedTps": self.stats.tps_triplet(self.stats.get),
-            "sendThreadPoolQueueSize": "0",
+            "msgPutTotalYesterdayMorning": str(stats.put_yesterday_morning),
+            "msgPutTotalTodayMorning": str(stats.put_today_morning),
+            "msgPutTotalTodayNow": str(put_times),
+            "msgGetTotalYesterdayMorning": str(stats.get_yesterday_morning),
+            "msgGetTotalTodayMorning": str(stats.get_today_morning),
+            "msgGetTotalTodayNow": str(stats.get.total),
+            "sendThreadPoolQueueSize": str(send_queue),
+            "sendThreadPoolQueueCapacity": settings["sendThreadPoolQueueCapacity"],
             "pullThreadPoolQueueSize": str(self.hold.parked),
+            "pullThreadPoolQueueCapacity": settings["pullThreadPoolQueueCapacity"],
+            "queryThreadPoolQueueSize": "0",
+            "queryThreadPoolQueueCapacity": settings["queryThreadPoolQueueCapacity"],
+            "EndTransactionQueueSize": "0",
+            "EndTransactionThreadPoolQueueCapacity": settings["endTransactionPoolQueueCapacity"],
+            "dispatchBehindBytes": "0",  # the store dispatches each put before answering it
+            "pageCacheLockTimeMills": "0",
             "sendThreadPoolQueueHeadWaitTimeMills": "0",
             "pullThreadPoolQueueHeadWaitTimeMills": "0",
-            "pageCacheLockTimeMills": "0",
+            "queryThreadPoolQueueHeadWaitTimeMills": "0",
             "earliestMessageTimeStamp": str(store.get_earliest_message_time()),
+            "startAcceptSendRequestTimeStamp": settings["startAcceptSendRequestTimeStamp"],
+            "remainTransientStoreBufferNumbs": str(2**31 - 1),  # no transient pool: Integer.MAX_VALUE
+            "remainHowManyDataToFlush": human_bytes(max(0, store.max_phy_offset - store.flushed_phy_offset)),
+            "commitLogDirCapacity": _capacity(config.commit_log_dir),
+            # StoreStatsService
+            "bootTimestamp": str(self.boot_timestamp),
+            "runtime": _uptime(self.boot_timestamp),
+            "putMessageEntireTimeMax": str(stats.put_latency.max_us // 1000),
+            "putMessageTimesTotal": str(put_times),
+            "putMessageSizeTotal": str(stats.put_size_total),
+            "putMessageDistributeTime": stats.put_latency.distribution(),
+            "putMessageAverageSize": str(stats.put_size_total / put_times if put_times else 0.0),
+            "putMessageFailedTimes": str(stats.put_failed),
+            "dispatchMaxBuffer": "0",
+            "getMessageEntireTimeMax": str(stats.get_max_us // 1000),
+            "putTps": stats.tps_triplet(stats.put),
+            "getFoundTps": stats.tps_triplet(stats.get_found),
+            "getMissTps": stats.tps_triplet(stats.get_miss),
+            "getTotalTps": stats.tps_triplet(stats.get_found, stats.get_miss),
+            "getTransferedTps": stats.tps_triplet(stats.get),
+            "putLatency99": f"{stats.put_latency.percentile_ms(0.99):.2f}",
+            "putLatency999": f"{stats.put_latency.percentile_ms(0.999):.2f}",
+            # DefaultMessageStore
+            f"commitLogDiskRatio_{config.commit_log_dir}": str(usage),
             "commitLogDiskRatio": str(usage),  # Java prints the double as is: "0.35"
             "consumeQueueDiskRatio": str(usage),
             "commitLogMinOffset": str(store.min_phy_offset),
             "commitLogMaxOffset": str(store.max_phy_offset),
-            "bootTimestamp": str(self.boot_timestamp),
-            "runtime": _uptime(self.boot_timestamp),
-            "dispatchBehindBytes": "0",
-            "remainHowManyDataToFlush": "0",
-            "commitLogDirCapacity": _capacity(self.config.store_path_root_dir),
-            "startAcceptSendRequestTimeStamp": "0",
         }
+        for level, offset in sorted(self.schedule.offsets.items()):
+            queue_max = store.get_max_offset(SCHEDULE_TOPIC, level - 1)
+            info[f"scheduleMessageOffset_{level}"] = f"{offset},{queue_max}"
+        return info
 
     # ------------------------------------------------------------------ client notifications
 
@@ -414,12 +469,22 @@ def disk_usage_ratio(path: str) -> float:
     return usage.used / usage.total if usage.total else 0.0
 
 
+def human_bytes(n: int) -> str:
+    """Java's `MixAll.humanReadableByteCount(n, false)`: `1134` -> `1.1 KiB`, `0` -> `0 B` (the text
+    exporters parse in `remainHowManyDataToFlush` and `commitLogDirCapacity`)."""
+    if n < 1024:
+        return f"{n} B"
+    exp = min(int(math.log(n) / math.log(1024)), 6)
+    return f"{n / 1024**exp:.1f} {'KMGTPE'[exp - 1]}iB"
+
+
 def _capacity(path: str) -> str:
+    """`Total : 252.0 GiB, Free : 66.6 GiB.` of the file system holding `path`."""
     try:
         usage = shutil.disk_usage(path)
     except OSError:
-        return "Total : 0 GiB, Free : 0 GiB."
-    return f"Total : {usage.total / 2**30:.2f} GiB, Free : {usage.free / 2**30:.2f} GiB."
+        return f"Total : {human_bytes(0)}, Free : {human_bytes(0)}."
+    return f"Total : {human_bytes(usage.total)}, Free : {human_bytes(usage.free)}."
 
 
 def _uptime(boot_ms: int) -> str:

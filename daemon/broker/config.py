@@ -8,13 +8,179 @@ import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-from daemon.config import load_config
+from daemon.config import RocketMQKeys, load_config
 from daemon.remoting.limits import RemotingLimits
+from daemon.rocketmq_keys import CPUS, NETTY_CLIENT_KEYS, NETTY_SERVER_KEYS
 from store.config import StoreConfig
 
 #: Default port of the Prometheus endpoint (`metricsPort`); RocketMQ 5's exporter uses the same.
 DEFAULT_METRICS_PORT = 5557
+
+#: RocketMQ 4.9.8's BrokerConfig keys and defaults (those a field implements report the field's value).
+BROKER_KEYS: dict[str, str] = {
+    "rocketmqHome": os.environ.get("ROCKETMQ_HOME", ""),
+    "namesrvAddr": "",
+    "brokerIP1": "",
+    "brokerIP2": "",
+    "brokerName": "",
+    "brokerClusterName": "DefaultCluster",
+    "brokerId": "0",
+    "brokerPermission": "6",
+    "defaultTopicQueueNums": "8",
+    "autoCreateTopicEnable": "true",
+    "clusterTopicEnable": "true",
+    "brokerTopicEnable": "true",
+    "autoCreateSubscriptionGroup": "true",
+    "messageStorePlugIn": "",
+    "msgTraceTopicName": "RMQ_SYS_TRACE_TOPIC",
+    "traceTopicEnable": "false",
+    "sendMessageThreadPoolNums": str(min(CPUS, 4)),
+    "putMessageFutureThreadPoolNums": str(min(CPUS, 4)),
+    "pullMessageThreadPoolNums": str(16 + CPUS * 2),
+    "processReplyMessageThreadPoolNums": str(16 + CPUS * 2),
+    "queryMessageThreadPoolNums": str(8 + CPUS),
+    "adminBrokerThreadPoolNums": "16",
+    "clientManageThreadPoolNums": "32",
+    "consumerManageThreadPoolNums": "32",
+    "heartbeatThreadPoolNums": str(min(32, CPUS)),
+    "endTransactionThreadPoolNums": str(max(8 + CPUS * 2, min(CPUS, 4) * 4)),
+    "flushConsumerOffsetInterval": "5000",
+    "flushConsumerOffsetHistoryInterval": "60000",
+    "rejectTransactionMessage": "false",
+    "fetchNamesrvAddrByAddressServer": "false",
+    "sendThreadPoolQueueCapacity": "10000",
+    "putThreadPoolQueueCapacity": "10000",
+    "pullThreadPoolQueueCapacity": "100000",
+    "replyThreadPoolQueueCapacity": "10000",
+    "queryThreadPoolQueueCapacity": "20000",
+    "clientManagerThreadPoolQueueCapacity": "1000000",
+    "consumerManagerThreadPoolQueueCapacity": "1000000",
+    "heartbeatThreadPoolQueueCapacity": "50000",
+    "endTransactionPoolQueueCapacity": "100000",
+    "filterServerNums": "0",
+    "longPollingEnable": "true",
+    "shortPollingTimeMills": "1000",
+    "notifyConsumerIdsChangedEnable": "true",
+    "highSpeedMode": "false",
+    "commercialEnable": "true",
+    "commercialTimerCount": "1",
+    "commercialTransCount": "1",
+    "commercialBigCount": "1",
+    "commercialBaseCount": "1",
+    "transferMsgByHeap": "true",
+    "maxDelayTime": "40",
+    "regionId": "DefaultRegion",
+    "registerBrokerTimeoutMills": "6000",
+    "slaveReadEnable": "false",
+    "disableConsumeIfConsumerReadSlowly": "false",
+    "consumerFallbehindThreshold": "17179869184",
+    "brokerFastFailureEnable": "true",
+    "waitTimeMillsInSendQueue": "200",
+    "waitTimeMillsInPullQueue": "5000",
+    "waitTimeMillsInHeartbeatQueue": "31000",
+    "waitTimeMillsInTransactionQueue": "3000",
+    "startAcceptSendRequestTimeStamp": "0",
+    "traceOn": "true",
+    "enableCalcFilterBitMap": "false",
+    "expectConsumerNumUseFilter": "32",
+    "maxErrorRateOfBloomFilter": "20",
+    "filterDataCleanTimeSpan": "86400000",
+    "filterSupportRetry": "false",
+    "enablePropertyFilter": "false",
+    "compressedRegister": "false",
+    "forceRegister": "true",
+    "registerNameServerPeriod": "30000",
+    "transactionTimeOut": "6000",
+    "transactionCheckMax": "15",
+    "transactionCheckInterval": "60000",
+    "aclEnable": "false",
+    "storeReplyMessageEnable": "true",
+    "autoDeleteUnusedStats": "false",
+}
+
+#: RocketMQ 4.9.8's MessageStoreConfig keys and defaults (the store's fields implement the ones it uses).
+STORE_KEYS: dict[str, str] = {
+    "storePathRootDir": os.path.join(os.path.expanduser("~"), "store"),
+    "storePathCommitLog": os.path.join(os.path.expanduser("~"), "store", "commitlog"),
+    "storePathDLedgerCommitLog": "",
+    "readOnlyCommitLogStorePaths": "",
+    "mappedFileSizeCommitLog": "1073741824",
+    "mappedFileSizeConsumeQueue": "6000000",
+    "enableConsumeQueueExt": "false",
+    "mappedFileSizeConsumeQueueExt": "50331648",
+    "bitMapLengthConsumeQueueExt": "64",
+    "flushIntervalCommitLog": "500",
+    "commitIntervalCommitLog": "200",
+    "useReentrantLockWhenPutMessage": "true",
+    "flushCommitLogTimed": "true",
+    "flushIntervalConsumeQueue": "1000",
+    "cleanResourceInterval": "10000",
+    "deleteCommitLogFilesInterval": "100",
+    "deleteConsumeQueueFilesInterval": "100",
+    "destroyMapedFileIntervalForcibly": "120000",
+    "redeleteHangedFileInterval": "120000",
+    "deleteWhen": "04",
+    "diskMaxUsedSpaceRatio": "75",
+    "fileReservedTime": "72",
+    "putMsgIndexHightWater": "600000",
+    "maxMessageSize": "4194304",
+    "checkCRCOnRecover": "true",
+    "flushCommitLogLeastPages": "4",
+    "commitCommitLogLeastPages": "4",
+    "flushLeastPagesWhenWarmMapedFile": "4096",
+    "flushConsumeQueueLeastPages": "2",
+    "flushCommitLogThoroughInterval": "10000",
+    "commitCommitLogThoroughInterval": "200",
+    "flushConsumeQueueThoroughInterval": "60000",
+    "maxTransferBytesOnMessageInMemory": "262144",
+    "maxTransferCountOnMessageInMemory": "32",
+    "maxTransferBytesOnMessageInDisk": "65536",
+    "maxTransferCountOnMessageInDisk": "8",
+    "accessMessageInMemoryMaxRatio": "40",
+    "messageIndexEnable": "true",
+    "maxHashSlotNum": "5000000",
+    "maxIndexNum": "20000000",
+    "maxMsgsNumBatch": "64",
+    "messageIndexSafe": "false",
+    "haListenPort": "10912",
+    "haSendHeartbeatInterval": "5000",
+    "haHousekeepingInterval": "20000",
+    "haTransferBatchSize": "32768",
+    "haMasterAddress": "",
+    "haSlaveFallbehindMax": "268435456",
+    "brokerRole": "ASYNC_MASTER",
+    "flushDiskType": "ASYNC_FLUSH",
+    "syncFlushTimeout": "5000",
+    "slaveTimeout": "3000",
+    "messageDelayLevel": "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
+    "flushDelayOffsetInterval": "10000",
+    "cleanFileForciblyEnable": "true",
+    "warmMapedFileEnable": "false",
+    "offsetCheckInSlave": "false",
+    "debugLockEnable": "false",
+    "duplicationEnable": "false",
+    "diskFallRecorded": "true",
+    "osPageCacheBusyTimeOutMills": "1000",
+    "defaultQueryMaxNum": "32",
+    "transientStorePoolEnable": "false",
+    "transientStorePoolSize": "5",
+    "fastFailIfNoBufferInStorePool": "false",
+    "enableDLegerCommitLog": "false",
+    "dLegerGroup": "",
+    "dLegerPeers": "",
+    "dLegerSelfId": "",
+    "preferredLeaderId": "",
+    "isEnableBatchPush": "false",
+    "enableScheduleMessageStats": "true",
+    "enableLmq": "false",
+    "enableMultiDispatch": "false",
+    "maxLmqConsumeQueueNum": "20000",
+    "enableScheduleAsyncDeliver": "false",
+    "scheduleAsyncDeliverMaxPendingLimit": "2000",
+    "scheduleAsyncDeliverMaxResendNum2Blocked": "3",
+}
 
 
 def local_ip() -> str:
@@ -31,14 +197,24 @@ def local_ip() -> str:
 
 
 @dataclass
-class BrokerConfig(StoreConfig, RemotingLimits):
+class BrokerConfig(StoreConfig, RemotingLimits, RocketMQKeys):
     """RocketMQ 4.9.8 broker defaults (wire-protocol.md §13.10).
 
     It extends the store's settings because RocketMQ keeps both in one `broker.conf`: every store key
     (`storePathRootDir`, `flushDiskType`, `mappedFileSizeCommitLog`, `fileReservedTime`, ...) loads here
     and `store_config()` hands exactly those to the store. The `remotingMax*` keys come from
-    `RemotingLimits`.
+    `RemotingLimits`. RocketMQ's other keys (`ROCKETMQ_DEFAULTS`: BrokerConfig, MessageStoreConfig,
+    NettyServerConfig and NettyClientConfig, as Java's broker registers them) load and report as
+    accepted-but-inert.
     """
+
+    ROCKETMQ_DEFAULTS: ClassVar[Mapping[str, str]] = {
+        **NETTY_SERVER_KEYS,
+        "listenPort": "10911",
+        **NETTY_CLIENT_KEYS,
+        **BROKER_KEYS,
+        **STORE_KEYS,
+    }
 
     #: Where UPDATE_BROKER_CONFIG changes are written: the ``-c`` file; see ``config_path``.
     broker_config_path: str = ""
@@ -112,7 +288,9 @@ def load_broker_config(file: Path | None, overrides: Mapping[str, object]) -> Br
     """Defaults -> ``file`` (else the store's own broker.properties, if UPDATE_BROKER_CONFIG wrote one)
     -> ``MQCTL_*`` environment -> ``overrides`` (flags)."""
     if file is not None:
-        return load_config(BrokerConfig, file, overrides={**overrides, "broker_config_path": str(file.resolve())})
+        return load_config(
+            BrokerConfig, file, overrides={**overrides, "broker_config_path": str(file.resolve())}
+        )
     config = load_config(BrokerConfig, overrides=overrides)
     saved = Path(config.config_path)
     return load_config(BrokerConfig, saved, overrides=overrides) if saved.is_file() else config

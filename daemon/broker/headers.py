@@ -237,6 +237,15 @@ class GetConsumeStatsRequestHeader(CommandHeader):
 
 
 @dataclass(slots=True)
+class ViewBrokerStatsDataRequestHeader(CommandHeader):
+    """VIEW_BROKER_STATS_DATA (315)."""
+
+    JAVA_NAME = "ViewBrokerStatsDataRequestHeader"
+    stats_name: str
+    stats_key: str
+
+
+@dataclass(slots=True)
 class ProducerGroupHeader(CommandHeader):
     JAVA_NAME = "GetProducerConnectionListRequestHeader"
     producer_group: str

@@ -1,5 +1,6 @@
 """Prometheus endpoint of the broker: put/get totals and rates per topic, lag per group and queue,
-store offsets and disk usage, plus `/healthz` (200 while the broker runs).
+store offsets and disk usage, plus `/healthz`: 200 `serving` once the broker accepts requests, 503
+`starting` while its store recovers (the metrics listener opens first) and `stopping` on the way down.
 
 Values are collected at scrape time from the broker's own tables, so the hot paths only bump the
 plain counters in `BrokerStats`. The HTTP server (prometheus-client's threaded WSGI server) runs
@@ -21,6 +22,8 @@ from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
+
+from daemon.broker.stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
 
 if TYPE_CHECKING:
     from daemon.broker.broker import Broker
@@ -48,17 +51,19 @@ class BrokerCollector(Collector):
             "rocketmq_broker_put_messages", "Messages stored, per topic", labels=[*labels, "topic"]
         )
         put_bytes = CounterMetricFamily(
-            "rocketmq_broker_put_bytes", "Body bytes stored, per topic", labels=[*labels, "topic"]
+            "rocketmq_broker_put_bytes", "Bytes stored (whole records), per topic", labels=[*labels, "topic"]
         )
-        for topic, put in dict(stats.put_by_topic).items():
-            puts.add_metric([*base, topic], put.messages)
-            put_bytes.add_metric([*base, topic], put.bytes)
+        for topic, n in stats.totals(TOPIC_PUT_NUMS).items():
+            puts.add_metric([*base, topic], n)
+        for topic, n in stats.totals(TOPIC_PUT_SIZE).items():
+            put_bytes.add_metric([*base, topic], n)
         gets = CounterMetricFamily(
             "rocketmq_broker_get_messages",
             "Messages delivered to consumers",
             labels=[*labels, "group", "topic"],
         )
-        for (group, topic), n in dict(stats.get_by_group_topic).items():
+        for key, n in stats.totals(GROUP_GET_NUMS).items():
+            topic, _, group = key.partition("@")
             gets.add_metric([*base, group, topic], n)
         yield puts
         yield put_bytes
@@ -153,8 +158,14 @@ def start_metrics_server(broker: Broker, port: int, host: str) -> tuple[int, Cal
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if environ.get("PATH_INFO") == "/healthz":
-            start_response("200 OK", [("Content-Type", "text/plain")])
-            return [b"ok\n"]
+            serving = broker.state == "serving"
+            start_response(
+                "200 OK" if serving else "503 Service Unavailable", [("Content-Type", "text/plain")]
+            )
+            return [f"{broker.state}\n".encode()]
+        if broker.state != "serving":  # nothing to collect before the store is open
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [f"{broker.state}\n".encode()]
         return metrics_app(environ, start_response)  # type: ignore[no-any-return]
 
     server = make_server(

@@ -1,14 +1,112 @@
-"""Put/get counters per topic and group, with the moving TPS averages runtime info and metrics report."""
+"""The broker's statistics: RocketMQ 4.9.8's stats items and its store's put/get counters.
+
+`BrokerStatsManager` in Java keeps one `StatsItemSet` per name (`TOPIC_PUT_NUMS`, `GROUP_GET_NUMS`,
+...), each a table of `StatsItem`s by key (a topic, `topic@group`, `queueId@topic@group`, the cluster
+name). An item holds a running value and a count of calls, snapshotted every 10 s (7 kept: the
+minute), every 10 min (7: the hour) and every hour (25: the day); VIEW_BROKER_STATS_DATA (315)
+answers the difference between now and the oldest snapshot of each window as `sum`, `tps` and
+`avgpt` (value per call). Java measures from the last snapshot; we measure to the live value, so a
+rate is visible at once, not 10 s later.
+
+The hot paths only add integers under one lock; the windows move in `sample()`, which the broker
+calls every `SAMPLE_PERIOD` seconds. Put latencies go into a fixed array of buckets (no allocation
+per message), from which `putLatency99/999` and `putMessageDistributeTime` are read.
+"""
 
 from __future__ import annotations
 
+import bisect
+import datetime
 import threading
 import time
-from collections import defaultdict, deque
+from collections import deque
+from typing import NamedTuple
+
+TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
+TOPIC_PUT_SIZE = "TOPIC_PUT_SIZE"
+GROUP_GET_NUMS = "GROUP_GET_NUMS"
+GROUP_GET_SIZE = "GROUP_GET_SIZE"
+GROUP_GET_LATENCY = "GROUP_GET_LATENCY"
+SNDBCK_PUT_NUMS = "SNDBCK_PUT_NUMS"
+BROKER_PUT_NUMS = "BROKER_PUT_NUMS"
+BROKER_GET_NUMS = "BROKER_GET_NUMS"
+GROUP_GET_FROM_DISK_NUMS = "GROUP_GET_FROM_DISK_NUMS"
+GROUP_GET_FROM_DISK_SIZE = "GROUP_GET_FROM_DISK_SIZE"
+BROKER_GET_FROM_DISK_NUMS = "BROKER_GET_FROM_DISK_NUMS"
+BROKER_GET_FROM_DISK_SIZE = "BROKER_GET_FROM_DISK_SIZE"
+#: Every stats name 4.9.8's BrokerStatsManager registers (the commercial ones stay empty here).
+STATS_NAMES = (
+    TOPIC_PUT_NUMS,
+    TOPIC_PUT_SIZE,
+    GROUP_GET_NUMS,
+    GROUP_GET_SIZE,
+    GROUP_GET_LATENCY,
+    SNDBCK_PUT_NUMS,
+    BROKER_PUT_NUMS,
+    BROKER_GET_NUMS,
+    GROUP_GET_FROM_DISK_NUMS,
+    GROUP_GET_FROM_DISK_SIZE,
+    BROKER_GET_FROM_DISK_NUMS,
+    BROKER_GET_FROM_DISK_SIZE,
+    "COMMERCIAL_SEND_TIMES",
+    "COMMERCIAL_SNDBCK_TIMES",
+    "COMMERCIAL_RCV_TIMES",
+    "COMMERCIAL_RCV_EPOLLS",
+    "COMMERCIAL_SEND_SIZE",
+    "COMMERCIAL_RCV_SIZE",
+    "COMMERCIAL_PERM_FAILURES",
+)
+
+#: Seconds between snapshots of the minute window; the hour and day windows move every 10 min / 1 h.
+SAMPLE_PERIOD = 10.0
+_WINDOWS = (("statsMinute", SAMPLE_PERIOD, 7), ("statsHour", 600.0, 7), ("statsDay", 3600.0, 25))
+
+
+def stats_key(topic: str, group: str) -> str:
+    """Java's `buildStatsKey`: `topic@group`."""
+    return f"{topic}@{group}"
+
+
+class _Snapshot(NamedTuple):
+    at: float
+    value: int
+    times: int
+
+
+class StatsItem:
+    """One key's running value and call count with its minute/hour/day snapshots."""
+
+    __slots__ = ("times", "value", "windows")
+
+    def __init__(self, now: float) -> None:
+        self.value = 0
+        self.times = 0
+        zero = _Snapshot(now, 0, 0)
+        self.windows = tuple(deque([zero], maxlen=keep) for _, _, keep in _WINDOWS)
+
+    def sample(self, now: float) -> None:
+        snap = _Snapshot(now, self.value, self.times)
+        for (_, period, _), window in zip(_WINDOWS, self.windows, strict=True):
+            if now - window[-1].at >= period - 0.5:  # a tick early is still this tick
+                window.append(snap)
+
+    def data(self, now: float) -> dict[str, dict[str, float | int]]:
+        """BrokerStatsData: `{"statsDay": {"avgpt", "sum", "tps"}, "statsHour": ..., "statsMinute": ...}`."""
+        out: dict[str, dict[str, float | int]] = {}
+        for (name, _, _), window in zip(_WINDOWS, self.windows, strict=True):
+            first = window[0]
+            total = self.value - first.value
+            calls = self.times - first.times
+            out[name] = {
+                "avgpt": total / calls if calls > 0 else 0.0,
+                "sum": total,
+                "tps": total / max(now - first.at, 1.0),
+            }
+        return dict(sorted(out.items()))  # statsDay, statsHour, statsMinute: fastjson's field order
 
 
 class _Rate:
-    """A total plus one sample per second for the last 10 minutes."""
+    """A total plus one sample per second for the last 10 minutes (the store's putTps windows)."""
 
     __slots__ = ("samples", "total")
 
@@ -17,9 +115,9 @@ class _Rate:
         self.samples: deque[tuple[float, int]] = deque(maxlen=601)
 
     def add(self, n: int, now: float) -> None:
-        self.total += n
         if not self.samples or now - self.samples[-1][0] >= 1.0:
-            self.samples.append((now, self.total))
+            self.samples.append((now, self.total))  # the total before this second's first add
+        self.total += n
 
     def tps(self, window: float, now: float) -> float:
         base = None
@@ -32,52 +130,225 @@ class _Rate:
         return (self.total - base[1]) / max(now - base[0], 1.0)
 
 
-class TopicPuts:
-    """Messages and body bytes stored in one topic: one object per topic, so a send updates one entry."""
+def _latency_bounds() -> tuple[int, ...]:
+    """Bucket upper bounds in µs: fine below 1 ms (where puts are), then 1-10 ms, 10-100 ms, ... 10 s."""
+    sub_ms = [10, 20, 50, 100, 200, 500]
+    return tuple(
+        sub_ms
+        + list(range(1_000, 10_001, 1_000))
+        + list(range(20_000, 100_001, 10_000))
+        + list(range(200_000, 1_000_001, 100_000))
+        + list(range(2_000_000, 10_000_001, 1_000_000))
+    )
 
-    __slots__ = ("bytes", "messages")
+
+#: `putMessageDistributeTime`'s ranges as 4.9.8 prints them, by upper bound in µs (Java counts whole ms).
+_DISTRIBUTION = (
+    ("[<=0ms]", 1_000),
+    ("[0~10ms]", 10_000),
+    ("[10~50ms]", 50_000),
+    ("[50~100ms]", 100_000),
+    ("[100~200ms]", 200_000),
+    ("[200~500ms]", 500_000),
+    ("[500ms~1s]", 1_000_000),
+    ("[1~2s]", 2_000_000),
+    ("[2~3s]", 3_000_000),
+    ("[3~4s]", 4_000_000),
+    ("[4~5s]", 5_000_000),
+    ("[5~10s]", 10_000_000),
+    ("[10s~]", None),
+)
+
+
+class LatencyHistogram:
+    """Counts per fixed bucket for the current and the previous minute; percentiles interpolate
+    linearly inside a bucket (as 4.9.8's `findPutMessageEntireTimePX` does)."""
+
+    BOUNDS = _latency_bounds()
 
     def __init__(self) -> None:
-        self.messages = 0
-        self.bytes = 0
+        self.current = [0] * (len(self.BOUNDS) + 1)
+        self.previous = [0] * (len(self.BOUNDS) + 1)
+        self.max_us = 0
+
+    def record(self, micros: int) -> None:
+        self.current[bisect.bisect_left(self.BOUNDS, micros)] += 1
+        if micros > self.max_us:
+            self.max_us = micros
+
+    def rotate(self) -> None:
+        self.previous = self.current
+        self.current = [0] * (len(self.BOUNDS) + 1)
+
+    def _counts(self) -> list[int]:
+        return [a + b for a, b in zip(self.previous, self.current, strict=True)]
+
+    def percentile_ms(self, fraction: float) -> float:
+        """The `fraction` quantile in ms over the last one to two minutes (0 without puts)."""
+        counts = self._counts()
+        total = sum(counts)
+        if total == 0:
+            return 0.0
+        rank = total * fraction
+        passed = 0
+        for i, n in enumerate(counts):
+            if n and rank <= passed + n:
+                low = self.BOUNDS[i - 1] if i > 0 else 0
+                high = self.BOUNDS[i] if i < len(self.BOUNDS) else max(self.max_us, low)
+                return min(low + (high - low) * (rank - passed) / n, self.max_us) / 1000  # never past the max
+            passed += n
+        return self.max_us / 1000
+
+    def distribution(self) -> str:
+        """`[<=0ms]:N [0~10ms]:N ... [10s~]:N ` over the last one to two minutes (Java ends it with a space)."""
+        counts = self._counts()
+        parts = []
+        i = 0
+        for label, upper in _DISTRIBUTION:
+            n = 0
+            while i < len(counts) and (upper is None or (i < len(self.BOUNDS) and self.BOUNDS[i] <= upper)):
+                n += counts[i]
+                i += 1
+            parts.append(f"{label}:{n} ")
+        return "".join(parts)
 
 
 class BrokerStats:
-    """Thread-safe counters: messages put per topic, messages got per (group, topic)."""
+    """Thread-safe stats of one broker: the 4.9.8 stats items plus the store's put/get counters."""
 
-    def __init__(self) -> None:
+    def __init__(self, cluster_name: str = "DefaultCluster") -> None:
         self._lock = threading.Lock()
+        #: The clock every window reads (a test may substitute its own).
+        self._now = time.monotonic
+        self.cluster_name = cluster_name
+        self.items: dict[str, dict[str, StatsItem]] = {name: {} for name in STATS_NAMES}
         self.put = _Rate()
         self.get = _Rate()
-        self.put_by_topic: dict[str, TopicPuts] = defaultdict(TopicPuts)
-        self.get_by_group_topic: dict[tuple[str, str], int] = defaultdict(int)
-        self.get_by_group: dict[str, _Rate] = defaultdict(_Rate)
+        self.get_found = _Rate()
+        self.get_miss = _Rate()
+        #: The items each put/pull updates, by topic and by (group, topic, queue): built once.
+        self._put_items: dict[str, tuple[StatsItem, StatsItem, StatsItem]] = {}
+        self._get_items: dict[tuple[str, str, int], tuple[StatsItem, StatsItem, StatsItem, StatsItem]] = {}
+        self.put_size_total = 0
+        self.put_failed = 0
+        self.get_max_us = 0
+        self.put_latency = LatencyHistogram()
+        self._last_rotate = self._now()
+        #: Totals at the last two local midnights (msgPutTotalTodayMorning, ...); 0 before the first.
+        self.put_today_morning = self.put_yesterday_morning = 0
+        self.get_today_morning = self.get_yesterday_morning = 0
+        self._day = datetime.date.today()
 
-    def on_put(self, topic: str, count: int = 1, size: int = 0) -> None:
-        with self._lock:
-            self.put.add(count, time.monotonic())
-            puts = self.put_by_topic[topic]
-            puts.messages += count
-            puts.bytes += size
+    def _item(self, name: str, key: str, now: float) -> StatsItem:
+        table = self.items[name]
+        item = table.get(key)
+        if item is None:
+            item = table[key] = StatsItem(now)
+        return item
 
-    def on_get(self, group: str, topic: str, count: int) -> None:
+    def on_put(self, topic: str, count: int = 1, size: int = 0, elapsed_ns: int | None = None) -> None:
+        """`count` messages of `topic` stored in one put of `size` bytes, taking `elapsed_ns`."""
         with self._lock:
-            now = time.monotonic()
+            now = self._now()
+            self.put.add(count, now)
+            self.put_size_total += size
+            items = self._put_items.get(topic)
+            if items is None:  # once per topic: the hot path formats no key and looks up one dict
+                items = self._put_items[topic] = (
+                    self._item(TOPIC_PUT_NUMS, topic, now),
+                    self._item(TOPIC_PUT_SIZE, topic, now),
+                    self._item(BROKER_PUT_NUMS, self.cluster_name, now),
+                )
+            nums, sizes, broker = items
+            nums.value += count
+            nums.times += 1
+            sizes.value += size
+            sizes.times += 1
+            broker.value += count
+            if elapsed_ns is not None:
+                self.put_latency.record(elapsed_ns // 1000)
+
+    def on_put_failed(self) -> None:
+        with self._lock:
+            self.put_failed += 1
+
+    def on_get(
+        self, group: str, topic: str, queue_id: int, count: int, size: int = 0, elapsed_ns: int = 0
+    ) -> None:
+        """One pull that found `count` messages (`size` bytes); `elapsed_ns` the read took."""
+        with self._lock:
+            now = self._now()
             self.get.add(count, now)
-            self.get_by_group[group].add(count, now)
-            self.get_by_group_topic[(group, topic)] += count
+            self.get_found.add(1, now)
+            self.get_max_us = max(self.get_max_us, elapsed_ns // 1000)
+            items = self._get_items.get((group, topic, queue_id))
+            if items is None:
+                key = stats_key(topic, group)
+                items = self._get_items[(group, topic, queue_id)] = (
+                    self._item(GROUP_GET_NUMS, key, now),
+                    self._item(GROUP_GET_SIZE, key, now),
+                    self._item(GROUP_GET_LATENCY, f"{queue_id}@{key}", now),
+                    self._item(BROKER_GET_NUMS, self.cluster_name, now),
+                )
+            nums, sizes, latency, broker = items
+            nums.value += count
+            nums.times += 1
+            sizes.value += size
+            sizes.times += 1
+            latency.value += elapsed_ns // 1_000_000
+            latency.times += 1
+            broker.value += count
+
+    def on_get_miss(self) -> None:
+        """A pull that found nothing (getMissTps)."""
+        with self._lock:
+            self.get_miss.add(1, self._now())
+
+    def on_send_back(self, group: str, topic: str) -> None:
+        """A consumer sent a message of `topic` back for retry (SNDBCK_PUT_NUMS, key `topic@group`)."""
+        with self._lock:
+            item = self._item(SNDBCK_PUT_NUMS, stats_key(topic, group), self._now())
+            item.value += 1
+            item.times += 1
+
+    def sample(self) -> None:
+        """Move every item's windows (every `SAMPLE_PERIOD` s) and the latency minute."""
+        with self._lock:
+            now = self._now()
+            for table in self.items.values():
+                for item in table.values():
+                    item.sample(now)
+            if now - self._last_rotate >= 60.0:
+                self.put_latency.rotate()
+                self._last_rotate = now
+            today = datetime.date.today()
+            if today != self._day:
+                self._day = today
+                self.put_yesterday_morning, self.put_today_morning = self.put_today_morning, self.put.total
+                self.get_yesterday_morning, self.get_today_morning = self.get_today_morning, self.get.total
+
+    def view(self, name: str, key: str) -> dict[str, dict[str, float | int]] | None:
+        """BrokerStatsData of one item; None when no such item exists (Java answers SYSTEM_ERROR)."""
+        with self._lock:
+            item = self.items.get(name, {}).get(key)
+            return item.data(self._now()) if item is not None else None
+
+    def totals(self, name: str) -> dict[str, int]:
+        """Running value of every item of `name` (for /metrics)."""
+        with self._lock:
+            return {key: item.value for key, item in self.items[name].items()}
+
+    def group_get_tps(self, group: str, topic: str) -> float:
+        """Java's `tpsGroupGetNums`: the minute rate of GROUP_GET_NUMS `topic@group`."""
+        data = self.view(GROUP_GET_NUMS, stats_key(topic, group))
+        return float(data["statsMinute"]["tps"]) if data is not None else 0.0
 
     def tps(self, rate: _Rate, window: float) -> float:
         """Average rate over the last `window` seconds."""
         with self._lock:
-            return rate.tps(window, time.monotonic())
+            return rate.tps(window, self._now())
 
-    def group_get_tps(self, group: str, window: float = 10) -> float:
-        """Messages/s a consumer group pulled (ConsumeStats.consumeTps)."""
-        with self._lock:
-            rate = self.get_by_group.get(group)
-            return rate.tps(window, time.monotonic()) if rate is not None else 0.0
-
-    def tps_triplet(self, rate: _Rate) -> str:
-        """`putTps`/`getTransferedTps` format: 10 s, 1 min and 10 min averages."""
-        return " ".join(f"{self.tps(rate, w):.2f}" for w in (10, 60, 600))
+    def tps_triplet(self, *rates: _Rate) -> str:
+        """`putTps`/`getTransferedTps` format: 10 s, 1 min and 10 min averages (of the rates' sum:
+        getTotalTps is found + miss, as Java adds them)."""
+        return " ".join(f"{sum(self.tps(rate, w) for rate in rates):.2f}" for w in (10, 60, 600))

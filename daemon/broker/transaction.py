@@ -103,7 +103,9 @@ class TransactionService:
             result = await self.broker.put(committed_copy(half))
             if not result.ok:
                 raise system_error(result.status.value)
-            self.broker.stats.on_put(half.properties.get(PROPERTY_REAL_TOPIC, half.topic))
+            self.broker.stats.on_put(
+                half.properties.get(PROPERTY_REAL_TOPIC, half.topic), 1, result.wrote_bytes
+            )
         await self._write_op(half.queue_offset)
 
     async def _write_op(self, half_offset: int) -> None:

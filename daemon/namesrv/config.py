@@ -2,22 +2,45 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
+from daemon.config import RocketMQKeys
 from daemon.remoting.limits import RemotingLimits
+from daemon.rocketmq_keys import NETTY_SERVER_KEYS
 
 #: Keys UPDATE_NAMESRV_CONFIG may never change remotely (they name files on the server).
 BUILTIN_BLACK_LIST = ("configBlackList", "configStorePath", "kvConfigPath", "rocketmqHome")
 
 
+#: RocketMQ 4.9.8's NamesrvConfig keys and defaults; every one is implemented by a field below.
+NAMESRV_KEYS: dict[str, str] = {
+    "rocketmqHome": os.environ.get("ROCKETMQ_HOME", ""),
+    "kvConfigPath": str(Path.home() / "namesrv" / "kvConfig.json"),
+    "configStorePath": str(Path.home() / "namesrv" / "namesrv.properties"),
+    "productEnvName": "center",
+    "clusterTest": "false",
+    "orderMessageEnable": "false",
+}
+
+
 @dataclass
-class NamesrvConfig(RemotingLimits):
+class NamesrvConfig(RemotingLimits, RocketMQKeys):
     """Every field loads from its camelCase key, `MQCTL_<FIELD>` or a flag (see daemon.config);
-    the `remotingMax*` keys come from `RemotingLimits`."""
+    the `remotingMax*` keys come from `RemotingLimits`. RocketMQ's NettyServerConfig keys we do not
+    act on load and report as accepted-but-inert."""
+
+    ROCKETMQ_DEFAULTS: ClassVar[Mapping[str, str]] = {
+        **NAMESRV_KEYS,
+        **NETTY_SERVER_KEYS,
+        "listenPort": "9876",
+    }
 
     # RocketMQ NamesrvConfig
-    rocketmq_home: str = ""
+    rocketmq_home: str = field(default_factory=lambda: os.environ.get("ROCKETMQ_HOME", ""))
     kv_config_path: Path | None = None  # default: <data_dir>/kvConfig.json
     config_store_path: Path | None = None  # default: <data_dir>/namesrv.properties
     product_env_name: str = "center"
@@ -36,6 +59,11 @@ class NamesrvConfig(RemotingLimits):
     kv_config_max_value_bytes: int = 64 * 1024
     kv_config_max_namespace_bytes: int = 4 * 1024 * 1024
     kv_config_max_total_bytes: int = 16 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        # report the files in use, as Java does (`${user.home}/namesrv/kvConfig.json`), not an empty key
+        self.kv_config_path = self.kv_config_file
+        self.config_store_path = self.config_store_file
 
     @property
     def home(self) -> Path:

@@ -74,16 +74,22 @@ class RemotingServer:
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
-    async def start(self) -> None:
-        """Bind and start accepting; `self.port` holds the bound port afterwards."""
+    async def start(self, *, serve: bool = True) -> None:
+        """Bind and start accepting; `self.port` holds the bound port afterwards. With `serve=False`
+        the socket is bound but not listening (connections are refused) until `serve()`."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            self._make_connection, self.host, self.port, reuse_address=True
+            self._make_connection, self.host, self.port, reuse_address=True, start_serving=serve
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
         self._sweeper = asyncio.create_task(self._sweep_idle(), name="remoting-idle-sweeper")
         log.info("remoting server listening on %s:%d", self.host, self.port)
+
+    async def serve(self) -> None:
+        """Start accepting on the socket `start(serve=False)` bound."""
+        assert self._server is not None, "start() first"
+        await self._server.start_serving()
 
     def _make_connection(self) -> asyncio.Protocol:
         if len(self.connections) >= self.limits.connection_cap():

@@ -167,6 +167,16 @@ class Admin:
         response = await self.call(addr, RequestCode.GET_ALL_TOPIC_CONFIG)
         return TopicConfigSerializeWrapper.loads(response.body).topic_config_table
 
+    async def broker_stats(self, addr: str, name: str, key: str) -> dict[str, dict[str, float]] | None:
+        """VIEW_BROKER_STATS_DATA: one stats item's `statsMinute/Hour/Day` `{sum, tps, avgpt}`; None when
+        the broker has no such item (no traffic yet) or does not serve the code."""
+        header = bh.ViewBrokerStatsDataRequestHeader(stats_name=name, stats_key=key)
+        expect = (ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR, ResponseCode.REQUEST_CODE_NOT_SUPPORTED)
+        response = await self.call(addr, RequestCode.VIEW_BROKER_STATS_DATA, header, expect=expect)
+        if response.code != ResponseCode.SUCCESS:
+            return None
+        return loads(response.body)  # type: ignore[no-any-return]
+
     async def topic_stats(self, addr: str, topic: str) -> bb.TopicStatsTable:
         response = await self.call(addr, RequestCode.GET_TOPIC_STATS_INFO, bh.TopicHeader(topic=topic))
         return bb.TopicStatsTable.loads(response.body)

@@ -11,6 +11,7 @@ from mqctl.cli.common import BrokerAddrOpt, ClusterOpt, ContextOpt, ExecuteOpt, 
 
 if TYPE_CHECKING:
     from daemon.broker.config import BrokerConfig
+    from mqctl.services.processes import Running
 
 app = typer.Typer(
     help="Run and manage a broker (RocketMQ broker.conf files work as they are).", no_args_is_help=True
@@ -79,7 +80,7 @@ def start(
         },
     )
     if print_config:
-        typer.echo(to_properties(cfg), nl=False)
+        typer.echo(to_properties(cfg, mark_inert=True), nl=False)
         return
     from daemon.broker.broker import Broker
     from mqctl.cli.daemons import start_service
@@ -101,37 +102,65 @@ def stop(
     store: StoreOpt = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for a graceful exit.")] = 30.0,
 ) -> None:
-    """Stop the broker running on a store (SIGTERM, then wait for a clean shutdown)."""
-    from daemon.lifecycle import LifecycleError, terminate
-    from mqctl.errors import MqctlError
+    """Stop the broker running on a store, whoever started it (found by pid file, store lock or port):
+    SIGTERM, then wait for a clean shutdown."""
+    from daemon.lifecycle import LifecycleError, terminate_pid
+    from mqctl.errors import ConflictError, MqctlError
     from mqctl.output import stderr_console
 
     cfg = load(config, {"store_path_root_dir": str(store) if store else None})
+    running = _running(cfg)
+    if running is None:
+        stderr_console().print(f"no broker is running on {cfg.store_path_root_dir}")
+        return
+    if running.pid is None:
+        raise MqctlError(
+            f"port {cfg.listen_port} is open but its process cannot be identified",
+            hint="stop it as the user that started it",
+        )
+    if not running.stoppable("BrokerStartup", "broker"):
+        raise ConflictError(
+            f"port {cfg.listen_port} is held by pid {running.pid} ({running.process}), which does not look "
+            "like a broker: not stopping it"
+        )
     try:
-        pid = terminate(Path(cfg.store_path_root_dir) / PID_FILE, timeout)
+        terminate_pid(running.pid, timeout)
     except LifecycleError as exc:
         raise MqctlError(str(exc), hint="send SIGTERM again to force it") from None
-    if pid is None:
-        stderr_console().print(f"no broker is running on {cfg.store_path_root_dir}")
-    else:
-        stderr_console().print(f"stopped broker (pid {pid})")
+    stderr_console().print(f"stopped broker (pid {running.pid}, {running.process or 'unknown process'})")
+
+
+def _running(cfg: BrokerConfig) -> Running | None:
+    from mqctl.services.processes import find_running
+
+    return find_running(
+        Path(cfg.store_path_root_dir) / PID_FILE,
+        store_root=cfg.store_path_root_dir,
+        host=_local_host(cfg.listen_host),
+        port=cfg.listen_port,
+    )
+
+
+def _local_host(listen_host: str) -> str:
+    """Where a local client reaches a listener bound to `listen_host`."""
+    return listen_host if listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
 
 
 @app.command("status")
 def status(config: ConfigOpt = None, store: StoreOpt = None, output: OutputOpt = "table") -> None:
-    """Whether a broker runs on a store; its address, version, TPS and offsets when it does (exit 3 when stopped)."""
-    from daemon.lifecycle import running_pid
+    """Whether a broker runs on a store, whoever started it (found by pid file, store lock or listen
+    port) and which process it is; its address, version, TPS and offsets when it answers (exit 3 when
+    stopped)."""
     from mqctl.output import render
 
     cfg = load(config, {"store_path_root_dir": str(store) if store else None})
-    pid = running_pid(Path(cfg.store_path_root_dir) / PID_FILE)
+    running = _running(cfg)
     result: dict[str, Any] = {"state": "stopped", "store": cfg.store_path_root_dir}
-    if pid is not None:
-        local = cfg.listen_host if cfg.listen_host not in ("0.0.0.0", "") else "127.0.0.1"
-        result.update(state="running", pid=pid, address=cfg.broker_addr)
-        result.update(_probe(f"{local}:{cfg.listen_port}"))
+    if running is not None:
+        result.update(state="running", **running.fields(), address=cfg.broker_addr)
+        result.update(_probe(f"{_local_host(cfg.listen_host)}:{cfg.listen_port}"))
     render(result, output)
-    if pid is None:
+    if running is None:
         raise typer.Exit(3)
 
 
@@ -149,6 +178,7 @@ def _probe(addr: str) -> dict[str, Any]:
         "version": table.get("brokerVersionDesc"),
         "put_tps": table.get("putTps", "").split(" ")[0],
         "get_tps": table.get("getTransferedTps", "").split(" ")[0],
+        "put_latency_99_ms": table.get("putLatency99"),
         "commit_log_max_offset": int(table.get("commitLogMaxOffset", "0")),
         "disk_ratio": float(table.get("commitLogDiskRatio", "0")),
         "uptime": table.get("runtime"),

@@ -137,7 +137,7 @@ def show(
     output: OutputOpt = "table",
     watch: WatchOpt = None,
 ) -> None:
-    """The group's config, online clients and total lag."""
+    """The group's config, online clients, total lag and pull rate (consume_tps, last minute)."""
     from mqctl.services.groups import show as group_show
 
     online(lambda admin: group_show(admin, group), namesrv=namesrv, context=context, output=output, watch=watch)

@@ -11,6 +11,7 @@ from mqctl.cli.common import ContextOpt, NamesrvOpt, OutputOpt, WatchOpt, YesOpt
 
 if TYPE_CHECKING:
     from daemon.namesrv.config import NamesrvConfig
+    from mqctl.services.processes import Running
 
 app = typer.Typer(help="Run, stop and inspect a NameServer (the route registry).", no_args_is_help=True)
 
@@ -71,7 +72,7 @@ def start(
 
     config = _load(config_file, data, listen)
     if print_config:
-        typer.echo(to_properties(config), nl=False)
+        typer.echo(to_properties(config, mark_inert=True), nl=False)
         return
     from daemon.namesrv.controller import NamesrvController
     from mqctl.cli.daemons import start_service
@@ -100,19 +101,43 @@ def stop(
     data: DataOpt = None,
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for a graceful exit.")] = 15.0,
 ) -> None:
-    """Stop the background NameServer of a data dir (SIGTERM, then wait)."""
-    from daemon.lifecycle import LifecycleError, terminate
-    from mqctl.errors import MqctlError, NotFoundError
+    """Stop the NameServer of a data dir or its listen port, whoever started it (SIGTERM, then wait)."""
+    from daemon.lifecycle import LifecycleError, terminate_pid
+    from mqctl.errors import ConflictError, MqctlError, NotFoundError
     from mqctl.output import stderr_console
 
     config = _load(config_file, data)
+    running = _running(config)
+    if running is None:
+        raise NotFoundError(f"no NameServer is running from {config.home}")
+    if running.pid is None:
+        raise MqctlError(
+            f"port {config.listen_port} is open but its process cannot be identified",
+            hint="stop it as the user that started it",
+        )
+    if not running.stoppable("NamesrvStartup", "namesrv"):
+        raise ConflictError(
+            f"port {config.listen_port} is held by pid {running.pid} ({running.process}), which does not look "
+            "like a NameServer: not stopping it"
+        )
     try:
-        pid = terminate(config.home / PID_FILE, timeout)
+        terminate_pid(running.pid, timeout)
     except LifecycleError as exc:
         raise MqctlError(str(exc), hint="send SIGTERM again to force it") from None
-    if pid is None:
-        raise NotFoundError(f"no NameServer is running from {config.home}")
-    stderr_console().print(f"NameServer pid {pid} stopped")
+    stderr_console().print(f"NameServer pid {running.pid} stopped")
+
+
+def _local_addr(config: NamesrvConfig) -> str:
+    host = config.listen_host if config.listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+    return f"{host}:{config.listen_port}"
+
+
+def _running(config: NamesrvConfig) -> Running | None:
+    """Our pid file's NameServer, else whatever listens on the configured port (a Java NameServer)."""
+    from mqctl.services.processes import find_running
+
+    host, _, port = _local_addr(config).rpartition(":")
+    return find_running(config.home / PID_FILE, store_root=None, host=host, port=int(port))
 
 
 @app.command()
@@ -121,26 +146,31 @@ def status(
     config_file: ConfigOpt = None,
     data: DataOpt = None,
 ) -> None:
-    """Whether the NameServer of a data dir runs, where, and what it knows (exit 3 when stopped)."""
-    from daemon.lifecycle import running_pid
+    """Whether the NameServer of a data dir (or its listen port) runs, whoever started it, which
+    process it is, and what it knows (exit 3 when stopped)."""
     from mqctl.output import render
 
     config = _load(config_file, data)
-    pid = running_pid(config.home / PID_FILE)
+    running = _running(config)
     result: dict[str, Any] = {"state": "stopped", "data_dir": str(config.home)}
-    if pid is not None:
+    if running is not None:
         addr_file = config.home / ADDR_FILE
-        addr = addr_file.read_text().strip() if addr_file.exists() else None
-        result.update(state="running", pid=pid, address=addr)
+        if running.detected_by == "pid file":
+            addr = addr_file.read_text().strip() if addr_file.exists() else None
+        else:
+            addr = _local_addr(config)
+        result.update(state="running", **running.fields(), address=addr)
         if addr is not None:
             result.update(_probe(addr))
     render(result, output)
-    if pid is None:
+    if running is None:
         raise typer.Exit(3)
 
 
 def _probe(addr: str) -> dict[str, Any]:
-    """Ask the running NameServer for its cluster and topic tables."""
+    """Ask the running NameServer for its cluster and topic tables; `reachable: false` when whatever
+    holds its port does not answer (the process is still reported)."""
+    from daemon.remoting.errors import RemotingError
     from mqctl.admin.client import Admin, run_admin
 
     async def ask(admin: Admin) -> dict[str, Any]:
@@ -151,7 +181,10 @@ def _probe(addr: str) -> dict[str, Any]:
             "topics": len(await admin.topic_list()),
         }
 
-    return run_admin([addr], ask, timeout=3.0)
+    try:
+        return run_admin([addr], ask, timeout=3.0)
+    except RemotingError:
+        return {"reachable": False}
 
 
 kv = typer.Typer(help="The NameServers' KV config (e.g. ORDER_TOPIC_CONFIG), written to every NameServer.",

@@ -158,7 +158,8 @@ def stats(
     output: OutputOpt = "table",
     watch: WatchOpt = None,
 ) -> None:
-    """Totals over the topic's queues: brokers, queues, messages held, last write."""
+    """Totals over the topic's queues: brokers, queues, messages held, last write, put rate (in_tps, last
+    minute) and messages put in the last 24 h (in_msgs_24h), as mqadmin statsAll reads them."""
     from mqctl.services.topics import stats as topic_stats
 
     online(lambda admin: topic_stats(admin, topic), namesrv=namesrv, context=context, output=output, watch=watch)

@@ -203,10 +203,13 @@ async def show(admin: Admin, group: str) -> dict[str, Any]:
         queues = await progress(admin, group, topic=None, lag_over=None)
     except NotFoundError:
         queues = []
+    # messages/s pulled over the last minute (the brokers' GROUP_GET_NUMS, mqadmin's consumeTps)
+    rates = [(await admin.consume_stats(addr, group)).consume_tps for addr in await masters(admin)]
     return {
         **dataclasses.asdict(configs[0]),
         "brokers": len(configs),
         "online_clients": len(online["clients"]),
         "topics": sorted({q.topic for q in queues}),
         "total_lag": sum(q.lag for q in queues),
+        "consume_tps": round(sum(rates), 2),
     }

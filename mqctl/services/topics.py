@@ -227,6 +227,10 @@ async def queue_offsets(admin: Admin, topic: str) -> list[tuple[str, str, int, T
 
 async def status(admin: Admin, topic: str) -> list[QueueStatus]:
     """Per queue: min and max offset, message count and last store time, from each broker."""
+    return _status_rows(await queue_offsets(admin, topic))
+
+
+def _status_rows(offsets: list[tuple[str, str, int, TopicOffset]]) -> list[QueueStatus]:
     return [
         QueueStatus(
             broker_name=name,
@@ -236,13 +240,18 @@ async def status(admin: Admin, topic: str) -> list[QueueStatus]:
             messages=off.max_offset - off.min_offset,
             last_updated=off.last_update_timestamp,
         )
-        for name, _, queue_id, off in await queue_offsets(admin, topic)
+        for name, _, queue_id, off in offsets
     ]
 
 
 async def stats(admin: Admin, topic: str) -> dict[str, Any]:
-    """One line per topic: queues, messages held, last write."""
-    rows = await status(admin, topic)
+    """One line per topic: queues, messages held, last write, and the brokers' put rates: the last
+    minute's messages/s and the last 24 h's messages (TOPIC_PUT_NUMS, what `mqadmin statsAll` shows as
+    InTPS and InMsg24Hour)."""
+    offsets = await queue_offsets(admin, topic)
+    rows = _status_rows(offsets)
+    addrs = {addr for _, addr, _, _ in offsets}
+    puts = [d for d in await asyncio.gather(*(admin.broker_stats(a, "TOPIC_PUT_NUMS", topic) for a in addrs)) if d]
     return {
         "topic": topic,
         "brokers": len({r.broker_name for r in rows}),
@@ -250,6 +259,8 @@ async def stats(admin: Admin, topic: str) -> dict[str, Any]:
         "messages": sum(r.messages for r in rows),
         "max_offset_total": sum(r.max_offset for r in rows),
         "last_updated": max((r.last_updated for r in rows), default=0),
+        "in_tps": round(sum(d["statsMinute"]["tps"] for d in puts), 2),
+        "in_msgs_24h": int(sum(d["statsDay"]["sum"] for d in puts)),
     }
 
 

@@ -176,7 +176,7 @@ async def test_metrics_endpoint_reports_lag_and_health(broker: BrokerHandle) -> 
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=5) as resp:
             return resp.read().decode()
 
-    assert (await asyncio.to_thread(fetch, "/healthz")).strip() == "ok"
+    assert (await asyncio.to_thread(fetch, "/healthz")).strip() == "serving"
     text = await asyncio.to_thread(fetch, "/metrics")
     assert (
         'rocketmq_consumer_lag{broker="broker-a",cluster="DefaultCluster",group="MG",queue="0",topic="MT"} 1.0'

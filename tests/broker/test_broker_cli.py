@@ -3,10 +3,15 @@
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
+from daemon.config import parse_properties
+from mqctl.services.processes import process_name
 from tests.conftest import RunCli
 
 
@@ -55,8 +60,86 @@ def test_daemon_start_status_stop(cli: RunCli, broker_conf: Path) -> None:
         status = cli("broker", "status", "-c", str(broker_conf), "-o", "json")
         assert status.code == 0, status.stderr
         assert status.json()["state"] == "running" and status.json()["reachable"] is True
-        assert status.json()["version"] == "V4_9_8"
+        assert status.json()["version"] == "V4_9_8" and status.json()["put_latency_99_ms"] == "0.00"
+        assert status.json()["detected_by"] == "pid file"
     finally:
         stopped = cli("broker", "stop", "-c", str(broker_conf))
     assert stopped.code == 0 and "stopped broker" in stopped.stderr
     assert cli("broker", "status", "-c", str(broker_conf)).code == 3
+
+
+#: A daemon mqctl did not start (a Java broker, say): it locks the store as RocketMQ does (a POSIX
+#: record lock on byte 0 of <store>/lock) and/or listens on a port, and exits on SIGTERM.
+FOREIGN = """
+import fcntl, os, signal, socket, sys
+store, port = sys.argv[1], int(sys.argv[2])
+if store:
+    os.makedirs(store, exist_ok=True)
+    fd = os.open(os.path.join(store, "lock"), os.O_RDWR | os.O_CREAT)
+    fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
+sock = socket.socket()
+sock.bind(("127.0.0.1", port))
+sock.listen()
+signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+print("ready", flush=True)
+signal.pause()
+"""
+
+
+@pytest.fixture
+def foreign() -> Iterator[Callable[[str, int], subprocess.Popen[str]]]:
+    procs: list[subprocess.Popen[str]] = []
+
+    def start(store: str, port: int) -> subprocess.Popen[str]:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", FOREIGN, store, str(port)], stdout=subprocess.PIPE, text=True
+        )
+        procs.append(proc)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        return proc
+
+    yield start
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+
+
+def test_status_and_stop_find_a_broker_we_did_not_start_by_its_store_lock(
+    cli: RunCli, broker_conf: Path, foreign: Callable[[str, int], subprocess.Popen[str]]
+) -> None:
+    conf = parse_properties(broker_conf.read_text())
+    proc = foreign(conf["storePathRootDir"], int(conf["listenPort"]))
+    status = cli("broker", "status", "-c", str(broker_conf), "-o", "json")
+    assert status.code == 0, status.stderr
+    found = status.json()
+    assert (found["state"], found["pid"], found["detected_by"]) == ("running", proc.pid, "store lock")
+    assert found["process"] == process_name(proc.pid) and found["reachable"] is False  # speaks no remoting
+    stopped = cli("broker", "stop", "-c", str(broker_conf))
+    assert stopped.code == 0 and f"stopped broker (pid {proc.pid}, " in stopped.stderr
+    assert proc.wait(timeout=10) == 0  # it got SIGTERM, not SIGKILL
+    assert cli("broker", "status", "-c", str(broker_conf)).code == 3
+
+
+def test_status_finds_whatever_listens_on_the_brokers_port(
+    cli: RunCli, broker_conf: Path, foreign: Callable[[str, int], subprocess.Popen[str]]
+) -> None:
+    proc = foreign("", int(parse_properties(broker_conf.read_text())["listenPort"]))
+    status = cli("broker", "status", "-c", str(broker_conf), "-o", "json")
+    assert status.code == 0, status.stderr
+    assert (status.json()["pid"], status.json()["detected_by"]) == (proc.pid, "port")
+    refused = cli("broker", "stop", "-c", str(broker_conf))  # a stranger on the port: not ours to stop
+    assert refused.code == 4 and "does not look like a broker" in refused.stderr
+    assert proc.poll() is None
+
+
+def test_namesrv_status_finds_a_namesrv_by_its_port(
+    cli: RunCli, tmp_path: Path, foreign: Callable[[str, int], subprocess.Popen[str]]
+) -> None:
+    port = free_port()
+    proc = foreign("", port)
+    env = {"MQCTL_NAMESRV_LISTEN_PORT": str(port), "MQCTL_NAMESRV_LISTEN_HOST": "127.0.0.1"}
+    status = cli("namesrv", "status", "--data", str(tmp_path / "ns"), "-o", "json", env=env)
+    assert status.code == 0, status.stderr
+    found = status.json()
+    assert (found["pid"], found["detected_by"], found["address"]) == (proc.pid, "port", f"127.0.0.1:{port}")

@@ -154,3 +154,13 @@ def test_broker_config_get_and_set(mq: RunCli, daemons: LocalCluster) -> None:
     assert daemons.broker.config.file_reserved_time == 48
     assert mq("broker", "config", "get", "noSuchKey").code == NotFoundError.exit_code
     assert mq("broker", "config", "set", "fileReservedTime").code == UsageError.exit_code
+
+
+def test_topic_stats_reads_the_brokers_put_rates(mq: RunCli, daemons: LocalCluster) -> None:
+    assert mq("topic", "create", "-t", "Rates", "-w", "2", "-r", "2").code == 0
+    before = mq("topic", "stats", "-t", "Rates", "-o", "json").json()
+    assert (before["in_tps"], before["in_msgs_24h"]) == (0, 0)  # no TOPIC_PUT_NUMS item yet
+    for i in range(3):
+        assert mq("msg", "send", "-t", "Rates", f"m{i}").code == 0
+    stats = mq("topic", "stats", "-t", "Rates", "-o", "json").json()
+    assert stats["in_msgs_24h"] == 3 and stats["messages"] == 3 and stats["in_tps"] > 0

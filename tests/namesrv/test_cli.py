@@ -15,6 +15,8 @@ import pytest
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
+from mqctl.services.processes import process_name
+from tests.broker.test_broker_cli import free_port
 from tests.conftest import ROOT, RunCli
 
 pytestmark = pytest.mark.slow
@@ -57,6 +59,8 @@ async def test_foreground_start_serves_and_stops_gracefully_on_sigterm(
             "state": "running",
             "data_dir": str(data),
             "pid": proc.pid,
+            "detected_by": "pid file",
+            "process": process_name(proc.pid),
             "address": addr,
             "clusters": 0,
             "brokers": 0,
@@ -91,9 +95,10 @@ def test_daemon_start_status_stop(tmp_path: Path, cli: RunCli) -> None:
     finally:
         stopped = cli("namesrv", "stop", "--data", data)
     assert stopped.code == 0 and f"NameServer pid {pid} stopped" in stopped.stderr
-    gone = cli("namesrv", "status", "--data", data, "-o", "json")
+    closed = {"MQCTL_NAMESRV_LISTEN_PORT": str(free_port())}  # the port probe must find nothing either
+    gone = cli("namesrv", "status", "--data", data, "-o", "json", env=closed)
     assert gone.code == 3 and gone.json() == {"state": "stopped", "data_dir": data}
-    again = cli("namesrv", "stop", "--data", data)
+    again = cli("namesrv", "stop", "--data", data, env=closed)
     assert again.code == 3 and "no NameServer is running" in again.stderr
     assert "NameServer listening on 127.0.0.1:" in (tmp_path / "ns" / "namesrv.log").read_text()
 

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from daemon.config import parse_properties
+from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting import fastjson
 from daemon.remoting.bodies import ClusterInfo, DataVersion, KVTable, TopicList, TopicRouteData
@@ -388,3 +390,24 @@ async def test_large_registration_while_lookups_continue(namesrv: Namesrv) -> No
         assert {r.code for r in lookups} == {0}
         route = await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "Topic03999"})
         assert TopicRouteData.loads(route.body).queue_datas[0].broker_name == "broker-b"
+
+
+async def test_namesrv_config_has_rocketmq_keys_and_keeps_inert_ones(namesrv: Namesrv) -> None:
+    config = namesrv.controller.config
+    got = parse_properties((await namesrv.call(RequestCode.GET_NAMESRV_CONFIG)).body.decode())
+    assert set(NamesrvConfig.ROCKETMQ_DEFAULTS) <= set(got)  # NamesrvConfig + NettyServerConfig
+    assert got["kvConfigPath"] == str(config.kv_config_file) and got["configStorePath"] == str(
+        config.config_store_file
+    )
+    assert got["serverWorkerThreads"] == "8"  # RocketMQ's default for a key we do not act on
+    ok = await namesrv.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"serverWorkerThreads=16\n")
+    assert ok.code == ResponseCode.SUCCESS  # a RocketMQ key: accepted, not refused as unknown
+    assert (
+        parse_properties((await namesrv.call(RequestCode.GET_NAMESRV_CONFIG)).body.decode())[
+            "serverWorkerThreads"
+        ]
+        == "16"
+    )
+    assert "serverWorkerThreads=16" in config.config_store_file.read_text().splitlines()
+    unknown = await namesrv.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"noSuchKey=1\n")
+    assert unknown.code == ResponseCode.SYSTEM_ERROR and "noSuchKey" in (unknown.remark or "")

@@ -33,6 +33,7 @@ from daemon.broker.headers import (
     ProducerGroupHeader,
     ResetOffsetRequestHeader,
     TopicHeader,
+    ViewBrokerStatsDataRequestHeader,
 )
 from daemon.broker.managers.groups import from_wire
 from daemon.broker.managers.topics import SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC, topic_problem
@@ -84,6 +85,7 @@ def processors(broker: Broker) -> dict[int, Processor]:
         R.DELETE_SUBSCRIPTIONGROUP: p.delete_group,
         R.GET_CONSUME_STATS: p.consume_stats,
         R.GET_BROKER_CONSUME_STATS: p.broker_consume_stats,
+        R.VIEW_BROKER_STATS_DATA: p.view_stats_data,
         R.GET_CONSUMER_CONNECTION_LIST: p.consumer_connections,
         R.GET_PRODUCER_CONNECTION_LIST: p.producer_connections,
         R.INVOKE_BROKER_TO_RESET_OFFSET: p.reset_offset,
@@ -238,11 +240,13 @@ class AdminProcessor:
                 stats.offset_table[self._mq(t, qid)] = OffsetWrapper(
                     broker_offset, consumer_offset, max(last, 0)
                 )
-        stats.consume_tps = broker.stats.group_get_tps(group)
+            stats.consume_tps += broker.stats.group_get_tps(group, t)  # Java sums tpsGroupGetNums per topic
         return stats
 
     def broker_consume_stats(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """GET_BROKER_CONSUME_STATS (317): ConsumeStats of every group and topic with stored offsets."""
+        """GET_BROKER_CONSUME_STATS (317): ConsumeStats of every group and topic with stored offsets;
+        with `isOrder=true` only of ordered topics (mqadmin brokerConsumeStats -o)."""
+        order_only = request.ext_fields.get("isOrder", "false").lower() == "true"
         offsets = self.broker.offsets
         groups = sorted({key.split("@", 1)[1] for key in list(offsets.table)})
         entries = []
@@ -250,6 +254,9 @@ class AdminProcessor:
         for group in groups:
             per_topic = []
             for topic in sorted(offsets.topics_of(group)):
+                config = self.broker.topics.get(topic)
+                if order_only and (config is None or not config.order):
+                    continue
                 stats = self.compute_consume_stats(group, topic)
                 if stats.offset_table:
                     per_topic.append(stats)
@@ -258,6 +265,15 @@ class AdminProcessor:
                 entries.append({group: per_topic})
         body = {"brokerAddr": self.broker.addr, "consumeStatsList": entries, "totalDiff": total}
         return request.make_response(body=fastjson.dumps(body))
+
+    def view_stats_data(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """VIEW_BROKER_STATS_DATA (315): one stats item's minute/hour/day sums and rates
+        (`mqadmin statsAll` reads TOPIC_PUT_NUMS by topic and GROUP_GET_NUMS by `topic@group`)."""
+        h = ViewBrokerStatsDataRequestHeader.from_ext_fields(request.ext_fields)
+        data = self.broker.stats.view(h.stats_name, h.stats_key)
+        if data is None:
+            raise system_error(f"The stats <{h.stats_name}> <{h.stats_key}> not exist")
+        return request.make_response(body=fastjson.dumps(data))
 
     def consumer_connections(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = ConsumerGroupHeader.from_ext_fields(request.ext_fields)
@@ -422,6 +438,9 @@ class AdminProcessor:
             raise system_error(str(exc)) from None
         if changed:
             known = {property_key(f) for f in dataclasses.fields(config) if f.name in changed}
+            inert = changed.get("rocketmq_inert")
+            if isinstance(inert, dict):  # RocketMQ keys we accept without acting on them persist too
+                known |= updates.keys() & inert.keys()
             self._persist_config({key: raw for key, raw in updates.items() if key in known})
         store_keys = {f.name for f in dataclasses.fields(StoreConfig)}
         for name, value in changed.items():

@@ -7,6 +7,7 @@ body is the raw stored records concatenated, straight from the store's mapping.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
@@ -158,6 +159,16 @@ class PullProcessor:
         header = PullMessageResponseHeader(0, result.next_begin_offset, result.min_offset, result.max_offset)
         body = b""
         if code == ResponseCode.SUCCESS:
+            started = time.perf_counter_ns()
             body = b"".join(m.raw for m in result.messages)
-            self.broker.stats.on_get(h.consumer_group, h.topic, len(result.messages))
+            self.broker.stats.on_get(
+                h.consumer_group,
+                h.topic,
+                h.queue_id,
+                len(result.messages),
+                len(body),
+                time.perf_counter_ns() - started,
+            )
+        else:
+            self.broker.stats.on_get_miss()
         return request.make_response(code, result.status.value, header.to_ext_fields(), body)

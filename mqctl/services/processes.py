@@ -1,0 +1,109 @@
+"""Which process runs a daemon: our pid file, the store's lock, or the listen port.
+
+`mqctl broker status|stop` and `mqctl namesrv status|stop` must see a daemon whoever started it (a
+Java broker on the same store, a NameServer started by hand), and say which process it is. The pid
+file is ours; the store lock names its holder through the kernel's lock table (F_GETLK); a listening
+port is matched to its socket inode in /proc/net/tcp{,6} and that inode to a process's open fds
+(found only for processes we may inspect; the port is still reported as taken otherwise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+
+_LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's `st` column
+
+
+@dataclass(frozen=True)
+class Running:
+    """A running daemon: its pid when known, how it was found, and what the process is."""
+
+    pid: int | None
+    detected_by: str  # "pid file" | "store lock" | "port"
+    process: str | None
+
+    def fields(self) -> dict[str, object]:
+        return {"pid": self.pid, "detected_by": self.detected_by, "process": self.process}
+
+    def stoppable(self, *markers: str) -> bool:
+        """Whether `stop` may signal it: found by our pid file or the store lock (it is the daemon of
+        that store), or found by the port and its command line names the daemon (one of `markers`,
+        e.g. `BrokerStartup`); a stranger that happens to hold the port is left alone."""
+        if self.pid is None:
+            return False
+        if self.detected_by != "port":
+            return True
+        try:
+            args = Path(f"/proc/{self.pid}/cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            return False
+        return any(marker in arg for arg in args for marker in markers)
+
+
+def process_name(pid: int) -> str | None:
+    """`comm` of `pid`, plus the main class of a JVM (`java org.apache.rocketmq.broker.BrokerStartup`)."""
+    try:
+        comm = Path(f"/proc/{pid}/comm").read_text().strip()
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    if comm == "java":
+        main = next((a.decode(errors="replace") for a in args if a.startswith(b"org.apache.rocketmq.")), None)
+        if main is not None:
+            return f"java {main}"
+    return comm
+
+
+def listener_pid(port: int) -> int | None:
+    """The pid of the process listening on TCP `port` (any address), if /proc lets us see it."""
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                cols = line.split()
+                if len(cols) > 9 and cols[3] == _LISTEN and int(cols[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(cols[9])
+    if not inodes:
+        return None
+    targets = {f"socket:[{inode}]" for inode in inodes}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in os.scandir(f"/proc/{entry.name}/fd"):
+                with contextlib.suppress(OSError):
+                    if os.readlink(fd.path) in targets:
+                        return int(entry.name)
+    return None
+
+
+def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
+    """Whether something accepts TCP connections on host:port."""
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+def find_running(pid_file: Path, *, store_root: str | None, host: str, port: int) -> Running | None:
+    """The daemon behind a pid file, a store (its lock) or host:port, first match wins; None if none."""
+    from daemon.lifecycle import running_pid
+
+    pid = running_pid(pid_file)
+    if pid is not None:
+        return Running(pid, "pid file", process_name(pid))
+    if store_root is not None:
+        from store.engine import lock_holder
+
+        pid = lock_holder(store_root)
+        if pid is not None:
+            return Running(pid, "store lock", process_name(pid))
+    if port_open(host, port):
+        pid = listener_pid(port)
+        return Running(pid, "port", process_name(pid) if pid is not None else None)
+    return None
