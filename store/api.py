@@ -203,8 +203,9 @@ def check_offset(offset: int, min_offset: int, max_offset: int) -> tuple[GetMess
     return None
 
 
-RecordReader = Callable[[int, int], "tuple[memoryview, str] | None"]
-"""``read(phys_offset, size)`` → (raw record view, file path), or None when the log no longer has it."""
+RecordReader = Callable[[int, int, int], "tuple[memoryview, str] | None"]
+"""``read(phys_offset, size, queue_offset)`` → (raw record view, file path), or None when the log no longer
+has it (the queue offset lets a reader check that the unit points at its own record)."""
 
 
 def select_units(
@@ -240,7 +241,7 @@ def select_units(
         if tag_filter is not None and tags not in tag_filter:
             i += 1
             continue
-        found = read(phys, size)
+        found = read(phys, size, offset + i)
         if found is None:
             if not messages:
                 res.status = GetMessageStatus.MESSAGE_WAS_REMOVING

@@ -50,7 +50,7 @@ class ConsumeQueue:
     """One queue's units. ``max_physic_offset`` is the CommitLog end of the last unit written."""
 
     __slots__ = (
-        "_last", "file_size", "files", "max_physic_offset", "min_logic_offset", "next_offset", "queue_id", "topic"
+        "_last", "damage", "file_size", "files", "max_physic_offset", "min_logic_offset", "next_offset", "queue_id", "topic"
     )
 
     def __init__(
@@ -73,6 +73,9 @@ class ConsumeQueue:
         #: store sets it from :attr:`max_offset` after recovery and advances it on every append.
         self.next_offset = 0
         self._last: MappedFile | None = None
+        #: Set by :meth:`recover` when the units end in garbage or before the last file: the store rebuilds
+        #: the queue from the CommitLog (``store.heal``).
+        self.damage: str | None = None
 
     def load(self) -> None:
         self.files.load()
@@ -95,6 +98,10 @@ class ConsumeQueue:
             while pos < self.file_size:
                 off, size, _tags = UNIT.unpack_from(view, pos)
                 if off < 0 or size <= 0:
+                    if view[pos : pos + CQ_STORE_UNIT_SIZE] != bytes(CQ_STORE_UNIT_SIZE):
+                        self.damage = f"{mf.path}: invalid unit at byte {pos} (offset {off}, size {size})"
+                    elif idx + 1 < len(files):
+                        self.damage = f"{mf.path}: units end at byte {pos} but later files exist"
                     break
                 if size != 0x7FFFFFFF:
                     max_phys = off + size

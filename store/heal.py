@@ -1,0 +1,341 @@
+"""Derived files heal themselves: ConsumeQueue units and IndexFile headers checked against the CommitLog,
+and rebuilt from it when they do not match (issue 14, point 3).
+
+Why: a unit pointing at garbage made consumers skip a whole ConsumeQueue file or receive a garbled
+record, and a damaged IndexFile header hid the keys of every older index file; neither was logged and a
+restart did not repair them. The CommitLog is the truth, so both are rebuilt from it and the rebuild is
+logged at ERROR, naming the file and what was wrong.
+
+Checking every unit of a large store at start-up would cost about as much as reading the whole
+CommitLog, so :meth:`Healer.check_on_start` checks, per ConsumeQueue file, the first and last unit and
+a few evenly spaced ones, and every unit of messages stored after the checkpoint's logics time (what a
+crash can have torn). Reads check each unit they serve (:meth:`Healer.reader`), so damage the sampling
+misses heals on the first pull that meets it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from store.api import RecordReader
+from store.commitlog import CommitLog
+from store.consumequeue import PREFILL_UNIT, UNIT, ConsumeQueue, unit_tags_code
+from store.errors import CorruptRecordError, StoreError
+from store.indexfile import ENTRY, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
+from store.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK
+from store.record import record_identity
+
+if TYPE_CHECKING:
+    from store.engine import DefaultMessageStore
+
+log = logging.getLogger(__name__)
+
+SAMPLES_PER_FILE = 16  # evenly spaced units checked per ConsumeQueue file at start-up, besides first and last
+RECOVERY_MARGIN_MS = 3000  # the checkpoint's safety margin (§6.5): units of messages after it are all checked
+FUTURE_SLACK_MS = 24 * 3600 * 1000  # an index timestamp this far past the clock is garbage, not clock skew
+_PREFILL_SIZE = UNIT.unpack(PREFILL_UNIT)[1]
+_QUEUED = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+
+QueueKey = tuple[str, int]
+
+
+class DamagedUnitError(StoreError):
+    """A ConsumeQueue unit does not point at the record it stands for."""
+
+    def __init__(self, topic: str, queue_id: int, phys: int, size: int, reason: str) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        super().__init__(f"{topic}/{queue_id}: unit (offset {phys}, size {size}) {reason}")
+
+
+# ------------------------------------------------------------------------------------ pure checks
+
+
+def record_problem(
+    cl: CommitLog, phys: int, size: int, topic: bytes, queue_id: int, queue_offset: int | None = None
+) -> str | None:
+    """Why the unit ``(phys, size)`` of queue ``topic``/``queue_id`` (at ``queue_offset`` if given) does
+    not point at its record; ``None`` when it does. A unit below the CommitLog's first file is not judged
+    (its record expired)."""
+    if phys < cl.min_offset:
+        return None
+    if size <= 0 or phys < 0:
+        return "is not a valid unit"
+    mf = cl.files.find_file(phys)
+    if mf is None or phys - mf.file_from_offset >= mf.wrote_position:
+        return f"points past the CommitLog end {cl.max_offset}"
+    pos = phys - mf.file_from_offset
+    try:
+        r_size, r_qid, r_qoff, r_phys, _ts, r_topic = record_identity(mf.view, pos, mf.wrote_position)
+    except CorruptRecordError as e:
+        return f"points at no record ({e.reason})"
+    if r_phys != phys:
+        return f"points inside a record (the record there says it starts at {r_phys})"
+    if r_size != size:
+        return f"has size {size} but the record's TOTALSIZE is {r_size}"
+    if r_topic != topic or r_qid != queue_id:
+        return f"points at a record of {r_topic.decode('utf-8', 'replace')}/{r_qid}"
+    if queue_offset is not None and r_qoff != queue_offset:
+        return f"at queue offset {queue_offset} points at the record of queue offset {r_qoff}"
+    return None
+
+
+def _units_to_check(cq: ConsumeQueue, full_from: int) -> Iterator[int]:
+    """Queue offsets to check: first, last and evenly spaced units of each file, then every unit from
+    ``full_from`` on."""
+    lo, hi = cq.min_offset, cq.max_offset
+    for mf in cq.files.files:
+        first = max(lo, mf.file_from_offset // UNIT.size)
+        last = min(hi, mf.file_from_offset // UNIT.size + mf.wrote_position // UNIT.size) - 1
+        if last < first:
+            continue
+        step = max(1, (last - first) // (SAMPLES_PER_FILE + 1))
+        yield from range(first, last, step)
+        yield last
+    yield from range(max(full_from, lo), hi)
+
+
+def _first_offset_stored_after(cl: CommitLog, cq: ConsumeQueue, timestamp: int) -> int:
+    """First queue offset whose message was stored at ``timestamp`` or later (binary search; a unit
+    that cannot be read counts as later, so it gets checked)."""
+
+    def later(qoff: int) -> bool:
+        unit = cq.get_unit(qoff)
+        if unit is None:
+            return True
+        if unit[0] < cl.min_offset:
+            return False  # expired, so older
+        try:
+            ts = cl.store_timestamp_at(unit[0])
+        except CorruptRecordError:
+            return True
+        return ts < 0 or ts >= timestamp
+
+    lo, hi = cq.min_offset, cq.max_offset
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if later(mid):
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def consume_queue_problem(cl: CommitLog, cq: ConsumeQueue, check_after_ms: int) -> str | None:
+    """What is wrong with a ConsumeQueue, checked against the CommitLog (see the module docstring);
+    ``None`` when the units checked point at their records."""
+    if cq.damage is not None:
+        return cq.damage
+    topic = cq.topic.encode()
+    full_from = _first_offset_stored_after(cl, cq, check_after_ms)
+    for qoff in _units_to_check(cq, full_from):
+        unit = cq.get_unit(qoff)
+        if unit is None or unit[1] == _PREFILL_SIZE:
+            continue
+        why = record_problem(cl, unit[0], unit[1], topic, cq.queue_id, qoff)
+        if why is not None:
+            name = cq.files.find_file(qoff * UNIT.size)
+            where = name.path if name is not None else f"{cq.topic}/{cq.queue_id}"
+            return f"{where}: unit at queue offset {qoff} (offset {unit[0]}, size {unit[1]}) {why}"
+    return None
+
+
+def index_header_problem(f: IndexFile, cl: CommitLog, now_ms: int) -> str | None:
+    """What is wrong with an IndexFile's header, checked against its own entries and the CommitLog;
+    ``None`` when it is sane. Works on read-only files too (the offline ``store index ls``/``verify``)."""
+    count = f.index_count
+    if count > f.index_num:
+        return f"indexCount {count} exceeds the file's capacity {f.index_num}"
+    entries = count - 1
+    if not 0 <= f.hash_slot_count <= min(entries, f.hash_slot_num):
+        return f"hashSlotCount {f.hash_slot_count} is not within 0..{min(entries, f.hash_slot_num)}"
+    bt, et, bp, ep = f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset
+    if bt < 0 or bt > et:
+        return f"beginTimestamp {bt} and endTimestamp {et} are out of order"
+    if et > now_ms + FUTURE_SLACK_MS:
+        return f"endTimestamp {et} is in the future"
+    if bp < 0 or bp > ep:
+        return f"beginPhyOffset {bp} and endPhyOffset {ep} are out of order"
+    if ep > cl.max_offset:
+        return f"endPhyOffset {ep} is past the CommitLog end {cl.max_offset}"
+    if entries == 0:
+        return None
+    base = INDEX_HEADER_SIZE + f.hash_slot_num * 4
+    first_phy = ENTRY.unpack_from(f.mm, base + INDEX_ENTRY_SIZE)[1]
+    last_phy = ENTRY.unpack_from(f.mm, base + entries * INDEX_ENTRY_SIZE)[1]
+    if first_phy != bp:
+        return f"beginPhyOffset {bp} is not the first entry's offset {first_phy}"
+    if last_phy != ep:
+        return f"endPhyOffset {ep} is not the last entry's offset {last_phy} (indexCount {count})"
+    for name, phy, ts in (("begin", bp, bt), ("end", ep, et)):
+        if phy < cl.min_offset or phy >= cl.max_offset:
+            continue
+        mf = cl.files.find_file(phy)
+        if mf is None:
+            continue
+        try:
+            _s, _q, _o, r_phys, r_ts, _t = record_identity(
+                mf.view, phy - mf.file_from_offset, mf.wrote_position
+            )
+        except CorruptRecordError as e:
+            return f"{name}PhyOffset {phy} points at no record ({e.reason})"
+        if r_phys != phy:
+            return f"{name}PhyOffset {phy} points inside a record"
+        if r_ts != ts:
+            return f"{name}Timestamp {ts} is not the store time {r_ts} of the record at {name}PhyOffset {phy}"
+    return None
+
+
+# ------------------------------------------------------------------------------------ healing
+
+
+class Healer:
+    """Checks and rebuilds one open, writable store's ConsumeQueues and IndexFiles (part of the engine:
+    it works on the store's queues and index under the store's put lock)."""
+
+    def __init__(self, store: DefaultMessageStore) -> None:
+        self.store = store
+        self.rebuilds = 0  # ConsumeQueue rebuilds done since open (tests and operators read it)
+        self._unhealable: set[QueueKey] = set()
+
+    def check_on_start(self) -> int | None:
+        """Check every ConsumeQueue and IndexFile; rebuild the damaged queues now and drop damaged index
+        files (and the later ones). Returns the CommitLog offset from which the start-up reput has to
+        re-dispatch to rebuild the dropped index files, or None."""
+        store = self.store
+        cl = store.commit_log
+        cp = store.checkpoint
+        check_after = max(0, cp.logics_msg_timestamp - RECOVERY_MARGIN_MS) if cp is not None else 0
+        started = time.perf_counter()
+        bad: dict[QueueKey, str] = {}
+        for key, cq in list(store._cqs.items()):
+            why = consume_queue_problem(cl, cq, check_after)
+            if why is not None:
+                bad[key] = why
+        if bad:
+            with store._put_lock:
+                self.rebuild_queues(bad)
+        reput_from = self._drop_bad_index_files()
+        log.info(
+            "checked %d consume queues and %d index files against the CommitLog in %.3f s",
+            len(store._cqs),
+            len(store.index.files),
+            time.perf_counter() - started,
+        )
+        return reput_from
+
+    def _drop_bad_index_files(self) -> int | None:
+        store = self.store
+        files = store.index.files
+        now = store.clock.now_ms()
+        for i, f in enumerate(files):
+            why = index_header_problem(f, store.commit_log, now)
+            if why is None:
+                continue
+            prev = files[i - 1] if i else None
+            doomed = files[i:]
+            del files[i:]
+            for g in doomed:
+                g.destroy()
+            later = f", and the {len(doomed) - 1} later index file(s)" if len(doomed) > 1 else ""
+            start = max(prev.end_phy_offset if prev is not None else 0, store.commit_log.min_offset)
+            log.error(
+                "index file %s has a bad header: %s; rebuilding it%s from the CommitLog from offset %d",
+                f.path,
+                why,
+                later,
+                start,
+            )
+            return start
+        return None
+
+    def reader(self, cq: ConsumeQueue, *, strict: bool) -> RecordReader:
+        """The record reader for a pull from ``cq``: each unit is checked against the record it points
+        at. A damaged unit raises :class:`DamagedUnitError` (``strict``), else it is skipped like a
+        removed record and logged at ERROR (after a rebuild that could not reach it)."""
+        cl = self.store.commit_log
+        topic, qid = cq.topic.encode(), cq.queue_id
+        if (cq.topic, qid) in self._unhealable:
+            strict = False
+
+        def read(phys: int, size: int, queue_offset: int) -> tuple[memoryview, str] | None:
+            if phys < cl.min_offset:
+                return None  # expired: the caller skips to the next CommitLog file
+            why = record_problem(cl, phys, size, topic, qid, queue_offset)
+            if why is not None:
+                if strict:
+                    raise DamagedUnitError(cq.topic, qid, phys, size, why)
+                log.error("%s/%d: skipping unit (offset %d, size %d) that %s", cq.topic, qid, phys, size, why)
+                return None
+            mf = cl.files.find_file(phys)
+            if mf is None:  # removed by cleanup since the check
+                return None
+            pos = phys - mf.file_from_offset
+            return mf.view[pos : pos + size], mf.path
+
+        return read
+
+    def heal_read(self, err: DamagedUnitError) -> None:
+        """A pull met a damaged unit: rebuild its queue (logged at ERROR)."""
+        with self.store._put_lock:
+            self.rebuild_queues({(err.topic, err.queue_id): f"a read found: {err}"})
+
+    def rebuild_queues(self, bad: dict[QueueKey, str]) -> None:
+        """Rebuild the queues ``bad`` names (with why) from the CommitLog, through the dispatch walk. Call
+        under the store's put lock. Units come from one walk of the whole CommitLog; if the walk stops
+        at a record it cannot parse, the old units past that point are kept and the queue is marked
+        unhealable (its damaged units are then skipped with an ERROR log instead of rebuilt again)."""
+        store = self.store
+        cl = store.commit_log
+        delay_ms = store._delay_ms
+        found: dict[QueueKey, list[tuple[int, int, int, int]]] = {key: [] for key in bad}
+        started = time.perf_counter()
+        walk = cl.walk(cl.min_offset, cl.max_offset)
+        for info in walk:
+            units = found.get((info.topic, info.queue_id))
+            if units is not None and info.sys_flag & TRANSACTION_TYPE_MASK in _QUEUED:
+                code = unit_tags_code(info.topic, info.properties, info.store_timestamp, delay_ms)
+                units.append((info.queue_offset, info.commit_log_offset, info.size, code))
+        complete = walk.offset >= cl.max_offset
+        for key, units in found.items():
+            old = store._cqs.pop(key, None)
+            next_offset = 0
+            if old is not None:
+                next_offset = old.next_offset
+                if not complete:
+                    units.extend(_units_from(old, walk.offset))
+                    self._unhealable.add(key)
+                old.destroy()
+            cq = store._new_cq(*key)
+            for qoff, phys, size, code in units:
+                cq.put_unit(phys, size, code, qoff)
+            cq.correct_min_offset(cl.min_offset)
+            cq.next_offset = max(cq.max_offset, next_offset if not complete else 0)
+            store._cqs[key] = cq
+            self.rebuilds += 1
+            log.error(
+                "consume queue %s/%d rebuilt from the CommitLog (%d units, offsets %d..%d) in %.3f s: %s%s",
+                key[0],
+                key[1],
+                len(units),
+                cq.min_offset,
+                cq.max_offset,
+                time.perf_counter() - started,
+                bad[key],
+                ""
+                if complete
+                else f"; the CommitLog cannot be read past offset {walk.offset}, units after it kept",
+            )
+
+
+def _units_from(cq: ConsumeQueue, phys: int) -> list[tuple[int, int, int, int]]:
+    """``(queue offset, phys, size, tags)`` of the units of ``cq`` pointing at ``phys`` or later."""
+    out = []
+    for qoff in range(cq.min_offset, cq.max_offset):
+        unit = cq.get_unit(qoff)
+        if unit is not None and unit[0] >= phys and unit[1] != _PREFILL_SIZE:
+            out.append((qoff, *unit))
+    return out
