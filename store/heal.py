@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SAMPLES_PER_FILE = 16  # evenly spaced units checked per ConsumeQueue file at start-up, besides first and last
+SAMPLE_BUDGET = 20_000  # ... but no more than this many over the whole store (10,000 queues: 2 per file)
 RECOVERY_MARGIN_MS = 3000  # the checkpoint's safety margin (§6.5): units of messages after it are all checked
 FUTURE_SLACK_MS = 24 * 3600 * 1000  # an index timestamp this far past the clock is garbage, not clock skew
 _PREFILL_SIZE = UNIT.unpack(PREFILL_UNIT)[1]
@@ -83,17 +84,17 @@ def record_problem(
     return None
 
 
-def _units_to_check(cq: ConsumeQueue, full_from: int) -> Iterator[int]:
-    """Queue offsets to check: first, last and evenly spaced units of each file, then every unit from
-    ``full_from`` on."""
+def _units_to_check(cq: ConsumeQueue, full_from: int, samples: int) -> Iterator[int]:
+    """Queue offsets to check: first, last and ``samples`` evenly spaced units of each file, then every
+    unit from ``full_from`` on."""
     lo, hi = cq.min_offset, cq.max_offset
     for mf in cq.files.files:
         first = max(lo, mf.file_from_offset // UNIT.size)
         last = min(hi, mf.file_from_offset // UNIT.size + mf.wrote_position // UNIT.size) - 1
         if last < first:
             continue
-        step = max(1, (last - first) // (SAMPLES_PER_FILE + 1))
-        yield from range(first, last, step)
+        step = max(1, (last - first) // (samples + 1))
+        yield from range(first, last, step) if samples else (first,)
         yield last
     yield from range(max(full_from, lo), hi)
 
@@ -115,6 +116,8 @@ def _first_offset_stored_after(cl: CommitLog, cq: ConsumeQueue, timestamp: int) 
         return ts < 0 or ts >= timestamp
 
     lo, hi = cq.min_offset, cq.max_offset
+    if lo < hi and not later(hi - 1):
+        return hi  # the common case after a clean shutdown, or for an idle queue: one read
     while lo < hi:
         mid = (lo + hi) // 2
         if later(mid):
@@ -124,14 +127,16 @@ def _first_offset_stored_after(cl: CommitLog, cq: ConsumeQueue, timestamp: int) 
     return lo
 
 
-def consume_queue_problem(cl: CommitLog, cq: ConsumeQueue, check_after_ms: int) -> str | None:
+def consume_queue_problem(
+    cl: CommitLog, cq: ConsumeQueue, check_after_ms: int, samples: int = SAMPLES_PER_FILE
+) -> str | None:
     """What is wrong with a ConsumeQueue, checked against the CommitLog (see the module docstring);
     ``None`` when the units checked point at their records."""
     if cq.damage is not None:
         return cq.damage
     topic = cq.topic.encode()
     full_from = _first_offset_stored_after(cl, cq, check_after_ms)
-    for qoff in _units_to_check(cq, full_from):
+    for qoff in _units_to_check(cq, full_from, samples):
         unit = cq.get_unit(qoff)
         if unit is None or unit[1] == _PREFILL_SIZE:
             continue
@@ -211,8 +216,11 @@ class Healer:
         check_after = max(0, cp.logics_msg_timestamp - RECOVERY_MARGIN_MS) if cp is not None else 0
         started = time.perf_counter()
         bad: dict[QueueKey, str] = {}
-        for key, cq in list(store._cqs.items()):
-            why = consume_queue_problem(cl, cq, check_after)
+        queues = list(store._cqs.items())
+        files = sum(len(cq.files.files) for _key, cq in queues)
+        samples = min(SAMPLES_PER_FILE, SAMPLE_BUDGET // max(1, files))
+        for key, cq in queues:
+            why = consume_queue_problem(cl, cq, check_after, samples)
             if why is not None:
                 bad[key] = why
         if bad:
