@@ -176,7 +176,9 @@ class ConsumeQueue:
     def put_unit(self, phys_offset: int, size: int, tags_code: int, queue_offset: int) -> None:
         """Write the unit for a dispatched record at ``queue_offset`` (rules of §4.5)."""
         if phys_offset + size <= self.max_physic_offset:
-            return  # already dispatched
+            if self.damage is None:  # already dispatched: a re-dispatch (abnormal recovery) checks the unit
+                self._check_unit(phys_offset, size, queue_offset)
+            return
         expected = queue_offset * CQ_STORE_UNIT_SIZE
         mf = self.file_for(queue_offset)
         if queue_offset != 0:
@@ -194,6 +196,15 @@ class ConsumeQueue:
         UNIT.pack_into(mf.mm, mf.wrote_position, phys_offset, size, tags_code)
         mf.wrote_position += CQ_STORE_UNIT_SIZE
         self.max_physic_offset = phys_offset + size
+
+    def _check_unit(self, phys_offset: int, size: int, queue_offset: int) -> None:
+        unit = self.get_unit(queue_offset)
+        if unit is not None and unit[1] != 0x7FFFFFFF and (unit[0], unit[1]) != (phys_offset, size):
+            mf = self.files.find_file(queue_offset * CQ_STORE_UNIT_SIZE)
+            self.damage = (
+                f"{mf.path if mf else self.topic}: unit at queue offset {queue_offset} is (offset {unit[0]}, "
+                f"size {unit[1]}) but its record is (offset {phys_offset}, size {size})"
+            )
 
     # ------------------------------------------------------------------ reading
 

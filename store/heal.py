@@ -8,9 +8,11 @@ logged at ERROR, naming the file and what was wrong.
 
 Checking every unit of a large store at start-up would cost about as much as reading the whole
 CommitLog, so :meth:`Healer.check_on_start` checks, per ConsumeQueue file, the first and last unit and
-a few evenly spaced ones, and every unit of messages stored after the checkpoint's logics time (what a
-crash can have torn). Reads check each unit they serve (:meth:`Healer.reader`), so damage the sampling
-misses heals on the first pull that meets it.
+a few evenly spaced ones. What a crash can have torn is covered by abnormal recovery: it re-dispatches
+every record from the checkpoint on, and a record whose unit exists but says otherwise marks the queue
+damaged (:meth:`ConsumeQueue.put_unit`), as does a unit that is garbage rather than empty where
+recovery finds the end of the queue. Reads check each unit they serve (:meth:`Healer.reader`), so
+damage the sampling misses heals on the first pull that meets it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,6 @@ log = logging.getLogger(__name__)
 
 SAMPLES_PER_FILE = 16  # evenly spaced units checked per ConsumeQueue file at start-up, besides first and last
 SAMPLE_BUDGET = 20_000  # ... but no more than this many over the whole store (10,000 queues: 2 per file)
-RECOVERY_MARGIN_MS = 3000  # the checkpoint's safety margin (§6.5): units of messages after it are all checked
 FUTURE_SLACK_MS = 24 * 3600 * 1000  # an index timestamp this far past the clock is garbage, not clock skew
 _PREFILL_SIZE = UNIT.unpack(PREFILL_UNIT)[1]
 _QUEUED = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
@@ -84,9 +85,8 @@ def record_problem(
     return None
 
 
-def _units_to_check(cq: ConsumeQueue, full_from: int, samples: int) -> Iterator[int]:
-    """Queue offsets to check: first, last and ``samples`` evenly spaced units of each file, then every
-    unit from ``full_from`` on."""
+def _units_to_check(cq: ConsumeQueue, samples: int) -> Iterator[int]:
+    """Queue offsets to check: first, last and ``samples`` evenly spaced units of each file."""
     lo, hi = cq.min_offset, cq.max_offset
     for mf in cq.files.files:
         first = max(lo, mf.file_from_offset // UNIT.size)
@@ -96,47 +96,15 @@ def _units_to_check(cq: ConsumeQueue, full_from: int, samples: int) -> Iterator[
         step = max(1, (last - first) // (samples + 1))
         yield from range(first, last, step) if samples else (first,)
         yield last
-    yield from range(max(full_from, lo), hi)
 
 
-def _first_offset_stored_after(cl: CommitLog, cq: ConsumeQueue, timestamp: int) -> int:
-    """First queue offset whose message was stored at ``timestamp`` or later (binary search; a unit
-    that cannot be read counts as later, so it gets checked)."""
-
-    def later(qoff: int) -> bool:
-        unit = cq.get_unit(qoff)
-        if unit is None:
-            return True
-        if unit[0] < cl.min_offset:
-            return False  # expired, so older
-        try:
-            ts = cl.store_timestamp_at(unit[0])
-        except CorruptRecordError:
-            return True
-        return ts < 0 or ts >= timestamp
-
-    lo, hi = cq.min_offset, cq.max_offset
-    if lo < hi and not later(hi - 1):
-        return hi  # the common case after a clean shutdown, or for an idle queue: one read
-    while lo < hi:
-        mid = (lo + hi) // 2
-        if later(mid):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
-
-
-def consume_queue_problem(
-    cl: CommitLog, cq: ConsumeQueue, check_after_ms: int, samples: int = SAMPLES_PER_FILE
-) -> str | None:
+def consume_queue_problem(cl: CommitLog, cq: ConsumeQueue, samples: int = SAMPLES_PER_FILE) -> str | None:
     """What is wrong with a ConsumeQueue, checked against the CommitLog (see the module docstring);
     ``None`` when the units checked point at their records."""
     if cq.damage is not None:
         return cq.damage
     topic = cq.topic.encode()
-    full_from = _first_offset_stored_after(cl, cq, check_after_ms)
-    for qoff in _units_to_check(cq, full_from, samples):
+    for qoff in _units_to_check(cq, samples):
         unit = cq.get_unit(qoff)
         if unit is None or unit[1] == _PREFILL_SIZE:
             continue
@@ -212,15 +180,13 @@ class Healer:
         re-dispatch to rebuild the dropped index files, or None."""
         store = self.store
         cl = store.commit_log
-        cp = store.checkpoint
-        check_after = max(0, cp.logics_msg_timestamp - RECOVERY_MARGIN_MS) if cp is not None else 0
         started = time.perf_counter()
         bad: dict[QueueKey, str] = {}
         queues = list(store._cqs.items())
         files = sum(len(cq.files.files) for _key, cq in queues)
         samples = min(SAMPLES_PER_FILE, SAMPLE_BUDGET // max(1, files))
         for key, cq in queues:
-            why = consume_queue_problem(cl, cq, check_after, samples)
+            why = consume_queue_problem(cl, cq, samples)
             if why is not None:
                 bad[key] = why
         if bad:

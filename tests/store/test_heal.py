@@ -87,6 +87,20 @@ def test_last_unit_of_a_file_is_checked_at_start(
         assert read_all(s, TOPIC, QID) == list(range(700))
 
 
+def test_crash_recovery_finds_a_flipped_unit_it_re_dispatches(
+    store_a_copy: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a crash, recovery re-dispatches records whose units exist; a unit that says otherwise than
+    its record (here one in the middle of a file, which the samples do not reach) is rebuilt at start."""
+    path = cq_file(store_a_copy, start=6000)
+    flip(path, 50 * CQ_STORE_UNIT_SIZE + 7, 0x10)
+    (store_a_copy / "abort").touch()
+    with caplog.at_level(logging.ERROR, "store.heal"), DefaultMessageStore(store_a_config(store_a_copy)) as s:
+        assert s.healer.rebuilds == 1
+        assert f"{path}: unit at queue offset 350" in caplog.text
+        assert read_all(s, TOPIC, QID) == list(range(700))
+
+
 def test_unit_corrupted_while_running_heals_on_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     """A unit damaged under a running store (here through its mapping): the next read rebuilds the queue
     rather than skipping to the next ConsumeQueue file or serving another record."""
