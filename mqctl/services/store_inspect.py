@@ -551,15 +551,22 @@ def query_key(
     the broker looks), each verified against its record: the index holds hashes only."""
     lay = layout(root)
     index = IndexService(str(lay.index_dir), lay.hash_slot_num, lay.index_num, read_only=True)
-    try:
-        index.load(True, 0)
-        offsets = sorted(set(index.query(f"{topic}#{key}", max_num, window.begin_ms, window.end_ms)))
-    except EngineStoreError as exc:
-        raise StoreError(str(exc)) from exc
-    finally:
-        index.close()
     rows = []
     with _commit_log(lay) as cl:
+        try:
+            index.load(True, 0)
+            now = int(time.time() * 1000)
+            for f in list(index.files):  # a damaged header would hide the older files' keys too
+                why = index_header_problem(f, cl, now)
+                if why is not None:
+                    log.warning("skipping index file %s (bad header: %s)", f.path, why)
+                    index.files.remove(f)
+                    f.close()
+            offsets = sorted(set(index.query(f"{topic}#{key}", max_num, window.begin_ms, window.end_ms)))
+        except EngineStoreError as exc:
+            raise StoreError(str(exc)) from exc
+        finally:
+            index.close()
         for phys in offsets:
             try:
                 m = _message_at(cl, phys)

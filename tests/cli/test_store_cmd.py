@@ -372,6 +372,25 @@ def test_index_ls_and_verify_report_a_bad_index_header(
     assert snapshot(root) == before
 
 
+def test_msg_query_skips_a_bad_index_header_and_finds_older_keys(cli: RunCli, tmp_path: Path) -> None:
+    """The newest index file's header is damaged: keys of the older files are still found offline."""
+    from tests.store.test_heal import keyed_store
+
+    root = tmp_path / "store"
+    keys = keyed_store(root, max_hash_slot_num=100)  # 4 entries per slot, as ``layout`` reads them
+    newest = sorted((root / "index").iterdir())[-1]
+    with open(newest, "r+b") as f:
+        f.seek(2)  # beginTimestamp minus 2**40 ms (~35 years): the walk would stop at this file
+        value = f.read(1)[0]
+        f.seek(2)
+        f.write(bytes([value ^ 0x01]))
+    args = ("store", "msg", "query", "--store", str(root), "-t", "K", "--since", "-1d", "-o", "json")
+    for key in (keys[0], keys[250]):  # in the oldest and the middle file
+        result = cli(*args, "-k", key)
+        assert result.code == 0, result.stderr
+        assert [r["keys"] for r in result.json()] == [key]
+
+
 # -------------------------------------------------------------------------- read-only, errors
 
 

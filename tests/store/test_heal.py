@@ -124,10 +124,10 @@ def test_unit_corrupted_while_running_heals_on_read(tmp_path: Path, caplog: pyte
         assert s.put_message(Message("T", b"after", queue_id=0)).queue_offset == 60
 
 
-def keyed_store(root: Path) -> list[str]:
+def keyed_store(root: Path, **overrides: int) -> list[str]:
     """A store with three index files (400 entries each: 199 messages with a UNIQ_KEY and one KEY)."""
     keys = []
-    with DefaultMessageStore(small_config(root)) as s:
+    with DefaultMessageStore(small_config(root, **overrides)) as s:
         for i in range(450):
             key = f"k{i}"
             msg = Message("K", f"b{i}".encode(), properties={"KEYS": key, "UNIQ_KEY": f"U{i:08d}"})
