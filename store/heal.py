@@ -134,8 +134,8 @@ def index_header_problem(f: IndexFile, cl: CommitLog, now_ms: int) -> str | None
         return f"beginPhyOffset {bp} and endPhyOffset {ep} are out of order"
     if ep > cl.max_offset:
         return f"endPhyOffset {ep} is past the CommitLog end {cl.max_offset}"
-    if entries == 0:
-        return None
+    if entries == 0:  # a new file starts with begin = end = the previous file's end (§5.7)
+        return None if (bt, bp) == (et, ep) else "a file without entries has begin and end fields that differ"
     base = INDEX_HEADER_SIZE + f.hash_slot_num * 4
     first_phy = ENTRY.unpack_from(f.mm, base + INDEX_ENTRY_SIZE)[1]
     last_phy = ENTRY.unpack_from(f.mm, base + entries * INDEX_ENTRY_SIZE)[1]

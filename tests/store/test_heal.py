@@ -156,6 +156,22 @@ def test_flipped_index_header_is_rebuilt(
     assert f"index file {index[which]} has a bad header" in caplog.text
 
 
+def test_empty_index_file_with_a_flipped_header_is_dropped(tmp_path: Path) -> None:
+    """A file without entries yet (begin = end = the previous file's end): a begin time flipped back
+    would stop every key query at it; start drops it and the older file's keys are found."""
+    with DefaultMessageStore(small_config(tmp_path)) as s:
+        for i in range(199):  # 398 keys: one short of the first file's capacity
+            assert s.put_message(Message("K", b"x", properties={"KEYS": f"k{i} j{i}"})).ok
+        assert s.put_message(Message("K", b"x", properties={"KEYS": "last"})).ok  # fills the file
+        s.index._writable_file(s.clock.now_ms)  # the next file exists, empty
+        s.index.write_header()
+        assert [f.index_count for f in s.index.files] == [400, 1]
+    newest = sorted((tmp_path / "index").iterdir())[-1]
+    flip(newest, 2, 0x01)  # beginTimestamp minus 2**40 ms
+    with DefaultMessageStore(small_config(tmp_path)) as s:
+        assert len(s.query_message("K", "k5", 4, s.clock.now_ms() - 3_600_000, 2**62).messages) == 1
+
+
 def test_healthy_index_headers_pass_the_check(tmp_path: Path) -> None:
     keys = keyed_store(tmp_path)
     names = sorted(p.name for p in (tmp_path / "index").iterdir())
