@@ -27,8 +27,14 @@ from store.commitlog import CommitLog
 from store.consumequeue import PREFILL_UNIT, UNIT, ConsumeQueue, unit_tags_code
 from store.errors import CorruptRecordError, StoreError
 from store.indexfile import ENTRY, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
-from store.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK
-from store.record import record_identity
+from store.message import (
+    MESSAGE_MAGIC_CODE,
+    MESSAGE_MAGIC_CODE_V2,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_TYPE_MASK,
+)
+from store.record import RECORD_IDENTITY, record_identity
 
 if TYPE_CHECKING:
     from store.engine import DefaultMessageStore
@@ -40,6 +46,7 @@ SAMPLE_BUDGET = 20_000  # ... but no more than this many over the whole store (1
 FUTURE_SLACK_MS = 24 * 3600 * 1000  # an index timestamp this far past the clock is garbage, not clock skew
 _PREFILL_SIZE = UNIT.unpack(PREFILL_UNIT)[1]
 _QUEUED = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 
 QueueKey = tuple[str, int]
 
@@ -227,28 +234,41 @@ class Healer:
         return None
 
     def reader(self, cq: ConsumeQueue, *, strict: bool) -> RecordReader:
-        """The record reader for a pull from ``cq``: each unit is checked against the record it points
-        at. A damaged unit raises :class:`DamagedUnitError` (``strict``), else it is skipped like a
+        """The record reader for a pull from ``cq``: each unit is checked against the header of the record
+        it points at (size, offset, queue id and offset, magic; one unpack, so pulls stay fast; the topic
+        is checked at start-up). A damaged unit raises :class:`DamagedUnitError` (``strict``), else it is skipped like a
         removed record and logged at ERROR (after a rebuild that could not reach it)."""
         cl = self.store.commit_log
         topic, qid = cq.topic.encode(), cq.queue_id
         if (cq.topic, qid) in self._unhealable:
             strict = False
 
+        find_file = cl.files.find_file
+        identity = RECORD_IDENTITY.unpack_from
+        room = RECORD_IDENTITY.size
+
         def read(phys: int, size: int, queue_offset: int) -> tuple[memoryview, str] | None:
             if phys < cl.min_offset:
                 return None  # expired: the caller skips to the next CommitLog file
+            mf = find_file(phys)
+            if mf is not None:  # the hot path: one unpack of the record's header fields
+                pos = phys - mf.file_from_offset
+                if pos + size <= mf.wrote_position and pos + room <= mf.file_size:
+                    r_size, magic, r_qid, r_qoff, r_phys = identity(mf.view, pos)
+                    if (r_size, r_phys, r_qoff, r_qid) == (
+                        size,
+                        phys,
+                        queue_offset,
+                        qid,
+                    ) and magic in _MAGICS:
+                        return mf.view[pos : pos + size], mf.path
             why = record_problem(cl, phys, size, topic, qid, queue_offset)
-            if why is not None:
-                if strict:
-                    raise DamagedUnitError(cq.topic, qid, phys, size, why)
-                log.error("%s/%d: skipping unit (offset %d, size %d) that %s", cq.topic, qid, phys, size, why)
+            if why is None:  # the record left with its file since (cleanup)
                 return None
-            mf = cl.files.find_file(phys)
-            if mf is None:  # removed by cleanup since the check
-                return None
-            pos = phys - mf.file_from_offset
-            return mf.view[pos : pos + size], mf.path
+            if strict:
+                raise DamagedUnitError(cq.topic, qid, phys, size, why)
+            log.error("%s/%d: skipping unit (offset %d, size %d) that %s", cq.topic, qid, phys, size, why)
+            return None
 
         return read
 

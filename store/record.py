@@ -376,6 +376,11 @@ def check_record(buf: Buffer, pos: int, limit: int, *, check_crc: bool) -> tuple
     return fixed[0], _I64.unpack_from(buf, ts_pos)[0]
 
 
+RECORD_IDENTITY = struct.Struct(">ii4xi4xqq")
+"""TOTALSIZE, MAGICCODE, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET in one unpack (36 bytes from the record
+start): what a pull checks against the unit it serves (topic and lengths: :func:`record_identity`)."""
+
+
 def record_identity(buf: Buffer, pos: int, limit: int) -> tuple[int, int, int, int, int, bytes]:
     """``(TOTALSIZE, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP, topic)`` of the record at ``pos``,
     validated as recovery does but without the CRC: what a ConsumeQueue unit or an IndexFile header is
@@ -466,6 +471,7 @@ __all__ = [
     "BLANK_MAGIC_CODE",
     "MAX_PROPERTIES_LENGTH",
     "MAX_TOPIC_LENGTH",
+    "RECORD_IDENTITY",
     "RecordInfo",
     "UniqKey",
     "body_crc",
