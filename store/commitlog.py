@@ -371,7 +371,7 @@ class RecordWalk:
                     continue
                 return
             pos = self.offset - mf.file_from_offset
-            stop = mf.wrote_position
+            stop = min(mf.wrote_position, self.end - mf.file_from_offset)
             view = mf.view
             jumped = False
             while pos < stop:

@@ -134,6 +134,21 @@ class ConsumeQueue:
             self._last = None
         self.max_physic_offset = self._last_unit_end()
 
+    def overwrite_unit(self, queue_offset: int, phys_offset: int, size: int, tags_code: int) -> None:
+        """Correct a written unit in place and sync its file (a repair from the CommitLog)."""
+        byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
+        mf = self.files.find_file(byte_offset)
+        if mf is None or byte_offset - mf.file_from_offset >= mf.wrote_position:
+            raise ValueError(f"{self.topic}/{self.queue_id}: no unit at queue offset {queue_offset}")
+        UNIT.pack_into(mf.mm, byte_offset - mf.file_from_offset, phys_offset, size, tags_code)
+        mf.sync()
+
+    def truncate_to(self, queue_offset: int) -> None:
+        """Drop the units from ``queue_offset`` on (a rebuild refills them from the CommitLog)."""
+        self.files.truncate_dirty_files(queue_offset * CQ_STORE_UNIT_SIZE)
+        self._last = None
+        self.max_physic_offset = self._last_unit_end()
+
     def _last_unit_end(self) -> int:
         for mf in reversed(self.files.files):
             if mf.wrote_position >= CQ_STORE_UNIT_SIZE:

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SAMPLES_PER_FILE = 16  # evenly spaced units checked per ConsumeQueue file at start-up, besides first and last
+ANCHOR_LOOKBACK = 64  # units looked back from a damaged one for an intact unit to rebuild after
 SAMPLE_BUDGET = 20_000  # ... but no more than this many over the whole store (10,000 queues: 2 per file)
 FUTURE_SLACK_MS = 24 * 3600 * 1000  # an index timestamp this far past the clock is garbage, not clock skew
 _PREFILL_SIZE = UNIT.unpack(PREFILL_UNIT)[1]
@@ -54,10 +55,15 @@ QueueKey = tuple[str, int]
 class DamagedUnitError(StoreError):
     """A ConsumeQueue unit does not point at the record it stands for."""
 
-    def __init__(self, topic: str, queue_id: int, phys: int, size: int, reason: str) -> None:
+    def __init__(
+        self, topic: str, queue_id: int, queue_offset: int, phys: int, size: int, reason: str
+    ) -> None:
         self.topic = topic
         self.queue_id = queue_id
-        super().__init__(f"{topic}/{queue_id}: unit (offset {phys}, size {size}) {reason}")
+        self.queue_offset = queue_offset
+        super().__init__(
+            f"{topic}/{queue_id}: unit at queue offset {queue_offset} (offset {phys}, size {size}) {reason}"
+        )
 
 
 # ------------------------------------------------------------------------------------ pure checks
@@ -266,55 +272,128 @@ class Healer:
             if why is None:  # the record left with its file since (cleanup)
                 return None
             if strict:
-                raise DamagedUnitError(cq.topic, qid, phys, size, why)
+                raise DamagedUnitError(cq.topic, qid, queue_offset, phys, size, why)
             log.error("%s/%d: skipping unit (offset %d, size %d) that %s", cq.topic, qid, phys, size, why)
             return None
 
         return read
 
     def heal_read(self, err: DamagedUnitError) -> None:
-        """A pull met a damaged unit: rebuild its queue (logged at ERROR)."""
+        """A pull met a damaged unit: repair it in place from the records between the intact units around
+        it, else rebuild its queue from the last intact unit before it (both logged at ERROR). Either
+        way the walk covers only part of the CommitLog, not the whole log."""
+        key = (err.topic, err.queue_id)
+        why = f"a read found: {err}"
         with self.store._put_lock:
-            self.rebuild_queues({(err.topic, err.queue_id): f"a read found: {err}"})
+            cq = self.store._cqs.get(key)
+            before = self._anchor(cq, err.queue_offset, -1) if cq is not None else None
+            if cq is not None and before is not None and self._repair(cq, before, err.queue_offset, why):
+                return
+            self.rebuild_queues({key: why}, {key: (before[0], before[2])} if before else None)
 
-    def rebuild_queues(self, bad: dict[QueueKey, str]) -> None:
+    def _repair(self, cq: ConsumeQueue, before: tuple[int, int, int], queue_offset: int, why: str) -> bool:
+        """Rewrite the units between ``before`` and the next intact unit after ``queue_offset`` from the
+        records of that CommitLog range; False when there is no such unit or the records do not fill
+        exactly that gap."""
+        after = self._anchor(cq, queue_offset, +1)
+        if after is None:
+            return False
+        (first_q, start), (last_q, end) = (before[0] + 1, before[2]), (after[0], after[1])
+        key = (cq.topic, cq.queue_id)
+        delay_ms = self.store._delay_ms
+        units = []
+        for info in self.store.commit_log.walk(start, end):
+            if (info.topic, info.queue_id) == key and info.sys_flag & TRANSACTION_TYPE_MASK in _QUEUED:
+                code = unit_tags_code(info.topic, info.properties, info.store_timestamp, delay_ms)
+                units.append((info.queue_offset, info.commit_log_offset, info.size, code))
+        if [u[0] for u in units] != list(range(first_q, last_q)):
+            return False
+        for qoff, phys, size, code in units:
+            cq.overwrite_unit(qoff, phys, size, code)
+        self.rebuilds += 1
+        log.error(
+            "consume queue %s/%d repaired from the CommitLog (units %d..%d rewritten from offsets %d..%d): %s",
+            cq.topic,
+            cq.queue_id,
+            first_q,
+            last_q - 1,
+            start,
+            end,
+            why,
+        )
+        return True
+
+    def _anchor(self, cq: ConsumeQueue, queue_offset: int, step: int) -> tuple[int, int, int] | None:
+        """``(queue offset, CommitLog offset, CommitLog end)`` of the nearest unit before (``step`` -1) or
+        after (+1) ``queue_offset`` that points at its record, a few units away at most; None if none."""
+        cl = self.store.commit_log
+        topic = cq.topic.encode()
+        for i in range(1, ANCHOR_LOOKBACK + 1):
+            q = queue_offset + i * step
+            unit = cq.get_unit(q)
+            if unit is None or unit[1] == _PREFILL_SIZE or unit[0] < cl.min_offset:
+                return None
+            if record_problem(cl, unit[0], unit[1], topic, cq.queue_id, q) is None:
+                return q, unit[0], unit[0] + unit[1]
+        return None
+
+    def rebuild_queues(
+        self, bad: dict[QueueKey, str], anchors: dict[QueueKey, tuple[int, int]] | None = None
+    ) -> None:
         """Rebuild the queues ``bad`` names (with why) from the CommitLog, through the dispatch walk. Call
-        under the store's put lock. Units come from one walk of the whole CommitLog; if the walk stops
-        at a record it cannot parse, the old units past that point are kept and the queue is marked
-        unhealable (its damaged units are then skipped with an ERROR log instead of rebuilt again)."""
+        under the store's put lock. A queue with an anchor ``(queue offset, CommitLog end)`` keeps its
+        units up to that queue offset and is refilled from records after it; the others are rebuilt
+        whole, from the CommitLog's first file. If the walk stops at a record it cannot parse, the old
+        units past that point are kept and the queue is marked unhealable (its damaged units are then
+        skipped with an ERROR log instead of rebuilt again)."""
         store = self.store
         cl = store.commit_log
         delay_ms = store._delay_ms
+        anchors = anchors or {}
         found: dict[QueueKey, list[tuple[int, int, int, int]]] = {key: [] for key in bad}
+        after = {key: anchors[key][0] if key in anchors else -1 for key in bad}
+        start = min(anchors[key][1] if key in anchors else cl.min_offset for key in bad)
         started = time.perf_counter()
-        walk = cl.walk(cl.min_offset, cl.max_offset)
+        walk = cl.walk(start, cl.max_offset)
         for info in walk:
-            units = found.get((info.topic, info.queue_id))
-            if units is not None and info.sys_flag & TRANSACTION_TYPE_MASK in _QUEUED:
+            key = (info.topic, info.queue_id)
+            units = found.get(key)
+            if (
+                units is not None
+                and info.queue_offset > after[key]
+                and info.sys_flag & TRANSACTION_TYPE_MASK in _QUEUED
+            ):
                 code = unit_tags_code(info.topic, info.properties, info.store_timestamp, delay_ms)
                 units.append((info.queue_offset, info.commit_log_offset, info.size, code))
         complete = walk.offset >= cl.max_offset
         for key, units in found.items():
-            old = store._cqs.pop(key, None)
-            next_offset = 0
-            if old is not None:
-                next_offset = old.next_offset
-                if not complete:
-                    units.extend(_units_from(old, walk.offset))
-                    self._unhealable.add(key)
-                old.destroy()
-            cq = store._new_cq(*key)
+            old = store._cqs.get(key)
+            next_offset = old.next_offset if old is not None and not complete else 0
+            if old is not None and not complete:
+                units.extend(u for u in _units_from(old, walk.offset) if u[0] > after[key])
+                self._unhealable.add(key)
+            if old is not None and key in anchors:
+                cq = old
+                cq.truncate_to(after[key] + 1)
+            else:
+                if old is not None:
+                    del store._cqs[key]
+                    old.destroy()
+                cq = store._new_cq(*key)
             for qoff, phys, size, code in units:
                 cq.put_unit(phys, size, code, qoff)
             cq.correct_min_offset(cl.min_offset)
-            cq.next_offset = max(cq.max_offset, next_offset if not complete else 0)
+            cq.next_offset = max(cq.max_offset, next_offset)
             store._cqs[key] = cq
             self.rebuilds += 1
             log.error(
-                "consume queue %s/%d rebuilt from the CommitLog (%d units, offsets %d..%d) in %.3f s: %s%s",
+                "consume queue %s/%d rebuilt from the CommitLog (%d units from queue offset %d, CommitLog "
+                "offset %d on; now %d..%d) in %.3f s: %s%s",
                 key[0],
                 key[1],
                 len(units),
+                after[key] + 1,
+                start,
                 cq.min_offset,
                 cq.max_offset,
                 time.perf_counter() - started,

@@ -4,6 +4,7 @@ found at start-up or by a read and rebuilt from the CommitLog, logged at ERROR; 
 from __future__ import annotations
 
 import logging
+import re
 from pathlib import Path
 
 import pytest
@@ -70,7 +71,9 @@ def test_flipped_unit_is_healed_and_nothing_is_skipped(
         assert s.healer.rebuilds == 1
         assert s.get_max_offset(TOPIC, QID) == 700
     errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
-    assert len(errors) == 1 and f"consume queue {TOPIC}/{QID} rebuilt from the CommitLog" in errors[0], errors
+    assert len(errors) == 1 and re.search(
+        f"consume queue {TOPIC}/{QID} (rebuilt|repaired) from the CommitLog", errors[0]
+    )
     with DefaultMessageStore(store_a_config(store_a_copy)) as s:  # the rebuilt queue is on disk
         assert s.healer.rebuilds == 0
         assert read_all(s, TOPIC, QID) == list(range(700))
@@ -101,27 +104,44 @@ def test_crash_recovery_finds_a_flipped_unit_it_re_dispatches(
         assert read_all(s, TOPIC, QID) == list(range(700))
 
 
-def test_unit_corrupted_while_running_heals_on_read(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """A unit damaged under a running store (here through its mapping): the next read rebuilds the queue
-    rather than skipping to the next ConsumeQueue file or serving another record."""
+@pytest.mark.parametrize(
+    ("unit", "healed"),
+    [
+        (
+            7,
+            "repaired from the CommitLog (units 7..7 rewritten",
+        ),  # intact units around it: rewritten in place
+        (59, "rebuilt from the CommitLog (1 units from queue offset 59"),  # the last unit: refilled after 58
+    ],
+)
+def test_unit_corrupted_while_running_heals_on_read(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, unit: int, healed: str
+) -> None:
+    """A unit damaged under a running store (here through its mapping) to point at another record of its
+    queue: the next read repairs it from the CommitLog between its intact neighbours rather than serving
+    the wrong record, skipping, or walking the whole log."""
     with DefaultMessageStore(small_config(tmp_path)) as s:
         for i in range(120):
-            assert s.put_message(Message("T", f"m{i}".encode(), queue_id=i % 2)).ok
+            assert s.put_message(Message("T", f"m{i:03d}".encode(), queue_id=i % 2)).ok
         cq = s.get_consume_queue("T", 0)
         assert cq is not None
-        mf = cq.files.files[0]
-        phys, size, tags = decode_unit(mf.view, 7 * CQ_STORE_UNIT_SIZE)
-        other = decode_unit(mf.view, 8 * CQ_STORE_UNIT_SIZE)
-        assert other[1] == size  # same body length: only the queue offset tells the records apart
-        mf.mm[7 * 20 : 8 * 20] = (
+        mf = cq.files.find_file(unit * CQ_STORE_UNIT_SIZE)
+        assert mf is not None
+        pos = unit * CQ_STORE_UNIT_SIZE - mf.file_from_offset
+        phys, size, tags = decode_unit(mf.view, pos)
+        other = cq.get_unit(unit - 1)
+        assert other is not None and other[1] == size  # same length: only the queue offset tells them apart
+        mf.mm[pos : pos + 20] = (
             other[0].to_bytes(8, "big") + size.to_bytes(4, "big") + tags.to_bytes(8, "big")
         )
         with caplog.at_level(logging.ERROR, "store.heal"):
             assert read_all(s, "T", 0) == list(range(60))
         assert s.healer.rebuilds == 1
-        assert "consume queue T/0 rebuilt" in caplog.text
-        assert decode_unit(s.get_consume_queue("T", 0).files.files[0].view, 7 * 20)[:2] == (phys, size)  # type: ignore[union-attr]
+        assert f"consume queue T/0 {healed}" in caplog.text
+        healed_cq = s.get_consume_queue("T", 0)
+        assert healed_cq is not None and healed_cq.get_unit(unit) == (phys, size, tags)
         assert s.put_message(Message("T", b"after", queue_id=0)).queue_offset == 60
+        assert read_all(s, "T", 0) == list(range(61))
 
 
 def keyed_store(root: Path, **overrides: int) -> list[str]:
