@@ -73,9 +73,10 @@ class ConsumeQueue:
         #: store sets it from :attr:`max_offset` after recovery and advances it on every append.
         self.next_offset = 0
         self._last: MappedFile | None = None
-        #: Set by :meth:`recover` when the units end in garbage or before the last file: the store rebuilds
+        #: ``(queue offset, what is wrong)``, set by :meth:`recover` when the units end in garbage or before
+        #: the last file, and by a re-dispatch that finds a unit other than its record: the store heals
         #: the queue from the CommitLog (``store.heal``).
-        self.damage: str | None = None
+        self.damage: tuple[int, str] | None = None
 
     def load(self) -> None:
         self.files.load()
@@ -98,10 +99,11 @@ class ConsumeQueue:
             while pos < self.file_size:
                 off, size, _tags = UNIT.unpack_from(view, pos)
                 if off < 0 or size <= 0:
+                    qoff = (mf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE
                     if view[pos : pos + CQ_STORE_UNIT_SIZE] != bytes(CQ_STORE_UNIT_SIZE):
-                        self.damage = f"{mf.path}: invalid unit at byte {pos} (offset {off}, size {size})"
+                        self.damage = qoff, f"{mf.path}: invalid unit at byte {pos} (offset {off}, size {size})"
                     elif idx + 1 < len(files):
-                        self.damage = f"{mf.path}: units end at byte {pos} but later files exist"
+                        self.damage = qoff, f"{mf.path}: units end at byte {pos} but later files exist"
                     break
                 if size != 0x7FFFFFFF:
                     max_phys = off + size
@@ -217,8 +219,9 @@ class ConsumeQueue:
         if unit is not None and unit[1] != 0x7FFFFFFF and (unit[0], unit[1]) != (phys_offset, size):
             mf = self.files.find_file(queue_offset * CQ_STORE_UNIT_SIZE)
             self.damage = (
+                queue_offset,
                 f"{mf.path if mf else self.topic}: unit at queue offset {queue_offset} is (offset {unit[0]}, "
-                f"size {unit[1]}) but its record is (offset {phys_offset}, size {size})"
+                f"size {unit[1]}) but its record is (offset {phys_offset}, size {size})",
             )
 
     # ------------------------------------------------------------------ reading

@@ -111,9 +111,11 @@ def _units_to_check(cq: ConsumeQueue, samples: int) -> Iterator[int]:
         yield last
 
 
-def consume_queue_problem(cl: CommitLog, cq: ConsumeQueue, samples: int = SAMPLES_PER_FILE) -> str | None:
-    """What is wrong with a ConsumeQueue, checked against the CommitLog (see the module docstring);
-    ``None`` when the units checked point at their records."""
+def consume_queue_problem(
+    cl: CommitLog, cq: ConsumeQueue, samples: int = SAMPLES_PER_FILE
+) -> tuple[int, str] | None:
+    """``(queue offset, what is wrong)`` with a ConsumeQueue, checked against the CommitLog (see the
+    module docstring); ``None`` when the units checked point at their records."""
     if cq.damage is not None:
         return cq.damage
     topic = cq.topic.encode()
@@ -125,7 +127,7 @@ def consume_queue_problem(cl: CommitLog, cq: ConsumeQueue, samples: int = SAMPLE
         if why is not None:
             name = cq.files.find_file(qoff * UNIT.size)
             where = name.path if name is not None else f"{cq.topic}/{cq.queue_id}"
-            return f"{where}: unit at queue offset {qoff} (offset {unit[0]}, size {unit[1]}) {why}"
+            return qoff, f"{where}: unit at queue offset {qoff} (offset {unit[0]}, size {unit[1]}) {why}"
     return None
 
 
@@ -194,17 +196,17 @@ class Healer:
         store = self.store
         cl = store.commit_log
         started = time.perf_counter()
-        bad: dict[QueueKey, str] = {}
-        queues = list(store._cqs.items())
-        files = sum(len(cq.files.files) for _key, cq in queues)
+        bad: list[tuple[ConsumeQueue, int, str]] = []
+        queues = list(store._cqs.values())
+        files = sum(len(cq.files.files) for cq in queues)
         samples = min(SAMPLES_PER_FILE, SAMPLE_BUDGET // max(1, files))
-        for key, cq in queues:
-            why = consume_queue_problem(cl, cq, samples)
-            if why is not None:
-                bad[key] = why
+        for cq in queues:
+            problem = consume_queue_problem(cl, cq, samples)
+            if problem is not None:
+                bad.append((cq, *problem))
         if bad:
             with store._put_lock:
-                self.rebuild_queues(bad)
+                self._heal(bad)
         reput_from = self._drop_bad_index_files()
         log.info(
             "checked %d consume queues and %d index files against the CommitLog in %.3f s",
@@ -279,17 +281,31 @@ class Healer:
         return read
 
     def heal_read(self, err: DamagedUnitError) -> None:
-        """A pull met a damaged unit: repair it in place from the records between the intact units around
-        it, else rebuild its queue from the last intact unit before it (both logged at ERROR). Either
-        way the walk covers only part of the CommitLog, not the whole log."""
-        key = (err.topic, err.queue_id)
-        why = f"a read found: {err}"
+        """A pull met a damaged unit: heal its queue (see :meth:`_heal`)."""
         with self.store._put_lock:
-            cq = self.store._cqs.get(key)
-            before = self._anchor(cq, err.queue_offset, -1) if cq is not None else None
-            if cq is not None and before is not None and self._repair(cq, before, err.queue_offset, why):
-                return
-            self.rebuild_queues({key: why}, {key: (before[0], before[2])} if before else None)
+            cq = self.store._cqs.get((err.topic, err.queue_id))
+            if cq is not None:
+                self._heal([(cq, err.queue_offset, f"a read found: {err}")])
+
+    def _heal(self, bad: list[tuple[ConsumeQueue, int, str]]) -> None:
+        """Heal each ``(queue, damaged queue offset, why)``, logged at ERROR, under the put lock: rewrite
+        the units between the intact units around the damaged one from that CommitLog range; else refill
+        the queue after the last intact unit before it; else rebuild it whole. The queues that need a
+        walk share one, so the CommitLog is read once and from as late as possible."""
+        rebuild: dict[QueueKey, str] = {}
+        anchors: dict[QueueKey, tuple[int, int]] = {}
+        for cq, qoff, why in bad:
+            before = self._anchor(cq, qoff, -1)
+            if before is None and qoff <= cq.min_offset:  # the first unit: its record is the queue's first
+                before = qoff - 1, -1, self.store.commit_log.min_offset
+            if before is not None and self._repair(cq, before, qoff, why):
+                continue
+            key = (cq.topic, cq.queue_id)
+            rebuild[key] = why
+            if before is not None:
+                anchors[key] = before[0], before[2]
+        if rebuild:
+            self.rebuild_queues(rebuild, anchors)
 
     def _repair(self, cq: ConsumeQueue, before: tuple[int, int, int], queue_offset: int, why: str) -> bool:
         """Rewrite the units between ``before`` and the next intact unit after ``queue_offset`` from the
@@ -303,13 +319,18 @@ class Healer:
         delay_ms = self.store._delay_ms
         units = []
         for info in self.store.commit_log.walk(start, end):
-            if (info.topic, info.queue_id) == key and info.sys_flag & TRANSACTION_TYPE_MASK in _QUEUED:
+            if (
+                (info.topic, info.queue_id) == key
+                and info.queue_offset >= first_q
+                and info.sys_flag & TRANSACTION_TYPE_MASK in _QUEUED
+            ):
                 code = unit_tags_code(info.topic, info.properties, info.store_timestamp, delay_ms)
                 units.append((info.queue_offset, info.commit_log_offset, info.size, code))
         if [u[0] for u in units] != list(range(first_q, last_q)):
             return False
         for qoff, phys, size, code in units:
             cq.overwrite_unit(qoff, phys, size, code)
+        cq.damage = None
         self.rebuilds += 1
         log.error(
             "consume queue %s/%d repaired from the CommitLog (units %d..%d rewritten from offsets %d..%d): %s",
@@ -384,6 +405,7 @@ class Healer:
                 cq.put_unit(phys, size, code, qoff)
             cq.correct_min_offset(cl.min_offset)
             cq.next_offset = max(cq.max_offset, next_offset)
+            cq.damage = None
             store._cqs[key] = cq
             self.rebuilds += 1
             log.error(
