@@ -17,6 +17,7 @@ damage the sampling misses heals on the first pull that meets it.
 
 from __future__ import annotations
 
+import array
 import logging
 import time
 from collections.abc import Iterator
@@ -26,7 +27,7 @@ from store.api import RecordReader
 from store.commitlog import CommitLog
 from store.consumequeue import PREFILL_UNIT, UNIT, ConsumeQueue, unit_tags_code
 from store.errors import CorruptRecordError, StoreError
-from store.indexfile import ENTRY, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
+from store.indexfile import ENTRY, HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
 from store.message import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
@@ -151,7 +152,7 @@ def index_header_problem(f: IndexFile, cl: CommitLog, now_ms: int) -> str | None
         return f"endPhyOffset {ep} is past the CommitLog end {cl.max_offset}"
     if entries == 0:  # a new file starts with begin = end = the previous file's end (§5.7)
         return None if (bt, bp) == (et, ep) else "a file without entries has begin and end fields that differ"
-    base = INDEX_HEADER_SIZE + f.hash_slot_num * 4
+    base = INDEX_HEADER_SIZE + f.hash_slot_num * HASH_SLOT_SIZE
     first_phy = ENTRY.unpack_from(f.mm, base + INDEX_ENTRY_SIZE)[1]
     last_phy = ENTRY.unpack_from(f.mm, base + entries * INDEX_ENTRY_SIZE)[1]
     if first_phy != bp:
@@ -175,6 +176,88 @@ def index_header_problem(f: IndexFile, cl: CommitLog, now_ms: int) -> str | None
         if r_ts != ts:
             return f"{name}Timestamp {ts} is not the store time {r_ts} of the record at {name}PhyOffset {phy}"
     return None
+
+
+def _entry_count(f: IndexFile) -> int:
+    """indexCount from the entries themselves: they are written in order from 1, so the first empty
+    entry (binary search) ends them."""
+    base = INDEX_HEADER_SIZE + f.hash_slot_num * HASH_SLOT_SIZE
+    empty = bytes(INDEX_ENTRY_SIZE)
+    lo, hi = 1, f.index_num
+    while lo < hi:
+        mid = (lo + hi) // 2
+        at = base + mid * INDEX_ENTRY_SIZE
+        if f.mm[at : at + INDEX_ENTRY_SIZE] == empty:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def repair_index_header(f: IndexFile, cl: CommitLog, prev: IndexFile | None, now_ms: int) -> bool:
+    """Recompute a damaged header from the file's entries (count, first and last offsets), the slot
+    table (used slots) and the CommitLog (the first and last records' store times), and write it when
+    the result passes :func:`index_header_problem` and sampled entries point at record starts. False
+    (nothing written) when that cannot be done: the caller rebuilds the file from the CommitLog."""
+    if f.read_only:
+        return False
+    count = _entry_count(f)
+    base = INDEX_HEADER_SIZE + f.hash_slot_num * HASH_SLOT_SIZE
+    if count <= 1:
+        bp = ep = prev.end_phy_offset if prev is not None else 0
+        bt = et = prev.end_timestamp if prev is not None else 0
+    else:
+        bp = ENTRY.unpack_from(f.mm, base + INDEX_ENTRY_SIZE)[1]
+        ep = ENTRY.unpack_from(f.mm, base + (count - 1) * INDEX_ENTRY_SIZE)[1]
+        times = [_store_time(cl, phy) for phy in (bp, ep)]
+        if None in times:
+            return False
+        bt, et = times  # type: ignore[assignment]
+        step = max(1, (count - 1) // SAMPLES_PER_FILE)
+        for n in range(1, count, step):
+            h, phy, diff, prev_n = ENTRY.unpack_from(f.mm, base + n * INDEX_ENTRY_SIZE)
+            if (
+                h < 0
+                or diff < 0
+                or not 0 <= prev_n < n
+                or (phy >= cl.min_offset and _store_time(cl, phy) is None)
+            ):
+                return False
+    slots = array.array("i", f.mm[INDEX_HEADER_SIZE:base])
+    old = (
+        f.begin_timestamp,
+        f.end_timestamp,
+        f.begin_phy_offset,
+        f.end_phy_offset,
+        f.hash_slot_count,
+        f.index_count,
+    )
+    f.begin_timestamp, f.end_timestamp, f.begin_phy_offset, f.end_phy_offset = bt, et, bp, ep
+    f.hash_slot_count, f.index_count = len(slots) - slots.count(0), count
+    if index_header_problem(f, cl, now_ms) is not None:
+        (
+            f.begin_timestamp,
+            f.end_timestamp,
+            f.begin_phy_offset,
+            f.end_phy_offset,
+            f.hash_slot_count,
+            f.index_count,
+        ) = old
+        return False
+    f.flush()
+    return True
+
+
+def _store_time(cl: CommitLog, phy: int) -> int | None:
+    """STORETIMESTAMP of the record starting at ``phy``; None when no record starts there."""
+    mf = cl.files.find_file(phy)
+    if mf is None:
+        return None
+    try:
+        r_phys, r_ts = record_identity(mf.view, phy - mf.file_from_offset, mf.wrote_position)[3:5]
+    except CorruptRecordError:
+        return None
+    return r_ts if r_phys == phy else None
 
 
 # ------------------------------------------------------------------------------------ healing
@@ -217,6 +300,8 @@ class Healer:
         return reput_from
 
     def _drop_bad_index_files(self) -> int | None:
+        """Repair each damaged index header from its file's entries; drop a file whose header cannot be
+        repaired, with the later files, and return where the reput has to re-index from."""
         store = self.store
         files = store.index.files
         now = store.clock.now_ms()
@@ -225,6 +310,14 @@ class Healer:
             if why is None:
                 continue
             prev = files[i - 1] if i else None
+            if repair_index_header(f, store.commit_log, prev, now):
+                log.error(
+                    "index file %s had a bad header: %s; header rebuilt from its %d entries and the CommitLog",
+                    f.path,
+                    why,
+                    f.index_count - 1,
+                )
+                continue
             doomed = files[i:]
             del files[i:]
             for g in doomed:

@@ -173,7 +173,26 @@ def test_flipped_index_header_is_rebuilt(
     with caplog.at_level(logging.ERROR, "store.heal"), DefaultMessageStore(small_config(tmp_path)) as s:
         missing = [k for k in keys if not found(s, k)]
         assert missing == []
-    assert f"index file {index[which]} has a bad header" in caplog.text
+    assert f"index file {index[which]} had a bad header" in caplog.text
+    assert "header rebuilt from its" in caplog.text
+    with DefaultMessageStore(small_config(tmp_path)) as s:  # the repaired header is on disk
+        assert [f.name for f in s.index.files] == [p.name for p in index]
+        assert all(found(s, k) for k in keys[::25])
+
+
+def test_index_file_whose_entries_are_damaged_too_is_rebuilt_from_the_commit_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Header and first entry damaged: the header cannot be trusted to be recomputed from the entries,
+    so the file (and the later ones) are rebuilt from the CommitLog; every key is found."""
+    keys = keyed_store(tmp_path)
+    index = sorted((tmp_path / "index").iterdir())
+    flip(index[1], 36 + 3, 0x40)  # indexCount
+    flip(index[1], 40 + 64 * 4 + 20 + 4 + 6, 0x80)  # entry 1's CommitLog offset
+    with caplog.at_level(logging.ERROR, "store.heal"), DefaultMessageStore(small_config(tmp_path)) as s:
+        assert [k for k in keys if not found(s, k)] == []
+    assert f"index file {index[1]} has a bad header" in caplog.text
+    assert "and the 1 later index file(s) from the CommitLog" in caplog.text
 
 
 def test_empty_index_file_with_a_flipped_header_is_dropped(tmp_path: Path) -> None:
