@@ -136,14 +136,14 @@ class ConsumeQueue:
             self._last = None
         self.max_physic_offset = self._last_unit_end()
 
-    def overwrite_unit(self, queue_offset: int, phys_offset: int, size: int, tags_code: int) -> None:
-        """Correct a written unit in place and sync its file (a repair from the CommitLog)."""
+    def overwrite_unit(self, queue_offset: int, phys_offset: int, size: int, tags_code: int) -> MappedFile:
+        """Correct a written unit in place (a repair from the CommitLog); returns its file, to sync."""
         byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
         mf = self.files.find_file(byte_offset)
         if mf is None or byte_offset - mf.file_from_offset >= mf.wrote_position:
             raise ValueError(f"{self.topic}/{self.queue_id}: no unit at queue offset {queue_offset}")
         UNIT.pack_into(mf.mm, byte_offset - mf.file_from_offset, phys_offset, size, tags_code)
-        mf.sync()
+        return mf
 
     def truncate_to(self, queue_offset: int) -> None:
         """Drop the units from ``queue_offset`` on (a rebuild refills them from the CommitLog)."""

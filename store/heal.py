@@ -1,10 +1,10 @@
 """Derived files heal themselves: ConsumeQueue units and IndexFile headers checked against the CommitLog,
-and rebuilt from it when they do not match (issue 14, point 3).
+and repaired from it when they do not match (issue 14, point 3).
 
 Why: a unit pointing at garbage made consumers skip a whole ConsumeQueue file or receive a garbled
 record, and a damaged IndexFile header hid the keys of every older index file; neither was logged and a
-restart did not repair them. The CommitLog is the truth, so both are rebuilt from it and the rebuild is
-logged at ERROR, naming the file and what was wrong.
+restart did not repair them. The CommitLog is the truth, so both are repaired from it, logged at ERROR
+naming the file and what was wrong.
 
 Checking every unit of a large store at start-up would cost about as much as reading the whole
 CommitLog, so :meth:`Healer.check_on_start` checks, per ConsumeQueue file, the first and last unit and
@@ -13,6 +13,12 @@ every record from the checkpoint on, and a record whose unit exists but says oth
 damaged (:meth:`ConsumeQueue.put_unit`), as does a unit that is garbage rather than empty where
 recovery finds the end of the queue. Reads check each unit they serve (:meth:`Healer.reader`), so
 damage the sampling misses heals on the first pull that meets it.
+
+Repairs read as little of the CommitLog as they can, under the store's put lock (a pull that meets
+damage waits for it): the units between the intact units around the damage are rewritten from the
+records between them; without an intact unit after it, the queue is refilled after the last intact
+one; only without either is it rebuilt from the first CommitLog file. An index header is recomputed
+from its file's entries; only when those look damaged too is the file re-indexed from the CommitLog.
 """
 
 from __future__ import annotations
@@ -43,8 +49,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SAMPLES_PER_FILE = 16  # evenly spaced units checked per ConsumeQueue file at start-up, besides first and last
-ANCHOR_LOOKBACK = 64  # units looked back from a damaged one for an intact unit to rebuild after
 SAMPLE_BUDGET = 20_000  # ... but no more than this many over the whole store (10,000 queues: 2 per file)
+ANCHOR_LOOKBACK = 64  # how far from a damaged unit to look for an intact one to repair from
 FUTURE_SLACK_MS = 24 * 3600 * 1000  # an index timestamp this far past the clock is garbage, not clock skew
 _PREFILL_SIZE = UNIT.unpack(PREFILL_UNIT)[1]
 _QUEUED = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
@@ -269,13 +275,13 @@ class Healer:
 
     def __init__(self, store: DefaultMessageStore) -> None:
         self.store = store
-        self.rebuilds = 0  # ConsumeQueue rebuilds done since open (tests and operators read it)
+        self.rebuilds = 0  # ConsumeQueue repairs and rebuilds done since open
         self._unhealable: set[QueueKey] = set()
 
     def check_on_start(self) -> int | None:
-        """Check every ConsumeQueue and IndexFile; rebuild the damaged queues now and drop damaged index
-        files (and the later ones). Returns the CommitLog offset from which the start-up reput has to
-        re-dispatch to rebuild the dropped index files, or None."""
+        """Check every ConsumeQueue and IndexFile; heal the damaged queues and index headers now, and drop
+        an index file that cannot be repaired (with the later ones). Returns the CommitLog offset from
+        which the start-up reput has to re-dispatch to re-index the dropped files, or None."""
         store = self.store
         cl = store.commit_log
         started = time.perf_counter()
@@ -421,8 +427,8 @@ class Healer:
                 units.append((info.queue_offset, info.commit_log_offset, info.size, code))
         if [u[0] for u in units] != list(range(first_q, last_q)):
             return False
-        for qoff, phys, size, code in units:
-            cq.overwrite_unit(qoff, phys, size, code)
+        for mf in {cq.overwrite_unit(*unit) for unit in units}:
+            mf.sync()
         cq.damage = None
         self.rebuilds += 1
         log.error(
