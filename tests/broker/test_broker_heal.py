@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import logging
+import time
 from pathlib import Path
 
 import pytest
 
+from daemon.broker.headers import QueryMessageRequestHeader
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store.consumequeue import CQ_STORE_UNIT_SIZE
 from store.record import decode_records
 from tests.broker.conftest import BrokerClient, start_broker
-from tests.store.conftest import STORE_A_TAR, unpack_store_a
+from tests.store.conftest import STORE_A_TAR, small_config, unpack_store_a
+from tests.store.test_heal import keyed_store
 
 pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 
@@ -63,6 +66,39 @@ async def test_pull_over_flipped_units_gets_every_message_in_order(
         # the max offset the broker reports is the queue's real one
         answer = await handle.call(RequestCode.GET_MAX_OFFSET, {"topic": "FixA_Orders", "queueId": "1"})
         assert answer.ext_fields["offset"] == "700"
+    finally:
+        await client.close()
+        await broker.stop()
+
+
+async def test_query_by_key_after_an_index_header_flip_finds_keys_in_every_file(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Three index files, the newest one's beginTimestamp flipped ~35 years back (a newest-first query
+    with a recent begin time stopped there): after start, QUERY_MESSAGE finds keys of all three files."""
+    root = tmp_path / "store"
+    keys = keyed_store(root)
+    newest = sorted((root / "index").iterdir())[-1]
+    flip(newest, 2, 0x01)
+    cfg = small_config(root)
+    sizes = {
+        "mapped_file_size_commit_log": cfg.mapped_file_size_commit_log,
+        "mapped_file_size_consume_queue": cfg.mapped_file_size_consume_queue,
+        "max_hash_slot_num": cfg.max_hash_slot_num,
+        "max_index_num": cfg.max_index_num,
+    }
+    with caplog.at_level(logging.ERROR, "store.heal"):
+        broker = await start_broker(root, **sizes)
+    client = RemotingClient()
+    handle = BrokerClient(broker.addr, client)
+    begin = int(time.time() * 1000) - 3_600_000
+    try:
+        for key in (keys[0], keys[250], keys[-1]):  # oldest, middle and newest file
+            ext = QueryMessageRequestHeader("K", key, 64, begin, 2**62).to_ext_fields()
+            answer = await handle.call(RequestCode.QUERY_MESSAGE, ext)
+            assert answer.code == ResponseCode.SUCCESS, (key, answer.remark)
+            assert [m.keys for m in decode_records(answer.body)] == [[key]]
+        assert f"index file {newest} had a bad header" in caplog.text
     finally:
         await client.close()
         await broker.stop()
