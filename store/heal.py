@@ -56,6 +56,7 @@ _PREFILL_SIZE = UNIT.unpack(PREFILL_UNIT)[1]
 _QUEUED = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
 _MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 
+LMQ_PREFIX = "%LMQ%"  # light queues (multi-dispatch, §3.2): their units point at other topics' records
 QueueKey = tuple[str, int]
 
 
@@ -122,7 +123,10 @@ def consume_queue_problem(
     cl: CommitLog, cq: ConsumeQueue, samples: int = SAMPLES_PER_FILE
 ) -> tuple[int, str] | None:
     """``(queue offset, what is wrong)`` with a ConsumeQueue, checked against the CommitLog (see the
-    module docstring); ``None`` when the units checked point at their records."""
+    module docstring); ``None`` when the units checked point at their records (or cannot be judged: a
+    light queue's units point at records of other topics)."""
+    if cq.topic.startswith(LMQ_PREFIX):
+        return None
     if cq.damage is not None:
         return cq.damage
     topic = cq.topic.encode()
@@ -349,6 +353,7 @@ class Healer:
         topic, qid = cq.topic.encode(), cq.queue_id
         if (cq.topic, qid) in self._unhealable:
             strict = False
+        lmq = cq.topic.startswith(LMQ_PREFIX)
 
         find_file = cl.files.find_file
         identity = RECORD_IDENTITY.unpack_from
@@ -361,6 +366,8 @@ class Healer:
             if mf is not None:  # the hot path: one unpack of the record's header fields
                 pos = phys - mf.file_from_offset
                 if pos + size <= mf.wrote_position and pos + room <= mf.file_size:
+                    if lmq:
+                        return mf.view[pos : pos + size], mf.path
                     r_size, magic, r_qid, r_qoff, r_phys = identity(mf.view, pos)
                     if (r_size, r_phys, r_qoff, r_qid) == (
                         size,
