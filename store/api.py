@@ -206,9 +206,10 @@ def check_offset(offset: int, min_offset: int, max_offset: int) -> tuple[GetMess
     return None
 
 
-RecordReader = Callable[[int, int], "tuple[memoryview, str] | None"]
-"""``read(phys_offset, size)`` → (raw record view, file path), or None when the log no longer has it;
-raises :class:`CorruptRecordError` (naming file and offset) for a record that fails validation."""
+RecordReader = Callable[[int, int, int], "tuple[memoryview, str] | None"]
+"""``read(phys_offset, size, queue_offset)`` → (raw record view, file path), or None when the log no longer
+has it (the queue offset lets a reader check that the unit points at its own record); raises
+:class:`CorruptRecordError` (naming file and offset) for a record that fails validation."""
 
 
 def select_units(
@@ -245,7 +246,7 @@ def select_units(
             i += 1
             continue
         try:
-            found = read(phys, size)
+            found = read(phys, size, offset + i)
         except CorruptRecordError as e:
             log.error("pull skips a damaged record: %s", e)
             i += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
@@ -330,6 +330,10 @@ class CommitLog:
     def truncate(self, offset: int) -> None:
         self.files.truncate_dirty_files(offset)
 
+    def walk(self, offset: int, end: int) -> RecordWalk:
+        """Records from ``offset`` to ``end`` as dispatch reads them (see :class:`RecordWalk`)."""
+        return RecordWalk(self.files, offset, end)
+
     def warm_ahead(self, nbytes: int) -> None:
         """Pre-fault the next ``nbytes`` of the active file (called from a background thread)."""
         last = self.files.last_file()
@@ -341,3 +345,52 @@ class CommitLog:
 
     def close(self) -> None:
         self.files.close()
+
+
+class RecordWalk:
+    """The records from a CommitLog offset to ``end``, as dispatch (reput, §4.5) and the rebuild of
+    derived files read them: no CRC check, a blank filler jumps to the next file, a record that does not
+    parse ends the walk (logged at ERROR). :attr:`offset` is where the walk stands, so a later walk can
+    go on from there; it starts no lower than the CommitLog's first file.
+    """
+
+    __slots__ = ("end", "files", "offset")
+
+    def __init__(self, files: MappedFileQueue, offset: int, end: int) -> None:
+        self.files = files
+        self.offset = offset
+        self.end = end
+
+    def __iter__(self) -> Iterator[RecordInfo]:
+        files = self.files
+        while self.offset < self.end:
+            mf = files.find_file(self.offset)
+            if mf is None:
+                if self.offset < files.min_offset:
+                    self.offset = files.min_offset
+                    continue
+                return
+            pos = self.offset - mf.file_from_offset
+            stop = min(mf.wrote_position, self.end - mf.file_from_offset)
+            view = mf.view
+            jumped = False
+            while pos < stop:
+                if pos + 8 > mf.file_size:
+                    jumped = True
+                    break
+                _size, magic = read_header(view, pos)
+                if magic == BLANK_MAGIC_CODE:
+                    jumped = True
+                    break
+                try:
+                    info = read_record_info(view, pos, mf.file_size)
+                except CorruptRecordError as e:
+                    log.error("dispatch stops at %s", e.located(mf.path, mf.file_from_offset + pos))
+                    return
+                yield info
+                pos += info.size
+                self.offset = mf.file_from_offset + pos
+            if jumped or pos >= mf.file_size:
+                self.offset = mf.end_offset
+            elif pos >= stop:
+                return

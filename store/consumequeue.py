@@ -50,7 +50,7 @@ class ConsumeQueue:
     """One queue's units. ``max_physic_offset`` is the CommitLog end of the last unit written."""
 
     __slots__ = (
-        "_last", "file_size", "files", "max_physic_offset", "min_logic_offset", "next_offset", "queue_id", "topic"
+        "_last", "damage", "file_size", "files", "max_physic_offset", "min_logic_offset", "next_offset", "queue_id", "topic"
     )
 
     def __init__(
@@ -73,6 +73,10 @@ class ConsumeQueue:
         #: store sets it from :attr:`max_offset` after recovery and advances it on every append.
         self.next_offset = 0
         self._last: MappedFile | None = None
+        #: ``(queue offset, what is wrong)``, set by :meth:`recover` when the units end in garbage or before
+        #: the last file, and by a re-dispatch that finds a unit other than its record: the store heals
+        #: the queue from the CommitLog (``store.heal``).
+        self.damage: tuple[int, str] | None = None
 
     def load(self) -> None:
         self.files.load()
@@ -95,6 +99,11 @@ class ConsumeQueue:
             while pos < self.file_size:
                 off, size, _tags = UNIT.unpack_from(view, pos)
                 if off < 0 or size <= 0:
+                    qoff = (mf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE
+                    if view[pos : pos + CQ_STORE_UNIT_SIZE] != bytes(CQ_STORE_UNIT_SIZE):
+                        self.damage = qoff, f"{mf.path}: invalid unit at byte {pos} (offset {off}, size {size})"
+                    elif idx + 1 < len(files):
+                        self.damage = qoff, f"{mf.path}: units end at byte {pos} but later files exist"
                     break
                 if size != 0x7FFFFFFF:
                     max_phys = off + size
@@ -125,6 +134,21 @@ class ConsumeQueue:
         if cut is not None:
             self.files.truncate_dirty_files(cut)
             self._last = None
+        self.max_physic_offset = self._last_unit_end()
+
+    def overwrite_unit(self, queue_offset: int, phys_offset: int, size: int, tags_code: int) -> MappedFile:
+        """Correct a written unit in place (a repair from the CommitLog); returns its file, to sync."""
+        byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
+        mf = self.files.find_file(byte_offset)
+        if mf is None or byte_offset - mf.file_from_offset >= mf.wrote_position:
+            raise ValueError(f"{self.topic}/{self.queue_id}: no unit at queue offset {queue_offset}")
+        UNIT.pack_into(mf.mm, byte_offset - mf.file_from_offset, phys_offset, size, tags_code)
+        return mf
+
+    def truncate_to(self, queue_offset: int) -> None:
+        """Drop the units from ``queue_offset`` on (a rebuild refills them from the CommitLog)."""
+        self.files.truncate_dirty_files(queue_offset * CQ_STORE_UNIT_SIZE)
+        self._last = None
         self.max_physic_offset = self._last_unit_end()
 
     def _last_unit_end(self) -> int:
@@ -169,7 +193,9 @@ class ConsumeQueue:
     def put_unit(self, phys_offset: int, size: int, tags_code: int, queue_offset: int) -> None:
         """Write the unit for a dispatched record at ``queue_offset`` (rules of §4.5)."""
         if phys_offset + size <= self.max_physic_offset:
-            return  # already dispatched
+            if self.damage is None:  # already dispatched: a re-dispatch (abnormal recovery) checks the unit
+                self._check_unit(phys_offset, size, queue_offset)
+            return
         expected = queue_offset * CQ_STORE_UNIT_SIZE
         mf = self.file_for(queue_offset)
         if queue_offset != 0:
@@ -187,6 +213,16 @@ class ConsumeQueue:
         UNIT.pack_into(mf.mm, mf.wrote_position, phys_offset, size, tags_code)
         mf.wrote_position += CQ_STORE_UNIT_SIZE
         self.max_physic_offset = phys_offset + size
+
+    def _check_unit(self, phys_offset: int, size: int, queue_offset: int) -> None:
+        unit = self.get_unit(queue_offset)
+        if unit is not None and unit[1] != 0x7FFFFFFF and (unit[0], unit[1]) != (phys_offset, size):
+            mf = self.files.find_file(queue_offset * CQ_STORE_UNIT_SIZE)
+            self.damage = (
+                queue_offset,
+                f"{mf.path if mf else self.topic}: unit at queue offset {queue_offset} is (offset {unit[0]}, "
+                f"size {unit[1]}) but its record is (offset {phys_offset}, size {size})",
+            )
 
     # ------------------------------------------------------------------ reading
 

@@ -56,10 +56,10 @@ from store.config import StoreConfig
 from store.config_files import ConfigFiles
 from store.consumequeue import UNIT, ConsumeQueue, unit_tags_code
 from store.errors import CorruptRecordError, StoreClosedError, StoreLockedError
+from store.heal import DamagedUnitError, Healer
 from store.indexfile import IndexFile, IndexService, index_keys
 from store.mapped_file import sync_filesystem
 from store.message import (
-    BLANK_MAGIC_CODE,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -70,11 +70,8 @@ from store.message import (
 from store.quarantine import set_aside
 from store.record import (
     RecordInfo,
-    body_crc_problem,
     decode_msg_id,
     msg_id_prefix,
-    read_header,
-    read_record_info,
 )
 
 log = logging.getLogger(__name__)
@@ -238,7 +235,8 @@ class DefaultMessageStore:
         self._flushed_offset = 0
         self.flush_count = 0  # CommitLog flushes done by the flush thread (shows group commit at work)
         self._logics_ts = 0
-        self._crc_checked_from = 0
+        self._crc_checked_from = 0  # records below this offset were not CRC-checked by recovery
+        self.healer = Healer(self)
 
     # ================================================================== lifecycle
 
@@ -276,7 +274,10 @@ class DefaultMessageStore:
             raise StoreClosedError("open() the store first")
         if self.read_only or self._running:
             return
+        index_from = self.healer.check_on_start()
         self.reput_from_offset = max(self._max_cq_phy_offset(), self.commit_log.min_offset)
+        if index_from is not None:
+            self.reput_from_offset = min(self.reput_from_offset, index_from)
         self.dispatch()
         with open(self._abort_path, "wb"):
             pass
@@ -485,40 +486,11 @@ class DefaultMessageStore:
 
     def _reput_until(self, end: int) -> int:
         n = 0
-        cl = self.commit_log
-        while self.reput_from_offset < end:
-            mf = cl.files.find_file(self.reput_from_offset)
-            if mf is None:
-                first = cl.min_offset
-                if self.reput_from_offset < first:
-                    self.reput_from_offset = first
-                    continue
-                break
-            pos = self.reput_from_offset - mf.file_from_offset
-            stop = mf.wrote_position
-            jumped = False
-            while pos < stop:
-                if pos + 8 > mf.file_size:
-                    jumped = True
-                    break
-                _size, magic = read_header(mf.view, pos)
-                if magic == BLANK_MAGIC_CODE:
-                    jumped = True
-                    break
-                try:
-                    info = read_record_info(mf.view, pos, mf.file_size)
-                except CorruptRecordError as e:
-                    log.error("dispatch stops at %s", e.located(mf.path, mf.file_from_offset + pos))
-                    return n
-                self._dispatch_one(info)
-                pos += info.size
-                n += 1
-            if jumped or pos >= mf.file_size:
-                self.reput_from_offset = mf.end_offset
-            else:
-                self.reput_from_offset = mf.file_from_offset + pos
-                if pos >= stop:
-                    break
+        walk = self.commit_log.walk(self.reput_from_offset, end)
+        for info in walk:
+            self._dispatch_one(info)
+            n += 1
+        self.reput_from_offset = walk.offset
         return n
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
@@ -820,11 +792,15 @@ class DefaultMessageStore:
         offset: int,
         max_count: int,
         tag_filter: Container[int] | None = None,
+        *,
+        healing: bool = True,
     ) -> GetResult:
         """Read up to ``max_count`` messages from ``offset``, as RocketMQ's ``getMessage`` does.
 
         ``tag_filter`` holds the tag hash codes a subscription accepts (``None``: all). ``group`` is
-        accepted for API parity (the broker's stats); the store does not use it.
+        accepted for API parity (the broker's stats); the store does not use it. A unit that does not
+        point at its record makes the queue rebuild from the CommitLog before the read is answered
+        (``healing=False``: skip such units, logged at ERROR; the read after a rebuild).
         """
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
@@ -840,29 +816,22 @@ class DefaultMessageStore:
             res.status = GetMessageStatus.OFFSET_FOUND_NULL
             res.next_begin_offset = cq.roll_next_file(offset)
             return res
-        select_units(
-            res,
-            UNIT.iter_unpack(units),
-            offset,
-            max_count,
-            tag_filter,
-            self._read_record_at,
-            self.commit_log.roll_next_file,
-            max_bytes=self.config.max_transfer_bytes_on_message_in_memory,
-            max_messages=self.config.max_transfer_count_on_message_in_memory,
-        )
+        try:
+            select_units(
+                res,
+                UNIT.iter_unpack(units),
+                offset,
+                max_count,
+                tag_filter,
+                self.healer.reader(cq, strict=not self.read_only and healing),
+                self.commit_log.roll_next_file,
+                max_bytes=self.config.max_transfer_bytes_on_message_in_memory,
+                max_messages=self.config.max_transfer_count_on_message_in_memory,
+            )
+        except DamagedUnitError as e:  # rebuild the queue from the CommitLog, then read again
+            self.healer.heal_read(e)
+            return self.get_messages(group, topic, queue_id, offset, max_count, tag_filter, healing=False)
         return res
-
-    def _read_record_at(self, phys: int, size: int) -> tuple[memoryview, str] | None:
-        mf = self.commit_log.files.find_file(phys)
-        if mf is None:
-            return None
-        pos = phys - mf.file_from_offset
-        if pos + size > mf.wrote_position:
-            return None
-        if phys < self._crc_checked_from and (problem := body_crc_problem(mf.view, pos, size)) is not None:
-            raise CorruptRecordError(mf.path, phys, problem)  # never served as good: the pull skips it
-        return mf.view[pos : pos + size], mf.path
 
     def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
         """Store time of the message at a queue offset; -1 if there is none."""

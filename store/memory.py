@@ -148,7 +148,7 @@ class InMemoryMessageStore:
 
     # ------------------------------------------------------------------ reads
 
-    def _read(self, phys: int, size: int) -> tuple[memoryview, str] | None:
+    def _read(self, phys: int, size: int, _queue_offset: int = -1) -> tuple[memoryview, str] | None:
         if phys < 0 or phys + size > len(self._log):
             return None
         # a copy: a view into the bytearray would stop it from growing while a reader holds it

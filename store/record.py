@@ -398,6 +398,20 @@ def body_crc_problem(buf: Buffer, pos: int, size: int) -> str | None:
     return None if crc == stored else f"body CRC {crc} != stored {stored}"
 
 
+RECORD_IDENTITY = struct.Struct(">ii4xi4xqq")
+"""TOTALSIZE, MAGICCODE, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET in one unpack (36 bytes from the record
+start): what a pull checks against the unit it serves (topic and lengths: :func:`record_identity`)."""
+
+
+def record_identity(buf: Buffer, pos: int, limit: int) -> tuple[int, int, int, int, int, bytes]:
+    """``(TOTALSIZE, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET, STORETIMESTAMP, topic)`` of the record at ``pos``,
+    validated as recovery does but without the CRC: what a ConsumeQueue unit or an IndexFile header is
+    checked against (the topic as stored, UTF-8 bytes)."""
+    fixed, ts_pos, _rc, _bp, _bl, topic_pos, topic_len, _pp = _layout(buf, pos, limit, False)
+    topic = bytes(buf[topic_pos : topic_pos + topic_len])
+    return fixed[0], fixed[3], fixed[5], fixed[6], _I64.unpack_from(buf, ts_pos)[0], topic
+
+
 def read_record_info(
     buf: Buffer, pos: int, limit: int | None = None, *, check_crc: bool = False
 ) -> RecordInfo:
@@ -479,6 +493,7 @@ __all__ = [
     "BLANK_MAGIC_CODE",
     "MAX_PROPERTIES_LENGTH",
     "MAX_TOPIC_LENGTH",
+    "RECORD_IDENTITY",
     "RecordInfo",
     "UniqKey",
     "body_crc",
@@ -499,7 +514,7 @@ __all__ = [
     "inflate_body",
     "read_header",
     "read_record_info",
+    "record_identity",
     "record_size",
     "topic_field",
 ]
-

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from store.config import StoreConfig
 from store.consumequeue import ConsumeQueue, unit_tags_code
 from store.errors import CorruptRecordError
 from store.errors import StoreError as EngineStoreError
+from store.heal import index_header_problem
 from store.indexfile import (
     ENTRY,
     HASH_SLOT_SIZE,
@@ -399,6 +401,17 @@ class IndexRow:
     index_count: int
     max_index_count: int
     full: bool
+    problem: str | None  # what is wrong with the header (the broker rebuilds such a file at start)
+
+
+def _time(ms: int) -> str | None:
+    """A header timestamp as ISO 8601; a damaged one as its raw value (it may be past any calendar)."""
+    if ms <= 0:
+        return None
+    try:
+        return iso(ms)
+    except (ValueError, OverflowError, OSError):
+        return f"{ms} (not a time)"
 
 
 def _index_files(lay: Layout) -> list[Path]:
@@ -417,12 +430,12 @@ def _index_file(lay: Layout, path: Path) -> Iterator[IndexFile]:
         f.close()
 
 
-def _index_row(lay: Layout, f: IndexFile) -> IndexRow:
+def _index_row(lay: Layout, f: IndexFile, cl: CommitLog) -> IndexRow:
     return IndexRow(
         f.name,
         os.path.getsize(f.path),
-        iso(f.begin_timestamp) if f.begin_timestamp > 0 else None,
-        iso(f.end_timestamp) if f.end_timestamp > 0 else None,
+        _time(f.begin_timestamp),
+        _time(f.end_timestamp),
         f.begin_phy_offset,
         f.end_phy_offset,
         lay.hash_slot_num,
@@ -430,6 +443,7 @@ def _index_row(lay: Layout, f: IndexFile) -> IndexRow:
         f.index_count,
         lay.index_num,
         f.is_full,
+        index_header_problem(f, cl, int(time.time() * 1000)),
     )
 
 
@@ -437,9 +451,10 @@ def index_ls(root: str | Path) -> list[IndexRow]:
     """Each IndexFile's header: time and CommitLog range, used slots, entries, whether it is full."""
     lay = layout(root)
     rows = []
-    for path in _index_files(lay):
-        with _index_file(lay, path) as f:
-            rows.append(_index_row(lay, f))
+    with _commit_log(lay) as cl:
+        for path in _index_files(lay):
+            with _index_file(lay, path) as f:
+                rows.append(_index_row(lay, f, cl))
     return rows
 
 
@@ -460,8 +475,8 @@ def _pick_index(lay: Layout, name: str | None) -> Path:
 def index_show(root: str | Path, name: str | None = None) -> dict[str, Any]:
     """One IndexFile (default: the newest): header plus hash-chain statistics from its slot table."""
     lay = layout(root)
-    with _index_file(lay, _pick_index(lay, name)) as f:
-        count = f.index_count
+    with _index_file(lay, _pick_index(lay, name)) as f, _commit_log(lay) as cl:
+        count = min(f.index_count, lay.index_num)
         base = INDEX_HEADER_SIZE + lay.hash_slot_num * HASH_SLOT_SIZE
         used = longest = bad = 0
         for slot in range(lay.hash_slot_num):
@@ -479,7 +494,7 @@ def index_show(root: str | Path, name: str | None = None) -> dict[str, Any]:
             longest = max(longest, length)
         entries = max(count - 1, 0)
         return {
-            **vars(_index_row(lay, f)),
+            **vars(_index_row(lay, f, cl)),
             "entries": entries,
             "used_slots": used,
             "longest_chain": longest,
@@ -506,7 +521,7 @@ def index_chain(root: str | Path, topic: str, key: str, name: str | None = None)
                 "key_hash": kh,
                 "hash_match": kh == h,
                 "commit_log_offset": phy,
-                "store_time": iso(f.begin_timestamp + diff * 1000),
+                "store_time": _time(f.begin_timestamp + diff * 1000),
                 "prev": prev,
                 "record_has_key": False,
             }
@@ -536,15 +551,22 @@ def query_key(
     the broker looks), each verified against its record: the index holds hashes only."""
     lay = layout(root)
     index = IndexService(str(lay.index_dir), lay.hash_slot_num, lay.index_num, read_only=True)
-    try:
-        index.load(True, 0)
-        offsets = sorted(set(index.query(f"{topic}#{key}", max_num, window.begin_ms, window.end_ms)))
-    except EngineStoreError as exc:
-        raise StoreError(str(exc)) from exc
-    finally:
-        index.close()
     rows = []
     with _commit_log(lay) as cl:
+        try:
+            index.load(True, 0)
+            now = int(time.time() * 1000)
+            for f in list(index.files):  # a damaged header would hide the older files' keys too
+                why = index_header_problem(f, cl, now)
+                if why is not None:
+                    log.warning("skipping index file %s (bad header: %s)", f.path, why)
+                    index.files.remove(f)
+                    f.close()
+            offsets = sorted(set(index.query(f"{topic}#{key}", max_num, window.begin_ms, window.end_ms)))
+        except EngineStoreError as exc:
+            raise StoreError(str(exc)) from exc
+        finally:
+            index.close()
         for phys in offsets:
             try:
                 m = _message_at(cl, phys)
@@ -683,9 +705,12 @@ def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyRepor
     index_files = index_entries = 0
     for path in _index_files(lay):
         index_files += 1
-        with _index_file(lay, path) as f:
+        with _index_file(lay, path) as f, _commit_log(lay) as cl:
+            why = index_header_problem(f, cl, int(time.time() * 1000))
+            if why is not None:
+                problem("index_errors", f"index/{f.name}: bad header: {why}")
             base = INDEX_HEADER_SIZE + lay.hash_slot_num * HASH_SLOT_SIZE
-            for n in range(1, f.index_count):
+            for n in range(1, min(f.index_count, lay.index_num)):
                 index_entries += 1
                 phy = ENTRY.unpack_from(f.mm, base + n * INDEX_ENTRY_SIZE)[1]
                 if phy >= min_phy and phy not in records:

@@ -189,11 +189,12 @@ def test_index_ls_and_show_give_the_manifest_header(
         expected["hashSlotCount"],
         expected["indexCount"],
     )
-    assert (row["hash_slots"], row["max_index_count"], row["size"], row["full"]) == (
+    assert (row["hash_slots"], row["max_index_count"], row["size"], row["full"], row["problem"]) == (
         5000,
         20000,
         420_040,
         False,
+        None,
     )
     shown = ok(cli("store", "index", "show", "--store", str(store_a), expected["name"], "-o", "json"))
     assert shown["entries"] == expected["indexCount"] - 1
@@ -343,6 +344,51 @@ def test_verify_finds_a_flipped_body_byte_and_a_bad_unit(
     assert any(f"{victim['commitLogOffset']}" in p and "CRC" in p for p in report["problems"])
     assert any("consumequeue/FixA_Events/0 offset 0" in p for p in report["problems"])
     assert "has problems" in result.stderr
+
+
+@pytest.mark.parametrize(("byte", "field"), [(0, "beginTimestamp"), (27, "endPhyOffset"), (38, "indexCount")])
+def test_index_ls_and_verify_report_a_bad_index_header(
+    cli: RunCli, tmp_path: Path, byte: int, field: str
+) -> None:
+    """A flipped header byte: ``index ls`` shows the file with what is wrong (no ValueError on a timestamp
+    past any calendar) and ``verify`` fails naming it; neither changes the store."""
+    root = unpack_store_a(tmp_path)
+    (path,) = (root / "index").iterdir()
+    with open(path, "r+b") as f:
+        f.seek(byte)
+        value = f.read(1)[0]
+        f.seek(byte)
+        f.write(bytes([value ^ 0x40]))
+    before = snapshot(root)
+    (row,) = ok(cli("store", "index", "ls", "--store", str(root), "-o", "json"))
+    assert row["name"] == path.name and field in row["problem"]
+    table = cli("store", "index", "ls", "--store", str(root))
+    assert table.code == 0 and path.name in table.stdout, table.stderr
+    result = cli("store", "verify", "--store", str(root), "-o", "json")
+    assert result.code == 10
+    report = result.json()
+    assert report["index_errors"] >= 1 and report["ok"] is False
+    assert any(f"index/{path.name}: bad header" in p and field in p for p in report["problems"])
+    assert snapshot(root) == before
+
+
+def test_msg_query_skips_a_bad_index_header_and_finds_older_keys(cli: RunCli, tmp_path: Path) -> None:
+    """The newest index file's header is damaged: keys of the older files are still found offline."""
+    from tests.store.test_heal import keyed_store
+
+    root = tmp_path / "store"
+    keys = keyed_store(root, max_hash_slot_num=100)  # 4 entries per slot, as ``layout`` reads them
+    newest = sorted((root / "index").iterdir())[-1]
+    with open(newest, "r+b") as f:
+        f.seek(2)  # beginTimestamp minus 2**40 ms (~35 years): the walk would stop at this file
+        value = f.read(1)[0]
+        f.seek(2)
+        f.write(bytes([value ^ 0x01]))
+    args = ("store", "msg", "query", "--store", str(root), "-t", "K", "--since", "-1d", "-o", "json")
+    for key in (keys[0], keys[250]):  # in the oldest and the middle file
+        result = cli(*args, "-k", key)
+        assert result.code == 0, result.stderr
+        assert [r["keys"] for r in result.json()] == [key]
 
 
 # -------------------------------------------------------------------------- read-only, errors
