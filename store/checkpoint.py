@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import struct
 
+from store.durability import sync_directory
+
 CHECKPOINT_FILE_SIZE = 4096
 _LAYOUT = struct.Struct(">qqq")
 
@@ -33,6 +35,8 @@ class StoreCheckpoint:
         else:
             if os.fstat(fd).st_size < CHECKPOINT_FILE_SIZE:
                 os.ftruncate(fd, CHECKPOINT_FILE_SIZE)
+                os.fsync(fd)
+                sync_directory(os.path.dirname(os.path.abspath(path)))
             self._fd = fd
         if len(data) == _LAYOUT.size:
             self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = _LAYOUT.unpack(

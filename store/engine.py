@@ -54,8 +54,9 @@ from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanRes
 from store.config import StoreConfig
 from store.config_files import ConfigFiles
 from store.consumequeue import UNIT, ConsumeQueue, unit_tags_code
+from store.durability import is_no_space, sync_directory
 from store.errors import CorruptRecordError, StoreClosedError, StoreLockedError
-from store.indexfile import IndexFile, IndexService, index_keys
+from store.indexfile import IndexFile, IndexService, has_index_keys, index_keys
 from store.mapped_file import sync_filesystem
 from store.message import (
     BLANK_MAGIC_CODE,
@@ -195,6 +196,7 @@ class DefaultMessageStore:
             self._put_lock,
             disk_usage=disk_usage,
             stop=self._stop,
+            unconsumed=self._unconsumed_per_file,
         )
         self._clean_start_delay_ms = clean_start_delay_ms
         self.reput_from_offset = 0
@@ -214,6 +216,7 @@ class DefaultMessageStore:
         self._flushed_offset = 0
         self.flush_count = 0  # CommitLog flushes done by the flush thread (shows group commit at work)
         self._logics_ts = 0
+        self._no_space = False  # the last put failed for want of space (logged once)
 
     # ================================================================== lifecycle
 
@@ -255,6 +258,7 @@ class DefaultMessageStore:
         self.dispatch()
         with open(self._abort_path, "wb"):
             pass
+        sync_directory(self.config.store_path_root_dir)  # a power loss must not forget the crash marker
         self._flushed_offset = self.commit_log.max_offset
         self._stop.clear()
         self._running = True
@@ -412,15 +416,18 @@ class DefaultMessageStore:
         if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
             keys = index_keys(topic, info.properties)
             if keys:
-                full = self.index.build_index(
-                    keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms
-                )
-                if full is not None:
-                    t = threading.Thread(
-                        target=self._flush_full_index, args=(full,), name="store-flush-index"
+                self._flush_full_index_later(
+                    self.index.build_index(
+                        keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms
                     )
-                    self._index_flushers.append(t)
-                    t.start()
+                )
+
+    def _flush_full_index_later(self, full: IndexFile | None) -> None:
+        """Flush an index file that just filled up in the background (see :meth:`_flush_full_index`)."""
+        if full is not None:
+            t = threading.Thread(target=self._flush_full_index, args=(full,), name="store-flush-index")
+            self._index_flushers.append(t)
+            t.start()
 
     def _flush_full_index(self, full: IndexFile) -> None:
         """Flush an index file that filled up, then record its end time in the checkpoint (§5.7)."""
@@ -508,23 +515,37 @@ class DefaultMessageStore:
             head = msgs[0]
             cq = None  # every message of a put goes to one queue: found once, not once per step
             try:
+                # Space for the record's unit and index entries first: a full disk refuses the put
+                # before anything is appended (and never meets a store into an unallocated page).
                 if head.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
                     cq = self._find_cq(head.topic, head.queue_id)
-                    cq.file_for(cq.next_offset)
+                    cq.reserve(cq.next_offset, len(msgs))
+                if self._index_enabled and any(has_index_keys(m.properties) for m in msgs):
+                    self._flush_full_index_later(self.index.reserve(self.clock.now_ms))
                 infos = self.commit_log.append(
                     msgs, self.store_host, self.clock.now_ms(), cq.next_offset if cq is not None else 0
                 )
             except IllegalMessage as e:
                 log.warning("message refused: %s", e)
                 return PutResult(e.status)
-            except OSError:
-                log.exception("append failed")
-                return PutResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+            except OSError as e:
+                return PutResult(self._put_failed(e))
+            if self._no_space:
+                self._no_space = False
+                log.warning("store writable again: space could be allocated")
             last = infos[-1]
             if cq is not None:
                 cq.next_offset = last.queue_offset + 1
-            for info in infos:
-                self._dispatch_one(info, cq)
+            try:
+                for info in infos:
+                    self._dispatch_one(info, cq)
+            except OSError as e:  # only a batch crossing into a new ConsumeQueue file or many keys get here
+                log.error(
+                    "records from CommitLog offset %d are stored but not all dispatched "
+                    "(ConsumeQueue unit or index entries): %s",
+                    infos[0].commit_log_offset,
+                    e,
+                )
             end = last.commit_log_offset + last.size
             self.reput_from_offset = end
         first = infos[0]
@@ -549,6 +570,19 @@ class DefaultMessageStore:
         if wait and self._sync_flush and not self._wait_flushed(end):
             result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return result
+
+    def _put_failed(self, error: OSError) -> PutMessageStatus:
+        """The status of a put whose files could not be created or allocated: ``SERVICE_NOT_AVAILABLE``
+        (what a disk over the warning watermark gets, its remark names a full disk) when the disk or quota
+        is full, logged at ERROR once until a put succeeds again; ``CREATE_MAPEDFILE_FAILED`` otherwise
+        (no descriptor left, ...)."""
+        if is_no_space(error):
+            if not self._no_space:
+                self._no_space = True
+                log.error("store full: puts refused until space can be allocated again (%s)", error)
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE
+        log.error("append failed", exc_info=error)
+        return PutMessageStatus.CREATE_MAPEDFILE_FAILED
 
     # ================================================================== flushing
 
@@ -657,10 +691,12 @@ class DefaultMessageStore:
         """What a cleanup run would delete now and whose unconsumed messages go with it (``manual``: as
         after ``DELETE_EXPIRED_COMMITLOG``; ``config`` overrides the retention settings). Changes nothing."""
 
-        def unconsumed(files: Sequence[LogFile]) -> list[dict[str, int]]:
-            return unconsumed_per_file(files, self.committed_offsets(), self.first_offset_at)
+        return self.cleaner.plan(
+            self.clock.now_ms(), manual=manual, unconsumed=self._unconsumed_per_file, config=config
+        )
 
-        return self.cleaner.plan(self.clock.now_ms(), manual=manual, unconsumed=unconsumed, config=config)
+    def _unconsumed_per_file(self, files: Sequence[LogFile]) -> list[dict[str, int]]:
+        return unconsumed_per_file(files, self.committed_offsets(), self.first_offset_at)
 
     def apply_cleanup_plan(self, plan: CleanPlan) -> int:
         """Delete every file of ``plan`` now (offline ``mqctl store clean``: no batch limit, no pauses), then
@@ -689,10 +725,16 @@ class DefaultMessageStore:
 
     def _warm_loop(self) -> None:
         """Keep zeroed page-cache pages ahead of the CommitLog writer (see ``MappedFile.prepare``)."""
-        while not self._stop.wait(0.005):
+        delay = 0.005
+        while not self._stop.wait(delay):
+            delay = 0.005
             try:
                 self.commit_log.warm_ahead(_WARM_AHEAD_BYTES)
-            except (OSError, ValueError):
+            except OSError as e:
+                if not is_no_space(e):
+                    log.exception("commit log warm-up failed")
+                delay = 1.0  # a full disk: the put path reports it (once); try again later
+            except ValueError:
                 log.exception("commit log warm-up failed")
 
     def _flush_consume_queues(self, *, thorough: bool) -> None:

@@ -8,6 +8,7 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 
+from store.durability import make_dirs
 from store.javahash import index_key_hash
 from store.mapped_file import FileMapping
 from store.message import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
@@ -21,6 +22,9 @@ HEADER = struct.Struct(">qqqqii")  # begin ts, end ts, begin phy, end phy, hashS
 ENTRY = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff (s), prevIndex
 SLOT = struct.Struct(">i")
 _MAX_DIFF = 0x7FFFFFFF
+#: Entries whose blocks are reserved at a time, and kept reserved ahead of the writer by the put path
+#: (:meth:`IndexService.reserve`), so a full disk refuses the put before its record is appended.
+ENTRIES_CHUNK = 1024
 
 
 def index_keys(topic: str, properties: dict[str, str]) -> list[str]:
@@ -31,6 +35,11 @@ def index_keys(topic: str, properties: dict[str, str]) -> list[str]:
     if keys_prop:
         keys.extend(f"{topic}#{k}" for k in keys_prop.split(KEY_SEPARATOR) if k)
     return keys
+
+
+def has_index_keys(properties: dict[str, str]) -> bool:
+    """Whether :func:`index_keys` would return any key (cheaper: no list, no split)."""
+    return bool(properties.get(PROPERTY_UNIQ_KEY) or properties.get(PROPERTY_KEYS))
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
@@ -44,15 +53,34 @@ def index_file_name(now_ms: int) -> str:
 
 class IndexFile:
     """One index file. Header fields live in attributes (queries use those) and are copied into the
-    mapping periodically, when the file fills up and at shutdown."""
+    mapping periodically, when the file fills up and at shutdown.
 
-    def __init__(self, path: str, hash_slot_num: int, index_num: int, *, read_only: bool = False) -> None:
+    A new file has its header and hash slots (written anywhere) allocated before it is mapped, its
+    entries (written in order) a chunk at a time: the default file is 420 MB of which the slots are 20.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        hash_slot_num: int,
+        index_num: int,
+        *,
+        read_only: bool = False,
+        sync_dirs: Sequence[str] = (),
+    ) -> None:
         self.path = path
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.read_only = read_only
+        self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        existed = read_only or os.path.exists(path)
         self.file = FileMapping(
-            path, index_file_size(hash_slot_num, index_num), read_only=read_only, random_access=True  # hashed slots
+            path,
+            index_file_size(hash_slot_num, index_num),
+            read_only=read_only,
+            random_access=True,  # hashed slots
+            reserve=self._entries_base + ENTRIES_CHUNK * INDEX_ENTRY_SIZE,
+            sync_dirs=sync_dirs,
         )
         self.mm = self.file.mm
         (
@@ -65,7 +93,19 @@ class IndexFile:
         ) = HEADER.unpack_from(self.mm, 0)
         if self.index_count <= 0:
             self.index_count = 1
-        self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        # Entries below this one have their blocks allocated (a file re-opened: from its next entry on).
+        self._reserved_entries = self.index_count if existed else ENTRIES_CHUNK
+
+    def reserve_entries(self, count: int) -> None:
+        """Allocate the blocks of entries up to ``count`` (whole chunks); ``OSError`` when the disk is full."""
+        count = min(count, self.index_num)
+        if count <= self._reserved_entries or self.read_only:
+            return
+        end = -(-count // ENTRIES_CHUNK) * ENTRIES_CHUNK
+        end = min(end, self.index_num)
+        start = self._entries_base + self._reserved_entries * INDEX_ENTRY_SIZE
+        self.file.fallocate(start, self._entries_base + end * INDEX_ENTRY_SIZE - start)
+        self._reserved_entries = end
 
     @property
     def name(self) -> str:
@@ -102,6 +142,8 @@ class IndexFile:
             n = self.index_count
             if n >= self.index_num:
                 break
+            if n >= self._reserved_entries:  # never store into an unallocated page
+                self.reserve_entries(n + 1)
             h = index_key_hash(key)
             sp = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE
             prev = unpack_slot(mm, sp)[0]
@@ -200,19 +242,30 @@ class IndexService:
         last = self.files[-1] if self.files else None
         if last is not None and last.index_count < last.index_num:
             return last, None
-        os.makedirs(self.directory, exist_ok=True)
+        new_dirs = make_dirs(self.directory)
         now_ms = clock()
         name = index_file_name(now_ms)
         while os.path.exists(os.path.join(self.directory, name)) or (last and name <= last.name):
             now_ms += 1
             name = index_file_name(now_ms)
-        f = IndexFile(os.path.join(self.directory, name), self.hash_slot_num, self.index_num)
+        f = IndexFile(
+            os.path.join(self.directory, name), self.hash_slot_num, self.index_num, sync_dirs=new_dirs
+        )
         if last is not None:
             f.begin_phy_offset = f.end_phy_offset = last.end_phy_offset
             f.begin_timestamp = f.end_timestamp = last.end_timestamp
         f.write_header()
         self.files.append(f)
         return f, last
+
+    def reserve(self, clock: Callable[[], int]) -> IndexFile | None:
+        """Before a put appends its record: make sure the active file exists and has ``ENTRIES_CHUNK``
+        entries allocated ahead, so indexing the record cannot hit a full disk (a record with more keys
+        than that may still; its index entries are then lost, and logged). Raises ``OSError`` when the
+        disk is full; returns the file that just filled up, as :meth:`build_index` does."""
+        f, full = self._writable_file(clock)
+        f.reserve_entries(f.index_count + ENTRIES_CHUNK)
+        return full
 
     def build_index(
         self, keys: Sequence[str], phy_offset: int, store_timestamp: int, clock: Callable[[], int]
