@@ -39,7 +39,7 @@ from store.api import (
     search_by_timestamp,
     select_units,
 )
-from store.checkpoint import StoreCheckpoint
+from store.checkpoint import RecoveryPoint, StoreCheckpoint
 from store.cleanup import (
     Cleaner,
     CleanPlan,
@@ -239,9 +239,14 @@ class DefaultMessageStore:
             self.commit_log.load()
             self._load_consume_queues()
             self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"), read_only=self.read_only)
+            point = None if self.last_exit_ok or self.read_only else self._usable_recovery_point()
             if self.config.message_index_enable:
-                self.index.load(self.last_exit_ok or self.read_only, self.checkpoint.index_msg_timestamp)
-            self._recover()
+                self.index.load(
+                    self.last_exit_ok or self.read_only,
+                    self.checkpoint.index_msg_timestamp,
+                    point.index if point is not None else None,
+                )
+            self._recover(point)
             self.configs.load()
         except BaseException:
             self._release_lock()
@@ -256,9 +261,14 @@ class DefaultMessageStore:
             return
         self.reput_from_offset = max(self._max_cq_phy_offset(), self.commit_log.min_offset)
         self.dispatch()
+        if self.reput_from_offset >= self.commit_log.max_offset:  # every record is in its ConsumeQueue
+            self._logics_ts = max(self._logics_ts, self.commit_log.last_store_timestamp)
         with open(self._abort_path, "wb"):
             pass
         sync_directory(self.config.store_path_root_dir)  # a power loss must not forget the crash marker
+        # A crash from now on recovers from here, not from the start of the CommitLog's last files
+        # (RocketMQ writes the logics timestamp first 60 s after start).
+        self._checkpoint()
         self._flushed_offset = self.commit_log.max_offset
         self._stop.clear()
         self._running = True
@@ -288,12 +298,8 @@ class DefaultMessageStore:
         self._index_flushers = []
         if not self.read_only and self.checkpoint is not None:
             with self._put_lock:
-                self.commit_log.flush()
-                self._flush_consume_queues(thorough=True)
-                self.index.flush()
-                if self.commit_log.last_store_timestamp:
-                    self.checkpoint.physic_msg_timestamp = self.commit_log.last_store_timestamp
-                self.checkpoint.flush()
+                self.index.write_header()
+                self._checkpoint_locked()
                 self.configs.persist_offsets()
                 if self._running and self.reput_from_offset >= self.commit_log.max_offset:
                     with contextlib.suppress(FileNotFoundError):
@@ -354,7 +360,21 @@ class DefaultMessageStore:
     def _max_cq_phy_offset(self) -> int:
         return max((cq.max_physic_offset for cq in self._cqs.values()), default=0)
 
-    def _recover(self) -> None:
+    def _usable_recovery_point(self) -> RecoveryPoint | None:
+        """The checkpoint's recovery point when it lies within the CommitLog files (cleanup may have
+        deleted the file it is in; an older store or RocketMQ leaves none)."""
+        assert self.checkpoint is not None
+        point = self.checkpoint.recovery_point
+        files = self.commit_log.files.files
+        if (
+            point is None
+            or not files
+            or not files[0].file_from_offset <= point.offset <= files[-1].end_offset
+        ):
+            return None
+        return point
+
+    def _recover(self, point: RecoveryPoint | None = None) -> None:
         for cq in self._cqs.values():
             cq.recover()
         max_cq_phy = self._max_cq_phy_offset()
@@ -369,6 +389,8 @@ class DefaultMessageStore:
             result = ScanResult(0, None, 0, 0)
         elif self.last_exit_ok or self.read_only:
             result = self.commit_log.scan(max(0, len(files) - 3), check_crc=check_crc)
+        elif point is not None:
+            result = self._recover_from_point(point, check_crc=check_crc)
         else:
             assert self.checkpoint is not None
             limit = self.checkpoint.recovery_limit(
@@ -385,6 +407,19 @@ class DefaultMessageStore:
             for cq in self._cqs.values():
                 cq.truncate_dirty(end)
         self._rebuild_queue_table()
+
+    def _recover_from_point(self, point: RecoveryPoint, *, check_crc: bool) -> ScanResult:
+        """Abnormal recovery from our recovery point: validate and dispatch again what follows it.
+
+        Everything below the point was on disk before the crash (CommitLog, units, index entries), so a
+        crash cannot have damaged it: it is trusted as normal recovery trusts all but the last 3 files
+        and RocketMQ trusts the files before the one its timestamps pick (a record damaged there by the
+        disk is reported when read). Units past the point may never have reached the disk: they are
+        dropped first."""
+        for cq in self._cqs.values():
+            cq.truncate_dirty(point.offset)
+        log.info("abnormal recovery from the checkpoint's recovery point, CommitLog offset %d", point.offset)
+        return self.commit_log.scan_from(point.offset, check_crc=check_crc, on_record=self._dispatch_one)
 
     def _rebuild_queue_table(self) -> None:
         """Each queue's next offset from its units; fix min offsets (§6.3 step 7)."""
@@ -737,8 +772,37 @@ class DefaultMessageStore:
             except ValueError:
                 log.exception("commit log warm-up failed")
 
+    def _checkpoint(self) -> None:
+        """Flush CommitLog, ConsumeQueues and index files, then write the checkpoint: its timestamps and
+        our recovery point (the dispatch cursor and the active index file's header, taken first)."""
+        with self._put_lock:
+            self.index.write_header()
+            point = RecoveryPoint(self.reput_from_offset, self.index.snapshot())
+            physic_ts = self.commit_log.last_store_timestamp
+            logics_ts = self._logics_ts
+        self._write_checkpoint(point, physic_ts, logics_ts)
+
+    def _checkpoint_locked(self) -> None:
+        """:meth:`_checkpoint` with the put lock held (shutdown)."""
+        point = RecoveryPoint(self.reput_from_offset, self.index.snapshot())
+        self._write_checkpoint(point, self.commit_log.last_store_timestamp, self._logics_ts)
+
+    def _write_checkpoint(self, point: RecoveryPoint, physic_ts: int, logics_ts: int) -> None:
+        """Everything below ``point`` reaches the disk first; then the checkpoint says so."""
+        cp = self.checkpoint
+        if cp is None:
+            return
+        self.commit_log.flush()
+        self._flush_consume_queues(thorough=True)
+        self.index.sync()
+        if physic_ts:
+            cp.physic_msg_timestamp = max(cp.physic_msg_timestamp, physic_ts)
+        if logics_ts:
+            cp.logics_msg_timestamp = logics_ts
+        cp.recovery_point = point
+        cp.flush()
+
     def _flush_consume_queues(self, *, thorough: bool) -> None:
-        logics_ts = self._logics_ts
         least = 0 if thorough else self.config.flush_consume_queue_least_pages * 4096
         due = [cq for cq in list(self._cqs.values()) if cq.files.dirty_bytes() > least]
         if len(due) >= _SYNCFS_QUEUES:
@@ -749,10 +813,6 @@ class DefaultMessageStore:
                 due = []
         for cq in due:
             cq.flush()
-        if thorough and self.checkpoint is not None:
-            if logics_ts:
-                self.checkpoint.logics_msg_timestamp = logics_ts
-            self.checkpoint.flush()
 
     def _cq_flush_loop(self) -> None:
         cfg = self.config
@@ -763,9 +823,12 @@ class DefaultMessageStore:
             if thorough:
                 last_thorough = now
             try:
+                if thorough:
+                    self._checkpoint()
+                    continue
                 with self._put_lock:  # header fields are updated by puts; write a consistent snapshot
                     self.index.write_header()
-                self._flush_consume_queues(thorough=thorough)
+                self._flush_consume_queues(thorough=False)
             except (OSError, ValueError):
                 log.exception("consume queue flush failed")
 

@@ -8,6 +8,7 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 
+from store.checkpoint import IndexSnapshot
 from store.durability import make_dirs
 from store.javahash import index_key_hash
 from store.mapped_file import FileMapping
@@ -127,6 +128,41 @@ class IndexFile:
             self.index_count,
         )
 
+    def snapshot(self) -> IndexSnapshot:
+        return IndexSnapshot(
+            self.name,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    def restore(self, snap: IndexSnapshot) -> None:
+        """Go back to the header of a checkpoint (after a crash): later entries may not have reached the
+        disk, re-dispatch from the checkpoint's offset writes them again (see :meth:`put_keys`)."""
+        self.begin_timestamp, self.end_timestamp = snap.begin_timestamp, snap.end_timestamp
+        self.begin_phy_offset, self.end_phy_offset = snap.begin_phy_offset, snap.end_phy_offset
+        self.hash_slot_count, self.index_count = snap.hash_slot_count, max(snap.index_count, 1)
+        self._reserved_entries = min(self._reserved_entries, self.index_count)
+        self.write_header()
+
+    def _chain_below(self, slot: int, entry: int, n: int) -> int:
+        """The newest entry below ``n`` of a hash slot that points at ``entry`` >= ``n``: a slot updated after
+        the checkpoint the header was restored to. Follows the chain through those later entries while they
+        are intact (written before the crash); 0 when one is not (it never reached the disk)."""
+        mm = self.mm
+        slots = self.hash_slot_num
+        while entry >= n:
+            if entry >= self.index_num:
+                return 0
+            kh, _phy, _diff, prev = ENTRY.unpack_from(mm, self._entries_base + entry * INDEX_ENTRY_SIZE)
+            if kh % slots != slot or not 0 <= prev < entry:
+                return 0
+            entry = prev
+        return entry
+
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """Insert one key (§5.6); ``False`` when the file is full. Call :meth:`write_header` afterwards."""
         return self.put_keys((key,), phy_offset, store_timestamp) == 1
@@ -147,7 +183,9 @@ class IndexFile:
             h = index_key_hash(key)
             sp = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE
             prev = unpack_slot(mm, sp)[0]
-            if prev <= 0 or prev > n:
+            if prev >= n:  # only after restore(): the slot points past the checkpoint
+                prev = self._chain_below(h % slots, prev, n)
+            elif prev < 0:
                 prev = 0
             begin = self.begin_timestamp
             if begin <= 0:
@@ -220,8 +258,14 @@ class IndexService:
         self.read_only = read_only
         self.files: list[IndexFile] = []
 
-    def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
-        """Map every index file; after a crash drop those newer than the checkpoint (§5.10)."""
+    def load(
+        self, last_exit_ok: bool, index_msg_timestamp: int, snapshot: IndexSnapshot | None = None
+    ) -> None:
+        """Map every index file; after a crash drop those newer than the checkpoint (§5.10).
+
+        With the ``snapshot`` of our recovery point, the file it names is kept at that header instead
+        (it was on disk up to there), older files are kept (flushed when they filled or by that
+        checkpoint) and newer ones dropped: re-dispatch from the recovery point writes the rest again."""
         if not os.path.isdir(self.directory):
             return
         for name in sorted(os.listdir(self.directory)):
@@ -231,11 +275,19 @@ class IndexService:
                 self.index_num,
                 read_only=self.read_only,
             )
-            if not last_exit_ok and f.end_timestamp > index_msg_timestamp and not self.read_only:
-                log.info("abnormal recovery: deleting index file %s (newer than checkpoint)", f.name)
-                f.destroy()
-                continue
+            if not last_exit_ok and not self.read_only:
+                if snapshot is not None and f.name <= snapshot.name:
+                    if f.name == snapshot.name:
+                        f.restore(snapshot)
+                elif snapshot is not None or f.end_timestamp > index_msg_timestamp:
+                    log.info("abnormal recovery: deleting index file %s (newer than checkpoint)", f.name)
+                    f.destroy()
+                    continue
             self.files.append(f)
+
+    def snapshot(self) -> IndexSnapshot | None:
+        """The active file's header, for a checkpoint (take it under the put lock)."""
+        return self.files[-1].snapshot() if self.files and not self.read_only else None
 
     def _writable_file(self, clock: Callable[[], int]) -> tuple[IndexFile, IndexFile | None]:
         """The file to insert into, creating one if needed; also returns the file that just filled up."""
@@ -310,6 +362,12 @@ class IndexService:
     def flush(self) -> None:
         for f in self.files:
             f.flush()
+
+    def sync(self) -> None:
+        """Force every file to disk as it is (headers written by the caller, under the put lock)."""
+        if not self.read_only:
+            for f in self.files:
+                f.file.sync()
 
     def close(self) -> None:
         for f in self.files:

@@ -6,6 +6,9 @@ from __future__ import annotations
 import errno
 import logging
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +16,8 @@ import pytest
 from store import DefaultMessageStore, FakeClock, Message, PutMessageStatus
 from store.cleanup import FakeDiskUsage
 from store.consumequeue import CQ_PREPARE_CHUNK
+from store.record import RecordInfo
+from tests.conftest import ROOT
 
 from .conftest import small_config
 
@@ -124,3 +129,67 @@ def test_forcible_cleanup_logs_the_unconsumed_messages_it_destroys_and_can_be_di
         assert lost > 0
         assert len(errors) == 1 and f"Slow={lost}" in errors[0] and "Done" not in errors[0], errors
     store.shutdown()
+
+
+CRASHER = """
+import sys, time
+from store import DefaultMessageStore, Message
+from tests.store.conftest import small_config
+store = DefaultMessageStore(small_config(sys.argv[1]))
+store.open(); store.start()
+for i in range(20):
+    assert store.put_message(Message(topic="T", body=b"late-%d" % i, properties={"KEYS": "late-%d" % i})).ok
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("torn", [False, True])
+def test_a_crash_seconds_after_start_recovers_from_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, torn: bool
+) -> None:
+    store = DefaultMessageStore(small_config(tmp_path), clock=FakeClock())
+    store.open()
+    store.start()
+    _fill(store, 1000)  # five 64 KiB CommitLog files
+    end_before = store.max_phy_offset
+    store.shutdown()
+    with subprocess.Popen(
+        [sys.executable, "-c", CRASHER, str(tmp_path)], stdout=subprocess.PIPE, cwd=ROOT, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"  # long before the first 60-s checkpoint
+        proc.send_signal(signal.SIGKILL)
+    assert (tmp_path / "abort").exists()
+    late = 20
+    if torn:  # the 11th record after the checkpoint is damaged: recovery validates what follows the point
+        with DefaultMessageStore(small_config(tmp_path), read_only=True) as view:
+            victim = view.get_messages("G", "T", 0, 1010, 1).messages[0].phys_offset
+        path = tmp_path / "commitlog" / f"{victim - victim % (64 * 1024):020d}"
+        data = bytearray(path.read_bytes())
+        data[data.index(b"late-10", victim % (64 * 1024))] ^= 0xFF  # its body: the CRC no longer matches
+        path.write_bytes(bytes(data))
+        late = 10
+
+    dispatched: list[int] = []
+    real = DefaultMessageStore._dispatch_one
+
+    def spy(self: DefaultMessageStore, info: RecordInfo, cq: object = None) -> None:
+        dispatched.append(info.commit_log_offset)
+        real(self, info, cq)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DefaultMessageStore, "_dispatch_one", spy)
+    again = DefaultMessageStore(small_config(tmp_path), clock=FakeClock())
+    with caplog.at_level(logging.INFO, logger="store"):
+        again.open()
+    assert not again.last_exit_ok
+    # only the records written after the start's checkpoint were dispatched again, not all 1,020
+    assert len(dispatched) == late and min(dispatched) == end_before
+    assert not [r for r in caplog.records if "deleting index file" in r.getMessage()]
+    if torn:
+        assert again.recovery_corruption is not None and again.max_phy_offset == victim
+    again.start()
+    assert again.get_max_offset("T", 0) == 1000 + late
+    for key in ("k0", "k999", "late-0", f"late-{late - 1}"):
+        assert len(again.query_message("T", key, 4, 0, 2**62).messages) == 1, key
+    again.shutdown()
