@@ -104,7 +104,7 @@ class StoreCheckpoint:
             os.close(fd)
         else:
             if os.fstat(fd).st_size < CHECKPOINT_FILE_SIZE:
-                os.ftruncate(fd, CHECKPOINT_FILE_SIZE)
+                os.posix_fallocate(fd, 0, CHECKPOINT_FILE_SIZE)  # allocated: a full disk cannot fail a flush
                 os.fsync(fd)
                 sync_directory(os.path.dirname(os.path.abspath(path)))
             self._fd = fd
