@@ -12,8 +12,9 @@ Lifecycle::
 
     store = DefaultMessageStore(StoreConfig(store_path_root_dir="/data/store"),
                                 store_host=("10.0.0.1", 10911))   # clock=FakeClock() in tests
-    store.open()     # lock file, load, recover (normal or abnormal per the abort file)
-    store.start()    # catch-up dispatch, create abort, start flush / warm-up threads
+    store.open()     # lock file, load, recover (normal or abnormal per the abort file; abnormal
+                     # re-dispatches from the checkpoint's recovery point, see store.checkpoint)
+    store.start()    # catch-up dispatch, create abort, checkpoint, start flush / warm-up threads
     ...
     store.shutdown() # flush, checkpoint, persist offsets, delete abort, release the lock
 
