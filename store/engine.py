@@ -298,8 +298,7 @@ class DefaultMessageStore:
         self._index_flushers = []
         if not self.read_only and self.checkpoint is not None:
             with self._put_lock:
-                self.index.write_header()
-                self._checkpoint_locked()
+                self._checkpoint(locked=True)
                 self.configs.persist_offsets()
                 if self._running and self.reput_from_offset >= self.commit_log.max_offset:
                     with contextlib.suppress(FileNotFoundError):
@@ -772,26 +771,19 @@ class DefaultMessageStore:
             except ValueError:
                 log.exception("commit log warm-up failed")
 
-    def _checkpoint(self) -> None:
+    def _checkpoint(self, *, locked: bool = False) -> None:
         """Flush CommitLog, ConsumeQueues and index files, then write the checkpoint: its timestamps and
-        our recovery point (the dispatch cursor and the active index file's header, taken first)."""
-        with self._put_lock:
+        our recovery point (the dispatch cursor and the active index file's header, taken first under
+        the put lock, which ``locked`` says the caller holds)."""
+        cp = self.checkpoint
+        if cp is None:
+            return
+        with contextlib.nullcontext() if locked else self._put_lock:
             self.index.write_header()
             point = RecoveryPoint(self.reput_from_offset, self.index.snapshot())
             physic_ts = self.commit_log.last_store_timestamp
             logics_ts = self._logics_ts
-        self._write_checkpoint(point, physic_ts, logics_ts)
-
-    def _checkpoint_locked(self) -> None:
-        """:meth:`_checkpoint` with the put lock held (shutdown)."""
-        point = RecoveryPoint(self.reput_from_offset, self.index.snapshot())
-        self._write_checkpoint(point, self.commit_log.last_store_timestamp, self._logics_ts)
-
-    def _write_checkpoint(self, point: RecoveryPoint, physic_ts: int, logics_ts: int) -> None:
-        """Everything below ``point`` reaches the disk first; then the checkpoint says so."""
-        cp = self.checkpoint
-        if cp is None:
-            return
+        # everything below the point reaches the disk first; then the checkpoint says so
         self.commit_log.flush()
         self._flush_consume_queues(thorough=True)
         self.index.sync()
