@@ -49,6 +49,47 @@ def unit_location(queue_offset: int, file_size: int) -> tuple[str, int]:
     return f"{byte_offset - byte_offset % file_size:020d}", byte_offset % file_size
 
 
+_ZERO_UNIT = bytes(CQ_STORE_UNIT_SIZE)
+
+
+def valid_units_end(view: memoryview, length: int) -> int:
+    """Byte position of the first invalid unit (commit log offset < 0 or size <= 0) in ``view[:length]``, or
+    ``length`` when every unit is valid: where recovery ends a ConsumeQueue file (§4.7).
+
+    Start-up reads every unit of the last files this way (300,000 per file, 920,000 for a 1 GiB store:
+    1 s unit by unit in Python). So: guess the end (binary search for the first all-zero unit, what
+    follows the written units in a file), then check in bulk that every unit before it is valid (sign
+    bytes and a non-zero size, one strided copy per byte) and that the one at it is not; when the guess
+    fails, walk the units one by one.
+    """
+    step = CQ_STORE_UNIT_SIZE
+    lo, hi = 0, length // step
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if view[mid * step : mid * step + step] == _ZERO_UNIT:
+            hi = mid
+        else:
+            lo = mid + 1
+    end = lo * step
+    if end > 0:
+        count = end // step
+        signs = bytes(view[0:end:step]) + bytes(view[8:end:step])  # offset and size: not negative
+        size_bytes = 0  # per unit, the OR of its size's 4 bytes: zero only for size 0
+        for k in range(8, 12):
+            size_bytes |= int.from_bytes(bytes(view[k:end:step]), "big")
+        if max(signs) >= 0x80 or b"\x00" in size_bytes.to_bytes(count, "big"):
+            end = -1
+    if end >= 0:
+        return end
+    pos = 0
+    while pos < length:
+        off, size, _tags = UNIT.unpack_from(view, pos)
+        if off < 0 or size <= 0:
+            break
+        pos += step
+    return pos
+
+
 class ConsumeQueue:
     """One queue's units. ``max_physic_offset`` is the CommitLog end of the last unit written."""
 
@@ -95,14 +136,12 @@ class ConsumeQueue:
         while idx < len(files):
             mf = files[idx]
             view = mf.view
-            pos = 0
-            while pos < self.file_size:
-                off, size, _tags = UNIT.unpack_from(view, pos)
-                if off < 0 or size <= 0:
-                    break
+            pos = valid_units_end(view, self.file_size)
+            for back in range(pos - CQ_STORE_UNIT_SIZE, -1, -CQ_STORE_UNIT_SIZE):  # the last real unit
+                off, size, _tags = UNIT.unpack_from(view, back)
                 if size != 0x7FFFFFFF:
                     max_phys = off + size
-                pos += CQ_STORE_UNIT_SIZE
+                    break
             end = mf.file_from_offset + pos
             if pos < self.file_size:
                 break
