@@ -376,15 +376,20 @@ async def tail(
     if not refs:
         raise NotFoundError(f"topic {topic!r} has no readable queue on a master broker")
     read_group = group or wire.TOOLS_GROUP
-    member = GroupMember(
-        admin,
-        read_group,
-        topic,
-        {ref.broker_name: ref.addr for ref in refs},
-        consume_from_where="CONSUME_FROM_LAST_OFFSET" if start == "latest" else "CONSUME_FROM_FIRST_OFFSET",
-        commit_on_exit=False,
+    first = "CONSUME_FROM_LAST_OFFSET" if start == "latest" else "CONSUME_FROM_FIRST_OFFSET"
+    member = (
+        GroupMember(
+            admin,
+            group,
+            topic,
+            {ref.broker_name: ref.addr for ref in refs},
+            consume_from_where=first,
+            commit_on_exit=False,
+        )
+        if group is not None
+        else None
     )
-    positions = member.offsets
+    positions = member.offsets if member is not None else {}
     for ref in refs:
         positions[_mq(topic, ref)] = await _start_offset(admin, ref, topic, group, start)
     out: asyncio.Queue[StoredMessage | QueueRef] = asyncio.Queue(maxsize=256)
@@ -410,10 +415,13 @@ async def tail(
             if not result.found and result.next_begin_offset == offset and exit_at_end:
                 await out.put(ref)  # this queue is drained
                 return
-            member.advance(mq, offset, result.next_begin_offset)
+            if member is not None:
+                member.advance(mq, offset, result.next_begin_offset)  # unless a reset moved it
+            else:
+                positions[mq] = result.next_begin_offset
 
     async with contextlib.AsyncExitStack() as stack:
-        if group is not None:
+        if member is not None:
             await stack.enter_async_context(member)  # on exit: leaves the group, commits nothing
         return await _stream(refs, follow, out, emit, max_messages, on_start)
 
