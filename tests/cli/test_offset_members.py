@@ -233,7 +233,7 @@ def test_tail_of_a_group_is_a_member_that_follows_a_reset_and_commits_nothing_it
         assert committed(daemons, group) == [0, 0]  # the reset is committed; where tail read to is not
     finally:
         proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=30)
+        proc.wait(30)  # the reader thread alone reads its stdout
         reader.join(10)
     assert committed(daemons, group) == [0, 0]
     wait_for(lambda: daemons.broker.consumers.get(group) is None, "msg tail -g to leave its group")
