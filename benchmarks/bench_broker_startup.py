@@ -10,9 +10,11 @@ over 4 topics x 8 queues; far faster than over the wire) and closes it cleanly. 
 
 The store's pages stay in the page cache between runs (it was just written): this times the broker's
 work, not the disk. Normal recovery validates every record of the last 3 CommitLog files (here all of
-them: the files are 1 GiB), CRC included, as RocketMQ does. Abnormal recovery also re-dispatches them:
-the checkpoint's 3 s margin reaches back into the first file, and with messageIndexSafe (our default)
-everything since the last full index file is re-indexed. Usage: python benchmarks/bench_broker_startup.py [SIZE_MIB] [RUNS]
+them: the files are 1 GiB), CRC included, as RocketMQ does. Abnormal recovery validates and re-dispatches
+what follows the checkpoint's recovery point (written at start, every flushConsumeQueueThoroughInterval
+and at shutdown; here nothing, the broker is killed idle); without one (RocketMQ's checkpoint) it would
+re-dispatch from the start of the file the timestamps pick, and with messageIndexSafe re-index
+everything since the last full index file. Usage: python benchmarks/bench_broker_startup.py [SIZE_MIB] [RUNS]
 """
 
 from __future__ import annotations

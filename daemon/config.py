@@ -19,6 +19,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
+from store.durability import replace_durably
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -256,7 +258,7 @@ def write_atomically(path: Path, data: bytes) -> None:
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())
-    os.replace(tmp, path)
+    replace_durably(str(tmp), str(path))
 
 
 INERT_HEADER = "# accepted for RocketMQ compatibility, inert: mqctl does not act on the keys below"

@@ -12,8 +12,9 @@ Lifecycle::
 
     store = DefaultMessageStore(StoreConfig(store_path_root_dir="/data/store"),
                                 store_host=("10.0.0.1", 10911))   # clock=FakeClock() in tests
-    store.open()     # lock file, load, recover (normal or abnormal per the abort file)
-    store.start()    # catch-up dispatch, create abort, start flush / warm-up threads
+    store.open()     # lock file, load, recover (normal or abnormal per the abort file; abnormal
+                     # re-dispatches from the checkpoint's recovery point, see store.checkpoint)
+    store.start()    # catch-up dispatch, create abort, checkpoint, start flush / warm-up threads
     ...
     store.shutdown() # flush, checkpoint, persist offsets, delete abort, release the lock
 
@@ -25,7 +26,11 @@ Writes (thread-safe; one internal put lock):
 * ``put_message(Message) -> PutResult(status, phys_offset, queue_offset, msg_id, wrote_bytes,
   store_timestamp, msg_num)``; ``status`` is a :class:`PutMessageStatus` (``PUT_OK``,
   ``MESSAGE_ILLEGAL``, ``PROPERTIES_SIZE_EXCEEDED``, ``FLUSH_DISK_TIMEOUT``, ``SERVICE_NOT_AVAILABLE``
-  when stopped, read-only or ``disk_full``, ``CREATE_MAPEDFILE_FAILED`` when space cannot be reserved).
+  when stopped, read-only, ``disk_full`` or when the file system has no block left for the record, its
+  ConsumeQueue unit or index entries (``ENOSPC``/``EDQUOT``: blocks are allocated before they are
+  written, so a disk filled from outside refuses puts instead of killing the process with SIGBUS, and
+  puts succeed again as soon as space returns), ``CREATE_MAPEDFILE_FAILED`` when a file cannot be
+  created for another reason).
   The message's properties are stored as given (the broker adds ``CLUSTER``, drops ``WAIT``);
   ``Message.wait_store_msg_ok`` says whether a SYNC_FLUSH put waits for the fsync. A ``DELAY``
   property redirects the message to ``SCHEDULE_TOPIC_XXXX`` as RocketMQ's CommitLog does
@@ -63,7 +68,9 @@ Reads (lock-free):
 Cleanup (spec §8, :mod:`store.cleanup`): a background thread (first run 60 s after start, then every
 ``clean_resource_interval``) deletes expired CommitLog files (``file_reserved_time`` hours after their
 mtime, during ``delete_when`` hours or above ``disk_max_used_space_ratio``), forcibly above 85 %, at
-most 10 per run, never the newest; a 10-s disk check refuses puts above 90 % (``disk_full``) and
+most 10 per run, never the newest; a forcible run logs at ERROR the unconsumed messages per group it
+destroyed, and ``clean_file_forcibly_enable=False`` (4.9.8's ``cleanFileForciblyEnable``) or a
+``disk_space_clean_forcibly_ratio`` of 100 or more turns it off; a 10-s disk check refuses puts above 90 % (``disk_full``) and
 accepts them again below. ConsumeQueue and index files below the new minimum go too. What it deletes
 is one pure plan (:func:`store.cleanup.make_plan`); ``cleanup_plan()`` shows it with the unconsumed
 messages per group, ``apply_cleanup_plan(plan)`` applies it at once (offline), and

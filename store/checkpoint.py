@@ -1,16 +1,86 @@
-"""The ``checkpoint`` file: three big-endian longs at the start of a 4 KiB file (spec §6.1)."""
+"""The ``checkpoint`` file: three big-endian longs at the start of a 4 KiB file (spec §6.1), and our
+recovery point further into the page.
+
+The recovery point (an mqctl extension at byte 64, which RocketMQ 4.x ignores and 5.x does not use:
+its fields end at byte 40) is the CommitLog offset up to which every record was on disk *and*
+dispatched into ConsumeQueue units and index entries that were on disk too when the checkpoint was
+written, with the active index file's header as it was then. Abnormal recovery re-dispatches from that
+offset instead of from the start of a 1 GiB CommitLog file (RocketMQ's file-granular rule, §6.5), and
+keeps the active index file instead of deleting it for being newer than ``indexMsgTimestamp``.
+"""
 
 from __future__ import annotations
 
 import os
 import struct
+import zlib
+from dataclasses import dataclass
+
+from store.durability import sync_directory
 
 CHECKPOINT_FILE_SIZE = 4096
 _LAYOUT = struct.Struct(">qqq")
+RECOVERY_POINT_AT = 64
+_RECOVERY_MAGIC = b"mqctlRP1"
+# magic, offset, index file name (its 17 digits as a number; 0: none), begin/end timestamp, begin/end
+# physical offset, hash slot count, index count; then the CRC32 of all that
+_RECOVERY = struct.Struct(">8sqqqqqqii")
+_CRC = struct.Struct(">I")
+
+
+@dataclass(frozen=True, slots=True)
+class IndexSnapshot:
+    """The active index file's header at a checkpoint: entries below ``index_count`` were on disk."""
+
+    name: str
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryPoint:
+    """Where abnormal recovery can start (see the module): a record boundary in the CommitLog."""
+
+    offset: int
+    index: IndexSnapshot | None
+
+
+def _encode_recovery(point: RecoveryPoint) -> bytes:
+    idx = point.index
+    fields = _RECOVERY.pack(
+        _RECOVERY_MAGIC,
+        point.offset,
+        int(idx.name) if idx else 0,
+        idx.begin_timestamp if idx else 0,
+        idx.end_timestamp if idx else 0,
+        idx.begin_phy_offset if idx else 0,
+        idx.end_phy_offset if idx else 0,
+        idx.hash_slot_count if idx else 0,
+        idx.index_count if idx else 0,
+    )
+    return fields + _CRC.pack(zlib.crc32(fields))
+
+
+def _decode_recovery(data: bytes) -> RecoveryPoint | None:
+    """The recovery point, None when absent (older stores, RocketMQ) or damaged."""
+    if len(data) < _RECOVERY.size + _CRC.size:
+        return None
+    fields = data[: _RECOVERY.size]
+    if _CRC.unpack_from(data, _RECOVERY.size)[0] != zlib.crc32(fields):
+        return None
+    magic, offset, name, bts, ets, bphy, ephy, slots, count = _RECOVERY.unpack(fields)
+    if magic != _RECOVERY_MAGIC or offset < 0:
+        return None
+    index = IndexSnapshot(f"{name:017d}", bts, ets, bphy, ephy, slots, count) if name else None
+    return RecoveryPoint(offset, index)
 
 
 class StoreCheckpoint:
-    """Timestamps recovery uses to pick where abnormal recovery starts (§6.5).
+    """Timestamps recovery uses to pick where abnormal recovery starts (§6.5), and our recovery point.
 
     RocketMQ maps the page; writing it with ``pwrite`` + ``fdatasync`` gives the same bytes and
     releases the GIL during the disk wait (the flush can happen on the put path when an index file
@@ -23,16 +93,20 @@ class StoreCheckpoint:
         self.physic_msg_timestamp = 0
         self.logics_msg_timestamp = 0
         self.index_msg_timestamp = 0
+        self.recovery_point: RecoveryPoint | None = None
         self._fd: int | None = None
         if read_only and not os.path.exists(path):
             return
         fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
         data = os.pread(fd, _LAYOUT.size, 0)
+        self.recovery_point = _decode_recovery(os.pread(fd, _RECOVERY.size + _CRC.size, RECOVERY_POINT_AT))
         if read_only:
             os.close(fd)
         else:
             if os.fstat(fd).st_size < CHECKPOINT_FILE_SIZE:
-                os.ftruncate(fd, CHECKPOINT_FILE_SIZE)
+                os.posix_fallocate(fd, 0, CHECKPOINT_FILE_SIZE)  # allocated: a full disk cannot fail a flush
+                os.fsync(fd)
+                sync_directory(os.path.dirname(os.path.abspath(path)))
             self._fd = fd
         if len(data) == _LAYOUT.size:
             self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp = _LAYOUT.unpack(
@@ -40,7 +114,7 @@ class StoreCheckpoint:
             )
 
     def flush(self) -> None:
-        """Write the three fields and force them to disk."""
+        """Write the fields (and the recovery point, when there is one) and force them to disk."""
         if self._fd is None:
             return
         os.pwrite(
@@ -48,6 +122,9 @@ class StoreCheckpoint:
             _LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp),
             0,
         )
+        point = self.recovery_point
+        if point is not None:
+            os.pwrite(self._fd, _encode_recovery(point), RECOVERY_POINT_AT)
         os.fdatasync(self._fd)
 
     def recovery_limit(self, *, index_safe: bool) -> int:

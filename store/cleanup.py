@@ -403,8 +403,10 @@ class Cleaner:
         *,
         disk_usage: DiskUsage | None = None,
         stop: threading.Event | None = None,
+        unconsumed: Callable[[Sequence[LogFile]], Sequence[dict[str, int]]] | None = None,
     ) -> None:
         self.config = config
+        self.unconsumed = unconsumed  # per file, per group: what a forcible run destroys (logged)
         self.commit_log = commit_log
         self.consume_queues = consume_queues
         self.index = index
@@ -480,9 +482,33 @@ class Cleaner:
             self._set_disk_full(True)
         elif plan.ratio <= self.config.disk_space_clean_forcibly_ratio / 100:  # the run clears it here too
             self._set_disk_full(False)
+        forced = any(r.reason == WATERMARK for r in plan.deletable)
+        if forced and self.unconsumed is not None:  # counted only when unexpired data is about to go
+            plan = self.plan(now_ms, manual=manual, unconsumed=self.unconsumed)
         deleted = self.delete(plan, batch=DELETE_FILES_BATCH_MAX)
+        if forced:
+            self._report_forced(plan, plan.deletable[:deleted])
         self.delete_logic_files()
         return deleted
+
+    def _report_forced(self, plan: CleanPlan, deleted: Sequence[PlanRow]) -> None:
+        """Log at ERROR what the force watermark destroyed: acknowledged messages not expired yet, and per
+        group how many of them it had not consumed (nothing leaves the store silently)."""
+        forced = [r for r in deleted if r.reason == WATERMARK]
+        if not forced:
+            return
+        losses = total_losses(r.unconsumed for r in forced)
+        log.error(
+            "disk usage %.2f above diskSpaceCleanForciblyRatio (%d%%): deleted %d unexpired commit log file(s) "
+            "(%s); unconsumed messages destroyed per group: %s (cleanFileForciblyEnable=false or "
+            "diskSpaceCleanForciblyRatio>=100 turns this off)",
+            plan.ratio,
+            plan.force_watermark,
+            len(forced),
+            ", ".join(r.file.name for r in forced),
+            ", ".join(f"{g}={n}" for g, n in losses.items())
+            or ("none" if self.unconsumed else "not counted"),
+        )
 
     def delete(self, plan: CleanPlan, *, batch: int | None = None) -> int:
         """Delete the plan's files oldest first, at most ``batch`` of them (``None``: all); never a file

@@ -261,17 +261,33 @@ class CommitLog:
 
     # ------------------------------------------------------------------ recovery
 
-    def scan(
-        self, start_index: int, *, check_crc: bool, on_record: Callable[[RecordInfo], None] | None = None
+    def scan_from(
+        self, offset: int, *, check_crc: bool, on_record: Callable[[RecordInfo], None] | None = None
     ) -> ScanResult:
-        """Walk records from file ``start_index`` (§2.10) until the end of valid data."""
+        """:meth:`scan` from ``offset``, a record boundary (the end of a file is the next one's start)."""
+        files = self.files.files
+        if not files:
+            return ScanResult(0, None, 0, 0)
+        idx = next((i for i, mf in enumerate(files) if offset < mf.end_offset), len(files) - 1)
+        start = offset - files[idx].file_from_offset
+        return self.scan(idx, check_crc=check_crc, on_record=on_record, start_pos=start)
+
+    def scan(
+        self,
+        start_index: int,
+        *,
+        check_crc: bool,
+        on_record: Callable[[RecordInfo], None] | None = None,
+        start_pos: int = 0,
+    ) -> ScanResult:
+        """Walk records from file ``start_index`` (at ``start_pos``, §2.10) until the end of valid data."""
         files = self.files.files
         if not files:
             return ScanResult(0, None, 0, 0)
         idx = start_index
         last_ts = 0
         mf = files[idx]
-        pos = 0
+        pos = start_pos
         count = 0
         corruption: CorruptRecordError | None = None
         while True:

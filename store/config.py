@@ -47,6 +47,9 @@ class StoreConfig:
     delete_when: str = "04"
     disk_max_used_space_ratio: int = 75
     disk_space_warning_level_ratio: int = 90
+    # Above it, unexpired files are deleted too (and the unconsumed messages lost are logged at ERROR).
+    # Two ways to turn that off: ``cleanFileForciblyEnable=false`` (4.9.8's key), or a ratio of 100 or more
+    # (never exceeded: 4.9.8 takes the JVM property as given, 5.x clamps its key to 30..85; we do not).
     disk_space_clean_forcibly_ratio: int = 85
     clean_file_forcibly_enable: bool = True
     clean_resource_interval: int = 10_000

@@ -21,6 +21,7 @@ import threading
 from typing import Any, Generic, TypeVar
 
 from store.clock import Clock, SystemClock
+from store.durability import replace_durably
 from store.errors import ConfigFileError
 
 log = logging.getLogger(__name__)
@@ -260,13 +261,18 @@ class JsonConfigFile:
                 text = dumps_fastjson(self.encode())
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             tmp = self.path + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            if os.path.exists(self.path):
-                shutil.copyfile(self.path, self.path + ".bak")
-            os.replace(tmp, self.path)
+            try:
+                with open(tmp, "w", encoding="utf-8") as f:
+                    f.write(text)
+                    f.flush()
+                    os.fsync(f.fileno())
+                if os.path.exists(self.path):
+                    shutil.copyfile(self.path, self.path + ".bak")
+            except OSError:
+                with contextlib.suppress(OSError):  # a disk full half-way: leave no partial file behind
+                    os.unlink(tmp)
+                raise
+            replace_durably(tmp, self.path)
 
     def encode(self) -> dict[str, Any]:
         raise NotImplementedError

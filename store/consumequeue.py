@@ -13,6 +13,9 @@ from store.message import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TAGS, SCHEDULE_TOP
 log = logging.getLogger(__name__)
 
 CQ_STORE_UNIT_SIZE = 20
+#: Blocks reserved at a time in a ConsumeQueue file (3,276 units): the file is 6 MB, and reserving it
+#: whole would take 60 GB of disk for 10,000 queues where the sparse files RocketMQ writes take 40 MB.
+CQ_PREPARE_CHUNK = 64 * 1024
 UNIT = struct.Struct(">qiq")  # commit log offset, size, tags code
 PREFILL_UNIT = UNIT.pack(0, 0x7FFFFFFF, 0)
 
@@ -46,11 +49,60 @@ def unit_location(queue_offset: int, file_size: int) -> tuple[str, int]:
     return f"{byte_offset - byte_offset % file_size:020d}", byte_offset % file_size
 
 
+_ZERO_UNIT = bytes(CQ_STORE_UNIT_SIZE)
+
+
+def valid_units_end(view: memoryview, length: int) -> int:
+    """Byte position of the first invalid unit (commit log offset < 0 or size <= 0) in ``view[:length]``, or
+    ``length`` when every unit is valid: where recovery ends a ConsumeQueue file (§4.7).
+
+    Start-up reads every unit of the last files this way (300,000 per file, 920,000 for a 1 GiB store:
+    1 s unit by unit in Python). So: guess the end (binary search for the first all-zero unit, what
+    follows the written units in a file), then check in bulk that every unit before it is valid (sign
+    bytes and a non-zero size, one strided copy per byte) and that the one at it is not; when the guess
+    fails, walk the units one by one.
+    """
+    step = CQ_STORE_UNIT_SIZE
+    lo, hi = 0, length // step
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if view[mid * step : mid * step + step] == _ZERO_UNIT:
+            hi = mid
+        else:
+            lo = mid + 1
+    end = lo * step
+    if end > 0:
+        count = end // step
+        signs = bytes(view[0:end:step]) + bytes(view[8:end:step])  # offset and size: not negative
+        size_bytes = 0  # per unit, the OR of its size's 4 bytes: zero only for size 0
+        for k in range(8, 12):
+            size_bytes |= int.from_bytes(bytes(view[k:end:step]), "big")
+        if max(signs) >= 0x80 or b"\x00" in size_bytes.to_bytes(count, "big"):
+            end = -1
+    if end >= 0:
+        return end
+    pos = 0
+    while pos < length:
+        off, size, _tags = UNIT.unpack_from(view, pos)
+        if off < 0 or size <= 0:
+            break
+        pos += step
+    return pos
+
+
 class ConsumeQueue:
     """One queue's units. ``max_physic_offset`` is the CommitLog end of the last unit written."""
 
     __slots__ = (
-        "_last", "damage", "file_size", "files", "max_physic_offset", "min_logic_offset", "next_offset", "queue_id", "topic"
+        "_last",
+        "damage",
+        "file_size",
+        "files",
+        "max_physic_offset",
+        "min_logic_offset",
+        "next_offset",
+        "queue_id",
+        "topic",
     )
 
     def __init__(
@@ -66,6 +118,7 @@ class ConsumeQueue:
             clear_whole_tail=True,
             keep_fd=False,  # thousands of queues: no descriptor held per file (see FileMapping)
             random_access=True,  # no read-ahead on a new file's first unit (see FileMapping)
+            prepare_chunk=CQ_PREPARE_CHUNK,
         )
         self.max_physic_offset = -1
         self.min_logic_offset = 0
@@ -95,19 +148,19 @@ class ConsumeQueue:
         while idx < len(files):
             mf = files[idx]
             view = mf.view
-            pos = 0
-            while pos < self.file_size:
-                off, size, _tags = UNIT.unpack_from(view, pos)
-                if off < 0 or size <= 0:
-                    qoff = (mf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE
-                    if view[pos : pos + CQ_STORE_UNIT_SIZE] != bytes(CQ_STORE_UNIT_SIZE):
-                        self.damage = qoff, f"{mf.path}: invalid unit at byte {pos} (offset {off}, size {size})"
-                    elif idx + 1 < len(files):
-                        self.damage = qoff, f"{mf.path}: units end at byte {pos} but later files exist"
-                    break
+            pos = valid_units_end(view, self.file_size)
+            if pos < self.file_size:
+                qoff = (mf.file_from_offset + pos) // CQ_STORE_UNIT_SIZE
+                if view[pos : pos + CQ_STORE_UNIT_SIZE] != _ZERO_UNIT:
+                    off, size, _tags = UNIT.unpack_from(view, pos)
+                    self.damage = qoff, f"{mf.path}: invalid unit at byte {pos} (offset {off}, size {size})"
+                elif idx + 1 < len(files):
+                    self.damage = qoff, f"{mf.path}: units end at byte {pos} but later files exist"
+            for back in range(pos - CQ_STORE_UNIT_SIZE, -1, -CQ_STORE_UNIT_SIZE):  # the last real unit
+                off, size, _tags = UNIT.unpack_from(view, back)
                 if size != 0x7FFFFFFF:
                     max_phys = off + size
-                pos += CQ_STORE_UNIT_SIZE
+                    break
             end = mf.file_from_offset + pos
             if pos < self.file_size:
                 break
@@ -175,8 +228,9 @@ class ConsumeQueue:
     def file_for(self, queue_offset: int) -> MappedFile:
         """The file the unit for ``queue_offset`` goes to, created when missing or when the last is full.
 
-        The store calls it before appending a record too, so a file that cannot be created (no space,
-        no descriptor left) refuses the message instead of leaving a stored record without its unit.
+        The store calls it (through :meth:`reserve`) before appending a record too, so a file that cannot
+        be created (no space, no descriptor left) refuses the message instead of leaving a stored record
+        without its unit.
         """
         mf = self._last
         if mf is None or mf.wrote_position >= self.file_size:
@@ -185,10 +239,20 @@ class ConsumeQueue:
             mf = self._last = self.files.last_file_for_append(expected)
             if first_file and queue_offset != 0 and mf.wrote_position == 0:
                 pos = expected - mf.file_from_offset
+                mf.prepare(pos, populate=False)
                 mf.mm[0:pos] = PREFILL_UNIT * (pos // CQ_STORE_UNIT_SIZE)
                 mf.wrote_position = pos
                 self.min_logic_offset = expected
         return mf
+
+    def reserve(self, queue_offset: int, count: int) -> None:
+        """Make sure the units for ``count`` records from ``queue_offset`` can be written: their file exists
+        and its blocks are allocated (up to the end of that file; a batch crossing into the next file
+        gets that file when it is dispatched). Raises ``OSError`` (``ENOSPC``...) when they cannot be."""
+        mf = self.file_for(queue_offset)
+        end = min(mf.wrote_position + count * CQ_STORE_UNIT_SIZE, self.file_size)
+        if end > mf.prepared_position:
+            mf.prepare(end, populate=False)
 
     def put_unit(self, phys_offset: int, size: int, tags_code: int, queue_offset: int) -> None:
         """Write the unit for a dispatched record at ``queue_offset`` (rules of §4.5)."""
@@ -210,8 +274,11 @@ class ConsumeQueue:
                     queue_offset,
                     current // CQ_STORE_UNIT_SIZE,
                 )
-        UNIT.pack_into(mf.mm, mf.wrote_position, phys_offset, size, tags_code)
-        mf.wrote_position += CQ_STORE_UNIT_SIZE
+        pos = mf.wrote_position
+        if pos + CQ_STORE_UNIT_SIZE > mf.prepared_position:  # never store into an unallocated page
+            mf.prepare(pos + CQ_STORE_UNIT_SIZE, populate=False)
+        UNIT.pack_into(mf.mm, pos, phys_offset, size, tags_code)
+        mf.wrote_position = pos + CQ_STORE_UNIT_SIZE
         self.max_physic_offset = phys_offset + size
 
     def _check_unit(self, phys_offset: int, size: int, queue_offset: int) -> None:

@@ -40,7 +40,7 @@ from store.api import (
     search_by_timestamp,
     select_units,
 )
-from store.checkpoint import StoreCheckpoint
+from store.checkpoint import RecoveryPoint, StoreCheckpoint
 from store.cleanup import (
     Cleaner,
     CleanPlan,
@@ -55,9 +55,10 @@ from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanRes
 from store.config import StoreConfig
 from store.config_files import ConfigFiles
 from store.consumequeue import UNIT, ConsumeQueue, unit_tags_code
+from store.durability import is_no_space, sync_directory
 from store.errors import CorruptRecordError, StoreClosedError, StoreLockedError
 from store.heal import DamagedUnitError, Healer
-from store.indexfile import IndexFile, IndexService, index_keys
+from store.indexfile import IndexFile, IndexService, has_index_keys, index_keys
 from store.mapped_file import sync_filesystem
 from store.message import (
     TRANSACTION_COMMIT_TYPE,
@@ -216,6 +217,7 @@ class DefaultMessageStore:
             self._put_lock,
             disk_usage=disk_usage,
             stop=self._stop,
+            unconsumed=self._unconsumed_per_file,
         )
         self._clean_start_delay_ms = clean_start_delay_ms
         self.reput_from_offset = 0
@@ -237,6 +239,7 @@ class DefaultMessageStore:
         self._logics_ts = 0
         self._crc_checked_from = 0  # records below this offset were not CRC-checked by recovery
         self.healer = Healer(self)
+        self._no_space = False  # the last put failed for want of space (logged once)
 
     # ================================================================== lifecycle
 
@@ -259,9 +262,14 @@ class DefaultMessageStore:
             self.commit_log.load()
             self._load_consume_queues()
             self.checkpoint = StoreCheckpoint(os.path.join(root, "checkpoint"), read_only=self.read_only)
+            point = None if self.last_exit_ok or self.read_only else self._usable_recovery_point()
             if self.config.message_index_enable:
-                self.index.load(self.last_exit_ok or self.read_only, self.checkpoint.index_msg_timestamp)
-            self._recover()
+                self.index.load(
+                    self.last_exit_ok or self.read_only,
+                    self.checkpoint.index_msg_timestamp,
+                    point.index if point is not None else None,
+                )
+            self._recover(point)
             self.configs.load()
         except BaseException:
             self._release_lock()
@@ -279,8 +287,14 @@ class DefaultMessageStore:
         if index_from is not None:
             self.reput_from_offset = min(self.reput_from_offset, index_from)
         self.dispatch()
+        if self.reput_from_offset >= self.commit_log.max_offset:  # every record is in its ConsumeQueue
+            self._logics_ts = max(self._logics_ts, self.commit_log.last_store_timestamp)
         with open(self._abort_path, "wb"):
             pass
+        sync_directory(self.config.store_path_root_dir)  # a power loss must not forget the crash marker
+        # A crash from now on recovers from here, not from the start of the CommitLog's last files
+        # (RocketMQ writes the logics timestamp first 60 s after start).
+        self._checkpoint()
         self._flushed_offset = self.commit_log.max_offset
         self._stop.clear()
         self._running = True
@@ -310,12 +324,7 @@ class DefaultMessageStore:
         self._index_flushers = []
         if not self.read_only and self.checkpoint is not None:
             with self._put_lock:
-                self.commit_log.flush()
-                self._flush_consume_queues(thorough=True)
-                self.index.flush()
-                if self.commit_log.last_store_timestamp:
-                    self.checkpoint.physic_msg_timestamp = self.commit_log.last_store_timestamp
-                self.checkpoint.flush()
+                self._checkpoint(locked=True)
                 self.configs.persist_offsets()
                 if self._running and self.reput_from_offset >= self.commit_log.max_offset:
                     with contextlib.suppress(FileNotFoundError):
@@ -376,7 +385,21 @@ class DefaultMessageStore:
     def _max_cq_phy_offset(self) -> int:
         return max((cq.max_physic_offset for cq in self._cqs.values()), default=0)
 
-    def _recover(self) -> None:
+    def _usable_recovery_point(self) -> RecoveryPoint | None:
+        """The checkpoint's recovery point when it lies within the CommitLog files (cleanup may have
+        deleted the file it is in; an older store or RocketMQ leaves none)."""
+        assert self.checkpoint is not None
+        point = self.checkpoint.recovery_point
+        files = self.commit_log.files.files
+        if (
+            point is None
+            or not files
+            or not files[0].file_from_offset <= point.offset <= files[-1].end_offset
+        ):
+            return None
+        return point
+
+    def _recover(self, point: RecoveryPoint | None = None) -> None:
         for cq in self._cqs.values():
             cq.recover()
         max_cq_phy = self._max_cq_phy_offset()
@@ -389,15 +412,20 @@ class DefaultMessageStore:
             if not self.read_only:
                 self._cqs.clear()
             result = ScanResult(0, None, 0, 0)
+            checked_from = 0
         elif self.last_exit_ok or self.read_only:
-            start = max(0, len(files) - 3)
-            result = self.commit_log.scan(start, check_crc=check_crc)
+            checked_from = files[max(0, len(files) - 3)].file_from_offset
+            result = self.commit_log.scan(max(0, len(files) - 3), check_crc=check_crc)
+        elif point is not None:
+            checked_from = point.offset
+            result = self._recover_from_point(point, check_crc=check_crc)
         else:
             assert self.checkpoint is not None
             limit = self.checkpoint.recovery_limit(
                 index_safe=self.config.message_index_enable and self.config.message_index_safe
             )
             start = self.commit_log.abnormal_start_index(limit)
+            checked_from = files[start].file_from_offset
             log.info("abnormal recovery from %s (checkpoint limit %d)", files[start].path, limit)
             result = self.commit_log.scan(start, check_crc=check_crc, on_record=self._dispatch_one)
         self.recovery_corruption = result.corruption
@@ -417,11 +445,24 @@ class DefaultMessageStore:
         self.commit_log.last_store_timestamp = result.last_store_timestamp
         # Records from here on were CRC-checked by this scan or are written by this process: reads check
         # only those below (a pull pays a body CRC only for data no one has checked since start-up).
-        self._crc_checked_from = files[start].file_from_offset if files and check_crc else end
+        self._crc_checked_from = checked_from if files and check_crc else end
         if max_cq_phy >= end or not self.last_exit_ok:
             for cq in self._cqs.values():
                 cq.truncate_dirty(end)
         self._rebuild_queue_table()
+
+    def _recover_from_point(self, point: RecoveryPoint, *, check_crc: bool) -> ScanResult:
+        """Abnormal recovery from our recovery point: validate and dispatch again what follows it.
+
+        Everything below the point was on disk before the crash (CommitLog, units, index entries), so a
+        crash cannot have damaged it: it is trusted as normal recovery trusts all but the last 3 files
+        and RocketMQ trusts the files before the one its timestamps pick (a record damaged there by the
+        disk is reported when read). Units past the point may never have reached the disk: they are
+        dropped first."""
+        for cq in self._cqs.values():
+            cq.truncate_dirty(point.offset)
+        log.info("abnormal recovery from the checkpoint's recovery point, CommitLog offset %d", point.offset)
+        return self.commit_log.scan_from(point.offset, check_crc=check_crc, on_record=self._dispatch_one)
 
     def _rebuild_queue_table(self) -> None:
         """Each queue's next offset from its units; fix min offsets (§6.3 step 7)."""
@@ -453,15 +494,18 @@ class DefaultMessageStore:
         if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
             keys = index_keys(topic, info.properties)
             if keys:
-                full = self.index.build_index(
-                    keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms
-                )
-                if full is not None:
-                    t = threading.Thread(
-                        target=self._flush_full_index, args=(full,), name="store-flush-index"
+                self._flush_full_index_later(
+                    self.index.build_index(
+                        keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms
                     )
-                    self._index_flushers.append(t)
-                    t.start()
+                )
+
+    def _flush_full_index_later(self, full: IndexFile | None) -> None:
+        """Flush an index file that just filled up in the background (see :meth:`_flush_full_index`)."""
+        if full is not None:
+            t = threading.Thread(target=self._flush_full_index, args=(full,), name="store-flush-index")
+            self._index_flushers.append(t)
+            t.start()
 
     def _flush_full_index(self, full: IndexFile) -> None:
         """Flush an index file that filled up, then record its end time in the checkpoint (§5.7)."""
@@ -520,23 +564,37 @@ class DefaultMessageStore:
             head = msgs[0]
             cq = None  # every message of a put goes to one queue: found once, not once per step
             try:
+                # Space for the record's unit and index entries first: a full disk refuses the put
+                # before anything is appended (and never meets a store into an unallocated page).
                 if head.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
                     cq = self._find_cq(head.topic, head.queue_id)
-                    cq.file_for(cq.next_offset)
+                    cq.reserve(cq.next_offset, len(msgs))
+                if self._index_enabled and any(has_index_keys(m.properties) for m in msgs):
+                    self._flush_full_index_later(self.index.reserve(self.clock.now_ms))
                 infos = self.commit_log.append(
                     msgs, self.store_host, self.clock.now_ms(), cq.next_offset if cq is not None else 0
                 )
             except IllegalMessage as e:
                 log.warning("message refused: %s", e)
                 return PutResult(e.status)
-            except OSError:
-                log.exception("append failed")
-                return PutResult(PutMessageStatus.CREATE_MAPEDFILE_FAILED)
+            except OSError as e:
+                return PutResult(self._put_failed(e))
+            if self._no_space:
+                self._no_space = False
+                log.warning("store writable again: space could be allocated")
             last = infos[-1]
             if cq is not None:
                 cq.next_offset = last.queue_offset + 1
-            for info in infos:
-                self._dispatch_one(info, cq)
+            try:
+                for info in infos:
+                    self._dispatch_one(info, cq)
+            except OSError as e:  # only a batch crossing into a new ConsumeQueue file or many keys get here
+                log.error(
+                    "records from CommitLog offset %d are stored but not all dispatched "
+                    "(ConsumeQueue unit or index entries): %s",
+                    infos[0].commit_log_offset,
+                    e,
+                )
             end = last.commit_log_offset + last.size
             self.reput_from_offset = end
         first = infos[0]
@@ -561,6 +619,19 @@ class DefaultMessageStore:
         if wait and self._sync_flush and not self._wait_flushed(end):
             result.status = PutMessageStatus.FLUSH_DISK_TIMEOUT
         return result
+
+    def _put_failed(self, error: OSError) -> PutMessageStatus:
+        """The status of a put whose files could not be created or allocated: ``SERVICE_NOT_AVAILABLE``
+        (what a disk over the warning watermark gets, its remark names a full disk) when the disk or quota
+        is full, logged at ERROR once until a put succeeds again; ``CREATE_MAPEDFILE_FAILED`` otherwise
+        (no descriptor left, ...)."""
+        if is_no_space(error):
+            if not self._no_space:
+                self._no_space = True
+                log.error("store full: puts refused until space can be allocated again (%s)", error)
+            return PutMessageStatus.SERVICE_NOT_AVAILABLE
+        log.error("append failed", exc_info=error)
+        return PutMessageStatus.CREATE_MAPEDFILE_FAILED
 
     # ================================================================== flushing
 
@@ -669,10 +740,12 @@ class DefaultMessageStore:
         """What a cleanup run would delete now and whose unconsumed messages go with it (``manual``: as
         after ``DELETE_EXPIRED_COMMITLOG``; ``config`` overrides the retention settings). Changes nothing."""
 
-        def unconsumed(files: Sequence[LogFile]) -> list[dict[str, int]]:
-            return unconsumed_per_file(files, self.committed_offsets(), self.first_offset_at)
+        return self.cleaner.plan(
+            self.clock.now_ms(), manual=manual, unconsumed=self._unconsumed_per_file, config=config
+        )
 
-        return self.cleaner.plan(self.clock.now_ms(), manual=manual, unconsumed=unconsumed, config=config)
+    def _unconsumed_per_file(self, files: Sequence[LogFile]) -> list[dict[str, int]]:
+        return unconsumed_per_file(files, self.committed_offsets(), self.first_offset_at)
 
     def apply_cleanup_plan(self, plan: CleanPlan) -> int:
         """Delete every file of ``plan`` now (offline ``mqctl store clean``: no batch limit, no pauses), then
@@ -701,14 +774,42 @@ class DefaultMessageStore:
 
     def _warm_loop(self) -> None:
         """Keep zeroed page-cache pages ahead of the CommitLog writer (see ``MappedFile.prepare``)."""
-        while not self._stop.wait(0.005):
+        delay = 0.005
+        while not self._stop.wait(delay):
+            delay = 0.005
             try:
                 self.commit_log.warm_ahead(_WARM_AHEAD_BYTES)
-            except (OSError, ValueError):
+            except OSError as e:
+                if not is_no_space(e):
+                    log.exception("commit log warm-up failed")
+                delay = 1.0  # a full disk: the put path reports it (once); try again later
+            except ValueError:
                 log.exception("commit log warm-up failed")
 
+    def _checkpoint(self, *, locked: bool = False) -> None:
+        """Flush CommitLog, ConsumeQueues and index files, then write the checkpoint: its timestamps and
+        our recovery point (the dispatch cursor and the active index file's header, taken first under
+        the put lock, which ``locked`` says the caller holds)."""
+        cp = self.checkpoint
+        if cp is None:
+            return
+        with contextlib.nullcontext() if locked else self._put_lock:
+            self.index.write_header()
+            point = RecoveryPoint(self.reput_from_offset, self.index.snapshot())
+            physic_ts = self.commit_log.last_store_timestamp
+            logics_ts = self._logics_ts
+        # everything below the point reaches the disk first; then the checkpoint says so
+        self.commit_log.flush()
+        self._flush_consume_queues(thorough=True)
+        self.index.sync()
+        if physic_ts:
+            cp.physic_msg_timestamp = max(cp.physic_msg_timestamp, physic_ts)
+        if logics_ts:
+            cp.logics_msg_timestamp = logics_ts
+        cp.recovery_point = point
+        cp.flush()
+
     def _flush_consume_queues(self, *, thorough: bool) -> None:
-        logics_ts = self._logics_ts
         least = 0 if thorough else self.config.flush_consume_queue_least_pages * 4096
         due = [cq for cq in list(self._cqs.values()) if cq.files.dirty_bytes() > least]
         if len(due) >= _SYNCFS_QUEUES:
@@ -719,10 +820,6 @@ class DefaultMessageStore:
                 due = []
         for cq in due:
             cq.flush()
-        if thorough and self.checkpoint is not None:
-            if logics_ts:
-                self.checkpoint.logics_msg_timestamp = logics_ts
-            self.checkpoint.flush()
 
     def _cq_flush_loop(self) -> None:
         cfg = self.config
@@ -733,9 +830,12 @@ class DefaultMessageStore:
             if thorough:
                 last_thorough = now
             try:
+                if thorough:
+                    self._checkpoint()
+                    continue
                 with self._put_lock:  # header fields are updated by puts; write a consistent snapshot
                     self.index.write_header()
-                self._flush_consume_queues(thorough=thorough)
+                self._flush_consume_queues(thorough=False)
             except (OSError, ValueError):
                 log.exception("consume queue flush failed")
 

@@ -8,6 +8,8 @@ import struct
 import time
 from collections.abc import Callable, Sequence
 
+from store.checkpoint import IndexSnapshot
+from store.durability import make_dirs
 from store.javahash import index_key_hash
 from store.mapped_file import FileMapping
 from store.message import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
@@ -21,6 +23,9 @@ HEADER = struct.Struct(">qqqqii")  # begin ts, end ts, begin phy, end phy, hashS
 ENTRY = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff (s), prevIndex
 SLOT = struct.Struct(">i")
 _MAX_DIFF = 0x7FFFFFFF
+#: Entries whose blocks are reserved at a time, and kept reserved ahead of the writer by the put path
+#: (:meth:`IndexService.reserve`), so a full disk refuses the put before its record is appended.
+ENTRIES_CHUNK = 1024
 
 
 def index_keys(topic: str, properties: dict[str, str]) -> list[str]:
@@ -31,6 +36,11 @@ def index_keys(topic: str, properties: dict[str, str]) -> list[str]:
     if keys_prop:
         keys.extend(f"{topic}#{k}" for k in keys_prop.split(KEY_SEPARATOR) if k)
     return keys
+
+
+def has_index_keys(properties: dict[str, str]) -> bool:
+    """Whether :func:`index_keys` would return any key (cheaper: no list, no split)."""
+    return bool(properties.get(PROPERTY_UNIQ_KEY) or properties.get(PROPERTY_KEYS))
 
 
 def index_file_size(hash_slot_num: int, index_num: int) -> int:
@@ -44,15 +54,34 @@ def index_file_name(now_ms: int) -> str:
 
 class IndexFile:
     """One index file. Header fields live in attributes (queries use those) and are copied into the
-    mapping periodically, when the file fills up and at shutdown."""
+    mapping periodically, when the file fills up and at shutdown.
 
-    def __init__(self, path: str, hash_slot_num: int, index_num: int, *, read_only: bool = False) -> None:
+    A new file has its header and hash slots (written anywhere) allocated before it is mapped, its
+    entries (written in order) a chunk at a time: the default file is 420 MB of which the slots are 20.
+    """
+
+    def __init__(
+        self,
+        path: str,
+        hash_slot_num: int,
+        index_num: int,
+        *,
+        read_only: bool = False,
+        sync_dirs: Sequence[str] = (),
+    ) -> None:
         self.path = path
         self.hash_slot_num = hash_slot_num
         self.index_num = index_num
         self.read_only = read_only
+        self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        existed = read_only or os.path.exists(path)
         self.file = FileMapping(
-            path, index_file_size(hash_slot_num, index_num), read_only=read_only, random_access=True  # hashed slots
+            path,
+            index_file_size(hash_slot_num, index_num),
+            read_only=read_only,
+            random_access=True,  # hashed slots
+            reserve=self._entries_base + ENTRIES_CHUNK * INDEX_ENTRY_SIZE,
+            sync_dirs=sync_dirs,
         )
         self.mm = self.file.mm
         (
@@ -65,7 +94,19 @@ class IndexFile:
         ) = HEADER.unpack_from(self.mm, 0)
         if self.index_count <= 0:
             self.index_count = 1
-        self._entries_base = INDEX_HEADER_SIZE + hash_slot_num * HASH_SLOT_SIZE
+        # Entries below this one have their blocks allocated (a file re-opened: from its next entry on).
+        self._reserved_entries = self.index_count if existed else ENTRIES_CHUNK
+
+    def reserve_entries(self, count: int) -> None:
+        """Allocate the blocks of entries up to ``count`` (whole chunks); ``OSError`` when the disk is full."""
+        count = min(count, self.index_num)
+        if count <= self._reserved_entries or self.read_only:
+            return
+        end = -(-count // ENTRIES_CHUNK) * ENTRIES_CHUNK
+        end = min(end, self.index_num)
+        start = self._entries_base + self._reserved_entries * INDEX_ENTRY_SIZE
+        self.file.fallocate(start, self._entries_base + end * INDEX_ENTRY_SIZE - start)
+        self._reserved_entries = end
 
     @property
     def name(self) -> str:
@@ -87,6 +128,41 @@ class IndexFile:
             self.index_count,
         )
 
+    def snapshot(self) -> IndexSnapshot:
+        return IndexSnapshot(
+            self.name,
+            self.begin_timestamp,
+            self.end_timestamp,
+            self.begin_phy_offset,
+            self.end_phy_offset,
+            self.hash_slot_count,
+            self.index_count,
+        )
+
+    def restore(self, snap: IndexSnapshot) -> None:
+        """Go back to the header of a checkpoint (after a crash): later entries may not have reached the
+        disk, re-dispatch from the checkpoint's offset writes them again (see :meth:`put_keys`)."""
+        self.begin_timestamp, self.end_timestamp = snap.begin_timestamp, snap.end_timestamp
+        self.begin_phy_offset, self.end_phy_offset = snap.begin_phy_offset, snap.end_phy_offset
+        self.hash_slot_count, self.index_count = snap.hash_slot_count, max(snap.index_count, 1)
+        self._reserved_entries = min(self._reserved_entries, self.index_count)
+        self.write_header()
+
+    def _chain_below(self, slot: int, entry: int, n: int) -> int:
+        """The newest entry below ``n`` of a hash slot that points at ``entry`` >= ``n``: a slot updated after
+        the checkpoint the header was restored to. Follows the chain through those later entries while they
+        are intact (written before the crash); 0 when one is not (it never reached the disk)."""
+        mm = self.mm
+        slots = self.hash_slot_num
+        while entry >= n:
+            if entry >= self.index_num:
+                return 0
+            kh, _phy, _diff, prev = ENTRY.unpack_from(mm, self._entries_base + entry * INDEX_ENTRY_SIZE)
+            if kh % slots != slot or not 0 <= prev < entry:
+                return 0
+            entry = prev
+        return entry
+
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
         """Insert one key (§5.6); ``False`` when the file is full. Call :meth:`write_header` afterwards."""
         return self.put_keys((key,), phy_offset, store_timestamp) == 1
@@ -102,10 +178,14 @@ class IndexFile:
             n = self.index_count
             if n >= self.index_num:
                 break
+            if n >= self._reserved_entries:  # never store into an unallocated page
+                self.reserve_entries(n + 1)
             h = index_key_hash(key)
             sp = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE
             prev = unpack_slot(mm, sp)[0]
-            if prev <= 0 or prev > n:
+            if prev >= n:  # only after restore(): the slot points past the checkpoint
+                prev = self._chain_below(h % slots, prev, n)
+            elif prev < 0:
                 prev = 0
             begin = self.begin_timestamp
             if begin <= 0:
@@ -178,8 +258,14 @@ class IndexService:
         self.read_only = read_only
         self.files: list[IndexFile] = []
 
-    def load(self, last_exit_ok: bool, index_msg_timestamp: int) -> None:
-        """Map every index file; after a crash drop those newer than the checkpoint (§5.10)."""
+    def load(
+        self, last_exit_ok: bool, index_msg_timestamp: int, snapshot: IndexSnapshot | None = None
+    ) -> None:
+        """Map every index file; after a crash drop those newer than the checkpoint (§5.10).
+
+        With the ``snapshot`` of our recovery point, the file it names is kept at that header instead
+        (it was on disk up to there), older files are kept (flushed when they filled or by that
+        checkpoint) and newer ones dropped: re-dispatch from the recovery point writes the rest again."""
         if not os.path.isdir(self.directory):
             return
         for name in sorted(os.listdir(self.directory)):
@@ -189,30 +275,49 @@ class IndexService:
                 self.index_num,
                 read_only=self.read_only,
             )
-            if not last_exit_ok and f.end_timestamp > index_msg_timestamp and not self.read_only:
-                log.info("abnormal recovery: deleting index file %s (newer than checkpoint)", f.name)
-                f.destroy()
-                continue
+            if not last_exit_ok and not self.read_only:
+                if snapshot is not None and f.name <= snapshot.name:
+                    if f.name == snapshot.name:
+                        f.restore(snapshot)
+                elif snapshot is not None or f.end_timestamp > index_msg_timestamp:
+                    log.info("abnormal recovery: deleting index file %s (newer than checkpoint)", f.name)
+                    f.destroy()
+                    continue
             self.files.append(f)
+
+    def snapshot(self) -> IndexSnapshot | None:
+        """The active file's header, for a checkpoint (take it under the put lock)."""
+        return self.files[-1].snapshot() if self.files and not self.read_only else None
 
     def _writable_file(self, clock: Callable[[], int]) -> tuple[IndexFile, IndexFile | None]:
         """The file to insert into, creating one if needed; also returns the file that just filled up."""
         last = self.files[-1] if self.files else None
         if last is not None and last.index_count < last.index_num:
             return last, None
-        os.makedirs(self.directory, exist_ok=True)
+        new_dirs = make_dirs(self.directory)
         now_ms = clock()
         name = index_file_name(now_ms)
         while os.path.exists(os.path.join(self.directory, name)) or (last and name <= last.name):
             now_ms += 1
             name = index_file_name(now_ms)
-        f = IndexFile(os.path.join(self.directory, name), self.hash_slot_num, self.index_num)
+        f = IndexFile(
+            os.path.join(self.directory, name), self.hash_slot_num, self.index_num, sync_dirs=new_dirs
+        )
         if last is not None:
             f.begin_phy_offset = f.end_phy_offset = last.end_phy_offset
             f.begin_timestamp = f.end_timestamp = last.end_timestamp
         f.write_header()
         self.files.append(f)
         return f, last
+
+    def reserve(self, clock: Callable[[], int]) -> IndexFile | None:
+        """Before a put appends its record: make sure the active file exists and has ``ENTRIES_CHUNK``
+        entries allocated ahead, so indexing the record cannot hit a full disk (a record with more keys
+        than that may still; its index entries are then lost, and logged). Raises ``OSError`` when the
+        disk is full; returns the file that just filled up, as :meth:`build_index` does."""
+        f, full = self._writable_file(clock)
+        f.reserve_entries(f.index_count + ENTRIES_CHUNK)
+        return full
 
     def build_index(
         self, keys: Sequence[str], phy_offset: int, store_timestamp: int, clock: Callable[[], int]
@@ -257,6 +362,16 @@ class IndexService:
     def flush(self) -> None:
         for f in self.files:
             f.flush()
+
+    def sync(self) -> None:
+        """Force every file to disk. The active file's header is written by the caller, under the put
+        lock; the older ones no longer change, so their headers are written here (a file that filled up
+        has its header written by its background flush, but a sync must not depend on that having run)."""
+        if not self.read_only:
+            for f in self.files[:-1]:
+                f.write_header()
+            for f in self.files:
+                f.file.sync()
 
     def close(self) -> None:
         for f in self.files:

@@ -1,8 +1,11 @@
 """Fixed-size memory-mapped files named by their 20-digit start offset, and the queue of them (§1.2, §1.3).
 
-CommitLog and ConsumeQueue files are both a :class:`MappedFileQueue`. Files are created sparse with
+CommitLog and ConsumeQueue files are both a :class:`MappedFileQueue`. Files are created with
 ``ftruncate`` at their full size and mapped whole, like RocketMQ; the write position is kept in
-memory because the file length says nothing about where data ends.
+memory because the file length says nothing about where data ends. Blocks are reserved with
+``posix_fallocate`` before the writer stores into them (see :meth:`MappedFile.prepare`): a store into
+a hole of a mapping on a full disk kills the process with SIGBUS, a failed ``fallocate`` is an
+``OSError`` the put turns into a refusal.
 """
 
 from __future__ import annotations
@@ -14,8 +17,9 @@ import logging
 import mmap
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
+from store.durability import make_dirs, sync_directory
 from store.errors import StoreFormatError
 
 log = logging.getLogger(__name__)
@@ -62,7 +66,11 @@ def sync_filesystem(path: str) -> bool:
 class FileMapping:
     """A file of a fixed size mapped whole, with a descriptor for ``pwrite``/``fdatasync``.
 
-    Created sparse with ``ftruncate`` when missing (writable mode).
+    Created with ``ftruncate`` when missing (writable mode), its first ``reserve`` bytes allocated
+    before it is mapped; when that fails (disk full) the new file is removed and the ``OSError``
+    raised. ``sync_dirs`` are the directories whose entries naming the new file (and any directory
+    created for it) are not durable yet: the first :meth:`sync` syncs them too, so creating a file
+    costs no directory ``fsync`` on the put path, and its data never reaches the disk without its name.
 
     ``random_access`` turns off read-ahead: the first store into a fresh sparse mapping otherwise makes
     the kernel read ahead and zero-fill a large block of pages (1.3 ms per new ConsumeQueue or index
@@ -76,7 +84,17 @@ class FileMapping:
 
     # Slotted, as MappedFile and ConsumeQueue: a send to one of 10,000 queues reads each of these
     # objects cold, and a slot is one read where an instance ``__dict__`` is two more.
-    __slots__ = ("_fd", "_fd_lock", "_writable", "file_size", "mm", "path", "read_only", "view")
+    __slots__ = (
+        "_fd",
+        "_fd_lock",
+        "_pending_dirs",
+        "_writable",
+        "file_size",
+        "mm",
+        "path",
+        "read_only",
+        "view",
+    )
 
     def __init__(
         self,
@@ -86,17 +104,23 @@ class FileMapping:
         read_only: bool = False,
         keep_fd: bool = True,
         random_access: bool = False,
+        reserve: int = 0,
+        sync_dirs: Sequence[str] = (),
     ) -> None:
         self.path = path
         self.file_size = file_size
         self.read_only = read_only
+        self._pending_dirs: tuple[str, ...] = ()
         fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
             if size != file_size:
                 if read_only or size > file_size:
                     raise StoreFormatError(f"{path}: size {size} != configured {file_size}")
-                os.ftruncate(fd, file_size)  # sparse pre-allocation
+                if size == 0:
+                    self._allocate_new(fd, min(reserve, file_size))
+                    self._pending_dirs = (os.path.dirname(path), *sync_dirs)
+                os.ftruncate(fd, file_size)  # the rest stays sparse until prepared
             self.mm = mmap.mmap(fd, file_size, access=mmap.ACCESS_READ if read_only else mmap.ACCESS_WRITE)
             if random_access and hasattr(mmap, "MADV_RANDOM"):
                 self.mm.madvise(mmap.MADV_RANDOM)
@@ -109,6 +133,17 @@ class FileMapping:
             os.close(fd)
         self.view = memoryview(self.mm)
         self._fd_lock = threading.Lock()
+
+    def _allocate_new(self, fd: int, length: int) -> None:
+        """Reserve the first ``length`` bytes of the file just created; remove it when that fails."""
+        if length <= 0:
+            return
+        try:
+            os.posix_fallocate(fd, 0, length)
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(self.path)
+            raise
 
     @contextlib.contextmanager
     def _descriptor(self) -> Iterator[int | None]:
@@ -129,14 +164,21 @@ class FileMapping:
         with self._descriptor() as fd:
             if fd is not None:
                 os.fdatasync(fd)
+        self.sync_new_entries()
 
-    def pwrite(self, data: bytes, offset: int) -> bool:
-        """Write through the descriptor (GIL released); False once the file is closed."""
+    def sync_new_entries(self) -> None:
+        """Sync the directories naming this new file, once (see the class)."""
+        dirs, self._pending_dirs = self._pending_dirs, ()
+        for d in dirs:
+            sync_directory(d)
+
+    def pwrite(self, data: bytes, offset: int) -> int | None:
+        """Write through the descriptor (GIL released); the bytes written (fewer on a nearly full disk),
+        None once the file is closed."""
         with self._descriptor() as fd:
             if fd is None:
-                return False
-            os.pwrite(fd, data, offset)
-            return True
+                return None
+            return os.pwrite(fd, data, offset)
 
     def fallocate(self, offset: int, length: int) -> bool:
         """Reserve blocks without writing them (GIL released); False once the file is closed."""
@@ -200,20 +242,46 @@ class MappedFile(FileMapping):
     ``wrote_position`` is where the next append goes; bytes past it are not data.
     """
 
-    __slots__ = ("_prepare_lock", "file_from_offset", "flushed_position", "prepared_position", "wrote_position")
+    __slots__ = (
+        "_prepare_lock",
+        "file_from_offset",
+        "flushed_position",
+        "prepare_chunk",
+        "prepared_position",
+        "wrote_position",
+    )
 
     def __init__(
-        self, path: str, file_size: int, *, read_only: bool = False, keep_fd: bool = True, random_access: bool = False
+        self,
+        path: str,
+        file_size: int,
+        *,
+        read_only: bool = False,
+        keep_fd: bool = True,
+        random_access: bool = False,
+        prepare_chunk: int = PREPARE_CHUNK,
+        sync_dirs: Sequence[str] = (),
     ) -> None:
-        super().__init__(path, file_size, read_only=read_only, keep_fd=keep_fd, random_access=random_access)
+        existed = read_only or os.path.exists(path)
+        super().__init__(
+            path,
+            file_size,
+            read_only=read_only,
+            keep_fd=keep_fd,
+            random_access=random_access,
+            reserve=prepare_chunk,
+            sync_dirs=sync_dirs,
+        )
         self.file_from_offset = int(os.path.basename(path))
         self.wrote_position = 0
         self.flushed_position = 0
-        self.prepared_position = 0
+        self.prepare_chunk = prepare_chunk
+        # A file this call created has its first chunk reserved; one re-opened is reserved as it is used.
+        self.prepared_position = 0 if existed else min(prepare_chunk, file_size)
         self._prepare_lock = threading.Lock()
 
     def prepare(self, end: int, *, populate: bool) -> None:
-        """Reserve disk blocks up to ``end`` (2 MiB steps) before the writer gets there.
+        """Reserve disk blocks up to ``end`` (``prepare_chunk`` steps) before the writer gets there.
 
         Reserving first means a full disk fails the append with an ``OSError`` instead of killing the
         process with SIGBUS on a store into the mapping. With ``populate`` the blocks are also written
@@ -228,14 +296,16 @@ class MappedFile(FileMapping):
         with self._prepare_lock:
             while self.prepared_position < end:
                 start = self.prepared_position
-                length = min(PREPARE_CHUNK, self.file_size - start)
+                length = min(self.prepare_chunk, self.file_size - start)
                 if length <= 0:
                     break
                 if populate:
-                    done = self.pwrite(_ZEROS[:length] if length < PREPARE_CHUNK else _ZEROS, start)
-                else:
-                    done = self.fallocate(start, length)
-                if not done:
+                    # A short write is all the space there was: the next one raises ENOSPC.
+                    written = self.pwrite(_ZEROS[: min(length, PREPARE_CHUNK)], start)
+                    if written is None:
+                        break
+                    length = written
+                elif not self.fallocate(start, length):
                     break
                 self.prepared_position = start + length
 
@@ -256,14 +326,25 @@ class MappedFile(FileMapping):
         return end
 
     def mark_flushed(self, end: int) -> None:
-        """Record that ``[.., end)`` reached the disk by other means (:func:`sync_filesystem`)."""
+        """Record that ``[.., end)`` reached the disk by other means (:func:`sync_filesystem`, which
+        writes back directories too)."""
         self.flushed_position = max(self.flushed_position, end)
+        self._pending_dirs = ()
 
 
 class MappedFileQueue:
     """The ordered files of one CommitLog or one ConsumeQueue; offsets are global byte offsets."""
 
-    __slots__ = ("clear_whole_tail", "directory", "file_size", "files", "keep_fd", "random_access", "read_only")
+    __slots__ = (
+        "clear_whole_tail",
+        "directory",
+        "file_size",
+        "files",
+        "keep_fd",
+        "prepare_chunk",
+        "random_access",
+        "read_only",
+    )
 
     def __init__(
         self,
@@ -274,12 +355,14 @@ class MappedFileQueue:
         clear_whole_tail: bool = False,
         keep_fd: bool = True,
         random_access: bool = False,
+        prepare_chunk: int = PREPARE_CHUNK,
     ) -> None:
         self.directory = directory
         self.file_size = file_size
         self.read_only = read_only
         self.keep_fd = keep_fd  # see FileMapping for both
         self.random_access = random_access
+        self.prepare_chunk = prepare_chunk  # blocks reserved at a time (see MappedFile.prepare)
         # On truncation, zero the whole tail (ConsumeQueue: stale units would look valid) or only the
         # next 8 bytes (CommitLog: enough to end the scan there, §6.7).
         self.clear_whole_tail = clear_whole_tail
@@ -304,9 +387,15 @@ class MappedFileQueue:
             if b.file_from_offset != a.end_offset:
                 log.error("[BUG] gap between %s and %s", a.path, b.path)
 
-    def _map(self, path: str, *, read_only: bool) -> MappedFile:
+    def _map(self, path: str, *, read_only: bool, sync_dirs: Sequence[str] = ()) -> MappedFile:
         return MappedFile(
-            path, self.file_size, read_only=read_only, keep_fd=self.keep_fd, random_access=self.random_access
+            path,
+            self.file_size,
+            read_only=read_only,
+            keep_fd=self.keep_fd,
+            random_access=self.random_access,
+            prepare_chunk=self.prepare_chunk,
+            sync_dirs=sync_dirs,
         )
 
     def last_file(self) -> MappedFile | None:
@@ -316,10 +405,12 @@ class MappedFileQueue:
         return self.files[0] if self.files else None
 
     def create_file(self, start_offset: int) -> MappedFile:
-        """Create (or re-open) the file that starts at ``start_offset`` (a multiple of the file size)."""
-        os.makedirs(self.directory, exist_ok=True)
+        """Create (or re-open) the file that starts at ``start_offset`` (a multiple of the file size).
+
+        Raises ``OSError`` (``ENOSPC``...) when the file or its first blocks cannot be created."""
+        new_dirs = make_dirs(self.directory)
         path = os.path.join(self.directory, offset_to_file_name(start_offset))
-        mf = self._map(path, read_only=False)
+        mf = self._map(path, read_only=False, sync_dirs=new_dirs)
         self.files.append(mf)
         return mf
 

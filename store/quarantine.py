@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from store.consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue
+from store.durability import sync_directory
 from store.errors import CorruptRecordError
 from store.mapped_file import MappedFile, MappedFileQueue, offset_to_file_name
 from store.message import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, StoredMessage
@@ -108,7 +109,7 @@ class Manifest:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, os.path.join(self.path, MANIFEST_NAME))
-        _fsync_dir(self.path)
+        sync_directory(self.path)
 
 
 def quarantine_root(store_root: str) -> str:
@@ -224,14 +225,6 @@ def piece_records(
 # -------------------------------------------------------------------------------- setting aside
 
 
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _data_end(mf: MappedFile, start: int) -> int:
     """End of the last non-zero byte at or after ``start`` (``start`` when there is none)."""
     for a, b in reversed(mf.data_ranges(start, mf.file_size)):
@@ -325,8 +318,8 @@ class _Cut:
             dirs.add(os.path.dirname(mf.path))
             queue.files.remove(mf)
         for d in sorted(dirs, key=len, reverse=True):
-            _fsync_dir(d)
-        _fsync_dir(os.path.dirname(qdir))
+            sync_directory(d)
+        sync_directory(os.path.dirname(qdir))
         for piece, mf, start, end in self.copies:
             if piece.kind == COMMITLOG:  # set aside: zero it, so a later recovery cannot take stale bytes
                 for a, b in mf.data_ranges(start, end):

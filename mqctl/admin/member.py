@@ -45,8 +45,9 @@ class GroupMember:
     """One topic's queue positions of a group, held by a live member of that group.
 
     ``offsets`` is where the member reads next on each queue. The broker may move them at any time
-    (a reset); readers advance them with :meth:`advance`, which leaves a moved queue alone. On exit
-    the member commits its positions, then leaves the group.
+    (a reset, committed at once); readers advance them with :meth:`advance`, which leaves a moved queue
+    alone. On exit the member commits its positions (unless ``commit_on_exit`` is false: a reader that
+    never commits, like ``msg tail -g``), then leaves the group.
     """
 
     def __init__(
@@ -58,8 +59,10 @@ class GroupMember:
         *,
         consume_type: str = "CONSUME_ACTIVELY",
         consume_from_where: str = "CONSUME_FROM_FIRST_OFFSET",
+        commit_on_exit: bool = True,
     ) -> None:
         self.admin = admin
+        self.commit_on_exit = commit_on_exit
         self.group = group
         self.topic = topic
         self.brokers = dict(brokers)  # broker name -> address
@@ -94,7 +97,8 @@ class GroupMember:
         # leave reaches us, and its commit (awaited last) lands after our own.
         try:
             try:
-                await self.commit(self.offsets)
+                if self.commit_on_exit:
+                    await self.commit(self.offsets)
             finally:
                 await self._leave()
             await asyncio.gather(*self._commits)

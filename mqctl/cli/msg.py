@@ -229,7 +229,11 @@ def tail(
     group: Annotated[
         str | None,
         typer.Option(
-            "--group", "-g", help="Start at this consumer group's committed offsets (never commits)."
+            "--group",
+            "-g",
+            help="Start at this consumer group's committed offsets, as a live member of the group "
+            "(listed by `group connections`, follows an offset reset; the group's consumers rebalance "
+            "around it). Never commits where it read.",
         ),
     ] = None,
     start: Annotated[

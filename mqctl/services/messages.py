@@ -8,18 +8,21 @@ data and never print; streaming (``tail``) hands each message to a callback.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from daemon.broker.bodies import MessageQueue
 from daemon.remoting.bodies import PermName, TopicRouteData
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
+from mqctl.admin.member import GroupMember
 from mqctl.errors import NotFoundError, UsageError
 from mqctl.services.topics import masters_of_topic, route_masters
 from mqctl.timespec import iso, parse_time
@@ -363,19 +366,39 @@ async def tail(
     Starts at each queue's end (``latest``), its oldest message (``earliest``) or, with ``group``,
     at the group's committed offset. Reading never commits an offset. ``on_start`` is told the
     number of queues once every start offset is known (nothing sent after that is missed).
+
+    With ``group`` it reads as a live member of the group (see :class:`GroupMember`): ``group
+    connections`` lists it, and an offset reset of the group moves where it reads (the reset's offsets
+    are committed, as any member does; its own positions never are).
     """
     route = await admin.topic_route(topic)
     refs = queues(route, write=False)
     if not refs:
         raise NotFoundError(f"topic {topic!r} has no readable queue on a master broker")
     read_group = group or wire.TOOLS_GROUP
-    offsets = {ref: await _start_offset(admin, ref, topic, group, start) for ref in refs}
+    first = "CONSUME_FROM_LAST_OFFSET" if start == "latest" else "CONSUME_FROM_FIRST_OFFSET"
+    member = (
+        GroupMember(
+            admin,
+            group,
+            topic,
+            {ref.broker_name: ref.addr for ref in refs},
+            consume_from_where=first,
+            commit_on_exit=False,
+        )
+        if group is not None
+        else None
+    )
+    positions = member.offsets if member is not None else {}
+    for ref in refs:
+        positions[_mq(topic, ref)] = await _start_offset(admin, ref, topic, group, start)
     out: asyncio.Queue[StoredMessage | QueueRef] = asyncio.Queue(maxsize=256)
     suspend = 0 if exit_at_end else min(hold_ms, max(100, int(admin.timeout * 1000) - 1000))
 
     async def follow(ref: QueueRef) -> None:
-        offset = offsets[ref]
+        mq = _mq(topic, ref)
         while True:
+            offset = positions[mq]
             result = await wire.pull(
                 admin,
                 ref.addr,
@@ -392,8 +415,30 @@ async def tail(
             if not result.found and result.next_begin_offset == offset and exit_at_end:
                 await out.put(ref)  # this queue is drained
                 return
-            offset = result.next_begin_offset
+            if member is not None:
+                member.advance(mq, offset, result.next_begin_offset)  # unless a reset moved it
+            else:
+                positions[mq] = result.next_begin_offset
 
+    async with contextlib.AsyncExitStack() as stack:
+        if member is not None:
+            await stack.enter_async_context(member)  # on exit: leaves the group, commits nothing
+        return await _stream(refs, follow, out, emit, max_messages, on_start)
+
+
+def _mq(topic: str, ref: QueueRef) -> MessageQueue:
+    return MessageQueue(topic, ref.broker_name, ref.queue_id)
+
+
+async def _stream(
+    refs: list[QueueRef],
+    follow: Callable[[QueueRef], Coroutine[Any, Any, None]],
+    out: asyncio.Queue[StoredMessage | QueueRef],
+    emit: Callable[[dict[str, Any]], None],
+    max_messages: int | None,
+    on_start: Callable[[int], None] | None,
+) -> int:
+    """Run ``follow`` on every queue and emit what it queues, until ``max_messages`` or every queue is drained."""
     tasks = [asyncio.create_task(follow(ref)) for ref in refs]
     if on_start is not None:
         on_start(len(refs))

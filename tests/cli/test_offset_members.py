@@ -12,6 +12,7 @@ import json
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -183,3 +184,56 @@ def test_a_member_adopts_a_reset_and_commits_it_not_its_old_offsets(daemons: Loc
     daemons.loop.run(scenario())
     assert committed(daemons, group) == [0, 0]
     assert daemons.broker.consumers.get(group) is None
+
+
+def test_tail_of_a_group_is_a_member_that_follows_a_reset_and_commits_nothing_itself(
+    cli: RunCli, cli_env: dict[str, str], daemons: LocalCluster
+) -> None:
+    group = "CG_Tail"
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+
+    async def commit_one() -> None:  # the group's consumers have read one message of each queue
+        async with Admin([daemons.namesrv_addr]) as admin:
+            for q in (0, 1):
+                await admin.commit_offset(daemons.broker_addr, group, TOPIC, q, 1)
+
+    daemons.loop.run(commit_one())
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqctl", "msg", "tail", "-t", TOPIC, "-g", group, "-o", "json"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**cli_env, **env},
+        cwd=ROOT,
+    )
+    lines: list[dict[str, Any]] = []
+    reader = threading.Thread(
+        target=lambda: lines.extend(json.loads(line) for line in proc.stdout or ()), daemon=True
+    )
+    reader.start()
+    try:
+        wait_for(lambda: len(lines) == 2 * (PER_QUEUE - 1), "msg tail -g to read from the committed offsets")
+        wait_for(lambda: daemons.broker.consumers.get(group) is not None, "msg tail -g to join its group")
+        connections = cli("group", "connections", "-g", group, "-o", "json", env=env)
+        assert connections.code == 0, connections.stderr
+        [client] = connections.json()["clients"]
+        assert client["client_id"].endswith(f"@mqctl-{proc.pid}")
+
+        reset = cli(
+            "offset", "reset", "-g", group, "-t", TOPIC, "--to-earliest", "--execute", "-o", "json", env=env
+        )
+        assert reset.code == 0, reset.stderr
+        assert "told to follow" in reset.json()["applied"]
+        wait_for(
+            lambda: len(lines) == 2 * (PER_QUEUE - 1) + 2 * PER_QUEUE, "msg tail -g to read again from 0"
+        )
+        assert sorted(m["queue_offset"] for m in lines[2 * (PER_QUEUE - 1) :]) == sorted(
+            list(range(PER_QUEUE)) * 2
+        )
+        assert committed(daemons, group) == [0, 0]  # the reset is committed; where tail read to is not
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(30)  # the reader thread alone reads its stdout
+        reader.join(10)
+    assert committed(daemons, group) == [0, 0]
+    wait_for(lambda: daemons.broker.consumers.get(group) is None, "msg tail -g to leave its group")

@@ -21,7 +21,7 @@ def _allocated(path: Path) -> int:
 
 
 def test_truncation_zeroes_written_bytes_past_the_cut_and_skips_holes(tmp_path: Path) -> None:
-    queue = MappedFileQueue(str(tmp_path / "q"), SIZE, clear_whole_tail=True)
+    queue = MappedFileQueue(str(tmp_path / "q"), SIZE, clear_whole_tail=True, prepare_chunk=4096)
     mf = queue.last_file_for_append()
     if _allocated(Path(mf.path)) >= SIZE:
         pytest.skip("the file system does not keep files sparse")

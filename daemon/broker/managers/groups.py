@@ -64,7 +64,11 @@ class SubscriptionGroupManager:
                 if config is None:
                     config = SubscriptionGroupConfig(group)
                     log.info("auto-created subscription group %s", group)
-                    self.file.update(config)
+                    self.file.update(config, persist=False)
+            try:
+                self.file.persist()
+            except OSError as e:  # a full disk must not fail the pull or heartbeat that named the group
+                log.error("auto-created subscription group %s is not saved yet: %s", group, e)
         return config
 
     def put(self, config: SubscriptionGroupConfig) -> None:

@@ -1,0 +1,195 @@
+"""Full disks and power losses: blocks reserved before they are stored into, refusals instead of SIGBUS,
+directory entries synced, and the forcible cleanup saying what it destroys."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from store import DefaultMessageStore, FakeClock, Message, PutMessageStatus
+from store.cleanup import FakeDiskUsage
+from store.consumequeue import CQ_PREPARE_CHUNK
+from store.record import RecordInfo
+from tests.conftest import ROOT
+
+from .conftest import small_config
+
+
+def _allocated(path: Path) -> int:
+    return path.stat().st_blocks * 512
+
+
+def test_a_new_consume_queue_file_has_its_first_blocks_allocated_not_all_of_them(tmp_path: Path) -> None:
+    cfg = small_config(tmp_path, mapped_file_size_consume_queue=300_000 * 20)
+    with DefaultMessageStore(cfg, clock=FakeClock()) as store:
+        assert store.put_message(Message(topic="T", body=b"x")).ok
+        cq_file = tmp_path / "consumequeue" / "T" / "0" / f"{0:020d}"
+        assert CQ_PREPARE_CHUNK <= _allocated(cq_file) < 300_000 * 20  # 10,000 queues must not take 60 GB
+
+
+def test_no_space_refuses_the_put_leaves_no_sparse_file_and_recovers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    real = os.posix_fallocate
+    full = True
+
+    def fallocate(fd: int, offset: int, length: int) -> None:
+        if full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(fd, offset, length)
+
+    with DefaultMessageStore(small_config(tmp_path), clock=FakeClock()) as store:
+        assert store.put_message(Message(topic="Old", body=b"kept", properties={"KEYS": "k"})).ok
+        monkeypatch.setattr(os, "posix_fallocate", fallocate)
+        with caplog.at_level(logging.ERROR, logger="store.engine"):
+            for _ in range(3):  # a new queue's file cannot be allocated: refused before anything is appended
+                r = store.put_message(Message(topic="New", body=b"x" * 100))
+                assert r.status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert [r.message for r in caplog.records].count(
+            "store full: puts refused until space can be allocated again ([Errno 28] No space left on device)"
+        ) == 1
+        assert not (tmp_path / "consumequeue" / "New" / "0").exists() or not os.listdir(
+            tmp_path / "consumequeue" / "New" / "0"
+        )
+        assert store.max_phy_offset == store.get_consume_queue("Old", 0).max_physic_offset  # nothing appended
+        assert store.get_messages("G", "Old", 0, 0, 1).messages  # reads are served
+        full = False
+        r = store.put_message(Message(topic="New", body=b"x" * 100))
+        assert r.ok and r.queue_offset == 0
+
+
+def test_new_store_files_directories_are_synced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: set[tuple[int, int]] = set()
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        st = os.fstat(fd)
+        synced.add((st.st_dev, st.st_ino))
+        real(fd)
+
+    def was_synced(path: Path) -> bool:
+        st = path.stat()
+        return (st.st_dev, st.st_ino) in synced
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    store = DefaultMessageStore(small_config(tmp_path), clock=FakeClock())
+    store.open()
+    store.start()
+    synced.clear()
+    assert store.put_message(Message(topic="T", body=b"x", properties={"KEYS": "k"})).ok
+    assert not was_synced(tmp_path / "consumequeue" / "T")  # not on the put path
+    store.shutdown()  # the first flush of each new file syncs the entries naming it
+    for d in ("commitlog", "consumequeue", "consumequeue/T", "consumequeue/T/0", "index", "config", "."):
+        assert was_synced(tmp_path / d), d
+
+
+def _fill(store: DefaultMessageStore, n: int) -> None:
+    for i in range(n):
+        assert store.put_message(Message(topic="T", body=b"x" * 200, properties={"KEYS": f"k{i}"})).ok
+
+
+@pytest.mark.parametrize(
+    "overrides, destroys",
+    [
+        ({}, True),
+        ({"clean_file_forcibly_enable": False}, False),
+        ({"disk_space_clean_forcibly_ratio": 100}, False),
+    ],
+)
+def test_forcible_cleanup_logs_the_unconsumed_messages_it_destroys_and_can_be_disabled(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, overrides: dict[str, object], destroys: bool
+) -> None:
+    cfg = small_config(
+        tmp_path, disk_space_warning_level_ratio=100, delete_commit_log_files_interval=0, **overrides
+    )
+    usage = FakeDiskUsage(0.5)
+    store = DefaultMessageStore(cfg, clock=FakeClock(), disk_usage=usage)
+    store.open()
+    store.start()
+    _fill(store, 600)
+    store.configs.consumer_offsets.commit_offset("Slow", "T", 0, 10)
+    store.configs.consumer_offsets.commit_offset("Done", "T", 0, 600)
+    files = len(store.commit_log.files.files)
+    usage.level = 0.88  # above diskSpaceCleanForciblyRatio (85): young files go too
+    with caplog.at_level(logging.ERROR, logger="store.cleanup"):
+        deleted = store.cleaner.run_once(store.clock.now_ms())
+    errors = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    if not destroys:
+        assert deleted == 0 and errors == [] and len(store.commit_log.files.files) == files
+    else:
+        assert deleted == files - 1
+        lost = store.get_min_offset("T", 0) - 10
+        assert lost > 0
+        assert len(errors) == 1 and f"Slow={lost}" in errors[0] and "Done" not in errors[0], errors
+    store.shutdown()
+
+
+CRASHER = """
+import sys, time
+from store import DefaultMessageStore, Message
+from tests.store.conftest import small_config
+store = DefaultMessageStore(small_config(sys.argv[1]))
+store.open(); store.start()
+for i in range(20):
+    assert store.put_message(Message(topic="T", body=b"late-%d" % i, properties={"KEYS": "late-%d" % i})).ok
+print("ready", flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("torn", [False, True])
+def test_a_crash_seconds_after_start_recovers_from_the_checkpoint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, torn: bool
+) -> None:
+    store = DefaultMessageStore(small_config(tmp_path), clock=FakeClock())
+    store.open()
+    store.start()
+    _fill(store, 1000)  # five 64 KiB CommitLog files
+    end_before = store.max_phy_offset
+    store.shutdown()
+    with subprocess.Popen(
+        [sys.executable, "-c", CRASHER, str(tmp_path)], stdout=subprocess.PIPE, cwd=ROOT, text=True
+    ) as proc:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "ready"  # long before the first 60-s checkpoint
+        proc.send_signal(signal.SIGKILL)
+    assert (tmp_path / "abort").exists()
+    late = 20
+    if torn:  # the 11th record after the checkpoint is damaged: recovery validates what follows the point
+        with DefaultMessageStore(small_config(tmp_path), read_only=True) as view:
+            victim = view.get_messages("G", "T", 0, 1010, 1).messages[0].phys_offset
+        path = tmp_path / "commitlog" / f"{victim - victim % (64 * 1024):020d}"
+        data = bytearray(path.read_bytes())
+        data[data.index(b"late-10", victim % (64 * 1024))] ^= 0xFF  # its body: the CRC no longer matches
+        path.write_bytes(bytes(data))
+        late = 10
+
+    dispatched: list[int] = []
+    real = DefaultMessageStore._dispatch_one
+
+    def spy(self: DefaultMessageStore, info: RecordInfo, cq: object = None) -> None:
+        dispatched.append(info.commit_log_offset)
+        real(self, info, cq)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(DefaultMessageStore, "_dispatch_one", spy)
+    again = DefaultMessageStore(small_config(tmp_path), clock=FakeClock())
+    with caplog.at_level(logging.INFO, logger="store"):
+        again.open()
+    assert not again.last_exit_ok
+    # only the records written after the start's checkpoint were dispatched again, not all 1,020
+    assert len(dispatched) == late and min(dispatched) == end_before
+    assert not [r for r in caplog.records if "deleting index file" in r.getMessage()]
+    if torn:
+        assert again.recovery_corruption is not None and again.max_phy_offset == victim
+    again.start()
+    assert again.get_max_offset("T", 0) == 1000 + late
+    for key in ("k0", "k999", "late-0", f"late-{late - 1}"):
+        assert len(again.query_message("T", key, 4, 0, 2**62).messages) == 1, key
+    again.shutdown()
