@@ -82,8 +82,12 @@ def online(
 
 
 def render_every(produce: Callable[[], Any], output: str, watch: float | None = None) -> None:
-    """Render ``produce()`` once, or (``--watch``) every ``watch`` seconds until Ctrl-C."""
-    from mqctl.output import render, stderr_console, stdout_console
+    """Render ``produce()`` once, or (``--watch``) every ``watch`` seconds until Ctrl-C.
+
+    A watched table is redrawn (the screen cleared on a terminal); every other format goes through
+    the same :class:`~mqctl.output.RowStream` as ``msg tail``: ``-o json`` prints JSON lines.
+    """
+    from mqctl.output import RowStream, render, stderr_console, stdout_console
 
     if watch is None:
         render(produce(), output)
@@ -91,13 +95,17 @@ def render_every(produce: Callable[[], Any], output: str, watch: float | None = 
     import time
 
     console = stdout_console()
+    stream = None if output == "table" else RowStream(output)
     try:
         while True:
             result = produce()
-            if console.is_terminal:
+            if stream is None and console.is_terminal:
                 console.clear()
-            stderr_console().print(f"[dim]{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop[/dim]")
-            render(result, output)
+            stderr_console().print(f"{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop", style="dim")
+            if stream is not None:
+                stream.rows(result)
+            else:
+                render(result, output)
             time.sleep(watch)
     except KeyboardInterrupt:
         return

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import Annotated
 
 import click
 import typer
@@ -191,36 +191,7 @@ def show(
     )
 
 
-class LineWriter:
-    """Streams rows as they come: JSON lines, YAML documents, CSV with one header, or table-like lines."""
-
-    COLUMNS = ("store_time", "topic", "queue_id", "queue_offset", "msg_id", "tags", "keys", "body")
-
-    def __init__(self, fmt: str, out: TextIO) -> None:
-        self.fmt = fmt
-        self.out = out
-        self._csv: Any = None
-
-    def __call__(self, row: dict[str, Any]) -> None:
-        import json
-
-        if self.fmt == "json":
-            self.out.write(json.dumps(row, ensure_ascii=False) + "\n")
-        elif self.fmt == "yaml":
-            import yaml
-
-            self.out.write("---\n" + yaml.safe_dump(row, sort_keys=False, allow_unicode=True))
-        elif self.fmt == "csv":
-            import csv
-
-            if self._csv is None:
-                self._csv = csv.DictWriter(self.out, fieldnames=list(row), lineterminator="\n")
-                self._csv.writeheader()
-            self._csv.writerow(row)
-        else:
-            cells = ("-" if row.get(c) is None else str(row[c]).replace("\n", "\\n") for c in self.COLUMNS)
-            self.out.write(" ".join(cells) + "\n")
-        self.out.flush()
+TAIL_COLUMNS = ("store_time", "topic", "queue_id", "queue_offset", "msg_id", "tags", "keys", "body")
 
 
 @app.command("tail")
@@ -254,16 +225,18 @@ def tail(
     """Stream messages as they arrive (like kcat -C); -o json prints one JSON object per line."""
     from mqctl.admin.client import run_admin
     from mqctl.config import resolve_target
-    from mqctl.output import stderr_console
+    from mqctl.output import RowStream, stderr_console
     from mqctl.services.messages import tail as tail_messages
 
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
-    writer = LineWriter(output, sys.stdout)
+    writer = RowStream(output, columns=TAIL_COLUMNS if output == "table" else None)
     console = stderr_console()
 
     def started(queues: int) -> None:
         console.print(
-            f"[dim]tailing {topic}: {queues} queue(s){'' if exit_at_end else ', Ctrl-C to stop'}[/dim]"
+            f"tailing {topic}: {queues} queue(s){'' if exit_at_end else ', Ctrl-C to stop'}",
+            style="dim",
+            markup=False,
         )
 
     try:
@@ -284,7 +257,7 @@ def tail(
         )
     except KeyboardInterrupt:
         return
-    console.print(f"[dim]{count} message(s)[/dim]")
+    console.print(f"{count} message(s)", style="dim")
 
 
 @app.command("resend")

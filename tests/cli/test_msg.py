@@ -231,6 +231,22 @@ def test_show_a_queue_offset(mq: Callable[..., CliResult], daemons: LocalCluster
     assert table.code == 0 and "seed 6" in table.stdout
 
 
+def test_user_data_is_shown_as_data_never_as_markup(mq: Callable[..., CliResult]) -> None:
+    """A key ``[urgent]``, tag ``[vip]`` and a body holding ``[/b]`` show as typed (no empty cell, no crash)."""
+    body = "alert [/b] [bold]not bold[/bold]"
+    sent = ok(mq("msg", "send", "-t", OTHER, "-q", "0", "--tag", "[vip]", "-k", "[urgent]", body, "-o", "json"))
+    by_id = mq("msg", "query", "--id", sent["offset_msg_id"])
+    assert by_id.code == 0, by_id.stderr
+    for text in ("[urgent]", "[vip]", "[/b]", "[bold]not bold[/bold]"):
+        assert text in by_id.stdout
+    shown = mq("msg", "show", "-t", OTHER, "-q", "0", "--offset", str(sent["queue_offset"]))
+    assert shown.code == 0, shown.stderr
+    assert "alert [/b] [bold]not bold[/bold]" in shown.stdout and "[urgent]" in shown.stdout
+    listed = mq("msg", "query", "-t", OTHER, "-k", "[urgent]")
+    assert listed.code == 0, listed.stderr
+    assert "[urgent]" in listed.stdout and "[vip]" in listed.stdout
+
+
 def test_show_never_commits_an_offset(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
     ok(mq("msg", "show", "-t", TOPIC, "-q", "0", "--offset", "0", "-o", "json"))
     offsets = on_broker(daemons, lambda: daemons.broker.offsets.query_offset(wire.TOOLS_GROUP, TOPIC, 0))
@@ -447,8 +463,11 @@ def test_watch_repeats_a_query_until_interrupted(cli_env: dict[str, str], daemon
                 seen += 1
     finally:
         proc.send_signal(2)
-        proc.wait(timeout=10)
+        out, _ = proc.communicate(timeout=10)
     assert seen == 2
+    lines = out.splitlines()  # JSON lines: one object per message per refresh, never a multi-line array
+    assert lines
+    assert all(json.loads(line)["keys"] == "seed-0 seeds" for line in lines)
 
 
 def test_store_commands_read_the_running_brokers_store(

@@ -154,3 +154,19 @@ def test_broker_config_get_and_set(mq: RunCli, daemons: LocalCluster) -> None:
     assert daemons.broker.config.file_reserved_time == 48
     assert mq("broker", "config", "get", "noSuchKey").code == NotFoundError.exit_code
     assert mq("broker", "config", "set", "fileReservedTime").code == UsageError.exit_code
+
+
+def cells(text: str) -> list[list[str]]:
+    """A table's rows as lists of cell texts."""
+    return [[c.strip() for c in line.split("│")] for line in text.splitlines() if "│" in line]
+
+
+def test_create_shows_its_diff_values_as_rows(mq: RunCli, daemons: LocalCluster) -> None:
+    created = mq("topic", "create", "-t", "Shown", "-r", "2", "-w", "2")
+    assert created.code == 0, created.stderr
+    rows = cells(created.stdout)
+    (broker_row,) = [r for r in rows if r[0] == daemons.broker_addr]
+    assert broker_row[1] == "created"
+    assert "read_queue_nums: - → 2" in broker_row[2] and "perm: - → 6" in broker_row[2]
+    assert ["topic", "Shown"] in rows
+    assert "{" not in created.stdout and "[" not in created.stdout
