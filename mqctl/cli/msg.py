@@ -31,6 +31,10 @@ from mqctl.errors import UsageError
 
 app = typer.Typer(help="Send, find, show, tail and re-send messages.", no_args_is_help=True)
 
+NoBodyOpt = Annotated[
+    bool,
+    typer.Option("--no-body", help="Leave the body out (it is UTF-8 text, or base64 per body_encoding)."),
+]
 OptionalTopicOpt = Annotated[
     str | None, typer.Option("--topic", "-t", help="Topic name.", autocompletion=complete_topic)
 ]
@@ -116,6 +120,7 @@ def query(
     max_num: Annotated[
         int, typer.Option("--max", min=1, max=64, help="At most this many messages per broker.")
     ] = 64,
+    no_body: NoBodyOpt = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
@@ -123,7 +128,8 @@ def query(
 ) -> None:
     """Find messages by key (--key with --topic), by message id (--id) or by client id (--unique-key).
 
-    A key query goes through the brokers' index; every hit is checked against the stored keys.
+    A key query goes through the brokers' index; every hit is checked against the stored keys. Every
+    message carries its body: UTF-8 text, or base64 when it is not UTF-8 (body_encoding says which).
     The store-time window searched is printed on stderr.
     """
     from mqctl.output import stderr_console
@@ -138,7 +144,7 @@ def query(
         raise UsageError("--since/--until only apply to --key")
     if msg_id is not None:
         online(
-            lambda admin: messages.query_by_id(admin, msg_id),
+            lambda admin: messages.query_by_id(admin, msg_id, body=not no_body),
             namesrv=namesrv,
             context=context,
             output=output,
@@ -149,7 +155,7 @@ def query(
         raise UsageError(f"{chosen[0]} needs --topic")
     if unique_key is not None:
         online(
-            lambda admin: messages.query_by_unique_key(admin, topic, unique_key),
+            lambda admin: messages.query_by_unique_key(admin, topic, unique_key, body=not no_body),
             namesrv=namesrv,
             context=context,
             output=output,
@@ -160,7 +166,7 @@ def query(
     window = messages.Window.of(since, until)
     stderr_console().print(f"window: {window.describe()} (store time, UTC)")
     online(
-        lambda admin: messages.query_by_key(admin, topic, key, window, max_num=max_num),
+        lambda admin: messages.query_by_key(admin, topic, key, window, max_num=max_num, body=not no_body),
         namesrv=namesrv,
         context=context,
         output=output,
@@ -174,6 +180,7 @@ def show(
     queue: Annotated[int, typer.Option("--queue", "-q", min=0, help="Queue id.")],
     offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset.")],
     broker: BrokerAddrOpt = None,
+    no_body: NoBodyOpt = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
@@ -183,7 +190,7 @@ def show(
     from mqctl.services.messages import show as show_message
 
     online(
-        lambda admin: show_message(admin, topic, queue, offset, broker=broker),
+        lambda admin: show_message(admin, topic, queue, offset, broker=broker, body=not no_body),
         namesrv=namesrv,
         context=context,
         output=output,

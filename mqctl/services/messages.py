@@ -83,8 +83,20 @@ class Window:
 # -------------------------------------------------------------------------------- message views
 
 
-def body_text(body: bytes) -> str:
-    return body.decode("utf-8", errors="replace")
+def body_fields(body: bytes) -> dict[str, str]:
+    """The body as UTF-8 text when it decodes, else as base64, with ``body_encoding`` saying which:
+    nothing is replaced or lost, and a script can always get the exact bytes back."""
+    try:
+        return {"body_encoding": "utf-8", "body": body.decode("utf-8")}
+    except UnicodeDecodeError:
+        import base64
+
+        return {"body_encoding": "base64", "body": base64.b64encode(body).decode("ascii")}
+
+
+def with_body(m: StoredMessage, row: dict[str, Any], body: bool) -> dict[str, Any]:
+    """``row`` with the message body (see :func:`body_fields`), or as is for ``--no-body``."""
+    return row | body_fields(m.body) if body else row
 
 
 def summary(m: StoredMessage) -> dict[str, Any]:
@@ -103,7 +115,7 @@ def summary(m: StoredMessage) -> dict[str, Any]:
 
 
 def detail(m: StoredMessage) -> dict[str, Any]:
-    """Everything stored about one message, the body decoded as UTF-8."""
+    """Everything stored about one message, with its body (see :func:`body_fields`)."""
     return {
         **summary(m),
         "commit_log_offset": m.commit_log_offset,
@@ -115,7 +127,7 @@ def detail(m: StoredMessage) -> dict[str, Any]:
         "sys_flag": m.sys_flag,
         "body_crc": m.body_crc,
         "properties": dict(m.properties),
-        "body": body_text(m.body),
+        **body_fields(m.body),
     }
 
 
@@ -265,7 +277,7 @@ async def _query_masters(
 
 
 async def query_by_key(
-    admin: Admin, topic: str, key: str, window: Window, *, max_num: int = 64
+    admin: Admin, topic: str, key: str, window: Window, *, max_num: int = 64, body: bool = True
 ) -> list[dict[str, Any]]:
     """Messages of ``topic`` with ``key`` in their KEYS, on every master, in store-time order.
 
@@ -275,17 +287,19 @@ async def query_by_key(
     hits = [m for m in found if key in m.keys]
     if not hits:
         raise NotFoundError(f"no message with key {key!r} in topic {topic!r} stored {window.describe()}")
-    return [summary(m) for m in sorted(hits, key=lambda m: (m.store_timestamp, m.msg_id))]
+    return [with_body(m, summary(m), body) for m in sorted(hits, key=lambda m: (m.store_timestamp, m.msg_id))]
 
 
-async def query_by_unique_key(admin: Admin, topic: str, uniq_key: str) -> list[dict[str, Any]]:
+async def query_by_unique_key(
+    admin: Admin, topic: str, uniq_key: str, *, body: bool = True
+) -> list[dict[str, Any]]:
     """The message(s) of ``topic`` whose client id (UNIQ_KEY) is ``uniq_key``, over all time (as
     mqadmin's queryMsgByUniqueKey); a producer that re-sent after a timeout leaves two."""
     found = await _query_masters(admin, topic, uniq_key, 0, JAVA_LONG_MAX, 32, unique_key=True)
     hits = [m for m in found if m.uniq_key == uniq_key]
     if not hits:
         raise NotFoundError(f"no message with unique key {uniq_key!r} in topic {topic!r}")
-    return [detail(m) for m in sorted(hits, key=lambda m: m.store_timestamp)]
+    return [_detail(m, body) for m in sorted(hits, key=lambda m: m.store_timestamp)]
 
 
 def locate(msg_id: str) -> tuple[str, int]:
@@ -298,7 +312,14 @@ def locate(msg_id: str) -> tuple[str, int]:
     return f"{host}:{port}", offset
 
 
-async def query_by_id(admin: Admin, msg_id: str) -> dict[str, Any]:
+def _detail(m: StoredMessage, body: bool) -> dict[str, Any]:
+    row = detail(m)
+    if not body:
+        del row["body"], row["body_encoding"]
+    return row
+
+
+async def query_by_id(admin: Admin, msg_id: str, *, body: bool = True) -> dict[str, Any]:
     """VIEW_MESSAGE_BY_ID at the broker the id names."""
     addr, offset = locate(msg_id)
     try:
@@ -307,11 +328,11 @@ async def query_by_id(admin: Admin, msg_id: str) -> dict[str, Any]:
         if exc.code == ResponseCode.SYSTEM_ERROR:  # what a 4.x broker answers for a bad offset
             raise NotFoundError(f"no message {msg_id} at {addr}: {exc.remark}") from exc
         raise
-    return detail(message)
+    return _detail(message, body)
 
 
 async def show(
-    admin: Admin, topic: str, queue: int, offset: int, *, broker: str | None = None
+    admin: Admin, topic: str, queue: int, offset: int, *, broker: str | None = None, body: bool = True
 ) -> dict[str, Any]:
     """The message at ``offset`` of queue ``queue`` (pulled as the tools group, nothing committed)."""
     route = await admin.topic_route(topic)
@@ -328,7 +349,7 @@ async def show(
             f"no message at offset {offset} of {topic!r} queue {queue} "
             f"(the queue holds offsets {result.min_offset}..{result.max_offset - 1})"
         )
-    return detail(result.messages[0])
+    return _detail(result.messages[0], body)
 
 
 # ---------------------------------------------------------------------------------------- tail
@@ -415,7 +436,7 @@ async def tail(
                 if drained == len(refs) and out.empty():
                     break
                 continue
-            emit(summary(item) | {"body": body_text(item.body)})
+            emit(with_body(item, summary(item), True))
             emitted += 1
     finally:
         for task in tasks:

@@ -192,6 +192,49 @@ def test_query_by_key_in_csv_and_yaml(mq: Callable[..., CliResult]) -> None:
     assert doc["msg_id"] == row["msg_id"]
 
 
+def test_query_and_show_carry_the_body_in_every_format(mq: Callable[..., CliResult], tmp_path: Path) -> None:
+    import base64
+
+    import yaml
+
+    ok(mq("msg", "send", "-t", OTHER, "-q", "1", "-k", "bodytext", "héllo text", "-o", "json"))
+    (row,) = ok(mq("msg", "query", "-t", OTHER, "-k", "bodytext", "-o", "json"))
+    assert (row["body"], row["body_encoding"]) == ("héllo text", "utf-8")
+    (as_csv,) = list(
+        csv.DictReader(io.StringIO(mq("msg", "query", "-t", OTHER, "-k", "bodytext", "-o", "csv").stdout))
+    )
+    assert as_csv["body"] == "héllo text"
+    (as_yaml,) = yaml.safe_load(mq("msg", "query", "-t", OTHER, "-k", "bodytext", "-o", "yaml").stdout)
+    assert as_yaml["body"] == "héllo text"
+    assert "héllo text" in mq("msg", "query", "-t", OTHER, "-k", "bodytext").stdout
+    (bare,) = ok(mq("msg", "query", "-t", OTHER, "-k", "bodytext", "--no-body", "-o", "json"))
+    assert "body" not in bare and "body_encoding" not in bare
+
+    binary = bytes([0xFF, 0xFE, 0x00, 0x80]) * 8
+    (tmp_path / "body.bin").write_bytes(binary)
+    sent = ok(mq("msg", "send", "-t", OTHER, "-q", "1", "--file", str(tmp_path / "body.bin"), "-o", "json"))
+    shown = ok(mq("msg", "show", "-t", OTHER, "-q", "1", "--offset", str(sent["queue_offset"]), "-o", "json"))
+    assert shown["body_encoding"] == "base64" and base64.b64decode(shown["body"]) == binary
+    by_id = ok(mq("msg", "query", "--id", sent["offset_msg_id"], "-o", "json"))
+    assert base64.b64decode(by_id["body"]) == binary
+    no_body = ok(
+        mq(
+            "msg",
+            "show",
+            "-t",
+            OTHER,
+            "-q",
+            "1",
+            "--offset",
+            str(sent["queue_offset"]),
+            "--no-body",
+            "-o",
+            "json",
+        )
+    )
+    assert "body" not in no_body
+
+
 def test_query_by_key_outside_the_window_is_not_found(mq: Callable[..., CliResult]) -> None:
     result = mq("msg", "query", "-t", TOPIC, "-k", "seed-1", "--until", "1000000000000")
     assert result.code == 3
@@ -234,7 +277,9 @@ def test_show_a_queue_offset(mq: Callable[..., CliResult], daemons: LocalCluster
 def test_user_data_is_shown_as_data_never_as_markup(mq: Callable[..., CliResult]) -> None:
     """A key ``[urgent]``, tag ``[vip]`` and a body holding ``[/b]`` show as typed (no empty cell, no crash)."""
     body = "alert [/b] [bold]not bold[/bold]"
-    sent = ok(mq("msg", "send", "-t", OTHER, "-q", "0", "--tag", "[vip]", "-k", "[urgent]", body, "-o", "json"))
+    sent = ok(
+        mq("msg", "send", "-t", OTHER, "-q", "0", "--tag", "[vip]", "-k", "[urgent]", body, "-o", "json")
+    )
     by_id = mq("msg", "query", "--id", sent["offset_msg_id"])
     assert by_id.code == 0, by_id.stderr
     for text in ("[urgent]", "[vip]", "[/b]", "[bold]not bold[/bold]"):
