@@ -67,6 +67,7 @@ def build_app() -> typer.Typer:
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        suggest_commands=False,  # click already says "Did you mean ...": say it once
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     app.callback()(_root)
@@ -85,6 +86,17 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+def _reader_gone() -> int:
+    """``mqctl topic list | head -1``: the reader has what it wanted; exit 0 without a word.
+
+    stdout is pointed at /dev/null so that the interpreter's final flush does not fail again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; every error leaves as one line on stderr."""
     from mqctl.errors import UsageError, translate
@@ -96,6 +108,9 @@ def main(argv: list[str] | None = None) -> int:
     cli = command()
     try:
         result = cli.main(args=argv, prog_name="mqctl", complete_var=COMPLETE_VAR, standalone_mode=False)
+        sys.stdout.flush()  # a closed pipe shows here, inside the boundary, not at interpreter exit
+    except BrokenPipeError:
+        return _reader_gone()
     except click.exceptions.Abort:
         return _fail("aborted", 130)
     except click.UsageError as exc:
@@ -104,6 +119,8 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         return _fail(exc.format_message(), exc.exit_code)
     except BaseException as exc:  # the one translation boundary
+        if isinstance(exc, BrokenPipeError) or isinstance(exc.__context__, BrokenPipeError):
+            return _reader_gone()  # rich answers a closed pipe with SystemExit(1): not a failure here
         if isinstance(exc, SystemExit):
             raise
         error = translate(exc)

@@ -92,6 +92,7 @@ def start(
         log_name=LOG_FILE,
         detach=daemon,
         describe=lambda broker: f"broker {cfg.broker_name} listening on {broker.addr}",
+        port_flags={"--port": cfg.listen_port, "--metrics-port": cfg.metrics_port},
     )
 
 

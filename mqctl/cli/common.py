@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
@@ -34,16 +35,58 @@ ContextOpt = Annotated[
     typer.Option("--context", help="Use this saved context instead of the current one."),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
-TopicOpt = Annotated[str, typer.Option("--topic", "-t", help="Topic name.", autocompletion=complete_topic)]
-GroupOpt = Annotated[str, typer.Option("--group", "-g", help="Consumer group name.", autocompletion=complete_group)]
+# RocketMQ's TopicValidator / Validators.checkGroup: the rule a broker applies, checked before any request.
+_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_MAX_LENGTH = {"topic": 127, "group": 255}
+
+
+def name_problem(kind: str, name: str) -> str | None:
+    """Why ``name`` is not a valid topic or group name (``kind``), or None when it is."""
+    if not name:
+        return f"the {kind} name is blank"
+    if not _NAME.match(name):
+        return f"{kind} {name!r} has characters RocketMQ refuses: use letters, digits, '%', '|', '_' and '-'"
+    if len(name) > _MAX_LENGTH[kind]:
+        return f"{kind} {name[:20]!r}... is {len(name)} characters; the most RocketMQ allows is {_MAX_LENGTH[kind]}"
+    return None
+
+
+def _checked(kind: str) -> Callable[[str | None], str | None]:
+    def check(value: str | None) -> str | None:
+        problem = None if value is None else name_problem(kind, value)
+        if problem is not None:
+            raise typer.BadParameter(problem)
+        return value
+
+    return check
+
+
+check_topic = _checked("topic")
+check_group = _checked("group")
+
+TopicOpt = Annotated[
+    str,
+    typer.Option("--topic", "-t", help="Topic name.", autocompletion=complete_topic, callback=check_topic),
+]
+GroupOpt = Annotated[
+    str,
+    typer.Option(
+        "--group", "-g", help="Consumer group name.", autocompletion=complete_group, callback=check_group
+    ),
+]
 ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster name.")]
-BrokerAddrOpt = Annotated[str | None, typer.Option("--broker", "-b", help="Broker address HOST:PORT (beats --cluster).")]
+BrokerAddrOpt = Annotated[
+    str | None, typer.Option("--broker", "-b", help="Broker address HOST:PORT (beats --cluster).")
+]
 QueueOpt = Annotated[int | None, typer.Option("--queue", "-q", min=0, help="Queue id.")]
 KeyOpt = Annotated[str | None, typer.Option("--key", "-k", help="Message key (an entry of KEYS).")]
 SinceOpt = Annotated[
-    str | None, typer.Option("--since", help="Store time from: ISO 8601 (UTC default), epoch ms or relative like -2h.")
+    str | None,
+    typer.Option("--since", help="Store time from: ISO 8601 (UTC default), epoch ms or relative like -2h."),
 ]
-UntilOpt = Annotated[str | None, typer.Option("--until", help="Store time until, same forms as --since (default now).")]
+UntilOpt = Annotated[
+    str | None, typer.Option("--until", help="Store time until, same forms as --since (default now).")
+]
 ExecuteOpt = Annotated[bool, typer.Option("--execute", help="Apply the plan; without it nothing changes.")]
 
 
@@ -59,6 +102,8 @@ def confirm(question: str, *, yes: bool) -> None:
         raise UsageError(f"{question} needs confirmation: pass --yes")
     if not typer.confirm(question, default=False, err=True):
         raise Interrupted("not confirmed; nothing changed")
+
+
 WatchOpt = Annotated[
     float | None, typer.Option("--watch", min=0.1, help="Refresh every N seconds until Ctrl-C.")
 ]
@@ -101,7 +146,9 @@ def render_every(produce: Callable[[], Any], output: str, watch: float | None = 
             result = produce()
             if stream is None and console.is_terminal:
                 console.clear()
-            stderr_console().print(f"{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop", style="dim")
+            stderr_console().print(
+                f"{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop", style="dim"
+            )
             if stream is not None:
                 stream.rows(result)
             else:

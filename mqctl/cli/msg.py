@@ -22,6 +22,8 @@ from mqctl.cli.common import (
     UntilOpt,
     WatchOpt,
     YesOpt,
+    check_group,
+    check_topic,
     confirm,
     online,
     progress,
@@ -36,7 +38,8 @@ NoBodyOpt = Annotated[
     typer.Option("--no-body", help="Leave the body out (it is UTF-8 text, or base64 per body_encoding)."),
 ]
 OptionalTopicOpt = Annotated[
-    str | None, typer.Option("--topic", "-t", help="Topic name.", autocompletion=complete_topic)
+    str | None,
+    typer.Option("--topic", "-t", help="Topic name.", autocompletion=complete_topic, callback=check_topic),
 ]
 
 
@@ -50,20 +53,29 @@ def _properties(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _body(text: str | None, file: str | None) -> bytes:
-    """The body from the argument, ``--file PATH`` or ``--file -``/a piped stdin."""
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # the broker's maxMessageSize default
+
+
+def _body(text: str | None, file: str | None, limit: int = MAX_MESSAGE_SIZE) -> bytes:
+    """The body from the argument, ``--file PATH`` or ``--file -``/a piped stdin; never reads more
+    than ``limit`` + 1 bytes, so a huge file is refused at once instead of travelling to the broker."""
     if text is not None and file is not None:
         raise UsageError("give the body as an argument or with --file, not both")
     if text is not None:
         data = text.encode("utf-8")
     elif file == "-" or (file is None and not sys.stdin.isatty()):
-        data = sys.stdin.buffer.read()
+        data = sys.stdin.buffer.read(limit + 1)
     elif file is None:
         raise UsageError("no body: pass it as an argument, with --file PATH, or on stdin")
     else:
-        data = Path(file).read_bytes()
+        with Path(file).open("rb") as source:
+            data = source.read(limit + 1)
     if not data:
         raise UsageError("the message body is empty")
+    if len(data) > limit:
+        raise UsageError(
+            f"the body is over {limit} bytes, the broker's maxMessageSize; raise --max-size if the broker allows more"
+        )
     return data
 
 
@@ -84,6 +96,10 @@ def send(
     delay_level: Annotated[
         int, typer.Option("--delay-level", min=0, max=18, help="Delay level 1-18 (0: none).")
     ] = 0,
+    max_size: Annotated[
+        int,
+        typer.Option("--max-size", min=1, help="Refuse bodies over this many bytes (maxMessageSize, 4 MiB)."),
+    ] = MAX_MESSAGE_SIZE,
     queue: QueueOpt = None,
     broker: BrokerAddrOpt = None,
     namesrv: NamesrvOpt = None,
@@ -93,7 +109,7 @@ def send(
     """Send one message; prints where it was stored (ids, broker, queue, offset)."""
     from mqctl.services.messages import message_properties, send_message
 
-    payload = _body(body, file)
+    payload = _body(body, file, max_size)
     props = message_properties(
         tags=tag, keys=keys or [], properties=_properties(prop or []), delay_level=delay_level
     )
@@ -207,7 +223,10 @@ def tail(
     group: Annotated[
         str | None,
         typer.Option(
-            "--group", "-g", help="Start at this consumer group's committed offsets (never commits)."
+            "--group",
+            "-g",
+            help="Start at this consumer group's committed offsets (never commits).",
+            callback=check_group,
         ),
     ] = None,
     start: Annotated[

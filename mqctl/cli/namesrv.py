@@ -91,6 +91,7 @@ def start(
         detach=daemon,
         describe=describe,
         cleanup=lambda: (config.home / ADDR_FILE).unlink(missing_ok=True),
+        port_flags={"--listen": config.listen_port},
     )
 
 

@@ -192,6 +192,7 @@ def apply(
 def _load_specs(file: Path) -> list[Any]:
     import yaml
 
+    from mqctl.cli.common import name_problem
     from mqctl.errors import UsageError
     from mqctl.services.topics import TopicSpec
 
@@ -206,6 +207,9 @@ def _load_specs(file: Path) -> list[Any]:
     for item in items:
         if not isinstance(item, dict) or "name" not in item:
             raise UsageError(f"{file}: every topic needs a name: {item!r}")
+        problem = name_problem("topic", str(item["name"]))
+        if problem is not None:
+            raise UsageError(f"{file}: {problem}")
         unknown = set(item) - {"name", "read_queues", "write_queues", "perm", "order"}
         if unknown:
             raise UsageError(f"{file}: unknown keys {sorted(unknown)} in topic {item['name']!r}")

@@ -111,4 +111,8 @@ def up(
             f"data in {root}. Ctrl-C stops both."
         )
 
-    run(serve(cluster, on_started=started))
+    from mqctl.cli.daemons import busy_ports
+
+    ports = {"--namesrv-port": namesrv_port, "--broker-port": broker_port, "--metrics-port": metrics_port}
+    with busy_ports(ports):
+        run(serve(cluster, on_started=started))
