@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mqctl.cli.common import BrokerAddrOpt, ClusterOpt, ContextOpt, ExecuteOpt, NamesrvOpt, OutputOpt, online
+from mqctl.cli.common import (
+    BrokerAddrOpt,
+    ClusterOpt,
+    ContextOpt,
+    ExecuteOpt,
+    NamesrvOpt,
+    OutputOpt,
+    YesOpt,
+    confirm,
+    online,
+)
 
 if TYPE_CHECKING:
     from daemon.broker.config import BrokerConfig
@@ -167,11 +178,14 @@ def clean(
             "--wait", min=0, help="With --execute: seconds to watch the broker delete (it runs every 10 s)."
         ),
     ] = 30.0,
+    yes: YesOpt = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
 ) -> None:
     """Show what the broker's retention would delete now; with --execute trigger it (DELETE_EXPIRED_COMMITLOG).
+
+    --execute asks first, showing the plan, on a terminal; off one it needs --yes.
 
     The plan comes from the broker itself (a dry run of the same policy its clean service applies): every
     CommitLog file with size, age and why it goes (expired / watermark), and the groups that would lose
@@ -185,14 +199,19 @@ def clean(
     from mqctl.services.retention import CleanReport, broker_clean
     from mqctl.services.topics import target_masters
 
-    async def work(admin: Admin) -> list[CleanReport]:
+    async def work(admin: Admin, run: bool) -> list[CleanReport]:
         return [
-            await broker_clean(admin, addr, execute=execute, wait=wait)
+            await broker_clean(admin, addr, execute=run, wait=wait)
             for addr in await target_masters(admin, cluster, broker)
         ]
 
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
-    for rep in run_admin(target.namesrv, work):
+    if execute:
+        if not yes and sys.stdin.isatty():  # the question comes with the plan it is about
+            for rep in run_admin(target.namesrv, lambda admin: work(admin, False)):
+                show_clean_report(rep, "table", to_stderr=True)
+        confirm("Trigger the broker's retention (DELETE_EXPIRED_COMMITLOG) now?", yes=yes)
+    for rep in run_admin(target.namesrv, lambda admin: work(admin, execute)):
         show_clean_report(rep, output)
 
 

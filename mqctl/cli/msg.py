@@ -303,7 +303,7 @@ def resend(
     """Send messages of the group's dead-letter queue (%DLQ%<group>) again to their original topic.
 
     Prints one outcome per message (RESENT with the new id, FAILED or SKIPPED). Without --id every
-    message in the DLQ is re-sent, which asks for confirmation (or --yes). The DLQ is left as is.
+    message in the DLQ is re-sent. It asks first on a terminal; off one it needs --yes. The DLQ is left as is.
     """
     from mqctl.admin.client import run_admin
     from mqctl.config import resolve_target
@@ -317,9 +317,9 @@ def resend(
         stderr_console().print(f"%DLQ%{group} is empty; nothing to re-send")
         render([], output)
         return
-    if not ids:
-        destination = f"topic {to_topic!r}" if to_topic else "their original topics"
-        confirm(f"Re-send all {len(found)} message(s) of %DLQ%{group} to {destination}?", yes=yes)
+    destination = f"topic {to_topic!r}" if to_topic else "their original topics"
+    which = "the" if ids else "all"
+    confirm(f"Re-send {which} {len(found)} message(s) of %DLQ%{group} to {destination}?", yes=yes)
     with progress(len(found), "re-sending") as advance:
         outcomes = run_admin(
             target.namesrv,

@@ -93,8 +93,12 @@ async def upsert(
     return {"group": spec.name, "action": mode, "brokers": changes}
 
 
-async def delete(admin: Admin, group: str, *, cluster: str | None, remove_offsets: bool) -> dict[str, Any]:
+async def delete(
+    admin: Admin, group: str, *, cluster: str | None, remove_offsets: bool, if_exists: bool = False
+) -> dict[str, Any]:
     holders = [addr for addr, table in (await _configs(admin, cluster)).items() if group in table]
+    if not holders and if_exists:
+        return {"group": group, "action": "missing", "offsets_removed": False, "brokers": []}
     if not holders:
         raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
     for addr in holders:

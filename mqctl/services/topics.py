@@ -163,7 +163,8 @@ async def upsert(
         old = existing[addr]
         new = spec.apply_to(old)
         diff = _diff(old, new)
-        action = "unchanged" if not diff else ("created" if old is None else "updated")
+        action = "unchanged" if not diff else ("create" if old is None else "update")
+        action = action if action == "unchanged" else (f"would {action}" if dry_run else f"{action}d")
         if diff and not dry_run:
             await admin.create_topic(addr, new)
         changes.append({"broker": addr, "action": action, "changes": diff})

@@ -405,7 +405,7 @@ def test_resend_sends_dead_letters_back_to_their_topic(
         daemons,
         lambda: daemons.broker.store.get_max_offset(OTHER, 0) + daemons.broker.store.get_max_offset(OTHER, 1),
     )
-    one = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[0], "-o", "json"))
+    one = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[0], "--yes", "-o", "json"))
     assert [(o["dlq_msg_id"], o["outcome"], o["to_topic"]) for o in one] == [
         (dead_letters[0], "RESENT", OTHER)
     ]
@@ -428,7 +428,7 @@ def test_resend_to_another_topic(
     mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str]
 ) -> None:
     (outcome,) = ok(
-        mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[1], "--to-topic", TOPIC, "-o", "json")
+        mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[1], "--to-topic", TOPIC, "--yes", "-o", "json")
     )
     assert outcome["outcome"] == "RESENT" and outcome["to_topic"] == TOPIC
     assert stored(daemons, outcome["new_msg_id"]).topic == TOPIC
@@ -439,6 +439,13 @@ def test_resend_unknown_ids_and_groups_are_not_found(
 ) -> None:
     assert mq("msg", "resend", "-g", DLQ_GROUP, "--id", "7F00000100002A9F00000000DEADBEEF").code == 3
     assert mq("msg", "resend", "-g", "CG_NeverDied", "--yes").code == 3
+
+
+def test_resend_of_chosen_ids_still_needs_yes_off_a_terminal(
+    mq: Callable[..., CliResult], dead_letters: list[str]
+) -> None:
+    refused = mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[0])
+    assert refused.code == 2 and "--yes" in refused.stderr
 
 
 # -------------------------------------------------------------------------------- errors, codes

@@ -89,18 +89,42 @@ def test_update_missing_topic(mq: RunCli) -> None:
 def test_apply_is_idempotent(mq: RunCli, daemons: LocalCluster, tmp_path: Path) -> None:
     spec = tmp_path / "topics.yaml"
     spec.write_text("topics:\n  - {name: A1, read_queues: 2, write_queues: 2}\n  - {name: A2, perm: r}\n")
-    first = mq("topic", "apply", "-f", str(spec), "-o", "json").json()
+    first = mq("topic", "apply", "-f", str(spec), "--execute", "-o", "json").json()
     assert [(row["topic"], row["action"]) for row in first] == [("A1", "created"), ("A2", "created")]
     assert daemons.broker.topics.get("A2").perm == 4
-    second = mq("topic", "apply", "-f", str(spec), "-o", "json").json()
+    second = mq("topic", "apply", "-f", str(spec), "--execute", "-o", "json").json()
     assert [row["action"] for row in second] == ["unchanged", "unchanged"]
     spec.write_text("- {name: A1, read_queues: 3, write_queues: 2}\n")
-    planned = mq("topic", "apply", "-f", str(spec), "--dry-run", "-o", "json").json()
-    assert planned[0]["action"] == "updated" and planned[0]["changes"] == {"read_queue_nums": [2, 3]}
+    planned = mq("topic", "apply", "-f", str(spec), "-o", "json")
+    assert planned.json()[0]["action"] == "would update" and planned.json()[0]["changes"] == {"read_queue_nums": [2, 3]}
+    assert "add --execute" in planned.stderr
     assert daemons.broker.topics.get("A1").read_queue_nums == 2
     bad = tmp_path / "bad.yaml"
     bad.write_text("- {name: X, colour: red}\n")
     assert mq("topic", "apply", "-f", str(bad)).code == UsageError.exit_code
+
+
+def test_apply_plans_by_default_and_says_would_create(mq: RunCli, daemons: LocalCluster, tmp_path: Path) -> None:
+    spec = tmp_path / "topics.yaml"
+    spec.write_text("- {name: Planned1, read_queues: 2, write_queues: 2}\n")
+    plan = mq("topic", "apply", "-f", str(spec))
+    assert plan.code == 0, plan.stderr
+    assert "would create" in plan.stdout and "read_queue_nums: - → 2" in plan.stdout
+    assert daemons.broker.topics.get("Planned1") is None
+    alias = mq("topic", "apply", "-f", str(spec), "--dry-run", "-o", "json")
+    assert alias.code == 0 and "--dry-run is the default now" in alias.stderr
+    assert alias.json()[0]["action"] == "would create" and daemons.broker.topics.get("Planned1") is None
+    bad_name = tmp_path / "bad-name.yaml"
+    bad_name.write_text("- {name: 'a b'}\n")
+    assert mq("topic", "apply", "-f", str(bad_name)).code == UsageError.exit_code
+
+
+def test_group_delete_if_exists(mq: RunCli) -> None:
+    missing = mq("group", "delete", "-g", "CG_Never", "--yes")
+    assert missing.code == NotFoundError.exit_code
+    soft = mq("group", "delete", "-g", "CG_Never", "--yes", "--if-exists", "-o", "json")
+    assert soft.code == 0 and soft.json()["action"] == "missing"
+    assert mq("group", "delete", "-g", "CG_Never").code == UsageError.exit_code  # off a terminal: --yes
 
 
 def test_unreachable_namesrv_is_a_connect_error(cli: RunCli) -> None:
