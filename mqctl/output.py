@@ -23,12 +23,9 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import Any, TextIO
 
 from rich.console import Console
-
-if TYPE_CHECKING:
-    from rich.text import Text
 
 FORMATS = ("table", "json", "yaml", "csv")
 
@@ -46,7 +43,11 @@ def _color_allowed(stream: TextIO) -> bool:
 
 def stdout_console() -> Console:
     return Console(
-        file=sys.stdout, no_color=not _color_allowed(sys.stdout), highlight=False, soft_wrap=False, markup=False
+        file=sys.stdout,
+        no_color=not _color_allowed(sys.stdout),
+        highlight=False,
+        soft_wrap=False,
+        markup=False,
     )
 
 
@@ -114,24 +115,37 @@ def _csv_cell(value: Any) -> str:
     return "" if value is None else cell_text(value)
 
 
-def _text(value: Any) -> Text:
-    from rich.text import Text
-
-    return Text(cell_text(value))
-
-
 def _header(column: str) -> str:
     return column.upper().replace("_", " ")
 
 
+def _shown(column: str, row: dict[str, Any]) -> str:
+    """A cell as people read it: sizes in KiB/MiB, "never" for a time that is 0, durations as ``3d 04h``
+    (see :mod:`mqctl.units`); JSON keeps the raw values."""
+    from mqctl import units
+
+    value = row.get(column)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if units.is_size(column):
+            return units.size_text(value)
+        if column.endswith("_ms"):
+            return units.duration_text(value)
+    if value is None and row.get(f"{column}_ms") == 0:
+        return "never"
+    return cell_text(value)
+
+
 def _table(columns: list[str], rows: list[dict[str, Any]], title: str | None) -> Any:
     from rich.table import Table
+    from rich.text import Text
 
+    twins = {c for c in columns if c.endswith("_ms") and c.removesuffix("_ms") in columns}
+    shown = [c for c in columns if c not in twins]  # a time shows once, as ISO (or "never")
     table = Table(title=title, show_edge=False, pad_edge=False, header_style="bold", title_justify="left")
-    for column in columns:
-        table.add_column(_header(column), overflow="fold")
+    for column in shown:
+        table.add_column(_header(column.removesuffix("_ms")), overflow="fold")
     for row in rows:
-        table.add_row(*(_text(row.get(c)) for c in columns))
+        table.add_row(*(Text(_shown(c, row)) for c in shown))
     return table
 
 
@@ -141,7 +155,12 @@ def _tables(data: Any, title: str | None) -> list[Any]:
         columns, rows = _rows(data if isinstance(data, Sequence) else [data])
         return [_table(columns, rows, title)]
     summary = {k: v for k, v in data.items() if not _is_records(v)}
-    out = [_table(*_rows(summary), title)] if summary else []
+    pairs = [
+        {"key": k, "value": _shown(k, summary)}
+        for k in summary
+        if k.removesuffix("_ms") not in summary or not k.endswith("_ms")
+    ]
+    out = [_table(["key", "value"], pairs, title)] if summary else []
     for key, value in data.items():
         if _is_records(value):
             out.append(_table(*_rows(value), key.replace("_", " ")))

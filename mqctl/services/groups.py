@@ -12,6 +12,7 @@ from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError
 from mqctl.services.cluster import masters
 from mqctl.services.topics import target_masters
+from mqctl.units import when
 
 #: Groups every RocketMQ broker creates for itself (hidden from ``group list`` unless --system).
 SYSTEM_GROUPS = frozenset(
@@ -51,7 +52,8 @@ class QueueProgress:
     broker_offset: int
     consumer_offset: int
     lag: int
-    last_consumed_store_time: int
+    last_consumed_store_time: str | None  # ISO; None when nothing was consumed ("never" in tables)
+    last_consumed_store_time_ms: int
     client: str | None
 
 
@@ -189,7 +191,8 @@ async def progress(admin: Admin, group: str, *, topic: str | None, lag_over: int
             broker_offset=wrapper.broker_offset,
             consumer_offset=wrapper.consumer_offset,
             lag=max(wrapper.broker_offset - wrapper.consumer_offset, 0),
-            last_consumed_store_time=wrapper.last_timestamp,
+            last_consumed_store_time=when(wrapper.last_timestamp),
+            last_consumed_store_time_ms=wrapper.last_timestamp,
             client=owners.get(mq),
         )
         for mq, wrapper in sorted(offsets.items())

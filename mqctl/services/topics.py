@@ -15,6 +15,7 @@ from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services.cluster import brokers
+from mqctl.units import time_fields, when
 
 PERMS = {"r": PermName.READ, "w": PermName.WRITE, "rw": PermName.READ_WRITE}
 
@@ -36,7 +37,8 @@ class QueueStatus:
     min_offset: int
     max_offset: int
     messages: int
-    last_updated: int
+    last_updated: str | None  # ISO; None when never written ("never" in tables)
+    last_updated_ms: int
 
 
 @dataclass(frozen=True)
@@ -235,7 +237,8 @@ async def status(admin: Admin, topic: str) -> list[QueueStatus]:
             min_offset=off.min_offset,
             max_offset=off.max_offset,
             messages=off.max_offset - off.min_offset,
-            last_updated=off.last_update_timestamp,
+            last_updated=when(off.last_update_timestamp),
+            last_updated_ms=off.last_update_timestamp,
         )
         for name, _, queue_id, off in await queue_offsets(admin, topic)
     ]
@@ -250,7 +253,7 @@ async def stats(admin: Admin, topic: str) -> dict[str, Any]:
         "queues": len(rows),
         "messages": sum(r.messages for r in rows),
         "max_offset_total": sum(r.max_offset for r in rows),
-        "last_updated": max((r.last_updated for r in rows), default=0),
+        **time_fields("last_updated", max((r.last_updated_ms for r in rows), default=0)),
     }
 
 

@@ -91,7 +91,8 @@ def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
         (0, 10, 4, 6),
         (1, 10, 10, 0),
     ]
-    assert rows[0]["last_consumed_store_time"] > 0 and rows[0]["client"] is None
+    assert rows[0]["last_consumed_store_time_ms"] > 0 and rows[0]["client"] is None
+    assert rows[0]["last_consumed_store_time"].endswith("Z")  # ISO in JSON, with its _ms twin
     lagging = mq("group", "progress", "-g", GROUP, "-t", TOPIC, "--lag-over", "0", "-o", "json").json()
     assert [r["queue_id"] for r in lagging] == [0]
 

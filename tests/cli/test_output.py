@@ -131,3 +131,26 @@ def test_row_stream_writes_json_lines_and_one_csv_header() -> None:
     out = io.StringIO()
     RowStream("table", out, columns=["a", "b"])({"a": "[x]", "b": "l1\nl2"})
     assert out.getvalue() == "[x] l1\\nl2\n"
+
+
+def test_one_rule_for_sizes_times_and_durations() -> None:
+    from mqctl.units import duration_text, size_text, time_fields
+
+    assert [size_text(n) for n in (512, 1536, 4 * 1024 * 1024, 3 * 1024**3)] == [
+        "512 B",
+        "1.5 KiB",
+        "4.0 MiB",
+        "3.0 GiB",
+    ]
+    assert duration_text(2 * 86_400_000 + 6 * 3_600_000) == "2d 06h" and duration_text(850) == "850 ms"
+    assert time_fields("t", 0) == {"t": None, "t_ms": 0}
+    assert time_fields("t", 1_000) == {"t": "1970-01-01T00:00:01.000Z", "t_ms": 1_000}
+    rows = [{"file": "f", "size": 1048576, "age_ms": 90_000, **time_fields("last", 0)}]
+    assert json.loads(rendered(rows, "json")) == [
+        {"file": "f", "size": 1048576, "age_ms": 90_000, "last": None, "last_ms": 0}
+    ]
+    table = rendered(rows, "table")
+    assert "1.0 MiB" in table and "1m 30s" in table and "never" in table
+    assert "LAST MS" not in table and "AGE MS" not in table and "AGE" in table
+    record = rendered({"size": 2048, **time_fields("created", 0)}, "table")
+    assert "2.0 KiB" in record and "never" in record and "created_ms" not in record

@@ -194,3 +194,15 @@ def test_create_shows_its_diff_values_as_rows(mq: RunCli, daemons: LocalCluster)
     assert "read_queue_nums: - → 2" in broker_row[2] and "perm: - → 6" in broker_row[2]
     assert ["topic", "Shown"] in rows
     assert "{" not in created.stdout and "[" not in created.stdout
+
+
+def test_times_are_iso_with_an_ms_twin_and_never_for_zero(mq: RunCli, daemons: LocalCluster) -> None:
+    assert mq("topic", "create", "-t", "Quiet", "-r", "1", "-w", "1").code == 0
+    (row,) = mq("topic", "status", "-t", "Quiet", "-o", "json").json()
+    assert (row["last_updated"], row["last_updated_ms"]) == (None, 0)
+    stats = mq("topic", "stats", "-t", "Quiet", "-o", "json").json()
+    assert (stats["last_updated"], stats["last_updated_ms"]) == (None, 0)
+    table = mq("topic", "status", "-t", "Quiet")
+    (cells_row,) = [r for r in cells(table.stdout) if r[0] == "broker-a"]
+    assert cells_row[-1] == "never" and "LAST UPDATED MS" not in table.stdout
+    assert ["last_updated", "never"] in cells(mq("topic", "stats", "-t", "Quiet").stdout)
