@@ -38,14 +38,25 @@ ConfigOpt = Annotated[
     ),
 ]
 StoreOpt = Annotated[
-    Path | None, typer.Option("--store", help="Store root dir (storePathRootDir); beats the config file.")
+    Path | None,
+    typer.Option("--store", help="Store root dir (storePathRootDir; default <data dir>/store, as mqctl up)."),
 ]
 
 
 def load(config: Path | None, overrides: dict[str, Any]) -> BrokerConfig:
-    """Defaults → broker.conf (else the store's broker.properties) → MQCTL_* environment → flags."""
-    from daemon.broker.config import load_broker_config
+    """Defaults → broker.conf (else the store's broker.properties) → MQCTL_* environment → flags.
 
+    Without a config file, --store or $MQCTL_STORE_PATH_ROOT_DIR the store is ``<data dir>/store``, the
+    one ``mqctl up`` uses, so ``broker status``/``stop`` find the broker ``up`` started.
+    """
+    import os
+
+    from daemon.broker.config import load_broker_config
+    from mqctl.config import data_dir
+
+    implicit = config is None and overrides.get("store_path_root_dir") is None
+    if implicit and "MQCTL_STORE_PATH_ROOT_DIR" not in os.environ:
+        overrides = {**overrides, "store_path_root_dir": str(data_dir() / "store")}
     return load_broker_config(config, overrides)
 
 
