@@ -23,9 +23,10 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.console import Console
+if TYPE_CHECKING:  # rich loads when something is rendered, not when the CLI is built
+    from rich.console import Console
 
 FORMATS = ("table", "json", "yaml", "csv")
 
@@ -42,6 +43,8 @@ def _color_allowed(stream: TextIO) -> bool:
 
 
 def stdout_console() -> Console:
+    from rich.console import Console
+
     return Console(
         file=sys.stdout,
         no_color=not _color_allowed(sys.stdout),
@@ -169,6 +172,7 @@ def _tables(data: Any, title: str | None) -> list[Any]:
 
 def _print_tables(tables: list[Any], stream: TextIO, *, terminal: bool) -> None:
     """On a terminal: the terminal's width; elsewhere: each table as wide as its content."""
+    from rich.console import Console
     from rich.measure import Measurement
 
     if terminal:

@@ -68,6 +68,7 @@ def build_app() -> typer.Typer:
         add_completion=False,
         pretty_exceptions_enable=False,
         suggest_commands=False,  # click already says "Did you mean ...": say it once
+        rich_markup_mode=None,  # click's plain help: rich's help pulls in markdown_it (0.15 s of 'mqctl --help')
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     app.callback()(_root)
