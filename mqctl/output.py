@@ -30,12 +30,19 @@ if TYPE_CHECKING:  # rich loads when something is rendered, not when the CLI is 
 
 FORMATS = ("table", "json", "yaml", "csv")
 
-_state: dict[str, bool] = {"no_color": False}
+_state: dict[str, bool] = {"no_color": False, "verbose": False}
 
 
-def configure(*, no_color: bool) -> None:
-    """Set once by the CLI's root callback from ``--no-color``."""
+def configure(*, no_color: bool, verbose: bool = False) -> None:
+    """Set once by the CLI's root callback from ``--no-color`` and ``--verbose``."""
     _state["no_color"] = no_color
+    _state["verbose"] = verbose
+
+
+def note(text: str) -> None:
+    """A line on stderr with ``-v`` only (where a command connects, what it chose)."""
+    if _state["verbose"]:
+        stderr_console().print(text, style="dim")
 
 
 def _color_allowed(stream: TextIO) -> bool:
@@ -57,6 +64,8 @@ def stdout_console() -> Console:
 def stderr_console() -> Console:
     """Diagnostics, progress bars and prompts go here; progress is shown only on a terminal. Messages
     carry names and user data, so nothing printed is parsed as markup (style with ``style=``)."""
+    from rich.console import Console
+
     return Console(file=sys.stderr, no_color=not _color_allowed(sys.stderr), highlight=False, markup=False)
 
 

@@ -47,12 +47,15 @@ def _root(
     ] = False,
     debug: Annotated[bool, typer.Option("--debug", envvar="MQCTL_DEBUG", help="Log debug output and show tracebacks.")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="Never use colour (NO_COLOR is honoured too).")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Say on stderr which NameServers a command talks to, and why.")
+    ] = False,
 ) -> None:
     """mqctl: run and operate RocketMQ-compatible NameServers and Brokers."""
     from mqctl.output import configure
 
     _debug["on"] = debug
-    configure(no_color=no_color)
+    configure(no_color=no_color, verbose=verbose)
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
