@@ -12,6 +12,7 @@ import typer
 from mqctl.cli.common import (
     BrokerAddrOpt,
     ContextOpt,
+    ExecuteOpt,
     GroupOpt,
     KeyOpt,
     NamesrvOpt,
@@ -292,39 +293,62 @@ def resend(
     ids: Annotated[
         list[str] | None, typer.Option("--id", help="Only this message (offset id or UNIQ_KEY; repeatable).")
     ] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    tag: Annotated[str | None, typer.Option("--tag", help="Only dead letters with this tag.")] = None,
+    key: KeyOpt = None,
     to_topic: Annotated[
-        str | None, typer.Option("--to-topic", help="Send here instead of the original topic.")
+        str | None,
+        typer.Option("--to-topic", help="Send here instead of the original topic.", callback=check_topic),
     ] = None,
+    execute: ExecuteOpt = False,
     yes: YesOpt = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
 ) -> None:
-    """Send messages of the group's dead-letter queue (%DLQ%<group>) again to their original topic.
+    """Preview, and with --execute send again, dead letters of a group (%DLQ%<group>) to their original topic.
 
-    Prints one outcome per message (RESENT with the new id, FAILED or SKIPPED). Without --id every
-    message in the DLQ is re-sent. It asks first on a terminal; off one it needs --yes. The DLQ is left as is.
+    Without --execute nothing is sent: one row per dead letter says WOULD RESEND, ALREADY RESENT or
+    SKIPPED (no original topic: use --to-topic). --execute asks first on a terminal (off one it needs
+    --yes), then prints RESENT with the new id, FAILED or SKIPPED. Each copy carries the property
+    MQCTL_DLQ_MSG_ID (the dead letter's id) and each re-sent dead letter is recorded for the group (NameServer
+    KV namespace MQCTL_DLQ_RESENT), so a second run skips it. Filters: --id, --since/--until (store time
+    in the DLQ), --tag, --key. Exit 8 when a send FAILED, 2 when a message was SKIPPED. The DLQ is left as is.
     """
     from mqctl.admin.client import run_admin
     from mqctl.config import resolve_target
+    from mqctl.errors import BrokerError
     from mqctl.output import render, stderr_console
-    from mqctl.services.messages import dlq_messages
+    from mqctl.services.messages import DlqFilter, Window, dlq_messages
     from mqctl.services.messages import resend as resend_messages
 
+    window = Window.of(since, until) if since or until else None
+    only = DlqFilter(window=window, tag=tag, key=key)
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
-    found = run_admin(target.namesrv, lambda admin: dlq_messages(admin, group, ids or []))
+    found = run_admin(target.namesrv, lambda admin: dlq_messages(admin, group, ids or [], only=only))
+    err = stderr_console()
     if not found:
-        stderr_console().print(f"%DLQ%{group} is empty; nothing to re-send")
+        err.print(f"%DLQ%{group} holds nothing that matches; nothing to re-send")
         render([], output)
         return
-    destination = f"topic {to_topic!r}" if to_topic else "their original topics"
-    which = "the" if ids else "all"
-    confirm(f"Re-send {which} {len(found)} message(s) of %DLQ%{group} to {destination}?", yes=yes)
-    with progress(len(found), "re-sending") as advance:
+    if execute:
+        destination = f"topic {to_topic!r}" if to_topic else "their original topics"
+        confirm(f"Re-send {len(found)} message(s) of %DLQ%{group} to {destination}?", yes=yes)
+    with progress(len(found), "re-sending" if execute else "reading") as advance:
         outcomes = run_admin(
             target.namesrv,
-            lambda admin: resend_messages(admin, [m for _, m in found], to_topic, progress=advance),
+            lambda admin: resend_messages(admin, group, found, to_topic, execute=execute, progress=advance),
         )
     render(outcomes, output)
-    failed = sum(o.outcome != "RESENT" for o in outcomes)
-    stderr_console().print(f"{len(outcomes) - failed} re-sent, {failed} not")
+    counts = {
+        name: sum(o.outcome == name for o in outcomes)
+        for name in ("RESENT", "WOULD RESEND", "ALREADY RESENT", "FAILED", "SKIPPED")
+    }
+    err.print(", ".join(f"{n} {name.lower()}" for name, n in counts.items() if n))
+    if not execute:
+        err.print("preview only: nothing sent; add --execute to re-send")
+    if counts["FAILED"]:
+        raise BrokerError(f"{counts['FAILED']} message(s) could not be re-sent (see the table)", code=1)
+    if counts["SKIPPED"]:
+        raise UsageError(f"{counts['SKIPPED']} message(s) skipped: no original topic", hint="use --to-topic")

@@ -8,7 +8,9 @@ data and never print; streaming (``tail``) hands each message to a callback.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
+import json
 import random
 import time
 from collections.abc import Callable, Iterable
@@ -459,10 +461,29 @@ async def _read_queue(admin: Admin, ref: QueueRef, topic: str) -> list[StoredMes
         offset = result.next_begin_offset
 
 
+@dataclass(frozen=True)
+class DlqFilter:
+    """Which dead letters a resend considers: ids (offset id or UNIQ_KEY), a store-time window, tag, key."""
+
+    ids: frozenset[str] = frozenset()
+    window: Window | None = None
+    tag: str | None = None
+    key: str | None = None
+
+    def matches(self, m: StoredMessage) -> bool:
+        if self.ids and m.msg_id not in self.ids and (m.uniq_key or "").upper() not in self.ids:
+            return False
+        if self.window and not self.window.begin_ms <= m.store_timestamp <= self.window.end_ms:
+            return False
+        if self.tag is not None and m.tags != self.tag:
+            return False
+        return self.key is None or self.key in m.keys
+
+
 async def dlq_messages(
-    admin: Admin, group: str, ids: Iterable[str] = ()
+    admin: Admin, group: str, ids: Iterable[str] = (), *, only: DlqFilter | None = None
 ) -> list[tuple[QueueRef, StoredMessage]]:
-    """Messages in ``%DLQ%<group>``, optionally only those whose offset id or UNIQ_KEY is in ``ids``."""
+    """Messages in ``%DLQ%<group>`` that pass ``only`` (and whose offset id or UNIQ_KEY is in ``ids``)."""
     topic = DLQ_GROUP_TOPIC_PREFIX + group
     try:
         route = await admin.topic_route(topic)
@@ -470,11 +491,12 @@ async def dlq_messages(
         if exc.code == ResponseCode.TOPIC_NOT_EXIST:
             raise NotFoundError(f"group {group!r} has no dead-letter queue ({topic})") from exc
         raise
-    wanted = {i.upper() for i in ids}
+    wanted = {i.upper() for i in ids} | set((only or DlqFilter()).ids)
+    chosen = dataclasses.replace(only or DlqFilter(), ids=frozenset(wanted))
     found: list[tuple[QueueRef, StoredMessage]] = []
     for ref in queues(route, write=False):
         for m in await _read_queue(admin, ref, topic):
-            if not wanted or m.msg_id in wanted or (m.uniq_key or "").upper() in wanted:
+            if chosen.matches(m):
                 found.append((ref, m))
     missing = wanted - {m.msg_id for _, m in found} - {(m.uniq_key or "").upper() for _, m in found}
     if missing:
@@ -482,12 +504,52 @@ async def dlq_messages(
     return found
 
 
+#: NameServer KV namespace of the per-group record of re-sent dead letters (shared by every mqctl).
+RESENT_NAMESPACE = "MQCTL_DLQ_RESENT"
+#: Property on a re-sent copy: the offset id of the dead letter it came from.
+PROPERTY_RESENT_FROM = "MQCTL_DLQ_MSG_ID"
+
+
+def _ranges(offsets: Iterable[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for offset in sorted(set(offsets)):
+        if out and out[-1][1] + 1 == offset:
+            out[-1][1] = offset
+        else:
+            out.append([offset, offset])
+    return out
+
+
+async def resent_record(admin: Admin, group: str) -> set[tuple[str, int, int]]:
+    """(broker name, queue id, queue offset) of every dead letter of ``group`` already re-sent."""
+    raw = await admin.kv_get(RESENT_NAMESPACE, group)
+    try:
+        table = json.loads(raw) if raw else {}
+        return {
+            (where.rsplit("/", 1)[0], int(where.rsplit("/", 1)[1]), offset)
+            for where, spans in table.items()
+            for lo, hi in spans
+            for offset in range(int(lo), int(hi) + 1)
+        }
+    except (ValueError, TypeError, IndexError) as exc:
+        raise UsageError(f"the record of re-sent dead letters of {group!r} is unreadable: {exc}") from None
+
+
+async def record_resent(admin: Admin, group: str, done: set[tuple[str, int, int]]) -> None:
+    """Save the record as offset ranges per broker/queue: a few bytes for a contiguous resend."""
+    per_queue: dict[str, list[int]] = {}
+    for broker_name, queue_id, offset in done:
+        per_queue.setdefault(f"{broker_name}/{queue_id}", []).append(offset)
+    table = {where: _ranges(offsets) for where, offsets in sorted(per_queue.items())}
+    await admin.kv_put(RESENT_NAMESPACE, group, json.dumps(table, separators=(",", ":")))
+
+
 @dataclass
 class Resent:
     dlq_msg_id: str
     uniq_key: str | None
     to_topic: str | None
-    outcome: str  # RESENT, FAILED or SKIPPED
+    outcome: str  # WOULD RESEND, ALREADY RESENT (previews and runs); RESENT, FAILED, SKIPPED (runs)
     new_msg_id: str | None = None
     queue_id: int | None = None
     queue_offset: int | None = None
@@ -496,13 +558,15 @@ class Resent:
 
 async def resend_one(admin: Admin, m: StoredMessage, to_topic: str | None, rr: Iterable[int]) -> Resent:
     """Send a DLQ message again to its original topic (``RETRY_TOPIC``) or ``to_topic``, keeping its
-    body, tags, keys, UNIQ_KEY and user properties; one failure does not stop the others."""
+    body, tags, keys, UNIQ_KEY and user properties, marked with the dead letter's id; one failure does
+    not stop the others."""
     target = to_topic or m.properties.get(PROPERTY_RETRY_TOPIC)
     if not target:
         return Resent(
             m.msg_id, m.uniq_key, None, "SKIPPED", error="no original topic (RETRY_TOPIC); use --to-topic"
         )
     props = {k: v for k, v in m.properties.items() if k not in BROKER_PROPERTIES}
+    props[PROPERTY_RESENT_FROM] = m.msg_id
     try:
         route = await admin.topic_route(target)
         refs = queues(route, write=True)
@@ -519,16 +583,40 @@ async def resend_one(admin: Admin, m: StoredMessage, to_topic: str | None, rr: I
 
 async def resend(
     admin: Admin,
-    messages: list[StoredMessage],
+    group: str,
+    found: list[tuple[QueueRef, StoredMessage]],
     to_topic: str | None = None,
     *,
+    execute: bool,
     progress: Callable[[int], None] | None = None,
 ) -> list[Resent]:
-    """Re-send each message in turn (see :func:`resend_one`), spreading them over the target's queues."""
+    """Preview (``execute`` False) or re-send the dead letters ``found`` (see :func:`resend_one`),
+    skipping those the group's record says were re-sent before and recording each one re-sent now,
+    so that a second run does not send them twice."""
+    done = await resent_record(admin, group)
     rr = itertools.count(random.randrange(1 << 16))
     out = []
-    for m in messages:
-        out.append(await resend_one(admin, m, to_topic, rr))
+    for ref, m in found:
+        where = (ref.broker_name, ref.queue_id, m.queue_offset)
+        target = to_topic or m.properties.get(PROPERTY_RETRY_TOPIC)
+        if where in done:
+            out.append(Resent(m.msg_id, m.uniq_key, target, "ALREADY RESENT"))
+        elif not execute:
+            out.append(
+                Resent(
+                    m.msg_id,
+                    m.uniq_key,
+                    target,
+                    "WOULD RESEND" if target else "SKIPPED",
+                    error=None if target else "no original topic (RETRY_TOPIC); use --to-topic",
+                )
+            )
+        else:
+            outcome = await resend_one(admin, m, to_topic, rr)
+            if outcome.outcome == "RESENT":
+                done.add(where)
+                await record_resent(admin, group, done)  # after each send: an interrupted run stays exact
+            out.append(outcome)
         if progress is not None:
             progress(1)
     return out

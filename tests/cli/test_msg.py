@@ -390,62 +390,91 @@ def dead_letters(daemons: LocalCluster) -> list[str]:
     return ids
 
 
-def test_resend_all_needs_confirmation_off_a_terminal(
-    mq: Callable[..., CliResult], dead_letters: list[str]
-) -> None:
-    result = mq("msg", "resend", "-g", DLQ_GROUP)
-    assert result.code == 2
-    assert "--yes" in result.stderr
+def other_total(daemons: LocalCluster) -> int:
+    return on_broker(
+        daemons,
+        lambda: daemons.broker.store.get_max_offset(OTHER, 0) + daemons.broker.store.get_max_offset(OTHER, 1),
+    )
 
 
-def test_resend_sends_dead_letters_back_to_their_topic(
+def forget_resent(daemons: LocalCluster) -> None:
+    """Drop the group's record of re-sent dead letters, as an operator may to send them again."""
+
+    async def drop() -> None:
+        async with Admin([daemons.namesrv_addr]) as admin:
+            await admin.kv_delete("MQCTL_DLQ_RESENT", DLQ_GROUP)
+
+    daemons.loop.run(drop())
+
+
+def test_resend_previews_by_default_and_filters(
     mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str]
 ) -> None:
-    before = on_broker(
-        daemons,
-        lambda: daemons.broker.store.get_max_offset(OTHER, 0) + daemons.broker.store.get_max_offset(OTHER, 1),
+    forget_resent(daemons)
+    before = other_total(daemons)
+    preview = mq("msg", "resend", "-g", DLQ_GROUP, "-o", "json")
+    assert preview.code == 0, preview.stderr
+    assert sorted((o["dlq_msg_id"], o["outcome"]) for o in preview.json()) == sorted(
+        (i, "WOULD RESEND") for i in dead_letters
     )
-    one = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[0], "--yes", "-o", "json"))
-    assert [(o["dlq_msg_id"], o["outcome"], o["to_topic"]) for o in one] == [
-        (dead_letters[0], "RESENT", OTHER)
-    ]
-    everything = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--yes", "-o", "json"))
-    assert sorted(o["dlq_msg_id"] for o in everything) == sorted(dead_letters)
-    assert all(o["outcome"] == "RESENT" for o in everything)
-    after = on_broker(
-        daemons,
-        lambda: daemons.broker.store.get_max_offset(OTHER, 0) + daemons.broker.store.get_max_offset(OTHER, 1),
+    assert "add --execute" in preview.stderr and other_total(daemons) == before
+    (by_key,) = ok(mq("msg", "resend", "-g", DLQ_GROUP, "-k", "dead-1", "-o", "json"))
+    assert by_key["dlq_msg_id"] == dead_letters[1]
+    assert ok(mq("msg", "resend", "-g", DLQ_GROUP, "--tag", "Other", "-o", "json")) == []
+    assert ok(mq("msg", "resend", "-g", DLQ_GROUP, "--until", "1000000000000", "-o", "json")) == []
+    refused = mq("msg", "resend", "-g", DLQ_GROUP, "--execute")
+    assert refused.code == 2 and "--yes" in refused.stderr and other_total(daemons) == before
+
+
+def test_resend_sends_dead_letters_back_once(
+    mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str]
+) -> None:
+    forget_resent(daemons)
+    before = other_total(daemons)
+    one = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[0], "--execute", "--yes", "-o", "json"))
+    assert [(o["dlq_msg_id"], o["outcome"], o["to_topic"]) for o in one] == [(dead_letters[0], "RESENT", OTHER)]
+    everything = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--execute", "--yes", "-o", "json"))
+    assert sorted((o["dlq_msg_id"], o["outcome"]) for o in everything) == sorted(
+        [(dead_letters[0], "ALREADY RESENT"), (dead_letters[1], "RESENT")]
     )
-    assert after - before == 3
-    for outcome in one + everything:
+    again = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--execute", "--yes", "-o", "json"))
+    assert {o["outcome"] for o in again} == {"ALREADY RESENT"}  # a second run sends nothing twice
+    assert other_total(daemons) - before == 2
+    for outcome in one + [o for o in everything if o["outcome"] == "RESENT"]:
         m = stored(daemons, outcome["new_msg_id"])
         assert m.topic == OTHER and m.body.decode().startswith("dead ")
         assert m.tags == "D" and m.properties["color"] == "blue" and m.keys[0].startswith("dead-")
         assert "RETRY_TOPIC" not in m.properties and "ORIGIN_MESSAGE_ID" not in m.properties
+        assert m.properties["MQCTL_DLQ_MSG_ID"] == outcome["dlq_msg_id"]  # marked as a re-sent copy
 
 
 def test_resend_to_another_topic(
     mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str]
 ) -> None:
+    forget_resent(daemons)
     (outcome,) = ok(
-        mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[1], "--to-topic", TOPIC, "--yes", "-o", "json")
+        mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[1], "--to-topic", TOPIC, "--execute", "--yes", "-o", "json")
     )
     assert outcome["outcome"] == "RESENT" and outcome["to_topic"] == TOPIC
     assert stored(daemons, outcome["new_msg_id"]).topic == TOPIC
+
+
+def test_a_failed_resend_exits_non_zero_and_is_not_recorded(
+    mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str]
+) -> None:
+    forget_resent(daemons)
+    args = ("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[0], "--execute", "--yes")
+    failed = mq(*args, "--to-topic", "NoSuchTopic", "-o", "json")
+    assert failed.code == 8, failed.stderr
+    assert [o["outcome"] for o in failed.json()] == ["FAILED"] and "could not be re-sent" in failed.stderr
+    assert [o["outcome"] for o in ok(mq(*args, "-o", "json"))] == ["RESENT"]  # a failure is not marked re-sent
 
 
 def test_resend_unknown_ids_and_groups_are_not_found(
     mq: Callable[..., CliResult], dead_letters: list[str]
 ) -> None:
     assert mq("msg", "resend", "-g", DLQ_GROUP, "--id", "7F00000100002A9F00000000DEADBEEF").code == 3
-    assert mq("msg", "resend", "-g", "CG_NeverDied", "--yes").code == 3
-
-
-def test_resend_of_chosen_ids_still_needs_yes_off_a_terminal(
-    mq: Callable[..., CliResult], dead_letters: list[str]
-) -> None:
-    refused = mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[0])
-    assert refused.code == 2 and "--yes" in refused.stderr
+    assert mq("msg", "resend", "-g", "CG_NeverDied", "--execute", "--yes").code == 3
 
 
 # -------------------------------------------------------------------------------- errors, codes
