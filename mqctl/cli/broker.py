@@ -18,6 +18,7 @@ from mqctl.cli.common import (
     YesOpt,
     confirm,
     online,
+    parse_listen,
 )
 
 if TYPE_CHECKING:
@@ -66,8 +67,12 @@ def start(
     namesrv: Annotated[
         str | None, typer.Option("--namesrv", "-n", help="NameServers HOST:PORT[;HOST:PORT] (namesrvAddr).")
     ] = None,
+    listen: Annotated[
+        str | None,
+        typer.Option("--listen", help="HOST:PORT to listen on (listenHost/listenPort, default 0.0.0.0:10911)."),
+    ] = None,
     port: Annotated[
-        int | None, typer.Option("--port", "-p", help="Listen port (listenPort, default 10911).")
+        int | None, typer.Option("--port", "-p", help="Listen port (listenPort, default 10911); see --listen.")
     ] = None,
     store: StoreOpt = None,
     metrics_port: Annotated[
@@ -89,12 +94,17 @@ def start(
 ) -> None:
     """Start a broker in the foreground (Ctrl-C stops it cleanly) or, with --daemon, in the background."""
     from daemon.config import to_properties
+    from mqctl.errors import UsageError
 
+    if listen is not None and port is not None:
+        raise UsageError("give --listen HOST:PORT or --port, not both")
+    host, listen_port = parse_listen(listen) if listen is not None else (None, port)
     cfg = load(
         config,
         {
             "namesrv_addr": namesrv,
-            "listen_port": port,
+            "listen_host": host,
+            "listen_port": listen_port,
             "store_path_root_dir": str(store) if store else None,
             "metrics_port": metrics_port,
             "metrics_enable": False if no_metrics else None,
@@ -114,7 +124,7 @@ def start(
         log_name=LOG_FILE,
         detach=daemon,
         describe=lambda broker: f"broker {cfg.broker_name} listening on {broker.addr}",
-        port_flags={"--port": cfg.listen_port, "--metrics-port": cfg.metrics_port},
+        port_flags={"--listen" if listen else "--port": cfg.listen_port, "--metrics-port": cfg.metrics_port},
     )
 
 

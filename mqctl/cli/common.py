@@ -90,6 +90,16 @@ UntilOpt = Annotated[
 ExecuteOpt = Annotated[bool, typer.Option("--execute", help="Apply the plan; without it nothing changes.")]
 
 
+def parse_listen(value: str) -> tuple[str, int]:
+    """``--listen HOST:PORT`` (``[v6]:PORT``; an empty host means every interface) -> (host, port)."""
+    from mqctl.errors import UsageError
+
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit() or int(port_text) > 65535:
+        raise UsageError(f"bad --listen {value!r}: expected HOST:PORT (port 0 picks a free one)")
+    return host.strip("[]") or "0.0.0.0", int(port_text)
+
+
 def confirm(question: str, *, yes: bool) -> None:
     """Ask before a destructive action on a terminal; off a terminal require --yes."""
     import sys

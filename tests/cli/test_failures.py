@@ -33,6 +33,28 @@ def test_a_busy_port_exits_4_naming_the_flag(cli: RunCli, busy_port: int, tmp_pa
     namesrv = cli("namesrv", "start", "--data", str(tmp_path / "ns"), "--listen", f"127.0.0.1:{busy_port}")
     assert namesrv.code == ConflictError.exit_code, namesrv.stderr
     assert "--listen" in namesrv.stderr and "Traceback" not in namesrv.stderr
+    broker = cli(
+        "broker",
+        "start",
+        "--store",
+        str(tmp_path / "b"),
+        "--listen",
+        f"127.0.0.1:{busy_port}",
+        "--no-metrics",
+    )
+    assert broker.code == ConflictError.exit_code, broker.stderr
+    assert f"port {busy_port}" in broker.stderr and "--listen" in broker.stderr
+
+
+def test_every_daemon_takes_listen_host_port(cli: RunCli, tmp_path: Path) -> None:
+    shown = cli("broker", "start", "--store", str(tmp_path), "--listen", "127.0.0.1:12345", "--print-config")
+    assert shown.code == 0, shown.stderr
+    assert "listenHost=127.0.0.1" in shown.stdout and "listenPort=12345" in shown.stdout
+    both = cli(
+        "broker", "start", "--store", str(tmp_path), "--listen", "127.0.0.1:1", "-p", "2", "--print-config"
+    )
+    assert both.code == UsageError.exit_code
+    assert cli("broker", "start", "--listen", "nohost", "--print-config").code == UsageError.exit_code
 
 
 def test_a_body_over_max_size_is_refused_before_it_is_read(cli: RunCli, tmp_path: Path) -> None:
