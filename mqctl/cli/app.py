@@ -82,7 +82,11 @@ def build_app() -> typer.Typer:
 
 def command() -> click.Command:
     """The Click command tree (used by the docs generator and the completion scripts)."""
-    return typer.main.get_command(build_app())
+    from mqctl.cli.common import add_timeouts
+
+    tree = typer.main.get_command(build_app())
+    add_timeouts(tree)
+    return tree
 
 
 def _fail(message: str, code: int) -> int:

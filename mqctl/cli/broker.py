@@ -19,6 +19,7 @@ from mqctl.cli.common import (
     confirm,
     online,
     parse_listen,
+    request_timeout,
 )
 
 if TYPE_CHECKING:
@@ -227,12 +228,13 @@ def clean(
         ]
 
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
+    seconds = request_timeout(5.0)
     if execute:
         if not yes and sys.stdin.isatty():  # the question comes with the plan it is about
-            for rep in run_admin(target.namesrv, lambda admin: work(admin, False)):
+            for rep in run_admin(target.namesrv, lambda admin: work(admin, False), timeout=seconds):
                 show_clean_report(rep, "table", to_stderr=True)
         confirm("Trigger the broker's retention (DELETE_EXPIRED_COMMITLOG) now?", yes=yes)
-    for rep in run_admin(target.namesrv, lambda admin: work(admin, execute)):
+    for rep in run_admin(target.namesrv, lambda admin: work(admin, execute), timeout=seconds):
         show_clean_report(rep, output)
 
 

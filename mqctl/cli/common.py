@@ -119,6 +119,42 @@ WatchOpt = Annotated[
 ]
 
 
+_timeout: dict[str, float | None] = {"value": None}
+
+
+def request_timeout(default: float) -> float:
+    """Seconds to wait for each answer: ``--timeout``/``$MQCTL_TIMEOUT`` when given, else the command's default."""
+    return _timeout["value"] or default
+
+
+def timeout_option() -> click.Option:
+    """``--timeout`` for an online command; :func:`add_timeouts` gives one to each of them."""
+
+    def remember(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
+        _timeout["value"] = value
+        return value
+
+    return click.Option(
+        ["--timeout"],
+        type=click.FloatRange(min=0.1),
+        envvar="MQCTL_TIMEOUT",
+        expose_value=False,
+        callback=remember,
+        help="Seconds to wait for each answer (default 5 for most commands; env MQCTL_TIMEOUT).",
+    )
+
+
+def add_timeouts(command: click.Command) -> None:
+    """Give every online command (one that takes --namesrv and --context) a --timeout, the same everywhere."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_timeouts(sub)
+        return
+    names = {p.name for p in command.params}
+    if {"namesrv", "context"} <= names and "timeout" not in names:
+        command.params.append(timeout_option())
+
+
 def online(
     work: Callable[[Admin], Awaitable[Any]],
     *,
@@ -133,7 +169,8 @@ def online(
     from mqctl.config import resolve_target
 
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
-    render_every(lambda: run_admin(target.namesrv, work, timeout=timeout), output, watch)
+    seconds = request_timeout(timeout)
+    render_every(lambda: run_admin(target.namesrv, work, timeout=seconds), output, watch)
 
 
 def render_every(produce: Callable[[], Any], output: str, watch: float | None = None) -> None:

@@ -28,6 +28,7 @@ from mqctl.cli.common import (
     confirm,
     online,
     progress,
+    request_timeout,
 )
 from mqctl.completion import complete_topic
 from mqctl.errors import UsageError
@@ -280,7 +281,7 @@ def tail(
                 exit_at_end=exit_at_end,
                 on_start=started,
             ),
-            timeout=10.0,
+            timeout=request_timeout(10.0),
         )
     except KeyboardInterrupt:
         return
@@ -326,7 +327,10 @@ def resend(
     window = Window.of(since, until) if since or until else None
     only = DlqFilter(window=window, tag=tag, key=key)
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
-    found = run_admin(target.namesrv, lambda admin: dlq_messages(admin, group, ids or [], only=only))
+    seconds = request_timeout(5.0)
+    found = run_admin(
+        target.namesrv, lambda admin: dlq_messages(admin, group, ids or [], only=only), timeout=seconds
+    )
     err = stderr_console()
     if not found:
         err.print(f"%DLQ%{group} holds nothing that matches; nothing to re-send")
@@ -339,6 +343,7 @@ def resend(
         outcomes = run_admin(
             target.namesrv,
             lambda admin: resend_messages(admin, group, found, to_topic, execute=execute, progress=advance),
+            timeout=seconds,
         )
     render(outcomes, output)
     counts = {

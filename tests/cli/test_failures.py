@@ -108,3 +108,33 @@ def test_a_typos_hint_is_printed_once(cli: RunCli) -> None:
         result = cli(*args)
         assert result.code == UsageError.exit_code
         assert result.stderr.count("Did you mean") == 1, result.stderr
+
+
+def test_every_online_command_takes_timeout(cli: RunCli, busy_port: int) -> None:
+    """A NameServer that never answers (this test's listener): --timeout or $MQCTL_TIMEOUT bounds the wait, exit 6."""
+    silent = f"127.0.0.1:{busy_port}"
+    for args in (
+        ["topic", "list", "--timeout", "0.5"],
+        ["group", "list", "--timeout", "0.5"],
+        ["offset", "show", "-g", "G", "-t", "T", "--timeout", "0.5"],
+    ):
+        result = cli(*args, "-n", silent)
+        assert result.code == 6, (args, result.stderr)
+    assert cli("cluster", "list", "-n", silent, env={"MQCTL_TIMEOUT": "0.5"}).code == 6
+    from mqctl.cli.app import command
+
+    missing = []
+
+    def walk(cmd: object, path: str) -> None:
+        import click
+
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                walk(sub, f"{path} {name}")
+        elif isinstance(cmd, click.Command):
+            names = {p.name for p in cmd.params}
+            if {"namesrv", "context"} <= names and "timeout" not in names:
+                missing.append(path)
+
+    walk(command(), "mqctl")
+    assert missing == []
