@@ -151,6 +151,10 @@ def test_commitlog_ls_retention_columns(cli: RunCli, store_a: Path) -> None:
     assert all(50 * HOUR_MS <= r["age_ms"] < 51 * HOUR_MS for r in rows)
     table = cli("store", "commitlog", "ls", "--store", str(store_a), "--reserved-hours", "48")
     assert table.stdout.count("2d 02h") == 4 and table.stdout.count("1.0 MiB") >= 3  # sizes for people
+    assert "{" not in table.stdout and "FixA_" in table.stdout  # topics as 'name=count', never JSON
+    plan = cli("store", "clean", "--store", str(store_a), "--reserved-hours", "48")
+    assert plan.code == 0, plan.stderr
+    assert "{" not in plan.stdout and "FixA_CG_Orders=" in plan.stdout  # unconsumed per group, as data
     # FixA_CG_Orders committed 400 of 700 per queue: the files holding its tail are not consumed by all
     assert [r["consumed_by_all_groups"] for r in rows] == [True, True, False, False]
     default = _json(cli("store", "commitlog", "ls", "--store", str(store_a), "-o", "json"))
