@@ -63,7 +63,8 @@ def _root(
     )
 
 
-def build_app() -> typer.Typer:
+def build_app(only: str | None = None) -> typer.Typer:
+    """The root app with every noun, or with ``only`` that one (a run needs no other noun's commands)."""
     app = typer.Typer(
         name="mqctl",
         help="Run and operate RocketMQ-compatible NameServers and Brokers.",
@@ -76,17 +77,25 @@ def build_app() -> typer.Typer:
     )
     app.callback()(_root)
     for name, module in NOUNS:
-        app.add_typer(importlib.import_module(module).app, name=name)
+        if only in (None, name):
+            app.add_typer(importlib.import_module(module).app, name=name)
     return app
 
 
-def command() -> click.Command:
-    """The Click command tree (used by the docs generator and the completion scripts)."""
+def command(only: str | None = None) -> click.Command:
+    """The Click command tree (used by the docs generator and the completion scripts), or (``only``) the
+    root with one noun: building every noun's commands was half the start-up of a command."""
     from mqctl.cli.common import add_timeouts
 
-    tree = typer.main.get_command(build_app())
+    tree = typer.main.get_command(build_app(only))
     add_timeouts(tree)
     return tree
+
+
+def _noun(argv: list[str]) -> str | None:
+    """The registered noun a command line runs (the root's options take no values), or None."""
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    return first if first in dict(NOUNS) else None
 
 
 def _fail(message: str, code: int) -> int:
@@ -113,7 +122,9 @@ def main(argv: list[str] | None = None) -> int:
         from typer.completion import completion_init
 
         completion_init()  # answer the committed completion scripts with Typer's classes
-    cli = command()
+        cli = command()
+    else:
+        cli = command(_noun(sys.argv[1:] if argv is None else argv))
     try:
         result = cli.main(args=argv, prog_name="mqctl", complete_var=COMPLETE_VAR, standalone_mode=False)
         sys.stdout.flush()  # a closed pipe shows here, inside the boundary, not at interpreter exit
