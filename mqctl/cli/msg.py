@@ -325,12 +325,10 @@ def resend(
     from mqctl.services.messages import resend as resend_messages
 
     window = Window.of(since, until) if since or until else None
-    only = DlqFilter(window=window, tag=tag, key=key)
+    only = DlqFilter(frozenset(i.upper() for i in ids or []), window=window, tag=tag, key=key)
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
     seconds = request_timeout(5.0)
-    found = run_admin(
-        target.namesrv, lambda admin: dlq_messages(admin, group, ids or [], only=only), timeout=seconds
-    )
+    found = run_admin(target.namesrv, lambda admin: dlq_messages(admin, group, only), timeout=seconds)
     err = stderr_console()
     if not found:
         err.print(f"%DLQ%{group} holds nothing that matches; nothing to re-send")

@@ -8,7 +8,6 @@ data and never print; streaming (``tail``) hands each message to a callback.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 import json
 import random
@@ -438,7 +437,7 @@ async def tail(
                 if drained == len(refs) and out.empty():
                     break
                 continue
-            emit(with_body(item, summary(item), True))
+            emit(summary(item) | body_fields(item.body))
             emitted += 1
     finally:
         for task in tasks:
@@ -463,7 +462,8 @@ async def _read_queue(admin: Admin, ref: QueueRef, topic: str) -> list[StoredMes
 
 @dataclass(frozen=True)
 class DlqFilter:
-    """Which dead letters a resend considers: ids (offset id or UNIQ_KEY), a store-time window, tag, key."""
+    """Which dead letters a resend considers: ids (offset id or UNIQ_KEY, upper case), a store-time
+    window, tag, key."""
 
     ids: frozenset[str] = frozenset()
     window: Window | None = None
@@ -481,9 +481,9 @@ class DlqFilter:
 
 
 async def dlq_messages(
-    admin: Admin, group: str, ids: Iterable[str] = (), *, only: DlqFilter | None = None
+    admin: Admin, group: str, only: DlqFilter = DlqFilter()
 ) -> list[tuple[QueueRef, StoredMessage]]:
-    """Messages in ``%DLQ%<group>`` that pass ``only`` (and whose offset id or UNIQ_KEY is in ``ids``)."""
+    """Messages in ``%DLQ%<group>`` that pass ``only``; an id asked for and not found is NotFoundError."""
     topic = DLQ_GROUP_TOPIC_PREFIX + group
     try:
         route = await admin.topic_route(topic)
@@ -491,14 +491,12 @@ async def dlq_messages(
         if exc.code == ResponseCode.TOPIC_NOT_EXIST:
             raise NotFoundError(f"group {group!r} has no dead-letter queue ({topic})") from exc
         raise
-    wanted = {i.upper() for i in ids} | set((only or DlqFilter()).ids)
-    chosen = dataclasses.replace(only or DlqFilter(), ids=frozenset(wanted))
     found: list[tuple[QueueRef, StoredMessage]] = []
     for ref in queues(route, write=False):
         for m in await _read_queue(admin, ref, topic):
-            if chosen.matches(m):
+            if only.matches(m):
                 found.append((ref, m))
-    missing = wanted - {m.msg_id for _, m in found} - {(m.uniq_key or "").upper() for _, m in found}
+    missing = only.ids - {m.msg_id for _, m in found} - {(m.uniq_key or "").upper() for _, m in found}
     if missing:
         raise NotFoundError(f"not in {topic}: {', '.join(sorted(missing))}")
     return found
