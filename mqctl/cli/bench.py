@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 if TYPE_CHECKING:
+    from mqctl.admin.client import Admin
     from mqctl.services.bench import BenchResult
 
 from mqctl.cli.common import ContextOpt, GroupOpt, NamesrvOpt, OutputOpt, online
@@ -49,12 +50,12 @@ def produce(
 ) -> None:
     """Send messages and print TPS, RT average and percentiles (p50/p90/p99/p99.9/max), failures.
 
-    On a terminal a progress line comes every second; Ctrl-C stops the senders and still reports.
+    On a terminal a progress line comes every second; Ctrl-C stops the senders and still reports (exit 130).
     """
     from mqctl.services.bench import produce as run_produce
 
     total = count if count is not None or duration is not None else 100_000
-    online(
+    _report(
         lambda admin: run_produce(
             admin,
             topic,
@@ -70,7 +71,6 @@ def produce(
         namesrv=namesrv,
         context=context,
         output=output,
-        timeout=30.0,
     )
 
 
@@ -91,17 +91,35 @@ def consume(
     """Drain a topic from the group's committed offsets and print msgs/s and pull RT; commits where it stopped.
 
     With --count it consumes exactly that many. While it runs it is a member of the group (see 'group
-    connections') and follows 'offset reset'. A progress line every second on a terminal; Ctrl-C reports.
+    connections') and follows 'offset reset'. A progress line every second on a terminal; Ctrl-C still
+    reports (exit 130).
     """
     from mqctl.services.bench import consume as run_consume
 
-    online(
+    _report(
         lambda admin: run_consume(admin, topic, group=group, count=count, idle_s=idle, tick=_ticker()),
         namesrv=namesrv,
         context=context,
         output=output,
-        timeout=30.0,
     )
+
+
+def _report(
+    work: Callable[[Admin], Awaitable[BenchResult]], *, namesrv: str | None, context: str | None, output: str
+) -> None:
+    """Run a benchmark and print its result; after Ctrl-C the result covers the run so far and the
+    exit code is still 130, so a script can tell an interrupted run from a finished one."""
+    from mqctl.errors import Interrupted
+
+    results: list[BenchResult] = []
+
+    async def run(admin: Admin) -> BenchResult:
+        results.append(await work(admin))
+        return results[-1]
+
+    online(run, namesrv=namesrv, context=context, output=output, timeout=30.0)
+    if results and results[-1].interrupted:
+        raise Interrupted("interrupted: the result above covers the run until Ctrl-C")
 
 
 def _ticker() -> Callable[[BenchResult], None] | None:
