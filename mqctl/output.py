@@ -30,13 +30,14 @@ if TYPE_CHECKING:  # rich loads when something is rendered, not when the CLI is 
 
 FORMATS = ("table", "json", "yaml", "csv")
 
-_state: dict[str, bool] = {"no_color": False, "verbose": False}
+_state: dict[str, bool] = {"no_color": False, "verbose": False, "utc": False}
 
 
-def configure(*, no_color: bool, verbose: bool = False) -> None:
-    """Set once by the CLI's root callback from ``--no-color`` and ``--verbose``."""
+def configure(*, no_color: bool, verbose: bool = False, utc: bool = False) -> None:
+    """Set once by the CLI's root callback from ``--no-color``, ``--verbose`` and ``--utc``."""
     _state["no_color"] = no_color
     _state["verbose"] = verbose
+    _state["utc"] = utc
 
 
 def note(text: str) -> None:
@@ -132,18 +133,21 @@ def _header(column: str) -> str:
 
 
 def _shown(column: str, row: dict[str, Any]) -> str:
-    """A cell as people read it: sizes in KiB/MiB, "never" for a time that is 0, durations as ``3d 04h``
-    (see :mod:`mqctl.units`); JSON keeps the raw values."""
+    """A cell as people read it: sizes in KiB/MiB, times in local time (``--utc``: UTC) or "never" for 0,
+    durations as ``3d 04h`` (see :mod:`mqctl.units`); JSON keeps the raw values."""
     from mqctl import units
 
     value = row.get(column)
+    twin = row.get(f"{column}_ms")
+    if value is None and twin == 0:
+        return "never"
+    if isinstance(twin, int) and twin and isinstance(value, str):
+        return units.table_time(twin, utc=_state["utc"])
     if isinstance(value, int) and not isinstance(value, bool):
         if units.is_size(column):
             return units.size_text(value)
         if column.endswith("_ms"):
             return units.duration_text(value)
-    if value is None and row.get(f"{column}_ms") == 0:
-        return "never"
     return cell_text(value)
 
 
@@ -246,7 +250,7 @@ class RowStream:
             self._csv.writerow([_csv_cell(data.get(c)) for c in self.columns or []])
         else:
             self.columns = self.columns or list(data)
-            cells = (cell_text(data.get(c)).replace("\n", "\\n") or "-" for c in self.columns)
+            cells = (_shown(c, data).replace("\n", "\\n") or "-" for c in self.columns)
             self.out.write(" ".join(cells) + "\n")
         self.out.flush()
 

@@ -2,8 +2,9 @@
 
 Results keep raw values (scripts get bytes, ISO times with an ``_ms`` twin, numbers for ratios);
 tables show them for people through :mod:`mqctl.output`, which applies these helpers by column
-name: ``size``/``*_size``/``*_bytes``/``reclaimable`` as KiB/MiB/GiB, a time whose ``_ms`` twin is
-0 as "never", and an ``_ms`` column without an ISO twin as a duration (``3d 04h``).
+name: ``size``/``*_size``/``*_bytes``/``reclaimable`` as KiB/MiB/GiB, a time with an ``_ms`` twin in
+local time (UTC with ``--utc``) or "never" when the twin is 0, and an ``_ms`` column without an ISO
+twin as a duration (``3d 04h``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ def duration_text(ms: int) -> str:
 def iso(ms: int) -> str:
     """Epoch ms as ISO 8601 UTC with milliseconds, the form every output uses."""
     return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def table_time(ms: int, *, utc: bool) -> str:
+    """A time for people: local ISO 8601 with its offset, or (``--utc``) UTC with ``Z``."""
+    if utc:
+        return iso(ms)
+    return datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="milliseconds")
 
 
 def when(ms: int | None) -> str | None:

@@ -50,12 +50,15 @@ def _root(
     verbose: Annotated[
         bool, typer.Option("--verbose", "-v", help="Say on stderr which NameServers a command talks to, and why.")
     ] = False,
+    utc: Annotated[
+        bool, typer.Option("--utc", envvar="MQCTL_UTC", help="Times in tables in UTC (default: local time).")
+    ] = False,
 ) -> None:
     """mqctl: run and operate RocketMQ-compatible NameServers and Brokers."""
     from mqctl.output import configure
 
     _debug["on"] = debug
-    configure(no_color=no_color, verbose=verbose)
+    configure(no_color=no_color, verbose=verbose, utc=utc)
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -24,6 +24,7 @@ from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError, UsageError
 from mqctl.services.topics import masters_of_topic, route_masters
 from mqctl.timespec import iso, parse_time
+from mqctl.units import time_fields
 from store.message import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -110,7 +111,7 @@ def summary(m: StoredMessage) -> dict[str, Any]:
         "queue_offset": m.queue_offset,
         "tags": m.tags,
         "keys": " ".join(m.keys) or None,
-        "store_time": iso(m.store_timestamp),
+        **time_fields("store_time", m.store_timestamp),
         "body_size": len(m.body),
     }
 
@@ -121,7 +122,7 @@ def detail(m: StoredMessage) -> dict[str, Any]:
         **summary(m),
         "commit_log_offset": m.commit_log_offset,
         "store_size": m.store_size,
-        "born_time": iso(m.born_timestamp),
+        **time_fields("born_time", m.born_timestamp),
         "born_host": f"{m.born_host[0]}:{m.born_host[1]}",
         "store_host": f"{m.store_host[0]}:{m.store_host[1]}",
         "reconsume_times": m.reconsume_times,

@@ -292,6 +292,20 @@ def test_user_data_is_shown_as_data_never_as_markup(mq: Callable[..., CliResult]
     assert "[urgent]" in listed.stdout and "[vip]" in listed.stdout
 
 
+def test_times_are_local_in_tables_utc_with_flag_and_iso_in_json(
+    cli: RunCli, daemons: LocalCluster
+) -> None:
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr, "TZ": "Asia/Tokyo"}
+    shown = cli("msg", "show", "-t", TOPIC, "-q", "1", "--offset", "0", "-o", "json", env=env).json()
+    assert shown["store_time"].endswith("Z") and isinstance(shown["store_time_ms"], int)
+    local = cli("msg", "show", "-t", TOPIC, "-q", "1", "--offset", "0", env=env).stdout
+    rows = {r[0]: r[1] for r in ([c.strip() for c in line.split("│")] for line in local.splitlines()) if len(r) == 2}
+    assert rows["store_time"].endswith("+09:00") and "store_time_ms" not in rows
+    utc = cli("--utc", "msg", "show", "-t", TOPIC, "-q", "1", "--offset", "0", env=env).stdout
+    rows = {r[0]: r[1] for r in ([c.strip() for c in line.split("│")] for line in utc.splitlines()) if len(r) == 2}
+    assert rows["store_time"] == shown["store_time"]
+
+
 def test_show_never_commits_an_offset(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
     ok(mq("msg", "show", "-t", TOPIC, "-q", "0", "--offset", "0", "-o", "json"))
     offsets = on_broker(daemons, lambda: daemons.broker.offsets.query_offset(wire.TOOLS_GROUP, TOPIC, 0))
