@@ -206,6 +206,7 @@ def kv_set(
 def kv_delete(
     namespace: NamespaceOpt,
     key: KeyArg,
+    if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed when it is already gone.")] = False,
     yes: YesOpt = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
@@ -215,4 +216,9 @@ def kv_delete(
     from mqctl.services.kv import delete
 
     confirm(f"Delete {namespace}/{key} from every NameServer?", yes=yes)
-    online(lambda admin: delete(admin, namespace, key), namesrv=namesrv, context=context, output=output)
+    online(
+        lambda admin: delete(admin, namespace, key, if_exists=if_exists),
+        namesrv=namesrv,
+        context=context,
+        output=output,
+    )

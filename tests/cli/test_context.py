@@ -63,3 +63,9 @@ def test_verbose_says_where_an_online_command_connects(cli: RunCli) -> None:
 def test_output_env_default(cli: RunCli) -> None:
     cli("context", "add", "dev", "-n", "127.0.0.1:1111")
     assert cli("context", "ls", env={"MQCTL_OUTPUT": "csv"}).stdout == "name,namesrv,current\ndev,127.0.0.1:1111,yes\n"
+
+
+def test_rm_if_exists(cli: RunCli) -> None:
+    assert cli("context", "rm", "nope").code == 3
+    soft = cli("context", "rm", "nope", "--if-exists", "-o", "json")
+    assert soft.code == 0 and soft.json() == {"removed": None, "namesrv": None}

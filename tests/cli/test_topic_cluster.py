@@ -165,6 +165,9 @@ def test_namesrv_kv(mq: RunCli, daemons: LocalCluster) -> None:
     assert mq("namesrv", "kv", "delete", *ns, "OrderT").code == UsageError.exit_code  # needs --yes off a TTY
     assert mq("namesrv", "kv", "delete", *ns, "OrderT", "--yes", "-o", "json").json()["deleted"] == "broker-a:4"
     assert daemons.namesrv.kv.get("ORDER_TOPIC_CONFIG", "OrderT") is None
+    assert mq("namesrv", "kv", "delete", *ns, "OrderT", "--yes").code == NotFoundError.exit_code
+    gone = mq("namesrv", "kv", "delete", *ns, "OrderT", "--yes", "--if-exists", "-o", "json")
+    assert gone.code == 0 and gone.json()["deleted"] is None
 
 
 def test_broker_config_get_and_set(mq: RunCli, daemons: LocalCluster) -> None:
