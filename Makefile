@@ -7,11 +7,16 @@ STAMP := $(VENV)/.installed
 .PHONY: run test lint docs bench clean
 
 # (Re)build the virtualenv when it is missing or pyproject.toml changed since the last install.
+# `make run` needs the base package only; tests, lint and benchmarks add the spark and dev extras.
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[spark,dev]'
+	$(BIN)/python -m pip install --quiet -e .
 	touch $(STAMP)
+
+DEV_STAMP := $(VENV)/.installed-dev
+$(DEV_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[spark,dev]'
+	touch $(DEV_STAMP)
 
 # The real third-party clients (C++ via PyPI rocketmq==0.4.4, Node ali-ons) that tests/interop drives.
 INTEROP_STAMP := .venv-interop/.installed
@@ -22,17 +27,17 @@ $(INTEROP_STAMP): scripts/install-interop-clients.sh tests/interop/package.json 
 run: $(STAMP)
 	$(BIN)/mqctl up
 
-test: $(STAMP) $(INTEROP_STAMP)
+test: $(DEV_STAMP) $(INTEROP_STAMP)
 	$(BIN)/python -m pytest
 
-lint: $(STAMP)
+lint: $(DEV_STAMP)
 	$(BIN)/ruff check mqctl daemon store tests benchmarks
 	$(BIN)/mypy
 
 docs: $(STAMP)
 	$(BIN)/python -m mqctl.docs .
 
-bench: $(STAMP)
+bench: $(DEV_STAMP)
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

@@ -26,7 +26,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.loop import run
-from mqctl.services.bench import BenchResult, result, send_frame, sender
+from mqctl.services.bench import BenchResult, Run, result, send_frame, sender
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = os.urandom(1024)
@@ -55,15 +55,16 @@ async def bench(addr: str, duration: float, producers: int) -> BenchResult:
     """`mqctl bench produce`'s senders, each re-run until ``duration`` is over (after a 1 s warm-up)."""
     sends = [(addr, send_frame("BenchTopic", q, BODY)) for q in range(4)]  # auto-created with 4 queues
 
-    async def until(deadline: float, i: int, rts: list[float]) -> int:
-        rotated = itertools.cycle(sends[i % 4 :] + sends[: i % 4])
-        return await sender(itertools.takewhile(lambda _: time.perf_counter() < deadline, rotated), rts)
+    async def until(run: Run, i: int) -> None:
+        await sender(itertools.cycle(sends[i % 4 :] + sends[: i % 4]), run)
 
-    await asyncio.gather(*(until(time.perf_counter() + 1.0, i, []) for i in range(producers)))
-    rts: list[float] = []
-    start = time.perf_counter()
-    failures = await asyncio.gather(*(until(start + duration, i, rts) for i in range(producers)))
-    return result("produce", len(rts), sum(failures), time.perf_counter() - start, rts)
+    warm_up = Run()
+    warm_up.deadline = warm_up.started + 1.0
+    await asyncio.gather(*(until(warm_up, i) for i in range(producers)))
+    run = Run()
+    run.deadline = run.started + duration
+    await asyncio.gather(*(until(run, i) for i in range(producers)))
+    return result("produce", run.messages, run.failures, time.perf_counter() - run.started, run.rts)
 
 
 def start_broker(store: str, port: int, *flags: str) -> subprocess.Popen[bytes]:

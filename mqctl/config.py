@@ -120,15 +120,36 @@ class Target:
 
 
 def resolve_target(*, namesrv_flag: str | None, context_flag: str | None) -> Target:
-    """Resolve the NameServer list once, by the documented precedence."""
+    """Resolve the NameServer list once, by the documented precedence; ``-v`` says which on stderr."""
+    from mqctl.output import note
+
+    target = _resolve(namesrv_flag, context_flag)
+    note(f"NameServer {';'.join(target.namesrv)} (from {target.source})")
+    return target
+
+
+def _resolve(namesrv_flag: str | None, context_flag: str | None) -> Target:
+    """--namesrv, --context, $MQCTL_NAMESRV, the current context, $NAMESRV_ADDR, then the default.
+
+    RocketMQ's $NAMESRV_ADDR is often set for other tools: a context chosen in mqctl outranks it,
+    with a notice so that the choice is never silent.
+    """
     if namesrv_flag:
         return Target(parse_namesrv(namesrv_flag), "--namesrv")
     contexts = ContextFile.load()
     if context_flag:
         return Target(parse_namesrv(contexts.get(context_flag).namesrv), f"context {context_flag}")
-    for var in ("MQCTL_NAMESRV", "NAMESRV_ADDR"):
-        if os.environ.get(var):
-            return Target(parse_namesrv(os.environ[var]), f"${var}")
+    if os.environ.get("MQCTL_NAMESRV"):
+        return Target(parse_namesrv(os.environ["MQCTL_NAMESRV"]), "$MQCTL_NAMESRV")
     if contexts.current and contexts.current in contexts.contexts:
+        if os.environ.get("NAMESRV_ADDR"):
+            from mqctl.output import stderr_console
+
+            stderr_console().print(
+                f"note: context {contexts.current!r} outranks $NAMESRV_ADDR; -n or --context choose otherwise",
+                style="dim",
+            )
         return Target(parse_namesrv(contexts.contexts[contexts.current].namesrv), f"context {contexts.current}")
+    if os.environ.get("NAMESRV_ADDR"):
+        return Target(parse_namesrv(os.environ["NAMESRV_ADDR"]), "$NAMESRV_ADDR")
     return Target([DEFAULT_NAMESRV], "default")

@@ -8,6 +8,7 @@ at one boundary, by :func:`translate`.
 
 from __future__ import annotations
 
+import errno
 from typing import ClassVar
 
 
@@ -39,7 +40,8 @@ class NotFoundError(MqctlError):
 
 
 class ConflictError(MqctlError):
-    """The object already exists, the store is locked by another process, or live consumers hold the group."""
+    """The object already exists, the store is locked by another process, live consumers hold the group, or
+    another process listens on the port a daemon asked for."""
 
     exit_code = 4
 
@@ -108,7 +110,7 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
     (1, "MqctlError", "unexpected failure (a bug: run again with --debug and report it)"),
     (UsageError.exit_code, "UsageError", "bad flag, argument or configuration"),
     (NotFoundError.exit_code, "NotFoundError", "topic, group, message, file or context not found"),
-    (ConflictError.exit_code, "ConflictError", "already exists, store locked by a running broker, or group has live consumers"),
+    (ConflictError.exit_code, "ConflictError", "already exists, store locked by a running broker, group has live consumers, or port in use"),
     (ConnectError.exit_code, "ConnectError", "NameServer or broker unreachable"),
     (RequestTimeoutError.exit_code, "RequestTimeoutError", "no answer in time"),
     (ProtocolError.exit_code, "ProtocolError", "peer does not speak the RocketMQ remoting protocol"),
@@ -179,6 +181,8 @@ def translate(exc: BaseException) -> MqctlError:
         return ConnectError(str(exc))
     if isinstance(exc, TimeoutError):
         return RequestTimeoutError(str(exc) or "timed out")
+    if isinstance(exc, OSError) and exc.errno == errno.EADDRINUSE:
+        return ConflictError(f"{exc.strerror or exc}", hint="another process holds the port; choose another")
     if isinstance(exc, OSError):
         return MqctlError(f"{exc.strerror or exc}: {exc.filename}" if exc.filename else str(exc))
     return MqctlError(f"{type(exc).__name__}: {exc}")

@@ -1,8 +1,15 @@
-"""The output layer: one ``render(result, fmt)`` for every command.
+"""The output layer: one ``render(result, fmt)`` for every command, and one ``RowStream`` for streams.
 
 Data goes to stdout, diagnostics to stderr. A result is a mapping (one record), a sequence
 of mappings (rows) or dataclasses of either shape. Tables use rich and colour only on a
 terminal; JSON is stable (keys in column order, ISO timestamps) for scripts; CSV has a header.
+
+Every table cell is data: it is a rich ``Text``, never parsed as markup, so a key ``[urgent]``
+or a body holding ``[/b]`` shows as typed. Nested values never appear as JSON in a cell: a list of
+records inside a record (a plan's queues, a create's brokers) renders as a table of its own under
+the record's summary, a list of values as ``a, b``, a mapping as ``name=value`` pairs and a change
+``[old, new]`` as ``old → new``. Off a terminal a table is as wide as its content (no wrapping
+mid-token when piped).
 """
 
 from __future__ import annotations
@@ -16,18 +23,27 @@ import os
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
-from rich.console import Console
+if TYPE_CHECKING:  # rich loads when something is rendered, not when the CLI is built
+    from rich.console import Console
 
 FORMATS = ("table", "json", "yaml", "csv")
 
-_state: dict[str, bool] = {"no_color": False}
+_state: dict[str, bool] = {"no_color": False, "verbose": False, "utc": False}
 
 
-def configure(*, no_color: bool) -> None:
-    """Set once by the CLI's root callback from ``--no-color``."""
+def configure(*, no_color: bool, verbose: bool = False, utc: bool = False) -> None:
+    """Set once by the CLI's root callback from ``--no-color``, ``--verbose`` and ``--utc``."""
     _state["no_color"] = no_color
+    _state["verbose"] = verbose
+    _state["utc"] = utc
+
+
+def note(text: str) -> None:
+    """A line on stderr with ``-v`` only (where a command connects, what it chose)."""
+    if _state["verbose"]:
+        stderr_console().print(text, style="dim")
 
 
 def _color_allowed(stream: TextIO) -> bool:
@@ -35,12 +51,23 @@ def _color_allowed(stream: TextIO) -> bool:
 
 
 def stdout_console() -> Console:
-    return Console(file=sys.stdout, no_color=not _color_allowed(sys.stdout), highlight=False, soft_wrap=False)
+    from rich.console import Console
+
+    return Console(
+        file=sys.stdout,
+        no_color=not _color_allowed(sys.stdout),
+        highlight=False,
+        soft_wrap=False,
+        markup=False,
+    )
 
 
 def stderr_console() -> Console:
-    """Diagnostics, progress bars and prompts go here; progress is shown only on a terminal."""
-    return Console(file=sys.stderr, no_color=not _color_allowed(sys.stderr), highlight=False)
+    """Diagnostics, progress bars and prompts go here; progress is shown only on a terminal. Messages
+    carry names and user data, so nothing printed is parsed as markup (style with ``style=``)."""
+    from rich.console import Console
+
+    return Console(file=sys.stderr, no_color=not _color_allowed(sys.stderr), highlight=False, markup=False)
 
 
 def plain(value: Any) -> Any:
@@ -60,6 +87,11 @@ def plain(value: Any) -> Any:
     return value
 
 
+def _is_records(value: Any) -> bool:
+    """A non-empty list whose items are all records: rendered as a table of its own."""
+    return isinstance(value, list) and bool(value) and all(isinstance(v, dict) for v in value)
+
+
 def _rows(data: Any) -> tuple[list[str], list[dict[str, Any]]]:
     if isinstance(data, Mapping):
         return ["key", "value"], [{"key": k, "value": v} for k, v in data.items()]
@@ -70,14 +102,102 @@ def _rows(data: Any) -> tuple[list[str], list[dict[str, Any]]]:
     return columns, rows
 
 
-def _cell(value: Any) -> str:
+def cell_text(value: Any) -> str:
+    """A value as one table cell's text, without JSON: see the module docstring."""
     if value is None:
         return ""
     if isinstance(value, bool):
         return "yes" if value else "no"
+    if isinstance(value, list):
+        return ", ".join(cell_text(v) for v in value)
+    if isinstance(value, dict):
+        return ", ".join(_pair(k, v) for k, v in value.items())
+    return str(value)
+
+
+def _pair(name: str, value: Any) -> str:
+    """``name=value``, or for a change ``[old, new]`` (a diff) ``name: old → new``."""
+    if isinstance(value, list) and len(value) == 2 and not any(isinstance(v, dict | list) for v in value):
+        return f"{name}: {cell_text(value[0]) or '-'} → {cell_text(value[1]) or '-'}"
+    return f"{name}={cell_text(value)}"
+
+
+def _csv_cell(value: Any) -> str:
     if isinstance(value, dict | list):
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return str(value)
+    return "" if value is None else cell_text(value)
+
+
+def _header(column: str) -> str:
+    return column.upper().replace("_", " ")
+
+
+def _shown(column: str, row: dict[str, Any]) -> str:
+    """A cell as people read it: sizes in KiB/MiB, times in local time (``--utc``: UTC) or "never" for 0,
+    durations as ``3d 04h`` (see :mod:`mqctl.units`); JSON keeps the raw values."""
+    from mqctl import units
+
+    value = row.get(column)
+    twin = row.get(f"{column}_ms")
+    if value is None and twin == 0:
+        return "never"
+    if isinstance(twin, int) and twin and isinstance(value, str):
+        return units.table_time(twin, utc=_state["utc"])
+    if isinstance(value, int) and not isinstance(value, bool):
+        if units.is_size(column):
+            return units.size_text(value)
+        if column.endswith("_ms"):
+            return units.duration_text(value)
+    return cell_text(value)
+
+
+def _table(columns: list[str], rows: list[dict[str, Any]], title: str | None) -> Any:
+    from rich.table import Table
+    from rich.text import Text
+
+    twins = {c for c in columns if c.endswith("_ms") and c.removesuffix("_ms") in columns}
+    shown = [c for c in columns if c not in twins]  # a time shows once, as ISO (or "never")
+    table = Table(title=title, show_edge=False, pad_edge=False, header_style="bold", title_justify="left")
+    for column in shown:
+        table.add_column(_header(column.removesuffix("_ms")), overflow="fold")
+    for row in rows:
+        table.add_row(*(Text(_shown(c, row)) for c in shown))
+    return table
+
+
+def _tables(data: Any, title: str | None) -> list[Any]:
+    """A record's scalars as one key/value table, then each of its record lists as a table of its own."""
+    if not isinstance(data, Mapping):
+        columns, rows = _rows(data if isinstance(data, Sequence) else [data])
+        return [_table(columns, rows, title)]
+    summary = {k: v for k, v in data.items() if not _is_records(v)}
+    pairs = [
+        {"key": k, "value": _shown(k, summary)}
+        for k in summary
+        if k.removesuffix("_ms") not in summary or not k.endswith("_ms")
+    ]
+    out = [_table(["key", "value"], pairs, title)] if summary else []
+    for key, value in data.items():
+        if _is_records(value):
+            out.append(_table(*_rows(value), key.replace("_", " ")))
+    return out
+
+
+def _print_tables(tables: list[Any], stream: TextIO, *, terminal: bool) -> None:
+    """On a terminal: the terminal's width; elsewhere: each table as wide as its content."""
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    if terminal:
+        console = stdout_console()
+        for table in tables:
+            console.print(table)
+        return
+    probe = Console(file=io.StringIO(), width=1 << 20, no_color=True)
+    for table in tables:
+        width = Measurement.get(probe, probe.options, table).maximum
+        console = Console(file=stream, width=max(width, 20), no_color=True, highlight=False, soft_wrap=False)
+        console.print(table)
 
 
 def render(result: Any, fmt: str = "table", *, out: TextIO | None = None, title: str | None = None) -> None:
@@ -95,19 +215,47 @@ def render(result: Any, fmt: str = "table", *, out: TextIO | None = None, title:
         columns, rows = _rows(data if isinstance(data, Sequence | Mapping) else [data])
         writer = csv.writer(stream, lineterminator="\n")
         writer.writerow(columns)
-        writer.writerows([_cell(row.get(c)) for c in columns] for row in rows)
+        writer.writerows([_csv_cell(row.get(c)) for c in columns] for row in rows)
     elif fmt == "table":
-        from rich.table import Table
-
-        columns, rows = _rows(data if isinstance(data, Sequence | Mapping) else [data])
-        table = Table(title=title, show_edge=False, pad_edge=False, header_style="bold")
-        for column in columns:
-            table.add_column(column.upper().replace("_", " "), overflow="fold")
-        for row in rows:
-            table.add_row(*(_cell(row.get(c)) for c in columns))
-        console = Console(file=io.StringIO(), width=200, no_color=True) if out is not None else stdout_console()
-        console.print(table)
-        if out is not None:
-            stream.write(console.file.getvalue())  # type: ignore[attr-defined]
+        _print_tables(_tables(data, title), stream, terminal=out is None and stream.isatty())
     else:
         raise ValueError(f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}")
+
+
+class RowStream:
+    """Rows as they come (``msg tail``, ``--watch``): JSON lines, YAML documents, CSV with one header,
+    or one plain line per row (cells as in a table, newlines escaped, ``-`` for empty); each row flushed at once."""
+
+    def __init__(self, fmt: str, out: TextIO | None = None, *, columns: Sequence[str] | None = None) -> None:
+        if fmt not in FORMATS:
+            raise ValueError(f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}")
+        self.fmt = fmt
+        self.out = out or sys.stdout
+        self.columns = list(columns) if columns else None
+        self._csv: Any = None
+
+    def __call__(self, row: Any) -> None:
+        data = plain(row)
+        if self.fmt == "json":
+            self.out.write(json.dumps(data, ensure_ascii=False) + "\n")
+        elif self.fmt == "yaml":
+            import yaml
+
+            self.out.write("---\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+        elif self.fmt == "csv":
+            if self._csv is None:
+                self._csv = csv.writer(self.out, lineterminator="\n")
+                self.columns = self.columns or list(data)
+                self._csv.writerow(self.columns)
+            self._csv.writerow([_csv_cell(data.get(c)) for c in self.columns or []])
+        else:
+            self.columns = self.columns or list(data)
+            cells = (_shown(c, data).replace("\n", "\\n") or "-" for c in self.columns)
+            self.out.write(" ".join(cells) + "\n")
+        self.out.flush()
+
+    def rows(self, result: Any) -> None:
+        """One refresh of ``--watch``: each row of a list (one line per row), or the record itself."""
+        data = plain(result)
+        for row in data if isinstance(data, list) else [data]:
+            self(row if isinstance(row, dict) else {"value": row})

@@ -11,6 +11,9 @@ import re
 from datetime import UTC, datetime
 
 from mqctl.errors import UsageError
+from mqctl.units import iso
+
+__all__ = ["iso", "parse_duration", "parse_time"]
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
@@ -42,8 +45,3 @@ def parse_time(text: str, *, now_ms: int) -> int:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return round(moment.timestamp() * 1000)
-
-
-def iso(ms: int) -> str:
-    """Epoch ms as ISO 8601 UTC with milliseconds, the form every output uses."""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -47,12 +47,18 @@ def _root(
     ] = False,
     debug: Annotated[bool, typer.Option("--debug", envvar="MQCTL_DEBUG", help="Log debug output and show tracebacks.")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="Never use colour (NO_COLOR is honoured too).")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Say on stderr which NameServers a command talks to, and why.")
+    ] = False,
+    utc: Annotated[
+        bool, typer.Option("--utc", envvar="MQCTL_UTC", help="Times in tables in UTC (default: local time).")
+    ] = False,
 ) -> None:
     """mqctl: run and operate RocketMQ-compatible NameServers and Brokers."""
     from mqctl.output import configure
 
     _debug["on"] = debug
-    configure(no_color=no_color)
+    configure(no_color=no_color, verbose=verbose, utc=utc)
     logging.basicConfig(
         level=logging.DEBUG if debug else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -60,29 +66,55 @@ def _root(
     )
 
 
-def build_app() -> typer.Typer:
+def build_app(only: str | None = None) -> typer.Typer:
+    """The root app with every noun, or with ``only`` that one (a run needs no other noun's commands)."""
     app = typer.Typer(
         name="mqctl",
         help="Run and operate RocketMQ-compatible NameServers and Brokers.",
         no_args_is_help=True,
         add_completion=False,
         pretty_exceptions_enable=False,
+        suggest_commands=False,  # click already says "Did you mean ...": say it once
+        rich_markup_mode=None,  # click's plain help: rich's help pulls in markdown_it (0.15 s of 'mqctl --help')
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     app.callback()(_root)
     for name, module in NOUNS:
-        app.add_typer(importlib.import_module(module).app, name=name)
+        if only in (None, name):
+            app.add_typer(importlib.import_module(module).app, name=name)
     return app
 
 
-def command() -> click.Command:
-    """The Click command tree (used by the docs generator and the completion scripts)."""
-    return typer.main.get_command(build_app())
+def command(only: str | None = None) -> click.Command:
+    """The Click command tree (used by the docs generator and the completion scripts), or (``only``) the
+    root with one noun: building every noun's commands was half the start-up of a command."""
+    from mqctl.cli.common import add_timeouts
+
+    tree = typer.main.get_command(build_app(only))
+    add_timeouts(tree)
+    return tree
+
+
+def _noun(argv: list[str]) -> str | None:
+    """The registered noun a command line runs (the root's options take no values), or None."""
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    return first if first in dict(NOUNS) else None
 
 
 def _fail(message: str, code: int) -> int:
     sys.stderr.write(f"mqctl: error: {message}\n")
     return code
+
+
+def _reader_gone() -> int:
+    """``mqctl topic list | head -1``: the reader has what it wanted; exit 0 without a word.
+
+    stdout is pointed at /dev/null so that the interpreter's final flush does not fail again.
+    """
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,9 +125,14 @@ def main(argv: list[str] | None = None) -> int:
         from typer.completion import completion_init
 
         completion_init()  # answer the committed completion scripts with Typer's classes
-    cli = command()
+        cli = command()
+    else:
+        cli = command(_noun(sys.argv[1:] if argv is None else argv))
     try:
         result = cli.main(args=argv, prog_name="mqctl", complete_var=COMPLETE_VAR, standalone_mode=False)
+        sys.stdout.flush()  # a closed pipe shows here, inside the boundary, not at interpreter exit
+    except BrokenPipeError:
+        return _reader_gone()
     except click.exceptions.Abort:
         return _fail("aborted", 130)
     except click.UsageError as exc:
@@ -104,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         return _fail(exc.format_message(), exc.exit_code)
     except BaseException as exc:  # the one translation boundary
+        if isinstance(exc, BrokenPipeError) or isinstance(exc.__context__, BrokenPipeError):
+            return _reader_gone()  # rich answers a closed pipe with SystemExit(1): not a failure here
         if isinstance(exc, SystemExit):
             raise
         error = translate(exc)

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated
 
 import typer
+
+if TYPE_CHECKING:
+    from mqctl.admin.client import Admin
+    from mqctl.services.bench import BenchResult
 
 from mqctl.cli.common import ContextOpt, GroupOpt, NamesrvOpt, OutputOpt, online
 
@@ -26,22 +31,46 @@ def produce(
     ] = 4,
     threads: Annotated[int, typer.Option("--threads", min=1, help="Concurrent synchronous senders.")] = 16,
     size: Annotated[int, typer.Option("--size", min=1, help="Body size in bytes.")] = 1024,
-    count: Annotated[int, typer.Option("--count", min=1, help="Messages to send in all.")] = 100_000,
+    count: Annotated[
+        int | None,
+        typer.Option("--count", min=1, help="Messages to send in all (default 100000 without --duration)."),
+    ] = None,
+    duration: Annotated[
+        float | None,
+        typer.Option(
+            "--duration", min=0.1, help="Send for this many seconds (with --count: whichever ends first)."
+        ),
+    ] = None,
+    rate: Annotated[
+        float | None, typer.Option("--rate", min=0.1, help="At most this many messages/s in all.")
+    ] = None,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
 ) -> None:
-    """Send COUNT messages and print TPS, average and max RT, failures."""
+    """Send messages and print TPS, RT average and percentiles (p50/p90/p99/p99.9/max), failures.
+
+    On a terminal a progress line comes every second; Ctrl-C stops the senders and still reports (exit 130).
+    """
     from mqctl.services.bench import produce as run_produce
 
-    online(
+    total = count if count is not None or duration is not None else 100_000
+    _report(
         lambda admin: run_produce(
-            admin, topic, topics=topics, queues=write_queues, threads=threads, size=size, count=count
+            admin,
+            topic,
+            topics=topics,
+            queues=write_queues,
+            threads=threads,
+            size=size,
+            count=total,
+            duration=duration,
+            rate=rate,
+            tick=_ticker(),
         ),
         namesrv=namesrv,
         context=context,
         output=output,
-        timeout=30.0,
     )
 
 
@@ -61,14 +90,51 @@ def consume(
 ) -> None:
     """Drain a topic from the group's committed offsets and print msgs/s and pull RT; commits where it stopped.
 
-    While it runs it is a member of the group (see 'group connections') and follows 'offset reset'.
+    With --count it consumes exactly that many. While it runs it is a member of the group (see 'group
+    connections') and follows 'offset reset'. A progress line every second on a terminal; Ctrl-C still
+    reports (exit 130).
     """
     from mqctl.services.bench import consume as run_consume
 
-    online(
-        lambda admin: run_consume(admin, topic, group=group, count=count, idle_s=idle),
+    _report(
+        lambda admin: run_consume(admin, topic, group=group, count=count, idle_s=idle, tick=_ticker()),
         namesrv=namesrv,
         context=context,
         output=output,
-        timeout=30.0,
     )
+
+
+def _report(
+    work: Callable[[Admin], Awaitable[BenchResult]], *, namesrv: str | None, context: str | None, output: str
+) -> None:
+    """Run a benchmark and print its result; after Ctrl-C the result covers the run so far and the
+    exit code is still 130, so a script can tell an interrupted run from a finished one."""
+    from mqctl.errors import Interrupted
+
+    results: list[BenchResult] = []
+
+    async def run(admin: Admin) -> BenchResult:
+        results.append(await work(admin))
+        return results[-1]
+
+    online(run, namesrv=namesrv, context=context, output=output, timeout=30.0)
+    if results and results[-1].interrupted:
+        raise Interrupted("interrupted: the result above covers the run until Ctrl-C")
+
+
+def _ticker() -> Callable[[BenchResult], None] | None:
+    """A progress line a second on stderr, only on a terminal (pipes and logs get the summary alone)."""
+    from mqctl.output import stderr_console
+
+    console = stderr_console()
+    if not console.is_terminal:
+        return None
+
+    def tick(r: BenchResult) -> None:
+        console.print(
+            f"{r.seconds:6.1f}s {r.messages:>10,} msgs {r.tps:>10,.1f}/s  "
+            f"RT p50 {r.rt_p50_ms:.2f} ms p99 {r.rt_p99_ms:.2f} ms  failures {r.failures}",
+            style="dim",
+        )
+
+    return tick

@@ -2,12 +2,25 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mqctl.cli.common import BrokerAddrOpt, ClusterOpt, ContextOpt, ExecuteOpt, NamesrvOpt, OutputOpt, online
+from mqctl.cli.common import (
+    BrokerAddrOpt,
+    ClusterOpt,
+    ContextOpt,
+    ExecuteOpt,
+    NamesrvOpt,
+    OutputOpt,
+    YesOpt,
+    confirm,
+    online,
+    parse_listen,
+    request_timeout,
+)
 
 if TYPE_CHECKING:
     from daemon.broker.config import BrokerConfig
@@ -28,14 +41,25 @@ ConfigOpt = Annotated[
     ),
 ]
 StoreOpt = Annotated[
-    Path | None, typer.Option("--store", help="Store root dir (storePathRootDir); beats the config file.")
+    Path | None,
+    typer.Option("--store", help="Store root dir (storePathRootDir; default <data dir>/store, as mqctl up)."),
 ]
 
 
 def load(config: Path | None, overrides: dict[str, Any]) -> BrokerConfig:
-    """Defaults → broker.conf (else the store's broker.properties) → MQCTL_* environment → flags."""
-    from daemon.broker.config import load_broker_config
+    """Defaults → broker.conf (else the store's broker.properties) → MQCTL_* environment → flags.
 
+    Without a config file, --store or $MQCTL_STORE_PATH_ROOT_DIR the store is ``<data dir>/store``, the
+    one ``mqctl up`` uses, so ``broker status``/``stop`` find the broker ``up`` started.
+    """
+    import os
+
+    from daemon.broker.config import load_broker_config
+    from mqctl.config import data_dir
+
+    implicit = config is None and overrides.get("store_path_root_dir") is None
+    if implicit and "MQCTL_STORE_PATH_ROOT_DIR" not in os.environ:
+        overrides = {**overrides, "store_path_root_dir": str(data_dir() / "store")}
     return load_broker_config(config, overrides)
 
 
@@ -45,8 +69,12 @@ def start(
     namesrv: Annotated[
         str | None, typer.Option("--namesrv", "-n", help="NameServers HOST:PORT[;HOST:PORT] (namesrvAddr).")
     ] = None,
+    listen: Annotated[
+        str | None,
+        typer.Option("--listen", help="HOST:PORT to listen on (listenHost/listenPort, default 0.0.0.0:10911)."),
+    ] = None,
     port: Annotated[
-        int | None, typer.Option("--port", "-p", help="Listen port (listenPort, default 10911).")
+        int | None, typer.Option("--port", "-p", help="Listen port (listenPort, default 10911); see --listen.")
     ] = None,
     store: StoreOpt = None,
     metrics_port: Annotated[
@@ -68,12 +96,17 @@ def start(
 ) -> None:
     """Start a broker in the foreground (Ctrl-C stops it cleanly) or, with --daemon, in the background."""
     from daemon.config import to_properties
+    from mqctl.errors import UsageError
 
+    if listen is not None and port is not None:
+        raise UsageError("give --listen HOST:PORT or --port, not both")
+    host, listen_port = parse_listen(listen) if listen is not None else (None, port)
     cfg = load(
         config,
         {
             "namesrv_addr": namesrv,
-            "listen_port": port,
+            "listen_host": host,
+            "listen_port": listen_port,
             "store_path_root_dir": str(store) if store else None,
             "metrics_port": metrics_port,
             "metrics_enable": False if no_metrics else None,
@@ -93,6 +126,7 @@ def start(
         log_name=LOG_FILE,
         detach=daemon,
         describe=lambda broker: f"broker {cfg.broker_name} listening on {broker.addr}",
+        port_flags={"--listen" if listen else "--port": cfg.listen_port, "--metrics-port": cfg.metrics_port},
     )
 
 
@@ -196,11 +230,14 @@ def clean(
             "--wait", min=0, help="With --execute: seconds to watch the broker delete (it runs every 10 s)."
         ),
     ] = 30.0,
+    yes: YesOpt = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
 ) -> None:
     """Show what the broker's retention would delete now; with --execute trigger it (DELETE_EXPIRED_COMMITLOG).
+
+    --execute asks first, showing the plan, on a terminal; off one it needs --yes.
 
     The plan comes from the broker itself (a dry run of the same policy its clean service applies): every
     CommitLog file with size, age and why it goes (expired / watermark), and the groups that would lose
@@ -214,14 +251,20 @@ def clean(
     from mqctl.services.retention import CleanReport, broker_clean
     from mqctl.services.topics import target_masters
 
-    async def work(admin: Admin) -> list[CleanReport]:
+    async def work(admin: Admin, run: bool) -> list[CleanReport]:
         return [
-            await broker_clean(admin, addr, execute=execute, wait=wait)
+            await broker_clean(admin, addr, execute=run, wait=wait)
             for addr in await target_masters(admin, cluster, broker)
         ]
 
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
-    for rep in run_admin(target.namesrv, work):
+    seconds = request_timeout(5.0)
+    if execute:
+        if not yes and sys.stdin.isatty():  # the question comes with the plan it is about
+            for rep in run_admin(target.namesrv, lambda admin: work(admin, False), timeout=seconds):
+                show_clean_report(rep, "table", to_stderr=True)
+        confirm("Trigger the broker's retention (DELETE_EXPIRED_COMMITLOG) now?", yes=yes)
+    for rep in run_admin(target.namesrv, lambda admin: work(admin, execute), timeout=seconds):
         show_clean_report(rep, output)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any
@@ -34,17 +35,69 @@ ContextOpt = Annotated[
     typer.Option("--context", help="Use this saved context instead of the current one."),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
-TopicOpt = Annotated[str, typer.Option("--topic", "-t", help="Topic name.", autocompletion=complete_topic)]
-GroupOpt = Annotated[str, typer.Option("--group", "-g", help="Consumer group name.", autocompletion=complete_group)]
+# RocketMQ's TopicValidator / Validators.checkGroup: the rule a broker applies, checked before any request.
+_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+_MAX_LENGTH = {"topic": 127, "group": 255}
+
+
+def name_problem(kind: str, name: str) -> str | None:
+    """Why ``name`` is not a valid topic or group name (``kind``), or None when it is."""
+    if not name:
+        return f"the {kind} name is blank"
+    if not _NAME.match(name):
+        return f"{kind} {name!r} has characters RocketMQ refuses: use letters, digits, '%', '|', '_' and '-'"
+    if len(name) > _MAX_LENGTH[kind]:
+        return f"{kind} {name[:20]!r}... is {len(name)} characters; the most RocketMQ allows is {_MAX_LENGTH[kind]}"
+    return None
+
+
+def _checked(kind: str) -> Callable[[str | None], str | None]:
+    def check(value: str | None) -> str | None:
+        problem = None if value is None else name_problem(kind, value)
+        if problem is not None:
+            raise typer.BadParameter(problem)
+        return value
+
+    return check
+
+
+check_topic = _checked("topic")
+check_group = _checked("group")
+
+TopicOpt = Annotated[
+    str,
+    typer.Option("--topic", "-t", help="Topic name.", autocompletion=complete_topic, callback=check_topic),
+]
+GroupOpt = Annotated[
+    str,
+    typer.Option(
+        "--group", "-g", help="Consumer group name.", autocompletion=complete_group, callback=check_group
+    ),
+]
 ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster name.")]
-BrokerAddrOpt = Annotated[str | None, typer.Option("--broker", "-b", help="Broker address HOST:PORT (beats --cluster).")]
+BrokerAddrOpt = Annotated[
+    str | None, typer.Option("--broker", "-b", help="Broker address HOST:PORT (beats --cluster).")
+]
 QueueOpt = Annotated[int | None, typer.Option("--queue", "-q", min=0, help="Queue id.")]
 KeyOpt = Annotated[str | None, typer.Option("--key", "-k", help="Message key (an entry of KEYS).")]
 SinceOpt = Annotated[
-    str | None, typer.Option("--since", help="Store time from: ISO 8601 (UTC default), epoch ms or relative like -2h.")
+    str | None,
+    typer.Option("--since", help="Store time from: ISO 8601 (UTC default), epoch ms or relative like -2h."),
 ]
-UntilOpt = Annotated[str | None, typer.Option("--until", help="Store time until, same forms as --since (default now).")]
+UntilOpt = Annotated[
+    str | None, typer.Option("--until", help="Store time until, same forms as --since (default now).")
+]
 ExecuteOpt = Annotated[bool, typer.Option("--execute", help="Apply the plan; without it nothing changes.")]
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    """``--listen HOST:PORT`` (``[v6]:PORT``; an empty host means every interface) -> (host, port)."""
+    from mqctl.errors import UsageError
+
+    host, sep, port_text = value.rpartition(":")
+    if not sep or not port_text.isdigit() or int(port_text) > 65535:
+        raise UsageError(f"bad --listen {value!r}: expected HOST:PORT (port 0 picks a free one)")
+    return host.strip("[]") or "0.0.0.0", int(port_text)
 
 
 def confirm(question: str, *, yes: bool) -> None:
@@ -59,9 +112,47 @@ def confirm(question: str, *, yes: bool) -> None:
         raise UsageError(f"{question} needs confirmation: pass --yes")
     if not typer.confirm(question, default=False, err=True):
         raise Interrupted("not confirmed; nothing changed")
+
+
 WatchOpt = Annotated[
     float | None, typer.Option("--watch", min=0.1, help="Refresh every N seconds until Ctrl-C.")
 ]
+
+
+_timeout: dict[str, float | None] = {"value": None}
+
+
+def request_timeout(default: float) -> float:
+    """Seconds to wait for each answer: ``--timeout``/``$MQCTL_TIMEOUT`` when given, else the command's default."""
+    return _timeout["value"] or default
+
+
+def timeout_option() -> click.Option:
+    """``--timeout`` for an online command; :func:`add_timeouts` gives one to each of them."""
+
+    def remember(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
+        _timeout["value"] = value
+        return value
+
+    return click.Option(
+        ["--timeout"],
+        type=click.FloatRange(min=0.1),
+        envvar="MQCTL_TIMEOUT",
+        expose_value=False,
+        callback=remember,
+        help="Seconds to wait for each answer (default 5 for most commands; env MQCTL_TIMEOUT).",
+    )
+
+
+def add_timeouts(command: click.Command) -> None:
+    """Give every online command (one that takes --namesrv and --context) a --timeout, the same everywhere."""
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            add_timeouts(sub)
+        return
+    names = {p.name for p in command.params}
+    if {"namesrv", "context"} <= names and "timeout" not in names:
+        command.params.append(timeout_option())
 
 
 def online(
@@ -78,12 +169,17 @@ def online(
     from mqctl.config import resolve_target
 
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
-    render_every(lambda: run_admin(target.namesrv, work, timeout=timeout), output, watch)
+    seconds = request_timeout(timeout)
+    render_every(lambda: run_admin(target.namesrv, work, timeout=seconds), output, watch)
 
 
 def render_every(produce: Callable[[], Any], output: str, watch: float | None = None) -> None:
-    """Render ``produce()`` once, or (``--watch``) every ``watch`` seconds until Ctrl-C."""
-    from mqctl.output import render, stderr_console, stdout_console
+    """Render ``produce()`` once, or (``--watch``) every ``watch`` seconds until Ctrl-C.
+
+    A watched table is redrawn (the screen cleared on a terminal); every other format goes through
+    the same :class:`~mqctl.output.RowStream` as ``msg tail``: ``-o json`` prints JSON lines.
+    """
+    from mqctl.output import RowStream, render, stderr_console, stdout_console
 
     if watch is None:
         render(produce(), output)
@@ -91,13 +187,19 @@ def render_every(produce: Callable[[], Any], output: str, watch: float | None = 
     import time
 
     console = stdout_console()
+    stream = None if output == "table" else RowStream(output)
     try:
         while True:
             result = produce()
-            if console.is_terminal:
+            if stream is None and console.is_terminal:
                 console.clear()
-            stderr_console().print(f"[dim]{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop[/dim]")
-            render(result, output)
+            stderr_console().print(
+                f"{time.strftime('%H:%M:%S')} every {watch:g}s, Ctrl-C to stop", style="dim"
+            )
+            if stream is not None:
+                stream.rows(result)
+            else:
+                render(result, output)
             time.sleep(watch)
     except KeyboardInterrupt:
         return

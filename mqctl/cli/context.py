@@ -58,12 +58,19 @@ def ls(output: OutputOpt = "table") -> None:
 
 
 @app.command("rm")
-def rm(name: Annotated[str, typer.Argument(help="Context name.")], output: OutputOpt = "table") -> None:
+def rm(
+    name: Annotated[str, typer.Argument(help="Context name.")],
+    if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed when it is already gone.")] = False,
+    output: OutputOpt = "table",
+) -> None:
     """Delete a saved context."""
     from mqctl.config import ContextFile
     from mqctl.output import render
 
     contexts = ContextFile.load()
+    if if_exists and name not in contexts.contexts:
+        render({"removed": None, "namesrv": None}, output)
+        return
     removed = contexts.remove(name)
     contexts.save()
     render({"removed": removed.name, "namesrv": removed.namesrv}, output)

@@ -6,11 +6,37 @@ what the detached one said, then exits), hold a pidfile, and serve until SIGINT/
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+
+@contextmanager
+def busy_ports(flags: Mapping[str, int | None]) -> Iterator[None]:
+    """Turn "address already in use" into exit 4 naming the flag that moves the listener.
+
+    ``flags`` maps each port flag of the command to the port it asked for (None: its default).
+    """
+    from mqctl.errors import ConflictError
+
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno != errno.EADDRINUSE:
+            raise
+        found = re.search(r"(\d+)\)", str(exc))
+        port = int(found.group(1)) if found else None
+        named = [flag for flag, wanted in flags.items() if wanted is not None and wanted == port]
+        where = f"port {port}" if port is not None else "a port"
+        raise ConflictError(
+            f"{where} is already in use by another process",
+            hint=f"choose another with {' or '.join(named or list(flags))}",
+        ) from None
 
 
 def start_service(
@@ -23,12 +49,13 @@ def start_service(
     detach: bool,
     describe: Callable[[Any], str],
     cleanup: Callable[[], None] | None = None,
+    port_flags: Mapping[str, int | None] | None = None,
 ) -> None:
     """Run ``service()`` (an object with async start/stop) in the foreground or, with ``detach``, in the background.
 
     ``describe(service)`` is called once it listens; its text is logged and, when detached, is what
     the original process prints before returning. ``cleanup`` runs in the serving process once the
-    service has stopped.
+    service has stopped. A busy port exits 4 naming the flag of ``port_flags`` that moves it.
     """
     from daemon.lifecycle import PidFile, daemonize, running_pid, serve
     from daemon.remoting.loop import run
@@ -59,7 +86,7 @@ def start_service(
             handle.report(f"{what} started in the background: {message}, log {state_dir / log_name}")
 
     try:
-        with PidFile(state_dir / pid_name):
+        with PidFile(state_dir / pid_name), busy_ports(port_flags or {}):
             run(serve(instance, on_started=started))
     except BaseException as exc:
         if handle is not None:

@@ -86,6 +86,7 @@ def delete(
     group: GroupOpt,
     cluster: ClusterOpt = None,
     remove_offsets: Annotated[bool, typer.Option("--remove-offsets", help="Also drop its committed offsets.")] = False,
+    if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed when it is already gone.")] = False,
     yes: YesOpt = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
@@ -95,7 +96,7 @@ def delete(
     from mqctl.services.groups import delete as delete_group
 
     confirm(f"Delete group {group!r}{' and its offsets' if remove_offsets else ''}?", yes=yes)
-    online(lambda admin: delete_group(admin, group, cluster=cluster, remove_offsets=remove_offsets),
+    online(lambda admin: delete_group(admin, group, cluster=cluster, remove_offsets=remove_offsets, if_exists=if_exists),
            namesrv=namesrv, context=context, output=output)
 
 

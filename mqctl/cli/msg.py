@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any, TextIO
+from typing import Annotated
 
 import click
 import typer
@@ -12,6 +12,7 @@ import typer
 from mqctl.cli.common import (
     BrokerAddrOpt,
     ContextOpt,
+    ExecuteOpt,
     GroupOpt,
     KeyOpt,
     NamesrvOpt,
@@ -22,17 +23,25 @@ from mqctl.cli.common import (
     UntilOpt,
     WatchOpt,
     YesOpt,
+    check_group,
+    check_topic,
     confirm,
     online,
     progress,
+    request_timeout,
 )
 from mqctl.completion import complete_topic
 from mqctl.errors import UsageError
 
 app = typer.Typer(help="Send, find, show, tail and re-send messages.", no_args_is_help=True)
 
+NoBodyOpt = Annotated[
+    bool,
+    typer.Option("--no-body", help="Leave the body out (it is UTF-8 text, or base64 per body_encoding)."),
+]
 OptionalTopicOpt = Annotated[
-    str | None, typer.Option("--topic", "-t", help="Topic name.", autocompletion=complete_topic)
+    str | None,
+    typer.Option("--topic", "-t", help="Topic name.", autocompletion=complete_topic, callback=check_topic),
 ]
 
 
@@ -46,20 +55,29 @@ def _properties(pairs: list[str]) -> dict[str, str]:
     return out
 
 
-def _body(text: str | None, file: str | None) -> bytes:
-    """The body from the argument, ``--file PATH`` or ``--file -``/a piped stdin."""
+MAX_MESSAGE_SIZE = 4 * 1024 * 1024  # the broker's maxMessageSize default
+
+
+def _body(text: str | None, file: str | None, limit: int = MAX_MESSAGE_SIZE) -> bytes:
+    """The body from the argument, ``--file PATH`` or ``--file -``/a piped stdin; never reads more
+    than ``limit`` + 1 bytes, so a huge file is refused at once instead of travelling to the broker."""
     if text is not None and file is not None:
         raise UsageError("give the body as an argument or with --file, not both")
     if text is not None:
         data = text.encode("utf-8")
     elif file == "-" or (file is None and not sys.stdin.isatty()):
-        data = sys.stdin.buffer.read()
+        data = sys.stdin.buffer.read(limit + 1)
     elif file is None:
         raise UsageError("no body: pass it as an argument, with --file PATH, or on stdin")
     else:
-        data = Path(file).read_bytes()
+        with Path(file).open("rb") as source:
+            data = source.read(limit + 1)
     if not data:
         raise UsageError("the message body is empty")
+    if len(data) > limit:
+        raise UsageError(
+            f"the body is over {limit} bytes, the broker's maxMessageSize; raise --max-size if the broker allows more"
+        )
     return data
 
 
@@ -80,6 +98,10 @@ def send(
     delay_level: Annotated[
         int, typer.Option("--delay-level", min=0, max=18, help="Delay level 1-18 (0: none).")
     ] = 0,
+    max_size: Annotated[
+        int,
+        typer.Option("--max-size", min=1, help="Refuse bodies over this many bytes (maxMessageSize, 4 MiB)."),
+    ] = MAX_MESSAGE_SIZE,
     queue: QueueOpt = None,
     broker: BrokerAddrOpt = None,
     namesrv: NamesrvOpt = None,
@@ -89,7 +111,7 @@ def send(
     """Send one message; prints where it was stored (ids, broker, queue, offset)."""
     from mqctl.services.messages import message_properties, send_message
 
-    payload = _body(body, file)
+    payload = _body(body, file, max_size)
     props = message_properties(
         tags=tag, keys=keys or [], properties=_properties(prop or []), delay_level=delay_level
     )
@@ -116,6 +138,7 @@ def query(
     max_num: Annotated[
         int, typer.Option("--max", min=1, max=64, help="At most this many messages per broker.")
     ] = 64,
+    no_body: NoBodyOpt = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
@@ -123,7 +146,8 @@ def query(
 ) -> None:
     """Find messages by key (--key with --topic), by message id (--id) or by client id (--unique-key).
 
-    A key query goes through the brokers' index; every hit is checked against the stored keys.
+    A key query goes through the brokers' index; every hit is checked against the stored keys. Every
+    message carries its body: UTF-8 text, or base64 when it is not UTF-8 (body_encoding says which).
     The store-time window searched is printed on stderr.
     """
     from mqctl.output import stderr_console
@@ -138,7 +162,7 @@ def query(
         raise UsageError("--since/--until only apply to --key")
     if msg_id is not None:
         online(
-            lambda admin: messages.query_by_id(admin, msg_id),
+            lambda admin: messages.query_by_id(admin, msg_id, body=not no_body),
             namesrv=namesrv,
             context=context,
             output=output,
@@ -149,7 +173,7 @@ def query(
         raise UsageError(f"{chosen[0]} needs --topic")
     if unique_key is not None:
         online(
-            lambda admin: messages.query_by_unique_key(admin, topic, unique_key),
+            lambda admin: messages.query_by_unique_key(admin, topic, unique_key, body=not no_body),
             namesrv=namesrv,
             context=context,
             output=output,
@@ -160,7 +184,7 @@ def query(
     window = messages.Window.of(since, until)
     stderr_console().print(f"window: {window.describe()} (store time, UTC)")
     online(
-        lambda admin: messages.query_by_key(admin, topic, key, window, max_num=max_num),
+        lambda admin: messages.query_by_key(admin, topic, key, window, max_num=max_num, body=not no_body),
         namesrv=namesrv,
         context=context,
         output=output,
@@ -174,6 +198,7 @@ def show(
     queue: Annotated[int, typer.Option("--queue", "-q", min=0, help="Queue id.")],
     offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset.")],
     broker: BrokerAddrOpt = None,
+    no_body: NoBodyOpt = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
@@ -183,7 +208,7 @@ def show(
     from mqctl.services.messages import show as show_message
 
     online(
-        lambda admin: show_message(admin, topic, queue, offset, broker=broker),
+        lambda admin: show_message(admin, topic, queue, offset, broker=broker, body=not no_body),
         namesrv=namesrv,
         context=context,
         output=output,
@@ -191,36 +216,7 @@ def show(
     )
 
 
-class LineWriter:
-    """Streams rows as they come: JSON lines, YAML documents, CSV with one header, or table-like lines."""
-
-    COLUMNS = ("store_time", "topic", "queue_id", "queue_offset", "msg_id", "tags", "keys", "body")
-
-    def __init__(self, fmt: str, out: TextIO) -> None:
-        self.fmt = fmt
-        self.out = out
-        self._csv: Any = None
-
-    def __call__(self, row: dict[str, Any]) -> None:
-        import json
-
-        if self.fmt == "json":
-            self.out.write(json.dumps(row, ensure_ascii=False) + "\n")
-        elif self.fmt == "yaml":
-            import yaml
-
-            self.out.write("---\n" + yaml.safe_dump(row, sort_keys=False, allow_unicode=True))
-        elif self.fmt == "csv":
-            import csv
-
-            if self._csv is None:
-                self._csv = csv.DictWriter(self.out, fieldnames=list(row), lineterminator="\n")
-                self._csv.writeheader()
-            self._csv.writerow(row)
-        else:
-            cells = ("-" if row.get(c) is None else str(row[c]).replace("\n", "\\n") for c in self.COLUMNS)
-            self.out.write(" ".join(cells) + "\n")
-        self.out.flush()
+TAIL_COLUMNS = ("store_time", "topic", "queue_id", "queue_offset", "msg_id", "tags", "keys", "body")
 
 
 @app.command("tail")
@@ -234,6 +230,7 @@ def tail(
             help="Start at this consumer group's committed offsets, as a live member of the group "
             "(listed by `group connections`, follows an offset reset; the group's consumers rebalance "
             "around it). Never commits where it read.",
+            callback=check_group,
         ),
     ] = None,
     start: Annotated[
@@ -258,16 +255,18 @@ def tail(
     """Stream messages as they arrive (like kcat -C); -o json prints one JSON object per line."""
     from mqctl.admin.client import run_admin
     from mqctl.config import resolve_target
-    from mqctl.output import stderr_console
+    from mqctl.output import RowStream, stderr_console
     from mqctl.services.messages import tail as tail_messages
 
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
-    writer = LineWriter(output, sys.stdout)
+    writer = RowStream(output, columns=TAIL_COLUMNS if output == "table" else None)
     console = stderr_console()
 
     def started(queues: int) -> None:
         console.print(
-            f"[dim]tailing {topic}: {queues} queue(s){'' if exit_at_end else ', Ctrl-C to stop'}[/dim]"
+            f"tailing {topic}: {queues} queue(s){'' if exit_at_end else ', Ctrl-C to stop'}",
+            style="dim",
+            markup=False,
         )
 
     try:
@@ -284,11 +283,11 @@ def tail(
                 exit_at_end=exit_at_end,
                 on_start=started,
             ),
-            timeout=10.0,
+            timeout=request_timeout(10.0),
         )
     except KeyboardInterrupt:
         return
-    console.print(f"[dim]{count} message(s)[/dim]")
+    console.print(f"{count} message(s)", style="dim")
 
 
 @app.command("resend")
@@ -297,39 +296,64 @@ def resend(
     ids: Annotated[
         list[str] | None, typer.Option("--id", help="Only this message (offset id or UNIQ_KEY; repeatable).")
     ] = None,
+    since: SinceOpt = None,
+    until: UntilOpt = None,
+    tag: Annotated[str | None, typer.Option("--tag", help="Only dead letters with this tag.")] = None,
+    key: KeyOpt = None,
     to_topic: Annotated[
-        str | None, typer.Option("--to-topic", help="Send here instead of the original topic.")
+        str | None,
+        typer.Option("--to-topic", help="Send here instead of the original topic.", callback=check_topic),
     ] = None,
+    execute: ExecuteOpt = False,
     yes: YesOpt = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
 ) -> None:
-    """Send messages of the group's dead-letter queue (%DLQ%<group>) again to their original topic.
+    """Preview, and with --execute send again, dead letters of a group (%DLQ%<group>) to their original topic.
 
-    Prints one outcome per message (RESENT with the new id, FAILED or SKIPPED). Without --id every
-    message in the DLQ is re-sent, which asks for confirmation (or --yes). The DLQ is left as is.
+    Without --execute nothing is sent: one row per dead letter says WOULD RESEND, ALREADY RESENT or
+    SKIPPED (no original topic: use --to-topic). --execute asks first on a terminal (off one it needs
+    --yes), then prints RESENT with the new id, FAILED or SKIPPED. Each copy carries the property
+    MQCTL_DLQ_MSG_ID (the dead letter's id) and each re-sent dead letter is recorded for the group (NameServer
+    KV namespace MQCTL_DLQ_RESENT), so a second run skips it. Filters: --id, --since/--until (store time
+    in the DLQ), --tag, --key. Exit 8 when a send FAILED, 2 when a message was SKIPPED. The DLQ is left as is.
     """
     from mqctl.admin.client import run_admin
     from mqctl.config import resolve_target
+    from mqctl.errors import BrokerError
     from mqctl.output import render, stderr_console
-    from mqctl.services.messages import dlq_messages
+    from mqctl.services.messages import DlqFilter, Window, dlq_messages
     from mqctl.services.messages import resend as resend_messages
 
+    window = Window.of(since, until) if since or until else None
+    only = DlqFilter(frozenset(i.upper() for i in ids or []), window=window, tag=tag, key=key)
     target = resolve_target(namesrv_flag=namesrv, context_flag=context)
-    found = run_admin(target.namesrv, lambda admin: dlq_messages(admin, group, ids or []))
+    seconds = request_timeout(5.0)
+    found = run_admin(target.namesrv, lambda admin: dlq_messages(admin, group, only), timeout=seconds)
+    err = stderr_console()
     if not found:
-        stderr_console().print(f"%DLQ%{group} is empty; nothing to re-send")
+        err.print(f"%DLQ%{group} holds nothing that matches; nothing to re-send")
         render([], output)
         return
-    if not ids:
+    if execute:
         destination = f"topic {to_topic!r}" if to_topic else "their original topics"
-        confirm(f"Re-send all {len(found)} message(s) of %DLQ%{group} to {destination}?", yes=yes)
-    with progress(len(found), "re-sending") as advance:
+        confirm(f"Re-send {len(found)} message(s) of %DLQ%{group} to {destination}?", yes=yes)
+    with progress(len(found), "re-sending" if execute else "reading") as advance:
         outcomes = run_admin(
             target.namesrv,
-            lambda admin: resend_messages(admin, [m for _, m in found], to_topic, progress=advance),
+            lambda admin: resend_messages(admin, group, found, to_topic, execute=execute, progress=advance),
+            timeout=seconds,
         )
     render(outcomes, output)
-    failed = sum(o.outcome != "RESENT" for o in outcomes)
-    stderr_console().print(f"{len(outcomes) - failed} re-sent, {failed} not")
+    counts = {
+        name: sum(o.outcome == name for o in outcomes)
+        for name in ("RESENT", "WOULD RESEND", "ALREADY RESENT", "FAILED", "SKIPPED")
+    }
+    err.print(", ".join(f"{n} {name.lower()}" for name, n in counts.items() if n))
+    if not execute:
+        err.print("preview only: nothing sent; add --execute to re-send")
+    if counts["FAILED"]:
+        raise BrokerError(f"{counts['FAILED']} message(s) could not be re-sent (see the table)", code=1)
+    if counts["SKIPPED"]:
+        raise UsageError(f"{counts['SKIPPED']} message(s) skipped: no original topic", hint="use --to-topic")

@@ -7,7 +7,16 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from mqctl.cli.common import ContextOpt, NamesrvOpt, OutputOpt, WatchOpt, YesOpt, confirm, online
+from mqctl.cli.common import (
+    ContextOpt,
+    NamesrvOpt,
+    OutputOpt,
+    WatchOpt,
+    YesOpt,
+    confirm,
+    online,
+    parse_listen,
+)
 
 if TYPE_CHECKING:
     from daemon.namesrv.config import NamesrvConfig
@@ -34,14 +43,8 @@ def _load(config_file: Path | None, data: Path | None, listen: str | None = None
     from daemon.config import load_config
     from daemon.namesrv.config import NamesrvConfig
     from mqctl.config import data_dir
-    from mqctl.errors import UsageError
 
-    host = port = None
-    if listen is not None:
-        host, sep, port_text = listen.rpartition(":")
-        if not sep or not port_text.isdigit() or int(port_text) > 65535:
-            raise UsageError(f"bad --listen {listen!r}: expected HOST:PORT (port 0 picks a free one)")
-        host, port = host.strip("[]") or "0.0.0.0", int(port_text)
+    host, port = parse_listen(listen) if listen is not None else (None, None)
     config = load_config(
         NamesrvConfig,
         config_file,
@@ -92,6 +95,7 @@ def start(
         detach=daemon,
         describe=describe,
         cleanup=lambda: (config.home / ADDR_FILE).unlink(missing_ok=True),
+        port_flags={"--listen": config.listen_port},
     )
 
 
@@ -235,6 +239,7 @@ def kv_set(
 def kv_delete(
     namespace: NamespaceOpt,
     key: KeyArg,
+    if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed when it is already gone.")] = False,
     yes: YesOpt = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
@@ -244,4 +249,9 @@ def kv_delete(
     from mqctl.services.kv import delete
 
     confirm(f"Delete {namespace}/{key} from every NameServer?", yes=yes)
-    online(lambda admin: delete(admin, namespace, key), namesrv=namesrv, context=context, output=output)
+    online(
+        lambda admin: delete(admin, namespace, key, if_exists=if_exists),
+        namesrv=namesrv,
+        context=context,
+        output=output,
+    )

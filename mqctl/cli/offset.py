@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -15,6 +15,8 @@ from mqctl.cli.common import (
     OutputOpt,
     TopicOpt,
     WatchOpt,
+    YesOpt,
+    confirm,
     online,
 )
 
@@ -70,19 +72,22 @@ def reset(
         Path | None, typer.Option("--export", dir_okay=False, help="Save the plan as JSON.")
     ] = None,
     execute: ExecuteOpt = False,
+    yes: YesOpt = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
 ) -> None:
-    """Plan a reset (per queue: current -> new); only --execute changes anything.
+    """Plan a reset (per queue: current -> new); only --execute changes anything, after asking (or --yes).
 
     With live consumers in the group only time targets (--to-earliest/--to-latest/--to-time/--by-duration)
     are executed, by the broker, which tells the consumers to follow; other targets fail with exit 4,
     naming the consumers.
     """
+    import sys
     import time
 
     from mqctl.errors import UsageError
+    from mqctl.output import render
     from mqctl.services.offsets import ResetTarget
     from mqctl.services.offsets import reset as reset_offsets
     from mqctl.timespec import parse_duration, parse_time
@@ -120,8 +125,29 @@ def reset(
         target = ResetTarget("shift", shift_by)
     else:
         target = ResetTarget("file", plan_file=from_file)
+
+    def ask(rows: list[Any]) -> None:
+        if not yes and sys.stdin.isatty():  # the question comes with the plan it is about
+            render(
+                [
+                    {
+                        "broker": r.broker_name,
+                        "queue": r.queue_id,
+                        "current": r.current,
+                        "new": r.new,
+                        "change": r.change,
+                    }
+                    for r in rows
+                ],
+                "table",
+                out=sys.stderr,
+            )
+        confirm(f"Reset the offsets of group {group!r} on {len(rows)} queue(s) of {topic!r}?", yes=yes)
+
     online(
-        lambda admin: reset_offsets(admin, group, topic, target, execute_plan=execute, export_to=export),
+        lambda admin: reset_offsets(
+            admin, group, topic, target, execute_plan=execute, export_to=export, confirm=ask
+        ),
         namesrv=namesrv,
         context=context,
         output=output,

@@ -11,6 +11,7 @@ from mqctl.cli.common import (
     BrokerAddrOpt,
     ClusterOpt,
     ContextOpt,
+    ExecuteOpt,
     NamesrvOpt,
     OutputOpt,
     TopicOpt,
@@ -170,20 +171,33 @@ def apply(
     file: Annotated[Path, typer.Option("--file", "-f", exists=True, dir_okay=False, help="YAML or JSON topic list.")],
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Show what would change; change nothing.")] = False,
+    execute: ExecuteOpt = False,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Accepted for one release: planning is the default now.")
+    ] = False,
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
 ) -> None:
-    """Make topics match a file (create what is missing, update what differs); running it twice changes nothing.
+    """Plan making topics match a file (create what is missing, update what differs); --execute applies it.
 
     The file holds a list (or ``{topics: [...]}``) of ``{name, read_queues, write_queues, perm, order}``.
+    The plan says per topic and broker 'would create', 'would update' or 'unchanged'; applying twice
+    changes nothing.
     """
+    from mqctl.errors import UsageError
+    from mqctl.output import stderr_console
     from mqctl.services.topics import apply_file
 
+    if dry_run and execute:
+        raise UsageError("--dry-run and --execute contradict each other")
+    if dry_run:
+        stderr_console().print("note: --dry-run is the default now and will go; --execute applies the plan")
     specs = _load_specs(file)
+    if not execute:
+        stderr_console().print("plan only: nothing changed; add --execute to apply it")
     online(
-        lambda admin: apply_file(admin, specs, cluster=cluster, broker=broker, dry_run=dry_run),
+        lambda admin: apply_file(admin, specs, cluster=cluster, broker=broker, dry_run=not execute),
         namesrv=namesrv,
         context=context,
         output=output,
@@ -193,6 +207,7 @@ def apply(
 def _load_specs(file: Path) -> list[Any]:
     import yaml
 
+    from mqctl.cli.common import name_problem
     from mqctl.errors import UsageError
     from mqctl.services.topics import TopicSpec
 
@@ -207,6 +222,9 @@ def _load_specs(file: Path) -> list[Any]:
     for item in items:
         if not isinstance(item, dict) or "name" not in item:
             raise UsageError(f"{file}: every topic needs a name: {item!r}")
+        problem = name_problem("topic", str(item["name"]))
+        if problem is not None:
+            raise UsageError(f"{file}: {problem}")
         unknown = set(item) - {"name", "read_queues", "write_queues", "perm", "order"}
         if unknown:
             raise UsageError(f"{file}: unknown keys {sorted(unknown)} in topic {item['name']!r}")

@@ -74,6 +74,7 @@ def up(
     from daemon.namesrv.config import NamesrvConfig
     from daemon.namesrv.controller import NamesrvController
     from daemon.remoting.loop import run
+    from mqctl.cli.namesrv import ADDR_FILE
     from mqctl.config import data_dir
     from mqctl.output import stderr_console
 
@@ -104,6 +105,7 @@ def up(
     cluster = LocalCluster(namesrv, broker, host)
 
     def started() -> None:
+        (root / "namesrv" / ADDR_FILE).write_text(f"{host}:{namesrv.port}\n")  # for 'namesrv status'
         metrics = f", metrics http://{host}:{broker.metrics_port}/metrics" if broker.metrics_port else ""
         everywhere = " (listening on all interfaces)" if wildcard else ""
         stderr_console().print(
@@ -111,4 +113,15 @@ def up(
             f"data in {root}. Ctrl-C stops both."
         )
 
-    run(serve(cluster, on_started=started))
+    from daemon.lifecycle import PidFile
+    from mqctl.cli.broker import PID_FILE as BROKER_PID
+    from mqctl.cli.daemons import busy_ports
+    from mqctl.cli.namesrv import PID_FILE as NAMESRV_PID
+
+    ports = {"--namesrv-port": namesrv_port, "--broker-port": broker_port, "--metrics-port": metrics_port}
+    # the pidfiles 'broker status|stop' and 'namesrv status|stop' look for in the same data dir
+    try:
+        with busy_ports(ports), PidFile(root / "store" / BROKER_PID), PidFile(root / "namesrv" / NAMESRV_PID):
+            run(serve(cluster, on_started=started))
+    finally:
+        (root / "namesrv" / ADDR_FILE).unlink(missing_ok=True)

@@ -10,11 +10,15 @@ the group's offsets, so it is a live member of the group while it runs.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import dataclasses
 import itertools
+import math
 import os
+import signal
 import struct
 import time
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from daemon.broker.bodies import MessageQueue
@@ -47,7 +51,64 @@ class BenchResult:
     seconds: float
     tps: float
     avg_rt_ms: float
+    rt_p50_ms: float
+    rt_p90_ms: float
+    rt_p99_ms: float
+    rt_p999_ms: float
     max_rt_ms: float
+    interrupted: bool = False
+
+
+@dataclass
+class Run:
+    """What a running benchmark shares with its workers and its reporter: when to stop, what it saw."""
+
+    started: float = dataclasses.field(default_factory=time.perf_counter)
+    rts: list[float] = dataclasses.field(default_factory=list)
+    messages: int = 0
+    failures: int = 0
+    deadline: float | None = None  # perf_counter time to stop at (--duration)
+    interval: float = 0.0  # seconds between one worker's sends (--rate)
+    stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    interrupted: bool = False
+
+    def over(self) -> bool:
+        return self.stop.is_set() or (self.deadline is not None and time.perf_counter() >= self.deadline)
+
+
+Ticker = Callable[[BenchResult], None]
+
+
+@contextlib.asynccontextmanager
+async def running(kind: str, run: Run, tick: Ticker | None) -> AsyncIterator[Run]:
+    """Ctrl-C stops the workers (the statistics are kept and reported, flagged ``interrupted``);
+    ``tick`` gets a snapshot every second (the CLI's progress line on a terminal)."""
+    loop = asyncio.get_running_loop()
+
+    def interrupt() -> None:
+        run.interrupted = True
+        run.stop.set()
+
+    with contextlib.suppress(NotImplementedError, RuntimeError):
+        loop.add_signal_handler(signal.SIGINT, interrupt)
+
+    async def report() -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            if tick is not None:
+                tick(
+                    result(kind, run.messages, run.failures, time.perf_counter() - run.started, list(run.rts))
+                )
+
+    reporter = asyncio.create_task(report())
+    try:
+        yield run
+    finally:
+        reporter.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await reporter
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.remove_signal_handler(signal.SIGINT)
 
 
 def topic_names(prefix: str, topics: int) -> list[str]:
@@ -70,30 +131,49 @@ async def _read_response(reader: asyncio.StreamReader) -> RemotingCommand:
     return decoded[0]
 
 
-async def sender(sends: Iterable[tuple[str, bytes]], rts: list[float]) -> int:
-    """Send each (broker, frame) in turn, one in flight, on this sender's own connections; returns failures."""
+async def sender(sends: Iterable[tuple[str, bytes]], run: Run) -> None:
+    """Send each (broker, frame) in turn, one in flight, on this sender's own connections, until the
+    run is over; paced to ``run.interval`` when a rate is set."""
     streams: dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
-    failures = 0
+    next_at = time.perf_counter()
     try:
         for addr, frame in sends:
+            if run.over():
+                return
+            if run.interval:
+                next_at += run.interval
+                delay = next_at - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
             if addr not in streams:
                 streams[addr] = await asyncio.open_connection(*parse_addr(addr))
             reader, writer = streams[addr]
             started = time.perf_counter()
             writer.write(frame)
             response = await _read_response(reader)
-            rts.append(time.perf_counter() - started)
-            failures += response.code != ResponseCode.SUCCESS
+            run.rts.append(time.perf_counter() - started)
+            run.messages += 1
+            run.failures += response.code != ResponseCode.SUCCESS
     finally:
         for _, writer in streams.values():
             writer.close()
-    return failures
 
 
 async def produce(
-    admin: Admin, prefix: str, *, topics: int, threads: int, size: int, count: int, queues: int = 4
+    admin: Admin,
+    prefix: str,
+    *,
+    topics: int,
+    threads: int,
+    size: int,
+    count: int | None,
+    queues: int = 4,
+    duration: float | None = None,
+    rate: float | None = None,
+    tick: Ticker | None = None,
 ) -> BenchResult:
-    """Send ``count`` messages of ``size`` bytes from ``threads`` senders.
+    """Send ``count`` messages (or for ``duration`` seconds, or both: whichever ends first) of ``size``
+    bytes from ``threads`` senders, at most ``rate`` messages/s in all when given.
 
     Message k goes to queue slot k mod S, where the slots interleave the topics (topic 0 queue 0,
     topic 1 queue 0, ...), so the load is spread round-robin over topics and then queues. Topics
@@ -111,12 +191,25 @@ async def produce(
     slots = [slot for column in itertools.zip_longest(*per_topic) for slot in column if slot is not None]
     if not slots:
         raise NotFoundError(f"no writable queue for {prefix!r}")
-    rts: list[float] = []
-    started = time.perf_counter()
-    failures = await asyncio.gather(
-        *(sender([slots[k % len(slots)] for k in range(i, count, threads)], rts) for i in range(threads))
+    run = Run(interval=threads / rate if rate else 0.0)
+    run.deadline = run.started + duration if duration else None
+
+    def sends(i: int) -> Iterator[tuple[str, bytes]]:
+        return (
+            slots[k % len(slots)]
+            for k in (range(i, count, threads) if count else itertools.count(i, threads))
+        )
+
+    async with running("produce", run, tick):
+        await asyncio.gather(*(sender(sends(i), run) for i in range(threads)))
+    return result(
+        "produce",
+        run.messages,
+        run.failures,
+        time.perf_counter() - run.started,
+        run.rts,
+        interrupted=run.interrupted,
     )
-    return result("produce", len(rts), sum(failures), time.perf_counter() - started, rts)
 
 
 def count_records(body: bytes) -> int:
@@ -129,35 +222,45 @@ def count_records(body: bytes) -> int:
     return count
 
 
-async def consume(admin: Admin, topic: str, *, group: str, count: int | None, idle_s: float) -> BenchResult:
-    """Drain ``topic`` from the group's committed offsets (earliest when none), until ``count`` or idle.
+async def consume(
+    admin: Admin, topic: str, *, group: str, count: int | None, idle_s: float, tick: Ticker | None = None
+) -> BenchResult:
+    """Drain ``topic`` from the group's committed offsets (earliest when none), until exactly ``count``
+    messages (each pull asks for no more than is left to claim) or ``idle_s`` without a message.
 
     It commits, so it runs as a member of the group (see :class:`GroupMember`): each pull carries
     the queue's position for the broker to commit, as a push consumer's do, and a reset of the
     group moves its positions instead of being overwritten by them.
     """
     refs = queues(await admin.topic_route(topic), write=False)
-    rts: list[float] = []
-    received = 0
+    run = Run()
+    rts = run.rts
+    claimed = 0  # messages asked for by pulls in flight or done: never more than count
     last_progress = time.perf_counter()
-    done = asyncio.Event()
+    done = run.stop
     member = GroupMember(admin, group, topic, {ref.broker_name: ref.addr for ref in refs})
 
     async def drain(ref: QueueRef) -> None:
-        nonlocal received, last_progress
+        nonlocal last_progress
         mq = MessageQueue(topic, ref.broker_name, ref.queue_id)
         committed = await admin.consumer_offset(ref.addr, group, topic, ref.queue_id)
         member.offsets[mq] = (
             committed if committed is not None else await admin.min_offset(ref.addr, topic, ref.queue_id)
         )
+        nonlocal claimed
         while not done.is_set():
+            want = 32 if count is None else min(32, count - claimed)
+            if want <= 0:  # the rest is claimed by pulls in flight: wait for them to land or give back
+                await asyncio.sleep(0.01)
+                continue
+            claimed += want
             offset = member.offsets[mq]
             header = PullMessageRequestHeader(
                 group,
                 topic,
                 ref.queue_id,
                 offset,
-                32,
+                want,
                 PULL_FLAG_SUBSCRIPTION | PULL_FLAG_COMMIT_OFFSET,
                 offset,
                 0,
@@ -179,10 +282,12 @@ async def consume(admin: Admin, topic: str, *, group: str, count: int | None, id
             )
             rts.append(time.perf_counter() - started)
             reply = PullMessageResponseHeader.from_ext_fields(response.ext_fields)
-            if response.code == ResponseCode.SUCCESS:
-                received += count_records(response.body)
+            got = count_records(response.body) if response.code == ResponseCode.SUCCESS else 0
+            claimed -= want - got
+            if got:
+                run.messages += got
                 last_progress = time.perf_counter()
-                if count is not None and received >= count:
+                if count is not None and run.messages >= count:
                     done.set()
             elif response.code == ResponseCode.PULL_NOT_FOUND:
                 if time.perf_counter() - last_progress > idle_s:
@@ -190,20 +295,39 @@ async def consume(admin: Admin, topic: str, *, group: str, count: int | None, id
                 await asyncio.sleep(0.01)
             member.advance(mq, offset, reply.next_begin_offset)
 
-    started = time.perf_counter()
-    async with member:  # on exit: commits where each queue stopped, then leaves the group
+    async with running("consume", run, tick), member:  # on exit: commits where each queue stopped, leaves
         await asyncio.gather(*(drain(ref) for ref in refs))
-    seconds = max(last_progress - started, 1e-9)
-    return result("consume", received, 0, seconds, rts)  # an unexpected answer raises instead
+    seconds = max(last_progress - run.started, 1e-9)
+    # an unexpected answer raises instead of counting as a failure
+    return result("consume", run.messages, 0, seconds, rts, interrupted=run.interrupted)
 
 
-def result(kind: str, messages: int, failures: int, seconds: float, rts: list[float]) -> BenchResult:
+def percentile(ordered: list[float], q: float) -> float:
+    """The nearest-rank ``q`` percentile (0-100) of sorted values: exact, from every sample kept."""
+    if not ordered:
+        return 0.0
+    return ordered[max(0, min(len(ordered) - 1, math.ceil(q / 100 * len(ordered)) - 1))]
+
+
+def result(
+    kind: str, messages: int, failures: int, seconds: float, rts: list[float], *, interrupted: bool = False
+) -> BenchResult:
+    ordered = sorted(rts)
+
+    def ms(value: float) -> float:
+        return round(1000 * value, 3)
+
     return BenchResult(
         kind=kind,
         messages=messages,
         failures=failures,
         seconds=round(seconds, 3),
         tps=round(messages / seconds, 1) if seconds else 0.0,
-        avg_rt_ms=round(1000 * sum(rts) / len(rts), 3) if rts else 0.0,
-        max_rt_ms=round(1000 * max(rts), 3) if rts else 0.0,
+        avg_rt_ms=ms(sum(ordered) / len(ordered)) if ordered else 0.0,
+        rt_p50_ms=ms(percentile(ordered, 50)),
+        rt_p90_ms=ms(percentile(ordered, 90)),
+        rt_p99_ms=ms(percentile(ordered, 99)),
+        rt_p999_ms=ms(percentile(ordered, 99.9)),
+        max_rt_ms=ms(ordered[-1]) if ordered else 0.0,
+        interrupted=interrupted,
     )

@@ -12,6 +12,7 @@ from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError
 from mqctl.services.cluster import masters
 from mqctl.services.topics import target_masters
+from mqctl.units import when
 
 #: Groups every RocketMQ broker creates for itself (hidden from ``group list`` unless --system).
 SYSTEM_GROUPS = frozenset(
@@ -51,7 +52,8 @@ class QueueProgress:
     broker_offset: int
     consumer_offset: int
     lag: int
-    last_consumed_store_time: int
+    last_consumed_store_time: str | None  # ISO; None when nothing was consumed ("never" in tables)
+    last_consumed_store_time_ms: int
     client: str | None
 
 
@@ -93,8 +95,12 @@ async def upsert(
     return {"group": spec.name, "action": mode, "brokers": changes}
 
 
-async def delete(admin: Admin, group: str, *, cluster: str | None, remove_offsets: bool) -> dict[str, Any]:
+async def delete(
+    admin: Admin, group: str, *, cluster: str | None, remove_offsets: bool, if_exists: bool = False
+) -> dict[str, Any]:
     holders = [addr for addr, table in (await _configs(admin, cluster)).items() if group in table]
+    if not holders and if_exists:
+        return {"group": group, "action": "missing", "offsets_removed": False, "brokers": []}
     if not holders:
         raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
     for addr in holders:
@@ -185,7 +191,8 @@ async def progress(admin: Admin, group: str, *, topic: str | None, lag_over: int
             broker_offset=wrapper.broker_offset,
             consumer_offset=wrapper.consumer_offset,
             lag=max(wrapper.broker_offset - wrapper.consumer_offset, 0),
-            last_consumed_store_time=wrapper.last_timestamp,
+            last_consumed_store_time=when(wrapper.last_timestamp),
+            last_consumed_store_time_ms=wrapper.last_timestamp,
             client=owners.get(mq),
         )
         for mq, wrapper in sorted(offsets.items())

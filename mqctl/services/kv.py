@@ -25,8 +25,10 @@ async def put(admin: Admin, namespace: str, key: str, value: str) -> dict[str, A
     return {"namespace": namespace, "key": key, "previous": previous, "value": value, "namesrv": admin.namesrv}
 
 
-async def delete(admin: Admin, namespace: str, key: str) -> dict[str, Any]:
+async def delete(admin: Admin, namespace: str, key: str, *, if_exists: bool = False) -> dict[str, Any]:
     previous = await admin.kv_get(namespace, key)
+    if previous is None and if_exists:
+        return {"namespace": namespace, "key": key, "deleted": None, "namesrv": admin.namesrv}
     if previous is None:
         raise NotFoundError(f"no key {key!r} in namespace {namespace!r}")
     await admin.kv_delete(namespace, key)

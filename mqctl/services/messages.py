@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 import random
 import time
 from collections.abc import Callable, Coroutine, Iterable
@@ -26,6 +27,7 @@ from mqctl.admin.member import GroupMember
 from mqctl.errors import NotFoundError, UsageError
 from mqctl.services.topics import masters_of_topic, route_masters
 from mqctl.timespec import iso, parse_time
+from mqctl.units import time_fields
 from store.message import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -86,8 +88,20 @@ class Window:
 # -------------------------------------------------------------------------------- message views
 
 
-def body_text(body: bytes) -> str:
-    return body.decode("utf-8", errors="replace")
+def body_fields(body: bytes) -> dict[str, str]:
+    """The body as UTF-8 text when it decodes, else as base64, with ``body_encoding`` saying which:
+    nothing is replaced or lost, and a script can always get the exact bytes back."""
+    try:
+        return {"body_encoding": "utf-8", "body": body.decode("utf-8")}
+    except UnicodeDecodeError:
+        import base64
+
+        return {"body_encoding": "base64", "body": base64.b64encode(body).decode("ascii")}
+
+
+def with_body(m: StoredMessage, row: dict[str, Any], body: bool) -> dict[str, Any]:
+    """``row`` with the message body (see :func:`body_fields`), or as is for ``--no-body``."""
+    return row | body_fields(m.body) if body else row
 
 
 def summary(m: StoredMessage) -> dict[str, Any]:
@@ -100,25 +114,25 @@ def summary(m: StoredMessage) -> dict[str, Any]:
         "queue_offset": m.queue_offset,
         "tags": m.tags,
         "keys": " ".join(m.keys) or None,
-        "store_time": iso(m.store_timestamp),
+        **time_fields("store_time", m.store_timestamp),
         "body_size": len(m.body),
     }
 
 
 def detail(m: StoredMessage) -> dict[str, Any]:
-    """Everything stored about one message, the body decoded as UTF-8."""
+    """Everything stored about one message, with its body (see :func:`body_fields`)."""
     return {
         **summary(m),
         "commit_log_offset": m.commit_log_offset,
         "store_size": m.store_size,
-        "born_time": iso(m.born_timestamp),
+        **time_fields("born_time", m.born_timestamp),
         "born_host": f"{m.born_host[0]}:{m.born_host[1]}",
         "store_host": f"{m.store_host[0]}:{m.store_host[1]}",
         "reconsume_times": m.reconsume_times,
         "sys_flag": m.sys_flag,
         "body_crc": m.body_crc,
         "properties": dict(m.properties),
-        "body": body_text(m.body),
+        **body_fields(m.body),
     }
 
 
@@ -268,7 +282,7 @@ async def _query_masters(
 
 
 async def query_by_key(
-    admin: Admin, topic: str, key: str, window: Window, *, max_num: int = 64
+    admin: Admin, topic: str, key: str, window: Window, *, max_num: int = 64, body: bool = True
 ) -> list[dict[str, Any]]:
     """Messages of ``topic`` with ``key`` in their KEYS, on every master, in store-time order.
 
@@ -278,17 +292,19 @@ async def query_by_key(
     hits = [m for m in found if key in m.keys]
     if not hits:
         raise NotFoundError(f"no message with key {key!r} in topic {topic!r} stored {window.describe()}")
-    return [summary(m) for m in sorted(hits, key=lambda m: (m.store_timestamp, m.msg_id))]
+    return [with_body(m, summary(m), body) for m in sorted(hits, key=lambda m: (m.store_timestamp, m.msg_id))]
 
 
-async def query_by_unique_key(admin: Admin, topic: str, uniq_key: str) -> list[dict[str, Any]]:
+async def query_by_unique_key(
+    admin: Admin, topic: str, uniq_key: str, *, body: bool = True
+) -> list[dict[str, Any]]:
     """The message(s) of ``topic`` whose client id (UNIQ_KEY) is ``uniq_key``, over all time (as
     mqadmin's queryMsgByUniqueKey); a producer that re-sent after a timeout leaves two."""
     found = await _query_masters(admin, topic, uniq_key, 0, JAVA_LONG_MAX, 32, unique_key=True)
     hits = [m for m in found if m.uniq_key == uniq_key]
     if not hits:
         raise NotFoundError(f"no message with unique key {uniq_key!r} in topic {topic!r}")
-    return [detail(m) for m in sorted(hits, key=lambda m: m.store_timestamp)]
+    return [_detail(m, body) for m in sorted(hits, key=lambda m: m.store_timestamp)]
 
 
 def locate(msg_id: str) -> tuple[str, int]:
@@ -301,7 +317,14 @@ def locate(msg_id: str) -> tuple[str, int]:
     return f"{host}:{port}", offset
 
 
-async def query_by_id(admin: Admin, msg_id: str) -> dict[str, Any]:
+def _detail(m: StoredMessage, body: bool) -> dict[str, Any]:
+    row = detail(m)
+    if not body:
+        del row["body"], row["body_encoding"]
+    return row
+
+
+async def query_by_id(admin: Admin, msg_id: str, *, body: bool = True) -> dict[str, Any]:
     """VIEW_MESSAGE_BY_ID at the broker the id names."""
     addr, offset = locate(msg_id)
     try:
@@ -310,11 +333,11 @@ async def query_by_id(admin: Admin, msg_id: str) -> dict[str, Any]:
         if exc.code == ResponseCode.SYSTEM_ERROR:  # what a 4.x broker answers for a bad offset
             raise NotFoundError(f"no message {msg_id} at {addr}: {exc.remark}") from exc
         raise
-    return detail(message)
+    return _detail(message, body)
 
 
 async def show(
-    admin: Admin, topic: str, queue: int, offset: int, *, broker: str | None = None
+    admin: Admin, topic: str, queue: int, offset: int, *, broker: str | None = None, body: bool = True
 ) -> dict[str, Any]:
     """The message at ``offset`` of queue ``queue`` (pulled as the tools group, nothing committed)."""
     route = await admin.topic_route(topic)
@@ -331,7 +354,7 @@ async def show(
             f"no message at offset {offset} of {topic!r} queue {queue} "
             f"(the queue holds offsets {result.min_offset}..{result.max_offset - 1})"
         )
-    return detail(result.messages[0])
+    return _detail(result.messages[0], body)
 
 
 # ---------------------------------------------------------------------------------------- tail
@@ -460,7 +483,7 @@ async def _stream(
                 if drained == len(refs) and out.empty():
                     break
                 continue
-            emit(summary(item) | {"body": body_text(item.body)})
+            emit(summary(item) | body_fields(item.body))
             emitted += 1
     finally:
         for task in tasks:
@@ -483,10 +506,30 @@ async def _read_queue(admin: Admin, ref: QueueRef, topic: str) -> list[StoredMes
         offset = result.next_begin_offset
 
 
+@dataclass(frozen=True)
+class DlqFilter:
+    """Which dead letters a resend considers: ids (offset id or UNIQ_KEY, upper case), a store-time
+    window, tag, key."""
+
+    ids: frozenset[str] = frozenset()
+    window: Window | None = None
+    tag: str | None = None
+    key: str | None = None
+
+    def matches(self, m: StoredMessage) -> bool:
+        if self.ids and m.msg_id not in self.ids and (m.uniq_key or "").upper() not in self.ids:
+            return False
+        if self.window and not self.window.begin_ms <= m.store_timestamp <= self.window.end_ms:
+            return False
+        if self.tag is not None and m.tags != self.tag:
+            return False
+        return self.key is None or self.key in m.keys
+
+
 async def dlq_messages(
-    admin: Admin, group: str, ids: Iterable[str] = ()
+    admin: Admin, group: str, only: DlqFilter = DlqFilter()
 ) -> list[tuple[QueueRef, StoredMessage]]:
-    """Messages in ``%DLQ%<group>``, optionally only those whose offset id or UNIQ_KEY is in ``ids``."""
+    """Messages in ``%DLQ%<group>`` that pass ``only``; an id asked for and not found is NotFoundError."""
     topic = DLQ_GROUP_TOPIC_PREFIX + group
     try:
         route = await admin.topic_route(topic)
@@ -494,16 +537,55 @@ async def dlq_messages(
         if exc.code == ResponseCode.TOPIC_NOT_EXIST:
             raise NotFoundError(f"group {group!r} has no dead-letter queue ({topic})") from exc
         raise
-    wanted = {i.upper() for i in ids}
     found: list[tuple[QueueRef, StoredMessage]] = []
     for ref in queues(route, write=False):
         for m in await _read_queue(admin, ref, topic):
-            if not wanted or m.msg_id in wanted or (m.uniq_key or "").upper() in wanted:
+            if only.matches(m):
                 found.append((ref, m))
-    missing = wanted - {m.msg_id for _, m in found} - {(m.uniq_key or "").upper() for _, m in found}
+    missing = only.ids - {m.msg_id for _, m in found} - {(m.uniq_key or "").upper() for _, m in found}
     if missing:
         raise NotFoundError(f"not in {topic}: {', '.join(sorted(missing))}")
     return found
+
+
+#: NameServer KV namespace of the per-group record of re-sent dead letters (shared by every mqctl).
+RESENT_NAMESPACE = "MQCTL_DLQ_RESENT"
+#: Property on a re-sent copy: the offset id of the dead letter it came from.
+PROPERTY_RESENT_FROM = "MQCTL_DLQ_MSG_ID"
+
+
+def _ranges(offsets: Iterable[int]) -> list[list[int]]:
+    out: list[list[int]] = []
+    for offset in sorted(set(offsets)):
+        if out and out[-1][1] + 1 == offset:
+            out[-1][1] = offset
+        else:
+            out.append([offset, offset])
+    return out
+
+
+async def resent_record(admin: Admin, group: str) -> set[tuple[str, int, int]]:
+    """(broker name, queue id, queue offset) of every dead letter of ``group`` already re-sent."""
+    raw = await admin.kv_get(RESENT_NAMESPACE, group)
+    try:
+        table = json.loads(raw) if raw else {}
+        return {
+            (where.rsplit("/", 1)[0], int(where.rsplit("/", 1)[1]), offset)
+            for where, spans in table.items()
+            for lo, hi in spans
+            for offset in range(int(lo), int(hi) + 1)
+        }
+    except (ValueError, TypeError, IndexError) as exc:
+        raise UsageError(f"the record of re-sent dead letters of {group!r} is unreadable: {exc}") from None
+
+
+async def record_resent(admin: Admin, group: str, done: set[tuple[str, int, int]]) -> None:
+    """Save the record as offset ranges per broker/queue: a few bytes for a contiguous resend."""
+    per_queue: dict[str, list[int]] = {}
+    for broker_name, queue_id, offset in done:
+        per_queue.setdefault(f"{broker_name}/{queue_id}", []).append(offset)
+    table = {where: _ranges(offsets) for where, offsets in sorted(per_queue.items())}
+    await admin.kv_put(RESENT_NAMESPACE, group, json.dumps(table, separators=(",", ":")))
 
 
 @dataclass
@@ -511,7 +593,7 @@ class Resent:
     dlq_msg_id: str
     uniq_key: str | None
     to_topic: str | None
-    outcome: str  # RESENT, FAILED or SKIPPED
+    outcome: str  # WOULD RESEND, ALREADY RESENT (previews and runs); RESENT, FAILED, SKIPPED (runs)
     new_msg_id: str | None = None
     queue_id: int | None = None
     queue_offset: int | None = None
@@ -520,13 +602,15 @@ class Resent:
 
 async def resend_one(admin: Admin, m: StoredMessage, to_topic: str | None, rr: Iterable[int]) -> Resent:
     """Send a DLQ message again to its original topic (``RETRY_TOPIC``) or ``to_topic``, keeping its
-    body, tags, keys, UNIQ_KEY and user properties; one failure does not stop the others."""
+    body, tags, keys, UNIQ_KEY and user properties, marked with the dead letter's id; one failure does
+    not stop the others."""
     target = to_topic or m.properties.get(PROPERTY_RETRY_TOPIC)
     if not target:
         return Resent(
             m.msg_id, m.uniq_key, None, "SKIPPED", error="no original topic (RETRY_TOPIC); use --to-topic"
         )
     props = {k: v for k, v in m.properties.items() if k not in BROKER_PROPERTIES}
+    props[PROPERTY_RESENT_FROM] = m.msg_id
     try:
         route = await admin.topic_route(target)
         refs = queues(route, write=True)
@@ -543,16 +627,40 @@ async def resend_one(admin: Admin, m: StoredMessage, to_topic: str | None, rr: I
 
 async def resend(
     admin: Admin,
-    messages: list[StoredMessage],
+    group: str,
+    found: list[tuple[QueueRef, StoredMessage]],
     to_topic: str | None = None,
     *,
+    execute: bool,
     progress: Callable[[int], None] | None = None,
 ) -> list[Resent]:
-    """Re-send each message in turn (see :func:`resend_one`), spreading them over the target's queues."""
+    """Preview (``execute`` False) or re-send the dead letters ``found`` (see :func:`resend_one`),
+    skipping those the group's record says were re-sent before and recording each one re-sent now,
+    so that a second run does not send them twice."""
+    done = await resent_record(admin, group)
     rr = itertools.count(random.randrange(1 << 16))
     out = []
-    for m in messages:
-        out.append(await resend_one(admin, m, to_topic, rr))
+    for ref, m in found:
+        where = (ref.broker_name, ref.queue_id, m.queue_offset)
+        target = to_topic or m.properties.get(PROPERTY_RETRY_TOPIC)
+        if where in done:
+            out.append(Resent(m.msg_id, m.uniq_key, target, "ALREADY RESENT"))
+        elif not execute:
+            out.append(
+                Resent(
+                    m.msg_id,
+                    m.uniq_key,
+                    target,
+                    "WOULD RESEND" if target else "SKIPPED",
+                    error=None if target else "no original topic (RETRY_TOPIC); use --to-topic",
+                )
+            )
+        else:
+            outcome = await resend_one(admin, m, to_topic, rr)
+            if outcome.outcome == "RESENT":
+                done.add(where)
+                await record_resent(admin, group, done)  # after each send: an interrupted run stays exact
+            out.append(outcome)
         if progress is not None:
             progress(1)
     return out

@@ -12,6 +12,8 @@ active group.
 from __future__ import annotations
 
 import json
+import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,9 @@ from typing import Any
 from daemon.broker.bodies import ConnectionInfo, MessageQueue
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
+from mqctl.services.cluster import brokers
 from mqctl.services.topics import queue_offsets
+from mqctl.timespec import iso
 
 
 @dataclass(frozen=True)
@@ -82,10 +86,21 @@ def _clamp(value: int, row: PlanRow) -> int:
     return max(row.min_offset, min(value, row.max_offset))
 
 
+PLAN_KIND = "offset-reset"
+
+
 async def plan(admin: Admin, group: str, topic: str, target: ResetTarget) -> list[PlanRow]:
-    """Per queue: where the group is, and where the reset would put it (clamped to what is stored)."""
+    """Per queue: where the group is, and where the reset would put it (clamped to what is stored).
+
+    A plan file (``--from-file``) must be this command's plan: its kind, group, topic and cluster are
+    checked, and it must name at least one of the topic's queues (else UsageError, exit 2).
+    """
     rows = await _queues(admin, group, topic)
-    from_file = _read_plan(target.plan_file, topic) if target.kind == "file" and target.plan_file else {}
+    from_file: dict[tuple[str, int], int] = {}
+    if target.kind == "file" and target.plan_file:
+        from_file = _read_plan(target.plan_file, group, topic, await _clusters(admin, rows))
+        if not any((r.broker_name, r.queue_id) in from_file for r in rows):
+            raise UsageError(f"plan file {target.plan_file} matches no queue of topic {topic!r}")
     for row in rows:
         if target.kind == "earliest":
             row.new = row.min_offset
@@ -102,17 +117,42 @@ async def plan(admin: Admin, group: str, topic: str, target: ResetTarget) -> lis
     return rows
 
 
-def _read_plan(path: Path, topic: str) -> dict[tuple[str, int], int]:
+async def _clusters(admin: Admin, rows: list[PlanRow]) -> str:
+    """The cluster(s) holding the plan's brokers, as a plan file records them."""
+    names = {r.broker_name for r in rows}
+    return ",".join(sorted({b.cluster for b in await brokers(admin) if b.broker_name in names}))
+
+
+def _read_plan(path: Path, group: str, topic: str, cluster: str) -> dict[tuple[str, int], int]:
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-        return {(r["broker_name"], int(r["queue_id"])): int(r["new"]) for r in rows if r["topic"] == topic}
+        doc = json.loads(path.read_text(encoding="utf-8"))
+        if not isinstance(doc, dict) or doc.get("kind") != PLAN_KIND:
+            raise UsageError(
+                f"{path} is not an offset reset plan (it records no kind {PLAN_KIND!r}); "
+                "export one with 'mqctl offset reset ... --export FILE'"
+            )
+        wanted = {"group": group, "topic": topic, "cluster": cluster}
+        wrong = [f"{k} {doc.get(k)!r} (this command: {v!r})" for k, v in wanted.items() if doc.get(k) != v]
+        if wrong:
+            raise UsageError(f"plan file {path} was made for another target: {', '.join(wrong)}")
+        return {(r["broker_name"], int(r["queue_id"])): int(r["new"]) for r in doc["queues"]}
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"cannot use plan file {path}: {exc}") from None
 
 
-def export(rows: list[PlanRow], path: Path) -> None:
-    """Save a plan in the form --from-file reads back."""
-    path.write_text(json.dumps([asdict(r) for r in rows], indent=2) + "\n", encoding="utf-8")
+def export(rows: list[PlanRow], path: Path, *, group: str, topic: str, cluster: str) -> None:
+    """Save a plan in the form --from-file reads back, bound to its group, topic and cluster."""
+    now = time.time()
+    doc = {
+        "kind": PLAN_KIND,
+        "group": group,
+        "topic": topic,
+        "cluster": cluster,
+        "created": iso(int(now * 1000)),
+        "created_ms": int(now * 1000),
+        "queues": [asdict(r) for r in rows],
+    }
+    path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
 
 
 async def execute(admin: Admin, group: str, topic: str, target: ResetTarget, rows: list[PlanRow]) -> str:
@@ -148,13 +188,23 @@ async def execute(admin: Admin, group: str, topic: str, target: ResetTarget, row
 
 
 async def reset(
-    admin: Admin, group: str, topic: str, target: ResetTarget, *, execute_plan: bool, export_to: Path | None
+    admin: Admin,
+    group: str,
+    topic: str,
+    target: ResetTarget,
+    *,
+    execute_plan: bool,
+    export_to: Path | None,
+    confirm: Callable[[list[PlanRow]], None] | None = None,
 ) -> dict[str, Any]:
+    """Plan, optionally export, and with ``execute_plan`` apply once ``confirm(plan)`` returns."""
     rows = await plan(admin, group, topic, target)
     if not rows:
         raise NotFoundError(f"topic {topic!r} has no queues")
     if export_to is not None:
-        export(rows, export_to)
+        export(rows, export_to, group=group, topic=topic, cluster=await _clusters(admin, rows))
+    if execute_plan and confirm is not None:
+        confirm(rows)
     applied = await execute(admin, group, topic, target, rows) if execute_plan else None
     return {
         "group": group,

@@ -23,6 +23,7 @@ from mqctl.admin import messaging
 from mqctl.admin.client import Admin
 from mqctl.errors import StoreError
 from mqctl.services import store_inspect as si
+from mqctl.units import size_text
 from store.cleanup import (
     WATERMARK,
     CleanPlan,
@@ -50,7 +51,7 @@ class FileRow:
     file: str
     from_offset: int
     size: int
-    age: str
+    age_ms: int  # tables show it as "3d 04h"
     expired: bool
     action: str  # delete / keep
     why: str | None  # expired / watermark
@@ -90,22 +91,9 @@ class CleanReport:
     def summary(self) -> str:
         text = (
             f"{self.target}: disk {self.disk_ratio:.0%}, fileReservedTime {self.reserved_hours} h, {self.trigger}; "
-            f"{self.delete_files} file(s) deletable, {self.reclaimable_bytes} bytes"
+            f"{self.delete_files} file(s) deletable, {size_text(self.reclaimable_bytes)}"
         )
         return text + (f"; deleted {len(self.deleted)}" if self.executed else "")
-
-
-def age_text(ms: int) -> str:
-    """``3d 04h``, ``5h 12m``, ``12m 05s``: an age at a glance."""
-    s = ms // 1000
-    d, s = divmod(s, 86400)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    if d:
-        return f"{d}d {h:02d}h"
-    if h:
-        return f"{h}h {m:02d}m"
-    return f"{m}m {s:02d}s"
 
 
 def _trigger(body: PlanBody) -> str:
@@ -129,7 +117,7 @@ def report(target: str, body: PlanBody) -> CleanReport:
             f.name,
             f.from_offset,
             f.size,
-            age_text(f.age_ms),
+            f.age_ms,
             f.expired,
             "delete" if f.reason else "keep",
             f.reason,
@@ -367,7 +355,7 @@ def commitlog_files(
     config = offline_config(root, reserved_hours=reserved_hours, watermark=None, force_watermark=None)
     retention = {
         r.file.name: {
-            "age": age_text(r.age_ms),
+            "age_ms": r.age_ms,
             "expired": r.expired,
             "reclaimable": r.file.size if r.deletable and r.reason != WATERMARK else 0,
             "consumed_by_all_groups": r.consumed_by_all,

@@ -15,6 +15,7 @@ from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services.cluster import brokers
+from mqctl.units import time_fields, when
 
 PERMS = {"r": PermName.READ, "w": PermName.WRITE, "rw": PermName.READ_WRITE}
 
@@ -36,7 +37,8 @@ class QueueStatus:
     min_offset: int
     max_offset: int
     messages: int
-    last_updated: int
+    last_updated: str | None  # ISO; None when never written ("never" in tables)
+    last_updated_ms: int
 
 
 @dataclass(frozen=True)
@@ -163,7 +165,8 @@ async def upsert(
         old = existing[addr]
         new = spec.apply_to(old)
         diff = _diff(old, new)
-        action = "unchanged" if not diff else ("created" if old is None else "updated")
+        action = "unchanged" if not diff else ("create" if old is None else "update")
+        action = action if action == "unchanged" else (f"would {action}" if dry_run else f"{action}d")
         if diff and not dry_run:
             await admin.create_topic(addr, new)
         changes.append({"broker": addr, "action": action, "changes": diff})
@@ -238,7 +241,8 @@ def _status_rows(offsets: list[tuple[str, str, int, TopicOffset]]) -> list[Queue
             min_offset=off.min_offset,
             max_offset=off.max_offset,
             messages=off.max_offset - off.min_offset,
-            last_updated=off.last_update_timestamp,
+            last_updated=when(off.last_update_timestamp),
+            last_updated_ms=off.last_update_timestamp,
         )
         for name, _, queue_id, off in offsets
     ]
@@ -258,7 +262,7 @@ async def stats(admin: Admin, topic: str) -> dict[str, Any]:
         "queues": len(rows),
         "messages": sum(r.messages for r in rows),
         "max_offset_total": sum(r.max_offset for r in rows),
-        "last_updated": max((r.last_updated for r in rows), default=0),
+        **time_fields("last_updated", max((r.last_updated_ms for r in rows), default=0)),
         "in_tps": round(sum(d["statsMinute"]["tps"] for d in puts), 2),
         "in_msgs_24h": int(sum(d["statsDay"]["sum"] for d in puts)),
     }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -87,3 +88,42 @@ async def test_up_listens_on_loopback_only(tmp_path: Path, cli_env: dict[str, st
     assert code == 0
     assert len(sockets) == 3  # NameServer, broker, metrics
     assert {addr for addr, _ in sockets} == {"127.0.0.1"}
+
+
+@pytest.mark.slow
+async def test_broker_and_namesrv_status_find_what_up_started(cli_env: dict[str, str]) -> None:
+    """One default data dir: 'broker status|stop' and 'namesrv status' without flags find 'mqctl up'."""
+    ports = ["--namesrv-port", str(free_port()), "--broker-port", str(free_port()), "--no-metrics"]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqctl", "up", *ports], cwd=ROOT, env=cli_env, stderr=subprocess.PIPE, text=True
+    )
+
+    def mqctl(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "mqctl", *args], cwd=ROOT, env=cli_env, capture_output=True, text=True, timeout=60
+        )
+
+    try:
+        assert proc.stderr is not None
+        line = ""
+        while "ready:" not in line:
+            line = await asyncio.to_thread(proc.stderr.readline)
+            assert line, "mqctl up exited before it was ready"
+        drain = asyncio.create_task(asyncio.to_thread(proc.stderr.read))  # its log must not fill the pipe
+        broker = await asyncio.to_thread(mqctl, "broker", "status", "-o", "json")
+        assert broker.returncode == 0, broker.stderr
+        assert json.loads(broker.stdout)["state"] == "running" and json.loads(broker.stdout)["pid"] == proc.pid
+        namesrv = await asyncio.to_thread(mqctl, "namesrv", "status", "-o", "json")
+        assert namesrv.returncode == 0, namesrv.stderr
+        assert json.loads(namesrv.stdout)["address"] == f"127.0.0.1:{ports[1]}"
+        reaped = asyncio.create_task(asyncio.to_thread(proc.wait, 60))  # else our child lingers as a zombie
+        stopped = await asyncio.to_thread(mqctl, "broker", "stop")
+        assert stopped.returncode == 0, stopped.stderr
+        code = await reaped
+        await drain
+    finally:
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGINT)
+            proc.wait(30)
+    assert code == 0
+    assert (await asyncio.to_thread(mqctl, "broker", "status")).returncode == 3

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 
 import pytest
 
 from mqctl.services.bench import count_records, topic_names
-from tests.conftest import RunCli
+from tests.conftest import ROOT, RunCli
 from tests.daemons import LocalCluster, local_cluster
 
 
@@ -50,3 +55,46 @@ def test_count_records_walks_total_sizes() -> None:
 
     assert count_records(b"") == 0
     assert count_records(encode_blank(40) + bytes(32) + encode_blank(60) + bytes(52)) == 2
+
+
+def test_percentiles_exact_count_and_duration(cli: RunCli, daemons: LocalCluster) -> None:
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+    produced = cli("bench", "produce", "-t", "Pct", "--threads", "4", "--count", "300", "-o", "json", env=env).json()
+    assert produced["messages"] == 300
+    assert 0 < produced["rt_p50_ms"] <= produced["rt_p90_ms"] <= produced["rt_p99_ms"] <= produced["rt_p999_ms"]
+    assert produced["rt_p999_ms"] <= produced["max_rt_ms"] and produced["interrupted"] is False
+    drained = cli("bench", "consume", "-t", "Pct", "-g", "PctG", "--count", "101", "--idle", "1", "-o", "json", env=env)
+    assert drained.json()["messages"] == 101  # exactly, not a multiple of the pull batch
+    assert sum(daemons.broker.offsets.query_offset("PctG", "Pct", q) for q in range(4)) == 101
+    timed = cli("bench", "produce", "-t", "Pct", "--threads", "2", "--duration", "1", "--rate", "50", "-o", "json", env=env)
+    result = timed.json()
+    assert 0.9 <= result["seconds"] < 5 and 10 <= result["messages"] <= 80  # about 50/s for about 1 s
+
+
+def test_ctrl_c_keeps_the_statistics(cli_env: dict[str, str], daemons: LocalCluster) -> None:
+    def stored() -> int:
+        return sum(daemons.broker.store.get_max_offset("Pct", q) for q in range(4))
+
+    before = stored()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqctl", "bench", "produce", "-t", "Pct", "--duration", "60", "--rate", "100", "-o", "json"],
+        env={**cli_env, "NAMESRV_ADDR": daemons.namesrv_addr},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while stored() == before and time.monotonic() < deadline:  # Ctrl-C once it is sending
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err  # interrupted, and says so...
+    assert err.count("mqctl: error: interrupted") == 1
+    result = json.loads(out)  # ...with the statistics of the run so far
+    assert result["interrupted"] is True and result["messages"] > 0 and result["seconds"] < 30

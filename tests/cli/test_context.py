@@ -38,18 +38,34 @@ def test_bad_address_is_a_usage_error(cli: RunCli) -> None:
     assert "HOST:PORT" in result.stderr
 
 
-def test_precedence_context_then_namesrv_addr_then_mqctl_env(cli: RunCli) -> None:
+def test_precedence_mqctl_env_then_context_then_namesrv_addr(cli: RunCli) -> None:
     assert cli("context", "current", "-o", "json").json()["source"] == "default"
-    cli("context", "add", "dev", "-n", "127.0.0.1:1111")
-    assert cli("context", "current", "-o", "json").json()["namesrv"] == "127.0.0.1:1111"
     via_rocketmq_var = cli("context", "current", "-o", "json", env={"NAMESRV_ADDR": "127.0.0.1:2222"}).json()
     assert via_rocketmq_var == {"namesrv": "127.0.0.1:2222", "source": "$NAMESRV_ADDR"}
+    cli("context", "add", "dev", "-n", "127.0.0.1:1111")
+    assert cli("context", "current", "-o", "json").json()["namesrv"] == "127.0.0.1:1111"
+    chosen = cli("context", "current", "-o", "json", env={"NAMESRV_ADDR": "127.0.0.1:2222"})
+    assert chosen.json() == {"namesrv": "127.0.0.1:1111", "source": "context dev"}  # the context chosen in mqctl wins
+    assert chosen.stderr.count("outranks $NAMESRV_ADDR") == 1  # never silently
     both = cli(
         "context", "current", "-o", "json", env={"NAMESRV_ADDR": "127.0.0.1:2222", "MQCTL_NAMESRV": "127.0.0.1:3333"}
     ).json()
     assert both["namesrv"] == "127.0.0.1:3333"
 
 
+def test_verbose_says_where_an_online_command_connects(cli: RunCli) -> None:
+    result = cli("-v", "topic", "list", "-n", "127.0.0.1:1")
+    assert result.code == 5
+    assert "NameServer 127.0.0.1:1 (from --namesrv)" in result.stderr
+    assert "NameServer" not in cli("topic", "list", "-n", "127.0.0.1:1").stderr.split("error:")[0]
+
+
 def test_output_env_default(cli: RunCli) -> None:
     cli("context", "add", "dev", "-n", "127.0.0.1:1111")
     assert cli("context", "ls", env={"MQCTL_OUTPUT": "csv"}).stdout == "name,namesrv,current\ndev,127.0.0.1:1111,yes\n"
+
+
+def test_rm_if_exists(cli: RunCli) -> None:
+    assert cli("context", "rm", "nope").code == 3
+    soft = cli("context", "rm", "nope", "--if-exists", "-o", "json")
+    assert soft.code == 0 and soft.json() == {"removed": None, "namesrv": None}

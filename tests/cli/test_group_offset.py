@@ -57,7 +57,9 @@ def mq(cli: RunCli, loaded: LocalCluster) -> RunCli:
 
 
 def test_group_create_update_list_show_delete(mq: RunCli, loaded: LocalCluster) -> None:
-    created = mq("group", "create", "-g", "CG_Admin", "--retry-queues", "2", "--max-retries", "3", "-o", "json")
+    created = mq(
+        "group", "create", "-g", "CG_Admin", "--retry-queues", "2", "--max-retries", "3", "-o", "json"
+    )
     assert created.code == 0, created.stderr
     change = created.json()["brokers"][0]
     assert change["action"] == "created" and change["changes"]["retry_max_times"] == [None, 3]
@@ -74,7 +76,9 @@ def test_group_create_update_list_show_delete(mq: RunCli, loaded: LocalCluster) 
     assert "TOOLS_CONSUMER" in [row["group"] for row in mq("group", "list", "--system", "-o", "json").json()]
 
     shown = mq("group", "show", "-g", "CG_Admin", "-o", "json").json()
-    assert shown["group_name"] == "CG_Admin" and shown["retry_max_times"] == 5 and shown["online_clients"] == 0
+    assert (
+        shown["group_name"] == "CG_Admin" and shown["retry_max_times"] == 5 and shown["online_clients"] == 0
+    )
 
     assert mq("group", "delete", "-g", "CG_Admin", "--yes").code == 0
     assert "CG_Admin" not in loaded.broker.groups.table
@@ -87,7 +91,8 @@ def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
         (0, 10, 4, 6),
         (1, 10, 10, 0),
     ]
-    assert rows[0]["last_consumed_store_time"] > 0 and rows[0]["client"] is None
+    assert rows[0]["last_consumed_store_time_ms"] > 0 and rows[0]["client"] is None
+    assert rows[0]["last_consumed_store_time"].endswith("Z")  # ISO in JSON, with its _ms twin
     lagging = mq("group", "progress", "-g", GROUP, "-t", TOPIC, "--lag-over", "0", "-o", "json").json()
     assert [r["queue_id"] for r in lagging] == [0]
 
@@ -104,31 +109,42 @@ def test_offset_reset_plans_then_executes(mq: RunCli, loaded: LocalCluster, tmp_
 
     saved = tmp_path / "plan.json"
     mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-earliest", "--export", str(saved))
-    assert [row["new"] for row in json.loads(saved.read_text())] == [0, 0]
+    doc = json.loads(saved.read_text())
+    assert (doc["kind"], doc["group"], doc["topic"]) == ("offset-reset", GROUP, TOPIC)
+    assert doc["cluster"] == loaded.broker.config.broker_cluster_name and doc["created"].endswith("Z")
+    assert [row["new"] for row in doc["queues"]] == [0, 0]
 
-    done = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-offset", "8", "--execute", "-o", "json").json()
+    done = mq(
+        "offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-offset", "8", "--execute", "--yes", "-o", "json"
+    ).json()
     assert done["executed"] is True and "committed" in done["applied"]
     assert [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)] == [8, 8]
 
-    mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--from-file", str(saved), "--execute")
+    mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--from-file", str(saved), "--execute", "--yes")
     assert [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)] == [0, 0]
 
-    mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-latest", "--execute")
+    mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-latest", "--execute", "--yes")
     assert [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)] == [10, 10]
     an_hour_ago = str(int(time.time() * 1000) - 3_600_000)
     by_time = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-time", an_hour_ago, "-o", "json").json()
-    by_duration = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--by-duration", "1h", "--execute", "-o", "json").json()
+    by_duration = mq(
+        "offset", "reset", "-g", GROUP, "-t", TOPIC, "--by-duration", "1h", "--execute", "--yes", "-o", "json"
+    ).json()
     assert [q["new"] for q in by_time["queues"]] == [q["new"] for q in by_duration["queues"]] == [0, 0]
     assert [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)] == [0, 0]
 
-    mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-offset", "4", "--execute")  # restore for other tests
+    mq(
+        "offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-offset", "4", "--execute", "--yes"
+    )  # restore for other tests
 
 
 def test_offset_reset_needs_exactly_one_target(mq: RunCli) -> None:
     assert mq("offset", "reset", "-g", GROUP, "-t", TOPIC).code == UsageError.exit_code
     both = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-earliest", "--to-latest")
     assert both.code == UsageError.exit_code and "--to-earliest, --to-latest" in both.stderr
-    assert mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-time", "yesterday").code == UsageError.exit_code
+    assert (
+        mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-time", "yesterday").code == UsageError.exit_code
+    )
 
 
 def test_allocate_averagely_matches_rocketmq() -> None:
@@ -137,3 +153,52 @@ def test_allocate_averagely_matches_rocketmq() -> None:
     assert [owners[q] for q in queues] == ["c1", "c1", "c1", "c2", "c2"]
     few = allocate_averagely(queues[:1], ["c1", "c2"])
     assert few == {queues[0]: "c1"}
+
+
+def test_a_plan_file_applies_only_to_what_it_planned(
+    mq: RunCli, loaded: LocalCluster, tmp_path: Path
+) -> None:
+    """Another group's plan, a legacy plan without its target, or one matching no queue: exit 2, nothing changes."""
+    saved = tmp_path / "plan.json"
+    assert mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-earliest", "--export", str(saved)).code == 0
+    offsets = loaded.broker.offsets
+    before = [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)]
+    other = mq(
+        "offset", "reset", "-g", "CG_Other", "-t", TOPIC, "--from-file", str(saved), "--execute", "--yes"
+    )
+    assert other.code == UsageError.exit_code, other.stderr
+    assert "group 'CG_Progress'" in other.stderr
+    assert offsets.query_offset("CG_Other", TOPIC, 0) == -1
+    legacy = tmp_path / "legacy.json"
+    legacy.write_text(json.dumps(json.loads(saved.read_text())["queues"]))
+    refused = mq(
+        "offset", "reset", "-g", GROUP, "-t", TOPIC, "--from-file", str(legacy), "--execute", "--yes"
+    )
+    assert refused.code == UsageError.exit_code and "not an offset reset plan" in refused.stderr
+    doc = json.loads(saved.read_text())
+    for row in doc["queues"]:
+        row["broker_name"] = "broker-gone"
+    nowhere = tmp_path / "nowhere.json"
+    nowhere.write_text(json.dumps(doc))
+    none = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--from-file", str(nowhere), "--execute", "--yes")
+    assert none.code == UsageError.exit_code and "matches no queue" in none.stderr
+    assert [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)] == before
+
+
+def test_a_reset_plan_is_a_table_of_queues(mq: RunCli, loaded: LocalCluster) -> None:
+    result = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--shift-by", "-3")
+    assert result.code == 0, result.stderr
+    rows = [[c.strip() for c in line.split("│")] for line in result.stdout.splitlines() if "│" in line]
+    assert ["group", GROUP] in rows
+    queue_rows = [r for r in rows if r[0] == "broker-a"]
+    committed = [loaded.broker.offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)]
+    assert [r[1:] for r in queue_rows] == [[str(q), str(c), str(c - 3), "-3"] for q, c in enumerate(committed)]
+    assert "{" not in result.stdout
+
+
+def test_executing_a_reset_needs_yes_off_a_terminal(mq: RunCli, loaded: LocalCluster) -> None:
+    offsets = loaded.broker.offsets
+    before = [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)]
+    refused = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-earliest", "--execute")
+    assert refused.code == UsageError.exit_code and "--yes" in refused.stderr
+    assert [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)] == before

@@ -192,6 +192,49 @@ def test_query_by_key_in_csv_and_yaml(mq: Callable[..., CliResult]) -> None:
     assert doc["msg_id"] == row["msg_id"]
 
 
+def test_query_and_show_carry_the_body_in_every_format(mq: Callable[..., CliResult], tmp_path: Path) -> None:
+    import base64
+
+    import yaml
+
+    ok(mq("msg", "send", "-t", OTHER, "-q", "1", "-k", "bodytext", "héllo text", "-o", "json"))
+    (row,) = ok(mq("msg", "query", "-t", OTHER, "-k", "bodytext", "-o", "json"))
+    assert (row["body"], row["body_encoding"]) == ("héllo text", "utf-8")
+    (as_csv,) = list(
+        csv.DictReader(io.StringIO(mq("msg", "query", "-t", OTHER, "-k", "bodytext", "-o", "csv").stdout))
+    )
+    assert as_csv["body"] == "héllo text"
+    (as_yaml,) = yaml.safe_load(mq("msg", "query", "-t", OTHER, "-k", "bodytext", "-o", "yaml").stdout)
+    assert as_yaml["body"] == "héllo text"
+    assert "héllo text" in mq("msg", "query", "-t", OTHER, "-k", "bodytext").stdout
+    (bare,) = ok(mq("msg", "query", "-t", OTHER, "-k", "bodytext", "--no-body", "-o", "json"))
+    assert "body" not in bare and "body_encoding" not in bare
+
+    binary = bytes([0xFF, 0xFE, 0x00, 0x80]) * 8
+    (tmp_path / "body.bin").write_bytes(binary)
+    sent = ok(mq("msg", "send", "-t", OTHER, "-q", "1", "--file", str(tmp_path / "body.bin"), "-o", "json"))
+    shown = ok(mq("msg", "show", "-t", OTHER, "-q", "1", "--offset", str(sent["queue_offset"]), "-o", "json"))
+    assert shown["body_encoding"] == "base64" and base64.b64decode(shown["body"]) == binary
+    by_id = ok(mq("msg", "query", "--id", sent["offset_msg_id"], "-o", "json"))
+    assert base64.b64decode(by_id["body"]) == binary
+    no_body = ok(
+        mq(
+            "msg",
+            "show",
+            "-t",
+            OTHER,
+            "-q",
+            "1",
+            "--offset",
+            str(sent["queue_offset"]),
+            "--no-body",
+            "-o",
+            "json",
+        )
+    )
+    assert "body" not in no_body
+
+
 def test_query_by_key_outside_the_window_is_not_found(mq: Callable[..., CliResult]) -> None:
     result = mq("msg", "query", "-t", TOPIC, "-k", "seed-1", "--until", "1000000000000")
     assert result.code == 3
@@ -229,6 +272,38 @@ def test_show_a_queue_offset(mq: Callable[..., CliResult], daemons: LocalCluster
     assert stored(daemons, shown["msg_id"]).body == b"seed 6"
     table = mq("msg", "show", "-t", TOPIC, "-q", "2", "--offset", "1")
     assert table.code == 0 and "seed 6" in table.stdout
+
+
+def test_user_data_is_shown_as_data_never_as_markup(mq: Callable[..., CliResult]) -> None:
+    """A key ``[urgent]``, tag ``[vip]`` and a body holding ``[/b]`` show as typed (no empty cell, no crash)."""
+    body = "alert [/b] [bold]not bold[/bold]"
+    sent = ok(
+        mq("msg", "send", "-t", OTHER, "-q", "0", "--tag", "[vip]", "-k", "[urgent]", body, "-o", "json")
+    )
+    by_id = mq("msg", "query", "--id", sent["offset_msg_id"])
+    assert by_id.code == 0, by_id.stderr
+    for text in ("[urgent]", "[vip]", "[/b]", "[bold]not bold[/bold]"):
+        assert text in by_id.stdout
+    shown = mq("msg", "show", "-t", OTHER, "-q", "0", "--offset", str(sent["queue_offset"]))
+    assert shown.code == 0, shown.stderr
+    assert "alert [/b] [bold]not bold[/bold]" in shown.stdout and "[urgent]" in shown.stdout
+    listed = mq("msg", "query", "-t", OTHER, "-k", "[urgent]")
+    assert listed.code == 0, listed.stderr
+    assert "[urgent]" in listed.stdout and "[vip]" in listed.stdout
+
+
+def test_times_are_local_in_tables_utc_with_flag_and_iso_in_json(
+    cli: RunCli, daemons: LocalCluster
+) -> None:
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr, "TZ": "Asia/Tokyo"}
+    shown = cli("msg", "show", "-t", TOPIC, "-q", "1", "--offset", "0", "-o", "json", env=env).json()
+    assert shown["store_time"].endswith("Z") and isinstance(shown["store_time_ms"], int)
+    local = cli("msg", "show", "-t", TOPIC, "-q", "1", "--offset", "0", env=env).stdout
+    rows = {r[0]: r[1] for r in ([c.strip() for c in line.split("│")] for line in local.splitlines()) if len(r) == 2}
+    assert rows["store_time"].endswith("+09:00") and "store_time_ms" not in rows
+    utc = cli("--utc", "msg", "show", "-t", TOPIC, "-q", "1", "--offset", "0", env=env).stdout
+    rows = {r[0]: r[1] for r in ([c.strip() for c in line.split("│")] for line in utc.splitlines()) if len(r) == 2}
+    assert rows["store_time"] == shown["store_time"]
 
 
 def test_show_never_commits_an_offset(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
@@ -329,55 +404,91 @@ def dead_letters(daemons: LocalCluster) -> list[str]:
     return ids
 
 
-def test_resend_all_needs_confirmation_off_a_terminal(
-    mq: Callable[..., CliResult], dead_letters: list[str]
-) -> None:
-    result = mq("msg", "resend", "-g", DLQ_GROUP)
-    assert result.code == 2
-    assert "--yes" in result.stderr
+def other_total(daemons: LocalCluster) -> int:
+    return on_broker(
+        daemons,
+        lambda: daemons.broker.store.get_max_offset(OTHER, 0) + daemons.broker.store.get_max_offset(OTHER, 1),
+    )
 
 
-def test_resend_sends_dead_letters_back_to_their_topic(
+def forget_resent(daemons: LocalCluster) -> None:
+    """Drop the group's record of re-sent dead letters, as an operator may to send them again."""
+
+    async def drop() -> None:
+        async with Admin([daemons.namesrv_addr]) as admin:
+            await admin.kv_delete("MQCTL_DLQ_RESENT", DLQ_GROUP)
+
+    daemons.loop.run(drop())
+
+
+def test_resend_previews_by_default_and_filters(
     mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str]
 ) -> None:
-    before = on_broker(
-        daemons,
-        lambda: daemons.broker.store.get_max_offset(OTHER, 0) + daemons.broker.store.get_max_offset(OTHER, 1),
+    forget_resent(daemons)
+    before = other_total(daemons)
+    preview = mq("msg", "resend", "-g", DLQ_GROUP, "-o", "json")
+    assert preview.code == 0, preview.stderr
+    assert sorted((o["dlq_msg_id"], o["outcome"]) for o in preview.json()) == sorted(
+        (i, "WOULD RESEND") for i in dead_letters
     )
-    one = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[0], "-o", "json"))
-    assert [(o["dlq_msg_id"], o["outcome"], o["to_topic"]) for o in one] == [
-        (dead_letters[0], "RESENT", OTHER)
-    ]
-    everything = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--yes", "-o", "json"))
-    assert sorted(o["dlq_msg_id"] for o in everything) == sorted(dead_letters)
-    assert all(o["outcome"] == "RESENT" for o in everything)
-    after = on_broker(
-        daemons,
-        lambda: daemons.broker.store.get_max_offset(OTHER, 0) + daemons.broker.store.get_max_offset(OTHER, 1),
+    assert "add --execute" in preview.stderr and other_total(daemons) == before
+    (by_key,) = ok(mq("msg", "resend", "-g", DLQ_GROUP, "-k", "dead-1", "-o", "json"))
+    assert by_key["dlq_msg_id"] == dead_letters[1]
+    assert ok(mq("msg", "resend", "-g", DLQ_GROUP, "--tag", "Other", "-o", "json")) == []
+    assert ok(mq("msg", "resend", "-g", DLQ_GROUP, "--until", "1000000000000", "-o", "json")) == []
+    refused = mq("msg", "resend", "-g", DLQ_GROUP, "--execute")
+    assert refused.code == 2 and "--yes" in refused.stderr and other_total(daemons) == before
+
+
+def test_resend_sends_dead_letters_back_once(
+    mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str]
+) -> None:
+    forget_resent(daemons)
+    before = other_total(daemons)
+    one = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[0], "--execute", "--yes", "-o", "json"))
+    assert [(o["dlq_msg_id"], o["outcome"], o["to_topic"]) for o in one] == [(dead_letters[0], "RESENT", OTHER)]
+    everything = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--execute", "--yes", "-o", "json"))
+    assert sorted((o["dlq_msg_id"], o["outcome"]) for o in everything) == sorted(
+        [(dead_letters[0], "ALREADY RESENT"), (dead_letters[1], "RESENT")]
     )
-    assert after - before == 3
-    for outcome in one + everything:
+    again = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--execute", "--yes", "-o", "json"))
+    assert {o["outcome"] for o in again} == {"ALREADY RESENT"}  # a second run sends nothing twice
+    assert other_total(daemons) - before == 2
+    for outcome in one + [o for o in everything if o["outcome"] == "RESENT"]:
         m = stored(daemons, outcome["new_msg_id"])
         assert m.topic == OTHER and m.body.decode().startswith("dead ")
         assert m.tags == "D" and m.properties["color"] == "blue" and m.keys[0].startswith("dead-")
         assert "RETRY_TOPIC" not in m.properties and "ORIGIN_MESSAGE_ID" not in m.properties
+        assert m.properties["MQCTL_DLQ_MSG_ID"] == outcome["dlq_msg_id"]  # marked as a re-sent copy
 
 
 def test_resend_to_another_topic(
     mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str]
 ) -> None:
+    forget_resent(daemons)
     (outcome,) = ok(
-        mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[1], "--to-topic", TOPIC, "-o", "json")
+        mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[1], "--to-topic", TOPIC, "--execute", "--yes", "-o", "json")
     )
     assert outcome["outcome"] == "RESENT" and outcome["to_topic"] == TOPIC
     assert stored(daemons, outcome["new_msg_id"]).topic == TOPIC
+
+
+def test_a_failed_resend_exits_non_zero_and_is_not_recorded(
+    mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str]
+) -> None:
+    forget_resent(daemons)
+    args = ("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[0], "--execute", "--yes")
+    failed = mq(*args, "--to-topic", "NoSuchTopic", "-o", "json")
+    assert failed.code == 8, failed.stderr
+    assert [o["outcome"] for o in failed.json()] == ["FAILED"] and "could not be re-sent" in failed.stderr
+    assert [o["outcome"] for o in ok(mq(*args, "-o", "json"))] == ["RESENT"]  # a failure is not marked re-sent
 
 
 def test_resend_unknown_ids_and_groups_are_not_found(
     mq: Callable[..., CliResult], dead_letters: list[str]
 ) -> None:
     assert mq("msg", "resend", "-g", DLQ_GROUP, "--id", "7F00000100002A9F00000000DEADBEEF").code == 3
-    assert mq("msg", "resend", "-g", "CG_NeverDied", "--yes").code == 3
+    assert mq("msg", "resend", "-g", "CG_NeverDied", "--execute", "--yes").code == 3
 
 
 # -------------------------------------------------------------------------------- errors, codes
@@ -447,8 +558,11 @@ def test_watch_repeats_a_query_until_interrupted(cli_env: dict[str, str], daemon
                 seen += 1
     finally:
         proc.send_signal(2)
-        proc.wait(timeout=10)
+        out, _ = proc.communicate(timeout=10)
     assert seen == 2
+    lines = out.splitlines()  # JSON lines: one object per message per refresh, never a multi-line array
+    assert lines
+    assert all(json.loads(line)["keys"] == "seed-0 seeds" for line in lines)
 
 
 def test_store_commands_read_the_running_brokers_store(

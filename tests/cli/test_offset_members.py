@@ -123,7 +123,18 @@ def test_time_reset_reaches_a_running_consumer(cli: RunCli, daemons: LocalCluste
     assert client["client_id"].endswith(f"@mqctl-{proc.pid}") and client["addr"].startswith("127.0.0.1:")
 
     reset = cli(
-        "offset", "reset", "-g", group, "-t", TOPIC, "--to-earliest", "--execute", "-o", "json", env=env
+        "offset",
+        "reset",
+        "-g",
+        group,
+        "-t",
+        TOPIC,
+        "--to-earliest",
+        "--execute",
+        "--yes",
+        "-o",
+        "json",
+        env=env,
     )
     assert reset.code == 0, reset.stderr
     assert "told to follow" in reset.json()["applied"]
@@ -144,7 +155,9 @@ def test_per_queue_reset_is_refused_while_a_consumer_runs(
     proc = consumer(group, "--idle", "60")
     drained_as_member(daemons, group)
 
-    refused = cli("offset", "reset", "-g", group, "-t", TOPIC, "--to-offset", "1", "--execute", env=env)
+    refused = cli(
+        "offset", "reset", "-g", group, "-t", TOPIC, "--to-offset", "1", "--execute", "--yes", env=env
+    )
     assert refused.code == ConflictError.exit_code
     lines = refused.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("mqctl: error: ")
@@ -220,7 +233,18 @@ def test_tail_of_a_group_is_a_member_that_follows_a_reset_and_commits_nothing_it
         assert client["client_id"].endswith(f"@mqctl-{proc.pid}")
 
         reset = cli(
-            "offset", "reset", "-g", group, "-t", TOPIC, "--to-earliest", "--execute", "-o", "json", env=env
+            "offset",
+            "reset",
+            "-g",
+            group,
+            "-t",
+            TOPIC,
+            "--to-earliest",
+            "--execute",
+            "--yes",
+            "-o",
+            "json",
+            env=env,
         )
         assert reset.code == 0, reset.stderr
         assert "told to follow" in reset.json()["applied"]

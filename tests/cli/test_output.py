@@ -36,7 +36,12 @@ def rendered(result: object, fmt: str) -> str:
 def test_json_is_stable_and_machine_readable() -> None:
     text = rendered(ROWS, "json")
     data = json.loads(text)
-    assert data[0] == {"topic": "orders", "queues": 4, "tags": ["a", "b"], "created": "2026-01-02T03:04:05+00:00"}
+    assert data[0] == {
+        "topic": "orders",
+        "queues": 4,
+        "tags": ["a", "b"],
+        "created": "2026-01-02T03:04:05+00:00",
+    }
     assert list(data[0]) == ["topic", "queues", "tags", "created"]
     assert text == rendered(ROWS, "json")
 
@@ -68,3 +73,84 @@ def test_unknown_format_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown output format"):
         rendered(ROWS, "xml")
     assert set(FORMATS) == {"table", "json", "yaml", "csv"}
+
+
+def test_table_cells_are_data_not_markup() -> None:
+    text = rendered([{"keys": "[urgent]", "tags": "[vip]", "body": "a [/b] b [bold]c[/bold]"}], "table")
+    assert "[urgent]" in text and "[vip]" in text and "a [/b] b [bold]c[/bold]" in text
+
+
+def test_a_piped_table_is_as_wide_as_its_content() -> None:
+    token = "x" * 250
+    text = rendered([{"id": token, "topic": "t" * 40}], "table")
+    assert token in text  # one unbroken line, not folded at 80 (or 200) columns
+    assert len(text.splitlines()) == 3  # header, rule, row
+
+
+def test_nested_values_are_never_json_in_a_cell() -> None:
+    text = rendered(
+        [
+            {
+                "broker": "b1",
+                "changes": {"read_queue_nums": [None, 8], "perm": [6, 7]},
+                "brokers": ["a:1", "b:2"],
+            }
+        ],
+        "table",
+    )
+    assert "read_queue_nums: - → 8" in text and "perm: 6 → 7" in text
+    assert "a:1, b:2" in text
+    assert "{" not in text and '"' not in text
+
+
+def test_a_record_with_a_list_of_records_renders_them_as_rows() -> None:
+    plan = {
+        "group": "G",
+        "topic": "T",
+        "queues": [{"broker_name": "b", "queue_id": q, "current": 1, "new": 5} for q in range(3)],
+    }
+    rows = [[c.strip() for c in line.split("│")] for line in rendered(plan, "table").splitlines()]
+    assert ["group", "G"] in rows and ["topic", "T"] in rows
+    assert [r for r in rows if r[0] == "b"] == [["b", str(q), "1", "5"] for q in range(3)]
+    assert not any("{" in cell for r in rows for cell in r)
+
+
+def test_row_stream_writes_json_lines_and_one_csv_header() -> None:
+    from mqctl.output import RowStream
+
+    out = io.StringIO()
+    stream = RowStream("json", out)
+    stream.rows([{"a": 1}, {"a": 2}])
+    stream.rows({"a": 3})
+    assert [json.loads(line) for line in out.getvalue().splitlines()] == [{"a": 1}, {"a": 2}, {"a": 3}]
+    out = io.StringIO()
+    stream = RowStream("csv", out)
+    stream.rows([{"a": 1, "b": "x"}])
+    stream.rows([{"a": 2, "b": "y"}])
+    assert out.getvalue() == "a,b\n1,x\n2,y\n"
+    out = io.StringIO()
+    RowStream("table", out, columns=["a", "b"])({"a": "[x]", "b": "l1\nl2"})
+    assert out.getvalue() == "[x] l1\\nl2\n"
+
+
+def test_one_rule_for_sizes_times_and_durations() -> None:
+    from mqctl.units import duration_text, size_text, time_fields
+
+    assert [size_text(n) for n in (512, 1536, 4 * 1024 * 1024, 3 * 1024**3)] == [
+        "512 B",
+        "1.5 KiB",
+        "4.0 MiB",
+        "3.0 GiB",
+    ]
+    assert duration_text(2 * 86_400_000 + 6 * 3_600_000) == "2d 06h" and duration_text(850) == "850 ms"
+    assert time_fields("t", 0) == {"t": None, "t_ms": 0}
+    assert time_fields("t", 1_000) == {"t": "1970-01-01T00:00:01.000Z", "t_ms": 1_000}
+    rows = [{"file": "f", "size": 1048576, "age_ms": 90_000, **time_fields("last", 0)}]
+    assert json.loads(rendered(rows, "json")) == [
+        {"file": "f", "size": 1048576, "age_ms": 90_000, "last": None, "last_ms": 0}
+    ]
+    table = rendered(rows, "table")
+    assert "1.0 MiB" in table and "1m 30s" in table and "never" in table
+    assert "LAST MS" not in table and "AGE MS" not in table and "AGE" in table
+    record = rendered({"size": 2048, **time_fields("created", 0)}, "table")
+    assert "2.0 KiB" in record and "never" in record and "created_ms" not in record

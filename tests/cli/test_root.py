@@ -61,3 +61,24 @@ def test_cli_import_stays_light() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == ""
+
+
+def test_help_renders_without_rich_or_markdown() -> None:
+    """Typer's rich help imported markdown_it and rich (0.3 s of 'mqctl --help'); click's plain help needs neither."""
+    code = (
+        "import sys, contextlib, io; from mqctl.cli.app import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()) as out: main(['--help'])\n"
+        "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('markdown_it', 'rich'))\n"
+        "print(','.join(heavy)); print('Commands:' in out.getvalue())"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.split() == ["True"], proc.stdout
+
+
+def test_a_command_builds_only_its_own_noun() -> None:
+    """Converting every noun's Typer app was half the start-up of any command: a run builds one."""
+    from mqctl.cli.app import NOUNS, _noun, command
+
+    assert _noun(["--no-color", "topic", "list"]) == "topic" and _noun(["topci"]) is None and _noun([]) is None
+    assert list(command("topic").commands) == ["topic"]  # type: ignore[attr-defined]
+    assert len(command().commands) == len(NOUNS)  # type: ignore[attr-defined]

@@ -89,18 +89,42 @@ def test_update_missing_topic(mq: RunCli) -> None:
 def test_apply_is_idempotent(mq: RunCli, daemons: LocalCluster, tmp_path: Path) -> None:
     spec = tmp_path / "topics.yaml"
     spec.write_text("topics:\n  - {name: A1, read_queues: 2, write_queues: 2}\n  - {name: A2, perm: r}\n")
-    first = mq("topic", "apply", "-f", str(spec), "-o", "json").json()
+    first = mq("topic", "apply", "-f", str(spec), "--execute", "-o", "json").json()
     assert [(row["topic"], row["action"]) for row in first] == [("A1", "created"), ("A2", "created")]
     assert daemons.broker.topics.get("A2").perm == 4
-    second = mq("topic", "apply", "-f", str(spec), "-o", "json").json()
+    second = mq("topic", "apply", "-f", str(spec), "--execute", "-o", "json").json()
     assert [row["action"] for row in second] == ["unchanged", "unchanged"]
     spec.write_text("- {name: A1, read_queues: 3, write_queues: 2}\n")
-    planned = mq("topic", "apply", "-f", str(spec), "--dry-run", "-o", "json").json()
-    assert planned[0]["action"] == "updated" and planned[0]["changes"] == {"read_queue_nums": [2, 3]}
+    planned = mq("topic", "apply", "-f", str(spec), "-o", "json")
+    assert planned.json()[0]["action"] == "would update" and planned.json()[0]["changes"] == {"read_queue_nums": [2, 3]}
+    assert "add --execute" in planned.stderr
     assert daemons.broker.topics.get("A1").read_queue_nums == 2
     bad = tmp_path / "bad.yaml"
     bad.write_text("- {name: X, colour: red}\n")
     assert mq("topic", "apply", "-f", str(bad)).code == UsageError.exit_code
+
+
+def test_apply_plans_by_default_and_says_would_create(mq: RunCli, daemons: LocalCluster, tmp_path: Path) -> None:
+    spec = tmp_path / "topics.yaml"
+    spec.write_text("- {name: Planned1, read_queues: 2, write_queues: 2}\n")
+    plan = mq("topic", "apply", "-f", str(spec))
+    assert plan.code == 0, plan.stderr
+    assert "would create" in plan.stdout and "read_queue_nums: - → 2" in plan.stdout
+    assert daemons.broker.topics.get("Planned1") is None
+    alias = mq("topic", "apply", "-f", str(spec), "--dry-run", "-o", "json")
+    assert alias.code == 0 and "--dry-run is the default now" in alias.stderr
+    assert alias.json()[0]["action"] == "would create" and daemons.broker.topics.get("Planned1") is None
+    bad_name = tmp_path / "bad-name.yaml"
+    bad_name.write_text("- {name: 'a b'}\n")
+    assert mq("topic", "apply", "-f", str(bad_name)).code == UsageError.exit_code
+
+
+def test_group_delete_if_exists(mq: RunCli) -> None:
+    missing = mq("group", "delete", "-g", "CG_Never", "--yes")
+    assert missing.code == NotFoundError.exit_code
+    soft = mq("group", "delete", "-g", "CG_Never", "--yes", "--if-exists", "-o", "json")
+    assert soft.code == 0 and soft.json()["action"] == "missing"
+    assert mq("group", "delete", "-g", "CG_Never").code == UsageError.exit_code  # off a terminal: --yes
 
 
 def test_unreachable_namesrv_is_a_connect_error(cli: RunCli) -> None:
@@ -141,6 +165,9 @@ def test_namesrv_kv(mq: RunCli, daemons: LocalCluster) -> None:
     assert mq("namesrv", "kv", "delete", *ns, "OrderT").code == UsageError.exit_code  # needs --yes off a TTY
     assert mq("namesrv", "kv", "delete", *ns, "OrderT", "--yes", "-o", "json").json()["deleted"] == "broker-a:4"
     assert daemons.namesrv.kv.get("ORDER_TOPIC_CONFIG", "OrderT") is None
+    assert mq("namesrv", "kv", "delete", *ns, "OrderT", "--yes").code == NotFoundError.exit_code
+    gone = mq("namesrv", "kv", "delete", *ns, "OrderT", "--yes", "--if-exists", "-o", "json")
+    assert gone.code == 0 and gone.json()["deleted"] is None
 
 
 def test_broker_config_get_and_set(mq: RunCli, daemons: LocalCluster) -> None:
@@ -164,3 +191,31 @@ def test_topic_stats_reads_the_brokers_put_rates(mq: RunCli, daemons: LocalClust
         assert mq("msg", "send", "-t", "Rates", f"m{i}").code == 0
     stats = mq("topic", "stats", "-t", "Rates", "-o", "json").json()
     assert stats["in_msgs_24h"] == 3 and stats["messages"] == 3 and stats["in_tps"] > 0
+
+
+def cells(text: str) -> list[list[str]]:
+    """A table's rows as lists of cell texts."""
+    return [[c.strip() for c in line.split("│")] for line in text.splitlines() if "│" in line]
+
+
+def test_create_shows_its_diff_values_as_rows(mq: RunCli, daemons: LocalCluster) -> None:
+    created = mq("topic", "create", "-t", "Shown", "-r", "2", "-w", "2")
+    assert created.code == 0, created.stderr
+    rows = cells(created.stdout)
+    (broker_row,) = [r for r in rows if r[0] == daemons.broker_addr]
+    assert broker_row[1] == "created"
+    assert "read_queue_nums: - → 2" in broker_row[2] and "perm: - → 6" in broker_row[2]
+    assert ["topic", "Shown"] in rows
+    assert "{" not in created.stdout and "[" not in created.stdout
+
+
+def test_times_are_iso_with_an_ms_twin_and_never_for_zero(mq: RunCli, daemons: LocalCluster) -> None:
+    assert mq("topic", "create", "-t", "Quiet", "-r", "1", "-w", "1").code == 0
+    (row,) = mq("topic", "status", "-t", "Quiet", "-o", "json").json()
+    assert (row["last_updated"], row["last_updated_ms"]) == (None, 0)
+    stats = mq("topic", "stats", "-t", "Quiet", "-o", "json").json()
+    assert (stats["last_updated"], stats["last_updated_ms"]) == (None, 0)
+    table = mq("topic", "status", "-t", "Quiet")
+    (cells_row,) = [r for r in cells(table.stdout) if r[0] == "broker-a"]
+    assert cells_row[-1] == "never" and "LAST UPDATED MS" not in table.stdout
+    assert ["last_updated", "never"] in cells(mq("topic", "stats", "-t", "Quiet").stdout)

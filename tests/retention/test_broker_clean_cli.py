@@ -42,7 +42,10 @@ def test_broker_clean_plans_then_executes_through_329(cli: RunCli, tmp_path: Pat
         table = cli("broker", "clean", *ns)
         assert table.code == 0 and "G-late" in table.stdout and "dry run: nothing deleted" in table.stderr
 
-        done = cli("broker", "clean", *ns, "--execute", "--wait", "20", "-o", "json")
+        refused = cli("broker", "clean", *ns, "--execute")  # off a terminal, executing needs --yes
+        assert refused.code == 2 and "--yes" in refused.stderr and rc.commitlog_files() == files
+
+        done = cli("broker", "clean", *ns, "--execute", "--yes", "--wait", "20", "-o", "json")
         assert done.code == 0, done.stderr
         result = json.loads(done.stdout)
         assert result["executed"] and result["deleted"] == files[:2]
@@ -57,7 +60,7 @@ def test_broker_without_a_plan_still_gets_the_trigger(cli: RunCli, tmp_path: Pat
         tmp_path, FakeDiskUsage(), store_factory=lambda cfg: InMemoryMessageStore(cfg.store_config())
     ) as rc:
         rc.send("TC", 3)
-        res = cli("broker", "clean", "-n", rc.cluster.namesrv_addr, "--execute", "-o", "json")
+        res = cli("broker", "clean", "-n", rc.cluster.namesrv_addr, "--execute", "--yes", "-o", "json")
         assert res.code == 0, res.stderr
         report = json.loads(res.stdout)
         assert [f["action"] for f in report["files"]] == ["keep"]  # one file, the newest

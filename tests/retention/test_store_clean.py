@@ -19,6 +19,8 @@ from tests.store.conftest import STORE_A_MANIFEST, STORE_A_TAR, unpack_store_a
 pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 
 FILE = 1_048_576
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
 
 
 @pytest.fixture
@@ -69,7 +71,7 @@ def test_plan_only_changes_nothing_and_names_the_losers(
     assert (
         plan["reserved_hours"] == 72
         and plan["files"][0]["expired"]
-        and plan["files"][0]["age"].startswith("4d")
+        and 4 * DAY_MS <= plan["files"][0]["age_ms"] < 5 * DAY_MS  # a number in JSON; "4d 04h" in tables
     )
     assert plan["reclaimable_bytes"] == 3 * FILE and plan["min_offset_after"] == 3 * FILE
     assert plan["losses"] == _expected_losses(manifest, 3 * FILE)
@@ -146,7 +148,13 @@ def test_commitlog_ls_retention_columns(cli: RunCli, store_a: Path) -> None:
     )
     assert [r["expired"] for r in rows] == [True] * 4
     assert [r["reclaimable"] for r in rows] == [FILE, FILE, FILE, 0]  # never the newest
-    assert all(r["age"].startswith("2d 02h") for r in rows)
+    assert all(50 * HOUR_MS <= r["age_ms"] < 51 * HOUR_MS for r in rows)
+    table = cli("store", "commitlog", "ls", "--store", str(store_a), "--reserved-hours", "48")
+    assert table.stdout.count("2d 02h") == 4 and table.stdout.count("1.0 MiB") >= 3  # sizes for people
+    assert "{" not in table.stdout and "FixA_" in table.stdout  # topics as 'name=count', never JSON
+    plan = cli("store", "clean", "--store", str(store_a), "--reserved-hours", "48")
+    assert plan.code == 0, plan.stderr
+    assert "{" not in plan.stdout and "FixA_CG_Orders=" in plan.stdout  # unconsumed per group, as data
     # FixA_CG_Orders committed 400 of 700 per queue: the files holding its tail are not consumed by all
     assert [r["consumed_by_all_groups"] for r in rows] == [True, True, False, False]
     default = _json(cli("store", "commitlog", "ls", "--store", str(store_a), "-o", "json"))

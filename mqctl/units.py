@@ -1,0 +1,68 @@
+"""One formatting rule for times, sizes and durations across the tool.
+
+Results keep raw values (scripts get bytes, ISO times with an ``_ms`` twin, numbers for ratios);
+tables show them for people through :mod:`mqctl.output`, which applies these helpers by column
+name: ``size``/``*_size``/``*_bytes``/``reclaimable`` as KiB/MiB/GiB, a time with an ``_ms`` twin in
+local time (UTC with ``--utc``) or "never" when the twin is 0, and an ``_ms`` column without an ISO
+twin as a duration (``3d 04h``).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+_UNITS = ("KiB", "MiB", "GiB", "TiB", "PiB")
+
+
+def size_text(n: int) -> str:
+    """``512 B``, ``1.5 KiB``, ``4.0 MiB``: binary units, one decimal."""
+    if abs(n) < 1024:
+        return f"{n} B"
+    value = float(n)
+    for unit in _UNITS:
+        value /= 1024
+        if abs(value) < 1024 or unit == _UNITS[-1]:
+            break
+    return f"{value:.1f} {unit}"
+
+
+def duration_text(ms: int) -> str:
+    """``3d 04h``, ``5h 12m``, ``12m 05s``, ``850 ms``: a duration or an age at a glance."""
+    if 0 <= ms < 1000:
+        return f"{ms} ms"
+    s = ms // 1000
+    d, s = divmod(s, 86400)
+    h, s = divmod(s, 3600)
+    m, s = divmod(s, 60)
+    if d:
+        return f"{d}d {h:02d}h"
+    if h:
+        return f"{h}h {m:02d}m"
+    return f"{m}m {s:02d}s"
+
+
+def iso(ms: int) -> str:
+    """Epoch ms as ISO 8601 UTC with milliseconds, the form every output uses."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def table_time(ms: int, *, utc: bool) -> str:
+    """A time for people: local ISO 8601 with its offset, or (``--utc``) UTC with ``Z``."""
+    if utc:
+        return iso(ms)
+    return datetime.fromtimestamp(ms / 1000).astimezone().isoformat(timespec="milliseconds")
+
+
+def when(ms: int | None) -> str | None:
+    """A point in time as ISO 8601, or None for 0 (RocketMQ's "never"; tables say so)."""
+    return iso(ms) if ms else None
+
+
+def time_fields(name: str, ms: int | None) -> dict[str, Any]:
+    """``{name: ISO or None, name_ms: epoch ms}``: the pair every time in a result is made of."""
+    return {name: when(ms), f"{name}_ms": ms or 0}
+
+
+def is_size(column: str) -> bool:
+    return column in ("size", "reclaimable") or column.endswith(("_size", "_bytes"))

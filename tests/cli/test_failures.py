@@ -1,0 +1,140 @@
+"""Failures an operator meets first: each one stderr line and the documented exit code, never a traceback."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mqctl.errors import ConflictError, UsageError
+from tests.conftest import ROOT, RunCli
+
+NOWHERE = "127.0.0.1:1"  # a command that reached the network would exit 5, not 2
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A loopback port another process (this test) listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_a_busy_port_exits_4_naming_the_flag(cli: RunCli, busy_port: int, tmp_path: Path) -> None:
+    up = cli("up", "--data", str(tmp_path / "up"), "--namesrv-port", str(busy_port), "--no-metrics")
+    assert up.code == ConflictError.exit_code, up.stderr
+    assert f"port {busy_port} is already in use" in up.stderr and "--namesrv-port" in up.stderr
+    assert len(up.stderr.strip().splitlines()) == 1 + up.stderr.count("INFO")
+    namesrv = cli("namesrv", "start", "--data", str(tmp_path / "ns"), "--listen", f"127.0.0.1:{busy_port}")
+    assert namesrv.code == ConflictError.exit_code, namesrv.stderr
+    assert "--listen" in namesrv.stderr and "Traceback" not in namesrv.stderr
+    broker = cli(
+        "broker",
+        "start",
+        "--store",
+        str(tmp_path / "b"),
+        "--listen",
+        f"127.0.0.1:{busy_port}",
+        "--no-metrics",
+    )
+    assert broker.code == ConflictError.exit_code, broker.stderr
+    assert f"port {busy_port}" in broker.stderr and "--listen" in broker.stderr
+
+
+def test_every_daemon_takes_listen_host_port(cli: RunCli, tmp_path: Path) -> None:
+    shown = cli("broker", "start", "--store", str(tmp_path), "--listen", "127.0.0.1:12345", "--print-config")
+    assert shown.code == 0, shown.stderr
+    assert "listenHost=127.0.0.1" in shown.stdout and "listenPort=12345" in shown.stdout
+    both = cli(
+        "broker", "start", "--store", str(tmp_path), "--listen", "127.0.0.1:1", "-p", "2", "--print-config"
+    )
+    assert both.code == UsageError.exit_code
+    assert cli("broker", "start", "--listen", "nohost", "--print-config").code == UsageError.exit_code
+
+
+def test_a_body_over_max_size_is_refused_before_it_is_read(cli: RunCli, tmp_path: Path) -> None:
+    big = tmp_path / "big.bin"
+    with big.open("wb") as f:
+        f.truncate(5 * 1024 * 1024)  # 5 MiB of zeros, sparse
+    refused = cli("msg", "send", "-t", "T", "--file", str(big), "-n", NOWHERE)
+    assert refused.code == UsageError.exit_code, refused.stderr
+    assert "maxMessageSize" in refused.stderr and "--max-size" in refused.stderr
+    small = cli("msg", "send", "-t", "T", "--max-size", "4", "-n", NOWHERE, input="12345")
+    assert small.code == UsageError.exit_code and "over 4 bytes" in small.stderr
+
+
+@pytest.mark.parametrize("args", [["--help"], ["context", "ls"]])
+def test_a_closed_pipe_exits_0_silently(cli: RunCli, cli_env: dict[str, str], args: list[str]) -> None:
+    """``mqctl topic list | head -1``: the reader left; that is not an error."""
+    for i in range(3):  # rows to write into the closed pipe
+        assert cli("context", "add", f"ctx{i}", "-n", f"10.0.0.{i}:9876").code == 0
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqctl", *args],
+        env=cli_env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()
+    err = proc.stderr.read()
+    assert proc.wait(timeout=60) == 0, err
+    assert err == b""
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["topic", "create", "-t", "bad.name"],
+        ["topic", "route", "-t", "has space"],
+        ["group", "create", "-g", "bad/group"],
+        ["offset", "show", "-g", "G", "-t", "x" * 128],
+        ["msg", "tail", "-t", "T", "-g", "[g]"],
+    ],
+)
+def test_names_are_checked_locally_with_rocketmqs_rule(cli: RunCli, args: list[str]) -> None:
+    result = cli(*args, "-n", NOWHERE)
+    assert result.code == UsageError.exit_code, result.stderr
+    assert len(result.stderr.splitlines()) == 1
+
+
+def test_a_typos_hint_is_printed_once(cli: RunCli) -> None:
+    for args in (["topci", "list"], ["topic", "lst"]):
+        result = cli(*args)
+        assert result.code == UsageError.exit_code
+        assert result.stderr.count("Did you mean") == 1, result.stderr
+
+
+def test_every_online_command_takes_timeout(cli: RunCli, busy_port: int) -> None:
+    """A NameServer that never answers (this test's listener): --timeout or $MQCTL_TIMEOUT bounds the wait, exit 6."""
+    silent = f"127.0.0.1:{busy_port}"
+    for args in (
+        ["topic", "list", "--timeout", "0.5"],
+        ["group", "list", "--timeout", "0.5"],
+        ["offset", "show", "-g", "G", "-t", "T", "--timeout", "0.5"],
+    ):
+        result = cli(*args, "-n", silent)
+        assert result.code == 6, (args, result.stderr)
+    assert cli("cluster", "list", "-n", silent, env={"MQCTL_TIMEOUT": "0.5"}).code == 6
+    from mqctl.cli.app import command
+
+    missing = []
+
+    def walk(cmd: object, path: str) -> None:
+        import click
+
+        if isinstance(cmd, click.Group):
+            for name, sub in cmd.commands.items():
+                walk(sub, f"{path} {name}")
+        elif isinstance(cmd, click.Command):
+            names = {p.name for p in cmd.params}
+            if {"namesrv", "context"} <= names and "timeout" not in names:
+                missing.append(path)
+
+    walk(command(), "mqctl")
+    assert missing == []
