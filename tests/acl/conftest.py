@@ -9,9 +9,10 @@ import pytest
 
 from daemon.acl.signature import Signer
 from daemon.remoting.client import RemotingClient
-from tests.broker.conftest import BrokerClient, ClusterHandle, cluster, start_cluster, stop_cluster
+from tests.broker.conftest import BrokerClient, ClusterHandle, broker, cluster, start_cluster, stop_cluster
+from tests.namesrv.conftest import namesrv
 
-__all__ = ["cluster"]  # re-exported fixture: a plain cluster without ACL
+__all__ = ["broker", "cluster", "namesrv"]  # re-exported fixtures: daemons without ACL
 
 ADMIN_AK, ADMIN_SK = "RocketMQAdmin", "admin-secret-1"
 USER_AK, USER_SK = "rocketmq2", "12345678"
