@@ -47,10 +47,18 @@ def _root(
     ] = False,
     debug: Annotated[bool, typer.Option("--debug", envvar="MQCTL_DEBUG", help="Log debug output and show tracebacks.")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="Never use colour (NO_COLOR is honoured too).")] = False,
+    access_key: Annotated[
+        str | None, typer.Option("--access-key", help="ACL access key: sign every request (beats env and context).")
+    ] = None,
+    secret_key: Annotated[
+        str | None, typer.Option("--secret-key", help="ACL secret key (MQCTL_SECRET_KEY keeps it out of ps).")
+    ] = None,
 ) -> None:
     """mqctl: run and operate RocketMQ-compatible NameServers and Brokers."""
+    from mqctl import auth
     from mqctl.output import configure
 
+    auth.set_flags(access_key, secret_key)
     _debug["on"] = debug
     configure(no_color=no_color)
     logging.basicConfig(
