@@ -76,6 +76,21 @@ def _split(text: str | None) -> list[str] | None:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+def split_addresses(text: str) -> list[str]:
+    """A comma list of address patterns, where `192.168.1.{1,2}` keeps its own commas (Java splits
+    it apart and stores garbage)."""
+    parts, depth, current = [], 0, ""
+    for ch in text:
+        depth += (ch == "{") - (ch == "}")
+        if ch == "," and depth == 0:
+            parts.append(current)
+            current = ""
+        else:
+            current += ch
+    parts.append(current)
+    return [p.strip() for p in parts if p.strip()]
+
+
 class AclEditor:
     """Writes the yml files behind an `AclFiles`."""
 
@@ -230,7 +245,7 @@ class AclProcessor:
     def update_white(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = UpdateGlobalWhiteAddrsConfigRequestHeader.from_ext_fields(request.ext_fields)
         editor = self._editor()
-        addresses = _split(header.global_white_addrs) or []
+        addresses = split_addresses(header.global_white_addrs)
         try:
             editor.update_global_white(addresses, header.acl_file_full_path)
         except (AclConfigError, OSError) as exc:

@@ -26,6 +26,7 @@ NOUNS: tuple[tuple[str, str], ...] = (
     ("store", "mqctl.cli.store"),
     ("bench", "mqctl.cli.bench"),
     ("context", "mqctl.cli.context"),
+    ("acl", "mqctl.cli.acl"),
     ("spark-export", "mqctl.cli.spark_export"),
     ("top", "mqctl.cli.top"),
 )

@@ -106,3 +106,11 @@ async def test_acl_off_ignores_credentials(cluster: ClusterHandle) -> None:
         RequestCode.UPDATE_AND_CREATE_TOPIC, {**create_topic("Free"), "AccessKey": "", "Signature": "x"}
     )
     assert r.code == ResponseCode.SUCCESS, r.remark
+
+
+async def test_acl_writes_are_refused_while_acl_is_off(cluster: ClusterHandle) -> None:
+    """Otherwise anyone could plant an admin account for the day ACL gets switched on."""
+    r = await cluster.call(
+        RequestCode.UPDATE_AND_CREATE_ACL_CONFIG, {"accessKey": "planted1", "secretKey": "planted1"}
+    )
+    assert r.code == ResponseCode.SYSTEM_ERROR and "aclEnable=false" in (r.remark or "")

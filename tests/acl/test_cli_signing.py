@@ -103,3 +103,60 @@ def test_config_set_needs_force_for_a_wiping_retention(mq: RunCli, daemons: Loca
     assert daemons.broker.config.file_reserved_time == 0
     restore = mq("broker", "config", "set", "fileReservedTime=72", "-b", addr, env=ADMIN_ENV)
     assert restore.code == 0
+
+
+def test_acl_commands_round_trip_through_codes_50_to_54(mq: RunCli, daemons: LocalCluster) -> None:
+    addr = daemons.broker_addr
+    new_env = {"MQCTL_ACCESS_KEY": "newuser1", "MQCTL_SECRET_KEY": "newsecret1"}
+    created = mq(
+        "acl",
+        "create",
+        "-a",
+        "newuser1",
+        "-s",
+        "newsecret1",
+        "--topic-perm",
+        "AclCliTopic=PUB",
+        "--default-group-perm",
+        "SUB",
+        "-o",
+        "json",
+        env=ADMIN_ENV,
+    )
+    assert created.code == 0, created.stderr
+    assert created.json() == [{"broker": addr, "access_key": "newuser1", "action": "created"}]
+    again = mq("acl", "create", "-a", "newuser1", "-s", "newsecret1", env=ADMIN_ENV)
+    assert again.code == 4, again.stderr
+    assert mq("acl", "ls", "-o", "json").code == AuthError.exit_code  # 54 answers secrets: admin only
+
+    listed = {r["access_key"]: r for r in mq("acl", "ls", "-o", "json", env=ADMIN_ENV).json()}
+    assert set(listed) == {USER_AK, ADMIN_AK, "newuser1"}
+    assert listed["newuser1"]["secret_key"] == "******" and listed["newuser1"]["topic_perms"] == [
+        "AclCliTopic=PUB"
+    ]
+    shown = mq("acl", "show", "newuser1", "--show-secret", "-o", "json", env=ADMIN_ENV).json()
+    assert shown[0]["secret_key"] == "newsecret1" and shown[0]["admin"] is False
+
+    not_admin = mq("topic", "create", "-t", "ByNewUser", env=new_env)
+    assert not_admin.code == AuthError.exit_code and "newuser1 is not admin" in not_admin.stderr
+    promoted = mq("acl", "update", "-a", "newuser1", "--admin", env=ADMIN_ENV)
+    assert promoted.code == 0, promoted.stderr
+    assert mq("topic", "create", "-t", "ByNewUser", env=new_env).code == 0  # same secret, now admin
+    kept = mq("acl", "show", "newuser1", "-o", "json", env=ADMIN_ENV).json()[0]
+    assert kept["topic_perms"] == ["AclCliTopic=PUB"] and kept["admin"] is True
+
+    white = mq("acl", "whitelist", "set", "10.9.9.*", "192.168.1.{1,2}", env=ADMIN_ENV)
+    assert white.code == 0, white.stderr
+    summary = mq("acl", "show", "-o", "json", env=ADMIN_ENV).json()
+    assert summary[0]["global_white_addrs"] == ["10.9.9.*", "192.168.1.{1,2}"]
+    assert summary[0]["version"]["counter"] >= 3
+
+    unconfirmed = mq("acl", "delete", "-a", "newuser1", env=ADMIN_ENV)
+    assert unconfirmed.code == 2 and "--yes" in unconfirmed.stderr
+    deleted = mq("acl", "delete", "-a", "newuser1", "--yes", env=ADMIN_ENV)
+    assert deleted.code == 0, deleted.stderr
+    assert "newuser1" not in {r["access_key"] for r in mq("acl", "ls", "-o", "json", env=ADMIN_ENV).json()}
+    gone = mq("topic", "create", "-t", "ByNewUser2", env=new_env)
+    assert gone.code == AuthError.exit_code and "no account for accessKey=newuser1" in gone.stderr
+    text = (Path(daemons.broker.config.rocketmq_home) / "conf" / "plain_acl.yml").read_text()
+    assert "newuser1" not in text and "10.9.9.*" in text and "dataVersion" in text
