@@ -69,6 +69,22 @@ ADMIN_CODES = frozenset(
 )
 
 
+#: What a NameServer with `aclEnable` checks (4.9.8's checks nothing): every write; lookups stay open.
+NAMESRV_WRITE_CODES = frozenset(
+    {
+        R.REGISTER_BROKER,
+        R.UNREGISTER_BROKER,
+        R.DELETE_TOPIC_IN_NAMESRV,
+        R.WIPE_WRITE_PERM_OF_BROKER,
+        R.ADD_WRITE_PERM_OF_BROKER,
+        R.PUT_KV_CONFIG,
+        R.DELETE_KV_CONFIG,
+        R.DELETE_KV_CONFIG_BY_VALUE,
+        R.UPDATE_NAMESRV_CONFIG,
+    }
+)
+
+
 class AclConfigError(ValueError):
     """An ACL file or an account in it cannot be used (bad address pattern, missing key...)."""
 
@@ -443,6 +459,15 @@ class PlainAccessValidator:
                 exc.remark,
             )
             raise
+
+    def only(self, codes: frozenset[int]) -> Callable[[str, RemotingCommand], None]:
+        """A guard that checks only requests with these codes (the NameServer's writes)."""
+
+        def guard(peer: str, request: RemotingCommand) -> None:
+            if request.code in codes:
+                self(peer, request)
+
+        return guard
 
     def check(self, ip: str, request: RemotingCommand) -> None:
         self.files.maybe_reload()
