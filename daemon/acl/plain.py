@@ -241,6 +241,11 @@ class Account:
             self.verifier = Verifier(self.secret_key, SERVER_EXCLUDED)
         return self.verifier.signature(request.ext_fields, request.body)
 
+    def client_signature(self, request: RemotingCommand) -> str:
+        """The signature as Java clients make it for unique-key queries: `_UNIQUE_KEY_QUERY` included.
+        4.9.8 refuses those (§15.2 quirk); accepting both forms breaks nothing."""
+        return Verifier(self.secret_key).signature(request.ext_fields, request.body)
+
     @classmethod
     def from_yaml(cls, raw: Mapping[str, Any], source: Path | None = None) -> Account:
         where = f"{source}" if source else "account"
@@ -495,7 +500,11 @@ class PlainAccessValidator:
             raise AclDenied(f"ACL: no account for accessKey={access_key}")
         if account.matches(ip):
             return
-        if not hmac.compare_digest(account.signature(request), request.ext_fields.get(SIGNATURE, "")):
+        given = request.ext_fields.get(SIGNATURE, "")
+        if not hmac.compare_digest(account.signature(request), given) and not (
+            UNIQUE_KEY_QUERY in request.ext_fields
+            and hmac.compare_digest(account.client_signature(request), given)
+        ):
             raise AclDenied(f"ACL: signature check failed for accessKey={access_key} (wrong secretKey?)")
         if request.code in ADMIN_CODES and not account.admin:
             raise AclDenied(

@@ -198,6 +198,10 @@ def test_validator_rules(tmp_path: Path) -> None:
         with pytest.raises(AclDenied, match=remark) as caught:
             check("127.0.0.1", request)
         assert "12345678" not in str(caught.value.remark)
+    unique = {"topic": "TopicA", "key": "k", "_UNIQUE_KEY_QUERY": "true"}
+    check(
+        "127.0.0.1", _signed(RequestCode.QUERY_MESSAGE, unique, "rocketmq2", "12345678")
+    )  # as Java signs it
     tampered = _signed(RequestCode.SEND_MESSAGE_V2, send, "rocketmq2", "12345678", b"body")
     tampered.body = b"other"
     with pytest.raises(AclDenied, match="signature"):
