@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
@@ -36,6 +37,10 @@ DefaultTopicOpt = Annotated[
 ]
 DefaultGroupOpt = Annotated[
     str | None, typer.Option("--default-group-perm", help="Perm for unlisted groups.")
+]
+SecretFileOpt = Annotated[
+    Path | None,
+    typer.Option("--secret-key-file", help="Read the secret key from this file (keeps it out of ps)."),
 ]
 WhiteOpt = Annotated[
     str | None, typer.Option("--white-address", help="Addresses trusted without a signature (e.g. 10.0.0.*).")
@@ -91,9 +96,14 @@ def _upsert(mode: str, spec: Any, cluster: str | None, broker: str | None, **whe
     online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode=mode), **where)
 
 
-def _spec(**fields: Any) -> Any:
+def _spec(secret_file: Path | None, **fields: Any) -> Any:
+    from mqctl.errors import UsageError
     from mqctl.services.acl import AccountSpec
 
+    if secret_file is not None:
+        if fields["secret_key"]:
+            raise UsageError("give --secret-key or --secret-key-file, not both")
+        fields["secret_key"] = secret_file.read_text(encoding="utf-8").strip()
     fields["topic_perms"] = fields["topic_perms"] or []
     fields["group_perms"] = fields["group_perms"] or []
     return AccountSpec(**fields)
@@ -102,9 +112,8 @@ def _spec(**fields: Any) -> Any:
 @app.command("create")
 def create(
     access_key: AccessKeyOpt,
-    secret_key: Annotated[
-        str, typer.Option("--secret-key", "-s", help="The account's secret key (7+ chars).")
-    ],
+    secret_key: SecretOpt = None,
+    secret_key_file: SecretFileOpt = None,
     admin: AdminOpt = None,
     topic_perm: TopicPermOpt = None,
     group_perm: GroupPermOpt = None,
@@ -119,7 +128,7 @@ def create(
 ) -> None:
     """Create an account on each broker (UPDATE_AND_CREATE_ACL_CONFIG); an existing one is refused."""
     spec = _spec(
-        access_key=access_key, secret_key=secret_key, admin=admin, white_address=white_address,
+        secret_key_file, access_key=access_key, secret_key=secret_key, admin=admin, white_address=white_address,
         default_topic_perm=default_topic_perm, default_group_perm=default_group_perm,
         topic_perms=topic_perm, group_perms=group_perm,
     )  # fmt: skip
@@ -130,6 +139,7 @@ def create(
 def update(
     access_key: AccessKeyOpt,
     secret_key: SecretOpt = None,
+    secret_key_file: SecretFileOpt = None,
     admin: AdminOpt = None,
     topic_perm: TopicPermOpt = None,
     group_perm: GroupPermOpt = None,
@@ -144,7 +154,7 @@ def update(
 ) -> None:
     """Change an account; what is not given stays (a perm list given replaces that list)."""
     spec = _spec(
-        access_key=access_key, secret_key=secret_key, admin=admin, white_address=white_address,
+        secret_key_file, access_key=access_key, secret_key=secret_key, admin=admin, white_address=white_address,
         default_topic_perm=default_topic_perm, default_group_perm=default_group_perm,
         topic_perms=topic_perm, group_perms=group_perm,
     )  # fmt: skip

@@ -105,16 +105,21 @@ def test_config_set_needs_force_for_a_wiping_retention(mq: RunCli, daemons: Loca
     assert restore.code == 0
 
 
-def test_acl_commands_round_trip_through_codes_50_to_54(mq: RunCli, daemons: LocalCluster) -> None:
+def test_acl_commands_round_trip_through_codes_50_to_54(
+    mq: RunCli, daemons: LocalCluster, tmp_path: Path
+) -> None:
     addr = daemons.broker_addr
     new_env = {"MQCTL_ACCESS_KEY": "newuser1", "MQCTL_SECRET_KEY": "newsecret1"}
+    no_secret = mq("acl", "create", "-a", "newuser1", env=ADMIN_ENV)
+    assert no_secret.code == 2 and "--secret-key" in no_secret.stderr
+    (tmp_path / "secret").write_text("newsecret1\n")
     created = mq(
         "acl",
         "create",
         "-a",
         "newuser1",
-        "-s",
-        "newsecret1",
+        "--secret-key-file",
+        str(tmp_path / "secret"),
         "--topic-perm",
         "AclCliTopic=PUB",
         "--default-group-perm",
