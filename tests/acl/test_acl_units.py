@@ -206,3 +206,25 @@ def test_validator_rules(tmp_path: Path) -> None:
     tampered.body = b"other"
     with pytest.raises(AclDenied, match="signature"):
         check("127.0.0.1", tampered)
+
+
+def test_files_merge_conf_acl_dir_and_keep_accounts_when_an_edit_does_not_parse(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    (conf / "acl").mkdir(parents=True)
+    (conf / "plain_acl.yml").write_text(ACL_YAML)
+    (conf / "acl" / "team.yml").write_text("accounts:\n  - accessKey: teamkey1\n    secretKey: teamsecret\n")
+    files = AclFiles(str(tmp_path))
+    assert set(files.table.accounts) == {"rocketmq2", "RocketMQ", "trusted1", "teamkey1"}
+    assert files.table.accounts["teamkey1"].source == conf / "acl" / "team.yml"
+
+    (conf / "acl" / "team.yml").write_text("accounts: [ {accessKey: teamkey1")  # broken mid-edit
+    files.force_check()
+    assert "teamkey1" in files.table.accounts  # the accounts in force stay
+    (conf / "acl" / "team.yml").write_text("accounts:\n  - accessKey: teamkey2\n    secretKey: teamsecret\n")
+    files.force_check()
+    assert "teamkey2" in files.table.accounts and "teamkey1" not in files.table.accounts
+
+    single = tmp_path / "elsewhere.yml"
+    single.write_text("accounts:\n  - accessKey: onlyme1\n    secretKey: onlysecret\n")
+    assert set(AclFiles(str(tmp_path), str(single)).table.accounts) == {"onlyme1"}
+    assert AclFiles(str(tmp_path / "nowhere")).table.accounts == {}  # no file: nobody gets in
