@@ -20,7 +20,7 @@ from daemon.acl.plain import (
     parse_perm,
     peer_ip,
 )
-from daemon.acl.signature import calculate, sign, signing_content
+from daemon.acl.signature import Verifier, calculate, sign, signing_content
 from daemon.broker.bodies import ConsumerData, HeartbeatData, SubscriptionData
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
@@ -228,3 +228,14 @@ def test_files_merge_conf_acl_dir_and_keep_accounts_when_an_edit_does_not_parse(
     single.write_text("accounts:\n  - accessKey: onlyme1\n    secretKey: onlysecret\n")
     assert set(AclFiles(str(tmp_path), str(single)).table.accounts) == {"onlyme1"}
     assert AclFiles(str(tmp_path / "nowhere")).table.accounts == {}  # no file: nobody gets in
+
+
+@pytest.mark.parametrize(("secret", "fields", "body", "signature"), ONS_VECTORS)
+def test_verifier_matches_ali_ons(secret: str, fields: dict[str, str], body: bytes, signature: str) -> None:
+    assert Verifier(secret).signature({**fields, "Signature": "x"}, body) == signature
+
+
+@pytest.mark.parametrize("secret", ["k", "12345678", "é" * 40, "x" * 64, "y" * 200])
+def test_verifier_is_hmac_sha1_for_any_key_length(secret: str) -> None:
+    fields, body = {"b": "2", "a": "1", "Signature": "x"}, bytes(range(256)) * 5
+    assert Verifier(secret).signature(fields, body) == calculate(secret, signing_content(fields, body))
