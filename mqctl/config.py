@@ -52,6 +52,17 @@ def parse_namesrv(value: str) -> list[str]:
 class Context:
     name: str
     namesrv: str
+    #: ACL credentials: the secret stays in its own owner-only file, never in contexts.json.
+    access_key: str | None = None
+    secret_key_file: str | None = None
+
+    def as_json(self) -> dict[str, str]:
+        body = {"namesrv": self.namesrv}
+        if self.access_key:
+            body["accessKey"] = self.access_key
+        if self.secret_key_file:
+            body["secretKeyFile"] = self.secret_key_file
+        return body
 
 
 @dataclass
@@ -74,22 +85,33 @@ class ContextFile:
             return cls(current=None, contexts={})
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read {path}: {exc}") from None
-        contexts = {name: Context(name=name, namesrv=str(c["namesrv"])) for name, c in raw.get("contexts", {}).items()}
+        contexts = {
+            name: Context(name, str(c["namesrv"]), c.get("accessKey"), c.get("secretKeyFile"))
+            for name, c in raw.get("contexts", {}).items()
+        }
         return cls(current=raw.get("current"), contexts=contexts)
 
     def save(self) -> None:
         path = self.path()
         path.parent.mkdir(parents=True, exist_ok=True)
-        body = {"current": self.current, "contexts": {n: {"namesrv": c.namesrv} for n, c in self.contexts.items()}}
+        body = {"current": self.current, "contexts": {n: c.as_json() for n, c in self.contexts.items()}}
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(body, indent=2) + "\n", encoding="utf-8")
         tmp.replace(path)
 
-    def add(self, name: str, namesrv: str, *, overwrite: bool) -> Context:
+    def add(
+        self,
+        name: str,
+        namesrv: str,
+        *,
+        overwrite: bool,
+        access_key: str | None = None,
+        secret_key_file: str | None = None,
+    ) -> Context:
         parse_namesrv(namesrv)
         if name in self.contexts and not overwrite:
             raise ConflictError(f"context {name!r} already exists", hint="use --force to replace it")
-        self.contexts[name] = Context(name=name, namesrv=namesrv)
+        self.contexts[name] = Context(name, namesrv, access_key, secret_key_file)
         if self.current is None:
             self.current = name
         return self.contexts[name]
@@ -138,7 +160,7 @@ def _resolve(namesrv_flag: str | None, context_flag: str | None) -> Target:
         return Target(parse_namesrv(namesrv_flag), "--namesrv")
     contexts = ContextFile.load()
     if context_flag:
-        return Target(parse_namesrv(contexts.get(context_flag).namesrv), f"context {context_flag}")
+        return _from_context(contexts.get(context_flag))
     if os.environ.get("MQCTL_NAMESRV"):
         return Target(parse_namesrv(os.environ["MQCTL_NAMESRV"]), "$MQCTL_NAMESRV")
     if contexts.current and contexts.current in contexts.contexts:
@@ -149,7 +171,15 @@ def _resolve(namesrv_flag: str | None, context_flag: str | None) -> Target:
                 f"note: context {contexts.current!r} outranks $NAMESRV_ADDR; -n or --context choose otherwise",
                 style="dim",
             )
-        return Target(parse_namesrv(contexts.contexts[contexts.current].namesrv), f"context {contexts.current}")
+        return _from_context(contexts.contexts[contexts.current])
     if os.environ.get("NAMESRV_ADDR"):
         return Target(parse_namesrv(os.environ["NAMESRV_ADDR"]), "$NAMESRV_ADDR")
     return Target([DEFAULT_NAMESRV], "default")
+
+
+def _from_context(context: Context) -> Target:
+    """A context's NameServers; its credentials sign only when it chose them (never another cluster)."""
+    from mqctl import auth
+
+    auth.use_context(context.name, context.access_key, context.secret_key_file)
+    return Target(parse_namesrv(context.namesrv), f"context {context.name}")

@@ -18,6 +18,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
+from daemon.acl.plain import AclFiles, PlainAccessValidator
 from daemon.broker.clean import RetentionStore
 from daemon.broker.config import BrokerConfig
 from daemon.broker.headers import NotifyConsumerIdsChangedRequestHeader
@@ -96,6 +97,8 @@ class Broker:
         self._started = False
         #: "starting" until the store is recovered and the port accepts, then "serving" (/healthz).
         self.state = "starting"
+        #: The ACL files when `aclEnable` is on (codes 50-54 edit them); None: no ACL.
+        self.acl_files: AclFiles | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -111,6 +114,9 @@ class Broker:
         that times out. `/healthz` answers meanwhile with `starting` (503).
         """
         self._loop = asyncio.get_running_loop()
+        if self.config.acl_enable:  # before the port opens: no request is ever served unchecked
+            self.acl_files = AclFiles(self.config.rocketmq_home, self.config.acl_file_path)
+            self.server.dispatcher.guard = PlainAccessValidator(self.acl_files)
         await self.server.start(serve=False)
         self.config.listen_port = self.server.port  # port 0: the bound one is what we register
         self._start_metrics()
@@ -229,9 +235,10 @@ class Broker:
         await self.stop()
 
     def _register_processors(self) -> None:
+        from daemon.acl import admin as acl
         from daemon.broker.processors import admin, heartbeat, lock, offset, pull, query, send, transaction
 
-        for module in (send, pull, heartbeat, offset, query, admin, lock, transaction):
+        for module in (send, pull, heartbeat, offset, query, admin, lock, transaction, acl):
             for code, processor in module.processors(self).items():
                 self.server.register(code, processor)
 

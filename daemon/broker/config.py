@@ -263,6 +263,11 @@ class BrokerConfig(StoreConfig, RemotingLimits, RocketMQKeys):
     #: Where /metrics and /healthz listen; empty: `listenHost`, like every other listener.
     metrics_host: str = ""
     listen_host: str = "0.0.0.0"
+    # access control (RocketMQ ACL 1.0, daemon.acl)
+    acl_enable: bool = False
+    #: One ACL file instead of `<rocketmqHome>/conf/plain_acl.yml` + `conf/acl/*.yml`.
+    acl_file_path: str = ""
+    rocketmq_home: str = field(default_factory=lambda: os.environ.get("ROCKETMQ_HOME", ""))
 
     @property
     def broker_addr(self) -> str:

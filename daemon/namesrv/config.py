@@ -59,6 +59,9 @@ class NamesrvConfig(RemotingLimits, RocketMQKeys):
     kv_config_max_value_bytes: int = 64 * 1024
     kv_config_max_namespace_bytes: int = 4 * 1024 * 1024
     kv_config_max_total_bytes: int = 16 * 1024 * 1024
+    #: ACL on the write codes (daemon.acl.plain.NAMESRV_WRITE_CODES); reads stay open to every client.
+    acl_enable: bool = False
+    acl_file_path: str = ""
 
     def __post_init__(self) -> None:
         # report the files in use, as Java does (`${user.home}/namesrv/kvConfig.json`), not an empty key

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import logging
 
+from daemon.acl.plain import NAMESRV_WRITE_CODES, AclFiles, PlainAccessValidator
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.kvconfig import KVConfigManager
 from daemon.namesrv.processor import NamesrvProcessor
@@ -44,6 +45,9 @@ class NamesrvController:
     async def start(self) -> None:
         self.config.home.mkdir(parents=True, exist_ok=True)
         self.kv.load()
+        if self.config.acl_enable:  # before the port opens
+            files = AclFiles(self.config.rocketmq_home, self.config.acl_file_path)
+            self.server.dispatcher.guard = PlainAccessValidator(files, "namesrv").only(NAMESRV_WRITE_CODES)
         await self.server.start()
         self._scanner = asyncio.create_task(self._scan_loop(), name="namesrv-broker-scan")
         log.info(

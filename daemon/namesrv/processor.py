@@ -40,6 +40,7 @@ from daemon.remoting.headers import (
     WipeWritePermOfBrokerResponseHeader,
 )
 from daemon.remoting.limits import WarningGate
+from daemon.safe_config import refuse_unsafe
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,21 @@ class NamesrvProcessor:
             topics = await self._decode_topics(req, h.compressed)
         except ValueError as exc:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad registration body: {exc}")
+        holder = self._live_holder(conn, h.broker_name, h.broker_id, h.broker_addr)
+        if holder is not None:
+            log.warning(
+                "refused REGISTER_BROKER of %s as %s id %d from %s: %s holds that place over a live connection",
+                h.broker_addr,
+                h.broker_name,
+                h.broker_id,
+                conn.peer,
+                holder,
+            )
+            return req.make_response(
+                ResponseCode.NO_PERMISSION,
+                f"broker {h.broker_name} id {h.broker_id} is registered at {holder} over a live connection; "
+                "another address can take its place once that broker is gone",
+            )
         result = self.routes.register_broker(
             h.cluster_name,
             h.broker_addr,
@@ -144,6 +160,19 @@ class NamesrvProcessor:
             body=KVTable(order).dumps() if order else b"",
         )
 
+    def _live_holder(self, conn: Connection, name: str, broker_id: int, addr: str) -> str | None:
+        """The other address registered as (name, id) over a connection still open, if any: a
+        REGISTER_BROKER must not take a live master's (or slave's) place in the route (hijack)."""
+        broker = self.routes.broker_addr_table.get(name)
+        current = broker.broker_addrs.get(broker_id) if broker is not None else None
+        if current is None or current == addr:
+            return None
+        live = self.routes.broker_live_table.get(current)
+        owner = live.connection if live is not None else None
+        if isinstance(owner, Connection) and owner is not conn and not owner.is_closed:
+            return current
+        return None
+
     @staticmethod
     async def _decode_topics(req: RemotingCommand, compressed: bool) -> RegisterBrokerBody:
         if req.version < Version.V3_0_11:  # pre-3.0.11 brokers send a bare wrapper
@@ -157,6 +186,13 @@ class NamesrvProcessor:
 
     def unregister_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = UnregisterBrokerRequestHeader.from_ext_fields(req.ext_fields)
+        live = self.routes.broker_live_table.get(h.broker_addr)
+        owner = live.connection if live is not None else None
+        if isinstance(owner, Connection) and owner is not conn and not owner.is_closed:
+            return req.make_response(
+                ResponseCode.NO_PERMISSION,
+                f"broker {h.broker_addr} is registered over another live connection; only it can unregister",
+            )
         self.routes.unregister_broker(h.cluster_name, h.broker_addr, h.broker_name, h.broker_id)
         return req.make_response()
 
@@ -238,6 +274,7 @@ class NamesrvProcessor:
             return req.make_response(ResponseCode.SYSTEM_ERROR, "string2Properties error")
         if self.config.black_list() & props.keys():
             return req.make_response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+        refuse_unsafe(props, req.ext_fields)
         apply_properties(self.config, props)
         write_atomically(self.config.config_store_file, to_properties(self.config).encode())
         log.info("namesrv config updated from %s: %s", conn.peer, sorted(props))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -33,7 +33,8 @@ class RemotingClient:
     """Pool of connections keyed by `host:port`.
 
     `processors` answer requests the server sends back over the same connection (broker callbacks);
-    without them such requests get REQUEST_CODE_NOT_SUPPORTED.
+    without them such requests get REQUEST_CODE_NOT_SUPPORTED. `signer` completes every request
+    just before it is sent (ACL credentials: `daemon.acl.signature.Signer`).
     """
 
     def __init__(
@@ -42,8 +43,10 @@ class RemotingClient:
         *,
         connect_timeout: float = 3.0,
         max_frame_length: int = MAX_FRAME_LENGTH,
+        signer: Callable[[RemotingCommand], None] | None = None,
     ) -> None:
         self.dispatcher = RequestDispatcher(processors)
+        self.signer = signer
         self.connect_timeout = connect_timeout
         self.max_frame_length = max_frame_length
         self._connections: dict[str, Connection] = {}
@@ -92,6 +95,8 @@ class RemotingClient:
     async def invoke(self, addr: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         """Send `request` to `addr` and return the response (whatever its code)."""
         conn = await self.connection(addr)
+        if self.signer is not None:
+            self.signer(request)
         return await conn.invoke(request, timeout)
 
     async def invoke_checked(
@@ -110,6 +115,8 @@ class RemotingClient:
     async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None:
         """Send `request` marked one-way; no response is expected."""
         conn = await self.connection(addr)
+        if self.signer is not None:
+            self.signer(request)
         conn.invoke_oneway(request)
 
     async def close(self) -> None:

@@ -79,6 +79,9 @@ class RequestDispatcher:
     ) -> None:
         self.processors: dict[int, Processor] = dict(processors or {})
         self.default = default
+        #: Runs before every processor with (peer, request); raising RemotingCommandError answers that
+        #: code instead (the ACL validator: Java's RPC hook `doBeforeRequest`).
+        self.guard: Callable[[str, RemotingCommand], None] | None = None
 
     def register(self, code: int, processor: Processor) -> None:
         self.processors[code] = processor
@@ -95,6 +98,8 @@ class RequestDispatcher:
             )
             return
         try:
+            if self.guard is not None:
+                self.guard(conn.peer, request)
             result = processor(conn, request)
         except Exception as exc:
             self._failed(conn, request, exc)

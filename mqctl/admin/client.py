@@ -33,13 +33,21 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+def _session_signer() -> Callable[[RemotingCommand], None] | None:
+    """The invocation's ACL signer (mqctl.auth), or None: requests go unsigned."""
+    from mqctl import auth
+
+    credentials = auth.current()
+    return credentials.signer() if credentials is not None else None
+
+
 class Admin:
     """One admin session: a pooled remoting client plus the NameServer list."""
 
     def __init__(self, namesrv: list[str], *, timeout: float = 5.0, client: RemotingClient | None = None) -> None:
         self.namesrv = list(namesrv)
         self.timeout = timeout
-        self.client = client or RemotingClient()
+        self.client = client or RemotingClient(signer=_session_signer())
 
     async def __aenter__(self) -> Admin:
         return self
@@ -143,9 +151,13 @@ class Admin:
         response = await self.call(addr, RequestCode.GET_BROKER_CONFIG)
         return parse_properties(response.body.decode("utf-8"))
 
-    async def update_broker_config(self, addr: str, changes: dict[str, str]) -> None:
+    async def update_broker_config(self, addr: str, changes: dict[str, str], *, force: bool = False) -> None:
+        """``force`` adds mqctl's marker that lets fileReservedTime go under an hour (daemon.safe_config)."""
+        from daemon.safe_config import FORCE_FIELD
+
         body = "".join(f"{key}={value}\n" for key, value in changes.items()).encode("utf-8")
-        await self.call(addr, RequestCode.UPDATE_BROKER_CONFIG, body=body)
+        request = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, {FORCE_FIELD: "true"} if force else {}, body)
+        await self.client.invoke_checked(addr, request, self.timeout)
 
     async def create_topic(self, addr: str, config: TopicConfig) -> None:
         header = bh.CreateTopicRequestHeader(

@@ -26,6 +26,7 @@ NOUNS: tuple[tuple[str, str], ...] = (
     ("store", "mqctl.cli.store"),
     ("bench", "mqctl.cli.bench"),
     ("context", "mqctl.cli.context"),
+    ("acl", "mqctl.cli.acl"),
     ("spark-export", "mqctl.cli.spark_export"),
     ("top", "mqctl.cli.top"),
 )
@@ -53,10 +54,18 @@ def _root(
     utc: Annotated[
         bool, typer.Option("--utc", envvar="MQCTL_UTC", help="Times in tables in UTC (default: local time).")
     ] = False,
+    access_key: Annotated[
+        str | None, typer.Option("--access-key", help="ACL access key: sign every request (beats env and context).")
+    ] = None,
+    secret_key: Annotated[
+        str | None, typer.Option("--secret-key", help="ACL secret key (MQCTL_SECRET_KEY keeps it out of ps).")
+    ] = None,
 ) -> None:
     """mqctl: run and operate RocketMQ-compatible NameServers and Brokers."""
+    from mqctl import auth
     from mqctl.output import configure
 
+    auth.set_flags(access_key, secret_key)
     _debug["on"] = debug
     configure(no_color=no_color, verbose=verbose, utc=utc)
     logging.basicConfig(

@@ -296,13 +296,17 @@ def config_set(
     namesrv: NamesrvOpt = None,
     context: ContextOpt = None,
     output: OutputOpt = "table",
+    force: Annotated[
+        bool, typer.Option("--force", help="Allow fileReservedTime under 1 h (the next cleanup may delete every file).")
+    ] = False,
 ) -> None:
     """Change settings at run time (UPDATE_BROKER_CONFIG); prints old -> new per broker.
 
     The broker also writes them into its -c file (or <store>/config/broker.properties), so they survive a restart.
+    Keys that move data or listeners (store paths, file sizes, ports, broker identity) are refused: edit the file.
     """
     from mqctl.services.broker_config import parse_assignments, set_
 
     changes = parse_assignments(settings)
-    online(lambda admin: set_(admin, cluster=cluster, broker=broker, changes=changes),
+    online(lambda admin: set_(admin, cluster=cluster, broker=broker, changes=changes, force=force),
            namesrv=namesrv, context=context, output=output)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -17,18 +18,45 @@ def add(
     namesrv: Annotated[str, typer.Option("--namesrv", "-n", help="NameServer list HOST:PORT[;HOST:PORT].")],
     use: Annotated[bool, typer.Option("--use", help="Make it the current context.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing context of that name.")] = False,
+    access_key: Annotated[str | None, typer.Option("--access-key", help="ACL access key to sign with.")] = None,
+    secret_key_file: Annotated[
+        Path | None, typer.Option("--secret-key-file", help="File holding the ACL secret key (mode 600).")
+    ] = None,
+    secret_key: Annotated[
+        str | None, typer.Option("--secret-key", help="ACL secret key, stored in an owner-only file.")
+    ] = None,
     output: OutputOpt = "table",
 ) -> None:
-    """Save a context."""
-    from mqctl.config import ContextFile
+    """Save a context (with ACL credentials when its cluster runs aclEnable=true)."""
+    from mqctl.auth import read_secret, write_secret
+    from mqctl.config import ContextFile, config_dir
+    from mqctl.errors import UsageError
     from mqctl.output import render
 
+    if bool(access_key) != bool(secret_key or secret_key_file):
+        raise UsageError("--access-key needs --secret-key or --secret-key-file (and the other way round)")
+    if secret_key and secret_key_file:
+        raise UsageError("give --secret-key or --secret-key-file, not both")
     contexts = ContextFile.load()
-    context = contexts.add(name, namesrv, overwrite=force)
+    if name in contexts.contexts and not force:
+        contexts.add(name, namesrv, overwrite=False)  # raises the usual ConflictError
+    stored: Path | None = None
+    if secret_key_file is not None:
+        read_secret(secret_key_file)  # refused now rather than at the first command
+        stored = secret_key_file.resolve()
+    elif secret_key:
+        stored = config_dir() / "secrets" / f"{name}.key"
+        write_secret(stored, secret_key)
+    context = contexts.add(
+        name, namesrv, overwrite=force, access_key=access_key, secret_key_file=str(stored) if stored else None
+    )
     if use:
         contexts.current = name
     contexts.save()
-    render({"added": context.name, "namesrv": context.namesrv, "current": contexts.current}, output)
+    row = {"added": context.name, "namesrv": context.namesrv, "current": contexts.current}
+    if access_key:
+        row |= {"access_key": access_key, "secret_key_file": str(stored)}
+    render(row, output)
 
 
 @app.command("use")

@@ -116,11 +116,17 @@ def topic_names(prefix: str, topics: int) -> list[str]:
     return [prefix] if topics == 1 else [f"{prefix}-{i}" for i in range(topics)]
 
 
-def send_frame(topic: str, queue_id: int, body: bytes) -> bytes:
+def send_frame(
+    topic: str, queue_id: int, body: bytes, signer: Callable[[RemotingCommand], None] | None = None
+) -> bytes:
+    """One SEND_MESSAGE_V2 frame, signed once when ACL credentials are in force (then resent as is)."""
     header = SendMessageRequestHeaderV2(
         PRODUCER_GROUP, topic, "TBW102", 4, queue_id, 0, int(time.time() * 1000), 0, "WAIT\x01true"
     )
-    return encode_command(RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, header.to_ext_fields(), body))
+    request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, dict(header.to_ext_fields()), body)
+    if signer is not None:
+        signer(request)
+    return encode_command(request)
 
 
 async def _read_response(reader: asyncio.StreamReader) -> RemotingCommand:
@@ -185,7 +191,7 @@ async def produce(
     body = os.urandom(size)
     routes = await gather_limited((writable_queues(admin, name) for name in names), 32)
     per_topic = [
-        [(ref.addr, send_frame(name, ref.queue_id, body)) for ref in refs]
+        [(ref.addr, send_frame(name, ref.queue_id, body, admin.client.signer)) for ref in refs]
         for name, refs in zip(names, routes, strict=True)
     ]
     slots = [slot for column in itertools.zip_longest(*per_topic) for slot in column if slot is not None]

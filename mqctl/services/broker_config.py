@@ -32,7 +32,9 @@ def parse_assignments(pairs: list[str]) -> dict[str, str]:
     return changes
 
 
-async def set_(admin: Admin, *, cluster: str | None, broker: str | None, changes: dict[str, str]) -> list[dict[str, Any]]:
+async def set_(
+    admin: Admin, *, cluster: str | None, broker: str | None, changes: dict[str, str], force: bool = False
+) -> list[dict[str, Any]]:
     """Apply ``changes`` on each target broker; rows say old -> new as the broker reports afterwards."""
     rows: list[dict[str, Any]] = []
     for addr in await target_masters(admin, cluster, broker):
@@ -40,7 +42,7 @@ async def set_(admin: Admin, *, cluster: str | None, broker: str | None, changes
         unknown = [k for k in changes if k not in before]
         if unknown:
             raise NotFoundError(f"broker {addr} has no setting {', '.join(unknown)}")
-        await admin.update_broker_config(addr, changes)
+        await admin.update_broker_config(addr, changes, force=force)
         after = await admin.broker_config(addr)
         rows.extend({"broker": addr, "key": k, "old": before[k], "new": after.get(k)} for k in changes)
     return rows

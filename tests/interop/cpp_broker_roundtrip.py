@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import sys
 import threading
 import time
@@ -23,6 +24,8 @@ def body(i: int) -> bytes:
 def main(namesrv: str, topic: str, group: str, count: int, timeout: float) -> int:
     producer = Producer("MQCTL_CPP_PRODUCER")
     producer.set_namesrv_addr(namesrv)
+    if os.environ.get("CPP_ACCESS_KEY"):  # ACL: sign every request (the client's set_session_credentials)
+        producer.set_session_credentials(os.environ["CPP_ACCESS_KEY"], os.environ["CPP_SECRET_KEY"], "ALIYUN")
     producer.start()
     sent = []
     try:
@@ -52,6 +55,8 @@ def main(namesrv: str, topic: str, group: str, count: int, timeout: float) -> in
 
     consumer = PushConsumer(group)
     consumer.set_namesrv_addr(namesrv)
+    if os.environ.get("CPP_ACCESS_KEY"):
+        consumer.set_session_credentials(os.environ["CPP_ACCESS_KEY"], os.environ["CPP_SECRET_KEY"], "ALIYUN")
     consumer.subscribe(topic, on_message)
     consumer.start()
     try:

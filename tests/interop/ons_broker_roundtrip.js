@@ -12,6 +12,11 @@ const crypto = require('crypto');
 const { Producer, Consumer, Message } = require('ali-ons');
 const urllib = require('urllib');
 
+// ACL: ONS_ACCESS_KEY / ONS_SECRET_KEY in the environment make ali-ons sign every request.
+const credentials = process.env.ONS_ACCESS_KEY
+  ? { accessKeyId: process.env.ONS_ACCESS_KEY, accessKeySecret: process.env.ONS_SECRET_KEY }
+  : {};
+
 function body(i, count) {
   const len = 10 + Math.floor((i * (6144 - 10)) / Math.max(1, count - 1));
   const buf = Buffer.alloc(len);
@@ -20,7 +25,7 @@ function body(i, count) {
 }
 
 async function produce(nameSrv, topic, count) {
-  const producer = new Producer({ nameSrv, producerGroup: 'MQCTL_ONS_PRODUCER', httpclient: urllib });
+  const producer = new Producer({ nameSrv, producerGroup: 'MQCTL_ONS_PRODUCER', httpclient: urllib, ...credentials });
   producer.on('error', err => process.stderr.write(`producer error: ${err.message}\n`));
   await producer.ready();
   const sent = [];
@@ -35,7 +40,7 @@ async function produce(nameSrv, topic, count) {
 }
 
 async function consume(nameSrv, topic, group, count, failOnce, lingerMs, timeoutMs) {
-  const consumer = new Consumer({ nameSrv, consumerGroup: group, httpclient: urllib });
+  const consumer = new Consumer({ nameSrv, consumerGroup: group, httpclient: urllib, ...credentials });
   consumer.on('error', err => process.stderr.write(`consumer error: ${err.message}\n`));
   const received = [];
   const failed = new Set();

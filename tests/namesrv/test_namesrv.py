@@ -251,8 +251,13 @@ async def test_namesrv_config_get_and_update(namesrv: Namesrv) -> None:
         ResponseCode.NO_PERMISSION,
         "Can not update config in black list.",
     )
-    bad = await namesrv.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"listenPort=abc\n")
-    assert bad.code == ResponseCode.SYSTEM_ERROR and "listenPort" in (bad.remark or "")
+    bad = await namesrv.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"brokerExpireMs=abc\n")
+    assert bad.code == ResponseCode.SYSTEM_ERROR and "brokerExpireMs" in (bad.remark or "")
+    # keys that move data or listeners are refused in every spelling the loader accepts (issue 15)
+    for key in (b"listenPort=1", b"dataDir=/tmp/x", b"data_dir=/tmp/x", b"listenHost=0.0.0.0"):
+        moved = await namesrv.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=key + b"\n")
+        assert moved.code == ResponseCode.NO_PERMISSION and "move data or listeners" in (moved.remark or "")
+    assert namesrv.controller.config.listen_port == 0 and namesrv.controller.config.data_dir != Path("/tmp/x")
 
 
 async def test_bad_requests_get_clear_errors(namesrv: Namesrv) -> None:

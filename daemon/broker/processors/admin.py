@@ -53,6 +53,7 @@ from daemon.remoting.codes import LanguageCode, RequestCode, ResponseCode, Versi
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from daemon.remoting.errors import RemotingError, RemotingTimeoutError
+from daemon.safe_config import refuse_unsafe
 from store.config import StoreConfig
 from store.config_files import TopicConfig
 from store.record import decode_msg_id
@@ -431,6 +432,7 @@ class AdminProcessor:
             raise system_error("string2Properties error") from None
         if CONFIG_BLACK_LIST & updates.keys():
             raise fail(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
+        refuse_unsafe(updates, request.ext_fields)
         config = self.broker.config
         try:
             changed = coerce_properties(config, updates, ignore_unknown=True)

@@ -1,0 +1,185 @@
+"""What ACL costs a producer: `mqctl bench produce --threads 16 --size 1024` against a cluster with
+aclEnable=false and one with aclEnable=true (a non-admin account with a topic permission, so every send
+runs the full check: signature over header and body, then the resource rule), in the same run.
+
+Each round starts a NameServer and a broker (`mqctl namesrv start`, `mqctl broker start`) on a fresh
+temporary store, creates the topic, and runs the real CLI; modes alternate (off, on, off, on, ...) so a
+load change on the machine hits both. Prints each run, the median of each mode, their ratio and the
+load average. Usage: python benchmarks/bench_acl_produce.py [--runs 3] [--count 60000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from bench_broker_produce import free_port  # run as a script: benchmarks/ is on sys.path
+
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import RemotingError
+from daemon.remoting.loop import run
+
+ROOT = Path(__file__).resolve().parent.parent
+TICK = os.sysconf("SC_CLK_TCK")
+TOPIC = "BenchAcl"
+ADMIN = {"MQCTL_ACCESS_KEY": "benchadmin", "MQCTL_SECRET_KEY": "bench-admin-secret"}
+USER = {"MQCTL_ACCESS_KEY": "benchuser", "MQCTL_SECRET_KEY": "bench-user-secret"}
+PLAIN_ACL = f"""\
+accounts:
+  - accessKey: benchadmin
+    secretKey: bench-admin-secret
+    admin: true
+  - accessKey: benchuser
+    secretKey: bench-user-secret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms: [{TOPIC}=PUB]
+"""
+
+
+def mqctl(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "mqctl", *argv],
+        cwd=ROOT,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+    )
+
+
+async def wait_up(addr: str) -> None:
+    """Until the broker answers at all (with ACL on, an unsigned request is answered NO_PERMISSION)."""
+    while True:
+        try:
+            async with RemotingClient() as client:
+                await client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 1.0)
+                return
+        except RemotingError:
+            await asyncio.sleep(0.05)
+
+
+@contextmanager
+def cluster(acl: bool) -> Iterator[tuple[str, int]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        ns, port = f"127.0.0.1:{free_port()}", free_port()
+        env = {**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1"}
+        if acl:
+            (Path(tmp) / "home" / "conf").mkdir(parents=True)
+            (Path(tmp) / "home" / "conf" / "plain_acl.yml").write_text(PLAIN_ACL)
+            env |= {"MQCTL_ACL_ENABLE": "true", "MQCTL_ROCKETMQ_HOME": f"{tmp}/home"}
+        argvs = [
+            ["namesrv", "start", "--data", f"{tmp}/ns", "--listen", ns],
+            [
+                "broker",
+                "start",
+                "--store",
+                f"{tmp}/store",
+                "--port",
+                str(port),
+                "--namesrv",
+                ns,
+                "--no-metrics",
+            ],
+        ]
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-m", "mqctl", *a], cwd=ROOT, env=env, stderr=subprocess.DEVNULL
+            )
+            for a in argvs
+        ]
+        try:
+            run(wait_up(f"127.0.0.1:{port}"))
+            for _ in range(50):  # until the broker's first registration reached the NameServer
+                created = mqctl(
+                    "topic", "create", "-t", TOPIC, "-w", "4", "-r", "4", "-n", ns, env=ADMIN if acl else {}
+                )
+                if created.returncode == 0:
+                    break
+                time.sleep(0.2)
+            else:
+                raise RuntimeError(f"topic create failed: {created.stderr.strip()}")
+            time.sleep(1.0)  # the broker's registration carries the topic to the NameServer
+            yield ns, procs[1].pid
+        finally:
+            for proc in reversed(procs):
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(30)
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def one(acl: bool, count: int) -> tuple[float, float]:
+    """One attempt, retried twice when the cluster does not come up (a free port taken meanwhile)."""
+    for _ in range(3):
+        try:
+            return attempt_once(acl, count)
+        except RuntimeError as exc:
+            print(f"  retrying: {exc}", file=sys.stderr)
+    raise SystemExit("the cluster did not come up three times")
+
+
+def attempt_once(acl: bool, count: int) -> tuple[float, float]:
+    """(sends/s, broker CPU µs per send): the second does not depend on what else the machine runs."""
+    with cluster(acl) as (ns, broker_pid):
+        cpu = cpu_seconds(broker_pid)
+        argv = ["bench", "produce", "-t", TOPIC, "--threads", "16", "--size", "1024", "--count", str(count)]
+        out = mqctl(
+            *argv,
+            "-n",
+            ns,
+            "-o",
+            "json",
+            env=USER if acl else {"MQCTL_ACCESS_KEY": "", "MQCTL_SECRET_KEY": ""},
+        )
+        if out.returncode:
+            raise SystemExit(f"bench failed: {out.stderr}")
+        row = json.loads(out.stdout)
+        row = row[0] if isinstance(row, list) else row
+        if row["failures"]:
+            raise SystemExit(f"{row['failures']} sends failed with ACL {'on' if acl else 'off'}")
+        return float(row["tps"]), (cpu_seconds(broker_pid) - cpu) / count * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--count", type=int, default=60_000)
+    args = parser.parse_args()
+    figures: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
+    for i in range(args.runs):
+        for acl in (False, True) if i % 2 == 0 else (True, False):
+            tps, cpu = one(acl, args.count)
+            figures[acl].append((tps, cpu))
+            print(
+                f"run {i + 1} ACL {'on ' if acl else 'off'}: {tps:,.0f} sends/s, broker {cpu:.1f} CPU-µs/send "
+                f"(load {os.getloadavg()[0]:.2f})"
+            )
+    off, on = (statistics.median(t for t, _ in figures[m]) for m in (False, True))
+    cpu_off, cpu_on = (statistics.median(c for _, c in figures[m]) for m in (False, True))
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"median ACL off {off:,.0f} sends/s, ACL on {on:,.0f} sends/s: on/off = {on / off:.1%}")
+    print(
+        f"median broker CPU per send: off {cpu_off:.1f} µs, on {cpu_on:.1f} µs: "
+        f"CPU-bound capacity on/off = {cpu_off / cpu_on:.1%} (load average {load})"
+    )
+
+
+if __name__ == "__main__":
+    main()

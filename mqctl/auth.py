@@ -1,0 +1,96 @@
+"""ACL credentials of one mqctl invocation, resolved once: every request it sends is signed with them.
+
+Precedence, highest first: the global flags ``--access-key``/``--secret-key``, the variables
+``MQCTL_ACCESS_KEY``/``MQCTL_SECRET_KEY``, the context that chose the NameServers (its secret lives in
+a file only its owner may read). No credentials: requests go unsigned, as to a broker without ACL.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from mqctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from daemon.acl.signature import Signer
+
+
+@dataclass(frozen=True)
+class Credentials:
+    access_key: str
+    secret_key: str
+    source: str
+
+    def __repr__(self) -> str:
+        return f"Credentials(access_key={self.access_key!r}, source={self.source!r})"
+
+    def signer(self) -> Signer:
+        from daemon.acl.signature import Signer
+
+        return Signer(self.access_key, self.secret_key)
+
+
+_state: dict[str, Credentials | None] = {"flags": None, "context": None}
+
+
+def _pair(access_key: str | None, secret_key: str | None, source: str) -> Credentials | None:
+    if not access_key and not secret_key:
+        return None
+    if not access_key or not secret_key:
+        raise UsageError(f"{source}: an access key needs its secret key and the other way round")
+    return Credentials(access_key, secret_key, source)
+
+
+def set_flags(access_key: str | None, secret_key: str | None) -> None:
+    """Record the global flags (the root command calls this once)."""
+    _state["flags"] = _pair(access_key, secret_key, "--access-key/--secret-key")
+
+
+def use_context(name: str, access_key: str | None, secret_key_file: str | None) -> None:
+    """Record the credentials of the context that chose the NameServers (read lazily: only a command
+    that connects needs the secret)."""
+    _state["context"] = None
+    if access_key and secret_key_file:
+        _state["context"] = Credentials(access_key, read_secret(Path(secret_key_file)), f"context {name}")
+    elif access_key or secret_key_file:
+        raise UsageError(
+            f"context {name} has an incomplete credential; re-add it with --access-key and a secret"
+        )
+
+
+def current() -> Credentials | None:
+    """The credentials in force (see the module docstring)."""
+    if _state["flags"] is not None:
+        return _state["flags"]
+    env = _pair(os.environ.get("MQCTL_ACCESS_KEY"), os.environ.get("MQCTL_SECRET_KEY"), "$MQCTL_ACCESS_KEY")
+    return env if env is not None else _state["context"]
+
+
+def read_secret(path: Path) -> str:
+    """A secret key file's first line; refused when others may read it (as ssh refuses a key)."""
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise UsageError(f"cannot read secret key file {path}: {exc.strerror}") from None
+    if mode & (stat.S_IRWXG | stat.S_IRWXO):
+        raise UsageError(f"secret key file {path} is readable by others: chmod 600 it")
+    secret = text.strip().splitlines()[0].strip() if text.strip() else ""
+    if not secret:
+        raise UsageError(f"secret key file {path} is empty")
+    return secret
+
+
+def write_secret(path: Path, secret: str) -> None:
+    """Store a secret in a file only its owner can read, created 0600 (never world-readable, not even briefly)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, (secret + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)

@@ -1,0 +1,241 @@
+"""The pure parts of ACL: signature vectors from ali-ons, address patterns, permission rules."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon.acl.plain import (
+    DENY,
+    PUB,
+    SUB,
+    AclConfigError,
+    AclDenied,
+    AclFiles,
+    PlainAccessValidator,
+    address_matcher,
+    check_permission,
+    needed_resources,
+    parse_perm,
+    peer_ip,
+)
+from daemon.acl.signature import Verifier, calculate, sign, signing_content
+from daemon.broker.bodies import ConsumerData, HeartbeatData, SubscriptionData
+from daemon.remoting.codes import RequestCode
+from daemon.remoting.command import RemotingCommand
+
+# Produced by ali-ons 3.x's own Channel.beforeRequest (lib/channel.js) with onsChannel ALIYUN: the
+# extFields it sends, Signature included. Header values are what ali-ons stringifies.
+ONS_VECTORS = [
+    (
+        "12345678",
+        {
+            "topic": "TopicTest",
+            "consumerGroup": "CID_A",
+            "queueId": "3",
+            "queueOffset": "0",
+            "maxMsgNums": "32",
+            "sysFlag": "3",
+            "commitOffset": "0",
+            "suspendTimeoutMillis": "20000",
+            "subscription": "*",
+            "subVersion": "1",
+            "AccessKey": "RocketMQ",
+            "OnsChannel": "ALIYUN",
+        },
+        b"",
+        "fLIBW19HMwiba/uqGHt6oWbCMPM=",
+    ),
+    (
+        "12345678",
+        {
+            "a": "PID_X",
+            "b": "TopicTest",
+            "c": "TBW102",
+            "d": "4",
+            "e": "1",
+            "f": "0",
+            "g": "1700000000000",
+            "h": "0",
+            "i": "TAGS\x01TagA\x02WAIT\x01true\x02",
+            "j": "0",
+            "k": "false",
+            "m": "false",
+            "AccessKey": "rocketmq2",
+            "OnsChannel": "ALIYUN",
+        },
+        "Hello RocketMQ é".encode(),
+        "7b5Rgr6rI6K1UpFGSdTdtVenxL8=",
+    ),
+    (
+        "secret-ünïcode",
+        {"AccessKey": "RocketMQ", "OnsChannel": "ALIYUN"},
+        b"",
+        "KscOsA0cG6/zNHnvGYncrQmMziY=",
+    ),
+]
+
+
+@pytest.mark.parametrize(("secret", "fields", "body", "signature"), ONS_VECTORS)
+def test_signature_matches_ali_ons(secret: str, fields: dict[str, str], body: bytes, signature: str) -> None:
+    assert calculate(secret, signing_content({**fields, "Signature": "ignored"}, body)) == signature
+
+
+def test_sign_adds_access_key_and_signature_over_them() -> None:
+    fields = {k: v for k, v in ONS_VECTORS[1][1].items() if k != "AccessKey"}
+    sign(fields, ONS_VECTORS[1][2], "rocketmq2", "12345678")
+    assert fields["AccessKey"] == "rocketmq2"
+    assert fields["Signature"] == "7b5Rgr6rI6K1UpFGSdTdtVenxL8="
+
+
+@pytest.mark.parametrize(
+    ("pattern", "yes", "no"),
+    [
+        ("*", ["1.2.3.4", "::1"], []),
+        ("", [], ["127.0.0.1"]),
+        ("127.0.0.1", ["127.0.0.1"], ["127.0.0.2"]),
+        ("10.1.1.1,10.1.1.2", ["10.1.1.2"], ["10.1.1.3"]),
+        ("192.168.1.{1,2,3}", ["192.168.1.3"], ["192.168.1.4"]),
+        ("192.168.1-10.*", ["192.168.5.200"], ["192.168.11.1", "192.169.1.1"]),
+        ("10.*", ["10.9.9.9"], ["11.0.0.1"]),
+    ],
+)
+def test_address_patterns(pattern: str, yes: list[str], no: list[str]) -> None:
+    match = address_matcher(pattern)
+    assert all(match(ip) for ip in yes)
+    assert not any(match(ip) for ip in no)
+
+
+@pytest.mark.parametrize("pattern", ["10.1.1", "300.1.1.*", "a.b.c.d", "1.2.3.4,nope"])
+def test_bad_patterns_are_refused(pattern: str) -> None:
+    with pytest.raises(AclConfigError):
+        address_matcher(pattern)
+
+
+def test_peer_ip_forms() -> None:
+    assert peer_ip("127.0.0.1:5555") == "127.0.0.1"
+    assert peer_ip("[::1]:5555") == "::1"
+    assert peer_ip("[::ffff:10.0.0.1]:5555") == "10.0.0.1"
+
+
+def test_permissions() -> None:
+    assert parse_perm("PUB|SUB") == PUB | SUB and parse_perm("garbage") == DENY and parse_perm(None) == DENY
+    assert (
+        check_permission(PUB, PUB | SUB)
+        and not check_permission(SUB, PUB)
+        and not check_permission(PUB, DENY)
+    )
+
+
+def test_resources_per_code() -> None:
+    send = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"a": "PG", "b": "T"})
+    assert needed_resources(send) == [("T", PUB)]
+    retry = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {"a": "PG", "b": "%RETRY%G"})
+    assert needed_resources(retry) == [("%RETRY%G", SUB)]
+    pull = RemotingCommand.request(RequestCode.PULL_MESSAGE, {"topic": "T", "consumerGroup": "G"})
+    assert needed_resources(pull) == [("T", SUB), ("%RETRY%G", SUB)]
+    data = HeartbeatData("c1", [], [ConsumerData("G", subscription_data_set=[SubscriptionData("T", "*")])])
+    beat = RemotingCommand.request(RequestCode.HEART_BEAT, body=data.dumps())
+    assert needed_resources(beat) == [("%RETRY%G", SUB), ("T", SUB)]
+    assert needed_resources(RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})) == []
+
+
+ACL_YAML = """
+globalWhiteRemoteAddresses:
+  - 10.10.*
+accounts:
+  - accessKey: rocketmq2
+    secretKey: "12345678"
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms: [TopicA=PUB|SUB, TopicD=DENY]
+    groupPerms: [GroupX=DENY]
+  - accessKey: RocketMQ
+    secretKey: "12345678"
+    admin: true
+  - accessKey: trusted1
+    secretKey: "whatever1"
+    whiteRemoteAddress: 192.168.0.*
+"""
+
+
+def _signed(code: int, fields: dict[str, str], ak: str, sk: str, body: bytes = b"") -> RemotingCommand:
+    fields = dict(fields)
+    sign(fields, body, ak, sk)
+    return RemotingCommand.request(code, fields, body)
+
+
+def test_validator_rules(tmp_path: Path) -> None:
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "plain_acl.yml").write_text(ACL_YAML)
+    check = PlainAccessValidator(AclFiles(str(tmp_path))).check
+    send = {"a": "PG", "b": "TopicA", "c": "TBW102"}
+    check("127.0.0.1", _signed(RequestCode.SEND_MESSAGE_V2, send, "rocketmq2", "12345678", b"body"))
+    check(
+        "10.10.3.4", RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "X"})
+    )  # whitelist
+    check(
+        "192.168.0.9", RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"AccessKey": "trusted1"})
+    )
+    check("127.0.0.1", _signed(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "X"}, "RocketMQ", "12345678"))
+    denials = {
+        "no AccessKey": RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send),
+        "no account for accessKey=nobody": _signed(RequestCode.SEND_MESSAGE_V2, send, "nobody", "12345678"),
+        "signature check failed": _signed(RequestCode.SEND_MESSAGE_V2, send, "rocketmq2", "wrong-secret"),
+        "needs PUB on topic TopicD, has DENY": _signed(
+            RequestCode.SEND_MESSAGE_V2, {**send, "b": "TopicD"}, "rocketmq2", "12345678"
+        ),
+        "needs PUB on topic Other, has DENY": _signed(
+            RequestCode.SEND_MESSAGE_V2, {**send, "b": "Other"}, "rocketmq2", "12345678"
+        ),
+        "needs SUB on group GroupX": _signed(
+            RequestCode.PULL_MESSAGE, {"topic": "TopicA", "consumerGroup": "GroupX"}, "rocketmq2", "12345678"
+        ),
+        "is not admin": _signed(RequestCode.UPDATE_BROKER_CONFIG, {}, "rocketmq2", "12345678", b"a=b"),
+    }
+    for remark, request in denials.items():
+        with pytest.raises(AclDenied, match=remark) as caught:
+            check("127.0.0.1", request)
+        assert "12345678" not in str(caught.value.remark)
+    unique = {"topic": "TopicA", "key": "k", "_UNIQUE_KEY_QUERY": "true"}
+    check(
+        "127.0.0.1", _signed(RequestCode.QUERY_MESSAGE, unique, "rocketmq2", "12345678")
+    )  # as Java signs it
+    tampered = _signed(RequestCode.SEND_MESSAGE_V2, send, "rocketmq2", "12345678", b"body")
+    tampered.body = b"other"
+    with pytest.raises(AclDenied, match="signature"):
+        check("127.0.0.1", tampered)
+
+
+def test_files_merge_conf_acl_dir_and_keep_accounts_when_an_edit_does_not_parse(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    (conf / "acl").mkdir(parents=True)
+    (conf / "plain_acl.yml").write_text(ACL_YAML)
+    (conf / "acl" / "team.yml").write_text("accounts:\n  - accessKey: teamkey1\n    secretKey: teamsecret\n")
+    files = AclFiles(str(tmp_path))
+    assert set(files.table.accounts) == {"rocketmq2", "RocketMQ", "trusted1", "teamkey1"}
+    assert files.table.accounts["teamkey1"].source == conf / "acl" / "team.yml"
+
+    (conf / "acl" / "team.yml").write_text("accounts: [ {accessKey: teamkey1")  # broken mid-edit
+    files.force_check()
+    assert "teamkey1" in files.table.accounts  # the accounts in force stay
+    (conf / "acl" / "team.yml").write_text("accounts:\n  - accessKey: teamkey2\n    secretKey: teamsecret\n")
+    files.force_check()
+    assert "teamkey2" in files.table.accounts and "teamkey1" not in files.table.accounts
+
+    single = tmp_path / "elsewhere.yml"
+    single.write_text("accounts:\n  - accessKey: onlyme1\n    secretKey: onlysecret\n")
+    assert set(AclFiles(str(tmp_path), str(single)).table.accounts) == {"onlyme1"}
+    assert AclFiles(str(tmp_path / "nowhere")).table.accounts == {}  # no file: nobody gets in
+
+
+@pytest.mark.parametrize(("secret", "fields", "body", "signature"), ONS_VECTORS)
+def test_verifier_matches_ali_ons(secret: str, fields: dict[str, str], body: bytes, signature: str) -> None:
+    assert Verifier(secret).signature({**fields, "Signature": "x"}, body) == signature
+
+
+@pytest.mark.parametrize("secret", ["k", "12345678", "é" * 40, "x" * 64, "y" * 200])
+def test_verifier_is_hmac_sha1_for_any_key_length(secret: str) -> None:
+    fields, body = {"b": "2", "a": "1", "Signature": "x"}, bytes(range(256)) * 5
+    assert Verifier(secret).signature(fields, body) == calculate(secret, signing_content(fields, body))

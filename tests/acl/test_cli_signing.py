@@ -1,0 +1,167 @@
+"""mqctl signs every request when it has credentials (flags, env, context) and exits 9 when refused."""
+
+from __future__ import annotations
+
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from mqctl.errors import AuthError
+from tests.acl.conftest import ADMIN_AK, ADMIN_SK, USER_AK, USER_SK, write_acl
+from tests.conftest import RunCli
+from tests.daemons import LocalCluster, local_cluster
+
+ADMIN_ENV = {"MQCTL_ACCESS_KEY": ADMIN_AK, "MQCTL_SECRET_KEY": ADMIN_SK}
+
+
+@pytest.fixture(scope="module")
+def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    root = tmp_path_factory.mktemp("acl-cli")
+    write_acl(root / "home")
+    with local_cluster(root, acl_enable=True, rocketmq_home=str(root / "home")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def mq(cli: RunCli, daemons: LocalCluster) -> RunCli:
+    def run(*args: str, **kwargs: object) -> object:
+        env = {"NAMESRV_ADDR": daemons.namesrv_addr, **kwargs.pop("env", {})}  # type: ignore[dict-item]
+        return cli(*args, env=env, **kwargs)
+
+    return run  # type: ignore[return-value]
+
+
+def test_env_credentials_create_topics_and_none_exit_9(mq: RunCli, daemons: LocalCluster) -> None:
+    denied = mq("topic", "create", "-t", "AclCliTopic")
+    assert denied.code == AuthError.exit_code, denied.stderr
+    assert "no AccessKey" in denied.stderr and daemons.broker.topics.get("AclCliTopic") is None
+    user = mq(
+        "topic", "create", "-t", "AclCliTopic", env={"MQCTL_ACCESS_KEY": USER_AK, "MQCTL_SECRET_KEY": USER_SK}
+    )
+    assert user.code == AuthError.exit_code and "is not admin" in user.stderr, user.stderr
+    wrong = mq("topic", "create", "-t", "AclCliTopic", env={**ADMIN_ENV, "MQCTL_SECRET_KEY": "wrong-secret"})
+    assert wrong.code == AuthError.exit_code and "signature" in wrong.stderr, wrong.stderr
+    created = mq("topic", "create", "-t", "AclCliTopic", env=ADMIN_ENV)
+    assert created.code == 0, created.stderr
+    assert daemons.broker.topics.get("AclCliTopic") is not None
+
+
+def test_flags_and_context_sign_too(mq: RunCli, daemons: LocalCluster, cli_env: dict[str, str]) -> None:
+    flagged = mq("--access-key", ADMIN_AK, "--secret-key", ADMIN_SK, "topic", "create", "-t", "AclFlagTopic")
+    assert flagged.code == 0, flagged.stderr
+    half = mq("--access-key", ADMIN_AK, "topic", "create", "-t", "AclFlagTopic2")
+    assert half.code == 2, half.stderr
+
+    added = mq(
+        "context",
+        "add",
+        "secure",
+        "--namesrv",
+        daemons.namesrv_addr,
+        "--access-key",
+        ADMIN_AK,
+        "--secret-key",
+        ADMIN_SK,
+        "-o",
+        "json",
+    )
+    assert added.code == 0, added.stderr
+    secret_file = Path(added.json()["secret_key_file"])
+    assert stat.S_IMODE(secret_file.stat().st_mode) == 0o600 and secret_file.read_text().strip() == ADMIN_SK
+    contexts = (Path(cli_env["MQCTL_CONFIG_DIR"]) / "contexts.json").read_text()
+    assert ADMIN_SK not in contexts
+    via_context = mq("topic", "create", "-t", "AclCtxTopic", "--context", "secure", env={"NAMESRV_ADDR": ""})
+    assert via_context.code == 0, via_context.stderr
+
+    loose = secret_file.parent / "loose.key"
+    loose.write_text(ADMIN_SK)
+    loose.chmod(0o644)
+    refused = mq(
+        "context",
+        "add",
+        "loose",
+        "--namesrv",
+        daemons.namesrv_addr,
+        "--access-key",
+        ADMIN_AK,
+        "--secret-key-file",
+        str(loose),
+    )
+    assert refused.code == 2 and "chmod 600" in refused.stderr
+
+
+def test_config_set_needs_force_for_a_wiping_retention(mq: RunCli, daemons: LocalCluster) -> None:
+    addr = daemons.broker_addr
+    wipe = mq("broker", "config", "set", "fileReservedTime=0", "-b", addr, env=ADMIN_ENV)
+    assert wipe.code == AuthError.exit_code and "--force" in wipe.stderr, wipe.stderr
+    moved = mq("broker", "config", "set", "storePathRootDir=/tmp/x", "-b", addr, env=ADMIN_ENV)
+    assert moved.code != 0 and daemons.broker.config.store_path_root_dir != "/tmp/x"
+    forced = mq("broker", "config", "set", "fileReservedTime=0", "--force", "-b", addr, env=ADMIN_ENV)
+    assert forced.code == 0, forced.stderr
+    assert daemons.broker.config.file_reserved_time == 0
+    restore = mq("broker", "config", "set", "fileReservedTime=72", "-b", addr, env=ADMIN_ENV)
+    assert restore.code == 0
+
+
+def test_acl_commands_round_trip_through_codes_50_to_54(
+    mq: RunCli, daemons: LocalCluster, tmp_path: Path
+) -> None:
+    addr = daemons.broker_addr
+    new_env = {"MQCTL_ACCESS_KEY": "newuser1", "MQCTL_SECRET_KEY": "newsecret1"}
+    no_secret = mq("acl", "create", "-a", "newuser1", env=ADMIN_ENV)
+    assert no_secret.code == 2 and "--secret-key" in no_secret.stderr
+    (tmp_path / "secret").write_text("newsecret1\n")
+    created = mq(
+        "acl",
+        "create",
+        "-a",
+        "newuser1",
+        "--secret-key-file",
+        str(tmp_path / "secret"),
+        "--topic-perm",
+        "AclCliTopic=PUB",
+        "--default-group-perm",
+        "SUB",
+        "-o",
+        "json",
+        env=ADMIN_ENV,
+    )
+    assert created.code == 0, created.stderr
+    assert created.json() == [{"broker": addr, "access_key": "newuser1", "action": "created"}]
+    again = mq("acl", "create", "-a", "newuser1", "-s", "newsecret1", env=ADMIN_ENV)
+    assert again.code == 4, again.stderr
+    assert mq("acl", "ls", "-o", "json").code == AuthError.exit_code  # 54 answers secrets: admin only
+
+    listed = {r["access_key"]: r for r in mq("acl", "ls", "-o", "json", env=ADMIN_ENV).json()}
+    assert set(listed) == {USER_AK, ADMIN_AK, "newuser1"}
+    assert listed["newuser1"]["secret_key"] == "******" and listed["newuser1"]["topic_perms"] == [
+        "AclCliTopic=PUB"
+    ]
+    shown = mq("acl", "show", "newuser1", "--show-secret", "-o", "json", env=ADMIN_ENV).json()
+    assert shown[0]["secret_key"] == "newsecret1" and shown[0]["admin"] is False
+
+    not_admin = mq("topic", "create", "-t", "ByNewUser", env=new_env)
+    assert not_admin.code == AuthError.exit_code and "newuser1 is not admin" in not_admin.stderr
+    promoted = mq("acl", "update", "-a", "newuser1", "--admin", env=ADMIN_ENV)
+    assert promoted.code == 0, promoted.stderr
+    assert mq("topic", "create", "-t", "ByNewUser", env=new_env).code == 0  # same secret, now admin
+    kept = mq("acl", "show", "newuser1", "-o", "json", env=ADMIN_ENV).json()[0]
+    assert kept["topic_perms"] == ["AclCliTopic=PUB"] and kept["admin"] is True
+
+    white = mq("acl", "whitelist", "set", "10.9.9.*", "192.168.1.{1,2}", env=ADMIN_ENV)
+    assert white.code == 0, white.stderr
+    summary = mq("acl", "show", "-o", "json", env=ADMIN_ENV).json()
+    assert summary[0]["global_white_addrs"] == ["10.9.9.*", "192.168.1.{1,2}"]
+    assert summary[0]["version"]["counter"] >= 3
+
+    unconfirmed = mq("acl", "delete", "-a", "newuser1", env=ADMIN_ENV)
+    assert unconfirmed.code == 2 and "--yes" in unconfirmed.stderr
+    deleted = mq("acl", "delete", "-a", "newuser1", "--yes", env=ADMIN_ENV)
+    assert deleted.code == 0, deleted.stderr
+    assert "newuser1" not in {r["access_key"] for r in mq("acl", "ls", "-o", "json", env=ADMIN_ENV).json()}
+    gone = mq("topic", "create", "-t", "ByNewUser2", env=new_env)
+    assert gone.code == AuthError.exit_code and "no account for accessKey=newuser1" in gone.stderr
+    text = (Path(daemons.broker.config.rocketmq_home) / "conf" / "plain_acl.yml").read_text()
+    assert "newuser1" not in text and "10.9.9.*" in text and "dataVersion" in text
