@@ -51,7 +51,7 @@ from store.cleanup import (
 )
 from store.clock import Clock, SystemClock
 from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanResult, apply_delay
-from store.config import StoreConfig
+from store.config import SLAVE, StoreConfig
 from store.config_files import ConfigFiles
 from store.consumequeue import UNIT, ConsumeQueue, unit_tags_code
 from store.errors import CorruptRecordError, StoreClosedError, StoreLockedError
@@ -443,7 +443,9 @@ class DefaultMessageStore:
             self._rebuild_queue_table()
             return n
 
-    def _reput_until(self, end: int) -> int:
+    def _reput_until(self, end: int, touched: set[tuple[str, int]] | None = None) -> int:
+        """Dispatch whole records below ``end``; stops before a record whose bytes have not all arrived
+        (a replicating slave receives records split across frames). ``touched`` collects the queues."""
         n = 0
         cl = self.commit_log
         while self.reput_from_offset < end:
@@ -461,9 +463,13 @@ class DefaultMessageStore:
                 if pos + 8 > mf.file_size:
                     jumped = True
                     break
-                _size, magic = read_header(mf.view, pos)
+                if pos + 8 > stop:
+                    break
+                size, magic = read_header(mf.view, pos)
                 if magic == BLANK_MAGIC_CODE:
                     jumped = True
+                    break
+                if size > 0 and pos + size > stop:
                     break
                 try:
                     info = read_record_info(mf.view, pos, mf.file_size)
@@ -471,14 +477,15 @@ class DefaultMessageStore:
                     log.error("dispatch stops at %s", e.located(mf.path, mf.file_from_offset + pos))
                     return n
                 self._dispatch_one(info)
+                if touched is not None:
+                    touched.add((info.topic, info.queue_id))
                 pos += info.size
                 n += 1
             if jumped or pos >= mf.file_size:
                 self.reput_from_offset = mf.end_offset
             else:
                 self.reput_from_offset = mf.file_from_offset + pos
-                if pos >= stop:
-                    break
+                break  # the end of the data, or a record still arriving
         return n
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
@@ -502,8 +509,8 @@ class DefaultMessageStore:
         return self._put(batch, batch[0].wait_store_msg_ok)
 
     def _put(self, msgs: list[Message], wait: bool) -> PutResult:
-        if not self._running or self.cleaner.disk_full:
-            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        if not self._running or self.cleaner.disk_full or self.config.broker_role == SLAVE:
+            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)  # a slave only replicates
         with self._put_lock:
             head = msgs[0]
             cq = None  # every message of a put goes to one queue: found once, not once per step

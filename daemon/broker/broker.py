@@ -349,7 +349,7 @@ class Broker:
             c.broker_name,
             self.addr,
             c.broker_cluster_name,
-            f"{c.broker_ip2 or c.broker_ip1}:{c.ha_listen_port}",
+            c.ha_server_addr,
             c.broker_id,
             compressed,
             _crc32(body),
