@@ -19,6 +19,14 @@ from typing import TypeVar
 
 from daemon.broker.clean import RetentionStore
 from daemon.broker.config import BrokerConfig
+from daemon.broker.ha import (
+    METADATA_SYNC_INTERVAL,
+    HAMaster,
+    HASlave,
+    is_slave,
+    slave_refusals,
+    sync_metadata,
+)
 from daemon.broker.headers import NotifyConsumerIdsChangedRequestHeader
 from daemon.broker.long_poll import PullRequestHoldService
 from daemon.broker.managers.consumers import ConsumerGroupInfo, ConsumerManager
@@ -36,7 +44,11 @@ from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from daemon.remoting.errors import RemotingError
-from daemon.remoting.headers import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
+from daemon.remoting.headers import (
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnregisterBrokerRequestHeader,
+)
 from daemon.remoting.server import RemotingServer
 from store.api import MessageStore, PutResult
 from store.config_files import ConsumerOffsetManager
@@ -84,6 +96,11 @@ class Broker:
         self.transactions: TransactionService
         self.boot_timestamp = int(time.time() * 1000)
         self.metrics_port: int | None = None
+        #: Replication (file stores only): the HA listener, and on a slave the client of its master.
+        self.ha_master: HAMaster | None = None
+        self.ha_slave: HASlave | None = None
+        #: A slave's master broker address as the NameServer last answered it.
+        self.master_addr: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         #: Registration with every NameServer, shared by the topic changes that ask for it meanwhile.
@@ -103,17 +120,25 @@ class Broker:
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         await self.server.start()
+        ephemeral = self.config.listen_port == 0
         self.config.listen_port = self.server.port  # port 0: the bound one is what we register
         try:
             self._open_store()
         except BaseException:
             await self.server.stop(grace=0)
             raise
+        try:
+            await self._start_ha(ephemeral)
+        except BaseException:
+            await self.server.stop(grace=0)
+            self.store.shutdown()
+            raise
         self._register_processors()
         self.server.on_connection_closed(self._connection_closed)
         self.hold.start()
-        self.schedule.start()
-        self.transactions.start()
+        if not is_slave(self.config):  # a slave writes nothing of its own: delays and checks run on the master
+            self.schedule.start()
+            self.transactions.start()
         self._tasks += [
             asyncio.create_task(self._every(CLIENT_SCAN_INTERVAL, self._scan_clients), name="client-scan"),
             asyncio.create_task(
@@ -135,6 +160,8 @@ class Broker:
                 log.error("metrics endpoint not started on port %d: %s", self.config.metrics_port, exc)
         self._started = True
         await self.register_all()  # at start, like Java; then every registerNameServerPeriod
+        if self.ha_slave is not None:
+            self._tasks.append(asyncio.create_task(self._metadata_sync_loop(), name="slave-metadata-sync"))
         log.info(
             "broker %s (cluster %s) serving at %s, store %s",
             self.config.broker_name,
@@ -142,6 +169,37 @@ class Broker:
             self.addr,
             self.config.store_path_root_dir,
         )
+
+    async def _start_ha(self, ephemeral: bool) -> None:
+        """The HA listener (every file store, as 4.9.8) and, on a slave, the client of the master.
+
+        With an ephemeral listen port and no ``haListenPort`` the HA port is ephemeral too."""
+        if not isinstance(self.store, DefaultMessageStore):
+            return
+        c = self.config
+        port = 0 if ephemeral and c.ha_listen_port < 0 else c.ha_port
+        self.ha_master = HAMaster(c, self.store, c.listen_host, port)
+        c.ha_listen_port = await self.ha_master.start()  # port 0: the bound one is what we register
+        if is_slave(c):
+            self.ha_slave = HASlave(c, self.store)
+            self.ha_slave.start()
+
+    async def sync_from_master(self) -> list[str]:
+        """A slave's metadata sync now (also run at start and every 10 s); returns what changed."""
+        if self.master_addr is None:
+            return []
+        changed = await sync_metadata(self.client, self.master_addr, self.store.configs)
+        if changed:
+            log.info("synced %s from master %s", ", ".join(changed), self.master_addr)
+        return changed
+
+    async def _metadata_sync_loop(self) -> None:
+        while True:
+            try:
+                await self.sync_from_master()
+            except Exception:
+                log.exception("slave metadata sync failed")
+            await asyncio.sleep(METADATA_SYNC_INTERVAL)
 
     def _open_store(self) -> None:
         """Open and start the store and everything kept in it; on failure the store is closed again."""
@@ -189,6 +247,10 @@ class Broker:
         await self.schedule.stop()
         await self.transactions.stop()
         await self.hold.stop()
+        if self.ha_slave is not None:
+            await self.ha_slave.stop()
+        if self.ha_master is not None:
+            await self.ha_master.stop()
         await self.server.stop(grace=2.0)
         await self.client.close()
         if self._metrics_stop is not None:
@@ -210,6 +272,9 @@ class Broker:
 
         for module in (send, pull, heartbeat, offset, query, admin, lock, transaction):
             for code, processor in module.processors(self).items():
+                self.server.register(code, processor)
+        if is_slave(self.config):
+            for code, processor in slave_refusals().items():
                 self.server.register(code, processor)
 
     @staticmethod
@@ -256,9 +321,14 @@ class Broker:
         except RuntimeError:
             running = None
         if running is loop:
-            self.hold.notify(topic, queue_id, max_offset)
+            self._arrived(topic, queue_id, max_offset)
         else:
-            loop.call_soon_threadsafe(self.hold.notify, topic, queue_id, max_offset)
+            loop.call_soon_threadsafe(self._arrived, topic, queue_id, max_offset)
+
+    def _arrived(self, topic: str, queue_id: int, max_offset: int) -> None:
+        self.hold.notify(topic, queue_id, max_offset)
+        if self.ha_master is not None:
+            self.ha_master.notify()
 
     def runtime_info(self) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO table; mqadmin needs at least `putTps` and `getTransferedTps`."""
@@ -368,6 +438,10 @@ class Broker:
                     "name server %s refused registration: %s %s", addr, response.code, response.remark
                 )
                 return None
+            if self.ha_slave is not None:
+                answer = RegisterBrokerResponseHeader.from_ext_fields(response.ext_fields or {})
+                self.master_addr = answer.master_addr or None
+                self.ha_slave.set_master(answer.ha_server_addr)
             return addr
 
         done = await asyncio.gather(*(one(a) for a in addrs))
