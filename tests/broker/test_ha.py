@@ -363,3 +363,20 @@ async def test_sigkill_sync_master_mid_send_loses_no_acknowledged_message(
         if slave is not None:
             await slave.stop()
         await namesrv.stop()
+
+
+async def test_slave_pull_keeps_the_consumers_offset(group: Group) -> None:
+    g = group
+    master = g.on(g.master)
+    assert (await master.send("Lag", b"one", queue_id=0)).code == ResponseCode.SUCCESS
+    await wait_until(lambda: caught_up(g))
+    await g.slave.sync_from_master()
+    slave = g.on(g.slave)
+    r = await slave.pull("LG", "Lag", 0, 5, sys_flag=0x1 | 0x4, commit_offset=5)
+    # the master's answer would be OFFSET_OVERFLOW_BADLY (21, next 1); a lagging slave must not move it
+    assert r.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+    assert r.ext_fields["nextBeginOffset"] == "5"
+    assert r.ext_fields["suggestWhichBrokerId"] == "0"
+    assert g.slave.offsets.query_offset("LG", "Lag", 0) == -1  # a slave does not take pull commits
+    r = await slave.pull("LG", "Lag", 0, 0)
+    assert r.code == ResponseCode.SUCCESS and [m.body for m in decode_records(r.body)] == [b"one"]

@@ -18,6 +18,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from store.api import GetMessageStatus, GetResult
+from store.config import SLAVE
 
 if TYPE_CHECKING:
     from daemon.broker.bodies import SubscriptionData
@@ -124,7 +125,7 @@ class PullProcessor:
         self._check(h)
         codes = tag_codes(self._subscription(h))
         code, result = self._read(h, codes)
-        if h.sys_flag & FLAG_COMMIT_OFFSET:
+        if h.sys_flag & FLAG_COMMIT_OFFSET and self.broker.config.broker_role != SLAVE:
             self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND:
             config = self.broker.config
@@ -155,7 +156,17 @@ class PullProcessor:
     def _response(
         self, request: RemotingCommand, h: PullMessageRequestHeader, code: int, result: GetResult
     ) -> RemotingCommand:
-        header = PullMessageResponseHeader(0, result.next_begin_offset, result.min_offset, result.max_offset)
+        config = self.broker.config
+        if code == ResponseCode.PULL_OFFSET_MOVED and config.broker_role == SLAVE:
+            # a slave may lag: it never moves a consumer's offset (4.9.8, offsetCheckInSlave=false)
+            code, result.next_begin_offset = ResponseCode.PULL_RETRY_IMMEDIATELY, h.queue_offset
+        suggest = 0
+        if config.slave_read_enable:
+            group = self.broker.groups.table.get(h.consumer_group)
+            suggest = group.broker_id if group is not None else 0
+        header = PullMessageResponseHeader(
+            suggest, result.next_begin_offset, result.min_offset, result.max_offset
+        )
         body = b""
         if code == ResponseCode.SUCCESS:
             body = b"".join(m.raw for m in result.messages)
