@@ -23,6 +23,7 @@ from daemon.broker.ha import (
     METADATA_SYNC_INTERVAL,
     HAMaster,
     HASlave,
+    ha_runtime_info,
     is_slave,
     slave_refusals,
     sync_metadata,
@@ -367,6 +368,7 @@ class Broker:
             "remainHowManyDataToFlush": "0",
             "commitLogDirCapacity": _capacity(self.config.store_path_root_dir),
             "startAcceptSendRequestTimeStamp": "0",
+            **ha_runtime_info(self.config.broker_role, self.ha_master, self.ha_slave),
         }
 
     # ------------------------------------------------------------------ client notifications

@@ -420,6 +420,25 @@ class HASlave:
                 reported, last_report = current, now
 
 
+def ha_runtime_info(role: str, master: HAMaster | None, slave: HASlave | None) -> dict[str, str]:
+    """mqctl's additions to GET_BROKER_RUNTIME_INFO: the role and the replication state.
+
+    A master lists its slaves as ``addr/ackedOffset`` joined by ``;``; a slave shows its master's HA
+    address and whether it is connected. Offsets are CommitLog offsets; lag is the reader's sum.
+    """
+    info = {"brokerRole": role}
+    if master is not None:
+        slaves = master.status()
+        info["haSlaveCount"] = str(len(slaves))
+        info["haPush2SlaveMaxOffset"] = str(master.push2slave_max_offset)
+        info["haSlaves"] = ";".join(f"{s.addr}/{s.acked_offset}" for s in slaves)
+    if slave is not None:
+        info["haMasterAddress"] = slave.master_addr
+        info["haMasterConnected"] = "true" if slave.connected else "false"
+        info["haMasterLastReadTimestamp"] = str(slave.last_read_ms)
+    return info
+
+
 # ---------------------------------------------------------------------- slave metadata (SlaveSynchronize)
 
 #: How often a slave pulls topics, groups and offsets from its master (4.9.8: every 10 s).

@@ -18,6 +18,13 @@ class BrokerRow:
 
 
 @dataclass
+class BrokerListRow(BrokerRow):
+    """A ``cluster list`` row: the broker and its role (from its id, no call to the broker)."""
+
+    role: str = ""
+
+
+@dataclass
 class BrokerStatus(BrokerRow):
     """A broker with its runtime figures; ``error`` says why figures are missing."""
 
@@ -26,6 +33,9 @@ class BrokerStatus(BrokerRow):
     get_tps: float | None = None
     disk_ratio: float | None = None
     commitlog_max_offset: int | None = None
+    #: brokerRole as the broker reports it, and a slave's replication lag behind its master in bytes.
+    broker_role: str | None = None
+    ha_lag_bytes: int | None = None
     error: str | None = None
 
 
@@ -67,10 +77,23 @@ async def status_of(admin: Admin, row: BrokerRow) -> BrokerStatus:
         get_tps=first_float(table.get("getTransferedTps")),
         disk_ratio=float(table["commitLogDiskRatio"]) if "commitLogDiskRatio" in table else None,
         commitlog_max_offset=int(max_offset) if max_offset and max_offset.lstrip("-").isdigit() else None,
+        broker_role=table.get("brokerRole"),
     )
 
 
 async def cluster_status(admin: Admin, cluster: str | None = None) -> list[BrokerStatus]:
     """Each broker's runtime info, asked of all brokers at once; an unreachable one is shown, not fatal."""
     rows = await brokers(admin, cluster)
-    return list(await asyncio.gather(*(status_of(admin, row) for row in rows)))
+    states = list(await asyncio.gather(*(status_of(admin, row) for row in rows)))
+    master_end = {s.broker_name: s.commitlog_max_offset for s in states if s.broker_id == 0}
+    for s in states:
+        end = master_end.get(s.broker_name)
+        if s.broker_id != 0 and end is not None and s.commitlog_max_offset is not None:
+            s.ha_lag_bytes = max(0, end - s.commitlog_max_offset)
+    return states
+
+
+async def broker_list(admin: Admin, cluster: str | None = None) -> list[BrokerListRow]:
+    """``cluster list``: :func:`brokers` with each one's role."""
+    rows = await brokers(admin, cluster)
+    return [BrokerListRow(**vars(r), role="MASTER" if r.broker_id == 0 else "SLAVE") for r in rows]

@@ -4,6 +4,7 @@ served by the slave, SYNC_MASTER acknowledgements, torn frames, a slave restarte
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -113,7 +114,9 @@ async def pull_all(client: BrokerClient, topic: str, queue_id: int) -> list[byte
 async def test_slave_replicates_byte_identical_and_serves_pulls(group: Group) -> None:
     g = group
     assert g.slave.ha_slave is not None and g.master.ha_master is not None
-    assert g.slave.ha_slave.master_addr == f"127.0.0.1:{g.master.config.ha_listen_port}"  # from the NameServer
+    assert (
+        g.slave.ha_slave.master_addr == f"127.0.0.1:{g.master.config.ha_listen_port}"
+    )  # from the NameServer
     assert g.master.config.ha_listen_port != 0
     master = g.on(g.master)
     sent: dict[int, list[bytes]] = {q: [] for q in range(4)}
@@ -328,7 +331,9 @@ async def test_sigkill_sync_master_mid_send_loses_no_acknowledged_message(
         await wait_until(master_up)
         slave = await start_slave(tmp_path / "slave", ns_addr)
         assert slave.ha_slave is not None
-        await wait_until(lambda: slave is not None and slave.ha_slave is not None and slave.ha_slave.connected)
+        await wait_until(
+            lambda: slave is not None and slave.ha_slave is not None and slave.ha_slave.connected
+        )
         assert (await master.send("Kill", b"first", queue_id=0)).code == ResponseCode.SUCCESS
         await slave.sync_from_master()
         assert slave.topics.get("Kill") is not None
@@ -380,3 +385,52 @@ async def test_slave_pull_keeps_the_consumers_offset(group: Group) -> None:
     assert g.slave.offsets.query_offset("LG", "Lag", 0) == -1  # a slave does not take pull commits
     r = await slave.pull("LG", "Lag", 0, 0)
     assert r.code == ResponseCode.SUCCESS and [m.body for m in decode_records(r.body)] == [b"one"]
+
+
+@pytest.mark.slow
+async def test_up_with_a_slave_and_ha_status(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    ns_port, broker_port = free_port(), free_port()
+    argv = [sys.executable, "-m", "mqctl", "up", "--data", str(tmp_path / "data"), "--slaves", "1"]
+    argv += ["--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--metrics-port", "0"]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.PIPE, text=True)
+    env = {**cli_env, "NAMESRV_ADDR": f"127.0.0.1:{ns_port}"}
+
+    def mq(*args: str) -> Any:
+        done = subprocess.run(
+            [sys.executable, "-m", "mqctl", *args, "-o", "json"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    try:
+        assert proc.stderr is not None
+        line = ""
+        while "ready:" not in line:
+            line = await asyncio.to_thread(proc.stderr.readline)
+            assert line, "mqctl up exited before it was ready"
+        slave_addr = f"127.0.0.1:{broker_port + 2}"
+        assert f"slave {slave_addr}" in line
+        listed = await asyncio.to_thread(mq, "cluster", "list")
+        assert [(r["broker_id"], r["addr"], r["role"]) for r in listed] == [
+            (0, f"127.0.0.1:{broker_port}", "MASTER"),
+            (1, slave_addr, "SLAVE"),
+        ]
+
+        async def connected() -> bool:
+            rows = await asyncio.to_thread(mq, "broker", "ha", "status")
+            return all(r["connected"] for r in rows) and all(r["lag_bytes"] == 0 for r in rows)
+
+        await wait_until(connected)
+        rows = await asyncio.to_thread(mq, "broker", "ha", "status")
+        assert [r["role"] for r in rows] == ["ASYNC_MASTER", "SLAVE"]
+        assert rows[1]["peers"] == f"127.0.0.1:{broker_port + 1}"  # the master's HA port
+        status = await asyncio.to_thread(mq, "cluster", "status")
+        assert [s["ha_lag_bytes"] for s in status] == [None, 0]
+    finally:
+        os.kill(proc.pid, signal.SIGINT)
+        code = await asyncio.to_thread(proc.wait, 30)
+    assert code == 0
