@@ -206,6 +206,13 @@ def test_empty_slave_starts_at_the_masters_last_file(tmp_path: Path) -> None:
         assert list(_files(tmp_path / "s")) == [name]
         assert _files(tmp_path / "s")[name] == _files(tmp_path / "m")[name]
         assert slave.commit_log.max_offset == cl.max_offset
+        for topic in ("T0", "T1"):
+            for q in range(3):  # queues start mid-way, at the first record of that file
+                low = slave.get_min_offset(topic, q)
+                assert 0 < low < slave.get_max_offset(topic, q) == master.get_max_offset(topic, q)
+                assert master.get_messages("g", topic, q, low, 32).messages[0].raw == (
+                    slave.get_messages("g", topic, q, low, 32).messages[0].raw
+                )
     finally:
         master.shutdown()
         slave.shutdown()
