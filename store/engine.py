@@ -444,8 +444,9 @@ class DefaultMessageStore:
             return n
 
     def _reput_until(self, end: int, touched: set[tuple[str, int]] | None = None) -> int:
-        """Dispatch whole records below ``end``; stops before a record whose bytes have not all arrived
-        (a replicating slave receives records split across frames). ``touched`` collects the queues."""
+        """Dispatch the whole records that start below ``end``; stops before a record whose bytes have not
+        all arrived (a replicating slave receives records split across frames). ``touched`` collects the
+        queues."""
         n = 0
         cl = self.commit_log
         while self.reput_from_offset < end:
@@ -457,19 +458,20 @@ class DefaultMessageStore:
                     continue
                 break
             pos = self.reput_from_offset - mf.file_from_offset
-            stop = mf.wrote_position
+            written = mf.wrote_position
+            stop = min(written, end - mf.file_from_offset)
             jumped = False
             while pos < stop:
                 if pos + 8 > mf.file_size:
                     jumped = True
                     break
-                if pos + 8 > stop:
+                if pos + 8 > written:
                     break
                 size, magic = read_header(mf.view, pos)
                 if magic == BLANK_MAGIC_CODE:
                     jumped = True
                     break
-                if size > 0 and pos + size > stop:
+                if size > 0 and pos + size > written:
                     break
                 try:
                     info = read_record_info(mf.view, pos, mf.file_size)

@@ -19,6 +19,8 @@ from store.engine import DefaultMessageStore
 REPORT = struct.Struct(">q")
 FRAME_HEADER = struct.Struct(">qi")
 HEADER_SIZE = FRAME_HEADER.size  # 12
+#: Bytes of records a slave dispatches per hold of the store's lock (a record starting below it completes).
+DISPATCH_CHUNK = 1024 * 1024
 
 Buffer = bytes | bytearray | memoryview
 
@@ -108,7 +110,11 @@ def slave_accepts(slave_max: int, frame_offset: int) -> bool:
 
 
 class ReplicaLog:
-    """Appends the master's CommitLog bytes to a slave store and dispatches the whole records."""
+    """Appends the master's CommitLog bytes to a slave store; :meth:`dispatch` builds its queues.
+
+    The two steps are apart, as in 4.9.8 (``HAClient`` appends, ``ReputMessageService`` dispatches): a
+    slave reports (acks) what is in its CommitLog without waiting for its ConsumeQueues and index.
+    """
 
     def __init__(self, store: DefaultMessageStore) -> None:
         self.store = store
@@ -124,11 +130,9 @@ class ReplicaLog:
         cl = store.commit_log
         files = cl.files
         size = cl.file_size
-        touched: set[tuple[str, int]] = set()
         with store._put_lock:
-            current = files.max_offset
             if files.files:
-                if offset != current:
+                if offset != files.max_offset:
                     return False
             elif offset % size:
                 return False  # an empty slave starts at a file boundary, as the master sends it
@@ -144,13 +148,24 @@ class ReplicaLog:
                 mf.wrote_position = at + n
                 offset += n
                 view = view[n:]
+        return True
+
+    def dispatch(self, max_bytes: int = DISPATCH_CHUNK) -> bool:
+        """Dispatch the whole records after the reput cursor (up to about ``max_bytes`` of them, so the
+        store's lock is held briefly) and tell the arrival listeners; whether the cursor moved."""
+        store = self.store
+        cl = store.commit_log
+        touched: set[tuple[str, int]] = set()
+        with store._put_lock:
             if store.reput_from_offset < cl.min_offset:
                 store.reput_from_offset = cl.min_offset
-            store._reput_until(files.max_offset, touched)
+            before = store.reput_from_offset
+            store._reput_until(min(cl.max_offset, before + max_bytes), touched)
+            moved = store.reput_from_offset != before
             if store._logics_ts:
                 cl.last_store_timestamp = store._logics_ts
         for topic, queue_id in touched:
             max_offset = store.get_max_offset(topic, queue_id)
             for listener in store._listeners:
                 listener(topic, queue_id, max_offset)
-        return True
+        return moved

@@ -329,18 +329,34 @@ class HASlave:
         self.connected = False
         self.last_read_ms = 0
         self.reconnects = 0
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
+        self._appended = asyncio.Event()
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="ha-client")
+        self._tasks = [
+            asyncio.create_task(self._run(), name="ha-client"),
+            asyncio.create_task(self._dispatch_loop(), name="ha-dispatch"),
+        ]
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+                await task
+        self._tasks = []
+
+    async def _dispatch_loop(self) -> None:
+        """Build ConsumeQueues and index from what arrived, in a worker thread, apart from the acks."""
+        while True:
+            await self._appended.wait()
+            self._appended.clear()
+            try:
+                while await asyncio.to_thread(self.replica.dispatch):
+                    pass
+            except (OSError, ValueError):
+                log.exception("slave dispatch failed")
 
     def set_master(self, addr: str | None) -> None:
         """The master's HA address as the NameServer tells it (unless ``haMasterAddress`` is set)."""
@@ -410,6 +426,8 @@ class HASlave:
                         )
                     if body and not self.replica.append(offset, body):
                         raise HAProtocolError(f"frame at {offset} does not continue the slave's CommitLog")
+                if frames:
+                    self._appended.set()
                 buf = buf[used:]  # a copy (the frames are views of buf); a torn frame stays for now
             elif now - last_read >= housekeeping:
                 raise HAProtocolError(f"nothing from the master for {housekeeping:.0f} s")

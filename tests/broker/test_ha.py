@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -97,7 +98,11 @@ def commitlog_files(broker: Broker) -> dict[str, bytes]:
 
 
 def caught_up(g: Group) -> bool:
-    return g.slave.store.max_phy_offset == g.master.store.max_phy_offset
+    """The slave has the master's bytes and has dispatched them all."""
+    end = g.master.store.max_phy_offset
+    slave = g.slave.store
+    assert isinstance(slave, DefaultMessageStore)
+    return slave.max_phy_offset == end and slave.reput_from_offset >= end
 
 
 async def pull_all(client: BrokerClient, topic: str, queue_id: int) -> list[bytes]:
@@ -288,6 +293,8 @@ async def test_torn_frame_never_writes_a_partial_record(tmp_path: Path) -> None:
         assert reports[0] == encode_report(0)
         assert reports[1] == encode_report(cut)  # reconnected and reports the whole frame only
         assert slave.store.max_phy_offset == cut
+        await wait_until(lambda: slave.store.get_max_offset("Torn", 0) == 1)
+        await asyncio.sleep(0.2)
         assert slave.store.get_max_offset("Torn", 0) == 1  # the split second record is not dispatched
         slave_store = slave.store
         assert isinstance(slave_store, DefaultMessageStore)
@@ -356,6 +363,11 @@ async def test_sigkill_sync_master_mid_send_loses_no_acknowledged_message(
         proc.wait(10)
         await asyncio.gather(*senders)
         on_slave = BrokerClient(slave.addr, client)
+        last = {}
+        for queue_id, offset, _body in acked:
+            last[queue_id] = max(last.get(queue_id, 0), offset)
+        for queue_id, offset in last.items():  # dispatch runs apart from the acks: let it finish
+            await wait_until(lambda q=queue_id, o=offset: slave.store.get_max_offset("Kill", q) > o)
         for queue_id, offset, body in acked:
             pulled = await on_slave.pull("KG", "Kill", queue_id, offset, max_nums=1)
             assert pulled.code == ResponseCode.SUCCESS, (queue_id, offset, pulled.remark)
@@ -387,9 +399,27 @@ async def test_slave_pull_keeps_the_consumers_offset(group: Group) -> None:
     assert r.code == ResponseCode.SUCCESS and [m.body for m in decode_records(r.body)] == [b"one"]
 
 
+def free_block(n: int) -> int:
+    """A port whose next ``n - 1`` ports are free too (``mqctl up`` takes ports in sequence)."""
+    while True:
+        base = free_port()
+        socks = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+
+
 @pytest.mark.slow
 async def test_up_with_a_slave_and_ha_status(tmp_path: Path, cli_env: dict[str, str]) -> None:
-    ns_port, broker_port = free_port(), free_port()
+    ns_port, broker_port = free_port(), free_block(4)  # master, its HA port, the slave, its HA port
     argv = [sys.executable, "-m", "mqctl", "up", "--data", str(tmp_path / "data"), "--slaves", "1"]
     argv += ["--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--metrics-port", "0"]
     proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.PIPE, text=True)
