@@ -47,6 +47,11 @@ from store.ha import (
 
 log = logging.getLogger(__name__)
 
+_SYNC_OUTCOMES = (
+    PutMessageStatus.PUT_OK,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+)
 #: Delay before a slave reconnects after losing its master (Java waits 5 s; a second is plenty).
 RECONNECT_DELAY = 1.0
 #: The longest a master transfer loop sleeps before looking at the CommitLog again without a wake-up.
@@ -235,6 +240,9 @@ class HAMaster:
         self._tasks: set[asyncio.Task[object]] = set()
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
+        #: SYNC_MASTER figures for /metrics: outcomes of waits and the seconds waited in all.
+        self.sync_outcomes: dict[str, int] = {s.value: 0 for s in _SYNC_OUTCOMES}
+        self.sync_wait_seconds = 0.0
 
     @property
     def sync(self) -> bool:
@@ -299,6 +307,13 @@ class HAMaster:
     async def wait_replicated(self, end: int) -> PutMessageStatus:
         """SYNC_MASTER: wait until a slave acked ``end`` (PUT_OK), else SLAVE_NOT_AVAILABLE at once or
         FLUSH_SLAVE_TIMEOUT after ``slaveTimeout``."""
+        started = _now()
+        status = await self._wait_replicated(end)
+        self.sync_outcomes[status.value] += 1
+        self.sync_wait_seconds += _now() - started
+        return status
+
+    async def _wait_replicated(self, end: int) -> PutMessageStatus:
         if not self.slave_ok(end):
             return PutMessageStatus.SLAVE_NOT_AVAILABLE
         if self.push2slave_max_offset >= end:

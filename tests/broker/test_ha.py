@@ -11,6 +11,7 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -87,6 +88,11 @@ async def group(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
         await g.slave.stop()
         await g.master.stop()
         await namesrv.stop()
+
+
+def scrape(port: int | None) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return resp.read().decode()
 
 
 def commitlog_files(broker: Broker) -> dict[str, bytes]:
@@ -214,6 +220,12 @@ async def test_sync_master_answers_after_the_slave_acked(group: Group) -> None:
         end = g.master.store.max_phy_offset
         assert g.slave.store.max_phy_offset >= end  # the slave had it before the answer
     assert g.master.ha_master is not None and g.master.ha_master.push2slave_max_offset >= end
+    text = await asyncio.to_thread(scrape, g.master.metrics_port)
+    assert 'rocketmq_ha_connected_slaves{broker="broker-a",cluster="DefaultCluster"} 1.0' in text
+    assert 'rocketmq_ha_sync_waits_total{broker="broker-a",cluster="DefaultCluster",status="PUT_OK"} 50.0' in text
+    assert "rocketmq_ha_slave_lag_bytes{" in text
+    slave_text = await asyncio.to_thread(scrape, g.slave.metrics_port)
+    assert 'rocketmq_ha_master_connected{broker="broker-a",cluster="DefaultCluster"} 1.0' in slave_text
     r = await master.send("Sync", b"nowait", queue_id=0, props={"WAIT": "false"})
     assert r.code == ResponseCode.SUCCESS
     await g.slave.stop()
