@@ -222,7 +222,10 @@ async def test_sync_master_answers_after_the_slave_acked(group: Group) -> None:
     assert g.master.ha_master is not None and g.master.ha_master.push2slave_max_offset >= end
     text = await asyncio.to_thread(scrape, g.master.metrics_port)
     assert 'rocketmq_ha_connected_slaves{broker="broker-a",cluster="DefaultCluster"} 1.0' in text
-    assert 'rocketmq_ha_sync_waits_total{broker="broker-a",cluster="DefaultCluster",status="PUT_OK"} 50.0' in text
+    assert (
+        'rocketmq_ha_sync_waits_total{broker="broker-a",cluster="DefaultCluster",status="PUT_OK"} 50.0'
+        in text
+    )
     assert "rocketmq_ha_slave_lag_bytes{" in text
     slave_text = await asyncio.to_thread(scrape, g.slave.metrics_port)
     assert 'rocketmq_ha_master_connected{broker="broker-a",cluster="DefaultCluster"} 1.0' in slave_text
@@ -384,6 +387,29 @@ async def test_sigkill_sync_master_mid_send_loses_no_acknowledged_message(
             pulled = await on_slave.pull("KG", "Kill", queue_id, offset, max_nums=1)
             assert pulled.code == ResponseCode.SUCCESS, (queue_id, offset, pulled.remark)
             assert decode_records(pulled.body)[0].body == body
+
+        # the master returns: the slave reconnects and catches up, no byte duplicated or skipped
+        proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
+        await wait_until(master_up)
+
+        async def replicated_send() -> bool:  # SLAVE_NOT_AVAILABLE (stored) until the slave is back
+            return (await master.send("Kill", b"back", queue_id=1)).code == ResponseCode.SUCCESS
+
+        await wait_until(replicated_send)
+        for i in range(50):
+            assert (await master.send("Kill", f"after-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+        d = tmp_path / "master" / "commitlog"
+
+        def same_files() -> bool:
+            assert slave is not None
+            store = slave.store
+            assert isinstance(store, DefaultMessageStore)
+            store.commit_log.flush()
+            theirs = {n: (d / n).read_bytes() for n in sorted(os.listdir(d))}
+            own = Path(store.config.commit_log_dir)
+            return theirs == {n: (own / n).read_bytes() for n in sorted(os.listdir(own))}
+
+        await wait_until(same_files)
     finally:
         if proc.poll() is None:
             proc.kill()
