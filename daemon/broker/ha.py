@@ -11,6 +11,7 @@ are the pure codecs of :mod:`store.ha`.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import heapq
 import itertools
@@ -120,6 +121,8 @@ class SlaveState:
     acked_offset: int
     transfer_offset: int
     connected_ms: int
+    #: Seconds since the oldest byte the slave has not acked was sent to it (0 when it has everything).
+    lag_seconds: float
 
 
 class SlaveConnection:
@@ -136,6 +139,7 @@ class SlaveConnection:
         self.connected_ms = int(time.time() * 1000)
         self.wake = asyncio.Event()
         self._started = asyncio.Event()
+        self._sent: collections.deque[tuple[int, float]] = collections.deque()  # (frame end, sent at)
 
     async def run(self) -> None:
         tasks = [
@@ -193,7 +197,14 @@ class SlaveConnection:
                 )
                 self._started.set()
             self.acked = offset
+            sent = self._sent
+            while sent and sent[0][0] <= offset:
+                sent.popleft()
             self.master.on_ack(offset)
+
+    @property
+    def lag_seconds(self) -> float:
+        return _now() - self._sent[0][1] if self._sent else 0.0
 
     async def _write_loop(self) -> None:
         await self._started.wait()
@@ -215,6 +226,7 @@ class SlaveConnection:
                 self.writer.write(encode_frame_header(offset, n))
                 self.writer.write(data)
                 self.transfer_offset = offset + n
+                self._sent.append((offset + n, _now()))
                 await self.writer.drain()
                 last_write = _now()
                 continue
@@ -329,7 +341,7 @@ class HAMaster:
 
     def status(self) -> list[SlaveState]:
         return [
-            SlaveState(c.addr, c.acked, c.transfer_offset, c.connected_ms)
+            SlaveState(c.addr, c.acked, c.transfer_offset, c.connected_ms, round(c.lag_seconds, 3))
             for c in sorted(self.connections, key=lambda c: c.addr)
         ]
 
@@ -456,7 +468,7 @@ class HASlave:
 def ha_runtime_info(role: str, master: HAMaster | None, slave: HASlave | None) -> dict[str, str]:
     """mqctl's additions to GET_BROKER_RUNTIME_INFO: the role and the replication state.
 
-    A master lists its slaves as ``addr/ackedOffset`` joined by ``;``; a slave shows its master's HA
+    A master lists its slaves as ``addr/ackedOffset/lagSeconds`` joined by ``;``; a slave shows its master's HA
     address and whether it is connected. Offsets are CommitLog offsets; lag is the reader's sum.
     """
     info = {"brokerRole": role}
@@ -464,7 +476,7 @@ def ha_runtime_info(role: str, master: HAMaster | None, slave: HASlave | None) -
         slaves = master.status()
         info["haSlaveCount"] = str(len(slaves))
         info["haPush2SlaveMaxOffset"] = str(master.push2slave_max_offset)
-        info["haSlaves"] = ";".join(f"{s.addr}/{s.acked_offset}" for s in slaves)
+        info["haSlaves"] = ";".join(f"{s.addr}/{s.acked_offset}/{s.lag_seconds}" for s in slaves)
     if slave is not None:
         info["haMasterAddress"] = slave.master_addr
         info["haMasterConnected"] = "true" if slave.connected else "false"

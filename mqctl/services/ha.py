@@ -25,6 +25,8 @@ class HAStatus:
     commitlog_max_offset: int | None = None
     acked_offset: int | None = None
     lag_bytes: int | None = None
+    #: On a master, the slowest slave's age of its oldest unacked byte (as the master sent it).
+    lag_seconds: float | None = None
     error: str | None = None
 
 
@@ -46,10 +48,12 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         out.peers = table.get("haMasterAddress") or None
         out.acked_offset = out.commitlog_max_offset
     elif "haSlaveCount" in table:
-        slaves = [s for s in table.get("haSlaves", "").split(";") if s]
+        slaves = [s.split("/") for s in table.get("haSlaves", "").split(";") if s]
         out.connected = bool(slaves)
-        out.peers = ", ".join(slaves) or None
+        out.peers = ", ".join(s[0] for s in slaves) or None
         out.acked_offset = _int(table.get("haPush2SlaveMaxOffset")) if slaves else None
+        lags = [float(s[2]) for s in slaves if len(s) > 2]
+        out.lag_seconds = max(lags) if lags else None
     return out
 
 

@@ -146,7 +146,7 @@ async def test_slave_replicates_byte_identical_and_serves_pulls(group: Group) ->
     for q in range(4):
         assert await pull_all(slave, "Rep", q) == sent[q]
     ha = g.master.ha_master.status()
-    assert len(ha) == 1 and ha[0].acked_offset == g.master.store.max_phy_offset
+    assert len(ha) == 1 and ha[0].acked_offset == g.master.store.max_phy_offset and ha[0].lag_seconds == 0
 
 
 async def test_slave_refuses_writes(group: Group) -> None:
@@ -496,6 +496,7 @@ async def test_up_with_a_slave_and_ha_status(tmp_path: Path, cli_env: dict[str, 
         rows = await asyncio.to_thread(mq, "broker", "ha", "status")
         assert [r["role"] for r in rows] == ["ASYNC_MASTER", "SLAVE"]
         assert rows[1]["peers"] == f"127.0.0.1:{broker_port + 1}"  # the master's HA port
+        assert rows[0]["lag_seconds"] == 0.0 and rows[1]["lag_bytes"] == 0
         status = await asyncio.to_thread(mq, "cluster", "status")
         assert [s["ha_lag_bytes"] for s in status] == [None, 0]
     finally:
