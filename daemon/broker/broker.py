@@ -178,9 +178,19 @@ class Broker:
         if not isinstance(self.store, DefaultMessageStore):
             return
         c = self.config
-        port = 0 if ephemeral and c.ha_listen_port < 0 else c.ha_port
+        derived = c.ha_listen_port < 0
+        port = 0 if ephemeral and derived else c.ha_port
         self.ha_master = HAMaster(c, self.store, c.listen_host, port)
-        c.ha_listen_port = await self.ha_master.start()  # port 0: the bound one is what we register
+        try:
+            bound = await self.ha_master.start()
+        except OSError as exc:
+            if not derived:
+                raise
+            # listenPort + 1 is only a convention: slaves learn the real port from the NameServer
+            log.error("HA port %d (listenPort + 1) is taken (%s); listening on a free port instead", port, exc)
+            self.ha_master.port = 0
+            bound = await self.ha_master.start()
+        c.ha_listen_port = bound  # what registers as haServerAddr
         if is_slave(c):
             self.ha_slave = HASlave(c, self.store)
             self.ha_slave.start()

@@ -503,3 +503,18 @@ async def test_up_with_a_slave_and_ha_status(tmp_path: Path, cli_env: dict[str, 
         os.kill(proc.pid, signal.SIGINT)
         code = await asyncio.to_thread(proc.wait, 30)
     assert code == 0
+
+
+async def test_taken_listen_port_plus_one_falls_back_to_a_free_ha_port(tmp_path: Path) -> None:
+    base = free_block(2)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", base + 1))
+        taken.listen()
+        broker = await start_broker(tmp_path / "m", listen_port=base)
+        try:
+            assert broker.config.ha_listen_port not in (0, base + 1)
+            assert broker.config.ha_server_addr == f"127.0.0.1:{broker.config.ha_listen_port}"
+        finally:
+            await broker.stop()
+        with pytest.raises(OSError):  # a configured haListenPort that is taken stops the start
+            await start_broker(tmp_path / "m2", listen_port=0, ha_listen_port=base + 1)
