@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -15,6 +16,8 @@ from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services.cluster import brokers
+
+log = logging.getLogger(__name__)
 
 PERMS = {"r": PermName.READ, "w": PermName.WRITE, "rw": PermName.READ_WRITE}
 
@@ -103,6 +106,28 @@ def route_masters(data: TopicRouteData) -> dict[str, str]:
     return {
         b.broker_name: addr for b in data.broker_datas if b.broker_name in queue_brokers and (addr := b.master_addr())
     }
+
+
+def route_readers(data: TopicRouteData) -> dict[str, str]:
+    """broker name -> where reads go: the master, else (its master down) the group's first slave, which
+    holds a byte-identical CommitLog; the fallback is said on stderr (a WARNING line)."""
+    queue_brokers = {q.broker_name for q in data.queue_datas}
+    out: dict[str, str] = {}
+    for b in data.broker_datas:
+        if b.broker_name not in queue_brokers or not b.broker_addrs:
+            continue
+        addr = b.master_addr()
+        if addr is None:
+            slave_id = min(b.broker_addrs)
+            addr = b.broker_addrs[slave_id]
+            log.warning("%s: the master is down; reading from slave %d at %s", b.broker_name, slave_id, addr)
+        out[b.broker_name] = addr
+    return out
+
+
+async def readers_of_topic(admin: Admin, topic: str) -> dict[str, str]:
+    """:func:`route_readers` of ``topic``'s route."""
+    return route_readers(await _route_or_not_found(admin, topic))
 
 
 async def masters_of_topic(admin: Admin, topic: str) -> dict[str, str]:

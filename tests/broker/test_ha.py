@@ -518,3 +518,30 @@ async def test_taken_listen_port_plus_one_falls_back_to_a_free_ha_port(tmp_path:
             await broker.stop()
         with pytest.raises(OSError):  # a configured haListenPort that is taken stops the start
             await start_broker(tmp_path / "m2", listen_port=0, ha_listen_port=base + 1)
+
+
+async def test_queries_fall_back_to_the_slave_when_the_master_is_down(
+    group: Group, cli_env: dict[str, str]
+) -> None:
+    g = group
+    master = g.on(g.master)
+    r = await master.send("Ask", b"answer", queue_id=0, keys="the-key")
+    assert r.code == ResponseCode.SUCCESS
+    msg_id = r.ext_fields["msgId"]
+    await wait_until(lambda: caught_up(g))
+    await g.slave.sync_from_master()
+    await g.master.stop()
+    env = {**cli_env, "NAMESRV_ADDR": g.ns_addr}
+
+    def mq(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "mqctl", "msg", "query", *args, "-o", "json"]
+        return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    by_key = await asyncio.to_thread(mq, "-t", "Ask", "--key", "the-key")
+    assert by_key.returncode == 0, by_key.stderr
+    assert [m["msg_id"] for m in json.loads(by_key.stdout)] == [msg_id]
+    assert f"master is down; reading from slave 1 at {g.slave.addr}" in by_key.stderr
+    by_id = await asyncio.to_thread(mq, "--id", msg_id)
+    assert by_id.returncode == 0, by_id.stderr
+    assert json.loads(by_id.stdout)["msg_id"] == msg_id
+    assert f"read from slave 1 at {g.slave.addr}" in by_id.stderr
