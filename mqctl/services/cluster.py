@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 from dataclasses import dataclass
 
 from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -56,6 +60,18 @@ async def brokers(admin: Admin, cluster: str | None = None) -> list[BrokerRow]:
 async def masters(admin: Admin, cluster: str | None = None) -> list[str]:
     """The master address of every broker group (of ``cluster``), in :func:`brokers` order."""
     return [row.addr for row in await brokers(admin, cluster) if row.broker_id == 0]
+
+
+async def readers(admin: Admin, cluster: str | None = None) -> list[str]:
+    """Where reads go in each broker group: its master, else (master down) its first slave, with a WARNING."""
+    out: list[str] = []
+    for name, rows in itertools.groupby(await brokers(admin, cluster), key=lambda r: (r.cluster, r.broker_name)):
+        group = list(rows)
+        first = group[0]  # brokers() sorts by id: the master when it is there
+        if first.broker_id != 0:
+            log.warning("%s: the master is down; reading from slave %d at %s", name[1], first.broker_id, first.addr)
+        out.append(first.addr)
+    return out
 
 
 def first_float(text: str | None) -> float | None:

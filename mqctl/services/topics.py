@@ -241,10 +241,14 @@ async def delete(admin: Admin, topic: str, *, cluster: str | None, if_exists: bo
     return {"topic": topic, "action": "deleted", "brokers": sorted(masters.values())}
 
 
-async def queue_offsets(admin: Admin, topic: str) -> list[tuple[str, str, int, TopicOffset]]:
-    """(broker name, master address, queue id, stored offsets) per queue of ``topic``, in broker and queue order."""
+async def queue_offsets(
+    admin: Admin, topic: str, *, reads: bool = False
+) -> list[tuple[str, str, int, TopicOffset]]:
+    """(broker name, master address, queue id, stored offsets) per queue of ``topic``, in broker and queue order;
+    ``reads``: a slave's address stands in for a master that is down (:func:`route_readers`)."""
     rows: list[tuple[str, str, int, TopicOffset]] = []
-    for name, addr in sorted((await masters_of_topic(admin, topic)).items()):
+    brokers = await (readers_of_topic(admin, topic) if reads else masters_of_topic(admin, topic))
+    for name, addr in sorted(brokers.items()):
         table = await admin.topic_stats(addr, topic)
         rows.extend((name, addr, mq.queue_id, off) for mq, off in sorted(table.offset_table.items()))
     return rows
@@ -261,7 +265,7 @@ async def status(admin: Admin, topic: str) -> list[QueueStatus]:
             messages=off.max_offset - off.min_offset,
             last_updated=off.last_update_timestamp,
         )
-        for name, _, queue_id, off in await queue_offsets(admin, topic)
+        for name, _, queue_id, off in await queue_offsets(admin, topic, reads=True)
     ]
 
 

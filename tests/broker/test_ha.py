@@ -528,13 +528,15 @@ async def test_queries_fall_back_to_the_slave_when_the_master_is_down(
     r = await master.send("Ask", b"answer", queue_id=0, keys="the-key")
     assert r.code == ResponseCode.SUCCESS
     msg_id = r.ext_fields["msgId"]
+    commit = {"consumerGroup": "AskG", "topic": "Ask", "queueId": "0", "commitOffset": "1"}
+    assert (await master.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == ResponseCode.SUCCESS
     await wait_until(lambda: caught_up(g))
     await g.slave.sync_from_master()
     await g.master.stop()
     env = {**cli_env, "NAMESRV_ADDR": g.ns_addr}
 
-    def mq(*args: str) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "mqctl", "msg", "query", *args, "-o", "json"]
+    def mq(*args: str, command: tuple[str, ...] = ("msg", "query")) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "mqctl", *command, *args, "-o", "json"]
         return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
 
     by_key = await asyncio.to_thread(mq, "-t", "Ask", "--key", "the-key")
@@ -545,3 +547,12 @@ async def test_queries_fall_back_to_the_slave_when_the_master_is_down(
     assert by_id.returncode == 0, by_id.stderr
     assert json.loads(by_id.stdout)["msg_id"] == msg_id
     assert f"read from slave 1 at {g.slave.addr}" in by_id.stderr
+    offsets = await asyncio.to_thread(mq, "-g", "AskG", "-t", "Ask", command=("offset", "show"))
+    assert offsets.returncode == 0, offsets.stderr
+    first = json.loads(offsets.stdout)[0]
+    assert (first["queue_id"], first["committed"], first["max_offset"]) == (0, 1, 1)
+    assert "reading from slave 1" in offsets.stderr
+    progress = await asyncio.to_thread(mq, "-g", "AskG", command=("group", "progress"))
+    assert progress.returncode == 0, progress.stderr
+    assert any(p["queue_id"] == 0 and p["consumer_offset"] == 1 for p in json.loads(progress.stdout))
+    assert "reading from slave 1" in progress.stderr
