@@ -556,3 +556,24 @@ async def test_queries_fall_back_to_the_slave_when_the_master_is_down(
     assert progress.returncode == 0, progress.stderr
     assert any(p["queue_id"] == 0 and p["consumer_offset"] == 1 for p in json.loads(progress.stdout))
     assert "reading from slave 1" in progress.stderr
+
+
+async def test_slave_read_suggests_the_groups_broker_or_the_slow_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import daemon.broker.processors.pull as pull_module
+
+    for memory, expected in ((1 << 40, "0"), (0, "1")):  # cold data: whichBrokerWhenConsumeSlowly (1)
+        monkeypatch.setattr(pull_module, "_memory_bytes", lambda m=memory: m)
+        broker = await start_broker(tmp_path / f"m{memory}", slave_read_enable=True)
+        client = RemotingClient()
+        try:
+            b = BrokerClient(broker.addr, client)
+            for i in range(3):
+                assert (await b.send("Read", f"m{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+            r = await b.pull("RG", "Read", 0, 0, max_nums=1)
+            assert r.code == ResponseCode.SUCCESS
+            assert r.ext_fields["suggestWhichBrokerId"] == expected
+        finally:
+            await client.close()
+            await broker.stop()

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
 from daemon.broker.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from daemon.broker.processors import FAQ, fail, system_error
+from daemon.broker.processors.offset import _HOT_RATIO, _memory_bytes
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -47,6 +48,8 @@ def processors(broker: Broker) -> dict[int, Processor]:
 class PullProcessor:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        #: A consumer further than this behind the CommitLog's end reads from disk: "consumes slowly".
+        self.hot_bytes = int(_memory_bytes() * _HOT_RATIO)
 
     def _subscription(self, h: PullMessageRequestHeader) -> SubscriptionData:
         """The subscription to filter with: from the header, or from the group's heartbeat (step 4)."""
@@ -161,9 +164,13 @@ class PullProcessor:
             # a slave may lag: it never moves a consumer's offset (4.9.8, offsetCheckInSlave=false)
             code, result.next_begin_offset = ResponseCode.PULL_RETRY_IMMEDIATELY, h.queue_offset
         suggest = 0
-        if config.slave_read_enable:
-            group = self.broker.groups.table.get(h.consumer_group)
-            suggest = group.broker_id if group is not None else 0
+        group = self.broker.groups.table.get(h.consumer_group) if config.slave_read_enable else None
+        if group is not None:
+            # 4.9.8: the group's broker, or whichBrokerWhenConsumeSlowly when the pulled data is cold
+            cold = bool(result.messages) and (
+                self.broker.store.max_phy_offset - result.messages[-1].phys_offset > self.hot_bytes
+            )
+            suggest = group.which_broker_when_consume_slowly if cold else group.broker_id
         header = PullMessageResponseHeader(
             suggest, result.next_begin_offset, result.min_offset, result.max_offset
         )
