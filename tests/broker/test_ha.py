@@ -577,3 +577,16 @@ async def test_slave_read_suggests_the_groups_broker_or_the_slow_one(
         finally:
             await client.close()
             await broker.stop()
+
+
+def test_top_shows_replication_in_the_role_cell() -> None:
+    from mqctl.top import format as fmt
+    from mqctl.top.model import BrokerView
+
+    def role(**ha: Any) -> str:
+        return fmt.broker_cells(BrokerView("C", "broker-a", ha.pop("broker_id", 0), "h:1", "V4_9_8", **ha))[1]
+
+    assert role() == "master"
+    assert role(ha_slaves=2) == "master (2 slaves)"
+    assert role(broker_id=1, ha_connected=True, ha_lag_bytes=1536) == "slave1 lag 1.5 KiB"
+    assert role(broker_id=1, ha_connected=False, ha_lag_bytes=0) == "slave1 NOT REPLICATING"
