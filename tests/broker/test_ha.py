@@ -590,3 +590,13 @@ def test_top_shows_replication_in_the_role_cell() -> None:
     assert role(ha_slaves=2) == "master (2 slaves)"
     assert role(broker_id=1, ha_connected=True, ha_lag_bytes=1536) == "slave1 lag 1.5 KiB"
     assert role(broker_id=1, ha_connected=False, ha_lag_bytes=0) == "slave1 NOT REPLICATING"
+
+
+async def test_role_and_ha_port_cannot_change_at_run_time(group: Group) -> None:
+    for key, value in (("brokerRole", "ASYNC_MASTER"), ("brokerId", "0"), ("haListenPort", "1")):
+        r = await group.on(group.slave).call(
+            RequestCode.UPDATE_BROKER_CONFIG, body=f"{key}={value}\n".encode()
+        )
+        assert r.code == ResponseCode.NO_PERMISSION, key
+    assert group.slave.config.broker_role == SLAVE and group.slave.store.config.broker_role == SLAVE
+    assert (await group.on(group.slave).send("Rep", b"x")).code == ResponseCode.SERVICE_NOT_AVAILABLE
