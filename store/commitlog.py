@@ -50,6 +50,8 @@ class PutMessageStatus(Enum):
 
     PUT_OK = "PUT_OK"
     FLUSH_DISK_TIMEOUT = "FLUSH_DISK_TIMEOUT"
+    FLUSH_SLAVE_TIMEOUT = "FLUSH_SLAVE_TIMEOUT"
+    SLAVE_NOT_AVAILABLE = "SLAVE_NOT_AVAILABLE"
     SERVICE_NOT_AVAILABLE = "SERVICE_NOT_AVAILABLE"
     CREATE_MAPEDFILE_FAILED = "CREATE_MAPEDFILE_FAILED"
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
@@ -364,9 +366,10 @@ class CommitLog:
 
 
 class RecordWalk:
-    """The records from a CommitLog offset to ``end``, as dispatch (reput, §4.5) and the rebuild of
-    derived files read them: no CRC check, a blank filler jumps to the next file, a record that does not
-    parse ends the walk (logged at ERROR). :attr:`offset` is where the walk stands, so a later walk can
+    """The records that start from a CommitLog offset to ``end``, as dispatch (reput, §4.5) and the
+    rebuild of derived files read them: no CRC check, a blank filler jumps to the next file, a record that
+    does not parse ends the walk (logged at ERROR), and so does one whose bytes have not all been written
+    yet (a replicating slave receives records split across frames). :attr:`offset` is where the walk stands, so a later walk can
     go on from there; it starts no lower than the CommitLog's first file.
     """
 
@@ -387,17 +390,22 @@ class RecordWalk:
                     continue
                 return
             pos = self.offset - mf.file_from_offset
-            stop = min(mf.wrote_position, self.end - mf.file_from_offset)
+            written = mf.wrote_position
+            stop = min(written, self.end - mf.file_from_offset)
             view = mf.view
             jumped = False
             while pos < stop:
                 if pos + 8 > mf.file_size:
                     jumped = True
                     break
-                _size, magic = read_header(view, pos)
+                if pos + 8 > written:
+                    break  # a replicating slave's record header still arriving
+                size, magic = read_header(view, pos)
                 if magic == BLANK_MAGIC_CODE:
                     jumped = True
                     break
+                if size > 0 and pos + size > written:
+                    break  # a record still arriving: never dispatch a partial one
                 try:
                     info = read_record_info(view, pos, mf.file_size)
                 except CorruptRecordError as e:
@@ -408,5 +416,5 @@ class RecordWalk:
                 self.offset = mf.file_from_offset + pos
             if jumped or pos >= mf.file_size:
                 self.offset = mf.end_offset
-            elif pos >= stop:
-                return
+            else:
+                return  # the end of the data, or a record still arriving

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 ASYNC_FLUSH = "ASYNC_FLUSH"
 SYNC_FLUSH = "SYNC_FLUSH"
+ASYNC_MASTER, SYNC_MASTER, SLAVE = "ASYNC_MASTER", "SYNC_MASTER", "SLAVE"
 DEFAULT_DELAY_LEVELS = "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
@@ -54,6 +55,15 @@ class StoreConfig:
     clean_file_forcibly_enable: bool = True
     clean_resource_interval: int = 10_000
     delete_commit_log_files_interval: int = 100
+    # HA (spec §11.1); Java keeps these in MessageStoreConfig too. haListenPort -1: listenPort + 1.
+    broker_role: str = ASYNC_MASTER
+    ha_listen_port: int = -1
+    ha_master_address: str = ""
+    ha_send_heartbeat_interval: int = 5_000
+    ha_housekeeping_interval: int = 20_000
+    ha_transfer_batch_size: int = 32 * 1024
+    ha_slave_fallbehind_max: int = 256 * 1024 * 1024
+    slave_timeout: int = 3_000
 
     @property
     def commit_log_dir(self) -> str:

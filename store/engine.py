@@ -52,7 +52,7 @@ from store.cleanup import (
 )
 from store.clock import Clock, SystemClock
 from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanResult, apply_delay
-from store.config import StoreConfig
+from store.config import SLAVE, StoreConfig
 from store.config_files import ConfigFiles
 from store.consumequeue import UNIT, ConsumeQueue, unit_tags_code
 from store.durability import is_no_space, sync_directory
@@ -528,11 +528,16 @@ class DefaultMessageStore:
             self._rebuild_queue_table()
             return n
 
-    def _reput_until(self, end: int) -> int:
+    def _reput_until(self, end: int, touched: set[tuple[str, int]] | None = None) -> int:
+        """Dispatch the whole records that start below ``end``; stops before a record whose bytes have not
+        all arrived (a replicating slave receives records split across frames). ``touched`` collects the
+        queues."""
         n = 0
         walk = self.commit_log.walk(self.reput_from_offset, end)
         for info in walk:
             self._dispatch_one(info)
+            if touched is not None:
+                touched.add((info.topic, info.queue_id))
             n += 1
         self.reput_from_offset = walk.offset
         return n
@@ -558,8 +563,8 @@ class DefaultMessageStore:
         return self._put(batch, batch[0].wait_store_msg_ok)
 
     def _put(self, msgs: list[Message], wait: bool) -> PutResult:
-        if not self._running or self.cleaner.disk_full:
-            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        if not self._running or self.cleaner.disk_full or self.config.broker_role == SLAVE:
+            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)  # a slave only replicates
         with self._put_lock:
             head = msgs[0]
             cq = None  # every message of a put goes to one queue: found once, not once per step

@@ -21,6 +21,15 @@ from typing import TypeVar
 from daemon.acl.plain import AclFiles, PlainAccessValidator
 from daemon.broker.clean import RetentionStore
 from daemon.broker.config import BrokerConfig
+from daemon.broker.ha import (
+    METADATA_SYNC_INTERVAL,
+    HAMaster,
+    HASlave,
+    ha_runtime_info,
+    is_slave,
+    slave_refusals,
+    sync_metadata,
+)
 from daemon.broker.headers import NotifyConsumerIdsChangedRequestHeader
 from daemon.broker.long_poll import PullRequestHoldService
 from daemon.broker.managers.consumers import ConsumerGroupInfo, ConsumerManager
@@ -38,7 +47,11 @@ from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from daemon.remoting.errors import RemotingError
-from daemon.remoting.headers import RegisterBrokerRequestHeader, UnregisterBrokerRequestHeader
+from daemon.remoting.headers import (
+    RegisterBrokerRequestHeader,
+    RegisterBrokerResponseHeader,
+    UnregisterBrokerRequestHeader,
+)
 from daemon.remoting.server import RemotingServer
 from store.api import MessageStore, PutResult
 from store.config_files import ConsumerOffsetManager
@@ -86,6 +99,11 @@ class Broker:
         self.transactions: TransactionService
         self.boot_timestamp = int(time.time() * 1000)
         self.metrics_port: int | None = None
+        #: Replication (file stores only): the HA listener, and on a slave the client of its master.
+        self.ha_master: HAMaster | None = None
+        self.ha_slave: HASlave | None = None
+        #: A slave's master broker address as the NameServer last answered it.
+        self.master_addr: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tasks: list[asyncio.Task[None]] = []
         #: Registration with every NameServer, shared by the topic changes that ask for it meanwhile.
@@ -118,6 +136,7 @@ class Broker:
             self.acl_files = AclFiles(self.config.rocketmq_home, self.config.acl_file_path)
             self.server.dispatcher.guard = PlainAccessValidator(self.acl_files)
         await self.server.start(serve=False)
+        ephemeral = self.config.listen_port == 0
         self.config.listen_port = self.server.port  # port 0: the bound one is what we register
         self._start_metrics()
         try:
@@ -127,11 +146,18 @@ class Broker:
             await self.server.stop(grace=0)
             self._stop_metrics()
             raise
+        try:
+            await self._start_ha(ephemeral)
+        except BaseException:
+            await self.server.stop(grace=0)
+            self.store.shutdown()
+            raise
         self._register_processors()
         self.server.on_connection_closed(self._connection_closed)
         self.hold.start()
-        self.schedule.start()
-        self.transactions.start()
+        if not is_slave(self.config):  # a slave writes nothing of its own: delays and checks run on the master
+            self.schedule.start()
+            self.transactions.start()
         self._tasks += [
             asyncio.create_task(self._every(CLIENT_SCAN_INTERVAL, self._scan_clients), name="client-scan"),
             asyncio.create_task(
@@ -145,6 +171,8 @@ class Broker:
         self.state = "serving"
         self._started = True
         await self.register_all()  # at start, like Java; then every registerNameServerPeriod
+        if self.ha_slave is not None:
+            self._tasks.append(asyncio.create_task(self._metadata_sync_loop(), name="slave-metadata-sync"))
         log.info(
             "broker %s (cluster %s) serving at %s, store %s",
             self.config.broker_name,
@@ -171,6 +199,47 @@ class Broker:
         if self._metrics_stop is not None:
             self._metrics_stop()
             self._metrics_stop = None
+
+    async def _start_ha(self, ephemeral: bool) -> None:
+        """The HA listener (every file store, as 4.9.8) and, on a slave, the client of the master.
+
+        With an ephemeral listen port and no ``haListenPort`` the HA port is ephemeral too."""
+        if not isinstance(self.store, DefaultMessageStore):
+            return
+        c = self.config
+        derived = c.ha_listen_port < 0
+        port = 0 if ephemeral and derived else c.ha_port
+        self.ha_master = HAMaster(c, self.store, c.listen_host, port)
+        try:
+            bound = await self.ha_master.start()
+        except OSError as exc:
+            if not derived:
+                raise
+            # listenPort + 1 is only a convention: slaves learn the real port from the NameServer
+            log.error("HA port %d (listenPort + 1) is taken (%s); listening on a free port instead", port, exc)
+            self.ha_master.port = 0
+            bound = await self.ha_master.start()
+        c.ha_listen_port = bound  # what registers as haServerAddr
+        if is_slave(c):
+            self.ha_slave = HASlave(c, self.store)
+            self.ha_slave.start()
+
+    async def sync_from_master(self) -> list[str]:
+        """A slave's metadata sync now (also run at start and every 10 s); returns what changed."""
+        if self.master_addr is None:
+            return []
+        changed = await sync_metadata(self.client, self.master_addr, self.store.configs)
+        if changed:
+            log.info("synced %s from master %s", ", ".join(changed), self.master_addr)
+        return changed
+
+    async def _metadata_sync_loop(self) -> None:
+        while True:
+            try:
+                await self.sync_from_master()
+            except Exception:
+                log.exception("slave metadata sync failed")
+            await asyncio.sleep(METADATA_SYNC_INTERVAL)
 
     def _open_store(self) -> None:
         """Open and start the store and everything kept in it; on failure the store is closed again."""
@@ -219,6 +288,10 @@ class Broker:
         await self.schedule.stop()
         await self.transactions.stop()
         await self.hold.stop()
+        if self.ha_slave is not None:
+            await self.ha_slave.stop()
+        if self.ha_master is not None:
+            await self.ha_master.stop()
         await self.server.stop(grace=2.0)
         await self.client.close()
         self._stop_metrics()
@@ -240,6 +313,9 @@ class Broker:
 
         for module in (send, pull, heartbeat, offset, query, admin, lock, transaction, acl):
             for code, processor in module.processors(self).items():
+                self.server.register(code, processor)
+        if is_slave(self.config):
+            for code, processor in slave_refusals().items():
                 self.server.register(code, processor)
 
     @staticmethod
@@ -286,9 +362,14 @@ class Broker:
         except RuntimeError:
             running = None
         if running is loop:
-            self.hold.notify(topic, queue_id, max_offset)
+            self._arrived(topic, queue_id, max_offset)
         else:
-            loop.call_soon_threadsafe(self.hold.notify, topic, queue_id, max_offset)
+            loop.call_soon_threadsafe(self._arrived, topic, queue_id, max_offset)
+
+    def _arrived(self, topic: str, queue_id: int, max_offset: int) -> None:
+        self.hold.notify(topic, queue_id, max_offset)
+        if self.ha_master is not None:
+            self.ha_master.notify()
 
     def runtime_info(self) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO: every key 4.9.8 returns (BrokerController's thread pools and totals,
@@ -355,6 +436,8 @@ class Broker:
             "consumeQueueDiskRatio": str(usage),
             "commitLogMinOffset": str(store.min_phy_offset),
             "commitLogMaxOffset": str(store.max_phy_offset),
+            # mqctl's additions: the role and the replication state
+            **ha_runtime_info(config.broker_role, self.ha_master, self.ha_slave),
         }
         for level, offset in sorted(self.schedule.offsets.items()):
             queue_max = store.get_max_offset(SCHEDULE_TOPIC, level - 1)
@@ -411,7 +494,7 @@ class Broker:
             c.broker_name,
             self.addr,
             c.broker_cluster_name,
-            f"{c.broker_ip2 or c.broker_ip1}:{c.ha_listen_port}",
+            c.ha_server_addr,
             c.broker_id,
             compressed,
             _crc32(body),
@@ -430,6 +513,10 @@ class Broker:
                     "name server %s refused registration: %s %s", addr, response.code, response.remark
                 )
                 return None
+            if self.ha_slave is not None:
+                answer = RegisterBrokerResponseHeader.from_ext_fields(response.ext_fields or {})
+                self.master_addr = answer.master_addr or None
+                self.ha_slave.set_master(answer.ha_server_addr)
             return addr
 
         done = await asyncio.gather(*(one(a) for a in addrs))

@@ -222,13 +222,11 @@ class BrokerConfig(StoreConfig, RemotingLimits, RocketMQKeys):
     broker_cluster_name: str = "DefaultCluster"
     broker_name: str = field(default_factory=socket.gethostname)
     broker_id: int = 0
-    broker_role: str = "ASYNC_MASTER"
     namesrv_addr: str = field(default_factory=lambda: os.environ.get("NAMESRV_ADDR", ""))
     broker_ip1: str = field(default_factory=local_ip, metadata={"key": "brokerIP1"})
     broker_ip2: str = field(default="", metadata={"key": "brokerIP2"})
     listen_port: int = 10911
     server_channel_max_idle_time_seconds: int = 120
-    ha_listen_port: int = 10912
     broker_permission: int = 6
     # topics and groups
     auto_create_topic_enable: bool = True
@@ -273,6 +271,16 @@ class BrokerConfig(StoreConfig, RemotingLimits, RocketMQKeys):
     def broker_addr(self) -> str:
         """The registered address, also the store host of every message (§5.6)."""
         return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def ha_port(self) -> int:
+        """The HA listener's port: ``haListenPort``, or ``listenPort + 1`` when unset (-1) as in 4.9.8."""
+        return self.listen_port + 1 if self.ha_listen_port < 0 else self.ha_listen_port
+
+    @property
+    def ha_server_addr(self) -> str:
+        """``haServerAddr`` as registered: ``brokerIP2`` (else ``brokerIP1``) and the HA port."""
+        return f"{self.broker_ip2 or self.broker_ip1}:{self.ha_port}"
 
     @property
     def config_path(self) -> str:

@@ -113,6 +113,8 @@ class BrokerCollector(Collector):
         disk.add_metric(base, disk_usage_ratio(b.config.store_path_root_dir))
         yield disk
 
+        yield from _ha_metrics(b, labels, base)
+
         server = b.server
         buffered = GaugeMetricFamily(
             "rocketmq_remoting_buffered_bytes",
@@ -134,6 +136,46 @@ class BrokerCollector(Collector):
         closed.add_metric([*base, "buffered_bytes"], server.budget.refused)
         closed.add_metric([*base, "connections"], server.refused_connections)
         yield closed
+
+
+def _ha_metrics(b: Broker, labels: list[str], base: list[str]) -> Iterator[Any]:
+    """Replication: a master's slaves and their lag, SYNC_MASTER waits; a slave's connection."""
+    master, slave = b.ha_master, b.ha_slave
+    if master is not None and slave is None:
+        slaves = master.status()
+        connected = GaugeMetricFamily(
+            "rocketmq_ha_connected_slaves", "Slaves connected to this master", labels=labels
+        )
+        connected.add_metric(base, len(slaves))
+        yield connected
+        lag = GaugeMetricFamily(
+            "rocketmq_ha_slave_lag_bytes", "CommitLog bytes a slave has not acked", labels=[*labels, "slave"]
+        )
+        end = b.store.max_phy_offset
+        for s in slaves:
+            lag.add_metric([*base, s.addr], max(0, end - max(s.acked_offset, 0)))
+        yield lag
+        waits = CounterMetricFamily(
+            "rocketmq_ha_sync_waits",
+            "SYNC_MASTER sends that waited for a slave, by outcome",
+            labels=[*labels, "status"],
+        )
+        for status, n in master.sync_outcomes.items():
+            waits.add_metric([*base, status], n)
+        yield waits
+        waited = CounterMetricFamily(
+            "rocketmq_ha_sync_wait_seconds",
+            "Seconds SYNC_MASTER sends waited for a slave in all",
+            labels=labels,
+        )
+        waited.add_metric(base, master.sync_wait_seconds)
+        yield waited
+    if slave is not None:
+        up = GaugeMetricFamily(
+            "rocketmq_ha_master_connected", "1 while this slave is connected to its master", labels=labels
+        )
+        up.add_metric(base, 1 if slave.connected else 0)
+        yield up
 
 
 class _QuietHandler(WSGIRequestHandler):

@@ -219,6 +219,25 @@ def _probe(addr: str) -> dict[str, Any]:
     }
 
 
+ha_app = typer.Typer(help="Master/slave replication.", no_args_is_help=True)
+app.add_typer(ha_app, name="ha")
+
+
+@ha_app.command("status")
+def ha_status(
+    cluster: ClusterOpt = None,
+    broker: BrokerAddrOpt = None,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Each broker's role and replication: a master's slaves and acked offset, a slave's master and
+    offset, and the lag behind the group's master in bytes."""
+    from mqctl.services.ha import ha_status as status_of
+
+    online(lambda admin: status_of(admin, cluster, broker), namesrv=namesrv, context=context, output=output)
+
+
 @app.command("clean")
 def clean(
     broker: BrokerAddrOpt = None,

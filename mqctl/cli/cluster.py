@@ -17,10 +17,10 @@ def list_(
     output: OutputOpt = "table",
     watch: WatchOpt = None,
 ) -> None:
-    """Every broker the NameServer knows: cluster, broker name, id (0 = master) and address."""
-    from mqctl.services.cluster import brokers
+    """Every broker the NameServer knows: cluster, broker name, id (0 = master), address and role."""
+    from mqctl.services.cluster import broker_list
 
-    online(lambda admin: brokers(admin, cluster), namesrv=namesrv, context=context, output=output, watch=watch)
+    online(lambda admin: broker_list(admin, cluster), namesrv=namesrv, context=context, output=output, watch=watch)
 
 
 @app.command("status")
@@ -31,7 +31,7 @@ def status(
     output: OutputOpt = "table",
     watch: WatchOpt = None,
 ) -> None:
-    """Each broker's version, put/get TPS, CommitLog disk ratio and max offset."""
+    """Each broker's version, put/get TPS, CommitLog disk ratio, max offset, role and a slave's lag (bytes)."""
     from mqctl.services.cluster import cluster_status
 
     online(lambda admin: cluster_status(admin, cluster), namesrv=namesrv, context=context, output=output, watch=watch)

@@ -1,4 +1,4 @@
-"""``mqctl up``: a local NameServer and Broker on embedded defaults, in the foreground.
+"""``mqctl up``: a local NameServer and Broker (optionally with slaves) on embedded defaults, in the foreground.
 
 Every listener (NameServer, broker, metrics) binds loopback unless ``--listen`` widens it: the
 broker has no authentication, so a development command must not offer it to the network.
@@ -19,26 +19,30 @@ app = typer.Typer(help="Run a local NameServer and Broker on embedded defaults (
 
 
 class LocalCluster:
-    """NameServer first, then the broker registered with it (reaching it at `host`); stopped in the
-    reverse order."""
+    """NameServer first, then the brokers registered with it (reaching it at `host`), the master before
+    its slaves; stopped in the reverse order."""
 
-    def __init__(self, namesrv: NamesrvController, broker: Broker, host: str) -> None:
+    def __init__(self, namesrv: NamesrvController, brokers: list[Broker], host: str) -> None:
         self.namesrv = namesrv
-        self.broker = broker
+        self.brokers = brokers
         self.host = host
+        self._started: list[Broker] = []
 
     async def start(self) -> None:
         await self.namesrv.start()
-        self.broker.config.namesrv_addr = f"{self.host}:{self.namesrv.port}"
         try:
-            await self.broker.start()
+            for broker in self.brokers:
+                broker.config.namesrv_addr = f"{self.host}:{self.namesrv.port}"
+                await broker.start()
+                self._started.append(broker)
         except BaseException:
-            await self.namesrv.stop()
+            await self.stop()
             raise
 
     async def stop(self) -> None:
         try:
-            await self.broker.stop()  # unregisters from the NameServer first
+            while self._started:
+                await self._started.pop().stop()  # unregisters from the NameServer first
         finally:
             await self.namesrv.stop()
 
@@ -64,8 +68,18 @@ def up(
     no_metrics: Annotated[
         bool, typer.Option("--no-metrics", help="Do not serve /metrics and /healthz.")
     ] = False,
+    slaves: Annotated[
+        int,
+        typer.Option(
+            "--slaves",
+            min=0,
+            max=16,
+            help="Slaves of broker-a: slave i listens on broker port + 2i (its HA port one above), "
+            "metrics port + i, data in <DIR>/store-slave<i>.",
+        ),
+    ] = 0,
 ) -> None:
-    """Run a local NameServer and Broker (cluster DefaultCluster, broker-a) until Ctrl-C."""
+    """Run a local NameServer and Broker (cluster DefaultCluster, broker-a, ASYNC_MASTER) until Ctrl-C."""
     import logging
 
     from daemon.broker.broker import Broker
@@ -88,29 +102,38 @@ def up(
     namesrv = NamesrvController(
         NamesrvConfig(listen_host=listen, listen_port=namesrv_port, data_dir=root / "namesrv")
     )
-    broker = Broker(
-        load_broker_config(
-            None,
-            {
-                "broker_name": "broker-a",
-                "broker_ip1": host,
-                "listen_host": listen,
-                "listen_port": broker_port,
-                "store_path_root_dir": str(root / "store"),
-                "metrics_enable": not no_metrics,
-                "metrics_port": metrics_port,
-            },
+    def member(broker_id: int) -> Broker:
+        """Ports in sequence (0 stays 0: ephemeral); the master is id 0, slaves 1..N."""
+        step = broker_id if broker_port else 0
+        return Broker(
+            load_broker_config(
+                None,
+                {
+                    "broker_name": "broker-a",
+                    "broker_id": broker_id,
+                    "broker_role": "SLAVE" if broker_id else "ASYNC_MASTER",
+                    "broker_ip1": host,
+                    "listen_host": listen,
+                    "listen_port": broker_port + 2 * step,
+                    "store_path_root_dir": str(root / ("store" if broker_id == 0 else f"store-slave{broker_id}")),
+                    "metrics_enable": not no_metrics,
+                    "metrics_port": metrics_port + broker_id if metrics_port else 0,
+                },
+            )
         )
-    )
-    cluster = LocalCluster(namesrv, broker, host)
+
+    brokers = [member(i) for i in range(slaves + 1)]
+    broker = brokers[0]
+    cluster = LocalCluster(namesrv, brokers, host)
 
     def started() -> None:
         (root / "namesrv" / ADDR_FILE).write_text(f"{host}:{namesrv.port}\n")  # for 'namesrv status'
         metrics = f", metrics http://{host}:{broker.metrics_port}/metrics" if broker.metrics_port else ""
         everywhere = " (listening on all interfaces)" if wildcard else ""
+        extra = "".join(f", slave {b.addr}" for b in brokers[1:])
         stderr_console().print(
-            f"ready: NameServer {host}:{namesrv.port}, broker {broker.addr}{metrics}{everywhere}; "
-            f"data in {root}. Ctrl-C stops both."
+            f"ready: NameServer {host}:{namesrv.port}, broker {broker.addr}{extra}{metrics}{everywhere}; "
+            f"data in {root}. Ctrl-C stops {'both' if len(brokers) == 1 else 'all'}."
         )
 
     from daemon.lifecycle import PidFile

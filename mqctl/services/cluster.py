@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
+import logging
 from dataclasses import dataclass
 
 from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -18,6 +22,13 @@ class BrokerRow:
 
 
 @dataclass
+class BrokerListRow(BrokerRow):
+    """A ``cluster list`` row: the broker and its role (from its id, no call to the broker)."""
+
+    role: str = ""
+
+
+@dataclass
 class BrokerStatus(BrokerRow):
     """A broker with its runtime figures; ``error`` says why figures are missing."""
 
@@ -26,6 +37,9 @@ class BrokerStatus(BrokerRow):
     get_tps: float | None = None
     disk_ratio: float | None = None
     commitlog_max_offset: int | None = None
+    #: brokerRole as the broker reports it, and a slave's replication lag behind its master in bytes.
+    broker_role: str | None = None
+    ha_lag_bytes: int | None = None
     error: str | None = None
 
 
@@ -48,6 +62,18 @@ async def masters(admin: Admin, cluster: str | None = None) -> list[str]:
     return [row.addr for row in await brokers(admin, cluster) if row.broker_id == 0]
 
 
+async def readers(admin: Admin, cluster: str | None = None) -> list[str]:
+    """Where reads go in each broker group: its master, else (master down) its first slave, with a WARNING."""
+    out: list[str] = []
+    for name, rows in itertools.groupby(await brokers(admin, cluster), key=lambda r: (r.cluster, r.broker_name)):
+        group = list(rows)
+        first = group[0]  # brokers() sorts by id: the master when it is there
+        if first.broker_id != 0:
+            log.warning("%s: the master is down; reading from slave %d at %s", name[1], first.broker_id, first.addr)
+        out.append(first.addr)
+    return out
+
+
 def first_float(text: str | None) -> float | None:
     """RocketMQ's TPS fields hold 'last10s last60s last600s' (or blanks before any traffic)."""
     parts = (text or "").split()
@@ -67,10 +93,23 @@ async def status_of(admin: Admin, row: BrokerRow) -> BrokerStatus:
         get_tps=first_float(table.get("getTransferedTps")),
         disk_ratio=float(table["commitLogDiskRatio"]) if "commitLogDiskRatio" in table else None,
         commitlog_max_offset=int(max_offset) if max_offset and max_offset.lstrip("-").isdigit() else None,
+        broker_role=table.get("brokerRole"),
     )
 
 
 async def cluster_status(admin: Admin, cluster: str | None = None) -> list[BrokerStatus]:
     """Each broker's runtime info, asked of all brokers at once; an unreachable one is shown, not fatal."""
     rows = await brokers(admin, cluster)
-    return list(await asyncio.gather(*(status_of(admin, row) for row in rows)))
+    states = list(await asyncio.gather(*(status_of(admin, row) for row in rows)))
+    master_end = {s.broker_name: s.commitlog_max_offset for s in states if s.broker_id == 0}
+    for s in states:
+        end = master_end.get(s.broker_name)
+        if s.broker_id != 0 and end is not None and s.commitlog_max_offset is not None:
+            s.ha_lag_bytes = max(0, end - s.commitlog_max_offset)
+    return states
+
+
+async def broker_list(admin: Admin, cluster: str | None = None) -> list[BrokerListRow]:
+    """``cluster list``: :func:`brokers` with each one's role."""
+    rows = await brokers(admin, cluster)
+    return [BrokerListRow(**vars(r), role="MASTER" if r.broker_id == 0 else "SLAVE") for r in rows]

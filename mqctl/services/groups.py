@@ -10,7 +10,7 @@ from typing import Any
 from daemon.broker.bodies import MessageQueue, SubscriptionGroupConfig
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError
-from mqctl.services.cluster import masters
+from mqctl.services.cluster import masters, readers
 from mqctl.services.topics import target_masters
 from mqctl.units import when
 
@@ -173,7 +173,7 @@ async def progress(admin: Admin, group: str, *, topic: str | None, lag_over: int
     """
     clients: set[str] = set()
     offsets = {}
-    for addr in await masters(admin):
+    for addr in await readers(admin):
         found = await admin.consumer_connections(addr, group)
         if found is not None:
             clients.update(c.client_id for c in found.connection_set)

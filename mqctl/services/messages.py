@@ -1,8 +1,9 @@
 """Messages on a running cluster: send, query by key or id, show by queue offset, tail, resend from a DLQ.
 
-Brokers are found through the NameServer's topic route (masters only, as RocketMQ's clients
-write and query); a message id is decoded locally to find its broker. Services return plain
-data and never print; streaming (``tail``) hands each message to a callback.
+Brokers are found through the NameServer's topic route (masters, as RocketMQ's clients write and
+query; reads fall back to a slave while a group's master is down, with a WARNING on stderr); a
+message id is decoded locally to find its broker. Services return plain data and never print;
+streaming (``tail``) hands each message to a callback.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import asyncio
 import contextlib
 import itertools
 import json
+import logging
 import random
 import time
 from collections.abc import Callable, Coroutine, Iterable
@@ -20,12 +22,12 @@ from typing import Any
 from daemon.broker.bodies import MessageQueue
 from daemon.remoting.bodies import PermName, TopicRouteData
 from daemon.remoting.codes import ResponseCode
-from daemon.remoting.errors import RemotingCommandError, RemotingError
+from daemon.remoting.errors import RemotingCommandError, RemotingConnectError, RemotingError
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
 from mqctl.errors import NotFoundError, UsageError
-from mqctl.services.topics import masters_of_topic, route_masters
+from mqctl.services.topics import readers_of_topic, route_masters, route_readers
 from mqctl.timespec import iso, parse_time
 from mqctl.units import time_fields
 from store.message import (
@@ -37,6 +39,8 @@ from store.message import (
     StoredMessage,
 )
 from store.record import decode_msg_id
+
+log = logging.getLogger(__name__)
 
 #: Properties the broker or the consumer path added; a re-sent message must not carry them.
 BROKER_PROPERTIES = frozenset(
@@ -147,8 +151,9 @@ class QueueRef:
 
 
 def queues(route: TopicRouteData, *, write: bool) -> list[QueueRef]:
-    """The readable (or writable) queues of a topic on master brokers, by broker name and id."""
-    masters = route_masters(route)
+    """The readable (or writable) queues of a topic by broker name and id: writes go to masters, reads to
+    the master or, while it is down, a slave (:func:`route_readers`)."""
+    masters = route_masters(route) if write else route_readers(route)
     perm = PermName.WRITE if write else PermName.READ
     out: list[QueueRef] = []
     for q in sorted(route.queue_datas, key=lambda q: q.broker_name):
@@ -259,10 +264,10 @@ async def send_message(
 async def _query_masters(
     admin: Admin, topic: str, key: str, begin_ms: int, end_ms: int, max_num: int, *, unique_key: bool
 ) -> list[StoredMessage]:
-    """QUERY_MESSAGE on every master of ``topic`` at once."""
-    addrs = sorted(set((await masters_of_topic(admin, topic)).values()))
+    """QUERY_MESSAGE on every broker group of ``topic`` at once (its master, or a slave while it is down)."""
+    addrs = sorted(set((await readers_of_topic(admin, topic)).values()))
     if not addrs:
-        raise NotFoundError(f"topic {topic!r} has no master broker online")
+        raise NotFoundError(f"topic {topic!r} has no broker online")
     found = await asyncio.gather(
         *(
             wire.query(
@@ -333,7 +338,31 @@ async def query_by_id(admin: Admin, msg_id: str, *, body: bool = True) -> dict[s
         if exc.code == ResponseCode.SYSTEM_ERROR:  # what a 4.x broker answers for a bad offset
             raise NotFoundError(f"no message {msg_id} at {addr}: {exc.remark}") from exc
         raise
+    except RemotingConnectError:
+        found = await _view_on_slave(admin, addr, offset)
+        if found is None:
+            raise
+        message = found
     return _detail(message, body)
+
+
+async def _view_on_slave(admin: Admin, master: str, offset: int) -> StoredMessage | None:
+    """The record at ``offset`` on a slave of the (unreachable) ``master``: the slaves of every group
+    without a master are asked, and the one whose record was stored by ``master`` answers."""
+    info = await admin.cluster_info()
+    for data in info.broker_addr_table.values():
+        if data.master_addr() is not None:
+            continue
+        for slave_id, addr in sorted(data.broker_addrs.items()):
+            try:
+                message = await wire.view(admin, addr, offset)
+            except RemotingError:
+                continue
+            host, port = message.store_host
+            if f"{host}:{port}" == master:
+                log.warning("%s: the master is down; read from slave %d at %s", data.broker_name, slave_id, addr)
+                return message
+    return None
 
 
 async def show(

@@ -57,7 +57,7 @@ class PlanRow:
 
 
 async def show(admin: Admin, group: str, topic: str) -> list[dict[str, Any]]:
-    rows = await _queues(admin, group, topic)
+    rows = await _queues(admin, group, topic, reads=True)
     return [
         {
             "topic": r.topic,
@@ -72,9 +72,11 @@ async def show(admin: Admin, group: str, topic: str) -> list[dict[str, Any]]:
     ]
 
 
-async def _queues(admin: Admin, group: str, topic: str) -> list[PlanRow]:
+async def _queues(admin: Admin, group: str, topic: str, *, reads: bool = False) -> list[PlanRow]:
+    """Each queue's offsets and the group's committed one; ``reads``: from a slave while a master is down
+    (a reset plan only ever reads and writes masters)."""
     rows = []
-    for name, addr, queue_id, off in await queue_offsets(admin, topic):
+    for name, addr, queue_id, off in await queue_offsets(admin, topic, reads=reads):
         current = await admin.consumer_offset(addr, group, topic, queue_id)
         rows.append(
             PlanRow(topic, name, addr, queue_id, off.min_offset, off.max_offset, current, current or 0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -16,6 +17,8 @@ from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services.cluster import brokers
 from mqctl.units import time_fields, when
+
+log = logging.getLogger(__name__)
 
 PERMS = {"r": PermName.READ, "w": PermName.WRITE, "rw": PermName.READ_WRITE}
 
@@ -105,6 +108,28 @@ def route_masters(data: TopicRouteData) -> dict[str, str]:
     return {
         b.broker_name: addr for b in data.broker_datas if b.broker_name in queue_brokers and (addr := b.master_addr())
     }
+
+
+def route_readers(data: TopicRouteData) -> dict[str, str]:
+    """broker name -> where reads go: the master, else (its master down) the group's first slave, which
+    holds a byte-identical CommitLog; the fallback is said on stderr (a WARNING line)."""
+    queue_brokers = {q.broker_name for q in data.queue_datas}
+    out: dict[str, str] = {}
+    for b in data.broker_datas:
+        if b.broker_name not in queue_brokers or not b.broker_addrs:
+            continue
+        addr = b.master_addr()
+        if addr is None:
+            slave_id = min(b.broker_addrs)
+            addr = b.broker_addrs[slave_id]
+            log.warning("%s: the master is down; reading from slave %d at %s", b.broker_name, slave_id, addr)
+        out[b.broker_name] = addr
+    return out
+
+
+async def readers_of_topic(admin: Admin, topic: str) -> dict[str, str]:
+    """:func:`route_readers` of ``topic``'s route."""
+    return route_readers(await _route_or_not_found(admin, topic))
 
 
 async def masters_of_topic(admin: Admin, topic: str) -> dict[str, str]:
@@ -219,10 +244,14 @@ async def delete(admin: Admin, topic: str, *, cluster: str | None, if_exists: bo
     return {"topic": topic, "action": "deleted", "brokers": sorted(masters.values())}
 
 
-async def queue_offsets(admin: Admin, topic: str) -> list[tuple[str, str, int, TopicOffset]]:
-    """(broker name, master address, queue id, stored offsets) per queue of ``topic``, in broker and queue order."""
+async def queue_offsets(
+    admin: Admin, topic: str, *, reads: bool = False
+) -> list[tuple[str, str, int, TopicOffset]]:
+    """(broker name, master address, queue id, stored offsets) per queue of ``topic``, in broker and queue order;
+    ``reads``: a slave's address stands in for a master that is down (:func:`route_readers`)."""
     rows: list[tuple[str, str, int, TopicOffset]] = []
-    for name, addr in sorted((await masters_of_topic(admin, topic)).items()):
+    brokers = await (readers_of_topic(admin, topic) if reads else masters_of_topic(admin, topic))
+    for name, addr in sorted(brokers.items()):
         table = await admin.topic_stats(addr, topic)
         rows.extend((name, addr, mq.queue_id, off) for mq, off in sorted(table.offset_table.items()))
     return rows
@@ -230,7 +259,7 @@ async def queue_offsets(admin: Admin, topic: str) -> list[tuple[str, str, int, T
 
 async def status(admin: Admin, topic: str) -> list[QueueStatus]:
     """Per queue: min and max offset, message count and last store time, from each broker."""
-    return _status_rows(await queue_offsets(admin, topic))
+    return _status_rows(await queue_offsets(admin, topic, reads=True))
 
 
 def _status_rows(offsets: list[tuple[str, str, int, TopicOffset]]) -> list[QueueStatus]:
@@ -252,7 +281,7 @@ async def stats(admin: Admin, topic: str) -> dict[str, Any]:
     """One line per topic: queues, messages held, last write, and the brokers' put rates: the last
     minute's messages/s and the last 24 h's messages (TOPIC_PUT_NUMS, what `mqadmin statsAll` shows as
     InTPS and InMsg24Hour)."""
-    offsets = await queue_offsets(admin, topic)
+    offsets = await queue_offsets(admin, topic, reads=True)
     rows = _status_rows(offsets)
     addrs = {addr for _, addr, _, _ in offsets}
     puts = [d for d in await asyncio.gather(*(admin.broker_stats(a, "TOPIC_PUT_NUMS", topic) for a in addrs)) if d]

@@ -91,6 +91,12 @@ def staleness(taken_at: float | None, now: float, interval: float) -> str | None
 
 def broker_cells(b: BrokerView) -> tuple[str, ...]:
     role = "master" if b.broker_id == 0 else f"slave{b.broker_id}"
+    if b.ha_slaves:
+        role += f" ({b.ha_slaves} slave{'s' if b.ha_slaves > 1 else ''})"
+    if b.ha_connected is False:
+        role += " NOT REPLICATING"
+    elif b.ha_lag_bytes is not None:
+        role += f" lag {human_bytes(b.ha_lag_bytes)}"
     if b.error is not None:
         return (b.name, role, b.addr, "DOWN", NONE, NONE, NONE, NONE, NONE, b.error)
     return (

@@ -150,7 +150,12 @@ class LiveSource:
         if not any(n.up for n in namesrvs):
             raise ConnectError("no NameServer answers: " + "; ".join(f"{n.addr} ({n.error})" for n in namesrvs))
         rows = await brokers(self.admin)
-        found = await asyncio.gather(*(self._broker(row) for row in rows))
+        found = list(await asyncio.gather(*(self._broker(row) for row in rows)))
+        master_end = {(b.view.cluster, b.view.name): b.view.commitlog_max for b in found if b.view.broker_id == 0}
+        for b in found:  # a slave's lag: how far its CommitLog end is behind its master's
+            end = master_end.get((b.view.cluster, b.view.name))
+            if b.view.broker_id != 0 and end is not None and b.view.commitlog_max is not None:
+                b.view = replace(b.view, ha_lag_bytes=max(0, end - b.view.commitlog_max))
         masters = [b for b in found if b.view.broker_id == 0 and b.view.error is None]
         now = self.clock.now()
         errors = [f"{b.view.name} {b.view.addr}: {b.view.error}" for b in found if b.view.error is not None]
@@ -200,6 +205,8 @@ class LiveSource:
             commitlog_max=_int(runtime.get("commitLogMaxOffset")),
             file_size=settings.file_size,
             metrics=scrape is not None,
+            ha_slaves=_int(runtime.get("haSlaveCount")),
+            ha_connected=(runtime["haMasterConnected"] == "true") if "haMasterConnected" in runtime else None,
         )
         return _Broker(view_, runtime, settings, scrape)
 

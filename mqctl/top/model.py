@@ -57,6 +57,10 @@ class BrokerView:
     commitlog_max: int | None = None
     file_size: int | None = None
     metrics: bool = False
+    #: Replication: a master's connected slaves; a slave's connection to its master and lag in bytes.
+    ha_slaves: int | None = None
+    ha_connected: bool | None = None
+    ha_lag_bytes: int | None = None
     error: str | None = None
 
     @property

@@ -86,7 +86,7 @@ async def test_up_listens_on_loopback_only(tmp_path: Path, cli_env: dict[str, st
         os.kill(proc.pid, signal.SIGINT)
         code = await asyncio.to_thread(proc.wait, 30)
     assert code == 0
-    assert len(sockets) == 3  # NameServer, broker, metrics
+    assert len(sockets) == 4  # NameServer, broker, its HA port, metrics
     assert {addr for addr, _ in sockets} == {"127.0.0.1"}
 
 

@@ -33,13 +33,14 @@ def test_cluster_list_and_status(mq: RunCli, daemons: LocalCluster) -> None:
     listed = mq("cluster", "list", "-o", "json").json()
     assert listed == [
         {"cluster": daemons.broker.config.broker_cluster_name, "broker_name": "broker-a", "broker_id": 0,
-         "addr": daemons.broker_addr}
+         "addr": daemons.broker_addr, "role": "MASTER"}
     ]
     status = mq("cluster", "status", "-o", "json").json()
     assert status[0]["addr"] == daemons.broker_addr
     assert status[0]["error"] is None
     assert status[0]["version"] == "V4_9_8"
     assert isinstance(status[0]["commitlog_max_offset"], int)
+    assert status[0]["broker_role"] == "ASYNC_MASTER" and status[0]["ha_lag_bytes"] is None
 
 
 def test_topic_lifecycle(mq: RunCli, daemons: LocalCluster) -> None:

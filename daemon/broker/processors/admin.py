@@ -63,9 +63,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: Keys UPDATE_BROKER_CONFIG refuses (Java's default `configBlackList`, plus where the store lives).
+#: Keys UPDATE_BROKER_CONFIG refuses (Java's default `configBlackList`, plus where the store lives, and the
+#: replication identity: a role switched at run time would let a slave's store take puts between the
+#: master's bytes, and a new HA port would be registered where nothing listens).
 CONFIG_BLACK_LIST = frozenset(
-    {"configBlackList", "brokerConfigPath", "storePathRootDir", "storePathCommitLog"}
+    {
+        "configBlackList",
+        "brokerConfigPath",
+        "storePathRootDir",
+        "storePathCommitLog",
+        "brokerRole",
+        "brokerId",
+        "haListenPort",
+    }
 )
 #: How long the broker waits for a client it calls on an admin's behalf (Java: 10 s).
 CLIENT_CALL_TIMEOUT = 10.0

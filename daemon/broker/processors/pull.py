@@ -14,11 +14,13 @@ from typing import TYPE_CHECKING
 from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
 from daemon.broker.headers import PullMessageRequestHeader, PullMessageResponseHeader
 from daemon.broker.processors import FAQ, fail, system_error
+from daemon.broker.processors.offset import _HOT_RATIO, _memory_bytes
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from store.api import GetMessageStatus, GetResult
+from store.config import SLAVE
 
 if TYPE_CHECKING:
     from daemon.broker.bodies import SubscriptionData
@@ -47,6 +49,8 @@ def processors(broker: Broker) -> dict[int, Processor]:
 class PullProcessor:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
+        #: A consumer further than this behind the CommitLog's end reads from disk: "consumes slowly".
+        self.hot_bytes = int(_memory_bytes() * _HOT_RATIO)
 
     def _subscription(self, h: PullMessageRequestHeader) -> SubscriptionData:
         """The subscription to filter with: from the header, or from the group's heartbeat (step 4)."""
@@ -125,7 +129,7 @@ class PullProcessor:
         self._check(h)
         codes = tag_codes(self._subscription(h))
         code, result = self._read(h, codes)
-        if h.sys_flag & FLAG_COMMIT_OFFSET:
+        if h.sys_flag & FLAG_COMMIT_OFFSET and self.broker.config.broker_role != SLAVE:
             self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND:
             config = self.broker.config
@@ -156,7 +160,21 @@ class PullProcessor:
     def _response(
         self, request: RemotingCommand, h: PullMessageRequestHeader, code: int, result: GetResult
     ) -> RemotingCommand:
-        header = PullMessageResponseHeader(0, result.next_begin_offset, result.min_offset, result.max_offset)
+        config = self.broker.config
+        if code == ResponseCode.PULL_OFFSET_MOVED and config.broker_role == SLAVE:
+            # a slave may lag: it never moves a consumer's offset (4.9.8, offsetCheckInSlave=false)
+            code, result.next_begin_offset = ResponseCode.PULL_RETRY_IMMEDIATELY, h.queue_offset
+        suggest = 0
+        group = self.broker.groups.table.get(h.consumer_group) if config.slave_read_enable else None
+        if group is not None:
+            # 4.9.8: the group's broker, or whichBrokerWhenConsumeSlowly when the pulled data is cold
+            cold = bool(result.messages) and (
+                self.broker.store.max_phy_offset - result.messages[-1].phys_offset > self.hot_bytes
+            )
+            suggest = group.which_broker_when_consume_slowly if cold else group.broker_id
+        header = PullMessageResponseHeader(
+            suggest, result.next_begin_offset, result.min_offset, result.max_offset
+        )
         body = b""
         if code == ResponseCode.SUCCESS:
             started = time.perf_counter_ns()

@@ -58,6 +58,8 @@ _SHORT = struct.Struct(">h")
 _PUT_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
     PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
     PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT: (ResponseCode.FLUSH_SLAVE_TIMEOUT, None),
+    PutMessageStatus.SLAVE_NOT_AVAILABLE: (ResponseCode.SLAVE_NOT_AVAILABLE, None),
     PutMessageStatus.MESSAGE_ILLEGAL: (
         ResponseCode.MESSAGE_ILLEGAL,
         "the message is illegal, maybe msg body or properties length not matched. msg body length limit 4M, "
@@ -77,7 +79,14 @@ _PUT_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
         "create mapped file failed, server is busy or broken.",
     ),
 }
-_STORED = (ResponseCode.SUCCESS, ResponseCode.FLUSH_DISK_TIMEOUT)
+_STORED = (
+    ResponseCode.SUCCESS,
+    ResponseCode.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE,
+)
+#: Outcomes a SYNC_MASTER send goes on to replicate (4.9.8 ``handleHA`` after ``handleDiskFlush``).
+_REPLICATE = (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT)
 
 
 def processors(broker: Broker) -> dict[int, Processor]:
@@ -235,6 +244,7 @@ class SendProcessor:
                     request, self.broker.store.put_messages, msgs, topic, reply_queue_id, started
                 )
             result = self.broker.store.put_messages(msgs)
+            return self._respond(request, result, topic, reply_queue_id, wait, started)
         else:
             if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
                 if self.broker.config.reject_transaction_message:
@@ -268,7 +278,7 @@ class SendProcessor:
                     request, self.broker.store.put_message, msg, topic, reply_queue_id, started
                 )
             result = self.broker.store.put_message(msg)
-        return self._response(request, result, topic, reply_queue_id, started)
+        return self._respond(request, result, topic, reply_queue_id, wait, started)
 
     async def _offloaded(
         self,
@@ -280,6 +290,25 @@ class SendProcessor:
         started: int,
     ) -> RemotingCommand:
         result = await self.broker.offload(put, arg)
+        return await self._replicated(request, result, topic, queue_id, True, started)
+
+    def _respond(
+        self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, wait: bool, started: int
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """The response now, or once a slave has the record (SYNC_MASTER and the producer waits)."""
+        ha = self.broker.ha_master
+        if wait and ha is not None and ha.sync and result.status in _REPLICATE:
+            return self._replicated(request, result, topic, queue_id, wait, started)
+        return self._response(request, result, topic, queue_id, started)
+
+    async def _replicated(
+        self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, wait: bool, started: int
+    ) -> RemotingCommand:
+        ha = self.broker.ha_master
+        if wait and ha is not None and ha.sync and result.status in _REPLICATE:
+            status = await ha.wait_replicated(result.phys_offset + result.wrote_bytes)
+            if status is not PutMessageStatus.PUT_OK:
+                result.status = status
         return self._response(request, result, topic, queue_id, started)
 
     def _response(

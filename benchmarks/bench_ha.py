@@ -1,0 +1,181 @@
+"""Replication cost and speed: produce throughput with an ASYNC_MASTER/SYNC_MASTER + 1 slave against the same
+run without a slave, the slave's lag under that load, and how fast an empty slave catches up.
+
+Every broker is a `mqctl broker start` subprocess on a temporary store (ports free on 127.0.0.1), so the
+load generator shares no event loop with them. The load is `bench_broker_produce`'s: PRODUCERS synchronous
+senders of 1 KiB bodies for DURATION s. Lag is sampled every 20 ms from both brokers' runtime info
+(master CommitLog end minus the slave's) and shown in bytes and as time at the measured produce rate.
+Catch-up: the master alone takes CATCHUP_MB of messages, then an empty slave starts (it begins at the
+master's last file, so the master's files are 1 GiB) and the time until its end equals the master's counts.
+
+Usage: python benchmarks/bench_ha.py [DURATION] [PRODUCERS] [CATCHUP_MB]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from bench_broker_produce import (  # run as a script: benchmarks/ is on sys.path
+    BODY,
+    ROOT,
+    bench,
+    free_port,
+    wait_ready,
+)
+
+from daemon.remoting.bodies import KVTable
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.loop import run
+from mqctl.services.bench import send_frame, sender
+
+
+@contextmanager
+def broker(store: str, port: int, **settings: str) -> Iterator[str]:
+    """A broker process with ``settings`` as MQCTL_* variables; yields its address once it answers."""
+    env = {**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1", "MQCTL_LISTEN_HOST": "127.0.0.1"}
+    env.update({f"MQCTL_{k.upper()}": v for k, v in settings.items()})
+    argv = [
+        sys.executable,
+        "-m",
+        "mqctl",
+        "broker",
+        "start",
+        "--store",
+        store,
+        "--port",
+        str(port),
+        "--no-metrics",
+    ]
+    proc = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.DEVNULL, env=env)
+    addr = f"127.0.0.1:{port}"
+    try:
+        run(wait_ready(addr, time.perf_counter()))
+        yield addr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+
+
+async def max_offset(client: RemotingClient, addr: str) -> int:
+    r = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 2.0)
+    return int(KVTable.loads(r.body).table["commitLogMaxOffset"])
+
+
+async def produce_with_lag(
+    master: str, slave: str | None, duration: float, producers: int
+) -> tuple[float, list[int]]:
+    lags: list[int] = []
+    done = asyncio.Event()
+
+    async def sample() -> None:
+        async with RemotingClient() as client:
+            while not done.is_set():
+                m = await max_offset(client, master)
+                if slave is not None:
+                    lags.append(max(0, m - await max_offset(client, slave)))
+                await asyncio.sleep(0.02)
+
+    sampler = asyncio.create_task(sample())
+    result = await bench(master, duration, producers)
+    done.set()
+    await sampler
+    return result.tps, lags
+
+
+def pct(values: list[int], p: float) -> int:
+    if not values:
+        return 0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(len(ordered) * p))]
+
+
+def scenario(tmp: str, role: str | None, duration: float, producers: int) -> tuple[float, list[int]]:
+    """Produce against a master (``role``), with one slave unless ``role`` is None."""
+    port, ha = free_port(), free_port()
+    name = role or "alone"
+    with broker(
+        f"{tmp}/{name}-m", port, broker_role=role or "ASYNC_MASTER", ha_listen_port=str(ha)
+    ) as master:
+        if role is None:
+            return run(produce_with_lag(master, None, duration, producers))
+        slave_settings = {
+            "broker_role": "SLAVE",
+            "broker_id": "1",
+            "ha_master_address": f"127.0.0.1:{ha}",
+            "ha_listen_port": str(free_port()),
+        }
+        with broker(f"{tmp}/{name}-s", free_port(), **slave_settings) as slave:
+            time.sleep(1.0)  # connected
+            return run(produce_with_lag(master, slave, duration, producers))
+
+
+async def fill(master: str, megabytes: int, producers: int) -> None:
+    frame = send_frame("BenchTopic", 0, BODY)
+    per_sender = megabytes * 1024 * 1024 // len(BODY) // producers + 1
+    await asyncio.gather(
+        *(sender(((master, frame) for _ in range(per_sender)), []) for _ in range(producers))
+    )
+
+
+async def wait_caught_up(master: str, slave: str) -> float:
+    async with RemotingClient() as client:
+        target = await max_offset(client, master)
+        start = time.perf_counter()
+        while await max_offset(client, slave) < target:
+            await asyncio.sleep(0.005)
+        return time.perf_counter() - start
+
+
+def catch_up(tmp: str, megabytes: int, producers: int) -> tuple[int, float]:
+    port, ha = free_port(), free_port()
+    with broker(f"{tmp}/cu-m", port, ha_listen_port=str(ha)) as master:
+        run(fill(master, megabytes, producers))
+        settings = {
+            "broker_role": "SLAVE",
+            "broker_id": "1",
+            "ha_master_address": f"127.0.0.1:{ha}",
+            "ha_listen_port": str(free_port()),
+        }
+        size = run(_offset(master))
+        with broker(f"{tmp}/cu-s", free_port(), **settings) as slave:
+            return size, run(wait_caught_up(master, slave))
+
+
+async def _offset(addr: str) -> int:
+    async with RemotingClient() as client:
+        return await max_offset(client, addr)
+
+
+def main() -> None:
+    duration = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
+    producers = int(sys.argv[2]) if len(sys.argv) > 2 else 16
+    megabytes = int(sys.argv[3]) if len(sys.argv) > 3 else 256
+    with tempfile.TemporaryDirectory() as tmp:
+        alone, _ = scenario(tmp, None, duration, producers)
+        print(f"no slave:            {alone:,.0f} sends/s ({producers} producers, 1 KiB, {duration:g} s)")
+        for role in ("ASYNC_MASTER", "SYNC_MASTER"):
+            tps, lags = scenario(tmp, role, duration, producers)
+            rate = tps * (len(BODY) + 200)  # bytes/s, ~200 bytes of record header and properties
+            p99 = pct(lags, 0.99)
+            print(
+                f"{role} + 1 slave: {tps:,.0f} sends/s = {tps / alone:.0%} of no slave; lag p50 {pct(lags, 0.5):,} B, "
+                f"p99 {p99:,} B (~{p99 / rate * 1000 if rate else 0:.1f} ms at that rate), {len(lags)} samples"
+            )
+        size, seconds = catch_up(tmp, megabytes, producers)
+        print(
+            f"catch-up of an empty slave: {size / 2**20:,.0f} MiB in {seconds:.2f} s = {size / 2**20 / seconds:,.0f} MiB/s"
+        )
+
+
+if __name__ == "__main__":
+    main()

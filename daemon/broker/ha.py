@@ -1,0 +1,564 @@
+"""Master/slave replication on the HA port (spec §11): 4.9.8's HAService, HAConnection and HAClient.
+
+The master accepts slaves on its HA listener and streams raw CommitLog bytes from each slave's
+reported offset; acks advance ``push2slave_max_offset``, which SYNC_MASTER sends wait for (a group
+commit: every waiting send whose record ends at or below an ack is answered at once). The slave
+connects to the master's HA address, reports its CommitLog end, and appends every whole frame
+through :class:`store.ha.ReplicaLog`. Everything runs on the broker's event loop; the byte formats
+are the pure codecs of :mod:`store.ha`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import heapq
+import itertools
+import logging
+import time
+from dataclasses import dataclass
+
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection, Processor
+from daemon.remoting.errors import RemotingError
+from store.commitlog import PutMessageStatus
+from store.config import SLAVE, SYNC_MASTER, StoreConfig
+from store.config_files import (
+    ConfigFiles,
+    ConsumerOffsetManager,
+    DelayOffsetManager,
+    JsonConfigFile,
+    loads_fastjson,
+)
+from store.engine import DefaultMessageStore
+from store.ha import (
+    HAProtocolError,
+    ReplicaLog,
+    decode_frames,
+    encode_frame_header,
+    encode_report,
+    frame_extent,
+    latest_report,
+    slave_accepts,
+    transfer_start,
+)
+
+log = logging.getLogger(__name__)
+
+_SYNC_OUTCOMES = (
+    PutMessageStatus.PUT_OK,
+    PutMessageStatus.SLAVE_NOT_AVAILABLE,
+    PutMessageStatus.FLUSH_SLAVE_TIMEOUT,
+)
+#: Delay before a slave reconnects after losing its master (Java waits 5 s; a second is plenty).
+RECONNECT_DELAY = 1.0
+#: The longest a master transfer loop sleeps before looking at the CommitLog again without a wake-up.
+IDLE_POLL = 0.1
+_READ_CHUNK = 256 * 1024
+
+
+def _now() -> float:
+    return time.monotonic()
+
+
+def is_slave(config: StoreConfig) -> bool:
+    return config.broker_role == SLAVE
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    return host, int(port)
+
+
+#: 4.9.8's answer to topic and group changes on a slave (wire-protocol.md §11).
+SLAVE_ADMIN_REMARK = (
+    "Can't modify topic or subscription group from slave broker, please execute it from master broker."
+)
+_SLAVE_ADMIN_CODES = (
+    RequestCode.UPDATE_AND_CREATE_TOPIC,
+    RequestCode.DELETE_TOPIC_IN_BROKER,
+    RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+    RequestCode.DELETE_SUBSCRIPTIONGROUP,
+)
+_SLAVE_SEND_CODES = (
+    RequestCode.SEND_MESSAGE,
+    RequestCode.SEND_MESSAGE_V2,
+    RequestCode.SEND_BATCH_MESSAGE,
+    RequestCode.CONSUMER_SEND_MSG_BACK,
+)
+
+
+def slave_refusals() -> dict[int, Processor]:
+    """Processors a slave answers writes with, as 4.9.8 does: sends fail in its store (14), topic and
+    group changes with SYSTEM_ERROR, END_TRANSACTION with SLAVE_NOT_AVAILABLE."""
+    from daemon.broker.processors.send import _PUT_CODES
+
+    def refuse(code: int, remark: str | None) -> Processor:
+        def processor(conn: Connection, request: RemotingCommand) -> RemotingCommand:
+            return request.make_response(code, remark)
+
+        return processor
+
+    send_code, send_remark = _PUT_CODES[PutMessageStatus.SERVICE_NOT_AVAILABLE]
+    out: dict[int, Processor] = {
+        c: refuse(ResponseCode.SYSTEM_ERROR, SLAVE_ADMIN_REMARK) for c in _SLAVE_ADMIN_CODES
+    }
+    out.update({code: refuse(send_code, send_remark) for code in _SLAVE_SEND_CODES})
+    out[RequestCode.END_TRANSACTION] = refuse(
+        ResponseCode.SLAVE_NOT_AVAILABLE, "Message store is slave mode, so end transaction is forbidden. "
+    )
+    return out
+
+
+@dataclass(slots=True)
+class SlaveState:
+    """What ``mqctl broker ha status`` shows of one connected slave."""
+
+    addr: str
+    acked_offset: int
+    transfer_offset: int
+    connected_ms: int
+    #: Seconds since the oldest byte the slave has not acked was sent to it (0 when it has everything).
+    lag_seconds: float
+
+
+class SlaveConnection:
+    """One connected slave: a reader of its offset reports and a writer of CommitLog frames."""
+
+    def __init__(self, master: HAMaster, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.master = master
+        self.reader = reader
+        self.writer = writer
+        peer = writer.get_extra_info("peername")
+        self.addr = f"{peer[0]}:{peer[1]}" if peer else "?"
+        self.acked = -1  # no report yet
+        self.transfer_offset = -1
+        self.connected_ms = int(time.time() * 1000)
+        self.wake = asyncio.Event()
+        self._started = asyncio.Event()
+        self._sent: collections.deque[tuple[int, float]] = collections.deque()  # (frame end, sent at)
+
+    async def run(self) -> None:
+        tasks = [
+            asyncio.create_task(self._read_loop(), name=f"ha-read-{self.addr}"),
+            asyncio.create_task(self._write_loop(), name=f"ha-write-{self.addr}"),
+        ]
+        try:
+            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+            for t in done:
+                if not t.cancelled() and t.exception() is not None:
+                    log.warning("HA connection %s closed: %s", self.addr, t.exception())
+        finally:
+            for t in tasks:
+                t.cancel()
+            for t in tasks:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+            self.writer.close()
+            with contextlib.suppress(Exception):
+                await self.writer.wait_closed()
+
+    async def _read_loop(self) -> None:
+        buf = bytearray()
+        housekeeping = self.master.config.ha_housekeeping_interval / 1000
+        while True:
+            try:
+                data = await asyncio.wait_for(self.reader.read(_READ_CHUNK), housekeeping)
+            except TimeoutError:
+                log.warning("HA slave %s sent nothing for %.0f s: closing", self.addr, housekeeping)
+                return
+            if not data:
+                log.info("HA slave %s disconnected", self.addr)
+                return
+            buf += data
+            offset, used = latest_report(buf)
+            del buf[:used]
+            if offset is None:
+                continue
+            end = self.master.store.max_phy_offset
+            if offset > end:
+                log.warning(
+                    "HA slave %s reports offset %d beyond the master's end %d: closing",
+                    self.addr,
+                    offset,
+                    end,
+                )
+                return
+            if self.acked < 0:
+                self.transfer_offset = transfer_start(offset, end, self.master.store.commit_log.file_size)
+                log.info(
+                    "HA slave %s requests offset %d, transfer starts at %d",
+                    self.addr,
+                    offset,
+                    self.transfer_offset,
+                )
+                self._started.set()
+            self.acked = offset
+            sent = self._sent
+            while sent and sent[0][0] <= offset:
+                sent.popleft()
+            self.master.on_ack(offset)
+
+    @property
+    def lag_seconds(self) -> float:
+        return _now() - self._sent[0][1] if self._sent else 0.0
+
+    async def _write_loop(self) -> None:
+        await self._started.wait()
+        cfg = self.master.config
+        store = self.master.store
+        cl = store.commit_log
+        heartbeat = cfg.ha_send_heartbeat_interval / 1000
+        last_write = _now()
+        while True:
+            self.wake.clear()
+            offset = self.transfer_offset
+            n = frame_extent(offset, cl.max_offset, cl.file_size, cfg.ha_transfer_batch_size)
+            if n > 0:
+                mf = cl.files.find_file(offset)
+                if mf is None:
+                    raise HAProtocolError(f"offset {offset} is not in the master's CommitLog")
+                pos = offset - mf.file_from_offset
+                data = bytes(mf.view[pos : pos + n])  # a copy: the file may be cleaned up meanwhile
+                self.writer.write(encode_frame_header(offset, n))
+                self.writer.write(data)
+                self.transfer_offset = offset + n
+                self._sent.append((offset + n, _now()))
+                await self.writer.drain()
+                last_write = _now()
+                continue
+            if _now() - last_write >= heartbeat:
+                self.writer.write(encode_frame_header(offset, 0))
+                await self.writer.drain()
+                last_write = _now()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wake.wait(), min(IDLE_POLL, heartbeat))
+
+
+class HAMaster:
+    """The master side: the HA listener, its slave connections and the SYNC_MASTER waiters."""
+
+    def __init__(self, config: StoreConfig, store: DefaultMessageStore, host: str, port: int) -> None:
+        self.config = config
+        self.store = store
+        self.host = host
+        self.port = port
+        self.connections: set[SlaveConnection] = set()
+        self.push2slave_max_offset = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[object]] = set()
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+        #: SYNC_MASTER figures for /metrics: outcomes of waits and the seconds waited in all.
+        self.sync_outcomes: dict[str, int] = {s.value: 0 for s in _SYNC_OUTCOMES}
+        self.sync_wait_seconds = 0.0
+
+    @property
+    def sync(self) -> bool:
+        return self.config.broker_role == SYNC_MASTER
+
+    async def start(self) -> int:
+        """Listen; returns the bound port (the one to register when the configured one is 0)."""
+        self._server = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True)
+        self.port = self._server.sockets[0].getsockname()[1]
+        log.info("HA service listening on %s:%d", self.host, self.port)
+        return self.port
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        for task in list(self._tasks):
+            task.cancel()
+        for task in list(self._tasks):
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._server is not None:
+            await self._server.wait_closed()
+            self._server = None
+        for _end, _seq, fut in self._waiters:
+            if not fut.done():
+                fut.cancel()
+        self._waiters = []
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        conn = SlaveConnection(self, reader, writer)
+        log.info("HA slave connected from %s", conn.addr)
+        self.connections.add(conn)
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        try:
+            await conn.run()
+        finally:
+            self.connections.discard(conn)
+            self._tasks.discard(task)
+
+    def notify(self) -> None:
+        """New CommitLog data: wake every transfer loop (call on the loop)."""
+        for conn in self.connections:
+            conn.wake.set()
+
+    def on_ack(self, offset: int) -> None:
+        if offset > self.push2slave_max_offset:
+            self.push2slave_max_offset = offset
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= offset:
+            _end, _seq, fut = heapq.heappop(waiters)
+            if not fut.done():
+                fut.set_result(None)
+
+    def slave_ok(self, end: int) -> bool:
+        """4.9.8 ``isSlaveOK``: a slave is connected and lags behind ``end`` by less than the max."""
+        return (
+            bool(self.connections) and end - self.push2slave_max_offset < self.config.ha_slave_fallbehind_max
+        )
+
+    async def wait_replicated(self, end: int) -> PutMessageStatus:
+        """SYNC_MASTER: wait until a slave acked ``end`` (PUT_OK), else SLAVE_NOT_AVAILABLE at once or
+        FLUSH_SLAVE_TIMEOUT after ``slaveTimeout``."""
+        started = _now()
+        status = await self._wait_replicated(end)
+        self.sync_outcomes[status.value] += 1
+        self.sync_wait_seconds += _now() - started
+        return status
+
+    async def _wait_replicated(self, end: int) -> PutMessageStatus:
+        if not self.slave_ok(end):
+            return PutMessageStatus.SLAVE_NOT_AVAILABLE
+        if self.push2slave_max_offset >= end:
+            return PutMessageStatus.PUT_OK
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._waiters, (end, next(self._seq), fut))
+        self.notify()
+        try:
+            await asyncio.wait_for(fut, self.config.slave_timeout / 1000)
+        except TimeoutError:
+            return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
+        return PutMessageStatus.PUT_OK
+
+    def status(self) -> list[SlaveState]:
+        return [
+            SlaveState(c.addr, c.acked, c.transfer_offset, c.connected_ms, round(c.lag_seconds, 3))
+            for c in sorted(self.connections, key=lambda c: c.addr)
+        ]
+
+
+class HASlave:
+    """The slave side (4.9.8 ``HAClient``): connect, report, append frames, reconnect."""
+
+    def __init__(self, config: StoreConfig, store: DefaultMessageStore) -> None:
+        self.config = config
+        self.replica = ReplicaLog(store)
+        self.master_addr = config.ha_master_address
+        self.connected = False
+        self.last_read_ms = 0
+        self.reconnects = 0
+        self._tasks: list[asyncio.Task[None]] = []
+        self._wake = asyncio.Event()
+        self._appended = asyncio.Event()
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._run(), name="ha-client"),
+            asyncio.create_task(self._dispatch_loop(), name="ha-dispatch"),
+        ]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks = []
+
+    async def _dispatch_loop(self) -> None:
+        """Build ConsumeQueues and index from what arrived, in a worker thread, apart from the acks."""
+        while True:
+            await self._appended.wait()
+            self._appended.clear()
+            try:
+                while await asyncio.to_thread(self.replica.dispatch):
+                    pass
+            except (OSError, ValueError):
+                log.exception("slave dispatch failed")
+
+    def set_master(self, addr: str | None) -> None:
+        """The master's HA address as the NameServer tells it (unless ``haMasterAddress`` is set)."""
+        if self.config.ha_master_address or not addr or addr == self.master_addr:
+            return
+        log.info("HA master address is now %s", addr)
+        self.master_addr = addr
+        self._wake.set()
+
+    async def _run(self) -> None:
+        while True:
+            addr = self.master_addr
+            if not addr:
+                self._wake.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), RECONNECT_DELAY)
+                continue
+            try:
+                host, port = split_addr(addr)
+                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 3.0)
+            except (OSError, ValueError, TimeoutError) as exc:
+                log.warning("HA connect to master %s failed: %s", addr, exc)
+                await asyncio.sleep(RECONNECT_DELAY)
+                continue
+            log.info("HA connected to master %s, reporting offset %d", addr, self.replica.max_offset)
+            self.connected = True
+            try:
+                await self._session(reader, writer)
+            except (OSError, HAProtocolError) as exc:
+                log.warning("HA connection to master %s lost: %s", addr, exc)
+            finally:
+                self.connected = False
+                self.reconnects += 1
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
+            await asyncio.sleep(RECONNECT_DELAY)
+
+    async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        cfg = self.config
+        heartbeat = cfg.ha_send_heartbeat_interval / 1000
+        housekeeping = cfg.ha_housekeeping_interval / 1000
+        max_frame = max(cfg.ha_transfer_batch_size, cfg.mapped_file_size_commit_log)
+        reported = self.replica.max_offset
+        writer.write(encode_report(reported))  # at once: 4.9.8 waits a heartbeat, a master does not mind
+        await writer.drain()
+        last_report = last_read = _now()
+        buf = bytearray()
+        while True:
+            timeout = max(0.01, min(last_report + heartbeat, last_read + housekeeping) - _now())
+            try:
+                data = await asyncio.wait_for(reader.read(_READ_CHUNK), timeout)
+            except TimeoutError:
+                data = None
+            if data == b"":
+                raise HAProtocolError("master closed the connection")
+            now = _now()
+            if data:
+                last_read = now
+                self.last_read_ms = int(time.time() * 1000)
+                buf += data
+                frames, used = decode_frames(buf, max_frame)
+                for offset, body in frames:
+                    if not slave_accepts(self.replica.max_offset, offset):
+                        raise HAProtocolError(
+                            f"frame at {offset} but the slave ends at {self.replica.max_offset}"
+                        )
+                    if body and not self.replica.append(offset, body):
+                        raise HAProtocolError(f"frame at {offset} does not continue the slave's CommitLog")
+                if frames:
+                    self._appended.set()
+                buf = buf[used:]  # a copy (the frames are views of buf); a torn frame stays for now
+            elif now - last_read >= housekeeping:
+                raise HAProtocolError(f"nothing from the master for {housekeeping:.0f} s")
+            current = self.replica.max_offset
+            if current != reported or now - last_report >= heartbeat:
+                writer.write(encode_report(current))
+                await writer.drain()
+                reported, last_report = current, now
+
+
+#: The keys :func:`ha_runtime_info` may add to 4.9.8's GET_BROKER_RUNTIME_INFO table.
+HA_RUNTIME_KEYS = frozenset(
+    {
+        "brokerRole",
+        "haSlaveCount",
+        "haPush2SlaveMaxOffset",
+        "haSlaves",
+        "haMasterAddress",
+        "haMasterConnected",
+        "haMasterLastReadTimestamp",
+    }
+)
+
+
+def ha_runtime_info(role: str, master: HAMaster | None, slave: HASlave | None) -> dict[str, str]:
+    """mqctl's additions to GET_BROKER_RUNTIME_INFO: the role and the replication state.
+
+    A master lists its slaves as ``addr/ackedOffset/lagSeconds`` joined by ``;``; a slave shows its master's HA
+    address and whether it is connected. Offsets are CommitLog offsets; lag is the reader's sum.
+    """
+    info = {"brokerRole": role}
+    if master is not None:
+        slaves = master.status()
+        info["haSlaveCount"] = str(len(slaves))
+        info["haPush2SlaveMaxOffset"] = str(master.push2slave_max_offset)
+        info["haSlaves"] = ";".join(f"{s.addr}/{s.acked_offset}/{s.lag_seconds}" for s in slaves)
+    if slave is not None:
+        info["haMasterAddress"] = slave.master_addr
+        info["haMasterConnected"] = "true" if slave.connected else "false"
+        info["haMasterLastReadTimestamp"] = str(slave.last_read_ms)
+    return info
+
+
+# ---------------------------------------------------------------------- slave metadata (SlaveSynchronize)
+
+#: How often a slave pulls topics, groups and offsets from its master (4.9.8: every 10 s).
+METADATA_SYNC_INTERVAL = 10.0
+
+
+async def sync_metadata(client: RemotingClient, master_addr: str, configs: ConfigFiles) -> list[str]:
+    """4.9.8 ``SlaveSynchronize.syncAll``: topic configs (21), consumer offsets (43), delay offsets (45)
+    and subscription groups (201) from the master, each persisted when it changed. Returns what changed.
+
+    Topic and group tables are replaced when the master's ``dataVersion`` differs; consumer offsets are
+    merged per ``topic@group`` (Java's ``putAll``), so a slave keeps offsets only it has seen.
+    """
+    changed: list[str] = []
+    steps: list[tuple[int, JsonConfigFile]] = [
+        (RequestCode.GET_ALL_TOPIC_CONFIG, configs.topics),
+        (RequestCode.GET_ALL_CONSUMER_OFFSET, configs.consumer_offsets),
+        (RequestCode.GET_ALL_DELAY_OFFSET, configs.delay_offsets),
+        (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, configs.subscription_groups),
+    ]
+    for code, manager in steps:
+        try:
+            response = await client.invoke(master_addr, RemotingCommand.request(code), 3.0)
+        except RemotingError as exc:
+            log.warning("slave metadata sync (%d) from %s failed: %s", code, master_addr, exc)
+            continue
+        if response.code != ResponseCode.SUCCESS or not response.body:
+            log.warning(
+                "slave metadata sync (%d) from %s: %s %s", code, master_addr, response.code, response.remark
+            )
+            continue
+        try:
+            data = loads_fastjson(response.body.decode("utf-8"))
+            if not _apply(manager, data):
+                continue
+        except (ValueError, TypeError, AttributeError) as exc:
+            log.warning("slave metadata sync (%d) from %s: bad body: %s", code, master_addr, exc)
+            continue
+        await asyncio.to_thread(manager.persist)
+        changed.append(type(manager).__name__)
+    return changed
+
+
+def _apply(manager: JsonConfigFile, data: dict[str, object]) -> bool:
+    """Take the master's table into ``manager``; whether anything changed."""
+    if isinstance(manager, ConsumerOffsetManager):
+        incoming = ConsumerOffsetManager(None)
+        incoming.decode(data)
+        with manager.lock:
+            before = {k: dict(v) for k, v in manager.table.items()}
+            manager.table.update(incoming.table)
+            return manager.table != before
+    if isinstance(manager, DelayOffsetManager):
+        incoming_delay = DelayOffsetManager(None)
+        incoming_delay.decode(data)
+        with manager.lock:
+            if incoming_delay.table == manager.table:
+                return False
+            manager.table = incoming_delay.table
+            return True
+    with manager.lock:
+        before_encoded = manager.encode()
+        manager.decode(data)
+        return manager.encode() != before_encoded

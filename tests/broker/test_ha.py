@@ -1,0 +1,602 @@
+"""Master/slave replication with real daemons on 127.0.0.1 (spec §11): byte-identical CommitLogs, pulls
+served by the slave, SYNC_MASTER acknowledgements, torn frames, a slave restarted empty, refusals."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import urllib.request
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.broker.broker import Broker
+from daemon.broker.ha import SLAVE_ADMIN_REMARK
+from daemon.namesrv.controller import NamesrvController
+from daemon.remoting.bodies import ClusterInfo
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from store.config import SLAVE, SYNC_MASTER
+from store.engine import DefaultMessageStore
+from store.ha import encode_frame, encode_report
+from store.record import decode_records
+from tests.broker.conftest import BrokerClient, start_broker
+from tests.broker.test_broker_cli import free_port
+from tests.conftest import ROOT
+from tests.namesrv.conftest import namesrv_config
+
+FILE = 256 * 1024
+SMALL = {"mapped_file_size_commit_log": FILE, "ha_listen_port": 0, "ha_send_heartbeat_interval": 500}
+
+
+async def wait_until(predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 30.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        got = predicate()
+        if not isinstance(got, bool):
+            got = await got
+        if got:
+            return
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+@dataclass
+class Group:
+    namesrv: NamesrvController
+    master: Broker
+    slave: Broker
+    client: RemotingClient
+
+    @property
+    def ns_addr(self) -> str:
+        return f"127.0.0.1:{self.namesrv.port}"
+
+    def on(self, broker: Broker) -> BrokerClient:
+        return BrokerClient(broker.addr, self.client)
+
+
+async def start_slave(root: Path, ns_addr: str, **overrides: Any) -> Broker:
+    values = {**SMALL, "broker_id": 1, "broker_role": SLAVE, "namesrv_addr": ns_addr, **overrides}
+    return await start_broker(root, **values)
+
+
+@pytest.fixture
+async def group(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Group]:
+    role = getattr(request, "param", "ASYNC_MASTER")
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    ns = f"127.0.0.1:{namesrv.port}"
+    master = await start_broker(tmp_path / "master", namesrv_addr=ns, broker_role=role, **SMALL)
+    slave = await start_slave(tmp_path / "slave", ns)
+    g = Group(namesrv, master, slave, RemotingClient())
+    try:
+        yield g
+    finally:
+        await g.client.close()
+        await g.slave.stop()
+        await g.master.stop()
+        await namesrv.stop()
+
+
+def scrape(port: int | None) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
+def commitlog_files(broker: Broker) -> dict[str, bytes]:
+    store = broker.store
+    assert isinstance(store, DefaultMessageStore)
+    store.commit_log.flush()
+    d = Path(store.config.commit_log_dir)
+    return {name: (d / name).read_bytes() for name in sorted(os.listdir(d))}
+
+
+def caught_up(g: Group) -> bool:
+    """The slave has the master's bytes and has dispatched them all."""
+    end = g.master.store.max_phy_offset
+    slave = g.slave.store
+    assert isinstance(slave, DefaultMessageStore)
+    return slave.max_phy_offset == end and slave.reput_from_offset >= end
+
+
+async def pull_all(client: BrokerClient, topic: str, queue_id: int) -> list[bytes]:
+    out: list[bytes] = []
+    offset = 0
+    while True:
+        r = await client.pull("G", topic, queue_id, offset, max_nums=32)
+        if r.code != ResponseCode.SUCCESS:
+            return out
+        out += [m.body for m in decode_records(r.body)]
+        offset = int(r.ext_fields["nextBeginOffset"])
+
+
+async def test_slave_replicates_byte_identical_and_serves_pulls(group: Group) -> None:
+    g = group
+    assert g.slave.ha_slave is not None and g.master.ha_master is not None
+    assert (
+        g.slave.ha_slave.master_addr == f"127.0.0.1:{g.master.config.ha_listen_port}"
+    )  # from the NameServer
+    assert g.master.config.ha_listen_port != 0
+    master = g.on(g.master)
+    sent: dict[int, list[bytes]] = {q: [] for q in range(4)}
+    for i in range(600):
+        body = os.urandom(200 + i % 1000)
+        r = await master.send("Rep", body, queue_id=i % 4, keys=f"k{i}")
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        sent[i % 4].append(body)
+    await wait_until(lambda: caught_up(g))
+    files = commitlog_files(g.master)
+    assert len(files) >= 2  # rolled: the filler travelled too
+    assert commitlog_files(g.slave) == files
+    await g.slave.sync_from_master()
+    assert g.slave.topics.get("Rep") is not None
+    slave = g.on(g.slave)
+    for q in range(4):
+        assert await pull_all(slave, "Rep", q) == sent[q]
+    ha = g.master.ha_master.status()
+    assert len(ha) == 1 and ha[0].acked_offset == g.master.store.max_phy_offset and ha[0].lag_seconds == 0
+
+
+async def test_slave_refuses_writes(group: Group) -> None:
+    slave = group.on(group.slave)
+    r = await slave.send("Rep", b"x")
+    assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE
+    create = {
+        "topic": "NewT",
+        "defaultTopic": "TBW102",
+        "readQueueNums": "4",
+        "writeQueueNums": "4",
+        "perm": "6",
+        "topicFilterType": "SINGLE_TAG",
+        "order": "false",
+    }
+    r = await slave.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create)
+    assert (r.code, r.remark) == (ResponseCode.SYSTEM_ERROR, SLAVE_ADMIN_REMARK)
+    assert group.slave.topics.get("NewT") is None
+    assert group.slave.store.max_phy_offset == 0
+
+
+async def test_slave_registers_as_slave(group: Group) -> None:
+    request = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+    r = await group.client.invoke(group.ns_addr, request, 5.0)
+    assert r.code == ResponseCode.SUCCESS
+    data = ClusterInfo.loads(r.body).broker_addr_table["broker-a"]
+    assert data.broker_addrs == {0: group.master.addr, 1: group.slave.addr}
+
+
+async def test_metadata_sync_brings_topics_groups_and_offsets(group: Group) -> None:
+    master = group.on(group.master)
+    assert (await master.send("Meta", b"m", queue_id=0)).code == ResponseCode.SUCCESS
+    commit = {"consumerGroup": "MG", "topic": "Meta", "queueId": "0", "commitOffset": "1"}
+    assert (await master.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == ResponseCode.SUCCESS
+    await group.slave.sync_from_master()
+    assert group.slave.topics.get("Meta") is not None
+    assert group.slave.offsets.query_offset("MG", "Meta", 0) == 1
+    assert group.slave.groups.table.keys() >= group.master.groups.table.keys()
+    assert await group.slave.sync_from_master() == []  # nothing new: nothing rewritten
+
+
+async def test_slave_restarted_empty_re_replicates_from_the_last_file(group: Group, tmp_path: Path) -> None:
+    g = group
+    master = g.on(g.master)
+    for i in range(400):
+        assert (await master.send("Again", os.urandom(1500), queue_id=i % 2)).code == ResponseCode.SUCCESS
+    await wait_until(lambda: caught_up(g))
+    await g.slave.stop()
+    shutil.rmtree(tmp_path / "slave")
+    g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+    await wait_until(lambda: caught_up(g))
+    master_files = commitlog_files(g.master)
+    slave_files = commitlog_files(g.slave)
+    assert len(master_files) >= 3
+    last = list(master_files)[-1]
+    assert list(slave_files) == [last]  # 4.9.8: an empty slave starts at the master's last file
+    assert slave_files[last] == master_files[last]
+    for _ in range(20):  # and follows new data from there
+        assert (await master.send("Again", os.urandom(900), queue_id=0)).code == ResponseCode.SUCCESS
+    await wait_until(lambda: caught_up(g))
+    assert commitlog_files(g.slave)[last] == commitlog_files(g.master)[last]
+
+
+@pytest.mark.parametrize("group", [SYNC_MASTER], indirect=True)
+async def test_sync_master_answers_after_the_slave_acked(group: Group) -> None:
+    g = group
+    master = g.on(g.master)
+    for i in range(50):
+        r = await master.send("Sync", f"m{i}".encode(), queue_id=0)
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        end = g.master.store.max_phy_offset
+        assert g.slave.store.max_phy_offset >= end  # the slave had it before the answer
+    assert g.master.ha_master is not None and g.master.ha_master.push2slave_max_offset >= end
+    text = await asyncio.to_thread(scrape, g.master.metrics_port)
+    assert 'rocketmq_ha_connected_slaves{broker="broker-a",cluster="DefaultCluster"} 1.0' in text
+    assert (
+        'rocketmq_ha_sync_waits_total{broker="broker-a",cluster="DefaultCluster",status="PUT_OK"} 50.0'
+        in text
+    )
+    assert "rocketmq_ha_slave_lag_bytes{" in text
+    slave_text = await asyncio.to_thread(scrape, g.slave.metrics_port)
+    assert 'rocketmq_ha_master_connected{broker="broker-a",cluster="DefaultCluster"} 1.0' in slave_text
+    r = await master.send("Sync", b"nowait", queue_id=0, props={"WAIT": "false"})
+    assert r.code == ResponseCode.SUCCESS
+    await g.slave.stop()
+    await wait_until(lambda: not g.master.ha_master.connections)  # type: ignore[union-attr]
+    r = await master.send("Sync", b"alone", queue_id=0)
+    assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE  # stored, but no slave has it
+    assert r.ext_fields["queueOffset"] == "51"
+
+
+async def test_sync_master_without_slave_and_with_a_silent_slave(tmp_path: Path) -> None:
+    broker = await start_broker(tmp_path / "m", broker_role=SYNC_MASTER, slave_timeout=300, **SMALL)
+    client = RemotingClient()
+    try:
+        assert broker.ha_master is not None
+        master = BrokerClient(broker.addr, client)
+        r = await master.send("S", b"a")
+        assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE and "msgId" in r.ext_fields
+        # a slave that asks for offset 0 and never acks: the send times out waiting for it
+        reader, writer = await asyncio.open_connection("127.0.0.1", broker.config.ha_listen_port)
+        writer.write(encode_report(broker.store.max_phy_offset))
+        await writer.drain()
+        await wait_until(lambda: bool(broker.ha_master and broker.ha_master.status()[0].acked_offset >= 0))
+        r = await master.send("S", b"b")
+        assert r.code == ResponseCode.FLUSH_SLAVE_TIMEOUT
+        writer.close()
+        # a slave reporting beyond the master's end is disconnected
+        reader, writer = await asyncio.open_connection("127.0.0.1", broker.config.ha_listen_port)
+        writer.write(encode_report(broker.store.max_phy_offset + 1_000_000))
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+    finally:
+        await client.close()
+        await broker.stop()
+
+
+async def test_torn_frame_never_writes_a_partial_record(tmp_path: Path) -> None:
+    """A fake master sends one whole frame ending inside a record, then half a frame, then resets."""
+    source = await start_broker(tmp_path / "src", **SMALL)
+    client = RemotingClient()
+    try:
+        src = BrokerClient(source.addr, client)
+        for i in range(3):
+            assert (await src.send("Torn", f"record-{i}".encode() * 30, queue_id=0)).code == 0
+        store = source.store
+        assert isinstance(store, DefaultMessageStore)
+        raw = bytes(store.commit_log.files.files[0].view[: store.max_phy_offset])
+    finally:
+        await client.close()
+        await source.stop()
+    record = len(raw) // 3
+    cut = record + record // 2  # inside the second record
+    reports: list[bytes] = []
+    sessions = 0
+
+    async def fake_master(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal sessions
+        sessions += 1
+        reports.append(await reader.readexactly(8))
+        if sessions == 1:
+            writer.write(encode_frame(0, raw[:cut]))
+            writer.write(encode_frame(cut, raw[cut:])[: 12 + 10])  # torn: header and 10 of its bytes
+            await writer.drain()
+            await asyncio.sleep(0.3)
+            writer.transport.abort()
+            return
+        await asyncio.sleep(5)
+        writer.close()
+
+    server = await asyncio.start_server(fake_master, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    slave = await start_broker(
+        tmp_path / "slave", broker_role=SLAVE, broker_id=1, ha_master_address=f"127.0.0.1:{port}", **SMALL
+    )
+    try:
+        await wait_until(lambda: sessions >= 2 and len(reports) >= 2)
+        assert reports[0] == encode_report(0)
+        assert reports[1] == encode_report(cut)  # reconnected and reports the whole frame only
+        assert slave.store.max_phy_offset == cut
+        await wait_until(lambda: slave.store.get_max_offset("Torn", 0) == 1)
+        await asyncio.sleep(0.2)
+        assert slave.store.get_max_offset("Torn", 0) == 1  # the split second record is not dispatched
+        slave_store = slave.store
+        assert isinstance(slave_store, DefaultMessageStore)
+        assert bytes(slave_store.commit_log.files.files[0].view[:cut]) == raw[:cut]
+    finally:
+        await slave.stop()
+        server.close()
+        await server.wait_closed()
+
+
+@pytest.mark.slow
+async def test_sigkill_sync_master_mid_send_loses_no_acknowledged_message(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    ns_addr = f"127.0.0.1:{namesrv.port}"
+    port, ha_port = free_port(), free_port()
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        f"brokerName=broker-a\nbrokerIP1=127.0.0.1\nlistenHost=127.0.0.1\nlistenPort={port}\n"
+        f"haListenPort={ha_port}\nnamesrvAddr={ns_addr}\nbrokerRole=SYNC_MASTER\n"
+        f"storePathRootDir={tmp_path / 'master'}\nmappedFileSizeCommitLog={FILE}\nmetricsEnable=false\n"
+    )
+    argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
+    client = RemotingClient()
+    addr = f"127.0.0.1:{port}"
+    master = BrokerClient(addr, client)
+    slave: Broker | None = None
+    acked: list[tuple[int, int, bytes]] = []
+
+    async def master_up() -> bool:
+        try:
+            r = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 1.0)
+        except Exception:
+            return False
+        return r.code == ResponseCode.SUCCESS
+
+    try:
+        await wait_until(master_up)
+        slave = await start_slave(tmp_path / "slave", ns_addr)
+        assert slave.ha_slave is not None
+        await wait_until(
+            lambda: slave is not None and slave.ha_slave is not None and slave.ha_slave.connected
+        )
+        assert (await master.send("Kill", b"first", queue_id=0)).code == ResponseCode.SUCCESS
+        await slave.sync_from_master()
+        assert slave.topics.get("Kill") is not None
+
+        async def sender(n: int) -> None:
+            i = 0
+            while True:
+                body = f"{n}-{i}-".encode() * 20
+                try:
+                    r = await master.send("Kill", body, queue_id=n % 4)
+                except Exception:
+                    return  # the master died under us
+                if r.code == ResponseCode.SUCCESS:
+                    acked.append((int(r.ext_fields["queueId"]), int(r.ext_fields["queueOffset"]), body))
+                i += 1
+
+        senders = [asyncio.create_task(sender(n)) for n in range(8)]
+        await wait_until(lambda: len(acked) >= 300)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        await asyncio.gather(*senders)
+        on_slave = BrokerClient(slave.addr, client)
+        last = {}
+        for queue_id, offset, _body in acked:
+            last[queue_id] = max(last.get(queue_id, 0), offset)
+        for queue_id, offset in last.items():  # dispatch runs apart from the acks: let it finish
+            await wait_until(lambda q=queue_id, o=offset: slave.store.get_max_offset("Kill", q) > o)
+        for queue_id, offset, body in acked:
+            pulled = await on_slave.pull("KG", "Kill", queue_id, offset, max_nums=1)
+            assert pulled.code == ResponseCode.SUCCESS, (queue_id, offset, pulled.remark)
+            assert decode_records(pulled.body)[0].body == body
+
+        # the master returns: the slave reconnects and catches up, no byte duplicated or skipped
+        proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
+        await wait_until(master_up)
+
+        async def replicated_send() -> bool:  # SLAVE_NOT_AVAILABLE (stored) until the slave is back
+            return (await master.send("Kill", b"back", queue_id=1)).code == ResponseCode.SUCCESS
+
+        await wait_until(replicated_send)
+        for i in range(50):
+            assert (await master.send("Kill", f"after-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+        d = tmp_path / "master" / "commitlog"
+
+        def same_files() -> bool:
+            assert slave is not None
+            store = slave.store
+            assert isinstance(store, DefaultMessageStore)
+            store.commit_log.flush()
+            theirs = {n: (d / n).read_bytes() for n in sorted(os.listdir(d))}
+            own = Path(store.config.commit_log_dir)
+            return theirs == {n: (own / n).read_bytes() for n in sorted(os.listdir(own))}
+
+        await wait_until(same_files)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        await client.close()
+        if slave is not None:
+            await slave.stop()
+        await namesrv.stop()
+
+
+async def test_slave_pull_keeps_the_consumers_offset(group: Group) -> None:
+    g = group
+    master = g.on(g.master)
+    assert (await master.send("Lag", b"one", queue_id=0)).code == ResponseCode.SUCCESS
+    await wait_until(lambda: caught_up(g))
+    await g.slave.sync_from_master()
+    slave = g.on(g.slave)
+    r = await slave.pull("LG", "Lag", 0, 5, sys_flag=0x1 | 0x4, commit_offset=5)
+    # the master's answer would be OFFSET_OVERFLOW_BADLY (21, next 1); a lagging slave must not move it
+    assert r.code == ResponseCode.PULL_RETRY_IMMEDIATELY
+    assert r.ext_fields["nextBeginOffset"] == "5"
+    assert r.ext_fields["suggestWhichBrokerId"] == "0"
+    assert g.slave.offsets.query_offset("LG", "Lag", 0) == -1  # a slave does not take pull commits
+    r = await slave.pull("LG", "Lag", 0, 0)
+    assert r.code == ResponseCode.SUCCESS and [m.body for m in decode_records(r.body)] == [b"one"]
+
+
+def free_block(n: int) -> int:
+    """A port whose next ``n - 1`` ports are free too (``mqctl up`` takes ports in sequence)."""
+    while True:
+        base = free_port()
+        socks = []
+        try:
+            for port in range(base, base + n):
+                s = socket.socket()
+                socks.append(s)
+                s.bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in socks:
+                s.close()
+
+
+@pytest.mark.slow
+async def test_up_with_a_slave_and_ha_status(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    ns_port, broker_port = free_port(), free_block(4)  # master, its HA port, the slave, its HA port
+    argv = [sys.executable, "-m", "mqctl", "up", "--data", str(tmp_path / "data"), "--slaves", "1"]
+    argv += ["--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--metrics-port", "0"]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.PIPE, text=True)
+    env = {**cli_env, "NAMESRV_ADDR": f"127.0.0.1:{ns_port}"}
+
+    def mq(*args: str) -> Any:
+        done = subprocess.run(
+            [sys.executable, "-m", "mqctl", *args, "-o", "json"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+    try:
+        assert proc.stderr is not None
+        line = ""
+        while "ready:" not in line:
+            line = await asyncio.to_thread(proc.stderr.readline)
+            assert line, "mqctl up exited before it was ready"
+        slave_addr = f"127.0.0.1:{broker_port + 2}"
+        assert f"slave {slave_addr}" in line
+        listed = await asyncio.to_thread(mq, "cluster", "list")
+        assert [(r["broker_id"], r["addr"], r["role"]) for r in listed] == [
+            (0, f"127.0.0.1:{broker_port}", "MASTER"),
+            (1, slave_addr, "SLAVE"),
+        ]
+
+        async def connected() -> bool:
+            rows = await asyncio.to_thread(mq, "broker", "ha", "status")
+            return all(r["connected"] for r in rows) and all(r["lag_bytes"] == 0 for r in rows)
+
+        await wait_until(connected)
+        rows = await asyncio.to_thread(mq, "broker", "ha", "status")
+        assert [r["role"] for r in rows] == ["ASYNC_MASTER", "SLAVE"]
+        assert rows[1]["peers"] == f"127.0.0.1:{broker_port + 1}"  # the master's HA port
+        assert rows[0]["lag_seconds"] == 0.0 and rows[1]["lag_bytes"] == 0
+        status = await asyncio.to_thread(mq, "cluster", "status")
+        assert [s["ha_lag_bytes"] for s in status] == [None, 0]
+    finally:
+        os.kill(proc.pid, signal.SIGINT)
+        code = await asyncio.to_thread(proc.wait, 30)
+    assert code == 0
+
+
+async def test_taken_listen_port_plus_one_falls_back_to_a_free_ha_port(tmp_path: Path) -> None:
+    base = free_block(2)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", base + 1))
+        taken.listen()
+        broker = await start_broker(tmp_path / "m", listen_port=base)
+        try:
+            assert broker.config.ha_listen_port not in (0, base + 1)
+            assert broker.config.ha_server_addr == f"127.0.0.1:{broker.config.ha_listen_port}"
+        finally:
+            await broker.stop()
+        with pytest.raises(OSError):  # a configured haListenPort that is taken stops the start
+            await start_broker(tmp_path / "m2", listen_port=0, ha_listen_port=base + 1)
+
+
+async def test_queries_fall_back_to_the_slave_when_the_master_is_down(
+    group: Group, cli_env: dict[str, str]
+) -> None:
+    g = group
+    master = g.on(g.master)
+    r = await master.send("Ask", b"answer", queue_id=0, keys="the-key")
+    assert r.code == ResponseCode.SUCCESS
+    msg_id = r.ext_fields["msgId"]
+    commit = {"consumerGroup": "AskG", "topic": "Ask", "queueId": "0", "commitOffset": "1"}
+    assert (await master.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == ResponseCode.SUCCESS
+    await wait_until(lambda: caught_up(g))
+    await g.slave.sync_from_master()
+    await g.master.stop()
+    env = {**cli_env, "NAMESRV_ADDR": g.ns_addr}
+
+    def mq(*args: str, command: tuple[str, ...] = ("msg", "query")) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "mqctl", *command, *args, "-o", "json"]
+        return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    by_key = await asyncio.to_thread(mq, "-t", "Ask", "--key", "the-key")
+    assert by_key.returncode == 0, by_key.stderr
+    assert [m["msg_id"] for m in json.loads(by_key.stdout)] == [msg_id]
+    assert f"master is down; reading from slave 1 at {g.slave.addr}" in by_key.stderr
+    by_id = await asyncio.to_thread(mq, "--id", msg_id)
+    assert by_id.returncode == 0, by_id.stderr
+    assert json.loads(by_id.stdout)["msg_id"] == msg_id
+    assert f"read from slave 1 at {g.slave.addr}" in by_id.stderr
+    offsets = await asyncio.to_thread(mq, "-g", "AskG", "-t", "Ask", command=("offset", "show"))
+    assert offsets.returncode == 0, offsets.stderr
+    first = json.loads(offsets.stdout)[0]
+    assert (first["queue_id"], first["committed"], first["max_offset"]) == (0, 1, 1)
+    assert "reading from slave 1" in offsets.stderr
+    progress = await asyncio.to_thread(mq, "-g", "AskG", command=("group", "progress"))
+    assert progress.returncode == 0, progress.stderr
+    assert any(p["queue_id"] == 0 and p["consumer_offset"] == 1 for p in json.loads(progress.stdout))
+    assert "reading from slave 1" in progress.stderr
+
+
+async def test_slave_read_suggests_the_groups_broker_or_the_slow_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import daemon.broker.processors.pull as pull_module
+
+    for memory, expected in ((1 << 40, "0"), (0, "1")):  # cold data: whichBrokerWhenConsumeSlowly (1)
+        monkeypatch.setattr(pull_module, "_memory_bytes", lambda m=memory: m)
+        broker = await start_broker(tmp_path / f"m{memory}", slave_read_enable=True)
+        client = RemotingClient()
+        try:
+            b = BrokerClient(broker.addr, client)
+            for i in range(3):
+                assert (await b.send("Read", f"m{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+            r = await b.pull("RG", "Read", 0, 0, max_nums=1)
+            assert r.code == ResponseCode.SUCCESS
+            assert r.ext_fields["suggestWhichBrokerId"] == expected
+        finally:
+            await client.close()
+            await broker.stop()
+
+
+def test_top_shows_replication_in_the_role_cell() -> None:
+    from mqctl.top import format as fmt
+    from mqctl.top.model import BrokerView
+
+    def role(**ha: Any) -> str:
+        return fmt.broker_cells(BrokerView("C", "broker-a", ha.pop("broker_id", 0), "h:1", "V4_9_8", **ha))[1]
+
+    assert role() == "master"
+    assert role(ha_slaves=2) == "master (2 slaves)"
+    assert role(broker_id=1, ha_connected=True, ha_lag_bytes=1536) == "slave1 lag 1.5 KiB"
+    assert role(broker_id=1, ha_connected=False, ha_lag_bytes=0) == "slave1 NOT REPLICATING"
+
+
+async def test_role_and_ha_port_cannot_change_at_run_time(group: Group) -> None:
+    for key, value in (("brokerRole", "ASYNC_MASTER"), ("brokerId", "0"), ("haListenPort", "1")):
+        r = await group.on(group.slave).call(
+            RequestCode.UPDATE_BROKER_CONFIG, body=f"{key}={value}\n".encode()
+        )
+        assert r.code == ResponseCode.NO_PERMISSION, key
+    assert group.slave.config.broker_role == SLAVE and group.slave.store.config.broker_role == SLAVE
+    assert (await group.on(group.slave).send("Rep", b"x")).code == ResponseCode.SERVICE_NOT_AVAILABLE

@@ -1,0 +1,253 @@
+"""HA codec (spec §11.2) and the slave's replica append: byte-identical files, whole-record dispatch."""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from store.commitlog import PutMessageStatus
+from store.config import SLAVE
+from store.engine import DefaultMessageStore, GetMessageStatus
+from store.ha import (
+    HEADER_SIZE,
+    HAProtocolError,
+    ReplicaLog,
+    decode_frames,
+    encode_frame,
+    encode_frame_header,
+    encode_report,
+    frame_extent,
+    latest_report,
+    slave_accepts,
+    transfer_start,
+)
+from store.message import Message
+
+from .conftest import small_config
+
+FILE = 64 * 1024
+
+
+def test_spec_vectors() -> None:
+    assert encode_report(0) == b"\x00" * 8
+    assert encode_report(0x0102030405060708) == bytes(range(1, 9))
+    assert encode_frame_header(1024, 0) == b"\x00\x00\x00\x00\x00\x00\x04\x00" + b"\x00\x00\x00\x00"
+    assert encode_frame(7, b"ab") == b"\x00" * 7 + b"\x07" + b"\x00\x00\x00\x02ab"
+    assert HEADER_SIZE == 12
+
+
+@given(st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=5), st.binary(max_size=7))
+def test_report_round_trip_keeps_the_newest(offsets: list[int], tail: bytes) -> None:
+    buf = b"".join(encode_report(o) for o in offsets) + tail
+    value, used = latest_report(buf)
+    assert value == offsets[-1]
+    assert used == 8 * len(offsets)
+
+
+def test_partial_report_waits() -> None:
+    assert latest_report(b"\x00" * 7) == (None, 0)
+    with pytest.raises(HAProtocolError):
+        latest_report(b"\xff" * 8)
+
+
+frames_st = st.lists(st.tuples(st.integers(0, 2**62), st.binary(max_size=300)), max_size=6)
+
+
+@given(frames_st, st.integers(0, 400))
+def test_frames_round_trip_and_torn_tail(frames: list[tuple[int, bytes]], cut: int) -> None:
+    stream = b"".join(encode_frame(o, d) for o, d in frames)
+    got, used = decode_frames(stream, 1 << 20)
+    assert [(o, bytes(d)) for o, d in got] == frames
+    assert used == len(stream)
+    torn = stream[: max(0, len(stream) - cut)]
+    got, used = decode_frames(torn, 1 << 20)
+    assert used <= len(torn)
+    assert [(o, bytes(d)) for o, d in got] == frames[: len(got)]  # only whole frames come out
+    assert b"".join(encode_frame(o, d) for o, d in got) == torn[:used]
+
+
+def test_bad_frame_header_is_a_protocol_error() -> None:
+    with pytest.raises(HAProtocolError):
+        decode_frames(encode_frame_header(0, -1), 1 << 20)
+    with pytest.raises(HAProtocolError):
+        decode_frames(encode_frame_header(0, 100_000), 32 * 1024)
+
+
+def test_transfer_positions() -> None:
+    assert transfer_start(0, 3 * FILE + 17, FILE) == 3 * FILE  # empty slave: the master's last file
+    assert transfer_start(FILE + 5, 3 * FILE, FILE) == FILE + 5
+    assert frame_extent(FILE - 10, 5 * FILE, FILE, 32768) == 10  # never across a file boundary
+    assert frame_extent(0, 100, FILE, 32768) == 100
+    assert frame_extent(0, 5 * FILE, FILE, 32768) == 32768
+    assert frame_extent(100, 100, FILE, 32768) == 0
+    assert slave_accepts(0, 5 * FILE) and slave_accepts(10, 10) and not slave_accepts(10, 11)
+
+
+# ---------------------------------------------------------------------- replica append
+
+
+def _msg(i: int) -> Message:
+    return Message(
+        topic=f"T{i % 2}",
+        body=os.urandom(50 + i % 700),
+        queue_id=i % 3,
+        properties={"TAGS": f"t{i % 4}", "KEYS": f"key-{i}"},
+    )
+
+
+def _master(root: Path, n: int) -> DefaultMessageStore:
+    store = DefaultMessageStore(small_config(root))
+    store.open()
+    store.start()
+    for i in range(n):
+        assert store.put_message(_msg(i)).ok
+    return store
+
+
+def _slave(root: Path) -> DefaultMessageStore:
+    store = DefaultMessageStore(small_config(root, broker_role=SLAVE))
+    store.open()
+    store.start()
+    return store
+
+
+def _stream(master: DefaultMessageStore, start: int, batch: int) -> list[tuple[int, bytes]]:
+    """What the master's transfer loop sends from ``start``: frames within files, up to ``batch``."""
+    out = []
+    cl = master.commit_log
+    offset = start
+    while True:
+        n = frame_extent(offset, cl.max_offset, cl.file_size, batch)
+        if n == 0:
+            return out
+        mf = cl.files.find_file(offset)
+        assert mf is not None
+        pos = offset - mf.file_from_offset
+        out.append((offset, bytes(mf.view[pos : pos + n])))
+        offset += n
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    d = root / "commitlog"
+    return {name: (d / name).read_bytes() for name in sorted(os.listdir(d))}
+
+
+def _all_bodies(store: DefaultMessageStore, topic: str, queue_id: int) -> list[bytes]:
+    out, offset = [], 0
+    while True:
+        res = store.get_messages("g", topic, queue_id, offset, 32)
+        if res.status is not GetMessageStatus.FOUND:
+            return out
+        out += [m.message.body for m in res.messages]
+        offset = res.next_begin_offset
+
+
+@pytest.mark.parametrize("batch", [32 * 1024, 977])
+def test_replica_is_byte_identical_and_dispatched(tmp_path: Path, batch: int) -> None:
+    master = _master(tmp_path / "m", 400)
+    slave = _slave(tmp_path / "s")
+    try:
+        replica = ReplicaLog(slave)
+        for offset, data in _stream(master, 0, batch):
+            assert replica.append(offset, data)
+            if batch < 1000:
+                replica.dispatch()
+        while replica.dispatch(300):  # in slices smaller than a record: each still moves on
+            pass
+        master.commit_log.flush()
+        slave.commit_log.flush()
+        assert len(_files(tmp_path / "m")) > 2  # rolled with fillers
+        assert _files(tmp_path / "s") == _files(tmp_path / "m")
+        for topic in ("T0", "T1"):
+            for q in range(3):
+                assert _all_bodies(slave, topic, q) == _all_bodies(master, topic, q)
+        assert [m.message.body for m in slave.query_message("T1", "key-7", 4, 0, 2**62).messages] == [
+            m.message.body for m in master.query_message("T1", "key-7", 4, 0, 2**62).messages
+        ]
+        assert slave.put_message(_msg(0)).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_split_record_is_invisible_until_whole(tmp_path: Path) -> None:
+    master = _master(tmp_path / "m", 3)
+    slave = _slave(tmp_path / "s")
+    try:
+        replica = ReplicaLog(slave)
+        data = _stream(master, 0, 1 << 20)[0][1]
+        first = slave.get_consume_queue("T0", 0)
+        assert first is None
+        cut = 30  # inside the first record
+        assert replica.append(0, data[:cut])
+        assert not replica.dispatch()
+        assert slave.get_max_offset("T0", 0) == 0 and slave.reput_from_offset == 0
+        assert not replica.append(cut + 1, data[cut + 1 :])  # not at the slave's end: refused
+        assert replica.append(cut, data[cut:])
+        assert replica.dispatch()
+        assert not replica.dispatch()  # nothing left
+        assert _all_bodies(slave, "T0", 0) == _all_bodies(master, "T0", 0)
+        assert slave.reput_from_offset == master.commit_log.max_offset
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_empty_slave_starts_at_the_masters_last_file(tmp_path: Path) -> None:
+    master = _master(tmp_path / "m", 400)
+    slave = _slave(tmp_path / "s")
+    try:
+        cl = master.commit_log
+        start = transfer_start(0, cl.max_offset, cl.file_size)
+        assert start > 0
+        replica = ReplicaLog(slave)
+        assert not replica.append(start + 1, b"x")  # an empty slave only starts at a file boundary
+        for offset, data in _stream(master, start, 32 * 1024):
+            assert replica.append(offset, data)
+            replica.dispatch()
+        name = f"{start:020d}"
+        assert list(_files(tmp_path / "s")) == [name]
+        assert _files(tmp_path / "s")[name] == _files(tmp_path / "m")[name]
+        assert slave.commit_log.max_offset == cl.max_offset
+        for topic in ("T0", "T1"):
+            for q in range(3):  # queues start mid-way, at the first record of that file
+                low = slave.get_min_offset(topic, q)
+                assert 0 < low < slave.get_max_offset(topic, q) == master.get_max_offset(topic, q)
+                assert master.get_messages("g", topic, q, low, 32).messages[0].raw == (
+                    slave.get_messages("g", topic, q, low, 32).messages[0].raw
+                )
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_slave_restart_with_a_torn_tail_recovers_to_a_whole_record(tmp_path: Path) -> None:
+    master = _master(tmp_path / "m", 300)
+    slave = _slave(tmp_path / "s")
+    frames = _stream(master, 0, 1000)
+    rng = random.Random(5)
+    stop = rng.randrange(len(frames) // 2, len(frames))
+    for offset, data in frames[:stop]:
+        assert ReplicaLog(slave).append(offset, data)
+        ReplicaLog(slave).dispatch()
+    slave.shutdown()
+    slave = _slave(tmp_path / "s")
+    try:
+        resume = slave.commit_log.max_offset
+        assert resume <= frames[stop][0]
+        replica = ReplicaLog(slave)
+        for offset, data in _stream(master, resume, 32 * 1024):
+            assert replica.append(offset, data)
+            replica.dispatch()
+        master.commit_log.flush()
+        slave.commit_log.flush()
+        assert _files(tmp_path / "s") == _files(tmp_path / "m")
+        assert _all_bodies(slave, "T1", 2) == _all_bodies(master, "T1", 2)
+    finally:
+        master.shutdown()
+        slave.shutdown()
