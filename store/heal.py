@@ -26,7 +26,7 @@ from __future__ import annotations
 import array
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from store.api import RecordReader
@@ -142,9 +142,15 @@ def consume_queue_problem(
     return None
 
 
-def index_header_problem(f: IndexFile, cl: CommitLog, now_ms: int) -> str | None:
+def index_header_problem(
+    f: IndexFile, cl: CommitLog, now_ms: int, *, set_aside: Callable[[int], bool] | None = None
+) -> str | None:
     """What is wrong with an IndexFile's header, checked against its own entries and the CommitLog;
-    ``None`` when it is sane. Works on read-only files too (the offline ``store index ls``/``verify``)."""
+    ``None`` when it is sane. Works on read-only files too (the offline ``store index ls``/``verify``).
+
+    ``set_aside(offset)`` tells offsets whose records recovery moved to a quarantine: a header pointing
+    there is stale rather than damaged (``store verify``; the broker still rebuilds such a file at start).
+    """
     count = f.index_count
     if count > f.index_num:
         return f"indexCount {count} exceeds the file's capacity {f.index_num}"
@@ -158,7 +164,7 @@ def index_header_problem(f: IndexFile, cl: CommitLog, now_ms: int) -> str | None
         return f"endTimestamp {et} is in the future"
     if bp < 0 or bp > ep:
         return f"beginPhyOffset {bp} and endPhyOffset {ep} are out of order"
-    if ep > cl.max_offset:
+    if ep > cl.max_offset and not (set_aside is not None and set_aside(ep)):
         return f"endPhyOffset {ep} is past the CommitLog end {cl.max_offset}"
     if entries == 0:  # a new file starts with begin = end = the previous file's end (§5.7)
         return None if (bt, bp) == (et, ep) else "a file without entries has begin and end fields that differ"
@@ -170,7 +176,7 @@ def index_header_problem(f: IndexFile, cl: CommitLog, now_ms: int) -> str | None
     if last_phy != ep:
         return f"endPhyOffset {ep} is not the last entry's offset {last_phy} (indexCount {count})"
     for name, phy, ts in (("begin", bp, bt), ("end", ep, et)):
-        if phy < cl.min_offset or phy >= cl.max_offset:
+        if phy < cl.min_offset or phy >= cl.max_offset or (set_aside is not None and set_aside(phy)):
             continue
         mf = cl.files.find_file(phy)
         if mf is None:
