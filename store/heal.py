@@ -15,10 +15,11 @@ recovery finds the end of the queue. Reads check each unit they serve (:meth:`He
 damage the sampling misses heals on the first pull that meets it.
 
 Repairs read as little of the CommitLog as they can, under the store's put lock (a pull that meets
-damage waits for it): the units between the intact units around the damage are rewritten from the
-records between them; without an intact unit after it, the queue is refilled after the last intact
-one; only without either is it rebuilt from the first CommitLog file. An index header is recomputed
-from its file's entries; only when those look damaged too is the file re-indexed from the CommitLog.
+damage waits for it; the broker runs that wait in a worker thread, so other requests are served): the
+units between the intact units around the damage are rewritten from the records between them; without
+an intact unit after it, the queue is refilled after the last intact one; only without either is it
+rebuilt from the first CommitLog file. An index header is recomputed from its file's entries; only when
+those look damaged too is the file re-indexed from the CommitLog.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING
 from store.api import RecordReader
 from store.commitlog import CommitLog
 from store.consumequeue import PREFILL_UNIT, UNIT, ConsumeQueue, unit_tags_code
-from store.errors import CorruptRecordError, StoreError
+from store.errors import CorruptRecordError, DamagedUnitError
 from store.indexfile import ENTRY, HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
 from store.message import (
     MESSAGE_MAGIC_CODE,
@@ -58,20 +59,6 @@ _MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 
 LMQ_PREFIX = "%LMQ%"  # light queues (multi-dispatch, §3.2): their units point at other topics' records
 QueueKey = tuple[str, int]
-
-
-class DamagedUnitError(StoreError):
-    """A ConsumeQueue unit does not point at the record it stands for."""
-
-    def __init__(
-        self, topic: str, queue_id: int, queue_offset: int, phys: int, size: int, reason: str
-    ) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
-        super().__init__(
-            f"{topic}/{queue_id}: unit at queue offset {queue_offset} (offset {phys}, size {size}) {reason}"
-        )
 
 
 # ------------------------------------------------------------------------------------ pure checks
@@ -395,7 +382,8 @@ class Healer:
         return read
 
     def heal_read(self, err: DamagedUnitError) -> None:
-        """A pull met a damaged unit: heal its queue (see :meth:`_heal`)."""
+        """A pull met a damaged unit: heal its queue (see :meth:`_heal`). The broker runs this in a worker
+        thread (the walk can take seconds on a large store); puts wait for it, pulls of the queue too."""
         with self.store._put_lock:
             cq = self.store._cqs.get((err.topic, err.queue_id))
             if cq is not None:
@@ -511,8 +499,7 @@ class Healer:
                 cq = old
                 cq.truncate_to(after[key] + 1)
             else:
-                if old is not None:
-                    del store._cqs[key]
+                if old is not None:  # stays in the table until replaced: a heal may run off the event loop
                     old.destroy()
                 cq = store._new_cq(*key)
             for qoff, phys, size, code in units:
