@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 from store.commitlog import PutMessageStatus
 from store.config import StoreConfig
 from store.config_files import ConfigFiles
-from store.errors import CorruptRecordError
+from store.errors import CorruptRecordError, DamagedUnitError
 from store.message import TRANSACTION_TYPE_MASK, Message, StoredMessage
 from store.record import decode_record
 
@@ -154,7 +154,10 @@ class MessageStore(Protocol):
         offset: int,
         max_count: int,
         tag_filter: Container[int] | None = None,
+        *,
+        defer_heal: bool = False,
     ) -> GetResult: ...
+    def heal(self, damage: DamagedUnitError) -> None: ...
     def get_min_offset(self, topic: str, queue_id: int) -> int: ...
     def get_max_offset(self, topic: str, queue_id: int) -> int: ...
     def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int: ...

@@ -56,8 +56,8 @@ from store.config import SLAVE, StoreConfig
 from store.config_files import ConfigFiles
 from store.consumequeue import UNIT, ConsumeQueue, unit_tags_code
 from store.durability import is_no_space, sync_directory
-from store.errors import CorruptRecordError, StoreClosedError, StoreLockedError
-from store.heal import DamagedUnitError, Healer
+from store.errors import CorruptRecordError, DamagedUnitError, StoreClosedError, StoreLockedError
+from store.heal import Healer
 from store.indexfile import IndexFile, IndexService, has_index_keys, index_keys
 from store.mapped_file import sync_filesystem
 from store.message import (
@@ -898,6 +898,7 @@ class DefaultMessageStore:
         max_count: int,
         tag_filter: Container[int] | None = None,
         *,
+        defer_heal: bool = False,
         healing: bool = True,
     ) -> GetResult:
         """Read up to ``max_count`` messages from ``offset``, as RocketMQ's ``getMessage`` does.
@@ -905,7 +906,9 @@ class DefaultMessageStore:
         ``tag_filter`` holds the tag hash codes a subscription accepts (``None``: all). ``group`` is
         accepted for API parity (the broker's stats); the store does not use it. A unit that does not
         point at its record makes the queue rebuild from the CommitLog before the read is answered
-        (``healing=False``: skip such units, logged at ERROR; the read after a rebuild).
+        (``healing=False``: skip such units, logged at ERROR; the read after a rebuild). With
+        ``defer_heal`` the read raises :class:`DamagedUnitError` instead, so a caller on an event loop can
+        run :meth:`heal` (which may walk the CommitLog for seconds) in a worker thread and read again.
         """
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
@@ -934,9 +937,16 @@ class DefaultMessageStore:
                 max_messages=self.config.max_transfer_count_on_message_in_memory,
             )
         except DamagedUnitError as e:  # rebuild the queue from the CommitLog, then read again
-            self.healer.heal_read(e)
+            if defer_heal:
+                raise
+            self.heal(e)
             return self.get_messages(group, topic, queue_id, offset, max_count, tag_filter, healing=False)
         return res
+
+    def heal(self, damage: DamagedUnitError) -> None:
+        """Heal the queue a read found damaged, from the CommitLog, under the put lock (puts wait; reads of
+        other queues do not). Safe from any thread; see :meth:`store.heal.Healer.heal_read`."""
+        self.healer.heal_read(damage)
 
     def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
         """Store time of the message at a queue offset; -1 if there is none."""

@@ -30,6 +30,21 @@ class CorruptRecordError(StoreError):
         return CorruptRecordError(path, offset, self.reason)
 
 
+class DamagedUnitError(StoreError):
+    """A ConsumeQueue unit does not point at the record it stands for: the store heals its queue from the
+    CommitLog (:meth:`store.api.MessageStore.heal`)."""
+
+    def __init__(
+        self, topic: str, queue_id: int, queue_offset: int, phys: int, size: int, reason: str
+    ) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        super().__init__(
+            f"{topic}/{queue_id}: unit at queue offset {queue_offset} (offset {phys}, size {size}) {reason}"
+        )
+
+
 class StoreLockedError(StoreError):
     """The store directory is locked by another process (a running broker) or another store object."""
 

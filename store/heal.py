@@ -15,10 +15,11 @@ recovery finds the end of the queue. Reads check each unit they serve (:meth:`He
 damage the sampling misses heals on the first pull that meets it.
 
 Repairs read as little of the CommitLog as they can, under the store's put lock (a pull that meets
-damage waits for it): the units between the intact units around the damage are rewritten from the
-records between them; without an intact unit after it, the queue is refilled after the last intact
-one; only without either is it rebuilt from the first CommitLog file. An index header is recomputed
-from its file's entries; only when those look damaged too is the file re-indexed from the CommitLog.
+damage waits for it; the broker runs that wait in a worker thread, so other requests are served): the
+units between the intact units around the damage are rewritten from the records between them; without
+an intact unit after it, the queue is refilled after the last intact one; only without either is it
+rebuilt from the first CommitLog file. An index header is recomputed from its file's entries; only when
+those look damaged too is the file re-indexed from the CommitLog.
 """
 
 from __future__ import annotations
@@ -26,13 +27,13 @@ from __future__ import annotations
 import array
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from store.api import RecordReader
 from store.commitlog import CommitLog
 from store.consumequeue import PREFILL_UNIT, UNIT, ConsumeQueue, unit_tags_code
-from store.errors import CorruptRecordError, StoreError
+from store.errors import CorruptRecordError, DamagedUnitError
 from store.indexfile import ENTRY, HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
 from store.message import (
     MESSAGE_MAGIC_CODE,
@@ -58,20 +59,6 @@ _MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 
 LMQ_PREFIX = "%LMQ%"  # light queues (multi-dispatch, §3.2): their units point at other topics' records
 QueueKey = tuple[str, int]
-
-
-class DamagedUnitError(StoreError):
-    """A ConsumeQueue unit does not point at the record it stands for."""
-
-    def __init__(
-        self, topic: str, queue_id: int, queue_offset: int, phys: int, size: int, reason: str
-    ) -> None:
-        self.topic = topic
-        self.queue_id = queue_id
-        self.queue_offset = queue_offset
-        super().__init__(
-            f"{topic}/{queue_id}: unit at queue offset {queue_offset} (offset {phys}, size {size}) {reason}"
-        )
 
 
 # ------------------------------------------------------------------------------------ pure checks
@@ -142,9 +129,15 @@ def consume_queue_problem(
     return None
 
 
-def index_header_problem(f: IndexFile, cl: CommitLog, now_ms: int) -> str | None:
+def index_header_problem(
+    f: IndexFile, cl: CommitLog, now_ms: int, *, set_aside: Callable[[int], bool] | None = None
+) -> str | None:
     """What is wrong with an IndexFile's header, checked against its own entries and the CommitLog;
-    ``None`` when it is sane. Works on read-only files too (the offline ``store index ls``/``verify``)."""
+    ``None`` when it is sane. Works on read-only files too (the offline ``store index ls``/``verify``).
+
+    ``set_aside(offset)`` tells offsets whose records recovery moved to a quarantine: a header pointing
+    there is stale rather than damaged (``store verify``; the broker still rebuilds such a file at start).
+    """
     count = f.index_count
     if count > f.index_num:
         return f"indexCount {count} exceeds the file's capacity {f.index_num}"
@@ -158,7 +151,7 @@ def index_header_problem(f: IndexFile, cl: CommitLog, now_ms: int) -> str | None
         return f"endTimestamp {et} is in the future"
     if bp < 0 or bp > ep:
         return f"beginPhyOffset {bp} and endPhyOffset {ep} are out of order"
-    if ep > cl.max_offset:
+    if ep > cl.max_offset and not (set_aside is not None and set_aside(ep)):
         return f"endPhyOffset {ep} is past the CommitLog end {cl.max_offset}"
     if entries == 0:  # a new file starts with begin = end = the previous file's end (§5.7)
         return None if (bt, bp) == (et, ep) else "a file without entries has begin and end fields that differ"
@@ -170,7 +163,7 @@ def index_header_problem(f: IndexFile, cl: CommitLog, now_ms: int) -> str | None
     if last_phy != ep:
         return f"endPhyOffset {ep} is not the last entry's offset {last_phy} (indexCount {count})"
     for name, phy, ts in (("begin", bp, bt), ("end", ep, et)):
-        if phy < cl.min_offset or phy >= cl.max_offset:
+        if phy < cl.min_offset or phy >= cl.max_offset or (set_aside is not None and set_aside(phy)):
             continue
         mf = cl.files.find_file(phy)
         if mf is None:
@@ -389,7 +382,8 @@ class Healer:
         return read
 
     def heal_read(self, err: DamagedUnitError) -> None:
-        """A pull met a damaged unit: heal its queue (see :meth:`_heal`)."""
+        """A pull met a damaged unit: heal its queue (see :meth:`_heal`). The broker runs this in a worker
+        thread (the walk can take seconds on a large store); puts wait for it, pulls of the queue too."""
         with self.store._put_lock:
             cq = self.store._cqs.get((err.topic, err.queue_id))
             if cq is not None:
@@ -505,8 +499,7 @@ class Healer:
                 cq = old
                 cq.truncate_to(after[key] + 1)
             else:
-                if old is not None:
-                    del store._cqs[key]
+                if old is not None:  # stays in the table until replaced: a heal may run off the event loop
                     old.destroy()
                 cq = store._new_cq(*key)
             for qoff, phys, size, code in units:

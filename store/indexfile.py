@@ -6,7 +6,7 @@ import logging
 import os
 import struct
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from store.checkpoint import IndexSnapshot
 from store.durability import make_dirs
@@ -206,6 +206,16 @@ class IndexFile:
             self.end_phy_offset = phy_offset
             self.end_timestamp = store_timestamp
         return done
+
+    def entries(self) -> Iterator[tuple[int, int, int, int, int]]:
+        """``(n, keyHash, phyOffset, timeDiff, prevIndex)`` of each entry the header counts (1..indexCount-1),
+        for checks that walk the whole file (``store verify``)."""
+        count = min(self.index_count, self.index_num)
+        start = self._entries_base + INDEX_ENTRY_SIZE
+        for n, entry in enumerate(
+            ENTRY.iter_unpack(self.mm[start : start + (count - 1) * INDEX_ENTRY_SIZE]), 1
+        ):
+            yield (n, *entry)
 
     def is_time_matched(self, begin: int, end: int) -> bool:
         fb, fe = self.begin_timestamp, self.end_timestamp

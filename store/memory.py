@@ -29,7 +29,7 @@ from store.commitlog import IllegalMessage, PutMessageStatus, apply_delay, encod
 from store.config import StoreConfig
 from store.config_files import ConfigFiles
 from store.consumequeue import unit_tags_code
-from store.errors import CorruptRecordError
+from store.errors import CorruptRecordError, DamagedUnitError
 from store.indexfile import index_keys
 from store.message import (
     TRANSACTION_COMMIT_TYPE,
@@ -162,6 +162,8 @@ class InMemoryMessageStore:
         offset: int,
         max_count: int,
         tag_filter: Container[int] | None = None,
+        *,
+        defer_heal: bool = False,  # nothing derived here can be damaged: never raises DamagedUnitError
     ) -> GetResult:
         queue = self._queues.get((topic, queue_id))
         if queue is None:
@@ -183,6 +185,9 @@ class InMemoryMessageStore:
             max_messages=self.config.max_transfer_count_on_message_in_memory,
         )
         return res
+
+    def heal(self, damage: DamagedUnitError) -> None:
+        """Nothing to heal: the queues are lists in memory (never called: reads do not raise)."""
 
     def get_min_offset(self, topic: str, queue_id: int) -> int:
         return 0

@@ -143,6 +143,26 @@ def list_quarantines(store_root: str) -> list[Manifest]:
     return out
 
 
+def commit_log_ranges(manifests: Iterable[Manifest]) -> list[tuple[int, int, str]]:
+    """``(start, end, quarantine directory)``: the CommitLog offsets each quarantine took out of the store.
+    Derived files written before it (IndexFile entries) may still point there: stale, not damage."""
+    out = []
+    for m in manifests:
+        pieces = [p for p in m.files if p.kind == COMMITLOG]
+        if pieces:
+            start = m.cut_offset if m.cut_offset >= 0 else min(p.from_offset for p in pieces)
+            out.append((start, max(p.to_offset for p in pieces), m.path))
+    return out
+
+
+def quarantine_at(ranges: Iterable[tuple[int, int, str]], offset: int) -> str | None:
+    """The directory of the quarantine whose CommitLog range (:func:`commit_log_ranges`) holds ``offset``."""
+    for start, end, path in ranges:
+        if start <= offset < end:
+            return path
+    return None
+
+
 # ------------------------------------------------------------------------------------- walking
 
 

@@ -12,6 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
+
+# Property tests check correctness, not speed (speed lives in benchmarks/): no per-example deadline, so a
+# loaded machine cannot fail them. Loaded here, before any test module builds its own @settings on top.
+settings.register_profile("mqctl", deadline=None)
+settings.load_profile("mqctl")
 
 ROOT = Path(__file__).resolve().parent.parent
 SHARED = ROOT.parent / "shared"

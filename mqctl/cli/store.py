@@ -304,6 +304,10 @@ def verify(store: StoreDirOpt, output: OutputOpt = "table") -> None:
             f"{len(quarantined)} quarantine(s) in {store}/quarantine hold {records} intact record(s) recovery "
             "set aside; 'mqctl store salvage' extracts them"
         )
+    for note in report.notes:
+        stderr_console().print(
+            f"note: {note} (queries skip them; the broker rebuilds such index files at start)"
+        )
     if not report.ok:
         problems = report.crc_errors + report.corrupt_files + report.unit_errors + report.records_without_unit
         raise StoreError(

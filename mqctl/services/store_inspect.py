@@ -47,6 +47,7 @@ from store.message import (
     TRANSACTION_TYPE_MASK,
     StoredMessage,
 )
+from store.quarantine import commit_log_ranges, list_quarantines, quarantine_at
 from store.record import RecordInfo, decode_record, read_header, read_record_info
 
 log = logging.getLogger(__name__)
@@ -612,7 +613,9 @@ class VerifyReport:
     index_files: int
     index_entries: int
     index_errors: int
+    stale_index_entries: int  # entries written before a quarantine that point into it: queries skip them
     problems: list[str]
+    notes: list[str]  # findings that are not problems (stale index entries and where they point)
 
 
 @dataclass(slots=True)
@@ -628,7 +631,11 @@ class _Rec:
 
 def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyReport:
     """CRC of every record, every ConsumeQueue unit against its record (topic, queue, offset, size,
-    tags code), every queued record against a unit, and every index entry against a record start."""
+    tags code), every queued record against a unit, and every index entry against a record start.
+
+    An index entry pointing into a quarantine (or past the CommitLog's end) is stale, not damage: its
+    record was set aside after the entry was written, and queries skip it. Such entries are counted in
+    ``notes``, not ``problems``."""
     lay = layout(root)
     delay_ms = lay.config().delay_levels_ms()
     problems: list[str] = []
@@ -703,21 +710,35 @@ def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyRepor
             )
 
     index_files = index_entries = 0
-    for path in _index_files(lay):
-        index_files += 1
-        with _index_file(lay, path) as f, _commit_log(lay) as cl:
-            why = index_header_problem(f, cl, int(time.time() * 1000))
-            if why is not None:
-                problem("index_errors", f"index/{f.name}: bad header: {why}")
-            base = INDEX_HEADER_SIZE + lay.hash_slot_num * HASH_SLOT_SIZE
-            for n in range(1, min(f.index_count, lay.index_num)):
-                index_entries += 1
-                phy = ENTRY.unpack_from(f.mm, base + n * INDEX_ENTRY_SIZE)[1]
-                if phy >= min_phy and phy not in records:
+    ranges = commit_log_ranges(list_quarantines(str(lay.root)))
+    stale: dict[str, int] = {}  # where stale entries point: a quarantine, or past the CommitLog's end
+    with _commit_log(lay) as cl:
+        end = cl.max_offset
+        past_end = f"past the CommitLog end {end}"
+
+        def set_aside(phy: int) -> bool:
+            return phy >= end or quarantine_at(ranges, phy) is not None
+
+        for path in _index_files(lay):
+            index_files += 1
+            with _index_file(lay, path) as f:
+                why = index_header_problem(f, cl, int(time.time() * 1000), set_aside=set_aside)
+                if why is not None:
+                    problem("index_errors", f"index/{f.name}: bad header: {why}")
+                for n, _hash, phy, _diff, _prev in f.entries():
+                    index_entries += 1
+                    if phy < min_phy or phy in records:
+                        continue
+                    gone = quarantine_at(ranges, phy)
+                    if gone is not None or phy >= end:
+                        where = f"into quarantine {gone}" if gone is not None else past_end
+                        stale[where] = stale.get(where, 0) + 1
+                        continue
                     problem(
                         "index_errors",
                         f"index/{f.name} entry {n}: no record starts at CommitLog offset {phy}",
                     )
+    notes = [f"{n} stale index entries (point {where})" for where, n in stale.items()]
 
     bad = counts["crc"] + counts["corrupt"] + counts["unit_errors"] + counts["index_errors"] + len(orphans)
     return VerifyReport(
@@ -734,5 +755,7 @@ def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyRepor
         index_files,
         index_entries,
         counts["index_errors"],
+        sum(stale.values()),
         problems,
+        notes,
     )

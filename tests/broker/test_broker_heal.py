@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import threading
 import time
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from daemon.broker.headers import QueryMessageRequestHeader
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store.consumequeue import CQ_STORE_UNIT_SIZE
+from store.errors import DamagedUnitError
 from store.record import decode_records
 from tests.broker.conftest import BrokerClient, start_broker
 from tests.store.conftest import STORE_A_TAR, small_config, unpack_store_a
@@ -101,4 +104,49 @@ async def test_query_by_key_after_an_index_header_flip_finds_keys_in_every_file(
         assert f"index file {newest} had a bad header" in caplog.text
     finally:
         await client.close()
+        await broker.stop()
+
+
+async def test_a_pull_whose_queue_heals_leaves_other_connections_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The heal a pull starts runs off the event loop: while it is held up, another connection is answered;
+    a second pull of the same queue waits for that heal (one heal, not two); both get messages 0..31."""
+    root = unpack_store_a(tmp_path)
+    flip(root / "consumequeue" / "FixA_Orders" / "1" / f"{0:020d}", 10 * CQ_STORE_UNIT_SIZE + 7, 0x10)
+    broker = await start_broker(root, **STORE_A_SIZES)
+    healer = broker.store.healer
+    heal_read = healer.heal_read
+    started, release, healed = threading.Event(), threading.Event(), threading.Event()
+    heals: list[str] = []
+
+    def held_up_heal(damage: DamagedUnitError) -> None:  # a heal walking a large CommitLog
+        heals.append(str(damage))
+        started.set()
+        release.wait(10)
+        heal_read(damage)
+        healed.set()
+
+    monkeypatch.setattr(healer, "heal_read", held_up_heal)
+    client, other_client = RemotingClient(), RemotingClient()
+    handle, other = BrokerClient(broker.addr, client), BrokerClient(broker.addr, other_client)
+    try:
+        first = asyncio.ensure_future(handle.pull("HealG", "FixA_Orders", 1, 0, timeout=30))
+        assert await asyncio.to_thread(started.wait, 10)
+        answer = await other.call(RequestCode.GET_MAX_OFFSET, {"topic": "FixA_Orders", "queueId": "0"})
+        assert not healed.is_set()  # answered while the heal was still running
+        assert answer.code == ResponseCode.SUCCESS and int(answer.ext_fields["offset"]) > 0
+        second = asyncio.ensure_future(other.pull("HealG2", "FixA_Orders", 1, 0, timeout=30))
+        # answered after the broker took that pull (one connection's requests are read in order)
+        await other.call(RequestCode.GET_MAX_OFFSET, {"topic": "FixA_Orders", "queueId": "0"})
+        assert not second.done() and not healed.is_set()  # the second pull waits for the running heal
+        release.set()
+        for pulled in await asyncio.gather(first, second):
+            assert pulled.code == ResponseCode.SUCCESS, (pulled.code, pulled.remark)
+            assert [m.queue_offset for m in decode_records(pulled.body)] == list(range(32))
+        assert healed.is_set() and len(heals) == 1, heals
+    finally:
+        release.set()
+        await client.close()
+        await other_client.close()
         await broker.stop()

@@ -7,6 +7,7 @@ import base64
 import json
 import logging
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,7 @@ import pytest
 
 from store.config import StoreConfig
 from store.engine import DefaultMessageStore
+from store.indexfile import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
 from store.message import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, Message, StoredMessage
 from store.record import decode_msg_id, decode_record, read_header
 from tests.conftest import RunCli
@@ -56,20 +58,27 @@ def ok(result: Any) -> Any:
     return result.json()
 
 
-def test_body_flip_is_quarantined_served_around_verified_and_salvaged(
-    cli: RunCli, tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def flip_a_body_byte(tmp_path: Path) -> tuple[Path, list[tuple[int, StoredMessage, int]], int]:
+    """Store-a with one flipped byte in the body of a record of the second-to-last CommitLog file and an
+    unclean stop (abnormal recovery): the store, its records and the damaged record's offset."""
     root = unpack_store_a(tmp_path)
     recs = records_of(root / "commitlog")
     second = 2 * 1_048_576
     victim, _vm, body_at = [r for r in recs if second <= r[0] < second + 1_048_576][-40]
     path = root / "commitlog" / f"{second:020d}"
-    with open(path, "r+b") as f:  # one flipped byte in the body of a record of the second-to-last file
+    with open(path, "r+b") as f:
         f.seek(body_at)
         byte = f.read(1)
         f.seek(body_at)
         f.write(bytes([byte[0] ^ 0x01]))
-    (root / "abort").touch()  # an unclean stop: abnormal recovery
+    (root / "abort").touch()
+    return root, recs, victim
+
+
+def test_body_flip_is_quarantined_served_around_verified_and_salvaged(
+    cli: RunCli, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    root, recs, victim = flip_a_body_byte(tmp_path)
     before = [m for off, m, _ in recs if off < victim]
     later = [m for off, m, _ in recs if off > victim]
 
@@ -199,3 +208,50 @@ def test_a_pull_over_a_record_whose_body_crc_fails_skips_it(
         assert after["body"] == bodies[4].decode()
     errors = [r.getMessage() for r in caplog.records if r.name == "store.api"]
     assert errors and all(f"{path}@{offsets[3]}" in e and "CRC" in e for e in errors), errors
+
+
+def test_verify_counts_index_entries_into_a_quarantine_as_stale_not_as_errors(
+    cli: RunCli, tmp_path: Path
+) -> None:
+    """The index as a build without index healing left it after the quarantine (the entries of the set-aside
+    records still there, 1,225 of them): verify counts them as stale, names the quarantine, exits 0; an
+    entry pointing at no record outside the quarantine is still an error."""
+    root, _recs, victim = flip_a_body_byte(tmp_path)
+    old_index = tmp_path / "old-index"
+    shutil.copytree(root / "index", old_index)
+    with local_cluster(tmp_path, store_path_root_dir=str(root), **STORE_A_SIZES):
+        pass
+    [qdir] = list((root / "quarantine").iterdir())
+    shutil.rmtree(root / "index")
+    shutil.copytree(old_index, root / "index")
+    [name] = os.listdir(root / "index")
+    f = IndexFile(str(root / "index" / name), 5000, 20000, read_only=True)
+    try:
+        stale = sum(1 for _n, _h, phy, _d, _p in f.entries() if phy >= victim)
+        last_good = max(n for n, _h, phy, _d, _p in f.entries() if phy < victim)
+    finally:
+        f.close()
+    assert stale > 1000
+
+    result = cli("store", "verify", "--store", str(root), "-o", "json")
+    assert result.code == 0, result.stdout + result.stderr
+    report = result.json()
+    assert (report["ok"], report["index_errors"], report["stale_index_entries"]) == (True, 0, stale)
+    assert report["problems"] == []
+    assert report["notes"] == [f"{stale} stale index entries (point into quarantine {qdir})"]
+    assert [q["name"] for q in report["quarantined"]] == [qdir.name]  # the quarantine itself is still listed
+    assert f"{stale} stale index entries" in result.stderr
+
+    entry = INDEX_HEADER_SIZE + 5000 * HASH_SLOT_SIZE + last_good * INDEX_ENTRY_SIZE + 4
+    with open(root / "index" / name, "r+b") as fh:  # the last entry before the cut: into a record's middle
+        fh.seek(entry)
+        phy = int.from_bytes(fh.read(8), "big")
+        fh.seek(entry)
+        fh.write((phy + 1).to_bytes(8, "big"))
+    result = cli("store", "verify", "--store", str(root), "-o", "json")
+    assert result.code == 10
+    report = result.json()
+    assert (report["index_errors"], report["stale_index_entries"]) == (1, stale)
+    assert report["problems"] == [
+        f"index/{name} entry {last_good}: no record starts at CommitLog offset {phy + 1}"
+    ]

@@ -124,7 +124,7 @@ def messages(draw: st.DrawFn) -> tuple[Message, int]:
     return msg, draw(st.integers(0, 2**42))
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=60)
 @given(st.lists(messages(), min_size=1, max_size=40), st.integers(0, 2**40), st.booleans())
 def test_generated_records_match_the_reference_codec(
     generated: list[tuple[Message, int]], base: int, blank_tail: bool
@@ -149,7 +149,7 @@ def test_generated_records_match_the_reference_codec(
         assert_same(row, decode_record(buf, row["physical_offset"] - base))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=40)
 @given(st.lists(messages(), min_size=1, max_size=30), st.data())
 def test_pushed_filters_keep_exactly_the_matching_rows(
     generated: list[tuple[Message, int]], data: st.DataObject

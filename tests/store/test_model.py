@@ -25,7 +25,7 @@ ops = st.lists(st.one_of(put_op, st.just(("restart",)), st.just(("crash",))), mi
 
 
 @pytest.mark.slow
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=25)
 @given(ops)
 def test_random_puts_restarts_and_crashes_match_the_model(operations: list[tuple]) -> None:  # type: ignore[type-arg]
     with tempfile.TemporaryDirectory() as tmp:

@@ -167,7 +167,7 @@ def test_index_entry_round_trip(key_hash: int, phy: int, diff: int, prev: int) -
     assert ENTRY.unpack(ENTRY.pack(key_hash, phy, diff, prev)) == (key_hash, phy, diff, prev)
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=30)
 @given(
     st.lists(
         st.tuples(st.sampled_from([f"T#k{i}" for i in range(12)]), st.integers(0, 50)),

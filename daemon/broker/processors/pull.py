@@ -3,10 +3,15 @@
 A pull that finds nothing is parked with `PullRequestHoldService.park`, awaited and then read again, so
 the response keeps the request's opaque and the connection never blocks other requests. The response
 body is the raw stored records concatenated, straight from the store's mapping.
+
+A read that meets a damaged ConsumeQueue unit is answered after the store heals the queue from the
+CommitLog, which can take seconds on a large store: the heal runs in a worker thread, so the event loop
+keeps serving other connections, and later pulls of that queue wait for the same heal.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING
@@ -21,6 +26,7 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from store.api import GetMessageStatus, GetResult
 from store.config import SLAVE
+from store.errors import DamagedUnitError
 
 if TYPE_CHECKING:
     from daemon.broker.bodies import SubscriptionData
@@ -29,6 +35,7 @@ if TYPE_CHECKING:
 FLAG_COMMIT_OFFSET = 0x1
 FLAG_SUSPEND = 0x2
 FLAG_SUBSCRIPTION = 0x4
+MAX_HEALS_PER_PULL = 8  # each heal repairs one damaged stretch; past this many the read heals inline
 
 _S = GetMessageStatus
 _CODES: dict[GetMessageStatus, int] = {
@@ -51,6 +58,7 @@ class PullProcessor:
         self.broker = broker
         #: A consumer further than this behind the CommitLog's end reads from disk: "consumes slowly".
         self.hot_bytes = int(_memory_bytes() * _HOT_RATIO)
+        self._heals: dict[tuple[str, int], asyncio.Future[None]] = {}  # queue -> its heal, running
 
     def _subscription(self, h: PullMessageRequestHeader) -> SubscriptionData:
         """The subscription to filter with: from the header, or from the group's heartbeat (step 4)."""
@@ -112,23 +120,85 @@ class PullProcessor:
                 f"[{config.read_queue_nums}] consumer:[{h.consumer_group}]"
             )
 
-    def _read(self, h: PullMessageRequestHeader, codes: frozenset[int] | None) -> tuple[int, GetResult]:
+    def _read(
+        self, h: PullMessageRequestHeader, codes: frozenset[int] | None, *, defer_heal: bool = True
+    ) -> tuple[int, GetResult]:
+        """Read the queue; raises :class:`DamagedUnitError` (``defer_heal``) for :meth:`_healed_read`."""
         result = self.broker.store.get_messages(
-            h.consumer_group, h.topic, h.queue_id, h.queue_offset, h.max_msg_nums, codes
+            h.consumer_group,
+            h.topic,
+            h.queue_id,
+            h.queue_offset,
+            h.max_msg_nums,
+            codes,
+            defer_heal=defer_heal,
         )
         code = _CODES.get(result.status)
         if code is None:  # NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE
             code = ResponseCode.PULL_NOT_FOUND if h.queue_offset == 0 else ResponseCode.PULL_OFFSET_MOVED
         return code, result
 
+    async def _healed_read(
+        self, h: PullMessageRequestHeader, codes: frozenset[int] | None, damage: DamagedUnitError | None
+    ) -> tuple[int, GetResult]:
+        """Read once the queue's heal is done: the one running, or one started for ``damage`` (or for damage
+        the read meets), in a worker thread."""
+        key = (h.topic, h.queue_id)
+        for _ in range(MAX_HEALS_PER_PULL):
+            heal = self._heals.get(key)
+            if heal is None and damage is not None:
+                heal = self._heals[key] = asyncio.ensure_future(
+                    asyncio.to_thread(self.broker.store.heal, damage)
+                )
+                heal.add_done_callback(
+                    lambda done: self._heals.pop(key) if self._heals.get(key) is done else None
+                )
+            if heal is not None:
+                await asyncio.shield(heal)  # a pull whose client left does not cancel the heal
+            try:
+                return self._read(h, codes)
+            except DamagedUnitError as e:
+                damage = e
+        return self._read(h, codes, defer_heal=False)
+
     def pull(
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """Synchronous unless the pull is held: no task per pull that finds messages."""
+        """Synchronous unless the pull is held or its queue is being healed: no task per pull that finds
+        messages."""
         h = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
         self._check(h)
         codes = tag_codes(self._subscription(h))
-        code, result = self._read(h, codes)
+        if (h.topic, h.queue_id) in self._heals:
+            return self._after_heal(conn, request, h, codes, None)
+        try:
+            code, result = self._read(h, codes)
+        except DamagedUnitError as damage:
+            return self._after_heal(conn, request, h, codes, damage)
+        return self._answer(conn, request, h, codes, code, result)
+
+    async def _after_heal(
+        self,
+        conn: Connection,
+        request: RemotingCommand,
+        h: PullMessageRequestHeader,
+        codes: frozenset[int] | None,
+        damage: DamagedUnitError | None,
+    ) -> RemotingCommand:
+        code, result = await self._healed_read(h, codes, damage)
+        answer = self._answer(conn, request, h, codes, code, result)
+        return answer if isinstance(answer, RemotingCommand) else await answer
+
+    def _answer(
+        self,
+        conn: Connection,
+        request: RemotingCommand,
+        h: PullMessageRequestHeader,
+        codes: frozenset[int] | None,
+        code: int,
+        result: GetResult,
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """Commit the offset the pull carries, then answer, or park the pull when it found nothing."""
         if h.sys_flag & FLAG_COMMIT_OFFSET and self.broker.config.broker_role != SLAVE:
             self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND:
@@ -152,7 +222,7 @@ class PullProcessor:
         await parked
         if conn.is_closed:
             return request.make_response(ResponseCode.PULL_NOT_FOUND)  # dropped by the connection
-        code, result = self._read(h, codes)
+        code, result = await self._healed_read(h, codes, None)
         if code == ResponseCode.PULL_NOT_FOUND:
             result.next_begin_offset = h.queue_offset
         return self._response(request, h, code, result)
