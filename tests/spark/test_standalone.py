@@ -103,7 +103,7 @@ def test_export_with_bodies_on_a_standalone_cluster(
     assert (summary["rows"], summary["files"], summary["splits"], summary["format"]) == (
         5612,
         4,
-        7,
+        6,
         "parquet",
     )
     assert summary["mb_per_s"] > 0 and summary["data_bytes"] >= summary["record_bytes"] > 0
