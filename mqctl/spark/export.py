@@ -254,7 +254,7 @@ def export(
     )
     if fmt == "csv":
         df = _csv_columns(df)
-    writer = df.write.mode("overwrite" if overwrite else "errorifexists")
+    writer = df.write.mode("overwrite" if overwrite else "error")  # Connect knows no "errorifexists"
     if fmt == "parquet":
         for column in _NO_DICTIONARY:
             writer = writer.option(f"parquet.enable.dictionary#{column}", "false")

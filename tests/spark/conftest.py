@@ -1,7 +1,9 @@
-"""Spark test fixtures: the real broker fixture store, its manifest and one shared local SparkSession."""
+"""Spark test fixtures: the real broker fixture store, its manifest and a shared local SparkSession that
+a broken test cannot take down with it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import tarfile
 from collections.abc import Iterator
@@ -29,12 +31,73 @@ def manifest() -> dict[str, Any]:
     return json.loads((FIXTURES / "store-a.manifest.json").read_text())
 
 
+class SparkKeeper:
+    """One local[2] session shared by the Spark tests (start-up costs seconds), checked before each
+    use and recreated, JVM and all, when it is broken: a test cut short inside a py4j call (a
+    pytest-timeout) leaves the gateway's socket out of step, and every later call on it fails
+    (py4j ``KeyError: 'c'``). So one broken test fails alone."""
+
+    def __init__(self) -> None:
+        self._session: Any = None
+        self._context: Any = None
+
+    def get(self) -> Any:
+        if self._session is not None and not self._healthy():
+            self.discard()
+        if self._session is None:
+            from mqctl.spark.session import spark_session
+
+            self._context = spark_session("local[2]", app_name="mqctl-tests")
+            self._session = self._context.__enter__()
+        return self._session
+
+    def _healthy(self) -> bool:
+        """Two calls with known, different answers: a desynchronised gateway gets one wrong or raises."""
+        try:
+            jvm = self._session.sparkContext._jvm
+            return bool(
+                jvm.java.lang.Math.abs(-7) == 7
+                and jvm.java.lang.Math.abs(-11) == 11
+                and not self._session.sparkContext._jsc.sc().isStopped()
+            )
+        except Exception:
+            return False
+
+    def discard(self) -> None:
+        """Stop what can be stopped and kill the driver JVM, so the next session starts clean."""
+        from pyspark import SparkContext
+        from pyspark.sql import SparkSession
+
+        context, self._context, self._session = self._context, None, None
+        with contextlib.suppress(Exception):
+            context.__exit__(None, None, None)
+        gateway = SparkContext._gateway
+        if gateway is not None:
+            with contextlib.suppress(Exception):
+                gateway.shutdown()
+            proc = getattr(gateway, "proc", None)
+            if proc is not None:
+                proc.kill()
+                proc.wait(timeout=30)
+        SparkContext._gateway = None
+        SparkContext._jvm = None
+        SparkContext._active_spark_context = None
+        SparkSession._instantiatedSession = None
+        SparkSession._activeSession = None
+
+
 @pytest.fixture(scope="session")
-def spark() -> Iterator[Any]:
-    """One local[2] session for the whole run (start-up costs seconds; every Spark test shares it)."""
-    from mqctl.spark.session import find_java, spark_session
+def spark_keeper() -> Iterator[SparkKeeper]:
+    from mqctl.spark.session import find_java
 
     if find_java() is None:
         pytest.skip("Spark needs Java")
-    with spark_session("local[2]", app_name="mqctl-tests") as session:
-        yield session
+    keeper = SparkKeeper()
+    yield keeper
+    keeper.discard()
+
+
+@pytest.fixture
+def spark(spark_keeper: SparkKeeper) -> Any:
+    """The shared local session, healthy (recreated if an earlier test broke it)."""
+    return spark_keeper.get()

@@ -26,12 +26,12 @@ SCHEDULE = "SCHEDULE_TOPIC_XXXX"
 
 @pytest.fixture(scope="module")
 def exported(
-    spark: Any, store_a: Path, tmp_path_factory: pytest.TempPathFactory
+    spark_keeper: Any, store_a: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[int, dict[str, Any]]:
     """The fixture exported once to Parquet with bodies, read back by physical offset."""
     out = tmp_path_factory.mktemp("export") / "all"
     seen: list[ExportProgress] = []
-    result = export(spark, store_a, out, with_body=True, partitions=6, progress=seen.append)
+    result = export(spark_keeper.get(), store_a, out, with_body=True, partitions=6, progress=seen.append)
     assert result.rows == 5612 and result.files == 4
     assert seen[-1].bytes_done == seen[-1].bytes_total == result.data_bytes
     rows = pq.read_table(out).to_pylist()
