@@ -103,7 +103,7 @@ def export(
         bool,
         typer.Option(
             "--with-body",
-            help="Include message bodies, inflated when compressed (body_size stays the stored size).",
+            help="Include message bodies, inflated when compressed (body_size stays the stored size; body_inflated_size where it differs).",
         ),
     ] = False,
     master: MasterOpt = None,

@@ -44,6 +44,8 @@ class SparkKeeper:
     def get(self) -> Any:
         if self._session is not None and not self._healthy():
             self.discard()
+        elif self._session is not None:  # a job a timed-out test left running would hold the cores
+            self._session.sparkContext.cancelAllJobs()
         if self._session is None:
             from mqctl.spark.session import spark_session
 
@@ -64,21 +66,20 @@ class SparkKeeper:
             return False
 
     def discard(self) -> None:
-        """Stop what can be stopped and kill the driver JVM, so the next session starts clean."""
+        """Kill the driver JVM (a graceful stop would wait for a stuck job) and forget it, so the
+        next session starts clean."""
         from pyspark import SparkContext
         from pyspark.sql import SparkSession
 
-        context, self._context, self._session = self._context, None, None
-        with contextlib.suppress(Exception):
-            context.__exit__(None, None, None)
+        self._context = self._session = None
         gateway = SparkContext._gateway
         if gateway is not None:
-            with contextlib.suppress(Exception):
-                gateway.shutdown()
             proc = getattr(gateway, "proc", None)
             if proc is not None:
                 proc.kill()
                 proc.wait(timeout=30)
+            with contextlib.suppress(Exception):
+                gateway.shutdown()
         SparkContext._gateway = None
         SparkContext._jvm = None
         SparkContext._active_spark_context = None

@@ -69,6 +69,7 @@ def test_export_holds_exactly_the_manifests_messages(
         assert len(row["body"]) == m["bodyLength"]
         assert hashlib.sha256(row["body"]).hexdigest() == m["bodySha256"]
         assert (row["body_size"] < m["bodyLength"]) == m["compressed"]  # body_size is the stored size
+        assert row["body_inflated_size"] == (m["bodyLength"] if m["compressed"] else None)
         for copy in ([m["deliveredCopy"]] if m["delayed"] else []) + m.get("retryCopies", []):
             twin = exported[copy["commitLogOffset"]]
             assert (twin["topic"], twin["queue_offset"]) == (copy["topic"], copy["queueOffset"])
