@@ -104,13 +104,14 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 def test_export_through_spark_connect_holds_the_manifests_messages(
     cli: RunCli, connect_server: str, store_a: Path, manifest: dict[str, Any], tmp_path: Path
 ) -> None:
+    """With --partitions the data source reads on the server (registered there from this client)."""
     out = tmp_path / "out"
-    args = ["--store", str(store_a), "--out", str(out), "--with-body", "-o", "json"]
+    args = ["--store", str(store_a), "--out", str(out), "--with-body", "--partitions", "2", "-o", "json"]
     result = cli("spark-export", *args, env={"MQCTL_SPARK_REMOTE": connect_server}, timeout=300)
     assert result.code == 0, result.stderr
     assert result.stderr == ""
     summary = result.json()
-    assert (summary["rows"], summary["files"], summary["splits"]) == (5612, 4, 1)
+    assert (summary["rows"], summary["files"], summary["splits"]) == (5612, 4, 2)
     assert summary["wall_seconds"] >= summary["spark_start_seconds"] + summary["job_seconds"] > 0
     rows = pq.read_table(out, columns=["physical_offset", "topic", "keys", "tags", "body"]).to_pylist()
     by_offset = {r["physical_offset"]: r for r in rows}
@@ -128,6 +129,7 @@ def test_export_through_spark_connect_holds_the_manifests_messages(
 def test_report_through_spark_connect(
     cli: RunCli, connect_server: str, store_a: Path, manifest: dict[str, Any]
 ) -> None:
+    """A one-task store goes to the server as one Arrow table; the aggregation runs there."""
     result = cli("spark-export", "report", "--store", str(store_a), "--remote", connect_server, "-o", "json",
                  timeout=300)  # fmt: skip
     assert result.code == 0, result.stderr
