@@ -96,10 +96,18 @@ def find_java() -> str | None:
     return shutil.which("java")
 
 
+def _not_py4j(record: logging.LogRecord) -> bool:
+    return f"{os.sep}py4j{os.sep}" not in record.pathname
+
+
 def _quiet_loggers(debug: bool) -> None:
-    """py4j logs a traceback for every call a Ctrl-C cuts short; mqctl reports the interrupt itself."""
+    """py4j logs a traceback for every call a Ctrl-C cuts short, some of them on the root logger;
+    mqctl reports the interrupt itself, in one line."""
     if not debug:
         logging.getLogger("py4j").setLevel(logging.CRITICAL)
+        root = logging.getLogger()
+        if _not_py4j not in root.filters:
+            root.addFilter(_not_py4j)
 
 
 @contextmanager
