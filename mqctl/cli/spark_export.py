@@ -64,12 +64,20 @@ def _process_seconds() -> float:
 
 @contextmanager
 def _session(master: str | None, remote: str | None, app_name: str) -> Iterator[SparkSession]:
-    """The Spark session of one command; JVM and Spark log lines only with the root ``--debug``."""
+    """The Spark session of one command; JVM and Spark log lines only with the root ``--debug``.
+
+    Ctrl-C becomes :class:`~mqctl.errors.Interrupted` here: Typer would turn the
+    KeyboardInterrupt into a silent exit 130, and the user is owed one line saying why it stopped.
+    """
+    from mqctl.errors import Interrupted
     from mqctl.spark.session import spark_session
 
     debug = logging.getLogger().isEnabledFor(logging.DEBUG)
-    with spark_session(master, remote=remote, app_name=app_name, debug=debug) as spark:
-        yield spark
+    try:
+        with spark_session(master, remote=remote, app_name=app_name, debug=debug) as spark:
+            yield spark
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted; Spark jobs cancelled") from None
 
 
 def _window(since: str | None, until: str | None) -> tuple[int | None, int | None]:
