@@ -6,6 +6,9 @@ that building the CLI never loads pyspark, pyarrow or numpy).
 
 from __future__ import annotations
 
+import logging
+import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +21,11 @@ from mqctl.cli.common import OutputOpt, SinceOpt, UntilOpt
 from mqctl.spark.export import EXPORT_FORMATS  # stdlib-only at import time, like all of mqctl.spark's surface
 
 if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
     from mqctl.spark.export import ExportProgress
+
+_IMPORTED = time.monotonic()
 
 app = typer.Typer(
     help="Export a store's CommitLog with Spark (Parquet, JSON, CSV) or report on it.",
@@ -35,9 +42,42 @@ MasterOpt = Annotated[
     typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: embedded local[*]).",
                  envvar="MQCTL_SPARK_MASTER"),
 ]  # fmt: skip
+RemoteOpt = Annotated[
+    str | None,
+    typer.Option("--remote", help="Run on an existing Spark Connect server, sc://HOST:PORT (no local JVM); "
+                 "--store and --out are paths the server's workers see.", envvar="MQCTL_SPARK_REMOTE"),
+]  # fmt: skip
 PartitionsOpt = Annotated[
     int | None, typer.Option("--partitions", min=1, help="Number of read splits (default: one per 64 MiB).")
 ]
+
+
+def _process_seconds() -> float:
+    """Seconds since this process started (Linux /proc; elsewhere since the CLI was loaded)."""
+    try:
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return time.monotonic() - _IMPORTED
+
+
+@contextmanager
+def _session(master: str | None, remote: str | None, app_name: str) -> Iterator[SparkSession]:
+    """The Spark session of one command; JVM and Spark log lines only with the root ``--debug``.
+
+    Ctrl-C becomes :class:`~mqctl.errors.Interrupted` here: Typer would turn the
+    KeyboardInterrupt into a silent exit 130, and the user is owed one line saying why it stopped.
+    """
+    from mqctl.errors import Interrupted
+    from mqctl.spark.session import spark_session
+
+    debug = logging.getLogger().isEnabledFor(logging.DEBUG)
+    try:
+        with spark_session(master, remote=remote, app_name=app_name, debug=debug) as spark:
+            yield spark
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted; Spark jobs cancelled") from None
 
 
 def _window(since: str | None, until: str | None) -> tuple[int | None, int | None]:
@@ -71,10 +111,11 @@ def export(
         bool,
         typer.Option(
             "--with-body",
-            help="Include message bodies, inflated when compressed (body_size stays the stored size).",
+            help="Include message bodies, inflated when compressed (body_size stays the stored size; body_inflated_size where it differs).",
         ),
     ] = False,
     master: MasterOpt = None,
+    remote: RemoteOpt = None,
     partitions: PartitionsOpt = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --out if it exists.")] = False,
     output: OutputOpt = "table",
@@ -88,15 +129,16 @@ def export(
         raise UsageError("spark-export needs --store DIR and --out PATH (or the 'report' command)")
     from mqctl.output import render
     from mqctl.spark.export import export as run_export
-    from mqctl.spark.session import spark_session
 
     first, last = _window(since, until)
-    with _progress_bar() as progress, spark_session(master, app_name="mqctl spark-export") as spark:
+    started = time.perf_counter()
+    with _progress_bar() as progress, _session(master, remote, "mqctl spark-export") as spark:
+        startup = time.perf_counter() - started
         result = run_export(
             spark, store, out, fmt=fmt, topics=topic or (), since_ms=first, until_ms=last, with_body=with_body,
             partitions=partitions, overwrite=overwrite, progress=progress,
         )  # fmt: skip
-    render(result, output)
+    render(result.over(_process_seconds(), startup), output)
 
 
 @contextmanager
@@ -125,6 +167,7 @@ def report(
     since: SinceOpt = None,
     until: UntilOpt = None,
     master: MasterOpt = None,
+    remote: RemoteOpt = None,
     partitions: PartitionsOpt = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the whole report as JSON here.")
@@ -141,13 +184,15 @@ def report(
     """Per-topic throughput, sizes, producers, latency, hot keys, queue skew, retries/DLQ, per-file content."""
     from mqctl.output import render
     from mqctl.spark.report import build_report, write_charts, write_json
-    from mqctl.spark.session import spark_session
 
     first, last = _window(since, until)
-    with spark_session(master, app_name="mqctl spark-export report") as spark:
+    started = time.perf_counter()
+    with _session(master, remote, "mqctl spark-export report") as spark:
+        startup = time.perf_counter() - started
         result = build_report(
             spark, store, topics=topic or (), since_ms=first, until_ms=last, partitions=partitions, top=top
         )
+    result.timed(_process_seconds(), startup)
     if json_out is not None:
         write_json(result, json_out)
     if charts is not None:

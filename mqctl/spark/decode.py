@@ -13,7 +13,9 @@ Column meanings worth stating:
 
 * ``body_size`` is the BODY LENGTH field: the **stored** size (what the BODYCRC covers), which is
   the compressed size when ``sys_flag & 1``. ``body`` (only with ``with_body``) is the
-  application body, zlib-inflated when compressed, so ``len(body)`` can exceed ``body_size``.
+  application body, zlib-inflated when compressed, and ``body_inflated_size`` (with ``body``) its
+  length where that differs from ``body_size`` (null otherwise): one meaning of ``body_size``
+  across mqctl, the stored size.
 * ``record_size`` is TOTALSIZE, the bytes the record takes in the CommitLog.
 * ``keys`` is never null: the ``KEYS`` property split on spaces, empty pieces dropped.
 * Timestamps are UTC instants (Arrow ``timestamp[us, tz=UTC]``, Spark ``TIMESTAMP``).
@@ -70,12 +72,12 @@ _FIELDS: tuple[tuple[str, pa.DataType, str], ...] = (
     ("properties", _PROPS_TYPE, "MAP<STRING, STRING>"),
     ("file", pa.string(), "STRING"),
 )
-_BODY_FIELD = ("body", pa.binary(), "BINARY")
+_BODY_FIELDS = (("body", pa.binary(), "BINARY"), ("body_inflated_size", pa.int32(), "INT"))
 
 
 def columns(with_body: bool) -> tuple[tuple[str, pa.DataType, str], ...]:
-    """``(name, arrow type, Spark SQL type)`` of every output column; ``body`` sits before ``file``."""
-    return (*_FIELDS[:-1], _BODY_FIELD, _FIELDS[-1]) if with_body else _FIELDS
+    """``(name, arrow type, Spark SQL type)`` of every output column; the body columns sit before ``file``."""
+    return (*_FIELDS[:-1], *_BODY_FIELDS, _FIELDS[-1]) if with_body else _FIELDS
 
 
 def arrow_schema(with_body: bool) -> pa.Schema:
@@ -423,7 +425,12 @@ def decode_batch(
         "file": pa.repeat(pa.scalar(file_name, pa.string()), len(pos)),
     }
     if with_body:
-        arrays["body"] = _bodies(buf, lay)
+        body = _bodies(buf, lay)
+        inflated = pc.binary_length(body).cast(pa.int32())
+        arrays["body"] = body
+        arrays["body_inflated_size"] = pc.if_else(
+            pc.not_equal(inflated, arrays["body_size"]), inflated, pa.scalar(None, pa.int32())
+        )
     schema = arrow_schema(with_body)
     return pa.RecordBatch.from_arrays([arrays[name] for name in schema.names], schema=schema)
 

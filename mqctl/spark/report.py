@@ -1,21 +1,30 @@
 """``spark-export report``: what the CommitLog holds, as tables, JSON and PNG charts.
 
-The records are read once (without bodies) and cached; every section is one Spark aggregation
-over that cache. Times are ISO 8601 UTC strings formatted by Spark (the session runs in UTC),
-so the JSON does not depend on the local zone of the process that printed it.
+One read, one aggregation: the records (without bodies) go through a single Spark aggregation
+over grouping sets, one set per view a section needs (per topic, topic x minute, topic x body
+size, topic x latency, born host x topic, topic x queue, kind x topic, file x topic, topic x
+key), and the sections are put together on the driver from its rows. Keys are counted on the
+same pass by exploding each record into one record row plus one row per key; only the top N
+keys come back. Percentiles are exact (computed from the per-value counts). Times are ISO 8601
+UTC strings formatted by Spark (the session runs in UTC), so the JSON does not depend on the
+local zone of the process that printed it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
-from dataclasses import dataclass
+import math
+import re
+import time
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqctl.output import plain
-from mqctl.spark.export import load, spark_failure
+from mqctl.spark.export import load, plan, rate, spark_failure
 from store.message import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_RETRY_TOPIC,
@@ -30,6 +39,29 @@ Rows = list[dict[str, Any]]
 _ISO = "yyyy-MM-dd'T'HH:mm:ss.SSS'Z'"
 _MINUTE = "yyyy-MM-dd'T'HH:mm'Z'"
 PERCENTILES = (0.5, 0.9, 0.99)
+# The grouping columns, and each view as the subset of them it groups by.
+_COLUMNS = ("topic", "minute", "body_size", "latency_ms", "born_host", "queue_id", "kind", "file", "key")
+_VIEWS: dict[str, tuple[str, ...]] = {
+    "totals": (),
+    "topic": ("topic",),
+    "minute": ("topic", "minute"),
+    "size": ("topic", "body_size"),
+    "latency": ("topic", "latency_ms"),
+    "host": ("born_host", "topic"),
+    "queue": ("topic", "queue_id"),
+    "kind": ("kind", "topic"),
+    "file": ("file", "topic"),
+    "key": ("topic", "key"),
+}
+_HOST_PORT = re.compile(r"^(.*):\d+$")
+
+
+def _grouping_id(columns: tuple[str, ...]) -> int:
+    """Spark's ``grouping_id()`` of a set: bit ``n-1-i`` is set when column ``i`` is not grouped."""
+    return sum(1 << (len(_COLUMNS) - 1 - i) for i, c in enumerate(_COLUMNS) if c not in columns)
+
+
+_VIEW_OF = {_grouping_id(cols): name for name, cols in _VIEWS.items()}
 
 
 @dataclass
@@ -48,6 +80,16 @@ class Report:
     queues: Rows
     retries: Rows
     files: Rows
+    run: dict[str, Any] = field(default_factory=dict)
+    """How the report was made: data read, seconds (whole run, Spark start-up, the job) and rate."""
+
+    def timed(self, wall_seconds: float, spark_start_seconds: float) -> None:
+        """Time the report over a longer run than the job (the CLI: process start to exit)."""
+        self.run.update(
+            wall_seconds=round(wall_seconds, 3),
+            spark_start_seconds=round(spark_start_seconds, 3),
+            mb_per_s=rate(self.run.get("data_bytes", 0), wall_seconds),
+        )
 
     def sections(self) -> list[tuple[str, Rows]]:
         return [
@@ -61,11 +103,8 @@ class Report:
             ("Retry, DLQ and scheduled volume", self.retries),
             ("Per-file content", self.files),
             ("Throughput per topic and minute", self.throughput),
+            ("Run", [self.run]),
         ]
-
-
-def _rows(df: DataFrame) -> Rows:
-    return [row.asDict(recursive=True) for row in df.collect()]
 
 
 def _iso(column: str | Column, fmt: str = _ISO) -> Column:
@@ -74,15 +113,49 @@ def _iso(column: str | Column, fmt: str = _ISO) -> Column:
     return F.date_format(column, fmt)
 
 
-def _percentiles(df: DataFrame, value: Column, prefix: str) -> DataFrame:
-    """Approximate percentiles (accuracy 10,000: exact for up to 10,000 values per topic) and max."""
+def _aggregate(df: DataFrame, top: int) -> DataFrame:
+    """Every view in one aggregation; the key view cut to its ``top`` rows inside Spark."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    by_topic = df.groupBy("topic").agg(
-        F.percentile_approx(value, list(PERCENTILES), 10000).alias("_ps"), F.max(value).alias(f"{prefix}max")
+    kind = (
+        F.when(F.col("topic").startswith(RETRY_GROUP_TOPIC_PREFIX), F.lit("retry topic"))
+        .when(F.col("topic").startswith(DLQ_GROUP_TOPIC_PREFIX), F.lit("dead-letter topic"))
+        .when(
+            (F.col("topic") == SCHEDULE_TOPIC)
+            & F.col("properties").getItem(PROPERTY_RETRY_TOPIC).isNotNull(),
+            F.lit("scheduled retry"),
+        )
+        .when(F.col("topic") == SCHEDULE_TOPIC, F.lit("scheduled delay"))
+        .when(F.col("reconsume_times") > 0, F.lit("redelivered"))
     )
-    cols = [F.col("_ps")[i].alias(f"{prefix}p{round(p * 100)}") for i, p in enumerate(PERCENTILES)]
-    return by_topic.select("topic", *cols, f"{prefix}max")
+    exploded = df.select(
+        "topic", "body_size", "born_host", "queue_id", "file", "record_size", "store_timestamp",
+        F.date_trunc("minute", "store_timestamp").alias("minute"),
+        (F.unix_millis("store_timestamp") - F.unix_millis("born_timestamp")).alias("latency_ms"),
+        kind.alias("kind"),
+        # position 0 is the record itself; 1.. are its keys
+        F.posexplode(F.concat(F.array(F.lit(None).cast("string")), "keys")).alias("pos", "key"),
+    )  # fmt: skip
+    record = F.col("pos") == 0
+    grouped = exploded.groupingSets([list(cols) for cols in _VIEWS.values()], *_COLUMNS).agg(
+        F.grouping_id().alias("gid"),
+        F.count_if(record).alias("records"),
+        F.sum(F.when(record, F.col("record_size"))).alias("record_bytes"),
+        F.sum(F.when(record, F.col("body_size"))).alias("body_bytes"),
+        F.min(F.when(record, F.col("store_timestamp"))).alias("first"),
+        F.max(F.when(record, F.col("store_timestamp"))).alias("last"),
+        F.count_if(~record).alias("key_records"),
+    )
+    key_gid = _grouping_id(_VIEWS["key"])
+    is_key = F.col("gid") == key_gid
+    keys = grouped.where(~is_key | (F.col("key_records") > 0))
+    rank = F.row_number().over(Window.partitionBy("gid").orderBy(F.desc("key_records"), "topic", "key"))
+    return keys.withColumn("rank", F.when(is_key, rank)).where(~is_key | (F.col("rank") <= top)).select(
+        "gid", *(c for c in _COLUMNS if c != "minute"), _iso("minute", _MINUTE).alias("minute"),
+        "records", "record_bytes", "body_bytes", "key_records",
+        _iso("first").alias("first_store_time"), _iso("last").alias("last_store_time"),
+    )  # fmt: skip
 
 
 def build_report(
@@ -95,143 +168,170 @@ def build_report(
     partitions: int | None = None,
     top: int = 20,
 ) -> Report:
-    """Every section of the report; the store is read once (no bodies) and cached for the aggregations."""
+    """Every section of the report from one read of the store (no bodies) and one aggregation."""
     from py4j.protocol import Py4JJavaError
-    from pyspark import StorageLevel
     from pyspark.errors import PySparkException
-    from pyspark.sql import functions as F
 
+    started = time.perf_counter()
+    scan = plan(store, partitions)
     df = load(spark, store, topics=topics, since_ms=since_ms, until_ms=until_ms, partitions=partitions)
-    df = df.select(
-        "topic", "queue_id", "keys", "born_timestamp", "born_host", "store_timestamp", "reconsume_times",
-        "body_size", "record_size", "file",
-        # the only property a section needs; caching the whole map would cost more than the rest
-        F.col("properties").getItem(PROPERTY_RETRY_TOPIC).isNotNull().alias("has_retry_topic"),
-    ).persist(StorageLevel.MEMORY_AND_DISK)  # fmt: skip
+    # The shuffle carries aggregates, far smaller than the input: as many reducers as read tasks.
+    shuffle = "spark.sql.shuffle.partitions"
+    before = spark.conf.get(shuffle)
+    spark.conf.set(shuffle, str(max(1, scan.splits)))
     try:
-        return _build(df, str(store), top)
+        views: dict[str, Rows] = defaultdict(list)
+        for row in _aggregate(df, top).collect():
+            entry = row.asDict()
+            views[_VIEW_OF[entry.pop("gid")]].append(entry)
     except (PySparkException, Py4JJavaError) as exc:
         raise spark_failure(exc) from exc
     finally:
-        df.unpersist()
+        spark.conf.set(shuffle, before)  # type: ignore[arg-type]
+    report = _sections(views, str(store), top)
+    job = time.perf_counter() - started
+    report.run = {
+        "data_bytes": scan.data_bytes, "splits": scan.splits, "wall_seconds": round(job, 3),
+        "spark_start_seconds": 0.0, "job_seconds": round(job, 3), "mb_per_s": rate(scan.data_bytes, job),
+    }  # fmt: skip
+    return report
 
 
-def _build(df: DataFrame, store: str, top: int) -> Report:
-    from pyspark.sql import functions as F
+def _pick(rows: Iterable[dict[str, Any]], *columns: str) -> Rows:
+    return [{c: r[c] for c in columns} for r in rows]
 
-    count = F.count(F.lit(1))
-    first, last = F.min("store_timestamp"), F.max("store_timestamp")
-    totals = (
-        df.agg(
-            count.alias("records"),
-            F.coalesce(F.sum("record_size"), F.lit(0)).alias("record_bytes"),
-            F.countDistinct("topic").alias("topics"),
-            F.countDistinct("file").alias("files"),
-            _iso(first).alias("first_store_time"),
-            _iso(last).alias("last_store_time"),
+
+def _percentiles(rows: Rows, value: str, prefix: str) -> Rows:
+    """Exact percentiles per topic from per-value counts: the smallest value whose cumulative
+    count reaches the share (Spark's ``percentile`` rule), and the maximum."""
+    by_topic: dict[str, list[tuple[int, int]]] = defaultdict(list)
+    for r in rows:
+        by_topic[r["topic"]].append((r[value], r["records"]))
+    out = []
+    for topic, counts in sorted(by_topic.items()):
+        counts.sort()
+        total = sum(n for _, n in counts)
+        entry: dict[str, Any] = {"topic": topic}
+        for p in PERCENTILES:
+            need, seen = max(1, math.ceil(p * total)), 0
+            for v, n in counts:
+                seen += n
+                if seen >= need:
+                    entry[f"{prefix}p{round(p * 100)}"] = v
+                    break
+        entry[f"{prefix}max"] = counts[-1][0]
+        out.append(entry)
+    return out
+
+
+def _producers(rows: Rows, top: int) -> Rows:
+    by_ip: dict[str, dict[str, Any]] = {}
+    for r in rows:
+        match = _HOST_PORT.match(r["born_host"] or "")
+        ip = match.group(1) if match else ""
+        entry = by_ip.setdefault(
+            ip, {"born_ip": ip, "records": 0, "record_bytes": 0, "hosts": set(), "topics": set()}
         )
-        .collect()[0]
-        .asDict()
-    )
-    per_topic = _rows(
-        df.groupBy("topic")
-        .agg(
-            count.alias("records"),
-            F.sum("record_size").alias("record_bytes"),
-            F.sum("body_size").alias("body_bytes"),
-            _iso(first).alias("first_store_time"),
-            _iso(last).alias("last_store_time"),
+        entry["records"] += r["records"]
+        entry["record_bytes"] += r["record_bytes"]
+        entry["hosts"].add(r["born_host"])
+        entry["topics"].add(r["topic"])
+    ranked = sorted(by_ip.values(), key=lambda e: (-e["records"], e["born_ip"]))[:top]
+    return [
+        {
+            "born_ip": e["born_ip"],
+            "records": e["records"],
+            "record_bytes": e["record_bytes"],
+            "connections": len(e["hosts"]),
+            "topics": " ".join(sorted(e["topics"])),
+        }
+        for e in ranked
+    ]
+
+
+def _queues(rows: Rows) -> Rows:
+    by_topic: dict[str, list[int]] = defaultdict(list)
+    for r in rows:
+        by_topic[r["topic"]].append(r["records"])
+    out = []
+    for topic, counts in by_topic.items():
+        mean = sum(counts) / len(counts)
+        out.append(
+            {
+                "topic": topic,
+                "queues": len(counts),
+                "min_records": min(counts),
+                "max_records": max(counts),
+                "mean_records": round(mean, 1),
+                "skew": round(max(counts) / mean, 3),
+            }
         )
-        .orderBy(F.desc("records"), "topic")
-    )
-    minute = F.date_trunc("minute", "store_timestamp")
-    throughput = _rows(
-        df.groupBy("topic", minute.alias("m"))
-        .agg(count.alias("records"), F.sum("record_size").alias("record_bytes"))
-        .orderBy("m", "topic")
-        .select(_iso("m", _MINUTE).alias("minute"), "topic", "records", "record_bytes")
-    )
-    sizes = _rows(_percentiles(df, F.col("body_size"), "body_").orderBy("topic"))
-    latency_ms = F.unix_millis("store_timestamp") - F.unix_millis("born_timestamp")
-    latency = _rows(_percentiles(df, latency_ms, "").orderBy("topic"))
-    born_ip = F.regexp_extract("born_host", r"^(.*):\d+$", 1)
-    producers = _rows(
-        df.groupBy(born_ip.alias("born_ip"))
-        .agg(
-            count.alias("records"),
-            F.sum("record_size").alias("record_bytes"),
-            F.countDistinct("born_host").alias("connections"),
-            F.array_join(F.array_sort(F.collect_set("topic")), " ").alias("topics"),
+    return sorted(out, key=lambda e: (-e["skew"], e["topic"]))
+
+
+def _files(rows: Rows) -> Rows:
+    by_file: dict[str, Rows] = defaultdict(list)
+    for r in rows:
+        by_file[r["file"]].append(r)
+    out = []
+    for name, parts in sorted(by_file.items()):
+        parts.sort(key=lambda r: (-r["records"], r["topic"]))
+        out.append(
+            {
+                "file": name,
+                "records": sum(r["records"] for r in parts),
+                "record_bytes": sum(r["record_bytes"] for r in parts),
+                "topics": len(parts),
+                "first_store_time": min(r["first_store_time"] for r in parts),
+                "last_store_time": max(r["last_store_time"] for r in parts),
+                "content": " ".join(f"{r['topic']}={r['records']}" for r in parts),
+            }
         )
-        .orderBy(F.desc("records"), "born_ip")
-        .limit(top)
-    )
-    top_keys = _rows(
-        df.select("topic", F.explode("keys").alias("key"))
-        .groupBy("topic", "key")
-        .agg(count.alias("records"))
-        .orderBy(F.desc("records"), "topic", "key")
-        .limit(top)
-    )
-    per_queue = df.groupBy("topic", "queue_id").agg(count.alias("n"))
-    queues = _rows(
-        per_queue.groupBy("topic")
-        .agg(
-            F.count("queue_id").alias("queues"),
-            F.min("n").alias("min_records"),
-            F.max("n").alias("max_records"),
-            F.round(F.avg("n"), 1).alias("mean_records"),
-            F.round(F.max("n") / F.avg("n"), 3).alias("skew"),
-        )
-        .orderBy(F.desc("skew"), "topic")
-    )
-    kind = (
-        F.when(F.col("topic").startswith(RETRY_GROUP_TOPIC_PREFIX), F.lit("retry topic"))
-        .when(F.col("topic").startswith(DLQ_GROUP_TOPIC_PREFIX), F.lit("dead-letter topic"))
-        .when(
-            (F.col("topic") == SCHEDULE_TOPIC) & F.col("has_retry_topic"),
-            F.lit("scheduled retry"),
-        )
-        .when(F.col("topic") == SCHEDULE_TOPIC, F.lit("scheduled delay"))
-        .when(F.col("reconsume_times") > 0, F.lit("redelivered"))
-    )
-    retries = _rows(
-        df.where(kind.isNotNull())
-        .groupBy(kind.alias("kind"), "topic")
-        .agg(count.alias("records"), F.sum("record_size").alias("record_bytes"))
-        .orderBy("kind", "topic")
-    )
-    file_topics: dict[str, list[str]] = {}
-    for row in (
-        df.groupBy("file", "topic").agg(count.alias("n")).orderBy("file", F.desc("n"), "topic").collect()
-    ):
-        file_topics.setdefault(row["file"], []).append(f"{row['topic']}={row['n']}")
-    files = _rows(
-        df.groupBy("file")
-        .agg(
-            count.alias("records"),
-            F.sum("record_size").alias("record_bytes"),
-            F.countDistinct("topic").alias("topics"),
-            _iso(first).alias("first_store_time"),
-            _iso(last).alias("last_store_time"),
-        )
-        .orderBy("file")
-    )
-    for entry in files:
-        entry["content"] = " ".join(file_topics.get(entry["file"], []))
+    return out
+
+
+def _sections(views: dict[str, Rows], store: str, top: int) -> Report:
+    """The report's sections from the rows of each view (ISO times sort as they read)."""
+    times = ("first_store_time", "last_store_time")
+    totals = views["totals"][0] if views["totals"] else {"records": 0, "record_bytes": None}
+    topic_rows = sorted(views["topic"], key=lambda r: (-r["records"], r["topic"]))
     return Report(
         store=store,
         generated_at=datetime.now(UTC).isoformat(timespec="seconds"),
-        totals=totals,
-        topics=per_topic,
-        throughput=throughput,
-        sizes=sizes,
-        producers=producers,
-        latency=latency,
-        top_keys=top_keys,
-        queues=queues,
-        retries=retries,
-        files=files,
+        totals={
+            "records": totals["records"],
+            "record_bytes": totals["record_bytes"] or 0,
+            "topics": len(views["topic"]),
+            "files": len({r["file"] for r in views["file"]}),
+            "first_store_time": totals.get("first_store_time"),
+            "last_store_time": totals.get("last_store_time"),
+        },
+        topics=_pick(topic_rows, "topic", "records", "record_bytes", "body_bytes", *times),
+        throughput=_pick(
+            sorted(views["minute"], key=lambda r: (r["minute"], r["topic"])),
+            "minute",
+            "topic",
+            "records",
+            "record_bytes",
+        ),
+        sizes=_percentiles(views["size"], "body_size", "body_"),
+        producers=_producers(views["host"], top),
+        latency=_percentiles(views["latency"], "latency_ms", ""),
+        top_keys=[
+            {"topic": r["topic"], "key": r["key"], "records": r["key_records"]}
+            for r in sorted(views["key"], key=lambda r: (-r["key_records"], r["topic"], r["key"]))
+        ],
+        queues=_queues(views["queue"]),
+        retries=_pick(
+            sorted(
+                (r for r in views["kind"] if r["kind"] is not None), key=lambda r: (r["kind"], r["topic"])
+            ),
+            "kind",
+            "topic",
+            "records",
+            "record_bytes",
+        ),
+        files=_files(views["file"]),
     )
 
 

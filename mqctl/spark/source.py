@@ -91,6 +91,18 @@ class Split(InputPartition):
         return self.end - self.start
 
 
+@dataclass(frozen=True)
+class ReadTask(InputPartition):
+    """The splits one Spark task reads in order: small files share a task, so a store of a few
+    MiB is one task (one Python worker) instead of one per file."""
+
+    splits: tuple[Split, ...]
+
+    @property
+    def size(self) -> int:
+        return sum(s.size for s in self.splits)
+
+
 def commitlog_dir(store: str | os.PathLike[str]) -> Path:
     """The CommitLog directory of a store root (or the CommitLog directory itself)."""
     root = Path(store)
@@ -160,9 +172,7 @@ def _probe(mm: mmap.mmap, base: int, start: int, stop: int, size: int) -> int | 
 def plan_splits(files: Sequence[CommitLogFile], *, partitions: int | None = None,
                 split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[Split]:  # fmt: skip
     """Cut every file into ranges of about ``split_bytes`` (or ``partitions`` ranges in all)."""
-    data = sum(f.data_estimate for f in files)
-    if partitions:
-        split_bytes = max(4096, -(-data // partitions))
+    split_bytes = split_target(files, partitions, split_bytes)
     out: list[Split] = []
     for f in files:
         cuts = [0]
@@ -179,6 +189,25 @@ def plan_splits(files: Sequence[CommitLogFile], *, partitions: int | None = None
             for i, (a, b) in enumerate(itertools.pairwise(cuts))
         )
     return out
+
+
+def split_target(files: Sequence[CommitLogFile], partitions: int | None, split_bytes: int) -> int:
+    """Bytes per task: ``split_bytes``, or the data divided into ``partitions`` tasks."""
+    return max(4096, -(-sum(f.data_estimate for f in files) // partitions)) if partitions else split_bytes
+
+
+def plan_tasks(files: Sequence[CommitLogFile], *, partitions: int | None = None,
+               split_bytes: int = DEFAULT_SPLIT_BYTES) -> list[ReadTask]:  # fmt: skip
+    """The splits packed in offset order into tasks of about ``split_bytes`` of data each: a split
+    joins the task its data's midpoint falls in, so ``partitions`` tasks come out as asked."""
+    target = split_target(files, partitions, split_bytes)
+    tasks: dict[int, list[Split]] = {}
+    done = 0
+    for split in plan_splits(files, partitions=partitions, split_bytes=split_bytes):
+        data = max(0, min(split.end, split.data_end) - split.start)  # a preallocated tail costs nothing
+        tasks.setdefault((done + data // 2) // target, []).append(split)
+        done += data
+    return [ReadTask(tuple(t)) for t in tasks.values()]
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -269,12 +298,15 @@ class CommitLogReader(DataSourceReader):
 
     def partitions(self) -> list[InputPartition]:
         files = list_files(self.store)
-        return list(plan_splits(files, partitions=self.partitions_wanted, split_bytes=self.split_bytes))
+        return list(plan_tasks(files, partitions=self.partitions_wanted, split_bytes=self.split_bytes))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, Split):  # Spark's single placeholder when there are no splits
+        if not isinstance(partition, ReadTask):  # Spark's single placeholder when there are no splits
             return iter(())
-        return read_split(partition, with_body=self.with_body, record_filter=self.record_filter)
+        return itertools.chain.from_iterable(
+            read_split(s, with_body=self.with_body, record_filter=self.record_filter)
+            for s in partition.splits
+        )
 
 
 def _flag(options: dict[str, str], name: str) -> bool:

@@ -120,3 +120,22 @@ def test_usage_errors(cli: RunCli, store_a: Path, tmp_path: Path, args: list[str
     result = cli(*(a.format(store=store_a, tmp=tmp_path) for a in args))
     assert result.code == UsageError.exit_code
     assert result.stderr.startswith("mqctl: error:") and result.stderr.count("\n") == 1
+
+
+@pytest.mark.spark
+def test_ctrl_c_is_one_line_and_exit_130(
+    spark: Any,
+    store_a: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Typer turns a KeyboardInterrupt into a silent exit 130; the command says why it stopped."""
+    from mqctl.spark import export as service
+
+    def interrupted(*args: object, **kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(service, "export", interrupted)
+    assert main(["spark-export", "--store", str(store_a), "--out", str(tmp_path / "o")]) == 130
+    assert capsys.readouterr().err == "mqctl: error: interrupted; Spark jobs cancelled\n"

@@ -56,6 +56,7 @@ def assert_same(row: dict[str, Any], m: StoredMessage) -> None:
     assert row["record_size"] == m.store_size
     assert dict(row["properties"]) == m.properties
     assert row["body"] == m.body
+    assert row["body_inflated_size"] == (len(m.body) if len(m.body) != len(m.stored_body) else None)
 
 
 def test_every_fixture_record_matches_the_reference_codec(store_a: Path) -> None:

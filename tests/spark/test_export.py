@@ -26,12 +26,12 @@ SCHEDULE = "SCHEDULE_TOPIC_XXXX"
 
 @pytest.fixture(scope="module")
 def exported(
-    spark: Any, store_a: Path, tmp_path_factory: pytest.TempPathFactory
+    spark_keeper: Any, store_a: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> dict[int, dict[str, Any]]:
     """The fixture exported once to Parquet with bodies, read back by physical offset."""
     out = tmp_path_factory.mktemp("export") / "all"
     seen: list[ExportProgress] = []
-    result = export(spark, store_a, out, with_body=True, partitions=6, progress=seen.append)
+    result = export(spark_keeper.get(), store_a, out, with_body=True, partitions=6, progress=seen.append)
     assert result.rows == 5612 and result.files == 4
     assert seen[-1].bytes_done == seen[-1].bytes_total == result.data_bytes
     rows = pq.read_table(out).to_pylist()
@@ -69,6 +69,7 @@ def test_export_holds_exactly_the_manifests_messages(
         assert len(row["body"]) == m["bodyLength"]
         assert hashlib.sha256(row["body"]).hexdigest() == m["bodySha256"]
         assert (row["body_size"] < m["bodyLength"]) == m["compressed"]  # body_size is the stored size
+        assert row["body_inflated_size"] == (m["bodyLength"] if m["compressed"] else None)
         for copy in ([m["deliveredCopy"]] if m["delayed"] else []) + m.get("retryCopies", []):
             twin = exported[copy["commitLogOffset"]]
             assert (twin["topic"], twin["queue_offset"]) == (copy["topic"], copy["queueOffset"])
@@ -117,11 +118,32 @@ def test_topic_and_time_predicates_leave_spark_for_the_reader(
 ) -> None:
     """Pushed predicates vanish from Spark's own Filter; the reader applies them (test_source checks how)."""
     load(
-        spark, store_a, topics=["FixA_Mixed"], since_ms=1_795_252_190_000, until_ms=1_795_252_200_000
+        spark,
+        store_a,
+        topics=["FixA_Mixed"],
+        since_ms=1_795_252_190_000,
+        until_ms=1_795_252_200_000,
+        partitions=1,  # a read by the data source, not the driver's one-table shortcut
     ).explain()
     plan = capsys.readouterr().out
     assert "BatchScan rocketmq-commitlog" in plan
     assert "FixA_Mixed" not in plan and "store_timestamp#" in plan and ">=" not in plan and "<=" not in plan
+
+
+def test_a_one_task_store_is_decoded_on_the_driver_into_the_same_rows(
+    spark: Any, store_a: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """store-a fits one read task: no data source scan (no Python workers), and not one row differs."""
+    from pyspark.sql import functions as F
+
+    driver = load(spark, store_a, with_body=True)
+    driver.explain()
+    assert "BatchScan" not in capsys.readouterr().out
+    source = load(spark, store_a, with_body=True, partitions=2)
+    comparable = [F.to_json("properties") if c == "properties" else F.col(c) for c in driver.columns]
+    a, b = driver.select(*comparable), source.select(*comparable)
+    assert a.count() == b.count() == 5612
+    assert a.exceptAll(b).count() == 0 and b.exceptAll(a).count() == 0
 
 
 def test_csv_flattens_keys_properties_and_body(

@@ -16,6 +16,7 @@ from mqctl.spark.source import (
     Split,
     list_files,
     plan_splits,
+    plan_tasks,
     read_split,
 )
 from store.errors import CorruptRecordError
@@ -50,6 +51,17 @@ def test_files_are_listed_in_offset_order(store_a: Path) -> None:
     files = list_files(store_a)
     assert [f.base_offset for f in files] == [0, 1 << 20, 2 << 20, 3 << 20]
     assert list_files(store_a / "commitlog") == files
+
+
+@pytest.mark.parametrize(("partitions", "tasks"), [(None, 1), (1, 1), (3, 3), (6, 6), (8, 8)])
+def test_small_files_share_a_task_and_tasks_cover_every_split_in_order(
+    store_a: Path, partitions: int | None, tasks: int
+) -> None:
+    """store-a (four 1 MiB files, 3.4 MB) is one task by default: one Python worker, not four."""
+    planned = plan_tasks(list_files(store_a), partitions=partitions)
+    assert len(planned) == tasks
+    assert [s for t in planned for s in t.splits] == plan_splits(list_files(store_a), partitions=partitions)
+    assert offsets([s for t in planned for s in t.splits]) == reference_offsets(store_a)
 
 
 @pytest.mark.parametrize("partitions", [None, 1, 3, 8, 50, 400])

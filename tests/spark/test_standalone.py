@@ -97,13 +97,13 @@ def test_export_with_bodies_on_a_standalone_cluster(
     url, work = standalone
     out = tmp_path / "out"
     args = ["--store", str(store_a), "--out", str(out), "--with-body", "--master", url, "--partitions", "6"]
-    result = cli("spark-export", *args, "-o", "json", timeout=120)
+    result = cli("spark-export", *args, "-o", "json", timeout=300)
     assert result.code == 0, result.stderr
     summary = result.json()
     assert (summary["rows"], summary["files"], summary["splits"], summary["format"]) == (
         5612,
         4,
-        7,
+        6,
         "parquet",
     )
     assert summary["mb_per_s"] > 0 and summary["data_bytes"] >= summary["record_bytes"] > 0

@@ -1,0 +1,140 @@
+"""Export and report through Spark Connect: a Connect server from the installed pyspark on 127.0.0.1.
+
+The server is pyspark's own ``SparkConnectServer`` class (what ``sbin/start-connect-server.sh``
+starts), run in the foreground with ``spark-submit`` on a free loopback port. Its Python workers
+run this interpreter with this checkout on ``PYTHONPATH``, as a cluster's must have mqctl installed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from tests.conftest import RunCli
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _why_not() -> str | None:
+    """Why the installed pyspark cannot serve or speak Spark Connect here, or None."""
+    import pyspark
+
+    from mqctl.spark.session import _CONNECT_MODULES, find_java
+
+    if find_java() is None:
+        return "the Connect server needs Java"
+    if not list((Path(pyspark.__file__).parent / "jars").glob("spark-connect_*.jar")):
+        return "this pyspark ships no spark-connect jar (a cluster must run the Connect server)"
+    missing = [m for m in _CONNECT_MODULES if importlib.util.find_spec(m.split(".")[0]) is None]
+    return (
+        f"the Spark Connect client needs {', '.join(missing)} (pip install 'mqctl[spark]')"
+        if missing
+        else None
+    )
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``sc://127.0.0.1:PORT`` of a local[2] Spark Connect server, stopped after the module."""
+    reason = _why_not()
+    if reason:
+        pytest.skip(reason)
+    import pyspark
+
+    home = Path(pyspark.__file__).parent
+    work = tmp_path_factory.mktemp("connect")
+    port = _free_port()
+    env = {
+        **os.environ,
+        "SPARK_HOME": str(home),
+        "SPARK_LOCAL_IP": "127.0.0.1",
+        "PYSPARK_PYTHON": sys.executable,
+        "PYTHONPATH": os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    conf = {
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(port),
+        "spark.driver.host": "127.0.0.1",
+        "spark.ui.enabled": "false",
+        "spark.local.dir": str(work),
+    }
+    command = [str(home / "bin" / "spark-submit"), "--class", SERVER, "--master", "local[2]"]
+    for key, value in conf.items():
+        command += ["--conf", f"{key}={value}"]
+    log = work / "server.log"
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 180
+        while "Spark Connect server started" not in log.read_text(errors="replace"):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"the Connect server did not start:\n{log.read_text(errors='replace')[-3000:]}")
+            time.sleep(0.5)
+        yield f"sc://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def test_export_through_spark_connect_holds_the_manifests_messages(
+    cli: RunCli, connect_server: str, store_a: Path, manifest: dict[str, Any], tmp_path: Path
+) -> None:
+    """With --partitions the data source reads on the server (registered there from this client)."""
+    out = tmp_path / "out"
+    args = ["--store", str(store_a), "--out", str(out), "--with-body", "--partitions", "2", "-o", "json"]
+    result = cli("spark-export", *args, env={"MQCTL_SPARK_REMOTE": connect_server}, timeout=300)
+    assert result.code == 0, result.stderr
+    assert result.stderr == ""
+    summary = result.json()
+    assert (summary["rows"], summary["files"], summary["splits"]) == (5612, 4, 2)
+    assert summary["wall_seconds"] >= summary["spark_start_seconds"] + summary["job_seconds"] > 0
+    rows = pq.read_table(out, columns=["physical_offset", "topic", "keys", "tags", "body"]).to_pylist()
+    by_offset = {r["physical_offset"]: r for r in rows}
+    assert len(by_offset) == len(rows) == 5612
+    for m in manifest["messages"]:
+        row = by_offset[m["commitLogOffset"]]
+        assert (row["keys"], row["tags"]) == (m["keys"], m["storedTags"])
+        assert hashlib.sha256(row["body"]).hexdigest() == m["bodySha256"]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["topic"]] = counts.get(r["topic"], 0) + 1
+    assert counts == manifest["counts"]["recordsInCommitLogPerTopic"]
+
+
+def test_report_through_spark_connect(
+    cli: RunCli, connect_server: str, store_a: Path, manifest: dict[str, Any]
+) -> None:
+    """A one-task store goes to the server as one Arrow table; the aggregation runs there."""
+    result = cli("spark-export", "report", "--store", str(store_a), "--remote", connect_server, "-o", "json",
+                 timeout=300)  # fmt: skip
+    assert result.code == 0, result.stderr
+    report = json.loads(result.stdout)
+    assert {r["topic"]: r["records"] for r in report["topics"]} == manifest["counts"][
+        "recordsInCommitLogPerTopic"
+    ]
+    assert report["totals"]["records"] == 5612 and report["run"]["data_bytes"] > 0
