@@ -112,7 +112,7 @@ def encode_command(cmd: RemotingCommand) -> bytes:
 
 def _int(header: dict[str, Any], key: str) -> int:
     value = header.get(key, 0)
-    if isinstance(value, int) and not isinstance(value, bool):
+    if type(value) is int:  # not a bool
         return value
     if isinstance(value, str):
         try:
