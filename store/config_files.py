@@ -10,6 +10,7 @@ version as ``.bak`` as ``ConfigManager.persist`` does.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import json
 import logging
@@ -258,7 +259,7 @@ class JsonConfigFile:
             return
         with self._write_lock:
             with self.lock:
-                text = dumps_fastjson(self.encode())
+                text = self.text()
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             tmp = self.path + ".tmp"
             try:
@@ -273,6 +274,10 @@ class JsonConfigFile:
                     os.unlink(tmp)
                 raise
             replace_durably(tmp, self.path)
+
+    def text(self) -> str:
+        """What ``persist`` writes: ``encode()`` in fastjson's pretty format (called under ``lock``)."""
+        return dumps_fastjson(self.encode())
 
     def encode(self) -> dict[str, Any]:
         raise NotImplementedError
@@ -293,12 +298,30 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
         self.clock = clock
         self.data_version = DataVersion()
         self.table: dict[str, B] = {}
+        #: Each entry as last written (a copy: entries may be changed in place) and its line: rewriting
+        #: the file after one change among 1,000 entries renders one (pretty-printing is json's slow
+        #: pure-Python encoder) and compares the rest.
+        self._rendered: dict[str, tuple[B, str]] = {}
 
     def encode(self) -> dict[str, Any]:
         return {
             "dataVersion": _bean_to_json(self.data_version),
             self.TABLE: {k: _bean_to_json(v) for k, v in self.table.items()},
         }
+
+    def text(self) -> str:
+        """``dumps_fastjson(self.encode())``, with the lines of unchanged entries reused."""
+        previous, rendered = self._rendered, {}
+        for name, bean in self.table.items():
+            old = previous.get(name)
+            if old is None or old[0] != bean:
+                entry = dumps_fastjson(_bean_to_json(bean), 2)
+                old = (copy.deepcopy(bean), f"\t\t{json.dumps(name, ensure_ascii=False)}:{entry}")
+            rendered[name] = old
+        self._rendered = rendered
+        table = "{\n" + ",\n".join(line for _, line in rendered.values()) + "\n\t}" if rendered else "{}"
+        version = dumps_fastjson(_bean_to_json(self.data_version), 1)
+        return f'{{\n\t"dataVersion":{version},\n\t"{self.TABLE}":{table}\n}}'
 
     def decode(self, data: dict[str, Any]) -> None:
         self.data_version = _bean_from_json(DataVersion, data.get("dataVersion") or {})

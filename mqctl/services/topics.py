@@ -174,8 +174,21 @@ async def upsert(
     broker, what changed.
     """
     addrs = await target_masters(admin, cluster, broker)
-    configs = await asyncio.gather(*(admin.topic_configs(addr) for addr in addrs))
-    existing = {addr: table.get(spec.name) for addr, table in zip(addrs, configs, strict=True)}
+    tables = await asyncio.gather(*(admin.topic_configs(addr) for addr in addrs))
+    return await _upsert_on(admin, spec, dict(zip(addrs, tables, strict=True)), mode=mode, soft=soft, dry_run=dry_run)
+
+
+async def _upsert_on(
+    admin: Admin,
+    spec: TopicSpec,
+    tables: dict[str, dict[str, TopicConfig]],
+    *,
+    mode: str,
+    soft: bool = False,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """`upsert` against the topic tables of its target masters (address → table), kept up to date."""
+    existing = {addr: table.get(spec.name) for addr, table in tables.items()}
     exists = any(existing.values())
     if mode == "create" and exists:
         if soft:
@@ -186,14 +199,14 @@ async def upsert(
             return {"topic": spec.name, "action": "missing", "brokers": []}
         raise NotFoundError(f"topic {spec.name!r} not found", hint="use 'mqctl topic create' or --if-exists")
     changes = []
-    for addr in addrs:
-        old = existing[addr]
+    for addr, old in existing.items():
         new = spec.apply_to(old)
         diff = _diff(old, new)
         action = "unchanged" if not diff else ("create" if old is None else "update")
         action = action if action == "unchanged" else (f"would {action}" if dry_run else f"{action}d")
         if diff and not dry_run:
             await admin.create_topic(addr, new)
+            tables[addr][spec.name] = new
         changes.append({"broker": addr, "action": action, "changes": diff})
     return {"topic": spec.name, "action": mode, "dry_run": dry_run, "brokers": changes}
 
@@ -300,10 +313,15 @@ async def stats(admin: Admin, topic: str) -> dict[str, Any]:
 async def apply_file(
     admin: Admin, specs: list[TopicSpec], *, cluster: str | None, broker: str | None, dry_run: bool
 ) -> list[dict[str, Any]]:
-    """Declarative apply: one row per topic and broker with the action taken (or planned)."""
+    """Declarative apply: one row per topic and broker with the action taken (or planned).
+
+    The masters and their tables are read once, not once per topic: 1,000 topics cost 1,000 creations
+    (one at a time, as mqadmin updateTopic sends them) instead of 1,000 reads of a growing table too."""
+    addrs = await target_masters(admin, cluster, broker)
+    tables = dict(zip(addrs, await asyncio.gather(*(admin.topic_configs(addr) for addr in addrs)), strict=True))
     rows = []
     for spec in specs:
-        result = await upsert(admin, spec, cluster=cluster, broker=broker, mode="apply", dry_run=dry_run)
+        result = await _upsert_on(admin, spec, tables, mode="apply", dry_run=dry_run)
         for change in result["brokers"]:
             rows.append({"topic": spec.name, **change, "dry_run": dry_run})
     return rows

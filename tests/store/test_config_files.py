@@ -109,6 +109,24 @@ def test_unknown_fields_survive(tmp_path: Path) -> None:
     assert '"consumeTimeoutMinute":15' in path.read_text()
 
 
+def test_rewrites_reuse_unchanged_entries_and_write_what_a_full_encode_writes(tmp_path: Path) -> None:
+    """Entries are rendered once and reused while unchanged; edits in place and unknown fields show."""
+    topics = ConfigFiles(str(tmp_path)).topics
+    assert topics.text() == dumps_fastjson(topics.encode())  # empty table
+    for i in range(5):
+        topics.update(TopicConfig(f"T{i}", 4, 4))
+    odd = TopicConfig('Ü"x', 1, 1)
+    odd.extra = {"zz": {"a": [1, {"b": None}], "c": "é"}, "aa": [], "q": {1: "bare int key"}}
+    topics.update(odd)
+    table = topics.table["T3"]
+    table.perm = 2  # changed in place, not replaced
+    text = topics.text()
+    assert text == dumps_fastjson(topics.encode())
+    assert '"perm":2' in text and "1:" in text
+    topics.delete("T1")
+    assert topics.text() == dumps_fastjson(topics.encode()) == (tmp_path / "topics.json").read_text()
+
+
 def test_offsets_persist(tmp_path: Path) -> None:
     files = ConfigFiles(str(tmp_path))
     files.consumer_offsets.commit_offset("G", "T", 2, 41)

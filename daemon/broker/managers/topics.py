@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from daemon.broker.config import BrokerConfig
 from daemon.remoting import bodies
@@ -80,7 +80,8 @@ class TopicConfigManager:
     def __init__(self, config: BrokerConfig, file: TopicConfigFile) -> None:
         self.config = config
         self.file = file
-        self.on_change: Callable[[], None] = lambda: None
+        #: Called after every change with the topic changed, or None when a topic was deleted.
+        self.on_change: Callable[[str | None], None] = lambda topic: None
         self.system_topics: set[str] = {
             TBW102,
             SCHEDULE_TOPIC,
@@ -151,11 +152,20 @@ class TopicConfigManager:
     def is_system_topic(self, topic: str) -> bool:
         return topic in self.system_topics or topic.startswith("rmq_sys_")
 
-    def wrapper(self) -> bodies.TopicConfigSerializeWrapper:
-        """The table as GET_ALL_TOPIC_CONFIG and REGISTER_BROKER carry it."""
+    def wrapper(self, topics: Iterable[str] | None = None) -> bodies.TopicConfigSerializeWrapper:
+        """The table (or the named topics that exist) as GET_ALL_TOPIC_CONFIG and REGISTER_BROKER carry it."""
         with self.file.lock:
             version = bodies.DataVersion(self.file.data_version.counter, self.file.data_version.timestamp)
-            return bodies.TopicConfigSerializeWrapper({k: to_wire(v) for k, v in self.table.items()}, version)
+            table = self.table
+            configs = table.items() if topics is None else ((t, table[t]) for t in topics if t in table)
+            return bodies.TopicConfigSerializeWrapper({k: to_wire(v) for k, v in configs}, version)
+
+    def new_version(self) -> None:
+        """Bump the data version without a change: NameServers re-read the whole table at the next
+        registration (after registrations of single topics, one of which a restarted NameServer may
+        have taken for the whole table)."""
+        with self.file.lock:
+            self.file.data_version.next_version(self.file.clock.now_ms())
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
@@ -163,12 +173,12 @@ class TopicConfigManager:
     def put(self, config: TopicConfig, *, persist: bool = True) -> None:
         """Create or replace a topic; ``persist=False`` when the caller group-commits topics.json itself."""
         self.file.update(config, persist=persist)
-        self.on_change()
+        self.on_change(config.topic_name)
 
     def delete(self, topic: str) -> bool:
         if not self.file.delete(topic):
             return False
-        self.on_change()
+        self.on_change(None)
         return True
 
     def create_in_send(

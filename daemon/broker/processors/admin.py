@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -152,8 +153,7 @@ class AdminProcessor:
             persist=False,
         )
         # answered once topics.json holds it and the NameServers route it; concurrent creations share both
-        await self.broker.persist_topics()
-        await self.broker.registration()
+        await asyncio.gather(self.broker.persist_topics(), self.broker.register_topics())
         return request.make_response(remark="not set any response code")  # what 4.9.8 answers
 
     def delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
