@@ -17,7 +17,7 @@ import time
 
 from daemon.remoting.loop import run
 from mqctl.admin.client import Admin
-from mqctl.services.bench import send_frame, sender
+from mqctl.services.bench import Run, send_frame, sender
 from mqctl.services.messages import writable_queues
 
 BODY = os.urandom(1024)
@@ -28,16 +28,19 @@ async def load(namesrv: str, topic: str, threads: int, seconds: float) -> dict[s
         refs = await writable_queues(admin, topic)
     sends = [(ref.addr, send_frame(topic, ref.queue_id, BODY)) for ref in refs]
 
-    async def until(deadline: float, i: int, rts: list[float]) -> int:
-        rotated = itertools.cycle(sends[i % len(sends) :] + sends[: i % len(sends)])
-        return await sender(itertools.takewhile(lambda _: time.perf_counter() < deadline, rotated), rts)
+    async def until(run: Run, i: int) -> None:
+        await sender(itertools.cycle(sends[i % len(sends) :] + sends[: i % len(sends)]), run)
 
-    await asyncio.gather(*(until(time.perf_counter() + 1.0, i, []) for i in range(threads)))
+    warm_up = Run()
+    warm_up.deadline = warm_up.started + 1.0
+    await asyncio.gather(*(until(warm_up, i) for i in range(threads)))
     print("start", flush=True)
-    rts: list[float] = []
-    wall, cpu = time.perf_counter(), time.process_time()
-    failures = sum(await asyncio.gather(*(until(wall + seconds, i, rts) for i in range(threads))))
-    elapsed = time.perf_counter() - wall
+    cpu = time.process_time()
+    timed = Run()
+    timed.deadline = timed.started + seconds
+    await asyncio.gather(*(until(timed, i) for i in range(threads)))
+    elapsed = time.perf_counter() - timed.started
+    rts, failures = timed.rts, timed.failures
     rts.sort()
 
     def at(q: float) -> float:
