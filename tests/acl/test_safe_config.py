@@ -84,3 +84,28 @@ async def test_namesrv_keeps_a_live_master(namesrv: Namesrv) -> None:
             await asyncio.sleep(0.1)
         assert took.code == ResponseCode.SUCCESS, took.remark
         assert namesrv.controller.routes.broker_addr_table["broker-a"].broker_addrs[0] == "10.7.7.7:10911"
+
+
+async def test_namesrv_keeps_a_live_masters_address(namesrv: Namesrv) -> None:
+    """The master's own address, re-registered by another connection under another id, name or
+    cluster, must not move it out of its slot nor take over its channel (whose close drops it)."""
+    master = "127.0.0.1:10911"
+    async with RemotingClient() as real, RemotingClient() as intruder:
+        assert (await namesrv.register({"T": 4}, client=real)).code == ResponseCode.SUCCESS
+        for kwargs in (
+            {"broker_id": 1},  # same address as a slave: the master's slot would be dropped
+            {"broker_name": "evil"},  # the address under another name: its channel would be ours
+            {"cluster": "EvilCluster"},
+            {},  # same place, new topic data: the route would be the intruder's to rewrite
+        ):
+            r = await namesrv.register({"T": 1, "T2": 1}, broker_addr=master, client=intruder, **kwargs)
+            assert r.code == ResponseCode.NO_PERMISSION, (kwargs, r.remark)
+        routes = namesrv.controller.routes
+        assert routes.broker_addr_table["broker-a"].broker_addrs == {0: master}
+        assert set(routes.broker_addr_table) == {"broker-a"}
+        assert set(routes.cluster_addr_table) == {"DefaultCluster"}
+        assert "T2" not in routes.topic_queue_table
+        await intruder.close()
+        await asyncio.sleep(0.2)  # the intruder's channel closing must not drop the master
+        assert routes.broker_addr_table["broker-a"].broker_addrs == {0: master}
+        assert (await namesrv.register({"T": 4}, client=real)).code == ResponseCode.SUCCESS
