@@ -4,14 +4,17 @@ fileReservedTime needs --force, and a live master cannot be replaced at the Name
 from __future__ import annotations
 
 import asyncio
+import time
 from pathlib import Path
 
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.safe_config import FORCE_FIELD, locked_keys
+from store.cleanup import FakeDiskUsage
 from tests.broker.conftest import BrokerHandle
 from tests.namesrv.conftest import Namesrv
+from tests.retention.conftest import retention_cluster
 
 
 def test_locked_keys_cover_every_spelling() -> None:
@@ -25,8 +28,38 @@ def test_locked_keys_cover_every_spelling() -> None:
         "aclEnable": "false",
         "fileReservedTime": "48",
         "brokerPermission": "6",
+        "haMasterAddress": "10.6.6.6:10912",  # where a slave copies the store from
+        "readOnlyCommitLogStorePaths": "/x",
+        "enableDLegerCommitLog": "true",
+        "dLegerPeers": "n0-10.6.6.6:40911",
+        "messageStorePlugIn": "evil.Plugin",
     }
     assert set(locked_keys(keys)) == set(keys) - {"fileReservedTime", "brokerPermission"}
+
+
+def test_a_low_force_watermark_needs_force_as_a_short_retention(tmp_path: Path) -> None:
+    """diskSpaceCleanForciblyRatio under the disk's usage deletes every young CommitLog file but the
+    newest at the next cleanup run, read or not: the same wipe as fileReservedTime=0 by another key."""
+    with retention_cluster(tmp_path, FakeDiskUsage(0.30)) as rc:
+        rc.send("TR", 400)
+        files = rc.commitlog_files()
+        assert len(files) >= 3
+        for body in (b"diskSpaceCleanForciblyRatio=20\n", b"diskSpaceCleanForciblyRatio = -1\n"):
+            r = rc.run(rc.client.call(RequestCode.UPDATE_BROKER_CONFIG, body=body))
+            assert r.code == ResponseCode.NO_PERMISSION and "--force" in (r.remark or ""), r.remark
+        assert rc.store.config.disk_space_clean_forcibly_ratio == 85
+        time.sleep(0.3)  # cleanup runs keep every file
+        assert rc.commitlog_files() == files
+        ok = rc.run(
+            rc.client.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"diskSpaceCleanForciblyRatio=88\n")
+        )
+        assert ok.code == ResponseCode.SUCCESS, ok.remark
+        forced = rc.run(
+            rc.client.call(
+                RequestCode.UPDATE_BROKER_CONFIG, {FORCE_FIELD: "true"}, b"diskSpaceCleanForciblyRatio=20\n"
+            )
+        )
+        assert forced.code == ResponseCode.SUCCESS and rc.store.config.disk_space_clean_forcibly_ratio == 20
 
 
 async def test_broker_config_updates_refuse_keys_that_move_data(broker: BrokerHandle) -> None:
