@@ -86,6 +86,12 @@ NAMESRV_WRITE_CODES = frozenset(
 )
 
 
+#: Codes that name a CommitLog offset, not a topic (the field holding it): the record's topic needs SUB.
+#: 4.9.8 checks no topic for them, so SUB on one's own group read (or copied into one's retry topic)
+#: any message of the broker.
+OFFSET_CODES: dict[int, str] = {R.VIEW_MESSAGE_BY_ID: "offset", R.CONSUMER_SEND_MSG_BACK: "offset"}
+
+
 #: Fields the server leaves out when it recomputes a signature (4.9.8's quirk, kept for parity).
 SERVER_EXCLUDED = frozenset({SIGNATURE, UNIQUE_KEY_QUERY})
 
@@ -454,9 +460,13 @@ def _describe(resource: str) -> str:
 class PlainAccessValidator:
     """Checks one request against the accounts (§15.2 steps 1-6); raises AclDenied."""
 
-    def __init__(self, files: AclFiles, daemon: str = "broker") -> None:
+    def __init__(
+        self, files: AclFiles, daemon: str = "broker", topic_at: Callable[[int], str | None] | None = None
+    ) -> None:
         self.files = files
         self.daemon = daemon
+        #: The topic of the record at a CommitLog offset (None: no readable record there), for OFFSET_CODES.
+        self.topic_at = topic_at
         self.denied = 0
         self._warnings = WarningGate(log)
 
@@ -474,6 +484,13 @@ class PlainAccessValidator:
                 exc.remark,
             )
             raise
+
+    def _topic_at(self, offset: str) -> str | None:
+        """None for an offset that is no number or holds no record: the processor answers those."""
+        try:
+            return self.topic_at(int(offset)) if self.topic_at is not None else None
+        except ValueError:
+            return None
 
     def only(self, codes: frozenset[int]) -> Callable[[str, RemotingCommand], None]:
         """A guard that checks only requests with these codes (the NameServer's writes)."""
@@ -510,9 +527,18 @@ class PlainAccessValidator:
             raise AclDenied(
                 f"ACL: accessKey={access_key} is not admin; request code {request.code} needs admin"
             )
-        needed = needed_resources(request)
-        if not needed or (account.admin and not account.topic_perms and not account.group_perms):
+        if account.admin and not account.topic_perms and not account.group_perms:
             return
+        needed = needed_resources(request)
+        offset_field = OFFSET_CODES.get(request.code)
+        if offset_field is not None and self.topic_at is not None:
+            offset = request.ext_fields.get(offset_field, "")
+            topic = self._topic_at(offset)
+            if topic is None:
+                raise AclDenied(
+                    f"ACL: accessKey={access_key}: no message of a topic it may read at offset {offset}"
+                )
+            needed.append((topic, SUB))
         for resource, perm in needed:
             if perm == PUB and resource == TRACE_TOPIC:
                 continue

@@ -43,6 +43,7 @@ from daemon.remoting.server import RemotingServer
 from store.api import MessageStore, PutResult
 from store.config_files import ConsumerOffsetManager
 from store.engine import DefaultMessageStore
+from store.errors import StoreError
 from store.message import Message
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         if self.config.acl_enable:  # before the port opens: no request is ever served unchecked
             self.acl_files = AclFiles(self.config.rocketmq_home, self.config.acl_file_path)
-            self.server.dispatcher.guard = PlainAccessValidator(self.acl_files)
+            self.server.dispatcher.guard = PlainAccessValidator(self.acl_files, topic_at=self._topic_at)
         await self.server.start(serve=False)
         self.config.listen_port = self.server.port  # port 0: the bound one is what we register
         self._start_metrics()
@@ -171,6 +172,21 @@ class Broker:
         if self._metrics_stop is not None:
             self._metrics_stop()
             self._metrics_stop = None
+
+    def _topic_at(self, offset: int) -> str | None:
+        """The topic of the message stored at CommitLog `offset`, for the ACL of codes that name an
+        offset; None unless its ConsumeQueue unit points there: a record forged inside another
+        message's body (naming a topic its sender may read) must not pass for one."""
+        try:
+            found = self.store.look_message_by_offset(offset)
+            if found is None:
+                return None
+            msg = found.message
+            unit = self.store.get_messages("", msg.topic, msg.queue_id, msg.queue_offset, 1)
+        except StoreError:  # a corrupt record: no topic to grant
+            return None
+        indexed = unit.messages[0] if unit.messages else None
+        return msg.topic if indexed is not None and indexed.phys_offset == offset else None
 
     def _open_store(self) -> None:
         """Open and start the store and everything kept in it; on failure the store is closed again."""

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import os
 import stat
+import struct
 from pathlib import Path
 
 from daemon.acl.admin import CreateAccessConfigRequestHeader
 from daemon.remoting.codes import RequestCode, ResponseCode
-from tests.acl.conftest import ADMIN_AK, ADMIN_SK, as_account
+from store.message import Message
+from store.record import encode_record
+from tests.acl.conftest import ADMIN_AK, ADMIN_SK, USER_AK, USER_SK, as_account
 from tests.broker.conftest import ClusterHandle
 
 
@@ -41,3 +44,76 @@ async def test_a_new_acl_file_is_owner_only(acl_cluster: ClusterHandle, acl_home
         assert stat.S_IMODE(path.stat().st_mode) == 0o600  # created for the new account
     finally:
         await admin.client.close()
+
+
+async def test_no_message_read_by_offset_from_a_topic_without_sub(acl_cluster: ClusterHandle) -> None:
+    """VIEW_MESSAGE_BY_ID and CONSUMER_SEND_MSG_BACK name a CommitLog offset, not a topic: an account
+    with SUB on its own group only must not read (or copy into its retry topic) a DENY topic's message."""
+    broker = acl_cluster.broker
+    broker.topics.create_system_like("TopicA", 1, 6)
+    broker.topics.create_system_like("TopicDeny", 1, 6)
+    admin = await as_account(acl_cluster, ADMIN_AK, ADMIN_SK)
+    user = await as_account(acl_cluster, USER_AK, USER_SK)
+    try:
+        secret_at = broker.store.max_phy_offset
+        assert (await admin.send("TopicDeny", b"top-secret")).code == ResponseCode.SUCCESS
+        mine_at = broker.store.max_phy_offset
+        assert (await user.send("TopicA", b"mine")).code == ResponseCode.SUCCESS
+
+        view = await user.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(secret_at)})
+        assert view.code == ResponseCode.NO_PERMISSION and b"top-secret" not in view.body, view.remark
+        assert "TopicDeny" in (view.remark or "")
+        back = {"offset": str(secret_at), "group": "GroupA", "delayLevel": "-1", "originTopic": "TopicA"}
+        sent_back = await user.call(RequestCode.CONSUMER_SEND_MSG_BACK, back)
+        assert sent_back.code == ResponseCode.NO_PERMISSION, sent_back.remark
+        assert broker.store.get_max_offset("%DLQ%GroupA", 0) == 0
+
+        own = await user.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(mine_at)})
+        assert own.code == ResponseCode.SUCCESS and b"mine" in own.body, own.remark
+        back["offset"] = str(mine_at)
+        assert (await user.call(RequestCode.CONSUMER_SEND_MSG_BACK, back)).code == ResponseCode.SUCCESS
+        admin_view = await admin.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(secret_at)})
+        assert admin_view.code == ResponseCode.SUCCESS and b"top-secret" in admin_view.body
+    finally:
+        await admin.client.close()
+        await user.client.close()
+
+
+async def test_a_record_forged_inside_a_body_does_not_pass_for_a_message(acl_cluster: ClusterHandle) -> None:
+    """A body holding a record header that names TopicA (body-less: no CRC to match) and whose size
+    runs on into the next message: viewed at its offset, it would serve that message's bytes."""
+    broker = acl_cluster.broker
+    broker.topics.create_system_like("TopicA", 1, 6)
+    broker.topics.create_system_like("TopicDeny", 1, 6)
+    admin = await as_account(acl_cluster, ADMIN_AK, ADMIN_SK)
+    user = await as_account(acl_cluster, USER_AK, USER_SK)
+
+    def forge(at: int, extra: int) -> bytes:
+        record = bytearray(
+            encode_record(
+                Message("TopicA", b""),
+                queue_offset=0,
+                physical_offset=at,
+                store_timestamp=0,
+                store_host=("127.0.0.1", 1),
+            )
+        )
+        struct.pack_into(">i", record, 0, len(record) + extra)  # TOTALSIZE
+        struct.pack_into(">h", record, len(record) - 2, extra)  # the properties run on
+        return b"\xff" * 8 + bytes(record)
+
+    try:
+        decoy_at = broker.store.max_phy_offset  # the same shape first: where the body lands, the size
+        assert (await user.send("TopicA", forge(0, 0))).code == ResponseCode.SUCCESS
+        decoy = bytes(broker.store.look_message_by_offset(decoy_at).raw)  # type: ignore[union-attr]
+        body_pos = decoy.index(forge(0, 0))
+        mine_at = broker.store.max_phy_offset
+        at = mine_at + body_pos + 8
+        tail = len(decoy) - body_pos - len(forge(0, 0))
+        assert (await user.send("TopicA", forge(at, tail + 120))).code == ResponseCode.SUCCESS
+        assert (await admin.send("TopicDeny", b"top-secret")).code == ResponseCode.SUCCESS
+        view = await user.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(at)})
+        assert view.code == ResponseCode.NO_PERMISSION and b"top-secret" not in view.body, view.remark
+    finally:
+        await admin.client.close()
+        await user.client.close()
