@@ -8,6 +8,7 @@ order of their keys, concatenated, followed by the body bytes)). Clients sign wh
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
 from collections.abc import Mapping
@@ -86,7 +87,7 @@ class Verifier:
             inner.update(body)
         outer = self._outer.copy()
         outer.update(inner.digest())
-        return base64.b64encode(outer.digest()).decode("ascii")
+        return binascii.b2a_base64(outer.digest(), newline=False).decode("ascii")  # half b64encode's cost
 
 
 class Signer:
