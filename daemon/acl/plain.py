@@ -66,6 +66,7 @@ ADMIN_CODES = frozenset(
         R.WIPE_WRITE_PERM_OF_BROKER,
         R.ADD_WRITE_PERM_OF_BROKER,
         R.UPDATE_NAMESRV_CONFIG,
+        R.CONSUME_MESSAGE_DIRECTLY,  # makes a group's client consume a message again (side effects)
     }
 )
 
@@ -421,6 +422,8 @@ _RESOURCE_CODES = frozenset(
         R.UPDATE_CONSUMER_OFFSET,
         R.QUERY_CONSUMER_OFFSET,
         R.HEART_BEAT,
+        R.LOCK_BATCH_MQ,
+        R.UNLOCK_BATCH_MQ,
     )
 )
 
@@ -452,21 +455,39 @@ def needed_resources(request: RemotingCommand) -> list[tuple[str, int]]:
         return [(_retry(f.get("consumerGroup")), SUB), (f.get("topic", ""), SUB)]
     if code == R.HEART_BEAT:
         return _heartbeat_resources(request.body)
+    if code in (R.LOCK_BATCH_MQ, R.UNLOCK_BATCH_MQ):
+        return _lock_resources(request.body)
     return []
 
 
-def _heartbeat_resources(body: bytes) -> list[tuple[str, int]]:
+def _json_body(body: bytes) -> object:
+    """The body as the processors read it (fastjson), or None when it is no JSON: they refuse it too."""
     if not body:
-        return []
+        return None
     from daemon.remoting import fastjson
 
     try:
-        data = fastjson.loads(body)
+        return fastjson.loads(body)
     except (ValueError, UnicodeDecodeError):
         try:
-            data = json.loads(body)
+            return json.loads(body)
         except ValueError:
-            return []
+            return None
+
+
+def _lock_resources(body: bytes) -> list[tuple[str, int]]:
+    """LOCK/UNLOCK_BATCH_MQ: SUB on the group and on each queue's topic, as a member of the group has
+    (4.9.8 checks nothing: anyone could unlock an orderly group's queues, given a client id)."""
+    data = _json_body(body)
+    if not isinstance(data, dict):
+        return []
+    out = [(_retry(str(data.get("consumerGroup") or "")), SUB)]
+    out.extend((str(mq.get("topic")), SUB) for mq in data.get("mqSet") or [] if isinstance(mq, dict))
+    return out
+
+
+def _heartbeat_resources(body: bytes) -> list[tuple[str, int]]:
+    data = _json_body(body)
     out: list[tuple[str, int]] = []
     for consumer in (data.get("consumerDataSet") or []) if isinstance(data, dict) else []:
         out.append((_retry(consumer.get("groupName")), SUB))

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import struct
 from pathlib import Path
 
 from daemon.acl.admin import CreateAccessConfigRequestHeader
+from daemon.broker.bodies import MessageQueue
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store.message import Message
 from store.record import encode_record
-from tests.acl.conftest import ADMIN_AK, ADMIN_SK, USER_AK, USER_SK, as_account
-from tests.broker.conftest import ClusterHandle
+from tests.acl.conftest import ADMIN_AK, ADMIN_SK, USER_AK, USER_SK, as_account, write_acl
+from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
 
 
 async def test_acl_edits_keep_the_file_owner_only(acl_cluster: ClusterHandle, acl_home: Path) -> None:
@@ -117,3 +119,51 @@ async def test_a_record_forged_inside_a_body_does_not_pass_for_a_message(acl_clu
     finally:
         await admin.client.close()
         await user.client.close()
+
+
+STRANGER_ACL = f"""\
+accounts:
+  - accessKey: {ADMIN_AK}
+    secretKey: {ADMIN_SK}
+    admin: true
+  - accessKey: stranger
+    secretKey: stranger-secret
+    defaultTopicPerm: SUB
+    defaultGroupPerm: DENY
+    groupPerms: [GroupMine=SUB]
+"""
+
+
+async def test_queue_locks_and_direct_consumption_need_the_group_or_admin(
+    tmp_path: Path, acl_home: Path
+) -> None:
+    """UNLOCK_BATCH_MQ of another group's queues breaks its orderly consumption; CONSUME_MESSAGE_DIRECTLY
+    makes its client process a message again: neither is for an account outside the group."""
+    write_acl(acl_home, STRANGER_ACL)
+    handle = await start_cluster(tmp_path, acl_enable=True, rocketmq_home=str(acl_home))
+    stranger = await as_account(handle, "stranger", "stranger-secret")
+    try:
+        handle.broker.topics.create_system_like("TopicO", 1, 6)
+        mqs = [{"brokerName": "broker-a", "queueId": 0, "topic": "TopicO"}]
+        owner = {"consumerGroup": "GroupOther", "clientId": "owner@1", "mqSet": mqs}
+        assert handle.broker.locks.try_lock_batch(
+            "GroupOther", [MessageQueue("TopicO", "broker-a", 0)], "owner@1"
+        )
+        for code in (RequestCode.UNLOCK_BATCH_MQ, RequestCode.LOCK_BATCH_MQ):
+            r = await stranger.call(code, body=json.dumps(owner).encode())
+            assert r.code == ResponseCode.NO_PERMISSION and "GroupOther" in (r.remark or ""), r.remark
+        assert (
+            handle.broker.locks.try_lock_batch(
+                "GroupOther", [MessageQueue("TopicO", "broker-a", 0)], "other@2"
+            )
+            == []
+        )
+        mine = {"consumerGroup": "GroupMine", "clientId": "me@1", "mqSet": mqs}
+        locked = await stranger.call(RequestCode.LOCK_BATCH_MQ, body=json.dumps(mine).encode())
+        assert locked.code == ResponseCode.SUCCESS, locked.remark
+        direct = {"consumerGroup": "GroupOther", "clientId": "owner@1", "msgId": "00" * 16}
+        r = await stranger.call(RequestCode.CONSUME_MESSAGE_DIRECTLY, direct)
+        assert r.code == ResponseCode.NO_PERMISSION and "admin" in (r.remark or ""), r.remark
+    finally:
+        await stranger.client.close()
+        await stop_cluster(handle)
