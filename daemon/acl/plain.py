@@ -297,7 +297,14 @@ def read_yaml(path: Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
-        raise AclConfigError(f"{path}: not YAML: {exc}") from None
+        # never str(exc): it quotes the offending line, often a secretKey being edited
+        parts = []
+        for mark in ("context", "problem"):
+            at = getattr(exc, f"{mark}_mark", None)
+            what = getattr(exc, mark, None)
+            if what:
+                parts.append(f"{what}" + (f" (line {at.line + 1}, column {at.column + 1})" if at else ""))
+        raise AclConfigError(f"{path}: not YAML: {'; '.join(parts) or 'parse error'}") from None
     if data is None:
         return {}
     if not isinstance(data, dict):
