@@ -45,6 +45,7 @@ LOCKED_KEYS = frozenset(
         "brokerId",
         "brokerClusterName",
         "brokerRole",
+        "flushDiskType",  # read at start only: persisted, SYNC_FLUSH -> ASYNC would drop acknowledged puts' fsync
         # inert today, but each names where or how the store is kept or copied from
         "haMasterAddress",
         "readOnlyCommitLogStorePaths",

@@ -33,6 +33,7 @@ def test_locked_keys_cover_every_spelling() -> None:
         "enableDLegerCommitLog": "true",
         "dLegerPeers": "n0-10.6.6.6:40911",
         "messageStorePlugIn": "evil.Plugin",
+        "flushDiskType": "ASYNC_FLUSH",
     }
     assert set(locked_keys(keys)) == set(keys) - {"fileReservedTime", "brokerPermission"}
 
