@@ -87,10 +87,15 @@ NAMESRV_WRITE_CODES = frozenset(
 )
 
 
-#: Codes that name a CommitLog offset, not a topic (the field holding it): the record's topic needs SUB.
-#: 4.9.8 checks no topic for them, so SUB on one's own group read (or copied into one's retry topic)
-#: any message of the broker.
-OFFSET_CODES: dict[int, str] = {R.VIEW_MESSAGE_BY_ID: "offset", R.CONSUMER_SEND_MSG_BACK: "offset"}
+#: Codes that name a CommitLog offset, not a topic: (the field holding it, the permission the topic of
+#: the message stored there needs). 4.9.8 checks no topic for them, so SUB on one's own group read any
+#: message of the broker (or copied it into one's retry topic), and any account committed any half
+#: message (or one forged inside its own message body) into any topic.
+OFFSET_CODES: dict[int, tuple[str, int]] = {
+    R.VIEW_MESSAGE_BY_ID: ("offset", SUB),
+    R.CONSUMER_SEND_MSG_BACK: ("offset", SUB),
+    R.END_TRANSACTION: ("commitLogOffset", PUB),
+}
 
 
 #: Fields the server leaves out when it recomputes a signature (4.9.8's quirk, kept for parity).
@@ -516,7 +521,7 @@ class PlainAccessValidator:
     ) -> None:
         self.files = files
         self.daemon = daemon
-        #: The topic of the record at a CommitLog offset (None: no readable record there), for OFFSET_CODES.
+        #: The topic of the message stored at a CommitLog offset (None: no message there), for OFFSET_CODES.
         self.topic_at = topic_at
         self.denied = 0
         self._warnings = WarningGate(log)
@@ -581,15 +586,13 @@ class PlainAccessValidator:
         if account.admin and not account.topic_perms and not account.group_perms:
             return
         needed = needed_resources(request)
-        offset_field = OFFSET_CODES.get(request.code)
-        if offset_field is not None and self.topic_at is not None:
-            offset = request.ext_fields.get(offset_field, "")
+        offset_rule = OFFSET_CODES.get(request.code)
+        if offset_rule is not None and self.topic_at is not None:
+            offset = request.ext_fields.get(offset_rule[0], "")
             topic = self._topic_at(offset)
             if topic is None:
-                raise AclDenied(
-                    f"ACL: accessKey={access_key}: no message of a topic it may read at offset {offset}"
-                )
-            needed.append((topic, SUB))
+                raise AclDenied(f"ACL: accessKey={access_key}: no message at CommitLog offset {offset}")
+            needed.append((topic, offset_rule[1]))
         for resource, perm in needed:
             if perm == PUB and resource == TRACE_TOPIC:
                 continue

@@ -27,7 +27,7 @@ from daemon.broker.managers.consumers import ConsumerGroupInfo, ConsumerManager
 from daemon.broker.managers.groups import SubscriptionGroupManager
 from daemon.broker.managers.locks import RebalanceLockManager
 from daemon.broker.managers.producers import ProducerManager
-from daemon.broker.managers.topics import SCHEDULE_TOPIC, TopicConfigManager
+from daemon.broker.managers.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TopicConfigManager
 from daemon.broker.schedule import ScheduleMessageService
 from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
@@ -44,7 +44,7 @@ from store.api import MessageStore, PutResult
 from store.config_files import ConsumerOffsetManager
 from store.engine import DefaultMessageStore
 from store.errors import StoreError
-from store.message import Message
+from store.message import PROPERTY_REAL_TOPIC, Message
 
 log = logging.getLogger(__name__)
 
@@ -174,9 +174,9 @@ class Broker:
             self._metrics_stop = None
 
     def _topic_at(self, offset: int) -> str | None:
-        """The topic of the message stored at CommitLog `offset`, for the ACL of codes that name an
-        offset; None unless its ConsumeQueue unit points there: a record forged inside another
-        message's body (naming a topic its sender may read) must not pass for one."""
+        """The topic of the message stored at CommitLog `offset` (a half or delayed message's real
+        topic), for the ACL of codes that name an offset; None unless its ConsumeQueue unit points
+        there: a record forged inside another message's body must not pass for a message."""
         try:
             found = self.store.look_message_by_offset(offset)
             if found is None:
@@ -186,7 +186,11 @@ class Broker:
         except StoreError:  # a corrupt record: no topic to grant
             return None
         indexed = unit.messages[0] if unit.messages else None
-        return msg.topic if indexed is not None and indexed.phys_offset == offset else None
+        if indexed is None or indexed.phys_offset != offset:
+            return None
+        if msg.topic in (TRANS_HALF_TOPIC, SCHEDULE_TOPIC):  # the broker's own re-topicked copies
+            return msg.properties.get(PROPERTY_REAL_TOPIC, msg.topic)
+        return msg.topic
 
     def _open_store(self) -> None:
         """Open and start the store and everything kept in it; on failure the store is closed again."""

@@ -167,3 +167,51 @@ async def test_queue_locks_and_direct_consumption_need_the_group_or_admin(
     finally:
         await stranger.client.close()
         await stop_cluster(handle)
+
+
+async def test_end_transaction_commits_only_a_real_half_message_of_a_topic_one_may_publish_to(
+    acl_cluster: ClusterHandle,
+) -> None:
+    """END_TRANSACTION names a CommitLog offset: a half-message record forged inside one's own message
+    body (REAL_TOPIC=TopicDeny, its CRC is the sender's to compute) must not commit into TopicDeny."""
+    broker = acl_cluster.broker
+    broker.topics.create_system_like("TopicA", 1, 6)
+    broker.topics.create_system_like("TopicDeny", 1, 6)
+    user = await as_account(acl_cluster, USER_AK, USER_SK)
+
+    def forge(at: int) -> bytes:
+        half = Message(
+            "RMQ_SYS_TRANS_HALF_TOPIC", b"forged", properties={"REAL_TOPIC": "TopicDeny", "REAL_QID": "0"}
+        )
+        return encode_record(
+            half, queue_offset=0, physical_offset=at, store_timestamp=0, store_host=("127.0.0.1", 1)
+        )
+
+    def end(at: int) -> dict[str, str]:
+        return {
+            "producerGroup": "PG",
+            "tranStateTableOffset": "0",
+            "commitLogOffset": str(at),
+            "commitOrRollback": "8",
+            "msgId": "00" * 16,
+            "fromTransactionCheck": "false",
+        }
+
+    try:
+        decoy_at = broker.store.max_phy_offset
+        assert (await user.send("TopicA", forge(0))).code == ResponseCode.SUCCESS
+        body_pos = bytes(broker.store.look_message_by_offset(decoy_at).raw).index(forge(0))  # type: ignore[union-attr]
+        at = broker.store.max_phy_offset + body_pos
+        assert (await user.send("TopicA", forge(at))).code == ResponseCode.SUCCESS
+        r = await user.call(RequestCode.END_TRANSACTION, end(at))
+        assert r.code == ResponseCode.NO_PERMISSION, r.remark
+        assert broker.store.get_max_offset("TopicDeny", 0) == 0
+
+        half_at = broker.store.max_phy_offset  # a real half message of TopicA: its producer commits it
+        sent = await user.send("TopicA", b"real", props={"TRAN_MSG": "true"})
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        r = await user.call(RequestCode.END_TRANSACTION, end(half_at))
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        assert broker.store.get_max_offset("TopicA", 0) == 3
+    finally:
+        await user.client.close()
