@@ -44,7 +44,7 @@ from store.api import MessageStore, PutResult
 from store.config_files import ConsumerOffsetManager
 from store.engine import DefaultMessageStore
 from store.errors import StoreError
-from store.message import PROPERTY_REAL_TOPIC, Message
+from store.message import PROPERTY_REAL_TOPIC, Message, StoredMessage
 
 log = logging.getLogger(__name__)
 
@@ -173,20 +173,26 @@ class Broker:
             self._metrics_stop()
             self._metrics_stop = None
 
-    def _topic_at(self, offset: int) -> str | None:
-        """The topic of the message stored at CommitLog `offset` (a half or delayed message's real
-        topic), for the ACL of codes that name an offset; None unless its ConsumeQueue unit points
-        there: a record forged inside another message's body must not pass for a message."""
+    def indexed_message(self, offset: int) -> StoredMessage | None:
+        """The message stored at CommitLog `offset`, or None unless its ConsumeQueue unit points there:
+        a record forged inside another message's body (its CRC is the sender's to compute) must not
+        pass for a message where a request names an offset (VIEW_MESSAGE_BY_ID, END_TRANSACTION...)."""
         try:
             found = self.store.look_message_by_offset(offset)
             if found is None:
                 return None
             msg = found.message
             unit = self.store.get_messages("", msg.topic, msg.queue_id, msg.queue_offset, 1)
-        except StoreError:  # a corrupt record: no topic to grant
+        except StoreError:  # a corrupt record
             return None
         indexed = unit.messages[0] if unit.messages else None
-        if indexed is None or indexed.phys_offset != offset:
+        return msg if indexed is not None and indexed.phys_offset == offset else None
+
+    def _topic_at(self, offset: int) -> str | None:
+        """For the ACL of codes that name an offset: the topic of the message there, a half or
+        delayed message's real topic."""
+        msg = self.indexed_message(offset)
+        if msg is None:
             return None
         if msg.topic in (TRANS_HALF_TOPIC, SCHEDULE_TOPIC):  # the broker's own re-topicked copies
             return msg.properties.get(PROPERTY_REAL_TOPIC, msg.topic)

@@ -10,11 +10,12 @@ from pathlib import Path
 
 from daemon.acl.admin import CreateAccessConfigRequestHeader
 from daemon.broker.bodies import MessageQueue
+from daemon.broker.broker import Broker
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store.message import Message
 from store.record import encode_record
 from tests.acl.conftest import ADMIN_AK, ADMIN_SK, USER_AK, USER_SK, as_account, write_acl
-from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
+from tests.broker.conftest import BrokerClient, BrokerHandle, ClusterHandle, start_cluster, stop_cluster
 
 
 async def test_acl_edits_keep_the_file_owner_only(acl_cluster: ClusterHandle, acl_home: Path) -> None:
@@ -169,6 +170,37 @@ async def test_queue_locks_and_direct_consumption_need_the_group_or_admin(
         await stop_cluster(handle)
 
 
+def forged_half(at: int) -> bytes:
+    """A half-message record for TopicDeny as it would sit at CommitLog offset `at` (valid CRC)."""
+    half = Message(
+        "RMQ_SYS_TRANS_HALF_TOPIC", b"forged", properties={"REAL_TOPIC": "TopicDeny", "REAL_QID": "0"}
+    )
+    return encode_record(
+        half, queue_offset=0, physical_offset=at, store_timestamp=0, store_host=("127.0.0.1", 1)
+    )
+
+
+async def send_forged_half(client: BrokerClient, broker: Broker) -> int:
+    """Send it as a TopicA body (a same-shaped decoy first shows where the body lands); its offset."""
+    decoy_at = broker.store.max_phy_offset
+    assert (await client.send("TopicA", forged_half(0))).code == ResponseCode.SUCCESS
+    body_pos = bytes(broker.store.look_message_by_offset(decoy_at).raw).index(forged_half(0))  # type: ignore[union-attr]
+    at = broker.store.max_phy_offset + body_pos
+    assert (await client.send("TopicA", forged_half(at))).code == ResponseCode.SUCCESS
+    return at
+
+
+def end_transaction(at: int) -> dict[str, str]:
+    return {
+        "producerGroup": "PG",
+        "tranStateTableOffset": "0",
+        "commitLogOffset": str(at),
+        "commitOrRollback": "8",
+        "msgId": "00" * 16,
+        "fromTransactionCheck": "false",
+    }
+
+
 async def test_end_transaction_commits_only_a_real_half_message_of_a_topic_one_may_publish_to(
     acl_cluster: ClusterHandle,
 ) -> None:
@@ -178,40 +210,26 @@ async def test_end_transaction_commits_only_a_real_half_message_of_a_topic_one_m
     broker.topics.create_system_like("TopicA", 1, 6)
     broker.topics.create_system_like("TopicDeny", 1, 6)
     user = await as_account(acl_cluster, USER_AK, USER_SK)
-
-    def forge(at: int) -> bytes:
-        half = Message(
-            "RMQ_SYS_TRANS_HALF_TOPIC", b"forged", properties={"REAL_TOPIC": "TopicDeny", "REAL_QID": "0"}
-        )
-        return encode_record(
-            half, queue_offset=0, physical_offset=at, store_timestamp=0, store_host=("127.0.0.1", 1)
-        )
-
-    def end(at: int) -> dict[str, str]:
-        return {
-            "producerGroup": "PG",
-            "tranStateTableOffset": "0",
-            "commitLogOffset": str(at),
-            "commitOrRollback": "8",
-            "msgId": "00" * 16,
-            "fromTransactionCheck": "false",
-        }
-
     try:
-        decoy_at = broker.store.max_phy_offset
-        assert (await user.send("TopicA", forge(0))).code == ResponseCode.SUCCESS
-        body_pos = bytes(broker.store.look_message_by_offset(decoy_at).raw).index(forge(0))  # type: ignore[union-attr]
-        at = broker.store.max_phy_offset + body_pos
-        assert (await user.send("TopicA", forge(at))).code == ResponseCode.SUCCESS
-        r = await user.call(RequestCode.END_TRANSACTION, end(at))
+        at = await send_forged_half(user, broker)
+        r = await user.call(RequestCode.END_TRANSACTION, end_transaction(at))
         assert r.code == ResponseCode.NO_PERMISSION, r.remark
         assert broker.store.get_max_offset("TopicDeny", 0) == 0
 
         half_at = broker.store.max_phy_offset  # a real half message of TopicA: its producer commits it
         sent = await user.send("TopicA", b"real", props={"TRAN_MSG": "true"})
         assert sent.code == ResponseCode.SUCCESS, sent.remark
-        r = await user.call(RequestCode.END_TRANSACTION, end(half_at))
+        r = await user.call(RequestCode.END_TRANSACTION, end_transaction(half_at))
         assert r.code == ResponseCode.SUCCESS, r.remark
         assert broker.store.get_max_offset("TopicA", 0) == 3
     finally:
         await user.client.close()
+
+
+async def test_a_forged_half_message_is_not_committed_with_acl_off(broker: BrokerHandle) -> None:
+    broker.broker.topics.create_system_like("TopicA", 1, 6)
+    broker.broker.topics.create_system_like("TopicDeny", 1, 6)
+    at = await send_forged_half(broker, broker.broker)
+    r = await broker.call(RequestCode.END_TRANSACTION, end_transaction(at))
+    assert r.code == ResponseCode.SYSTEM_ERROR and "prepared transaction" in (r.remark or ""), r.remark
+    assert broker.broker.store.get_max_offset("TopicDeny", 0) == 0
