@@ -574,9 +574,13 @@ class PlainAccessValidator:
         if account.matches(ip):
             return
         given = request.ext_fields.get(SIGNATURE, "")
-        if not hmac.compare_digest(account.signature(request), given) and not (
-            UNIQUE_KEY_QUERY in request.ext_fields
-            and hmac.compare_digest(account.client_signature(request), given)
+        # compare_digest raises TypeError on non-ASCII str; a Base64 signature never has any
+        if not given.isascii() or (
+            not hmac.compare_digest(account.signature(request), given)
+            and not (
+                UNIQUE_KEY_QUERY in request.ext_fields
+                and hmac.compare_digest(account.client_signature(request), given)
+            )
         ):
             raise AclDenied(f"ACL: signature check failed for accessKey={access_key} (wrong secretKey?)")
         if request.code in ADMIN_CODES and not account.admin:

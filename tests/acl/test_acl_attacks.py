@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import stat
 import struct
 from pathlib import Path
+
+import pytest
 
 from daemon.acl.admin import CreateAccessConfigRequestHeader
 from daemon.broker.bodies import MessageQueue
@@ -233,3 +236,22 @@ async def test_a_forged_half_message_is_not_committed_with_acl_off(broker: Broke
     r = await broker.call(RequestCode.END_TRANSACTION, end_transaction(at))
     assert r.code == ResponseCode.SYSTEM_ERROR and "prepared transaction" in (r.remark or ""), r.remark
     assert broker.broker.store.get_max_offset("TopicDeny", 0) == 0
+
+
+async def test_a_non_ascii_signature_is_an_ordinary_denial(
+    acl_cluster: ClusterHandle, caplog: pytest.LogCaptureFixture
+) -> None:
+    """hmac.compare_digest raises TypeError on non-ASCII str: each such unsigned request became a
+    SYSTEM_ERROR and an ERROR traceback in the log (a flood no WarningGate limits)."""
+    client = await as_account(acl_cluster, None)
+    try:
+        with caplog.at_level(logging.WARNING):
+            for signature in ("é", "\udcff"):
+                fields = {"AccessKey": USER_AK, "Signature": signature, "topic": "TopicA"}
+                r = await client.call(RequestCode.QUERY_CONSUMER_OFFSET, fields)
+                assert r.code == ResponseCode.NO_PERMISSION and "signature" in (r.remark or ""), r.remark
+        assert "Traceback" not in caplog.text and not [
+            rec for rec in caplog.records if rec.levelno >= logging.ERROR
+        ]
+    finally:
+        await client.client.close()
