@@ -487,6 +487,12 @@ def _json_body(body: bytes) -> object:
             return None
 
 
+def _objects(value: object) -> list[dict[str, Any]]:
+    """The JSON objects of a list: the processors refuse a body with anything else in it, and a rule
+    must not raise on it (a TypeError is logged with its traceback at ERROR)."""
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
 def _lock_resources(body: bytes) -> list[tuple[str, int]]:
     """LOCK/UNLOCK_BATCH_MQ: SUB on the group and on each queue's topic, as a member of the group has
     (4.9.8 checks nothing: anyone could unlock an orderly group's queues, given a client id)."""
@@ -494,16 +500,16 @@ def _lock_resources(body: bytes) -> list[tuple[str, int]]:
     if not isinstance(data, dict):
         return []
     out = [(_retry(str(data.get("consumerGroup") or "")), SUB)]
-    out.extend((str(mq.get("topic")), SUB) for mq in data.get("mqSet") or [] if isinstance(mq, dict))
+    out.extend((str(mq.get("topic")), SUB) for mq in _objects(data.get("mqSet")))
     return out
 
 
 def _heartbeat_resources(body: bytes) -> list[tuple[str, int]]:
     data = _json_body(body)
     out: list[tuple[str, int]] = []
-    for consumer in (data.get("consumerDataSet") or []) if isinstance(data, dict) else []:
-        out.append((_retry(consumer.get("groupName")), SUB))
-        out.extend((str(sub.get("topic")), SUB) for sub in consumer.get("subscriptionDataSet") or [])
+    for consumer in _objects(data.get("consumerDataSet")) if isinstance(data, dict) else []:
+        out.append((_retry(str(consumer.get("groupName") or "")), SUB))
+        out.extend((str(sub.get("topic")), SUB) for sub in _objects(consumer.get("subscriptionDataSet")))
     return out
 
 

@@ -264,3 +264,19 @@ def test_a_broken_file_is_logged_without_its_secrets(
         with pytest.raises(AclConfigError) as refused:  # what codes 50-53 answer when the file is broken
             read_yaml(conf / "plain_acl.yml")
         assert "sup3rs3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"consumerDataSet": [1, {"groupName": 5, "subscriptionDataSet": 7}]}',
+        b'{"consumerDataSet": {"groupName": "G"}}',
+        b'{"consumerGroup": "G", "mqSet": 5}',
+        b"[1, 2]",
+    ],
+)
+def test_odd_bodies_never_raise_from_the_rules(body: bytes) -> None:
+    """Each rule error became a SYSTEM_ERROR with an ERROR traceback; the processors refuse such bodies."""
+    for code in (RequestCode.HEART_BEAT, RequestCode.LOCK_BATCH_MQ):
+        for resource, perm in needed_resources(RemotingCommand.request(code, {}, body)):
+            assert isinstance(resource, str) and perm == SUB
