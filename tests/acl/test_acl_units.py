@@ -280,3 +280,10 @@ def test_odd_bodies_never_raise_from_the_rules(body: bytes) -> None:
     for code in (RequestCode.HEART_BEAT, RequestCode.LOCK_BATCH_MQ):
         for resource, perm in needed_resources(RemotingCommand.request(code, {}, body)):
             assert isinstance(resource, str) and perm == SUB
+
+
+@pytest.mark.parametrize("fields", [{}, {"Signature": "x"}, {"a": "1"}, {"a": "1", "Signature": "s"}])
+@pytest.mark.parametrize("body", [b"", b"body"])
+def test_verifier_signs_zero_and_one_field_as_the_plain_rule(fields: dict[str, str], body: bytes) -> None:
+    """The cached value picker has two special shapes: no field at all, and one field (a bare value)."""
+    assert Verifier("secret1").signature(fields, body) == calculate("secret1", signing_content(fields, body))
