@@ -46,6 +46,7 @@ LOCKED_KEYS = frozenset(
         "brokerClusterName",
         "brokerRole",
         "flushDiskType",  # read at start only: persisted, SYNC_FLUSH -> ASYNC would drop acknowledged puts' fsync
+        "messageDelayLevel",  # read at start only: fewer levels strand the delayed messages (retries) of the rest
         # inert today, but each names where or how the store is kept or copied from
         "haMasterAddress",
         "readOnlyCommitLogStorePaths",

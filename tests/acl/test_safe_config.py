@@ -34,6 +34,7 @@ def test_locked_keys_cover_every_spelling() -> None:
         "dLegerPeers": "n0-10.6.6.6:40911",
         "messageStorePlugIn": "evil.Plugin",
         "flushDiskType": "ASYNC_FLUSH",
+        "messageDelayLevel": "1s",
     }
     assert set(locked_keys(keys)) == set(keys) - {"fileReservedTime", "brokerPermission"}
 
