@@ -250,11 +250,15 @@ def coerce_properties(config: object, props: Mapping[str, str], *, ignore_unknow
     return values
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Replace ``path`` so that readers and crashes see either the old or the new content."""
+def write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
+    """Replace ``path`` so that readers and crashes see either the old or the new content; with
+    ``mode`` (a secret's file) the new content is never readable by more than that, not even briefly."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as fh:
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666 if mode is None else mode)
+    with open(fd, "wb") as fh:
+        if mode is not None:  # a .tmp left over by a crash keeps its old mode through O_CREAT
+            os.fchmod(fd, mode)
         fh.write(data)
         fh.flush()
         os.fsync(fh.fileno())

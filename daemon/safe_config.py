@@ -3,8 +3,10 @@
 A config update over the wire must not move data or listeners: store paths and directories, file
 sizes (a new `mappedFileSizeCommitLog` makes the store unreadable), listen addresses and the
 broker's identity stay as the config file says until an operator edits it and restarts. 4.9.x's
-`configBlackList` holds three of these keys; this list is complete. `fileReservedTime` below one
-hour (the next cleanup would delete every CommitLog file) needs mqctl's `--force` marker.
+`configBlackList` holds three of these keys; this list is complete. Values that let the next cleanup
+delete young CommitLog files, read or not, need mqctl's `--force` marker: `fileReservedTime` below
+one hour, and `diskSpaceCleanForciblyRatio` below RocketMQ's 85 % (a system property in 4.9.8, a key
+here: at 20 on a disk 30 % full, every file but the newest goes at once).
 """
 
 from __future__ import annotations
@@ -43,10 +45,32 @@ LOCKED_KEYS = frozenset(
         "brokerId",
         "brokerClusterName",
         "brokerRole",
+        "flushDiskType",  # read at start only: persisted, SYNC_FLUSH -> ASYNC would drop acknowledged puts' fsync
+        "messageDelayLevel",  # read at start only: fewer levels strand the delayed messages (retries) of the rest
+        # inert today, but each names where or how the store is kept or copied from
+        "haMasterAddress",
+        "readOnlyCommitLogStorePaths",
+        "messageStorePlugIn",
+        "transientStorePoolEnable",
+        "enableDLegerCommitLog",
+        "dLegerGroup",
+        "dLegerPeers",
+        "dLegerSelfId",
     )
 )
 LOCKED_PREFIXES = ("store_path", "mapped_file_size")
 MIN_FILE_RESERVED_HOURS = 1
+#: snake_case key -> (lowest value allowed without --force, what a lower one does)
+FORCE_FLOORS = {
+    "file_reserved_time": (
+        MIN_FILE_RESERVED_HOURS,
+        " h would let the next cleanup delete every CommitLog file",
+    ),
+    "disk_space_clean_forcibly_ratio": (
+        85,
+        " % would let the next cleanup delete young CommitLog files once the disk is that full",
+    ),
+}
 
 
 def locked_keys(updates: Mapping[str, str]) -> list[str]:
@@ -57,7 +81,7 @@ def locked_keys(updates: Mapping[str, str]) -> list[str]:
 
 
 def refuse_unsafe(updates: Mapping[str, str], ext_fields: Mapping[str, str]) -> None:
-    """Raise NO_PERMISSION for a locked key, or for a `fileReservedTime` under an hour without --force."""
+    """Raise NO_PERMISSION for a locked key, or for a value under its floor (FORCE_FLOORS) without --force."""
     locked = locked_keys(updates)
     if locked:
         raise RemotingCommandError(
@@ -65,16 +89,20 @@ def refuse_unsafe(updates: Mapping[str, str], ext_fields: Mapping[str, str]) -> 
             f"Can not update config in black list: {', '.join(locked)} (keys that move data or listeners change "
             "only in the config file, with a restart)",
         )
+    if ext_fields.get(FORCE_FIELD) == "true":
+        return
     for key, value in updates.items():
-        if snake_case(key.strip()) != "file_reserved_time" or ext_fields.get(FORCE_FIELD) == "true":
+        floor_why = FORCE_FLOORS.get(snake_case(key.strip()))
+        if floor_why is None:
             continue
         try:
-            hours = int(value.strip())
+            number = int(value.strip())
         except ValueError:
             continue  # the config loader answers the bad number
-        if hours < MIN_FILE_RESERVED_HOURS:
+        floor, why = floor_why
+        if number < floor:
             raise RemotingCommandError(
                 ResponseCode.NO_PERMISSION,
-                f"fileReservedTime={hours} would let the next cleanup delete every CommitLog file, read or not; "
-                f"values under {MIN_FILE_RESERVED_HOURS} h need 'mqctl broker config set --force'",
+                f"{key.strip()}={number}: under {floor}{why}, read or not; "
+                "such values need 'mqctl broker config set --force'",
             )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,7 +106,12 @@ class AclEditor:
 
         version = file_version(data)
         data["dataVersion"] = [{"counter": version["counter"] + 1, "timestamp": int(time.time() * 1000)}]
-        write_atomically(path, yaml.safe_dump(data, sort_keys=False, allow_unicode=True).encode("utf-8"))
+        try:  # the file holds every secret key: keep the operator's mode, owner-only for a new file
+            mode = stat.S_IMODE(path.stat().st_mode)
+        except FileNotFoundError:
+            mode = 0o600
+        text = yaml.safe_dump(data, sort_keys=False, allow_unicode=True)
+        write_atomically(path, text.encode("utf-8"), mode)
         self.files.reload()
 
     def _holder(self, access_key: str) -> Path:

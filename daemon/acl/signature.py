@@ -8,9 +8,11 @@ order of their keys, concatenated, followed by the body bytes)). Clients sign wh
 from __future__ import annotations
 
 import base64
+import binascii
 import hashlib
 import hmac
-from collections.abc import Mapping
+import operator
+from collections.abc import Callable, Iterable, Mapping
 
 from daemon.remoting.command import RemotingCommand
 
@@ -56,6 +58,10 @@ def sign(
     ext_fields[SIGNATURE] = calculate(secret_key, signing_content(ext_fields, body))
 
 
+def _no_values(_fields: Mapping[str, str]) -> tuple[str, ...]:
+    return ()
+
+
 class Verifier:
     """Recomputes signatures for one secret key, cheaply: HMAC-SHA1 (RFC 2104) from two SHA-1 states
     keyed once (copying those costs less than copying an `hmac` object), and the signed key order
@@ -70,23 +76,25 @@ class Verifier:
         key = key.ljust(_SHA1_BLOCK, b"\0")
         self._inner = hashlib.sha1(bytes(b ^ 0x36 for b in key))
         self._outer = hashlib.sha1(bytes(b ^ 0x5C for b in key))
-        self._orders: dict[tuple[str, ...], list[str]] = {}
+        self._orders: dict[tuple[str, ...], Callable[[Mapping[str, str]], Iterable[str]]] = {}
         self._exclude = exclude
 
     def signature(self, fields: Mapping[str, str], body: bytes) -> str:
         names = tuple(fields)
-        order = self._orders.get(names)
-        if order is None:
+        values = self._orders.get(names)
+        if values is None:
             if len(self._orders) > 256:  # a client sending ever-new field sets must not grow this
                 self._orders.clear()
-            order = self._orders[names] = [k for k in sorted(names) if k not in self._exclude]
+            order = [k for k in sorted(names) if k not in self._exclude]
+            # an itemgetter picks the values in C (one key: the value itself, which joins the same)
+            values = self._orders[names] = operator.itemgetter(*order) if order else _no_values
         inner = self._inner.copy()
-        inner.update("".join([fields[k] for k in order]).encode("utf-8"))
+        inner.update("".join(values(fields)).encode("utf-8"))
         if body:
             inner.update(body)
         outer = self._outer.copy()
         outer.update(inner.digest())
-        return base64.b64encode(outer.digest()).decode("ascii")
+        return binascii.b2a_base64(outer.digest(), newline=False).decode("ascii")  # half b64encode's cost
 
 
 class Signer:

@@ -36,7 +36,7 @@ from daemon.broker.managers.consumers import ConsumerGroupInfo, ConsumerManager
 from daemon.broker.managers.groups import SubscriptionGroupManager
 from daemon.broker.managers.locks import RebalanceLockManager
 from daemon.broker.managers.producers import ProducerManager
-from daemon.broker.managers.topics import SCHEDULE_TOPIC, TopicConfigManager
+from daemon.broker.managers.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TopicConfigManager
 from daemon.broker.schedule import ScheduleMessageService
 from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
@@ -56,7 +56,8 @@ from daemon.remoting.server import RemotingServer
 from store.api import MessageStore, PutResult
 from store.config_files import ConsumerOffsetManager
 from store.engine import DefaultMessageStore
-from store.message import Message
+from store.errors import StoreError
+from store.message import PROPERTY_REAL_TOPIC, Message, StoredMessage
 
 log = logging.getLogger(__name__)
 
@@ -140,7 +141,7 @@ class Broker:
         self._loop = asyncio.get_running_loop()
         if self.config.acl_enable:  # before the port opens: no request is ever served unchecked
             self.acl_files = AclFiles(self.config.rocketmq_home, self.config.acl_file_path)
-            self.server.dispatcher.guard = PlainAccessValidator(self.acl_files)
+            self.server.dispatcher.guard = PlainAccessValidator(self.acl_files, topic_at=self._topic_at)
         await self.server.start(serve=False)
         ephemeral = self.config.listen_port == 0
         self.config.listen_port = self.server.port  # port 0: the bound one is what we register
@@ -246,6 +247,31 @@ class Broker:
             except Exception:
                 log.exception("slave metadata sync failed")
             await asyncio.sleep(METADATA_SYNC_INTERVAL)
+
+    def indexed_message(self, offset: int) -> StoredMessage | None:
+        """The message stored at CommitLog `offset`, or None unless its ConsumeQueue unit points there:
+        a record forged inside another message's body (its CRC is the sender's to compute) must not
+        pass for a message where a request names an offset (VIEW_MESSAGE_BY_ID, END_TRANSACTION...)."""
+        try:
+            found = self.store.look_message_by_offset(offset)
+            if found is None:
+                return None
+            msg = found.message
+            unit = self.store.get_messages("", msg.topic, msg.queue_id, msg.queue_offset, 1)
+        except StoreError:  # a corrupt record
+            return None
+        indexed = unit.messages[0] if unit.messages else None
+        return msg if indexed is not None and indexed.phys_offset == offset else None
+
+    def _topic_at(self, offset: int) -> str | None:
+        """For the ACL of codes that name an offset: the topic of the message there, a half or
+        delayed message's real topic."""
+        msg = self.indexed_message(offset)
+        if msg is None:
+            return None
+        if msg.topic in (TRANS_HALF_TOPIC, SCHEDULE_TOPIC):  # the broker's own re-topicked copies
+            return msg.properties.get(PROPERTY_REAL_TOPIC, msg.topic)
+        return msg.topic
 
     def _open_store(self) -> None:
         """Open and start the store and everything kept in it; on failure the store is closed again."""

@@ -93,10 +93,9 @@ class TransactionService:
         """Commit or roll back the half message at `h.commit_log_offset`; 0 (unknown) changes nothing."""
         if h.commit_or_rollback not in (TRANSACTION_COMMIT_TYPE, TRANSACTION_ROLLBACK_TYPE):
             return
-        found = self.broker.store.look_message_by_offset(h.commit_log_offset)
-        if found is None or found.message.topic != TRANS_HALF_TOPIC:
+        half = self.broker.indexed_message(h.commit_log_offset)  # not a record forged inside a body
+        if half is None or half.topic != TRANS_HALF_TOPIC:
             raise system_error(f"Find prepared transaction message failed, offset {h.commit_log_offset}")
-        half = found.message
         if half.queue_offset in self.resolved:
             return  # already ended (a late answer to a check)
         if h.commit_or_rollback == TRANSACTION_COMMIT_TYPE:

@@ -139,8 +139,8 @@ class NamesrvProcessor:
             )
             return req.make_response(
                 ResponseCode.NO_PERMISSION,
-                f"broker {h.broker_name} id {h.broker_id} is registered at {holder} over a live connection; "
-                "another address can take its place once that broker is gone",
+                f"broker {h.broker_name} id {h.broker_id} at {h.broker_addr}: {holder} is registered over "
+                "another live connection; its place and address can be taken once that broker is gone",
             )
         result = self.routes.register_broker(
             h.cluster_name,
@@ -161,16 +161,17 @@ class NamesrvProcessor:
         )
 
     def _live_holder(self, conn: Connection, name: str, broker_id: int, addr: str) -> str | None:
-        """The other address registered as (name, id) over a connection still open, if any: a
-        REGISTER_BROKER must not take a live master's (or slave's) place in the route (hijack)."""
+        """Who holds the place a REGISTER_BROKER asks for over another connection still open, if
+        anyone: the address registered as (name, id), or `addr` itself. A live broker's place in the
+        route must not be taken (hijack), nor its address: re-registered under another id it would
+        leave its slot, and the channel that owns an address is the one whose close drops it."""
         broker = self.routes.broker_addr_table.get(name)
         current = broker.broker_addrs.get(broker_id) if broker is not None else None
-        if current is None or current == addr:
-            return None
-        live = self.routes.broker_live_table.get(current)
-        owner = live.connection if live is not None else None
-        if isinstance(owner, Connection) and owner is not conn and not owner.is_closed:
-            return current
+        for held in (addr, current):
+            live = self.routes.broker_live_table.get(held) if held is not None else None
+            owner = live.connection if live is not None else None
+            if isinstance(owner, Connection) and owner is not conn and not owner.is_closed:
+                return held
         return None
 
     @staticmethod

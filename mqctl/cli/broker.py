@@ -316,7 +316,12 @@ def config_set(
     context: ContextOpt = None,
     output: OutputOpt = "table",
     force: Annotated[
-        bool, typer.Option("--force", help="Allow fileReservedTime under 1 h (the next cleanup may delete every file).")
+        bool,
+        typer.Option(
+            "--force",
+            help="Allow fileReservedTime under 1 h or diskSpaceCleanForciblyRatio under 85 "
+            "(the next cleanup may delete unread files).",
+        ),
     ] = False,
 ) -> None:
     """Change settings at run time (UPDATE_BROKER_CONFIG); prints old -> new per broker.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from daemon.acl.plain import (
     needed_resources,
     parse_perm,
     peer_ip,
+    read_yaml,
 )
 from daemon.acl.signature import Verifier, calculate, sign, signing_content
 from daemon.broker.bodies import ConsumerData, HeartbeatData, SubscriptionData
@@ -239,3 +241,49 @@ def test_verifier_matches_ali_ons(secret: str, fields: dict[str, str], body: byt
 def test_verifier_is_hmac_sha1_for_any_key_length(secret: str) -> None:
     fields, body = {"b": "2", "a": "1", "Signature": "x"}, bytes(range(256)) * 5
     assert Verifier(secret).signature(fields, body) == calculate(secret, signing_content(fields, body))
+
+
+def test_a_broken_file_is_logged_without_its_secrets(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """YAML's error text quotes the offending line, which is often a secretKey being edited."""
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    (conf / "plain_acl.yml").write_text(ACL_YAML)
+    files = AclFiles(str(tmp_path))
+    for broken in (
+        "accounts:\n  - accessKey: rocketmq2\n    secretKey: sup3rs3cret: x\n",
+        'accounts:\n  - accessKey: rocketmq2\n    secretKey: "sup3rs3cret\n',
+    ):
+        (conf / "plain_acl.yml").write_text(broken)
+        caplog.clear()
+        with caplog.at_level(logging.ERROR, logger="daemon.acl.plain"):
+            files.force_check()
+        assert "not reloaded" in caplog.text and "line 3" in caplog.text, caplog.text
+        assert "sup3rs3cret" not in caplog.text
+        with pytest.raises(AclConfigError) as refused:  # what codes 50-53 answer when the file is broken
+            read_yaml(conf / "plain_acl.yml")
+        assert "sup3rs3cret" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"consumerDataSet": [1, {"groupName": 5, "subscriptionDataSet": 7}]}',
+        b'{"consumerDataSet": {"groupName": "G"}}',
+        b'{"consumerGroup": "G", "mqSet": 5}',
+        b"[1, 2]",
+    ],
+)
+def test_odd_bodies_never_raise_from_the_rules(body: bytes) -> None:
+    """Each rule error became a SYSTEM_ERROR with an ERROR traceback; the processors refuse such bodies."""
+    for code in (RequestCode.HEART_BEAT, RequestCode.LOCK_BATCH_MQ):
+        for resource, perm in needed_resources(RemotingCommand.request(code, {}, body)):
+            assert isinstance(resource, str) and perm == SUB
+
+
+@pytest.mark.parametrize("fields", [{}, {"Signature": "x"}, {"a": "1"}, {"a": "1", "Signature": "s"}])
+@pytest.mark.parametrize("body", [b"", b"body"])
+def test_verifier_signs_zero_and_one_field_as_the_plain_rule(fields: dict[str, str], body: bytes) -> None:
+    """The cached value picker has two special shapes: no field at all, and one field (a bare value)."""
+    assert Verifier("secret1").signature(fields, body) == calculate("secret1", signing_content(fields, body))
