@@ -1,4 +1,5 @@
-"""``mqctl up``: a local NameServer and Broker (optionally with slaves) on embedded defaults, in the foreground.
+"""``mqctl up``: a local NameServer and broker groups (a master, optionally with slaves) on embedded defaults,
+in the foreground.
 
 Every listener (NameServer, broker, metrics) binds loopback unless ``--listen`` widens it: the
 broker has no authentication, so a development command must not offer it to the network.
@@ -15,7 +16,9 @@ if TYPE_CHECKING:
     from daemon.broker.broker import Broker
     from daemon.namesrv.controller import NamesrvController
 
-app = typer.Typer(help="Run a local NameServer and Broker on embedded defaults (Ctrl-C stops both).")
+app = typer.Typer(
+    help="Run a local NameServer and broker groups on embedded defaults (Ctrl-C stops them all)."
+)
 
 
 class LocalCluster:
@@ -74,12 +77,22 @@ def up(
             "--slaves",
             min=0,
             max=16,
-            help="Slaves of broker-a: slave i listens on broker port + 2i (its HA port one above), "
-            "metrics port + i, data in <DIR>/store-slave<i>.",
+            help="Slaves of each broker group: slave i of broker-a listens on broker port + 2i (its HA port "
+            "one above), metrics port + i, data in <DIR>/store-slave<i>.",
         ),
     ] = 0,
+    groups: Annotated[
+        int,
+        typer.Option(
+            "--brokers",
+            min=1,
+            max=26,
+            help="Broker groups broker-a, broker-b, ...: each group's master and slaves take the next ports "
+            "in the same sequence; broker-b's data in <DIR>/store-broker-b and <DIR>/store-broker-b-slave<i>.",
+        ),
+    ] = 1,
 ) -> None:
-    """Run a local NameServer and Broker (cluster DefaultCluster, broker-a, ASYNC_MASTER) until Ctrl-C."""
+    """Run a local NameServer and broker groups (cluster DefaultCluster, broker-a, ..., ASYNC_MASTER) until Ctrl-C."""
     import logging
 
     from daemon.broker.broker import Broker
@@ -102,27 +115,31 @@ def up(
     namesrv = NamesrvController(
         NamesrvConfig(listen_host=listen, listen_port=namesrv_port, data_dir=root / "namesrv")
     )
-    def member(broker_id: int) -> Broker:
-        """Ports in sequence (0 stays 0: ephemeral); the master is id 0, slaves 1..N."""
-        step = broker_id if broker_port else 0
+
+    def member(group: int, broker_id: int) -> Broker:
+        """Ports in sequence over every group's members (0 stays 0: ephemeral); the master is id 0, slaves
+        1..N; broker-a keeps the data dirs it had before there were groups."""
+        step = group * (slaves + 1) + broker_id
+        name = f"broker-{chr(ord('a') + group)}"
+        store = "store" + (f"-{name}" if group else "") + (f"-slave{broker_id}" if broker_id else "")
         return Broker(
             load_broker_config(
                 None,
                 {
-                    "broker_name": "broker-a",
+                    "broker_name": name,
                     "broker_id": broker_id,
                     "broker_role": "SLAVE" if broker_id else "ASYNC_MASTER",
                     "broker_ip1": host,
                     "listen_host": listen,
-                    "listen_port": broker_port + 2 * step,
-                    "store_path_root_dir": str(root / ("store" if broker_id == 0 else f"store-slave{broker_id}")),
+                    "listen_port": broker_port + 2 * step if broker_port else 0,
+                    "store_path_root_dir": str(root / store),
                     "metrics_enable": not no_metrics,
-                    "metrics_port": metrics_port + broker_id if metrics_port else 0,
+                    "metrics_port": metrics_port + step if metrics_port else 0,
                 },
             )
         )
 
-    brokers = [member(i) for i in range(slaves + 1)]
+    brokers = [member(g, i) for g in range(groups) for i in range(slaves + 1)]
     broker = brokers[0]
     cluster = LocalCluster(namesrv, brokers, host)
 
@@ -130,7 +147,9 @@ def up(
         (root / "namesrv" / ADDR_FILE).write_text(f"{host}:{namesrv.port}\n")  # for 'namesrv status'
         metrics = f", metrics http://{host}:{broker.metrics_port}/metrics" if broker.metrics_port else ""
         everywhere = " (listening on all interfaces)" if wildcard else ""
-        extra = "".join(f", slave {b.addr}" for b in brokers[1:])
+        extra = "".join(
+            f", {'slave' if b.config.broker_id else b.config.broker_name} {b.addr}" for b in brokers[1:]
+        )
         stderr_console().print(
             f"ready: NameServer {host}:{namesrv.port}, broker {broker.addr}{extra}{metrics}{everywhere}; "
             f"data in {root}. Ctrl-C stops {'both' if len(brokers) == 1 else 'all'}."
