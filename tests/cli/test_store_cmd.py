@@ -373,9 +373,13 @@ def test_index_ls_and_verify_report_a_bad_index_header(
 
 
 def test_verify_goes_on_past_bad_files_and_reports_each(cli: RunCli, tmp_path: Path) -> None:
-    """A short CommitLog file, a short ConsumeQueue file and a damaged index header: each is reported
-    and the walk goes on (the queue after the bad one, the CommitLog files after the short one)."""
+    """A record with a bad magic code, a short CommitLog file, a short ConsumeQueue file and a damaged
+    index header: each is reported and the walk goes on (the queue after the bad one, the CommitLog
+    files after the corrupt and the short one)."""
     root = unpack_store_a(tmp_path)
+    with open(root / "commitlog" / "00000000000000000000", "r+b") as f:
+        f.seek(4513 + 4)  # the magic code of a record in the first file (manifest message 10)
+        f.write(b"\x00\x00\x00\x01")
     os.truncate(root / "commitlog" / "00000000000002097152", 1000)
     os.truncate(root / "consumequeue" / "FixA_Events" / "0" / "00000000000000000000", 100)
     (index,) = (root / "index").iterdir()
@@ -388,7 +392,8 @@ def test_verify_goes_on_past_bad_files_and_reports_each(cli: RunCli, tmp_path: P
     assert result.code == 10, result.stderr
     report = result.json()
     problems = report["problems"]
-    assert report["bad_files"] == 2 and report["commitlog_files"] == 3
+    assert report["bad_files"] == 2 and report["commitlog_files"] == 3 and report["corrupt_files"] == 1
+    assert any("@4513" in p and "bad magic code" in p for p in problems)
     assert any("commitlog/00000000000002097152: size 1000" in p and "skipped" in p for p in problems)
     assert any("FixA_Events/0/00000000000000000000: size 100" in p and "skipped" in p for p in problems)
     assert any(f"index/{index.name}: bad header" in p for p in problems)
