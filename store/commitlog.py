@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
 
-from store.errors import CorruptRecordError
+from store.errors import CorruptRecordError, StoreFormatError
 from store.mapped_file import MappedFile, MappedFileQueue
 from store.message import (
     BLANK_MAGIC_CODE,
@@ -147,8 +147,9 @@ class CommitLog:
         self.last_store_timestamp = 0
         self.prefault = prefault
 
-    def load(self) -> None:
-        self.files.load()
+    def load(self, on_bad_file: Callable[[StoreFormatError], None] | None = None) -> None:
+        """``on_bad_file``: see :meth:`MappedFileQueue.load` (inspection goes on past a bad file)."""
+        self.files.load(on_bad_file)
 
     # ------------------------------------------------------------------ append
 

@@ -368,23 +368,34 @@ class MappedFileQueue:
         self.clear_whole_tail = clear_whole_tail
         self.files: list[MappedFile] = []
 
-    def load(self) -> None:
-        """Map every file in name order; all are assumed full until recovery sets the positions."""
+    def load(self, on_bad_file: Callable[[StoreFormatError], None] | None = None) -> None:
+        """Map every file in name order; all are assumed full until recovery sets the positions.
+
+        ``on_bad_file`` (read-only inspection: ``store verify``) is told of a file that cannot be mapped
+        (wrong size, wrong name) and the load goes on without it; without it such a file raises."""
         if not os.path.isdir(self.directory):
             return
         names = sorted(os.listdir(self.directory))
+        skipped = False
         for name in names:
             path = os.path.join(self.directory, name)
-            if not name.isdigit() or not os.path.isfile(path):
-                raise StoreFormatError(f"unexpected entry in {self.directory}: {name}")
-            size = os.path.getsize(path)
-            if size != self.file_size:
-                raise StoreFormatError(f"{path}: size {size} != configured {self.file_size}")
+            try:
+                if not name.isdigit() or not os.path.isfile(path):
+                    raise StoreFormatError(f"unexpected entry in {self.directory}: {name}")
+                size = os.path.getsize(path)
+                if size != self.file_size:
+                    raise StoreFormatError(f"{path}: size {size} != configured {self.file_size}")
+            except StoreFormatError as exc:
+                if on_bad_file is None:
+                    raise
+                on_bad_file(exc)
+                skipped = True
+                continue
             mf = self._map(path, read_only=self.read_only)
             mf.wrote_position = mf.flushed_position = mf.prepared_position = self.file_size
             self.files.append(mf)
         for a, b in zip(self.files, self.files[1:], strict=False):
-            if b.file_from_offset != a.end_offset:
+            if b.file_from_offset != a.end_offset and not skipped:  # a skipped file's caller knows why
                 log.error("[BUG] gap between %s and %s", a.path, b.path)
 
     def _map(self, path: str, *, read_only: bool, sync_dirs: Sequence[str] = ()) -> MappedFile:

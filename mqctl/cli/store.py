@@ -277,27 +277,53 @@ def msg_query(
     render_every(lambda: si.query_key(store, topic, key, window, max_num=max_num), output)
 
 
+#: Problems a ``store verify`` table lists unless ``--max-problems`` says otherwise (JSON lists them all).
+TABLE_PROBLEMS = 20
+
+
 @app.command("verify")
-def verify(store: StoreDirOpt, output: OutputOpt = "table") -> None:
+def verify(
+    store: StoreDirOpt,
+    output: OutputOpt = "table",
+    max_problems: Annotated[
+        int | None,
+        typer.Option(
+            "--max-problems",
+            min=0,
+            metavar="N",
+            help=f"List at most N problems; all are counted. Default: all, or {TABLE_PROBLEMS} in a table.",
+        ),
+    ] = None,
+) -> None:
     """Check every record's CRC and ConsumeQueues and IndexFiles against the CommitLog; exit 10 on problems.
 
-    Also lists the quarantines: data recovery set aside instead of deleting (when, why, files, records).
+    Every problem is counted and listed (a file that cannot be opened is one problem; the check goes on
+    with the next file). Also lists the quarantines: data recovery set aside instead of deleting (when,
+    why, files, records).
     """
     from mqctl.output import plain, render, stderr_console
     from mqctl.services import store_inspect as si
     from mqctl.services.quarantine import quarantine_rows
 
+    if max_problems is None and output == "table":
+        max_problems = TABLE_PROBLEMS
     with progress(si.commitlog_bytes(store), "verifying", unit="bytes") as advance:
-        report = si.verify(store, progress=advance)
+        report = si.verify(store, max_problems=max_problems, progress=advance)
     quarantined = quarantine_rows(store)
     if output in ("json", "yaml"):
         render({**plain(report), "quarantined": plain(quarantined)}, output)
-    else:
-        render(report, output)
-        if quarantined and output == "table":
+    elif output == "table":  # the problems as rows of their own, under the summary
+        render({**plain(report), "problems": [{"problem": p} for p in report.problems]}, output)
+        if quarantined:
             render(
                 quarantined, output, title="quarantined: set aside by recovery (see 'mqctl store salvage')"
             )
+    else:
+        render(report, output)
+    if report.problems_not_listed:
+        stderr_console().print(
+            f"... and {report.problems_not_listed} more problem(s) (--max-problems N lists more)"
+        )
     if quarantined:
         records = sum(max(q.records_set_aside, 0) for q in quarantined)
         stderr_console().print(
@@ -309,10 +335,7 @@ def verify(store: StoreDirOpt, output: OutputOpt = "table") -> None:
             f"note: {note} (queries skip them; the broker rebuilds such index files at start)"
         )
     if not report.ok:
-        problems = report.crc_errors + report.corrupt_files + report.unit_errors + report.records_without_unit
-        raise StoreError(
-            f"store {store} has problems ({problems + report.index_errors} found; see the report)"
-        )
+        raise StoreError(f"store {store} has problems ({report.problems_found} found; see the report)")
 
 
 @app.command("salvage")

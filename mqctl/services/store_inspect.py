@@ -13,6 +13,7 @@ import contextlib
 import logging
 import os
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,7 +57,6 @@ Progress = Callable[[int], None]
 """Called with the number of bytes just processed (the CLI draws a progress bar from it)."""
 
 PREFILL_SIZE = 0x7FFFFFFF
-MAX_LISTED_PROBLEMS = 50
 
 
 # ------------------------------------------------------------------------------------- layout
@@ -115,11 +115,10 @@ class Layout:
         return out
 
 
-def _first_file_size(directory: Path, pattern: str) -> int | None:
-    for path in sorted(directory.glob(pattern)):
-        if path.is_file():
-            return path.stat().st_size
-    return None
+def _usual_file_size(directory: Path, pattern: str) -> int | None:
+    """The size most files have (ties: the larger), so one truncated file does not set it for all."""
+    sizes = Counter(path.stat().st_size for path in directory.glob(pattern) if path.is_file())
+    return max(sizes, key=lambda size: (sizes[size], size)) if sizes else None
 
 
 def layout(root: str | Path) -> Layout:
@@ -129,10 +128,10 @@ def layout(root: str | Path) -> Layout:
     if not (path / "commitlog").is_dir():
         raise NotFoundError(f"not a store directory (no commitlog/ in it): {path}")
     defaults = StoreConfig()
-    cl = _first_file_size(path / "commitlog", "*") or defaults.mapped_file_size_commit_log
-    cq = _first_file_size(path / "consumequeue", "*/*/*") or defaults.mapped_file_size_consume_queue
+    cl = _usual_file_size(path / "commitlog", "*") or defaults.mapped_file_size_commit_log
+    cq = _usual_file_size(path / "consumequeue", "*/*/*") or defaults.mapped_file_size_consume_queue
     slots, entries = defaults.max_hash_slot_num, defaults.max_index_num
-    index_size = _first_file_size(path / "index", "*")
+    index_size = _usual_file_size(path / "index", "*")
     if index_size is not None:
         body = index_size - INDEX_HEADER_SIZE
         per_slot = HASH_SLOT_SIZE + 4 * INDEX_ENTRY_SIZE
@@ -146,7 +145,9 @@ def layout(root: str | Path) -> Layout:
 
 
 @contextlib.contextmanager
-def _commit_log(lay: Layout) -> Iterator[CommitLog]:
+def _commit_log(
+    lay: Layout, on_bad_file: Callable[[EngineStoreError], None] | None = None
+) -> Iterator[CommitLog]:
     log_ = CommitLog(
         str(lay.commitlog_dir),
         lay.commit_log_file_size,
@@ -154,7 +155,7 @@ def _commit_log(lay: Layout) -> Iterator[CommitLog]:
         read_only=True,
     )
     try:
-        log_.load()
+        log_.load(on_bad_file)
         yield log_
     except EngineStoreError as exc:
         raise StoreError(str(exc)) from exc
@@ -419,12 +420,16 @@ def _index_files(lay: Layout) -> list[Path]:
     return sorted(p for p in lay.index_dir.iterdir() if p.is_file()) if lay.index_dir.is_dir() else []
 
 
-@contextlib.contextmanager
-def _index_file(lay: Layout, path: Path) -> Iterator[IndexFile]:
+def _open_index_file(lay: Layout, path: Path) -> IndexFile:
     try:
-        f = IndexFile(str(path), lay.hash_slot_num, lay.index_num, read_only=True)
+        return IndexFile(str(path), lay.hash_slot_num, lay.index_num, read_only=True)
     except EngineStoreError as exc:
         raise StoreError(str(exc)) from exc
+
+
+@contextlib.contextmanager
+def _index_file(lay: Layout, path: Path) -> Iterator[IndexFile]:
+    f = _open_index_file(lay, path)
     try:
         yield f
     finally:
@@ -614,7 +619,10 @@ class VerifyReport:
     index_entries: int
     index_errors: int
     stale_index_entries: int  # entries written before a quarantine that point into it: queries skip them
-    problems: list[str]
+    bad_files: int  # CommitLog, ConsumeQueue and index files that could not be opened (skipped, reported)
+    problems_found: int
+    problems: list[str]  # the first ``max_problems`` of them (all by default)
+    problems_not_listed: int
     notes: list[str]  # findings that are not problems (stale index entries and where they point)
 
 
@@ -629,9 +637,14 @@ class _Rec:
     has_unit: bool = False
 
 
-def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyReport:
+def verify(
+    root: str | Path, *, max_problems: int | None = None, progress: Progress | None = None
+) -> VerifyReport:
     """CRC of every record, every ConsumeQueue unit against its record (topic, queue, offset, size,
     tags code), every queued record against a unit, and every index entry against a record start.
+
+    Every problem is counted and the first ``max_problems`` (all when ``None``) are listed; a file that
+    cannot be opened is one problem and the walk goes on with the next file.
 
     An index entry pointing into a quarantine (or past the CommitLog's end) is stale, not damage: its
     record was set aside after the entry was written, and queries skip it. Such entries are counted in
@@ -639,12 +652,15 @@ def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyRepor
     lay = layout(root)
     delay_ms = lay.config().delay_levels_ms()
     problems: list[str] = []
-    counts = {"crc": 0, "corrupt": 0, "unit_errors": 0, "index_errors": 0}
+    counts = {"crc": 0, "corrupt": 0, "unit_errors": 0, "index_errors": 0, "orphans": 0, "bad_files": 0}
 
     def problem(kind: str, text: str) -> None:
         counts[kind] += 1
-        if len(problems) < MAX_LISTED_PROBLEMS:
+        if max_problems is None or len(problems) < max_problems:
             problems.append(text)
+
+    def bad_file(exc: EngineStoreError) -> None:
+        problem("bad_files", f"{exc}: file skipped")
 
     records: dict[int, _Rec] = {}
 
@@ -661,7 +677,7 @@ def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyRepor
         if crc_error is not None:
             problem("crc", str(crc_error))
 
-    with _commit_log(lay) as cl:
+    with _commit_log(lay, on_bad_file=bad_file) as cl:
         files = len(cl.files.files)
         min_phy = cl.min_offset
         for mf in cl.files.files:
@@ -674,7 +690,11 @@ def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyRepor
     units = before = 0
     queues = lay.queues()
     for topic, queue_id in queues:
-        cq = _open_cq(lay, topic, queue_id, min_phy)
+        try:
+            cq = _open_cq(lay, topic, queue_id, min_phy)
+        except StoreError as exc:
+            problem("bad_files", f"{exc}: queue {topic}/{queue_id} skipped")
+            continue
         try:
             for qoff in range(cq.min_offset, cq.max_offset):
                 unit = cq.get_unit(qoff)
@@ -702,17 +722,16 @@ def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyRepor
         finally:
             cq.close()
     orphans = [phys for phys, rec in records.items() if rec.in_queue and not rec.has_unit]
-    for phys in orphans[:MAX_LISTED_PROBLEMS]:
+    for phys in orphans:
         rec = records[phys]
-        if len(problems) < MAX_LISTED_PROBLEMS:
-            problems.append(
-                f"record at {phys} ({rec.topic}/{rec.queue_id} offset {rec.queue_offset}) has no unit"
-            )
+        problem(
+            "orphans", f"record at {phys} ({rec.topic}/{rec.queue_id} offset {rec.queue_offset}) has no unit"
+        )
 
     index_files = index_entries = 0
     ranges = commit_log_ranges(list_quarantines(str(lay.root)))
     stale: dict[str, int] = {}  # where stale entries point: a quarantine, or past the CommitLog's end
-    with _commit_log(lay) as cl:
+    with _commit_log(lay, on_bad_file=lambda _exc: None) as cl:  # reported by the first walk
         end = cl.max_offset
         past_end = f"past the CommitLog end {end}"
 
@@ -721,7 +740,12 @@ def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyRepor
 
         for path in _index_files(lay):
             index_files += 1
-            with _index_file(lay, path) as f:
+            try:
+                opened = _open_index_file(lay, path)
+            except StoreError as exc:
+                problem("bad_files", f"{exc}: file skipped")
+                continue
+            with contextlib.closing(opened) as f:
                 why = index_header_problem(f, cl, int(time.time() * 1000), set_aside=set_aside)
                 if why is not None:
                     problem("index_errors", f"index/{f.name}: bad header: {why}")
@@ -740,9 +764,9 @@ def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyRepor
                     )
     notes = [f"{n} stale index entries (point {where})" for where, n in stale.items()]
 
-    bad = counts["crc"] + counts["corrupt"] + counts["unit_errors"] + counts["index_errors"] + len(orphans)
+    found = sum(counts.values())
     return VerifyReport(
-        bad == 0,
+        found == 0,
         files,
         len(records),
         counts["crc"],
@@ -756,6 +780,9 @@ def verify(root: str | Path, *, progress: Progress | None = None) -> VerifyRepor
         index_entries,
         counts["index_errors"],
         sum(stale.values()),
+        counts["bad_files"],
+        found,
         problems,
+        found - len(problems),
         notes,
     )

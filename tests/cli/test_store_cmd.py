@@ -372,6 +372,72 @@ def test_index_ls_and_verify_report_a_bad_index_header(
     assert snapshot(root) == before
 
 
+def test_verify_goes_on_past_bad_files_and_reports_each(cli: RunCli, tmp_path: Path) -> None:
+    """A record with a bad magic code, a short CommitLog file, a short ConsumeQueue file and a damaged
+    index header: each is reported and the walk goes on (the queue after the bad one, the CommitLog
+    files after the corrupt and the short one)."""
+    root = unpack_store_a(tmp_path)
+    with open(root / "commitlog" / "00000000000000000000", "r+b") as f:
+        f.seek(4513 + 4)  # the magic code of a record in the first file (manifest message 10)
+        f.write(b"\x00\x00\x00\x01")
+    os.truncate(root / "commitlog" / "00000000000002097152", 1000)
+    os.truncate(root / "consumequeue" / "FixA_Events" / "0" / "00000000000000000000", 100)
+    (index,) = (root / "index").iterdir()
+    with open(index, "r+b") as f:
+        f.seek(38)  # indexCount
+        value = f.read(1)[0]
+        f.seek(38)
+        f.write(bytes([value ^ 0x40]))
+    result = cli("store", "verify", "--store", str(root), "-o", "json")
+    assert result.code == 10, result.stderr
+    report = result.json()
+    problems = report["problems"]
+    assert report["bad_files"] == 2 and report["commitlog_files"] == 3 and report["corrupt_files"] == 1
+    assert any("@4513" in p and "bad magic code" in p for p in problems)
+    assert any("commitlog/00000000000002097152: size 1000" in p and "skipped" in p for p in problems)
+    assert any("FixA_Events/0/00000000000000000000: size 100" in p and "skipped" in p for p in problems)
+    assert any(f"index/{index.name}: bad header" in p for p in problems)
+    assert report["records"] > 0 and report["units"] > 0  # the other files were read
+    assert len(problems) == report["problems_found"] > 50 and report["problems_not_listed"] == 0
+    assert f"({report['problems_found']} found" in result.stderr
+
+
+def test_verify_lists_every_problem_and_max_problems_counts_the_rest(
+    cli: RunCli, tmp_path: Path, manifest: dict[str, Any]
+) -> None:
+    """60 flipped body bytes: JSON lists all 60; ``--max-problems 5`` lists 5 and says 55 more, in JSON
+    and in a table."""
+    root = unpack_store_a(tmp_path)
+    victims = [
+        m for m in manifest["messages"] if m["bodyLength"] >= 300 and not m["compressed"] and not m["delayed"]
+    ][:60]
+    assert len(victims) == 60
+    for victim in victims:
+        cl_file = root / "commitlog" / f"{victim['commitLogOffset'] // 1_048_576 * 1_048_576:020d}"
+        with open(cl_file, "r+b") as f:
+            f.seek(victim["commitLogOffset"] % 1_048_576 + 200)  # inside the body
+            byte = f.read(1)
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte[0] ^ 0x01]))
+    args = ("store", "verify", "--store", str(root))
+    result = cli(*args, "-o", "json")
+    assert result.code == 10, result.stderr
+    report = result.json()
+    assert report["crc_errors"] == report["problems_found"] == len(report["problems"]) == 60
+    for victim in victims:
+        assert sum(f"@{victim['commitLogOffset']}:" in p for p in report["problems"]) == 1, victim
+    five = cli(*args, "-o", "json", "--max-problems", "5")
+    assert five.code == 10
+    short = five.json()
+    assert short["problems"] == report["problems"][:5]
+    assert (short["problems_found"], short["problems_not_listed"]) == (60, 55)
+    assert "55 more problem(s)" in five.stderr
+    table = cli(*args, "--max-problems", "5")
+    assert table.code == 10
+    assert sum(p in table.stdout for p in report["problems"]) == 5
+    assert "55 more problem(s)" in table.stderr
+
+
 def test_msg_query_skips_a_bad_index_header_and_finds_older_keys(cli: RunCli, tmp_path: Path) -> None:
     """The newest index file's header is damaged: keys of the older files are still found offline."""
     from tests.store.test_heal import keyed_store
