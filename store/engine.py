@@ -531,11 +531,22 @@ class DefaultMessageStore:
     def _reput_until(self, end: int) -> int:
         n = 0
         walk = self.commit_log.walk(self.reput_from_offset, end)
-        for info in walk:
-            self._dispatch_one(info)
-            n += 1
-        self.reput_from_offset = walk.offset
+        try:
+            for info in walk:
+                self._dispatch_one(info)
+                n += 1
+        finally:  # a dispatch that raised leaves the cursor at its record
+            self.reput_from_offset = walk.offset
         return n
+
+    def _retry_dispatch(self) -> None:
+        """Dispatch the records a put stored but could not dispatch (its ERROR said so); quiet while the
+        disk is still full. Call under the put lock."""
+        try:
+            self._reput_until(self.commit_log.max_offset)
+        except OSError as e:
+            if not is_no_space(e):
+                raise
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         """Register ``callback(topic, queue_id, max_offset)``, called after a put's records are dispatched.
@@ -585,18 +596,25 @@ class DefaultMessageStore:
             last = infos[-1]
             if cq is not None:
                 cq.next_offset = last.queue_offset + 1
+            end = last.commit_log_offset + last.size
             try:
+                if self.reput_from_offset < infos[0].commit_log_offset:  # an earlier put's records first
+                    self._reput_until(infos[0].commit_log_offset)
                 for info in infos:
                     self._dispatch_one(info, cq)
             except OSError as e:  # only a batch crossing into a new ConsumeQueue file or many keys get here
+                # The dispatch cursor stays below the undispatched records: the next put or flush retries
+                # them, the recovery point stays below them, and shutdown keeps the abort file.
+                if self.reput_from_offset >= infos[0].commit_log_offset:
+                    self.reput_from_offset = infos[0].commit_log_offset
                 log.error(
                     "records from CommitLog offset %d are stored but not all dispatched "
-                    "(ConsumeQueue unit or index entries): %s",
-                    infos[0].commit_log_offset,
+                    "(ConsumeQueue unit or index entries), dispatched when space returns: %s",
+                    self.reput_from_offset,
                     e,
                 )
-            end = last.commit_log_offset + last.size
-            self.reput_from_offset = end
+            else:
+                self.reput_from_offset = end
         first = infos[0]
         host = msgs[0].store_host
         prefix = msg_id_prefix(host) if host else self._msg_id_prefix
@@ -830,6 +848,9 @@ class DefaultMessageStore:
             if thorough:
                 last_thorough = now
             try:
+                if self.reput_from_offset < self.commit_log.max_offset:  # a put could not dispatch: retry
+                    with self._put_lock:
+                        self._retry_dispatch()
                 if thorough:
                     self._checkpoint()
                     continue

@@ -193,3 +193,77 @@ def test_a_crash_seconds_after_start_recovers_from_the_checkpoint(
     for key in ("k0", "k999", "late-0", f"late-{late - 1}"):
         assert len(again.query_message("T", key, 4, 0, 2**62).messages) == 1, key
     again.shutdown()
+
+
+def _bodies(store: DefaultMessageStore, offset: int, count: int) -> list[bytes]:
+    out: list[bytes] = []
+    while len(out) < count:
+        got = store.get_messages("G", "T", 0, offset + len(out), count - len(out)).messages
+        if not got:
+            break
+        out.extend(bytes(m.message.body) for m in got)
+    return out
+
+
+def test_a_batch_whose_next_consume_queue_file_cannot_be_allocated_is_dispatched_later(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The records of an acknowledged put whose units could not all be written (the batch crosses into a
+    ConsumeQueue file the full disk cannot take) must not be skipped: not by later puts, not by the
+    recovery point, not by a restart."""
+    real = os.posix_fallocate
+    full = False
+
+    def fallocate(fd: int, offset: int, length: int) -> None:
+        if full:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(fd, offset, length)
+
+    monkeypatch.setattr(os, "posix_fallocate", fallocate)
+    store = DefaultMessageStore(small_config(tmp_path), clock=FakeClock())
+    store.open()
+    store.start()
+    for i in range(45):  # 50 units per ConsumeQueue file
+        assert store.put_message(Message(topic="T", body=b"m%d" % i)).ok
+    full = True
+    batch = [Message(topic="T", body=b"b%d" % i) for i in range(10)]
+    assert store.put_messages(batch).ok  # stored: acknowledged (a resend would duplicate it)
+    full = False
+    assert store.put_message(Message(topic="U", body=b"other")).ok  # another queue's put goes on
+    assert _bodies(store, 0, 100) == [b"m%d" % i for i in range(45)] + [b"b%d" % i for i in range(10)]
+    assert store.put_message(Message(topic="T", body=b"after")).ok
+    assert _bodies(store, 45, 11) == [b"b%d" % i for i in range(10)] + [b"after"]
+    store.shutdown()
+
+
+def test_undispatched_records_keep_the_recovery_point_below_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a record has no unit yet, neither the checkpoint's recovery point nor a clean shutdown may
+    claim it was dispatched: a restart must re-dispatch it."""
+    real = os.posix_fallocate
+    full = False
+
+    def fallocate(fd: int, offset: int, length: int) -> None:  # only T/0's second file lacks space
+        if full and os.readlink(f"/proc/self/fd/{fd}").endswith(f"T/0/{1000:020d}"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        real(fd, offset, length)
+
+    monkeypatch.setattr(os, "posix_fallocate", fallocate)
+    store = DefaultMessageStore(small_config(tmp_path), clock=FakeClock())
+    store.open()
+    store.start()
+    for i in range(45):
+        assert store.put_message(Message(topic="T", body=b"m%d" % i)).ok
+    full = True
+    first = store.put_messages([Message(topic="T", body=b"b%d" % i) for i in range(10)])
+    assert first.ok
+    assert store.put_message(Message(topic="U", body=b"other")).ok  # stored, its unit waits its turn
+    store.shutdown()  # still full: the units past the file boundary cannot be written now
+    full = False
+    again = DefaultMessageStore(small_config(tmp_path), clock=FakeClock())
+    again.open()
+    again.start()
+    assert _bodies(again, 45, 10) == [b"b%d" % i for i in range(10)]
+    assert again.get_max_offset("U", 0) == 1
+    again.shutdown()
