@@ -249,6 +249,9 @@ class ConsumeQueue:
         """Make sure the units for ``count`` records from ``queue_offset`` can be written: their file exists
         and its blocks are allocated (up to the end of that file; a batch crossing into the next file
         gets that file when it is dispatched). Raises ``OSError`` (``ENOSPC``...) when they cannot be."""
+        mf = self._last
+        if mf is not None and mf.wrote_position + count * CQ_STORE_UNIT_SIZE <= mf.prepared_position:
+            return  # the common case, on every put: reserved already
         mf = self.file_for(queue_offset)
         end = min(mf.wrote_position + count * CQ_STORE_UNIT_SIZE, self.file_size)
         if end > mf.prepared_position:

@@ -494,18 +494,17 @@ class DefaultMessageStore:
         if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
             keys = index_keys(topic, info.properties)
             if keys:
-                self._flush_full_index_later(
-                    self.index.build_index(
-                        keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms
-                    )
+                full = self.index.build_index(
+                    keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms
                 )
+                if full is not None:  # (checked here: a call per record costs on the put path)
+                    self._flush_full_index_later(full)
 
-    def _flush_full_index_later(self, full: IndexFile | None) -> None:
+    def _flush_full_index_later(self, full: IndexFile) -> None:
         """Flush an index file that just filled up in the background (see :meth:`_flush_full_index`)."""
-        if full is not None:
-            t = threading.Thread(target=self._flush_full_index, args=(full,), name="store-flush-index")
-            self._index_flushers.append(t)
-            t.start()
+        t = threading.Thread(target=self._flush_full_index, args=(full,), name="store-flush-index")
+        self._index_flushers.append(t)
+        t.start()
 
     def _flush_full_index(self, full: IndexFile) -> None:
         """Flush an index file that filled up, then record its end time in the checkpoint (§5.7)."""
@@ -580,8 +579,14 @@ class DefaultMessageStore:
                 if head.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
                     cq = self._find_cq(head.topic, head.queue_id)
                     cq.reserve(cq.next_offset, len(msgs))
-                if self._index_enabled and any(has_index_keys(m.properties) for m in msgs):
-                    self._flush_full_index_later(self.index.reserve(self.clock.now_ms))
+                if self._index_enabled and (
+                    has_index_keys(head.properties)
+                    if len(msgs) == 1
+                    else any(has_index_keys(m.properties) for m in msgs)
+                ):
+                    full = self.index.reserve(self.clock.now_ms)
+                    if full is not None:
+                        self._flush_full_index_later(full)
                 infos = self.commit_log.append(
                     msgs, self.store_host, self.clock.now_ms(), cq.next_offset if cq is not None else 0
                 )

@@ -347,6 +347,10 @@ class IndexService:
         entries allocated ahead, so indexing the record cannot hit a full disk (a record with more keys
         than that may still; its index entries are then lost, and logged). Raises ``OSError`` when the
         disk is full; returns the file that just filled up, as :meth:`build_index` does."""
+        if self.files:  # the common case, on every put: room reserved in the active file
+            last = self.files[-1]
+            if last.index_count + ENTRIES_CHUNK <= last._reserved_entries:
+                return None
         f, full = self._writable_file(clock)
         f.reserve_entries(f.index_count + ENTRIES_CHUNK)
         return full
