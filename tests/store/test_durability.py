@@ -7,6 +7,7 @@ import errno
 import logging
 import os
 import signal
+import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from store import DefaultMessageStore, FakeClock, Message, PutMessageStatus
+from store.checkpoint import RecoveryPoint, StoreCheckpoint
 from store.cleanup import FakeDiskUsage
 from store.consumequeue import CQ_PREPARE_CHUNK
 from store.indexfile import INDEX_ENTRY_SIZE, IndexFile
@@ -291,3 +293,19 @@ def test_restored_index_header_keeps_older_keys_of_slots_whose_later_entries_are
         f.select_phy_offsets(f"T#old-{i}", 64, 0, 2**62, out)
         assert 1000 + i in out, i
     f.close()
+
+
+def test_a_checkpoint_rocketmq_wrote_since_has_no_recovery_point(tmp_path: Path) -> None:
+    """RocketMQ maps the checkpoint and writes its three longs, never our recovery point at byte 64: once
+    a Java broker has run on the store, the point says nothing about what it wrote (its data past the
+    point, a recovery that cut below it), so recovery must fall back to RocketMQ's rule."""
+    path = str(tmp_path / "checkpoint")
+    cp = StoreCheckpoint(path)
+    cp.physic_msg_timestamp = cp.logics_msg_timestamp = 1_700_000_000_000
+    cp.recovery_point = RecoveryPoint(4096, None)
+    cp.flush()
+    cp.close()
+    assert StoreCheckpoint(path, read_only=True).recovery_point == RecoveryPoint(4096, None)
+    with open(path, "r+b") as f:  # a Java broker's flush: newer timestamps, byte 64 untouched
+        f.write(struct.pack(">qqq", 1_700_000_100_000, 1_700_000_100_000, 0))
+    assert StoreCheckpoint(path, read_only=True).recovery_point is None
