@@ -215,3 +215,29 @@ def test_body_crc_problem_agrees_with_the_full_check(host: str) -> None:
     with pytest.raises(CorruptRecordError, match="CRC"):
         check_record(raw, 0, len(raw), check_crc=True)
     assert body_crc_problem(raw, 0, 40) is not None  # a unit size that cannot hold the record
+
+
+def test_data_after_a_zeroed_header_in_the_last_file_is_quarantined_not_overwritten(tmp_path: Path) -> None:
+    """A header of zeros reads as the clean end of the CommitLog; a lost page (power loss, a bad sector
+    read back as zeros) makes one in the middle of the last file. The records after it were stored and
+    acknowledged: they go to a quarantine, not under the next appends."""
+    sent = _write(tmp_path)
+    names = sorted(os.listdir(tmp_path / "commitlog"))
+    last = int(names[-1])
+    mine = sorted(o for o in sent if o >= last)
+    assert len(mine) > 20
+    victim = mine[10]
+    path = tmp_path / "commitlog" / names[-1]
+    data = bytearray(path.read_bytes())
+    data[victim - last : mine[11] - last] = bytes(mine[11] - victim)  # the record reads as zeros
+    path.write_bytes(bytes(data))
+    store = _open(tmp_path)
+    try:
+        assert store.max_phy_offset == victim
+        [m] = list_quarantines(str(tmp_path))
+        assert m.cut_offset == victim and m.records == len(mine) - 11
+        store.put_message(_msg(5000))  # writes over the cut
+    finally:
+        store.shutdown()
+    intact, _damaged = _salvaged(tmp_path)
+    assert intact == {o: sent[o] for o in mine[11:]}
