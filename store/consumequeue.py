@@ -90,6 +90,12 @@ def valid_units_end(view: memoryview, length: int) -> int:
     return pos
 
 
+def _nonzero_after(mf: MappedFile, start: int) -> bool:
+    """Whether any byte from ``start`` to the end of the file is not zero (only the parts that may hold
+    data are read: a new file is a sparse hole past its first reserved blocks)."""
+    return any(mf.view[a:b] != bytes(b - a) for a, b in mf.data_ranges(start, mf.file_size))
+
+
 class ConsumeQueue:
     """One queue's units. ``max_physic_offset`` is the CommitLog end of the last unit written."""
 
@@ -156,6 +162,8 @@ class ConsumeQueue:
                     self.damage = qoff, f"{mf.path}: invalid unit at byte {pos} (offset {off}, size {size})"
                 elif idx + 1 < len(files):
                     self.damage = qoff, f"{mf.path}: units end at byte {pos} but later files exist"
+                elif _nonzero_after(mf, pos + CQ_STORE_UNIT_SIZE):  # a lost page, not the end
+                    self.damage = qoff, f"{mf.path}: units end at byte {pos} but units follow it"
             for back in range(pos - CQ_STORE_UNIT_SIZE, -1, -CQ_STORE_UNIT_SIZE):  # the last real unit
                 off, size, _tags = UNIT.unpack_from(view, back)
                 if size != 0x7FFFFFFF:

@@ -309,3 +309,27 @@ def test_a_checkpoint_rocketmq_wrote_since_has_no_recovery_point(tmp_path: Path)
     with open(path, "r+b") as f:  # a Java broker's flush: newer timestamps, byte 64 untouched
         f.write(struct.pack(">qqq", 1_700_000_100_000, 1_700_000_100_000, 0))
     assert StoreCheckpoint(path, read_only=True).recovery_point is None
+
+
+def test_a_consume_queue_unit_read_back_as_zeros_is_healed_not_taken_for_the_end(tmp_path: Path) -> None:
+    """A unit of zeros ends a ConsumeQueue at recovery. When units follow it (a lost page, a bad sector)
+    the queue is damaged, not shorter: its later units come back from the CommitLog and its queue
+    offsets are not handed out again (another queue's later units keep the start-up reput from doing it)."""
+    store = DefaultMessageStore(small_config(tmp_path), clock=FakeClock())
+    store.open()
+    store.start()
+    for i in range(40):
+        assert store.put_message(Message(topic="T", body=b"m%d" % i)).ok
+    assert store.put_message(Message(topic="U", body=b"later")).ok
+    store.shutdown()
+    path = tmp_path / "consumequeue" / "T" / "0" / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    data[10 * 20 : 11 * 20] = bytes(20)
+    path.write_bytes(bytes(data))
+    again = DefaultMessageStore(small_config(tmp_path), clock=FakeClock())
+    again.open()
+    again.start()
+    assert again.get_max_offset("T", 0) == 40
+    assert _bodies(again, 0, 40) == [b"m%d" % i for i in range(40)]
+    assert again.put_message(Message(topic="T", body=b"new")).queue_offset == 40
+    again.shutdown()
