@@ -518,6 +518,8 @@ class Healer:
                 cq.put_unit(phys, size, code, qoff)
             cq.correct_min_offset(cl.min_offset)
             cq.next_offset = max(cq.max_offset, next_offset)
+            # on disk now: these units may lie below the recovery point, which a crash recovery trusts
+            cq.flush()
             cq.damage = None
             store._cqs[key] = cq
             self.rebuilds += 1
