@@ -177,8 +177,14 @@ class ConsumeQueue:
         self.files.truncate_dirty_files(end)
         self._last = None
 
-    def truncate_dirty(self, phy_offset: int) -> None:
-        """Drop every unit that points at or past ``phy_offset`` in the CommitLog (§4.7)."""
+    def dirty_from(self, phy_offset: int) -> int:
+        """Queue offset of the first of the last units that all point at or past ``phy_offset`` (what
+        :meth:`truncate_dirty` drops); :attr:`max_offset` when none does. Walks back from the end, so a
+        garbage unit further down cannot move it (a binary search through one could)."""
+        cut = self._dirty_cut(phy_offset)
+        return self.max_offset if cut is None else cut // CQ_STORE_UNIT_SIZE
+
+    def _dirty_cut(self, phy_offset: int) -> int | None:
         files = self.files.files
         cut: int | None = None
         for mf in reversed(files):
@@ -192,6 +198,11 @@ class ConsumeQueue:
                 pos -= CQ_STORE_UNIT_SIZE
             if pos >= 0:
                 break
+        return cut
+
+    def truncate_dirty(self, phy_offset: int) -> None:
+        """Drop every unit that points at or past ``phy_offset`` in the CommitLog (§4.7)."""
+        cut = self._dirty_cut(phy_offset)
         if cut is not None:
             self.files.truncate_dirty_files(cut)
             self._last = None

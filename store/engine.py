@@ -439,7 +439,7 @@ class DefaultMessageStore:
                 corruption=result.corruption,
                 recovery="normal" if self.last_exit_ok else "abnormal",
                 now_ms=self.clock.now_ms(),
-                queue_cut=lambda cq: self.first_offset_at(cq.topic, cq.queue_id, end),
+                queue_cut=lambda cq: cq.dirty_from(end),
             )
         self.commit_log.truncate(end)
         self.commit_log.last_store_timestamp = result.last_store_timestamp
