@@ -602,22 +602,25 @@ class DefaultMessageStore:
             if cq is not None:
                 cq.next_offset = last.queue_offset + 1
             end = last.commit_log_offset + last.size
+            behind = False  # an earlier put's records wait for their units: dispatched first
             try:
-                if self.reput_from_offset < infos[0].commit_log_offset:  # an earlier put's records first
+                if self.reput_from_offset < infos[0].commit_log_offset:
+                    behind = True
                     self._reput_until(infos[0].commit_log_offset)
+                    behind = False
                 for info in infos:
                     self._dispatch_one(info, cq)
             except OSError as e:  # only a batch crossing into a new ConsumeQueue file or many keys get here
                 # The dispatch cursor stays below the undispatched records: the next put or flush retries
                 # them, the recovery point stays below them, and shutdown keeps the abort file.
-                if self.reput_from_offset >= infos[0].commit_log_offset:
+                if not behind:  # (else still the records the ERROR below named, still no space)
                     self.reput_from_offset = infos[0].commit_log_offset
-                log.error(
-                    "records from CommitLog offset %d are stored but not all dispatched "
-                    "(ConsumeQueue unit or index entries), dispatched when space returns: %s",
-                    self.reput_from_offset,
-                    e,
-                )
+                    log.error(
+                        "records from CommitLog offset %d are stored but not all dispatched "
+                        "(ConsumeQueue unit or index entries), dispatched when space returns: %s",
+                        self.reput_from_offset,
+                        e,
+                    )
             else:
                 self.reput_from_offset = end
         first = infos[0]

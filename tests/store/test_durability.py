@@ -242,7 +242,7 @@ def test_a_batch_whose_next_consume_queue_file_cannot_be_allocated_is_dispatched
 
 
 def test_undispatched_records_keep_the_recovery_point_below_them(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     """While a record has no unit yet, neither the checkpoint's recovery point nor a clean shutdown may
     claim it was dispatched: a restart must re-dispatch it."""
@@ -263,7 +263,9 @@ def test_undispatched_records_keep_the_recovery_point_below_them(
     full = True
     first = store.put_messages([Message(topic="T", body=b"b%d" % i) for i in range(10)])
     assert first.ok
-    assert store.put_message(Message(topic="U", body=b"other")).ok  # stored, its unit waits its turn
+    with caplog.at_level(logging.ERROR, logger="store.engine"):
+        assert store.put_message(Message(topic="U", body=b"other")).ok  # stored, its unit waits its turn
+    assert [r.levelno for r in caplog.records if "not all dispatched" in r.getMessage()] == [logging.ERROR]
     store.shutdown()  # still full: the units past the file boundary cannot be written now
     full = False
     again = DefaultMessageStore(small_config(tmp_path), clock=FakeClock())
