@@ -21,9 +21,11 @@ from store.durability import sync_directory
 CHECKPOINT_FILE_SIZE = 4096
 _LAYOUT = struct.Struct(">qqq")
 RECOVERY_POINT_AT = 64
-_RECOVERY_MAGIC = b"mqctlRP1"
+_RECOVERY_MAGIC = b"mqctlRP2"
 # magic, offset, index file name (its 17 digits as a number; 0: none), begin/end timestamp, begin/end
-# physical offset, hash slot count, index count; then the CRC32 of all that
+# physical offset, hash slot count, index count; then the CRC32 of the three longs at byte 0 and all that:
+# a RocketMQ broker that ran on the store since rewrote those longs and so voids the point (it knows
+# nothing of what that broker wrote, nor of a recovery of its that cut below it)
 _RECOVERY = struct.Struct(">8sqqqqqqii")
 _CRC = struct.Struct(">I")
 
@@ -49,7 +51,7 @@ class RecoveryPoint:
     index: IndexSnapshot | None
 
 
-def _encode_recovery(point: RecoveryPoint) -> bytes:
+def _encode_recovery(point: RecoveryPoint, header: bytes) -> bytes:
     idx = point.index
     fields = _RECOVERY.pack(
         _RECOVERY_MAGIC,
@@ -62,15 +64,16 @@ def _encode_recovery(point: RecoveryPoint) -> bytes:
         idx.hash_slot_count if idx else 0,
         idx.index_count if idx else 0,
     )
-    return fields + _CRC.pack(zlib.crc32(fields))
+    return fields + _CRC.pack(zlib.crc32(header + fields))
 
 
-def _decode_recovery(data: bytes) -> RecoveryPoint | None:
-    """The recovery point, None when absent (older stores, RocketMQ) or damaged."""
+def _decode_recovery(data: bytes, header: bytes) -> RecoveryPoint | None:
+    """The recovery point, None when absent (older stores, RocketMQ), damaged, or written before
+    ``header`` (the three longs) last changed."""
     if len(data) < _RECOVERY.size + _CRC.size:
         return None
     fields = data[: _RECOVERY.size]
-    if _CRC.unpack_from(data, _RECOVERY.size)[0] != zlib.crc32(fields):
+    if _CRC.unpack_from(data, _RECOVERY.size)[0] != zlib.crc32(header + fields):
         return None
     magic, offset, name, bts, ets, bphy, ephy, slots, count = _RECOVERY.unpack(fields)
     if magic != _RECOVERY_MAGIC or offset < 0:
@@ -99,7 +102,9 @@ class StoreCheckpoint:
             return
         fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
         data = os.pread(fd, _LAYOUT.size, 0)
-        self.recovery_point = _decode_recovery(os.pread(fd, _RECOVERY.size + _CRC.size, RECOVERY_POINT_AT))
+        self.recovery_point = _decode_recovery(
+            os.pread(fd, _RECOVERY.size + _CRC.size, RECOVERY_POINT_AT), data
+        )
         if read_only:
             os.close(fd)
         else:
@@ -117,14 +122,11 @@ class StoreCheckpoint:
         """Write the fields (and the recovery point, when there is one) and force them to disk."""
         if self._fd is None:
             return
-        os.pwrite(
-            self._fd,
-            _LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp),
-            0,
-        )
+        header = _LAYOUT.pack(self.physic_msg_timestamp, self.logics_msg_timestamp, self.index_msg_timestamp)
+        os.pwrite(self._fd, header, 0)
         point = self.recovery_point
         if point is not None:
-            os.pwrite(self._fd, _encode_recovery(point), RECOVERY_POINT_AT)
+            os.pwrite(self._fd, _encode_recovery(point, header), RECOVERY_POINT_AT)
         os.fdatasync(self._fd)
 
     def recovery_limit(self, *, index_safe: bool) -> int:

@@ -90,6 +90,12 @@ def valid_units_end(view: memoryview, length: int) -> int:
     return pos
 
 
+def _nonzero_after(mf: MappedFile, start: int) -> bool:
+    """Whether any byte from ``start`` to the end of the file is not zero (only the parts that may hold
+    data are read: a new file is a sparse hole past its first reserved blocks)."""
+    return any(mf.view[a:b] != bytes(b - a) for a, b in mf.data_ranges(start, mf.file_size))
+
+
 class ConsumeQueue:
     """One queue's units. ``max_physic_offset`` is the CommitLog end of the last unit written."""
 
@@ -156,6 +162,8 @@ class ConsumeQueue:
                     self.damage = qoff, f"{mf.path}: invalid unit at byte {pos} (offset {off}, size {size})"
                 elif idx + 1 < len(files):
                     self.damage = qoff, f"{mf.path}: units end at byte {pos} but later files exist"
+                elif _nonzero_after(mf, pos + CQ_STORE_UNIT_SIZE):  # a lost page, not the end
+                    self.damage = qoff, f"{mf.path}: units end at byte {pos} but units follow it"
             for back in range(pos - CQ_STORE_UNIT_SIZE, -1, -CQ_STORE_UNIT_SIZE):  # the last real unit
                 off, size, _tags = UNIT.unpack_from(view, back)
                 if size != 0x7FFFFFFF:
@@ -169,8 +177,14 @@ class ConsumeQueue:
         self.files.truncate_dirty_files(end)
         self._last = None
 
-    def truncate_dirty(self, phy_offset: int) -> None:
-        """Drop every unit that points at or past ``phy_offset`` in the CommitLog (§4.7)."""
+    def dirty_from(self, phy_offset: int) -> int:
+        """Queue offset of the first of the last units that all point at or past ``phy_offset`` (what
+        :meth:`truncate_dirty` drops); :attr:`max_offset` when none does. Walks back from the end, so a
+        garbage unit further down cannot move it (a binary search through one could)."""
+        cut = self._dirty_cut(phy_offset)
+        return self.max_offset if cut is None else cut // CQ_STORE_UNIT_SIZE
+
+    def _dirty_cut(self, phy_offset: int) -> int | None:
         files = self.files.files
         cut: int | None = None
         for mf in reversed(files):
@@ -184,6 +198,11 @@ class ConsumeQueue:
                 pos -= CQ_STORE_UNIT_SIZE
             if pos >= 0:
                 break
+        return cut
+
+    def truncate_dirty(self, phy_offset: int) -> None:
+        """Drop every unit that points at or past ``phy_offset`` in the CommitLog (§4.7)."""
+        cut = self._dirty_cut(phy_offset)
         if cut is not None:
             self.files.truncate_dirty_files(cut)
             self._last = None
@@ -249,6 +268,9 @@ class ConsumeQueue:
         """Make sure the units for ``count`` records from ``queue_offset`` can be written: their file exists
         and its blocks are allocated (up to the end of that file; a batch crossing into the next file
         gets that file when it is dispatched). Raises ``OSError`` (``ENOSPC``...) when they cannot be."""
+        mf = self._last
+        if mf is not None and mf.wrote_position + count * CQ_STORE_UNIT_SIZE <= mf.prepared_position:
+            return  # the common case, on every put: reserved already
         mf = self.file_for(queue_offset)
         end = min(mf.wrote_position + count * CQ_STORE_UNIT_SIZE, self.file_size)
         if end > mf.prepared_position:

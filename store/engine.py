@@ -439,7 +439,7 @@ class DefaultMessageStore:
                 corruption=result.corruption,
                 recovery="normal" if self.last_exit_ok else "abnormal",
                 now_ms=self.clock.now_ms(),
-                queue_cut=lambda cq: self.first_offset_at(cq.topic, cq.queue_id, end),
+                queue_cut=lambda cq: cq.dirty_from(end),
             )
         self.commit_log.truncate(end)
         self.commit_log.last_store_timestamp = result.last_store_timestamp
@@ -494,18 +494,17 @@ class DefaultMessageStore:
         if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
             keys = index_keys(topic, info.properties)
             if keys:
-                self._flush_full_index_later(
-                    self.index.build_index(
-                        keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms
-                    )
+                full = self.index.build_index(
+                    keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms
                 )
+                if full is not None:  # (checked here: a call per record costs on the put path)
+                    self._flush_full_index_later(full)
 
-    def _flush_full_index_later(self, full: IndexFile | None) -> None:
+    def _flush_full_index_later(self, full: IndexFile) -> None:
         """Flush an index file that just filled up in the background (see :meth:`_flush_full_index`)."""
-        if full is not None:
-            t = threading.Thread(target=self._flush_full_index, args=(full,), name="store-flush-index")
-            self._index_flushers.append(t)
-            t.start()
+        t = threading.Thread(target=self._flush_full_index, args=(full,), name="store-flush-index")
+        self._index_flushers.append(t)
+        t.start()
 
     def _flush_full_index(self, full: IndexFile) -> None:
         """Flush an index file that filled up, then record its end time in the checkpoint (§5.7)."""
@@ -534,13 +533,24 @@ class DefaultMessageStore:
         queues."""
         n = 0
         walk = self.commit_log.walk(self.reput_from_offset, end)
-        for info in walk:
-            self._dispatch_one(info)
-            if touched is not None:
-                touched.add((info.topic, info.queue_id))
-            n += 1
-        self.reput_from_offset = walk.offset
+        try:
+            for info in walk:
+                self._dispatch_one(info)
+                if touched is not None:
+                    touched.add((info.topic, info.queue_id))
+                n += 1
+        finally:  # a dispatch that raised leaves the cursor at its record
+            self.reput_from_offset = walk.offset
         return n
+
+    def _retry_dispatch(self) -> None:
+        """Dispatch the records a put stored but could not dispatch (its ERROR said so); quiet while the
+        disk is still full. Call under the put lock."""
+        try:
+            self._reput_until(self.commit_log.max_offset)
+        except OSError as e:
+            if not is_no_space(e):
+                raise
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         """Register ``callback(topic, queue_id, max_offset)``, called after a put's records are dispatched.
@@ -574,8 +584,14 @@ class DefaultMessageStore:
                 if head.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
                     cq = self._find_cq(head.topic, head.queue_id)
                     cq.reserve(cq.next_offset, len(msgs))
-                if self._index_enabled and any(has_index_keys(m.properties) for m in msgs):
-                    self._flush_full_index_later(self.index.reserve(self.clock.now_ms))
+                if self._index_enabled and (
+                    has_index_keys(head.properties)
+                    if len(msgs) == 1
+                    else any(has_index_keys(m.properties) for m in msgs)
+                ):
+                    full = self.index.reserve(self.clock.now_ms)
+                    if full is not None:
+                        self._flush_full_index_later(full)
                 infos = self.commit_log.append(
                     msgs, self.store_host, self.clock.now_ms(), cq.next_offset if cq is not None else 0
                 )
@@ -590,18 +606,28 @@ class DefaultMessageStore:
             last = infos[-1]
             if cq is not None:
                 cq.next_offset = last.queue_offset + 1
+            end = last.commit_log_offset + last.size
+            behind = False  # an earlier put's records wait for their units: dispatched first
             try:
+                if self.reput_from_offset < infos[0].commit_log_offset:
+                    behind = True
+                    self._reput_until(infos[0].commit_log_offset)
+                    behind = False
                 for info in infos:
                     self._dispatch_one(info, cq)
             except OSError as e:  # only a batch crossing into a new ConsumeQueue file or many keys get here
-                log.error(
-                    "records from CommitLog offset %d are stored but not all dispatched "
-                    "(ConsumeQueue unit or index entries): %s",
-                    infos[0].commit_log_offset,
-                    e,
-                )
-            end = last.commit_log_offset + last.size
-            self.reput_from_offset = end
+                # The dispatch cursor stays below the undispatched records: the next put or flush retries
+                # them, the recovery point stays below them, and shutdown keeps the abort file.
+                if not behind:  # (else still the records the ERROR below named, still no space)
+                    self.reput_from_offset = infos[0].commit_log_offset
+                    log.error(
+                        "records from CommitLog offset %d are stored but not all dispatched "
+                        "(ConsumeQueue unit or index entries), dispatched when space returns: %s",
+                        self.reput_from_offset,
+                        e,
+                    )
+            else:
+                self.reput_from_offset = end
         first = infos[0]
         host = msgs[0].store_host
         prefix = msg_id_prefix(host) if host else self._msg_id_prefix
@@ -835,6 +861,9 @@ class DefaultMessageStore:
             if thorough:
                 last_thorough = now
             try:
+                if self.reput_from_offset < self.commit_log.max_offset:  # a put could not dispatch: retry
+                    with self._put_lock:
+                        self._retry_dispatch()
                 if thorough:
                     self._checkpoint()
                     continue

@@ -352,27 +352,32 @@ class Healer:
         find_file = cl.files.find_file
         identity = RECORD_IDENTITY.unpack_from
         room = RECORD_IDENTITY.size
+        magic, magic_v2 = _MAGICS
+        crc_checked_from = store._crc_checked_from  # set by recovery, before any read
 
         def read(phys: int, size: int, queue_offset: int) -> tuple[memoryview, str] | None:
-            if phys < cl.min_offset:
-                return None  # expired: the caller skips to the next CommitLog file
             mf = find_file(phys)
-            if mf is not None:  # the hot path: one unpack of the record's header fields
+            if mf is not None:  # the hot path: one unpack of the record's header fields, one compare
                 pos = phys - mf.file_from_offset
                 if pos + size <= mf.wrote_position and pos + room <= mf.file_size:
                     if lmq:
                         own = True
                     else:
-                        r_size, magic, r_qid, r_qoff, r_phys = identity(mf.view, pos)
-                        unit = (size, phys, queue_offset, qid)
-                        own = (r_size, r_phys, r_qoff, r_qid) == unit and magic in _MAGICS
+                        fields = identity(mf.view, pos)
+                        own = fields == (size, magic, qid, queue_offset, phys) or fields == (
+                            size,
+                            magic_v2,
+                            qid,
+                            queue_offset,
+                            phys,
+                        )
                     if own:
-                        if phys < store._crc_checked_from and (bad := body_crc_problem(mf.view, pos, size)):
+                        if phys < crc_checked_from and (bad := body_crc_problem(mf.view, pos, size)):
                             # never served as good: the pull skips it
                             raise CorruptRecordError(mf.path, phys, bad)
                         return mf.view[pos : pos + size], mf.path
             why = record_problem(cl, phys, size, topic, qid, queue_offset)
-            if why is None:  # the record left with its file since (cleanup)
+            if why is None:  # expired (below the CommitLog's first file) or left with its file since
                 return None
             if strict:
                 raise DamagedUnitError(cq.topic, qid, queue_offset, phys, size, why)
@@ -506,6 +511,8 @@ class Healer:
                 cq.put_unit(phys, size, code, qoff)
             cq.correct_min_offset(cl.min_offset)
             cq.next_offset = max(cq.max_offset, next_offset)
+            # on disk now: these units may lie below the recovery point, which a crash recovery trusts
+            cq.flush()
             cq.damage = None
             store._cqs[key] = cq
             self.rebuilds += 1

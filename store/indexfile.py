@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import array
 import logging
 import os
 import struct
+import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
 
@@ -146,20 +148,50 @@ class IndexFile:
         self.begin_phy_offset, self.end_phy_offset = snap.begin_phy_offset, snap.end_phy_offset
         self.hash_slot_count, self.index_count = snap.hash_slot_count, max(snap.index_count, 1)
         self._reserved_entries = min(self._reserved_entries, self.index_count)
+        self._relink_slots(self.index_count)
         self.write_header()
+
+    def _relink_slots(self, n: int) -> None:
+        """Point every hash slot that points at entry ``n`` or later (written after the checkpoint) at its
+        newest entry below ``n``. A query stops at a slot past ``indexCount``, so a slot whose later key
+        is not dispatched again (its record was set aside or torn) would hide the slot's older keys; and
+        where a later entry never reached the disk the chain is found by scanning the entries below."""
+        table = array.array("i", self.mm[INDEX_HEADER_SIZE : self._entries_base])
+        if sys.byteorder == "little":
+            table.byteswap()
+        if not table or max(table) < n:
+            return
+        torn: set[int] = set()
+        for slot, entry in enumerate(table):
+            if entry >= n:
+                below = self._chain_below(slot, entry, n)
+                table[slot] = max(below, 0)
+                if below < 0:
+                    torn.add(slot)
+        slots = self.hash_slot_num
+        for entry in range(n - 1, 0, -1):
+            if not torn:
+                break
+            slot = ENTRY.unpack_from(self.mm, self._entries_base + entry * INDEX_ENTRY_SIZE)[0] % slots
+            if slot in torn:
+                table[slot] = entry
+                torn.discard(slot)
+        if sys.byteorder == "little":
+            table.byteswap()
+        self.mm[INDEX_HEADER_SIZE : self._entries_base] = table.tobytes()
 
     def _chain_below(self, slot: int, entry: int, n: int) -> int:
         """The newest entry below ``n`` of a hash slot that points at ``entry`` >= ``n``: a slot updated after
         the checkpoint the header was restored to. Follows the chain through those later entries while they
-        are intact (written before the crash); 0 when one is not (it never reached the disk)."""
+        are intact (written before the crash); -1 when one is not (it never reached the disk)."""
         mm = self.mm
         slots = self.hash_slot_num
         while entry >= n:
             if entry >= self.index_num:
-                return 0
-            kh, _phy, _diff, prev = ENTRY.unpack_from(mm, self._entries_base + entry * INDEX_ENTRY_SIZE)
-            if kh % slots != slot or not 0 <= prev < entry:
-                return 0
+                return -1
+            kh, phy, diff, prev = ENTRY.unpack_from(mm, self._entries_base + entry * INDEX_ENTRY_SIZE)
+            if kh % slots != slot or not 0 <= prev < entry or kh == phy == diff == prev == 0:
+                return -1  # (all zeros: a page that never reached the disk, not slot 0's chain end)
             entry = prev
         return entry
 
@@ -184,7 +216,7 @@ class IndexFile:
             sp = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE
             prev = unpack_slot(mm, sp)[0]
             if prev >= n:  # only after restore(): the slot points past the checkpoint
-                prev = self._chain_below(h % slots, prev, n)
+                prev = max(self._chain_below(h % slots, prev, n), 0)
             elif prev < 0:
                 prev = 0
             begin = self.begin_timestamp
@@ -325,6 +357,10 @@ class IndexService:
         entries allocated ahead, so indexing the record cannot hit a full disk (a record with more keys
         than that may still; its index entries are then lost, and logged). Raises ``OSError`` when the
         disk is full; returns the file that just filled up, as :meth:`build_index` does."""
+        if self.files:  # the common case, on every put: room reserved in the active file
+            last = self.files[-1]
+            if last.index_count + ENTRIES_CHUNK <= last._reserved_entries:
+                return None
         f, full = self._writable_file(clock)
         f.reserve_entries(f.index_count + ENTRIES_CHUNK)
         return full

@@ -276,7 +276,7 @@ class _Cut:
         self.copies: list[tuple[Piece, MappedFile, int, int]] = []  # piece, file, start, end (file positions)
         self.moves: list[tuple[Piece, MappedFile, MappedFileQueue]] = []
 
-    def take_commit_log(self, files: MappedFileQueue, cut: int, corrupt: bool) -> None:
+    def take_commit_log(self, files: MappedFileQueue, cut: int) -> None:
         for mf in files.files:
             if mf.file_from_offset > cut:
                 if _data_end(mf, 0) == 0:
@@ -285,7 +285,9 @@ class _Cut:
                 name = f"{COMMITLOG}/{offset_to_file_name(mf.file_from_offset)}"
                 piece = Piece(name, mf.path, COMMITLOG, True, mf.file_from_offset, mf.end_offset, good, bad)
                 self.moves.append((piece, mf, files))
-            elif corrupt and mf.file_from_offset <= cut < mf.end_offset:
+            elif mf.file_from_offset <= cut < mf.end_offset:
+                # also without a corrupt record: a header of zeros ends the scan, but a page lost under it
+                # (power loss, a sector read back as zeros) leaves stored records after it
                 start = cut - mf.file_from_offset
                 end = _data_end(mf, start)
                 if end > start:
@@ -360,15 +362,15 @@ def set_aside(
     queue_cut: Callable[[ConsumeQueue], int],
 ) -> Manifest | None:
     """Move what truncating the CommitLog at ``cut`` would destroy into a new quarantine; ``None`` when
-    nothing would be (a clean end; later files empty).
+    nothing would be (a clean end: nothing but zeros after it, later files empty).
 
-    Set aside: every later CommitLog file holding data, and with ``corruption`` the kept file's bytes from
-    the cut to the end of its data, then every ConsumeQueue unit at or past ``queue_cut(cq)`` (the first
+    Set aside: every later CommitLog file holding data, and the kept file's bytes from the cut to the end
+    of its data (after a corrupt record, or after a header of zeros that is not the end of the data), then every ConsumeQueue unit at or past ``queue_cut(cq)`` (the first
     queue offset whose record is at ``cut`` or later). Moved files leave the queues; recovery then
     truncates what remains as before. Logged at ERROR with the number of intact records set aside.
     """
     taken = _Cut(store_root)
-    taken.take_commit_log(commit_log, cut, corruption is not None)
+    taken.take_commit_log(commit_log, cut)
     if not taken.copies and not taken.moves:
         return None
     for cq in queues:
@@ -383,11 +385,7 @@ def set_aside(
         key=lambda p: (p.kind, p.topic or "", p.queue_id or 0, p.from_offset),
     )
     logs = [p for p in pieces if p.kind == COMMITLOG]
-    why = (
-        str(corruption)
-        if corruption is not None
-        else f"valid data ends at offset {cut}; later files hold data"
-    )
+    why = str(corruption) if corruption is not None else f"valid data ends at offset {cut}; data follows it"
     manifest = Manifest(
         name,
         now_ms,

@@ -219,3 +219,24 @@ def test_healthy_index_headers_pass_the_check(tmp_path: Path) -> None:
         assert found(s, keys[0]) and found(s, keys[-1])
         for f in s.index.files:
             assert HEADER.unpack_from(f.mm, 0)[5] == f.index_count
+
+
+def test_a_rebuilt_queue_is_on_disk_before_the_read_is_answered(tmp_path: Path) -> None:
+    """A rebuild replaces units below the checkpoint's recovery point, which abnormal recovery trusts to
+    be on disk (it re-dispatches only what follows the point): they must reach the disk before the store
+    goes on, not at the next 60-s checkpoint."""
+    cfg = small_config(tmp_path, flush_interval_consume_queue=3_600_000)  # no background flush meanwhile
+    with DefaultMessageStore(cfg) as s:
+        for i in range(40):
+            assert s.put_message(Message("T", f"m{i:03d}".encode(), queue_id=0)).ok
+        cq = s.get_consume_queue("T", 0)
+        assert cq is not None
+        s._checkpoint()  # everything flushed; the recovery point is past the queue
+        mf = cq.files.find_file(39 * CQ_STORE_UNIT_SIZE)
+        assert mf is not None
+        pos = 39 * CQ_STORE_UNIT_SIZE - mf.file_from_offset
+        mf.mm[pos : pos + 8] = (10**9).to_bytes(8, "big")  # the last unit points past the CommitLog
+        assert read_all(s, "T", 0) == list(range(40))
+        assert s.healer.rebuilds == 1
+        healed = s.get_consume_queue("T", 0)
+        assert healed is not None and healed.files.dirty_bytes() == 0

@@ -215,3 +215,65 @@ def test_body_crc_problem_agrees_with_the_full_check(host: str) -> None:
     with pytest.raises(CorruptRecordError, match="CRC"):
         check_record(raw, 0, len(raw), check_crc=True)
     assert body_crc_problem(raw, 0, 40) is not None  # a unit size that cannot hold the record
+
+
+def test_data_after_a_zeroed_header_in_the_last_file_is_quarantined_not_overwritten(tmp_path: Path) -> None:
+    """A header of zeros reads as the clean end of the CommitLog; a lost page (power loss, a bad sector
+    read back as zeros) makes one in the middle of the last file. The records after it were stored and
+    acknowledged: they go to a quarantine, not under the next appends."""
+    sent = _write(tmp_path)
+    names = sorted(os.listdir(tmp_path / "commitlog"))
+    last = int(names[-1])
+    mine = sorted(o for o in sent if o >= last)
+    assert len(mine) > 20
+    victim = mine[10]
+    path = tmp_path / "commitlog" / names[-1]
+    data = bytearray(path.read_bytes())
+    data[victim - last : mine[11] - last] = bytes(mine[11] - victim)  # the record reads as zeros
+    path.write_bytes(bytes(data))
+    store = _open(tmp_path)
+    try:
+        assert store.max_phy_offset == victim
+        [m] = list_quarantines(str(tmp_path))
+        assert m.cut_offset == victim and m.records == len(mine) - 11
+        store.put_message(_msg(5000))  # writes over the cut
+    finally:
+        store.shutdown()
+    intact, _damaged = _salvaged(tmp_path)
+    assert intact == {o: sent[o] for o in mine[11:]}
+
+
+def test_a_garbage_unit_does_not_move_units_below_the_cut_into_the_quarantine(tmp_path: Path) -> None:
+    """Recovery cuts the CommitLog at a damaged record and sets aside the units that point past the cut.
+    Which units those are must not hinge on a binary search through a ConsumeQueue with a garbage unit in
+    it: whole files of units whose records stay would leave the queue (their messages hidden, their queue
+    offsets handed out again)."""
+    store = _open(tmp_path)
+    offsets = []
+    for i in range(160):  # 50 units per ConsumeQueue file: 4 files
+        r = store.put_message(Message(topic="Q", body=b"q%03d" % i))
+        offsets.append(r.phys_offset)
+        if i == 149:  # another queue's unit just below the cut: the start-up reput begins past Q's
+            assert store.put_message(Message(topic="R", body=b"r")).ok
+    store.shutdown()
+    unit = tmp_path / "consumequeue" / "Q" / "0" / f"{50 * 20:020d}"
+    data = bytearray(unit.read_bytes())
+    data[30 * 20 : 30 * 20 + 8] = (2**40).to_bytes(8, "big")  # queue offset 80: a garbage offset
+    unit.write_bytes(bytes(data))
+    log = tmp_path / "commitlog" / f"{0:020d}"
+    data = bytearray(log.read_bytes())
+    data[offsets[150] + BODY_AT + 1] ^= 0xFF  # the record of Q's queue offset 150: recovery cuts there
+    log.write_bytes(bytes(data))
+    store = _open(tmp_path)
+    try:
+        assert store.max_phy_offset == offsets[150]
+        assert store.get_max_offset("Q", 0) == 150
+        served = []
+        offset = 0
+        while offset < 150:
+            res = store.get_messages("g", "Q", 0, offset, 32)
+            served.extend(bytes(m.message.body) for m in res.messages)
+            offset = res.next_begin_offset
+        assert served == [b"q%03d" % i for i in range(150)]
+    finally:
+        store.shutdown()
