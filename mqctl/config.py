@@ -55,6 +55,8 @@ class Context:
     #: ACL credentials: the secret stays in its own owner-only file, never in contexts.json.
     access_key: str | None = None
     secret_key_file: str | None = None
+    #: The Spark Connect server (sc://HOST:PORT) `mqctl spark-export` runs on for this cluster.
+    spark_remote: str | None = None
 
     def as_json(self) -> dict[str, str]:
         body = {"namesrv": self.namesrv}
@@ -62,6 +64,8 @@ class Context:
             body["accessKey"] = self.access_key
         if self.secret_key_file:
             body["secretKeyFile"] = self.secret_key_file
+        if self.spark_remote:
+            body["sparkRemote"] = self.spark_remote
         return body
 
 
@@ -86,7 +90,7 @@ class ContextFile:
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read {path}: {exc}") from None
         contexts = {
-            name: Context(name, str(c["namesrv"]), c.get("accessKey"), c.get("secretKeyFile"))
+            name: Context(name, str(c["namesrv"]), c.get("accessKey"), c.get("secretKeyFile"), c.get("sparkRemote"))
             for name, c in raw.get("contexts", {}).items()
         }
         return cls(current=raw.get("current"), contexts=contexts)
@@ -107,14 +111,20 @@ class ContextFile:
         overwrite: bool,
         access_key: str | None = None,
         secret_key_file: str | None = None,
+        spark_remote: str | None = None,
     ) -> Context:
         parse_namesrv(namesrv)
+        if spark_remote is not None and not spark_remote.startswith("sc://"):
+            raise UsageError(f"--spark-remote {spark_remote!r}: expected sc://HOST:PORT")
         if name in self.contexts and not overwrite:
             raise ConflictError(f"context {name!r} already exists", hint="use --force to replace it")
-        self.contexts[name] = Context(name, namesrv, access_key, secret_key_file)
+        self.contexts[name] = Context(name, namesrv, access_key, secret_key_file, spark_remote)
         if self.current is None:
             self.current = name
         return self.contexts[name]
+
+    def current_context(self) -> Context | None:
+        return self.contexts.get(self.current) if self.current else None
 
     def get(self, name: str) -> Context:
         try:
@@ -128,6 +138,13 @@ class ContextFile:
         if self.current == name:
             self.current = None
         return context
+
+
+def context_spark_remote() -> str | None:
+    """The current context's Spark Connect server: where spark-export runs when neither ``--master`` nor
+    ``--remote`` (``$MQCTL_SPARK_REMOTE``) says otherwise."""
+    current = ContextFile.load().current_context()
+    return current.spark_remote if current is not None else None
 
 
 @dataclass(frozen=True)

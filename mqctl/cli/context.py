@@ -25,6 +25,10 @@ def add(
     secret_key: Annotated[
         str | None, typer.Option("--secret-key", help="ACL secret key, stored in an owner-only file.")
     ] = None,
+    spark_remote: Annotated[
+        str | None,
+        typer.Option("--spark-remote", help="Spark Connect server (sc://HOST:PORT) for spark-export on this cluster."),
+    ] = None,
     output: OutputOpt = "table",
 ) -> None:
     """Save a context (with ACL credentials when its cluster runs aclEnable=true)."""
@@ -48,7 +52,12 @@ def add(
         stored = config_dir() / "secrets" / f"{name}.key"
         write_secret(stored, secret_key)
     context = contexts.add(
-        name, namesrv, overwrite=force, access_key=access_key, secret_key_file=str(stored) if stored else None
+        name,
+        namesrv,
+        overwrite=force,
+        access_key=access_key,
+        secret_key_file=str(stored) if stored else None,
+        spark_remote=spark_remote,
     )
     if use:
         contexts.current = name
@@ -56,6 +65,8 @@ def add(
     row = {"added": context.name, "namesrv": context.namesrv, "current": contexts.current}
     if access_key:
         row |= {"access_key": access_key, "secret_key_file": str(stored)}
+    if spark_remote:
+        row["spark_remote"] = spark_remote
     render(row, output)
 
 
@@ -80,7 +91,10 @@ def ls(output: OutputOpt = "table") -> None:
 
     contexts = ContextFile.load()
     render(
-        [{"name": c.name, "namesrv": c.namesrv, "current": c.name == contexts.current} for c in contexts.contexts.values()],
+        [
+            {"name": c.name, "namesrv": c.namesrv, "spark_remote": c.spark_remote, "current": c.name == contexts.current}
+            for c in contexts.contexts.values()
+        ],
         output,
     )
 

@@ -45,7 +45,8 @@ MasterOpt = Annotated[
 RemoteOpt = Annotated[
     str | None,
     typer.Option("--remote", help="Run on an existing Spark Connect server, sc://HOST:PORT (no local JVM); "
-                 "--store and --out are paths the server's workers see.", envvar="MQCTL_SPARK_REMOTE"),
+                 "--store and --out are paths the server's workers see. Default: the current context's "
+                 "--spark-remote, unless --master is given.", envvar="MQCTL_SPARK_REMOTE"),
 ]  # fmt: skip
 PartitionsOpt = Annotated[
     int | None, typer.Option("--partitions", min=1, help="Number of read splits (default: one per 64 MiB).")
@@ -69,10 +70,13 @@ def _session(master: str | None, remote: str | None, app_name: str) -> Iterator[
     Ctrl-C becomes :class:`~mqctl.errors.Interrupted` here: Typer would turn the
     KeyboardInterrupt into a silent exit 130, and the user is owed one line saying why it stopped.
     """
+    from mqctl.config import context_spark_remote
     from mqctl.errors import Interrupted
     from mqctl.spark.session import spark_session
 
     debug = logging.getLogger().isEnabledFor(logging.DEBUG)
+    if remote is None and master is None:
+        remote = context_spark_remote()
     try:
         with spark_session(master, remote=remote, app_name=app_name, debug=debug) as spark:
             yield spark

@@ -11,8 +11,8 @@ def test_add_use_ls_rm_roundtrip(cli: RunCli) -> None:
     assert cli("context", "add", "prod", "-n", "10.0.0.1:9876;10.0.0.2:9876").code == 0
     listed = cli("context", "ls", "-o", "json").json()
     assert listed == [
-        {"name": "dev", "namesrv": "127.0.0.1:9876", "current": True},
-        {"name": "prod", "namesrv": "10.0.0.1:9876;10.0.0.2:9876", "current": False},
+        {"name": "dev", "namesrv": "127.0.0.1:9876", "spark_remote": None, "current": True},
+        {"name": "prod", "namesrv": "10.0.0.1:9876;10.0.0.2:9876", "spark_remote": None, "current": False},
     ]
     used = cli("context", "use", "prod", "-o", "json").json()
     assert used == {"current": "prod", "previous": "dev"}
@@ -62,10 +62,20 @@ def test_verbose_says_where_an_online_command_connects(cli: RunCli) -> None:
 
 def test_output_env_default(cli: RunCli) -> None:
     cli("context", "add", "dev", "-n", "127.0.0.1:1111")
-    assert cli("context", "ls", env={"MQCTL_OUTPUT": "csv"}).stdout == "name,namesrv,current\ndev,127.0.0.1:1111,yes\n"
+    assert cli("context", "ls", env={"MQCTL_OUTPUT": "csv"}).stdout == "name,namesrv,spark_remote,current\ndev,127.0.0.1:1111,,yes\n"
 
 
 def test_rm_if_exists(cli: RunCli) -> None:
     assert cli("context", "rm", "nope").code == 3
     soft = cli("context", "rm", "nope", "--if-exists", "-o", "json")
     assert soft.code == 0 and soft.json() == {"removed": None, "namesrv": None}
+
+
+def test_a_context_names_its_spark_connect_server(cli: RunCli) -> None:
+    added = cli("context", "add", "lake", "-n", "127.0.0.1:9876", "--spark-remote", "sc://127.0.0.1:15002", "-o", "json")
+    assert added.code == 0, added.stderr
+    assert added.json()["spark_remote"] == "sc://127.0.0.1:15002"
+    [row] = cli("context", "ls", "-o", "json").json()
+    assert row["spark_remote"] == "sc://127.0.0.1:15002"
+    bad = cli("context", "add", "odd", "-n", "127.0.0.1:9876", "--spark-remote", "127.0.0.1:15002")
+    assert bad.code == UsageError.exit_code and "sc://HOST:PORT" in bad.stderr

@@ -129,9 +129,11 @@ def test_export_through_spark_connect_holds_the_manifests_messages(
 def test_report_through_spark_connect(
     cli: RunCli, connect_server: str, store_a: Path, manifest: dict[str, Any]
 ) -> None:
-    """A one-task store goes to the server as one Arrow table; the aggregation runs there."""
-    result = cli("spark-export", "report", "--store", str(store_a), "--remote", connect_server, "-o", "json",
-                 timeout=300)  # fmt: skip
+    """A one-task store goes to the server as one Arrow table; the aggregation runs there. The server
+    comes from the current context (`context add --spark-remote`), as an operator would save it."""
+    added = cli("context", "add", "connect", "-n", "127.0.0.1:9876", "--spark-remote", connect_server, "--use")
+    assert added.code == 0, added.stderr
+    result = cli("spark-export", "report", "--store", str(store_a), "-o", "json", timeout=300)
     assert result.code == 0, result.stderr
     report = json.loads(result.stdout)
     assert {r["topic"]: r["records"] for r in report["topics"]} == manifest["counts"][
