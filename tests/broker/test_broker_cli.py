@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -13,12 +12,7 @@ import pytest
 from daemon.config import parse_properties
 from mqctl.services.processes import process_name
 from tests.conftest import RunCli
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from tests.support.ports import free_port
 
 
 @pytest.fixture

@@ -24,9 +24,9 @@ from store.config_files import ConsumerOffsetManager
 from store.errors import StoreLockedError
 from store.record import decode_records
 from tests.broker.conftest import BrokerClient, BrokerHandle, broker_config, start_broker
-from tests.broker.test_broker_cli import free_port
 from tests.conftest import ROOT
 from tests.namesrv.conftest import namesrv_config
+from tests.support.ports import free_port
 
 
 async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> None:

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -17,10 +16,10 @@ from daemon.remoting.bodies import TopicRouteData
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from tests.broker.test_broker_cli import free_port
-from tests.broker.test_ha import free_block
 from tests.conftest import ROOT
 from tests.listeners import listening
+from tests.support.ports import free_block, free_port
+from tests.support.up import mqctl_up
 
 
 @pytest.mark.slow
@@ -135,50 +134,25 @@ async def test_broker_and_namesrv_status_find_what_up_started(cli_env: dict[str,
 async def test_up_runs_broker_groups_with_slaves_on_loopback(tmp_path: Path, cli_env: dict[str, str]) -> None:
     """`--brokers 2 --slaves 1`: broker-a and broker-b, each a master and a slave, ports in one sequence."""
     ns_port, broker_port = free_port(), free_block(8)  # 4 brokers, each with its HA port one above
-    argv = [sys.executable, "-m", "mqctl", "up", "--data", str(tmp_path / "data"), "--brokers", "2"]
-    argv += ["--slaves", "1", "--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--metrics-port", "0"]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.PIPE, text=True)
-    env = {**cli_env, "NAMESRV_ADDR": f"127.0.0.1:{ns_port}"}
-
-    def mq(*args: str) -> Any:
-        done = subprocess.run(
-            [sys.executable, "-m", "mqctl", *args, "-o", "json"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
-
-    try:
-        assert proc.stderr is not None
-        line = ""
-        while "ready:" not in line:
-            line = await asyncio.to_thread(proc.stderr.readline)
-            assert line, "mqctl up exited before it was ready"
-        drain = asyncio.create_task(asyncio.to_thread(proc.stderr.read))  # its log must not fill the pipe
+    args = ["--brokers", "2", "--slaves", "1", "--broker-port", str(broker_port), "--metrics-port", "0"]
+    async with mqctl_up(tmp_path / "data", cli_env, ns_port, *args) as up:
         addr = [f"127.0.0.1:{broker_port + 2 * k}" for k in range(4)]
-        assert f"slave {addr[1]}, broker-b {addr[2]}, slave {addr[3]}" in line
-        listed = await asyncio.to_thread(mq, "cluster", "list")
+        assert f"slave {addr[1]}, broker-b {addr[2]}, slave {addr[3]}" in up.ready
+        listed = await asyncio.to_thread(up.mq, "cluster", "list")
         assert sorted((r["broker_name"], r["broker_id"], r["addr"], r["role"]) for r in listed) == [
             ("broker-a", 0, addr[0], "MASTER"),
             ("broker-a", 1, addr[1], "SLAVE"),
             ("broker-b", 0, addr[2], "MASTER"),
             ("broker-b", 1, addr[3], "SLAVE"),
         ]
-        await asyncio.to_thread(mq, "topic", "create", "-t", "Spread", "-c", "DefaultCluster", "-w", "4")
-        route = await asyncio.to_thread(mq, "topic", "route", "-t", "Spread")
+        await asyncio.to_thread(up.mq, "topic", "create", "-t", "Spread", "-c", "DefaultCluster", "-w", "4")
+        route = await asyncio.to_thread(up.mq, "topic", "route", "-t", "Spread")
         assert [(r["broker_name"], r["write_queues"], r["master"], r["slaves"]) for r in route] == [
             ("broker-a", 4, addr[0], [addr[1]]),
             ("broker-b", 4, addr[2], [addr[3]]),
         ]
-        sockets = listening(proc.pid)
-    finally:
-        os.kill(proc.pid, signal.SIGINT)
-        code = await asyncio.to_thread(proc.wait, 30)
-    await drain
-    assert code == 0
+        sockets = listening(up.proc.pid)
+    assert up.code == 0
     assert len(sockets) == 13  # NameServer; each of 4 brokers, its HA port and its metrics
     assert {a for a, _ in sockets} == {"127.0.0.1"}
     data = tmp_path / "data"

@@ -31,9 +31,10 @@ from store.engine import DefaultMessageStore
 from store.ha import encode_frame, encode_report
 from store.record import decode_records
 from tests.broker.conftest import BrokerClient, start_broker
-from tests.broker.test_broker_cli import free_port
 from tests.conftest import ROOT
 from tests.namesrv.conftest import namesrv_config
+from tests.support.ports import free_block, free_port
+from tests.support.up import mqctl_up
 
 FILE = 256 * 1024
 SMALL = {"mapped_file_size_commit_log": FILE, "ha_listen_port": 0, "ha_send_heartbeat_interval": 500}
@@ -437,72 +438,31 @@ async def test_slave_pull_keeps_the_consumers_offset(group: Group) -> None:
     assert r.code == ResponseCode.SUCCESS and [m.body for m in decode_records(r.body)] == [b"one"]
 
 
-def free_block(n: int) -> int:
-    """A port whose next ``n - 1`` ports are free too (``mqctl up`` takes ports in sequence)."""
-    while True:
-        base = free_port()
-        socks = []
-        try:
-            for port in range(base, base + n):
-                s = socket.socket()
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-
-
 @pytest.mark.slow
 async def test_up_with_a_slave_and_ha_status(tmp_path: Path, cli_env: dict[str, str]) -> None:
     ns_port, broker_port = free_port(), free_block(4)  # master, its HA port, the slave, its HA port
-    argv = [sys.executable, "-m", "mqctl", "up", "--data", str(tmp_path / "data"), "--slaves", "1"]
-    argv += ["--namesrv-port", str(ns_port), "--broker-port", str(broker_port), "--metrics-port", "0"]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.PIPE, text=True)
-    env = {**cli_env, "NAMESRV_ADDR": f"127.0.0.1:{ns_port}"}
-
-    def mq(*args: str) -> Any:
-        done = subprocess.run(
-            [sys.executable, "-m", "mqctl", *args, "-o", "json"],
-            cwd=ROOT,
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        assert done.returncode == 0, done.stderr
-        return json.loads(done.stdout)
-
-    try:
-        assert proc.stderr is not None
-        line = ""
-        while "ready:" not in line:
-            line = await asyncio.to_thread(proc.stderr.readline)
-            assert line, "mqctl up exited before it was ready"
+    args = ["--slaves", "1", "--broker-port", str(broker_port), "--metrics-port", "0"]
+    async with mqctl_up(tmp_path / "data", cli_env, ns_port, *args) as up:
         slave_addr = f"127.0.0.1:{broker_port + 2}"
-        assert f"slave {slave_addr}" in line
-        listed = await asyncio.to_thread(mq, "cluster", "list")
+        assert f"slave {slave_addr}" in up.ready
+        listed = await asyncio.to_thread(up.mq, "cluster", "list")
         assert [(r["broker_id"], r["addr"], r["role"]) for r in listed] == [
             (0, f"127.0.0.1:{broker_port}", "MASTER"),
             (1, slave_addr, "SLAVE"),
         ]
 
         async def connected() -> bool:
-            rows = await asyncio.to_thread(mq, "broker", "ha", "status")
+            rows = await asyncio.to_thread(up.mq, "broker", "ha", "status")
             return all(r["connected"] for r in rows) and all(r["lag_bytes"] == 0 for r in rows)
 
         await wait_until(connected)
-        rows = await asyncio.to_thread(mq, "broker", "ha", "status")
+        rows = await asyncio.to_thread(up.mq, "broker", "ha", "status")
         assert [r["role"] for r in rows] == ["ASYNC_MASTER", "SLAVE"]
         assert rows[1]["peers"] == f"127.0.0.1:{broker_port + 1}"  # the master's HA port
         assert rows[0]["lag_seconds"] == 0.0 and rows[1]["lag_bytes"] == 0
-        status = await asyncio.to_thread(mq, "cluster", "status")
+        status = await asyncio.to_thread(up.mq, "cluster", "status")
         assert [s["ha_lag_bytes"] for s in status] == [None, 0]
-    finally:
-        os.kill(proc.pid, signal.SIGINT)
-        code = await asyncio.to_thread(proc.wait, 30)
-    assert code == 0
+    assert up.code == 0
 
 
 async def test_taken_listen_port_plus_one_falls_back_to_a_free_ha_port(tmp_path: Path) -> None:

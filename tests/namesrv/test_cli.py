@@ -16,8 +16,8 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from mqctl.services.processes import process_name
-from tests.broker.test_broker_cli import free_port
 from tests.conftest import ROOT, RunCli
+from tests.support.ports import free_port
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,6 @@ import hashlib
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -23,6 +22,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import RunCli
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -48,12 +48,6 @@ def _why_not() -> str | None:
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """``sc://127.0.0.1:PORT`` of a local[2] Spark Connect server, stopped after the module."""
@@ -64,7 +58,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
     home = Path(pyspark.__file__).parent
     work = tmp_path_factory.mktemp("connect")
-    port = _free_port()
+    port = free_port()
     env = {
         **os.environ,
         "SPARK_HOME": str(home),

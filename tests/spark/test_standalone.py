@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,17 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import RunCli
+from tests.support.ports import free_port
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 MASTER = "org.apache.spark.deploy.master.Master"
 WORKER = "org.apache.spark.deploy.worker.Worker"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _wait_for(log_dir: Path, pattern: str, timeout: float) -> None:
@@ -64,9 +58,9 @@ def standalone(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         "PYSPARK_PYTHON": sys.executable,
     }
     daemon = [str(home / "sbin" / "spark-daemon.sh")]
-    port = _free_port()
+    port = free_port()
     url = f"spark://127.0.0.1:{port}"
-    master = [MASTER, "1", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(_free_port())]
+    master = [MASTER, "1", "--host", "127.0.0.1", "--port", str(port), "--webui-port", str(free_port())]
     worker = [
         WORKER,
         "1",
@@ -77,7 +71,7 @@ def standalone(tmp_path: Path) -> Iterator[tuple[str, Path]]:
         "--memory",
         "1g",
         "--webui-port",
-        str(_free_port()),
+        str(free_port()),
         url,
     ]
     try:

@@ -1,0 +1,64 @@
+"""One `mqctl up` subprocess runner: start it, wait for its "ready:" line, drain its log, stop it with Ctrl-C."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.conftest import ROOT
+
+
+@dataclass
+class Up:
+    """A running `mqctl up`: its process, its "ready:" line, and (once stopped) its exit code."""
+
+    proc: subprocess.Popen[str]
+    ready: str
+    env: dict[str, str]
+    code: int | None = None
+
+    def mq(self, *args: str) -> Any:
+        """Run `mqctl ARGS -o json` against this NameServer; it must exit 0. Returns the parsed output."""
+        done = subprocess.run(
+            [sys.executable, "-m", "mqctl", *args, "-o", "json"],
+            cwd=ROOT,
+            env=self.env,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout)
+
+
+@asynccontextmanager
+async def mqctl_up(data: Path, cli_env: dict[str, str], ns_port: int, *args: str) -> AsyncIterator[Up]:
+    """`mqctl up --data DATA --namesrv-port NS_PORT ARGS`, ready on entry; SIGINT and reaped on exit.
+
+    The caller asserts on ``Up.code`` after the block, so a failure inside it is not masked."""
+    argv = [sys.executable, "-m", "mqctl", "up", "--data", str(data), "--namesrv-port", str(ns_port), *args]
+    proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.PIPE, text=True)
+    drain: asyncio.Task[str] | None = None
+    try:
+        assert proc.stderr is not None
+        line = ""
+        while "ready:" not in line:
+            line = await asyncio.to_thread(proc.stderr.readline)
+            assert line, "mqctl up exited before it was ready"
+        drain = asyncio.create_task(asyncio.to_thread(proc.stderr.read))  # its log must not fill the pipe
+        up = Up(proc, line, {**cli_env, "NAMESRV_ADDR": f"127.0.0.1:{ns_port}"})
+        yield up
+    finally:
+        os.kill(proc.pid, signal.SIGINT)
+        code = await asyncio.to_thread(proc.wait, 30)
+        if drain is not None:
+            await drain
+    up.code = code
