@@ -28,7 +28,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from store.engine import DefaultMessageStore
 from tests.broker.conftest import BrokerHandle, broker_config
-from tests.broker.test_broker_golden import GOLDEN
+from tests.support.golden import GOLDEN
 
 #: Every GET_BROKER_RUNTIME_INFO key of a 4.9.8 master with one commit-log path and no delayed messages
 #: (AdminBrokerProcessor.prepareRuntimeInfo + DefaultMessageStore/StoreStatsService.getRuntimeInfo):

@@ -24,10 +24,10 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from store.record import decode_records
 from tests.broker.conftest import BrokerClient
-from tests.broker.test_broker_faults import wait_until
 from tests.conftest import ROOT
 from tests.namesrv.conftest import namesrv_config
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 
 @contextlib.contextmanager

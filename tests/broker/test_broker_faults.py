@@ -27,13 +27,7 @@ from tests.broker.conftest import BrokerClient, BrokerHandle, broker_config, sta
 from tests.conftest import ROOT
 from tests.namesrv.conftest import namesrv_config
 from tests.support.ports import free_port
-
-
-async def wait_until(predicate: Callable[[], Awaitable[bool]], timeout: float = 30.0) -> None:
-    deadline = asyncio.get_running_loop().time() + timeout
-    while not await predicate():
-        assert asyncio.get_running_loop().time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.1)
+from tests.support.waiting import wait_until
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ from store.errors import DamagedUnitError
 from store.record import decode_records
 from tests.broker.conftest import BrokerClient, start_broker
 from tests.store.conftest import STORE_A_TAR, small_config, unpack_store_a
-from tests.store.test_heal import keyed_store
+from tests.support.stores import keyed_store
 
 pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 

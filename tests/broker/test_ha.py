@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import urllib.request
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,22 +35,10 @@ from tests.conftest import ROOT
 from tests.namesrv.conftest import namesrv_config
 from tests.support.ports import free_block, free_port
 from tests.support.up import mqctl_up
+from tests.support.waiting import wait_until
 
 FILE = 256 * 1024
 SMALL = {"mapped_file_size_commit_log": FILE, "ha_listen_port": 0, "ha_send_heartbeat_interval": 500}
-
-
-async def wait_until(predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 30.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while True:
-        got = predicate()
-        if not isinstance(got, bool):
-            got = await got
-        if got:
-            return
-        assert loop.time() < deadline, "condition not reached in time"
-        await asyncio.sleep(0.05)
 
 
 @dataclass

@@ -12,9 +12,8 @@ from pathlib import Path
 import pytest
 
 from tests.broker.conftest import BrokerHandle, start_broker
-from tests.broker.test_broker_faults import wait_until
 from tests.listeners import listening
-from tests.remoting.test_limits import budget_holds
+from tests.support.waiting import budget_holds, wait_until
 
 
 def fetch(port: int, path: str) -> str:

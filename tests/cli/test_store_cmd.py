@@ -18,6 +18,7 @@ import yaml
 
 from tests.conftest import RunCli
 from tests.store.conftest import STORE_A_MANIFEST, STORE_A_TAR, unpack_store_a
+from tests.support.stores import keyed_store
 
 pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 
@@ -440,8 +441,6 @@ def test_verify_lists_every_problem_and_max_problems_counts_the_rest(
 
 def test_msg_query_skips_a_bad_index_header_and_finds_older_keys(cli: RunCli, tmp_path: Path) -> None:
     """The newest index file's header is damaged: keys of the older files are still found offline."""
-    from tests.store.test_heal import keyed_store
-
     root = tmp_path / "store"
     keys = keyed_store(root, max_hash_slot_num=100)  # 4 entries per slot, as ``layout`` reads them
     newest = sorted((root / "index").iterdir())[-1]

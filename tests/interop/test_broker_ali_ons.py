@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
-import shutil
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -20,33 +18,13 @@ from daemon.remoting.codes import RequestCode
 from store.engine import DefaultMessageStore
 from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
 from tests.conftest import ROOT
+from tests.support.ali_ons import expected_body, node
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
-HERE = Path(__file__).resolve().parent
-SCRIPT = HERE / "ons_broker_roundtrip.js"
 TOPIC = "OnsTopic"
 GROUP = "CID_MQCTL_ONS"
 COUNT = 200
-
-
-def expected_body(i: int, count: int) -> bytes:
-    length = 10 + (i * (6144 - 10)) // max(1, count - 1)
-    return bytes((i * 31 + j) % 251 for j in range(length))
-
-
-async def node(*args: str, timeout: float = 240) -> dict[str, object]:
-    exe = shutil.which("node")
-    if exe is None or shutil.which("npm") is None:
-        pytest.skip("node/npm not installed: the ali-ons interop test needs them")
-    if not (HERE / "node_modules" / "ali-ons").is_dir():
-        pytest.fail("ali-ons not installed: run scripts/install-interop-clients.sh (make test does)")
-    proc = await asyncio.create_subprocess_exec(
-        exe, str(SCRIPT), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=HERE
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode == 0, f"ali-ons script failed ({proc.returncode}): {err.decode()[-3000:]}"
-    return json.loads(out.decode().strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 @pytest.fixture

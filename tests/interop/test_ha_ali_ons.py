@@ -13,7 +13,7 @@ from daemon.broker.managers.topics import retry_topic
 from store.config import SLAVE
 from store.engine import DefaultMessageStore
 from tests.broker.conftest import start_broker, start_cluster, stop_cluster
-from tests.interop.test_broker_ali_ons import expected_body, node
+from tests.support.ali_ons import expected_body, node
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 

@@ -20,8 +20,8 @@ from daemon.remoting.connection import Connection
 from daemon.remoting.limits import RemotingLimits
 from daemon.remoting.server import RemotingServer
 from tests.broker.conftest import start_broker
-from tests.broker.test_broker_faults import wait_until
 from tests.namesrv.conftest import namesrv_config
+from tests.support.waiting import budget_holds, wait_until
 
 ECHO = 1
 #: Announced by every flooder: a frame of 8 MiB, of which it sends only `PART` bytes.
@@ -76,13 +76,6 @@ async def closed_by_server(reader: asyncio.StreamReader, wait: float = 1.0) -> b
         return True
     except TimeoutError:
         return False
-
-
-def budget_holds(server: RemotingServer, held: int) -> Callable[[], Awaitable[bool]]:
-    async def check() -> bool:
-        return server.budget.used == held
-
-    return check
 
 
 async def test_half_frame_flood_closes_flooders_within_budget_and_others_are_answered(daemon: Daemon) -> None:

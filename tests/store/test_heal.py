@@ -14,6 +14,7 @@ from store.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit
 from store.indexfile import HEADER
 from store.message import Message
 from tests.store.conftest import small_config, store_a_config
+from tests.support.stores import keyed_store
 
 TOPIC, QID = "FixA_Orders", 1
 
@@ -142,19 +143,6 @@ def test_unit_corrupted_while_running_heals_on_read(
         assert healed_cq is not None and healed_cq.get_unit(unit) == (phys, size, tags)
         assert s.put_message(Message("T", b"after", queue_id=0)).queue_offset == 60
         assert read_all(s, "T", 0) == list(range(61))
-
-
-def keyed_store(root: Path, **overrides: int) -> list[str]:
-    """A store with three index files (400 entries each: 199 messages with a UNIQ_KEY and one KEY)."""
-    keys = []
-    with DefaultMessageStore(small_config(root, **overrides)) as s:
-        for i in range(450):
-            key = f"k{i}"
-            msg = Message("K", f"b{i}".encode(), properties={"KEYS": key, "UNIQ_KEY": f"U{i:08d}"})
-            assert s.put_message(msg).ok
-            keys.append(key)
-        assert len(s.index.files) == 3
-    return keys
 
 
 def found(s: DefaultMessageStore, key: str) -> bool:

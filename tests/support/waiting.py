@@ -1,0 +1,31 @@
+"""Polling for a condition that real daemons reach in their own time."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+
+from daemon.remoting.server import RemotingServer
+
+
+async def wait_until(predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 30.0) -> None:
+    """Poll ``predicate`` (plain or async) until it holds; fail the test after ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        got = predicate()
+        if not isinstance(got, bool):
+            got = await got
+        if got:
+            return
+        assert loop.time() < deadline, "condition not reached in time"
+        await asyncio.sleep(0.05)
+
+
+def budget_holds(server: RemotingServer, held: int) -> Callable[[], Awaitable[bool]]:
+    """A ``wait_until`` predicate: the server's read budget holds exactly ``held`` bytes."""
+
+    async def check() -> bool:
+        return server.budget.used == held
+
+    return check
