@@ -83,25 +83,34 @@ def _inert_defaults(cls_or_obj: Any) -> Mapping[str, str]:
 
 
 def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java ``.properties`` text exactly as ``java.util.Properties.load`` does (``\\uXXXX`` and
-    other escapes, escaped separators in keys, continuations after an odd number of backslashes);
-    a repeated key keeps its last value. A malformed ``\\u`` escape raises :class:`ConfigError`."""
+    """Parse Java ``.properties`` text as ``java.util.Properties.load`` does (``\\uXXXX`` and other
+    escapes, escaped separators in keys, continuations after an odd number of backslashes); a
+    repeated key keeps its last value. Unlike Java, unescaped blanks ending a line are dropped: an
+    invisible ``brokerName=broker-a `` is a typo, ``broker-a\\ `` a choice. A malformed ``\\u``
+    escape raises :class:`ConfigError`."""
     import javaproperties  # lazy: ~70 ms of imports that `mqctl --help` must not pay
 
+    result: dict[str, str] = {}
     try:
-        return dict(javaproperties.loads(text))
+        for element in javaproperties.parse(text):
+            if isinstance(element, javaproperties.KeyValue):
+                line = element.source.rstrip("\r\n")
+                kept = line.rstrip(" \t\f")
+                blanks = len(line) - len(kept) - (len(kept) - len(kept.rstrip("\\"))) % 2
+                result[element.key] = element.value[: len(element.value) - blanks] if blanks > 0 else element.value
     except javaproperties.InvalidUEscapeError as exc:
         raise ConfigError(f"malformed properties text: {exc}") from None
+    return result
 
 
-_VALUE_NEEDS_ESCAPE = re.compile(r"^[ \t\f]|[\\\x00-\x1f\x7f-\U0010ffff]")
+_VALUE_NEEDS_ESCAPE = re.compile(r"^ | \Z|[\\\x00-\x1f\x7f-\U0010ffff]")
 
 
 def property_line(key: str, value: str) -> str:
     """``key=value`` that :func:`parse_properties` (and Java) reads back as exactly ``key`` and ``value``.
 
     Keys are escaped fully; a value only where it must be (backslashes, control and non-ASCII
-    characters, a leading blank), so ``namesrvAddr=127.0.0.1:9876`` stays as RocketMQ prints it."""
+    characters, a leading or trailing blank), so ``namesrvAddr=127.0.0.1:9876`` stays as RocketMQ prints it."""
     import javaproperties
 
     value = _VALUE_NEEDS_ESCAPE.sub(lambda m: javaproperties.escape(m.group()), value)

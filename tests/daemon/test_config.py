@@ -121,3 +121,9 @@ def test_malformed_unicode_escape_is_a_config_error(tmp_path: Path) -> None:
     conf.write_text("brokerIP1=\\u12\n")
     with pytest.raises(ConfigError, match=r"bad\.conf"):
         load_config(Sample, conf, environ={})
+
+
+def test_unescaped_trailing_blanks_are_dropped_escaped_ones_kept_and_written_escaped() -> None:
+    text = "brokerName=broker-a \t\nmarker=a\\  \nempty=   \n"
+    assert parse_properties(text) == {"brokerName": "broker-a", "marker": "a ", "empty": ""}
+    assert parse_properties(update_properties("", {"a": "x  ", "b": " "})) == {"a": "x  ", "b": " "}
