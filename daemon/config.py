@@ -83,55 +83,59 @@ def _inert_defaults(cls_or_obj: Any) -> Mapping[str, str]:
 
 
 def parse_properties(text: str) -> dict[str, str]:
-    """Parse Java ``.properties`` text (``key=value``, ``key: value``, ``#``/``!`` comments, ``\\`` continuations)."""
+    """Parse Java ``.properties`` text as ``java.util.Properties.load`` does (``\\uXXXX`` and other
+    escapes, escaped separators in keys, continuations after an odd number of backslashes); a
+    repeated key keeps its last value. Unlike Java, unescaped blanks ending a line are dropped: an
+    invisible ``brokerName=broker-a `` is a typo, ``broker-a\\ `` a choice. A malformed ``\\u``
+    escape raises :class:`ConfigError`."""
+    import javaproperties  # lazy: ~70 ms of imports that `mqctl --help` must not pay
+
     result: dict[str, str] = {}
-    pending = ""
-    for raw in text.splitlines():
-        line = pending + raw.strip() if pending else raw.strip()
-        pending = ""
-        if not line or line[0] in "#!":
-            continue
-        if line.endswith("\\") and not line.endswith("\\\\"):
-            pending = line[:-1]
-            continue
-        match = re.match(r"([^=:\s]+)\s*[=:\s]\s*(.*)", line)
-        if match is None:
-            result[line] = ""
-        else:
-            result[match.group(1)] = match.group(2).strip()
-    if pending:
-        key, _, value = pending.partition("=")
-        result[key.strip()] = value.strip()
+    try:
+        for element in javaproperties.parse(text):
+            if isinstance(element, javaproperties.KeyValue):
+                line = element.source.rstrip("\r\n")
+                kept = line.rstrip(" \t\f")
+                blanks = len(line) - len(kept) - (len(kept) - len(kept.rstrip("\\"))) % 2
+                result[element.key] = element.value[: len(element.value) - blanks] if blanks > 0 else element.value
+    except javaproperties.InvalidUEscapeError as exc:
+        raise ConfigError(f"malformed properties text: {exc}") from None
     return result
 
 
+_VALUE_NEEDS_ESCAPE = re.compile(r"^ | \Z|[\\\x00-\x1f\x7f-\U0010ffff]")
+
+
+def property_line(key: str, value: str) -> str:
+    """``key=value`` that :func:`parse_properties` (and Java) reads back as exactly ``key`` and ``value``.
+
+    Keys are escaped fully; a value only where it must be (backslashes, control and non-ASCII
+    characters, a leading or trailing blank), so ``namesrvAddr=127.0.0.1:9876`` stays as RocketMQ prints it."""
+    import javaproperties
+
+    value = _VALUE_NEEDS_ESCAPE.sub(lambda m: javaproperties.escape(m.group()), value)
+    return f"{javaproperties.escape(key)}={value}"
+
+
 def update_properties(text: str, updates: Mapping[str, str]) -> str:
-    """``text`` with each updated key's line(s) replaced by ``key=value``; comments, order and the other
-    keys stay as the operator wrote them, and keys the file lacks are appended."""
+    """``text`` with each updated key's entry (all its continuation lines) replaced by ``key=value``;
+    comments, blank lines, order and the other entries stay byte for byte as the operator wrote
+    them, and keys the file lacks are appended."""
+    import javaproperties
+
     out: list[str] = []
-    pending = set(updates)
-    lines = text.splitlines()
-    i = 0
-    while i < len(lines):
-        start = i
-        while (
-            lines[i].rstrip().endswith("\\") and not lines[i].rstrip().endswith("\\\\") and i + 1 < len(lines)
-        ):
-            i += 1  # a value continued on the next line belongs to the same key
-        logical = lines[start : i + 1]
-        i += 1
-        stripped = logical[0].strip()
-        key = (
-            re.split(r"\s*[=:\s]", stripped, maxsplit=1)[0] if stripped and stripped[0] not in "#!" else None
-        )
-        if key in updates:
-            if key in pending:
-                out.append(f"{key}={updates[key]}")
-                pending.discard(key)
-            continue  # a repeated key: Java keeps the last, we keep one line
-        out.extend(logical)
-    out.extend(f"{key}={updates[key]}" for key in updates if key in pending)
-    return "\n".join(out) + "\n"
+    pending = dict(updates)
+    try:
+        for element in javaproperties.parse(text):
+            if isinstance(element, javaproperties.KeyValue) and element.key in updates:
+                if element.key in pending:
+                    out.append(property_line(element.key, pending.pop(element.key)) + "\n")
+                continue  # a repeated key: Java keeps the last, we keep one line
+            out.append(element.source if element.source.endswith(("\n", "\r")) else element.source + "\n")
+    except javaproperties.InvalidUEscapeError as exc:
+        raise ConfigError(f"malformed properties text: {exc}") from None
+    out.extend(property_line(key, value) + "\n" for key, value in pending.items())
+    return "".join(out)
 
 
 def coerce(value: object, annotation: Any, *, source: str) -> object:
@@ -203,7 +207,11 @@ def load_config(
             text = path.read_text(encoding="utf-8")
         except OSError as exc:
             raise ConfigError(f"cannot read config file {path}: {exc.strerror}") from None
-        for key, raw in parse_properties(text).items():
+        try:
+            props = parse_properties(text)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+        for key, raw in props.items():
             name = by_key.get(key) or (snake_case(key) if snake_case(key) in fields else None)
             if name is None:
                 if key in known:
@@ -284,10 +292,10 @@ def to_properties(obj: object, *, mark_inert: bool = False) -> str:
             text = ""
         else:
             text = str(value)
-        lines.append(f"{property_key(f)}={text}")
+        lines.append(property_line(property_key(f), text))
     if isinstance(obj, RocketMQKeys):
         inert = obj.inert_keys()
         if inert and mark_inert:
             lines.append(INERT_HEADER)
-        lines.extend(f"{key}={value}" for key, value in inert.items())
+        lines.extend(property_line(key, value) for key, value in inert.items())
     return "\n".join(lines) + "\n"

@@ -271,7 +271,7 @@ class NamesrvProcessor:
     def update_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         try:
             props = parse_properties(req.body.decode())
-        except UnicodeDecodeError:
+        except (UnicodeDecodeError, ConfigError):
             return req.make_response(ResponseCode.SYSTEM_ERROR, "string2Properties error")
         if self.config.black_list() & props.keys():
             return req.make_response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")

@@ -153,9 +153,10 @@ class Admin:
 
     async def update_broker_config(self, addr: str, changes: dict[str, str], *, force: bool = False) -> None:
         """``force`` adds mqctl's marker that lets fileReservedTime go under an hour (daemon.safe_config)."""
+        from daemon.config import property_line
         from daemon.safe_config import FORCE_FIELD
 
-        body = "".join(f"{key}={value}\n" for key, value in changes.items()).encode("utf-8")
+        body = "".join(property_line(key, value) + "\n" for key, value in changes.items()).encode("utf-8")
         request = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, {FORCE_FIELD: "true"} if force else {}, body)
         await self.client.invoke_checked(addr, request, self.timeout)
 

@@ -18,7 +18,7 @@ from daemon.broker.bodies import (
 from daemon.broker.broker import Broker
 from daemon.broker.config import load_broker_config
 from daemon.broker.headers import CreateTopicRequestHeader
-from daemon.config import parse_properties
+from daemon.config import parse_properties, property_line
 from daemon.remoting.bodies import KVTable, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -165,6 +165,29 @@ async def test_config_updates_keep_the_operators_file_as_written(tmp_path: Path)
         await broker.stop()
     assert conf.read_text() == "# our cluster\nbrokerClusterName = Prod\nfileReservedTime=12\n"
     assert not (tmp_path / "store" / "config" / "broker.properties").exists()
+
+
+async def test_config_update_with_escapes_reads_back_equal_everywhere(tmp_path: Path) -> None:
+    conf = tmp_path / "broker.conf"
+    kept = "# caf\\u00e9\nbrokerClusterName = Prod\nmsgTraceTopicName=a\\\\\\\n   b\n"
+    conf.write_text(kept)
+    config = load_broker_config(conf, {"store_path_root_dir": str(tmp_path / "store")})
+    assert config.msg_trace_topic_name == "a\\b"  # an odd backslash run continues the line
+    value = " Trace:é\\#1"
+    broker = Broker(dataclasses.replace(broker_config(tmp_path / "store"), broker_config_path=config.broker_config_path))
+    await broker.start()
+    try:
+        async with RemotingClient() as client:
+            body = (property_line("msgTraceTopicName", value) + "\n").encode()
+            request = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=body)
+            assert (await client.invoke(broker.addr, request)).code == ResponseCode.SUCCESS
+            assert broker.config.msg_trace_topic_name == value
+            got = await client.invoke(broker.addr, RemotingCommand.request(RequestCode.GET_BROKER_CONFIG))
+            assert parse_properties(got.body.decode())["msgTraceTopicName"] == value
+    finally:
+        await broker.stop()
+    assert conf.read_text().startswith("# caf\\u00e9\nbrokerClusterName = Prod\nmsgTraceTopicName=")
+    assert load_broker_config(conf, {"store_path_root_dir": str(tmp_path / "store")}).msg_trace_topic_name == value
 
 
 async def test_metrics_endpoint_reports_lag_and_health(broker: BrokerHandle) -> None:

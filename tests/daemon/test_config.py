@@ -83,3 +83,47 @@ def test_update_properties_keeps_comments_and_order_and_appends_new_keys() -> No
     assert updated == "# broker\nbrokerName = broker-a\nfileReservedTime=24\nlongKey=c\n! note\nnewKey=x\n"
     assert parse_properties(updated) == {"brokerName": "broker-a", "fileReservedTime": "24", "longKey": "c", "newKey": "x"}
     assert update_properties("", {"a": "1"}) == "a=1\n"
+
+
+def test_properties_unicode_escape_and_escaped_separators_in_keys() -> None:
+    text = "brokerName=caf\\u00e9\nweird\\=key=1\nother\\:key : 2\nspaced\\ key 3\n"
+    expected = {"brokerName": "café", "weird=key": "1", "other:key": "2", "spaced key": "3"}
+    assert parse_properties(text) == expected
+
+
+def test_properties_continue_only_after_an_odd_number_of_backslashes() -> None:
+    odd = "a=x\\\\\\\n  y\nb=1\n"  # a=x\\\ then y: the third backslash continues
+    even = "a=x\\\\\n  y\nb=1\n"  # a=x\\ : an escaped backslash, y is a key of its own
+    assert parse_properties(odd) == {"a": "x\\y", "b": "1"}
+    assert parse_properties(even) == {"a": "x\\", "y": "", "b": "1"}
+
+
+def test_update_properties_escapes_what_it_writes_and_keeps_other_lines_byte_identical() -> None:
+    text = "# caf\\u00e9 comment\r\nodd=a\\\\\\\n   b\nkeep\\=me :  v \\u00e9\n"
+    values = {"storePathRootDir": "C:\\store\\é", "brokerName": " lead #1\nx", "odd": "new"}
+    updated = update_properties(text, values)
+    assert updated.startswith("# caf\\u00e9 comment\r\nodd=new\nkeep\\=me :  v \\u00e9\n")
+    assert parse_properties(updated) == {"keep=me": "v é", **values}
+    assert updated.isascii()  # Java reads broker.conf as ISO-8859-1: non-ASCII travels as \uXXXX
+
+
+def test_to_properties_round_trips_values_that_need_escapes(tmp_path: Path) -> None:
+    original = Sample(broker_ip1=" é\\", namesrv_addr="127.0.0.1:9876;127.0.0.2:9876")
+    text = to_properties(original)
+    assert "namesrvAddr=127.0.0.1:9876;127.0.0.2:9876\n" in text  # as RocketMQ prints it
+    conf = tmp_path / "printed.conf"
+    conf.write_text(text)
+    assert load_config(Sample, conf, environ={}) == original
+
+
+def test_malformed_unicode_escape_is_a_config_error(tmp_path: Path) -> None:
+    conf = tmp_path / "bad.conf"
+    conf.write_text("brokerIP1=\\u12\n")
+    with pytest.raises(ConfigError, match=r"bad\.conf"):
+        load_config(Sample, conf, environ={})
+
+
+def test_unescaped_trailing_blanks_are_dropped_escaped_ones_kept_and_written_escaped() -> None:
+    text = "brokerName=broker-a \t\nmarker=a\\  \nempty=   \n"
+    assert parse_properties(text) == {"brokerName": "broker-a", "marker": "a ", "empty": ""}
+    assert parse_properties(update_properties("", {"a": "x  ", "b": " "})) == {"a": "x  ", "b": " "}

@@ -438,7 +438,7 @@ class AdminProcessor:
     def update_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         try:
             updates = parse_properties(request.body.decode("utf-8"))
-        except UnicodeDecodeError:
+        except (UnicodeDecodeError, ConfigError):
             raise system_error("string2Properties error") from None
         if CONFIG_BLACK_LIST & updates.keys():
             raise fail(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
