@@ -287,3 +287,26 @@ def test_odd_bodies_never_raise_from_the_rules(body: bytes) -> None:
 def test_verifier_signs_zero_and_one_field_as_the_plain_rule(fields: dict[str, str], body: bytes) -> None:
     """The cached value picker has two special shapes: no field at all, and one field (a bare value)."""
     assert Verifier("secret1").signature(fields, body) == calculate("secret1", signing_content(fields, body))
+
+
+def test_send_rules_on_the_send_path(tmp_path: Path) -> None:
+    """Sends take their own path through `check`: retry topics need SUB on the group, the trace topic
+    is open to PUB, SEND_MESSAGE names its topic in `topic`, and any other topic follows its perms."""
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "plain_acl.yml").write_text(ACL_YAML)
+    check = PlainAccessValidator(AclFiles(str(tmp_path))).check
+    v2 = RequestCode.SEND_MESSAGE_V2
+    check("127.0.0.1", _signed(v2, {"b": "%RETRY%GroupY"}, "rocketmq2", "12345678", b"x"))
+    check("127.0.0.1", _signed(v2, {"b": "RMQ_SYS_TRACE_TOPIC"}, "rocketmq2", "12345678", b"x"))
+    check("127.0.0.1", _signed(RequestCode.SEND_BATCH_MESSAGE, {"b": "TopicA"}, "rocketmq2", "12345678"))
+    check("127.0.0.1", _signed(RequestCode.SEND_MESSAGE, {"topic": "TopicA"}, "rocketmq2", "12345678"))
+    denials = {
+        "needs SUB on group GroupX, has DENY": _signed(v2, {"b": "%RETRY%GroupX"}, "rocketmq2", "12345678"),
+        "needs PUB on topic TopicD, has DENY": _signed(
+            RequestCode.SEND_MESSAGE, {"topic": "TopicD", "b": "TopicA"}, "rocketmq2", "12345678"
+        ),
+        "needs PUB on topic , has DENY": _signed(v2, {"a": "PG"}, "rocketmq2", "12345678"),
+    }
+    for remark, request in denials.items():
+        with pytest.raises(AclDenied, match=remark):
+            check("127.0.0.1", request)
