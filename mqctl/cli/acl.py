@@ -109,56 +109,41 @@ def _spec(secret_file: Path | None, **fields: Any) -> Any:
     return AccountSpec(**fields)
 
 
-@app.command("create")
-def create(
-    access_key: AccessKeyOpt,
-    secret_key: SecretOpt = None,
-    secret_key_file: SecretFileOpt = None,
-    admin: AdminOpt = None,
-    topic_perm: TopicPermOpt = None,
-    group_perm: GroupPermOpt = None,
-    default_topic_perm: DefaultTopicOpt = None,
-    default_group_perm: DefaultGroupOpt = None,
-    white_address: WhiteOpt = None,
-    cluster: ClusterOpt = None,
-    broker: BrokerAddrOpt = None,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
-) -> None:
-    """Create an account on each broker (UPDATE_AND_CREATE_ACL_CONFIG); an existing one is refused."""
-    spec = _spec(
-        secret_key_file, access_key=access_key, secret_key=secret_key, admin=admin, white_address=white_address,
-        default_topic_perm=default_topic_perm, default_group_perm=default_group_perm,
-        topic_perms=topic_perm, group_perms=group_perm,
-    )  # fmt: skip
-    _upsert("create", spec, cluster, broker, namesrv=namesrv, context=context, output=output)
+def _account_command(mode: str, doc: str) -> None:
+    """Register ``acl create`` or ``acl update``: the same options, one meaning each; only the request's
+    handling of an existing account differs (see :func:`_upsert`)."""
+
+    def command(
+        access_key: AccessKeyOpt,
+        secret_key: SecretOpt = None,
+        secret_key_file: SecretFileOpt = None,
+        admin: AdminOpt = None,
+        topic_perm: TopicPermOpt = None,
+        group_perm: GroupPermOpt = None,
+        default_topic_perm: DefaultTopicOpt = None,
+        default_group_perm: DefaultGroupOpt = None,
+        white_address: WhiteOpt = None,
+        cluster: ClusterOpt = None,
+        broker: BrokerAddrOpt = None,
+        namesrv: NamesrvOpt = None,
+        context: ContextOpt = None,
+        output: OutputOpt = "table",
+    ) -> None:
+        spec = _spec(
+            secret_key_file, access_key=access_key, secret_key=secret_key, admin=admin, white_address=white_address,
+            default_topic_perm=default_topic_perm, default_group_perm=default_group_perm,
+            topic_perms=topic_perm, group_perms=group_perm,
+        )  # fmt: skip
+        _upsert(mode, spec, cluster, broker, namesrv=namesrv, context=context, output=output)
+
+    command.__doc__ = doc
+    app.command(mode)(command)
 
 
-@app.command("update")
-def update(
-    access_key: AccessKeyOpt,
-    secret_key: SecretOpt = None,
-    secret_key_file: SecretFileOpt = None,
-    admin: AdminOpt = None,
-    topic_perm: TopicPermOpt = None,
-    group_perm: GroupPermOpt = None,
-    default_topic_perm: DefaultTopicOpt = None,
-    default_group_perm: DefaultGroupOpt = None,
-    white_address: WhiteOpt = None,
-    cluster: ClusterOpt = None,
-    broker: BrokerAddrOpt = None,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
-) -> None:
-    """Change an account; what is not given stays (a perm list given replaces that list)."""
-    spec = _spec(
-        secret_key_file, access_key=access_key, secret_key=secret_key, admin=admin, white_address=white_address,
-        default_topic_perm=default_topic_perm, default_group_perm=default_group_perm,
-        topic_perms=topic_perm, group_perms=group_perm,
-    )  # fmt: skip
-    _upsert("update", spec, cluster, broker, namesrv=namesrv, context=context, output=output)
+_account_command(
+    "create", "Create an account on each broker (UPDATE_AND_CREATE_ACL_CONFIG); an existing one is refused."
+)
+_account_command("update", "Change an account; what is not given stays (a perm list given replaces that list).")
 
 
 @app.command("delete")
