@@ -26,6 +26,7 @@ from store.record import decode_records
 from tests.broker.conftest import BrokerClient, BrokerHandle, broker_config, start_broker
 from tests.conftest import ROOT
 from tests.namesrv.conftest import namesrv_config
+from tests.support.load import Acked, send_until_dead
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
@@ -71,25 +72,15 @@ async def test_sigkill_under_sync_flush_loses_no_acknowledged_send(
         return offsets.query_offset("KG", "Kill", 0) == 7
 
     proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
-    acked: list[tuple[int, int, bytes]] = []
+    acked: Acked = []
     try:
         await wait_until(broker_up)
         await wait_until(registered)
         update = {"consumerGroup": "KG", "topic": "Kill", "queueId": "0", "commitOffset": "0"}
 
-        async def sender(n: int) -> None:
-            i = 0
-            while True:
-                body = f"{n}-{i}".encode() * 10
-                try:
-                    r = await handle.send("Kill", body, queue_id=n % 4)
-                except Exception:
-                    return  # the broker died under us
-                if r.code == ResponseCode.SUCCESS:
-                    acked.append((int(r.ext_fields["queueId"]), int(r.ext_fields["queueOffset"]), body))
-                i += 1
-
-        senders = [asyncio.create_task(sender(n)) for n in range(8)]
+        senders = [
+            asyncio.create_task(send_until_dead(handle, "Kill", n, lambda n, i: f"{n}-{i}".encode() * 10, acked)) for n in range(8)
+        ]
         await wait_until(lambda: _at_least(acked, 200))
         committed = {**update, "commitOffset": "7"}
         assert (await call(RequestCode.UPDATE_CONSUMER_OFFSET, committed)).code == ResponseCode.SUCCESS

@@ -33,6 +33,7 @@ from store.record import decode_records
 from tests.broker.conftest import BrokerClient, start_broker
 from tests.conftest import ROOT
 from tests.namesrv.conftest import namesrv_config
+from tests.support.load import Acked, send_until_dead
 from tests.support.ports import free_block, free_port
 from tests.support.up import mqctl_up
 from tests.support.waiting import wait_until
@@ -329,7 +330,7 @@ async def test_sigkill_sync_master_mid_send_loses_no_acknowledged_message(
     addr = f"127.0.0.1:{port}"
     master = BrokerClient(addr, client)
     slave: Broker | None = None
-    acked: list[tuple[int, int, bytes]] = []
+    acked: Acked = []
 
     async def master_up() -> bool:
         try:
@@ -349,19 +350,9 @@ async def test_sigkill_sync_master_mid_send_loses_no_acknowledged_message(
         await slave.sync_from_master()
         assert slave.topics.get("Kill") is not None
 
-        async def sender(n: int) -> None:
-            i = 0
-            while True:
-                body = f"{n}-{i}-".encode() * 20
-                try:
-                    r = await master.send("Kill", body, queue_id=n % 4)
-                except Exception:
-                    return  # the master died under us
-                if r.code == ResponseCode.SUCCESS:
-                    acked.append((int(r.ext_fields["queueId"]), int(r.ext_fields["queueOffset"]), body))
-                i += 1
-
-        senders = [asyncio.create_task(sender(n)) for n in range(8)]
+        senders = [
+            asyncio.create_task(send_until_dead(master, "Kill", n, lambda n, i: f"{n}-{i}-".encode() * 20, acked)) for n in range(8)
+        ]
         await wait_until(lambda: len(acked) >= 300)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
