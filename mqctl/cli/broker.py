@@ -21,6 +21,7 @@ from mqctl.cli.common import (
     parse_listen,
     request_timeout,
 )
+from mqctl.cli.daemons import local_host
 
 if TYPE_CHECKING:
     from daemon.broker.config import BrokerConfig
@@ -138,8 +139,7 @@ def stop(
 ) -> None:
     """Stop the broker running on a store, whoever started it (found by pid file, store lock or port):
     SIGTERM, then wait for a clean shutdown."""
-    from daemon.lifecycle import LifecycleError, terminate_pid
-    from mqctl.errors import ConflictError, MqctlError
+    from mqctl.cli.daemons import terminate
     from mqctl.output import stderr_console
 
     cfg = load(config, {"store_path_root_dir": str(store) if store else None})
@@ -147,20 +147,7 @@ def stop(
     if running is None:
         stderr_console().print(f"no broker is running on {cfg.store_path_root_dir}")
         return
-    if running.pid is None:
-        raise MqctlError(
-            f"port {cfg.listen_port} is open but its process cannot be identified",
-            hint="stop it as the user that started it",
-        )
-    if not running.stoppable("BrokerStartup", "broker"):
-        raise ConflictError(
-            f"port {cfg.listen_port} is held by pid {running.pid} ({running.process}), which does not look "
-            "like a broker: not stopping it"
-        )
-    try:
-        terminate_pid(running.pid, timeout)
-    except LifecycleError as exc:
-        raise MqctlError(str(exc), hint="send SIGTERM again to force it") from None
+    terminate(running, cfg.listen_port, main_class="BrokerStartup", name="broker", what="broker", timeout=timeout)
     stderr_console().print(f"stopped broker (pid {running.pid}, {running.process or 'unknown process'})")
 
 
@@ -170,14 +157,9 @@ def _running(cfg: BrokerConfig) -> Running | None:
     return find_running(
         Path(cfg.store_path_root_dir) / PID_FILE,
         store_root=cfg.store_path_root_dir,
-        host=_local_host(cfg.listen_host),
+        host=local_host(cfg.listen_host),
         port=cfg.listen_port,
     )
-
-
-def _local_host(listen_host: str) -> str:
-    """Where a local client reaches a listener bound to `listen_host`."""
-    return listen_host if listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
 
 
 @app.command("status")
@@ -192,7 +174,7 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, output: OutputOpt =
     result: dict[str, Any] = {"state": "stopped", "store": cfg.store_path_root_dir}
     if running is not None:
         result.update(state="running", **running.fields(), address=cfg.broker_addr)
-        result.update(_probe(f"{_local_host(cfg.listen_host)}:{cfg.listen_port}"))
+        result.update(_probe(f"{local_host(cfg.listen_host)}:{cfg.listen_port}"))
     render(result, output)
     if running is None:
         raise typer.Exit(3)

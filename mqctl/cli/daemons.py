@@ -13,7 +13,10 @@ import re
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mqctl.services.processes import Running
 
 
 @contextmanager
@@ -95,3 +98,31 @@ def start_service(
     finally:
         if cleanup is not None:
             cleanup()
+
+
+def local_host(listen_host: str) -> str:
+    """Where a local client reaches a listener bound to ``listen_host``."""
+    return listen_host if listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+
+
+def terminate(running: Running, port: int, *, main_class: str, name: str, what: str, timeout: float) -> None:
+    """SIGTERM the daemon ``running`` found (by pid file, store lock or ``port``) and wait for its exit;
+    refuses a process found only by the port unless its command line names the daemon (``main_class``,
+    Java's, or ``name``, ours)."""
+    from daemon.lifecycle import LifecycleError, terminate_pid
+    from mqctl.errors import ConflictError, MqctlError
+
+    if running.pid is None:
+        raise MqctlError(
+            f"port {port} is open but its process cannot be identified",
+            hint="stop it as the user that started it",
+        )
+    if not running.stoppable(main_class, name):
+        raise ConflictError(
+            f"port {port} is held by pid {running.pid} ({running.process}), which does not look "
+            f"like a {what}: not stopping it"
+        )
+    try:
+        terminate_pid(running.pid, timeout)
+    except LifecycleError as exc:
+        raise MqctlError(str(exc), hint="send SIGTERM again to force it") from None

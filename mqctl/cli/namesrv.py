@@ -17,6 +17,7 @@ from mqctl.cli.common import (
     online,
     parse_listen,
 )
+from mqctl.cli.daemons import local_host
 
 if TYPE_CHECKING:
     from daemon.namesrv.config import NamesrvConfig
@@ -106,34 +107,22 @@ def stop(
     timeout: Annotated[float, typer.Option("--timeout", help="Seconds to wait for a graceful exit.")] = 15.0,
 ) -> None:
     """Stop the NameServer of a data dir or its listen port, whoever started it (SIGTERM, then wait)."""
-    from daemon.lifecycle import LifecycleError, terminate_pid
-    from mqctl.errors import ConflictError, MqctlError, NotFoundError
+    from mqctl.cli.daemons import terminate
+    from mqctl.errors import NotFoundError
     from mqctl.output import stderr_console
 
     config = _load(config_file, data)
     running = _running(config)
     if running is None:
         raise NotFoundError(f"no NameServer is running from {config.home}")
-    if running.pid is None:
-        raise MqctlError(
-            f"port {config.listen_port} is open but its process cannot be identified",
-            hint="stop it as the user that started it",
-        )
-    if not running.stoppable("NamesrvStartup", "namesrv"):
-        raise ConflictError(
-            f"port {config.listen_port} is held by pid {running.pid} ({running.process}), which does not look "
-            "like a NameServer: not stopping it"
-        )
-    try:
-        terminate_pid(running.pid, timeout)
-    except LifecycleError as exc:
-        raise MqctlError(str(exc), hint="send SIGTERM again to force it") from None
+    terminate(
+        running, config.listen_port, main_class="NamesrvStartup", name="namesrv", what="NameServer", timeout=timeout
+    )
     stderr_console().print(f"NameServer pid {running.pid} stopped")
 
 
 def _local_addr(config: NamesrvConfig) -> str:
-    host = config.listen_host if config.listen_host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-    return f"{host}:{config.listen_port}"
+    return f"{local_host(config.listen_host)}:{config.listen_port}"
 
 
 def _running(config: NamesrvConfig) -> Running | None:
