@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, ClassVar, TypeVar
 
 from store.durability import replace_durably
+from store.models import camel_case
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +38,6 @@ class ConfigError(ValueError):
 def snake_case(key: str) -> str:
     """``mappedFileSizeCommitLog`` -> ``mapped_file_size_commit_log``; ``brokerIP1`` -> ``broker_ip1``."""
     return _CAMEL_BOUNDARY.sub("_", key).lower()
-
-
-def camel_case(name: str) -> str:
-    head, *rest = name.split("_")
-    return head + "".join(part[:1].upper() + part[1:] for part in rest)
 
 
 def property_key(f: dataclasses.Field[Any]) -> str:

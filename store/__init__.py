@@ -106,7 +106,7 @@ from store.api import (
 from store.clock import Clock, FakeClock, SystemClock
 from store.commitlog import PutMessageStatus
 from store.config import ASYNC_FLUSH, SYNC_FLUSH, StoreConfig
-from store.config_files import ConfigFiles, SubscriptionGroupConfig, TopicConfig
+from store.config_files import ConfigFiles
 from store.engine import DefaultMessageStore
 from store.errors import (
     ConfigFileError,
@@ -120,6 +120,7 @@ from store.errors import (
 from store.javahash import index_key_hash, java_hash, tags_code
 from store.memory import InMemoryMessageStore
 from store.message import Message, StoredMessage
+from store.models import SubscriptionGroupConfig, TopicConfig
 
 __all__ = [
     "ASYNC_FLUSH",

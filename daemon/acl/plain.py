@@ -480,7 +480,7 @@ def _json_body(body: bytes) -> object:
     """The body as the processors read it (fastjson), or None when it is no JSON: they refuse it too."""
     if not body:
         return None
-    from daemon.remoting import fastjson
+    from store import fastjson
 
     try:
         return fastjson.loads(body)

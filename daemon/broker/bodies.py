@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.remoting.bodies import Bean, DataVersion
-from daemon.remoting.fastjson import ObjectKey
+from store.fastjson import ObjectKey
+from store.models import Bean, DataVersion, SubscriptionGroupConfig
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -31,21 +31,6 @@ class MessageQueue(Bean):
 def mq_key_map(raw: Any) -> dict[MessageQueue, Any]:
     """`{MessageQueue: value}` from a decoded object-key map."""
     return {MessageQueue.from_key(k): v for k, v in (raw or {}).items()}
-
-
-@dataclass(slots=True)
-class SubscriptionGroupConfig(Bean):
-    """§4.13, with RocketMQ's defaults."""
-
-    group_name: str
-    consume_enable: bool = True
-    consume_from_min_enable: bool = True
-    consume_broadcast_enable: bool = True
-    retry_queue_nums: int = 1
-    retry_max_times: int = 16
-    broker_id: int = 0
-    which_broker_when_consume_slowly: int = 1
-    notify_consumer_ids_changed_enable: bool = True
 
 
 @dataclass(slots=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import math
 import shutil
@@ -41,7 +42,7 @@ from daemon.broker.schedule import ScheduleMessageService
 from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
-from daemon.remoting.bodies import PermName, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
+from daemon.remoting.bodies import PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
@@ -502,16 +503,7 @@ class Broker:
         perm = self.config.broker_permission
         if perm & PermName.READ_WRITE != PermName.READ_WRITE:
             wrapper.topic_config_table = {
-                name: TopicConfig(
-                    t.topic_name,
-                    t.read_queue_nums,
-                    t.write_queue_nums,
-                    t.perm & perm,
-                    t.topic_filter_type,
-                    t.topic_sys_flag,
-                    t.order,
-                )
-                for name, t in wrapper.topic_config_table.items()
+                name: dataclasses.replace(t, perm=t.perm & perm) for name, t in wrapper.topic_config_table.items()
             }
         return wrapper
 

@@ -24,6 +24,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from daemon.remoting.errors import RemotingError
+from store import fastjson
 from store.commitlog import PutMessageStatus
 from store.config import SLAVE, SYNC_MASTER, StoreConfig
 from store.config_files import (
@@ -31,7 +32,6 @@ from store.config_files import (
     ConsumerOffsetManager,
     DelayOffsetManager,
     JsonConfigFile,
-    loads_fastjson,
 )
 from store.engine import DefaultMessageStore
 from store.ha import (
@@ -530,7 +530,7 @@ async def sync_metadata(client: RemotingClient, master_addr: str, configs: Confi
             )
             continue
         try:
-            data = loads_fastjson(response.body.decode("utf-8"))
+            data = fastjson.loads(response.body)
             if not _apply(manager, data):
                 continue
         except (ValueError, TypeError, AttributeError) as exc:

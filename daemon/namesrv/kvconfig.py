@@ -15,7 +15,7 @@ import logging
 from daemon.coalesce import Coalesced
 from daemon.config import write_atomically
 from daemon.namesrv.config import NamesrvConfig
-from daemon.remoting import fastjson
+from store import fastjson
 
 log = logging.getLogger(__name__)
 

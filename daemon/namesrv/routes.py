@@ -23,7 +23,7 @@ from daemon.remoting.bodies import (
     TopicList,
     TopicRouteData,
 )
-from daemon.remoting.fastjson import dumps
+from store.fastjson import dumps
 
 log = logging.getLogger(__name__)
 

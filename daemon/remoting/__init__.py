@@ -12,11 +12,12 @@ Public API (import from the submodules named here):
 * `headers.CommandHeader` — typed extFields: subclass as a slotted dataclass, then
   `Header.from_ext_fields(cmd.ext_fields)` (raises `HeaderFieldError` → SYSTEM_ERROR with a clear
   remark) and `header.to_ext_fields()`. NameServer headers are defined there.
-* `fastjson` — `loads` (standard JSON plus bare integer keys and object keys → `ObjectKey`) and
-  `dumps(obj, bare_int_keys=False)` (standard JSON, or the legacy form for old clients).
-* `bodies` — `Bean` dataclass mixin (`to_json`/`from_json`/`dumps`/`loads`) and the shared bodies:
-  `DataVersion`, `TopicConfig`, `QueueData`, `BrokerData`, `TopicRouteData`, `ClusterInfo`,
-  `TopicList`, `KVTable`, `TopicConfigSerializeWrapper`, `RegisterBrokerBody`, `PermName`.
+* `store.fastjson` (the one codec, shared with the store's config files) — `loads` (standard JSON plus
+  bare integer keys and object keys → `ObjectKey`) and `dumps(obj, bare_int_keys=False)` (standard
+  JSON, or the legacy form for old clients).
+* `bodies` — the shared bodies over `store.models` (`Bean`, `DataVersion`, `TopicConfig`, `PermName`):
+  `QueueData`, `BrokerData`, `TopicRouteData`, `ClusterInfo`, `TopicList`, `KVTable`,
+  `TopicConfigSerializeWrapper`, `RegisterBrokerBody`.
 * `connection` — `Connection` (one asyncio.Protocol for both ends: `invoke(cmd, timeout)`,
   `invoke_oneway(cmd)`, `reply`, `peer`, `attributes`), `Processor` (sync or async callable
   `(conn, request) -> response | None`; raise `RemotingCommandError(code, remark)` to fail),

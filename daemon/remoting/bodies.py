@@ -1,135 +1,35 @@
 """JSON bodies shared by the NameServer, the broker and mqctl (wire-protocol.md §4).
 
-Each body is a dataclass deriving from `Bean`: field names are the snake_case of the Java bean
-properties, `to_json()` yields the camelCase object fastjson would write (None omitted), and
-`from_json()` rebuilds it from what `fastjson.loads` returns, converting nested beans, lists, sets and
-numeric map keys (which arrive as `0` or `"0"` depending on the writer) from the type hints.
+Each body is a `store.models.Bean` dataclass (see there for the JSON mapping); the beans the store's
+config files hold too (`TopicConfig`, `DataVersion`) are the store's, carried here as they are.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import struct
-import types
-import typing
 import zlib
 from dataclasses import dataclass, field
-from functools import cache
-from typing import Any, Self
 
-from daemon.config import camel_case
-from daemon.remoting import fastjson
+from store import fastjson
+from store.models import Bean, DataVersion, PermName, TopicConfig
 
-
-def _convert(hint: Any, value: Any) -> Any:
-    """Shape a decoded JSON value according to a type hint (best effort, unknown shapes pass)."""
-    if value is None:
-        return None
-    origin = typing.get_origin(hint)
-    args = typing.get_args(hint)
-    if origin in (typing.Union, types.UnionType):
-        inner = [a for a in args if a is not type(None)]
-        return _convert(inner[0], value) if len(inner) == 1 else value
-    if isinstance(hint, type) and issubclass(hint, Bean):
-        return hint.from_json(value)
-    if origin in (list, set, frozenset) and isinstance(value, list):
-        return origin(_convert(args[0], v) for v in value) if args else origin(value)
-    if origin is dict and isinstance(value, dict) and args:
-        key_type, value_type = args
-        return {(int(k) if key_type is int else k): _convert(value_type, v) for k, v in value.items()}
-    if hint is int and isinstance(value, str):
-        return int(value)
-    if hint is str and not isinstance(value, str):
-        return str(value)
-    return value
-
-
-class Bean:
-    """Mixin for dataclass bodies; see the module docstring."""
-
-    __slots__ = ()
-
-    @classmethod
-    @cache
-    def _json_fields(cls) -> tuple[tuple[str, str, Any], ...]:
-        hints = typing.get_type_hints(cls)
-        return tuple((f.name, camel_case(f.name), hints[f.name]) for f in dataclasses.fields(cls))  # type: ignore[arg-type]
-
-    def to_json(self) -> dict[str, Any]:
-        out = {}
-        for attr, key, _ in self._json_fields():
-            value = getattr(self, attr)
-            if value is not None:
-                out[key] = value
-        return out
-
-    @classmethod
-    def from_json(cls, obj: Any) -> Self:
-        if not isinstance(obj, dict):
-            raise ValueError(f"{cls.__name__}: expected a JSON object, got {type(obj).__name__}")
-        kwargs = {attr: _convert(hint, obj[key]) for attr, key, hint in cls._json_fields() if key in obj}
-        return cls(**kwargs)
-
-    def dumps(self, *, bare_int_keys: bool = False) -> bytes:
-        return fastjson.dumps(self, bare_int_keys=bare_int_keys)
-
-    @classmethod
-    def loads(cls, data: bytes) -> Self:
-        return cls.from_json(fastjson.loads(data))
-
-
-# --------------------------------------------------------------------------------------------- constants
-
-
-class PermName:
-    """Permission bits of topics and brokers (§14.1)."""
-
-    PRIORITY = 8
-    READ = 4
-    WRITE = 2
-    INHERIT = 1
-    READ_WRITE = READ | WRITE
-
-    @staticmethod
-    def to_string(perm: int) -> str:
-        """mqadmin's display form, e.g. `RW-`/`RWX`."""
-        return "".join(c if perm & bit else "-" for c, bit in (("R", 4), ("W", 2), ("X", 1)))
+__all__ = [
+    "Bean",
+    "BrokerData",
+    "ClusterInfo",
+    "DataVersion",
+    "KVTable",
+    "PermName",
+    "QueueData",
+    "RegisterBrokerBody",
+    "TopicConfig",
+    "TopicConfigSerializeWrapper",
+    "TopicList",
+    "TopicRouteData",
+]
 
 
 # --------------------------------------------------------------------------------------------- bodies
-
-
-@dataclass(slots=True)
-class DataVersion(Bean):
-    """Version of a broker's topic table: changes on every edit (§4.2)."""
-
-    counter: int = 0
-    timestamp: int = 0
-
-
-@dataclass(slots=True)
-class TopicConfig(Bean):
-    """§4.3."""
-
-    topic_name: str
-    read_queue_nums: int = 16
-    write_queue_nums: int = 16
-    perm: int = PermName.READ_WRITE
-    topic_filter_type: str = "SINGLE_TAG"
-    topic_sys_flag: int = 0
-    order: bool = False
-
-    def to_text(self) -> str:
-        """The space-separated form used inside compressed registrations (§4.12)."""
-        return f"{self.topic_name} {self.read_queue_nums} {self.write_queue_nums} {self.perm} {self.topic_filter_type}"
-
-    @classmethod
-    def from_text(cls, text: str) -> TopicConfig:
-        parts = text.split(" ")
-        if len(parts) != 5:
-            raise ValueError(f"bad topic config text {text!r}")
-        name, read, write, perm, filter_type = parts
-        return cls(name, int(read), int(write), int(perm), filter_type)
 
 
 @dataclass(slots=True)

@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, ClassVar, Self
 
-from daemon.config import camel_case
 from daemon.remoting.errors import HeaderFieldError
+from store.models import camel_case
 
 
 def wire(name: str, default: Any = dataclasses.MISSING) -> Any:

@@ -26,7 +26,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingConnectError
-from daemon.remoting.fastjson import dumps, loads
+from store.fastjson import dumps, loads
 
 log = logging.getLogger(__name__)
 

@@ -7,12 +7,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.broker.bodies import MessageQueue, SubscriptionGroupConfig
+from daemon.broker.bodies import MessageQueue
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError
 from mqctl.services.cluster import masters, readers
 from mqctl.services.topics import target_masters
 from mqctl.units import when
+from store import SubscriptionGroupConfig
 
 #: Groups every RocketMQ broker creates for itself (hidden from ``group list`` unless --system).
 SYSTEM_GROUPS = frozenset(

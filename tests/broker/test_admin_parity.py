@@ -21,11 +21,11 @@ from daemon.broker.headers import ConsumerSendMsgBackRequestHeader
 from daemon.broker.stats import GROUP_GET_NUMS, SAMPLE_PERIOD, TOPIC_PUT_NUMS, BrokerStats
 from daemon.config import INERT_HEADER, parse_properties, to_properties
 from daemon.namesrv.config import NamesrvConfig
-from daemon.remoting import fastjson
 from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
+from store import fastjson
 from store.engine import DefaultMessageStore
 from tests.broker.conftest import BrokerHandle, broker_config
 from tests.support.golden import GOLDEN

@@ -14,11 +14,11 @@ from daemon.broker.bodies import (
     MessageQueue,
     ProducerData,
 )
-from daemon.remoting import fastjson
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
+from store import fastjson
 from store.record import decode_records
 from tests.broker.conftest import BrokerHandle
 

@@ -12,7 +12,7 @@ from daemon.broker.headers import CreateTopicRequestHeader
 from daemon.remoting.bodies import TopicRouteData
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from store.config_files import dumps_fastjson, loads_fastjson
+from store.fastjson import dumps_pretty, loads
 from store.record import decode_records
 from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
 
@@ -55,9 +55,9 @@ async def test_a_topic_missing_from_the_bak_stays_routable_and_readable(
         await stop_cluster(cluster)
 
     config = tmp_path / "store" / "config"
-    topics = loads_fastjson((config / "topics.json").read_text())
+    topics = loads((config / "topics.json").read_text())
     del topics["topicConfigTable"][TOPIC]  # an older .bak, from before the topic was created
-    (config / "topics.json.bak").write_text(dumps_fastjson(topics))
+    (config / "topics.json.bak").write_text(dumps_pretty(topics))
     damaged = bytearray((config / "topics.json").read_bytes())
     damaged[len(damaged) // 2 : len(damaged) // 2 + len(garbage)] = garbage
     (config / "topics.json").write_bytes(bytes(damaged))

@@ -12,10 +12,10 @@ import pytest
 from daemon.namesrv import kvconfig
 from daemon.namesrv.controller import NamesrvController
 from daemon.namesrv.kvconfig import encode_table
-from daemon.remoting import fastjson
 from daemon.remoting.bodies import TopicRouteData
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
+from store import fastjson
 from tests.namesrv.conftest import Namesrv, namesrv_config
 
 

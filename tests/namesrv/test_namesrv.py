@@ -11,12 +11,12 @@ import pytest
 from daemon.config import parse_properties
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
-from daemon.remoting import fastjson
 from daemon.remoting.bodies import ClusterInfo, DataVersion, KVTable, TopicList, TopicRouteData
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.frame import decode_frame, encode_command
+from store import fastjson
 from tests.namesrv.conftest import Namesrv, namesrv_config
 
 ROUTE_V121 = (

@@ -10,7 +10,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.remoting import fastjson
 from daemon.remoting.bodies import (
     BrokerData,
     DataVersion,
@@ -27,6 +26,7 @@ from daemon.remoting.headers import (
     RegisterBrokerRequestHeader,
     wire,
 )
+from store import fastjson
 
 
 def test_loads_bare_integer_and_object_keys() -> None:

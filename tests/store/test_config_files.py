@@ -15,29 +15,27 @@ from store.config_files import (
     ConfigFiles,
     ConsumerOffsetManager,
     DelayOffsetManager,
-    SubscriptionGroupConfig,
-    TopicConfig,
-    TopicConfigManager,
-    dumps_fastjson,
-    loads_fastjson,
+    TopicConfigFile,
 )
 from store.errors import ConfigFileError
+from store.fastjson import dumps_pretty, loads
+from store.models import SubscriptionGroupConfig, TopicConfig
 
 OFFSETS_15_13 = '{\n\t"offsetTable":{\n\t\t"TopicTest@GroupA":{0:250,1:251\n\t\t},\n\t\t"%RETRY%GroupA@GroupA":{0:0\n\t\t}\n\t}\n}'
 
 
 def test_vector_15_13() -> None:
-    assert loads_fastjson(OFFSETS_15_13) == {
+    assert loads(OFFSETS_15_13) == {
         "offsetTable": {"TopicTest@GroupA": {0: 250, 1: 251}, "%RETRY%GroupA@GroupA": {0: 0}}
     }
-    assert dumps_fastjson(loads_fastjson(OFFSETS_15_13)) == OFFSETS_15_13
-    assert loads_fastjson('{\n\t"offsetTable":{1:15,3:127\n\t}\n}') == {"offsetTable": {1: 15, 3: 127}}
-    assert dumps_fastjson({"offsetTable": {}}) == '{\n\t"offsetTable":{}\n}'
-    assert len(dumps_fastjson({"offsetTable": {}})) == 21
+    assert dumps_pretty(loads(OFFSETS_15_13)) == OFFSETS_15_13
+    assert loads('{\n\t"offsetTable":{1:15,3:127\n\t}\n}') == {"offsetTable": {1: 15, 3: 127}}
+    assert dumps_pretty({"offsetTable": {}}) == '{\n\t"offsetTable":{}\n}'
+    assert len(dumps_pretty({"offsetTable": {}})) == 21
 
 
 def test_reader_tolerates_quoted_keys_and_keeps_numeric_strings_inside_values() -> None:
-    data = loads_fastjson('{"offsetTable":{"T@G":{"0":5}}, "note":"{1:2,3:4}", "123":{7:1}}')
+    data = loads('{"offsetTable":{"T@G":{"0":5}}, "note":"{1:2,3:4}", "123":{7:1}}')
     assert data["note"] == "{1:2,3:4}"
     assert data["123"] == {7: 1}  # a numeric-looking topic name stays a string key
     mgr = ConsumerOffsetManager("/nonexistent")
@@ -53,8 +51,8 @@ def test_reader_tolerates_quoted_keys_and_keeps_numeric_strings_inside_values() 
     )
 )
 def test_offset_table_round_trip(table: dict[str, dict[int, int]]) -> None:
-    text = dumps_fastjson({"offsetTable": table})
-    assert loads_fastjson(text) == {"offsetTable": table}
+    text = dumps_pretty({"offsetTable": table})
+    assert loads(text) == {"offsetTable": table}
 
 
 def test_fixture_files_are_rewritten_byte_for_byte(store_a_root: Path, tmp_path: Path) -> None:
@@ -75,7 +73,7 @@ def test_fixture_files_are_rewritten_byte_for_byte(store_a_root: Path, tmp_path:
 
 def test_persist_keeps_bak_and_load_falls_back_to_it(tmp_path: Path) -> None:
     clock = FakeClock(1_700_000_000_000)
-    topics = TopicConfigManager(str(tmp_path / "topics.json"), clock)
+    topics = TopicConfigFile(str(tmp_path / "topics.json"), clock)
     topics.update(TopicConfig("A", read_queue_nums=4, write_queue_nums=4))
     clock.advance(5)
     topics.update(TopicConfig("B"))
@@ -88,12 +86,12 @@ def test_persist_keeps_bak_and_load_falls_back_to_it(tmp_path: Path) -> None:
     text = (tmp_path / "topics.json").read_text()
     assert text.startswith('{\n\t"dataVersion":{\n\t\t"counter":2,') and '\t\t\t"order":false,' in text
     (tmp_path / "topics.json").write_text("{broken")
-    again = TopicConfigManager(str(tmp_path / "topics.json"), clock)
+    again = TopicConfigFile(str(tmp_path / "topics.json"), clock)
     again.load()
     assert set(again.table) == {"A"} and again.table["A"].read_queue_nums == 4
     (tmp_path / "topics.json.bak").write_text("{also broken")
     with pytest.raises(ConfigFileError):
-        TopicConfigManager(str(tmp_path / "topics.json"), clock).load()
+        TopicConfigFile(str(tmp_path / "topics.json"), clock).load()
 
 
 def test_unknown_fields_survive(tmp_path: Path) -> None:
@@ -112,7 +110,7 @@ def test_unknown_fields_survive(tmp_path: Path) -> None:
 def test_rewrites_reuse_unchanged_entries_and_write_what_a_full_encode_writes(tmp_path: Path) -> None:
     """Entries are rendered once and reused while unchanged; edits in place and unknown fields show."""
     topics = ConfigFiles(str(tmp_path)).topics
-    assert topics.text() == dumps_fastjson(topics.encode())  # empty table
+    assert topics.text() == dumps_pretty(topics.encode())  # empty table
     for i in range(5):
         topics.update(TopicConfig(f"T{i}", 4, 4))
     odd = TopicConfig('Ü"x', 1, 1)
@@ -121,10 +119,10 @@ def test_rewrites_reuse_unchanged_entries_and_write_what_a_full_encode_writes(tm
     table = topics.table["T3"]
     table.perm = 2  # changed in place, not replaced
     text = topics.text()
-    assert text == dumps_fastjson(topics.encode())
+    assert text == dumps_pretty(topics.encode())
     assert '"perm":2' in text and "1:" in text
     topics.delete("T1")
-    assert topics.text() == dumps_fastjson(topics.encode()) == (tmp_path / "topics.json").read_text()
+    assert topics.text() == dumps_pretty(topics.encode()) == (tmp_path / "topics.json").read_text()
 
 
 def test_offsets_persist(tmp_path: Path) -> None:
@@ -148,7 +146,7 @@ def test_offsets_persist(tmp_path: Path) -> None:
 def test_concurrent_persists_leave_a_whole_file(tmp_path: Path) -> None:
     """The loop and worker threads persist the same file: every write is a whole snapshot, never two interleaved."""
     path = tmp_path / "topics.json"
-    topics = TopicConfigManager(str(path), SystemClock())
+    topics = TopicConfigFile(str(path), SystemClock())
     for i in range(300):
         topics.update(TopicConfig(f"T{i}", 4, 4), persist=False)
 
@@ -167,7 +165,7 @@ def test_concurrent_persists_leave_a_whole_file(tmp_path: Path) -> None:
     for w in workers:
         w.join()
     assert errors == []
-    again = TopicConfigManager(str(path), SystemClock())
+    again = TopicConfigFile(str(path), SystemClock())
     again.load()
     assert set(again.table) == {f"T{i}" for i in range(300)}
 

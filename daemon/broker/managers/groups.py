@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 
-from daemon.broker import bodies
+from daemon.broker.bodies import SubscriptionGroupWrapper
 from daemon.broker.config import BrokerConfig
-from store.config_files import SubscriptionGroupConfig
-from store.config_files import SubscriptionGroupManager as SubscriptionGroupFile
+from store.config_files import SubscriptionGroupFile
+from store.models import DataVersion, SubscriptionGroupConfig
 
 log = logging.getLogger(__name__)
 
@@ -22,15 +21,6 @@ BUILTIN_GROUPS = (
     "CID_ONSAPI_OWNER",
 )
 SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
-_WIRE_FIELDS = tuple(f.name for f in dataclasses.fields(bodies.SubscriptionGroupConfig))
-
-
-def to_wire(config: SubscriptionGroupConfig) -> bodies.SubscriptionGroupConfig:
-    return bodies.SubscriptionGroupConfig(**{name: getattr(config, name) for name in _WIRE_FIELDS})
-
-
-def from_wire(config: bodies.SubscriptionGroupConfig) -> SubscriptionGroupConfig:
-    return SubscriptionGroupConfig(**{name: getattr(config, name) for name in _WIRE_FIELDS})
 
 
 class SubscriptionGroupManager:
@@ -48,10 +38,11 @@ class SubscriptionGroupManager:
                 self.table.setdefault(name, SubscriptionGroupConfig(name))
         self.file.persist()
 
-    def wrapper(self) -> bodies.SubscriptionGroupWrapper:
+    def wrapper(self) -> SubscriptionGroupWrapper:
+        """A snapshot of the table and its version (entries are replaced, never changed in place)."""
         with self.file.lock:
-            version = bodies.DataVersion(self.file.data_version.counter, self.file.data_version.timestamp)
-            return bodies.SubscriptionGroupWrapper({k: to_wire(v) for k, v in self.table.items()}, version)
+            version = DataVersion(self.file.data_version.counter, self.file.data_version.timestamp)
+            return SubscriptionGroupWrapper(dict(self.table), version)
 
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config, created with defaults when auto-creation allows it."""

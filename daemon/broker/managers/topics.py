@@ -12,10 +12,9 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 
 from daemon.broker.config import BrokerConfig
-from daemon.remoting import bodies
-from daemon.remoting.bodies import PermName
-from store.config_files import TopicConfig
-from store.config_files import TopicConfigManager as TopicConfigFile
+from daemon.remoting.bodies import TopicConfigSerializeWrapper
+from store.config_files import TopicConfigFile
+from store.models import DataVersion, PermName, TopicConfig
 
 log = logging.getLogger(__name__)
 
@@ -62,18 +61,6 @@ def topic_problem(topic: str) -> str | None:
     if len(topic) > MAX_TOPIC_LENGTH:
         return "The specified topic is longer than topic max length."
     return None
-
-
-def to_wire(config: TopicConfig) -> bodies.TopicConfig:
-    return bodies.TopicConfig(
-        config.topic_name,
-        config.read_queue_nums,
-        config.write_queue_nums,
-        config.perm,
-        config.topic_filter_type,
-        config.topic_sys_flag,
-        config.order,
-    )
 
 
 class TopicConfigManager:
@@ -152,13 +139,14 @@ class TopicConfigManager:
     def is_system_topic(self, topic: str) -> bool:
         return topic in self.system_topics or topic.startswith("rmq_sys_")
 
-    def wrapper(self, topics: Iterable[str] | None = None) -> bodies.TopicConfigSerializeWrapper:
-        """The table (or the named topics that exist) as GET_ALL_TOPIC_CONFIG and REGISTER_BROKER carry it."""
+    def wrapper(self, topics: Iterable[str] | None = None) -> TopicConfigSerializeWrapper:
+        """The table (or the named topics that exist) as GET_ALL_TOPIC_CONFIG and REGISTER_BROKER carry it: a
+        snapshot of the table and its version (entries are replaced, never changed in place)."""
         with self.file.lock:
-            version = bodies.DataVersion(self.file.data_version.counter, self.file.data_version.timestamp)
+            version = DataVersion(self.file.data_version.counter, self.file.data_version.timestamp)
             table = self.table
             configs = table.items() if topics is None else ((t, table[t]) for t in topics if t in table)
-            return bodies.TopicConfigSerializeWrapper({k: to_wire(v) for k, v in configs}, version)
+            return TopicConfigSerializeWrapper(dict(configs), version)
 
     def new_version(self) -> None:
         """Bump the data version without a change: NameServers re-read the whole table at the next

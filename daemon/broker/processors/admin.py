@@ -17,7 +17,6 @@ from daemon.broker.bodies import (
     OffsetWrapper,
     ProducerConnection,
     ResetOffsetBody,
-    SubscriptionGroupConfig,
     TopicOffset,
     TopicStatsTable,
 )
@@ -36,7 +35,6 @@ from daemon.broker.headers import (
     TopicHeader,
     ViewBrokerStatsDataRequestHeader,
 )
-from daemon.broker.managers.groups import from_wire
 from daemon.broker.managers.topics import SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC, topic_problem
 from daemon.broker.processors import fail, system_error
 from daemon.config import (
@@ -48,15 +46,15 @@ from daemon.config import (
     update_properties,
     write_atomically,
 )
-from daemon.remoting import fastjson
 from daemon.remoting.bodies import DataVersion, KVTable, TopicList
 from daemon.remoting.codes import LanguageCode, RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from daemon.remoting.errors import RemotingError, RemotingTimeoutError
 from daemon.safe_config import refuse_unsafe
+from store import fastjson
 from store.config import StoreConfig
-from store.config_files import TopicConfig
+from store.models import SubscriptionGroupConfig, TopicConfig
 from store.record import decode_msg_id
 
 if TYPE_CHECKING:
@@ -209,7 +207,7 @@ class AdminProcessor:
             config = SubscriptionGroupConfig.loads(request.body)
         except (ValueError, TypeError, KeyError) as exc:
             raise system_error(f"bad subscription group body: {exc}") from None
-        self.broker.groups.put(from_wire(config))
+        self.broker.groups.put(config)
         return request.make_response()
 
     def all_groups(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

@@ -10,11 +10,11 @@ from daemon.broker.headers import ConsumerGroupHeader, UnregisterClientRequestHe
 from daemon.broker.managers.consumers import ClientChannel
 from daemon.broker.managers.topics import retry_topic
 from daemon.broker.processors import system_error
-from daemon.remoting import fastjson
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
+from store import fastjson
 
 if TYPE_CHECKING:
     from daemon.broker.broker import Broker

@@ -14,10 +14,10 @@ from daemon.broker.headers import (
     UpdateConsumerOffsetRequestHeader,
 )
 from daemon.broker.processors import fail
-from daemon.remoting import fastjson
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
+from store import fastjson
 
 if TYPE_CHECKING:
     from daemon.broker.broker import Broker

@@ -32,7 +32,6 @@ from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from store.api import PutMessageStatus, PutResult
-from store.config_files import SubscriptionGroupConfig, TopicConfig
 from store.message import (
     MULTI_TAGS_FLAG,
     PROPERTY_CLUSTER,
@@ -46,6 +45,7 @@ from store.message import (
     TRANSACTION_TYPE_MASK,
     Message,
 )
+from store.models import SubscriptionGroupConfig, TopicConfig
 from store.record import decode_properties
 
 if TYPE_CHECKING:

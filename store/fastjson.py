@@ -8,6 +8,9 @@ and every client parses) or, with `bare_int_keys=True`, the legacy form older cl
 Python shapes: bare-number keys load as `int`, object keys as an `ObjectKey` (a hashable, sorted
 tuple of items). For output, map keys and values may be anything JSON-able, `int` keys, `ObjectKey`s,
 or objects with a `to_json()` method (a "bean", written with its keys sorted as fastjson does).
+
+The broker's ``config/*.json`` files (store-format.md §9) use fastjson's pretty format instead, which
+`dumps_pretty` reproduces byte for byte: tabs, integer-keyed maps on one line, no trailing newline.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import re
 from json.decoder import scanstring  # type: ignore[attr-defined]
 from typing import Any, Protocol
 
-__all__ = ["JsonBean", "ObjectKey", "dumps", "loads"]
+__all__ = ["JsonBean", "ObjectKey", "dumps", "dumps_pretty", "loads"]
 
 
 class JsonBean(Protocol):
@@ -245,3 +248,43 @@ def dumps(obj: Any, *, bare_int_keys: bool = False, ensure_ascii: bool = False) 
     writer = _Writer(bare_int_keys, ensure_ascii)
     writer.value(obj)
     return "".join(writer.parts).encode("utf-8", "replace")
+
+
+def _int_keyed(obj: Any) -> bool:
+    """Whether a map with int keys (written bare by fastjson) occurs anywhere in ``obj``."""
+    if isinstance(obj, dict):
+        return any(isinstance(k, int) for k in obj) or any(_int_keyed(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return any(_int_keyed(v) for v in obj)
+    return False
+
+
+def dumps_pretty(obj: Any, indent: int = 0) -> str:
+    """Serialise like fastjson's pretty format (the shape the broker writes its config files in), keys in
+    the order given.
+
+    Without int-keyed maps that format is exactly ``json.dumps`` with tab indents, which writes a
+    10,000-topic topics.json ~10x faster than walking it here.
+    """
+    if not _int_keyed(obj):
+        text = json.dumps(obj, indent="\t", separators=(",", ":"), ensure_ascii=False)
+        return text.replace("\n", "\n" + "\t" * indent) if indent else text
+    if isinstance(obj, dict):
+        if not obj:
+            return "{}"
+        pad = "\t" * indent
+        if all(isinstance(k, int) and not isinstance(k, bool) for k in obj):
+            return "{" + ",".join(f"{k}:{dumps_pretty(v, indent + 1)}" for k, v in obj.items()) + f"\n{pad}}}"
+        inner = "\t" * (indent + 1)
+        items = ",\n".join(
+            f"{inner}{json.dumps(str(k), ensure_ascii=False)}:{dumps_pretty(v, indent + 1)}"
+            for k, v in obj.items()
+        )
+        return "{\n" + items + f"\n{pad}}}"
+    if isinstance(obj, list | tuple):
+        if not obj:
+            return "[]"
+        pad = "\t" * indent
+        inner = "\t" * (indent + 1)
+        return "[\n" + ",\n".join(inner + dumps_pretty(v, indent + 1) for v in obj) + f"\n{pad}]"
+    return json.dumps(obj, ensure_ascii=False)
