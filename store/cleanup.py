@@ -22,7 +22,7 @@ from store.config import StoreConfig
 from store.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue
 from store.indexfile import IndexFile, IndexService
 from store.mapped_file import MappedFile
-from store.message import SCHEDULE_TOPIC
+from store.names import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 

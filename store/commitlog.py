@@ -22,13 +22,13 @@ from store.message import (
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
-    SCHEDULE_TOPIC,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
     HostAddress,
     Message,
 )
+from store.names import SCHEDULE_TOPIC
 from store.record import (
     MAX_PROPERTIES_LENGTH,
     RecordInfo,

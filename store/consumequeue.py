@@ -8,7 +8,8 @@ import struct
 
 from store.javahash import tags_code
 from store.mapped_file import MappedFile, MappedFileQueue
-from store.message import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TAGS, SCHEDULE_TOPIC
+from store.message import PROPERTY_DELAY_TIME_LEVEL, PROPERTY_TAGS
+from store.names import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 

@@ -27,13 +27,12 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingCommandError
 from daemon.remoting.limits import WarningGate
+from store.names import RETRY_GROUP_TOPIC_PREFIX, TRACE_TOPIC
 
 log = logging.getLogger(__name__)
 
 DENY, ANY, PUB, SUB = 1, 2, 4, 8
 _PERM_NAMES = {"DENY": DENY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB}
-RETRY_PREFIX = "%RETRY%"
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
 #: How often the request path looks at the files' mtimes (a stat per file, at most once a second).
 RELOAD_CHECK_INTERVAL = 1.0
 
@@ -285,8 +284,8 @@ class Account:
         )
 
     def owned(self, resource: str) -> int:
-        if resource.startswith(RETRY_PREFIX):
-            return self.group_perms.get(resource[len(RETRY_PREFIX) :], self.default_group_perm)
+        if resource.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return self.group_perms.get(resource[len(RETRY_GROUP_TOPIC_PREFIX) :], self.default_group_perm)
         return self.topic_perms.get(resource, self.default_topic_perm)
 
 
@@ -417,7 +416,7 @@ class AclFiles:
 
 
 def _retry(group: str | None) -> str:
-    return RETRY_PREFIX + (group or "")
+    return RETRY_GROUP_TOPIC_PREFIX + (group or "")
 
 
 #: The header field naming a send's topic, by code. Plain ints: the hot path compares no enum members
@@ -455,7 +454,7 @@ def needed_resources(request: RemotingCommand) -> list[tuple[str, int]]:
     topic_field = _SEND_TOPIC_FIELDS.get(code)
     if topic_field is not None:
         topic = f.get(topic_field, "")
-        return [(topic, SUB if topic.startswith(RETRY_PREFIX) else PUB)]
+        return [(topic, SUB if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else PUB)]
     if code not in _RESOURCE_CODES:
         return []
     if code == R.CONSUMER_SEND_MSG_BACK:
@@ -518,8 +517,8 @@ def _heartbeat_resources(body: bytes) -> list[tuple[str, int]]:
 
 
 def _describe(resource: str) -> str:
-    if resource.startswith(RETRY_PREFIX):
-        return f"group {resource[len(RETRY_PREFIX) :]}"
+    if resource.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return f"group {resource[len(RETRY_GROUP_TOPIC_PREFIX) :]}"
     return f"topic {resource}"
 
 
@@ -604,7 +603,7 @@ class PlainAccessValidator:
         topic_field = _SEND_TOPIC_FIELDS.get(code)
         if topic_field is not None:  # a send: needed_resources' one pair, no OFFSET_CODES rule
             send_topic = fields.get(topic_field, "")
-            _require(account, access_key, send_topic, SUB if send_topic.startswith(RETRY_PREFIX) else PUB)
+            _require(account, access_key, send_topic, SUB if send_topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else PUB)
             return
         needed = needed_resources(request)
         offset_rule = OFFSET_CODES.get(request.code)

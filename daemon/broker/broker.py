@@ -37,7 +37,7 @@ from daemon.broker.managers.consumers import ConsumerGroupInfo, ConsumerManager
 from daemon.broker.managers.groups import SubscriptionGroupManager
 from daemon.broker.managers.locks import RebalanceLockManager
 from daemon.broker.managers.producers import ProducerManager
-from daemon.broker.managers.topics import SCHEDULE_TOPIC, TRANS_HALF_TOPIC, TopicConfigManager
+from daemon.broker.managers.topics import TopicConfigManager
 from daemon.broker.schedule import ScheduleMessageService
 from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
@@ -59,6 +59,7 @@ from store.config_files import ConsumerOffsetManager
 from store.engine import DefaultMessageStore
 from store.errors import StoreError
 from store.message import PROPERTY_REAL_TOPIC, Message, StoredMessage
+from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 
 log = logging.getLogger(__name__)
 

@@ -14,6 +14,7 @@ from daemon.config import RocketMQKeys, load_config
 from daemon.remoting.limits import RemotingLimits
 from daemon.rocketmq_keys import CPUS, NETTY_CLIENT_KEYS, NETTY_SERVER_KEYS
 from store.config import StoreConfig
+from store.names import TRACE_TOPIC
 
 #: Default port of the Prometheus endpoint (`metricsPort`); RocketMQ 5's exporter uses the same.
 DEFAULT_METRICS_PORT = 5557
@@ -34,7 +35,7 @@ BROKER_KEYS: dict[str, str] = {
     "brokerTopicEnable": "true",
     "autoCreateSubscriptionGroup": "true",
     "messageStorePlugIn": "",
-    "msgTraceTopicName": "RMQ_SYS_TRACE_TOPIC",
+    "msgTraceTopicName": TRACE_TOPIC,
     "traceTopicEnable": "false",
     "sendMessageThreadPoolNums": str(min(CPUS, 4)),
     "putMessageFutureThreadPoolNums": str(min(CPUS, 4)),
@@ -235,7 +236,7 @@ class BrokerConfig(StoreConfig, RemotingLimits, RocketMQKeys):
     cluster_topic_enable: bool = True
     broker_topic_enable: bool = True
     trace_topic_enable: bool = False
-    msg_trace_topic_name: str = "RMQ_SYS_TRACE_TOPIC"
+    msg_trace_topic_name: str = TRACE_TOPIC
     # consumers
     long_polling_enable: bool = True
     short_polling_time_mills: int = 1000

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from daemon.remoting.headers import CommandHeader, wire
+from store.message import PROPERTY_MSG_REGION, PROPERTY_TRACE_SWITCH
 
 
 @dataclass(slots=True)
@@ -75,8 +76,14 @@ class SendMessageResponseHeader(CommandHeader):
     queue_id: int
     queue_offset: int
     transaction_id: str | None = None
-    msg_region: str = wire("MSG_REGION", "DefaultRegion")
-    trace_on: str = wire("TRACE_ON", "true")
+    msg_region: str = wire(PROPERTY_MSG_REGION, "DefaultRegion")
+    trace_on: str = wire(PROPERTY_TRACE_SWITCH, "true")
+
+
+# PullMessageRequestHeader.sysFlag bits (Java's PullSysFlag)
+PULL_FLAG_COMMIT_OFFSET = 0x1
+PULL_FLAG_SUSPEND = 0x2
+PULL_FLAG_SUBSCRIPTION = 0x4
 
 
 @dataclass(slots=True)

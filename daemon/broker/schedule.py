@@ -14,7 +14,6 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from daemon.broker.managers.topics import SCHEDULE_TOPIC
 from store.api import GetMessageStatus
 from store.message import (
     PROPERTY_REAL_QUEUE_ID,
@@ -23,6 +22,7 @@ from store.message import (
     Message,
     StoredMessage,
 )
+from store.names import SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
     from daemon.broker.broker import Broker

@@ -17,17 +17,18 @@ import time
 from typing import TYPE_CHECKING
 
 from daemon.broker.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
-from daemon.broker.managers.topics import TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 from daemon.broker.processors import system_error
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingError
 from store.message import (
+    PROPERTY_PRODUCER_GROUP,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_TAGS,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_UNIQ_KEY,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -35,15 +36,13 @@ from store.message import (
     Message,
     StoredMessage,
 )
+from store.names import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 if TYPE_CHECKING:
     from daemon.broker.broker import Broker
 
 log = logging.getLogger(__name__)
 
-TRANS_GROUP = "CID_RMQ_SYS_TRANS"
-PROPERTY_PRODUCER_GROUP = "PGROUP"
-PROPERTY_TRAN_PREPARED_QUEUE_OFFSET = "TRAN_PREPARED_QUEUE_OFFSET"
 OP_TAG = "d"  # Java's TransactionalMessageUtil.REMOVETAG
 BATCH = 32
 
@@ -62,7 +61,7 @@ class TransactionService:
         offset = 0
         store = self.broker.store
         while True:
-            result = store.get_messages(TRANS_GROUP, TRANS_OP_HALF_TOPIC, 0, offset, BATCH)
+            result = store.get_messages(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, offset, BATCH)
             if not result.messages:
                 return
             for selected in result.messages:
@@ -131,12 +130,12 @@ class TransactionService:
         broker = self.broker
         config = broker.config
         offsets = broker.offsets
-        progress = max(offsets.query_offset(TRANS_GROUP, TRANS_HALF_TOPIC, 0), 0)
+        progress = max(offsets.query_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0), 0)
         sent = 0
         offset = progress
         now = int(time.time() * 1000)
         while True:
-            result = broker.store.get_messages(TRANS_GROUP, TRANS_HALF_TOPIC, 0, offset, BATCH)
+            result = broker.store.get_messages(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0, offset, BATCH)
             if not result.messages:
                 break
             for selected in result.messages:
@@ -165,7 +164,7 @@ class TransactionService:
             if offset < 0:
                 break
             offset = result.next_begin_offset
-        offsets.commit_offset(TRANS_GROUP, TRANS_HALF_TOPIC, 0, progress)
+        offsets.commit_offset(TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, 0, progress)
         return sent
 
     def _ask_producer(self, half: StoredMessage, raw: bytes) -> bool:
@@ -193,7 +192,7 @@ def committed_copy(half: StoredMessage) -> Message:
     """The half message as its committed twin in the real topic and queue."""
     props = dict(half.properties)
     props.pop(PROPERTY_TRANSACTION_PREPARED, None)
-    props[PROPERTY_TRAN_PREPARED_QUEUE_OFFSET] = str(half.queue_offset)
+    props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half.queue_offset)
     return Message(
         props.get(PROPERTY_REAL_TOPIC, half.topic),
         half.stored_body,

@@ -27,6 +27,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingConnectError
 from store.fastjson import dumps, loads
+from store.names import AUTO_CREATE_TOPIC
 
 log = logging.getLogger(__name__)
 
@@ -163,7 +164,7 @@ class Admin:
     async def create_topic(self, addr: str, config: TopicConfig) -> None:
         header = bh.CreateTopicRequestHeader(
             topic=config.topic_name,
-            default_topic="TBW102",
+            default_topic=AUTO_CREATE_TOPIC,
             read_queue_nums=config.read_queue_nums,
             write_queue_nums=config.write_queue_nums,
             perm=config.perm,

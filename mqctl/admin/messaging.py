@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from daemon.broker.headers import (
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
     ConsumerSendMsgBackRequestHeader,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
@@ -29,19 +31,12 @@ from daemon.broker.headers import (
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from mqctl.admin.client import Admin
-from store.message import PROPERTY_UNIQ_KEY, StoredMessage
+from store.message import PROPERTY_UNIQ_KEY, PROPERTY_WAIT_STORE_MSG_OK, StoredMessage
+from store.names import AUTO_CREATE_TOPIC, TOOLS_CONSUMER_GROUP
 from store.record import decode_record, decode_records, encode_properties
 
 #: The producer group mqctl sends as (like mqadmin's tools groups, never a real application's).
 PRODUCER_GROUP = "MQCTL_PRODUCER"
-#: The consumer group mqctl reads as when no group is named: built into every broker, never commits.
-TOOLS_GROUP = "TOOLS_CONSUMER"
-DEFAULT_TOPIC = "TBW102"
-
-# PullMessageRequestHeader.sysFlag bits (PullSysFlag)
-PULL_FLAG_COMMIT_OFFSET = 0x1
-PULL_FLAG_SUSPEND = 0x2
-PULL_FLAG_SUBSCRIPTION = 0x4
 
 
 # ------------------------------------------------------------------------------------ UNIQ_KEY
@@ -101,11 +96,11 @@ async def send(
     """
     props = dict(properties)
     props.setdefault(PROPERTY_UNIQ_KEY, new_uniq_key())
-    props.setdefault("WAIT", "true")
+    props.setdefault(PROPERTY_WAIT_STORE_MSG_OK, "true")
     header = SendMessageRequestHeaderV2(
         group,
         topic,
-        DEFAULT_TOPIC,
+        AUTO_CREATE_TOPIC,
         default_queue_nums,
         queue_id,
         0,
@@ -162,7 +157,7 @@ async def pull(
     queue_id: int,
     offset: int,
     *,
-    group: str = TOOLS_GROUP,
+    group: str = TOOLS_CONSUMER_GROUP,
     max_nums: int = 32,
     subscription: str = "*",
     suspend_ms: int = 0,

@@ -32,6 +32,7 @@ from mqctl.cli.common import (
 )
 from mqctl.completion import complete_topic
 from mqctl.errors import UsageError
+from store.names import dlq_topic
 
 app = typer.Typer(help="Send, find, show, tail and re-send messages.", no_args_is_help=True)
 
@@ -333,12 +334,12 @@ def resend(
     found = run_admin(target.namesrv, lambda admin: dlq_messages(admin, group, only), timeout=seconds)
     err = stderr_console()
     if not found:
-        err.print(f"%DLQ%{group} holds nothing that matches; nothing to re-send")
+        err.print(f"{dlq_topic(group)} holds nothing that matches; nothing to re-send")
         render([], output)
         return
     if execute:
         destination = f"topic {to_topic!r}" if to_topic else "their original topics"
-        confirm(f"Re-send {len(found)} message(s) of %DLQ%{group} to {destination}?", yes=yes)
+        confirm(f"Re-send {len(found)} message(s) of {dlq_topic(group)} to {destination}?", yes=yes)
     with progress(len(found), "re-sending" if execute else "reading") as advance:
         outcomes = run_admin(
             target.namesrv,

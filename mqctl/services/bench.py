@@ -23,6 +23,8 @@ from dataclasses import dataclass
 
 from daemon.broker.bodies import MessageQueue
 from daemon.broker.headers import (
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUBSCRIPTION,
     PullMessageRequestHeader,
     PullMessageResponseHeader,
     SendMessageRequestHeaderV2,
@@ -33,14 +35,17 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.frame import decode_frame, encode_command
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
-from mqctl.admin.messaging import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTION
 from mqctl.errors import NotFoundError
 from mqctl.services.messages import QueueRef, queues, writable_queues
 from mqctl.services.topics import TopicSpec, create_missing, gather_limited
-from store.record import read_header
+from store.message import PROPERTY_WAIT_STORE_MSG_OK
+from store.names import AUTO_CREATE_TOPIC
+from store.record import encode_properties, read_header
 
 _LENGTH = struct.Struct(">i")
 PRODUCER_GROUP = "mqctl_bench_producer"
+#: The properties of every bench message: WAIT=true, so a SYNC_FLUSH broker answers after the fsync.
+WAIT_TRUE = encode_properties({PROPERTY_WAIT_STORE_MSG_OK: "true"}).decode()
 
 
 @dataclass
@@ -121,7 +126,7 @@ def send_frame(
 ) -> bytes:
     """One SEND_MESSAGE_V2 frame, signed once when ACL credentials are in force (then resent as is)."""
     header = SendMessageRequestHeaderV2(
-        PRODUCER_GROUP, topic, "TBW102", 4, queue_id, 0, int(time.time() * 1000), 0, "WAIT\x01true"
+        PRODUCER_GROUP, topic, AUTO_CREATE_TOPIC, 4, queue_id, 0, int(time.time() * 1000), 0, WAIT_TRUE
     )
     request = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, dict(header.to_ext_fields()), body)
     if signer is not None:

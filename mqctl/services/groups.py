@@ -14,12 +14,7 @@ from mqctl.services.cluster import masters, readers
 from mqctl.services.topics import target_masters
 from mqctl.units import when
 from store import SubscriptionGroupConfig
-
-#: Groups every RocketMQ broker creates for itself (hidden from ``group list`` unless --system).
-SYSTEM_GROUPS = frozenset(
-    {"TOOLS_CONSUMER", "FILTERSRV_CONSUMER", "SELF_TEST_C_GROUP", "CID_ONS-HTTP-PROXY", "CID_ONSAPI_PERMISSION",
-     "CID_ONSAPI_OWNER", "CID_ONSAPI_PULL", "CID_RMQ_SYS_TRANS"}
-)
+from store.names import SYSTEM_GROUPS
 
 
 @dataclass(frozen=True)
@@ -118,7 +113,7 @@ async def list_groups(admin: Admin, *, cluster: str | None, system: bool) -> lis
     return [
         {"group": name, "brokers": sorted(addrs)}
         for name, addrs in sorted(seen.items())
-        if system or name not in SYSTEM_GROUPS
+        if system or name not in SYSTEM_GROUPS  # a broker's own groups show only with --system
     ]
 
 

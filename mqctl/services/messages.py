@@ -31,13 +31,26 @@ from mqctl.services.topics import readers_of_topic, route_masters, route_readers
 from mqctl.timespec import iso, parse_time
 from mqctl.units import time_fields
 from store.message import (
-    DLQ_GROUP_TOPIC_PREFIX,
+    PROPERTY_CLUSTER,
+    PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MIN_OFFSET,
+    PROPERTY_MSG_REGION,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
+    PROPERTY_TRACE_SWITCH,
+    PROPERTY_TRANSACTION_CHECK_TIMES,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_WAIT_STORE_MSG_OK,
     StoredMessage,
 )
+from store.names import AUTO_CREATE_TOPIC, DLQ_GROUP_TOPIC_PREFIX, TOOLS_CONSUMER_GROUP
 from store.record import decode_msg_id
 
 log = logging.getLogger(__name__)
@@ -45,21 +58,21 @@ log = logging.getLogger(__name__)
 #: Properties the broker or the consumer path added; a re-sent message must not carry them.
 BROKER_PROPERTIES = frozenset(
     {
-        "CLUSTER",
-        "WAIT",
-        "DELAY",
-        "REAL_TOPIC",
-        "REAL_QID",
-        "RETRY_TOPIC",
-        "ORIGIN_MESSAGE_ID",
-        "MIN_OFFSET",
-        "MAX_OFFSET",
-        "CONSUME_START_TIME",
-        "TRAN_MSG",
-        "PGROUP",
-        "TRANSACTION_CHECK_TIMES",
-        "MSG_REGION",
-        "TRACE_ON",
+        PROPERTY_CLUSTER,
+        PROPERTY_WAIT_STORE_MSG_OK,
+        PROPERTY_DELAY_TIME_LEVEL,
+        PROPERTY_REAL_TOPIC,
+        PROPERTY_REAL_QUEUE_ID,
+        PROPERTY_RETRY_TOPIC,
+        PROPERTY_ORIGIN_MESSAGE_ID,
+        PROPERTY_MIN_OFFSET,
+        PROPERTY_MAX_OFFSET,
+        PROPERTY_CONSUME_START_TIMESTAMP,
+        PROPERTY_TRANSACTION_PREPARED,
+        PROPERTY_PRODUCER_GROUP,
+        PROPERTY_TRANSACTION_CHECK_TIMES,
+        PROPERTY_MSG_REGION,
+        PROPERTY_TRACE_SWITCH,
     }
 )
 
@@ -206,7 +219,6 @@ def message_properties(
     return props
 
 
-AUTO_CREATE_TOPIC = "TBW102"
 DEFAULT_TOPIC_QUEUE_NUMS = 4  # DefaultMQProducer.defaultTopicQueueNums
 
 
@@ -427,7 +439,7 @@ async def tail(
     refs = queues(route, write=False)
     if not refs:
         raise NotFoundError(f"topic {topic!r} has no readable queue on a master broker")
-    read_group = group or wire.TOOLS_GROUP
+    read_group = group or TOOLS_CONSUMER_GROUP
     first = "CONSUME_FROM_LAST_OFFSET" if start == "latest" else "CONSUME_FROM_FIRST_OFFSET"
     member = (
         GroupMember(

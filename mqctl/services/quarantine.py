@@ -25,14 +25,12 @@ from mqctl.timespec import iso
 from store.errors import CorruptRecordError
 from store.message import (
     PROPERTY_REAL_TOPIC,
-    SCHEDULE_TOPIC,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     StoredMessage,
 )
+from store.names import INTERNAL_TOPIC_PREFIX, SCHEDULE_TOPIC, SYSTEM_TOPIC_PREFIX
 from store.quarantine import COMMITLOG, Manifest, Piece, list_quarantines, piece_records
-
-SYSTEM_TOPIC_PREFIXES = ("RMQ_SYS_", "rmq_sys_")
 
 
 @dataclass
@@ -186,7 +184,7 @@ def resend_target(msg: StoredMessage) -> tuple[str | None, str | None]:
     if msg.topic == SCHEDULE_TOPIC:
         real = msg.properties.get(PROPERTY_REAL_TOPIC)
         return (real, None) if real else (None, "delayed record without REAL_TOPIC")
-    if msg.topic.startswith(SYSTEM_TOPIC_PREFIXES):
+    if msg.topic.startswith((INTERNAL_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX)):
         return None, f"system topic {msg.topic}"
     return msg.topic, None
 

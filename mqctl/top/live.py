@@ -26,7 +26,7 @@ from mqctl.admin.client import Admin
 from mqctl.admin.messaging import view
 from mqctl.errors import ConnectError, NotFoundError
 from mqctl.services.cluster import BrokerRow, brokers, first_float
-from mqctl.services.groups import SYSTEM_GROUPS, connections, progress
+from mqctl.services.groups import connections, progress
 from mqctl.services.retention import broker_plan
 from mqctl.top.model import (
     VIEWS,
@@ -44,6 +44,7 @@ from mqctl.top.model import (
     SystemClock,
     TopicRow,
 )
+from store.names import SYSTEM_GROUPS
 
 log = logging.getLogger(__name__)
 

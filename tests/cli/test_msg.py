@@ -20,7 +20,8 @@ from daemon.remoting.codes import RequestCode
 from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
-from store.message import SCHEDULE_TOPIC, StoredMessage
+from store.message import StoredMessage
+from store.names import SCHEDULE_TOPIC, TOOLS_CONSUMER_GROUP
 from store.record import create_msg_id, decode_msg_id
 from tests.conftest import ROOT, CliResult, RunCli
 from tests.daemons import LocalCluster, handle, local_cluster
@@ -308,7 +309,7 @@ def test_times_are_local_in_tables_utc_with_flag_and_iso_in_json(
 
 def test_show_never_commits_an_offset(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
     ok(mq("msg", "show", "-t", TOPIC, "-q", "0", "--offset", "0", "-o", "json"))
-    offsets = on_broker(daemons, lambda: daemons.broker.offsets.query_offset(wire.TOOLS_GROUP, TOPIC, 0))
+    offsets = on_broker(daemons, lambda: daemons.broker.offsets.query_offset(TOOLS_CONSUMER_GROUP, TOPIC, 0))
     assert offsets == -1
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from daemon.acl.plain import PlainAccessValidator
-from daemon.broker.managers.topics import retry_topic
+from store.names import retry_topic
 from tests.acl.conftest import USER_AK, USER_SK, write_acl
 from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
 

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from daemon.broker.bodies import ConsumeStats
-from daemon.broker.managers.topics import retry_topic
 from daemon.remoting.codes import RequestCode
 from store.engine import DefaultMessageStore
+from store.names import retry_topic
 from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
 from tests.conftest import ROOT
 from tests.support.ali_ons import expected_body, node

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.broker.managers.topics import retry_topic
 from store.config import SLAVE
 from store.engine import DefaultMessageStore
+from store.names import retry_topic
 from tests.broker.conftest import start_broker, start_cluster, stop_cluster
 from tests.support.ali_ons import expected_body, node
 

@@ -23,11 +23,11 @@ from store.engine import DefaultMessageStore, GetMessageStatus
 from store.errors import CorruptRecordError, StoreFormatError, StoreLockedError
 from store.javahash import tags_code
 from store.message import (
-    SCHEDULE_TOPIC,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
     Message,
 )
+from store.names import SCHEDULE_TOPIC
 
 from .conftest import small_config
 

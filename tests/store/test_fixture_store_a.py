@@ -17,7 +17,8 @@ from store.consumequeue import unit_tags_code
 from store.engine import DefaultMessageStore, GetMessageStatus
 from store.indexfile import IndexFile
 from store.javahash import tags_code
-from store.message import SCHEDULE_TOPIC, Message
+from store.message import Message
+from store.names import SCHEDULE_TOPIC
 from store.record import encode_record
 
 from .conftest import store_a_config

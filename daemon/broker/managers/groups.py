@@ -8,19 +8,9 @@ from daemon.broker.bodies import SubscriptionGroupWrapper
 from daemon.broker.config import BrokerConfig
 from store.config_files import SubscriptionGroupFile
 from store.models import DataVersion, SubscriptionGroupConfig
+from store.names import BUILTIN_GROUPS, SYS_GROUP_PREFIX
 
 log = logging.getLogger(__name__)
-
-BUILTIN_GROUPS = (
-    "TOOLS_CONSUMER",
-    "FILTERSRV_CONSUMER",
-    "SELF_TEST_C_GROUP",
-    "CID_ONS-HTTP-PROXY",
-    "CID_ONSAPI_PULL",
-    "CID_ONSAPI_PERMISSION",
-    "CID_ONSAPI_OWNER",
-)
-SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
 
 
 class SubscriptionGroupManager:

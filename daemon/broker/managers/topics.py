@@ -15,41 +15,23 @@ from daemon.broker.config import BrokerConfig
 from daemon.remoting.bodies import TopicConfigSerializeWrapper
 from store.config_files import TopicConfigFile
 from store.models import DataVersion, PermName, TopicConfig
+from store.names import (
+    AUTO_CREATE_TOPIC,
+    BENCHMARK_TOPIC,
+    OFFSET_MOVED_EVENT,
+    REPLY_TOPIC_SUFFIX,
+    SCHEDULE_TOPIC,
+    SELF_TEST_TOPIC,
+    SYSTEM_TOPIC_PREFIX,
+    TRANS_CHECK_MAX_TIME_TOPIC,
+    TRANS_HALF_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+)
 
 log = logging.getLogger(__name__)
 
-TBW102 = "TBW102"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-BENCHMARK_TOPIC = "BenchmarkTest"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
-RETRY_PREFIX = "%RETRY%"
-DLQ_PREFIX = "%DLQ%"
 MAX_TOPIC_LENGTH = 127
-
-#: Topics no client may send to (§8.3 step 3).
-NOT_ALLOWED_SEND_TOPICS = frozenset(
-    {
-        SCHEDULE_TOPIC,
-        TRANS_HALF_TOPIC,
-        TRANS_OP_HALF_TOPIC,
-        TRANS_CHECK_MAX_TIME_TOPIC,
-        SELF_TEST_TOPIC,
-        OFFSET_MOVED_EVENT,
-    }
-)
 _VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-
-
-def retry_topic(group: str) -> str:
-    return RETRY_PREFIX + group
-
-
-def dlq_topic(group: str) -> str:
-    return DLQ_PREFIX + group
 
 
 def topic_problem(topic: str) -> str | None:
@@ -70,7 +52,7 @@ class TopicConfigManager:
         #: Called after every change with the topic changed, or None when a topic was deleted.
         self.on_change: Callable[[str | None], None] = lambda topic: None
         self.system_topics: set[str] = {
-            TBW102,
+            AUTO_CREATE_TOPIC,
             SCHEDULE_TOPIC,
             BENCHMARK_TOPIC,
             TRANS_HALF_TOPIC,
@@ -81,7 +63,7 @@ class TopicConfigManager:
             OFFSET_MOVED_EVENT,
             config.broker_cluster_name,
             config.broker_name,
-            f"{config.broker_cluster_name}_REPLY_TOPIC",
+            config.broker_cluster_name + REPLY_TOPIC_SUFFIX,
         }
 
     @property
@@ -94,7 +76,7 @@ class TopicConfigManager:
         rw = PermName.READ_WRITE
         specs: list[tuple[str, int, int]] = [(SELF_TEST_TOPIC, 1, rw)]
         if c.auto_create_topic_enable:
-            specs.append((TBW102, c.default_topic_queue_nums, rw | PermName.INHERIT))
+            specs.append((AUTO_CREATE_TOPIC, c.default_topic_queue_nums, rw | PermName.INHERIT))
         specs += [
             (BENCHMARK_TOPIC, 1024, rw),
             (
@@ -105,7 +87,7 @@ class TopicConfigManager:
             (c.broker_name, 1, rw | PermName.INHERIT if c.broker_topic_enable else PermName.INHERIT),
             (OFFSET_MOVED_EVENT, 1, rw),
             (SCHEDULE_TOPIC, 18, rw),
-            (f"{c.broker_cluster_name}_REPLY_TOPIC", 1, rw),
+            (c.broker_cluster_name + REPLY_TOPIC_SUFFIX, 1, rw),
         ]
         if c.trace_topic_enable:
             specs.append((c.msg_trace_topic_name, 1, rw))
@@ -137,7 +119,7 @@ class TopicConfigManager:
         return sorted(queues)
 
     def is_system_topic(self, topic: str) -> bool:
-        return topic in self.system_topics or topic.startswith("rmq_sys_")
+        return topic in self.system_topics or topic.startswith(SYSTEM_TOPIC_PREFIX)
 
     def wrapper(self, topics: Iterable[str] | None = None) -> TopicConfigSerializeWrapper:
         """The table (or the named topics that exist) as GET_ALL_TOPIC_CONFIG and REGISTER_BROKER carry it: a
@@ -180,7 +162,7 @@ class TopicConfigManager:
             template = self.table.get(default_topic)
             if template is None or not template.perm & PermName.INHERIT:
                 return None
-            if default_topic == TBW102 and not self.config.auto_create_topic_enable:
+            if default_topic == AUTO_CREATE_TOPIC and not self.config.auto_create_topic_enable:
                 return None
             nums = max(1, min(queue_nums, template.write_queue_nums))
             config = TopicConfig(

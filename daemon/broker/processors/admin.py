@@ -35,7 +35,7 @@ from daemon.broker.headers import (
     TopicHeader,
     ViewBrokerStatsDataRequestHeader,
 )
-from daemon.broker.managers.topics import SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC, topic_problem
+from daemon.broker.managers.topics import topic_problem
 from daemon.broker.processors import fail, system_error
 from daemon.config import (
     ConfigError,
@@ -55,6 +55,7 @@ from daemon.safe_config import refuse_unsafe
 from store import fastjson
 from store.config import StoreConfig
 from store.models import SubscriptionGroupConfig, TopicConfig
+from store.names import SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC
 from store.record import decode_msg_id
 
 if TYPE_CHECKING:

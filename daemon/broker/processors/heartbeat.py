@@ -8,13 +8,13 @@ from daemon.broker.bodies import GetConsumerListByGroupResponseBody, HeartbeatDa
 from daemon.broker.filter import is_tag_type
 from daemon.broker.headers import ConsumerGroupHeader, UnregisterClientRequestHeader
 from daemon.broker.managers.consumers import ClientChannel
-from daemon.broker.managers.topics import retry_topic
 from daemon.broker.processors import system_error
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from store import fastjson
+from store.names import retry_topic
 
 if TYPE_CHECKING:
     from daemon.broker.broker import Broker

@@ -17,7 +17,13 @@ from collections.abc import Awaitable
 from typing import TYPE_CHECKING
 
 from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
-from daemon.broker.headers import PullMessageRequestHeader, PullMessageResponseHeader
+from daemon.broker.headers import (
+    PULL_FLAG_COMMIT_OFFSET,
+    PULL_FLAG_SUBSCRIPTION,
+    PULL_FLAG_SUSPEND,
+    PullMessageRequestHeader,
+    PullMessageResponseHeader,
+)
 from daemon.broker.processors import FAQ, fail, system_error
 from daemon.broker.processors.offset import _HOT_RATIO, _memory_bytes
 from daemon.remoting.bodies import PermName
@@ -32,9 +38,6 @@ if TYPE_CHECKING:
     from daemon.broker.bodies import SubscriptionData
     from daemon.broker.broker import Broker
 
-FLAG_COMMIT_OFFSET = 0x1
-FLAG_SUSPEND = 0x2
-FLAG_SUBSCRIPTION = 0x4
 MAX_HEALS_PER_PULL = 8  # each heal repairs one damaged stretch; past this many the read heals inline
 
 _S = GetMessageStatus
@@ -62,7 +65,7 @@ class PullProcessor:
 
     def _subscription(self, h: PullMessageRequestHeader) -> SubscriptionData:
         """The subscription to filter with: from the header, or from the group's heartbeat (step 4)."""
-        if h.sys_flag & FLAG_SUBSCRIPTION:
+        if h.sys_flag & PULL_FLAG_SUBSCRIPTION:
             sub = build_subscription(h.topic, h.subscription, h.expression_type)
         else:
             info = self.broker.consumers.get(h.consumer_group)
@@ -199,9 +202,9 @@ class PullProcessor:
         result: GetResult,
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
         """Commit the offset the pull carries, then answer, or park the pull when it found nothing."""
-        if h.sys_flag & FLAG_COMMIT_OFFSET and self.broker.config.broker_role != SLAVE:
+        if h.sys_flag & PULL_FLAG_COMMIT_OFFSET and self.broker.config.broker_role != SLAVE:
             self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
-        if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & FLAG_SUSPEND:
+        if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & PULL_FLAG_SUSPEND:
             config = self.broker.config
             hold_ms = (
                 h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills

@@ -19,11 +19,6 @@ from daemon.broker.headers import (
     SendMessageResponseHeader,
 )
 from daemon.broker.managers.topics import (
-    NOT_ALLOWED_SEND_TOPICS,
-    RETRY_PREFIX,
-    TRANS_HALF_TOPIC,
-    dlq_topic,
-    retry_topic,
     topic_problem,
 )
 from daemon.broker.processors import FAQ, fail, peer_host, system_error
@@ -46,6 +41,13 @@ from store.message import (
     Message,
 )
 from store.models import SubscriptionGroupConfig, TopicConfig
+from store.names import (
+    NOT_ALLOWED_SEND_TOPICS,
+    RETRY_GROUP_TOPIC_PREFIX,
+    TRANS_HALF_TOPIC,
+    dlq_topic,
+    retry_topic,
+)
 from store.record import decode_properties
 
 if TYPE_CHECKING:
@@ -152,7 +154,7 @@ class SendProcessor:
         if config is None:
             sys_flag = 1 if h.unit_mode else 0
             config = topics.create_in_send(h.topic, h.default_topic, h.default_topic_queue_nums, sys_flag)
-            if config is None and h.topic.startswith(RETRY_PREFIX):
+            if config is None and h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 config = topics.create_system_like(h.topic, 1, PermName.READ_WRITE, sys_flag)
             if config is None:
                 raise fail(
@@ -171,7 +173,7 @@ class SendProcessor:
         self, h: SendMessageRequestHeader, version: int, props: dict[str, str]
     ) -> tuple[str, int] | None:
         """For a client re-send to `%RETRY%<group>`: the DLQ target once retries are exhausted (§8.3 step 6)."""
-        group_name = h.topic[len(RETRY_PREFIX) :]
+        group_name = h.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
         group = self.broker.groups.find(group_name)
         if group is None:
             raise fail(
@@ -203,7 +205,7 @@ class SendProcessor:
         # the config's interned name when it is h.topic (see TopicConfig); a hand-edited topics.json
         # may file a config under another key, and the message then keeps the topic it was sent to
         topic = config.topic_name if config.topic_name == h.topic else h.topic
-        if topic.startswith(RETRY_PREFIX):
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             target = self._retry_or_dlq(h, request.version, props)
             if target is not None:
                 topic, queue_id = target

@@ -1,0 +1,69 @@
+"""RocketMQ's system names, spelled once: the topics and groups a broker owns and the prefixes that mark them.
+
+Everything else imports them from here (a test keeps each literal in this one file). Property keys and
+sysflag bits, which belong to the message format, live in :mod:`store.message`.
+"""
+
+from __future__ import annotations
+
+# --- topics (Java's TopicValidator / MixAll) ---
+#: The template topic a producer's first send to an unknown topic auto-creates it from.
+AUTO_CREATE_TOPIC = "TBW102"
+SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
+BENCHMARK_TOPIC = "BenchmarkTest"
+OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+#: Where delayed messages wait, queue ``level - 1`` per delay level.
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+#: The default ``msgTraceTopicName``.
+TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+#: ``<cluster>`` + this names the cluster's request-reply topic.
+REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"
+#: Topics of this prefix are system topics (Java's ``TopicValidator.SYSTEM_TOPIC_PREFIX``).
+SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+#: The prefix of the broker's transaction and trace topics.
+INTERNAL_TOPIC_PREFIX = "RMQ_SYS_"
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+
+#: Topics no client may send to (§8.3 step 3).
+NOT_ALLOWED_SEND_TOPICS = frozenset(
+    {
+        SCHEDULE_TOPIC,
+        TRANS_HALF_TOPIC,
+        TRANS_OP_HALF_TOPIC,
+        TRANS_CHECK_MAX_TIME_TOPIC,
+        SELF_TEST_TOPIC,
+        OFFSET_MOVED_EVENT,
+    }
+)
+
+# --- groups (Java's MixAll) ---
+#: The consumer group admin tools read as: built into every broker, never commits.
+TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+#: The group whose offset tracks the broker's progress through the transaction half queue.
+TRANS_CHECK_GROUP = "CID_RMQ_SYS_TRANS"
+#: Groups of this prefix are created on use even when auto-creation is off.
+SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
+#: The subscription groups a broker creates at start (§13.1).
+BUILTIN_GROUPS = (
+    TOOLS_CONSUMER_GROUP,
+    "FILTERSRV_CONSUMER",
+    "SELF_TEST_C_GROUP",
+    "CID_ONS-HTTP-PROXY",
+    "CID_ONSAPI_PULL",
+    "CID_ONSAPI_PERMISSION",
+    "CID_ONSAPI_OWNER",
+)
+#: Every group a broker uses for itself.
+SYSTEM_GROUPS = frozenset({*BUILTIN_GROUPS, TRANS_CHECK_GROUP})
+
+
+def retry_topic(group: str) -> str:
+    return RETRY_GROUP_TOPIC_PREFIX + group
+
+
+def dlq_topic(group: str) -> str:
+    return DLQ_GROUP_TOPIC_PREFIX + group
