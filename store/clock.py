@@ -1,4 +1,5 @@
-"""Wall-clock seam: the store stamps records and names index files from a :class:`Clock`."""
+"""Wall-clock seam: the store stamps records and names index files from a :class:`Clock`; ``mqctl top``
+stamps its snapshots from one, so tests can freeze time."""
 
 from __future__ import annotations
 
@@ -12,12 +13,19 @@ class Clock(Protocol):
         """Milliseconds since the Unix epoch."""
         ...
 
+    def now(self) -> float:
+        """Seconds since the Unix epoch."""
+        ...
+
 
 class SystemClock:
     """The real wall clock (RocketMQ uses ``System.currentTimeMillis``)."""
 
     def now_ms(self) -> int:
         return time.time_ns() // 1_000_000
+
+    def now(self) -> float:
+        return time.time()
 
 
 class FakeClock:
@@ -29,6 +37,9 @@ class FakeClock:
 
     def now_ms(self) -> int:
         return self._now
+
+    def now(self) -> float:
+        return self._now / 1000
 
     def set(self, now_ms: int) -> None:
         with self._lock:

@@ -22,6 +22,8 @@ from typing import Any, Self
 from store import fastjson
 
 __all__ = [
+    "TOPIC_SYS_FLAG_UNIT",
+    "TOPIC_SYS_FLAG_UNIT_SUB",
     "Bean",
     "DataVersion",
     "PermName",
@@ -130,6 +132,11 @@ class PermName:
     def to_string(perm: int) -> str:
         """mqadmin's display form, e.g. `RW-`/`RWX`."""
         return "".join(c if perm & bit else "-" for c, bit in (("R", 4), ("W", 2), ("X", 1)))
+
+
+# TopicConfig.topicSysFlag bits (Java's TopicSysFlag): a unit topic, and one with unit subscriptions.
+TOPIC_SYS_FLAG_UNIT = 0x1
+TOPIC_SYS_FLAG_UNIT_SUB = 0x2
 
 
 @dataclass(slots=True)

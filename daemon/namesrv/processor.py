@@ -14,7 +14,7 @@ import zlib
 from daemon.config import ConfigError, coerce_properties, parse_properties, to_properties, write_atomically
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, KVLimitError
-from daemon.namesrv.routes import TOPIC_SYS_FLAG_UNIT, TOPIC_SYS_FLAG_UNIT_SUB, RouteInfoManager
+from daemon.namesrv.routes import RouteInfoManager
 from daemon.remoting.bodies import DataVersion, KVTable, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
@@ -41,6 +41,7 @@ from daemon.remoting.headers import (
 )
 from daemon.remoting.limits import WarningGate
 from daemon.safe_config import refuse_unsafe
+from store.models import TOPIC_SYS_FLAG_UNIT, TOPIC_SYS_FLAG_UNIT_SUB
 
 log = logging.getLogger(__name__)
 

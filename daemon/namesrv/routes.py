@@ -28,8 +28,6 @@ from store.fastjson import dumps
 log = logging.getLogger(__name__)
 
 MASTER_ID = 0
-TOPIC_SYS_FLAG_UNIT = 1
-TOPIC_SYS_FLAG_UNIT_SUB = 2
 
 
 def wall_clock_ms() -> int:

@@ -23,11 +23,13 @@ from textual.widgets import ContentSwitcher, DataTable, Input, Sparkline, Static
 
 from mqctl.errors import translate
 from mqctl.top import format as fmt
-from mqctl.top.model import Clock, GroupDetail, Snapshot, SystemClock, TopSource
+from mqctl.top.model import GroupDetail, Snapshot, TopSource
+from store import Clock, SystemClock
 
 log = logging.getLogger(__name__)
 
-VIEWS: tuple[tuple[str, str], ...] = (
+#: The tabs, in order: (view name, label).
+VIEW_TABS: tuple[tuple[str, str], ...] = (
     ("overview", "Overview"),
     ("topics", "Topics"),
     ("groups", "Groups"),
@@ -35,7 +37,7 @@ VIEWS: tuple[tuple[str, str], ...] = (
 )
 #: Refreshes kept for the TPS sparklines.
 HISTORY = 60
-VIEW_NAMES = tuple(name for name, _ in VIEWS)
+VIEW_NAMES = tuple(name for name, _ in VIEW_TABS)
 
 HELP = """\
 [b]mqctl top[/b] — live view of a RocketMQ cluster
@@ -228,7 +230,7 @@ class TopApp(App[None]):
         self.failures = 0
         self.paused = False
         self.refreshing = False
-        self.filters: dict[str, str] = {name: "" for name, _ in VIEWS}
+        self.filters: dict[str, str] = {name: "" for name, _ in VIEW_TABS}
         self.sorts = {"topics": 0, "groups": 0}
         self.put_history: deque[float] = deque(maxlen=HISTORY)
         self.get_history: deque[float] = deque(maxlen=HISTORY)
@@ -317,7 +319,7 @@ class TopApp(App[None]):
     def render_chrome(self) -> None:
         """Tabs, stale banner and status bar: everything that depends on time, not on data."""
         tabs = Text()
-        for i, (name, label) in enumerate(VIEWS, 1):
+        for i, (name, label) in enumerate(VIEW_TABS, 1):
             tabs.append(f" {i} {label} ", style="reverse bold" if name == self.view else "")
         tabs.append(f"  {self.target}", style="dim")
         self.query_one("#tabs", Static).update(tabs)
@@ -425,7 +427,7 @@ class TopApp(App[None]):
             self.action_refresh_now()
 
     def action_next_view(self) -> None:
-        names = [n for n, _ in VIEWS]
+        names = [n for n, _ in VIEW_TABS]
         self.action_show(names[(names.index(self.view) + 1) % len(names)])
 
     def _focus_view(self) -> None:

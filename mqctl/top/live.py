@@ -32,7 +32,6 @@ from mqctl.top.model import (
     VIEWS,
     BrokerView,
     ClientView,
-    Clock,
     CommitLogFile,
     GroupDetail,
     GroupRow,
@@ -41,9 +40,9 @@ from mqctl.top.model import (
     QueueOffset,
     Snapshot,
     StoreView,
-    SystemClock,
     TopicRow,
 )
+from store import Clock, SystemClock
 from store.names import SYSTEM_GROUPS
 
 log = logging.getLogger(__name__)

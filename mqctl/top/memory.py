@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 
 from mqctl.errors import NotFoundError
-from mqctl.top.model import VIEWS, Clock, GroupDetail, Snapshot
+from mqctl.top.model import VIEWS, GroupDetail, Snapshot
+from store import Clock
 
 
 @dataclass

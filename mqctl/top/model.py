@@ -6,32 +6,12 @@ plus the broker's metrics endpoint) or by the in-memory one that tests use for f
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Protocol
 
 #: RocketMQ's disk watermarks: cleanup starts (diskMaxUsedSpaceRatio), forced cleanup
 #: (diskSpaceCleanForciblyRatio) and writes refused (diskSpaceWarningLevelRatio).
 WATERMARKS: tuple[tuple[float, str], ...] = ((0.90, "writes blocked"), (0.85, "force clean"), (0.75, "clean"))
-
-
-class Clock(Protocol):
-    """Epoch seconds; a seam so snapshot tests can freeze time."""
-
-    def now(self) -> float: ...
-
-
-class SystemClock:
-    def now(self) -> float:
-        return time.time()
-
-
-@dataclass
-class FrozenClock:
-    at: float
-
-    def now(self) -> float:
-        return self.at
 
 
 @dataclass(frozen=True)

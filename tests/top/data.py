@@ -10,7 +10,6 @@ from mqctl.top.model import (
     BrokerView,
     ClientView,
     CommitLogFile,
-    FrozenClock,
     GroupDetail,
     GroupRow,
     NamesrvView,
@@ -20,6 +19,7 @@ from mqctl.top.model import (
     StoreView,
     TopicRow,
 )
+from store import FakeClock
 
 NOW = 1_790_000_000.0  # 2026-09-21T14:13:20Z
 GIB = 1024**3
@@ -101,6 +101,6 @@ SNAPSHOT = Snapshot(
 )
 
 
-def fixed_source() -> tuple[MemorySource, FrozenClock]:
-    clock = FrozenClock(NOW)
+def fixed_source() -> tuple[MemorySource, FakeClock]:
+    clock = FakeClock(int(NOW * 1000))
     return MemorySource(SNAPSHOT, clock, details={"billing": DETAIL}), clock

@@ -107,7 +107,7 @@ async def test_failure_keeps_data_marked_stale_and_recovers() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         source.failure = ConnectError("no NameServer answers: 10.0.0.1:9876 (refused)")
-        clock.at = NOW + 5
+        clock.set(int((NOW + 5) * 1000))
         await pilot.press("r")
         await settle(pilot)
         app.render_chrome()

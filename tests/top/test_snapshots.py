@@ -62,7 +62,7 @@ def test_lost_cluster_is_stale_with_error(snap_compare: Any) -> None:
     async def lose_cluster(pilot: Pilot[None]) -> None:
         await settle(pilot)
         source.failure = ConnectError("no NameServer answers: 10.0.0.1:9876 (refused)")
-        clock.at += 30
+        clock.advance(30_000)
         await pilot.press("r")
         await settle(pilot)
 

@@ -40,7 +40,7 @@ from store.message import (
     TRANSACTION_TYPE_MASK,
     Message,
 )
-from store.models import SubscriptionGroupConfig, TopicConfig
+from store.models import TOPIC_SYS_FLAG_UNIT, SubscriptionGroupConfig, TopicConfig
 from store.names import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
@@ -152,7 +152,7 @@ class SendProcessor:
         topics = self.broker.topics
         config = topics.get(h.topic)
         if config is None:
-            sys_flag = 1 if h.unit_mode else 0
+            sys_flag = TOPIC_SYS_FLAG_UNIT if h.unit_mode else 0
             config = topics.create_in_send(h.topic, h.default_topic, h.default_topic_queue_nums, sys_flag)
             if config is None and h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
                 config = topics.create_system_like(h.topic, 1, PermName.READ_WRITE, sys_flag)
