@@ -145,7 +145,8 @@ class DataVersion(Bean):
 
     counter: int = 0
     timestamp: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
+    #: Unknown properties (5.x's ``stateVersion``) are kept but, as in Java's ``equals``, not compared.
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)
 
     def next_version(self, now_ms: int) -> None:
         self.counter += 1

@@ -32,7 +32,6 @@ from mqctl.cli.common import (
 )
 from mqctl.completion import complete_topic
 from mqctl.errors import UsageError
-from store.names import dlq_topic
 
 app = typer.Typer(help="Send, find, show, tail and re-send messages.", no_args_is_help=True)
 
@@ -326,6 +325,7 @@ def resend(
     from mqctl.output import render, stderr_console
     from mqctl.services.messages import DlqFilter, Window, dlq_messages
     from mqctl.services.messages import resend as resend_messages
+    from store.names import dlq_topic
 
     window = Window.of(since, until) if since or until else None
     only = DlqFilter(frozenset(i.upper() for i in ids or []), window=window, tag=tag, key=key)
