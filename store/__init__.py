@@ -87,7 +87,13 @@ Config files: ``store.configs`` (:class:`ConfigFiles`) holds ``topics`` (:class:
 ``configs.persist_offsets()``.
 
 Codecs (pure, over bytes/memoryview): :mod:`store.record` (records, properties, msgId,
-UNIQ_KEY), :mod:`store.javahash`, :mod:`store.consumequeue` (units), :mod:`store.indexfile`.
+UNIQ_KEY), :mod:`store.javahash`, :mod:`store.consumequeue` (units), :mod:`store.indexfile`,
+:mod:`store.fastjson` (the one fastjson codec: wire form and config-file form).
+
+Shared by every layer, each defined once: :mod:`store.models` (``TopicConfig``,
+``SubscriptionGroupConfig``, ``DataVersion``, ``PermName`` and their JSON form), :mod:`store.names`
+(system topics, groups and prefixes), :mod:`store.message` (property keys, sysflag bits),
+:mod:`store.clock` (``Clock``).
 Errors: :mod:`store.errors` (``StoreError`` → ``CorruptRecordError(path, offset, reason)``,
 ``StoreLockedError``, ``StoreFormatError``, ``StoreClosedError``, ``ConfigFileError``,
 ``UnsupportedCompressionError``).
