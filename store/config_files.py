@@ -75,15 +75,15 @@ class JsonConfigFile:
                 continue
             try:
                 data = fastjson.loads(raw.decode("utf-8"))
-            except ValueError as e:
+                with self.lock:
+                    self.decode(data)  # all or nothing: a value of the wrong type damages the file too
+            except (ValueError, TypeError, AttributeError) as e:
                 if candidate == self.path:
                     damaged = (str(e), raw.decode("utf-8", errors="replace"))
                     continue
                 raise ConfigFileError(f"{self.path} and its .bak are unreadable: {e}") from e
             if damaged is not None:
                 self._report_fallback(*damaged, data, source=".bak")
-            with self.lock:
-                self.decode(data)
             return
         if damaged is not None:
             self._report_fallback(*damaged, {}, source="nothing (no usable .bak)")
@@ -176,8 +176,14 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
         return f'{{\n\t"dataVersion":{version},\n\t"{self.TABLE}":{table}\n}}'
 
     def decode(self, data: dict[str, Any]) -> None:
+        table = {}
+        for k, v in (data.get(self.TABLE) or {}).items():
+            try:
+                table[k] = self.BEAN.from_json(v)
+            except (TypeError, ValueError) as e:
+                raise ValueError(f"entry {k!r}: {e}") from e
         self.data_version = DataVersion.from_json(data.get("dataVersion") or {})
-        self.table = {k: self.BEAN.from_json(v) for k, v in (data.get(self.TABLE) or {}).items()}
+        self.table = table
 
     def fallback_differences(self, damaged: str, fallback: dict[str, Any]) -> list[str]:
         """Entries readable in the damaged file that ``fallback`` lacks or holds otherwise."""

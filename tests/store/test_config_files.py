@@ -94,6 +94,27 @@ def test_persist_keeps_bak_and_load_falls_back_to_it(tmp_path: Path) -> None:
         TopicConfigFile(str(tmp_path / "topics.json"), clock).load()
 
 
+def test_a_value_of_the_wrong_type_damages_the_file_like_bad_json(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A hand-edited ``"readQueueNums":"abc"`` is not a crash at start-up: the file falls back to its .bak
+    (logged at ERROR naming the entry), and with a bad .bak too the error names the file."""
+    clock = FakeClock(1_700_000_000_000)
+    topics = TopicConfigFile(str(tmp_path / "topics.json"), clock)
+    topics.update(TopicConfig("A", read_queue_nums=4, write_queue_nums=4))
+    topics.update(TopicConfig("B"))
+    path = tmp_path / "topics.json"
+    path.write_text(path.read_text().replace('"readQueueNums":4', '"readQueueNums":"abc"'))
+    again = TopicConfigFile(str(path), clock)
+    with caplog.at_level(logging.ERROR):
+        again.load()
+    assert set(again.table) == {"A"} and again.table["A"].read_queue_nums == 4
+    assert "entry 'A'" in caplog.text and "readQueueNums abc -> 4" in caplog.text
+    (tmp_path / "topics.json.bak").write_text(path.read_text())
+    with pytest.raises(ConfigFileError, match=r"topics\.json and its \.bak are unreadable"):
+        TopicConfigFile(str(path), clock).load()
+
+
 def test_unknown_fields_survive(tmp_path: Path) -> None:
     path = tmp_path / "subscriptionGroup.json"
     path.write_text(
