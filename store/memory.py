@@ -55,7 +55,8 @@ _NO_FILE_LIMIT = 2**62  # records never have to fit a CommitLog file here
 
 
 class InMemoryMessageStore:
-    """Same behaviour as the file store for puts, pulls, key queries and offsets; no durability."""
+    """Same behaviour as the file store for puts, pulls, key queries and offsets; no durability. Retention
+    has the file store's shapes over one log that, as the newest file, is never deleted."""
 
     def __init__(
         self,
