@@ -13,7 +13,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -137,6 +137,15 @@ class CommittedOffset:
     topic: str
     queue_id: int
     offset: int
+
+
+def committed_offsets(table: Mapping[str, Mapping[int, int]]) -> list[CommittedOffset]:
+    """Every group's committed offset on every queue of a ``topic@group`` table (``consumerOffset.json``)."""
+    out: list[CommittedOffset] = []
+    for key, queues in table.items():
+        topic, _, group = key.partition("@")
+        out.extend(CommittedOffset(group, topic, qid, off) for qid, off in sorted(queues.items()))
+    return out
 
 
 FirstOffsetAt = Callable[[str, int, int], int]

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import threading
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 from store import fastjson
@@ -303,6 +304,36 @@ class ConsumerOffsetManager(JsonConfigFile):
     def topics_of(self, group: str) -> set[str]:
         return {k.split("@", 1)[0] for k in self.table if k.split("@", 1)[1] == group}
 
+    def groups(self) -> set[str]:
+        """Every group with a committed offset."""
+        return {k.split("@", 1)[1] for k in list(self.table)}
+
+    def snapshot(self) -> dict[str, dict[int, int]]:
+        """A copy of ``topic@group`` → {queue: offset}, safe to walk while commits go on."""
+        with self.lock:
+            return {k: dict(v) for k, v in self.table.items()}
+
+    def delete_topic(self, topic: str) -> int:
+        """Forget every group's offsets of ``topic`` (DELETE_TOPIC_IN_BROKER); returns the entries dropped."""
+        return self._delete(lambda t, _g: t == topic)
+
+    def delete_group(self, group: str) -> int:
+        """Forget ``group``'s offsets of every topic (DELETE_SUBSCRIPTIONGROUP with removeOffset)."""
+        return self._delete(lambda _t, g: g == group)
+
+    def _delete(self, doomed: Callable[[str, str], bool]) -> int:
+        with self.lock:
+            keys = [k for k in self.table if doomed(*_split_key(k))]
+            for key in keys:
+                del self.table[key]
+        return len(keys)
+
+
+def _split_key(key: str) -> tuple[str, str]:
+    """``topic@group`` → (topic, group); a key without ``@`` (hand-edited) has an empty group."""
+    topic, _, group = key.partition("@")
+    return topic, group
+
 
 class DelayOffsetManager(JsonConfigFile):
     """``delayOffset.json``: delay level → next offset of queue ``level - 1`` of SCHEDULE_TOPIC_XXXX."""
@@ -316,6 +347,17 @@ class DelayOffsetManager(JsonConfigFile):
 
     def decode(self, data: dict[str, Any]) -> None:
         self.table = {int(k): int(v) for k, v in (data.get("offsetTable") or {}).items()}
+
+    def offset(self, level: int) -> int:
+        """Next offset of ``level``'s queue (0: nothing delivered yet)."""
+        return self.table.get(level, 0)
+
+    def set_offset(self, level: int, offset: int) -> None:
+        self.table[level] = offset
+
+    def offsets(self) -> dict[int, int]:
+        """A copy of level → next offset."""
+        return dict(self.table)
 
 
 class ConfigFiles:

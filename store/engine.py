@@ -47,6 +47,7 @@ from store.cleanup import (
     CommittedOffset,
     DiskUsage,
     LogFile,
+    committed_offsets,
     consume_queue_expired,
     unconsumed_per_file,
 )
@@ -745,11 +746,7 @@ class DefaultMessageStore:
 
     def committed_offsets(self) -> list[CommittedOffset]:
         """Every group's committed offset on every queue (``consumerOffset.json``)."""
-        out: list[CommittedOffset] = []
-        for key, queues in list(self.configs.consumer_offsets.table.items()):
-            topic, _, group = key.partition("@")
-            out.extend(CommittedOffset(group, topic, qid, off) for qid, off in sorted(queues.items()))
-        return out
+        return committed_offsets(self.configs.consumer_offsets.snapshot())
 
     def first_offset_at(self, topic: str, queue_id: int, phys: int) -> int:
         """First queue offset whose message is at CommitLog offset ``phys`` or later (binary search of the

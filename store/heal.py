@@ -28,13 +28,22 @@ import array
 import logging
 import time
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 from store.api import RecordReader
+from store.clock import Clock
 from store.commitlog import CommitLog
 from store.consumequeue import PREFILL_UNIT, UNIT, ConsumeQueue, unit_tags_code
 from store.errors import CorruptRecordError, DamagedUnitError
-from store.indexfile import ENTRY, HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
+from store.indexfile import (
+    ENTRY,
+    HASH_SLOT_SIZE,
+    INDEX_ENTRY_SIZE,
+    INDEX_HEADER_SIZE,
+    IndexFile,
+    IndexService,
+)
 from store.message import (
     MESSAGE_MAGIC_CODE,
     MESSAGE_MAGIC_CODE_V2,
@@ -43,9 +52,6 @@ from store.message import (
     TRANSACTION_TYPE_MASK,
 )
 from store.record import RECORD_IDENTITY, body_crc_problem, record_identity
-
-if TYPE_CHECKING:
-    from store.engine import DefaultMessageStore
 
 log = logging.getLogger(__name__)
 
@@ -266,11 +272,32 @@ def _store_time(cl: CommitLog, phy: int) -> int | None:
 # ------------------------------------------------------------------------------------ healing
 
 
+class HealedStore(Protocol):
+    """What the healer works on of :class:`store.engine.DefaultMessageStore`, which owns it: the log, the
+    queues, the index and the put lock (a protocol, so this module does not import the engine back)."""
+
+    @property
+    def commit_log(self) -> CommitLog: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def index(self) -> IndexService: ...
+    @property
+    def _cqs(self) -> dict[QueueKey, ConsumeQueue]: ...
+    @property
+    def _put_lock(self) -> AbstractContextManager[Any]: ...
+    @property
+    def _delay_ms(self) -> list[int]: ...
+    @property
+    def _crc_checked_from(self) -> int: ...
+    def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue: ...
+
+
 class Healer:
     """Checks and rebuilds one open, writable store's ConsumeQueues and IndexFiles (part of the engine:
     it works on the store's queues and index under the store's put lock)."""
 
-    def __init__(self, store: DefaultMessageStore) -> None:
+    def __init__(self, store: HealedStore) -> None:
         self.store = store
         self.rebuilds = 0  # ConsumeQueue repairs and rebuilds done since open
         self._unhealable: set[QueueKey] = set()

@@ -8,6 +8,7 @@ units and the index a dict of ``topic#key`` → offsets. Nothing is flushed, not
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import threading
 from collections.abc import Container
@@ -23,6 +24,14 @@ from store.api import (
     check_offset,
     search_by_timestamp,
     select_units,
+)
+from store.cleanup import (
+    CleanPlan,
+    LogFile,
+    committed_offsets,
+    is_delete_hour,
+    make_plan,
+    unconsumed_per_file,
 )
 from store.clock import Clock, SystemClock
 from store.commitlog import IllegalMessage, PutMessageStatus, apply_delay, encode_checked
@@ -46,7 +55,8 @@ _NO_FILE_LIMIT = 2**62  # records never have to fit a CommitLog file here
 
 
 class InMemoryMessageStore:
-    """Same behaviour as the file store for puts, pulls, key queries and offsets; no durability."""
+    """Same behaviour as the file store for puts, pulls, key queries and offsets; no durability. Retention
+    has the file store's shapes over one log that, as the newest file, is never deleted."""
 
     def __init__(
         self,
@@ -66,6 +76,7 @@ class InMemoryMessageStore:
         self._lock = threading.Lock()
         self._listeners: list[ArrivalListener] = []
         self._running = False
+        self._mtime_ms = 0  # when the log was last written (a file's mtime)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -125,6 +136,7 @@ class InMemoryMessageStore:
                 first_qoff = qoff if first_qoff < 0 else first_qoff
                 ids.append(phys)
             end = len(self._log)
+            self._mtime_ms = now
         first = msgs[0]
         prefix_host = first.store_host or self.store_host
         msg_ids = [create_msg_id(prefix_host, p) for p in ids]
@@ -143,8 +155,54 @@ class InMemoryMessageStore:
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         self._listeners.append(listener)
 
+    # ------------------------------------------------------------------ retention
+
     def delete_expired_files_manually(self) -> None:
         """No files, nothing expires."""
+
+    def cleanup_plan(self, *, manual: bool = True, config: StoreConfig | None = None) -> CleanPlan:
+        """The file store's plan over the one in-memory log, which as the newest "file" is always kept;
+        the groups' unconsumed messages in it are counted as in a real plan."""
+        cfg = config or self.config
+        now = self.clock.now_ms()
+        with self._lock:
+            end, mtime = len(self._log), self._mtime_ms
+        files = [LogFile(_MEMORY, 0, end, mtime)] if end else []
+        offsets = committed_offsets(self.configs.consumer_offsets.snapshot())
+        return make_plan(
+            files,
+            now_ms=now,
+            ratio=self.disk_ratio(),
+            config=cfg,
+            delete_hour=is_delete_hour(now, cfg.delete_when),
+            manual=manual,
+            unconsumed=unconsumed_per_file(files, offsets, self._first_offset_at),
+        )
+
+    def _first_offset_at(self, topic: str, queue_id: int, phys: int) -> int:
+        queue = self._queues.get((topic, queue_id), [])
+        return bisect.bisect_left(queue, phys, key=lambda unit: unit[0])
+
+    def clean_expired_consume_queues(self) -> int:
+        """Nothing expires: every queue's messages stay in the log."""
+        return 0
+
+    def delete_topics(self, topics: Container[str]) -> int:
+        """Drop the topics' queues (their records stay in the log, as the file store keeps CommitLog files);
+        returns the number of queues dropped."""
+        with self._lock:
+            doomed = [key for key in self._queues if key[0] in topics]
+            for key in doomed:
+                del self._queues[key]
+        return len(doomed)
+
+    def disk_ratio(self) -> float:
+        """No disk used."""
+        return 0.0
+
+    @property
+    def disk_full(self) -> bool:
+        return False
 
     # ------------------------------------------------------------------ reads
 

@@ -26,7 +26,7 @@ from daemon.remoting.errors import RemotingCommandError
 from daemon.remoting.headers import CommandHeader
 
 if TYPE_CHECKING:
-    from daemon.broker.broker import Broker
+    from daemon.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +199,7 @@ class AclEditor:
         return {"globalWhiteAddrs": list(table.global_white), "plainAccessConfigs": configs}
 
 
-def processors(broker: Broker) -> dict[int, Processor]:
+def processors(broker: BrokerContext) -> dict[int, Processor]:
     p = AclProcessor(broker)
     R = RequestCode
     return {
@@ -212,7 +212,7 @@ def processors(broker: Broker) -> dict[int, Processor]:
 
 
 class AclProcessor:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
     def _editor(self) -> AclEditor:

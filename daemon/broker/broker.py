@@ -20,7 +20,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from daemon.acl.plain import AclFiles, PlainAccessValidator
-from daemon.broker.clean import RetentionStore
 from daemon.broker.config import BrokerConfig
 from daemon.broker.ha import (
     METADATA_SYNC_INTERVAL,
@@ -413,11 +412,7 @@ class Broker:
         store, stats, config = self.store, self.stats, self.config
         settings = {**config.ROCKETMQ_DEFAULTS, **config.inert_keys()}
         # the ratio the store's watermarks act on (a test's simulated disk level shows here too)
-        usage = (
-            store.disk_ratio()
-            if isinstance(store, RetentionStore)
-            else disk_usage_ratio(config.store_path_root_dir)
-        )
+        usage = store.disk_ratio()
         put_times = stats.put.total
         send_queue = self._flush_pool._work_queue.qsize() if self._flush_pool is not None else 0
         info = {
@@ -474,7 +469,7 @@ class Broker:
             # mqctl's additions: the role and the replication state
             **ha_runtime_info(config.broker_role, self.ha_master, self.ha_slave),
         }
-        for level, offset in sorted(self.schedule.offsets.items()):
+        for level, offset in sorted(self.schedule.offsets.offsets().items()):
             queue_max = store.get_max_offset(SCHEDULE_TOPIC, level - 1)
             info[f"scheduleMessageOffset_{level}"] = f"{offset},{queue_max}"
         return info
@@ -484,7 +479,7 @@ class Broker:
     def _notify_ids_changed(self, info: ConsumerGroupInfo) -> None:
         if not self.config.notify_consumer_ids_changed_enable:
             return
-        group = self.groups.table.get(info.group)
+        group = self.groups.get(info.group)
         if group is not None and not group.notify_consumer_ids_changed_enable:
             return
         header = NotifyConsumerIdsChangedRequestHeader(info.group).to_ext_fields()
@@ -594,15 +589,6 @@ class Broker:
 
 def _crc32(body: bytes) -> int:
     return zlib.crc32(body) & 0x7FFFFFFF
-
-
-def disk_usage_ratio(path: str) -> float:
-    """Used fraction of the file system holding `path` (0..1)."""
-    try:
-        usage = shutil.disk_usage(path)
-    except OSError:
-        return 0.0
-    return usage.used / usage.total if usage.total else 0.0
 
 
 def human_bytes(n: int) -> str:

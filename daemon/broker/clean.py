@@ -1,4 +1,4 @@
-"""Retention on the broker: what the admin requests need from the store, and the wire form of a cleanup plan.
+"""Retention on the broker: the wire form of a cleanup plan (the store side: `store.api.MessageStore`).
 
 The clean service itself runs inside the store (:class:`store.cleanup.Cleaner`, every
 ``cleanResourceInterval``); the broker serves three requests around it:
@@ -15,25 +15,12 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from store.cleanup import CleanPlan
-from store.config import StoreConfig
 
 #: Request code of the plan (dry run) request; far from RocketMQ's 4.x/5.x code ranges.
 CLEAN_PLAN = 65329
-
-
-@runtime_checkable
-class RetentionStore(Protocol):
-    """Stores with files to retain (DefaultMessageStore; the in-memory store has none)."""
-
-    def delete_expired_files_manually(self) -> None: ...
-    def cleanup_plan(self, *, manual: bool = True, config: StoreConfig | None = None) -> CleanPlan: ...
-    def clean_expired_consume_queues(self) -> int: ...
-    def disk_ratio(self) -> float: ...
-    @property
-    def disk_full(self) -> bool: ...
 
 
 @dataclass(frozen=True, slots=True)

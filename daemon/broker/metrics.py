@@ -12,6 +12,7 @@ dicts are snapshots taken with `list()`/`dict()`.
 from __future__ import annotations
 
 import logging
+import shutil
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -26,7 +27,7 @@ from prometheus_client.registry import Collector
 from daemon.broker.stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
 
 if TYPE_CHECKING:
-    from daemon.broker.broker import Broker
+    from daemon.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -38,107 +39,123 @@ READ_TIMEOUT = 10.0
 
 
 class BrokerCollector(Collector):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
     def collect(self) -> Iterator[Any]:
         b = self.broker
-        stats = b.stats
         labels = ["cluster", "broker"]
         base = [b.config.broker_cluster_name, b.config.broker_name]
-
-        puts = CounterMetricFamily(
-            "rocketmq_broker_put_messages", "Messages stored, per topic", labels=[*labels, "topic"]
-        )
-        put_bytes = CounterMetricFamily(
-            "rocketmq_broker_put_bytes", "Bytes stored (whole records), per topic", labels=[*labels, "topic"]
-        )
-        for topic, n in stats.totals(TOPIC_PUT_NUMS).items():
-            puts.add_metric([*base, topic], n)
-        for topic, n in stats.totals(TOPIC_PUT_SIZE).items():
-            put_bytes.add_metric([*base, topic], n)
-        gets = CounterMetricFamily(
-            "rocketmq_broker_get_messages",
-            "Messages delivered to consumers",
-            labels=[*labels, "group", "topic"],
-        )
-        for key, n in stats.totals(GROUP_GET_NUMS).items():
-            topic, _, group = key.partition("@")
-            gets.add_metric([*base, group, topic], n)
-        yield puts
-        yield put_bytes
-        yield gets
-
-        tps = GaugeMetricFamily(
-            "rocketmq_broker_tps", "Messages per second over the last 10 s", labels=[*labels, "kind"]
-        )
-        tps.add_metric([*base, "put"], stats.tps(stats.put, 10))
-        tps.add_metric([*base, "get"], stats.tps(stats.get, 10))
-        yield tps
-
-        store = b.store
-        offsets = GaugeMetricFamily(
-            "rocketmq_queue_max_offset",
-            "Next offset to be written, per queue",
-            labels=[*labels, "topic", "queue"],
-        )
-        for (topic, qid), off in store.topic_queue_table().items():
-            offsets.add_metric([*base, topic, str(qid)], off)
-        yield offsets
-
-        lag = GaugeMetricFamily(
-            "rocketmq_consumer_lag",
-            "Messages not yet consumed, per group and queue",
-            labels=[*labels, "group", "topic", "queue"],
-        )
-        for key, queues in list(b.offsets.table.items()):
-            topic, _, group = key.partition("@")
-            for qid, committed in list(queues.items()):
-                lag.add_metric(
-                    [*base, group, topic, str(qid)],
-                    max(0, store.get_max_offset(topic, qid) - max(committed, 0)),
-                )
-        yield lag
-
-        phy = GaugeMetricFamily("rocketmq_commitlog_offset", "CommitLog offsets", labels=[*labels, "end"])
-        phy.add_metric([*base, "min"], store.min_phy_offset)
-        phy.add_metric([*base, "max"], store.max_phy_offset)
-        yield phy
-
-        from daemon.broker.broker import disk_usage_ratio
-
-        disk = GaugeMetricFamily(
-            "rocketmq_disk_used_ratio", "Used fraction of the store's file system", labels=labels
-        )
-        disk.add_metric(base, disk_usage_ratio(b.config.store_path_root_dir))
-        yield disk
-
+        yield from _traffic_metrics(b, labels, base)
+        yield from _store_metrics(b, labels, base)
         yield from _ha_metrics(b, labels, base)
-
-        server = b.server
-        buffered = GaugeMetricFamily(
-            "rocketmq_remoting_buffered_bytes",
-            "Bytes of incomplete request frames held for clients (capped by remotingMaxBufferedBytes)",
-            labels=labels,
-        )
-        buffered.add_metric(base, server.budget.used)
-        yield buffered
-        connections = GaugeMetricFamily(
-            "rocketmq_remoting_connections", "Open client connections", labels=labels
-        )
-        connections.add_metric(base, len(server.connections))
-        yield connections
-        closed = CounterMetricFamily(
-            "rocketmq_remoting_closed_over_limit",
-            "Client connections closed for passing a remotingMax* limit",
-            labels=[*labels, "limit"],
-        )
-        closed.add_metric([*base, "buffered_bytes"], server.budget.refused)
-        closed.add_metric([*base, "connections"], server.refused_connections)
-        yield closed
+        yield from _remoting_metrics(b, labels, base)
 
 
-def _ha_metrics(b: Broker, labels: list[str], base: list[str]) -> Iterator[Any]:
+def _traffic_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
+    """Puts and gets per topic and group, and the recent rates."""
+    stats = b.stats
+    puts = CounterMetricFamily(
+        "rocketmq_broker_put_messages", "Messages stored, per topic", labels=[*labels, "topic"]
+    )
+    put_bytes = CounterMetricFamily(
+        "rocketmq_broker_put_bytes", "Bytes stored (whole records), per topic", labels=[*labels, "topic"]
+    )
+    for topic, n in stats.totals(TOPIC_PUT_NUMS).items():
+        puts.add_metric([*base, topic], n)
+    for topic, n in stats.totals(TOPIC_PUT_SIZE).items():
+        put_bytes.add_metric([*base, topic], n)
+    gets = CounterMetricFamily(
+        "rocketmq_broker_get_messages",
+        "Messages delivered to consumers",
+        labels=[*labels, "group", "topic"],
+    )
+    for key, n in stats.totals(GROUP_GET_NUMS).items():
+        topic, _, group = key.partition("@")
+        gets.add_metric([*base, group, topic], n)
+    yield puts
+    yield put_bytes
+    yield gets
+
+    tps = GaugeMetricFamily(
+        "rocketmq_broker_tps", "Messages per second over the last 10 s", labels=[*labels, "kind"]
+    )
+    tps.add_metric([*base, "put"], stats.tps(stats.put, 10))
+    tps.add_metric([*base, "get"], stats.tps(stats.get, 10))
+    yield tps
+
+
+def _store_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
+    """Queue offsets, consumer lag, the CommitLog's extent and the disk."""
+    store = b.store
+    offsets = GaugeMetricFamily(
+        "rocketmq_queue_max_offset",
+        "Next offset to be written, per queue",
+        labels=[*labels, "topic", "queue"],
+    )
+    for (topic, qid), off in store.topic_queue_table().items():
+        offsets.add_metric([*base, topic, str(qid)], off)
+    yield offsets
+
+    lag = GaugeMetricFamily(
+        "rocketmq_consumer_lag",
+        "Messages not yet consumed, per group and queue",
+        labels=[*labels, "group", "topic", "queue"],
+    )
+    for key, queues in b.offsets.snapshot().items():
+        topic, _, group = key.partition("@")
+        for qid, committed in queues.items():
+            lag.add_metric(
+                [*base, group, topic, str(qid)],
+                max(0, store.get_max_offset(topic, qid) - max(committed, 0)),
+            )
+    yield lag
+
+    phy = GaugeMetricFamily("rocketmq_commitlog_offset", "CommitLog offsets", labels=[*labels, "end"])
+    phy.add_metric([*base, "min"], store.min_phy_offset)
+    phy.add_metric([*base, "max"], store.max_phy_offset)
+    yield phy
+
+    disk = GaugeMetricFamily(
+        "rocketmq_disk_used_ratio", "Used fraction of the store's file system", labels=labels
+    )
+    disk.add_metric(base, disk_usage_ratio(b.config.store_path_root_dir))
+    yield disk
+
+
+def _remoting_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
+    """The listener's buffered bytes, connections and refusals."""
+    server = b.server
+    buffered = GaugeMetricFamily(
+        "rocketmq_remoting_buffered_bytes",
+        "Bytes of incomplete request frames held for clients (capped by remotingMaxBufferedBytes)",
+        labels=labels,
+    )
+    buffered.add_metric(base, server.budget.used)
+    yield buffered
+    connections = GaugeMetricFamily("rocketmq_remoting_connections", "Open client connections", labels=labels)
+    connections.add_metric(base, len(server.connections))
+    yield connections
+    closed = CounterMetricFamily(
+        "rocketmq_remoting_closed_over_limit",
+        "Client connections closed for passing a remotingMax* limit",
+        labels=[*labels, "limit"],
+    )
+    closed.add_metric([*base, "buffered_bytes"], server.budget.refused)
+    closed.add_metric([*base, "connections"], server.refused_connections)
+    yield closed
+
+
+def disk_usage_ratio(path: str) -> float:
+    """Used fraction of the file system holding `path` (0..1)."""
+    try:
+        usage = shutil.disk_usage(path)
+    except OSError:
+        return 0.0
+    return usage.used / usage.total if usage.total else 0.0
+
+
+def _ha_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
     """Replication: a master's slaves and their lag, SYNC_MASTER waits; a slave's connection."""
     master, slave = b.ha_master, b.ha_slave
     if master is not None and slave is None:
@@ -191,7 +208,7 @@ class _Server6(ThreadingWSGIServer):
     address_family = socket.AF_INET6
 
 
-def start_metrics_server(broker: Broker, port: int, host: str) -> tuple[int, Callable[[], None]]:
+def start_metrics_server(broker: BrokerContext, port: int, host: str) -> tuple[int, Callable[[], None]]:
     """Serve `/metrics` and `/healthz` on `host:port` (0 picks one); returns the bound port and a stop
     function."""
     registry = CollectorRegistry()

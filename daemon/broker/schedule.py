@@ -25,7 +25,7 @@ from store.message import (
 from store.names import SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
-    from daemon.broker.broker import Broker
+    from daemon.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -43,27 +43,27 @@ def delivered_copy(old: StoredMessage) -> Message:
     props = dict(old.properties)
     props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
     return Message(
-        props.get(PROPERTY_REAL_TOPIC, old.topic),
-        old.stored_body,
-        int(props.get(PROPERTY_REAL_QUEUE_ID, "0")),
-        old.flag,
-        props,
-        old.sys_flag,
-        old.born_timestamp,
-        old.born_host,
-        old.store_host,
-        old.reconsume_times,
-        old.prepared_transaction_offset,
-        False,
+        topic=props.get(PROPERTY_REAL_TOPIC, old.topic),
+        body=old.stored_body,
+        queue_id=int(props.get(PROPERTY_REAL_QUEUE_ID, "0")),
+        flag=old.flag,
+        properties=props,
+        sys_flag=old.sys_flag,
+        born_timestamp=old.born_timestamp,
+        born_host=old.born_host,
+        store_host=old.store_host,
+        reconsume_times=old.reconsume_times,
+        prepared_transaction_offset=old.prepared_transaction_offset,
+        wait_store_msg_ok=False,
         delay_time_level=0,
     )
 
 
 class ScheduleMessageService:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self.levels = len(broker.store.config.delay_levels_ms())
-        self.offsets = broker.store.configs.delay_offsets.table
+        self.offsets = broker.store.configs.delay_offsets
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
@@ -89,7 +89,7 @@ class ScheduleMessageService:
         store = self.broker.store
         moved = 0
         while True:
-            offset = self.offsets.get(level, 0)
+            offset = self.offsets.offset(level)
             result = store.get_messages(SCHEDULE_GROUP, SCHEDULE_TOPIC, level - 1, offset, BATCH)
             if result.status in (
                 GetMessageStatus.OFFSET_TOO_SMALL,
@@ -97,7 +97,7 @@ class ScheduleMessageService:
                 GetMessageStatus.OFFSET_FOUND_NULL,
                 GetMessageStatus.MESSAGE_WAS_REMOVING,
             ):
-                self.offsets[level] = result.next_begin_offset
+                self.offsets.set_offset(level, result.next_begin_offset)
                 continue
             if not result.messages:
                 return moved
@@ -114,6 +114,6 @@ class ScheduleMessageService:
                         put.status.value,
                     )
                     return moved
-                self.offsets[level] = selected.queue_offset + 1
+                self.offsets.set_offset(level, selected.queue_offset + 1)
                 moved += 1
-            self.offsets[level] = max(self.offsets.get(level, 0), result.next_begin_offset)
+            self.offsets.set_offset(level, max(self.offsets.offset(level), result.next_begin_offset))

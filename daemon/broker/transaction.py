@@ -39,7 +39,7 @@ from store.message import (
 from store.names import TRANS_CHECK_GROUP, TRANS_HALF_TOPIC, TRANS_OP_HALF_TOPIC
 
 if TYPE_CHECKING:
-    from daemon.broker.broker import Broker
+    from daemon.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ BATCH = 32
 
 
 class TransactionService:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self.resolved: set[int] = set()  # half queue offsets that have an op record
         self.check_times: dict[int, int] = {}
@@ -111,9 +111,7 @@ class TransactionService:
         op = Message(
             TRANS_OP_HALF_TOPIC,
             str(half_offset).encode(),
-            0,
-            0,
-            {PROPERTY_TAGS: OP_TAG},
+            properties={PROPERTY_TAGS: OP_TAG},
             store_host=(self.broker.config.broker_ip1, self.broker.config.listen_port),
             wait_store_msg_ok=False,
         )
@@ -194,16 +192,16 @@ def committed_copy(half: StoredMessage) -> Message:
     props.pop(PROPERTY_TRANSACTION_PREPARED, None)
     props[PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET] = str(half.queue_offset)
     return Message(
-        props.get(PROPERTY_REAL_TOPIC, half.topic),
-        half.stored_body,
-        int(props.get(PROPERTY_REAL_QUEUE_ID, "0")),
-        half.flag,
-        props,
-        (half.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_COMMIT_TYPE,
-        half.born_timestamp,
-        half.born_host,
-        half.store_host,
-        half.reconsume_times,
-        half.commit_log_offset,
-        True,
+        topic=props.get(PROPERTY_REAL_TOPIC, half.topic),
+        body=half.stored_body,
+        queue_id=int(props.get(PROPERTY_REAL_QUEUE_ID, "0")),
+        flag=half.flag,
+        properties=props,
+        sys_flag=(half.sys_flag & ~TRANSACTION_TYPE_MASK) | TRANSACTION_COMMIT_TYPE,
+        born_timestamp=half.born_timestamp,
+        born_host=half.born_host,
+        store_host=half.store_host,
+        reconsume_times=half.reconsume_times,
+        prepared_transaction_offset=half.commit_log_offset,
+        wait_store_msg_ok=True,
     )

@@ -14,7 +14,6 @@ from mqctl.admin.client import Admin
 from mqctl.errors import RetriableBrokerError
 from mqctl.services.retention import estimated_plan, report
 from store.cleanup import FakeDiskUsage
-from store.memory import InMemoryMessageStore
 from tests.conftest import RunCli
 from tests.retention.conftest import retention_cluster, wait_until
 
@@ -56,9 +55,9 @@ def test_broker_clean_plans_then_executes_through_329(cli: RunCli, tmp_path: Pat
 def test_broker_without_a_plan_still_gets_the_trigger(cli: RunCli, tmp_path: Path) -> None:
     """A broker that does not answer the plan request (as RocketMQ answers an unknown code): the plan is
     estimated from standard requests, and --execute still sends 329."""
-    with retention_cluster(
-        tmp_path, FakeDiskUsage(), store_factory=lambda cfg: InMemoryMessageStore(cfg.store_config())
-    ) as rc:
+    with retention_cluster(tmp_path, FakeDiskUsage()) as rc:
+        # what a RocketMQ broker has: no processor for the plan request (it answers "not supported")
+        del rc.cluster.broker.server.dispatcher.processors[CLEAN_PLAN]
         rc.send("TC", 3)
         res = cli("broker", "clean", "-n", rc.cluster.namesrv_addr, "--execute", "--yes", "-o", "json")
         assert res.code == 0, res.stderr

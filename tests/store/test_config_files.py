@@ -210,3 +210,22 @@ def test_offsets_that_fall_back_to_the_bak_are_logged_at_error(
     assert "consumerOffset.json is unreadable" in error
     assert "G/T/0 = 300 (was 400)" in error and "H/U/0 = 7 (unreadable)" in error
     assert "G/T/1" not in error  # the same in both: nothing falls back
+
+
+def test_offset_managers_own_their_tables() -> None:
+    """Deleting a topic's or a group's offsets, and snapshots that later commits do not change."""
+    offsets = ConsumerOffsetManager(None)
+    for group, topic, qid in (("G1", "T1", 0), ("G1", "T2", 1), ("G2", "T1", 0), ("G2", "T1", 3)):
+        offsets.commit_offset(group, topic, qid, 7)
+    snap = offsets.snapshot()
+    offsets.commit_offset("G1", "T1", 0, 8)
+    assert snap["T1@G1"] == {0: 7} and offsets.query_offset("G1", "T1", 0) == 8
+    assert offsets.groups() == {"G1", "G2"}
+    assert offsets.delete_topic("T1") == 2 and offsets.snapshot() == {"T2@G1": {1: 7}}
+    assert offsets.delete_group("G2") == 0 and offsets.delete_group("G1") == 1 and offsets.groups() == set()
+    delays = DelayOffsetManager(None)
+    assert delays.offset(3) == 0
+    delays.set_offset(3, 9)
+    copy = delays.offsets()
+    delays.set_offset(3, 10)
+    assert copy == {3: 9} and delays.offset(3) == 10

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +19,7 @@ from store import (
     StoreConfig,
     tags_code,
 )
+from store.cleanup import CleanPlan, FakeDiskUsage
 from store.memory import InMemoryMessageStore
 
 FAR = 2**62
@@ -28,7 +31,7 @@ def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Messag
     cfg = StoreConfig(store_path_root_dir=str(tmp_path), max_hash_slot_num=1000, max_index_num=4000)
     store: MessageStore
     if request.param == "file":
-        store = DefaultMessageStore(cfg, clock=clock)
+        store = DefaultMessageStore(cfg, clock=clock, disk_usage=FakeDiskUsage(0.5))
     else:
         store = InMemoryMessageStore(cfg, clock=clock)
     store.open()
@@ -86,6 +89,35 @@ def test_contract(any_store: MessageStore) -> None:
     assert any_store.max_phy_offset > results[-1].phys_offset and any_store.min_phy_offset == 0
     any_store.configs.consumer_offsets.commit_offset("g", "C", 0, 5)
     assert any_store.configs.consumer_offsets.query_offset("g", "C", 0) == 5
+
+
+def test_retention_contract(any_store: MessageStore) -> None:
+    """The retention surface has one shape in both stores: a plan that keeps the newest log and counts
+    each group's unconsumed messages in it, no expired queue while nothing left the log, topic deletion."""
+    clock: FakeClock = any_store.clock  # type: ignore[attr-defined]
+    assert any_store.cleanup_plan().rows == []  # nothing written yet: no log file
+    for i in range(6):
+        clock.advance(1000)
+        assert any_store.put_message(_m(i)).ok
+    any_store.put_message(Message(topic="D", body=b"d"))
+    any_store.configs.consumer_offsets.commit_offset("g", "C", 0, 1)
+    plan = any_store.cleanup_plan(manual=True)
+    assert isinstance(plan, CleanPlan) and plan.decision.delete and not plan.decision.forcibly
+    assert plan.ratio == any_store.disk_ratio() and not any_store.disk_full
+    assert [r.reason for r in plan.rows] == [None]  # the newest log is never deleted
+    assert plan.rows[0].unconsumed == {"g": 2} and plan.rows[0].file.from_offset == 0
+    assert plan.deletable == [] and plan.losses() == {}
+    other_hour = f"{(time.localtime(clock.now_ms() / 1000).tm_hour + 12) % 24:02d}"
+    quiet = dataclasses.replace(any_store.config, delete_when=other_hour)
+    assert any_store.cleanup_plan(manual=False, config=quiet).decision.delete is False
+    any_store.delete_expired_files_manually()
+    assert any_store.clean_expired_consume_queues() == 0 and any_store.get_max_offset("C", 0) == 3
+
+    assert any_store.delete_topics({"C"}) == 2
+    assert ("C", 0) not in any_store.topic_queue_table() and any_store.get_max_offset("C", 1) == 0
+    assert any_store.get_messages("g", "C", 0, 0, 4).status is GetMessageStatus.NO_MATCHED_LOGIC_QUEUE
+    assert any_store.get_max_offset("D", 0) == 1 and any_store.delete_topics({"C"}) == 0
+    assert any_store.put_message(_m(0)).queue_offset == 0  # a re-created topic starts again at 0
 
 
 def test_memory_and_file_store_write_identical_records(tmp_path: Path) -> None:

@@ -34,6 +34,10 @@ class SubscriptionGroupManager:
             version = DataVersion(self.file.data_version.counter, self.file.data_version.timestamp)
             return SubscriptionGroupWrapper(dict(self.table), version)
 
+    def get(self, group: str) -> SubscriptionGroupConfig | None:
+        """The group's config if it exists (never auto-created: see :meth:`find`)."""
+        return self.table.get(group)
+
     def find(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config, created with defaults when auto-creation allows it."""
         config = self.table.get(group)

@@ -140,6 +140,10 @@ class TopicConfigManager:
     def get(self, topic: str) -> TopicConfig | None:
         return self.table.get(topic)
 
+    def names(self) -> set[str]:
+        """Every topic with a config."""
+        return set(self.table)
+
     def put(self, config: TopicConfig, *, persist: bool = True) -> None:
         """Create or replace a topic; ``persist=False`` when the caller group-commits topics.json itself."""
         self.file.update(config, persist=persist)

@@ -6,9 +6,8 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Container
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
 
 from daemon.broker.bodies import (
     ConsumeStats,
@@ -20,7 +19,7 @@ from daemon.broker.bodies import (
     TopicOffset,
     TopicStatsTable,
 )
-from daemon.broker.clean import CLEAN_PLAN, PlanBody, RetentionStore
+from daemon.broker.clean import CLEAN_PLAN, PlanBody
 from daemon.broker.headers import (
     CloneGroupOffsetRequestHeader,
     ConsumeMessageDirectlyRequestHeader,
@@ -59,7 +58,7 @@ from store.names import SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC
 from store.record import decode_msg_id
 
 if TYPE_CHECKING:
-    from daemon.broker.broker import Broker
+    from daemon.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -81,7 +80,7 @@ CONFIG_BLACK_LIST = frozenset(
 CLIENT_CALL_TIMEOUT = 10.0
 
 
-def processors(broker: Broker) -> dict[int, Processor]:
+def processors(broker: BrokerContext) -> dict[int, Processor]:
     p = AdminProcessor(broker)
     R = RequestCode
     return {
@@ -114,15 +113,8 @@ def processors(broker: Broker) -> dict[int, Processor]:
     }
 
 
-@runtime_checkable
-class TopicDeletion(Protocol):
-    """Stores that can drop a deleted topic's consume queues (DefaultMessageStore)."""
-
-    def delete_topics(self, topics: Container[str]) -> int: ...
-
-
 class AdminProcessor:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self.config_version = DataVersion(0, int(time.time() * 1000))
 
@@ -159,13 +151,8 @@ class AdminProcessor:
         h = TopicHeader.from_ext_fields(request.ext_fields)
         self._check_topic(h.topic)
         self.broker.topics.delete(h.topic)
-        offsets = self.broker.offsets
-        with offsets.lock:
-            for key in [k for k in offsets.table if k.split("@", 1)[0] == h.topic]:
-                del offsets.table[key]
-        store = self.broker.store
-        if isinstance(store, TopicDeletion):
-            store.delete_topics({h.topic})
+        self.broker.offsets.delete_topic(h.topic)
+        self.broker.store.delete_topics({h.topic})
         return request.make_response()
 
     def all_topic_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -218,10 +205,7 @@ class AdminProcessor:
         h = DeleteSubscriptionGroupRequestHeader.from_ext_fields(request.ext_fields)
         self.broker.groups.delete(h.group_name)
         if h.remove_offset:
-            offsets = self.broker.offsets
-            with offsets.lock:
-                for key in [k for k in offsets.table if k.split("@", 1)[1] == h.group_name]:
-                    del offsets.table[key]
+            self.broker.offsets.delete_group(h.group_name)
         return request.make_response()
 
     # ------------------------------------------------------------------ consumption state
@@ -258,7 +242,7 @@ class AdminProcessor:
         with `isOrder=true` only of ordered topics (mqadmin brokerConsumeStats -o)."""
         order_only = request.ext_fields.get("isOrder", "false").lower() == "true"
         offsets = self.broker.offsets
-        groups = sorted({key.split("@", 1)[1] for key in list(offsets.table)})
+        groups = sorted(offsets.groups())
         entries = []
         total = 0
         for group in groups:
@@ -409,10 +393,8 @@ class AdminProcessor:
     def clean_unused_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """CLEAN_UNUSED_TOPIC (316): drop consume queues of topics that have no config any more."""
         store = self.broker.store
-        if isinstance(store, TopicDeletion):
-            keep = set(self.broker.topics.table) | {SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC}
-            unused = {topic for topic, _ in store.topic_queue_table() if topic not in keep}
-            store.delete_topics(unused)
+        keep = self.broker.topics.names() | {SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC}
+        store.delete_topics({topic for topic, _ in store.topic_queue_table() if topic not in keep})
         return request.make_response()
 
     def clone_group_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -480,24 +462,18 @@ class AdminProcessor:
 
     def clean_expired_consume_queue(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """Destroy the consume queues whose every message lies below the CommitLog minimum."""
-        store = self.broker.store
-        if isinstance(store, RetentionStore):
-            n = store.clean_expired_consume_queues()
-            log.info("clean expired consume queues requested by %s: %d destroyed", conn.peer, n)
+        n = self.broker.store.clean_expired_consume_queues()
+        log.info("clean expired consume queues requested by %s: %d destroyed", conn.peer, n)
         return request.make_response()
 
     def delete_expired_commit_log(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """The next cleanup runs delete CommitLog files older than fileReservedTime whatever the hour."""
-        store = self.broker.store
-        if isinstance(store, RetentionStore):
-            store.delete_expired_files_manually()
-            log.info("manual deletion of expired CommitLog files requested by %s", conn.peer)
+        self.broker.store.delete_expired_files_manually()
+        log.info("manual deletion of expired CommitLog files requested by %s", conn.peer)
         return request.make_response()
 
     def clean_plan(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """mqctl's dry run of 329: what the next cleanup runs would delete after a manual trigger."""
         store = self.broker.store
-        if not isinstance(store, RetentionStore):  # no files to plan: answer like a RocketMQ broker does
-            raise fail(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported")
         body = PlanBody.of(store.cleanup_plan(manual=True), disk_full=store.disk_full)
         return request.make_response(body=body.dumps())

@@ -17,10 +17,10 @@ from store import fastjson
 from store.names import retry_topic
 
 if TYPE_CHECKING:
-    from daemon.broker.broker import Broker
+    from daemon.broker.context import BrokerContext
 
 
-def processors(broker: Broker) -> dict[int, Processor]:
+def processors(broker: BrokerContext) -> dict[int, Processor]:
     p = ClientProcessor(broker)
     return {
         RequestCode.HEART_BEAT: p.heartbeat,
@@ -31,7 +31,7 @@ def processors(broker: Broker) -> dict[int, Processor]:
 
 
 class ClientProcessor:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
 
     def heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

@@ -11,10 +11,10 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 
 if TYPE_CHECKING:
-    from daemon.broker.broker import Broker
+    from daemon.broker.context import BrokerContext
 
 
-def processors(broker: Broker) -> dict[int, Processor]:
+def processors(broker: BrokerContext) -> dict[int, Processor]:
     locks = broker.locks
 
     def body(request: RemotingCommand) -> LockBatchRequestBody:

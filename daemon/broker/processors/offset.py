@@ -20,7 +20,7 @@ from daemon.remoting.connection import Connection, Processor
 from store import fastjson
 
 if TYPE_CHECKING:
-    from daemon.broker.broker import Broker
+    from daemon.broker.context import BrokerContext
 
 #: Java's `accessMessageInMemoryMaxRatio`: data within 40 % of RAM of the log's end counts as "hot".
 _HOT_RATIO = 0.4
@@ -33,7 +33,7 @@ def _memory_bytes() -> int:
         return 8 << 30
 
 
-def processors(broker: Broker) -> dict[int, Processor]:
+def processors(broker: BrokerContext) -> dict[int, Processor]:
     p = OffsetProcessor(broker)
     return {
         RequestCode.QUERY_CONSUMER_OFFSET: p.query_consumer_offset,
@@ -48,7 +48,7 @@ def processors(broker: Broker) -> dict[int, Processor]:
 
 
 class OffsetProcessor:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self._hot_bytes = int(_memory_bytes() * _HOT_RATIO)
 
@@ -102,9 +102,9 @@ class OffsetProcessor:
         return request.make_response(ext_fields=OffsetResponseHeader(offset).to_ext_fields())
 
     def all_consumer_offsets(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        table = {k: dict(v) for k, v in self.broker.offsets.table.items()}
+        table = self.broker.offsets.snapshot()
         return request.make_response(body=fastjson.dumps({"offsetTable": table}, bare_int_keys=True))
 
     def all_delay_offsets(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        table = dict(self.broker.store.configs.delay_offsets.table)
+        table = self.broker.store.configs.delay_offsets.offsets()
         return request.make_response(body=fastjson.dumps({"offsetTable": table}, bare_int_keys=True))

@@ -36,7 +36,7 @@ from store.errors import DamagedUnitError
 
 if TYPE_CHECKING:
     from daemon.broker.bodies import SubscriptionData
-    from daemon.broker.broker import Broker
+    from daemon.broker.context import BrokerContext
 
 MAX_HEALS_PER_PULL = 8  # each heal repairs one damaged stretch; past this many the read heals inline
 
@@ -52,12 +52,12 @@ _CODES: dict[GetMessageStatus, int] = {
 }
 
 
-def processors(broker: Broker) -> dict[int, Processor]:
+def processors(broker: BrokerContext) -> dict[int, Processor]:
     return {RequestCode.PULL_MESSAGE: PullProcessor(broker).pull}
 
 
 class PullProcessor:
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         #: A consumer further than this behind the CommitLog's end reads from disk: "consumes slowly".
         self.hot_bytes = int(_memory_bytes() * _HOT_RATIO)
@@ -74,7 +74,7 @@ class PullProcessor:
                     ResponseCode.SUBSCRIPTION_NOT_EXIST,
                     "the consumer's group info not exist" + FAQ,
                 )
-            group = self.broker.groups.table.get(h.consumer_group)
+            group = self.broker.groups.get(h.consumer_group)
             if (
                 info.message_model == "BROADCASTING"
                 and group is not None
@@ -238,7 +238,7 @@ class PullProcessor:
             # a slave may lag: it never moves a consumer's offset (4.9.8, offsetCheckInSlave=false)
             code, result.next_begin_offset = ResponseCode.PULL_RETRY_IMMEDIATELY, h.queue_offset
         suggest = 0
-        group = self.broker.groups.table.get(h.consumer_group) if config.slave_read_enable else None
+        group = self.broker.groups.get(h.consumer_group) if config.slave_read_enable else None
         if group is not None:
             # 4.9.8: the group's broker, or whichBrokerWhenConsumeSlowly when the pulled data is cold
             cold = bool(result.messages) and (

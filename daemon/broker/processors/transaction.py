@@ -10,10 +10,10 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 
 if TYPE_CHECKING:
-    from daemon.broker.broker import Broker
+    from daemon.broker.context import BrokerContext
 
 
-def processors(broker: Broker) -> dict[int, Processor]:
+def processors(broker: BrokerContext) -> dict[int, Processor]:
     async def end_transaction(conn: Connection, request: RemotingCommand) -> RemotingCommand:
         await broker.transactions.end(EndTransactionRequestHeader.from_ext_fields(request.ext_fields))
         return request.make_response()

@@ -1,0 +1,73 @@
+"""``BrokerContext``: what a request processor, the delay and transaction services and the metrics
+endpoint may use of the broker.
+
+They depend on this protocol, not on :class:`daemon.broker.broker.Broker`, which satisfies it
+structurally: the broker module imports them, nothing imports the broker back, and a test can hand a
+processor a narrower fake. Everything named here is a store, a manager or a figure the processors
+already share; lifecycle (start, stop, registration loops) stays the broker's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol, TypeVar
+
+from daemon.acl.plain import AclFiles
+from daemon.broker.config import BrokerConfig
+from daemon.broker.ha import HAMaster, HASlave
+from daemon.broker.headers import EndTransactionRequestHeader
+from daemon.broker.long_poll import PullRequestHoldService
+from daemon.broker.managers.consumers import ConsumerManager
+from daemon.broker.managers.groups import SubscriptionGroupManager
+from daemon.broker.managers.locks import RebalanceLockManager
+from daemon.broker.managers.producers import ProducerManager
+from daemon.broker.managers.topics import TopicConfigManager
+from daemon.broker.stats import BrokerStats
+from daemon.coalesce import Coalesced
+from daemon.remoting.server import RemotingServer
+from store.api import MessageStore, PutResult
+from store.config_files import ConsumerOffsetManager
+from store.message import Message, StoredMessage
+
+_T = TypeVar("_T")
+
+
+class Transactions(Protocol):
+    """END_TRANSACTION's way into the transaction service (which itself depends on the context)."""
+
+    async def end(self, h: EndTransactionRequestHeader) -> None: ...
+
+
+class BrokerContext(Protocol):
+    config: BrokerConfig
+    store: MessageStore
+    topics: TopicConfigManager
+    groups: SubscriptionGroupManager
+    offsets: ConsumerOffsetManager
+    consumers: ConsumerManager
+    producers: ProducerManager
+    locks: RebalanceLockManager
+    stats: BrokerStats
+    hold: PullRequestHoldService
+    server: RemotingServer
+    #: Replication: the HA listener, and on a slave the client of its master.
+    ha_master: HAMaster | None
+    ha_slave: HASlave | None
+    #: The ACL files when ``aclEnable`` is on; None: no ACL.
+    acl_files: AclFiles | None
+    #: "starting", "serving" or "stopping" (``/healthz``).
+    state: str
+    #: topics.json written once for a burst of creations; their registration with the NameServers.
+    persist_topics: Coalesced
+    register_topics: Coalesced
+
+    @property
+    def addr(self) -> str: ...
+    @property
+    def transactions(self) -> Transactions: ...
+    def schedule_register(self, topic: str | None = None) -> None: ...
+    def runtime_info(self) -> dict[str, str]: ...
+    def indexed_message(self, offset: int) -> StoredMessage | None: ...
+    def must_offload(self, wait: bool) -> bool: ...
+    async def offload(self, put: Callable[[_T], PutResult], arg: _T) -> PutResult: ...
+    async def put(self, msg: Message) -> PutResult: ...
