@@ -109,11 +109,11 @@ def terminate(running: Running, port: int, *, main_class: str, name: str, what: 
     """SIGTERM the daemon ``running`` found (by pid file, store lock or ``port``) and wait for its exit;
     refuses a process found only by the port unless its command line names the daemon (``main_class``,
     Java's, or ``name``, ours)."""
-    from daemon.lifecycle import LifecycleError, terminate_pid
-    from mqctl.errors import ConflictError, MqctlError
+    from daemon.lifecycle import terminate_pid
+    from mqctl.errors import ConflictError, DaemonError
 
     if running.pid is None:
-        raise MqctlError(
+        raise DaemonError(
             f"port {port} is open but its process cannot be identified",
             hint="stop it as the user that started it",
         )
@@ -122,7 +122,4 @@ def terminate(running: Running, port: int, *, main_class: str, name: str, what: 
             f"port {port} is held by pid {running.pid} ({running.process}), which does not look "
             f"like a {what}: not stopping it"
         )
-    try:
-        terminate_pid(running.pid, timeout)
-    except LifecycleError as exc:
-        raise MqctlError(str(exc), hint="send SIGTERM again to force it") from None
+    terminate_pid(running.pid, timeout)  # a LifecycleError is translated at the boundary (mqctl.errors)
