@@ -168,37 +168,17 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, output: OutputOpt =
     port) and which process it is; its address, version, TPS and offsets when it answers (exit 3 when
     stopped)."""
     from mqctl.output import render
+    from mqctl.services.processes import probe
 
     cfg = load(config, {"store_path_root_dir": str(store) if store else None})
     running = _running(cfg)
     result: dict[str, Any] = {"state": "stopped", "store": cfg.store_path_root_dir}
     if running is not None:
         result.update(state="running", **running.fields(), address=cfg.broker_addr)
-        result.update(_probe(f"{local_host(cfg.listen_host)}:{cfg.listen_port}"))
+        result.update(probe(f"{local_host(cfg.listen_host)}:{cfg.listen_port}", "broker"))
     render(result, output)
     if running is None:
         raise typer.Exit(3)
-
-
-def _probe(addr: str) -> dict[str, Any]:
-    """A few GET_BROKER_RUNTIME_INFO figures; `reachable: false` when the broker does not answer."""
-    from daemon.remoting.errors import RemotingError
-    from mqctl.admin.client import run_admin
-
-    try:
-        table = run_admin([], lambda admin: admin.broker_runtime_info(addr), timeout=3.0)
-    except RemotingError:
-        return {"reachable": False}
-    return {
-        "reachable": True,
-        "version": table.get("brokerVersionDesc"),
-        "put_tps": table.get("putTps", "").split(" ")[0],
-        "get_tps": table.get("getTransferedTps", "").split(" ")[0],
-        "put_latency_99_ms": table.get("putLatency99"),
-        "commit_log_max_offset": int(table.get("commitLogMaxOffset", "0")),
-        "disk_ratio": float(table.get("commitLogDiskRatio", "0")),
-        "uptime": table.get("runtime"),
-    }
 
 
 ha_app = typer.Typer(help="Master/slave replication.", no_args_is_help=True)

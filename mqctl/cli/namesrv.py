@@ -142,6 +142,7 @@ def status(
     """Whether the NameServer of a data dir (or its listen port) runs, whoever started it, which
     process it is, and what it knows (exit 3 when stopped)."""
     from mqctl.output import render
+    from mqctl.services.processes import probe
 
     config = _load(config_file, data)
     running = _running(config)
@@ -154,30 +155,10 @@ def status(
             addr = _local_addr(config)
         result.update(state="running", **running.fields(), address=addr)
         if addr is not None:
-            result.update(_probe(addr))
+            result.update(probe(addr, "namesrv"))
     render(result, output)
     if running is None:
         raise typer.Exit(3)
-
-
-def _probe(addr: str) -> dict[str, Any]:
-    """Ask the running NameServer for its cluster and topic tables; `reachable: false` when whatever
-    holds its port does not answer (the process is still reported)."""
-    from daemon.remoting.errors import RemotingError
-    from mqctl.admin.client import Admin, run_admin
-
-    async def ask(admin: Admin) -> dict[str, Any]:
-        info = await admin.cluster_info()
-        return {
-            "clusters": len(info.cluster_addr_table),
-            "brokers": sum(len(b.broker_addrs) for b in info.broker_addr_table.values()),
-            "topics": len(await admin.topic_list()),
-        }
-
-    try:
-        return run_admin([addr], ask, timeout=3.0)
-    except RemotingError:
-        return {"reachable": False}
 
 
 kv = typer.Typer(help="The NameServers' KV config (e.g. ORDER_TOPIC_CONFIG), written to every NameServer.",
