@@ -8,11 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from mqctl.cli.common import (
-    ContextOpt,
-    NamesrvOpt,
     OutputOpt,
-    WatchOpt,
     YesOpt,
+    cluster_options,
     confirm,
     online,
     parse_listen,
@@ -170,50 +168,47 @@ KeyArg = Annotated[str, typer.Argument(help="Key.")]
 
 
 @kv.command("get")
+@cluster_options()
 def kv_get(
-    namespace: NamespaceOpt, key: KeyArg, namesrv: NamesrvOpt = None, context: ContextOpt = None, output: OutputOpt = "table"
+    namespace: NamespaceOpt, key: KeyArg
 ) -> None:
     """One value (exit 3 when the key is absent)."""
     from mqctl.services.kv import get
 
-    online(lambda admin: get(admin, namespace, key), namesrv=namesrv, context=context, output=output)
+    online(lambda admin: get(admin, namespace, key))
 
 
 @kv.command("list")
+@cluster_options(watch=True)
 def kv_list(
-    namespace: NamespaceOpt, namesrv: NamesrvOpt = None, context: ContextOpt = None, output: OutputOpt = "table",
-    watch: WatchOpt = None,
+    namespace: NamespaceOpt,
 ) -> None:
     """Every key and value of a namespace."""
     from mqctl.services.kv import list_namespace
 
-    online(lambda admin: list_namespace(admin, namespace), namesrv=namesrv, context=context, output=output, watch=watch)
+    online(lambda admin: list_namespace(admin, namespace))
 
 
 @kv.command("set")
+@cluster_options()
 def kv_set(
     namespace: NamespaceOpt,
     key: KeyArg,
     value: Annotated[str, typer.Argument(help="Value.")],
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Set a value on every NameServer (they never share state)."""
     from mqctl.services.kv import put
 
-    online(lambda admin: put(admin, namespace, key, value), namesrv=namesrv, context=context, output=output)
+    online(lambda admin: put(admin, namespace, key, value))
 
 
 @kv.command("delete")
+@cluster_options()
 def kv_delete(
     namespace: NamespaceOpt,
     key: KeyArg,
     if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed when it is already gone.")] = False,
     yes: YesOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Delete a key from every NameServer (asks first)."""
     from mqctl.services.kv import delete
@@ -221,7 +216,4 @@ def kv_delete(
     confirm(f"Delete {namespace}/{key} from every NameServer?", yes=yes)
     online(
         lambda admin: delete(admin, namespace, key, if_exists=if_exists),
-        namesrv=namesrv,
-        context=context,
-        output=output,
     )
