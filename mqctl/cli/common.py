@@ -7,6 +7,7 @@ import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
@@ -151,13 +152,14 @@ _SHARED: dict[str, tuple[Any, Any]] = {
     "timeout": (TimeoutOpt, None),
     "watch": (WatchOpt, None),
 }
-_flags = [ClusterFlags()]
+# Set for the length of one command, so an in-process run never sees another's flags.
+_flags: ContextVar[ClusterFlags | None] = ContextVar("mqctl_cluster_flags", default=None)
 F = TypeVar("F", bound=Callable[..., Any])
 
 
 def flags() -> ClusterFlags:
     """The shared options of the command running now."""
-    return _flags[0]
+    return _flags.get() or ClusterFlags()
 
 
 def cluster_options(*, output: bool = True, watch: bool = False) -> Callable[[F], F]:
@@ -168,15 +170,18 @@ def cluster_options(*, output: bool = True, watch: bool = False) -> Callable[[F]
 
     def decorate(func: F) -> F:
         signature = inspect.signature(func, eval_str=True)
+        keyword = inspect.Parameter.KEYWORD_ONLY
         shared = [
-            inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, annotation=_SHARED[name][0], default=_SHARED[name][1])
-            for name in names
+            inspect.Parameter(name, keyword, annotation=_SHARED[name][0], default=_SHARED[name][1]) for name in names
         ]
 
         @functools.wraps(func)
         def command(**kwargs: Any) -> Any:
-            _flags[0] = ClusterFlags(**{name: kwargs.pop(name) for name in names})
-            return func(**kwargs)
+            token = _flags.set(ClusterFlags(**{name: kwargs.pop(name) for name in names}))
+            try:
+                return func(**kwargs)
+            finally:
+                _flags.reset(token)
 
         params = [*signature.parameters.values(), *shared]
         command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
