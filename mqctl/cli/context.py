@@ -11,6 +11,8 @@ from mqctl.cli.common import OutputOpt
 
 app = typer.Typer(help="Save and switch between NameServer contexts.", no_args_is_help=True)
 
+# A context's own NameServers (required by add, optional for set): not the shared online --namesrv.
+_NAMESRV = typer.Option("--namesrv", "-n", help="NameServer list HOST:PORT[;HOST:PORT].")
 SparkRemoteOpt = Annotated[
     str | None,
     typer.Option("--spark-remote", help="Spark Connect server (sc://HOST:PORT) for spark-export on this cluster."),
@@ -26,7 +28,7 @@ ContextTimeoutOpt = Annotated[
 @app.command("add")
 def add(
     name: Annotated[str, typer.Argument(help="Context name.")],
-    namesrv: Annotated[str, typer.Option("--namesrv", "-n", help="NameServer list HOST:PORT[;HOST:PORT].")],
+    namesrv: Annotated[str, _NAMESRV],
     use: Annotated[bool, typer.Option("--use", help="Make it the current context.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing context of that name.")] = False,
     access_key: Annotated[str | None, typer.Option("--access-key", help="ACL access key to sign with.")] = None,
@@ -85,9 +87,7 @@ def add(
 @app.command("set")
 def set_(
     name: Annotated[str, typer.Argument(help="Context name.")],
-    namesrv: Annotated[
-        str | None, typer.Option("--namesrv", "-n", help="NameServer list HOST:PORT[;HOST:PORT].")
-    ] = None,
+    namesrv: Annotated[str | None, _NAMESRV] = None,
     spark_remote: SparkRemoteOpt = None,
     timeout: ContextTimeoutOpt = None,
     output: OutputOpt = "table",
