@@ -90,21 +90,25 @@ class ContextFile:
         path = cls.path()
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
+            contexts = {
+                name: Context(
+                    name,
+                    str(c["namesrv"]),
+                    c.get("accessKey"),
+                    c.get("secretKeyFile"),
+                    c.get("sparkRemote"),
+                    None if c.get("timeout") is None else float(c["timeout"]),
+                )
+                for name, c in raw.get("contexts", {}).items()
+            }
         except FileNotFoundError:
             return cls(current=None, contexts={})
+        except PermissionError:
+            raise  # a local permission problem, reported as such at the boundary (mqctl.errors.translate)
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read {path}: {exc}") from None
-        contexts = {
-            name: Context(
-                name,
-                str(c["namesrv"]),
-                c.get("accessKey"),
-                c.get("secretKeyFile"),
-                c.get("sparkRemote"),
-                None if c.get("timeout") is None else float(c["timeout"]),
-            )
-            for name, c in raw.get("contexts", {}).items()
-        }
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise UsageError(f"{path} is not a contexts file: {type(exc).__name__} {exc}") from None
         return cls(current=raw.get("current"), contexts=contexts)
 
     def save(self) -> None:

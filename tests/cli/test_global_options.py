@@ -123,3 +123,16 @@ def test_context_set_changes_only_what_it_is_given(run: Run) -> None:
     assert json.loads(out)["timeout"] == 12.5 and json.loads(out)["timeout_source"] == "context dev"
     code, _, err = run("context", "set", "nope", "--timeout", "1")
     assert code == 3 and "nope" in err
+
+
+def test_a_bad_timeout_in_the_contexts_file_is_a_usage_error(run: Run, tmp_path: Path) -> None:
+    contexts = tmp_path / "config" / "contexts.json"
+    contexts.parent.mkdir()
+    contexts.write_text(
+        json.dumps({"current": "x", "contexts": {"x": {"namesrv": "127.0.0.1:1", "timeout": "soon"}}})
+    )
+    code, _, err = run("context", "ls")
+    assert code == 2 and str(contexts) in err and "soon" in err and len(err.splitlines()) == 1
+    contexts.write_text(json.dumps({"contexts": {"x": {"timeout": 1}}}))
+    code, _, err = run("context", "ls")
+    assert code == 2 and "not a contexts file" in err and "namesrv" in err
