@@ -169,6 +169,16 @@ def from_response_code(code: int, remark: str | None, *, action: str) -> MqctlEr
     return cls(message)
 
 
+def reported(text: str) -> MqctlError:
+    """The error a daemon started in the background reported to the original process as ``Class: message``
+    (the class a :func:`translate` in the daemon chose), so that both exit with the same code."""
+    name, _, message = text.partition(": ")
+    cls = globals().get(name)
+    if isinstance(cls, type) and issubclass(cls, MqctlError) and not issubclass(cls, BrokerError):
+        return cls(message)
+    return DaemonError(text)  # a BrokerError needs its response code: the daemon failed to start either way
+
+
 def translate(exc: BaseException) -> MqctlError:
     """Map any exception escaping a command to the ``MqctlError`` the user sees."""
     if isinstance(exc, MqctlError):

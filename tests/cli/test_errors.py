@@ -160,3 +160,10 @@ def test_a_daemon_already_running_on_the_data_dir_is_a_conflict(
     )
     assert code == ConflictError.exit_code, err
     assert f"already running as pid {os.getppid()}" in err
+
+
+def test_an_error_a_background_daemon_reported_keeps_its_class() -> None:
+    busy = errors.reported("ConflictError: port 9876 is already in use")
+    assert type(busy) is ConflictError and str(busy) == "port 9876 is already in use"
+    assert type(errors.reported("BrokerError: code lost")) is errors.DaemonError
+    assert type(errors.reported("ValueError: boom")) is errors.DaemonError
