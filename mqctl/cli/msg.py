@@ -228,7 +228,8 @@ def tail(
     from mqctl.services.messages import tail as tail_messages
 
     target = cluster_target()
-    writer = RowStream(flags().output, columns=TAIL_COLUMNS if flags().output == "table" else None)
+    output = flags().output
+    writer = RowStream(output, columns=TAIL_COLUMNS if output == "table" else None)
     console = stderr_console()
 
     def started(queues: int) -> None:

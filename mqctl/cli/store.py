@@ -385,7 +385,8 @@ def salvage(
         return
     if not resend:
         rows = qs.plan(manifests)
-        render(rows, flags().output, title="salvage plan" if flags().output == "table" else None)
+        output = flags().output
+        render(rows, output, title="salvage plan" if output == "table" else None)
         intact = sum(r.intact for r in rows)
         damaged = sum(r.damaged for r in rows)
         err.print(
