@@ -1,7 +1,8 @@
 """CLI settings and contexts, resolved once per invocation.
 
 Precedence, lowest first: the current context (user config dir) -> ``NAMESRV_ADDR``
-(RocketMQ's own variable) -> ``MQCTL_*`` variables -> flags.
+(RocketMQ's own variable) -> ``MQCTL_*`` variables -> flags. A context's settings (its timeout, its
+credentials) apply when it chose the NameServers.
 """
 
 from __future__ import annotations
@@ -57,15 +58,19 @@ class Context:
     secret_key_file: str | None = None
     #: The Spark Connect server (sc://HOST:PORT) `mqctl spark-export` runs on for this cluster.
     spark_remote: str | None = None
+    #: Seconds to wait for each answer from this cluster (``--timeout`` and ``$MQCTL_TIMEOUT`` beat it).
+    timeout: float | None = None
 
-    def as_json(self) -> dict[str, str]:
-        body = {"namesrv": self.namesrv}
+    def as_json(self) -> dict[str, str | float]:
+        body: dict[str, str | float] = {"namesrv": self.namesrv}
         if self.access_key:
             body["accessKey"] = self.access_key
         if self.secret_key_file:
             body["secretKeyFile"] = self.secret_key_file
         if self.spark_remote:
             body["sparkRemote"] = self.spark_remote
+        if self.timeout is not None:
+            body["timeout"] = self.timeout
         return body
 
 
@@ -85,14 +90,25 @@ class ContextFile:
         path = cls.path()
         try:
             raw = json.loads(path.read_text(encoding="utf-8"))
+            contexts = {
+                name: Context(
+                    name,
+                    str(c["namesrv"]),
+                    c.get("accessKey"),
+                    c.get("secretKeyFile"),
+                    c.get("sparkRemote"),
+                    None if c.get("timeout") is None else float(c["timeout"]),
+                )
+                for name, c in raw.get("contexts", {}).items()
+            }
         except FileNotFoundError:
             return cls(current=None, contexts={})
+        except PermissionError:
+            raise  # a local permission problem, reported as such at the boundary (mqctl.errors.translate)
         except (OSError, ValueError) as exc:
             raise UsageError(f"cannot read {path}: {exc}") from None
-        contexts = {
-            name: Context(name, str(c["namesrv"]), c.get("accessKey"), c.get("secretKeyFile"), c.get("sparkRemote"))
-            for name, c in raw.get("contexts", {}).items()
-        }
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise UsageError(f"{path} is not a contexts file: {type(exc).__name__} {exc}") from None
         return cls(current=raw.get("current"), contexts=contexts)
 
     def save(self) -> None:
@@ -112,16 +128,30 @@ class ContextFile:
         access_key: str | None = None,
         secret_key_file: str | None = None,
         spark_remote: str | None = None,
+        timeout: float | None = None,
     ) -> Context:
         parse_namesrv(namesrv)
         if spark_remote is not None and not spark_remote.startswith("sc://"):
             raise UsageError(f"--spark-remote {spark_remote!r}: expected sc://HOST:PORT")
         if name in self.contexts and not overwrite:
             raise ConflictError(f"context {name!r} already exists", hint="use --force to replace it")
-        self.contexts[name] = Context(name, namesrv, access_key, secret_key_file, spark_remote)
+        self.contexts[name] = Context(name, namesrv, access_key, secret_key_file, spark_remote, timeout)
         if self.current is None:
             self.current = name
         return self.contexts[name]
+
+    def set(self, name: str, *, namesrv: str | None, timeout: float | None, spark_remote: str | None) -> Context:
+        """Change some settings of a saved context; the others (credentials too) stay."""
+        old = self.get(name)
+        return self.add(
+            name,
+            namesrv or old.namesrv,
+            overwrite=True,
+            access_key=old.access_key,
+            secret_key_file=old.secret_key_file,
+            spark_remote=spark_remote or old.spark_remote,
+            timeout=old.timeout if timeout is None else timeout,
+        )
 
     def current_context(self) -> Context | None:
         return self.contexts.get(self.current) if self.current else None
@@ -153,9 +183,42 @@ class Target:
 
     namesrv: list[str]
     source: str
+    #: The timeout of the context that chose the NameServers, if it has one.
+    timeout: float | None = None
 
     def as_dict(self) -> dict[str, object]:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Timeout:
+    """Seconds to wait for each answer, and where that figure came from."""
+
+    seconds: float
+    source: str
+
+
+def resolve_timeout(default: float, *, flag: float | None, target: Target | None) -> Timeout:
+    """``--timeout``, then ``$MQCTL_TIMEOUT``, then the context that chose the NameServers, then the
+    command's ``default``."""
+    if flag is not None:
+        return Timeout(flag, "--timeout")
+    env = os.environ.get("MQCTL_TIMEOUT")
+    if env:
+        return Timeout(_seconds(env, "$MQCTL_TIMEOUT"), "$MQCTL_TIMEOUT")
+    if target is not None and target.timeout is not None:
+        return Timeout(target.timeout, target.source)
+    return Timeout(default, "default")
+
+
+def _seconds(text: str, where: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0.1:  # also refuses nan
+        raise UsageError(f"{where} {text!r}: expected seconds, at least 0.1")
+    return value
 
 
 def resolve_target(*, namesrv_flag: str | None, context_flag: str | None) -> Target:
@@ -165,6 +228,19 @@ def resolve_target(*, namesrv_flag: str | None, context_flag: str | None) -> Tar
     target = _resolve(namesrv_flag, context_flag)
     note(f"NameServer {';'.join(target.namesrv)} (from {target.source})")
     return target
+
+
+def effective_settings(default_timeout: float = 5.0) -> dict[str, object]:
+    """Where an online command without flags connects and how long it waits, and why
+    (``mqctl context current``, ``mqctl --print-config``)."""
+    target = resolve_target(namesrv_flag=None, context_flag=None)
+    timeout = resolve_timeout(default_timeout, flag=None, target=target)
+    return {
+        "namesrv": ";".join(target.namesrv),
+        "source": target.source,
+        "timeout": timeout.seconds,
+        "timeout_source": timeout.source,
+    }
 
 
 def _resolve(namesrv_flag: str | None, context_flag: str | None) -> Target:
@@ -199,4 +275,4 @@ def _from_context(context: Context) -> Target:
     from mqctl import auth
 
     auth.use_context(context.name, context.access_key, context.secret_key_file)
-    return Target(parse_namesrv(context.namesrv), f"context {context.name}")
+    return Target(parse_namesrv(context.namesrv), f"context {context.name}", context.timeout)

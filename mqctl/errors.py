@@ -11,6 +11,8 @@ from __future__ import annotations
 import errno
 from typing import ClassVar
 
+from daemon.remoting.codes import ResponseCode
+
 
 class MqctlError(Exception):
     """Base of every error mqctl reports to a user."""
@@ -98,6 +100,19 @@ class StoreError(MqctlError):
     exit_code = 10
 
 
+class LocalPermissionError(MqctlError):
+    """This user may not read or write a local file or directory (a store, a pid file, the config dir):
+    nothing was asked of a server, so it is not an :class:`AuthError`."""
+
+    exit_code = 11
+
+
+class DaemonError(MqctlError):
+    """A local daemon could not be started, found or stopped (e.g. still alive after SIGTERM)."""
+
+    exit_code = 12
+
+
 class Interrupted(MqctlError):
     """The user pressed Ctrl-C."""
 
@@ -110,31 +125,33 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
     (1, "MqctlError", "unexpected failure (a bug: run again with --debug and report it)"),
     (UsageError.exit_code, "UsageError", "bad flag, argument or configuration"),
     (NotFoundError.exit_code, "NotFoundError", "topic, group, message, file or context not found"),
-    (ConflictError.exit_code, "ConflictError", "already exists, store locked by a running broker, group has live consumers, or port in use"),
+    (ConflictError.exit_code, "ConflictError", "already exists, store locked by a running broker, daemon already running, group has live consumers, or port in use"),
     (ConnectError.exit_code, "ConnectError", "NameServer or broker unreachable"),
     (RequestTimeoutError.exit_code, "RequestTimeoutError", "no answer in time"),
     (ProtocolError.exit_code, "ProtocolError", "peer does not speak the RocketMQ remoting protocol"),
     (BrokerError.exit_code, "BrokerError", "the server answered a RocketMQ error response code"),
     (AuthError.exit_code, "AuthError", "permission denied by the server"),
     (StoreError.exit_code, "StoreError", "store directory unreadable or corrupt, or it needs recovery first"),
+    (LocalPermissionError.exit_code, "LocalPermissionError", "permission denied on a local file or directory"),
+    (DaemonError.exit_code, "DaemonError", "a local daemon could not be started or stopped"),
     (Interrupted.exit_code, "Interrupted", "interrupted by Ctrl-C"),
 )
 
 # RocketMQ response codes (wire-protocol.md §2.2) that mean something more specific than BrokerError.
-_RESPONSE_CODE_CLASSES: dict[int, type[BrokerError] | type[MqctlError]] = {
-    2: RetriableBrokerError,  # SYSTEM_BUSY
-    10: RetriableBrokerError,  # FLUSH_DISK_TIMEOUT
-    11: RetriableBrokerError,  # SLAVE_NOT_AVAILABLE
-    12: RetriableBrokerError,  # FLUSH_SLAVE_TIMEOUT
-    14: RetriableBrokerError,  # SERVICE_NOT_AVAILABLE
-    215: RetriableBrokerError,  # FLOW_CONTROL
-    16: AuthError,  # NO_PERMISSION
-    17: NotFoundError,  # TOPIC_NOT_EXIST
-    22: NotFoundError,  # QUERY_NOT_FOUND
-    24: NotFoundError,  # SUBSCRIPTION_NOT_EXIST
-    26: NotFoundError,  # SUBSCRIPTION_GROUP_NOT_EXIST
-    206: NotFoundError,  # CONSUMER_NOT_ONLINE
-    18: ConflictError,  # TOPIC_EXIST_ALREADY
+RESPONSE_CODE_CLASSES: dict[ResponseCode, type[MqctlError]] = {
+    ResponseCode.SYSTEM_BUSY: RetriableBrokerError,
+    ResponseCode.FLUSH_DISK_TIMEOUT: RetriableBrokerError,
+    ResponseCode.SLAVE_NOT_AVAILABLE: RetriableBrokerError,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: RetriableBrokerError,
+    ResponseCode.SERVICE_NOT_AVAILABLE: RetriableBrokerError,
+    ResponseCode.FLOW_CONTROL: RetriableBrokerError,
+    ResponseCode.NO_PERMISSION: AuthError,
+    ResponseCode.TOPIC_NOT_EXIST: NotFoundError,
+    ResponseCode.QUERY_NOT_FOUND: NotFoundError,
+    ResponseCode.SUBSCRIPTION_NOT_EXIST: NotFoundError,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: NotFoundError,
+    ResponseCode.CONSUMER_NOT_ONLINE: NotFoundError,
+    ResponseCode.TOPIC_EXIST_ALREADY: ConflictError,
 }
 
 
@@ -143,10 +160,23 @@ def from_response_code(code: int, remark: str | None, *, action: str) -> MqctlEr
     # Java remarks may carry a second line with a FAQ link: keep the error to one line.
     first_line = (remark or "").strip().splitlines()[0] if (remark or "").strip() else "no remark"
     message = f"{action}: {first_line} (response code {code})"
-    cls = _RESPONSE_CODE_CLASSES.get(code, BrokerError)
+    try:
+        cls = RESPONSE_CODE_CLASSES.get(ResponseCode(code), BrokerError)
+    except ValueError:  # a code RocketMQ 4.9.8 does not define (a newer or foreign server)
+        cls = BrokerError
     if issubclass(cls, BrokerError):
         return cls(message, code=code, remark=remark)
     return cls(message)
+
+
+def reported(text: str) -> MqctlError:
+    """The error a daemon started in the background reported to the original process as ``Class: message``
+    (the class a :func:`translate` in the daemon chose), so that both exit with the same code."""
+    name, _, message = text.partition(": ")
+    cls = globals().get(name)
+    if isinstance(cls, type) and issubclass(cls, MqctlError) and not issubclass(cls, BrokerError):
+        return cls(message)
+    return DaemonError(text)  # a BrokerError needs its response code: the daemon failed to start either way
 
 
 def translate(exc: BaseException) -> MqctlError:
@@ -156,11 +186,16 @@ def translate(exc: BaseException) -> MqctlError:
     if isinstance(exc, KeyboardInterrupt):
         return Interrupted("interrupted")
     from daemon.config import ConfigError
+    from daemon.lifecycle import AlreadyRunningError, LifecycleError
     from daemon.remoting import errors as remoting
     from store import errors as store
 
     if isinstance(exc, ConfigError):
         return UsageError(str(exc))
+    if isinstance(exc, AlreadyRunningError):
+        return ConflictError(str(exc), hint="stop it first, or give this one another data dir")
+    if isinstance(exc, LifecycleError):
+        return DaemonError(str(exc))
     if isinstance(exc, remoting.RemotingCommandError):
         return from_response_code(exc.code, exc.remark, action="request failed")
     if isinstance(exc, remoting.RemotingConnectError):
@@ -175,8 +210,11 @@ def translate(exc: BaseException) -> MqctlError:
         return StoreError(str(exc))
     if isinstance(exc, FileNotFoundError):
         return NotFoundError(f"{exc.strerror}: {exc.filename}")
-    if isinstance(exc, PermissionError):
-        return AuthError(f"{exc.strerror}: {exc.filename}")
+    if isinstance(exc, PermissionError):  # the local file system said no; a server's refusal is NO_PERMISSION
+        where = f": {exc.filename}" if exc.filename else ""
+        return LocalPermissionError(
+            f"{exc.strerror or exc}{where}", hint="run as the user that owns it, or fix its permissions"
+        )
     if isinstance(exc, ConnectionRefusedError):
         return ConnectError(str(exc))
     if isinstance(exc, TimeoutError):

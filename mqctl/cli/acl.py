@@ -10,10 +10,8 @@ import typer
 from mqctl.cli.common import (
     BrokerAddrOpt,
     ClusterOpt,
-    ContextOpt,
-    NamesrvOpt,
-    OutputOpt,
     YesOpt,
+    cluster_options,
     confirm,
     online,
 )
@@ -48,26 +46,22 @@ WhiteOpt = Annotated[
 
 
 @app.command("ls")
+@cluster_options()
 def ls(
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
     show_secret: ShowSecretOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """List the accounts of each broker (GET_BROKER_CLUSTER_ACL_CONFIG)."""
     from mqctl.services.acl import list_accounts
 
     online(
         lambda admin: list_accounts(admin, cluster=cluster, broker=broker, show_secret=show_secret),
-        namesrv=namesrv,
-        context=context,
-        output=output,
     )
 
 
 @app.command("show")
+@cluster_options()
 def show(
     access_key: Annotated[
         str | None, typer.Argument(help="Account to show (default: each broker's ACL summary).")
@@ -75,25 +69,19 @@ def show(
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
     show_secret: ShowSecretOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Show one account, or each broker's ACL version and global whitelist."""
     from mqctl.services.acl import show as show_
 
     online(
         lambda admin: show_(admin, access_key, cluster=cluster, broker=broker, show_secret=show_secret),
-        namesrv=namesrv,
-        context=context,
-        output=output,
     )
 
 
-def _upsert(mode: str, spec: Any, cluster: str | None, broker: str | None, **where: Any) -> None:
+def _upsert(mode: str, spec: Any, cluster: str | None, broker: str | None) -> None:
     from mqctl.services.acl import upsert
 
-    online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode=mode), **where)
+    online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode=mode))
 
 
 def _spec(secret_file: Path | None, **fields: Any) -> Any:
@@ -113,6 +101,7 @@ def _account_command(mode: str, doc: str) -> None:
     """Register ``acl create`` or ``acl update``: the same options, one meaning each; only the request's
     handling of an existing account differs (see :func:`_upsert`)."""
 
+    @cluster_options()
     def command(
         access_key: AccessKeyOpt,
         secret_key: SecretOpt = None,
@@ -125,16 +114,13 @@ def _account_command(mode: str, doc: str) -> None:
         white_address: WhiteOpt = None,
         cluster: ClusterOpt = None,
         broker: BrokerAddrOpt = None,
-        namesrv: NamesrvOpt = None,
-        context: ContextOpt = None,
-        output: OutputOpt = "table",
     ) -> None:
         spec = _spec(
             secret_key_file, access_key=access_key, secret_key=secret_key, admin=admin, white_address=white_address,
             default_topic_perm=default_topic_perm, default_group_perm=default_group_perm,
             topic_perms=topic_perm, group_perms=group_perm,
         )  # fmt: skip
-        _upsert(mode, spec, cluster, broker, namesrv=namesrv, context=context, output=output)
+        _upsert(mode, spec, cluster, broker)
 
     command.__doc__ = doc
     app.command(mode)(command)
@@ -147,14 +133,12 @@ _account_command("update", "Change an account; what is not given stays (a perm l
 
 
 @app.command("delete")
+@cluster_options()
 def delete(
     access_key: AccessKeyOpt,
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
     yes: YesOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Delete an account from each broker (DELETE_ACL_CONFIG); asks first unless --yes."""
     from mqctl.services.acl import delete as delete_
@@ -162,9 +146,6 @@ def delete(
     confirm(f"delete ACL account {access_key}?", yes=yes)
     online(
         lambda admin: delete_(admin, access_key, cluster=cluster, broker=broker),
-        namesrv=namesrv,
-        context=context,
-        output=output,
     )
 
 
@@ -175,6 +156,7 @@ app.add_typer(whitelist_app, name="whitelist")
 
 
 @whitelist_app.command("set")
+@cluster_options()
 def whitelist_set(
     addresses: Annotated[
         list[str] | None,
@@ -183,9 +165,6 @@ def whitelist_set(
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
     yes: YesOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Replace globalWhiteRemoteAddresses on each broker (UPDATE_GLOBAL_WHITE_ADDRS_CONFIG)."""
     from mqctl.services.acl import set_whitelist
@@ -194,7 +173,4 @@ def whitelist_set(
         confirm("'*' trusts every address: ACL is then off in effect. Continue?", yes=yes)
     online(
         lambda admin: set_whitelist(admin, addresses or [], cluster=cluster, broker=broker),
-        namesrv=namesrv,
-        context=context,
-        output=output,
     )

@@ -42,9 +42,31 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
+def _print_config(value: bool) -> None:
+    if value:
+        from mqctl.config import ContextFile, effective_settings
+        from mqctl.errors import UsageError
+        from mqctl.output import FORMATS, render
+
+        fmt = os.environ.get("MQCTL_OUTPUT") or "table"
+        if fmt not in FORMATS:
+            raise UsageError(f"$MQCTL_OUTPUT {fmt!r}: choose one of {', '.join(FORMATS)}")
+        render({**effective_settings(), "contexts_file": str(ContextFile.path())}, fmt)
+        raise typer.Exit()
+
+
 def _root(
     version: Annotated[
         bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+    ] = False,
+    print_config: Annotated[
+        bool,
+        typer.Option(
+            "--print-config",
+            callback=_print_config,
+            is_eager=True,
+            help="Print where online commands connect and how long they wait (and why), then exit.",
+        ),
     ] = False,
     debug: Annotated[bool, typer.Option("--debug", envvar="MQCTL_DEBUG", help="Log debug output and show tracebacks.")] = False,
     no_color: Annotated[bool, typer.Option("--no-color", help="Never use colour (NO_COLOR is honoured too).")] = False,
@@ -97,11 +119,7 @@ def build_app(only: str | None = None) -> typer.Typer:
 def command(only: str | None = None) -> click.Command:
     """The Click command tree (used by the docs generator and the completion scripts), or (``only``) the
     root with one noun: building every noun's commands was half the start-up of a command."""
-    from mqctl.cli.common import add_timeouts
-
-    tree = typer.main.get_command(build_app(only))
-    add_timeouts(tree)
-    return tree
+    return typer.main.get_command(build_app(only))
 
 
 def _noun(argv: list[str]) -> str | None:

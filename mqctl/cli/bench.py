@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from mqctl.admin.client import Admin
     from mqctl.services.bench import BenchResult
 
-from mqctl.cli.common import ContextOpt, GroupOpt, NamesrvOpt, OutputOpt, online
+from mqctl.cli.common import GroupOpt, cluster_options, online
 
 app = typer.Typer(
     help="Measure a cluster: send or drain messages and report TPS and latency.", no_args_is_help=True
@@ -19,6 +19,7 @@ app = typer.Typer(
 
 
 @app.command("produce")
+@cluster_options()
 def produce(
     topic: Annotated[
         str, typer.Option("--topic", "-t", help="Topic, or the prefix of PREFIX-0..N-1 with --topics N.")
@@ -44,9 +45,6 @@ def produce(
     rate: Annotated[
         float | None, typer.Option("--rate", min=0.1, help="At most this many messages/s in all.")
     ] = None,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Send messages and print TPS, RT average and percentiles (p50/p90/p99/p99.9/max), failures.
 
@@ -68,13 +66,11 @@ def produce(
             rate=rate,
             tick=_ticker(),
         ),
-        namesrv=namesrv,
-        context=context,
-        output=output,
     )
 
 
 @app.command("consume")
+@cluster_options()
 def consume(
     topic: Annotated[str, typer.Option("--topic", "-t", help="Topic to drain.")],
     group: GroupOpt,
@@ -84,9 +80,6 @@ def consume(
     idle: Annotated[
         float, typer.Option("--idle", min=0.1, help="Stop after this many seconds without a message.")
     ] = 2.0,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Drain a topic from the group's committed offsets and print msgs/s and pull RT; commits where it stopped.
 
@@ -98,15 +91,10 @@ def consume(
 
     _report(
         lambda admin: run_consume(admin, topic, group=group, count=count, idle_s=idle, tick=_ticker()),
-        namesrv=namesrv,
-        context=context,
-        output=output,
     )
 
 
-def _report(
-    work: Callable[[Admin], Awaitable[BenchResult]], *, namesrv: str | None, context: str | None, output: str
-) -> None:
+def _report(work: Callable[[Admin], Awaitable[BenchResult]]) -> None:
     """Run a benchmark and print its result; after Ctrl-C the result covers the run so far and the
     exit code is still 130, so a script can tell an interrupted run from a finished one."""
     from mqctl.errors import Interrupted
@@ -117,7 +105,7 @@ def _report(
         results.append(await work(admin))
         return results[-1]
 
-    online(run, namesrv=namesrv, context=context, output=output, timeout=30.0)
+    online(run, timeout=30.0)
     if results and results[-1].interrupted:
         raise Interrupted("interrupted: the result above covers the run until Ctrl-C")
 

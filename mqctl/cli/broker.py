@@ -11,12 +11,13 @@ import typer
 from mqctl.cli.common import (
     BrokerAddrOpt,
     ClusterOpt,
-    ContextOpt,
     ExecuteOpt,
-    NamesrvOpt,
     OutputOpt,
     YesOpt,
+    cluster_options,
+    cluster_target,
     confirm,
+    flags,
     online,
     parse_listen,
     request_timeout,
@@ -168,37 +169,17 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, output: OutputOpt =
     port) and which process it is; its address, version, TPS and offsets when it answers (exit 3 when
     stopped)."""
     from mqctl.output import render
+    from mqctl.services.processes import probe
 
     cfg = load(config, {"store_path_root_dir": str(store) if store else None})
     running = _running(cfg)
     result: dict[str, Any] = {"state": "stopped", "store": cfg.store_path_root_dir}
     if running is not None:
         result.update(state="running", **running.fields(), address=cfg.broker_addr)
-        result.update(_probe(f"{local_host(cfg.listen_host)}:{cfg.listen_port}"))
+        result.update(probe(f"{local_host(cfg.listen_host)}:{cfg.listen_port}", "broker"))
     render(result, output)
     if running is None:
         raise typer.Exit(3)
-
-
-def _probe(addr: str) -> dict[str, Any]:
-    """A few GET_BROKER_RUNTIME_INFO figures; `reachable: false` when the broker does not answer."""
-    from daemon.remoting.errors import RemotingError
-    from mqctl.admin.client import run_admin
-
-    try:
-        table = run_admin([], lambda admin: admin.broker_runtime_info(addr), timeout=3.0)
-    except RemotingError:
-        return {"reachable": False}
-    return {
-        "reachable": True,
-        "version": table.get("brokerVersionDesc"),
-        "put_tps": table.get("putTps", "").split(" ")[0],
-        "get_tps": table.get("getTransferedTps", "").split(" ")[0],
-        "put_latency_99_ms": table.get("putLatency99"),
-        "commit_log_max_offset": int(table.get("commitLogMaxOffset", "0")),
-        "disk_ratio": float(table.get("commitLogDiskRatio", "0")),
-        "uptime": table.get("runtime"),
-    }
 
 
 ha_app = typer.Typer(help="Master/slave replication.", no_args_is_help=True)
@@ -206,21 +187,20 @@ app.add_typer(ha_app, name="ha")
 
 
 @ha_app.command("status")
+@cluster_options()
 def ha_status(
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Each broker's role and replication: a master's slaves and acked offset, a slave's master and
     offset, and the lag behind the group's master in bytes."""
     from mqctl.services.ha import ha_status as status_of
 
-    online(lambda admin: status_of(admin, cluster, broker), namesrv=namesrv, context=context, output=output)
+    online(lambda admin: status_of(admin, cluster, broker))
 
 
 @app.command("clean")
+@cluster_options()
 def clean(
     broker: BrokerAddrOpt = None,
     cluster: ClusterOpt = None,
@@ -232,9 +212,6 @@ def clean(
         ),
     ] = 30.0,
     yes: YesOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Show what the broker's retention would delete now; with --execute trigger it (DELETE_EXPIRED_COMMITLOG).
 
@@ -248,7 +225,6 @@ def clean(
     """
     from mqctl.admin.client import Admin, run_admin
     from mqctl.cli.store import show_clean_report
-    from mqctl.config import resolve_target
     from mqctl.services.retention import CleanReport, broker_clean
     from mqctl.services.topics import target_masters
 
@@ -258,15 +234,15 @@ def clean(
             for addr in await target_masters(admin, cluster, broker)
         ]
 
-    target = resolve_target(namesrv_flag=namesrv, context_flag=context)
-    seconds = request_timeout(5.0)
+    target = cluster_target()
+    seconds = request_timeout(5.0, target)
     if execute:
         if not yes and sys.stdin.isatty():  # the question comes with the plan it is about
             for rep in run_admin(target.namesrv, lambda admin: work(admin, False), timeout=seconds):
                 show_clean_report(rep, "table", to_stderr=True)
         confirm("Trigger the broker's retention (DELETE_EXPIRED_COMMITLOG) now?", yes=yes)
     for rep in run_admin(target.namesrv, lambda admin: work(admin, execute), timeout=seconds):
-        show_clean_report(rep, output)
+        show_clean_report(rep, flags().output)
 
 
 config_app = typer.Typer(help="Read and change a running broker's settings (RocketMQ key names).", no_args_is_help=True)
@@ -274,29 +250,24 @@ app.add_typer(config_app, name="config")
 
 
 @config_app.command("get")
+@cluster_options()
 def config_get(
     keys: Annotated[list[str] | None, typer.Argument(help="Settings to show, e.g. fileReservedTime (default: all).")] = None,
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Show settings of one broker (--broker) or of every master of the cluster."""
     from mqctl.services.broker_config import get
 
-    online(lambda admin: get(admin, cluster=cluster, broker=broker, keys=keys or []),
-           namesrv=namesrv, context=context, output=output)
+    online(lambda admin: get(admin, cluster=cluster, broker=broker, keys=keys or []))
 
 
 @config_app.command("set")
+@cluster_options()
 def config_set(
     settings: Annotated[list[str], typer.Argument(help="key=value pairs, e.g. fileReservedTime=48.")],
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
     force: Annotated[
         bool,
         typer.Option(
@@ -314,5 +285,4 @@ def config_set(
     from mqctl.services.broker_config import parse_assignments, set_
 
     changes = parse_assignments(settings)
-    online(lambda admin: set_(admin, cluster=cluster, broker=broker, changes=changes, force=force),
-           namesrv=namesrv, context=context, output=output)
+    online(lambda admin: set_(admin, cluster=cluster, broker=broker, changes=changes, force=force))

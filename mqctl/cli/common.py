@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
 import re
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import click
 import typer
@@ -15,6 +19,7 @@ from mqctl.output import FORMATS
 
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
+    from mqctl.config import Target
 
 OutputOpt = Annotated[
     str,
@@ -117,60 +122,100 @@ def confirm(question: str, *, yes: bool) -> None:
 WatchOpt = Annotated[
     float | None, typer.Option("--watch", min=0.1, help="Refresh every N seconds until Ctrl-C.")
 ]
+TimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout",
+        min=0.1,
+        help="Seconds to wait for each answer (else $MQCTL_TIMEOUT, else the context's timeout, else 5 "
+        "for most commands).",
+    ),
+]
 
 
-_timeout: dict[str, float | None] = {"value": None}
+@dataclass(frozen=True)
+class ClusterFlags:
+    """What the shared options of an online command said in this invocation (see :func:`cluster_options`)."""
+
+    namesrv: str | None = None
+    context: str | None = None
+    output: str = "table"
+    timeout: float | None = None
+    watch: float | None = None
 
 
-def request_timeout(default: float) -> float:
-    """Seconds to wait for each answer: ``--timeout``/``$MQCTL_TIMEOUT`` when given, else the command's default."""
-    return _timeout["value"] or default
+# The one declaration of each shared option: (type with its typer.Option, default).
+_SHARED: dict[str, tuple[Any, Any]] = {
+    "namesrv": (NamesrvOpt, None),
+    "context": (ContextOpt, None),
+    "output": (OutputOpt, "table"),
+    "timeout": (TimeoutOpt, None),
+    "watch": (WatchOpt, None),
+}
+# Set for the length of one command, so an in-process run never sees another's flags.
+_flags: ContextVar[ClusterFlags | None] = ContextVar("mqctl_cluster_flags", default=None)
+F = TypeVar("F", bound=Callable[..., Any])
 
 
-def timeout_option() -> click.Option:
-    """``--timeout`` for an online command; :func:`add_timeouts` gives one to each of them."""
-
-    def remember(_ctx: click.Context, _param: click.Parameter, value: float | None) -> float | None:
-        _timeout["value"] = value
-        return value
-
-    return click.Option(
-        ["--timeout"],
-        type=click.FloatRange(min=0.1),
-        envvar="MQCTL_TIMEOUT",
-        expose_value=False,
-        callback=remember,
-        help="Seconds to wait for each answer (default 5 for most commands; env MQCTL_TIMEOUT).",
-    )
+def flags() -> ClusterFlags:
+    """The shared options of the command running now."""
+    return _flags.get() or ClusterFlags()
 
 
-def add_timeouts(command: click.Command) -> None:
-    """Give every online command (one that takes --namesrv and --context) a --timeout, the same everywhere."""
-    if isinstance(command, click.Group):
-        for sub in command.commands.values():
-            add_timeouts(sub)
-        return
-    names = {p.name for p in command.params}
-    if {"namesrv", "context"} <= names and "timeout" not in names:
-        command.params.append(timeout_option())
+def cluster_options(*, output: bool = True, watch: bool = False) -> Callable[[F], F]:
+    """Give an online command ``--namesrv/-n``, ``--context``, ``-o/--output``, ``--timeout`` (and with
+    ``watch`` ``--watch``), declared here once: the command does not list them; :func:`online`,
+    :func:`cluster_target` and :func:`flags` read what they said. Without ``output`` (``top``) no ``-o``."""
+    names = ["namesrv", "context", *(["output"] * output), "timeout", *(["watch"] * watch)]
+
+    def decorate(func: F) -> F:
+        signature = inspect.signature(func, eval_str=True)
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        shared = [
+            inspect.Parameter(name, keyword, annotation=_SHARED[name][0], default=_SHARED[name][1]) for name in names
+        ]
+
+        @functools.wraps(func)
+        def command(**kwargs: Any) -> Any:
+            token = _flags.set(ClusterFlags(**{name: kwargs.pop(name) for name in names}))
+            try:
+                return func(**kwargs)
+            finally:
+                _flags.reset(token)
+
+        params = [*signature.parameters.values(), *shared]
+        command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+        command.__annotations__ = {p.name: p.annotation for p in params} | {"return": signature.return_annotation}
+        return command  # type: ignore[return-value]
+
+    return decorate
 
 
-def online(
-    work: Callable[[Admin], Awaitable[Any]],
-    *,
-    namesrv: str | None,
-    context: str | None,
-    output: str,
-    watch: float | None = None,
-    timeout: float = 5.0,
-) -> None:
-    """Run ``work`` against the resolved NameServers and render its result, once or every ``watch`` s."""
-    from mqctl.admin.client import run_admin
+def request_timeout(default: float, target: Target | None = None) -> float:
+    """Seconds to wait for each answer: ``--timeout``, ``$MQCTL_TIMEOUT``, the context's, else ``default``."""
+    from mqctl.config import resolve_timeout
+    from mqctl.output import note
+
+    timeout = resolve_timeout(default, flag=flags().timeout, target=target)
+    note(f"timeout {timeout.seconds:g}s per answer (from {timeout.source})")
+    return timeout.seconds
+
+
+def cluster_target() -> Target:
+    """Where this online command connects (``--namesrv``, ``--context``, env, current context)."""
     from mqctl.config import resolve_target
 
-    target = resolve_target(namesrv_flag=namesrv, context_flag=context)
-    seconds = request_timeout(timeout)
-    render_every(lambda: run_admin(target.namesrv, work, timeout=seconds), output, watch)
+    return resolve_target(namesrv_flag=flags().namesrv, context_flag=flags().context)
+
+
+def online(work: Callable[[Admin], Awaitable[Any]], *, timeout: float = 5.0) -> None:
+    """Run ``work`` against the resolved NameServers and render its result, once or every ``--watch`` s."""
+    from mqctl.admin.client import run_admin
+
+    where = cluster_target()
+    seconds = request_timeout(timeout, where)
+    shared = flags()
+    render_every(lambda: run_admin(where.namesrv, work, timeout=seconds), shared.output, shared.watch)
 
 
 def render_every(produce: Callable[[], Any], output: str, watch: float | None = None) -> None:

@@ -11,11 +11,24 @@ from mqctl.cli.common import OutputOpt
 
 app = typer.Typer(help="Save and switch between NameServer contexts.", no_args_is_help=True)
 
+# A context's own NameServers (required by add, optional for set): not the shared online --namesrv.
+_NAMESRV = typer.Option("--namesrv", "-n", help="NameServer list HOST:PORT[;HOST:PORT].")
+SparkRemoteOpt = Annotated[
+    str | None,
+    typer.Option("--spark-remote", help="Spark Connect server (sc://HOST:PORT) for spark-export on this cluster."),
+]
+ContextTimeoutOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--timeout", min=0.1, help="Seconds to wait for each answer from this cluster (--timeout, $MQCTL_TIMEOUT beat it)."
+    ),
+]
+
 
 @app.command("add")
 def add(
     name: Annotated[str, typer.Argument(help="Context name.")],
-    namesrv: Annotated[str, typer.Option("--namesrv", "-n", help="NameServer list HOST:PORT[;HOST:PORT].")],
+    namesrv: Annotated[str, _NAMESRV],
     use: Annotated[bool, typer.Option("--use", help="Make it the current context.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing context of that name.")] = False,
     access_key: Annotated[str | None, typer.Option("--access-key", help="ACL access key to sign with.")] = None,
@@ -25,10 +38,8 @@ def add(
     secret_key: Annotated[
         str | None, typer.Option("--secret-key", help="ACL secret key, stored in an owner-only file.")
     ] = None,
-    spark_remote: Annotated[
-        str | None,
-        typer.Option("--spark-remote", help="Spark Connect server (sc://HOST:PORT) for spark-export on this cluster."),
-    ] = None,
+    spark_remote: SparkRemoteOpt = None,
+    timeout: ContextTimeoutOpt = None,
     output: OutputOpt = "table",
 ) -> None:
     """Save a context (with ACL credentials when its cluster runs aclEnable=true)."""
@@ -58,16 +69,40 @@ def add(
         access_key=access_key,
         secret_key_file=str(stored) if stored else None,
         spark_remote=spark_remote,
+        timeout=timeout,
     )
     if use:
         contexts.current = name
     contexts.save()
-    row = {"added": context.name, "namesrv": context.namesrv, "current": contexts.current}
+    row: dict[str, object] = {"added": context.name, "namesrv": context.namesrv, "current": contexts.current}
     if access_key:
         row |= {"access_key": access_key, "secret_key_file": str(stored)}
     if spark_remote:
         row["spark_remote"] = spark_remote
+    if timeout is not None:
+        row["timeout"] = timeout
     render(row, output)
+
+
+@app.command("set")
+def set_(
+    name: Annotated[str, typer.Argument(help="Context name.")],
+    namesrv: Annotated[str | None, _NAMESRV] = None,
+    spark_remote: SparkRemoteOpt = None,
+    timeout: ContextTimeoutOpt = None,
+    output: OutputOpt = "table",
+) -> None:
+    """Change settings of a saved context; what is not given (credentials too) stays."""
+    from mqctl.config import ContextFile
+    from mqctl.output import render
+
+    contexts = ContextFile.load()
+    context = contexts.set(name, namesrv=namesrv, timeout=timeout, spark_remote=spark_remote)
+    contexts.save()
+    render(
+        {"set": context.name, "namesrv": context.namesrv, "spark_remote": context.spark_remote, "timeout": context.timeout},
+        output,
+    )
 
 
 @app.command("use")
@@ -92,7 +127,13 @@ def ls(output: OutputOpt = "table") -> None:
     contexts = ContextFile.load()
     render(
         [
-            {"name": c.name, "namesrv": c.namesrv, "spark_remote": c.spark_remote, "current": c.name == contexts.current}
+            {
+                "name": c.name,
+                "namesrv": c.namesrv,
+                "spark_remote": c.spark_remote,
+                "timeout": c.timeout,
+                "current": c.name == contexts.current,
+            }
             for c in contexts.contexts.values()
         ],
         output,
@@ -120,9 +161,8 @@ def rm(
 
 @app.command("current")
 def current(output: OutputOpt = "table") -> None:
-    """Show where online commands will connect, and why."""
-    from mqctl.config import resolve_target
+    """Show where online commands will connect and how long they wait for answers, and why."""
+    from mqctl.config import effective_settings
     from mqctl.output import render
 
-    target = resolve_target(namesrv_flag=None, context_flag=None)
-    render({"namesrv": ";".join(target.namesrv), "source": target.source}, output)
+    render(effective_settings(), output)

@@ -62,7 +62,7 @@ def start_service(
     """
     from daemon.lifecycle import PidFile, daemonize, running_pid, serve
     from daemon.remoting.loop import run
-    from mqctl.errors import ConflictError, MqctlError
+    from mqctl.errors import ConflictError, reported, translate
     from mqctl.output import stderr_console
 
     pid = running_pid(state_dir / pid_name)
@@ -73,7 +73,7 @@ def start_service(
         outcome = daemonize(state_dir / log_name)
         if isinstance(outcome, str):  # the original process: report what the daemon said
             if outcome.startswith("error"):
-                raise MqctlError(outcome.removeprefix("error: "))
+                raise reported(outcome.removeprefix("error: "))
             stderr_console().print(outcome)
             return
         handle = outcome
@@ -92,8 +92,9 @@ def start_service(
         with PidFile(state_dir / pid_name), busy_ports(port_flags or {}):
             run(serve(instance, on_started=started))
     except BaseException as exc:
-        if handle is not None:
-            handle.report(f"error: {type(exc).__name__}: {exc}")
+        if handle is not None:  # the original process exits with this error's code (mqctl.errors.reported)
+            error = translate(exc)
+            handle.report(f"error: {type(error).__name__}: {error}")
         raise
     finally:
         if cleanup is not None:
@@ -109,11 +110,11 @@ def terminate(running: Running, port: int, *, main_class: str, name: str, what: 
     """SIGTERM the daemon ``running`` found (by pid file, store lock or ``port``) and wait for its exit;
     refuses a process found only by the port unless its command line names the daemon (``main_class``,
     Java's, or ``name``, ours)."""
-    from daemon.lifecycle import LifecycleError, terminate_pid
-    from mqctl.errors import ConflictError, MqctlError
+    from daemon.lifecycle import terminate_pid
+    from mqctl.errors import ConflictError, DaemonError
 
     if running.pid is None:
-        raise MqctlError(
+        raise DaemonError(
             f"port {port} is open but its process cannot be identified",
             hint="stop it as the user that started it",
         )
@@ -122,7 +123,4 @@ def terminate(running: Running, port: int, *, main_class: str, name: str, what: 
             f"port {port} is held by pid {running.pid} ({running.process}), which does not look "
             f"like a {what}: not stopping it"
         )
-    try:
-        terminate_pid(running.pid, timeout)
-    except LifecycleError as exc:
-        raise MqctlError(str(exc), hint="send SIGTERM again to force it") from None
+    terminate_pid(running.pid, timeout)  # a LifecycleError is translated at the boundary (mqctl.errors)

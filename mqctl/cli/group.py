@@ -9,12 +9,9 @@ import typer
 from mqctl.cli.common import (
     BrokerAddrOpt,
     ClusterOpt,
-    ContextOpt,
     GroupOpt,
-    NamesrvOpt,
-    OutputOpt,
-    WatchOpt,
     YesOpt,
+    cluster_options,
     confirm,
     online,
 )
@@ -36,6 +33,7 @@ def _spec(group: str, retry: int | None, retries: int | None, broadcast: bool | 
 
 
 @app.command("create")
+@cluster_options()
 def create(
     group: GroupOpt,
     cluster: ClusterOpt = None,
@@ -46,19 +44,16 @@ def create(
     consume_from_min: FromMinOpt = None,
     enabled: EnabledOpt = None,
     if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="Succeed without change when it exists.")] = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Create a subscription group on every master of the cluster (or on one broker)."""
     from mqctl.services.groups import upsert
 
     spec = _spec(group, retry_queues, max_retries, broadcast, consume_from_min, enabled)
-    online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists),
-           namesrv=namesrv, context=context, output=output)
+    online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists))
 
 
 @app.command("update")
+@cluster_options()
 def update(
     group: GroupOpt,
     cluster: ClusterOpt = None,
@@ -69,93 +64,72 @@ def update(
     consume_from_min: FromMinOpt = None,
     enabled: EnabledOpt = None,
     if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed without change when it is missing.")] = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Change an existing group's settings; fields not given stay as they are."""
     from mqctl.services.groups import upsert
 
     spec = _spec(group, retry_queues, max_retries, broadcast, consume_from_min, enabled)
-    online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists),
-           namesrv=namesrv, context=context, output=output)
+    online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists))
 
 
 @app.command("delete")
+@cluster_options()
 def delete(
     group: GroupOpt,
     cluster: ClusterOpt = None,
     remove_offsets: Annotated[bool, typer.Option("--remove-offsets", help="Also drop its committed offsets.")] = False,
     if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed when it is already gone.")] = False,
     yes: YesOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Delete a subscription group from every master that has it (asks first)."""
     from mqctl.services.groups import delete as delete_group
 
     confirm(f"Delete group {group!r}{' and its offsets' if remove_offsets else ''}?", yes=yes)
-    online(lambda admin: delete_group(admin, group, cluster=cluster, remove_offsets=remove_offsets, if_exists=if_exists),
-           namesrv=namesrv, context=context, output=output)
+    online(lambda admin: delete_group(admin, group, cluster=cluster, remove_offsets=remove_offsets, if_exists=if_exists))
 
 
 @app.command("list")
+@cluster_options(watch=True)
 def list_(
     cluster: ClusterOpt = None,
     system: Annotated[bool, typer.Option("--system", help="Include RocketMQ's built-in groups.")] = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
-    watch: WatchOpt = None,
 ) -> None:
     """Every subscription group on the masters."""
     from mqctl.services.groups import list_groups
 
-    online(lambda admin: list_groups(admin, cluster=cluster, system=system),
-           namesrv=namesrv, context=context, output=output, watch=watch)
+    online(lambda admin: list_groups(admin, cluster=cluster, system=system))
 
 
 @app.command("connections")
+@cluster_options(watch=True)
 def connections(
     group: GroupOpt,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
-    watch: WatchOpt = None,
 ) -> None:
     """The group's online clients (id, address, language, version) and subscriptions."""
     from mqctl.services.groups import connections as group_connections
 
-    online(lambda admin: group_connections(admin, group), namesrv=namesrv, context=context, output=output, watch=watch)
+    online(lambda admin: group_connections(admin, group))
 
 
 @app.command("show")
+@cluster_options(watch=True)
 def show(
     group: GroupOpt,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
-    watch: WatchOpt = None,
 ) -> None:
     """The group's config, online clients, total lag and pull rate (consume_tps, last minute)."""
     from mqctl.services.groups import show as group_show
 
-    online(lambda admin: group_show(admin, group), namesrv=namesrv, context=context, output=output, watch=watch)
+    online(lambda admin: group_show(admin, group))
 
 
 @app.command("progress")
+@cluster_options(watch=True)
 def progress(
     group: GroupOpt,
     topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
     lag_over: Annotated[int | None, typer.Option("--lag-over", min=0, help="Only queues with lag above N.")] = None,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
-    watch: WatchOpt = None,
 ) -> None:
     """Per queue: broker offset, committed offset, lag, last consumed store time and owning client."""
     from mqctl.services.groups import progress as group_progress
 
-    online(lambda admin: group_progress(admin, group, topic=topic, lag_over=lag_over),
-           namesrv=namesrv, context=context, output=output, watch=watch)
+    online(lambda admin: group_progress(admin, group, topic=topic, lag_over=lag_over))

@@ -11,21 +11,20 @@ import typer
 
 from mqctl.cli.common import (
     BrokerAddrOpt,
-    ContextOpt,
     ExecuteOpt,
     GroupOpt,
     KeyOpt,
-    NamesrvOpt,
-    OutputOpt,
     QueueOpt,
     SinceOpt,
     TopicOpt,
     UntilOpt,
-    WatchOpt,
     YesOpt,
     check_group,
     check_topic,
+    cluster_options,
+    cluster_target,
     confirm,
+    flags,
     online,
     progress,
     request_timeout,
@@ -82,6 +81,7 @@ def _body(text: str | None, file: str | None, limit: int = MAX_MESSAGE_SIZE) -> 
 
 
 @app.command("send")
+@cluster_options()
 def send(
     topic: TopicOpt,
     body: Annotated[
@@ -104,9 +104,6 @@ def send(
     ] = MAX_MESSAGE_SIZE,
     queue: QueueOpt = None,
     broker: BrokerAddrOpt = None,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Send one message; prints where it was stored (ids, broker, queue, offset)."""
     from mqctl.services.messages import message_properties, send_message
@@ -117,13 +114,11 @@ def send(
     )
     online(
         lambda admin: send_message(admin, topic, payload, properties=props, broker=broker, queue=queue),
-        namesrv=namesrv,
-        context=context,
-        output=output,
     )
 
 
 @app.command("query")
+@cluster_options(watch=True)
 def query(
     topic: OptionalTopicOpt = None,
     key: KeyOpt = None,
@@ -139,10 +134,6 @@ def query(
         int, typer.Option("--max", min=1, max=64, help="At most this many messages per broker.")
     ] = 64,
     no_body: NoBodyOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
-    watch: WatchOpt = None,
 ) -> None:
     """Find messages by key (--key with --topic), by message id (--id) or by client id (--unique-key).
 
@@ -163,10 +154,6 @@ def query(
     if msg_id is not None:
         online(
             lambda admin: messages.query_by_id(admin, msg_id, body=not no_body),
-            namesrv=namesrv,
-            context=context,
-            output=output,
-            watch=watch,
         )
         return
     if topic is None:
@@ -174,10 +161,6 @@ def query(
     if unique_key is not None:
         online(
             lambda admin: messages.query_by_unique_key(admin, topic, unique_key, body=not no_body),
-            namesrv=namesrv,
-            context=context,
-            output=output,
-            watch=watch,
         )
         return
     assert key is not None
@@ -185,34 +168,23 @@ def query(
     stderr_console().print(f"window: {window.describe()} (store time, UTC)")
     online(
         lambda admin: messages.query_by_key(admin, topic, key, window, max_num=max_num, body=not no_body),
-        namesrv=namesrv,
-        context=context,
-        output=output,
-        watch=watch,
     )
 
 
 @app.command("show")
+@cluster_options(watch=True)
 def show(
     topic: TopicOpt,
     queue: Annotated[int, typer.Option("--queue", "-q", min=0, help="Queue id.")],
     offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset.")],
     broker: BrokerAddrOpt = None,
     no_body: NoBodyOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
-    watch: WatchOpt = None,
 ) -> None:
     """The message at a queue offset, with its properties and body (nothing is committed)."""
     from mqctl.services.messages import show as show_message
 
     online(
         lambda admin: show_message(admin, topic, queue, offset, broker=broker, body=not no_body),
-        namesrv=namesrv,
-        context=context,
-        output=output,
-        watch=watch,
     )
 
 
@@ -220,6 +192,7 @@ TAIL_COLUMNS = ("store_time", "topic", "queue_id", "queue_offset", "msg_id", "ta
 
 
 @app.command("tail")
+@cluster_options()
 def tail(
     topic: TopicOpt,
     group: Annotated[
@@ -248,17 +221,14 @@ def tail(
     exit_at_end: Annotated[
         bool, typer.Option("--exit", help="Stop at the end of every queue instead of waiting.")
     ] = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Stream messages as they arrive (like kcat -C); -o json prints one JSON object per line."""
     from mqctl.admin.client import run_admin
-    from mqctl.config import resolve_target
     from mqctl.output import RowStream, stderr_console
     from mqctl.services.messages import tail as tail_messages
 
-    target = resolve_target(namesrv_flag=namesrv, context_flag=context)
+    target = cluster_target()
+    output = flags().output
     writer = RowStream(output, columns=TAIL_COLUMNS if output == "table" else None)
     console = stderr_console()
 
@@ -283,7 +253,7 @@ def tail(
                 exit_at_end=exit_at_end,
                 on_start=started,
             ),
-            timeout=request_timeout(10.0),
+            timeout=request_timeout(10.0, target),
         )
     except KeyboardInterrupt:
         return
@@ -291,6 +261,7 @@ def tail(
 
 
 @app.command("resend")
+@cluster_options()
 def resend(
     group: GroupOpt,
     ids: Annotated[
@@ -306,9 +277,6 @@ def resend(
     ] = None,
     execute: ExecuteOpt = False,
     yes: YesOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Preview, and with --execute send again, dead letters of a group (%DLQ%<group>) to their original topic.
 
@@ -320,7 +288,6 @@ def resend(
     in the DLQ), --tag, --key. Exit 8 when a send FAILED, 2 when a message was SKIPPED. The DLQ is left as is.
     """
     from mqctl.admin.client import run_admin
-    from mqctl.config import resolve_target
     from mqctl.errors import BrokerError
     from mqctl.output import render, stderr_console
     from mqctl.services.messages import DlqFilter, Window, dlq_messages
@@ -329,13 +296,13 @@ def resend(
 
     window = Window.of(since, until) if since or until else None
     only = DlqFilter(frozenset(i.upper() for i in ids or []), window=window, tag=tag, key=key)
-    target = resolve_target(namesrv_flag=namesrv, context_flag=context)
-    seconds = request_timeout(5.0)
+    target = cluster_target()
+    seconds = request_timeout(5.0, target)
     found = run_admin(target.namesrv, lambda admin: dlq_messages(admin, group, only), timeout=seconds)
     err = stderr_console()
     if not found:
         err.print(f"{dlq_topic(group)} holds nothing that matches; nothing to re-send")
-        render([], output)
+        render([], flags().output)
         return
     if execute:
         destination = f"topic {to_topic!r}" if to_topic else "their original topics"
@@ -346,7 +313,7 @@ def resend(
             lambda admin: resend_messages(admin, group, found, to_topic, execute=execute, progress=advance),
             timeout=seconds,
         )
-    render(outcomes, output)
+    render(outcomes, flags().output)
     counts = {
         name: sum(o.outcome == name for o in outcomes)
         for name in ("RESENT", "WOULD RESEND", "ALREADY RESENT", "FAILED", "SKIPPED")

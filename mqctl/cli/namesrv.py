@@ -8,11 +8,9 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from mqctl.cli.common import (
-    ContextOpt,
-    NamesrvOpt,
     OutputOpt,
-    WatchOpt,
     YesOpt,
+    cluster_options,
     confirm,
     online,
     parse_listen,
@@ -142,6 +140,7 @@ def status(
     """Whether the NameServer of a data dir (or its listen port) runs, whoever started it, which
     process it is, and what it knows (exit 3 when stopped)."""
     from mqctl.output import render
+    from mqctl.services.processes import probe
 
     config = _load(config_file, data)
     running = _running(config)
@@ -154,30 +153,10 @@ def status(
             addr = _local_addr(config)
         result.update(state="running", **running.fields(), address=addr)
         if addr is not None:
-            result.update(_probe(addr))
+            result.update(probe(addr, "namesrv"))
     render(result, output)
     if running is None:
         raise typer.Exit(3)
-
-
-def _probe(addr: str) -> dict[str, Any]:
-    """Ask the running NameServer for its cluster and topic tables; `reachable: false` when whatever
-    holds its port does not answer (the process is still reported)."""
-    from daemon.remoting.errors import RemotingError
-    from mqctl.admin.client import Admin, run_admin
-
-    async def ask(admin: Admin) -> dict[str, Any]:
-        info = await admin.cluster_info()
-        return {
-            "clusters": len(info.cluster_addr_table),
-            "brokers": sum(len(b.broker_addrs) for b in info.broker_addr_table.values()),
-            "topics": len(await admin.topic_list()),
-        }
-
-    try:
-        return run_admin([addr], ask, timeout=3.0)
-    except RemotingError:
-        return {"reachable": False}
 
 
 kv = typer.Typer(help="The NameServers' KV config (e.g. ORDER_TOPIC_CONFIG), written to every NameServer.",
@@ -189,50 +168,47 @@ KeyArg = Annotated[str, typer.Argument(help="Key.")]
 
 
 @kv.command("get")
+@cluster_options()
 def kv_get(
-    namespace: NamespaceOpt, key: KeyArg, namesrv: NamesrvOpt = None, context: ContextOpt = None, output: OutputOpt = "table"
+    namespace: NamespaceOpt, key: KeyArg
 ) -> None:
     """One value (exit 3 when the key is absent)."""
     from mqctl.services.kv import get
 
-    online(lambda admin: get(admin, namespace, key), namesrv=namesrv, context=context, output=output)
+    online(lambda admin: get(admin, namespace, key))
 
 
 @kv.command("list")
+@cluster_options(watch=True)
 def kv_list(
-    namespace: NamespaceOpt, namesrv: NamesrvOpt = None, context: ContextOpt = None, output: OutputOpt = "table",
-    watch: WatchOpt = None,
+    namespace: NamespaceOpt,
 ) -> None:
     """Every key and value of a namespace."""
     from mqctl.services.kv import list_namespace
 
-    online(lambda admin: list_namespace(admin, namespace), namesrv=namesrv, context=context, output=output, watch=watch)
+    online(lambda admin: list_namespace(admin, namespace))
 
 
 @kv.command("set")
+@cluster_options()
 def kv_set(
     namespace: NamespaceOpt,
     key: KeyArg,
     value: Annotated[str, typer.Argument(help="Value.")],
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Set a value on every NameServer (they never share state)."""
     from mqctl.services.kv import put
 
-    online(lambda admin: put(admin, namespace, key, value), namesrv=namesrv, context=context, output=output)
+    online(lambda admin: put(admin, namespace, key, value))
 
 
 @kv.command("delete")
+@cluster_options()
 def kv_delete(
     namespace: NamespaceOpt,
     key: KeyArg,
     if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed when it is already gone.")] = False,
     yes: YesOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Delete a key from every NameServer (asks first)."""
     from mqctl.services.kv import delete
@@ -240,7 +216,4 @@ def kv_delete(
     confirm(f"Delete {namespace}/{key} from every NameServer?", yes=yes)
     online(
         lambda admin: delete(admin, namespace, key, if_exists=if_exists),
-        namesrv=namesrv,
-        context=context,
-        output=output,
     )

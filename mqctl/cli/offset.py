@@ -8,14 +8,11 @@ from typing import Annotated, Any
 import typer
 
 from mqctl.cli.common import (
-    ContextOpt,
     ExecuteOpt,
     GroupOpt,
-    NamesrvOpt,
-    OutputOpt,
     TopicOpt,
-    WatchOpt,
     YesOpt,
+    cluster_options,
     confirm,
     online,
 )
@@ -24,27 +21,21 @@ app = typer.Typer(help="Consumer offsets: show, and reset with a plan first.", n
 
 
 @app.command("show")
+@cluster_options(watch=True)
 def show(
     group: GroupOpt,
     topic: TopicOpt,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
-    watch: WatchOpt = None,
 ) -> None:
     """Per queue: min and max offset, the group's committed offset and lag."""
     from mqctl.services.offsets import show as show_offsets
 
     online(
         lambda admin: show_offsets(admin, group, topic),
-        namesrv=namesrv,
-        context=context,
-        output=output,
-        watch=watch,
     )
 
 
 @app.command("reset")
+@cluster_options()
 def reset(
     group: GroupOpt,
     topic: TopicOpt,
@@ -73,9 +64,6 @@ def reset(
     ] = None,
     execute: ExecuteOpt = False,
     yes: YesOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Plan a reset (per queue: current -> new); only --execute changes anything, after asking (or --yes).
 
@@ -148,7 +136,4 @@ def reset(
         lambda admin: reset_offsets(
             admin, group, topic, target, execute_plan=execute, export_to=export, confirm=ask
         ),
-        namesrv=namesrv,
-        context=context,
-        output=output,
     )

@@ -12,19 +12,21 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from mqctl.cli.common import (
-    ContextOpt,
     ExecuteOpt,
     KeyOpt,
-    NamesrvOpt,
     OutputOpt,
     SinceOpt,
     TopicOpt,
     UntilOpt,
     WatchOpt,
     YesOpt,
+    cluster_options,
+    cluster_target,
     confirm,
+    flags,
     progress,
     render_every,
+    request_timeout,
 )
 from mqctl.errors import BrokerError, StoreError, UsageError
 
@@ -339,6 +341,7 @@ def verify(
 
 
 @app.command("salvage")
+@cluster_options()
 def salvage(
     store: StoreDirOpt,
     quarantine: Annotated[
@@ -356,9 +359,6 @@ def salvage(
         ),
     ] = False,
     yes: YesOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Extract the intact records from quarantined CommitLog data so they can be sent again.
 
@@ -385,6 +385,7 @@ def salvage(
         return
     if not resend:
         rows = qs.plan(manifests)
+        output = flags().output
         render(rows, output, title="salvage plan" if output == "table" else None)
         intact = sum(r.intact for r in rows)
         damaged = sum(r.damaged for r in rows)
@@ -394,16 +395,15 @@ def salvage(
         )
         return
     from mqctl.admin.client import run_admin
-    from mqctl.config import resolve_target
 
     items = [
         (m, offset, rec) for m, _p, offset, rec in qs.records(manifests) if isinstance(rec, qs.StoredMessage)
     ]
     if not items:
         err.print("no intact record in the quarantine(s); nothing to re-send")
-        render([], output)
+        render([], flags().output)
         return
-    target = resolve_target(namesrv_flag=namesrv, context_flag=context)
+    target = cluster_target()
     before = [f"{m.name} on {m.resent[-1]['at']}" for m in manifests if m.resent]
     if before:
         err.print(f"already re-sent: {', '.join(before)}; sending again duplicates those messages")
@@ -411,9 +411,13 @@ def salvage(
         f"Re-send {len(items)} salvaged record(s) from {len(manifests)} quarantine(s) of {store}?", yes=yes
     )
     with progress(len(items), "re-sending") as advance:
-        outcomes = run_admin(target.namesrv, lambda admin: qs.resend(admin, items, progress=advance))
+        outcomes = run_admin(
+            target.namesrv,
+            lambda admin: qs.resend(admin, items, progress=advance),
+            timeout=request_timeout(5.0, target),
+        )
     qs.note_resend(manifests, outcomes, int(time.time() * 1000))
-    render(outcomes, output)
+    render(outcomes, flags().output)
     counts = {k: sum(o.outcome == k for o in outcomes) for k in ("RESENT", "SKIPPED", "FAILED")}
     err.print(f"{counts['RESENT']} re-sent, {counts['SKIPPED']} skipped, {counts['FAILED']} failed")
     if counts["FAILED"]:

@@ -7,7 +7,7 @@ from typing import Annotated
 import click
 import typer
 
-from mqctl.cli.common import ContextOpt, NamesrvOpt
+from mqctl.cli.common import cluster_options, cluster_target, request_timeout
 
 app = typer.Typer(help="Live view of clusters, topics, groups and the store (q quits, ? help).")
 
@@ -15,21 +15,19 @@ SCREENS = ("overview", "topics", "groups", "store")
 
 
 @app.callback(invoke_without_command=True)
+@cluster_options(output=False)
 def top(
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
     interval: Annotated[float, typer.Option("--interval", min=0.2, help="Seconds between refreshes.")] = 2.0,
     screen: Annotated[
         str, typer.Option("--screen", help="Screen to start on.", click_type=click.Choice(SCREENS))
     ] = "overview",
-    timeout: Annotated[float, typer.Option("--timeout", min=0.1, help="Seconds to wait for each request.")] = 3.0,
 ) -> None:
     """Watch a cluster live: brokers and TPS, topics, consumer lag, CommitLog files (keys: 1-4 / s p r Enter ? q)."""
-    from mqctl.config import resolve_target
     from mqctl.top.app import run_top
     from mqctl.top.live import LiveSource
 
-    target = resolve_target(namesrv_flag=namesrv, context_flag=context)
+    target = cluster_target()
+    timeout = request_timeout(3.0, target)
     run_top(
         target.namesrv,
         interval=interval,

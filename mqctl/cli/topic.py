@@ -10,13 +10,10 @@ import typer
 from mqctl.cli.common import (
     BrokerAddrOpt,
     ClusterOpt,
-    ContextOpt,
     ExecuteOpt,
-    NamesrvOpt,
-    OutputOpt,
     TopicOpt,
-    WatchOpt,
     YesOpt,
+    cluster_options,
     confirm,
     online,
 )
@@ -36,6 +33,7 @@ def _spec(topic: str, read: int | None, write: int | None, perm: str | None, ord
 
 
 @app.command("create")
+@cluster_options()
 def create(
     topic: TopicOpt,
     cluster: ClusterOpt = None,
@@ -45,9 +43,6 @@ def create(
     perm: PermOpt = None,
     order: OrderOpt = None,
     if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="Succeed without change when it exists.")] = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Create a topic on every master of the cluster (or on one broker); an existing topic is a conflict."""
     from mqctl.services.topics import upsert
@@ -55,13 +50,11 @@ def create(
     spec = _spec(topic, read_queues, write_queues, perm, order)
     online(
         lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists),
-        namesrv=namesrv,
-        context=context,
-        output=output,
     )
 
 
 @app.command("update")
+@cluster_options()
 def update(
     topic: TopicOpt,
     cluster: ClusterOpt = None,
@@ -71,9 +64,6 @@ def update(
     perm: PermOpt = None,
     order: OrderOpt = None,
     if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed without change when it is missing.")] = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Change an existing topic's queue counts, permission or order flag; unchanged fields stay."""
     from mqctl.services.topics import upsert
@@ -81,21 +71,16 @@ def update(
     spec = _spec(topic, read_queues, write_queues, perm, order)
     online(
         lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists),
-        namesrv=namesrv,
-        context=context,
-        output=output,
     )
 
 
 @app.command("delete")
+@cluster_options()
 def delete(
     topic: TopicOpt,
     cluster: ClusterOpt = None,
     if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed when it is already gone.")] = False,
     yes: YesOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Delete a topic from its brokers and from every NameServer (asks first)."""
     from mqctl.services.topics import delete as delete_topic
@@ -103,70 +88,56 @@ def delete(
     confirm(f"Delete topic {topic!r} from its brokers and NameServers?", yes=yes)
     online(
         lambda admin: delete_topic(admin, topic, cluster=cluster, if_exists=if_exists),
-        namesrv=namesrv,
-        context=context,
-        output=output,
     )
 
 
 @app.command("list")
+@cluster_options(watch=True)
 def list_(
     cluster: ClusterOpt = None,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
-    watch: WatchOpt = None,
 ) -> None:
     """Every topic the NameServer routes (system topics included)."""
     from mqctl.services.topics import topics
 
-    online(lambda admin: topics(admin, cluster), namesrv=namesrv, context=context, output=output, watch=watch)
+    online(lambda admin: topics(admin, cluster))
 
 
 @app.command("route")
+@cluster_options(watch=True)
 def route(
     topic: TopicOpt,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
-    watch: WatchOpt = None,
 ) -> None:
     """Which brokers hold the topic's queues, with their permissions and addresses."""
     from mqctl.services.topics import route as topic_route
 
-    online(lambda admin: topic_route(admin, topic), namesrv=namesrv, context=context, output=output, watch=watch)
+    online(lambda admin: topic_route(admin, topic))
 
 
 @app.command("status")
+@cluster_options(watch=True)
 def status(
     topic: TopicOpt,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
-    watch: WatchOpt = None,
 ) -> None:
     """Per queue: min/max offset, messages held and last store time."""
     from mqctl.services.topics import status as topic_status
 
-    online(lambda admin: topic_status(admin, topic), namesrv=namesrv, context=context, output=output, watch=watch)
+    online(lambda admin: topic_status(admin, topic))
 
 
 @app.command("stats")
+@cluster_options(watch=True)
 def stats(
     topic: TopicOpt,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
-    watch: WatchOpt = None,
 ) -> None:
     """Totals over the topic's queues: brokers, queues, messages held, last write, put rate (in_tps, last
     minute) and messages put in the last 24 h (in_msgs_24h), as mqadmin statsAll reads them."""
     from mqctl.services.topics import stats as topic_stats
 
-    online(lambda admin: topic_stats(admin, topic), namesrv=namesrv, context=context, output=output, watch=watch)
+    online(lambda admin: topic_stats(admin, topic))
 
 
 @app.command("apply")
+@cluster_options()
 def apply(
     file: Annotated[Path, typer.Option("--file", "-f", exists=True, dir_okay=False, help="YAML or JSON topic list.")],
     cluster: ClusterOpt = None,
@@ -175,9 +146,6 @@ def apply(
     dry_run: Annotated[
         bool, typer.Option("--dry-run", help="Accepted for one release: planning is the default now.")
     ] = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
-    output: OutputOpt = "table",
 ) -> None:
     """Plan making topics match a file (create what is missing, update what differs); --execute applies it.
 
@@ -198,9 +166,6 @@ def apply(
         stderr_console().print("plan only: nothing changed; add --execute to apply it")
     online(
         lambda admin: apply_file(admin, specs, cluster=cluster, broker=broker, dry_run=not execute),
-        namesrv=namesrv,
-        context=context,
-        output=output,
     )
 
 

@@ -14,6 +14,10 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:
+    from mqctl.admin.client import Admin
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's `st` column
 
@@ -107,3 +111,40 @@ def find_running(pid_file: Path, *, store_root: str | None, host: str, port: int
         pid = listener_pid(port)
         return Running(pid, "port", process_name(pid) if pid is not None else None)
     return None
+
+
+def probe(addr: str, daemon: Literal["broker", "namesrv"], timeout: float = 3.0) -> dict[str, Any]:
+    """What the daemon listening at ``addr`` says about itself, for ``status``: a broker's runtime figures
+    (GET_BROKER_RUNTIME_INFO) or a NameServer's cluster and topic counts, with ``reachable: true``;
+    ``reachable: false`` when whatever holds the port does not answer (the process is still reported)."""
+    from daemon.remoting.errors import RemotingError
+    from mqctl.admin.client import run_admin
+
+    ask = _broker_figures if daemon == "broker" else _namesrv_figures
+    namesrv = [addr] if daemon == "namesrv" else []  # a broker is asked directly, by address
+    try:
+        return {"reachable": True, **run_admin(namesrv, lambda admin: ask(admin, addr), timeout=timeout)}
+    except RemotingError:
+        return {"reachable": False}
+
+
+async def _broker_figures(admin: Admin, addr: str) -> dict[str, Any]:
+    table = await admin.broker_runtime_info(addr)
+    return {
+        "version": table.get("brokerVersionDesc"),
+        "put_tps": table.get("putTps", "").split(" ")[0],
+        "get_tps": table.get("getTransferedTps", "").split(" ")[0],
+        "put_latency_99_ms": table.get("putLatency99"),
+        "commit_log_max_offset": int(table.get("commitLogMaxOffset", "0")),
+        "disk_ratio": float(table.get("commitLogDiskRatio", "0")),
+        "uptime": table.get("runtime"),
+    }
+
+
+async def _namesrv_figures(admin: Admin, _addr: str) -> dict[str, Any]:
+    info = await admin.cluster_info()
+    return {
+        "clusters": len(info.cluster_addr_table),
+        "brokers": sum(len(b.broker_addrs) for b in info.broker_addr_table.values()),
+        "topics": len(await admin.topic_list()),
+    }

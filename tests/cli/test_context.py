@@ -11,14 +11,22 @@ def test_add_use_ls_rm_roundtrip(cli: RunCli) -> None:
     assert cli("context", "add", "prod", "-n", "10.0.0.1:9876;10.0.0.2:9876").code == 0
     listed = cli("context", "ls", "-o", "json").json()
     assert listed == [
-        {"name": "dev", "namesrv": "127.0.0.1:9876", "spark_remote": None, "current": True},
-        {"name": "prod", "namesrv": "10.0.0.1:9876;10.0.0.2:9876", "spark_remote": None, "current": False},
+        {"name": "dev", "namesrv": "127.0.0.1:9876", "spark_remote": None, "timeout": None, "current": True},
+        {
+            "name": "prod",
+            "namesrv": "10.0.0.1:9876;10.0.0.2:9876",
+            "spark_remote": None,
+            "timeout": None,
+            "current": False,
+        },
     ]
     used = cli("context", "use", "prod", "-o", "json").json()
     assert used == {"current": "prod", "previous": "dev"}
     assert cli("context", "current", "-o", "json").json() == {
         "namesrv": "10.0.0.1:9876;10.0.0.2:9876",
         "source": "context prod",
+        "timeout": 5.0,
+        "timeout_source": "default",
     }
     assert cli("context", "rm", "prod").code == 0
     assert [c["name"] for c in cli("context", "ls", "-o", "json").json()] == ["dev"]
@@ -41,11 +49,12 @@ def test_bad_address_is_a_usage_error(cli: RunCli) -> None:
 def test_precedence_mqctl_env_then_context_then_namesrv_addr(cli: RunCli) -> None:
     assert cli("context", "current", "-o", "json").json()["source"] == "default"
     via_rocketmq_var = cli("context", "current", "-o", "json", env={"NAMESRV_ADDR": "127.0.0.1:2222"}).json()
-    assert via_rocketmq_var == {"namesrv": "127.0.0.1:2222", "source": "$NAMESRV_ADDR"}
+    assert via_rocketmq_var["namesrv"] == "127.0.0.1:2222" and via_rocketmq_var["source"] == "$NAMESRV_ADDR"
     cli("context", "add", "dev", "-n", "127.0.0.1:1111")
     assert cli("context", "current", "-o", "json").json()["namesrv"] == "127.0.0.1:1111"
     chosen = cli("context", "current", "-o", "json", env={"NAMESRV_ADDR": "127.0.0.1:2222"})
-    assert chosen.json() == {"namesrv": "127.0.0.1:1111", "source": "context dev"}  # the context chosen in mqctl wins
+    assert chosen.json()["namesrv"] == "127.0.0.1:1111"  # the context chosen in mqctl wins
+    assert chosen.json()["source"] == "context dev"
     assert chosen.stderr.count("outranks $NAMESRV_ADDR") == 1  # never silently
     both = cli(
         "context", "current", "-o", "json", env={"NAMESRV_ADDR": "127.0.0.1:2222", "MQCTL_NAMESRV": "127.0.0.1:3333"}
@@ -62,7 +71,8 @@ def test_verbose_says_where_an_online_command_connects(cli: RunCli) -> None:
 
 def test_output_env_default(cli: RunCli) -> None:
     cli("context", "add", "dev", "-n", "127.0.0.1:1111")
-    assert cli("context", "ls", env={"MQCTL_OUTPUT": "csv"}).stdout == "name,namesrv,spark_remote,current\ndev,127.0.0.1:1111,,yes\n"
+    listed = cli("context", "ls", env={"MQCTL_OUTPUT": "csv"}).stdout
+    assert listed == "name,namesrv,spark_remote,timeout,current\ndev,127.0.0.1:1111,,,yes\n"
 
 
 def test_rm_if_exists(cli: RunCli) -> None:

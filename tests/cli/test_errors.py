@@ -95,3 +95,75 @@ def test_java_remarks_with_a_faq_line_stay_one_line() -> None:
     error = from_response_code(17, remark, action="route")
     assert str(error) == "route: No topic route info in name server for the topic: T (response code 17)"
     assert "\n" not in str(from_response_code(1, "\n", action="x"))
+
+
+def test_the_registry_keys_on_response_codes() -> None:
+    """One vocabulary for codes: the registry names ``ResponseCode`` members, never bare numbers."""
+    from daemon.remoting.codes import ResponseCode
+
+    assert all(type(code) is ResponseCode for code in errors.RESPONSE_CODE_CLASSES)
+    assert type(from_response_code(ResponseCode.TOPIC_NOT_EXIST, "gone", action="route")) is NotFoundError
+
+
+def test_a_local_permission_error_is_not_the_servers_refusal() -> None:
+    error = translate(PermissionError(13, "Permission denied", "/data/store/commitlog"))
+    assert type(error) is errors.LocalPermissionError and not isinstance(error, AuthError)
+    assert error.exit_code == 11 and error.exit_code != AuthError.exit_code
+    assert "Permission denied: /data/store/commitlog" in str(error) and "server" not in str(error)
+
+
+def test_lifecycle_errors_have_their_own_exit_codes() -> None:
+    from daemon.lifecycle import AlreadyRunningError, LifecycleError
+
+    stuck = translate(LifecycleError("pid 7 still running 30s after SIGTERM"))
+    assert type(stuck) is errors.DaemonError and stuck.exit_code == 12 and "pid 7" in str(stuck)
+    running = translate(AlreadyRunningError(Path("/d/broker.pid"), 7))
+    assert type(running) is ConflictError and "pid 7" in str(running)
+
+
+def _main(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    """Run the CLI in this process: its exit code and stderr."""
+    from mqctl.cli.app import main
+
+    code = main(list(args))
+    return code, capsys.readouterr().err
+
+
+def test_a_store_dir_this_user_may_not_read_exits_11(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Root reads every directory, so the refusal is the kernel's answer injected where the store is read."""
+    from mqctl.services import store_inspect
+
+    def refused(*_args: object, **_kwargs: object) -> object:
+        raise PermissionError(13, "Permission denied", str(tmp_path / "index"))
+
+    monkeypatch.setattr(store_inspect, "index_ls", refused)
+    code, err = _main(capsys, "store", "index", "ls", "--store", str(tmp_path))
+    assert code == errors.LocalPermissionError.exit_code
+    assert err.startswith("mqctl: error: Permission denied: ") and "server" not in err and len(err.splitlines()) == 1
+
+
+def test_a_daemon_already_running_on_the_data_dir_is_a_conflict(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``mqctl up`` on a data dir whose pid file names a live process: exit 4, not 1 ("a bug")."""
+    import os
+
+    from mqctl.cli.broker import PID_FILE
+
+    monkeypatch.setenv("MQCTL_CONFIG_DIR", str(tmp_path / "config"))
+    (tmp_path / "store").mkdir()
+    (tmp_path / "store" / PID_FILE).write_text(f"{os.getppid()}\n")  # alive, and not this process
+    code, err = _main(
+        capsys, "up", "--data", str(tmp_path), "--namesrv-port", "0", "--broker-port", "0", "--no-metrics"
+    )
+    assert code == ConflictError.exit_code, err
+    assert f"already running as pid {os.getppid()}" in err
+
+
+def test_an_error_a_background_daemon_reported_keeps_its_class() -> None:
+    busy = errors.reported("ConflictError: port 9876 is already in use")
+    assert type(busy) is ConflictError and str(busy) == "port 9876 is already in use"
+    assert type(errors.reported("BrokerError: code lost")) is errors.DaemonError
+    assert type(errors.reported("ValueError: boom")) is errors.DaemonError

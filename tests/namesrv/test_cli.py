@@ -62,6 +62,7 @@ async def test_foreground_start_serves_and_stops_gracefully_on_sigterm(
             "detected_by": "pid file",
             "process": process_name(proc.pid),
             "address": addr,
+            "reachable": True,
             "clusters": 0,
             "brokers": 0,
             "topics": 0,

@@ -1,0 +1,138 @@
+"""The options every online command shares, declared once, and ``--timeout`` in contexts (#17)."""
+
+from __future__ import annotations
+
+import json
+import re
+import socket
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import click
+import pytest
+
+from mqctl.cli.app import main
+from mqctl.errors import RequestTimeoutError
+
+CLI = Path(__file__).resolve().parents[2] / "mqctl" / "cli"
+Run = Callable[..., tuple[int, str, str]]
+SHARED = {"namesrv": "--namesrv", "context": "--context", "output": "--output", "timeout": "--timeout"}
+
+
+@pytest.fixture
+def run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> Run:
+    """Run the CLI in this process with a clean environment: (exit code, stdout, stderr)."""
+    for name in ("MQCTL_NAMESRV", "MQCTL_TIMEOUT", "MQCTL_OUTPUT", "NAMESRV_ADDR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("MQCTL_CONFIG_DIR", str(tmp_path / "config"))
+
+    def call(*args: str) -> tuple[int, str, str]:
+        code = main(list(args))
+        captured = capsys.readouterr()
+        return code, captured.out, captured.err
+
+    return call
+
+
+@pytest.fixture
+def silent() -> Iterator[str]:
+    """A loopback listener that never answers: every request to it times out."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield f"127.0.0.1:{sock.getsockname()[1]}"
+
+
+def _commands(cmd: click.Command, path: str) -> Iterator[tuple[str, click.Command]]:
+    if isinstance(cmd, click.Group):
+        for name, sub in cmd.commands.items():
+            yield from _commands(sub, f"{path} {name}")
+    else:
+        yield path, cmd
+
+
+def test_no_cli_module_declares_the_shared_options_itself() -> None:
+    """One declaration (mqctl.cli.common.cluster_options), not one per command."""
+    spelled = {
+        f"{path.name}:{n}": line.strip()
+        for path in sorted(CLI.glob("*.py"))
+        if path.name != "common.py"
+        for n, line in enumerate(path.read_text().splitlines(), 1)
+        if re.search(r"\b(namesrv: NamesrvOpt|context: ContextOpt|context=context)\b", line)
+    }
+    assert spelled == {}
+
+
+def test_every_online_command_has_the_same_shared_options() -> None:
+    from mqctl.cli.app import command
+
+    seen = 0
+    for path, cmd in _commands(command(), "mqctl"):
+        params = {p.name: p for p in cmd.params if isinstance(p, click.Option)}
+        if "context" not in params:
+            continue
+        seen += 1
+        wanted = set(SHARED) - ({"output"} if path == "mqctl top" else set())
+        assert wanted <= set(params), path
+        assert params["namesrv"].opts == ["--namesrv", "-n"] and params["output"].opts[:1] != [""], path
+        assert params["timeout"].envvar is None, (
+            path
+        )  # $MQCTL_TIMEOUT is resolved with the context, in config
+        if "output" in params:
+            assert params["output"].envvar == "MQCTL_OUTPUT" and params["output"].default == "table", path
+    assert seen >= 30
+
+
+def test_context_timeout_and_its_precedence(run: Run, silent: str) -> None:
+    code, out, _ = run("context", "add", "slow", "-n", silent, "--timeout", "0.3", "-o", "json")
+    assert code == 0 and json.loads(out)["timeout"] == 0.3
+    code, out, _ = run("--print-config")
+    assert code == 0 and "timeout_source │ context slow" in out and "0.3" in out
+    code, _, err = run("-v", "topic", "list")
+    assert code == RequestTimeoutError.exit_code, err
+    assert "timeout 0.3s per answer (from context slow)" in err
+    code, _, err = run("-v", "topic", "list", "--timeout", "0.4")
+    assert code == RequestTimeoutError.exit_code and "timeout 0.4s per answer (from --timeout)" in err
+    code, _, err = run("-v", "topic", "list", "-n", silent)  # another cluster: not the context's timeout
+    assert "timeout 5s per answer (from default)" in err
+
+
+def test_env_timeout_beats_the_context_and_a_bad_one_is_a_usage_error(
+    run: Run, silent: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run("context", "add", "slow", "-n", silent, "--timeout", "9")
+    monkeypatch.setenv("MQCTL_TIMEOUT", "0.3")
+    code, _, err = run("-v", "group", "list")
+    assert code == RequestTimeoutError.exit_code and "timeout 0.3s per answer (from $MQCTL_TIMEOUT)" in err
+    monkeypatch.setenv("MQCTL_TIMEOUT", "soon")
+    code, _, err = run("group", "list")
+    assert code == 2 and "$MQCTL_TIMEOUT 'soon'" in err
+
+
+def test_context_set_changes_only_what_it_is_given(run: Run) -> None:
+    run("context", "add", "dev", "-n", "127.0.0.1:1111", "--spark-remote", "sc://spark:15002")
+    code, out, _ = run("context", "set", "dev", "--timeout", "12.5", "-o", "json")
+    assert code == 0
+    assert json.loads(out) == {
+        "set": "dev",
+        "namesrv": "127.0.0.1:1111",
+        "spark_remote": "sc://spark:15002",
+        "timeout": 12.5,
+    }
+    _, out, _ = run("context", "current", "-o", "json")
+    assert json.loads(out)["timeout"] == 12.5 and json.loads(out)["timeout_source"] == "context dev"
+    code, _, err = run("context", "set", "nope", "--timeout", "1")
+    assert code == 3 and "nope" in err
+
+
+def test_a_bad_timeout_in_the_contexts_file_is_a_usage_error(run: Run, tmp_path: Path) -> None:
+    contexts = tmp_path / "config" / "contexts.json"
+    contexts.parent.mkdir()
+    contexts.write_text(
+        json.dumps({"current": "x", "contexts": {"x": {"namesrv": "127.0.0.1:1", "timeout": "soon"}}})
+    )
+    code, _, err = run("context", "ls")
+    assert code == 2 and str(contexts) in err and "soon" in err and len(err.splitlines()) == 1
+    contexts.write_text(json.dumps({"contexts": {"x": {"timeout": 1}}}))
+    code, _, err = run("context", "ls")
+    assert code == 2 and "not a contexts file" in err and "namesrv" in err

@@ -1,0 +1,24 @@
+"""``broker status`` and ``namesrv status`` ask the daemon they found through one service probe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from mqctl.services.processes import probe
+from tests.daemons import local_cluster
+from tests.support.ports import free_port
+
+
+def test_probe_asks_each_daemon_what_it_knows(tmp_path: Path) -> None:
+    with local_cluster(tmp_path) as cluster:
+        namesrv = probe(cluster.namesrv_addr, "namesrv")
+        broker = probe(cluster.broker_addr, "broker")
+    assert namesrv["reachable"] is True and namesrv["clusters"] == 1 and namesrv["brokers"] == 1
+    assert namesrv["topics"] > 0
+    assert broker["reachable"] is True and broker["version"] and broker["commit_log_max_offset"] >= 0
+
+
+def test_probe_of_a_silent_port_says_unreachable() -> None:
+    addr = f"127.0.0.1:{free_port()}"
+    assert probe(addr, "namesrv", timeout=1.0) == {"reachable": False}
+    assert probe(addr, "broker", timeout=1.0) == {"reachable": False}
