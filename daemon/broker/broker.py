@@ -12,6 +12,7 @@ import contextlib
 import logging
 import math
 import shutil
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable
@@ -106,6 +107,8 @@ class Broker:
         #: A slave's master broker address as the NameServer last answered it.
         self.master_addr: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: The loop's thread: a put made on it notifies inline, one made elsewhere hops over.
+        self._loop_thread = 0
         self._tasks: list[asyncio.Task[None]] = []
         #: Registration with every NameServer, shared by the topic changes that ask for it meanwhile.
         self.registration = Coalesced(self.register_all, "namesrv-register-now")
@@ -139,6 +142,7 @@ class Broker:
         that times out. `/healthz` answers meanwhile with `starting` (503).
         """
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         if self.config.acl_enable:  # before the port opens: no request is ever served unchecked
             self.acl_files = AclFiles(self.config.rocketmq_home, self.config.acl_file_path)
             self.server.dispatcher.guard = PlainAccessValidator(self.acl_files, topic_at=self._topic_at)
@@ -388,15 +392,11 @@ class Broker:
         return self.store.put_message(msg)
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
-        loop = self._loop
-        assert loop is not None
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        if threading.get_ident() == self._loop_thread:  # a fifth of asyncio.get_running_loop()'s cost
             self._arrived(topic, queue_id, max_offset)
         else:
+            loop = self._loop
+            assert loop is not None
             loop.call_soon_threadsafe(self._arrived, topic, queue_id, max_offset)
 
     def _arrived(self, topic: str, queue_id: int, max_offset: int) -> None:
