@@ -141,8 +141,11 @@ class Broker:
         self._changed_topics: set[str] = set()
         #: Whether topics were registered alone since the whole table last was (see new_version).
         self._registered_alone = False
-        #: topics.json written once for a burst of topic creations (each answered after its write).
-        self.persist_topics = Coalesced(lambda: asyncio.to_thread(self.topics.file.persist), "persist-topics")
+        #: Topic creations made durable together (each answered after its write): one journal line each
+        #: beside topics.json, not a rewrite of the whole table (see store.config_files).
+        self.persist_topics = Coalesced(
+            lambda: asyncio.to_thread(self.topics.file.persist_changes), "persist-topics"
+        )
         self._flush_pool: ThreadPoolExecutor | None = None
         self._metrics_stop: Callable[[], None] | None = None
         self._started = False
@@ -357,6 +360,10 @@ class Broker:
         self._stop_metrics()
         if self._flush_pool is not None:
             self._flush_pool.shutdown(wait=True)
+        try:
+            self.topics.file.fold()  # the journaled topic creations into topics.json: what Java reads
+        except OSError as e:  # (still in the journal: our next start replays and folds them)
+            log.error("could not fold the topic journal into %s: %s", self.topics.file.path, e)
         self.store.shutdown()  # persists offsets and delay offsets too
         log.info("broker %s stopped", self.config.broker_name)
 
