@@ -3,6 +3,29 @@
 Everything runs on one asyncio loop. Store reads and ASYNC_FLUSH puts are fast memory operations and
 run inline; SYNC_FLUSH puts block on a shared fsync, so they run in a thread pool where concurrent
 sends share one flush (group commit).
+
+Why one core (issue 19's second core, measured, not landed). Under the C++ client's load ``perf`` puts
+the broker's CPU at ~78 % user space (71 % the interpreter itself) and ~22 % kernel (13 % syscalls:
+send, recv, epoll, pwrite, futex); py-spy finds the flush and warm-up threads holding the GIL in under
+1 % of samples, so moving them "out of the GIL" frees nothing.
+Threads cannot run Python in parallel, so a second core needs processes. The design that keeps one
+sequential CommitLog append: K acceptor processes (SO_REUSEPORT listeners) decode frames, check ACL
+signatures, parse headers and properties, encode the whole CommitLog record with placeholder offsets
+and encode the replies; one writer process patches the queue offset, physical offset and store
+timestamp in place, copies the bytes into the mapped file, writes the ConsumeQueue unit and index entry
+and answers the offsets. ``benchmarks/bench_second_core.py`` prototypes exactly that split with our
+real codecs (no sockets, 1 KiB sends, hand-offs of 16 records over a pipe, 2 cores shared with other
+work, two runs at load averages 8 and 12): one process doing it all costs 17.9-18.4 us CPU per send
+(15,100-26,900 sends/s); split, the writer costs 6.5-7.4 us and the acceptors 17.5-19.0 us, 24.3-26.4
+us in all (+35-45 % CPU per send for the hand-off; 21.6 us with hand-offs of 64), and ran 11,000-13,100
+sends/s with one acceptor (each batch waits for its round trip) and 17,600-21,100 with two: 0.78x one
+process at load 8, 1.17x at load 12. So the split buys at most ~2.5x the writer-bound ceiling, only
+when a core is idle, for ~40 % more CPU per send; the real put path also does more than the prototype's
+writer (the store's checks, stats, arrival notices: the broker's own send costs ~35 us, not 18), and
+every other piece of broker state (topics, groups, offsets, long polling, HA, admin, stats) would have
+to move to the writer or be shared, with pulls reading the mapped files from the acceptors. On machines
+shared with the clients, as here, that is more CPU per send for no dependable gain in sends per second,
+so the broker stays one process and CPU per send is cut instead.
 """
 
 from __future__ import annotations
@@ -13,6 +36,7 @@ import dataclasses
 import logging
 import math
 import shutil
+import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable
@@ -107,6 +131,8 @@ class Broker:
         #: A slave's master broker address as the NameServer last answered it.
         self.master_addr: str | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
+        #: The loop's thread: a put made on it notifies inline, one made elsewhere hops over.
+        self._loop_thread = 0
         self._tasks: list[asyncio.Task[None]] = []
         #: Registration with every NameServer, shared by the topic changes that ask for it meanwhile.
         self.registration = Coalesced(self.register_all, "namesrv-register-now")
@@ -116,8 +142,11 @@ class Broker:
         self._changed_topics: set[str] = set()
         #: Whether topics were registered alone since the whole table last was (see new_version).
         self._registered_alone = False
-        #: topics.json written once for a burst of topic creations (each answered after its write).
-        self.persist_topics = Coalesced(lambda: asyncio.to_thread(self.topics.file.persist), "persist-topics")
+        #: Topic creations made durable together (each answered after its write): one journal line each
+        #: beside topics.json, not a rewrite of the whole table (see store.config_files).
+        self.persist_topics = Coalesced(
+            lambda: asyncio.to_thread(self.topics.file.persist_changes), "persist-topics"
+        )
         self._flush_pool: ThreadPoolExecutor | None = None
         self._metrics_stop: Callable[[], None] | None = None
         self._started = False
@@ -140,6 +169,7 @@ class Broker:
         that times out. `/healthz` answers meanwhile with `starting` (503).
         """
         self._loop = asyncio.get_running_loop()
+        self._loop_thread = threading.get_ident()
         if self.config.acl_enable:  # before the port opens: no request is ever served unchecked
             self.acl_files = AclFiles(self.config.rocketmq_home, self.config.acl_file_path)
             self.server.dispatcher.guard = PlainAccessValidator(self.acl_files, topic_at=self._topic_at)
@@ -331,6 +361,10 @@ class Broker:
         self._stop_metrics()
         if self._flush_pool is not None:
             self._flush_pool.shutdown(wait=True)
+        try:
+            self.topics.file.fold()  # the journaled topic creations into topics.json: what Java reads
+        except OSError as e:  # (still in the journal: our next start replays and folds them)
+            log.error("could not fold the topic journal into %s: %s", self.topics.file.path, e)
         self.store.shutdown()  # persists offsets and delay offsets too
         log.info("broker %s stopped", self.config.broker_name)
 
@@ -389,15 +423,11 @@ class Broker:
         return self.store.put_message(msg)
 
     def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
-        loop = self._loop
-        assert loop is not None
-        try:
-            running = asyncio.get_running_loop()
-        except RuntimeError:
-            running = None
-        if running is loop:
+        if threading.get_ident() == self._loop_thread:  # a fifth of asyncio.get_running_loop()'s cost
             self._arrived(topic, queue_id, max_offset)
         else:
+            loop = self._loop
+            assert loop is not None
             loop.call_soon_threadsafe(self._arrived, topic, queue_id, max_offset)
 
     def _arrived(self, topic: str, queue_id: int, max_offset: int) -> None:

@@ -175,13 +175,17 @@ class LanguageCode(IntEnum):
     def parse(cls, value: object) -> LanguageCode:
         """Map a header value (name or byte) to a member; unknown languages become OTHER."""
         if isinstance(value, str):
-            return cls.__members__.get(value, cls.OTHER)
+            return _LANGUAGES.get(value, cls.OTHER)  # not __members__: a new mapping proxy per call
         if isinstance(value, int) and not isinstance(value, bool):
             try:
                 return cls(value)
             except ValueError:
                 return cls.OTHER
         return cls.JAVA
+
+
+#: Names to members, for the parse of every JSON header.
+_LANGUAGES: dict[str, LanguageCode] = dict(LanguageCode.__members__)
 
 
 class SerializeType(IntEnum):

@@ -104,10 +104,11 @@ class RequestDispatcher:
         except Exception as exc:
             self._failed(conn, request, exc)
             return
-        if inspect.isawaitable(result):
-            conn.track(asyncio.ensure_future(self._finish(conn, request, result)))
-        else:
+        # (a response or nothing is the common case: no isawaitable() protocol walk for it)
+        if result is None or type(result) is RemotingCommand or not inspect.isawaitable(result):
             conn.reply(request, result)
+        else:
+            conn.track(asyncio.ensure_future(self._finish(conn, request, result)))
 
     async def _finish(
         self, conn: Connection, request: RemotingCommand, pending: Awaitable[RemotingCommand | None]

@@ -51,7 +51,8 @@ def coerce_ext_fields(raw: dict[Any, Any]) -> dict[str, str]:
             break
     else:
         return raw  # the Java-client fast path: everything already a string
-    return {str(k): java_string(v) for k, v in raw.items() if v is not None}
+    # (JSON keys are strings already; most values are too, even from ali-ons, and skip the call)
+    return {k: v if type(v) is str else java_string(v) for k, v in raw.items() if v is not None}
 
 
 # --------------------------------------------------------------------------------------------- encode

@@ -132,13 +132,19 @@ class CommandHeader:
                     ) from None
         return cls(*args)
 
+    @classmethod
+    @cache
+    def _wire_names(cls) -> tuple[tuple[str, str], ...]:
+        """(attribute, wire name) per field, for `to_ext_fields`."""
+        return tuple((spec.attr, spec.wire) for spec in cls._specs())
+
     def to_ext_fields(self) -> dict[str, str]:
-        """Render the non-None fields as Java-style strings."""
+        """Render the non-None fields as Java-style strings (every send's response runs this)."""
         out: dict[str, str] = {}
-        for spec in self._specs():
-            value = getattr(self, spec.attr)
+        for attr, wire_name in self._wire_names():
+            value = getattr(self, attr)
             if value is not None:
-                out[spec.wire] = _render(value)
+                out[wire_name] = value if type(value) is str else _render(value)
         return out
 
 

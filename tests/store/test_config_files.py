@@ -229,3 +229,91 @@ def test_offset_managers_own_their_tables() -> None:
     copy = delays.offsets()
     delays.set_offset(3, 10)
     assert copy == {3: 9} and delays.offset(3) == 10
+
+
+def _journal_lines(tmp_path: Path) -> list[str]:
+    journal = tmp_path / "topics.json.journal"
+    return journal.read_text().splitlines() if journal.exists() else []
+
+
+def test_changes_persisted_alone_go_to_the_journal_and_are_replayed_and_folded_at_load(tmp_path: Path) -> None:
+    """A creation appends one line instead of rewriting topics.json; a load after a crash (no fold) replays
+    it over the file, writes it into the file and empties the journal."""
+    topics = TopicConfigFile(str(tmp_path / "topics.json"), FakeClock(1_700_000_000_000))
+    topics.update(TopicConfig("Base", 2, 2))  # a whole-file write
+    before = (tmp_path / "topics.json").read_text()
+    odd = TopicConfig('Ü"x', 1, 1)
+    odd.extra = {"q": {1: "bare int key"}}
+    topics.update(TopicConfig("Z", 4, 4), persist=False)
+    for config in (TopicConfig("A", 4, 4), odd):  # one write of two lines (Z, A), then one of one
+        topics.update(config, persist=False)
+        topics.persist_changes()
+    topics.update(TopicConfig("A", 8, 8), persist=False)
+    topics.delete("Base")  # whole-file write: takes every change so far and empties the journal
+    assert _journal_lines(tmp_path) == []
+    topics.update(TopicConfig("C", 3, 3), persist=False)
+    topics.update(TopicConfig("D", 3, 3), persist=False)
+    topics.persist_changes()
+    assert len(_journal_lines(tmp_path)) == 2 and '"C"' not in (tmp_path / "topics.json").read_text()
+    assert before != (tmp_path / "topics.json").read_text()
+
+    again = TopicConfigFile(str(tmp_path / "topics.json"), SystemClock(), read_only=True)
+    again.load()  # read-only (inspection): replayed in memory, nothing written
+    assert again.encode() == topics.encode() and len(_journal_lines(tmp_path)) == 2
+    recovered = TopicConfigFile(str(tmp_path / "topics.json"), SystemClock())
+    recovered.load()
+    assert recovered.encode() == topics.encode()
+    assert recovered.table['Ü"x'].extra == {"q": {1: "bare int key"}}
+    assert _journal_lines(tmp_path) == [] and (tmp_path / "topics.json").read_text() == topics.text()
+
+
+def test_journal_lines_older_than_the_file_or_torn_are_not_replayed(tmp_path: Path) -> None:
+    """A crash between a whole-file write and the journal's reset leaves lines the file holds already (a
+    later delete must not be undone by them); a line cut short by a crash is ignored, as is what follows."""
+    topics = TopicConfigFile(str(tmp_path / "topics.json"), FakeClock(1_700_000_000_000))
+    topics.update(TopicConfig("Gone", 1, 1), persist=False)
+    topics.persist_changes()
+    stale = (tmp_path / "topics.json.journal").read_text()
+    topics.delete("Gone")
+    topics.update(TopicConfig("Kept", 1, 1), persist=False)
+    topics.persist_changes()
+    kept = (tmp_path / "topics.json.journal").read_text()
+    (tmp_path / "topics.json.journal").write_text(stale + kept + kept[: len(kept) // 2])
+    recovered = TopicConfigFile(str(tmp_path / "topics.json"), SystemClock())
+    recovered.load()
+    assert set(recovered.table) == {"Kept"} and recovered.data_version.counter == topics.data_version.counter
+    assert _journal_lines(tmp_path) == []
+
+
+def test_the_journal_folds_once_it_is_as_long_as_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Folding when the journal holds as many lines as the table has entries keeps creating N topics at
+    O(N) written in all (each whole-file write pays for as many appends); fold() writes what is left."""
+    monkeypatch.setattr("store.config_files.JOURNAL_FOLD_MIN", 4)
+    topics = TopicConfigFile(str(tmp_path / "topics.json"), FakeClock(1_700_000_000_000))
+    for name in ("A", "B", "C"):
+        topics.update(TopicConfig(name), persist=False)
+        topics.persist_changes()
+    assert len(_journal_lines(tmp_path)) == 3 and not (tmp_path / "topics.json").exists()
+    topics.update(TopicConfig("D"), persist=False)
+    topics.persist_changes()  # the fourth line: folded instead
+    assert _journal_lines(tmp_path) == [] and '"D"' in (tmp_path / "topics.json").read_text()
+    topics.update(TopicConfig("E"), persist=False)
+    topics.persist_changes()
+    topics.fold()
+    assert _journal_lines(tmp_path) == [] and (tmp_path / "topics.json").read_text() == topics.text()
+
+
+def test_a_damaged_journal_line_is_reported_at_error_and_the_journal_kept(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    topics = TopicConfigFile(str(tmp_path / "topics.json"), FakeClock(1_700_000_000_000))
+    for name in ("A", "B"):
+        topics.update(TopicConfig(name), persist=False)
+        topics.persist_changes()
+    first, second = _journal_lines(tmp_path)
+    (tmp_path / "topics.json.journal").write_text(f"{first}\n{{garbled\n{second}\n")
+    recovered = TopicConfigFile(str(tmp_path / "topics.json"), SystemClock())
+    with caplog.at_level(logging.ERROR):
+        recovered.load()
+    assert set(recovered.table) == {"A"}
+    assert "line 2 of 3 unreadable" in caplog.text and (tmp_path / "topics.json.journal.damaged").exists()

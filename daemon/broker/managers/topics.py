@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import Callable, Iterable, Mapping
+from functools import lru_cache
 
 from daemon.broker.config import BrokerConfig
 from daemon.remoting.bodies import TopicConfigSerializeWrapper
@@ -34,8 +35,10 @@ MAX_TOPIC_LENGTH = 127
 _VALID_TOPIC = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 
+@lru_cache(maxsize=4096)
 def topic_problem(topic: str) -> str | None:
-    """Why a topic name is invalid (the broker's remarks), or None when it is fine."""
+    """Why a topic name is invalid (the broker's remarks), or None when it is fine (cached: every send
+    checks its topic, and a dict lookup costs a third of the regular expression)."""
     if not topic:
         return "The specified topic is blank."
     if not _VALID_TOPIC.match(topic):

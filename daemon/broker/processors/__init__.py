@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.connection import Connection
 from daemon.remoting.errors import RemotingCommandError
@@ -22,7 +24,13 @@ def system_error(remark: str) -> RemotingCommandError:
 
 def peer_host(conn: Connection) -> HostAddress:
     """The client's socket address as (ip, port), IPv4-mapped IPv6 folded to IPv4 (ali-ons reads v4 only)."""
-    host, _, port = conn.peer.rpartition(":")
+    return _host_port(conn.peer)
+
+
+@lru_cache(maxsize=4096)
+def _host_port(peer: str) -> HostAddress:
+    """(Parsed once per connection, not once per send.)"""
+    host, _, port = peer.rpartition(":")
     host = host.strip("[]")
     if host.startswith("::ffff:") and "." in host:
         host = host[7:]
