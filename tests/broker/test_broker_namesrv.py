@@ -10,7 +10,7 @@ from daemon.remoting.bodies import ClusterInfo, TopicRouteData
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from store.clock import SystemClock
-from store.config_files import TopicConfigManager
+from store.config_files import TopicConfigFile
 from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
 
 
@@ -68,7 +68,7 @@ async def test_concurrent_creations_are_each_on_disk_and_routed_when_answered(cl
     async def create(name: str) -> None:
         header = CreateTopicRequestHeader(name, "TBW102", 2, 2, 6, "SINGLE_TAG").to_ext_fields()
         assert (await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header)).code == ResponseCode.SUCCESS
-        on_disk = TopicConfigManager(cluster.broker.topics.file.path, SystemClock(), read_only=True)
+        on_disk = TopicConfigFile(cluster.broker.topics.file.path, SystemClock(), read_only=True)
         on_disk.load()
         assert name in on_disk.table
         assert (await route(cluster, name)).code == ResponseCode.SUCCESS

@@ -13,8 +13,9 @@ from daemon.broker.headers import CreateTopicRequestHeader
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from store import fastjson
 from store.clock import SystemClock
-from store.config_files import TopicConfigManager, loads_fastjson
+from store.config_files import TopicConfigFile
 from tests.conftest import ROOT
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
@@ -43,7 +44,7 @@ async def test_created_topics_survive_sigkill_and_a_clean_stop_folds_them_into_t
         return r.code == ResponseCode.SUCCESS
 
     def on_disk() -> set[str]:
-        return set(loads_fastjson(topics_json.read_text())["topicConfigTable"])
+        return set(fastjson.loads(topics_json.read_text())["topicConfigTable"])
 
     names = [f"Journaled{i}" for i in range(30)]
     proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
@@ -56,7 +57,7 @@ async def test_created_topics_survive_sigkill_and_a_clean_stop_folds_them_into_t
         assert not set(names) & on_disk()  # answered from the journal: topics.json was not rewritten
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(10)
-        crashed = TopicConfigManager(str(topics_json), SystemClock(), read_only=True)
+        crashed = TopicConfigFile(str(topics_json), SystemClock(), read_only=True)
         crashed.load()
         assert set(names) <= set(crashed.table) and journal.stat().st_size > 0
 
