@@ -29,8 +29,7 @@ from daemon.broker.headers import (
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from mqctl.admin.client import Admin
-from store.message import PROPERTY_UNIQ_KEY, StoredMessage
-from store.record import decode_record, decode_records, encode_properties
+from store import PROPERTY_UNIQ_KEY, StoredMessage, decode_record, decode_records, encode_properties
 
 #: The producer group mqctl sends as (like mqadmin's tools groups, never a real application's).
 PRODUCER_GROUP = "MQCTL_PRODUCER"

@@ -37,7 +37,7 @@ from mqctl.admin.messaging import PULL_FLAG_COMMIT_OFFSET, PULL_FLAG_SUBSCRIPTIO
 from mqctl.errors import NotFoundError
 from mqctl.services.messages import QueueRef, queues, writable_queues
 from mqctl.services.topics import TopicSpec, create_missing, gather_limited
-from store.record import read_header
+from store import read_header
 
 _LENGTH = struct.Struct(">i")
 PRODUCER_GROUP = "mqctl_bench_producer"

@@ -30,15 +30,15 @@ from mqctl.errors import NotFoundError, UsageError
 from mqctl.services.topics import readers_of_topic, route_masters, route_readers
 from mqctl.timespec import iso, parse_time
 from mqctl.units import time_fields
-from store.message import (
+from store import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
     StoredMessage,
+    decode_msg_id,
 )
-from store.record import decode_msg_id
 
 log = logging.getLogger(__name__)
 

@@ -22,15 +22,19 @@ from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
 from mqctl.services.messages import resend_one
 from mqctl.timespec import iso
-from store.errors import CorruptRecordError
-from store.message import (
+from store import (
+    COMMITLOG,
     PROPERTY_REAL_TOPIC,
     SCHEDULE_TOPIC,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    CorruptRecordError,
+    Manifest,
+    Piece,
     StoredMessage,
+    list_quarantines,
+    piece_records,
 )
-from store.quarantine import COMMITLOG, Manifest, Piece, list_quarantines, piece_records
 
 SYSTEM_TOPIC_PREFIXES = ("RMQ_SYS_", "rmq_sys_")
 

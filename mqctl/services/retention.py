@@ -24,20 +24,22 @@ from mqctl.admin.client import Admin
 from mqctl.errors import StoreError
 from mqctl.services import store_inspect as si
 from mqctl.units import size_text
-from store.cleanup import (
+from store import (
     WATERMARK,
     CleanPlan,
     CommittedOffset,
+    DefaultMessageStore,
     LogFile,
     Removal,
+    StoreConfig,
+    ensure_unlocked,
+    held_lock,
     make_plan,
     plan_removals,
     remove_files,
     total_losses,
     unconsumed_per_file,
 )
-from store.config import StoreConfig
-from store.engine import DefaultMessageStore, ensure_unlocked, held_lock
 
 log = logging.getLogger(__name__)
 
