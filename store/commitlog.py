@@ -350,6 +350,9 @@ class RecordWalk:
     there; it starts no lower than the first file), :attr:`stop` why it ended (``end``, ``blank-filler``,
     ``end-of-file``, ``zeros``, ``partial``, ``corrupt``), :attr:`data_end` where the last file's data
     ended, :attr:`records` and :attr:`last_store_timestamp` what it read.
+
+    The one other walker, :func:`store.quarantine.walk`, salvages set-aside pieces: it searches past
+    damage for the next record that names its own offset, which none of these readers may do.
     """
 
     __slots__ = (
