@@ -9,7 +9,8 @@ running broker.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -48,40 +49,21 @@ def _time(ms: int) -> str | None:
 # ---------------------------------------------------------------------------------- commitlog
 
 
-@dataclass
-class FileScan:
-    """One CommitLog file read record by record."""
-
-    file: str
-    from_offset: int
-    to_offset: int  # end of data (absolute)
-    size: int
-    data_bytes: int
-    records: int
-    first_store_time: str | None
-    last_store_time: str | None
-    tail: str  # blank-filler, zeros, end-of-file or corrupt
-    topics: dict[str, int] = field(default_factory=dict)
-    error: str | None = None
+def _row(stats: Any, times: dict[str, str], fmt: Callable[[Any], str | None]) -> dict[str, Any]:
+    """``stats`` (a dataclass) as a row, its ms timestamp fields ``times`` renamed and formatted by ``fmt``."""
+    return {times.get(k, k): fmt(v) if k in times else v for k, v in asdict(stats).items()}
 
 
-def commitlog_ls(root: str | Path, *, progress: Progress | None = None) -> list[FileScan]:
-    """Each CommitLog file: offset range, size, data bytes, records, first/last store time, topics."""
+def commitlog_ls(root: str | Path, *, progress: Progress | None = None) -> list[dict[str, Any]]:
+    """Each CommitLog file: offset range, size, data bytes, records, first/last store time (ISO 8601),
+    how its data ends (blank-filler, zeros, end-of-file or corrupt), records per topic."""
     return [
-        FileScan(
-            s.file,
-            s.from_offset,
-            s.to_offset,
-            s.size,
-            s.data_bytes,
-            s.records,
-            _iso(s.first_store_timestamp),
-            _iso(s.last_store_timestamp),
-            s.tail,
-            s.topics,
-            s.error,
+        _row(
+            stats,
+            {"first_store_timestamp": "first_store_time", "last_store_timestamp": "last_store_time"},
+            _iso,
         )
-        for s in inspect.commitlog_files(layout(root), progress=progress)
+        for stats in inspect.commitlog_files(layout(root), progress=progress)
     ]
 
 
@@ -138,40 +120,12 @@ def cq_show(
 # ---------------------------------------------------------------------------------- index files
 
 
-@dataclass
-class IndexRow:
-    name: str
-    size: int
-    begin_time: str | None
-    end_time: str | None
-    begin_phy_offset: int
-    end_phy_offset: int
-    hash_slots: int
-    hash_slot_count: int
-    index_count: int
-    max_index_count: int
-    full: bool
-    problem: str | None  # what is wrong with the header (the broker rebuilds such a file at start)
+def _index_row(header: inspect.IndexHeader) -> dict[str, Any]:
+    """An IndexFile's header as a row; ``problem``: what is wrong with it (the broker rebuilds such a file)."""
+    return _row(header, {"begin_timestamp": "begin_time", "end_timestamp": "end_time"}, _time)
 
 
-def _index_row(h: inspect.IndexHeader) -> IndexRow:
-    return IndexRow(
-        h.name,
-        h.size,
-        _time(h.begin_timestamp),
-        _time(h.end_timestamp),
-        h.begin_phy_offset,
-        h.end_phy_offset,
-        h.hash_slots,
-        h.hash_slot_count,
-        h.index_count,
-        h.max_index_count,
-        h.full,
-        h.problem,
-    )
-
-
-def index_ls(root: str | Path) -> list[IndexRow]:
+def index_ls(root: str | Path) -> list[dict[str, Any]]:
     """Each IndexFile's header: time and CommitLog range, used slots, entries, whether it is full."""
     return [_index_row(h) for h in inspect.index_headers(layout(root))]
 
@@ -195,7 +149,7 @@ def index_show(root: str | Path, name: str | None = None) -> dict[str, Any]:
     lay = layout(root)
     header, chains = inspect.index_stats(lay, _pick_index(lay, name))
     return {
-        **vars(_index_row(header)),
+        **_index_row(header),
         "entries": chains.entries,
         "used_slots": chains.used_slots,
         "longest_chain": chains.longest_chain,
