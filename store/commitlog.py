@@ -321,7 +321,13 @@ class CommitLog:
     def walk(self, offset: int, end: int) -> RecordWalk:
         """Records from ``offset`` to ``end`` as dispatch reads them: no CRC check, a record that does not
         parse ends the walk, logged at ERROR (see :class:`RecordWalk`)."""
-        return RecordWalk(self.files, offset, end, on_corruption=lambda e: log.error("dispatch stops at %s", e))
+        return RecordWalk(
+            self.files,
+            offset,
+            end,
+            on_corruption=lambda e: log.error("dispatch stops at %s", e),
+            zeros_end_data=False,
+        )
 
     def warm_ahead(self, nbytes: int) -> None:
         """Pre-fault the next ``nbytes`` of the active file (called from a background thread)."""
@@ -342,7 +348,8 @@ class RecordWalk:
     they agree on where records are and where the data ends.
 
     From ``offset`` to ``end``: a blank filler (or a file end with no room for a header) jumps to the next
-    file; zeros end the data; a record that does not parse, or with ``check_crc`` fails its body CRC, ends
+    file; zeros end the data (unless ``zeros_end_data`` is false: dispatch walks only what was written,
+    where zeros are damage); a record that does not parse, or with ``check_crc`` fails its body CRC, ends
     the walk with :attr:`corruption` set and passed to ``on_corruption``; a record whose bytes have not all
     been written yet ends it quietly (a replicating slave receives records split across frames). With
     ``on_crc_error`` a body CRC failure of an otherwise sound record is passed there and the walk goes on
@@ -367,6 +374,7 @@ class RecordWalk:
         "on_crc_error",
         "records",
         "stop",
+        "zeros_end_data",
     )
 
     def __init__(
@@ -378,6 +386,7 @@ class RecordWalk:
         check_crc: bool = False,
         on_corruption: Callable[[CorruptRecordError], None] | None = None,
         on_crc_error: Callable[[CorruptRecordError], None] | None = None,
+        zeros_end_data: bool = True,
     ) -> None:
         self.files = files
         self.offset = offset
@@ -385,6 +394,7 @@ class RecordWalk:
         self.check_crc = check_crc
         self.on_corruption = on_corruption
         self.on_crc_error = on_crc_error
+        self.zeros_end_data = zeros_end_data
         self.corruption: CorruptRecordError | None = None
         self.stop = "end"
         self.data_end = offset
@@ -431,7 +441,7 @@ class RecordWalk:
                 if magic == BLANK_MAGIC_CODE and size > 0:
                     self.stop = "blank-filler"
                     break
-                if size == 0 and magic == 0:
+                if size == 0 and magic == 0 and self.zeros_end_data:
                     self.stop = "zeros"
                     break
                 if size > 0 and written < pos + size <= file_size:

@@ -72,3 +72,16 @@ def test_a_record_still_arriving_ends_a_dispatch_walk_quietly(tmp_path: Path) ->
         assert (walk.stop, walk.offset, walk.corruption) == ("partial", offsets[2], None)
     finally:
         cl.close()
+
+
+def test_zeros_end_the_data_for_recovery_but_are_damage_inside_what_dispatch_was_told_is_written(
+    tmp_path: Path,
+) -> None:
+    offsets = write(tmp_path, 3)
+    end = offsets[2] + offsets[1] - offsets[0]
+    with commit_log(layout(tmp_path)) as cl:  # loaded files count as full until recovery cuts them
+        assert cl.scan(0, check_crc=True).process_offset == end
+        walk = cl.walk(0, cl.max_offset)
+        assert [info.commit_log_offset for info in walk] == offsets
+        assert (walk.stop, walk.offset) == ("corrupt", end)
+        assert walk.corruption is not None and "bad magic code 0x00000000" in walk.corruption.reason
