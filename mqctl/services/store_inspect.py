@@ -21,7 +21,6 @@ from store import CorruptRecordError, inspect
 
 Progress = inspect.Progress
 Layout = inspect.Layout
-VerifyReport = inspect.VerifyReport
 
 
 def layout(root: str | Path) -> Layout:
@@ -74,10 +73,8 @@ def commitlog_bytes(root: str | Path) -> int:
 
 # ------------------------------------------------------------------------------- consume queue
 
-QueueRow = inspect.QueueStats
 
-
-def cq_ls(root: str | Path, topic: str | None = None) -> list[QueueRow]:
+def cq_ls(root: str | Path, topic: str | None = None) -> list[inspect.QueueStats]:
     """Every ConsumeQueue (or those of ``topic``): files, offset range and message count."""
     lay = layout(root)
     if topic and not lay.queues(topic):
@@ -214,7 +211,7 @@ def query_id(root: str | Path, msg_id: str) -> dict[str, Any]:
 
 def verify(
     root: str | Path, *, max_problems: int | None = None, progress: Progress | None = None
-) -> VerifyReport:
+) -> inspect.VerifyReport:
     """CRC of every record, every ConsumeQueue unit and index entry against the CommitLog (see
     :func:`store.inspect.verify`)."""
     return inspect.verify(layout(root), max_problems=max_problems, progress=progress)
