@@ -188,7 +188,8 @@ def translate(exc: BaseException) -> MqctlError:
     from daemon.config import ConfigError
     from daemon.lifecycle import AlreadyRunningError, LifecycleError
     from daemon.remoting import errors as remoting
-    from store import errors as store
+    from store import StoreError as EngineStoreError
+    from store import StoreLockedError
 
     if isinstance(exc, ConfigError):
         return UsageError(str(exc))
@@ -204,9 +205,9 @@ def translate(exc: BaseException) -> MqctlError:
         return RequestTimeoutError(str(exc))
     if isinstance(exc, remoting.RemotingError):
         return ProtocolError(str(exc))
-    if isinstance(exc, store.StoreLockedError):
+    if isinstance(exc, StoreLockedError):
         return ConflictError(str(exc), hint="stop the broker that holds it first")
-    if isinstance(exc, store.StoreError):
+    if isinstance(exc, EngineStoreError):
         return StoreError(str(exc))
     if isinstance(exc, FileNotFoundError):
         return NotFoundError(f"{exc.strerror}: {exc.filename}")

@@ -26,8 +26,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingConnectError
-from store.fastjson import dumps, loads
-from store.names import AUTO_CREATE_TOPIC
+from store import AUTO_CREATE_TOPIC, fastjson
 
 log = logging.getLogger(__name__)
 
@@ -189,14 +188,14 @@ class Admin:
         response = await self.call(addr, RequestCode.VIEW_BROKER_STATS_DATA, header, expect=expect)
         if response.code != ResponseCode.SUCCESS:
             return None
-        return loads(response.body)  # type: ignore[no-any-return]
+        return fastjson.loads(response.body)  # type: ignore[no-any-return]
 
     async def topic_stats(self, addr: str, topic: str) -> bb.TopicStatsTable:
         response = await self.call(addr, RequestCode.GET_TOPIC_STATS_INFO, bh.TopicHeader(topic=topic))
         return bb.TopicStatsTable.loads(response.body)
 
     async def create_group(self, addr: str, config: bb.SubscriptionGroupConfig) -> None:
-        await self.call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=dumps(config))
+        await self.call(addr, RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=fastjson.dumps(config))
 
     async def group_configs(self, addr: str) -> dict[str, bb.SubscriptionGroupConfig]:
         response = await self.call(addr, RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)

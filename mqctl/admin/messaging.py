@@ -31,9 +31,16 @@ from daemon.broker.headers import (
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from mqctl.admin.client import Admin
-from store.message import PROPERTY_UNIQ_KEY, PROPERTY_WAIT_STORE_MSG_OK, StoredMessage
-from store.names import AUTO_CREATE_TOPIC, TOOLS_CONSUMER_GROUP
-from store.record import decode_record, decode_records, encode_properties
+from store import (
+    AUTO_CREATE_TOPIC,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    TOOLS_CONSUMER_GROUP,
+    StoredMessage,
+    decode_record,
+    decode_records,
+    encode_properties,
+)
 
 #: The producer group mqctl sends as (like mqadmin's tools groups, never a real application's).
 PRODUCER_GROUP = "MQCTL_PRODUCER"

@@ -292,7 +292,7 @@ def resend(
     from mqctl.output import render, stderr_console
     from mqctl.services.messages import DlqFilter, Window, dlq_messages
     from mqctl.services.messages import resend as resend_messages
-    from store.names import dlq_topic
+    from store import dlq_topic
 
     window = Window.of(since, until) if since or until else None
     only = DlqFilter(frozenset(i.upper() for i in ids or []), window=window, tag=tag, key=key)

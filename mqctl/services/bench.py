@@ -38,9 +38,12 @@ from mqctl.admin.member import GroupMember
 from mqctl.errors import NotFoundError
 from mqctl.services.messages import QueueRef, queues, writable_queues
 from mqctl.services.topics import TopicSpec, create_missing, gather_limited
-from store.message import PROPERTY_WAIT_STORE_MSG_OK
-from store.names import AUTO_CREATE_TOPIC
-from store.record import encode_properties, read_header
+from store import (
+    AUTO_CREATE_TOPIC,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    encode_properties,
+    read_header,
+)
 
 _LENGTH = struct.Struct(">i")
 PRODUCER_GROUP = "mqctl_bench_producer"

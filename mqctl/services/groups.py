@@ -13,8 +13,7 @@ from mqctl.errors import ConflictError, NotFoundError
 from mqctl.services.cluster import masters, readers
 from mqctl.services.topics import target_masters
 from mqctl.units import when
-from store import SubscriptionGroupConfig
-from store.names import SYSTEM_GROUPS
+from store import SYSTEM_GROUPS, SubscriptionGroupConfig
 
 
 @dataclass(frozen=True)

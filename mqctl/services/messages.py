@@ -30,7 +30,9 @@ from mqctl.errors import NotFoundError, UsageError
 from mqctl.services.topics import readers_of_topic, route_masters, route_readers
 from mqctl.timespec import iso, parse_time
 from mqctl.units import time_fields
-from store.message import (
+from store import (
+    AUTO_CREATE_TOPIC,
+    DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_CLUSTER,
     PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -48,10 +50,10 @@ from store.message import (
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT_STORE_MSG_OK,
+    TOOLS_CONSUMER_GROUP,
     StoredMessage,
+    decode_msg_id,
 )
-from store.names import AUTO_CREATE_TOPIC, DLQ_GROUP_TOPIC_PREFIX, TOOLS_CONSUMER_GROUP
-from store.record import decode_msg_id
 
 log = logging.getLogger(__name__)
 

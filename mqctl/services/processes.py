@@ -102,7 +102,7 @@ def find_running(pid_file: Path, *, store_root: str | None, host: str, port: int
     if pid is not None:
         return Running(pid, "pid file", process_name(pid))
     if store_root is not None:
-        from store.engine import lock_holder
+        from store import lock_holder
 
         pid = lock_holder(store_root)
         if pid is not None:

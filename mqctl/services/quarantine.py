@@ -22,15 +22,21 @@ from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
 from mqctl.services.messages import resend_one
 from mqctl.timespec import iso
-from store.errors import CorruptRecordError
-from store.message import (
+from store import (
+    COMMITLOG,
+    INTERNAL_TOPIC_PREFIX,
     PROPERTY_REAL_TOPIC,
+    SCHEDULE_TOPIC,
+    SYSTEM_TOPIC_PREFIX,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
+    CorruptRecordError,
+    Manifest,
+    Piece,
     StoredMessage,
+    list_quarantines,
+    piece_records,
 )
-from store.names import INTERNAL_TOPIC_PREFIX, SCHEDULE_TOPIC, SYSTEM_TOPIC_PREFIX
-from store.quarantine import COMMITLOG, Manifest, Piece, list_quarantines, piece_records
 
 
 @dataclass

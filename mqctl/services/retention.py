@@ -13,7 +13,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,20 +24,22 @@ from mqctl.admin.client import Admin
 from mqctl.errors import StoreError
 from mqctl.services import store_inspect as si
 from mqctl.units import size_text
-from store.cleanup import (
+from store import (
     WATERMARK,
     CleanPlan,
     CommittedOffset,
+    DefaultMessageStore,
     LogFile,
     Removal,
+    StoreConfig,
+    ensure_unlocked,
+    held_lock,
     make_plan,
     plan_removals,
     remove_files,
     total_losses,
     unconsumed_per_file,
 )
-from store.config import StoreConfig
-from store.engine import DefaultMessageStore, ensure_unlocked, held_lock
 
 log = logging.getLogger(__name__)
 
@@ -218,13 +220,13 @@ def _recovery_step(root: Path, store: DefaultMessageStore) -> RecoveryStep | Non
     if corruption is None or not files:
         return RecoveryStep("; ".join(causes), store.max_phy_offset, None, [], 0)
     cut_file = files[-1]  # the read-only open stopped where recovery would cut
-    later = [scan for scan in si.commitlog_ls(root) if scan.from_offset > cut_file.file_from_offset]
+    later = [scan for scan in si.commitlog_ls(root) if scan["from_offset"] > cut_file.file_from_offset]
     return RecoveryStep(
         "; ".join(causes),
         store.max_phy_offset,
         os.path.basename(cut_file.path),
-        [scan.file for scan in later],
-        sum(scan.records for scan in later),
+        [scan["file"] for scan in later],
+        sum(scan["records"] for scan in later),
     )
 
 
@@ -362,7 +364,7 @@ def commitlog_files(
         }
         for r in _offline_plan(config).rows
     }
-    return [{**asdict(scan), **retention.get(scan.file, {})} for scan in scans]
+    return [{**scan, **retention.get(scan["file"], {})} for scan in scans]
 
 
 # -------------------------------------------------------------------------------------- online

@@ -33,8 +33,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from store.errors import CorruptRecordError
-from store.message import (
+from store import (
     BLANK_MAGIC_CODE,
     BORNHOST_V6_FLAG,
     MESSAGE_MAGIC_CODE,
@@ -43,8 +42,9 @@ from store.message import (
     PROPERTY_TAGS,
     PROPERTY_UNIQ_KEY,
     STOREHOST_V6_FLAG,
+    CorruptRecordError,
+    inflate_body,
 )
-from store.record import inflate_body
 
 # Column order and types. The Arrow types are exactly what Spark derives from SPARK_DDL
 # (``to_arrow_schema(..., timezone="UTC")``); a test holds the two together.

@@ -25,10 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from mqctl.output import plain
 from mqctl.spark.export import load, plan, rate, spark_failure
-from store.message import (
+from store import (
+    DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_RETRY_TOPIC,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
 )
-from store.names import DLQ_GROUP_TOPIC_PREFIX, RETRY_GROUP_TOPIC_PREFIX, SCHEDULE_TOPIC
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession

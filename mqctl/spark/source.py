@@ -52,8 +52,7 @@ from pyspark.sql.datasource import (
 
 from mqctl.spark import FORMAT_NAME
 from mqctl.spark.decode import RecordFilter, batches, scan, spark_ddl
-from store.errors import CorruptRecordError
-from store.message import BLANK_MAGIC_CODE
+from store import BLANK_MAGIC_CODE, CorruptRecordError
 
 log = logging.getLogger(__name__)
 

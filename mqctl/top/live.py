@@ -42,8 +42,7 @@ from mqctl.top.model import (
     StoreView,
     TopicRow,
 )
-from store import Clock, SystemClock
-from store.names import SYSTEM_GROUPS
+from store import SYSTEM_GROUPS, Clock, SystemClock
 
 log = logging.getLogger(__name__)
 

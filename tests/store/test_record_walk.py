@@ -1,0 +1,87 @@
+"""The CommitLog's one record iterator (``RecordWalk``): how recovery, dispatch and inspection see the end
+of the data, a damaged body and a record still arriving."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from store import DefaultMessageStore, Message, StoreConfig
+from store.commitlog import CommitLog, RecordWalk
+from store.errors import CorruptRecordError
+from store.inspect import commit_log, layout, verify
+
+FILE = 8 * 1024
+
+
+def write(root: Path, count: int) -> list[int]:
+    """``count`` messages in 8 KiB files; returns their CommitLog offsets."""
+    cfg = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=FILE)
+    with DefaultMessageStore(cfg) as store:
+        return [
+            store.put_message(Message(topic="T", queue_id=0, body=b"b" * 300)).phys_offset
+            for _ in range(count)
+        ]
+
+
+def test_a_walk_crosses_blank_fillers_and_stops_at_zeros(tmp_path: Path) -> None:
+    offsets = write(tmp_path, 60)
+    with commit_log(layout(tmp_path)) as cl:
+        walk = RecordWalk(cl.files, 0, cl.max_offset)
+        assert [info.commit_log_offset for info in walk] == offsets
+        assert (walk.stop, walk.records, walk.corruption) == ("zeros", 60, None)
+        assert walk.offset == walk.data_end == offsets[-1] + offsets[1] - offsets[0]
+
+
+def test_recovery_ends_a_log_whose_last_file_ends_in_a_blank_filler_at_that_file_end(tmp_path: Path) -> None:
+    write(tmp_path, 60)
+    last = sorted((tmp_path / "commitlog").iterdir())[-1]
+    last.unlink()  # the previous file, rolled with a blank filler, is now the last
+    with commit_log(layout(tmp_path)) as cl:
+        result = cl.scan(0, check_crc=True)
+        assert result.corruption is None
+        assert result.process_offset == cl.files.files[-1].end_offset  # as the writer left it: full
+
+
+def test_a_damaged_body_stops_recovery_but_inspection_reports_it_and_goes_on(tmp_path: Path) -> None:
+    offsets = write(tmp_path, 10)
+    path = tmp_path / "commitlog" / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    data[offsets[3] + 300] ^= 0xFF  # inside the fourth record's body
+    path.write_bytes(bytes(data))
+    with commit_log(layout(tmp_path)) as cl:
+        result = cl.scan(0, check_crc=True)
+        assert (result.process_offset, result.records) == (offsets[3], 3)
+        assert isinstance(result.corruption, CorruptRecordError)
+        crc_errors: list[CorruptRecordError] = []
+        walk = RecordWalk(cl.files, 0, cl.max_offset, check_crc=True, on_crc_error=crc_errors.append)
+        assert len(list(walk)) == 10
+        assert [e.offset for e in crc_errors] == [offsets[3]]
+        assert walk.corruption is None
+    report = verify(layout(tmp_path))
+    assert (report.records, report.crc_errors, report.ok) == (10, 1, False)
+
+
+def test_a_record_still_arriving_ends_a_dispatch_walk_quietly(tmp_path: Path) -> None:
+    offsets = write(tmp_path, 3)
+    cl = CommitLog(str(tmp_path / "commitlog"), FILE, max_message_size=4 << 20, read_only=True)
+    cl.load()
+    try:
+        cl.files.files[0].wrote_position = offsets[2] + 100  # a slave got the first 100 bytes of the third
+        walk = cl.walk(0, offsets[2] + offsets[1] - offsets[0])
+        assert [info.commit_log_offset for info in walk] == offsets[:2]
+        assert (walk.stop, walk.offset, walk.corruption) == ("partial", offsets[2], None)
+    finally:
+        cl.close()
+
+
+def test_zeros_end_the_data_for_recovery_but_are_damage_inside_what_dispatch_was_told_is_written(
+    tmp_path: Path,
+) -> None:
+    offsets = write(tmp_path, 3)
+    end = offsets[2] + offsets[1] - offsets[0]
+    with commit_log(layout(tmp_path)) as cl:  # loaded files count as full until recovery cuts them
+        assert cl.scan(0, check_crc=True).process_offset == end
+        walk = cl.walk(0, cl.max_offset)
+        assert [info.commit_log_offset for info in walk] == offsets
+        assert (walk.stop, walk.offset) == ("corrupt", end)
+        assert walk.corruption is not None and "bad magic code 0x00000000" in walk.corruption.reason
