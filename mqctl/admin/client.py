@@ -233,7 +233,7 @@ class Admin:
     async def all_consumer_offsets(self, addr: str) -> dict[tuple[str, str, int], int]:
         """GET_ALL_CONSUMER_OFFSET (43): every committed offset on ``addr``, by (group, topic, queue id)."""
         response = await self.call(addr, RequestCode.GET_ALL_CONSUMER_OFFSET)
-        table: dict[str, dict[str, int]] = loads(response.body)["offsetTable"]
+        table: dict[str, dict[str, int]] = fastjson.loads(response.body)["offsetTable"]
         out = {}
         for key, queues in table.items():
             topic, _, group = key.partition("@")
