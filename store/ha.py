@@ -170,6 +170,8 @@ class ReplicaLog:
         infos = list(walk)
         touched: set[tuple[str, int]] = set()
         with store._put_lock:
+            if store._stop.is_set():  # shutting down (its checkpoint may be written): leave it be
+                return False
             if store.reput_from_offset != start:  # another dispatch went first: look again
                 return True
             store._dispatch_records(infos, touched)  # raising, it leaves the cursor at the first record
