@@ -8,7 +8,7 @@ senders of 1 KiB bodies for DURATION s. Lag is sampled every 20 ms from both bro
 Catch-up: the master alone takes CATCHUP_MB of messages, then an empty slave starts (it begins at the
 master's last file, so the master's files are 1 GiB) and the time until its end equals the master's counts.
 
-Usage: python benchmarks/bench_ha.py [DURATION] [PRODUCERS] [CATCHUP_MB]
+Usage: python benchmarks/bench_ha.py [DURATION] [PRODUCERS] [CATCHUP_MB] [--catch-up-only]
 """
 
 from __future__ import annotations
@@ -36,7 +36,16 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.loop import run
-from mqctl.services.bench import send_frame, sender
+from mqctl.services.bench import Run, send_frame, sender
+
+PIDS: dict[str, int] = {}  # broker address -> process id, for the CPU time it used
+
+
+def cpu_seconds(addr: str) -> float:
+    """User + system CPU time the broker process at ``addr`` has used so far (Linux /proc)."""
+    with open(f"/proc/{PIDS[addr]}/stat") as f:
+        fields = f.read().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 @contextmanager
@@ -58,6 +67,7 @@ def broker(store: str, port: int, **settings: str) -> Iterator[str]:
     ]
     proc = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.DEVNULL, env=env)
     addr = f"127.0.0.1:{port}"
+    PIDS[addr] = proc.pid
     try:
         run(wait_ready(addr, time.perf_counter()))
         yield addr
@@ -122,21 +132,26 @@ def scenario(tmp: str, role: str | None, duration: float, producers: int) -> tup
 async def fill(master: str, megabytes: int, producers: int) -> None:
     frame = send_frame("BenchTopic", 0, BODY)
     per_sender = megabytes * 1024 * 1024 // len(BODY) // producers + 1
+    run = Run()
     await asyncio.gather(
-        *(sender(((master, frame) for _ in range(per_sender)), []) for _ in range(producers))
+        *(sender(((master, frame) for _ in range(per_sender)), run) for _ in range(producers))
     )
 
 
-async def wait_caught_up(master: str, slave: str) -> float:
+async def wait_caught_up(master: str, slave: str) -> tuple[float, float, float]:
+    """Seconds until the slave's CommitLog ends where the master's does, and the CPU seconds master
+    and slave used meanwhile (on a loaded machine the wall time mostly says how busy it is)."""
     async with RemotingClient() as client:
         target = await max_offset(client, master)
         start = time.perf_counter()
+        cpu = cpu_seconds(master), cpu_seconds(slave)
         while await max_offset(client, slave) < target:
-            await asyncio.sleep(0.005)
-        return time.perf_counter() - start
+            await asyncio.sleep(0.02)  # runtime info is ~60 keys: polled faster, it costs the slave CPU
+        seconds = time.perf_counter() - start
+        return seconds, cpu_seconds(master) - cpu[0], cpu_seconds(slave) - cpu[1]
 
 
-def catch_up(tmp: str, megabytes: int, producers: int) -> tuple[int, float]:
+def catch_up(tmp: str, megabytes: int, producers: int) -> tuple[int, tuple[float, float, float]]:
     port, ha = free_port(), free_port()
     with broker(f"{tmp}/cu-m", port, ha_listen_port=str(ha)) as master:
         run(fill(master, megabytes, producers))
@@ -157,10 +172,14 @@ async def _offset(addr: str) -> int:
 
 
 def main() -> None:
-    duration = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
-    producers = int(sys.argv[2]) if len(sys.argv) > 2 else 16
-    megabytes = int(sys.argv[3]) if len(sys.argv) > 3 else 256
+    args = [a for a in sys.argv[1:] if a != "--catch-up-only"]
+    duration = float(args[0]) if len(args) > 0 else 10.0
+    producers = int(args[1]) if len(args) > 1 else 16
+    megabytes = int(args[2]) if len(args) > 2 else 256
     with tempfile.TemporaryDirectory() as tmp:
+        if len(args) < len(sys.argv) - 1:
+            catch_up_report(tmp, megabytes, producers)
+            return
         alone, _ = scenario(tmp, None, duration, producers)
         print(f"no slave:            {alone:,.0f} sends/s ({producers} producers, 1 KiB, {duration:g} s)")
         for role in ("ASYNC_MASTER", "SYNC_MASTER"):
@@ -171,10 +190,17 @@ def main() -> None:
                 f"{role} + 1 slave: {tps:,.0f} sends/s = {tps / alone:.0%} of no slave; lag p50 {pct(lags, 0.5):,} B, "
                 f"p99 {p99:,} B (~{p99 / rate * 1000 if rate else 0:.1f} ms at that rate), {len(lags)} samples"
             )
-        size, seconds = catch_up(tmp, megabytes, producers)
-        print(
-            f"catch-up of an empty slave: {size / 2**20:,.0f} MiB in {seconds:.2f} s = {size / 2**20 / seconds:,.0f} MiB/s"
-        )
+        catch_up_report(tmp, megabytes, producers)
+
+
+def catch_up_report(tmp: str, megabytes: int, producers: int) -> None:
+    size, (seconds, master_cpu, slave_cpu) = catch_up(tmp, megabytes, producers)
+    print(
+        f"catch-up of an empty slave: {size / 2**20:,.0f} MiB in {seconds:.2f} s = {size / 2**20 / seconds:,.0f} MiB/s"
+        f" ({size / 1e6 / seconds:,.0f} MB/s; load average {os.getloadavg()[0]:.2f}); CPU s per GiB: master"
+        f" {master_cpu / size * 2**30:.2f}, slave {slave_cpu / size * 2**30:.2f} (rate at one core each:"
+        f" {size / 1e6 / max(master_cpu, slave_cpu, 1e-9):,.0f} MB/s)"
+    )
 
 
 if __name__ == "__main__":

@@ -91,6 +91,7 @@ __all__ = [
 
 
 _WARM_AHEAD_BYTES = 8 * 1024 * 1024
+_RETRY_CHUNK = 1024 * 1024  # CommitLog bytes the flush loop's dispatch retry takes per hold of the put lock
 _SYNCFS_QUEUES = 64  # a flush due on this many ConsumeQueues syncs their file system once instead
 CLEAN_START_DELAY_MS = 60_000  # first cleanup run after start, as the broker schedules it (§8.1)
 DISK_CHECK_START_DELAY_MS, DISK_CHECK_INTERVAL_MS = 1_000, 10_000
@@ -199,8 +200,9 @@ class DefaultMessageStore:
             max_message_size=config.max_message_size,
             read_only=read_only,
             # Pre-faulting saves the appender ~2 us/msg of page faults but the zero pages it dirties are
-            # written to disk too; worth it in ASYNC mode, not when every put waits for an fsync.
-            prefault=not config.sync_flush,
+            # written to disk too; worth it in ASYNC mode, not when every put waits for an fsync, nor on a
+            # slave, whose replica appends with pwrite (store.ha): zeros first would write every page twice.
+            prefault=not config.sync_flush and config.broker_role != SLAVE,
         )
         self.index = IndexService(
             config.index_dir, config.max_hash_slot_num, config.max_index_num, read_only=read_only
@@ -501,6 +503,42 @@ class DefaultMessageStore:
                 if full is not None:  # (checked here: a call per record costs on the put path)
                     self._flush_full_index_later(full)
 
+    def _dispatch_records(self, infos: Sequence[RecordInfo], touched: set[tuple[str, int]]) -> None:
+        """Dispatch consecutive records as :meth:`_dispatch_one` does each, with every queue's units written
+        in one copy and the index entries after them (a replicating slave's catch-up); the files come out
+        the same. ``touched`` collects the queues. Raises like :meth:`_dispatch_one`: a retry from the first
+        record rewrites nothing (units and entries already there are skipped)."""
+        units: dict[tuple[str, int], list[tuple[int, int, int, int]]] = {}
+        indexed: list[tuple[list[str], int, int]] = []
+        index_enabled = self._index_enabled
+        delay_ms = self._delay_ms
+        logics_ts = 0
+        for info in infos:
+            tran = info.sys_flag & TRANSACTION_TYPE_MASK
+            topic = info.topic
+            if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:  # noqa: SIM109 (hot path)
+                code = unit_tags_code(topic, info.properties, info.store_timestamp, delay_ms)
+                unit = (info.commit_log_offset, info.size, code, info.queue_offset)
+                run = units.get((topic, info.queue_id))
+                if run is None:
+                    units[(topic, info.queue_id)] = [unit]
+                else:
+                    run.append(unit)
+                logics_ts = info.store_timestamp
+            if index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
+                keys = index_keys(topic, info.properties)
+                if keys:
+                    indexed.append((keys, info.commit_log_offset, info.store_timestamp))
+        for key, run in units.items():
+            self._find_cq(*key).put_units(run)
+            touched.add(key)
+        if logics_ts:
+            self._logics_ts = logics_ts
+        for keys, offset, timestamp in indexed:
+            full = self.index.build_index(keys, offset, timestamp, self.clock.now_ms)
+            if full is not None:
+                self._flush_full_index_later(full)
+
     def _flush_full_index_later(self, full: IndexFile) -> None:
         """Flush an index file that just filled up in the background (see :meth:`_flush_full_index`)."""
         t = threading.Thread(target=self._flush_full_index, args=(full,), name="store-flush-index")
@@ -544,14 +582,30 @@ class DefaultMessageStore:
             self.reput_from_offset = walk.offset
         return n
 
-    def _retry_dispatch(self) -> None:
-        """Dispatch the records a put stored but could not dispatch (its ERROR said so); quiet while the
-        disk is still full. Call under the put lock."""
+    def _retry_dispatch(self, end: int | None = None) -> None:
+        """Dispatch the records a put stored but could not dispatch (its ERROR said so), up to ``end``;
+        quiet while the disk is still full. Call under the put lock."""
         try:
-            self._reput_until(self.commit_log.max_offset)
+            self._reput_until(self.commit_log.max_offset if end is None else end)
         except OSError as e:
             if not is_no_space(e):
                 raise
+
+    def _retry_dispatch_in_chunks(self, last_seen: int) -> int:
+        """The flush loop's retry: :data:`_RETRY_CHUNK` at a time with the put lock dropped in between, so
+        a replicating slave that appended far ahead of its dispatch never waits long for the lock. A slave's
+        replica dispatch (``store.ha.ReplicaLog``) is left alone while it moves (``last_seen``: the cursor
+        at the previous call); returns the cursor for the next call."""
+        cursor = self.reput_from_offset
+        if self.config.broker_role == SLAVE and cursor != last_seen:
+            return cursor
+        while not self._stop.is_set() and self.reput_from_offset < self.commit_log.max_offset:
+            with self._put_lock:
+                before = self.reput_from_offset
+                self._retry_dispatch(before + _RETRY_CHUNK)
+                if self.reput_from_offset == before:
+                    break
+        return self.reput_from_offset
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         """Register ``callback(topic, queue_id, max_offset)``, called after a put's records are dispatched.
@@ -852,15 +906,14 @@ class DefaultMessageStore:
     def _cq_flush_loop(self) -> None:
         cfg = self.config
         last_thorough = self.clock.now_ms()
+        seen = -1  # the dispatch cursor at the previous retry check
         while not self._stop.wait(cfg.flush_interval_consume_queue / 1000):
             now = self.clock.now_ms()
             thorough = now - last_thorough >= cfg.flush_consume_queue_thorough_interval
             if thorough:
                 last_thorough = now
             try:
-                if self.reput_from_offset < self.commit_log.max_offset:  # a put could not dispatch: retry
-                    with self._put_lock:
-                        self._retry_dispatch()
+                seen = self._retry_dispatch_in_chunks(seen)
                 if thorough:
                     self._checkpoint()
                     continue

@@ -144,28 +144,42 @@ class ReplicaLog:
                 mf.prepare(at + n, populate=False)
                 if mf.prepared_position < at + n:
                     raise OSError(f"cannot reserve space in {mf.path}")
-                mf.mm[at : at + n] = view[:n]
+                # through the descriptor, not the mapping: the copy and its page faults run without the
+                # GIL, so the slave's dispatch thread works meanwhile (the mapping sees the same pages)
+                if mf.pwrite(view[:n], at) != n:
+                    raise OSError(f"short write to {mf.path}")
                 mf.wrote_position = at + n
                 offset += n
                 view = view[n:]
         return True
 
     def dispatch(self, max_bytes: int = DISPATCH_CHUNK) -> bool:
-        """Dispatch the whole records after the reput cursor (up to about ``max_bytes`` of them, so the
-        store's lock is held briefly) and tell the arrival listeners; whether the cursor moved."""
+        """Dispatch the whole records after the reput cursor (up to about ``max_bytes`` of them) and tell
+        the arrival listeners; whether the cursor moved.
+
+        The records are parsed without the store's lock (bytes below the slave's end never change) and
+        written in one short hold of it, so the appender is never kept waiting for a parse.
+        """
         store = self.store
         cl = store.commit_log
-        touched: set[tuple[str, int]] = set()
         with store._put_lock:
             if store.reput_from_offset < cl.min_offset:
                 store.reput_from_offset = cl.min_offset
-            before = store.reput_from_offset
-            store._reput_until(min(cl.max_offset, before + max_bytes), touched)
-            moved = store.reput_from_offset != before
+            start = store.reput_from_offset
+        walk = cl.walk(start, min(cl.max_offset, start + max_bytes))
+        infos = list(walk)
+        touched: set[tuple[str, int]] = set()
+        with store._put_lock:
+            if store._stop.is_set():  # shutting down (its checkpoint may be written): leave it be
+                return False
+            if store.reput_from_offset != start:  # another dispatch went first: look again
+                return True
+            store._dispatch_records(infos, touched)  # raising, it leaves the cursor at the first record
+            store.reput_from_offset = walk.offset
             if store._logics_ts:
                 cl.last_store_timestamp = store._logics_ts
         for topic, queue_id in touched:
             max_offset = store.get_max_offset(topic, queue_id)
             for listener in store._listeners:
                 listener(topic, queue_id, max_offset)
-        return moved
+        return walk.offset != start

@@ -1,8 +1,8 @@
 """Java ``String.hashCode`` and the hashes RocketMQ derives from it (tags code, index key hash).
 
-Hashing runs for every tag and every index key at append time, so it avoids a Python-level loop:
-``h = sum(c[i] * 31**(n-1-i)) mod 2**32`` is evaluated with ``map(mul, ...)`` over precomputed
-powers of 31, which runs in C.
+Hashing runs for every tag and every index key at append time (and a slave's dispatch), so it avoids
+a Python-level loop: ``h = sum(c[i] * 31**(n-1-i)) mod 2**32`` is, for ASCII, two base-31 numbers
+``int()`` parses, and otherwise ``map(mul, ...)`` over precomputed powers of 31; both run in C.
 """
 
 from __future__ import annotations
@@ -29,10 +29,23 @@ def _powers(n: int) -> tuple[int, ...]:
     return p
 
 
+#: ASCII code c -> the base-31 digits of c // 31 (0..4) and of c % 31 (0..30), as ``int(text, 31)`` reads.
+_DIGITS = b"0123456789abcdefghijklmnopqrstu"
+_HIGH = bytes(_DIGITS[c // 31] if c < 128 else c for c in range(256))
+_LOW = bytes(_DIGITS[c % 31] if c < 128 else c for c in range(256))
+#: Longest string parsed as digits (plus one): the least limit sys.set_int_max_str_digits allows is 640.
+_MAX_DIGITS = 639
+
+
 def _hash32(s: str) -> int:
     """Java ``String.hashCode`` of ``s`` as an unsigned 32-bit value (UTF-16 code units)."""
     if s.isascii():
-        units: bytes | memoryview = s.encode("ascii")
+        ascii_units = s.encode("ascii")
+        if 0 < len(ascii_units) <= _MAX_DIGITS:
+            # c = 31 * (c // 31) + c % 31, so sum(c[i] * 31**(n-1-i)) is two base-31 numbers that int()
+            # parses in C: the c // 31 digits shifted one place, plus the c % 31 digits (5x faster)
+            return (int(ascii_units.translate(_HIGH) + b"0", 31) + int(ascii_units.translate(_LOW), 31)) & _MASK
+        units: bytes | memoryview = ascii_units
     else:
         units = memoryview(s.encode("utf-16-le" if _LITTLE else "utf-16-be")).cast("H")
     return sum(map(mul, units, _powers(len(units)))) & _MASK

@@ -172,7 +172,7 @@ class FileMapping:
         for d in dirs:
             sync_directory(d)
 
-    def pwrite(self, data: bytes, offset: int) -> int | None:
+    def pwrite(self, data: bytes | memoryview, offset: int) -> int | None:
         """Write through the descriptor (GIL released); the bytes written (fewer on a nearly full disk),
         None once the file is closed."""
         with self._descriptor() as fd:

@@ -130,6 +130,9 @@ class Broker:
         self.ha_slave: HASlave | None = None
         #: A slave's master broker address as the NameServer last answered it.
         self.master_addr: str | None = None
+        #: Offsets clients committed to this slave (group, topic, queue id): the master gets them at the
+        #: next metadata sync (4.9.8 overwrites them with the master's older ones, see sync_metadata).
+        self.slave_commits: dict[tuple[str, str, int], int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         #: The loop's thread: a put made on it notifies inline, one made elsewhere hops over.
         self._loop_thread = 0
@@ -266,7 +269,7 @@ class Broker:
         """A slave's metadata sync now (also run at start and every 10 s); returns what changed."""
         if self.master_addr is None:
             return []
-        changed = await sync_metadata(self.client, self.master_addr, self.store.configs)
+        changed = await sync_metadata(self.client, self.master_addr, self.store.configs, self.slave_commits)
         if changed:
             log.info("synced %s from master %s", ", ".join(changed), self.master_addr)
         return changed

@@ -53,6 +53,9 @@ class BrokerContext(Protocol):
     #: Replication: the HA listener, and on a slave the client of its master.
     ha_master: HAMaster | None
     ha_slave: HASlave | None
+    #: On a slave: offsets clients committed to it (group, topic, queue id -> offset), handed on to the
+    #: master at the next metadata sync.
+    slave_commits: dict[tuple[str, str, int], int]
     #: The ACL files when ``aclEnable`` is on; None: no ACL.
     acl_files: AclFiles | None
     #: "starting", "serving" or "stopping" (``/healthz``).

@@ -18,7 +18,9 @@ import itertools
 import logging
 import time
 from dataclasses import dataclass
+from typing import Any
 
+from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -504,12 +506,24 @@ def ha_runtime_info(role: str, master: HAMaster | None, slave: HASlave | None) -
 METADATA_SYNC_INTERVAL = 10.0
 
 
-async def sync_metadata(client: RemotingClient, master_addr: str, configs: ConfigFiles) -> list[str]:
+async def sync_metadata(
+    client: RemotingClient,
+    master_addr: str,
+    configs: ConfigFiles,
+    slave_commits: dict[tuple[str, str, int], int] | None = None,
+) -> list[str]:
     """4.9.8 ``SlaveSynchronize.syncAll``: topic configs (21), consumer offsets (43), delay offsets (45)
     and subscription groups (201) from the master, each persisted when it changed. Returns what changed.
 
     Topic and group tables are replaced when the master's ``dataVersion`` differs; consumer offsets are
     merged per ``topic@group`` (Java's ``putAll``), so a slave keeps offsets only it has seen.
+
+    ``slave_commits`` (group, topic, queue id -> offset) are what clients committed to this slave, which
+    they do when they find no master. 4.9.8 (``SlaveSynchronize.syncConsumerOffset``) overwrites them
+    with the master's older offsets once the master is back, and the master learns them only from a
+    client that still holds them in memory (its next pull with the commit flag or its 5 s persist,
+    ``RemoteBrokerOffsetStore``), so a consumer that restarted meanwhile re-consumes. Here the slave hands
+    each one that is ahead of the master's to the master first (UPDATE_CONSUMER_OFFSET) and keeps it.
     """
     changed: list[str] = []
     steps: list[tuple[int, JsonConfigFile]] = [
@@ -531,6 +545,8 @@ async def sync_metadata(client: RemotingClient, master_addr: str, configs: Confi
             continue
         try:
             data = fastjson.loads(response.body)
+            if slave_commits and isinstance(manager, ConsumerOffsetManager):
+                await _hand_on_commits(client, master_addr, data, slave_commits)
             if not _apply(manager, data):
                 continue
         except (ValueError, TypeError, AttributeError) as exc:
@@ -539,6 +555,38 @@ async def sync_metadata(client: RemotingClient, master_addr: str, configs: Confi
         await asyncio.to_thread(manager.persist)
         changed.append(type(manager).__name__)
     return changed
+
+
+async def _hand_on_commits(
+    client: RemotingClient,
+    master_addr: str,
+    data: dict[str, Any],
+    slave_commits: dict[tuple[str, str, int], int],
+) -> None:
+    """Commit to the master each offset committed to this slave that is ahead of the master's (never one
+    behind it), and put it into the master's table ``data`` so the sync keeps it; each is handed on once
+    (a refusal, such as an ACL denial of the slave's unsigned request, is logged and dropped)."""
+    table = data.setdefault("offsetTable", {})
+    for (group, topic, queue_id), offset in list(slave_commits.items()):
+        queues = table.setdefault(f"{topic}@{group}", {})
+        key = str(queue_id) if str(queue_id) in queues else queue_id  # as the JSON decoder gave it
+        if offset > int(queues.get(key, -1)):
+            where = f"offset {group}/{topic}/{queue_id} = {offset}"
+            header = UpdateConsumerOffsetRequestHeader(group, topic, queue_id, offset)
+            request = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, header.to_ext_fields())
+            try:
+                response = await client.invoke(master_addr, request, 3.0)
+            except RemotingError as exc:
+                log.warning("handing %s to master %s failed: %s", where, master_addr, exc)
+                queues[key] = offset  # kept here, handed on at the next sync
+                continue
+            if response.code != ResponseCode.SUCCESS:
+                log.warning("master %s refused %s: %s %s", master_addr, where, response.code, response.remark)
+            else:
+                log.info("handed %s, committed to this slave, to master %s", where, master_addr)
+                queues[key] = offset
+        if slave_commits.get((group, topic, queue_id)) == offset:  # (not committed again meanwhile)
+            del slave_commits[(group, topic, queue_id)]
 
 
 def _apply(manager: JsonConfigFile, data: dict[str, object]) -> bool:

@@ -23,6 +23,7 @@ NOUNS: tuple[tuple[str, str], ...] = (
     ("group", "mqctl.cli.group"),
     ("offset", "mqctl.cli.offset"),
     ("msg", "mqctl.cli.msg"),
+    ("dlq", "mqctl.cli.dlq"),
     ("store", "mqctl.cli.store"),
     ("bench", "mqctl.cli.bench"),
     ("context", "mqctl.cli.context"),

@@ -60,10 +60,13 @@ def up(
         str,
         typer.Option(
             "--listen",
-            help="Address every listener binds (0.0.0.0 opens the unauthenticated broker to the network).",
+            help="HOST[:PORT] every listener binds, PORT being the NameServer's, as 'namesrv start --listen' "
+            "(0.0.0.0 opens the unauthenticated broker to the network).",
         ),
     ] = "127.0.0.1",
-    namesrv_port: Annotated[int, typer.Option("--namesrv-port", help="NameServer port.")] = 9876,
+    namesrv_port: Annotated[
+        int | None, typer.Option("--namesrv-port", help="NameServer port (default 9876); see --listen.")
+    ] = None,
     broker_port: Annotated[int, typer.Option("--broker-port", help="Broker port.")] = 10911,
     metrics_port: Annotated[
         int, typer.Option("--metrics-port", help="Broker /metrics and /healthz port.")
@@ -105,6 +108,7 @@ def up(
     from mqctl.config import data_dir
     from mqctl.output import stderr_console
 
+    listen, namesrv_port, namesrv_flag = _split_listen(listen, namesrv_port)
     root = data or data_dir()
     root_logger = logging.getLogger()
     if root_logger.level > logging.INFO:
@@ -160,10 +164,24 @@ def up(
     from mqctl.cli.daemons import busy_ports
     from mqctl.cli.namesrv import PID_FILE as NAMESRV_PID
 
-    ports = {"--namesrv-port": namesrv_port, "--broker-port": broker_port, "--metrics-port": metrics_port}
+    ports = {namesrv_flag: namesrv_port, "--broker-port": broker_port, "--metrics-port": metrics_port}
     # the pidfiles 'broker status|stop' and 'namesrv status|stop' look for in the same data dir
     try:
         with busy_ports(ports), PidFile(root / "store" / BROKER_PID), PidFile(root / "namesrv" / NAMESRV_PID):
             run(serve(cluster, on_started=started))
     finally:
         (root / "namesrv" / ADDR_FILE).unlink(missing_ok=True)
+
+
+def _split_listen(listen: str, namesrv_port: int | None) -> tuple[str, int, str]:
+    """``--listen`` as HOST alone or HOST:PORT (``[v6]:PORT``; a bare IPv6 address is a host) with
+    ``--namesrv-port``: (host, NameServer port, the flag that set the port, for a busy-port error)."""
+    from mqctl.cli.common import parse_listen
+    from mqctl.errors import UsageError
+
+    if listen.startswith("[") or listen.count(":") == 1:
+        host, port = parse_listen(listen)
+        if namesrv_port is not None and namesrv_port != port:
+            raise UsageError(f"--listen {listen} and --namesrv-port {namesrv_port} name different ports")
+        return host, port, "--listen"
+    return listen, 9876 if namesrv_port is None else namesrv_port, "--namesrv-port"

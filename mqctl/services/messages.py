@@ -591,6 +591,40 @@ async def dlq_messages(
     return found
 
 
+async def dlq_topics(admin: Admin) -> list[dict[str, Any]]:
+    """Every ``%DLQ%<group>`` topic the NameServer routes: its group, the dead letters it holds (max minus
+    min offset over its queues, read from a slave where a master is down) and how many the group's
+    record says were re-sent."""
+    from mqctl.services.topics import queue_offsets
+
+    rows = []
+    for topic in sorted(t for t in await admin.topic_list() if t.startswith(DLQ_GROUP_TOPIC_PREFIX)):
+        group = topic[len(DLQ_GROUP_TOPIC_PREFIX) :]
+        offsets = await queue_offsets(admin, topic, reads=True)
+        rows.append(
+            {
+                "group": group,
+                "topic": topic,
+                "queues": len(offsets),
+                "messages": sum(off.max_offset - off.min_offset for *_, off in offsets),
+                "resent": len(await resent_record(admin, group)),
+            }
+        )
+    return rows
+
+
+async def dlq_export(admin: Admin, group: str, only: DlqFilter, write: Callable[[str], object]) -> int:
+    """Write each dead letter of ``group`` that passes ``only`` as one JSON line: everything stored about
+    it with its body (:func:`detail`), and whether it was re-sent. Returns how many."""
+    done = await resent_record(admin, group)
+    found = await dlq_messages(admin, group, only)
+    for ref, m in found:
+        resent = (ref.broker_name, ref.queue_id, m.queue_offset) in done
+        row = {**detail(m), "broker_name": ref.broker_name, "resent": resent}
+        write(json.dumps(row, ensure_ascii=False) + "\n")
+    return len(found)
+
+
 #: NameServer KV namespace of the per-group record of re-sent dead letters (shared by every mqctl).
 RESENT_NAMESPACE = "MQCTL_DLQ_RESENT"
 #: Property on a re-sent copy: the offset id of the dead letter it came from.

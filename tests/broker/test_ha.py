@@ -459,6 +459,44 @@ async def test_taken_listen_port_plus_one_falls_back_to_a_free_ha_port(tmp_path:
             await start_broker(tmp_path / "m2", listen_port=0, ha_listen_port=base + 1)
 
 
+async def test_offset_committed_to_the_slave_while_the_master_is_down_reaches_the_master(
+    group: Group, tmp_path: Path
+) -> None:
+    """4.9.8 would overwrite the slave's commit with the master's older offset at the next sync and leave
+    the master at it (a consumer restarted meanwhile re-consumes); the slave hands it on instead."""
+    g = group
+    master = g.on(g.master)
+    for i in range(6):
+        assert (await master.send("Back", b"%d" % i, queue_id=0)).code == ResponseCode.SUCCESS
+    commit = {"consumerGroup": "BG", "topic": "Back", "queueId": "0", "commitOffset": "1"}
+    assert (await master.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == ResponseCode.SUCCESS
+    await wait_until(lambda: caught_up(g))
+    await g.slave.sync_from_master()
+    assert g.slave.offsets.query_offset("BG", "Back", 0) == 1
+    port = int(g.master.addr.rsplit(":", 1)[1])
+    await g.master.stop()
+    slave = g.on(g.slave)
+    commit["commitOffset"] = "4"  # the client found no master in the route
+    assert (await slave.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == ResponseCode.SUCCESS
+    assert await g.slave.sync_from_master() == []  # the master is down: nothing changes, nothing is lost
+    assert g.slave.offsets.query_offset("BG", "Back", 0) == 4
+    g.master = await start_broker(tmp_path / "master", namesrv_addr=g.ns_addr, listen_port=port, **SMALL)
+    assert g.master.offsets.query_offset("BG", "Back", 0) == 1  # what the master had
+    await g.slave.register_all()
+    await g.slave.sync_from_master()
+    assert g.master.offsets.query_offset("BG", "Back", 0) == 4
+    assert g.slave.offsets.query_offset("BG", "Back", 0) == 4
+    # handed on once; and never backwards: the consumer moved on at the master, a stale slave commit stays
+    commit["commitOffset"] = "6"
+    assert (await g.on(g.master).call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == ResponseCode.SUCCESS
+    commit["commitOffset"] = "5"
+    assert (await slave.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == ResponseCode.SUCCESS
+    await g.slave.sync_from_master()
+    assert g.master.offsets.query_offset("BG", "Back", 0) == 6
+    assert g.slave.offsets.query_offset("BG", "Back", 0) == 6
+    assert g.slave.slave_commits == {}
+
+
 async def test_queries_fall_back_to_the_slave_when_the_master_is_down(
     group: Group, cli_env: dict[str, str]
 ) -> None:

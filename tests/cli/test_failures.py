@@ -57,6 +57,17 @@ def test_every_daemon_takes_listen_host_port(cli: RunCli, tmp_path: Path) -> Non
     assert cli("broker", "start", "--listen", "nohost", "--print-config").code == UsageError.exit_code
 
 
+def test_up_takes_listen_host_port_too(cli: RunCli, busy_port: int, tmp_path: Path) -> None:
+    """'up --listen HOST:PORT' as the daemons take it (PORT: the NameServer's); HOST alone still works."""
+    up = cli("up", "--data", str(tmp_path / "up"), "--listen", f"127.0.0.1:{busy_port}", "--no-metrics")
+    assert up.code == ConflictError.exit_code, up.stderr
+    assert f"port {busy_port} is already in use" in up.stderr and "--listen" in up.stderr
+    both = cli("up", "--data", str(tmp_path / "up"), "--listen", "127.0.0.1:1", "--namesrv-port", "2")
+    assert both.code == UsageError.exit_code and "different ports" in both.stderr
+    bad = cli("up", "--data", str(tmp_path / "up"), "--listen", "127.0.0.1:x")
+    assert bad.code == UsageError.exit_code and "HOST:PORT" in bad.stderr
+
+
 def test_a_body_over_max_size_is_refused_before_it_is_read(cli: RunCli, tmp_path: Path) -> None:
     big = tmp_path / "big.bin"
     with big.open("wb") as f:

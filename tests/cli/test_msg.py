@@ -463,6 +463,28 @@ def test_resend_sends_dead_letters_back_once(
         assert m.properties["MQCTL_DLQ_MSG_ID"] == outcome["dlq_msg_id"]  # marked as a re-sent copy
 
 
+def test_dlq_ls_counts_and_export_writes_json_lines_with_bodies(
+    mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str], tmp_path: Path
+) -> None:
+    forget_resent(daemons)
+    ok(mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[0], "--execute", "--yes", "-o", "json"))
+    (row,) = [r for r in ok(mq("dlq", "ls", "-o", "json")) if r["group"] == DLQ_GROUP]
+    assert (row["topic"], row["messages"], row["resent"]) == (f"%DLQ%{DLQ_GROUP}", 2, 1)
+    out = tmp_path / "dead.jsonl"
+    written = mq("dlq", "export", "-g", DLQ_GROUP, "--out", str(out))
+    assert written.code == 0 and "2 dead letter(s)" in written.stderr, written.stderr
+    lines = {line["msg_id"]: line for line in map(json.loads, out.read_text().splitlines())}
+    assert sorted(lines) == sorted(dead_letters)  # the DLQ is left as is: the re-sent one too
+    assert lines[dead_letters[0]]["resent"] and not lines[dead_letters[1]]["resent"]
+    one = lines[dead_letters[1]]
+    assert (one["body"], one["body_encoding"], one["tags"]) == ("dead 1", "utf-8", "D")
+    assert one["properties"]["color"] == "blue" and one["properties"]["RETRY_TOPIC"] == OTHER
+    by_key = mq("dlq", "export", "-g", DLQ_GROUP, "--out", "-", "-k", "dead-1")
+    assert [json.loads(line)["msg_id"] for line in by_key.stdout.splitlines()] == [dead_letters[1]]
+    missing = mq("dlq", "export", "-g", "CG_NoDead", "--out", str(tmp_path / "none.jsonl"))
+    assert missing.code == 3 and not list(tmp_path.glob("*none.jsonl*"))  # nothing half-written
+
+
 def test_resend_to_another_topic(
     mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str]
 ) -> None:

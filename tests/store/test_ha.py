@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from store.commitlog import PutMessageStatus
+from store.commitlog import PutMessageStatus, RecordWalk
 from store.config import SLAVE
 from store.engine import DefaultMessageStore, GetMessageStatus
 from store.ha import (
@@ -248,6 +248,46 @@ def test_slave_restart_with_a_torn_tail_recovers_to_a_whole_record(tmp_path: Pat
         slave.commit_log.flush()
         assert _files(tmp_path / "s") == _files(tmp_path / "m")
         assert _all_bodies(slave, "T1", 2) == _all_bodies(master, "T1", 2)
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_a_dispatch_whose_parse_overlaps_shutdown_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The records are parsed without the store's lock: if shutdown began meanwhile (its checkpoint may
+    be on disk already), nothing parsed is written and the cursor stays."""
+    master = _master(tmp_path / "m", 20)
+    slave = _slave(tmp_path / "s")
+    try:
+        replica = ReplicaLog(slave)
+        for offset, data in _stream(master, 0, 1 << 20):
+            assert replica.append(offset, data)
+        walk = slave.commit_log.walk
+
+        def walk_then_stop(offset: int, end: int) -> RecordWalk:
+            records = walk(offset, end)
+            assert list(records)  # parsed (a second iteration yields nothing: the walk is at its end)
+            slave._stop.set()  # what shutdown() does first
+            return records
+
+        monkeypatch.setattr(slave.commit_log, "walk", walk_then_stop)
+        assert not replica.dispatch()
+        assert slave.reput_from_offset == 0 and slave.get_consume_queue("T0", 0) is None
+        slave._stop.clear()
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_a_slave_does_not_zero_fill_ahead_of_its_replica(tmp_path: Path) -> None:
+    """The replica appends with pwrite, which needs no pre-faulted pages: zeros written first would
+    double the page-cache work of a catch-up (the warm-up thread is the master's)."""
+    slave = _slave(tmp_path / "s")
+    master = _master(tmp_path / "m", 1)
+    try:
+        assert not slave.commit_log.prefault and master.commit_log.prefault
     finally:
         master.shutdown()
         slave.shutdown()

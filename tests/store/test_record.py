@@ -214,6 +214,13 @@ def test_java_hash_matches_reference_loop(s: str) -> None:
     assert java_hash(s) == _reference_java_hash(s)
 
 
+@given(st.text(st.characters(max_codepoint=127), max_size=700))
+def test_java_hash_of_ascii_matches_reference_loop(s: str) -> None:
+    """ASCII takes the digit-parsing path up to 639 characters, the general one beyond."""
+    assert java_hash(s) == _reference_java_hash(s)
+    assert java_hash("\x7f" * 639 + s) == _reference_java_hash("\x7f" * 639 + s)
+
+
 @pytest.mark.parametrize(
     "bad",
     [

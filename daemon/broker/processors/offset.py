@@ -79,6 +79,8 @@ class OffsetProcessor:
     def update_consumer_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = UpdateConsumerOffsetRequestHeader.from_ext_fields(request.ext_fields)
         self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+        if self.broker.ha_slave is not None:  # a client that found no master: hand it on (see sync_metadata)
+            self.broker.slave_commits[(h.consumer_group, h.topic, h.queue_id)] = h.commit_offset
         return request.make_response()
 
     def max_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
