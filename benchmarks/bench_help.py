@@ -1,23 +1,108 @@
-"""Median wall time of ``mqctl --help`` (target: <= 0.25 s), a fresh process each run."""
+"""Median wall time of ``mqctl --help`` (target <= 0.25 s) and of a trivial online command, ``mqctl topic
+list`` against a local NameServer + broker (target <= 0.3 s), each a fresh process per run, next to a bare
+``python -c pass`` measured in the same rounds (the machine's own floor: figures swing between machines).
+
+    python benchmarks/bench_help.py [--runs 21] [--namesrv HOST:PORT]
+
+Without ``--namesrv`` a cluster is started with ``mqctl up`` on free loopback ports in a temporary directory
+and stopped afterwards. Rounds are interleaved (bare, help, topic list, bare, ...), so load drifts hit all three.
+"""
 
 from __future__ import annotations
 
+import argparse
+import os
 import shutil
+import signal
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
-def main(runs: int = 21) -> None:
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def _local_cluster(exe: str) -> Iterator[str]:
+    """``mqctl up`` on free ports (the broker's three consecutive ones free too); its NameServer address."""
+    with tempfile.TemporaryDirectory(prefix="bench-help-") as data:
+        while True:
+            ns, broker = _free_port(), _free_port()
+            if ns not in range(broker - 2, broker + 3):
+                break
+        proc = subprocess.Popen(
+            [
+                exe,
+                "up",
+                "--data",
+                data,
+                "--namesrv-port",
+                str(ns),
+                "--broker-port",
+                str(broker),
+                "--no-metrics",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        addr = f"127.0.0.1:{ns}"
+        try:
+            deadline = time.monotonic() + 60
+            while subprocess.run([exe, "topic", "list", "-n", addr], capture_output=True).returncode != 0:
+                if time.monotonic() > deadline or proc.poll() is not None:
+                    raise SystemExit(f"mqctl up did not serve on {addr}")
+                time.sleep(0.5)
+            yield addr
+        finally:
+            os.killpg(proc.pid, signal.SIGINT)
+            proc.wait(timeout=30)
+
+
+def _timed(argv: list[str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument(
+        "--namesrv", help="HOST:PORT of a running NameServer (default: start one with mqctl up)"
+    )
+    args = parser.parse_args()
     exe = shutil.which("mqctl", path=str(Path(sys.executable).parent)) or "mqctl"
-    times = []
-    for _ in range(runs):
-        start = time.perf_counter()
-        subprocess.run([exe, "--help"], check=True, stdout=subprocess.DEVNULL)
-        times.append(time.perf_counter() - start)
-    print(f"mqctl --help: median {statistics.median(times) * 1000:.0f} ms, max {max(times) * 1000:.0f} ms over {runs} runs")
+    with _local_cluster(exe) if args.namesrv is None else _given(args.namesrv) as addr:
+        cases = {
+            "python -c pass": [sys.executable, "-c", "pass"],
+            "mqctl --help": [exe, "--help"],
+            "mqctl topic list": [exe, "topic", "list", "-n", addr],
+        }
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        for _ in range(args.runs):
+            for name, argv in cases.items():
+                times[name].append(_timed(argv))
+    load = os.getloadavg()[0]
+    for name, runs in times.items():
+        print(
+            f"{name:18} median {statistics.median(runs) * 1000:5.0f} ms, max {max(runs) * 1000:5.0f} ms"
+            f" over {len(runs)} runs (load average {load:.2f})"
+        )
+
+
+@contextmanager
+def _given(addr: str) -> Iterator[str]:
+    yield addr
 
 
 if __name__ == "__main__":
