@@ -188,8 +188,7 @@ def translate(exc: BaseException) -> MqctlError:
     from daemon.config import ConfigError
     from daemon.lifecycle import AlreadyRunningError, LifecycleError
     from daemon.remoting import errors as remoting
-    from store import StoreError as EngineStoreError
-    from store import StoreLockedError
+    from store import StoreError as EngineStoreError, StoreLockedError
 
     if isinstance(exc, ConfigError):
         return UsageError(str(exc))

@@ -11,8 +11,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from daemon.broker import bodies as bb
-from daemon.broker import headers as bh
+from daemon.broker import bodies as bb, headers as bh
 from daemon.remoting import headers as h
 from daemon.remoting.bodies import (
     ClusterInfo,

@@ -290,8 +290,7 @@ def resend(
     from mqctl.admin.client import run_admin
     from mqctl.errors import BrokerError
     from mqctl.output import render, stderr_console
-    from mqctl.services.messages import DlqFilter, Window, dlq_messages
-    from mqctl.services.messages import resend as resend_messages
+    from mqctl.services.messages import DlqFilter, Window, dlq_messages, resend as resend_messages
     from store import dlq_topic
 
     window = Window.of(since, until) if since or until else None

@@ -76,8 +76,7 @@ def reset(
 
     from mqctl.errors import UsageError
     from mqctl.output import render
-    from mqctl.services.offsets import ResetTarget
-    from mqctl.services.offsets import reset as reset_offsets
+    from mqctl.services.offsets import ResetTarget, reset as reset_offsets
     from mqctl.timespec import parse_duration, parse_time
 
     chosen = [

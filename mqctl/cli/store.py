@@ -79,8 +79,7 @@ def commitlog_ls(
     """Each file: offset range, size, data bytes, records, first/last store time, topics, and for retention its
     age, whether it is expired, the bytes a cleanup triggered now would free and whether every group has
     consumed all of its messages."""
-    from mqctl.services import retention
-    from mqctl.services import store_inspect as si
+    from mqctl.services import retention, store_inspect as si
 
     def work() -> Any:
         with progress(si.commitlog_bytes(store), "reading CommitLog", unit="bytes") as advance:

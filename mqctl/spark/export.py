@@ -253,8 +253,7 @@ def export(
     """Write the store's records to ``out`` (a directory of part files) and summarise the run."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
-    from pyspark.sql import Observation
-    from pyspark.sql import functions as F
+    from pyspark.sql import Observation, functions as F
 
     if fmt not in EXPORT_FORMATS:
         raise UsageError(f"unknown export format {fmt!r}; choose one of {', '.join(EXPORT_FORMATS)}")

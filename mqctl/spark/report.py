@@ -115,8 +115,7 @@ def _iso(column: str | Column, fmt: str = _ISO) -> Column:
 
 def _aggregate(df: DataFrame, top: int) -> DataFrame:
     """Every view in one aggregation; the key view cut to its ``top`` rows inside Spark."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    from pyspark.sql import Window, functions as F
 
     kind = (
         F.when(F.col("topic").startswith(RETRY_GROUP_TOPIC_PREFIX), F.lit("retry topic"))
