@@ -7,15 +7,20 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
+from daemon.broker.config import BrokerConfig
 from daemon.broker.headers import CreateTopicRequestHeader
+from daemon.broker.managers.topics import TopicConfigManager
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from store import fastjson
 from store.clock import SystemClock
 from store.config_files import TopicConfigFile
+from store.models import PermName
 from tests.conftest import ROOT
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
@@ -73,3 +78,28 @@ async def test_created_topics_survive_sigkill_and_a_clean_stop_folds_them_into_t
         proc.wait(30)
         await client.close()
     assert {*names, "AfterRestart"} <= on_disk() and journal.stat().st_size == 0  # the clean stop folded it
+
+
+def test_a_topic_created_in_a_send_is_journaled_outside_the_table_lock(tmp_path: Path) -> None:
+    """A writer of topics.json takes its write lock, then the table's lock; a send auto-creating a topic
+    used to take them the other way round (persisting while it held the table), so a group-committed
+    ``topic apply`` persisting at that moment deadlocked the event loop. Now the creation is journaled
+    after the table's lock is released, and it is durable when create_system_like returns."""
+    file = TopicConfigFile(str(tmp_path / "topics.json"), SystemClock())
+    topics = TopicConfigManager(BrokerConfig(), file)
+    created: list[str] = []
+    with file._write_lock:  # a concurrent persist, between its two locks
+        creator = threading.Thread(
+            target=lambda: created.append(topics.create_system_like("%RETRY%G", 1, PermName.READ_WRITE).topic_name)
+        )
+        creator.start()
+        deadline = time.monotonic() + 10
+        while "%RETRY%G" not in file._unjournaled:  # the creation has changed the table
+            assert time.monotonic() < deadline
+            time.sleep(0.001)
+        assert file.lock.acquire(timeout=10), "the creation holds the table's lock while waiting to persist"
+        file.lock.release()
+    creator.join(timeout=10)
+    assert created == ["%RETRY%G"]
+    journal = Path(f"{tmp_path / 'topics.json'}.journal").read_text()
+    assert "%RETRY%G" in journal and not (tmp_path / "topics.json").exists()

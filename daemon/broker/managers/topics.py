@@ -180,9 +180,10 @@ class TopicConfigManager:
                 template.topic_filter_type,
                 topic_sys_flag,
             )
-            log.info("auto-created topic %s from %s with %d queues", topic, default_topic, nums)
-            self.put(config)
-            return config
+            self.file.update(config, persist=False)
+        log.info("auto-created topic %s from %s with %d queues", topic, default_topic, nums)
+        self._made_durable(config)
+        return config
 
     def create_system_like(
         self, topic: str, queue_nums: int, perm: int, topic_sys_flag: int = 0
@@ -193,6 +194,15 @@ class TopicConfigManager:
             if existing is not None:
                 return existing
             config = TopicConfig(topic, queue_nums, queue_nums, perm, topic_sys_flag=topic_sys_flag)
-            log.info("created topic %s with %d queues", topic, queue_nums)
-            self.put(config)
-            return config
+            self.file.update(config, persist=False)
+        log.info("created topic %s with %d queues", topic, queue_nums)
+        self._made_durable(config)
+        return config
+
+    def _made_durable(self, config: TopicConfig) -> None:
+        """A topic created on the way of a send is journaled (one line, one fdatasync) before the send goes
+        on, not a rewrite of the whole topics.json; outside the table's lock, which a writer of the file
+        takes after its own write lock (taking them the other way round could deadlock with a
+        group-committed ``topic apply`` persisting at the same moment)."""
+        self.file.persist_changes()
+        self.on_change(config.topic_name)
