@@ -367,7 +367,8 @@ def set_aside(
     Set aside: every later CommitLog file holding data, and the kept file's bytes from the cut to the end
     of its data (after a corrupt record, or after a header of zeros that is not the end of the data), then every ConsumeQueue unit at or past ``queue_cut(cq)`` (the first
     queue offset whose record is at ``cut`` or later). Moved files leave the queues; recovery then
-    truncates what remains as before. Logged at ERROR with the number of intact records set aside.
+    truncates what remains as before. Logged with the number of intact records set aside: at ERROR when
+    it holds a record, a damaged one or a ConsumeQueue unit (its record was stored), else at WARNING.
     """
     taken = _Cut(store_root)
     taken.take_commit_log(commit_log, cut)
@@ -400,7 +401,8 @@ def set_aside(
         path=qdir,
     )
     taken.write(manifest)
-    level = logging.ERROR if manifest.records or manifest.damaged else logging.WARNING
+    # a unit set aside names a record that was stored and dispatched (answered), even when salvage finds none
+    level = logging.ERROR if manifest.records or manifest.damaged or manifest.units else logging.WARNING
     log.log(
         level,
         "recovery set aside %d intact record(s) (%d damaged, %d ConsumeQueue unit(s)) from CommitLog offset %d "
