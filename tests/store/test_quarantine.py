@@ -302,3 +302,29 @@ def test_a_zeroed_header_of_the_last_record_is_set_aside_at_error_its_unit_says_
         assert last not in _all_served(store)
     finally:
         store.shutdown()
+
+
+def test_units_past_a_commit_log_that_lost_its_last_record_entirely_are_set_aside_at_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A crash that kept the ConsumeQueue's page but not the CommitLog's (the record reads back as zeros):
+    nothing follows the end of the data, but a unit names a record that was stored and answered."""
+    sent = _write(tmp_path, 300)
+    last = max(sent)
+    names = sorted(os.listdir(tmp_path / "commitlog"))
+    path = tmp_path / "commitlog" / names[-1]
+    data = bytearray(path.read_bytes())
+    data[last - int(names[-1]) :] = bytes(len(data) - (last - int(names[-1])))
+    path.write_bytes(bytes(data))
+    (tmp_path / "abort").touch()
+    _forget_recovery_point(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        store = _open(tmp_path)
+    try:
+        [m] = list_quarantines(str(tmp_path))
+        assert (m.cut_offset, m.units, m.records) == (last, 1, 0)
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert any("1 ConsumeQueue unit(s)" in e and str(last) in e for e in errors), caplog.text
+        assert _all_served(store) == {o: b for o, b in sent.items() if o < last}
+    finally:
+        store.shutdown()
