@@ -410,6 +410,21 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
         if persist:
             self.persist()
 
+    def revert(self, config: B, old: B | None) -> bool:
+        """Undo ``update(config, persist=False)`` when its write failed (a refused change must not stay in
+        force, nor reach the file with a later write), unless the entry changed since; whether it did."""
+        with self.lock:
+            name = self._name(config)
+            if self.table.get(name) is not config:
+                return False
+            if old is None:
+                del self.table[name]
+            else:
+                self.table[name] = old
+            self.data_version.next_version(self.clock.now_ms())
+            self._unjournaled.add(name)
+        return True
+
     def delete(self, name: str) -> bool:
         with self.lock:
             if self.table.pop(name, None) is None:

@@ -3,11 +3,14 @@ and folded into topics.json by a clean stop, which is all a Java broker reads.""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from daemon.broker.headers import CreateTopicRequestHeader
 from daemon.remoting.client import RemotingClient
@@ -16,6 +19,7 @@ from daemon.remoting.command import RemotingCommand
 from store import fastjson
 from store.clock import SystemClock
 from store.config_files import TopicConfigFile
+from tests.broker.conftest import BrokerHandle
 from tests.conftest import ROOT
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
@@ -73,3 +77,35 @@ async def test_created_topics_survive_sigkill_and_a_clean_stop_folds_them_into_t
         proc.wait(30)
         await client.close()
     assert {*names, "AfterRestart"} <= on_disk() and journal.stat().st_size == 0  # the clean stop folded it
+
+
+async def test_a_creation_refused_for_a_full_disk_is_not_in_force_nor_written_later(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC on the journal's append answers an error; the refused topic (or the refused change of one)
+    must then not be served, routed, or written into topics.json by the next creation that succeeds."""
+
+    async def create(name: str, queues: int) -> RemotingCommand:
+        header = CreateTopicRequestHeader(name, "TBW102", queues, queues, 6, "SINGLE_TAG").to_ext_fields()
+        request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+        return await broker.client.invoke(broker.addr, request, 5.0)
+
+    assert (await create("Existing", 4)).code == ResponseCode.SUCCESS
+
+    def full(self: TopicConfigFile, journal: str, lines: list[str]) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(TopicConfigFile, "_append", full)
+    assert (await create("Refused", 2)).code != ResponseCode.SUCCESS
+    assert (await create("Existing", 8)).code != ResponseCode.SUCCESS
+    topics = broker.broker.topics
+    existing = topics.get("Existing")
+    assert topics.get("Refused") is None and existing is not None and existing.write_queue_nums == 4
+    monkeypatch.undo()
+    assert (await create("Later", 2)).code == ResponseCode.SUCCESS
+    path = topics.file.path
+    assert path is not None
+    on_disk = TopicConfigFile(path, SystemClock(), read_only=True)
+    on_disk.load()
+    assert "Later" in on_disk.table and "Refused" not in on_disk.table
+    assert on_disk.table["Existing"].write_queue_nums == 4
