@@ -347,9 +347,9 @@ class RecordWalk:
     rebuild of derived files and read-only inspection (:mod:`store.inspect`) all read records through it, so
     they agree on where records are and where the data ends.
 
-    From ``offset`` to ``end``: a blank filler (or a file end with no room for a header) jumps to the next
-    file; zeros end the data (unless ``zeros_end_data`` is false: dispatch walks only what was written,
-    where zeros are damage); a record that does not parse, or with ``check_crc`` fails its body CRC, ends
+    From ``offset`` to ``end``: a blank filler (its size the rest of the file; any other is damage), or a
+    file end with no room for a header, jumps to the next file; zeros end the data (unless
+    ``zeros_end_data`` is false: dispatch walks only what was written, where zeros are damage); a record that does not parse, or with ``check_crc`` fails its body CRC, ends
     the walk with :attr:`corruption` set and passed to ``on_corruption``; a record whose bytes have not all
     been written yet ends it quietly (a replicating slave receives records split across frames). With
     ``on_crc_error`` a body CRC failure of an otherwise sound record is passed there and the walk goes on
@@ -438,7 +438,7 @@ class RecordWalk:
                     self.stop = "partial"  # a replicating slave's record header still arriving
                     break
                 size, magic = read_header(view, pos)
-                if magic == BLANK_MAGIC_CODE and size > 0:
+                if magic == BLANK_MAGIC_CODE and size == file_size - pos:  # the filler fills the file (§2.6)
                     self.stop = "blank-filler"
                     break
                 if size == 0 and magic == 0 and self.zeros_end_data:

@@ -123,6 +123,12 @@ class JsonConfigFile:
         with self._write_lock:
             with self.lock:
                 text = self.text()
+            self._write(text)
+
+    def _write(self, text: str) -> None:
+        """Replace the file with ``text`` durably, keeping the previous version as ``.bak``."""
+        assert self.path is not None
+        with self._write_lock:
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             tmp = self.path + ".tmp"
             try:
@@ -180,7 +186,8 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
         return self.path + ".journal" if self.JOURNALED and self.path is not None else None
 
     def load(self) -> None:
-        """The file (or its ``.bak``), then the journal's lines newer than its data version, folded in."""
+        """The file (or its ``.bak``), then the journal's lines newer than its data version, folded in;
+        older lines no fold line says the file took are restored where the file lacks their topic."""
         super().load()
         journal = self.journal_path
         if journal is None or not os.path.exists(journal):
@@ -188,14 +195,18 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
         with open(journal, "rb") as f:
             lines = f.read().split(b"\n")
         self._journal_lines = 0 if lines == [b""] else len(lines)  # (what persist() resets)
-        applied = 0
-        base = self.data_version.counter  # (the lines of one write share the version after its last change)
+        changes: list[tuple[DataVersion, B | None, str]] = []  # (version, the put or None: a delete, name)
+        held = 0  # the lines before the last fold line at the file's version: that file holds them
         for n, line in enumerate(lines[:-1]):  # (what follows the last newline never completed)
             try:
                 entry = json.loads(line)  # values in fastjson's text: bare int keys survive the trip
+                if "fold" in entry:
+                    if DataVersion.from_json(fastjson.loads(entry["fold"])) == self.data_version:
+                        held = len(changes)
+                    continue
                 version = DataVersion.from_json(fastjson.loads(entry["dataVersion"]))
                 put = self.BEAN.from_json(fastjson.loads(entry["put"])) if "put" in entry else None
-                deleted = entry.get("delete")
+                changes.append((version, put, self._name(put) if put is not None else str(entry["delete"])))
             except (ValueError, KeyError, TypeError) as e:  # a whole line damaged: not a torn append
                 log.error(
                     "%s: line %d of %d unreadable (%s): it and the lines after it are not replayed%s",
@@ -208,15 +219,34 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
                 if not self.read_only:
                     shutil.copyfile(journal, journal + ".damaged")
                 break
-            if version.counter <= base:
-                continue  # the file holds it already (written after the line, before the journal's reset)
+        applied = 0
+        base = self.data_version.counter  # (the lines of one write share the version after its last change)
+        in_file = set(self.table)
+        restored: set[str] = set()
+        for version, put, name in changes[held:]:
+            if version.counter <= base and name in in_file:
+                continue  # the file's writer never read this line, but has the topic: its entry stands
             with self.lock:
                 if put is not None:
-                    self.table[self._name(put)] = put
+                    self.table[name] = put
                 else:
-                    self.table.pop(deleted, None)
-                self.data_version = version
+                    self.table.pop(name, None)
+                if version.counter > base:
+                    self.data_version = version
+            if version.counter <= base:
+                (restored.add if put is not None else restored.discard)(name)
             applied += 1
+        if restored:
+            with self.lock:
+                self.data_version.next_version(self.clock.now_ms())
+            log.error(
+                "%s was rewritten at data version %d without the journal's changes (by a broker that does not "
+                "read %s: a Java broker started after a crash?); restored from the journal: %s",
+                self.path,
+                base,
+                journal,
+                ", ".join(sorted(restored)),
+            )
         if applied:
             log.info("%s: %d change(s) replayed from %s", self.path, applied, journal)
         if self.read_only:
@@ -227,12 +257,24 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
             self._reset_journal(journal)
 
     def persist(self) -> None:
-        """Write the whole file, then empty the journal (the file now holds every journaled change)."""
+        """Write the whole file, then empty the journal (the file now holds every journaled change).
+
+        Before the file, a fold line naming the version it is written at goes to the journal: a crash
+        before the journal's reset leaves lines that file holds, while lines at versions the file also
+        has but no fold line vouches for were never read by whoever wrote it (a Java broker started after
+        a SIGKILL), and :meth:`load` restores them."""
+        if self.read_only or self.path is None:
+            return
         with self._write_lock:
             with self.lock:
                 taken, self._unjournaled = self._unjournaled, set()
+                text = self.text()
+                version = fastjson.dumps_pretty(self.data_version.to_file_json())
             try:
-                super().persist()
+                journal = self.journal_path
+                if journal is not None and self._journal_lines:
+                    self._append(journal, [json.dumps({"fold": version}) + "\n"])
+                self._write(text)
             except BaseException:
                 with self.lock:
                     self._unjournaled |= taken
@@ -267,27 +309,31 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
                 self.persist()
                 return
             try:
-                created = not os.path.exists(journal)
-                fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                try:
-                    data = "".join(lines).encode("utf-8")
-                    start = os.fstat(fd).st_size
-                    try:
-                        if os.write(fd, data) != len(data):  # a full disk part-way
-                            raise OSError(errno.ENOSPC, "journal write cut short")
-                        os.fdatasync(fd)
-                    except OSError:
-                        os.ftruncate(fd, start)  # no torn line before the next write's lines
-                        raise
-                finally:
-                    os.close(fd)
-                if created:
-                    sync_directory(os.path.dirname(os.path.abspath(journal)))
+                self._append(journal, lines)
             except BaseException:
                 with self.lock:
                     self._unjournaled |= names
                 raise
-            self._journal_lines += len(lines)
+
+    def _append(self, journal: str, lines: list[str]) -> None:
+        """Append whole ``lines`` to the journal durably (one fdatasync), or nothing at all."""
+        created = not os.path.exists(journal)
+        fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            data = "".join(lines).encode("utf-8")
+            start = os.fstat(fd).st_size
+            try:
+                if os.write(fd, data) != len(data):  # a full disk part-way
+                    raise OSError(errno.ENOSPC, "journal write cut short")
+                os.fdatasync(fd)
+            except OSError:
+                os.ftruncate(fd, start)  # no torn line before the next write's lines
+                raise
+        finally:
+            os.close(fd)
+        if created:
+            sync_directory(os.path.dirname(os.path.abspath(journal)))
+        self._journal_lines += len(lines)
 
     def fold(self) -> None:
         """Write journaled (or not yet written) changes into the file: at clean shutdown, for Java."""
@@ -363,6 +409,21 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
             self._unjournaled.add(name)
         if persist:
             self.persist()
+
+    def revert(self, config: B, old: B | None) -> bool:
+        """Undo ``update(config, persist=False)`` when its write failed (a refused change must not stay in
+        force, nor reach the file with a later write), unless the entry changed since; whether it did."""
+        with self.lock:
+            name = self._name(config)
+            if self.table.get(name) is not config:
+                return False
+            if old is None:
+                del self.table[name]
+            else:
+                self.table[name] = old
+            self.data_version.next_version(self.clock.now_ms())
+            self._unjournaled.add(name)
+        return True
 
     def delete(self, name: str) -> bool:
         with self.lock:

@@ -362,16 +362,19 @@ def set_aside(
     queue_cut: Callable[[ConsumeQueue], int],
 ) -> Manifest | None:
     """Move what truncating the CommitLog at ``cut`` would destroy into a new quarantine; ``None`` when
-    nothing would be (a clean end: nothing but zeros after it, later files empty).
+    nothing would be (a clean end: nothing but zeros after it, later files empty, no unit past it).
 
     Set aside: every later CommitLog file holding data, and the kept file's bytes from the cut to the end
     of its data (after a corrupt record, or after a header of zeros that is not the end of the data), then every ConsumeQueue unit at or past ``queue_cut(cq)`` (the first
     queue offset whose record is at ``cut`` or later). Moved files leave the queues; recovery then
-    truncates what remains as before. Logged at ERROR with the number of intact records set aside.
+    truncates what remains as before. Logged with the number of intact records set aside: at ERROR when
+    it holds a record, a damaged one or a ConsumeQueue unit (its record was stored), else at WARNING.
     """
     taken = _Cut(store_root)
     taken.take_commit_log(commit_log, cut)
-    if not taken.copies and not taken.moves:
+    queues = list(queues)
+    lost = not taken.copies and not taken.moves  # no CommitLog data follows: units past it are all that is left
+    if lost and all(queue_cut(cq) >= cq.max_offset for cq in queues):
         return None
     for cq in queues:
         taken.take_queue(cq, queue_cut(cq))
@@ -385,7 +388,14 @@ def set_aside(
         key=lambda p: (p.kind, p.topic or "", p.queue_id or 0, p.from_offset),
     )
     logs = [p for p in pieces if p.kind == COMMITLOG]
-    why = str(corruption) if corruption is not None else f"valid data ends at offset {cut}; data follows it"
+    why = (
+        str(corruption)
+        if corruption is not None
+        else f"valid data ends at offset {cut}; ConsumeQueue units point past it, at records the CommitLog "
+        "no longer holds (stored, then lost before they reached the disk?)"
+        if lost
+        else f"valid data ends at offset {cut}; data follows it"
+    )
     manifest = Manifest(
         name,
         now_ms,
@@ -400,7 +410,8 @@ def set_aside(
         path=qdir,
     )
     taken.write(manifest)
-    level = logging.ERROR if manifest.records or manifest.damaged else logging.WARNING
+    # a unit set aside names a record that was stored and dispatched (answered), even when salvage finds none
+    level = logging.ERROR if manifest.records or manifest.damaged or manifest.units else logging.WARNING
     log.log(
         level,
         "recovery set aside %d intact record(s) (%d damaged, %d ConsumeQueue unit(s)) from CommitLog offset %d "

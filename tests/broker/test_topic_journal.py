@@ -3,6 +3,7 @@ and folded into topics.json by a clean stop, which is all a Java broker reads.""
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -10,6 +11,8 @@ import sys
 import threading
 import time
 from pathlib import Path
+
+import pytest
 
 from daemon.broker.config import BrokerConfig
 from daemon.broker.headers import CreateTopicRequestHeader
@@ -21,6 +24,7 @@ from store import fastjson
 from store.clock import SystemClock
 from store.config_files import TopicConfigFile
 from store.models import PermName
+from tests.broker.conftest import BrokerHandle
 from tests.conftest import ROOT
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
@@ -103,3 +107,33 @@ def test_a_topic_created_in_a_send_is_journaled_outside_the_table_lock(tmp_path:
     assert created == ["%RETRY%G"]
     journal = Path(f"{tmp_path / 'topics.json'}.journal").read_text()
     assert "%RETRY%G" in journal and not (tmp_path / "topics.json").exists()
+async def test_a_creation_refused_for_a_full_disk_is_not_in_force_nor_written_later(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ENOSPC on the journal's append answers an error; the refused topic (or the refused change of one)
+    must then not be served, routed, or written into topics.json by the next creation that succeeds."""
+
+    async def create(name: str, queues: int) -> RemotingCommand:
+        header = CreateTopicRequestHeader(name, "TBW102", queues, queues, 6, "SINGLE_TAG").to_ext_fields()
+        request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header)
+        return await broker.client.invoke(broker.addr, request, 5.0)
+
+    assert (await create("Existing", 4)).code == ResponseCode.SUCCESS
+
+    def full(self: TopicConfigFile, journal: str, lines: list[str]) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(TopicConfigFile, "_append", full)
+    assert (await create("Refused", 2)).code != ResponseCode.SUCCESS
+    assert (await create("Existing", 8)).code != ResponseCode.SUCCESS
+    topics = broker.broker.topics
+    existing = topics.get("Existing")
+    assert topics.get("Refused") is None and existing is not None and existing.write_queue_nums == 4
+    monkeypatch.undo()
+    assert (await create("Later", 2)).code == ResponseCode.SUCCESS
+    path = topics.file.path
+    assert path is not None
+    on_disk = TopicConfigFile(path, SystemClock(), read_only=True)
+    on_disk.load()
+    assert "Later" in on_disk.table and "Refused" not in on_disk.table
+    assert on_disk.table["Existing"].write_queue_nums == 4

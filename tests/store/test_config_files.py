@@ -15,6 +15,7 @@ from store.config_files import (
     ConfigFiles,
     ConsumerOffsetManager,
     DelayOffsetManager,
+    JsonConfigFile,
     TopicConfigFile,
 )
 from store.errors import ConfigFileError
@@ -267,14 +268,21 @@ def test_changes_persisted_alone_go_to_the_journal_and_are_replayed_and_folded_a
     assert _journal_lines(tmp_path) == [] and (tmp_path / "topics.json").read_text() == topics.text()
 
 
-def test_journal_lines_older_than_the_file_or_torn_are_not_replayed(tmp_path: Path) -> None:
+def test_journal_lines_older_than_the_file_or_torn_are_not_replayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A crash between a whole-file write and the journal's reset leaves lines the file holds already (a
     later delete must not be undone by them); a line cut short by a crash is ignored, as is what follows."""
     topics = TopicConfigFile(str(tmp_path / "topics.json"), FakeClock(1_700_000_000_000))
     topics.update(TopicConfig("Gone", 1, 1), persist=False)
     topics.persist_changes()
-    stale = (tmp_path / "topics.json.journal").read_text()
+    reset = TopicConfigFile._reset_journal
+    monkeypatch.setattr(TopicConfigFile, "_reset_journal", lambda self, journal: None)  # the crash
     topics.delete("Gone")
+    stale = (tmp_path / "topics.json.journal").read_text()  # the line and the fold line before the file
+    assert len(stale.splitlines()) == 2
+    monkeypatch.setattr(TopicConfigFile, "_reset_journal", reset)
+    topics._reset_journal(str(tmp_path / "topics.json.journal"))
     topics.update(TopicConfig("Kept", 1, 1), persist=False)
     topics.persist_changes()
     kept = (tmp_path / "topics.json.journal").read_text()
@@ -317,3 +325,31 @@ def test_a_damaged_journal_line_is_reported_at_error_and_the_journal_kept(
         recovered.load()
     assert set(recovered.table) == {"A"}
     assert "line 2 of 3 unreadable" in caplog.text and (tmp_path / "topics.json.journal.damaged").exists()
+
+
+def test_journaled_topics_a_java_broker_rewrote_the_file_without_are_restored_and_reported(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After a SIGKILL the journal's topics are not in topics.json; a Java broker started on the store reads
+    only the file and rewrites it with versions of its own, as high as the journal's lines or higher. Our
+    next start must still fold the journaled creations in (they were answered as created), and say so."""
+    path = tmp_path / "topics.json"
+    topics = TopicConfigFile(str(path), FakeClock(1_700_000_000_000))
+    topics.update(TopicConfig("Base", 2, 2))  # the file at version 1
+    for name in ("J1", "J2"):
+        topics.update(TopicConfig(name, 4, 4), persist=False)
+        topics.persist_changes()  # journal lines at versions 2 and 3; SIGKILL: no fold
+    java = TopicConfigFile(str(path), FakeClock(1_700_000_500_000))
+    JsonConfigFile.load(java)  # what Java reads: topics.json alone
+    for name in ("JavaA", "JavaB", "JavaC"):
+        java.table[name] = TopicConfig(name, 1, 1)
+        java.data_version.next_version(java.clock.now_ms())
+    JsonConfigFile.persist(java)  # Java's ConfigManager.persist: the journal untouched
+    assert java.data_version.counter > topics.data_version.counter
+    recovered = TopicConfigFile(str(path), SystemClock())
+    with caplog.at_level(logging.ERROR):
+        recovered.load()
+    assert set(recovered.table) == {"Base", "J1", "J2", "JavaA", "JavaB", "JavaC"}
+    assert recovered.data_version.counter > java.data_version.counter
+    assert "J1" in caplog.text and "J2" in caplog.text
+    assert _journal_lines(tmp_path) == [] and '"J2"' in path.read_text()

@@ -277,3 +277,54 @@ def test_a_garbage_unit_does_not_move_units_below_the_cut_into_the_quarantine(tm
         assert served == [b"q%03d" % i for i in range(150)]
     finally:
         store.shutdown()
+
+
+def test_a_zeroed_header_of_the_last_record_is_set_aside_at_error_its_unit_says_it_was_stored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Zeros where the last record's TOTALSIZE and MAGICCODE were look like the end of the data to recovery
+    (as to RocketMQ), and salvage finds no record that names its offset: but the record's ConsumeQueue unit
+    says it was stored (and answered), so setting its bytes aside is a loss reported at ERROR."""
+    sent = _write(tmp_path, 300)
+    last = max(sent)
+    names = sorted(os.listdir(tmp_path / "commitlog"))
+    path = tmp_path / "commitlog" / names[-1]
+    data = bytearray(path.read_bytes())
+    data[last - int(names[-1]) : last - int(names[-1]) + 8] = bytes(8)
+    path.write_bytes(bytes(data))
+    with caplog.at_level(logging.WARNING):
+        store = _open(tmp_path)
+    try:
+        [m] = list_quarantines(str(tmp_path))
+        assert (m.cut_offset, m.units) == (last, 1)
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert any("set aside" in e and "1 ConsumeQueue unit(s)" in e for e in errors), caplog.text
+        assert last not in _all_served(store)
+    finally:
+        store.shutdown()
+
+
+def test_units_past_a_commit_log_that_lost_its_last_record_entirely_are_set_aside_at_error(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A crash that kept the ConsumeQueue's page but not the CommitLog's (the record reads back as zeros):
+    nothing follows the end of the data, but a unit names a record that was stored and answered."""
+    sent = _write(tmp_path, 300)
+    last = max(sent)
+    names = sorted(os.listdir(tmp_path / "commitlog"))
+    path = tmp_path / "commitlog" / names[-1]
+    data = bytearray(path.read_bytes())
+    data[last - int(names[-1]) :] = bytes(len(data) - (last - int(names[-1])))
+    path.write_bytes(bytes(data))
+    (tmp_path / "abort").touch()
+    _forget_recovery_point(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        store = _open(tmp_path)
+    try:
+        [m] = list_quarantines(str(tmp_path))
+        assert (m.cut_offset, m.units, m.records) == (last, 1, 0)
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert any("1 ConsumeQueue unit(s)" in e and str(last) in e for e in errors), caplog.text
+        assert _all_served(store) == {o: b for o, b in sent.items() if o < last}
+    finally:
+        store.shutdown()

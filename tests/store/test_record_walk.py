@@ -85,3 +85,21 @@ def test_zeros_end_the_data_for_recovery_but_are_damage_inside_what_dispatch_was
         assert [info.commit_log_offset for info in walk] == offsets
         assert (walk.stop, walk.offset) == ("corrupt", end)
         assert walk.corruption is not None and "bad magic code 0x00000000" in walk.corruption.reason
+
+
+def test_a_blank_magic_that_does_not_reach_the_file_end_is_damage_not_a_filler(tmp_path: Path) -> None:
+    """The writer's filler is TOTALSIZE = the bytes left in the file (spec §2.6): a record whose MAGICCODE
+    reads as the filler's but whose size stops short must not make recovery, dispatch or a rebuild jump
+    over the rest of its file's records without a word."""
+    offsets = write(tmp_path, 60)
+    victim = offsets[len(offsets) // 2]
+    path = tmp_path / "commitlog" / f"{victim - victim % FILE:020d}"
+    data = bytearray(path.read_bytes())
+    data[victim % FILE + 4 : victim % FILE + 8] = (-875286124).to_bytes(4, "big", signed=True)
+    path.write_bytes(bytes(data))
+    with commit_log(layout(tmp_path)) as cl:
+        result = cl.scan(0, check_crc=True)
+        assert result.process_offset == victim and result.corruption is not None
+        walk = RecordWalk(cl.files, 0, cl.max_offset)
+        assert [info.commit_log_offset for info in walk] == [o for o in offsets if o < victim]
+        assert (walk.stop, walk.offset) == ("corrupt", victim)

@@ -152,6 +152,11 @@ class TopicConfigManager:
         self.file.update(config, persist=persist)
         self.on_change(config.topic_name)
 
+    def revert(self, config: TopicConfig, old: TopicConfig | None) -> None:
+        """Undo ``put(config, persist=False)`` whose write failed (see :meth:`TopicConfigFile.revert`)."""
+        if self.file.revert(config, old):
+            self.on_change(config.topic_name if old is not None else None)
+
     def delete(self, topic: str) -> bool:
         if not self.file.delete(topic):
             return False

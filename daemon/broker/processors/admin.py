@@ -131,20 +131,24 @@ class AdminProcessor:
         h = CreateTopicRequestHeader.from_ext_fields(request.ext_fields)
         self._check_topic(h.topic)
         old = self.broker.topics.get(h.topic)
-        self.broker.topics.put(
-            TopicConfig(
-                h.topic,
-                h.read_queue_nums,
-                h.write_queue_nums,
-                h.perm,
-                h.topic_filter_type,
-                h.topic_sys_flag,
-                old.order if old is not None else False,
-            ),
-            persist=False,
+        config = TopicConfig(
+            h.topic,
+            h.read_queue_nums,
+            h.write_queue_nums,
+            h.perm,
+            h.topic_filter_type,
+            h.topic_sys_flag,
+            old.order if old is not None else False,
         )
+        self.broker.topics.put(config, persist=False)
         # answered once topics.json holds it and the NameServers route it; concurrent creations share both
-        await asyncio.gather(self.broker.persist_topics(), self.broker.register_topics())
+        persisted = asyncio.ensure_future(self.broker.persist_topics())
+        try:
+            await asyncio.gather(persisted, self.broker.register_topics())
+        except Exception:
+            if persisted.done() and persisted.exception() is not None:
+                self.broker.topics.revert(config, old)  # refused (a full disk): not in force either
+            raise
         return request.make_response(remark="not set any response code")  # what 4.9.8 answers
 
     def delete_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
