@@ -10,8 +10,8 @@ from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from tests.acl.conftest import ADMIN_AK, ADMIN_SK, PLAIN_ACL, USER_AK, USER_SK, write_acl
-from tests.namesrv.conftest import Namesrv, namesrv_config
+from tests.support.acl import ADMIN_AK, ADMIN_SK, PLAIN_ACL, USER_AK, USER_SK, write_acl
+from tests.support.namesrv import Namesrv, namesrv_config
 
 
 async def test_namesrv_acl_guards_writes_only(tmp_path: Path) -> None:

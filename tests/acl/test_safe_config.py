@@ -12,9 +12,9 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.safe_config import FORCE_FIELD, locked_keys
 from store.cleanup import FakeDiskUsage
-from tests.broker.conftest import BrokerHandle
-from tests.namesrv.conftest import Namesrv
-from tests.retention.conftest import retention_cluster
+from tests.support.broker import BrokerHandle
+from tests.support.namesrv import Namesrv
+from tests.support.retention import retention_cluster
 
 
 def test_locked_keys_cover_every_spelling() -> None:

@@ -27,7 +27,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from store.engine import DefaultMessageStore
-from tests.broker.conftest import BrokerHandle, broker_config
+from tests.support.broker import BrokerHandle, broker_config
 from tests.support.golden import GOLDEN
 
 #: Every GET_BROKER_RUNTIME_INFO key of a 4.9.8 master with one commit-log path and no delayed messages

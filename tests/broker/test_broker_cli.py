@@ -11,8 +11,14 @@ import pytest
 
 from daemon.config import parse_properties
 from mqctl.services.processes import process_name
-from tests.conftest import RunCli
+from tests.support.cli import RunCli
 from tests.support.ports import free_port
+
+
+@pytest.fixture
+def cli(cli_process: RunCli) -> RunCli:
+    """Daemons the CLI starts, finds and stops: a real ``mqctl`` process per call (end to end)."""
+    return cli_process
 
 
 @pytest.fixture

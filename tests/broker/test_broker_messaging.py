@@ -22,7 +22,7 @@ from daemon.remoting.connection import Connection
 from daemon.remoting.frame import decode_frame, encode_command
 from store.memory import InMemoryMessageStore
 from store.record import decode_msg_id, decode_records
-from tests.broker.conftest import BrokerHandle, batch_entry, broker_config, start_broker
+from tests.support.broker import BrokerHandle, batch_entry, broker_config, start_broker
 
 
 async def test_send_v2_then_pull_returns_identical_message(broker: BrokerHandle) -> None:

@@ -9,7 +9,7 @@ from daemon.broker.headers import CreateTopicRequestHeader
 from daemon.remoting.bodies import ClusterInfo, TopicRouteData
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
+from tests.support.broker import ClusterHandle, start_cluster, stop_cluster
 
 
 async def route(cluster: ClusterHandle, topic: str) -> RemotingCommand:

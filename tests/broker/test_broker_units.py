@@ -14,7 +14,7 @@ from daemon.broker.processors.send import decode_batch
 from daemon.config import load_config
 from daemon.remoting.errors import RemotingCommandError
 from store.javahash import java_hash
-from tests.broker.conftest import batch_entry
+from tests.support.broker import batch_entry
 
 
 def test_tag_expressions_parse_like_java() -> None:

@@ -30,10 +30,10 @@ from store.config import SLAVE, SYNC_MASTER
 from store.engine import DefaultMessageStore
 from store.ha import encode_frame, encode_report
 from store.record import decode_records
-from tests.broker.conftest import BrokerClient, start_broker
-from tests.conftest import ROOT
-from tests.namesrv.conftest import namesrv_config
+from tests.support.broker import BrokerClient, start_broker
 from tests.support.load import Acked, send_until_dead
+from tests.support.namesrv import namesrv_config
+from tests.support.paths import ROOT
 from tests.support.ports import free_block, free_port
 from tests.support.up import mqctl_up
 from tests.support.waiting import wait_until

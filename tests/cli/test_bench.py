@@ -12,8 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from mqctl.services.bench import count_records, topic_names
-from tests.conftest import ROOT, RunCli
 from tests.daemons import LocalCluster, local_cluster
+from tests.support.cli import RunCli
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")

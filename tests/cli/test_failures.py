@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from mqctl.errors import ConflictError, UsageError
-from tests.conftest import ROOT, RunCli
+from tests.support.cli import RunCli
+from tests.support.paths import ROOT
 
 NOWHERE = "127.0.0.1:1"  # a command that reached the network would exit 5, not 2
 

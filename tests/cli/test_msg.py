@@ -22,8 +22,9 @@ from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from store.message import SCHEDULE_TOPIC, StoredMessage
 from store.record import create_msg_id, decode_msg_id
-from tests.conftest import ROOT, CliResult, RunCli
 from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.cli import CliResult, RunCli
+from tests.support.paths import ROOT
 
 T = TypeVar("T")
 TOPIC = "MsgT"

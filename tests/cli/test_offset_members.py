@@ -25,8 +25,9 @@ from daemon.remoting.codes import RequestCode
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
 from mqctl.errors import ConflictError, Interrupted
-from tests.conftest import ROOT, RunCli
 from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.cli import RunCli
+from tests.support.paths import ROOT
 
 TOPIC = "Replay"
 PER_QUEUE = 5

@@ -18,9 +18,10 @@ from store.engine import DefaultMessageStore
 from store.indexfile import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
 from store.message import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, Message, StoredMessage
 from store.record import decode_msg_id, decode_record, read_header
-from tests.conftest import RunCli
 from tests.daemons import local_cluster
-from tests.store.conftest import STORE_A_TAR, unpack_store_a
+from tests.support.cli import RunCli
+from tests.support.paths import STORE_A_TAR
+from tests.support.stores import unpack_store_a
 
 pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 

@@ -5,10 +5,18 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from mqctl import __version__
 from mqctl.cli.app import NOUNS
 from mqctl.errors import NotFoundError, UsageError
-from tests.conftest import RunCli
+from tests.support.cli import RunCli
+
+
+@pytest.fixture
+def cli(cli_process: RunCli) -> RunCli:
+    """The entry point itself is under test: a real ``mqctl`` process per call (end to end)."""
+    return cli_process
 
 
 def test_version(cli: RunCli) -> None:

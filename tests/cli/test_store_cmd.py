@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import RunCli
-from tests.store.conftest import STORE_A_MANIFEST, STORE_A_TAR, unpack_store_a
-from tests.support.stores import keyed_store
+from tests.support.cli import RunCli
+from tests.support.paths import STORE_A_MANIFEST, STORE_A_TAR
+from tests.support.stores import keyed_store, unpack_store_a
 
 pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 

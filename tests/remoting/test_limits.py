@@ -19,8 +19,8 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from daemon.remoting.limits import RemotingLimits
 from daemon.remoting.server import RemotingServer
-from tests.broker.conftest import start_broker
-from tests.namesrv.conftest import namesrv_config
+from tests.support.broker import start_broker
+from tests.support.namesrv import namesrv_config
 from tests.support.waiting import budget_holds, wait_until
 
 ECHO = 1

@@ -15,8 +15,8 @@ from mqctl.errors import RetriableBrokerError
 from mqctl.services.retention import estimated_plan, report
 from store.cleanup import FakeDiskUsage
 from store.memory import InMemoryMessageStore
-from tests.conftest import RunCli
-from tests.retention.conftest import retention_cluster, wait_until
+from tests.support.cli import RunCli
+from tests.support.retention import retention_cluster, wait_until
 
 
 def test_broker_clean_plans_then_executes_through_329(cli: RunCli, tmp_path: Path) -> None:

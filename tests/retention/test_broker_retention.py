@@ -15,7 +15,7 @@ from daemon.broker.headers import QueryMessageRequestHeader, UpdateConsumerOffse
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store.cleanup import EXPIRED, WATERMARK, FakeDiskUsage
 from store.record import decode_records
-from tests.retention.conftest import RetentionCluster, retention_cluster, wait_until
+from tests.support.retention import RetentionCluster, retention_cluster, wait_until
 
 
 def _commit(rc: RetentionCluster, group: str, topic: str, queue_id: int, offset: int) -> None:

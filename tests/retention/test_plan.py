@@ -21,7 +21,7 @@ from store.cleanup import (
     select_files,
     unconsumed_per_file,
 )
-from tests.store.conftest import small_config
+from tests.support.stores import small_config
 
 H = 3_600_000
 NOW = 1_800_000_000_000

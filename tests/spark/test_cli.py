@@ -13,7 +13,13 @@ import pytest
 
 from mqctl.cli.app import main
 from mqctl.errors import UsageError
-from tests.conftest import RunCli
+from tests.support.cli import RunCli
+
+
+@pytest.fixture
+def cli(cli_process: RunCli) -> RunCli:
+    """A fresh ``mqctl`` process per call: its own JVM and PYTHONPATH (end to end)."""
+    return cli_process
 
 
 @pytest.mark.spark

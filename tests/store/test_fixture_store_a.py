@@ -19,8 +19,7 @@ from store.indexfile import IndexFile
 from store.javahash import tags_code
 from store.message import SCHEDULE_TOPIC, Message
 from store.record import encode_record
-
-from .conftest import store_a_config
+from tests.support.stores import store_a_config
 
 FAR_FUTURE = 2**62
 DELAYS = StoreConfig().delay_levels_ms()

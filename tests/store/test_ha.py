@@ -27,8 +27,7 @@ from store.ha import (
     transfer_start,
 )
 from store.message import Message
-
-from .conftest import small_config
+from tests.support.stores import small_config
 
 FILE = 64 * 1024
 

@@ -13,8 +13,7 @@ from store import DefaultMessageStore
 from store.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit
 from store.indexfile import HEADER
 from store.message import Message
-from tests.store.conftest import small_config, store_a_config
-from tests.support.stores import keyed_store
+from tests.support.stores import keyed_store, small_config, store_a_config
 
 TOPIC, QID = "FixA_Orders", 1
 

@@ -11,8 +11,7 @@ from hypothesis import strategies as st
 
 from store import DefaultMessageStore, FakeClock, Message
 from store.engine import GetMessageStatus
-
-from .conftest import small_config
+from tests.support.stores import small_config
 
 put_op = st.tuples(
     st.just("put"),

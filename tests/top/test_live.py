@@ -18,8 +18,8 @@ from mqctl.services.groups import progress
 from mqctl.services.topics import stats
 from mqctl.top.app import GroupScreen, Table, TopApp
 from mqctl.top.live import LiveSource
-from tests.broker.conftest import BrokerHandle
 from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.broker import BrokerHandle
 
 SIZE = (130, 40)
 TOPICS = ("orders", "payments")
@@ -215,7 +215,7 @@ async def test_store_view_lists_commitlog_files_with_ages(tmp_path: Path) -> Non
 async def test_unreachable_broker_shows_down_and_the_rest_works(cluster: LocalCluster, traffic: Traffic) -> None:
     """A broker the NameServer still lists but that does not answer (crashed): a DOWN row, no crash."""
     from daemon.remoting.client import RemotingClient
-    from tests.namesrv.conftest import Namesrv
+    from tests.support.namesrv import Namesrv
 
     async def register_ghost() -> RemotingClient:
         registrar = RemotingClient()  # kept open: the NameServer drops a broker whose channel closes

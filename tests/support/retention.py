@@ -15,8 +15,8 @@ from daemon.broker.config import BrokerConfig
 from store.api import MessageStore
 from store.cleanup import FakeDiskUsage
 from store.engine import DefaultMessageStore
-from tests.broker.conftest import BrokerHandle
 from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.broker import BrokerHandle
 
 FILE_SIZE = 64 * 1024
 HOUR_MS = 3_600_000
