@@ -33,3 +33,15 @@ def cli(cli_env: dict[str, str]) -> RunCli:
 def cli_process(cli_env: dict[str, str]) -> RunCli:
     """Run the real ``mqctl`` entry point in a subprocess."""
     return functools.partial(run_process, cli_env)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test on the shared local Spark session is slow (a driver JVM starts in seconds); under
+    pytest-xdist (``--dist loadgroup``) those tests share one worker: one JVM, not one per worker."""
+    xdist = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        if {"spark", "spark_keeper"} & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.slow)
+            if xdist:
+                item.add_marker(pytest.mark.xdist_group("spark-session"))
