@@ -4,7 +4,6 @@ fileReservedTime needs --force, and a live master cannot be replaced at the Name
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
 
 from daemon.remoting.client import RemotingClient
@@ -50,7 +49,7 @@ def test_a_low_force_watermark_needs_force_as_a_short_retention(tmp_path: Path) 
             r = rc.run(rc.client.call(RequestCode.UPDATE_BROKER_CONFIG, body=body))
             assert r.code == ResponseCode.NO_PERMISSION and "--force" in (r.remark or ""), r.remark
         assert rc.store.config.disk_space_clean_forcibly_ratio == 85
-        time.sleep(0.3)  # cleanup runs keep every file
+        rc.after_cleanup_runs()  # cleanup runs keep every file
         assert rc.commitlog_files() == files
         ok = rc.run(
             rc.client.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"diskSpaceCleanForciblyRatio=88\n")

@@ -56,11 +56,11 @@ def test_76_deletes_only_expired_86_deletes_young_files_too(tmp_path: Path) -> N
         when = time.time() - 73 * 3600
         os.utime(old, (when, when))
         os.utime(rc.root / "commitlog" / files[1], (when, when))
-        time.sleep(0.3)  # several cleanup runs at 50 %: nothing, it is not deleteWhen
+        rc.after_cleanup_runs()  # several cleanup runs at 50 %: nothing, it is not deleteWhen
         assert rc.commitlog_files() == files
         disk.level = 0.76  # space trigger: expired files only, stops at the first young one
         wait_until(lambda: rc.commitlog_files() == files[2:])
-        time.sleep(0.3)
+        rc.after_cleanup_runs()
         assert rc.commitlog_files() == files[2:]
         disk.level = 0.86  # clean immediately: young files go too, never the newest
         wait_until(lambda: rc.commitlog_files() == files[-1:])
