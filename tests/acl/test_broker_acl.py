@@ -68,6 +68,7 @@ async def test_unsigned_config_update_changes_nothing(acl_cluster: ClusterHandle
             await c.client.close()
 
 
+@pytest.mark.slow
 async def test_editing_the_file_takes_effect_without_restart(
     acl_cluster: ClusterHandle, acl_home: Path
 ) -> None:

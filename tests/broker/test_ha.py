@@ -255,6 +255,7 @@ async def test_sync_master_without_slave_and_with_a_silent_slave(tmp_path: Path)
         await broker.stop()
 
 
+@pytest.mark.slow
 async def test_torn_frame_never_writes_a_partial_record(tmp_path: Path) -> None:
     """A fake master sends one whole frame ending inside a record, then half a frame, then resets."""
     source = await start_broker(tmp_path / "src", **SMALL)
@@ -459,6 +460,7 @@ async def test_taken_listen_port_plus_one_falls_back_to_a_free_ha_port(tmp_path:
             await start_broker(tmp_path / "m2", listen_port=0, ha_listen_port=base + 1)
 
 
+@pytest.mark.slow
 async def test_queries_fall_back_to_the_slave_when_the_master_is_down(
     group: Group, cli_env: dict[str, str]
 ) -> None:

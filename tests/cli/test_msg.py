@@ -344,6 +344,7 @@ def test_tail_from_a_groups_committed_offsets(mq: Callable[..., CliResult], daem
     assert all(m["queue_offset"] == 1 for m in lines)
 
 
+@pytest.mark.slow
 def test_tail_streams_new_messages(
     cli_env: dict[str, str], daemons: LocalCluster, mq: Callable[..., CliResult]
 ) -> None:
@@ -527,6 +528,7 @@ def test_an_unreachable_namesrv_exits_5(cli: RunCli) -> None:
         assert result.code == 5, (args, result.stderr)
 
 
+@pytest.mark.slow
 def test_watch_repeats_a_query_until_interrupted(cli_env: dict[str, str], daemons: LocalCluster) -> None:
     proc = subprocess.Popen(
         [

@@ -76,6 +76,7 @@ def flip_a_body_byte(tmp_path: Path) -> tuple[Path, list[tuple[int, StoredMessag
     return root, recs, victim
 
 
+@pytest.mark.slow
 def test_body_flip_is_quarantined_served_around_verified_and_salvaged(
     cli: RunCli, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -211,6 +212,7 @@ def test_a_pull_over_a_record_whose_body_crc_fails_skips_it(
     assert errors and all(f"{path}@{offsets[3]}" in e and "CRC" in e for e in errors), errors
 
 
+@pytest.mark.slow
 def test_verify_counts_index_entries_into_a_quarantine_as_stale_not_as_errors(
     cli: RunCli, tmp_path: Path
 ) -> None:

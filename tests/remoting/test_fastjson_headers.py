@@ -65,6 +65,7 @@ json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @given(json_values)
 def test_standard_output_is_standard_json(value: object) -> None:
     assert json.loads(fastjson.dumps(value)) == value

@@ -78,6 +78,7 @@ async def closed_by_server(reader: asyncio.StreamReader, wait: float = 1.0) -> b
         return False
 
 
+@pytest.mark.slow
 async def test_half_frame_flood_closes_flooders_within_budget_and_others_are_answered(daemon: Daemon) -> None:
     port = daemon.server.port
     flooders = [await half_frame(port, PART) for _ in range(FLOODERS)]

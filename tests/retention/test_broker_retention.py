@@ -45,6 +45,7 @@ def test_watermarks_refuse_writes_at_91_and_accept_again_below(tmp_path: Path) -
         assert rc.run(rc.client.send("TR", b"space again")).code == 0
 
 
+@pytest.mark.slow
 def test_76_deletes_only_expired_86_deletes_young_files_too(tmp_path: Path) -> None:
     disk = FakeDiskUsage(0.50)
     with retention_cluster(tmp_path, disk) as rc:

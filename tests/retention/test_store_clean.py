@@ -111,6 +111,7 @@ def test_reserved_hours_0_execute_keeps_only_the_newest_and_the_store_verifies(
     assert orders["min_offset"] == expected
 
 
+@pytest.mark.slow
 def test_refuses_while_a_broker_holds_the_lock(cli_process: RunCli, store_a: Path) -> None:
     """A lock another process holds (a lock is per process): the CLI runs as a subprocess here."""
     fd = os.open(store_a / "lock", os.O_RDWR)
@@ -177,6 +178,7 @@ def _damage_second_file(root: Path) -> None:
         f.write(b"\xde\xad\xbe\xef" * 64)
 
 
+@pytest.mark.slow
 def test_execute_refuses_a_store_that_needs_recovery(cli: RunCli, store_a: Path) -> None:
     _damage_second_file(store_a)
     files_before, records_before = _commitlog_state(cli, store_a)

@@ -88,6 +88,7 @@ def test_report_as_json_on_stdout(spark: Any, store_a: Path, capsys: pytest.Capt
     assert [(q["queues"], q["min_records"], q["max_records"]) for q in report["queues"]] == [(4, 500, 500)]
 
 
+@pytest.mark.slow
 def test_missing_java_is_one_line_that_says_what_to_install(
     cli: RunCli, store_a: Path, tmp_path: Path
 ) -> None:
@@ -103,6 +104,7 @@ def test_missing_java_is_one_line_that_says_what_to_install(
     assert result.stderr.count("\n") == 1 and "Java" in result.stderr and "install" in result.stderr
 
 
+@pytest.mark.slow
 def test_missing_spark_extra_is_one_line(cli: RunCli, store_a: Path, tmp_path: Path) -> None:
     shadow = tmp_path / "shadow" / "pyspark"
     shadow.mkdir(parents=True)

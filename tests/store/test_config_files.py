@@ -52,6 +52,7 @@ def test_reader_tolerates_quoted_keys_and_keeps_numeric_strings_inside_values() 
         max_size=5,
     )
 )
+@pytest.mark.slow
 def test_offset_table_round_trip(table: dict[str, dict[int, int]]) -> None:
     text = dumps_fastjson({"offsetTable": table})
     assert loads_fastjson(text) == {"offsetTable": table}

@@ -65,6 +65,7 @@ def test_recovery_finds_the_end_and_no_corruption(ro_store: DefaultMessageStore)
     assert sum(table.values()) == 5612
 
 
+@pytest.mark.slow
 def test_every_manifest_message_by_queue_offset(
     ro_store: DefaultMessageStore, manifest: dict[str, Any]
 ) -> None:
@@ -100,6 +101,7 @@ def test_every_manifest_message_by_offset_msg_id(
         assert hashlib.sha256(sel.message.body).hexdigest() == x["bodySha256"]
 
 
+@pytest.mark.slow
 def test_every_key_and_unique_key_through_the_real_index(
     ro_store: DefaultMessageStore, manifest: dict[str, Any]
 ) -> None:
@@ -336,6 +338,7 @@ def test_every_real_record_re_encodes_to_the_same_bytes(ro_store: DefaultMessage
     assert records == 5612
 
 
+@pytest.mark.slow
 def test_replaying_the_real_log_writes_a_byte_identical_commit_log(
     ro_store: DefaultMessageStore, store_a_root: Path, tmp_path: Path
 ) -> None:

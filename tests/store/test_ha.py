@@ -57,6 +57,7 @@ def test_partial_report_waits() -> None:
 frames_st = st.lists(st.tuples(st.integers(0, 2**62), st.binary(max_size=300)), max_size=6)
 
 
+@pytest.mark.slow
 @given(frames_st, st.integers(0, 400))
 def test_frames_round_trip_and_torn_tail(frames: list[tuple[int, bytes]], cut: int) -> None:
     stream = b"".join(encode_frame(o, d) for o, d in frames)

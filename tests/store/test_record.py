@@ -311,6 +311,7 @@ def test_reads_a_v2_record_with_a_two_byte_topic_length() -> None:
     assert m.magic == -626843477
 
 
+@pytest.mark.slow
 @given(hosts, st.integers(0, 2**63 - 1))
 def test_msg_id_round_trip(host: tuple[str, int], offset: int) -> None:
     msg_id = create_msg_id(host, offset)

@@ -1,8 +1,13 @@
-"""Running ``mqctl``: in this process (the default: no interpreter start-up per call) or as a real subprocess
-(the end-to-end tests of the entry point, signals, pipes and daemons the CLI starts).
+"""Running ``mqctl``: in this process (the default: no interpreter start-up per call) or as a real subprocess.
 
 Both take the same arguments and return the same :class:`CliResult`, so a module switches between them by
-which fixture it asks for (``cli`` in-process, ``cli_process`` a subprocess).
+which fixture it asks for (``cli`` in-process, ``cli_process`` a subprocess). The in-process run calls the
+entry point's own ``main`` against real daemons on loopback, so it checks what a user sees; only what a
+process boundary changes is left to the true end-to-end tests, which stay few and marked slow:
+the entry point itself (tests/cli/test_root.py), daemons the CLI starts, finds and stops
+(tests/namesrv/test_cli.py, tests/broker/test_broker_cli.py, tests/broker/test_broker_up.py), a lock held
+by another process, Ctrl-C and closed pipes (the ``Popen`` tests), and Spark in a fresh process
+(tests/spark/test_cli.py, test_standalone.py, test_connect.py).
 """
 
 from __future__ import annotations
