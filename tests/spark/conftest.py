@@ -37,7 +37,15 @@ def spark_keeper() -> Iterator[SparkKeeper]:
     keeper.discard()
 
 
+#: How long after the test's pytest-timeout the watchdog kills a driver that still has not answered.
+WATCHDOG_GRACE = 10.0
+
+
 @pytest.fixture
-def spark(spark_keeper: SparkKeeper) -> Any:
-    """The shared local session, healthy (recreated if an earlier test broke it)."""
-    return spark_keeper.get()
+def spark(spark_keeper: SparkKeeper, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The shared local session, healthy (recreated if an earlier test broke it), under a watchdog that
+    kills the driver a little after the test's timeout (see :meth:`SparkKeeper.watchdog`)."""
+    marker = request.node.get_closest_marker("timeout")
+    timeout = float(marker.args[0] if marker and marker.args else request.config.getini("timeout") or 300)
+    with spark_keeper.watchdog(timeout + WATCHDOG_GRACE):
+        yield spark_keeper.get()

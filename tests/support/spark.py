@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -39,6 +41,30 @@ class SparkKeeper:
             )
         except Exception:
             return False
+
+    def kill_driver(self) -> None:
+        """Kill the driver JVM, nothing else: a py4j call blocked on it then fails at once (its socket
+        closes) and the next ``get`` starts a new session."""
+        from pyspark import SparkContext
+
+        gateway = SparkContext._gateway
+        proc = getattr(gateway, "proc", None) if gateway is not None else None
+        if proc is not None:
+            proc.kill()
+
+    @contextlib.contextmanager
+    def watchdog(self, seconds: float) -> Iterator[None]:
+        """Kill the driver if the block outlives ``seconds``. pytest-timeout interrupts a test once, and a
+        test cut short inside ``DataFrame.collect`` is then stuck in pyspark's own clean-up call on the
+        out-of-step gateway, waiting for an answer that comes when the job ends: the whole worker hangs.
+        Killing the JVM ends that wait, so the test fails and the others go on."""
+        timer = threading.Timer(seconds, self.kill_driver)
+        timer.daemon = True
+        timer.start()
+        try:
+            yield
+        finally:
+            timer.cancel()
 
     def discard(self) -> None:
         """Kill the driver JVM (a graceful stop would wait for a stuck job) and forget it, so the
