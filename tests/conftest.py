@@ -35,13 +35,24 @@ def cli_process(cli_env: dict[str, str]) -> RunCli:
     return functools.partial(run_process, cli_env)
 
 
+#: Tests that take tens of seconds each (JVMs, real clients), started first so that under pytest-xdist
+#: they run alongside the many short tests instead of being the last ones left.
+LONG_FIRST = ("tests/spark/", "tests/interop/")
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """A test on the shared local Spark session is slow (a driver JVM starts in seconds); under
-    pytest-xdist (``--dist loadgroup``) those tests share one worker: one JVM, not one per worker."""
+    pytest-xdist (``--dist loadgroup``) those tests share one worker, one JVM, and so do the tests on the
+    Spark Connect server (one server, not one per worker)."""
     xdist = config.pluginmanager.hasplugin("xdist")
     for item in items:
-        if {"spark", "spark_keeper"} & set(getattr(item, "fixturenames", ())):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if {"spark", "spark_keeper"} & fixtures:
             item.add_marker(pytest.mark.slow)
             if xdist:
                 item.add_marker(pytest.mark.xdist_group("spark-session"))
+        elif xdist and "connect_server" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("spark-connect"))
+    if xdist:
+        items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))  # stable: same order on every worker

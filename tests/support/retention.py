@@ -58,7 +58,9 @@ class RetentionCluster:
 
     def count_cleanup_runs(self) -> None:
         """Count the broker cleaner's runs (its loop looks ``run_once`` up on each pass)."""
-        cleaner = self.store.cleaner
+        cleaner = getattr(self.cluster.broker.store, "cleaner", None)
+        if cleaner is None:  # another store (the in-memory one) runs no cleaner
+            return
         run_once = cleaner.run_once
 
         def counted(now_ms: int) -> int:
