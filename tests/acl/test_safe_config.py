@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -38,6 +40,7 @@ def test_locked_keys_cover_every_spelling() -> None:
     assert set(locked_keys(keys)) == set(keys) - {"fileReservedTime", "brokerPermission"}
 
 
+@pytest.mark.slow
 def test_a_low_force_watermark_needs_force_as_a_short_retention(tmp_path: Path) -> None:
     """diskSpaceCleanForciblyRatio under the disk's usage deletes every young CommitLog file but the
     newest at the next cleanup run, read or not: the same wipe as fileReservedTime=0 by another key."""

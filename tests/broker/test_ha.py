@@ -228,6 +228,7 @@ async def test_sync_master_answers_after_the_slave_acked(group: Group) -> None:
     assert r.ext_fields["queueOffset"] == "51"
 
 
+@pytest.mark.slow
 async def test_sync_master_without_slave_and_with_a_silent_slave(tmp_path: Path) -> None:
     broker = await start_broker(tmp_path / "m", broker_role=SYNC_MASTER, slave_timeout=300, **SMALL)
     client = RemotingClient()

@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from daemon.broker.clean import CLEAN_PLAN, PlanBody
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
 from daemon.remoting.codes import RequestCode
@@ -19,6 +21,7 @@ from tests.support.cli import RunCli
 from tests.support.retention import retention_cluster, wait_until
 
 
+@pytest.mark.slow
 def test_broker_clean_plans_then_executes_through_329(cli: RunCli, tmp_path: Path) -> None:
     with retention_cluster(tmp_path, FakeDiskUsage(0.40)) as rc:
         rc.send("TC", 300)

@@ -70,6 +70,7 @@ def test_76_deletes_only_expired_86_deletes_young_files_too(tmp_path: Path) -> N
         assert rc.run(rc.client.send("TR", b"still writable at 86")).code == 0
 
 
+@pytest.mark.slow
 def test_manual_trigger_plan_losses_and_consistency_after_deletion(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

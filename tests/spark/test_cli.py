@@ -124,6 +124,7 @@ def test_missing_spark_extra_is_one_line(cli: RunCli, store_a: Path, tmp_path: P
         ["spark-export", "--store", "{store}", "--out", "{tmp}/o", "--format", "avro"],
     ],
 )
+@pytest.mark.slow
 def test_usage_errors(cli: RunCli, store_a: Path, tmp_path: Path, args: list[str]) -> None:
     result = cli(*(a.format(store=store_a, tmp=tmp_path) for a in args))
     assert result.code == UsageError.exit_code

@@ -194,6 +194,7 @@ def _two_records() -> tuple[bytes, int]:
     return first + second, len(first)
 
 
+@pytest.mark.slow
 def test_a_5x_record_with_a_two_byte_topic_length_decodes() -> None:
     """MESSAGE_MAGIC_CODE_V2 (5.x): same layout but TOPIC LENGTH is an i16."""
     msg = Message(topic="V2Topic", body=b"body", born_timestamp=5, properties={"TAGS": "t"})

@@ -54,6 +54,7 @@ def test_files_are_listed_in_offset_order(store_a: Path) -> None:
     assert list_files(store_a / "commitlog") == files
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("partitions", "tasks"), [(None, 1), (1, 1), (3, 3), (6, 6), (8, 8)])
 def test_small_files_share_a_task_and_tasks_cover_every_split_in_order(
     store_a: Path, partitions: int | None, tasks: int

@@ -146,6 +146,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("torn", [False, True])
 def test_a_crash_seconds_after_start_recovers_from_the_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, torn: bool

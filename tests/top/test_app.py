@@ -129,6 +129,7 @@ async def test_failure_keeps_data_marked_stale_and_recovers() -> None:
         assert not app.query_one("#views").has_class("stale")
 
 
+@pytest.mark.slow
 async def test_help_opens_and_closes() -> None:
     source, clock = fixed_source()
     app = TopApp(source, interval=3600, clock=clock)

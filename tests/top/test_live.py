@@ -217,6 +217,7 @@ async def test_store_view_lists_commitlog_files_with_ages(tmp_path: Path) -> Non
             assert files[0][6] == "archiver 2"  # the broker's plan: the first file holds messages 0..2
 
 
+@pytest.mark.slow
 async def test_unreachable_broker_shows_down_and_the_rest_works(cluster: LocalCluster, traffic: Traffic) -> None:
     """A broker the NameServer still lists but that does not answer (crashed): a DOWN row, no crash."""
     from daemon.remoting.client import RemotingClient
