@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint docs bench clean
+.PHONY: run test test-fast lint docs bench clean
 
 # (Re)build the virtualenv when it is missing or pyproject.toml changed since the last install.
 # `make run` needs the base package only; tests, lint and benchmarks add the spark and dev extras.
@@ -27,8 +27,18 @@ $(INTEROP_STAMP): scripts/install-interop-clients.sh tests/interop/package.json 
 run: $(STAMP)
 	$(BIN)/mqctl up
 
+# pytest-xdist workers: more than the cores, since most tests wait on sockets, subprocesses and JVMs;
+# --dist loadgroup keeps the tests on the shared local Spark session in one worker (one driver JVM).
+PYTEST_WORKERS ?= 4
+PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
+
 test: $(DEV_STAMP) $(INTEROP_STAMP)
-	$(BIN)/python -m pytest
+	$(PYTEST)
+
+# The quick loop while editing: everything but the tests marked slow (Spark, interop clients, daemons
+# started as processes, SIGKILL runs). `make test` still runs them all.
+test-fast: $(DEV_STAMP)
+	$(PYTEST) -m "not slow"
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check mqctl daemon store tests benchmarks

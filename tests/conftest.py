@@ -1,65 +1,58 @@
-"""Fixtures shared by the whole suite."""
+"""Fixtures shared by the whole suite (helpers live in tests/support/)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from collections.abc import Callable
-from dataclasses import dataclass
+import functools
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import settings
+
+from tests.support.cli import RunCli, clean_env, run_in_process, run_process
 
 # Property tests check correctness, not speed (speed lives in benchmarks/): no per-example deadline, so a
 # loaded machine cannot fail them. Loaded here, before any test module builds its own @settings on top.
 settings.register_profile("mqctl", deadline=None)
 settings.load_profile("mqctl")
 
-ROOT = Path(__file__).resolve().parent.parent
-SHARED = ROOT.parent / "shared"
-
-
-@dataclass
-class CliResult:
-    code: int
-    stdout: str
-    stderr: str
-
-    def json(self) -> Any:
-        return json.loads(self.stdout)
-
-
-RunCli = Callable[..., CliResult]
-
 
 @pytest.fixture
 def cli_env(tmp_path: Path) -> dict[str, str]:
     """A clean environment: own config dir, no inherited NameServer or colour settings."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MQCTL_") and k not in ("NAMESRV_ADDR", "NO_COLOR")}
-    env["MQCTL_CONFIG_DIR"] = str(tmp_path / "config")
-    env["MQCTL_DATA_DIR"] = str(tmp_path / "data")
-    env["COLUMNS"] = "200"
-    return env
+    return clean_env(tmp_path)
 
 
 @pytest.fixture
 def cli(cli_env: dict[str, str]) -> RunCli:
+    """Run ``mqctl`` in this process (its real ``main``, own environment and streams): no interpreter
+    start-up per call. Modules that test the entry point itself use ``cli_process``."""
+    return functools.partial(run_in_process, cli_env)
+
+
+@pytest.fixture
+def cli_process(cli_env: dict[str, str]) -> RunCli:
     """Run the real ``mqctl`` entry point in a subprocess."""
+    return functools.partial(run_process, cli_env)
 
-    def run(*args: str, env: dict[str, str] | None = None, input: str | None = None, timeout: float = 60) -> CliResult:
-        proc = subprocess.run(
-            [sys.executable, "-m", "mqctl", *args],
-            capture_output=True,
-            text=True,
-            env={**cli_env, **(env or {})},
-            input=input,
-            timeout=timeout,
-            cwd=ROOT,
-        )
-        return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
-    return run
+#: Tests that take tens of seconds each (JVMs, real clients), started first so that under pytest-xdist
+#: they run alongside the many short tests instead of being the last ones left.
+LONG_FIRST = ("tests/spark/", "tests/interop/")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """A test on the shared local Spark session is slow (a driver JVM starts in seconds); under
+    pytest-xdist (``--dist loadgroup``) those tests share one worker, one JVM, and so do the tests on the
+    Spark Connect server (one server, not one per worker)."""
+    xdist = config.pluginmanager.hasplugin("xdist")
+    for item in items:
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if {"spark", "spark_keeper"} & fixtures:
+            item.add_marker(pytest.mark.slow)
+            if xdist:
+                item.add_marker(pytest.mark.xdist_group("spark-session"))
+        elif xdist and "connect_server" in fixtures:
+            item.add_marker(pytest.mark.xdist_group("spark-connect"))
+    if xdist:
+        items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))  # stable: same order on every worker

@@ -20,7 +20,7 @@ from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
 from store.api import MessageStore
-from tests.broker.conftest import BrokerHandle, broker_config
+from tests.support.broker import BrokerHandle, broker_config
 
 T = TypeVar("T")
 

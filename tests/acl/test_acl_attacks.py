@@ -17,8 +17,8 @@ from daemon.broker.broker import Broker
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store.message import Message
 from store.record import encode_record
-from tests.acl.conftest import ADMIN_AK, ADMIN_SK, USER_AK, USER_SK, as_account, write_acl
-from tests.broker.conftest import BrokerClient, BrokerHandle, ClusterHandle, start_cluster, stop_cluster
+from tests.support.acl import ADMIN_AK, ADMIN_SK, USER_AK, USER_SK, as_account, write_acl
+from tests.support.broker import BrokerClient, BrokerHandle, ClusterHandle, start_cluster, stop_cluster
 
 
 async def test_acl_edits_keep_the_file_owner_only(acl_cluster: ClusterHandle, acl_home: Path) -> None:

@@ -10,8 +10,8 @@ import pytest
 
 from daemon.broker.headers import CreateTopicRequestHeader
 from daemon.remoting.codes import RequestCode, ResponseCode
-from tests.acl.conftest import ADMIN_AK, ADMIN_SK, PLAIN_ACL, USER_AK, USER_SK, as_account, write_acl
-from tests.broker.conftest import ClusterHandle, start_broker
+from tests.support.acl import ADMIN_AK, ADMIN_SK, PLAIN_ACL, USER_AK, USER_SK, as_account, write_acl
+from tests.support.broker import ClusterHandle, start_broker
 
 
 def create_topic(name: str) -> dict[str, str]:
@@ -68,6 +68,7 @@ async def test_unsigned_config_update_changes_nothing(acl_cluster: ClusterHandle
             await c.client.close()
 
 
+@pytest.mark.slow
 async def test_editing_the_file_takes_effect_without_restart(
     acl_cluster: ClusterHandle, acl_home: Path
 ) -> None:
@@ -89,7 +90,7 @@ async def test_whitelisted_address_needs_no_credentials(tmp_path: Path, acl_home
     write_acl(acl_home, PLAIN_ACL.replace("10.10.103.*", "127.0.0.*"))
     broker = await start_broker(tmp_path / "store", acl_enable=True, rocketmq_home=str(acl_home))
     from daemon.remoting.client import RemotingClient
-    from tests.broker.conftest import BrokerClient
+    from tests.support.broker import BrokerClient
 
     client = BrokerClient(broker.addr, RemotingClient())
     try:

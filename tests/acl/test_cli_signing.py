@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from mqctl.errors import AuthError
-from tests.acl.conftest import ADMIN_AK, ADMIN_SK, USER_AK, USER_SK, write_acl
-from tests.conftest import RunCli
 from tests.daemons import LocalCluster, local_cluster
+from tests.support.acl import ADMIN_AK, ADMIN_SK, USER_AK, USER_SK, write_acl
+from tests.support.cli import RunCli
 
 ADMIN_ENV = {"MQCTL_ACCESS_KEY": ADMIN_AK, "MQCTL_SECRET_KEY": ADMIN_SK}
 

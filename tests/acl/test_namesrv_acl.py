@@ -5,15 +5,18 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from daemon.acl.signature import Signer
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from tests.acl.conftest import ADMIN_AK, ADMIN_SK, PLAIN_ACL, USER_AK, USER_SK, write_acl
-from tests.namesrv.conftest import Namesrv, namesrv_config
+from tests.support.acl import ADMIN_AK, ADMIN_SK, PLAIN_ACL, USER_AK, USER_SK, write_acl
+from tests.support.namesrv import Namesrv, namesrv_config
 
 
+@pytest.mark.slow
 async def test_namesrv_acl_guards_writes_only(tmp_path: Path) -> None:
     home = tmp_path / "home"
     write_acl(home)

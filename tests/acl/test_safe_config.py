@@ -4,17 +4,18 @@ fileReservedTime needs --force, and a live master cannot be replaced at the Name
 from __future__ import annotations
 
 import asyncio
-import time
 from pathlib import Path
+
+import pytest
 
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.safe_config import FORCE_FIELD, locked_keys
 from store.cleanup import FakeDiskUsage
-from tests.broker.conftest import BrokerHandle
-from tests.namesrv.conftest import Namesrv
-from tests.retention.conftest import retention_cluster
+from tests.support.broker import BrokerHandle
+from tests.support.namesrv import Namesrv
+from tests.support.retention import retention_cluster
 
 
 def test_locked_keys_cover_every_spelling() -> None:
@@ -39,6 +40,7 @@ def test_locked_keys_cover_every_spelling() -> None:
     assert set(locked_keys(keys)) == set(keys) - {"fileReservedTime", "brokerPermission"}
 
 
+@pytest.mark.slow
 def test_a_low_force_watermark_needs_force_as_a_short_retention(tmp_path: Path) -> None:
     """diskSpaceCleanForciblyRatio under the disk's usage deletes every young CommitLog file but the
     newest at the next cleanup run, read or not: the same wipe as fileReservedTime=0 by another key."""
@@ -50,7 +52,7 @@ def test_a_low_force_watermark_needs_force_as_a_short_retention(tmp_path: Path) 
             r = rc.run(rc.client.call(RequestCode.UPDATE_BROKER_CONFIG, body=body))
             assert r.code == ResponseCode.NO_PERMISSION and "--force" in (r.remark or ""), r.remark
         assert rc.store.config.disk_space_clean_forcibly_ratio == 85
-        time.sleep(0.3)  # cleanup runs keep every file
+        rc.after_cleanup_runs()  # cleanup runs keep every file
         assert rc.commitlog_files() == files
         ok = rc.run(
             rc.client.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"diskSpaceCleanForciblyRatio=88\n")

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from mqctl.top.live import LiveSource
-from tests.acl.conftest import USER_AK, USER_SK
-from tests.broker.conftest import ClusterHandle
+from tests.support.acl import USER_AK, USER_SK
+from tests.support.broker import ClusterHandle
 
 
 async def test_top_snapshot_is_signed(acl_cluster: ClusterHandle, monkeypatch: pytest.MonkeyPatch) -> None:

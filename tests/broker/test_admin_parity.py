@@ -27,7 +27,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from store import fastjson
 from store.engine import DefaultMessageStore
-from tests.broker.conftest import BrokerHandle, broker_config
+from tests.support.broker import BrokerHandle, broker_config
 from tests.support.golden import GOLDEN
 
 #: Every GET_BROKER_RUNTIME_INFO key of a 4.9.8 master with one commit-log path and no delayed messages
@@ -185,6 +185,7 @@ async def test_runtime_info_has_every_498_key_with_real_values(broker: BrokerHan
     assert table[f"commitLogDiskRatio_{store_dir}"] == table["commitLogDiskRatio"]
 
 
+@pytest.mark.slow
 async def test_runtime_info_reports_schedule_offsets(broker: BrokerHandle) -> None:
     assert (await broker.send("DelayT", b"later", props={"DELAY": "1"})).code == ResponseCode.SUCCESS
     deadline = time.monotonic() + 10
@@ -261,6 +262,7 @@ def _healthz(port: int) -> tuple[int, str]:
         return exc.code, exc.read().decode().strip()
 
 
+@pytest.mark.slow
 async def test_port_opens_only_after_recovery_and_healthz_says_so(tmp_path: Path) -> None:
     config = broker_config(tmp_path / "store")
     broker = Broker(

@@ -24,7 +24,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from store.record import decode_records
-from tests.broker.conftest import BrokerHandle, broker_config, start_broker
+from tests.support.broker import BrokerHandle, broker_config, start_broker
 
 
 def create_topic(name: str, queues: int = 4, perm: int = 6) -> dict[str, str]:

@@ -11,8 +11,14 @@ import pytest
 
 from daemon.config import parse_properties
 from mqctl.services.processes import process_name
-from tests.conftest import RunCli
+from tests.support.cli import RunCli
 from tests.support.ports import free_port
+
+
+@pytest.fixture
+def cli(cli_process: RunCli) -> RunCli:
+    """Daemons the CLI starts, finds and stops: a real ``mqctl`` process per call (end to end)."""
+    return cli_process
 
 
 @pytest.fixture
@@ -99,6 +105,7 @@ def foreign() -> Iterator[Callable[[str, int], subprocess.Popen[str]]]:
         proc.wait()
 
 
+@pytest.mark.slow
 def test_status_and_stop_find_a_broker_we_did_not_start_by_its_store_lock(
     cli: RunCli, broker_conf: Path, foreign: Callable[[str, int], subprocess.Popen[str]]
 ) -> None:
@@ -115,6 +122,7 @@ def test_status_and_stop_find_a_broker_we_did_not_start_by_its_store_lock(
     assert cli("broker", "status", "-c", str(broker_conf)).code == 3
 
 
+@pytest.mark.slow
 def test_status_finds_whatever_listens_on_the_brokers_port(
     cli: RunCli, broker_conf: Path, foreign: Callable[[str, int], subprocess.Popen[str]]
 ) -> None:
@@ -127,6 +135,7 @@ def test_status_finds_whatever_listens_on_the_brokers_port(
     assert proc.poll() is None
 
 
+@pytest.mark.slow
 def test_namesrv_status_finds_a_namesrv_by_its_port(
     cli: RunCli, tmp_path: Path, foreign: Callable[[str, int], subprocess.Popen[str]]
 ) -> None:

@@ -20,7 +20,7 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from store import fastjson
 from store.record import decode_records
-from tests.broker.conftest import BrokerHandle
+from tests.support.broker import BrokerHandle
 
 
 async def test_heartbeat_registers_consumer_and_creates_retry_topic(broker: BrokerHandle) -> None:

@@ -23,9 +23,9 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from store.record import decode_records
-from tests.broker.conftest import BrokerClient
-from tests.conftest import ROOT
-from tests.namesrv.conftest import namesrv_config
+from tests.support.broker import BrokerClient
+from tests.support.namesrv import namesrv_config
+from tests.support.paths import ROOT
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 

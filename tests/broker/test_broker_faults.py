@@ -23,10 +23,10 @@ from daemon.remoting.frame import encode_command
 from store.config_files import ConsumerOffsetManager
 from store.errors import StoreLockedError
 from store.record import decode_records
-from tests.broker.conftest import BrokerClient, BrokerHandle, broker_config, start_broker
-from tests.conftest import ROOT
-from tests.namesrv.conftest import namesrv_config
+from tests.support.broker import BrokerClient, BrokerHandle, broker_config, start_broker
 from tests.support.load import Acked, send_until_dead
+from tests.support.namesrv import namesrv_config
+from tests.support.paths import ROOT
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from daemon.remoting.command import RemotingCommand
-from tests.broker.conftest import BrokerHandle
+from tests.support.broker import BrokerHandle
 from tests.support.golden import GOLDEN, golden
 
 

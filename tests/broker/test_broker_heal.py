@@ -16,9 +16,9 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from store.consumequeue import CQ_STORE_UNIT_SIZE
 from store.errors import DamagedUnitError
 from store.record import decode_records
-from tests.broker.conftest import BrokerClient, start_broker
-from tests.store.conftest import STORE_A_TAR, small_config, unpack_store_a
-from tests.support.stores import keyed_store
+from tests.support.broker import BrokerClient, start_broker
+from tests.support.paths import STORE_A_TAR
+from tests.support.stores import keyed_store, small_config, unpack_store_a
 
 pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from daemon.broker.bodies import HeartbeatData, ProducerData
 from daemon.broker.broker import Broker
 from daemon.broker.config import BrokerConfig
@@ -22,7 +24,7 @@ from daemon.remoting.connection import Connection
 from daemon.remoting.frame import decode_frame, encode_command
 from store.memory import InMemoryMessageStore
 from store.record import decode_msg_id, decode_records
-from tests.broker.conftest import BrokerHandle, batch_entry, broker_config, start_broker
+from tests.support.broker import BrokerHandle, batch_entry, broker_config, start_broker
 
 
 async def test_send_v2_then_pull_returns_identical_message(broker: BrokerHandle) -> None:
@@ -198,6 +200,7 @@ async def _send_back(
     return (await broker.call(RequestCode.CONSUMER_SEND_MSG_BACK, h.to_ext_fields())).code
 
 
+@pytest.mark.slow
 async def test_send_back_goes_through_delay_level_to_retry_topic(broker: BrokerHandle) -> None:
     sent = await broker.send("RT", b"retry-me", tags="T")
     _, phys = decode_msg_id(sent.ext_fields["msgId"])
@@ -233,6 +236,7 @@ async def test_client_resend_to_retry_topic_beyond_max_goes_to_dlq(broker: Broke
     assert msg.body == b"again" and msg.reconsume_times == 3
 
 
+@pytest.mark.slow
 async def test_delayed_send_is_parked_then_delivered(broker: BrokerHandle) -> None:
     r = await broker.send("Later", b"soon", props={"DELAY": "1"})
     assert r.code == ResponseCode.SUCCESS

@@ -11,7 +11,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from store.clock import SystemClock
 from store.config_files import TopicConfigFile
-from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
+from tests.support.broker import ClusterHandle, start_cluster, stop_cluster
 
 
 async def route(cluster: ClusterHandle, topic: str) -> RemotingCommand:

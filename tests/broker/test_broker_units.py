@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from daemon.broker.config import BrokerConfig
 from daemon.broker.filter import build_subscription, tag_codes
@@ -14,7 +13,7 @@ from daemon.broker.processors.send import decode_batch
 from daemon.config import load_config
 from daemon.remoting.errors import RemotingCommandError
 from store.javahash import java_hash
-from tests.broker.conftest import batch_entry
+from tests.support.broker import batch_entry
 
 
 def test_tag_expressions_parse_like_java() -> None:

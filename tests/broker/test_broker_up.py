@@ -16,8 +16,8 @@ from daemon.remoting.bodies import TopicRouteData
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from tests.conftest import ROOT
 from tests.listeners import listening
+from tests.support.paths import ROOT
 from tests.support.ports import free_block, free_port
 from tests.support.up import mqctl_up
 

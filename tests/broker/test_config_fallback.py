@@ -14,7 +14,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from store.fastjson import dumps_pretty, loads
 from store.record import decode_records
-from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
+from tests.support.broker import ClusterHandle, start_cluster, stop_cluster
 
 TOPIC = "LostInBak"
 QUEUES = 3

@@ -30,10 +30,10 @@ from store.config import SLAVE, SYNC_MASTER
 from store.engine import DefaultMessageStore
 from store.ha import encode_frame, encode_report
 from store.record import decode_records
-from tests.broker.conftest import BrokerClient, start_broker
-from tests.conftest import ROOT
-from tests.namesrv.conftest import namesrv_config
+from tests.support.broker import BrokerClient, start_broker
 from tests.support.load import Acked, send_until_dead
+from tests.support.namesrv import namesrv_config
+from tests.support.paths import ROOT
 from tests.support.ports import free_block, free_port
 from tests.support.up import mqctl_up
 from tests.support.waiting import wait_until
@@ -228,6 +228,7 @@ async def test_sync_master_answers_after_the_slave_acked(group: Group) -> None:
     assert r.ext_fields["queueOffset"] == "51"
 
 
+@pytest.mark.slow
 async def test_sync_master_without_slave_and_with_a_silent_slave(tmp_path: Path) -> None:
     broker = await start_broker(tmp_path / "m", broker_role=SYNC_MASTER, slave_timeout=300, **SMALL)
     client = RemotingClient()
@@ -255,6 +256,7 @@ async def test_sync_master_without_slave_and_with_a_silent_slave(tmp_path: Path)
         await broker.stop()
 
 
+@pytest.mark.slow
 async def test_torn_frame_never_writes_a_partial_record(tmp_path: Path) -> None:
     """A fake master sends one whole frame ending inside a record, then half a frame, then resets."""
     source = await start_broker(tmp_path / "src", **SMALL)
@@ -497,6 +499,7 @@ async def test_offset_committed_to_the_slave_while_the_master_is_down_reaches_th
     assert g.slave.slave_commits == {}
 
 
+@pytest.mark.slow
 async def test_queries_fall_back_to_the_slave_when_the_master_is_down(
     group: Group, cli_env: dict[str, str]
 ) -> None:

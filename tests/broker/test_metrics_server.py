@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.broker.conftest import BrokerHandle, start_broker
 from tests.listeners import listening
+from tests.support.broker import BrokerHandle, start_broker
 from tests.support.waiting import budget_holds, wait_until
 
 

@@ -24,8 +24,8 @@ from store import fastjson
 from store.clock import SystemClock
 from store.config_files import TopicConfigFile
 from store.models import PermName
-from tests.broker.conftest import BrokerHandle
-from tests.conftest import ROOT
+from tests.support.broker import BrokerHandle
+from tests.support.paths import ROOT
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 

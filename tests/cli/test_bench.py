@@ -12,8 +12,9 @@ from collections.abc import Iterator
 import pytest
 
 from mqctl.services.bench import count_records, topic_names
-from tests.conftest import ROOT, RunCli
 from tests.daemons import LocalCluster, local_cluster
+from tests.support.cli import RunCli
+from tests.support.paths import ROOT
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +23,7 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield cluster
 
 
+@pytest.mark.slow
 def test_produce_over_several_topics_then_consume_them(cli: RunCli, daemons: LocalCluster) -> None:
     env = {"NAMESRV_ADDR": daemons.namesrv_addr}
     produced = cli("bench", "produce", "-t", "BenchT", "--topics", "3", "--threads", "4", "--size", "128",
@@ -57,6 +59,7 @@ def test_count_records_walks_total_sizes() -> None:
     assert count_records(encode_blank(40) + bytes(32) + encode_blank(60) + bytes(52)) == 2
 
 
+@pytest.mark.slow
 def test_percentiles_exact_count_and_duration(cli: RunCli, daemons: LocalCluster) -> None:
     env = {"NAMESRV_ADDR": daemons.namesrv_addr}
     produced = cli("bench", "produce", "-t", "Pct", "--threads", "4", "--count", "300", "-o", "json", env=env).json()
@@ -71,6 +74,7 @@ def test_percentiles_exact_count_and_duration(cli: RunCli, daemons: LocalCluster
     assert 0.9 <= result["seconds"] < 5 and 10 <= result["messages"] <= 80  # about 50/s for about 1 s
 
 
+@pytest.mark.slow
 def test_ctrl_c_keeps_the_statistics(cli_env: dict[str, str], daemons: LocalCluster) -> None:
     def stored() -> int:
         return sum(daemons.broker.store.get_max_offset("Pct", q) for q in range(4))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from mqctl.errors import ConflictError, UsageError
-from tests.conftest import RunCli
+from tests.support.cli import RunCli
 
 
 def test_add_use_ls_rm_roundtrip(cli: RunCli) -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from mqctl.errors import ConflictError, UsageError
-from tests.conftest import ROOT, RunCli
+from tests.support.cli import RunCli
+from tests.support.paths import ROOT
 
 NOWHERE = "127.0.0.1:1"  # a command that reached the network would exit 5, not 2
 
@@ -79,6 +80,7 @@ def test_a_body_over_max_size_is_refused_before_it_is_read(cli: RunCli, tmp_path
     assert small.code == UsageError.exit_code and "over 4 bytes" in small.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("args", [["--help"], ["context", "ls"]])
 def test_a_closed_pipe_exits_0_silently(cli: RunCli, cli_env: dict[str, str], args: list[str]) -> None:
     """``mqctl topic list | head -1``: the reader left; that is not an error."""
@@ -121,6 +123,7 @@ def test_a_typos_hint_is_printed_once(cli: RunCli) -> None:
         assert result.stderr.count("Did you mean") == 1, result.stderr
 
 
+@pytest.mark.slow
 def test_every_online_command_takes_timeout(cli: RunCli, busy_port: int) -> None:
     """A NameServer that never answers (this test's listener): --timeout or $MQCTL_TIMEOUT bounds the wait, exit 6."""
     silent = f"127.0.0.1:{busy_port}"

@@ -13,8 +13,8 @@ from daemon.broker.bodies import MessageQueue
 from daemon.remoting.codes import RequestCode
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services.groups import allocate_averagely
-from tests.conftest import CliResult, RunCli
 from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.cli import CliResult, RunCli
 
 TOPIC = "Progress"
 GROUP = "CG_Progress"

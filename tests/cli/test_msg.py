@@ -23,8 +23,9 @@ from mqctl.admin.client import Admin
 from store.message import StoredMessage
 from store.names import SCHEDULE_TOPIC, TOOLS_CONSUMER_GROUP
 from store.record import create_msg_id, decode_msg_id
-from tests.conftest import ROOT, CliResult, RunCli
 from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.cli import CliResult, RunCli
+from tests.support.paths import ROOT
 
 T = TypeVar("T")
 TOPIC = "MsgT"
@@ -344,6 +345,7 @@ def test_tail_from_a_groups_committed_offsets(mq: Callable[..., CliResult], daem
     assert all(m["queue_offset"] == 1 for m in lines)
 
 
+@pytest.mark.slow
 def test_tail_streams_new_messages(
     cli_env: dict[str, str], daemons: LocalCluster, mq: Callable[..., CliResult]
 ) -> None:
@@ -549,6 +551,7 @@ def test_an_unreachable_namesrv_exits_5(cli: RunCli) -> None:
         assert result.code == 5, (args, result.stderr)
 
 
+@pytest.mark.slow
 def test_watch_repeats_a_query_until_interrupted(cli_env: dict[str, str], daemons: LocalCluster) -> None:
     proc = subprocess.Popen(
         [

@@ -25,8 +25,9 @@ from daemon.remoting.codes import RequestCode
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
 from mqctl.errors import ConflictError, Interrupted
-from tests.conftest import ROOT, RunCli
 from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.cli import RunCli
+from tests.support.paths import ROOT
 
 TOPIC = "Replay"
 PER_QUEUE = 5
@@ -109,6 +110,7 @@ def drained_as_member(daemons: LocalCluster, group: str) -> None:
     )
 
 
+@pytest.mark.slow
 def test_time_reset_reaches_a_running_consumer(cli: RunCli, daemons: LocalCluster, consumer: Any) -> None:
     group = "CG_Follow"
     env = {"NAMESRV_ADDR": daemons.namesrv_addr}
@@ -147,6 +149,7 @@ def test_time_reset_reaches_a_running_consumer(cli: RunCli, daemons: LocalCluste
     assert daemons.broker.consumers.get(group) is None  # it left the group on exit
 
 
+@pytest.mark.slow
 def test_per_queue_reset_is_refused_while_a_consumer_runs(
     cli: RunCli, daemons: LocalCluster, consumer: Any
 ) -> None:
@@ -199,6 +202,7 @@ def test_a_member_adopts_a_reset_and_commits_it_not_its_old_offsets(daemons: Loc
     assert daemons.broker.consumers.get(group) is None
 
 
+@pytest.mark.slow
 def test_tail_of_a_group_is_a_member_that_follows_a_reset_and_commits_nothing_itself(
     cli: RunCli, cli_env: dict[str, str], daemons: LocalCluster
 ) -> None:

@@ -18,9 +18,10 @@ from store.engine import DefaultMessageStore
 from store.indexfile import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
 from store.message import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, Message, StoredMessage
 from store.record import decode_msg_id, decode_record, read_header
-from tests.conftest import RunCli
 from tests.daemons import local_cluster
-from tests.store.conftest import STORE_A_TAR, unpack_store_a
+from tests.support.cli import RunCli
+from tests.support.paths import STORE_A_TAR
+from tests.support.stores import unpack_store_a
 
 pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 
@@ -75,6 +76,7 @@ def flip_a_body_byte(tmp_path: Path) -> tuple[Path, list[tuple[int, StoredMessag
     return root, recs, victim
 
 
+@pytest.mark.slow
 def test_body_flip_is_quarantined_served_around_verified_and_salvaged(
     cli: RunCli, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -210,6 +212,7 @@ def test_a_pull_over_a_record_whose_body_crc_fails_skips_it(
     assert errors and all(f"{path}@{offsets[3]}" in e and "CRC" in e for e in errors), errors
 
 
+@pytest.mark.slow
 def test_verify_counts_index_entries_into_a_quarantine_as_stale_not_as_errors(
     cli: RunCli, tmp_path: Path
 ) -> None:

@@ -5,12 +5,21 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from mqctl import __version__
 from mqctl.cli.app import NOUNS
 from mqctl.errors import NotFoundError, UsageError
-from tests.conftest import RunCli
+from tests.support.cli import RunCli
 
 
+@pytest.fixture
+def cli(cli_process: RunCli) -> RunCli:
+    """The entry point itself is under test: a real ``mqctl`` process per call (end to end)."""
+    return cli_process
+
+
+@pytest.mark.slow
 def test_version(cli: RunCli) -> None:
     result = cli("--version")
     assert result.code == 0
@@ -24,6 +33,7 @@ def test_help_lists_every_registered_noun(cli: RunCli) -> None:
         assert name in result.stdout
 
 
+@pytest.mark.slow
 def test_bad_flag_is_one_line_on_stderr_with_usage_code(cli: RunCli) -> None:
     result = cli("--no-such-flag")
     assert result.code == UsageError.exit_code == 2
@@ -39,6 +49,7 @@ def test_bad_flag_on_a_subcommand_names_its_help(cli: RunCli) -> None:
     assert "mqctl context ls --help" in result.stderr
 
 
+@pytest.mark.slow
 def test_unknown_command_and_bad_choice_are_usage_errors(cli: RunCli) -> None:
     assert cli("no-such-noun").code == UsageError.exit_code
     bad_format = cli("context", "ls", "-o", "xml")
@@ -46,6 +57,7 @@ def test_unknown_command_and_bad_choice_are_usage_errors(cli: RunCli) -> None:
     assert "xml" in bad_format.stderr
 
 
+@pytest.mark.slow
 def test_not_found_exit_code(cli: RunCli) -> None:
     result = cli("context", "use", "missing")
     assert result.code == NotFoundError.exit_code
@@ -63,6 +75,7 @@ def test_cli_import_stays_light() -> None:
     assert proc.stdout.strip() == ""
 
 
+@pytest.mark.slow
 def test_help_renders_without_rich_or_markdown() -> None:
     """Typer's rich help imported markdown_it and rich (0.3 s of 'mqctl --help'); click's plain help needs neither."""
     code = (

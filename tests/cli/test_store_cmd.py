@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.conftest import RunCli
-from tests.store.conftest import STORE_A_MANIFEST, STORE_A_TAR, unpack_store_a
-from tests.support.stores import keyed_store
+from tests.support.cli import RunCli
+from tests.support.paths import STORE_A_MANIFEST, STORE_A_TAR
+from tests.support.stores import keyed_store, unpack_store_a
 
 pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 
@@ -83,6 +83,7 @@ def test_commitlog_ls_gives_the_manifest_files_records_and_topics(
     assert rows[-1]["last_store_time"] == "2026-11-21T09:10:14.169Z"  # the checkpoint's physicMsgTimestamp
 
 
+@pytest.mark.slow
 def test_commitlog_ls_csv_and_yaml_carry_the_same_rows(cli: RunCli, store_a: Path) -> None:
     as_csv = cli("store", "commitlog", "ls", "--store", str(store_a), "-o", "csv")
     assert as_csv.code == 0, as_csv.stderr
@@ -347,6 +348,7 @@ def test_verify_finds_a_flipped_body_byte_and_a_bad_unit(
     assert "has problems" in result.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("byte", "field"), [(0, "beginTimestamp"), (27, "endPhyOffset"), (38, "indexCount")])
 def test_index_ls_and_verify_report_a_bad_index_header(
     cli: RunCli, tmp_path: Path, byte: int, field: str
@@ -373,6 +375,7 @@ def test_index_ls_and_verify_report_a_bad_index_header(
     assert snapshot(root) == before
 
 
+@pytest.mark.slow
 def test_verify_goes_on_past_bad_files_and_reports_each(cli: RunCli, tmp_path: Path) -> None:
     """A record with a bad magic code, a short CommitLog file, a short ConsumeQueue file and a damaged
     index header: each is reported and the walk goes on (the queue after the bad one, the CommitLog
@@ -403,6 +406,7 @@ def test_verify_goes_on_past_bad_files_and_reports_each(cli: RunCli, tmp_path: P
     assert f"({report['problems_found']} found" in result.stderr
 
 
+@pytest.mark.slow
 def test_verify_lists_every_problem_and_max_problems_counts_the_rest(
     cli: RunCli, tmp_path: Path, manifest: dict[str, Any]
 ) -> None:
@@ -459,6 +463,7 @@ def test_msg_query_skips_a_bad_index_header_and_finds_older_keys(cli: RunCli, tm
 # -------------------------------------------------------------------------- read-only, errors
 
 
+@pytest.mark.slow
 def test_commands_change_nothing_and_ignore_the_brokers_lock(cli: RunCli, tmp_path: Path) -> None:
     root = unpack_store_a(tmp_path)
     before = snapshot(root)
@@ -503,6 +508,7 @@ def test_exit_codes(cli: RunCli, store_a: Path, args: list[str], code: int) -> N
     assert result.stderr.startswith("mqctl: error:") or "window:" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_directory_that_is_not_a_store(cli: RunCli, tmp_path: Path) -> None:
     result = cli("store", "commitlog", "ls", "--store", str(tmp_path))
     assert result.code == 3

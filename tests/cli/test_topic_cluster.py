@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from mqctl.errors import ConflictError, ConnectError, NotFoundError, UsageError
-from tests.conftest import RunCli
 from tests.daemons import LocalCluster, local_cluster
+from tests.support.cli import RunCli
 
 
 @pytest.fixture(scope="module")

@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from daemon.config import (
     ConfigError,
@@ -72,6 +71,7 @@ def test_properties_continuations() -> None:
     assert parse_properties("a = 1 \\\n  2\nb:3\n") == {"a": "1 2", "b": "3"}
 
 
+@pytest.mark.slow
 @given(st.from_regex(r"[a-z]{2,}(_[a-z]{2,}[0-9]?)*", fullmatch=True))
 def test_snake_camel_round_trip(name: str) -> None:
     assert snake_case(camel_case(name)) == name

@@ -14,8 +14,8 @@ import pytest
 
 from daemon.acl.plain import PlainAccessValidator
 from store.names import retry_topic
-from tests.acl.conftest import USER_AK, USER_SK, write_acl
-from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
+from tests.support.acl import USER_AK, USER_SK, write_acl
+from tests.support.broker import ClusterHandle, start_cluster, stop_cluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 

@@ -16,9 +16,9 @@ from daemon.broker.bodies import ConsumeStats
 from daemon.remoting.codes import RequestCode
 from store.engine import DefaultMessageStore
 from store.names import retry_topic
-from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
-from tests.conftest import ROOT
 from tests.support.ali_ons import expected_body, node
+from tests.support.broker import ClusterHandle, start_cluster, stop_cluster
+from tests.support.paths import ROOT
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 

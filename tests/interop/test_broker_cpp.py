@@ -12,7 +12,7 @@ import pytest
 
 from daemon.broker.bodies import ConsumeStats
 from daemon.remoting.codes import RequestCode
-from tests.broker.conftest import ClusterHandle, start_cluster, stop_cluster
+from tests.support.broker import ClusterHandle, start_cluster, stop_cluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 

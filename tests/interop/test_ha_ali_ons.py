@@ -12,8 +12,8 @@ import pytest
 from store.config import SLAVE
 from store.engine import DefaultMessageStore
 from store.names import retry_topic
-from tests.broker.conftest import start_broker, start_cluster, stop_cluster
 from tests.support.ali_ons import expected_body, node
+from tests.support.broker import start_broker, start_cluster, stop_cluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 

@@ -22,7 +22,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
-from tests.namesrv.conftest import Namesrv, namesrv_config
+from tests.support.namesrv import Namesrv, namesrv_config
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 

@@ -16,8 +16,15 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from mqctl.services.processes import process_name
-from tests.conftest import ROOT, RunCli
+from tests.support.cli import RunCli
+from tests.support.paths import ROOT
 from tests.support.ports import free_port
+
+
+@pytest.fixture
+def cli(cli_process: RunCli) -> RunCli:
+    """Daemons the CLI starts, finds and stops: a real ``mqctl`` process per call (end to end)."""
+    return cli_process
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ from daemon.remoting.bodies import TopicRouteData
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store import fastjson
-from tests.namesrv.conftest import Namesrv, namesrv_config
+from tests.support.namesrv import Namesrv, namesrv_config
 
 
 def put(namespace: str, key: str, value: str) -> dict[str, str]:

@@ -17,7 +17,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.frame import decode_frame, encode_command
 from store import fastjson
-from tests.namesrv.conftest import Namesrv, namesrv_config
+from tests.support.namesrv import Namesrv, namesrv_config
 
 ROUTE_V121 = (
     b'{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911"},"brokerName":"broker-a","cluster":"DefaultCluster"}],'

@@ -14,7 +14,7 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, RequestDispatcher
 from daemon.remoting.headers import RegisterBrokerRequestHeader
 from daemon.remoting.memory import connect_pair
-from tests.namesrv.conftest import namesrv_config
+from tests.support.namesrv import namesrv_config
 
 
 async def test_broker_connection_loss_drops_its_routes(tmp_path: Path) -> None:

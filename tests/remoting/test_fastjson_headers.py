@@ -7,8 +7,7 @@ import json
 from dataclasses import dataclass
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from daemon.remoting.bodies import (
     BrokerData,
@@ -65,6 +64,7 @@ json_values = st.recursive(
 )
 
 
+@pytest.mark.slow
 @given(json_values)
 def test_standard_output_is_standard_json(value: object) -> None:
     assert json.loads(fastjson.dumps(value)) == value

@@ -7,8 +7,7 @@ import json
 import struct
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from daemon.remoting.codes import LanguageCode, RequestCode, ResponseCode, SerializeType
 from daemon.remoting.command import RemotingCommand

@@ -19,8 +19,8 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from daemon.remoting.limits import RemotingLimits
 from daemon.remoting.server import RemotingServer
-from tests.broker.conftest import start_broker
-from tests.namesrv.conftest import namesrv_config
+from tests.support.broker import start_broker
+from tests.support.namesrv import namesrv_config
 from tests.support.waiting import budget_holds, wait_until
 
 ECHO = 1
@@ -78,6 +78,7 @@ async def closed_by_server(reader: asyncio.StreamReader, wait: float = 1.0) -> b
         return False
 
 
+@pytest.mark.slow
 async def test_half_frame_flood_closes_flooders_within_budget_and_others_are_answered(daemon: Daemon) -> None:
     port = daemon.server.port
     flooders = [await half_frame(port, PART) for _ in range(FLOODERS)]

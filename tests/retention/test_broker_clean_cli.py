@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from daemon.broker.clean import CLEAN_PLAN, PlanBody
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
 from daemon.remoting.codes import RequestCode
@@ -14,10 +16,11 @@ from mqctl.admin.client import Admin
 from mqctl.errors import RetriableBrokerError
 from mqctl.services.retention import estimated_plan, report
 from store.cleanup import FakeDiskUsage
-from tests.conftest import RunCli
-from tests.retention.conftest import retention_cluster, wait_until
+from tests.support.cli import RunCli
+from tests.support.retention import retention_cluster, wait_until
 
 
+@pytest.mark.slow
 def test_broker_clean_plans_then_executes_through_329(cli: RunCli, tmp_path: Path) -> None:
     with retention_cluster(tmp_path, FakeDiskUsage(0.40)) as rc:
         rc.send("TC", 300)

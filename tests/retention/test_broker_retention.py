@@ -15,7 +15,7 @@ from daemon.broker.headers import QueryMessageRequestHeader, UpdateConsumerOffse
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store.cleanup import EXPIRED, WATERMARK, FakeDiskUsage
 from store.record import decode_records
-from tests.retention.conftest import RetentionCluster, retention_cluster, wait_until
+from tests.support.retention import RetentionCluster, retention_cluster, wait_until
 
 
 def _commit(rc: RetentionCluster, group: str, topic: str, queue_id: int, offset: int) -> None:
@@ -45,6 +45,7 @@ def test_watermarks_refuse_writes_at_91_and_accept_again_below(tmp_path: Path) -
         assert rc.run(rc.client.send("TR", b"space again")).code == 0
 
 
+@pytest.mark.slow
 def test_76_deletes_only_expired_86_deletes_young_files_too(tmp_path: Path) -> None:
     disk = FakeDiskUsage(0.50)
     with retention_cluster(tmp_path, disk) as rc:
@@ -56,11 +57,11 @@ def test_76_deletes_only_expired_86_deletes_young_files_too(tmp_path: Path) -> N
         when = time.time() - 73 * 3600
         os.utime(old, (when, when))
         os.utime(rc.root / "commitlog" / files[1], (when, when))
-        time.sleep(0.3)  # several cleanup runs at 50 %: nothing, it is not deleteWhen
+        rc.after_cleanup_runs()  # several cleanup runs at 50 %: nothing, it is not deleteWhen
         assert rc.commitlog_files() == files
         disk.level = 0.76  # space trigger: expired files only, stops at the first young one
         wait_until(lambda: rc.commitlog_files() == files[2:])
-        time.sleep(0.3)
+        rc.after_cleanup_runs()
         assert rc.commitlog_files() == files[2:]
         disk.level = 0.86  # clean immediately: young files go too, never the newest
         wait_until(lambda: rc.commitlog_files() == files[-1:])
@@ -69,6 +70,7 @@ def test_76_deletes_only_expired_86_deletes_young_files_too(tmp_path: Path) -> N
         assert rc.run(rc.client.send("TR", b"still writable at 86")).code == 0
 
 
+@pytest.mark.slow
 def test_manual_trigger_plan_losses_and_consistency_after_deletion(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -5,8 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from store import DefaultMessageStore, FakeClock, Message, StoreConfig
 from store.cleanup import (
@@ -21,7 +20,7 @@ from store.cleanup import (
     select_files,
     unconsumed_per_file,
 )
-from tests.store.conftest import small_config
+from tests.support.stores import small_config
 
 H = 3_600_000
 NOW = 1_800_000_000_000

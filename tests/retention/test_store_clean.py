@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import RunCli
-from tests.store.conftest import STORE_A_MANIFEST, STORE_A_TAR, unpack_store_a
+from tests.support.cli import RunCli
+from tests.support.paths import STORE_A_MANIFEST, STORE_A_TAR
+from tests.support.stores import unpack_store_a
 
 pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 
@@ -110,12 +111,14 @@ def test_reserved_hours_0_execute_keeps_only_the_newest_and_the_store_verifies(
     assert orders["min_offset"] == expected
 
 
-def test_refuses_while_a_broker_holds_the_lock(cli: RunCli, store_a: Path) -> None:
+@pytest.mark.slow
+def test_refuses_while_a_broker_holds_the_lock(cli_process: RunCli, store_a: Path) -> None:
+    """A lock another process holds (a lock is per process): the CLI runs as a subprocess here."""
     fd = os.open(store_a / "lock", os.O_RDWR)
     try:
         fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 0)
         for args in ([], ["--execute"]):
-            res = cli("store", "clean", "--store", str(store_a), "--reserved-hours", "0", *args)
+            res = cli_process("store", "clean", "--store", str(store_a), "--reserved-hours", "0", *args)
             assert res.code == 4 and "locked" in res.stderr
     finally:
         os.close(fd)
@@ -175,6 +178,7 @@ def _damage_second_file(root: Path) -> None:
         f.write(b"\xde\xad\xbe\xef" * 64)
 
 
+@pytest.mark.slow
 def test_execute_refuses_a_store_that_needs_recovery(cli: RunCli, store_a: Path) -> None:
     _damage_second_file(store_a)
     files_before, records_before = _commitlog_state(cli, store_a)

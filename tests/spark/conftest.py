@@ -1,90 +1,29 @@
 """Spark test fixtures: the real broker fixture store, its manifest and a shared local SparkSession that
-a broken test cannot take down with it."""
+a broken test cannot take down with it (tests/support/spark.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import SHARED
-
-FIXTURES = SHARED / "fixtures"
+from tests.support.paths import STORE_A_MANIFEST
+from tests.support.spark import SparkKeeper
+from tests.support.stores import unpack_store_a
 
 
 @pytest.fixture(scope="session")
 def store_a(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """store-a unpacked once; the Spark tests only read it."""
-    root = tmp_path_factory.mktemp("store-a")
-    with tarfile.open(FIXTURES / "store-a.tar.xz") as tar:
-        tar.extractall(root, filter="data")
-    return root / "store-a"
+    return unpack_store_a(tmp_path_factory.mktemp("store-a"))
 
 
 @pytest.fixture(scope="session")
 def manifest() -> dict[str, Any]:
-    return json.loads((FIXTURES / "store-a.manifest.json").read_text())
-
-
-class SparkKeeper:
-    """One local[2] session shared by the Spark tests (start-up costs seconds), checked before each
-    use and recreated, JVM and all, when it is broken: a test cut short inside a py4j call (a
-    pytest-timeout) leaves the gateway's socket out of step, and every later call on it fails
-    (py4j ``KeyError: 'c'``). So one broken test fails alone."""
-
-    def __init__(self) -> None:
-        self._session: Any = None
-        self._context: Any = None
-
-    def get(self) -> Any:
-        if self._session is not None and not self._healthy():
-            self.discard()
-        elif self._session is not None:  # a job a timed-out test left running would hold the cores
-            self._session.sparkContext.cancelAllJobs()
-        if self._session is None:
-            from mqctl.spark.session import spark_session
-
-            self._context = spark_session("local[2]", app_name="mqctl-tests")
-            self._session = self._context.__enter__()
-        return self._session
-
-    def _healthy(self) -> bool:
-        """Two calls with known, different answers: a desynchronised gateway gets one wrong or raises."""
-        try:
-            jvm = self._session.sparkContext._jvm
-            return bool(
-                jvm.java.lang.Math.abs(-7) == 7
-                and jvm.java.lang.Math.abs(-11) == 11
-                and not self._session.sparkContext._jsc.sc().isStopped()
-            )
-        except Exception:
-            return False
-
-    def discard(self) -> None:
-        """Kill the driver JVM (a graceful stop would wait for a stuck job) and forget it, so the
-        next session starts clean."""
-        from pyspark import SparkContext
-        from pyspark.sql import SparkSession
-
-        self._context = self._session = None
-        gateway = SparkContext._gateway
-        if gateway is not None:
-            proc = getattr(gateway, "proc", None)
-            if proc is not None:
-                proc.kill()
-                proc.wait(timeout=30)
-            with contextlib.suppress(Exception):
-                gateway.shutdown()
-        SparkContext._gateway = None
-        SparkContext._jvm = None
-        SparkContext._active_spark_context = None
-        SparkSession._instantiatedSession = None
-        SparkSession._activeSession = None
+    return json.loads(STORE_A_MANIFEST.read_text())
 
 
 @pytest.fixture(scope="session")
@@ -98,7 +37,15 @@ def spark_keeper() -> Iterator[SparkKeeper]:
     keeper.discard()
 
 
+#: How long after the test's pytest-timeout the watchdog kills a driver that still has not answered.
+WATCHDOG_GRACE = 10.0
+
+
 @pytest.fixture
-def spark(spark_keeper: SparkKeeper) -> Any:
-    """The shared local session, healthy (recreated if an earlier test broke it)."""
-    return spark_keeper.get()
+def spark(spark_keeper: SparkKeeper, request: pytest.FixtureRequest) -> Iterator[Any]:
+    """The shared local session, healthy (recreated if an earlier test broke it), under a watchdog that
+    kills the driver a little after the test's timeout (see :meth:`SparkKeeper.watchdog`)."""
+    marker = request.node.get_closest_marker("timeout")
+    timeout = float(marker.args[0] if marker and marker.args else request.config.getini("timeout") or 300)
+    with spark_keeper.watchdog(timeout + WATCHDOG_GRACE):
+        yield spark_keeper.get()

@@ -13,7 +13,13 @@ import pytest
 
 from mqctl.cli.app import main
 from mqctl.errors import UsageError
-from tests.conftest import RunCli
+from tests.support.cli import RunCli
+
+
+@pytest.fixture
+def cli(cli_process: RunCli) -> RunCli:
+    """A fresh ``mqctl`` process per call: its own JVM and PYTHONPATH (end to end)."""
+    return cli_process
 
 
 @pytest.mark.spark
@@ -82,6 +88,7 @@ def test_report_as_json_on_stdout(spark: Any, store_a: Path, capsys: pytest.Capt
     assert [(q["queues"], q["min_records"], q["max_records"]) for q in report["queues"]] == [(4, 500, 500)]
 
 
+@pytest.mark.slow
 def test_missing_java_is_one_line_that_says_what_to_install(
     cli: RunCli, store_a: Path, tmp_path: Path
 ) -> None:
@@ -97,6 +104,7 @@ def test_missing_java_is_one_line_that_says_what_to_install(
     assert result.stderr.count("\n") == 1 and "Java" in result.stderr and "install" in result.stderr
 
 
+@pytest.mark.slow
 def test_missing_spark_extra_is_one_line(cli: RunCli, store_a: Path, tmp_path: Path) -> None:
     shadow = tmp_path / "shadow" / "pyspark"
     shadow.mkdir(parents=True)
@@ -116,6 +124,7 @@ def test_missing_spark_extra_is_one_line(cli: RunCli, store_a: Path, tmp_path: P
         ["spark-export", "--store", "{store}", "--out", "{tmp}/o", "--format", "avro"],
     ],
 )
+@pytest.mark.slow
 def test_usage_errors(cli: RunCli, store_a: Path, tmp_path: Path, args: list[str]) -> None:
     result = cli(*(a.format(store=store_a, tmp=tmp_path) for a in args))
     assert result.code == UsageError.exit_code

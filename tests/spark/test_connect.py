@@ -21,8 +21,14 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import RunCli
+from tests.support.cli import RunCli
 from tests.support.ports import free_port
+
+
+@pytest.fixture
+def cli(cli_process: RunCli) -> RunCli:
+    """A fresh ``mqctl`` process per call: its own Spark Connect client (end to end)."""
+    return cli_process
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 

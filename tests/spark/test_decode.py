@@ -10,8 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from mqctl.spark.decode import RecordFilter, batches, scan
 from store.errors import CorruptRecordError
@@ -59,6 +58,7 @@ def assert_same(row: dict[str, Any], m: StoredMessage) -> None:
     assert row["body_inflated_size"] == (len(m.body) if len(m.body) != len(m.stored_body) else None)
 
 
+@pytest.mark.slow
 def test_every_fixture_record_matches_the_reference_codec(store_a: Path) -> None:
     total = 0
     for path in sorted((store_a / "commitlog").iterdir()):
@@ -71,6 +71,7 @@ def test_every_fixture_record_matches_the_reference_codec(store_a: Path) -> None
     assert total == 5612
 
 
+@pytest.mark.slow
 def test_batches_respect_the_row_and_byte_budgets(store_a: Path) -> None:
     path = store_a / "commitlog" / "00000000000001048576"  # holds FixA_Mixed records of up to 4311 bytes
     arr = np.fromfile(path, dtype=np.uint8)
@@ -125,6 +126,7 @@ def messages(draw: st.DrawFn) -> tuple[Message, int]:
     return msg, draw(st.integers(0, 2**42))
 
 
+@pytest.mark.slow
 @settings(max_examples=60)
 @given(st.lists(messages(), min_size=1, max_size=40), st.integers(0, 2**40), st.booleans())
 def test_generated_records_match_the_reference_codec(
@@ -150,6 +152,7 @@ def test_generated_records_match_the_reference_codec(
         assert_same(row, decode_record(buf, row["physical_offset"] - base))
 
 
+@pytest.mark.slow
 @settings(max_examples=40)
 @given(st.lists(messages(), min_size=1, max_size=30), st.data())
 def test_pushed_filters_keep_exactly_the_matching_rows(
@@ -190,6 +193,7 @@ def _two_records() -> tuple[bytes, int]:
     return first + second, len(first)
 
 
+@pytest.mark.slow
 def test_a_5x_record_with_a_two_byte_topic_length_decodes() -> None:
     """MESSAGE_MAGIC_CODE_V2 (5.x): same layout but TOPIC LENGTH is an i16."""
     msg = Message(topic="V2Topic", body=b"body", born_timestamp=5, properties={"TAGS": "t"})
@@ -220,6 +224,7 @@ def test_a_record_that_names_another_offset_is_rejected() -> None:
         list(batches(arr, scan(arr), 4096, "f"))
 
 
+@pytest.mark.slow
 def test_timestamps_are_utc_instants() -> None:
     buf, _ = _two_records()
     row = decode_rows(buf)[0]

@@ -47,12 +47,14 @@ def reference_offsets(store: Path) -> list[int]:
     return out
 
 
+@pytest.mark.slow
 def test_files_are_listed_in_offset_order(store_a: Path) -> None:
     files = list_files(store_a)
     assert [f.base_offset for f in files] == [0, 1 << 20, 2 << 20, 3 << 20]
     assert list_files(store_a / "commitlog") == files
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("partitions", "tasks"), [(None, 1), (1, 1), (3, 3), (6, 6), (8, 8)])
 def test_small_files_share_a_task_and_tasks_cover_every_split_in_order(
     store_a: Path, partitions: int | None, tasks: int
@@ -64,6 +66,7 @@ def test_small_files_share_a_task_and_tasks_cover_every_split_in_order(
     assert offsets([s for t in planned for s in t.splits]) == reference_offsets(store_a)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("partitions", [None, 1, 3, 8, 50, 400])
 def test_any_split_count_reads_every_record_exactly_once(store_a: Path, partitions: int | None) -> None:
     splits = plan_splits(list_files(store_a), partitions=partitions)
@@ -95,6 +98,7 @@ def test_a_missing_commitlog_is_file_not_found(tmp_path: Path) -> None:
         list_files(tmp_path)
 
 
+@pytest.mark.slow
 def test_topic_and_time_filters_are_pushed_and_the_rest_handed_back(store_a: Path) -> None:
     since = datetime(2026, 11, 21, 9, 10, 0, tzinfo=UTC)
     until = datetime(2026, 11, 21, 9, 10, 30, tzinfo=UTC)

@@ -14,8 +14,14 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import RunCli
+from tests.support.cli import RunCli
 from tests.support.ports import free_port
+
+
+@pytest.fixture
+def cli(cli_process: RunCli) -> RunCli:
+    """A fresh ``mqctl`` process per call: its own JVM (end to end)."""
+    return cli_process
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -100,7 +106,8 @@ def test_export_with_bodies_on_a_standalone_cluster(
         6,
         "parquet",
     )
-    assert summary["mb_per_s"] > 0 and summary["data_bytes"] >= summary["record_bytes"] > 0
+    # a rate, not a speed test: rounded to 0.0 on a loaded machine (speed lives in benchmarks/)
+    assert summary["mb_per_s"] >= 0 and summary["data_bytes"] >= summary["record_bytes"] > 0
     rows = pq.read_table(out, columns=["physical_offset", "keys", "tags", "body"]).to_pylist()
     by_offset = {r["physical_offset"]: r for r in rows}
     assert len(by_offset) == 5612

@@ -10,8 +10,7 @@ import pytest
 
 from store import DefaultMessageStore, FakeClock, GetMessageStatus, Message, PutMessageStatus, StoreConfig
 from store.cleanup import decide, disk_usage_ratio, is_delete_hour, is_expired
-
-from .conftest import small_config
+from tests.support.stores import small_config
 
 GIB = 1024**3
 

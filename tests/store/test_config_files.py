@@ -7,8 +7,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from store.clock import FakeClock, SystemClock
 from store.config_files import (
@@ -51,6 +50,7 @@ def test_reader_tolerates_quoted_keys_and_keeps_numeric_strings_inside_values() 
         max_size=5,
     )
 )
+@pytest.mark.slow
 def test_offset_table_round_trip(table: dict[str, dict[int, int]]) -> None:
     text = dumps_pretty({"offsetTable": table})
     assert loads(text) == {"offsetTable": table}

@@ -7,8 +7,7 @@ import os
 import random
 from pathlib import Path
 
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from store.consumequeue import CQ_STORE_UNIT_SIZE, UNIT, ConsumeQueue, valid_units_end
 

@@ -20,9 +20,8 @@ from store.cleanup import FakeDiskUsage
 from store.consumequeue import CQ_PREPARE_CHUNK
 from store.indexfile import INDEX_ENTRY_SIZE, IndexFile
 from store.record import RecordInfo
-from tests.conftest import ROOT
-
-from .conftest import small_config
+from tests.support.paths import ROOT
+from tests.support.stores import small_config
 
 
 def _allocated(path: Path) -> int:
@@ -137,7 +136,7 @@ def test_forcible_cleanup_logs_the_unconsumed_messages_it_destroys_and_can_be_di
 CRASHER = """
 import sys, time
 from store import DefaultMessageStore, Message
-from tests.store.conftest import small_config
+from tests.support.stores import small_config
 store = DefaultMessageStore(small_config(sys.argv[1]))
 store.open(); store.start()
 for i in range(20):
@@ -147,6 +146,7 @@ time.sleep(60)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("torn", [False, True])
 def test_a_crash_seconds_after_start_recovers_from_the_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, torn: bool

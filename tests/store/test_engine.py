@@ -28,8 +28,7 @@ from store.message import (
     Message,
 )
 from store.names import SCHEDULE_TOPIC
-
-from .conftest import small_config
+from tests.support.stores import small_config
 
 FAR = 2**62
 
@@ -304,7 +303,7 @@ def test_lock_excludes_a_second_store(tmp_path: Path) -> None:
         f"""
         from store.engine import DefaultMessageStore
         from store.errors import StoreLockedError
-        from tests.store.conftest import small_config
+        from tests.support.stores import small_config
         try:
             DefaultMessageStore(small_config({str(tmp_path)!r})).open()
         except StoreLockedError:
@@ -400,7 +399,7 @@ import sys
 from store.config import SYNC_FLUSH
 from store.engine import DefaultMessageStore
 from store.message import Message
-from tests.store.conftest import small_config
+from tests.support.stores import small_config
 store = DefaultMessageStore(small_config(sys.argv[1], flush_disk_type=SYNC_FLUSH))
 store.open(); store.start()
 i = 0

@@ -20,8 +20,7 @@ from store.javahash import tags_code
 from store.message import Message
 from store.names import SCHEDULE_TOPIC
 from store.record import encode_record
-
-from .conftest import store_a_config
+from tests.support.stores import store_a_config
 
 FAR_FUTURE = 2**62
 DELAYS = StoreConfig().delay_levels_ms()
@@ -67,6 +66,7 @@ def test_recovery_finds_the_end_and_no_corruption(ro_store: DefaultMessageStore)
     assert sum(table.values()) == 5612
 
 
+@pytest.mark.slow
 def test_every_manifest_message_by_queue_offset(
     ro_store: DefaultMessageStore, manifest: dict[str, Any]
 ) -> None:
@@ -102,6 +102,7 @@ def test_every_manifest_message_by_offset_msg_id(
         assert hashlib.sha256(sel.message.body).hexdigest() == x["bodySha256"]
 
 
+@pytest.mark.slow
 def test_every_key_and_unique_key_through_the_real_index(
     ro_store: DefaultMessageStore, manifest: dict[str, Any]
 ) -> None:
@@ -338,6 +339,7 @@ def test_every_real_record_re_encodes_to_the_same_bytes(ro_store: DefaultMessage
     assert records == 5612
 
 
+@pytest.mark.slow
 def test_replaying_the_real_log_writes_a_byte_identical_commit_log(
     ro_store: DefaultMessageStore, store_a_root: Path, tmp_path: Path
 ) -> None:

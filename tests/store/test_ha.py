@@ -7,8 +7,7 @@ import random
 from pathlib import Path
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from store.commitlog import PutMessageStatus, RecordWalk
 from store.config import SLAVE
@@ -27,8 +26,7 @@ from store.ha import (
     transfer_start,
 )
 from store.message import Message
-
-from .conftest import small_config
+from tests.support.stores import small_config
 
 FILE = 64 * 1024
 
@@ -58,6 +56,7 @@ def test_partial_report_waits() -> None:
 frames_st = st.lists(st.tuples(st.integers(0, 2**62), st.binary(max_size=300)), max_size=6)
 
 
+@pytest.mark.slow
 @given(frames_st, st.integers(0, 400))
 def test_frames_round_trip_and_torn_tail(frames: list[tuple[int, bytes]], cut: int) -> None:
     stream = b"".join(encode_frame(o, d) for o, d in frames)

@@ -13,8 +13,7 @@ from store import DefaultMessageStore
 from store.consumequeue import CQ_STORE_UNIT_SIZE, decode_unit
 from store.indexfile import HEADER
 from store.message import Message
-from tests.store.conftest import small_config, store_a_config
-from tests.support.stores import keyed_store
+from tests.support.stores import keyed_store, small_config, store_a_config
 
 TOPIC, QID = "FixA_Orders", 1
 
@@ -59,6 +58,7 @@ def test_store_a_starts_without_a_rebuild(store_a_copy: Path, caplog: pytest.Log
     ("field", "pos", "mask"),
     [("offset", 7, 0x10), ("size", 11, 0x01), ("offset-sign", 0, 0x80)],
 )
+@pytest.mark.slow
 @pytest.mark.parametrize("unit", [10, 200, 299])
 def test_flipped_unit_is_healed_and_nothing_is_skipped(
     store_a_copy: Path, caplog: pytest.LogCaptureFixture, field: str, pos: int, mask: int, unit: int
@@ -149,6 +149,7 @@ def found(s: DefaultMessageStore, key: str) -> bool:
     return any(m.message.keys == [key] for m in s.query_message("K", key, 4, 0, 2**62).messages)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("which", "byte"), [(-1, 0), (-1, 36 + 2), (1, 8 + 1), (1, 24 + 7), (0, 33)])
 def test_flipped_index_header_is_rebuilt(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, which: int, byte: int

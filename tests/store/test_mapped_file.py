@@ -10,8 +10,7 @@ import pytest
 from store.engine import DefaultMessageStore
 from store.mapped_file import MappedFileQueue
 from store.message import Message
-
-from .conftest import small_config
+from tests.support.stores import small_config
 
 SIZE = 1024 * 1024
 

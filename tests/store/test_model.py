@@ -6,13 +6,11 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from store import DefaultMessageStore, FakeClock, Message
 from store.engine import GetMessageStatus
-
-from .conftest import small_config
+from tests.support.stores import small_config
 
 put_op = st.tuples(
     st.just("put"),

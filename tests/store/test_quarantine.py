@@ -15,8 +15,7 @@ from store.errors import CorruptRecordError
 from store.message import Message
 from store.quarantine import MANIFEST_NAME, list_quarantines, piece_records, walk
 from store.record import body_crc_problem, check_record, encode_record
-
-from .conftest import small_config
+from tests.support.stores import small_config
 
 FILE = 64 * 1024
 BODY_AT = 88  # where the body starts in a record with IPv4 hosts (fixed fields, hosts, lengths)

@@ -6,8 +6,7 @@ import ipaddress
 import zlib
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from store.errors import CorruptRecordError
 from store.javahash import index_key_hash, java_hash, tags_code
@@ -318,6 +317,7 @@ def test_reads_a_v2_record_with_a_two_byte_topic_length() -> None:
     assert m.magic == -626843477
 
 
+@pytest.mark.slow
 @given(hosts, st.integers(0, 2**63 - 1))
 def test_msg_id_round_trip(host: tuple[str, int], offset: int) -> None:
     msg_id = create_msg_id(host, offset)

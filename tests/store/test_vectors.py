@@ -7,8 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
+from hypothesis import given, settings, strategies as st
 
 from store.checkpoint import CHECKPOINT_FILE_SIZE, StoreCheckpoint
 from store.clock import FakeClock

@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 INTEROP = ROOT / "tests" / "interop"
 SCRIPT = INTEROP / "ons_broker_roundtrip.js"

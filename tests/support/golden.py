@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import SHARED
+from tests.support.paths import SHARED
 
 GOLDEN = SHARED / "spec" / "golden-frames.md"
 _JSON_BLOCK = re.compile(r"```json\n(.*?)\n```", re.S)

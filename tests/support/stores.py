@@ -1,12 +1,50 @@
-"""Stores built on disk with a known shape, for tests of healing and inspection."""
+"""Stores for tests: the real RocketMQ 4.9.8 store ``store-a``, small-file configs, and stores built with a
+known shape for tests of healing and inspection."""
 
 from __future__ import annotations
 
+import tarfile
 from pathlib import Path
+from typing import Any
 
 from store import DefaultMessageStore
+from store.config import StoreConfig
 from store.message import Message
-from tests.store.conftest import small_config
+from tests.support.paths import STORE_A_TAR
+
+
+def unpack_store_a(dest: Path) -> Path:
+    """Unpack the fixture tarball into ``dest`` and return the store root."""
+    with tarfile.open(STORE_A_TAR) as tar:
+        tar.extractall(dest, filter="data")
+    return dest / "store-a"
+
+
+def store_a_config(root: Path, **overrides: Any) -> StoreConfig:
+    """The fixture broker's store settings (1 MiB CommitLog, 300-unit ConsumeQueues, small index)."""
+    return StoreConfig(
+        store_path_root_dir=str(root),
+        mapped_file_size_commit_log=1_048_576,
+        mapped_file_size_consume_queue=6000,
+        max_hash_slot_num=5000,
+        max_index_num=20000,
+        **overrides,
+    )
+
+
+def small_config(root: Path, **overrides: Any) -> StoreConfig:
+    """Tiny files so tests roll CommitLog, ConsumeQueue and index files quickly."""
+    values: dict[str, Any] = {
+        "store_path_root_dir": str(root),
+        "mapped_file_size_commit_log": 64 * 1024,
+        "mapped_file_size_consume_queue": 20 * 50,
+        "max_hash_slot_num": 64,
+        "max_index_num": 400,
+        "flush_interval_commit_log": 50,
+        "flush_interval_consume_queue": 50,
+    }
+    values.update(overrides)
+    return StoreConfig(**values)
 
 
 def keyed_store(root: Path, **overrides: int) -> list[str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import ROOT
+from tests.support.paths import ROOT
 
 
 @dataclass

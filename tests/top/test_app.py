@@ -3,6 +3,7 @@ failures and the stale marker."""
 
 from __future__ import annotations
 
+import pytest
 from textual.pilot import Pilot
 from textual.widgets import Static
 
@@ -27,6 +28,7 @@ def text_of(app: TopApp, widget_id: str) -> str:
     return str(app.query_one(widget_id, Static).render())
 
 
+@pytest.mark.slow
 async def test_switch_views_with_numbers_and_tab() -> None:
     source, clock = fixed_source()
     app = TopApp(source, interval=3600, clock=clock)
@@ -41,6 +43,7 @@ async def test_switch_views_with_numbers_and_tab() -> None:
         assert app.view == "overview"
 
 
+@pytest.mark.slow
 async def test_filter_then_escape_clears_it() -> None:
     source, clock = fixed_source()
     app = TopApp(source, interval=3600, clock=clock, screen="topics")
@@ -53,6 +56,7 @@ async def test_filter_then_escape_clears_it() -> None:
         assert len(column(app, "#topics-table")) == 7
 
 
+@pytest.mark.slow
 async def test_sort_cycles_orders() -> None:
     source, clock = fixed_source()
     app = TopApp(source, interval=3600, clock=clock, screen="topics")
@@ -66,6 +70,7 @@ async def test_sort_cycles_orders() -> None:
         assert column(app, "#groups-table") == ["analytics", "billing", "search-indexer", "shipping"]
 
 
+@pytest.mark.slow
 async def test_enter_drills_into_a_group_and_escape_returns() -> None:
     source, clock = fixed_source()
     app = TopApp(source, interval=3600, clock=clock, screen="groups")
@@ -82,6 +87,7 @@ async def test_enter_drills_into_a_group_and_escape_returns() -> None:
         assert not isinstance(app.screen, GroupScreen) and app.view == "groups"
 
 
+@pytest.mark.slow
 async def test_pause_stops_refreshes_and_r_refreshes_once() -> None:
     source, clock = fixed_source()
     app = TopApp(source, interval=0.05, clock=clock)
@@ -101,6 +107,7 @@ async def test_pause_stops_refreshes_and_r_refreshes_once() -> None:
         assert source.calls > paused_at + 1
 
 
+@pytest.mark.slow
 async def test_failure_keeps_data_marked_stale_and_recovers() -> None:
     source, clock = fixed_source()
     app = TopApp(source, interval=2, clock=clock)
@@ -122,6 +129,7 @@ async def test_failure_keeps_data_marked_stale_and_recovers() -> None:
         assert not app.query_one("#views").has_class("stale")
 
 
+@pytest.mark.slow
 async def test_help_opens_and_closes() -> None:
     source, clock = fixed_source()
     app = TopApp(source, interval=3600, clock=clock)

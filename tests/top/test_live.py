@@ -18,8 +18,8 @@ from mqctl.services.groups import progress
 from mqctl.services.topics import stats
 from mqctl.top.app import GroupScreen, Table, TopApp
 from mqctl.top.live import LiveSource
-from tests.broker.conftest import BrokerHandle
 from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.broker import BrokerHandle
 
 SIZE = (130, 40)
 TOPICS = ("orders", "payments")
@@ -83,6 +83,7 @@ def rows(table: Table) -> dict[str, list[str]]:
     return {str(r[0]): [str(c) for c in r] for r in (table.get_row_at(i) for i in range(table.row_count))}
 
 
+@pytest.mark.slow
 async def test_numbers_match_the_admin_api(cluster: LocalCluster, traffic: Traffic) -> None:
     source = LiveSource([cluster.namesrv_addr])
     app = TopApp(source, interval=3600, screen="topics")
@@ -119,6 +120,7 @@ async def test_numbers_match_the_admin_api(cluster: LocalCluster, traffic: Traff
         assert brokers["broker-a"][8] == "1"  # CommitLog files: one 4 MiB file so far
 
 
+@pytest.mark.slow
 async def test_drill_down_shows_queue_offsets_and_owner(cluster: LocalCluster, traffic: Traffic) -> None:
     traffic.stop()
     async with Admin([cluster.namesrv_addr]) as admin:
@@ -140,6 +142,7 @@ async def test_drill_down_shows_queue_offsets_and_owner(cluster: LocalCluster, t
         assert rows(app.screen.query_one("#clients", Table)).keys() == {"10.0.0.9@billing-1"}
 
 
+@pytest.mark.slow
 async def test_filter_sort_and_pause_live(cluster: LocalCluster, traffic: Traffic) -> None:
     source = LiveSource([cluster.namesrv_addr])
     app = TopApp(source, interval=0.5, screen="topics")
@@ -160,6 +163,7 @@ async def test_filter_sort_and_pause_live(cluster: LocalCluster, traffic: Traffi
         assert app.snapshot is not frozen
 
 
+@pytest.mark.slow
 async def test_lost_nameserver_shows_in_status_bar_and_app_lives(cluster: LocalCluster) -> None:
     app = TopApp(LiveSource([cluster.namesrv_addr], timeout=1.0), interval=3600)
     async with app.run_test(size=SIZE) as pilot:
@@ -190,6 +194,7 @@ async def test_without_metrics_endpoint_bytes_are_missing(tmp_path: Path) -> Non
             )
 
 
+@pytest.mark.slow
 async def test_store_view_lists_commitlog_files_with_ages(tmp_path: Path) -> None:
     with local_cluster(tmp_path) as cluster:
         client = handle(cluster)
@@ -212,10 +217,11 @@ async def test_store_view_lists_commitlog_files_with_ages(tmp_path: Path) -> Non
             assert files[0][6] == "archiver 2"  # the broker's plan: the first file holds messages 0..2
 
 
+@pytest.mark.slow
 async def test_unreachable_broker_shows_down_and_the_rest_works(cluster: LocalCluster, traffic: Traffic) -> None:
     """A broker the NameServer still lists but that does not answer (crashed): a DOWN row, no crash."""
     from daemon.remoting.client import RemotingClient
-    from tests.namesrv.conftest import Namesrv
+    from tests.support.namesrv import Namesrv
 
     async def register_ghost() -> RemotingClient:
         registrar = RemotingClient()  # kept open: the NameServer drops a broker whose channel closes

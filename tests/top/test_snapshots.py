@@ -28,11 +28,13 @@ def app_on(screen: str) -> TopApp:
     return TopApp(source, interval=3600, clock=clock, target="NameServer 10.0.0.1:9876;10.0.0.2:9876", screen=screen)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("screen", ["overview", "topics", "groups", "store"])
 def test_screen(screen: str, snap_compare: Any) -> None:
     assert snap_compare(app_on(screen), terminal_size=SIZE, run_before=settle)
 
 
+@pytest.mark.slow
 def test_group_drill_down(snap_compare: Any) -> None:
     async def open_billing(pilot: Pilot[None]) -> None:
         await settle(pilot)
@@ -42,6 +44,7 @@ def test_group_drill_down(snap_compare: Any) -> None:
     assert snap_compare(app_on("groups"), terminal_size=SIZE, run_before=open_billing)
 
 
+@pytest.mark.slow
 def test_filtered_topics_sorted_by_bytes(snap_compare: Any) -> None:
     async def filter_and_sort(pilot: Pilot[None]) -> None:
         await settle(pilot)
@@ -50,10 +53,12 @@ def test_filtered_topics_sorted_by_bytes(snap_compare: Any) -> None:
     assert snap_compare(app_on("topics"), terminal_size=SIZE, run_before=filter_and_sort)
 
 
+@pytest.mark.slow
 def test_help(snap_compare: Any) -> None:
     assert snap_compare(app_on("overview"), terminal_size=SIZE, press=["question_mark"], run_before=settle)
 
 
+@pytest.mark.slow
 def test_lost_cluster_is_stale_with_error(snap_compare: Any) -> None:
     """Old numbers stay visible but dimmed under a STALE banner, the error in the status bar."""
     source, clock = fixed_source()

@@ -23,8 +23,8 @@ from typing import Protocol
 
 import pytest
 
-from tests.conftest import ROOT
 from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.paths import ROOT
 
 COLS, ROWS = 120, 36
 KEYS = {"tab": ("Tab", b"\t"), "enter": ("Enter", b"\r"), "escape": ("Escape", b"\x1b")}

@@ -7,7 +7,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +15,8 @@ from daemon.broker.config import BrokerConfig
 from store.api import MessageStore
 from store.cleanup import FakeDiskUsage
 from store.engine import DefaultMessageStore
-from tests.broker.conftest import BrokerHandle
 from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.broker import BrokerHandle
 
 FILE_SIZE = 64 * 1024
 HOUR_MS = 3_600_000
@@ -54,6 +54,28 @@ class RetentionCluster:
     cluster: LocalCluster
     disk: FakeDiskUsage
     client: BrokerHandle
+    runs: list[int] = field(default_factory=lambda: [0])  # cleanup runs completed since the start
+
+    def count_cleanup_runs(self) -> None:
+        """Count the broker cleaner's runs (its loop looks ``run_once`` up on each pass)."""
+        cleaner = getattr(self.cluster.broker.store, "cleaner", None)
+        if cleaner is None:  # another store (the in-memory one) runs no cleaner
+            return
+        run_once = cleaner.run_once
+
+        def counted(now_ms: int) -> int:
+            try:
+                return run_once(now_ms)
+            finally:
+                self.runs[0] += 1
+
+        cleaner.run_once = counted  # type: ignore[method-assign]
+
+    def after_cleanup_runs(self, n: int = 3) -> None:
+        """Return once the cleaner has finished ``n`` more runs: "several runs changed nothing" is then
+        an event the test waits for, not a sleep a loaded machine can cut short."""
+        target = self.runs[0] + n
+        wait_until(lambda: self.runs[0] >= target)
 
     @property
     def store(self) -> DefaultMessageStore:
@@ -104,7 +126,9 @@ def retention_cluster(
     values = {**RETENTION_OVERRIDES, "delete_when": other_hour(), **overrides}
     with local_cluster(root, store_factory or simulated_store(disk), **values) as cluster:
         client = handle(cluster)
+        rc = RetentionCluster(cluster, disk, client)
+        rc.count_cleanup_runs()
         try:
-            yield RetentionCluster(cluster, disk, client)
+            yield rc
         finally:
             cluster.loop.run(client.client.close())

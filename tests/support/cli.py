@@ -1,0 +1,192 @@
+"""Running ``mqctl``: in this process (the default: no interpreter start-up per call) or as a real subprocess.
+
+Both take the same arguments and return the same :class:`CliResult`, so a module switches between them by
+which fixture it asks for (``cli`` in-process, ``cli_process`` a subprocess). The in-process run calls the
+entry point's own ``main`` against real daemons on loopback, so it checks what a user sees; only what a
+process boundary changes is left to the true end-to-end tests, which stay few and marked slow:
+the entry point itself (tests/cli/test_root.py), daemons the CLI starts, finds and stops
+(tests/namesrv/test_cli.py, tests/broker/test_broker_cli.py, tests/broker/test_broker_up.py), a lock held
+by another process, Ctrl-C and closed pipes (the ``Popen`` tests), and Spark in a fresh process
+(tests/spark/test_cli.py, test_standalone.py, test_connect.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import io
+import json
+import logging
+import os
+import pkgutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from tests.support.paths import ROOT
+
+
+@dataclass
+class CliResult:
+    code: int
+    stdout: str
+    stderr: str
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+RunCli = Callable[..., CliResult]
+
+
+def clean_env(config_root: os.PathLike[str] | str) -> dict[str, str]:
+    """A clean environment: own config and data dirs, no inherited NameServer or colour settings."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("MQCTL_") and k not in ("NAMESRV_ADDR", "NO_COLOR")
+    }
+    env["MQCTL_CONFIG_DIR"] = os.path.join(config_root, "config")
+    env["MQCTL_DATA_DIR"] = os.path.join(config_root, "data")
+    env["COLUMNS"] = "200"
+    return env
+
+
+def run_process(
+    base_env: dict[str, str],
+    *args: str,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    timeout: float = 60,
+) -> CliResult:
+    """The real ``python -m mqctl`` entry point in a subprocess."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "mqctl", *args],
+        capture_output=True,
+        text=True,
+        env={**base_env, **(env or {})},
+        input=input,
+        timeout=timeout,
+        cwd=ROOT,
+    )
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+def _text(stream: io.TextIOWrapper) -> str:
+    """What a reader with universal newlines (``subprocess.run(text=True)``) gets from ``stream``."""
+    stream.flush()
+    raw = stream.buffer.getvalue()  # type: ignore[attr-defined]
+    return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8", errors="replace").read()
+
+
+def _stream(data: bytes = b"") -> io.TextIOWrapper:
+    """A text stream with a binary ``.buffer`` (commands write and read raw bodies there), not a tty."""
+    return io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", write_through=True)
+
+
+@contextlib.contextmanager
+def _process_state(
+    env: dict[str, str], stdin: io.TextIOWrapper, stdout: io.TextIOWrapper, stderr: io.TextIOWrapper
+) -> Iterator[None]:
+    """Swap in the environment, standard streams and working directory a subprocess would have, and put
+    back everything a run changes process-wide (the root logger ``basicConfig`` sets up on each run)."""
+    saved_env = dict(os.environ)
+    saved_streams = sys.stdin, sys.stdout, sys.stderr
+    saved_cwd = os.getcwd()
+    root = logging.getLogger()
+    saved_handlers, saved_level = list(root.handlers), root.level
+    os.environ.clear()
+    os.environ.update(env)
+    time.tzset()  # a test's TZ, as a new process would read it
+    sys.stdin, sys.stdout, sys.stderr = stdin, stdout, stderr
+    os.chdir(ROOT)
+    try:
+        yield
+    finally:
+        os.chdir(saved_cwd)
+        sys.stdin, sys.stdout, sys.stderr = saved_streams
+        os.environ.clear()
+        os.environ.update(saved_env)
+        time.tzset()
+        root.handlers[:] = saved_handlers
+        root.setLevel(saved_level)
+
+
+def _in_main_thread(fn: Callable[[], int]) -> int:
+    """Commands call ``asyncio.run``: inside a running loop (an async test) they get a thread of their own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return fn()
+    box: list[int | BaseException] = []
+
+    def target() -> None:
+        try:
+            box.append(fn())
+        except BaseException as exc:
+            box.append(exc)
+
+    thread = threading.Thread(target=target, name="mqctl-in-process")
+    thread.start()
+    thread.join()
+    if isinstance(box[0], BaseException):
+        raise box[0]
+    return box[0]
+
+
+_pristine: list[tuple[dict[Any, Any], dict[Any, Any]]] = []
+
+
+def _reset_module_state() -> None:
+    """Put every private module-level dict of ``mqctl`` (the flags, credentials and output settings one
+    invocation records) back as a fresh interpreter has it, so no run sees an earlier run's choices."""
+    if not _pristine:
+        import mqctl
+
+        for info in pkgutil.walk_packages(mqctl.__path__, "mqctl."):
+            if not info.name.startswith(("mqctl.spark", "mqctl.top")):  # heavy, and they keep no such state
+                importlib.import_module(info.name)
+        for name, module in list(sys.modules.items()):
+            if name == "mqctl" or name.startswith("mqctl."):
+                for attr, value in vars(module).items():
+                    if attr.startswith("_") and not attr.startswith("__") and type(value) is dict:
+                        _pristine.append((value, dict(value)))
+    for live, fresh in _pristine:
+        live.clear()
+        live.update(fresh)
+
+
+_lock = threading.Lock()  # the process state is one: one in-process command at a time
+
+
+def run_in_process(
+    base_env: dict[str, str],
+    *args: str,
+    env: dict[str, str] | None = None,
+    input: str | None = None,
+    timeout: float = 60,
+) -> CliResult:
+    """The same ``mqctl.cli.app.main`` the entry point calls, with this process's state swapped for a
+    subprocess's: own environment, stdin from ``input``, stdout and stderr captured. ``timeout`` is
+    accepted for the subprocess runner's signature; pytest-timeout bounds a stuck command."""
+    from mqctl.cli.app import main
+
+    del timeout
+    stdin = _stream((input or "").encode())
+    stdout, stderr = _stream(), _stream()
+
+    def call() -> int:
+        try:
+            return main(list(args))
+        except SystemExit as exc:
+            return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+
+    with _lock, _process_state({**base_env, **(env or {})}, stdin, stdout, stderr):
+        _reset_module_state()
+        code = _in_main_thread(call)
+    return CliResult(code, _text(stdout), _text(stderr))
