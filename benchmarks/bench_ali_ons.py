@@ -49,13 +49,25 @@ def cluster() -> Iterator[tuple[str, int]]:
         env = {**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1"}
         argvs = [
             ["namesrv", "start", "--data", f"{tmp}/ns", "--listen", ns],
-            ["broker", "start", "--store", f"{tmp}/store", "--port", str(port), "--namesrv", ns, "--no-metrics"],
+            [
+                "broker",
+                "start",
+                "--store",
+                f"{tmp}/store",
+                "--port",
+                str(port),
+                "--namesrv",
+                ns,
+                "--no-metrics",
+            ],
         ]
         procs: list[subprocess.Popen[bytes]] = []
         try:
             for argv in argvs:
                 procs.append(
-                    subprocess.Popen([sys.executable, "-m", "mqctl", *argv], cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+                    subprocess.Popen(
+                        [sys.executable, "-m", "mqctl", *argv], cwd=ROOT, env=env, stderr=subprocess.DEVNULL
+                    )
                 )
             run(wait_ready(f"127.0.0.1:{port}", time.perf_counter()))
             yield ns, procs[1].pid
@@ -115,13 +127,19 @@ def main() -> None:
         run(create_topics(ns, ["OnsSendBench", "OnsDrainBench"], {"OnsDrainBench": a.count}))
         for i in range(a.runs):
             r = ons(broker, "consume", ns, "OnsDrainBench", f"CID_ONS_BENCH_{i}", str(a.count))
-            print(f"ali-ons drain: {r['count'] / r['seconds']:,.0f} msgs/s ({r['count']:,} x 1 KiB, 8 queues, "
-                  f"first message {r['firstMs']:.0f} ms after client start; {shares(r)})", flush=True)
+            print(
+                f"ali-ons drain: {r['count'] / r['seconds']:,.0f} msgs/s ({r['count']:,} x 1 KiB, 8 queues, "
+                f"first message {r['firstMs']:.0f} ms after client start; {shares(r)})",
+                flush=True,
+            )
         for _ in range(a.runs):
             for n in map(int, a.concurrency.split(",")):
                 r = ons(broker, "produce", ns, "OnsSendBench", str(n), str(a.seconds))
-                print(f"ali-ons sync send, N={n}: {r['count'] / r['seconds']:,.0f} sends/s, {r['failures']} "
-                      f"failures (1 KiB, {a.seconds:g} s; {shares(r)})", flush=True)
+                print(
+                    f"ali-ons sync send, N={n}: {r['count'] / r['seconds']:,.0f} sends/s, {r['failures']} "
+                    f"failures (1 KiB, {a.seconds:g} s; {shares(r)})",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

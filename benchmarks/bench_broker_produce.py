@@ -69,8 +69,19 @@ async def bench(addr: str, duration: float, producers: int) -> BenchResult:
 
 def start_broker(store: str, port: int, *flags: str) -> subprocess.Popen[bytes]:
     """`mqctl broker start` on ``store`` in a subprocess, so the load generator does not share its event loop."""
-    argv = [sys.executable, "-m", "mqctl", "broker", "start", "--store", store, "--port", str(port), "--no-metrics",
-            *flags]
+    argv = [
+        sys.executable,
+        "-m",
+        "mqctl",
+        "broker",
+        "start",
+        "--store",
+        store,
+        "--port",
+        str(port),
+        "--no-metrics",
+        *flags,
+    ]
     return subprocess.Popen(
         argv, cwd=ROOT, stderr=subprocess.DEVNULL, env={**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1"}
     )

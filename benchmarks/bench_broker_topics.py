@@ -43,7 +43,9 @@ async def create(admin: Admin, prefix: str, topics: int, queues: int) -> float:
     while True:
         try:
             started = time.perf_counter()
-            await create_missing(admin, [TopicSpec(name, queues, queues) for name in topic_names(prefix, topics)])
+            await create_missing(
+                admin, [TopicSpec(name, queues, queues) for name in topic_names(prefix, topics)]
+            )
             return time.perf_counter() - started
         except NotFoundError:
             await asyncio.sleep(0.1)
@@ -55,19 +57,25 @@ async def rounds(one_ns: str, many_ns: str, topics: int, queues: int, count: int
         created = await create(many, "BenchMany", topics, queues)
 
         async def send(admin: Admin, prefix: str, n_topics: int, n: int) -> BenchResult:
-            return await produce(admin, prefix, topics=n_topics, queues=queues, threads=16, size=1024, count=n)
+            return await produce(
+                admin, prefix, topics=n_topics, queues=queues, threads=16, size=1024, count=n
+            )
 
         await send(one, "BenchOne", 1, count)  # warm-up
         first = await send(many, "BenchMany", topics, topics * queues)
-        print(f"{topics:,} topics x {queues} queues: created in {created:.1f} s; first message to each of the "
-              f"{topics * queues:,} queues: {first.seconds:.1f} s ({first.tps:,.0f} sends/s)")
+        print(
+            f"{topics:,} topics x {queues} queues: created in {created:.1f} s; first message to each of the "
+            f"{topics * queues:,} queues: {first.seconds:.1f} s ({first.tps:,.0f} sends/s)"
+        )
         results: dict[str, list[BenchResult]] = {"1 topic": [], f"{topics:,} topics": []}
         for r in range(n_rounds):
             a = await send(one, "BenchOne", 1, count)
             b = await send(many, "BenchMany", topics, count)
             results["1 topic"].append(a)
             results[f"{topics:,} topics"].append(b)
-            print(f"round {r + 1}: 1 topic {line(a)} | {topics:,} topics {line(b)} | {100 * b.tps / a.tps:.0f} %")
+            print(
+                f"round {r + 1}: 1 topic {line(a)} | {topics:,} topics {line(b)} | {100 * b.tps / a.tps:.0f} %"
+            )
         medians = {label: statistics.median(r.tps for r in rs) for label, rs in results.items()}
         for label, tps in medians.items():
             print(f"median {label} x {queues} queues: {tps:,.0f} sends/s")

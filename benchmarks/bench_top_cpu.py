@@ -115,7 +115,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         base = Path(tmp)
         loop = LoopThread()
-        namesrv = NamesrvController(NamesrvConfig(listen_host="127.0.0.1", listen_port=0, data_dir=base / "namesrv"))
+        namesrv = NamesrvController(
+            NamesrvConfig(listen_host="127.0.0.1", listen_port=0, data_dir=base / "namesrv")
+        )
         loop.run(namesrv.start())
         ns_addr = f"127.0.0.1:{namesrv.port}"
         broker = Broker(
@@ -149,19 +151,39 @@ def main() -> None:
                 return len(snap.topics or ()), statistics.median(times)
 
         topics, snapshot_s = loop.run(create_topics())
-        print(f"cluster: {topics} topics (incl. system topics), one snapshot takes {snapshot_s * 1000:.0f} ms "
-              f"(median of 5, in-process)")
+        print(
+            f"cluster: {topics} topics (incl. system topics), one snapshot takes {snapshot_s * 1000:.0f} ms "
+            f"(median of 5, in-process)"
+        )
 
         env = {k: v for k, v in os.environ.items() if not k.startswith("MQCTL_")}
         env.update(MQCTL_CONFIG_DIR=str(base / "cli-config"), TERM="xterm-256color")
         try:
             for screen in args.screens.split(","):
-                argv = [sys.executable, "-m", "mqctl", "top", "-n", ns_addr, "--interval", str(args.interval),
-                        "--screen", screen]
-                share = measure(argv, env, args.warmup, args.seconds, b"bench-topic-" if screen == "topics" else b"bench-a")
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "mqctl",
+                    "top",
+                    "-n",
+                    ns_addr,
+                    "--interval",
+                    str(args.interval),
+                    "--screen",
+                    screen,
+                ]
+                share = measure(
+                    argv,
+                    env,
+                    args.warmup,
+                    args.seconds,
+                    b"bench-topic-" if screen == "topics" else b"bench-a",
+                )
                 source = "admin requests only" if args.without_metrics else "metrics endpoint"
-                print(f"mqctl top --screen {screen} --interval {args.interval:g} ({source}): {share * 100:.1f} % "
-                      f"of one core over {args.seconds:g} s (target <= 10 %)")
+                print(
+                    f"mqctl top --screen {screen} --interval {args.interval:g} ({source}): {share * 100:.1f} % "
+                    f"of one core over {args.seconds:g} s (target <= 10 %)"
+                )
         finally:
             loop.run(broker.stop())
             loop.run(namesrv.stop())

@@ -93,7 +93,9 @@ def parse_properties(text: str) -> dict[str, str]:
                 line = element.source.rstrip("\r\n")
                 kept = line.rstrip(" \t\f")
                 blanks = len(line) - len(kept) - (len(kept) - len(kept.rstrip("\\"))) % 2
-                result[element.key] = element.value[: len(element.value) - blanks] if blanks > 0 else element.value
+                result[element.key] = (
+                    element.value[: len(element.value) - blanks] if blanks > 0 else element.value
+                )
     except javaproperties.InvalidUEscapeError as exc:
         raise ConfigError(f"malformed properties text: {exc}") from None
     return result

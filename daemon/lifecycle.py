@@ -158,7 +158,9 @@ def terminate_pid(pid: int, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while pid_alive(pid):
         if time.monotonic() > deadline:
-            raise LifecycleError(f"pid {pid} still running {timeout:g}s after SIGTERM (send it again to force)")
+            raise LifecycleError(
+                f"pid {pid} still running {timeout:g}s after SIGTERM (send it again to force)"
+            )
         time.sleep(0.05)
 
 

@@ -140,7 +140,9 @@ class ContextFile:
             self.current = name
         return self.contexts[name]
 
-    def set(self, name: str, *, namesrv: str | None, timeout: float | None, spark_remote: str | None) -> Context:
+    def set(
+        self, name: str, *, namesrv: str | None, timeout: float | None, spark_remote: str | None
+    ) -> Context:
         """Change some settings of a saved context; the others (credentials too) stay."""
         old = self.get(name)
         return self.add(

@@ -18,7 +18,10 @@ from mqctl.errors import EXIT_CODES
 SHELLS = {"bash": "mqctl.bash", "zsh": "_mqctl", "fish": "mqctl.fish"}
 
 ENVIRONMENT = (
-    ("NAMESRV_ADDR", "RocketMQ's own NameServer list; used when no flag, context flag or MQCTL_NAMESRV is given."),
+    (
+        "NAMESRV_ADDR",
+        "RocketMQ's own NameServer list; used when no flag, context flag or MQCTL_NAMESRV is given.",
+    ),
     ("MQCTL_NAMESRV", "NameServer list HOST:PORT[;HOST:PORT]; beats NAMESRV_ADDR and the current context."),
     ("MQCTL_OUTPUT", "Default output format for -o: table, json, yaml or csv."),
     ("MQCTL_CONFIG_DIR", "Where contexts.json lives (default: the user config dir)."),
@@ -74,12 +77,21 @@ def _header(name: str, summary: str) -> list[str]:
 def root_page(cli: click.Group) -> str:
     ctx = click.Context(cli, info_name="mqctl", **cli.context_settings)
     lines = _header("mqctl", cli.help or "")
-    lines += [".SH SYNOPSIS", f"\\fBmqctl\\fR {_roff(_usage(cli, ctx))}", ".SH DESCRIPTION", _roff(cli.help or "")]
+    lines += [
+        ".SH SYNOPSIS",
+        f"\\fBmqctl\\fR {_roff(_usage(cli, ctx))}",
+        ".SH DESCRIPTION",
+        _roff(cli.help or ""),
+    ]
     lines += [".SH OPTIONS", *_options(cli, ctx), ".SH COMMANDS"]
     for name in cli.list_commands(ctx):
         sub = cli.get_command(ctx, name)
         if sub is not None:
-            lines += [".TP", f"\\fBmqctl {_roff(name)}\\fR", f"{_roff(sub.get_short_help_str(200))} See \\fBmqctl\\-{_roff(name)}\\fR(1)."]
+            lines += [
+                ".TP",
+                f"\\fBmqctl {_roff(name)}\\fR",
+                f"{_roff(sub.get_short_help_str(200))} See \\fBmqctl\\-{_roff(name)}\\fR(1).",
+            ]
     lines += [".SH EXIT STATUS", "Every failure prints one line on standard error and exits with:"]
     for code, cls, meaning in EXIT_CODES:
         lines += [".TP", f"\\fB{code}\\fR", f"{_roff(meaning)} ({_roff(cls)})"]

@@ -41,7 +41,9 @@ def parse_time(text: str, *, now_ms: int) -> int:
     try:
         moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise UsageError(f"bad time {text!r}: use ISO 8601, epoch milliseconds, 'now' or a relative form like -2h") from None
+        raise UsageError(
+            f"bad time {text!r}: use ISO 8601, epoch milliseconds, 'now' or a relative form like -2h"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=UTC)
     return round(moment.timestamp() * 1000)

@@ -303,8 +303,14 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
                     lines = []
                     for name in sorted(names):
                         bean = self.table.get(name)
-                        change = {"put": fastjson.dumps_pretty(bean.to_file_json())} if bean is not None else {"delete": name}
-                        lines.append(json.dumps({"dataVersion": version, **change}, ensure_ascii=False) + "\n")
+                        change = (
+                            {"put": fastjson.dumps_pretty(bean.to_file_json())}
+                            if bean is not None
+                            else {"delete": name}
+                        )
+                        lines.append(
+                            json.dumps({"dataVersion": version, **change}, ensure_ascii=False) + "\n"
+                        )
             if fold:
                 self.persist()
                 return

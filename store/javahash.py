@@ -44,7 +44,9 @@ def _hash32(s: str) -> int:
         if 0 < len(ascii_units) <= _MAX_DIGITS:
             # c = 31 * (c // 31) + c % 31, so sum(c[i] * 31**(n-1-i)) is two base-31 numbers that int()
             # parses in C: the c // 31 digits shifted one place, plus the c % 31 digits (5x faster)
-            return (int(ascii_units.translate(_HIGH) + b"0", 31) + int(ascii_units.translate(_LOW), 31)) & _MASK
+            return (
+                int(ascii_units.translate(_HIGH) + b"0", 31) + int(ascii_units.translate(_LOW), 31)
+            ) & _MASK
         units: bytes | memoryview = ascii_units
     else:
         units = memoryview(s.encode("utf-16-le" if _LITTLE else "utf-16-be")).cast("H")

@@ -373,7 +373,9 @@ def set_aside(
     taken = _Cut(store_root)
     taken.take_commit_log(commit_log, cut)
     queues = list(queues)
-    lost = not taken.copies and not taken.moves  # no CommitLog data follows: units past it are all that is left
+    lost = (
+        not taken.copies and not taken.moves
+    )  # no CommitLog data follows: units past it are all that is left
     if lost and all(queue_cut(cq) >= cq.max_offset for cq in queues):
         return None
     for cq in queues:

@@ -55,4 +55,6 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif xdist and "connect_server" in fixtures:
             item.add_marker(pytest.mark.xdist_group("spark-connect"))
     if xdist:
-        items.sort(key=lambda item: not item.nodeid.startswith(LONG_FIRST))  # stable: same order on every worker
+        items.sort(
+            key=lambda item: not item.nodeid.startswith(LONG_FIRST)
+        )  # stable: same order on every worker

@@ -64,7 +64,9 @@ def local_cluster(
     """A NameServer and one registered Broker (cluster DefaultCluster, broker-a) under ``root``;
     ``store_factory`` is the broker's test hook for another store (e.g. a simulated disk)."""
     loop = LoopThread()
-    namesrv = NamesrvController(NamesrvConfig(listen_host="127.0.0.1", listen_port=0, data_dir=root / "namesrv"))
+    namesrv = NamesrvController(
+        NamesrvConfig(listen_host="127.0.0.1", listen_port=0, data_dir=root / "namesrv")
+    )
     loop.run(namesrv.start())
     config = broker_config(root / "broker", namesrv_addr=f"127.0.0.1:{namesrv.port}", **broker_overrides)
     broker = Broker(config, store_factory=store_factory)

@@ -603,7 +603,12 @@ class PlainAccessValidator:
         topic_field = _SEND_TOPIC_FIELDS.get(code)
         if topic_field is not None:  # a send: needed_resources' one pair, no OFFSET_CODES rule
             send_topic = fields.get(topic_field, "")
-            _require(account, access_key, send_topic, SUB if send_topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else PUB)
+            _require(
+                account,
+                access_key,
+                send_topic,
+                SUB if send_topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else PUB,
+            )
             return
         needed = needed_resources(request)
         offset_rule = OFFSET_CODES.get(request.code)

@@ -196,7 +196,9 @@ class Broker:
         self._register_processors()
         self.server.on_connection_closed(self._connection_closed)
         self.hold.start()
-        if not is_slave(self.config):  # a slave writes nothing of its own: delays and checks run on the master
+        if not is_slave(
+            self.config
+        ):  # a slave writes nothing of its own: delays and checks run on the master
             self.schedule.start()
             self.transactions.start()
         self._tasks += [
@@ -257,7 +259,9 @@ class Broker:
             if not derived:
                 raise
             # listenPort + 1 is only a convention: slaves learn the real port from the NameServer
-            log.error("HA port %d (listenPort + 1) is taken (%s); listening on a free port instead", port, exc)
+            log.error(
+                "HA port %d (listenPort + 1) is taken (%s); listening on a free port instead", port, exc
+            )
             self.ha_master.port = 0
             bound = await self.ha_master.start()
         c.ha_listen_port = bound  # what registers as haServerAddr
@@ -532,7 +536,8 @@ class Broker:
         perm = self.config.broker_permission
         if perm & PermName.READ_WRITE != PermName.READ_WRITE:
             wrapper.topic_config_table = {
-                name: dataclasses.replace(t, perm=t.perm & perm) for name, t in wrapper.topic_config_table.items()
+                name: dataclasses.replace(t, perm=t.perm & perm)
+                for name, t in wrapper.topic_config_table.items()
             }
         return wrapper
 

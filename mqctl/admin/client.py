@@ -43,7 +43,9 @@ def _session_signer() -> Callable[[RemotingCommand], None] | None:
 class Admin:
     """One admin session: a pooled remoting client plus the NameServer list."""
 
-    def __init__(self, namesrv: list[str], *, timeout: float = 5.0, client: RemotingClient | None = None) -> None:
+    def __init__(
+        self, namesrv: list[str], *, timeout: float = 5.0, client: RemotingClient | None = None
+    ) -> None:
         self.namesrv = list(namesrv)
         self.timeout = timeout
         self.client = client or RemotingClient(signer=_session_signer())
@@ -82,7 +84,12 @@ class Admin:
         raise last
 
     async def namesrv_call(
-        self, code: int, header: h.CommandHeader | None = None, body: bytes = b"", *, expect: tuple[int, ...] = (0,)
+        self,
+        code: int,
+        header: h.CommandHeader | None = None,
+        body: bytes = b"",
+        *,
+        expect: tuple[int, ...] = (0,),
     ) -> RemotingCommand:
         return await self._namesrv(lambda addr: self.call(addr, code, header, body, expect=expect))
 
@@ -117,7 +124,9 @@ class Admin:
     async def kv_list(self, namespace: str) -> dict[str, str]:
         header = h.GetKVListByNamespaceRequestHeader(namespace=namespace)
         response = await self.namesrv_call(
-            RequestCode.GET_KVLIST_BY_NAMESPACE, header, expect=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)
+            RequestCode.GET_KVLIST_BY_NAMESPACE,
+            header,
+            expect=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
         )
         return {} if response.code == ResponseCode.QUERY_NOT_FOUND else KVTable.loads(response.body).table
 
@@ -156,7 +165,9 @@ class Admin:
         from daemon.safe_config import FORCE_FIELD
 
         body = "".join(property_line(key, value) + "\n" for key, value in changes.items()).encode("utf-8")
-        request = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, {FORCE_FIELD: "true"} if force else {}, body)
+        request = RemotingCommand.request(
+            RequestCode.UPDATE_BROKER_CONFIG, {FORCE_FIELD: "true"} if force else {}, body
+        )
         await self.client.invoke_checked(addr, request, self.timeout)
 
     async def create_topic(self, addr: str, config: TopicConfig) -> None:
@@ -217,13 +228,20 @@ class Admin:
             bh.ConsumerGroupHeader(consumer_group=group),
             expect=(ResponseCode.SUCCESS, ResponseCode.CONSUMER_NOT_ONLINE),
         )
-        return None if response.code == ResponseCode.CONSUMER_NOT_ONLINE else bb.ConsumerConnection.loads(response.body)
+        return (
+            None
+            if response.code == ResponseCode.CONSUMER_NOT_ONLINE
+            else bb.ConsumerConnection.loads(response.body)
+        )
 
     async def consumer_offset(self, addr: str, group: str, topic: str, queue_id: int) -> int | None:
         """The committed offset, or None when the group never committed one for the queue."""
         header = bh.QueryConsumerOffsetRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id)
         response = await self.call(
-            addr, RequestCode.QUERY_CONSUMER_OFFSET, header, expect=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)
+            addr,
+            RequestCode.QUERY_CONSUMER_OFFSET,
+            header,
+            expect=(ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND),
         )
         if response.code == ResponseCode.QUERY_NOT_FOUND:
             return None
@@ -247,12 +265,16 @@ class Admin:
 
     async def max_offset(self, addr: str, topic: str, queue_id: int) -> int:
         """GET_MAX_OFFSET (30): the queue offset the next message will get."""
-        response = await self.call(addr, RequestCode.GET_MAX_OFFSET, bh.QueueHeader(topic=topic, queue_id=queue_id))
+        response = await self.call(
+            addr, RequestCode.GET_MAX_OFFSET, bh.QueueHeader(topic=topic, queue_id=queue_id)
+        )
         return bh.OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
 
     async def min_offset(self, addr: str, topic: str, queue_id: int) -> int:
         """GET_MIN_OFFSET (31): the oldest queue offset still stored."""
-        response = await self.call(addr, RequestCode.GET_MIN_OFFSET, bh.QueueHeader(topic=topic, queue_id=queue_id))
+        response = await self.call(
+            addr, RequestCode.GET_MIN_OFFSET, bh.QueueHeader(topic=topic, queue_id=queue_id)
+        )
         return bh.OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
 
     async def search_offset(self, addr: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
@@ -260,7 +282,9 @@ class Admin:
         response = await self.call(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header)
         return bh.OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
 
-    async def reset_offset_by_time(self, addr: str, topic: str, group: str, timestamp_ms: int) -> dict[bb.MessageQueue, int]:
+    async def reset_offset_by_time(
+        self, addr: str, topic: str, group: str, timestamp_ms: int
+    ) -> dict[bb.MessageQueue, int]:
         """INVOKE_BROKER_TO_RESET_OFFSET: the broker moves its online consumers to ``timestamp_ms``."""
         header = bh.ResetOffsetRequestHeader(topic=topic, group=group, timestamp=timestamp_ms, is_force=True)
         response = await self.call(addr, RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, header)

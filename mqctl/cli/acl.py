@@ -129,7 +129,9 @@ def _account_command(mode: str, doc: str) -> None:
 _account_command(
     "create", "Create an account on each broker (UPDATE_AND_CREATE_ACL_CONFIG); an existing one is refused."
 )
-_account_command("update", "Change an account; what is not given stays (a perm list given replaces that list).")
+_account_command(
+    "update", "Change an account; what is not given stays (a perm list given replaces that list)."
+)
 
 
 @app.command("delete")

@@ -69,16 +69,22 @@ def _root(
             help="Print where online commands connect and how long they wait (and why), then exit.",
         ),
     ] = False,
-    debug: Annotated[bool, typer.Option("--debug", envvar="MQCTL_DEBUG", help="Log debug output and show tracebacks.")] = False,
-    no_color: Annotated[bool, typer.Option("--no-color", help="Never use colour (NO_COLOR is honoured too).")] = False,
+    debug: Annotated[
+        bool, typer.Option("--debug", envvar="MQCTL_DEBUG", help="Log debug output and show tracebacks.")
+    ] = False,
+    no_color: Annotated[
+        bool, typer.Option("--no-color", help="Never use colour (NO_COLOR is honoured too).")
+    ] = False,
     verbose: Annotated[
-        bool, typer.Option("--verbose", "-v", help="Say on stderr which NameServers a command talks to, and why.")
+        bool,
+        typer.Option("--verbose", "-v", help="Say on stderr which NameServers a command talks to, and why."),
     ] = False,
     utc: Annotated[
         bool, typer.Option("--utc", envvar="MQCTL_UTC", help="Times in tables in UTC (default: local time).")
     ] = False,
     access_key: Annotated[
-        str | None, typer.Option("--access-key", help="ACL access key: sign every request (beats env and context).")
+        str | None,
+        typer.Option("--access-key", help="ACL access key: sign every request (beats env and context)."),
     ] = None,
     secret_key: Annotated[
         str | None, typer.Option("--secret-key", help="ACL secret key (MQCTL_SECRET_KEY keeps it out of ps).")

@@ -73,10 +73,13 @@ def start(
     ] = None,
     listen: Annotated[
         str | None,
-        typer.Option("--listen", help="HOST:PORT to listen on (listenHost/listenPort, default 0.0.0.0:10911)."),
+        typer.Option(
+            "--listen", help="HOST:PORT to listen on (listenHost/listenPort, default 0.0.0.0:10911)."
+        ),
     ] = None,
     port: Annotated[
-        int | None, typer.Option("--port", "-p", help="Listen port (listenPort, default 10911); see --listen.")
+        int | None,
+        typer.Option("--port", "-p", help="Listen port (listenPort, default 10911); see --listen."),
     ] = None,
     store: StoreOpt = None,
     metrics_port: Annotated[
@@ -148,7 +151,9 @@ def stop(
     if running is None:
         stderr_console().print(f"no broker is running on {cfg.store_path_root_dir}")
         return
-    terminate(running, cfg.listen_port, main_class="BrokerStartup", name="broker", what="broker", timeout=timeout)
+    terminate(
+        running, cfg.listen_port, main_class="BrokerStartup", name="broker", what="broker", timeout=timeout
+    )
     stderr_console().print(f"stopped broker (pid {running.pid}, {running.process or 'unknown process'})")
 
 
@@ -245,14 +250,18 @@ def clean(
         show_clean_report(rep, flags().output)
 
 
-config_app = typer.Typer(help="Read and change a running broker's settings (RocketMQ key names).", no_args_is_help=True)
+config_app = typer.Typer(
+    help="Read and change a running broker's settings (RocketMQ key names).", no_args_is_help=True
+)
 app.add_typer(config_app, name="config")
 
 
 @config_app.command("get")
 @cluster_options()
 def config_get(
-    keys: Annotated[list[str] | None, typer.Argument(help="Settings to show, e.g. fileReservedTime (default: all).")] = None,
+    keys: Annotated[
+        list[str] | None, typer.Argument(help="Settings to show, e.g. fileReservedTime (default: all).")
+    ] = None,
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
 ) -> None:

@@ -172,7 +172,8 @@ def cluster_options(*, output: bool = True, watch: bool = False) -> Callable[[F]
         signature = inspect.signature(func, eval_str=True)
         keyword = inspect.Parameter.KEYWORD_ONLY
         shared = [
-            inspect.Parameter(name, keyword, annotation=_SHARED[name][0], default=_SHARED[name][1]) for name in names
+            inspect.Parameter(name, keyword, annotation=_SHARED[name][0], default=_SHARED[name][1])
+            for name in names
         ]
 
         @functools.wraps(func)
@@ -185,7 +186,9 @@ def cluster_options(*, output: bool = True, watch: bool = False) -> Callable[[F]
 
         params = [*signature.parameters.values(), *shared]
         command.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
-        command.__annotations__ = {p.name: p.annotation for p in params} | {"return": signature.return_annotation}
+        command.__annotations__ = {p.name: p.annotation for p in params} | {
+            "return": signature.return_annotation
+        }
         return command  # type: ignore[return-value]
 
     return decorate

@@ -15,12 +15,16 @@ app = typer.Typer(help="Save and switch between NameServer contexts.", no_args_i
 _NAMESRV = typer.Option("--namesrv", "-n", help="NameServer list HOST:PORT[;HOST:PORT].")
 SparkRemoteOpt = Annotated[
     str | None,
-    typer.Option("--spark-remote", help="Spark Connect server (sc://HOST:PORT) for spark-export on this cluster."),
+    typer.Option(
+        "--spark-remote", help="Spark Connect server (sc://HOST:PORT) for spark-export on this cluster."
+    ),
 ]
 ContextTimeoutOpt = Annotated[
     float | None,
     typer.Option(
-        "--timeout", min=0.1, help="Seconds to wait for each answer from this cluster (--timeout, $MQCTL_TIMEOUT beat it)."
+        "--timeout",
+        min=0.1,
+        help="Seconds to wait for each answer from this cluster (--timeout, $MQCTL_TIMEOUT beat it).",
     ),
 ]
 
@@ -31,7 +35,9 @@ def add(
     namesrv: Annotated[str, _NAMESRV],
     use: Annotated[bool, typer.Option("--use", help="Make it the current context.")] = False,
     force: Annotated[bool, typer.Option("--force", help="Replace an existing context of that name.")] = False,
-    access_key: Annotated[str | None, typer.Option("--access-key", help="ACL access key to sign with.")] = None,
+    access_key: Annotated[
+        str | None, typer.Option("--access-key", help="ACL access key to sign with.")
+    ] = None,
     secret_key_file: Annotated[
         Path | None, typer.Option("--secret-key-file", help="File holding the ACL secret key (mode 600).")
     ] = None,
@@ -100,7 +106,12 @@ def set_(
     context = contexts.set(name, namesrv=namesrv, timeout=timeout, spark_remote=spark_remote)
     contexts.save()
     render(
-        {"set": context.name, "namesrv": context.namesrv, "spark_remote": context.spark_remote, "timeout": context.timeout},
+        {
+            "set": context.name,
+            "namesrv": context.namesrv,
+            "spark_remote": context.spark_remote,
+            "timeout": context.timeout,
+        },
         output,
     )
 

@@ -18,15 +18,30 @@ from mqctl.cli.common import (
 
 app = typer.Typer(help="Subscription groups: config, online clients, lag.", no_args_is_help=True)
 
-RetryQueuesOpt = Annotated[int | None, typer.Option("--retry-queues", min=1, help="Retry queue count (default 1).")]
-MaxRetriesOpt = Annotated[int | None, typer.Option("--max-retries", min=0, help="Redeliveries before the DLQ (default 16).")]
-BroadcastOpt = Annotated[bool | None, typer.Option("--broadcast/--no-broadcast", help="Allow broadcast consumption.")]
-FromMinOpt = Annotated[bool | None, typer.Option("--consume-from-min/--no-consume-from-min", help="New groups start at the min offset.")]
+RetryQueuesOpt = Annotated[
+    int | None, typer.Option("--retry-queues", min=1, help="Retry queue count (default 1).")
+]
+MaxRetriesOpt = Annotated[
+    int | None, typer.Option("--max-retries", min=0, help="Redeliveries before the DLQ (default 16).")
+]
+BroadcastOpt = Annotated[
+    bool | None, typer.Option("--broadcast/--no-broadcast", help="Allow broadcast consumption.")
+]
+FromMinOpt = Annotated[
+    bool | None,
+    typer.Option("--consume-from-min/--no-consume-from-min", help="New groups start at the min offset."),
+]
 EnabledOpt = Annotated[bool | None, typer.Option("--enable/--disable", help="Allow the group to consume.")]
 
 
-def _spec(group: str, retry: int | None, retries: int | None, broadcast: bool | None, from_min: bool | None,
-          enabled: bool | None) -> Any:
+def _spec(
+    group: str,
+    retry: int | None,
+    retries: int | None,
+    broadcast: bool | None,
+    from_min: bool | None,
+    enabled: bool | None,
+) -> Any:
     from mqctl.services.groups import GroupSpec
 
     return GroupSpec(group, retry, retries, broadcast, from_min, enabled)
@@ -43,13 +58,17 @@ def create(
     broadcast: BroadcastOpt = None,
     consume_from_min: FromMinOpt = None,
     enabled: EnabledOpt = None,
-    if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="Succeed without change when it exists.")] = False,
+    if_not_exists: Annotated[
+        bool, typer.Option("--if-not-exists", help="Succeed without change when it exists.")
+    ] = False,
 ) -> None:
     """Create a subscription group on every master of the cluster (or on one broker)."""
     from mqctl.services.groups import upsert
 
     spec = _spec(group, retry_queues, max_retries, broadcast, consume_from_min, enabled)
-    online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists))
+    online(
+        lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists)
+    )
 
 
 @app.command("update")
@@ -63,7 +82,9 @@ def update(
     broadcast: BroadcastOpt = None,
     consume_from_min: FromMinOpt = None,
     enabled: EnabledOpt = None,
-    if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed without change when it is missing.")] = False,
+    if_exists: Annotated[
+        bool, typer.Option("--if-exists", help="Succeed without change when it is missing.")
+    ] = False,
 ) -> None:
     """Change an existing group's settings; fields not given stay as they are."""
     from mqctl.services.groups import upsert
@@ -77,7 +98,9 @@ def update(
 def delete(
     group: GroupOpt,
     cluster: ClusterOpt = None,
-    remove_offsets: Annotated[bool, typer.Option("--remove-offsets", help="Also drop its committed offsets.")] = False,
+    remove_offsets: Annotated[
+        bool, typer.Option("--remove-offsets", help="Also drop its committed offsets.")
+    ] = False,
     if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed when it is already gone.")] = False,
     yes: YesOpt = False,
 ) -> None:
@@ -85,7 +108,11 @@ def delete(
     from mqctl.services.groups import delete as delete_group
 
     confirm(f"Delete group {group!r}{' and its offsets' if remove_offsets else ''}?", yes=yes)
-    online(lambda admin: delete_group(admin, group, cluster=cluster, remove_offsets=remove_offsets, if_exists=if_exists))
+    online(
+        lambda admin: delete_group(
+            admin, group, cluster=cluster, remove_offsets=remove_offsets, if_exists=if_exists
+        )
+    )
 
 
 @app.command("list")
@@ -127,7 +154,9 @@ def show(
 def progress(
     group: GroupOpt,
     topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic.")] = None,
-    lag_over: Annotated[int | None, typer.Option("--lag-over", min=0, help="Only queues with lag above N.")] = None,
+    lag_over: Annotated[
+        int | None, typer.Option("--lag-over", min=0, help="Only queues with lag above N.")
+    ] = None,
 ) -> None:
     """Per queue: broker offset, committed offset, lag, last consumed store time and owning client."""
     from mqctl.services.groups import progress as group_progress

@@ -114,7 +114,12 @@ def stop(
     if running is None:
         raise NotFoundError(f"no NameServer is running from {config.home}")
     terminate(
-        running, config.listen_port, main_class="NamesrvStartup", name="namesrv", what="NameServer", timeout=timeout
+        running,
+        config.listen_port,
+        main_class="NamesrvStartup",
+        name="namesrv",
+        what="NameServer",
+        timeout=timeout,
     )
     stderr_console().print(f"NameServer pid {running.pid} stopped")
 
@@ -159,19 +164,21 @@ def status(
         raise typer.Exit(3)
 
 
-kv = typer.Typer(help="The NameServers' KV config (e.g. ORDER_TOPIC_CONFIG), written to every NameServer.",
-                 no_args_is_help=True)
+kv = typer.Typer(
+    help="The NameServers' KV config (e.g. ORDER_TOPIC_CONFIG), written to every NameServer.",
+    no_args_is_help=True,
+)
 app.add_typer(kv, name="kv")
 
-NamespaceOpt = Annotated[str, typer.Option("--namespace", "-N", help="KV namespace, e.g. ORDER_TOPIC_CONFIG.")]
+NamespaceOpt = Annotated[
+    str, typer.Option("--namespace", "-N", help="KV namespace, e.g. ORDER_TOPIC_CONFIG.")
+]
 KeyArg = Annotated[str, typer.Argument(help="Key.")]
 
 
 @kv.command("get")
 @cluster_options()
-def kv_get(
-    namespace: NamespaceOpt, key: KeyArg
-) -> None:
+def kv_get(namespace: NamespaceOpt, key: KeyArg) -> None:
     """One value (exit 3 when the key is absent)."""
     from mqctl.services.kv import get
 

@@ -20,8 +20,12 @@ from mqctl.cli.common import (
 
 app = typer.Typer(help="Create, inspect and delete topics.", no_args_is_help=True)
 
-ReadQueuesOpt = Annotated[int | None, typer.Option("--read-queues", "-r", min=1, help="Read queue count (default 8).")]
-WriteQueuesOpt = Annotated[int | None, typer.Option("--write-queues", "-w", min=1, help="Write queue count (default 8).")]
+ReadQueuesOpt = Annotated[
+    int | None, typer.Option("--read-queues", "-r", min=1, help="Read queue count (default 8).")
+]
+WriteQueuesOpt = Annotated[
+    int | None, typer.Option("--write-queues", "-w", min=1, help="Write queue count (default 8).")
+]
 PermOpt = Annotated[str | None, typer.Option("--perm", help="Permission: r, w or rw (default rw).")]
 OrderOpt = Annotated[bool | None, typer.Option("--order/--no-order", help="Ordered topic (default no).")]
 
@@ -42,7 +46,9 @@ def create(
     write_queues: WriteQueuesOpt = None,
     perm: PermOpt = None,
     order: OrderOpt = None,
-    if_not_exists: Annotated[bool, typer.Option("--if-not-exists", help="Succeed without change when it exists.")] = False,
+    if_not_exists: Annotated[
+        bool, typer.Option("--if-not-exists", help="Succeed without change when it exists.")
+    ] = False,
 ) -> None:
     """Create a topic on every master of the cluster (or on one broker); an existing topic is a conflict."""
     from mqctl.services.topics import upsert
@@ -63,7 +69,9 @@ def update(
     write_queues: WriteQueuesOpt = None,
     perm: PermOpt = None,
     order: OrderOpt = None,
-    if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed without change when it is missing.")] = False,
+    if_exists: Annotated[
+        bool, typer.Option("--if-exists", help="Succeed without change when it is missing.")
+    ] = False,
 ) -> None:
     """Change an existing topic's queue counts, permission or order flag; unchanged fields stay."""
     from mqctl.services.topics import upsert
@@ -139,7 +147,9 @@ def stats(
 @app.command("apply")
 @cluster_options()
 def apply(
-    file: Annotated[Path, typer.Option("--file", "-f", exists=True, dir_okay=False, help="YAML or JSON topic list.")],
+    file: Annotated[
+        Path, typer.Option("--file", "-f", exists=True, dir_okay=False, help="YAML or JSON topic list.")
+    ],
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
     execute: ExecuteOpt = False,

@@ -9,7 +9,9 @@ from mqctl.errors import NotFoundError, UsageError
 from mqctl.services.topics import target_masters
 
 
-async def get(admin: Admin, *, cluster: str | None, broker: str | None, keys: list[str]) -> list[dict[str, Any]]:
+async def get(
+    admin: Admin, *, cluster: str | None, broker: str | None, keys: list[str]
+) -> list[dict[str, Any]]:
     """One row per broker and key; all keys when none are named (unknown names are an error)."""
     rows: list[dict[str, Any]] = []
     for addr in await target_masters(admin, cluster, broker):

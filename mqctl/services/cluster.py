@@ -65,11 +65,15 @@ async def masters(admin: Admin, cluster: str | None = None) -> list[str]:
 async def readers(admin: Admin, cluster: str | None = None) -> list[str]:
     """Where reads go in each broker group: its master, else (master down) its first slave, with a WARNING."""
     out: list[str] = []
-    for name, rows in itertools.groupby(await brokers(admin, cluster), key=lambda r: (r.cluster, r.broker_name)):
+    for name, rows in itertools.groupby(
+        await brokers(admin, cluster), key=lambda r: (r.cluster, r.broker_name)
+    ):
         group = list(rows)
         first = group[0]  # brokers() sorts by id: the master when it is there
         if first.broker_id != 0:
-            log.warning("%s: the master is down; reading from slave %d at %s", name[1], first.broker_id, first.addr)
+            log.warning(
+                "%s: the master is down; reading from slave %d at %s", name[1], first.broker_id, first.addr
+            )
         out.append(first.addr)
     return out
 

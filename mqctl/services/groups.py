@@ -69,7 +69,9 @@ async def upsert(
     if mode == "create" and exists:
         if soft:
             return {"group": spec.name, "action": "exists", "brokers": []}
-        raise ConflictError(f"group {spec.name!r} already exists", hint="use 'mqctl group update' or --if-not-exists")
+        raise ConflictError(
+            f"group {spec.name!r} already exists", hint="use 'mqctl group update' or --if-not-exists"
+        )
     if mode == "update" and not exists:
         if soft:
             return {"group": spec.name, "action": "missing", "brokers": []}
@@ -85,8 +87,13 @@ async def upsert(
         }
         if diff:
             await admin.create_group(addr, new)
-        changes.append({"broker": addr, "action": "unchanged" if not diff else ("created" if old is None else "updated"),
-                        "changes": diff})
+        changes.append(
+            {
+                "broker": addr,
+                "action": "unchanged" if not diff else ("created" if old is None else "updated"),
+                "changes": diff,
+            }
+        )
     return {"group": spec.name, "action": mode, "brokers": changes}
 
 
@@ -149,18 +156,31 @@ async def connections(admin: Admin, group: str) -> dict[str, Any]:
         found = await admin.consumer_connections(addr, group)
         if found is None:
             continue
-        details = {"consume_type": found.consume_type, "message_model": found.message_model,
-                   "consume_from_where": found.consume_from_where}
+        details = {
+            "consume_type": found.consume_type,
+            "message_model": found.message_model,
+            "consume_from_where": found.consume_from_where,
+        }
         for conn in found.connection_set:
-            rows[conn.client_id] = {"client_id": conn.client_id, "addr": conn.client_addr,
-                                    "language": conn.language, "version": conn.version}
+            rows[conn.client_id] = {
+                "client_id": conn.client_id,
+                "addr": conn.client_addr,
+                "language": conn.language,
+                "version": conn.version,
+            }
         for topic, sub in found.subscription_table.items():
             subscriptions[topic] = sub.sub_string
-    return {"group": group, **details, "clients": sorted(rows.values(), key=lambda r: r["client_id"]),
-            "subscriptions": subscriptions}
+    return {
+        "group": group,
+        **details,
+        "clients": sorted(rows.values(), key=lambda r: r["client_id"]),
+        "subscriptions": subscriptions,
+    }
 
 
-async def progress(admin: Admin, group: str, *, topic: str | None, lag_over: int | None) -> list[QueueProgress]:
+async def progress(
+    admin: Admin, group: str, *, topic: str | None, lag_over: int | None
+) -> list[QueueProgress]:
     """Per queue: broker offset, committed offset, lag and the owning client.
 
     The owner is computed with RocketMQ's default allocation (averagely, per topic, over the

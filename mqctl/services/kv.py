@@ -22,7 +22,13 @@ async def list_namespace(admin: Admin, namespace: str) -> list[dict[str, str]]:
 async def put(admin: Admin, namespace: str, key: str, value: str) -> dict[str, Any]:
     previous = await admin.kv_get(namespace, key)
     await admin.kv_put(namespace, key, value)
-    return {"namespace": namespace, "key": key, "previous": previous, "value": value, "namesrv": admin.namesrv}
+    return {
+        "namespace": namespace,
+        "key": key,
+        "previous": previous,
+        "value": value,
+        "namesrv": admin.namesrv,
+    }
 
 
 async def delete(admin: Admin, namespace: str, key: str, *, if_exists: bool = False) -> dict[str, Any]:

@@ -374,7 +374,9 @@ async def _view_on_slave(admin: Admin, master: str, offset: int) -> StoredMessag
                 continue
             host, port = message.store_host
             if f"{host}:{port}" == master:
-                log.warning("%s: the master is down; read from slave %d at %s", data.broker_name, slave_id, addr)
+                log.warning(
+                    "%s: the master is down; read from slave %d at %s", data.broker_name, slave_id, addr
+                )
                 return message
     return None
 

@@ -106,7 +106,9 @@ def route_masters(data: TopicRouteData) -> dict[str, str]:
     """broker name -> master address, for every broker group of a route that holds queues of its topic."""
     queue_brokers = {q.broker_name for q in data.queue_datas}
     return {
-        b.broker_name: addr for b in data.broker_datas if b.broker_name in queue_brokers and (addr := b.master_addr())
+        b.broker_name: addr
+        for b in data.broker_datas
+        if b.broker_name in queue_brokers and (addr := b.master_addr())
     }
 
 
@@ -146,7 +148,9 @@ async def target_masters(admin: Admin, cluster: str | None, broker: str | None) 
     if cluster is None and len(clusters) > 1:
         raise UsageError(f"several clusters ({', '.join(clusters)}): say which with --cluster")
     if not rows:
-        raise NotFoundError(f"no master broker in cluster {cluster!r}" if cluster else "no master broker registered")
+        raise NotFoundError(
+            f"no master broker in cluster {cluster!r}" if cluster else "no master broker registered"
+        )
     return [r.addr for r in rows]
 
 
@@ -175,7 +179,9 @@ async def upsert(
     """
     addrs = await target_masters(admin, cluster, broker)
     tables = await asyncio.gather(*(admin.topic_configs(addr) for addr in addrs))
-    return await _upsert_on(admin, spec, dict(zip(addrs, tables, strict=True)), mode=mode, soft=soft, dry_run=dry_run)
+    return await _upsert_on(
+        admin, spec, dict(zip(addrs, tables, strict=True)), mode=mode, soft=soft, dry_run=dry_run
+    )
 
 
 async def _upsert_on(
@@ -193,7 +199,9 @@ async def _upsert_on(
     if mode == "create" and exists:
         if soft:
             return {"topic": spec.name, "action": "exists", "brokers": []}
-        raise ConflictError(f"topic {spec.name!r} already exists", hint="use 'mqctl topic update' or --if-not-exists")
+        raise ConflictError(
+            f"topic {spec.name!r} already exists", hint="use 'mqctl topic update' or --if-not-exists"
+        )
     if mode == "update" and not exists:
         if soft:
             return {"topic": spec.name, "action": "missing", "brokers": []}
@@ -297,7 +305,9 @@ async def stats(admin: Admin, topic: str) -> dict[str, Any]:
     offsets = await queue_offsets(admin, topic, reads=True)
     rows = _status_rows(offsets)
     addrs = {addr for _, addr, _, _ in offsets}
-    puts = [d for d in await asyncio.gather(*(admin.broker_stats(a, "TOPIC_PUT_NUMS", topic) for a in addrs)) if d]
+    puts = [
+        d for d in await asyncio.gather(*(admin.broker_stats(a, "TOPIC_PUT_NUMS", topic) for a in addrs)) if d
+    ]
     return {
         "topic": topic,
         "brokers": len({r.broker_name for r in rows}),
@@ -318,7 +328,9 @@ async def apply_file(
     The masters and their tables are read once, not once per topic: 1,000 topics cost 1,000 creations
     (one at a time, as mqadmin updateTopic sends them) instead of 1,000 reads of a growing table too."""
     addrs = await target_masters(admin, cluster, broker)
-    tables = dict(zip(addrs, await asyncio.gather(*(admin.topic_configs(addr) for addr in addrs)), strict=True))
+    tables = dict(
+        zip(addrs, await asyncio.gather(*(admin.topic_configs(addr) for addr in addrs)), strict=True)
+    )
     rows = []
     for spec in specs:
         result = await _upsert_on(admin, spec, tables, mode="apply", dry_run=dry_run)

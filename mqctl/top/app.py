@@ -135,7 +135,9 @@ class GroupScreen(Screen[None]):
         self.detail: GroupDetail | None = None
 
     def compose(self) -> ComposeResult:
-        yield Static(Text(f"Group {self.group} — loading…  (Esc back, r refresh)"), id="group-title", classes="title")
+        yield Static(
+            Text(f"Group {self.group} — loading…  (Esc back, r refresh)"), id="group-title", classes="title"
+        )
         yield Table(fmt.QUEUE_COLUMNS, right_from=2, id="queues")
         yield Static("Online clients", classes="title")
         yield Table(fmt.CLIENT_COLUMNS, right_from=3, id="clients")
@@ -341,8 +343,10 @@ class TopApp(App[None]):
 
         status = Text()
         if self.error is not None:
-            status.append(f"error: {self.error}; retrying every {self.interval:g}s (failed {self.failures}×)",
-                          style="bold red")
+            status.append(
+                f"error: {self.error}; retrying every {self.interval:g}s (failed {self.failures}×)",
+                style="bold red",
+            )
         elif self.snapshot is None:
             status.append("connecting…")
         else:
@@ -350,8 +354,10 @@ class TopApp(App[None]):
             down = [b.name for b in self.snapshot.overview.brokers if b.error is not None]
             if down:
                 status.append(f"  DOWN: {', '.join(down)}", style="bold yellow")
-        status.append(f"  every {self.interval:g}s" + ("  PAUSED" if self.paused else "") + "  ? help  q quit",
-                      style="dim")
+        status.append(
+            f"  every {self.interval:g}s" + ("  PAUSED" if self.paused else "") + "  ? help  q quit",
+            style="dim",
+        )
         self.query_one("#status", Static).update(status)
 
     def render_view(self) -> None:
@@ -360,24 +366,34 @@ class TopApp(App[None]):
 
     def _render_overview(self, snap: Snapshot) -> None:
         ov = snap.overview
-        clusters = {c: sorted({b.name for b in ov.brokers if b.cluster == c}) for c in {b.cluster for b in ov.brokers}}
+        clusters = {
+            c: sorted({b.name for b in ov.brokers if b.cluster == c}) for c in {b.cluster for b in ov.brokers}
+        }
         listed = "; ".join(f"{c} ({', '.join(names)})" for c, names in sorted(clusters.items()))
         down = [b for b in ov.brokers if b.error is not None]
         masters = [b for b in ov.brokers if b.broker_id == 0]
         namesrvs = "  ".join(f"{n.addr} {'up' if n.up else 'DOWN'}" for n in ov.namesrvs)
         info = Text()
-        info.append(f"Cluster {listed or '-'}: {len(ov.brokers)} brokers, {len(masters)} masters, "
-                    f"{len(down)} down   NameServers: {namesrvs}\n")
+        info.append(
+            f"Cluster {listed or '-'}: {len(ov.brokers)} brokers, {len(masters)} masters, "
+            f"{len(down)} down   NameServers: {namesrvs}\n"
+        )
         size = sum(b.commitlog_bytes or 0 for b in masters)
         files = sum(b.commitlog_files or 0 for b in masters)
-        info.append(f"CommitLog: {fmt.human_bytes(size)} in {files} files   "
-                    "disk watermarks: clean 75%, force clean 85%, writes blocked 90%")
+        info.append(
+            f"CommitLog: {fmt.human_bytes(size)} in {files} files   "
+            "disk watermarks: clean 75%, force clean 85%, writes blocked 90%"
+        )
         self.query_one("#overview-info", Static).update(info)
         self.query_one("#put-label", Static).update(Text(f"Put {fmt.rate(ov.put_tps)}"))
         self.query_one("#get-label", Static).update(Text(f"Get {fmt.rate(ov.get_tps)}"))
         # one point would paint a solid block: the lines start with the second refresh
-        self.query_one("#put-spark", Sparkline).data = list(self.put_history) if len(self.put_history) > 1 else []
-        self.query_one("#get-spark", Sparkline).data = list(self.get_history) if len(self.get_history) > 1 else []
+        self.query_one("#put-spark", Sparkline).data = (
+            list(self.put_history) if len(self.put_history) > 1 else []
+        )
+        self.query_one("#get-spark", Sparkline).data = (
+            list(self.get_history) if len(self.get_history) > 1 else []
+        )
         brokers = fmt.select(list(ov.brokers), lambda b: b.name, self.filters["overview"], _BY_BROKER)
         self.query_one("#brokers-table", Table).sync(
             [(f"{b.name}/{b.broker_id}/{b.addr}", fmt.broker_cells(b)) for b in brokers]
@@ -388,7 +404,9 @@ class TopApp(App[None]):
         topics = snap.topics or ()
         rows = fmt.select(list(topics), lambda t: t.name, self.filters["topics"], order)
         missing = sorted(m.split(": ", 1)[1] for m in snap.missing if m.startswith("Topics: "))
-        note = f"   not available without the broker metrics endpoint: {', '.join(missing)}" if missing else ""
+        note = (
+            f"   not available without the broker metrics endpoint: {', '.join(missing)}" if missing else ""
+        )
         self.query_one("#topics-info", Static).update(
             Text(self._list_info(len(rows), len(topics), "topics", order.label) + note)
         )
@@ -399,7 +417,10 @@ class TopApp(App[None]):
         groups = snap.groups or ()
         rows = fmt.select(list(groups), lambda g: g.name, self.filters["groups"], order)
         self.query_one("#groups-info", Static).update(
-            Text(self._list_info(len(rows), len(groups), "groups", order.label) + "   Enter: queues and clients")
+            Text(
+                self._list_info(len(rows), len(groups), "groups", order.label)
+                + "   Enter: queues and clients"
+            )
         )
         self.query_one("#groups-table", Table).sync([(g.name, fmt.group_cells(g)) for g in rows])
 
@@ -490,7 +511,9 @@ def _clock(epoch: float) -> str:
     return time.strftime("%H:%M:%SZ", time.gmtime(epoch))
 
 
-def run_top(namesrv: list[str], *, interval: float, screen: str, make_source: Callable[[], TopSource]) -> None:
+def run_top(
+    namesrv: list[str], *, interval: float, screen: str, make_source: Callable[[], TopSource]
+) -> None:
     """Run the App in this terminal until the user quits; log records go to Textual's log, not over the screen."""
     from textual.logging import TextualHandler
 
@@ -498,6 +521,8 @@ def run_top(namesrv: list[str], *, interval: float, screen: str, make_source: Ca
     saved = root.handlers[:]
     root.handlers = [TextualHandler()]
     try:
-        TopApp(make_source(), interval=interval, target="NameServer " + ";".join(namesrv), screen=screen).run()
+        TopApp(
+            make_source(), interval=interval, target="NameServer " + ";".join(namesrv), screen=screen
+        ).run()
     finally:
         root.handlers = saved

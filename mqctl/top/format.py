@@ -113,8 +113,18 @@ def broker_cells(b: BrokerView) -> tuple[str, ...]:
     )
 
 
-BROKER_COLUMNS = ("Broker", "Role", "Address", "Version", "Put TPS", "Get TPS", "Disk", "CommitLog",
-                  "Files", "State")
+BROKER_COLUMNS = (
+    "Broker",
+    "Role",
+    "Address",
+    "Version",
+    "Put TPS",
+    "Get TPS",
+    "Disk",
+    "CommitLog",
+    "Files",
+    "State",
+)
 
 
 def topic_cells(t: TopicRow) -> tuple[str, ...]:
@@ -133,8 +143,15 @@ GROUP_COLUMNS = ("Group", "Lag", "Consumers", "Consume TPS", "Oldest unconsumed"
 
 
 def queue_cells(q: QueueOffset) -> tuple[str, ...]:
-    return (q.topic, q.broker, str(q.queue_id), count(q.broker_offset), count(q.consumer_offset), count(q.lag),
-            q.client or NONE)
+    return (
+        q.topic,
+        q.broker,
+        str(q.queue_id),
+        count(q.broker_offset),
+        count(q.consumer_offset),
+        count(q.lag),
+        q.client or NONE,
+    )
 
 
 QUEUE_COLUMNS = ("Topic", "Broker", "Queue", "Broker offset", "Consumer offset", "Lag", "Client")
@@ -187,7 +204,15 @@ def unconsumed(by_group: dict[str, int] | None) -> str:
     return ", ".join(f"{g} {n:,}" for g, n in behind) or "none"
 
 
-STORE_COLUMNS = ("Broker", "CommitLog file", "Written", "First write", "Last write", "Retention", "Unconsumed by")
+STORE_COLUMNS = (
+    "Broker",
+    "CommitLog file",
+    "Written",
+    "First write",
+    "Last write",
+    "Retention",
+    "Unconsumed by",
+)
 
 
 def store_summary(view: StoreView, now: float) -> str:

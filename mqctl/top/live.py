@@ -94,7 +94,11 @@ class BrokerSettings:
 def _settings(addr: str, config: dict[str, str]) -> BrokerSettings:
     port = config.get("metricsPort", "")
     enabled = config.get("metricsEnable", "false").lower() == "true"
-    url = f"http://{addr.rpartition(':')[0]}:{port}/metrics" if enabled and port.isdigit() and int(port) else None
+    url = (
+        f"http://{addr.rpartition(':')[0]}:{port}/metrics"
+        if enabled and port.isdigit() and int(port)
+        else None
+    )
     reserved = config.get("fileReservedTime")
     return BrokerSettings(
         file_size=int(config.get("mappedFileSizeCommitLog", 1024**3)),
@@ -147,10 +151,14 @@ class LiveSource:
     async def snapshot(self, views: frozenset[str] = VIEWS) -> Snapshot:
         namesrvs = await asyncio.gather(*(self._ping(addr) for addr in self.namesrv))
         if not any(n.up for n in namesrvs):
-            raise ConnectError("no NameServer answers: " + "; ".join(f"{n.addr} ({n.error})" for n in namesrvs))
+            raise ConnectError(
+                "no NameServer answers: " + "; ".join(f"{n.addr} ({n.error})" for n in namesrvs)
+            )
         rows = await brokers(self.admin)
         found = list(await asyncio.gather(*(self._broker(row) for row in rows)))
-        master_end = {(b.view.cluster, b.view.name): b.view.commitlog_max for b in found if b.view.broker_id == 0}
+        master_end = {
+            (b.view.cluster, b.view.name): b.view.commitlog_max for b in found if b.view.broker_id == 0
+        }
         for b in found:  # a slave's lag: how far its CommitLog end is behind its master's
             end = master_end.get((b.view.cluster, b.view.name))
             if b.view.broker_id != 0 and end is not None and b.view.commitlog_max is not None:
@@ -188,7 +196,9 @@ class LiveSource:
             runtime = await self.admin.broker_runtime_info(row.addr)
             settings = self._settings.get(row.addr)
             if settings is None:
-                settings = self._settings[row.addr] = _settings(row.addr, await self.admin.broker_config(row.addr))
+                settings = self._settings[row.addr] = _settings(
+                    row.addr, await self.admin.broker_config(row.addr)
+                )
         except RemotingError as exc:
             self._settings.pop(row.addr, None)  # a restarted broker may come back with another config
             return _Broker(replace(base, error=str(exc)), {}, None, None)
@@ -331,10 +341,14 @@ class LiveSource:
         return GroupDetail(
             group=group,
             queues=tuple(
-                QueueOffset(q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset, q.lag, q.client)
+                QueueOffset(
+                    q.topic, q.broker_name, q.queue_id, q.broker_offset, q.consumer_offset, q.lag, q.client
+                )
                 for q in queues
             ),
-            clients=tuple(ClientView(c["client_id"], c["addr"], c["language"], c["version"]) for c in online["clients"]),
+            clients=tuple(
+                ClientView(c["client_id"], c["addr"], c["language"], c["version"]) for c in online["clients"]
+            ),
         )
 
     # -------------------------------------------------------------------------------------- store
@@ -381,7 +395,9 @@ class LiveSource:
             file_reserved_hours=settings.reserved_hours,
             disk_ratio=broker.view.disk_ratio,
             files=tuple(files),
-            note=None if plan is not None else "no cleanup plan from this broker: last writes and verdicts "
+            note=None
+            if plan is not None
+            else "no cleanup plan from this broker: last writes and verdicts "
             "estimated from the next file's first message",
             planned=plan is not None,
         )

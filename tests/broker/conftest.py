@@ -22,7 +22,6 @@ async def broker(tmp_path: Path) -> AsyncIterator[BrokerHandle]:
         await b.stop()
 
 
-
 @pytest.fixture
 async def cluster(tmp_path: Path) -> AsyncIterator[ClusterHandle]:
     handle = await start_cluster(tmp_path)

@@ -155,7 +155,9 @@ async def test_config_updates_keep_the_operators_file_as_written(tmp_path: Path)
     conf = tmp_path / "broker.conf"
     conf.write_text("# our cluster\nbrokerClusterName = Prod\nfileReservedTime=72\n")
     config = load_broker_config(conf, {"store_path_root_dir": str(tmp_path / "store")})
-    broker = Broker(dataclasses.replace(broker_config(tmp_path / "store"), broker_config_path=config.broker_config_path))
+    broker = Broker(
+        dataclasses.replace(broker_config(tmp_path / "store"), broker_config_path=config.broker_config_path)
+    )
     await broker.start()
     try:
         async with RemotingClient() as client:
@@ -174,7 +176,9 @@ async def test_config_update_with_escapes_reads_back_equal_everywhere(tmp_path: 
     config = load_broker_config(conf, {"store_path_root_dir": str(tmp_path / "store")})
     assert config.msg_trace_topic_name == "a\\b"  # an odd backslash run continues the line
     value = " Trace:é\\#1"
-    broker = Broker(dataclasses.replace(broker_config(tmp_path / "store"), broker_config_path=config.broker_config_path))
+    broker = Broker(
+        dataclasses.replace(broker_config(tmp_path / "store"), broker_config_path=config.broker_config_path)
+    )
     await broker.start()
     try:
         async with RemotingClient() as client:
@@ -187,7 +191,10 @@ async def test_config_update_with_escapes_reads_back_equal_everywhere(tmp_path: 
     finally:
         await broker.stop()
     assert conf.read_text().startswith("# caf\\u00e9\nbrokerClusterName = Prod\nmsgTraceTopicName=")
-    assert load_broker_config(conf, {"store_path_root_dir": str(tmp_path / "store")}).msg_trace_topic_name == value
+    assert (
+        load_broker_config(conf, {"store_path_root_dir": str(tmp_path / "store")}).msg_trace_topic_name
+        == value
+    )
 
 
 async def test_metrics_endpoint_reports_lag_and_health(broker: BrokerHandle) -> None:

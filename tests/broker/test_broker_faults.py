@@ -79,7 +79,10 @@ async def test_sigkill_under_sync_flush_loses_no_acknowledged_send(
         update = {"consumerGroup": "KG", "topic": "Kill", "queueId": "0", "commitOffset": "0"}
 
         senders = [
-            asyncio.create_task(send_until_dead(handle, "Kill", n, lambda n, i: f"{n}-{i}".encode() * 10, acked)) for n in range(8)
+            asyncio.create_task(
+                send_until_dead(handle, "Kill", n, lambda n, i: f"{n}-{i}".encode() * 10, acked)
+            )
+            for n in range(8)
         ]
         await wait_until(lambda: _at_least(acked, 200))
         committed = {**update, "commitOffset": "7"}

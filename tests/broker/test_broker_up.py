@@ -96,12 +96,21 @@ async def test_broker_and_namesrv_status_find_what_up_started(cli_env: dict[str,
     """One default data dir: 'broker status|stop' and 'namesrv status' without flags find 'mqctl up'."""
     ports = ["--namesrv-port", str(free_port()), "--broker-port", str(free_port()), "--no-metrics"]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mqctl", "up", *ports], cwd=ROOT, env=cli_env, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "mqctl", "up", *ports],
+        cwd=ROOT,
+        env=cli_env,
+        stderr=subprocess.PIPE,
+        text=True,
     )
 
     def mqctl(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "mqctl", *args], cwd=ROOT, env=cli_env, capture_output=True, text=True, timeout=60
+            [sys.executable, "-m", "mqctl", *args],
+            cwd=ROOT,
+            env=cli_env,
+            capture_output=True,
+            text=True,
+            timeout=60,
         )
 
     try:
@@ -113,7 +122,9 @@ async def test_broker_and_namesrv_status_find_what_up_started(cli_env: dict[str,
         drain = asyncio.create_task(asyncio.to_thread(proc.stderr.read))  # its log must not fill the pipe
         broker = await asyncio.to_thread(mqctl, "broker", "status", "-o", "json")
         assert broker.returncode == 0, broker.stderr
-        assert json.loads(broker.stdout)["state"] == "running" and json.loads(broker.stdout)["pid"] == proc.pid
+        assert (
+            json.loads(broker.stdout)["state"] == "running" and json.loads(broker.stdout)["pid"] == proc.pid
+        )
         namesrv = await asyncio.to_thread(mqctl, "namesrv", "status", "-o", "json")
         assert namesrv.returncode == 0, namesrv.stderr
         assert json.loads(namesrv.stdout)["address"] == f"127.0.0.1:{ports[1]}"
@@ -159,4 +170,6 @@ async def test_up_runs_broker_groups_with_slaves_on_loopback(tmp_path: Path, cli
     for store in ("store", "store-slave1", "store-broker-b", "store-broker-b-slave1"):  # one store each
         assert (data / store / "checkpoint").is_file(), store
     for master in ("store", "store-broker-b"):
-        assert "Spread" in json.loads((data / master / "config" / "topics.json").read_text())["topicConfigTable"]
+        assert (
+            "Spread" in json.loads((data / master / "config" / "topics.json").read_text())["topicConfigTable"]
+        )

@@ -353,7 +353,10 @@ async def test_sigkill_sync_master_mid_send_loses_no_acknowledged_message(
         assert slave.topics.get("Kill") is not None
 
         senders = [
-            asyncio.create_task(send_until_dead(master, "Kill", n, lambda n, i: f"{n}-{i}-".encode() * 20, acked)) for n in range(8)
+            asyncio.create_task(
+                send_until_dead(master, "Kill", n, lambda n, i: f"{n}-{i}-".encode() * 20, acked)
+            )
+            for n in range(8)
         ]
         await wait_until(lambda: len(acked) >= 300)
         os.kill(proc.pid, signal.SIGKILL)
@@ -490,7 +493,9 @@ async def test_offset_committed_to_the_slave_while_the_master_is_down_reaches_th
     assert g.slave.offsets.query_offset("BG", "Back", 0) == 4
     # handed on once; and never backwards: the consumer moved on at the master, a stale slave commit stays
     commit["commitOffset"] = "6"
-    assert (await g.on(g.master).call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == ResponseCode.SUCCESS
+    assert (
+        await g.on(g.master).call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)
+    ).code == ResponseCode.SUCCESS
     commit["commitOffset"] = "5"
     assert (await slave.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit)).code == ResponseCode.SUCCESS
     await g.slave.sync_from_master()

@@ -94,7 +94,9 @@ def test_a_topic_created_in_a_send_is_journaled_outside_the_table_lock(tmp_path:
     created: list[str] = []
     with file._write_lock:  # a concurrent persist, between its two locks
         creator = threading.Thread(
-            target=lambda: created.append(topics.create_system_like("%RETRY%G", 1, PermName.READ_WRITE).topic_name)
+            target=lambda: created.append(
+                topics.create_system_like("%RETRY%G", 1, PermName.READ_WRITE).topic_name
+            )
         )
         creator.start()
         deadline = time.monotonic() + 10
@@ -107,6 +109,8 @@ def test_a_topic_created_in_a_send_is_journaled_outside_the_table_lock(tmp_path:
     assert created == ["%RETRY%G"]
     journal = Path(f"{tmp_path / 'topics.json'}.journal").read_text()
     assert "%RETRY%G" in journal and not (tmp_path / "topics.json").exists()
+
+
 async def test_a_creation_refused_for_a_full_disk_is_not_in_force_nor_written_later(
     broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -26,8 +26,23 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 @pytest.mark.slow
 def test_produce_over_several_topics_then_consume_them(cli: RunCli, daemons: LocalCluster) -> None:
     env = {"NAMESRV_ADDR": daemons.namesrv_addr}
-    produced = cli("bench", "produce", "-t", "BenchT", "--topics", "3", "--threads", "4", "--size", "128",
-                   "--count", "600", "-o", "json", env=env)
+    produced = cli(
+        "bench",
+        "produce",
+        "-t",
+        "BenchT",
+        "--topics",
+        "3",
+        "--threads",
+        "4",
+        "--size",
+        "128",
+        "--count",
+        "600",
+        "-o",
+        "json",
+        env=env,
+    )
     assert produced.code == 0, produced.stderr
     result = produced.json()
     assert result["messages"] == 600 and result["failures"] == 0 and result["tps"] > 0
@@ -36,20 +51,33 @@ def test_produce_over_several_topics_then_consume_them(cli: RunCli, daemons: Loc
     per_topic = [sum(store.get_max_offset(t, q) for q in range(4)) for t in topic_names("BenchT", 3)]
     assert per_topic == [200, 200, 200]
 
-    drained = cli("bench", "consume", "-t", "BenchT-1", "-g", "BenchG", "--idle", "0.5", "-o", "json", env=env).json()
+    drained = cli(
+        "bench", "consume", "-t", "BenchT-1", "-g", "BenchG", "--idle", "0.5", "-o", "json", env=env
+    ).json()
     assert drained["messages"] == 200 and drained["tps"] > 0
-    assert [daemons.broker.offsets.query_offset("BenchG", "BenchT-1", q) for q in range(4)] == [50, 50, 50, 50]
-    again = cli("bench", "consume", "-t", "BenchT-1", "-g", "BenchG", "--idle", "0.3", "-o", "json", env=env).json()
+    assert [daemons.broker.offsets.query_offset("BenchG", "BenchT-1", q) for q in range(4)] == [
+        50,
+        50,
+        50,
+        50,
+    ]
+    again = cli(
+        "bench", "consume", "-t", "BenchT-1", "-g", "BenchG", "--idle", "0.3", "-o", "json", env=env
+    ).json()
     assert again["messages"] == 0
 
 
 def test_topics_it_creates_get_the_asked_queue_count(cli: RunCli, daemons: LocalCluster) -> None:
     env = {"NAMESRV_ADDR": daemons.namesrv_addr}
-    produced = cli("bench", "produce", "-t", "Narrow", "--topics", "2", "-w", "2", "--count", "40", "-o", "json", env=env)
+    produced = cli(
+        "bench", "produce", "-t", "Narrow", "--topics", "2", "-w", "2", "--count", "40", "-o", "json", env=env
+    )
     assert produced.code == 0, produced.stderr
     topics = daemons.broker.topics
     assert [topics.get(t).write_queue_nums for t in topic_names("Narrow", 2)] == [2, 2]  # type: ignore[union-attr]
-    assert [daemons.broker.store.get_max_offset(t, q) for t in topic_names("Narrow", 2) for q in range(2)] == [10] * 4
+    assert [
+        daemons.broker.store.get_max_offset(t, q) for t in topic_names("Narrow", 2) for q in range(2)
+    ] == [10] * 4
 
 
 def test_count_records_walks_total_sizes() -> None:
@@ -62,14 +90,34 @@ def test_count_records_walks_total_sizes() -> None:
 @pytest.mark.slow
 def test_percentiles_exact_count_and_duration(cli: RunCli, daemons: LocalCluster) -> None:
     env = {"NAMESRV_ADDR": daemons.namesrv_addr}
-    produced = cli("bench", "produce", "-t", "Pct", "--threads", "4", "--count", "300", "-o", "json", env=env).json()
+    produced = cli(
+        "bench", "produce", "-t", "Pct", "--threads", "4", "--count", "300", "-o", "json", env=env
+    ).json()
     assert produced["messages"] == 300
-    assert 0 < produced["rt_p50_ms"] <= produced["rt_p90_ms"] <= produced["rt_p99_ms"] <= produced["rt_p999_ms"]
+    assert (
+        0 < produced["rt_p50_ms"] <= produced["rt_p90_ms"] <= produced["rt_p99_ms"] <= produced["rt_p999_ms"]
+    )
     assert produced["rt_p999_ms"] <= produced["max_rt_ms"] and produced["interrupted"] is False
-    drained = cli("bench", "consume", "-t", "Pct", "-g", "PctG", "--count", "101", "--idle", "1", "-o", "json", env=env)
+    drained = cli(
+        "bench", "consume", "-t", "Pct", "-g", "PctG", "--count", "101", "--idle", "1", "-o", "json", env=env
+    )
     assert drained.json()["messages"] == 101  # exactly, not a multiple of the pull batch
     assert sum(daemons.broker.offsets.query_offset("PctG", "Pct", q) for q in range(4)) == 101
-    timed = cli("bench", "produce", "-t", "Pct", "--threads", "2", "--duration", "1", "--rate", "50", "-o", "json", env=env)
+    timed = cli(
+        "bench",
+        "produce",
+        "-t",
+        "Pct",
+        "--threads",
+        "2",
+        "--duration",
+        "1",
+        "--rate",
+        "50",
+        "-o",
+        "json",
+        env=env,
+    )
     result = timed.json()
     assert 0.9 <= result["seconds"] < 5 and 10 <= result["messages"] <= 80  # about 50/s for about 1 s
 
@@ -81,7 +129,21 @@ def test_ctrl_c_keeps_the_statistics(cli_env: dict[str, str], daemons: LocalClus
 
     before = stored()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "mqctl", "bench", "produce", "-t", "Pct", "--duration", "60", "--rate", "100", "-o", "json"],
+        [
+            sys.executable,
+            "-m",
+            "mqctl",
+            "bench",
+            "produce",
+            "-t",
+            "Pct",
+            "--duration",
+            "60",
+            "--rate",
+            "100",
+            "-o",
+            "json",
+        ],
         env={**cli_env, "NAMESRV_ADDR": daemons.namesrv_addr},
         cwd=ROOT,
         stdout=subprocess.PIPE,

@@ -57,7 +57,11 @@ def test_precedence_mqctl_env_then_context_then_namesrv_addr(cli: RunCli) -> Non
     assert chosen.json()["source"] == "context dev"
     assert chosen.stderr.count("outranks $NAMESRV_ADDR") == 1  # never silently
     both = cli(
-        "context", "current", "-o", "json", env={"NAMESRV_ADDR": "127.0.0.1:2222", "MQCTL_NAMESRV": "127.0.0.1:3333"}
+        "context",
+        "current",
+        "-o",
+        "json",
+        env={"NAMESRV_ADDR": "127.0.0.1:2222", "MQCTL_NAMESRV": "127.0.0.1:3333"},
     ).json()
     assert both["namesrv"] == "127.0.0.1:3333"
 
@@ -82,7 +86,17 @@ def test_rm_if_exists(cli: RunCli) -> None:
 
 
 def test_a_context_names_its_spark_connect_server(cli: RunCli) -> None:
-    added = cli("context", "add", "lake", "-n", "127.0.0.1:9876", "--spark-remote", "sc://127.0.0.1:15002", "-o", "json")
+    added = cli(
+        "context",
+        "add",
+        "lake",
+        "-n",
+        "127.0.0.1:9876",
+        "--spark-remote",
+        "sc://127.0.0.1:15002",
+        "-o",
+        "json",
+    )
     assert added.code == 0, added.stderr
     assert added.json()["spark_remote"] == "sc://127.0.0.1:15002"
     [row] = cli("context", "ls", "-o", "json").json()

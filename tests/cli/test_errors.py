@@ -141,7 +141,11 @@ def test_a_store_dir_this_user_may_not_read_exits_11(
     monkeypatch.setattr(store_inspect, "index_ls", refused)
     code, err = _main(capsys, "store", "index", "ls", "--store", str(tmp_path))
     assert code == errors.LocalPermissionError.exit_code
-    assert err.startswith("mqctl: error: Permission denied: ") and "server" not in err and len(err.splitlines()) == 1
+    assert (
+        err.startswith("mqctl: error: Permission denied: ")
+        and "server" not in err
+        and len(err.splitlines()) == 1
+    )
 
 
 def test_a_daemon_already_running_on_the_data_dir_is_a_conflict(

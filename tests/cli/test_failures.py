@@ -154,7 +154,9 @@ def test_every_online_command_takes_timeout(cli: RunCli, busy_port: int) -> None
     assert missing == []
 
 
-def test_a_background_start_exits_with_the_daemons_own_code(cli: RunCli, busy_port: int, tmp_path: Path) -> None:
+def test_a_background_start_exits_with_the_daemons_own_code(
+    cli: RunCli, busy_port: int, tmp_path: Path
+) -> None:
     """--daemon: the forked daemon's failure (here a busy port, exit 4) is the original process's exit code."""
     data = str(tmp_path / "ns")
     result = cli("namesrv", "start", "--daemon", "--listen", f"127.0.0.1:{busy_port}", "--data", data)

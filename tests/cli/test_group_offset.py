@@ -192,7 +192,9 @@ def test_a_reset_plan_is_a_table_of_queues(mq: RunCli, loaded: LocalCluster) -> 
     assert ["group", GROUP] in rows
     queue_rows = [r for r in rows if r[0] == "broker-a"]
     committed = [loaded.broker.offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)]
-    assert [r[1:] for r in queue_rows] == [[str(q), str(c), str(c - 3), "-3"] for q, c in enumerate(committed)]
+    assert [r[1:] for r in queue_rows] == [
+        [str(q), str(c), str(c - 3), "-3"] for q, c in enumerate(committed)
+    ]
     assert "{" not in result.stdout
 
 

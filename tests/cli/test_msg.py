@@ -294,17 +294,21 @@ def test_user_data_is_shown_as_data_never_as_markup(mq: Callable[..., CliResult]
     assert "[urgent]" in listed.stdout and "[vip]" in listed.stdout
 
 
-def test_times_are_local_in_tables_utc_with_flag_and_iso_in_json(
-    cli: RunCli, daemons: LocalCluster
-) -> None:
+def test_times_are_local_in_tables_utc_with_flag_and_iso_in_json(cli: RunCli, daemons: LocalCluster) -> None:
     env = {"NAMESRV_ADDR": daemons.namesrv_addr, "TZ": "Asia/Tokyo"}
     shown = cli("msg", "show", "-t", TOPIC, "-q", "1", "--offset", "0", "-o", "json", env=env).json()
     assert shown["store_time"].endswith("Z") and isinstance(shown["store_time_ms"], int)
     local = cli("msg", "show", "-t", TOPIC, "-q", "1", "--offset", "0", env=env).stdout
-    rows = {r[0]: r[1] for r in ([c.strip() for c in line.split("│")] for line in local.splitlines()) if len(r) == 2}
+    rows = {
+        r[0]: r[1]
+        for r in ([c.strip() for c in line.split("│")] for line in local.splitlines())
+        if len(r) == 2
+    }
     assert rows["store_time"].endswith("+09:00") and "store_time_ms" not in rows
     utc = cli("--utc", "msg", "show", "-t", TOPIC, "-q", "1", "--offset", "0", env=env).stdout
-    rows = {r[0]: r[1] for r in ([c.strip() for c in line.split("│")] for line in utc.splitlines()) if len(r) == 2}
+    rows = {
+        r[0]: r[1] for r in ([c.strip() for c in line.split("│")] for line in utc.splitlines()) if len(r) == 2
+    }
     assert rows["store_time"] == shown["store_time"]
 
 
@@ -448,8 +452,12 @@ def test_resend_sends_dead_letters_back_once(
 ) -> None:
     forget_resent(daemons)
     before = other_total(daemons)
-    one = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[0], "--execute", "--yes", "-o", "json"))
-    assert [(o["dlq_msg_id"], o["outcome"], o["to_topic"]) for o in one] == [(dead_letters[0], "RESENT", OTHER)]
+    one = ok(
+        mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[0], "--execute", "--yes", "-o", "json")
+    )
+    assert [(o["dlq_msg_id"], o["outcome"], o["to_topic"]) for o in one] == [
+        (dead_letters[0], "RESENT", OTHER)
+    ]
     everything = ok(mq("msg", "resend", "-g", DLQ_GROUP, "--execute", "--yes", "-o", "json"))
     assert sorted((o["dlq_msg_id"], o["outcome"]) for o in everything) == sorted(
         [(dead_letters[0], "ALREADY RESENT"), (dead_letters[1], "RESENT")]
@@ -492,7 +500,20 @@ def test_resend_to_another_topic(
 ) -> None:
     forget_resent(daemons)
     (outcome,) = ok(
-        mq("msg", "resend", "-g", DLQ_GROUP, "--id", dead_letters[1], "--to-topic", TOPIC, "--execute", "--yes", "-o", "json")
+        mq(
+            "msg",
+            "resend",
+            "-g",
+            DLQ_GROUP,
+            "--id",
+            dead_letters[1],
+            "--to-topic",
+            TOPIC,
+            "--execute",
+            "--yes",
+            "-o",
+            "json",
+        )
     )
     assert outcome["outcome"] == "RESENT" and outcome["to_topic"] == TOPIC
     assert stored(daemons, outcome["new_msg_id"]).topic == TOPIC
@@ -506,7 +527,9 @@ def test_a_failed_resend_exits_non_zero_and_is_not_recorded(
     failed = mq(*args, "--to-topic", "NoSuchTopic", "-o", "json")
     assert failed.code == 8, failed.stderr
     assert [o["outcome"] for o in failed.json()] == ["FAILED"] and "could not be re-sent" in failed.stderr
-    assert [o["outcome"] for o in ok(mq(*args, "-o", "json"))] == ["RESENT"]  # a failure is not marked re-sent
+    assert [o["outcome"] for o in ok(mq(*args, "-o", "json"))] == [
+        "RESENT"
+    ]  # a failure is not marked re-sent
 
 
 def test_resend_unknown_ids_and_groups_are_not_found(

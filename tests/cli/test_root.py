@@ -92,6 +92,8 @@ def test_a_command_builds_only_its_own_noun() -> None:
     """Converting every noun's Typer app was half the start-up of any command: a run builds one."""
     from mqctl.cli.app import NOUNS, _noun, command
 
-    assert _noun(["--no-color", "topic", "list"]) == "topic" and _noun(["topci"]) is None and _noun([]) is None
+    assert (
+        _noun(["--no-color", "topic", "list"]) == "topic" and _noun(["topci"]) is None and _noun([]) is None
+    )
     assert list(command("topic").commands) == ["topic"]  # type: ignore[attr-defined]
     assert len(command().commands) == len(NOUNS)  # type: ignore[attr-defined]

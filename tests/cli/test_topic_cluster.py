@@ -32,8 +32,13 @@ def mq(cli: RunCli, daemons: LocalCluster) -> RunCli:
 def test_cluster_list_and_status(mq: RunCli, daemons: LocalCluster) -> None:
     listed = mq("cluster", "list", "-o", "json").json()
     assert listed == [
-        {"cluster": daemons.broker.config.broker_cluster_name, "broker_name": "broker-a", "broker_id": 0,
-         "addr": daemons.broker_addr, "role": "MASTER"}
+        {
+            "cluster": daemons.broker.config.broker_cluster_name,
+            "broker_name": "broker-a",
+            "broker_id": 0,
+            "addr": daemons.broker_addr,
+            "role": "MASTER",
+        }
     ]
     status = mq("cluster", "status", "-o", "json").json()
     assert status[0]["addr"] == daemons.broker_addr
@@ -48,8 +53,16 @@ def test_topic_lifecycle(mq: RunCli, daemons: LocalCluster) -> None:
     assert created.code == 0, created.stderr
     body = created.json()
     assert body["brokers"] == [
-        {"broker": daemons.broker_addr, "action": "created",
-         "changes": {"read_queue_nums": [None, 4], "write_queue_nums": [None, 4], "perm": [None, 6], "order": [None, False]}}
+        {
+            "broker": daemons.broker_addr,
+            "action": "created",
+            "changes": {
+                "read_queue_nums": [None, 4],
+                "write_queue_nums": [None, 4],
+                "perm": [None, 6],
+                "order": [None, False],
+            },
+        }
     ]
     config = daemons.broker.topics.get("Orders")
     assert config is not None and config.read_queue_nums == 4 and config.write_queue_nums == 4
@@ -64,8 +77,16 @@ def test_topic_lifecycle(mq: RunCli, daemons: LocalCluster) -> None:
     assert daemons.broker.topics.get("Orders").write_queue_nums == 2
 
     route = mq("topic", "route", "-t", "Orders", "-o", "json").json()
-    assert route == [{"broker_name": "broker-a", "read_queues": 4, "write_queues": 2, "perm": "RW-",
-                      "master": daemons.broker_addr, "slaves": []}]
+    assert route == [
+        {
+            "broker_name": "broker-a",
+            "read_queues": 4,
+            "write_queues": 2,
+            "perm": "RW-",
+            "master": daemons.broker_addr,
+            "slaves": [],
+        }
+    ]
     assert {"topic": "Orders"} in mq("topic", "list", "-o", "json").json()
 
     status = mq("topic", "status", "-t", "Orders", "-o", "json").json()
@@ -79,12 +100,18 @@ def test_topic_lifecycle(mq: RunCli, daemons: LocalCluster) -> None:
     assert deleted == {"topic": "Orders", "action": "deleted", "brokers": [daemons.broker_addr]}
     assert daemons.broker.topics.get("Orders") is None
     assert mq("topic", "route", "-t", "Orders").code == NotFoundError.exit_code
-    assert mq("topic", "delete", "-t", "Orders", "--yes", "--if-exists", "-o", "json").json()["action"] == "missing"
+    assert (
+        mq("topic", "delete", "-t", "Orders", "--yes", "--if-exists", "-o", "json").json()["action"]
+        == "missing"
+    )
 
 
 def test_update_missing_topic(mq: RunCli) -> None:
     assert mq("topic", "update", "-t", "Nope", "-w", "2").code == NotFoundError.exit_code
-    assert mq("topic", "update", "-t", "Nope", "-w", "2", "--if-exists", "-o", "json").json()["action"] == "missing"
+    assert (
+        mq("topic", "update", "-t", "Nope", "-w", "2", "--if-exists", "-o", "json").json()["action"]
+        == "missing"
+    )
 
 
 def test_apply_is_idempotent(mq: RunCli, daemons: LocalCluster, tmp_path: Path) -> None:
@@ -97,7 +124,9 @@ def test_apply_is_idempotent(mq: RunCli, daemons: LocalCluster, tmp_path: Path) 
     assert [row["action"] for row in second] == ["unchanged", "unchanged"]
     spec.write_text("- {name: A1, read_queues: 3, write_queues: 2}\n")
     planned = mq("topic", "apply", "-f", str(spec), "-o", "json")
-    assert planned.json()[0]["action"] == "would update" and planned.json()[0]["changes"] == {"read_queue_nums": [2, 3]}
+    assert planned.json()[0]["action"] == "would update" and planned.json()[0]["changes"] == {
+        "read_queue_nums": [2, 3]
+    }
     assert "add --execute" in planned.stderr
     assert daemons.broker.topics.get("A1").read_queue_nums == 2
     bad = tmp_path / "bad.yaml"
@@ -105,7 +134,9 @@ def test_apply_is_idempotent(mq: RunCli, daemons: LocalCluster, tmp_path: Path) 
     assert mq("topic", "apply", "-f", str(bad)).code == UsageError.exit_code
 
 
-def test_apply_plans_by_default_and_says_would_create(mq: RunCli, daemons: LocalCluster, tmp_path: Path) -> None:
+def test_apply_plans_by_default_and_says_would_create(
+    mq: RunCli, daemons: LocalCluster, tmp_path: Path
+) -> None:
     spec = tmp_path / "topics.yaml"
     spec.write_text("- {name: Planned1, read_queues: 2, write_queues: 2}\n")
     plan = mq("topic", "apply", "-f", str(spec))
@@ -164,7 +195,9 @@ def test_namesrv_kv(mq: RunCli, daemons: LocalCluster) -> None:
     assert mq("namesrv", "kv", "get", *ns, "OrderT", "-o", "json").json()["value"] == "broker-a:4"
     assert mq("namesrv", "kv", "list", *ns, "-o", "json").json() == [{"key": "OrderT", "value": "broker-a:4"}]
     assert mq("namesrv", "kv", "delete", *ns, "OrderT").code == UsageError.exit_code  # needs --yes off a TTY
-    assert mq("namesrv", "kv", "delete", *ns, "OrderT", "--yes", "-o", "json").json()["deleted"] == "broker-a:4"
+    assert (
+        mq("namesrv", "kv", "delete", *ns, "OrderT", "--yes", "-o", "json").json()["deleted"] == "broker-a:4"
+    )
     assert daemons.namesrv.kv.get("ORDER_TOPIC_CONFIG", "OrderT") is None
     assert mq("namesrv", "kv", "delete", *ns, "OrderT", "--yes").code == NotFoundError.exit_code
     gone = mq("namesrv", "kv", "delete", *ns, "OrderT", "--yes", "--if-exists", "-o", "json")
@@ -174,11 +207,19 @@ def test_namesrv_kv(mq: RunCli, daemons: LocalCluster) -> None:
 def test_broker_config_get_and_set(mq: RunCli, daemons: LocalCluster) -> None:
     got = mq("broker", "config", "get", "fileReservedTime", "brokerName", "-o", "json").json()
     assert got == [
-        {"broker": daemons.broker_addr, "key": "fileReservedTime", "value": str(daemons.broker.config.file_reserved_time)},
+        {
+            "broker": daemons.broker_addr,
+            "key": "fileReservedTime",
+            "value": str(daemons.broker.config.file_reserved_time),
+        },
         {"broker": daemons.broker_addr, "key": "brokerName", "value": "broker-a"},
     ]
-    changed = mq("broker", "config", "set", "fileReservedTime=48", "-b", daemons.broker_addr, "-o", "json").json()
-    assert changed == [{"broker": daemons.broker_addr, "key": "fileReservedTime", "old": got[0]["value"], "new": "48"}]
+    changed = mq(
+        "broker", "config", "set", "fileReservedTime=48", "-b", daemons.broker_addr, "-o", "json"
+    ).json()
+    assert changed == [
+        {"broker": daemons.broker_addr, "key": "fileReservedTime", "old": got[0]["value"], "new": "48"}
+    ]
     assert daemons.broker.config.file_reserved_time == 48
     assert mq("broker", "config", "get", "noSuchKey").code == NotFoundError.exit_code
     assert mq("broker", "config", "set", "fileReservedTime").code == UsageError.exit_code

@@ -32,11 +32,15 @@ class Sample:
 def test_precedence_file_then_env_then_flags(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text("listenPort=10000\nbrokerIP1 = 10.1.2.3\nautoCreateTopicEnable=false\ndeleteWhen=04;05\n")
-    loaded = load_config(Sample, conf, environ={"MQCTL_LISTEN_PORT": "20000"}, overrides={"namesrv_addr": None})
+    loaded = load_config(
+        Sample, conf, environ={"MQCTL_LISTEN_PORT": "20000"}, overrides={"namesrv_addr": None}
+    )
     assert loaded == Sample(
         listen_port=20000, broker_ip1="10.1.2.3", auto_create_topic_enable=False, delete_when=[4, 5]
     )
-    flagged = load_config(Sample, conf, environ={"MQCTL_LISTEN_PORT": "20000"}, overrides={"listen_port": 30000})
+    flagged = load_config(
+        Sample, conf, environ={"MQCTL_LISTEN_PORT": "20000"}, overrides={"listen_port": 30000}
+    )
     assert flagged.listen_port == 30000
 
 
@@ -81,7 +85,12 @@ def test_update_properties_keeps_comments_and_order_and_appends_new_keys() -> No
     text = "# broker\nbrokerName = broker-a\nfileReservedTime=48\nlongKey=a\\\n  b\n! note\nfileReservedTime: 72\n"
     updated = update_properties(text, {"fileReservedTime": "24", "longKey": "c", "newKey": "x"})
     assert updated == "# broker\nbrokerName = broker-a\nfileReservedTime=24\nlongKey=c\n! note\nnewKey=x\n"
-    assert parse_properties(updated) == {"brokerName": "broker-a", "fileReservedTime": "24", "longKey": "c", "newKey": "x"}
+    assert parse_properties(updated) == {
+        "brokerName": "broker-a",
+        "fileReservedTime": "24",
+        "longKey": "c",
+        "newKey": "x",
+    }
     assert update_properties("", {"a": "1"}) == "a=1\n"
 
 

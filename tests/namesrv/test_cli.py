@@ -26,6 +26,7 @@ def cli(cli_process: RunCli) -> RunCli:
     """Daemons the CLI starts, finds and stops: a real ``mqctl`` process per call (end to end)."""
     return cli_process
 
+
 pytestmark = pytest.mark.slow
 
 

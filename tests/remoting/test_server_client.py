@@ -199,13 +199,17 @@ async def test_bad_frame_closes_only_its_connection(server: RemotingServer, clie
     assert (await client.invoke(addr(server), RemotingCommand.request(ECHO, body=b"still"))).body == b"still"
 
 
-async def test_requests_in_one_read_are_all_answered_even_when_a_bad_frame_follows(server: RemotingServer) -> None:
+async def test_requests_in_one_read_are_all_answered_even_when_a_bad_frame_follows(
+    server: RemotingServer,
+) -> None:
     """Replies to a read's requests go out together; those before a bad frame still go out, then the close."""
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     requests = [RemotingCommand.request(ECHO, body=b"%d" % i) for i in range(20)]
     for opaque, request in enumerate(requests, 100):
         request.opaque = opaque
-    bad_frame = bytes.fromhex("000000230000001f7b22636f6465223a3130362c226f7061717565223a312c626164206a736f6e")
+    bad_frame = bytes.fromhex(
+        "000000230000001f7b22636f6465223a3130362c226f7061717565223a312c626164206a736f6e"
+    )
     writer.write(b"".join(encode_command(r) for r in requests) + bad_frame)
     stream = await asyncio.wait_for(reader.read(), 5)  # everything up to the close
     replies, pos = [], 0

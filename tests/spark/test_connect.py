@@ -30,6 +30,7 @@ def cli(cli_process: RunCli) -> RunCli:
     """A fresh ``mqctl`` process per call: its own Spark Connect client (end to end)."""
     return cli_process
 
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 SERVER = "org.apache.spark.sql.connect.service.SparkConnectServer"
@@ -131,7 +132,9 @@ def test_report_through_spark_connect(
 ) -> None:
     """A one-task store goes to the server as one Arrow table; the aggregation runs there. The server
     comes from the current context (`context add --spark-remote`), as an operator would save it."""
-    added = cli("context", "add", "connect", "-n", "127.0.0.1:9876", "--spark-remote", connect_server, "--use")
+    added = cli(
+        "context", "add", "connect", "-n", "127.0.0.1:9876", "--spark-remote", connect_server, "--use"
+    )
     assert added.code == 0, added.stderr
     result = cli("spark-export", "report", "--store", str(store_a), "-o", "json", timeout=300)
     assert result.code == 0, result.stderr

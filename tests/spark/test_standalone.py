@@ -23,6 +23,7 @@ def cli(cli_process: RunCli) -> RunCli:
     """A fresh ``mqctl`` process per call: its own JVM (end to end)."""
     return cli_process
 
+
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 MASTER = "org.apache.spark.deploy.master.Master"

@@ -237,7 +237,9 @@ def _journal_lines(tmp_path: Path) -> list[str]:
     return journal.read_text().splitlines() if journal.exists() else []
 
 
-def test_changes_persisted_alone_go_to_the_journal_and_are_replayed_and_folded_at_load(tmp_path: Path) -> None:
+def test_changes_persisted_alone_go_to_the_journal_and_are_replayed_and_folded_at_load(
+    tmp_path: Path,
+) -> None:
     """A creation appends one line instead of rewriting topics.json; a load after a crash (no fold) replays
     it over the file, writes it into the file and empties the journal."""
     topics = TopicConfigFile(str(tmp_path / "topics.json"), FakeClock(1_700_000_000_000))
@@ -293,7 +295,9 @@ def test_journal_lines_older_than_the_file_or_torn_are_not_replayed(
     assert _journal_lines(tmp_path) == []
 
 
-def test_the_journal_folds_once_it_is_as_long_as_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_journal_folds_once_it_is_as_long_as_the_table(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Folding when the journal holds as many lines as the table has entries keeps creating N topics at
     O(N) written in all (each whole-file write pays for as many appends); fold() writes what is left."""
     monkeypatch.setattr("store.config_files.JOURNAL_FOLD_MIN", 4)

@@ -26,13 +26,51 @@ GIB = 1024**3
 HOUR = 3600.0
 
 BROKERS = (
-    BrokerView("DefaultCluster", "broker-a", 0, "10.0.0.11:10911", "V4_9_8", 1250.0, 980.5, 0.62,
-               GIB * 3, GIB * 7 + 123_456_789, GIB, metrics=True),
-    BrokerView("DefaultCluster", "broker-a", 1, "10.0.0.12:10911", "V4_9_8", 0.0, 12.0, 0.61,
-               GIB * 3, GIB * 7 + 123_000_000, GIB, metrics=True),
-    BrokerView("DefaultCluster", "broker-b", 0, "10.0.0.21:10911", "V4_9_8", 310.2, 305.0, 0.87,
-               0, GIB * 2 + 5, GIB, metrics=True),
-    BrokerView("DefaultCluster", "broker-c", 0, "10.0.0.31:10911", error="connect to 10.0.0.31:10911: refused"),
+    BrokerView(
+        "DefaultCluster",
+        "broker-a",
+        0,
+        "10.0.0.11:10911",
+        "V4_9_8",
+        1250.0,
+        980.5,
+        0.62,
+        GIB * 3,
+        GIB * 7 + 123_456_789,
+        GIB,
+        metrics=True,
+    ),
+    BrokerView(
+        "DefaultCluster",
+        "broker-a",
+        1,
+        "10.0.0.12:10911",
+        "V4_9_8",
+        0.0,
+        12.0,
+        0.61,
+        GIB * 3,
+        GIB * 7 + 123_000_000,
+        GIB,
+        metrics=True,
+    ),
+    BrokerView(
+        "DefaultCluster",
+        "broker-b",
+        0,
+        "10.0.0.21:10911",
+        "V4_9_8",
+        310.2,
+        305.0,
+        0.87,
+        0,
+        GIB * 2 + 5,
+        GIB,
+        metrics=True,
+    ),
+    BrokerView(
+        "DefaultCluster", "broker-c", 0, "10.0.0.31:10911", error="connect to 10.0.0.31:10911: refused"
+    ),
 )
 
 TOPICS = (
@@ -55,11 +93,20 @@ GROUPS = (
 DETAIL = GroupDetail(
     "billing",
     tuple(
-        QueueOffset("payments", "broker-a", q, 150_000 + q * 1000, 130_000 + q * 1000 - q * 7, 20_000 + q * 7,
-                    f"10.0.1.{5 + q % 3}@billing-{q % 3}")
+        QueueOffset(
+            "payments",
+            "broker-a",
+            q,
+            150_000 + q * 1000,
+            130_000 + q * 1000 - q * 7,
+            20_000 + q * 7,
+            f"10.0.1.{5 + q % 3}@billing-{q % 3}",
+        )
         for q in range(8)
     ),
-    tuple(ClientView(f"10.0.1.{5 + i}@billing-{i}", f"10.0.1.{5 + i}:5{i}123", "JAVA", 409) for i in range(3)),
+    tuple(
+        ClientView(f"10.0.1.{5 + i}@billing-{i}", f"10.0.1.{5 + i}:5{i}123", "JAVA", 409) for i in range(3)
+    ),
 )
 
 
@@ -67,8 +114,13 @@ def _files(first: float, starts: range, size: int) -> tuple[CommitLogFile, ...]:
     count = len(starts)
     times = [first + i * 30 * HOUR for i in range(count)]
     return tuple(
-        CommitLogFile(s, size if i < count - 1 else 123_456_789, times[i], times[i + 1] if i < count - 1 else None,
-                      active=i == count - 1)
+        CommitLogFile(
+            s,
+            size if i < count - 1 else 123_456_789,
+            times[i],
+            times[i + 1] if i < count - 1 else None,
+            active=i == count - 1,
+        )
         for i, s in enumerate(starts)
     )
 
@@ -78,22 +130,45 @@ def _planned(files: tuple[CommitLogFile, ...], reserved_hours: float) -> tuple[C
     out = []
     for i, f in enumerate(files):
         expired = not f.active and f.last_write is not None and f.last_write + reserved_hours * HOUR <= NOW
-        out.append(replace(f, reason="expired" if expired else None,
-                           unconsumed={"billing": 1_204 if i == 0 else 0, "shipping": 0}))
+        out.append(
+            replace(
+                f,
+                reason="expired" if expired else None,
+                unconsumed={"billing": 1_204 if i == 0 else 0, "shipping": 0},
+            )
+        )
     return tuple(out)
 
 
 STORES = (
-    StoreView("broker-a", GIB * 3, GIB * 7 + 123_456_789, GIB, 72, 0.62,
-              _planned(_files(NOW - 130 * HOUR, range(GIB * 3, GIB * 8, GIB), GIB), 72), planned=True),
-    StoreView("broker-b", 0, GIB * 2 + 5, GIB, 48, 0.87, _files(NOW - 61 * HOUR, range(0, GIB * 3, GIB), GIB),
-              note="no cleanup plan from this broker: last writes and verdicts estimated from the next file's "
-              "first message"),
+    StoreView(
+        "broker-a",
+        GIB * 3,
+        GIB * 7 + 123_456_789,
+        GIB,
+        72,
+        0.62,
+        _planned(_files(NOW - 130 * HOUR, range(GIB * 3, GIB * 8, GIB), GIB), 72),
+        planned=True,
+    ),
+    StoreView(
+        "broker-b",
+        0,
+        GIB * 2 + 5,
+        GIB,
+        48,
+        0.87,
+        _files(NOW - 61 * HOUR, range(0, GIB * 3, GIB), GIB),
+        note="no cleanup plan from this broker: last writes and verdicts estimated from the next file's "
+        "first message",
+    ),
 )
 
 SNAPSHOT = Snapshot(
     taken_at=NOW,
-    overview=Overview(BROKERS, (NamesrvView("10.0.0.1:9876", True), NamesrvView("10.0.0.2:9876", False, "refused"))),
+    overview=Overview(
+        BROKERS, (NamesrvView("10.0.0.1:9876", True), NamesrvView("10.0.0.2:9876", False, "refused"))
+    ),
     topics=TOPICS,
     groups=GROUPS,
     stores=STORES,

@@ -82,7 +82,9 @@ async def test_enter_drills_into_a_group_and_escape_returns() -> None:
         queues = app.screen.query_one("#queues", Table)
         assert queues.row_count == 8
         assert app.screen.query_one("#clients", Table).row_count == 3
-        assert f"lag {sum(q.lag for q in DETAIL.queues):,}" in str(app.screen.query_one("#group-title", Static).render())
+        assert f"lag {sum(q.lag for q in DETAIL.queues):,}" in str(
+            app.screen.query_one("#group-title", Static).render()
+        )
         await pilot.press("escape")
         assert not isinstance(app.screen, GroupScreen) and app.view == "groups"
 

@@ -17,7 +17,12 @@ def test_units() -> None:
 
 
 def test_watermarks_and_disk_bar() -> None:
-    assert [fmt.watermark(r) for r in (0.5, 0.75, 0.86, 0.95)] == ["ok", "clean", "force clean", "writes blocked"]
+    assert [fmt.watermark(r) for r in (0.5, 0.75, 0.86, 0.95)] == [
+        "ok",
+        "clean",
+        "force clean",
+        "writes blocked",
+    ]
     bar = fmt.disk_bar(0.5, 20)
     assert bar.startswith("█" * 10) and bar.count("│") == 3 and len(bar) == 20
     assert fmt.disk_bar(0.95, 20).count("█") == 19
@@ -32,14 +37,23 @@ def test_staleness_after_two_intervals() -> None:
 def test_commitlog_files_span_min_to_max() -> None:
     b = BrokerView("c", "b", 0, "a:1", commitlog_min=2048, commitlog_max=2048 * 3 + 1, file_size=2048)
     assert b.commitlog_files == 3 and b.commitlog_bytes == 2048 * 2 + 1
-    assert BrokerView("c", "b", 0, "a:1", commitlog_min=0, commitlog_max=0, file_size=2048).commitlog_files == 0
+    assert (
+        BrokerView("c", "b", 0, "a:1", commitlog_min=0, commitlog_max=0, file_size=2048).commitlog_files == 0
+    )
 
 
 def test_select_filters_by_name_and_sorts_with_name_tiebreak() -> None:
     rows = [TopicRow("b-orders", 4, 10, 1.0), TopicRow("a-orders", 4, 10, 1.0), TopicRow("pay", 8, 99, 5.0)]
     by_messages = fmt.TOPIC_SORTS[2]
-    assert [r.name for r in fmt.select(rows, lambda r: r.name, "", by_messages)] == ["pay", "a-orders", "b-orders"]
-    assert [r.name for r in fmt.select(rows, lambda r: r.name, "ORD", by_messages)] == ["a-orders", "b-orders"]
+    assert [r.name for r in fmt.select(rows, lambda r: r.name, "", by_messages)] == [
+        "pay",
+        "a-orders",
+        "b-orders",
+    ]
+    assert [r.name for r in fmt.select(rows, lambda r: r.name, "ORD", by_messages)] == [
+        "a-orders",
+        "b-orders",
+    ]
 
 
 def test_group_cells_mark_oldest_as_upper_bound() -> None:
@@ -65,15 +79,22 @@ def test_the_brokers_plan_beats_the_estimate() -> None:
     file without a trigger stays, and groups that would lose messages are named."""
     files = (
         CommitLogFile(0, 100, 0.0, 1000.0, active=False, reason=None, unconsumed={"a": 0}),
-        CommitLogFile(100, 100, 1000.0, 90_500.0, active=False, reason="watermark", unconsumed={"b": 3, "a": 0}),
+        CommitLogFile(
+            100, 100, 1000.0, 90_500.0, active=False, reason="watermark", unconsumed={"b": 3, "a": 0}
+        ),
         CommitLogFile(200, 40, 90_500.0, 90_900.0, active=True, reason=None, unconsumed={}),
     )
-    view = StoreView("broker-a", 0, 240, 100, file_reserved_hours=1, disk_ratio=0.88, files=files, planned=True)
+    view = StoreView(
+        "broker-a", 0, 240, 100, file_reserved_hours=1, disk_ratio=0.88, files=files, planned=True
+    )
     now = 91_000.0
     assert view.deletable(now) == [files[1]]
     rows = fmt.store_rows(view, now)
-    assert [r[5] for r in rows] == ["expired, kept (no trigger)", "DELETE on next clean (watermark)",
-                                    "active (never deleted)"]
+    assert [r[5] for r in rows] == [
+        "expired, kept (no trigger)",
+        "DELETE on next clean (watermark)",
+        "active (never deleted)",
+    ]
     assert [r[6] for r in rows] == ["none", "b 3", "none"]
     assert "(the broker's own plan)" in fmt.store_summary(view, now)
 

@@ -116,7 +116,10 @@ async def test_numbers_match_the_admin_api(cluster: LocalCluster, traffic: Traff
         await pilot.press("1")
         brokers = rows(app.query_one("#brokers-table", Table))
         runtime = await admin.broker_runtime_info(cluster.broker_addr)
-        assert brokers["broker-a"][2] == cluster.broker_addr and brokers["broker-a"][3] == runtime["brokerVersionDesc"]
+        assert (
+            brokers["broker-a"][2] == cluster.broker_addr
+            and brokers["broker-a"][3] == runtime["brokerVersionDesc"]
+        )
         assert brokers["broker-a"][8] == "1"  # CommitLog files: one 4 MiB file so far
 
 
@@ -135,8 +138,15 @@ async def test_drill_down_shows_queue_offsets_and_owner(cluster: LocalCluster, t
         shown = app.screen.query_one("#queues", Table)
         got = [[str(c) for c in shown.get_row_at(i)] for i in range(shown.row_count)]
         assert got == [
-            [q.topic, q.broker_name, str(q.queue_id), f"{q.broker_offset:,}", f"{q.consumer_offset:,}", f"{q.lag:,}",
-             q.client or "-"]
+            [
+                q.topic,
+                q.broker_name,
+                str(q.queue_id),
+                f"{q.broker_offset:,}",
+                f"{q.consumer_offset:,}",
+                f"{q.lag:,}",
+                q.client or "-",
+            ]
             for q in expected
         ]
         assert rows(app.screen.query_one("#clients", Table)).keys() == {"10.0.0.9@billing-1"}
@@ -218,15 +228,18 @@ async def test_store_view_lists_commitlog_files_with_ages(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
-async def test_unreachable_broker_shows_down_and_the_rest_works(cluster: LocalCluster, traffic: Traffic) -> None:
+async def test_unreachable_broker_shows_down_and_the_rest_works(
+    cluster: LocalCluster, traffic: Traffic
+) -> None:
     """A broker the NameServer still lists but that does not answer (crashed): a DOWN row, no crash."""
     from daemon.remoting.client import RemotingClient
     from tests.support.namesrv import Namesrv
 
     async def register_ghost() -> RemotingClient:
         registrar = RemotingClient()  # kept open: the NameServer drops a broker whose channel closes
-        await Namesrv(cluster.namesrv, registrar).register({"ghost-topic": 4}, broker_name="broker-z",
-                                                           broker_addr="127.0.0.1:1")
+        await Namesrv(cluster.namesrv, registrar).register(
+            {"ghost-topic": 4}, broker_name="broker-z", broker_addr="127.0.0.1:1"
+        )
         return registrar
 
     registrar = cluster.loop.run(register_ghost())

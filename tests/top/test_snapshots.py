@@ -25,7 +25,9 @@ async def settle(pilot: Pilot[None]) -> None:
 
 def app_on(screen: str) -> TopApp:
     source, clock = fixed_source()
-    return TopApp(source, interval=3600, clock=clock, target="NameServer 10.0.0.1:9876;10.0.0.2:9876", screen=screen)
+    return TopApp(
+        source, interval=3600, clock=clock, target="NameServer 10.0.0.1:9876;10.0.0.2:9876", screen=screen
+    )
 
 
 @pytest.mark.slow

@@ -46,8 +46,11 @@ class Tmux:
         self.name = f"mqctl-top-{os.getpid()}-{time.monotonic_ns()}"
         exports = " ".join(f"{k}={_quote(v)}" for k, v in env.items() if k.startswith(("MQCTL_", "PYTHON")))
         command = f"cd {_quote(str(ROOT))} && env {exports} {' '.join(map(_quote, argv))}"
-        subprocess.run(["tmux", "new-session", "-d", "-s", self.name, "-x", str(COLS), "-y", str(ROWS), command],
-                       check=True, env=env)
+        subprocess.run(
+            ["tmux", "new-session", "-d", "-s", self.name, "-x", str(COLS), "-y", str(ROWS), command],
+            check=True,
+            env=env,
+        )
 
     def screen(self) -> str:
         out = subprocess.run(["tmux", "capture-pane", "-p", "-t", self.name], capture_output=True, text=True)
@@ -69,8 +72,9 @@ class Pty:
     def __init__(self, argv: list[str], env: dict[str, str]) -> None:
         master, slave = pty.openpty()
         fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", ROWS, COLS, 0, 0))
-        self.proc = subprocess.Popen(argv, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env,
-                                     start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv, stdin=slave, stdout=slave, stderr=slave, cwd=ROOT, env=env, start_new_session=True
+        )
         os.close(slave)
         self.master = master
         self.output = bytearray()
