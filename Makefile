@@ -42,6 +42,7 @@ test-fast: $(DEV_STAMP)
 
 lint: $(DEV_STAMP)
 	$(BIN)/ruff check mqctl daemon store tests benchmarks
+	$(BIN)/ruff format --check mqctl daemon store tests benchmarks
 	$(BIN)/mypy
 
 docs: $(STAMP)
