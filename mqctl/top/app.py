@@ -279,7 +279,7 @@ class TopApp(App[None]):
     def _tick(self) -> None:
         """A timer tick while a refresh still runs is dropped: a cluster slower than the interval is
         refreshed back to back at most, never by piled-up requests."""
-        if not self.paused and not self.refreshing:
+        if self.is_running and not self.paused and not self.refreshing:
             self.action_refresh_now()
 
     def action_refresh_now(self) -> None:
@@ -314,12 +314,16 @@ class TopApp(App[None]):
     # ------------------------------------------------------------------------------------ render
 
     def render_all(self) -> None:
+        if not self.is_running:  # shutdown began: Textual prunes the screens before it stops our timers,
+            return  # so a tick or a finishing refresh in that window would query widgets that are gone
         self.render_chrome()
         if self.view in self.latest:
             self.render_view()
 
     def render_chrome(self) -> None:
         """Tabs, stale banner and status bar: everything that depends on time, not on data."""
+        if not self.is_running:
+            return
         tabs = Text()
         for i, (name, label) in enumerate(VIEW_TABS, 1):
             tabs.append(f" {i} {label} ", style="reverse bold" if name == self.view else "")

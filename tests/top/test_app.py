@@ -140,3 +140,24 @@ async def test_help_opens_and_closes() -> None:
         assert isinstance(app.screen, HelpScreen)
         await pilot.press("escape")
         assert not isinstance(app.screen, HelpScreen)
+
+
+async def test_timers_due_during_shutdown_do_not_crash() -> None:
+    """A timer that fires while the app shuts down (its screens already gone, its timers not yet stopped)
+    must not query the removed widgets: under load this raced as ``NoMatches '#tabs'``."""
+    source, clock = fixed_source()
+    app = TopApp(source, interval=3600, clock=clock)
+    fired: list[str] = []
+    close_all = app._close_all
+
+    async def close_all_then_fire_timers() -> None:
+        await close_all()
+        for timer in list(app._timers):  # exactly what a due tick does in this window
+            await timer._tick(next_timer=0.0, count=1)
+            fired.append(timer.name)
+
+    app._close_all = close_all_then_fire_timers  # type: ignore[method-assign]
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+    assert len(fired) == 2  # both the refresh tick and the chrome tick ran after the screens went
+    assert app._exception is None
