@@ -35,9 +35,15 @@ from store.indexfile import (
 )
 from store.javahash import index_key_hash
 from store.mapped_file import MappedFile
-from store.message import TRANSACTION_COMMIT_TYPE, TRANSACTION_NOT_TYPE, TRANSACTION_TYPE_MASK, StoredMessage
-from store.quarantine import commit_log_ranges, list_quarantines, quarantine_at
-from store.record import RecordInfo, decode_record
+from store.message import (
+    BLANK_MAGIC_CODE,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_TYPE_MASK,
+    StoredMessage,
+)
+from store.quarantine import _data_end, commit_log_ranges, list_quarantines, quarantine_at, walk
+from store.record import RecordInfo, decode_record, read_header, read_record_info
 
 log = logging.getLogger(__name__)
 
@@ -608,9 +614,47 @@ def _verify_commitlog(lay: Layout, problems: _Problems, progress: Progress | Non
             scan = scan_file(cl, mf, check_crc=True, on_record=on_record, on_crc_error=on_crc_error)
             if scan.error:
                 problems.add("corrupt", scan.error)
+            if scan.tail in ("zeros", "corrupt"):
+                _verify_past_the_stop(mf, scan, problems, on_record, on_crc_error)
             if progress:
                 progress(mf.file_size)
         return _LogPhase(len(cl.files.files), cl.min_offset, records)
+
+
+def _verify_past_the_stop(
+    mf: MappedFile,
+    scan: FileStats,
+    problems: _Problems,
+    on_record: Callable[[RecordInfo], None],
+    on_crc_error: Callable[[CorruptRecordError], None],
+) -> None:
+    """Zeros or a record that does not parse end a file's walk, but data after them makes them damage
+    inside the file, not its end: the salvage walker (:func:`store.quarantine.walk`) resyncs at each next
+    record that names its own offset, so each damaged stretch is reported once (with file and offset) and
+    every record after it is checked, and matched by its ConsumeQueue unit and index entries."""
+    base = mf.file_from_offset
+    start = scan.to_offset - base
+    end = _data_end(mf, start)
+
+    def damage(pos: int, then: str) -> None:
+        if pos == start and scan.error:
+            return  # the record that ended the walk is already listed
+        what = "zeroed record header" if pos == start else "bytes that hold no record"
+        problems.add(
+            "corrupt", str(CorruptRecordError(mf.path, base + pos, f"{what} inside the data; {then}"))
+        )
+
+    gap = start  # where bytes that hold no record begin
+    for found in walk(mf.mm, base, start, end):
+        if found.pos > gap:
+            damage(gap, f"the next record starts at {base + found.pos}")
+        if found.error is not None:
+            on_crc_error(found.error.located(mf.path, base + found.pos))
+        on_record(read_record_info(mf.view, found.pos, mf.file_size))
+        gap = found.pos + found.size
+    filler = gap + 8 <= mf.file_size and read_header(mf.view, gap) == (mf.file_size - gap, BLANK_MAGIC_CODE)
+    if gap < end and not filler:  # the writer's blank filler (§2.6) ends a file
+        damage(gap, f"no record follows up to {base + end}")
 
 
 def _verify_queues(lay: Layout, phase: _LogPhase, problems: _Problems) -> tuple[int, int, int, int]:

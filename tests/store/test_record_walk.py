@@ -103,3 +103,22 @@ def test_a_blank_magic_that_does_not_reach_the_file_end_is_damage_not_a_filler(t
         walk = RecordWalk(cl.files, 0, cl.max_offset)
         assert [info.commit_log_offset for info in walk] == [o for o in offsets if o < victim]
         assert (walk.stop, walk.offset) == ("corrupt", victim)
+
+
+def test_verify_reports_a_zeroed_header_once_and_checks_every_record_after_it(tmp_path: Path) -> None:
+    """Zeros inside a file's data are damage, not its end: verify names them (file and offset) once and
+    goes on from the next record that names its own offset, so no intact record goes unchecked."""
+    offsets = write(tmp_path, 60)
+    victim = offsets[3]
+    path = tmp_path / "commitlog" / f"{victim - victim % FILE:020d}"
+    data = bytearray(path.read_bytes())
+    data[victim % FILE : victim % FILE + 8] = bytes(8)
+    path.write_bytes(bytes(data))
+    report = verify(layout(tmp_path))
+    assert report.records == 59  # all but the one whose header is gone
+    assert (report.corrupt_files, report.crc_errors, report.records_without_unit) == (1, 0, 0)
+    (damage,) = [p for p in report.problems if "zeroed record header" in p]
+    assert f"{path}@{victim}:" in damage and f"next record starts at {offsets[4]}" in damage
+    (unit,) = [p for p in report.problems if "consumequeue" in p]  # the one unit of the lost record
+    assert f"no record starts at CommitLog offset {victim}" in unit
+    assert report.problems_found == 2 and not report.ok
