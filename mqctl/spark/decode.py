@@ -110,9 +110,10 @@ class Scan:
     """The record starts found by :func:`scan` and why the walk stopped.
 
     ``stop`` is the buffer position where the walk ended; ``reason`` is ``"end"`` (the last record
-    ends exactly at the end of the buffer), ``"blank"`` (end-of-file filler), ``"eod"`` (anything that is not a
+    ends exactly at the end of the buffer), ``"blank"`` (end-of-file filler: its TOTALSIZE reaches the
+    end of the buffer, which a file's last split ends with), ``"eod"`` (anything that is not a
     record: never-written zeros or a torn write, the broker's end of valid data) or ``"invalid"``
-    (a record whose field lengths do not add up to its TOTALSIZE).
+    (a record whose field lengths do not add up to its TOTALSIZE, or a blank filler short of the end).
     """
 
     layout: _Layout
@@ -150,7 +151,12 @@ def scan(buf: np.ndarray) -> Scan:
             break
         total, magic = unpack(mv, pos)
         if magic not in _MAGICS or total < _MIN_RECORD or pos + total > limit:
-            reason = "blank" if magic == BLANK_MAGIC_CODE else "eod"
+            if magic != BLANK_MAGIC_CODE:
+                reason = "eod"
+            elif total == limit - pos:  # the writer's filler fills the rest of its file (§2.6)
+                reason = "blank"
+            else:
+                reason = "invalid"
             break
         append(pos)
         pos += total
@@ -160,6 +166,8 @@ def scan(buf: np.ndarray) -> Scan:
         first = int(bad[0])
         cut = layout.take(slice(0, first))
         return Scan(cut, int(layout.pos[first]), "invalid", "field lengths do not match TOTALSIZE")
+    if reason == "invalid":
+        return Scan(layout, pos, reason, f"blank filler of {total} bytes does not reach the file end")
     return Scan(layout, pos, reason)
 
 

@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 
 from mqctl.spark.decode import batches, scan
-from store import DefaultMessageStore, Message, StoreConfig
+from store import BLANK_MAGIC_CODE, DefaultMessageStore, Message, StoreConfig
 from store.commitlog import RecordWalk
 from store.inspect import commit_log, layout
 
-_TAIL = {"blank-filler": "blank", "zeros": "eod", "end-of-file": "eod"}  # walk's stop -> decoder's reason
+# walk's stop -> decoder's reason
+_TAIL = {"blank-filler": "blank", "zeros": "eod", "end-of-file": "eod", "corrupt": "invalid"}
 
 
 def _ms(value: datetime) -> int:
@@ -62,7 +63,7 @@ def compare_files(root: Path) -> tuple[int, set[str]]:
                 for r in rows
             ]
             assert decoded == walked, mf.path
-            assert walk.corruption is None
+            assert (walk.corruption is not None) == (walk.stop == "corrupt"), mf.path
             assert (found.stop, found.reason) == (walk.data_end - base, _TAIL[walk.stop]), mf.path
             compared += len(walked)
             tails.add(walk.stop)
@@ -86,3 +87,26 @@ def test_decoder_agrees_across_blank_fillers(tmp_path: Path) -> None:
     compared, tails = compare_files(tmp_path / "store")
     assert compared == 120
     assert tails == {"blank-filler", "zeros"}
+
+
+def test_decoder_agrees_that_a_blank_magic_short_of_the_file_end_is_damage(tmp_path: Path) -> None:
+    """The writer's filler is TOTALSIZE = the bytes left in its file (spec §2.6): a record whose magic
+    reads as the filler's but whose size stops short ends the data as damage in both readers, never as
+    a filler that quietly jumps over the rest of the file's records."""
+    root = tmp_path / "store"
+    size = 16 * 1024
+    cfg = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=size)
+    with DefaultMessageStore(cfg) as store:
+        offsets = [
+            store.put_message(Message(topic="T", queue_id=0, body=b"x" * 300)).phys_offset for _ in range(100)
+        ]
+    victim = offsets[5]
+    path = root / "commitlog" / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    data[victim + 4 : victim + 8] = BLANK_MAGIC_CODE.to_bytes(4, "big", signed=True)
+    path.write_bytes(bytes(data))
+    compared, tails = compare_files(root)
+    assert compared == 100 - len([o for o in offsets if o < size]) + 5  # the damaged file's first five
+    assert tails == {"corrupt", "blank-filler", "zeros"}
+    found = scan(np.frombuffer(data, dtype=np.uint8))
+    assert (found.stop, found.reason) == (victim, "invalid") and "file" in found.detail
