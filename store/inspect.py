@@ -42,7 +42,7 @@ from store.message import (
     TRANSACTION_TYPE_MASK,
     StoredMessage,
 )
-from store.quarantine import _data_end, commit_log_ranges, list_quarantines, quarantine_at, walk
+from store.quarantine import data_end, commit_log_ranges, list_quarantines, quarantine_at, walk
 from store.record import RecordInfo, decode_record, read_header, read_record_info
 
 log = logging.getLogger(__name__)
@@ -634,7 +634,7 @@ def _verify_past_the_stop(
     every record after it is checked, and matched by its ConsumeQueue unit and index entries."""
     base = mf.file_from_offset
     start = scan.to_offset - base
-    end = _data_end(mf, start)
+    end = data_end(mf, start)
 
     def damage(pos: int, then: str) -> None:
         if pos == start and scan.error:

@@ -245,7 +245,7 @@ def piece_records(
 # -------------------------------------------------------------------------------- setting aside
 
 
-def _data_end(mf: MappedFile, start: int) -> int:
+def data_end(mf: MappedFile, start: int) -> int:
     """End of the last non-zero byte at or after ``start`` (``start`` when there is none)."""
     for a, b in reversed(mf.data_ranges(start, mf.file_size)):
         end = b
@@ -279,7 +279,7 @@ class _Cut:
     def take_commit_log(self, files: MappedFileQueue, cut: int) -> None:
         for mf in files.files:
             if mf.file_from_offset > cut:
-                if _data_end(mf, 0) == 0:
+                if data_end(mf, 0) == 0:
                     continue  # an empty pre-allocated file: nothing to keep, recovery deletes it
                 good, bad = _count(mf.mm, mf.file_from_offset)
                 name = f"{COMMITLOG}/{offset_to_file_name(mf.file_from_offset)}"
@@ -289,7 +289,7 @@ class _Cut:
                 # also without a corrupt record: a header of zeros ends the scan, but a page lost under it
                 # (power loss, a sector read back as zeros) leaves stored records after it
                 start = cut - mf.file_from_offset
-                end = _data_end(mf, start)
+                end = data_end(mf, start)
                 if end > start:
                     good, bad = _count(mf.mm, mf.file_from_offset, start, end)
                     name = f"{COMMITLOG}/{offset_to_file_name(cut)}"
