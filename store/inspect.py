@@ -42,7 +42,7 @@ from store.message import (
     TRANSACTION_TYPE_MASK,
     StoredMessage,
 )
-from store.quarantine import data_end, commit_log_ranges, list_quarantines, quarantine_at, walk
+from store.quarantine import commit_log_ranges, data_end, list_quarantines, quarantine_at, walk
 from store.record import RecordInfo, decode_record, read_header, read_record_info
 
 log = logging.getLogger(__name__)
