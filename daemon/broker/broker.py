@@ -66,7 +66,7 @@ from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
 from daemon.remoting.bodies import PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
-from daemon.remoting.client import RemotingClient
+from daemon.remoting.client import RemotingClient, Transport
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
@@ -95,6 +95,7 @@ class Broker:
     """One broker process. `await start()`, then `await stop()` (or use `async with`).
 
     `store_factory` is the store seam: `DefaultMessageStore` by default, `InMemoryMessageStore` in tests.
+    `client` is the transport to NameServers and a slave's master: TCP by default, `MemoryClient` in tests.
     """
 
     def __init__(
@@ -102,6 +103,7 @@ class Broker:
         config: BrokerConfig,
         *,
         store_factory: Callable[[BrokerConfig], MessageStore] | None = None,
+        client: Transport | None = None,
     ) -> None:
         self.config = config
         self._store_factory = store_factory or _default_store
@@ -111,7 +113,7 @@ class Broker:
             idle_timeout=config.server_channel_max_idle_time_seconds,
             limits=config,
         )
-        self.client = RemotingClient()
+        self.client: Transport = client or RemotingClient()
         self.store: MessageStore
         self.topics: TopicConfigManager
         self.groups: SubscriptionGroupManager

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
-from daemon.remoting.client import RemotingClient
+from daemon.remoting.client import Transport
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
@@ -507,7 +507,7 @@ METADATA_SYNC_INTERVAL = 10.0
 
 
 async def sync_metadata(
-    client: RemotingClient,
+    client: Transport,
     master_addr: str,
     configs: ConfigFiles,
     slave_commits: dict[tuple[str, str, int], int] | None = None,
@@ -558,7 +558,7 @@ async def sync_metadata(
 
 
 async def _hand_on_commits(
-    client: RemotingClient,
+    client: Transport,
     master_addr: str,
     data: dict[str, Any],
     slave_commits: dict[tuple[str, str, int], int],

@@ -28,11 +28,14 @@ Public API (import from the submodules named here):
   may call back into the client with `conn.invoke(...)`/`conn.invoke_oneway(...)`.
 * `limits` — `RemotingLimits` (the `remotingMax*` config keys both daemons' configs inherit),
   `BufferBudget`, `WarningGate` (rate-limited warnings).
-* `client.RemotingClient(processors=None)` — `invoke(addr, cmd, timeout)`, `invoke_checked(...)`,
-  `invoke_oneway(addr, cmd)`, `close()`; one pooled connection per `host:port`.
+* `client.Transport` — the seam callers depend on (`invoke`, `invoke_checked`, `invoke_oneway`,
+  `close`, `dispatcher`, `signer`); `client.RemotingClient(processors=None)` implements it over TCP,
+  one pooled connection per `host:port`.
 * `errors` — `RemotingError` → `RemotingConnectError`, `RemotingTimeoutError`,
   `RemotingProtocolError`, `RemotingCommandError(code, remark)` → `HeaderFieldError`.
 * `memory.connect_pair(server_dispatcher, client_dispatcher=None, on_server_close=None)` — two
-  connected `Connection`s without sockets (real codec and dispatch), for processor unit tests.
+  connected `Connection`s without sockets (real codec and dispatch), for processor unit tests;
+  `memory.MemoryClient(servers)` — the in-process `Transport`: connections to the `RemotingServer`s
+  of in-process daemons, by address (`server.accept()` gives the server end, as its listener does).
 * `loop.run(coro)` — run a coroutine on uvloop when it is installed.
 """

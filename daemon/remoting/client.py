@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Iterable, Mapping
+from typing import Protocol
 
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -27,6 +28,31 @@ def parse_addr(addr: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, int(port)
+
+
+class Transport(Protocol):
+    """What a caller of remote daemons uses: `RemotingClient` over TCP, `memory.MemoryClient` in process.
+
+    `dispatcher` answers the requests daemons send back over the connection (broker callbacks);
+    `signer` completes every request before it is sent (ACL credentials).
+    """
+
+    dispatcher: RequestDispatcher
+    signer: Callable[[RemotingCommand], None] | None
+
+    async def invoke(self, addr: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand: ...
+
+    async def invoke_checked(
+        self,
+        addr: str,
+        request: RemotingCommand,
+        timeout: float = 3.0,
+        expect: Iterable[int] = (ResponseCode.SUCCESS,),
+    ) -> RemotingCommand: ...
+
+    async def invoke_oneway(self, addr: str, request: RemotingCommand) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 class RemotingClient:
@@ -72,13 +98,9 @@ class RemotingClient:
         except ValueError as exc:
             raise RemotingConnectError(addr, str(exc)) from None
         loop = asyncio.get_running_loop()
-
-        def factory() -> Connection:
-            return Connection(self.dispatcher, max_frame_length=self.max_frame_length, on_close=self._forget)
-
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(factory, host, port), self.connect_timeout
+                loop.create_connection(self._new_connection, host, port), self.connect_timeout
             )
         except TimeoutError:
             raise RemotingConnectError(addr, f"connect timed out after {self.connect_timeout:g}s") from None
@@ -87,6 +109,10 @@ class RemotingClient:
         conn.peer = addr
         log.debug("connected to %s", addr)
         return conn
+
+    def _new_connection(self) -> Connection:
+        """The client end of a new connection (the protocol a transport is then attached to)."""
+        return Connection(self.dispatcher, max_frame_length=self.max_frame_length, on_close=self._forget)
 
     def _forget(self, conn: Connection) -> None:
         if self._connections.get(conn.peer) is conn:

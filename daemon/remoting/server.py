@@ -79,7 +79,7 @@ class RemotingServer:
         the socket is bound but not listening (connections are refused) until `serve()`."""
         loop = asyncio.get_running_loop()
         self._server = await loop.create_server(
-            self._make_connection, self.host, self.port, reuse_address=True, start_serving=serve
+            self.accept, self.host, self.port, reuse_address=True, start_serving=serve
         )
         sock = self._server.sockets[0]
         self.port = sock.getsockname()[1]
@@ -91,7 +91,8 @@ class RemotingServer:
         assert self._server is not None, "start() first"
         await self._server.start_serving()
 
-    def _make_connection(self) -> asyncio.Protocol:
+    def accept(self) -> asyncio.Protocol:
+        """The protocol for one new client connection (the listener's factory; `memory` uses it too)."""
         if len(self.connections) >= self.limits.connection_cap():
             return _Refused(self._refuse)
         conn = Connection(

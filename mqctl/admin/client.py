@@ -21,7 +21,7 @@ from daemon.remoting.bodies import (
     TopicList,
     TopicRouteData,
 )
-from daemon.remoting.client import RemotingClient
+from daemon.remoting.client import RemotingClient, Transport
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingConnectError
@@ -41,14 +41,12 @@ def _session_signer() -> Callable[[RemotingCommand], None] | None:
 
 
 class Admin:
-    """One admin session: a pooled remoting client plus the NameServer list."""
+    """One admin session: a transport (a pooled TCP `RemotingClient` unless given) plus the NameServer list."""
 
-    def __init__(
-        self, namesrv: list[str], *, timeout: float = 5.0, client: RemotingClient | None = None
-    ) -> None:
+    def __init__(self, namesrv: list[str], *, timeout: float = 5.0, client: Transport | None = None) -> None:
         self.namesrv = list(namesrv)
         self.timeout = timeout
-        self.client = client or RemotingClient(signer=_session_signer())
+        self.client: Transport = client or RemotingClient(signer=_session_signer())
 
     async def __aenter__(self) -> Admin:
         return self
