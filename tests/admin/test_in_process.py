@@ -19,12 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from daemon.broker.bodies import MessageQueue
 from daemon.broker.broker import Broker
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.errors import RemotingConnectError
 from daemon.remoting.memory import MemoryClient
+from daemon.remoting.server import RemotingServer
 from mqctl.admin import messaging
 from mqctl.admin.client import Admin
+from mqctl.admin.member import GroupMember
 from mqctl.output import render
 from mqctl.services import groups, offsets, topics
 from tests.support.broker import broker_config
@@ -37,7 +40,10 @@ class SocketOpened(AssertionError):
 
 
 @pytest.fixture
-async def admin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Admin]:
+async def daemons(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[tuple[str, dict[str, RemotingServer]]]:
+    """The NameServer's address and every daemon's server by address; no socket may open meanwhile."""
     namesrv = NamesrvController(namesrv_config(tmp_path))
     await namesrv.start()
     ns_addr = f"127.0.0.1:{namesrv.port}"
@@ -57,15 +63,20 @@ async def admin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterato
                 raise SocketOpened(f"socket opened: {args}")
 
         monkeypatch.setattr(socket, "socket", NoSocket)
-        client = MemoryClient({ns_addr: namesrv.server, broker.addr: broker.server})
-        async with Admin([ns_addr], timeout=10.0, client=client) as session:
-            yield session
+        yield ns_addr, {ns_addr: namesrv.server, broker.addr: broker.server}
         await broker.stop()  # its unregistration goes through memory too
         assert opened == []
     finally:
         monkeypatch.undo()
         await broker.stop()
         await namesrv.stop()
+
+
+@pytest.fixture
+async def admin(daemons: tuple[str, dict[str, RemotingServer]]) -> AsyncIterator[Admin]:
+    ns_addr, servers = daemons
+    async with Admin([ns_addr], timeout=10.0, client=MemoryClient(servers)) as session:
+        yield session
 
 
 def rendered(result: object, fmt: str) -> str:
@@ -137,3 +148,31 @@ async def test_unknown_address_fails_like_a_refused_connection(admin: Admin) -> 
         await admin.broker_runtime_info("127.0.0.1:1")
     other = Admin(["127.0.0.1:1", *admin.namesrv], client=admin.client)  # the next NameServer answers
     assert list((await other.cluster_info()).broker_addr_table) == ["broker-a"]
+
+
+async def test_broker_calls_a_member_back_and_forgets_it_when_its_connection_closes(
+    admin: Admin, daemons: tuple[str, dict[str, RemotingServer]]
+) -> None:
+    ns_addr, servers = daemons
+    [addr] = await topics.target_masters(admin, None, None)
+    await topics.upsert(admin, topics.TopicSpec("Reset", 2, 2), cluster=None, broker=None, mode="create")
+    queues = [MessageQueue("Reset", "broker-a", q) for q in (0, 1)]
+    for mq in queues:
+        await messaging.send(admin, addr, "Reset", b"m", queue_id=mq.queue_id, properties={})
+    member_admin = Admin([ns_addr], client=MemoryClient(servers))
+    async with member_admin, GroupMember(member_admin, "CG_Reset", "Reset", {"broker-a": addr}) as member:
+        member.offsets.update(dict.fromkeys(queues, 1))
+        await member.commit(member.offsets)
+        # RESET_CONSUMER_CLIENT_OFFSET goes from the broker to the member over the member's connection
+        assert await admin.reset_offset_by_time(addr, "Reset", "CG_Reset", 0) == dict.fromkeys(queues, 0)
+        await wait_until(lambda: member.resets == 1, timeout=10)
+        assert member.offsets == dict.fromkeys(queues, 0)
+        assert await admin.consumer_connections(addr, "CG_Reset") is not None
+        await member_admin.client.close()  # the broker's close listener drops the member, as over TCP
+        await wait_until(lambda: _offline(admin, addr, "CG_Reset"), timeout=10)
+    # leaving, the member committed the reset offsets over a new connection
+    assert [await admin.consumer_offset(addr, "CG_Reset", "Reset", mq.queue_id) for mq in queues] == [0, 0]
+
+
+async def _offline(admin: Admin, addr: str, group: str) -> bool:
+    return await admin.consumer_connections(addr, group) is None
