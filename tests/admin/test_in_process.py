@@ -62,6 +62,8 @@ async def daemons(
                 opened.append(args)
                 raise SocketOpened(f"socket opened: {args}")
 
+        # asyncio's loops make their sockets through the socket module (uvloop's would not)
+        assert isinstance(asyncio.get_running_loop(), asyncio.BaseEventLoop)
         monkeypatch.setattr(socket, "socket", NoSocket)
         yield ns_addr, {ns_addr: namesrv.server, broker.addr: broker.server}
         await broker.stop()  # its unregistration goes through memory too
