@@ -8,7 +8,7 @@ is replaced by a hand-off on the event loop.
 * `MemoryClient` is a `RemotingClient` (the `client.Transport` seam) whose connections go to the
   `RemotingServer`s of in-process daemons registered under their addresses. The server side is the
   server's own accepted-connection protocol, so its connection cap, idle sweep, close listeners
-  (a broker forgetting a closed client's consumers) and `stop()` apply as over TCP; asynchronous
+  (a broker forgetting a closed client's consumers) and `stop()` closing them apply as over TCP; asynchronous
   answers (long polling, SYNC_FLUSH offload) and callbacks back to the client work alike.
 
 What it does not model: peer addresses are made up (`memory-client:N` for `connect_pair`;
@@ -110,8 +110,8 @@ class MemoryClient(RemotingClient):
     """A `RemotingClient` whose connections reach in-process daemons instead of sockets.
 
     `servers` maps the addresses callers use (a broker's `addr`, `127.0.0.1:<port>` of a NameServer)
-    to those daemons' `RemotingServer`s; `register` adds one later. An address with no server fails
-    like a refused connection.
+    to those daemons' `RemotingServer`s (a mutable dict). An address with no server fails like a
+    refused connection; a stopped server still accepts, so take it out of `servers` to refuse.
     """
 
     def __init__(
@@ -123,9 +123,6 @@ class MemoryClient(RemotingClient):
     ) -> None:
         super().__init__(processors, signer=signer)
         self.servers: dict[str, RemotingServer] = dict(servers or {})
-
-    def register(self, addr: str, server: RemotingServer) -> None:
-        self.servers[addr] = server
 
     async def _connect(self, addr: str) -> Connection:
         server = self.servers.get(addr)
