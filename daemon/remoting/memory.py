@@ -8,8 +8,8 @@ is replaced by a hand-off on the event loop.
 * `MemoryClient` is a `RemotingClient` (the `client.Transport` seam) whose connections go to the
   `RemotingServer`s of in-process daemons registered under their addresses. The server side is the
   server's own accepted-connection protocol, so its connection cap, idle sweep, close listeners
-  (a broker forgetting a closed client's consumers) and `stop()` closing them apply as over TCP; asynchronous
-  answers (long polling, SYNC_FLUSH offload) and callbacks back to the client work alike.
+  (a broker forgetting a closed client's consumers) and `stop()` closing them apply as over TCP;
+  asynchronous answers (long polling, SYNC_FLUSH offload) and callbacks to the client work alike.
 
 What it does not model: peer addresses are made up (`memory-client:N` for `connect_pair`;
 `127.0.0.1:N` for `MemoryClient`, as a broker stores the born host of each message, so an ACL white
