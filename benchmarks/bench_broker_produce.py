@@ -67,8 +67,9 @@ async def bench(addr: str, duration: float, producers: int) -> BenchResult:
     return result("produce", run.messages, run.failures, time.perf_counter() - run.started, run.rts)
 
 
-def start_broker(store: str, port: int, *flags: str) -> subprocess.Popen[bytes]:
-    """`mqctl broker start` on ``store`` in a subprocess, so the load generator does not share its event loop."""
+def start_broker(store: str, port: int, *flags: str, **settings: str) -> subprocess.Popen[bytes]:
+    """`mqctl broker start` on ``store`` in a subprocess, so the load generator does not share its event loop;
+    ``settings`` become MQCTL_* variables (``brokerRole="SLAVE"`` -> ``MQCTL_BROKERROLE``)."""
     argv = [
         sys.executable,
         "-m",
@@ -80,11 +81,10 @@ def start_broker(store: str, port: int, *flags: str) -> subprocess.Popen[bytes]:
         "--port",
         str(port),
         "--no-metrics",
-        *flags,
     ]
-    return subprocess.Popen(
-        argv, cwd=ROOT, stderr=subprocess.DEVNULL, env={**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1"}
-    )
+    env = {**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1", "MQCTL_LISTEN_HOST": "127.0.0.1"}
+    env.update({f"MQCTL_{k.upper()}": v for k, v in settings.items()})
+    return subprocess.Popen([*argv, *flags], cwd=ROOT, stderr=subprocess.DEVNULL, env=env)
 
 
 @contextmanager

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,9 +24,9 @@ from contextlib import contextmanager
 
 from bench_broker_produce import (  # run as a script: benchmarks/ is on sys.path
     BODY,
-    ROOT,
     bench,
     free_port,
+    start_broker,
     wait_ready,
 )
 
@@ -51,21 +50,7 @@ def cpu_seconds(addr: str) -> float:
 @contextmanager
 def broker(store: str, port: int, **settings: str) -> Iterator[str]:
     """A broker process with ``settings`` as MQCTL_* variables; yields its address once it answers."""
-    env = {**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1", "MQCTL_LISTEN_HOST": "127.0.0.1"}
-    env.update({f"MQCTL_{k.upper()}": v for k, v in settings.items()})
-    argv = [
-        sys.executable,
-        "-m",
-        "mqctl",
-        "broker",
-        "start",
-        "--store",
-        store,
-        "--port",
-        str(port),
-        "--no-metrics",
-    ]
-    proc = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.DEVNULL, env=env)
+    proc = start_broker(store, port, **settings)
     addr = f"127.0.0.1:{port}"
     PIDS[addr] = proc.pid
     try:

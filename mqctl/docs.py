@@ -142,9 +142,10 @@ def generate(root: Path) -> dict[Path, str]:
 
 def main(argv: list[str] | None = None) -> int:
     root = Path(argv[0] if argv else ".")
+    files = generate(root)  # first: a CLI that fails to build leaves the old pages in place
     for stale in [*root.glob("man/mqctl*.1"), *(root / "completions" / f for f in SHELLS.values())]:
         stale.unlink(missing_ok=True)
-    for path, text in generate(root).items():
+    for path, text in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         print(path)

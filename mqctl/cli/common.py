@@ -84,6 +84,11 @@ BrokerAddrOpt = Annotated[
     str | None, typer.Option("--broker", "-b", help="Broker address HOST:PORT (beats --cluster).")
 ]
 QueueOpt = Annotated[int | None, typer.Option("--queue", "-q", min=0, help="Queue id.")]
+#: The dead-letter filters of 'msg resend' and 'dlq export' (with --since/--until and --key).
+DlqIdsOpt = Annotated[
+    list[str] | None, typer.Option("--id", help="Only this message (offset id or UNIQ_KEY; repeatable).")
+]
+DlqTagOpt = Annotated[str | None, typer.Option("--tag", help="Only dead letters with this tag.")]
 KeyOpt = Annotated[str | None, typer.Option("--key", "-k", help="Message key (an entry of KEYS).")]
 SinceOpt = Annotated[
     str | None,

@@ -8,7 +8,16 @@ from typing import Annotated
 
 import typer
 
-from mqctl.cli.common import GroupOpt, KeyOpt, SinceOpt, UntilOpt, cluster_options, online
+from mqctl.cli.common import (
+    DlqIdsOpt,
+    DlqTagOpt,
+    GroupOpt,
+    KeyOpt,
+    SinceOpt,
+    UntilOpt,
+    cluster_options,
+    online,
+)
 
 app = typer.Typer(help="Dead-letter queues: list them, export their messages.", no_args_is_help=True)
 
@@ -29,12 +38,10 @@ def export(
     out: Annotated[
         Path, typer.Option("--out", help="File to write, one JSON object per line ('-': stdout).")
     ],
-    ids: Annotated[
-        list[str] | None, typer.Option("--id", help="Only this message (offset id or UNIQ_KEY; repeatable).")
-    ] = None,
+    ids: DlqIdsOpt = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
-    tag: Annotated[str | None, typer.Option("--tag", help="Only dead letters with this tag.")] = None,
+    tag: DlqTagOpt = None,
     key: KeyOpt = None,
 ) -> None:
     """Write the dead letters of a group as JSON lines: every stored field, properties, the body (UTF-8

@@ -11,6 +11,8 @@ import typer
 
 from mqctl.cli.common import (
     BrokerAddrOpt,
+    DlqIdsOpt,
+    DlqTagOpt,
     ExecuteOpt,
     GroupOpt,
     KeyOpt,
@@ -264,12 +266,10 @@ def tail(
 @cluster_options()
 def resend(
     group: GroupOpt,
-    ids: Annotated[
-        list[str] | None, typer.Option("--id", help="Only this message (offset id or UNIQ_KEY; repeatable).")
-    ] = None,
+    ids: DlqIdsOpt = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
-    tag: Annotated[str | None, typer.Option("--tag", help="Only dead letters with this tag.")] = None,
+    tag: DlqTagOpt = None,
     key: KeyOpt = None,
     to_topic: Annotated[
         str | None,

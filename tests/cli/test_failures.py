@@ -155,11 +155,13 @@ def test_every_online_command_takes_timeout(cli: RunCli, busy_port: int) -> None
 
 
 def test_a_background_start_exits_with_the_daemons_own_code(
-    cli: RunCli, busy_port: int, tmp_path: Path
+    cli_process: RunCli, busy_port: int, tmp_path: Path
 ) -> None:
-    """--daemon: the forked daemon's failure (here a busy port, exit 4) is the original process's exit code."""
+    """--daemon: the forked daemon's failure (here a busy port, exit 4) is the original process's exit code.
+    A real process: --daemon forks, and a fork of the test process would outlive it (a pytest-xdist worker's
+    copy waiting for tests forever, holding the run's output pipe open)."""
     data = str(tmp_path / "ns")
-    result = cli("namesrv", "start", "--daemon", "--listen", f"127.0.0.1:{busy_port}", "--data", data)
+    result = cli_process("namesrv", "start", "--daemon", "--listen", f"127.0.0.1:{busy_port}", "--data", data)
     assert result.code == ConflictError.exit_code, result.stderr
     assert f"port {busy_port} is already in use" in result.stderr and "--listen" in result.stderr
     assert "ConflictError" not in result.stderr and len(result.stderr.splitlines()) == 1
