@@ -24,12 +24,20 @@ from daemon.remoting.bodies import (
 from daemon.remoting.client import RemotingClient, Transport
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.errors import RemotingConnectError
+from daemon.remoting.errors import RemotingCommandError, RemotingConnectError
 from store import AUTO_CREATE_TOPIC, fastjson
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+
+#: Answers meaning "not done, try later" (the README's retriable errors minus the flush and slave
+#: timeouts, which come after the broker stored a message: sending again would duplicate it).
+RETRIED_CODES = frozenset(
+    {ResponseCode.SYSTEM_BUSY, ResponseCode.FLOW_CONTROL, ResponseCode.SERVICE_NOT_AVAILABLE}
+)
+#: Attempts after the first one's retriable answer.
+RETRIES = 2
 
 
 def _session_signer() -> Callable[[RemotingCommand], None] | None:
@@ -65,9 +73,36 @@ class Admin:
         *,
         expect: tuple[int, ...] = (ResponseCode.SUCCESS,),
     ) -> RemotingCommand:
-        """Send one request to ``addr``; a response code outside ``expect`` raises RemotingCommandError."""
-        request = RemotingCommand.request(code, header.to_ext_fields() if header else {}, body)
-        return await self.client.invoke_checked(addr, request, self.timeout, expect)
+        """Send one request to ``addr``; a response code outside ``expect`` raises RemotingCommandError.
+
+        An answer that says the broker did not do it and may later (:data:`RETRIED_CODES`) is retried
+        twice with jittered backoff (at most ~1 s in all); what the broker may have done (a flush or
+        slave timeout after storing) is never sent again."""
+        fields = header.to_ext_fields() if header else {}
+        try:
+            return await self.client.invoke_checked(
+                addr, RemotingCommand.request(code, dict(fields), body), self.timeout, expect
+            )
+        except RemotingCommandError as exc:
+            if exc.code not in RETRIED_CODES:
+                raise
+            log.debug("%s answered code %d (%s): trying again", addr, exc.code, exc.remark)
+        import tenacity  # only on this rare path: mqctl's start-up stays light
+
+        retrying = tenacity.AsyncRetrying(
+            retry=tenacity.retry_if_exception(
+                lambda e: isinstance(e, RemotingCommandError) and e.code in RETRIED_CODES
+            ),
+            stop=tenacity.stop_after_attempt(RETRIES),
+            wait=tenacity.wait_random_exponential(multiplier=0.1, max=0.5),
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                return await self.client.invoke_checked(
+                    addr, RemotingCommand.request(code, dict(fields), body), self.timeout, expect
+                )
+        raise AssertionError("unreachable: tenacity re-raises the last error")
 
     async def _namesrv(self, send: Callable[[str], Awaitable[T]]) -> T:
         """Try each NameServer in turn until one answers; raise the last connection error."""
