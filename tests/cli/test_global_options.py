@@ -84,6 +84,7 @@ def test_every_online_command_has_the_same_shared_options() -> None:
     assert seen >= 30
 
 
+@pytest.mark.slow  # waits out request timeouts against a silent listener
 def test_context_timeout_and_its_precedence(run: Run, silent: str) -> None:
     code, out, _ = run("context", "add", "slow", "-n", silent, "--timeout", "0.3", "-o", "json")
     assert code == 0 and json.loads(out)["timeout"] == 0.3
