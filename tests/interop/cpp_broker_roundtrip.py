@@ -1,8 +1,10 @@
 """Produce and push-consume with the official RocketMQ C++ client (PyPI `rocketmq==0.4.4`).
 
-Run with the interop venv's Python: `cpp_broker_roundtrip.py NAMESRV TOPIC GROUP COUNT TIMEOUT_S`.
+Run with the interop venv's Python: `cpp_broker_roundtrip.py NAMESRV TOPIC GROUP COUNT TIMEOUT_S [PHASES]`.
 The topic does not exist yet, so the first send goes through the broker's TBW102 auto-creation.
-Prints one JSON object: the send results and what the push consumer received.
+PHASES is `produce,consume` (the default), or one of them, for a test that changes the cluster between
+the two (a master stopped: the consumer must find the slave). Prints one JSON object: the send results
+and what the push consumer received.
 """
 
 from __future__ import annotations
@@ -21,7 +23,17 @@ def body(i: int) -> bytes:
     return (f"cpp-{i}-".encode() * (1 + i % 50))[: 10 + i * 20]
 
 
-def main(namesrv: str, topic: str, group: str, count: int, timeout: float) -> int:
+def main(
+    namesrv: str, topic: str, group: str, count: int, timeout: float, phases: str = "produce,consume"
+) -> int:
+    sent = produce(namesrv, topic, count) if "produce" in phases else []
+    received = consume(namesrv, topic, group, count, timeout) if "consume" in phases else {}
+    expected = {f"key-{i}": hashlib.sha1(body(i)).hexdigest() for i in range(count)}
+    print(json.dumps({"sent": sent, "received": received, "expected": expected}))
+    return 0
+
+
+def produce(namesrv: str, topic: str, count: int) -> list[dict[str, object]]:
     producer = Producer("MQCTL_CPP_PRODUCER")
     producer.set_namesrv_addr(namesrv)
     if os.environ.get("CPP_ACCESS_KEY"):  # ACL: sign every request (the client's set_session_credentials)
@@ -38,7 +50,10 @@ def main(namesrv: str, topic: str, group: str, count: int, timeout: float) -> in
             sent.append({"status": int(r.status), "msgId": r.msg_id, "offset": r.offset})
     finally:
         producer.shutdown()
+    return sent
 
+
+def consume(namesrv: str, topic: str, group: str, count: int, timeout: float) -> dict[str, dict[str, object]]:
     received: dict[str, dict[str, object]] = {}
     lock = threading.Lock()
     all_in = threading.Event()
@@ -64,10 +79,10 @@ def main(namesrv: str, topic: str, group: str, count: int, timeout: float) -> in
         time.sleep(6)  # let the consumer commit its offsets (every 5 s) before shutting down
     finally:
         consumer.shutdown()
-    expected = {f"key-{i}": hashlib.sha1(body(i)).hexdigest() for i in range(count)}
-    print(json.dumps({"sent": sent, "received": received, "expected": expected}))
-    return 0
+    return received
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5])))
+    sys.exit(
+        main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), *sys.argv[6:7])
+    )
