@@ -16,9 +16,9 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
@@ -46,6 +46,17 @@ class Service(Protocol):
     async def start(self) -> None: ...
 
     async def stop(self) -> None: ...
+
+
+async def cancel_tasks(tasks: Iterable[asyncio.Task[Any] | None]) -> None:
+    """Cancel a service's background tasks, then wait until each has finished (each ends with the
+    CancelledError it was sent; other errors propagate)."""
+    pending = [task for task in tasks if task is not None]
+    for task in pending:
+        task.cancel()
+    for task in pending:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def serve(service: Service, on_started: Callable[[], None] | None = None) -> None:

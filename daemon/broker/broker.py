@@ -31,7 +31,6 @@ so the broker stays one process and CPU per send is cut instead.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
 import logging
 import math
@@ -65,6 +64,7 @@ from daemon.broker.schedule import ScheduleMessageService
 from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
+from daemon.lifecycle import cancel_tasks
 from daemon.remoting.bodies import PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient, Transport
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
@@ -348,11 +348,7 @@ class Broker:
             return
         self._started = False
         self.state = "stopping"
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_tasks(self._tasks)
         self._tasks = []
         await self.registration.aclose()
         await self.register_topics.aclose()

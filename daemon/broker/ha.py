@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
+from daemon.lifecycle import cancel_tasks
 from daemon.remoting.client import Transport
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -272,11 +273,7 @@ class HAMaster:
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_tasks(list(self._tasks))
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
@@ -369,11 +366,7 @@ class HASlave:
         ]
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_tasks(self._tasks)
         self._tasks = []
 
     async def _dispatch_loop(self) -> None:

@@ -11,10 +11,11 @@ also catches notifications from elsewhere that were missed.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+
+from daemon.lifecycle import cancel_tasks
 
 log = logging.getLogger(__name__)
 
@@ -77,10 +78,7 @@ class PullRequestHoldService:
         self._task = asyncio.create_task(self._check_loop(), name="pull-hold-check")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_tasks([self._task])
         for waiters in self._waiters.values():
             for waiter in waiters:
                 _wake(waiter.future)

@@ -9,11 +9,11 @@ level in the store's `delayOffset.json` manager.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from typing import TYPE_CHECKING
 
+from daemon.lifecycle import cancel_tasks
 from store.api import GetMessageStatus
 from store.message import (
     PROPERTY_REAL_QUEUE_ID,
@@ -70,10 +70,7 @@ class ScheduleMessageService:
         self._task = asyncio.create_task(self._run(), name="schedule-delivery")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_tasks([self._task])
 
     async def _run(self) -> None:
         while True:

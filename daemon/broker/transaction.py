@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from daemon.broker.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from daemon.broker.processors import system_error
+from daemon.lifecycle import cancel_tasks
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
@@ -73,10 +74,7 @@ class TransactionService:
         self._task = asyncio.create_task(self._run(), name="transaction-check")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_tasks([self._task])
 
     async def _run(self) -> None:
         while True:
