@@ -308,8 +308,9 @@ class ConsumeQueue:
         """Write the units ``(phys_offset, size, tags_code, queue_offset)`` of consecutive records, in order:
         as :meth:`put_unit` each, but the common run (new units continuing the queue inside its current
         file) is packed and copied into the file at once."""
-        while units:
-            phys, size, _, first = units[0]
+        i = 0  # the first unit not written yet (an index: slicing would copy the rest per unit)
+        while i < len(units):
+            phys, size, tags, first = units[i]
             # the run: new units (the records ascend, so the first one's says it for all) that go where
             # the queue ends, with consecutive queue offsets, within one file
             n = 0
@@ -317,12 +318,12 @@ class ConsumeQueue:
                 mf = self.file_for(first)
                 pos = mf.wrote_position
                 if first * CQ_STORE_UNIT_SIZE == mf.file_from_offset + pos:
-                    limit = min(len(units), (self.file_size - pos) // CQ_STORE_UNIT_SIZE)
-                    while n < limit and units[n][3] == first + n:
+                    limit = min(len(units) - i, (self.file_size - pos) // CQ_STORE_UNIT_SIZE)
+                    while n < limit and units[i + n][3] == first + n:
                         n += 1
             if n < 2:
-                self.put_unit(phys, size, units[0][2], first)  # the rules one by one
-                units = units[1:]
+                self.put_unit(phys, size, tags, first)  # the rules one by one
+                i += 1
                 continue
             end = pos + n * CQ_STORE_UNIT_SIZE
             if end > mf.prepared_position:  # never store into an unallocated page
@@ -330,14 +331,14 @@ class ConsumeQueue:
             packed = bytearray(n * CQ_STORE_UNIT_SIZE)
             pack_into = UNIT.pack_into
             at = 0
-            for unit in units[:n]:
+            for unit in units[i : i + n]:
                 pack_into(packed, at, unit[0], unit[1], unit[2])
                 at += CQ_STORE_UNIT_SIZE
             mf.mm[pos:end] = packed
             mf.wrote_position = end
-            last = units[n - 1]
+            last = units[i + n - 1]
             self.max_physic_offset = last[0] + last[1]
-            units = units[n:]
+            i += n
 
     def _check_unit(self, phys_offset: int, size: int, queue_offset: int) -> None:
         unit = self.get_unit(queue_offset)
