@@ -208,16 +208,15 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
                 put = self.BEAN.from_json(fastjson.loads(entry["put"])) if "put" in entry else None
                 changes.append((version, put, self._name(put) if put is not None else str(entry["delete"])))
             except (ValueError, KeyError, TypeError) as e:  # a whole line damaged: not a torn append
+                kept = None if self.read_only else self._keep_damaged(journal)
                 log.error(
                     "%s: line %d of %d unreadable (%s): it and the lines after it are not replayed%s",
                     journal,
                     n + 1,
                     len(lines) - 1,
                     e,
-                    "" if self.read_only else f"; the journal is kept as {journal}.damaged",
+                    f"; the journal is kept as {kept}" if kept else "",
                 )
-                if not self.read_only:
-                    shutil.copyfile(journal, journal + ".damaged")
                 break
         applied = 0
         base = self.data_version.counter  # (the lines of one write share the version after its last change)
@@ -282,6 +281,15 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
             journal = self.journal_path
             if journal is not None and not self.read_only and self._journal_lines:
                 self._reset_journal(journal)
+
+    def _keep_damaged(self, journal: str) -> str:
+        """Copy a damaged journal aside under a name of its own (``.damaged.<ms>``): it is emptied next, and
+        an earlier incident's copy must not be overwritten by a later one."""
+        stamp = self.clock.now_ms()
+        while os.path.exists(kept := f"{journal}.damaged.{stamp}"):
+            stamp += 1
+        shutil.copyfile(journal, kept)
+        return kept
 
     def persist_changes(self) -> None:
         """Make the entries changed since the last write durable: one journal line each, one fdatasync

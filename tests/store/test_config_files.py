@@ -328,7 +328,14 @@ def test_a_damaged_journal_line_is_reported_at_error_and_the_journal_kept(
     with caplog.at_level(logging.ERROR):
         recovered.load()
     assert set(recovered.table) == {"A"}
-    assert "line 2 of 3 unreadable" in caplog.text and (tmp_path / "topics.json.journal.damaged").exists()
+    kept = list(tmp_path.glob("topics.json.journal.damaged.*"))
+    assert "line 2 of 3 unreadable" in caplog.text and len(kept) == 1 and str(kept[0]) in caplog.text
+    assert kept[0].read_text() == f"{first}\n{{garbled\n{second}\n"
+    # a second incident keeps its own copy: the first one's is not overwritten
+    (tmp_path / "topics.json.journal").write_text("{garbled again\n")
+    TopicConfigFile(str(tmp_path / "topics.json"), SystemClock()).load()
+    assert len(list(tmp_path.glob("topics.json.journal.damaged.*"))) == 2
+    assert kept[0].read_text() == f"{first}\n{{garbled\n{second}\n"
 
 
 def test_journaled_topics_a_java_broker_rewrote_the_file_without_are_restored_and_reported(
