@@ -12,7 +12,6 @@ dicts are snapshots taken with `list()`/`dict()`.
 from __future__ import annotations
 
 import logging
-import shutil
 import socket
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -117,9 +116,11 @@ def _store_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iter
     yield phy
 
     disk = GaugeMetricFamily(
-        "rocketmq_disk_used_ratio", "Used fraction of the store's file system", labels=labels
+        "rocketmq_disk_used_ratio",
+        "Used fraction of the store's file system, as the cleanup watermarks and commitLogDiskRatio count it",
+        labels=labels,
     )
-    disk.add_metric(base, disk_usage_ratio(b.config.store_path_root_dir))
+    disk.add_metric(base, b.store.disk_ratio())
     yield disk
 
 
@@ -144,15 +145,6 @@ def _remoting_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> I
     closed.add_metric([*base, "buffered_bytes"], server.budget.refused)
     closed.add_metric([*base, "connections"], server.refused_connections)
     yield closed
-
-
-def disk_usage_ratio(path: str) -> float:
-    """Used fraction of the file system holding `path` (0..1)."""
-    try:
-        usage = shutil.disk_usage(path)
-    except OSError:
-        return 0.0
-    return usage.used / usage.total if usage.total else 0.0
 
 
 def _ha_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:

@@ -23,6 +23,8 @@ from daemon.remoting.bodies import KVTable, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from store.cleanup import FakeDiskUsage
+from store.engine import DefaultMessageStore
 from store.record import decode_records
 from tests.support.broker import BrokerHandle, broker_config, start_broker
 
@@ -207,7 +209,12 @@ async def test_metrics_endpoint_reports_lag_and_health(broker: BrokerHandle) -> 
             return resp.read().decode()
 
     assert (await asyncio.to_thread(fetch, "/healthz")).strip() == "serving"
+    store = broker.broker.store
+    assert isinstance(store, DefaultMessageStore)
+    store.cleaner.disk_usage = FakeDiskUsage(0.42)  # the disk the watermarks see is the one reported
     text = await asyncio.to_thread(fetch, "/metrics")
+    assert 'rocketmq_disk_used_ratio{broker="broker-a",cluster="DefaultCluster"} 0.42' in text
+    assert broker.broker.runtime_info()["commitLogDiskRatio"].startswith("0.42")
     assert (
         'rocketmq_consumer_lag{broker="broker-a",cluster="DefaultCluster",group="MG",queue="0",topic="MT"} 1.0'
         in text
