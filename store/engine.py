@@ -170,6 +170,22 @@ def held_lock(root: str) -> Iterator[None]:
             _LOCKED_ROOTS.discard(key)
 
 
+def dispatch_rules(
+    info: RecordInfo, delay_ms: list[int], index_enabled: bool
+) -> tuple[int | None, list[str]]:
+    """What dispatch writes for one record (§4.5, §5.6): its ConsumeQueue unit's tags code (None: no unit,
+    a prepared or rolled-back transaction message) and its index keys (none for a rollback)."""
+    tran = info.sys_flag & TRANSACTION_TYPE_MASK
+    if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:  # noqa: SIM109 (hot path)
+        code: int | None = unit_tags_code(info.topic, info.properties, info.store_timestamp, delay_ms)
+    else:
+        code = None
+    keys = (
+        index_keys(info.topic, info.properties) if index_enabled and tran != TRANSACTION_ROLLBACK_TYPE else []
+    )
+    return code, keys
+
+
 class DefaultMessageStore:
     """The RocketMQ-compatible engine. ``open()`` loads and recovers, ``start()`` makes it live.
 
@@ -486,22 +502,18 @@ class DefaultMessageStore:
     def _dispatch_one(self, info: RecordInfo, cq: ConsumeQueue | None = None) -> None:
         """Build the ConsumeQueue unit and the index entries of one record (§4.5, §5.6); ``cq`` is the
         record's queue when the caller has it already."""
-        tran = info.sys_flag & TRANSACTION_TYPE_MASK
-        topic = info.topic
-        if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:  # noqa: SIM109 (hot path)
+        code, keys = dispatch_rules(info, self._delay_ms, self._index_enabled)
+        if code is not None:
             if cq is None:
-                cq = self._find_cq(topic, info.queue_id)
-            code = unit_tags_code(topic, info.properties, info.store_timestamp, self._delay_ms)
+                cq = self._find_cq(info.topic, info.queue_id)
             cq.put_unit(info.commit_log_offset, info.size, code, info.queue_offset)
             self._logics_ts = info.store_timestamp
-        if self._index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
-            keys = index_keys(topic, info.properties)
-            if keys:
-                full = self.index.build_index(
-                    keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms
-                )
-                if full is not None:  # (checked here: a call per record costs on the put path)
-                    self._flush_full_index_later(full)
+        if keys:
+            full = self.index.build_index(
+                keys, info.commit_log_offset, info.store_timestamp, self.clock.now_ms
+            )
+            if full is not None:  # (checked here: a call per record costs on the put path)
+                self._flush_full_index_later(full)
 
     def _dispatch_records(self, infos: Sequence[RecordInfo], touched: set[tuple[str, int]]) -> None:
         """Dispatch consecutive records as :meth:`_dispatch_one` does each, with every queue's units written
@@ -514,21 +526,17 @@ class DefaultMessageStore:
         delay_ms = self._delay_ms
         logics_ts = 0
         for info in infos:
-            tran = info.sys_flag & TRANSACTION_TYPE_MASK
-            topic = info.topic
-            if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:  # noqa: SIM109 (hot path)
-                code = unit_tags_code(topic, info.properties, info.store_timestamp, delay_ms)
+            code, keys = dispatch_rules(info, delay_ms, index_enabled)
+            if code is not None:
                 unit = (info.commit_log_offset, info.size, code, info.queue_offset)
-                run = units.get((topic, info.queue_id))
+                run = units.get((info.topic, info.queue_id))
                 if run is None:
-                    units[(topic, info.queue_id)] = [unit]
+                    units[(info.topic, info.queue_id)] = [unit]
                 else:
                     run.append(unit)
                 logics_ts = info.store_timestamp
-            if index_enabled and tran != TRANSACTION_ROLLBACK_TYPE:
-                keys = index_keys(topic, info.properties)
-                if keys:
-                    indexed.append((keys, info.commit_log_offset, info.store_timestamp))
+            if keys:
+                indexed.append((keys, info.commit_log_offset, info.store_timestamp))
         for key, run in units.items():
             self._find_cq(*key).put_units(run)
             touched.add(key)
