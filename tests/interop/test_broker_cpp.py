@@ -3,8 +3,6 @@ a first send to a missing topic auto-creates it through TBW102, then 200 message
 
 from __future__ import annotations
 
-import asyncio
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,12 +11,10 @@ import pytest
 from daemon.broker.bodies import ConsumeStats
 from daemon.remoting.codes import RequestCode
 from tests.support.broker import ClusterHandle, start_cluster, stop_cluster
+from tests.support.cpp import cpp_roundtrip
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
-ROOT = Path(__file__).resolve().parents[2]
-HERE = Path(__file__).resolve().parent
-INTEROP_PYTHON = ROOT / ".venv-interop" / "bin" / "python"
 TOPIC = "CppAutoTopic"
 GROUP = "CID_MQCTL_CPP"
 COUNT = 200
@@ -34,24 +30,9 @@ async def cluster(tmp_path: Path) -> AsyncIterator[ClusterHandle]:
 
 
 async def test_cpp_client_auto_creates_topic_then_produces_and_consumes(cluster: ClusterHandle) -> None:
-    if not INTEROP_PYTHON.exists():
-        pytest.fail("C++ client venv missing: run scripts/install-interop-clients.sh (make test does)")
     assert cluster.broker.topics.get(TOPIC) is None
-    proc = await asyncio.create_subprocess_exec(
-        str(INTEROP_PYTHON),
-        str(HERE / "cpp_broker_roundtrip.py"),
-        cluster.namesrv_addr,
-        TOPIC,
-        GROUP,
-        str(COUNT),
-        "90",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=HERE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 180)
-    assert proc.returncode == 0, err.decode()[-3000:]
-    result = json.loads(out.decode().strip().splitlines()[-1])
+    code, result, err = await cpp_roundtrip(cluster.namesrv_addr, TOPIC, GROUP, COUNT, 90)
+    assert code == 0, err[-3000:]
     assert [s["status"] for s in result["sent"]] == [0] * COUNT  # SEND_OK
     config = cluster.broker.topics.get(TOPIC)
     assert config is not None and config.write_queue_nums == 4  # created from TBW102 with the client's 4

@@ -3,17 +3,15 @@ still lists (the slave replicated everything and synced the topics from its mast
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 from pathlib import Path
 
 import pytest
 
 from store.config import SLAVE
-from store.engine import DefaultMessageStore
 from store.names import retry_topic
 from tests.support.ali_ons import expected_body, node
-from tests.support.broker import start_broker, start_cluster, stop_cluster
+from tests.support.broker import replicated, start_broker, start_cluster, stop_cluster
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
@@ -34,15 +32,7 @@ async def test_ali_ons_consumes_from_the_slave_with_the_master_down(tmp_path: Pa
         await master.register_all()
         sent = (await node("produce", handle.namesrv_addr, TOPIC, str(COUNT)))["sent"]
         assert isinstance(sent, list) and {s["status"] for s in sent} == {"SEND_OK"}
-        store = slave.store
-        assert isinstance(store, DefaultMessageStore)
-        await slave.sync_from_master()
-        end = master.store.max_phy_offset
-        for _ in range(300):
-            if store.max_phy_offset == end and store.reput_from_offset >= end:
-                break
-            await asyncio.sleep(0.05)
-        assert store.reput_from_offset >= end
+        await replicated(master, slave)
         await master.stop()  # unregistered: the route lists only the slave now
 
         consumed = await node("consume", handle.namesrv_addr, TOPIC, GROUP, str(COUNT), "0", "1000", "90000")

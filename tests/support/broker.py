@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import struct
 import time
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
+from store.engine import DefaultMessageStore
 from store.record import encode_properties
 from tests.support.namesrv import namesrv_config
 
@@ -186,3 +188,16 @@ async def stop_cluster(cluster: ClusterHandle) -> None:
         await cluster.broker.stop()
     finally:
         await cluster.namesrv.stop()
+
+
+async def replicated(master: Broker, slave: Broker, timeout: float = 15.0) -> None:
+    """Wait until ``slave`` holds and has dispatched all of ``master``'s CommitLog, with its topics and
+    offsets synced (what a client falling back to the slave then reads); fail the test after ``timeout``."""
+    store = slave.store
+    assert isinstance(store, DefaultMessageStore)
+    await slave.sync_from_master()
+    end = master.store.max_phy_offset
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not (store.max_phy_offset == end and store.reput_from_offset >= end):
+        assert asyncio.get_running_loop().time() < deadline, f"slave at {store.reput_from_offset} of {end}"
+        await asyncio.sleep(0.05)
