@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench_ali_ons import cpu_seconds, create_topics  # run as a script: benchmarks/ is on sys.path
-from bench_broker_produce import free_port, wait_ready
+from bench_broker_produce import local_cluster
 
 from daemon.remoting.loop import run
 
@@ -92,41 +92,10 @@ def checkout(ref: str, into: Path) -> Iterator[Path]:
 @contextmanager
 def cluster(target: Target, data: Path) -> Iterator[None]:
     """A NameServer and a broker started from ``target.tree``, with that tree first on the path."""
-    ns, port = f"127.0.0.1:{free_port()}", free_port()
-    env = {**os.environ, "PYTHONPATH": str(target.tree), "MQCTL_BROKER_IP1": "127.0.0.1"}
-    argvs = [
-        ["namesrv", "start", "--data", str(data / "ns"), "--listen", ns],
-        [
-            "broker",
-            "start",
-            "--store",
-            str(data / "store"),
-            "--port",
-            str(port),
-            "--namesrv",
-            ns,
-            "--no-metrics",
-        ],
-    ]
-    procs: list[subprocess.Popen[bytes]] = []
-    try:
-        for argv in argvs:
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "mqctl", *argv],
-                    cwd=target.tree,
-                    env=env,
-                    stderr=subprocess.DEVNULL,
-                )
-            )
-        run(wait_ready(f"127.0.0.1:{port}", time.perf_counter()))
-        target.namesrv, target.broker_pid = ns, procs[1].pid
+    with local_cluster(data, env={"PYTHONPATH": str(target.tree)}, cwd=target.tree) as (ns, pid):
+        target.namesrv, target.broker_pid = ns, pid
         run(create_topics(ns, [TOPIC], {}))
         yield
-    finally:
-        for proc in reversed(procs):
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(30)
 
 
 def load_argv(load: str, namesrv: str, threads: int, seconds: float) -> list[str]:

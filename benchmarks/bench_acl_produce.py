@@ -14,7 +14,6 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -24,13 +23,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench_broker_produce import free_port  # run as a script: benchmarks/ is on sys.path
+from bench_broker_produce import local_cluster  # run as a script: benchmarks/ is on sys.path
 
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingError
-from daemon.remoting.loop import run
 
 ROOT = Path(__file__).resolve().parent.parent
 TICK = os.sysconf("SC_CLK_TCK")
@@ -74,34 +72,12 @@ async def wait_up(addr: str) -> None:
 @contextmanager
 def cluster(acl: bool) -> Iterator[tuple[str, int]]:
     with tempfile.TemporaryDirectory() as tmp:
-        ns, port = f"127.0.0.1:{free_port()}", free_port()
-        env = {**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1"}
+        env = {}
         if acl:
             (Path(tmp) / "home" / "conf").mkdir(parents=True)
             (Path(tmp) / "home" / "conf" / "plain_acl.yml").write_text(PLAIN_ACL)
-            env |= {"MQCTL_ACL_ENABLE": "true", "MQCTL_ROCKETMQ_HOME": f"{tmp}/home"}
-        argvs = [
-            ["namesrv", "start", "--data", f"{tmp}/ns", "--listen", ns],
-            [
-                "broker",
-                "start",
-                "--store",
-                f"{tmp}/store",
-                "--port",
-                str(port),
-                "--namesrv",
-                ns,
-                "--no-metrics",
-            ],
-        ]
-        procs = [
-            subprocess.Popen(
-                [sys.executable, "-m", "mqctl", *a], cwd=ROOT, env=env, stderr=subprocess.DEVNULL
-            )
-            for a in argvs
-        ]
-        try:
-            run(wait_up(f"127.0.0.1:{port}"))
+            env = {"MQCTL_ACL_ENABLE": "true", "MQCTL_ROCKETMQ_HOME": f"{tmp}/home"}
+        with local_cluster(Path(tmp), env=env, ready=wait_up) as (ns, pid):
             for _ in range(50):  # until the broker's first registration reached the NameServer
                 created = mqctl(
                     "topic", "create", "-t", TOPIC, "-w", "4", "-r", "4", "-n", ns, env=ADMIN if acl else {}
@@ -112,11 +88,7 @@ def cluster(acl: bool) -> Iterator[tuple[str, int]]:
             else:
                 raise RuntimeError(f"topic create failed: {created.stderr.strip()}")
             time.sleep(1.0)  # the broker's registration carries the topic to the NameServer
-            yield ns, procs[1].pid
-        finally:
-            for proc in reversed(procs):
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(30)
+            yield ns, pid
 
 
 def cpu_seconds(pid: int) -> float:

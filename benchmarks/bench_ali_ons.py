@@ -18,16 +18,14 @@ import argparse
 import asyncio
 import json
 import os
-import signal
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from bench_broker_produce import free_port, wait_ready  # run as a script: benchmarks/ is on sys.path
+from bench_broker_produce import local_cluster  # run as a script: benchmarks/ is on sys.path
 
 from daemon.remoting.errors import RemotingError
 from daemon.remoting.loop import run
@@ -44,37 +42,8 @@ TICK = os.sysconf("SC_CLK_TCK")
 @contextmanager
 def cluster() -> Iterator[tuple[str, int]]:
     """A NameServer and a broker registered with it; yields the NameServer address and the broker's pid."""
-    with tempfile.TemporaryDirectory() as tmp:
-        ns, port = f"127.0.0.1:{free_port()}", free_port()
-        env = {**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1"}
-        argvs = [
-            ["namesrv", "start", "--data", f"{tmp}/ns", "--listen", ns],
-            [
-                "broker",
-                "start",
-                "--store",
-                f"{tmp}/store",
-                "--port",
-                str(port),
-                "--namesrv",
-                ns,
-                "--no-metrics",
-            ],
-        ]
-        procs: list[subprocess.Popen[bytes]] = []
-        try:
-            for argv in argvs:
-                procs.append(
-                    subprocess.Popen(
-                        [sys.executable, "-m", "mqctl", *argv], cwd=ROOT, env=env, stderr=subprocess.DEVNULL
-                    )
-                )
-            run(wait_ready(f"127.0.0.1:{port}", time.perf_counter()))
-            yield ns, procs[1].pid
-        finally:
-            for proc in reversed(procs):
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(30)
+    with tempfile.TemporaryDirectory() as tmp, local_cluster(Path(tmp)) as (ns, pid):
+        yield ns, pid
 
 
 async def create_topics(ns: str, topics: list[str], preload: dict[str, int]) -> None:

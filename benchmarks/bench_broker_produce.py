@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -85,6 +85,49 @@ def start_broker(store: str, port: int, *flags: str, **settings: str) -> subproc
     env = {**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1", "MQCTL_LISTEN_HOST": "127.0.0.1"}
     env.update({f"MQCTL_{k.upper()}": v for k, v in settings.items()})
     return subprocess.Popen([*argv, *flags], cwd=ROOT, stderr=subprocess.DEVNULL, env=env)
+
+
+@contextmanager
+def local_cluster(
+    data: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path = ROOT,
+    ready: Callable[[str], Awaitable[object]] | None = None,
+) -> Iterator[tuple[str, int]]:
+    """`mqctl namesrv start` + `mqctl broker start` registered with it, on loopback, stores under ``data``,
+    ``env`` added to the environment; yields the NameServer's address and the broker's pid once ``ready``
+    (default: the broker answers runtime info) returns."""
+    ns, port = f"127.0.0.1:{free_port()}", free_port()
+    environ = {**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1", "MQCTL_LISTEN_HOST": "127.0.0.1", **(env or {})}
+    argvs = [
+        ["namesrv", "start", "--data", str(data / "ns"), "--listen", ns],
+        [
+            "broker",
+            "start",
+            "--store",
+            str(data / "store"),
+            "--port",
+            str(port),
+            "--namesrv",
+            ns,
+            "--no-metrics",
+        ],
+    ]
+    procs: list[subprocess.Popen[bytes]] = []
+    try:
+        for argv in argvs:
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "mqctl", *argv], cwd=cwd, env=environ, stderr=subprocess.DEVNULL
+                )
+            )
+        addr = f"127.0.0.1:{port}"
+        run(ready(addr) if ready is not None else wait_ready(addr, time.perf_counter()))
+        yield ns, procs[1].pid
+    finally:
+        for proc in reversed(procs):
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(30)
 
 
 @contextmanager
