@@ -26,7 +26,7 @@ from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
 from mqctl.errors import ConflictError, Interrupted
 from tests.daemons import LocalCluster, handle, local_cluster
-from tests.support.cli import RunCli
+from tests.support.cli import CliResult, RunCli
 from tests.support.paths import ROOT
 
 TOPIC = "Replay"
@@ -111,19 +111,8 @@ def drained_as_member(daemons: LocalCluster, group: str) -> None:
 
 
 @pytest.mark.slow
-def test_time_reset_reaches_a_running_consumer(cli: RunCli, daemons: LocalCluster, consumer: Any) -> None:
-    group = "CG_Follow"
-    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
-    proc = consumer(
-        group, "--count", str(4 * PER_QUEUE), "--idle", "60"
-    )  # ends once it has read everything twice
-    drained_as_member(daemons, group)
-
-    connections = cli("group", "connections", "-g", group, "-o", "json", env=env)
-    assert connections.code == 0, connections.stderr
-    [client] = connections.json()["clients"]
-    assert client["client_id"].endswith(f"@mqctl-{proc.pid}") and client["addr"].startswith("127.0.0.1:")
-
+def reset_to_earliest(cli: RunCli, group: str, env: dict[str, str]) -> CliResult:
+    """``offset reset --to-earliest --execute`` while the group's member runs: the broker tells it to follow."""
     reset = cli(
         "offset",
         "reset",
@@ -140,6 +129,23 @@ def test_time_reset_reaches_a_running_consumer(cli: RunCli, daemons: LocalCluste
     )
     assert reset.code == 0, reset.stderr
     assert "told to follow" in reset.json()["applied"]
+    return reset
+
+
+def test_time_reset_reaches_a_running_consumer(cli: RunCli, daemons: LocalCluster, consumer: Any) -> None:
+    group = "CG_Follow"
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+    proc = consumer(
+        group, "--count", str(4 * PER_QUEUE), "--idle", "60"
+    )  # ends once it has read everything twice
+    drained_as_member(daemons, group)
+
+    connections = cli("group", "connections", "-g", group, "-o", "json", env=env)
+    assert connections.code == 0, connections.stderr
+    [client] = connections.json()["clients"]
+    assert client["client_id"].endswith(f"@mqctl-{proc.pid}") and client["addr"].startswith("127.0.0.1:")
+
+    reset = reset_to_earliest(cli, group, env)
     assert [q["new"] for q in reset.json()["queues"]] == [0, 0]
 
     out, err = proc.communicate(timeout=30)
@@ -236,22 +242,7 @@ def test_tail_of_a_group_is_a_member_that_follows_a_reset_and_commits_nothing_it
         [client] = connections.json()["clients"]
         assert client["client_id"].endswith(f"@mqctl-{proc.pid}")
 
-        reset = cli(
-            "offset",
-            "reset",
-            "-g",
-            group,
-            "-t",
-            TOPIC,
-            "--to-earliest",
-            "--execute",
-            "--yes",
-            "-o",
-            "json",
-            env=env,
-        )
-        assert reset.code == 0, reset.stderr
-        assert "told to follow" in reset.json()["applied"]
+        reset_to_earliest(cli, group, env)
         wait_for(
             lambda: len(lines) == 2 * (PER_QUEUE - 1) + 2 * PER_QUEUE, "msg tail -g to read again from 0"
         )
