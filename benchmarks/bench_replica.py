@@ -16,7 +16,6 @@ import time
 
 from store.config import SLAVE, StoreConfig
 from store.engine import DefaultMessageStore
-from store.ha import ReplicaLog
 from store.message import Message
 
 FRAME = 32 * 1024
@@ -37,20 +36,19 @@ def main() -> None:
         assert first is not None and end <= first.file_size
         data = bytes(first.view[:end])
         master.shutdown()
-        # the flush loop's dispatch retry stays out of the way: only ReplicaLog.dispatch works here
+        # the flush loop's dispatch retry stays out of the way: only dispatch_replica works here
         config = StoreConfig(
             store_path_root_dir=f"{tmp}/s", broker_role=SLAVE, flush_interval_consume_queue=3_600_000
         )
         slave = DefaultMessageStore(config)
         slave.open()
         slave.start()
-        replica = ReplicaLog(slave)
         started = time.thread_time()
         for offset in range(0, end, FRAME):
-            replica.append(offset, data[offset : offset + FRAME])
+            slave.append_replica(offset, data[offset : offset + FRAME])
         append = time.thread_time() - started
         started = time.thread_time()
-        while replica.dispatch():
+        while slave.dispatch_replica():
             pass
         dispatch = time.thread_time() - started
         slave.shutdown()

@@ -15,6 +15,7 @@ from store.commitlog import PutMessageStatus
 from store.config import StoreConfig
 from store.config_files import ConfigFiles
 from store.errors import CorruptRecordError, DamagedUnitError
+from store.ha import ReplicaStore
 from store.message import TRANSACTION_TYPE_MASK, Message, StoredMessage
 from store.record import decode_record
 
@@ -136,8 +137,8 @@ ArrivalListener = Callable[[str, int, int], None]
 
 
 @runtime_checkable
-class MessageStore(Protocol):
-    """What the broker needs from a store."""
+class MessageStore(ReplicaStore, Protocol):
+    """What the broker needs from a store: every store it runs on also replicates (HA, spec §11)."""
 
     config: StoreConfig
     configs: ConfigFiles

@@ -58,6 +58,7 @@ from store.config_files import ConfigFiles
 from store.consumequeue import UNIT, ConsumeQueue, unit_tags_code
 from store.durability import is_no_space, sync_directory
 from store.errors import CorruptRecordError, DamagedUnitError, StoreClosedError, StoreLockedError
+from store.ha import DISPATCH_CHUNK, Buffer
 from store.heal import Healer
 from store.indexfile import IndexFile, IndexService, has_index_keys, index_keys
 from store.mapped_file import sync_filesystem
@@ -602,7 +603,7 @@ class DefaultMessageStore:
     def _retry_dispatch_in_chunks(self, last_seen: int) -> int:
         """The flush loop's retry: :data:`_RETRY_CHUNK` at a time with the put lock dropped in between, so
         a replicating slave that appended far ahead of its dispatch never waits long for the lock. A slave's
-        replica dispatch (``store.ha.ReplicaLog``) is left alone while it moves (``last_seen``: the cursor
+        replica dispatch (:meth:`dispatch_replica`) is left alone while it moves (``last_seen``: the cursor
         at the previous call); returns the cursor for the next call."""
         cursor = self.reput_from_offset
         if self.config.broker_role == SLAVE and cursor != last_seen:
@@ -930,6 +931,75 @@ class DefaultMessageStore:
                 self._flush_consume_queues(thorough=False)
             except (OSError, ValueError):
                 log.exception("consume queue flush failed")
+
+    # ================================================================== replication (store.ha.ReplicaStore)
+
+    @property
+    def commit_log_file_size(self) -> int:
+        return self.commit_log.file_size
+
+    def read_commit_log(self, offset: int, size: int) -> bytes | None:
+        """A copy, not a view: the file may be cleaned up while the master sends it."""
+        mf = self.commit_log.files.find_file(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        return bytes(mf.view[pos : pos + size])
+
+    def append_replica(self, offset: int, data: Buffer) -> bool:
+        """Copy the master's bytes to the same offsets, so the files are byte-identical (fillers included,
+        rolled at the same boundaries); ``False`` (nothing written) when they do not continue the log."""
+        cl = self.commit_log
+        files = cl.files
+        size = cl.file_size
+        with self._put_lock:
+            if files.files:
+                if offset != files.max_offset:
+                    return False
+            elif offset % size:
+                return False  # an empty slave starts at a file boundary, as the master sends it
+            view = memoryview(data)
+            while view:
+                mf = files.last_file_for_append(offset)
+                at = mf.wrote_position
+                n = min(len(view), size - at)
+                mf.prepare(at + n, populate=False)
+                if mf.prepared_position < at + n:
+                    raise OSError(f"cannot reserve space in {mf.path}")
+                # through the descriptor, not the mapping: the copy and its page faults run without the
+                # GIL, so the slave's dispatch thread works meanwhile (the mapping sees the same pages)
+                if mf.pwrite(view[:n], at) != n:
+                    raise OSError(f"short write to {mf.path}")
+                mf.wrote_position = at + n
+                offset += n
+                view = view[n:]
+        return True
+
+    def dispatch_replica(self, max_bytes: int = DISPATCH_CHUNK) -> bool:
+        """The records are parsed without the put lock (bytes below the slave's end never change) and
+        written in one short hold of it, so the appender is never kept waiting for a parse."""
+        cl = self.commit_log
+        with self._put_lock:
+            if self.reput_from_offset < cl.min_offset:
+                self.reput_from_offset = cl.min_offset
+            start = self.reput_from_offset
+        walk = cl.walk(start, min(cl.max_offset, start + max_bytes))
+        infos = list(walk)
+        touched: set[tuple[str, int]] = set()
+        with self._put_lock:
+            if self._stop.is_set():  # shutting down (its checkpoint may be written): leave it be
+                return False
+            if self.reput_from_offset != start:  # another dispatch went first: look again
+                return True
+            self._dispatch_records(infos, touched)  # raising, it leaves the cursor at the first record
+            self.reput_from_offset = walk.offset
+            if self._logics_ts:
+                cl.last_store_timestamp = self._logics_ts
+        for topic, queue_id in touched:
+            max_offset = self.get_max_offset(topic, queue_id)
+            for listener in self._listeners:
+                listener(topic, queue_id, max_offset)
+        return walk.offset != start
 
     # ================================================================== reads
 

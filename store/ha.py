@@ -1,20 +1,19 @@
-"""HA replication (spec §11): the master/slave byte protocol and the slave's replica append.
+"""HA replication (spec §11): the master/slave byte protocol and the store surface it replicates through.
 
 The protocol is two raw big-endian streams with no handshake (§11.2): the slave sends 8-byte offset
 reports, the master sends frames of ``offset(8) size(4)`` followed by ``size`` raw CommitLog bytes.
 The codecs here are pure functions over bytes; sockets live in the daemon.
 
-:class:`ReplicaLog` is the slave's write path: it copies the master's bytes to the same offsets (so
-the files are byte-identical, fillers included, rolled at the same boundaries) and then dispatches
-only whole records through the store's reput, so a frame that ends inside a record never makes a
-partial record visible to ConsumeQueues, the index or pulls.
+:class:`ReplicaStore` is what the daemon's master and slave need of a store, so HA runs on any store
+that keeps a CommitLog-format byte log without asking which one it is. A slave store copies the
+master's bytes to the same offsets and then dispatches only whole records, so a frame that ends inside
+a record never makes a partial record visible to ConsumeQueues, the index or pulls.
 """
 
 from __future__ import annotations
 
 import struct
-
-from store.engine import DefaultMessageStore
+from typing import Protocol, runtime_checkable
 
 REPORT = struct.Struct(">q")
 FRAME_HEADER = struct.Struct(">qi")
@@ -106,80 +105,39 @@ def slave_accepts(slave_max: int, frame_offset: int) -> bool:
     return slave_max == 0 or slave_max == frame_offset
 
 
-# ---------------------------------------------------------------------- slave store
+# ---------------------------------------------------------------------- the store's side
 
 
-class ReplicaLog:
-    """Appends the master's CommitLog bytes to a slave store; :meth:`dispatch` builds its queues.
+@runtime_checkable
+class ReplicaStore(Protocol):
+    """The CommitLog surface HA needs: a master reads its bytes, a slave appends and dispatches them.
 
-    The two steps are apart, as in 4.9.8 (``HAClient`` appends, ``ReputMessageService`` dispatches): a
-    slave reports (acks) what is in its CommitLog without waiting for its ConsumeQueues and index.
+    Apart from :class:`store.api.MessageStore`'s record-level API because replication moves raw bytes at
+    CommitLog offsets. Appending and dispatching are two steps, as in 4.9.8 (``HAClient`` appends,
+    ``ReputMessageService`` dispatches): a slave reports (acks) what is in its CommitLog without waiting
+    for its ConsumeQueues and index.
     """
 
-    def __init__(self, store: DefaultMessageStore) -> None:
-        self.store = store
+    @property
+    def max_phy_offset(self) -> int:
+        """Where the CommitLog ends: what a slave reports, and how far a master may send."""
+        ...
 
     @property
-    def max_offset(self) -> int:
-        return self.store.commit_log.max_offset
+    def commit_log_file_size(self) -> int:
+        """The CommitLog's file size: frames never cross a file, an empty slave starts at a file."""
+        ...
 
-    def append(self, offset: int, data: Buffer) -> bool:
-        """Write ``data`` at CommitLog ``offset``; ``False`` (nothing written) when it does not continue
-        the log. Raises ``OSError`` when the disk cannot take the bytes."""
-        store = self.store
-        cl = store.commit_log
-        files = cl.files
-        size = cl.file_size
-        with store._put_lock:
-            if files.files:
-                if offset != files.max_offset:
-                    return False
-            elif offset % size:
-                return False  # an empty slave starts at a file boundary, as the master sends it
-            view = memoryview(data)
-            while view:
-                mf = files.last_file_for_append(offset)
-                at = mf.wrote_position
-                n = min(len(view), size - at)
-                mf.prepare(at + n, populate=False)
-                if mf.prepared_position < at + n:
-                    raise OSError(f"cannot reserve space in {mf.path}")
-                # through the descriptor, not the mapping: the copy and its page faults run without the
-                # GIL, so the slave's dispatch thread works meanwhile (the mapping sees the same pages)
-                if mf.pwrite(view[:n], at) != n:
-                    raise OSError(f"short write to {mf.path}")
-                mf.wrote_position = at + n
-                offset += n
-                view = view[n:]
-        return True
+    def read_commit_log(self, offset: int, size: int) -> bytes | None:
+        """A copy of ``size`` bytes at ``offset`` (within one file), None when the log no longer has them."""
+        ...
 
-    def dispatch(self, max_bytes: int = DISPATCH_CHUNK) -> bool:
-        """Dispatch the whole records after the reput cursor (up to about ``max_bytes`` of them) and tell
-        the arrival listeners; whether the cursor moved.
+    def append_replica(self, offset: int, data: Buffer) -> bool:
+        """Write the master's ``data`` at ``offset``; ``False`` (nothing written) when it does not continue
+        the log. Raises ``OSError`` when the store cannot take the bytes."""
+        ...
 
-        The records are parsed without the store's lock (bytes below the slave's end never change) and
-        written in one short hold of it, so the appender is never kept waiting for a parse.
-        """
-        store = self.store
-        cl = store.commit_log
-        with store._put_lock:
-            if store.reput_from_offset < cl.min_offset:
-                store.reput_from_offset = cl.min_offset
-            start = store.reput_from_offset
-        walk = cl.walk(start, min(cl.max_offset, start + max_bytes))
-        infos = list(walk)
-        touched: set[tuple[str, int]] = set()
-        with store._put_lock:
-            if store._stop.is_set():  # shutting down (its checkpoint may be written): leave it be
-                return False
-            if store.reput_from_offset != start:  # another dispatch went first: look again
-                return True
-            store._dispatch_records(infos, touched)  # raising, it leaves the cursor at the first record
-            store.reput_from_offset = walk.offset
-            if store._logics_ts:
-                cl.last_store_timestamp = store._logics_ts
-        for topic, queue_id in touched:
-            max_offset = store.get_max_offset(topic, queue_id)
-            for listener in store._listeners:
-                listener(topic, queue_id, max_offset)
-        return walk.offset != start
+    def dispatch_replica(self, max_bytes: int = DISPATCH_CHUNK) -> bool:
+        """Dispatch the whole records appended after the dispatch cursor (about ``max_bytes`` of them) and
+        tell the arrival listeners; whether the cursor moved."""
+        ...

@@ -3,13 +3,15 @@
 Records are encoded exactly as on disk (same codec) into one growing buffer, so raw bytes, msgIds,
 offsets and statuses match :class:`store.engine.DefaultMessageStore`; ConsumeQueues are lists of
 units and the index a dict of ``topic#key`` → offsets. Nothing is flushed, nothing survives
-``shutdown()``.
+``shutdown()``. It replicates like the file store (:class:`store.ha.ReplicaStore`) as one unbounded
+CommitLog file: a slave copies a master's bytes from offset 0 and dispatches them with the same codec.
 """
 
 from __future__ import annotations
 
 import bisect
 import itertools
+import logging
 import threading
 from collections.abc import Container
 
@@ -35,10 +37,12 @@ from store.cleanup import (
 )
 from store.clock import Clock, SystemClock
 from store.commitlog import IllegalMessage, PutMessageStatus, apply_delay, encode_checked
-from store.config import StoreConfig
+from store.config import SLAVE, StoreConfig
 from store.config_files import ConfigFiles
 from store.consumequeue import unit_tags_code
+from store.engine import dispatch_rules
 from store.errors import CorruptRecordError, DamagedUnitError
+from store.ha import DISPATCH_CHUNK, Buffer
 from store.indexfile import index_keys
 from store.message import (
     TRANSACTION_COMMIT_TYPE,
@@ -48,7 +52,16 @@ from store.message import (
     HostAddress,
     Message,
 )
-from store.record import create_msg_id, decode_msg_id, encode_record_parts, read_header, read_record_info
+from store.record import (
+    BLANK_MAGIC_CODE,
+    create_msg_id,
+    decode_msg_id,
+    encode_record_parts,
+    read_header,
+    read_record_info,
+)
+
+log = logging.getLogger(__name__)
 
 _MEMORY = "<memory>"
 _NO_FILE_LIMIT = 2**62  # records never have to fit a CommitLog file here
@@ -77,6 +90,7 @@ class InMemoryMessageStore:
         self._listeners: list[ArrivalListener] = []
         self._running = False
         self._mtime_ms = 0  # when the log was last written (a file's mtime)
+        self._dispatched = 0  # the log's bytes below this are in the queues and the index (reput)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -107,8 +121,8 @@ class InMemoryMessageStore:
         return self._put(batch)
 
     def _put(self, msgs: list[Message]) -> PutResult:
-        if not self._running:
-            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+        if not self._running or self.config.broker_role == SLAVE:
+            return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)  # a slave only replicates
         try:
             encoded = [
                 encode_checked(m, self.store_host, self.config.max_message_size, _NO_FILE_LIMIT) for m in msgs
@@ -135,7 +149,7 @@ class InMemoryMessageStore:
                         self._index.setdefault(key, []).append((phys, now))
                 first_qoff = qoff if first_qoff < 0 else first_qoff
                 ids.append(phys)
-            end = len(self._log)
+            end = self._dispatched = len(self._log)
             self._mtime_ms = now
         first = msgs[0]
         prefix_host = first.store_host or self.store_host
@@ -154,6 +168,61 @@ class InMemoryMessageStore:
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
         self._listeners.append(listener)
+
+    # ------------------------------------------------------------------ replication (store.ha.ReplicaStore)
+
+    @property
+    def commit_log_file_size(self) -> int:
+        """One unbounded file: frames never stop at a boundary, an empty slave is sent the log from 0."""
+        return _NO_FILE_LIMIT
+
+    def read_commit_log(self, offset: int, size: int) -> bytes | None:
+        if offset < 0 or offset + size > len(self._log):
+            return None
+        return bytes(self._log[offset : offset + size])
+
+    def append_replica(self, offset: int, data: Buffer) -> bool:
+        """Only at the log's end: without a base offset, an empty store starts at 0."""
+        with self._lock:
+            if offset != len(self._log):
+                return False
+            self._log += data
+            self._mtime_ms = self.clock.now_ms()
+        return True
+
+    def dispatch_replica(self, max_bytes: int = DISPATCH_CHUNK) -> bool:
+        """As the file store's dispatch: whole records only (a record starting below ``max_bytes`` from the
+        cursor completes), a file master's end-of-file filler skipped, a record that does not parse stops
+        dispatch at ERROR."""
+        touched: set[tuple[str, int]] = set()
+        with self._lock:
+            data = self._log
+            start = pos = self._dispatched
+            while pos < min(len(data), start + max_bytes) and pos + 8 <= len(data):
+                size, magic = read_header(data, pos)
+                if pos + size > len(data):
+                    break  # still arriving
+                if magic == BLANK_MAGIC_CODE and size >= 8:
+                    pos += size
+                    continue
+                try:
+                    info = read_record_info(data, pos)
+                except CorruptRecordError as e:
+                    log.error("dispatch stops at %s", e.located(_MEMORY, pos))
+                    break
+                code, keys = dispatch_rules(info, self._delay_ms, True)
+                if code is not None:
+                    self._queues.setdefault((info.topic, info.queue_id), []).append((pos, info.size, code))
+                    touched.add((info.topic, info.queue_id))
+                for key in keys:
+                    self._index.setdefault(key, []).append((pos, info.store_timestamp))
+                pos += info.size
+            self._dispatched = pos
+        for topic, queue_id in touched:
+            max_offset = self.get_max_offset(topic, queue_id)
+            for listener in self._listeners:
+                listener(topic, queue_id, max_offset)
+        return pos != start
 
     # ------------------------------------------------------------------ retention
 

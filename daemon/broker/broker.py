@@ -127,7 +127,7 @@ class Broker:
         self.transactions: TransactionService
         self.boot_timestamp = int(time.time() * 1000)
         self.metrics_port: int | None = None
-        #: Replication (file stores only): the HA listener, and on a slave the client of its master.
+        #: Replication: the HA listener, and on a slave the client of its master.
         self.ha_master: HAMaster | None = None
         self.ha_slave: HASlave | None = None
         #: A slave's master broker address as the NameServer last answered it.
@@ -246,11 +246,10 @@ class Broker:
             self._metrics_stop = None
 
     async def _start_ha(self, ephemeral: bool) -> None:
-        """The HA listener (every file store, as 4.9.8) and, on a slave, the client of the master.
+        """The HA listener (every broker, as 4.9.8) and, on a slave, the client of the master; any store
+        the broker runs on replicates (``MessageStore`` is a ``ReplicaStore``), so this never asks which.
 
         With an ephemeral listen port and no ``haListenPort`` the HA port is ephemeral too."""
-        if not isinstance(self.store, DefaultMessageStore):
-            return
         c = self.config
         derived = c.ha_listen_port < 0
         port = 0 if ephemeral and derived else c.ha_port

@@ -4,7 +4,7 @@ The master accepts slaves on its HA listener and streams raw CommitLog bytes fro
 reported offset; acks advance ``push2slave_max_offset``, which SYNC_MASTER sends wait for (a group
 commit: every waiting send whose record ends at or below an ack is answered at once). The slave
 connects to the master's HA address, reports its CommitLog end, and appends every whole frame
-through :class:`store.ha.ReplicaLog`. Everything runs on the broker's event loop; the byte formats
+through the store's :class:`store.ha.ReplicaStore` side. Everything runs on the broker's event loop; the byte formats
 are the pure codecs of :mod:`store.ha`.
 """
 
@@ -36,10 +36,9 @@ from store.config_files import (
     DelayOffsetManager,
     JsonConfigFile,
 )
-from store.engine import DefaultMessageStore
 from store.ha import (
     HAProtocolError,
-    ReplicaLog,
+    ReplicaStore,
     decode_frames,
     encode_frame_header,
     encode_report,
@@ -191,7 +190,7 @@ class SlaveConnection:
                 )
                 return
             if self.acked < 0:
-                self.transfer_offset = transfer_start(offset, end, self.master.store.commit_log.file_size)
+                self.transfer_offset = transfer_start(offset, end, self.master.store.commit_log_file_size)
                 log.info(
                     "HA slave %s requests offset %d, transfer starts at %d",
                     self.addr,
@@ -213,19 +212,17 @@ class SlaveConnection:
         await self._started.wait()
         cfg = self.master.config
         store = self.master.store
-        cl = store.commit_log
+        file_size = store.commit_log_file_size
         heartbeat = cfg.ha_send_heartbeat_interval / 1000
         last_write = _now()
         while True:
             self.wake.clear()
             offset = self.transfer_offset
-            n = frame_extent(offset, cl.max_offset, cl.file_size, cfg.ha_transfer_batch_size)
+            n = frame_extent(offset, store.max_phy_offset, file_size, cfg.ha_transfer_batch_size)
             if n > 0:
-                mf = cl.files.find_file(offset)
-                if mf is None:
+                data = store.read_commit_log(offset, n)
+                if data is None:
                     raise HAProtocolError(f"offset {offset} is not in the master's CommitLog")
-                pos = offset - mf.file_from_offset
-                data = bytes(mf.view[pos : pos + n])  # a copy: the file may be cleaned up meanwhile
                 self.writer.write(encode_frame_header(offset, n))
                 self.writer.write(data)
                 self.transfer_offset = offset + n
@@ -244,7 +241,7 @@ class SlaveConnection:
 class HAMaster:
     """The master side: the HA listener, its slave connections and the SYNC_MASTER waiters."""
 
-    def __init__(self, config: StoreConfig, store: DefaultMessageStore, host: str, port: int) -> None:
+    def __init__(self, config: StoreConfig, store: ReplicaStore, host: str, port: int) -> None:
         self.config = config
         self.store = store
         self.host = host
@@ -348,9 +345,9 @@ class HAMaster:
 class HASlave:
     """The slave side (4.9.8 ``HAClient``): connect, report, append frames, reconnect."""
 
-    def __init__(self, config: StoreConfig, store: DefaultMessageStore) -> None:
+    def __init__(self, config: StoreConfig, store: ReplicaStore) -> None:
         self.config = config
-        self.replica = ReplicaLog(store)
+        self.store = store
         self.master_addr = config.ha_master_address
         self.connected = False
         self.last_read_ms = 0
@@ -375,7 +372,7 @@ class HASlave:
             await self._appended.wait()
             self._appended.clear()
             try:
-                while await asyncio.to_thread(self.replica.dispatch):
+                while await asyncio.to_thread(self.store.dispatch_replica):
                     pass
             except (OSError, ValueError):
                 log.exception("slave dispatch failed")
@@ -403,7 +400,7 @@ class HASlave:
                 log.warning("HA connect to master %s failed: %s", addr, exc)
                 await asyncio.sleep(RECONNECT_DELAY)
                 continue
-            log.info("HA connected to master %s, reporting offset %d", addr, self.replica.max_offset)
+            log.info("HA connected to master %s, reporting offset %d", addr, self.store.max_phy_offset)
             self.connected = True
             try:
                 await self._session(reader, writer)
@@ -422,7 +419,7 @@ class HASlave:
         heartbeat = cfg.ha_send_heartbeat_interval / 1000
         housekeeping = cfg.ha_housekeeping_interval / 1000
         max_frame = max(cfg.ha_transfer_batch_size, cfg.mapped_file_size_commit_log)
-        reported = self.replica.max_offset
+        reported = self.store.max_phy_offset
         writer.write(encode_report(reported))  # at once: 4.9.8 waits a heartbeat, a master does not mind
         await writer.drain()
         last_report = last_read = _now()
@@ -442,18 +439,18 @@ class HASlave:
                 buf += data
                 frames, used = decode_frames(buf, max_frame)
                 for offset, body in frames:
-                    if not slave_accepts(self.replica.max_offset, offset):
+                    if not slave_accepts(self.store.max_phy_offset, offset):
                         raise HAProtocolError(
-                            f"frame at {offset} but the slave ends at {self.replica.max_offset}"
+                            f"frame at {offset} but the slave ends at {self.store.max_phy_offset}"
                         )
-                    if body and not self.replica.append(offset, body):
+                    if body and not self.store.append_replica(offset, body):
                         raise HAProtocolError(f"frame at {offset} does not continue the slave's CommitLog")
                 if frames:
                     self._appended.set()
                 buf = buf[used:]  # a copy (the frames are views of buf); a torn frame stays for now
             elif now - last_read >= housekeeping:
                 raise HAProtocolError(f"nothing from the master for {housekeeping:.0f} s")
-            current = self.replica.max_offset
+            current = self.store.max_phy_offset
             if current != reported or now - last_report >= heartbeat:
                 writer.write(encode_report(current))
                 await writer.drain()

@@ -1,4 +1,4 @@
-"""HA codec (spec §11.2) and the slave's replica append: byte-identical files, whole-record dispatch."""
+"""HA codec (spec §11.2) and the file store's replica append: byte-identical files, whole-record dispatch."""
 
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ from store.engine import DefaultMessageStore, GetMessageStatus
 from store.ha import (
     HEADER_SIZE,
     HAProtocolError,
-    ReplicaLog,
     decode_frames,
     encode_frame,
     encode_frame_header,
@@ -118,16 +117,14 @@ def _slave(root: Path) -> DefaultMessageStore:
 def _stream(master: DefaultMessageStore, start: int, batch: int) -> list[tuple[int, bytes]]:
     """What the master's transfer loop sends from ``start``: frames within files, up to ``batch``."""
     out = []
-    cl = master.commit_log
     offset = start
     while True:
-        n = frame_extent(offset, cl.max_offset, cl.file_size, batch)
+        n = frame_extent(offset, master.max_phy_offset, master.commit_log_file_size, batch)
         if n == 0:
             return out
-        mf = cl.files.find_file(offset)
-        assert mf is not None
-        pos = offset - mf.file_from_offset
-        out.append((offset, bytes(mf.view[pos : pos + n])))
+        data = master.read_commit_log(offset, n)
+        assert data is not None
+        out.append((offset, data))
         offset += n
 
 
@@ -151,12 +148,11 @@ def test_replica_is_byte_identical_and_dispatched(tmp_path: Path, batch: int) ->
     master = _master(tmp_path / "m", 400)
     slave = _slave(tmp_path / "s")
     try:
-        replica = ReplicaLog(slave)
         for offset, data in _stream(master, 0, batch):
-            assert replica.append(offset, data)
+            assert slave.append_replica(offset, data)
             if batch < 1000:
-                replica.dispatch()
-        while replica.dispatch(300):  # in slices smaller than a record: each still moves on
+                slave.dispatch_replica()
+        while slave.dispatch_replica(300):  # in slices smaller than a record: each still moves on
             pass
         master.commit_log.flush()
         slave.commit_log.flush()
@@ -178,18 +174,17 @@ def test_split_record_is_invisible_until_whole(tmp_path: Path) -> None:
     master = _master(tmp_path / "m", 3)
     slave = _slave(tmp_path / "s")
     try:
-        replica = ReplicaLog(slave)
         data = _stream(master, 0, 1 << 20)[0][1]
         first = slave.get_consume_queue("T0", 0)
         assert first is None
         cut = 30  # inside the first record
-        assert replica.append(0, data[:cut])
-        assert not replica.dispatch()
+        assert slave.append_replica(0, data[:cut])
+        assert not slave.dispatch_replica()
         assert slave.get_max_offset("T0", 0) == 0 and slave.reput_from_offset == 0
-        assert not replica.append(cut + 1, data[cut + 1 :])  # not at the slave's end: refused
-        assert replica.append(cut, data[cut:])
-        assert replica.dispatch()
-        assert not replica.dispatch()  # nothing left
+        assert not slave.append_replica(cut + 1, data[cut + 1 :])  # not at the slave's end: refused
+        assert slave.append_replica(cut, data[cut:])
+        assert slave.dispatch_replica()
+        assert not slave.dispatch_replica()  # nothing left
         assert _all_bodies(slave, "T0", 0) == _all_bodies(master, "T0", 0)
         assert slave.reput_from_offset == master.commit_log.max_offset
     finally:
@@ -204,11 +199,10 @@ def test_empty_slave_starts_at_the_masters_last_file(tmp_path: Path) -> None:
         cl = master.commit_log
         start = transfer_start(0, cl.max_offset, cl.file_size)
         assert start > 0
-        replica = ReplicaLog(slave)
-        assert not replica.append(start + 1, b"x")  # an empty slave only starts at a file boundary
+        assert not slave.append_replica(start + 1, b"x")  # an empty slave only starts at a file boundary
         for offset, data in _stream(master, start, 32 * 1024):
-            assert replica.append(offset, data)
-            replica.dispatch()
+            assert slave.append_replica(offset, data)
+            slave.dispatch_replica()
         name = f"{start:020d}"
         assert list(_files(tmp_path / "s")) == [name]
         assert _files(tmp_path / "s")[name] == _files(tmp_path / "m")[name]
@@ -232,17 +226,16 @@ def test_slave_restart_with_a_torn_tail_recovers_to_a_whole_record(tmp_path: Pat
     rng = random.Random(5)
     stop = rng.randrange(len(frames) // 2, len(frames))
     for offset, data in frames[:stop]:
-        assert ReplicaLog(slave).append(offset, data)
-        ReplicaLog(slave).dispatch()
+        assert slave.append_replica(offset, data)
+        slave.dispatch_replica()
     slave.shutdown()
     slave = _slave(tmp_path / "s")
     try:
         resume = slave.commit_log.max_offset
         assert resume <= frames[stop][0]
-        replica = ReplicaLog(slave)
         for offset, data in _stream(master, resume, 32 * 1024):
-            assert replica.append(offset, data)
-            replica.dispatch()
+            assert slave.append_replica(offset, data)
+            slave.dispatch_replica()
         master.commit_log.flush()
         slave.commit_log.flush()
         assert _files(tmp_path / "s") == _files(tmp_path / "m")
@@ -260,9 +253,8 @@ def test_a_dispatch_whose_parse_overlaps_shutdown_writes_nothing(
     master = _master(tmp_path / "m", 20)
     slave = _slave(tmp_path / "s")
     try:
-        replica = ReplicaLog(slave)
         for offset, data in _stream(master, 0, 1 << 20):
-            assert replica.append(offset, data)
+            assert slave.append_replica(offset, data)
         walk = slave.commit_log.walk
 
         def walk_then_stop(offset: int, end: int) -> RecordWalk:
@@ -272,7 +264,7 @@ def test_a_dispatch_whose_parse_overlaps_shutdown_writes_nothing(
             return records
 
         monkeypatch.setattr(slave.commit_log, "walk", walk_then_stop)
-        assert not replica.dispatch()
+        assert not slave.dispatch_replica()
         assert slave.reput_from_offset == 0 and slave.get_consume_queue("T0", 0) is None
         slave._stop.clear()
     finally:
