@@ -939,12 +939,13 @@ class DefaultMessageStore:
         return self.commit_log.file_size
 
     def read_commit_log(self, offset: int, size: int) -> bytes | None:
-        """A copy, not a view: the file may be cleaned up while the master sends it."""
+        """A copy, not a view: the file may be cleaned up while the master sends it. Never past the written
+        data nor a file's end, where the mapping would answer zeros."""
         mf = self.commit_log.files.find_file(offset)
-        if mf is None:
+        if mf is None or offset + size > self.commit_log.max_offset:
             return None
         pos = offset - mf.file_from_offset
-        return bytes(mf.view[pos : pos + size])
+        return bytes(mf.view[pos : pos + size]) if pos + size <= mf.file_size else None
 
     def append_replica(self, offset: int, data: Buffer) -> bool:
         """Copy the master's bytes to the same offsets, so the files are byte-identical (fillers included,

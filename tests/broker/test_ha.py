@@ -20,17 +20,20 @@ from typing import Any
 import pytest
 
 from daemon.broker.broker import Broker
+from daemon.broker.config import BrokerConfig
 from daemon.broker.ha import SLAVE_ADMIN_REMARK
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.bodies import ClusterInfo
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from store.api import MessageStore
 from store.config import SLAVE, SYNC_MASTER
 from store.engine import DefaultMessageStore
 from store.ha import encode_frame, encode_report
+from store.memory import InMemoryMessageStore
 from store.record import decode_records
-from tests.support.broker import BrokerClient, start_broker
+from tests.support.broker import BrokerClient, broker_config, start_broker
 from tests.support.load import Acked, send_until_dead
 from tests.support.namesrv import namesrv_config
 from tests.support.paths import ROOT
@@ -137,6 +140,50 @@ async def test_slave_replicates_byte_identical_and_serves_pulls(group: Group) ->
         assert await pull_all(slave, "Rep", q) == sent[q]
     ha = g.master.ha_master.status()
     assert len(ha) == 1 and ha[0].acked_offset == g.master.store.max_phy_offset and ha[0].lag_seconds == 0
+
+
+def in_memory(config: BrokerConfig) -> MessageStore:
+    return InMemoryMessageStore(config.store_config(), store_host=(config.broker_ip1, config.listen_port))
+
+
+async def test_brokers_on_the_in_memory_store_replicate(tmp_path: Path) -> None:
+    """HA runs on whatever store the broker has (no isinstance): a SYNC_MASTER and its slave on in-memory
+    stores, each send answered after the slave acked it, and the slave serves the same messages."""
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    ns = f"127.0.0.1:{namesrv.port}"
+    client = RemotingClient()
+    master = Broker(
+        broker_config(tmp_path / "m", namesrv_addr=ns, broker_role=SYNC_MASTER, **SMALL),
+        store_factory=in_memory,
+    )
+    await master.start()
+    slave_config = broker_config(tmp_path / "s", namesrv_addr=ns, broker_id=1, broker_role=SLAVE, **SMALL)
+    slave = Broker(slave_config, store_factory=in_memory)
+    await slave.start()
+    try:
+        assert isinstance(master.store, InMemoryMessageStore) and isinstance(
+            slave.store, InMemoryMessageStore
+        )
+        assert master.ha_master is not None and slave.ha_slave is not None
+        await wait_until(lambda: bool(master.ha_master and master.ha_master.connections))
+        sent: dict[int, list[bytes]] = {q: [] for q in range(4)}
+        for i in range(40):
+            body = os.urandom(100 + i * 37)
+            r = await BrokerClient(master.addr, client).send("MemRep", body, queue_id=i % 4)
+            assert r.code == ResponseCode.SUCCESS, r.remark  # not FLUSH_SLAVE_TIMEOUT: the slave acked
+            sent[i % 4].append(body)
+        assert master.ha_master.sync_outcomes["PUT_OK"] == 40
+        await wait_until(lambda: slave.store.get_max_offset("MemRep", 3) == 10)
+        await slave.sync_from_master()
+        on_slave = BrokerClient(slave.addr, client)
+        for q in range(4):
+            assert await pull_all(on_slave, "MemRep", q) == sent[q]
+    finally:
+        await client.close()
+        await slave.stop()
+        await master.stop()
+        await namesrv.stop()
 
 
 async def test_slave_refuses_writes(group: Group) -> None:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -20,22 +22,29 @@ from store import (
     tags_code,
 )
 from store.cleanup import CleanPlan, FakeDiskUsage
+from store.config import SLAVE
+from store.ha import ReplicaStore
 from store.memory import InMemoryMessageStore
+from tests.support.stores import ha_frames, small_config
 
 FAR = 2**62
 
 
-@pytest.fixture(params=["file", "memory"])
-def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MessageStore]:
-    clock = FakeClock(1_700_000_000_000)
-    cfg = StoreConfig(store_path_root_dir=str(tmp_path), max_hash_slot_num=1000, max_index_num=4000)
+def _started(kind: str, root: Path, clock: FakeClock, **overrides: Any) -> MessageStore:
+    cfg = StoreConfig(store_path_root_dir=str(root), max_hash_slot_num=1000, max_index_num=4000, **overrides)
     store: MessageStore
-    if request.param == "file":
+    if kind == "file":
         store = DefaultMessageStore(cfg, clock=clock, disk_usage=FakeDiskUsage(0.5))
     else:
         store = InMemoryMessageStore(cfg, clock=clock)
     store.open()
     store.start()
+    return store
+
+
+@pytest.fixture(params=["file", "memory"])
+def any_store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[MessageStore]:
+    store = _started(request.param, tmp_path, FakeClock(1_700_000_000_000))
     yield store
     store.shutdown()
 
@@ -135,3 +144,79 @@ def test_memory_and_file_store_write_identical_records(tmp_path: Path) -> None:
         )
     for s in (file_store, mem_store):
         s.shutdown()
+
+
+def _bodies(store: MessageStore, topic: str, queue_id: int) -> list[bytes]:
+    res = store.get_messages("g", topic, queue_id, 0, 32)
+    return [m.message.body for m in res.messages]  # .message checks each record's CRC
+
+
+@pytest.mark.parametrize("kind", ["file", "memory"])
+def test_replica_contract(kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Both stores replicate through one surface (HA, spec §11): a slave of the same kind appends the master's
+    frames at their offsets, refuses bytes that do not continue its log, never shows a record before all
+    of it arrived, and then serves the same bytes, queues, keys and arrival notices; it refuses puts."""
+    clock = FakeClock(1_700_000_000_000)
+    master = _started(kind, tmp_path / "m", clock)
+    slave = _started(kind, tmp_path / "s", clock, broker_role=SLAVE)
+    try:
+        assert isinstance(master, ReplicaStore) and isinstance(slave, ReplicaStore)
+        for i in range(40):
+            clock.advance(1000)
+            assert master.put_message(_m(i)).ok
+        assert master.put_message(_m(40, DELAY="2")).ok
+        assert slave.put_message(_m(0)).status is PutMessageStatus.SERVICE_NOT_AVAILABLE
+        assert master.read_commit_log(master.max_phy_offset - 1, 2) is None
+        seen: list[tuple[str, int, int]] = []
+        slave.add_arrival_listener(lambda t, q, o: seen.append((t, q, o)))
+
+        frames = ha_frames(master, 0, 29)  # smaller than any record: each is split
+        offset, first = frames[0]
+        assert not slave.append_replica(offset + 1, first)  # not at the slave's end: refused
+        assert slave.append_replica(offset, first)
+        assert not slave.dispatch_replica() and slave.get_max_offset("C", 0) == 0 and seen == []
+        for offset, data in frames[1:]:
+            assert slave.append_replica(offset, data)
+            slave.dispatch_replica(100)
+        while slave.dispatch_replica(100):
+            pass
+
+        end = master.max_phy_offset
+        assert slave.max_phy_offset == end and slave.read_commit_log(0, end) == master.read_commit_log(0, end)
+        for q in (0, 1):
+            assert _bodies(slave, "C", q) == _bodies(master, "C", q) and len(_bodies(slave, "C", q)) == 20
+        assert slave.get_max_offset("SCHEDULE_TOPIC_XXXX", 1) == 1
+        assert [m.phys_offset for m in slave.query_message("C", "k7", 4, 0, FAR).messages] == [
+            m.phys_offset for m in master.query_message("C", "k7", 4, 0, FAR).messages
+        ]
+        assert ("C", 0, 20) in seen and ("C", 1, 20) in seen
+        assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []  # split records: no damage
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_memory_store_follows_a_file_master_across_its_fillers(tmp_path: Path) -> None:
+    """The in-memory store, one unbounded file, follows a file master from offset 0: the end-of-file
+    fillers travel and are skipped, every record is dispatched."""
+    master = DefaultMessageStore(small_config(tmp_path / "m"))
+    master.open()
+    master.start()
+    slave = InMemoryMessageStore(StoreConfig(store_path_root_dir="<memory>", broker_role=SLAVE))
+    slave.start()
+    try:
+        for i in range(300):
+            assert master.put_message(_m(i, pad="x" * (200 + i % 900))).ok
+        assert master.max_phy_offset > 2 * master.commit_log_file_size  # rolled: fillers in between
+        for offset, data in ha_frames(master, 0, 32 * 1024):
+            assert slave.append_replica(offset, data)
+        while slave.dispatch_replica():
+            pass
+        for q in (0, 1):
+            assert slave.get_max_offset("C", q) == master.get_max_offset("C", q) == 150
+            assert [m.raw for m in slave.get_messages("g", "C", q, 140, 32).messages] == [
+                m.raw for m in master.get_messages("g", "C", q, 140, 32).messages
+            ]
+    finally:
+        master.shutdown()
+        slave.shutdown()

@@ -25,7 +25,7 @@ from store.ha import (
     transfer_start,
 )
 from store.message import Message
-from tests.support.stores import small_config
+from tests.support.stores import ha_frames, small_config
 
 FILE = 64 * 1024
 
@@ -114,20 +114,6 @@ def _slave(root: Path) -> DefaultMessageStore:
     return store
 
 
-def _stream(master: DefaultMessageStore, start: int, batch: int) -> list[tuple[int, bytes]]:
-    """What the master's transfer loop sends from ``start``: frames within files, up to ``batch``."""
-    out = []
-    offset = start
-    while True:
-        n = frame_extent(offset, master.max_phy_offset, master.commit_log_file_size, batch)
-        if n == 0:
-            return out
-        data = master.read_commit_log(offset, n)
-        assert data is not None
-        out.append((offset, data))
-        offset += n
-
-
 def _files(root: Path) -> dict[str, bytes]:
     d = root / "commitlog"
     return {name: (d / name).read_bytes() for name in sorted(os.listdir(d))}
@@ -148,7 +134,7 @@ def test_replica_is_byte_identical_and_dispatched(tmp_path: Path, batch: int) ->
     master = _master(tmp_path / "m", 400)
     slave = _slave(tmp_path / "s")
     try:
-        for offset, data in _stream(master, 0, batch):
+        for offset, data in ha_frames(master, 0, batch):
             assert slave.append_replica(offset, data)
             if batch < 1000:
                 slave.dispatch_replica()
@@ -174,7 +160,7 @@ def test_split_record_is_invisible_until_whole(tmp_path: Path) -> None:
     master = _master(tmp_path / "m", 3)
     slave = _slave(tmp_path / "s")
     try:
-        data = _stream(master, 0, 1 << 20)[0][1]
+        data = ha_frames(master, 0, 1 << 20)[0][1]
         first = slave.get_consume_queue("T0", 0)
         assert first is None
         cut = 30  # inside the first record
@@ -200,7 +186,7 @@ def test_empty_slave_starts_at_the_masters_last_file(tmp_path: Path) -> None:
         start = transfer_start(0, cl.max_offset, cl.file_size)
         assert start > 0
         assert not slave.append_replica(start + 1, b"x")  # an empty slave only starts at a file boundary
-        for offset, data in _stream(master, start, 32 * 1024):
+        for offset, data in ha_frames(master, start, 32 * 1024):
             assert slave.append_replica(offset, data)
             slave.dispatch_replica()
         name = f"{start:020d}"
@@ -222,7 +208,7 @@ def test_empty_slave_starts_at_the_masters_last_file(tmp_path: Path) -> None:
 def test_slave_restart_with_a_torn_tail_recovers_to_a_whole_record(tmp_path: Path) -> None:
     master = _master(tmp_path / "m", 300)
     slave = _slave(tmp_path / "s")
-    frames = _stream(master, 0, 1000)
+    frames = ha_frames(master, 0, 1000)
     rng = random.Random(5)
     stop = rng.randrange(len(frames) // 2, len(frames))
     for offset, data in frames[:stop]:
@@ -233,7 +219,7 @@ def test_slave_restart_with_a_torn_tail_recovers_to_a_whole_record(tmp_path: Pat
     try:
         resume = slave.commit_log.max_offset
         assert resume <= frames[stop][0]
-        for offset, data in _stream(master, resume, 32 * 1024):
+        for offset, data in ha_frames(master, resume, 32 * 1024):
             assert slave.append_replica(offset, data)
             slave.dispatch_replica()
         master.commit_log.flush()
@@ -253,7 +239,7 @@ def test_a_dispatch_whose_parse_overlaps_shutdown_writes_nothing(
     master = _master(tmp_path / "m", 20)
     slave = _slave(tmp_path / "s")
     try:
-        for offset, data in _stream(master, 0, 1 << 20):
+        for offset, data in ha_frames(master, 0, 1 << 20):
             assert slave.append_replica(offset, data)
         walk = slave.commit_log.walk
 

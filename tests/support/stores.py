@@ -9,6 +9,7 @@ from typing import Any
 
 from store import DefaultMessageStore
 from store.config import StoreConfig
+from store.ha import ReplicaStore, frame_extent
 from store.message import Message
 from tests.support.paths import STORE_A_TAR
 
@@ -58,3 +59,15 @@ def keyed_store(root: Path, **overrides: int) -> list[str]:
             keys.append(key)
         assert len(s.index.files) == 3
     return keys
+
+
+def ha_frames(master: ReplicaStore, start: int, batch: int) -> list[tuple[int, bytes]]:
+    """What a master's HA transfer loop sends from ``start``: frames within files, up to ``batch`` bytes."""
+    out: list[tuple[int, bytes]] = []
+    offset = start
+    while n := frame_extent(offset, master.max_phy_offset, master.commit_log_file_size, batch):
+        data = master.read_commit_log(offset, n)
+        assert data is not None and len(data) == n
+        out.append((offset, data))
+        offset += n
+    return out
