@@ -4,7 +4,9 @@ Records are encoded exactly as on disk (same codec) into one growing buffer, so 
 offsets and statuses match :class:`store.engine.DefaultMessageStore`; ConsumeQueues are lists of
 units and the index a dict of ``topic#key`` → offsets. Nothing is flushed, nothing survives
 ``shutdown()``. It replicates like the file store (:class:`store.ha.ReplicaStore`) as one unbounded
-CommitLog file: a slave copies a master's bytes from offset 0 and dispatches them with the same codec.
+CommitLog file: as a slave it copies a master's bytes from offset 0 and dispatches them with the same
+codec. A file-store slave cannot follow it (its records ignore file boundaries, so that slave's dispatch
+stops at ERROR).
 """
 
 from __future__ import annotations
@@ -198,7 +200,8 @@ class InMemoryMessageStore:
         with self._lock:
             data = self._log
             start = pos = self._dispatched
-            while pos < min(len(data), start + max_bytes) and pos + 8 <= len(data):
+            limit = min(len(data), start + max_bytes)
+            while pos < limit and pos + 8 <= len(data):
                 size, magic = read_header(data, pos)
                 if pos + size > len(data):
                     break  # still arriving
@@ -210,7 +213,7 @@ class InMemoryMessageStore:
                 except CorruptRecordError as e:
                     log.error("dispatch stops at %s", e.located(_MEMORY, pos))
                     break
-                code, keys = dispatch_rules(info, self._delay_ms, True)
+                code, keys = dispatch_rules(info, self._delay_ms, True)  # indexed as its puts are
                 if code is not None:
                     self._queues.setdefault((info.topic, info.queue_id), []).append((pos, info.size, code))
                     touched.add((info.topic, info.queue_id))

@@ -4,8 +4,8 @@ The master accepts slaves on its HA listener and streams raw CommitLog bytes fro
 reported offset; acks advance ``push2slave_max_offset``, which SYNC_MASTER sends wait for (a group
 commit: every waiting send whose record ends at or below an ack is answered at once). The slave
 connects to the master's HA address, reports its CommitLog end, and appends every whole frame
-through the store's :class:`store.ha.ReplicaStore` side. Everything runs on the broker's event loop; the byte formats
-are the pure codecs of :mod:`store.ha`.
+through its store's :class:`store.ha.ReplicaStore` side. Everything runs on the broker's event loop;
+the byte formats are the pure codecs of :mod:`store.ha`.
 """
 
 from __future__ import annotations
