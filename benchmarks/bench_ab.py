@@ -4,7 +4,8 @@
                                   [--threads 16] [--profile DIR]
 
 Each REF (a commit, branch or tag; WORKTREE for the working tree as it is, uncommitted changes included)
-is checked out into a temporary git worktree, and gets a NameServer and a broker of its own, started from
+is checked out into a temporary git worktree (its hot modules compiled as `make` does, where the ref has
+scripts/build_native.py), and gets a NameServer and a broker of its own, started from
 that tree as subprocesses on a temporary store (so a ref's NameServer code is measured with its broker).
 The topic ``AbBench`` (8 queues) is created on each. Then every round runs each load against each ref in
 turn, rotating the order of the refs each round, so drift over the run (other processes, page cache,
@@ -68,10 +69,19 @@ class Target:
     rounds: dict[str, list[dict[str, float]]] = field(default_factory=dict)
 
 
+def build_native(tree: Path) -> None:
+    """Compile the tree's hot modules as `make` does, for the refs that have the build (store/native.py)."""
+    script = tree / "scripts" / "build_native.py"
+    if script.exists():
+        subprocess.run([sys.executable, str(script)], cwd=tree, check=True)
+
+
 @contextmanager
 def checkout(ref: str, into: Path) -> Iterator[Path]:
-    """The tree of ``ref``: a detached worktree under ``into``, or the working tree itself for WORKTREE."""
+    """The tree of ``ref`` as `make` leaves it: a detached worktree under ``into``, or the working tree
+    itself for WORKTREE, its hot modules compiled where the ref has that build."""
     if ref == "WORKTREE":
+        build_native(ROOT)
         yield ROOT
         return
     sha = subprocess.run(
@@ -84,6 +94,7 @@ def checkout(ref: str, into: Path) -> Iterator[Path]:
     tree = into / f"{len(list(into.iterdir()))}-{sha[:10]}"
     subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(tree), sha], cwd=ROOT, check=True)
     try:
+        build_native(tree)
         yield tree
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False)

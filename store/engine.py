@@ -612,8 +612,9 @@ class DefaultMessageStore:
             with self._put_lock:
                 before = self.reput_from_offset
                 self._retry_dispatch(before + _RETRY_CHUNK)
-                if self.reput_from_offset == before:
-                    break
+                moved = self.reput_from_offset != before
+            if not moved:  # (outside the ``with``: mypyc cannot compile a break out of it)
+                break
         return self.reput_from_offset
 
     def add_arrival_listener(self, listener: ArrivalListener) -> None:
@@ -662,8 +663,8 @@ class DefaultMessageStore:
             except IllegalMessage as e:
                 log.warning("message refused: %s", e)
                 return PutResult(e.status)
-            except OSError as e:
-                return PutResult(self._put_failed(e))
+            except OSError as err:  # (not ``e`` again: compiled, one name holds one type)
+                return PutResult(self._put_failed(err))
             if self._no_space:
                 self._no_space = False
                 log.warning("store writable again: space could be allocated")
@@ -679,7 +680,7 @@ class DefaultMessageStore:
                     behind = False
                 for info in infos:
                     self._dispatch_one(info, cq)
-            except OSError as e:  # only a batch crossing into a new ConsumeQueue file or many keys get here
+            except OSError as err:  # only a batch crossing into a new ConsumeQueue file or many keys get here
                 # The dispatch cursor stays below the undispatched records: the next put or flush retries
                 # them, the recovery point stays below them, and shutdown keeps the abort file.
                 if not behind:  # (else still the records the ERROR below named, still no space)
@@ -688,7 +689,7 @@ class DefaultMessageStore:
                         "records from CommitLog offset %d are stored but not all dispatched "
                         "(ConsumeQueue unit or index entries), dispatched when space returns: %s",
                         self.reput_from_offset,
-                        e,
+                        err,
                     )
             else:
                 self.reput_from_offset = end

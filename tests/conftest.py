@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import functools
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from hypothesis import settings
 
+from store.native import active as native_modules
 from tests.support.cli import RunCli, clean_env, run_in_process, run_process
 
 # Property tests check correctness, not speed (speed lives in benchmarks/): no per-example deadline, so a
@@ -58,3 +62,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items.sort(
             key=lambda item: not item.nodeid.startswith(LONG_FIRST)
         )  # stable: same order on every worker
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """A ``pure_python`` test injects faults into the store's own methods, which the compiled build
+    (store/native.py) does not let it replace: while that build is in use, the test runs in a pytest
+    subprocess on the pure-Python modules, the same sources, and fails here with its output."""
+    if pyfuncitem.get_closest_marker("pure_python") is None or native_modules() is None:
+        return None
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", pyfuncitem.nodeid],
+        cwd=pyfuncitem.config.rootpath,
+        env={**os.environ, "MQCTL_NATIVE": "0"},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"on the pure-Python modules:\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}", pytrace=False)
+    return True

@@ -9,3 +9,7 @@ consumers, producers, order locks; topics, groups and offsets persist through th
 """
 
 from __future__ import annotations
+
+from store.native import extend
+
+extend(__name__, __path__)  # the compiled build of the hot modules, when it is fresh (store/native.py)

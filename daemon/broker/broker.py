@@ -77,6 +77,7 @@ from daemon.remoting.headers import (
     UnregisterBrokerRequestHeader,
 )
 from daemon.remoting.server import RemotingServer
+from store import native
 from store.api import MessageStore, PutResult
 from store.config_files import ConsumerOffsetManager
 from store.engine import DefaultMessageStore
@@ -218,12 +219,14 @@ class Broker:
         await self.register_all()  # at start, like Java; then every registerNameServerPeriod
         if self.ha_slave is not None:
             self._tasks.append(asyncio.create_task(self._metadata_sync_loop(), name="slave-metadata-sync"))
+        compiled = native.active()
         log.info(
-            "broker %s (cluster %s) serving at %s, store %s",
+            "broker %s (cluster %s) serving at %s, store %s, %s",
             self.config.broker_name,
             self.config.broker_cluster_name,
             self.addr,
             self.config.store_path_root_dir,
+            f"{len(compiled)} hot modules compiled" if compiled else "pure Python (no fresh build/native)",
         )
 
     def _start_metrics(self) -> None:

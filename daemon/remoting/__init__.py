@@ -39,3 +39,9 @@ Public API (import from the submodules named here):
   of in-process daemons, by address (`server.accept()` gives the server end, as its listener does).
 * `loop.run(coro)` — run a coroutine on uvloop when it is installed.
 """
+
+from __future__ import annotations
+
+from store.native import extend
+
+extend(__name__, __path__)  # the compiled build of the hot modules, when it is fresh (store/native.py)

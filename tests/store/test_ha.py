@@ -231,6 +231,7 @@ def test_slave_restart_with_a_torn_tail_recovers_to_a_whole_record(tmp_path: Pat
         slave.shutdown()
 
 
+@pytest.mark.pure_python
 def test_a_dispatch_whose_parse_overlaps_shutdown_writes_nothing(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

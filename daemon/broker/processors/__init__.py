@@ -8,6 +8,9 @@ from daemon.remoting.codes import ResponseCode
 from daemon.remoting.connection import Connection
 from daemon.remoting.errors import RemotingCommandError
 from store.message import HostAddress
+from store.native import extend
+
+extend(__name__, __path__)  # the compiled build of the hot modules, when it is fresh (store/native.py)
 
 #: Java appends this (`FAQUrl.suggestTodo`) to several remarks; clients show remarks verbatim.
 FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."

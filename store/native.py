@@ -1,0 +1,66 @@
+"""The compiled (mypyc) build of the broker's hot modules, used only when it was built from these sources.
+
+Why: the send path is Python bytecode (~75 % of a send's CPU is the interpreter, perf says), and mypyc
+turns the typed codec, record, store-put and send-processor modules into C extensions that cost about
+40 % less CPU per message. The sources stay the one definition: ``scripts/build_native.py`` (run by
+``make``) compiles the modules it lists into ``build/native/`` beside their packages and writes a
+manifest with each source's SHA-256. Each package that holds a compiled module calls :func:`extend` on
+import, which puts its ``build/native`` directory first on the package's ``__path__`` -- but only when
+every listed source still hashes to what was compiled (a compiled module must never shadow an edited
+source, and the compiled modules call each other natively, so it is all of them or none).
+
+Without a build (no C compiler, no mypyc, an installed wheel, an edited source) or with
+``MQCTL_NATIVE=0``, every module runs as the pure Python it is compiled from; behaviour is the same.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from functools import cache
+from pathlib import Path
+
+#: The source tree's root (the directory holding ``store/``), and where the compiled build lives.
+ROOT = Path(__file__).resolve().parent.parent
+NATIVE_DIR = ROOT / "build" / "native"
+MANIFEST = "manifest.json"
+
+
+def source_path(module: str, root: Path = ROOT) -> Path:
+    return root.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def fresh(native_dir: Path = NATIVE_DIR, root: Path = ROOT) -> dict[str, str] | None:
+    """The compiled modules (name → source SHA-256) when ``native_dir`` holds a build of exactly the
+    sources under ``root`` for this interpreter, else None."""
+    try:
+        manifest = json.loads((native_dir / MANIFEST).read_text())
+        modules: dict[str, str] = manifest["modules"]
+        if manifest.get("cache_tag") != sys.implementation.cache_tag:
+            return None
+        if all(digest(source_path(name, root)) == sha for name, sha in modules.items()):
+            return modules
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        pass
+    return None
+
+
+@cache
+def active() -> dict[str, str] | None:
+    """The compiled modules this process uses (None: pure Python); decided once, before the first loads."""
+    if os.environ.get("MQCTL_NATIVE", "1") == "0":
+        return None
+    return fresh()
+
+
+def extend(package: str, path: list[str]) -> None:
+    """Put ``package``'s compiled directory first on its ``__path__`` when the build is fresh."""
+    modules = active()
+    if modules and any(name.rpartition(".")[0] == package for name in modules):
+        path.insert(0, str(NATIVE_DIR.joinpath(*package.split("."))))

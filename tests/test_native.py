@@ -1,0 +1,115 @@
+"""The compiled build of the hot modules (store/native.py, scripts/build_native.py): used exactly when it
+matches the sources, never half, and the pure-Python modules it is built from still work on their own."""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from store import native
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _build_script() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("build_native", ROOT / "scripts" / "build_native.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+MODULES: tuple[str, ...] = _build_script().MODULES
+
+
+def _tree(tmp_path: Path) -> tuple[Path, Path]:
+    root, built = tmp_path / "src", tmp_path / "native"
+    (root / "pkg").mkdir(parents=True)
+    (root / "pkg" / "codec.py").write_text("X = 1\n")
+    built.mkdir()
+    manifest = {
+        "cache_tag": sys.implementation.cache_tag,
+        "modules": {"pkg.codec": native.digest(root / "pkg" / "codec.py")},
+    }
+    (built / native.MANIFEST).write_text(json.dumps(manifest))
+    return root, built
+
+
+def test_a_build_is_fresh_only_while_every_source_hashes_as_compiled(tmp_path: Path) -> None:
+    root, built = _tree(tmp_path)
+    assert native.fresh(built, root) == {"pkg.codec": native.digest(root / "pkg" / "codec.py")}
+    (root / "pkg" / "codec.py").write_text("X = 2\n")  # an edited source: the build would shadow it
+    assert native.fresh(built, root) is None
+
+
+def test_a_build_for_another_interpreter_or_without_manifest_is_not_used(tmp_path: Path) -> None:
+    root, built = _tree(tmp_path)
+    manifest = json.loads((built / native.MANIFEST).read_text())
+    (built / native.MANIFEST).write_text(json.dumps({**manifest, "cache_tag": "cpython-0"}))
+    assert native.fresh(built, root) is None
+    (built / native.MANIFEST).write_text("{not json")
+    assert native.fresh(built, root) is None
+    (built / native.MANIFEST).unlink()
+    assert native.fresh(built, root) is None
+
+
+def test_the_compiled_build_is_in_use_wherever_it_can_be_built() -> None:
+    """`make` builds it (mypyc from the `native` extra, the system's C compiler); a stale or failed build
+    would silently leave the broker at the pure-Python speed."""
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    if importlib.util.find_spec("mypyc") is None or shutil.which(cc) is None:
+        pytest.skip("no mypyc or no C compiler here: the broker runs as pure Python")
+    modules = native.active()
+    assert modules is not None, "build/native is missing or stale: run `make native`"
+    assert set(modules) == set(MODULES)
+    for name in MODULES:
+        path = Path(importlib.import_module(name).__file__ or "")
+        assert path.is_relative_to(native.NATIVE_DIR) and path.suffix != ".py", name
+
+
+def test_with_mqctl_native_0_every_module_runs_from_its_source() -> None:
+    code = (
+        "import importlib, json, sys\n"
+        f"names = {list(MODULES)!r}\n"
+        "files = [importlib.import_module(n).__file__ for n in names]\n"
+        "from daemon.remoting.command import RemotingCommand\n"
+        "from daemon.remoting.frame import decode_frame, encode_command\n"
+        "cmd = RemotingCommand.request(310, {'a': 'G', 'b': 'T'}, b'body')\n"
+        "back, used = decode_frame(encode_command(cmd))\n"
+        "print(json.dumps([files, back.ext_fields, back.body.decode()]))\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env={**os.environ, "MQCTL_NATIVE": "0", "PYTHONPATH": str(ROOT)},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    files, ext, body = json.loads(out.stdout)
+    assert all(f.endswith(".py") and not Path(f).is_relative_to(native.NATIVE_DIR) for f in files)
+    assert (ext, body) == ({"a": "G", "b": "T"}, "body")
+
+
+@pytest.mark.parametrize("module", MODULES)
+def test_compiled_modules_bind_one_exception_type_per_name(module: str) -> None:
+    """Compiled, a local holds one type: ``except A as e`` then ``except B as e`` in one function fails
+    with TypeError when B is raised (a full disk's OSError came out as a crash this way)."""
+    tree = ast.parse(native.source_path(module).read_text())
+    for fn in ast.walk(tree):
+        if isinstance(fn, ast.FunctionDef | ast.AsyncFunctionDef):
+            bound: dict[str, set[str]] = {}
+            for node in ast.walk(fn):
+                if isinstance(node, ast.ExceptHandler) and node.name and node.type is not None:
+                    bound.setdefault(node.name, set()).add(ast.unparse(node.type))
+            assert all(len(types) == 1 for types in bound.values()), (fn.name, bound)
