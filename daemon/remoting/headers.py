@@ -14,11 +14,12 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cache
 from typing import Any, ClassVar, Self
 
+from daemon.remoting import fields
 from daemon.remoting.errors import HeaderFieldError
 from store.models import camel_case
 
@@ -28,30 +29,14 @@ def wire(name: str, default: Any = dataclasses.MISSING) -> Any:
     return dataclasses.field(default=default, metadata={"wire": name})
 
 
-def _parse_bool(text: str) -> bool:
-    return text.lower() == "true"  # Java Boolean.parseBoolean: anything else is false
-
-
-_PARSERS: dict[Any, Callable[[str], Any]] = {str: str, int: int, float: float, bool: _parse_bool}
-
-
-#: The default of a field that has none.
-_REQUIRED = object()
-
-
-def _render(value: Any) -> str:
-    if value is True:
-        return "true"
-    if value is False:
-        return "false"
-    return str(value)
+_KINDS: dict[Any, int] = {str: fields.STR, int: fields.INT, float: fields.FLOAT, bool: fields.BOOL}
 
 
 @dataclass(frozen=True, slots=True)
 class _FieldSpec:
     attr: str
     wire: str
-    parse: Callable[[str], Any]
+    kind: int
     required: bool
     type_name: str
 
@@ -81,7 +66,7 @@ class CommandHeader:
                 _FieldSpec(
                     f.name,
                     f.metadata.get("wire", camel_case(f.name)),
-                    _PARSERS[base],
+                    _KINDS[base],
                     required,
                     base.__name__,
                 )
@@ -90,19 +75,13 @@ class CommandHeader:
 
     @classmethod
     @cache
-    def _plan(cls) -> tuple[tuple[str, Callable[[str], Any] | None, Any], ...]:
-        """Per field, in constructor order: wire name, parser (None for str) and default (`_REQUIRED`)."""
+    def _plan(cls) -> fields.Plan:
+        """Per field, in constructor order: wire name, kind and default (`fields.REQUIRED`)."""
         plan = []
         for f, spec in zip(dataclasses.fields(cls), cls._specs(), strict=True):  # type: ignore[arg-type]
             if f.default_factory is not dataclasses.MISSING:
                 raise TypeError(f"{cls.__name__}.{f.name}: header fields take plain defaults")
-            plan.append(
-                (
-                    spec.wire,
-                    None if spec.parse is str else spec.parse,
-                    _REQUIRED if spec.required else f.default,
-                )
-            )
+            plan.append((spec.wire, spec.kind, fields.REQUIRED if spec.required else f.default))
         return tuple(plan)
 
     @classmethod
@@ -110,27 +89,24 @@ class CommandHeader:
         """Parse a request's extFields; raises HeaderFieldError naming the offending field.
 
         Every request runs this (SEND_MESSAGE_V2's header has 13 fields): positional arguments from a
-        precomputed plan cost 35 % less than filling a kwargs dict from the field specs."""
-        args = []
-        for wire_name, parse, default in cls._plan():
-            raw = ext.get(wire_name)
-            if raw is None:
-                if default is _REQUIRED:
-                    raise HeaderFieldError(
-                        cls.JAVA_NAME or cls.__name__, wire_name, "is required but missing"
-                    )
-                args.append(default)
-            elif parse is None:
-                args.append(raw)
-            else:
-                try:
-                    args.append(parse(raw.strip() if parse is int else raw))
-                except ValueError:
-                    type_name = next(s.type_name for s in cls._specs() if s.wire == wire_name)
-                    raise HeaderFieldError(
-                        cls.JAVA_NAME or cls.__name__, wire_name, f"must be {type_name}, got {raw!r}"
-                    ) from None
+        precomputed plan, filled by the (compiled) loop of `fields.parse`."""
+        args = fields.parse(cls._plan(), ext if type(ext) is dict else dict(ext))
+        if args is None:
+            raise cls._field_error(ext)
         return cls(*args)
+
+    @classmethod
+    def _field_error(cls, ext: Mapping[str, str]) -> HeaderFieldError:
+        """The first field, in plan order, that `fields.parse` could not read, named."""
+        name = cls.JAVA_NAME or cls.__name__
+        for spec in cls._specs():
+            raw = ext.get(spec.wire)
+            if raw is None:
+                if spec.required:
+                    return HeaderFieldError(name, spec.wire, "is required but missing")
+            elif fields.parse(((spec.wire, spec.kind, None),), {spec.wire: raw}) is None:
+                return HeaderFieldError(name, spec.wire, f"must be {spec.type_name}, got {raw!r}")
+        raise AssertionError(f"{name}: fields.parse refused {ext!r} but every field reads")
 
     @classmethod
     @cache
@@ -140,12 +116,7 @@ class CommandHeader:
 
     def to_ext_fields(self) -> dict[str, str]:
         """Render the non-None fields as Java-style strings (every send's response runs this)."""
-        out: dict[str, str] = {}
-        for attr, wire_name in self._wire_names():
-            value = getattr(self, attr)
-            if value is not None:
-                out[wire_name] = value if type(value) is str else _render(value)
-        return out
+        return fields.render(self._wire_names(), self)
 
 
 # ------------------------------------------------------------------------------------- namesrv headers
