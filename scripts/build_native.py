@@ -28,6 +28,7 @@ from store.native import MANIFEST, NATIVE_DIR, digest, fresh, source_path  # noq
 #: ConsumeQueue unit, index entries → reply. Typed, pure, and never monkeypatched by production code.
 MODULES = (
     "daemon.remoting.command",
+    "daemon.remoting.connection",
     "daemon.remoting.fields",
     "daemon.remoting.frame",
     "daemon.broker.processors.send",

@@ -219,7 +219,7 @@ class DefaultMessageStore:
             # Pre-faulting saves the appender ~2 us/msg of page faults but the zero pages it dirties are
             # written to disk too; worth it in ASYNC mode, not when every put waits for an fsync, nor on a
             # slave, whose replica appends with pwrite (store.ha): zeros first would write every page twice.
-            prefault=not config.sync_flush and config.broker_role != SLAVE,
+            prefault=config.warm_maped_file_enable and not config.sync_flush and config.broker_role != SLAVE,
         )
         self.index = IndexService(
             config.index_dir, config.max_hash_slot_num, config.max_index_num, read_only=read_only

@@ -158,7 +158,6 @@ STORE_KEYS: dict[str, str] = {
     "messageDelayLevel": "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h",
     "flushDelayOffsetInterval": "10000",
     "cleanFileForciblyEnable": "true",
-    "warmMapedFileEnable": "false",
     "offsetCheckInSlave": "false",
     "debugLockEnable": "false",
     "duplicationEnable": "false",

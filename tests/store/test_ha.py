@@ -262,8 +262,8 @@ def test_a_dispatch_whose_parse_overlaps_shutdown_writes_nothing(
 def test_a_slave_does_not_zero_fill_ahead_of_its_replica(tmp_path: Path) -> None:
     """The replica appends with pwrite, which needs no pre-faulted pages: zeros written first would
     double the page-cache work of a catch-up (the warm-up thread is the master's)."""
-    slave = _slave(tmp_path / "s")
-    master = _master(tmp_path / "m", 1)
+    slave = DefaultMessageStore(small_config(tmp_path / "s", broker_role=SLAVE, warm_maped_file_enable=True))
+    master = DefaultMessageStore(small_config(tmp_path / "m", warm_maped_file_enable=True))
     try:
         assert not slave.commit_log.prefault and master.commit_log.prefault
     finally:
