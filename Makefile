@@ -42,7 +42,7 @@ test: $(DEV_STAMP) $(INTEROP_STAMP) native
 
 # The quick loop while editing: everything but the tests marked slow (Spark, interop clients, daemons
 # started as processes, SIGKILL runs). `make test` still runs them all.
-test-fast: $(DEV_STAMP)
+test-fast: $(DEV_STAMP) native
 	$(PYTEST) -m "not slow"
 
 lint: $(DEV_STAMP)
