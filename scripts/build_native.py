@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from store.native import MANIFEST, NATIVE_DIR, digest, fresh, source_path  # noqa: E402
+from store.native import MANIFEST, NATIVE_DIR, digest, fresh, source_path, stamp  # noqa: E402
 
 #: The send and store-put path: frame codec → send processor → record encode, CommitLog append,
 #: ConsumeQueue unit, index entries → reply. Typed, pure, and never monkeypatched by production code.
@@ -74,6 +74,7 @@ def build() -> None:
     manifest = {
         "cache_tag": sys.implementation.cache_tag,
         "modules": {m: digest(source_path(m)) for m in MODULES},
+        "stamps": {m: stamp(source_path(m)) for m in MODULES},
     }
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     shutil.rmtree(NATIVE_DIR, ignore_errors=True)

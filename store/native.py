@@ -4,7 +4,7 @@ Why: the send path is Python bytecode (~75 % of a send's CPU is the interpreter,
 turns the typed codec, record, store-put and send-processor modules into C extensions that cost about
 40 % less CPU per message. The sources stay the one definition: ``scripts/build_native.py`` (run by
 ``make``) compiles the modules it lists into ``build/native/`` beside their packages and writes a
-manifest with each source's SHA-256. Each package that holds a compiled module calls :func:`extend` on
+manifest with each source's SHA-256 (and size and mtime, which spare the hashing while they match). Each package that holds a compiled module calls :func:`extend` on
 import, which puts its ``build/native`` directory first on the package's ``__path__`` -- but only when
 every listed source still hashes to what was compiled (a compiled module must never shadow an edited
 source, and the compiled modules call each other natively, so it is all of them or none).
@@ -15,7 +15,6 @@ Without a build (no C compiler, no mypyc, an installed wheel, an edited source) 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -33,7 +32,15 @@ def source_path(module: str, root: Path = ROOT) -> Path:
 
 
 def digest(path: Path) -> str:
+    import hashlib  # only when a source's size or mtime moved: hashlib costs ~5 ms to import
+
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def stamp(path: Path) -> list[int]:
+    """Size and mtime: when both are as compiled, the source is taken as unchanged without hashing it."""
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
 
 
 def fresh(native_dir: Path = NATIVE_DIR, root: Path = ROOT) -> dict[str, str] | None:
@@ -42,13 +49,16 @@ def fresh(native_dir: Path = NATIVE_DIR, root: Path = ROOT) -> dict[str, str] | 
     try:
         manifest = json.loads((native_dir / MANIFEST).read_text())
         modules: dict[str, str] = manifest["modules"]
+        stamps: dict[str, list[int]] = manifest.get("stamps", {})
         if manifest.get("cache_tag") != sys.implementation.cache_tag:
             return None
-        if all(digest(source_path(name, root)) == sha for name, sha in modules.items()):
-            return modules
+        for name, sha in modules.items():
+            path = source_path(name, root)
+            if stamp(path) != stamps.get(name) and digest(path) != sha:
+                return None
+        return modules
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
-        pass
-    return None
+        return None
 
 
 @cache
