@@ -111,10 +111,16 @@ def encode_command(cmd: RemotingCommand) -> bytes:
 # --------------------------------------------------------------------------------------------- decode
 
 
-def _int(header: dict[str, Any], key: str) -> int:
+class _Inexact(Exception):
+    """orjson may have read this header differently from ``json``: decode it again with ``json``."""
+
+
+def _int(header: dict[str, Any], key: str, exact: bool) -> int:
     value = header.get(key, 0)
     if type(value) is int:  # not a bool
         return value
+    if not exact:  # orjson reads an integer beyond 64 bits as a float: let json read it
+        raise _Inexact
     if isinstance(value, str):
         try:
             return int(value)
@@ -123,50 +129,56 @@ def _int(header: dict[str, Any], key: str) -> int:
     raise RemotingProtocolError(f"header field {key!r} is not an integer: {value!r}")
 
 
-def _exact(header: dict[str, Any]) -> bool:
-    """Whether orjson read ``header`` as ``json`` would: it reads integers beyond 64 bits as floats, so a
-    float, or a container that may hold one, where a value is used sends the header to ``json``."""
-    ext = header.get("extFields")
-    if type(ext) is dict and not _SCALARS.issuperset(map(type, ext.values())):
-        return False
-    top = set(map(type, header.values()))
-    top.discard(dict)  # extFields, checked above, or a field nobody reads; a remark is read
-    return top <= _SCALARS and type(header.get("remark")) is not dict
-
-
-def _load_json_header(raw: bytes) -> Any:
+def _decode_json_header(raw: bytes, body: bytes) -> RemotingCommand:
     """orjson for the headers it reads exactly as ``json`` does (every header real clients send, in a
-    fifth of the time), ``json`` for the rest (NaN, a BOM, lone surrogates, integers beyond 64 bits)."""
+    fifth of the time), ``json`` for the rest (NaN, a BOM, lone surrogates, integers beyond 64 bits).
+    Only the fields a command keeps are checked, as they are read: a float, or a container that may
+    hold one, where orjson's reading is used sends the header to ``json``."""
     try:
         header = orjson.loads(raw)
     except orjson.JSONDecodeError:
         pass
     else:
-        if type(header) is dict and _exact(header):
-            return header
+        if type(header) is dict:
+            try:
+                return _command(header, body, exact=False)
+            except _Inexact:
+                pass
     try:
-        return json.loads(raw)
+        header = json.loads(raw)
     except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
         raise RemotingProtocolError(f"header is not JSON: {exc}") from None
-
-
-def _decode_json_header(raw: bytes, body: bytes) -> RemotingCommand:
-    header = _load_json_header(raw)
     if not isinstance(header, dict):
         raise RemotingProtocolError("header is not a JSON object")
+    return _command(header, body, exact=True)
+
+
+def _command(header: dict[str, Any], body: bytes, exact: bool) -> RemotingCommand:
+    """The command of a decoded JSON header; ``exact`` once ``json`` read it (else raises _Inexact)."""
     ext = header.get("extFields")
     if ext is None:
         ext = {}
     elif not isinstance(ext, dict):
         raise RemotingProtocolError("extFields is not a JSON object")
+    elif not exact:
+        for value in ext.values():
+            if type(value) is not str and type(value) not in _SCALARS:
+                raise _Inexact
     remark = header.get("remark")
+    if remark is not None and not isinstance(remark, str):
+        if not exact:
+            raise _Inexact
+        remark = java_string(remark)
+    language = header.get("language", "JAVA")
+    if not exact and type(language) is not str:
+        raise _Inexact
     return RemotingCommand(
-        code=_int(header, "code"),
-        language=LanguageCode.parse(header.get("language", "JAVA")),
-        version=_int(header, "version"),
-        opaque=_int(header, "opaque"),
-        flag=_int(header, "flag"),
-        remark=remark if remark is None or isinstance(remark, str) else java_string(remark),
+        code=_int(header, "code", exact),
+        language=LanguageCode.parse(language),
+        version=_int(header, "version", exact),
+        opaque=_int(header, "opaque", exact),
+        flag=_int(header, "flag", exact),
+        remark=remark,
         ext_fields=coerce_ext_fields(ext),
         body=body,
         serialize_type=SerializeType.JSON,

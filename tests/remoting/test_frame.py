@@ -100,6 +100,36 @@ def test_ali_ons_style_values_are_coerced_like_java() -> None:
     assert coerce_ext_fields({"a": "b"}) == {"a": "b"}
 
 
+@pytest.mark.parametrize(
+    ("header", "expected"),
+    [
+        # orjson reads integers beyond 64 bits as floats; json keeps them exact, and so must we
+        ('{"code":15,"opaque":123456789012345678901234}', {"opaque": 123456789012345678901234}),
+        (
+            '{"code":15,"extFields":{"a":123456789012345678901234}}',
+            {"ext": {"a": "123456789012345678901234"}},
+        ),
+        ('{"code":15,"language":123456789012345678901234}', {"language": LanguageCode.OTHER}),
+        ('{"code":15,"remark":{"n":123456789012345678901234}}', {"remark": '{"n":123456789012345678901234}'}),
+        ('{"code":15,"remark":1.5,"extFields":{"f":1.5}}', {"remark": "1.5", "ext": {"f": "1.5"}}),
+        ('{"code":15,"extFields":{"n":NaN}}', {"ext": {"n": "nan"}}),  # json's NaN; orjson refuses it
+        ('{"code":15,"opaque":"7","unread":[1.5]}', {"opaque": 7}),
+    ],
+)
+def test_json_headers_read_as_json_reads_them(header: str, expected: dict[str, object]) -> None:
+    """The fast JSON reader (orjson) is only trusted where it agrees with json: values beyond its range
+    fall back to json, so no number is truncated."""
+    raw = struct.pack(">ii", 4 + len(header), len(header)) + header.encode()
+    cmd, _ = decode_frame(raw) or pytest.fail("incomplete")
+    actual = {
+        "opaque": cmd.opaque,
+        "ext": cmd.ext_fields,
+        "language": cmd.language,
+        "remark": cmd.remark,
+    }
+    assert {k: actual[k] for k in expected} == expected
+
+
 def test_empty_json_header_is_request_code_zero() -> None:
     cmd, consumed = decode_frame(bytes.fromhex("00000006000000027b7d")) or pytest.fail("incomplete")
     assert (cmd.code, cmd.opaque, cmd.flag, consumed) == (0, 0, 0, 10)
