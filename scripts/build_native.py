@@ -25,8 +25,12 @@ sys.path.insert(0, str(ROOT))
 from store.native import MANIFEST, NATIVE_DIR, digest, fresh, source_path, stamp  # noqa: E402
 
 #: The send and store-put path: frame codec → send processor → record encode, CommitLog append,
-#: ConsumeQueue unit, index entries → reply. Typed, pure, and never monkeypatched by production code.
+#: ConsumeQueue unit, index entries → reply; and the ACL guard every request of an ACL broker passes (its
+#: cost is mostly cold-cache misses, ~9 us per signed send in the broker, ~11 us as Python). Typed, pure, and
+#: never monkeypatched by production code.
 MODULES = (
+    "daemon.acl.plain",
+    "daemon.acl.signature",
     "daemon.remoting.command",
     "daemon.remoting.connection",
     "daemon.remoting.fields",
