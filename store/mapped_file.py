@@ -198,7 +198,8 @@ class FileMapping:
     def data_ranges(self, start: int, end: int) -> list[tuple[int, int]]:
         """The parts of ``[start, end)`` that may hold data: holes of the sparse file (never written, so
         zeros) are left out where the file system reports them (``SEEK_DATA``/``SEEK_HOLE``, which
-        count dirty pages of the mapping as data); elsewhere the whole range."""
+        count dirty pages of the mapping, and on ext4 the pages the warm-up read ahead, as data);
+        elsewhere the whole range."""
         ranges: list[tuple[int, int]] = []
         with self._descriptor() as fd:
             pos = start
