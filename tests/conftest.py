@@ -46,12 +46,17 @@ LONG_FIRST = ("tests/spark/", "tests/interop/")
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test on the shared local Spark session is slow (a driver JVM starts in seconds); under
-    pytest-xdist (``--dist loadgroup``) those tests share one worker, one JVM, and so do the tests on the
-    Spark Connect server (one server, not one per worker)."""
+    """Mark slow what collection can tell is slow: a test on the shared local Spark session (a driver
+    JVM starts in seconds) and a ``pure_python`` test while the compiled build is in use (a pytest
+    subprocess of its own, see ``pytest_pyfunc_call``). Under pytest-xdist (``--dist loadgroup``) the
+    Spark-session tests share one worker, one JVM, and so do the tests on the Spark Connect server (one
+    server, not one per worker)."""
     xdist = config.pluginmanager.hasplugin("xdist")
+    compiled = native_modules() is not None
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
+        if compiled and item.get_closest_marker("pure_python") is not None:
+            item.add_marker(pytest.mark.slow)
         if {"spark", "spark_keeper"} & fixtures:
             item.add_marker(pytest.mark.slow)
             if xdist:
