@@ -151,6 +151,7 @@ async def test_help_opens_and_closes() -> None:
         assert not isinstance(app.screen, HelpScreen)
 
 
+@pytest.mark.slow
 async def test_timers_due_during_shutdown_do_not_crash() -> None:
     """A timer that fires while the app shuts down (its screens already gone, its timers not yet stopped)
     must not query the removed widgets: under load this raced as ``NoMatches '#tabs'``."""

@@ -198,6 +198,7 @@ async def test_lost_nameserver_shows_in_status_bar_and_app_lives(cluster: LocalC
         assert app.is_running and app.query_one("#brokers-table", Table).row_count == 1
 
 
+@pytest.mark.slow
 async def test_without_metrics_endpoint_bytes_are_missing(tmp_path: Path) -> None:
     """A broker without /metrics (as RocketMQ 4.9): figures from GET_TOPIC_STATS_INFO, no bytes column."""
     with local_cluster(tmp_path, metrics_enable=False) as cluster:
