@@ -40,8 +40,9 @@ PYTEST := $(BIN)/python -m pytest -n $(PYTEST_WORKERS) --dist loadgroup
 test: $(DEV_STAMP) $(INTEROP_STAMP) native
 	$(PYTEST)
 
-# The quick loop while editing: everything but the tests marked slow (Spark, interop clients, daemons
-# started as processes, SIGKILL runs). `make test` still runs them all.
+# The quick loop while editing: everything but the tests marked slow (Spark, interop clients, daemons and
+# CLIs started as processes, SIGKILL runs, pure_python reruns, the longest property tests). `make test`
+# still runs them all.
 test-fast: $(DEV_STAMP) native
 	$(PYTEST) -m "not slow"
 

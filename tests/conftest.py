@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from hypothesis import settings
 
 from store.native import active as native_modules
 from tests.support.cli import RunCli, clean_env, run_in_process, run_process
+from tests.support.sources import parse
 
 # Property tests check correctness, not speed (speed lives in benchmarks/): no per-example deadline, so a
 # loaded machine cannot fail them. Loaded here, before any test module builds its own @settings on top.
@@ -46,12 +48,17 @@ LONG_FIRST = ("tests/spark/", "tests/interop/")
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """A test on the shared local Spark session is slow (a driver JVM starts in seconds); under
-    pytest-xdist (``--dist loadgroup``) those tests share one worker, one JVM, and so do the tests on the
-    Spark Connect server (one server, not one per worker)."""
+    """Mark slow what collection can tell is slow: a test on the shared local Spark session (a driver
+    JVM starts in seconds) and a ``pure_python`` test while the compiled build is in use (a pytest
+    subprocess of its own, see ``pytest_pyfunc_call``). Under pytest-xdist (``--dist loadgroup``) the
+    Spark-session tests share one worker, one JVM, and so do the tests on the Spark Connect server (one
+    server, not one per worker)."""
     xdist = config.pluginmanager.hasplugin("xdist")
+    compiled = native_modules() is not None
     for item in items:
         fixtures = set(getattr(item, "fixturenames", ()))
+        if compiled and item.get_closest_marker("pure_python") is not None:
+            item.add_marker(pytest.mark.slow)
         if {"spark", "spark_keeper"} & fixtures:
             item.add_marker(pytest.mark.slow)
             if xdist:
@@ -82,3 +89,15 @@ def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     if proc.returncode != 0:
         pytest.fail(f"on the pure-Python modules:\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}", pytrace=False)
     return True
+
+
+def pytest_sessionfinish() -> None:
+    """Free the parsed product tree (tests/support/sources.py) before pytest's garbage collections at exit:
+    five full passes over millions of AST nodes kept that worker ~1 s longer than the others.
+
+    Those five passes (pytest's unraisable-exception check) cost ~0.2 s each over a worker's heap even so:
+    one pass here collects every unreachable cycle, its finalizers' exceptions still reported, and the
+    survivors are frozen, out of the passes that follow."""
+    parse.cache_clear()
+    gc.collect()
+    gc.freeze()

@@ -12,6 +12,12 @@ import ast
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
+from tests.support.sources import parse
+
+pytestmark = pytest.mark.xdist_group("sources")
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("store", "daemon", "mqctl")
 #: Which of our packages each package may import (the layering of GUIDE.md).
@@ -66,7 +72,7 @@ def import_graph() -> dict[str, set[str]]:
     known = set(modules)
     graph: dict[str, set[str]] = {}
     for name, path in modules.items():
-        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        tree = parse(path)
         edges: set[str] = set()
         for node in _module_level(tree.body):
             edges |= _targets(name, path, node, known)

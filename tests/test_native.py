@@ -77,6 +77,7 @@ def test_the_compiled_build_is_in_use_wherever_it_can_be_built() -> None:
         assert path.is_relative_to(native.NATIVE_DIR) and path.suffix != ".py", name
 
 
+@pytest.mark.slow  # an interpreter importing every compiled module from its source
 def test_with_mqctl_native_0_every_module_runs_from_its_source() -> None:
     code = (
         "import importlib, json, sys\n"

@@ -11,8 +11,13 @@ import ast
 from collections import defaultdict
 from pathlib import Path
 
+import pytest
+
 import store.message
 import store.names
+from tests.support.sources import parse
+
+pytestmark = pytest.mark.xdist_group("sources")
 
 ROOT = Path(__file__).resolve().parent.parent
 PRODUCT = ("store", "daemon", "mqctl")
@@ -42,14 +47,12 @@ ONE_BINDING = {
 
 
 def _modules() -> dict[str, ast.Module]:
+    """Parsed when a test asks, not at import: every pytest-xdist worker collects this module."""
     return {
-        str(path.relative_to(ROOT)): ast.parse(path.read_text(encoding="utf-8"))
+        str(path.relative_to(ROOT)): parse(path)
         for top in PRODUCT
         for path in sorted((ROOT / top).rglob("*.py"))
     }
-
-
-MODULES = _modules()
 
 
 def _docstrings(tree: ast.Module) -> set[int]:
@@ -84,19 +87,19 @@ DISTINCTIVE = ("TBW102", "%RETRY%", "%DLQ%", "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_", 
 
 def test_models_codec_and_clock_are_defined_once() -> None:
     found: dict[str, list[str]] = defaultdict(list)
-    for path, tree in MODULES.items():
+    for path, tree in _modules().items():
         for node in ast.walk(tree):
             if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name in ONE_DEFINITION:
                 found[node.name].append(path)
     assert {name: paths for name, paths in found.items()} == {
         name: [home] for name, home in ONE_DEFINITION.items()
     }
-    assert [p for p in MODULES if p.endswith("fastjson.py")] == ["store/fastjson.py"]
+    assert [p for p in _modules() if p.endswith("fastjson.py")] == ["store/fastjson.py"]
 
 
 def test_ambiguous_names_are_bound_once() -> None:
     found: dict[str, list[str]] = defaultdict(list)
-    for path, tree in MODULES.items():
+    for path, tree in _modules().items():
         for node in tree.body:
             targets = (
                 node.targets
@@ -116,7 +119,7 @@ def test_system_names_are_spelled_in_their_home_only() -> None:
         SYSTEM_NAMES
     )
     elsewhere = []
-    for path, tree in MODULES.items():
+    for path, tree in _modules().items():
         docstrings = _docstrings(tree)
         for node in ast.walk(tree):
             if (
@@ -139,7 +142,7 @@ def test_system_names_are_spelled_in_their_home_only() -> None:
 def test_store_imports_nothing_of_ours() -> None:
     """The homes are in the lowest layer: store/ imports neither daemon/ nor mqctl/."""
     bad = []
-    for path, tree in MODULES.items():
+    for path, tree in _modules().items():
         if not path.startswith("store/"):
             continue
         for node in ast.walk(tree):

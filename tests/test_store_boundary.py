@@ -6,7 +6,12 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 import store
+from tests.support.sources import parse
+
+pytestmark = pytest.mark.xdist_group("sources")
 
 MQCTL = Path(__file__).resolve().parents[1] / "mqctl"
 
@@ -14,7 +19,7 @@ MQCTL = Path(__file__).resolve().parents[1] / "mqctl"
 def store_imports(path: Path) -> list[tuple[int, str]]:
     """Each import of ``store`` in ``path`` that is not a name of ``store.__all__``: ``(line, what)``."""
     found = []
-    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+    for node in ast.walk(parse(path)):
         if isinstance(node, ast.Import):
             found += [(node.lineno, f"import {a.name}") for a in node.names if a.name.startswith("store.")]
         elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:

@@ -16,6 +16,7 @@ from store.cleanup import FakeDiskUsage
 from tests.support.broker import BrokerHandle
 from tests.support.namesrv import Namesrv
 from tests.support.retention import retention_cluster
+from tests.support.waiting import wait_until
 
 
 def test_locked_keys_cover_every_spelling() -> None:
@@ -142,7 +143,9 @@ async def test_namesrv_keeps_a_live_masters_address(namesrv: Namesrv) -> None:
         assert set(routes.broker_addr_table) == {"broker-a"}
         assert set(routes.cluster_addr_table) == {"DefaultCluster"}
         assert "T2" not in routes.topic_queue_table
+        closed: list[object] = []
+        namesrv.controller.server.on_connection_closed(closed.append)  # called after the NameServer's own
         await intruder.close()
-        await asyncio.sleep(0.2)  # the intruder's channel closing must not drop the master
-        assert routes.broker_addr_table["broker-a"].broker_addrs == {0: master}
+        await wait_until(lambda: len(closed) == 1)  # the NameServer has handled the intruder's close
+        assert routes.broker_addr_table["broker-a"].broker_addrs == {0: master}  # and kept the master
         assert (await namesrv.register({"T": 4}, client=real)).code == ResponseCode.SUCCESS

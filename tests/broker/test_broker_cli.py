@@ -42,6 +42,7 @@ def broker_conf(tmp_path: Path) -> Path:
     return conf
 
 
+@pytest.mark.slow
 def test_print_config_reads_rocketmq_keys(cli: RunCli, broker_conf: Path) -> None:
     r = cli("broker", "start", "-c", str(broker_conf), "--print-config")
     assert r.code == 0, r.stderr

@@ -30,6 +30,7 @@ from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
 
+@pytest.mark.slow  # a broker process, killed and started again
 async def test_created_topics_survive_sigkill_and_a_clean_stop_folds_them_into_topics_json(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:

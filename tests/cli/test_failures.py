@@ -154,6 +154,7 @@ def test_every_online_command_takes_timeout(cli: RunCli, busy_port: int) -> None
     assert missing == []
 
 
+@pytest.mark.slow
 def test_a_background_start_exits_with_the_daemons_own_code(
     cli_process: RunCli, busy_port: int, tmp_path: Path
 ) -> None:

@@ -132,6 +132,7 @@ def reset_to_earliest(cli: RunCli, group: str, env: dict[str, str]) -> CliResult
     return reset
 
 
+@pytest.mark.slow
 def test_time_reset_reaches_a_running_consumer(cli: RunCli, daemons: LocalCluster, consumer: Any) -> None:
     group = "CG_Follow"
     env = {"NAMESRV_ADDR": daemons.namesrv_addr}

@@ -42,6 +42,7 @@ def test_bad_flag_is_one_line_on_stderr_with_usage_code(cli: RunCli) -> None:
     assert len(lines) == 1 and lines[0].startswith("mqctl: error:") and "--no-such-flag" in lines[0]
 
 
+@pytest.mark.slow
 def test_bad_flag_on_a_subcommand_names_its_help(cli: RunCli) -> None:
     result = cli("context", "ls", "--bogus")
     assert result.code == UsageError.exit_code
@@ -64,6 +65,7 @@ def test_not_found_exit_code(cli: RunCli) -> None:
     assert "missing" in result.stderr and len(result.stderr.splitlines()) == 1
 
 
+@pytest.mark.slow  # an interpreter of its own
 def test_cli_import_stays_light() -> None:
     """``mqctl --help`` must stay fast: building the CLI never imports textual or pyspark."""
     code = (

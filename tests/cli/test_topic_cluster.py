@@ -165,6 +165,7 @@ def test_unreachable_namesrv_is_a_connect_error(cli: RunCli) -> None:
     assert len(result.stderr.splitlines()) == 1
 
 
+@pytest.mark.slow  # completion processes and a refresh behind them
 def test_topic_names_complete_from_a_background_refreshed_cache(
     mq: RunCli, daemons: LocalCluster, tmp_path: Path
 ) -> None:

@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 
 from mqctl.spark.decode import batches, scan
 from store import BLANK_MAGIC_CODE, DefaultMessageStore, Message, StoreConfig
 from store.commitlog import RecordWalk
 from store.inspect import commit_log, layout
+
+pytestmark = pytest.mark.slow  # whole stores decoded twice, store-a unpacked: a second or more each
 
 # walk's stop -> decoder's reason
 _TAIL = {"blank-filler": "blank", "zeros": "eod", "end-of-file": "eod", "corrupt": "invalid"}

@@ -295,6 +295,7 @@ def test_corrupt_record_in_an_old_file_is_reported_not_returned(
     again.shutdown()
 
 
+@pytest.mark.slow  # a second interpreter tries the lock
 def test_lock_excludes_a_second_store(tmp_path: Path) -> None:
     store = _open(tmp_path)
     with pytest.raises(StoreLockedError):

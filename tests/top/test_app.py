@@ -9,6 +9,7 @@ from textual.widgets import Static
 
 from mqctl.errors import ConnectError
 from mqctl.top.app import GroupScreen, HelpScreen, Table, TopApp
+from tests.support.waiting import wait_until
 from tests.top.data import DETAIL, NOW, fixed_source
 
 SIZE = (120, 36)
@@ -93,20 +94,28 @@ async def test_enter_drills_into_a_group_and_escape_returns() -> None:
 async def test_pause_stops_refreshes_and_r_refreshes_once() -> None:
     source, clock = fixed_source()
     app = TopApp(source, interval=0.05, clock=clock)
+    idle_paused_ticks: list[None] = []  # timer ticks that would have refreshed, were it not paused
+    tick = app._tick
+
+    def counting_tick() -> None:
+        if app.paused and not app.refreshing:
+            idle_paused_ticks.append(None)
+        tick()
+
+    app._tick = counting_tick  # before mount, where the timer takes it
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("p")
         await settle(pilot)
         paused_at = source.calls
-        await pilot.pause(0.3)
+        await wait_until(lambda: len(idle_paused_ticks) >= 3)
         assert source.calls == paused_at
         assert "PAUSED" in text_of(app, "#banner")
         await pilot.press("r")
         await settle(pilot)
         assert source.calls == paused_at + 1
         await pilot.press("p")
-        await pilot.pause(0.3)
-        assert source.calls > paused_at + 1
+        await wait_until(lambda: source.calls > paused_at + 1)  # the next tick refreshes
 
 
 @pytest.mark.slow
@@ -142,6 +151,7 @@ async def test_help_opens_and_closes() -> None:
         assert not isinstance(app.screen, HelpScreen)
 
 
+@pytest.mark.slow
 async def test_timers_due_during_shutdown_do_not_crash() -> None:
     """A timer that fires while the app shuts down (its screens already gone, its timers not yet stopped)
     must not query the removed widgets: under load this raced as ``NoMatches '#tabs'``."""

@@ -20,6 +20,7 @@ from mqctl.top.app import GroupScreen, Table, TopApp
 from mqctl.top.live import LiveSource
 from tests.daemons import LocalCluster, handle, local_cluster
 from tests.support.broker import BrokerHandle
+from tests.support.waiting import wait_until
 
 SIZE = (130, 40)
 TOPICS = ("orders", "payments")
@@ -89,8 +90,11 @@ async def test_numbers_match_the_admin_api(cluster: LocalCluster, traffic: Traff
     app = TopApp(source, interval=3600, screen="topics")
     async with app.run_test(size=SIZE) as pilot, Admin([cluster.namesrv_addr]) as admin:
         await settle(pilot)
-        await asyncio.sleep(0.3)
-        await pilot.press("r")
+        seen = int(rows(app.query_one("#topics-table", Table))["orders"][3].replace(",", ""))
+        await wait_until(
+            lambda: sum(cluster.broker.store.get_max_offset("orders", q) for q in range(4)) > seen
+        )
+        await pilot.press("r")  # more puts since the first look: a rate above 0
         await settle(pilot)
         live = rows(app.query_one("#topics-table", Table))
         assert float(live["orders"][2].removesuffix("/s").replace(",", "")) > 0  # put TPS while sending
@@ -156,6 +160,15 @@ async def test_drill_down_shows_queue_offsets_and_owner(cluster: LocalCluster, t
 async def test_filter_sort_and_pause_live(cluster: LocalCluster, traffic: Traffic) -> None:
     source = LiveSource([cluster.namesrv_addr])
     app = TopApp(source, interval=0.5, screen="topics")
+    idle_paused_ticks: list[None] = []  # timer ticks that would have refreshed, were it not paused
+    tick = app._tick
+
+    def counting_tick() -> None:
+        if app.paused and not app.refreshing:
+            idle_paused_ticks.append(None)
+        tick()
+
+    app._tick = counting_tick  # before mount, where the timer takes it
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("slash", *"pay", "enter")
@@ -165,12 +178,11 @@ async def test_filter_sort_and_pause_live(cluster: LocalCluster, traffic: Traffi
         await pilot.press("p")
         await settle(pilot)
         frozen = app.snapshot
-        await pilot.pause(1.2)
+        ticked = len(idle_paused_ticks)
+        await wait_until(lambda: len(idle_paused_ticks) >= ticked + 2)
         assert app.snapshot is frozen
         await pilot.press("p")
-        await pilot.pause(1.2)
-        await settle(pilot)
-        assert app.snapshot is not frozen
+        await wait_until(lambda: app.snapshot is not frozen)  # the next tick refreshes
 
 
 @pytest.mark.slow
@@ -186,6 +198,7 @@ async def test_lost_nameserver_shows_in_status_bar_and_app_lives(cluster: LocalC
         assert app.is_running and app.query_one("#brokers-table", Table).row_count == 1
 
 
+@pytest.mark.slow
 async def test_without_metrics_endpoint_bytes_are_missing(tmp_path: Path) -> None:
     """A broker without /metrics (as RocketMQ 4.9): figures from GET_TOPIC_STATS_INFO, no bytes column."""
     with local_cluster(tmp_path, metrics_enable=False) as cluster:
