@@ -330,13 +330,10 @@ class CommitLog:
         )
 
     def warm_ahead(self, nbytes: int) -> None:
-        """Prepare the next ``nbytes`` of the active file (called from a background thread): zero-filled
-        with ``prefault`` (warmMapedFileEnable), else reserved and read into the page cache, which writes
-        nothing (see ``MappedFile.prepare``)."""
+        """Pre-fault the next ``nbytes`` of the active file (called from a background thread)."""
         last = self.files.last_file()
         if last is not None and last.prepared_position < last.file_size:
-            end = min(last.wrote_position + nbytes, last.file_size)
-            last.prepare(end, populate=self.prefault, cache=True)
+            last.prepare(min(last.wrote_position + nbytes, last.file_size), populate=True)
 
     def flush(self) -> int:
         return self.files.flush()

@@ -13,7 +13,7 @@ listeners (long polling) fire at once. The CommitLog-parsing reput (:meth:`Defau
 rebuilds whatever the ConsumeQueues miss at start-up and during abnormal recovery.
 
 Background threads: CommitLog flush (periodic or group commit), ConsumeQueue/checkpoint flush,
-CommitLog page warm-up and file cleanup.
+CommitLog page warm-up (ASYNC only) and file cleanup.
 """
 
 from __future__ import annotations
@@ -323,8 +323,11 @@ class DefaultMessageStore:
             threading.Thread(target=self._cq_flush_loop, name="store-flush-cq", daemon=True),
             threading.Thread(target=self._clean_loop, name="store-clean", daemon=True),
             threading.Thread(target=self._disk_check_loop, name="store-disk-check", daemon=True),
-            threading.Thread(target=self._warm_loop, name="store-warm-commitlog", daemon=True),
         ]
+        if self.commit_log.prefault:
+            self._threads.append(
+                threading.Thread(target=self._warm_loop, name="store-warm-commitlog", daemon=True)
+            )
         for t in self._threads:
             t.start()
 
@@ -862,12 +865,10 @@ class DefaultMessageStore:
         return len(doomed)
 
     def _warm_loop(self) -> None:
-        """Keep reserved, page-cached pages ahead of the CommitLog writer (see ``MappedFile.prepare``):
-        their zero-filling then runs here, GIL released, on another core than the writer's."""
-        interval = 0.005 if self.commit_log.prefault else 0.02  # 8 MiB last 0.2 s at 40 MB/s
-        delay = interval
+        """Keep zeroed page-cache pages ahead of the CommitLog writer (see ``MappedFile.prepare``)."""
+        delay = 0.005
         while not self._stop.wait(delay):
-            delay = interval
+            delay = 0.005
             try:
                 self.commit_log.warm_ahead(_WARM_AHEAD_BYTES)
             except OSError as e:

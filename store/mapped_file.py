@@ -180,26 +180,18 @@ class FileMapping:
                 return None
             return os.pwrite(fd, data, offset)
 
-    def fallocate(self, offset: int, length: int, *, cache: bool = False) -> bool:
-        """Reserve blocks without writing them (GIL released); False once the file is closed.
-
-        With ``cache`` the range is also read into the page cache: reserved blocks read as zero pages,
-        with no disk I/O and nothing dirtied, so the writer's first store into each page finds it cached
-        instead of zero-filling it in a page fault that holds the GIL (~2 us/msg of the loop thread at
-        1 KiB messages, measured with perf)."""
+    def fallocate(self, offset: int, length: int) -> bool:
+        """Reserve blocks without writing them (GIL released); False once the file is closed."""
         with self._descriptor() as fd:
             if fd is None:
                 return False
             os.posix_fallocate(fd, offset, length)
-            if cache:
-                os.posix_fadvise(fd, offset, length, os.POSIX_FADV_WILLNEED)
             return True
 
     def data_ranges(self, start: int, end: int) -> list[tuple[int, int]]:
         """The parts of ``[start, end)`` that may hold data: holes of the sparse file (never written, so
         zeros) are left out where the file system reports them (``SEEK_DATA``/``SEEK_HOLE``, which
-        count dirty pages of the mapping, and on ext4 the pages the warm-up read ahead, as data);
-        elsewhere the whole range."""
+        count dirty pages of the mapping as data); elsewhere the whole range."""
         ranges: list[tuple[int, int]] = []
         with self._descriptor() as fd:
             pos = start
@@ -288,7 +280,7 @@ class MappedFile(FileMapping):
         self.prepared_position = 0 if existed else min(prepare_chunk, file_size)
         self._prepare_lock = threading.Lock()
 
-    def prepare(self, end: int, *, populate: bool, cache: bool = False) -> None:
+    def prepare(self, end: int, *, populate: bool) -> None:
         """Reserve disk blocks up to ``end`` (``prepare_chunk`` steps) before the writer gets there.
 
         Reserving first means a full disk fails the append with an ``OSError`` instead of killing the
@@ -297,9 +289,7 @@ class MappedFile(FileMapping):
         shared mapping page-faults while holding the GIL (microseconds per page), while ``pwrite``
         does that work with the GIL released, so a background thread can keep ahead of the writer
         (RocketMQ's warm-up, §1.3). Only bytes at or beyond ``prepared_position`` are touched, and
-        the writer never writes past it, so this cannot overwrite data. ``cache`` (without
-        ``populate``) reads the reserved blocks into the page cache instead, which writes nothing
-        (see :meth:`fallocate`).
+        the writer never writes past it, so this cannot overwrite data.
         """
         if self.read_only:
             return
@@ -315,7 +305,7 @@ class MappedFile(FileMapping):
                     if written is None:
                         break
                     length = written
-                elif not self.fallocate(start, length, cache=cache):
+                elif not self.fallocate(start, length):
                     break
                 self.prepared_position = start + length
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 from pathlib import Path
 
@@ -12,7 +11,6 @@ from store.engine import DefaultMessageStore
 from store.mapped_file import MappedFileQueue
 from store.message import Message
 from tests.support.stores import small_config
-from tests.support.waiting import wait_until
 
 SIZE = 1024 * 1024
 
@@ -75,20 +73,3 @@ def test_consume_queue_files_hold_no_descriptor_of_their_own_and_still_flush(tmp
         assert _open_descriptors() - before <= 41  # one per new mapping, not two
     with DefaultMessageStore(small_config(tmp_path)) as again:
         assert [again.get_max_offset(f"T{i}", 0) for i in range(41)] == [1] * 41
-
-
-def test_the_warm_up_reserves_the_commit_log_ahead_of_the_writer_without_writing(tmp_path: Path) -> None:
-    """The background warm-up (warmMapedFileEnable off, the default) reserves blocks ahead of the write
-    position and reads them into the page cache: a full disk then refuses a put instead of killing the
-    broker with SIGBUS, and the writer's page faults find the pages. Every byte past the last record is
-    still zero."""
-    size = 4 * 1024 * 1024
-    cfg = small_config(tmp_path, mapped_file_size_commit_log=size)
-    with DefaultMessageStore(cfg) as store:
-        store.put_message(Message(topic="T", body=b"first", queue_id=0))
-        mf = store.commit_log.files.last_file()
-        assert mf is not None and not store.commit_log.prefault
-        asyncio.run(wait_until(lambda: mf.prepared_position == size, timeout=10))
-        end = mf.wrote_position
-        assert _allocated(Path(mf.path)) >= size
-        assert mf.mm[end:size] == bytes(size - end)
