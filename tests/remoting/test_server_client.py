@@ -168,10 +168,16 @@ async def test_timeout_and_connect_errors(server: RemotingServer, client: Remoti
 
 
 async def test_pending_requests_fail_when_the_server_goes_away(client: RemotingClient) -> None:
-    srv = RemotingServer({NEVER: lambda conn, req: asyncio.sleep(3600)}, host="127.0.0.1")
+    arrived = asyncio.Event()
+
+    async def never(conn: object, req: RemotingCommand) -> None:
+        arrived.set()
+        await asyncio.sleep(3600)
+
+    srv = RemotingServer({NEVER: never}, host="127.0.0.1")
     await srv.start()
     pending = asyncio.ensure_future(client.invoke(addr(srv), RemotingCommand.request(NEVER), timeout=30))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(arrived.wait(), 10)  # in flight: the server is handling it
     await srv.stop(grace=0.05)
     with pytest.raises(RemotingConnectError):
         await pending
