@@ -133,7 +133,9 @@ def _decode_json_header(raw: bytes, body: bytes) -> RemotingCommand:
     """orjson for the headers it reads exactly as ``json`` does (every header real clients send, in a
     fifth of the time), ``json`` for the rest (NaN, a BOM, lone surrogates, integers beyond 64 bits).
     Only the fields a command keeps are checked, as they are read: a float, or a container that may
-    hold one, where orjson's reading is used sends the header to ``json``."""
+    hold one, where orjson's reading is used sends the header to ``json``. A field nobody reads is not
+    checked, so nesting there that orjson reads (up to 1,023 levels) and ``json`` would refuse
+    (RecursionError, from ~1,000) decodes."""
     try:
         header = orjson.loads(raw)
     except orjson.JSONDecodeError:

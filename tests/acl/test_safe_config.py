@@ -146,6 +146,6 @@ async def test_namesrv_keeps_a_live_masters_address(namesrv: Namesrv) -> None:
         closed: list[object] = []
         namesrv.controller.server.on_connection_closed(closed.append)  # called after the NameServer's own
         await intruder.close()
-        await wait_until(lambda: len(closed) == 1)  # the NameServer has handled the intruder's close
+        await wait_until(lambda: len(closed) >= 1)  # the NameServer has handled the intruder's close
         assert routes.broker_addr_table["broker-a"].broker_addrs == {0: master}  # and kept the master
         assert (await namesrv.register({"T": 4}, client=real)).code == ResponseCode.SUCCESS

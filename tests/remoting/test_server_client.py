@@ -177,10 +177,14 @@ async def test_pending_requests_fail_when_the_server_goes_away(client: RemotingC
     srv = RemotingServer({NEVER: never}, host="127.0.0.1")
     await srv.start()
     pending = asyncio.ensure_future(client.invoke(addr(srv), RemotingCommand.request(NEVER), timeout=30))
-    await asyncio.wait_for(arrived.wait(), 10)  # in flight: the server is handling it
-    await srv.stop(grace=0.05)
-    with pytest.raises(RemotingConnectError):
-        await pending
+    try:
+        await asyncio.wait_for(arrived.wait(), 10)  # in flight: the server is handling it
+        await srv.stop(grace=0.05)
+        with pytest.raises(RemotingConnectError):
+            await pending
+    finally:
+        pending.cancel()
+        await srv.stop(grace=0)
 
 
 async def test_idle_connections_are_closed() -> None:

@@ -107,6 +107,7 @@ async def test_pause_stops_refreshes_and_r_refreshes_once() -> None:
         await settle(pilot)
         await pilot.press("p")
         await settle(pilot)
+        assert app.paused  # else the wait below could only time out
         paused_at = source.calls
         await wait_until(lambda: len(idle_paused_ticks) >= 3)
         assert source.calls == paused_at

@@ -177,6 +177,7 @@ async def test_filter_sort_and_pause_live(cluster: LocalCluster, traffic: Traffi
         assert set(list(rows(app.query_one("#topics-table", Table)))[:2]) == set(TOPICS)
         await pilot.press("p")
         await settle(pilot)
+        assert app.paused  # else the wait below could only time out
         frozen = app.snapshot
         ticked = len(idle_paused_ticks)
         await wait_until(lambda: len(idle_paused_ticks) >= ticked + 2)
