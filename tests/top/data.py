@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from mqctl.top.app import TopApp
 from mqctl.top.memory import MemorySource
 from mqctl.top.model import (
     BrokerView,
@@ -179,3 +180,18 @@ SNAPSHOT = Snapshot(
 def fixed_source() -> tuple[MemorySource, FakeClock]:
     clock = FakeClock(int(NOW * 1000))
     return MemorySource(SNAPSHOT, clock, details={"billing": DETAIL}), clock
+
+
+def count_idle_paused_ticks(app: TopApp) -> list[None]:
+    """Install, before mount (where the timer takes it), a tick that records each tick that would have
+    refreshed were the app not paused: a pause test waits for these instead of sleeping."""
+    ticks: list[None] = []
+    tick = app._tick
+
+    def counting_tick() -> None:
+        if app.paused and not app.refreshing:
+            ticks.append(None)
+        tick()
+
+    app._tick = counting_tick  # type: ignore[method-assign]  # a bound method replaced on purpose
+    return ticks

@@ -10,7 +10,7 @@ from textual.widgets import Static
 from mqctl.errors import ConnectError
 from mqctl.top.app import GroupScreen, HelpScreen, Table, TopApp
 from tests.support.waiting import wait_until
-from tests.top.data import DETAIL, NOW, fixed_source
+from tests.top.data import DETAIL, NOW, count_idle_paused_ticks, fixed_source
 
 SIZE = (120, 36)
 
@@ -94,15 +94,7 @@ async def test_enter_drills_into_a_group_and_escape_returns() -> None:
 async def test_pause_stops_refreshes_and_r_refreshes_once() -> None:
     source, clock = fixed_source()
     app = TopApp(source, interval=0.05, clock=clock)
-    idle_paused_ticks: list[None] = []  # timer ticks that would have refreshed, were it not paused
-    tick = app._tick
-
-    def counting_tick() -> None:
-        if app.paused and not app.refreshing:
-            idle_paused_ticks.append(None)
-        tick()
-
-    app._tick = counting_tick  # before mount, where the timer takes it
+    idle_paused_ticks = count_idle_paused_ticks(app)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("p")

@@ -21,6 +21,7 @@ from mqctl.top.live import LiveSource
 from tests.daemons import LocalCluster, handle, local_cluster
 from tests.support.broker import BrokerHandle
 from tests.support.waiting import wait_until
+from tests.top.data import count_idle_paused_ticks
 
 SIZE = (130, 40)
 TOPICS = ("orders", "payments")
@@ -160,15 +161,7 @@ async def test_drill_down_shows_queue_offsets_and_owner(cluster: LocalCluster, t
 async def test_filter_sort_and_pause_live(cluster: LocalCluster, traffic: Traffic) -> None:
     source = LiveSource([cluster.namesrv_addr])
     app = TopApp(source, interval=0.5, screen="topics")
-    idle_paused_ticks: list[None] = []  # timer ticks that would have refreshed, were it not paused
-    tick = app._tick
-
-    def counting_tick() -> None:
-        if app.paused and not app.refreshing:
-            idle_paused_ticks.append(None)
-        tick()
-
-    app._tick = counting_tick  # before mount, where the timer takes it
+    idle_paused_ticks = count_idle_paused_ticks(app)
     async with app.run_test(size=SIZE) as pilot:
         await settle(pilot)
         await pilot.press("slash", *"pay", "enter")
