@@ -1,13 +1,14 @@
 """The compiled (mypyc) build of the broker's hot modules, used only when it was built from these sources.
 
 Why: the send path is Python bytecode (~75 % of a send's CPU is the interpreter, perf says), and mypyc
-turns the typed codec, record, store-put, send-processor and ACL-guard modules into C extensions: the
-loop thread's CPU per in-process send fell ~40 %, the whole broker's under ali-ons ~15 % (README). The sources stay the one definition: ``scripts/build_native.py`` (run by
-``make``) compiles the modules it lists into ``build/native/`` beside their packages and writes a
-manifest with each source's SHA-256 (and size and mtime, which spare the hashing while they match). Each package that holds a compiled module calls :func:`extend` on
-import, which puts its ``build/native`` directory first on the package's ``__path__`` -- but only when
-every listed source still hashes to what was compiled (a compiled module must never shadow an edited
-source, and the compiled modules call each other natively, so it is all of them or none).
+turns the typed codec, record, store-put, send-processor and ACL-guard modules into C extensions: the loop
+thread's CPU per in-process send fell ~40 %, the whole broker's under ali-ons ~15 % (README). The sources
+stay the one definition: ``scripts/build_native.py`` (run by ``make``) compiles the modules it lists into
+``build/native/`` beside their packages and writes a manifest with each source's SHA-256 (and size and
+mtime, which spare the hashing while they match). Each package that holds a compiled module calls
+:func:`extend` on import, which puts its ``build/native`` directory first on the package's ``__path__`` --
+but only when every listed source still hashes to what was compiled (a compiled module must never shadow
+an edited source, and the compiled modules call each other natively, so it is all of them or none).
 
 Without a build (no C compiler, no mypyc, an installed wheel, an edited source) or with
 ``MQCTL_NATIVE=0``, every module runs as the pure Python it is compiled from; behaviour is the same.
