@@ -6,6 +6,23 @@ sysflag bits, which belong to the message format, live in :mod:`store.message`.
 
 from __future__ import annotations
 
+import re
+
+# --- name rules (Java's TopicValidator and Validators.checkGroup) ---
+#: The longest topic name a broker accepts (TOPICLEN, one byte in a record, stays below 128).
+MAX_TOPIC_LENGTH = 127
+MAX_GROUP_LENGTH = 255
+#: The characters topic and group names may have; `legal_name` is what Java's regex `matches()` says.
+NAME_CHARS = "^[%|a-zA-Z0-9_-]+$"
+_NAME_CHARS = re.compile(NAME_CHARS[1:-1])
+
+
+def legal_name(name: str) -> bool:
+    """Whether every character of ``name`` (not blank) is one topic and group names may have: a whole
+    match, as Java's ``matches()`` ("a\\n" is refused; a ``^...$`` search would take it)."""
+    return _NAME_CHARS.fullmatch(name) is not None
+
+
 # --- topics (Java's TopicValidator / MixAll) ---
 #: The template topic a producer's first send to an unknown topic auto-creates it from.
 AUTO_CREATE_TOPIC = "TBW102"

@@ -32,6 +32,7 @@ from store.message import (
     Message,
     StoredMessage,
 )
+from store.names import MAX_TOPIC_LENGTH
 
 Buffer = bytes | bytearray | memoryview
 """Anything the decoders read from: a record, or a whole mapped file viewed without copying."""
@@ -39,7 +40,6 @@ Buffer = bytes | bytearray | memoryview
 NAME_VALUE_SEPARATOR = "\x01"
 PROPERTY_SEPARATOR = "\x02"
 
-MAX_TOPIC_LENGTH = 127
 MAX_PROPERTIES_LENGTH = 32767
 BLANK_HEADER_SIZE = 8  # TOTALSIZE + BLANK magic, written at the end of a full file (§2.6)
 
@@ -492,7 +492,6 @@ __all__ = [
     "BLANK_HEADER_SIZE",
     "BLANK_MAGIC_CODE",
     "MAX_PROPERTIES_LENGTH",
-    "MAX_TOPIC_LENGTH",
     "RECORD_IDENTITY",
     "RecordInfo",
     "UniqKey",

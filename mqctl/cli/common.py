@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import inspect
-import re
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -16,6 +15,7 @@ import typer
 
 from mqctl.completion import complete_group, complete_topic
 from mqctl.output import FORMATS
+from store import MAX_GROUP_LENGTH, MAX_TOPIC_LENGTH, legal_name
 
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
@@ -41,15 +41,14 @@ ContextOpt = Annotated[
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 # RocketMQ's TopicValidator / Validators.checkGroup: the rule a broker applies, checked before any request.
-_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
-_MAX_LENGTH = {"topic": 127, "group": 255}
+_MAX_LENGTH = {"topic": MAX_TOPIC_LENGTH, "group": MAX_GROUP_LENGTH}
 
 
 def name_problem(kind: str, name: str) -> str | None:
     """Why ``name`` is not a valid topic or group name (``kind``), or None when it is."""
     if not name:
         return f"the {kind} name is blank"
-    if not _NAME.match(name):
+    if not legal_name(name):
         return f"{kind} {name!r} has characters RocketMQ refuses: use letters, digits, '%', '|', '_' and '-'"
     if len(name) > _MAX_LENGTH[kind]:
         return f"{kind} {name[:20]!r}... is {len(name)} characters; the most RocketMQ allows is {_MAX_LENGTH[kind]}"

@@ -1,4 +1,4 @@
-"""Pure pieces of the broker: tag expressions, batch bodies, config loading."""
+"""Pure pieces of the broker: tag expressions, batch bodies, topic names, config loading."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from hypothesis import given, strategies as st
 
 from daemon.broker.config import BrokerConfig
 from daemon.broker.filter import build_subscription, tag_codes
+from daemon.broker.managers.topics import topic_problem
 from daemon.broker.processors.send import decode_batch
 from daemon.config import load_config
 from daemon.remoting.errors import RemotingCommandError
@@ -22,6 +23,15 @@ def test_tag_expressions_parse_like_java() -> None:
     sub = build_subscription("T", " TagA || TagB ||  ")
     assert sub.tags_set == ["TagA", "TagB"] and sub.code_set == [java_hash("TagA"), java_hash("TagB")]
     assert tag_codes(sub) == {java_hash("TagA"), java_hash("TagB")}
+
+
+def test_topic_names_are_checked_as_java_matches_them() -> None:
+    assert topic_problem("Topic_a-1|%") is None
+    assert topic_problem("a" * 127) is None
+    assert topic_problem("a" * 128) == "The specified topic is longer than topic max length."
+    assert topic_problem("") == "The specified topic is blank."
+    for bad in ("T\n", "T x", "T/1", "\u00e9t\u00e9", "b" * 200 + "!"):  # a regex search with $ took "T\n"
+        assert "illegal characters" in (topic_problem(bad) or ""), bad
 
 
 @given(
