@@ -78,7 +78,7 @@ def accept(frame: bytes) -> tuple[bytes, str, int, object]:
     decoded = decode_frame(frame)
     assert decoded is not None
     request = decoded[0]
-    h = SendMessageRequestHeaderV2.from_ext_fields(request.ext_fields).to_v1()
+    h = SendMessageRequestHeaderV2.parse_v1(request.ext_fields)
     props = decode_properties(h.properties) if h.properties else {}
     props.pop("WAIT", None)
     props["CLUSTER"] = "DefaultCluster"

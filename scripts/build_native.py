@@ -45,6 +45,7 @@ MODULES = (
     "store.mapped_file",
     "store.message",
     "store.record",
+    "store.results",
 )
 
 

@@ -6,14 +6,7 @@ from . import (
     fastjson as fastjson,
     inspect as inspect,
 )
-from .api import (
-    GetMessageStatus as GetMessageStatus,
-    GetResult as GetResult,
-    MessageStore as MessageStore,
-    PutResult as PutResult,
-    QueryResult as QueryResult,
-    SelectedMessage as SelectedMessage,
-)
+from .api import MessageStore as MessageStore
 from .cleanup import (
     WATERMARK as WATERMARK,
     CleanPlan as CleanPlan,
@@ -126,4 +119,11 @@ from .record import (
     encode_properties as encode_properties,
     inflate_body as inflate_body,
     read_header as read_header,
+)
+from .results import (
+    GetMessageStatus as GetMessageStatus,
+    GetResult as GetResult,
+    PutResult as PutResult,
+    QueryResult as QueryResult,
+    SelectedMessage as SelectedMessage,
 )

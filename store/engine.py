@@ -29,12 +29,7 @@ from collections.abc import Container, Iterator, Sequence
 
 from store.api import (
     ArrivalListener,
-    GetMessageStatus,
-    GetResult,
     MessageStore,
-    PutResult,
-    QueryResult,
-    SelectedMessage,
     batch_is_legal,
     check_offset,
     search_by_timestamp,
@@ -76,6 +71,7 @@ from store.record import (
     decode_msg_id,
     msg_id_prefix,
 )
+from store.results import GetMessageStatus, GetResult, PutResult, QueryResult, SelectedMessage
 
 log = logging.getLogger(__name__)
 

@@ -19,11 +19,6 @@ from collections.abc import Container
 
 from store.api import (
     ArrivalListener,
-    GetMessageStatus,
-    GetResult,
-    PutResult,
-    QueryResult,
-    SelectedMessage,
     batch_is_legal,
     check_offset,
     search_by_timestamp,
@@ -62,6 +57,7 @@ from store.record import (
     read_header,
     read_record_info,
 )
+from store.results import GetMessageStatus, GetResult, PutResult, QueryResult, SelectedMessage
 
 log = logging.getLogger(__name__)
 

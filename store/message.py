@@ -52,7 +52,7 @@ HostAddress = tuple[str, int]
 """``(ip, port)``; IPv6 addresses make the record use 20-byte host fields."""
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Message:
     """A message as a producer (or the broker, for retries and delay delivery) hands it to the store.
 
@@ -75,6 +75,36 @@ class Message:
     prepared_transaction_offset: int = 0
     wait_store_msg_ok: bool = True
     delay_time_level: int | None = None
+
+    def __init__(  # written out: mypyc compiles it (a dataclass's generated one runs interpreted)
+        self,
+        topic: str,
+        body: bytes,
+        queue_id: int = 0,
+        flag: int = 0,
+        properties: dict[str, str] | None = None,
+        sys_flag: int = 0,
+        born_timestamp: int = 0,
+        born_host: HostAddress = ("127.0.0.1", 0),
+        store_host: HostAddress | None = None,
+        reconsume_times: int = 0,
+        prepared_transaction_offset: int = 0,
+        wait_store_msg_ok: bool = True,
+        delay_time_level: int | None = None,
+    ) -> None:
+        self.topic = topic
+        self.body = body
+        self.queue_id = queue_id
+        self.flag = flag
+        self.properties = {} if properties is None else properties
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.wait_store_msg_ok = wait_store_msg_ok
+        self.delay_time_level = delay_time_level
 
     @property
     def tags(self) -> str | None:
@@ -109,7 +139,7 @@ def split_keys(keys: str | None) -> list[str]:
     return [k for k in keys.split(KEY_SEPARATOR) if k]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class StoredMessage:
     """A decoded CommitLog record (RocketMQ's ``MessageExt``).
 
@@ -137,6 +167,48 @@ class StoredMessage:
     topic: str
     properties: dict[str, str]
     msg_id: str
+
+    def __init__(  # written out: mypyc compiles it (a dataclass's generated one runs interpreted)
+        self,
+        store_size: int,
+        magic: int,
+        body_crc: int,
+        queue_id: int,
+        flag: int,
+        queue_offset: int,
+        commit_log_offset: int,
+        sys_flag: int,
+        born_timestamp: int,
+        born_host: HostAddress,
+        store_timestamp: int,
+        store_host: HostAddress,
+        reconsume_times: int,
+        prepared_transaction_offset: int,
+        stored_body: bytes,
+        body: bytes,
+        topic: str,
+        properties: dict[str, str],
+        msg_id: str,
+    ) -> None:
+        self.store_size = store_size
+        self.magic = magic
+        self.body_crc = body_crc
+        self.queue_id = queue_id
+        self.flag = flag
+        self.queue_offset = queue_offset
+        self.commit_log_offset = commit_log_offset
+        self.sys_flag = sys_flag
+        self.born_timestamp = born_timestamp
+        self.born_host = born_host
+        self.store_timestamp = store_timestamp
+        self.store_host = store_host
+        self.reconsume_times = reconsume_times
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.stored_body = stored_body
+        self.body = body
+        self.topic = topic
+        self.properties = properties
+        self.msg_id = msg_id
 
     @property
     def tags(self) -> str | None:

@@ -289,7 +289,7 @@ def read_header(buf: Buffer, pos: int) -> tuple[int, int]:
     return _HEADER.unpack_from(buf, pos)  # type: ignore[return-value]
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RecordInfo:
     """What dispatch needs from a record, parsed without decoding hosts or copying the body."""
 
@@ -302,6 +302,28 @@ class RecordInfo:
     store_timestamp: int
     prepared_transaction_offset: int
     properties: dict[str, str]
+
+    def __init__(  # written out: mypyc compiles it (a dataclass's generated one runs interpreted)
+        self,
+        commit_log_offset: int,
+        size: int,
+        topic: str,
+        queue_id: int,
+        queue_offset: int,
+        sys_flag: int,
+        store_timestamp: int,
+        prepared_transaction_offset: int,
+        properties: dict[str, str],
+    ) -> None:
+        self.commit_log_offset = commit_log_offset
+        self.size = size
+        self.topic = topic
+        self.queue_id = queue_id
+        self.queue_offset = queue_offset
+        self.sys_flag = sys_flag
+        self.store_timestamp = store_timestamp
+        self.prepared_transaction_offset = prepared_transaction_offset
+        self.properties = properties
 
     @property
     def tags(self) -> str | None:

@@ -78,12 +78,13 @@ from daemon.remoting.headers import (
 )
 from daemon.remoting.server import RemotingServer
 from store import native
-from store.api import MessageStore, PutResult
+from store.api import MessageStore
 from store.config_files import ConsumerOffsetManager
 from store.engine import DefaultMessageStore
 from store.errors import StoreError
 from store.message import PROPERTY_REAL_TOPIC, Message, StoredMessage
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from store.results import PutResult
 
 log = logging.getLogger(__name__)
 

@@ -25,9 +25,10 @@ from daemon.broker.managers.topics import TopicConfigManager
 from daemon.broker.stats import BrokerStats
 from daemon.coalesce import Coalesced
 from daemon.remoting.server import RemotingServer
-from store.api import MessageStore, PutResult
+from store.api import MessageStore
 from store.config_files import ConsumerOffsetManager
 from store.message import Message, StoredMessage
+from store.results import PutResult
 
 _T = TypeVar("_T")
 

@@ -14,7 +14,6 @@ import time
 from typing import TYPE_CHECKING
 
 from daemon.lifecycle import cancel_tasks
-from store.api import GetMessageStatus
 from store.message import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -23,6 +22,7 @@ from store.message import (
     StoredMessage,
 )
 from store.names import SCHEDULE_TOPIC
+from store.results import GetMessageStatus
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext

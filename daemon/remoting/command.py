@@ -18,7 +18,7 @@ from daemon.remoting.codes import (
 )
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class RemotingCommand:
     """A decoded frame. `ext_fields` values are always strings (Java's view of them)."""
 
@@ -31,6 +31,28 @@ class RemotingCommand:
     ext_fields: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
     serialize_type: SerializeType = SerializeType.JSON
+
+    def __init__(
+        self,
+        code: int,
+        language: LanguageCode = LanguageCode.JAVA,
+        version: int = CURRENT_VERSION,
+        opaque: int = 0,
+        flag: int = 0,
+        remark: str | None = None,
+        ext_fields: dict[str, str] | None = None,
+        body: bytes = b"",
+        serialize_type: SerializeType = SerializeType.JSON,
+    ) -> None:
+        self.code = code
+        self.language = language
+        self.version = version
+        self.opaque = opaque
+        self.flag = flag
+        self.remark = remark
+        self.ext_fields = {} if ext_fields is None else ext_fields
+        self.body = body
+        self.serialize_type = serialize_type
 
     @classmethod
     def request(

@@ -1,4 +1,4 @@
-"""Pure pieces of the broker: tag expressions, batch bodies, topic names, config loading."""
+"""Pure pieces of the broker: tag expressions, batch bodies, send headers, topic names, config loading."""
 
 from __future__ import annotations
 
@@ -9,10 +9,15 @@ from hypothesis import given, strategies as st
 
 from daemon.broker.config import BrokerConfig
 from daemon.broker.filter import build_subscription, tag_codes
+from daemon.broker.headers import (
+    SendMessageRequestHeader,
+    SendMessageRequestHeaderV2,
+    SendMessageResponseHeader,
+)
 from daemon.broker.managers.topics import topic_problem
 from daemon.broker.processors.send import decode_batch
 from daemon.config import load_config
-from daemon.remoting.errors import RemotingCommandError
+from daemon.remoting.errors import HeaderFieldError, RemotingCommandError
 from store.javahash import java_hash
 from tests.support.broker import batch_entry
 
@@ -23,6 +28,28 @@ def test_tag_expressions_parse_like_java() -> None:
     sub = build_subscription("T", " TagA || TagB ||  ")
     assert sub.tags_set == ["TagA", "TagB"] and sub.code_set == [java_hash("TagA"), java_hash("TagB")]
     assert tag_codes(sub) == {java_hash("TagA"), java_hash("TagB")}
+
+
+def test_a_v2_send_header_reads_as_its_v1_header_field_for_field() -> None:
+    """`parse_v1` reads the one-letter fields straight into the V1 header; `l` and `m` are the two whose
+    order differs between the classes, so they get values that a swap would expose."""
+    v1 = SendMessageRequestHeader(
+        "G", "T", "TBW102", 4, 3, 2, 1795252748748, 7, "TAGS\x01a", 5, True, True, 16
+    )
+    v2 = SendMessageRequestHeaderV2(
+        "G", "T", "TBW102", 4, 3, 2, 1795252748748, 7, "TAGS\x01a", 5, True, 16, True
+    )
+    assert SendMessageRequestHeaderV2.parse_v1(v2.to_ext_fields()) == v1
+    sparse = SendMessageRequestHeaderV2("G", "T", "TBW102", 4, 0, 0, 1, 0, m=True).to_ext_fields()
+    assert SendMessageRequestHeaderV2.parse_v1(sparse).max_reconsume_times is None
+    with pytest.raises(HeaderFieldError, match=r"SendMessageRequestHeaderV2.*'e'"):
+        SendMessageRequestHeaderV2.parse_v1({**sparse, "e": "x"})
+
+
+def test_a_stored_send_is_answered_with_the_response_headers_fields() -> None:
+    header = SendMessageResponseHeader("C0A8000100002A9F0000000000000064", 3, 12345678901)
+    stored = SendMessageResponseHeader.stored("C0A8000100002A9F0000000000000064", 3, 12345678901)
+    assert list(stored.items()) == list(header.to_ext_fields().items())  # the same keys in the same order
 
 
 def test_topic_names_are_checked_as_java_matches_them() -> None:

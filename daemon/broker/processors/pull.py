@@ -30,9 +30,9 @@ from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
-from store.api import GetMessageStatus, GetResult
 from store.config import SLAVE
 from store.errors import DamagedUnitError
+from store.results import GetMessageStatus, GetResult
 
 if TYPE_CHECKING:
     from daemon.broker.bodies import SubscriptionData

@@ -26,7 +26,7 @@ from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
-from store.api import PutMessageStatus, PutResult
+from store.commitlog import PutMessageStatus
 from store.message import (
     MULTI_TAGS_FLAG,
     PROPERTY_CLUSTER,
@@ -50,6 +50,7 @@ from store.names import (
     retry_topic,
 )
 from store.record import decode_properties
+from store.results import PutResult
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
@@ -197,7 +198,7 @@ class SendProcessor:
         if request.code == RequestCode.SEND_MESSAGE:
             h = SendMessageRequestHeader.from_ext_fields(request.ext_fields)
         else:
-            h = SendMessageRequestHeaderV2.from_ext_fields(request.ext_fields).to_v1()
+            h = SendMessageRequestHeaderV2.parse_v1(request.ext_fields)
         config = self._topic_config(h)
         props = decode_properties(h.properties) if h.properties else {}
         wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
@@ -359,8 +360,8 @@ class SendProcessor:
         self.broker.stats.on_put(
             topic, result.msg_num, result.wrote_bytes or len(request.body), time.perf_counter_ns() - started
         )
-        header = SendMessageResponseHeader(result.msg_id, queue_id, result.queue_offset)
-        return request.make_response(code, remark, header.to_ext_fields())
+        fields = SendMessageResponseHeader.stored(result.msg_id, queue_id, result.queue_offset)
+        return request.make_response(code, remark, fields)
 
     # ------------------------------------------------------------------ consumer send-back (retry)
 
