@@ -175,7 +175,7 @@ class LanguageCode(IntEnum):
     def parse(cls, value: object) -> LanguageCode:
         """Map a header value (name or byte) to a member; unknown languages become OTHER."""
         if isinstance(value, str):
-            return _LANGUAGES.get(value, cls.OTHER)  # not __members__: a new mapping proxy per call
+            return LANGUAGES.get(value, cls.OTHER)  # not __members__: a new mapping proxy per call
         if isinstance(value, int) and not isinstance(value, bool):
             try:
                 return cls(value)
@@ -184,8 +184,8 @@ class LanguageCode(IntEnum):
         return cls.JAVA
 
 
-#: Names to members, for the parse of every JSON header.
-_LANGUAGES: dict[str, LanguageCode] = dict(LanguageCode.__members__)
+#: Names to members, for the parse of every JSON header (the frame codec looks names up here directly).
+LANGUAGES: dict[str, LanguageCode] = dict(LanguageCode.__members__)
 
 
 class SerializeType(IntEnum):

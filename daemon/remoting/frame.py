@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from daemon.remoting.codes import LanguageCode, SerializeType
+from daemon.remoting.codes import LANGUAGES, LanguageCode, SerializeType
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingProtocolError
 
@@ -174,9 +174,10 @@ def _command(header: dict[str, Any], body: bytes, exact: bool) -> RemotingComman
     language = header.get("language", "JAVA")
     if not exact and type(language) is not str:
         raise _Inexact
+    known = LANGUAGES.get(language) if type(language) is str else None  # (parse() runs interpreted)
     return RemotingCommand(
         code=_int(header, "code", exact),
-        language=LanguageCode.parse(language),
+        language=known if known is not None else LanguageCode.parse(language),
         version=_int(header, "version", exact),
         opaque=_int(header, "opaque", exact),
         flag=_int(header, "flag", exact),

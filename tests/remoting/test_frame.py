@@ -110,6 +110,9 @@ def test_ali_ons_style_values_are_coerced_like_java() -> None:
             {"ext": {"a": "123456789012345678901234"}},
         ),
         ('{"code":15,"language":123456789012345678901234}', {"language": LanguageCode.OTHER}),
+        ('{"code":15,"language":"CPP"}', {"language": LanguageCode.CPP}),
+        ('{"code":15,"language":"COBOL"}', {"language": LanguageCode.OTHER}),
+        ('{"code":15,"language":1}', {"language": LanguageCode(1)}),
         ('{"code":15,"remark":{"n":123456789012345678901234}}', {"remark": '{"n":123456789012345678901234}'}),
         ('{"code":15,"remark":1.5,"extFields":{"f":1.5}}', {"remark": "1.5", "ext": {"f": "1.5"}}),
         ('{"code":15,"extFields":{"n":NaN}}', {"ext": {"n": "nan"}}),  # json's NaN; orjson refuses it
