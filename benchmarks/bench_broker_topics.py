@@ -5,8 +5,9 @@ benchmarks/bench_ali_ons.py's cluster): broker ONE holds one topic of Q queues, 
 of Q queues each, created first (`create_missing`, what `mqctl bench produce --topics` does), and every
 queue of MANY gets its first message (that creates its ConsumeQueue file, a one-time cost reported on its
 own). Then, with `mqctl bench produce`'s senders (16 synchronous producers, 1 KiB), ROUNDS rounds each
-time COUNT sends to ONE, then COUNT sends round-robin over MANY's N*Q queues. Prints every round and the
-ratio of the median TPS.
+time COUNT sends to ONE, then COUNT sends round-robin over MANY's N*Q queues. Prints every round, the
+ratio of the median TPS, and the ratio of the median broker CPU per send (utime + stime of the broker over
+the round, divided by its sends), which the machine's drift moves far less than TPS.
 
 The rounds interleave because this machine drifts by more than the difference being measured: one
 topic alone, in 2-s rounds over 52 s, ran anywhere from 17,200 to 20,500 sends/s, lower on the whole
@@ -29,7 +30,7 @@ import statistics
 import time
 from contextlib import ExitStack
 
-from bench_ali_ons import cluster  # run as a script: benchmarks/ is on sys.path
+from bench_ali_ons import cluster, cpu_seconds  # run as a script: benchmarks/ is on sys.path
 
 from daemon.remoting.loop import run
 from mqctl.admin.client import Admin
@@ -51,40 +52,57 @@ async def create(admin: Admin, prefix: str, topics: int, queues: int) -> float:
             await asyncio.sleep(0.1)
 
 
-async def rounds(one_ns: str, many_ns: str, topics: int, queues: int, count: int, n_rounds: int) -> None:
-    async with Admin([one_ns]) as one, Admin([many_ns]) as many:
-        await create(one, "BenchOne", 1, queues)
-        created = await create(many, "BenchMany", topics, queues)
+async def rounds(
+    one: tuple[str, int], many: tuple[str, int], topics: int, queues: int, count: int, n_rounds: int
+) -> None:
+    (one_ns, one_pid), (many_ns, many_pid) = one, many
+    async with Admin([one_ns]) as one_admin, Admin([many_ns]) as many_admin:
+        await create(one_admin, "BenchOne", 1, queues)
+        created = await create(many_admin, "BenchMany", topics, queues)
 
         async def send(admin: Admin, prefix: str, n_topics: int, n: int) -> BenchResult:
             return await produce(
                 admin, prefix, topics=n_topics, queues=queues, threads=16, size=1024, count=n
             )
 
-        await send(one, "BenchOne", 1, count)  # warm-up
-        first = await send(many, "BenchMany", topics, topics * queues)
+        async def timed(admin: Admin, pid: int, prefix: str, n_topics: int) -> tuple[BenchResult, float]:
+            """A round and its broker's CPU µs per send, which the machine's drift moves far less."""
+            cpu = cpu_seconds(pid)
+            result = await send(admin, prefix, n_topics, count)
+            return result, (cpu_seconds(pid) - cpu) / max(result.messages, 1) * 1e6
+
+        await send(one_admin, "BenchOne", 1, count)  # warm-up
+        first = await send(many_admin, "BenchMany", topics, topics * queues)
         print(
             f"{topics:,} topics x {queues} queues: created in {created:.1f} s; first message to each of the "
             f"{topics * queues:,} queues: {first.seconds:.1f} s ({first.tps:,.0f} sends/s)"
         )
-        results: dict[str, list[BenchResult]] = {"1 topic": [], f"{topics:,} topics": []}
+        results: dict[str, list[tuple[BenchResult, float]]] = {"1 topic": [], f"{topics:,} topics": []}
         for r in range(n_rounds):
-            a = await send(one, "BenchOne", 1, count)
-            b = await send(many, "BenchMany", topics, count)
-            results["1 topic"].append(a)
-            results[f"{topics:,} topics"].append(b)
+            a, a_cpu = await timed(one_admin, one_pid, "BenchOne", 1)
+            b, b_cpu = await timed(many_admin, many_pid, "BenchMany", topics)
+            results["1 topic"].append((a, a_cpu))
+            results[f"{topics:,} topics"].append((b, b_cpu))
             print(
-                f"round {r + 1}: 1 topic {line(a)} | {topics:,} topics {line(b)} | {100 * b.tps / a.tps:.0f} %"
+                f"round {r + 1}: 1 topic {line(a, a_cpu)} | {topics:,} topics {line(b, b_cpu)} | "
+                f"{100 * b.tps / a.tps:.0f} %"
             )
-        medians = {label: statistics.median(r.tps for r in rs) for label, rs in results.items()}
-        for label, tps in medians.items():
-            print(f"median {label} x {queues} queues: {tps:,.0f} sends/s")
-        one_tps, many_tps = medians.values()
+        medians = {
+            label: (statistics.median(r.tps for r, _ in rs), statistics.median(c for _, c in rs))
+            for label, rs in results.items()
+        }
+        for label, (tps, cpu) in medians.items():
+            print(f"median {label} x {queues} queues: {tps:,.0f} sends/s, broker {cpu:.1f} CPU-us/send")
+        (one_tps, one_cpu), (many_tps, many_cpu) = medians.values()
         print(f"ratio: {100 * many_tps / one_tps:.0f} % of the one-topic TPS (medians of {n_rounds} rounds)")
+        print(f"CPU-bound capacity: {100 * one_cpu / many_cpu:.0f} % of one topic's (broker CPU per send)")
 
 
-def line(r: BenchResult) -> str:
-    return f"{r.tps:,.0f}/s (avg RT {r.avg_rt_ms:.2f} ms, max {r.max_rt_ms:.1f} ms, {r.failures} failures)"
+def line(r: BenchResult, cpu: float) -> str:
+    return (
+        f"{r.tps:,.0f}/s (avg RT {r.avg_rt_ms:.2f} ms, max {r.max_rt_ms:.1f} ms, {r.failures} failures, "
+        f"{cpu:.1f} CPU-us)"
+    )
 
 
 def main() -> None:
@@ -95,9 +113,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     args = ap.parse_args()
     with ExitStack() as stack:
-        one_ns, _ = stack.enter_context(cluster())
-        many_ns, _ = stack.enter_context(cluster())
-        run(rounds(one_ns, many_ns, args.topics, args.queues, args.count, args.rounds))
+        one = stack.enter_context(cluster())
+        many = stack.enter_context(cluster())
+        run(rounds(one, many, args.topics, args.queues, args.count, args.rounds))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from daemon.broker.headers import (
     SendMessageRequestHeaderV2,
     SendMessageResponseHeader,
 )
+from daemon.broker.managers import topics
 from daemon.broker.managers.topics import topic_problem
 from daemon.broker.processors.send import decode_batch
 from daemon.config import load_config
@@ -59,6 +60,16 @@ def test_topic_names_are_checked_as_java_matches_them() -> None:
     assert topic_problem("") == "The specified topic is blank."
     for bad in ("T\n", "T x", "T/1", "\u00e9t\u00e9", "b" * 200 + "!"):  # a regex search with $ took "T\n"
         assert "illegal characters" in (topic_problem(bad) or ""), bad
+
+
+def test_the_topic_name_cache_stays_bounded() -> None:
+    """Names come from clients: the cache keeps none longer than a topic may be, and never more than its cap."""
+    topic_problem("x" * 100_000 + "!")
+    assert all(len(name) <= 127 for name in topics._checked)
+    for i in range(topics._CHECKED_MAX + 10):
+        assert topic_problem(f"T{i}") is None
+    assert 0 < len(topics._checked) <= topics._CHECKED_MAX
+    assert topic_problem("T\n") is not None and topic_problem("T\n") is not None  # a cached refusal
 
 
 @given(
