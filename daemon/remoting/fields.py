@@ -38,7 +38,7 @@ def parse(plan: Plan, ext: dict[str, str]) -> list[object] | None:
             args.append(raw)
         elif kind == INT:
             try:
-                args.append(int(raw.strip()))
+                args.append(int(raw))  # (int() skips surrounding whitespace itself)
             except ValueError:
                 return None
         elif kind == BOOL:

@@ -90,13 +90,19 @@ def test_ali_ons_style_values_are_coerced_like_java() -> None:
     header = json.dumps(
         {
             "code": 15,
-            "extFields": {"queueId": 3, "unitMode": False, "x": None, "f": 1.5, "t": True},
+            "extFields": {"queueId": 3, "unitMode": False, "x": None, "f": 1.5, "t": True, "n": -(2**63)},
             "opaque": 1,
         }
     ).encode()
     raw = struct.pack(">ii", 4 + len(header), len(header)) + header
     cmd, _ = decode_frame(raw) or pytest.fail("incomplete")
-    assert cmd.ext_fields == {"queueId": "3", "unitMode": "false", "f": "1.5", "t": "true"}
+    assert cmd.ext_fields == {
+        "queueId": "3",
+        "unitMode": "false",
+        "f": "1.5",
+        "t": "true",
+        "n": str(-(2**63)),
+    }
     assert coerce_ext_fields({"a": "b"}) == {"a": "b"}
 
 
