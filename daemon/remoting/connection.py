@@ -127,6 +127,35 @@ class RequestDispatcher:
         conn.reply(request, error_response(request, exc))
 
 
+class ReplyBatch:
+    """Holds the replies a server makes while its loop handles one round of reads, and writes them after it.
+
+    A client that does not pipeline (`mqctl bench`'s 16 connections, the C++ client's threads) has one
+    request in flight per connection, so every read holds one request. Writing each reply at once woke
+    the client for each one: it took the reply, sent the next request and slept again before the next
+    reply came, and each wake-up is an inter-processor interrupt the writer pays in its send (perf: ~5 us
+    of a send's ~45 us in this 2-core VM). Written together after the round (the loop's ready queue
+    runs before it polls again), the replies wake the client once. A reply waits at most for the other
+    requests of its round (the replies of one connection keep their order).
+    """
+
+    __slots__ = ("_loop", "_waiting")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._waiting: list[Connection] = []
+
+    def hold(self, conn: Connection) -> None:
+        if not self._waiting:
+            self._loop.call_soon(self._release)
+        self._waiting.append(conn)
+
+    def _release(self) -> None:
+        waiting, self._waiting = self._waiting, []
+        for conn in waiting:
+            conn.release()
+
+
 class Connection(asyncio.Protocol):
     """Frames in, frames out, over one transport (see module docstring)."""
 
@@ -137,6 +166,7 @@ class Connection(asyncio.Protocol):
         max_frame_length: int = MAX_FRAME_LENGTH,
         on_close: Callable[[Connection], None] | None = None,
         budget: BufferBudget | None = None,
+        batch: ReplyBatch | None = None,
     ) -> None:
         self.dispatcher = dispatcher
         self.max_frame_length = max_frame_length
@@ -153,6 +183,9 @@ class Connection(asyncio.Protocol):
         self._held = 0
         #: While a read is being dispatched, replies made synchronously wait here for one write.
         self._corked: list[bytes] | None = None
+        #: A server's batch, which writes `_outbox` after the loop's round of reads (see ReplyBatch).
+        self.batch = batch
+        self._outbox: list[bytes] = []
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
         self._tasks: set[asyncio.Future[None]] = set()
         self._loop = asyncio.get_running_loop()
@@ -191,7 +224,10 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection from %s: bad frame: %s", self.peer, exc)
             buf.clear()
             pos = 0
-            self._uncork(corked)  # the answers to the good frames before the bad one go first
+            # the answers to the good frames before the bad one go first, before the close
+            self._outbox += corked
+            corked.clear()
+            self.release()
             self.close()
         finally:
             self._uncork(corked)
@@ -212,8 +248,18 @@ class Connection(asyncio.Protocol):
     def _uncork(self, corked: list[bytes]) -> None:
         self._corked = None
         if corked:
-            self._write(corked[0] if len(corked) == 1 else b"".join(corked))
+            if self.batch is not None and not self._outbox:
+                self.batch.hold(self)
+                self._outbox = corked[:]
+            else:
+                self._write(corked[0] if len(corked) == 1 else b"".join(corked))
             corked.clear()
+
+    def release(self) -> None:
+        """Write what the batch held (a connection gone meanwhile drops it, as `send` does)."""
+        outbox, self._outbox = self._outbox, []
+        if outbox and self._transport is not None and not self._transport.is_closing():
+            self._transport.write(outbox[0] if len(outbox) == 1 else b"".join(outbox))
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -251,6 +297,8 @@ class Connection(asyncio.Protocol):
     def _write(self, frame: bytes) -> None:
         if self._corked is not None:
             self._corked.append(frame)
+        elif self._outbox:  # after what the batch holds, in order
+            self._outbox.append(frame)
         elif self._transport is not None and not self._transport.is_closing():
             self._transport.write(frame)
 
@@ -329,6 +377,7 @@ class Connection(asyncio.Protocol):
 __all__ = [
     "Connection",
     "Processor",
+    "ReplyBatch",
     "RequestDispatcher",
     "error_response",
     "next_opaque",

@@ -10,7 +10,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Mapping
 
-from daemon.remoting.connection import Connection, Processor, RequestDispatcher, peer_name
+from daemon.remoting.connection import Connection, Processor, ReplyBatch, RequestDispatcher, peer_name
 from daemon.remoting.frame import MAX_FRAME_LENGTH
 from daemon.remoting.limits import BufferBudget, RemotingLimits, WarningGate
 
@@ -62,6 +62,7 @@ class RemotingServer:
         self._close_listeners: list[Callable[[Connection], None]] = []
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
+        self._batch: ReplyBatch | None = None
 
     def register(self, code: int, processor: Processor) -> None:
         self.dispatcher.register(code, processor)
@@ -95,8 +96,14 @@ class RemotingServer:
         """The protocol for one new client connection (the listener's factory; `memory` uses it too)."""
         if len(self.connections) >= self.limits.connection_cap():
             return _Refused(self._refuse)
+        if self._batch is None:
+            self._batch = ReplyBatch(asyncio.get_running_loop())
         conn = Connection(
-            self.dispatcher, max_frame_length=self.max_frame_length, on_close=self._closed, budget=self.budget
+            self.dispatcher,
+            max_frame_length=self.max_frame_length,
+            on_close=self._closed,
+            budget=self.budget,
+            batch=self._batch,
         )
         self.connections.add(conn)
         return conn

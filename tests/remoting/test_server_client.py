@@ -12,7 +12,7 @@ import pytest
 from daemon.remoting.client import RemotingClient, parse_addr
 from daemon.remoting.codes import ResponseCode, SerializeType
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.connection import Connection
+from daemon.remoting.connection import Connection, ReplyBatch, RequestDispatcher
 from daemon.remoting.errors import (
     RemotingCommandError,
     RemotingConnectError,
@@ -263,3 +263,64 @@ async def test_oversized_response_becomes_an_error_response() -> None:
         assert r.code == ResponseCode.SYSTEM_ERROR and "exceeds" in (r.remark or "")
     finally:
         await srv.stop()
+
+
+class _Transport:
+    """Records writes; enough of a transport for a Connection driven by hand."""
+
+    def __init__(self) -> None:
+        self.writes: list[bytes] = []
+        self.closing = False
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+
+    def is_closing(self) -> bool:
+        return self.closing
+
+    def close(self) -> None:
+        self.closing = True
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return ("127.0.0.1", 40000) if name == "peername" else default
+
+
+def _opaques(writes: list[bytes]) -> list[int]:
+    stream, pos, out = b"".join(writes), 0, []
+    while (decoded := decode_frame(stream, pos)) is not None:
+        out.append(decoded[0].opaque)
+        pos += decoded[1]
+    assert pos == len(stream)
+    return out
+
+
+async def test_replies_made_in_one_round_of_reads_go_out_together_after_it() -> None:
+    """Requests read from several connections in one loop round are answered after the round, one write
+    per connection, in order, and a reply made later on the same connection follows the held ones."""
+    dispatcher = RequestDispatcher({ECHO: lambda conn, req: req.make_response(body=req.body)})
+    batch = ReplyBatch(asyncio.get_running_loop())
+    conns, transports = [], []
+    for _ in range(3):
+        conn, transport = Connection(dispatcher, batch=batch), _Transport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        conns.append(conn)
+        transports.append(transport)
+
+    def request(opaque: int) -> bytes:
+        cmd = RemotingCommand.request(ECHO, body=b"%d" % opaque)
+        cmd.opaque = opaque
+        return encode_command(cmd)
+
+    for i, conn in enumerate(conns):  # one round: every read is handled before the loop runs callbacks
+        conn.data_received(request(10 * i + 1))
+    conns[0].data_received(request(2) + request(3))
+    conns[0].send(RemotingCommand.request(ECHO))  # e.g. a callback request to that client, after its replies
+    transports[2].closing = True  # gone before the round ends: its reply is dropped, as send() drops
+    assert all(t.writes == [] for t in transports)
+    await asyncio.sleep(0)
+    assert len(transports[0].writes) == 1 and _opaques(transports[0].writes)[:3] == [1, 2, 3]
+    assert len(_opaques(transports[0].writes)) == 4
+    assert _opaques(transports[1].writes) == [11] and transports[2].writes == []
+    conns[1].data_received(request(12))  # the next round is held and released again
+    await asyncio.sleep(0)
+    assert _opaques(transports[1].writes) == [11, 12]
