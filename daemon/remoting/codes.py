@@ -186,6 +186,8 @@ class LanguageCode(IntEnum):
 
 #: Names to members, for the parse of every JSON header (the frame codec looks names up here directly).
 LANGUAGES: dict[str, LanguageCode] = dict(LanguageCode.__members__)
+#: Members to names, for the encode of every JSON header (an enum's ``.name`` runs interpreted).
+LANGUAGE_NAMES: dict[LanguageCode, str] = {member: name for name, member in LANGUAGES.items()}
 
 
 class SerializeType(IntEnum):

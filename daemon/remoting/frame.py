@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from daemon.remoting.codes import LANGUAGES, LanguageCode, SerializeType
+from daemon.remoting.codes import LANGUAGE_NAMES, LANGUAGES, LanguageCode, SerializeType
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingProtocolError
 
@@ -78,7 +78,7 @@ def _encode_json_header(cmd: RemotingCommand) -> bytes:
     if cmd.ext_fields:
         header["extFields"] = cmd.ext_fields
     header["flag"] = cmd.flag
-    header["language"] = cmd.language.name
+    header["language"] = LANGUAGE_NAMES[cmd.language]
     header["opaque"] = cmd.opaque
     if cmd.remark is not None:
         header["remark"] = cmd.remark
