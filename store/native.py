@@ -2,7 +2,7 @@
 
 Why: the send path is Python bytecode (~75 % of a send's CPU is the interpreter, perf says), and mypyc
 turns the typed codec, record, store-put, send-processor and ACL-guard modules into C extensions: the loop
-thread's CPU per in-process send fell ~40 %, the whole broker's under ali-ons ~15 % (README). The sources
+thread's CPU per in-process send fell ~40 %, the whole broker's under ali-ons ~20 % (README). The sources
 stay the one definition: ``scripts/build_native.py`` (run by ``make``) compiles the modules it lists into
 ``build/native/`` beside their packages and writes a manifest with each source's SHA-256 (and size and
 mtime, which spare the hashing while they match). Each package that holds a compiled module calls
