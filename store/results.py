@@ -116,7 +116,7 @@ class GetResult:
     min_offset: int = 0
     max_offset: int = 0
 
-    def __init__(
+    def __init__(  # written out: mypyc compiles it (a dataclass's generated one runs interpreted)
         self,
         status: GetMessageStatus,
         messages: list[SelectedMessage] | None = None,

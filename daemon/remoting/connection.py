@@ -139,21 +139,25 @@ class ReplyBatch:
     requests of its round (the replies of one connection keep their order).
     """
 
-    __slots__ = ("_loop", "_waiting")
+    __slots__ = ("_waiting", "loop")
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        self.loop = loop
         self._waiting: list[Connection] = []
 
     def hold(self, conn: Connection) -> None:
         if not self._waiting:
-            self._loop.call_soon(self._release)
+            self.loop.call_soon(self._release)
         self._waiting.append(conn)
 
     def _release(self) -> None:
         waiting, self._waiting = self._waiting, []
         for conn in waiting:
-            conn.release()
+            try:
+                conn.release()
+            except Exception:  # one broken transport must not strand the others' replies
+                log.exception("closing connection from %s: writing its replies failed", conn.peer)
+                conn.abandon()
 
 
 class Connection(asyncio.Protocol):
@@ -224,10 +228,8 @@ class Connection(asyncio.Protocol):
             log.warning("closing connection from %s: bad frame: %s", self.peer, exc)
             buf.clear()
             pos = 0
-            # the answers to the good frames before the bad one go first, before the close
-            self._outbox += corked
+            self._outbox += corked  # the answers to the good frames before it: close() writes them first
             corked.clear()
-            self.release()
             self.close()
         finally:
             self._uncork(corked)
@@ -247,12 +249,13 @@ class Connection(asyncio.Protocol):
 
     def _uncork(self, corked: list[bytes]) -> None:
         self._corked = None
-        if corked:
-            if self.batch is not None and not self._outbox:
-                self.batch.hold(self)
-                self._outbox = corked[:]
-            else:
-                self._write(corked[0] if len(corked) == 1 else b"".join(corked))
+        if not corked:
+            return
+        if self.batch is not None and not self._outbox:
+            self.batch.hold(self)
+            self._outbox = corked  # (the caller's list, which it drops)
+        else:
+            self._write(corked[0] if len(corked) == 1 else b"".join(corked))
             corked.clear()
 
     def release(self) -> None:
@@ -362,8 +365,15 @@ class Connection(asyncio.Protocol):
         task.add_done_callback(self._tasks.discard)
 
     def close(self) -> None:
+        """Close after writing what a batch holds (a transport sends what it buffered before it closes)."""
+        self.release()
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
+
+    def abandon(self) -> None:
+        """Drop what is held and close: its transport failed to take it."""
+        self._outbox = []
+        self.close()
 
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)

@@ -96,8 +96,9 @@ class RemotingServer:
         """The protocol for one new client connection (the listener's factory; `memory` uses it too)."""
         if len(self.connections) >= self.limits.connection_cap():
             return _Refused(self._refuse)
-        if self._batch is None:
-            self._batch = ReplyBatch(asyncio.get_running_loop())
+        loop = asyncio.get_running_loop()
+        if self._batch is None or self._batch.loop is not loop:  # (a server restarted on another loop)
+            self._batch = ReplyBatch(loop)
         conn = Connection(
             self.dispatcher,
             max_frame_length=self.max_frame_length,

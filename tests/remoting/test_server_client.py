@@ -324,3 +324,34 @@ async def test_replies_made_in_one_round_of_reads_go_out_together_after_it() -> 
     conns[1].data_received(request(12))  # the next round is held and released again
     await asyncio.sleep(0)
     assert _opaques(transports[1].writes) == [11, 12]
+
+
+async def test_held_replies_go_out_before_a_close_and_past_a_broken_transport() -> None:
+    """A connection closed during the round (over its buffer cap, say) still writes what was held first;
+    a transport that fails to take its replies is closed without stranding the others of the round."""
+    dispatcher = RequestDispatcher({ECHO: lambda conn, req: req.make_response(body=req.body)})
+    batch = ReplyBatch(asyncio.get_running_loop())
+    conns, transports = [], []
+    for _ in range(3):
+        conn, transport = Connection(dispatcher, batch=batch), _Transport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        conns.append(conn)
+        transports.append(transport)
+
+    def broken(data: bytes) -> None:
+        raise OSError("transport gone")
+
+    transports[0].write = broken  # type: ignore[method-assign]
+    for i, conn in enumerate(conns):
+        cmd = RemotingCommand.request(ECHO)
+        cmd.opaque = i + 1
+        conn.data_received(encode_command(cmd))
+    conns[2].close()
+    assert _opaques(transports[2].writes) == [3] and transports[2].closing
+    await asyncio.sleep(0)
+    assert transports[0].closing and _opaques(transports[1].writes) == [2]
+    cmd = RemotingCommand.request(ECHO)
+    cmd.opaque = 4
+    conns[1].data_received(encode_command(cmd))  # the survivor is held and released again
+    await asyncio.sleep(0)
+    assert _opaques(transports[1].writes) == [2, 4]

@@ -43,25 +43,23 @@ def _topic_problem(topic: str) -> str | None:
     return None
 
 
-#: Every send checks its topic, and a dict lookup costs a third of the regular expression. A plain dict,
-#: not an LRU: a hit then touches one entry, not the LRU's linked list too (with 10,000 topics sent to
-#: round-robin those are cache misses on every send). It keeps only names a topic may have and empties
-#: itself at 65,536 of them, so its memory stays bounded (~10 MB at most).
-_checked: dict[str, str | None] = {}
-_CHECKED_MAX = 1 << 16
+#: The names found valid: every send checks its topic, and a set lookup costs a third of the regular
+#: expression. A plain set, not an LRU: a hit then touches one entry, not the LRU's linked list too
+#: (with 10,000 topics sent to round-robin those are cache misses on every send). It holds only valid
+#: names (at most 127 characters) and empties itself at 65,536 of them: ~10 MB at most.
+_valid: set[str] = set()
+_VALID_MAX = 1 << 16
 
 
 def topic_problem(topic: str) -> str | None:
     """Why a topic name is invalid (the broker's remarks, in 4.9.8's order), or None when it is fine."""
-    try:
-        return _checked[topic]
-    except KeyError:
-        pass
+    if topic in _valid:
+        return None
     problem = _topic_problem(topic)
-    if len(topic) <= MAX_TOPIC_LENGTH:
-        if len(_checked) >= _CHECKED_MAX:
-            _checked.clear()
-        _checked[topic] = problem
+    if problem is None:
+        if len(_valid) >= _VALID_MAX:
+            _valid.clear()
+        _valid.add(topic)
     return problem
 
 
