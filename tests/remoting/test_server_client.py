@@ -294,26 +294,31 @@ def _opaques(writes: list[bytes]) -> list[int]:
     return out
 
 
+def _batched(n: int) -> tuple[list[Connection], list[_Transport]]:
+    """`n` server-side connections sharing one ReplyBatch, each on a recording transport, echoing ECHO."""
+    dispatcher = RequestDispatcher({ECHO: lambda conn, req: req.make_response(body=req.body)})
+    batch = ReplyBatch(asyncio.get_running_loop())
+    transports = [_Transport() for _ in range(n)]
+    conns = [Connection(dispatcher, batch=batch) for _ in range(n)]
+    for conn, transport in zip(conns, transports, strict=True):
+        conn.connection_made(transport)  # type: ignore[arg-type]
+    return conns, transports
+
+
+def _request(opaque: int) -> bytes:
+    cmd = RemotingCommand.request(ECHO, body=b"%d" % opaque)
+    cmd.opaque = opaque
+    return encode_command(cmd)
+
+
 async def test_replies_made_in_one_round_of_reads_go_out_together_after_it() -> None:
     """Requests read from several connections in one loop round are answered after the round, one write
     per connection, in order, and a reply made later on the same connection follows the held ones."""
-    dispatcher = RequestDispatcher({ECHO: lambda conn, req: req.make_response(body=req.body)})
-    batch = ReplyBatch(asyncio.get_running_loop())
-    conns, transports = [], []
-    for _ in range(3):
-        conn, transport = Connection(dispatcher, batch=batch), _Transport()
-        conn.connection_made(transport)  # type: ignore[arg-type]
-        conns.append(conn)
-        transports.append(transport)
-
-    def request(opaque: int) -> bytes:
-        cmd = RemotingCommand.request(ECHO, body=b"%d" % opaque)
-        cmd.opaque = opaque
-        return encode_command(cmd)
+    conns, transports = _batched(3)
 
     for i, conn in enumerate(conns):  # one round: every read is handled before the loop runs callbacks
-        conn.data_received(request(10 * i + 1))
-    conns[0].data_received(request(2) + request(3))
+        conn.data_received(_request(10 * i + 1))
+    conns[0].data_received(_request(2) + _request(3))
     conns[0].send(RemotingCommand.request(ECHO))  # e.g. a callback request to that client, after its replies
     transports[2].closing = True  # gone before the round ends: its reply is dropped, as send() drops
     assert all(t.writes == [] for t in transports)
@@ -321,7 +326,7 @@ async def test_replies_made_in_one_round_of_reads_go_out_together_after_it() -> 
     assert len(transports[0].writes) == 1 and _opaques(transports[0].writes)[:3] == [1, 2, 3]
     assert len(_opaques(transports[0].writes)) == 4
     assert _opaques(transports[1].writes) == [11] and transports[2].writes == []
-    conns[1].data_received(request(12))  # the next round is held and released again
+    conns[1].data_received(_request(12))  # the next round is held and released again
     await asyncio.sleep(0)
     assert _opaques(transports[1].writes) == [11, 12]
 
@@ -329,29 +334,18 @@ async def test_replies_made_in_one_round_of_reads_go_out_together_after_it() -> 
 async def test_held_replies_go_out_before_a_close_and_past_a_broken_transport() -> None:
     """A connection closed during the round (over its buffer cap, say) still writes what was held first;
     a transport that fails to take its replies is closed without stranding the others of the round."""
-    dispatcher = RequestDispatcher({ECHO: lambda conn, req: req.make_response(body=req.body)})
-    batch = ReplyBatch(asyncio.get_running_loop())
-    conns, transports = [], []
-    for _ in range(3):
-        conn, transport = Connection(dispatcher, batch=batch), _Transport()
-        conn.connection_made(transport)  # type: ignore[arg-type]
-        conns.append(conn)
-        transports.append(transport)
+    conns, transports = _batched(3)
 
     def broken(data: bytes) -> None:
         raise OSError("transport gone")
 
     transports[0].write = broken  # type: ignore[method-assign]
     for i, conn in enumerate(conns):
-        cmd = RemotingCommand.request(ECHO)
-        cmd.opaque = i + 1
-        conn.data_received(encode_command(cmd))
+        conn.data_received(_request(i + 1))
     conns[2].close()
     assert _opaques(transports[2].writes) == [3] and transports[2].closing
     await asyncio.sleep(0)
     assert transports[0].closing and _opaques(transports[1].writes) == [2]
-    cmd = RemotingCommand.request(ECHO)
-    cmd.opaque = 4
-    conns[1].data_received(encode_command(cmd))  # the survivor is held and released again
+    conns[1].data_received(_request(4))  # the survivor is held and released again
     await asyncio.sleep(0)
     assert _opaques(transports[1].writes) == [2, 4]
