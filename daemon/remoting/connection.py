@@ -7,7 +7,9 @@ and matches responses to its own outstanding requests by opaque. Servers and cli
 who opens the connection.
 
 It is an `asyncio.Protocol` rather than a stream pair: one `data_received` may carry many pipelined
-frames, and decoding them in a tight loop without per-frame awaits is what makes lookups cheap.
+frames, and decoding them in a tight loop without per-frame awaits is what makes lookups cheap. The
+replies to one read go out in one write; on a server, those of all the reads of one loop round wait
+for the end of the round (`ReplyBatch`), so a client with one request per connection is woken once.
 """
 
 from __future__ import annotations
