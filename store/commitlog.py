@@ -59,6 +59,10 @@ class PutMessageStatus(Enum):
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
 
+    #: Identity, as an Enum's equality is: Enum's own ``__hash__`` runs interpreted, and the broker looks
+    #: every put's and pull's status up in a dict.
+    __hash__ = object.__hash__
+
 
 class IllegalMessage(Exception):
     """Internal: a message the log refuses; carries the status to report."""

@@ -30,6 +30,10 @@ class GetMessageStatus(Enum):
     NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
 
+    #: Identity, as an Enum's equality is: Enum's own ``__hash__`` runs interpreted, and the broker looks
+    #: every put's and pull's status up in a dict.
+    __hash__ = object.__hash__
+
 
 @dataclass(slots=True, init=False)
 class PutResult:

@@ -136,8 +136,7 @@ class PullProcessor:
             codes,
             defer_heal=defer_heal,
         )
-        # (FOUND by identity first: an Enum's hash runs interpreted)
-        code = ResponseCode.SUCCESS if result.status is _S.FOUND else _CODES.get(result.status)
+        code = _CODES.get(result.status)
         if code is None:  # NO_MESSAGE_IN_QUEUE, NO_MATCHED_LOGIC_QUEUE
             code = ResponseCode.PULL_NOT_FOUND if h.queue_offset == 0 else ResponseCode.PULL_OFFSET_MOVED
         return code, result

@@ -83,7 +83,6 @@ _PUT_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
         "create mapped file failed, server is busy or broken.",
     ),
 }
-_STORED_OK = _PUT_CODES[PutMessageStatus.PUT_OK]
 _STORED = (
     ResponseCode.SUCCESS,
     ResponseCode.FLUSH_DISK_TIMEOUT,
@@ -354,12 +353,7 @@ class SendProcessor:
     def _response(
         self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, started: int
     ) -> RemotingCommand:
-        status = result.status  # (PUT_OK by identity first: an Enum's hash runs interpreted)
-        code, remark = (
-            _STORED_OK
-            if status is PutMessageStatus.PUT_OK
-            else _PUT_CODES.get(status, (ResponseCode.SYSTEM_ERROR, None))
-        )
+        code, remark = _PUT_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, None))
         if code not in _STORED:
             self.broker.stats.on_put_failed()
             return request.make_response(code, remark or result.status.value)
