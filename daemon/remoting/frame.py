@@ -51,17 +51,8 @@ def coerce_ext_fields(raw: dict[Any, Any]) -> dict[str, str]:
             break
     else:
         return raw  # the Java-client fast path: everything already a string
-    # (JSON keys are strings already; ali-ons sends numbers and booleans, which skip the call)
-    out: dict[str, str] = {}
-    for key, value in raw.items():
-        kind = type(value)
-        if kind is str:
-            out[key] = value
-        elif kind is int:  # (not a bool: type(True) is bool)
-            out[key] = str(value)
-        elif value is not None:
-            out[key] = java_string(value)
-    return out
+    # (JSON keys are strings already; most values are too, even from ali-ons, and skip the call)
+    return {k: v if type(v) is str else java_string(v) for k, v in raw.items() if v is not None}
 
 
 # --------------------------------------------------------------------------------------------- encode
