@@ -159,7 +159,7 @@ class ReplyBatch:
                 conn.release()
             except Exception:  # one broken transport must not strand the others' replies
                 log.exception("closing connection from %s: writing its replies failed", conn.peer)
-                conn.abandon()
+                conn.close()  # (release() let go of them before it wrote)
 
 
 class Connection(asyncio.Protocol):
@@ -371,11 +371,6 @@ class Connection(asyncio.Protocol):
         self.release()
         if self._transport is not None and not self._transport.is_closing():
             self._transport.close()
-
-    def abandon(self) -> None:
-        """Drop what is held and close: its transport failed to take it."""
-        self._outbox = []
-        self.close()
 
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)
