@@ -39,7 +39,9 @@ def java_string(value: Any) -> str:
         return "true"
     if value is False:
         return "false"
-    if isinstance(value, int | float):
+    if isinstance(value, int):  # (ali-ons' numbers; apart from float: `int | float` is built per call)
+        return str(value)
+    if isinstance(value, float):
         return repr(value)
     return json.dumps(value, separators=_JSON_SEPARATORS, ensure_ascii=False)
 
