@@ -65,7 +65,12 @@ def _no_values(_fields: Mapping[str, str]) -> tuple[str, ...]:
 class Verifier:
     """Recomputes signatures for one secret key, cheaply: HMAC-SHA1 (RFC 2104) from two SHA-1 states
     keyed once (copying those costs less than copying an `hmac` object), and the signed key order
-    remembered per set of extField names (a client sends the same header fields every time)."""
+    remembered (a client sends the same header fields every time).
+
+    The order is remembered per number of fields, so finding it builds no tuple of names to hash (in
+    the broker that was a tenth of a signed send's check). It fits a request exactly when the picker
+    finds every key it names and the fields left over are the excluded ones: then the two key sets are
+    equal. A field in place of an excluded one fails that count, so no field goes unsigned."""
 
     __slots__ = ("_exclude", "_inner", "_orders", "_outer")
 
@@ -76,25 +81,41 @@ class Verifier:
         key = key.ljust(_SHA1_BLOCK, b"\0")
         self._inner = hashlib.sha1(bytes(b ^ 0x36 for b in key))
         self._outer = hashlib.sha1(bytes(b ^ 0x5C for b in key))
-        self._orders: dict[tuple[str, ...], Callable[[Mapping[str, str]], Iterable[str]]] = {}
+        #: field count -> (picker of the signed values in key order, how many keys it picks)
+        self._orders: dict[int, tuple[Callable[[Mapping[str, str]], Iterable[str]], int]] = {}
         self._exclude = exclude
 
     def signature(self, fields: Mapping[str, str], body: bytes) -> str:
-        names = tuple(fields)
-        values = self._orders.get(names)
-        if values is None:
-            if len(self._orders) > 256:  # a client sending ever-new field sets must not grow this
-                self._orders.clear()
-            order = [k for k in sorted(names) if k not in self._exclude]
-            # an itemgetter picks the values in C (one key: the value itself, which joins the same)
-            values = self._orders[names] = operator.itemgetter(*order) if order else _no_values
         inner = self._inner.copy()
-        inner.update("".join(values(fields)).encode("utf-8"))
+        inner.update("".join(self._values(fields)).encode("utf-8"))
         if body:
             inner.update(body)
         outer = self._outer.copy()
         outer.update(inner.digest())
         return binascii.b2a_base64(outer.digest(), newline=False).decode("ascii")  # half b64encode's cost
+
+    def _values(self, fields: Mapping[str, str]) -> Iterable[str]:
+        """The values of the signed fields in the order of their keys."""
+        count = len(fields)
+        remembered = self._orders.get(count)
+        if remembered is not None:
+            pick, picked = remembered
+            excluded = 0
+            for key in self._exclude:
+                if key in fields:
+                    excluded += 1
+            if picked + excluded == count:
+                try:
+                    return pick(fields)
+                except KeyError:  # another set of names of the same size
+                    pass
+        if len(self._orders) > 256:  # a client sending ever-new field counts must not grow this
+            self._orders.clear()
+        order = [k for k in sorted(fields) if k not in self._exclude]
+        # an itemgetter picks the values in C (one key: the value itself, which joins the same)
+        pick = operator.itemgetter(*order) if order else _no_values
+        self._orders[count] = (pick, len(order))
+        return pick(fields)
 
 
 class Signer:

@@ -10,6 +10,7 @@ import pytest
 from daemon.acl.plain import (
     DENY,
     PUB,
+    SERVER_EXCLUDED,
     SUB,
     AclConfigError,
     AclDenied,
@@ -287,6 +288,24 @@ def test_odd_bodies_never_raise_from_the_rules(body: bytes) -> None:
 def test_verifier_signs_zero_and_one_field_as_the_plain_rule(fields: dict[str, str], body: bytes) -> None:
     """The cached value picker has two special shapes: no field at all, and one field (a bare value)."""
     assert Verifier("secret1").signature(fields, body) == calculate("secret1", signing_content(fields, body))
+
+
+def test_verifier_remembers_no_order_for_another_set_of_fields() -> None:
+    """The order is remembered per field count: a request with as many fields but other names, or with a
+    field where an excluded one was, is signed over its own fields (the extra one included)."""
+    verifier = Verifier("secret1", SERVER_EXCLUDED)
+    sequence = [
+        {"b": "2", "a": "1", "Signature": "s", "_UNIQUE_KEY_QUERY": "true"},
+        {"b": "2", "a": "1", "Signature": "s", "X": "injected"},  # X where the excluded field was
+        {"b": "2", "a": "1", "Signature": "s", "_UNIQUE_KEY_QUERY": "true"},
+        {"b": "2", "c": "3", "Signature": "s", "_UNIQUE_KEY_QUERY": "true"},  # same size, other names
+        {"a": "1", "b": "2", "X": "injected", "Y": "too"},  # no excluded field at all
+        {"b": "2", "a": "1", "Signature": "s", "_UNIQUE_KEY_QUERY": "true"},
+    ]
+    for fields in sequence:
+        expected = calculate("secret1", signing_content(fields, b"body", SERVER_EXCLUDED))
+        assert verifier.signature(fields, b"body") == expected, fields
+    assert verifier.signature(sequence[1], b"body") != verifier.signature(sequence[0], b"body")
 
 
 def test_send_rules_on_the_send_path(tmp_path: Path) -> None:
