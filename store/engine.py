@@ -26,6 +26,7 @@ import struct
 import sys
 import threading
 from collections.abc import Container, Iterator, Sequence
+from typing import Final
 
 from store.api import (
     ArrivalListener,
@@ -87,6 +88,7 @@ __all__ = [
 ]
 
 
+_PUT_OK: Final = PutMessageStatus.PUT_OK  # read on every put (store/native.py: enum members as Final names)
 _WARM_AHEAD_BYTES = 8 * 1024 * 1024
 _RETRY_CHUNK = 1024 * 1024  # CommitLog bytes the flush loop's dispatch retry takes per hold of the put lock
 _SYNCFS_QUEUES = 64  # a flush due on this many ConsumeQueues syncs their file system once instead
@@ -697,7 +699,7 @@ class DefaultMessageStore:
         else:
             msg_id = ",".join(prefix + format(i.commit_log_offset, "016X") for i in infos)
         result = PutResult(  # positional: status, phys_offset, queue_offset, msg_id, wrote_bytes, store_timestamp, msg_num
-            PutMessageStatus.PUT_OK,
+            _PUT_OK,
             first.commit_log_offset,
             first.queue_offset,
             msg_id,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import struct
-from typing import Any
+from typing import Any, Final
 
 import orjson
 
@@ -26,6 +26,9 @@ _SHORT = struct.Struct(">h")
 _HEADER_LEN_MASK = 0xFFFFFF
 _JSON_SEPARATORS = (",", ":")
 _SCALARS = frozenset((str, int, bool, type(None)))
+# read on every frame (store/native.py: enum members as Final names)
+_JSON: Final = SerializeType.JSON
+_ROCKETMQ: Final = SerializeType.ROCKETMQ
 
 
 def java_string(value: Any) -> str:
@@ -97,7 +100,7 @@ def _encode_binary_header(cmd: RemotingCommand) -> bytes:
 
 def encode_command(cmd: RemotingCommand) -> bytes:
     """Serialize a command into one frame, header in `cmd.serialize_type`."""
-    if cmd.serialize_type == SerializeType.ROCKETMQ:
+    if cmd.serialize_type == _ROCKETMQ:
         try:
             header = _encode_binary_header(cmd)
         except struct.error as exc:  # a value outside its short/int field
@@ -186,7 +189,7 @@ def _command(header: dict[str, Any], body: bytes, exact: bool) -> RemotingComman
         remark=remark,
         ext_fields=coerce_ext_fields(ext),
         body=body,
-        serialize_type=SerializeType.JSON,
+        serialize_type=_JSON,
     )
 
 
@@ -237,7 +240,7 @@ def _decode_binary_header(raw: bytes, body: bytes) -> RemotingCommand:
         remark=remark,
         ext_fields=ext,
         body=body,
-        serialize_type=SerializeType.ROCKETMQ,
+        serialize_type=_ROCKETMQ,
     )
 
 
@@ -273,9 +276,9 @@ def decode_frame(
     with memoryview(buf) as view:
         header = bytes(view[start : start + header_len])
         body = bytes(view[start + header_len : offset + 4 + length])
-    if serialize_type == SerializeType.JSON:
+    if serialize_type == _JSON:
         cmd = _decode_json_header(header, body)
-    elif serialize_type == SerializeType.ROCKETMQ:
+    elif serialize_type == _ROCKETMQ:
         cmd = _decode_binary_header(header, body)
     else:
         raise RemotingProtocolError(f"unknown serialize type {serialize_type}")

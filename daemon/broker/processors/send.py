@@ -10,7 +10,7 @@ import random
 import struct
 import time
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from daemon.broker.headers import (
     ConsumerSendMsgBackRequestHeader,
@@ -91,6 +91,10 @@ _STORED = (
 )
 #: Outcomes a SYNC_MASTER send goes on to replicate (4.9.8 ``handleHA`` after ``handleDiskFlush``).
 _REPLICATE = (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT)
+# read on every send (store/native.py: enum members as Final names)
+_SEND_MESSAGE: Final = int(RequestCode.SEND_MESSAGE)
+_SEND_BATCH_MESSAGE: Final = int(RequestCode.SEND_BATCH_MESSAGE)
+_PUT_UNKNOWN: Final[tuple[int, str | None]] = (ResponseCode.SYSTEM_ERROR, None)
 
 
 def processors(broker: BrokerContext) -> dict[int, Processor]:
@@ -195,7 +199,7 @@ class SendProcessor:
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
         """Synchronous unless the put must wait for an fsync: no task per send on the hot path."""
         started = time.perf_counter_ns()  # putLatency99/999 measure the whole send
-        if request.code == RequestCode.SEND_MESSAGE:
+        if request.code == _SEND_MESSAGE:
             h = SendMessageRequestHeader.from_ext_fields(request.ext_fields)
         else:
             h = SendMessageRequestHeaderV2.parse_v1(request.ext_fields)
@@ -207,7 +211,7 @@ class SendProcessor:
         sys_flag = h.sys_flag
         if config.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
-        if request.code == RequestCode.SEND_BATCH_MESSAGE or h.batch:
+        if request.code == _SEND_BATCH_MESSAGE or h.batch:
             return self._send_batch(
                 request, h, topic, queue_id, props, sys_flag, wait, peer_host(conn), started
             )
@@ -353,7 +357,7 @@ class SendProcessor:
     def _response(
         self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, started: int
     ) -> RemotingCommand:
-        code, remark = _PUT_CODES.get(result.status, (ResponseCode.SYSTEM_ERROR, None))
+        code, remark = _PUT_CODES.get(result.status, _PUT_UNKNOWN)
         if code not in _STORED:
             self.broker.stats.on_put_failed()
             return request.make_response(code, remark or result.status.value)
