@@ -2,16 +2,18 @@
 aclEnable=false and one with aclEnable=true (a non-admin account with a topic permission, so every send
 runs the full check: signature over header and body, then the resource rule), in the same run.
 
-Each round starts a NameServer and a broker (`mqctl namesrv start`, `mqctl broker start`) on a fresh
-temporary store, creates the topic, and runs the real CLI; modes alternate (off, on, off, on, ...) so a
-load change on the machine hits both. Prints each run, the median of each mode, their ratio and the
-load average. Usage: python benchmarks/bench_acl_produce.py [--runs 3] [--count 60000] [--rate N]
+Each run starts a NameServer and a broker (`mqctl namesrv start`, `mqctl broker start`) on a fresh
+temporary store, creates the topic, and runs the real CLI. A round runs both modes, in alternating order
+(off then on, on then off, ...), so a load change on the machine hits both. Prints each run, the median
+of each mode, their ratio and the load average.
+
+    python benchmarks/bench_acl_produce.py [--runs 3] [--count 60000] [--rate N]
 
 Each round runs both modes back to back, so its on/off ratio is the least exposed to the machine's drift
 (on these shared machines the same mode swings 20 % between rounds): the median of those paired ratios
 is the figure to quote, next to the medians of each mode. The broker is one loop thread that this load
 saturates, so its sends/s is 1 / its CPU per send, and the CPU per send itself falls as rounds of reads
-grow (it costs ~87 us at 5,000 sends/s, ~45 at 22,000). ``--rate N`` paces both modes to N sends/s, which
+grow (it costs ~87 µs at 5,000 sends/s, ~45 at 22,000). ``--rate N`` paces both modes to N sends/s, which
 holds that batching equal and leaves ACL's own CPU per send as the difference.
 """
 
@@ -104,7 +106,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def one(acl: bool, count: int, rate: int | None) -> tuple[float, float]:
+def one(acl: bool, count: int, rate: float | None) -> tuple[float, float]:
     """One attempt, retried twice when the cluster does not come up (a free port taken meanwhile)."""
     for _ in range(3):
         try:
@@ -114,12 +116,12 @@ def one(acl: bool, count: int, rate: int | None) -> tuple[float, float]:
     raise SystemExit("the cluster did not come up three times")
 
 
-def attempt_once(acl: bool, count: int, rate: int | None) -> tuple[float, float]:
+def attempt_once(acl: bool, count: int, rate: float | None) -> tuple[float, float]:
     """(sends/s, broker CPU µs per send): the second does not depend on what else the machine runs."""
     with cluster(acl) as (ns, broker_pid):
         cpu = cpu_seconds(broker_pid)
         argv = ["bench", "produce", "-t", TOPIC, "--threads", "16", "--size", "1024", "--count", str(count)]
-        if rate:
+        if rate is not None:
             argv += ["--rate", str(rate)]
         out = mqctl(
             *argv,
@@ -143,7 +145,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--count", type=int, default=60_000)
     parser.add_argument(
-        "--rate", type=int, help="pace both modes to this many sends/s (ACL's CPU at equal load)"
+        "--rate", type=float, help="pace both modes to this many sends/s (ACL's CPU at equal load)"
     )
     args = parser.parse_args()
     figures: dict[bool, list[tuple[float, float]]] = {False: [], True: []}

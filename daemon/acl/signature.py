@@ -26,6 +26,7 @@ UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
 
 _CLIENT_EXCLUDED = frozenset({SIGNATURE})
 _SHA1_BLOCK = 64
+_ORDERS_PER_COUNT = 4
 
 
 def signing_content(
@@ -67,10 +68,12 @@ class Verifier:
     keyed once (copying those costs less than copying an `hmac` object), and the signed key order
     remembered (a client sends the same header fields every time).
 
-    The order is remembered per number of fields, so finding it builds no tuple of names to hash (in
-    the broker that was a tenth of a signed send's check). It fits a request exactly when the picker
-    finds every key it names and the fields left over are the excluded ones: then the two key sets are
-    equal. A field in place of an excluded one fails that count, so no field goes unsigned."""
+    Orders are remembered per number of fields (the last few of each count: an account's sends and
+    pulls may have as many fields), so finding one builds no tuple of names to hash (in the broker that
+    was a tenth of a signed send's check). An order fits a request exactly when its picker finds every
+    key it names in the request's dict (a `KeyError` otherwise) and the fields left over are the
+    excluded ones: then the two key sets are equal. A field in place of an excluded one fails that
+    count, so no field goes unsigned."""
 
     __slots__ = ("_exclude", "_inner", "_orders", "_outer")
 
@@ -81,11 +84,11 @@ class Verifier:
         key = key.ljust(_SHA1_BLOCK, b"\0")
         self._inner = hashlib.sha1(bytes(b ^ 0x36 for b in key))
         self._outer = hashlib.sha1(bytes(b ^ 0x5C for b in key))
-        #: field count -> (picker of the signed values in key order, how many keys it picks)
-        self._orders: dict[int, tuple[Callable[[Mapping[str, str]], Iterable[str]], int]] = {}
+        #: field count -> the last orders seen: (picker of the signed values in key order, keys it picks)
+        self._orders: dict[int, list[tuple[Callable[[dict[str, str]], Iterable[str]], int]]] = {}
         self._exclude = exclude
 
-    def signature(self, fields: Mapping[str, str], body: bytes) -> str:
+    def signature(self, fields: dict[str, str], body: bytes) -> str:
         inner = self._inner.copy()
         inner.update("".join(self._values(fields)).encode("utf-8"))
         if body:
@@ -94,27 +97,30 @@ class Verifier:
         outer.update(inner.digest())
         return binascii.b2a_base64(outer.digest(), newline=False).decode("ascii")  # half b64encode's cost
 
-    def _values(self, fields: Mapping[str, str]) -> Iterable[str]:
+    def _values(self, fields: dict[str, str]) -> Iterable[str]:
         """The values of the signed fields in the order of their keys."""
         count = len(fields)
-        remembered = self._orders.get(count)
-        if remembered is not None:
-            pick, picked = remembered
-            excluded = 0
-            for key in self._exclude:
-                if key in fields:
-                    excluded += 1
+        excluded = 0
+        for key in self._exclude:
+            if key in fields:
+                excluded += 1
+        orders = self._orders.get(count)
+        if orders is None:
+            if len(self._orders) > 256:  # a client sending ever-new field counts must not grow this
+                self._orders.clear()
+            orders = self._orders[count] = []
+        for pick, picked in orders:
             if picked + excluded == count:
                 try:
                     return pick(fields)
                 except KeyError:  # another set of names of the same size
                     pass
-        if len(self._orders) > 256:  # a client sending ever-new field counts must not grow this
-            self._orders.clear()
         order = [k for k in sorted(fields) if k not in self._exclude]
         # an itemgetter picks the values in C (one key: the value itself, which joins the same)
         pick = operator.itemgetter(*order) if order else _no_values
-        self._orders[count] = (pick, len(order))
+        if len(orders) == _ORDERS_PER_COUNT:
+            del orders[0]
+        orders.append((pick, len(order)))
         return pick(fields)
 
 

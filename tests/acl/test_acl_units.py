@@ -301,6 +301,16 @@ def test_verifier_remembers_no_order_for_another_set_of_fields() -> None:
         {"b": "2", "c": "3", "Signature": "s", "_UNIQUE_KEY_QUERY": "true"},  # same size, other names
         {"a": "1", "b": "2", "X": "injected", "Y": "too"},  # no excluded field at all
         {"b": "2", "a": "1", "Signature": "s", "_UNIQUE_KEY_QUERY": "true"},
+        {
+            "b": "2",
+            "c": "3",
+            "Signature": "s",
+            "_UNIQUE_KEY_QUERY": "true",
+        },  # two orders of one count, in turn
+        {"b": "2", "a": "1", "Signature": "s", "_UNIQUE_KEY_QUERY": "true"},
+        *(
+            {f"k{i}": "1", f"k{i + 1}": "2", "Signature": "s"} for i in [*range(6), *range(6)]
+        ),  # more than kept
     ]
     for fields in sequence:
         expected = calculate("secret1", signing_content(fields, b"body", SERVER_EXCLUDED))
