@@ -2,16 +2,18 @@
 aclEnable=false and one with aclEnable=true (a non-admin account with a topic permission, so every send
 runs the full check: signature over header and body, then the resource rule), in the same run.
 
-Each run starts a NameServer and a broker (`mqctl namesrv start`, `mqctl broker start`) on a fresh
-temporary store, creates the topic, and runs the real CLI. A round runs both modes, in alternating order
-(off then on, on then off, ...), so a load change on the machine hits both. Prints each run, the median
-of each mode, their ratio and the load average.
+Two clusters run side by side, each a NameServer and a broker (`mqctl namesrv start`, `mqctl broker
+start`) on a temporary store, one with ACL off and one with it on, and the real CLI sends to them in
+rounds: a round runs both modes, in alternating order (off then on, on then off, ...), seconds apart,
+so a change in the machine's speed hits both. Prints each round, the median of each mode, their ratio
+and the load average.
 
     python benchmarks/bench_acl_produce.py [--runs 3] [--count 60000] [--rate N]
 
-Each round runs both modes back to back, so its on/off ratio is the least exposed to the machine's drift
-(on these shared machines the same mode swings 20 % between rounds): the median of those paired ratios
-is the figure to quote, next to the medians of each mode. The broker is one loop thread that this load
+A round's on/off ratio is the least exposed to the machine's drift (on these shared machines one mode
+swings 30 % between rounds: perf finds the same code, every user-space function slower alike, in the
+slow phases): the median of those paired ratios is the figure to quote, next to the medians of each
+mode. The broker is one loop thread that this load
 saturates, so its sends/s is 1 / its CPU per send, and the CPU per send itself falls as rounds of reads
 grow (it costs ~87 µs at 5,000 sends/s, ~45 at 22,000). ``--rate N`` paces both modes to N sends/s, which
 holds that batching equal and leaves ACL's own CPU per send as the difference.
@@ -29,7 +31,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from bench_broker_produce import local_cluster  # run as a script: benchmarks/ is on sys.path
@@ -106,38 +108,37 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def one(acl: bool, count: int, rate: float | None) -> tuple[float, float]:
-    """One attempt, retried twice when the cluster does not come up (a free port taken meanwhile)."""
+def started(stack: ExitStack, acl: bool) -> tuple[str, int]:
+    """A cluster in `stack`, retried twice when it does not come up (a free port taken meanwhile)."""
     for _ in range(3):
         try:
-            return attempt_once(acl, count, rate)
+            return stack.enter_context(cluster(acl))
         except RuntimeError as exc:
             print(f"  retrying: {exc}", file=sys.stderr)
     raise SystemExit("the cluster did not come up three times")
 
 
-def attempt_once(acl: bool, count: int, rate: float | None) -> tuple[float, float]:
+def measure(acl: bool, ns: str, broker_pid: int, count: int, rate: float | None) -> tuple[float, float]:
     """(sends/s, broker CPU µs per send): the second does not depend on what else the machine runs."""
-    with cluster(acl) as (ns, broker_pid):
-        cpu = cpu_seconds(broker_pid)
-        argv = ["bench", "produce", "-t", TOPIC, "--threads", "16", "--size", "1024", "--count", str(count)]
-        if rate is not None:
-            argv += ["--rate", str(rate)]
-        out = mqctl(
-            *argv,
-            "-n",
-            ns,
-            "-o",
-            "json",
-            env=USER if acl else {"MQCTL_ACCESS_KEY": "", "MQCTL_SECRET_KEY": ""},
-        )
-        if out.returncode:
-            raise SystemExit(f"bench failed: {out.stderr}")
-        row = json.loads(out.stdout)
-        row = row[0] if isinstance(row, list) else row
-        if row["failures"]:
-            raise SystemExit(f"{row['failures']} sends failed with ACL {'on' if acl else 'off'}")
-        return float(row["tps"]), (cpu_seconds(broker_pid) - cpu) / count * 1e6
+    cpu = cpu_seconds(broker_pid)
+    argv = ["bench", "produce", "-t", TOPIC, "--threads", "16", "--size", "1024", "--count", str(count)]
+    if rate is not None:
+        argv += ["--rate", str(rate)]
+    out = mqctl(
+        *argv,
+        "-n",
+        ns,
+        "-o",
+        "json",
+        env=USER if acl else {"MQCTL_ACCESS_KEY": "", "MQCTL_SECRET_KEY": ""},
+    )
+    if out.returncode:
+        raise SystemExit(f"bench failed: {out.stderr}")
+    row = json.loads(out.stdout)
+    row = row[0] if isinstance(row, list) else row
+    if row["failures"]:
+        raise SystemExit(f"{row['failures']} sends failed with ACL {'on' if acl else 'off'}")
+    return float(row["tps"]), (cpu_seconds(broker_pid) - cpu) / count * 1e6
 
 
 def main() -> None:
@@ -149,14 +150,16 @@ def main() -> None:
     )
     args = parser.parse_args()
     figures: dict[bool, list[tuple[float, float]]] = {False: [], True: []}
-    for i in range(args.runs):
-        for acl in (False, True) if i % 2 == 0 else (True, False):
-            tps, cpu = one(acl, args.count, args.rate)
-            figures[acl].append((tps, cpu))
-            print(
-                f"run {i + 1} ACL {'on ' if acl else 'off'}: {tps:,.0f} sends/s, broker {cpu:.1f} CPU-µs/send "
-                f"(load {os.getloadavg()[0]:.2f})"
-            )
+    with ExitStack() as stack:
+        clusters = {acl: started(stack, acl) for acl in (False, True)}
+        for i in range(args.runs):
+            for acl in (False, True) if i % 2 == 0 else (True, False):
+                tps, cpu = measure(acl, *clusters[acl], args.count, args.rate)
+                figures[acl].append((tps, cpu))
+                print(
+                    f"round {i + 1} ACL {'on ' if acl else 'off'}: {tps:,.0f} sends/s, broker {cpu:.1f} "
+                    f"CPU-µs/send (load {os.getloadavg()[0]:.2f})"
+                )
     off, on = (statistics.median(t for t, _ in figures[m]) for m in (False, True))
     cpu_off, cpu_on = (statistics.median(c for _, c in figures[m]) for m in (False, True))
     paired = [b[0] / a[0] for a, b in zip(figures[False], figures[True], strict=True)]
