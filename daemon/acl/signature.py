@@ -89,6 +89,8 @@ class Verifier:
         self._exclude = exclude
 
     def signature(self, fields: dict[str, str], body: bytes) -> str:
+        if type(fields) is not dict:  # a subclass may answer a missing key (defaultdict): no KeyError
+            fields = dict(fields)
         inner = self._inner.copy()
         inner.update("".join(self._values(fields)).encode("utf-8"))
         if body:

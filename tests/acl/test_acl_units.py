@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import logging
 from pathlib import Path
 
@@ -316,6 +317,11 @@ def test_verifier_remembers_no_order_for_another_set_of_fields() -> None:
         expected = calculate("secret1", signing_content(fields, b"body", SERVER_EXCLUDED))
         assert verifier.signature(fields, b"body") == expected, fields
     assert verifier.signature(sequence[1], b"body") != verifier.signature(sequence[0], b"body")
+    # a dict subclass that answers missing keys never raises KeyError: it is read as a plain dict
+    verifier.signature({"a": "1", "b": "2", "Signature": "s"}, b"body")
+    injected = collections.defaultdict(str, {"a": "1", "c": "EVIL", "Signature": "s"})
+    expected = calculate("secret1", signing_content(dict(injected), b"body", SERVER_EXCLUDED))
+    assert verifier.signature(injected, b"body") == expected
 
 
 def test_send_rules_on_the_send_path(tmp_path: Path) -> None:
