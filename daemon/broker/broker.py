@@ -35,7 +35,6 @@ import dataclasses
 import logging
 import math
 import shutil
-import threading
 import time
 import zlib
 from collections.abc import Callable, Iterable
@@ -137,9 +136,6 @@ class Broker:
         #: Offsets clients committed to this slave (group, topic, queue id): the master gets them at the
         #: next metadata sync (4.9.8 overwrites them with the master's older ones, see sync_metadata).
         self.slave_commits: dict[tuple[str, str, int], int] = {}
-        self._loop: asyncio.AbstractEventLoop | None = None
-        #: The loop's thread: a put made on it notifies inline, one made elsewhere hops over.
-        self._loop_thread = 0
         self._tasks: list[asyncio.Task[None]] = []
         #: Registration with every NameServer, shared by the topic changes that ask for it meanwhile.
         self.registration = Coalesced(self.register_all, "namesrv-register-now")
@@ -175,8 +171,6 @@ class Broker:
         the first client requests see a refused connection while the store recovers, never a request
         that times out. `/healthz` answers meanwhile with `starting` (503).
         """
-        self._loop = asyncio.get_running_loop()
-        self._loop_thread = threading.get_ident()
         if self.config.acl_enable:  # before the port opens: no request is ever served unchecked
             self.acl_files = AclFiles(self.config.rocketmq_home, self.config.acl_file_path)
             self.server.dispatcher.guard = PlainAccessValidator(self.acl_files, topic_at=self._topic_at)
@@ -257,7 +251,7 @@ class Broker:
         c = self.config
         derived = c.ha_listen_port < 0
         port = 0 if ephemeral and derived else c.ha_port
-        self.ha_master = HAMaster(c, self.store, c.listen_host, port)
+        self.ha_master = HAMaster(c, self.store, c.listen_host, port, self.hold.wakers)
         try:
             bound = await self.ha_master.start()
         except OSError as exc:
@@ -333,7 +327,7 @@ class Broker:
                 self.store.get_max_offset,
                 5.0 if self.config.long_polling_enable else self.config.short_polling_time_mills / 1000,
             )
-            self.store.add_arrival_listener(self._on_arrival)
+            self.store.add_arrival_listener(self.hold.on_arrival)
             self.schedule = ScheduleMessageService(self)
             self.transactions = TransactionService(self)
             self.store.start()
@@ -429,19 +423,6 @@ class Broker:
         if self.must_offload(msg.wait_store_msg_ok):
             return await self.offload(self.store.put_message, msg)
         return self.store.put_message(msg)
-
-    def _on_arrival(self, topic: str, queue_id: int, max_offset: int) -> None:
-        if threading.get_ident() == self._loop_thread:  # a fifth of asyncio.get_running_loop()'s cost
-            self._arrived(topic, queue_id, max_offset)
-        else:
-            loop = self._loop
-            assert loop is not None
-            loop.call_soon_threadsafe(self._arrived, topic, queue_id, max_offset)
-
-    def _arrived(self, topic: str, queue_id: int, max_offset: int) -> None:
-        self.hold.notify(topic, queue_id, max_offset)
-        if self.ha_master is not None:
-            self.ha_master.notify()
 
     def runtime_info(self) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO: every key 4.9.8 returns (BrokerController's thread pools and totals,

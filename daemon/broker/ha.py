@@ -17,6 +17,7 @@ import heapq
 import itertools
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -241,12 +242,24 @@ class SlaveConnection:
 class HAMaster:
     """The master side: the HA listener, its slave connections and the SYNC_MASTER waiters."""
 
-    def __init__(self, config: StoreConfig, store: ReplicaStore, host: str, port: int) -> None:
+    def __init__(
+        self,
+        config: StoreConfig,
+        store: ReplicaStore,
+        host: str,
+        port: int,
+        wakers: list[Callable[[], None]] | None = None,
+    ) -> None:
         self.config = config
         self.store = store
         self.host = host
         self.port = port
+        #: Every send reads it (brokerRole is no runtime setting: UPDATE_BROKER_CONFIG refuses it).
+        self.sync = config.broker_role == SYNC_MASTER
         self.connections: set[SlaveConnection] = set()
+        #: Called on the loop after every arrival (the long-poll service's): :meth:`notify` is in it
+        #: while a slave is connected, so a master without slaves pays nothing per send.
+        self._wakers = wakers if wakers is not None else []
         self.push2slave_max_offset = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[object]] = set()
@@ -255,10 +268,6 @@ class HAMaster:
         #: SYNC_MASTER figures for /metrics: outcomes of waits and the seconds waited in all.
         self.sync_outcomes: dict[str, int] = {s.value: 0 for s in _SYNC_OUTCOMES}
         self.sync_wait_seconds = 0.0
-
-    @property
-    def sync(self) -> bool:
-        return self.config.broker_role == SYNC_MASTER
 
     async def start(self) -> int:
         """Listen; returns the bound port (the one to register when the configured one is 0)."""
@@ -283,6 +292,8 @@ class HAMaster:
         conn = SlaveConnection(self, reader, writer)
         log.info("HA slave connected from %s", conn.addr)
         self.connections.add(conn)
+        if self.notify not in self._wakers:
+            self._wakers.append(self.notify)
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
@@ -291,6 +302,8 @@ class HAMaster:
         finally:
             self.connections.discard(conn)
             self._tasks.discard(task)
+            if not self.connections:
+                self._wakers.remove(self.notify)
 
     def notify(self) -> None:
         """New CommitLog data: wake every transfer loop (call on the loop)."""

@@ -75,19 +75,6 @@ class SendMessageResponseHeader(CommandHeader):
     msg_region: str = wire(PROPERTY_MSG_REGION, "DefaultRegion")
     trace_on: str = wire(PROPERTY_TRACE_SWITCH, "true")
 
-    @staticmethod
-    def stored(msg_id: str, queue_id: int, queue_offset: int) -> dict[str, str]:
-        """`SendMessageResponseHeader(msg_id, queue_id, queue_offset).to_ext_fields()`, written out:
-        every send answers with it, and building the header first costs as much as the rest of the
-        reply (a test pins the two equal)."""
-        return {
-            "msgId": msg_id,
-            "queueId": str(queue_id),
-            "queueOffset": str(queue_offset),
-            PROPERTY_MSG_REGION: "DefaultRegion",
-            PROPERTY_TRACE_SWITCH: "true",
-        }
-
 
 # PullMessageRequestHeader.sysFlag bits (Java's PullSysFlag)
 PULL_FLAG_COMMIT_OFFSET = 0x1

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -14,9 +16,10 @@ from daemon.broker.headers import (
     SendMessageRequestHeaderV2,
     SendMessageResponseHeader,
 )
+from daemon.broker.long_poll import PullRequestHoldService
 from daemon.broker.managers import topics
 from daemon.broker.managers.topics import topic_problem
-from daemon.broker.processors.send import decode_batch
+from daemon.broker.processors.send import decode_batch, stored_fields
 from daemon.config import load_config
 from daemon.remoting.errors import HeaderFieldError, RemotingCommandError
 from store.javahash import java_hash
@@ -49,7 +52,7 @@ def test_a_v2_send_header_reads_as_its_v1_header_field_for_field() -> None:
 
 def test_a_stored_send_is_answered_with_the_response_headers_fields() -> None:
     header = SendMessageResponseHeader("C0A8000100002A9F0000000000000064", 3, 12345678901)
-    stored = SendMessageResponseHeader.stored("C0A8000100002A9F0000000000000064", 3, 12345678901)
+    stored = stored_fields("C0A8000100002A9F0000000000000064", 3, 12345678901)
     assert list(stored.items()) == list(header.to_ext_fields().items())  # the same keys in the same order
 
 
@@ -107,3 +110,21 @@ def test_rocketmq_broker_conf_reaches_the_store(tmp_path: Path) -> None:
         store.delete_when,
     ) == ("/data/store", "SYNC_FLUSH", 48, "01")
     assert store.mapped_file_size_commit_log == 104857600  # the old `maped` spelling is ignored, as in 4.9.8
+
+
+async def test_an_arrival_on_another_thread_wakes_parked_pulls_and_wakers_on_the_loop() -> None:
+    """A put that waits for an fsync runs in the flush pool: its arrival hops to the loop."""
+    hold = PullRequestHoldService(lambda _topic, _queue_id: 0, check_interval=3600)
+    hold.start()
+    woken_on: list[int] = []
+    hold.wakers.append(lambda: woken_on.append(threading.get_ident()))
+    parked = hold.park("T", 0, 5, 60)
+    await asyncio.to_thread(hold.on_arrival, "T", 0, 5)  # not past the parked offset
+    await asyncio.sleep(0)
+    assert not parked.done() and woken_on == [threading.get_ident()]
+    await asyncio.to_thread(hold.on_arrival, "T", 0, 6)
+    await asyncio.wait_for(parked, 5)
+    assert woken_on == [threading.get_ident()] * 2  # on the loop's thread, not the putting one
+    hold.on_arrival("T", 1, 9)  # on the loop: inline
+    assert len(woken_on) == 3
+    await hold.stop()

@@ -268,8 +268,10 @@ async def test_sync_master_answers_after_the_slave_acked(group: Group) -> None:
     assert 'rocketmq_ha_master_connected{broker="broker-a",cluster="DefaultCluster"} 1.0' in slave_text
     r = await master.send("Sync", b"nowait", queue_id=0, props={"WAIT": "false"})
     assert r.code == ResponseCode.SUCCESS
+    assert g.master.ha_master.notify in g.master.hold.wakers  # woken by every arrival meanwhile
     await g.slave.stop()
     await wait_until(lambda: not g.master.ha_master.connections)  # type: ignore[union-attr]
+    assert g.master.ha_master.notify not in g.master.hold.wakers  # no slave: a send pays nothing for HA
     r = await master.send("Sync", b"alone", queue_id=0)
     assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE  # stored, but no slave has it
     assert r.ext_fields["queueOffset"] == "51"
