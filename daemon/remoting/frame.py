@@ -50,14 +50,17 @@ def java_string(value: Any) -> str:
 
 
 def coerce_ext_fields(raw: dict[Any, Any]) -> dict[str, str]:
-    """Coerce a decoded extFields object to str→str, dropping nulls (absent header fields)."""
-    for value in raw.values():
-        if not isinstance(value, str):
-            break
-    else:
-        return raw  # the Java-client fast path: everything already a string
-    # (JSON keys are strings already; most values are too, even from ali-ons, and skip the call)
-    return {k: v if type(v) is str else java_string(v) for k, v in raw.items() if v is not None}
+    """Coerce a decoded extFields object to str→str, dropping nulls (absent header fields): in place, the
+    decoder's own dict (a new one cost ali-ons' 14-field sends ~0.35 us more)."""
+    nulls = False
+    for key, value in raw.items():  # in place: a Java client's values are all strings already
+        if type(value) is not str:
+            if value is None:
+                nulls = True
+            else:
+                raw[key] = java_string(value)  # (a value replaced, no key added: iterating stays valid)
+    # (JSON keys are strings already)
+    return {k: v for k, v in raw.items() if v is not None} if nulls else raw
 
 
 # --------------------------------------------------------------------------------------------- encode
