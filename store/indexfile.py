@@ -9,6 +9,7 @@ import struct
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
+from typing import Final
 
 from store.checkpoint import IndexSnapshot
 from store.durability import make_dirs
@@ -18,13 +19,14 @@ from store.message import KEY_SEPARATOR, PROPERTY_KEYS, PROPERTY_UNIQ_KEY
 
 log = logging.getLogger(__name__)
 
-INDEX_HEADER_SIZE = 40
-HASH_SLOT_SIZE = 4
-INDEX_ENTRY_SIZE = 20
-HEADER = struct.Struct(">qqqqii")  # begin ts, end ts, begin phy, end phy, hashSlotCount, indexCount
-ENTRY = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff (s), prevIndex
-SLOT = struct.Struct(">i")
-_MAX_DIFF = 0x7FFFFFFF
+# Final: compiled code reads these as constants, not from the module's dict (every put_keys reads 7)
+INDEX_HEADER_SIZE: Final = 40
+HASH_SLOT_SIZE: Final = 4
+INDEX_ENTRY_SIZE: Final = 20
+HEADER: Final = struct.Struct(">qqqqii")  # begin ts, end ts, begin phy, end phy, hashSlotCount, indexCount
+ENTRY: Final = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff (s), prevIndex
+SLOT: Final = struct.Struct(">i")
+_MAX_DIFF: Final = 0x7FFFFFFF
 #: Entries whose blocks are reserved at a time, and kept reserved ahead of the writer by the put path
 #: (:meth:`IndexService.reserve`), so a full disk refuses the put before its record is appended.
 ENTRIES_CHUNK = 1024
@@ -61,6 +63,15 @@ class IndexFile:
     A new file has its header and hash slots (written anywhere) allocated before it is mapped, its
     entries (written in order) a chunk at a time: the default file is 420 MB of which the slots are 20.
     """
+
+    # the header's fields, typed: read from the mapping they would be Any, and every put's arithmetic on
+    # them generic (compiled: native ints)
+    begin_timestamp: int
+    end_timestamp: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slot_count: int
+    index_count: int
 
     def __init__(
         self,
@@ -214,7 +225,7 @@ class IndexFile:
                 self.reserve_entries(n + 1)
             h = index_key_hash(key)
             sp = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE
-            prev = unpack_slot(mm, sp)[0]
+            prev: int = unpack_slot(mm, sp)[0]
             if prev >= n:  # only after restore(): the slot points past the checkpoint
                 prev = max(self._chain_below(h % slots, prev, n), 0)
             elif prev < 0:
