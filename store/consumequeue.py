@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from typing import Final
 
 from store.javahash import tags_code
 from store.mapped_file import MappedFile, MappedFileQueue
@@ -13,12 +14,12 @@ from store.names import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 
-CQ_STORE_UNIT_SIZE = 20
+CQ_STORE_UNIT_SIZE: Final = 20
 #: Blocks reserved at a time in a ConsumeQueue file (3,276 units): the file is 6 MB, and reserving it
 #: whole would take 60 GB of disk for 10,000 queues where the sparse files RocketMQ writes take 40 MB.
-CQ_PREPARE_CHUNK = 64 * 1024
-UNIT = struct.Struct(">qiq")  # commit log offset, size, tags code
-PREFILL_UNIT = UNIT.pack(0, 0x7FFFFFFF, 0)
+CQ_PREPARE_CHUNK: Final = 64 * 1024
+UNIT: Final = struct.Struct(">qiq")  # commit log offset, size, tags code
+PREFILL_UNIT: Final = UNIT.pack(0, 0x7FFFFFFF, 0)
 
 
 def encode_unit(phys_offset: int, size: int, tags_code: int) -> bytes:
@@ -50,7 +51,7 @@ def unit_location(queue_offset: int, file_size: int) -> tuple[str, int]:
     return f"{byte_offset - byte_offset % file_size:020d}", byte_offset % file_size
 
 
-_ZERO_UNIT = bytes(CQ_STORE_UNIT_SIZE)
+_ZERO_UNIT: Final = bytes(CQ_STORE_UNIT_SIZE)
 
 
 def valid_units_end(view: memoryview, length: int) -> int:

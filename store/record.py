@@ -13,6 +13,7 @@ import struct
 import zlib
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Final
 
 from store.errors import CorruptRecordError, UnsupportedCompressionError
 from store.message import (
@@ -37,23 +38,23 @@ from store.names import MAX_TOPIC_LENGTH
 Buffer = bytes | bytearray | memoryview
 """Anything the decoders read from: a record, or a whole mapped file viewed without copying."""
 
-NAME_VALUE_SEPARATOR = "\x01"
-PROPERTY_SEPARATOR = "\x02"
+NAME_VALUE_SEPARATOR: Final = "\x01"
+PROPERTY_SEPARATOR: Final = "\x02"
 
-MAX_PROPERTIES_LENGTH = 32767
-BLANK_HEADER_SIZE = 8  # TOTALSIZE + BLANK magic, written at the end of a full file (§2.6)
+MAX_PROPERTIES_LENGTH: Final = 32767
+BLANK_HEADER_SIZE: Final = 8  # TOTALSIZE + BLANK magic, written at the end of a full file (§2.6)
 
 # TOTALSIZE(4) MAGIC(4) BODYCRC(4) QUEUEID(4) FLAG(4) QUEUEOFFSET(8) PHYSICALOFFSET(8) SYSFLAG(4) BORN(8)
-_FIXED = struct.Struct(">iiiiiqqiq")
-_FIXED_SIZE = _FIXED.size  # 48: BORNHOST starts here
-_HEADER = struct.Struct(">ii")
-_I64 = struct.Struct(">q")
-_I32 = struct.Struct(">i")
-_I16 = struct.Struct(">h")
+_FIXED: Final = struct.Struct(">iiiiiqqiq")
+_FIXED_SIZE: Final = _FIXED.size  # 48: BORNHOST starts here
+_HEADER: Final = struct.Struct(">ii")
+_I64: Final = struct.Struct(">q")
+_I32: Final = struct.Struct(">i")
+_I16: Final = struct.Struct(">h")
 # After BORNHOST: STORETIMESTAMP(8), then STOREHOST; after STOREHOST: RECONSUMETIMES(4) PREPARED(8) BODYLEN(4)
-_AFTER_STOREHOST = struct.Struct(">iqi")
+_AFTER_STOREHOST: Final = struct.Struct(">iqi")
 # BORNHOST(4s+i) STORETIMESTAMP(q) STOREHOST(4s+i) RECONSUMETIMES(i) PREPARED(q) when both hosts are IPv4
-_V4_HOSTS = struct.Struct(">4siq4siiq")
+_V4_HOSTS: Final = struct.Struct(">4siq4siiq")
 
 _ENCODERS: dict[tuple[int, int], struct.Struct] = {}
 
@@ -420,7 +421,7 @@ def body_crc_problem(buf: Buffer, pos: int, size: int) -> str | None:
     return None if crc == stored else f"body CRC {crc} != stored {stored}"
 
 
-RECORD_IDENTITY = struct.Struct(">ii4xi4xqq")
+RECORD_IDENTITY: Final = struct.Struct(">ii4xi4xqq")
 """TOTALSIZE, MAGICCODE, QUEUEID, QUEUEOFFSET, PHYSICALOFFSET in one unpack (36 bytes from the record
 start): what a pull checks against the unit it serves (topic and lengths: :func:`record_identity`)."""
 

@@ -17,15 +17,15 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingProtocolError
 
 #: Java's `com.rocketmq.remoting.frameMaxLength`: a whole frame, its length field included.
-MAX_FRAME_LENGTH = 16 * 1024 * 1024
+MAX_FRAME_LENGTH: Final = 16 * 1024 * 1024
 
-_INT = struct.Struct(">i")
-_PREFIX = struct.Struct(">iI")
-_BIN_FIXED = struct.Struct(">hBhiii")  # code, language, version, opaque, flag, remark length
-_SHORT = struct.Struct(">h")
-_HEADER_LEN_MASK = 0xFFFFFF
+_INT: Final = struct.Struct(">i")
+_PREFIX: Final = struct.Struct(">iI")
+_BIN_FIXED: Final = struct.Struct(">hBhiii")  # code, language, version, opaque, flag, remark length
+_SHORT: Final = struct.Struct(">h")
+_HEADER_LEN_MASK: Final = 0xFFFFFF
 _JSON_SEPARATORS = (",", ":")
-_SCALARS = frozenset((str, int, bool, type(None)))
+_SCALARS: Final = frozenset((str, int, bool, type(None)))
 # read on every frame (store/native.py: enum members as Final names)
 _JSON: Final = SerializeType.JSON
 _ROCKETMQ: Final = SerializeType.ROCKETMQ
@@ -265,11 +265,11 @@ def decode_frame(
     available = len(buf) - offset
     if available < 4:
         return None
-    (length,) = _INT.unpack_from(buf, offset)
+    length: int = _INT.unpack_from(buf, offset)[0]  # typed: compiled, the arithmetic below is native
     check_frame_length(length, max_frame_length)
     if available < 4 + length:
         return None
-    (mixed,) = _INT.unpack_from(buf, offset + 4)
+    mixed: int = _INT.unpack_from(buf, offset + 4)[0]
     serialize_type = (mixed >> 24) & 0xFF
     header_len = mixed & _HEADER_LEN_MASK
     if header_len > length - 4:

@@ -56,8 +56,8 @@ from store.results import PutResult
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
 
-_BATCH_HEAD = struct.Struct(">iiiii")  # total size, magic, body crc, flag, body length
-_SHORT = struct.Struct(">h")
+_BATCH_HEAD: Final = struct.Struct(">iiiii")  # total size, magic, body crc, flag, body length
+_SHORT: Final = struct.Struct(">h")
 
 #: Store outcome → (response code, remark); codes 0/10/11/12 mean "stored" (§8.3 step 11).
 _PUT_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
