@@ -7,14 +7,15 @@ sysflag bits, which belong to the message format, live in :mod:`store.message`.
 from __future__ import annotations
 
 import re
+from typing import Final
 
 # --- name rules (Java's TopicValidator and Validators.checkGroup) ---
 #: The longest topic name a broker accepts (TOPICLEN, one byte in a record, stays below 128).
-MAX_TOPIC_LENGTH = 127
-MAX_GROUP_LENGTH = 255
+MAX_TOPIC_LENGTH: Final = 127
+MAX_GROUP_LENGTH: Final = 255
 #: The characters topic and group names may have; `legal_name` is what Java's regex `matches()` says.
-NAME_CHARS = "^[%|a-zA-Z0-9_-]+$"
-_NAME_CHARS = re.compile(NAME_CHARS[1:-1])
+NAME_CHARS: Final = "^[%|a-zA-Z0-9_-]+$"
+_NAME_CHARS: Final = re.compile(NAME_CHARS[1:-1])
 
 
 def legal_name(name: str) -> bool:
@@ -25,28 +26,28 @@ def legal_name(name: str) -> bool:
 
 # --- topics (Java's TopicValidator / MixAll) ---
 #: The template topic a producer's first send to an unknown topic auto-creates it from.
-AUTO_CREATE_TOPIC = "TBW102"
-SELF_TEST_TOPIC = "SELF_TEST_TOPIC"
-BENCHMARK_TOPIC = "BenchmarkTest"
-OFFSET_MOVED_EVENT = "OFFSET_MOVED_EVENT"
+AUTO_CREATE_TOPIC: Final = "TBW102"
+SELF_TEST_TOPIC: Final = "SELF_TEST_TOPIC"
+BENCHMARK_TOPIC: Final = "BenchmarkTest"
+OFFSET_MOVED_EVENT: Final = "OFFSET_MOVED_EVENT"
 #: Where delayed messages wait, queue ``level - 1`` per delay level.
-SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
-TRANS_HALF_TOPIC = "RMQ_SYS_TRANS_HALF_TOPIC"
-TRANS_OP_HALF_TOPIC = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
-TRANS_CHECK_MAX_TIME_TOPIC = "TRANS_CHECK_MAX_TIME_TOPIC"
+SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+TRANS_HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
+TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
+TRANS_CHECK_MAX_TIME_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
 #: The default ``msgTraceTopicName``.
-TRACE_TOPIC = "RMQ_SYS_TRACE_TOPIC"
+TRACE_TOPIC: Final = "RMQ_SYS_TRACE_TOPIC"
 #: ``<cluster>`` + this names the cluster's request-reply topic.
-REPLY_TOPIC_SUFFIX = "_REPLY_TOPIC"
+REPLY_TOPIC_SUFFIX: Final = "_REPLY_TOPIC"
 #: Topics of this prefix are system topics (Java's ``TopicValidator.SYSTEM_TOPIC_PREFIX``).
-SYSTEM_TOPIC_PREFIX = "rmq_sys_"
+SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"
 #: The prefix of the broker's transaction and trace topics.
-INTERNAL_TOPIC_PREFIX = "RMQ_SYS_"
-RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
-DLQ_GROUP_TOPIC_PREFIX = "%DLQ%"
+INTERNAL_TOPIC_PREFIX: Final = "RMQ_SYS_"
+RETRY_GROUP_TOPIC_PREFIX: Final = "%RETRY%"
+DLQ_GROUP_TOPIC_PREFIX: Final = "%DLQ%"
 
 #: Topics no client may send to (§8.3 step 3).
-NOT_ALLOWED_SEND_TOPICS = frozenset(
+NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
     {
         SCHEDULE_TOPIC,
         TRANS_HALF_TOPIC,
@@ -59,13 +60,13 @@ NOT_ALLOWED_SEND_TOPICS = frozenset(
 
 # --- groups (Java's MixAll) ---
 #: The consumer group admin tools read as: built into every broker, never commits.
-TOOLS_CONSUMER_GROUP = "TOOLS_CONSUMER"
+TOOLS_CONSUMER_GROUP: Final = "TOOLS_CONSUMER"
 #: The group whose offset tracks the broker's progress through the transaction half queue.
-TRANS_CHECK_GROUP = "CID_RMQ_SYS_TRANS"
+TRANS_CHECK_GROUP: Final = "CID_RMQ_SYS_TRANS"
 #: Groups of this prefix are created on use even when auto-creation is off.
-SYS_GROUP_PREFIX = "CID_RMQ_SYS_"
+SYS_GROUP_PREFIX: Final = "CID_RMQ_SYS_"
 #: The subscription groups a broker creates at start (§13.1).
-BUILTIN_GROUPS = (
+BUILTIN_GROUPS: Final = (
     TOOLS_CONSUMER_GROUP,
     "FILTERSRV_CONSUMER",
     "SELF_TEST_C_GROUP",
@@ -75,7 +76,7 @@ BUILTIN_GROUPS = (
     "CID_ONSAPI_OWNER",
 )
 #: Every group a broker uses for itself.
-SYSTEM_GROUPS = frozenset({*BUILTIN_GROUPS, TRANS_CHECK_GROUP})
+SYSTEM_GROUPS: Final = frozenset({*BUILTIN_GROUPS, TRANS_CHECK_GROUP})
 
 
 def retry_topic(group: str) -> str:

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 from daemon.acl.signature import ACCESS_KEY, SIGNATURE, UNIQUE_KEY_QUERY, Verifier
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -31,15 +31,18 @@ from store.names import RETRY_GROUP_TOPIC_PREFIX, TRACE_TOPIC
 
 log = logging.getLogger(__name__)
 
-DENY, ANY, PUB, SUB = 1, 2, 4, 8
-_PERM_NAMES = {"DENY": DENY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB}
+DENY: Final = 1
+ANY: Final = 2
+PUB: Final = 4
+SUB: Final = 8
+_PERM_NAMES: Final = {"DENY": DENY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB}
 #: How often the request path looks at the files' mtimes (a stat per file, at most once a second).
-RELOAD_CHECK_INTERVAL = 1.0
+RELOAD_CHECK_INTERVAL: Final = 1.0
 
 R = RequestCode
 #: Codes that change the broker or NameServer for everyone: 4.9.8's five (17, 25, 215, 200, 207) and
 #: the other writes an ordinary account has no business sending (offset resets, deletes, KV, ACL, config).
-ADMIN_CODES = frozenset(
+ADMIN_CODES: Final = frozenset(
     {
         R.UPDATE_AND_CREATE_TOPIC,
         R.UPDATE_BROKER_CONFIG,
@@ -71,7 +74,7 @@ ADMIN_CODES = frozenset(
 
 
 #: What a NameServer with `aclEnable` checks (4.9.8's checks nothing): every write; lookups stay open.
-NAMESRV_WRITE_CODES = frozenset(
+NAMESRV_WRITE_CODES: Final = frozenset(
     {
         R.REGISTER_BROKER,
         R.UNREGISTER_BROKER,
@@ -90,7 +93,7 @@ NAMESRV_WRITE_CODES = frozenset(
 #: the message stored there needs). 4.9.8 checks no topic for them, so SUB on one's own group read any
 #: message of the broker (or copied it into one's retry topic), and any account committed any half
 #: message (or one forged inside its own message body) into any topic.
-OFFSET_CODES: dict[int, tuple[str, int]] = {
+OFFSET_CODES: Final[dict[int, tuple[str, int]]] = {
     R.VIEW_MESSAGE_BY_ID: ("offset", SUB),
     R.CONSUMER_SEND_MSG_BACK: ("offset", SUB),
     R.END_TRANSACTION: ("commitLogOffset", PUB),
@@ -98,7 +101,7 @@ OFFSET_CODES: dict[int, tuple[str, int]] = {
 
 
 #: Fields the server leaves out when it recomputes a signature (4.9.8's quirk, kept for parity).
-SERVER_EXCLUDED = frozenset({SIGNATURE, UNIQUE_KEY_QUERY})
+SERVER_EXCLUDED: Final = frozenset({SIGNATURE, UNIQUE_KEY_QUERY})
 
 
 class AclConfigError(ValueError):
@@ -421,12 +424,12 @@ def _retry(group: str | None) -> str:
 
 #: The header field naming a send's topic, by code. Plain ints: the hot path compares no enum members
 #: (an IntEnum attribute costs ~0.13 us to look up, a third of the rule's time on each send).
-_SEND_TOPIC_FIELDS = {
+_SEND_TOPIC_FIELDS: Final = {
     int(R.SEND_MESSAGE): "topic",
     int(R.SEND_MESSAGE_V2): "b",
     int(R.SEND_BATCH_MESSAGE): "b",
 }
-_RESOURCE_CODES = frozenset(
+_RESOURCE_CODES: Final = frozenset(
     int(c)
     for c in (
         R.CONSUMER_SEND_MSG_BACK,

@@ -13,20 +13,21 @@ import hashlib
 import hmac
 import operator
 from collections.abc import Callable, Iterable, Mapping
+from typing import Final
 
 from daemon.remoting.command import RemotingCommand
 
-ACCESS_KEY = "AccessKey"
-SECRET_KEY = "SecretKey"
-SIGNATURE = "Signature"
-SECURITY_TOKEN = "SecurityToken"
-ONS_CHANNEL = "OnsChannel"
+ACCESS_KEY: Final = "AccessKey"
+SECRET_KEY: Final = "SecretKey"
+SIGNATURE: Final = "Signature"
+SECURITY_TOKEN: Final = "SecurityToken"
+ONS_CHANNEL: Final = "OnsChannel"
 #: Added by Java clients before signing, but left out by 4.9.8's server when it checks (§15.2 quirk).
-UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"
+UNIQUE_KEY_QUERY: Final = "_UNIQUE_KEY_QUERY"
 
-_CLIENT_EXCLUDED = frozenset({SIGNATURE})
-_SHA1_BLOCK = 64
-_ORDERS_PER_COUNT = 4
+_CLIENT_EXCLUDED: Final = frozenset({SIGNATURE})
+_SHA1_BLOCK: Final = 64
+_ORDERS_PER_COUNT: Final = 4
 
 
 def signing_content(
