@@ -64,15 +64,6 @@ class IndexFile:
     entries (written in order) a chunk at a time: the default file is 420 MB of which the slots are 20.
     """
 
-    # the header's fields, typed: read from the mapping they would be Any, and every put's arithmetic on
-    # them generic (compiled: native ints)
-    begin_timestamp: int
-    end_timestamp: int
-    begin_phy_offset: int
-    end_phy_offset: int
-    hash_slot_count: int
-    index_count: int
-
     def __init__(
         self,
         path: str,
@@ -97,6 +88,8 @@ class IndexFile:
             sync_dirs=sync_dirs,
         )
         self.mm = self.file.mm
+        # typed: read from the mapping the fields would be Any, and every put's arithmetic on them generic
+        header: tuple[int, int, int, int, int, int] = HEADER.unpack_from(self.mm, 0)
         (
             self.begin_timestamp,
             self.end_timestamp,
@@ -104,7 +97,7 @@ class IndexFile:
             self.end_phy_offset,
             self.hash_slot_count,
             self.index_count,
-        ) = HEADER.unpack_from(self.mm, 0)
+        ) = header
         if self.index_count <= 0:
             self.index_count = 1
         # Entries below this one have their blocks allocated (a file re-opened: from its next entry on).
