@@ -6,10 +6,8 @@ Names follow Java's `*RequestHeader` classes; wire names are the camelCase of th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
-from daemon.remoting import fields
 from daemon.remoting.headers import CommandHeader, wire
 from store.message import PROPERTY_MSG_REGION, PROPERTY_TRACE_SWITCH
 
@@ -52,17 +50,6 @@ class SendMessageRequestHeaderV2(CommandHeader):
     k: bool = False
     l: int | None = None  # noqa: E741 - the wire name
     m: bool = False
-
-    @classmethod
-    def parse_v1(cls, ext: Mapping[str, str]) -> SendMessageRequestHeader:
-        """The V1 header of a V2 request's extFields, built once (every send runs this): the V2 plan
-        reads the one-letter fields in V2 order, which is V1's except that `m` (batch) comes before
-        `l` (maxReconsumeTimes) in V1."""
-        args = fields.parse(cls._plan(), ext if type(ext) is dict else dict(ext))
-        if args is None:
-            raise cls._field_error(ext)
-        args[11], args[12] = args[12], args[11]
-        return SendMessageRequestHeader(*args)  # type: ignore[arg-type]
 
 
 @dataclass(slots=True)

@@ -21,6 +21,7 @@ from daemon.broker.managers.topics import (
     topic_problem,
 )
 from daemon.broker.processors import FAQ, fail, peer_host, system_error
+from daemon.remoting import fields
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
@@ -137,6 +138,21 @@ def max_reconsume_times(group: SubscriptionGroupConfig, version: int, requested:
     return group.retry_max_times
 
 
+#: SEND_MESSAGE_V2's one-letter fields, in V2 order (every send reads them).
+_V2_PLAN: Final = SendMessageRequestHeaderV2._plan()
+
+
+def parse_send_v2(ext: dict[str, str]) -> SendMessageRequestHeader:
+    """The V1 header of a V2 request's extFields, built once: the V2 plan reads the one-letter fields in
+    V2 order, which is V1's except that `m` (batch) comes before `l` (maxReconsumeTimes) in V1. (Here,
+    compiled, not a classmethod of the header: interpreted, that frame cost every send ~0.5 us.)"""
+    args = fields.parse(_V2_PLAN, ext)
+    if args is None:
+        raise SendMessageRequestHeaderV2._field_error(ext)
+    args[11], args[12] = args[12], args[11]
+    return SendMessageRequestHeader(*args)  # type: ignore[arg-type]
+
+
 def stored_fields(msg_id: str, queue_id: int, queue_offset: int) -> dict[str, str]:
     """`SendMessageResponseHeader(msg_id, queue_id, queue_offset).to_ext_fields()`, written out: every
     send answers with it, and building the header first costs as much as the rest of the reply (a test
@@ -216,7 +232,7 @@ class SendProcessor:
         if request.code == _SEND_MESSAGE:
             h = SendMessageRequestHeader.from_ext_fields(request.ext_fields)
         else:
-            h = SendMessageRequestHeaderV2.parse_v1(request.ext_fields)
+            h = parse_send_v2(request.ext_fields)
         config = self._topic_config(h)
         props = decode_properties(h.properties) if h.properties else {}
         wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
