@@ -36,6 +36,7 @@ MODULES = (
     "daemon.remoting.fields",
     "daemon.remoting.frame",
     "daemon.broker.long_poll",
+    "daemon.broker.managers.topics",
     "daemon.broker.processors.send",
     "daemon.broker.stats",
     "store.clock",
