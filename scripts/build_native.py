@@ -22,7 +22,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from store.native import MANIFEST, NATIVE_DIR, digest, fresh, source_path, stamp  # noqa: E402
+from store.native import MANIFEST, NATIVE_DIR, digest, fresh, inlined, source_path, stamp  # noqa: E402
 
 #: The send and store-put path: frame codec → send processor (topic rules and configs, the clock) → record
 #: encode, CommitLog append, ConsumeQueue unit, index entries → arrivals (long polling) → reply; and the
@@ -51,6 +51,10 @@ MODULES = (
     "store.record",
     "store.results",
 )
+
+#: Modules not compiled whose ``Final`` constants compiled modules import: mypyc writes those values into
+#: the compiled code, so the manifest hashes these sources too (tests/test_native.py finds them all).
+INLINED = ("store.config", "store.names")
 
 
 def build() -> None:
@@ -83,7 +87,8 @@ def build() -> None:
     manifest = {
         "cache_tag": sys.implementation.cache_tag,
         "modules": {m: digest(source_path(m)) for m in MODULES},
-        "stamps": {m: stamp(source_path(m)) for m in MODULES},
+        "inlined": {m: digest(source_path(m)) for m in INLINED},
+        "stamps": {m: stamp(source_path(m)) for m in (*MODULES, *INLINED)},
     }
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     shutil.rmtree(NATIVE_DIR, ignore_errors=True)
@@ -95,7 +100,7 @@ def main() -> int:
     parser.add_argument("--force", action="store_true", help="rebuild even when the build is fresh")
     args = parser.parse_args()
     built = fresh()
-    if built is not None and set(built) == set(MODULES) and not args.force:
+    if built is not None and set(built) == set(MODULES) and inlined() == set(INLINED) and not args.force:
         return 0
     try:
         import mypyc  # noqa: F401

@@ -55,20 +55,31 @@ def stamp(path: Path) -> list[int]:
 
 def fresh(native_dir: Path = NATIVE_DIR, root: Path = ROOT) -> dict[str, str] | None:
     """The compiled modules (name → source SHA-256) when ``native_dir`` holds a build of exactly the
-    sources under ``root`` for this interpreter, else None."""
+    sources under ``root`` for this interpreter, else None. The sources count too whose ``Final``
+    constants the compiled code holds as literals (the manifest's ``inlined``): an edited one would
+    otherwise leave its old values in compiled code while pure Python read the new."""
     try:
         manifest = json.loads((native_dir / MANIFEST).read_text())
         modules: dict[str, str] = manifest["modules"]
+        inlined: dict[str, str] = manifest.get("inlined", {})
         stamps: dict[str, list[int]] = manifest.get("stamps", {})
         if manifest.get("cache_tag") != sys.implementation.cache_tag:
             return None
-        for name, sha in modules.items():
+        for name, sha in {**modules, **inlined}.items():
             path = source_path(name, root)
             if stamp(path) != stamps.get(name) and digest(path) != sha:
                 return None
         return modules
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
+
+
+def inlined(native_dir: Path = NATIVE_DIR) -> set[str]:
+    """The modules the build's manifest checks without having compiled them (see :func:`fresh`)."""
+    try:
+        return set(json.loads((native_dir / MANIFEST).read_text()).get("inlined", {}))
+    except (OSError, ValueError, AttributeError):
+        return set()
 
 
 @cache

@@ -52,6 +52,17 @@ def test_a_build_is_fresh_only_while_every_source_hashes_as_compiled(tmp_path: P
     assert native.fresh(built, root) is None
 
 
+def test_an_edited_source_whose_constants_the_build_inlined_makes_it_stale(tmp_path: Path) -> None:
+    root, built = _tree(tmp_path)
+    (root / "pkg" / "names.py").write_text("PREFIX: Final = '%RETRY%'\n")
+    manifest = json.loads((built / native.MANIFEST).read_text())
+    manifest["inlined"] = {"pkg.names": native.digest(root / "pkg" / "names.py")}
+    (built / native.MANIFEST).write_text(json.dumps(manifest))
+    assert native.fresh(built, root) == manifest["modules"] and native.inlined(built) == {"pkg.names"}
+    (root / "pkg" / "names.py").write_text("PREFIX: Final = '%R%'\n")  # compiled code holds the old value
+    assert native.fresh(built, root) is None
+
+
 def test_a_build_for_another_interpreter_or_without_manifest_is_not_used(tmp_path: Path) -> None:
     root, built = _tree(tmp_path)
     manifest = json.loads((built / native.MANIFEST).read_text())
@@ -158,3 +169,27 @@ def test_hand_written_dataclass_inits_take_exactly_the_fields(module: str) -> No
             if isinstance(t, ast.Attribute)
         }
         assert assigned == set(params), cls.name
+
+
+def _declares_final(path: Path) -> bool:
+    return any(
+        isinstance(node, ast.AnnAssign) and "Final" in ast.unparse(node.annotation)
+        for node in ast.walk(ast.parse(path.read_text()))
+    )
+
+
+def test_every_uncompiled_source_whose_constants_compiled_code_inlines_is_hashed() -> None:
+    """mypyc writes the values of imported ``Final`` constants into the compiled code: a module that
+    declares some and is imported by a compiled one must be in the manifest's ``inlined`` (build_native's
+    INLINED), or editing it would leave its old values in force wherever the build runs."""
+    inlined = set(_build_script().INLINED)
+    imported: set[str] = set()
+    for name in MODULES:
+        for node in ast.walk(ast.parse(native.source_path(name).read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                imported.add(node.module)
+            elif isinstance(node, ast.Import):
+                imported.update(alias.name for alias in node.names)
+    ours = {m for m in imported if m.split(".")[0] in ("store", "daemon") and native.source_path(m).exists()}
+    needed = {m for m in ours - set(MODULES) if _declares_final(native.source_path(m))}
+    assert needed == inlined
