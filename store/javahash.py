@@ -29,7 +29,8 @@ def _hash32(s: str) -> int:
             h = (h * 31 + data[i]) & _MASK
             i += 1
     else:
-        data = s.encode("utf-16-be")  # a character beyond the BMP is two code units, as in Java
+        # a character beyond the BMP is two code units, and a lone surrogate one, as in Java
+        data = s.encode("utf-16-be", "surrogatepass")
         n = len(data)
         while i < n:
             h = (h * 31 + (data[i] << 8 | data[i + 1])) & _MASK

@@ -248,7 +248,7 @@ class HAMaster:
         store: ReplicaStore,
         host: str,
         port: int,
-        wakers: list[Callable[[], None]] | None = None,
+        wakers: list[Callable[[], None]],
     ) -> None:
         self.config = config
         self.store = store
@@ -259,7 +259,7 @@ class HAMaster:
         self.connections: set[SlaveConnection] = set()
         #: Called on the loop after every arrival (the long-poll service's): :meth:`notify` is in it
         #: while a slave is connected, so a master without slaves pays nothing per send.
-        self._wakers = wakers if wakers is not None else []
+        self._wakers = wakers
         self.push2slave_max_offset = 0
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[object]] = set()

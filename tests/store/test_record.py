@@ -202,7 +202,7 @@ def test_tags_code_sign_extension_and_none() -> None:
 
 def _reference_java_hash(s: str) -> int:
     h = 0
-    b = s.encode("utf-16-be")
+    b = s.encode("utf-16-be", "surrogatepass")
     for i in range(0, len(b), 2):
         h = (31 * h + ((b[i] << 8) | b[i + 1])) & 0xFFFFFFFF
     return h - (1 << 32) if h & 0x80000000 else h
@@ -210,6 +210,17 @@ def _reference_java_hash(s: str) -> int:
 
 @given(st.text(max_size=200))
 def test_java_hash_matches_reference_loop(s: str) -> None:
+    assert java_hash(s) == _reference_java_hash(s)
+
+
+def test_java_hash_of_a_lone_surrogate_is_its_code_unit() -> None:
+    """Java hashes UTF-16 code units, paired or not: a JSON subscription may carry a lone surrogate."""
+    assert java_hash("\ud800") == 0xD800
+    assert java_hash("a\udfffb") == (31 * (31 * 97 + 0xDFFF) + 98)
+
+
+@given(st.text(st.characters(categories=["Cs", "Ll", "Lo"]), max_size=50))
+def test_java_hash_with_lone_surrogates_matches_reference_loop(s: str) -> None:
     assert java_hash(s) == _reference_java_hash(s)
 
 
