@@ -2,7 +2,7 @@
 
 Hashing runs for every tag and every index key at append time (and a slave's dispatch): every message
 with a unique key hashes ``topic#key`` (~45 characters). Compiled (store/native.py), Horner's rule over
-the bytes in ``i64`` arithmetic costs ~75 ns for such a key, a sixth of the earlier trick of parsing two
+the bytes in ``i64`` arithmetic costs ~90 ns for such a key, a sixth of the earlier trick of parsing two
 base-31 numbers with ``int()`` (~480 ns, which interpreted Python ran faster than a loop); the pure
 build, a fallback, pays ~3 us per key for the loop instead.
 """

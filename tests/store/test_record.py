@@ -226,7 +226,7 @@ def test_java_hash_with_lone_surrogates_matches_reference_loop(s: str) -> None:
 
 @given(st.text(st.characters(max_codepoint=127), max_size=700))
 def test_java_hash_of_ascii_matches_reference_loop(s: str) -> None:
-    """ASCII takes the digit-parsing path up to 639 characters, the general one beyond."""
+    """ASCII takes its own loop (one byte per code unit), short strings and long ones alike."""
     assert java_hash(s) == _reference_java_hash(s)
     assert java_hash("\x7f" * 639 + s) == _reference_java_hash("\x7f" * 639 + s)
 
