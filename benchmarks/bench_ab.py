@@ -14,12 +14,18 @@ thermal) spreads over all of them instead of favouring whichever ran first.
 Loads (each sends 1 KiB bodies synchronously from ``--threads`` concurrent senders for ``--seconds`` after
 a 1 s warm-up; each is a separate process that prints "start" when its timed window opens):
 - ``ons``: the Node client ali-ons (benchmarks/ons_bench.js), N awaiting loops on one Producer;
-- ``cpp``: the official C++ client (PyPI rocketmq 0.4.4, benchmarks/cpp_bench.py), N threads on one Producer;
+- ``cpp``: the official C++ client (the librocketmq.so of PyPI's rocketmq 0.4.4) driven from C
+  (benchmarks/cpp_bench.c, compiled here with cc), N threads on one producer, as a C/C++ application uses it;
+- ``cpp-py``: the same client through its Python binding (benchmarks/cpp_bench.py), N Python threads on one
+  Producer. Their GIL hand-offs around each ctypes call cost the client ~4x the broker's CPU per send, so on
+  two cores this load measures mostly the client; ``cpp`` is the one that measures the broker;
 - ``mqctl``: `mqctl bench produce`'s senders (benchmarks/mqctl_load.py), N connections, one send in flight each.
 
 Per ref and load it prints the median over rounds of: sends/s, p50 and p99 round trip, the broker's CPU per
 message (utime + stime of the broker process over the timed window, divided by the messages sent in it),
-the cores the broker used over the window, and the ratios of sends/s and CPU per message to the first ref.
+the cores the broker used over the window, the load process's own CPU per message (client and broker share
+two cores, so a client that spends more than the broker sets the pace), and the ratios of sends/s and CPU
+per message to the first ref.
 The load average is printed before and after, since client and broker share this machine's cores.
 
 ``--profile DIR`` adds one round per ref under the first load with py-spy recording the broker, and writes
@@ -52,6 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 BENCH = Path(__file__).resolve().parent
 TOPIC = "AbBench"
 INTEROP_PYTHON = ROOT / ".venv-interop" / "bin" / "python"
+LOADS = ("ons", "cpp", "cpp-py", "mqctl")
 PY_SPY = (
     shutil.which("py-spy", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     or "py-spy"
@@ -109,11 +116,27 @@ def cluster(target: Target, data: Path) -> Iterator[None]:
         yield
 
 
-def load_argv(load: str, namesrv: str, threads: int, seconds: float) -> list[str]:
+def cpp_bench(into: Path) -> Path:
+    """benchmarks/cpp_bench.c compiled against the C++ client's librocketmq.so (.venv-interop)."""
+    lib = subprocess.run(
+        [str(INTEROP_PYTHON), "-c", "import os, rocketmq; print(os.path.dirname(rocketmq.__file__))"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
+    binary = into / "cpp_bench"
+    link = [f"-L{lib}", "-l:librocketmq.so", f"-Wl,-rpath,{lib}", "-lpthread"]
+    subprocess.run(["cc", "-O2", "-o", str(binary), str(BENCH / "cpp_bench.c"), *link], check=True)
+    return binary
+
+
+def load_argv(load: str, namesrv: str, threads: int, seconds: float, work: Path) -> list[str]:
     args = [namesrv, TOPIC, str(threads), str(seconds)]
     if load == "ons":
         return ["node", str(BENCH / "ons_bench.js"), "produce", *args]
     if load == "cpp":
+        return [str(work / "cpp_bench"), *args]
+    if load == "cpp-py":
         return [str(INTEROP_PYTHON), str(BENCH / "cpp_bench.py"), *args]
     return [sys.executable, str(BENCH / "mqctl_load.py"), *args]
 
@@ -150,11 +173,13 @@ def measure(target: Target, argv: list[str], profile: Path | None = None) -> dic
         raise SystemExit(f"{' '.join(argv[:3])} failed ({proc.returncode}) against {target.ref}")
     r = json.loads(line)
     count = max(1, int(r["count"]))
+    client = float(r.get("clientCpu", r.get("nodeCpu", 0.0)))  # share of one core over the window
     return {
         "tps": r["count"] / r["seconds"],
         "p50": float(r["p50Ms"]),
         "p99": float(r["p99Ms"]),
         "cpu_us": used / count * 1e6,
+        "client_us": client * float(r["seconds"]) / count * 1e6,
         "cores": used / window,
         "failures": float(r["failures"]),
     }
@@ -177,7 +202,8 @@ def report(targets: list[Target], loads: list[str]) -> None:
             tps, cpu = median(rounds, "tps"), median(rounds, "cpu_us")
             print(
                 f"  {t.ref:<24} {tps:>9,.0f} {median(rounds, 'p50'):>7.2f} {median(rounds, 'p99'):>7.2f} "
-                f"{cpu:>10.1f} {median(rounds, 'cores'):>6.2f} {tps / median(base, 'tps'):>9.2f} "
+                f"{cpu:>10.1f} {median(rounds, 'cores'):>6.2f} {median(rounds, 'client_us'):>13.1f} "
+                f"{tps / median(base, 'tps'):>9.2f} "
                 f"{cpu / median(base, 'cpu_us'):>9.2f} {sum(r['failures'] for r in rounds):>8.0f}"
             )
 
@@ -189,7 +215,7 @@ def loadavg() -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("refs", nargs="+", help="git refs to compare (WORKTREE: the working tree as it is)")
-    parser.add_argument("--loads", default="ons,cpp,mqctl", help="comma-separated: ons, cpp, mqctl")
+    parser.add_argument("--loads", default="ons,cpp,mqctl", help=f"comma-separated: {', '.join(LOADS)}")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--threads", type=int, default=16)
@@ -198,12 +224,14 @@ def main() -> None:
     )
     a = parser.parse_args()
     loads = a.loads.split(",")
-    if unknown := set(loads) - {"ons", "cpp", "mqctl"}:
+    if unknown := set(loads) - set(LOADS):
         parser.error(f"unknown load(s): {', '.join(sorted(unknown))}")
     print(f"load average before: {loadavg()} ({os.cpu_count()} cores)", flush=True)
     with ExitStack() as stack:
         work = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="mqctl-ab-")))
         (work / "trees").mkdir()
+        if "cpp" in loads:
+            cpp_bench(work)
         targets = []
         for i, ref in enumerate(a.refs):
             target = Target(ref, stack.enter_context(checkout(ref, work / "trees")))
@@ -212,18 +240,19 @@ def main() -> None:
         for n in range(a.rounds):
             for load in loads:
                 for target in targets[n % len(targets) :] + targets[: n % len(targets)]:
-                    r = measure(target, load_argv(load, target.namesrv, a.threads, a.seconds))
+                    r = measure(target, load_argv(load, target.namesrv, a.threads, a.seconds, work))
                     target.rounds.setdefault(load, []).append(r)
                     print(
                         f"round {n + 1} {load:<5} {target.ref:<24} {r['tps']:>9,.0f} sends/s "
-                        f"p99 {r['p99']:.2f} ms, {r['cpu_us']:.1f} us CPU/msg, {r['cores']:.2f} cores",
+                        f"p99 {r['p99']:.2f} ms, {r['cpu_us']:.1f} us CPU/msg, {r['cores']:.2f} cores, "
+                        f"client {r['client_us']:.1f} us CPU/msg",
                         flush=True,
                     )
         if a.profile:
             a.profile.mkdir(parents=True, exist_ok=True)
             for target in targets:
                 svg = a.profile / f"flame-{target.ref.replace('/', '_')}.svg"
-                measure(target, load_argv(loads[0], target.namesrv, a.threads, a.seconds), svg)
+                measure(target, load_argv(loads[0], target.namesrv, a.threads, a.seconds, work), svg)
                 print(f"flame graph of {target.ref} under {loads[0]}: {svg}", flush=True)
         report(targets, loads)
     print(f"\nload average after: {loadavg()}")
