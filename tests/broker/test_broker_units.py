@@ -19,8 +19,9 @@ from daemon.broker.headers import (
 from daemon.broker.long_poll import PullRequestHoldService
 from daemon.broker.managers import topics
 from daemon.broker.managers.topics import topic_problem
-from daemon.broker.processors.send import decode_batch, parse_send_v2, stored_fields
+from daemon.broker.processors.send import decode_batch, parse_send, stored_fields
 from daemon.config import load_config
+from daemon.remoting.codes import RequestCode
 from daemon.remoting.errors import HeaderFieldError, RemotingCommandError
 from store.javahash import java_hash
 from tests.support.broker import batch_entry
@@ -35,7 +36,7 @@ def test_tag_expressions_parse_like_java() -> None:
 
 
 def test_a_v2_send_header_reads_as_its_v1_header_field_for_field() -> None:
-    """`parse_send_v2` reads the one-letter fields straight into the V1 header; `l` and `m` are the two whose
+    """`parse_send` reads the one-letter fields straight into the V1 header; `l` and `m` are the two whose
     order differs between the classes, so they get values that a swap would expose."""
     v1 = SendMessageRequestHeader(
         "G", "T", "TBW102", 4, 3, 2, 1795252748748, 7, "TAGS\x01a", 5, True, True, 16
@@ -43,11 +44,23 @@ def test_a_v2_send_header_reads_as_its_v1_header_field_for_field() -> None:
     v2 = SendMessageRequestHeaderV2(
         "G", "T", "TBW102", 4, 3, 2, 1795252748748, 7, "TAGS\x01a", 5, True, 16, True
     )
-    assert parse_send_v2(v2.to_ext_fields()) == v1
+    assert parse_send(RequestCode.SEND_MESSAGE_V2, v2.to_ext_fields()) == v1
+    assert parse_send(RequestCode.SEND_BATCH_MESSAGE, v2.to_ext_fields()) == v1
     sparse = SendMessageRequestHeaderV2("G", "T", "TBW102", 4, 0, 0, 1, 0, m=True).to_ext_fields()
-    assert parse_send_v2(sparse).max_reconsume_times is None
+    assert parse_send(RequestCode.SEND_MESSAGE_V2, sparse).max_reconsume_times is None
     with pytest.raises(HeaderFieldError, match=r"SendMessageRequestHeaderV2.*'e'"):
-        parse_send_v2({**sparse, "e": "x"})
+        parse_send(RequestCode.SEND_MESSAGE_V2, {**sparse, "e": "x"})
+
+
+def test_a_v1_send_header_reads_as_the_header_class_parses_it() -> None:
+    """SEND_MESSAGE (the C++ client's code) names its fields; `parse_send` reads them as the class does."""
+    v1 = SendMessageRequestHeader(
+        "G", "T", "TBW102", 4, 3, 2, 1795252748748, 7, "TAGS\x01a", 5, True, True, 16
+    )
+    ext = v1.to_ext_fields()
+    assert parse_send(RequestCode.SEND_MESSAGE, ext) == SendMessageRequestHeader.from_ext_fields(ext) == v1
+    with pytest.raises(HeaderFieldError, match=r"SendMessageRequestHeader\b.*'queueId'"):
+        parse_send(RequestCode.SEND_MESSAGE, {**ext, "queueId": "x"})
 
 
 def test_a_stored_send_is_answered_with_the_response_headers_fields() -> None:

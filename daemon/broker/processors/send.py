@@ -138,18 +138,22 @@ def max_reconsume_times(group: SubscriptionGroupConfig, version: int, requested:
     return group.retry_max_times
 
 
-#: SEND_MESSAGE_V2's one-letter fields, in V2 order (every send reads them).
+#: SEND_MESSAGE's fields and SEND_MESSAGE_V2's one-letter ones, each in its class's order (every send reads them).
+_V1_PLAN: Final = SendMessageRequestHeader._plan()
 _V2_PLAN: Final = SendMessageRequestHeaderV2._plan()
 
 
-def parse_send_v2(ext: dict[str, str]) -> SendMessageRequestHeader:
-    """The V1 header of a V2 request's extFields, built once: the V2 plan reads the one-letter fields in
-    V2 order, which is V1's except that `m` (batch) comes before `l` (maxReconsumeTimes) in V1. (Here,
-    compiled, not a classmethod of the header: interpreted, that frame cost every send ~0.5 us.)"""
-    args = fields.parse(_V2_PLAN, ext)
+def parse_send(code: int, ext: dict[str, str]) -> SendMessageRequestHeader:
+    """The V1 header of a send's extFields, built once: SEND_MESSAGE (the C++ client's) names the fields,
+    V2 and batches give them one letter each, in V1's order except that `m` (batch) comes before `l`
+    (maxReconsumeTimes) in V1. (Here, compiled, not the header's classmethod: interpreted, that frame
+    cost every send ~0.5 us.)"""
+    v1 = code == _SEND_MESSAGE
+    args = fields.parse(_V1_PLAN if v1 else _V2_PLAN, ext)
     if args is None:
-        raise SendMessageRequestHeaderV2._field_error(ext)
-    args[11], args[12] = args[12], args[11]
+        raise (SendMessageRequestHeader if v1 else SendMessageRequestHeaderV2)._field_error(ext)
+    if not v1:
+        args[11], args[12] = args[12], args[11]
     return SendMessageRequestHeader(*args)  # type: ignore[arg-type]
 
 
@@ -229,10 +233,7 @@ class SendProcessor:
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
         """Synchronous unless the put must wait for an fsync: no task per send on the hot path."""
         started = time.perf_counter_ns()  # putLatency99/999 measure the whole send
-        if request.code == _SEND_MESSAGE:
-            h = SendMessageRequestHeader.from_ext_fields(request.ext_fields)
-        else:
-            h = parse_send_v2(request.ext_fields)
+        h = parse_send(request.code, request.ext_fields)
         config = self._topic_config(h)
         props = decode_properties(h.properties) if h.properties else {}
         wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
