@@ -14,15 +14,26 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from store.native import MANIFEST, NATIVE_DIR, digest, fresh, inlined, source_path, stamp  # noqa: E402
+from store.native import (  # noqa: E402
+    MANIFEST,
+    NATIVE_DIR,
+    c_sources,
+    digest,
+    fresh,
+    inlined,
+    source_path,
+    stamp,
+)
 
 #: The send and store-put path: frame codec → send processor (topic rules and configs, the clock) → record
 #: encode, CommitLog append, ConsumeQueue unit, index entries → arrivals (long polling) → reply; and the
@@ -52,14 +63,36 @@ MODULES = (
     "store.results",
 )
 
+#: C extensions built with them (module → source), each used where it imports and its module's fallback
+#: otherwise: the ACL signature's HMAC-SHA1 over libcrypto (daemon/acl/_hmacsha1.c, needs OpenSSL's headers).
+EXTENSIONS = {"daemon.acl._hmacsha1": "daemon/acl/_hmacsha1.c"}
+
 #: Modules not compiled whose ``Final`` constants compiled modules import: mypyc writes those values into
 #: the compiled code, so the manifest hashes these sources too (tests/test_native.py finds them all).
 INLINED = ("store.config", "store.names")
 
 
-def build() -> None:
+def have_openssl() -> bool:
+    """Whether this machine's C compiler finds OpenSSL's SHA-1 header and libcrypto (Debian's libssl-dev)."""
+    probe = "#include <openssl/sha.h>\nint main(void) { SHA_CTX c; return SHA1_Init(&c) != 1; }\n"
+    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        done = subprocess.run(
+            [cc, "-x", "c", "-", "-o", os.path.join(tmp, "probe"), "-lcrypto"],
+            input=probe,
+            text=True,
+            capture_output=True,
+        )
+    return done.returncode == 0
+
+
+def extensions_to_build() -> dict[str, str]:
+    return EXTENSIONS if have_openssl() else {}
+
+
+def build(c_extensions: dict[str, str]) -> None:
     from mypyc.build import mypycify
-    from setuptools import setup
+    from setuptools import Extension, setup
 
     work = ROOT / "build" / "native-work"
     staging = ROOT / "build" / "native.tmp"
@@ -72,7 +105,10 @@ def build() -> None:
     )
     setup(
         name="mqctl-native",
-        ext_modules=extensions,
+        ext_modules=[
+            *extensions,
+            *(Extension(name, [src], libraries=["crypto"]) for name, src in c_extensions.items()),
+        ],
         script_args=[
             "--quiet",
             "build_ext",
@@ -88,7 +124,11 @@ def build() -> None:
         "cache_tag": sys.implementation.cache_tag,
         "modules": {m: digest(source_path(m)) for m in MODULES},
         "inlined": {m: digest(source_path(m)) for m in INLINED},
-        "stamps": {m: stamp(source_path(m)) for m in (*MODULES, *INLINED)},
+        "sources": {src: digest(ROOT / src) for src in c_extensions.values()},
+        "stamps": {
+            **{m: stamp(source_path(m)) for m in (*MODULES, *INLINED)},
+            **{src: stamp(ROOT / src) for src in c_extensions.values()},
+        },
     }
     (staging / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     shutil.rmtree(NATIVE_DIR, ignore_errors=True)
@@ -100,7 +140,14 @@ def main() -> int:
     parser.add_argument("--force", action="store_true", help="rebuild even when the build is fresh")
     args = parser.parse_args()
     built = fresh()
-    if built is not None and set(built) == set(MODULES) and inlined() == set(INLINED) and not args.force:
+    c_extensions = extensions_to_build()
+    if (
+        built is not None
+        and set(built) == set(MODULES)
+        and inlined() == set(INLINED)
+        and c_sources() == set(c_extensions.values())
+        and not args.force
+    ):
         return 0
     try:
         import mypyc  # noqa: F401
@@ -114,13 +161,15 @@ def main() -> int:
         return 0
     started = time.monotonic()
     try:
-        build()
+        build(c_extensions)
     except (Exception, SystemExit) as exc:  # setuptools reports a compile error as SystemExit
         shutil.rmtree(NATIVE_DIR, ignore_errors=True)
         print(f"build_native: compiling failed ({exc}); the broker runs as pure Python", file=sys.stderr)
         return 0
+    missing = "" if c_extensions else " (no OpenSSL headers: ACL signatures use hashlib)"
     print(
-        f"build_native: {len(MODULES)} modules compiled in {time.monotonic() - started:.0f} s",
+        f"build_native: {len(MODULES)} modules and {len(c_extensions)} C extension(s) compiled in "
+        f"{time.monotonic() - started:.0f} s{missing}",
         file=sys.stderr,
     )
     return 0

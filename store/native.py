@@ -62,24 +62,35 @@ def fresh(native_dir: Path = NATIVE_DIR, root: Path = ROOT) -> dict[str, str] | 
         manifest = json.loads((native_dir / MANIFEST).read_text())
         modules: dict[str, str] = manifest["modules"]
         inlined: dict[str, str] = manifest.get("inlined", {})
+        sources: dict[str, str] = manifest.get("sources", {})  # C extensions' files, relative to root
         stamps: dict[str, list[int]] = manifest.get("stamps", {})
         if manifest.get("cache_tag") != sys.implementation.cache_tag:
             return None
-        for name, sha in {**modules, **inlined}.items():
-            path = source_path(name, root)
-            if stamp(path) != stamps.get(name) and digest(path) != sha:
+        paths = {name: source_path(name, root) for name in {**modules, **inlined}}
+        paths.update((src, root / src) for src in sources)
+        for name, sha in {**modules, **inlined, **sources}.items():
+            if stamp(paths[name]) != stamps.get(name) and digest(paths[name]) != sha:
                 return None
         return modules
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 
-def inlined(native_dir: Path = NATIVE_DIR) -> set[str]:
-    """The modules the build's manifest checks without having compiled them (see :func:`fresh`)."""
+def _manifest_keys(section: str, native_dir: Path) -> set[str]:
     try:
-        return set(json.loads((native_dir / MANIFEST).read_text()).get("inlined", {}))
+        return set(json.loads((native_dir / MANIFEST).read_text()).get(section, {}))
     except (OSError, ValueError, AttributeError):
         return set()
+
+
+def inlined(native_dir: Path = NATIVE_DIR) -> set[str]:
+    """The modules the build's manifest checks without having compiled them (see :func:`fresh`)."""
+    return _manifest_keys("inlined", native_dir)
+
+
+def c_sources(native_dir: Path = NATIVE_DIR) -> set[str]:
+    """The C extensions' source files the build compiled (their modules fall back where they are absent)."""
+    return _manifest_keys("sources", native_dir)
 
 
 @cache

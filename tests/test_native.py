@@ -63,6 +63,17 @@ def test_an_edited_source_whose_constants_the_build_inlined_makes_it_stale(tmp_p
     assert native.fresh(built, root) is None
 
 
+def test_an_edited_c_extension_source_makes_the_build_stale(tmp_path: Path) -> None:
+    root, built = _tree(tmp_path)
+    (root / "pkg" / "_fast.c").write_text("int x = 1;\n")
+    manifest = json.loads((built / native.MANIFEST).read_text())
+    manifest["sources"] = {"pkg/_fast.c": native.digest(root / "pkg" / "_fast.c")}
+    (built / native.MANIFEST).write_text(json.dumps(manifest))
+    assert native.fresh(built, root) == manifest["modules"] and native.c_sources(built) == {"pkg/_fast.c"}
+    (root / "pkg" / "_fast.c").write_text("int x = 2;\n")  # the compiled extension would shadow it
+    assert native.fresh(built, root) is None
+
+
 def test_a_build_for_another_interpreter_or_without_manifest_is_not_used(tmp_path: Path) -> None:
     root, built = _tree(tmp_path)
     manifest = json.loads((built / native.MANIFEST).read_text())
@@ -86,6 +97,12 @@ def test_the_compiled_build_is_in_use_wherever_it_can_be_built() -> None:
     for name in MODULES:
         path = Path(importlib.import_module(name).__file__ or "")
         assert path.is_relative_to(native.NATIVE_DIR) and path.suffix != ".py", name
+    script = _build_script()
+    assert native.c_sources() == set(script.extensions_to_build().values())
+    if script.have_openssl():  # libssl-dev: the ACL check's HMAC is the C one
+        from daemon.acl import signature
+
+        assert signature._c_signature is not None
 
 
 @pytest.mark.slow  # an interpreter importing every compiled module from its source

@@ -7,7 +7,9 @@ import logging
 from pathlib import Path
 
 import pytest
+from hypothesis import given, strategies as st
 
+from daemon.acl import signature as signature_module
 from daemon.acl.plain import (
     DENY,
     PUB,
@@ -243,6 +245,32 @@ def test_verifier_matches_ali_ons(secret: str, fields: dict[str, str], body: byt
 def test_verifier_is_hmac_sha1_for_any_key_length(secret: str) -> None:
     fields, body = {"b": "2", "a": "1", "Signature": "x"}, bytes(range(256)) * 5
     assert Verifier(secret).signature(fields, body) == calculate(secret, signing_content(fields, body))
+
+
+@given(
+    st.text(min_size=1, max_size=80),
+    st.dictionaries(st.text(max_size=12), st.text(max_size=1500), max_size=6),
+    st.binary(max_size=3000),
+)
+def test_verifier_is_the_plain_rule_for_any_fields(secret: str, fields: dict[str, str], body: bytes) -> None:
+    """Any text (values longer than the C helper's gathering buffer included) and any body."""
+    expected = calculate(secret, signing_content(fields, body))
+    assert Verifier(secret).signature(fields, body) == expected
+
+
+def test_the_compiled_hmac_and_hashlib_agree(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker uses the C HMAC-SHA1 where the build has it (_hmacsha1.c) and hashlib elsewhere."""
+    if signature_module._c_signature is None:
+        pytest.skip("no compiled build with OpenSSL's headers here: hashlib is the only path")
+    fields = {"b": "2", "a": "é中", "Signature": "x", "z": "v" * 2000}
+    with_c = Verifier("secret1").signature(fields, b"body" * 300)
+    lone = {"a": "\ud800", "Signature": "x"}  # encode() refuses a lone surrogate; so does the C path
+    with pytest.raises(UnicodeEncodeError):
+        Verifier("secret1").signature(lone, b"")
+    monkeypatch.setattr(signature_module, "_c_signature", None)
+    assert Verifier("secret1").signature(fields, b"body" * 300) == with_c
+    with pytest.raises(UnicodeEncodeError):
+        Verifier("secret1").signature(lone, b"")
 
 
 def test_a_broken_file_is_logged_without_its_secrets(
