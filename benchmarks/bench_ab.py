@@ -173,7 +173,7 @@ def measure(target: Target, argv: list[str], profile: Path | None = None) -> dic
         raise SystemExit(f"{' '.join(argv[:3])} failed ({proc.returncode}) against {target.ref}")
     r = json.loads(line)
     count = max(1, int(r["count"]))
-    client = float(r.get("clientCpu", r.get("nodeCpu", 0.0)))  # share of one core over the window
+    client = float(r["clientCpu"] if "clientCpu" in r else r["nodeCpu"])  # share of one core, over the window
     return {
         "tps": r["count"] / r["seconds"],
         "p50": float(r["p50Ms"]),
@@ -195,7 +195,7 @@ def report(targets: list[Target], loads: list[str]) -> None:
         print(f"\n{load}: median of {len(base)} rounds")
         print(
             f"  {'ref':<24} {'sends/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'CPU us/msg':>10} {'cores':>6} "
-            f"{'x sends/s':>9} {'x CPU/msg':>9} {'failures':>8}"
+            f"{'client us/msg':>13} {'x sends/s':>9} {'x CPU/msg':>9} {'failures':>8}"
         )
         for t in targets:
             rounds = t.rounds[load]
@@ -243,7 +243,7 @@ def main() -> None:
                     r = measure(target, load_argv(load, target.namesrv, a.threads, a.seconds, work))
                     target.rounds.setdefault(load, []).append(r)
                     print(
-                        f"round {n + 1} {load:<5} {target.ref:<24} {r['tps']:>9,.0f} sends/s "
+                        f"round {n + 1} {load:<6} {target.ref:<24} {r['tps']:>9,.0f} sends/s "
                         f"p99 {r['p99']:.2f} ms, {r['cpu_us']:.1f} us CPU/msg, {r['cores']:.2f} cores, "
                         f"client {r['client_us']:.1f} us CPU/msg",
                         flush=True,

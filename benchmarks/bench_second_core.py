@@ -31,7 +31,7 @@ import time
 from multiprocessing.connection import Connection
 
 from daemon.broker.headers import SendMessageResponseHeader
-from daemon.broker.processors.send import parse_send_v2
+from daemon.broker.processors.send import parse_send
 from daemon.remoting.frame import decode_frame, encode_command
 from store.javahash import index_key_hash
 from store.message import Message
@@ -79,7 +79,7 @@ def accept(frame: bytes) -> tuple[bytes, str, int, object]:
     decoded = decode_frame(frame)
     assert decoded is not None
     request = decoded[0]
-    h = parse_send_v2(request.ext_fields)
+    h = parse_send(request.code, request.ext_fields)
     props = decode_properties(h.properties) if h.properties else {}
     props.pop("WAIT", None)
     props["CLUSTER"] = "DefaultCluster"

@@ -15,6 +15,7 @@
  */
 #define _GNU_SOURCE
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,7 +41,7 @@ int SendMessageSync(void *producer, void *msg, CSendResult *result);
 static void *producer;
 static const char *topic;
 static char body[1025];
-static volatile int stop;
+static atomic_int stop;
 
 typedef struct {
     double *rts; /* ms */
@@ -56,8 +57,9 @@ static double now(clockid_t clock) {
 
 static void *loop(void *arg) {
     Worker *w = arg;
-    while (!stop) {
+    while (!atomic_load_explicit(&stop, memory_order_relaxed)) {
         void *msg = CreateMessage(topic);
+        if (!msg) abort();
         SetMessageTags(msg, "bench");
         SetMessageBody(msg, body);
         CSendResult result;
@@ -79,11 +81,12 @@ static void *loop(void *arg) {
 /* THREADS senders for SECONDS; the workers' results are left in `workers`. */
 static void run(Worker *workers, int threads, double seconds) {
     pthread_t *ids = calloc(threads, sizeof *ids);
-    stop = 0;
-    for (int i = 0; i < threads; i++) pthread_create(&ids[i], NULL, loop, &workers[i]);
+    atomic_store(&stop, 0);
+    for (int i = 0; i < threads; i++)
+        if (pthread_create(&ids[i], NULL, loop, &workers[i]) != 0) abort();
     struct timespec pause = {(time_t)seconds, (long)((seconds - (time_t)seconds) * 1e9)};
     nanosleep(&pause, NULL);
-    stop = 1;
+    atomic_store(&stop, 1);
     for (int i = 0; i < threads; i++) pthread_join(ids[i], NULL);
     free(ids);
 }
@@ -101,10 +104,13 @@ int main(int argc, char **argv) {
     topic = argv[2];
     int threads = atoi(argv[3]);
     double seconds = atof(argv[4]);
+    if (threads <= 0 || seconds <= 0) {
+        fprintf(stderr, "cpp_bench: THREADS and SECONDS must be positive\n");
+        return 2;
+    }
     memset(body, 'x', 1024);
     producer = CreateProducer("MQCTL_CPP_BENCH");
-    SetProducerNameServerAddress(producer, argv[1]);
-    if (StartProducer(producer) != 0) {
+    if (!producer || SetProducerNameServerAddress(producer, argv[1]) != 0 || StartProducer(producer) != 0) {
         fprintf(stderr, "cpp_bench: the producer did not start\n");
         return 1;
     }

@@ -77,12 +77,16 @@ def have_openssl() -> bool:
     probe = "#include <openssl/sha.h>\nint main(void) { SHA_CTX c; return SHA1_Init(&c) != 1; }\n"
     cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        done = subprocess.run(
-            [cc, "-x", "c", "-", "-o", os.path.join(tmp, "probe"), "-lcrypto"],
-            input=probe,
-            text=True,
-            capture_output=True,
-        )
+        try:
+            done = subprocess.run(
+                [cc, "-x", "c", "-", "-o", os.path.join(tmp, "probe"), "-lcrypto"],
+                input=probe,
+                text=True,
+                capture_output=True,
+                timeout=60,
+            )
+        except (OSError, subprocess.TimeoutExpired):  # no compiler: main() says so
+            return False
     return done.returncode == 0
 
 

@@ -83,29 +83,34 @@ static PyObject *signature(PyObject *module, PyObject *const *args, Py_ssize_t n
         return NULL;
     }
     Gather g;
+    SHA_CTX outer;
+    unsigned char md[SHA_DIGEST_LENGTH];
+    PyObject *out = NULL;
     memcpy(&g.ctx, PyBytes_AS_STRING(args[0]), sizeof g.ctx);
+    memcpy(&outer, PyBytes_AS_STRING(args[0]) + sizeof g.ctx, sizeof outer);
     g.used = 0;
+    if (g.ctx.num >= SHA_CBLOCK || outer.num >= SHA_CBLOCK) { /* SHA1_Update would write past its block */
+        PyErr_SetString(PyExc_ValueError, "states must be the bytes keyed() returned");
+        goto done;
+    }
     PyObject *values = args[1];
     if (PyTuple_Check(values)) {
         for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(values); i++)
-            if (absorb(&g, PyTuple_GET_ITEM(values, i)) < 0) return NULL;
+            if (absorb(&g, PyTuple_GET_ITEM(values, i)) < 0) goto done;
     } else if (absorb(&g, values) < 0) { /* itemgetter of one key answers the value itself */
-        return NULL;
+        goto done;
     }
     SHA1_Update(&g.ctx, g.buf, g.used);
     Py_buffer body;
-    if (PyObject_GetBuffer(args[2], &body, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[2], &body, PyBUF_SIMPLE) < 0) goto done;
     SHA1_Update(&g.ctx, body.buf, (size_t)body.len);
     PyBuffer_Release(&body);
-    unsigned char md[SHA_DIGEST_LENGTH];
     SHA1_Final(md, &g.ctx);
-    SHA_CTX ctx;
-    memcpy(&ctx, PyBytes_AS_STRING(args[0]) + sizeof ctx, sizeof ctx);
-    SHA1_Update(&ctx, md, sizeof md);
-    SHA1_Final(md, &ctx);
+    SHA1_Update(&outer, md, sizeof md);
+    SHA1_Final(md, &outer);
     /* 20 bytes: six full 3-byte groups, then two bytes and one '=' */
-    PyObject *out = PyUnicode_New(28, 127);
-    if (out == NULL) return NULL;
+    out = PyUnicode_New(28, 127);
+    if (out == NULL) goto done;
     Py_UCS1 *p = PyUnicode_1BYTE_DATA(out);
     int i = 0;
     for (; i + 3 <= SHA_DIGEST_LENGTH; i += 3) {
@@ -114,6 +119,10 @@ static PyObject *signature(PyObject *module, PyObject *const *args, Py_ssize_t n
     }
     unsigned v = (unsigned)md[i] << 16 | (unsigned)md[i + 1] << 8;
     *p++ = B64[v >> 18 & 63], *p++ = B64[v >> 12 & 63], *p++ = B64[v >> 6 & 63], *p = '=';
+done: /* the keyed states and the signed content leave no copy on the stack */
+    OPENSSL_cleanse(&g, sizeof g);
+    OPENSSL_cleanse(&outer, sizeof outer);
+    OPENSSL_cleanse(md, sizeof md);
     return out;
 }
 

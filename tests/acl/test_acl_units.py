@@ -267,6 +267,10 @@ def test_the_compiled_hmac_and_hashlib_agree(monkeypatch: pytest.MonkeyPatch) ->
     lone = {"a": "\ud800", "Signature": "x"}  # encode() refuses a lone surrogate; so does the C path
     with pytest.raises(UnicodeEncodeError):
         Verifier("secret1").signature(lone, b"")
+    from daemon.acl import _hmacsha1  # (importable: the compiled signature module imported it)
+
+    with pytest.raises(ValueError):  # states not from keyed(): SHA1_Update would write past its block
+        _hmacsha1.signature(b"\xff" * len(_hmacsha1.keyed(b"k")), ("a",), b"")
     monkeypatch.setattr(signature_module, "_c_signature", None)
     assert Verifier("secret1").signature(fields, b"body" * 300) == with_c
     with pytest.raises(UnicodeEncodeError):
