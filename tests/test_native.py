@@ -52,25 +52,24 @@ def test_a_build_is_fresh_only_while_every_source_hashes_as_compiled(tmp_path: P
     assert native.fresh(built, root) is None
 
 
-def test_an_edited_source_whose_constants_the_build_inlined_makes_it_stale(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("section", "key", "file"),
+    [
+        ("inlined", "pkg.names", "pkg/names.py"),  # its Final constants: compiled code holds their values
+        ("sources", "pkg/_fast.c", "pkg/_fast.c"),  # a C extension's source: its module would shadow it
+    ],
+)
+def test_an_edited_source_the_build_hashes_without_compiling_it_as_python_makes_it_stale(
+    tmp_path: Path, section: str, key: str, file: str
+) -> None:
     root, built = _tree(tmp_path)
-    (root / "pkg" / "names.py").write_text("PREFIX: Final = '%RETRY%'\n")
+    (root / file).write_text("PREFIX: Final = '%RETRY%'\n")
     manifest = json.loads((built / native.MANIFEST).read_text())
-    manifest["inlined"] = {"pkg.names": native.digest(root / "pkg" / "names.py")}
+    manifest[section] = {key: native.digest(root / file)}
     (built / native.MANIFEST).write_text(json.dumps(manifest))
-    assert native.fresh(built, root) == manifest["modules"] and native.inlined(built) == {"pkg.names"}
-    (root / "pkg" / "names.py").write_text("PREFIX: Final = '%R%'\n")  # compiled code holds the old value
-    assert native.fresh(built, root) is None
-
-
-def test_an_edited_c_extension_source_makes_the_build_stale(tmp_path: Path) -> None:
-    root, built = _tree(tmp_path)
-    (root / "pkg" / "_fast.c").write_text("int x = 1;\n")
-    manifest = json.loads((built / native.MANIFEST).read_text())
-    manifest["sources"] = {"pkg/_fast.c": native.digest(root / "pkg" / "_fast.c")}
-    (built / native.MANIFEST).write_text(json.dumps(manifest))
-    assert native.fresh(built, root) == manifest["modules"] and native.c_sources(built) == {"pkg/_fast.c"}
-    (root / "pkg" / "_fast.c").write_text("int x = 2;\n")  # the compiled extension would shadow it
+    listed = native.inlined(built) if section == "inlined" else native.c_sources(built)
+    assert native.fresh(built, root) == manifest["modules"] and listed == {key}
+    (root / file).write_text("PREFIX: Final = '%R%'\n")
     assert native.fresh(built, root) is None
 
 
