@@ -25,7 +25,8 @@ $(INTEROP_STAMP): scripts/install-interop-clients.sh tests/interop/package.json 
 	mkdir -p .venv-interop && touch $(INTEROP_STAMP)
 
 # The broker's hot modules compiled with mypyc into build/native (store/native.py, scripts/build_native.py):
-# ~20 % less broker CPU per send (README). A no-op when the build matches the sources; pure Python without a compiler.
+# ~30 % less broker CPU per send, and the ACL check's HMAC-SHA1 in C where OpenSSL's headers are (README).
+# A no-op when the build matches the sources; pure Python (and hashlib) without a compiler.
 native: $(STAMP)
 	$(BIN)/python scripts/build_native.py
 

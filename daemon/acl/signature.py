@@ -39,6 +39,11 @@ _SHA1_BLOCK: Final = 64
 _ORDERS_PER_COUNT: Final = 4
 
 
+def hmac_backend() -> str:
+    """Which HMAC-SHA1 checks signatures in this process (the broker's start-up line names it)."""
+    return "C over OpenSSL's SHA-1" if _c_signature is not None else "hashlib"
+
+
 def signing_content(
     fields: Mapping[str, str], body: bytes, exclude: frozenset[str] = _CLIENT_EXCLUDED
 ) -> bytes:

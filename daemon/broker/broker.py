@@ -42,6 +42,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from daemon.acl.plain import AclFiles, PlainAccessValidator
+from daemon.acl.signature import hmac_backend
 from daemon.broker.config import BrokerConfig
 from daemon.broker.ha import (
     METADATA_SYNC_INTERVAL,
@@ -216,12 +217,13 @@ class Broker:
             self._tasks.append(asyncio.create_task(self._metadata_sync_loop(), name="slave-metadata-sync"))
         compiled = native.active()
         log.info(
-            "broker %s (cluster %s) serving at %s, store %s, %s",
+            "broker %s (cluster %s) serving at %s, store %s, %s%s",
             self.config.broker_name,
             self.config.broker_cluster_name,
             self.addr,
             self.config.store_path_root_dir,
             f"{len(compiled)} hot modules compiled" if compiled else "pure Python (no fresh build/native)",
+            f", ACL on (HMAC-SHA1: {hmac_backend()})" if self.acl_files is not None else "",
         )
 
     def _start_metrics(self) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.acl.signature import hmac_backend
 from daemon.broker.headers import CreateTopicRequestHeader
 from daemon.remoting.codes import RequestCode, ResponseCode
 from tests.support.acl import ADMIN_AK, ADMIN_SK, PLAIN_ACL, USER_AK, USER_SK, as_account, write_acl
@@ -98,6 +99,19 @@ async def test_whitelisted_address_needs_no_credentials(tmp_path: Path, acl_home
         assert r.code == ResponseCode.SUCCESS, r.remark
     finally:
         await client.client.close()
+        await broker.stop()
+
+
+async def test_the_start_up_line_says_acl_is_on_and_which_hmac_checks(
+    tmp_path: Path, acl_home: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator reads there whether signatures are checked in C (the compiled build) or by hashlib."""
+    write_acl(acl_home)
+    with caplog.at_level(logging.INFO, logger="daemon.broker.broker"):
+        broker = await start_broker(tmp_path / "store", acl_enable=True, rocketmq_home=str(acl_home))
+    try:
+        assert f"ACL on (HMAC-SHA1: {hmac_backend()})" in caplog.text
+    finally:
         await broker.stop()
 
 
