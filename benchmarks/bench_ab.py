@@ -25,7 +25,7 @@ Per ref and load it prints the median over rounds of: sends/s, p50 and p99 round
 message (utime + stime of the broker process over the timed window, divided by the messages sent in it),
 the cores the broker used over the window, the load process's own CPU per message (client and broker share
 two cores, so a client that spends more than the broker sets the pace), and the ratios of sends/s and CPU
-per message to the first ref.
+per message to the first ref: of the medians, and the median of each round's ratio (paired).
 The load average is printed before and after, since client and broker share this machine's cores.
 
 ``--profile DIR`` adds one round per ref under the first load with py-spy recording the broker, and writes
@@ -189,13 +189,21 @@ def median(rounds: list[dict[str, float]], key: str) -> float:
     return statistics.median(r[key] for r in rounds)
 
 
+def paired(rounds: list[dict[str, float]], base: list[dict[str, float]], key: str) -> float:
+    """The median of the per-round ratios: a round runs every ref seconds apart, so the machine's drift
+    between rounds (30 % here) cancels out of each ratio."""
+    return statistics.median(r[key] / b[key] for r, b in zip(rounds, base, strict=True))
+
+
 def report(targets: list[Target], loads: list[str]) -> None:
     for load in loads:
         base = targets[0].rounds[load]
-        print(f"\n{load}: median of {len(base)} rounds")
+        print(
+            f"\n{load}: median of {len(base)} rounds (x: ratio of the medians; paired: median of each round's)"
+        )
         print(
             f"  {'ref':<24} {'sends/s':>9} {'p50 ms':>7} {'p99 ms':>7} {'CPU us/msg':>10} {'cores':>6} "
-            f"{'client us/msg':>13} {'x sends/s':>9} {'x CPU/msg':>9} {'failures':>8}"
+            f"{'client us/msg':>13} {'x sends/s':>9} {'paired':>6} {'x CPU/msg':>9} {'paired':>6} {'failures':>8}"
         )
         for t in targets:
             rounds = t.rounds[load]
@@ -203,8 +211,9 @@ def report(targets: list[Target], loads: list[str]) -> None:
             print(
                 f"  {t.ref:<24} {tps:>9,.0f} {median(rounds, 'p50'):>7.2f} {median(rounds, 'p99'):>7.2f} "
                 f"{cpu:>10.1f} {median(rounds, 'cores'):>6.2f} {median(rounds, 'client_us'):>13.1f} "
-                f"{tps / median(base, 'tps'):>9.2f} "
-                f"{cpu / median(base, 'cpu_us'):>9.2f} {sum(r['failures'] for r in rounds):>8.0f}"
+                f"{tps / median(base, 'tps'):>9.2f} {paired(rounds, base, 'tps'):>6.2f} "
+                f"{cpu / median(base, 'cpu_us'):>9.2f} {paired(rounds, base, 'cpu_us'):>6.2f} "
+                f"{sum(r['failures'] for r in rounds):>8.0f}"
             )
 
 
