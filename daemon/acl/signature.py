@@ -96,12 +96,14 @@ class Verifier:
 
     def __init__(self, secret_key: str, exclude: frozenset[str] = _CLIENT_EXCLUDED) -> None:
         key = secret_key.encode("utf-8")
-        self._states = _c_keyed(key) if _c_keyed is not None else b""
-        if len(key) > _SHA1_BLOCK:
-            key = hashlib.sha1(key).digest()
-        key = key.ljust(_SHA1_BLOCK, b"\0")
-        self._inner = hashlib.sha1(bytes(b ^ 0x36 for b in key))
-        self._outer = hashlib.sha1(bytes(b ^ 0x5C for b in key))
+        if _c_keyed is not None and _c_signature is not None:  # one keyed copy of the secret, the one used
+            self._states = _c_keyed(key)
+        else:
+            if len(key) > _SHA1_BLOCK:
+                key = hashlib.sha1(key).digest()
+            key = key.ljust(_SHA1_BLOCK, b"\0")
+            self._inner = hashlib.sha1(bytes(b ^ 0x36 for b in key))
+            self._outer = hashlib.sha1(bytes(b ^ 0x5C for b in key))
         #: field count -> the last orders seen: (picker of the signed values in key order, keys it picks)
         self._orders: dict[int, list[tuple[Callable[[dict[str, str]], str | tuple[str, ...]], int]]] = {}
         self._exclude = exclude
