@@ -66,10 +66,10 @@ def fresh(native_dir: Path = NATIVE_DIR, root: Path = ROOT) -> dict[str, str] | 
         stamps: dict[str, list[int]] = manifest.get("stamps", {})
         if manifest.get("cache_tag") != sys.implementation.cache_tag:
             return None
-        paths = {name: source_path(name, root) for name in {**modules, **inlined}}
-        paths.update((src, root / src) for src in sources)
-        for name, sha in {**modules, **inlined, **sources}.items():
-            if stamp(paths[name]) != stamps.get(name) and digest(paths[name]) != sha:
+        checks = [(name, source_path(name, root), sha) for name, sha in {**modules, **inlined}.items()]
+        checks += [(src, root / src, sha) for src, sha in sources.items()]
+        for name, path, sha in checks:
+            if stamp(path) != stamps.get(name) and digest(path) != sha:
                 return None
         return modules
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
