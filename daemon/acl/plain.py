@@ -9,7 +9,6 @@ resource and permission, never the secret.
 from __future__ import annotations
 
 import contextlib
-import functools
 import hmac
 import ipaddress
 import json
@@ -25,6 +24,7 @@ from typing import Any, Final
 from daemon.acl.signature import ACCESS_KEY, SIGNATURE, UNIQUE_KEY_QUERY, Verifier
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection
 from daemon.remoting.errors import RemotingCommandError
 from daemon.remoting.limits import WarningGate
 from store.names import RETRY_GROUP_TOPIC_PREFIX, TRACE_TOPIC
@@ -206,16 +206,6 @@ def address_matcher(pattern: str | None) -> Callable[[str], bool]:
         return len(values) == width and all(m(v) for m, v in zip(matchers, values, strict=True))
 
     return match
-
-
-@functools.lru_cache(maxsize=4096)
-def peer_ip(peer: str) -> str:
-    """The IP of `host:port` / `[v6]:port`, IPv4-mapped IPv6 reduced to its IPv4 form."""
-    host = peer.rpartition(":")[0] if peer.count(":") == 1 or peer.startswith("[") else peer
-    host = host.strip("[]")
-    if host.startswith("::ffff:") and "." in host:
-        host = host[7:]
-    return host
 
 
 # ---------------------------------------------------------------------------------- accounts and files
@@ -538,16 +528,16 @@ class PlainAccessValidator:
         self.denied = 0
         self._warnings = WarningGate(log)
 
-    def __call__(self, peer: str, request: RemotingCommand) -> None:
+    def __call__(self, conn: Connection, request: RemotingCommand) -> None:
         try:
-            self.check(peer_ip(peer), request)
+            self.check(conn.address[0], request)
         except AclDenied as exc:
             self.denied += 1
             self._warnings.warning(
                 "%s ACL refused request code %d from %s (accessKey %s): %s",
                 self.daemon,
                 request.code,
-                peer,
+                conn.peer,
                 request.ext_fields.get(ACCESS_KEY) or "-",
                 exc.remark,
             )
@@ -560,12 +550,12 @@ class PlainAccessValidator:
         except ValueError:
             return None
 
-    def only(self, codes: frozenset[int]) -> Callable[[str, RemotingCommand], None]:
+    def only(self, codes: frozenset[int]) -> Callable[[Connection, RemotingCommand], None]:
         """A guard that checks only requests with these codes (the NameServer's writes)."""
 
-        def guard(peer: str, request: RemotingCommand) -> None:
+        def guard(conn: Connection, request: RemotingCommand) -> None:
             if request.code in codes:
-                self(peer, request)
+                self(conn, request)
 
         return guard
 

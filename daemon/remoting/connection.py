@@ -66,6 +66,18 @@ def peer_name(transport: asyncio.BaseTransport) -> str:
     return "?"
 
 
+def peer_address(transport: asyncio.BaseTransport) -> tuple[str, int]:
+    """(ip, port) of the other end, an IPv4-mapped IPv6 address folded to its IPv4 form (ali-ons reads
+    born hosts as v4 only; ACL whitelists name v4); ("", 0) when the transport has none (in memory)."""
+    peer = transport.get_extra_info("peername")
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host = str(peer[0])
+        if host.startswith("::ffff:") and "." in host:
+            host = host[7:]
+        return host, int(peer[1])
+    return "", 0
+
+
 def error_response(request: RemotingCommand, exc: BaseException) -> RemotingCommand:
     """The response a failed processor produces (RemotingCommandError keeps its code and remark)."""
     if isinstance(exc, RemotingCommandError):
@@ -81,9 +93,9 @@ class RequestDispatcher:
     ) -> None:
         self.processors: dict[int, Processor] = dict(processors or {})
         self.default = default
-        #: Runs before every processor with (peer, request); raising RemotingCommandError answers that
-        #: code instead (the ACL validator: Java's RPC hook `doBeforeRequest`).
-        self.guard: Callable[[str, RemotingCommand], None] | None = None
+        #: Runs before every processor with (connection, request); raising RemotingCommandError answers
+        #: that code instead (the ACL validator: Java's RPC hook `doBeforeRequest`).
+        self.guard: Callable[[Connection, RemotingCommand], None] | None = None
 
     def register(self, code: int, processor: Processor) -> None:
         self.processors[code] = processor
@@ -101,7 +113,7 @@ class RequestDispatcher:
             return
         try:
             if self.guard is not None:
-                self.guard(conn.peer, request)
+                self.guard(conn, request)
             result = processor(conn, request)
         except Exception as exc:
             self._failed(conn, request, exc)
@@ -180,6 +192,8 @@ class Connection(asyncio.Protocol):
         #: A server's cap on incomplete frames (clients trust their servers and have none).
         self.budget = budget
         self.peer = "?"
+        #: The other end's (ip, port), read once: every send stores it and every ACL check matches it.
+        self.address: tuple[str, int] = ("", 0)
         self.last_active = 0.0
         #: Free-form per-connection state for applications (client id, language, version, ...).
         self.attributes: dict[str, Any] = {}
@@ -202,6 +216,7 @@ class Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = typing.cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         self.peer = peer_name(transport)
+        self.address = peer_address(transport)
         self.last_active = self._loop.time()
 
     def data_received(self, data: bytes) -> None:
@@ -388,5 +403,6 @@ __all__ = [
     "RequestDispatcher",
     "error_response",
     "next_opaque",
+    "peer_address",
     "peer_name",
 ]

@@ -23,7 +23,6 @@ from daemon.acl.plain import (
     check_permission,
     needed_resources,
     parse_perm,
-    peer_ip,
     read_yaml,
 )
 from daemon.acl.signature import Verifier, calculate, sign, signing_content
@@ -117,12 +116,6 @@ def test_address_patterns(pattern: str, yes: list[str], no: list[str]) -> None:
 def test_bad_patterns_are_refused(pattern: str) -> None:
     with pytest.raises(AclConfigError):
         address_matcher(pattern)
-
-
-def test_peer_ip_forms() -> None:
-    assert peer_ip("127.0.0.1:5555") == "127.0.0.1"
-    assert peer_ip("[::1]:5555") == "::1"
-    assert peer_ip("[::ffff:10.0.0.1]:5555") == "10.0.0.1"
 
 
 def test_permissions() -> None:

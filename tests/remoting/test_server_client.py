@@ -12,7 +12,7 @@ import pytest
 from daemon.remoting.client import RemotingClient, parse_addr
 from daemon.remoting.codes import ResponseCode, SerializeType
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.connection import Connection, ReplyBatch, RequestDispatcher
+from daemon.remoting.connection import Connection, ReplyBatch, RequestDispatcher, peer_address
 from daemon.remoting.errors import (
     RemotingCommandError,
     RemotingConnectError,
@@ -93,6 +93,38 @@ async def test_request_response_and_connection_reuse(server: RemotingServer, cli
     assert (r1.code, r1.ext_fields, r1.body, r1.is_response) == (0, {"k": "v"}, b"body", True)
     assert r2.opaque != r1.opaque
     assert len(server.connections) == 1
+
+
+async def test_server_connection_knows_the_client_address(server: RemotingServer) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+    try:
+        writer.write(encode_command(RemotingCommand.request(ECHO)))
+        await reader.readexactly(4)
+        (conn,) = server.connections
+        assert conn.address == writer.get_extra_info("sockname")[:2]
+    finally:
+        writer.close()
+
+
+class _Peer:
+    def __init__(self, peername: object) -> None:
+        self.peername = peername
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        return self.peername if name == "peername" else default
+
+
+@pytest.mark.parametrize(
+    ("peername", "address"),
+    [
+        (("10.0.0.1", 5555), ("10.0.0.1", 5555)),
+        (("::1", 5555, 0, 0), ("::1", 5555)),
+        (("::ffff:10.0.0.1", 5555, 0, 0), ("10.0.0.1", 5555)),  # a dual-stack listener's IPv4 client
+        (None, ("", 0)),
+    ],
+)
+def test_peer_address_forms(peername: object, address: tuple[str, int]) -> None:
+    assert peer_address(_Peer(peername)) == address  # type: ignore[arg-type]
 
 
 async def test_pipelined_requests_are_matched_by_opaque(

@@ -20,7 +20,7 @@ from daemon.broker.headers import (
 from daemon.broker.managers.topics import (
     topic_problem,
 )
-from daemon.broker.processors import FAQ, fail, peer_host, system_error
+from daemon.broker.processors import FAQ, fail, system_error
 from daemon.remoting import fields
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
@@ -97,6 +97,8 @@ _REPLICATE = (PutMessageStatus.PUT_OK, PutMessageStatus.FLUSH_DISK_TIMEOUT)
 _SEND_MESSAGE: Final = int(RequestCode.SEND_MESSAGE)
 _SEND_BATCH_MESSAGE: Final = int(RequestCode.SEND_BATCH_MESSAGE)
 _PUT_UNKNOWN: Final[tuple[int, str | None]] = (ResponseCode.SYSTEM_ERROR, None)
+#: The born host of a message whose transport names no peer (4.9.8's channel always has one).
+_NO_SOCKET: Final[HostAddress] = ("127.0.0.1", 0)
 
 
 def processors(broker: BrokerContext) -> dict[int, Processor]:
@@ -242,11 +244,11 @@ class SendProcessor:
         sys_flag = h.sys_flag
         if config.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
+        # the client's socket address, read when it connected
+        born_host = conn.address if conn.address[0] else _NO_SOCKET
         if request.code == _SEND_BATCH_MESSAGE or h.batch:
-            return self._send_batch(
-                request, h, topic, queue_id, props, sys_flag, wait, peer_host(conn), started
-            )
-        return self._send_one(request, h, topic, queue_id, props, sys_flag, wait, peer_host(conn), started)
+            return self._send_batch(request, h, topic, queue_id, props, sys_flag, wait, born_host, started)
+        return self._send_one(request, h, topic, queue_id, props, sys_flag, wait, born_host, started)
 
     def _destination(
         self, h: SendMessageRequestHeader, version: int, config: TopicConfig, props: dict[str, str]
