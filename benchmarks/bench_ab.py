@@ -25,8 +25,8 @@ Per ref and load it prints the median over rounds of: sends/s, p50 and p99 round
 message (utime + stime of the broker process over the timed window, divided by the messages sent in it),
 the cores the broker used over the window, the load process's own CPU per message (client and broker share
 two cores, so a client that spends more than the broker sets the pace), and the ratios of sends/s and CPU
-per message to the first ref: of the medians, and the median of each round's ratio (paired), and the sends
-that failed. Under ``cpp`` a few in 10,000 fail with every broker (0.02-0.06 %, old and new alike): the
+per message to the first ref: of the medians, and the median of each round's ratio (paired); and the sends
+that failed over all rounds. Under ``cpp`` a few in 10,000 fail with every broker (0.02-0.06 %, old and new alike): the
 client's log (~/logs/rocketmq-cpp/) shows its own TcpRemotingClient giving up on the lock of its connection
 table without waiting its 3 s ("GetTransport of:<broker> get timed_mutex timeout") while 16 threads contend
 for it, and after its retries it reports "No route info of this topic"; those sends never reach the broker.

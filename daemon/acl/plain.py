@@ -19,15 +19,17 @@ import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from daemon.acl.signature import ACCESS_KEY, SIGNATURE, UNIQUE_KEY_QUERY, Verifier
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.connection import Connection
 from daemon.remoting.errors import RemotingCommandError
 from daemon.remoting.limits import WarningGate
 from store.names import RETRY_GROUP_TOPIC_PREFIX, TRACE_TOPIC
+
+if TYPE_CHECKING:  # (the validator only reads a connection's address: no asyncio for mqctl's acl commands)
+    from daemon.remoting.connection import Connection
 
 log = logging.getLogger(__name__)
 
@@ -569,8 +571,9 @@ class PlainAccessValidator:
         fields = request.ext_fields
         access_key = fields.get(ACCESS_KEY)
         if not access_key:
+            who = ip or "?"  # (a socket without an IP peer, named as connection logs name it)
             raise AclDenied(
-                f"ACL: request code {request.code} from {ip} carries no AccessKey and {ip} is not in "
+                f"ACL: request code {request.code} from {who} carries no AccessKey and {who} is not in "
                 "globalWhiteRemoteAddresses"
             )
         account = table.accounts.get(access_key)

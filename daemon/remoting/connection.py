@@ -68,7 +68,8 @@ def peer_name(transport: asyncio.BaseTransport) -> str:
 
 def peer_address(transport: asyncio.BaseTransport) -> tuple[str, int]:
     """(ip, port) of the other end, an IPv4-mapped IPv6 address folded to its IPv4 form (ali-ons reads
-    born hosts as v4 only; ACL whitelists name v4); ("", 0) when the transport has none (in memory)."""
+    born hosts as v4 only; ACL whitelists name v4); ("", 0) when it has no IP peer (a Unix socket, or
+    one reset before `getpeername` answered)."""
     peer = transport.get_extra_info("peername")
     if isinstance(peer, tuple) and len(peer) >= 2:
         host = str(peer[0])
