@@ -31,6 +31,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, RequestDispatcher
 from daemon.remoting.frame import decode_frame, encode_command
+from tests.support.transport import RecordingTransport
 
 # Produced by ali-ons 3.x's own Channel.beforeRequest (lib/channel.js) with onsChannel ALIYUN: the
 # extFields it sends, Signature included. Header values are what ali-ons stringifies.
@@ -167,23 +168,6 @@ def _signed(code: int, fields: dict[str, str], ak: str, sk: str, body: bytes = b
     return RemotingCommand.request(code, fields, body)
 
 
-class _Transport:
-    """A transport with a given peername that keeps what is written to it."""
-
-    def __init__(self, peername: object) -> None:
-        self.peername = peername
-        self.written = bytearray()
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return self.peername if name == "peername" else default
-
-    def write(self, data: bytes) -> None:
-        self.written += data
-
-    def is_closing(self) -> bool:
-        return False
-
-
 async def test_the_guard_matches_the_connection_address(tmp_path: Path) -> None:
     """The dispatcher hands the validator the connection: its whitelist sees the socket's IP, an
     IPv4-mapped IPv6 peer as IPv4, and a peer without an IP is no whitelisted address."""
@@ -195,11 +179,11 @@ async def test_the_guard_matches_the_connection_address(tmp_path: Path) -> None:
     dispatcher.guard = PlainAccessValidator(AclFiles(str(tmp_path)))
     answers = {}
     for peername in (("::ffff:10.10.3.4", 5555, 0, 0), ("10.11.3.4", 5555), None):
-        transport = _Transport(peername)
+        transport = RecordingTransport(peername)
         conn = Connection(dispatcher)
         conn.connection_made(transport)  # type: ignore[arg-type]
         conn.data_received(encode_command(RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC)))
-        decoded = decode_frame(transport.written, 0)
+        decoded = decode_frame(b"".join(transport.writes), 0)
         assert decoded is not None
         answers[peername] = (decoded[0].code, decoded[0].remark or "")
     assert answers[("::ffff:10.10.3.4", 5555, 0, 0)] == (0, "")

@@ -20,6 +20,7 @@ from daemon.remoting.errors import (
 )
 from daemon.remoting.frame import decode_frame, encode_command
 from daemon.remoting.server import RemotingServer
+from tests.support.transport import RecordingTransport
 
 ECHO, SLOW, FAIL, CRASH, RECORD, CALLBACK, NEVER = 1, 2, 3, 4, 5, 6, 7
 
@@ -106,14 +107,6 @@ async def test_server_connection_knows_the_client_address(server: RemotingServer
         writer.close()
 
 
-class _Peer:
-    def __init__(self, peername: object) -> None:
-        self.peername = peername
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return self.peername if name == "peername" else default
-
-
 @pytest.mark.parametrize(
     ("peername", "address"),
     [
@@ -126,7 +119,7 @@ class _Peer:
     ],
 )
 def test_peer_address_forms(peername: object, address: tuple[str, int]) -> None:
-    assert peer_address(_Peer(peername)) == address  # type: ignore[arg-type]
+    assert peer_address(RecordingTransport(peername)) == address  # type: ignore[arg-type]
 
 
 async def test_pipelined_requests_are_matched_by_opaque(
@@ -299,26 +292,6 @@ async def test_oversized_response_becomes_an_error_response() -> None:
         await srv.stop()
 
 
-class _Transport:
-    """Records writes; enough of a transport for a Connection driven by hand."""
-
-    def __init__(self) -> None:
-        self.writes: list[bytes] = []
-        self.closing = False
-
-    def write(self, data: bytes) -> None:
-        self.writes.append(data)
-
-    def is_closing(self) -> bool:
-        return self.closing
-
-    def close(self) -> None:
-        self.closing = True
-
-    def get_extra_info(self, name: str, default: object = None) -> object:
-        return ("127.0.0.1", 40000) if name == "peername" else default
-
-
 def _opaques(writes: list[bytes]) -> list[int]:
     stream, pos, out = b"".join(writes), 0, []
     while (decoded := decode_frame(stream, pos)) is not None:
@@ -328,11 +301,11 @@ def _opaques(writes: list[bytes]) -> list[int]:
     return out
 
 
-def _batched(n: int) -> tuple[list[Connection], list[_Transport]]:
+def _batched(n: int) -> tuple[list[Connection], list[RecordingTransport]]:
     """`n` server-side connections sharing one ReplyBatch, each on a recording transport, echoing ECHO."""
     dispatcher = RequestDispatcher({ECHO: lambda conn, req: req.make_response(body=req.body)})
     batch = ReplyBatch(asyncio.get_running_loop())
-    transports = [_Transport() for _ in range(n)]
+    transports = [RecordingTransport() for _ in range(n)]
     conns = [Connection(dispatcher, batch=batch) for _ in range(n)]
     for conn, transport in zip(conns, transports, strict=True):
         conn.connection_made(transport)  # type: ignore[arg-type]
