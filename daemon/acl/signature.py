@@ -19,12 +19,13 @@ from daemon.remoting.command import RemotingCommand
 
 _c_keyed: Callable[[bytes], bytes] | None
 _c_signature: Callable[[bytes, str | tuple[str, ...], bytes], str] | None
+_c_verify: Callable[[bytes, dict[str, str], tuple[str, ...], tuple[str, ...], bytes, str], bool | None] | None
 try:  # the C HMAC-SHA1 of the compiled build (_hmacsha1.c); hashlib does the same without it
     from daemon.acl import _hmacsha1
 
-    _c_keyed, _c_signature = _hmacsha1.keyed, _hmacsha1.signature
+    _c_keyed, _c_signature, _c_verify = _hmacsha1.keyed, _hmacsha1.signature, _hmacsha1.verify
 except ImportError:
-    _c_keyed = _c_signature = None
+    _c_keyed = _c_signature = _c_verify = None
 
 ACCESS_KEY: Final = "AccessKey"
 SECRET_KEY: Final = "SecretKey"
@@ -78,24 +79,31 @@ def _no_values(_fields: Mapping[str, str]) -> tuple[str, ...]:
     return ()
 
 
+#: Picks the signed values of a dict in key order (an itemgetter; of one key: the value itself).
+Picker = Callable[[dict[str, str]], str | tuple[str, ...]]
+
+
 class Verifier:
     """Recomputes signatures for one secret key, cheaply: HMAC-SHA1 (RFC 2104) from two SHA-1 states
     keyed once, and the signed key order remembered (a client sends the same header fields every time).
-    With the compiled build the states are C structs and one call hashes the values and the body
-    (_hmacsha1.c: hashlib's seven method calls and four EVP context copies cost a signed send more than
-    the hashing); without it, two hashlib states (copying those costs less than copying an `hmac` object).
+    With the compiled build the states are C structs and `verify` is one C call that reads the values
+    from the dict, hashes them and the body, and compares the digest (_hmacsha1.c: through hashlib, a
+    signed send paid more for seven method calls and four EVP context copies than for the hashing, and
+    the value tuple, the Base64 str and `compare_digest` were a fifth of the rest); without it, two
+    hashlib states (copying those costs less than copying an `hmac` object).
 
     Orders are remembered per number of fields (the last few of each count: an account's sends and
-    pulls may have as many fields), so finding one builds no tuple of names to hash (in the broker that
-    was a tenth of a signed send's check). An order fits a request exactly when its picker finds every
-    key it names in the request's dict (a `KeyError` otherwise) and the fields left over are the
-    excluded ones: then the two key sets are equal. A field in place of an excluded one fails that
-    count, so no field goes unsigned."""
+    pulls may have as many fields), so finding one builds no tuple of names to hash. An order fits a
+    request exactly when every key it names is in the request's dict and the fields left over are the
+    excluded ones present: then the two key sets are equal. A field in place of an excluded one fails
+    that count, so no field goes unsigned."""
 
-    __slots__ = ("_exclude", "_inner", "_orders", "_outer", "_states")
+    __slots__ = ("_exclude", "_excluded", "_inner", "_orders", "_outer", "_states", "_verify")
 
     def __init__(self, secret_key: str, exclude: frozenset[str] = _CLIENT_EXCLUDED) -> None:
         key = secret_key.encode("utf-8")
+        #: The C check, when the build has it (read once: a module global costs a dict lookup per send).
+        self._verify = _c_verify if _c_signature is not None else None
         if _c_keyed is not None and _c_signature is not None:  # one keyed copy of the secret, the one used
             self._states = _c_keyed(key)
         else:
@@ -104,9 +112,10 @@ class Verifier:
             key = key.ljust(_SHA1_BLOCK, b"\0")
             self._inner = hashlib.sha1(bytes(b ^ 0x36 for b in key))
             self._outer = hashlib.sha1(bytes(b ^ 0x5C for b in key))
-        #: field count -> the last orders seen: (picker of the signed values in key order, keys it picks)
-        self._orders: dict[int, list[tuple[Callable[[dict[str, str]], str | tuple[str, ...]], int]]] = {}
+        #: field count -> the last orders seen with that many fields: (the signed keys in order, their picker)
+        self._orders: dict[int, list[tuple[tuple[str, ...], Picker]]] = {}
         self._exclude = exclude
+        self._excluded = tuple(sorted(exclude))
 
     def signature(self, fields: dict[str, str], body: bytes) -> str:
         if type(fields) is not dict:  # a subclass may answer a missing key (defaultdict): no KeyError
@@ -121,31 +130,54 @@ class Verifier:
         outer.update(inner.digest())
         return binascii.b2a_base64(outer.digest(), newline=False).decode("ascii")  # half b64encode's cost
 
+    def verify(self, fields: dict[str, str], body: bytes, given: str) -> bool:
+        """Whether `given` is the signature of these fields and body (compared in constant time)."""
+        if type(fields) is not dict:
+            fields = dict(fields)
+        c_verify = self._verify
+        if c_verify is None:
+            # compare_digest raises TypeError on non-ASCII str; a Base64 signature never has any
+            return given.isascii() and hmac.compare_digest(self.signature(fields, body), given)
+        orders = self._orders.get(len(fields))
+        if orders is not None:
+            for keys, _ in orders:
+                fits = c_verify(self._states, fields, keys, self._excluded, body, given)
+                if fits is not None:
+                    return fits
+        keys, _ = self._learn(fields)
+        return c_verify(self._states, fields, keys, self._excluded, body, given) is True
+
     def _values(self, fields: dict[str, str]) -> str | tuple[str, ...]:
         """The values of the signed fields in the order of their keys (one key's picker answers its value)."""
         count = len(fields)
         excluded = 0
-        for key in self._exclude:
+        for key in self._excluded:
             if key in fields:
                 excluded += 1
         orders = self._orders.get(count)
+        if orders is not None:
+            for keys, pick in orders:
+                if len(keys) + excluded == count:
+                    try:
+                        return pick(fields)
+                    except KeyError:  # another set of names of the same size
+                        pass
+        return self._learn(fields)[1](fields)
+
+    def _learn(self, fields: dict[str, str]) -> tuple[tuple[str, ...], Picker]:
+        """Remember the order of this request's signed keys (the oldest of its count makes room)."""
+        keys = tuple(k for k in sorted(fields) if k not in self._exclude)
+        # an itemgetter picks the values in C (one key: the value itself, which joins the same)
+        pick: Picker = operator.itemgetter(*keys) if keys else _no_values
+        orders = self._orders.get(len(fields))
         if orders is None:
             if len(self._orders) > 256:  # a client sending ever-new field counts must not grow this
                 self._orders.clear()
-            orders = self._orders[count] = []
-        for pick, picked in orders:
-            if picked + excluded == count:
-                try:
-                    return pick(fields)
-                except KeyError:  # another set of names of the same size
-                    pass
-        order = [k for k in sorted(fields) if k not in self._exclude]
-        # an itemgetter picks the values in C (one key: the value itself, which joins the same)
-        pick = operator.itemgetter(*order) if order else _no_values
+            orders = self._orders[len(fields)] = []
         if len(orders) == _ORDERS_PER_COUNT:
             del orders[0]
-        orders.append((pick, len(order)))
-        return pick(fields)
+        orders.append((keys, pick))
+        return keys, pick
 
 
 class Signer:

@@ -344,6 +344,16 @@ def test_verifier_signs_zero_and_one_field_as_the_plain_rule(fields: dict[str, s
     assert Verifier("secret1").signature(fields, body) == calculate("secret1", signing_content(fields, body))
 
 
+@pytest.fixture(params=["compiled", "hashlib"])
+def verifier_path(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each Verifier test runs on both paths: the C check of the compiled build, and hashlib."""
+    if request.param == "hashlib":
+        monkeypatch.setattr(signature_module, "_c_signature", None)
+    elif signature_module._c_signature is None:
+        pytest.skip("no compiled build with OpenSSL's headers here: hashlib is the only path")
+
+
+@pytest.mark.usefixtures("verifier_path")
 def test_verifier_remembers_no_order_for_another_set_of_fields() -> None:
     """The order is remembered per field count: a request with as many fields but other names, or with a
     field where an excluded one was, is signed over its own fields (the extra one included)."""
@@ -369,12 +379,59 @@ def test_verifier_remembers_no_order_for_another_set_of_fields() -> None:
     for fields in sequence:
         expected = calculate("secret1", signing_content(fields, b"body", SERVER_EXCLUDED))
         assert verifier.signature(fields, b"body") == expected, fields
+        assert verifier.verify(fields, b"body", expected), fields
+    for fields in sequence:  # the same again, every order now remembered, and checked before it is signed
+        expected = calculate("secret1", signing_content(fields, b"body", SERVER_EXCLUDED))
+        assert verifier.verify(fields, b"body", expected), fields
+        assert not verifier.verify(fields, b"body!", expected), fields
     assert verifier.signature(sequence[1], b"body") != verifier.signature(sequence[0], b"body")
+    # X in the excluded field's place is signed: what signs the other fields alone does not pass
+    without_x = {k: v for k, v in sequence[1].items() if k != "X"}
+    assert not verifier.verify(sequence[1], b"body", verifier.signature(without_x, b"body"))
     # a dict subclass that answers missing keys never raises KeyError: it is read as a plain dict
     verifier.signature({"a": "1", "b": "2", "Signature": "s"}, b"body")
     injected = collections.defaultdict(str, {"a": "1", "c": "EVIL", "Signature": "s"})
     expected = calculate("secret1", signing_content(dict(injected), b"body", SERVER_EXCLUDED))
     assert verifier.signature(injected, b"body") == expected
+    assert verifier.verify(injected, b"body", expected)
+    assert not verifier.verify(injected, b"body", verifier.signature({"a": "1", "Signature": "s"}, b"body"))
+
+
+@pytest.mark.usefixtures("verifier_path")
+@pytest.mark.parametrize(
+    "given",
+    ["", "x", "é" * 28, "\ud800" * 28, "=" * 28, "0" * 29],
+)
+def test_verify_refuses_any_other_text_without_raising(given: str) -> None:
+    """A signature is whatever text the client sent: non-ASCII, a lone surrogate, any length. Each is a
+    plain mismatch (compare_digest raises TypeError on non-ASCII str: that was a SYSTEM_ERROR once)."""
+    fields = {"a": "1", "b": "2", "Signature": given}
+    verifier = Verifier("secret1", SERVER_EXCLUDED)
+    right = verifier.signature(fields, b"body")
+    assert verifier.verify(fields, b"body", right)
+    assert not verifier.verify(fields, b"body", given)
+    assert not verifier.verify(fields, b"body", right.swapcase())
+    assert not verifier.verify(fields, b"body", right[:-1])
+
+
+def test_a_remembered_send_permission_ends_with_its_file(tmp_path: Path) -> None:
+    """An account remembers the topics it may send to: a denial is never remembered, and an edit of the
+    file takes a remembered topic away (a reload makes new accounts)."""
+    acl = tmp_path / "conf" / "plain_acl.yml"
+    acl.parent.mkdir()
+    acl.write_text(ACL_YAML)
+    files = AclFiles(str(tmp_path))
+    check = PlainAccessValidator(files).check
+    v2 = RequestCode.SEND_MESSAGE_V2
+    for _ in range(2):
+        check("127.0.0.1", _signed(v2, {"b": "TopicA"}, "rocketmq2", "12345678", b"x"))
+        with pytest.raises(AclDenied, match="needs PUB on topic TopicD, has DENY"):
+            check("127.0.0.1", _signed(v2, {"b": "TopicD"}, "rocketmq2", "12345678", b"x"))
+    assert files.table.accounts["rocketmq2"].sendable == {"TopicA"}
+    acl.write_text(ACL_YAML.replace("TopicA=PUB|SUB", "TopicA=SUB"))
+    files.force_check()
+    with pytest.raises(AclDenied, match="needs PUB on topic TopicA, has SUB"):
+        check("127.0.0.1", _signed(v2, {"b": "TopicA"}, "rocketmq2", "12345678", b"x"))
 
 
 def test_send_rules_on_the_send_path(tmp_path: Path) -> None:
