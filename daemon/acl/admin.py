@@ -127,7 +127,7 @@ class AclEditor:
             )
         if header.white_remote_address:
             address_matcher(header.white_remote_address)  # a bad pattern is refused, not stored
-        self.files.force_check()
+        self.files.maybe_reload()
         path = self._holder(ak)
         data = self._load(path)
         accounts: list[dict[str, Any]] = list(data.get("accounts") or [])
@@ -154,7 +154,7 @@ class AclEditor:
         log.info("ACL account %s %s in %s", ak, "updated" if index is not None else "created", path)
 
     def delete_account(self, access_key: str) -> None:
-        self.files.force_check()
+        self.files.maybe_reload()
         if access_key not in self.files.table.accounts:
             raise AclConfigError(f"no account with accessKey={access_key}")
         path = self._holder(access_key)
@@ -166,7 +166,7 @@ class AclEditor:
     def update_global_white(self, addresses: list[str], file: str | None) -> None:
         for pattern in addresses:
             address_matcher(pattern)
-        self.files.force_check()
+        self.files.maybe_reload()
         path = self.files.default
         if file:  # only a file the broker already reads: the request must not name any path on the host
             known = {str(p.resolve()) for p in self.files.paths()}
@@ -180,7 +180,7 @@ class AclEditor:
 
     def all_config(self) -> dict[str, Any]:
         """GET_BROKER_CLUSTER_ACL_CONFIG's body: `globalWhiteAddrs` and `plainAccessConfigs`."""
-        self.files.force_check()
+        self.files.maybe_reload()
         table = self.files.table
         configs = []
         for account in table.accounts.values():
@@ -263,7 +263,7 @@ class AclProcessor:
 
     def version_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         files = self._editor().files
-        files.force_check()
+        files.maybe_reload()
         versions = files.table.versions
         default = versions.get(str(files.default), {"counter": 0, "timestamp": 0})
         c = self.broker.config

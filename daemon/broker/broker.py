@@ -209,6 +209,8 @@ class Broker:
             asyncio.create_task(self._registration_loop(), name="namesrv-register"),
             asyncio.create_task(self._every(SAMPLE_PERIOD, self.stats.sample), name="stats-sample"),
         ]
+        if self.acl_files is not None:
+            self._tasks.append(asyncio.create_task(self.acl_files.watch(), name="acl-watch"))
         await self.server.serve()
         self.state = "serving"
         self._started = True

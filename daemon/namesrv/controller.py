@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 
 from daemon.acl.plain import NAMESRV_WRITE_CODES, AclFiles, PlainAccessValidator
+from daemon.lifecycle import cancel_tasks
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.kvconfig import KVConfigManager
 from daemon.namesrv.processor import NamesrvProcessor
@@ -36,7 +36,8 @@ class NamesrvController:
             limits=config,
         )
         self.server.on_connection_closed(self._connection_closed)
-        self._scanner: asyncio.Task[None] | None = None
+        #: The broker scan, and the ACL files' watch when ACL is on.
+        self._tasks: list[asyncio.Task[None]] = []
 
     @property
     def port(self) -> int:
@@ -45,20 +46,21 @@ class NamesrvController:
     async def start(self) -> None:
         self.config.home.mkdir(parents=True, exist_ok=True)
         self.kv.load()
+        files = None
         if self.config.acl_enable:  # before the port opens
             files = AclFiles(self.config.rocketmq_home, self.config.acl_file_path)
             self.server.dispatcher.guard = PlainAccessValidator(files, "namesrv").only(NAMESRV_WRITE_CODES)
         await self.server.start()
-        self._scanner = asyncio.create_task(self._scan_loop(), name="namesrv-broker-scan")
+        self._tasks.append(asyncio.create_task(self._scan_loop(), name="namesrv-broker-scan"))
+        if files is not None:
+            self._tasks.append(asyncio.create_task(files.watch(), name="acl-watch"))
         log.info(
             "NameServer started on %s:%d, data in %s", self.config.listen_host, self.port, self.config.home
         )
 
     async def stop(self) -> None:
-        if self._scanner is not None:
-            self._scanner.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._scanner
+        await cancel_tasks(self._tasks)
+        self._tasks = []
         await self.server.stop()
         await self.kv.close()
         log.info("NameServer stopped")

@@ -245,10 +245,10 @@ def test_files_merge_conf_acl_dir_and_keep_accounts_when_an_edit_does_not_parse(
     assert files.table.accounts["teamkey1"].source == conf / "acl" / "team.yml"
 
     (conf / "acl" / "team.yml").write_text("accounts: [ {accessKey: teamkey1")  # broken mid-edit
-    files.force_check()
+    files.maybe_reload()
     assert "teamkey1" in files.table.accounts  # the accounts in force stay
     (conf / "acl" / "team.yml").write_text("accounts:\n  - accessKey: teamkey2\n    secretKey: teamsecret\n")
-    files.force_check()
+    files.maybe_reload()
     assert "teamkey2" in files.table.accounts and "teamkey1" not in files.table.accounts
 
     single = tmp_path / "elsewhere.yml"
@@ -313,7 +313,7 @@ def test_a_broken_file_is_logged_without_its_secrets(
         (conf / "plain_acl.yml").write_text(broken)
         caplog.clear()
         with caplog.at_level(logging.ERROR, logger="daemon.acl.plain"):
-            files.force_check()
+            files.maybe_reload()
         assert "not reloaded" in caplog.text and "line 3" in caplog.text, caplog.text
         assert "sup3rs3cret" not in caplog.text
         with pytest.raises(AclConfigError) as refused:  # what codes 50-53 answer when the file is broken
@@ -429,7 +429,7 @@ def test_a_remembered_send_permission_ends_with_its_file(tmp_path: Path) -> None
             check("127.0.0.1", _signed(v2, {"b": "TopicD"}, "rocketmq2", "12345678", b"x"))
     assert files.table.accounts["rocketmq2"].sendable == {"TopicA"}
     acl.write_text(ACL_YAML.replace("TopicA=PUB|SUB", "TopicA=SUB"))
-    files.force_check()
+    files.maybe_reload()
     with pytest.raises(AclDenied, match="needs PUB on topic TopicA, has SUB"):
         check("127.0.0.1", _signed(v2, {"b": "TopicA"}, "rocketmq2", "12345678", b"x"))
 
