@@ -48,6 +48,17 @@ class Service(Protocol):
     async def stop(self) -> None: ...
 
 
+async def every(period: float, action: Callable[[], None]) -> None:
+    """Run `action` every `period` seconds until cancelled: a daemon's periodic task (an error is logged
+    with its traceback, and the next period runs as usual)."""
+    while True:
+        await asyncio.sleep(period)
+        try:
+            action()
+        except Exception:
+            log.exception("periodic task %s failed", getattr(action, "__name__", action))
+
+
 async def cancel_tasks(tasks: Iterable[asyncio.Task[Any] | None]) -> None:
     """Cancel a service's background tasks, then wait until each has finished (each ends with the
     CancelledError it was sent; other errors propagate)."""

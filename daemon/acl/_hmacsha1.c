@@ -155,8 +155,10 @@ done:
 
 /* verify(states, fields, keys, excluded, body, given) -> bool | None: whether `given` is the signature of
  * fields[k] for k in keys, then the body; None when the keys are not the fields' names less the excluded
- * ones present (another order must be tried). The broker's check in one call: the values are read
- * straight from the dict (no tuple), and the digest is compared here in constant time (no str made). */
+ * ones present (another order must be tried). That holds for `keys` of distinct names, none of them
+ * excluded: the caller's contract (signature.Verifier learns them from sorted(fields), less the excluded).
+ * The broker's check in one call: the values are read straight from the dict (no tuple), and the digest
+ * is compared here in constant time (no str made). */
 static PyObject *verify(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
     if (nargs != 6) {
         PyErr_SetString(PyExc_TypeError, "verify(states, fields, keys, excluded, body, given): 6 arguments");

@@ -36,7 +36,8 @@ ANY: Final = 2
 PUB: Final = 4
 SUB: Final = 8
 _PERM_NAMES: Final = {"DENY": DENY, "PUB": PUB, "SUB": SUB, "PUB|SUB": PUB | SUB, "SUB|PUB": PUB | SUB}
-#: How often a daemon looks at the files' mtimes (`AclFiles.watch`: a stat per file).
+#: How often a daemon with ACL on looks at the files (a stat per file, in a task of its own: no request
+#: pays for it; 4.9.x compares a hash of each file every 500 ms).
 RELOAD_CHECK_INTERVAL: Final = 1.0
 #: How many topics an account remembers it may send to (a client naming ever-new topics must not grow it).
 MAX_SENDABLE: Final = 4096
@@ -243,10 +244,6 @@ class Account:
     #: Topics this account was found to send to (an Account never changes: a reload makes new ones).
     sendable: set[str] = field(default_factory=set, repr=False, compare=False)
 
-    def signature(self, request: RemotingCommand) -> str:
-        """The signature this account's secret gives the request (server rule: §15.2 step 4)."""
-        return self.server_verifier().signature(request.ext_fields, request.body)
-
     def server_verifier(self) -> Verifier:
         """The account's server-rule `Verifier`, keyed once (the request path calls it directly)."""
         if self.verifier is None:
@@ -398,18 +395,6 @@ class AclFiles:
         """Re-read the files if one changed (mtime or size), appeared or went: one stat per file."""
         if self._stat() != self._fingerprint:
             self.reload()
-
-    async def watch(self) -> None:
-        """Look at the files every RELOAD_CHECK_INTERVAL, as 4.9.8's file watch service does: a daemon
-        with ACL on runs this, and no request pays for a stat (that was a tenth of a signed send's check)."""
-        import asyncio  # (here: mqctl's acl commands import this module and need no event loop)
-
-        while True:
-            await asyncio.sleep(RELOAD_CHECK_INTERVAL)
-            try:
-                self.maybe_reload()
-            except Exception:  # (reload logs a bad file itself; anything else must not end the watch)
-                log.exception("checking the ACL files failed")
 
 
 # ---------------------------------------------------------------------------------- request rules
@@ -596,9 +581,8 @@ class PlainAccessValidator:
             raise AclDenied(f"ACL: signature check failed for accessKey={access_key} (wrong secretKey?)")
         code = request.code
         topic_field = _SEND_TOPIC_FIELDS.get(code)
-        if (
-            topic_field is not None
-        ):  # a send (no admin code): needed_resources' one pair, no OFFSET_CODES rule
+        # a send (no send code is an admin code): needed_resources' one pair, no OFFSET_CODES rule
+        if topic_field is not None:
             send_topic = fields.get(topic_field, "")
             if send_topic not in account.sendable:
                 if not account.unrestricted:

@@ -102,9 +102,10 @@ class Verifier:
 
     def __init__(self, secret_key: str, exclude: frozenset[str] = _CLIENT_EXCLUDED) -> None:
         key = secret_key.encode("utf-8")
-        #: The C check, when the build has it (read once: a module global costs a dict lookup per send).
-        self._verify = _c_verify if _c_signature is not None else None
-        if _c_keyed is not None and _c_signature is not None:  # one keyed copy of the secret, the one used
+        #: The C check when the build has it, else None: hashlib (read once: a module global costs a
+        #: dict lookup per send).
+        self._verify = _c_verify if _c_keyed is not None and _c_signature is not None else None
+        if self._verify is not None and _c_keyed is not None:  # one keyed copy of the secret, the one used
             self._states = _c_keyed(key)
         else:
             if len(key) > _SHA1_BLOCK:
@@ -120,7 +121,7 @@ class Verifier:
     def signature(self, fields: dict[str, str], body: bytes) -> str:
         if type(fields) is not dict:  # a subclass may answer a missing key (defaultdict): no KeyError
             fields = dict(fields)
-        if _c_signature is not None:
+        if self._verify is not None and _c_signature is not None:
             return _c_signature(self._states, self._values(fields), body)
         inner = self._inner.copy()
         inner.update("".join(self._values(fields)).encode("utf-8"))

@@ -41,7 +41,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from daemon.acl.plain import AclFiles, PlainAccessValidator
+from daemon.acl.plain import RELOAD_CHECK_INTERVAL, AclFiles, PlainAccessValidator
 from daemon.acl.signature import hmac_backend
 from daemon.broker.config import BrokerConfig
 from daemon.broker.ha import (
@@ -64,7 +64,7 @@ from daemon.broker.schedule import ScheduleMessageService
 from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
-from daemon.lifecycle import cancel_tasks
+from daemon.lifecycle import cancel_tasks, every
 from daemon.remoting.bodies import PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient, Transport
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
@@ -201,16 +201,20 @@ class Broker:
             self.schedule.start()
             self.transactions.start()
         self._tasks += [
-            asyncio.create_task(self._every(CLIENT_SCAN_INTERVAL, self._scan_clients), name="client-scan"),
+            asyncio.create_task(every(CLIENT_SCAN_INTERVAL, self._scan_clients), name="client-scan"),
             asyncio.create_task(
-                self._every(self.config.flush_consumer_offset_interval / 1000, self._persist_offsets),
+                every(self.config.flush_consumer_offset_interval / 1000, self._persist_offsets),
                 name="offset-persist",
             ),
             asyncio.create_task(self._registration_loop(), name="namesrv-register"),
-            asyncio.create_task(self._every(SAMPLE_PERIOD, self.stats.sample), name="stats-sample"),
+            asyncio.create_task(every(SAMPLE_PERIOD, self.stats.sample), name="stats-sample"),
         ]
         if self.acl_files is not None:
-            self._tasks.append(asyncio.create_task(self.acl_files.watch(), name="acl-watch"))
+            self._tasks.append(
+                asyncio.create_task(
+                    every(RELOAD_CHECK_INTERVAL, self.acl_files.maybe_reload), name="acl-watch"
+                )
+            )
         await self.server.serve()
         self.state = "serving"
         self._started = True
@@ -391,15 +395,6 @@ class Broker:
         if is_slave(self.config):
             for code, processor in slave_refusals().items():
                 self.server.register(code, processor)
-
-    @staticmethod
-    async def _every(period: float, action: Callable[[], None]) -> None:
-        while True:
-            await asyncio.sleep(period)
-            try:
-                action()
-            except Exception:
-                log.exception("periodic task %s failed", getattr(action, "__name__", action))
 
     def _persist_offsets(self) -> None:
         self.store.configs.persist_offsets()

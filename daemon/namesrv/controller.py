@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from daemon.acl.plain import NAMESRV_WRITE_CODES, AclFiles, PlainAccessValidator
-from daemon.lifecycle import cancel_tasks
+from daemon.acl.plain import NAMESRV_WRITE_CODES, RELOAD_CHECK_INTERVAL, AclFiles, PlainAccessValidator
+from daemon.lifecycle import cancel_tasks, every
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.kvconfig import KVConfigManager
 from daemon.namesrv.processor import NamesrvProcessor
@@ -53,7 +53,9 @@ class NamesrvController:
         await self.server.start()
         self._tasks.append(asyncio.create_task(self._scan_loop(), name="namesrv-broker-scan"))
         if files is not None:
-            self._tasks.append(asyncio.create_task(files.watch(), name="acl-watch"))
+            self._tasks.append(
+                asyncio.create_task(every(RELOAD_CHECK_INTERVAL, files.maybe_reload), name="acl-watch")
+            )
         log.info(
             "NameServer started on %s:%d, data in %s", self.config.listen_host, self.port, self.config.home
         )

@@ -11,7 +11,9 @@ from hypothesis import given, strategies as st
 
 from daemon.acl import signature as signature_module
 from daemon.acl.plain import (
+    ADMIN_CODES,
     DENY,
+    MAX_SENDABLE,
     PUB,
     SERVER_EXCLUDED,
     SUB,
@@ -432,6 +434,22 @@ def test_a_remembered_send_permission_ends_with_its_file(tmp_path: Path) -> None
     files.maybe_reload()
     with pytest.raises(AclDenied, match="needs PUB on topic TopicA, has SUB"):
         check("127.0.0.1", _signed(v2, {"b": "TopicA"}, "rocketmq2", "12345678", b"x"))
+
+
+def test_sends_skip_the_admin_test_and_remember_a_bounded_number_of_topics(tmp_path: Path) -> None:
+    """`check` sends a send code straight to its topic rule: none may be an admin code. An account
+    sending to ever-new topics remembers MAX_SENDABLE of them, and its sends to the others still pass."""
+    sends = {RequestCode.SEND_MESSAGE, RequestCode.SEND_MESSAGE_V2, RequestCode.SEND_BATCH_MESSAGE}
+    assert not sends & ADMIN_CODES
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "plain_acl.yml").write_text(ACL_YAML)
+    files = AclFiles(str(tmp_path))
+    check = PlainAccessValidator(files).check
+    for i in range(MAX_SENDABLE + 3):  # RocketMQ: an admin without perms, whose sends pass any topic
+        check("127.0.0.1", _signed(RequestCode.SEND_MESSAGE_V2, {"b": f"T{i}"}, "RocketMQ", "12345678"))
+    assert (
+        len(files.table.accounts["RocketMQ"].sendable) == MAX_SENDABLE
+    )  # the last three passed unremembered
 
 
 def test_send_rules_on_the_send_path(tmp_path: Path) -> None:

@@ -42,7 +42,7 @@ async def test_namesrv_acl_guards_writes_only(tmp_path: Path) -> None:
             assert (await ns.register({"T": 1}, client=admin)).code == ResponseCode.SUCCESS
 
             write_acl(home, PLAIN_ACL.replace("10.10.103.*", "127.0.0.1"))  # brokers by address
-            for _ in range(40):  # the guard re-reads the edited file by itself
+            for _ in range(40):  # the NameServer's watch re-reads the edited file
                 if (
                     await ns.register({"T": 1}, broker_name="b2", broker_addr="127.0.0.1:1", client=anonymous)
                 ).code == 0:
