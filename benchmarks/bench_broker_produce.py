@@ -27,6 +27,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.loop import run
 from mqctl.services.bench import BenchResult, Run, result, send_frame, sender
+from store import native
 
 ROOT = Path(__file__).resolve().parent.parent
 BODY = os.urandom(1024)
@@ -97,6 +98,11 @@ def local_cluster(
     """`mqctl namesrv start` + `mqctl broker start` registered with it, on loopback, stores under ``data``,
     ``env`` added to the environment; yields the NameServer's address and the broker's pid once ``ready``
     (default: the broker answers runtime info) returns."""
+    if cwd == ROOT and native.active() is None:  # (a stale build is silent: the broker runs ~2x slower)
+        print(
+            "bench: build/native is missing or stale, the daemons run pure Python (`make native`)",
+            file=sys.stderr,
+        )
     ns, port = f"127.0.0.1:{free_port()}", free_port()
     environ = {**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1", "MQCTL_LISTEN_HOST": "127.0.0.1", **(env or {})}
     argvs = [
