@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -48,13 +48,17 @@ class Service(Protocol):
     async def stop(self) -> None: ...
 
 
-async def every(period: float, action: Callable[[], None]) -> None:
+async def every(period: float, action: Callable[[], Awaitable[object] | None]) -> None:
     """Run `action` every `period` seconds until cancelled: a daemon's periodic task (an error is logged
-    with its traceback, and the next period runs as usual)."""
+    with its traceback, and the next period runs as usual). An awaitable it returns (say
+    ``asyncio.to_thread(...)`` for work that blocks, such as a write that fsyncs) is awaited before the
+    next period starts."""
     while True:
         await asyncio.sleep(period)
         try:
-            action()
+            pending = action()
+            if pending is not None:
+                await pending
         except Exception:
             log.exception("periodic task %s failed", getattr(action, "__name__", action))
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
+from pathlib import Path
 
 from daemon.broker.bodies import (
     ConsumerData,
@@ -19,8 +21,10 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from store import fastjson
+from store.config_files import ConsumerOffsetManager
 from store.record import decode_records
-from tests.support.broker import BrokerHandle
+from tests.support.broker import BrokerHandle, start_broker
+from tests.support.waiting import wait_until
 
 
 async def test_heartbeat_registers_consumer_and_creates_retry_topic(broker: BrokerHandle) -> None:
@@ -101,6 +105,38 @@ async def test_offsets_commit_query_and_oneway(broker: BrokerHandle) -> None:
     # a pull with FLAG_COMMIT_OFFSET commits too
     await broker.pull("OG", "OT", 0, 1, sys_flag=0x5, commit_offset=1)
     assert broker.broker.offsets.query_offset("OG", "OT", 0) == 1
+
+
+async def test_offsets_persist_periodically_in_a_worker_thread(tmp_path: Path) -> None:
+    """Each write fsyncs the file and its directory (milliseconds): on the loop it stalled every request."""
+    b = await start_broker(tmp_path / "store", flush_consumer_offset_interval=20)
+    client = RemotingClient()
+    files = b.store.configs
+    persisted_on: list[int] = []
+    persist = files.persist_offsets
+
+    def recorded() -> None:
+        persisted_on.append(threading.get_ident())
+        persist()
+
+    files.persist_offsets = recorded  # type: ignore[method-assign]
+    try:
+        handle = BrokerHandle(b.addr, client, b)
+        update = {"consumerGroup": "PG", "topic": "PT", "queueId": "0", "commitOffset": "5"}
+        assert (await handle.call(RequestCode.UPDATE_CONSUMER_OFFSET, update)).code == ResponseCode.SUCCESS
+        on_disk = ConsumerOffsetManager(
+            str(tmp_path / "store" / "config" / "consumerOffset.json"), read_only=True
+        )
+
+        def written() -> bool:
+            on_disk.load()
+            return on_disk.query_offset("PG", "PT", 0) == 5
+
+        await wait_until(written, timeout=10)
+        assert persisted_on and threading.get_ident() not in persisted_on
+    finally:
+        await client.close()
+        await b.stop()
 
 
 async def test_queue_offset_lookups(broker: BrokerHandle) -> None:

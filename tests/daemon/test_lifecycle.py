@@ -1,7 +1,8 @@
-"""Pidfiles and termination helpers shared by the daemons (daemon/lifecycle.py)."""
+"""Pidfiles, termination helpers and periodic tasks shared by the daemons (daemon/lifecycle.py)."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -10,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.lifecycle import AlreadyRunningError, PidFile, read_pid, running_pid, terminate
+from daemon.lifecycle import AlreadyRunningError, PidFile, every, read_pid, running_pid, terminate
+from tests.support.waiting import wait_until
 
 
 def test_pidfile_holds_our_pid_and_removes_it(tmp_path: Path) -> None:
@@ -43,3 +45,36 @@ def test_stale_pidfile_is_replaced_and_live_one_refused(tmp_path: Path) -> None:
         sleeper.kill()
         sleeper.wait()
     assert terminate(path) is None  # nothing left to stop
+
+
+async def test_every_awaits_what_the_action_returns_and_outlives_its_failures(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    events: list[object] = []
+
+    async def slow() -> None:
+        await asyncio.sleep(0.05)  # five periods: no call may start meanwhile
+        events.append("slow done")
+
+    async def failing() -> None:
+        raise RuntimeError("boom in the awaitable")
+
+    def action() -> object:
+        calls = events.count("call")
+        events.append("call")
+        if calls == 0:
+            return slow()
+        if calls == 1:
+            return failing()
+        if calls == 2:
+            raise RuntimeError("boom in the call")
+        return asyncio.to_thread(lambda: events.append(threading.get_ident()))
+
+    task = asyncio.create_task(every(0.01, action))
+    try:
+        await wait_until(lambda: any(isinstance(e, int) for e in events), timeout=10)
+    finally:
+        task.cancel()
+    assert events[:4] == ["call", "slow done", "call", "call"]
+    assert next(e for e in events if isinstance(e, int)) != threading.get_ident()  # ran in a worker thread
+    assert "boom in the awaitable" in caplog.text and "boom in the call" in caplog.text
