@@ -146,6 +146,9 @@ class Broker:
         self._changed_topics: set[str] = set()
         #: Whether topics were registered alone since the whole table last was (see new_version).
         self._registered_alone = False
+        #: The last whole-table registration body, and the table's data version, the broker permission and
+        #: the form it was made with: while those stay, the periodic registration sends it again.
+        self._table_body: tuple[tuple[int, int, int, bool], bytes] | None = None
         #: Topic creations made durable together (each answered after its write): one journal line each
         #: beside topics.json, not a rewrite of the whole table (see store.config_files).
         self.persist_topics = Coalesced(
@@ -535,7 +538,7 @@ class Broker:
             self.topics.new_version()
         c = self.config
         compressed = c.compressed_register
-        body = RegisterBrokerBody(self.registration_wrapper(topics), []).encode(compressed)
+        body = await self._registration_body(topics, compressed)
         header = RegisterBrokerRequestHeader(
             c.broker_name,
             self.addr,
@@ -567,6 +570,22 @@ class Broker:
 
         done = await asyncio.gather(*(one(a) for a in addrs))
         return [a for a in done if a is not None]
+
+    async def _registration_body(self, topics: Iterable[str] | None, compressed: bool) -> bytes:
+        """REGISTER_BROKER's body. The whole table's takes ~100 ms to encode with 10,000 topics, which on the
+        loop stalled every request every 30 s: it is encoded in a worker thread, and only when the table
+        (its data version: entries are replaced, never changed in place), the permission or the form changed."""
+        if topics is not None:
+            return RegisterBrokerBody(self.registration_wrapper(topics), []).encode(compressed)
+        now = self.topics.file.data_version
+        key = (now.counter, now.timestamp, self.config.broker_permission, compressed)
+        if self._table_body is not None and self._table_body[0] == key:
+            return self._table_body[1]
+        wrapper = self.registration_wrapper()
+        version = wrapper.data_version  # (a snapshot with the table: maybe newer than `now`)
+        body = await asyncio.to_thread(RegisterBrokerBody(wrapper, []).encode, compressed)
+        self._table_body = ((version.counter, version.timestamp, key[2], compressed), body)
+        return body
 
     async def _register_changed(self) -> None:
         topics, self._changed_topics = self._changed_topics, set()
