@@ -125,3 +125,11 @@ async def test_the_whole_table_is_encoded_again_only_when_it_changed(
     assert encoded == [False, True]
     assert (await route(cluster, "Again")).code == ResponseCode.SUCCESS
 
+
+async def test_a_broker_permission_update_reaches_every_route(cluster: ClusterHandle) -> None:
+    """The permission caps every topic's: NameServers take a table again only at a new data version."""
+    assert TopicRouteData.loads((await route(cluster, "TBW102")).body).queue_datas[0].perm & PermName.WRITE
+    update = RemotingCommand.request(RequestCode.UPDATE_BROKER_CONFIG, body=b"brokerPermission=4\n")
+    assert (await cluster.client.invoke(cluster.addr, update)).code == ResponseCode.SUCCESS
+    await cluster.broker.register_all()  # (the one the update scheduled may not have run yet)
+    assert TopicRouteData.loads((await route(cluster, "TBW102")).body).queue_datas[0].perm == PermName.READ

@@ -447,7 +447,8 @@ class AdminProcessor:
         if changed:
             self.config_version = DataVersion(self.config_version.counter + 1, int(time.time() * 1000))
             log.info("broker config updated: %s", changed)
-        if "broker_permission" in changed:
+        if "broker_permission" in changed:  # every route's perm is capped by it: NameServers take the table
+            self.broker.topics.new_version()  # again only at a new data version (4.9.8 bumps it here too)
             self.broker.schedule_register()
         return request.make_response()
 
