@@ -16,8 +16,9 @@ the next pull often travel in one TCP segment.
 
 Latency is receipt time minus send start per message, after a 2 s warm-up. Prints p50/p90/p99/p99.9/max,
 and beside them what the machine did meanwhile: this process's worst event-loop lag (a probe that
-sleeps 5 ms at a time) and the share of time some task waited for a CPU (Linux PSI,
-/proc/pressure/cpu). On a shared 2-core machine a busy neighbour shows up there, not as broker work.
+sleeps 5 ms at a time), the share of time some task waited for a CPU (Linux PSI,
+/proc/pressure/cpu) and the share of CPU time the hypervisor stole (/proc/stat). On a shared 2-core
+machine a busy neighbour shows up there, not as broker work.
 Usage: python benchmarks/bench_broker_latency.py [DURATION_S] [RATE]
 """
 
@@ -100,6 +101,7 @@ class Run:
     pulls: int = 0
     loop_lags_ms: list[float] = field(default_factory=list)
     cpu_wait_share: float | None = None  # of the measured wall time, PSI "some"
+    steal_share: float | None = None  # of this machine's CPU time, taken by the hypervisor
 
 
 async def bench(namesrv: str, broker: str, duration: float, rate: float) -> Run:
@@ -139,7 +141,7 @@ async def bench(namesrv: str, broker: str, duration: float, rate: float) -> Run:
         pressure = None
         for i in range(out.sent):
             if i == warm_up:
-                pressure, started = cpu_pressure_us(), time.perf_counter()
+                pressure, started, ticks = cpu_pressure_us(), time.perf_counter(), cpu_ticks()
                 out.loop_lags_ms.clear()
             delay = t0 + i / rate - loop.time()
             if delay > 0:
@@ -149,13 +151,26 @@ async def bench(namesrv: str, broker: str, duration: float, rate: float) -> Run:
             task.add_done_callback(sends.discard)
         await asyncio.gather(*sends)
         await asyncio.wait_for(done.wait(), 30)
-        end = cpu_pressure_us()
+        end, ticks_end = cpu_pressure_us(), cpu_ticks()
+        if ticks is not None and ticks_end is not None and sum(ticks_end) > sum(ticks):
+            out.steal_share = (ticks_end[1] - ticks[1]) / (sum(ticks_end) - sum(ticks))
         if pressure is not None and end is not None:
             out.cpu_wait_share = (end - pressure) / 1e6 / (time.perf_counter() - started)
         for task in (*consumers, probe):
             task.cancel()
         await asyncio.gather(*consumers, probe, return_exceptions=True)
         return out
+
+
+def cpu_ticks() -> tuple[int, int] | None:
+    """This machine's CPU time since boot, in ticks: (all but steal, steal), or None where not available.
+    Steal is time a virtual CPU was ready but the hypervisor ran something else: no PSI inside sees it."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:9]]
+    except (OSError, ValueError):
+        return None
+    return sum(fields[:7]), fields[7] if len(fields) > 7 else 0
 
 
 def cpu_pressure_us() -> int | None:
@@ -194,9 +209,11 @@ def main() -> None:
         f"max {ms[-1]:.1f} ms, mean {statistics.fmean(ms):.2f} ms"
     )
     share = "n/a" if r.cpu_wait_share is None else f"{100 * r.cpu_wait_share:.0f}%"
+    steal = "n/a" if r.steal_share is None else f"{100 * r.steal_share:.1f}%"
     print(
         f"meanwhile: load generator loop lag p99 {percentile(lags, 99):.1f} ms, max {lags[-1]:.1f} ms; "
-        f"some task waiting for a CPU {share} of the time; load average {os.getloadavg()[0]:.2f}"
+        f"some task waiting for a CPU {share} of the time; the hypervisor's steal {steal} of the CPU time; "
+        f"load average {os.getloadavg()[0]:.2f}"
     )
 
 
