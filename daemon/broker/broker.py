@@ -83,6 +83,7 @@ from store.config_files import ConsumerOffsetManager
 from store.engine import DefaultMessageStore
 from store.errors import StoreError
 from store.message import PROPERTY_REAL_TOPIC, Message, StoredMessage
+from store.models import DataVersion
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from store.results import PutResult
 
@@ -148,7 +149,10 @@ class Broker:
         self._registered_alone = False
         #: The last whole-table registration body, and the table's data version, the broker permission and
         #: the form it was made with: while those stay, the periodic registration sends it again.
-        self._table_body: tuple[tuple[int, int, int, bool], bytes] | None = None
+        self._table_body: tuple[tuple[DataVersion, int, int, int, int, bool], bytes] | None = None
+        #: One registration at a time, as 4.9.8's synchronized registerBrokerAll: a single topic's must not
+        #: reach a NameServer before a whole table snapshotted earlier, which would bring back its old route.
+        self._registering = asyncio.Lock()
         #: Topic creations made durable together (each answered after its write): one journal line each
         #: beside topics.json, not a rewrite of the whole table (see store.config_files).
         self.persist_topics = Coalesced(
@@ -530,9 +534,13 @@ class Broker:
     async def register_all(self, topics: Iterable[str] | None = None) -> list[str]:
         """Register with every NameServer concurrently, with the whole topic table or only ``topics``;
         returns the addresses that accepted."""
-        addrs = self.config.namesrv_addrs
-        if not addrs:
+        if not self.config.namesrv_addrs:
             return []
+        async with self._registering:
+            return await self._register_all(topics)
+
+    async def _register_all(self, topics: Iterable[str] | None) -> list[str]:
+        addrs = self.config.namesrv_addrs
         if topics is None and self._registered_alone:
             self._registered_alone = False
             self.topics.new_version()
@@ -577,14 +585,23 @@ class Broker:
         (its data version: entries are replaced, never changed in place), the permission or the form changed."""
         if topics is not None:
             return RegisterBrokerBody(self.registration_wrapper(topics), []).encode(compressed)
-        now = self.topics.file.data_version
-        key = (now.counter, now.timestamp, self.config.broker_permission, compressed)
-        if self._table_body is not None and self._table_body[0] == key:
-            return self._table_body[1]
-        wrapper = self.registration_wrapper()
-        version = wrapper.data_version  # (a snapshot with the table: maybe newer than `now`)
+        file = self.topics.file
+        # (the version object too: a slave's sync replaces it with the master's; and the table's size, for
+        # a change that bumped no version, such as the system topics made at start)
+        key = (
+            file.data_version,
+            file.data_version.counter,
+            file.data_version.timestamp,
+            len(file.table),
+            self.config.broker_permission,
+            compressed,
+        )
+        cached = self._table_body
+        if cached is not None and cached[0][0] is key[0] and cached[0][1:] == key[1:]:
+            return cached[1]
+        wrapper = self.registration_wrapper()  # (no await since `key`: it describes this snapshot)
         body = await asyncio.to_thread(RegisterBrokerBody(wrapper, []).encode, compressed)
-        self._table_body = ((version.counter, version.timestamp, key[2], compressed), body)
+        self._table_body = (key, body)
         return body
 
     async def _register_changed(self) -> None:

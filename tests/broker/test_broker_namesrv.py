@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -133,3 +135,29 @@ async def test_a_broker_permission_update_reaches_every_route(cluster: ClusterHa
     assert (await cluster.client.invoke(cluster.addr, update)).code == ResponseCode.SUCCESS
     await cluster.broker.register_all()  # (the one the update scheduled may not have run yet)
     assert TopicRouteData.loads((await route(cluster, "TBW102")).body).queue_datas[0].perm == PermName.READ
+
+
+async def test_a_single_topic_registration_waits_for_an_older_whole_table_one(
+    cluster: ClusterHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Else the whole table, snapshotted before the update but sent after it (its encoding runs in a worker
+    thread), brings back the topic's old route until the next periodic registration."""
+    header = CreateTopicRequestHeader("Late", "TBW102", 3, 3, 6, "SINGLE_TAG")
+    assert (await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext_fields())).code == 0
+    encode = RegisterBrokerBody.encode
+    encoding = threading.Event()
+
+    def slow(self: RegisterBrokerBody, compressed: bool = False) -> bytes:
+        if len(self.topic_config_serialize_wrapper.topic_config_table) > 1:  # the whole table
+            encoding.set()
+            time.sleep(0.5)
+        return encode(self, compressed)
+
+    monkeypatch.setattr(RegisterBrokerBody, "encode", slow)
+    cluster.broker.topics.new_version()  # (the last whole-table body is not sent again as it is)
+    whole = asyncio.create_task(cluster.broker.register_all())
+    await asyncio.to_thread(encoding.wait, 10)
+    header.read_queue_nums = header.write_queue_nums = 8
+    assert (await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext_fields())).code == 0
+    await whole
+    assert TopicRouteData.loads((await route(cluster, "Late")).body).queue_datas[0].write_queue_nums == 8
