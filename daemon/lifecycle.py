@@ -52,13 +52,19 @@ async def every(period: float, action: Callable[[], Awaitable[object] | None]) -
     """Run `action` every `period` seconds until cancelled: a daemon's periodic task (an error is logged
     with its traceback, and the next period runs as usual). An awaitable it returns (say
     ``asyncio.to_thread(...)`` for work that blocks, such as a write that fsyncs) is awaited before the
-    next period starts."""
+    next period starts; cancelled meanwhile, the task ends when it has finished (a thread cannot be
+    stopped: a shutdown that writes the same file next must not race it)."""
     while True:
         await asyncio.sleep(period)
         try:
             pending = action()
             if pending is not None:
-                await pending
+                running = asyncio.ensure_future(pending)
+                try:
+                    await asyncio.shield(running)
+                except asyncio.CancelledError:
+                    await asyncio.wait([running])
+                    raise
         except Exception:
             log.exception("periodic task %s failed", getattr(action, "__name__", action))
 

@@ -576,7 +576,8 @@ class DelayOffsetManager(JsonConfigFile):
         return self.table.get(level, 0)
 
     def set_offset(self, level: int, offset: int) -> None:
-        self.table[level] = offset
+        with self.lock:  # (the broker persists the table from a worker thread)
+            self.table[level] = offset
 
     def offsets(self) -> dict[int, int]:
         """A copy of level → next offset."""

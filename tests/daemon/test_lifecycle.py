@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -75,6 +76,31 @@ async def test_every_awaits_what_the_action_returns_and_outlives_its_failures(
         await wait_until(lambda: any(isinstance(e, int) for e in events), timeout=10)
     finally:
         task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     assert events[:4] == ["call", "slow done", "call", "call"]
     assert next(e for e in events if isinstance(e, int)) != threading.get_ident()  # ran in a worker thread
     assert "boom in the awaitable" in caplog.text and "boom in the call" in caplog.text
+
+
+async def test_every_cancelled_ends_after_the_work_it_awaits() -> None:
+    """A thread cannot be stopped: the periodic write a shutdown cancels finishes before the task ends."""
+    started, release = threading.Event(), threading.Event()
+    finished: list[bool] = []
+
+    def write() -> None:
+        started.set()
+        release.wait(10)
+        finished.append(True)
+
+    task = asyncio.create_task(every(0.001, lambda: asyncio.to_thread(write)))
+    try:
+        await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        await asyncio.sleep(0.05)
+        assert not task.done()  # still waiting for the write
+    finally:
+        release.set()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert finished == [True]
