@@ -147,9 +147,9 @@ class Broker:
         self._changed_topics: set[str] = set()
         #: Whether topics were registered alone since the whole table last was (see new_version).
         self._registered_alone = False
-        #: The last whole-table registration body, and the table's data version, the broker permission and
-        #: the form it was made with: while those stay, the periodic registration sends it again.
-        self._table_body: tuple[tuple[DataVersion, int, int, int, int, bool], bytes] | None = None
+        #: The last whole-table registration body, the table's DataVersion object it was made at, and what
+        #: else it was made from (see _registration_body): while those stay, registrations send it again.
+        self._table_body: tuple[DataVersion, tuple[int, int, int, int, bool], bytes] | None = None
         #: One registration at a time, as 4.9.8's synchronized registerBrokerAll: a single topic's must not
         #: reach a NameServer before a whole table snapshotted earlier, which would bring back its old route.
         self._registering = asyncio.Lock()
@@ -585,23 +585,22 @@ class Broker:
         (its data version: entries are replaced, never changed in place), the permission or the form changed."""
         if topics is not None:
             return RegisterBrokerBody(self.registration_wrapper(topics), []).encode(compressed)
-        file = self.topics.file
-        # (the version object too: a slave's sync replaces it with the master's; and the table's size, for
-        # a change that bumped no version, such as the system topics made at start)
-        key = (
-            file.data_version,
-            file.data_version.counter,
-            file.data_version.timestamp,
-            len(file.table),
+        # The version object too (a slave's sync replaces it with the master's), and the table's size (the
+        # system topics made at start bump no version).
+        version = self.topics.file.data_version
+        made_from = (
+            version.counter,
+            version.timestamp,
+            len(self.topics.file.table),
             self.config.broker_permission,
             compressed,
         )
         cached = self._table_body
-        if cached is not None and cached[0][0] is key[0] and cached[0][1:] == key[1:]:
-            return cached[1]
-        wrapper = self.registration_wrapper()  # (no await since `key`: it describes this snapshot)
+        if cached is not None and cached[0] is version and cached[1] == made_from:
+            return cached[2]
+        wrapper = self.registration_wrapper()  # (no await since `made_from`: it describes this snapshot)
         body = await asyncio.to_thread(RegisterBrokerBody(wrapper, []).encode, compressed)
-        self._table_body = (key, body)
+        self._table_body = (version, made_from, body)
         return body
 
     async def _register_changed(self) -> None:

@@ -143,7 +143,9 @@ async def test_a_single_topic_registration_waits_for_an_older_whole_table_one(
     """Else the whole table, snapshotted before the update but sent after it (its encoding runs in a worker
     thread), brings back the topic's old route until the next periodic registration."""
     header = CreateTopicRequestHeader("Late", "TBW102", 3, 3, 6, "SINGLE_TAG")
-    assert (await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext_fields())).code == 0
+    assert (
+        await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext_fields())
+    ).code == ResponseCode.SUCCESS
     encode = RegisterBrokerBody.encode
     encoding = threading.Event()
 
@@ -158,6 +160,8 @@ async def test_a_single_topic_registration_waits_for_an_older_whole_table_one(
     whole = asyncio.create_task(cluster.broker.register_all())
     await asyncio.to_thread(encoding.wait, 10)
     header.read_queue_nums = header.write_queue_nums = 8
-    assert (await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext_fields())).code == 0
+    assert (
+        await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext_fields())
+    ).code == ResponseCode.SUCCESS
     await whole
     assert TopicRouteData.loads((await route(cluster, "Late")).body).queue_datas[0].write_queue_nums == 8
