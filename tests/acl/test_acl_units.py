@@ -27,7 +27,7 @@ from daemon.acl.plain import (
     parse_perm,
     read_yaml,
 )
-from daemon.acl.signature import Verifier, calculate, sign, signing_content
+from daemon.acl.signature import Signer, Verifier, calculate, signing_content
 from daemon.broker.bodies import ConsumerData, HeartbeatData, SubscriptionData
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -94,7 +94,7 @@ def test_signature_matches_ali_ons(secret: str, fields: dict[str, str], body: by
 
 def test_sign_adds_access_key_and_signature_over_them() -> None:
     fields = {k: v for k, v in ONS_VECTORS[1][1].items() if k != "AccessKey"}
-    sign(fields, ONS_VECTORS[1][2], "rocketmq2", "12345678")
+    Signer("rocketmq2", "12345678").sign(fields, ONS_VECTORS[1][2])
     assert fields["AccessKey"] == "rocketmq2"
     assert fields["Signature"] == "7b5Rgr6rI6K1UpFGSdTdtVenxL8="
 
@@ -166,7 +166,7 @@ accounts:
 
 def _signed(code: int, fields: dict[str, str], ak: str, sk: str, body: bytes = b"") -> RemotingCommand:
     fields = dict(fields)
-    sign(fields, body, ak, sk)
+    Signer(ak, sk).sign(fields, body)
     return RemotingCommand.request(code, fields, body)
 
 
