@@ -19,11 +19,17 @@ and beside them what the machine did meanwhile: this process's worst event-loop 
 sleeps 5 ms at a time), the share of time some task waited for a CPU (Linux PSI,
 /proc/pressure/cpu) and the share of CPU time the hypervisor stole (/proc/stat). On a shared 2-core
 machine a busy neighbour shows up there, not as broker work.
-Usage: python benchmarks/bench_broker_latency.py [DURATION_S] [RATE]
+
+    python benchmarks/bench_broker_latency.py [DURATION_S] [RATE] [--tree DIR]
+
+``--tree DIR`` runs the NameServer and broker of another source tree (a `git worktree` of an older
+commit), against this tree's load generator, so two brokers compare under the same client: alternate
+runs of the two, since the hypervisor's steal moves the tail from one minute to the next.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
 import signal
@@ -35,6 +41,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 # run as a script: benchmarks/ is on sys.path
 from bench_broker_produce import ROOT, broker_process, free_port
@@ -57,12 +64,12 @@ BODY = os.urandom(1024)
 
 
 @contextmanager
-def namesrv_process() -> Iterator[str]:
-    """`mqctl namesrv start` on a temporary data dir; yields its address once it answers."""
+def namesrv_process(cwd: Path = ROOT) -> Iterator[str]:
+    """`mqctl namesrv start` of the tree ``cwd`` on a temporary data dir; yields its address once it answers."""
     with tempfile.TemporaryDirectory() as tmp:
         addr = f"127.0.0.1:{free_port()}"
         argv = [sys.executable, "-m", "mqctl", "namesrv", "start", "--data", tmp, "--listen", addr]
-        proc = subprocess.Popen(argv, cwd=ROOT, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(argv, cwd=cwd, stderr=subprocess.DEVNULL)
         try:
             run(_wait_namesrv(addr))
             yield addr
@@ -196,9 +203,15 @@ def percentile(sorted_ms: list[float], p: float) -> float:
 
 
 def main() -> None:
-    duration = float(sys.argv[1]) if len(sys.argv) > 1 else 25.0
-    rate = float(sys.argv[2]) if len(sys.argv) > 2 else 1000.0
-    with namesrv_process() as namesrv, broker_process("--namesrv", namesrv) as (broker, _):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("duration", nargs="?", type=float, default=25.0, help="seconds after the warm-up")
+    parser.add_argument("rate", nargs="?", type=float, default=1000.0, help="msgs/s")
+    parser.add_argument(
+        "--tree", type=Path, default=ROOT, help="source tree of the daemons (default: this one)"
+    )
+    args = parser.parse_args()
+    duration, rate, tree = args.duration, args.rate, args.tree.resolve()
+    with namesrv_process(tree) as namesrv, broker_process("--namesrv", namesrv, cwd=tree) as (broker, _):
         r = run(bench(namesrv, broker, duration, rate))
     ms, lags = sorted(r.latencies_ms), sorted(r.loop_lags_ms)
     print(
@@ -213,7 +226,7 @@ def main() -> None:
     print(
         f"meanwhile: load generator loop lag p99 {percentile(lags, 99):.1f} ms, max {lags[-1]:.1f} ms; "
         f"some task waiting for a CPU {share} of the time; the hypervisor's steal {steal} of the CPU time; "
-        f"load average {os.getloadavg()[0]:.2f}"
+        f"load average {os.getloadavg()[0]:.2f}; daemons of {tree}"
     )
 
 

@@ -68,9 +68,12 @@ async def bench(addr: str, duration: float, producers: int) -> BenchResult:
     return result("produce", run.messages, run.failures, time.perf_counter() - run.started, run.rts)
 
 
-def start_broker(store: str, port: int, *flags: str, **settings: str) -> subprocess.Popen[bytes]:
+def start_broker(
+    store: str, port: int, *flags: str, cwd: Path = ROOT, **settings: str
+) -> subprocess.Popen[bytes]:
     """`mqctl broker start` on ``store`` in a subprocess, so the load generator does not share its event loop;
-    ``settings`` become MQCTL_* variables (``brokerRole="SLAVE"`` -> ``MQCTL_BROKERROLE``)."""
+    ``settings`` become MQCTL_* variables (``brokerRole="SLAVE"`` -> ``MQCTL_BROKERROLE``); ``cwd`` is the
+    source tree whose broker runs (`python -m` imports from it first)."""
     argv = [
         sys.executable,
         "-m",
@@ -85,7 +88,7 @@ def start_broker(store: str, port: int, *flags: str, **settings: str) -> subproc
     ]
     env = {**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1", "MQCTL_LISTEN_HOST": "127.0.0.1"}
     env.update({f"MQCTL_{k.upper()}": v for k, v in settings.items()})
-    return subprocess.Popen([*argv, *flags], cwd=ROOT, stderr=subprocess.DEVNULL, env=env)
+    return subprocess.Popen([*argv, *flags], cwd=cwd, stderr=subprocess.DEVNULL, env=env)
 
 
 @contextmanager
@@ -137,14 +140,14 @@ def local_cluster(
 
 
 @contextmanager
-def broker_process(*flags: str) -> Iterator[tuple[str, float]]:
-    """`mqctl broker start` (plus ``flags``) on a temporary store; yields its address and the seconds to its
-    first answer."""
+def broker_process(*flags: str, cwd: Path = ROOT) -> Iterator[tuple[str, float]]:
+    """`mqctl broker start` (plus ``flags``) of the tree ``cwd`` on a temporary store; yields its address and
+    the seconds to its first answer."""
     with tempfile.TemporaryDirectory() as tmp:
         port = free_port()
         addr = f"127.0.0.1:{port}"
         started = time.perf_counter()
-        proc = start_broker(f"{tmp}/store", port, *flags)
+        proc = start_broker(f"{tmp}/store", port, *flags, cwd=cwd)
         try:
             yield addr, run(wait_ready(addr, started))
         finally:
