@@ -24,7 +24,9 @@ machine a busy neighbour shows up there, not as broker work.
 
 ``--tree DIR`` runs the NameServer and broker of another source tree (a `git worktree` of an older
 commit), against this tree's load generator, so two brokers compare under the same client: alternate
-runs of the two, since the hypervisor's steal moves the tail from one minute to the next.
+runs of the two, since the hypervisor's steal moves the tail from one minute to the next. A new worktree
+has no build/native (`make native` there, where the commit has it): without it its daemons run pure
+Python, and the last line says which.
 """
 
 from __future__ import annotations
@@ -226,7 +228,8 @@ def main() -> None:
     print(
         f"meanwhile: load generator loop lag p99 {percentile(lags, 99):.1f} ms, max {lags[-1]:.1f} ms; "
         f"some task waiting for a CPU {share} of the time; the hypervisor's steal {steal} of the CPU time; "
-        f"load average {os.getloadavg()[0]:.2f}; daemons of {tree}"
+        f"load average {os.getloadavg()[0]:.2f}; daemons of {tree} "
+        f"({'with' if (tree / 'build' / 'native').is_dir() else 'without'} build/native)"
     )
 
 
