@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import click
 import typer
@@ -33,6 +33,9 @@ from mqctl.cli.common import (
 )
 from mqctl.completion import complete_topic
 from mqctl.errors import UsageError
+
+if TYPE_CHECKING:
+    from mqctl.admin.client import Admin
 
 app = typer.Typer(help="Send, find, show, tail and re-send messages.", no_args_is_help=True)
 
@@ -125,7 +128,12 @@ def query(
     topic: OptionalTopicOpt = None,
     key: KeyOpt = None,
     msg_id: Annotated[
-        str | None, typer.Option("--id", help="Offset message id (finds its broker by itself).")
+        str | None,
+        typer.Option(
+            "--id",
+            help="Either message id: the offset id (msg_id) or the client id (unique_key) 'msg send' prints; "
+            "a client id is looked up in --topic, else in every topic.",
+        ),
     ] = None,
     unique_key: Annotated[
         str | None, typer.Option("--unique-key", help="Client message id (UNIQ_KEY).")
@@ -137,7 +145,7 @@ def query(
     ] = 64,
     no_body: NoBodyOpt = False,
 ) -> None:
-    """Find messages by key (--key with --topic), by message id (--id) or by client id (--unique-key).
+    """Find messages by key (--key with --topic), by either message id (--id) or by client id (--unique-key).
 
     A key query goes through the brokers' index; every hit is checked against the stored keys. Every
     message carries its body: UTF-8 text, or base64 when it is not UTF-8 (body_encoding says which).
@@ -154,9 +162,14 @@ def query(
     if (since or until) and key is None:
         raise UsageError("--since/--until only apply to --key")
     if msg_id is not None:
-        online(
-            lambda admin: messages.query_by_id(admin, msg_id, body=not no_body),
-        )
+
+        async def by_id(admin: Admin) -> dict[str, Any]:
+            found = await messages.query_by_id(admin, msg_id, topic=topic, body=not no_body)
+            kind = "an offset id (msg_id)" if found["found_by"] == "msg_id" else "a client id (unique_key)"
+            stderr_console().print(f"{msg_id} is {kind}", style="dim")
+            return found
+
+        online(by_id)
         return
     if topic is None:
         raise UsageError(f"{chosen[0]} needs --topic")

@@ -127,7 +127,7 @@ def summary(m: StoredMessage) -> dict[str, Any]:
     """One row per message in lists (query, tail, resend)."""
     return {
         "msg_id": m.msg_id,
-        "uniq_key": m.uniq_key,
+        "unique_key": m.uniq_key,
         "topic": m.topic,
         "queue_id": m.queue_id,
         "queue_offset": m.queue_offset,
@@ -197,9 +197,13 @@ def pick(refs: list[QueueRef], *, broker: str | None, queue: int | None, topic: 
 
 @dataclass
 class Sent:
+    """Where a sent message was stored: ``msg_id`` is the offset id (broker address and CommitLog offset,
+    what ``msg query --id`` and every other command call msg_id), ``unique_key`` the client id
+    (UNIQ_KEY, the Java client's ``SendResult.msgId``)."""
+
     status: str
     msg_id: str
-    offset_msg_id: str
+    unique_key: str
     topic: str
     broker: str
     queue_id: int
@@ -262,8 +266,8 @@ async def send_message(
     result = await wire.send(admin, ref.addr, topic, body, queue_id=ref.queue_id, properties=properties)
     return Sent(
         result.status,
-        result.msg_id,
         result.offset_msg_id,
+        result.msg_id,
         topic,
         ref.broker_name,
         result.queue_id,
@@ -319,11 +323,10 @@ async def query_by_unique_key(
 ) -> list[dict[str, Any]]:
     """The message(s) of ``topic`` whose client id (UNIQ_KEY) is ``uniq_key``, over all time (as
     mqadmin's queryMsgByUniqueKey); a producer that re-sent after a timeout leaves two."""
-    found = await _query_masters(admin, topic, uniq_key, 0, JAVA_LONG_MAX, 32, unique_key=True)
-    hits = [m for m in found if m.uniq_key == uniq_key]
+    hits = await _find_unique_key(admin, uniq_key, topic)
     if not hits:
         raise NotFoundError(f"no message with unique key {uniq_key!r} in topic {topic!r}")
-    return [_detail(m, body) for m in sorted(hits, key=lambda m: m.store_timestamp)]
+    return [_detail(m, body) for m in hits]
 
 
 def locate(msg_id: str) -> tuple[str, int]:
@@ -336,6 +339,18 @@ def locate(msg_id: str) -> tuple[str, int]:
     return f"{host}:{port}", offset
 
 
+def plausible_offset_id(msg_id: str) -> tuple[str, int] | None:
+    """(broker address, CommitLog offset) when ``msg_id`` decodes as an offset id naming a real port, else
+    None. A client id (UNIQ_KEY) has the same 32 hex digits, but where an offset id holds the port it holds
+    the producer's pid and class-loader hash: a number over 65535 (4.9.8's
+    ``DefaultMQAdminExtImpl#viewMessage(topic, msgId)`` tells them apart the same way)."""
+    try:
+        (_ip, port), _offset = decode_msg_id(msg_id.strip())
+    except ValueError:
+        return None
+    return locate(msg_id) if 0 < port <= 0xFFFF else None
+
+
 def _detail(m: StoredMessage, body: bool) -> dict[str, Any]:
     row = detail(m)
     if not body:
@@ -343,11 +358,10 @@ def _detail(m: StoredMessage, body: bool) -> dict[str, Any]:
     return row
 
 
-async def query_by_id(admin: Admin, msg_id: str, *, body: bool = True) -> dict[str, Any]:
-    """VIEW_MESSAGE_BY_ID at the broker the id names."""
-    addr, offset = locate(msg_id)
+async def _view(admin: Admin, msg_id: str, addr: str, offset: int) -> StoredMessage:
+    """VIEW_MESSAGE_BY_ID at ``addr``, or at a slave of it while it is down."""
     try:
-        message = await wire.view(admin, addr, offset)
+        return await wire.view(admin, addr, offset)
     except RemotingCommandError as exc:
         if exc.code == ResponseCode.SYSTEM_ERROR:  # what a 4.x broker answers for a bad offset
             raise NotFoundError(f"no message {msg_id} at {addr}: {exc.remark}") from exc
@@ -356,8 +370,67 @@ async def query_by_id(admin: Admin, msg_id: str, *, body: bool = True) -> dict[s
         found = await _view_on_slave(admin, addr, offset)
         if found is None:
             raise
-        message = found
-    return _detail(message, body)
+        return found
+
+
+#: Topics no client message is sent to: a client id is not searched there.
+_NOT_MESSAGE_TOPICS = ("RMQ_SYS_", "rmq_sys_", AUTO_CREATE_TOPIC, "SCHEDULE_TOPIC_XXXX", "OFFSET_MOVED_EVENT")
+
+
+async def _find_unique_key(admin: Admin, uniq_key: str, topic: str | None) -> list[StoredMessage]:
+    """Every stored copy of the message whose client id is ``uniq_key``: in ``topic``, or in every topic
+    the NameServer lists (a client id names no topic)."""
+    if topic is not None:
+        names = [topic]
+    else:
+        names = sorted(t for t in await admin.topic_list() if not t.startswith(_NOT_MESSAGE_TOPICS))
+    limit = asyncio.Semaphore(16)
+
+    async def one(name: str) -> list[StoredMessage]:
+        async with limit:
+            try:
+                return await _query_masters(admin, name, uniq_key, 0, JAVA_LONG_MAX, 32, unique_key=True)
+            except (RemotingError, NotFoundError):
+                if topic is not None:
+                    raise
+                return []  # a topic without a route or broker: nothing of it to find
+
+    found = await asyncio.gather(*(one(name) for name in names))
+    return sorted(
+        (m for batch in found for m in batch if m.uniq_key == uniq_key), key=lambda m: m.store_timestamp
+    )
+
+
+async def query_by_id(
+    admin: Admin, msg_id: str, *, topic: str | None = None, body: bool = True
+) -> dict[str, Any]:
+    """The message ``msg_id`` names, whichever id it is, with ``found_by`` saying which.
+
+    As mqadmin's queryMsgById: an id that decodes to a real broker address is an offset id (msg_id) and is
+    read there with VIEW_MESSAGE_BY_ID; otherwise, or when that broker has no such message or cannot be
+    reached, it is a client id (unique_key, the id ``msg send`` and the Java client print), looked up in
+    ``topic``'s index or every topic's. A client id stored twice (a producer's re-send) gives the oldest
+    copy; the others are logged.
+    """
+    msg_id = msg_id.strip()
+    located = plausible_offset_id(msg_id)
+    failure: Exception | None = None
+    if located is not None:
+        try:
+            return {"found_by": "msg_id"} | _detail(await _view(admin, msg_id, *located), body)
+        except (NotFoundError, RemotingConnectError) as exc:
+            failure = exc
+    elif len(msg_id) != 32:
+        locate(msg_id)  # raises the UsageError that says what an id looks like
+    copies = await _find_unique_key(admin, msg_id.upper(), topic)
+    if not copies:
+        if failure is not None:
+            raise failure
+        where = f"topic {topic!r}" if topic else "any topic"
+        raise NotFoundError(f"no message with id {msg_id}: not an offset id, and no client id in {where}")
+    for other in copies[1:]:
+        log.warning("client id %s is stored again as %s (a producer's re-send)", msg_id, other.msg_id)
+    return {"found_by": "unique_key"} | _detail(copies[0], body)
 
 
 async def _view_on_slave(admin: Admin, master: str, offset: int) -> StoredMessage | None:
@@ -670,7 +743,7 @@ async def record_resent(admin: Admin, group: str, done: set[tuple[str, int, int]
 @dataclass
 class Resent:
     dlq_msg_id: str
-    uniq_key: str | None
+    unique_key: str | None
     to_topic: str | None
     outcome: str  # WOULD RESEND, ALREADY RESENT (previews and runs); RESENT, FAILED, SKIPPED (runs)
     new_msg_id: str | None = None

@@ -23,6 +23,19 @@ log = logging.getLogger(__name__)
 PERMS = {"r": PermName.READ, "w": PermName.WRITE, "rw": PermName.READ_WRITE}
 
 
+def perm_text(perm: int) -> str:
+    """A permission in the form ``--perm`` and ``topic apply`` take (``rw``, ``r``, ``w``; ``x`` for
+    TBW102's inherit bit; ``-`` for none), so every output can be given back as input."""
+    return (
+        "".join(
+            c
+            for c, bit in (("r", PermName.READ), ("w", PermName.WRITE), ("x", PermName.INHERIT))
+            if perm & bit
+        )
+        or "-"
+    )
+
+
 @dataclass
 class RouteRow:
     broker_name: str
@@ -85,7 +98,7 @@ async def route(admin: Admin, topic: str) -> list[RouteRow]:
                 broker_name=queue.broker_name,
                 read_queues=queue.read_queue_nums,
                 write_queues=queue.write_queue_nums,
-                perm=PermName.to_string(queue.perm),
+                perm=perm_text(queue.perm),
                 master=addrs.get(0),
                 slaves=[addr for broker_id, addr in sorted(addrs.items()) if broker_id != 0],
             )
@@ -154,11 +167,26 @@ async def target_masters(admin: Admin, cluster: str | None, broker: str | None) 
     return [r.addr for r in rows]
 
 
+#: A topic's settings as plans and outputs name them (the flags' and the apply file's names).
+_DIFF_FIELDS = {
+    "read_queues": "read_queue_nums",
+    "write_queues": "write_queue_nums",
+    "perm": "perm",
+    "order": "order",
+}
+
+
+def _setting(config: TopicConfig, name: str) -> Any:
+    value = getattr(config, _DIFF_FIELDS[name])
+    return perm_text(value) if name == "perm" else value
+
+
 def _diff(old: TopicConfig | None, new: TopicConfig) -> dict[str, list[Any]]:
-    fields = ("read_queue_nums", "write_queue_nums", "perm", "order")
     if old is None:
-        return {f: [None, getattr(new, f)] for f in fields}
-    return {f: [getattr(old, f), getattr(new, f)] for f in fields if getattr(old, f) != getattr(new, f)}
+        return {f: [None, _setting(new, f)] for f in _DIFF_FIELDS}
+    return {
+        f: [_setting(old, f), _setting(new, f)] for f in _DIFF_FIELDS if _setting(old, f) != _setting(new, f)
+    }
 
 
 async def upsert(

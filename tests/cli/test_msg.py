@@ -6,6 +6,7 @@ import asyncio
 import csv
 import io
 import json
+import re
 import subprocess
 import sys
 import time
@@ -132,11 +133,11 @@ def test_send_stores_tag_keys_properties_on_the_chosen_queue(
         1,
         "broker-a",
     )
-    m = stored(daemons, sent["offset_msg_id"])
+    m = stored(daemons, sent["msg_id"])
     assert (m.topic, m.queue_id, m.queue_offset) == (OTHER, 1, sent["queue_offset"])
     assert m.body == b"hello world"
     assert (m.tags, m.keys, m.properties["color"]) == ("TagA", ["order-1", "cust-9"], "red")
-    assert m.uniq_key == sent["msg_id"]
+    assert m.uniq_key == sent["unique_key"]
 
 
 def test_send_reads_the_body_from_a_file_or_stdin(
@@ -145,9 +146,9 @@ def test_send_reads_the_body_from_a_file_or_stdin(
     payload = bytes(range(256)) * 4
     (tmp_path / "body.bin").write_bytes(payload)
     from_file = ok(mq("msg", "send", "-t", OTHER, "--file", str(tmp_path / "body.bin"), "-o", "json"))
-    assert stored(daemons, from_file["offset_msg_id"]).body == payload
+    assert stored(daemons, from_file["msg_id"]).body == payload
     from_stdin = ok(mq("msg", "send", "-t", OTHER, "-o", "json", input="piped body\n"))
-    assert stored(daemons, from_stdin["offset_msg_id"]).body == b"piped body\n"
+    assert stored(daemons, from_stdin["msg_id"]).body == b"piped body\n"
 
 
 def test_send_with_a_delay_level_goes_through_the_schedule_topic(
@@ -155,7 +156,7 @@ def test_send_with_a_delay_level_goes_through_the_schedule_topic(
 ) -> None:
     sent = ok(mq("msg", "send", "-t", LATER, "--delay-level", "3", "-k", "later", "tick", "-o", "json"))
     assert sent["delay_level"] == 3
-    m = stored(daemons, sent["offset_msg_id"])
+    m = stored(daemons, sent["msg_id"])
     assert (m.topic, m.queue_id) == (SCHEDULE_TOPIC, 2)
     assert (m.properties["REAL_TOPIC"], m.properties["DELAY"]) == (LATER, "3")
 
@@ -217,7 +218,7 @@ def test_query_and_show_carry_the_body_in_every_format(mq: Callable[..., CliResu
     sent = ok(mq("msg", "send", "-t", OTHER, "-q", "1", "--file", str(tmp_path / "body.bin"), "-o", "json"))
     shown = ok(mq("msg", "show", "-t", OTHER, "-q", "1", "--offset", str(sent["queue_offset"]), "-o", "json"))
     assert shown["body_encoding"] == "base64" and base64.b64decode(shown["body"]) == binary
-    by_id = ok(mq("msg", "query", "--id", sent["offset_msg_id"], "-o", "json"))
+    by_id = ok(mq("msg", "query", "--id", sent["msg_id"], "-o", "json"))
     assert base64.b64decode(by_id["body"]) == binary
     no_body = ok(
         mq(
@@ -246,11 +247,34 @@ def test_query_by_key_outside_the_window_is_not_found(mq: Callable[..., CliResul
 
 def test_query_by_id_and_by_unique_key(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
     sent = ok(mq("msg", "send", "-t", OTHER, "-k", "by-id", "find me", "-o", "json"))
-    shown = ok(mq("msg", "query", "--id", sent["offset_msg_id"], "-o", "json"))
+    shown = ok(mq("msg", "query", "--id", sent["msg_id"], "-o", "json"))
     assert (shown["body"], shown["keys"], shown["topic"]) == ("find me", "by-id", OTHER)
     assert shown["store_host"] == daemons.broker_addr
-    (by_uniq,) = ok(mq("msg", "query", "-t", OTHER, "--unique-key", sent["msg_id"], "-o", "json"))
-    assert by_uniq["msg_id"] == sent["offset_msg_id"]
+    (by_uniq,) = ok(mq("msg", "query", "-t", OTHER, "--unique-key", sent["unique_key"], "-o", "json"))
+    assert by_uniq["msg_id"] == sent["msg_id"]
+
+
+def test_query_by_id_takes_the_client_id_send_prints_and_says_which_kind_it_found(
+    mq: Callable[..., CliResult],
+) -> None:
+    """``msg send`` prints both ids; ``--id`` finds the message by either, with or without --topic."""
+    sent = ok(mq("msg", "send", "-t", OTHER, "-k", "either-id", "either way", "-o", "json"))
+    assert len(sent["unique_key"]) == len(sent["msg_id"]) == 32
+    for args in (["--id", sent["unique_key"]], ["--id", sent["unique_key"].lower(), "-t", OTHER]):
+        result = mq("msg", "query", *args, "-o", "json")
+        found = ok(result)
+        assert (found["found_by"], found["msg_id"], found["unique_key"]) == (
+            "unique_key",
+            sent["msg_id"],
+            sent["unique_key"],
+        )
+        assert found["body"] == "either way"
+        assert "is a client id (unique_key)" in result.stderr
+    by_offset = mq("msg", "query", "--id", sent["msg_id"], "-o", "json")
+    assert ok(by_offset)["found_by"] == "msg_id"
+    assert "is an offset id (msg_id)" in by_offset.stderr
+    elsewhere = mq("msg", "query", "--id", sent["unique_key"], "-t", TOPIC)
+    assert elsewhere.code == 3, elsewhere.stderr
 
 
 def test_query_by_id_of_a_missing_offset_or_an_unreachable_broker(
@@ -282,7 +306,7 @@ def test_user_data_is_shown_as_data_never_as_markup(mq: Callable[..., CliResult]
     sent = ok(
         mq("msg", "send", "-t", OTHER, "-q", "0", "--tag", "[vip]", "-k", "[urgent]", body, "-o", "json")
     )
-    by_id = mq("msg", "query", "--id", sent["offset_msg_id"])
+    by_id = mq("msg", "query", "--id", sent["msg_id"])
     assert by_id.code == 0, by_id.stderr
     for text in ("[urgent]", "[vip]", "[/b]", "[bold]not bold[/bold]"):
         assert text in by_id.stdout
@@ -623,7 +647,7 @@ def test_store_commands_read_the_running_brokers_store(
     live = on_broker(daemons, lambda: {q: daemons.broker.store.get_max_offset(TOPIC, q) for q in range(4)})
     assert {r["queue_id"]: r["max_offset"] for r in rows} == live
     sent = ok(mq("msg", "send", "-t", OTHER, "seen offline", "-o", "json"))
-    shown = ok(mq("store", "msg", "query", "--store", root, "--id", sent["offset_msg_id"], "-o", "json"))
+    shown = ok(mq("store", "msg", "query", "--store", root, "--id", sent["msg_id"], "-o", "json"))
     assert shown["body"] == "seen offline"
 
 
@@ -649,3 +673,87 @@ def test_send_to_an_unknown_topic_auto_creates_it_through_tbw102(
     assert sent["topic"] == "AutoCreated" and sent["queue_id"] < 4
     config = daemons.broker.topics.get("AutoCreated")
     assert config is not None and config.write_queue_nums == 4
+
+
+# ------------------------------------------------------------------------ one name per concept
+
+#: Names one concept has had in different commands: only the first of each may appear in JSON output.
+SYNONYMS = (
+    ("msg_id", "offset_msg_id", "offsetMsgId", "msgId"),
+    ("unique_key", "uniq_key", "uniqKey", "client_id"),
+    ("store_time", "store_timestamp", "storeTimestamp"),
+    ("born_time", "born_timestamp", "bornTimestamp"),
+    ("read_queues", "read_queue_nums", "readQueueNums"),
+    ("write_queues", "write_queue_nums", "writeQueueNums"),
+)
+GLOSSARY = ROOT / "docs" / "json-fields.md"
+
+
+def _fields(value: Any, found: dict[str, list[Any]]) -> None:
+    """Every key of every object in ``value``, with the values it had."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            found.setdefault(name, []).append(item)
+            if name != "properties":  # message properties are user data, not fields
+                _fields(item, found)
+    elif isinstance(value, list):
+        for item in value:
+            _fields(item, found)
+
+
+def test_json_outputs_use_one_documented_name_per_concept(
+    mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str], tmp_path: Path
+) -> None:
+    """Scan the ``-o json`` of the message, topic and DLQ commands: no known synonym, every field in the
+    glossary, one form for perms (the ``--perm`` form), keys as one string, every time with its _ms twin."""
+    sent = ok(mq("msg", "send", "-t", OTHER, "-k", "gloss-1", "-k", "gloss-2", "glossary", "-o", "json"))
+    outputs: list[Any] = [
+        sent,
+        ok(mq("msg", "query", "-t", OTHER, "-k", "gloss-1", "-o", "json")),
+        ok(mq("msg", "query", "--id", sent["msg_id"], "-o", "json")),
+        ok(mq("msg", "query", "--id", sent["unique_key"], "-o", "json")),
+        ok(mq("msg", "query", "-t", OTHER, "--unique-key", sent["unique_key"], "-o", "json")),
+        ok(mq("msg", "show", "-t", TOPIC, "-q", "0", "--offset", "0", "-o", "json")),
+        ok(mq("topic", "route", "-t", TOPIC, "-o", "json")),
+        ok(mq("topic", "create", "-t", "GlossaryT", "-r", "2", "-w", "2", "-o", "json")),
+        ok(mq("msg", "resend", "-g", DLQ_GROUP, "-o", "json")),
+        ok(mq("dlq", "ls", "-o", "json")),
+        ok(
+            mq(
+                "store",
+                "msg",
+                "query",
+                "--store",
+                daemons.broker.config.store_path_root_dir,
+                "--id",
+                sent["msg_id"],
+                "-o",
+                "json",
+            )
+        ),
+    ]
+    tail = mq("msg", "tail", "-t", TOPIC, "--from", "earliest", "--exit", "--max-messages", "2", "-o", "json")
+    outputs += [json.loads(line) for line in ok_lines(tail)]
+    out = tmp_path / "dead.jsonl"
+    assert mq("dlq", "export", "-g", DLQ_GROUP, "--out", str(out)).code == 0
+    outputs += [json.loads(line) for line in out.read_text().splitlines()]
+
+    found: dict[str, list[Any]] = {}
+    _fields(outputs, found)
+    for preferred, *others in SYNONYMS:
+        assert not set(others) & set(found), f"{sorted(set(others) & set(found))}: call it {preferred}"
+    first_cells = (line.split("|")[1] for line in GLOSSARY.read_text().splitlines() if line.startswith("| `"))
+    documented = {name for cell in first_cells for name in re.findall(r"`([a-z_]+)`", cell)}
+    assert not set(found) - documented, f"not in {GLOSSARY.name}: {sorted(set(found) - documented)}"
+    assert all(re.fullmatch(r"r?w?x?|-", p) for p in found["perm"] if isinstance(p, str))
+    changes = [c for c in found.get("changes", []) if "perm" in c]
+    assert changes and all(isinstance(c["perm"][1], str) for c in changes)
+    assert all(k is None or isinstance(k, str) for k in found["keys"])
+    for name in found:
+        if name.endswith("_time") and name not in ("last_updated",):
+            assert f"{name}_ms" in found, f"{name} has no _ms twin"
+
+
+def ok_lines(result: CliResult) -> list[str]:
+    assert result.code == 0, result.stderr
+    return result.stdout.splitlines()

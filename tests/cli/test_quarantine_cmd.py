@@ -141,7 +141,7 @@ def test_body_flip_is_quarantined_served_around_verified_and_salvaged(
                     d["queue_offset"],
                     body,
                     d["tags"],
-                    d["keys"],
+                    (d["keys"] or "").split(),
                     d["properties"],
                 )
             )
