@@ -136,7 +136,9 @@ def _noun(argv: list[str]) -> str | None:
 
 
 def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"mqctl: error: {message}\n")
+    from mqctl.output import printable
+
+    sys.stderr.write(f"mqctl: error: {printable(message, newlines=False)}\n")
     return code
 
 

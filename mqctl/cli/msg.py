@@ -43,6 +43,12 @@ NoBodyOpt = Annotated[
     bool,
     typer.Option("--no-body", help="Leave the body out (it is UTF-8 text, or base64 per body_encoding)."),
 ]
+RawOpt = Annotated[
+    bool,
+    typer.Option(
+        "--raw", help="Print user data as it is: control characters (ESC, TAB, ...) are not escaped."
+    ),
+]
 OptionalTopicOpt = Annotated[
     str | None,
     typer.Option("--topic", "-t", help="Topic name.", autocompletion=complete_topic, callback=check_topic),
@@ -194,10 +200,15 @@ def show(
     offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset.")],
     broker: BrokerAddrOpt = None,
     no_body: NoBodyOpt = False,
+    raw: RawOpt = False,
 ) -> None:
-    """The message at a queue offset, with its properties and body (nothing is committed)."""
+    """The message at a queue offset, with its properties and body (nothing is committed).
+
+    Control characters in the message are shown escaped (\\x1b, \\t) unless --raw."""
+    from mqctl.output import set_raw
     from mqctl.services.messages import show as show_message
 
+    set_raw(raw)
     online(
         lambda admin: show_message(admin, topic, queue, offset, broker=broker, body=not no_body),
     )
@@ -236,12 +247,16 @@ def tail(
     exit_at_end: Annotated[
         bool, typer.Option("--exit", help="Stop at the end of every queue instead of waiting.")
     ] = False,
+    raw: RawOpt = False,
 ) -> None:
-    """Stream messages as they arrive (like kcat -C); -o json prints one JSON object per line."""
+    """Stream messages as they arrive (like kcat -C); -o json prints one JSON object per line.
+
+    Control characters in messages are shown escaped (\\x1b, \\t) unless --raw."""
     from mqctl.admin.client import run_admin
-    from mqctl.output import RowStream, stderr_console
+    from mqctl.output import RowStream, set_raw, stderr_console
     from mqctl.services.messages import tail as tail_messages
 
+    set_raw(raw)
     target = cluster_target()
     output = flags().output
     writer = RowStream(output, columns=TAIL_COLUMNS if output == "table" else None)

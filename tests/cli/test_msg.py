@@ -318,6 +318,74 @@ def test_user_data_is_shown_as_data_never_as_markup(mq: Callable[..., CliResult]
     assert "[urgent]" in listed.stdout and "[vip]" in listed.stdout
 
 
+HOSTILE = "\x1b[31mred\x1b[0m\ttab\x07bell\rback\x7fdel\x9b2J\u202eevil"
+
+
+def test_control_characters_in_user_data_never_reach_the_terminal_raw(mq: Callable[..., CliResult]) -> None:
+    """ESC, TAB, BEL, CR, DEL, a C1 CSI and a bidi override in a body, key and tag are shown escaped in
+    tables and tail lines; --raw prints them as they are; JSON keeps the exact text."""
+    sent = ok(
+        mq(
+            "msg",
+            "send",
+            "-t",
+            OTHER,
+            "-q",
+            "0",
+            "--tag",
+            "t\x1b[2J",
+            "-k",
+            "k\x1b]0;title\x07",
+            HOSTILE,
+            "-o",
+            "json",
+        )
+    )
+    at = ["-t", OTHER, "-q", "0", "--offset", str(sent["queue_offset"])]
+    views = {
+        "show": mq("msg", "show", *at),
+        "query": mq("msg", "query", "--id", sent["msg_id"]),
+        "query -k": mq("msg", "query", "-t", OTHER, "-k", "k\x1b]0;title\x07"),
+        "tail": mq("msg", "tail", "-t", OTHER, "--from", "earliest", "--exit"),
+    }
+    for name, result in views.items():
+        assert result.code == 0, (name, result.stderr)
+        bad = [
+            c
+            for c in result.stdout
+            if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F or c == "\u202e"
+        ]
+        assert not bad, (name, bad)
+    shown = views["show"].stdout
+    for escaped in (
+        "\\x1b[31mred",
+        "\\ttab",
+        "\\x07bell",
+        "\\rback",
+        "\\x7fdel",
+        "\\x9b2J",
+        "\\u202eevil",
+        "t\\x1b[2J",
+    ):
+        assert escaped in shown, escaped
+    assert "\\x1b[31mred" in views["tail"].stdout
+    raw = mq("msg", "show", *at, "--raw")
+    assert raw.code == 0 and "\x1b[31mred\x1b[0m" in raw.stdout
+    assert ok(mq("msg", "show", *at, "-o", "json"))["body"] == HOSTILE
+
+
+def test_an_error_line_never_carries_control_characters(capsys: pytest.CaptureFixture[str]) -> None:
+    """A server's remark goes into the error line as it came: its escape sequences must not."""
+    from mqctl.cli.app import _fail
+    from mqctl.errors import from_response_code
+
+    error = from_response_code(1, "busy \x1b]0;pwned\x07\x1b[2J\ttry later", action="request failed")
+    assert _fail(str(error), error.exit_code) == 8
+    line = capsys.readouterr().err
+    assert "\x1b" not in line and "\x07" not in line and line.count("\n") == 1
+    assert "busy \\x1b]0;pwned\\x07\\x1b[2J\\ttry later" in line
+
+
 def test_times_are_local_in_tables_utc_with_flag_and_iso_in_json(cli: RunCli, daemons: LocalCluster) -> None:
     env = {"NAMESRV_ADDR": daemons.namesrv_addr, "TZ": "Asia/Tokyo"}
     shown = cli("msg", "show", "-t", TOPIC, "-q", "1", "--offset", "0", "-o", "json", env=env).json()
