@@ -113,6 +113,13 @@ class DaemonError(MqctlError):
     exit_code = 12
 
 
+class NothingReadError(MqctlError):
+    """A read that asks every broker got no answer from any of them: each refused (ACL), timed out or
+    was down. With at least one answer the command prints what it read, warns, and exits 0."""
+
+    exit_code = 13
+
+
 class Interrupted(MqctlError):
     """The user pressed Ctrl-C."""
 
@@ -142,6 +149,11 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
         "permission denied on a local file or directory",
     ),
     (DaemonError.exit_code, "DaemonError", "a local daemon could not be started or stopped"),
+    (
+        NothingReadError.exit_code,
+        "NothingReadError",
+        "no broker of a multi-broker read answered (each is named: ACL denied, timed out, down)",
+    ),
     (Interrupted.exit_code, "Interrupted", "interrupted by Ctrl-C"),
 )
 

@@ -159,6 +159,7 @@ _SHARED: dict[str, tuple[Any, Any]] = {
 # Set for the length of one command, so an in-process run never sees another's flags.
 _flags: ContextVar[ClusterFlags | None] = ContextVar("mqctl_cluster_flags", default=None)
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def flags() -> ClusterFlags:
@@ -222,7 +223,24 @@ def online(work: Callable[[Admin], Awaitable[Any]], *, timeout: float = 5.0) -> 
     where = cluster_target()
     seconds = request_timeout(timeout, where)
     shared = flags()
-    render_every(lambda: run_admin(where.namesrv, work, timeout=seconds), shared.output, shared.watch)
+    render_every(
+        lambda: read_all(lambda: run_admin(where.namesrv, work, timeout=seconds)), shared.output, shared.watch
+    )
+
+
+def read_all(produce: Callable[[], T]) -> T:
+    """``produce()``, then one warning line on stderr per broker its reads could not read (ACL denied,
+    timed out, down): the result holds what the others answered."""
+    import sys
+
+    from mqctl.output import printable
+    from mqctl.services.fanout import collecting
+
+    with collecting() as failed:
+        result = produce()
+    for failure in failed:
+        sys.stderr.write(f"mqctl: warning: could not read {printable(failure.describe(), newlines=False)}\n")
+    return result
 
 
 def render_every(produce: Callable[[], Any], output: str, watch: float | None = None) -> None:

@@ -7,10 +7,11 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.broker.bodies import MessageQueue
+from daemon.broker.bodies import ConsumerConnection, ConsumeStats, MessageQueue
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError
 from mqctl.services.cluster import masters, readers
+from mqctl.services.fanout import each_broker, failures
 from mqctl.services.topics import target_masters
 from mqctl.units import when
 from store import SYSTEM_GROUPS, SubscriptionGroupConfig
@@ -52,8 +53,13 @@ class QueueProgress:
     client: str | None
 
 
-async def _configs(admin: Admin, cluster: str | None) -> dict[str, dict[str, SubscriptionGroupConfig]]:
+async def _configs(
+    admin: Admin, cluster: str | None, *, partial: bool = False
+) -> dict[str, dict[str, SubscriptionGroupConfig]]:
+    """Every master's group table; ``partial`` (reads): from the masters that answer (:func:`each_broker`)."""
     addrs = await masters(admin, cluster)
+    if partial:
+        return await each_broker(admin, addrs, admin.group_configs)
     tables = await asyncio.gather(*(admin.group_configs(addr) for addr in addrs))
     return dict(zip(addrs, tables, strict=True))
 
@@ -113,7 +119,7 @@ async def delete(
 async def list_groups(admin: Admin, *, cluster: str | None, system: bool) -> list[dict[str, Any]]:
     """Every subscription group on the masters, with the brokers that know it."""
     seen: dict[str, list[str]] = {}
-    for addr, table in (await _configs(admin, cluster)).items():
+    for addr, table in (await _configs(admin, cluster, partial=True)).items():
         for name in table:
             seen.setdefault(name, []).append(addr)
     return [
@@ -147,13 +153,15 @@ def allocate_averagely(queues: list[MessageQueue], clients: list[str]) -> dict[M
     return owners
 
 
-async def connections(admin: Admin, group: str) -> dict[str, Any]:
-    """Online clients of a group over all masters, and their subscriptions."""
+async def connections(admin: Admin, group: str, *, cluster: str | None = None) -> dict[str, Any]:
+    """Online clients of a group over all masters (that answer), and their subscriptions."""
     rows: dict[str, dict[str, Any]] = {}
     subscriptions: dict[str, str] = {}
     details: dict[str, Any] = {}
-    for addr in await masters(admin):
-        found = await admin.consumer_connections(addr, group)
+    answers = await each_broker(
+        admin, await masters(admin, cluster), lambda addr: admin.consumer_connections(addr, group)
+    )
+    for found in answers.values():
         if found is None:
             continue
         details = {
@@ -175,11 +183,12 @@ async def connections(admin: Admin, group: str) -> dict[str, Any]:
         **details,
         "clients": sorted(rows.values(), key=lambda r: r["client_id"]),
         "subscriptions": subscriptions,
+        "errors": failures(),
     }
 
 
 async def progress(
-    admin: Admin, group: str, *, topic: str | None, lag_over: int | None
+    admin: Admin, group: str, *, topic: str | None, lag_over: int | None, cluster: str | None = None
 ) -> list[QueueProgress]:
     """Per queue: broker offset, committed offset, lag and the owning client.
 
@@ -188,11 +197,14 @@ async def progress(
     """
     clients: set[str] = set()
     offsets = {}
-    for addr in await readers(admin):
-        found = await admin.consumer_connections(addr, group)
+
+    async def read(addr: str) -> tuple[ConsumerConnection | None, ConsumeStats]:
+        return await admin.consumer_connections(addr, group), await admin.consume_stats(addr, group, topic)
+
+    for found, stats in (await each_broker(admin, await readers(admin, cluster), read)).values():
         if found is not None:
             clients.update(c.client_id for c in found.connection_set)
-        offsets.update((await admin.consume_stats(addr, group, topic)).offset_table)
+        offsets.update(stats.offset_table)
     if not offsets and not clients:
         raise NotFoundError(f"group {group!r} has no offsets and no online consumer")
     owners: dict[MessageQueue, str] = {}
@@ -215,18 +227,21 @@ async def progress(
     return [r for r in rows if lag_over is None or r.lag > lag_over]
 
 
-async def show(admin: Admin, group: str) -> dict[str, Any]:
-    """Config (from the first master that has it), online clients and lag totals."""
-    configs = [table[group] for table in (await _configs(admin, None)).values() if group in table]
+async def show(admin: Admin, group: str, *, cluster: str | None = None) -> dict[str, Any]:
+    """Config (from the first master that has it), online clients and lag totals, from the brokers that
+    answer (the others are in ``errors``)."""
+    tables = await _configs(admin, cluster, partial=True)
+    configs = [table[group] for table in tables.values() if group in table]
     if not configs:
         raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
-    online = await connections(admin, group)
+    online = await connections(admin, group, cluster=cluster)
     try:
-        queues = await progress(admin, group, topic=None, lag_over=None)
+        queues = await progress(admin, group, topic=None, lag_over=None, cluster=cluster)
     except NotFoundError:
         queues = []
     # messages/s pulled over the last minute (the brokers' GROUP_GET_NUMS, mqadmin's consumeTps)
-    rates = [(await admin.consume_stats(addr, group)).consume_tps for addr in await masters(admin)]
+    stats = await each_broker(admin, tables, lambda addr: admin.consume_stats(addr, group))
+    rates = [s.consume_tps for s in stats.values()]
     return {
         **dataclasses.asdict(configs[0]),
         "brokers": len(configs),
@@ -234,4 +249,5 @@ async def show(admin: Admin, group: str) -> dict[str, Any]:
         "topics": sorted({q.topic for q in queues}),
         "total_lag": sum(q.lag for q in queues),
         "consume_tps": round(sum(rates), 2),
+        "errors": failures(),
     }

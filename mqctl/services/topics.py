@@ -294,21 +294,30 @@ async def delete(admin: Admin, topic: str, *, cluster: str | None, if_exists: bo
 
 
 async def queue_offsets(
-    admin: Admin, topic: str, *, reads: bool = False
+    admin: Admin, topic: str, *, reads: bool = False, partial: bool = False
 ) -> list[tuple[str, str, int, TopicOffset]]:
     """(broker name, master address, queue id, stored offsets) per queue of ``topic``, in broker and queue order;
-    ``reads``: a slave's address stands in for a master that is down (:func:`route_readers`)."""
+    ``reads``: a slave's address stands in for a master that is down (:func:`route_readers`); ``partial``:
+    from the brokers that answer (:func:`~mqctl.services.fanout.each_broker`)."""
     rows: list[tuple[str, str, int, TopicOffset]] = []
     brokers = await (readers_of_topic(admin, topic) if reads else masters_of_topic(admin, topic))
+    if partial:
+        from mqctl.services.fanout import each_broker
+
+        tables = await each_broker(admin, brokers.values(), lambda addr: admin.topic_stats(addr, topic))
+    else:
+        tables = {addr: await admin.topic_stats(addr, topic) for addr in brokers.values()}
     for name, addr in sorted(brokers.items()):
-        table = await admin.topic_stats(addr, topic)
-        rows.extend((name, addr, mq.queue_id, off) for mq, off in sorted(table.offset_table.items()))
+        if addr in tables:
+            offsets = sorted(tables[addr].offset_table.items())
+            rows.extend((name, addr, mq.queue_id, off) for mq, off in offsets)
     return rows
 
 
 async def status(admin: Admin, topic: str) -> list[QueueStatus]:
-    """Per queue: min and max offset, message count and last store time, from each broker."""
-    return _status_rows(await queue_offsets(admin, topic, reads=True))
+    """Per queue: min and max offset, message count and last store time, from each broker that answers
+    (the others are named on stderr)."""
+    return _status_rows(await queue_offsets(admin, topic, reads=True, partial=True))
 
 
 def _status_rows(offsets: list[tuple[str, str, int, TopicOffset]]) -> list[QueueStatus]:
