@@ -106,7 +106,36 @@ def parse_listen(value: str) -> tuple[str, int]:
     host, sep, port_text = value.rpartition(":")
     if not sep or not port_text.isdigit() or int(port_text) > 65535:
         raise UsageError(f"bad --listen {value!r}: expected HOST:PORT (port 0 picks a free one)")
-    return host.strip("[]") or "0.0.0.0", int(port_text)
+    return bindable(host.strip("[]") or "0.0.0.0"), int(port_text)
+
+
+def bindable(host: str, flag: str = "--listen") -> str:
+    """``host`` when a listener can bind it (an address of this machine, or a name resolving to one;
+    ``0.0.0.0``/``::``: every interface), else the UsageError that names ``flag``: a typo'd host is bad
+    input, found before any daemon starts, not a failure of the daemon."""
+    import socket
+
+    from mqctl.errors import UsageError
+
+    if host in ("", "0.0.0.0", "::"):
+        return host
+    try:
+        found = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError):
+        raise UsageError(
+            f"bad {flag} host {host!r}: not an IP address or a name this machine resolves"
+        ) from None
+    for family, kind, proto, _, address in found:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.bind(address)  # port 0: nothing is held
+            return host
+        except OSError:
+            continue
+    raise UsageError(
+        f"bad {flag} host {host!r}: not an address of this machine",
+        hint="use 127.0.0.1, 0.0.0.0 (every interface) or one of this machine's addresses",
+    )
 
 
 def confirm(question: str, *, yes: bool) -> None:

@@ -176,7 +176,7 @@ def up(
 def _split_listen(listen: str, namesrv_port: int | None) -> tuple[str, int, str]:
     """``--listen`` as HOST alone or HOST:PORT (``[v6]:PORT``; a bare IPv6 address is a host) with
     ``--namesrv-port``: (host, NameServer port, the flag that set the port, for a busy-port error)."""
-    from mqctl.cli.common import parse_listen
+    from mqctl.cli.common import bindable, parse_listen
     from mqctl.errors import UsageError
 
     if listen.startswith("[") or listen.count(":") == 1:
@@ -184,4 +184,4 @@ def _split_listen(listen: str, namesrv_port: int | None) -> tuple[str, int, str]
         if namesrv_port is not None and namesrv_port != port:
             raise UsageError(f"--listen {listen} and --namesrv-port {namesrv_port} name different ports")
         return host, port, "--listen"
-    return listen, 9876 if namesrv_port is None else namesrv_port, "--namesrv-port"
+    return bindable(listen), 9876 if namesrv_port is None else namesrv_port, "--namesrv-port"

@@ -166,3 +166,24 @@ def test_a_background_start_exits_with_the_daemons_own_code(
     assert result.code == ConflictError.exit_code, result.stderr
     assert f"port {busy_port} is already in use" in result.stderr and "--listen" in result.stderr
     assert "ConflictError" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "listen", ["bad::host", "bad::1:0", "no-such-host.invalid", "no-such-host.invalid:0", "10.255.255.1:0"]
+)
+def test_a_listen_address_that_cannot_be_bound_is_bad_input(cli: RunCli, tmp_path: Path, listen: str) -> None:
+    """A host that is not an address of this machine (or none at all) is the operator's typo: exit 2,
+    naming --listen, before any daemon starts."""
+    up = cli("up", "--data", str(tmp_path / "up"), "--listen", listen, "--no-metrics")
+    assert up.code == UsageError.exit_code, up.stderr
+    assert "--listen" in up.stderr and "Traceback" not in up.stderr
+    assert len(up.stderr.strip().splitlines()) == 1, up.stderr
+    namesrv = cli(
+        "namesrv",
+        "start",
+        "--data",
+        str(tmp_path / "ns"),
+        "--listen",
+        listen if ":0" in listen else f"{listen}:0",
+    )
+    assert namesrv.code == UsageError.exit_code, namesrv.stderr
