@@ -32,7 +32,7 @@ from mqctl.cli.common import (
     request_timeout,
 )
 from mqctl.completion import complete_topic
-from mqctl.errors import UsageError
+from mqctl.errors import Interrupted, UsageError
 
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
@@ -269,13 +269,19 @@ def tail(
             markup=False,
         )
 
+    emitted = [0]
+
+    def emit(row: dict[str, Any]) -> None:
+        writer(row)
+        emitted[0] += 1
+
     try:
         count = run_admin(
             target.namesrv,
             lambda admin: tail_messages(
                 admin,
                 topic,
-                writer,
+                emit,
                 group=group,
                 start=start,
                 subscription=tag or "*",
@@ -286,7 +292,7 @@ def tail(
             timeout=request_timeout(10.0, target),
         )
     except KeyboardInterrupt:
-        return
+        raise Interrupted(f"interrupted after {emitted[0]} message(s)") from None
     console.print(f"{count} message(s)", style="dim")
 
 

@@ -706,6 +706,27 @@ def test_watch_repeats_a_query_until_interrupted(cli_env: dict[str, str], daemon
     assert all(json.loads(line)["keys"] == "seed-0 seeds" for line in lines)
 
 
+@pytest.mark.slow
+def test_ctrl_c_stops_tail_with_exit_130_and_one_line(cli_env: dict[str, str], daemons: LocalCluster) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqctl", "msg", "tail", "-t", TOPIC, "--from", "earliest", "-o", "json"],
+        env={**cli_env, "NAMESRV_ADDR": daemons.namesrv_addr},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None and "tailing" in proc.stderr.readline()
+        assert proc.stdout is not None and json.loads(proc.stdout.readline())["topic"] == TOPIC
+    finally:
+        proc.send_signal(2)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 130, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("mqctl: error: interrupted after ") and line.endswith(" message(s)")
+
+
 def test_store_commands_read_the_running_brokers_store(
     mq: Callable[..., CliResult], daemons: LocalCluster
 ) -> None:
