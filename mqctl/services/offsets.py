@@ -11,6 +11,8 @@ active group.
 
 from __future__ import annotations
 
+import asyncio
+
 import json
 import time
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services.cluster import brokers
 from mqctl.services.topics import queue_offsets
 from mqctl.timespec import iso
+from store import SubscriptionGroupConfig
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,18 @@ async def execute(admin: Admin, group: str, topic: str, target: ResetTarget, row
     return f"broker reset, {len(live)} online consumer(s) told to follow"
 
 
+async def _group_known(admin: Admin, group: str, rows: list[PlanRow], addrs: list[str]) -> bool:
+    """Whether ``group`` is a subscription group on one of the plan's masters (a live consumer's broker
+    creates it on the first heartbeat) or has committed an offset on the plan's topic."""
+    tables = await asyncio.gather(*(admin.group_configs(addr) for addr in addrs))
+    if any(group in table for table in tables):
+        return True
+    # QUERY_CONSUMER_OFFSET answers 0 for a group that never committed: ask which topics it committed on
+    # (GET_CONSUME_STATS without a topic lists only those, as 4.9.8's whichTopicByConsumer)
+    stats = await asyncio.gather(*(admin.consume_stats(addr, group) for addr in addrs))
+    return any(mq.topic == rows[0].topic for s in stats for mq in s.offset_table)
+
+
 async def reset(
     admin: Admin,
     group: str,
@@ -198,15 +213,30 @@ async def reset(
     execute_plan: bool,
     export_to: Path | None,
     confirm: Callable[[list[PlanRow]], None] | None = None,
+    create_group: bool = False,
 ) -> dict[str, Any]:
-    """Plan, optionally export, and with ``execute_plan`` apply once ``confirm(plan)`` returns."""
+    """Plan, optionally export, and with ``execute_plan`` apply once ``confirm(plan)`` returns.
+
+    A group no master of the topic knows (no subscription group, no committed offset) is refused: it is
+    most likely a typo, and a reset would commit offsets for it. ``create_group`` creates it on the
+    topic's masters instead (on --execute)."""
     rows = await plan(admin, group, topic, target)
     if not rows:
         raise NotFoundError(f"topic {topic!r} has no queues")
+    addrs = sorted({r.broker_addr for r in rows})
+    missing = not await _group_known(admin, group, rows, addrs)
+    if missing and not create_group:
+        raise NotFoundError(
+            f"group {group!r} does not exist on the brokers of {topic!r} (no subscription group, no offsets)",
+            hint="check the name ('mqctl group list'), or add --create-group to create it",
+        )
     if export_to is not None:
         export(rows, export_to, group=group, topic=topic, cluster=await _clusters(admin, rows))
     if execute_plan and confirm is not None:
         confirm(rows)
+    if execute_plan and missing:
+        for addr in addrs:
+            await admin.create_group(addr, SubscriptionGroupConfig(group))
     applied = await execute(admin, group, topic, target, rows) if execute_plan else None
     return {
         "group": group,
