@@ -12,7 +12,6 @@ active group.
 from __future__ import annotations
 
 import asyncio
-
 import json
 import time
 from collections.abc import Callable
