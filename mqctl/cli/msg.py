@@ -115,17 +115,38 @@ def send(
     ] = MAX_MESSAGE_SIZE,
     queue: QueueOpt = None,
     broker: BrokerAddrOpt = None,
+    no_create: Annotated[
+        bool,
+        typer.Option(
+            "--no-create", help="Refuse a topic the NameServer does not know instead of auto-creating it."
+        ),
+    ] = False,
 ) -> None:
-    """Send one message; prints where it was stored (ids, broker, queue, offset)."""
+    """Send one message; prints where it was stored (ids, broker, queue, offset).
+
+    A topic that does not exist is auto-created by brokers with autoCreateTopicEnable, as for RocketMQ's
+    producers, and a line on stderr says so; --no-create refuses it (exit 3)."""
+    from mqctl.output import stderr_console
     from mqctl.services.messages import message_properties, send_message
 
     payload = _body(body, file, max_size)
     props = message_properties(
         tags=tag, keys=keys or [], properties=_properties(prop or []), delay_level=delay_level
     )
-    online(
-        lambda admin: send_message(admin, topic, payload, properties=props, broker=broker, queue=queue),
-    )
+
+    async def sent(admin: Admin) -> Any:
+        result = await send_message(
+            admin, topic, payload, properties=props, broker=broker, queue=queue, create=not no_create
+        )
+        if result.auto_created:
+            stderr_console().print(
+                f"topic {topic!r} did not exist: broker {result.broker} created it with this message "
+                "(autoCreateTopicEnable); --no-create refuses unknown topics",
+                style="yellow",
+            )
+        return result
+
+    online(sent)
 
 
 @app.command("query")

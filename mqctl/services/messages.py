@@ -209,6 +209,7 @@ class Sent:
     queue_id: int
     queue_offset: int
     delay_level: int
+    auto_created: bool = False
 
 
 def message_properties(
@@ -230,11 +231,23 @@ DEFAULT_TOPIC_QUEUE_NUMS = 4  # DefaultMQProducer.defaultTopicQueueNums
 
 async def writable_queues(admin: Admin, topic: str) -> list[QueueRef]:
     """Where a producer may send ``topic``: its own route, or TBW102's for a topic still to be auto-created."""
+    return (await _send_queues(admin, topic, create=True))[0]
+
+
+async def _send_queues(admin: Admin, topic: str, *, create: bool) -> tuple[list[QueueRef], bool]:
+    """(where to send ``topic``, whether the first send will auto-create it): its own route, else (with
+    ``create``) TBW102's, whose brokers create the topic on the first send as they do for RocketMQ's
+    producers; without ``create`` a topic the NameServer does not route is NotFoundError."""
     try:
-        return queues(await admin.topic_route(topic), write=True)
+        return queues(await admin.topic_route(topic), write=True), False
     except RemotingCommandError as exc:
         if exc.code != ResponseCode.TOPIC_NOT_EXIST:
             raise
+    if not create:
+        raise NotFoundError(
+            f"topic {topic!r} does not exist",
+            hint=f"create it (mqctl topic create -t {topic}) or drop --no-create",
+        )
     try:
         template = await admin.topic_route(AUTO_CREATE_TOPIC)
     except RemotingCommandError as exc:
@@ -244,7 +257,8 @@ async def writable_queues(admin: Admin, topic: str) -> list[QueueRef]:
                 hint=f"create it: mqctl topic create -t {topic}",
             ) from None
         raise
-    return [ref for ref in queues(template, write=True) if ref.queue_id < DEFAULT_TOPIC_QUEUE_NUMS]
+    refs = [ref for ref in queues(template, write=True) if ref.queue_id < DEFAULT_TOPIC_QUEUE_NUMS]
+    return refs, True
 
 
 async def send_message(
@@ -255,13 +269,15 @@ async def send_message(
     properties: dict[str, str],
     broker: str | None = None,
     queue: int | None = None,
+    create: bool = True,
 ) -> Sent:
     """Send one message to a writable queue of ``topic`` (random unless ``broker``/``queue`` are given).
 
     A topic the NameServer does not know goes, as with RocketMQ's producers, to the brokers that
-    route TBW102: those with autoCreateTopicEnable create it on this first send.
+    route TBW102: those with autoCreateTopicEnable create it on this first send (``auto_created`` says
+    so); without ``create`` such a topic is refused instead.
     """
-    refs = await writable_queues(admin, topic)
+    refs, auto_created = await _send_queues(admin, topic, create=create)
     ref = random.choice(pick(refs, broker=broker, queue=queue, topic=topic))
     result = await wire.send(admin, ref.addr, topic, body, queue_id=ref.queue_id, properties=properties)
     return Sent(
@@ -273,6 +289,7 @@ async def send_message(
         result.queue_id,
         result.queue_offset,
         int(properties.get(PROPERTY_DELAY_TIME_LEVEL, "0")),
+        auto_created,
     )
 
 

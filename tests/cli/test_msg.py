@@ -758,10 +758,17 @@ def test_client_ids_have_the_java_clients_layout() -> None:
 def test_send_to_an_unknown_topic_auto_creates_it_through_tbw102(
     mq: Callable[..., CliResult], daemons: LocalCluster
 ) -> None:
-    sent = ok(mq("msg", "send", "-t", "AutoCreated", "first", "-o", "json"))
-    assert sent["topic"] == "AutoCreated" and sent["queue_id"] < 4
+    refused = mq("msg", "send", "-t", "AutoCreated", "--no-create", "never")
+    assert refused.code == 3 and "'AutoCreated' does not exist" in refused.stderr, refused.stderr
+    assert daemons.broker.topics.get("AutoCreated") is None
+    result = mq("msg", "send", "-t", "AutoCreated", "first", "-o", "json")
+    sent = ok(result)
+    assert sent["topic"] == "AutoCreated" and sent["queue_id"] < 4 and sent["auto_created"] is True
+    assert "topic 'AutoCreated' did not exist: broker broker-a created it" in result.stderr
     config = daemons.broker.topics.get("AutoCreated")
     assert config is not None and config.write_queue_nums == 4
+    again = mq("msg", "send", "-t", "AutoCreated", "--no-create", "second", "-o", "json")
+    assert ok(again)["auto_created"] is False and again.stderr == ""
 
 
 # ------------------------------------------------------------------------ one name per concept
