@@ -191,12 +191,22 @@ async def upsert(
 
 
 async def delete(
-    admin: Admin, access_key: str, *, cluster: str | None, broker: str | None
+    admin: Admin, access_key: str, *, cluster: str | None, broker: str | None, if_exists: bool = False
 ) -> list[dict[str, Any]]:
+    """DELETE_ACL_CONFIG on each broker that holds the account (``missing`` on the others); an account no
+    broker holds is NotFoundError, as for every other delete, unless ``if_exists``."""
     rows = []
     for addr in await targets(admin, cluster, broker):
+        accounts = (await config_of(admin, addr)).get("plainAccessConfigs") or []
+        if not any(a.get("accessKey") == access_key for a in accounts):
+            rows.append({"broker": addr, "access_key": access_key, "action": "missing"})
+            continue
         await admin.call(addr, RequestCode.DELETE_ACL_CONFIG, DeleteAccessConfigRequestHeader(access_key))
         rows.append({"broker": addr, "access_key": access_key, "action": "deleted"})
+    if not if_exists and all(row["action"] == "missing" for row in rows):
+        raise NotFoundError(
+            f"no ACL account {access_key!r}", hint="--if-exists makes a missing one a success"
+        )
     return rows
 
 
