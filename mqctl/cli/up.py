@@ -104,6 +104,7 @@ def up(
     from daemon.namesrv.config import NamesrvConfig
     from daemon.namesrv.controller import NamesrvController
     from daemon.remoting.loop import run
+    from mqctl.cli.broker import ADDR_FILE as BROKER_ADDR, note_address
     from mqctl.cli.namesrv import ADDR_FILE
     from mqctl.config import data_dir
     from mqctl.output import stderr_console
@@ -149,6 +150,8 @@ def up(
 
     def started() -> None:
         (root / "namesrv" / ADDR_FILE).write_text(f"{host}:{namesrv.port}\n")  # for 'namesrv status'
+        for each in brokers:
+            note_address(each)  # for 'broker status --store DIR'
         metrics = f", metrics http://{host}:{broker.metrics_port}/metrics" if broker.metrics_port else ""
         everywhere = " (listening on all interfaces)" if wildcard else ""
         extra = "".join(
@@ -171,6 +174,8 @@ def up(
             run(serve(cluster, on_started=started))
     finally:
         (root / "namesrv" / ADDR_FILE).unlink(missing_ok=True)
+        for each in brokers:
+            (Path(each.config.store_path_root_dir) / BROKER_ADDR).unlink(missing_ok=True)
 
 
 def _split_listen(listen: str, namesrv_port: int | None) -> tuple[str, int, str]:
