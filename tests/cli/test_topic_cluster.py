@@ -224,6 +224,16 @@ def test_broker_config_get_and_set(mq: RunCli, daemons: LocalCluster) -> None:
     assert daemons.broker.config.file_reserved_time == 48
     assert mq("broker", "config", "get", "noSuchKey").code == NotFoundError.exit_code
     assert mq("broker", "config", "set", "fileReservedTime").code == UsageError.exit_code
+    bad = mq("broker", "config", "set", "fileReservedTime=abc", "-b", daemons.broker_addr)
+    assert bad.code == UsageError.exit_code, bad.stderr
+    assert "fileReservedTime" in bad.stderr and "'abc' is not a whole number" in bad.stderr
+    assert "int()" not in bad.stderr and daemons.broker.config.file_reserved_time == 48
+    flag = mq("broker", "config", "set", "autoCreateTopicEnable=maybe", "-b", daemons.broker_addr)
+    assert flag.code == UsageError.exit_code and "true or false" in flag.stderr, flag.stderr
+    typo = mq("broker", "config", "set", "fileReservedTim=24", "-b", daemons.broker_addr)
+    assert typo.code == NotFoundError.exit_code and "did you mean fileReservedTime?" in typo.stderr, (
+        typo.stderr
+    )
 
 
 def test_topic_stats_reads_the_brokers_put_rates(mq: RunCli, daemons: LocalCluster) -> None:
