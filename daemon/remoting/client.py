@@ -112,7 +112,9 @@ class RemotingClient:
 
     def _new_connection(self) -> Connection:
         """The client end of a new connection (the protocol a transport is then attached to)."""
-        return Connection(self.dispatcher, max_frame_length=self.max_frame_length, on_close=self._forget)
+        return Connection(
+            self.dispatcher, max_frame_length=self.max_frame_length, on_close=self._forget, requester=True
+        )
 
     def _forget(self, conn: Connection) -> None:
         if self._connections.get(conn.peer) is conn:

@@ -187,3 +187,39 @@ def test_a_listen_address_that_cannot_be_bound_is_bad_input(cli: RunCli, tmp_pat
         listen if ":0" in listen else f"{listen}:0",
     )
     assert namesrv.code == UsageError.exit_code, namesrv.stderr
+
+
+@pytest.fixture
+def banner_server() -> Iterator[str]:
+    """A loopback server that greets every connection with an SSH-like banner, as a wrong port might."""
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+                conn.recv(1024)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+
+
+def test_a_namesrv_address_that_is_not_a_namesrv_says_so(cli: RunCli, banner_server: str) -> None:
+    """-n at something that is not RocketMQ: exit 7 (protocol), one line with a hint, no daemon log line."""
+    for args in (["topic", "list"], ["msg", "send", "-t", "T", "x"], ["group", "list"]):
+        result = cli(*args, "-n", banner_server)
+        assert result.code == 7, (args, result.stderr)
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("mqctl: error: ") and banner_server in line, line
+        assert "not a NameServer" in line and "9876" in line, line

@@ -155,3 +155,13 @@ def test_completion_refresh_never_dies_and_keeps_the_names_it_had(
     cached = json.loads(path.read_text())
     assert (cached["topics"], cached["groups"]) == (["KeptT"], ["KeptG"])
     assert time.time() - cached["updated"] < 60
+
+
+def test_a_broker_given_as_the_namesrv_is_named_as_not_one(
+    cli: RunCli, two_clusters: tuple[LocalCluster, Broker]
+) -> None:
+    cluster, _ = two_clusters
+    result = cli("topic", "list", "-n", cluster.broker_addr)
+    assert result.code == 7, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert f"{cluster.broker_addr} is not a NameServer" in line and "a broker's port?" in line, line
