@@ -95,6 +95,20 @@ def stderr_console() -> Console:
     return Console(file=sys.stderr, no_color=not _color_allowed(sys.stderr), highlight=False, markup=False)
 
 
+class Rows(list[Any]):
+    """A list of rows that knows its columns, so that an empty one still has a CSV header row (and a
+    table its column names)."""
+
+    def __init__(self, items: Any = (), *, columns: Sequence[str]) -> None:
+        super().__init__(items)
+        self.columns = list(columns)
+
+    @classmethod
+    def of(cls, row_type: type, items: Any = ()) -> Rows:
+        """Rows of a dataclass ``row_type``: its fields are the columns."""
+        return cls(items, columns=[f.name for f in dataclasses.fields(row_type)])
+
+
 def plain(value: Any) -> Any:
     """Reduce a result to JSON-compatible builtins, keeping key order."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -252,6 +266,8 @@ def render(result: Any, fmt: str = "table", *, out: TextIO | None = None, title:
         yaml.safe_dump(data, stream, sort_keys=False, allow_unicode=True)
     elif fmt == "csv":
         columns, rows = _rows(data if isinstance(data, Sequence | Mapping) else [data])
+        if not columns and isinstance(result, Rows):
+            columns = result.columns
         writer = csv.writer(stream, lineterminator="\n")
         writer.writerow(columns)
         writer.writerows([_csv_cell(row.get(c)) for c in columns] for row in rows)

@@ -344,8 +344,8 @@ def resend(
     """
     from mqctl.admin.client import run_admin
     from mqctl.errors import BrokerError
-    from mqctl.output import render, stderr_console
-    from mqctl.services.messages import DlqFilter, Window, dlq_messages, resend as resend_messages
+    from mqctl.output import Rows, render, stderr_console
+    from mqctl.services.messages import DlqFilter, Resent, Window, dlq_messages, resend as resend_messages
     from store import dlq_topic
 
     window = Window.of(since, until) if since or until else None
@@ -356,7 +356,7 @@ def resend(
     err = stderr_console()
     if not found:
         err.print(f"{dlq_topic(group)} holds nothing that matches; nothing to re-send")
-        render([], flags().output)
+        render(Rows.of(Resent), flags().output)
         return
     if execute:
         destination = f"topic {to_topic!r}" if to_topic else "their original topics"

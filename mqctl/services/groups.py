@@ -10,6 +10,7 @@ from typing import Any
 from daemon.broker.bodies import ConsumerConnection, ConsumeStats, MessageQueue
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError
+from mqctl.output import Rows
 from mqctl.services.cluster import masters, readers
 from mqctl.services.fanout import each_broker, failures
 from mqctl.services.topics import target_masters
@@ -122,11 +123,14 @@ async def list_groups(admin: Admin, *, cluster: str | None, system: bool) -> lis
     for addr, table in (await _configs(admin, cluster, partial=True)).items():
         for name in table:
             seen.setdefault(name, []).append(addr)
-    return [
-        {"group": name, "brokers": sorted(addrs)}
-        for name, addrs in sorted(seen.items())
-        if system or name not in SYSTEM_GROUPS  # a broker's own groups show only with --system
-    ]
+    return Rows(
+        (
+            {"group": name, "brokers": sorted(addrs)}
+            for name, addrs in sorted(seen.items())
+            if system or name not in SYSTEM_GROUPS  # a broker's own groups show only with --system
+        ),
+        columns=["group", "brokers"],
+    )
 
 
 def allocate_averagely(queues: list[MessageQueue], clients: list[str]) -> dict[MessageQueue, str]:
@@ -224,7 +228,7 @@ async def progress(
         )
         for mq, wrapper in sorted(offsets.items())
     ]
-    return [r for r in rows if lag_over is None or r.lag > lag_over]
+    return Rows.of(QueueProgress, (r for r in rows if lag_over is None or r.lag > lag_over))
 
 
 async def show(admin: Admin, group: str, *, cluster: str | None = None) -> dict[str, Any]:

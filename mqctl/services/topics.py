@@ -15,6 +15,7 @@ from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
+from mqctl.output import Rows
 from mqctl.services.cluster import brokers
 from mqctl.units import time_fields, when
 
@@ -321,18 +322,21 @@ async def status(admin: Admin, topic: str) -> list[QueueStatus]:
 
 
 def _status_rows(offsets: list[tuple[str, str, int, TopicOffset]]) -> list[QueueStatus]:
-    return [
-        QueueStatus(
-            broker_name=name,
-            queue_id=queue_id,
-            min_offset=off.min_offset,
-            max_offset=off.max_offset,
-            messages=off.max_offset - off.min_offset,
-            last_updated=when(off.last_update_timestamp),
-            last_updated_ms=off.last_update_timestamp,
-        )
-        for name, _, queue_id, off in offsets
-    ]
+    return Rows.of(
+        QueueStatus,
+        (
+            QueueStatus(
+                broker_name=name,
+                queue_id=queue_id,
+                min_offset=off.min_offset,
+                max_offset=off.max_offset,
+                messages=off.max_offset - off.min_offset,
+                last_updated=when(off.last_update_timestamp),
+                last_updated_ms=off.last_update_timestamp,
+            )
+            for name, _, queue_id, off in offsets
+        ),
+    )
 
 
 async def stats(admin: Admin, topic: str) -> dict[str, Any]:

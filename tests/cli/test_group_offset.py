@@ -235,3 +235,13 @@ def test_offset_reset_refuses_a_group_that_does_not_exist(mq: RunCli, loaded: Lo
     assert [offsets.query_offset("CG_Fresh", TOPIC, q) for q in (0, 1)] == [3, 3]
     again = mq("offset", "reset", "-g", "CG_Fresh", "-t", TOPIC, "--to-earliest", "-o", "json")
     assert again.code == 0, again.stderr  # it exists now
+
+
+def test_an_empty_csv_still_has_its_header_row(mq: RunCli) -> None:
+    """A filter that matches nothing gives the header alone, so a script's CSV reader sees the columns."""
+    empty = mq("group", "progress", "-g", GROUP, "--lag-over", "1000000", "-o", "csv")
+    assert empty.code == 0, empty.stderr
+    assert empty.stdout.splitlines() == [
+        "topic,broker_name,queue_id,broker_offset,consumer_offset,lag,last_consumed_store_time,"
+        "last_consumed_store_time_ms,client"
+    ]
