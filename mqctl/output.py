@@ -187,7 +187,10 @@ def _cell(column: str, row: dict[str, Any]) -> str:
     if value is None and twin == 0:
         return "never"
     if isinstance(twin, int) and twin and isinstance(value, str):
-        return units.table_time(twin, utc=_state["utc"])
+        try:
+            return units.table_time(twin, utc=_state["utc"])
+        except (ValueError, OverflowError, OSError):  # a damaged header's time: past any calendar
+            return value
     if isinstance(value, int) and not isinstance(value, bool):
         if units.is_size(column):
             return units.size_text(value)

@@ -83,6 +83,23 @@ def test_commitlog_ls_gives_the_manifest_files_records_and_topics(
     assert rows[-1]["last_store_time"] == "2026-11-21T09:10:14.169Z"  # the checkpoint's physicMsgTimestamp
 
 
+def test_commitlog_and_index_ls_show_local_time_and_carry_ms_twins(cli: RunCli, store_a: Path) -> None:
+    """As every other command: JSON has each time as ISO plus its _ms twin; a table shows local time."""
+    env = {"TZ": "Asia/Tokyo"}
+    files = ok(cli("store", "commitlog", "ls", "--store", str(store_a), "-o", "json"))
+    assert files[0]["first_store_time"] == "2026-11-21T09:09:46.575Z"
+    assert files[0]["first_store_time_ms"] == 1795252186575
+    assert all(isinstance(r["last_store_time_ms"], int) for r in files)
+    (index,) = ok(cli("store", "index", "ls", "--store", str(store_a), "-o", "json"))
+    assert isinstance(index["begin_time_ms"], int) and index["begin_time_ms"] > 0
+    assert index["begin_time"].endswith("Z")
+    table = cli("store", "commitlog", "ls", "--store", str(store_a), env=env)
+    assert table.code == 0, table.stderr
+    assert "2026-11-21T18:09:46.575+09:00" in table.stdout and "09:09:46.575Z" not in table.stdout
+    indexed = cli("store", "index", "ls", "--store", str(store_a), env=env)
+    assert indexed.code == 0 and "+09:00" in indexed.stdout, indexed.stderr
+
+
 @pytest.mark.slow
 def test_commitlog_ls_csv_and_yaml_carry_the_same_rows(cli: RunCli, store_a: Path) -> None:
     as_csv = cli("store", "commitlog", "ls", "--store", str(store_a), "-o", "csv")
