@@ -361,12 +361,23 @@ def resend(
     if execute:
         destination = f"topic {to_topic!r}" if to_topic else "their original topics"
         confirm(f"Re-send {len(found)} message(s) of {dlq_topic(group)} to {destination}?", yes=yes)
-    with progress(len(found), "re-sending" if execute else "reading") as advance:
-        outcomes = run_admin(
-            target.namesrv,
-            lambda admin: resend_messages(admin, group, found, to_topic, execute=execute, progress=advance),
-            timeout=seconds,
-        )
+    outcomes: list[Resent] = []
+    try:
+        with progress(len(found), "re-sending" if execute else "reading") as advance:
+            run_admin(
+                target.namesrv,
+                lambda admin: resend_messages(
+                    admin, group, found, to_topic, execute=execute, progress=advance, into=outcomes
+                ),
+                timeout=seconds,
+            )
+    except KeyboardInterrupt:
+        render(outcomes, flags().output)  # what this run did before Ctrl-C
+        sent = sum(o.outcome == "RESENT" for o in outcomes)
+        raise Interrupted(
+            f"interrupted after re-sending {sent} of {len(found)} message(s); each is recorded, "
+            "so the next run skips them"
+        ) from None
     render(outcomes, flags().output)
     counts = {
         name: sum(o.outcome == name for o in outcomes)

@@ -802,13 +802,26 @@ async def resend(
     *,
     execute: bool,
     progress: Callable[[int], None] | None = None,
+    into: list[Resent] | None = None,
 ) -> list[Resent]:
     """Preview (``execute`` False) or re-send the dead letters ``found`` (see :func:`resend_one`),
     skipping those the group's record says were re-sent before and recording each one re-sent now,
-    so that a second run does not send them twice."""
+    so that a second run does not send them twice.
+
+    Each outcome is appended to ``into`` (the returned list) as it comes, so an interrupted run still
+    has its report. Ctrl-C lets the send in flight finish and be recorded before the run stops: a
+    message the broker stored is never left out of the record (a next run would send it again)."""
     done = await resent_record(admin, group)
     rr = itertools.count(random.randrange(1 << 16))
-    out = []
+    out = into if into is not None else []
+
+    async def send_and_record(m: StoredMessage, where: tuple[str, int, int]) -> Resent:
+        outcome = await resend_one(admin, m, to_topic, rr)
+        if outcome.outcome == "RESENT":
+            done.add(where)
+            await record_resent(admin, group, done)  # after each send: an interrupted run stays exact
+        return outcome
+
     for ref, m in found:
         where = (ref.broker_name, ref.queue_id, m.queue_offset)
         target = to_topic or m.properties.get(PROPERTY_RETRY_TOPIC)
@@ -825,10 +838,12 @@ async def resend(
                 )
             )
         else:
-            outcome = await resend_one(admin, m, to_topic, rr)
-            if outcome.outcome == "RESENT":
-                done.add(where)
-                await record_resent(admin, group, done)  # after each send: an interrupted run stays exact
+            step = asyncio.ensure_future(send_and_record(m, where))
+            try:
+                outcome = await asyncio.shield(step)
+            except asyncio.CancelledError:  # Ctrl-C: this one completes and is recorded, then we stop
+                out.append(await step)
+                raise
             out.append(outcome)
         if progress is not None:
             progress(1)

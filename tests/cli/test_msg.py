@@ -503,6 +503,88 @@ def dead_letters(daemons: LocalCluster) -> list[str]:
     return ids
 
 
+MANY = "MsgMany"
+MANY_GROUP = "CG_Many"
+MANY_COUNT = 1000
+
+
+def _kv(daemons: LocalCluster, namespace: str, key: str) -> str | None:
+    async def get() -> str | None:
+        async with Admin([daemons.namesrv_addr]) as admin:
+            return await admin.kv_get(namespace, key)
+
+    return daemons.loop.run(get())
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_resend_reports_what_it_did_and_loses_and_duplicates_nothing(
+    cli_env: dict[str, str], daemons: LocalCluster
+) -> None:
+    """Ctrl-C mid-run: exit 130, one line, the outcomes so far on stdout; every copy the broker stored is
+    in the record, so the next run sends exactly the rest."""
+    client = handle(daemons)
+
+    async def kill() -> None:
+        create = CreateTopicRequestHeader(MANY, "TBW102", 1, 1, 6, "SINGLE_TAG")
+        assert (await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create.to_ext_fields())).code == 0
+        async with Admin([daemons.namesrv_addr]) as admin:
+            await _wait_for_route(daemons.namesrv_addr, MANY)
+            for i in range(MANY_COUNT):
+                sent = await wire.send(
+                    admin, daemons.broker_addr, MANY, f"many {i}".encode(), queue_id=0, properties={}
+                )
+                _host, offset = decode_msg_id(sent.offset_msg_id)
+                await wire.send_back(
+                    admin, daemons.broker_addr, group=MANY_GROUP, phys_offset=offset, delay_level=-1
+                )
+        await _wait_for_route(daemons.namesrv_addr, f"%DLQ%{MANY_GROUP}")
+        await client.client.close()
+
+    daemons.loop.run(kill(), timeout=120)
+    argv = [
+        sys.executable,
+        "-m",
+        "mqctl",
+        "msg",
+        "resend",
+        "-g",
+        MANY_GROUP,
+        "--execute",
+        "--yes",
+        "-o",
+        "json",
+    ]
+    env = {**cli_env, "NAMESRV_ADDR": daemons.namesrv_addr}
+    proc = subprocess.Popen(
+        argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _kv(daemons, "MQCTL_DLQ_RESENT", MANY_GROUP) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        proc.send_signal(2)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("mqctl: error: interrupted after re-sending ") and f"of {MANY_COUNT}" in line, line
+    report = json.loads(out)
+    resent = [o for o in report if o["outcome"] == "RESENT"]
+    assert 0 < len(resent) < MANY_COUNT, "the run ended before Ctrl-C: raise MANY_COUNT"
+    assert f"re-sending {len(resent)} of" in line
+
+    def copies() -> int:
+        return on_broker(daemons, lambda: daemons.broker.store.get_max_offset(MANY, 0)) - MANY_COUNT
+
+    assert copies() == len(resent)  # nothing sent that the report (and the record) does not hold
+    rest = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert rest.returncode == 0, rest.stderr
+    outcomes = json.loads(rest.stdout)
+    assert sum(o["outcome"] == "ALREADY RESENT" for o in outcomes) == len(resent)
+    assert sum(o["outcome"] == "RESENT" for o in outcomes) == MANY_COUNT - len(resent)
+    assert copies() == MANY_COUNT  # each dead letter re-sent exactly once over the two runs
+
+
 def other_total(daemons: LocalCluster) -> int:
     return on_broker(
         daemons,
