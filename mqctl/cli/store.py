@@ -28,7 +28,7 @@ from mqctl.cli.common import (
     render_every,
     request_timeout,
 )
-from mqctl.errors import BrokerError, StoreError, UsageError
+from mqctl.errors import BrokerError, Interrupted, StoreError, UsageError
 
 if TYPE_CHECKING:
     from mqctl.services.retention import CleanReport
@@ -335,6 +335,8 @@ def verify(
         stderr_console().print(
             f"note: {note} (queries skip them; the broker rebuilds such index files at start)"
         )
+    if report.interrupted:
+        raise Interrupted(f"interrupted {report.interrupted}: the report covers what was checked")
     if not report.ok:
         raise StoreError(f"store {store} has problems ({report.problems_found} found; see the report)")
 

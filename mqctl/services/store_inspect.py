@@ -221,5 +221,5 @@ def verify(
     root: str | Path, *, max_problems: int | None = None, progress: Progress | None = None
 ) -> inspect.VerifyReport:
     """CRC of every record, every ConsumeQueue unit and index entry against the CommitLog (see
-    :func:`store.inspect.verify`)."""
-    return inspect.verify(layout(root), max_problems=max_problems, progress=progress)
+    :func:`store.inspect.verify`). Ctrl-C ends the walk, not the call: ``interrupted`` says where."""
+    return inspect.verify(layout(root), max_problems=max_problems, progress=progress, partial=True)

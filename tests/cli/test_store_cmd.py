@@ -531,3 +531,28 @@ def test_a_directory_that_is_not_a_store(cli: RunCli, tmp_path: Path) -> None:
     assert result.code == 3
     assert "not a store directory" in result.stderr
     assert cli("store", "cq", "ls", "--store", str(tmp_path / "missing")).code == 2
+
+
+@pytest.mark.parametrize("phase", ["_verify_queues", "_verify_index"])
+def test_ctrl_c_in_verify_prints_the_partial_report_and_one_line(
+    cli: RunCli, store_a: Path, monkeypatch: pytest.MonkeyPatch, phase: str
+) -> None:
+    """Ctrl-C (here: at the start of a later phase) ends the walk: what was checked is reported, the report
+    says where it stopped, and one line says it was interrupted; exit 130."""
+    from store import inspect
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inspect, phase, interrupted)
+    result = cli("store", "verify", "--store", str(store_a), "-o", "json")
+    assert result.code == 130, result.stderr
+    report = result.json()
+    assert report["records"] == 5612 and report["ok"] is False
+    assert report["interrupted"] == (
+        "during the ConsumeQueue check" if phase == "_verify_queues" else "during the IndexFile check"
+    )
+    (line,) = result.stderr.strip().splitlines()
+    assert line == f"mqctl: error: interrupted {report['interrupted']}: the report covers what was checked"
+    table = cli("store", "verify", "--store", str(store_a))
+    assert table.code == 130 and "interrupted" in table.stdout
