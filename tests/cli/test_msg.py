@@ -8,7 +8,6 @@ import io
 import json
 import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ from store.message import StoredMessage
 from store.names import SCHEDULE_TOPIC, TOOLS_CONSUMER_GROUP
 from store.record import create_msg_id, decode_msg_id
 from tests.daemons import LocalCluster, handle, local_cluster
-from tests.support.cli import CliResult, RunCli
+from tests.support.cli import CliResult, RunCli, run_process, spawn
 from tests.support.paths import ROOT
 
 T = TypeVar("T")
@@ -324,23 +323,8 @@ HOSTILE = "\x1b[31mred\x1b[0m\ttab\x07bell\rback\x7fdel\x9b2J\u202eevil"
 def test_control_characters_in_user_data_never_reach_the_terminal_raw(mq: Callable[..., CliResult]) -> None:
     """ESC, TAB, BEL, CR, DEL, a C1 CSI and a bidi override in a body, key and tag are shown escaped in
     tables and tail lines; --raw prints them as they are; JSON keeps the exact text."""
-    sent = ok(
-        mq(
-            "msg",
-            "send",
-            "-t",
-            OTHER,
-            "-q",
-            "0",
-            "--tag",
-            "t\x1b[2J",
-            "-k",
-            "k\x1b]0;title\x07",
-            HOSTILE,
-            "-o",
-            "json",
-        )
-    )
+    hostile_tag_and_key = ["--tag", "t\x1b[2J", "-k", "k\x1b]0;title\x07"]
+    sent = ok(mq("msg", "send", "-t", OTHER, "-q", "0", *hostile_tag_and_key, HOSTILE, "-o", "json"))
     at = ["-t", OTHER, "-q", "0", "--offset", str(sent["queue_offset"])]
     views = {
         "show": mq("msg", "show", *at),
@@ -441,18 +425,18 @@ def test_tail_from_a_groups_committed_offsets(mq: Callable[..., CliResult], daem
     assert all(m["queue_offset"] == 1 for m in lines)
 
 
+def _tail(cli_env: dict[str, str], daemons: LocalCluster, *args: str) -> subprocess.Popen[str]:
+    """``msg tail -t MsgT ARGS -o json``, running."""
+    return spawn(
+        cli_env, "msg", "tail", "-t", TOPIC, *args, "-o", "json", env={"NAMESRV_ADDR": daemons.namesrv_addr}
+    )
+
+
 @pytest.mark.slow
 def test_tail_streams_new_messages(
     cli_env: dict[str, str], daemons: LocalCluster, mq: Callable[..., CliResult]
 ) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mqctl", "msg", "tail", "-t", TOPIC, "--max-messages", "2", "-o", "json"],
-        env={**cli_env, "NAMESRV_ADDR": daemons.namesrv_addr},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _tail(cli_env, daemons, "--max-messages", "2")
     try:
         assert proc.stderr is not None
         started = proc.stderr.readline()
@@ -541,23 +525,9 @@ def test_ctrl_c_during_a_resend_reports_what_it_did_and_loses_and_duplicates_not
         await client.client.close()
 
     daemons.loop.run(kill(), timeout=120)
-    argv = [
-        sys.executable,
-        "-m",
-        "mqctl",
-        "msg",
-        "resend",
-        "-g",
-        MANY_GROUP,
-        "--execute",
-        "--yes",
-        "-o",
-        "json",
-    ]
-    env = {**cli_env, "NAMESRV_ADDR": daemons.namesrv_addr}
-    proc = subprocess.Popen(
-        argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    argv = ["msg", "resend", "-g", MANY_GROUP, "--execute", "--yes", "-o", "json"]
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+    proc = spawn(cli_env, *argv, env=env)
     try:
         deadline = time.monotonic() + 60
         while not _kv(daemons, "MQCTL_DLQ_RESENT", MANY_GROUP) and time.monotonic() < deadline:
@@ -577,9 +547,9 @@ def test_ctrl_c_during_a_resend_reports_what_it_did_and_loses_and_duplicates_not
         return on_broker(daemons, lambda: daemons.broker.store.get_max_offset(MANY, 0)) - MANY_COUNT
 
     assert copies() == len(resent)  # nothing sent that the report (and the record) does not hold
-    rest = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert rest.returncode == 0, rest.stderr
-    outcomes = json.loads(rest.stdout)
+    rest = run_process(cli_env, *argv, env=env, timeout=120)
+    assert rest.code == 0, rest.stderr
+    outcomes = rest.json()
     assert sum(o["outcome"] == "ALREADY RESENT" for o in outcomes) == len(resent)
     assert sum(o["outcome"] == "RESENT" for o in outcomes) == MANY_COUNT - len(resent)
     assert copies() == MANY_COUNT  # each dead letter re-sent exactly once over the two runs
@@ -750,27 +720,9 @@ def test_an_unreachable_namesrv_exits_5(cli: RunCli) -> None:
 
 @pytest.mark.slow
 def test_watch_repeats_a_query_until_interrupted(cli_env: dict[str, str], daemons: LocalCluster) -> None:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mqctl",
-            "msg",
-            "query",
-            "-t",
-            TOPIC,
-            "-k",
-            "seed-0",
-            "--watch",
-            "0.2",
-            "-o",
-            "json",
-        ],
-        env={**cli_env, "NAMESRV_ADDR": daemons.namesrv_addr},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+    proc = spawn(
+        cli_env, "msg", "query", "-t", TOPIC, "-k", "seed-0", "--watch", "0.2", "-o", "json", env=env
     )
     try:
         assert proc.stderr is not None
@@ -790,14 +742,7 @@ def test_watch_repeats_a_query_until_interrupted(cli_env: dict[str, str], daemon
 
 @pytest.mark.slow
 def test_ctrl_c_stops_tail_with_exit_130_and_one_line(cli_env: dict[str, str], daemons: LocalCluster) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mqctl", "msg", "tail", "-t", TOPIC, "--from", "earliest", "-o", "json"],
-        env={**cli_env, "NAMESRV_ADDR": daemons.namesrv_addr},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _tail(cli_env, daemons, "--from", "earliest")
     try:
         assert proc.stderr is not None and "tailing" in proc.stderr.readline()
         assert proc.stdout is not None and json.loads(proc.stdout.readline())["topic"] == TOPIC
