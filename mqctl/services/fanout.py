@@ -46,7 +46,8 @@ class BrokerFailure:
         return f"{name}: {self.reason}: {self.detail}"
 
 
-def _why(exc: Exception) -> tuple[str, str]:
+def failure_reason(exc: Exception) -> tuple[str, str]:
+    """Why a broker could not be read: (``ACL denied`` | ``timed out`` | ``down`` | ``error ...``, detail)."""
     if isinstance(exc, RemotingCommandError):
         detail = (exc.remark or "").strip().splitlines()[0] if (exc.remark or "").strip() else str(exc)
         if exc.code == ResponseCode.NO_PERMISSION:
@@ -83,9 +84,8 @@ def failures() -> list[dict[str, Any]]:
 
 def _record(found: list[BrokerFailure]) -> None:
     bucket = _failures.get()
-    if bucket is None:  # outside a command's collector: keep them for this session's own records
-        bucket = []
-        _failures.set(bucket)
+    if bucket is None:  # no command collects them (top, completion): the answers are what counts
+        return
     seen = {f.broker for f in bucket}
     bucket.extend(f for f in found if f.broker not in seen)  # one line per broker, its first refusal
 
@@ -122,7 +122,7 @@ async def each_broker(
     if not failed:
         return answers
     names = await _broker_names(admin)
-    found = [BrokerFailure(addr, names.get(addr), *_why(exc)) for addr, exc in failed]
+    found = [BrokerFailure(addr, names.get(addr), *failure_reason(exc)) for addr, exc in failed]
     _record(found)
     if not answers:
         raise NothingReadError(
