@@ -223,3 +223,29 @@ def test_a_namesrv_address_that_is_not_a_namesrv_says_so(cli: RunCli, banner_ser
         (line,) = result.stderr.strip().splitlines()
         assert line.startswith("mqctl: error: ") and banner_server in line, line
         assert "not a NameServer" in line and "9876" in line, line
+
+
+def test_spark_export_checks_its_arguments_before_starting_spark(
+    cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory that is not a store, or an --out that exists, is refused at once: no JVM start first."""
+    from mqctl.spark import session
+
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark was started before the arguments were checked")
+
+    monkeypatch.setattr(session, "spark_session", no_spark)
+    monkeypatch.delenv("MQCTL_SPARK_REMOTE", raising=False)
+    (tmp_path / "not-a-store").mkdir()
+    out = tmp_path / "out"
+    not_store = cli("spark-export", "--store", str(tmp_path / "not-a-store"), "--out", str(out))
+    assert not_store.code == UsageError.exit_code, not_store.stderr
+    assert "commitlog" in not_store.stderr and "Spark was started" not in not_store.stderr
+    store = tmp_path / "store"
+    (store / "commitlog").mkdir(parents=True)
+    out.mkdir()
+    existing = cli("spark-export", "--store", str(store), "--out", str(out))
+    assert existing.code == ConflictError.exit_code, existing.stderr
+    assert "already exists" in existing.stderr and "--overwrite" in existing.stderr
+    report = cli("spark-export", "report", "--store", str(tmp_path / "not-a-store"))
+    assert report.code == UsageError.exit_code, report.stderr
