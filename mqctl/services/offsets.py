@@ -12,6 +12,7 @@ active group.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -35,10 +36,14 @@ class ResetTarget:
     kind: str  # earliest | latest | time | offset | shift | file
     value: int = 0
     plan_file: Path | None = None
+    #: A plan file made by a time target records it: the broker can then apply the file to live members.
+    file_time: int | None = None
 
     @property
     def time_based(self) -> int | None:
         """The timestamp the broker can apply itself, or None when the plan is per queue."""
+        if self.kind == "file":
+            return self.file_time
         return {"earliest": 0, "latest": -1}.get(self.kind, self.value if self.kind == "time" else None)
 
 
@@ -102,7 +107,7 @@ async def plan(admin: Admin, group: str, topic: str, target: ResetTarget) -> lis
     rows = await _queues(admin, group, topic)
     from_file: dict[tuple[str, int], int] = {}
     if target.kind == "file" and target.plan_file:
-        from_file = _read_plan(target.plan_file, group, topic, await _clusters(admin, rows))
+        from_file, _ = _read_plan(target.plan_file, group, topic, await _clusters(admin, rows))
         if not any((r.broker_name, r.queue_id) in from_file for r in rows):
             raise UsageError(f"plan file {target.plan_file} matches no queue of topic {topic!r}")
     for row in rows:
@@ -127,7 +132,10 @@ async def _clusters(admin: Admin, rows: list[PlanRow]) -> str:
     return ",".join(sorted({b.cluster for b in await brokers(admin) if b.broker_name in names}))
 
 
-def _read_plan(path: Path, group: str, topic: str, cluster: str) -> dict[tuple[str, int], int]:
+def _read_plan(
+    path: Path, group: str, topic: str, cluster: str
+) -> tuple[dict[tuple[str, int], int], int | None]:
+    """The plan's new offset per (broker name, queue id), and the time target it was made by, if one."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(doc, dict) or doc.get("kind") != PLAN_KIND:
@@ -139,13 +147,24 @@ def _read_plan(path: Path, group: str, topic: str, cluster: str) -> dict[tuple[s
         wrong = [f"{k} {doc.get(k)!r} (this command: {v!r})" for k, v in wanted.items() if doc.get(k) != v]
         if wrong:
             raise UsageError(f"plan file {path} was made for another target: {', '.join(wrong)}")
-        return {(r["broker_name"], int(r["queue_id"])): int(r["new"]) for r in doc["queues"]}
+        return {(r["broker_name"], int(r["queue_id"])): int(r["new"]) for r in doc["queues"]}, (
+            int(doc["target_time_ms"]) if doc.get("target_time_ms") is not None else None
+        )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"cannot use plan file {path}: {exc}") from None
 
 
-def export(rows: list[PlanRow], path: Path, *, group: str, topic: str, cluster: str) -> None:
-    """Save a plan in the form --from-file reads back, bound to its group, topic and cluster."""
+def export(
+    rows: list[PlanRow],
+    path: Path,
+    *,
+    group: str,
+    topic: str,
+    cluster: str,
+    target: ResetTarget | None = None,
+) -> None:
+    """Save a plan in the form --from-file reads back, bound to its group, topic and cluster; a time target
+    (``target_time_ms``: 0 earliest, -1 latest) is kept, so that the file applies to live members too."""
     now = time.time()
     doc = {
         "kind": PLAN_KIND,
@@ -154,6 +173,7 @@ def export(rows: list[PlanRow], path: Path, *, group: str, topic: str, cluster: 
         "cluster": cluster,
         "created": iso(int(now * 1000)),
         "created_ms": int(now * 1000),
+        "target_time_ms": target.time_based if target is not None else None,
         "queues": [asdict(r) for r in rows],
     }
     path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
@@ -180,6 +200,9 @@ async def execute(admin: Admin, group: str, topic: str, target: ResetTarget, row
                 hint="stop them first, or reset with --to-earliest/--to-latest/--to-time/--by-duration",
             )
         for addr in [a for a, found in members.items() if found]:
+            await _commit_where_never_committed(
+                admin, group, topic, [r for r in rows if r.broker_addr == addr]
+            )
             applied = await admin.reset_offset_by_time(addr, topic, group, timestamp)
             for row in rows:  # report what the broker computed, which may differ from the plan
                 row.new = applied.get(MessageQueue(topic, row.broker_name, row.queue_id), row.new)
@@ -189,6 +212,20 @@ async def execute(admin: Admin, group: str, topic: str, target: ResetTarget, row
     if not live:
         return "offsets committed (no consumer online)"
     return f"broker reset, {len(live)} online consumer(s) told to follow"
+
+
+async def _commit_where_never_committed(admin: Admin, group: str, topic: str, rows: list[PlanRow]) -> None:
+    """Commit the plan's offsets on a broker where the group never committed on ``topic``: a broker resets
+    only the offsets it holds (4.9.8's ``Broker2Client#resetOffset`` answers "THe consumer group ... not
+    exist" otherwise), and members that never commit (``msg tail -g``, a consumer that just started) hold
+    none there. The broker's reset that follows then tells them."""
+    if not rows:
+        return
+    stats = await admin.consume_stats(rows[0].broker_addr, group)
+    if any(mq.topic == topic for mq in stats.offset_table):
+        return
+    for row in rows:
+        await admin.commit_offset(row.broker_addr, group, topic, row.queue_id, row.new)
 
 
 async def _group_known(admin: Admin, group: str, rows: list[PlanRow], addrs: list[str]) -> bool:
@@ -222,6 +259,9 @@ async def reset(
     rows = await plan(admin, group, topic, target)
     if not rows:
         raise NotFoundError(f"topic {topic!r} has no queues")
+    if target.kind == "file" and target.plan_file is not None:
+        _, file_time = _read_plan(target.plan_file, group, topic, await _clusters(admin, rows))
+        target = dataclasses.replace(target, file_time=file_time)
     addrs = sorted({r.broker_addr for r in rows})
     missing = not await _group_known(admin, group, rows, addrs)
     if missing and not create_group:
@@ -230,7 +270,7 @@ async def reset(
             hint="check the name ('mqctl group list'), or add --create-group to create it",
         )
     if export_to is not None:
-        export(rows, export_to, group=group, topic=topic, cluster=await _clusters(admin, rows))
+        export(rows, export_to, group=group, topic=topic, cluster=await _clusters(admin, rows), target=target)
     if execute_plan and confirm is not None:
         confirm(rows)
     if execute_plan and missing:
