@@ -769,10 +769,16 @@ class Resent:
     error: str | None = None
 
 
-async def resend_one(admin: Admin, m: StoredMessage, to_topic: str | None, rr: Iterable[int]) -> Resent:
+async def resend_one(
+    admin: Admin,
+    m: StoredMessage,
+    to_topic: str | None,
+    rr: Iterable[int],
+    routes: dict[str, list[QueueRef]] | None = None,
+) -> Resent:
     """Send a DLQ message again to its original topic (``RETRY_TOPIC``) or ``to_topic``, keeping its
     body, tags, keys, UNIQ_KEY and user properties, marked with the dead letter's id; one failure does
-    not stop the others."""
+    not stop the others. ``routes`` caches each topic's writable queues over a run."""
     target = to_topic or m.properties.get(PROPERTY_RETRY_TOPIC)
     if not target:
         return Resent(
@@ -781,8 +787,11 @@ async def resend_one(admin: Admin, m: StoredMessage, to_topic: str | None, rr: I
     props = {k: v for k, v in m.properties.items() if k not in BROKER_PROPERTIES}
     props[PROPERTY_RESENT_FROM] = m.msg_id
     try:
-        route = await admin.topic_route(target)
-        refs = queues(route, write=True)
+        refs = routes.get(target) if routes is not None else None
+        if refs is None:
+            refs = queues(await admin.topic_route(target), write=True)
+            if routes is not None:
+                routes[target] = refs
         if not refs:
             raise NotFoundError(f"topic {target!r} has no writable queue")
         ref = refs[next(iter(rr)) % len(refs)]
@@ -792,6 +801,10 @@ async def resend_one(admin: Admin, m: StoredMessage, to_topic: str | None, rr: I
     return Resent(
         m.msg_id, m.uniq_key, target, "RESENT", result.offset_msg_id, result.queue_id, result.queue_offset
     )
+
+
+#: Dead letters re-sent at once: their sends are in flight together and recorded together.
+RESEND_WINDOW = 128
 
 
 async def resend(
@@ -813,16 +826,25 @@ async def resend(
     message the broker stored is never left out of the record (a next run would send it again)."""
     done = await resent_record(admin, group)
     rr = itertools.count(random.randrange(1 << 16))
+    routes: dict[str, list[QueueRef]] = {}
     out = into if into is not None else []
 
-    async def send_and_record(m: StoredMessage, where: tuple[str, int, int]) -> Resent:
-        outcome = await resend_one(admin, m, to_topic, rr)
-        if outcome.outcome == "RESENT":
-            done.add(where)
-            await record_resent(admin, group, done)  # after each send: an interrupted run stays exact
-        return outcome
+    async def send_window(window: list[tuple[tuple[str, int, int], StoredMessage]]) -> list[Resent]:
+        for target in {to_topic or m.properties.get(PROPERTY_RETRY_TOPIC) for _, m in window} - {
+            None,
+            *routes,
+        }:
+            with contextlib.suppress(RemotingError):  # resend_one reports it per message
+                routes[str(target)] = queues(await admin.topic_route(str(target)), write=True)
+        outcomes = await asyncio.gather(*(resend_one(admin, m, to_topic, rr, routes) for _, m in window))
+        sent = {where for (where, _), o in zip(window, outcomes, strict=True) if o.outcome == "RESENT"}
+        if sent:
+            done.update(sent)
+            await record_resent(admin, group, done)  # after each window: an interrupted run stays exact
+        return outcomes
 
-    for ref, m in found:
+    window: list[tuple[tuple[str, int, int], StoredMessage]] = []
+    for index, (ref, m) in enumerate(found):
         where = (ref.broker_name, ref.queue_id, m.queue_offset)
         target = to_topic or m.properties.get(PROPERTY_RETRY_TOPIC)
         if where in done:
@@ -838,13 +860,17 @@ async def resend(
                 )
             )
         else:
-            step = asyncio.ensure_future(send_and_record(m, where))
-            try:
-                outcome = await asyncio.shield(step)
-            except asyncio.CancelledError:  # Ctrl-C: this one completes and is recorded, then we stop
-                out.append(await step)
-                raise
-            out.append(outcome)
-        if progress is not None:
+            window.append((where, m))
+        if progress is not None and (not window or window[-1][1] is not m):
             progress(1)
+        if window and (len(window) == RESEND_WINDOW or index == len(found) - 1):
+            step = asyncio.ensure_future(send_window(window))
+            try:
+                out.extend(await asyncio.shield(step))
+            except asyncio.CancelledError:  # Ctrl-C: this window completes and is recorded, then we stop
+                out.extend(await step)
+                raise
+            if progress is not None:
+                progress(len(window))
+            window = []
     return out

@@ -489,7 +489,7 @@ def dead_letters(daemons: LocalCluster) -> list[str]:
 
 MANY = "MsgMany"
 MANY_GROUP = "CG_Many"
-MANY_COUNT = 1000
+MANY_COUNT = 4000  # enough that the run is still sending when Ctrl-C comes (else the test says so)
 
 
 def _kv(daemons: LocalCluster, namespace: str, key: str) -> str | None:
@@ -513,14 +513,17 @@ def test_ctrl_c_during_a_resend_reports_what_it_did_and_loses_and_duplicates_not
         assert (await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create.to_ext_fields())).code == 0
         async with Admin([daemons.namesrv_addr]) as admin:
             await _wait_for_route(daemons.namesrv_addr, MANY)
-            for i in range(MANY_COUNT):
-                sent = await wire.send(
-                    admin, daemons.broker_addr, MANY, f"many {i}".encode(), queue_id=0, properties={}
-                )
+
+            async def dead_letter(i: int) -> None:
+                body = f"many {i}".encode()
+                sent = await wire.send(admin, daemons.broker_addr, MANY, body, queue_id=0, properties={})
                 _host, offset = decode_msg_id(sent.offset_msg_id)
                 await wire.send_back(
                     admin, daemons.broker_addr, group=MANY_GROUP, phys_offset=offset, delay_level=-1
                 )
+
+            for start in range(0, MANY_COUNT, 100):
+                await asyncio.gather(*(dead_letter(i) for i in range(start, min(start + 100, MANY_COUNT))))
         await _wait_for_route(daemons.namesrv_addr, f"%DLQ%{MANY_GROUP}")
         await client.client.close()
 
