@@ -14,6 +14,7 @@ import itertools
 import json
 import logging
 import random
+import string
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
@@ -437,7 +438,7 @@ async def query_by_id(
             return {"found_by": "msg_id"} | _detail(await _view(admin, msg_id, *located), body)
         except (NotFoundError, RemotingConnectError) as exc:
             failure = exc
-    elif len(msg_id) != 32:
+    elif len(msg_id) != 32 or not all(c in string.hexdigits for c in msg_id):
         locate(msg_id)  # raises the UsageError that says what an id looks like
     copies = await _find_unique_key(admin, msg_id.upper(), topic)
     if not copies:
