@@ -34,6 +34,7 @@ from mqctl.units import time_fields
 from store import (
     AUTO_CREATE_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
+    INTERNAL_TOPIC_PREFIX,
     PROPERTY_CLUSTER,
     PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -51,10 +52,12 @@ from store import (
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT_STORE_MSG_OK,
+    SYSTEM_TOPIC_PREFIX,
     TOOLS_CONSUMER_GROUP,
     StoredMessage,
     decode_msg_id,
 )
+from store.names import NOT_ALLOWED_SEND_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -392,7 +395,12 @@ async def _view(admin: Admin, msg_id: str, addr: str, offset: int) -> StoredMess
 
 
 #: Topics no client message is sent to: a client id is not searched there.
-_NOT_MESSAGE_TOPICS = ("RMQ_SYS_", "rmq_sys_", AUTO_CREATE_TOPIC, "SCHEDULE_TOPIC_XXXX", "OFFSET_MOVED_EVENT")
+_NOT_MESSAGE_TOPICS = (
+    INTERNAL_TOPIC_PREFIX,
+    SYSTEM_TOPIC_PREFIX,
+    AUTO_CREATE_TOPIC,
+    *NOT_ALLOWED_SEND_TOPICS,
+)
 
 
 async def _find_unique_key(admin: Admin, uniq_key: str, topic: str | None) -> list[StoredMessage]:
