@@ -274,55 +274,17 @@ def test_a_live_member_that_never_committed_is_reset_and_so_is_a_time_plan_file(
     try:
         wait_for(lambda: daemons.broker.consumers.get(group) is not None, "msg tail -g to join its group")
         assert committed(daemons, group) == [-1, -1]
-        reset = cli(
-            "offset",
-            "reset",
-            "-g",
-            group,
-            "-t",
-            TOPIC,
-            "--to-earliest",
-            "--execute",
-            "--yes",
-            "-o",
-            "json",
-            env=env,
-        )
-        assert reset.code == 0, reset.stderr
-        assert "told to follow" in reset.json()["applied"]
+        reset_to_earliest(cli, group, env)
         assert committed(daemons, group) == [0, 0]
+
+        def reset(*args: str) -> CliResult:
+            return cli("offset", "reset", "-g", group, "-t", TOPIC, *args, env=env)
 
         plan = tmp_path / "plan.json"
         an_hour_ahead = str(int(time.time() * 1000) + 3_600_000)
-        exported = cli(
-            "offset",
-            "reset",
-            "-g",
-            group,
-            "-t",
-            TOPIC,
-            "--to-time",
-            an_hour_ahead,
-            "--export",
-            str(plan),
-            env=env,
-        )
+        exported = reset("--to-time", an_hour_ahead, "--export", str(plan))
         assert exported.code == 0, exported.stderr
-        applied = cli(
-            "offset",
-            "reset",
-            "-g",
-            group,
-            "-t",
-            TOPIC,
-            "--from-file",
-            str(plan),
-            "--execute",
-            "--yes",
-            "-o",
-            "json",
-            env=env,
-        )
+        applied = reset("--from-file", str(plan), "--execute", "--yes", "-o", "json")
         assert applied.code == 0, applied.stderr
         assert "told to follow" in applied.json()["applied"]
         planned = [q["new"] for q in applied.json()["queues"]]
