@@ -117,7 +117,7 @@ class NothingReadError(MqctlError):
     """A read that asks every broker got no answer from any of them: each refused (ACL), timed out or
     was down. With at least one answer the command prints what it read, warns, and exits 0."""
 
-    exit_code = 13
+    exit_code = 14
 
 
 class Interrupted(MqctlError):

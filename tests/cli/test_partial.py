@@ -14,6 +14,7 @@ import pytest
 from daemon.broker.broker import Broker
 from daemon.broker.headers import CreateTopicRequestHeader, UpdateConsumerOffsetRequestHeader
 from daemon.remoting.codes import RequestCode
+from mqctl.errors import NothingReadError
 from tests.daemons import LocalCluster, handle, local_cluster
 from tests.support.acl import write_acl
 from tests.support.broker import start_broker
@@ -120,7 +121,7 @@ def test_nothing_readable_exits_with_its_own_code(
 ) -> None:
     _, locked = two_clusters
     result = mq("group", "list", "-c", "AclCluster")
-    assert result.code == 13, result.stderr
+    assert result.code == NothingReadError.exit_code == 14, result.stderr
     assert locked.addr in result.stderr and "ACL denied" in result.stderr
 
 
