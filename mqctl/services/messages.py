@@ -52,12 +52,12 @@ from store import (
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT_STORE_MSG_OK,
+    SCHEDULE_TOPIC,
     SYSTEM_TOPIC_PREFIX,
     TOOLS_CONSUMER_GROUP,
     StoredMessage,
     decode_msg_id,
 )
-from store.names import NOT_ALLOWED_SEND_TOPICS
 
 log = logging.getLogger(__name__)
 
@@ -395,12 +395,7 @@ async def _view(admin: Admin, msg_id: str, addr: str, offset: int) -> StoredMess
 
 
 #: Topics no client message is sent to: a client id is not searched there.
-_NOT_MESSAGE_TOPICS = (
-    INTERNAL_TOPIC_PREFIX,
-    SYSTEM_TOPIC_PREFIX,
-    AUTO_CREATE_TOPIC,
-    *NOT_ALLOWED_SEND_TOPICS,
-)
+_NOT_MESSAGE_TOPICS = (INTERNAL_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX, AUTO_CREATE_TOPIC, SCHEDULE_TOPIC)
 
 
 async def _find_unique_key(admin: Admin, uniq_key: str, topic: str | None) -> list[StoredMessage]:
