@@ -24,8 +24,8 @@ $(INTEROP_STAMP): scripts/install-interop-clients.sh tests/interop/package.json 
 	bash scripts/install-interop-clients.sh
 	mkdir -p .venv-interop && touch $(INTEROP_STAMP)
 
-# The broker's hot modules compiled with mypyc into build/native (store/native.py, scripts/build_native.py):
-# ~30 % less broker CPU per send, and the ACL check's HMAC-SHA1 in C where OpenSSL's headers are (README).
+# The broker's hot modules compiled with mypyc into build/native (store/native.py, scripts/build_native.py,
+# docs/design/compiled-build.md), and the ACL check's HMAC-SHA1 in C where OpenSSL's headers are.
 # A no-op when the build matches the sources; pure Python (and hashlib) without a compiler.
 native: $(STAMP)
 	$(BIN)/python scripts/build_native.py

@@ -84,7 +84,7 @@ def parse_properties(text: str) -> dict[str, str]:
     repeated key keeps its last value. Unlike Java, unescaped blanks ending a line are dropped: an
     invisible ``brokerName=broker-a `` is a typo, ``broker-a\\ `` a choice. A malformed ``\\u``
     escape raises :class:`ConfigError`."""
-    import javaproperties  # lazy: ~70 ms of imports that `mqctl --help` must not pay
+    import javaproperties  # lazy: imports that `mqctl --help` must not pay
 
     result: dict[str, str] = {}
     try:

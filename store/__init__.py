@@ -103,7 +103,7 @@ import lazy_loader
 
 # The public names and where each lives: store/__init__.pyi (read by type checkers and, here, by
 # lazy_loader): a name's module is imported on its first use, so ``mqctl topic list`` does not load the
-# engine, cleanup and recovery modules it never calls (~60 ms of imports per command).
+# engine, cleanup and recovery modules it never calls.
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
 
 from store.native import extend  # noqa: E402  (after the public names: extend() is not one of them)

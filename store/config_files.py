@@ -7,8 +7,8 @@ broker's pretty format byte for byte, beans with their properties in alphabetica
 as ``.bak`` as ``ConfigManager.persist`` does.
 
 ``topics.json`` also has an append-only ``topics.json.journal`` (ours, unknown to Java): rewriting the
-whole table for each of N topics created one at a time costs O(N) each (``benchmarks/bench_topic_apply.py``,
-1,000 topics at load average 13: 13.2-13.8 s rewriting, 2.6-3.7 s journaled). A created topic is made durable by
+whole table for each of N topics created one at a time costs O(N) each (``benchmarks/bench_topic_apply.py``
+measures it; docs/performance.md). A created topic is made durable by
 appending one line (the entry and the data version after the change) and one fdatasync; the lines are
 replayed at load over the file (those newer than its data version) and folded into the file there, once
 the journal holds as many lines as the table has entries (amortized O(1)), at every whole-file write,

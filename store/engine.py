@@ -2,7 +2,7 @@
 
 Threading model (why threads, not asyncio): an append is CPU-bound work (encode, copy into the
 mapping, a few struct writes), so the broker can call :meth:`DefaultMessageStore.put_message`
-directly from its event loop in ASYNC_FLUSH mode (under 10 us). SYNC_FLUSH needs group commit: a
+directly from its event loop in ASYNC_FLUSH mode. SYNC_FLUSH needs group commit: a
 put must wait for an fsync that many puts share, so a flush thread does the ``fdatasync`` (which
 releases the GIL) while putting threads wait on a condition; the broker runs those puts in a
 thread pool (``loop.run_in_executor``) so concurrent sends share one fsync.
@@ -214,7 +214,7 @@ class DefaultMessageStore:
             config.mapped_file_size_commit_log,
             max_message_size=config.max_message_size,
             read_only=read_only,
-            # Pre-faulting saves the appender ~2 us/msg of page faults but the zero pages it dirties are
+            # Pre-faulting saves the appender its page faults but the zero pages it dirties are
             # written to disk too; worth it in ASYNC mode, not when every put waits for an fsync, nor on a
             # slave, whose replica appends with pwrite (store.ha): zeros first would write every page twice.
             prefault=config.warm_maped_file_enable and not config.sync_flush and config.broker_role != SLAVE,

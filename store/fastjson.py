@@ -264,7 +264,7 @@ def dumps_pretty(obj: Any, indent: int = 0) -> str:
     the order given.
 
     Without int-keyed maps that format is exactly ``json.dumps`` with tab indents, which writes a
-    10,000-topic topics.json ~10x faster than walking it here.
+    10,000-topic topics.json far faster than walking it here.
     """
     if not _int_keyed(obj):
         text = json.dumps(obj, indent="\t", separators=(",", ":"), ensure_ascii=False)

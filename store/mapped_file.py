@@ -73,8 +73,8 @@ class FileMapping:
     costs no directory ``fsync`` on the put path, and its data never reaches the disk without its name.
 
     ``random_access`` turns off read-ahead: the first store into a fresh sparse mapping otherwise makes
-    the kernel read ahead and zero-fill a large block of pages (1.3 ms per new ConsumeQueue or index
-    file instead of 7 us). ``keep_fd=False`` (ConsumeQueue files, one or more per queue) holds no
+    the kernel read ahead and zero-fill a large block of pages, a stall on every new ConsumeQueue or
+    index file. ``keep_fd=False`` (ConsumeQueue files, one or more per queue) holds no
     descriptor of its own and opens one per descriptor operation: Python's ``mmap`` keeps a duplicate
     of the descriptor anyway, so 10,000 queues would otherwise cost 20,000 descriptors.
 

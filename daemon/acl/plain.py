@@ -405,7 +405,7 @@ def _retry(group: str | None) -> str:
 
 
 #: The header field naming a send's topic, by code. Plain ints: the hot path compares no enum members
-#: (an IntEnum attribute costs ~0.13 us to look up, a third of the rule's time on each send).
+#: (an IntEnum attribute lookup was a large share of the rule's time on each send).
 _SEND_TOPIC_FIELDS: Final = {
     int(R.SEND_MESSAGE): "topic",
     int(R.SEND_MESSAGE_V2): "b",
@@ -553,8 +553,8 @@ class PlainAccessValidator:
 
     def check(self, ip: str, request: RemotingCommand) -> None:
         """Every request runs this: a send takes a path without per-rule lists or extra calls, and a
-        topic its account sent to before costs one set lookup (callgrind: ACL adds ~24k instructions to
-        a signed 1 KiB send's ~140k, ~16k of them SHA-1 without SHA-NI)."""
+        topic its account sent to before costs one set lookup (what ACL costs a send:
+        docs/performance.md)."""
         table = self.files.table
         if table.white_matchers and any(match(ip) for match in table.white_matchers):
             return

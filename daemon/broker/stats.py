@@ -72,7 +72,7 @@ def stats_key(topic: str, group: str) -> str:
 
 
 #: (at, value, times): a plain tuple, which compiled code builds and reads natively (a NamedTuple's
-#: constructor is an interpreted call: with 10,000 topics `sample()` stalled the loop ~70 ms every 10 s).
+#: constructor is an interpreted call: with 10,000 topics `sample()` stalled the loop every 10 s).
 _Snapshot = tuple[float, int, int]
 
 

@@ -148,8 +148,8 @@ class ReplyBatch:
     A client that does not pipeline (`mqctl bench`'s 16 connections, the C++ client's threads) has one
     request in flight per connection, so every read holds one request. Writing each reply at once woke
     the client for each one: it took the reply, sent the next request and slept again before the next
-    reply came, and each wake-up is an inter-processor interrupt the writer pays in its send (perf: ~5 us
-    of a send's ~45 us in this 2-core VM). Written together after the round (the loop's ready queue
+    reply came, and each wake-up is an inter-processor interrupt the writer pays in its send (perf shows
+    it). Written together after the round (the loop's ready queue
     runs before it polls again), the replies wake the client once. A reply waits at most for the other
     requests of its round (the replies of one connection keep their order).
     """

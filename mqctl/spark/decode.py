@@ -1,6 +1,6 @@
 """Vectorized CommitLog decoder: a byte buffer in, Arrow record batches out.
 
-A per-record ``struct`` loop tops out near 45 MB/s under Spark, so only the part that is
+A per-record ``struct`` loop is too slow under Spark (docs/performance.md), so only the part that is
 inherently sequential stays in Python: following the TOTALSIZE chain from one record start to
 the next (one ``unpack_from`` per record). Every field is then gathered for all records of a
 batch at once with numpy, and properties, tags and keys are parsed with Arrow compute kernels.
