@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Answers meaning "not done, try later" (the README's retriable errors minus the flush and slave
+#: Answers meaning "not done, try later" (the retriable errors of docs/operations.md minus the flush and slave
 #: timeouts, which come after the broker stored a message: sending again would duplicate it).
 RETRIED_CODES = frozenset(
     {ResponseCode.SYSTEM_BUSY, ResponseCode.FLOW_CONTROL, ResponseCode.SERVICE_NOT_AVAILABLE}
