@@ -220,3 +220,17 @@ def test_memory_store_follows_a_file_master_across_its_fillers(tmp_path: Path) -
     finally:
         master.shutdown()
         slave.shutdown()
+
+
+def test_every_member_of_the_store_protocol_says_what_it_does() -> None:
+    """The protocol is the broker's whole view of a store: each method and property documents its contract."""
+    members = [
+        name
+        for cls in MessageStore.__mro__
+        if getattr(cls, "_is_protocol", False)
+        for name, value in vars(cls).items()
+        if not name.startswith("_") and (callable(value) or isinstance(value, property))
+    ]
+    assert "put_message" in members and "append_replica" in members
+    undocumented = [name for name in members if not (getattr(MessageStore, name).__doc__ or "").strip()]
+    assert not undocumented
