@@ -55,7 +55,10 @@ lint: $(DEV_STAMP)
 docs: $(STAMP)
 	$(BIN)/python -m mqctl.docs .
 
-bench: $(DEV_STAMP) native
+# Every goal benchmark with its default (small) sizes, about ten minutes in all; each ends with one line
+# "bench_NAME: FIGURE (...; load L)" (docs/performance.md). benchmarks/tools/ holds the A/B harness and
+# the load generators, which take arguments and are not run here.
+bench: $(DEV_STAMP) $(INTEROP_STAMP) native
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

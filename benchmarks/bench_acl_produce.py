@@ -8,7 +8,7 @@ rounds: a round runs both modes, in alternating order (off then on, on then off,
 so a change in the machine's speed hits both. Prints each round, the median of each mode, their ratio
 and the load average.
 
-    python benchmarks/bench_acl_produce.py [--runs 3] [--count 60000] [--rate N]
+    python benchmarks/bench_acl_produce.py [--runs 2] [--count 15000] [--rate N]
 
 A round's on/off ratio is the least exposed to the machine's drift (on these shared machines one mode
 swings 30 % between rounds: perf finds the same code, every user-space function slower alike, in the
@@ -36,6 +36,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from bench_broker_produce import local_cluster  # run as a script: benchmarks/ is on sys.path
+from benchlib import summary  # run as a script: benchmarks/ is on sys.path
 
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
@@ -154,8 +155,8 @@ def measure(
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--count", type=int, default=60_000)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--count", type=int, default=15_000)
     parser.add_argument(
         "--rate", type=float, help="pace both modes to this many sends/s (ACL's CPU at equal load)"
     )
@@ -188,6 +189,11 @@ def main() -> None:
         f"median {statistics.median(extra):+.1f} µs (load average {load})"
     )
     print(f"median client CPU per send: off {client_off:.1f} µs, on {client_on:.1f} µs")
+    summary(
+        __file__,
+        f"ACL on/off {statistics.median(paired):.2f}",
+        f"median of per-round ratios; off {off:,.0f}/s, on {on:,.0f}/s; {args.runs} rounds of {args.count:,}",
+    )
 
 
 if __name__ == "__main__":

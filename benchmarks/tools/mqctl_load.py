@@ -1,4 +1,4 @@
-"""`mqctl bench produce`'s senders as a timed load for benchmarks/bench_ab.py.
+"""`mqctl bench produce`'s senders as a timed load for benchmarks/tools/bench_ab.py.
 
 `mqctl_load.py NAMESRV TOPIC THREADS SECONDS`: THREADS synchronous senders, each on its own connection with
 one SEND_MESSAGE_V2 of a 1 KiB body in flight, round-robin over the topic's writable queues; 1 s warm-up,

@@ -1,4 +1,4 @@
-"""The official RocketMQ C++ client's send load for benchmarks/bench_ab.py (run with .venv-interop's Python).
+"""The official RocketMQ C++ client's send load for benchmarks/tools/bench_ab.py (run with .venv-interop's Python).
 
 `cpp_bench.py NAMESRV TOPIC THREADS SECONDS`: THREADS threads share one Producer, each calling `send_sync`
 of a 1 KiB body in turn (RocketMQ's benchmark Producer with N threads); 1 s warm-up, then SECONDS timed.
