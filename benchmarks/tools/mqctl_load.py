@@ -15,6 +15,8 @@ import os
 import sys
 import time
 
+from loadline import load_line  # run as a script: benchmarks/tools/ is on sys.path
+
 from daemon.remoting.loop import run
 from mqctl.admin.client import Admin
 from mqctl.services.bench import Run, send_frame, sender
@@ -40,20 +42,8 @@ async def load(namesrv: str, topic: str, threads: int, seconds: float) -> dict[s
     timed.deadline = timed.started + seconds
     await asyncio.gather(*(until(timed, i) for i in range(threads)))
     elapsed = time.perf_counter() - timed.started
-    rts, failures = timed.rts, timed.failures
-    rts.sort()
-
-    def at(q: float) -> float:
-        return rts[min(len(rts) - 1, int(q * len(rts)))] * 1000 if rts else 0.0
-
-    return {
-        "count": len(rts) - failures,
-        "failures": failures,
-        "seconds": elapsed,
-        "clientCpu": (time.process_time() - cpu) / elapsed,
-        "p50Ms": at(0.5),
-        "p99Ms": at(0.99),
-    }
+    rts_ms = [rt * 1000 for rt in timed.rts]
+    return load_line(rts_ms, timed.failures, elapsed, time.process_time() - cpu)
 
 
 if __name__ == "__main__":
