@@ -38,7 +38,8 @@ class StoreConfig:
     flush_disk_type: str = ASYNC_FLUSH
     # 4.9.8's key and default. On, a thread writes zeros into the CommitLog ahead of the writer so that its
     # first stores into each page do not fault with the GIL held; measured under ali-ons, those zeros cost
-    # more CPU per message than the faults they save the loop thread (docs/performance.md), so it is off unless asked for (blocks are reserved with fallocate either way: a full disk is no SIGBUS).
+    # more CPU per message than the faults they save the loop thread (docs/performance.md), so it is off
+    # unless asked for (blocks are reserved with fallocate either way: a full disk is no SIGBUS).
     warm_maped_file_enable: bool = False
     flush_interval_commit_log: int = 500
     flush_commit_log_least_pages: int = 4

@@ -168,8 +168,8 @@ class Verifier:
 
 class Signer:
     """Signs requests with one account's credentials (a `RemotingClient` signer). It keys its HMAC
-    once, as the broker's Verifier does: `hmac.new` per request cost about three times what copying
-    the keyed states does."""
+    once, as the broker's Verifier does: `hmac.new` per request costs far more than copying the
+    keyed states."""
 
     __slots__ = ("_keyed", "access_key", "security_token")
 

@@ -149,9 +149,9 @@ class ReplyBatch:
     request in flight per connection, so every read holds one request. Writing each reply at once woke
     the client for each one: it took the reply, sent the next request and slept again before the next
     reply came, and each wake-up is an inter-processor interrupt the writer pays in its send (perf shows
-    it). Written together after the round (the loop's ready queue
-    runs before it polls again), the replies wake the client once. A reply waits at most for the other
-    requests of its round (the replies of one connection keep their order).
+    it). Written together after the round (the loop's ready queue runs before it polls again), the replies
+    wake the client once. A reply waits at most for the other requests of its round (the replies of one
+    connection keep their order).
     """
 
     __slots__ = ("_waiting", "loop")
