@@ -17,10 +17,7 @@ from store.consumequeue import CQ_STORE_UNIT_SIZE
 from store.errors import DamagedUnitError
 from store.record import decode_records
 from tests.support.broker import BrokerClient, start_broker
-from tests.support.paths import STORE_A_TAR
 from tests.support.stores import keyed_store, small_config, unpack_store_a
-
-pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 
 STORE_A_SIZES = {
     "mapped_file_size_commit_log": 1_048_576,
