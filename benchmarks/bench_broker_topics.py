@@ -1,4 +1,4 @@
-"""Send throughput over many topics against one topic (issue 5: TPS with 10,000 topics >= 90 % of one).
+"""Send throughput over many topics against one topic (goal: TPS with 10,000 topics >= 90 % of one).
 
 Starts two clusters side by side (`mqctl namesrv start` + `mqctl broker start` each, on temporary stores,
 benchmarks/bench_ali_ons.py's cluster): broker ONE holds one topic of Q queues, broker MANY holds N topics

@@ -37,7 +37,8 @@ ArrivalListener = Callable[[str, int, int], None]
 
 @runtime_checkable
 class MessageStore(ReplicaStore, Protocol):
-    """What the broker needs from a store: every store it runs on also replicates (HA, spec §11)."""
+    """What the broker needs from a store: every store it runs on also replicates (HA,
+    docs/replication.md §replication)."""
 
     config: StoreConfig
     configs: ConfigFiles
@@ -77,7 +78,8 @@ class MessageStore(ReplicaStore, Protocol):
     def min_phy_offset(self) -> int: ...
     def topic_queue_table(self) -> dict[tuple[str, int], int]: ...
     def add_arrival_listener(self, listener: ArrivalListener) -> None: ...
-    # retention (§8.4): a store without files answers with the same shapes and nothing to delete
+    # retention (docs/store-format.md §expired-files): a store without files answers with the same shapes and
+    # nothing to delete
     def delete_expired_files_manually(self) -> None: ...
     def cleanup_plan(self, *, manual: bool = True, config: StoreConfig | None = None) -> CleanPlan: ...
     def clean_expired_consume_queues(self) -> int: ...
@@ -88,7 +90,8 @@ class MessageStore(ReplicaStore, Protocol):
 
 
 def batch_is_legal(batch: list[Message]) -> bool:
-    """A batch is one (topic, queue), neither delayed nor transactional (§2.9); else MESSAGE_ILLEGAL."""
+    """A batch is one (topic, queue), neither delayed nor transactional (docs/store-format.md §batches); else
+    MESSAGE_ILLEGAL."""
     if not batch:
         return False
     first = batch[0]

@@ -4,28 +4,12 @@ Everything runs on one asyncio loop. Store reads and ASYNC_FLUSH puts are fast m
 run inline; SYNC_FLUSH puts block on a shared fsync, so they run in a thread pool where concurrent
 sends share one flush (group commit).
 
-Why one core (issue 19's second core, measured, not landed). Under the C++ client's load ``perf`` puts
-the broker's CPU at ~78 % user space (71 % the interpreter itself) and ~22 % kernel (13 % syscalls:
-send, recv, epoll, pwrite, futex); py-spy finds the flush and warm-up threads holding the GIL in under
-1 % of samples, so moving them "out of the GIL" frees nothing.
-Threads cannot run Python in parallel, so a second core needs processes. The design that keeps one
-sequential CommitLog append: K acceptor processes (SO_REUSEPORT listeners) decode frames, check ACL
-signatures, parse headers and properties, encode the whole CommitLog record with placeholder offsets
-and encode the replies; one writer process patches the queue offset, physical offset and store
-timestamp in place, copies the bytes into the mapped file, writes the ConsumeQueue unit and index entry
-and answers the offsets. ``benchmarks/bench_second_core.py`` prototypes exactly that split with our
-real codecs (no sockets, 1 KiB sends, hand-offs of 16 records over a pipe, 2 cores shared with other
-work, two runs at load averages 8 and 12): one process doing it all costs 17.9-18.4 us CPU per send
-(15,100-26,900 sends/s); split, the writer costs 6.5-7.4 us and the acceptors 17.5-19.0 us, 24.3-26.4
-us in all (+35-45 % CPU per send for the hand-off; 21.6 us with hand-offs of 64), and ran 11,000-13,100
-sends/s with one acceptor (each batch waits for its round trip) and 17,600-21,100 with two: 0.78x one
-process at load 8, 1.17x at load 12. So the split buys at most ~2.5x the writer-bound ceiling, only
-when a core is idle, for ~40 % more CPU per send; the real put path also does more than the prototype's
-writer (the store's checks, stats, arrival notices: the broker's own send costs ~35 us, not 18), and
-every other piece of broker state (topics, groups, offsets, long polling, HA, admin, stats) would have
-to move to the writer or be shared, with pulls reading the mapped files from the acceptors. On machines
-shared with the clients, as here, that is more CPU per send for no dependable gain in sends per second,
-so the broker stays one process and CPU per send is cut instead.
+Why one process: CPython runs one thread's Python at a time, so a second core needs a second
+process, and the split that keeps one sequential CommitLog writer (acceptor processes that encode
+records, one writer that appends them) costs more CPU per send for the hand-off than it can win back
+on machines shared with the clients; every other piece of broker state would have to move to the
+writer or be shared. So the broker stays one process and CPU per send is cut instead. The prototype,
+its measurements and the trade-off are recorded in docs/design/one-event-loop.md.
 """
 
 from __future__ import annotations

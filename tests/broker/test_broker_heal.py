@@ -1,4 +1,5 @@
-"""A broker on a store with damaged derived files serves every acked message (issue 14, point 3)."""
+"""A broker on a store with damaged derived files serves every acked message: derived files
+are repaired from the CommitLog, never trusted over it."""
 
 from __future__ import annotations
 
