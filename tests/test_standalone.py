@@ -194,15 +194,20 @@ def test_every_section_citation_resolves_into_docs() -> None:
 
 
 def test_markdown_links_stay_inside_the_repository() -> None:
-    """A relative link in a shipped Markdown file resolves to a file or folder of the repository."""
+    """A relative link in a shipped Markdown file resolves to a file or folder of the repository, and its
+    ``#anchor``, if any, to a heading of the Markdown file it names."""
     broken = []
     for path in shipped_files(SHIPPED, TOP_FILES):
         if path.suffix != ".md":
             continue
-        for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", path.read_text(encoding="utf-8")):
+        for target, anchor in re.findall(
+            r"\]\(([^)#\s]*)(?:#([^)\s]*))?\)", path.read_text(encoding="utf-8")
+        ):
             if re.match(r"[a-z]+:", target):
                 continue  # a URL
-            resolved = (path.parent / target).resolve()
-            if not resolved.is_relative_to(ROOT) or not resolved.exists():
-                broken.append(f"{path.relative_to(ROOT)}: {target}")
+            resolved = (path.parent / target).resolve() if target else path
+            where = f"{path.relative_to(ROOT)}: {target}{'#' + anchor if anchor else ''}"
+            outside = not resolved.is_relative_to(ROOT) or not resolved.exists()
+            if outside or (anchor and resolved.suffix == ".md" and anchor not in sections(resolved)):
+                broken.append(where)
     assert broken == []
