@@ -1,4 +1,4 @@
-"""Append + dispatch throughput of 1 KiB messages, ASYNC flush, in-process (goal: >= 100,000 msgs/s).
+"""Append + dispatch throughput of 1 KiB messages, ASYNC flush, in-process (target: >= 100,000 msgs/s).
 
 Messages look like the Java producer's: ``TAGS`` and a ``UNIQ_KEY`` (indexed), and with ``--keys``
 also one business key in ``KEYS`` (a second index entry). Each append writes the CommitLog record,

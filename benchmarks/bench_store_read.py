@@ -1,4 +1,4 @@
-"""Reading messages by (topic, queue, offset) in batches of 32 (goal: >= 200,000 msgs/s).
+"""Reading messages by (topic, queue, offset) in batches of 32 (target: >= 200,000 msgs/s).
 
 Reads what a pull needs: ``get_messages`` returns the ConsumeQueue walk plus a zero-copy view of
 each stored record (the broker sends those bytes as they are). ``--decode`` also decodes every

@@ -1,4 +1,4 @@
-"""Creating N topics one request at a time with `mqctl topic apply -f FILE --execute` (goal: 1,000 <= 10 s).
+"""Creating N topics one request at a time with `mqctl topic apply -f FILE --execute` (target: 1,000 in <= 10 s).
 
     python benchmarks/bench_topic_apply.py [--topics 1000]
 

@@ -4,12 +4,12 @@ Everything runs on one asyncio loop. Store reads and ASYNC_FLUSH puts are fast m
 run inline; SYNC_FLUSH puts block on a shared fsync, so they run in a thread pool where concurrent
 sends share one flush (group commit).
 
-Why one process: CPython runs one thread's Python at a time, so a second core needs a second
-process, and the split that keeps one sequential CommitLog writer (acceptor processes that encode
-records, one writer that appends them) costs more CPU per send for the hand-off than it can win back
-on machines shared with the clients; every other piece of broker state would have to move to the
-writer or be shared. So the broker stays one process and CPU per send is cut instead. The prototype,
-its measurements and the trade-off are recorded in docs/design/one-event-loop.md.
+Why one process: the broker's CPU is the interpreter, not threads waiting on the GIL, so a second core
+would need processes (acceptors that encode records for one sequential writer). That split was
+prototyped and measured: on machines shared with the clients it costs more CPU per send for no
+dependable gain in sends per second, and every other piece of broker state would have to move to the
+writer or be shared, so the broker stays one process and CPU per send is cut instead
+(docs/design/second-core.md has the design, the prototype and its figures).
 """
 
 from __future__ import annotations
