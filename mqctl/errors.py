@@ -145,7 +145,7 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
     (Interrupted.exit_code, "Interrupted", "interrupted by Ctrl-C"),
 )
 
-# RocketMQ response codes (wire-protocol.md §2.2) that mean something more specific than BrokerError.
+# RocketMQ response codes (docs/wire-protocol.md §codes) that mean something more specific than BrokerError.
 RESPONSE_CODE_CLASSES: dict[ResponseCode, type[MqctlError]] = {
     ResponseCode.SYSTEM_BUSY: RetriableBrokerError,
     ResponseCode.FLUSH_DISK_TIMEOUT: RetriableBrokerError,

@@ -37,7 +37,8 @@ ArrivalListener = Callable[[str, int, int], None]
 
 @runtime_checkable
 class MessageStore(ReplicaStore, Protocol):
-    """What the broker needs from a store: every store it runs on also replicates (HA, spec §11)."""
+    """What the broker needs from a store: every store it runs on also replicates (HA,
+    docs/replication.md §replication)."""
 
     config: StoreConfig
     configs: ConfigFiles
@@ -126,7 +127,7 @@ class MessageStore(ReplicaStore, Protocol):
         """Call ``listener`` after each put's records are dispatched, on the putting thread (an asyncio
         broker hops to its loop itself)."""
 
-    # retention (§8.4): a store without files answers with the same shapes and nothing to delete
+    # retention (docs/store-format.md §expired-files): a store without files answers with the same shapes and nothing to delete
     def delete_expired_files_manually(self) -> None:
         """The admin ``DELETE_EXPIRED_COMMITLOG`` request: expired files go at the next cleanup runs."""
 
@@ -151,7 +152,8 @@ class MessageStore(ReplicaStore, Protocol):
 
 
 def batch_is_legal(batch: list[Message]) -> bool:
-    """A batch is one (topic, queue), neither delayed nor transactional (§2.9); else MESSAGE_ILLEGAL."""
+    """A batch is one (topic, queue), neither delayed nor transactional (docs/store-format.md §batches); else
+    MESSAGE_ILLEGAL."""
     if not batch:
         return False
     first = batch[0]

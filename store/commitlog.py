@@ -1,4 +1,5 @@
-"""CommitLog: the append-only record log split into fixed-size mapped files (spec §2, §6.4–§6.6).
+"""CommitLog: the append-only record log split into fixed-size mapped files
+(docs/store-format.md §commitlog-records).
 
 The log itself is single-writer: callers (the engine) serialise appends with their put lock.
 Reads take no lock; a reader only looks below the write position, which is advanced after the
@@ -83,7 +84,8 @@ class ScanResult:
 
 
 def apply_delay(msg: Message, delay_levels_ms: list[int]) -> Message:
-    """Redirect a delayed message to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` (§10.2).
+    """Redirect a delayed message to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``
+    (docs/store-format.md §storing-a-delayed-message).
 
     Levels above the configured maximum are lowered to it; ``REAL_TOPIC``/``REAL_QID`` keep the
     destination. Transactional half/rollback records and messages already in the schedule topic
@@ -110,7 +112,7 @@ def apply_delay(msg: Message, delay_levels_ms: list[int]) -> Message:
 def encode_checked(
     msg: Message, store_host: HostAddress, max_message_size: int, file_size: int
 ) -> tuple[bytes, bytes, bytes, bytes, int]:
-    """Encode properties, hosts and topic and apply the size limits (§2.5).
+    """Encode properties, hosts and topic and apply the size limits (docs/store-format.md §size-limits).
 
     Returns ``(properties, born_host, store_host, topic_field, total_size)``; raises
     :class:`IllegalMessage` with the status to report.
@@ -180,7 +182,7 @@ class CommitLog:
     def append(
         self, msgs: list[Message], store_host: HostAddress, now_ms: int, queue_offset: int
     ) -> list[RecordInfo]:
-        """Append one message, or a batch for one queue (all in one file, §2.9).
+        """Append one message, or a batch for one queue (all in one file, docs/store-format.md §batches).
 
         ``queue_offset`` is the queue offset of the first record that takes one (the next ones follow
         it; transactional prepared and rollback records take 0): the store keeps each queue's next
@@ -297,14 +299,16 @@ class CommitLog:
         check_crc: bool,
         on_record: Callable[[RecordInfo], None] | None = None,
     ) -> ScanResult:
-        """Walk records from file ``start_index`` until the end of valid data (§2.10, :class:`RecordWalk`)."""
+        """Walk records from file ``start_index`` until the end of valid data
+        (docs/store-format.md §validating-records, :class:`RecordWalk`)."""
         files = self.files.files
         if not files:
             return ScanResult(0, None, 0, 0)
         return self.scan_from(files[start_index].file_from_offset, check_crc=check_crc, on_record=on_record)
 
     def abnormal_start_index(self, limit_ts: int) -> int:
-        """Newest file whose first record is a message stored at or before ``limit_ts`` (§6.5 step 1)."""
+        """Newest file whose first record is a message stored at or before ``limit_ts``
+        (docs/store-format.md §abnormal-recovery)."""
         files = self.files.files
         for idx in range(len(files) - 1, -1, -1):
             view = files[idx].view
@@ -347,9 +351,10 @@ class CommitLog:
 
 
 class RecordWalk:
-    """The CommitLog's one record iterator: recovery (:meth:`CommitLog.scan`), dispatch (reput, §4.5), the
-    rebuild of derived files and read-only inspection (:mod:`store.inspect`) all read records through it, so
-    they agree on where records are and where the data ends.
+    """The CommitLog's one record iterator: recovery (:meth:`CommitLog.scan`), dispatch (reput,
+    docs/store-format.md §dispatch), the rebuild of derived files and read-only inspection
+    (:mod:`store.inspect`) all read records through it, so they agree on where records are and where the data
+    ends.
 
     From ``offset`` to ``end``: a blank filler (its size the rest of the file; any other is damage), or a
     file end with no room for a header, jumps to the next file; zeros end the data (unless
@@ -442,7 +447,8 @@ class RecordWalk:
                     self.stop = "partial"  # a replicating slave's record header still arriving
                     break
                 size, magic = read_header(view, pos)
-                if magic == BLANK_MAGIC_CODE and size == file_size - pos:  # the filler fills the file (§2.6)
+                # the filler fills the file (docs/store-format.md §end-of-file-filler)
+                if magic == BLANK_MAGIC_CODE and size == file_size - pos:
                     self.stop = "blank-filler"
                     break
                 if size == 0 and magic == 0 and self.zeros_end_data:

@@ -1,4 +1,5 @@
-"""The broker's ``config/*.json`` files (spec §9): their managers, over :mod:`store.fastjson` and :mod:`store.models`.
+"""The broker's ``config/*.json`` files (docs/store-format.md §config-files): their managers, over
+:mod:`store.fastjson` and :mod:`store.models`.
 
 fastjson writes maps with integer keys unquoted (``{0:400,1:400\\n\\t\\t}``), which is not JSON:
 :func:`store.fastjson.loads` accepts that shape, :func:`store.fastjson.dumps_pretty` reproduces the
@@ -56,7 +57,8 @@ def salvage_entries(text: str) -> dict[str, Any]:
 
 
 class JsonConfigFile:
-    """Load from ``<name>`` or its ``.bak``; persist atomically keeping ``.bak`` (§9.1).
+    """Load from ``<name>`` or its ``.bak``; persist atomically keeping ``.bak``
+    (docs/store-format.md §persistence).
 
     With ``path=None`` the manager lives in memory only (load and persist do nothing).
     """
@@ -473,7 +475,8 @@ class SubscriptionGroupFile(_VersionedTable[SubscriptionGroupConfig]):
 
 
 class ConsumerOffsetManager(JsonConfigFile):
-    """``consumerOffset.json``: ``topic@group`` → {queueId: next offset to consume} (§9.5)."""
+    """``consumerOffset.json``: ``topic@group`` → {queueId: next offset to consume}
+    (docs/store-format.md §consumer-offsets)."""
 
     def __init__(self, path: str | None, *, read_only: bool = False) -> None:
         super().__init__(path, read_only=read_only)

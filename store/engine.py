@@ -92,14 +92,16 @@ _PUT_OK: Final = PutMessageStatus.PUT_OK  # read on every put (store/native.py: 
 _WARM_AHEAD_BYTES = 8 * 1024 * 1024
 _RETRY_CHUNK = 1024 * 1024  # CommitLog bytes the flush loop's dispatch retry takes per hold of the put lock
 _SYNCFS_QUEUES = 64  # a flush due on this many ConsumeQueues syncs their file system once instead
-CLEAN_START_DELAY_MS = 60_000  # first cleanup run after start, as the broker schedules it (§8.1)
+#: First cleanup run after start, as the broker schedules it (docs/store-format.md §cleanup).
+CLEAN_START_DELAY_MS = 60_000
 DISK_CHECK_START_DELAY_MS, DISK_CHECK_INTERVAL_MS = 1_000, 10_000
 _LOCKED_ROOTS: set[str] = set()
 _LOCKED_ROOTS_GUARD = threading.Lock()
 
 
 def _take_lock(root: str, flags: int) -> int:
-    """Open ``root/lock`` with ``flags`` and take the broker's lock: a POSIX record lock on byte 0 (§1.5).
+    """Open ``root/lock`` with ``flags`` and take the broker's lock: a POSIX record lock on byte 0
+    (docs/store-format.md §lock-and-abort).
 
     Call under ``_LOCKED_ROOTS_GUARD``. Raises :class:`StoreLockedError` when this process or another
     holds it; ``FileNotFoundError`` when the file is missing and ``flags`` do not create it.
@@ -172,8 +174,9 @@ def held_lock(root: str) -> Iterator[None]:
 def dispatch_rules(
     info: RecordInfo, delay_ms: list[int], index_enabled: bool
 ) -> tuple[int | None, list[str]]:
-    """What dispatch writes for one record (§4.5, §5.6): its ConsumeQueue unit's tags code (None: no unit,
-    a prepared or rolled-back transaction message) and its index keys (none for a rollback)."""
+    """What dispatch writes for one record (docs/store-format.md §dispatch): its ConsumeQueue unit's tags code
+    (None: no unit, a prepared or rolled-back transaction message) and its index keys (none for a
+    rollback)."""
     tran = info.sys_flag & TRANSACTION_TYPE_MASK
     if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:  # noqa: SIM109 (hot path)
         code: int | None = unit_tags_code(info.topic, info.properties, info.store_timestamp, delay_ms)
@@ -270,7 +273,7 @@ class DefaultMessageStore:
         self.shutdown()
 
     def open(self) -> None:
-        """Lock, load every file, recover CommitLog and ConsumeQueues (§6.3 steps 1–7)."""
+        """Lock, load every file, recover CommitLog and ConsumeQueues (docs/store-format.md §start-up)."""
         root = self.config.store_path_root_dir
         if not self.read_only:
             os.makedirs(root, exist_ok=True)
@@ -295,7 +298,8 @@ class DefaultMessageStore:
         self._opened = True
 
     def start(self) -> None:
-        """Dispatch what the ConsumeQueues miss, create ``abort`` and start the flush threads (§6.3 step 9)."""
+        """Dispatch what the ConsumeQueues miss, create ``abort`` and start the flush threads
+        (docs/store-format.md §start-up)."""
         if not self._opened:
             raise StoreClosedError("open() the store first")
         if self.read_only or self._running:
@@ -358,7 +362,8 @@ class DefaultMessageStore:
         self._opened = False
 
     def _acquire_lock(self) -> None:
-        """Take the broker's lock on the store (§1.5) and hold it until :meth:`_release_lock`."""
+        """Take the broker's lock on the store (docs/store-format.md §lock-and-abort) and hold it until
+        :meth:`_release_lock`."""
         with _LOCKED_ROOTS_GUARD:
             fd = _take_lock(self.config.store_path_root_dir, os.O_RDWR | os.O_CREAT)
             os.pwrite(fd, b"lock", 0)
@@ -483,7 +488,7 @@ class DefaultMessageStore:
         return self.commit_log.scan_from(point.offset, check_crc=check_crc, on_record=self._dispatch_one)
 
     def _rebuild_queue_table(self) -> None:
-        """Each queue's next offset from its units; fix min offsets (§6.3 step 7)."""
+        """Each queue's next offset from its units; fix min offsets (docs/store-format.md §start-up)."""
         min_phy = self.commit_log.min_offset
         for cq in self._cqs.values():
             cq.next_offset = cq.max_offset
@@ -499,8 +504,8 @@ class DefaultMessageStore:
         return cq
 
     def _dispatch_one(self, info: RecordInfo, cq: ConsumeQueue | None = None) -> None:
-        """Build the ConsumeQueue unit and the index entries of one record (§4.5, §5.6); ``cq`` is the
-        record's queue when the caller has it already."""
+        """Build the ConsumeQueue unit and the index entries of one record (docs/store-format.md §dispatch);
+        ``cq`` is the record's queue when the caller has it already."""
         code, keys = dispatch_rules(info, self._delay_ms, self._index_enabled)
         if code is not None:
             if cq is None:
@@ -553,7 +558,8 @@ class DefaultMessageStore:
         t.start()
 
     def _flush_full_index(self, full: IndexFile) -> None:
-        """Flush an index file that filled up, then record its end time in the checkpoint (§5.7)."""
+        """Flush an index file that filled up, then record its end time in the checkpoint
+        (docs/store-format.md §new-index-files)."""
         full.flush()
         if self.checkpoint is not None:
             self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, full.end_timestamp)
@@ -630,7 +636,8 @@ class DefaultMessageStore:
         return self._put([apply_delay(msg, self._delay_ms)], msg.wait_store_msg_ok)
 
     def put_messages(self, batch: list[Message]) -> PutResult:
-        """Append a batch for one (topic, queue): consecutive queue offsets, all in one file (§2.9)."""
+        """Append a batch for one (topic, queue): consecutive queue offsets, all in one file
+        (docs/store-format.md §batches)."""
         if not batch_is_legal(batch):
             return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
         return self._put(batch, batch[0].wait_store_msg_ok)
@@ -794,12 +801,14 @@ class DefaultMessageStore:
             self.cleaner.check_disk_space()
 
     def delete_expired_files_manually(self) -> None:
-        """The admin ``DELETE_EXPIRED_COMMITLOG`` request: expired files go at the next runs (§8.7)."""
+        """The admin ``DELETE_EXPIRED_COMMITLOG`` request: expired files go at the next runs
+        (docs/store-format.md §manual-deletion)."""
         self.cleaner.request_manual_delete()
 
     @property
     def disk_full(self) -> bool:
-        """Usage above the warning watermark: puts are refused until cleanup frees space (§8.3)."""
+        """Usage above the warning watermark: puts are refused until cleanup frees space
+        (docs/store-format.md §disk-watermarks)."""
         return self.cleaner.disk_full
 
     def disk_ratio(self) -> float:
@@ -1157,7 +1166,8 @@ class DefaultMessageStore:
         return self.look_message_by_offset(offset)
 
     def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> QueryResult:
-        """Messages of ``topic`` whose KEYS contain ``key`` or whose UNIQ_KEY is ``key`` (§5.8).
+        """Messages of ``topic`` whose KEYS contain ``key`` or whose UNIQ_KEY is ``key``
+        (docs/store-format.md §index-query).
 
         The index only stores hashes, so every hit is read back and its topic and keys compared.
         """

@@ -1,8 +1,9 @@
-"""HA replication (spec §11): the master/slave byte protocol and the store surface it replicates through.
+"""HA replication (docs/replication.md §replication): the master/slave byte protocol and the store surface it
+replicates through.
 
-The protocol is two raw big-endian streams with no handshake (§11.2): the slave sends 8-byte offset
-reports, the master sends frames of ``offset(8) size(4)`` followed by ``size`` raw CommitLog bytes.
-The codecs here are pure functions over bytes; sockets live in the daemon.
+The protocol is two raw big-endian streams with no handshake (docs/replication.md §the-byte-protocol): the
+slave sends 8-byte offset reports, the master sends frames of ``offset(8) size(4)`` followed by ``size`` raw
+CommitLog bytes. The codecs here are pure functions over bytes; sockets live in the daemon.
 
 :class:`ReplicaStore` is what the daemon's master and slave need of a store, so HA runs on any store
 that keeps a CommitLog-format byte log without asking which one it is. A slave store copies the

@@ -653,7 +653,8 @@ def _verify_past_the_stop(
         on_record(read_record_info(mf.view, found.pos, mf.file_size))
         gap = found.pos + found.size
     filler = gap + 8 <= mf.file_size and read_header(mf.view, gap) == (mf.file_size - gap, BLANK_MAGIC_CODE)
-    if gap < end and not filler:  # the writer's blank filler (§2.6) ends a file
+    # the writer's blank filler (docs/store-format.md §end-of-file-filler) ends a file
+    if gap < end and not filler:
         damage(gap, f"no record follows up to {base + end}")
 
 

@@ -49,7 +49,8 @@ _TAGS_MAX: Final = 4096
 
 
 def tags_code(tags: str | None) -> int:
-    """ConsumeQueue tags code: the signed hash sign-extended to i64; 0 for no or empty tags (§3.3)."""
+    """ConsumeQueue tags code: the signed hash sign-extended to i64; 0 for no or empty tags
+    (docs/store-format.md §tags-and-keys)."""
     if not tags:
         return 0
     code = _TAGS.get(tags)
@@ -62,7 +63,8 @@ def tags_code(tags: str | None) -> int:
 
 
 def index_key_hash(key: str) -> int:
-    """IndexFile key hash: ``abs(hashCode)``, with Java's ``abs(MIN_VALUE)`` overflow mapped to 0 (§5.5)."""
+    """IndexFile key hash: ``abs(hashCode)``, with Java's ``abs(MIN_VALUE)`` overflow mapped to 0
+    (docs/store-format.md §index-keys-and-hash)."""
     h = _hash32(key)
     if h & 0x80000000:  # negative as a Java int: abs() is 2**32 - h, except MIN_VALUE which stays negative
         return 0 if h == 0x80000000 else 0x100000000 - h

@@ -1,4 +1,4 @@
-"""Quarantine: what recovery cuts from the store is set aside, never deleted (issue 14).
+"""Quarantine: what recovery cuts from the store is set aside, never deleted (docs/design/quarantine.md).
 
 RocketMQ's recovery truncates the CommitLog at the first record it cannot validate and deletes every
 later file, acknowledged messages and all. Ours moves all of it under ``<root>/quarantine/<time>/``
@@ -178,10 +178,10 @@ class Found:
 def walk(buf: Searchable, base: int, start: int = 0, end: int | None = None) -> Iterator[Found]:
     """Every record in ``buf[start:end]``, a piece of the CommitLog whose ``buf[0]`` is at offset ``base``.
 
-    A record counts when it parses (§2.10) and its PHYSICALOFFSET names its own position, so a record
-    copied inside another's body or stale bytes that merely look like one are not taken. Past anything
-    else (a damaged record, garbage, zeros, a blank filler) the walk searches forward for the next
-    magic code where such a record starts, so the damage costs only the records it hit.
+    A record counts when it parses (docs/store-format.md §validating-records) and its PHYSICALOFFSET names its
+    own position, so a record copied inside another's body or stale bytes that merely look like one are not
+    taken. Past anything else (a damaged record, garbage, zeros, a blank filler) the walk searches forward for
+    the next magic code where such a record starts, so the damage costs only the records it hit.
     """
     n = len(buf) if end is None else end
     next_magic = [-1] * len(_MAGICS)  # next position of each magic code: one search per match, not per step

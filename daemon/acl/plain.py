@@ -1,4 +1,4 @@
-"""Plain ACL as 4.9.8's PlainAccessValidator applies it (wire-protocol.md §15.2, §15.3).
+"""Plain ACL as 4.9.8's PlainAccessValidator applies it (docs/acl.md §verification).
 
 `AclFiles` finds and parses the yml files (`$ROCKETMQ_HOME/conf/plain_acl.yml` plus `conf/acl/*.yml`,
 or one `aclFilePath`) and reloads them when one changes; `PlainAccessValidator.check` runs before
@@ -429,7 +429,8 @@ _RESOURCE_CODES: Final = frozenset(
 
 
 def needed_resources(request: RemotingCommand) -> list[tuple[str, int]]:
-    """The (resource, permission) pairs a request needs (§15.2 table); groups as `%RETRY%<group>`.
+    """The (resource, permission) pairs a request needs (docs/acl.md §per-request); groups as
+    `%RETRY%<group>`.
 
     A send to a retry topic needs SUB on that group; 4.9.8 reads a `group` field the send header
     does not have, we check the retry topic itself.
@@ -508,7 +509,7 @@ def _describe(resource: str) -> str:
 
 
 class PlainAccessValidator:
-    """Checks one request against the accounts (§15.2 steps 1-6); raises AclDenied."""
+    """Checks one request against the accounts (docs/acl.md §verification); raises AclDenied."""
 
     def __init__(
         self, files: AclFiles, daemon: str = "broker", topic_at: Callable[[int], str | None] | None = None
@@ -573,8 +574,8 @@ class PlainAccessValidator:
             return
         given = fields.get(SIGNATURE, "")
         verifier = account.verifier or account.server_verifier()
-        # Java clients sign unique-key queries with `_UNIQUE_KEY_QUERY` in: 4.9.8 refuses those (§15.2
-        # quirk); accepting both forms breaks nothing
+        # Java clients sign unique-key queries with `_UNIQUE_KEY_QUERY` in: 4.9.8 refuses those
+        # (docs/acl.md §quirks-of-498); accepting both forms breaks nothing
         if not verifier.verify(fields, request.body, given) and not (
             UNIQUE_KEY_QUERY in fields and Verifier(account.secret_key).verify(fields, request.body, given)
         ):

@@ -1,4 +1,4 @@
-"""The ACL 1.0 request signature (wire-protocol.md §15.1): a pure function of extFields and body.
+"""The ACL 1.0 request signature (docs/acl.md §signing): a pure function of extFields and body.
 
 Signature = Base64(HmacSHA1(secretKey, values of every extField except `Signature`, in ascending
 order of their keys, concatenated, followed by the body bytes)). Clients sign what they send
@@ -32,7 +32,8 @@ SECRET_KEY: Final = "SecretKey"
 SIGNATURE: Final = "Signature"
 SECURITY_TOKEN: Final = "SecurityToken"
 ONS_CHANNEL: Final = "OnsChannel"
-#: Added by Java clients before signing, but left out by 4.9.8's server when it checks (§15.2 quirk).
+#: Added by Java clients before signing, but left out by 4.9.8's server when it checks
+#: (docs/acl.md §quirks-of-498).
 UNIQUE_KEY_QUERY: Final = "_UNIQUE_KEY_QUERY"
 
 _CLIENT_EXCLUDED: Final = frozenset({SIGNATURE})

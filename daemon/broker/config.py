@@ -198,7 +198,7 @@ def local_ip() -> str:
 
 @dataclass
 class BrokerConfig(StoreConfig, RemotingLimits, RocketMQKeys):
-    """RocketMQ 4.9.8 broker defaults (wire-protocol.md §13.10).
+    """RocketMQ 4.9.8 broker defaults (docs/wire-protocol.md §broker-settings).
 
     It extends the store's settings because RocketMQ keeps both in one `broker.conf`: every store key
     (`storePathRootDir`, `flushDiskType`, `mappedFileSizeCommitLog`, `fileReservedTime`, ...) loads here
@@ -269,7 +269,8 @@ class BrokerConfig(StoreConfig, RemotingLimits, RocketMQKeys):
 
     @property
     def broker_addr(self) -> str:
-        """The registered address, also the store host of every message (§5.6)."""
+        """The registered address, also the store host of every message
+        (docs/wire-protocol.md §message-ids)."""
         return f"{self.broker_ip1}:{self.listen_port}"
 
     @property

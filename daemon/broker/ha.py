@@ -1,4 +1,5 @@
-"""Master/slave replication on the HA port (spec §11): 4.9.8's HAService, HAConnection and HAClient.
+"""Master/slave replication on the HA port (docs/replication.md §replication): 4.9.8's HAService, HAConnection
+and HAClient.
 
 The master accepts slaves on its HA listener and streams raw CommitLog bytes from each slave's
 reported offset; acks advance ``push2slave_max_offset``, which SYNC_MASTER sends wait for (a group
@@ -76,7 +77,7 @@ def split_addr(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
-#: 4.9.8's answer to topic and group changes on a slave (wire-protocol.md §11).
+#: 4.9.8's answer to topic and group changes on a slave (docs/wire-protocol.md §admin-requests).
 SLAVE_ADMIN_REMARK = (
     "Can't modify topic or subscription group from slave broker, please execute it from master broker."
 )

@@ -1,4 +1,5 @@
-"""Long polling: park pulls that found nothing until a message for their queue arrives (§9.7 step 8).
+"""Long polling: park pulls that found nothing until a message for their queue arrives
+(docs/wire-protocol.md §pulls-and-long-polling).
 
 A parked pull is a future plus a timer; the pull processor awaits it and re-runs the read, with the
 original opaque. The processor parks in the same step as the read that found nothing, before anything

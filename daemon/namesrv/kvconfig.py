@@ -1,4 +1,5 @@
-"""The NameServer's namespaced key/value store, persisted as Java's `kvConfig.json` (§7.5).
+"""The NameServer's namespaced key/value store, persisted as Java's `kvConfig.json`
+(docs/wire-protocol.md §kv-persistence).
 
 Java rewrites the whole file on the request thread after every put, so a flood of large puts made
 each write longer and stalled route lookups behind it (p99 from 8 ms to 1.4 s). Here puts are

@@ -1,4 +1,4 @@
-"""Pure codec between RemotingCommands and frame bytes (wire-protocol.md §1.2-1.4).
+"""Pure codec between RemotingCommands and frame bytes (docs/wire-protocol.md §frames).
 
 No I/O here: transports feed bytes to `decode_frame` and write what `encode_command` returns, so the
 codec is testable byte-for-byte against the golden frames and fuzzable without sockets.

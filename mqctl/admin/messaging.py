@@ -64,8 +64,9 @@ _LOADER_HASH = int.from_bytes(os.urandom(4), "big") & 0x7FFFFFFF  # Java hashes 
 
 
 def new_uniq_key(now_ms: int | None = None) -> str:
-    """A client message id as the Java client makes it (MessageClientIDSetter, spec §3.5):
-    IP, pid, class-loader hash, milliseconds since the start of the month, counter."""
+    """A client message id as the Java client makes it (MessageClientIDSetter,
+    docs/store-format.md §uniq_key): IP, pid, class-loader hash, milliseconds since the start of the month,
+    counter."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     now = datetime.fromtimestamp(now_ms / 1000)
     month_start = datetime(now.year, now.month, 1)

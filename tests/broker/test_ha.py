@@ -1,5 +1,6 @@
-"""Master/slave replication with real daemons on 127.0.0.1 (spec §11): byte-identical CommitLogs, pulls
-served by the slave, SYNC_MASTER acknowledgements, torn frames, a slave restarted empty, refusals."""
+"""Master/slave replication with real daemons on 127.0.0.1 (docs/replication.md §replication): byte-identical
+CommitLogs, pulls served by the slave, SYNC_MASTER acknowledgements, torn frames, a slave restarted empty,
+refusals."""
 
 from __future__ import annotations
 

@@ -20,10 +20,7 @@ from store.message import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, Message, St
 from store.record import decode_msg_id, decode_record, read_header
 from tests.daemons import local_cluster
 from tests.support.cli import RunCli
-from tests.support.paths import STORE_A_TAR
 from tests.support.stores import unpack_store_a
-
-pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 
 STORE_A_SIZES = {
     "mapped_file_size_commit_log": 1_048_576,

@@ -14,10 +14,8 @@ from typing import Any
 import pytest
 
 from tests.support.cli import RunCli
-from tests.support.paths import STORE_A_MANIFEST, STORE_A_TAR
+from tests.support.paths import store_a_manifest
 from tests.support.stores import unpack_store_a
-
-pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 
 FILE = 1_048_576
 HOUR_MS = 3_600_000
@@ -31,7 +29,7 @@ def store_a(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def manifest() -> dict[str, Any]:
-    return json.loads(STORE_A_MANIFEST.read_text())
+    return store_a_manifest()
 
 
 def _json(result: Any) -> Any:

@@ -153,9 +153,10 @@ def _bodies(store: MessageStore, topic: str, queue_id: int) -> list[bytes]:
 
 @pytest.mark.parametrize("kind", ["file", "memory"])
 def test_replica_contract(kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Both stores replicate through one surface (HA, spec §11): a slave of the same kind appends the master's
-    frames at their offsets, refuses bytes that do not continue its log, never shows a record before all
-    of it arrived, and then serves the same bytes, queues, keys and arrival notices; it refuses puts."""
+    """Both stores replicate through one surface (HA, docs/replication.md §replication): a slave of the same
+    kind appends the master's frames at their offsets, refuses bytes that do not continue its log, never shows
+    a record before all of it arrived, and then serves the same bytes, queues, keys and arrival notices; it
+    refuses puts."""
     clock = FakeClock(1_700_000_000_000)
     master = _started(kind, tmp_path / "m", clock)
     slave = _started(kind, tmp_path / "s", clock, broker_role=SLAVE)

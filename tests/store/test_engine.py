@@ -129,7 +129,7 @@ def test_delay_and_transactions(tmp_path: Path) -> None:
     r = store.put_message(_msg(1, DELAY="3"))
     assert r.ok
     sel = store.get_messages("g", SCHEDULE_TOPIC, 2, 0, 1).messages[0]
-    assert sel.tags_code == 1_700_000_010_123  # delivery time, spec §15.5
+    assert sel.tags_code == 1_700_000_010_123  # delivery time (docs/store-format.md §tags-code)
     m = sel.message
     assert (m.properties["REAL_TOPIC"], m.properties["REAL_QID"], m.properties["DELAY"]) == ("T", "0", "3")
     assert store.get_max_offset("T", 0) == 0

@@ -1,4 +1,5 @@
-"""HA codec (spec §11.2) and the file store's replica append: byte-identical files, whole-record dispatch."""
+"""HA codec (docs/replication.md §the-byte-protocol) and the file store's replica append: byte-identical
+files, whole-record dispatch."""
 
 from __future__ import annotations
 

@@ -42,7 +42,8 @@ def broker_config(root: Path, **overrides: Any) -> BrokerConfig:
 
 
 def batch_entry(body: bytes, props: dict[str, str], flag: int = 0) -> bytes:
-    """One inner message of a SEND_BATCH_MESSAGE body (wire-protocol.md §5.3), as clients encode it."""
+    """One inner message of a SEND_BATCH_MESSAGE body (docs/wire-protocol.md §send-bodies), as clients encode
+    it."""
     p = encode_properties(props)
     return (
         struct.pack(">iiiii", 20 + len(body) + 2 + len(p), 0, 0, flag, len(body))

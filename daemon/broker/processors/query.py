@@ -1,4 +1,4 @@
-"""QUERY_MESSAGE (12) by key or unique key and VIEW_MESSAGE_BY_ID (33) (wire-protocol.md §10)."""
+"""QUERY_MESSAGE (12) by key or unique key and VIEW_MESSAGE_BY_ID (33) (docs/wire-protocol.md §queries)."""
 
 from __future__ import annotations
 
