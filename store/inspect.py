@@ -36,14 +36,13 @@ from store.indexfile import (
 from store.javahash import index_key_hash
 from store.mapped_file import MappedFile
 from store.message import (
-    BLANK_MAGIC_CODE,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
     StoredMessage,
 )
 from store.quarantine import commit_log_ranges, data_end, list_quarantines, quarantine_at, walk
-from store.record import RecordInfo, decode_record, read_header, read_record_info
+from store.record import RecordInfo, decode_record, read_record_info
 
 log = logging.getLogger(__name__)
 
@@ -635,26 +634,18 @@ def _verify_past_the_stop(
     base = mf.file_from_offset
     start = scan.to_offset - base
     end = data_end(mf, start)
-
-    def damage(pos: int, then: str) -> None:
-        if pos == start and scan.error:
-            return  # the record that ended the walk is already listed
-        what = "zeroed record header" if pos == start else "bytes that hold no record"
-        problems.add(
-            "corrupt", str(CorruptRecordError(mf.path, base + pos, f"{what} inside the data; {then}"))
-        )
-
-    gap = start  # where bytes that hold no record begin
     for found in walk(mf.mm, base, start, end):
-        if found.pos > gap:
-            damage(gap, f"the next record starts at {base + found.pos}")
+        if found.stretch:
+            assert found.error is not None
+            if found.pos == start and scan.error:
+                continue  # the record that ended the walk is already listed
+            what = "zeroed record header" if found.pos == start else "bytes that hold no record"
+            reason = found.error.reason.replace("bytes that hold no record", what, 1)
+            problems.add("corrupt", str(CorruptRecordError(mf.path, base + found.pos, reason)))
+            continue
         if found.error is not None:
             on_crc_error(found.error.located(mf.path, base + found.pos))
         on_record(read_record_info(mf.view, found.pos, mf.file_size))
-        gap = found.pos + found.size
-    filler = gap + 8 <= mf.file_size and read_header(mf.view, gap) == (mf.file_size - gap, BLANK_MAGIC_CODE)
-    if gap < end and not filler:  # the writer's blank filler (§2.6) ends a file
-        damage(gap, f"no record follows up to {base + end}")
 
 
 def _verify_queues(lay: Layout, phase: _LogPhase, problems: _Problems) -> tuple[int, int, int, int]:

@@ -59,28 +59,27 @@ def ok(result: Any) -> Any:
     return result.json()
 
 
-def flip_a_body_byte(tmp_path: Path) -> tuple[Path, list[tuple[int, StoredMessage, int]], int]:
-    """Store-a with one flipped byte in the body of a record of the second-to-last CommitLog file and an
-    unclean stop (abnormal recovery): the store, its records and the damaged record's offset."""
+def damage_a_total_size(tmp_path: Path) -> tuple[Path, list[tuple[int, StoredMessage, int]], int]:
+    """Store-a with the TOTALSIZE of a record of the second-to-last CommitLog file damaged (the record
+    boundaries after it are lost) and an unclean stop (abnormal recovery): the store, its records and the
+    damaged record's offset."""
     root = unpack_store_a(tmp_path)
     recs = records_of(root / "commitlog")
     second = 2 * 1_048_576
-    victim, _vm, body_at = [r for r in recs if second <= r[0] < second + 1_048_576][-40]
+    victim, vm, _body_at = [r for r in recs if second <= r[0] < second + 1_048_576][-40]
     path = root / "commitlog" / f"{second:020d}"
     with open(path, "r+b") as f:
-        f.seek(body_at)
-        byte = f.read(1)
-        f.seek(body_at)
-        f.write(bytes([byte[0] ^ 0x01]))
+        f.seek(victim - second)
+        f.write((vm.store_size + 16).to_bytes(4, "big"))
     (root / "abort").touch()
     return root, recs, victim
 
 
 @pytest.mark.slow
-def test_body_flip_is_quarantined_served_around_verified_and_salvaged(
+def test_a_damaged_total_size_is_quarantined_served_around_verified_and_salvaged(
     cli: RunCli, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    root, recs, victim = flip_a_body_byte(tmp_path)
+    root, recs, victim = damage_a_total_size(tmp_path)
     before = [m for off, m, _ in recs if off < victim]
     later = [m for off, m, _ in recs if off > victim]
 
@@ -119,7 +118,7 @@ def test_body_flip_is_quarantined_served_around_verified_and_salvaged(
             1,
             victim,
         )
-        assert "CRC" in q["why"] and q["recovery"] == "abnormal"
+        assert "total size" in q["why"] and q["recovery"] == "abnormal"
         assert "1 quarantine(s)" in result.stderr
 
         # the plan, then the records as JSON lines: every intact record set aside, the damaged one skipped
@@ -219,7 +218,7 @@ def test_verify_counts_index_entries_into_a_quarantine_as_stale_not_as_errors(
     """The index as a build without index healing left it after the quarantine (the entries of the set-aside
     records still there, 1,225 of them): verify counts them as stale, names the quarantine, exits 0; an
     entry pointing at no record outside the quarantine is still an error."""
-    root, _recs, victim = flip_a_body_byte(tmp_path)
+    root, _recs, victim = damage_a_total_size(tmp_path)
     old_index = tmp_path / "old-index"
     shutil.copytree(root / "index", old_index)
     with local_cluster(tmp_path, store_path_root_dir=str(root), **STORE_A_SIZES):
