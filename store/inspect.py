@@ -41,7 +41,14 @@ from store.message import (
     TRANSACTION_TYPE_MASK,
     StoredMessage,
 )
-from store.quarantine import commit_log_ranges, data_end, list_quarantines, quarantine_at, walk
+from store.quarantine import (
+    commit_log_ranges,
+    data_end,
+    kept_in_place,
+    list_quarantines,
+    quarantine_at,
+    walk,
+)
 from store.record import RecordInfo, decode_record, read_record_info
 
 log = logging.getLogger(__name__)
@@ -204,13 +211,22 @@ def scan_file(
     check_crc: bool = False,
     on_record: Callable[[RecordInfo], None] | None = None,
     on_crc_error: Callable[[CorruptRecordError], None] | None = None,
+    on_set_aside: Callable[[CorruptRecordError, int], None] | None = None,
 ) -> FileStats:
     """Walk one file's records until the blank filler, zeros or a record that cannot be parsed.
 
     With ``check_crc`` a body CRC mismatch is passed to ``on_crc_error`` and the walk goes on (the
-    record's length fields are sound); a structural error ends the file."""
+    record's length fields are sound); a structural error ends the file, unless the record is one recovery
+    set aside in place (``cl.set_aside``): that one goes to ``on_set_aside`` and the walk steps over it."""
     walk = RecordWalk(
-        cl.files, mf.file_from_offset, mf.end_offset, check_crc=check_crc, on_crc_error=on_crc_error
+        cl.files,
+        mf.file_from_offset,
+        mf.end_offset,
+        check_crc=check_crc,
+        on_crc_error=on_crc_error,
+        on_damaged=on_set_aside,
+        known=cl.set_aside,
+        search=False,
     )
     first_ts: int | None = None
     topics: dict[str, int] = {}
@@ -548,6 +564,7 @@ class VerifyReport:
     problems: list[str]  # the first ``max_problems`` of them (all by default)
     problems_not_listed: int
     notes: list[str]  # findings that are not problems (stale index entries and where they point)
+    damaged_set_aside: int  # damaged records recovery set aside but left in the CommitLog (never served)
 
 
 @dataclass(slots=True)
@@ -587,12 +604,17 @@ class _LogPhase:
     files: int
     min_phy: int
     records: dict[int, _Rec]
+    set_aside: dict[int, int]  # damaged records recovery set aside in place: offset -> size
+    set_aside_found: list[int]  # ... of them, those still in the CommitLog
 
 
 def _verify_commitlog(lay: Layout, problems: _Problems, progress: Progress | None) -> _LogPhase:
-    """Phase 1: every record's CRC and structure; what each record needs from the derived files."""
+    """Phase 1: every record's CRC and structure; what each record needs from the derived files. A damaged
+    record a quarantine holds and recovery left in place (never served) is a note, not a problem."""
     delay_ms = lay.config().delay_levels_ms()
     records: dict[int, _Rec] = {}
+    held = kept_in_place(list_quarantines(str(lay.root)))
+    found: list[int] = []
 
     def on_record(info: RecordInfo) -> None:
         tran = info.sys_flag & TRANSACTION_TYPE_MASK
@@ -606,18 +628,32 @@ def _verify_commitlog(lay: Layout, problems: _Problems, progress: Progress | Non
         )
 
     def on_crc_error(exc: CorruptRecordError) -> None:
-        problems.add("crc", str(exc))
+        if exc.offset in held:
+            found.append(exc.offset)
+        else:
+            problems.add("crc", str(exc))
+
+    def on_set_aside(exc: CorruptRecordError, _size: int) -> None:
+        found.append(exc.offset)
 
     with commit_log(lay, on_bad_file=lambda exc: problems.add("bad_files", f"{exc}: file skipped")) as cl:
+        cl.set_aside = held
         for mf in cl.files.files:
-            scan = scan_file(cl, mf, check_crc=True, on_record=on_record, on_crc_error=on_crc_error)
+            scan = scan_file(
+                cl,
+                mf,
+                check_crc=True,
+                on_record=on_record,
+                on_crc_error=on_crc_error,
+                on_set_aside=on_set_aside,
+            )
             if scan.error:
                 problems.add("corrupt", scan.error)
             if scan.tail in ("zeros", "corrupt"):
                 _verify_past_the_stop(mf, scan, problems, on_record, on_crc_error)
             if progress:
                 progress(mf.file_size)
-        return _LogPhase(len(cl.files.files), cl.min_offset, records)
+        return _LogPhase(len(cl.files.files), cl.min_offset, records, held, found)
 
 
 def _verify_past_the_stop(
@@ -672,6 +708,8 @@ def _verify_queues(lay: Layout, phase: _LogPhase, problems: _Problems) -> tuple[
                     before += 1
                     continue
                 rec = records.get(phys)
+                if rec is None and phase.set_aside.get(phys) == size:
+                    continue  # its record is set aside in place: reads skip it
                 if rec is None:
                     problems.add("unit_errors", f"{where}: no record starts at CommitLog offset {phys}")
                     continue
@@ -750,6 +788,7 @@ def verify(lay: Layout, *, max_problems: int | None = None, progress: Progress |
     :func:`_verify_index`) are counted in ``notes``, not ``problems``."""
     problems = _Problems(max_problems)
     phase = _verify_commitlog(lay, problems, progress)
+    ranges = commit_log_ranges(list_quarantines(str(lay.root)))
     queues, units, before, orphans = _verify_queues(lay, phase, problems)
     index_files, index_entries, stale = _verify_index(lay, phase, problems)
     counts = problems.counts
@@ -773,5 +812,12 @@ def verify(lay: Layout, *, max_problems: int | None = None, progress: Progress |
         found,
         problems.listed,
         found - len(problems.listed),
-        [f"{n} stale index entries (point {where})" for where, n in stale.items()],
+        [f"{n} stale index entries (point {where})" for where, n in stale.items()]
+        + [
+            f"damaged record at CommitLog offset {o} set aside by recovery (in quarantine {q}); kept in place, "
+            "never served"
+            for o in phase.set_aside_found
+            if (q := quarantine_at(ranges, o)) is not None
+        ],
+        len(phase.set_aside_found),
     )
