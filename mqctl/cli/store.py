@@ -366,9 +366,11 @@ def salvage(
     (intact and damaged records, topics). --out writes one JSON object per record (topic, queue, tags,
     keys, properties, times, original offset, body as UTF-8 or base64 per body_encoding). --resend sends
     each to its topic (a delayed one to its real topic) keeping body, tags, keys, UNIQ_KEY and user
-    properties; transaction half/rollback records and system topics are skipped. It asks first (off a
-    terminal it needs --yes) and exits 8 when any record could not be sent. The quarantined files stay; the
-    manifest records the re-send, and a second one warns that it sends duplicates.
+    properties, the original msgId in property MQCTL_SALVAGED_MSG_ID; transaction half/rollback records and
+    system topics are skipped. Each record sent is recorded in the NameServer's KV store
+    (MQCTL_SALVAGE_RESENT: original msgId -> the copy's), so a second run skips it, and 'msg query --id
+    ORIGINAL' finds the copy. It asks first (off a terminal it needs --yes) and exits 8 when any record
+    could not be sent. The quarantined files stay; the manifest records each re-send.
     Never touches the live store: safe while a broker runs on it.
     """
     from mqctl.output import render, stderr_console
@@ -404,9 +406,14 @@ def salvage(
     target = cluster_target()
     before = [f"{m.name} on {m.resent[-1]['at']}" for m in manifests if m.resent]
     if before:
-        err.print(f"already re-sent: {', '.join(before)}; sending again duplicates those messages")
+        err.print(
+            f"already re-sent: {', '.join(before)}; records the NameServer's KV store lists as re-sent "
+            "are skipped"
+        )
     confirm(
-        f"Re-send {len(items)} salvaged record(s) from {len(manifests)} quarantine(s) of {store}?", yes=yes
+        f"Re-send {len(items)} salvaged record(s) from {len(manifests)} quarantine(s) of {store} (those "
+        "re-sent before are skipped)?",
+        yes=yes,
     )
     with progress(len(items), "re-sending") as advance:
         outcomes = run_admin(
@@ -416,8 +423,13 @@ def salvage(
         )
     qs.note_resend(manifests, outcomes, int(time.time() * 1000))
     render(outcomes, flags().output)
-    counts = {k: sum(o.outcome == k for o in outcomes) for k in ("RESENT", "SKIPPED", "FAILED")}
-    err.print(f"{counts['RESENT']} re-sent, {counts['SKIPPED']} skipped, {counts['FAILED']} failed")
+    counts = {
+        k: sum(o.outcome == k for o in outcomes) for k in ("RESENT", "ALREADY RESENT", "SKIPPED", "FAILED")
+    }
+    err.print(
+        f"{counts['RESENT']} re-sent, {counts['ALREADY RESENT']} already re-sent before (not sent again), "
+        f"{counts['SKIPPED']} skipped, {counts['FAILED']} failed"
+    )
     if counts["FAILED"]:
         raise BrokerError(f"{counts['FAILED']} salvaged record(s) could not be sent (see the report)", code=1)
 

@@ -15,6 +15,7 @@ import pytest
 
 from store.config import StoreConfig
 from store.engine import DefaultMessageStore
+from store.errors import CorruptRecordError
 from store.indexfile import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
 from store.message import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, Message, StoredMessage
 from store.record import decode_msg_id, decode_record, read_header
@@ -161,11 +162,37 @@ def test_a_damaged_total_size_is_quarantined_served_around_verified_and_salvaged
             assert (new.body, new.tags, new.keys) == (m.body, m.tags, m.keys)
             assert m.uniq_key is None or new.uniq_key == m.uniq_key  # a client id is kept (consumers dedup)
             assert new.topic == m.properties.get("REAL_TOPIC", m.topic)
+            assert new.properties["MQCTL_SALVAGED_MSG_ID"] == m.msg_id  # the copy names its original
         # the manifest remembers the re-send; doing it again warns (and, off a terminal, needs --yes)
         [q] = cli("store", "verify", "--store", str(root), "-o", "json").json()["quarantined"]
         assert q["resent"] is not None
         again = cli("store", "salvage", "--store", str(root), "--resend", "-n", c.namesrv_addr)
         assert again.code == 2 and "already re-sent" in again.stderr
+        # ... and with --yes sends nothing twice: every record is in the NameServer's record of re-sends
+        end = store.max_phy_offset
+        again = cli(
+            "store", "salvage", "--store", str(root), "--resend", "--yes", "-n", c.namesrv_addr, "-o", "json"
+        )
+        assert again.code == 0, again.stderr
+        assert [(o["outcome"], o["new_msg_id"]) for o in again.json()] == [
+            ("ALREADY RESENT", o["new_msg_id"]) for o in outcomes
+        ]
+        assert store.max_phy_offset == end and f"0 re-sent, {len(later)} already re-sent" in again.stderr
+        # the original msgId (its offset holds another message now) finds the copy, and says so
+        original, copy = later[5], outcomes[5]
+        try:
+            there = store.look_message_by_offset(original.commit_log_offset)
+        except CorruptRecordError:  # the middle of a record now
+            there = None
+        assert there is None or there.message.body != original.body
+        found = ok(cli("msg", "query", "--id", original.msg_id, "-n", c.namesrv_addr, "-o", "json"))
+        [found] = found if isinstance(found, list) else [found]
+        assert (found["copy_of"], found["msg_id"], found["body"]) == (
+            original.msg_id,
+            copy["new_msg_id"],
+            original.body.decode(),
+        )
+        assert "store salvage --resend" in found["note"]
 
 
 def test_salvage_without_quarantine_and_conflicting_flags(cli: RunCli, tmp_path: Path) -> None:
