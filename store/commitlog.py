@@ -498,12 +498,13 @@ class RecordWalk:
                     error = e.located(mf.path, base + pos)
                     sound = check_crc and _sound_but_crc(view, pos, file_size)
                     extent = 0
-                    if not (sound and on_crc_error is not None) and self.on_damaged is not None:
+                    on_damaged = self.on_damaged
+                    if not (sound and on_crc_error is not None) and on_damaged is not None:
                         extent = damaged_extent(
                             view, pos, written, file_size, base, self.known, search=self.search
                         )
-                    if extent:
-                        self.on_damaged(error, extent)  # set aside alone: the walk goes on past it
+                    if extent and on_damaged is not None:
+                        on_damaged(error, extent)  # set aside alone: the walk goes on past it
                         if not sound:
                             pos += extent
                             self.offset = base + pos

@@ -533,6 +533,36 @@ def messages_by_key(
     return found
 
 
+@dataclass(frozen=True)
+class LogSpan:
+    """Where a CommitLog's records start and end, and the damage that ended the walk early, if any."""
+
+    min_offset: int
+    end_offset: int
+    corruption: CorruptRecordError | None
+
+
+def raw_records(lay: Layout, span: Callable[[LogSpan], None] | None = None) -> Iterator[tuple[int, bytes]]:
+    """Every record of the store's CommitLog in order: ``(offset, its bytes as stored)``, stepping over the
+    damaged records recovery set aside in place; then ``span`` is told where the records ended."""
+    with commit_log(lay, on_bad_file=lambda _exc: None) as cl:
+        walk = RecordWalk(
+            cl.files,
+            cl.min_offset,
+            cl.max_offset,
+            on_damaged=lambda _error, _size: None,
+            known=kept_in_place(list_quarantines(str(lay.root))),
+            search=False,
+        )
+        for info in walk:
+            mf = cl.files.find_file(info.commit_log_offset)
+            assert mf is not None
+            pos = info.commit_log_offset - mf.file_from_offset
+            yield info.commit_log_offset, bytes(mf.view[pos : pos + info.size])
+        if span is not None:
+            span(LogSpan(cl.min_offset, walk.offset, walk.corruption))
+
+
 def message_at_offset(lay: Layout, phys: int) -> StoredMessage | None:
     """The record at a CommitLog offset (``None`` outside the log; :class:`CorruptRecordError` when no
     valid record starts there)."""

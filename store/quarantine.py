@@ -148,7 +148,7 @@ def list_quarantines(store_root: str) -> list[Manifest]:
 def commit_log_ranges(manifests: Iterable[Manifest]) -> list[tuple[int, int, str]]:
     """``(start, end, quarantine directory)``: the CommitLog offsets each quarantine took out of the store.
     Derived files written before it (IndexFile entries) may still point there: stale, not damage."""
-    out = []
+    out: list[tuple[int, int, str]] = []
     for m in manifests:
         pieces = [p for p in m.files if p.kind == COMMITLOG]
         if m.in_place:  # single records: the intact ones between them are still served

@@ -16,6 +16,7 @@ from mqctl.cli.common import (
     KeyOpt,
     OutputOpt,
     SinceOpt,
+    TimeoutOpt,
     TopicOpt,
     UntilOpt,
     WatchOpt,
@@ -295,12 +296,25 @@ def verify(
             help=f"List at most N problems; all are counted. Default: all, or {TABLE_PROBLEMS} in a table.",
         ),
     ] = None,
+    against: Annotated[
+        str | None,
+        typer.Option(
+            "--against",
+            metavar="HOST:PORT",
+            help="Also compare this store's CommitLog with a live broker's (a slave's store with its master).",
+        ),
+    ] = None,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Check every record's CRC and ConsumeQueues and IndexFiles against the CommitLog; exit 10 on problems.
 
     Every problem is counted and listed (a file that cannot be opened is one problem; the check goes on
     with the next file). Also lists the quarantines: data recovery set aside instead of deleting (when,
-    why, files, records).
+    why, files, records). With --against HOST:PORT each record is also compared, byte for byte, with what
+    that broker's VIEW_MESSAGE_BY_ID answers at the same CommitLog offset (a real RocketMQ broker answers
+    it too), and the broker's records past this store's end are listed: the first differing offset,
+    records that differ, records only here, only there (--max-problems caps the list; all are counted).
+    Records only here, or differing, exit 10; only there (a slave's lag) does not.
     """
     from mqctl.output import plain, render, stderr_console
     from mqctl.services import store_inspect as si
@@ -311,16 +325,35 @@ def verify(
     with progress(si.commitlog_bytes(store), "verifying", unit="bytes") as advance:
         report = si.verify(store, max_problems=max_problems, progress=advance)
     quarantined = quarantine_rows(store)
+    compared = None
+    if against is not None:
+        from mqctl.admin.client import run_admin
+
+        if not against.rpartition(":")[2].isdigit():
+            raise UsageError(f"bad --against {against!r}: expected HOST:PORT")
+        seconds = timeout if timeout is not None else request_timeout(5.0)
+        compared = run_admin(
+            [], lambda admin: si.compare_with(admin, store, against, max_listed=max_problems), timeout=seconds
+        )
     if output in ("json", "yaml"):
-        render({**plain(report), "quarantined": plain(quarantined)}, output)
+        extra = {"against": plain(compared)} if compared is not None else {}
+        render({**plain(report), "quarantined": plain(quarantined), **extra}, output)
     elif output == "table":  # the problems as rows of their own, under the summary
         render({**plain(report), "problems": [{"problem": p} for p in report.problems]}, output)
         if quarantined:
             render(
                 quarantined, output, title="quarantined: set aside by recovery (see 'mqctl store salvage')"
             )
+        if compared is not None:
+            render(
+                {**plain(compared), "differences": plain(compared.differences)},
+                output,
+                title=f"against {against}",
+            )
     else:
         render(report, output)
+        if compared is not None:
+            render(compared.differences, output)
     if report.problems_not_listed:
         stderr_console().print(
             f"... and {report.problems_not_listed} more problem(s) (--max-problems N lists more)"
@@ -334,8 +367,17 @@ def verify(
     for note in report.notes:
         why = " (queries skip them; the broker rebuilds such index files at start)" if "index" in note else ""
         stderr_console().print(f"note: {note}{why}")
+    if compared is not None and compared.differences_not_listed:
+        stderr_console().print(
+            f"... and {compared.differences_not_listed} more difference(s) with {against} (--max-problems N lists more)"
+        )
     if not report.ok:
         raise StoreError(f"store {store} has problems ({report.problems_found} found; see the report)")
+    if compared is not None and not compared.ok:
+        raise StoreError(
+            f"store {store} differs from {against} from CommitLog offset {compared.first_difference} "
+            f"({compared.differing} record(s) differ, {compared.only_here} only here; see the report)"
+        )
 
 
 @app.command("salvage")

@@ -55,7 +55,10 @@ def test_every_damaged_record_is_counted_and_located(cli: RunCli, tmp_path: Path
     assert result.code == 0, result.stdout + result.stderr
     report = result.json()
     assert report["damaged_set_aside"] == 1 and any(str(kept) in n for n in report["notes"])
-    assert sorted((q["cut_offset"], q["damaged_records"]) for q in report["quarantined"]) == [(-1, 1), (cut, 2)]
+    assert sorted((q["cut_offset"], q["damaged_records"]) for q in report["quarantined"]) == [
+        (-1, 1),
+        (cut, 2),
+    ]
 
     plan = cli("store", "salvage", "--store", str(root), "-o", "json")
     assert plan.code == 0, plan.stderr

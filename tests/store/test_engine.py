@@ -270,7 +270,7 @@ def test_a_damaged_record_of_known_extent_is_set_aside_alone(
 ) -> None:
     """Its TOTALSIZE leads to the next record: recovery keeps every later record in the CommitLog, in
     its ConsumeQueue (at its own queue offset) and in the index; reads skip the damaged one."""
-    offsets, end, path = _damage_record_30(tmp_path, damage, abort)
+    offsets, end, _path = _damage_record_30(tmp_path, damage, abort)
     bad = offsets[30]
     with caplog.at_level(logging.ERROR):
         again = _open(tmp_path, mapped_file_size_commit_log=1024 * 1024)
