@@ -447,8 +447,9 @@ class DefaultMessageStore:
         files = self.commit_log.files.files
         check_crc = self.config.check_crc_on_recover
         root = self.config.store_path_root_dir
-        known = kept_in_place(list_quarantines(root)) if files else {}
-        self.commit_log.set_aside = {o: n for o, n in known.items() if o >= self.commit_log.min_offset}
+        self.commit_log.set_aside = (
+            kept_in_place(list_quarantines(root), self.commit_log.files) if files else {}
+        )
         damaged: list[tuple[CorruptRecordError, int]] = []
 
         def on_damaged(error: CorruptRecordError, size: int) -> None:

@@ -551,7 +551,7 @@ def raw_records(lay: Layout, span: Callable[[LogSpan], None] | None = None) -> I
             cl.min_offset,
             cl.max_offset,
             on_damaged=lambda _error, _size: None,
-            known=kept_in_place(list_quarantines(str(lay.root))),
+            known=kept_in_place(list_quarantines(str(lay.root)), cl.files),
             search=False,
         )
         for info in walk:
@@ -643,7 +643,6 @@ def _verify_commitlog(lay: Layout, problems: _Problems, progress: Progress | Non
     record a quarantine holds and recovery left in place (never served) is a note, not a problem."""
     delay_ms = lay.config().delay_levels_ms()
     records: dict[int, _Rec] = {}
-    held = kept_in_place(list_quarantines(str(lay.root)))
     found: list[int] = []
 
     def on_record(info: RecordInfo) -> None:
@@ -667,7 +666,7 @@ def _verify_commitlog(lay: Layout, problems: _Problems, progress: Progress | Non
         found.append(exc.offset)
 
     with commit_log(lay, on_bad_file=lambda exc: problems.add("bad_files", f"{exc}: file skipped")) as cl:
-        cl.set_aside = held
+        held = cl.set_aside = kept_in_place(list_quarantines(str(lay.root)), cl.files)
         for mf in cl.files.files:
             scan = scan_file(
                 cl,

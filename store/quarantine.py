@@ -382,15 +382,25 @@ class _Cut:
                 mf.sync()
 
 
-def kept_in_place(manifests: Iterable[Manifest]) -> dict[int, int]:
-    """``offset -> size`` of the damaged records earlier recoveries set aside but left in the CommitLog."""
-    return {
-        p.from_offset: p.to_offset - p.from_offset
-        for m in manifests
-        if m.in_place
-        for p in m.files
-        if p.kind == COMMITLOG
-    }
+def kept_in_place(manifests: Iterable[Manifest], files: MappedFileQueue) -> dict[int, int]:
+    """``offset -> size`` of the damaged records earlier recoveries set aside but left in the CommitLog
+    ``files``: those whose bytes there are still the quarantined copy (not since cut and written over)."""
+    out = {}
+    for m in manifests:
+        for p in m.files if m.in_place else ():
+            size = p.to_offset - p.from_offset
+            mf = files.find_file(p.from_offset)
+            if p.kind != COMMITLOG or mf is None:
+                continue
+            pos = p.from_offset - mf.file_from_offset
+            try:
+                with open(os.path.join(m.path, p.file), "rb") as f:
+                    copy = f.read(size + 1)
+            except OSError:
+                continue
+            if pos + size <= mf.file_size and copy == mf.view[pos : pos + size]:
+                out[p.from_offset] = size
+    return out
 
 
 def set_aside_records(
