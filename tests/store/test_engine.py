@@ -593,3 +593,39 @@ def test_a_queue_file_that_cannot_be_created_refuses_the_message_before_it_is_st
         stored = store.put_message(Message(topic="Blocked", body=b"c"))
         assert (stored.status, stored.queue_offset) == (PutMessageStatus.PUT_OK, 0)
         assert store.get_max_offset("Blocked", 0) == 1
+
+
+@pytest.mark.parametrize("which", ["last-of-its-file", "first-of-its-file"])
+@pytest.mark.parametrize("damage", ["crc", "magic"])
+def test_a_damaged_record_at_a_file_boundary_is_set_aside_alone(
+    tmp_path: Path, which: str, damage: str
+) -> None:
+    """The last record of a file is followed by the blank filler, the first one opens the file: either
+    way its extent is known and it costs only itself."""
+    store = _open(tmp_path)
+    offsets = _record_offsets(store, 600)  # three 64 KiB files
+    sizes = {o: store.commit_log.read_record(o).nbytes for o in offsets}  # type: ignore[union-attr]
+    store.shutdown()
+    size = 64 * 1024
+    i = next(n for n, o in enumerate(offsets) if o >= size)  # the first record of the second file
+    victim = offsets[i - 1] if which == "last-of-its-file" else offsets[i]
+    path = tmp_path / "commitlog" / f"{victim - victim % size:020d}"
+    data = bytearray(path.read_bytes())
+    at = victim % size
+    if damage == "crc":
+        data[at + 100] ^= 0xFF
+    else:
+        data[at + 4 : at + 8] = b"\x01\x02\x03\x04"
+    path.write_bytes(bytes(data))
+    again = _open(tmp_path)
+    try:
+        assert again.recovery_corruption is None and again.commit_log.set_aside == {victim: sizes[victim]}
+        got = []
+        offset = 0
+        while offset < 600:
+            res = again.get_messages("g", "T", 0, offset, 32)
+            got.extend(m.phys_offset for m in res.messages)
+            offset = res.next_begin_offset
+        assert got == [o for o in offsets if o != victim]
+    finally:
+        again.shutdown()
