@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -45,6 +46,9 @@ from store.record import (
 )
 
 log = logging.getLogger(__name__)
+
+_MIN_RECORD = 92  # the smallest record: fixed fields, two IPv4 hosts, an empty body, a 1-byte topic
+_PHYSICAL_OFFSET = struct.Struct(">q")  # at byte 28 of a record
 
 
 class PutMessageStatus(Enum):
@@ -153,6 +157,9 @@ class CommitLog:
         self.max_message_size = max_message_size
         self.last_store_timestamp = 0
         self.prefault = prefault
+        #: Damaged records recovery set aside but left in place (offset -> TOTALSIZE): their extent is known,
+        #: so walks step over them and every later record stays in service; reads never serve them.
+        self.set_aside: dict[int, int] = {}
 
     def load(self, on_bad_file: Callable[[StoreFormatError], None] | None = None) -> None:
         """``on_bad_file``: see :meth:`MappedFileQueue.load` (inspection goes on past a bad file)."""
@@ -272,9 +279,15 @@ class CommitLog:
     # ------------------------------------------------------------------ recovery
 
     def scan_from(
-        self, offset: int, *, check_crc: bool, on_record: Callable[[RecordInfo], None] | None = None
+        self,
+        offset: int,
+        *,
+        check_crc: bool,
+        on_record: Callable[[RecordInfo], None] | None = None,
+        on_damaged: Callable[[CorruptRecordError, int], None] | None = None,
     ) -> ScanResult:
-        """:meth:`scan` from ``offset``, a record boundary (the end of a file is the next one's start)."""
+        """:meth:`scan` from ``offset``, a record boundary (the end of a file is the next one's start).
+        ``on_damaged``: see :class:`RecordWalk` (recovery keeps the records after such a record)."""
         files = self.files.files
         if not files:
             return ScanResult(0, None, 0, 0)
@@ -284,6 +297,8 @@ class CommitLog:
             files[-1].end_offset,
             check_crc=check_crc,
             on_corruption=lambda e: log.warning("recovery stops at %s", e),
+            on_damaged=on_damaged,
+            known=self.set_aside,
         )
         if on_record is None:  # validation only: decoding is most of a record's cost
             walk.validate()
@@ -298,13 +313,19 @@ class CommitLog:
         *,
         check_crc: bool,
         on_record: Callable[[RecordInfo], None] | None = None,
+        on_damaged: Callable[[CorruptRecordError, int], None] | None = None,
     ) -> ScanResult:
         """Walk records from file ``start_index`` until the end of valid data
         (docs/store-format.md §validating-records, :class:`RecordWalk`)."""
         files = self.files.files
         if not files:
             return ScanResult(0, None, 0, 0)
-        return self.scan_from(files[start_index].file_from_offset, check_crc=check_crc, on_record=on_record)
+        return self.scan_from(
+            files[start_index].file_from_offset,
+            check_crc=check_crc,
+            on_record=on_record,
+            on_damaged=on_damaged,
+        )
 
     def abnormal_start_index(self, limit_ts: int) -> int:
         """Newest file whose first record is a message stored at or before ``limit_ts``
@@ -335,6 +356,9 @@ class CommitLog:
             end,
             on_corruption=lambda e: log.error("dispatch stops at %s", e),
             zeros_end_data=False,
+            on_damaged=_passed_set_aside if self.set_aside else None,
+            known=self.set_aside,
+            search=False,
         )
 
     def warm_ahead(self, nbytes: int) -> None:
@@ -362,7 +386,11 @@ class RecordWalk:
     the walk with :attr:`corruption` set and passed to ``on_corruption``; a record whose bytes have not all
     been written yet ends it quietly (a replicating slave receives records split across frames). With
     ``on_crc_error`` a body CRC failure of an otherwise sound record is passed there and the walk goes on
-    (inspection counts them). After the walk, :attr:`offset` is where it stands (a later walk goes on from
+    (inspection counts them). With ``on_damaged`` a damaged record whose extent is still known (its offset is
+    in ``known``, else, with ``search``, its TOTALSIZE leads to an intact record that names its own offset or
+    to the file's blank filler: :func:`damaged_extent`) is passed there with its size and the walk goes on
+    past it, yielding it when it parses without its CRC (its ConsumeQueue unit keeps the queue's offsets
+    dense; reads skip it), else nothing. After the walk, :attr:`offset` is where it stands (a later walk goes on from
     there; it starts no lower than the first file), :attr:`stop` why it ended (``end``, ``blank-filler``,
     ``end-of-file``, ``zeros``, ``partial``, ``corrupt``), :attr:`data_end` where the last file's data
     ended, :attr:`records` and :attr:`last_store_timestamp` what it read.
@@ -377,11 +405,14 @@ class RecordWalk:
         "data_end",
         "end",
         "files",
+        "known",
         "last_store_timestamp",
         "offset",
         "on_corruption",
         "on_crc_error",
+        "on_damaged",
         "records",
+        "search",
         "stop",
         "zeros_end_data",
     )
@@ -396,6 +427,9 @@ class RecordWalk:
         on_corruption: Callable[[CorruptRecordError], None] | None = None,
         on_crc_error: Callable[[CorruptRecordError], None] | None = None,
         zeros_end_data: bool = True,
+        on_damaged: Callable[[CorruptRecordError, int], None] | None = None,
+        known: dict[int, int] | None = None,
+        search: bool = True,
     ) -> None:
         self.files = files
         self.offset = offset
@@ -404,6 +438,9 @@ class RecordWalk:
         self.on_corruption = on_corruption
         self.on_crc_error = on_crc_error
         self.zeros_end_data = zeros_end_data
+        self.on_damaged = on_damaged
+        self.known = known
+        self.search = search
         self.corruption: CorruptRecordError | None = None
         self.stop = "end"
         self.data_end = offset
@@ -465,14 +502,28 @@ class RecordWalk:
                         size, ts = check_record(view, pos, file_size, check_crc=check_crc)
                 except CorruptRecordError as e:
                     error = e.located(mf.path, base + pos)
-                    if not (check_crc and on_crc_error and _sound_but_crc(view, pos, file_size)):
+                    sound = check_crc and _sound_but_crc(view, pos, file_size)
+                    extent = 0
+                    on_damaged = self.on_damaged
+                    if not (sound and on_crc_error is not None) and on_damaged is not None:
+                        extent = damaged_extent(
+                            view, pos, written, file_size, base, self.known, search=self.search
+                        )
+                    if extent and on_damaged is not None:
+                        on_damaged(error, extent)  # set aside alone: the walk goes on past it
+                        if not sound:
+                            pos += extent
+                            self.offset = base + pos
+                            continue
+                    elif sound and on_crc_error is not None:
+                        on_crc_error(error)  # only the body is damaged: reported, and the walk goes on
+                    else:
                         self.corruption = error
                         self.stop = "corrupt"
                         self.data_end = base + pos
                         if self.on_corruption is not None:
                             self.on_corruption(error)
                         return
-                    on_crc_error(error)  # only the body is damaged: reported, and the walk goes on
                     if decode:
                         info = read_record_info(view, pos, file_size)
                     size, ts = check_record(view, pos, file_size, check_crc=False)
@@ -486,6 +537,44 @@ class RecordWalk:
                 self.offset = mf.end_offset
             else:
                 return  # the end of the data, the end of the walk, or a record still arriving
+
+
+def damaged_extent(
+    view: memoryview,
+    pos: int,
+    written: int,
+    file_size: int,
+    base: int,
+    known: dict[int, int] | None,
+    *,
+    search: bool,
+) -> int:
+    """The size of the damaged record at ``pos`` of a file starting at offset ``base`` when its extent is
+    still known, else 0: a record recovery set aside before (``known``), or (``search``) one whose
+    TOTALSIZE leads to what can only follow a record: the blank filler that fills the file, or a record
+    that parses, passes its body CRC and names its own offset (a damaged TOTALSIZE cannot lead there but by
+    chance, and then the record boundaries are lost: recovery cuts the log there instead)."""
+    if known:
+        size = known.get(base + pos, 0)
+        if size:
+            return size
+    if not search:
+        return 0
+    size = read_header(view, pos)[0]
+    nxt = pos + size
+    if size < _MIN_RECORD or nxt + 8 > written:
+        return 0
+    if read_header(view, nxt) == (file_size - nxt, BLANK_MAGIC_CODE):
+        return size
+    try:
+        check_record(view, nxt, written, check_crc=True)
+    except CorruptRecordError:
+        return 0
+    return size if _PHYSICAL_OFFSET.unpack_from(view, nxt + 28)[0] == base + nxt else 0
+
+
+def _passed_set_aside(error: CorruptRecordError, size: int) -> None:
+    """A dispatch walk steps over a record recovery set aside (its ERROR was logged then)."""
 
 
 def _sound_but_crc(view: memoryview, pos: int, limit: int) -> bool:

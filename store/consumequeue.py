@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from collections.abc import Callable
 from typing import Final
 
 from store.javahash import tags_code
@@ -109,6 +110,7 @@ class ConsumeQueue:
         "damage",
         "file_size",
         "files",
+        "fill_gap",
         "max_physic_offset",
         "min_logic_offset",
         "next_offset",
@@ -141,6 +143,9 @@ class ConsumeQueue:
         #: the last file, and by a re-dispatch that finds a unit other than its record: the store heals
         #: the queue from the CommitLog (``store.heal``).
         self.damage: tuple[int, str] | None = None
+        #: ``fill_gap(queue, first missing queue offset, queue offset arriving)``: called when a record's unit
+        #: would leave a gap, so the store can put the units of records it set aside unparsed there first.
+        self.fill_gap: Callable[[ConsumeQueue, int, int], None] | None = None
 
     def load(self) -> None:
         self.files.load()
@@ -296,6 +301,10 @@ class ConsumeQueue:
             current = mf.file_from_offset + mf.wrote_position
             if expected < current:
                 return
+            if expected > current and self.fill_gap is not None:
+                self.fill_gap(self, current // CQ_STORE_UNIT_SIZE, queue_offset)
+                mf = self.file_for(queue_offset)
+                current = mf.file_from_offset + mf.wrote_position
             if expected != current:
                 log.error(
                     "%s/%d: unit for queue offset %d written at %d (gap)",

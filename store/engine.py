@@ -25,7 +25,7 @@ import os
 import struct
 import sys
 import threading
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from typing import Final
 
 from store.api import (
@@ -66,8 +66,9 @@ from store.message import (
     HostAddress,
     Message,
 )
-from store.quarantine import set_aside
+from store.quarantine import kept_in_place, list_quarantines, set_aside, set_aside_records
 from store.record import (
+    RECORD_IDENTITY,
     RecordInfo,
     decode_msg_id,
     msg_id_prefix,
@@ -397,13 +398,35 @@ class DefaultMessageStore:
 
     def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
         """A queue object, its topic interned like the broker's topic names (see ``TopicConfig``)."""
-        return ConsumeQueue(
+        cq = ConsumeQueue(
             self.config.consume_queue_dir,
             sys.intern(topic),
             queue_id,
             self.config.consume_queue_file_size,
             read_only=self.read_only,
         )
+        cq.fill_gap = self._fill_set_aside_gap
+        return cq
+
+    def _fill_set_aside_gap(self, cq: ConsumeQueue, first: int, queue_offset: int) -> None:
+        """Dispatch steps over a record recovery set aside without being able to parse it, so its queue
+        misses that unit when the next record arrives: put a unit for each missing queue offset whose
+        set-aside record's header still names this queue and that offset (reads skip it), keeping the
+        later units at their own queue offsets."""
+        cl = self.commit_log
+        found: dict[int, tuple[int, int]] = {}
+        for phys, size in cl.set_aside.items():
+            mf = cl.files.find_file(phys)
+            if mf is None or phys - mf.file_from_offset + RECORD_IDENTITY.size > mf.file_size:
+                continue
+            total, _magic, qid, qoff, _phys = RECORD_IDENTITY.unpack_from(mf.view, phys - mf.file_from_offset)
+            if qid == cq.queue_id and first <= qoff < queue_offset and total == size:
+                found[qoff] = (phys, size)
+        for qoff in range(first, queue_offset):
+            unit = found.get(qoff)
+            if unit is None:
+                return
+            cq.put_unit(unit[0], unit[1], 0, qoff)
 
     def _max_cq_phy_offset(self) -> int:
         return max((cq.max_physic_offset for cq in self._cqs.values()), default=0)
@@ -428,6 +451,15 @@ class DefaultMessageStore:
         max_cq_phy = self._max_cq_phy_offset()
         files = self.commit_log.files.files
         check_crc = self.config.check_crc_on_recover
+        root = self.config.store_path_root_dir
+        self.commit_log.set_aside = (
+            kept_in_place(list_quarantines(root), self.commit_log.files) if files else {}
+        )
+        damaged: list[tuple[CorruptRecordError, int]] = []
+
+        def on_damaged(error: CorruptRecordError, size: int) -> None:
+            damaged.append((error, size))
+
         if not files:
             for cq in self._cqs.values():
                 if not self.read_only:
@@ -438,10 +470,10 @@ class DefaultMessageStore:
             checked_from = 0
         elif self.last_exit_ok or self.read_only:
             checked_from = files[max(0, len(files) - 3)].file_from_offset
-            result = self.commit_log.scan(max(0, len(files) - 3), check_crc=check_crc)
+            result = self.commit_log.scan(max(0, len(files) - 3), check_crc=check_crc, on_damaged=on_damaged)
         elif point is not None:
             checked_from = point.offset
-            result = self._recover_from_point(point, check_crc=check_crc)
+            result = self._recover_from_point(point, check_crc=check_crc, on_damaged=on_damaged)
         else:
             assert self.checkpoint is not None
             limit = self.checkpoint.recovery_limit(
@@ -450,12 +482,15 @@ class DefaultMessageStore:
             start = self.commit_log.abnormal_start_index(limit)
             checked_from = files[start].file_from_offset
             log.info("abnormal recovery from %s (checkpoint limit %d)", files[start].path, limit)
-            result = self.commit_log.scan(start, check_crc=check_crc, on_record=self._dispatch_one)
+            result = self.commit_log.scan(
+                start, check_crc=check_crc, on_record=self._dispatch_one, on_damaged=on_damaged
+            )
         self.recovery_corruption = result.corruption
         end = result.process_offset
+        self._set_aside_in_place(damaged)
         if not self.read_only:  # what the truncation would destroy is moved aside first
             set_aside(
-                self.config.store_path_root_dir,
+                root,
                 self.commit_log.files,
                 list(self._cqs.values()),
                 end,
@@ -474,7 +509,35 @@ class DefaultMessageStore:
                 cq.truncate_dirty(end)
         self._rebuild_queue_table()
 
-    def _recover_from_point(self, point: RecoveryPoint, *, check_crc: bool) -> ScanResult:
+    def _set_aside_in_place(self, damaged: list[tuple[CorruptRecordError, int]]) -> None:
+        """Recovery met damaged records whose extent it knew and went on past them: each one not in a
+        quarantine yet is copied into a new one (logged at ERROR); all of them stay in the CommitLog, where
+        walks step over them and reads skip them."""
+        held = self.commit_log.set_aside
+        new = [(e, n) for e, n in damaged if e.offset not in held]
+        again = len(damaged) - len(new)
+        for e, n in damaged:
+            held[e.offset] = n
+        if again:
+            log.warning(
+                "the CommitLog still holds %d damaged record(s) set aside earlier (never served)", again
+            )
+        if new and not self.read_only:
+            set_aside_records(
+                self.config.store_path_root_dir,
+                self.commit_log.files,
+                new,
+                recovery="normal" if self.last_exit_ok else "abnormal",
+                now_ms=self.clock.now_ms(),
+            )
+
+    def _recover_from_point(
+        self,
+        point: RecoveryPoint,
+        *,
+        check_crc: bool,
+        on_damaged: Callable[[CorruptRecordError, int], None] | None = None,
+    ) -> ScanResult:
         """Abnormal recovery from our recovery point: validate and dispatch again what follows it.
 
         Everything below the point was on disk before the crash (CommitLog, units, index entries), so a
@@ -485,7 +548,9 @@ class DefaultMessageStore:
         for cq in self._cqs.values():
             cq.truncate_dirty(point.offset)
         log.info("abnormal recovery from the checkpoint's recovery point, CommitLog offset %d", point.offset)
-        return self.commit_log.scan_from(point.offset, check_crc=check_crc, on_record=self._dispatch_one)
+        return self.commit_log.scan_from(
+            point.offset, check_crc=check_crc, on_record=self._dispatch_one, on_damaged=on_damaged
+        )
 
     def _rebuild_queue_table(self) -> None:
         """Each queue's next offset from its units; fix min offsets (docs/store-format.md §start-up)."""

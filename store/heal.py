@@ -78,7 +78,7 @@ def record_problem(
     """Why the unit ``(phys, size)`` of queue ``topic``/``queue_id`` (at ``queue_offset`` if given) does
     not point at its record; ``None`` when it does. A unit below the CommitLog's first file is not judged
     (its record expired)."""
-    if phys < cl.min_offset:
+    if phys < cl.min_offset or cl.set_aside.get(phys) == size:  # expired, or set aside (reads skip it)
         return None
     if size <= 0 or phys < 0:
         return "is not a valid unit"
@@ -384,6 +384,7 @@ class Healer:
         room = RECORD_IDENTITY.size
         magic, magic_v2 = _MAGICS
         crc_checked_from = store._crc_checked_from  # set by recovery, before any read
+        set_aside = cl.set_aside  # damaged records recovery kept in place: never served
 
         def read(phys: int, size: int, queue_offset: int) -> tuple[memoryview, str] | None:
             mf = find_file(phys)
@@ -402,10 +403,14 @@ class Healer:
                             phys,
                         )
                     if own:
-                        if phys < crc_checked_from and (bad := body_crc_problem(mf.view, pos, size)):
+                        if (phys < crc_checked_from or (set_aside and phys in set_aside)) and (
+                            bad := body_crc_problem(mf.view, pos, size)
+                        ):
                             # never served as good: the pull skips it
                             raise CorruptRecordError(mf.path, phys, bad)
                         return mf.view[pos : pos + size], mf.path
+                if set_aside and phys in set_aside:
+                    raise CorruptRecordError(mf.path, phys, "a damaged record recovery set aside")
             why = record_problem(cl, phys, size, topic, qid, queue_offset)
             if why is None:  # expired (below the CommitLog's first file) or left with its file since
                 return None

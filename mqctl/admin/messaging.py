@@ -227,6 +227,18 @@ async def query(
     return decode_records(response.body) if response.code == ResponseCode.SUCCESS else []
 
 
+async def view_raw(admin: Admin, addr: str, phys_offset: int) -> bytes | None:
+    """The stored bytes of the record VIEW_MESSAGE_BY_ID finds at a CommitLog offset; None when the broker
+    has none there (SYSTEM_ERROR: past its end, inside or on a damaged record, expired)."""
+    response = await admin.call(
+        addr,
+        RequestCode.VIEW_MESSAGE_BY_ID,
+        ViewMessageRequestHeader(phys_offset),
+        expect=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
+    )
+    return response.body if response.code == ResponseCode.SUCCESS else None
+
+
 async def view(admin: Admin, addr: str, phys_offset: int) -> StoredMessage:
     """VIEW_MESSAGE_BY_ID (33): the record at a CommitLog offset (the offset part of a msgId)."""
     response = await admin.call(addr, RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(phys_offset))

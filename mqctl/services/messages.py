@@ -343,8 +343,30 @@ def _detail(m: StoredMessage, body: bool) -> dict[str, Any]:
     return row
 
 
+async def salvaged_copy(admin: Admin, msg_id: str) -> str | None:
+    """The msgId of the copy 'store salvage --resend' sent of the record ``msg_id`` (None: none was, or the
+    NameServer cannot say: the id is then looked up as it is)."""
+    with contextlib.suppress(RemotingError):
+        return await admin.kv_get(SALVAGED_NAMESPACE, msg_id.strip().upper())
+    return None
+
+
 async def query_by_id(admin: Admin, msg_id: str, *, body: bool = True) -> dict[str, Any]:
-    """VIEW_MESSAGE_BY_ID at the broker the id names."""
+    """VIEW_MESSAGE_BY_ID at the broker the id names; for a record recovery set aside that 'store salvage
+    --resend' sent again, its copy, saying so (the original offset may hold another message by now)."""
+    copy = await salvaged_copy(admin, msg_id)
+    if copy is not None and copy != msg_id.strip().upper():
+        row = await _query_one_id(admin, copy, body=body)
+        return {
+            "note": f"{msg_id} was set aside by recovery; 'store salvage --resend' sent it again as {copy}: "
+            "this is that copy",
+            "copy_of": msg_id,
+            **row,
+        }
+    return await _query_one_id(admin, msg_id, body=body)
+
+
+async def _query_one_id(admin: Admin, msg_id: str, *, body: bool) -> dict[str, Any]:
     addr, offset = locate(msg_id)
     try:
         message = await wire.view(admin, addr, offset)
@@ -631,6 +653,10 @@ async def dlq_export(admin: Admin, group: str, only: DlqFilter, write: Callable[
 RESENT_NAMESPACE = "MQCTL_DLQ_RESENT"
 #: Property on a re-sent copy: the offset id of the dead letter it came from.
 PROPERTY_RESENT_FROM = "MQCTL_DLQ_MSG_ID"
+#: NameServer KV namespace of the records 'store salvage --resend' sent again: original msgId -> the copy's.
+SALVAGED_NAMESPACE = "MQCTL_SALVAGE_RESENT"
+#: Property on a salvaged record's copy: the original record's offset msgId.
+PROPERTY_SALVAGED_FROM = "MQCTL_SALVAGED_MSG_ID"
 
 
 def _ranges(offsets: Iterable[int]) -> list[list[int]]:
@@ -679,17 +705,24 @@ class Resent:
     error: str | None = None
 
 
-async def resend_one(admin: Admin, m: StoredMessage, to_topic: str | None, rr: Iterable[int]) -> Resent:
+async def resend_one(
+    admin: Admin,
+    m: StoredMessage,
+    to_topic: str | None,
+    rr: Iterable[int],
+    *,
+    mark: str = PROPERTY_RESENT_FROM,
+) -> Resent:
     """Send a DLQ message again to its original topic (``RETRY_TOPIC``) or ``to_topic``, keeping its
-    body, tags, keys, UNIQ_KEY and user properties, marked with the dead letter's id; one failure does
-    not stop the others."""
+    body, tags, keys, UNIQ_KEY and user properties, marked with its id in property ``mark``; one failure
+    does not stop the others."""
     target = to_topic or m.properties.get(PROPERTY_RETRY_TOPIC)
     if not target:
         return Resent(
             m.msg_id, m.uniq_key, None, "SKIPPED", error="no original topic (RETRY_TOPIC); use --to-topic"
         )
     props = {k: v for k, v in m.properties.items() if k not in BROKER_PROPERTIES}
-    props[PROPERTY_RESENT_FROM] = m.msg_id
+    props[mark] = m.msg_id
     try:
         route = await admin.topic_route(target)
         refs = queues(route, write=True)
