@@ -39,13 +39,15 @@ from store.config_files import (
 )
 from store.ha import (
     HAProtocolError,
+    ReplicaRecordError,
+    ReplicaRecords,
     ReplicaStore,
     decode_frames,
     encode_frame_header,
     encode_report,
     frame_extent,
     latest_report,
-    slave_accepts,
+    max_record_size,
     transfer_start,
 )
 
@@ -417,6 +419,8 @@ class HASlave:
             self.connected = True
             try:
                 await self._session(reader, writer)
+            except ReplicaRecordError as exc:
+                log.error("HA: closing the connection to master %s, nothing of it appended: %s", addr, exc)
             except (OSError, HAProtocolError) as exc:
                 log.warning("HA connection to master %s lost: %s", addr, exc)
             finally:
@@ -432,7 +436,9 @@ class HASlave:
         heartbeat = cfg.ha_send_heartbeat_interval / 1000
         housekeeping = cfg.ha_housekeeping_interval / 1000
         max_frame = max(cfg.ha_transfer_batch_size, cfg.mapped_file_size_commit_log)
-        reported = self.store.max_phy_offset
+        store = self.store
+        reported = store.max_phy_offset
+        records = ReplicaRecords(reported, store.commit_log_file_size, max_record_size(cfg))
         writer.write(encode_report(reported))  # at once: 4.9.8 waits a heartbeat, a master does not mind
         await writer.drain()
         last_report = last_read = _now()
@@ -452,18 +458,18 @@ class HASlave:
                 buf += data
                 frames, used = decode_frames(buf, max_frame)
                 for offset, body in frames:
-                    if not slave_accepts(self.store.max_phy_offset, offset):
-                        raise HAProtocolError(
-                            f"frame at {offset} but the slave ends at {self.store.max_phy_offset}"
-                        )
-                    if body and not self.store.append_replica(offset, body):
-                        raise HAProtocolError(f"frame at {offset} does not continue the slave's CommitLog")
-                if frames:
-                    self._appended.set()
+                    if records.start == 0 and not records.pending and offset % records.file_size == 0:
+                        records.start = offset  # an empty slave starts where the master's file does
+                    records.feed(offset, body)
                 buf = buf[used:]  # a copy (the frames are views of buf); a torn frame stays for now
+                at, whole = records.take()  # raises, appending nothing, unless every record checks
+                if whole:
+                    if not store.append_replica(at, whole):
+                        raise HAProtocolError(f"frame at {at} does not continue the slave's CommitLog")
+                    self._appended.set()
             elif now - last_read >= housekeeping:
                 raise HAProtocolError(f"nothing from the master for {housekeeping:.0f} s")
-            current = self.store.max_phy_offset
+            current = store.max_phy_offset  # only whole, checked, appended records are acknowledged
             if current != reported or now - last_report >= heartbeat:
                 writer.write(encode_report(current))
                 await writer.drain()

@@ -15,12 +15,15 @@ from store.engine import DefaultMessageStore, GetMessageStatus
 from store.ha import (
     HEADER_SIZE,
     HAProtocolError,
+    ReplicaRecordError,
+    ReplicaRecords,
     decode_frames,
     encode_frame,
     encode_frame_header,
     encode_report,
     frame_extent,
     latest_report,
+    max_record_size,
     slave_accepts,
     transfer_start,
 )
@@ -269,3 +272,65 @@ def test_a_slave_does_not_zero_fill_ahead_of_its_replica(tmp_path: Path) -> None
     finally:
         master.shutdown()
         slave.shutdown()
+
+
+# ---------------------------------------------------------------------- the slave's record check
+
+
+def _master_bytes(tmp_path: Path, n: int = 300) -> tuple[DefaultMessageStore, list[tuple[int, bytes]]]:
+    """A master holding ``n`` records over a few files (fillers included), and its HA frames from 0."""
+    master = DefaultMessageStore(small_config(tmp_path / "m"))
+    master.open()
+    master.start()
+    for i in range(n):
+        assert master.put_message(Message("R", os.urandom(200 + i % 300), queue_id=i % 4)).ok
+    return master, ha_frames(master, 0, 1000)
+
+
+def test_replica_records_take_whole_checked_records_across_cut_frames(tmp_path: Path) -> None:
+    """Frames of 1,000 bytes cut records anywhere; every record and filler comes out whole, at its offset."""
+    master, frames = _master_bytes(tmp_path)
+    try:
+        records = ReplicaRecords(0, FILE, max_record_size(master.config))
+        out = bytearray()
+        for offset, data in frames:
+            records.feed(offset, data)
+            at, whole = records.take()
+            assert at == len(out)
+            if whole:  # each take ends on a record boundary: the next header follows in the master's log
+                end = at + len(whole)
+                assert end == master.max_phy_offset or master.read_commit_log(end, 8) is not None
+            out += whole
+        assert bytes(out) == b"".join(d for _o, d in frames) and not records.pending
+        assert len(master.commit_log.files.files) > 2  # fillers were crossed
+    finally:
+        master.shutdown()
+
+
+def test_replica_records_refuse_garbage_wrong_offsets_and_bad_crcs(tmp_path: Path) -> None:
+    master, frames = _master_bytes(tmp_path, 20)
+    try:
+        raw = b"".join(d for _o, d in frames)
+        size = int.from_bytes(raw[:4], "big")
+        cap = max_record_size(master.config)
+        cases = {
+            "garbage": (0, os.urandom(4096)),
+            "zeros": (0, bytes(4096)),
+            "moved": (FILE, raw[: 3 * size]),  # sound records, but they name offset 0
+            "bad CRC": (0, raw[:100] + bytes([raw[100] ^ 1]) + raw[101:size]),  # a body byte
+        }
+        second = int.from_bytes(raw[size : size + 4], "big")
+        flip = bytearray(raw[: size + second])
+        flip[size + 120] ^= 0xFF  # inside the second record's body
+        cases["second body"] = (0, bytes(flip))
+        for name, (offset, data) in cases.items():
+            records = ReplicaRecords(offset, FILE, cap)
+            records.feed(offset, data)
+            with pytest.raises(ReplicaRecordError):
+                records.take()
+            assert records.start == offset and records.pending == data, name  # nothing handed out
+        records = ReplicaRecords(0, FILE, cap)
+        with pytest.raises(HAProtocolError):
+            records.feed(8, raw[:100])  # not where the slave's bytes end
+    finally:
+        master.shutdown()
