@@ -209,6 +209,37 @@ class ReplicaRecords:
                 pos += size
 
 
+def is_record_boundary(store: ReplicaStore, offset: int) -> bool:
+    """Whether ``offset`` is where a record of ``store``'s CommitLog starts or the log ends: a file's
+    start, an end-of-file filler, or a record that parses and names ``offset`` as its own. What a master
+    checks a slave's first report against: any other offset means the two logs differ there."""
+    end = store.max_phy_offset
+    if offset in (0, end):
+        return True  # (0: an empty slave)
+    file_size = store.commit_log_file_size
+    if offset > end:
+        return False
+    if offset % file_size == 0:
+        return True
+    head = store.read_commit_log(offset, 8)
+    if head is None:
+        return False
+    size, magic = struct.unpack(">ii", head)
+    room = file_size - offset % file_size
+    if magic == BLANK_MAGIC_CODE and size == room:
+        return True
+    if magic not in _MAGICS or not 0 < size <= room:
+        return False
+    record = store.read_commit_log(offset, size)
+    if record is None:
+        return False
+    try:
+        check_record(record, 0, size, check_crc=False)
+    except CorruptRecordError:
+        return False
+    return bool(_PHYSICAL_OFFSET.unpack_from(record, _PHYSICAL_OFFSET_POS)[0] == offset)
+
+
 # ---------------------------------------------------------------------- the store's side
 
 

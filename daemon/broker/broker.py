@@ -48,9 +48,11 @@ from daemon.broker.ha import (
     METADATA_SYNC_INTERVAL,
     HAMaster,
     HASlave,
+    SlaveGate,
     ha_runtime_info,
     is_slave,
     slave_refusals,
+    split_addr,
     sync_metadata,
 )
 from daemon.broker.headers import NotifyConsumerIdsChangedRequestHeader
@@ -65,7 +67,7 @@ from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
 from daemon.lifecycle import cancel_tasks, every
-from daemon.remoting.bodies import PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
+from daemon.remoting.bodies import ClusterInfo, PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient, Transport
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
@@ -266,7 +268,8 @@ class Broker:
         c = self.config
         derived = c.ha_listen_port < 0
         port = 0 if ephemeral and derived else c.ha_port
-        self.ha_master = HAMaster(c, self.store, c.listen_host, port, self.hold.wakers)
+        gate = SlaveGate(self.registered_slave_hosts)
+        self.ha_master = HAMaster(c, self.store, c.listen_host, port, self.hold.wakers, gate)
         try:
             bound = await self.ha_master.start()
         except OSError as exc:
@@ -282,6 +285,28 @@ class Broker:
         if is_slave(c):
             self.ha_slave = HASlave(c, self.store)
             self.ha_slave.start()
+
+    async def registered_slave_hosts(self) -> set[str] | None:
+        """The hosts the NameServers list as slaves (brokerId >= 1) of this broker's group (the HA gate's
+        look-up); None when none answered (no NameServer configured included: no slave can be told)."""
+        c = self.config
+
+        async def one(addr: str) -> set[str] | None:
+            request = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+            try:
+                response = await self.client.invoke(addr, request, 3.0)
+                if response.code != ResponseCode.SUCCESS or not response.body:
+                    return None
+                group = ClusterInfo.loads(response.body).broker_addr_table.get(c.broker_name)
+            except (RemotingError, ValueError, TypeError) as exc:
+                log.warning("HA gate: no slave list from name server %s: %s", addr, exc)
+                return None
+            if group is None or group.cluster != c.broker_cluster_name:
+                return set()
+            return {split_addr(a)[0] for i, a in group.broker_addrs.items() if int(i) >= 1}
+
+        answers = [a for a in await asyncio.gather(*(one(a) for a in c.namesrv_addrs)) if a is not None]
+        return set().union(*answers) if answers else None
 
     async def sync_from_master(self) -> list[str]:
         """A slave's metadata sync now (also run at start and every 10 s); returns what changed."""

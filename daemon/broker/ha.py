@@ -16,8 +16,9 @@ import contextlib
 import heapq
 import itertools
 import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +29,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from daemon.remoting.errors import RemotingError
+from daemon.remoting.limits import WarningGate
 from store import fastjson
 from store.commitlog import PutMessageStatus
 from store.config import SLAVE, SYNC_MASTER, StoreConfig
@@ -46,6 +48,7 @@ from store.ha import (
     encode_frame_header,
     encode_report,
     frame_extent,
+    is_record_boundary,
     latest_report,
     max_record_size,
     transfer_start,
@@ -193,6 +196,15 @@ class SlaveConnection:
                 )
                 return
             if self.acked < 0:
+                if not is_record_boundary(self.master.store, offset):
+                    log.error(
+                        "HA slave %s reports offset %d, where no record of this master's CommitLog starts "
+                        "(it ends at %d): the two logs differ there; closing",
+                        self.addr,
+                        offset,
+                        end,
+                    )
+                    return
                 self.transfer_offset = transfer_start(offset, end, self.master.store.commit_log_file_size)
                 log.info(
                     "HA slave %s requests offset %d, transfer starts at %d",
@@ -201,6 +213,14 @@ class SlaveConnection:
                     self.transfer_offset,
                 )
                 self._started.set()
+            elif offset > self.transfer_offset:
+                log.warning(
+                    "HA slave %s acknowledges offset %d, beyond the %d sent to it: closing",
+                    self.addr,
+                    offset,
+                    self.transfer_offset,
+                )
+                return
             self.acked = offset
             sent = self._sent
             while sent and sent[0][0] <= offset:
@@ -241,8 +261,45 @@ class SlaveConnection:
                 await asyncio.wait_for(self.wake.wait(), min(IDLE_POLL, heartbeat))
 
 
+def peer_host(host: str) -> str:
+    """The address a peer connected from, as registered: an IPv4-mapped IPv6 peer as plain IPv4."""
+    return host[7:] if host.startswith("::ffff:") and "." in host else host
+
+
+class SlaveGate:
+    """Who may replicate from this master: a peer whose address the NameServers list as a slave
+    (brokerId >= 1) of this broker's group. Slaves register before they connect (ours and 4.9.8's learn
+    the master's HA address from their registration answer), so one look-up at accept finds them.
+
+    The match is on the host alone: a slave registers ``brokerIP1:listenPort`` and connects from an
+    ephemeral port. ``lookup`` answers the registered hosts, or None when no NameServer answered; a peer
+    not among the cached hosts triggers a new look-up at most every ``refresh`` seconds, so a flood of
+    connections is not a flood of NameServer requests.
+    """
+
+    def __init__(self, lookup: Callable[[], Awaitable[set[str] | None]], refresh: float = 1.0) -> None:
+        self._lookup = lookup
+        self._refresh = refresh
+        self._hosts: set[str] = set()
+        self._looked_at = -math.inf
+
+    async def admits(self, host: str) -> bool:
+        host = peer_host(host)
+        if host in self._hosts:
+            return True
+        if _now() - self._looked_at >= self._refresh:
+            self._looked_at = _now()
+            hosts = await self._lookup()
+            if hosts is not None:
+                self._hosts = {peer_host(h) for h in hosts}
+        return host in self._hosts
+
+
 class HAMaster:
-    """The master side: the HA listener, its slave connections and the SYNC_MASTER waiters."""
+    """The master side: the HA listener, its slave connections and the SYNC_MASTER waiters.
+
+    Every connection passes the :class:`SlaveGate` first, so every acknowledgement a SYNC_MASTER counts
+    comes from a slave the NameServers list for this broker group."""
 
     def __init__(
         self,
@@ -251,11 +308,16 @@ class HAMaster:
         host: str,
         port: int,
         wakers: list[Callable[[], None]],
+        gate: SlaveGate,
     ) -> None:
         self.config = config
         self.store = store
         self.host = host
         self.port = port
+        self.gate = gate
+        #: Connections the gate closed (what /metrics and the tests count).
+        self.refused = 0
+        self._refusals = WarningGate(log)
         #: Every send reads it (brokerRole is no runtime setting: UPDATE_BROKER_CONFIG refuses it).
         self.sync = config.broker_role == SYNC_MASTER
         self.connections: set[SlaveConnection] = set()
@@ -291,6 +353,18 @@ class HAMaster:
         self._waiters = []
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        host = str(peer[0]) if peer else ""
+        if not await self.gate.admits(host):
+            self.refused += 1
+            self._refusals.warning(
+                "HA: closing the connection from %s:%s: the NameServers list no slave of this broker group "
+                "at that address",
+                host,
+                peer[1] if peer else "?",
+            )
+            writer.transport.abort()
+            return
         conn = SlaveConnection(self, reader, writer)
         log.info("HA slave connected from %s", conn.addr)
         self.connections.add(conn)

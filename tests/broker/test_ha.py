@@ -35,7 +35,7 @@ from store.memory import InMemoryMessageStore
 from store.record import decode_records
 from tests.support.broker import BrokerClient, broker_config, start_broker
 from tests.support.load import Acked, send_until_dead
-from tests.support.namesrv import namesrv_config
+from tests.support.namesrv import Namesrv, namesrv_config
 from tests.support.paths import ROOT
 from tests.support.ports import free_block, free_port
 from tests.support.up import mqctl_up
@@ -75,6 +75,8 @@ async def group(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
     slave = await start_slave(tmp_path / "slave", ns)
     g = Group(namesrv, master, slave, RemotingClient())
     try:
+        assert master.ha_master is not None  # a SYNC_MASTER's first send needs its slave in
+        await wait_until(lambda: bool(master.ha_master and master.ha_master.connections))
         yield g
     finally:
         await g.client.close()
@@ -279,18 +281,26 @@ async def test_sync_master_answers_after_the_slave_acked(group: Group) -> None:
 
 @pytest.mark.slow
 async def test_sync_master_without_slave_and_with_a_silent_slave(tmp_path: Path) -> None:
-    broker = await start_broker(tmp_path / "m", broker_role=SYNC_MASTER, slave_timeout=300, **SMALL)
+    namesrv = Namesrv(NamesrvController(namesrv_config(tmp_path)), RemotingClient())
+    await namesrv.controller.start()
+    broker = await start_broker(
+        tmp_path / "m", broker_role=SYNC_MASTER, slave_timeout=300, namesrv_addr=namesrv.addr, **SMALL
+    )
     client = RemotingClient()
     try:
         assert broker.ha_master is not None
         master = BrokerClient(broker.addr, client)
         r = await master.send("S", b"a")
         assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE and "msgId" in r.ext_fields
+        # the HA gate admits this host only while the NameServer lists a slave of broker-a there
+        r = await namesrv.register({}, broker_addr="127.0.0.1:1", broker_id=1)
+        assert r.code == ResponseCode.SUCCESS
         # a slave that asks for offset 0 and never acks: the send times out waiting for it
         reader, writer = await asyncio.open_connection("127.0.0.1", broker.config.ha_listen_port)
         writer.write(encode_report(broker.store.max_phy_offset))
         await writer.drain()
-        await wait_until(lambda: bool(broker.ha_master and broker.ha_master.status()[0].acked_offset >= 0))
+        ha = broker.ha_master
+        await wait_until(lambda: any(c.acked_offset >= 0 for c in ha.status()))
         r = await master.send("S", b"b")
         assert r.code == ResponseCode.FLUSH_SLAVE_TIMEOUT
         writer.close()
@@ -303,6 +313,8 @@ async def test_sync_master_without_slave_and_with_a_silent_slave(tmp_path: Path)
     finally:
         await client.close()
         await broker.stop()
+        await namesrv.client.close()
+        await namesrv.controller.stop()
 
 
 @pytest.mark.slow

@@ -11,13 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from daemon.acl.signature import Signer
 from daemon.broker.broker import Broker
-from store.config import SLAVE
+from daemon.broker.ha import SlaveGate
+from daemon.namesrv.controller import NamesrvController
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import ResponseCode
+from store.config import SLAVE, SYNC_MASTER
 from store.engine import DefaultMessageStore
-from store.ha import REPORT, encode_frame
+from store.ha import FRAME_HEADER, REPORT, encode_frame, encode_report
 from store.message import Message
 from tests.broker.test_ha import SMALL
-from tests.support.broker import start_broker
+from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
+from tests.support.broker import BrokerClient, start_broker
+from tests.support.namesrv import namesrv_config
 from tests.support.stores import small_config
 from tests.support.waiting import wait_until
 
@@ -88,3 +95,87 @@ async def test_a_fake_masters_bad_bytes_are_neither_appended_nor_acknowledged(
         assert fake.reports[1][0] == 0
     finally:
         await slave.stop()
+
+
+# ---------------------------------------------------------------------- the HA gate
+
+
+async def test_the_gate_admits_the_registered_slaves_hosts_only() -> None:
+    answers: list[set[str] | None] = [None, {"10.0.0.2"}, {"10.0.0.2", "10.0.0.3"}]
+    looked = 0
+
+    async def lookup() -> set[str] | None:
+        nonlocal looked
+        looked += 1
+        return answers[min(looked - 1, len(answers) - 1)]
+
+    gate = SlaveGate(lookup, refresh=0.0)
+    assert not await gate.admits("10.0.0.2")  # no NameServer answered: nobody
+    assert await gate.admits("::ffff:10.0.0.2")  # an IPv4-mapped peer is its IPv4 address
+    assert not await gate.admits("10.0.0.9") and looked == 3
+    assert await gate.admits("10.0.0.3")
+    slow = SlaveGate(lookup, refresh=3600)
+    assert not await slow.admits("10.0.0.9") and not await slow.admits("10.0.0.9")
+    assert looked == 4  # a flood of strangers is one look-up per refresh period
+
+
+async def fake_slave(port: int, stop: asyncio.Event) -> int:
+    """A slave that stores nothing: it asks for the master's end, then acknowledges whatever the master
+    says it has sent (the frame headers), as a 60-line attacker would. Returns the bytes it received."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    got = 0
+    try:
+        writer.write(encode_report(0))
+        await writer.drain()
+        while not stop.is_set():
+            try:
+                header = await asyncio.wait_for(reader.readexactly(12), 0.2)
+            except TimeoutError:
+                continue
+            offset, size = FRAME_HEADER.unpack(header)
+            got += 12 + size
+            await reader.readexactly(size)
+            writer.write(encode_report(offset + size))
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+    return got
+
+
+@pytest.mark.slow
+async def test_a_fake_slave_gets_nothing_and_acknowledges_nothing(tmp_path: Path) -> None:
+    """An ACL-enabled SYNC_MASTER with no slave registered: a raw socket on its HA port reads nothing
+    (it pulled the whole CommitLog, DENY topics included) and its acks answer no send (they made 200 of
+    200 SEND_OK)."""
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    home = tmp_path / "home"
+    write_acl(home)
+    master = await start_broker(
+        tmp_path / "m",
+        namesrv_addr=f"127.0.0.1:{namesrv.port}",
+        broker_role=SYNC_MASTER,
+        acl_enable=True,
+        rocketmq_home=str(home),
+        **SMALL,
+    )
+    client = RemotingClient(signer=Signer(ADMIN_AK, ADMIN_SK))
+    stop = asyncio.Event()
+    try:
+        assert master.ha_master is not None
+        sender = BrokerClient(master.addr, client)
+        assert (await sender.send("Secret", b"before")).code == ResponseCode.SLAVE_NOT_AVAILABLE
+        attacker = asyncio.create_task(fake_slave(master.config.ha_listen_port, stop))
+        await asyncio.sleep(0.5)
+        codes = [(await sender.send("Secret", f"m{i}".encode())).code for i in range(20)]
+        assert codes == [ResponseCode.SLAVE_NOT_AVAILABLE] * 20
+        stop.set()
+        assert await attacker == 0
+        assert master.ha_master.refused >= 1 and not master.ha_master.connections
+    finally:
+        stop.set()
+        await client.close()
+        await master.stop()
+        await namesrv.stop()
