@@ -167,6 +167,8 @@ class Broker:
         self.state = "starting"
         #: The ACL files when `aclEnable` is on (codes 50-54 edit them); None: no ACL.
         self.acl_files: AclFiles | None = None
+        #: The VIP port's listener (its connections are the main server's).
+        self._vip: asyncio.Server | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -187,17 +189,21 @@ class Broker:
         await self.server.start(serve=False)
         ephemeral = self.config.listen_port == 0
         self.config.listen_port = self.server.port  # port 0: the bound one is what we register
+        if not ephemeral:
+            await self._bind_vip()
         self._start_metrics()
         try:
             # in a thread: the loop stays free (signals, /healthz's state) while a big store recovers
             await asyncio.to_thread(self._open_store)
         except BaseException:
+            await self._close_vip()
             await self.server.stop(grace=0)
             self._stop_metrics()
             raise
         try:
             await self._start_ha(ephemeral)
         except BaseException:
+            await self._close_vip()
             await self.server.stop(grace=0)
             self.store.shutdown()
             raise
@@ -225,6 +231,8 @@ class Broker:
                 )
             )
         await self.server.serve()
+        if self._vip is not None:
+            await self._vip.start_serving()
         self.state = "serving"
         self._started = True
         await self.register_all()  # at start, like Java; then every registerNameServerPeriod
@@ -240,6 +248,28 @@ class Broker:
             f"{len(compiled)} hot modules compiled" if compiled else "pure Python (no fresh build/native)",
             f", ACL on (HMAC-SHA1: {hmac_backend()})" if self.acl_files is not None else "",
         )
+
+    async def _bind_vip(self) -> None:
+        """The VIP port (``listenPort - 2``): the same connections, processors and ACL guard as the main
+        port, accepting from when the main port does. A taken port is logged, not fatal: clients use it only
+        when told to (``vipChannelEnabled``), a 4.9.8 slave for its metadata sync."""
+        port = self.config.vip_port
+        if port is None:
+            return
+        try:
+            self._vip = await asyncio.get_running_loop().create_server(
+                self.server.accept, self.config.listen_host, port, reuse_address=True, start_serving=False
+            )
+        except OSError as exc:
+            log.error("VIP port %d (listenPort - 2) not opened: %s", port, exc)
+            return
+        log.info("VIP port listening on %s:%d", self.config.listen_host, port)
+
+    async def _close_vip(self) -> None:
+        if self._vip is not None:
+            self._vip.close()
+            await self._vip.wait_closed()
+            self._vip = None
 
     def _start_metrics(self) -> None:
         if not self.config.metrics_enable:
@@ -398,6 +428,7 @@ class Broker:
             await self.ha_slave.stop()
         if self.ha_master is not None:
             await self.ha_master.stop()
+        await self._close_vip()
         await self.server.stop(grace=2.0)
         await self.client.close()
         self._stop_metrics()

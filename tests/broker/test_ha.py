@@ -493,10 +493,11 @@ async def test_slave_pull_keeps_the_consumers_offset(group: Group) -> None:
 
 @pytest.mark.slow
 async def test_up_with_a_slave_and_ha_status(tmp_path: Path, cli_env: dict[str, str]) -> None:
-    ns_port, broker_port = free_port(), free_block(4)  # master, its HA port, the slave, its HA port
+    # master and slave, each with its VIP port two below and its HA port one above
+    ns_port, broker_port = free_port(), free_block(8) + 2
     args = ["--slaves", "1", "--broker-port", str(broker_port), "--metrics-port", "0"]
     async with mqctl_up(tmp_path / "data", cli_env, ns_port, *args) as up:
-        slave_addr = f"127.0.0.1:{broker_port + 2}"
+        slave_addr = f"127.0.0.1:{broker_port + 4}"
         assert f"slave {slave_addr}" in up.ready
         listed = await asyncio.to_thread(up.mq, "cluster", "list")
         assert [(r["broker_id"], r["addr"], r["role"]) for r in listed] == [

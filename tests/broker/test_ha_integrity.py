@@ -13,18 +13,23 @@ import pytest
 
 from daemon.acl.signature import Signer
 from daemon.broker.broker import Broker
-from daemon.broker.ha import SlaveGate
+from daemon.broker.ha import SlaveGate, sync_metadata
+from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
 from daemon.namesrv.controller import NamesrvController
+from daemon.remoting.bodies import ClusterInfo
 from daemon.remoting.client import RemotingClient
-from daemon.remoting.codes import ResponseCode
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
 from store.config import SLAVE, SYNC_MASTER
 from store.engine import DefaultMessageStore
 from store.ha import FRAME_HEADER, REPORT, encode_frame, encode_report
 from store.message import Message
+from store.record import decode_records
 from tests.broker.test_ha import SMALL
 from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
 from tests.support.broker import BrokerClient, start_broker
 from tests.support.namesrv import namesrv_config
+from tests.support.ports import free_block
 from tests.support.stores import small_config
 from tests.support.waiting import wait_until
 
@@ -177,5 +182,54 @@ async def test_a_fake_slave_gets_nothing_and_acknowledges_nothing(tmp_path: Path
     finally:
         stop.set()
         await client.close()
+        await master.stop()
+        await namesrv.stop()
+
+
+# ---------------------------------------------------------------------- the VIP port
+
+
+@pytest.mark.slow
+async def test_the_vip_port_serves_what_the_main_port_does_and_a_slave_syncs_from_it(tmp_path: Path) -> None:
+    """4.9.8 opens listenPort - 2 as well, and a 4.9.8 slave syncs topics, offsets and groups there."""
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    ns = f"127.0.0.1:{namesrv.port}"
+    base = free_block(4)  # VIP, -, listen, HA
+    master = await start_broker(
+        tmp_path / "m", namesrv_addr=ns, listen_port=base + 2, ha_listen_port=base + 3
+    )
+    closed = await start_broker(tmp_path / "c", listen_port=free_block(4) + 2, vip_listen_enable=False)
+    client = RemotingClient()
+    try:
+        vip = f"127.0.0.1:{base}"
+        on_vip = BrokerClient(vip, client)
+        assert (await on_vip.send("Vip", b"through the VIP port", queue_id=0)).code == ResponseCode.SUCCESS
+        pulled = await BrokerClient(master.addr, client).pull("G", "Vip", 0, 0)
+        assert decode_records(pulled.body)[0].body == b"through the VIP port"
+        assert master._vip is not None
+        assert {s.getsockname()[0] for s in master._vip.sockets} == {"127.0.0.1"}  # listenHost
+        offset = UpdateConsumerOffsetRequestHeader("G", "Vip", 0, 1).to_ext_fields()
+        request = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, offset)
+        assert (await client.invoke(master.addr, request)).code == ResponseCode.SUCCESS
+        # what a 4.9.8 slave does every 10 s, from the VIP port
+        replica = await start_broker(tmp_path / "s", broker_role=SLAVE, broker_id=1, **SMALL)
+        try:
+            changed = await sync_metadata(client, vip, replica.store.configs)
+            assert {"TopicConfigFile", "ConsumerOffsetManager"} <= set(changed)
+            assert replica.topics.get("Vip") is not None
+            assert replica.offsets.query_offset("G", "Vip", 0) == 1
+        finally:
+            await replica.stop()
+        # it registers nothing new: the NameServer knows the main port only
+        info = ClusterInfo.loads(
+            (await client.invoke(ns, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))).body
+        )
+        assert info.broker_addr_table["broker-a"].broker_addrs == {0: master.addr}
+        with pytest.raises(OSError):  # vipListenEnable=false: nothing listens on listenPort - 2
+            await asyncio.open_connection("127.0.0.1", closed.config.listen_port - 2)
+    finally:
+        await client.close()
+        await closed.stop()
         await master.stop()
         await namesrv.stop()
