@@ -120,6 +120,7 @@ RECORD_OVERHEAD = 64 * 1024
 _PHYSICAL_OFFSET = struct.Struct(">q")
 _PHYSICAL_OFFSET_POS = 28  # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG (4 each) QUEUEOFFSET (8), then this
 _MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
+_SPAN_CHUNK = 1 << 20
 
 
 def max_record_size(config: StoreConfig) -> int:
@@ -240,6 +241,28 @@ def is_record_boundary(store: ReplicaStore, offset: int) -> bool:
     return bool(_PHYSICAL_OFFSET.unpack_from(record, _PHYSICAL_OFFSET_POS)[0] == offset)
 
 
+def record_spans(store: ReplicaStore, start: int, end: int) -> list[tuple[int, int]]:
+    """``(offset, size)`` of each record from ``start`` (a record boundary: a file's start) up to ``end``
+    within that file, as headers say; an end-of-file filler, zeros or a header that does not fit end it.
+    What a slave walks back over when its tail differs from its master's (read a MiB at a time)."""
+    file_size = store.commit_log_file_size
+    stop = min(end, start - start % file_size + file_size)
+    out = []
+    at = base = start
+    chunk = b""
+    while at + 8 <= stop:
+        if at + 8 > base + len(chunk):
+            base, chunk = at, store.read_commit_log(at, min(_SPAN_CHUNK, stop - at)) or b""
+            if len(chunk) < 8:
+                break
+        size, magic = struct.unpack_from(">ii", chunk, at - base)
+        if magic not in _MAGICS or not 0 < size <= stop - at:
+            break
+        out.append((at, size))
+        at += size
+    return out
+
+
 # ---------------------------------------------------------------------- the store's side
 
 
@@ -259,6 +282,11 @@ class ReplicaStore(Protocol):
         ...
 
     @property
+    def min_phy_offset(self) -> int:
+        """Where the CommitLog starts (older files were cleaned up)."""
+        ...
+
+    @property
     def commit_log_file_size(self) -> int:
         """The CommitLog's file size: frames never cross a file, an empty slave starts at a file."""
         ...
@@ -275,4 +303,11 @@ class ReplicaStore(Protocol):
     def dispatch_replica(self, max_bytes: int = DISPATCH_CHUNK) -> bool:
         """Dispatch the whole records appended after the dispatch cursor (about ``max_bytes`` of them) and
         tell the arrival listeners; whether the cursor moved."""
+        ...
+
+    def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:
+        """Take everything from ``cut`` on out of service: the CommitLog's bytes and what was dispatched from
+        them, kept where the store keeps what it sets aside (a file store: ``quarantine/<UTC>/``). A slave
+        does this with a tail its master does not hold. Returns the records set aside and where they are.
+        Never called while :meth:`dispatch_replica` runs."""
         ...

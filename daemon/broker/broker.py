@@ -48,6 +48,7 @@ from daemon.broker.ha import (
     METADATA_SYNC_INTERVAL,
     HAMaster,
     HASlave,
+    MasterRecords,
     SlaveGate,
     ha_runtime_info,
     is_slave,
@@ -87,6 +88,7 @@ from store.errors import StoreError
 from store.message import PROPERTY_REAL_TOPIC, Message, StoredMessage
 from store.models import DataVersion
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from store.replica_tail import diverged_quarantines
 from store.results import PutResult
 
 log = logging.getLogger(__name__)
@@ -313,7 +315,13 @@ class Broker:
             bound = await self.ha_master.start()
         c.ha_listen_port = bound  # what registers as haServerAddr
         if is_slave(c):
-            self.ha_slave = HASlave(c, self.store)
+            # the master's records are asked of its broker address, which only a NameServer tells
+            records = MasterRecords(self.client, lambda: self.master_addr) if c.namesrv_addrs else None
+            if records is None:
+                log.warning(
+                    "no NameServer: this slave cannot ask its master's records, its tail is not checked"
+                )
+            self.ha_slave = HASlave(c, self.store, records)
             self.ha_slave.start()
 
     async def registered_slave_hosts(self) -> set[str] | None:
@@ -550,7 +558,12 @@ class Broker:
             "commitLogMinOffset": str(store.min_phy_offset),
             "commitLogMaxOffset": str(store.max_phy_offset),
             # mqctl's additions: the role and the replication state
-            **ha_runtime_info(config.broker_role, self.ha_master, self.ha_slave),
+            **ha_runtime_info(
+                config.broker_role,
+                self.ha_master,
+                self.ha_slave,
+                diverged_quarantines(config.store_path_root_dir),
+            ),
         }
         for level, offset in sorted(self.schedule.offsets.offsets().items()):
             queue_max = store.get_max_offset(SCHEDULE_TOPIC, level - 1)

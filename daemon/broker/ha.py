@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
+from daemon.broker.headers import UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
 from daemon.lifecycle import cancel_tasks
 from daemon.remoting.client import Transport
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -51,8 +51,10 @@ from store.ha import (
     is_record_boundary,
     latest_report,
     max_record_size,
+    record_spans,
     transfer_start,
 )
+from store.quarantine import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -431,19 +433,97 @@ class HAMaster:
         ]
 
 
-class HASlave:
-    """The slave side (4.9.8 ``HAClient``): connect, report, append frames, reconnect."""
+class TailUnknown(Exception):
+    """The master cannot be asked now (no broker address yet, unreachable): decide nothing, ask again."""
 
-    def __init__(self, config: StoreConfig, store: ReplicaStore) -> None:
+
+class TailUncheckable(Exception):
+    """The master refuses to show its records (an ACL that does not admit the slave, a peer that does
+    not speak VIEW_MESSAGE_BY_ID): the slave cannot check its tail against it at all."""
+
+
+class MasterRecords:
+    """The record the master stores at a CommitLog offset, by VIEW_MESSAGE_BY_ID (33): the body of its
+    answer is the stored record, byte for byte (4.9.8's ``selectOneMessageByOffset``; ours the same),
+    and SYSTEM_ERROR says no record is there. ``addr`` is the master's broker (not HA) address."""
+
+    def __init__(self, client: Transport, addr: Callable[[], str | None]) -> None:
+        self._client = client
+        self._addr = addr
+
+    async def at(self, offset: int) -> bytes | None:
+        addr = self._addr()
+        if addr is None:
+            raise TailUnknown("the master's broker address is not known yet")
+        fields = ViewMessageRequestHeader(offset).to_ext_fields()
+        request = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, fields)
+        try:
+            response = await self._client.invoke(addr, request, 3.0)
+        except RemotingError as exc:
+            raise TailUnknown(f"master {addr}: {exc}") from None
+        if response.code == ResponseCode.SUCCESS:
+            return response.body or b""
+        if response.code == ResponseCode.SYSTEM_ERROR:
+            return None
+        raise TailUncheckable(f"master {addr} answered {response.code} {response.remark}")
+
+
+async def common_end(store: ReplicaStore, master_at: Callable[[int], Awaitable[bytes | None]]) -> int:
+    """Where the slave's CommitLog stops agreeing with its master's: its end when its last record is
+    byte for byte the master's record at the same offset, else the end of the last record they share
+    (its start when none is shared). Walks back a file at a time by each file's first record, then
+    searches the file whose first record is shared (a tail that differs differs from where it starts)."""
+    end = store.max_phy_offset
+    if end == 0:
+        return 0
+    file_size = store.commit_log_file_size
+
+    async def same(span: tuple[int, int]) -> bool:
+        mine = store.read_commit_log(*span)
+        return mine is not None and await master_at(span[0]) == mine
+
+    first = store.min_phy_offset
+    file_start = (end - 1) - (end - 1) % file_size
+    while file_start >= first - first % file_size:
+        spans = await asyncio.to_thread(record_spans, store, max(file_start, first), end)
+        if spans and await same(spans[0]):
+            if await same(spans[-1]):
+                return min(end, file_start + file_size)  # (with the file's end-of-file filler)
+            lo, hi = 0, len(spans) - 1  # spans[lo] is shared, spans[hi] is not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if await same(spans[mid]) else (lo, mid)
+            return spans[lo][0] + spans[lo][1]
+        file_start -= file_size
+    return first
+
+
+class HASlave:
+    """The slave side (4.9.8 ``HAClient``): check its tail against the master's, connect, report,
+    append checked records, reconnect.
+
+    Before each connection the slave compares its last record with the master's at the same offset
+    (``master_records``; None: not checked, as without a NameServer to name the master's broker
+    address). Records the master does not hold at the same offsets are set aside
+    (:meth:`ReplicaStore.set_aside_replica_tail`) and the slave reports the end of what they share."""
+
+    def __init__(
+        self, config: StoreConfig, store: ReplicaStore, master_records: MasterRecords | None = None
+    ) -> None:
         self.config = config
         self.store = store
         self.master_addr = config.ha_master_address
+        self.master_records = master_records
         self.connected = False
         self.last_read_ms = 0
         self.reconnects = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
         self._appended = asyncio.Event()
+        #: Held while dispatch runs in its thread, and while a divergent tail is set aside.
+        self._dispatching = asyncio.Lock()
+        #: What this process set aside as not the master's: (records, quarantine directory).
+        self.diverged: list[tuple[int, str]] = []
 
     def start(self) -> None:
         self._tasks = [
@@ -461,8 +541,9 @@ class HASlave:
             await self._appended.wait()
             self._appended.clear()
             try:
-                while await asyncio.to_thread(self.store.dispatch_replica):
-                    pass
+                async with self._dispatching:
+                    while await asyncio.to_thread(self.store.dispatch_replica):
+                        pass
             except (OSError, ValueError):
                 log.exception("slave dispatch failed")
 
@@ -481,6 +562,9 @@ class HASlave:
                 self._wake.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), RECONNECT_DELAY)
+                continue
+            if not await self._check_tail():
+                await asyncio.sleep(RECONNECT_DELAY)
                 continue
             try:
                 host, port = split_addr(addr)
@@ -504,6 +588,41 @@ class HASlave:
                 with contextlib.suppress(Exception):
                     await writer.wait_closed()
             await asyncio.sleep(RECONNECT_DELAY)
+
+    async def _check_tail(self) -> bool:
+        """Whether the slave may report its end now: its last record is the master's, or what is not was
+        set aside. False when the master cannot be asked yet (the caller tries again)."""
+        store = self.store
+        end = store.max_phy_offset
+        if self.master_records is None or end == 0:
+            return True
+        try:
+            cut = await common_end(store, self.master_records.at)
+        except TailUnknown as exc:
+            log.warning("HA: this slave's last record is not checked against its master yet: %s", exc)
+            return False
+        except TailUncheckable as exc:
+            log.warning("HA: this slave's last record cannot be checked against its master: %s", exc)
+            return True
+        if cut >= end:
+            return True
+        why = (
+            f"the slave's CommitLog differs from its master's from offset {cut} to its end {end} (a store "
+            "that ran apart from this master, or a master restored from an older disk)"
+        )
+        async with self._dispatching:
+            records, where = await asyncio.to_thread(store.set_aside_replica_tail, cut, why)
+        log.error(
+            "HA: %d record(s) of this slave, offsets %d to %d, are not its master's: set aside%s; "
+            "replicating from offset %d",
+            records,
+            cut,
+            end,
+            f" in {where}" if where else "",
+            cut,
+        )
+        self.diverged.append((records, where))
+        return True
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         cfg = self.config
@@ -560,17 +679,25 @@ HA_RUNTIME_KEYS = frozenset(
         "haMasterAddress",
         "haMasterConnected",
         "haMasterLastReadTimestamp",
+        "haDivergedRecords",
+        "haDivergedQuarantine",
     }
 )
 
 
-def ha_runtime_info(role: str, master: HAMaster | None, slave: HASlave | None) -> dict[str, str]:
+def ha_runtime_info(
+    role: str, master: HAMaster | None, slave: HASlave | None, diverged: list[Manifest] | None = None
+) -> dict[str, str]:
     """mqctl's additions to GET_BROKER_RUNTIME_INFO: the role and the replication state.
 
     A master lists its slaves as ``addr/ackedOffset/lagSeconds`` joined by ``;``; a slave shows its master's HA
-    address and whether it is connected. Offsets are CommitLog offsets; lag is the reader's sum.
+    address and whether it is connected. Offsets are CommitLog offsets; lag is the reader's sum. A store
+    that ever set a divergent tail aside (``diverged``) says how many records and the newest quarantine.
     """
     info = {"brokerRole": role}
+    if diverged:
+        info["haDivergedRecords"] = str(sum(m.records + m.damaged for m in diverged))
+        info["haDivergedQuarantine"] = diverged[-1].path
     if master is not None:
         slaves = master.status()
         info["haSlaveCount"] = str(len(slaves))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from daemon.broker.broker import Broker
 from daemon.broker.ha import SlaveGate, sync_metadata
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
 from daemon.namesrv.controller import NamesrvController
-from daemon.remoting.bodies import ClusterInfo
+from daemon.remoting.bodies import ClusterInfo, KVTable
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -25,9 +26,10 @@ from store.engine import DefaultMessageStore
 from store.ha import FRAME_HEADER, REPORT, encode_frame, encode_report
 from store.message import Message
 from store.record import decode_records
-from tests.broker.test_ha import SMALL
+from store.replica_tail import diverged_quarantines
+from tests.broker.test_ha import SMALL, pull_all, start_slave
 from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
-from tests.support.broker import BrokerClient, start_broker
+from tests.support.broker import BrokerClient, replicated, start_broker
 from tests.support.namesrv import namesrv_config
 from tests.support.ports import free_block
 from tests.support.stores import small_config
@@ -231,5 +233,113 @@ async def test_the_vip_port_serves_what_the_main_port_does_and_a_slave_syncs_fro
     finally:
         await client.close()
         await closed.stop()
+        await master.stop()
+        await namesrv.stop()
+
+
+# ---------------------------------------------------------------------- divergence
+
+
+async def bodies_at_every_offset(
+    client: BrokerClient, topic: str, queues: int
+) -> dict[tuple[int, int], bytes]:
+    out = {}
+    for q in range(queues):
+        for i, body in enumerate(await pull_all(client, topic, q)):
+            out[(q, i)] = body
+    return out
+
+
+@pytest.mark.slow
+async def test_a_slave_that_ran_as_a_master_sets_its_tail_aside_and_serves_the_masters_records(
+    tmp_path: Path,
+) -> None:
+    """The slave's store briefly ran as a standalone master (30 records the master never had), then was
+    restarted as SLAVE while the master wrote on: it served the 30 foreign records at (queue, offset)
+    pairs where the master holds other messages. Now it serves exactly the master's and the 30 are in a
+    quarantine that 'broker ha status' shows."""
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    ns = f"127.0.0.1:{namesrv.port}"
+    master = await start_broker(tmp_path / "m", namesrv_addr=ns, **SMALL)
+    slave = await start_slave(tmp_path / "s", ns)
+    client = RemotingClient()
+    on_master = BrokerClient(master.addr, client)
+    try:
+        for i in range(100):
+            assert (await on_master.send("Div", f"common-{i}".encode() * 20, queue_id=i % 4)).code == 0
+        await replicated(master, slave)
+        await slave.stop()
+        alone = await start_broker(tmp_path / "s", **SMALL)  # the slave's store, as a master on its own
+        for i in range(30):
+            r = await BrokerClient(alone.addr, client).send(
+                "Div", f"foreign-{i}".encode() * 20, queue_id=i % 4
+            )
+            assert r.code == 0
+        await alone.stop()
+        for i in range(100):
+            assert (await on_master.send("Div", f"later-{i}".encode() * 20, queue_id=i % 4)).code == 0
+        slave = await start_slave(tmp_path / "s", ns)
+        await replicated(master, slave)
+        on_slave = BrokerClient(slave.addr, client)
+        theirs = await bodies_at_every_offset(on_master, "Div", 4)
+        assert len(theirs) == 200
+        assert await bodies_at_every_offset(on_slave, "Div", 4) == theirs
+        [quarantine] = diverged_quarantines(str(tmp_path / "s"))
+        assert quarantine.records == 30 and quarantine.units == 30
+        assert "differs from its master's" in quarantine.why
+        info = await client.invoke(slave.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+        table = KVTable.loads(info.body).table
+        assert table["haDivergedRecords"] == "30" and table["haDivergedQuarantine"] == quarantine.path
+        # a record sent now is replicated at the master's offsets
+        assert (await on_master.send("Div", b"after", queue_id=0)).code == 0
+        await replicated(master, slave)
+        assert (await bodies_at_every_offset(on_slave, "Div", 4))[(0, 50)] == b"after"
+    finally:
+        await client.close()
+        await slave.stop()
+        await master.stop()
+        await namesrv.stop()
+
+
+@pytest.mark.slow
+async def test_a_master_restored_from_an_older_disk_is_not_outlived_by_its_slaves_records(
+    tmp_path: Path,
+) -> None:
+    """The master's store goes back to a copy taken 40 records ago: the slave sets those 40 aside instead
+    of serving records the master does not have (it was refused as 'beyond the master's end' forever)."""
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    ns = f"127.0.0.1:{namesrv.port}"
+    port = free_block(4) + 2  # the master comes back where the slave knows it
+    fixed = {**SMALL, "listen_port": port, "ha_listen_port": port + 1, "namesrv_addr": ns}
+    master = await start_broker(tmp_path / "m", **fixed)
+    slave = await start_slave(tmp_path / "s", ns)
+    client = RemotingClient()
+    try:
+        for i in range(60):
+            sent = await BrokerClient(master.addr, client).send("Old", f"m{i}".encode() * 20, queue_id=0)
+            assert sent.code == 0
+            if i == 19:
+                await master.stop()
+                shutil.copytree(tmp_path / "m", tmp_path / "m-old")
+                master = await start_broker(tmp_path / "m", **fixed)
+        await replicated(master, slave)
+        await master.stop()
+        shutil.rmtree(tmp_path / "m")
+        shutil.copytree(tmp_path / "m-old", tmp_path / "m")
+        master = await start_broker(tmp_path / "m", **fixed)
+        assert master.store.get_max_offset("Old", 0) == 20
+        await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
+        assert slave.store.get_max_offset("Old", 0) == 20
+        [quarantine] = diverged_quarantines(str(tmp_path / "s"))
+        assert quarantine.records == 40
+        assert (await BrokerClient(master.addr, client).send("Old", b"new", queue_id=0)).code == 0
+        await replicated(master, slave)
+        on_slave = BrokerClient(slave.addr, client)
+        assert await pull_all(on_slave, "Old", 0) == [f"m{i}".encode() * 20 for i in range(20)] + [b"new"]
+    finally:
+        await client.close()
+        await slave.stop()
         await master.stop()
         await namesrv.stop()
