@@ -35,6 +35,7 @@ import dataclasses
 import logging
 import math
 import shutil
+import threading
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
@@ -86,7 +87,7 @@ from store.config_files import ConsumerOffsetManager
 from store.engine import DefaultMessageStore
 from store.errors import StoreError
 from store.message import PROPERTY_REAL_TOPIC, Message, StoredMessage
-from store.models import DataVersion
+from store.models import DataVersion, TopicConfig
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from store.replica_tail import diverged_quarantines
 from store.results import PutResult
@@ -142,6 +143,10 @@ class Broker:
         #: Offsets clients committed to this slave (group, topic, queue id): the master gets them at the
         #: next metadata sync (4.9.8 overwrites them with the master's older ones, see sync_metadata).
         self.slave_commits: dict[tuple[str, str, int], int] = {}
+        #: A slave's replicated topics with no config yet (topic -> queues seen), and those it derived.
+        self._unconfigured: dict[str, int] = {}
+        self._unconfigured_lock = threading.Lock()
+        self._derived_topics: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
         #: Registration with every NameServer, shared by the topic changes that ask for it meanwhile.
         self.registration = Coalesced(self.register_all, "namesrv-register-now")
@@ -322,6 +327,8 @@ class Broker:
                     "no NameServer: this slave cannot ask its master's records, its tail is not checked"
                 )
             self.ha_slave = HASlave(c, self.store, records)
+            self.store.add_arrival_listener(self._note_replicated)
+            self.ha_slave.on_dispatched = self._derive_replicated_topics
             self.ha_slave.start()
 
     async def registered_slave_hosts(self) -> set[str] | None:
@@ -353,7 +360,40 @@ class Broker:
         changed = await sync_metadata(self.client, self.master_addr, self.store.configs, self.slave_commits)
         if changed:
             log.info("synced %s from master %s", ", ".join(changed), self.master_addr)
+        if type(self.store.configs.topics).__name__ in changed:
+            self._derived_topics.clear()  # the master's table replaced them
         return changed
+
+    def _note_replicated(self, topic: str, queue_id: int, _max_offset: int) -> None:
+        """(The dispatch thread's arrival listener on a slave.) A queue of a topic this slave has no config
+        for, or more queues than one it derived: noted for :meth:`_derive_replicated_topics`."""
+        config = self.topics.get(topic)
+        if config is None or (topic in self._derived_topics and queue_id >= config.read_queue_nums):
+            with self._unconfigured_lock:
+                self._unconfigured[topic] = max(self._unconfigured.get(topic, 0), queue_id + 1)
+
+    def _derive_replicated_topics(self) -> None:
+        """A slave serves what it holds: a replicated topic without a config (the master was down at each
+        metadata sync since it was created) gets one derived from its queues, as recovery gives one to a
+        topic with data; the next successful sync replaces it with the master's."""
+        if not self._unconfigured:
+            return
+        with self._unconfigured_lock:
+            pending, self._unconfigured = self._unconfigured, {}
+        derived = []
+        for topic, queues in sorted(pending.items()):
+            config = self.topics.get(topic)
+            if config is None or (topic in self._derived_topics and config.read_queue_nums < queues):
+                self.topics.file.update(TopicConfig(topic, queues, queues), persist=False)
+                self._derived_topics.add(topic)
+                derived.append(f"{topic} ({queues} queues)")
+        if derived:
+            self.topics.file.persist()
+            log.warning(
+                "serving replicated topic(s) with no config from the master yet, with configs derived from "
+                "their queues until the next metadata sync: %s",
+                ", ".join(derived),
+            )
 
     async def _metadata_sync_loop(self) -> None:
         while True:

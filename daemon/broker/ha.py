@@ -524,6 +524,8 @@ class HASlave:
         self._dispatching = asyncio.Lock()
         #: What this process set aside as not the master's: (records, quarantine directory).
         self.diverged: list[tuple[int, str]] = []
+        #: Called on the loop after each round of dispatch (the broker derives configs of new topics).
+        self.on_dispatched: Callable[[], None] | None = None
 
     def start(self) -> None:
         self._tasks = [
@@ -546,6 +548,8 @@ class HASlave:
                         pass
             except (OSError, ValueError):
                 log.exception("slave dispatch failed")
+            if self.on_dispatched is not None:
+                self.on_dispatched()
 
     def set_master(self, addr: str | None) -> None:
         """The master's HA address as the NameServer tells it (unless ``haMasterAddress`` is set)."""
