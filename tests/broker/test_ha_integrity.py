@@ -4,6 +4,7 @@ checked records; a master streams only to registered slaves; a diverged slave se
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -30,6 +31,7 @@ from store.replica_tail import diverged_quarantines
 from tests.broker.test_ha import SMALL, pull_all, start_slave
 from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
 from tests.support.broker import BrokerClient, replicated, start_broker
+from tests.support.cli import RunCli
 from tests.support.namesrv import namesrv_config
 from tests.support.ports import free_block
 from tests.support.stores import small_config
@@ -252,7 +254,7 @@ async def bodies_at_every_offset(
 
 @pytest.mark.slow
 async def test_a_slave_that_ran_as_a_master_sets_its_tail_aside_and_serves_the_masters_records(
-    tmp_path: Path,
+    tmp_path: Path, cli: RunCli
 ) -> None:
     """The slave's store briefly ran as a standalone master (30 records the master never had), then was
     restarted as SLAVE while the master wrote on: it served the 30 foreign records at (queue, offset)
@@ -295,6 +297,14 @@ async def test_a_slave_that_ran_as_a_master_sets_its_tail_aside_and_serves_the_m
         assert (await on_master.send("Div", b"after", queue_id=0)).code == 0
         await replicated(master, slave)
         assert (await bodies_at_every_offset(on_slave, "Div", 4))[(0, 50)] == b"after"
+        status = await asyncio.to_thread(cli, "broker", "ha", "status", "-n", ns, "-o", "json")
+        assert status.code == 0, status.stderr
+        rows = {row["broker_id"]: row for row in json.loads(status.stdout)}
+        assert (rows[1]["diverged_records"], rows[1]["quarantine"]) == (30, quarantine.path)
+        await slave.stop()
+        verify = await asyncio.to_thread(cli, "store", "verify", "--store", str(tmp_path / "s"), "-o", "json")
+        [listed] = json.loads(verify.stdout)["quarantined"]
+        assert (listed["recovery"], listed["records_set_aside"]) == ("replication", 30)
     finally:
         await client.close()
         await slave.stop()
@@ -373,6 +383,37 @@ async def test_a_slave_serves_a_replicated_topic_before_any_metadata_sync_names_
         assert derived is not None and derived.read_queue_nums == 4
         await slave.sync_from_master()
         assert slave.topics.get("Fresh") == master.topics.get("Fresh")  # the master's, once a sync succeeds
+    finally:
+        await client.close()
+        await slave.stop()
+        await master.stop()
+        await namesrv.stop()
+
+
+@pytest.mark.slow
+async def test_a_slave_of_an_acl_master_replicates_though_it_cannot_check_its_tail(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The slave holds no credentials: an ACL master refuses its VIEW_MESSAGE_BY_ID, and the slave says it
+    replicates unchecked rather than stopping replication."""
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    ns = f"127.0.0.1:{namesrv.port}"
+    home = tmp_path / "home"
+    write_acl(home)
+    acl = {"acl_enable": True, "rocketmq_home": str(home)}
+    master = await start_broker(tmp_path / "m", namesrv_addr=ns, **acl, **SMALL)
+    slave = await start_slave(tmp_path / "s", ns)
+    client = RemotingClient(signer=Signer(ADMIN_AK, ADMIN_SK))
+    try:
+        for i in range(10):
+            assert (await BrokerClient(master.addr, client).send("Acl", b"%d" % i, queue_id=0)).code == 0
+            if i == 4:
+                await replicated(master, slave)
+                await slave.stop()
+                slave = await start_slave(tmp_path / "s", ns)
+        await replicated(master, slave)
+        assert "cannot be checked against its master" in caplog.text
     finally:
         await client.close()
         await slave.stop()

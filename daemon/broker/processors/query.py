@@ -13,6 +13,7 @@ from daemon.broker.processors import system_error
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
+from store.errors import CorruptRecordError
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
@@ -39,7 +40,10 @@ def processors(broker: BrokerContext) -> dict[int, Processor]:
 
     def view(conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = ViewMessageRequestHeader.from_ext_fields(request.ext_fields)
-        found = store.look_message_by_offset(h.offset)
+        try:
+            found = store.look_message_by_offset(h.offset)
+        except CorruptRecordError:  # no record starts there (a slave checking its tail asks such offsets)
+            found = None
         if found is None:
             raise system_error(f"can not find message by the offset, {h.offset}")
         return request.make_response(body=bytes(found.raw))
