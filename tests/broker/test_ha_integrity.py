@@ -4,10 +4,14 @@ checked records; a master streams only to registered slaves; a diverged slave se
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import random
 import shutil
-from collections.abc import AsyncIterator
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,7 +36,7 @@ from tests.broker.test_ha import SMALL, pull_all, start_slave
 from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
 from tests.support.broker import BrokerClient, replicated, start_broker
 from tests.support.cli import RunCli
-from tests.support.namesrv import namesrv_config
+from tests.support.namesrv import Namesrv, namesrv_config
 from tests.support.ports import free_block
 from tests.support.stores import small_config
 from tests.support.waiting import wait_until
@@ -419,3 +423,73 @@ async def test_a_slave_of_an_acl_master_replicates_though_it_cannot_check_its_ta
         await slave.stop()
         await master.stop()
         await namesrv.stop()
+
+
+_PEER_SCRIPT = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+s.sendall(bytes(8))
+try:
+    print(len(s.recv(65536)))  # the master's first frame, or 0: closed
+except ConnectionError:
+    print(0)
+"""
+
+
+@contextlib.contextmanager
+def peer_namespace() -> Iterator[tuple[str, str, str]]:
+    """A network namespace joined to this one by a veth pair whose addresses exist only on the pair:
+    ``(namespace, this side's address, the namespace's address)``. Skips where the machine refuses."""
+    tag = f"{os.getpid() % 10000}{random.randrange(1000)}"
+    ns, here, there = f"hai{tag}", f"vha{tag}", f"vhb{tag}"
+    n = random.randrange(1, 250)
+    ours, theirs = f"10.213.{n}.1", f"10.213.{n}.2"
+    steps = [
+        ["ip", "netns", "add", ns],
+        ["ip", "link", "add", here, "type", "veth", "peer", "name", there],
+        ["ip", "link", "set", there, "netns", ns],
+        ["ip", "addr", "add", f"{ours}/30", "dev", here],
+        ["ip", "link", "set", here, "up"],
+        ["ip", "netns", "exec", ns, "ip", "addr", "add", f"{theirs}/30", "dev", there],
+        ["ip", "netns", "exec", ns, "ip", "link", "set", there, "up"],
+    ]
+    try:
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True)
+            if done.returncode:
+                pytest.skip(f"cannot make a network namespace here: {' '.join(step)}: {done.stderr.strip()}")
+        yield ns, ours, theirs
+    finally:
+        subprocess.run(["ip", "link", "del", here], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@pytest.mark.slow
+async def test_the_gate_matches_the_peers_address_off_loopback(tmp_path: Path) -> None:
+    """From a network namespace's own address: refused while the NameServer lists the group's slave on
+    another host (loopback), admitted once it lists one at that address."""
+    with peer_namespace() as (ns_name, ours, theirs):
+        namesrv = Namesrv(NamesrvController(namesrv_config(tmp_path)), RemotingClient())
+        await namesrv.controller.start()
+        master = await start_broker(
+            tmp_path / "m", listen_host=ours, broker_ip1=ours, namesrv_addr=namesrv.addr, **SMALL
+        )
+        client = RemotingClient()
+        try:
+            assert (await BrokerClient(master.addr, client).send("Far", b"x" * 100)).code == 0
+            ha = str(master.config.ha_listen_port)
+
+            def peer_reads() -> int:
+                argv = ["ip", "netns", "exec", ns_name, sys.executable, "-c", _PEER_SCRIPT, ours, ha]
+                return int(subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout)
+
+            assert (await namesrv.register({}, broker_addr="127.0.0.1:1", broker_id=1)).code == 0
+            assert await asyncio.to_thread(peer_reads) == 0
+            assert (await namesrv.register({}, broker_addr=f"{theirs}:1", broker_id=2)).code == 0
+            await asyncio.sleep(1.1)  # the gate looks its slaves up again at most once a second
+            assert await asyncio.to_thread(peer_reads) > 0
+        finally:
+            await client.close()
+            await master.stop()
+            await namesrv.client.close()
+            await namesrv.controller.stop()
