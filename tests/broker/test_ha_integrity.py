@@ -14,6 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +33,7 @@ from store.ha import FRAME_HEADER, REPORT, encode_frame, encode_report
 from store.message import Message
 from store.record import decode_records
 from store.replica_tail import diverged_quarantines
-from tests.broker.test_ha import SMALL, pull_all, start_slave
+from tests.broker.test_ha import SMALL, Group, pull_all, start_slave
 from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
 from tests.support.broker import BrokerClient, replicated, start_broker
 from tests.support.cli import RunCli
@@ -256,6 +257,26 @@ async def bodies_at_every_offset(
     return out
 
 
+@contextlib.asynccontextmanager
+async def master_and_slave(
+    tmp_path: Path, *, signer: Signer | None = None, **master: Any
+) -> AsyncIterator[Group]:
+    """A NameServer, a master (``master`` overrides its config) and its slave; the ones the test left
+    running in the group are stopped at the end."""
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    ns = f"127.0.0.1:{namesrv.port}"
+    first = await start_broker(tmp_path / "m", **{**SMALL, "namesrv_addr": ns, **master})
+    g = Group(namesrv, first, await start_slave(tmp_path / "s", ns), RemotingClient(signer=signer))
+    try:
+        yield g
+    finally:
+        await g.client.close()
+        await g.slave.stop()
+        await g.master.stop()
+        await namesrv.stop()
+
+
 @pytest.mark.slow
 async def test_a_slave_that_ran_as_a_master_sets_its_tail_aside_and_serves_the_masters_records(
     tmp_path: Path, cli: RunCli
@@ -263,57 +284,46 @@ async def test_a_slave_that_ran_as_a_master_sets_its_tail_aside_and_serves_the_m
     """The slave's store briefly ran as a standalone master (30 records the master never had), then was
     restarted as SLAVE while the master wrote on: it served the 30 foreign records at (queue, offset)
     pairs where the master holds other messages. Now it serves exactly the master's and the 30 are in a
-    quarantine that 'broker ha status' shows."""
-    namesrv = NamesrvController(namesrv_config(tmp_path))
-    await namesrv.start()
-    ns = f"127.0.0.1:{namesrv.port}"
-    master = await start_broker(tmp_path / "m", namesrv_addr=ns, **SMALL)
-    slave = await start_slave(tmp_path / "s", ns)
-    client = RemotingClient()
-    on_master = BrokerClient(master.addr, client)
-    try:
+    quarantine that 'broker ha status' and 'store verify' show."""
+    async with master_and_slave(tmp_path) as g:
+        on_master = g.on(g.master)
         for i in range(100):
             assert (await on_master.send("Div", f"common-{i}".encode() * 20, queue_id=i % 4)).code == 0
-        await replicated(master, slave)
-        await slave.stop()
+        await replicated(g.master, g.slave)
+        await g.slave.stop()
         alone = await start_broker(tmp_path / "s", **SMALL)  # the slave's store, as a master on its own
         for i in range(30):
-            r = await BrokerClient(alone.addr, client).send(
-                "Div", f"foreign-{i}".encode() * 20, queue_id=i % 4
-            )
+            r = await g.on(alone).send("Div", f"foreign-{i}".encode() * 20, queue_id=i % 4)
             assert r.code == 0
         await alone.stop()
         for i in range(100):
             assert (await on_master.send("Div", f"later-{i}".encode() * 20, queue_id=i % 4)).code == 0
-        slave = await start_slave(tmp_path / "s", ns)
-        await replicated(master, slave)
-        on_slave = BrokerClient(slave.addr, client)
+        g.slave = await start_slave(tmp_path / "s", g.ns_addr)
+        await replicated(g.master, g.slave)
+        on_slave = g.on(g.slave)
         theirs = await bodies_at_every_offset(on_master, "Div", 4)
         assert len(theirs) == 200
         assert await bodies_at_every_offset(on_slave, "Div", 4) == theirs
         [quarantine] = diverged_quarantines(str(tmp_path / "s"))
         assert quarantine.records == 30 and quarantine.units == 30
         assert "differs from its master's" in quarantine.why
-        info = await client.invoke(slave.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+        info = await g.client.invoke(
+            g.slave.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
+        )
         table = KVTable.loads(info.body).table
         assert table["haDivergedRecords"] == "30" and table["haDivergedQuarantine"] == quarantine.path
         # a record sent now is replicated at the master's offsets
         assert (await on_master.send("Div", b"after", queue_id=0)).code == 0
-        await replicated(master, slave)
+        await replicated(g.master, g.slave)
         assert (await bodies_at_every_offset(on_slave, "Div", 4))[(0, 50)] == b"after"
-        status = await asyncio.to_thread(cli, "broker", "ha", "status", "-n", ns, "-o", "json")
+        status = await asyncio.to_thread(cli, "broker", "ha", "status", "-n", g.ns_addr, "-o", "json")
         assert status.code == 0, status.stderr
         rows = {row["broker_id"]: row for row in json.loads(status.stdout)}
         assert (rows[1]["diverged_records"], rows[1]["quarantine"]) == (30, quarantine.path)
-        await slave.stop()
+        await g.slave.stop()
         verify = await asyncio.to_thread(cli, "store", "verify", "--store", str(tmp_path / "s"), "-o", "json")
         [listed] = json.loads(verify.stdout)["quarantined"]
         assert (listed["recovery"], listed["records_set_aside"]) == ("replication", 30)
-    finally:
-        await client.close()
-        await slave.stop()
-        await master.stop()
-        await namesrv.stop()
 
 
 @pytest.mark.slow
@@ -322,41 +332,33 @@ async def test_a_master_restored_from_an_older_disk_is_not_outlived_by_its_slave
 ) -> None:
     """The master's store goes back to a copy taken 40 records ago: the slave sets those 40 aside instead
     of serving records the master does not have (it was refused as 'beyond the master's end' forever)."""
-    namesrv = NamesrvController(namesrv_config(tmp_path))
-    await namesrv.start()
-    ns = f"127.0.0.1:{namesrv.port}"
     port = free_block(4) + 2  # the master comes back where the slave knows it
-    fixed = {**SMALL, "listen_port": port, "ha_listen_port": port + 1, "namesrv_addr": ns}
-    master = await start_broker(tmp_path / "m", **fixed)
-    slave = await start_slave(tmp_path / "s", ns)
-    client = RemotingClient()
-    try:
+    fixed: dict[str, Any] = {"listen_port": port, "ha_listen_port": port + 1}
+    async with master_and_slave(tmp_path, **fixed) as g:
+
+        async def restart_master() -> None:
+            g.master = await start_broker(tmp_path / "m", **{**SMALL, "namesrv_addr": g.ns_addr, **fixed})
+
         for i in range(60):
-            sent = await BrokerClient(master.addr, client).send("Old", f"m{i}".encode() * 20, queue_id=0)
-            assert sent.code == 0
+            assert (await g.on(g.master).send("Old", f"m{i}".encode() * 20, queue_id=0)).code == 0
             if i == 19:
-                await master.stop()
+                await g.master.stop()
                 shutil.copytree(tmp_path / "m", tmp_path / "m-old")
-                master = await start_broker(tmp_path / "m", **fixed)
-        await replicated(master, slave)
-        await master.stop()
+                await restart_master()
+        await replicated(g.master, g.slave)
+        await g.master.stop()
         shutil.rmtree(tmp_path / "m")
         shutil.copytree(tmp_path / "m-old", tmp_path / "m")
-        master = await start_broker(tmp_path / "m", **fixed)
-        assert master.store.get_max_offset("Old", 0) == 20
-        await wait_until(lambda: slave.store.max_phy_offset == master.store.max_phy_offset)
-        assert slave.store.get_max_offset("Old", 0) == 20
+        await restart_master()
+        assert g.master.store.get_max_offset("Old", 0) == 20
+        await wait_until(lambda: g.slave.store.max_phy_offset == g.master.store.max_phy_offset)
+        assert g.slave.store.get_max_offset("Old", 0) == 20
         [quarantine] = diverged_quarantines(str(tmp_path / "s"))
         assert quarantine.records == 40
-        assert (await BrokerClient(master.addr, client).send("Old", b"new", queue_id=0)).code == 0
-        await replicated(master, slave)
-        on_slave = BrokerClient(slave.addr, client)
-        assert await pull_all(on_slave, "Old", 0) == [f"m{i}".encode() * 20 for i in range(20)] + [b"new"]
-    finally:
-        await client.close()
-        await slave.stop()
-        await master.stop()
-        await namesrv.stop()
+        assert (await g.on(g.master).send("Old", b"new", queue_id=0)).code == 0
+        await replicated(g.master, g.slave)
+        want = [f"m{i}".encode() * 20 for i in range(20)] + [b"new"]
+        assert await pull_all(g.on(g.slave), "Old", 0) == want
 
 
 # ---------------------------------------------------------------------- a slave serves what it holds
@@ -365,33 +367,19 @@ async def test_a_master_restored_from_an_older_disk_is_not_outlived_by_its_slave
 async def test_a_slave_serves_a_replicated_topic_before_any_metadata_sync_names_it(tmp_path: Path) -> None:
     """A topic created on the master after the slave's last metadata sync (the master was down at every
     sync since, in a kill loop): the slave held every byte and answered 'topic not exist'."""
-    namesrv = NamesrvController(namesrv_config(tmp_path))
-    await namesrv.start()
-    ns = f"127.0.0.1:{namesrv.port}"
-    master = await start_broker(tmp_path / "m", namesrv_addr=ns, **SMALL)
-    slave = await start_slave(tmp_path / "s", ns)
-    client = RemotingClient()
-    try:
+    async with master_and_slave(tmp_path) as g:
         bodies = {q: [f"fresh-{q}-{i}".encode() for i in range(5)] for q in range(4)}
         for i in range(5):
             for q in range(4):
-                assert (
-                    await BrokerClient(master.addr, client).send("Fresh", bodies[q][i], queue_id=q)
-                ).code == 0
-        await wait_until(lambda: slave.store.get_max_offset("Fresh", 3) == 5)
-        on_slave = BrokerClient(slave.addr, client)
-        await wait_until(lambda: slave.topics.get("Fresh") is not None)
+                assert (await g.on(g.master).send("Fresh", bodies[q][i], queue_id=q)).code == 0
+        await wait_until(lambda: g.slave.store.get_max_offset("Fresh", 3) == 5)
+        await wait_until(lambda: g.slave.topics.get("Fresh") is not None)
         for q in range(4):
-            assert await pull_all(on_slave, "Fresh", q) == bodies[q]
-        derived = slave.topics.get("Fresh")
+            assert await pull_all(g.on(g.slave), "Fresh", q) == bodies[q]
+        derived = g.slave.topics.get("Fresh")
         assert derived is not None and derived.read_queue_nums == 4
-        await slave.sync_from_master()
-        assert slave.topics.get("Fresh") == master.topics.get("Fresh")  # the master's, once a sync succeeds
-    finally:
-        await client.close()
-        await slave.stop()
-        await master.stop()
-        await namesrv.stop()
+        await g.slave.sync_from_master()
+        assert g.slave.topics.get("Fresh") == g.master.topics.get("Fresh")  # the master's, after a sync
 
 
 @pytest.mark.slow
@@ -400,29 +388,18 @@ async def test_a_slave_of_an_acl_master_replicates_though_it_cannot_check_its_ta
 ) -> None:
     """The slave holds no credentials: an ACL master refuses its VIEW_MESSAGE_BY_ID, and the slave says it
     replicates unchecked rather than stopping replication."""
-    namesrv = NamesrvController(namesrv_config(tmp_path))
-    await namesrv.start()
-    ns = f"127.0.0.1:{namesrv.port}"
     home = tmp_path / "home"
     write_acl(home)
-    acl = {"acl_enable": True, "rocketmq_home": str(home)}
-    master = await start_broker(tmp_path / "m", namesrv_addr=ns, **acl, **SMALL)
-    slave = await start_slave(tmp_path / "s", ns)
-    client = RemotingClient(signer=Signer(ADMIN_AK, ADMIN_SK))
-    try:
+    signer = Signer(ADMIN_AK, ADMIN_SK)
+    async with master_and_slave(tmp_path, signer=signer, acl_enable=True, rocketmq_home=str(home)) as g:
         for i in range(10):
-            assert (await BrokerClient(master.addr, client).send("Acl", b"%d" % i, queue_id=0)).code == 0
+            assert (await g.on(g.master).send("Acl", b"%d" % i, queue_id=0)).code == 0
             if i == 4:
-                await replicated(master, slave)
-                await slave.stop()
-                slave = await start_slave(tmp_path / "s", ns)
-        await replicated(master, slave)
+                await replicated(g.master, g.slave)
+                await g.slave.stop()
+                g.slave = await start_slave(tmp_path / "s", g.ns_addr)
+        await replicated(g.master, g.slave)
         assert "cannot be checked against its master" in caplog.text
-    finally:
-        await client.close()
-        await slave.stop()
-        await master.stop()
-        await namesrv.stop()
 
 
 _PEER_SCRIPT = """
