@@ -4,6 +4,7 @@ served by the slave, SYNC_MASTER acknowledgements, torn frames, a slave restarte
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from typing import Any
 
 import pytest
 
+from daemon.acl.signature import Signer
 from daemon.broker.broker import Broker
 from daemon.broker.config import BrokerConfig
 from daemon.broker.ha import SLAVE_ADMIN_REMARK
@@ -65,24 +67,33 @@ async def start_slave(root: Path, ns_addr: str, **overrides: Any) -> Broker:
     return await start_broker(root, **values)
 
 
-@pytest.fixture
-async def group(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Group]:
-    role = getattr(request, "param", "ASYNC_MASTER")
+@contextlib.asynccontextmanager
+async def master_and_slave(
+    tmp_path: Path, *, signer: Signer | None = None, **master: Any
+) -> AsyncIterator[Group]:
+    """A NameServer, a master (``master`` overrides its config) and its slave, in ``tmp_path``'s
+    ``master`` and ``slave``; the ones the test left running in the group are stopped at the end."""
     namesrv = NamesrvController(namesrv_config(tmp_path))
     await namesrv.start()
     ns = f"127.0.0.1:{namesrv.port}"
-    master = await start_broker(tmp_path / "master", namesrv_addr=ns, broker_role=role, **SMALL)
-    slave = await start_slave(tmp_path / "slave", ns)
-    g = Group(namesrv, master, slave, RemotingClient())
+    first = await start_broker(tmp_path / "master", **{**SMALL, "namesrv_addr": ns, **master})
+    g = Group(namesrv, first, await start_slave(tmp_path / "slave", ns), RemotingClient(signer=signer))
     try:
-        assert master.ha_master is not None  # a SYNC_MASTER's first send needs its slave in
-        await wait_until(lambda: bool(master.ha_master and master.ha_master.connections))
         yield g
     finally:
         await g.client.close()
         await g.slave.stop()
         await g.master.stop()
         await namesrv.stop()
+
+
+@pytest.fixture
+async def group(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Group]:
+    async with master_and_slave(tmp_path, broker_role=getattr(request, "param", "ASYNC_MASTER")) as g:
+        ha = g.master.ha_master
+        assert ha is not None  # a SYNC_MASTER's first send needs its slave in
+        await wait_until(lambda: bool(ha.connections))
+        yield g
 
 
 def scrape(port: int | None) -> str:
@@ -432,11 +443,16 @@ async def test_sigkill_sync_master_mid_send_loses_no_acknowledged_message(
         proc.wait(10)
         await asyncio.gather(*senders)
         on_slave = BrokerClient(slave.addr, client)
-        last = {}
+        last: dict[int, int] = {}
         for queue_id, offset, _body in acked:
             last[queue_id] = max(last.get(queue_id, 0), offset)
+        replica = slave
         for queue_id, offset in last.items():  # dispatch runs apart from the acks: let it finish
-            await wait_until(lambda q=queue_id, o=offset: slave.store.get_max_offset("Kill", q) > o)
+
+            def dispatched(q: int = queue_id, o: int = offset) -> bool:
+                return replica.store.get_max_offset("Kill", q) > o
+
+            await wait_until(dispatched)
         for queue_id, offset, body in acked:
             pulled = await on_slave.pull("KG", "Kill", queue_id, offset, max_nums=1)
             assert pulled.code == ResponseCode.SUCCESS, (queue_id, offset, pulled.remark)

@@ -33,7 +33,7 @@ from store.ha import FRAME_HEADER, REPORT, encode_frame, encode_report
 from store.message import Message
 from store.record import decode_records
 from store.replica_tail import diverged_quarantines
-from tests.broker.test_ha import SMALL, Group, pull_all, start_slave
+from tests.broker.test_ha import SMALL, master_and_slave, pull_all, start_slave
 from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
 from tests.support.broker import BrokerClient, replicated, start_broker
 from tests.support.cli import RunCli
@@ -257,26 +257,6 @@ async def bodies_at_every_offset(
     return out
 
 
-@contextlib.asynccontextmanager
-async def master_and_slave(
-    tmp_path: Path, *, signer: Signer | None = None, **master: Any
-) -> AsyncIterator[Group]:
-    """A NameServer, a master (``master`` overrides its config) and its slave; the ones the test left
-    running in the group are stopped at the end."""
-    namesrv = NamesrvController(namesrv_config(tmp_path))
-    await namesrv.start()
-    ns = f"127.0.0.1:{namesrv.port}"
-    first = await start_broker(tmp_path / "m", **{**SMALL, "namesrv_addr": ns, **master})
-    g = Group(namesrv, first, await start_slave(tmp_path / "s", ns), RemotingClient(signer=signer))
-    try:
-        yield g
-    finally:
-        await g.client.close()
-        await g.slave.stop()
-        await g.master.stop()
-        await namesrv.stop()
-
-
 @pytest.mark.slow
 async def test_a_slave_that_ran_as_a_master_sets_its_tail_aside_and_serves_the_masters_records(
     tmp_path: Path, cli: RunCli
@@ -291,20 +271,20 @@ async def test_a_slave_that_ran_as_a_master_sets_its_tail_aside_and_serves_the_m
             assert (await on_master.send("Div", f"common-{i}".encode() * 20, queue_id=i % 4)).code == 0
         await replicated(g.master, g.slave)
         await g.slave.stop()
-        alone = await start_broker(tmp_path / "s", **SMALL)  # the slave's store, as a master on its own
+        alone = await start_broker(tmp_path / "slave", **SMALL)  # the slave's store, as a master on its own
         for i in range(30):
             r = await g.on(alone).send("Div", f"foreign-{i}".encode() * 20, queue_id=i % 4)
             assert r.code == 0
         await alone.stop()
         for i in range(100):
             assert (await on_master.send("Div", f"later-{i}".encode() * 20, queue_id=i % 4)).code == 0
-        g.slave = await start_slave(tmp_path / "s", g.ns_addr)
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
         await replicated(g.master, g.slave)
         on_slave = g.on(g.slave)
         theirs = await bodies_at_every_offset(on_master, "Div", 4)
         assert len(theirs) == 200
         assert await bodies_at_every_offset(on_slave, "Div", 4) == theirs
-        [quarantine] = diverged_quarantines(str(tmp_path / "s"))
+        [quarantine] = diverged_quarantines(str(tmp_path / "slave"))
         assert quarantine.records == 30 and quarantine.units == 30
         assert "differs from its master's" in quarantine.why
         info = await g.client.invoke(
@@ -321,7 +301,9 @@ async def test_a_slave_that_ran_as_a_master_sets_its_tail_aside_and_serves_the_m
         rows = {row["broker_id"]: row for row in json.loads(status.stdout)}
         assert (rows[1]["diverged_records"], rows[1]["quarantine"]) == (30, quarantine.path)
         await g.slave.stop()
-        verify = await asyncio.to_thread(cli, "store", "verify", "--store", str(tmp_path / "s"), "-o", "json")
+        verify = await asyncio.to_thread(
+            cli, "store", "verify", "--store", str(tmp_path / "slave"), "-o", "json"
+        )
         [listed] = json.loads(verify.stdout)["quarantined"]
         assert (listed["recovery"], listed["records_set_aside"]) == ("replication", 30)
 
@@ -337,23 +319,25 @@ async def test_a_master_restored_from_an_older_disk_is_not_outlived_by_its_slave
     async with master_and_slave(tmp_path, **fixed) as g:
 
         async def restart_master() -> None:
-            g.master = await start_broker(tmp_path / "m", **{**SMALL, "namesrv_addr": g.ns_addr, **fixed})
+            g.master = await start_broker(
+                tmp_path / "master", **{**SMALL, "namesrv_addr": g.ns_addr, **fixed}
+            )
 
         for i in range(60):
             assert (await g.on(g.master).send("Old", f"m{i}".encode() * 20, queue_id=0)).code == 0
             if i == 19:
                 await g.master.stop()
-                shutil.copytree(tmp_path / "m", tmp_path / "m-old")
+                shutil.copytree(tmp_path / "master", tmp_path / "master-old")
                 await restart_master()
         await replicated(g.master, g.slave)
         await g.master.stop()
-        shutil.rmtree(tmp_path / "m")
-        shutil.copytree(tmp_path / "m-old", tmp_path / "m")
+        shutil.rmtree(tmp_path / "master")
+        shutil.copytree(tmp_path / "master-old", tmp_path / "master")
         await restart_master()
         assert g.master.store.get_max_offset("Old", 0) == 20
         await wait_until(lambda: g.slave.store.max_phy_offset == g.master.store.max_phy_offset)
         assert g.slave.store.get_max_offset("Old", 0) == 20
-        [quarantine] = diverged_quarantines(str(tmp_path / "s"))
+        [quarantine] = diverged_quarantines(str(tmp_path / "slave"))
         assert quarantine.records == 40
         assert (await g.on(g.master).send("Old", b"new", queue_id=0)).code == 0
         await replicated(g.master, g.slave)
@@ -397,7 +381,7 @@ async def test_a_slave_of_an_acl_master_replicates_though_it_cannot_check_its_ta
             if i == 4:
                 await replicated(g.master, g.slave)
                 await g.slave.stop()
-                g.slave = await start_slave(tmp_path / "s", g.ns_addr)
+                g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
         await replicated(g.master, g.slave)
         assert "cannot be checked against its master" in caplog.text
 
