@@ -20,7 +20,7 @@ import pytest
 
 from daemon.acl.signature import Signer
 from daemon.broker.broker import Broker
-from daemon.broker.ha import SlaveGate, sync_metadata
+from daemon.broker.ha import SlaveGate, common_end, sync_metadata
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.bodies import ClusterInfo, KVTable
@@ -29,7 +29,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from store.config import SLAVE, SYNC_MASTER
 from store.engine import DefaultMessageStore
-from store.ha import FRAME_HEADER, REPORT, encode_frame, encode_report
+from store.ha import FRAME_HEADER, REPORT, encode_frame, encode_report, record_spans
 from store.message import Message
 from store.record import decode_records
 from store.replica_tail import diverged_quarantines
@@ -454,3 +454,72 @@ async def test_the_gate_matches_the_peers_address_off_loopback(tmp_path: Path) -
             await master.stop()
             await namesrv.client.close()
             await namesrv.controller.stop()
+
+
+def test_the_walk_back_finds_the_last_shared_record_across_files(tmp_path: Path) -> None:
+    """``common_end`` against a master that holds the same records up to ``shared`` and others (or
+    nothing) after it: the end of the last shared record, wherever it is, in a few requests."""
+    file_size = 64 * 1024
+    with DefaultMessageStore(small_config(tmp_path, mapped_file_size_commit_log=file_size)) as store:
+        for i in range(1000):
+            assert store.put_message(Message("W", os.urandom(100 + i % 400), queue_id=i % 3)).ok
+        end = store.max_phy_offset
+        assert end > 5 * file_size
+        starts = [s for f in range(0, end, file_size) for s, _n in record_spans(store, f, end)]
+        for shared, other in [
+            (end, None),  # all shared
+            (starts[517], None),  # the master ends there (restored from an older disk)
+            (starts[40], b"x"),  # the master holds other records from there on (five files back)
+            (starts[-1], b"x"),  # only the last record differs
+            (starts[0], b"x"),  # nothing shared
+            (file_size, b"x"),  # from the second file's first record on
+        ]:
+            asked: list[int] = []
+
+            async def master_at(
+                offset: int, shared: int = shared, other: bytes | None = other, asked: list[int] = asked
+            ) -> bytes | None:
+                asked.append(offset)
+                if offset < shared:
+                    head = store.read_commit_log(offset, 4)
+                    assert head is not None
+                    return store.read_commit_log(offset, int.from_bytes(head, "big"))
+                return other
+
+            assert asyncio.run(common_end(store, master_at)) == shared
+            assert len(asked) <= 2 * (end // file_size + 1) + 12  # by file, then a binary search
+
+
+async def test_the_master_closes_a_slave_whose_offset_is_no_record_boundary(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    namesrv = Namesrv(NamesrvController(namesrv_config(tmp_path)), RemotingClient())
+    await namesrv.controller.start()
+    master = await start_broker(tmp_path / "m", namesrv_addr=namesrv.addr, **SMALL)
+    client = RemotingClient()
+    try:
+        for i in range(3):
+            assert (await BrokerClient(master.addr, client).send("B", b"%d" % i * 100, queue_id=0)).code == 0
+        assert (await namesrv.register({}, broker_addr="127.0.0.1:1", broker_id=1)).code == 0
+        first = master.store.read_commit_log(0, 4)
+        assert first is not None
+        size = int.from_bytes(first, "big")
+        port = master.config.ha_listen_port
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode_report(size // 2))  # inside the first record
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+        assert f"reports offset {size // 2}, where no record of this master's CommitLog starts" in caplog.text
+        assert f"(it ends at {master.store.max_phy_offset})" in caplog.text
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode_report(size))  # the second record's start: streamed from there
+        await writer.drain()
+        offset, length = FRAME_HEADER.unpack(await asyncio.wait_for(reader.readexactly(12), 10))
+        assert (offset, length) == (size, master.store.max_phy_offset - size)
+        writer.close()
+    finally:
+        await client.close()
+        await master.stop()
+        await namesrv.client.close()
+        await namesrv.controller.stop()

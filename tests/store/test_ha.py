@@ -24,10 +24,12 @@ from store.ha import (
     frame_extent,
     latest_report,
     max_record_size,
+    record_spans,
     slave_accepts,
     transfer_start,
 )
 from store.message import Message
+from store.quarantine import list_quarantines
 from tests.support.stores import ha_frames, small_config
 
 FILE = 64 * 1024
@@ -277,13 +279,9 @@ def test_a_slave_does_not_zero_fill_ahead_of_its_replica(tmp_path: Path) -> None
 # ---------------------------------------------------------------------- the slave's record check
 
 
-def _master_bytes(tmp_path: Path, n: int = 300) -> tuple[DefaultMessageStore, list[tuple[int, bytes]]]:
+def _master_bytes(tmp_path: Path, n: int = 700) -> tuple[DefaultMessageStore, list[tuple[int, bytes]]]:
     """A master holding ``n`` records over a few files (fillers included), and its HA frames from 0."""
-    master = DefaultMessageStore(small_config(tmp_path / "m"))
-    master.open()
-    master.start()
-    for i in range(n):
-        assert master.put_message(Message("R", os.urandom(200 + i % 300), queue_id=i % 4)).ok
+    master = _master(tmp_path / "m", n)
     return master, ha_frames(master, 0, 1000)
 
 
@@ -334,3 +332,39 @@ def test_replica_records_refuse_garbage_wrong_offsets_and_bad_crcs(tmp_path: Pat
             records.feed(8, raw[:100])  # not where the slave's bytes end
     finally:
         master.shutdown()
+
+
+def test_a_replicas_tail_set_aside_leaves_a_store_that_replicates_on(tmp_path: Path) -> None:
+    """The cut runs on a live slave store: its CommitLog, ConsumeQueues and dispatch cursor go back to the
+    cut, the tail and its units are in a quarantine, and the master's records take the offsets."""
+    master = _master(tmp_path / "m", 700)
+    slave = _slave(tmp_path / "s")
+    try:
+        for offset, data in ha_frames(master, 0, 32 * 1024):
+            assert slave.append_replica(offset, data)
+        while slave.dispatch_replica():
+            pass
+        end = slave.max_phy_offset
+        assert end > 3 * FILE
+        cut = record_spans(slave, FILE, end)[3][0]  # three records into the second file
+        tail = [
+            span for f in range(FILE, end, FILE) for span in record_spans(slave, f, end) if span[0] >= cut
+        ]
+        before = {(t, q): slave.get_max_offset(t, q) for t in ("T0", "T1") for q in range(3)}
+        records, where = slave.set_aside_replica_tail(cut, "a test's cut")
+        assert slave.max_phy_offset == cut and slave.reput_from_offset == cut
+        assert records == len(tail) and where
+        [manifest] = list_quarantines(str(tmp_path / "s"))
+        assert manifest.why == "a test's cut" and manifest.recovery == "replication"
+        assert manifest.records == records and manifest.units == sum(before.values()) - sum(
+            slave.get_max_offset(t, q) for t, q in before
+        )
+        for offset, data in ha_frames(master, cut, 32 * 1024):  # the master's own records at those offsets
+            assert slave.append_replica(offset, data)
+        while slave.dispatch_replica():
+            pass
+        for t, q in before:
+            assert _all_bodies(slave, t, q) == _all_bodies(master, t, q)
+    finally:
+        master.shutdown()
+        slave.shutdown()
