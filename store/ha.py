@@ -6,8 +6,11 @@ The codecs here are pure functions over bytes; sockets live in the daemon.
 
 :class:`ReplicaStore` is what the daemon's master and slave need of a store, so HA runs on any store
 that keeps a CommitLog-format byte log without asking which one it is. A slave store copies the
-master's bytes to the same offsets and then dispatches only whole records, so a frame that ends inside
-a record never makes a partial record visible to ConsumeQueues, the index or pulls.
+master's bytes to the same offsets and then dispatches only whole records. Before they reach it,
+:class:`ReplicaRecords` lets through only whole records that parse, pass their body CRC and name the
+offset they land at, so a frame that ends inside a record (frames are byte ranges) appends nothing of
+it, and nothing else the master sends is appended or acknowledged. :func:`is_record_boundary` and
+:func:`record_spans` are what a master and a slave check each other's offsets with.
 """
 
 from __future__ import annotations
@@ -108,11 +111,6 @@ def frame_extent(offset: int, available_end: int, file_size: int, batch: int) ->
     (``available_end``) nor across a file boundary."""
     file_end = offset - offset % file_size + file_size
     return max(0, min(batch, available_end - offset, file_end - offset))
-
-
-def slave_accepts(slave_max: int, frame_offset: int) -> bool:
-    """A slave appends a frame only at its own end (or anywhere when it is empty), else reconnects."""
-    return slave_max == 0 or slave_max == frame_offset
 
 
 #: What a record may hold beyond ``maxMessageSize`` of body: hosts, topic, properties (each bounded).

@@ -1,11 +1,14 @@
 """Master/slave replication on the HA port (spec §11): 4.9.8's HAService, HAConnection and HAClient.
 
-The master accepts slaves on its HA listener and streams raw CommitLog bytes from each slave's
-reported offset; acks advance ``push2slave_max_offset``, which SYNC_MASTER sends wait for (a group
-commit: every waiting send whose record ends at or below an ack is answered at once). The slave
-connects to the master's HA address, reports its CommitLog end, and appends every whole frame
-through its store's :class:`store.ha.ReplicaStore` side. Everything runs on the broker's event loop;
-the byte formats are the pure codecs of :mod:`store.ha`.
+The master accepts on its HA listener only the hosts its NameServers list as slaves of its group
+(:class:`SlaveGate`) and streams raw CommitLog bytes from each slave's reported offset, once that is a
+record boundary of its own log; acks advance ``push2slave_max_offset``, which SYNC_MASTER sends wait for
+(a group commit: every waiting send whose record ends at or below an ack is answered at once). The
+slave first checks its last record against the master's (:func:`common_end`) and sets aside a tail the
+master does not hold, then connects to the master's HA address, reports its CommitLog end, and appends
+only whole records that pass :class:`store.ha.ReplicaRecords` through its store's
+:class:`store.ha.ReplicaStore` side. Everything runs on the broker's event loop; the byte formats are
+the pure codecs of :mod:`store.ha`. What is checked, and where it stops: docs/replication.md.
 """
 
 from __future__ import annotations
@@ -522,8 +525,6 @@ class HASlave:
         self._appended = asyncio.Event()
         #: Held while dispatch runs in its thread, and while a divergent tail is set aside.
         self._dispatching = asyncio.Lock()
-        #: What this process set aside as not the master's: (records, quarantine directory).
-        self.diverged: list[tuple[int, str]] = []
         #: Called on the loop after each round of dispatch (the broker derives configs of new topics).
         self.on_dispatched: Callable[[], None] | None = None
 
@@ -625,7 +626,6 @@ class HASlave:
             f" in {where}" if where else "",
             cut,
         )
-        self.diverged.append((records, where))
         return True
 
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -25,9 +25,9 @@ from store.ha import (
     latest_report,
     max_record_size,
     record_spans,
-    slave_accepts,
     transfer_start,
 )
+from store.memory import InMemoryMessageStore
 from store.message import Message
 from store.quarantine import list_quarantines
 from tests.support.stores import ha_frames, small_config
@@ -88,7 +88,6 @@ def test_transfer_positions() -> None:
     assert frame_extent(0, 100, FILE, 32768) == 100
     assert frame_extent(0, 5 * FILE, FILE, 32768) == 32768
     assert frame_extent(100, 100, FILE, 32768) == 0
-    assert slave_accepts(0, 5 * FILE) and slave_accepts(10, 10) and not slave_accepts(10, 11)
 
 
 # ---------------------------------------------------------------------- replica append
@@ -125,7 +124,8 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def _all_bodies(store: DefaultMessageStore, topic: str, queue_id: int) -> list[bytes]:
-    out, offset = [], 0
+    out: list[bytes] = []
+    offset = 0
     while True:
         res = store.get_messages("g", topic, queue_id, offset, 32)
         if res.status is not GetMessageStatus.FOUND:
@@ -368,3 +368,30 @@ def test_a_replicas_tail_set_aside_leaves_a_store_that_replicates_on(tmp_path: P
     finally:
         master.shutdown()
         slave.shutdown()
+
+
+def test_an_in_memory_replicas_tail_set_aside(tmp_path: Path) -> None:
+    """The in-memory store drops its tail, units and index entries alike (it has nowhere to keep them)."""
+    master = InMemoryMessageStore(small_config(tmp_path / "m"))
+    slave = InMemoryMessageStore(small_config(tmp_path / "s", broker_role=SLAVE))
+    for store in (master, slave):
+        store.open()
+        store.start()
+    for i in range(50):
+        assert master.put_message(_msg(i)).ok
+    end = master.max_phy_offset
+    data = master.read_commit_log(0, end)
+    assert data is not None and slave.append_replica(0, data)
+    while slave.dispatch_replica():
+        pass
+    cut = record_spans(slave, 0, end)[20][0]
+    assert slave.set_aside_replica_tail(cut, "a test's cut") == (30, "")
+    assert slave.max_phy_offset == cut
+    assert sum(slave.get_max_offset(f"T{t}", q) for t in range(2) for q in range(3)) == 20
+    tail = master.read_commit_log(cut, end - cut)
+    assert tail is not None and slave.append_replica(cut, tail)
+    while slave.dispatch_replica():
+        pass
+    for t, q in [(f"T{t}", q) for t in range(2) for q in range(3)]:
+        assert slave.get_max_offset(t, q) == master.get_max_offset(t, q)
+    assert slave.query_message("T1", "key-49", 4, 0, 2**62).messages
