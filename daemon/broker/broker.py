@@ -97,6 +97,8 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 CLIENT_SCAN_INTERVAL = 10.0
+#: How long a restarted slave waits for its master to check its tail before it serves anyway.
+FIRST_CHECK_TIMEOUT = 5.0
 
 
 class Broker:
@@ -237,6 +239,7 @@ class Broker:
                     every(RELOAD_CHECK_INTERVAL, self.acl_files.maybe_reload), name="acl-watch"
                 )
             )
+        await self._check_replica_before_serving()
         await self.server.serve()
         if self._vip is not None:
             await self._vip.start_serving()
@@ -330,6 +333,29 @@ class Broker:
             self.store.add_arrival_listener(self._note_replicated)
             self.ha_slave.on_dispatched = self._derive_replicated_topics
             self.ha_slave.start()
+
+    async def _check_replica_before_serving(self) -> None:
+        """A restarted slave's store may end in records its master does not hold (it ran apart from it, or
+        the master came back from an older disk): when the master answers within a few seconds they are
+        set aside before the port accepts, so no client is ever served them. A master that does not
+        answer keeps the slave from nothing: it serves what it holds, checked when the master is back."""
+        slave = self.ha_slave
+        if slave is None or slave.master_records is None or self.store.max_phy_offset == 0:
+            return
+
+        async def first_check() -> bool:
+            await self.register_all()  # the answer names the master's broker and HA addresses
+            return await slave.check_tail()
+
+        try:
+            checked = await asyncio.wait_for(first_check(), FIRST_CHECK_TIMEOUT)
+        except TimeoutError:
+            checked = False
+        if not checked:
+            log.warning(
+                "serving before this slave's last record is checked against its master (not answering): "
+                "it is checked before replication resumes"
+            )
 
     async def registered_slave_hosts(self) -> set[str] | None:
         """The hosts the NameServers list as slaves (brokerId >= 1) of this broker's group (the HA gate's

@@ -525,6 +525,7 @@ class HASlave:
         self._appended = asyncio.Event()
         #: Held while dispatch runs in its thread, and while a divergent tail is set aside.
         self._dispatching = asyncio.Lock()
+        self._checking = asyncio.Lock()
         #: Called on the loop after each round of dispatch (the broker derives configs of new topics).
         self.on_dispatched: Callable[[], None] | None = None
 
@@ -568,7 +569,7 @@ class HASlave:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), RECONNECT_DELAY)
                 continue
-            if not await self._check_tail():
+            if not await self.check_tail():
                 await asyncio.sleep(RECONNECT_DELAY)
                 continue
             try:
@@ -594,9 +595,14 @@ class HASlave:
                     await writer.wait_closed()
             await asyncio.sleep(RECONNECT_DELAY)
 
-    async def _check_tail(self) -> bool:
+    async def check_tail(self) -> bool:
         """Whether the slave may report its end now: its last record is the master's, or what is not was
-        set aside. False when the master cannot be asked yet (the caller tries again)."""
+        set aside. False when the master cannot be asked yet (the caller tries again). One at a time: the
+        broker checks once before it serves, the connection loop before each connection."""
+        async with self._checking:
+            return await self._check_tail()
+
+    async def _check_tail(self) -> bool:
         store = self.store
         end = store.max_phy_offset
         if self.master_records is None or end == 0:

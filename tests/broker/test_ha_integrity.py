@@ -279,8 +279,10 @@ async def test_a_slave_that_ran_as_a_master_sets_its_tail_aside_and_serves_the_m
         for i in range(100):
             assert (await on_master.send("Div", f"later-{i}".encode() * 20, queue_id=i % 4)).code == 0
         g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
-        await replicated(g.master, g.slave)
         on_slave = g.on(g.slave)
+        first = await on_slave.pull("G", "Div", 0, 25, max_nums=32)  # where the foreign records were
+        assert not any(m.body.startswith(b"foreign") for m in decode_records(first.body or b""))
+        await replicated(g.master, g.slave)
         theirs = await bodies_at_every_offset(on_master, "Div", 4)
         assert len(theirs) == 200
         assert await bodies_at_every_offset(on_slave, "Div", 4) == theirs
