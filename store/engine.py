@@ -1075,6 +1075,12 @@ class DefaultMessageStore:
                 listener(topic, queue_id, max_offset)
         return walk.offset != start
 
+    def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:
+        """See :func:`store.replica_tail.set_aside_replica_tail` (a slave's divergent tail)."""
+        from store.replica_tail import set_aside_replica_tail  # (it reaches into this class)
+
+        return set_aside_replica_tail(self, cut, why)
+
     # ================================================================== reads
 
     @property

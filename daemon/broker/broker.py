@@ -19,6 +19,7 @@ import dataclasses
 import logging
 import math
 import shutil
+import threading
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
@@ -32,9 +33,12 @@ from daemon.broker.ha import (
     METADATA_SYNC_INTERVAL,
     HAMaster,
     HASlave,
+    MasterRecords,
+    SlaveGate,
     ha_runtime_info,
     is_slave,
     slave_refusals,
+    split_addr,
     sync_metadata,
 )
 from daemon.broker.headers import NotifyConsumerIdsChangedRequestHeader
@@ -49,7 +53,7 @@ from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
 from daemon.lifecycle import cancel_tasks, every
-from daemon.remoting.bodies import PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
+from daemon.remoting.bodies import ClusterInfo, PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient, Transport
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
@@ -67,8 +71,9 @@ from store.config_files import ConsumerOffsetManager
 from store.engine import DefaultMessageStore
 from store.errors import StoreError
 from store.message import PROPERTY_REAL_TOPIC, Message, StoredMessage
-from store.models import DataVersion
+from store.models import DataVersion, TopicConfig
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from store.replica_tail import diverged_quarantines
 from store.results import PutResult
 
 log = logging.getLogger(__name__)
@@ -76,6 +81,8 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 CLIENT_SCAN_INTERVAL = 10.0
+#: How long a restarted slave waits for its master to check its tail before it serves anyway.
+FIRST_CHECK_TIMEOUT = 5.0
 
 
 class Broker:
@@ -122,6 +129,10 @@ class Broker:
         #: Offsets clients committed to this slave (group, topic, queue id): the master gets them at the
         #: next metadata sync (4.9.8 overwrites them with the master's older ones, see sync_metadata).
         self.slave_commits: dict[tuple[str, str, int], int] = {}
+        #: A slave's replicated topics with no config yet (topic -> queues seen), and those it derived.
+        self._unconfigured: dict[str, int] = {}
+        self._unconfigured_lock = threading.Lock()
+        self._derived_topics: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
         #: Registration with every NameServer, shared by the topic changes that ask for it meanwhile.
         self.registration = Coalesced(self.register_all, "namesrv-register-now")
@@ -149,6 +160,8 @@ class Broker:
         self.state = "starting"
         #: The ACL files when `aclEnable` is on (codes 50-54 edit them); None: no ACL.
         self.acl_files: AclFiles | None = None
+        #: The VIP port's listener (its connections are the main server's).
+        self._vip: asyncio.Server | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -169,17 +182,21 @@ class Broker:
         await self.server.start(serve=False)
         ephemeral = self.config.listen_port == 0
         self.config.listen_port = self.server.port  # port 0: the bound one is what we register
+        if not ephemeral:
+            await self._bind_vip()
         self._start_metrics()
         try:
             # in a thread: the loop stays free (signals, /healthz's state) while a big store recovers
             await asyncio.to_thread(self._open_store)
         except BaseException:
+            await self._close_vip()
             await self.server.stop(grace=0)
             self._stop_metrics()
             raise
         try:
             await self._start_ha(ephemeral)
         except BaseException:
+            await self._close_vip()
             await self.server.stop(grace=0)
             self.store.shutdown()
             raise
@@ -206,7 +223,10 @@ class Broker:
                     every(RELOAD_CHECK_INTERVAL, self.acl_files.maybe_reload), name="acl-watch"
                 )
             )
+        await self._check_replica_before_serving()
         await self.server.serve()
+        if self._vip is not None:
+            await self._vip.start_serving()
         self.state = "serving"
         self._started = True
         await self.register_all()  # at start, like Java; then every registerNameServerPeriod
@@ -222,6 +242,28 @@ class Broker:
             f"{len(compiled)} hot modules compiled" if compiled else "pure Python (no fresh build/native)",
             f", ACL on (HMAC-SHA1: {hmac_backend()})" if self.acl_files is not None else "",
         )
+
+    async def _bind_vip(self) -> None:
+        """The VIP port (``listenPort - 2``): the same connections, processors and ACL guard as the main
+        port, accepting from when the main port does. A taken port is logged, not fatal: clients use it only
+        when told to (``vipChannelEnabled``), a 4.9.8 slave for its metadata sync."""
+        port = self.config.vip_port
+        if port is None:
+            return
+        try:
+            self._vip = await asyncio.get_running_loop().create_server(
+                self.server.accept, self.config.listen_host, port, reuse_address=True, start_serving=False
+            )
+        except OSError as exc:
+            log.error("VIP port %d (listenPort - 2) not opened: %s", port, exc)
+            return
+        log.info("VIP port listening on %s:%d", self.config.listen_host, port)
+
+    async def _close_vip(self) -> None:
+        if self._vip is not None:
+            self._vip.close()
+            await self._vip.wait_closed()
+            self._vip = None
 
     def _start_metrics(self) -> None:
         if not self.config.metrics_enable:
@@ -250,7 +292,8 @@ class Broker:
         c = self.config
         derived = c.ha_listen_port < 0
         port = 0 if ephemeral and derived else c.ha_port
-        self.ha_master = HAMaster(c, self.store, c.listen_host, port, self.hold.wakers)
+        gate = SlaveGate(self.registered_slave_hosts)
+        self.ha_master = HAMaster(c, self.store, c.listen_host, port, self.hold.wakers, gate)
         try:
             bound = await self.ha_master.start()
         except OSError as exc:
@@ -264,8 +307,61 @@ class Broker:
             bound = await self.ha_master.start()
         c.ha_listen_port = bound  # what registers as haServerAddr
         if is_slave(c):
-            self.ha_slave = HASlave(c, self.store)
+            # the master's records are asked of its broker address, which only a NameServer tells
+            records = MasterRecords(self.client, lambda: self.master_addr) if c.namesrv_addrs else None
+            if records is None:
+                log.warning(
+                    "no NameServer: this slave cannot ask its master's records, its tail is not checked"
+                )
+            self.ha_slave = HASlave(c, self.store, records)
+            self.store.add_arrival_listener(self._note_replicated)
+            self.ha_slave.on_dispatched = self._derive_replicated_topics
             self.ha_slave.start()
+
+    async def _check_replica_before_serving(self) -> None:
+        """A restarted slave's store may end in records its master does not hold (it ran apart from it, or
+        the master came back from an older disk): when the master answers within a few seconds they are
+        set aside before the port accepts, so no client is ever served them. A master that does not
+        answer keeps the slave from nothing: it serves what it holds, checked when the master is back."""
+        slave = self.ha_slave
+        if slave is None or slave.master_records is None or self.store.max_phy_offset == 0:
+            return
+
+        async def first_check() -> bool:
+            await self.register_all()  # the answer names the master's broker and HA addresses
+            return await slave.check_tail()
+
+        try:
+            checked = await asyncio.wait_for(first_check(), FIRST_CHECK_TIMEOUT)
+        except TimeoutError:
+            checked = False
+        if not checked:
+            log.warning(
+                "serving before this slave's last record is checked against its master (not answering): "
+                "it is checked before replication resumes"
+            )
+
+    async def registered_slave_hosts(self) -> set[str] | None:
+        """The hosts the NameServers list as slaves (brokerId >= 1) of this broker's group (the HA gate's
+        look-up); None when none answered (no NameServer configured included: no slave can be told)."""
+        c = self.config
+
+        async def one(addr: str) -> set[str] | None:
+            request = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+            try:
+                response = await self.client.invoke(addr, request, 3.0)
+                if response.code != ResponseCode.SUCCESS or not response.body:
+                    return None
+                group = ClusterInfo.loads(response.body).broker_addr_table.get(c.broker_name)
+            except (RemotingError, ValueError, TypeError) as exc:
+                log.warning("HA gate: no slave list from name server %s: %s", addr, exc)
+                return None
+            if group is None or group.cluster != c.broker_cluster_name:
+                return set()
+            return {split_addr(a)[0] for i, a in group.broker_addrs.items() if int(i) >= 1}
+
+        answers = [a for a in await asyncio.gather(*(one(a) for a in c.namesrv_addrs)) if a is not None]
+        return set().union(*answers) if answers else None
 
     async def sync_from_master(self) -> list[str]:
         """A slave's metadata sync now (also run at start and every 10 s); returns what changed."""
@@ -274,7 +370,40 @@ class Broker:
         changed = await sync_metadata(self.client, self.master_addr, self.store.configs, self.slave_commits)
         if changed:
             log.info("synced %s from master %s", ", ".join(changed), self.master_addr)
+        if type(self.store.configs.topics).__name__ in changed:
+            self._derived_topics.clear()  # the master's table replaced them
         return changed
+
+    def _note_replicated(self, topic: str, queue_id: int, _max_offset: int) -> None:
+        """(The dispatch thread's arrival listener on a slave.) A queue of a topic this slave has no config
+        for, or more queues than one it derived: noted for :meth:`_derive_replicated_topics`."""
+        config = self.topics.get(topic)
+        if config is None or (topic in self._derived_topics and queue_id >= config.read_queue_nums):
+            with self._unconfigured_lock:
+                self._unconfigured[topic] = max(self._unconfigured.get(topic, 0), queue_id + 1)
+
+    def _derive_replicated_topics(self) -> None:
+        """A slave serves what it holds: a replicated topic without a config (the master was down at each
+        metadata sync since it was created) gets one derived from its queues, as recovery gives one to a
+        topic with data; the next successful sync replaces it with the master's."""
+        if not self._unconfigured:
+            return
+        with self._unconfigured_lock:
+            pending, self._unconfigured = self._unconfigured, {}
+        derived = []
+        for topic, queues in sorted(pending.items()):
+            config = self.topics.get(topic)
+            if config is None or (topic in self._derived_topics and config.read_queue_nums < queues):
+                self.topics.file.update(TopicConfig(topic, queues, queues), persist=False)
+                self._derived_topics.add(topic)
+                derived.append(f"{topic} ({queues} queues)")
+        if derived:
+            self.topics.file.persist()
+            log.warning(
+                "serving replicated topic(s) with no config from the master yet, with configs derived from "
+                "their queues until the next metadata sync: %s",
+                ", ".join(derived),
+            )
 
     async def _metadata_sync_loop(self) -> None:
         while True:
@@ -357,6 +486,7 @@ class Broker:
             await self.ha_slave.stop()
         if self.ha_master is not None:
             await self.ha_master.stop()
+        await self._close_vip()
         await self.server.stop(grace=2.0)
         await self.client.close()
         self._stop_metrics()
@@ -478,7 +608,12 @@ class Broker:
             "commitLogMinOffset": str(store.min_phy_offset),
             "commitLogMaxOffset": str(store.max_phy_offset),
             # mqctl's additions: the role and the replication state
-            **ha_runtime_info(config.broker_role, self.ha_master, self.ha_slave),
+            **ha_runtime_info(
+                config.broker_role,
+                self.ha_master,
+                self.ha_slave,
+                diverged_quarantines(config.store_path_root_dir),
+            ),
         }
         for level, offset in sorted(self.schedule.offsets.offsets().items()):
             queue_max = store.get_max_offset(SCHEDULE_TOPIC, level - 1)

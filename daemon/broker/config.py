@@ -261,6 +261,10 @@ class BrokerConfig(StoreConfig, RemotingLimits, RocketMQKeys):
     #: Where /metrics and /healthz listen; empty: `listenHost`, like every other listener.
     metrics_host: str = ""
     listen_host: str = "0.0.0.0"
+    #: The VIP port, ``listenPort - 2``, serving what ``listenPort`` serves (4.9.8's BrokerController
+    #: always opens it as its ``fastRemotingServer``; a 4.9.8 slave syncs its metadata there). 4.9.8 has
+    #: no key for it: false keeps it closed; an ephemeral ``listenPort`` (0) opens none.
+    vip_listen_enable: bool = True
     # access control (RocketMQ ACL 1.0, daemon.acl)
     acl_enable: bool = False
     #: One ACL file instead of `<rocketmqHome>/conf/plain_acl.yml` + `conf/acl/*.yml`.
@@ -272,6 +276,13 @@ class BrokerConfig(StoreConfig, RemotingLimits, RocketMQKeys):
         """The registered address, also the store host of every message
         (docs/wire-protocol.md §message-ids)."""
         return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def vip_port(self) -> int | None:
+        """``listenPort - 2`` when the VIP port opens (see ``vip_listen_enable``), else None."""
+        if not self.vip_listen_enable or self.listen_port <= 2:
+            return None
+        return self.listen_port - 2
 
     @property
     def ha_port(self) -> int:

@@ -80,8 +80,8 @@ def up(
             "--slaves",
             min=0,
             max=16,
-            help="Slaves of each broker group: slave i of broker-a listens on broker port + 2i (its HA port "
-            "one above), metrics port + i, data in <DIR>/store-slave<i>.",
+            help="Slaves of each broker group: slave i of broker-a listens on broker port + 4i (its HA port "
+            "one above, its VIP port two below), metrics port + i, data in <DIR>/store-slave<i>.",
         ),
     ] = 0,
     groups: Annotated[
@@ -135,7 +135,8 @@ def up(
                     "broker_role": "SLAVE" if broker_id else "ASYNC_MASTER",
                     "broker_ip1": host,
                     "listen_host": listen,
-                    "listen_port": broker_port + 2 * step if broker_port else 0,
+                    # each broker takes listenPort - 2 (VIP), listenPort and listenPort + 1 (HA)
+                    "listen_port": broker_port + 4 * step if broker_port else 0,
                     "store_path_root_dir": str(root / store),
                     "metrics_enable": not no_metrics,
                     "metrics_port": metrics_port + step if metrics_port else 0,
