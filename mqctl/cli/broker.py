@@ -74,7 +74,9 @@ def start(
     listen: Annotated[
         str | None,
         typer.Option(
-            "--listen", help="HOST:PORT to listen on (listenHost/listenPort, default 0.0.0.0:10911)."
+            "--listen",
+            help="HOST:PORT to listen on (listenHost/listenPort, default 127.0.0.1:10911, or every interface "
+            "when brokerIP1 is set).",
         ),
     ] = None,
     port: Annotated[
@@ -130,7 +132,7 @@ def start(
         pid_name=PID_FILE,
         log_name=LOG_FILE,
         detach=daemon,
-        describe=lambda broker: f"broker {cfg.broker_name} listening on {broker.addr}",
+        describe=lambda broker: f"broker {cfg.broker_name} {broker.listening()}, registered as {broker.addr}",
         port_flags={"--listen" if listen else "--port": cfg.listen_port, "--metrics-port": cfg.metrics_port},
     )
 

@@ -130,7 +130,9 @@ async def test_a_flood_of_namespace_names_is_held_by_the_caps(tmp_path: Path) ->
             ]
             assert codes[:3] == [ResponseCode.SUCCESS] * 3
             assert set(codes[3:]) == {ResponseCode.SYSTEM_ERROR}
-            raised = await ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"kvConfigMaxTotalBytes=1000000000\n")
+            raised = await ns.call(
+                RequestCode.UPDATE_NAMESRV_CONFIG, body=b"kvConfigMaxTotalBytes=1000000000\n"
+            )
             assert raised.code == ResponseCode.NO_PERMISSION and "kvConfigMaxTotalBytes" in raised.remark
             assert config.kv_config_max_total_bytes == 200_000
     finally:

@@ -58,6 +58,43 @@ async def start_broker(root: Path, **overrides: Any) -> Broker:
     return broker
 
 
+def send_fields(
+    topic: str,
+    *,
+    queue_id: int = 0,
+    tags: str | None = None,
+    keys: str | None = None,
+    props: dict[str, str] | None = None,
+    group: str = "PG",
+    reconsume_times: int | None = None,
+    max_reconsume_times: int | None = None,
+    batch: bool = False,
+) -> dict[str, str]:
+    """The extFields of a SEND_MESSAGE_V2 as a producer of `group` sends it."""
+    properties = dict(props or {})
+    if tags is not None:
+        properties["TAGS"] = tags
+    if keys is not None:
+        properties["KEYS"] = keys
+    properties.setdefault("WAIT", "true")
+    header = SendMessageRequestHeaderV2(
+        "PG" if group is None else group,
+        topic,
+        "TBW102",
+        4,
+        queue_id,
+        0,
+        int(time.time() * 1000),
+        0,
+        encode_properties(properties).decode(),
+        reconsume_times,
+        False,
+        max_reconsume_times,
+        batch,
+    )
+    return header.to_ext_fields()
+
+
 @dataclass
 class BrokerClient:
     """A remoting client plus helpers that speak the broker's wire protocol to `addr`."""
@@ -92,28 +129,18 @@ class BrokerClient:
         code: int = RequestCode.SEND_MESSAGE_V2,
         batch: bool = False,
     ) -> RemotingCommand:
-        properties = dict(props or {})
-        if tags is not None:
-            properties["TAGS"] = tags
-        if keys is not None:
-            properties["KEYS"] = keys
-        properties.setdefault("WAIT", "true")
-        header = SendMessageRequestHeaderV2(
-            "PG" if group is None else group,
+        fields = send_fields(
             topic,
-            "TBW102",
-            4,
-            queue_id,
-            0,
-            int(time.time() * 1000),
-            0,
-            encode_properties(properties).decode(),
-            reconsume_times,
-            False,
-            max_reconsume_times,
-            batch,
+            queue_id=queue_id,
+            tags=tags,
+            keys=keys,
+            props=props,
+            group=group,
+            reconsume_times=reconsume_times,
+            max_reconsume_times=max_reconsume_times,
+            batch=batch,
         )
-        return await self.call(code, header.to_ext_fields(), body)
+        return await self.call(code, fields, body)
 
     async def pull(
         self,
