@@ -283,15 +283,17 @@ def config_set(
         bool,
         typer.Option(
             "--force",
-            help="Allow fileReservedTime under 1 h or diskSpaceCleanForciblyRatio under 85 "
-            "(the next cleanup may delete unread files).",
+            help="Allow fileReservedTime under 1 h, diskSpaceCleanForciblyRatio under 85 or maxMessageSize "
+            "under 1 KiB (the next cleanup may delete unread files); the broker takes it, and any lower "
+            "retention, only admin-signed (ACL on) or from its own host (ACL off).",
         ),
     ] = False,
 ) -> None:
     """Change settings at run time (UPDATE_BROKER_CONFIG); prints old -> new per broker.
 
     The broker also writes them into its -c file (or <store>/config/broker.properties), so they survive a restart.
-    Keys that move data or listeners (store paths, file sizes, ports, broker identity) are refused: edit the file.
+    Keys that move data or listeners (store paths, file sizes, ports, broker identity) or lower the broker's
+    defences (protectedMode, namesrvAddr, the remoting caps...) are refused: edit the file.
     """
     from mqctl.services.broker_config import parse_assignments, set_
 

@@ -115,32 +115,10 @@ class BrokerClient:
         )
 
     async def send(
-        self,
-        topic: str,
-        body: bytes,
-        *,
-        queue_id: int = 0,
-        tags: str | None = None,
-        keys: str | None = None,
-        props: dict[str, str] | None = None,
-        group: str = "PG",
-        reconsume_times: int | None = None,
-        max_reconsume_times: int | None = None,
-        code: int = RequestCode.SEND_MESSAGE_V2,
-        batch: bool = False,
+        self, topic: str, body: bytes, *, code: int = RequestCode.SEND_MESSAGE_V2, **options: Any
     ) -> RemotingCommand:
-        fields = send_fields(
-            topic,
-            queue_id=queue_id,
-            tags=tags,
-            keys=keys,
-            props=props,
-            group=group,
-            reconsume_times=reconsume_times,
-            max_reconsume_times=max_reconsume_times,
-            batch=batch,
-        )
-        return await self.call(code, fields, body)
+        """Send `body` to `topic`; `options` are `send_fields`' (queue_id, tags, keys, props, group...)."""
+        return await self.call(code, send_fields(topic, **options), body)
 
     async def pull(
         self,
