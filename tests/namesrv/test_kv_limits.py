@@ -110,9 +110,9 @@ def test_kv_config_file_is_written_as_fastjson_writes_it() -> None:
 
 
 async def test_a_flood_of_namespace_names_is_held_by_the_caps(tmp_path: Path) -> None:
-    """The attack: namespace names were not counted, so 40 puts of a tiny value under 1 MB names grew
-    kvConfig.json to 42 MB past a 16 MiB cap. Names count now, are capped like a value, and no remote
-    request raises a cap."""
+    """The attack: namespace names were not counted, so puts of a tiny value under long names grew
+    kvConfig.json far past kvConfigMaxTotalBytes. Names count now, are capped like a value, and no
+    remote request raises a cap."""
     config = namesrv_config(tmp_path, kv_config_max_total_bytes=200_000)
     controller = NamesrvController(config)
     await controller.start()
