@@ -708,12 +708,13 @@ class ReplayGuard:
         if len(self._seen) >= self.MAX_NONCES:
             raise AclDenied(f"{where}: too many admin requests in aclAdminFreshness; try again shortly")
         self._seen[nonce] = stamp
-        self._order.append((now + self.window_ms, nonce))
+        self._order.append((stamp + self.window_ms, nonce))  # after then its timestamp refuses it
 
     def _forget(self, now: int) -> None:
-        """Drop nonces whose timestamps can no longer pass the freshness check."""
+        """Drop nonces whose timestamps can no longer pass the freshness check (in arrival order: one
+        signed ahead of the clock holds the later ones a little longer, never too short)."""
         order = self._order
-        while order and order[0][0] < now - self.window_ms:
+        while order and order[0][0] < now:
             _, nonce = order.popleft()
             self._seen.pop(nonce, None)
 

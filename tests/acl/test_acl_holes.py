@@ -6,8 +6,11 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
+
 from daemon.acl.admin import CreateAccessConfigRequestHeader
-from daemon.acl.signature import FRESH_TIMESTAMP, Signer
+from daemon.acl.plain import AclDenied, ReplayGuard
+from daemon.acl.signature import FRESH_CODE, FRESH_NONCE, FRESH_TIMESTAMP, Signer
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -216,3 +219,24 @@ async def test_query_data_version_is_checked_by_the_namesrv_acl(tmp_path: Path) 
             assert signed.code == ResponseCode.SUCCESS
     finally:
         await controller.stop()
+
+
+def test_the_replay_guard_forgets_a_nonce_only_once_its_timestamp_refuses_it() -> None:
+    guard = ReplayGuard(10)
+    fields = {
+        FRESH_TIMESTAMP: "100000",
+        FRESH_NONCE: "n" * 32,
+        FRESH_CODE: str(int(RequestCode.DELETE_TOPIC_IN_BROKER)),
+    }
+    request = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, fields)
+    guard.check("ak", request, now_ms=100_000)
+    for now in (100_001, 109_999, 110_000):  # the nonce is remembered while the timestamp passes
+        with pytest.raises(AclDenied, match="nonce already used"):
+            guard.check("ak", request, now_ms=now)
+    with pytest.raises(AclDenied, match="over aclAdminFreshness=10 s"):
+        guard.check("ak", request, now_ms=110_001)
+    ahead = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, {**fields, FRESH_TIMESTAMP: "115000"})
+    guard.check("ak", ahead, now_ms=110_001)  # a clock 5 s ahead: within the window
+    assert guard._seen == {"n" * 32: 115_000}  # the first use was forgotten: its timestamp refuses it
+    with pytest.raises(AclDenied, match="nonce already used"):
+        guard.check("ak", ahead, now_ms=124_000)
