@@ -86,9 +86,14 @@ def binds_beyond_loopback(host: str) -> bool:
     return not is_loopback(host)
 
 
-def refusal(ip: str, code: int) -> str | None:
-    """The remark refusing request ``code`` from peer ``ip`` in protected mode, or None: allowed."""
-    if code not in PROTECTED_CODES or is_loopback(ip):
+def refusal(ip: str, code: int, local_ip: str = "") -> str | None:
+    """The remark refusing request ``code`` from peer ``ip`` in protected mode, or None: allowed.
+
+    A peer whose address is the one it reached (``local_ip``, the socket's own) is this machine over
+    one of its other addresses: `mqctl` on the daemon's host connects to the address a broker
+    registered. A remote host cannot complete a TCP handshake from an address of ours.
+    """
+    if code not in PROTECTED_CODES or is_loopback(ip) or (ip != "" and ip == local_ip):
         return None
     return (
         f"protected mode: request code {code} from {ip or '?'} changes data or configuration, and this "
@@ -146,7 +151,7 @@ class ProtectedModeGuard:
     def __call__(self, conn: Connection, request: RemotingCommand) -> None:
         if request.code not in PROTECTED_CODES:
             return
-        remark = refusal(conn.address[0], request.code)
+        remark = refusal(conn.address[0], request.code, conn.local_ip())
         if remark is None:
             return
         self.refused += 1

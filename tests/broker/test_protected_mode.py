@@ -13,6 +13,7 @@ from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
 from daemon.protect import PROTECTED_CODES, binds_beyond_loopback, is_loopback, protection, refusal
 from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
 from daemon.safe_config import FORCE_FIELD
 from tests.support.broker import send_fields, start_cluster, stop_cluster
 from tests.support.netns import peer_namespace
@@ -36,6 +37,10 @@ def test_the_decision_on_addresses() -> None:
                  R.ADD_WRITE_PERM_OF_BROKER, R.DELETE_TOPIC_IN_NAMESRV, R.UPDATE_AND_CREATE_ACL_CONFIG,
                  R.GET_BROKER_CLUSTER_ACL_CONFIG, R.DELETE_SUBSCRIPTIONGROUP):  # fmt: skip
         assert code in PROTECTED_CODES
+    # this machine over another of its addresses (mqctl connecting to the address a broker registered)
+    assert refusal("10.0.0.5", R.UPDATE_AND_CREATE_TOPIC, local_ip="10.0.0.5") is None
+    assert refusal("10.0.0.6", R.UPDATE_AND_CREATE_TOPIC, local_ip="10.0.0.5") is not None
+    assert refusal("", R.UPDATE_AND_CREATE_TOPIC, local_ip="") is not None
     assert (
         binds_beyond_loopback("0.0.0.0") and binds_beyond_loopback("::") and binds_beyond_loopback("10.1.1.1")
     )
@@ -93,6 +98,9 @@ async def test_an_admin_write_from_a_peer_off_loopback_is_refused(
 
             local = await handle.call(*create("FromLoopback")[:2])
             assert local.code == ResponseCode.SUCCESS, local.remark
+            # this machine through another of its addresses (the one a broker on 0.0.0.0 registers)
+            own = await handle.client.invoke(addr, RemotingCommand.request(*create("FromOwnAddress")[:2]))
+            assert own.code == ResponseCode.SUCCESS, own.remark
             (refused, sent, config, kv) = await peer.send(
                 addr,
                 [
