@@ -86,14 +86,16 @@ def binds_beyond_loopback(host: str) -> bool:
     return not is_loopback(host)
 
 
-def refusal(ip: str, code: int, local_ip: str = "") -> str | None:
-    """The remark refusing request ``code`` from peer ``ip`` in protected mode, or None: allowed.
+def is_local(ip: str, local_ip: str) -> bool:
+    """Whether peer ``ip`` is this machine: loopback, or the very address it connected to (``local_ip``,
+    the socket's own): `mqctl` on a broker's host reaches it at the address it registered. A remote
+    host cannot complete a TCP handshake from an address of ours."""
+    return is_loopback(ip) or (ip != "" and ip == local_ip)
 
-    A peer whose address is the one it reached (``local_ip``, the socket's own) is this machine over
-    one of its other addresses: `mqctl` on the daemon's host connects to the address a broker
-    registered. A remote host cannot complete a TCP handshake from an address of ours.
-    """
-    if code not in PROTECTED_CODES or is_loopback(ip) or (ip != "" and ip == local_ip):
+
+def refusal(ip: str, code: int, local_ip: str = "") -> str | None:
+    """The remark refusing request ``code`` from peer ``ip`` in protected mode, or None: allowed."""
+    if code not in PROTECTED_CODES or is_local(ip, local_ip):
         return None
     return (
         f"protected mode: request code {code} from {ip or '?'} changes data or configuration, and this "

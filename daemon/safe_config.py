@@ -10,7 +10,8 @@ the broker refuses every send).
 
 A config update that lets the next cleanup delete messages sooner (a shorter `fileReservedTime`, a
 lower `diskSpaceCleanForciblyRatio` or `diskMaxUsedSpaceRatio`) is an operator's act: it is accepted
-only from a trusted sender, an admin-signed request with ACL on or a loopback peer with ACL off.
+only from a trusted sender, an admin-signed request with ACL on or a peer on the daemon's own machine
+with ACL off (loopback, or the address it connected to).
 Values that let the next cleanup delete young CommitLog files, read or not, or that refuse nearly every
 send, need mqctl's `--force` marker besides: `fileReservedTime` below one hour,
 `diskSpaceCleanForciblyRatio` below RocketMQ's 85 % (a system property in 4.9.8, a key here: at 20 on a

@@ -65,7 +65,7 @@ from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
 from daemon.lifecycle import cancel_tasks, every
-from daemon.protect import ProtectedModeGuard, Protection, is_loopback, listening, protection
+from daemon.protect import ProtectedModeGuard, Protection, is_local, listening, protection
 from daemon.remoting.bodies import PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient, Transport
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
@@ -180,11 +180,11 @@ class Broker:
 
     def trusted(self, conn: Connection, request: RemotingCommand) -> bool:
         """Whether a request may do an operator's act (lower retention): admin-signed with ACL on (a
-        whitelist does not count), from loopback with ACL off."""
+        whitelist does not count), from this machine with ACL off."""
         guard = self.server.dispatcher.guard
         if isinstance(guard, PlainAccessValidator):
             return guard.admin_signed(conn.address[0], request)
-        return is_loopback(conn.address[0])
+        return is_local(conn.address[0], conn.local_ip())
 
     def listening(self) -> str:
         """Where the broker listens, why there, and whether protected mode is on (the start-up line)."""
