@@ -429,6 +429,22 @@ class Cleaner:
         self.manual_runs = 0
         self.disk_full = False
         self._last_min_offset = commit_log.min_offset
+        #: The retention the store started with: deletions after a change at run time that shortens it
+        #: (UPDATE_BROKER_CONFIG) are logged at ERROR with what they destroy, as the watermark's are.
+        self._started_policy = self._policy()
+
+    def _policy(self) -> dict[str, int]:
+        c = self.config
+        return {
+            "fileReservedTime": c.file_reserved_time,
+            "diskMaxUsedSpaceRatio": max_used_percent(c),
+            "diskSpaceCleanForciblyRatio": c.disk_space_clean_forcibly_ratio,
+        }
+
+    def shortened(self) -> list[str]:
+        """The retention keys lowered since start, as ``key a -> b``."""
+        now = self._policy()
+        return [f"{k} {v} -> {now[k]}" for k, v in self._started_policy.items() if now[k] < v]
 
     def request_manual_delete(self) -> None:
         """``DELETE_EXPIRED_COMMITLOG``: act as if it were ``delete_when`` for the next 20 runs
@@ -498,13 +514,34 @@ class Cleaner:
         elif plan.ratio <= self.config.disk_space_clean_forcibly_ratio / 100:  # the run clears it here too
             self._set_disk_full(False)
         forced = any(r.reason == WATERMARK for r in plan.deletable)
-        if forced and self.unconsumed is not None:  # counted only when unexpired data is about to go
+        shortened = self.shortened() if plan.deletable else []
+        # counted only when unexpired data, or data kept by the retention the store started with, is to go
+        if (forced or shortened) and self.unconsumed is not None:
             plan = self.plan(now_ms, manual=manual, unconsumed=self.unconsumed)
         deleted = self.delete(plan, batch=DELETE_FILES_BATCH_MAX)
         if forced:
             self._report_forced(plan, plan.deletable[:deleted])
+        if shortened:
+            self._report_shortened(shortened, plan.deletable[:deleted])
         self.delete_logic_files()
         return deleted
+
+    def _report_shortened(self, shortened: list[str], deleted: Sequence[PlanRow]) -> None:
+        """Log at ERROR what a retention lowered at run time deleted (the watermark's rows have their own
+        line), with per group how many messages it had not consumed."""
+        rows = [r for r in deleted if r.reason != WATERMARK]
+        if not rows:
+            return
+        losses = total_losses(r.unconsumed for r in rows)
+        log.error(
+            "retention lowered at run time (%s): deleted %d commit log file(s) (%s); unconsumed messages "
+            "destroyed per group: %s",
+            ", ".join(shortened),
+            len(rows),
+            ", ".join(r.file.name for r in rows),
+            ", ".join(f"{g}={n}" for g, n in losses.items())
+            or ("none" if self.unconsumed else "not counted"),
+        )
 
     def _report_forced(self, plan: CleanPlan, deleted: Sequence[PlanRow]) -> None:
         """Log at ERROR what the force watermark destroyed: acknowledged messages not expired yet, and per

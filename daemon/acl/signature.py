@@ -12,6 +12,8 @@ import binascii
 import hashlib
 import hmac
 import operator
+import secrets
+import time
 from collections.abc import Callable, Mapping
 from typing import Final
 
@@ -35,6 +37,14 @@ ONS_CHANNEL: Final = "OnsChannel"
 #: Added by Java clients before signing, but left out by 4.9.8's server when it checks
 #: (docs/acl.md §quirks-of-498).
 UNIQUE_KEY_QUERY: Final = "_UNIQUE_KEY_QUERY"
+
+#: Signed fields mqctl adds to admin requests against replay (`aclAdminFreshness`, daemon.acl.plain):
+#: the time in epoch ms, a random nonce, and the request code the signature is meant for (ACL 1.0 signs
+#: no code, so a captured request otherwise replays under any other).
+FRESH_TIMESTAMP: Final = "mqctlTimestamp"
+FRESH_NONCE: Final = "mqctlNonce"
+FRESH_CODE: Final = "mqctlCode"
+MIN_NONCE_LENGTH: Final = 16
 
 _CLIENT_EXCLUDED: Final = frozenset({SIGNATURE})
 _SHA1_BLOCK: Final = 64
@@ -172,14 +182,27 @@ class Signer:
     once, as the broker's Verifier does: `hmac.new` per request costs far more than copying the
     keyed states."""
 
-    __slots__ = ("_keyed", "access_key", "security_token")
+    __slots__ = ("_keyed", "access_key", "fresh_codes", "security_token")
 
-    def __init__(self, access_key: str, secret_key: str, security_token: str | None = None) -> None:
+    def __init__(
+        self,
+        access_key: str,
+        secret_key: str,
+        security_token: str | None = None,
+        fresh_codes: frozenset[int] = frozenset(),
+    ) -> None:
         self.access_key = access_key
         self.security_token = security_token
+        #: Request codes signed with a timestamp, a nonce and their code (FRESH_*): mqctl's admin codes.
+        self.fresh_codes = fresh_codes
         self._keyed = Verifier(secret_key)
 
     def __call__(self, request: RemotingCommand) -> None:
+        if request.code in self.fresh_codes:
+            fields = request.ext_fields
+            fields[FRESH_TIMESTAMP] = str(time.time_ns() // 1_000_000)
+            fields[FRESH_NONCE] = secrets.token_hex(MIN_NONCE_LENGTH)
+            fields[FRESH_CODE] = str(request.code)
         self.sign(request.ext_fields, request.body)
 
     def sign(self, ext_fields: dict[str, str], body: bytes) -> None:

@@ -53,6 +53,7 @@ from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
 from daemon.lifecycle import cancel_tasks, every
+from daemon.protect import ProtectedModeGuard, Protection, is_local, listening, protection
 from daemon.remoting.bodies import ClusterInfo, PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient, Transport
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
@@ -169,6 +170,23 @@ class Broker:
     def addr(self) -> str:
         return self.config.broker_addr
 
+    @property
+    def protection(self) -> Protection:
+        c = self.config
+        return protection(enabled=c.protected_mode, acl_enable=c.acl_enable, hosts=[c.listen_host])
+
+    def trusted(self, conn: Connection, request: RemotingCommand) -> bool:
+        """Whether a request may do an operator's act (lower retention): admin-signed with ACL on (a
+        whitelist does not count), from this machine with ACL off."""
+        guard = self.server.dispatcher.guard
+        if isinstance(guard, PlainAccessValidator):
+            return guard.admin_signed(conn.address[0], request)
+        return is_local(conn.address[0], conn.local_ip())
+
+    def listening(self) -> str:
+        """Where the broker listens, why there, and whether protected mode is on (the start-up line)."""
+        return listening(self.config.listen_host, self.server.port, self.config.listen_why, self.protection)
+
     async def start(self) -> None:
         """Bind the port (connections are refused: nothing listens yet), recover the store, then accept.
 
@@ -178,7 +196,11 @@ class Broker:
         """
         if self.config.acl_enable:  # before the port opens: no request is ever served unchecked
             self.acl_files = AclFiles(self.config.rocketmq_home, self.config.acl_file_path)
-            self.server.dispatcher.guard = PlainAccessValidator(self.acl_files, topic_at=self._topic_at)
+            self.server.dispatcher.guard = PlainAccessValidator(
+                self.acl_files, topic_at=self._topic_at, freshness=self.config.acl_admin_freshness
+            )
+        elif self.protection.active:
+            self.server.dispatcher.guard = ProtectedModeGuard("broker")
         await self.server.start(serve=False)
         ephemeral = self.config.listen_port == 0
         self.config.listen_port = self.server.port  # port 0: the bound one is what we register
@@ -234,13 +256,14 @@ class Broker:
             self._tasks.append(asyncio.create_task(self._metadata_sync_loop(), name="slave-metadata-sync"))
         compiled = native.active()
         log.info(
-            "broker %s (cluster %s) serving at %s, store %s, %s%s",
+            "broker %s (cluster %s) serving at %s, store %s, %s%s; %s",
             self.config.broker_name,
             self.config.broker_cluster_name,
             self.addr,
             self.config.store_path_root_dir,
             f"{len(compiled)} hot modules compiled" if compiled else "pure Python (no fresh build/native)",
             f", ACL on (HMAC-SHA1: {hmac_backend()})" if self.acl_files is not None else "",
+            self.listening(),
         )
 
     async def _bind_vip(self) -> None:

@@ -151,7 +151,7 @@ def up(
     def started() -> None:
         (root / "namesrv" / ADDR_FILE).write_text(f"{host}:{namesrv.port}\n")  # for 'namesrv status'
         metrics = f", metrics http://{host}:{broker.metrics_port}/metrics" if broker.metrics_port else ""
-        everywhere = " (listening on all interfaces)" if wildcard else ""
+        everywhere = f" (listening on all interfaces; {broker.protection.describe()})" if wildcard else ""
         extra = "".join(
             f", {'slave' if b.config.broker_id else b.config.broker_name} {b.addr}" for b in brokers[1:]
         )

@@ -432,8 +432,8 @@ class AdminProcessor:
             raise system_error("string2Properties error") from None
         if CONFIG_BLACK_LIST & updates.keys():
             raise fail(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
-        refuse_unsafe(updates, request.ext_fields)
         config = self.broker.config
+        refuse_unsafe(updates, request.ext_fields, current=config, trusted=self.broker.trusted(conn, request))
         try:
             changed = coerce_properties(config, updates, ignore_unknown=True)
         except ConfigError as exc:
