@@ -605,9 +605,7 @@ class PlainAccessValidator:
         if signed:
             given = fields.get(SIGNATURE, "")
             verifier = account.verifier or account.server_verifier()
-            # (inline, not _signed_by: a call less on every signed send). Java clients sign unique-key
-            # queries with `_UNIQUE_KEY_QUERY` in: 4.9.8 refuses those (docs/acl.md §quirks-of-498);
-            # accepting both forms breaks nothing
+            # (inline, not _signed_by: a call less on every signed send)
             if not verifier.verify(fields, request.body, given) and not (
                 UNIQUE_KEY_QUERY in fields
                 and Verifier(account.secret_key).verify(fields, request.body, given)
@@ -659,8 +657,8 @@ def _signed_by(account: Account, request: RemotingCommand) -> bool:
     fields = request.ext_fields
     given = fields.get(SIGNATURE, "")
     verifier = account.verifier or account.server_verifier()
-    # Java clients sign unique-key queries with `_UNIQUE_KEY_QUERY` in: 4.9.8 refuses those (§15.2
-    # quirk); accepting both forms breaks nothing
+    # Java clients sign unique-key queries with `_UNIQUE_KEY_QUERY` in: 4.9.8 refuses those
+    # (docs/acl.md §quirks-of-498); accepting both forms breaks nothing
     return verifier.verify(fields, request.body, given) or (
         UNIQUE_KEY_QUERY in fields and Verifier(account.secret_key).verify(fields, request.body, given)
     )
