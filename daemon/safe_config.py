@@ -36,6 +36,7 @@ LOCKED_KEYS = frozenset(
         "listenPort",
         "listenHost",
         "haListenPort",
+        "haTls",
         "metricsEnable",
         "metricsPort",
         "metricsHost",
@@ -58,7 +59,8 @@ LOCKED_KEYS = frozenset(
         "dLegerSelfId",
     )
 )
-LOCKED_PREFIXES = ("store_path", "mapped_file_size")
+#: (`tls.*`: who may connect, and with which certificate, changes only in the file)
+LOCKED_PREFIXES = ("store_path", "mapped_file_size", "tls.", "tls_")
 MIN_FILE_RESERVED_HOURS = 1
 #: snake_case key -> (lowest value allowed without --force, what a lower one does)
 FORCE_FLOORS = {

@@ -77,6 +77,7 @@ from daemon.remoting.headers import (
     UnregisterBrokerRequestHeader,
 )
 from daemon.remoting.server import RemotingServer
+from daemon.remoting.tls import ServerTls
 from store import native
 from store.api import MessageStore
 from store.config_files import ConsumerOffsetManager
@@ -110,13 +111,20 @@ class Broker:
     ) -> None:
         self.config = config
         self._store_factory = store_factory or _default_store
+        #: `tls.*` (checked now: a bad setting fails the start before any port opens); every listener of
+        #: the remoting protocol takes `self.tls`, which makes the test-mode certificate once for all.
+        self.tls_settings = config.tls_settings()
+        self.tls = ServerTls(self.tls_settings)
         self.server = RemotingServer(
             host=config.listen_host,
             port=config.listen_port,
             idle_timeout=config.server_channel_max_idle_time_seconds,
             limits=config,
+            tls=self.tls,
         )
-        self.client: Transport = client or RemotingClient()
+        self.client: Transport = client or RemotingClient(
+            ssl=self.tls_settings.client_context() if config.tls_enable else None
+        )
         self.store: MessageStore
         self.topics: TopicConfigManager
         self.groups: SubscriptionGroupManager
@@ -230,10 +238,12 @@ class Broker:
             self._tasks.append(asyncio.create_task(self._metadata_sync_loop(), name="slave-metadata-sync"))
         compiled = native.active()
         log.info(
-            "broker %s (cluster %s) serving at %s, store %s, %s%s",
+            "broker %s (cluster %s) serving at %s (tls.server.mode=%s%s), store %s, %s%s",
             self.config.broker_name,
             self.config.broker_cluster_name,
             self.addr,
+            self.tls_settings.mode,
+            ", haTls" if self.config.ha_tls else "",
             self.config.store_path_root_dir,
             f"{len(compiled)} hot modules compiled" if compiled else "pure Python (no fresh build/native)",
             f", ACL on (HMAC-SHA1: {hmac_backend()})" if self.acl_files is not None else "",
@@ -266,7 +276,15 @@ class Broker:
         c = self.config
         derived = c.ha_listen_port < 0
         port = 0 if ephemeral and derived else c.ha_port
-        self.ha_master = HAMaster(c, self.store, c.listen_host, port, self.hold.wakers)
+        ha_tls = self.tls_settings if c.ha_tls else None
+        self.ha_master = HAMaster(
+            c,
+            self.store,
+            c.listen_host,
+            port,
+            self.hold.wakers,
+            ssl=ha_tls.server_context(require_client=True) if ha_tls else None,
+        )
         try:
             bound = await self.ha_master.start()
         except OSError as exc:
@@ -280,7 +298,7 @@ class Broker:
             bound = await self.ha_master.start()
         c.ha_listen_port = bound  # what registers as haServerAddr
         if is_slave(c):
-            self.ha_slave = HASlave(c, self.store)
+            self.ha_slave = HASlave(c, self.store, ssl=ha_tls.client_context(verify=True) if ha_tls else None)
             self.ha_slave.start()
 
     async def sync_from_master(self) -> list[str]:

@@ -16,6 +16,7 @@ import contextlib
 import heapq
 import itertools
 import logging
+import ssl as _ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -249,8 +250,12 @@ class HAMaster:
         host: str,
         port: int,
         wakers: list[Callable[[], None]],
+        *,
+        ssl: _ssl.SSLContext | None = None,
     ) -> None:
         self.config = config
+        #: haTls: the listener's mutual-TLS context (a slave without a trusted certificate never gets in).
+        self.ssl = ssl
         self.store = store
         self.host = host
         self.port = port
@@ -271,7 +276,9 @@ class HAMaster:
 
     async def start(self) -> int:
         """Listen; returns the bound port (the one to register when the configured one is 0)."""
-        self._server = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True)
+        self._server = await asyncio.start_server(
+            self._accept, self.host, self.port, reuse_address=True, ssl=self.ssl
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("HA service listening on %s:%d", self.host, self.port)
         return self.port
@@ -358,8 +365,12 @@ class HAMaster:
 class HASlave:
     """The slave side (4.9.8 ``HAClient``): connect, report, append frames, reconnect."""
 
-    def __init__(self, config: StoreConfig, store: ReplicaStore) -> None:
+    def __init__(
+        self, config: StoreConfig, store: ReplicaStore, *, ssl: _ssl.SSLContext | None = None
+    ) -> None:
         self.config = config
+        #: haTls: the client context that presents this broker's certificate and verifies the master's.
+        self.ssl = ssl
         self.store = store
         self.master_addr = config.ha_master_address
         self.connected = False
@@ -408,7 +419,9 @@ class HASlave:
                 continue
             try:
                 host, port = split_addr(addr)
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 3.0)
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port, ssl=self.ssl), 3.0
+                )
             except (OSError, ValueError, TimeoutError) as exc:
                 log.warning("HA connect to master %s failed: %s", addr, exc)
                 await asyncio.sleep(RECONNECT_DELAY)

@@ -13,6 +13,7 @@ from daemon.namesrv.processor import NamesrvProcessor
 from daemon.namesrv.routes import RouteInfoManager
 from daemon.remoting.connection import Connection
 from daemon.remoting.server import RemotingServer
+from daemon.remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ class NamesrvController:
             port=config.listen_port,
             idle_timeout=config.server_channel_max_idle_time_seconds,
             limits=config,
+            tls=ServerTls(config.tls_settings()),
         )
         self.server.on_connection_closed(self._connection_closed)
         #: The broker scan, and the ACL files' watch when ACL is on.
@@ -57,7 +59,11 @@ class NamesrvController:
                 asyncio.create_task(every(RELOAD_CHECK_INTERVAL, files.maybe_reload), name="acl-watch")
             )
         log.info(
-            "NameServer started on %s:%d, data in %s", self.config.listen_host, self.port, self.config.home
+            "NameServer started on %s:%d (tls.server.mode=%s), data in %s",
+            self.config.listen_host,
+            self.port,
+            self.config.tls_server_mode,
+            self.config.home,
         )
 
     async def stop(self) -> None:
