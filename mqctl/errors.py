@@ -113,6 +113,13 @@ class DaemonError(MqctlError):
     exit_code = 12
 
 
+class TlsError(MqctlError):
+    """The TLS handshake failed: the server's certificate is not signed by the CA trusted (``--ca``), does
+    not name the host, or the server refused the client's certificate (or its absence)."""
+
+    exit_code = 13
+
+
 class Interrupted(MqctlError):
     """The user pressed Ctrl-C."""
 
@@ -142,6 +149,7 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
         "permission denied on a local file or directory",
     ),
     (DaemonError.exit_code, "DaemonError", "a local daemon could not be started or stopped"),
+    (TlsError.exit_code, "TlsError", "TLS handshake failed: server certificate not trusted, or ours refused"),
     (Interrupted.exit_code, "Interrupted", "interrupted by Ctrl-C"),
 )
 
@@ -206,6 +214,11 @@ def translate(exc: BaseException) -> MqctlError:
         return DaemonError(str(exc))
     if isinstance(exc, remoting.RemotingCommandError):
         return from_response_code(exc.code, exc.remark, action="request failed")
+    if isinstance(exc, remoting.RemotingTlsError):
+        return TlsError(
+            str(exc),
+            hint="--ca names the CA that signed the server's certificate; --cert/--key when it asks for ours",
+        )
     if isinstance(exc, remoting.RemotingConnectError):
         return ConnectError(str(exc), hint="is the NameServer/broker running? see 'mqctl context current'")
     if isinstance(exc, remoting.RemotingTimeoutError):

@@ -20,6 +20,7 @@ import struct
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
+from ssl import SSLContext
 
 from daemon.broker.bodies import MessageQueue
 from daemon.broker.headers import (
@@ -145,9 +146,9 @@ async def _read_response(reader: asyncio.StreamReader) -> RemotingCommand:
     return decoded[0]
 
 
-async def sender(sends: Iterable[tuple[str, bytes]], run: Run) -> None:
-    """Send each (broker, frame) in turn, one in flight, on this sender's own connections, until the
-    run is over; paced to ``run.interval`` when a rate is set."""
+async def sender(sends: Iterable[tuple[str, bytes]], run: Run, ssl: SSLContext | None = None) -> None:
+    """Send each (broker, frame) in turn, one in flight, on this sender's own connections (TLS with
+    ``ssl``), until the run is over; paced to ``run.interval`` when a rate is set."""
     streams: dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
     next_at = time.perf_counter()
     try:
@@ -160,7 +161,8 @@ async def sender(sends: Iterable[tuple[str, bytes]], run: Run) -> None:
                 if delay > 0:
                     await asyncio.sleep(delay)
             if addr not in streams:
-                streams[addr] = await asyncio.open_connection(*parse_addr(addr))
+                host, port = parse_addr(addr)
+                streams[addr] = await asyncio.open_connection(host, port, ssl=ssl)
             reader, writer = streams[addr]
             started = time.perf_counter()
             writer.write(frame)
@@ -215,7 +217,8 @@ async def produce(
         )
 
     async with running("produce", run, tick):
-        await asyncio.gather(*(sender(sends(i), run) for i in range(threads)))
+        ssl = getattr(admin.client, "ssl", None)  # the session's TLS (a RemotingClient's context)
+        await asyncio.gather(*(sender(sends(i), run, ssl) for i in range(threads)))
     return result(
         "produce",
         run.messages,
