@@ -305,9 +305,11 @@ def _bind(host: str, port: int) -> socket.socket:
         if family == socket.AF_INET6:
             sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
         sock.bind(addr)
-    except OSError:
-        sock.close()
-        raise
+    except OSError as exc:
+        sock.close()  # worded as loop.create_server words it (callers read the port from it)
+        raise OSError(
+            exc.errno, f"error while attempting to bind on address {addr!r}: {exc.strerror}"
+        ) from None
     sock.setblocking(False)
     return sock
 

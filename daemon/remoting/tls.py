@@ -58,8 +58,8 @@ FILE_KEYS = (
 )
 
 
-def _key(name: str) -> dict[str, str]:
-    return {"key": name}
+def _key(name: str, *, secret: bool = False) -> dict[str, object]:
+    return {"key": name, "secret": True} if secret else {"key": name}
 
 
 @dataclass
@@ -69,12 +69,12 @@ class TlsConfig:
     tls_server_mode: str = field(default="permissive", metadata=_key("tls.server.mode"))
     tls_server_need_client_auth: str = field(default="none", metadata=_key("tls.server.need.client.auth"))
     tls_server_key_path: str = field(default="", metadata=_key("tls.server.keyPath"))
-    tls_server_key_password: str = field(default="", metadata=_key("tls.server.keyPassword"))
+    tls_server_key_password: str = field(default="", metadata=_key("tls.server.keyPassword", secret=True))
     tls_server_cert_path: str = field(default="", metadata=_key("tls.server.certPath"))
     tls_server_auth_client: bool = field(default=False, metadata=_key("tls.server.authClient"))
     tls_server_trust_cert_path: str = field(default="", metadata=_key("tls.server.trustCertPath"))
     tls_client_key_path: str = field(default="", metadata=_key("tls.client.keyPath"))
-    tls_client_key_password: str = field(default="", metadata=_key("tls.client.keyPassword"))
+    tls_client_key_password: str = field(default="", metadata=_key("tls.client.keyPassword", secret=True))
     tls_client_cert_path: str = field(default="", metadata=_key("tls.client.certPath"))
     tls_client_auth_server: bool = field(default=False, metadata=_key("tls.client.authServer"))
     tls_client_trust_cert_path: str = field(default="", metadata=_key("tls.client.trustCertPath"))

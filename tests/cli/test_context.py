@@ -86,7 +86,7 @@ def test_verbose_says_where_an_online_command_connects(cli: RunCli) -> None:
 def test_output_env_default(cli: RunCli) -> None:
     cli("context", "add", "dev", "-n", "127.0.0.1:1111")
     listed = cli("context", "ls", env={"MQCTL_OUTPUT": "csv"}).stdout
-    assert listed == "name,namesrv,spark_remote,timeout,current\ndev,127.0.0.1:1111,,,yes\n"
+    assert listed == "name,namesrv,spark_remote,timeout,tls,current\ndev,127.0.0.1:1111,,,no,yes\n"
 
 
 def test_rm_if_exists(cli: RunCli) -> None:

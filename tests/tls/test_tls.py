@@ -387,3 +387,15 @@ async def test_up_tls_and_a_context_with_ca_work_in_two_commands(
                 answer = b""
             assert answer == b""
     assert up.code == 0
+
+
+async def test_config_answers_never_carry_a_key_password(tmp_path: Path) -> None:
+    namesrv = await start_namesrv(tmp_path, tls_server_mode="disabled", tls_server_key_password="hunter2")
+    try:
+        async with RemotingClient() as client:
+            answer = await client.invoke_checked(
+                f"127.0.0.1:{namesrv.port}", RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG, {}), 5.0
+            )
+        assert "tls.server.keyPassword=******" in answer.body.decode() and b"hunter2" not in answer.body
+    finally:
+        await namesrv.stop()
