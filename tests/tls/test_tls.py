@@ -306,7 +306,7 @@ def test_mqctl_over_tls_with_ca_flags_and_context(
     assert wrong.code == TlsError.exit_code, wrong.stderr
     assert wrong.stderr.count("\n") == 1 and "not trusted" in wrong.stderr, wrong.stderr
     plain = cli("cluster", "list", env=env)
-    assert plain.code == ConnectError.exit_code, plain.stderr
+    assert plain.code == ConnectError.exit_code and "--tls" in plain.stderr, plain.stderr
     listed = cli("--ca", str(certs["ca"]), "cluster", "list", "-o", "json", env=env)
     assert listed.code == 0, listed.stderr
     assert [b["addr"] for b in listed.json()] == [tls_daemons.broker_addr]
