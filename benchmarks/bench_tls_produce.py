@@ -15,7 +15,6 @@ and the load average; the last line is the one comparable summary.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -23,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench_acl_produce import cpu_seconds, mqctl  # run as a script: benchmarks/ is on sys.path
+from bench_acl_produce import bench_row, cpu_seconds, mqctl  # run as a script: benchmarks/ is on sys.path
 from bench_broker_produce import local_cluster
 
 from daemon.remoting.tls import write_local_ca
@@ -35,13 +34,7 @@ def measure(tls: list[str], ns: str, broker_pid: int, count: int) -> tuple[float
     """(sends/s, broker CPU µs per send) of one `mqctl bench produce` run; ``tls`` are its TLS flags."""
     cpu = cpu_seconds(broker_pid)
     argv = ["bench", "produce", "-t", TOPIC, "--threads", "16", "--size", "1024", "--count", str(count)]
-    out = mqctl(*tls, *argv, "-n", ns, "-o", "json", env={})
-    if out.returncode:
-        raise SystemExit(f"bench failed: {out.stderr}")
-    row = json.loads(out.stdout)
-    row = row[0] if isinstance(row, list) else row
-    if row["failures"]:
-        raise SystemExit(f"{row['failures']} sends failed {'over TLS' if tls else 'in plaintext'}")
+    row = bench_row([*tls, *argv, "-n", ns], {}, "over TLS" if tls else "in plaintext")
     return float(row["tps"]), (cpu_seconds(broker_pid) - cpu) / count * 1e6
 
 
