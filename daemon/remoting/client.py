@@ -17,6 +17,7 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor, RequestDispatcher
 from daemon.remoting.errors import RemotingCommandError, RemotingConnectError, RemotingTlsError
 from daemon.remoting.frame import MAX_FRAME_LENGTH
+from daemon.remoting.tls import TlsReadBuffer
 
 log = logging.getLogger(__name__)
 
@@ -110,9 +111,9 @@ class RemotingClient:
             raise RemotingConnectError(addr, str(exc)) from None
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.wait_for(
+            _, protocol = await asyncio.wait_for(
                 loop.create_connection(
-                    self._new_connection,
+                    self._new_connection if self.ssl is None else self._new_tls_connection,
                     host,
                     port,
                     ssl=self.ssl,
@@ -130,6 +131,8 @@ class RemotingClient:
             raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
         except OSError as exc:
             raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
+        conn = protocol.protocol if isinstance(protocol, TlsReadBuffer) else protocol
+        assert isinstance(conn, Connection)
         conn.peer = addr
         log.debug("connected to %s", addr)
         return conn
@@ -137,6 +140,9 @@ class RemotingClient:
     def _new_connection(self) -> Connection:
         """The client end of a new connection (the protocol a transport is then attached to)."""
         return Connection(self.dispatcher, max_frame_length=self.max_frame_length, on_close=self._forget)
+
+    def _new_tls_connection(self) -> asyncio.BaseProtocol:
+        return TlsReadBuffer(self._new_connection())
 
     def _forget(self, conn: Connection) -> None:
         if self._connections.get(conn.peer) is conn:

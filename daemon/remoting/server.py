@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from daemon.remoting.connection import Connection, Processor, ReplyBatch, RequestDispatcher, peer_name
 from daemon.remoting.frame import MAX_FRAME_LENGTH
 from daemon.remoting.limits import BufferBudget, RemotingLimits, WarningGate
-from daemon.remoting.tls import HANDSHAKE_MAGIC, ServerTls
+from daemon.remoting.tls import HANDSHAKE_MAGIC, ServerTls, TlsReadBuffer
 
 #: Seconds a TLS handshake may take before the connection is closed (Netty's default handshake timeout).
 TLS_HANDSHAKE_TIMEOUT = 10.0
@@ -174,9 +174,9 @@ class RemotingServer:
                 return
             made: list[asyncio.Protocol] = []
 
-            def protocol() -> asyncio.Protocol:
+            def protocol() -> asyncio.BaseProtocol:
                 made.append(self.accept())
-                return made[-1]
+                return TlsReadBuffer(made[-1])
 
             try:
                 await loop.connect_accepted_socket(

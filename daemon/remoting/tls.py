@@ -21,6 +21,7 @@ What differs from 4.9.8, and why:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime
 import ipaddress
@@ -241,6 +242,46 @@ class ServerTls:
         if self._context is None:
             self._context = self.settings.server_context(require_client=self.require_client)
         return self._context
+
+
+#: Bytes one TLS read may fill: several records' worth, allocated once per connection.
+READ_BUFFER = 64 * 1024
+
+
+class TlsReadBuffer(asyncio.BufferedProtocol):
+    """Feeds a TLS transport's plaintext to a plain `asyncio.Protocol` through one reusable buffer.
+
+    Both asyncio's and uvloop's TLS transports read a plain protocol's data with `SSLObject.read(256 KiB)`,
+    which allocates (and the kernel maps, zeroes and unmaps) a 256 KiB object for every read: most of what
+    TLS cost a small request. For a buffered protocol they decrypt into its buffer instead; this one is
+    allocated once, and each read hands the protocol a copy of just the bytes that arrived."""
+
+    def __init__(self, protocol: asyncio.Protocol) -> None:
+        self.protocol = protocol
+        self._buffer = bytearray(READ_BUFFER)
+        self._view = memoryview(self._buffer)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.protocol.connection_made(transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.protocol.data_received(bytes(self._view[:nbytes]))
+
+    def eof_received(self) -> bool | None:
+        return self.protocol.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._view.release()
+        self.protocol.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.protocol.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.protocol.resume_writing()
 
 
 # --------------------------------------------------------------------------------- certificates

@@ -34,6 +34,7 @@ from daemon.remoting.client import parse_addr
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.frame import decode_frame, encode_command
+from daemon.remoting.tls import TlsReadBuffer
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
 from mqctl.errors import NotFoundError
@@ -146,6 +147,18 @@ async def _read_response(reader: asyncio.StreamReader) -> RemotingCommand:
     return decoded[0]
 
 
+async def _open(addr: str, ssl: SSLContext | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A stream pair to ``addr``; over TLS, reading through one reusable buffer (see TlsReadBuffer)."""
+    host, port = parse_addr(addr)
+    if ssl is None:
+        return await asyncio.open_connection(host, port)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    transport, _ = await loop.create_connection(lambda: TlsReadBuffer(protocol), host, port, ssl=ssl)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
 async def sender(sends: Iterable[tuple[str, bytes]], run: Run, ssl: SSLContext | None = None) -> None:
     """Send each (broker, frame) in turn, one in flight, on this sender's own connections (TLS with
     ``ssl``), until the run is over; paced to ``run.interval`` when a rate is set."""
@@ -161,8 +174,7 @@ async def sender(sends: Iterable[tuple[str, bytes]], run: Run, ssl: SSLContext |
                 if delay > 0:
                     await asyncio.sleep(delay)
             if addr not in streams:
-                host, port = parse_addr(addr)
-                streams[addr] = await asyncio.open_connection(host, port, ssl=ssl)
+                streams[addr] = await _open(addr, ssl)
             reader, writer = streams[addr]
             started = time.perf_counter()
             writer.write(frame)
