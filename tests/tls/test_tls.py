@@ -399,3 +399,48 @@ async def test_config_answers_never_carry_a_key_password(tmp_path: Path) -> None
         assert "tls.server.keyPassword=******" in answer.body.decode() and b"hunter2" not in answer.body
     finally:
         await namesrv.stop()
+
+
+@pytest.fixture(scope="module")
+def mutual_daemons(
+    tmp_path_factory: pytest.TempPathFactory, certs: dict[str, Path]
+) -> Iterator[LocalCluster]:
+    """Both daemons require a client certificate; the broker registers with the CA's client certificate."""
+    root = tmp_path_factory.mktemp("mtls-cli")
+    required = server_keys(certs, tls_server_need_client_auth="require")
+    with local_cluster(
+        root,
+        namesrv_overrides=required,
+        tls_enable=True,
+        tls_client_trust_cert_path=str(certs["ca"]),
+        tls_client_cert_path=str(certs["client_cert"]),
+        tls_client_key_path=str(certs["client_key"]),
+        **required,
+    ) as cluster:
+        yield cluster
+
+
+def test_mqctl_mutual_tls_needs_cert_and_key(
+    cli: RunCli, mutual_daemons: LocalCluster, certs: dict[str, Path]
+) -> None:
+    env = {"NAMESRV_ADDR": mutual_daemons.namesrv_addr}
+    anonymous = cli("--ca", str(certs["ca"]), "cluster", "list", env=env)
+    assert anonymous.code == ConnectError.exit_code, anonymous.stderr
+    assert anonymous.stderr.count("\n") == 1 and "--cert/--key" in anonymous.stderr, anonymous.stderr
+    half = cli("--ca", str(certs["ca"]), "--cert", str(certs["client_cert"]), "cluster", "list", env=env)
+    assert half.code == 2, half.stderr
+    mutual = [
+        "--ca",
+        str(certs["ca"]),
+        "--cert",
+        str(certs["client_cert"]),
+        "--key",
+        str(certs["client_key"]),
+    ]
+    listed = cli(*mutual, "cluster", "list", "-o", "json", env=env)
+    assert listed.code == 0, listed.stderr
+    assert [b["addr"] for b in listed.json()] == [
+        mutual_daemons.broker_addr
+    ]  # it registered with its certificate
+    sent = cli(*mutual, "msg", "send", "-t", "MutualTopic", "hello", env=env)
+    assert sent.code == 0, sent.stderr
