@@ -114,6 +114,8 @@ class Broker:
         #: `tls.*` (checked now: a bad setting fails the start before any port opens); every listener of
         #: the remoting protocol takes `self.tls`, which makes the test-mode certificate once for all.
         self.tls_settings = config.tls_settings()
+        if config.ha_tls:
+            self.tls_settings.check_mutual()
         self.tls = ServerTls(self.tls_settings)
         self.server = RemotingServer(
             host=config.listen_host,

@@ -189,6 +189,15 @@ class TlsSettings:
             if path and not os.path.isfile(path):
                 raise ConfigError(f"{key} {path}: no such file")
 
+    def check_mutual(self) -> None:
+        """haTls: both ends need a CA to verify the other with (else the stream is encrypted, not authenticated)."""
+        from daemon.config import ConfigError
+
+        if not self.server_trust:
+            raise ConfigError("haTls=true needs tls.server.trustCertPath (the CA that signs the slaves)")
+        if not (self.client_cert or self.server_cert):
+            raise ConfigError("haTls=true needs tls.client.certPath/keyPath or tls.server.certPath/keyPath")
+
     def server_context(self, *, require_client: bool = False) -> ssl.SSLContext:
         """The listener's context; `require_client` (the HA port under haTls) demands a verified client."""
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from daemon.broker.broker import Broker
 from daemon.broker.config import load_broker_config
 from daemon.config import ConfigError
 from daemon.namesrv.controller import NamesrvController
@@ -29,7 +30,7 @@ from mqctl.errors import ConnectError, TlsError
 from store.config import SLAVE
 from store.ha import encode_report
 from tests.daemons import LocalCluster, local_cluster
-from tests.support.broker import BrokerClient, replicated, start_broker
+from tests.support.broker import BrokerClient, broker_config, replicated, start_broker
 from tests.support.cli import RunCli
 from tests.support.namesrv import namesrv_config
 from tests.support.ports import free_port
@@ -194,6 +195,15 @@ def test_keys_load_from_broker_conf_tls_config_file_and_env(
     config.tls_server_mode = "strict"
     with pytest.raises(ConfigError, match="disabled, permissive, enforcing"):
         config.tls_settings()
+
+
+def test_ha_tls_without_a_ca_to_verify_slaves_is_refused_at_start(
+    tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    keys = server_keys(certs, mode="permissive")
+    del keys["tls_server_trust_cert_path"]
+    with pytest.raises(ConfigError, match="trustCertPath"):
+        Broker(broker_config(tmp_path, ha_tls=True, **keys))
 
 
 def test_remote_config_updates_cannot_touch_tls() -> None:
