@@ -92,6 +92,11 @@ class RemotingServer:
         self._close_listeners.append(listener)
 
     @property
+    def open_connections(self) -> int:
+        """Client connections open: those serving, and (TLS listeners) those whose first byte is awaited."""
+        return len(self.connections) + len(self._sniffing)
+
+    @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
@@ -133,7 +138,7 @@ class RemotingServer:
                 log.warning("accept on port %d failed: %s", self.port, exc)
                 await asyncio.sleep(0.1)
                 continue
-            if len(self.connections) + len(self._sniffing) >= self.limits.connection_cap():
+            if self.open_connections >= self.limits.connection_cap():
                 self._refuse_socket(sock)
                 continue
             sock.setblocking(False)
@@ -148,7 +153,7 @@ class RemotingServer:
                 "closing connection from %s:%d: %d connections open, remotingMaxConnections allows %d",
                 peer[0],
                 peer[1],
-                len(self.connections) + len(self._sniffing),
+                self.open_connections,
                 self.limits.connection_cap(),
             )
         sock.close()
