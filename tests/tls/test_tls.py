@@ -267,6 +267,7 @@ async def test_slave_replicates_over_mutual_tls_and_a_plaintext_slave_gets_nothi
         await namesrv.stop()
 
 
+@pytest.mark.slow
 async def test_ha_tls_refuses_a_slave_whose_certificate_another_ca_signed(
     tmp_path: Path, certs: dict[str, Path], other_ca: dict[str, Path]
 ) -> None:
