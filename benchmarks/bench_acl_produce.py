@@ -34,6 +34,7 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 from bench_broker_produce import local_cluster  # run as a script: benchmarks/ is on sys.path
 from benchlib import summary  # run as a script: benchmarks/ is on sys.path
@@ -125,6 +126,18 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def bench_row(argv: list[str], env: dict[str, str], what: str) -> dict[str, Any]:
+    """The JSON row of one `mqctl ARGV -o json` bench run; exits when it failed or a send did (``what``)."""
+    out = mqctl(*argv, "-o", "json", env=env)
+    if out.returncode:
+        raise SystemExit(f"bench failed: {out.stderr}")
+    row = json.loads(out.stdout)
+    row = row[0] if isinstance(row, list) else row
+    if row["failures"]:
+        raise SystemExit(f"{row['failures']} sends failed {what}")
+    return row  # type: ignore[no-any-return]
+
+
 def measure(
     acl: bool, ns: str, broker_pid: int, count: int, rate: float | None
 ) -> tuple[float, float, float]:
@@ -135,20 +148,8 @@ def measure(
     argv = ["bench", "produce", "-t", TOPIC, "--threads", "16", "--size", "1024", "--count", str(count)]
     if rate is not None:
         argv += ["--rate", str(rate)]
-    out = mqctl(
-        *argv,
-        "-n",
-        ns,
-        "-o",
-        "json",
-        env=USER if acl else {"MQCTL_ACCESS_KEY": "", "MQCTL_SECRET_KEY": ""},
-    )
-    if out.returncode:
-        raise SystemExit(f"bench failed: {out.stderr}")
-    row = json.loads(out.stdout)
-    row = row[0] if isinstance(row, list) else row
-    if row["failures"]:
-        raise SystemExit(f"{row['failures']} sends failed with ACL {'on' if acl else 'off'}")
+    env = USER if acl else {"MQCTL_ACCESS_KEY": "", "MQCTL_SECRET_KEY": ""}
+    row = bench_row([*argv, "-n", ns], env, f"with ACL {'on' if acl else 'off'}")
     broker = (cpu_seconds(broker_pid) - cpu) / count * 1e6
     return float(row["tps"]), broker, (children_cpu() - client) / count * 1e6
 

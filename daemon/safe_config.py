@@ -46,6 +46,7 @@ LOCKED_KEYS = frozenset(
         "listenPort",
         "listenHost",
         "haListenPort",
+        "haTls",
         "metricsEnable",
         "metricsPort",
         "metricsHost",
@@ -79,7 +80,8 @@ LOCKED_KEYS = frozenset(
         "remotingMaxConnections",
     )
 )
-LOCKED_PREFIXES = ("store_path", "mapped_file_size")
+#: (`tls.*`: who may connect, and with which certificate, changes only in the file)
+LOCKED_PREFIXES = ("store_path", "mapped_file_size", "tls.", "tls_")
 MIN_FILE_RESERVED_HOURS = 1
 #: snake_case key -> (lowest value allowed without --force, what a lower one does)
 FORCE_FLOORS = {

@@ -66,6 +66,7 @@ from daemon.remoting.headers import (
     UnregisterBrokerRequestHeader,
 )
 from daemon.remoting.server import RemotingServer
+from daemon.remoting.tls import ServerTls
 from store import native
 from store.api import MessageStore
 from store.config_files import ConsumerOffsetManager
@@ -102,13 +103,22 @@ class Broker:
     ) -> None:
         self.config = config
         self._store_factory = store_factory or _default_store
+        #: `tls.*` (checked now: a bad setting fails the start before any port opens); every listener of
+        #: the remoting protocol takes `self.tls`, which makes the test-mode certificate once for all.
+        self.tls_settings = config.tls_settings()
+        if config.ha_tls:
+            self.tls_settings.check_mutual()
+        self.tls = ServerTls(self.tls_settings)
         self.server = RemotingServer(
             host=config.listen_host,
             port=config.listen_port,
             idle_timeout=config.server_channel_max_idle_time_seconds,
             limits=config,
+            tls=self.tls,
         )
-        self.client: Transport = client or RemotingClient()
+        self.client: Transport = client or RemotingClient(
+            ssl=self.tls_settings.client_context() if config.tls_enable else None
+        )
         self.store: MessageStore
         self.topics: TopicConfigManager
         self.groups: SubscriptionGroupManager
@@ -162,7 +172,6 @@ class Broker:
         #: The ACL files when `aclEnable` is on (codes 50-54 edit them); None: no ACL.
         self.acl_files: AclFiles | None = None
         #: The VIP port's listener (its connections are the main server's).
-        self._vip: asyncio.Server | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -211,14 +220,12 @@ class Broker:
             # in a thread: the loop stays free (signals, /healthz's state) while a big store recovers
             await asyncio.to_thread(self._open_store)
         except BaseException:
-            await self._close_vip()
             await self.server.stop(grace=0)
             self._stop_metrics()
             raise
         try:
             await self._start_ha(ephemeral)
         except BaseException:
-            await self._close_vip()
             await self.server.stop(grace=0)
             self.store.shutdown()
             raise
@@ -247,8 +254,6 @@ class Broker:
             )
         await self._check_replica_before_serving()
         await self.server.serve()
-        if self._vip is not None:
-            await self._vip.start_serving()
         self.state = "serving"
         self._started = True
         await self.register_all()  # at start, like Java; then every registerNameServerPeriod
@@ -256,10 +261,12 @@ class Broker:
             self._tasks.append(asyncio.create_task(self._metadata_sync_loop(), name="slave-metadata-sync"))
         compiled = native.active()
         log.info(
-            "broker %s (cluster %s) serving at %s, store %s, %s%s; %s",
+            "broker %s (cluster %s) serving at %s (tls.server.mode=%s%s), store %s, %s%s; %s",
             self.config.broker_name,
             self.config.broker_cluster_name,
             self.addr,
+            self.tls_settings.mode,
+            ", haTls" if self.config.ha_tls else "",
             self.config.store_path_root_dir,
             f"{len(compiled)} hot modules compiled" if compiled else "pure Python (no fresh build/native)",
             f", ACL on (HMAC-SHA1: {hmac_backend()})" if self.acl_files is not None else "",
@@ -267,26 +274,18 @@ class Broker:
         )
 
     async def _bind_vip(self) -> None:
-        """The VIP port (``listenPort - 2``): the same connections, processors and ACL guard as the main
-        port, accepting from when the main port does. A taken port is logged, not fatal: clients use it only
-        when told to (``vipChannelEnabled``), a 4.9.8 slave for its metadata sync."""
+        """The VIP port (``listenPort - 2``): the same connections, processors, ACL guard and TLS mode as
+        the main port, accepting from when the main port does. A taken port is logged, not fatal: clients
+        use it only when told to (``vipChannelEnabled``), a 4.9.8 slave for its metadata sync."""
         port = self.config.vip_port
         if port is None:
             return
         try:
-            self._vip = await asyncio.get_running_loop().create_server(
-                self.server.accept, self.config.listen_host, port, reuse_address=True, start_serving=False
-            )
+            await self.server.bind_also(self.config.listen_host, port)
         except OSError as exc:
             log.error("VIP port %d (listenPort - 2) not opened: %s", port, exc)
             return
         log.info("VIP port listening on %s:%d", self.config.listen_host, port)
-
-    async def _close_vip(self) -> None:
-        if self._vip is not None:
-            self._vip.close()
-            await self._vip.wait_closed()
-            self._vip = None
 
     def _start_metrics(self) -> None:
         if not self.config.metrics_enable:
@@ -316,7 +315,16 @@ class Broker:
         derived = c.ha_listen_port < 0
         port = 0 if ephemeral and derived else c.ha_port
         gate = SlaveGate(self.registered_slave_hosts)
-        self.ha_master = HAMaster(c, self.store, c.listen_host, port, self.hold.wakers, gate)
+        ha_tls = self.tls_settings if c.ha_tls else None
+        self.ha_master = HAMaster(
+            c,
+            self.store,
+            c.listen_host,
+            port,
+            self.hold.wakers,
+            gate,
+            ssl=ha_tls.server_context(require_client=True) if ha_tls else None,
+        )
         try:
             bound = await self.ha_master.start()
         except OSError as exc:
@@ -336,7 +344,9 @@ class Broker:
                 log.warning(
                     "no NameServer: this slave cannot ask its master's records, its tail is not checked"
                 )
-            self.ha_slave = HASlave(c, self.store, records)
+            self.ha_slave = HASlave(
+                c, self.store, records, ssl=ha_tls.client_context(verify=True) if ha_tls else None
+            )
             self.store.add_arrival_listener(self._note_replicated)
             self.ha_slave.on_dispatched = self._derive_replicated_topics
             self.ha_slave.start()
@@ -509,7 +519,6 @@ class Broker:
             await self.ha_slave.stop()
         if self.ha_master is not None:
             await self.ha_master.stop()
-        await self._close_vip()
         await self.server.stop(grace=2.0)
         await self.client.close()
         self._stop_metrics()

@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from daemon.config import RocketMQKeys, load_config
 from daemon.remoting.limits import RemotingLimits
+from daemon.remoting.tls import TlsConfig
 from daemon.rocketmq_keys import CPUS, NETTY_CLIENT_KEYS, NETTY_SERVER_KEYS
 from store.config import StoreConfig
 from store.names import TRACE_TOPIC
@@ -227,13 +228,13 @@ def resolve_listen(listen_host: str, broker_ip1: str) -> tuple[str, str, str]:
 
 
 @dataclass
-class BrokerConfig(StoreConfig, RemotingLimits, RocketMQKeys):
+class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     """RocketMQ 4.9.8 broker defaults (docs/wire-protocol.md §broker-settings).
 
     It extends the store's settings because RocketMQ keeps both in one `broker.conf`: every store key
     (`storePathRootDir`, `flushDiskType`, `mappedFileSizeCommitLog`, `fileReservedTime`, ...) loads here
     and `store_config()` hands exactly those to the store. The `remotingMax*` keys come from
-    `RemotingLimits`. RocketMQ's other keys (`ROCKETMQ_DEFAULTS`: BrokerConfig, MessageStoreConfig,
+    `RemotingLimits`, RocketMQ's `tls.*` keys from `TlsConfig`. RocketMQ's other keys (`ROCKETMQ_DEFAULTS`: BrokerConfig, MessageStoreConfig,
     NettyServerConfig and NettyClientConfig, as Java's broker registers them) load and report as
     accepted-but-inert.
     """
@@ -307,6 +308,9 @@ class BrokerConfig(StoreConfig, RemotingLimits, RocketMQKeys):
     #: as mqadmin signs none). Against replayed admin requests (daemon.acl.plain).
     acl_admin_freshness: int = 0
     rocketmq_home: str = field(default_factory=lambda: os.environ.get("ROCKETMQ_HOME", ""))
+    #: Replication on mutual TLS: the HA listener demands a client certificate its trust file verifies,
+    #: and a slave presents one (`tls.client.*`, else the `tls.server.*` pair) and verifies the master's.
+    ha_tls: bool = False
     #: Why the broker listens where it does (the start-up line says it); not a setting.
     listen_why: str = field(default="", metadata={"internal": True}, repr=False, compare=False)
 

@@ -21,6 +21,7 @@ import heapq
 import itertools
 import logging
 import math
+import ssl as _ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -315,8 +316,12 @@ class HAMaster:
         port: int,
         wakers: list[Callable[[], None]],
         gate: SlaveGate,
+        *,
+        ssl: _ssl.SSLContext | None = None,
     ) -> None:
         self.config = config
+        #: haTls: the listener's mutual-TLS context (a slave without a trusted certificate never gets in).
+        self.ssl = ssl
         self.store = store
         self.host = host
         self.port = port
@@ -341,7 +346,9 @@ class HAMaster:
 
     async def start(self) -> int:
         """Listen; returns the bound port (the one to register when the configured one is 0)."""
-        self._server = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True)
+        self._server = await asyncio.start_server(
+            self._accept, self.host, self.port, reuse_address=True, ssl=self.ssl
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("HA service listening on %s:%d", self.host, self.port)
         return self.port
@@ -512,9 +519,16 @@ class HASlave:
     (:meth:`ReplicaStore.set_aside_replica_tail`) and the slave reports the end of what they share."""
 
     def __init__(
-        self, config: StoreConfig, store: ReplicaStore, master_records: MasterRecords | None = None
+        self,
+        config: StoreConfig,
+        store: ReplicaStore,
+        master_records: MasterRecords | None = None,
+        *,
+        ssl: _ssl.SSLContext | None = None,
     ) -> None:
         self.config = config
+        #: haTls: the client context that presents this broker's certificate and verifies the master's.
+        self.ssl = ssl
         self.store = store
         self.master_addr = config.ha_master_address
         self.master_records = master_records
@@ -575,7 +589,9 @@ class HASlave:
                 continue
             try:
                 host, port = split_addr(addr)
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 3.0)
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port, ssl=self.ssl), 3.0
+                )
             except (OSError, ValueError, TimeoutError) as exc:
                 log.warning("HA connect to master %s failed: %s", addr, exc)
                 await asyncio.sleep(RECONNECT_DELAY)

@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from daemon.config import RocketMQKeys
 from daemon.remoting.limits import RemotingLimits
+from daemon.remoting.tls import TlsConfig
 from daemon.rocketmq_keys import NETTY_SERVER_KEYS
 
 #: Keys UPDATE_NAMESRV_CONFIG may never change remotely (they name files on the server).
@@ -28,9 +29,9 @@ NAMESRV_KEYS: dict[str, str] = {
 
 
 @dataclass
-class NamesrvConfig(RemotingLimits, RocketMQKeys):
+class NamesrvConfig(RemotingLimits, TlsConfig, RocketMQKeys):
     """Every field loads from its camelCase key, `MQCTL_<FIELD>` or a flag (see daemon.config);
-    the `remotingMax*` keys come from `RemotingLimits`. RocketMQ's NettyServerConfig keys we do not
+    the `remotingMax*` keys come from `RemotingLimits`, the `tls.*` keys from `TlsConfig`. RocketMQ's NettyServerConfig keys we do not
     act on load and report as accepted-but-inert."""
 
     ROCKETMQ_DEFAULTS: ClassVar[Mapping[str, str]] = {

@@ -21,6 +21,7 @@ from daemon.protect import (
 )
 from daemon.remoting.connection import Connection
 from daemon.remoting.server import RemotingServer
+from daemon.remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,7 @@ class NamesrvController:
             port=config.listen_port,
             idle_timeout=config.server_channel_max_idle_time_seconds,
             limits=config,
+            tls=ServerTls(config.tls_settings()),
         )
         self.server.on_connection_closed(self._connection_closed)
         #: The broker scan, and the ACL files' watch when ACL is on.
@@ -79,7 +81,12 @@ class NamesrvController:
             self._tasks.append(
                 asyncio.create_task(every(RELOAD_CHECK_INTERVAL, files.maybe_reload), name="acl-watch")
             )
-        log.info("NameServer started, data in %s; %s", self.config.home, self.listening())
+        log.info(
+            "NameServer started (tls.server.mode=%s), data in %s; %s",
+            self.config.tls_server_mode,
+            self.config.home,
+            self.listening(),
+        )
 
     async def stop(self) -> None:
         await cancel_tasks(self._tasks)

@@ -283,7 +283,7 @@ class NamesrvProcessor:
         return req.make_response()
 
     def get_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        return req.make_response(body=to_properties(self.config).encode())
+        return req.make_response(body=to_properties(self.config, mask_secrets=True).encode())
 
 
 def apply_properties(config: NamesrvConfig, props: dict[str, str]) -> None:

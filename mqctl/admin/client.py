@@ -54,7 +54,11 @@ class Admin:
     def __init__(self, namesrv: list[str], *, timeout: float = 5.0, client: Transport | None = None) -> None:
         self.namesrv = list(namesrv)
         self.timeout = timeout
-        self.client: Transport = client or RemotingClient(signer=_session_signer())
+        if client is None:
+            from mqctl import tls
+
+            client = RemotingClient(signer=_session_signer(), ssl=tls.session_context())
+        self.client: Transport = client
 
     async def __aenter__(self) -> Admin:
         return self

@@ -8,7 +8,7 @@ broker has no authentication, so a development command must not offer it to the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -94,6 +94,14 @@ def up(
             "in the same sequence; broker-b's data in <DIR>/store-broker-b and <DIR>/store-broker-b-slave<i>.",
         ),
     ] = 1,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help="Serve TLS only (tls.server.mode=enforcing), with a CA and certificates 'mqctl tls init' writes "
+            "once in <DIR>/tls; brokers register and replicate over TLS too.",
+        ),
+    ] = False,
 ) -> None:
     """Run a local NameServer and broker groups (cluster DefaultCluster, broker-a, ..., ASYNC_MASTER) until Ctrl-C."""
     import logging
@@ -116,8 +124,9 @@ def up(
     wildcard = listen in ("0.0.0.0", "::", "")
     # where clients (and the broker, registering) connect: this host's address when listening everywhere
     host = local_ip() if wildcard else listen
+    tls_keys = _tls_settings(root / "tls") if tls else {}
     namesrv = NamesrvController(
-        NamesrvConfig(listen_host=listen, listen_port=namesrv_port, data_dir=root / "namesrv")
+        NamesrvConfig(listen_host=listen, listen_port=namesrv_port, data_dir=root / "namesrv", **tls_keys)
     )
 
     def member(group: int, broker_id: int) -> Broker:
@@ -140,6 +149,8 @@ def up(
                     "store_path_root_dir": str(root / store),
                     "metrics_enable": not no_metrics,
                     "metrics_port": metrics_port + step if metrics_port else 0,
+                    **tls_keys,
+                    **({"tls_enable": True, "ha_tls": True} if tls else {}),
                 },
             )
         )
@@ -159,6 +170,11 @@ def up(
             f"ready: NameServer {host}:{namesrv.port}, broker {broker.addr}{extra}{metrics}{everywhere}; "
             f"data in {root}. Ctrl-C stops {'both' if len(brokers) == 1 else 'all'}."
         )
+        if tls:
+            stderr_console().print(
+                f"TLS only; connect with: mqctl context add local-tls -n {host}:{namesrv.port} "
+                f"--ca {root / 'tls' / 'ca.pem'} --use"
+            )
 
     from daemon.lifecycle import PidFile
     from mqctl.cli.broker import PID_FILE as BROKER_PID
@@ -172,6 +188,23 @@ def up(
             run(serve(cluster, on_started=started))
     finally:
         (root / "namesrv" / ADDR_FILE).unlink(missing_ok=True)
+
+
+def _tls_settings(directory: Path) -> dict[str, Any]:
+    """The daemons' `tls.*` settings for `up --tls`: enforcing, on the certificates in `directory` (made
+    by `mqctl tls init` the first time)."""
+    from mqctl.cli.tls import write_certificates
+
+    if not (directory / "server.pem").exists():
+        write_certificates(directory, None, force=True)
+    return {
+        "tls_server_mode": "enforcing",
+        "tls_server_cert_path": str(directory / "server.pem"),
+        "tls_server_key_path": str(directory / "server.key"),
+        "tls_server_trust_cert_path": str(directory / "ca.pem"),
+        "tls_client_trust_cert_path": str(directory / "ca.pem"),
+        "tls_test_mode_enable": False,
+    }
 
 
 def _split_listen(listen: str, namesrv_port: int | None) -> tuple[str, int, str]:

@@ -422,7 +422,7 @@ class AdminProcessor:
 
     def get_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = GetBrokerConfigResponseHeader(self.config_version.dumps().decode())
-        body = to_properties(self.broker.config).encode()
+        body = to_properties(self.broker.config, mask_secrets=True).encode()
         return request.make_response(ext_fields=header.to_ext_fields(), body=body)
 
     def update_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
