@@ -100,6 +100,15 @@ class RemotingServer:
         """Client connections open: those serving, and (TLS listeners) those whose first byte is awaited."""
         return len(self.connections) + len(self._sniffing)
 
+    def bound_addresses(self) -> set[tuple[str, int]]:
+        """``(host, port)`` of every socket this server listens on (its port and `bind_also`'s)."""
+        socks = [*self._also_sockets, *(s for srv in self._also_servers for s in srv.sockets)]
+        if self._listener is not None:
+            socks.append(self._listener)
+        if self._server is not None:
+            socks.extend(self._server.sockets)
+        return {tuple(s.getsockname()[:2]) for s in socks}  # type: ignore[misc]
+
     @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"

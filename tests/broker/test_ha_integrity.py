@@ -41,6 +41,7 @@ from tests.support.namesrv import Namesrv, namesrv_config
 from tests.support.ports import free_block
 from tests.support.stores import small_config
 from tests.support.waiting import wait_until
+from tests.tls.test_tls import client_context
 
 
 @dataclass
@@ -216,8 +217,11 @@ async def test_the_vip_port_serves_what_the_main_port_does_and_a_slave_syncs_fro
         assert (await on_vip.send("Vip", b"through the VIP port", queue_id=0)).code == ResponseCode.SUCCESS
         pulled = await BrokerClient(master.addr, client).pull("G", "Vip", 0, 0)
         assert decode_records(pulled.body)[0].body == b"through the VIP port"
-        assert master._vip is not None
-        assert {s.getsockname()[0] for s in master._vip.sockets} == {"127.0.0.1"}  # listenHost
+        assert ("127.0.0.1", base) in master.server.bound_addresses()  # on listenHost
+        # the VIP port follows the main port's TLS mode (permissive by default): a TLS client works too
+        async with RemotingClient(ssl=client_context(None)) as tls_client:
+            sent = await BrokerClient(vip, tls_client).send("Vip", b"over TLS", queue_id=0)
+            assert sent.code == ResponseCode.SUCCESS
         offset = UpdateConsumerOffsetRequestHeader("G", "Vip", 0, 1).to_ext_fields()
         request = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, offset)
         assert (await client.invoke(master.addr, request)).code == ResponseCode.SUCCESS
