@@ -228,14 +228,13 @@ class Broker:
         await self.register_all()  # at start, like Java; then every registerNameServerPeriod
         if self.ha_slave is not None:
             self._tasks.append(asyncio.create_task(self._metadata_sync_loop(), name="slave-metadata-sync"))
-        compiled = native.active()
         log.info(
             "broker %s (cluster %s) serving at %s, store %s, %s%s",
             self.config.broker_name,
             self.config.broker_cluster_name,
             self.addr,
             self.config.store_path_root_dir,
-            f"{len(compiled)} hot modules compiled" if compiled else "pure Python (no fresh build/native)",
+            native.describe(),
             f", ACL on (HMAC-SHA1: {hmac_backend()})" if self.acl_files is not None else "",
         )
 
