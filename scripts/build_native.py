@@ -19,6 +19,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import shlex
 import shutil
 import subprocess
@@ -198,6 +199,16 @@ def _parallel_build_ext() -> type:
     return ParallelBuildExt
 
 
+#: A diagnostic as mypyc and C compilers print one (``file:line[:col]: warning: ...``), or a Python warning
+#: (``file:line: SomethingWarning: ...``); not a command line that merely names a ``-W...warning`` flag.
+_WARNING = re.compile(r"^\S+:\d+(?::\d+)?: (?:warning|\w*Warning):")
+
+
+def warnings_in(output: str) -> list[str]:
+    """The warnings among a build's output lines."""
+    return [line.strip() for line in output.splitlines() if _WARNING.match(line.strip())]
+
+
 @contextlib.contextmanager
 def _captured() -> Iterator[IO[str]]:
     """The build's own output (mypyc's messages, the compiler's diagnostics, setuptools' notices), read
@@ -259,7 +270,7 @@ def build(dest: Path, work: Path, c_extensions: dict[str, str], *, installed: bo
             os.chdir(cwd)
         sys.stdout.flush()
         log.seek(0)
-        found = [line for line in log.read().splitlines() if "warning" in line.lower()]
+        found = warnings_in(log.read())
     manifest: dict[str, Any] = {
         "cache_tag": sys.implementation.cache_tag,
         "modules": {m: native.digest(native.source_path(m)) for m in MODULES},

@@ -39,7 +39,9 @@ _debug = {"on": False}
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"mqctl {__version__}")
+        from store.native import describe
+
+        typer.echo(f"mqctl {__version__} ({describe()})")
         raise typer.Exit()
 
 
@@ -58,7 +60,7 @@ def _print_config(value: bool) -> None:
 
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and which build runs (compiled or pure Python), then exit.")
     ] = False,
     print_config: Annotated[
         bool,
