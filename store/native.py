@@ -23,7 +23,7 @@ has a ``__getattr__``, so each ``RequestCode.X`` read in compiled code goes thro
 four times a ``Final`` int's).
 
 Without a build (no C compiler, no mypyc, an edited source) or with ``MQCTL_NATIVE=0``, every module
-runs as the pure Python it is compiled from; behaviour is the same. :func:`describe` says which runs.
+runs as the pure Python it is compiled from; behaviour is the same. :func:`describe_build` says which runs.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def _building() -> bool:
     return False
 
 
-def describe() -> str:
+def describe_build() -> str:
     """Which build this process runs, and why not the compiled one: ``mqctl --version`` and the broker's
     start-up line print it. Reads the manifest only; importing the modules is left to their first use."""
     modules = active()

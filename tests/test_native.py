@@ -251,13 +251,13 @@ def test_a_start_during_a_build_says_it_runs_pure_python_until_the_next(
     monkeypatch.setattr(native, "LOCK", tmp_path / "native.lock")
     monkeypatch.setattr(native, "NATIVE_DIR", tmp_path / "native")
     monkeypatch.delenv("MQCTL_NATIVE", raising=False)
-    assert native.describe() == "pure Python"
+    assert native.describe_build() == "pure Python"
     with open(native.LOCK, "w") as lock:  # what build_native.py holds while it compiles
         fcntl.flock(lock, fcntl.LOCK_EX)
-        assert native.describe() == "pure Python: compiling in the background, for the next start"
+        assert native.describe_build() == "pure Python: compiling in the background, for the next start"
     native.NATIVE_DIR.mkdir()
     (native.NATIVE_DIR / native.MANIFEST).write_text("{}")  # a build that fresh() refused
-    assert native.describe() == "pure Python: a source changed since the build was compiled"
+    assert native.describe_build() == "pure Python: a source changed since the build was compiled"
 
 
 @pytest.mark.slow  # a second process holds the lock for a second

@@ -234,7 +234,7 @@ class Broker:
             self.config.broker_cluster_name,
             self.addr,
             self.config.store_path_root_dir,
-            native.describe(),
+            native.describe_build(),
             f", ACL on (HMAC-SHA1: {hmac_backend()})" if self.acl_files is not None else "",
         )
 

@@ -55,7 +55,7 @@ async def test_up_serves_registered_broker_and_stops_on_sigint(
             said.append(await asyncio.to_thread(proc.stderr.readline))
             assert said[-1], "mqctl up exited before it was ready"
         # the broker's start-up line says which build it runs (store/native.py), as this process finds it
-        assert [line for line in said if "serving at" in line and native.describe() in line], said
+        assert [line for line in said if "serving at" in line and native.describe_build() in line], said
         async with RemotingClient() as client:
             request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})
             response = await client.invoke(f"127.0.0.1:{ports[0]}", request)
