@@ -306,6 +306,9 @@ def _turn() -> Iterator[None]:
 
 def _in_background(args: argparse.Namespace) -> int:
     """Start this script detached (its own session: Ctrl-C on ``make run`` leaves it compiling)."""
+    if native.building():  # one started by the last `make run` is still at it: its log stays whole
+        print("build_native: still compiling in the background (build/native.log)", file=sys.stderr)
+        return 0
     LOG.parent.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, __file__, "--nice", *(["--force"] if args.force else [])]
     argv += ["--install-deps"] if args.install_deps else []

@@ -107,7 +107,7 @@ def active() -> dict[str, str] | None:
     return fresh()
 
 
-def _building() -> bool:
+def building() -> bool:
     """Whether a build of this tree is being made now (``make run`` compiles in the background)."""
     try:
         import fcntl
@@ -129,7 +129,7 @@ def describe_build() -> str:
         return f"compiled: {len(modules)} modules" + (", C HMAC" if c_sources() else "")
     if os.environ.get("MQCTL_NATIVE", "1") == "0":
         return "pure Python: MQCTL_NATIVE=0"
-    if _building():
+    if building():
         return "pure Python: compiling in the background, for the next start"
     if (NATIVE_DIR / MANIFEST).exists():
         return "pure Python: a source changed since the build was compiled"

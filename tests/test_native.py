@@ -3,6 +3,7 @@ matches the sources, never half, and the pure-Python modules it is built from st
 
 from __future__ import annotations
 
+import argparse
 import ast
 import fcntl
 import importlib.util
@@ -277,6 +278,21 @@ def test_a_build_waits_for_the_one_in_progress(
         assert time.monotonic() - held > 0.5  # the lock came only when the holder let it go
     holder.wait()
     assert "waiting for the build in progress" in capsys.readouterr().err
+
+
+def test_a_second_background_build_leaves_the_first_at_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make run` again while the last one's build compiles: no second build, and the log stays whole."""
+    script = _build_script()
+    monkeypatch.setattr(script.native, "LOCK", tmp_path / "native.lock")
+    monkeypatch.setattr(script, "LOG", tmp_path / "native.log")
+    script.LOG.write_text("compiling\n")
+    with open(script.native.LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert script._in_background(argparse.Namespace(force=False, install_deps=True)) == 0
+    assert "still compiling in the background" in capsys.readouterr().err
+    assert script.LOG.read_text() == "compiling\n"
 
 
 def _copy(names: tuple[str, ...], dest: Path) -> Path:
