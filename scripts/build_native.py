@@ -148,13 +148,15 @@ def build_requirements() -> list[str]:
 
 
 def is_current(c_extensions: dict[str, str]) -> bool:
-    """Whether build/native holds a build of exactly these sources, modules and C extensions."""
+    """Whether build/native holds a build of exactly these sources, modules and C extensions, made by
+    this script as it is (a manifest without ``warnings`` predates the check that there are none)."""
     built = native.fresh()
     return (
         built is not None
         and set(built) == set(MODULES)
         and native.inlined() == set(INLINED)
         and native.c_sources() == set(c_extensions.values())
+        and "warnings" in json.loads((native.NATIVE_DIR / native.MANIFEST).read_text())
     )
 
 
