@@ -20,7 +20,7 @@ import build_native
 
 def _why_pure() -> str | None:
     if importlib.util.find_spec("mypyc") is None:  # the backend asks for it where it compiles
-        return build_native.why_pure() or "mypyc is not installed in the build environment"
+        return "mypyc is not installed in the build environment"  # (an editable install: no probe)
     return build_native.why_pure()
 
 
