@@ -6,11 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-fast lint docs bench clean native
 
-# (Re)build the virtualenv when it is missing or pyproject.toml changed since the last install.
+# (Re)build the virtualenv when it is missing or the packaging changed since the last install.
 # `make run` needs the base package only; tests, lint and benchmarks add the spark and dev extras.
-$(STAMP): pyproject.toml
+# (An editable install compiles nothing: `make native` builds build/native, used while it matches the sources.)
+$(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[native]'
+	$(BIN)/python -m pip install --quiet -e .
 	touch $(STAMP)
 
 DEV_STAMP := $(VENV)/.installed-dev
@@ -25,13 +26,19 @@ $(INTEROP_STAMP): scripts/install-interop-clients.sh tests/interop/package.json 
 	mkdir -p .venv-interop && touch $(INTEROP_STAMP)
 
 # The broker's hot modules compiled with mypyc into build/native (store/native.py, scripts/build_native.py,
-# docs/design/compiled-build.md), and the ACL check's HMAC-SHA1 in C where OpenSSL's headers are.
-# A no-op when the build matches the sources; pure Python (and hashlib) without a compiler.
+# docs/design/compiled-build.md), and the ACL check's HMAC-SHA1 in C where OpenSSL's headers are; mypy (the `native` extra) is installed
+# first when missing. A no-op when the build matches the sources; pure Python (and hashlib) without a
+# compiler. It waits for a build `make run` started in the background, so what follows tests that build.
 native: $(STAMP)
-	$(BIN)/python scripts/build_native.py
+	$(BIN)/python scripts/build_native.py --install-deps
 
-run: native
-	$(BIN)/mqctl up
+# Starts at once: when build/native is missing or stale it is compiled in the background, and this start
+# runs pure Python (the broker's start-up line says which build runs; `mqctl --version` too).
+# ARGS go to `mqctl up`, e.g. make run ARGS='--data /tmp/mq --namesrv-port 19876 --broker-port 20911'.
+ARGS ?=
+run: $(STAMP)
+	$(BIN)/python scripts/build_native.py --install-deps --background
+	$(BIN)/mqctl up $(ARGS)
 
 # pytest-xdist workers: more than the cores, since most tests wait on sockets, subprocesses and JVMs;
 # --dist loadgroup keeps the tests on the shared local Spark session in one worker (one driver JVM).

@@ -21,7 +21,6 @@ TREES = ("mqctl", "daemon", "store", "scripts")
 FILES = ("Makefile", "pyproject.toml")
 #: Files the compiled-build work is rewriting at the same time; they lose their figures there. Strict: once
 #: they are clean, the xfail below fails, and the entry goes.
-PENDING = {"store/native.py", "scripts/build_native.py"}
 
 _NUM = r"\d[\d,.]*"
 #: Each pattern is one shape a measured figure takes in prose.
@@ -103,7 +102,7 @@ def _product_files() -> list[Path]:
         files += sorted(
             p for p in (ROOT / tree).rglob("*") if p.suffix in (".py", ".c", ".h") and p.is_file()
         )
-    return [p for p in files if str(p.relative_to(ROOT)) not in PENDING]
+    return files
 
 
 @pytest.mark.parametrize(
@@ -148,9 +147,3 @@ def test_the_pattern_leaves_limits_alone(text: str) -> None:
 def test_product_code_carries_no_benchmark_figures() -> None:
     hits = [hit for path in _product_files() for hit in figures_in(path)]
     assert not hits, "figures belong in docs/performance.md:\n" + "\n".join(hits)
-
-
-@pytest.mark.xfail(strict=True, reason="figures still in a file being rewritten elsewhere: see PENDING")
-@pytest.mark.parametrize("name", sorted(PENDING))
-def test_pending_files_are_clean(name: str) -> None:
-    assert not figures_in(ROOT / name)

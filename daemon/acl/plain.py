@@ -403,7 +403,7 @@ class AclFiles:
             self.table = AclTable()
             return True
         try:
-            self.table = parse_files((Path(p), read_yaml(Path(p))) for p, _, _ in fingerprint)
+            self.table = parse_files([(Path(p), read_yaml(Path(p))) for p, _, _ in fingerprint])
         except (AclConfigError, OSError) as exc:
             log.error("ACL files not reloaded, the previous accounts stay in force: %s", exc)
             return False

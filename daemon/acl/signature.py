@@ -107,8 +107,8 @@ class Verifier:
             if len(key) > _SHA1_BLOCK:
                 key = hashlib.sha1(key).digest()
             key = key.ljust(_SHA1_BLOCK, b"\0")
-            self._inner = hashlib.sha1(bytes(b ^ 0x36 for b in key))
-            self._outer = hashlib.sha1(bytes(b ^ 0x5C for b in key))
+            self._inner = hashlib.sha1(bytes([b ^ 0x36 for b in key]))
+            self._outer = hashlib.sha1(bytes([b ^ 0x5C for b in key]))
         #: field count -> the last orders seen with that many fields: (the signed keys in order, their picker)
         self._orders: dict[int, list[tuple[tuple[str, ...], Picker]]] = {}
         self._exclude = exclude

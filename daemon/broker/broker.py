@@ -259,7 +259,6 @@ class Broker:
         await self.register_all()  # at start, like Java; then every registerNameServerPeriod
         if self.ha_slave is not None:
             self._tasks.append(asyncio.create_task(self._metadata_sync_loop(), name="slave-metadata-sync"))
-        compiled = native.active()
         log.info(
             "broker %s (cluster %s) serving at %s (tls.server.mode=%s%s), store %s, %s%s; %s",
             self.config.broker_name,
@@ -268,7 +267,7 @@ class Broker:
             self.tls_settings.mode,
             ", haTls" if self.config.ha_tls else "",
             self.config.store_path_root_dir,
-            f"{len(compiled)} hot modules compiled" if compiled else "pure Python (no fresh build/native)",
+            native.describe_build(),
             f", ACL on (HMAC-SHA1: {hmac_backend()})" if self.acl_files is not None else "",
             self.listening(),
         )

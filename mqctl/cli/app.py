@@ -40,7 +40,9 @@ _debug = {"on": False}
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"mqctl {__version__}")
+        from store import describe_build
+
+        typer.echo(f"mqctl {__version__} ({describe_build()})")
         raise typer.Exit()
 
 
@@ -59,7 +61,13 @@ def _print_config(value: bool) -> None:
 
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool,
+        typer.Option(
+            "--version",
+            callback=_version,
+            is_eager=True,
+            help="Print the version and which build runs (compiled or pure Python), then exit.",
+        ),
     ] = False,
     print_config: Annotated[
         bool,

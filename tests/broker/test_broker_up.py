@@ -16,6 +16,7 @@ from daemon.remoting.bodies import TopicRouteData
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from store import native
 from tests.listeners import listening
 from tests.support.paths import ROOT
 from tests.support.ports import free_block, free_port
@@ -49,10 +50,12 @@ async def test_up_serves_registered_broker_and_stops_on_sigint(
     )
     try:
         assert proc.stderr is not None
-        line = ""
-        while "ready:" not in line:
-            line = await asyncio.to_thread(proc.stderr.readline)
-            assert line, "mqctl up exited before it was ready"
+        said = [""]
+        while "ready:" not in said[-1]:
+            said.append(await asyncio.to_thread(proc.stderr.readline))
+            assert said[-1], "mqctl up exited before it was ready"
+        # the broker's start-up line says which build it runs (store/native.py), as this process finds it
+        assert [line for line in said if "serving at" in line and native.describe_build() in line], said
         async with RemotingClient() as client:
             request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})
             response = await client.invoke(f"127.0.0.1:{ports[0]}", request)

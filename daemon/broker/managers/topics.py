@@ -147,8 +147,8 @@ class TopicConfigManager:
         with self.file.lock:
             version = DataVersion(self.file.data_version.counter, self.file.data_version.timestamp)
             table = self.table
-            configs = table.items() if topics is None else ((t, table[t]) for t in topics if t in table)
-            return TopicConfigSerializeWrapper(dict(configs), version)
+            configs = dict(table) if topics is None else {t: table[t] for t in topics if t in table}
+            return TopicConfigSerializeWrapper(configs, version)
 
     def new_version(self) -> None:
         """Bump the data version without a change: NameServers re-read the whole table at the next
