@@ -6,11 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test test-fast lint docs bench clean native
 
-# (Re)build the virtualenv when it is missing or pyproject.toml changed since the last install.
+# (Re)build the virtualenv when it is missing or the packaging changed since the last install.
 # `make run` needs the base package only; tests, lint and benchmarks add the spark and dev extras.
-$(STAMP): pyproject.toml
+# (An editable install compiles nothing: `make native` builds build/native, used while it matches the sources.)
+$(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet -e '.[native]'
+	$(BIN)/python -m pip install --quiet -e .
 	touch $(STAMP)
 
 DEV_STAMP := $(VENV)/.installed-dev
@@ -24,14 +25,20 @@ $(INTEROP_STAMP): scripts/install-interop-clients.sh tests/interop/package.json 
 	bash scripts/install-interop-clients.sh
 	mkdir -p .venv-interop && touch $(INTEROP_STAMP)
 
-# The broker's hot modules compiled with mypyc into build/native (store/native.py, scripts/build_native.py):
-# ~30 % less broker CPU per send, and the ACL check's HMAC-SHA1 in C where OpenSSL's headers are (README).
-# A no-op when the build matches the sources; pure Python (and hashlib) without a compiler.
+# The broker's hot modules compiled with mypyc into build/native (store/native.py, scripts/build_native.py,
+# docs/design/compiled-build.md), and the ACL check's HMAC-SHA1 in C where OpenSSL's headers are; mypy (the `native` extra) is installed
+# first when missing. A no-op when the build matches the sources; pure Python (and hashlib) without a
+# compiler. It waits for a build `make run` started in the background, so what follows tests that build.
 native: $(STAMP)
-	$(BIN)/python scripts/build_native.py
+	$(BIN)/python scripts/build_native.py --install-deps
 
-run: native
-	$(BIN)/mqctl up
+# Starts at once: when build/native is missing or stale it is compiled in the background, and this start
+# runs pure Python (the broker's start-up line says which build runs; `mqctl --version` too).
+# ARGS go to `mqctl up`, e.g. make run ARGS='--data /tmp/mq --namesrv-port 19876 --broker-port 20911'.
+ARGS ?=
+run: $(STAMP)
+	$(BIN)/python scripts/build_native.py --install-deps --background
+	$(BIN)/mqctl up $(ARGS)
 
 # pytest-xdist workers: more than the cores, since most tests wait on sockets, subprocesses and JVMs;
 # --dist loadgroup keeps the tests on the shared local Spark session in one worker (one driver JVM).
@@ -55,7 +62,10 @@ lint: $(DEV_STAMP)
 docs: $(STAMP)
 	$(BIN)/python -m mqctl.docs .
 
-bench: $(DEV_STAMP) native
+# Every goal benchmark with its default (small) sizes, about ten minutes in all; each ends with one line
+# "bench_NAME: FIGURE (...; load L)" (docs/performance.md). benchmarks/tools/ holds the A/B harness and
+# the load generators, which take arguments and are not run here.
+bench: $(DEV_STAMP) $(INTEROP_STAMP) native
 	for b in benchmarks/bench_*.py; do echo "== $$b"; $(BIN)/python $$b || exit 1; done
 
 clean:

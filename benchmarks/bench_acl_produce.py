@@ -8,7 +8,7 @@ rounds: a round runs both modes, in alternating order (off then on, on then off,
 so a change in the machine's speed hits both. Prints each round, the median of each mode, their ratio
 and the load average.
 
-    python benchmarks/bench_acl_produce.py [--runs 3] [--count 60000] [--rate N]
+    python benchmarks/bench_acl_produce.py [--runs 2] [--count 15000] [--rate N]
 
 A round's on/off ratio is the least exposed to the machine's drift (on these shared machines one mode
 swings 30 % between rounds: perf finds the same code, every user-space function slower alike, in the
@@ -34,8 +34,10 @@ import time
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from typing import Any
 
 from bench_broker_produce import local_cluster  # run as a script: benchmarks/ is on sys.path
+from benchlib import summary  # run as a script: benchmarks/ is on sys.path
 
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
@@ -124,6 +126,18 @@ def children_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def bench_row(argv: list[str], env: dict[str, str], what: str) -> dict[str, Any]:
+    """The JSON row of one `mqctl ARGV -o json` bench run; exits when it failed or a send did (``what``)."""
+    out = mqctl(*argv, "-o", "json", env=env)
+    if out.returncode:
+        raise SystemExit(f"bench failed: {out.stderr}")
+    row = json.loads(out.stdout)
+    row = row[0] if isinstance(row, list) else row
+    if row["failures"]:
+        raise SystemExit(f"{row['failures']} sends failed {what}")
+    return row  # type: ignore[no-any-return]
+
+
 def measure(
     acl: bool, ns: str, broker_pid: int, count: int, rate: float | None
 ) -> tuple[float, float, float]:
@@ -134,28 +148,16 @@ def measure(
     argv = ["bench", "produce", "-t", TOPIC, "--threads", "16", "--size", "1024", "--count", str(count)]
     if rate is not None:
         argv += ["--rate", str(rate)]
-    out = mqctl(
-        *argv,
-        "-n",
-        ns,
-        "-o",
-        "json",
-        env=USER if acl else {"MQCTL_ACCESS_KEY": "", "MQCTL_SECRET_KEY": ""},
-    )
-    if out.returncode:
-        raise SystemExit(f"bench failed: {out.stderr}")
-    row = json.loads(out.stdout)
-    row = row[0] if isinstance(row, list) else row
-    if row["failures"]:
-        raise SystemExit(f"{row['failures']} sends failed with ACL {'on' if acl else 'off'}")
+    env = USER if acl else {"MQCTL_ACCESS_KEY": "", "MQCTL_SECRET_KEY": ""}
+    row = bench_row([*argv, "-n", ns], env, f"with ACL {'on' if acl else 'off'}")
     broker = (cpu_seconds(broker_pid) - cpu) / count * 1e6
     return float(row["tps"]), broker, (children_cpu() - client) / count * 1e6
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--count", type=int, default=60_000)
+    parser.add_argument("--runs", type=int, default=2)
+    parser.add_argument("--count", type=int, default=15_000)
     parser.add_argument(
         "--rate", type=float, help="pace both modes to this many sends/s (ACL's CPU at equal load)"
     )
@@ -188,6 +190,11 @@ def main() -> None:
         f"median {statistics.median(extra):+.1f} µs (load average {load})"
     )
     print(f"median client CPU per send: off {client_off:.1f} µs, on {client_on:.1f} µs")
+    summary(
+        __file__,
+        f"ACL on/off {statistics.median(paired):.2f}",
+        f"median of per-round ratios; off {off:,.0f}/s, on {on:,.0f}/s; {args.runs} rounds of {args.count:,}",
+    )
 
 
 if __name__ == "__main__":

@@ -1,14 +1,14 @@
 """Broker speed as the real Node.js client ali-ons sees it: sync sends/s and push-consumer drain msgs/s.
 
 Starts `mqctl namesrv start` and `mqctl broker start` as subprocesses on a temporary store, creates the
-topics (8 queues) before ali-ons starts (it learns routes at start only), then runs benchmarks/ons_bench.js:
+topics (8 queues) before ali-ons starts (it learns routes at start only), then runs benchmarks/tools/ons_bench.js:
 - produce: N async loops sharing one ali-ons Producer, each awaiting `send()` of a 1 KiB body in turn
   (RocketMQ's benchmark Producer with N threads), for each N in --concurrency, SECONDS timed;
 - consume: COUNT 1 KiB messages pre-loaded with `mqctl bench produce`'s senders, drained by an ali-ons
   push consumer in a new group from the first offset; timed from its first message to its last.
 Each is repeated --runs times; every figure comes with the broker's and node's CPU share (of one core)
 over the timed window and the load average, since client and broker share the cores.
-Usage: python benchmarks/bench_ali_ons.py [--runs 3] [--concurrency 1,4,16] [--seconds 10] [--count 50000]
+Usage: python benchmarks/bench_ali_ons.py [--runs 1] [--concurrency 16] [--seconds 5] [--count 10000]
 (needs node and scripts/install-interop-clients.sh).
 """
 
@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from bench_broker_produce import local_cluster  # run as a script: benchmarks/ is on sys.path
+from benchlib import summary  # run as a script: benchmarks/ is on sys.path
 
 from daemon.remoting.errors import RemotingError
 from daemon.remoting.loop import run
@@ -35,7 +36,7 @@ from mqctl.services.bench import produce
 from mqctl.services.topics import TopicSpec, upsert
 
 ROOT = Path(__file__).resolve().parent.parent
-SCRIPT = Path(__file__).resolve().parent / "ons_bench.js"
+SCRIPT = Path(__file__).resolve().parent / "tools" / "ons_bench.js"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -87,15 +88,18 @@ def shares(r: dict[str, float]) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--concurrency", default="1,4,16", help="comma-separated N of concurrent send loops")
-    parser.add_argument("--seconds", type=float, default=10.0)
-    parser.add_argument("--count", type=int, default=50_000, help="messages pre-loaded and drained")
+    parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--concurrency", default="16", help="comma-separated N of concurrent send loops")
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--count", type=int, default=10_000, help="messages pre-loaded and drained")
     a = parser.parse_args()
+    sends: list[float] = []
+    drains: list[float] = []
     with cluster() as (ns, broker):
         run(create_topics(ns, ["OnsSendBench", "OnsDrainBench"], {"OnsDrainBench": a.count}))
         for i in range(a.runs):
             r = ons(broker, "consume", ns, "OnsDrainBench", f"CID_ONS_BENCH_{i}", str(a.count))
+            drains.append(r["count"] / r["seconds"])
             print(
                 f"ali-ons drain: {r['count'] / r['seconds']:,.0f} msgs/s ({r['count']:,} x 1 KiB, 8 queues, "
                 f"first message {r['firstMs']:.0f} ms after client start; {shares(r)})",
@@ -104,11 +108,17 @@ def main() -> None:
         for _ in range(a.runs):
             for n in map(int, a.concurrency.split(",")):
                 r = ons(broker, "produce", ns, "OnsSendBench", str(n), str(a.seconds))
+                sends.append(r["count"] / r["seconds"])
                 print(
                     f"ali-ons sync send, N={n}: {r['count'] / r['seconds']:,.0f} sends/s, {r['failures']} "
                     f"failures (1 KiB, {a.seconds:g} s; {shares(r)})",
                     flush=True,
                 )
+    summary(
+        __file__,
+        f"ali-ons {max(sends):,.0f} sends/s",
+        f"N={a.concurrency}, best of {a.runs} x {a.seconds:g} s; drain {max(drains):,.0f} msgs/s",
+    )
 
 
 if __name__ == "__main__":

@@ -13,6 +13,7 @@ import sys
 import time
 
 from bench_broker_produce import broker_process  # run as a script: benchmarks/ is on sys.path
+from benchlib import summary  # run as a script: benchmarks/ is on sys.path
 
 from daemon.broker.headers import PullMessageRequestHeader, SendMessageRequestHeaderV2
 from daemon.remoting.client import RemotingClient
@@ -65,7 +66,7 @@ def main() -> None:
     with broker_process() as (addr, _):
         run(fill(addr, count))
         rate = run(consume(addr, count))
-    print(f"consume: {rate:,.0f} msgs/s ({count:,} x 1 KiB over {QUEUES} queues, 32 per pull)")
+    summary(__file__, f"{rate:,.0f} msgs/s", f"{count:,} x 1 KiB over {QUEUES} queues, 32 per pull")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,7 @@ from pathlib import Path
 
 # run as a script: benchmarks/ is on sys.path
 from bench_broker_produce import ROOT, broker_process, free_port
+from benchlib import summary  # run as a script: benchmarks/ is on sys.path
 
 from daemon.remoting.errors import RemotingError
 from daemon.remoting.loop import run
@@ -206,7 +207,7 @@ def percentile(sorted_ms: list[float], p: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("duration", nargs="?", type=float, default=25.0, help="seconds after the warm-up")
+    parser.add_argument("duration", nargs="?", type=float, default=10.0, help="seconds after the warm-up")
     parser.add_argument("rate", nargs="?", type=float, default=1000.0, help="msgs/s")
     parser.add_argument(
         "--tree", type=Path, default=ROOT, help="source tree of the daemons (default: this one)"
@@ -230,6 +231,9 @@ def main() -> None:
         f"some task waiting for a CPU {share} of the time; the hypervisor's steal {steal} of the CPU time; "
         f"load average {os.getloadavg()[0]:.2f}; daemons of {tree} "
         f"({'with' if (tree / 'build' / 'native').is_dir() else 'without'} build/native)"
+    )
+    summary(
+        __file__, f"p99 {percentile(ms, 99):.2f} ms", f"p50 {percentile(ms, 50):.2f} ms, {rate:,.0f} msgs/s"
     )
 
 

@@ -22,6 +22,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from benchlib import summary  # run as a script: benchmarks/ is on sys.path
+
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -156,7 +158,7 @@ def broker_process(*flags: str, cwd: Path = ROOT) -> Iterator[tuple[str, float]]
 
 
 def main() -> None:
-    duration = float(sys.argv[1]) if len(sys.argv) > 1 else 10.0
+    duration = float(sys.argv[1]) if len(sys.argv) > 1 else 5.0
     producers = int(sys.argv[2]) if len(sys.argv) > 2 else 16
     with broker_process() as (addr, ready):
         rate = run(bench(addr, duration, producers))
@@ -166,6 +168,7 @@ def main() -> None:
         f"produce: {rate.tps:,.0f} sends/s, avg RT {rate.avg_rt_ms:.2f} ms, max RT {rate.max_rt_ms:.1f} ms, "
         f"{rate.failures} failures ({producers} producers, 1 KiB bodies, {flush}, {duration:g} s)"
     )
+    summary(__file__, f"{rate.tps:,.0f} sends/s", f"{producers} producers, 1 KiB, {flush}, {duration:g} s")
 
 
 if __name__ == "__main__":

@@ -1,4 +1,4 @@
-"""Broker start-up on a ~1 GiB store: process start to the first answer, after a clean and an abnormal exit.
+"""Broker start-up on a 256 MiB store (SIZE_MIB): process start to the first answer, after a clean and an abnormal exit.
 
 Builds the store once in-process through the store API (1 KiB producer-like messages with a UNIQ_KEY,
 over 4 topics x 8 queues; far faster than over the wire) and closes it cleanly. Then, RUNS times each:
@@ -29,6 +29,7 @@ import time
 # run as a script: benchmarks/ is on sys.path
 from bench_broker_produce import free_port, start_broker, wait_ready
 from bench_store_append import make_messages
+from benchlib import summary  # run as a script: benchmarks/ is on sys.path
 
 from daemon.remoting.loop import run
 from store import DefaultMessageStore, StoreConfig
@@ -63,7 +64,7 @@ def timed_start(store: str, stop: signal.Signals) -> float:
 
 
 def main() -> None:
-    size = int(sys.argv[1]) * 1024 * 1024 if len(sys.argv) > 1 else 1024 * 1024 * 1024
+    size = int(sys.argv[1]) * 1024 * 1024 if len(sys.argv) > 1 else 256 * 1024 * 1024
     runs = int(sys.argv[2]) if len(sys.argv) > 2 else 3
     with tempfile.TemporaryDirectory(dir="/tmp", prefix="bench-startup-") as tmp:
         store = os.path.join(tmp, "store")
@@ -82,7 +83,11 @@ def main() -> None:
             f"broker start-up after {kind}: median {statistics.median(times):.2f} s (runs: {runs_s} s), "
             f"{count:,} messages"
         )
-    print(f"load average {os.getloadavg()[0]:.2f}")
+    summary(
+        __file__,
+        f"{statistics.median(abnormal):.2f} s after SIGKILL",
+        f"{statistics.median(clean):.2f} s after a clean stop; {size >> 20:,} MiB, median of {runs}",
+    )
 
 
 if __name__ == "__main__":

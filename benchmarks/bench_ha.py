@@ -29,6 +29,7 @@ from bench_broker_produce import (  # run as a script: benchmarks/ is on sys.pat
     start_broker,
     wait_ready,
 )
+from benchlib import summary
 
 from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import RemotingClient
@@ -158,27 +159,35 @@ async def _offset(addr: str) -> int:
 
 def main() -> None:
     args = [a for a in sys.argv[1:] if a != "--catch-up-only"]
-    duration = float(args[0]) if len(args) > 0 else 10.0
+    duration = float(args[0]) if len(args) > 0 else 5.0
     producers = int(args[1]) if len(args) > 1 else 16
-    megabytes = int(args[2]) if len(args) > 2 else 256
+    megabytes = int(args[2]) if len(args) > 2 else 64
     with tempfile.TemporaryDirectory() as tmp:
         if len(args) < len(sys.argv) - 1:
             catch_up_report(tmp, megabytes, producers)
             return
         alone, _ = scenario(tmp, None, duration, producers)
         print(f"no slave:            {alone:,.0f} sends/s ({producers} producers, 1 KiB, {duration:g} s)")
+        ratios = {}
         for role in ("ASYNC_MASTER", "SYNC_MASTER"):
             tps, lags = scenario(tmp, role, duration, producers)
+            ratios[role] = tps / alone
             rate = tps * (len(BODY) + 200)  # bytes/s, ~200 bytes of record header and properties
             p99 = pct(lags, 0.99)
             print(
                 f"{role} + 1 slave: {tps:,.0f} sends/s = {tps / alone:.0%} of no slave; lag p50 {pct(lags, 0.5):,} B, "
                 f"p99 {p99:,} B (~{p99 / rate * 1000 if rate else 0:.1f} ms at that rate), {len(lags)} samples"
             )
-        catch_up_report(tmp, megabytes, producers)
+        catch_up_rate = catch_up_report(tmp, megabytes, producers)
+    summary(
+        __file__,
+        f"SYNC_MASTER {ratios['SYNC_MASTER']:.2f} of no slave",
+        f"ASYNC_MASTER {ratios['ASYNC_MASTER']:.2f}; {alone:,.0f} sends/s alone; catch-up {catch_up_rate:,.0f} MiB/s",
+    )
 
 
-def catch_up_report(tmp: str, megabytes: int, producers: int) -> None:
+def catch_up_report(tmp: str, megabytes: int, producers: int) -> float:
+    """Print the catch-up of an empty slave; its rate in MiB/s."""
     size, (seconds, master_cpu, slave_cpu) = catch_up(tmp, megabytes, producers)
     print(
         f"catch-up of an empty slave: {size / 2**20:,.0f} MiB in {seconds:.2f} s = {size / 2**20 / seconds:,.0f} MiB/s"
@@ -186,6 +195,7 @@ def catch_up_report(tmp: str, megabytes: int, producers: int) -> None:
         f" {master_cpu / size * 2**30:.2f}, slave {slave_cpu / size * 2**30:.2f} (rate at one core each:"
         f" {size / 1e6 / max(master_cpu, slave_cpu, 1e-9):,.0f} MB/s)"
     )
+    return size / 2**20 / seconds
 
 
 if __name__ == "__main__":

@@ -2,7 +2,7 @@
 list`` against a local NameServer + broker (target <= 0.3 s), each a fresh process per run, next to a bare
 ``python -c pass`` measured in the same rounds (the machine's own floor: figures swing between machines).
 
-    python benchmarks/bench_help.py [--runs 21] [--namesrv HOST:PORT]
+    python benchmarks/bench_help.py [--runs 9] [--namesrv HOST:PORT]
 
 Without ``--namesrv`` a cluster is started with ``mqctl up`` on free loopback ports in a temporary directory
 and stopped afterwards. Rounds are interleaved (bare, help, topic list, bare, ...), so load drifts hit all three.
@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from benchlib import summary  # run as a script: benchmarks/ is on sys.path
 
 
 def _free_port() -> int:
@@ -76,7 +78,7 @@ def _timed(argv: list[str]) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--runs", type=int, default=21)
+    parser.add_argument("--runs", type=int, default=9)
     parser.add_argument(
         "--namesrv", help="HOST:PORT of a running NameServer (default: start one with mqctl up)"
     )
@@ -98,6 +100,15 @@ def main() -> None:
             f"{name:18} median {statistics.median(runs) * 1000:5.0f} ms, max {max(runs) * 1000:5.0f} ms"
             f" over {len(runs)} runs (load average {load:.2f})"
         )
+    help_ms, list_ms, bare_ms = (
+        statistics.median(times[k]) * 1000 for k in ("mqctl --help", "mqctl topic list", "python -c pass")
+    )
+    summary(
+        __file__,
+        f"mqctl --help {help_ms:.0f} ms",
+        f"target 250 ms; topic list {list_ms:.0f} ms, target 300; python -c pass {bare_ms:.0f} ms; "
+        f"median of {args.runs}",
+    )
 
 
 @contextmanager

@@ -14,6 +14,8 @@ import sys
 import tempfile
 import time
 
+from benchlib import summary  # run as a script: benchmarks/ is on sys.path
+
 from store.config import SLAVE, StoreConfig
 from store.engine import DefaultMessageStore
 from store.message import Message
@@ -57,6 +59,11 @@ def main() -> None:
         f"{end / 2**20:,.0f} MiB, {records:,} records: append {append / gib:.2f} CPU s/GiB, dispatch "
         f"{dispatch / gib:.2f} CPU s/GiB ({dispatch / records * 1e6:.2f} us/record); "
         f"load average {os.getloadavg()[0]:.2f}"
+    )
+    summary(
+        __file__,
+        f"{(append + dispatch) / gib:.2f} CPU s/GiB",
+        f"append {append / gib:.2f} + dispatch {dispatch / gib:.2f}; {records:,} records",
     )
 
 

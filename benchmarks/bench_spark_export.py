@@ -1,4 +1,4 @@
-"""Spark export throughput on a generated store of >= 1 GiB of 1 KiB messages (local[2], no bodies).
+"""Spark export throughput on a generated store of 1 KiB messages (96 MiB by default) (local[2], no bodies).
 
 Prints, separately: Spark start-up (JVM + session + data source registration), export throughput
 inside the running session (first run, which also starts the Python workers, then warm runs),
@@ -9,7 +9,7 @@ process start, Spark start-up apart). MB/s is CommitLog data bytes (1e6) per sec
 With ``--remote sc://HOST:PORT`` the same runs go through an existing Spark Connect server (which
 must see the store's path and import mqctl) instead of a local JVM.
 
-    python benchmarks/bench_spark_export.py [--size-mib 1088] [--runs 4] [--store DIR] [--keep]
+    python benchmarks/bench_spark_export.py [--size-mib 96] [--runs 2] [--store DIR] [--keep]
                                             [--master local[2] | --remote sc://127.0.0.1:15002]
 
 The store is written with ``store.record.encode_record`` into 1 GiB CommitLog files (the last
@@ -29,6 +29,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from benchlib import summary  # run as a script: benchmarks/ is on sys.path
 
 from store.message import Message
 from store.record import encode_blank, encode_record
@@ -93,10 +95,8 @@ def _line(name: str, seconds: float, data_bytes: int | None = None, extra: str =
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--size-mib", type=int, default=1088, help="data to generate (default 1 GiB + 64 MiB)"
-    )
-    parser.add_argument("--runs", type=int, default=4, help="in-session export runs (the first one is cold)")
+    parser.add_argument("--size-mib", type=int, default=96, help="data to generate")
+    parser.add_argument("--runs", type=int, default=2, help="in-session export runs (the first one is cold)")
     parser.add_argument("--store", type=Path, help="use (or create and keep) this store")
     parser.add_argument("--keep", action="store_true", help="keep the generated store and outputs")
     parser.add_argument("--master", default=None, help="Spark master (default local[2])")
@@ -152,6 +152,12 @@ def main() -> None:
         _line("  as printed: wall_seconds", printed["wall_seconds"], printed["data_bytes"])
         _line("  as printed: spark_start_seconds", printed["spark_start_seconds"])
         _line("  as printed: job_seconds", printed["job_seconds"], printed["data_bytes"])
+        summary(
+            __file__,
+            f"{result.data_bytes / 1e6 / min(warm):,.1f} MB/s in session",
+            f"best warm run, {result.data_bytes >> 20:,} MiB; end to end {printed['wall_seconds']:.1f} s wall "
+            f"of which Spark start {printed['spark_start_seconds']:.1f} s",
+        )
     finally:
         if args.keep:
             print(f"kept {work}" + ("" if args.store else f" (store {store})"))

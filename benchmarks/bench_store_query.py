@@ -19,6 +19,7 @@ import tempfile
 import time
 
 from bench_store_append import make_messages
+from benchlib import summary  # run as a script: benchmarks/ is on sys.path
 
 from store import DefaultMessageStore, StoreConfig
 from store.record import RecordInfo
@@ -35,7 +36,7 @@ def build(store: DefaultMessageStore, count: int) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--count", type=int, default=1_000_000)
-    ap.add_argument("--lookups", type=int, default=5_000)
+    ap.add_argument("--lookups", type=int, default=2_000)
     ap.add_argument("--dir", default=None, help="store directory to build once and reuse")
     args = ap.parse_args()
     tmp = None if args.dir else tempfile.TemporaryDirectory()
@@ -81,6 +82,7 @@ def main() -> None:
     store.shutdown()
     if tmp is not None:
         tmp.cleanup()
+    summary(__file__, f"p99 {p99:.3f} ms", f"target 1 ms; p50 {p50:.3f} ms, {args.count:,} messages")
 
 
 if __name__ == "__main__":

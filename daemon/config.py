@@ -84,7 +84,7 @@ def parse_properties(text: str) -> dict[str, str]:
     repeated key keeps its last value. Unlike Java, unescaped blanks ending a line are dropped: an
     invisible ``brokerName=broker-a `` is a typo, ``broker-a\\ `` a choice. A malformed ``\\u``
     escape raises :class:`ConfigError`."""
-    import javaproperties  # lazy: ~70 ms of imports that `mqctl --help` must not pay
+    import javaproperties  # lazy: imports that `mqctl --help` must not pay
 
     result: dict[str, str] = {}
     try:
@@ -274,9 +274,14 @@ def write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
 INERT_HEADER = "# accepted for RocketMQ compatibility, inert: mqctl does not act on the keys below"
 
 
-def to_properties(obj: object, *, mark_inert: bool = False) -> str:
+#: What GET_BROKER_CONFIG / GET_NAMESRV_CONFIG show for a secret that is set (a field with ``secret`` metadata).
+MASKED = "******"
+
+
+def to_properties(obj: object, *, mark_inert: bool = False, mask_secrets: bool = False) -> str:
     """Render a config object as a RocketMQ properties file: every setting, then RocketMQ's keys that
-    are accepted but inert (``--print-config`` heads them with ``INERT_HEADER`` when ``mark_inert``)."""
+    are accepted but inert (``--print-config`` heads them with ``INERT_HEADER`` when ``mark_inert``).
+    ``mask_secrets`` (an answer over the wire) shows a set secret (a key's password) as ``MASKED``."""
     if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         raise TypeError(f"{obj!r} is not a dataclass instance")
     lines = []
@@ -290,6 +295,8 @@ def to_properties(obj: object, *, mark_inert: bool = False) -> str:
             text = ""
         else:
             text = str(value)
+        if mask_secrets and text and f.metadata.get("secret"):
+            text = MASKED
         lines.append(property_line(property_key(f), text))
     if isinstance(obj, RocketMQKeys):
         inert = obj.inert_keys()

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 #: A serving daemon's collector thresholds. CPython's (700, 10, 10) has a broker collect the youngest
-#: generation every few dozen requests, ~5 % of its CPU per send (issue 19); garbage without cycles is
+#: generation every few dozen requests, a visible share of its CPU per send; garbage without cycles is
 #: freed by reference counting either way, so the rarer collections only delay freeing cycles.
 SERVING_GC_THRESHOLD = (20_000, 20, 20)
 

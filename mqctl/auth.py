@@ -29,9 +29,11 @@ class Credentials:
         return f"Credentials(access_key={self.access_key!r}, source={self.source!r})"
 
     def signer(self) -> Signer:
+        """Signs every request; admin ones with a timestamp, a nonce and their code (`aclAdminFreshness`)."""
+        from daemon.acl.plain import ADMIN_CODES
         from daemon.acl.signature import Signer
 
-        return Signer(self.access_key, self.secret_key)
+        return Signer(self.access_key, self.secret_key, fresh_codes=frozenset(int(c) for c in ADMIN_CODES))
 
 
 _state: dict[str, Credentials | None] = {"flags": None, "context": None}

@@ -13,6 +13,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from mqctl.errors import ConflictError, NotFoundError, UsageError
+from mqctl.tls import TlsOptions
 
 DEFAULT_NAMESRV = "127.0.0.1:9876"
 
@@ -60,9 +61,11 @@ class Context:
     spark_remote: str | None = None
     #: Seconds to wait for each answer from this cluster (``--timeout`` and ``$MQCTL_TIMEOUT`` beat it).
     timeout: float | None = None
+    #: TLS to this cluster (`--tls`, `--ca`, `--cert`/`--key`, `--insecure`); None: plaintext.
+    tls: TlsOptions | None = None
 
-    def as_json(self) -> dict[str, str | float]:
-        body: dict[str, str | float] = {"namesrv": self.namesrv}
+    def as_json(self) -> dict[str, object]:
+        body: dict[str, object] = {"namesrv": self.namesrv}
         if self.access_key:
             body["accessKey"] = self.access_key
         if self.secret_key_file:
@@ -71,6 +74,8 @@ class Context:
             body["sparkRemote"] = self.spark_remote
         if self.timeout is not None:
             body["timeout"] = self.timeout
+        if self.tls is not None:
+            body["tls"] = self.tls.as_json()
         return body
 
 
@@ -98,6 +103,7 @@ class ContextFile:
                     c.get("secretKeyFile"),
                     c.get("sparkRemote"),
                     None if c.get("timeout") is None else float(c["timeout"]),
+                    TlsOptions.from_json(c.get("tls")),
                 )
                 for name, c in raw.get("contexts", {}).items()
             }
@@ -129,13 +135,14 @@ class ContextFile:
         secret_key_file: str | None = None,
         spark_remote: str | None = None,
         timeout: float | None = None,
+        tls: TlsOptions | None = None,
     ) -> Context:
         parse_namesrv(namesrv)
         if spark_remote is not None and not spark_remote.startswith("sc://"):
             raise UsageError(f"--spark-remote {spark_remote!r}: expected sc://HOST:PORT")
         if name in self.contexts and not overwrite:
             raise ConflictError(f"context {name!r} already exists", hint="use --force to replace it")
-        self.contexts[name] = Context(name, namesrv, access_key, secret_key_file, spark_remote, timeout)
+        self.contexts[name] = Context(name, namesrv, access_key, secret_key_file, spark_remote, timeout, tls)
         if self.current is None:
             self.current = name
         return self.contexts[name]
@@ -153,6 +160,7 @@ class ContextFile:
             secret_key_file=old.secret_key_file,
             spark_remote=spark_remote or old.spark_remote,
             timeout=old.timeout if timeout is None else timeout,
+            tls=old.tls,
         )
 
     def current_context(self) -> Context | None:
@@ -237,11 +245,16 @@ def effective_settings(default_timeout: float = 5.0) -> dict[str, object]:
     (``mqctl context current``, ``mqctl --print-config``)."""
     target = resolve_target(namesrv_flag=None, context_flag=None)
     timeout = resolve_timeout(default_timeout, flag=None, target=target)
+    from mqctl import tls
+
+    chosen = tls.current()
     return {
         "namesrv": ";".join(target.namesrv),
         "source": target.source,
         "timeout": timeout.seconds,
         "timeout_source": timeout.source,
+        "tls": chosen[0].as_json() or True if chosen else False,
+        "tls_source": chosen[1] if chosen else "default",
     }
 
 
@@ -274,7 +287,8 @@ def _resolve(namesrv_flag: str | None, context_flag: str | None) -> Target:
 
 def _from_context(context: Context) -> Target:
     """A context's NameServers; its credentials sign only when it chose them (never another cluster)."""
-    from mqctl import auth
+    from mqctl import auth, tls
 
     auth.use_context(context.name, context.access_key, context.secret_key_file)
+    tls.use_context(context.name, context.tls)
     return Target(parse_namesrv(context.namesrv), f"context {context.name}", context.timeout)

@@ -113,6 +113,13 @@ class DaemonError(MqctlError):
     exit_code = 12
 
 
+class TlsError(MqctlError):
+    """The TLS handshake failed: the server's certificate is not signed by the CA trusted (``--ca``), does
+    not name the host, or the server refused the client's certificate (or its absence)."""
+
+    exit_code = 13
+
+
 class NothingReadError(MqctlError):
     """A read that asks every broker got no answer from any of them: each refused (ACL), timed out or
     was down. With at least one answer the command prints what it read, warns, and exits 0."""
@@ -149,6 +156,7 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
         "permission denied on a local file or directory",
     ),
     (DaemonError.exit_code, "DaemonError", "a local daemon could not be started or stopped"),
+    (TlsError.exit_code, "TlsError", "TLS handshake failed: server certificate not trusted, or ours refused"),
     (
         NothingReadError.exit_code,
         "NothingReadError",
@@ -157,7 +165,7 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
     (Interrupted.exit_code, "Interrupted", "interrupted by Ctrl-C"),
 )
 
-# RocketMQ response codes (wire-protocol.md §2.2) that mean something more specific than BrokerError.
+# RocketMQ response codes (docs/wire-protocol.md §codes) that mean something more specific than BrokerError.
 RESPONSE_CODE_CLASSES: dict[ResponseCode, type[MqctlError]] = {
     ResponseCode.SYSTEM_BUSY: RetriableBrokerError,
     ResponseCode.FLUSH_DISK_TIMEOUT: RetriableBrokerError,
@@ -199,6 +207,18 @@ def reported(text: str) -> MqctlError:
     return DaemonError(text)  # a BrokerError needs its response code: the daemon failed to start either way
 
 
+def _connect_hint(exc: BaseException) -> str:
+    """Closed right after it opened: what a TLS-only server does to plaintext, and a mutual-TLS one to a
+    client without a certificate it trusts (TLS 1.3 says so only after the handshake)."""
+    if "connection closed" in str(exc):
+        from mqctl import tls
+
+        if tls.current() is None:
+            return "is it running, or TLS-only (tls.server.mode=enforcing: --tls, --ca)?"
+        return "is it running, or does it require a client certificate (--cert/--key)?"
+    return "is the NameServer/broker running? see 'mqctl context current'"
+
+
 def translate(exc: BaseException) -> MqctlError:
     """Map any exception escaping a command to the ``MqctlError`` the user sees."""
     if isinstance(exc, MqctlError):
@@ -218,8 +238,13 @@ def translate(exc: BaseException) -> MqctlError:
         return DaemonError(str(exc))
     if isinstance(exc, remoting.RemotingCommandError):
         return from_response_code(exc.code, exc.remark, action="request failed")
+    if isinstance(exc, remoting.RemotingTlsError):
+        return TlsError(
+            str(exc),
+            hint="--ca names the CA that signed the server's certificate; --cert/--key when it asks for ours",
+        )
     if isinstance(exc, remoting.RemotingConnectError):
-        return ConnectError(str(exc), hint="is the NameServer/broker running? see 'mqctl context current'")
+        return ConnectError(str(exc), hint=_connect_hint(exc))
     if isinstance(exc, remoting.RemotingTimeoutError):
         return RequestTimeoutError(str(exc))
     if isinstance(exc, remoting.RemotingError):

@@ -1,5 +1,5 @@
 """RocketMQ 4.x compatible storage engine: byte-compatible CommitLog, ConsumeQueue, IndexFile,
-checkpoint, abort/lock files and config JSON (spec: shared/spec/store-format.md).
+checkpoint, abort/lock files and config JSON (the format: docs/store-format.md).
 
 Imports nothing from ``daemon`` or ``mqctl``. The broker codes against :class:`MessageStore`
 (:mod:`store.api`); :class:`DefaultMessageStore` (:mod:`store.engine`) is the file-backed
@@ -65,17 +65,17 @@ Reads (lock-free):
   ``flushed_phy_offset``, ``topic_queue_table()``, ``get_consume_queue(topic, qid)``.
 * ``dispatch()`` re-runs the CommitLog → ConsumeQueue/index reput (done automatically at start).
 
-Cleanup (spec §8, :mod:`store.cleanup`): a background thread (first run 60 s after start, then every
-``clean_resource_interval``) deletes expired CommitLog files (``file_reserved_time`` hours after their
-mtime, during ``delete_when`` hours or above ``disk_max_used_space_ratio``), forcibly above 85 %, at
-most 10 per run, never the newest; a forcible run logs at ERROR the unconsumed messages per group it
+Cleanup (docs/store-format.md §cleanup, :mod:`store.cleanup`): a background thread (first run 60 s after
+start, then every ``clean_resource_interval``) deletes expired CommitLog files (``file_reserved_time`` hours
+after their mtime, during ``delete_when`` hours or above ``disk_max_used_space_ratio``), forcibly above 85 %,
+at most 10 per run, never the newest; a forcible run logs at ERROR the unconsumed messages per group it
 destroyed, and ``clean_file_forcibly_enable=False`` (4.9.8's ``cleanFileForciblyEnable``) or a
-``disk_space_clean_forcibly_ratio`` of 100 or more turns it off; a 10-s disk check refuses puts above 90 % (``disk_full``) and
-accepts them again below. ConsumeQueue and index files below the new minimum go too. What it deletes
-is one pure plan (:func:`store.cleanup.make_plan`); ``cleanup_plan()`` shows it with the unconsumed
+``disk_space_clean_forcibly_ratio`` of 100 or more turns it off; a 10-s disk check refuses puts above 90 %
+(``disk_full``) and accepts them again below. ConsumeQueue and index files below the new minimum go too. What
+it deletes is one pure plan (:func:`store.cleanup.make_plan`); ``cleanup_plan()`` shows it with the unconsumed
 messages per group, ``apply_cleanup_plan(plan)`` applies it at once (offline), and
-``delete_expired_files_manually()`` / ``clean_expired_consume_queues()`` serve the admin requests 329
-and 306. Disk usage comes through the :class:`store.cleanup.DiskUsage` seam (``disk_usage=`` argument;
+``delete_expired_files_manually()`` / ``clean_expired_consume_queues()`` serve the admin requests 329 and 306.
+Disk usage comes through the :class:`store.cleanup.DiskUsage` seam (``disk_usage=`` argument;
 :class:`store.cleanup.FakeDiskUsage` in tests).
 
 Config files: ``store.configs`` (:class:`ConfigFiles`) holds ``topics`` (:class:`TopicConfig`,
@@ -103,7 +103,7 @@ import lazy_loader
 
 # The public names and where each lives: store/__init__.pyi (read by type checkers and, here, by
 # lazy_loader): a name's module is imported on its first use, so ``mqctl topic list`` does not load the
-# engine, cleanup and recovery modules it never calls (~60 ms of imports per command).
+# engine, cleanup and recovery modules it never calls.
 __getattr__, __dir__, __all__ = lazy_loader.attach_stub(__name__, __file__)
 
 from store.native import extend  # noqa: E402  (after the public names: extend() is not one of them)

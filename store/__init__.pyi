@@ -105,6 +105,7 @@ from .names import (
     dlq_topic as dlq_topic,
     legal_name as legal_name,
 )
+from .native import describe_build as describe_build
 from .quarantine import (
     COMMITLOG as COMMITLOG,
     Manifest as Manifest,

@@ -37,16 +37,30 @@ ArrivalListener = Callable[[str, int, int], None]
 
 @runtime_checkable
 class MessageStore(ReplicaStore, Protocol):
-    """What the broker needs from a store: every store it runs on also replicates (HA, spec §11)."""
+    """What the broker needs from a store: every store it runs on also replicates (HA,
+    docs/replication.md §replication)."""
 
     config: StoreConfig
     configs: ConfigFiles
 
-    def open(self) -> None: ...
-    def start(self) -> None: ...
-    def shutdown(self) -> None: ...
-    def put_message(self, msg: Message) -> PutResult: ...
-    def put_messages(self, batch: list[Message]) -> PutResult: ...
+    def open(self) -> None:
+        """Lock the directory, load every file, recover the CommitLog and the queues; serves nothing yet."""
+
+    def start(self) -> None:
+        """Dispatch what the ConsumeQueues miss, mark the store running (``abort``), start its threads."""
+
+    def shutdown(self) -> None:
+        """Stop the threads, flush everything, write the checkpoint, clear ``abort`` and release the lock."""
+
+    def put_message(self, msg: Message) -> PutResult:
+        """Append one message, dispatch it to its queue and the index; with SYNC_FLUSH, wait for the fsync.
+
+        Refusals (full disk, slave, illegal message) come back as the result's status, not as exceptions."""
+
+    def put_messages(self, batch: list[Message]) -> PutResult:
+        """Append a batch for one (topic, queue) at consecutive queue offsets, all in one file; a batch
+        :func:`batch_is_legal` refuses is answered MESSAGE_ILLEGAL."""
+
     def get_messages(
         self,
         group: str,
@@ -57,38 +71,89 @@ class MessageStore(ReplicaStore, Protocol):
         tag_filter: Container[int] | None = None,
         *,
         defer_heal: bool = False,
-    ) -> GetResult: ...
-    def heal(self, damage: DamagedUnitError) -> None: ...
-    def get_min_offset(self, topic: str, queue_id: int) -> int: ...
-    def get_max_offset(self, topic: str, queue_id: int) -> int: ...
-    def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int: ...
-    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int: ...
-    def look_message_by_offset(self, phys_offset: int) -> SelectedMessage | None: ...
-    def look_message_by_msg_id(self, msg_id: str) -> SelectedMessage | None: ...
-    def query_message(
-        self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int
-    ) -> QueryResult: ...
-    def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int: ...
+    ) -> GetResult:
+        """Read up to ``max_count`` messages of a queue from ``offset``, as RocketMQ's ``getMessage``.
+
+        ``tag_filter`` holds the tag hash codes a subscription accepts (``None``: all); ``group`` is for
+        stats only. With ``defer_heal`` a damaged unit raises :class:`DamagedUnitError` instead of being
+        rebuilt inline, so an event loop can run :meth:`heal` in a worker thread and read again."""
+
+    def heal(self, damage: DamagedUnitError) -> None:
+        """Rebuild the queue a read found damaged from the CommitLog (puts wait; other reads do not)."""
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's first readable offset; 0 for a queue the store does not have."""
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        """The queue's next offset (one past its last message); 0 for a queue the store does not have."""
+
+    def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
+        """Queue offset of the first message stored at ``timestamp`` (ms), else the nearest one
+        (:func:`search_by_timestamp`)."""
+
+    def get_earliest_message_time(self, topic: str | None = None, queue_id: int = 0) -> int:
+        """Store time (ms) of the oldest message in the store, or in one queue; -1 when there is none."""
+
+    def look_message_by_offset(self, phys_offset: int) -> SelectedMessage | None:
+        """The record at a CommitLog offset; ``None`` outside the log. Raises :class:`CorruptRecordError`
+        when no valid record starts there."""
+
+    def look_message_by_msg_id(self, msg_id: str) -> SelectedMessage | None:
+        """The record an offset msgId points at (its address part is not checked against this store)."""
+
+    def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> QueryResult:
+        """Messages of ``topic`` stored in [``begin_ms``, ``end_ms``] whose KEYS hold ``key`` or whose
+        UNIQ_KEY is ``key``, at most ``max_num``; every index hit is read back and compared."""
+
+    def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
+        """Store time (ms) of the message at a queue offset; -1 when there is none."""
+
     @property
-    def flushed_phy_offset(self) -> int: ...
+    def flushed_phy_offset(self) -> int:
+        """CommitLog offset known to be on disk (SYNC_FLUSH puts wait for it to pass their end)."""
+
     @property
-    def max_phy_offset(self) -> int: ...
+    def max_phy_offset(self) -> int:
+        """Where the CommitLog ends: the offset the next record gets."""
+
     @property
-    def min_phy_offset(self) -> int: ...
-    def topic_queue_table(self) -> dict[tuple[str, int], int]: ...
-    def add_arrival_listener(self, listener: ArrivalListener) -> None: ...
-    # retention (§8.4): a store without files answers with the same shapes and nothing to delete
-    def delete_expired_files_manually(self) -> None: ...
-    def cleanup_plan(self, *, manual: bool = True, config: StoreConfig | None = None) -> CleanPlan: ...
-    def clean_expired_consume_queues(self) -> int: ...
-    def delete_topics(self, topics: Container[str]) -> int: ...
-    def disk_ratio(self) -> float: ...
+    def min_phy_offset(self) -> int:
+        """Where the CommitLog begins: the first offset retention has not deleted."""
+
+    def topic_queue_table(self) -> dict[tuple[str, int], int]:
+        """``(topic, queue_id) → next queue offset`` for every queue the store has."""
+
+    def add_arrival_listener(self, listener: ArrivalListener) -> None:
+        """Call ``listener`` after each put's records are dispatched, on the putting thread (an asyncio
+        broker hops to its loop itself)."""
+
+    # retention (docs/store-format.md §expired-files): a store without files answers with the same shapes and nothing to delete
+    def delete_expired_files_manually(self) -> None:
+        """The admin ``DELETE_EXPIRED_COMMITLOG`` request: expired files go at the next cleanup runs."""
+
+    def cleanup_plan(self, *, manual: bool = True, config: StoreConfig | None = None) -> CleanPlan:
+        """What a cleanup run would delete now and whose unconsumed messages go with it, changing nothing
+        (``manual``: as after ``DELETE_EXPIRED_COMMITLOG``; ``config`` overrides the retention settings)."""
+
+    def clean_expired_consume_queues(self) -> int:
+        """``CLEAN_EXPIRED_CONSUMEQUEUE``: destroy queues whose every message is below the CommitLog's
+        start; how many were destroyed."""
+
+    def delete_topics(self, topics: Container[str]) -> int:
+        """``DELETE_TOPIC_IN_BROKER``: destroy the topics' queues and forget their offsets, so a re-created
+        topic starts at 0 (their CommitLog records stay until they expire); how many queues went."""
+
+    def disk_ratio(self) -> float:
+        """Usage of the CommitLog's partition as the retention watermarks see it (``commitLogDiskRatio``)."""
+
     @property
-    def disk_full(self) -> bool: ...
+    def disk_full(self) -> bool:
+        """Usage above the warning watermark: puts are refused until cleanup frees space."""
 
 
 def batch_is_legal(batch: list[Message]) -> bool:
-    """A batch is one (topic, queue), neither delayed nor transactional (§2.9); else MESSAGE_ILLEGAL."""
+    """A batch is one (topic, queue), neither delayed nor transactional (docs/store-format.md §batches); else
+    MESSAGE_ILLEGAL."""
     if not batch:
         return False
     first = batch[0]

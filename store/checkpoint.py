@@ -1,12 +1,12 @@
-"""The ``checkpoint`` file: three big-endian longs at the start of a 4 KiB file (spec §6.1), and our
-recovery point further into the page.
+"""The ``checkpoint`` file: three big-endian longs at the start of a 4 KiB file
+(docs/store-format.md §checkpoint), and our recovery point further into the page.
 
-The recovery point (an mqctl extension at byte 64, which RocketMQ 4.x ignores and 5.x does not use:
-its fields end at byte 40) is the CommitLog offset up to which every record was on disk *and*
-dispatched into ConsumeQueue units and index entries that were on disk too when the checkpoint was
-written, with the active index file's header as it was then. Abnormal recovery re-dispatches from that
-offset instead of from the start of a 1 GiB CommitLog file (RocketMQ's file-granular rule, §6.5), and
-keeps the active index file instead of deleting it for being newer than ``indexMsgTimestamp``.
+The recovery point (an mqctl extension at byte 64, which RocketMQ 4.x ignores and 5.x does not use: its fields
+end at byte 40) is the CommitLog offset up to which every record was on disk *and* dispatched into
+ConsumeQueue units and index entries that were on disk too when the checkpoint was written, with the active
+index file's header as it was then. Abnormal recovery re-dispatches from that offset instead of from the start
+of a 1 GiB CommitLog file (RocketMQ's file-granular rule, docs/store-format.md §abnormal-recovery), and keeps
+the active index file instead of deleting it for being newer than ``indexMsgTimestamp``.
 """
 
 from __future__ import annotations
@@ -83,7 +83,8 @@ def _decode_recovery(data: bytes, header: bytes) -> RecoveryPoint | None:
 
 
 class StoreCheckpoint:
-    """Timestamps recovery uses to pick where abnormal recovery starts (§6.5), and our recovery point.
+    """Timestamps recovery uses to pick where abnormal recovery starts
+    (docs/store-format.md §abnormal-recovery), and our recovery point.
 
     RocketMQ maps the page; writing it with ``pwrite`` + ``fdatasync`` gives the same bytes and
     releases the GIL during the disk wait (the flush can happen on the put path when an index file
@@ -130,7 +131,8 @@ class StoreCheckpoint:
         os.fdatasync(self._fd)
 
     def recovery_limit(self, *, index_safe: bool) -> int:
-        """Newest store timestamp abnormal recovery may trust: min of the fields minus 3 s (§6.5)."""
+        """Newest store timestamp abnormal recovery may trust: min of the fields minus 3 s
+        (docs/store-format.md §abnormal-recovery)."""
         limit = min(self.physic_msg_timestamp, self.logics_msg_timestamp) - 3000
         if index_safe:
             limit = min(limit, self.index_msg_timestamp)

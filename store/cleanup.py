@@ -1,8 +1,8 @@
-"""File cleanup (spec §8): expiry by mtime, disk watermarks, manual deletion, and the ConsumeQueue
-and index files that point below the new CommitLog minimum.
+"""File cleanup (docs/store-format.md §cleanup): expiry by mtime, disk watermarks, manual deletion, and the
+ConsumeQueue and index files that point below the new CommitLog minimum.
 
-The decisions are pure functions (unit-tested against §15.14); :class:`Cleaner` applies them to a
-store's files. The engine runs :meth:`Cleaner.run_once` from a background thread every
+The decisions are pure functions (unit-tested in tests/store/test_cleanup.py); :class:`Cleaner` applies
+them to a store's files. The engine runs :meth:`Cleaner.run_once` from a background thread every
 ``clean_resource_interval`` ms, first after 60 s, as the broker does.
 """
 
@@ -31,7 +31,8 @@ MANUAL_DELETE_RUNS = 20
 
 
 def disk_usage_ratio(total: int, free: int, usable: int) -> float:
-    """The broker's usage of a partition: ``ceil(used * 100 / (used + usable)) / 100`` (§8.3)."""
+    """The broker's usage of a partition: ``ceil(used * 100 / (used + usable)) / 100``
+    (docs/store-format.md §disk-watermarks)."""
     used = total - free
     entire = used + usable
     if entire <= 0:
@@ -78,7 +79,8 @@ def is_delete_hour(now_ms: int, delete_when: str) -> bool:
 
 
 def is_expired(mtime_ms: int, now_ms: int, reserved_hours: int) -> bool:
-    """A file expires ``file_reserved_time`` hours after its last modification (§8.4)."""
+    """A file expires ``file_reserved_time`` hours after its last modification
+    (docs/store-format.md §expired-files)."""
     return now_ms >= mtime_ms + reserved_hours * 3_600_000
 
 
@@ -93,12 +95,14 @@ class CleanupDecision:
 
 
 def max_used_percent(config: StoreConfig) -> int:
-    """``diskMaxUsedSpaceRatio`` as the broker applies it: clamped to 10..95 (§8.3)."""
+    """``diskMaxUsedSpaceRatio`` as the broker applies it: clamped to 10..95
+    (docs/store-format.md §disk-watermarks)."""
     return min(max(config.disk_max_used_space_ratio, 10), 95)
 
 
 def decide(ratio: float, config: StoreConfig, *, delete_hour: bool, manual: bool) -> CleanupDecision:
-    """Apply the watermarks of §8.3 to a partition usage ``ratio`` (-1: cannot be measured)."""
+    """Apply the watermarks of docs/store-format.md §disk-watermarks to a partition usage ``ratio`` (-1:
+    cannot be measured)."""
     max_used = max_used_percent(config) / 100
     warning = config.disk_space_warning_level_ratio / 100
     forcibly_ratio = config.disk_space_clean_forcibly_ratio / 100
@@ -219,9 +223,9 @@ def total_losses(per_file: Iterable[dict[str, int]]) -> dict[str, int]:
 def select_files(
     files: Sequence[LogFile], now_ms: int, reserved_hours: int, *, forcibly: bool
 ) -> list[str | None]:
-    """The deletion rule of §8.4, per file in name order: ``EXPIRED`` / ``WATERMARK`` (deleted although young,
-    because usage is above the force watermark) or ``None`` (kept). Never the newest file, and nothing after
-    the first file that is kept."""
+    """The deletion rule of docs/store-format.md §expired-files, per file in name order: ``EXPIRED`` /
+    ``WATERMARK`` (deleted although young, because usage is above the force watermark) or ``None`` (kept).
+    Never the newest file, and nothing after the first file that is kept."""
     reasons: list[str | None] = [None] * len(files)
     for i, f in enumerate(files[:-1]):
         if is_expired(f.mtime_ms, now_ms, reserved_hours):
@@ -396,7 +400,7 @@ def remove_files(removals: Iterable[Removal]) -> list[Removal]:
 
 
 class Cleaner:
-    """Deletes CommitLog, ConsumeQueue and index files per §8.4–§8.6.
+    """Deletes CommitLog, ConsumeQueue and index files per docs/store-format.md §expired-files.
 
     ``lock`` is the store's put lock: file lists are swapped under it (the writer appends to them),
     but the deletions and the pauses between them happen outside it.
@@ -425,9 +429,26 @@ class Cleaner:
         self.manual_runs = 0
         self.disk_full = False
         self._last_min_offset = commit_log.min_offset
+        #: The retention the store started with: deletions after a change at run time that shortens it
+        #: (UPDATE_BROKER_CONFIG) are logged at ERROR with what they destroy, as the watermark's are.
+        self._started_policy = self._policy()
+
+    def _policy(self) -> dict[str, int]:
+        c = self.config
+        return {
+            "fileReservedTime": c.file_reserved_time,
+            "diskMaxUsedSpaceRatio": max_used_percent(c),
+            "diskSpaceCleanForciblyRatio": c.disk_space_clean_forcibly_ratio,
+        }
+
+    def shortened(self) -> list[str]:
+        """The retention keys lowered since start, as ``key a -> b``."""
+        now = self._policy()
+        return [f"{k} {v} -> {now[k]}" for k, v in self._started_policy.items() if now[k] < v]
 
     def request_manual_delete(self) -> None:
-        """``DELETE_EXPIRED_COMMITLOG``: act as if it were ``delete_when`` for the next 20 runs (§8.7)."""
+        """``DELETE_EXPIRED_COMMITLOG``: act as if it were ``delete_when`` for the next 20 runs
+        (docs/store-format.md §manual-deletion)."""
         self.manual_runs = MANUAL_DELETE_RUNS
 
     def ratio(self) -> float:
@@ -443,7 +464,8 @@ class Cleaner:
         return self.disk_usage.ratio(self.commit_log.files.directory)
 
     def check_disk_space(self) -> bool:
-        """The 10-s disk check of §8.3: full above the warning watermark, writable again at or below it."""
+        """The 10-s disk check of docs/store-format.md §disk-watermarks: full above the warning watermark,
+        writable again at or below it."""
         full = self.commit_log_ratio() > self.config.disk_space_warning_level_ratio / 100
         self._set_disk_full(full)
         return full
@@ -492,13 +514,34 @@ class Cleaner:
         elif plan.ratio <= self.config.disk_space_clean_forcibly_ratio / 100:  # the run clears it here too
             self._set_disk_full(False)
         forced = any(r.reason == WATERMARK for r in plan.deletable)
-        if forced and self.unconsumed is not None:  # counted only when unexpired data is about to go
+        shortened = self.shortened() if plan.deletable else []
+        # counted only when unexpired data, or data kept by the retention the store started with, is to go
+        if (forced or shortened) and self.unconsumed is not None:
             plan = self.plan(now_ms, manual=manual, unconsumed=self.unconsumed)
         deleted = self.delete(plan, batch=DELETE_FILES_BATCH_MAX)
         if forced:
             self._report_forced(plan, plan.deletable[:deleted])
+        if shortened:
+            self._report_shortened(shortened, plan.deletable[:deleted])
         self.delete_logic_files()
         return deleted
+
+    def _report_shortened(self, shortened: list[str], deleted: Sequence[PlanRow]) -> None:
+        """Log at ERROR what a retention lowered at run time deleted (the watermark's rows have their own
+        line), with per group how many messages it had not consumed."""
+        rows = [r for r in deleted if r.reason != WATERMARK]
+        if not rows:
+            return
+        losses = total_losses(r.unconsumed for r in rows)
+        log.error(
+            "retention lowered at run time (%s): deleted %d commit log file(s) (%s); unconsumed messages "
+            "destroyed per group: %s",
+            ", ".join(shortened),
+            len(rows),
+            ", ".join(r.file.name for r in rows),
+            ", ".join(f"{g}={n}" for g, n in losses.items())
+            or ("none" if self.unconsumed else "not counted"),
+        )
 
     def _report_forced(self, plan: CleanPlan, deleted: Sequence[PlanRow]) -> None:
         """Log at ERROR what the force watermark destroyed: acknowledged messages not expired yet, and per
@@ -540,7 +583,8 @@ class Cleaner:
         return deleted
 
     def delete_logic_files(self) -> None:
-        """Drop ConsumeQueue and index files that only point below the CommitLog minimum (§8.5, §8.6)."""
+        """Drop ConsumeQueue and index files that only point below the CommitLog minimum
+        (docs/store-format.md §queue-and-index-cleanup)."""
         min_offset = self.commit_log.min_offset
         if min_offset <= self._last_min_offset:
             return

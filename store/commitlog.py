@@ -1,4 +1,5 @@
-"""CommitLog: the append-only record log split into fixed-size mapped files (spec §2, §6.4–§6.6).
+"""CommitLog: the append-only record log split into fixed-size mapped files
+(docs/store-format.md §commitlog-records).
 
 The log itself is single-writer: callers (the engine) serialise appends with their put lock.
 Reads take no lock; a reader only looks below the write position, which is advanced after the
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import struct
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import Enum
@@ -44,6 +46,9 @@ from store.record import (
 )
 
 log = logging.getLogger(__name__)
+
+_MIN_RECORD = 92  # the smallest record: fixed fields, two IPv4 hosts, an empty body, a 1-byte topic
+_PHYSICAL_OFFSET = struct.Struct(">q")  # at byte 28 of a record
 
 
 class PutMessageStatus(Enum):
@@ -83,7 +88,8 @@ class ScanResult:
 
 
 def apply_delay(msg: Message, delay_levels_ms: list[int]) -> Message:
-    """Redirect a delayed message to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` (§10.2).
+    """Redirect a delayed message to ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1``
+    (docs/store-format.md §storing-a-delayed-message).
 
     Levels above the configured maximum are lowered to it; ``REAL_TOPIC``/``REAL_QID`` keep the
     destination. Transactional half/rollback records and messages already in the schedule topic
@@ -110,7 +116,7 @@ def apply_delay(msg: Message, delay_levels_ms: list[int]) -> Message:
 def encode_checked(
     msg: Message, store_host: HostAddress, max_message_size: int, file_size: int
 ) -> tuple[bytes, bytes, bytes, bytes, int]:
-    """Encode properties, hosts and topic and apply the size limits (§2.5).
+    """Encode properties, hosts and topic and apply the size limits (docs/store-format.md §size-limits).
 
     Returns ``(properties, born_host, store_host, topic_field, total_size)``; raises
     :class:`IllegalMessage` with the status to report.
@@ -151,6 +157,9 @@ class CommitLog:
         self.max_message_size = max_message_size
         self.last_store_timestamp = 0
         self.prefault = prefault
+        #: Damaged records recovery set aside but left in place (offset -> TOTALSIZE): their extent is known,
+        #: so walks step over them and every later record stays in service; reads never serve them.
+        self.set_aside: dict[int, int] = {}
 
     def load(self, on_bad_file: Callable[[StoreFormatError], None] | None = None) -> None:
         """``on_bad_file``: see :meth:`MappedFileQueue.load` (inspection goes on past a bad file)."""
@@ -180,7 +189,7 @@ class CommitLog:
     def append(
         self, msgs: list[Message], store_host: HostAddress, now_ms: int, queue_offset: int
     ) -> list[RecordInfo]:
-        """Append one message, or a batch for one queue (all in one file, §2.9).
+        """Append one message, or a batch for one queue (all in one file, docs/store-format.md §batches).
 
         ``queue_offset`` is the queue offset of the first record that takes one (the next ones follow
         it; transactional prepared and rollback records take 0): the store keeps each queue's next
@@ -270,9 +279,15 @@ class CommitLog:
     # ------------------------------------------------------------------ recovery
 
     def scan_from(
-        self, offset: int, *, check_crc: bool, on_record: Callable[[RecordInfo], None] | None = None
+        self,
+        offset: int,
+        *,
+        check_crc: bool,
+        on_record: Callable[[RecordInfo], None] | None = None,
+        on_damaged: Callable[[CorruptRecordError, int], None] | None = None,
     ) -> ScanResult:
-        """:meth:`scan` from ``offset``, a record boundary (the end of a file is the next one's start)."""
+        """:meth:`scan` from ``offset``, a record boundary (the end of a file is the next one's start).
+        ``on_damaged``: see :class:`RecordWalk` (recovery keeps the records after such a record)."""
         files = self.files.files
         if not files:
             return ScanResult(0, None, 0, 0)
@@ -282,6 +297,8 @@ class CommitLog:
             files[-1].end_offset,
             check_crc=check_crc,
             on_corruption=lambda e: log.warning("recovery stops at %s", e),
+            on_damaged=on_damaged,
+            known=self.set_aside,
         )
         if on_record is None:  # validation only: decoding is most of a record's cost
             walk.validate()
@@ -296,15 +313,23 @@ class CommitLog:
         *,
         check_crc: bool,
         on_record: Callable[[RecordInfo], None] | None = None,
+        on_damaged: Callable[[CorruptRecordError, int], None] | None = None,
     ) -> ScanResult:
-        """Walk records from file ``start_index`` until the end of valid data (§2.10, :class:`RecordWalk`)."""
+        """Walk records from file ``start_index`` until the end of valid data
+        (docs/store-format.md §validating-records, :class:`RecordWalk`)."""
         files = self.files.files
         if not files:
             return ScanResult(0, None, 0, 0)
-        return self.scan_from(files[start_index].file_from_offset, check_crc=check_crc, on_record=on_record)
+        return self.scan_from(
+            files[start_index].file_from_offset,
+            check_crc=check_crc,
+            on_record=on_record,
+            on_damaged=on_damaged,
+        )
 
     def abnormal_start_index(self, limit_ts: int) -> int:
-        """Newest file whose first record is a message stored at or before ``limit_ts`` (§6.5 step 1)."""
+        """Newest file whose first record is a message stored at or before ``limit_ts``
+        (docs/store-format.md §abnormal-recovery)."""
         files = self.files.files
         for idx in range(len(files) - 1, -1, -1):
             view = files[idx].view
@@ -331,6 +356,9 @@ class CommitLog:
             end,
             on_corruption=lambda e: log.error("dispatch stops at %s", e),
             zeros_end_data=False,
+            on_damaged=_passed_set_aside if self.set_aside else None,
+            known=self.set_aside,
+            search=False,
         )
 
     def warm_ahead(self, nbytes: int) -> None:
@@ -347,9 +375,10 @@ class CommitLog:
 
 
 class RecordWalk:
-    """The CommitLog's one record iterator: recovery (:meth:`CommitLog.scan`), dispatch (reput, §4.5), the
-    rebuild of derived files and read-only inspection (:mod:`store.inspect`) all read records through it, so
-    they agree on where records are and where the data ends.
+    """The CommitLog's one record iterator: recovery (:meth:`CommitLog.scan`), dispatch (reput,
+    docs/store-format.md §dispatch), the rebuild of derived files and read-only inspection
+    (:mod:`store.inspect`) all read records through it, so they agree on where records are and where the data
+    ends.
 
     From ``offset`` to ``end``: a blank filler (its size the rest of the file; any other is damage), or a
     file end with no room for a header, jumps to the next file; zeros end the data (unless
@@ -357,7 +386,11 @@ class RecordWalk:
     the walk with :attr:`corruption` set and passed to ``on_corruption``; a record whose bytes have not all
     been written yet ends it quietly (a replicating slave receives records split across frames). With
     ``on_crc_error`` a body CRC failure of an otherwise sound record is passed there and the walk goes on
-    (inspection counts them). After the walk, :attr:`offset` is where it stands (a later walk goes on from
+    (inspection counts them). With ``on_damaged`` a damaged record whose extent is still known (its offset is
+    in ``known``, else, with ``search``, its TOTALSIZE leads to an intact record that names its own offset or
+    to the file's blank filler: :func:`damaged_extent`) is passed there with its size and the walk goes on
+    past it, yielding it when it parses without its CRC (its ConsumeQueue unit keeps the queue's offsets
+    dense; reads skip it), else nothing. After the walk, :attr:`offset` is where it stands (a later walk goes on from
     there; it starts no lower than the first file), :attr:`stop` why it ended (``end``, ``blank-filler``,
     ``end-of-file``, ``zeros``, ``partial``, ``corrupt``), :attr:`data_end` where the last file's data
     ended, :attr:`records` and :attr:`last_store_timestamp` what it read.
@@ -372,11 +405,14 @@ class RecordWalk:
         "data_end",
         "end",
         "files",
+        "known",
         "last_store_timestamp",
         "offset",
         "on_corruption",
         "on_crc_error",
+        "on_damaged",
         "records",
+        "search",
         "stop",
         "zeros_end_data",
     )
@@ -391,6 +427,9 @@ class RecordWalk:
         on_corruption: Callable[[CorruptRecordError], None] | None = None,
         on_crc_error: Callable[[CorruptRecordError], None] | None = None,
         zeros_end_data: bool = True,
+        on_damaged: Callable[[CorruptRecordError, int], None] | None = None,
+        known: dict[int, int] | None = None,
+        search: bool = True,
     ) -> None:
         self.files = files
         self.offset = offset
@@ -399,6 +438,9 @@ class RecordWalk:
         self.on_corruption = on_corruption
         self.on_crc_error = on_crc_error
         self.zeros_end_data = zeros_end_data
+        self.on_damaged = on_damaged
+        self.known = known
+        self.search = search
         self.corruption: CorruptRecordError | None = None
         self.stop = "end"
         self.data_end = offset
@@ -410,7 +452,7 @@ class RecordWalk:
         return cast(Iterator[RecordInfo], self._walk(decode=True))
 
     def validate(self) -> RecordWalk:
-        """Walk without decoding (recovery's check of the last files: about three times faster)."""
+        """Walk without decoding (recovery's check of the last files: far faster)."""
         for _ in self._walk(decode=False):
             pass
         return self
@@ -442,7 +484,8 @@ class RecordWalk:
                     self.stop = "partial"  # a replicating slave's record header still arriving
                     break
                 size, magic = read_header(view, pos)
-                if magic == BLANK_MAGIC_CODE and size == file_size - pos:  # the filler fills the file (§2.6)
+                # the filler fills the file (docs/store-format.md §end-of-file-filler)
+                if magic == BLANK_MAGIC_CODE and size == file_size - pos:
                     self.stop = "blank-filler"
                     break
                 if size == 0 and magic == 0 and self.zeros_end_data:
@@ -459,14 +502,28 @@ class RecordWalk:
                         size, ts = check_record(view, pos, file_size, check_crc=check_crc)
                 except CorruptRecordError as e:
                     error = e.located(mf.path, base + pos)
-                    if not (check_crc and on_crc_error and _sound_but_crc(view, pos, file_size)):
+                    sound = check_crc and _sound_but_crc(view, pos, file_size)
+                    extent = 0
+                    on_damaged = self.on_damaged
+                    if not (sound and on_crc_error is not None) and on_damaged is not None:
+                        extent = damaged_extent(
+                            view, pos, written, file_size, base, self.known, search=self.search
+                        )
+                    if extent and on_damaged is not None:
+                        on_damaged(error, extent)  # set aside alone: the walk goes on past it
+                        if not sound:
+                            pos += extent
+                            self.offset = base + pos
+                            continue
+                    elif sound and on_crc_error is not None:
+                        on_crc_error(error)  # only the body is damaged: reported, and the walk goes on
+                    else:
                         self.corruption = error
                         self.stop = "corrupt"
                         self.data_end = base + pos
                         if self.on_corruption is not None:
                             self.on_corruption(error)
                         return
-                    on_crc_error(error)  # only the body is damaged: reported, and the walk goes on
                     if decode:
                         info = read_record_info(view, pos, file_size)
                     size, ts = check_record(view, pos, file_size, check_crc=False)
@@ -480,6 +537,44 @@ class RecordWalk:
                 self.offset = mf.end_offset
             else:
                 return  # the end of the data, the end of the walk, or a record still arriving
+
+
+def damaged_extent(
+    view: memoryview,
+    pos: int,
+    written: int,
+    file_size: int,
+    base: int,
+    known: dict[int, int] | None,
+    *,
+    search: bool,
+) -> int:
+    """The size of the damaged record at ``pos`` of a file starting at offset ``base`` when its extent is
+    still known, else 0: a record recovery set aside before (``known``), or (``search``) one whose
+    TOTALSIZE leads to what can only follow a record: the blank filler that fills the file, or a record
+    that parses, passes its body CRC and names its own offset (a damaged TOTALSIZE cannot lead there but by
+    chance, and then the record boundaries are lost: recovery cuts the log there instead)."""
+    if known:
+        size = known.get(base + pos, 0)
+        if size:
+            return size
+    if not search:
+        return 0
+    size = read_header(view, pos)[0]
+    nxt = pos + size
+    if size < _MIN_RECORD or nxt + 8 > written:
+        return 0
+    if read_header(view, nxt) == (file_size - nxt, BLANK_MAGIC_CODE):
+        return size
+    try:
+        check_record(view, nxt, written, check_crc=True)
+    except CorruptRecordError:
+        return 0
+    return size if _PHYSICAL_OFFSET.unpack_from(view, nxt + 28)[0] == base + nxt else 0
+
+
+def _passed_set_aside(error: CorruptRecordError, size: int) -> None:
+    """A dispatch walk steps over a record recovery set aside (its ERROR was logged then)."""
 
 
 def _sound_but_crc(view: memoryview, pos: int, limit: int) -> bool:

@@ -17,11 +17,11 @@ _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 
 @dataclass
 class StoreConfig:
-    """Store settings with RocketMQ 4.9.8 defaults (spec §13).
+    """Store settings with RocketMQ 4.9.8 defaults (docs/store-format.md §defaults).
 
     Deliberate difference: ``message_index_safe`` defaults to ``True`` so that abnormal recovery
     re-indexes everything after the last full index file; RocketMQ's ``false`` loses key lookups of
-    messages written shortly before a crash (§5.10).
+    messages written shortly before a crash (docs/store-format.md §index-recovery).
     """
 
     store_path_root_dir: str = os.path.join(os.path.expanduser("~"), "store")
@@ -37,9 +37,9 @@ class StoreConfig:
     check_crc_on_recover: bool = True
     flush_disk_type: str = ASYNC_FLUSH
     # 4.9.8's key and default. On, a thread writes zeros into the CommitLog ahead of the writer so that its
-    # first stores into each page do not fault with the GIL held; measured under ali-ons 16 x 1 KiB, those
-    # zeros cost ~1.9 us of CPU per message and the faults they save ~1.1 us of the loop thread's, so it
-    # is off unless asked for (blocks are reserved with fallocate either way: a full disk is no SIGBUS).
+    # first stores into each page do not fault with the GIL held; measured under ali-ons, those zeros cost
+    # more CPU per message than the faults they save the loop thread (docs/performance.md), so it is off
+    # unless asked for (blocks are reserved with fallocate either way: a full disk is no SIGBUS).
     warm_maped_file_enable: bool = False
     flush_interval_commit_log: int = 500
     flush_commit_log_least_pages: int = 4
@@ -51,7 +51,8 @@ class StoreConfig:
     max_transfer_bytes_on_message_in_memory: int = 256 * 1024
     max_transfer_count_on_message_in_memory: int = 32
     message_delay_level: str = DEFAULT_DELAY_LEVELS
-    # Cleanup (spec §8). The two ratios are JVM system properties in 4.x and config keys in 5.x (percent).
+    # Cleanup (docs/store-format.md §cleanup). The two ratios are JVM system properties in 4.x and config keys
+    # in 5.x (percent).
     file_reserved_time: int = 72
     delete_when: str = "04"
     disk_max_used_space_ratio: int = 75
@@ -63,7 +64,8 @@ class StoreConfig:
     clean_file_forcibly_enable: bool = True
     clean_resource_interval: int = 10_000
     delete_commit_log_files_interval: int = 100
-    # HA (spec §11.1); Java keeps these in MessageStoreConfig too. haListenPort -1: listenPort + 1.
+    # HA (docs/replication.md §roles-and-ports); Java keeps these in MessageStoreConfig too. haListenPort -1:
+    # listenPort + 1.
     broker_role: str = ASYNC_MASTER
     ha_listen_port: int = -1
     ha_master_address: str = ""
@@ -91,7 +93,8 @@ class StoreConfig:
 
     @property
     def consume_queue_file_size(self) -> int:
-        """Effective ConsumeQueue file size: rounded up to whole 20-byte units (§1.3)."""
+        """Effective ConsumeQueue file size: rounded up to whole 20-byte units
+        (docs/store-format.md §file-names-and-sizes)."""
         return -(-self.mapped_file_size_consume_queue // 20) * 20
 
     @property
@@ -99,7 +102,8 @@ class StoreConfig:
         return self.flush_disk_type == SYNC_FLUSH
 
     def delay_levels_ms(self) -> list[int]:
-        """``message_delay_level`` parsed: index ``L - 1`` holds the delay of level ``L`` in ms (§10.1)."""
+        """``message_delay_level`` parsed: index ``L - 1`` holds the delay of level ``L`` in ms
+        (docs/store-format.md §delay-levels)."""
         out = []
         for item in self.message_delay_level.split():
             out.append(int(item[:-1]) * _UNIT_MS[item[-1]])

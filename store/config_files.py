@@ -1,4 +1,5 @@
-"""The broker's ``config/*.json`` files (spec §9): their managers, over :mod:`store.fastjson` and :mod:`store.models`.
+"""The broker's ``config/*.json`` files (docs/store-format.md §config-files): their managers, over
+:mod:`store.fastjson` and :mod:`store.models`.
 
 fastjson writes maps with integer keys unquoted (``{0:400,1:400\\n\\t\\t}``), which is not JSON:
 :func:`store.fastjson.loads` accepts that shape, :func:`store.fastjson.dumps_pretty` reproduces the
@@ -7,8 +8,8 @@ broker's pretty format byte for byte, beans with their properties in alphabetica
 as ``.bak`` as ``ConfigManager.persist`` does.
 
 ``topics.json`` also has an append-only ``topics.json.journal`` (ours, unknown to Java): rewriting the
-whole table for each of N topics created one at a time costs O(N) each (``benchmarks/bench_topic_apply.py``,
-1,000 topics at load average 13: 13.2-13.8 s rewriting, 2.6-3.7 s journaled). A created topic is made durable by
+whole table for each of N topics created one at a time costs O(N) each (``benchmarks/bench_topic_apply.py``
+measures it; docs/performance.md). A created topic is made durable by
 appending one line (the entry and the data version after the change) and one fdatasync; the lines are
 replayed at load over the file (those newer than its data version) and folded into the file there, once
 the journal holds as many lines as the table has entries (amortized O(1)), at every whole-file write,
@@ -56,7 +57,8 @@ def salvage_entries(text: str) -> dict[str, Any]:
 
 
 class JsonConfigFile:
-    """Load from ``<name>`` or its ``.bak``; persist atomically keeping ``.bak`` (§9.1).
+    """Load from ``<name>`` or its ``.bak``; persist atomically keeping ``.bak``
+    (docs/store-format.md §persistence).
 
     With ``path=None`` the manager lives in memory only (load and persist do nothing).
     """
@@ -473,7 +475,8 @@ class SubscriptionGroupFile(_VersionedTable[SubscriptionGroupConfig]):
 
 
 class ConsumerOffsetManager(JsonConfigFile):
-    """``consumerOffset.json``: ``topic@group`` → {queueId: next offset to consume} (§9.5)."""
+    """``consumerOffset.json``: ``topic@group`` → {queueId: next offset to consume}
+    (docs/store-format.md §consumer-offsets)."""
 
     def __init__(self, path: str | None, *, read_only: bool = False) -> None:
         super().__init__(path, read_only=read_only)

@@ -1,10 +1,12 @@
-"""ConsumeQueue: per (topic, queueId) array of 20-byte units pointing into the CommitLog (spec §4)."""
+"""ConsumeQueue: per (topic, queueId) array of 20-byte units pointing into the CommitLog
+(docs/store-format.md §consumequeue)."""
 
 from __future__ import annotations
 
 import logging
 import os
 import struct
+from collections.abc import Callable
 from typing import Final
 
 from store.javahash import tags_code
@@ -34,8 +36,8 @@ def decode_unit(buf: bytes | memoryview, pos: int = 0) -> tuple[int, int, int]:
 def unit_tags_code(
     topic: str, properties: dict[str, str], store_timestamp: int, delay_levels_ms: list[int]
 ) -> int:
-    """The unit's tags code (§4.2): delivery time for a delayed record in ``SCHEDULE_TOPIC_XXXX``,
-    otherwise the sign-extended hash of ``TAGS`` (0 without tags)."""
+    """The unit's tags code (docs/store-format.md §tags-code): delivery time for a delayed record in
+    ``SCHEDULE_TOPIC_XXXX``, otherwise the sign-extended hash of ``TAGS`` (0 without tags)."""
     if topic == SCHEDULE_TOPIC:
         level_s = properties.get(PROPERTY_DELAY_TIME_LEVEL)
         if level_s:
@@ -46,7 +48,8 @@ def unit_tags_code(
 
 
 def unit_location(queue_offset: int, file_size: int) -> tuple[str, int]:
-    """Queue offset → (20-digit file name, byte position in that file) (§4.3)."""
+    """Queue offset → (20-digit file name, byte position in that file)
+    (docs/store-format.md §queue-offsets-and-files)."""
     byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
     return f"{byte_offset - byte_offset % file_size:020d}", byte_offset % file_size
 
@@ -56,7 +59,8 @@ _ZERO_UNIT: Final = bytes(CQ_STORE_UNIT_SIZE)
 
 def valid_units_end(view: memoryview, length: int) -> int:
     """Byte position of the first invalid unit (commit log offset < 0 or size <= 0) in ``view[:length]``, or
-    ``length`` when every unit is valid: where recovery ends a ConsumeQueue file (§4.7).
+    ``length`` when every unit is valid: where recovery ends a ConsumeQueue file
+    (docs/store-format.md §consumequeue-recovery).
 
     Start-up reads every unit of the last files this way (300,000 per file, 920,000 for a 1 GiB store:
     1 s unit by unit in Python). So: guess the end (binary search for the first all-zero unit, what
@@ -106,6 +110,7 @@ class ConsumeQueue:
         "damage",
         "file_size",
         "files",
+        "fill_gap",
         "max_physic_offset",
         "min_logic_offset",
         "next_offset",
@@ -138,6 +143,9 @@ class ConsumeQueue:
         #: the last file, and by a re-dispatch that finds a unit other than its record: the store heals
         #: the queue from the CommitLog (``store.heal``).
         self.damage: tuple[int, str] | None = None
+        #: ``fill_gap(queue, first missing queue offset, queue offset arriving)``: called when a record's unit
+        #: would leave a gap, so the store can put the units of records it set aside unparsed there first.
+        self.fill_gap: Callable[[ConsumeQueue, int, int], None] | None = None
 
     def load(self) -> None:
         self.files.load()
@@ -146,7 +154,8 @@ class ConsumeQueue:
     # ------------------------------------------------------------------ recovery
 
     def recover(self) -> None:
-        """Find the end of valid units, starting 3 files from the end; drop files after it (§4.7)."""
+        """Find the end of valid units, starting 3 files from the end; drop files after it
+        (docs/store-format.md §consumequeue-recovery)."""
         files = self.files.files
         if not files:
             return
@@ -203,7 +212,8 @@ class ConsumeQueue:
         return cut
 
     def truncate_dirty(self, phy_offset: int) -> None:
-        """Drop every unit that points at or past ``phy_offset`` in the CommitLog (§4.7)."""
+        """Drop every unit that points at or past ``phy_offset`` in the CommitLog
+        (docs/store-format.md §consumequeue-recovery)."""
         cut = self._dirty_cut(phy_offset)
         if cut is not None:
             self.files.truncate_dirty_files(cut)
@@ -279,7 +289,8 @@ class ConsumeQueue:
             mf.prepare(end, populate=False)
 
     def put_unit(self, phys_offset: int, size: int, tags_code: int, queue_offset: int) -> None:
-        """Write the unit for a dispatched record at ``queue_offset`` (rules of §4.5)."""
+        """Write the unit for a dispatched record at ``queue_offset`` (rules of
+        docs/store-format.md §dispatch)."""
         if phys_offset + size <= self.max_physic_offset:
             if self.damage is None:  # already dispatched: a re-dispatch (abnormal recovery) checks the unit
                 self._check_unit(phys_offset, size, queue_offset)
@@ -290,6 +301,10 @@ class ConsumeQueue:
             current = mf.file_from_offset + mf.wrote_position
             if expected < current:
                 return
+            if expected > current and self.fill_gap is not None:
+                self.fill_gap(self, current // CQ_STORE_UNIT_SIZE, queue_offset)
+                mf = self.file_for(queue_offset)
+                current = mf.file_from_offset + mf.wrote_position
             if expected != current:
                 log.error(
                     "%s/%d: unit for queue offset %d written at %d (gap)",

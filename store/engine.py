@@ -2,7 +2,7 @@
 
 Threading model (why threads, not asyncio): an append is CPU-bound work (encode, copy into the
 mapping, a few struct writes), so the broker can call :meth:`DefaultMessageStore.put_message`
-directly from its event loop in ASYNC_FLUSH mode (under 10 us). SYNC_FLUSH needs group commit: a
+directly from its event loop in ASYNC_FLUSH mode. SYNC_FLUSH needs group commit: a
 put must wait for an fsync that many puts share, so a flush thread does the ``fdatasync`` (which
 releases the GIL) while putting threads wait on a condition; the broker runs those puts in a
 thread pool (``loop.run_in_executor``) so concurrent sends share one fsync.
@@ -25,7 +25,7 @@ import os
 import struct
 import sys
 import threading
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from typing import Final
 
 from store.api import (
@@ -66,8 +66,9 @@ from store.message import (
     HostAddress,
     Message,
 )
-from store.quarantine import set_aside
+from store.quarantine import kept_in_place, list_quarantines, set_aside, set_aside_records
 from store.record import (
+    RECORD_IDENTITY,
     RecordInfo,
     decode_msg_id,
     msg_id_prefix,
@@ -92,14 +93,16 @@ _PUT_OK: Final = PutMessageStatus.PUT_OK  # read on every put (store/native.py: 
 _WARM_AHEAD_BYTES = 8 * 1024 * 1024
 _RETRY_CHUNK = 1024 * 1024  # CommitLog bytes the flush loop's dispatch retry takes per hold of the put lock
 _SYNCFS_QUEUES = 64  # a flush due on this many ConsumeQueues syncs their file system once instead
-CLEAN_START_DELAY_MS = 60_000  # first cleanup run after start, as the broker schedules it (§8.1)
+#: First cleanup run after start, as the broker schedules it (docs/store-format.md §cleanup).
+CLEAN_START_DELAY_MS = 60_000
 DISK_CHECK_START_DELAY_MS, DISK_CHECK_INTERVAL_MS = 1_000, 10_000
 _LOCKED_ROOTS: set[str] = set()
 _LOCKED_ROOTS_GUARD = threading.Lock()
 
 
 def _take_lock(root: str, flags: int) -> int:
-    """Open ``root/lock`` with ``flags`` and take the broker's lock: a POSIX record lock on byte 0 (§1.5).
+    """Open ``root/lock`` with ``flags`` and take the broker's lock: a POSIX record lock on byte 0
+    (docs/store-format.md §lock-and-abort).
 
     Call under ``_LOCKED_ROOTS_GUARD``. Raises :class:`StoreLockedError` when this process or another
     holds it; ``FileNotFoundError`` when the file is missing and ``flags`` do not create it.
@@ -172,8 +175,9 @@ def held_lock(root: str) -> Iterator[None]:
 def dispatch_rules(
     info: RecordInfo, delay_ms: list[int], index_enabled: bool
 ) -> tuple[int | None, list[str]]:
-    """What dispatch writes for one record (§4.5, §5.6): its ConsumeQueue unit's tags code (None: no unit,
-    a prepared or rolled-back transaction message) and its index keys (none for a rollback)."""
+    """What dispatch writes for one record (docs/store-format.md §dispatch): its ConsumeQueue unit's tags code
+    (None: no unit, a prepared or rolled-back transaction message) and its index keys (none for a
+    rollback)."""
     tran = info.sys_flag & TRANSACTION_TYPE_MASK
     if tran == TRANSACTION_NOT_TYPE or tran == TRANSACTION_COMMIT_TYPE:  # noqa: SIM109 (hot path)
         code: int | None = unit_tags_code(info.topic, info.properties, info.store_timestamp, delay_ms)
@@ -214,7 +218,7 @@ class DefaultMessageStore:
             config.mapped_file_size_commit_log,
             max_message_size=config.max_message_size,
             read_only=read_only,
-            # Pre-faulting saves the appender ~2 us/msg of page faults but the zero pages it dirties are
+            # Pre-faulting saves the appender its page faults but the zero pages it dirties are
             # written to disk too; worth it in ASYNC mode, not when every put waits for an fsync, nor on a
             # slave, whose replica appends with pwrite (store.ha): zeros first would write every page twice.
             prefault=config.warm_maped_file_enable and not config.sync_flush and config.broker_role != SLAVE,
@@ -270,7 +274,7 @@ class DefaultMessageStore:
         self.shutdown()
 
     def open(self) -> None:
-        """Lock, load every file, recover CommitLog and ConsumeQueues (§6.3 steps 1–7)."""
+        """Lock, load every file, recover CommitLog and ConsumeQueues (docs/store-format.md §start-up)."""
         root = self.config.store_path_root_dir
         if not self.read_only:
             os.makedirs(root, exist_ok=True)
@@ -295,7 +299,8 @@ class DefaultMessageStore:
         self._opened = True
 
     def start(self) -> None:
-        """Dispatch what the ConsumeQueues miss, create ``abort`` and start the flush threads (§6.3 step 9)."""
+        """Dispatch what the ConsumeQueues miss, create ``abort`` and start the flush threads
+        (docs/store-format.md §start-up)."""
         if not self._opened:
             raise StoreClosedError("open() the store first")
         if self.read_only or self._running:
@@ -358,7 +363,8 @@ class DefaultMessageStore:
         self._opened = False
 
     def _acquire_lock(self) -> None:
-        """Take the broker's lock on the store (§1.5) and hold it until :meth:`_release_lock`."""
+        """Take the broker's lock on the store (docs/store-format.md §lock-and-abort) and hold it until
+        :meth:`_release_lock`."""
         with _LOCKED_ROOTS_GUARD:
             fd = _take_lock(self.config.store_path_root_dir, os.O_RDWR | os.O_CREAT)
             os.pwrite(fd, b"lock", 0)
@@ -392,13 +398,35 @@ class DefaultMessageStore:
 
     def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
         """A queue object, its topic interned like the broker's topic names (see ``TopicConfig``)."""
-        return ConsumeQueue(
+        cq = ConsumeQueue(
             self.config.consume_queue_dir,
             sys.intern(topic),
             queue_id,
             self.config.consume_queue_file_size,
             read_only=self.read_only,
         )
+        cq.fill_gap = self._fill_set_aside_gap
+        return cq
+
+    def _fill_set_aside_gap(self, cq: ConsumeQueue, first: int, queue_offset: int) -> None:
+        """Dispatch steps over a record recovery set aside without being able to parse it, so its queue
+        misses that unit when the next record arrives: put a unit for each missing queue offset whose
+        set-aside record's header still names this queue and that offset (reads skip it), keeping the
+        later units at their own queue offsets."""
+        cl = self.commit_log
+        found: dict[int, tuple[int, int]] = {}
+        for phys, size in cl.set_aside.items():
+            mf = cl.files.find_file(phys)
+            if mf is None or phys - mf.file_from_offset + RECORD_IDENTITY.size > mf.file_size:
+                continue
+            total, _magic, qid, qoff, _phys = RECORD_IDENTITY.unpack_from(mf.view, phys - mf.file_from_offset)
+            if qid == cq.queue_id and first <= qoff < queue_offset and total == size:
+                found[qoff] = (phys, size)
+        for qoff in range(first, queue_offset):
+            unit = found.get(qoff)
+            if unit is None:
+                return
+            cq.put_unit(unit[0], unit[1], 0, qoff)
 
     def _max_cq_phy_offset(self) -> int:
         return max((cq.max_physic_offset for cq in self._cqs.values()), default=0)
@@ -423,6 +451,15 @@ class DefaultMessageStore:
         max_cq_phy = self._max_cq_phy_offset()
         files = self.commit_log.files.files
         check_crc = self.config.check_crc_on_recover
+        root = self.config.store_path_root_dir
+        self.commit_log.set_aside = (
+            kept_in_place(list_quarantines(root), self.commit_log.files) if files else {}
+        )
+        damaged: list[tuple[CorruptRecordError, int]] = []
+
+        def on_damaged(error: CorruptRecordError, size: int) -> None:
+            damaged.append((error, size))
+
         if not files:
             for cq in self._cqs.values():
                 if not self.read_only:
@@ -433,10 +470,10 @@ class DefaultMessageStore:
             checked_from = 0
         elif self.last_exit_ok or self.read_only:
             checked_from = files[max(0, len(files) - 3)].file_from_offset
-            result = self.commit_log.scan(max(0, len(files) - 3), check_crc=check_crc)
+            result = self.commit_log.scan(max(0, len(files) - 3), check_crc=check_crc, on_damaged=on_damaged)
         elif point is not None:
             checked_from = point.offset
-            result = self._recover_from_point(point, check_crc=check_crc)
+            result = self._recover_from_point(point, check_crc=check_crc, on_damaged=on_damaged)
         else:
             assert self.checkpoint is not None
             limit = self.checkpoint.recovery_limit(
@@ -445,12 +482,15 @@ class DefaultMessageStore:
             start = self.commit_log.abnormal_start_index(limit)
             checked_from = files[start].file_from_offset
             log.info("abnormal recovery from %s (checkpoint limit %d)", files[start].path, limit)
-            result = self.commit_log.scan(start, check_crc=check_crc, on_record=self._dispatch_one)
+            result = self.commit_log.scan(
+                start, check_crc=check_crc, on_record=self._dispatch_one, on_damaged=on_damaged
+            )
         self.recovery_corruption = result.corruption
         end = result.process_offset
+        self._set_aside_in_place(damaged)
         if not self.read_only:  # what the truncation would destroy is moved aside first
             set_aside(
-                self.config.store_path_root_dir,
+                root,
                 self.commit_log.files,
                 list(self._cqs.values()),
                 end,
@@ -469,7 +509,35 @@ class DefaultMessageStore:
                 cq.truncate_dirty(end)
         self._rebuild_queue_table()
 
-    def _recover_from_point(self, point: RecoveryPoint, *, check_crc: bool) -> ScanResult:
+    def _set_aside_in_place(self, damaged: list[tuple[CorruptRecordError, int]]) -> None:
+        """Recovery met damaged records whose extent it knew and went on past them: each one not in a
+        quarantine yet is copied into a new one (logged at ERROR); all of them stay in the CommitLog, where
+        walks step over them and reads skip them."""
+        held = self.commit_log.set_aside
+        new = [(e, n) for e, n in damaged if e.offset not in held]
+        again = len(damaged) - len(new)
+        for e, n in damaged:
+            held[e.offset] = n
+        if again:
+            log.warning(
+                "the CommitLog still holds %d damaged record(s) set aside earlier (never served)", again
+            )
+        if new and not self.read_only:
+            set_aside_records(
+                self.config.store_path_root_dir,
+                self.commit_log.files,
+                new,
+                recovery="normal" if self.last_exit_ok else "abnormal",
+                now_ms=self.clock.now_ms(),
+            )
+
+    def _recover_from_point(
+        self,
+        point: RecoveryPoint,
+        *,
+        check_crc: bool,
+        on_damaged: Callable[[CorruptRecordError, int], None] | None = None,
+    ) -> ScanResult:
         """Abnormal recovery from our recovery point: validate and dispatch again what follows it.
 
         Everything below the point was on disk before the crash (CommitLog, units, index entries), so a
@@ -480,10 +548,12 @@ class DefaultMessageStore:
         for cq in self._cqs.values():
             cq.truncate_dirty(point.offset)
         log.info("abnormal recovery from the checkpoint's recovery point, CommitLog offset %d", point.offset)
-        return self.commit_log.scan_from(point.offset, check_crc=check_crc, on_record=self._dispatch_one)
+        return self.commit_log.scan_from(
+            point.offset, check_crc=check_crc, on_record=self._dispatch_one, on_damaged=on_damaged
+        )
 
     def _rebuild_queue_table(self) -> None:
-        """Each queue's next offset from its units; fix min offsets (§6.3 step 7)."""
+        """Each queue's next offset from its units; fix min offsets (docs/store-format.md §start-up)."""
         min_phy = self.commit_log.min_offset
         for cq in self._cqs.values():
             cq.next_offset = cq.max_offset
@@ -499,8 +569,8 @@ class DefaultMessageStore:
         return cq
 
     def _dispatch_one(self, info: RecordInfo, cq: ConsumeQueue | None = None) -> None:
-        """Build the ConsumeQueue unit and the index entries of one record (§4.5, §5.6); ``cq`` is the
-        record's queue when the caller has it already."""
+        """Build the ConsumeQueue unit and the index entries of one record (docs/store-format.md §dispatch);
+        ``cq`` is the record's queue when the caller has it already."""
         code, keys = dispatch_rules(info, self._delay_ms, self._index_enabled)
         if code is not None:
             if cq is None:
@@ -553,7 +623,8 @@ class DefaultMessageStore:
         t.start()
 
     def _flush_full_index(self, full: IndexFile) -> None:
-        """Flush an index file that filled up, then record its end time in the checkpoint (§5.7)."""
+        """Flush an index file that filled up, then record its end time in the checkpoint
+        (docs/store-format.md §new-index-files)."""
         full.flush()
         if self.checkpoint is not None:
             self.checkpoint.index_msg_timestamp = max(self.checkpoint.index_msg_timestamp, full.end_timestamp)
@@ -630,7 +701,8 @@ class DefaultMessageStore:
         return self._put([apply_delay(msg, self._delay_ms)], msg.wait_store_msg_ok)
 
     def put_messages(self, batch: list[Message]) -> PutResult:
-        """Append a batch for one (topic, queue): consecutive queue offsets, all in one file (§2.9)."""
+        """Append a batch for one (topic, queue): consecutive queue offsets, all in one file
+        (docs/store-format.md §batches)."""
         if not batch_is_legal(batch):
             return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
         return self._put(batch, batch[0].wait_store_msg_ok)
@@ -794,12 +866,14 @@ class DefaultMessageStore:
             self.cleaner.check_disk_space()
 
     def delete_expired_files_manually(self) -> None:
-        """The admin ``DELETE_EXPIRED_COMMITLOG`` request: expired files go at the next runs (§8.7)."""
+        """The admin ``DELETE_EXPIRED_COMMITLOG`` request: expired files go at the next runs
+        (docs/store-format.md §manual-deletion)."""
         self.cleaner.request_manual_delete()
 
     @property
     def disk_full(self) -> bool:
-        """Usage above the warning watermark: puts are refused until cleanup frees space (§8.3)."""
+        """Usage above the warning watermark: puts are refused until cleanup frees space
+        (docs/store-format.md §disk-watermarks)."""
         return self.cleaner.disk_full
 
     def disk_ratio(self) -> float:
@@ -1001,6 +1075,12 @@ class DefaultMessageStore:
                 listener(topic, queue_id, max_offset)
         return walk.offset != start
 
+    def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:
+        """See :func:`store.replica_tail.set_aside_replica_tail` (a slave's divergent tail)."""
+        from store.replica_tail import set_aside_replica_tail  # (it reaches into this class)
+
+        return set_aside_replica_tail(self, cut, why)
+
     # ================================================================== reads
 
     @property
@@ -1157,7 +1237,8 @@ class DefaultMessageStore:
         return self.look_message_by_offset(offset)
 
     def query_message(self, topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> QueryResult:
-        """Messages of ``topic`` whose KEYS contain ``key`` or whose UNIQ_KEY is ``key`` (§5.8).
+        """Messages of ``topic`` whose KEYS contain ``key`` or whose UNIQ_KEY is ``key``
+        (docs/store-format.md §index-query).
 
         The index only stores hashes, so every hit is read back and its topic and keys compared.
         """

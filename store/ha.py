@@ -1,19 +1,28 @@
-"""HA replication (spec §11): the master/slave byte protocol and the store surface it replicates through.
+"""HA replication (docs/replication.md §replication): the master/slave byte protocol and the store surface it
+replicates through.
 
-The protocol is two raw big-endian streams with no handshake (§11.2): the slave sends 8-byte offset
-reports, the master sends frames of ``offset(8) size(4)`` followed by ``size`` raw CommitLog bytes.
-The codecs here are pure functions over bytes; sockets live in the daemon.
+The protocol is two raw big-endian streams with no handshake (docs/replication.md §the-byte-protocol): the
+slave sends 8-byte offset reports, the master sends frames of ``offset(8) size(4)`` followed by ``size`` raw
+CommitLog bytes. The codecs here are pure functions over bytes; sockets live in the daemon.
 
 :class:`ReplicaStore` is what the daemon's master and slave need of a store, so HA runs on any store
 that keeps a CommitLog-format byte log without asking which one it is. A slave store copies the
-master's bytes to the same offsets and then dispatches only whole records, so a frame that ends inside
-a record never makes a partial record visible to ConsumeQueues, the index or pulls.
+master's bytes to the same offsets and then dispatches only whole records. Before they reach it,
+:class:`ReplicaRecords` lets through only whole records that parse, pass their body CRC and name the
+offset they land at, so a frame that ends inside a record (frames are byte ranges) appends nothing of
+it, and nothing else the master sends is appended or acknowledged. :func:`is_record_boundary` and
+:func:`record_spans` are what a master and a slave check each other's offsets with.
 """
 
 from __future__ import annotations
 
 import struct
 from typing import Protocol, runtime_checkable
+
+from store.config import StoreConfig
+from store.errors import CorruptRecordError
+from store.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2
+from store.record import check_record
 
 REPORT = struct.Struct(">q")
 FRAME_HEADER = struct.Struct(">qi")
@@ -26,6 +35,11 @@ Buffer = bytes | bytearray | memoryview
 
 class HAProtocolError(Exception):
     """The peer sent something the protocol does not allow; the connection must be closed."""
+
+
+class ReplicaRecordError(HAProtocolError):
+    """The master sent bytes that are not whole, sound records at the offsets they name: nothing of
+    them may be appended or acknowledged."""
 
 
 # ---------------------------------------------------------------------- slave -> master
@@ -100,9 +114,152 @@ def frame_extent(offset: int, available_end: int, file_size: int, batch: int) ->
     return max(0, min(batch, available_end - offset, file_end - offset))
 
 
-def slave_accepts(slave_max: int, frame_offset: int) -> bool:
-    """A slave appends a frame only at its own end (or anywhere when it is empty), else reconnects."""
-    return slave_max == 0 or slave_max == frame_offset
+#: What a record may hold beyond ``maxMessageSize`` of body: hosts, topic, properties (each bounded).
+RECORD_OVERHEAD = 64 * 1024
+_PHYSICAL_OFFSET = struct.Struct(">q")
+_PHYSICAL_OFFSET_POS = 28  # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG (4 each) QUEUEOFFSET (8), then this
+_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
+_SPAN_CHUNK = 1 << 20
+
+
+def max_record_size(config: StoreConfig) -> int:
+    """The largest record (or end-of-file filler) a slave takes from its master: a master whose
+    ``maxMessageSize`` is larger than the slave's (or than 4.9.8's default) must not stall it."""
+    return max(config.max_message_size, 4 * 1024 * 1024) + RECORD_OVERHEAD
+
+
+class ReplicaRecords:
+    """The slave's check of what its master sends, before a byte of it is appended (or acknowledged).
+
+    HA frames are byte ranges, not records: 4.9.8's ``HAConnection.WriteSocketService`` sends up to
+    ``haTransferBatchSize`` bytes and may cut a record anywhere. So the frames' bytes collect here from
+    ``start`` (the slave's end) and :meth:`take` hands out only whole records that parse (magic, sizes,
+    body CRC) and whose PHYSICALOFFSET field names the offset they land at, plus the end-of-file filler
+    (BLANK magic, its size the rest of the file); a record cut by a frame stays until its rest arrives.
+    Anything else raises :class:`ReplicaRecordError` and hands out nothing of what is pending.
+    """
+
+    def __init__(self, start: int, file_size: int, max_record: int) -> None:
+        self.start = start
+        self.file_size = file_size
+        #: Neither a record nor a filler is larger (a filler is what was left when a record did not fit).
+        self.max_record = max_record
+        self.pending = bytearray()
+
+    @property
+    def end(self) -> int:
+        """Where the next frame must start."""
+        return self.start + len(self.pending)
+
+    def feed(self, offset: int, data: Buffer) -> None:
+        """Add a frame's bytes; raises when the frame does not continue the bytes held."""
+        if offset != self.end:
+            raise HAProtocolError(f"frame at {offset} but the slave's bytes end at {self.end}")
+        self.pending += data
+
+    def take(self) -> tuple[int, bytes]:
+        """``(offset, bytes)``: every whole, checked record pending (``b""`` when none is complete yet)."""
+        n = self._whole()
+        if n == 0:
+            return self.start, b""
+        out = bytes(self.pending[:n])
+        del self.pending[:n]
+        at, self.start = self.start, self.start + n
+        return at, out
+
+    def _whole(self) -> int:
+        buf = self.pending
+        file_size = self.file_size
+        pos = 0
+        have = len(buf)
+        with memoryview(buf) as view:
+            while True:
+                at = self.start + pos
+                room = file_size - at % file_size
+                if room < 8:  # no room for a header: the rest of the file is padding (4.9.8 leaves none)
+                    if have - pos < room:
+                        return pos
+                    pos += room
+                    continue
+                if have - pos < 8:
+                    return pos
+                size, magic = struct.unpack_from(">ii", view, pos)
+                if magic == BLANK_MAGIC_CODE and size == room:
+                    if size > self.max_record + 8:
+                        raise ReplicaRecordError(f"end-of-file filler of {size} bytes at {at} is too large")
+                    if have - pos < size:
+                        return pos
+                    pos += size
+                    continue
+                if magic not in _MAGICS:
+                    raise ReplicaRecordError(
+                        f"no record starts at {at}: magic code 0x{magic & 0xFFFFFFFF:08X}"
+                    )
+                if size <= 0 or size > min(self.max_record, room):
+                    raise ReplicaRecordError(f"record at {at}: total size {size} does not fit")
+                if have - pos < size:
+                    return pos  # cut by the frame: the rest is on its way
+                try:
+                    check_record(view, pos, pos + size, check_crc=True)
+                except CorruptRecordError as e:
+                    raise ReplicaRecordError(f"record at {at}: {e.reason}") from None
+                (named,) = _PHYSICAL_OFFSET.unpack_from(view, pos + _PHYSICAL_OFFSET_POS)
+                if named != at:
+                    raise ReplicaRecordError(f"record at {at} names physical offset {named}")
+                pos += size
+
+
+def is_record_boundary(store: ReplicaStore, offset: int) -> bool:
+    """Whether ``offset`` is where a record of ``store``'s CommitLog starts or the log ends: a file's
+    start, an end-of-file filler, or a record that parses and names ``offset`` as its own. What a master
+    checks a slave's first report against: any other offset means the two logs differ there."""
+    end = store.max_phy_offset
+    if offset in (0, end):
+        return True  # (0: an empty slave)
+    file_size = store.commit_log_file_size
+    if offset > end:
+        return False
+    if offset % file_size == 0:
+        return True
+    head = store.read_commit_log(offset, 8)
+    if head is None:
+        return False
+    size, magic = struct.unpack(">ii", head)
+    room = file_size - offset % file_size
+    if magic == BLANK_MAGIC_CODE and size == room:
+        return True
+    if magic not in _MAGICS or not 0 < size <= room:
+        return False
+    record = store.read_commit_log(offset, size)
+    if record is None:
+        return False
+    try:
+        check_record(record, 0, size, check_crc=False)
+    except CorruptRecordError:
+        return False
+    return bool(_PHYSICAL_OFFSET.unpack_from(record, _PHYSICAL_OFFSET_POS)[0] == offset)
+
+
+def record_spans(store: ReplicaStore, start: int, end: int) -> list[tuple[int, int]]:
+    """``(offset, size)`` of each record from ``start`` (a record boundary: a file's start) up to ``end``
+    within that file, as headers say; an end-of-file filler, zeros or a header that does not fit end it.
+    What a slave walks back over when its tail differs from its master's (read a MiB at a time)."""
+    file_size = store.commit_log_file_size
+    stop = min(end, start - start % file_size + file_size)
+    out = []
+    at = base = start
+    chunk = b""
+    while at + 8 <= stop:
+        if at + 8 > base + len(chunk):
+            base, chunk = at, store.read_commit_log(at, min(_SPAN_CHUNK, stop - at)) or b""
+            if len(chunk) < 8:
+                break
+        size, magic = struct.unpack_from(">ii", chunk, at - base)
+        if magic not in _MAGICS or not 0 < size <= stop - at:
+            break
+        out.append((at, size))
+        at += size
+    return out
 
 
 # ---------------------------------------------------------------------- the store's side
@@ -124,6 +281,11 @@ class ReplicaStore(Protocol):
         ...
 
     @property
+    def min_phy_offset(self) -> int:
+        """Where the CommitLog starts (older files were cleaned up)."""
+        ...
+
+    @property
     def commit_log_file_size(self) -> int:
         """The CommitLog's file size: frames never cross a file, an empty slave starts at a file."""
         ...
@@ -140,4 +302,11 @@ class ReplicaStore(Protocol):
     def dispatch_replica(self, max_bytes: int = DISPATCH_CHUNK) -> bool:
         """Dispatch the whole records appended after the dispatch cursor (about ``max_bytes`` of them) and
         tell the arrival listeners; whether the cursor moved."""
+        ...
+
+    def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:
+        """Take everything from ``cut`` on out of service: the CommitLog's bytes and what was dispatched from
+        them, kept where the store keeps what it sets aside (a file store: ``quarantine/<UTC>/``). A slave
+        does this with a tail its master does not hold. Returns the records set aside and where they are.
+        Never called while :meth:`dispatch_replica` runs."""
         ...

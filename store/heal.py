@@ -1,5 +1,5 @@
 """Derived files heal themselves: ConsumeQueue units and IndexFile headers checked against the CommitLog,
-and repaired from it when they do not match (issue 14, point 3).
+and repaired from it when they do not match.
 
 Why: a unit pointing at garbage made consumers skip a whole ConsumeQueue file or receive a garbled
 record, and a damaged IndexFile header hid the keys of every older index file; neither was logged and a
@@ -63,7 +63,9 @@ _PREFILL_SIZE = UNIT.unpack(PREFILL_UNIT)[1]
 _QUEUED = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
 _MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 
-LMQ_PREFIX = "%LMQ%"  # light queues (multi-dispatch, §3.2): their units point at other topics' records
+#: Light message queues (multi-dispatch, docs/store-format.md §properties-and-message-ids): their units
+#: point at other topics' records.
+LMQ_PREFIX = "%LMQ%"
 QueueKey = tuple[str, int]
 
 
@@ -76,7 +78,7 @@ def record_problem(
     """Why the unit ``(phys, size)`` of queue ``topic``/``queue_id`` (at ``queue_offset`` if given) does
     not point at its record; ``None`` when it does. A unit below the CommitLog's first file is not judged
     (its record expired)."""
-    if phys < cl.min_offset:
+    if phys < cl.min_offset or cl.set_aside.get(phys) == size:  # expired, or set aside (reads skip it)
         return None
     if size <= 0 or phys < 0:
         return "is not a valid unit"
@@ -159,7 +161,8 @@ def index_header_problem(
         return f"beginPhyOffset {bp} and endPhyOffset {ep} are out of order"
     if ep > cl.max_offset and not (set_aside is not None and set_aside(ep)):
         return f"endPhyOffset {ep} is past the CommitLog end {cl.max_offset}"
-    if entries == 0:  # a new file starts with begin = end = the previous file's end (§5.7)
+    # a new file starts with begin = end = the previous file's end (docs/store-format.md §new-index-files)
+    if entries == 0:
         return None if (bt, bp) == (et, ep) else "a file without entries has begin and end fields that differ"
     base = INDEX_HEADER_SIZE + f.hash_slot_num * HASH_SLOT_SIZE
     first_phy = ENTRY.unpack_from(f.mm, base + INDEX_ENTRY_SIZE)[1]
@@ -381,6 +384,7 @@ class Healer:
         room = RECORD_IDENTITY.size
         magic, magic_v2 = _MAGICS
         crc_checked_from = store._crc_checked_from  # set by recovery, before any read
+        set_aside = cl.set_aside  # damaged records recovery kept in place: never served
 
         def read(phys: int, size: int, queue_offset: int) -> tuple[memoryview, str] | None:
             mf = find_file(phys)
@@ -399,10 +403,14 @@ class Healer:
                             phys,
                         )
                     if own:
-                        if phys < crc_checked_from and (bad := body_crc_problem(mf.view, pos, size)):
+                        if (phys < crc_checked_from or (set_aside and phys in set_aside)) and (
+                            bad := body_crc_problem(mf.view, pos, size)
+                        ):
                             # never served as good: the pull skips it
                             raise CorruptRecordError(mf.path, phys, bad)
                         return mf.view[pos : pos + size], mf.path
+                if set_aside and phys in set_aside:
+                    raise CorruptRecordError(mf.path, phys, "a damaged record recovery set aside")
             why = record_problem(cl, phys, size, topic, qid, queue_offset)
             if why is None:  # expired (below the CommitLog's first file) or left with its file since
                 return None

@@ -1,4 +1,5 @@
-"""IndexFile: hash index from ``topic#key`` to CommitLog offsets (spec §5), and the service over all files."""
+"""IndexFile: hash index from ``topic#key`` to CommitLog offsets (docs/store-format.md §indexfile), and the
+service over all files."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ ENTRIES_CHUNK = 1024
 
 
 def index_keys(topic: str, properties: dict[str, str]) -> list[str]:
-    """The index keys of a record (§5.5): ``topic#UNIQ_KEY`` first, then ``topic#key`` per KEYS entry."""
+    """The index keys of a record (docs/store-format.md §index-keys-and-hash): ``topic#UNIQ_KEY`` first, then
+    ``topic#key`` per KEYS entry."""
     uniq = properties.get(PROPERTY_UNIQ_KEY)
     keys = [f"{topic}#{uniq}"] if uniq else []
     keys_prop = properties.get(PROPERTY_KEYS)
@@ -52,7 +54,8 @@ def index_file_size(hash_slot_num: int, index_num: int) -> int:
 
 
 def index_file_name(now_ms: int) -> str:
-    """``yyyyMMddHHmmssSSS`` in local time, as the broker names index files (§1.2)."""
+    """``yyyyMMddHHmmssSSS`` in local time, as the broker names index files
+    (docs/store-format.md §file-names-and-sizes)."""
     return time.strftime("%Y%m%d%H%M%S", time.localtime(now_ms // 1000)) + f"{now_ms % 1000:03d}"
 
 
@@ -200,11 +203,13 @@ class IndexFile:
         return entry
 
     def put_key(self, key: str, phy_offset: int, store_timestamp: int) -> bool:
-        """Insert one key (§5.6); ``False`` when the file is full. Call :meth:`write_header` afterwards."""
+        """Insert one key (docs/store-format.md §index-insert); ``False`` when the file is full. Call
+        :meth:`write_header` afterwards."""
         return self.put_keys((key,), phy_offset, store_timestamp) == 1
 
     def put_keys(self, keys: Sequence[str], phy_offset: int, store_timestamp: int) -> int:
-        """Insert keys of one record in order (§5.6); returns how many fit before the file filled up."""
+        """Insert keys of one record in order (docs/store-format.md §index-insert); returns how many fit
+        before the file filled up."""
         mm = self.mm
         slots = self.hash_slot_num
         base = self._entries_base
@@ -258,7 +263,8 @@ class IndexFile:
         return (begin < fb and end > fe) or fb <= begin <= fe or fb <= end <= fe
 
     def select_phy_offsets(self, key: str, max_num: int, begin: int, end: int, out: list[int]) -> None:
-        """Append to ``out`` the offsets of entries whose hash matches ``key`` within [begin, end] (§5.8)."""
+        """Append to ``out`` the offsets of entries whose hash matches ``key`` within [begin, end]
+        (docs/store-format.md §index-query)."""
         if self.index_count <= 1:
             return
         h = index_key_hash(key)
@@ -307,7 +313,8 @@ class IndexService:
     def load(
         self, last_exit_ok: bool, index_msg_timestamp: int, snapshot: IndexSnapshot | None = None
     ) -> None:
-        """Map every index file; after a crash drop those newer than the checkpoint (§5.10).
+        """Map every index file; after a crash drop those newer than the checkpoint
+        (docs/store-format.md §index-recovery).
 
         With the ``snapshot`` of our recovery point, the file it names is kept at that header instead
         (it was on disk up to there), older files are kept (flushed when they filled or by that
@@ -372,8 +379,8 @@ class IndexService:
     def build_index(
         self, keys: Sequence[str], phy_offset: int, store_timestamp: int, clock: Callable[[], int]
     ) -> IndexFile | None:
-        """Insert ``keys`` for one record; returns the file that filled up, if any (the caller flushes
-        it in the background and records its end time in the checkpoint, §5.7).
+        """Insert ``keys`` for one record; returns the file that filled up, if any (the caller flushes it in
+        the background and records its end time in the checkpoint, docs/store-format.md §new-index-files).
 
         ``clock`` names a new index file (local time) when one has to be created.
         """
@@ -388,7 +395,8 @@ class IndexService:
         return full  # the active file's header is written by write_header() (periodic) and flush()
 
     def query(self, key: str, max_num: int, begin: int, end: int) -> list[int]:
-        """Offsets of entries for ``key`` (already ``topic#key``), newest files first (§5.8), unsorted."""
+        """Offsets of entries for ``key`` (already ``topic#key``), newest files first
+        (docs/store-format.md §index-query), unsorted."""
         out: list[int] = []
         for f in reversed(self.files):
             if f.is_time_matched(begin, end):

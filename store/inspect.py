@@ -36,14 +36,20 @@ from store.indexfile import (
 from store.javahash import index_key_hash
 from store.mapped_file import MappedFile
 from store.message import (
-    BLANK_MAGIC_CODE,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
     StoredMessage,
 )
-from store.quarantine import commit_log_ranges, data_end, list_quarantines, quarantine_at, walk
-from store.record import RecordInfo, decode_record, read_header, read_record_info
+from store.quarantine import (
+    commit_log_ranges,
+    data_end,
+    kept_in_place,
+    list_quarantines,
+    quarantine_at,
+    walk,
+)
+from store.record import RecordInfo, decode_record, read_record_info
 
 log = logging.getLogger(__name__)
 
@@ -205,13 +211,22 @@ def scan_file(
     check_crc: bool = False,
     on_record: Callable[[RecordInfo], None] | None = None,
     on_crc_error: Callable[[CorruptRecordError], None] | None = None,
+    on_set_aside: Callable[[CorruptRecordError, int], None] | None = None,
 ) -> FileStats:
     """Walk one file's records until the blank filler, zeros or a record that cannot be parsed.
 
     With ``check_crc`` a body CRC mismatch is passed to ``on_crc_error`` and the walk goes on (the
-    record's length fields are sound); a structural error ends the file."""
+    record's length fields are sound); a structural error ends the file, unless the record is one recovery
+    set aside in place (``cl.set_aside``): that one goes to ``on_set_aside`` and the walk steps over it."""
     walk = RecordWalk(
-        cl.files, mf.file_from_offset, mf.end_offset, check_crc=check_crc, on_crc_error=on_crc_error
+        cl.files,
+        mf.file_from_offset,
+        mf.end_offset,
+        check_crc=check_crc,
+        on_crc_error=on_crc_error,
+        on_damaged=on_set_aside,
+        known=cl.set_aside,
+        search=False,
     )
     first_ts: int | None = None
     topics: dict[str, int] = {}
@@ -518,6 +533,36 @@ def messages_by_key(
     return found
 
 
+@dataclass(frozen=True)
+class LogSpan:
+    """Where a CommitLog's records start and end, and the damage that ended the walk early, if any."""
+
+    min_offset: int
+    end_offset: int
+    corruption: CorruptRecordError | None
+
+
+def raw_records(lay: Layout, span: Callable[[LogSpan], None] | None = None) -> Iterator[tuple[int, bytes]]:
+    """Every record of the store's CommitLog in order: ``(offset, its bytes as stored)``, stepping over the
+    damaged records recovery set aside in place; then ``span`` is told where the records ended."""
+    with commit_log(lay, on_bad_file=lambda _exc: None) as cl:
+        walk = RecordWalk(
+            cl.files,
+            cl.min_offset,
+            cl.max_offset,
+            on_damaged=lambda _error, _size: None,
+            known=kept_in_place(list_quarantines(str(lay.root)), cl.files),
+            search=False,
+        )
+        for info in walk:
+            mf = cl.files.find_file(info.commit_log_offset)
+            assert mf is not None
+            pos = info.commit_log_offset - mf.file_from_offset
+            yield info.commit_log_offset, bytes(mf.view[pos : pos + info.size])
+        if span is not None:
+            span(LogSpan(cl.min_offset, walk.offset, walk.corruption))
+
+
 def message_at_offset(lay: Layout, phys: int) -> StoredMessage | None:
     """The record at a CommitLog offset (``None`` outside the log; :class:`CorruptRecordError` when no
     valid record starts there)."""
@@ -549,6 +594,7 @@ class VerifyReport:
     problems: list[str]  # the first ``max_problems`` of them (all by default)
     problems_not_listed: int
     notes: list[str]  # findings that are not problems (stale index entries and where they point)
+    damaged_set_aside: int  # damaged records recovery set aside but left in the CommitLog (never served)
     interrupted: str | None = None  # where Ctrl-C stopped the walk (with ``partial``); later phases are 0
 
 
@@ -589,12 +635,16 @@ class _LogPhase:
     files: int
     min_phy: int
     records: dict[int, _Rec]
+    set_aside: dict[int, int]  # damaged records recovery set aside in place: offset -> size
+    set_aside_found: list[int]  # ... of them, those still in the CommitLog
 
 
 def _verify_commitlog(lay: Layout, problems: _Problems, progress: Progress | None) -> _LogPhase:
-    """Phase 1: every record's CRC and structure; what each record needs from the derived files."""
+    """Phase 1: every record's CRC and structure; what each record needs from the derived files. A damaged
+    record a quarantine holds and recovery left in place (never served) is a note, not a problem."""
     delay_ms = lay.config().delay_levels_ms()
     records: dict[int, _Rec] = {}
+    found: list[int] = []
 
     def on_record(info: RecordInfo) -> None:
         tran = info.sys_flag & TRANSACTION_TYPE_MASK
@@ -608,18 +658,32 @@ def _verify_commitlog(lay: Layout, problems: _Problems, progress: Progress | Non
         )
 
     def on_crc_error(exc: CorruptRecordError) -> None:
-        problems.add("crc", str(exc))
+        if exc.offset in held:
+            found.append(exc.offset)
+        else:
+            problems.add("crc", str(exc))
+
+    def on_set_aside(exc: CorruptRecordError, _size: int) -> None:
+        found.append(exc.offset)
 
     with commit_log(lay, on_bad_file=lambda exc: problems.add("bad_files", f"{exc}: file skipped")) as cl:
+        held = cl.set_aside = kept_in_place(list_quarantines(str(lay.root)), cl.files)
         for mf in cl.files.files:
-            scan = scan_file(cl, mf, check_crc=True, on_record=on_record, on_crc_error=on_crc_error)
+            scan = scan_file(
+                cl,
+                mf,
+                check_crc=True,
+                on_record=on_record,
+                on_crc_error=on_crc_error,
+                on_set_aside=on_set_aside,
+            )
             if scan.error:
                 problems.add("corrupt", scan.error)
             if scan.tail in ("zeros", "corrupt"):
                 _verify_past_the_stop(mf, scan, problems, on_record, on_crc_error)
             if progress:
                 progress(mf.file_size)
-        return _LogPhase(len(cl.files.files), cl.min_offset, records)
+        return _LogPhase(len(cl.files.files), cl.min_offset, records, held, found)
 
 
 def _verify_past_the_stop(
@@ -636,26 +700,18 @@ def _verify_past_the_stop(
     base = mf.file_from_offset
     start = scan.to_offset - base
     end = data_end(mf, start)
-
-    def damage(pos: int, then: str) -> None:
-        if pos == start and scan.error:
-            return  # the record that ended the walk is already listed
-        what = "zeroed record header" if pos == start else "bytes that hold no record"
-        problems.add(
-            "corrupt", str(CorruptRecordError(mf.path, base + pos, f"{what} inside the data; {then}"))
-        )
-
-    gap = start  # where bytes that hold no record begin
     for found in walk(mf.mm, base, start, end):
-        if found.pos > gap:
-            damage(gap, f"the next record starts at {base + found.pos}")
+        if found.stretch:
+            assert found.error is not None
+            if found.pos == start and scan.error:
+                continue  # the record that ended the walk is already listed
+            what = "zeroed record header" if found.pos == start else "bytes that hold no record"
+            reason = found.error.reason.replace("bytes that hold no record", what, 1)
+            problems.add("corrupt", str(CorruptRecordError(mf.path, base + found.pos, reason)))
+            continue
         if found.error is not None:
             on_crc_error(found.error.located(mf.path, base + found.pos))
         on_record(read_record_info(mf.view, found.pos, mf.file_size))
-        gap = found.pos + found.size
-    filler = gap + 8 <= mf.file_size and read_header(mf.view, gap) == (mf.file_size - gap, BLANK_MAGIC_CODE)
-    if gap < end and not filler:  # the writer's blank filler (§2.6) ends a file
-        damage(gap, f"no record follows up to {base + end}")
 
 
 def _verify_queues(lay: Layout, phase: _LogPhase, problems: _Problems) -> tuple[int, int, int, int]:
@@ -682,6 +738,8 @@ def _verify_queues(lay: Layout, phase: _LogPhase, problems: _Problems) -> tuple[
                     before += 1
                     continue
                 rec = records.get(phys)
+                if rec is None and phase.set_aside.get(phys) == size:
+                    continue  # its record is set aside in place: reads skip it
                 if rec is None:
                     problems.add("unit_errors", f"{where}: no record starts at CommitLog offset {phys}")
                     continue
@@ -762,12 +820,14 @@ def verify(
     :func:`_verify_index`) are counted in ``notes``, not ``problems``. With ``partial`` a KeyboardInterrupt
     ends the walk instead of the call: the report holds what was checked and ``interrupted`` says where."""
     problems = _Problems(max_problems)
-    phase = _LogPhase(0, 0, {})
+    phase = _LogPhase(0, 0, {}, {}, [])
+    ranges: list[tuple[int, int, str]] = []
     queues = units = before = orphans = index_files = index_entries = 0
     stale: dict[str, int] = {}
     stage: str | None = "CommitLog"
     try:
         phase = _verify_commitlog(lay, problems, progress)
+        ranges = commit_log_ranges(list_quarantines(str(lay.root)))
         stage = "ConsumeQueue"
         queues, units, before, orphans = _verify_queues(lay, phase, problems)
         stage = "IndexFile"
@@ -797,6 +857,13 @@ def verify(
         found,
         problems.listed,
         found - len(problems.listed),
-        [f"{n} stale index entries (point {where})" for where, n in stale.items()],
+        [f"{n} stale index entries (point {where})" for where, n in stale.items()]
+        + [
+            f"damaged record at CommitLog offset {o} set aside by recovery (in quarantine {q}); kept in place, "
+            "never served"
+            for o in phase.set_aside_found
+            if (q := quarantine_at(ranges, o)) is not None
+        ],
+        len(phase.set_aside_found),
         f"during the {stage} check" if stage else None,
     )

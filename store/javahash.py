@@ -2,9 +2,9 @@
 
 Hashing runs for every tag and every index key at append time (and a slave's dispatch): every message
 with a unique key hashes ``topic#key`` (~45 characters). Compiled (store/native.py), Horner's rule over
-the bytes in ``i64`` arithmetic costs ~90 ns for such a key, a sixth of the earlier trick of parsing two
-base-31 numbers with ``int()`` (~480 ns, which interpreted Python ran faster than a loop); the pure
-build, a fallback, pays ~3 us per key for the loop instead.
+the bytes in ``i64`` arithmetic beats the earlier trick of parsing two base-31 numbers with ``int()``
+(which interpreted Python ran faster than a loop); the pure build, a fallback, pays far more per key for
+the loop instead (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -43,13 +43,14 @@ def java_hash(s: str) -> int:
     return h - 0x100000000 if h & 0x80000000 else h
 
 
-#: Tags codes memoised (a dict: an lru_cache call costs a put ~0.6k instructions, see store.record).
+#: Tags codes memoised (a dict, not an lru_cache, whose call costs a put far more: see store.record).
 _TAGS: Final[dict[str, int]] = {}
 _TAGS_MAX: Final = 4096
 
 
 def tags_code(tags: str | None) -> int:
-    """ConsumeQueue tags code: the signed hash sign-extended to i64; 0 for no or empty tags (§3.3)."""
+    """ConsumeQueue tags code: the signed hash sign-extended to i64; 0 for no or empty tags
+    (docs/store-format.md §tags-and-keys)."""
     if not tags:
         return 0
     code = _TAGS.get(tags)
@@ -62,7 +63,8 @@ def tags_code(tags: str | None) -> int:
 
 
 def index_key_hash(key: str) -> int:
-    """IndexFile key hash: ``abs(hashCode)``, with Java's ``abs(MIN_VALUE)`` overflow mapped to 0 (§5.5)."""
+    """IndexFile key hash: ``abs(hashCode)``, with Java's ``abs(MIN_VALUE)`` overflow mapped to 0
+    (docs/store-format.md §index-keys-and-hash)."""
     h = _hash32(key)
     if h & 0x80000000:  # negative as a Java int: abs() is 2**32 - h, except MIN_VALUE which stays negative
         return 0 if h == 0x80000000 else 0x100000000 - h

@@ -1,4 +1,5 @@
-"""Fixed-size memory-mapped files named by their 20-digit start offset, and the queue of them (§1.2, §1.3).
+"""Fixed-size memory-mapped files named by their 20-digit start offset, and the queue of them
+(docs/store-format.md §file-names-and-sizes).
 
 CommitLog and ConsumeQueue files are both a :class:`MappedFileQueue`. Files are created with
 ``ftruncate`` at their full size and mapped whole, like RocketMQ; the write position is kept in
@@ -73,8 +74,8 @@ class FileMapping:
     costs no directory ``fsync`` on the put path, and its data never reaches the disk without its name.
 
     ``random_access`` turns off read-ahead: the first store into a fresh sparse mapping otherwise makes
-    the kernel read ahead and zero-fill a large block of pages (1.3 ms per new ConsumeQueue or index
-    file instead of 7 us). ``keep_fd=False`` (ConsumeQueue files, one or more per queue) holds no
+    the kernel read ahead and zero-fill a large block of pages, a stall on every new ConsumeQueue or
+    index file. ``keep_fd=False`` (ConsumeQueue files, one or more per queue) holds no
     descriptor of its own and opens one per descriptor operation: Python's ``mmap`` keeps a duplicate
     of the descriptor anyway, so 10,000 queues would otherwise cost 20,000 descriptors.
 
@@ -283,13 +284,13 @@ class MappedFile(FileMapping):
     def prepare(self, end: int, *, populate: bool) -> None:
         """Reserve disk blocks up to ``end`` (``prepare_chunk`` steps) before the writer gets there.
 
-        Reserving first means a full disk fails the append with an ``OSError`` instead of killing the
-        process with SIGBUS on a store into the mapping. With ``populate`` the blocks are also written
-        with zeros, which puts the pages in the page cache: the first write to a page of a sparse
-        shared mapping page-faults while holding the GIL (microseconds per page), while ``pwrite``
-        does that work with the GIL released, so a background thread can keep ahead of the writer
-        (RocketMQ's warm-up, §1.3). Only bytes at or beyond ``prepared_position`` are touched, and
-        the writer never writes past it, so this cannot overwrite data.
+        Reserving first means a full disk fails the append with an ``OSError`` instead of killing the process
+        with SIGBUS on a store into the mapping. With ``populate`` the blocks are also written with zeros,
+        which puts the pages in the page cache: the first write to a page of a sparse shared mapping
+        page-faults while holding the GIL (microseconds per page), while ``pwrite`` does that work with the
+        GIL released, so a background thread can keep ahead of the writer (RocketMQ's warm-up,
+        docs/store-format.md §file-names-and-sizes). Only bytes at or beyond ``prepared_position`` are
+        touched, and the writer never writes past it, so this cannot overwrite data.
         """
         if self.read_only:
             return
@@ -364,7 +365,7 @@ class MappedFileQueue:
         self.random_access = random_access
         self.prepare_chunk = prepare_chunk  # blocks reserved at a time (see MappedFile.prepare)
         # On truncation, zero the whole tail (ConsumeQueue: stale units would look valid) or only the
-        # next 8 bytes (CommitLog: enough to end the scan there, §6.7).
+        # next 8 bytes (CommitLog: enough to end the scan there, docs/store-format.md §truncation).
         self.clear_whole_tail = clear_whole_tail
         self.files: list[MappedFile] = []
 
@@ -470,7 +471,8 @@ class MappedFileQueue:
         return self.max_offset
 
     def truncate_dirty_files(self, offset: int) -> None:
-        """Drop everything from ``offset`` on: later files are deleted, the file holding it is cut (§6.6)."""
+        """Drop everything from ``offset`` on: later files are deleted, the file holding it is cut
+        (docs/store-format.md §truncation)."""
         keep: list[MappedFile] = []
         for mf in self.files:
             if mf.end_offset <= offset:

@@ -223,6 +223,28 @@ class InMemoryMessageStore:
                 listener(topic, queue_id, max_offset)
         return pos != start
 
+    def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:
+        """Drop the log from ``cut`` on with its queue units and index entries (no files: kept nowhere)."""
+        with self._lock:
+            records = 0
+            pos = cut
+            while pos + 8 <= len(self._log):
+                size, magic = read_header(self._log, pos)
+                if size <= 0:
+                    break
+                records += magic != BLANK_MAGIC_CODE
+                pos += size
+            del self._log[cut:]
+            for queue, units in self._queues.items():
+                self._queues[queue] = [u for u in units if u[0] < cut]
+            for key, entries in self._index.items():
+                self._index[key] = [e for e in entries if e[0] < cut]
+            self._dispatched = min(self._dispatched, cut)
+        log.error(
+            "set aside %d record(s) from offset %d (an in-memory store keeps none): %s", records, cut, why
+        )
+        return records, ""
+
     # ------------------------------------------------------------------ retention
 
     def delete_expired_files_manually(self) -> None:

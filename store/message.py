@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Final
 
-# --- sysFlag bits (§2.2) ---
+# --- sysFlag bits (docs/store-format.md §sysflag-and-magic-codes) ---
 COMPRESSED_FLAG: Final = 0x1
 MULTI_TAGS_FLAG: Final = 0x2
 TRANSACTION_TYPE_MASK: Final = 0xC
@@ -22,12 +22,13 @@ COMPRESSION_LZ4: Final = 0x100
 COMPRESSION_ZSTD: Final = 0x200
 COMPRESSION_ZLIB: Final = 0x300
 
-# --- magic codes (§2.3) ---
+# --- magic codes (docs/store-format.md §sysflag-and-magic-codes) ---
 MESSAGE_MAGIC_CODE: Final = -626843481  # 0xDAA320A7
 MESSAGE_MAGIC_CODE_V2: Final = -626843477  # 0xDAA320AB (5.x, i16 topic length)
 BLANK_MAGIC_CODE: Final = -875286124  # 0xCBD43194
 
-# --- reserved property names (§3.2), the ones the store reads and the ones the broker adds ---
+# --- reserved property names, the ones the store reads and the ones the broker adds
+#     (docs/store-format.md §properties-and-message-ids) ---
 PROPERTY_KEYS: Final = "KEYS"
 PROPERTY_TAGS: Final = "TAGS"
 PROPERTY_UNIQ_KEY: Final = "UNIQ_KEY"  # Java: MessageConst.PROPERTY_UNIQ_CLIENT_MESSAGE_ID_KEYIDX
@@ -134,7 +135,8 @@ class Message:
 
 
 def split_keys(keys: str | None) -> list[str]:
-    """``KEYS`` split on single spaces, empty pieces dropped (what the index does, §3.3)."""
+    """``KEYS`` split on single spaces, empty pieces dropped (what the index does,
+    docs/store-format.md §tags-and-keys)."""
     if not keys:
         return []
     return [k for k in keys.split(KEY_SEPARATOR) if k]

@@ -120,7 +120,7 @@ class Bean:
 
 
 class PermName:
-    """Permission bits of topics and brokers (wire-protocol.md §14.1)."""
+    """Permission bits of topics and brokers (docs/wire-protocol.md §permissions)."""
 
     PRIORITY = 8
     READ = 4
@@ -141,7 +141,8 @@ TOPIC_SYS_FLAG_UNIT_SUB = 0x2
 
 @dataclass(slots=True)
 class DataVersion(Bean):
-    """Version of a broker's topic or group table: changes on every edit (wire-protocol.md §4.2)."""
+    """Version of a broker's topic or group table: changes on every edit
+    (docs/wire-protocol.md §topic-and-group-configs)."""
 
     counter: int = 0
     timestamp: int = 0
@@ -155,7 +156,8 @@ class DataVersion(Bean):
 
 @dataclass(slots=True)
 class TopicConfig(Bean):
-    """One entry of ``topicConfigTable`` (wire-protocol.md §4.3; class defaults as RocketMQ's ``TopicConfig``).
+    """One entry of ``topicConfigTable`` (docs/wire-protocol.md §topic-and-group-configs; class defaults as
+    RocketMQ's ``TopicConfig``).
 
     The name is interned, as the store interns its queues' topics: a broker with thousands of topics
     then finds a send's topic in each per-topic table by identity, without reading the stored key.
@@ -175,7 +177,8 @@ class TopicConfig(Bean):
             self.topic_name = sys.intern(self.topic_name)
 
     def to_text(self) -> str:
-        """The space-separated form used inside compressed registrations (wire-protocol.md §4.12)."""
+        """The space-separated form used inside compressed registrations
+        (docs/wire-protocol.md §registration-bodies)."""
         return f"{self.topic_name} {self.read_queue_nums} {self.write_queue_nums} {self.perm} {self.topic_filter_type}"
 
     @classmethod
@@ -189,7 +192,8 @@ class TopicConfig(Bean):
 
 @dataclass(slots=True)
 class SubscriptionGroupConfig(Bean):
-    """One entry of ``subscriptionGroupTable`` (wire-protocol.md §4.13, with RocketMQ's defaults)."""
+    """One entry of ``subscriptionGroupTable`` (docs/wire-protocol.md §topic-and-group-configs, with
+    RocketMQ's defaults)."""
 
     group_name: str
     consume_enable: bool = True

@@ -46,7 +46,7 @@ INTERNAL_TOPIC_PREFIX: Final = "RMQ_SYS_"
 RETRY_GROUP_TOPIC_PREFIX: Final = "%RETRY%"
 DLQ_GROUP_TOPIC_PREFIX: Final = "%DLQ%"
 
-#: Topics no client may send to (§8.3 step 3).
+#: Topics no client may send to (docs/wire-protocol.md §send-processing step 2).
 NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
     {
         SCHEDULE_TOPIC,
@@ -65,7 +65,7 @@ TOOLS_CONSUMER_GROUP: Final = "TOOLS_CONSUMER"
 TRANS_CHECK_GROUP: Final = "CID_RMQ_SYS_TRANS"
 #: Groups of this prefix are created on use even when auto-creation is off.
 SYS_GROUP_PREFIX: Final = "CID_RMQ_SYS_"
-#: The subscription groups a broker creates at start (§13.1).
+#: The subscription groups a broker creates at start (docs/wire-protocol.md §built-in-topics-and-groups).
 BUILTIN_GROUPS: Final = (
     TOOLS_CONSUMER_GROUP,
     "FILTERSRV_CONSUMER",

@@ -1,4 +1,4 @@
-"""Quarantine: what recovery cuts from the store is set aside, never deleted (issue 14).
+"""Quarantine: what recovery cuts from the store is set aside, never deleted (docs/design/quarantine.md).
 
 RocketMQ's recovery truncates the CommitLog at the first record it cannot validate and deletes every
 later file, acknowledged messages and all. Ours moves all of it under ``<root>/quarantine/<time>/``
@@ -33,7 +33,7 @@ from store.consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue
 from store.durability import sync_directory
 from store.errors import CorruptRecordError
 from store.mapped_file import MappedFile, MappedFileQueue, offset_to_file_name
-from store.message import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, StoredMessage
+from store.message import BLANK_MAGIC_CODE, MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, StoredMessage
 from store.record import check_record, decode_record
 
 log = logging.getLogger(__name__)
@@ -44,6 +44,7 @@ COMMITLOG = "commitlog"
 CONSUMEQUEUE = "consumequeue"
 
 _MAGICS = tuple(struct.pack(">i", m) for m in (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2))
+_BLANK = struct.pack(">i", BLANK_MAGIC_CODE)
 _PHYSICAL_OFFSET = struct.Struct(">q")
 _PHYSICAL_OFFSET_POS = 28  # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG (4 each) QUEUEOFFSET (8), then this
 _CHUNK = 1 << 20
@@ -87,6 +88,7 @@ class Manifest:
     units: int  # ConsumeQueue units set aside
     files: list[Piece] = field(default_factory=list)
     resent: list[dict[str, Any]] = field(default_factory=list)  # each 'salvage --resend' run: when, counts
+    in_place: bool = False  # copies of damaged records that stay in the CommitLog (skipped when served)
     path: str = ""  # the quarantine directory (not stored)
 
     def to_json(self) -> str:
@@ -146,10 +148,12 @@ def list_quarantines(store_root: str) -> list[Manifest]:
 def commit_log_ranges(manifests: Iterable[Manifest]) -> list[tuple[int, int, str]]:
     """``(start, end, quarantine directory)``: the CommitLog offsets each quarantine took out of the store.
     Derived files written before it (IndexFile entries) may still point there: stale, not damage."""
-    out = []
+    out: list[tuple[int, int, str]] = []
     for m in manifests:
         pieces = [p for p in m.files if p.kind == COMMITLOG]
-        if pieces:
+        if m.in_place:  # single records: the intact ones between them are still served
+            out.extend((p.from_offset, p.to_offset, m.path) for p in pieces)
+        elif pieces:
             start = m.cut_offset if m.cut_offset >= 0 else min(p.from_offset for p in pieces)
             out.append((start, max(p.to_offset for p in pieces), m.path))
     return out
@@ -168,20 +172,37 @@ def quarantine_at(ranges: Iterable[tuple[int, int, str]], offset: int) -> str | 
 
 @dataclass(frozen=True, slots=True)
 class Found:
-    """A record the walker found at ``pos`` of a piece: intact, or (``error``) failing its body CRC."""
+    """What the walker found at ``pos`` of a piece: a record, intact or (``error``) failing its body CRC;
+    or (``stretch``) ``size`` bytes that hold no record where records should be (a record whose header is
+    damaged, zeros or garbage between records, a torn record at the end), ``error`` saying which."""
 
     pos: int
     size: int
     error: CorruptRecordError | None
+    stretch: bool = False
+
+
+def _no_data(buf: Searchable, start: int, end: int) -> bool:
+    """Whether ``buf[start:end]`` ends a file's data: zeros, or the writer's blank filler and zeros."""
+    # the blank filler: docs/store-format.md §end-of-file-filler
+    if start + 8 <= end and buf[start + 4 : start + 8] == _BLANK:
+        start += 8
+    for a in range(start, end, _CHUNK):
+        b = min(a + _CHUNK, end)
+        if buf[a:b] != bytes(b - a):
+            return False
+    return True
 
 
 def walk(buf: Searchable, base: int, start: int = 0, end: int | None = None) -> Iterator[Found]:
-    """Every record in ``buf[start:end]``, a piece of the CommitLog whose ``buf[0]`` is at offset ``base``.
+    """Every record in ``buf[start:end]``, a piece of the CommitLog whose ``buf[0]`` is at offset ``base``,
+    and every stretch of bytes between them that holds none.
 
-    A record counts when it parses (§2.10) and its PHYSICALOFFSET names its own position, so a record
-    copied inside another's body or stale bytes that merely look like one are not taken. Past anything
+    A record counts when it parses (docs/store-format.md §validating-records) and its PHYSICALOFFSET names
+    its own position, so a record copied inside another's body or stale bytes that merely look like one are not taken. Past anything
     else (a damaged record, garbage, zeros, a blank filler) the walk searches forward for the next
-    magic code where such a record starts, so the damage costs only the records it hit.
+    magic code where such a record starts, so the damage costs only the records it hit; the bytes it
+    skipped are one stretch (a damaged TOTALSIZE, say, is one damaged record), unless they end the data.
     """
     n = len(buf) if end is None else end
     next_magic = [-1] * len(_MAGICS)  # next position of each magic code: one search per match, not per step
@@ -195,6 +216,7 @@ def walk(buf: Searchable, base: int, start: int = 0, end: int | None = None) -> 
 
     with memoryview(buf) as view:
         pos = start
+        accounted = start  # bytes below this were reported: as records or as a stretch
         while pos + 8 <= n:
             error = None
             try:
@@ -206,11 +228,20 @@ def walk(buf: Searchable, base: int, start: int = 0, end: int | None = None) -> 
                 except CorruptRecordError:
                     size = 0
             if size and _PHYSICAL_OFFSET.unpack_from(view, pos + _PHYSICAL_OFFSET_POS)[0] == base + pos:
+                if accounted < pos:
+                    why = f"bytes that hold no record inside the data; the next record starts at {base + pos}"
+                    yield Found(
+                        accounted, pos - accounted, CorruptRecordError("", base + accounted, why), True
+                    )
                 yield Found(pos, size, error)
+                accounted = pos + size
                 if error is None:
                     pos += size
                     continue
             pos = candidate(pos + 1)
+        if accounted < n and not _no_data(buf, accounted, n):
+            why = f"bytes that hold no record inside the data; no record follows up to {base + n}"
+            yield Found(accounted, n - accounted, CorruptRecordError("", base + accounted, why), True)
 
 
 def _count(buf: Searchable, base: int, start: int = 0, end: int | None = None) -> tuple[int, int]:
@@ -343,11 +374,82 @@ class _Cut:
             sync_directory(d)
         sync_directory(os.path.dirname(qdir))
         for piece, mf, start, end in self.copies:
-            if piece.kind == COMMITLOG:  # set aside: zero it, so a later recovery cannot take stale bytes
+            if (
+                piece.kind == COMMITLOG and not manifest.in_place
+            ):  # set aside: zero it, so a later recovery cannot take stale bytes
                 for a, b in mf.data_ranges(start, end):
                     for c in range(a, b, _CHUNK):
                         mf.mm[c : min(c + _CHUNK, b)] = bytes(min(_CHUNK, b - c))
                 mf.sync()
+
+
+def kept_in_place(manifests: Iterable[Manifest], files: MappedFileQueue) -> dict[int, int]:
+    """``offset -> size`` of the damaged records earlier recoveries set aside but left in the CommitLog
+    ``files``: those whose bytes there are still the quarantined copy (not since cut and written over)."""
+    out = {}
+    for m in manifests:
+        for p in m.files if m.in_place else ():
+            size = p.to_offset - p.from_offset
+            mf = files.find_file(p.from_offset)
+            if p.kind != COMMITLOG or mf is None:
+                continue
+            pos = p.from_offset - mf.file_from_offset
+            try:
+                with open(os.path.join(m.path, p.file), "rb") as f:
+                    copy = f.read(size + 1)
+            except OSError:
+                continue
+            if pos + size <= mf.file_size and copy == mf.view[pos : pos + size]:
+                out[p.from_offset] = size
+    return out
+
+
+def set_aside_records(
+    store_root: str,
+    commit_log: MappedFileQueue,
+    damaged: Iterable[tuple[CorruptRecordError, int]],
+    *,
+    recovery: str,
+    now_ms: int,
+) -> Manifest | None:
+    """Copy each damaged record ``(error, size)`` whose extent recovery still knew into a new quarantine, and
+    log at ERROR: the records stay where they are in the CommitLog (so every later record keeps its offset
+    and stays in service) and are never served. ``None`` when there is none."""
+    taken = _Cut(store_root)
+    reasons = []
+    for error, size in damaged:
+        mf = commit_log.find_file(error.offset)
+        if mf is None:
+            continue
+        start = error.offset - mf.file_from_offset
+        name = f"{COMMITLOG}/{offset_to_file_name(error.offset)}"
+        piece = Piece(name, mf.path, COMMITLOG, False, error.offset, error.offset + size, 0, 1)
+        taken.copies.append((piece, mf, start, start + size))
+        reasons.append(f"{error.offset} ({error.reason})")
+    if not taken.copies:
+        return None
+    top = quarantine_root(store_root)
+    os.makedirs(top, exist_ok=True)
+    name, created = _unique_dir(top, now_ms)
+    qdir = os.path.join(top, name)
+    os.makedirs(qdir)
+    pieces = [p for p, *_ in taken.copies]
+    why = (
+        f"damaged record(s) whose extent is known, at CommitLog offset(s) {', '.join(reasons)}; "
+        "kept in the CommitLog, never served; every later record stays in service"
+    )
+    manifest = Manifest(
+        name, now_ms, created, why, recovery, -1, 0, len(pieces), 0, pieces, in_place=True, path=qdir
+    )
+    taken.write(manifest)
+    log.error(
+        "recovery set aside %d damaged record(s) alone (copied under %s), at CommitLog offset(s) %s; every "
+        "later record stays in service: see 'mqctl store verify' and 'mqctl store salvage'",
+        len(pieces),
+        qdir,
+        ", ".join(reasons),
+    )
+    return manifest
 
 
 def set_aside(

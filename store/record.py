@@ -1,4 +1,5 @@
-"""Pure codecs for CommitLog records, properties, offset message ids and UNIQ_KEY (spec §2, §3).
+"""Pure codecs for CommitLog records, properties, offset message ids and UNIQ_KEY
+(docs/store-format.md §commitlog-records).
 
 Every decoder takes a bytes-like buffer and a position, so callers can pass a ``memoryview`` of a
 whole memory-mapped file without copying it; only the body, topic and properties are copied out.
@@ -41,7 +42,8 @@ NAME_VALUE_SEPARATOR: Final = "\x01"
 PROPERTY_SEPARATOR: Final = "\x02"
 
 MAX_PROPERTIES_LENGTH: Final = 32767
-BLANK_HEADER_SIZE: Final = 8  # TOTALSIZE + BLANK magic, written at the end of a full file (§2.6)
+#: TOTALSIZE + BLANK magic, written at the end of a full file (docs/store-format.md §end-of-file-filler).
+BLANK_HEADER_SIZE: Final = 8
 
 # TOTALSIZE(4) MAGIC(4) BODYCRC(4) QUEUEID(4) FLAG(4) QUEUEOFFSET(8) PHYSICALOFFSET(8) SYSFLAG(4) BORN(8)
 _FIXED: Final = struct.Struct(">iiiiiqqiq")
@@ -67,18 +69,20 @@ def _encoder(born_len: int, store_len: int) -> struct.Struct:
 
 
 def record_size(body_len: int, topic_len: int, props_len: int, sys_flag: int = 0, *, v2: bool = False) -> int:
-    """TOTALSIZE of a record (§2.1 length formula; v2 has a 2-byte topic length)."""
+    """TOTALSIZE of a record (docs/store-format.md §commitlog-records length formula; v2 has a 2-byte topic
+    length)."""
     born = 20 if sys_flag & BORNHOST_V6_FLAG else 8
     store = 20 if sys_flag & STOREHOST_V6_FLAG else 8
     return 75 + (1 if v2 else 0) + born + store + body_len + topic_len + props_len
 
 
 def body_crc(body: bytes | memoryview) -> int:
-    """BODYCRC: CRC-32 of the stored body bytes masked to 31 bits (§2.4)."""
+    """BODYCRC: CRC-32 of the stored body bytes masked to 31 bits
+    (docs/store-format.md §commitlog-records)."""
     return zlib.crc32(body) & 0x7FFFFFFF
 
 
-# ---------------------------------------------------------------- properties (§3.1)
+# ---------------------------------------------- properties (docs/store-format.md §properties-and-message-ids)
 
 
 def encode_properties(props: dict[str, str]) -> bytes:
@@ -95,7 +99,8 @@ def encode_properties(props: dict[str, str]) -> bytes:
 
 
 def decode_properties(data: Buffer | str) -> dict[str, str]:
-    """Parse a properties string by the 4.9.1+ rule, accepting both trailing-separator styles (§3.1)."""
+    """Parse a properties string by the 4.9.1+ rule, accepting both trailing-separator styles
+    (docs/store-format.md §properties-and-message-ids)."""
     text = data if isinstance(data, str) else str(data, "utf-8", "replace")
     out: dict[str, str] = {}
     for seg in text.split(PROPERTY_SEPARATOR):
@@ -107,13 +112,13 @@ def decode_properties(data: Buffer | str) -> dict[str, str]:
     return out
 
 
-# ---------------------------------------------------------------- hosts and message ids (§3.4)
+# ------------------------------------------- hosts and message ids (docs/store-format.md §offset-message-ids)
 
 
 #: Hosts encoded and msgId prefixes, memoised: every put encodes its born and store hosts and names its
 #: msgId, and a broker sees one store host and one born host per client connection. Dicts, not
 #: lru_cache: compiled, a lookup is a dict probe, while an lru_cache call goes through tp_call and its
-#: linked list (callgrind: ~0.6k instructions each, three per send).
+#: linked list, three of them per send.
 _HOSTS: Final[dict[HostAddress, bytes]] = {}
 _PREFIXES: Final[dict[HostAddress, str]] = {}
 _HOSTS_MAX: Final = 1024
@@ -170,7 +175,7 @@ def decode_msg_id(msg_id: str) -> tuple[HostAddress, int]:
 
 @dataclass(frozen=True, slots=True)
 class UniqKey:
-    """The parts of a client-generated UNIQ_KEY (§3.5)."""
+    """The parts of a client-generated UNIQ_KEY (docs/store-format.md §uniq_key)."""
 
     ip: str
     pid: int
@@ -190,7 +195,7 @@ def decode_uniq_key(key: str) -> UniqKey:
     return UniqKey(ip, pid, clh, t, counter)
 
 
-# ---------------------------------------------------------------- bodies (§3.6)
+# ---------------------------------------------------------------- bodies (docs/store-format.md §compression)
 
 
 def inflate_body(body: bytes, sys_flag: int) -> bytes:
@@ -213,7 +218,7 @@ def inflate_body(body: bytes, sys_flag: int) -> bytes:
     return zlib.decompress(body)
 
 
-# ---------------------------------------------------------------- records (§2.1)
+# ---------------------------------------------------------- records (docs/store-format.md §commitlog-records)
 
 
 def topic_field(topic: str) -> bytes:
@@ -360,7 +365,8 @@ _Layout = tuple[tuple[int, ...], int, int, int, int, int, int, int]
 
 
 def _layout(buf: Buffer, pos: int, limit: int, check_crc: bool) -> _Layout:
-    """Validate the record at ``pos`` (§2.10) and return its fixed fields and section positions.
+    """Validate the record at ``pos`` (docs/store-format.md §validating-records) and return its fixed fields
+    and section positions.
 
     Returns ``(fixed, store_ts_pos, reconsume_pos, body_pos, body_len, topic_pos, topic_len,
     props_pos)``; the properties length sits just before ``props_pos``. Raises :class:`CorruptRecordError` (with the
@@ -409,9 +415,9 @@ def _layout(buf: Buffer, pos: int, limit: int, check_crc: bool) -> _Layout:
 
 
 def check_record(buf: Buffer, pos: int, limit: int, *, check_crc: bool) -> tuple[int, int]:
-    """Validate the record at ``pos`` as recovery does (§2.10) without decoding it:
-    ``(TOTALSIZE, STORETIMESTAMP)``. Normal recovery checks every record of the last files and needs
-    nothing else; not decoding topic and properties makes it about three times faster."""
+    """Validate the record at ``pos`` as recovery does (docs/store-format.md §validating-records) without
+    decoding it: ``(TOTALSIZE, STORETIMESTAMP)``. Normal recovery checks every record of the last files and
+    needs nothing else; not decoding topic and properties makes it far faster."""
     fixed, ts_pos, *_ = _layout(buf, pos, limit, check_crc)
     return fixed[0], _I64.unpack_from(buf, ts_pos)[0]
 

@@ -59,13 +59,19 @@ class LocalCluster:
 
 @contextmanager
 def local_cluster(
-    root: Path, store_factory: Callable[[BrokerConfig], MessageStore] | None = None, **broker_overrides: Any
+    root: Path,
+    store_factory: Callable[[BrokerConfig], MessageStore] | None = None,
+    namesrv_overrides: dict[str, Any] | None = None,
+    **broker_overrides: Any,
 ) -> Iterator[LocalCluster]:
     """A NameServer and one registered Broker (cluster DefaultCluster, broker-a) under ``root``;
-    ``store_factory`` is the broker's test hook for another store (e.g. a simulated disk)."""
+    ``store_factory`` is the broker's test hook for another store (e.g. a simulated disk);
+    ``namesrv_overrides`` are NameServer settings (by field name)."""
     loop = LoopThread()
     namesrv = NamesrvController(
-        NamesrvConfig(listen_host="127.0.0.1", listen_port=0, data_dir=root / "namesrv")
+        NamesrvConfig(
+            listen_host="127.0.0.1", listen_port=0, data_dir=root / "namesrv", **(namesrv_overrides or {})
+        )
     )
     loop.run(namesrv.start())
     config = broker_config(root / "broker", namesrv_addr=f"127.0.0.1:{namesrv.port}", **broker_overrides)

@@ -3,19 +3,23 @@ matches the sources, never half, and the pure-Python modules it is built from st
 
 from __future__ import annotations
 
+import argparse
 import ast
+import fcntl
 import importlib.util
 import json
 import os
 import shutil
 import subprocess
 import sys
-import sysconfig
+import time
+import zipfile
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 
+import mqctl
 from store import native
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,13 +90,15 @@ def test_a_build_for_another_interpreter_or_without_manifest_is_not_used(tmp_pat
 
 def test_the_compiled_build_is_in_use_wherever_it_can_be_built() -> None:
     """`make` builds it (mypyc from the `native` extra, the system's C compiler); a stale or failed build
-    would silently leave the broker at the pure-Python speed."""
-    cc = (sysconfig.get_config_var("CC") or "cc").split()[0]
-    if importlib.util.find_spec("mypyc") is None or shutil.which(cc) is None:
-        pytest.skip("no mypyc or no C compiler here: the broker runs as pure Python")
+    would silently leave the broker at the pure-Python speed. It was built without a warning: mypyc's
+    (code it compiles other than as written) and the C compiler's alike."""
+    script = _build_script()
+    if importlib.util.find_spec("mypyc") is None or script.why_pure() is not None:
+        pytest.skip(f"the broker runs as pure Python here: {script.why_pure() or 'no mypyc'}")
     modules = native.active()
     assert modules is not None, "build/native is missing or stale: run `make native`"
     assert set(modules) == set(MODULES)
+    assert json.loads((native.NATIVE_DIR / native.MANIFEST).read_text())["warnings"] == []
     for name in MODULES:
         path = Path(importlib.import_module(name).__file__ or "")
         assert path.is_relative_to(native.NATIVE_DIR) and path.suffix != ".py", name
@@ -127,6 +133,15 @@ def test_with_mqctl_native_0_every_module_runs_from_its_source() -> None:
     files, ext, body = json.loads(out.stdout)
     assert all(f.endswith(".py") and not Path(f).is_relative_to(native.NATIVE_DIR) for f in files)
     assert (ext, body) == ({"a": "G", "b": "T"}, "body")
+
+
+def test_a_builds_warnings_are_its_diagnostics_not_its_command_lines() -> None:
+    said = """gcc -O3 -Wall -Wno-unknown-warning-option -c store/engine.c -o engine.o
+daemon/acl/signature.py:100: warning: Treating generator comprehension as list
+store/__native_compiled.c:12:5: warning: unused variable 'x' [-Wunused-variable]
+/x/setuptools/_apply_pyprojecttoml.py:82: SetuptoolsDeprecationWarning: `project.license` as a TOML table
+build_native: 20 modules compiled, 0 warning(s)"""
+    assert _build_script().warnings_in(said) == said.splitlines()[1:4]
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -209,3 +224,159 @@ def test_every_uncompiled_source_whose_constants_compiled_code_inlines_is_hashed
     ours = {m for m in imported if m.split(".")[0] in ("store", "daemon") and native.source_path(m).exists()}
     needed = {m for m in ours - set(MODULES) if _declares_final(native.source_path(m))}
     assert needed == inlined
+
+
+def _mqctl_version(env: dict[str, str], cwd: Path = ROOT) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "mqctl", "--version"], cwd=cwd, env=env, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip()
+
+
+@pytest.mark.slow  # CLI processes
+def test_mqctl_version_names_the_build_that_runs() -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    off = _mqctl_version({**env, "MQCTL_NATIVE": "0"})
+    assert off == f"mqctl {mqctl.__version__} (pure Python: MQCTL_NATIVE=0)"
+    if native.active() is None:
+        pytest.skip("no compiled build here: the other half of this test is the pure one")
+    hmac = ", C HMAC" if native.c_sources() else ""
+    assert _mqctl_version(env) == f"mqctl {mqctl.__version__} (compiled: {len(MODULES)} modules{hmac})"
+
+
+def test_a_start_during_a_build_says_it_runs_pure_python_until_the_next(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(native, "active", lambda: None)
+    monkeypatch.setattr(native, "LOCK", tmp_path / "native.lock")
+    monkeypatch.setattr(native, "NATIVE_DIR", tmp_path / "native")
+    monkeypatch.delenv("MQCTL_NATIVE", raising=False)
+    assert native.describe_build() == "pure Python"
+    with open(native.LOCK, "w") as lock:  # what build_native.py holds while it compiles
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert native.describe_build() == "pure Python: compiling in the background, for the next start"
+    native.NATIVE_DIR.mkdir()
+    (native.NATIVE_DIR / native.MANIFEST).write_text("{}")  # a build that fresh() refused
+    assert native.describe_build() == "pure Python: a source changed since the build was compiled"
+
+
+@pytest.mark.slow  # a second process holds the lock for a second
+def test_a_build_waits_for_the_one_in_progress(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make test` after `make run`: the tests wait for the background build instead of racing it."""
+    script = _build_script()
+    monkeypatch.setattr(script.native, "LOCK", tmp_path / "native.lock")
+    hold = "import fcntl, sys, time; f = open(sys.argv[1], 'a'); fcntl.flock(f, 2); print('held', flush=True); time.sleep(1)"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", hold, str(tmp_path / "native.lock")], stdout=subprocess.PIPE, text=True
+    )
+    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    held = time.monotonic()
+    with script._turn():
+        assert time.monotonic() - held > 0.5  # the lock came only when the holder let it go
+    holder.wait()
+    assert "waiting for the build in progress" in capsys.readouterr().err
+
+
+def test_a_second_background_build_leaves_the_first_at_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`make run` again while the last one's build compiles: no second build, and the log stays whole."""
+    script = _build_script()
+    monkeypatch.setattr(script.native, "LOCK", tmp_path / "native.lock")
+    monkeypatch.setattr(script, "LOG", tmp_path / "native.log")
+    script.LOG.write_text("compiling\n")
+    with open(script.native.LOCK, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        assert script._in_background(argparse.Namespace(force=False, install_deps=True)) == 0
+    assert "still compiling in the background" in capsys.readouterr().err
+    assert script.LOG.read_text() == "compiling\n"
+
+
+def _copy(names: tuple[str, ...], dest: Path) -> Path:
+    for name in names:
+        if (ROOT / name).is_dir():
+            shutil.copytree(ROOT / name, dest / name, ignore=shutil.ignore_patterns("__pycache__", "_native"))
+        else:
+            shutil.copy2(ROOT / name, dest / name)
+    return dest
+
+
+@pytest.mark.slow  # pip builds a wheel
+def test_without_a_c_compiler_the_wheel_is_the_pure_package(tmp_path: Path) -> None:
+    """As black's: a machine that cannot compile installs the same package as pure Python, without
+    fetching mypy to build it. (Building writes into the tree, so the wheel is built from a copy.)"""
+    if (
+        importlib.util.find_spec("wheel") is None
+        and importlib.util.find_spec("setuptools.command.bdist_wheel") is None
+    ):
+        pytest.skip(
+            "no wheel support in this environment's setuptools: pip wheel --no-build-isolation needs it"
+        )
+    src = _copy(
+        ("mqctl", "daemon", "store", "scripts", "setup.py", "pyproject.toml", "README.md", "MANIFEST.in"),
+        tmp_path / "src",
+    )
+    ask = "import build_backend; print(build_backend.get_requires_for_build_wheel())"
+    env = {**os.environ, "PYTHONPATH": str(src / "scripts")}
+    requires = {
+        cc: subprocess.run(
+            [sys.executable, "-c", ask],
+            cwd=src,
+            env={**env, "CC": cc},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for cc in ("/bin/false", os.environ.get("CC", ""))
+    }
+    assert "mypy" not in requires["/bin/false"]
+    if _build_script().why_pure() is None:
+        assert "mypy" in requires[os.environ.get("CC", "")]
+    out = tmp_path / "wheels"
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-w",
+            str(out),
+            str(src),
+        ],
+        env={**os.environ, "CC": "/bin/false"},
+        check=True,
+        capture_output=True,
+    )
+    (wheel,) = out.iterdir()
+    assert wheel.name == f"mqctl-{mqctl.__version__}-py3-none-any.whl"
+    names = zipfile.ZipFile(wheel).namelist()
+    assert "store/native.py" in names and "daemon/acl/_hmacsha1.c" in names
+    assert not [n for n in names if n.endswith(".so") or "_native/" in n]
+
+
+@pytest.mark.slow  # CLI processes
+def test_an_installed_build_runs_until_an_installed_source_is_edited(tmp_path: Path) -> None:
+    """A wheel puts the build in store/_native beside the sources it was compiled from, its manifest
+    without mtimes (an install sets its own): a source edited in site-packages makes it pure Python."""
+    if native.active() is None:
+        pytest.skip("no compiled build here to install")
+    site = _copy(("mqctl", "daemon", "store"), tmp_path / "site")
+    shutil.copytree(native.NATIVE_DIR, site / "store" / "_native")
+    manifest = json.loads((site / "store" / "_native" / native.MANIFEST).read_text())
+    del manifest["stamps"]
+    (site / "store" / "_native" / native.MANIFEST).write_text(json.dumps(manifest))
+    env = {**os.environ, "PYTHONPATH": str(site)}
+    hmac = ", C HMAC" if native.c_sources() else ""
+    assert _mqctl_version(env, tmp_path).endswith(f"(compiled: {len(MODULES)} modules{hmac})")
+    with (site / "store" / "engine.py").open("a") as f:
+        f.write("\n")
+    assert _mqctl_version(env, tmp_path).endswith(
+        "(pure Python: a source changed since the build was compiled)"
+    )

@@ -1,4 +1,4 @@
-"""Each shared concept has one home (issue #18): a scan of the product tree keeps it so.
+"""Each shared concept has one home, so a change is made once: a scan of the product tree keeps it so.
 
 The models, the codec, the clock and the naming helper are defined once; every RocketMQ system name
 (topics, groups, prefixes, property keys) is spelled in its home module and imported everywhere else.

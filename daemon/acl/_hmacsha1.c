@@ -1,8 +1,8 @@
 /* HMAC-SHA1 (RFC 2104) over OpenSSL's SHA-1, for the broker's ACL signature check (daemon/acl/signature.py).
  *
  * Why C: through hashlib, one signature is seven method calls and four EVP context copies (OpenSSL 3
- * allocates, cleanses and frees each), ~20k instructions of plumbing around ~2k of hashing with SHA-NI;
- * a signed send paid ~12 us for it in the broker. Here the keyed states are two SHA_CTX structs copied
+ * allocates, cleanses and frees each): the plumbing cost far more than the hashing (docs/performance.md
+ * has the callgrind counts). Here the keyed states are two SHA_CTX structs copied
  * by value, the signed values are hashed straight from each str's UTF-8 buffer (no join, no encode), and
  * one call returns the Base64 text; `verify` reads the values from the request's dict itself and compares
  * the digest here, so the broker's check makes no Python object at all. The hashing is OpenSSL's
@@ -47,7 +47,7 @@ static PyObject *keyed(PyObject *module, PyObject *arg) {
 typedef struct {
     SHA_CTX ctx;
     size_t used;
-    size_t high; /* the most of `buf` filled: what to cleanse (all 1 KiB cost a send ~1k instructions) */
+    size_t high; /* the most of `buf` filled: what to cleanse (cleansing all of it cost every send) */
     unsigned char buf[1024];
 } Gather;
 

@@ -16,7 +16,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from daemon.acl.plain import AclConfigError, AclFiles, address_matcher, file_version, perm_name, read_yaml
+from daemon.acl.plain import (
+    AclConfigError,
+    AclFiles,
+    address_matcher,
+    file_version,
+    perm_name,
+    read_yaml,
+    strict_perm,
+)
 from daemon.config import write_atomically
 from daemon.remoting.bodies import DataVersion
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -32,6 +40,8 @@ log = logging.getLogger(__name__)
 
 #: 4.9.8 refuses keys of 6 characters or fewer (`checkPlainAccessConfig`).
 MIN_KEY_LENGTH = 7
+#: What code 54 answers in place of every secret key.
+MASKED_SECRET = "******"
 
 
 @dataclass(slots=True)
@@ -68,6 +78,26 @@ class GetBrokerAclConfigResponseHeader(CommandHeader):
     broker_name: str
     cluster_name: str
     all_acl_file_version: str = ""
+
+
+def _check_perms(header: CreateAccessConfigRequestHeader) -> None:
+    """Refuse a permission that is not DENY, PUB, SUB or PUB|SUB (4.9.8 answers 209 too): stored, the
+    file parser would read it as DENY, and a `A=PUB;B=SUB` entry would hide its second half."""
+    for where, value in (
+        ("defaultTopicPerm", header.default_topic_perm),
+        ("defaultGroupPerm", header.default_group_perm),
+    ):
+        if value is not None:
+            strict_perm(value, where)
+    for where, entries in (
+        ("topicPerms", _split(header.topic_perms)),
+        ("groupPerms", _split(header.group_perms)),
+    ):
+        for entry in entries or []:
+            name, sep, perm = entry.partition("=")
+            if not sep or not name.strip():
+                raise AclConfigError(f"{where}: bad permission entry {entry!r}: expected NAME=PERM")
+            strict_perm(perm, f"{where} {entry!r}")
 
 
 def _split(text: str | None) -> list[str] | None:
@@ -119,15 +149,20 @@ class AclEditor:
         return account.source if account is not None and account.source is not None else self.files.default
 
     def update_account(self, header: CreateAccessConfigRequestHeader) -> None:
-        """Create or merge one account (UPDATE_AND_CREATE_ACL_CONFIG)."""
+        """Create or merge one account (UPDATE_AND_CREATE_ACL_CONFIG). An existing account's secret stays
+        when the request has none, or the mask code 54 answers (it sends no secret back)."""
+        self.files.maybe_reload()
         ak, sk = header.access_key.strip(), (header.secret_key or "").strip()
+        existing = self.files.table.accounts.get(ak)
+        if existing is not None and sk in ("", MASKED_SECRET):
+            sk = existing.secret_key
         if len(ak) < MIN_KEY_LENGTH or len(sk) < MIN_KEY_LENGTH:
             raise AclConfigError(
                 f"accessKey and secretKey must be at least {MIN_KEY_LENGTH} characters (accessKey={ak})"
             )
         if header.white_remote_address:
             address_matcher(header.white_remote_address)  # a bad pattern is refused, not stored
-        self.files.maybe_reload()
+        _check_perms(header)
         path = self._holder(ak)
         data = self._load(path)
         accounts: list[dict[str, Any]] = list(data.get("accounts") or [])
@@ -179,7 +214,9 @@ class AclEditor:
         log.info("ACL globalWhiteRemoteAddresses of %s set to %s", path, addresses)
 
     def all_config(self) -> dict[str, Any]:
-        """GET_BROKER_CLUSTER_ACL_CONFIG's body: `globalWhiteAddrs` and `plainAccessConfigs`."""
+        """GET_BROKER_CLUSTER_ACL_CONFIG's body: `globalWhiteAddrs` and `plainAccessConfigs`, every secret
+        key masked (4.9.8 sends them: a captured or replayed request gave away every account; reading
+        secrets needs the file)."""
         self.files.maybe_reload()
         table = self.files.table
         configs = []
@@ -191,7 +228,7 @@ class AclEditor:
                     "defaultGroupPerm": perm_name(account.default_group_perm),
                     "defaultTopicPerm": perm_name(account.default_topic_perm),
                     "groupPerms": [f"{g}={perm_name(p)}" for g, p in account.group_perms.items()],
-                    "secretKey": account.secret_key,
+                    "secretKey": MASKED_SECRET,
                     "topicPerms": [f"{t}={perm_name(p)}" for t, p in account.topic_perms.items()],
                     "whiteRemoteAddress": account.white_remote_address,
                 }

@@ -1,4 +1,4 @@
-"""Plain ACL as 4.9.8's PlainAccessValidator applies it (wire-protocol.md §15.2, §15.3).
+"""Plain ACL as 4.9.8's PlainAccessValidator applies it (docs/acl.md §verification).
 
 `AclFiles` finds and parses the yml files (`$ROCKETMQ_HOME/conf/plain_acl.yml` plus `conf/acl/*.yml`,
 or one `aclFilePath`) and reloads them when one changes; `PlainAccessValidator.check` runs before
@@ -8,18 +8,29 @@ resource and permission, never the secret.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import ipaddress
 import json
 import logging
 import os
 import re
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
-from daemon.acl.signature import ACCESS_KEY, SIGNATURE, UNIQUE_KEY_QUERY, Verifier
+from daemon.acl.signature import (
+    ACCESS_KEY,
+    FRESH_CODE,
+    FRESH_NONCE,
+    FRESH_TIMESTAMP,
+    MIN_NONCE_LENGTH,
+    SIGNATURE,
+    UNIQUE_KEY_QUERY,
+    Verifier,
+)
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingCommandError
@@ -72,15 +83,18 @@ ADMIN_CODES: Final = frozenset(
         R.ADD_WRITE_PERM_OF_BROKER,
         R.UPDATE_NAMESRV_CONFIG,
         R.CONSUME_MESSAGE_DIRECTLY,  # makes a group's client consume a message again (side effects)
+        R.QUERY_DATA_VERSION,  # keeps a broker listed in the routes, as REGISTER_BROKER does
     }
 )
 
 
-#: What a NameServer with `aclEnable` checks (4.9.8's checks nothing): every write; lookups stay open.
+#: What a NameServer with `aclEnable` checks (4.9.8's checks nothing): every write, and every code that
+#: keeps a broker alive or changes what routes say; lookups stay open.
 NAMESRV_WRITE_CODES: Final = frozenset(
     {
         R.REGISTER_BROKER,
         R.UNREGISTER_BROKER,
+        R.QUERY_DATA_VERSION,
         R.DELETE_TOPIC_IN_NAMESRV,
         R.WIPE_WRITE_PERM_OF_BROKER,
         R.ADD_WRITE_PERM_OF_BROKER,
@@ -121,6 +135,15 @@ class AclDenied(RemotingCommandError):
 def parse_perm(text: object) -> int:
     """`DENY|PUB|SUB|PUB|SUB|SUB|PUB`; anything else (blank included) is DENY, as Java's parser."""
     return _PERM_NAMES.get(str(text).strip().upper(), DENY) if text is not None else DENY
+
+
+def strict_perm(text: object, where: str) -> int:
+    """A permission an ACL write may store: exactly DENY, PUB, SUB or PUB|SUB (4.9.8's
+    `checkPlainAccessConfig` refuses the rest with code 209; the file parser reads them as DENY)."""
+    name = str(text).strip().upper() if text is not None else ""
+    if name not in _PERM_NAMES:
+        raise AclConfigError(f"{where}: bad permission {text!r}: expected DENY, PUB, SUB or PUB|SUB")
+    return _PERM_NAMES[name]
 
 
 def perm_name(perm: int) -> str:
@@ -380,7 +403,7 @@ class AclFiles:
             self.table = AclTable()
             return True
         try:
-            self.table = parse_files((Path(p), read_yaml(Path(p))) for p, _, _ in fingerprint)
+            self.table = parse_files([(Path(p), read_yaml(Path(p))) for p, _, _ in fingerprint])
         except (AclConfigError, OSError) as exc:
             log.error("ACL files not reloaded, the previous accounts stay in force: %s", exc)
             return False
@@ -405,7 +428,7 @@ def _retry(group: str | None) -> str:
 
 
 #: The header field naming a send's topic, by code. Plain ints: the hot path compares no enum members
-#: (an IntEnum attribute costs ~0.13 us to look up, a third of the rule's time on each send).
+#: (an IntEnum attribute lookup was a large share of the rule's time on each send).
 _SEND_TOPIC_FIELDS: Final = {
     int(R.SEND_MESSAGE): "topic",
     int(R.SEND_MESSAGE_V2): "b",
@@ -429,7 +452,8 @@ _RESOURCE_CODES: Final = frozenset(
 
 
 def needed_resources(request: RemotingCommand) -> list[tuple[str, int]]:
-    """The (resource, permission) pairs a request needs (§15.2 table); groups as `%RETRY%<group>`.
+    """The (resource, permission) pairs a request needs (docs/acl.md §per-request); groups as
+    `%RETRY%<group>`.
 
     A send to a retry topic needs SUB on that group; 4.9.8 reads a `group` field the send header
     does not have, we check the retry topic itself.
@@ -508,13 +532,19 @@ def _describe(resource: str) -> str:
 
 
 class PlainAccessValidator:
-    """Checks one request against the accounts (§15.2 steps 1-6); raises AclDenied."""
+    """Checks one request against the accounts (docs/acl.md §verification); raises AclDenied."""
 
     def __init__(
-        self, files: AclFiles, daemon: str = "broker", topic_at: Callable[[int], str | None] | None = None
+        self,
+        files: AclFiles,
+        daemon: str = "broker",
+        topic_at: Callable[[int], str | None] | None = None,
+        freshness: int = 0,
     ) -> None:
         self.files = files
         self.daemon = daemon
+        #: `aclAdminFreshness`: admin requests need a signed timestamp this recent and an unseen nonce.
+        self.replays = ReplayGuard(freshness) if freshness > 0 else None
         #: The topic of the message stored at a CommitLog offset (None: no message there), for OFFSET_CODES.
         self.topic_at = topic_at
         self.denied = 0
@@ -553,8 +583,8 @@ class PlainAccessValidator:
 
     def check(self, ip: str, request: RemotingCommand) -> None:
         """Every request runs this: a send takes a path without per-rule lists or extra calls, and a
-        topic its account sent to before costs one set lookup (callgrind: ACL adds ~24k instructions to
-        a signed 1 KiB send's ~140k, ~16k of them SHA-1 without SHA-NI)."""
+        topic its account sent to before costs one set lookup (what ACL costs a send:
+        docs/performance.md)."""
         table = self.files.table
         if table.white_matchers and any(match(ip) for match in table.white_matchers):
             return
@@ -569,16 +599,18 @@ class PlainAccessValidator:
         account = table.accounts.get(access_key)
         if account is None:
             raise AclDenied(f"ACL: no account for accessKey={access_key}")
-        if account.matches(ip):
-            return
-        given = fields.get(SIGNATURE, "")
-        verifier = account.verifier or account.server_verifier()
-        # Java clients sign unique-key queries with `_UNIQUE_KEY_QUERY` in: 4.9.8 refuses those (§15.2
-        # quirk); accepting both forms breaks nothing
-        if not verifier.verify(fields, request.body, given) and not (
-            UNIQUE_KEY_QUERY in fields and Verifier(account.secret_key).verify(fields, request.body, given)
-        ):
-            raise AclDenied(f"ACL: signature check failed for accessKey={access_key} (wrong secretKey?)")
+        # an account's whiteRemoteAddress skips only the signature: its admin flag and permissions apply
+        # (4.9.8 lets such a request through unchecked)
+        signed = not account.matches(ip)
+        if signed:
+            given = fields.get(SIGNATURE, "")
+            verifier = account.verifier or account.server_verifier()
+            # (inline, not _signed_by: a call less on every signed send)
+            if not verifier.verify(fields, request.body, given) and not (
+                UNIQUE_KEY_QUERY in fields
+                and Verifier(account.secret_key).verify(fields, request.body, given)
+            ):
+                raise AclDenied(f"ACL: signature check failed for accessKey={access_key} (wrong secretKey?)")
         code = request.code
         topic_field = _SEND_TOPIC_FIELDS.get(code)
         # a send (no send code is an admin code): needed_resources' one pair, no OFFSET_CODES rule
@@ -595,8 +627,11 @@ class PlainAccessValidator:
                 if len(account.sendable) < MAX_SENDABLE:
                     account.sendable.add(send_topic)
             return
-        if code in ADMIN_CODES and not account.admin:
-            raise AclDenied(f"ACL: accessKey={access_key} is not admin; request code {code} needs admin")
+        if code in ADMIN_CODES:
+            if not account.admin:
+                raise AclDenied(f"ACL: accessKey={access_key} is not admin; request code {code} needs admin")
+            if signed and self.replays is not None:
+                self.replays.check(access_key, request)
         if account.unrestricted:
             return
         needed = needed_resources(request)
@@ -609,6 +644,80 @@ class PlainAccessValidator:
             needed.append((topic, offset_rule[1]))
         for resource, perm in needed:
             _require(account, access_key, resource, perm)
+
+    def admin_signed(self, ip: str, request: RemotingCommand) -> bool:
+        """Whether `request` is signed by an admin account (not let in by a whitelist): what a config
+        update that lets the next cleanup delete unconsumed messages needs with ACL on."""
+        account = self.files.table.accounts.get(request.ext_fields.get(ACCESS_KEY) or "")
+        return account is not None and account.admin and _signed_by(account, request)
+
+
+def _signed_by(account: Account, request: RemotingCommand) -> bool:
+    """Whether the request's Signature is the account's over its fields and body."""
+    fields = request.ext_fields
+    given = fields.get(SIGNATURE, "")
+    verifier = account.verifier or account.server_verifier()
+    # Java clients sign unique-key queries with `_UNIQUE_KEY_QUERY` in: 4.9.8 refuses those
+    # (docs/acl.md §quirks-of-498); accepting both forms breaks nothing
+    return verifier.verify(fields, request.body, given) or (
+        UNIQUE_KEY_QUERY in fields and Verifier(account.secret_key).verify(fields, request.body, given)
+    )
+
+
+class ReplayGuard:
+    """`aclAdminFreshness`: an admin request must carry, inside its signed fields, a timestamp no more
+    than `freshness` seconds from now, a nonce not seen before, and its own request code.
+
+    ACL 1.0 signs the field values and the body but neither the request code nor a time: a captured
+    request replays forever, and under another code. mqctl adds the three fields to every admin request
+    it signs (signature.FRESH_*); mqadmin sends none, which is why this is off unless configured. A nonce
+    is remembered while its timestamp is fresh: older ones are refused by their timestamp anyway.
+    """
+
+    #: Nonces remembered at most (each needs a valid admin signature to be added).
+    MAX_NONCES: Final = 100_000
+
+    def __init__(self, freshness: int) -> None:
+        self.window_ms = freshness * 1000
+        self._seen: dict[str, int] = {}
+        self._order: collections.deque[tuple[int, str]] = collections.deque()
+
+    def check(self, access_key: str, request: RemotingCommand, now_ms: int | None = None) -> None:
+        fields = request.ext_fields
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        where = f"ACL: accessKey={access_key}: admin request code {request.code}"
+        try:
+            stamp = int(fields.get(FRESH_TIMESTAMP, ""))
+        except ValueError:
+            raise AclDenied(
+                f"{where} carries no signed {FRESH_TIMESTAMP}/{FRESH_NONCE} and aclAdminFreshness is set "
+                "(sign it with mqctl)"
+            ) from None
+        if fields.get(FRESH_CODE) != str(request.code):
+            raise AclDenied(f"{where}: its signed {FRESH_CODE} names another request code (a replay?)")
+        if abs(now - stamp) > self.window_ms:
+            raise AclDenied(
+                f"{where}: signed {abs(now - stamp) // 1000} s from now, over aclAdminFreshness="
+                f"{self.window_ms // 1000} s (a replay, or a clock off)"
+            )
+        nonce = fields.get(FRESH_NONCE, "")
+        if len(nonce) < MIN_NONCE_LENGTH:
+            raise AclDenied(f"{where}: no signed {FRESH_NONCE} of at least {MIN_NONCE_LENGTH} characters")
+        self._forget(now)
+        if nonce in self._seen:
+            raise AclDenied(f"{where}: nonce already used (a replay)")
+        if len(self._seen) >= self.MAX_NONCES:
+            raise AclDenied(f"{where}: too many admin requests in aclAdminFreshness; try again shortly")
+        self._seen[nonce] = stamp
+        self._order.append((stamp + self.window_ms, nonce))  # after then its timestamp refuses it
+
+    def _forget(self, now: int) -> None:
+        """Drop nonces whose timestamps can no longer pass the freshness check (in arrival order: one
+        signed ahead of the clock holds the later ones a little longer, never too short)."""
+        order = self._order
+        while order and order[0][0] < now:
+            _, nonce = order.popleft()
+            self._seen.pop(nonce, None)
 
 
 def _require(account: Account, access_key: str, resource: str, perm: int) -> None:

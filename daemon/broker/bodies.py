@@ -1,7 +1,7 @@
-"""JSON bodies the broker reads and writes (wire-protocol.md §4.13–4.20), as `Bean` dataclasses.
+"""JSON bodies the broker reads and writes (docs/wire-protocol.md §json-bodies), as `Bean` dataclasses.
 
-Maps keyed by `MessageQueue` are written in fastjson's object-key form (`{{"brokerName":..}:..}`),
-which is what Java tools parse (§3); `mq_key_map` reads them back from `fastjson.loads`.
+Maps keyed by `MessageQueue` are written in fastjson's object-key form (`{{"brokerName":..}:..}`), which is
+what Java tools parse (docs/wire-protocol.md §fastjson); `mq_key_map` reads them back from `fastjson.loads`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from store.models import Bean, DataVersion, SubscriptionGroupConfig
 
 @dataclass(frozen=True, slots=True, order=True)
 class MessageQueue(Bean):
-    """§4.1; ordered like Java's compareTo (topic, brokerName, queueId)."""
+    """docs/wire-protocol.md §json-bodies; ordered like Java's compareTo (topic, brokerName, queueId)."""
 
     topic: str
     broker_name: str
@@ -43,7 +43,7 @@ class SubscriptionGroupWrapper(Bean):
 
 @dataclass(slots=True)
 class SubscriptionData(Bean):
-    """§4.14: one topic subscription of a consumer group."""
+    """docs/wire-protocol.md §client-bodies: one topic subscription of a consumer group."""
 
     topic: str
     sub_string: str = "*"
@@ -92,7 +92,7 @@ class HeartbeatData(Bean):
 
 @dataclass(slots=True)
 class ConnectionInfo(Bean):
-    """Java's `Connection` body (§4.15)."""
+    """Java's `Connection` body (docs/wire-protocol.md §client-bodies)."""
 
     client_id: str
     client_addr: str
@@ -128,7 +128,8 @@ class OffsetWrapper(Bean):
 
 @dataclass(slots=True)
 class ConsumeStats(Bean):
-    """GET_CONSUME_STATS body (§4.16); `offset_table` keys are MessageQueues (object keys)."""
+    """GET_CONSUME_STATS body (docs/wire-protocol.md §stats-bodies); `offset_table` keys are MessageQueues
+    (object keys)."""
 
     offset_table: dict[MessageQueue, OffsetWrapper] = field(default_factory=dict)
     consume_tps: float = 0.0
@@ -151,7 +152,7 @@ class TopicOffset(Bean):
 
 @dataclass(slots=True)
 class TopicStatsTable(Bean):
-    """GET_TOPIC_STATS_INFO body (§4.17)."""
+    """GET_TOPIC_STATS_INFO body (docs/wire-protocol.md §stats-bodies)."""
 
     offset_table: dict[MessageQueue, TopicOffset] = field(default_factory=dict)
 
@@ -162,7 +163,7 @@ class TopicStatsTable(Bean):
 
 @dataclass(slots=True)
 class LockBatchRequestBody(Bean):
-    """LOCK_BATCH_MQ and UNLOCK_BATCH_MQ request body (§4.18)."""
+    """LOCK_BATCH_MQ and UNLOCK_BATCH_MQ request body (docs/wire-protocol.md §lock-and-reset-bodies)."""
 
     consumer_group: str = ""
     client_id: str = ""
@@ -183,7 +184,8 @@ class LockBatchResponseBody(Bean):
 
 @dataclass(slots=True)
 class ResetOffsetBody(Bean):
-    """§4.19: the offsets an admin reset computed, keyed by MessageQueue."""
+    """docs/wire-protocol.md §lock-and-reset-bodies: the offsets an admin reset computed, keyed by
+    MessageQueue."""
 
     offset_table: dict[MessageQueue, int] = field(default_factory=dict)
 

@@ -4,28 +4,12 @@ Everything runs on one asyncio loop. Store reads and ASYNC_FLUSH puts are fast m
 run inline; SYNC_FLUSH puts block on a shared fsync, so they run in a thread pool where concurrent
 sends share one flush (group commit).
 
-Why one core (issue 19's second core, measured, not landed). Under the C++ client's load ``perf`` puts
-the broker's CPU at ~78 % user space (71 % the interpreter itself) and ~22 % kernel (13 % syscalls:
-send, recv, epoll, pwrite, futex); py-spy finds the flush and warm-up threads holding the GIL in under
-1 % of samples, so moving them "out of the GIL" frees nothing.
-Threads cannot run Python in parallel, so a second core needs processes. The design that keeps one
-sequential CommitLog append: K acceptor processes (SO_REUSEPORT listeners) decode frames, check ACL
-signatures, parse headers and properties, encode the whole CommitLog record with placeholder offsets
-and encode the replies; one writer process patches the queue offset, physical offset and store
-timestamp in place, copies the bytes into the mapped file, writes the ConsumeQueue unit and index entry
-and answers the offsets. ``benchmarks/bench_second_core.py`` prototypes exactly that split with our
-real codecs (no sockets, 1 KiB sends, hand-offs of 16 records over a pipe, 2 cores shared with other
-work, two runs at load averages 8 and 12): one process doing it all costs 17.9-18.4 us CPU per send
-(15,100-26,900 sends/s); split, the writer costs 6.5-7.4 us and the acceptors 17.5-19.0 us, 24.3-26.4
-us in all (+35-45 % CPU per send for the hand-off; 21.6 us with hand-offs of 64), and ran 11,000-13,100
-sends/s with one acceptor (each batch waits for its round trip) and 17,600-21,100 with two: 0.78x one
-process at load 8, 1.17x at load 12. So the split buys at most ~2.5x the writer-bound ceiling, only
-when a core is idle, for ~40 % more CPU per send; the real put path also does more than the prototype's
-writer (the store's checks, stats, arrival notices: the broker's own send costs ~35 us, not 18), and
-every other piece of broker state (topics, groups, offsets, long polling, HA, admin, stats) would have
-to move to the writer or be shared, with pulls reading the mapped files from the acceptors. On machines
-shared with the clients, as here, that is more CPU per send for no dependable gain in sends per second,
-so the broker stays one process and CPU per send is cut instead.
+Why one process: the broker's CPU is the interpreter, not threads waiting on the GIL, so a second core
+would need processes (acceptors that encode records for one sequential writer). That split was
+prototyped and measured: on machines shared with the clients it costs more CPU per send for no
+dependable gain in sends per second, and every other piece of broker state would have to move to the
+writer or be shared, so the broker stays one process and CPU per send is cut instead
+(docs/design/second-core.md has the design, the prototype and its figures).
 """
 
 from __future__ import annotations
@@ -35,6 +19,7 @@ import dataclasses
 import logging
 import math
 import shutil
+import threading
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
@@ -48,9 +33,12 @@ from daemon.broker.ha import (
     METADATA_SYNC_INTERVAL,
     HAMaster,
     HASlave,
+    MasterRecords,
+    SlaveGate,
     ha_runtime_info,
     is_slave,
     slave_refusals,
+    split_addr,
     sync_metadata,
 )
 from daemon.broker.headers import NotifyConsumerIdsChangedRequestHeader
@@ -65,7 +53,8 @@ from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
 from daemon.lifecycle import cancel_tasks, every
-from daemon.remoting.bodies import PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
+from daemon.protect import ProtectedModeGuard, Protection, is_local, listening, protection
+from daemon.remoting.bodies import ClusterInfo, PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient, Transport
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
@@ -77,14 +66,16 @@ from daemon.remoting.headers import (
     UnregisterBrokerRequestHeader,
 )
 from daemon.remoting.server import RemotingServer
+from daemon.remoting.tls import ServerTls
 from store import native
 from store.api import MessageStore
 from store.config_files import ConsumerOffsetManager
 from store.engine import DefaultMessageStore
 from store.errors import StoreError
 from store.message import PROPERTY_REAL_TOPIC, Message, StoredMessage
-from store.models import DataVersion
+from store.models import DataVersion, TopicConfig
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from store.replica_tail import diverged_quarantines
 from store.results import PutResult
 
 log = logging.getLogger(__name__)
@@ -92,6 +83,8 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 CLIENT_SCAN_INTERVAL = 10.0
+#: How long a restarted slave waits for its master to check its tail before it serves anyway.
+FIRST_CHECK_TIMEOUT = 5.0
 
 
 class Broker:
@@ -110,13 +103,22 @@ class Broker:
     ) -> None:
         self.config = config
         self._store_factory = store_factory or _default_store
+        #: `tls.*` (checked now: a bad setting fails the start before any port opens); every listener of
+        #: the remoting protocol takes `self.tls`, which makes the test-mode certificate once for all.
+        self.tls_settings = config.tls_settings()
+        if config.ha_tls:
+            self.tls_settings.check_mutual()
+        self.tls = ServerTls(self.tls_settings)
         self.server = RemotingServer(
             host=config.listen_host,
             port=config.listen_port,
             idle_timeout=config.server_channel_max_idle_time_seconds,
             limits=config,
+            tls=self.tls,
         )
-        self.client: Transport = client or RemotingClient()
+        self.client: Transport = client or RemotingClient(
+            ssl=self.tls_settings.client_context() if config.tls_enable else None
+        )
         self.store: MessageStore
         self.topics: TopicConfigManager
         self.groups: SubscriptionGroupManager
@@ -138,6 +140,10 @@ class Broker:
         #: Offsets clients committed to this slave (group, topic, queue id): the master gets them at the
         #: next metadata sync (4.9.8 overwrites them with the master's older ones, see sync_metadata).
         self.slave_commits: dict[tuple[str, str, int], int] = {}
+        #: A slave's replicated topics with no config yet (topic -> queues seen), and those it derived.
+        self._unconfigured: dict[str, int] = {}
+        self._unconfigured_lock = threading.Lock()
+        self._derived_topics: set[str] = set()
         self._tasks: list[asyncio.Task[None]] = []
         #: Registration with every NameServer, shared by the topic changes that ask for it meanwhile.
         self.registration = Coalesced(self.register_all, "namesrv-register-now")
@@ -165,12 +171,30 @@ class Broker:
         self.state = "starting"
         #: The ACL files when `aclEnable` is on (codes 50-54 edit them); None: no ACL.
         self.acl_files: AclFiles | None = None
+        #: The VIP port's listener (its connections are the main server's).
 
     # ------------------------------------------------------------------ lifecycle
 
     @property
     def addr(self) -> str:
         return self.config.broker_addr
+
+    @property
+    def protection(self) -> Protection:
+        c = self.config
+        return protection(enabled=c.protected_mode, acl_enable=c.acl_enable, hosts=[c.listen_host])
+
+    def trusted(self, conn: Connection, request: RemotingCommand) -> bool:
+        """Whether a request may do an operator's act (lower retention): admin-signed with ACL on (a
+        whitelist does not count), from this machine with ACL off."""
+        guard = self.server.dispatcher.guard
+        if isinstance(guard, PlainAccessValidator):
+            return guard.admin_signed(conn.address[0], request)
+        return is_local(conn.address[0], conn.local_ip())
+
+    def listening(self) -> str:
+        """Where the broker listens, why there, and whether protected mode is on (the start-up line)."""
+        return listening(self.config.listen_host, self.server.port, self.config.listen_why, self.protection)
 
     async def start(self) -> None:
         """Bind the port (connections are refused: nothing listens yet), recover the store, then accept.
@@ -181,10 +205,16 @@ class Broker:
         """
         if self.config.acl_enable:  # before the port opens: no request is ever served unchecked
             self.acl_files = AclFiles(self.config.rocketmq_home, self.config.acl_file_path)
-            self.server.dispatcher.guard = PlainAccessValidator(self.acl_files, topic_at=self._topic_at)
+            self.server.dispatcher.guard = PlainAccessValidator(
+                self.acl_files, topic_at=self._topic_at, freshness=self.config.acl_admin_freshness
+            )
+        elif self.protection.active:
+            self.server.dispatcher.guard = ProtectedModeGuard("broker")
         await self.server.start(serve=False)
         ephemeral = self.config.listen_port == 0
         self.config.listen_port = self.server.port  # port 0: the bound one is what we register
+        if not ephemeral:
+            await self._bind_vip()
         self._start_metrics()
         try:
             # in a thread: the loop stays free (signals, /healthz's state) while a big store recovers
@@ -222,22 +252,39 @@ class Broker:
                     every(RELOAD_CHECK_INTERVAL, self.acl_files.maybe_reload), name="acl-watch"
                 )
             )
+        await self._check_replica_before_serving()
         await self.server.serve()
         self.state = "serving"
         self._started = True
         await self.register_all()  # at start, like Java; then every registerNameServerPeriod
         if self.ha_slave is not None:
             self._tasks.append(asyncio.create_task(self._metadata_sync_loop(), name="slave-metadata-sync"))
-        compiled = native.active()
         log.info(
-            "broker %s (cluster %s) serving at %s, store %s, %s%s",
+            "broker %s (cluster %s) serving at %s (tls.server.mode=%s%s), store %s, %s%s; %s",
             self.config.broker_name,
             self.config.broker_cluster_name,
             self.addr,
+            self.tls_settings.mode,
+            ", haTls" if self.config.ha_tls else "",
             self.config.store_path_root_dir,
-            f"{len(compiled)} hot modules compiled" if compiled else "pure Python (no fresh build/native)",
+            native.describe_build(),
             f", ACL on (HMAC-SHA1: {hmac_backend()})" if self.acl_files is not None else "",
+            self.listening(),
         )
+
+    async def _bind_vip(self) -> None:
+        """The VIP port (``listenPort - 2``): the same connections, processors, ACL guard and TLS mode as
+        the main port, accepting from when the main port does. A taken port is logged, not fatal: clients
+        use it only when told to (``vipChannelEnabled``), a 4.9.8 slave for its metadata sync."""
+        port = self.config.vip_port
+        if port is None:
+            return
+        try:
+            await self.server.bind_also(self.config.listen_host, port)
+        except OSError as exc:
+            log.error("VIP port %d (listenPort - 2) not opened: %s", port, exc)
+            return
+        log.info("VIP port listening on %s:%d", self.config.listen_host, port)
 
     def _start_metrics(self) -> None:
         if not self.config.metrics_enable:
@@ -266,7 +313,17 @@ class Broker:
         c = self.config
         derived = c.ha_listen_port < 0
         port = 0 if ephemeral and derived else c.ha_port
-        self.ha_master = HAMaster(c, self.store, c.listen_host, port, self.hold.wakers)
+        gate = SlaveGate(self.registered_slave_hosts)
+        ha_tls = self.tls_settings if c.ha_tls else None
+        self.ha_master = HAMaster(
+            c,
+            self.store,
+            c.listen_host,
+            port,
+            self.hold.wakers,
+            gate,
+            ssl=ha_tls.server_context(require_client=True) if ha_tls else None,
+        )
         try:
             bound = await self.ha_master.start()
         except OSError as exc:
@@ -280,8 +337,63 @@ class Broker:
             bound = await self.ha_master.start()
         c.ha_listen_port = bound  # what registers as haServerAddr
         if is_slave(c):
-            self.ha_slave = HASlave(c, self.store)
+            # the master's records are asked of its broker address, which only a NameServer tells
+            records = MasterRecords(self.client, lambda: self.master_addr) if c.namesrv_addrs else None
+            if records is None:
+                log.warning(
+                    "no NameServer: this slave cannot ask its master's records, its tail is not checked"
+                )
+            self.ha_slave = HASlave(
+                c, self.store, records, ssl=ha_tls.client_context(verify=True) if ha_tls else None
+            )
+            self.store.add_arrival_listener(self._note_replicated)
+            self.ha_slave.on_dispatched = self._derive_replicated_topics
             self.ha_slave.start()
+
+    async def _check_replica_before_serving(self) -> None:
+        """A restarted slave's store may end in records its master does not hold (it ran apart from it, or
+        the master came back from an older disk): when the master answers within a few seconds they are
+        set aside before the port accepts, so no client is ever served them. A master that does not
+        answer keeps the slave from nothing: it serves what it holds, checked when the master is back."""
+        slave = self.ha_slave
+        if slave is None or slave.master_records is None or self.store.max_phy_offset == 0:
+            return
+
+        async def first_check() -> bool:
+            await self.register_all()  # the answer names the master's broker and HA addresses
+            return await slave.check_tail()
+
+        try:
+            checked = await asyncio.wait_for(first_check(), FIRST_CHECK_TIMEOUT)
+        except TimeoutError:
+            checked = False
+        if not checked:
+            log.warning(
+                "serving before this slave's last record is checked against its master (not answering): "
+                "it is checked before replication resumes"
+            )
+
+    async def registered_slave_hosts(self) -> set[str] | None:
+        """The hosts the NameServers list as slaves (brokerId >= 1) of this broker's group (the HA gate's
+        look-up); None when none answered (no NameServer configured included: no slave can be told)."""
+        c = self.config
+
+        async def one(addr: str) -> set[str] | None:
+            request = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
+            try:
+                response = await self.client.invoke(addr, request, 3.0)
+                if response.code != ResponseCode.SUCCESS or not response.body:
+                    return None
+                group = ClusterInfo.loads(response.body).broker_addr_table.get(c.broker_name)
+            except (RemotingError, ValueError, TypeError) as exc:
+                log.warning("HA gate: no slave list from name server %s: %s", addr, exc)
+                return None
+            if group is None or group.cluster != c.broker_cluster_name:
+                return set()
+            return {split_addr(a)[0] for i, a in group.broker_addrs.items() if int(i) >= 1}
+
+        answers = [a for a in await asyncio.gather(*(one(a) for a in c.namesrv_addrs)) if a is not None]
+        return set().union(*answers) if answers else None
 
     async def sync_from_master(self) -> list[str]:
         """A slave's metadata sync now (also run at start and every 10 s); returns what changed."""
@@ -290,7 +402,40 @@ class Broker:
         changed = await sync_metadata(self.client, self.master_addr, self.store.configs, self.slave_commits)
         if changed:
             log.info("synced %s from master %s", ", ".join(changed), self.master_addr)
+        if type(self.store.configs.topics).__name__ in changed:
+            self._derived_topics.clear()  # the master's table replaced them
         return changed
+
+    def _note_replicated(self, topic: str, queue_id: int, _max_offset: int) -> None:
+        """(The dispatch thread's arrival listener on a slave.) A queue of a topic this slave has no config
+        for, or more queues than one it derived: noted for :meth:`_derive_replicated_topics`."""
+        config = self.topics.get(topic)
+        if config is None or (topic in self._derived_topics and queue_id >= config.read_queue_nums):
+            with self._unconfigured_lock:
+                self._unconfigured[topic] = max(self._unconfigured.get(topic, 0), queue_id + 1)
+
+    def _derive_replicated_topics(self) -> None:
+        """A slave serves what it holds: a replicated topic without a config (the master was down at each
+        metadata sync since it was created) gets one derived from its queues, as recovery gives one to a
+        topic with data; the next successful sync replaces it with the master's."""
+        if not self._unconfigured:
+            return
+        with self._unconfigured_lock:
+            pending, self._unconfigured = self._unconfigured, {}
+        derived = []
+        for topic, queues in sorted(pending.items()):
+            config = self.topics.get(topic)
+            if config is None or (topic in self._derived_topics and config.read_queue_nums < queues):
+                self.topics.file.update(TopicConfig(topic, queues, queues), persist=False)
+                self._derived_topics.add(topic)
+                derived.append(f"{topic} ({queues} queues)")
+        if derived:
+            self.topics.file.persist()
+            log.warning(
+                "serving replicated topic(s) with no config from the master yet, with configs derived from "
+                "their queues until the next metadata sync: %s",
+                ", ".join(derived),
+            )
 
     async def _metadata_sync_loop(self) -> None:
         while True:
@@ -494,7 +639,12 @@ class Broker:
             "commitLogMinOffset": str(store.min_phy_offset),
             "commitLogMaxOffset": str(store.max_phy_offset),
             # mqctl's additions: the role and the replication state
-            **ha_runtime_info(config.broker_role, self.ha_master, self.ha_slave),
+            **ha_runtime_info(
+                config.broker_role,
+                self.ha_master,
+                self.ha_slave,
+                diverged_quarantines(config.store_path_root_dir),
+            ),
         }
         for level, offset in sorted(self.schedule.offsets.offsets().items()):
             queue_max = store.get_max_offset(SCHEDULE_TOPIC, level - 1)
@@ -580,7 +730,7 @@ class Broker:
         return [a for a in done if a is not None]
 
     async def _registration_body(self, topics: Iterable[str] | None, compressed: bool) -> bytes:
-        """REGISTER_BROKER's body. The whole table's takes ~100 ms to encode with 10,000 topics, which on the
+        """REGISTER_BROKER's body. The whole table is slow to encode with 10,000 topics, which on the
         loop stalled every request every 30 s: it is encoded in a worker thread, and only when the table
         (its data version: entries are replaced, never changed in place), the permission or the form changed."""
         if topics is not None:

@@ -3,7 +3,8 @@
 The clean service itself runs inside the store (:class:`store.cleanup.Cleaner`, every
 ``cleanResourceInterval``); the broker serves three requests around it:
 
-* ``DELETE_EXPIRED_COMMITLOG`` (329): the next 20 runs delete expired files whatever the hour (§8.7).
+* ``DELETE_EXPIRED_COMMITLOG`` (329): the next 20 runs delete expired files whatever the hour
+  (docs/store-format.md §manual-deletion).
 * ``CLEAN_EXPIRED_CONSUMEQUEUE`` (306): destroy queues whose every message is gone.
 * :data:`CLEAN_PLAN`, an mqctl extension: the plan a manual trigger would apply now (files, ages, why
   each goes, whose unconsumed messages go with it), computed by the same function as the service and

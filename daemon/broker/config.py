@@ -12,6 +12,7 @@ from typing import ClassVar
 
 from daemon.config import RocketMQKeys, load_config
 from daemon.remoting.limits import RemotingLimits
+from daemon.remoting.tls import TlsConfig
 from daemon.rocketmq_keys import CPUS, NETTY_CLIENT_KEYS, NETTY_SERVER_KEYS
 from store.config import StoreConfig
 from store.names import TRACE_TOPIC
@@ -196,14 +197,44 @@ def local_ip() -> str:
     return "127.0.0.1"
 
 
+def resolve_listen(listen_host: str, broker_ip1: str) -> tuple[str, str, str]:
+    """``(listenHost, brokerIP1, why)``: loopback unless told otherwise.
+
+    No ``listenHost`` binds 127.0.0.1, except when ``brokerIP1`` names an address off loopback: a
+    RocketMQ broker.conf has no ``listenHost`` (4.9.8 binds every interface) and its ``brokerIP1`` says
+    clients reach the broker there, so it binds every interface as 4.9.8 does. No ``brokerIP1``
+    registers where a client can reach the listener: 127.0.0.1 on loopback, the host's address on a
+    wildcard, else the listen address itself.
+    """
+    host = listen_host.strip()
+    ip = broker_ip1.strip()
+    if host:
+        why = f"listenHost={host}"
+    elif ip and not ip.startswith("127.") and ip != "localhost":
+        host, why = "0.0.0.0", f"brokerIP1={ip} and no listenHost: every interface, as RocketMQ binds"
+    else:
+        host, why = (
+            "127.0.0.1",
+            "the default: loopback only; listenHost=0.0.0.0 or --listen 0.0.0.0:PORT opens it",
+        )
+    if not ip:
+        if host in ("0.0.0.0", "::"):
+            ip = local_ip()
+        elif host.startswith("127.") or host in ("localhost", "::1"):
+            ip = "127.0.0.1"
+        else:
+            ip = host
+    return host, ip, why
+
+
 @dataclass
-class BrokerConfig(StoreConfig, RemotingLimits, RocketMQKeys):
-    """RocketMQ 4.9.8 broker defaults (wire-protocol.md §13.10).
+class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
+    """RocketMQ 4.9.8 broker defaults (docs/wire-protocol.md §broker-settings).
 
     It extends the store's settings because RocketMQ keeps both in one `broker.conf`: every store key
     (`storePathRootDir`, `flushDiskType`, `mappedFileSizeCommitLog`, `fileReservedTime`, ...) loads here
     and `store_config()` hands exactly those to the store. The `remotingMax*` keys come from
-    `RemotingLimits`. RocketMQ's other keys (`ROCKETMQ_DEFAULTS`: BrokerConfig, MessageStoreConfig,
+    `RemotingLimits`, RocketMQ's `tls.*` keys from `TlsConfig`. RocketMQ's other keys (`ROCKETMQ_DEFAULTS`: BrokerConfig, MessageStoreConfig,
     NettyServerConfig and NettyClientConfig, as Java's broker registers them) load and report as
     accepted-but-inert.
     """
@@ -223,7 +254,8 @@ class BrokerConfig(StoreConfig, RemotingLimits, RocketMQKeys):
     broker_name: str = field(default_factory=socket.gethostname)
     broker_id: int = 0
     namesrv_addr: str = field(default_factory=lambda: os.environ.get("NAMESRV_ADDR", ""))
-    broker_ip1: str = field(default_factory=local_ip, metadata={"key": "brokerIP1"})
+    #: The registered address; empty: 127.0.0.1 on a loopback listener, else this host's address.
+    broker_ip1: str = field(default="", metadata={"key": "brokerIP1"})
     broker_ip2: str = field(default="", metadata={"key": "brokerIP2"})
     listen_port: int = 10911
     server_channel_max_idle_time_seconds: int = 120
@@ -260,17 +292,44 @@ class BrokerConfig(StoreConfig, RemotingLimits, RocketMQKeys):
     metrics_port: int = DEFAULT_METRICS_PORT
     #: Where /metrics and /healthz listen; empty: `listenHost`, like every other listener.
     metrics_host: str = ""
-    listen_host: str = "0.0.0.0"
+    #: Empty: 127.0.0.1, or every interface when `brokerIP1` names another address (see resolve_listen).
+    listen_host: str = ""
+    #: With ACL off and a listener beyond loopback, refuse writes from other machines (daemon.protect).
+    protected_mode: bool = True
+    #: The VIP port, ``listenPort - 2``, serving what ``listenPort`` serves (4.9.8's BrokerController
+    #: always opens it as its ``fastRemotingServer``; a 4.9.8 slave syncs its metadata there). 4.9.8 has
+    #: no key for it: false keeps it closed; an ephemeral ``listenPort`` (0) opens none.
+    vip_listen_enable: bool = True
     # access control (RocketMQ ACL 1.0, daemon.acl)
     acl_enable: bool = False
     #: One ACL file instead of `<rocketmqHome>/conf/plain_acl.yml` + `conf/acl/*.yml`.
     acl_file_path: str = ""
+    #: Seconds an admin request's signed timestamp may be old; each nonce is taken once (0: not asked,
+    #: as mqadmin signs none). Against replayed admin requests (daemon.acl.plain).
+    acl_admin_freshness: int = 0
     rocketmq_home: str = field(default_factory=lambda: os.environ.get("ROCKETMQ_HOME", ""))
+    #: Replication on mutual TLS: the HA listener demands a client certificate its trust file verifies,
+    #: and a slave presents one (`tls.client.*`, else the `tls.server.*` pair) and verifies the master's.
+    ha_tls: bool = False
+    #: Why the broker listens where it does (the start-up line says it); not a setting.
+    listen_why: str = field(default="", metadata={"internal": True}, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.listen_host, self.broker_ip1, why = resolve_listen(self.listen_host, self.broker_ip1)
+        self.listen_why = self.listen_why or why
 
     @property
     def broker_addr(self) -> str:
-        """The registered address, also the store host of every message (§5.6)."""
+        """The registered address, also the store host of every message
+        (docs/wire-protocol.md §message-ids)."""
         return f"{self.broker_ip1}:{self.listen_port}"
+
+    @property
+    def vip_port(self) -> int | None:
+        """``listenPort - 2`` when the VIP port opens (see ``vip_listen_enable``), else None."""
+        if not self.vip_listen_enable or self.listen_port <= 2:
+            return None
+        return self.listen_port - 2
 
     @property
     def ha_port(self) -> int:

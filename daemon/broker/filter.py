@@ -1,4 +1,4 @@
-"""Subscriptions and broker-side TAG filtering (wire-protocol.md §4.14, §5.7).
+"""Subscriptions and broker-side TAG filtering (docs/wire-protocol.md §tags-and-filtering).
 
 The broker filters coarsely on the consume queue's tags code; clients re-check the tag string.
 """

@@ -1,11 +1,15 @@
-"""Master/slave replication on the HA port (spec §11): 4.9.8's HAService, HAConnection and HAClient.
+"""Master/slave replication on the HA port (docs/replication.md §replication): 4.9.8's HAService, HAConnection
+and HAClient.
 
-The master accepts slaves on its HA listener and streams raw CommitLog bytes from each slave's
-reported offset; acks advance ``push2slave_max_offset``, which SYNC_MASTER sends wait for (a group
-commit: every waiting send whose record ends at or below an ack is answered at once). The slave
-connects to the master's HA address, reports its CommitLog end, and appends every whole frame
-through its store's :class:`store.ha.ReplicaStore` side. Everything runs on the broker's event loop;
-the byte formats are the pure codecs of :mod:`store.ha`.
+The master accepts on its HA listener only the hosts its NameServers list as slaves of its group
+(:class:`SlaveGate`) and streams raw CommitLog bytes from each slave's reported offset, once that is a
+record boundary of its own log; acks advance ``push2slave_max_offset``, which SYNC_MASTER sends wait for
+(a group commit: every waiting send whose record ends at or below an ack is answered at once). The
+slave first checks its last record against the master's (:func:`common_end`) and sets aside a tail the
+master does not hold, then connects to the master's HA address, reports its CommitLog end, and appends
+only whole records that pass :class:`store.ha.ReplicaRecords` through its store's
+:class:`store.ha.ReplicaStore` side. Everything runs on the broker's event loop; the byte formats are
+the pure codecs of :mod:`store.ha`. What is checked, and where it stops: docs/replication.md.
 """
 
 from __future__ import annotations
@@ -16,18 +20,21 @@ import contextlib
 import heapq
 import itertools
 import logging
+import math
+import ssl as _ssl
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
+from daemon.broker.headers import UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
 from daemon.lifecycle import cancel_tasks
 from daemon.remoting.client import Transport
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from daemon.remoting.errors import RemotingError
+from daemon.remoting.limits import WarningGate
 from store import fastjson
 from store.commitlog import PutMessageStatus
 from store.config import SLAVE, SYNC_MASTER, StoreConfig
@@ -39,15 +46,20 @@ from store.config_files import (
 )
 from store.ha import (
     HAProtocolError,
+    ReplicaRecordError,
+    ReplicaRecords,
     ReplicaStore,
     decode_frames,
     encode_frame_header,
     encode_report,
     frame_extent,
+    is_record_boundary,
     latest_report,
-    slave_accepts,
+    max_record_size,
+    record_spans,
     transfer_start,
 )
+from store.quarantine import Manifest
 
 log = logging.getLogger(__name__)
 
@@ -76,7 +88,7 @@ def split_addr(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
-#: 4.9.8's answer to topic and group changes on a slave (wire-protocol.md §11).
+#: 4.9.8's answer to topic and group changes on a slave (docs/wire-protocol.md §admin-requests).
 SLAVE_ADMIN_REMARK = (
     "Can't modify topic or subscription group from slave broker, please execute it from master broker."
 )
@@ -191,6 +203,15 @@ class SlaveConnection:
                 )
                 return
             if self.acked < 0:
+                if not is_record_boundary(self.master.store, offset):
+                    log.error(
+                        "HA slave %s reports offset %d, where no record of this master's CommitLog starts "
+                        "(it ends at %d): the two logs differ there; closing",
+                        self.addr,
+                        offset,
+                        end,
+                    )
+                    return
                 self.transfer_offset = transfer_start(offset, end, self.master.store.commit_log_file_size)
                 log.info(
                     "HA slave %s requests offset %d, transfer starts at %d",
@@ -199,6 +220,14 @@ class SlaveConnection:
                     self.transfer_offset,
                 )
                 self._started.set()
+            elif offset > self.transfer_offset:
+                log.warning(
+                    "HA slave %s acknowledges offset %d, beyond the %d sent to it: closing",
+                    self.addr,
+                    offset,
+                    self.transfer_offset,
+                )
+                return
             self.acked = offset
             sent = self._sent
             while sent and sent[0][0] <= offset:
@@ -239,8 +268,45 @@ class SlaveConnection:
                 await asyncio.wait_for(self.wake.wait(), min(IDLE_POLL, heartbeat))
 
 
+def peer_host(host: str) -> str:
+    """The address a peer connected from, as registered: an IPv4-mapped IPv6 peer as plain IPv4."""
+    return host[7:] if host.startswith("::ffff:") and "." in host else host
+
+
+class SlaveGate:
+    """Who may replicate from this master: a peer whose address the NameServers list as a slave
+    (brokerId >= 1) of this broker's group. Slaves register before they connect (ours and 4.9.8's learn
+    the master's HA address from their registration answer), so one look-up at accept finds them.
+
+    The match is on the host alone: a slave registers ``brokerIP1:listenPort`` and connects from an
+    ephemeral port. ``lookup`` answers the registered hosts, or None when no NameServer answered; a peer
+    not among the cached hosts triggers a new look-up at most every ``refresh`` seconds, so a flood of
+    connections is not a flood of NameServer requests.
+    """
+
+    def __init__(self, lookup: Callable[[], Awaitable[set[str] | None]], refresh: float = 1.0) -> None:
+        self._lookup = lookup
+        self._refresh = refresh
+        self._hosts: set[str] = set()
+        self._looked_at = -math.inf
+
+    async def admits(self, host: str) -> bool:
+        host = peer_host(host)
+        if host in self._hosts:
+            return True
+        if _now() - self._looked_at >= self._refresh:
+            self._looked_at = _now()
+            hosts = await self._lookup()
+            if hosts is not None:
+                self._hosts = {peer_host(h) for h in hosts}
+        return host in self._hosts
+
+
 class HAMaster:
-    """The master side: the HA listener, its slave connections and the SYNC_MASTER waiters."""
+    """The master side: the HA listener, its slave connections and the SYNC_MASTER waiters.
+
+    Every connection passes the :class:`SlaveGate` first, so every acknowledgement a SYNC_MASTER counts
+    comes from a slave the NameServers list for this broker group."""
 
     def __init__(
         self,
@@ -249,11 +315,20 @@ class HAMaster:
         host: str,
         port: int,
         wakers: list[Callable[[], None]],
+        gate: SlaveGate,
+        *,
+        ssl: _ssl.SSLContext | None = None,
     ) -> None:
         self.config = config
+        #: haTls: the listener's mutual-TLS context (a slave without a trusted certificate never gets in).
+        self.ssl = ssl
         self.store = store
         self.host = host
         self.port = port
+        self.gate = gate
+        #: Connections the gate closed (what /metrics and the tests count).
+        self.refused = 0
+        self._refusals = WarningGate(log)
         #: Every send reads it (brokerRole is no runtime setting: UPDATE_BROKER_CONFIG refuses it).
         self.sync = config.broker_role == SYNC_MASTER
         self.connections: set[SlaveConnection] = set()
@@ -271,7 +346,9 @@ class HAMaster:
 
     async def start(self) -> int:
         """Listen; returns the bound port (the one to register when the configured one is 0)."""
-        self._server = await asyncio.start_server(self._accept, self.host, self.port, reuse_address=True)
+        self._server = await asyncio.start_server(
+            self._accept, self.host, self.port, reuse_address=True, ssl=self.ssl
+        )
         self.port = self._server.sockets[0].getsockname()[1]
         log.info("HA service listening on %s:%d", self.host, self.port)
         return self.port
@@ -289,6 +366,18 @@ class HAMaster:
         self._waiters = []
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        host = str(peer[0]) if peer else ""
+        if not await self.gate.admits(host):
+            self.refused += 1
+            self._refusals.warning(
+                "HA: closing the connection from %s:%s: the NameServers list no slave of this broker group "
+                "at that address",
+                host,
+                peer[1] if peer else "?",
+            )
+            writer.transport.abort()
+            return
         conn = SlaveConnection(self, reader, writer)
         log.info("HA slave connected from %s", conn.addr)
         self.connections.add(conn)
@@ -355,19 +444,105 @@ class HAMaster:
         ]
 
 
-class HASlave:
-    """The slave side (4.9.8 ``HAClient``): connect, report, append frames, reconnect."""
+class TailUnknown(Exception):
+    """The master cannot be asked now (no broker address yet, unreachable): decide nothing, ask again."""
 
-    def __init__(self, config: StoreConfig, store: ReplicaStore) -> None:
+
+class TailUncheckable(Exception):
+    """The master refuses to show its records (an ACL that does not admit the slave, a peer that does
+    not speak VIEW_MESSAGE_BY_ID): the slave cannot check its tail against it at all."""
+
+
+class MasterRecords:
+    """The record the master stores at a CommitLog offset, by VIEW_MESSAGE_BY_ID (33): the body of its
+    answer is the stored record, byte for byte (4.9.8's ``selectOneMessageByOffset``; ours the same),
+    and SYSTEM_ERROR says no record is there. ``addr`` is the master's broker (not HA) address."""
+
+    def __init__(self, client: Transport, addr: Callable[[], str | None]) -> None:
+        self._client = client
+        self._addr = addr
+
+    async def at(self, offset: int) -> bytes | None:
+        addr = self._addr()
+        if addr is None:
+            raise TailUnknown("the master's broker address is not known yet")
+        fields = ViewMessageRequestHeader(offset).to_ext_fields()
+        request = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, fields)
+        try:
+            response = await self._client.invoke(addr, request, 3.0)
+        except RemotingError as exc:
+            raise TailUnknown(f"master {addr}: {exc}") from None
+        if response.code == ResponseCode.SUCCESS:
+            return response.body or b""
+        if response.code == ResponseCode.SYSTEM_ERROR:
+            return None
+        raise TailUncheckable(f"master {addr} answered {response.code} {response.remark}")
+
+
+async def common_end(store: ReplicaStore, master_at: Callable[[int], Awaitable[bytes | None]]) -> int:
+    """Where the slave's CommitLog stops agreeing with its master's: its end when its last record is
+    byte for byte the master's record at the same offset, else the end of the last record they share
+    (its start when none is shared). Walks back a file at a time by each file's first record, then
+    searches the file whose first record is shared (a tail that differs differs from where it starts)."""
+    end = store.max_phy_offset
+    if end == 0:
+        return 0
+    file_size = store.commit_log_file_size
+
+    async def same(span: tuple[int, int]) -> bool:
+        mine = store.read_commit_log(*span)
+        return mine is not None and await master_at(span[0]) == mine
+
+    first = store.min_phy_offset
+    file_start = (end - 1) - (end - 1) % file_size
+    while file_start >= first - first % file_size:
+        spans = await asyncio.to_thread(record_spans, store, max(file_start, first), end)
+        if spans and await same(spans[0]):
+            if await same(spans[-1]):
+                return min(end, file_start + file_size)  # (with the file's end-of-file filler)
+            lo, hi = 0, len(spans) - 1  # spans[lo] is shared, spans[hi] is not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                lo, hi = (mid, hi) if await same(spans[mid]) else (lo, mid)
+            return spans[lo][0] + spans[lo][1]
+        file_start -= file_size
+    return first
+
+
+class HASlave:
+    """The slave side (4.9.8 ``HAClient``): check its tail against the master's, connect, report,
+    append checked records, reconnect.
+
+    Before each connection the slave compares its last record with the master's at the same offset
+    (``master_records``; None: not checked, as without a NameServer to name the master's broker
+    address). Records the master does not hold at the same offsets are set aside
+    (:meth:`ReplicaStore.set_aside_replica_tail`) and the slave reports the end of what they share."""
+
+    def __init__(
+        self,
+        config: StoreConfig,
+        store: ReplicaStore,
+        master_records: MasterRecords | None = None,
+        *,
+        ssl: _ssl.SSLContext | None = None,
+    ) -> None:
         self.config = config
+        #: haTls: the client context that presents this broker's certificate and verifies the master's.
+        self.ssl = ssl
         self.store = store
         self.master_addr = config.ha_master_address
+        self.master_records = master_records
         self.connected = False
         self.last_read_ms = 0
         self.reconnects = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
         self._appended = asyncio.Event()
+        #: Held while dispatch runs in its thread, and while a divergent tail is set aside.
+        self._dispatching = asyncio.Lock()
+        self._checking = asyncio.Lock()
+        #: Called on the loop after each round of dispatch (the broker derives configs of new topics).
+        self.on_dispatched: Callable[[], None] | None = None
 
     def start(self) -> None:
         self._tasks = [
@@ -385,10 +560,13 @@ class HASlave:
             await self._appended.wait()
             self._appended.clear()
             try:
-                while await asyncio.to_thread(self.store.dispatch_replica):
-                    pass
+                async with self._dispatching:
+                    while await asyncio.to_thread(self.store.dispatch_replica):
+                        pass
             except (OSError, ValueError):
                 log.exception("slave dispatch failed")
+            if self.on_dispatched is not None:
+                self.on_dispatched()
 
     def set_master(self, addr: str | None) -> None:
         """The master's HA address as the NameServer tells it (unless ``haMasterAddress`` is set)."""
@@ -406,9 +584,14 @@ class HASlave:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), RECONNECT_DELAY)
                 continue
+            if not await self.check_tail():
+                await asyncio.sleep(RECONNECT_DELAY)
+                continue
             try:
                 host, port = split_addr(addr)
-                reader, writer = await asyncio.wait_for(asyncio.open_connection(host, port), 3.0)
+                reader, writer = await asyncio.wait_for(
+                    asyncio.open_connection(host, port, ssl=self.ssl), 3.0
+                )
             except (OSError, ValueError, TimeoutError) as exc:
                 log.warning("HA connect to master %s failed: %s", addr, exc)
                 await asyncio.sleep(RECONNECT_DELAY)
@@ -417,6 +600,8 @@ class HASlave:
             self.connected = True
             try:
                 await self._session(reader, writer)
+            except ReplicaRecordError as exc:
+                log.error("HA: closing the connection to master %s, nothing of it appended: %s", addr, exc)
             except (OSError, HAProtocolError) as exc:
                 log.warning("HA connection to master %s lost: %s", addr, exc)
             finally:
@@ -427,12 +612,53 @@ class HASlave:
                     await writer.wait_closed()
             await asyncio.sleep(RECONNECT_DELAY)
 
+    async def check_tail(self) -> bool:
+        """Whether the slave may report its end now: its last record is the master's, or what is not was
+        set aside. False when the master cannot be asked yet (the caller tries again). One at a time: the
+        broker checks once before it serves, the connection loop before each connection."""
+        async with self._checking:
+            return await self._check_tail()
+
+    async def _check_tail(self) -> bool:
+        store = self.store
+        end = store.max_phy_offset
+        if self.master_records is None or end == 0:
+            return True
+        try:
+            cut = await common_end(store, self.master_records.at)
+        except TailUnknown as exc:
+            log.warning("HA: this slave's last record is not checked against its master yet: %s", exc)
+            return False
+        except TailUncheckable as exc:
+            log.warning("HA: this slave's last record cannot be checked against its master: %s", exc)
+            return True
+        if cut >= end:
+            return True
+        why = (
+            f"the slave's CommitLog differs from its master's from offset {cut} to its end {end} (a store "
+            "that ran apart from this master, or a master restored from an older disk)"
+        )
+        async with self._dispatching:
+            records, where = await asyncio.to_thread(store.set_aside_replica_tail, cut, why)
+        log.error(
+            "HA: %d record(s) of this slave, offsets %d to %d, are not its master's: set aside%s; "
+            "replicating from offset %d",
+            records,
+            cut,
+            end,
+            f" in {where}" if where else "",
+            cut,
+        )
+        return True
+
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         cfg = self.config
         heartbeat = cfg.ha_send_heartbeat_interval / 1000
         housekeeping = cfg.ha_housekeeping_interval / 1000
         max_frame = max(cfg.ha_transfer_batch_size, cfg.mapped_file_size_commit_log)
-        reported = self.store.max_phy_offset
+        store = self.store
+        reported = store.max_phy_offset
+        records = ReplicaRecords(reported, store.commit_log_file_size, max_record_size(cfg))
         writer.write(encode_report(reported))  # at once: 4.9.8 waits a heartbeat, a master does not mind
         await writer.drain()
         last_report = last_read = _now()
@@ -452,18 +678,18 @@ class HASlave:
                 buf += data
                 frames, used = decode_frames(buf, max_frame)
                 for offset, body in frames:
-                    if not slave_accepts(self.store.max_phy_offset, offset):
-                        raise HAProtocolError(
-                            f"frame at {offset} but the slave ends at {self.store.max_phy_offset}"
-                        )
-                    if body and not self.store.append_replica(offset, body):
-                        raise HAProtocolError(f"frame at {offset} does not continue the slave's CommitLog")
-                if frames:
-                    self._appended.set()
+                    if records.start == 0 and not records.pending and offset % records.file_size == 0:
+                        records.start = offset  # an empty slave starts where the master's file does
+                    records.feed(offset, body)
                 buf = buf[used:]  # a copy (the frames are views of buf); a torn frame stays for now
+                at, whole = records.take()  # raises, appending nothing, unless every record checks
+                if whole:
+                    if not store.append_replica(at, whole):
+                        raise HAProtocolError(f"frame at {at} does not continue the slave's CommitLog")
+                    self._appended.set()
             elif now - last_read >= housekeeping:
                 raise HAProtocolError(f"nothing from the master for {housekeeping:.0f} s")
-            current = self.store.max_phy_offset
+            current = store.max_phy_offset  # only whole, checked, appended records are acknowledged
             if current != reported or now - last_report >= heartbeat:
                 writer.write(encode_report(current))
                 await writer.drain()
@@ -480,17 +706,25 @@ HA_RUNTIME_KEYS = frozenset(
         "haMasterAddress",
         "haMasterConnected",
         "haMasterLastReadTimestamp",
+        "haDivergedRecords",
+        "haDivergedQuarantine",
     }
 )
 
 
-def ha_runtime_info(role: str, master: HAMaster | None, slave: HASlave | None) -> dict[str, str]:
+def ha_runtime_info(
+    role: str, master: HAMaster | None, slave: HASlave | None, diverged: list[Manifest] | None = None
+) -> dict[str, str]:
     """mqctl's additions to GET_BROKER_RUNTIME_INFO: the role and the replication state.
 
     A master lists its slaves as ``addr/ackedOffset/lagSeconds`` joined by ``;``; a slave shows its master's HA
-    address and whether it is connected. Offsets are CommitLog offsets; lag is the reader's sum.
+    address and whether it is connected. Offsets are CommitLog offsets; lag is the reader's sum. A store
+    that ever set a divergent tail aside (``diverged``) says how many records and the newest quarantine.
     """
     info = {"brokerRole": role}
+    if diverged:
+        info["haDivergedRecords"] = str(sum(m.records + m.damaged for m in diverged))
+        info["haDivergedQuarantine"] = diverged[-1].path
     if master is not None:
         slaves = master.status()
         info["haSlaveCount"] = str(len(slaves))

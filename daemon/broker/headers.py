@@ -1,4 +1,5 @@
-"""Typed extFields of the broker's requests and responses (wire-protocol.md §8–12).
+"""Typed extFields of the broker's requests and responses (docs/wire-protocol.md §send-headers and the request
+sections after it).
 
 Names follow Java's `*RequestHeader` classes; wire names are the camelCase of the fields unless
 `wire()` says otherwise (the one-letter SEND_MESSAGE_V2 names, `clientID`, `isForce`, ...).
@@ -34,7 +35,8 @@ class SendMessageRequestHeader(CommandHeader):
 
 @dataclass(slots=True)
 class SendMessageRequestHeaderV2(CommandHeader):
-    """The one-letter field names of SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320), §8.2."""
+    """The one-letter field names of SEND_MESSAGE_V2 (310) and SEND_BATCH_MESSAGE (320),
+    docs/wire-protocol.md §send-headers."""
 
     JAVA_NAME = "SendMessageRequestHeaderV2"
     a: str

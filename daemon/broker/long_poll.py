@@ -1,4 +1,5 @@
-"""Long polling: park pulls that found nothing until a message for their queue arrives (§9.7 step 8).
+"""Long polling: park pulls that found nothing until a message for their queue arrives
+(docs/wire-protocol.md §pulls-and-long-polling).
 
 A parked pull is a future plus a timer; the pull processor awaits it and re-runs the read, with the
 original opaque. The processor parks in the same step as the read that found nothing, before anything
@@ -8,8 +9,8 @@ re-read that finds only other tags answers PULL_RETRY_IMMEDIATELY, as Java does)
 also catches notifications from elsewhere that were missed.
 
 The store calls :meth:`PullRequestHoldService.on_arrival` after every put, so this module is compiled
-(scripts/build_native.py): as interpreted Python the broker's arrival chain cost ~4,500 instructions
-per send (callgrind), with no pull parked and no slave connected.
+(scripts/build_native.py): as interpreted Python the broker's arrival chain was a measurable share of
+every send, even with no pull parked and no slave connected.
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def _remoting_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> I
     buffered.add_metric(base, server.budget.used)
     yield buffered
     connections = GaugeMetricFamily("rocketmq_remoting_connections", "Open client connections", labels=labels)
-    connections.add_metric(base, len(server.connections))
+    connections.add_metric(base, server.open_connections)
     yield connections
     closed = CounterMetricFamily(
         "rocketmq_remoting_closed_over_limit",

@@ -1,4 +1,4 @@
-"""Delivery of delayed messages: the 18 levels of SCHEDULE_TOPIC_XXXX (wire-protocol.md §13.4).
+"""Delivery of delayed messages: the 18 levels of SCHEDULE_TOPIC_XXXX (docs/wire-protocol.md §delay-levels).
 
 The store parks a message with `DELAY=n` in queue n−1 of SCHEDULE_TOPIC_XXXX and writes its due time
 into the consume-queue tags code. This service walks each level's queue in order, re-puts due messages

@@ -72,7 +72,7 @@ def stats_key(topic: str, group: str) -> str:
 
 
 #: (at, value, times): a plain tuple, which compiled code builds and reads natively (a NamedTuple's
-#: constructor is an interpreted call: with 10,000 topics `sample()` stalled the loop ~70 ms every 10 s).
+#: constructor is an interpreted call: with 10,000 topics `sample()` stalled the loop every 10 s).
 _Snapshot = tuple[float, int, int]
 
 
@@ -152,6 +152,10 @@ def _latency_bounds() -> tuple[int, ...]:
     )
 
 
+#: A module constant, not a class attribute: a compiled class takes only literals as attribute defaults.
+_BOUNDS: Final[tuple[int, ...]] = _latency_bounds()
+
+
 #: `putMessageDistributeTime`'s ranges as 4.9.8 prints them, by upper bound in µs (Java counts whole ms).
 _DISTRIBUTION = (
     ("[<=0ms]", 1_000),
@@ -174,21 +178,19 @@ class LatencyHistogram:
     """Counts per fixed bucket for the current and the previous minute; percentiles interpolate
     linearly inside a bucket (as 4.9.8's `findPutMessageEntireTimePX` does)."""
 
-    BOUNDS = _latency_bounds()
-
     def __init__(self) -> None:
-        self.current = [0] * (len(self.BOUNDS) + 1)
-        self.previous = [0] * (len(self.BOUNDS) + 1)
+        self.current = [0] * (len(_BOUNDS) + 1)
+        self.previous = [0] * (len(_BOUNDS) + 1)
         self.max_us = 0
 
     def record(self, micros: int) -> None:
-        self.current[bisect.bisect_left(self.BOUNDS, micros)] += 1
+        self.current[bisect.bisect_left(_BOUNDS, micros)] += 1
         if micros > self.max_us:
             self.max_us = micros
 
     def rotate(self) -> None:
         self.previous = self.current
-        self.current = [0] * (len(self.BOUNDS) + 1)
+        self.current = [0] * (len(_BOUNDS) + 1)
 
     def _counts(self) -> list[int]:
         return [a + b for a, b in zip(self.previous, self.current, strict=True)]
@@ -203,8 +205,8 @@ class LatencyHistogram:
         passed = 0
         for i, n in enumerate(counts):
             if n and rank <= passed + n:
-                low = self.BOUNDS[i - 1] if i > 0 else 0
-                high = self.BOUNDS[i] if i < len(self.BOUNDS) else max(self.max_us, low)
+                low = _BOUNDS[i - 1] if i > 0 else 0
+                high = _BOUNDS[i] if i < len(_BOUNDS) else max(self.max_us, low)
                 return min(low + (high - low) * (rank - passed) / n, self.max_us) / 1000  # never past the max
             passed += n
         return self.max_us / 1000
@@ -216,7 +218,7 @@ class LatencyHistogram:
         i = 0
         for label, upper in _DISTRIBUTION:
             n = 0
-            while i < len(counts) and (upper is None or (i < len(self.BOUNDS) and self.BOUNDS[i] <= upper)):
+            while i < len(counts) and (upper is None or (i < len(_BOUNDS) and _BOUNDS[i] <= upper)):
                 n += counts[i]
                 i += 1
             parts.append(f"{label}:{n} ")

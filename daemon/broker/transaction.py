@@ -1,4 +1,5 @@
-"""Transactional messages: END_TRANSACTION resolution and the CHECK_TRANSACTION_STATE service (§8.4).
+"""Transactional messages: END_TRANSACTION resolution and the CHECK_TRANSACTION_STATE service
+(docs/wire-protocol.md §transactions).
 
 A half message waits in `RMQ_SYS_TRANS_HALF_TOPIC` queue 0. END_TRANSACTION commits it (re-put into its
 `REAL_TOPIC`/`REAL_QID` with the commit sysFlag) or rolls it back, and either way writes an "op" record

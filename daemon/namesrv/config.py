@@ -10,6 +10,7 @@ from typing import ClassVar
 
 from daemon.config import RocketMQKeys
 from daemon.remoting.limits import RemotingLimits
+from daemon.remoting.tls import TlsConfig
 from daemon.rocketmq_keys import NETTY_SERVER_KEYS
 
 #: Keys UPDATE_NAMESRV_CONFIG may never change remotely (they name files on the server).
@@ -28,9 +29,9 @@ NAMESRV_KEYS: dict[str, str] = {
 
 
 @dataclass
-class NamesrvConfig(RemotingLimits, RocketMQKeys):
+class NamesrvConfig(RemotingLimits, TlsConfig, RocketMQKeys):
     """Every field loads from its camelCase key, `MQCTL_<FIELD>` or a flag (see daemon.config);
-    the `remotingMax*` keys come from `RemotingLimits`. RocketMQ's NettyServerConfig keys we do not
+    the `remotingMax*` keys come from `RemotingLimits`, the `tls.*` keys from `TlsConfig`. RocketMQ's NettyServerConfig keys we do not
     act on load and report as accepted-but-inert."""
 
     ROCKETMQ_DEFAULTS: ClassVar[Mapping[str, str]] = {
@@ -51,7 +52,10 @@ class NamesrvConfig(RemotingLimits, RocketMQKeys):
     listen_port: int = 9876
     server_channel_max_idle_time_seconds: int = 120
     # mqctl
-    listen_host: str = "0.0.0.0"
+    #: Loopback unless told otherwise (RocketMQ's NameServer binds every interface).
+    listen_host: str = "127.0.0.1"
+    #: With ACL off and a listener beyond loopback, refuse writes from other machines (daemon.protect).
+    protected_mode: bool = True
     data_dir: Path | None = None  # default: ~/namesrv, RocketMQ's home of kvConfig.json
     scan_interval_ms: int = field(default=10_000, metadata={"key": "scanNotActiveBrokerInterval"})
     broker_expire_ms: int = 120_000
@@ -62,6 +66,9 @@ class NamesrvConfig(RemotingLimits, RocketMQKeys):
     #: ACL on the write codes (daemon.acl.plain.NAMESRV_WRITE_CODES); reads stay open to every client.
     acl_enable: bool = False
     acl_file_path: str = ""
+    #: Seconds an admin request's signed timestamp may be old; each nonce is taken once (0: not asked,
+    #: as mqadmin signs none). Against replayed admin requests (daemon.acl.plain).
+    acl_admin_freshness: int = 0
 
     def __post_init__(self) -> None:
         # report the files in use, as Java does (`${user.home}/namesrv/kvConfig.json`), not an empty key

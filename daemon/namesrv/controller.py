@@ -11,8 +11,17 @@ from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.kvconfig import KVConfigManager
 from daemon.namesrv.processor import NamesrvProcessor
 from daemon.namesrv.routes import RouteInfoManager
+from daemon.protect import (
+    LOOPBACK_WHY,
+    ProtectedModeGuard,
+    Protection,
+    binds_beyond_loopback,
+    listening,
+    protection,
+)
 from daemon.remoting.connection import Connection
 from daemon.remoting.server import RemotingServer
+from daemon.remoting.tls import ServerTls
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +43,7 @@ class NamesrvController:
             port=config.listen_port,
             idle_timeout=config.server_channel_max_idle_time_seconds,
             limits=config,
+            tls=ServerTls(config.tls_settings()),
         )
         self.server.on_connection_closed(self._connection_closed)
         #: The broker scan, and the ACL files' watch when ACL is on.
@@ -43,13 +53,28 @@ class NamesrvController:
     def port(self) -> int:
         return self.server.port
 
+    @property
+    def protection(self) -> Protection:
+        c = self.config
+        return protection(enabled=c.protected_mode, acl_enable=c.acl_enable, hosts=[c.listen_host])
+
+    def listening(self) -> str:
+        """Where the NameServer listens and whether protected mode is on (the start-up line)."""
+        host = self.config.listen_host
+        why = f"listenHost={host}" if binds_beyond_loopback(host) else LOOPBACK_WHY
+        return listening(host, self.port, why, self.protection)
+
     async def start(self) -> None:
         self.config.home.mkdir(parents=True, exist_ok=True)
         self.kv.load()
         files = None
         if self.config.acl_enable:  # before the port opens
             files = AclFiles(self.config.rocketmq_home, self.config.acl_file_path)
-            self.server.dispatcher.guard = PlainAccessValidator(files, "namesrv").only(NAMESRV_WRITE_CODES)
+            self.server.dispatcher.guard = PlainAccessValidator(
+                files, "namesrv", freshness=self.config.acl_admin_freshness
+            ).only(NAMESRV_WRITE_CODES)
+        elif self.protection.active:
+            self.server.dispatcher.guard = ProtectedModeGuard("namesrv")
         await self.server.start()
         self._tasks.append(asyncio.create_task(self._scan_loop(), name="namesrv-broker-scan"))
         if files is not None:
@@ -57,7 +82,10 @@ class NamesrvController:
                 asyncio.create_task(every(RELOAD_CHECK_INTERVAL, files.maybe_reload), name="acl-watch")
             )
         log.info(
-            "NameServer started on %s:%d, data in %s", self.config.listen_host, self.port, self.config.home
+            "NameServer started (tls.server.mode=%s), data in %s; %s",
+            self.config.tls_server_mode,
+            self.config.home,
+            self.listening(),
         )
 
     async def stop(self) -> None:

@@ -1,8 +1,10 @@
-"""The NameServer's namespaced key/value store, persisted as Java's `kvConfig.json` (§7.5).
+"""The NameServer's namespaced key/value store, persisted as Java's `kvConfig.json`
+(docs/wire-protocol.md §kv-persistence).
 
 Java rewrites the whole file on the request thread after every put, so a flood of large puts made
 each write longer and stalled route lookups behind it (p99 from 8 ms to 1.4 s). Here puts are
-capped (`kvConfigMaxValueBytes`, `kvConfigMaxNamespaceBytes`, `kvConfigMaxTotalBytes`), and the
+capped (`kvConfigMaxValueBytes`, `kvConfigMaxNamespaceBytes`, `kvConfigMaxTotalBytes`; a namespace's
+name and every key count, and no remote request can raise a cap: see daemon.safe_config), and the
 file is written in a worker thread, group-committed: a burst of puts costs a couple of writes, and
 each put is answered only once a write that includes it has reached the disk.
 """
@@ -31,6 +33,11 @@ class KVLimitError(ValueError):
 
 def _size(text: str) -> int:
     return len(text.encode("utf-8", "replace"))
+
+
+def _namespace_size(namespace: str, kv: dict[str, str]) -> int:
+    """A namespace's bytes in the file: its name (held once, however many keys) and every key and value."""
+    return _size(namespace) + sum(_size(k) + _size(v) for k, v in kv.items())
 
 
 def encode_table(table: Table) -> bytes:
@@ -68,7 +75,7 @@ class KVConfigManager:
         if not isinstance(table, dict) or not all(isinstance(kv, dict) for kv in table.values()):
             raise ValueError(f"{path}: not a KV config file: no configTable object of objects")
         self.table = {str(ns): {str(k): str(v) for k, v in kv.items()} for ns, kv in table.items()}
-        self._sizes = {ns: sum(_size(k) + _size(v) for k, v in kv.items()) for ns, kv in self.table.items()}
+        self._sizes = {ns: _namespace_size(ns, kv) for ns, kv in self.table.items()}
         self._total = sum(self._sizes.values())
         log.info("loaded %d KV namespaces from %s", len(self.table), path)
 
@@ -85,18 +92,26 @@ class KVConfigManager:
         kv = self.table.get(namespace, {})
         old = kv.get(key)
         growth = _size(value) - _size(old) if old is not None else _size(key) + _size(value)
-        self._check(namespace, value, growth)
+        if namespace not in self.table:  # a new namespace's name is held too (a flood of long names)
+            growth += _size(namespace)
+        self._check(namespace, key, value, growth)
         self.table.setdefault(namespace, kv)[key] = value
         self._sizes[namespace] = self._sizes.get(namespace, 0) + growth
         self._total += growth
         await self._writer()
 
-    def _check(self, namespace: str, value: str, growth: int) -> None:
+    def _check(self, namespace: str, key: str, value: str, growth: int) -> None:
         config = self.config
         if _size(value) > config.kv_config_max_value_bytes:
             raise KVLimitError(
                 f"KV value of {_size(value)} bytes is over kvConfigMaxValueBytes={config.kv_config_max_value_bytes}"
             )
+        for what, text in (("namespace name", namespace), ("key", key)):
+            if _size(text) > config.kv_config_max_value_bytes:
+                raise KVLimitError(
+                    f"KV {what} of {_size(text)} bytes is over kvConfigMaxValueBytes="
+                    f"{config.kv_config_max_value_bytes}"
+                )
         if growth <= 0:
             return  # a smaller value is always welcome, even in a store loaded over its caps
         held = self._sizes.get(namespace, 0)
@@ -124,7 +139,7 @@ class KVConfigManager:
         self._total -= freed
         if not kv:
             del self.table[namespace]
-            del self._sizes[namespace]
+            self._total -= self._sizes.pop(namespace)  # its name
         await self._writer()
 
     async def close(self) -> None:

@@ -1,4 +1,4 @@
-"""Request handlers of the NameServer, one per request code (wire-protocol.md §6).
+"""Request handlers of the NameServer, one per request code (docs/wire-protocol.md §nameserver-requests).
 
 Handlers are plain functions over the route tables and the KV store: they parse a typed header,
 act, and build the response. REGISTER_BROKER may await (to decode a large body off the loop), and
@@ -84,7 +84,7 @@ class NamesrvProcessor:
             RequestCode.GET_NAMESRV_CONFIG: self.get_config,
         }
 
-    # ------------------------------------------------------------------ KV config (§6.7)
+    # ----------------------------------------------------------- KV config (docs/wire-protocol.md §kv-config)
 
     async def put_kv_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = PutKVConfigRequestHeader.from_ext_fields(req.ext_fields)
@@ -118,7 +118,7 @@ class NamesrvProcessor:
             )
         return req.make_response(body=KVTable(table).dumps())
 
-    # ------------------------------------------------------------------ brokers (§6.1, 6.2, 6.13)
+    # --------------------------------------------------- brokers (docs/wire-protocol.md §broker-registration)
 
     async def register_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = RegisterBrokerRequestHeader.from_ext_fields(req.ext_fields)
@@ -210,7 +210,7 @@ class NamesrvProcessor:
             body=stored.dumps() if stored is not None else b"",
         )
 
-    # ------------------------------------------------------------------ routes and topics (§6.3-6.11)
+    # ----------------------------------------------- routes and topics (docs/wire-protocol.md §route-queries)
 
     def get_route_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = GetRouteInfoRequestHeader.from_ext_fields(req.ext_fields)
@@ -267,7 +267,7 @@ class NamesrvProcessor:
         count = self.routes.add_write_perm(h.broker_name)
         return req.make_response(ext_fields=AddWritePermOfBrokerResponseHeader(count).to_ext_fields())
 
-    # ------------------------------------------------------------------ config (§6.12)
+    # ------------------------------------------------------ config (docs/wire-protocol.md §nameserver-config)
 
     def update_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         try:
@@ -283,7 +283,7 @@ class NamesrvProcessor:
         return req.make_response()
 
     def get_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        return req.make_response(body=to_properties(self.config).encode())
+        return req.make_response(body=to_properties(self.config, mask_secrets=True).encode())
 
 
 def apply_properties(config: NamesrvConfig, props: dict[str, str]) -> None:

@@ -1,4 +1,5 @@
-"""The NameServer's route tables (wire-protocol.md §7) as a pure, clock-injected state machine.
+"""The NameServer's route tables (docs/wire-protocol.md §nameserver-behaviour) as a pure, clock-injected state
+machine.
 
 Concurrency model: the NameServer runs on one event loop, and every method here is synchronous, so a
 registration is applied in one step and a lookup can never observe half of it, without any lock
@@ -89,7 +90,8 @@ class RouteInfoManager:
         filter_servers: list[str] | None = None,
         connection: object | None = None,
     ) -> RegisterResult:
-        """Apply one registration (§7.2) and return what a slave must be told."""
+        """Apply one registration (docs/wire-protocol.md §registration) and return what a slave must be
+        told."""
         changed = False
         names = self.cluster_addr_table.setdefault(cluster_name, set())
         if broker_name not in names:
@@ -158,7 +160,7 @@ class RouteInfoManager:
     def unregister_broker(
         self, cluster_name: str, broker_addr: str, broker_name: str, broker_id: int
     ) -> None:
-        """Explicit removal at broker shutdown (§6.2)."""
+        """Explicit removal at broker shutdown (docs/wire-protocol.md §broker-registration)."""
         self.broker_live_table.pop(broker_addr, None)
         self.filter_server_table.pop(broker_addr, None)
         broker = self.broker_addr_table.get(broker_name)
@@ -172,7 +174,8 @@ class RouteInfoManager:
         self._route_cache.clear()
 
     def query_data_version(self, broker_addr: str, version: DataVersion) -> tuple[bool, DataVersion | None]:
-        """QUERY_DATA_VERSION (§6.13): (changed, stored version); an unchanged broker is refreshed."""
+        """QUERY_DATA_VERSION (docs/wire-protocol.md §broker-registration): (changed, stored version); an
+        unchanged broker is refreshed."""
         live = self.broker_live_table.get(broker_addr)
         if live is None:
             return True, None
@@ -184,7 +187,8 @@ class RouteInfoManager:
     # ------------------------------------------------------------------ liveness
 
     def scan_not_active_brokers(self) -> list[Expired]:
-        """Remove brokers silent for longer than `broker_expire_ms` (§7.3)."""
+        """Remove brokers silent for longer than `broker_expire_ms`
+        (docs/wire-protocol.md §broker-liveness)."""
         deadline = self.clock() - self.broker_expire_ms
         expired = [
             Expired(addr, live.connection)
@@ -234,7 +238,8 @@ class RouteInfoManager:
     # ------------------------------------------------------------------ lookups
 
     def pick_route(self, topic: str) -> TopicRouteData | None:
-        """Route data of a topic (§7.4), or None when no live broker serves it."""
+        """Route data of a topic (docs/wire-protocol.md §route-construction), or None when no live broker
+        serves it."""
         queues = self.topic_queue_table.get(topic)
         if not queues:
             return None
@@ -303,7 +308,8 @@ class RouteInfoManager:
     # ------------------------------------------------------------------ admin edits
 
     def delete_topic(self, topic: str, cluster_name: str | None = None) -> None:
-        """DELETE_TOPIC_IN_NAMESRV (§6.6): whole topic, or only the named cluster's brokers."""
+        """DELETE_TOPIC_IN_NAMESRV (docs/wire-protocol.md §route-queries): whole topic, or only the named
+        cluster's brokers."""
         if cluster_name:
             queues = self.topic_queue_table.get(topic)
             if queues is not None:
@@ -316,11 +322,13 @@ class RouteInfoManager:
         self._route_cache.clear()
 
     def wipe_write_perm(self, broker_name: str) -> int:
-        """Clear the WRITE bit on every topic of a broker (§6.8); returns the topic count."""
+        """Clear the WRITE bit on every topic of a broker (docs/wire-protocol.md §write-permission); returns
+        the topic count."""
         return self._edit_perm(broker_name, lambda perm: perm & ~PermName.WRITE)
 
     def add_write_perm(self, broker_name: str) -> int:
-        """Set perm to READ|WRITE on every topic of a broker (§6.8); returns the topic count."""
+        """Set perm to READ|WRITE on every topic of a broker (docs/wire-protocol.md §write-permission);
+        returns the topic count."""
         return self._edit_perm(broker_name, lambda perm: PermName.READ_WRITE)
 
     def _edit_perm(self, broker_name: str, edit: Callable[[int], int]) -> int:

@@ -1,4 +1,4 @@
-"""JSON bodies shared by the NameServer, the broker and mqctl (wire-protocol.md §4).
+"""JSON bodies shared by the NameServer, the broker and mqctl (docs/wire-protocol.md §json-bodies).
 
 Each body is a `store.models.Bean` dataclass (see there for the JSON mapping); the beans the store's
 config files hold too (`TopicConfig`, `DataVersion`) are the store's, carried here as they are.
@@ -34,7 +34,7 @@ __all__ = [
 
 @dataclass(slots=True)
 class QueueData(Bean):
-    """One broker group's queues of a topic (§4.4)."""
+    """One broker group's queues of a topic (docs/wire-protocol.md §route-bodies)."""
 
     broker_name: str
     read_queue_nums: int
@@ -45,7 +45,7 @@ class QueueData(Bean):
 
 @dataclass(slots=True)
 class BrokerData(Bean):
-    """A broker group: brokerId → address, id 0 being the master (§4.5)."""
+    """A broker group: brokerId → address, id 0 being the master (docs/wire-protocol.md §route-bodies)."""
 
     cluster: str
     broker_name: str
@@ -57,7 +57,7 @@ class BrokerData(Bean):
 
 @dataclass(slots=True)
 class TopicRouteData(Bean):
-    """GET_ROUTEINFO_BY_TOPIC body (§4.6)."""
+    """GET_ROUTEINFO_BY_TOPIC body (docs/wire-protocol.md §route-bodies)."""
 
     queue_datas: list[QueueData] = field(default_factory=list)
     broker_datas: list[BrokerData] = field(default_factory=list)
@@ -67,7 +67,7 @@ class TopicRouteData(Bean):
 
 @dataclass(slots=True)
 class ClusterInfo(Bean):
-    """GET_BROKER_CLUSTER_INFO body (§4.7)."""
+    """GET_BROKER_CLUSTER_INFO body (docs/wire-protocol.md §route-bodies)."""
 
     broker_addr_table: dict[str, BrokerData] = field(default_factory=dict)
     cluster_addr_table: dict[str, set[str]] = field(default_factory=dict)
@@ -75,7 +75,7 @@ class ClusterInfo(Bean):
 
 @dataclass(slots=True)
 class TopicList(Bean):
-    """§4.8."""
+    """docs/wire-protocol.md §route-bodies."""
 
     topic_list: list[str] = field(default_factory=list)
     broker_addr: str | None = None
@@ -83,14 +83,15 @@ class TopicList(Bean):
 
 @dataclass(slots=True)
 class KVTable(Bean):
-    """§4.9."""
+    """docs/wire-protocol.md §route-bodies."""
 
     table: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
 class TopicConfigSerializeWrapper(Bean):
-    """A broker's whole topic table with its version (§4.11); also `topics.json`."""
+    """A broker's whole topic table with its version (docs/wire-protocol.md §registration-bodies); also
+    `topics.json`."""
 
     topic_config_table: dict[str, TopicConfig] = field(default_factory=dict)
     data_version: DataVersion = field(default_factory=DataVersion)
@@ -101,7 +102,8 @@ _INT = struct.Struct(">i")
 
 @dataclass(slots=True)
 class RegisterBrokerBody(Bean):
-    """REGISTER_BROKER body (§4.12), in its JSON or its compressed form."""
+    """REGISTER_BROKER body (docs/wire-protocol.md §registration-bodies), in its JSON or its compressed
+    form."""
 
     topic_config_serialize_wrapper: TopicConfigSerializeWrapper = field(
         default_factory=TopicConfigSerializeWrapper

@@ -8,14 +8,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl as _ssl
 from collections.abc import Callable, Iterable, Mapping
 from typing import Protocol
 
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor, RequestDispatcher
-from daemon.remoting.errors import RemotingCommandError, RemotingConnectError
+from daemon.remoting.errors import RemotingCommandError, RemotingConnectError, RemotingTlsError
 from daemon.remoting.frame import MAX_FRAME_LENGTH
+from daemon.remoting.tls import TlsReadBuffer
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,13 @@ def parse_addr(addr: str) -> tuple[str, int]:
     if host.startswith("[") and host.endswith("]"):
         host = host[1:-1]
     return host, int(port)
+
+
+def tls_reason(exc: _ssl.SSLError) -> str:
+    """One line on why a handshake failed (a certificate's verification message when there is one)."""
+    if isinstance(exc, _ssl.SSLCertVerificationError) and exc.verify_message:
+        return f"server certificate not trusted: {exc.verify_message}"
+    return exc.reason or str(exc)
 
 
 class Transport(Protocol):
@@ -60,7 +69,8 @@ class RemotingClient:
 
     `processors` answer requests the server sends back over the same connection (broker callbacks);
     without them such requests get REQUEST_CODE_NOT_SUPPORTED. `signer` completes every request
-    just before it is sent (ACL credentials: `daemon.acl.signature.Signer`).
+    just before it is sent (ACL credentials: `daemon.acl.signature.Signer`). `ssl` puts every connection
+    on TLS (the server's name is checked when the context says so).
     """
 
     def __init__(
@@ -70,8 +80,10 @@ class RemotingClient:
         connect_timeout: float = 3.0,
         max_frame_length: int = MAX_FRAME_LENGTH,
         signer: Callable[[RemotingCommand], None] | None = None,
+        ssl: _ssl.SSLContext | None = None,
     ) -> None:
         self.dispatcher = RequestDispatcher(processors)
+        self.ssl = ssl
         self.signer = signer
         self.connect_timeout = connect_timeout
         self.max_frame_length = max_frame_length
@@ -99,13 +111,28 @@ class RemotingClient:
             raise RemotingConnectError(addr, str(exc)) from None
         loop = asyncio.get_running_loop()
         try:
-            _, conn = await asyncio.wait_for(
-                loop.create_connection(self._new_connection, host, port), self.connect_timeout
+            _, protocol = await asyncio.wait_for(
+                loop.create_connection(
+                    self._new_connection if self.ssl is None else self._new_tls_connection,
+                    host,
+                    port,
+                    ssl=self.ssl,
+                    server_hostname=host if self.ssl is not None else None,
+                ),
+                self.connect_timeout,
             )
         except TimeoutError:
             raise RemotingConnectError(addr, f"connect timed out after {self.connect_timeout:g}s") from None
+        except _ssl.SSLError as exc:
+            raise RemotingTlsError(addr, f"TLS handshake failed: {tls_reason(exc)}") from None
+        except ConnectionResetError as exc:
+            if self.ssl is not None:  # a TLS server that refused our certificate (or its absence) resets
+                raise RemotingTlsError(addr, f"TLS handshake failed: {exc.strerror or exc}") from None
+            raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
         except OSError as exc:
             raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
+        conn = protocol.protocol if isinstance(protocol, TlsReadBuffer) else protocol
+        assert isinstance(conn, Connection)
         conn.peer = addr
         log.debug("connected to %s", addr)
         return conn
@@ -115,6 +142,9 @@ class RemotingClient:
         return Connection(
             self.dispatcher, max_frame_length=self.max_frame_length, on_close=self._forget, requester=True
         )
+
+    def _new_tls_connection(self) -> asyncio.BaseProtocol:
+        return TlsReadBuffer(self._new_connection())
 
     def _forget(self, conn: Connection) -> None:
         if self._connections.get(conn.peer) is conn:

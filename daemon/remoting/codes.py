@@ -1,4 +1,4 @@
-"""Numeric codes of the RocketMQ 4.x remoting protocol (wire-protocol.md §1.6, §1.7, §2).
+"""Numeric codes of the RocketMQ 4.x remoting protocol (docs/wire-protocol.md §codes).
 
 IntEnums so that values compare equal to the raw ints found in frames, while logs and errors can show
 names. Codes absent from these tables still travel as plain ints.

@@ -90,7 +90,8 @@ class RemotingCommand:
         ext_fields: dict[str, str] | None = None,
         body: bytes = b"",
     ) -> RemotingCommand:
-        """Answer this request: same opaque and serialize type, response flag set (§1.5)."""
+        """Answer this request: same opaque and serialize type, response flag set
+        (docs/wire-protocol.md §requests-and-responses)."""
         return RemotingCommand(
             code=code,
             opaque=self.opaque,

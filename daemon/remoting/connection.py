@@ -70,12 +70,16 @@ def peer_address(transport: asyncio.BaseTransport) -> tuple[str, int]:
     """(ip, port) of the other end, an IPv4-mapped IPv6 address folded to its IPv4 form (ali-ons reads
     born hosts as v4 only; ACL whitelists name v4); ("", 0) when it has no IP peer (a Unix socket, or
     one reset before `getpeername` answered)."""
-    peer = transport.get_extra_info("peername")
-    if isinstance(peer, tuple) and len(peer) >= 2:
-        host = str(peer[0])
+    return _ip_port(transport.get_extra_info("peername"))
+
+
+def _ip_port(name: object) -> tuple[str, int]:
+    """A socket name as (ip, port), an IPv4-mapped IPv6 address folded to IPv4; ("", 0) when it has no IP."""
+    if isinstance(name, tuple) and len(name) >= 2:
+        host = str(name[0])
         if host.startswith("::ffff:") and "." in host:
             host = host[7:]
-        return host, int(peer[1])
+        return host, int(name[1])
     return "", 0
 
 
@@ -148,10 +152,10 @@ class ReplyBatch:
     A client that does not pipeline (`mqctl bench`'s 16 connections, the C++ client's threads) has one
     request in flight per connection, so every read holds one request. Writing each reply at once woke
     the client for each one: it took the reply, sent the next request and slept again before the next
-    reply came, and each wake-up is an inter-processor interrupt the writer pays in its send (perf: ~5 us
-    of a send's ~45 us in this 2-core VM). Written together after the round (the loop's ready queue
-    runs before it polls again), the replies wake the client once. A reply waits at most for the other
-    requests of its round (the replies of one connection keep their order).
+    reply came, and each wake-up is an inter-processor interrupt the writer pays in its send (perf shows
+    it). Written together after the round (the loop's ready queue runs before it polls again), the replies
+    wake the client once. A reply waits at most for the other requests of its round (the replies of one
+    connection keep their order).
     """
 
     __slots__ = ("_waiting", "loop")
@@ -224,6 +228,12 @@ class Connection(asyncio.Protocol):
         self.peer = peer_name(transport)
         self.address = peer_address(transport)
         self.last_active = self._loop.time()
+
+    def local_ip(self) -> str:
+        """The address of ours this connection reached (folded as `address`; "" unknown): read on
+        demand, for the rare request that asks whether its peer is this machine."""
+        transport = self._transport
+        return _ip_port(transport.get_extra_info("sockname"))[0] if transport is not None else ""
 
     def data_received(self, data: bytes) -> None:
         if self.is_closed:

@@ -22,6 +22,10 @@ class RemotingConnectError(RemotingError):
         self.reason = reason
 
 
+class RemotingTlsError(RemotingConnectError):
+    """The TLS handshake failed: the server's certificate is not trusted, or the server refused ours."""
+
+
 class RemotingTimeoutError(RemotingError):
     """No response arrived for a request within its timeout."""
 

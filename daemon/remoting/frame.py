@@ -1,4 +1,4 @@
-"""Pure codec between RemotingCommands and frame bytes (wire-protocol.md §1.2-1.4).
+"""Pure codec between RemotingCommands and frame bytes (docs/wire-protocol.md §frames).
 
 No I/O here: transports feed bytes to `decode_frame` and write what `encode_command` returns, so the
 codec is testable byte-for-byte against the golden frames and fuzzable without sockets.
@@ -51,7 +51,7 @@ def java_string(value: Any) -> str:
 
 def coerce_ext_fields(raw: dict[Any, Any]) -> dict[str, str]:
     """Coerce a decoded extFields object to str→str, dropping nulls (absent header fields): in place, the
-    decoder's own dict (a new one cost ali-ons' 14-field sends ~0.35 us more)."""
+    decoder's own dict (a new one per send cost ali-ons' 14-field sends measurably more)."""
     nulls = False
     for key, value in raw.items():  # in place: a Java client's values are all strings already
         if type(value) is not str:

@@ -8,11 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Callable, Mapping
 
 from daemon.remoting.connection import Connection, Processor, ReplyBatch, RequestDispatcher, peer_name
 from daemon.remoting.frame import MAX_FRAME_LENGTH
 from daemon.remoting.limits import BufferBudget, RemotingLimits, WarningGate
+from daemon.remoting.tls import HANDSHAKE_MAGIC, ServerTls, TlsReadBuffer
+
+#: Seconds a TLS handshake may take before the connection is closed (Netty's default handshake timeout).
+TLS_HANDSHAKE_TIMEOUT = 10.0
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +40,12 @@ class RemotingServer:
     the connection they arrived on. Connections without traffic for `idle_timeout` seconds are
     closed, as Java does after `serverChannelMaxIdleTimeSeconds`. `limits` (the daemon's config, read
     live) caps the connections and the bytes of incomplete frames they hold; `budget` counts those.
+
+    `tls` (mode permissive or enforcing) makes the server look at each connection's first byte before
+    anything reads it, as 4.9.8's `NettyRemotingServer#HandshakeHandler` does: a TLS handshake record
+    (0x16) gets a TLS transport, anything else the plain one (enforcing closes it instead). Either way
+    the connection then runs on an ordinary transport: the look costs one peek per connection, nothing
+    per frame. Without `tls` (or `disabled`) a handshake reads as a bad frame and closes, as in 4.9.8.
     """
 
     def __init__(
@@ -47,6 +58,7 @@ class RemotingServer:
         max_frame_length: int = MAX_FRAME_LENGTH,
         idle_timeout: float = 120.0,
         limits: RemotingLimits | None = None,
+        tls: ServerTls | None = None,
     ) -> None:
         self.dispatcher = RequestDispatcher(processors, default_processor)
         self.host = host
@@ -63,6 +75,18 @@ class RemotingServer:
         self._server: asyncio.Server | None = None
         self._sweeper: asyncio.Task[None] | None = None
         self._batch: ReplyBatch | None = None
+        self.tls = tls if tls is not None and tls.mode != "disabled" else None
+        #: Accepted sockets whose first byte has not arrived yet (TLS sniffing), with their tasks.
+        self._sniffing: dict[socket.socket, asyncio.Task[None]] = {}
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
+        #: Ports bound by `bind_also` (the broker's VIP port): plain listeners, or sockets a TLS accept
+        #: loop serves, with those loops once serving.
+        self._also_servers: list[asyncio.Server] = []
+        self._also_sockets: dict[socket.socket, asyncio.Task[None] | None] = {}
+        #: Connections closed because they spoke plaintext to an enforcing listener, or failed TLS.
+        self.tls_refused = 0
+        self._tls_warnings = WarningGate(log)
 
     def register(self, code: int, processor: Processor) -> None:
         self.dispatcher.register(code, processor)
@@ -72,6 +96,20 @@ class RemotingServer:
         self._close_listeners.append(listener)
 
     @property
+    def open_connections(self) -> int:
+        """Client connections open: those serving, and (TLS listeners) those whose first byte is awaited."""
+        return len(self.connections) + len(self._sniffing)
+
+    def bound_addresses(self) -> set[tuple[str, int]]:
+        """``(host, port)`` of every socket this server listens on (its port and `bind_also`'s)."""
+        socks = [*self._also_sockets, *(s for srv in self._also_servers for s in srv.sockets)]
+        if self._listener is not None:
+            socks.append(self._listener)
+        if self._server is not None:
+            socks.extend(self._server.sockets)
+        return {tuple(s.getsockname()[:2]) for s in socks}  # type: ignore[misc]
+
+    @property
     def address(self) -> str:
         return f"{self.host}:{self.port}"
 
@@ -79,18 +117,131 @@ class RemotingServer:
         """Bind and start accepting; `self.port` holds the bound port afterwards. With `serve=False`
         the socket is bound but not listening (connections are refused) until `serve()`."""
         loop = asyncio.get_running_loop()
-        self._server = await loop.create_server(
-            self.accept, self.host, self.port, reuse_address=True, start_serving=serve
-        )
-        sock = self._server.sockets[0]
+        if self.tls is None:
+            self._server = await loop.create_server(
+                self.accept, self.host, self.port, reuse_address=True, start_serving=serve
+            )
+            sock = self._server.sockets[0]
+        else:
+            sock = self._listener = _bind(self.host, self.port)
         self.port = sock.getsockname()[1]
         self._sweeper = asyncio.create_task(self._sweep_idle(), name="remoting-idle-sweeper")
-        log.info("remoting server listening on %s:%d", self.host, self.port)
+        if self.tls is not None and serve:
+            await self.serve()
+        tls = f", TLS {self.tls.mode}" if self.tls is not None else ""
+        log.info("remoting server listening on %s:%d%s", self.host, self.port, tls)
+
+    async def bind_also(self, host: str, port: int) -> None:
+        """Bind another port serving exactly what this one serves (the broker's VIP port): the same
+        connections, processors, guard, limits and TLS mode. It accepts from `serve()` on and closes at
+        `stop()`; call it between `start(serve=False)` and `serve()`."""
+        if self.tls is None:
+            server = await asyncio.get_running_loop().create_server(
+                self.accept, host, port, reuse_address=True, start_serving=False
+            )
+            self._also_servers.append(server)
+        else:
+            self._also_sockets[_bind(host, port)] = None
 
     async def serve(self) -> None:
-        """Start accepting on the socket `start(serve=False)` bound."""
+        """Start accepting on the sockets `start(serve=False)` and `bind_also` bound."""
+        for server in self._also_servers:
+            await server.start_serving()
+        for sock, task in self._also_sockets.items():
+            if task is None:
+                sock.listen(1024)
+                self._also_sockets[sock] = asyncio.create_task(
+                    self._accept_loop(sock), name="remoting-accept"
+                )
+        if self._listener is not None:
+            if self._acceptor is None:
+                self._listener.listen(1024)
+                self._acceptor = asyncio.create_task(
+                    self._accept_loop(self._listener), name="remoting-accept"
+                )
+            return
         assert self._server is not None, "start() first"
         await self._server.start_serving()
+
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as exc:  # EMFILE and friends: the listener stays, as asyncio's own does
+                log.warning("accept on port %d failed: %s", self.port, exc)
+                await asyncio.sleep(0.1)
+                continue
+            if self.open_connections >= self.limits.connection_cap():
+                self._refuse_socket(sock)
+                continue
+            sock.setblocking(False)
+            task = asyncio.create_task(self._sniff(sock), name="remoting-tls-sniff")
+            self._sniffing[sock] = task
+
+    def _refuse_socket(self, sock: socket.socket) -> None:
+        self.refused_connections += 1
+        with contextlib.suppress(OSError):
+            peer = sock.getpeername()
+            self._refusals.warning(
+                "closing connection from %s:%d: %d connections open, remotingMaxConnections allows %d",
+                peer[0],
+                peer[1],
+                self.open_connections,
+                self.limits.connection_cap(),
+            )
+        sock.close()
+
+    async def _sniff(self, sock: socket.socket) -> None:
+        """Wait for the first byte without reading it, then hand the socket to a plain or a TLS transport."""
+        assert self.tls is not None
+        loop = asyncio.get_running_loop()
+        try:
+            first = await asyncio.wait_for(_peek(loop, sock), self.idle_timeout)
+            if not first:
+                sock.close()  # closed before it said anything
+                return
+            ssl_context = None
+            if first[0] == HANDSHAKE_MAGIC:
+                ssl_context = self.tls.context()
+            elif self.tls.mode == "enforcing":
+                self._tls_refusal(sock, "plaintext request to a listener in tls.server.mode=enforcing")
+                return
+            del self._sniffing[sock]
+            if ssl_context is None:
+                await loop.connect_accepted_socket(self.accept, sock)
+                return
+            made: list[asyncio.Protocol] = []
+
+            def protocol() -> asyncio.BaseProtocol:
+                made.append(self.accept())
+                return TlsReadBuffer(made[-1])
+
+            try:
+                await loop.connect_accepted_socket(
+                    protocol, sock, ssl=ssl_context, ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT
+                )
+            except BaseException:
+                for conn in made:  # a failed handshake never reaches connection_made/lost
+                    self.connections.discard(conn)  # type: ignore[arg-type]
+                raise
+        except TimeoutError:
+            sock.close()  # silent until its first byte: an idle connection, closed as the sweeper would
+        except OSError as exc:  # ssl.SSLError and ConnectionError included
+            self._tls_refusal(sock, f"TLS handshake failed: {exc}")
+        except asyncio.CancelledError:
+            sock.close()
+            raise
+        finally:
+            self._sniffing.pop(sock, None)
+
+    def _tls_refusal(self, sock: socket.socket, why: str) -> None:
+        if why:
+            self.tls_refused += 1
+            with contextlib.suppress(OSError):
+                host, port = sock.getpeername()[:2]
+                self._tls_warnings.warning("closing connection from %s:%d: %s", host, port, why)
+        sock.close()
 
     def accept(self) -> asyncio.Protocol:
         """The protocol for one new client connection (the listener's factory; `memory` uses it too)."""
@@ -145,6 +296,10 @@ class RemotingServer:
                 await self._sweeper
         if self._server is not None:
             self._server.close()
+        for server in self._also_servers:
+            server.close()
+        if self._listener is not None or self._also_sockets:
+            await self._stop_listener()
         conns = list(self.connections)
         if conns:
             with contextlib.suppress(asyncio.TimeoutError):
@@ -157,7 +312,26 @@ class RemotingServer:
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None
+        for server in self._also_servers:
+            await server.wait_closed()
+        self._also_servers.clear()
         log.info("remoting server on port %d stopped", self.port)
+
+    async def _stop_listener(self) -> None:
+        acceptors = [t for t in (self._acceptor, *self._also_sockets.values()) if t is not None]
+        for task in acceptors:
+            task.cancel()
+        await asyncio.gather(*acceptors, return_exceptions=True)
+        self._acceptor = None
+        sniffing = list(self._sniffing.values())
+        for task in sniffing:
+            task.cancel()
+        await asyncio.gather(*sniffing, return_exceptions=True)
+        for sock in [self._listener, *self._also_sockets]:
+            if sock is not None:
+                sock.close()
+        self._listener = None
+        self._also_sockets.clear()
 
     async def __aenter__(self) -> RemotingServer:
         await self.start()
@@ -165,3 +339,37 @@ class RemotingServer:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.stop()
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    """A bound (not yet listening) TCP socket, as `loop.create_server` makes one."""
+    infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    family, kind, proto, _, addr = infos[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if family == socket.AF_INET6:
+            sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+        sock.bind(addr)
+    except OSError as exc:
+        sock.close()  # worded as loop.create_server words it (callers read the port from it)
+        raise OSError(
+            exc.errno, f"error while attempting to bind on address {addr!r}: {exc.strerror}"
+        ) from None
+    sock.setblocking(False)
+    return sock
+
+
+async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
+    """The first byte the peer sent, left in the socket for whoever reads it next (b"": it closed)."""
+    while True:
+        try:
+            return sock.recv(1, socket.MSG_PEEK)
+        except (BlockingIOError, InterruptedError):
+            pass
+        ready = loop.create_future()
+        loop.add_reader(sock.fileno(), ready.set_result, None)
+        try:
+            await ready
+        finally:
+            loop.remove_reader(sock.fileno())

@@ -31,7 +31,7 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Answers meaning "not done, try later" (the README's retriable errors minus the flush and slave
+#: Answers meaning "not done, try later" (the retriable errors of docs/operations.md minus the flush and slave
 #: timeouts, which come after the broker stored a message: sending again would duplicate it).
 RETRIED_CODES = frozenset(
     {ResponseCode.SYSTEM_BUSY, ResponseCode.FLOW_CONTROL, ResponseCode.SERVICE_NOT_AVAILABLE}
@@ -56,7 +56,11 @@ class Admin:
     def __init__(self, namesrv: list[str], *, timeout: float = 5.0, client: Transport | None = None) -> None:
         self.namesrv = list(namesrv)
         self.timeout = timeout
-        self.client: Transport = client or RemotingClient(signer=_session_signer())
+        if client is None:
+            from mqctl import tls
+
+            client = RemotingClient(signer=_session_signer(), ssl=tls.session_context())
+        self.client: Transport = client
 
     async def __aenter__(self) -> Admin:
         return self

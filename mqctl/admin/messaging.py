@@ -64,8 +64,9 @@ _LOADER_HASH = int.from_bytes(os.urandom(4), "big") & 0x7FFFFFFF  # Java hashes 
 
 
 def new_uniq_key(now_ms: int | None = None) -> str:
-    """A client message id as the Java client makes it (MessageClientIDSetter, spec §3.5):
-    IP, pid, class-loader hash, milliseconds since the start of the month, counter."""
+    """A client message id as the Java client makes it (MessageClientIDSetter,
+    docs/store-format.md §uniq_key): IP, pid, class-loader hash, milliseconds since the start of the month,
+    counter."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     now = datetime.fromtimestamp(now_ms / 1000)
     month_start = datetime(now.year, now.month, 1)
@@ -224,6 +225,18 @@ async def query(
         addr, request, admin.timeout, (ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)
     )
     return decode_records(response.body) if response.code == ResponseCode.SUCCESS else []
+
+
+async def view_raw(admin: Admin, addr: str, phys_offset: int) -> bytes | None:
+    """The stored bytes of the record VIEW_MESSAGE_BY_ID finds at a CommitLog offset; None when the broker
+    has none there (SYSTEM_ERROR: past its end, inside or on a damaged record, expired)."""
+    response = await admin.call(
+        addr,
+        RequestCode.VIEW_MESSAGE_BY_ID,
+        ViewMessageRequestHeader(phys_offset),
+        expect=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
+    )
+    return response.body if response.code == ResponseCode.SUCCESS else None
 
 
 async def view(admin: Admin, addr: str, phys_offset: int) -> StoredMessage:

@@ -19,7 +19,13 @@ from mqctl.cli.common import (
 app = typer.Typer(help="Manage ACL accounts and whitelists on brokers (plain_acl.yml).", no_args_is_help=True)
 
 AccessKeyOpt = Annotated[str, typer.Option("--access-key", "-a", help="The account's access key.")]
-ShowSecretOpt = Annotated[bool, typer.Option("--show-secret", help="Print secret keys instead of ******.")]
+ShowSecretOpt = Annotated[
+    bool,
+    typer.Option(
+        "--show-secret",
+        help="Print the secret keys a broker answers (a RocketMQ broker's; ours sends none: read its ACL file).",
+    ),
+]
 SecretOpt = Annotated[
     str | None, typer.Option("--secret-key", "-s", help="The account's secret key (7+ chars).")
 ]

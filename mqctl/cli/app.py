@@ -28,6 +28,7 @@ NOUNS: tuple[tuple[str, str], ...] = (
     ("bench", "mqctl.cli.bench"),
     ("context", "mqctl.cli.context"),
     ("acl", "mqctl.cli.acl"),
+    ("tls", "mqctl.cli.tls"),
     ("spark-export", "mqctl.cli.spark_export"),
     ("top", "mqctl.cli.top"),
 )
@@ -39,7 +40,9 @@ _debug = {"on": False}
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"mqctl {__version__}")
+        from store import describe_build
+
+        typer.echo(f"mqctl {__version__} ({describe_build()})")
         raise typer.Exit()
 
 
@@ -58,7 +61,13 @@ def _print_config(value: bool) -> None:
 
 def _root(
     version: Annotated[
-        bool, typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit.")
+        bool,
+        typer.Option(
+            "--version",
+            callback=_version,
+            is_eager=True,
+            help="Print the version and which build runs (compiled or pure Python), then exit.",
+        ),
     ] = False,
     print_config: Annotated[
         bool,
@@ -89,12 +98,40 @@ def _root(
     secret_key: Annotated[
         str | None, typer.Option("--secret-key", help="ACL secret key (MQCTL_SECRET_KEY keeps it out of ps).")
     ] = None,
+    tls: Annotated[
+        bool,
+        typer.Option("--tls", envvar="MQCTL_TLS", help="Connect over TLS (beats the context's setting)."),
+    ] = False,
+    ca: Annotated[
+        str | None,
+        typer.Option(
+            "--ca", envvar="MQCTL_TLS_CA", help="PEM file of the CA that signed the servers (implies --tls)."
+        ),
+    ] = None,
+    cert: Annotated[
+        str | None,
+        typer.Option(
+            "--cert", envvar="MQCTL_TLS_CERT", help="Client certificate PEM for mutual TLS (with --key)."
+        ),
+    ] = None,
+    key: Annotated[
+        str | None, typer.Option("--key", envvar="MQCTL_TLS_KEY", help="Private key PEM of --cert.")
+    ] = None,
+    insecure: Annotated[
+        bool,
+        typer.Option(
+            "--insecure",
+            envvar="MQCTL_TLS_INSECURE",
+            help="TLS without checking the server's certificate (test-mode certificates only).",
+        ),
+    ] = False,
 ) -> None:
     """mqctl: run and operate RocketMQ-compatible NameServers and Brokers."""
-    from mqctl import auth
+    from mqctl import auth, tls as session_tls
     from mqctl.output import configure
 
     auth.set_flags(access_key, secret_key)
+    session_tls.set_flags(tls, ca, cert, key, insecure)
     _debug["on"] = debug
     configure(no_color=no_color, verbose=verbose, utc=utc)
     logging.basicConfig(

@@ -78,7 +78,9 @@ def start(
     listen: Annotated[
         str | None,
         typer.Option(
-            "--listen", help="HOST:PORT to listen on (listenHost/listenPort, default 0.0.0.0:10911)."
+            "--listen",
+            help="HOST:PORT to listen on (listenHost/listenPort, default 127.0.0.1:10911, or every interface "
+            "when brokerIP1 is set).",
         ),
     ] = None,
     port: Annotated[
@@ -134,7 +136,9 @@ def start(
         pid_name=PID_FILE,
         log_name=LOG_FILE,
         detach=daemon,
-        describe=lambda broker: f"broker {cfg.broker_name} listening on {note_address(broker)}",
+        describe=lambda broker: (
+            f"broker {cfg.broker_name} {broker.listening()}, registered as {note_address(broker)}"
+        ),
         cleanup=lambda: (Path(cfg.store_path_root_dir) / ADDR_FILE).unlink(missing_ok=True),
         port_flags={"--listen" if listen else "--port": cfg.listen_port, "--metrics-port": cfg.metrics_port},
     )
@@ -297,15 +301,17 @@ def config_set(
         bool,
         typer.Option(
             "--force",
-            help="Allow fileReservedTime under 1 h or diskSpaceCleanForciblyRatio under 85 "
-            "(the next cleanup may delete unread files).",
+            help="Allow fileReservedTime under 1 h, diskSpaceCleanForciblyRatio under 85 or maxMessageSize "
+            "under 1 KiB (the next cleanup may delete unread files); the broker takes it, and any lower "
+            "retention, only admin-signed (ACL on) or from its own host (ACL off).",
         ),
     ] = False,
 ) -> None:
     """Change settings at run time (UPDATE_BROKER_CONFIG); prints old -> new per broker.
 
     The broker also writes them into its -c file (or <store>/config/broker.properties), so they survive a restart.
-    Keys that move data or listeners (store paths, file sizes, ports, broker identity) are refused: edit the file.
+    Keys that move data or listeners (store paths, file sizes, ports, broker identity) or lower the broker's
+    defences (protectedMode, namesrvAddr, the remoting caps...) are refused: edit the file.
     """
     from mqctl.services.broker_config import parse_assignments, set_
 

@@ -46,9 +46,20 @@ def add(
     ] = None,
     spark_remote: SparkRemoteOpt = None,
     timeout: ContextTimeoutOpt = None,
+    tls: Annotated[bool, typer.Option("--tls", help="Connect to this cluster over TLS.")] = False,
+    ca: Annotated[
+        Path | None, typer.Option("--ca", help="PEM file of the CA that signed its servers (implies --tls).")
+    ] = None,
+    cert: Annotated[
+        Path | None, typer.Option("--cert", help="Client certificate PEM for mutual TLS (with --key).")
+    ] = None,
+    key: Annotated[Path | None, typer.Option("--key", help="Private key PEM of --cert.")] = None,
+    insecure: Annotated[
+        bool, typer.Option("--insecure", help="TLS without checking its certificates (test mode only).")
+    ] = False,
     output: OutputOpt = "table",
 ) -> None:
-    """Save a context (with ACL credentials when its cluster runs aclEnable=true)."""
+    """Save a context (with ACL credentials when its cluster runs aclEnable=true, TLS with --tls)."""
     from mqctl.auth import read_secret, write_secret
     from mqctl.config import ContextFile, config_dir
     from mqctl.errors import UsageError
@@ -68,6 +79,13 @@ def add(
     elif secret_key:
         stored = config_dir() / "secrets" / f"{name}.key"
         write_secret(stored, secret_key)
+    from mqctl.tls import TlsOptions
+
+    tls_options = None
+    if tls or ca or cert or key or insecure:
+        ca_path, cert_path, key_path = (str(p.resolve()) if p is not None else None for p in (ca, cert, key))
+        tls_options = TlsOptions(ca_path, cert_path, key_path, insecure)
+        tls_options.context()  # unreadable or mismatched files are refused now rather than at the first command
     context = contexts.add(
         name,
         namesrv,
@@ -76,6 +94,7 @@ def add(
         secret_key_file=str(stored) if stored else None,
         spark_remote=spark_remote,
         timeout=timeout,
+        tls=tls_options,
     )
     if use:
         contexts.current = name
@@ -87,6 +106,8 @@ def add(
         row["spark_remote"] = spark_remote
     if timeout is not None:
         row["timeout"] = timeout
+    if tls_options is not None:
+        row["tls"] = tls_options.as_json() or True
     render(row, output)
 
 
@@ -143,6 +164,7 @@ def ls(output: OutputOpt = "table") -> None:
                 "namesrv": c.namesrv,
                 "spark_remote": c.spark_remote,
                 "timeout": c.timeout,
+                "tls": c.tls is not None,
                 "current": c.name == contexts.current,
             }
             for c in contexts.contexts.values()

@@ -60,7 +60,7 @@ def start(
     config_file: ConfigOpt = None,
     data: DataOpt = None,
     listen: Annotated[
-        str | None, typer.Option("--listen", help="HOST:PORT to listen on (default 0.0.0.0:9876).")
+        str | None, typer.Option("--listen", help="HOST:PORT to listen on (default 127.0.0.1:9876).")
     ] = None,
     print_config: Annotated[
         bool, typer.Option("--print-config", help="Print the effective settings as properties and exit.")
@@ -83,7 +83,7 @@ def start(
         host = "127.0.0.1" if config.listen_host in ("0.0.0.0", "") else config.listen_host
         addr = f"{host}:{controller.port}"
         (config.home / ADDR_FILE).write_text(addr + "\n")
-        return f"NameServer listening on {addr}"
+        return f"NameServer {controller.listening()}, reached at {addr}"
 
     start_service(
         lambda: NamesrvController(config),

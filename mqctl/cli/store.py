@@ -16,6 +16,7 @@ from mqctl.cli.common import (
     KeyOpt,
     OutputOpt,
     SinceOpt,
+    TimeoutOpt,
     TopicOpt,
     UntilOpt,
     WatchOpt,
@@ -295,12 +296,25 @@ def verify(
             help=f"List at most N problems; all are counted. Default: all, or {TABLE_PROBLEMS} in a table.",
         ),
     ] = None,
+    against: Annotated[
+        str | None,
+        typer.Option(
+            "--against",
+            metavar="HOST:PORT",
+            help="Also compare this store's CommitLog with a live broker's (a slave's store with its master).",
+        ),
+    ] = None,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Check every record's CRC and ConsumeQueues and IndexFiles against the CommitLog; exit 10 on problems.
 
     Every problem is counted and listed (a file that cannot be opened is one problem; the check goes on
     with the next file). Also lists the quarantines: data recovery set aside instead of deleting (when,
-    why, files, records).
+    why, files, records). With --against HOST:PORT each record is also compared, byte for byte, with what
+    that broker's VIEW_MESSAGE_BY_ID answers at the same CommitLog offset (a real RocketMQ broker answers
+    it too), and the broker's records past this store's end are listed: the first differing offset,
+    records that differ, records only here, only there (--max-problems caps the list; all are counted).
+    Records only here, or differing, exit 10; only there (a slave's lag) does not.
     """
     from mqctl.output import plain, render, stderr_console
     from mqctl.services import store_inspect as si
@@ -311,16 +325,35 @@ def verify(
     with progress(si.commitlog_bytes(store), "verifying", unit="bytes") as advance:
         report = si.verify(store, max_problems=max_problems, progress=advance)
     quarantined = quarantine_rows(store)
+    compared = None
+    if against is not None:
+        from mqctl.admin.client import run_admin
+
+        if not against.rpartition(":")[2].isdigit():
+            raise UsageError(f"bad --against {against!r}: expected HOST:PORT")
+        seconds = timeout if timeout is not None else request_timeout(5.0)
+        compared = run_admin(
+            [], lambda admin: si.compare_with(admin, store, against, max_listed=max_problems), timeout=seconds
+        )
     if output in ("json", "yaml"):
-        render({**plain(report), "quarantined": plain(quarantined)}, output)
+        extra = {"against": plain(compared)} if compared is not None else {}
+        render({**plain(report), "quarantined": plain(quarantined), **extra}, output)
     elif output == "table":  # the problems as rows of their own, under the summary
         render({**plain(report), "problems": [{"problem": p} for p in report.problems]}, output)
         if quarantined:
             render(
                 quarantined, output, title="quarantined: set aside by recovery (see 'mqctl store salvage')"
             )
+        if compared is not None:
+            render(
+                {**plain(compared), "differences": plain(compared.differences)},
+                output,
+                title=f"against {against}",
+            )
     else:
         render(report, output)
+        if compared is not None:
+            render(compared.differences, output)
     if report.problems_not_listed:
         stderr_console().print(
             f"... and {report.problems_not_listed} more problem(s) (--max-problems N lists more)"
@@ -332,13 +365,21 @@ def verify(
             "set aside; 'mqctl store salvage' extracts them"
         )
     for note in report.notes:
+        why = " (queries skip them; the broker rebuilds such index files at start)" if "index" in note else ""
+        stderr_console().print(f"note: {note}{why}")
+    if compared is not None and compared.differences_not_listed:
         stderr_console().print(
-            f"note: {note} (queries skip them; the broker rebuilds such index files at start)"
+            f"... and {compared.differences_not_listed} more difference(s) with {against} (--max-problems N lists more)"
         )
     if report.interrupted:
         raise Interrupted(f"interrupted {report.interrupted}: the report covers what was checked")
     if not report.ok:
         raise StoreError(f"store {store} has problems ({report.problems_found} found; see the report)")
+    if compared is not None and not compared.ok:
+        raise StoreError(
+            f"store {store} differs from {against} from CommitLog offset {compared.first_difference} "
+            f"({compared.differing} record(s) differ, {compared.only_here} only here; see the report)"
+        )
 
 
 @app.command("salvage")
@@ -369,9 +410,11 @@ def salvage(
     (intact and damaged records, topics). --out writes one JSON object per record (topic, queue, tags,
     keys, properties, times, original offset, body as UTF-8 or base64 per body_encoding). --resend sends
     each to its topic (a delayed one to its real topic) keeping body, tags, keys, UNIQ_KEY and user
-    properties; transaction half/rollback records and system topics are skipped. It asks first (off a
-    terminal it needs --yes) and exits 8 when any record could not be sent. The quarantined files stay; the
-    manifest records the re-send, and a second one warns that it sends duplicates.
+    properties, the original msgId in property MQCTL_SALVAGED_MSG_ID; transaction half/rollback records and
+    system topics are skipped. Each record sent is recorded in the NameServer's KV store
+    (MQCTL_SALVAGE_RESENT: original msgId -> the copy's), so a second run skips it, and 'msg query --id
+    ORIGINAL' finds the copy. It asks first (off a terminal it needs --yes) and exits 8 when any record
+    could not be sent. The quarantined files stay; the manifest records each re-send.
     Never touches the live store: safe while a broker runs on it.
     """
     from mqctl.output import render, stderr_console
@@ -407,9 +450,14 @@ def salvage(
     target = cluster_target()
     before = [f"{m.name} on {m.resent[-1]['at']}" for m in manifests if m.resent]
     if before:
-        err.print(f"already re-sent: {', '.join(before)}; sending again duplicates those messages")
+        err.print(
+            f"already re-sent: {', '.join(before)}; records the NameServer's KV store lists as re-sent "
+            "are skipped"
+        )
     confirm(
-        f"Re-send {len(items)} salvaged record(s) from {len(manifests)} quarantine(s) of {store}?", yes=yes
+        f"Re-send {len(items)} salvaged record(s) from {len(manifests)} quarantine(s) of {store} (those "
+        "re-sent before are skipped)?",
+        yes=yes,
     )
     with progress(len(items), "re-sending") as advance:
         outcomes = run_admin(
@@ -419,8 +467,13 @@ def salvage(
         )
     qs.note_resend(manifests, outcomes, int(time.time() * 1000))
     render(outcomes, flags().output)
-    counts = {k: sum(o.outcome == k for o in outcomes) for k in ("RESENT", "SKIPPED", "FAILED")}
-    err.print(f"{counts['RESENT']} re-sent, {counts['SKIPPED']} skipped, {counts['FAILED']} failed")
+    counts = {
+        k: sum(o.outcome == k for o in outcomes) for k in ("RESENT", "ALREADY RESENT", "SKIPPED", "FAILED")
+    }
+    err.print(
+        f"{counts['RESENT']} re-sent, {counts['ALREADY RESENT']} already re-sent before (not sent again), "
+        f"{counts['SKIPPED']} skipped, {counts['FAILED']} failed"
+    )
     if counts["FAILED"]:
         raise BrokerError(f"{counts['FAILED']} salvaged record(s) could not be sent (see the report)", code=1)
 

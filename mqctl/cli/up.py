@@ -8,7 +8,7 @@ broker has no authentication, so a development command must not offer it to the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -80,8 +80,8 @@ def up(
             "--slaves",
             min=0,
             max=16,
-            help="Slaves of each broker group: slave i of broker-a listens on broker port + 2i (its HA port "
-            "one above), metrics port + i, data in <DIR>/store-slave<i>.",
+            help="Slaves of each broker group: slave i of broker-a listens on broker port + 4i (its HA port "
+            "one above, its VIP port two below), metrics port + i, data in <DIR>/store-slave<i>.",
         ),
     ] = 0,
     groups: Annotated[
@@ -94,6 +94,14 @@ def up(
             "in the same sequence; broker-b's data in <DIR>/store-broker-b and <DIR>/store-broker-b-slave<i>.",
         ),
     ] = 1,
+    tls: Annotated[
+        bool,
+        typer.Option(
+            "--tls",
+            help="Serve TLS only (tls.server.mode=enforcing), with a CA and certificates 'mqctl tls init' writes "
+            "once in <DIR>/tls; brokers register and replicate over TLS too.",
+        ),
+    ] = False,
 ) -> None:
     """Run a local NameServer and broker groups (cluster DefaultCluster, broker-a, ..., ASYNC_MASTER) until Ctrl-C."""
     import logging
@@ -117,8 +125,9 @@ def up(
     wildcard = listen in ("0.0.0.0", "::", "")
     # where clients (and the broker, registering) connect: this host's address when listening everywhere
     host = local_ip() if wildcard else listen
+    tls_keys = _tls_settings(root / "tls") if tls else {}
     namesrv = NamesrvController(
-        NamesrvConfig(listen_host=listen, listen_port=namesrv_port, data_dir=root / "namesrv")
+        NamesrvConfig(listen_host=listen, listen_port=namesrv_port, data_dir=root / "namesrv", **tls_keys)
     )
 
     def member(group: int, broker_id: int) -> Broker:
@@ -136,10 +145,13 @@ def up(
                     "broker_role": "SLAVE" if broker_id else "ASYNC_MASTER",
                     "broker_ip1": host,
                     "listen_host": listen,
-                    "listen_port": broker_port + 2 * step if broker_port else 0,
+                    # each broker takes listenPort - 2 (VIP), listenPort and listenPort + 1 (HA)
+                    "listen_port": broker_port + 4 * step if broker_port else 0,
                     "store_path_root_dir": str(root / store),
                     "metrics_enable": not no_metrics,
                     "metrics_port": metrics_port + step if metrics_port else 0,
+                    **tls_keys,
+                    **({"tls_enable": True, "ha_tls": True} if tls else {}),
                 },
             )
         )
@@ -153,7 +165,7 @@ def up(
         for each in brokers:
             note_address(each)  # for 'broker status --store DIR'
         metrics = f", metrics http://{host}:{broker.metrics_port}/metrics" if broker.metrics_port else ""
-        everywhere = " (listening on all interfaces)" if wildcard else ""
+        everywhere = f" (listening on all interfaces; {broker.protection.describe()})" if wildcard else ""
         extra = "".join(
             f", {'slave' if b.config.broker_id else b.config.broker_name} {b.addr}" for b in brokers[1:]
         )
@@ -161,6 +173,11 @@ def up(
             f"ready: NameServer {host}:{namesrv.port}, broker {broker.addr}{extra}{metrics}{everywhere}; "
             f"data in {root}. Ctrl-C stops {'both' if len(brokers) == 1 else 'all'}."
         )
+        if tls:
+            stderr_console().print(
+                f"TLS only; connect with: mqctl context add local-tls -n {host}:{namesrv.port} "
+                f"--ca {root / 'tls' / 'ca.pem'} --use"
+            )
 
     from daemon.lifecycle import PidFile
     from mqctl.cli.broker import PID_FILE as BROKER_PID
@@ -176,6 +193,23 @@ def up(
         (root / "namesrv" / ADDR_FILE).unlink(missing_ok=True)
         for each in brokers:
             (Path(each.config.store_path_root_dir) / BROKER_ADDR).unlink(missing_ok=True)
+
+
+def _tls_settings(directory: Path) -> dict[str, Any]:
+    """The daemons' `tls.*` settings for `up --tls`: enforcing, on the certificates in `directory` (made
+    by `mqctl tls init` the first time)."""
+    from mqctl.cli.tls import write_certificates
+
+    if not (directory / "server.pem").exists():
+        write_certificates(directory, None, force=True)
+    return {
+        "tls_server_mode": "enforcing",
+        "tls_server_cert_path": str(directory / "server.pem"),
+        "tls_server_key_path": str(directory / "server.key"),
+        "tls_server_trust_cert_path": str(directory / "ca.pem"),
+        "tls_client_trust_cert_path": str(directory / "ca.pem"),
+        "tls_test_mode_enable": False,
+    }
 
 
 def _split_listen(listen: str, namesrv_port: int | None) -> tuple[str, int, str]:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from daemon.acl.admin import (
+    MASKED_SECRET,
     CreateAccessConfigRequestHeader,
     DeleteAccessConfigRequestHeader,
     GetBrokerAclConfigResponseHeader,
@@ -23,7 +24,7 @@ from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services.cluster import brokers
 
 PERMS = ("DENY", "PUB", "SUB", "PUB|SUB")
-HIDDEN = "******"
+HIDDEN = MASKED_SECRET
 
 
 @dataclass
@@ -141,6 +142,7 @@ def _merged(spec: AccountSpec, existing: dict[str, Any] | None) -> CreateAccessC
     """The header for 50: what the spec says, the rest as the broker has it (4.9.8 demands the secret
     and resets `admin` on every update, so both come from the existing account when not given)."""
     old = existing or {}
+    # our broker masks secrets in 54 and keeps an account's own secret when an update carries the mask
     secret = spec.secret_key or old.get("secretKey")
     if not secret:
         raise UsageError("--secret-key is needed to create an account")

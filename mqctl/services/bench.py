@@ -20,6 +20,7 @@ import struct
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from dataclasses import dataclass
+from ssl import SSLContext
 
 from daemon.broker.bodies import MessageQueue
 from daemon.broker.headers import (
@@ -33,6 +34,7 @@ from daemon.remoting.client import parse_addr
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.frame import decode_frame, encode_command
+from daemon.remoting.tls import TlsReadBuffer
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
 from mqctl.errors import NotFoundError
@@ -145,9 +147,21 @@ async def _read_response(reader: asyncio.StreamReader) -> RemotingCommand:
     return decoded[0]
 
 
-async def sender(sends: Iterable[tuple[str, bytes]], run: Run) -> None:
-    """Send each (broker, frame) in turn, one in flight, on this sender's own connections, until the
-    run is over; paced to ``run.interval`` when a rate is set."""
+async def _open(addr: str, ssl: SSLContext | None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A stream pair to ``addr``; over TLS, reading through one reusable buffer (see TlsReadBuffer)."""
+    host, port = parse_addr(addr)
+    if ssl is None:
+        return await asyncio.open_connection(host, port)
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(loop=loop)
+    protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+    transport, _ = await loop.create_connection(lambda: TlsReadBuffer(protocol), host, port, ssl=ssl)
+    return reader, asyncio.StreamWriter(transport, protocol, reader, loop)
+
+
+async def sender(sends: Iterable[tuple[str, bytes]], run: Run, ssl: SSLContext | None = None) -> None:
+    """Send each (broker, frame) in turn, one in flight, on this sender's own connections (TLS with
+    ``ssl``), until the run is over; paced to ``run.interval`` when a rate is set."""
     streams: dict[str, tuple[asyncio.StreamReader, asyncio.StreamWriter]] = {}
     next_at = time.perf_counter()
     try:
@@ -160,7 +174,7 @@ async def sender(sends: Iterable[tuple[str, bytes]], run: Run) -> None:
                 if delay > 0:
                     await asyncio.sleep(delay)
             if addr not in streams:
-                streams[addr] = await asyncio.open_connection(*parse_addr(addr))
+                streams[addr] = await _open(addr, ssl)
             reader, writer = streams[addr]
             started = time.perf_counter()
             writer.write(frame)
@@ -215,7 +229,8 @@ async def produce(
         )
 
     async with running("produce", run, tick):
-        await asyncio.gather(*(sender(sends(i), run) for i in range(threads)))
+        ssl = getattr(admin.client, "ssl", None)  # the session's TLS (a RemotingClient's context)
+        await asyncio.gather(*(sender(sends(i), run, ssl) for i in range(threads)))
     return result(
         "produce",
         run.messages,

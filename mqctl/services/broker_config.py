@@ -2,18 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TypedDict
 
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError, UsageError
 from mqctl.services.topics import target_masters
 
 
-async def get(
-    admin: Admin, *, cluster: str | None, broker: str | None, keys: list[str]
-) -> list[dict[str, Any]]:
+class ConfigValue(TypedDict):
+    """A row of ``broker config get``."""
+
+    broker: str
+    key: str
+    value: str
+
+
+class ConfigChange(TypedDict):
+    """A row of ``broker config set``: the value before and as the broker reports it after."""
+
+    broker: str
+    key: str
+    old: str
+    new: str | None
+
+
+async def get(admin: Admin, *, cluster: str | None, broker: str | None, keys: list[str]) -> list[ConfigValue]:
     """One row per broker and key; all keys when none are named (unknown names are an error)."""
-    rows: list[dict[str, Any]] = []
+    rows: list[ConfigValue] = []
     for addr in await target_masters(admin, cluster, broker):
         config = await admin.broker_config(addr)
         missing = [k for k in keys if k not in config]
@@ -79,9 +94,9 @@ def check_value(addr: str, key: str, value: str, config: dict[str, str]) -> None
 
 async def set_(
     admin: Admin, *, cluster: str | None, broker: str | None, changes: dict[str, str], force: bool = False
-) -> list[dict[str, Any]]:
+) -> list[ConfigChange]:
     """Apply ``changes`` on each target broker; rows say old -> new as the broker reports afterwards."""
-    rows: list[dict[str, Any]] = []
+    rows: list[ConfigChange] = []
     for addr in await target_masters(admin, cluster, broker):
         before = await admin.broker_config(addr)
         for key, value in changes.items():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from daemon.broker.bodies import ConsumerConnection, ConsumeStats, MessageQueue
 from mqctl.admin.client import Admin
@@ -13,7 +13,7 @@ from mqctl.errors import ConflictError, NotFoundError
 from mqctl.output import Rows
 from mqctl.services.cluster import masters, readers
 from mqctl.services.fanout import each_broker, failures
-from mqctl.services.topics import target_masters
+from mqctl.services.topics import BrokerChange, target_masters
 from mqctl.units import when
 from store import SYSTEM_GROUPS, SubscriptionGroupConfig
 
@@ -54,6 +54,59 @@ class QueueProgress:
     client: str | None
 
 
+class GroupWrite(TypedDict):
+    """``group create|update``: per master, what changed (none for a soft no-op: exists, missing)."""
+
+    group: str
+    action: str
+    brokers: list[BrokerChange]
+
+
+class GroupDeleted(TypedDict):
+    """``group delete``: the masters it was deleted from, and whether its offsets went too."""
+
+    group: str
+    action: str
+    offsets_removed: bool
+    brokers: list[str]
+
+
+class GroupRow(TypedDict):
+    """A row of ``group list``."""
+
+    group: str
+    brokers: list[str]
+
+
+class ClientRow(TypedDict):
+    """One online client of a group."""
+
+    client_id: str
+    addr: str
+    language: str
+    version: int
+
+
+class ConsumeSettings(TypedDict, total=False):
+    """How a group's clients consume, as they registered it (empty when none is online)."""
+
+    consume_type: str | None
+    message_model: str | None
+    consume_from_where: str | None
+
+
+class GroupConnections(TypedDict):
+    """``group connections``: the online clients and their subscriptions (topic → expression)."""
+
+    group: str
+    consume_type: NotRequired[str | None]
+    message_model: NotRequired[str | None]
+    consume_from_where: NotRequired[str | None]
+    clients: list[ClientRow]
+    subscriptions: dict[str, str]
+    errors: list[dict[str, Any]]
+
+
 async def _configs(
     admin: Admin, cluster: str | None, *, partial: bool = False
 ) -> dict[str, dict[str, SubscriptionGroupConfig]]:
@@ -67,7 +120,7 @@ async def _configs(
 
 async def upsert(
     admin: Admin, spec: GroupSpec, *, cluster: str | None, broker: str | None, mode: str, soft: bool = False
-) -> dict[str, Any]:
+) -> GroupWrite:
     """Create ('create'), change ('update') or make equal ('apply') a subscription group on its masters."""
     addrs = await target_masters(admin, cluster, broker)
     tables = await asyncio.gather(*(admin.group_configs(addr) for addr in addrs))
@@ -83,7 +136,7 @@ async def upsert(
         if soft:
             return {"group": spec.name, "action": "missing", "brokers": []}
         raise NotFoundError(f"group {spec.name!r} not found", hint="use 'mqctl group create' or --if-exists")
-    changes = []
+    changes: list[BrokerChange] = []
     for addr in addrs:
         old = existing[addr]
         new = spec.apply_to(old)
@@ -106,7 +159,7 @@ async def upsert(
 
 async def delete(
     admin: Admin, group: str, *, cluster: str | None, remove_offsets: bool, if_exists: bool = False
-) -> dict[str, Any]:
+) -> GroupDeleted:
     holders = [addr for addr, table in (await _configs(admin, cluster)).items() if group in table]
     if not holders and if_exists:
         return {"group": group, "action": "missing", "offsets_removed": False, "brokers": []}
@@ -117,20 +170,18 @@ async def delete(
     return {"group": group, "action": "deleted", "offsets_removed": remove_offsets, "brokers": holders}
 
 
-async def list_groups(admin: Admin, *, cluster: str | None, system: bool) -> list[dict[str, Any]]:
-    """Every subscription group on the masters, with the brokers that know it."""
+async def list_groups(admin: Admin, *, cluster: str | None, system: bool) -> Rows:
+    """Every subscription group on the masters (that answer), with the brokers that know it."""
     seen: dict[str, list[str]] = {}
     for addr, table in (await _configs(admin, cluster, partial=True)).items():
         for name in table:
             seen.setdefault(name, []).append(addr)
-    return Rows(
-        (
-            {"group": name, "brokers": sorted(addrs)}
-            for name, addrs in sorted(seen.items())
-            if system or name not in SYSTEM_GROUPS  # a broker's own groups show only with --system
-        ),
-        columns=["group", "brokers"],
-    )
+    rows: list[GroupRow] = [
+        {"group": name, "brokers": sorted(addrs)}
+        for name, addrs in sorted(seen.items())
+        if system or name not in SYSTEM_GROUPS  # a broker's own groups show only with --system
+    ]
+    return Rows(rows, columns=list(GroupRow.__annotations__))
 
 
 def allocate_averagely(queues: list[MessageQueue], clients: list[str]) -> dict[MessageQueue, str]:
@@ -157,11 +208,11 @@ def allocate_averagely(queues: list[MessageQueue], clients: list[str]) -> dict[M
     return owners
 
 
-async def connections(admin: Admin, group: str, *, cluster: str | None = None) -> dict[str, Any]:
+async def connections(admin: Admin, group: str, *, cluster: str | None = None) -> GroupConnections:
     """Online clients of a group over all masters (that answer), and their subscriptions."""
-    rows: dict[str, dict[str, Any]] = {}
+    rows: dict[str, ClientRow] = {}
     subscriptions: dict[str, str] = {}
-    details: dict[str, Any] = {}
+    details: ConsumeSettings = {}
     answers = await each_broker(
         admin, await masters(admin, cluster), lambda addr: admin.consumer_connections(addr, group)
     )

@@ -27,6 +27,9 @@ class HAStatus:
     lag_bytes: int | None = None
     #: On a master, the slowest slave's age of its oldest unacked byte (as the master sent it).
     lag_seconds: float | None = None
+    #: Records this broker set aside because they were not its master's (a divergent tail), and where.
+    diverged_records: int | None = None
+    quarantine: str | None = None
     error: str | None = None
 
 
@@ -43,6 +46,8 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         return out
     out.role = table.get("brokerRole")
     out.commitlog_max_offset = _int(table.get("commitLogMaxOffset"))
+    out.diverged_records = _int(table.get("haDivergedRecords"))
+    out.quarantine = table.get("haDivergedQuarantine")
     if "haMasterAddress" in table:  # a slave
         out.connected = table.get("haMasterConnected") == "true"
         out.peers = table.get("haMasterAddress") or None

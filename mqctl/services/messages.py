@@ -422,9 +422,33 @@ async def _find_unique_key(admin: Admin, uniq_key: str, topic: str | None) -> li
     )
 
 
+async def salvaged_copy(admin: Admin, msg_id: str) -> str | None:
+    """The msgId of the copy 'store salvage --resend' sent of the record ``msg_id`` (None: none was, or the
+    NameServer cannot say: the id is then looked up as it is)."""
+    with contextlib.suppress(RemotingError):
+        return await admin.kv_get(SALVAGED_NAMESPACE, msg_id.strip().upper())
+    return None
+
+
 async def query_by_id(
     admin: Admin, msg_id: str, *, topic: str | None = None, body: bool = True
 ) -> dict[str, Any]:
+    """The message ``msg_id`` names (either id kind, see :func:`_query_one_id`); for a record recovery set
+    aside that 'store salvage --resend' sent again, its copy, saying so (the original offset may hold
+    another message by now)."""
+    copy = await salvaged_copy(admin, msg_id)
+    if copy is not None and copy != msg_id.strip().upper():
+        row = await _query_one_id(admin, copy, topic=None, body=body)  # the copy may be in another topic
+        return {
+            "note": f"{msg_id} was set aside by recovery; 'store salvage --resend' sent it again as {copy}: "
+            "this is that copy",
+            "copy_of": msg_id,
+            **row,
+        }
+    return await _query_one_id(admin, msg_id, topic=topic, body=body)
+
+
+async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: bool) -> dict[str, Any]:
     """The message ``msg_id`` names, whichever id it is, with ``found_by`` saying which.
 
     As mqadmin's queryMsgById: an id that decodes to a real broker address is an offset id (msg_id) and is
@@ -725,6 +749,10 @@ async def dlq_export(admin: Admin, group: str, only: DlqFilter, write: Callable[
 RESENT_NAMESPACE = "MQCTL_DLQ_RESENT"
 #: Property on a re-sent copy: the offset id of the dead letter it came from.
 PROPERTY_RESENT_FROM = "MQCTL_DLQ_MSG_ID"
+#: NameServer KV namespace of the records 'store salvage --resend' sent again: original msgId -> the copy's.
+SALVAGED_NAMESPACE = "MQCTL_SALVAGE_RESENT"
+#: Property on a salvaged record's copy: the original record's offset msgId.
+PROPERTY_SALVAGED_FROM = "MQCTL_SALVAGED_MSG_ID"
 
 
 def _ranges(offsets: Iterable[int]) -> list[list[int]]:
@@ -779,17 +807,19 @@ async def resend_one(
     to_topic: str | None,
     rr: Iterable[int],
     routes: dict[str, list[QueueRef]] | None = None,
+    *,
+    mark: str = PROPERTY_RESENT_FROM,
 ) -> Resent:
     """Send a DLQ message again to its original topic (``RETRY_TOPIC``) or ``to_topic``, keeping its
-    body, tags, keys, UNIQ_KEY and user properties, marked with the dead letter's id; one failure does
-    not stop the others. ``routes`` caches each topic's writable queues over a run."""
+    body, tags, keys, UNIQ_KEY and user properties, marked with its id in property ``mark``; one failure
+    does not stop the others. ``routes`` caches each topic's writable queues over a run."""
     target = to_topic or m.properties.get(PROPERTY_RETRY_TOPIC)
     if not target:
         return Resent(
             m.msg_id, m.uniq_key, None, "SKIPPED", error="no original topic (RETRY_TOPIC); use --to-topic"
         )
     props = {k: v for k, v in m.properties.items() if k not in BROKER_PROPERTIES}
-    props[PROPERTY_RESENT_FROM] = m.msg_id
+    props[mark] = m.msg_id
     try:
         refs = routes.get(target) if routes is not None else None
         if refs is None:

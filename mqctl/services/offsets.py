@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from daemon.broker.bodies import ConnectionInfo, MessageQueue
 from mqctl.admin.client import Admin
@@ -63,7 +63,39 @@ class PlanRow:
         return self.new - (self.current or 0)
 
 
-async def show(admin: Admin, group: str, topic: str) -> list[dict[str, Any]]:
+class OffsetRow(TypedDict):
+    """A row of ``offset show``: a queue's range and the group's committed offset (None: never committed)."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    min_offset: int
+    max_offset: int
+    committed: int | None
+    lag: int | None
+
+
+class QueueReset(TypedDict):
+    """One queue of a reset plan."""
+
+    broker_name: str
+    queue_id: int
+    current: int | None
+    new: int
+    change: int
+
+
+class ResetResult(TypedDict):
+    """``offset reset``: the plan, and how it was applied (or that it was not)."""
+
+    group: str
+    topic: str
+    executed: bool
+    applied: str
+    queues: list[QueueReset]
+
+
+async def show(admin: Admin, group: str, topic: str) -> list[OffsetRow]:
     rows = await _queues(admin, group, topic, reads=True)
     return [
         {
@@ -250,7 +282,7 @@ async def reset(
     export_to: Path | None,
     confirm: Callable[[list[PlanRow]], None] | None = None,
     create_group: bool = False,
-) -> dict[str, Any]:
+) -> ResetResult:
     """Plan, optionally export, and with ``execute_plan`` apply once ``confirm(plan)`` returns.
 
     A group no master of the topic knows (no subscription group, no committed offset) is refused: it is

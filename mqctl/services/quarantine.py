@@ -19,7 +19,7 @@ from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
-from mqctl.services.messages import body_fields, resend_one
+from mqctl.services.messages import PROPERTY_SALVAGED_FROM, SALVAGED_NAMESPACE, body_fields, resend_one
 from mqctl.timespec import iso
 from mqctl.units import time_fields
 from store import (
@@ -197,7 +197,7 @@ class Salvaged:
     msg_id: str
     unique_key: str | None
     to_topic: str | None
-    outcome: str  # RESENT, FAILED or SKIPPED
+    outcome: str  # RESENT, FAILED, SKIPPED or ALREADY RESENT (by an earlier run: new_msg_id is that copy)
     new_msg_id: str | None = None
     queue_id: int | None = None
     queue_offset: int | None = None
@@ -211,21 +211,31 @@ async def resend(
     progress: Callable[[int], None] | None = None,
 ) -> list[Salvaged]:
     """Send each salvaged record again through ``msg resend``'s sender (body, tags, keys, UNIQ_KEY and user
-    properties kept; broker-added ones dropped); one failure does not stop the others."""
+    properties kept; broker-added ones dropped; the original msgId in ``MQCTL_SALVAGED_MSG_ID``); one
+    failure does not stop the others. As ``msg resend`` records dead letters, each record sent is recorded
+    in the NameServer's KV store (original msgId -> the copy's) right after its send, and a record found
+    there is not sent again: a second run, or one after an interrupted run, sends no duplicates."""
     for topic in sorted({t for _, _, msg in items if (t := resend_target(msg)[0]) is not None}):
         try:  # an unreachable NameServer fails here, once, with its own error (a missing topic per record)
             await admin.topic_route(topic)
         except RemotingCommandError as exc:
             if exc.code != ResponseCode.TOPIC_NOT_EXIST:
                 raise
+    done = await admin.kv_list(SALVAGED_NAMESPACE)
     rr = itertools.count(random.randrange(1 << 16))
     out = []
     for m, offset, msg in items:
         target, why_not = resend_target(msg)
         if target is None:
             out.append(Salvaged(m.name, offset, msg.msg_id, msg.uniq_key, None, "SKIPPED", error=why_not))
+        elif msg.msg_id in done:
+            out.append(
+                Salvaged(m.name, offset, msg.msg_id, msg.uniq_key, target, "ALREADY RESENT", done[msg.msg_id])
+            )
         else:
-            r = await resend_one(admin, msg, target, rr)
+            r = await resend_one(admin, msg, target, rr, mark=PROPERTY_SALVAGED_FROM)
+            if r.outcome == "RESENT" and r.new_msg_id is not None:
+                await admin.kv_put(SALVAGED_NAMESPACE, msg.msg_id, r.new_msg_id)
             out.append(
                 Salvaged(
                     m.name,
@@ -246,7 +256,8 @@ async def resend(
 
 
 def note_resend(manifests: list[Manifest], outcomes: list[Salvaged], now_ms: int) -> None:
-    """Record in each quarantine's manifest that (and how much of) it was re-sent, so a second run can warn."""
+    """Record in each quarantine's manifest that (and how much of) it was re-sent (``store verify`` shows
+    when)."""
     for m in manifests:
         mine = [o for o in outcomes if o.quarantine == m.name]
         counts = Counter(o.outcome for o in mine)
@@ -255,6 +266,7 @@ def note_resend(manifests: list[Manifest], outcomes: list[Salvaged], now_ms: int
                 "at": iso(now_ms),
                 "records": len(mine),
                 "resent": counts["RESENT"],
+                "already_resent": counts["ALREADY RESENT"],
                 "skipped": counts["SKIPPED"],
                 "failed": counts["FAILED"],
             }

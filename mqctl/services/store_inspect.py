@@ -9,15 +9,18 @@ running broker.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from mqctl.admin import messaging as wire
+from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
 from mqctl.services.messages import Window, detail, locate, summary
 from mqctl.timespec import iso
-from store import CorruptRecordError, inspect
+from store import CorruptRecordError, decode_record, inspect
 
 Progress = inspect.Progress
 Layout = inspect.Layout
@@ -223,3 +226,145 @@ def verify(
     """CRC of every record, every ConsumeQueue unit and index entry against the CommitLog (see
     :func:`store.inspect.verify`). Ctrl-C ends the walk, not the call: ``interrupted`` says where."""
     return inspect.verify(layout(root), max_problems=max_problems, progress=progress, partial=True)
+
+
+# ---------------------------------------------------------------------------- compare with a broker
+
+
+@dataclass
+class Difference:
+    """One CommitLog offset where this store and the broker disagree."""
+
+    commit_log_offset: int
+    where: str  # differs, only here (this store), only there (the broker)
+    here: str | None  # the record of this store there (topic/queue offset msgId)
+    there: str | None  # the broker's
+
+
+@dataclass
+class Comparison:
+    """This store's CommitLog against a live broker's, record by record (``store verify --against``)."""
+
+    against: str
+    ok: bool  # every record of this store is the broker's, byte for byte, at the same offset
+    compared: int
+    same: int
+    differing: int
+    only_here: int  # records of this store past the broker's end
+    only_there_bytes: int  # CommitLog bytes the broker holds past this store's end (a slave's lag)
+    first_difference: int | None  # the first offset where they differ (or where one of them ends)
+    not_compared: int  # records below the broker's first CommitLog offset (expired there)
+    here_min_offset: int
+    here_end: int
+    there_min_offset: int
+    there_end: int
+    differences: list[Difference] = field(default_factory=list)
+    differences_not_listed: int = 0
+    notes: list[str] = field(default_factory=list)
+
+
+#: Records compared per round of concurrent VIEW_MESSAGE_BY_ID requests.
+COMPARE_BATCH = 256
+
+
+def _describe(raw: bytes | None, offset: int) -> str | None:
+    if raw is None:
+        return None
+    try:
+        m = decode_record(raw, check_crc=False)
+    except CorruptRecordError:
+        return f"{len(raw)} bytes that do not parse"
+    own = "" if m.commit_log_offset == offset else f", says it is at {m.commit_log_offset}"
+    return f"{m.topic}/{m.queue_id} offset {m.queue_offset} ({len(raw)} bytes{own})"
+
+
+async def compare_with(
+    admin: Admin, root: str | Path, addr: str, *, max_listed: int | None = None, concurrency: int = 32
+) -> Comparison:
+    """Compare the store at ``root`` (a slave's, say) with the live broker at ``addr`` (its master): each
+    record of this store against the bytes the broker's VIEW_MESSAGE_BY_ID answers at the same offset
+    (which a real 4.9.8 broker serves too), then the broker's records past this store's end. Lists the
+    first ``max_listed`` differences (all when None); counts every one."""
+    lay = layout(root)
+    info = await admin.broker_runtime_info(addr)
+    there_min, there_end = int(info["commitLogMinOffset"]), int(info["commitLogMaxOffset"])
+    gate = asyncio.Semaphore(concurrency)
+    spans: list[inspect.LogSpan] = []
+    out = Comparison(addr, True, 0, 0, 0, 0, 0, None, 0, 0, 0, there_min, there_end)
+
+    def differ(offset: int, where: str, here: bytes | None, there: bytes | None) -> None:
+        if out.first_difference is None or offset < out.first_difference:
+            out.first_difference = offset
+        if max_listed is None or len(out.differences) < max_listed:
+            out.differences.append(
+                Difference(offset, where, _describe(here, offset), _describe(there, offset))
+            )
+        else:
+            out.differences_not_listed += 1
+
+    async def theirs(offset: int) -> bytes | None:
+        async with gate:
+            return await wire.view_raw(admin, addr, offset)
+
+    async def compare(batch: list[tuple[int, bytes]]) -> None:
+        answers = await asyncio.gather(*(theirs(offset) for offset, _ in batch))
+        for (offset, mine), there in zip(batch, answers, strict=True):
+            out.compared += 1
+            if there == mine:
+                out.same += 1
+            else:
+                out.differing += 1
+                differ(offset, "differs", mine, there)
+
+    batch: list[tuple[int, bytes]] = []
+    for offset, raw in inspect.raw_records(lay, spans.append):
+        if offset < there_min:
+            out.not_compared += 1
+        elif offset >= there_end:
+            await compare(batch)  # listed in offset order: those below go first
+            batch = []
+            out.only_here += 1
+            differ(offset, "only here", raw, None)
+        else:
+            batch.append((offset, raw))
+            if len(batch) >= COMPARE_BATCH:
+                await compare(batch)
+                batch = []
+    await compare(batch)
+    [span] = spans
+    out.here_min_offset, out.here_end = span.min_offset, span.end_offset
+    if span.corruption is not None:
+        out.notes.append(f"this store's records end early, at damage: {span.corruption}")
+    out.only_there_bytes = max(0, there_end - span.end_offset)
+    if out.only_there_bytes:
+        await _only_there(
+            admin, addr, span.end_offset, there_end, lay.commit_log_file_size, differ, max_listed
+        )
+    out.differences.sort(key=lambda d: d.commit_log_offset)
+    out.ok = out.differing == 0 and out.only_here == 0
+    return out
+
+
+async def _only_there(
+    admin: Admin,
+    addr: str,
+    offset: int,
+    end: int,
+    file_size: int,
+    differ: Callable[[int, str, bytes | None, bytes | None], None],
+    max_listed: int | None,
+) -> None:
+    """List the broker's records from ``offset`` (this store's end) on, as far as the listing goes: each
+    answer's TOTALSIZE leads to the next; no record where one should be skips to the next file."""
+    listed = 0
+    while offset < end and (max_listed is None or listed < max_listed):
+        raw = await wire.view_raw(admin, addr, offset)
+        if raw is None or len(raw) < 4:
+            nxt = offset - offset % file_size + file_size  # the blank filler ends a file: the next one
+            if nxt >= end or await wire.view_raw(admin, addr, nxt) is None:
+                return
+            offset = nxt
+            continue
+        differ(offset, "only there", None, raw)
+        listed += 1
+        offset += int.from_bytes(raw[:4], "big")

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 from daemon.broker.bodies import TopicOffset
 from daemon.remoting.bodies import PermName, TopicConfig, TopicRouteData
@@ -17,7 +17,7 @@ from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.output import Rows
 from mqctl.services.cluster import brokers
-from mqctl.units import time_fields, when
+from mqctl.units import when
 
 log = logging.getLogger(__name__)
 
@@ -168,6 +168,55 @@ async def target_masters(admin: Admin, cluster: str | None, broker: str | None) 
     return [r.addr for r in rows]
 
 
+class BrokerChange(TypedDict):
+    """What a create, update or apply did (or would do) on one master: the changed fields as ``[old, new]``."""
+
+    broker: str
+    action: str
+    changes: dict[str, list[Any]]
+
+
+class TopicWrite(TypedDict):
+    """``topic create|update``: per master, what changed. A soft no-op (exists, missing) has no ``dry_run``."""
+
+    topic: str
+    action: str
+    dry_run: NotRequired[bool]
+    brokers: list[BrokerChange]
+
+
+class TopicDeleted(TypedDict):
+    """``topic delete``: the masters it was deleted from (none when it was already missing)."""
+
+    topic: str
+    action: str
+    brokers: list[str]
+
+
+class TopicStats(TypedDict):
+    """``topic stats``: one line per topic."""
+
+    topic: str
+    brokers: int
+    queues: int
+    messages: int
+    max_offset_total: int
+    last_updated: str | None
+    last_updated_ms: int
+    in_tps: float
+    in_msgs_24h: int
+
+
+class ApplyRow(TypedDict):
+    """A row of ``topic apply``: one topic on one master."""
+
+    topic: str
+    broker: str
+    action: str
+    changes: dict[str, list[Any]]
+    dry_run: bool
+
+
 #: A topic's settings as plans and outputs name them (the flags' and the apply file's names).
 _DIFF_FIELDS = {
     "read_queues": "read_queue_nums",
@@ -199,7 +248,7 @@ async def upsert(
     mode: str,
     soft: bool = False,
     dry_run: bool = False,
-) -> dict[str, Any]:
+) -> TopicWrite:
     """Create or update a topic on its target masters; ``mode`` is 'create', 'update' or 'apply'.
 
     create refuses an existing topic and update a missing one, unless ``soft`` (--if-not-exists,
@@ -221,7 +270,7 @@ async def _upsert_on(
     mode: str,
     soft: bool = False,
     dry_run: bool = False,
-) -> dict[str, Any]:
+) -> TopicWrite:
     """`upsert` against the topic tables of its target masters (address → table), kept up to date."""
     existing = {addr: table.get(spec.name) for addr, table in tables.items()}
     exists = any(existing.values())
@@ -235,7 +284,7 @@ async def _upsert_on(
         if soft:
             return {"topic": spec.name, "action": "missing", "brokers": []}
         raise NotFoundError(f"topic {spec.name!r} not found", hint="use 'mqctl topic create' or --if-exists")
-    changes = []
+    changes: list[BrokerChange] = []
     for addr, old in existing.items():
         new = spec.apply_to(old)
         diff = _diff(old, new)
@@ -280,7 +329,7 @@ async def create_missing(admin: Admin, specs: list[TopicSpec], *, parallel: int 
     return len(todo)
 
 
-async def delete(admin: Admin, topic: str, *, cluster: str | None, if_exists: bool = False) -> dict[str, Any]:
+async def delete(admin: Admin, topic: str, *, cluster: str | None, if_exists: bool = False) -> TopicDeleted:
     """Delete a topic from every broker holding it, then from every NameServer (mqadmin's order)."""
     try:
         masters = await masters_of_topic(admin, topic)
@@ -339,7 +388,7 @@ def _status_rows(offsets: list[tuple[str, str, int, TopicOffset]]) -> list[Queue
     )
 
 
-async def stats(admin: Admin, topic: str) -> dict[str, Any]:
+async def stats(admin: Admin, topic: str) -> TopicStats:
     """One line per topic: queues, messages held, last write, and the brokers' put rates: the last
     minute's messages/s and the last 24 h's messages (TOPIC_PUT_NUMS, what `mqadmin statsAll` shows as
     InTPS and InMsg24Hour)."""
@@ -349,13 +398,15 @@ async def stats(admin: Admin, topic: str) -> dict[str, Any]:
     puts = [
         d for d in await asyncio.gather(*(admin.broker_stats(a, "TOPIC_PUT_NUMS", topic) for a in addrs)) if d
     ]
+    last_ms = max((r.last_updated_ms for r in rows), default=0)
     return {
         "topic": topic,
         "brokers": len({r.broker_name for r in rows}),
         "queues": len(rows),
         "messages": sum(r.messages for r in rows),
         "max_offset_total": sum(r.max_offset for r in rows),
-        **time_fields("last_updated", max((r.last_updated_ms for r in rows), default=0)),
+        "last_updated": when(last_ms),
+        "last_updated_ms": last_ms,
         "in_tps": round(sum(d["statsMinute"]["tps"] for d in puts), 2),
         "in_msgs_24h": int(sum(d["statsDay"]["sum"] for d in puts)),
     }
@@ -363,7 +414,7 @@ async def stats(admin: Admin, topic: str) -> dict[str, Any]:
 
 async def apply_file(
     admin: Admin, specs: list[TopicSpec], *, cluster: str | None, broker: str | None, dry_run: bool
-) -> list[dict[str, Any]]:
+) -> list[ApplyRow]:
     """Declarative apply: one row per topic and broker with the action taken (or planned).
 
     The masters and their tables are read once, not once per topic: 1,000 topics cost 1,000 creations
@@ -372,7 +423,7 @@ async def apply_file(
     tables = dict(
         zip(addrs, await asyncio.gather(*(admin.topic_configs(addr) for addr in addrs)), strict=True)
     )
-    rows = []
+    rows: list[ApplyRow] = []
     for spec in specs:
         result = await _upsert_on(admin, spec, tables, mode="apply", dry_run=dry_run)
         for change in result["brokers"]:

@@ -1,6 +1,6 @@
 """Vectorized CommitLog decoder: a byte buffer in, Arrow record batches out.
 
-A per-record ``struct`` loop tops out near 45 MB/s under Spark, so only the part that is
+A per-record ``struct`` loop is too slow under Spark (docs/performance.md), so only the part that is
 inherently sequential stays in Python: following the TOTALSIZE chain from one record start to
 the next (one ``unpack_from`` per record). Every field is then gathered for all records of a
 batch at once with numpy, and properties, tags and keys are parsed with Arrow compute kernels.
@@ -135,8 +135,8 @@ _HEAD_SIZE = 48
 def scan(buf: np.ndarray) -> Scan:
     """Follow the TOTALSIZE chain from the record at ``buf[0]`` to the end of the buffer.
 
-    This is the only per-record Python loop; it reads 8 bytes per record. Records are then
-    validated in bulk (§2.10 length rule) and the scan is cut at the first invalid one.
+    This is the only per-record Python loop; it reads 8 bytes per record. Records are then validated in bulk
+    (docs/store-format.md §validating-records length rule) and the scan is cut at the first invalid one.
     """
     limit = len(buf)
     mv = buf.data
@@ -153,7 +153,8 @@ def scan(buf: np.ndarray) -> Scan:
         if magic not in _MAGICS or total < _MIN_RECORD or pos + total > limit:
             if magic != BLANK_MAGIC_CODE:
                 reason = "eod"
-            elif total == limit - pos:  # the writer's filler fills the rest of its file (§2.6)
+            # the writer's filler fills the rest of its file (docs/store-format.md §end-of-file-filler)
+            elif total == limit - pos:
                 reason = "blank"
             else:
                 reason = "invalid"
@@ -249,7 +250,8 @@ def _hosts(buf: np.ndarray, pos: np.ndarray, v6: np.ndarray) -> pa.Array:
 
 @dataclass
 class _Layout:
-    """Fixed fields and section positions of many records, computed together (§2.1)."""
+    """Fixed fields and section positions of many records, computed together
+    (docs/store-format.md §commitlog-records)."""
 
     pos: np.ndarray
     head: np.ndarray

@@ -204,9 +204,23 @@ def test_validator_rules(tmp_path: Path) -> None:
     check(
         "10.10.3.4", RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "X"})
     )  # whitelist
-    check(
-        "192.168.0.9", RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"AccessKey": "trusted1"})
-    )
+    # an account's whiteRemoteAddress skips only its signature: trusted1 (no admin, DENY by default)
+    # may not create a topic unsigned, as 4.9.8 lets it
+    with pytest.raises(AclDenied, match="trusted1 is not admin"):
+        check(
+            "192.168.0.9",
+            RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, {"AccessKey": "trusted1"}),
+        )
+    with pytest.raises(AclDenied, match="trusted1 needs PUB on topic TopicA, has DENY"):
+        check(
+            "192.168.0.9",
+            RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {**send, "AccessKey": "trusted1"}),
+        )
+    with pytest.raises(AclDenied, match="signature check failed"):  # off its whitelist, it signs
+        check(
+            "192.168.1.9",
+            RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, {**send, "AccessKey": "trusted1"}),
+        )
     check("127.0.0.1", _signed(RequestCode.UPDATE_AND_CREATE_TOPIC, {"topic": "X"}, "RocketMQ", "12345678"))
     denials = {
         "no AccessKey": RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, send),

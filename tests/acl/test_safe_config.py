@@ -4,18 +4,23 @@ fileReservedTime needs --force, and a live master cannot be replaced at the Name
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 import pytest
 
+from daemon.acl.signature import Signer
+from daemon.broker.config import BrokerConfig
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from daemon.safe_config import FORCE_FIELD, locked_keys
+from daemon.remoting.errors import RemotingCommandError
+from daemon.safe_config import FORCE_FIELD, locked_keys, refuse_unsafe
 from store.cleanup import FakeDiskUsage
-from tests.support.broker import BrokerHandle
+from tests.support.acl import ADMIN_AK, ADMIN_SK, PLAIN_ACL, write_acl
+from tests.support.broker import BrokerClient, BrokerHandle
 from tests.support.namesrv import Namesrv
-from tests.support.retention import retention_cluster
+from tests.support.retention import retention_cluster, wait_until as wait_for
 from tests.support.waiting import wait_until
 
 
@@ -37,8 +42,41 @@ def test_locked_keys_cover_every_spelling() -> None:
         "messageStorePlugIn": "evil.Plugin",
         "flushDiskType": "ASYNC_FLUSH",
         "messageDelayLevel": "1s",
+        # a daemon's defences and where it registers
+        "namesrvAddr": "10.6.6.6:9876",
+        "protectedMode": "false",
+        "aclAdminFreshness": "0",
+        "diskSpaceWarningLevelRatio": "1",
+        "remotingMaxConnections": "1",
+        "remotingMaxBufferedBytes": "999999999999",
+        "kvConfigMaxTotalBytes": "999999999999",
+        "kvConfigMaxNamespaceBytes": "999999999999",
+        "kvConfigMaxValueBytes": "999999999999",
     }
     assert set(locked_keys(keys)) == set(keys) - {"fileReservedTime", "brokerPermission"}
+    with pytest.raises(RemotingCommandError, match=r"black list: .*namesrvAddr.*protectedMode"):
+        refuse_unsafe({"protectedMode": "false", "namesrvAddr": "x:1"}, {}, trusted=True)
+
+
+def test_who_may_shorten_retention() -> None:
+    """A lower retention or clean ratio needs a trusted sender; under a floor also the --force marker,
+    which counts only from a trusted sender (anyone can add a field)."""
+    current = BrokerConfig(file_reserved_time=72, disk_space_clean_forcibly_ratio=85)
+    force = {FORCE_FIELD: "true"}
+    for updates, fields in (
+        ({"fileReservedTime": "48"}, {}),
+        ({"fileReservedTime": "0"}, force),
+        ({"diskMaxUsedSpaceRatio": "10"}, {}),
+        ({"maxMessageSize": "1"}, force),
+    ):
+        with pytest.raises(RemotingCommandError) as refused:
+            refuse_unsafe(updates, fields, current=current, trusted=False)
+        assert refused.value.code == ResponseCode.NO_PERMISSION
+    refuse_unsafe({"fileReservedTime": "96", "maxMessageSize": "8388608"}, {}, current=current, trusted=False)
+    refuse_unsafe({"fileReservedTime": "48"}, {}, current=current, trusted=True)
+    with pytest.raises(RemotingCommandError, match="--force"):
+        refuse_unsafe({"fileReservedTime": "0"}, {}, current=current, trusted=True)
+    refuse_unsafe({"fileReservedTime": "0", "maxMessageSize": "1"}, force, current=current, trusted=True)
 
 
 @pytest.mark.slow
@@ -149,3 +187,49 @@ async def test_namesrv_keeps_a_live_masters_address(namesrv: Namesrv) -> None:
         await wait_until(lambda: len(closed) >= 1)  # the NameServer has handled the intruder's close
         assert routes.broker_addr_table["broker-a"].broker_addrs == {0: master}  # and kept the master
         assert (await namesrv.register({"T": 4}, client=real)).code == ResponseCode.SUCCESS
+
+
+@pytest.mark.slow
+def test_the_force_marker_is_no_authority_and_a_lowered_retention_logs_its_losses(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The attack: an anonymous UPDATE_BROKER_CONFIG with mqctlForce=true and fileReservedTime=0, then
+    code 329, deleted acknowledged, unconsumed messages, logged at INFO. A whitelisted peer (ACL on) is
+    not an admin signature: refused, nothing deleted. The admin's own update goes through, and what the
+    cleanup then deletes is logged at ERROR with the unconsumed count per group."""
+    home = tmp_path / "home"
+    write_acl(home, PLAIN_ACL.replace("10.10.103.*", "127.0.0.1"))  # the attacker's address is trusted
+    with retention_cluster(
+        tmp_path / "c", FakeDiskUsage(0.30), acl_enable=True, rocketmq_home=str(home)
+    ) as rc:
+        rc.send("TR", 200)
+        files = rc.commitlog_files()
+        assert len(files) >= 3
+        rc.cluster.broker.offsets.commit_offset("G1", "TR", 0, 0)
+        rc.cluster.broker.offsets.commit_offset("G1", "TR", 1, 0)
+        for fields in ({FORCE_FIELD: "true"}, {}):
+            wipe = rc.run(
+                rc.client.call(RequestCode.UPDATE_BROKER_CONFIG, dict(fields), b"fileReservedTime=0\n")
+            )
+            assert wipe.code == ResponseCode.NO_PERMISSION and "admin-signed" in (wipe.remark or ""), (
+                wipe.remark
+            )
+        assert rc.run(rc.client.call(RequestCode.DELETE_EXPIRED_COMMITLOG)).code == ResponseCode.SUCCESS
+        rc.after_cleanup_runs()
+        assert rc.commitlog_files() == files and rc.store.config.file_reserved_time == 72
+
+        admin = BrokerClient(rc.client.addr, RemotingClient(signer=Signer(ADMIN_AK, ADMIN_SK)))
+        try:
+            ok = rc.run(
+                admin.call(RequestCode.UPDATE_BROKER_CONFIG, {FORCE_FIELD: "true"}, b"fileReservedTime=0\n")
+            )
+            assert ok.code == ResponseCode.SUCCESS, ok.remark
+            with caplog.at_level(logging.ERROR, logger="store.cleanup"):
+                assert rc.run(admin.call(RequestCode.DELETE_EXPIRED_COMMITLOG)).code == ResponseCode.SUCCESS
+                wait_for(lambda: len(rc.commitlog_files()) == 1)
+                rc.after_cleanup_runs(1)
+        finally:
+            rc.run(admin.client.close())
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert any("retention lowered at run time (fileReservedTime 72 -> 0)" in line for line in lines), lines
+    assert any("unconsumed messages destroyed per group: G1=" in line for line in lines), lines

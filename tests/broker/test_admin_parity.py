@@ -29,7 +29,7 @@ from daemon.remoting.command import RemotingCommand
 from store import fastjson
 from store.engine import DefaultMessageStore
 from tests.support.broker import BrokerHandle, broker_config
-from tests.support.golden import GOLDEN
+from tests.support.golden import golden_response_body
 
 #: Every GET_BROKER_RUNTIME_INFO key of a 4.9.8 master with one commit-log path and no delayed messages
 #: (AdminBrokerProcessor.prepareRuntimeInfo + DefaultMessageStore/StoreStatsService.getRuntimeInfo):
@@ -52,15 +52,10 @@ RUNTIME_KEYS_498 = {
 
 
 def golden_runtime_keys() -> set[str]:
-    """The keys of the GET_BROKER_RUNTIME_INFO table a real 4.9.8 broker answered (golden-frames.md)."""
-    text = GOLDEN.read_text()
-    section = text.split("\n## 28 GET_BROKER_RUNTIME_INFO\n", 1)[1].split("\n## ", 1)[0]
-    body = re.search(r"Response body:\n```\n(.*?)\n```", section, re.S)
-    assert body is not None
-    return set(fastjson.loads(body.group(1))["table"])
+    """The keys of the GET_BROKER_RUNTIME_INFO table a real 4.9.8 broker answered (the golden frames)."""
+    return set(fastjson.loads(golden_response_body("28 GET_BROKER_RUNTIME_INFO"))["table"])
 
 
-@pytest.mark.skipif(not GOLDEN.exists(), reason="golden frames not available")
 def test_the_runtime_key_list_is_the_recorded_brokers() -> None:
     path_key = "commitLogDiskRatio_<storePathRootDir>/commitlog"
     assert golden_runtime_keys() == RUNTIME_KEYS_498 | {path_key}

@@ -1,24 +1,19 @@
 """Our broker answers the requests recorded from a real RocketMQ 4.9.8 broker as that broker did
-(shared/spec/golden-frames.md): codes, remarks and response header fields."""
+(tests/fixtures/golden-frames.json): codes, remarks and response header fields."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import pytest
-
 from daemon.remoting.command import RemotingCommand
 from tests.support.broker import BrokerHandle
-from tests.support.golden import GOLDEN, golden
+from tests.support.golden import golden
 
 
 async def replay(broker: BrokerHandle, title: str) -> tuple[RemotingCommand, dict[str, Any]]:
     request, body, expected = golden(title)
     ext = {k: str(v) for k, v in request.get("extFields", {}).items()}
     return await broker.call(request["code"], ext, body), expected
-
-
-pytestmark = pytest.mark.skipif(not GOLDEN.exists(), reason="golden frames not available")
 
 
 async def test_golden_exchanges(broker: BrokerHandle) -> None:

@@ -16,6 +16,7 @@ from daemon.remoting.bodies import TopicRouteData
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from store import native
 from tests.listeners import listening
 from tests.support.paths import ROOT
 from tests.support.ports import free_block, free_port
@@ -49,10 +50,12 @@ async def test_up_serves_registered_broker_and_stops_on_sigint(
     )
     try:
         assert proc.stderr is not None
-        line = ""
-        while "ready:" not in line:
-            line = await asyncio.to_thread(proc.stderr.readline)
-            assert line, "mqctl up exited before it was ready"
+        said = [""]
+        while "ready:" not in said[-1]:
+            said.append(await asyncio.to_thread(proc.stderr.readline))
+            assert said[-1], "mqctl up exited before it was ready"
+        # the broker's start-up line says which build it runs (store/native.py), as this process finds it
+        assert [line for line in said if "serving at" in line and native.describe_build() in line], said
         async with RemotingClient() as client:
             request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "TBW102"})
             response = await client.invoke(f"127.0.0.1:{ports[0]}", request)
@@ -147,10 +150,11 @@ async def test_broker_and_namesrv_status_find_what_up_started(cli_env: dict[str,
 @pytest.mark.slow
 async def test_up_runs_broker_groups_with_slaves_on_loopback(tmp_path: Path, cli_env: dict[str, str]) -> None:
     """`--brokers 2 --slaves 1`: broker-a and broker-b, each a master and a slave, ports in one sequence."""
-    ns_port, broker_port = free_port(), free_block(8)  # 4 brokers, each with its HA port one above
+    # 4 brokers, each with its VIP port two below and its HA port one above
+    ns_port, broker_port = free_port(), free_block(16) + 2
     args = ["--brokers", "2", "--slaves", "1", "--broker-port", str(broker_port), "--metrics-port", "0"]
     async with mqctl_up(tmp_path / "data", cli_env, ns_port, *args) as up:
-        addr = [f"127.0.0.1:{broker_port + 2 * k}" for k in range(4)]
+        addr = [f"127.0.0.1:{broker_port + 4 * k}" for k in range(4)]
         assert f"slave {addr[1]}, broker-b {addr[2]}, slave {addr[3]}" in up.ready
         listed = await asyncio.to_thread(up.mq, "cluster", "list")
         assert sorted((r["broker_name"], r["broker_id"], r["addr"], r["role"]) for r in listed) == [
@@ -167,7 +171,7 @@ async def test_up_runs_broker_groups_with_slaves_on_loopback(tmp_path: Path, cli
         ]
         sockets = listening(up.proc.pid)
     assert up.code == 0
-    assert len(sockets) == 13  # NameServer; each of 4 brokers, its HA port and its metrics
+    assert len(sockets) == 17  # NameServer; each of 4 brokers, its VIP port, its HA port and its metrics
     assert {a for a, _ in sockets} == {"127.0.0.1"}
     data = tmp_path / "data"
     for store in ("store", "store-slave1", "store-broker-b", "store-broker-b-slave1"):  # one store each

@@ -1,9 +1,11 @@
-"""Master/slave replication with real daemons on 127.0.0.1 (spec §11): byte-identical CommitLogs, pulls
-served by the slave, SYNC_MASTER acknowledgements, torn frames, a slave restarted empty, refusals."""
+"""Master/slave replication with real daemons on 127.0.0.1 (docs/replication.md §replication): byte-identical
+CommitLogs, pulls served by the slave, SYNC_MASTER acknowledgements, torn frames, a slave restarted empty,
+refusals."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -19,6 +21,7 @@ from typing import Any
 
 import pytest
 
+from daemon.acl.signature import Signer
 from daemon.broker.broker import Broker
 from daemon.broker.config import BrokerConfig
 from daemon.broker.ha import SLAVE_ADMIN_REMARK
@@ -35,7 +38,7 @@ from store.memory import InMemoryMessageStore
 from store.record import decode_records
 from tests.support.broker import BrokerClient, broker_config, start_broker
 from tests.support.load import Acked, send_until_dead
-from tests.support.namesrv import namesrv_config
+from tests.support.namesrv import Namesrv, namesrv_config
 from tests.support.paths import ROOT
 from tests.support.ports import free_block, free_port
 from tests.support.up import mqctl_up
@@ -65,15 +68,17 @@ async def start_slave(root: Path, ns_addr: str, **overrides: Any) -> Broker:
     return await start_broker(root, **values)
 
 
-@pytest.fixture
-async def group(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Group]:
-    role = getattr(request, "param", "ASYNC_MASTER")
+@contextlib.asynccontextmanager
+async def master_and_slave(
+    tmp_path: Path, *, signer: Signer | None = None, **master: Any
+) -> AsyncIterator[Group]:
+    """A NameServer, a master (``master`` overrides its config) and its slave, in ``tmp_path``'s
+    ``master`` and ``slave``; the ones the test left running in the group are stopped at the end."""
     namesrv = NamesrvController(namesrv_config(tmp_path))
     await namesrv.start()
     ns = f"127.0.0.1:{namesrv.port}"
-    master = await start_broker(tmp_path / "master", namesrv_addr=ns, broker_role=role, **SMALL)
-    slave = await start_slave(tmp_path / "slave", ns)
-    g = Group(namesrv, master, slave, RemotingClient())
+    first = await start_broker(tmp_path / "master", **{**SMALL, "namesrv_addr": ns, **master})
+    g = Group(namesrv, first, await start_slave(tmp_path / "slave", ns), RemotingClient(signer=signer))
     try:
         yield g
     finally:
@@ -81,6 +86,15 @@ async def group(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator
         await g.slave.stop()
         await g.master.stop()
         await namesrv.stop()
+
+
+@pytest.fixture
+async def group(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[Group]:
+    async with master_and_slave(tmp_path, broker_role=getattr(request, "param", "ASYNC_MASTER")) as g:
+        ha = g.master.ha_master
+        assert ha is not None  # a SYNC_MASTER's first send needs its slave in
+        await wait_until(lambda: bool(ha.connections))
+        yield g
 
 
 def scrape(port: int | None) -> str:
@@ -279,18 +293,26 @@ async def test_sync_master_answers_after_the_slave_acked(group: Group) -> None:
 
 @pytest.mark.slow
 async def test_sync_master_without_slave_and_with_a_silent_slave(tmp_path: Path) -> None:
-    broker = await start_broker(tmp_path / "m", broker_role=SYNC_MASTER, slave_timeout=300, **SMALL)
+    namesrv = Namesrv(NamesrvController(namesrv_config(tmp_path)), RemotingClient())
+    await namesrv.controller.start()
+    broker = await start_broker(
+        tmp_path / "m", broker_role=SYNC_MASTER, slave_timeout=300, namesrv_addr=namesrv.addr, **SMALL
+    )
     client = RemotingClient()
     try:
         assert broker.ha_master is not None
         master = BrokerClient(broker.addr, client)
         r = await master.send("S", b"a")
         assert r.code == ResponseCode.SLAVE_NOT_AVAILABLE and "msgId" in r.ext_fields
+        # the HA gate admits this host only while the NameServer lists a slave of broker-a there
+        r = await namesrv.register({}, broker_addr="127.0.0.1:1", broker_id=1)
+        assert r.code == ResponseCode.SUCCESS
         # a slave that asks for offset 0 and never acks: the send times out waiting for it
         reader, writer = await asyncio.open_connection("127.0.0.1", broker.config.ha_listen_port)
         writer.write(encode_report(broker.store.max_phy_offset))
         await writer.drain()
-        await wait_until(lambda: bool(broker.ha_master and broker.ha_master.status()[0].acked_offset >= 0))
+        ha = broker.ha_master
+        await wait_until(lambda: any(c.acked_offset >= 0 for c in ha.status()))
         r = await master.send("S", b"b")
         assert r.code == ResponseCode.FLUSH_SLAVE_TIMEOUT
         writer.close()
@@ -303,11 +325,14 @@ async def test_sync_master_without_slave_and_with_a_silent_slave(tmp_path: Path)
     finally:
         await client.close()
         await broker.stop()
+        await namesrv.client.close()
+        await namesrv.controller.stop()
 
 
 @pytest.mark.slow
 async def test_torn_frame_never_writes_a_partial_record(tmp_path: Path) -> None:
-    """A fake master sends one whole frame ending inside a record, then half a frame, then resets."""
+    """A fake master sends one whole frame ending inside a record, then half a frame, then resets: the
+    slave appends and acknowledges the whole record only."""
     source = await start_broker(tmp_path / "src", **SMALL)
     client = RemotingClient()
     try:
@@ -351,17 +376,17 @@ async def test_torn_frame_never_writes_a_partial_record(tmp_path: Path) -> None:
     try:
         await wait_until(lambda: sessions >= 2 and len(reports) >= 2)
         assert reports[0] == encode_report(0)
-        assert appended == [encode_report(cut)]  # the whole frame only
-        assert reports[1] == encode_report(cut)  # and so it reports when it reconnects
-        assert slave.store.max_phy_offset == cut
+        # a frame may cut a record (HA frames are byte ranges): only the whole first record is appended
+        # and acknowledged, the cut one waits for its rest, which this master never sends
+        assert appended == [encode_report(record)]
+        assert reports[1] == encode_report(record)  # and so it reports when it reconnects
+        assert slave.store.max_phy_offset == record
         await wait_until(lambda: slave.store.get_max_offset("Torn", 0) == 1)
         slave_store = slave.store
         assert isinstance(slave_store, DefaultMessageStore)
-        # every byte the slave holds is in: one more dispatch finds nothing past the first record, so the
-        # split second record is not dispatched
         assert not await asyncio.to_thread(slave_store.dispatch_replica)
         assert slave_store.reput_from_offset == record and slave.store.get_max_offset("Torn", 0) == 1
-        assert bytes(slave_store.commit_log.files.files[0].view[:cut]) == raw[:cut]
+        assert bytes(slave_store.commit_log.files.files[0].view[:cut]) == raw[:record] + bytes(cut - record)
     finally:
         await slave.stop()
         server.close()
@@ -419,11 +444,16 @@ async def test_sigkill_sync_master_mid_send_loses_no_acknowledged_message(
         proc.wait(10)
         await asyncio.gather(*senders)
         on_slave = BrokerClient(slave.addr, client)
-        last = {}
+        last: dict[int, int] = {}
         for queue_id, offset, _body in acked:
             last[queue_id] = max(last.get(queue_id, 0), offset)
+        replica = slave
         for queue_id, offset in last.items():  # dispatch runs apart from the acks: let it finish
-            await wait_until(lambda q=queue_id, o=offset: slave.store.get_max_offset("Kill", q) > o)
+
+            def dispatched(q: int = queue_id, o: int = offset) -> bool:
+                return replica.store.get_max_offset("Kill", q) > o
+
+            await wait_until(dispatched)
         for queue_id, offset, body in acked:
             pulled = await on_slave.pull("KG", "Kill", queue_id, offset, max_nums=1)
             assert pulled.code == ResponseCode.SUCCESS, (queue_id, offset, pulled.remark)
@@ -480,10 +510,11 @@ async def test_slave_pull_keeps_the_consumers_offset(group: Group) -> None:
 
 @pytest.mark.slow
 async def test_up_with_a_slave_and_ha_status(tmp_path: Path, cli_env: dict[str, str]) -> None:
-    ns_port, broker_port = free_port(), free_block(4)  # master, its HA port, the slave, its HA port
+    # master and slave, each with its VIP port two below and its HA port one above
+    ns_port, broker_port = free_port(), free_block(8) + 2
     args = ["--slaves", "1", "--broker-port", str(broker_port), "--metrics-port", "0"]
     async with mqctl_up(tmp_path / "data", cli_env, ns_port, *args) as up:
-        slave_addr = f"127.0.0.1:{broker_port + 2}"
+        slave_addr = f"127.0.0.1:{broker_port + 4}"
         assert f"slave {slave_addr}" in up.ready
         listed = await asyncio.to_thread(up.mq, "cluster", "list")
         assert [(r["broker_id"], r["addr"], r["role"]) for r in listed] == [

@@ -1,5 +1,5 @@
-"""Topic creations journaled beside topics.json (issue 19): durable when answered, across a SIGKILL too,
-and folded into topics.json by a clean stop, which is all a Java broker reads."""
+"""Topic creations journaled beside topics.json (docs/design/topic-journal.md): durable when answered, across
+a SIGKILL too, and folded into topics.json by a clean stop, which is all a Java broker reads."""
 
 from __future__ import annotations
 

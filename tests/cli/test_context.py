@@ -11,12 +11,20 @@ def test_add_use_ls_rm_roundtrip(cli: RunCli) -> None:
     assert cli("context", "add", "prod", "-n", "10.0.0.1:9876;10.0.0.2:9876").code == 0
     listed = cli("context", "ls", "-o", "json").json()
     assert listed == [
-        {"name": "dev", "namesrv": "127.0.0.1:9876", "spark_remote": None, "timeout": None, "current": True},
+        {
+            "name": "dev",
+            "namesrv": "127.0.0.1:9876",
+            "spark_remote": None,
+            "timeout": None,
+            "tls": False,
+            "current": True,
+        },
         {
             "name": "prod",
             "namesrv": "10.0.0.1:9876;10.0.0.2:9876",
             "spark_remote": None,
             "timeout": None,
+            "tls": False,
             "current": False,
         },
     ]
@@ -27,6 +35,8 @@ def test_add_use_ls_rm_roundtrip(cli: RunCli) -> None:
         "source": "context prod",
         "timeout": 5.0,
         "timeout_source": "default",
+        "tls": False,
+        "tls_source": "default",
     }
     assert cli("context", "rm", "prod").code == 0
     assert [c["name"] for c in cli("context", "ls", "-o", "json").json()] == ["dev"]
@@ -76,7 +86,7 @@ def test_verbose_says_where_an_online_command_connects(cli: RunCli) -> None:
 def test_output_env_default(cli: RunCli) -> None:
     cli("context", "add", "dev", "-n", "127.0.0.1:1111")
     listed = cli("context", "ls", env={"MQCTL_OUTPUT": "csv"}).stdout
-    assert listed == "name,namesrv,spark_remote,timeout,current\ndev,127.0.0.1:1111,,,yes\n"
+    assert listed == "name,namesrv,spark_remote,timeout,tls,current\ndev,127.0.0.1:1111,,,no,yes\n"
 
 
 def test_rm_if_exists(cli: RunCli) -> None:

@@ -1,4 +1,5 @@
-"""The options every online command shares, declared once, and ``--timeout`` in contexts (#17)."""
+"""The options every online command shares, declared once, and ``--timeout`` in contexts,
+so no command drifts from the others."""
 
 from __future__ import annotations
 

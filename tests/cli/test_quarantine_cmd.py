@@ -15,15 +15,13 @@ import pytest
 
 from store.config import StoreConfig
 from store.engine import DefaultMessageStore
+from store.errors import CorruptRecordError
 from store.indexfile import HASH_SLOT_SIZE, INDEX_ENTRY_SIZE, INDEX_HEADER_SIZE, IndexFile
 from store.message import MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2, Message, StoredMessage
 from store.record import decode_msg_id, decode_record, read_header
 from tests.daemons import local_cluster
 from tests.support.cli import RunCli
-from tests.support.paths import STORE_A_TAR
 from tests.support.stores import unpack_store_a
-
-pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 
 STORE_A_SIZES = {
     "mapped_file_size_commit_log": 1_048_576,
@@ -59,28 +57,27 @@ def ok(result: Any) -> Any:
     return result.json()
 
 
-def flip_a_body_byte(tmp_path: Path) -> tuple[Path, list[tuple[int, StoredMessage, int]], int]:
-    """Store-a with one flipped byte in the body of a record of the second-to-last CommitLog file and an
-    unclean stop (abnormal recovery): the store, its records and the damaged record's offset."""
+def damage_a_total_size(tmp_path: Path) -> tuple[Path, list[tuple[int, StoredMessage, int]], int]:
+    """Store-a with the TOTALSIZE of a record of the second-to-last CommitLog file damaged (the record
+    boundaries after it are lost) and an unclean stop (abnormal recovery): the store, its records and the
+    damaged record's offset."""
     root = unpack_store_a(tmp_path)
     recs = records_of(root / "commitlog")
     second = 2 * 1_048_576
-    victim, _vm, body_at = [r for r in recs if second <= r[0] < second + 1_048_576][-40]
+    victim, vm, _body_at = [r for r in recs if second <= r[0] < second + 1_048_576][-40]
     path = root / "commitlog" / f"{second:020d}"
     with open(path, "r+b") as f:
-        f.seek(body_at)
-        byte = f.read(1)
-        f.seek(body_at)
-        f.write(bytes([byte[0] ^ 0x01]))
+        f.seek(victim - second)
+        f.write((vm.store_size + 16).to_bytes(4, "big"))
     (root / "abort").touch()
     return root, recs, victim
 
 
 @pytest.mark.slow
-def test_body_flip_is_quarantined_served_around_verified_and_salvaged(
+def test_a_damaged_total_size_is_quarantined_served_around_verified_and_salvaged(
     cli: RunCli, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    root, recs, victim = flip_a_body_byte(tmp_path)
+    root, recs, victim = damage_a_total_size(tmp_path)
     before = [m for off, m, _ in recs if off < victim]
     later = [m for off, m, _ in recs if off > victim]
 
@@ -119,7 +116,7 @@ def test_body_flip_is_quarantined_served_around_verified_and_salvaged(
             1,
             victim,
         )
-        assert "CRC" in q["why"] and q["recovery"] == "abnormal"
+        assert "total size" in q["why"] and q["recovery"] == "abnormal"
         assert "1 quarantine(s)" in result.stderr
 
         # the plan, then the records as JSON lines: every intact record set aside, the damaged one skipped
@@ -162,11 +159,37 @@ def test_body_flip_is_quarantined_served_around_verified_and_salvaged(
             assert (new.body, new.tags, new.keys) == (m.body, m.tags, m.keys)
             assert m.uniq_key is None or new.uniq_key == m.uniq_key  # a client id is kept (consumers dedup)
             assert new.topic == m.properties.get("REAL_TOPIC", m.topic)
+            assert new.properties["MQCTL_SALVAGED_MSG_ID"] == m.msg_id  # the copy names its original
         # the manifest remembers the re-send; doing it again warns (and, off a terminal, needs --yes)
         [q] = cli("store", "verify", "--store", str(root), "-o", "json").json()["quarantined"]
         assert q["resent"] is not None
         again = cli("store", "salvage", "--store", str(root), "--resend", "-n", c.namesrv_addr)
         assert again.code == 2 and "already re-sent" in again.stderr
+        # ... and with --yes sends nothing twice: every record is in the NameServer's record of re-sends
+        end = store.max_phy_offset
+        again = cli(
+            "store", "salvage", "--store", str(root), "--resend", "--yes", "-n", c.namesrv_addr, "-o", "json"
+        )
+        assert again.code == 0, again.stderr
+        assert [(o["outcome"], o["new_msg_id"]) for o in again.json()] == [
+            ("ALREADY RESENT", o["new_msg_id"]) for o in outcomes
+        ]
+        assert store.max_phy_offset == end and f"0 re-sent, {len(later)} already re-sent" in again.stderr
+        # the original msgId (its offset holds another message now) finds the copy, and says so
+        original, copy = later[5], outcomes[5]
+        try:
+            there = store.look_message_by_offset(original.commit_log_offset)
+        except CorruptRecordError:  # the middle of a record now
+            there = None
+        assert there is None or there.message.body != original.body
+        found = ok(cli("msg", "query", "--id", original.msg_id, "-n", c.namesrv_addr, "-o", "json"))
+        [found] = found if isinstance(found, list) else [found]
+        assert (found["copy_of"], found["msg_id"], found["body"]) == (
+            original.msg_id,
+            copy["new_msg_id"],
+            original.body.decode(),
+        )
+        assert "store salvage --resend" in found["note"]
 
 
 def test_salvage_without_quarantine_and_conflicting_flags(cli: RunCli, tmp_path: Path) -> None:
@@ -219,7 +242,7 @@ def test_verify_counts_index_entries_into_a_quarantine_as_stale_not_as_errors(
     """The index as a build without index healing left it after the quarantine (the entries of the set-aside
     records still there, 1,225 of them): verify counts them as stale, names the quarantine, exits 0; an
     entry pointing at no record outside the quarantine is still an error."""
-    root, _recs, victim = flip_a_body_byte(tmp_path)
+    root, _recs, victim = damage_a_total_size(tmp_path)
     old_index = tmp_path / "old-index"
     shutil.copytree(root / "index", old_index)
     with local_cluster(tmp_path, store_path_root_dir=str(root), **STORE_A_SIZES):

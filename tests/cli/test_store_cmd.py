@@ -6,7 +6,6 @@ import csv
 import fcntl
 import hashlib
 import io
-import json
 import os
 from collections import Counter
 from datetime import datetime
@@ -17,10 +16,8 @@ import pytest
 import yaml
 
 from tests.support.cli import RunCli
-from tests.support.paths import STORE_A_MANIFEST, STORE_A_TAR
+from tests.support.paths import store_a_manifest
 from tests.support.stores import keyed_store, unpack_store_a
-
-pytestmark = pytest.mark.skipif(not STORE_A_TAR.exists(), reason="store-a fixture not available")
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +27,7 @@ def store_a(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def manifest() -> dict[str, Any]:
-    return json.loads(STORE_A_MANIFEST.read_text())
+    return store_a_manifest()
 
 
 def snapshot(root: Path) -> dict[str, tuple[int, int, str]]:

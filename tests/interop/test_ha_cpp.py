@@ -1,5 +1,5 @@
 """The official C++ client (PyPI `rocketmq==0.4.4`) against a broker group whose master is gone: what it
-sent while the master was up, it push-consumes from the slave the route still lists (#16)."""
+sent while the master was up, it push-consumes from the slave the route still lists."""
 
 from __future__ import annotations
 

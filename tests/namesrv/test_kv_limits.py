@@ -38,18 +38,18 @@ async def test_puts_over_a_cap_are_refused_and_not_stored(tmp_path: Path) -> Non
             big = await ns.call(RequestCode.PUT_KV_CONFIG, put("A", "big", "x" * 101))
             assert big.code == ResponseCode.SYSTEM_ERROR
             assert big.remark == "KV value of 101 bytes is over kvConfigMaxValueBytes=100"
-            for i in range(10):  # 10 entries of 1 + 90 bytes: 910 of the namespace's 1000
+            for i in range(10):  # the name and 10 entries of 1 + 90 bytes: 911 of the namespace's 1000
                 assert (await ns.call(RequestCode.PUT_KV_CONFIG, put("A", str(i), "a" * 90))).code == 0
             full = await ns.call(RequestCode.PUT_KV_CONFIG, put("A", "x", "a" * 90))
             assert full.code == ResponseCode.SYSTEM_ERROR
-            assert full.remark == "KV namespace A would hold 1001 bytes, over kvConfigMaxNamespaceBytes=1000"
+            assert full.remark == "KV namespace A would hold 1002 bytes, over kvConfigMaxNamespaceBytes=1000"
             replaced = await ns.call(RequestCode.PUT_KV_CONFIG, put("A", "0", "b" * 90))
             assert replaced.code == 0  # replacing a value by one as long does not grow the namespace
-            for i in range(6):  # 546 more: 1456 of the 1500 in all
+            for i in range(6):  # 547 more with the name: 1458 of the 1500 in all
                 assert (await ns.call(RequestCode.PUT_KV_CONFIG, put("B", str(i), "a" * 90))).code == 0
             over = await ns.call(RequestCode.PUT_KV_CONFIG, put("B", "x", "a" * 90))
             assert over.code == ResponseCode.SYSTEM_ERROR
-            assert over.remark == "KV store would hold 1547 bytes, over kvConfigMaxTotalBytes=1500"
+            assert over.remark == "KV store would hold 1549 bytes, over kvConfigMaxTotalBytes=1500"
     finally:
         await controller.stop()
     stored = fastjson.loads(config.kv_config_file.read_bytes())["configTable"]
@@ -107,3 +107,34 @@ def test_kv_config_file_is_written_as_fastjson_writes_it() -> None:
     table = {"b": {"k": "v", "ü": 'quote " and \\'}, "ORDER_TOPIC_CONFIG": {"T": "broker-a:4"}, "e": {}}
     assert encode_table(table) == fastjson.dumps({"configTable": table})
     assert encode_table({}) == fastjson.dumps({"configTable": {}})
+
+
+async def test_a_flood_of_namespace_names_is_held_by_the_caps(tmp_path: Path) -> None:
+    """The attack: namespace names were not counted, so puts of a tiny value under long names grew
+    kvConfig.json far past kvConfigMaxTotalBytes. Names count now, are capped like a value, and no
+    remote request raises a cap."""
+    config = namesrv_config(tmp_path, kv_config_max_total_bytes=200_000)
+    controller = NamesrvController(config)
+    await controller.start()
+    try:
+        async with RemotingClient() as client:
+            ns = Namesrv(controller, client)
+            huge = await ns.call(RequestCode.PUT_KV_CONFIG, put("N" * 1_000_000, "k", "v"))
+            assert huge.code == ResponseCode.SYSTEM_ERROR
+            assert "namespace name of 1000000 bytes is over kvConfigMaxValueBytes" in huge.remark
+            long_key = await ns.call(RequestCode.PUT_KV_CONFIG, put("N", "k" * 70_000, "v"))
+            assert long_key.code == ResponseCode.SYSTEM_ERROR and "KV key of 70000 bytes" in long_key.remark
+            codes = [
+                (await ns.call(RequestCode.PUT_KV_CONFIG, put(f"{i:02d}" + "N" * 60_000, "k", "v"))).code
+                for i in range(40)
+            ]
+            assert codes[:3] == [ResponseCode.SUCCESS] * 3
+            assert set(codes[3:]) == {ResponseCode.SYSTEM_ERROR}
+            raised = await ns.call(
+                RequestCode.UPDATE_NAMESRV_CONFIG, body=b"kvConfigMaxTotalBytes=1000000000\n"
+            )
+            assert raised.code == ResponseCode.NO_PERMISSION and "kvConfigMaxTotalBytes" in raised.remark
+            assert config.kv_config_max_total_bytes == 200_000
+    finally:
+        await controller.stop()
+    assert config.kv_config_file.stat().st_size < 200_000

@@ -253,7 +253,8 @@ async def test_namesrv_config_get_and_update(namesrv: Namesrv) -> None:
     )
     bad = await namesrv.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"brokerExpireMs=abc\n")
     assert bad.code == ResponseCode.SYSTEM_ERROR and "brokerExpireMs" in (bad.remark or "")
-    # keys that move data or listeners are refused in every spelling the loader accepts (issue 15)
+    # keys that move data or listeners are refused in every spelling the loader accepts: a remote
+    # config change must not point the daemon at another directory or address
     for key in (b"listenPort=1", b"dataDir=/tmp/x", b"data_dir=/tmp/x", b"listenHost=0.0.0.0"):
         moved = await namesrv.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=key + b"\n")
         assert moved.code == ResponseCode.NO_PERMISSION and "move data or listeners" in (moved.remark or "")

@@ -1,4 +1,5 @@
-"""RouteInfoManager as a pure state machine with a fake clock (wire-protocol.md §7)."""
+"""RouteInfoManager as a pure state machine with a fake clock
+(docs/wire-protocol.md §nameserver-behaviour)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ def frame(prefix_hex: str, header: str, body: bytes = b"") -> bytes:
     return bytes.fromhex(prefix_hex) + header.encode() + body
 
 
-# Requests and responses copied from golden-frames.md (prefix, header).
+# Requests and responses copied from tests/fixtures/golden-frames.json (prefix, header).
 GOLDEN_106_REQ = frame(
     "0000007400000070",
     '{"code":106,"extFields":{},"flag":0,"language":"JAVA","opaque":1,"serializeTypeCurrentRPC":"JSON","version":409}',
@@ -173,7 +173,8 @@ def test_binary_header_round_trip_and_layout() -> None:
     assert decode_frame(raw) == (cmd, len(raw))
 
 
-# Raw byte strings of golden-frames.md that the real server answers by closing the connection.
+# Raw byte strings of tests/fixtures/golden-frames.json that the real server answers by closing the
+# connection.
 GOLDEN_GARBAGE = {
     "bad json": "000000230000001f7b22636f6465223a3130362c226f7061717565223a312c626164206a736f6e",
     "absurd length": "7ffffff0000000707b22636f6465223a",

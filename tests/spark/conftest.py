@@ -3,14 +3,13 @@ a broken test cannot take down with it (tests/support/spark.py)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.paths import STORE_A_MANIFEST
+from tests.support.paths import store_a_manifest
 from tests.support.spark import SparkKeeper
 from tests.support.stores import unpack_store_a
 
@@ -23,7 +22,7 @@ def store_a(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def manifest() -> dict[str, Any]:
-    return json.loads(STORE_A_MANIFEST.read_text())
+    return store_a_manifest()
 
 
 @pytest.fixture(scope="session")

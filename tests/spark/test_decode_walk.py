@@ -93,9 +93,10 @@ def test_decoder_agrees_across_blank_fillers(tmp_path: Path) -> None:
 
 
 def test_decoder_agrees_that_a_blank_magic_short_of_the_file_end_is_damage(tmp_path: Path) -> None:
-    """The writer's filler is TOTALSIZE = the bytes left in its file (spec §2.6): a record whose magic
-    reads as the filler's but whose size stops short ends the data as damage in both readers, never as
-    a filler that quietly jumps over the rest of the file's records."""
+    """The writer's filler is TOTALSIZE = the bytes left in its file
+    (docs/store-format.md §end-of-file-filler): a record whose magic reads as the filler's but whose size
+    stops short ends the data as damage in both readers, never as a filler that quietly jumps over the rest of
+    the file's records."""
     root = tmp_path / "store"
     size = 16 * 1024
     cfg = StoreConfig(store_path_root_dir=str(root), mapped_file_size_commit_log=size)

@@ -2,33 +2,27 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.support.paths import STORE_A_MANIFEST, STORE_A_TAR
+from tests.support.paths import store_a_manifest
 from tests.support.stores import unpack_store_a
 
 
 @pytest.fixture(scope="session")
 def store_a_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """One shared, read-only unpacked copy of store-a (tests that write unpack their own)."""
-    if not STORE_A_TAR.exists():
-        pytest.skip("store-a fixture not available")
     return unpack_store_a(tmp_path_factory.mktemp("store-a-shared"))
 
 
 @pytest.fixture
 def store_a_copy(tmp_path: Path) -> Path:
     """A private, writable copy of store-a."""
-    if not STORE_A_TAR.exists():
-        pytest.skip("store-a fixture not available")
     return unpack_store_a(tmp_path)
 
 
 @pytest.fixture(scope="session")
 def manifest() -> dict[str, Any]:
-    with open(STORE_A_MANIFEST, encoding="utf-8") as f:
-        return json.load(f)
+    return store_a_manifest()

@@ -1,4 +1,5 @@
-"""File cleanup: the §15.14 decision vectors and the deletion of expired files."""
+"""File cleanup: the decision vectors of docs/store-format.md §disk-watermarks and the deletion of expired
+files."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""fastjson-compatible config files (spec §9, vector §15.13) and their managers."""
+"""fastjson-compatible config files (docs/store-format.md §config-files) and their managers."""
 
 from __future__ import annotations
 

@@ -153,9 +153,10 @@ def _bodies(store: MessageStore, topic: str, queue_id: int) -> list[bytes]:
 
 @pytest.mark.parametrize("kind", ["file", "memory"])
 def test_replica_contract(kind: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    """Both stores replicate through one surface (HA, spec §11): a slave of the same kind appends the master's
-    frames at their offsets, refuses bytes that do not continue its log, never shows a record before all
-    of it arrived, and then serves the same bytes, queues, keys and arrival notices; it refuses puts."""
+    """Both stores replicate through one surface (HA, docs/replication.md §replication): a slave of the same
+    kind appends the master's frames at their offsets, refuses bytes that do not continue its log, never shows
+    a record before all of it arrived, and then serves the same bytes, queues, keys and arrival notices; it
+    refuses puts."""
     clock = FakeClock(1_700_000_000_000)
     master = _started(kind, tmp_path / "m", clock)
     slave = _started(kind, tmp_path / "s", clock, broker_role=SLAVE)
@@ -220,3 +221,17 @@ def test_memory_store_follows_a_file_master_across_its_fillers(tmp_path: Path) -
     finally:
         master.shutdown()
         slave.shutdown()
+
+
+def test_every_member_of_the_store_protocol_says_what_it_does() -> None:
+    """The protocol is the broker's whole view of a store: each method and property documents its contract."""
+    members = [
+        name
+        for cls in MessageStore.__mro__
+        if getattr(cls, "_is_protocol", False)
+        for name, value in vars(cls).items()
+        if not name.startswith("_") and (callable(value) or isinstance(value, property))
+    ]
+    assert "put_message" in members and "append_replica" in members
+    undocumented = [name for name in members if not (getattr(MessageStore, name).__doc__ or "").strip()]
+    assert not undocumented

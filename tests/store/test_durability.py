@@ -170,7 +170,8 @@ def test_a_crash_seconds_after_start_recovers_from_the_checkpoint(
             victim = view.get_messages("G", "T", 0, 1010, 1).messages[0].phys_offset
         path = tmp_path / "commitlog" / f"{victim - victim % (64 * 1024):020d}"
         data = bytearray(path.read_bytes())
-        data[data.index(b"late-10", victim % (64 * 1024))] ^= 0xFF  # its body: the CRC no longer matches
+        at = victim % (64 * 1024)  # its TOTALSIZE: the record boundaries after it are lost
+        data[at : at + 4] = (int.from_bytes(data[at : at + 4], "big") + 16).to_bytes(4, "big")
         path.write_bytes(bytes(data))
         late = 10
 

@@ -129,7 +129,7 @@ def test_delay_and_transactions(tmp_path: Path) -> None:
     r = store.put_message(_msg(1, DELAY="3"))
     assert r.ok
     sel = store.get_messages("g", SCHEDULE_TOPIC, 2, 0, 1).messages[0]
-    assert sel.tags_code == 1_700_000_010_123  # delivery time, spec §15.5
+    assert sel.tags_code == 1_700_000_010_123  # delivery time (docs/store-format.md §tags-code)
     m = sel.message
     assert (m.properties["REAL_TOPIC"], m.properties["REAL_QID"], m.properties["DELAY"]) == ("T", "0", "3")
     assert store.get_max_offset("T", 0) == 0
@@ -233,27 +233,79 @@ def _record_offsets(store: DefaultMessageStore, n: int) -> list[int]:
     return [store.put_message(_msg(i)).phys_offset for i in range(n)]
 
 
-@pytest.mark.parametrize("damage", ["crc", "magic", "truncated"])
-@pytest.mark.parametrize("abort", [False, True])
-def test_corrupt_record_stops_recovery_and_is_truncated(tmp_path: Path, damage: str, abort: bool) -> None:
-    store = _open(tmp_path, mapped_file_size_commit_log=1024 * 1024)
+def _damage_record_30(root: Path, damage: str, abort: bool) -> tuple[list[int], int, Path]:
+    """50 records in one file, record 30 damaged (``abort``: then a crash without our recovery point, as
+    RocketMQ leaves the checkpoint, so recovery re-dispatches the file its timestamps pick)."""
+    store = _open(root, mapped_file_size_commit_log=1024 * 1024)
     offsets = _record_offsets(store, 50)
+    end = store.max_phy_offset
     store.shutdown()
     bad = offsets[30]
-    path = tmp_path / "commitlog" / "00000000000000000000"
+    path = root / "commitlog" / "00000000000000000000"
     data = bytearray(path.read_bytes())
     if damage == "crc":
         data[bad + 100] ^= 0xFF
     elif damage == "magic":
         data[bad + 4 : bad + 8] = b"\x01\x02\x03\x04"
+    elif damage == "body-length":
+        data[bad + 84 : bad + 88] = (1 << 30).to_bytes(4, "big")
+    elif damage == "size":
+        data[bad : bad + 4] = (offsets[31] - bad + 16).to_bytes(4, "big")  # the boundaries are lost
     else:
         data[bad + 20 :] = bytes(len(data) - bad - 20)  # torn write: the tail of the log is gone
     path.write_bytes(bytes(data))
     if abort:
-        (tmp_path / "abort").touch()
-        with open(tmp_path / "checkpoint", "r+b") as f:  # a checkpoint without our recovery point (as
-            f.seek(RECOVERY_POINT_AT)  # RocketMQ writes it): recovery rescans the file its timestamps pick
+        (root / "abort").touch()
+        with open(root / "checkpoint", "r+b") as f:
+            f.seek(RECOVERY_POINT_AT)
             f.write(bytes(128))
+        shutil.rmtree(root / "consumequeue")  # every unit comes from the re-dispatch
+    return offsets, end, path
+
+
+@pytest.mark.parametrize("damage", ["crc", "magic", "body-length"])
+@pytest.mark.parametrize("abort", [False, True])
+def test_a_damaged_record_of_known_extent_is_set_aside_alone(
+    tmp_path: Path, damage: str, abort: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Its TOTALSIZE leads to the next record: recovery keeps every later record in the CommitLog, in
+    its ConsumeQueue (at its own queue offset) and in the index; reads skip the damaged one."""
+    offsets, end, _path = _damage_record_30(tmp_path, damage, abort)
+    bad = offsets[30]
+    with caplog.at_level(logging.ERROR):
+        again = _open(tmp_path, mapped_file_size_commit_log=1024 * 1024)
+    assert again.recovery_corruption is None
+    assert (again.max_phy_offset, again.get_max_offset("T", 0)) == (end, 50)
+    assert again.commit_log.set_aside == {bad: offsets[31] - bad}
+    assert any("set aside 1 damaged record(s) alone" in r.getMessage() for r in caplog.records)
+    got = []
+    offset = 0
+    while offset < 50:
+        res = again.get_messages("g", "T", 0, offset, 32)
+        got.extend(res.messages)
+        offset = res.next_begin_offset
+    assert [m.queue_offset for m in got] == [q for q in range(50) if q != 30]
+    assert [m.phys_offset for m in got] == offsets[:30] + offsets[31:]
+    with pytest.raises(CorruptRecordError):
+        again.look_message_by_offset(bad)
+    assert [s.phys_offset for s in again.query_message("T", "k-31", 4, 0, FAR).messages] == [offsets[31]]
+    assert again.put_message(_msg(99)).queue_offset == 50
+    again.shutdown()
+    caplog.clear()
+    with caplog.at_level(logging.ERROR):  # a later start knows it: no second quarantine
+        again = _open(tmp_path, mapped_file_size_commit_log=1024 * 1024)
+    assert again.get_max_offset("T", 0) == 51 and again.commit_log.set_aside == {bad: offsets[31] - bad}
+    again.shutdown()
+    assert len(os.listdir(tmp_path / "quarantine")) == 1
+    assert not [r for r in caplog.records if "set aside" in r.getMessage()]
+
+
+@pytest.mark.parametrize("damage", ["size", "truncated"])
+@pytest.mark.parametrize("abort", [False, True])
+def test_corrupt_record_stops_recovery_and_is_truncated(tmp_path: Path, damage: str, abort: bool) -> None:
+    """Damage that loses the record boundaries: the log is cut there (the rest set aside)."""
+    offsets, _end, path = _damage_record_30(tmp_path, damage, abort)
+    bad = offsets[30]
     again = _open(tmp_path, mapped_file_size_commit_log=1024 * 1024)
     err = again.recovery_corruption
     assert err is not None and err.path == str(path) and err.offset == bad
@@ -541,3 +593,39 @@ def test_a_queue_file_that_cannot_be_created_refuses_the_message_before_it_is_st
         stored = store.put_message(Message(topic="Blocked", body=b"c"))
         assert (stored.status, stored.queue_offset) == (PutMessageStatus.PUT_OK, 0)
         assert store.get_max_offset("Blocked", 0) == 1
+
+
+@pytest.mark.parametrize("which", ["last-of-its-file", "first-of-its-file"])
+@pytest.mark.parametrize("damage", ["crc", "magic"])
+def test_a_damaged_record_at_a_file_boundary_is_set_aside_alone(
+    tmp_path: Path, which: str, damage: str
+) -> None:
+    """The last record of a file is followed by the blank filler, the first one opens the file: either
+    way its extent is known and it costs only itself."""
+    store = _open(tmp_path)
+    offsets = _record_offsets(store, 600)  # three 64 KiB files
+    sizes = {o: store.commit_log.read_record(o).nbytes for o in offsets}  # type: ignore[union-attr]
+    store.shutdown()
+    size = 64 * 1024
+    i = next(n for n, o in enumerate(offsets) if o >= size)  # the first record of the second file
+    victim = offsets[i - 1] if which == "last-of-its-file" else offsets[i]
+    path = tmp_path / "commitlog" / f"{victim - victim % size:020d}"
+    data = bytearray(path.read_bytes())
+    at = victim % size
+    if damage == "crc":
+        data[at + 100] ^= 0xFF
+    else:
+        data[at + 4 : at + 8] = b"\x01\x02\x03\x04"
+    path.write_bytes(bytes(data))
+    again = _open(tmp_path)
+    try:
+        assert again.recovery_corruption is None and again.commit_log.set_aside == {victim: sizes[victim]}
+        got = []
+        offset = 0
+        while offset < 600:
+            res = again.get_messages("g", "T", 0, offset, 32)
+            got.extend(m.phys_offset for m in res.messages)
+            offset = res.next_begin_offset
+        assert got == [o for o in offsets if o != victim]
+    finally:
+        again.shutdown()

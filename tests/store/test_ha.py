@@ -1,4 +1,5 @@
-"""HA codec (spec §11.2) and the file store's replica append: byte-identical files, whole-record dispatch."""
+"""HA codec (docs/replication.md §the-byte-protocol) and the file store's replica append: byte-identical
+files, whole-record dispatch."""
 
 from __future__ import annotations
 
@@ -15,16 +16,21 @@ from store.engine import DefaultMessageStore, GetMessageStatus
 from store.ha import (
     HEADER_SIZE,
     HAProtocolError,
+    ReplicaRecordError,
+    ReplicaRecords,
     decode_frames,
     encode_frame,
     encode_frame_header,
     encode_report,
     frame_extent,
     latest_report,
-    slave_accepts,
+    max_record_size,
+    record_spans,
     transfer_start,
 )
+from store.memory import InMemoryMessageStore
 from store.message import Message
+from store.quarantine import list_quarantines
 from tests.support.stores import ha_frames, small_config
 
 FILE = 64 * 1024
@@ -83,7 +89,6 @@ def test_transfer_positions() -> None:
     assert frame_extent(0, 100, FILE, 32768) == 100
     assert frame_extent(0, 5 * FILE, FILE, 32768) == 32768
     assert frame_extent(100, 100, FILE, 32768) == 0
-    assert slave_accepts(0, 5 * FILE) and slave_accepts(10, 10) and not slave_accepts(10, 11)
 
 
 # ---------------------------------------------------------------------- replica append
@@ -120,7 +125,8 @@ def _files(root: Path) -> dict[str, bytes]:
 
 
 def _all_bodies(store: DefaultMessageStore, topic: str, queue_id: int) -> list[bytes]:
-    out, offset = [], 0
+    out: list[bytes] = []
+    offset = 0
     while True:
         res = store.get_messages("g", topic, queue_id, offset, 32)
         if res.status is not GetMessageStatus.FOUND:
@@ -269,3 +275,124 @@ def test_a_slave_does_not_zero_fill_ahead_of_its_replica(tmp_path: Path) -> None
     finally:
         master.shutdown()
         slave.shutdown()
+
+
+# ---------------------------------------------------------------------- the slave's record check
+
+
+def _master_bytes(tmp_path: Path, n: int = 700) -> tuple[DefaultMessageStore, list[tuple[int, bytes]]]:
+    """A master holding ``n`` records over a few files (fillers included), and its HA frames from 0."""
+    master = _master(tmp_path / "m", n)
+    return master, ha_frames(master, 0, 1000)
+
+
+def test_replica_records_take_whole_checked_records_across_cut_frames(tmp_path: Path) -> None:
+    """Frames of 1,000 bytes cut records anywhere; every record and filler comes out whole, at its offset."""
+    master, frames = _master_bytes(tmp_path)
+    try:
+        records = ReplicaRecords(0, FILE, max_record_size(master.config))
+        out = bytearray()
+        for offset, data in frames:
+            records.feed(offset, data)
+            at, whole = records.take()
+            assert at == len(out)
+            if whole:  # each take ends on a record boundary: the next header follows in the master's log
+                end = at + len(whole)
+                assert end == master.max_phy_offset or master.read_commit_log(end, 8) is not None
+            out += whole
+        assert bytes(out) == b"".join(d for _o, d in frames) and not records.pending
+        assert len(master.commit_log.files.files) > 2  # fillers were crossed
+    finally:
+        master.shutdown()
+
+
+def test_replica_records_refuse_garbage_wrong_offsets_and_bad_crcs(tmp_path: Path) -> None:
+    master, frames = _master_bytes(tmp_path, 20)
+    try:
+        raw = b"".join(d for _o, d in frames)
+        size = int.from_bytes(raw[:4], "big")
+        cap = max_record_size(master.config)
+        cases = {
+            "garbage": (0, os.urandom(4096)),
+            "zeros": (0, bytes(4096)),
+            "moved": (FILE, raw[: 3 * size]),  # sound records, but they name offset 0
+            "bad CRC": (0, raw[:100] + bytes([raw[100] ^ 1]) + raw[101:size]),  # a body byte
+        }
+        second = int.from_bytes(raw[size : size + 4], "big")
+        flip = bytearray(raw[: size + second])
+        flip[size + 120] ^= 0xFF  # inside the second record's body
+        cases["second body"] = (0, bytes(flip))
+        for name, (offset, data) in cases.items():
+            records = ReplicaRecords(offset, FILE, cap)
+            records.feed(offset, data)
+            with pytest.raises(ReplicaRecordError):
+                records.take()
+            assert records.start == offset and records.pending == data, name  # nothing handed out
+        records = ReplicaRecords(0, FILE, cap)
+        with pytest.raises(HAProtocolError):
+            records.feed(8, raw[:100])  # not where the slave's bytes end
+    finally:
+        master.shutdown()
+
+
+def test_a_replicas_tail_set_aside_leaves_a_store_that_replicates_on(tmp_path: Path) -> None:
+    """The cut runs on a live slave store: its CommitLog, ConsumeQueues and dispatch cursor go back to the
+    cut, the tail and its units are in a quarantine, and the master's records take the offsets."""
+    master = _master(tmp_path / "m", 700)
+    slave = _slave(tmp_path / "s")
+    try:
+        for offset, data in ha_frames(master, 0, 32 * 1024):
+            assert slave.append_replica(offset, data)
+        while slave.dispatch_replica():
+            pass
+        end = slave.max_phy_offset
+        assert end > 3 * FILE
+        cut = record_spans(slave, FILE, end)[3][0]  # three records into the second file
+        tail = [
+            span for f in range(FILE, end, FILE) for span in record_spans(slave, f, end) if span[0] >= cut
+        ]
+        before = {(t, q): slave.get_max_offset(t, q) for t in ("T0", "T1") for q in range(3)}
+        records, where = slave.set_aside_replica_tail(cut, "a test's cut")
+        assert slave.max_phy_offset == cut and slave.reput_from_offset == cut
+        assert records == len(tail) and where
+        [manifest] = list_quarantines(str(tmp_path / "s"))
+        assert manifest.why == "a test's cut" and manifest.recovery == "replication"
+        assert manifest.records == records and manifest.units == sum(before.values()) - sum(
+            slave.get_max_offset(t, q) for t, q in before
+        )
+        for offset, data in ha_frames(master, cut, 32 * 1024):  # the master's own records at those offsets
+            assert slave.append_replica(offset, data)
+        while slave.dispatch_replica():
+            pass
+        for t, q in before:
+            assert _all_bodies(slave, t, q) == _all_bodies(master, t, q)
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+def test_an_in_memory_replicas_tail_set_aside(tmp_path: Path) -> None:
+    """The in-memory store drops its tail, units and index entries alike (it has nowhere to keep them)."""
+    master = InMemoryMessageStore(small_config(tmp_path / "m"))
+    slave = InMemoryMessageStore(small_config(tmp_path / "s", broker_role=SLAVE))
+    for store in (master, slave):
+        store.open()
+        store.start()
+    for i in range(50):
+        assert master.put_message(_msg(i)).ok
+    end = master.max_phy_offset
+    data = master.read_commit_log(0, end)
+    assert data is not None and slave.append_replica(0, data)
+    while slave.dispatch_replica():
+        pass
+    cut = record_spans(slave, 0, end)[20][0]
+    assert slave.set_aside_replica_tail(cut, "a test's cut") == (30, "")
+    assert slave.max_phy_offset == cut
+    assert sum(slave.get_max_offset(f"T{t}", q) for t in range(2) for q in range(3)) == 20
+    tail = master.read_commit_log(cut, end - cut)
+    assert tail is not None and slave.append_replica(cut, tail)
+    while slave.dispatch_replica():
+        pass
+    for t, q in [(f"T{t}", q) for t in range(2) for q in range(3)]:
+        assert slave.get_max_offset(t, q) == master.get_max_offset(t, q)
+    assert slave.query_message("T1", "key-49", 4, 0, 2**62).messages

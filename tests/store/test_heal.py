@@ -1,4 +1,4 @@
-"""Derived files heal themselves (issue 14, point 3): damaged ConsumeQueue units and IndexFile headers are
+"""Derived files heal themselves: damaged ConsumeQueue units and IndexFile headers are
 found at start-up or by a read and rebuilt from the CommitLog, logged at ERROR; nothing acked is skipped."""
 
 from __future__ import annotations

@@ -76,8 +76,13 @@ def _salvaged(root: Path) -> tuple[dict[int, bytes], list[int]]:
     return intact, damaged
 
 
+def _grow_total_size(data: bytearray, at: int) -> None:
+    """Damage a record's TOTALSIZE: it no longer leads to the next record (the boundaries are lost)."""
+    data[at : at + 4] = (int.from_bytes(data[at : at + 4], "big") + 16).to_bytes(4, "big")
+
+
 @pytest.mark.parametrize("abort", [False, True], ids=["normal", "abnormal"])
-def test_body_flip_in_the_second_to_last_file_is_quarantined_not_deleted(
+def test_a_damaged_total_size_in_the_second_to_last_file_is_quarantined_not_deleted(
     tmp_path: Path, abort: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     sent = _write(tmp_path)
@@ -87,7 +92,7 @@ def test_body_flip_in_the_second_to_last_file_is_quarantined_not_deleted(
     victim = sorted(o for o in sent if second <= o < second + FILE)[10]
     path = tmp_path / "commitlog" / names[-2]
     data = bytearray(path.read_bytes())
-    data[victim - second + BODY_AT + 5] ^= 0xFF
+    _grow_total_size(data, victim - second)
     path.write_bytes(bytes(data))
     if abort:
         (tmp_path / "abort").touch()
@@ -105,7 +110,7 @@ def test_body_flip_in_the_second_to_last_file_is_quarantined_not_deleted(
         assert qdir.parent == tmp_path / "quarantine" and (qdir / MANIFEST_NAME).is_file()
         assert (qdir / "commitlog" / names[-1]).stat().st_size == FILE
         manifest = json.loads((qdir / MANIFEST_NAME).read_text())
-        assert manifest["cut_offset"] == victim and "CRC" in manifest["why"]
+        assert manifest["cut_offset"] == victim and "total size" in manifest["why"]
         assert manifest["recovery"] == ("abnormal" if abort else "normal")
         assert (manifest["records"], manifest["damaged"]) == (len(later), 1)
         assert manifest["units"] == len(later) + 1  # every cut record had its ConsumeQueue unit
@@ -198,7 +203,11 @@ def test_walk_takes_only_records_that_name_their_own_offset() -> None:
     )
     buf = first + b"\x00" * 7 + outer
     found = list(walk(buf, 1000))
-    assert [(f.pos, f.error) for f in found] == [(0, None), (len(first) + 7, None)]
+    assert [(f.pos, f.error) for f in found if not f.stretch] == [(0, None), (len(first) + 7, None)]
+    # the zeros between them are where a record should be: reported once, with where the next one starts
+    [gap] = [f for f in found if f.stretch]
+    assert (gap.pos, gap.size) == (len(first), 7) and gap.error is not None
+    assert str(1000 + len(first) + 7) in gap.error.reason
 
 
 @pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
@@ -261,7 +270,7 @@ def test_a_garbage_unit_does_not_move_units_below_the_cut_into_the_quarantine(tm
     unit.write_bytes(bytes(data))
     log = tmp_path / "commitlog" / f"{0:020d}"
     data = bytearray(log.read_bytes())
-    data[offsets[150] + BODY_AT + 1] ^= 0xFF  # the record of Q's queue offset 150: recovery cuts there
+    _grow_total_size(data, offsets[150])  # the record of Q's queue offset 150: recovery cuts there
     log.write_bytes(bytes(data))
     store = _open(tmp_path)
     try:

@@ -1,4 +1,5 @@
-"""Record, properties, msgId and hash codecs against the spec's test vectors (§15) and round trips."""
+"""Record, properties, msgId and hash codecs against known byte vectors
+(docs/store-format.md §commitlog-records) and round trips."""
 
 from __future__ import annotations
 
@@ -311,7 +312,8 @@ def test_properties_round_trip_with_and_without_trailing_separator(props, traili
 
 
 def test_reads_a_v2_record_with_a_two_byte_topic_length() -> None:
-    """5.x writes magic 0xDAA320AB with an i16 TOPIC LENGTH for long topics (§12); we read it."""
+    """5.x writes magic 0xDAA320AB with an i16 TOPIC LENGTH for long topics
+    (docs/store-format.md §rocketmq-5x); we read it."""
     topic = "t" * 200
     msg = Message(topic="x", body=b"hello", properties={"TAGS": "a"})
     v1 = encode_record(

@@ -88,9 +88,10 @@ def test_zeros_end_the_data_for_recovery_but_are_damage_inside_what_dispatch_was
 
 
 def test_a_blank_magic_that_does_not_reach_the_file_end_is_damage_not_a_filler(tmp_path: Path) -> None:
-    """The writer's filler is TOTALSIZE = the bytes left in the file (spec §2.6): a record whose MAGICCODE
-    reads as the filler's but whose size stops short must not make recovery, dispatch or a rebuild jump
-    over the rest of its file's records without a word."""
+    """The writer's filler is TOTALSIZE = the bytes left in the file
+    (docs/store-format.md §end-of-file-filler): a record whose MAGICCODE reads as the filler's but whose size
+    stops short must not make recovery, dispatch or a rebuild jump over the rest of its file's records without
+    a word."""
     offsets = write(tmp_path, 60)
     victim = offsets[len(offsets) // 2]
     path = tmp_path / "commitlog" / f"{victim - victim % FILE:020d}"

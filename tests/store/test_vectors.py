@@ -1,4 +1,5 @@
-"""Byte-level checks of the files the engine writes, against the spec's test vectors (§15.5–§15.12)."""
+"""Byte-level checks of the files the engine writes, against known byte vectors
+(docs/store-format.md §consumequeue, docs/store-format.md §indexfile, docs/store-format.md §checkpoint)."""
 
 from __future__ import annotations
 

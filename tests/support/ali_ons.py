@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shutil
 
 import pytest
@@ -20,15 +21,25 @@ def expected_body(i: int, count: int) -> bytes:
     return bytes((i * 31 + j) % 251 for j in range(length))
 
 
-async def node(*args: str, timeout: float = 240) -> dict[str, object]:
-    """Run the script with ``args``; it must exit 0. Returns the JSON summary on its last stdout line."""
+async def node(
+    *args: str, timeout: float = 240, preload: str | None = None, env: dict[str, str] | None = None
+) -> dict[str, object]:
+    """Run the script with ``args`` (after the module ``preload`` with ``env`` added, when given); it must
+    exit 0. Returns the JSON summary on its last stdout line."""
     exe = shutil.which("node")
     if exe is None or shutil.which("npm") is None:
         pytest.skip("node/npm not installed: the ali-ons interop test needs them")
     if not (INTEROP / "node_modules" / "ali-ons").is_dir():
         pytest.fail("ali-ons not installed: run scripts/install-interop-clients.sh (make test does)")
     proc = await asyncio.create_subprocess_exec(
-        exe, str(SCRIPT), *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=INTEROP
+        exe,
+        *(("-r", preload) if preload else ()),
+        str(SCRIPT),
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=INTEROP,
+        env={**os.environ, **env} if env else None,
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
     assert proc.returncode == 0, f"ali-ons script failed ({proc.returncode}): {err.decode()[-3000:]}"

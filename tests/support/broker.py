@@ -42,7 +42,8 @@ def broker_config(root: Path, **overrides: Any) -> BrokerConfig:
 
 
 def batch_entry(body: bytes, props: dict[str, str], flag: int = 0) -> bytes:
-    """One inner message of a SEND_BATCH_MESSAGE body (wire-protocol.md §5.3), as clients encode it."""
+    """One inner message of a SEND_BATCH_MESSAGE body (docs/wire-protocol.md §send-bodies), as clients encode
+    it."""
     p = encode_properties(props)
     return (
         struct.pack(">iiiii", 20 + len(body) + 2 + len(p), 0, 0, flag, len(body))
@@ -56,6 +57,43 @@ async def start_broker(root: Path, **overrides: Any) -> Broker:
     broker = Broker(broker_config(root, **overrides))
     await broker.start()
     return broker
+
+
+def send_fields(
+    topic: str,
+    *,
+    queue_id: int = 0,
+    tags: str | None = None,
+    keys: str | None = None,
+    props: dict[str, str] | None = None,
+    group: str = "PG",
+    reconsume_times: int | None = None,
+    max_reconsume_times: int | None = None,
+    batch: bool = False,
+) -> dict[str, str]:
+    """The extFields of a SEND_MESSAGE_V2 as a producer of `group` sends it."""
+    properties = dict(props or {})
+    if tags is not None:
+        properties["TAGS"] = tags
+    if keys is not None:
+        properties["KEYS"] = keys
+    properties.setdefault("WAIT", "true")
+    header = SendMessageRequestHeaderV2(
+        "PG" if group is None else group,
+        topic,
+        "TBW102",
+        4,
+        queue_id,
+        0,
+        int(time.time() * 1000),
+        0,
+        encode_properties(properties).decode(),
+        reconsume_times,
+        False,
+        max_reconsume_times,
+        batch,
+    )
+    return header.to_ext_fields()
 
 
 @dataclass
@@ -78,42 +116,10 @@ class BrokerClient:
         )
 
     async def send(
-        self,
-        topic: str,
-        body: bytes,
-        *,
-        queue_id: int = 0,
-        tags: str | None = None,
-        keys: str | None = None,
-        props: dict[str, str] | None = None,
-        group: str = "PG",
-        reconsume_times: int | None = None,
-        max_reconsume_times: int | None = None,
-        code: int = RequestCode.SEND_MESSAGE_V2,
-        batch: bool = False,
+        self, topic: str, body: bytes, *, code: int = RequestCode.SEND_MESSAGE_V2, **options: Any
     ) -> RemotingCommand:
-        properties = dict(props or {})
-        if tags is not None:
-            properties["TAGS"] = tags
-        if keys is not None:
-            properties["KEYS"] = keys
-        properties.setdefault("WAIT", "true")
-        header = SendMessageRequestHeaderV2(
-            "PG" if group is None else group,
-            topic,
-            "TBW102",
-            4,
-            queue_id,
-            0,
-            int(time.time() * 1000),
-            0,
-            encode_properties(properties).decode(),
-            reconsume_times,
-            False,
-            max_reconsume_times,
-            batch,
-        )
-        return await self.call(code, header.to_ext_fields(), body)
+        """Send `body` to `topic`; `options` are `send_fields`' (queue_id, tags, keys, props, group...)."""
+        return await self.call(code, send_fields(topic, **options), body)
 
     async def pull(
         self,

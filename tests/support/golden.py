@@ -1,23 +1,30 @@
-"""The frames recorded from a real RocketMQ 4.9.8 broker (shared/spec/golden-frames.md)."""
+"""The frames recorded from a real RocketMQ 4.9.8 NameServer and broker (tests/fixtures/golden-frames.json)."""
 
 from __future__ import annotations
 
 import json
-import re
-from pathlib import Path
+from functools import cache
 from typing import Any
 
-from tests.support.paths import SHARED
+from tests.support.paths import GOLDEN_FRAMES
 
-GOLDEN = SHARED / "spec" / "golden-frames.md"
-_JSON_BLOCK = re.compile(r"```json\n(.*?)\n```", re.S)
-_BODY = re.compile(r"Request body:\n```\n(.*?)\n```", re.S)
+
+@cache
+def golden_frames() -> dict[str, dict[str, Any]]:
+    """Every recorded exchange by its title (see tests/fixtures/README.md for the fields)."""
+    frames: dict[str, dict[str, Any]] = json.loads(GOLDEN_FRAMES.read_text(encoding="utf-8"))
+    return frames
 
 
 def golden(title: str) -> tuple[dict[str, Any], bytes, dict[str, Any]]:
-    """(request header, request body, response header) of the section called `title`."""
-    text = Path(GOLDEN).read_text()
-    section = text.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
-    request, response = (json.loads(block) for block in _JSON_BLOCK.findall(section)[:2])
-    body = _BODY.search(section)
-    return request, (body.group(1).encode() if body else b""), response
+    """(request header, request body, response header) of the exchange called `title`."""
+    frame = golden_frames()[title]
+    request = json.loads(frame["request_header"])
+    response = json.loads(frame["response_header"])
+    return request, frame.get("request_body", "").encode(), response
+
+
+def golden_response_body(title: str) -> str:
+    """The response body the real server sent for `title`, as recorded."""
+    body: str = golden_frames()[title]["response_body"]
+    return body

@@ -1,4 +1,5 @@
-"""Live consumer groups: members (connections), their settings and subscriptions (§9.1, §13.5).
+"""Live consumer groups: members (connections), their settings and subscriptions
+(docs/wire-protocol.md §heartbeats).
 
 A group changes membership when a connection joins, leaves, closes or stops heart-beating for 120 s;
 `on_ids_changed(group)` is then called so the broker can send NOTIFY_CONSUMER_IDS_CHANGED.

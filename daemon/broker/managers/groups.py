@@ -1,4 +1,5 @@
-"""Subscription groups on top of the store's `subscriptionGroup.json` manager, auto-created on use (§13.1)."""
+"""Subscription groups on top of the store's `subscriptionGroup.json` manager, auto-created on use
+(docs/wire-protocol.md §built-in-topics-and-groups)."""
 
 from __future__ import annotations
 

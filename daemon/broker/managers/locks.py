@@ -1,4 +1,5 @@
-"""Per-(group, queue) locks for orderly consumers, expiring 60 s after their last refresh (§9.9)."""
+"""Per-(group, queue) locks for orderly consumers, expiring 60 s after their last refresh
+(docs/wire-protocol.md §orderly-locks)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Live producer groups (only used for connection listings; §13.5)."""
+"""Live producer groups (only used for connection listings; docs/wire-protocol.md §consumer-registry)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""The broker's topic rules on top of the store's `topics.json` manager (§8.3, §13.1).
+"""The broker's topic rules on top of the store's `topics.json` manager
+(docs/wire-protocol.md §send-processing).
 
 System topics are created at start, user topics from the TBW102 template when auto-creation is on,
 `%RETRY%`/`%DLQ%` topics on demand. Every change bumps the table's DataVersion, is persisted by the
@@ -89,7 +90,8 @@ class TopicConfigManager:
         return self.file.table
 
     def create_system_topics(self) -> None:
-        """The topics a 4.9.8 broker creates at start-up (§13.1); existing entries are kept."""
+        """The topics a 4.9.8 broker creates at start-up (docs/wire-protocol.md §built-in-topics-and-groups);
+        existing entries are kept."""
         c = self.config
         rw = PermName.READ_WRITE
         specs: list[tuple[str, int, int]] = [(SELF_TEST_TOPIC, 1, rw)]
@@ -145,8 +147,8 @@ class TopicConfigManager:
         with self.file.lock:
             version = DataVersion(self.file.data_version.counter, self.file.data_version.timestamp)
             table = self.table
-            configs = table.items() if topics is None else ((t, table[t]) for t in topics if t in table)
-            return TopicConfigSerializeWrapper(dict(configs), version)
+            configs = dict(table) if topics is None else {t: table[t] for t in topics if t in table}
+            return TopicConfigSerializeWrapper(configs, version)
 
     def new_version(self) -> None:
         """Bump the data version without a change: NameServers re-read the whole table at the next
@@ -181,7 +183,8 @@ class TopicConfigManager:
     def create_in_send(
         self, topic: str, default_topic: str, queue_nums: int, topic_sys_flag: int
     ) -> TopicConfig | None:
-        """Auto-create `topic` from the template `default_topic` when it carries INHERIT (§8.3 step 4)."""
+        """Auto-create `topic` from the template `default_topic` when it carries INHERIT
+        (docs/wire-protocol.md §send-processing step 3)."""
         with self.file.lock:
             existing = self.table.get(topic)
             if existing is not None:

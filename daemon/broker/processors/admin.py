@@ -1,4 +1,5 @@
-"""Admin requests (wire-protocol.md §11): topics, groups, stats, connections, offsets reset, config."""
+"""Admin requests (docs/wire-protocol.md §admin-requests): topics, groups, stats, connections, offsets reset,
+config."""
 
 from __future__ import annotations
 
@@ -219,7 +220,8 @@ class AdminProcessor:
         return request.make_response(body=self.compute_consume_stats(h.consumer_group, h.topic).dumps())
 
     def compute_consume_stats(self, group: str, topic: str | None = None) -> ConsumeStats:
-        """ConsumeStats of a group over one topic or every topic it has offsets for (§11.3)."""
+        """ConsumeStats of a group over one topic or every topic it has offsets for
+        (docs/wire-protocol.md §stats-bodies)."""
         broker = self.broker
         store = broker.store
         topics = [topic] if topic else sorted(broker.offsets.topics_of(group))
@@ -288,7 +290,8 @@ class AdminProcessor:
         return request.make_response(body=ProducerConnection([c.info() for c in channels.values()]).dumps())
 
     def reset_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """Compute the new offsets, commit them, and tell live consumers (§11.3 INVOKE_BROKER_TO_RESET_OFFSET).
+        """Compute the new offsets, commit them, and tell live consumers (docs/wire-protocol.md §offset-reset
+        INVOKE_BROKER_TO_RESET_OFFSET).
 
         Unlike 4.9.8 the broker commits the offsets itself, because ali-ons ignores the callback.
         """
@@ -336,14 +339,16 @@ class AdminProcessor:
         return request.make_response(body=body.dumps())
 
     async def consumer_running_info(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """Forward to the consumer itself and relay its answer (§12.3); ali-ons never answers."""
+        """Forward to the consumer itself and relay its answer (docs/wire-protocol.md §connections); ali-ons
+        never answers."""
         h = ConsumerRunningInfoRequestHeader.from_ext_fields(request.ext_fields)
         return await self._via_consumer(
             request, h.consumer_group, h.client_id, dict(request.ext_fields), request.body
         )
 
     async def consume_message_directly(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """Hand one stored message to a consumer's listener and relay the result (§11.4, 309)."""
+        """Hand one stored message to a consumer's listener and relay the result
+        (docs/wire-protocol.md §connections)."""
         h = ConsumeMessageDirectlyRequestHeader.from_ext_fields(request.ext_fields)
         try:
             _, phys = decode_msg_id(h.msg_id or "")
@@ -417,7 +422,7 @@ class AdminProcessor:
 
     def get_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = GetBrokerConfigResponseHeader(self.config_version.dumps().decode())
-        body = to_properties(self.broker.config).encode()
+        body = to_properties(self.broker.config, mask_secrets=True).encode()
         return request.make_response(ext_fields=header.to_ext_fields(), body=body)
 
     def update_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
@@ -427,8 +432,8 @@ class AdminProcessor:
             raise system_error("string2Properties error") from None
         if CONFIG_BLACK_LIST & updates.keys():
             raise fail(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
-        refuse_unsafe(updates, request.ext_fields)
         config = self.broker.config
+        refuse_unsafe(updates, request.ext_fields, current=config, trusted=self.broker.trusted(conn, request))
         try:
             changed = coerce_properties(config, updates, ignore_unknown=True)
         except ConfigError as exc:

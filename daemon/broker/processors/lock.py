@@ -1,4 +1,4 @@
-"""LOCK_BATCH_MQ (41) / UNLOCK_BATCH_MQ (42) for orderly consumers (§9.9)."""
+"""LOCK_BATCH_MQ (41) / UNLOCK_BATCH_MQ (42) for orderly consumers (docs/wire-protocol.md §orderly-locks)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Consumer offsets and queue offset lookups: 14, 15, 29, 30, 31, 32, 43, 45 (wire-protocol.md §9.4–9.6)."""
+"""Consumer offsets and queue offset lookups: 14, 15, 29, 30, 31, 32, 43, 45
+(docs/wire-protocol.md §consumer-offsets)."""
 
 from __future__ import annotations
 
@@ -64,7 +65,8 @@ class OffsetProcessor:
         h = QueryConsumerOffsetRequestHeader.from_ext_fields(request.ext_fields)
         offset = self.broker.offsets.query_offset(h.consumer_group, h.topic, h.queue_id)
         if offset < 0:
-            # a new group on a young queue starts from 0 even with CONSUME_FROM_LAST_OFFSET (§9.4)
+            # a new group on a young queue starts from 0 even with CONSUME_FROM_LAST_OFFSET
+            # (docs/wire-protocol.md §consumer-offsets)
             if self.broker.store.get_min_offset(h.topic, h.queue_id) <= 0 and self._first_message_hot(
                 h.topic, h.queue_id
             ):

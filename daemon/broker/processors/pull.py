@@ -1,4 +1,4 @@
-"""PULL_MESSAGE (11) with long polling (wire-protocol.md §9.7).
+"""PULL_MESSAGE (11) with long polling (docs/wire-protocol.md §pulls-and-long-polling).
 
 A pull that finds nothing is parked with `PullRequestHoldService.park`, awaited and then read again, so
 the response keeps the request's opaque and the connection never blocks other requests. The response

@@ -1,4 +1,4 @@
-"""QUERY_MESSAGE (12) by key or unique key and VIEW_MESSAGE_BY_ID (33) (wire-protocol.md §10)."""
+"""QUERY_MESSAGE (12) by key or unique key and VIEW_MESSAGE_BY_ID (33) (docs/wire-protocol.md §queries)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from daemon.broker.processors import system_error
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
+from store.errors import CorruptRecordError
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
@@ -39,7 +40,10 @@ def processors(broker: BrokerContext) -> dict[int, Processor]:
 
     def view(conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = ViewMessageRequestHeader.from_ext_fields(request.ext_fields)
-        found = store.look_message_by_offset(h.offset)
+        try:
+            found = store.look_message_by_offset(h.offset)
+        except CorruptRecordError as e:  # no record starts there, or a damaged one: an answer, not a fault
+            raise system_error(f"can not find message by the offset, {h.offset}: {e.reason}") from None
         if found is None:
             raise system_error(f"can not find message by the offset, {h.offset}")
         return request.make_response(body=bytes(found.raw))

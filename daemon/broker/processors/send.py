@@ -1,7 +1,8 @@
 """SEND_MESSAGE (10), SEND_MESSAGE_V2 (310), SEND_BATCH_MESSAGE (320), CONSUMER_SEND_MSG_BACK (36).
 
-The hot path does no JSON work: the header is parsed field by field, properties are split once, and
-the store encodes the record. See wire-protocol.md §8.3 and §9.8 for the rules followed here.
+The hot path does no JSON work: the header is parsed field by field, properties are split once, and the store
+encodes the record. See docs/wire-protocol.md §send-processing and docs/wire-protocol.md §retries for the
+rules followed here.
 """
 
 from __future__ import annotations
@@ -60,7 +61,8 @@ if TYPE_CHECKING:
 _BATCH_HEAD: Final = struct.Struct(">iiiii")  # total size, magic, body crc, flag, body length
 _SHORT: Final = struct.Struct(">h")
 
-#: Store outcome → (response code, remark); codes 0/10/11/12 mean "stored" (§8.3 step 11).
+#: Store outcome → (response code, remark); codes 0/10/11/12 mean "stored"
+#: (docs/wire-protocol.md §send-processing step 7).
 _PUT_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
     PutMessageStatus.PUT_OK: (ResponseCode.SUCCESS, None),
     PutMessageStatus.FLUSH_DISK_TIMEOUT: (ResponseCode.FLUSH_DISK_TIMEOUT, None),
@@ -112,7 +114,8 @@ def processors(broker: BrokerContext) -> dict[int, Processor]:
 
 
 def decode_batch(body: bytes) -> list[tuple[int, bytes, dict[str, str]]]:
-    """Split a batch body (§5.3) into (flag, body, properties) per inner message."""
+    """Split a batch body (docs/wire-protocol.md §send-bodies) into (flag, body, properties) per inner
+    message."""
     out = []
     pos = 0
     view = memoryview(body)
@@ -148,8 +151,8 @@ _V2_PLAN: Final = SendMessageRequestHeaderV2._plan()
 def parse_send(code: int, ext: dict[str, str]) -> SendMessageRequestHeader:
     """The V1 header of a send's extFields, built once: SEND_MESSAGE (the C++ client's) names the fields,
     V2 and batches give them one letter each, in V1's order except that `m` (batch) comes before `l`
-    (maxReconsumeTimes) in V1. (Here, compiled, not the header's classmethod: interpreted, that frame
-    cost every send ~0.5 us.)"""
+    (maxReconsumeTimes) in V1. (Here, compiled, not the header's classmethod: an interpreted frame
+    on this path is paid by every send.)"""
     v1 = code == _SEND_MESSAGE
     args = fields.parse(_V1_PLAN if v1 else _V2_PLAN, ext)
     if args is None:
@@ -180,7 +183,8 @@ class SendProcessor:
     # ------------------------------------------------------------------ checks shared by sends
 
     def _topic_config(self, h: SendMessageRequestHeader) -> TopicConfig:
-        """Validate the topic and find or auto-create its config (§8.3 steps 2–5)."""
+        """Validate the topic and find or auto-create its config
+        (docs/wire-protocol.md §send-processing steps 1–4)."""
         problem = topic_problem(h.topic)
         if problem is not None:
             raise system_error(problem)
@@ -214,7 +218,8 @@ class SendProcessor:
     def _retry_or_dlq(
         self, h: SendMessageRequestHeader, version: int, props: dict[str, str]
     ) -> tuple[str, int] | None:
-        """For a client re-send to `%RETRY%<group>`: the DLQ target once retries are exhausted (§8.3 step 6)."""
+        """For a client re-send to `%RETRY%<group>`: the DLQ target once retries are exhausted
+        (docs/wire-protocol.md §send-processing step 5)."""
         group_name = h.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
         group = self.broker.groups.find(group_name)
         if group is None:
@@ -265,8 +270,8 @@ class SendProcessor:
                 return target
         return topic, queue_id
 
-    # Message(...) is built positionally on this path: with keywords a construction costs about 2.5 times
-    # as much (~0.17 vs ~0.45 us, timeit, Python 3.11), paid per message of every send.
+    # Message(...) is built positionally on this path: with keywords a construction costs several times
+    # as much, paid per message of every send.
 
     def _send_batch(
         self,

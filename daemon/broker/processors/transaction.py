@@ -1,4 +1,5 @@
-"""END_TRANSACTION (37): the producer's commit or rollback of a half message (§8.4)."""
+"""END_TRANSACTION (37): the producer's commit or rollback of a half message
+(docs/wire-protocol.md §transactions)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-/* The official RocketMQ C++ client's send load for benchmarks/bench_ab.py, driven from C (load `cpp`).
+/* The official RocketMQ C++ client's send load for benchmarks/tools/bench_ab.py, driven from C (load `cpp`).
  *
  * cpp_bench NAMESRV TOPIC THREADS SECONDS: THREADS pthreads share one producer, each calling
  * SendMessageSync with a new 1 KiB message in turn (RocketMQ's benchmark Producer with N threads, and
- * what benchmarks/cpp_bench.py does through the PyPI binding); 1 s warm-up, then SECONDS timed. Prints
+ * what benchmarks/tools/cpp_bench.py does through the PyPI binding); 1 s warm-up, then SECONDS timed. Prints
  * "start" when the timed window opens and one JSON line when it closes, as ons_bench.js does:
  * {count, failures, seconds, clientCpu (share of one core), p50Ms, p99Ms}.
  *

@@ -1,4 +1,4 @@
-"""`mqctl bench produce`'s senders as a timed load for benchmarks/bench_ab.py.
+"""`mqctl bench produce`'s senders as a timed load for benchmarks/tools/bench_ab.py.
 
 `mqctl_load.py NAMESRV TOPIC THREADS SECONDS`: THREADS synchronous senders, each on its own connection with
 one SEND_MESSAGE_V2 of a 1 KiB body in flight, round-robin over the topic's writable queues; 1 s warm-up,
@@ -14,6 +14,8 @@ import json
 import os
 import sys
 import time
+
+from loadline import load_line  # run as a script: benchmarks/tools/ is on sys.path
 
 from daemon.remoting.loop import run
 from mqctl.admin.client import Admin
@@ -40,20 +42,8 @@ async def load(namesrv: str, topic: str, threads: int, seconds: float) -> dict[s
     timed.deadline = timed.started + seconds
     await asyncio.gather(*(until(timed, i) for i in range(threads)))
     elapsed = time.perf_counter() - timed.started
-    rts, failures = timed.rts, timed.failures
-    rts.sort()
-
-    def at(q: float) -> float:
-        return rts[min(len(rts) - 1, int(q * len(rts)))] * 1000 if rts else 0.0
-
-    return {
-        "count": len(rts) - failures,
-        "failures": failures,
-        "seconds": elapsed,
-        "clientCpu": (time.process_time() - cpu) / elapsed,
-        "p50Ms": at(0.5),
-        "p99Ms": at(0.99),
-    }
+    rts_ms = [rt * 1000 for rt in timed.rts]
+    return load_line(rts_ms, timed.failures, elapsed, time.process_time() - cpu)
 
 
 if __name__ == "__main__":

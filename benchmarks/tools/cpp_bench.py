@@ -1,4 +1,4 @@
-"""The official RocketMQ C++ client's send load for benchmarks/bench_ab.py (run with .venv-interop's Python).
+"""The official RocketMQ C++ client's send load for benchmarks/tools/bench_ab.py (run with .venv-interop's Python).
 
 `cpp_bench.py NAMESRV TOPIC THREADS SECONDS`: THREADS threads share one Producer, each calling `send_sync`
 of a 1 KiB body in turn (RocketMQ's benchmark Producer with N threads); 1 s warm-up, then SECONDS timed.
@@ -13,6 +13,7 @@ import sys
 import threading
 import time
 
+from loadline import load_line  # run as a script: benchmarks/tools/ is on sys.path
 from rocketmq.client import Message, Producer, SendStatus
 
 BODY = b"x" * 1024
@@ -59,21 +60,7 @@ def main(namesrv: str, topic: str, threads: int, seconds: float) -> None:
         wall, cpu = time.perf_counter(), time.process_time()
         rts, failures = run(seconds)
         elapsed = time.perf_counter() - wall
-        rts.sort()
-        at = lambda q: rts[min(len(rts) - 1, int(q * len(rts)))] if rts else 0.0  # noqa: E731
-        print(
-            json.dumps(
-                {
-                    "count": len(rts) - failures,
-                    "failures": failures,
-                    "seconds": elapsed,
-                    "clientCpu": (time.process_time() - cpu) / elapsed,
-                    "p50Ms": at(0.5),
-                    "p99Ms": at(0.99),
-                }
-            ),
-            flush=True,
-        )
+        print(json.dumps(load_line(rts, failures, elapsed, time.process_time() - cpu)), flush=True)
     finally:
         producer.shutdown()
 

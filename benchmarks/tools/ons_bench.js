@@ -10,7 +10,7 @@
 // Prints "start" when the timed window opens (the caller samples the broker's CPU then), and one JSON
 // line when it closes: {count, seconds, nodeCpu (share of one core over the window), ...}.
 const path = require('path');
-const modules = path.join(__dirname, '..', 'tests', 'interop', 'node_modules');
+const modules = path.join(__dirname, '..', '..', 'tests', 'interop', 'node_modules');
 const { Producer, Consumer, Message } = require(path.join(modules, 'ali-ons'));
 const urllib = require(path.join(modules, 'urllib'));
 

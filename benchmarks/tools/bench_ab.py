@@ -1,6 +1,6 @@
 """A/B broker speed: brokers built from several git refs, side by side, under the same real clients.
 
-    python benchmarks/bench_ab.py REF [REF ...] [--loads ons,cpp,mqctl] [--rounds 3] [--seconds 10]
+    python benchmarks/tools/bench_ab.py REF [REF ...] [--loads ons,cpp,mqctl] [--rounds 3] [--seconds 10]
                                   [--threads 16] [--profile DIR]
 
 Each REF (a commit, branch or tag; WORKTREE for the working tree as it is, uncommitted changes included)
@@ -13,13 +13,13 @@ thermal) spreads over all of them instead of favouring whichever ran first.
 
 Loads (each sends 1 KiB bodies synchronously from ``--threads`` concurrent senders for ``--seconds`` after
 a 1 s warm-up; each is a separate process that prints "start" when its timed window opens):
-- ``ons``: the Node client ali-ons (benchmarks/ons_bench.js), N awaiting loops on one Producer;
+- ``ons``: the Node client ali-ons (benchmarks/tools/ons_bench.js), N awaiting loops on one Producer;
 - ``cpp``: the official C++ client (the librocketmq.so of PyPI's rocketmq 0.4.4) driven from C
-  (benchmarks/cpp_bench.c, compiled here with cc), N threads on one producer, as a C/C++ application uses it;
-- ``cpp-py``: the same client through its Python binding (benchmarks/cpp_bench.py), N Python threads on one
+  (benchmarks/tools/cpp_bench.c, compiled here with cc), N threads on one producer, as a C/C++ application uses it;
+- ``cpp-py``: the same client through its Python binding (benchmarks/tools/cpp_bench.py), N Python threads on one
   Producer. Their GIL hand-offs around each ctypes call cost the client ~4x the broker's CPU per send, so on
   two cores this load measures mostly the client; ``cpp`` is the one that measures the broker;
-- ``mqctl``: `mqctl bench produce`'s senders (benchmarks/mqctl_load.py), N connections, one send in flight each.
+- ``mqctl``: `mqctl bench produce`'s senders (benchmarks/tools/mqctl_load.py), N connections, one send in flight each.
 
 Per ref and load it prints the median over rounds of: sends/s, p50 and p99 round trip, the broker's CPU per
 message (utime + stime of the broker process over the timed window, divided by the messages sent in it),
@@ -53,12 +53,13 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from bench_ali_ons import cpu_seconds, create_topics  # run as a script: benchmarks/ is on sys.path
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the goal benchmarks' harness
+from bench_ali_ons import cpu_seconds, create_topics
 from bench_broker_produce import local_cluster
 
 from daemon.remoting.loop import run
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 BENCH = Path(__file__).resolve().parent
 TOPIC = "AbBench"
 INTEROP_PYTHON = ROOT / ".venv-interop" / "bin" / "python"
@@ -121,7 +122,7 @@ def cluster(target: Target, data: Path) -> Iterator[None]:
 
 
 def cpp_bench(into: Path) -> Path:
-    """benchmarks/cpp_bench.c compiled against the C++ client's librocketmq.so (.venv-interop)."""
+    """benchmarks/tools/cpp_bench.c compiled against the C++ client's librocketmq.so (.venv-interop)."""
     lib = subprocess.run(
         [str(INTEROP_PYTHON), "-c", "import os, rocketmq; print(os.path.dirname(rocketmq.__file__))"],
         check=True,

@@ -1,0 +1,163 @@
+"""Protected mode: an unauthenticated daemon reachable beyond loopback refuses what can hurt.
+
+A broker or NameServer with ACL off trusts every peer. On loopback that is the machine's own users; on
+0.0.0.0 it is the whole network. Like Redis's protected mode, the daemon then refuses the requests that
+change or delete data or configuration (topic and group writes, config updates, admin offset resets,
+manual cleanups, KV writes, the ACL codes, write-permission changes, route deletes) from every peer that
+is not on loopback, and says how to open it: turn ACL on (`aclEnable=true`) or opt out
+(`protectedMode=false`). Client traffic (sends, pulls, heartbeats, offset commits, broker registration)
+is not touched, so applications keep working. The decision is a pure function of the peer's address and
+the request code; `protection` decides at start whether a daemon needs the guard at all.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.errors import RemotingCommandError
+from daemon.remoting.limits import WarningGate
+
+if TYPE_CHECKING:
+    from daemon.remoting.command import RemotingCommand
+    from daemon.remoting.connection import Connection
+
+log = logging.getLogger(__name__)
+
+R = RequestCode
+#: What a non-loopback peer may not send to a daemon in protected mode: every request that changes or
+#: deletes data or configuration. Registration (103/104, 322) is a broker's client traffic and stays open.
+PROTECTED_CODES: Final = frozenset(
+    int(c)
+    for c in (
+        R.UPDATE_AND_CREATE_TOPIC,
+        R.DELETE_TOPIC_IN_BROKER,
+        R.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        R.DELETE_SUBSCRIPTIONGROUP,
+        R.UPDATE_BROKER_CONFIG,
+        R.INVOKE_BROKER_TO_RESET_OFFSET,
+        R.RESET_CONSUMER_OFFSET_IN_BROKER,
+        R.CLONE_GROUP_OFFSET,
+        R.CLEAN_UNUSED_TOPIC,
+        R.CLEAN_EXPIRED_CONSUMEQUEUE,
+        R.DELETE_EXPIRED_COMMITLOG,
+        R.TRIGGER_DELETE_FILES,
+        R.CONSUME_MESSAGE_DIRECTLY,
+        R.UPDATE_AND_CREATE_ACL_CONFIG,
+        R.DELETE_ACL_CONFIG,
+        R.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG,
+        R.GET_BROKER_CLUSTER_ACL_CONFIG,
+        R.PUT_KV_CONFIG,
+        R.DELETE_KV_CONFIG,
+        R.DELETE_KV_CONFIG_BY_VALUE,
+        R.DELETE_TOPIC_IN_NAMESRV,
+        R.WIPE_WRITE_PERM_OF_BROKER,
+        R.ADD_WRITE_PERM_OF_BROKER,
+        R.UPDATE_NAMESRV_CONFIG,
+    )
+)
+
+#: The two ways out, named in every refusal and in the start-up line.
+WAYS_OUT: Final = "set aclEnable=true (and sign requests) or protectedMode=false in the config file"
+
+
+def is_loopback(ip: str) -> bool:
+    """Whether a peer address is this machine's loopback (127.0.0.0/8, ::1, ::ffff:127.x). A peer
+    without an IP (``""``) is not: a socket whose peer is unknown gets no trust."""
+    try:
+        address = ipaddress.ip_address(ip.split("%", 1)[0])
+    except ValueError:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return address.is_loopback
+
+
+def binds_beyond_loopback(host: str) -> bool:
+    """Whether a listener bound to ``host`` can be reached from other machines (a wildcard, a name, or
+    an address that is not loopback)."""
+    if host in ("", "0.0.0.0", "::"):
+        return True
+    if host == "localhost":
+        return False
+    return not is_loopback(host)
+
+
+def is_local(ip: str, local_ip: str) -> bool:
+    """Whether peer ``ip`` is this machine: loopback, or the very address it connected to (``local_ip``,
+    the socket's own): `mqctl` on a broker's host reaches it at the address it registered. A remote
+    host cannot complete a TCP handshake from an address of ours."""
+    return is_loopback(ip) or (ip != "" and ip == local_ip)
+
+
+def refusal(ip: str, code: int, local_ip: str = "") -> str | None:
+    """The remark refusing request ``code`` from peer ``ip`` in protected mode, or None: allowed."""
+    if code not in PROTECTED_CODES or is_local(ip, local_ip):
+        return None
+    return (
+        f"protected mode: request code {code} from {ip or '?'} changes data or configuration, and this "
+        f"daemon has ACL off and listens beyond loopback; send it from 127.0.0.1, or {WAYS_OUT}"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Protection:
+    """What a daemon's start decided: whether the guard runs and why (the start-up line says it)."""
+
+    active: bool
+    why: str
+
+    def describe(self) -> str:
+        return f"protected mode {'on' if self.active else 'off'} ({self.why})"
+
+
+def protection(*, enabled: bool, acl_enable: bool, hosts: list[str]) -> Protection:
+    """Whether protected mode guards a daemon with ``protectedMode=enabled``, ``aclEnable=acl_enable``
+    and listeners bound to ``hosts``."""
+    if acl_enable:
+        return Protection(False, "ACL on: requests are authenticated")
+    beyond = [h for h in hosts if binds_beyond_loopback(h)]
+    if not beyond:
+        return Protection(False, "listening on loopback only")
+    if not enabled:
+        return Protection(
+            False, f"protectedMode=false: ACL off on {beyond[0]}, anyone there may change anything"
+        )
+    return Protection(
+        True,
+        f"ACL off and listening on {beyond[0]}: peers off loopback cannot change data or configuration; "
+        f"{WAYS_OUT} to open it",
+    )
+
+
+#: Why a daemon listens on loopback when nothing said otherwise, and how to open it.
+LOOPBACK_WHY: Final = "the default: loopback only; listenHost=0.0.0.0 or --listen 0.0.0.0:PORT opens it"
+
+
+def listening(host: str, port: int, why: str, mode: Protection) -> str:
+    """The start-up line's part on where a daemon listens, why there, and which mode is in force."""
+    return f"listening on {host}:{port} ({why}); {mode.describe()}"
+
+
+class ProtectedModeGuard:
+    """The dispatcher guard of a daemon in protected mode: one set lookup per request."""
+
+    def __init__(self, daemon: str) -> None:
+        self.daemon = daemon
+        self.refused = 0
+        self._warnings = WarningGate(log)
+
+    def __call__(self, conn: Connection, request: RemotingCommand) -> None:
+        if request.code not in PROTECTED_CODES:
+            return
+        remark = refusal(conn.address[0], request.code, conn.local_ip())
+        if remark is None:
+            return
+        self.refused += 1
+        self._warnings.warning(
+            "%s refused request code %d from %s: %s", self.daemon, request.code, conn.peer, remark
+        )
+        raise RemotingCommandError(ResponseCode.NO_PERMISSION, remark)

@@ -1,0 +1,432 @@
+"""TLS for the remoting listeners and clients, configured with RocketMQ 4.9.8's own keys.
+
+4.9.8 reads these as Java system properties (`TlsSystemConfig`), and the file `tls.config.file`
+names may set all of them but `tls.server.mode` and `tls.enable` (`TlsHelper#extractTlsConfigFromFile`,
+whose values win). Here they are daemon settings: `broker.conf` / `namesrv.properties`,
+`MQCTL_TLS_SERVER_MODE`-style variables, then that file, in the same order of strength.
+
+What differs from 4.9.8, and why:
+
+* Test mode (`tls.test.mode.enable`, default true as in 4.9.8) supplies a self-signed certificate
+  only when `tls.server.certPath`/`keyPath` name none; 4.9.8 ignores the configured files in test mode,
+  which silently serves a throwaway certificate to an operator who configured a real one. The
+  certificate is made the first time a TLS client arrives, so a daemon nobody reaches over TLS never
+  pays for it.
+* A client certificate, when asked for (`tls.server.need.client.auth` optional | require), is always
+  verified against `tls.server.trustCertPath` (4.9.8 trusts any unless `tls.server.authClient`);
+  `require` without a trust file is a configuration error rather than a server nobody can reach.
+* Our daemons' clients (`tls.enable`) verify the server's chain whenever `tls.client.trustCertPath`
+  names one or `tls.client.authServer` is true (4.9.8 never does in test mode).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import ipaddress
+import logging
+import os
+import socket
+import ssl
+import tempfile
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+#: The first byte of a TLS record carrying a handshake (a ClientHello): `HandshakeHandler`'s magic code.
+HANDSHAKE_MAGIC = 0x16
+
+MODES = ("disabled", "permissive", "enforcing")
+CLIENT_AUTH = {"none": ssl.CERT_NONE, "optional": ssl.CERT_OPTIONAL, "require": ssl.CERT_REQUIRED}
+
+#: The keys the file `tls.config.file` names may set (4.9.8 reads all but the mode and tls.enable there).
+FILE_KEYS = (
+    "tls.test.mode.enable",
+    "tls.server.need.client.auth",
+    "tls.server.keyPath",
+    "tls.server.keyPassword",
+    "tls.server.certPath",
+    "tls.server.authClient",
+    "tls.server.trustCertPath",
+    "tls.client.keyPath",
+    "tls.client.keyPassword",
+    "tls.client.certPath",
+    "tls.client.authServer",
+    "tls.client.trustCertPath",
+)
+
+
+def _key(name: str, *, secret: bool = False) -> dict[str, object]:
+    return {"key": name, "secret": True} if secret else {"key": name}
+
+
+@dataclass
+class TlsConfig:
+    """RocketMQ 4.9.8's TLS keys with its defaults; mixed into both daemons' configs."""
+
+    tls_server_mode: str = field(default="permissive", metadata=_key("tls.server.mode"))
+    tls_server_need_client_auth: str = field(default="none", metadata=_key("tls.server.need.client.auth"))
+    tls_server_key_path: str = field(default="", metadata=_key("tls.server.keyPath"))
+    tls_server_key_password: str = field(default="", metadata=_key("tls.server.keyPassword", secret=True))
+    tls_server_cert_path: str = field(default="", metadata=_key("tls.server.certPath"))
+    tls_server_auth_client: bool = field(default=False, metadata=_key("tls.server.authClient"))
+    tls_server_trust_cert_path: str = field(default="", metadata=_key("tls.server.trustCertPath"))
+    tls_client_key_path: str = field(default="", metadata=_key("tls.client.keyPath"))
+    tls_client_key_password: str = field(default="", metadata=_key("tls.client.keyPassword", secret=True))
+    tls_client_cert_path: str = field(default="", metadata=_key("tls.client.certPath"))
+    tls_client_auth_server: bool = field(default=False, metadata=_key("tls.client.authServer"))
+    tls_client_trust_cert_path: str = field(default="", metadata=_key("tls.client.trustCertPath"))
+    tls_test_mode_enable: bool = field(default=True, metadata=_key("tls.test.mode.enable"))
+    tls_config_file: str = field(default="/etc/rocketmq/tls.properties", metadata=_key("tls.config.file"))
+    #: Our daemons' own clients (broker -> NameServer, slave -> master) connect over TLS.
+    tls_enable: bool = field(default=False, metadata=_key("tls.enable"))
+
+    def tls_settings(self) -> TlsSettings:
+        """These keys with the file `tls.config.file` names applied over them (checked)."""
+        values = {
+            "mode": self.tls_server_mode,
+            "tls.server.need.client.auth": self.tls_server_need_client_auth,
+            "tls.server.keyPath": self.tls_server_key_path,
+            "tls.server.keyPassword": self.tls_server_key_password,
+            "tls.server.certPath": self.tls_server_cert_path,
+            "tls.server.authClient": str(self.tls_server_auth_client).lower(),
+            "tls.server.trustCertPath": self.tls_server_trust_cert_path,
+            "tls.client.keyPath": self.tls_client_key_path,
+            "tls.client.keyPassword": self.tls_client_key_password,
+            "tls.client.certPath": self.tls_client_cert_path,
+            "tls.client.authServer": str(self.tls_client_auth_server).lower(),
+            "tls.client.trustCertPath": self.tls_client_trust_cert_path,
+            "tls.test.mode.enable": str(self.tls_test_mode_enable).lower(),
+        }
+        values.update(_file_keys(self.tls_config_file))
+        return TlsSettings.from_keys(values)
+
+
+def _file_keys(path: str) -> dict[str, str]:
+    """The TLS keys the file `tls.config.file` sets; nothing when it does not exist (4.9.8 skips it too)."""
+    if not path or not os.path.isfile(path):
+        return {}
+    from daemon.config import ConfigError, parse_properties
+
+    try:
+        props = parse_properties(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read tls.config.file {path}: {exc.strerror}") from None
+    return {k: v for k, v in props.items() if k in FILE_KEYS}
+
+
+def _bool(text: str) -> bool:
+    return text.strip().lower() == "true"  # Boolean.parseBoolean
+
+
+@dataclass(frozen=True)
+class TlsSettings:
+    """The effective TLS settings of one daemon (see :meth:`TlsConfig.tls_settings`)."""
+
+    mode: str = "permissive"
+    need_client_auth: str = "none"
+    server_key: str = ""
+    server_key_password: str = ""
+    server_cert: str = ""
+    server_trust: str = ""
+    client_key: str = ""
+    client_key_password: str = ""
+    client_cert: str = ""
+    client_auth_server: bool = False
+    client_trust: str = ""
+    test_mode: bool = True
+
+    @classmethod
+    def from_keys(cls, keys: Mapping[str, str]) -> TlsSettings:
+        from daemon.config import ConfigError
+
+        mode = keys["mode"].strip().lower()
+        if mode not in MODES:
+            raise ConfigError(f"tls.server.mode {keys['mode']!r}: choose one of {', '.join(MODES)}")
+        auth = (keys["tls.server.need.client.auth"].strip() or "none").lower()
+        if auth not in CLIENT_AUTH:
+            raise ConfigError(f"tls.server.need.client.auth {auth!r}: choose one of none, optional, require")
+        settings = cls(
+            mode=mode,
+            need_client_auth=auth,
+            server_key=keys["tls.server.keyPath"],
+            server_key_password=keys["tls.server.keyPassword"],
+            server_cert=keys["tls.server.certPath"],
+            server_trust=keys["tls.server.trustCertPath"],
+            client_key=keys["tls.client.keyPath"],
+            client_key_password=keys["tls.client.keyPassword"],
+            client_cert=keys["tls.client.certPath"],
+            client_auth_server=_bool(keys["tls.client.authServer"]),
+            client_trust=keys["tls.client.trustCertPath"],
+            test_mode=_bool(keys["tls.test.mode.enable"]),
+        )
+        settings.check()
+        return settings
+
+    def check(self) -> None:
+        """Refuse, before any port opens, settings no client could ever connect under."""
+        from daemon.config import ConfigError
+
+        if self.mode == "disabled":
+            return
+        if bool(self.server_cert) != bool(self.server_key):
+            raise ConfigError("tls.server.certPath and tls.server.keyPath go together: set both or neither")
+        if not self.server_cert and not self.test_mode:
+            raise ConfigError(
+                f"tls.server.mode={self.mode} needs tls.server.certPath and tls.server.keyPath "
+                "(or tls.test.mode.enable=true for a self-signed certificate, or tls.server.mode=disabled)"
+            )
+        if self.need_client_auth == "require" and not self.server_trust:
+            raise ConfigError("tls.server.need.client.auth=require needs tls.server.trustCertPath")
+        for key, path in (
+            ("tls.server.certPath", self.server_cert),
+            ("tls.server.keyPath", self.server_key),
+            ("tls.server.trustCertPath", self.server_trust),
+        ):
+            if path and not os.path.isfile(path):
+                raise ConfigError(f"{key} {path}: no such file")
+
+    def check_mutual(self) -> None:
+        """haTls: both ends need a CA to verify the other with (else the stream is encrypted, not authenticated)."""
+        from daemon.config import ConfigError
+
+        if not self.server_trust:
+            raise ConfigError("haTls=true needs tls.server.trustCertPath (the CA that signs the slaves)")
+        if not (self.client_cert or self.server_cert):
+            raise ConfigError("haTls=true needs tls.client.certPath/keyPath or tls.server.certPath/keyPath")
+
+    def server_context(self, *, require_client: bool = False) -> ssl.SSLContext:
+        """The listener's context; `require_client` (the HA port under haTls) demands a verified client."""
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        if self.server_cert:
+            ctx.load_cert_chain(self.server_cert, self.server_key, self.server_key_password or None)
+        else:
+            with _self_signed_files() as (cert, key):
+                ctx.load_cert_chain(cert, key)
+            log.info("TLS test mode: serving a self-signed certificate made at start")
+        if self.server_trust:
+            ctx.load_verify_locations(self.server_trust)
+        auth = "require" if require_client else self.need_client_auth
+        # a client certificate asked for but unverifiable would fail every handshake: ask only with a trust file
+        ctx.verify_mode = CLIENT_AUTH[auth] if self.server_trust else ssl.CERT_NONE
+        return ctx
+
+    def client_context(self, *, verify: bool = False) -> ssl.SSLContext:
+        """Our daemons' client context (registration, HA); `verify` (haTls) demands the server's chain."""
+        trust = self.client_trust or (self.server_trust if verify else "")
+        ctx = ssl.create_default_context(ssl.Purpose.SERVER_AUTH)
+        ctx.check_hostname = False  # as 4.9.8's client: the chain, not the name (brokers register IPs)
+        if trust:
+            ctx.load_verify_locations(trust)
+        elif verify:
+            from daemon.config import ConfigError
+
+            raise ConfigError("haTls=true needs tls.client.trustCertPath or tls.server.trustCertPath")
+        elif not self.client_auth_server:
+            ctx.verify_mode = ssl.CERT_NONE
+            log.warning(
+                "tls.enable: the servers' certificates are not verified; set tls.client.trustCertPath"
+            )
+        cert, key, password = self.client_cert, self.client_key, self.client_key_password
+        if not cert and verify:  # mutual TLS between brokers: the server's own key material will do
+            cert, key, password = self.server_cert, self.server_key, self.server_key_password
+        if cert:
+            ctx.load_cert_chain(cert, key or None, password or None)
+        return ctx
+
+
+class ServerTls:
+    """What a listener needs: the mode, and the context made the first time a TLS client arrives."""
+
+    def __init__(self, settings: TlsSettings, *, require_client: bool = False) -> None:
+        self.settings = settings
+        self.mode = settings.mode
+        self.require_client = require_client
+        self._context: ssl.SSLContext | None = None
+
+    def context(self) -> ssl.SSLContext:
+        if self._context is None:
+            self._context = self.settings.server_context(require_client=self.require_client)
+        return self._context
+
+
+#: Bytes one TLS read may fill: several records' worth, allocated once per connection.
+READ_BUFFER = 64 * 1024
+
+
+class TlsReadBuffer(asyncio.BufferedProtocol):
+    """Feeds a TLS transport's plaintext to a plain `asyncio.Protocol` through one reusable buffer.
+
+    Both asyncio's and uvloop's TLS transports read a plain protocol's data with `SSLObject.read(256 KiB)`,
+    which allocates (and the kernel maps, zeroes and unmaps) a 256 KiB object for every read: most of what
+    TLS cost a small request. For a buffered protocol they decrypt into its buffer instead; this one is
+    allocated once, and each read hands the protocol a copy of just the bytes that arrived."""
+
+    def __init__(self, protocol: asyncio.Protocol) -> None:
+        self.protocol = protocol
+        self._buffer = bytearray(READ_BUFFER)
+        self._view = memoryview(self._buffer)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.protocol.connection_made(transport)
+
+    def get_buffer(self, sizehint: int) -> memoryview:
+        return self._view
+
+    def buffer_updated(self, nbytes: int) -> None:
+        self.protocol.data_received(bytes(self._view[:nbytes]))
+
+    def eof_received(self) -> bool | None:
+        return self.protocol.eof_received()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._view.release()
+        self.protocol.connection_lost(exc)
+
+    def pause_writing(self) -> None:
+        self.protocol.pause_writing()
+
+    def resume_writing(self) -> None:
+        self.protocol.resume_writing()
+
+
+# --------------------------------------------------------------------------------- certificates
+
+
+@contextlib.contextmanager
+def _self_signed_files() -> Iterator[tuple[str, str]]:
+    """A fresh self-signed certificate and key as two private temporary PEM files (ssl loads files only)."""
+    key = new_key()
+    cert = make_certificate(key, "mqctl test mode", issuer=None, sans=default_sans(), ca=False)
+    with tempfile.TemporaryDirectory(prefix="mqctl-tls-") as tmp:
+        cert_path, key_path = os.path.join(tmp, "cert.pem"), os.path.join(tmp, "key.pem")
+        write_pem(cert_path, cert_pem(cert))
+        write_pem(key_path, key_pem(key))
+        yield cert_path, key_path
+
+
+def default_sans() -> list[str]:
+    """The names a local cluster is reached by: 127.0.0.1, localhost, ::1 and this host's name."""
+    names = ["127.0.0.1", "localhost", "::1"]
+    host = socket.gethostname()
+    if host and host not in names:
+        names.append(host)
+    return names
+
+
+def new_key():  # type: ignore[no-untyped-def]
+    """A P-256 key: as strong as RSA-3072 and made in a millisecond."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    return ec.generate_private_key(ec.SECP256R1())
+
+
+def make_certificate(  # type: ignore[no-untyped-def]
+    key,
+    common_name: str,
+    *,
+    issuer: tuple[object, object] | None,
+    sans: list[str],
+    ca: bool,
+    days: int = 825,
+):
+    """An X.509 certificate for `key`, signed by `issuer` (its certificate and key) or by itself.
+
+    Leaf certificates serve both TLS ends (serverAuth and clientAuth): a broker's one key pair then
+    also authenticates it to its master under haTls."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+    now = datetime.datetime.now(datetime.UTC)
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
+    issuer_cert, issuer_key = issuer if issuer is not None else (None, key)
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(issuer_cert.subject if issuer_cert is not None else subject)  # type: ignore[attr-defined]
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=days))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if ca:
+        builder = builder.add_extension(
+            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
+        )
+    else:
+        builder = builder.add_extension(
+            x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]),
+            critical=False,
+        )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName([_san(n) for n in sans]), critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())  # type: ignore[arg-type]
+
+
+def _san(name: str):  # type: ignore[no-untyped-def]
+    from cryptography import x509
+
+    try:
+        return x509.IPAddress(ipaddress.ip_address(name))
+    except ValueError:
+        return x509.DNSName(name)
+
+
+def cert_pem(cert) -> bytes:  # type: ignore[no-untyped-def]
+    from cryptography.hazmat.primitives import serialization
+
+    return bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def key_pem(key) -> bytes:  # type: ignore[no-untyped-def]
+    from cryptography.hazmat.primitives import serialization
+
+    return bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+    )
+
+
+def write_pem(path: str | Path, data: bytes, *, private: bool = True) -> None:
+    """Write a PEM file; a private key's is never readable by others, not even briefly."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600 if private else 0o644)
+    with open(fd, "wb") as fh:
+        fh.write(data)
+
+
+#: The files `write_local_ca` makes, by role.
+LOCAL_FILES = {
+    "ca": "ca.pem",
+    "ca_key": "ca.key",
+    "server_cert": "server.pem",
+    "server_key": "server.key",
+    "client_cert": "client.pem",
+    "client_key": "client.key",
+}
+
+
+def write_local_ca(directory: Path, *, sans: list[str] | None = None) -> dict[str, Path]:
+    """A CA, a server certificate (for `sans`, else :func:`default_sans`) and a client certificate,
+    all signed by that CA, as PEM files in `directory` (keys 0600); returns the paths by role."""
+    directory.mkdir(parents=True, exist_ok=True)
+    ca_key = new_key()
+    ca_cert = make_certificate(ca_key, "mqctl local CA", issuer=None, sans=[], ca=True, days=3650)
+    server_key, client_key = new_key(), new_key()
+    server = make_certificate(
+        server_key, "mqctl server", issuer=(ca_cert, ca_key), sans=sans or default_sans(), ca=False
+    )
+    client = make_certificate(client_key, "mqctl client", issuer=(ca_cert, ca_key), sans=[], ca=False)
+    paths = {role: directory / name for role, name in LOCAL_FILES.items()}
+    write_pem(paths["ca"], cert_pem(ca_cert), private=False)
+    write_pem(paths["ca_key"], key_pem(ca_key))
+    write_pem(paths["server_cert"], cert_pem(server), private=False)
+    write_pem(paths["server_key"], key_pem(server_key))
+    write_pem(paths["client_cert"], cert_pem(client), private=False)
+    write_pem(paths["client_key"], key_pem(client_key))
+    return paths

@@ -1,0 +1,50 @@
+"""``mqctl tls``: key material for a TLS cluster."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from mqctl.cli.common import OutputOpt
+
+app = typer.Typer(help="Make the certificates of a TLS cluster.", no_args_is_help=True)
+
+
+@app.command("init")
+def init(
+    directory: Annotated[Path, typer.Argument(help="Directory for the PEM files (created).")],
+    san: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--san",
+            help="Name or IP address of the server certificate (repeatable; default: 127.0.0.1, localhost, "
+            "::1 and this host's name).",
+        ),
+    ] = None,
+    force: Annotated[bool, typer.Option("--force", help="Replace existing files.")] = False,
+    output: OutputOpt = "table",
+) -> None:
+    """Write a CA, a server certificate and a client certificate signed by it (keys mode 600).
+
+    Daemons: tls.server.certPath=server.pem, tls.server.keyPath=server.key, tls.server.trustCertPath=ca.pem
+    (and tls.client.trustCertPath=ca.pem with tls.enable=true). mqctl: --ca ca.pem [--cert client.pem
+    --key client.key]."""
+    from mqctl.output import render
+
+    paths = write_certificates(directory, san or None, force=force)
+    render([{"role": role, "file": str(path)} for role, path in paths.items()], output)
+
+
+def write_certificates(directory: Path, sans: list[str] | None, *, force: bool) -> dict[str, Path]:
+    """`daemon.remoting.tls.write_local_ca` into `directory`, refusing to replace files unless `force`."""
+    from daemon.remoting.tls import LOCAL_FILES, write_local_ca
+    from mqctl.errors import ConflictError
+
+    existing = [name for name in LOCAL_FILES.values() if (directory / name).exists()]
+    if existing and not force:
+        raise ConflictError(
+            f"{directory} already holds {', '.join(existing)}", hint="use --force to replace them"
+        )
+    return write_local_ca(directory, sans=sans)

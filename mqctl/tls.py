@@ -1,0 +1,87 @@
+"""TLS of one mqctl invocation, resolved once: every connection it opens uses it.
+
+Precedence, highest first: the global flags ``--tls``/``--ca``/``--cert``/``--key``/``--insecure`` (and
+their ``MQCTL_TLS*`` variables), then the context that chose the NameServers. ``--ca``, ``--cert`` and
+``--insecure`` each imply ``--tls``. Without any, connections are plaintext, as RocketMQ's clients are
+without ``-Dtls.enable=true``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
+
+from mqctl.errors import UsageError
+
+if TYPE_CHECKING:
+    import ssl
+
+
+@dataclass(frozen=True)
+class TlsOptions:
+    """How to reach servers over TLS: the CA that signed them (else the system's), an optional client
+    certificate (mutual TLS), or ``insecure``: trust any certificate (test-mode servers only)."""
+
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+    insecure: bool = False
+
+    def __post_init__(self) -> None:
+        if bool(self.cert) != bool(self.key):
+            raise UsageError("--cert and --key go together (a client certificate and its private key)")
+
+    def as_json(self) -> dict[str, object]:
+        return {k: v for k, v in asdict(self).items() if v}
+
+    @classmethod
+    def from_json(cls, raw: object) -> TlsOptions | None:
+        if not isinstance(raw, dict):
+            return None
+        return cls(raw.get("ca"), raw.get("cert"), raw.get("key"), bool(raw.get("insecure")))
+
+    def context(self) -> ssl.SSLContext:
+        """The client context: the server's chain and name are checked unless ``insecure``."""
+        import ssl
+
+        try:
+            ctx = ssl.create_default_context(cafile=self.ca)
+            if self.insecure:
+                ctx.check_hostname = False
+                ctx.verify_mode = ssl.CERT_NONE
+            if self.cert:
+                ctx.load_cert_chain(self.cert, self.key)
+        except FileNotFoundError as exc:
+            raise UsageError(f"TLS file {exc.filename}: no such file") from None
+        except ssl.SSLError as exc:
+            raise UsageError(
+                f"TLS files --ca {self.ca} --cert {self.cert} --key {self.key}: {exc.reason or exc}"
+            ) from None
+        return ctx
+
+
+_state: dict[str, tuple[TlsOptions, str] | None] = {"flags": None, "context": None}
+
+
+def set_flags(tls: bool, ca: str | None, cert: str | None, key: str | None, insecure: bool) -> None:
+    """Record the global flags (the root command calls this once)."""
+    if tls or ca or cert or key or insecure:
+        _state["flags"] = (TlsOptions(ca, cert, key, insecure), "--tls")
+    else:
+        _state["flags"] = None
+
+
+def use_context(name: str, options: TlsOptions | None) -> None:
+    """Record the TLS of the context that chose the NameServers."""
+    _state["context"] = (options, f"context {name}") if options is not None else None
+
+
+def current() -> tuple[TlsOptions, str] | None:
+    """The TLS options in force and where they came from; None: plaintext."""
+    return _state["flags"] or _state["context"]
+
+
+def session_context() -> ssl.SSLContext | None:
+    """The client context of this invocation (see module docstring), or None for plaintext."""
+    chosen = current()
+    return chosen[0].context() if chosen is not None else None

@@ -1,0 +1,60 @@
+"""A slave's divergent tail, set aside: the CommitLog from a cut on, and what was dispatched from it.
+
+Apart from recovery's cut (:func:`store.engine.DefaultMessageStore._recover`) because this one runs on a
+live store: a slave that finds its last records differ from its master's (it ran as a master on its own
+for a while, or its master was restored from an older disk) takes them out of service before it
+replicates again. What is taken goes into a quarantine like recovery's (:mod:`store.quarantine`), with a
+manifest saying why, so ``mqctl store verify`` and ``store salvage`` find it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from store.quarantine import Manifest, list_quarantines, set_aside
+
+if TYPE_CHECKING:
+    from store.engine import DefaultMessageStore
+
+log = logging.getLogger(__name__)
+
+#: The manifest's ``recovery`` for a slave's divergent tail (recovery writes "normal" or "abnormal").
+DIVERGED = "replication"
+
+
+def set_aside_replica_tail(store: DefaultMessageStore, cut: int, why: str) -> tuple[int, str]:
+    """Move the CommitLog from ``cut`` on and the ConsumeQueue units pointing there into a new quarantine,
+    then truncate both, move the dispatch cursor back and write a checkpoint that no longer names what was
+    cut. Index entries stay: they cannot be unlinked from their hash chains, and a query reads every hit
+    back and compares its topic and key, so one left pointing at a later record matches nothing wrong.
+    Returns the records set aside and the quarantine directory ("" when there was nothing to set aside)."""
+    with store._put_lock:
+        cqs = list(store._cqs.values())
+        manifest = set_aside(
+            store.config.store_path_root_dir,
+            store.commit_log.files,
+            cqs,
+            cut,
+            corruption=None,
+            recovery=DIVERGED,
+            now_ms=store.clock.now_ms(),
+            queue_cut=lambda cq: cq.dirty_from(cut),
+        )
+        if manifest is not None:
+            manifest.why = why
+            manifest.save()
+        store.commit_log.truncate(cut)
+        for cq in cqs:
+            cq.truncate_dirty(cut)
+        store._rebuild_queue_table()
+        store.reput_from_offset = min(store.reput_from_offset, cut)
+        store._checkpoint(locked=True)
+    if manifest is None:
+        return 0, ""
+    return manifest.records + manifest.damaged, manifest.path
+
+
+def diverged_quarantines(store_root: str) -> list[Manifest]:
+    """The quarantines holding a slave's divergent tails (not recovery's), oldest first."""
+    return [m for m in list_quarantines(store_root) if m.recovery == DIVERGED]

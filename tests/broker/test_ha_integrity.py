@@ -1,0 +1,538 @@
+"""Replication integrity with real daemons on 127.0.0.1: a slave appends and acknowledges only whole,
+checked records; a master streams only to registered slaves; a diverged slave sets its tail aside."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.acl.signature import Signer
+from daemon.broker.broker import Broker
+from daemon.broker.ha import SlaveGate, common_end, sync_metadata
+from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
+from daemon.namesrv.controller import NamesrvController
+from daemon.remoting.bodies import ClusterInfo, KVTable
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from store.config import SLAVE, SYNC_MASTER
+from store.engine import DefaultMessageStore
+from store.ha import FRAME_HEADER, REPORT, encode_frame, encode_report, record_spans
+from store.message import Message
+from store.record import decode_records
+from store.replica_tail import diverged_quarantines
+from tests.broker.test_ha import SMALL, master_and_slave, pull_all, start_slave
+from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
+from tests.support.broker import BrokerClient, replicated, start_broker
+from tests.support.cli import RunCli
+from tests.support.namesrv import Namesrv, namesrv_config
+from tests.support.ports import free_block
+from tests.support.stores import small_config
+from tests.support.waiting import wait_until
+from tests.tls.test_tls import client_context
+
+
+@dataclass
+class FakeMaster:
+    """An HA master that sends ``first`` to the slave's first session and every report it gets back."""
+
+    first: bytes
+    reports: list[list[int]] = field(default_factory=list)
+    closed_by_slave: list[bool] = field(default_factory=list)
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        mine: list[int] = []
+        self.reports.append(mine)
+        try:
+            mine.append(REPORT.unpack(await reader.readexactly(8))[0])
+            if len(self.reports) == 1:
+                writer.write(self.first)
+                await writer.drain()
+            while True:
+                mine.append(REPORT.unpack(await reader.readexactly(8))[0])
+        except (asyncio.IncompleteReadError, ConnectionError):
+            self.closed_by_slave.append(True)
+        finally:
+            writer.close()
+
+
+@pytest.fixture
+async def fake_master() -> AsyncIterator[tuple[FakeMaster, str]]:
+    fake = FakeMaster(b"")
+    server = await asyncio.start_server(fake.serve, "127.0.0.1", 0)
+    try:
+        yield fake, f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    finally:
+        server.close()
+
+
+def source_records(root: Path, n: int) -> bytes:
+    """The CommitLog bytes of ``n`` records, as a real master would send them from offset 0."""
+    config = small_config(root, mapped_file_size_commit_log=SMALL["mapped_file_size_commit_log"])
+    with DefaultMessageStore(config) as store:
+        for i in range(n):
+            assert store.put_message(Message("Src", f"record-{i}".encode() * 30, queue_id=0)).ok
+        return bytes(store.commit_log.files.files[0].view[: store.max_phy_offset])
+
+
+async def slave_of(root: Path, master: str) -> Broker:
+    return await start_broker(root, broker_role=SLAVE, broker_id=1, ha_master_address=master, **SMALL)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("attack", ["garbage", "moved records"])
+async def test_a_fake_masters_bad_bytes_are_neither_appended_nor_acknowledged(
+    tmp_path: Path, fake_master: tuple[FakeMaster, str], attack: str
+) -> None:
+    """4,096 random bytes in a well-placed frame; sound records sent at an offset they do not name."""
+    fake, addr = fake_master
+    raw = source_records(tmp_path / "src", 5)
+    file_size = SMALL["mapped_file_size_commit_log"]
+    fake.first = encode_frame(0, os.urandom(4096)) if attack == "garbage" else encode_frame(file_size, raw)
+    slave = await slave_of(tmp_path / "slave", addr)
+    try:
+        await wait_until(lambda: len(fake.reports) >= 2)  # the slave closed the first session
+        assert fake.closed_by_slave
+        assert fake.reports[0] and set(fake.reports[0]) == {0}  # nothing acknowledged
+        assert slave.store.max_phy_offset == 0  # nothing appended
+        assert fake.reports[1][0] == 0
+    finally:
+        await slave.stop()
+
+
+# ---------------------------------------------------------------------- the HA gate
+
+
+async def test_the_gate_admits_the_registered_slaves_hosts_only() -> None:
+    answers: list[set[str] | None] = [None, {"10.0.0.2"}, {"10.0.0.2", "10.0.0.3"}]
+    looked = 0
+
+    async def lookup() -> set[str] | None:
+        nonlocal looked
+        looked += 1
+        return answers[min(looked - 1, len(answers) - 1)]
+
+    gate = SlaveGate(lookup, refresh=0.0)
+    assert not await gate.admits("10.0.0.2")  # no NameServer answered: nobody
+    assert await gate.admits("::ffff:10.0.0.2")  # an IPv4-mapped peer is its IPv4 address
+    assert not await gate.admits("10.0.0.9") and looked == 3
+    assert await gate.admits("10.0.0.3")
+    slow = SlaveGate(lookup, refresh=3600)
+    assert not await slow.admits("10.0.0.9") and not await slow.admits("10.0.0.9")
+    assert looked == 4  # a flood of strangers is one look-up per refresh period
+
+
+async def fake_slave(port: int, stop: asyncio.Event) -> int:
+    """A slave that stores nothing: it asks for the master's end, then acknowledges whatever the master
+    says it has sent (the frame headers), as a 60-line attacker would. Returns the bytes it received."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    got = 0
+    try:
+        writer.write(encode_report(0))
+        await writer.drain()
+        while not stop.is_set():
+            try:
+                header = await asyncio.wait_for(reader.readexactly(12), 0.2)
+            except TimeoutError:
+                continue
+            offset, size = FRAME_HEADER.unpack(header)
+            got += 12 + size
+            await reader.readexactly(size)
+            writer.write(encode_report(offset + size))
+            await writer.drain()
+    except (asyncio.IncompleteReadError, ConnectionError):
+        pass
+    finally:
+        writer.close()
+    return got
+
+
+@pytest.mark.slow
+async def test_a_fake_slave_gets_nothing_and_acknowledges_nothing(tmp_path: Path) -> None:
+    """An ACL-enabled SYNC_MASTER with no slave registered: a raw socket on its HA port reads nothing
+    (it pulled the whole CommitLog, DENY topics included) and its acks answer no send (they made 200 of
+    200 SEND_OK)."""
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    home = tmp_path / "home"
+    write_acl(home)
+    master = await start_broker(
+        tmp_path / "m",
+        namesrv_addr=f"127.0.0.1:{namesrv.port}",
+        broker_role=SYNC_MASTER,
+        acl_enable=True,
+        rocketmq_home=str(home),
+        **SMALL,
+    )
+    client = RemotingClient(signer=Signer(ADMIN_AK, ADMIN_SK))
+    stop = asyncio.Event()
+    try:
+        assert master.ha_master is not None
+        sender = BrokerClient(master.addr, client)
+        assert (await sender.send("Secret", b"before")).code == ResponseCode.SLAVE_NOT_AVAILABLE
+        attacker = asyncio.create_task(fake_slave(master.config.ha_listen_port, stop))
+        await asyncio.sleep(0.5)
+        codes = [(await sender.send("Secret", f"m{i}".encode())).code for i in range(20)]
+        assert codes == [ResponseCode.SLAVE_NOT_AVAILABLE] * 20
+        stop.set()
+        assert await attacker == 0
+        assert master.ha_master.refused >= 1 and not master.ha_master.connections
+    finally:
+        stop.set()
+        await client.close()
+        await master.stop()
+        await namesrv.stop()
+
+
+# ---------------------------------------------------------------------- the VIP port
+
+
+@pytest.mark.slow
+async def test_the_vip_port_serves_what_the_main_port_does_and_a_slave_syncs_from_it(tmp_path: Path) -> None:
+    """4.9.8 opens listenPort - 2 as well, and a 4.9.8 slave syncs topics, offsets and groups there."""
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    ns = f"127.0.0.1:{namesrv.port}"
+    base = free_block(4)  # VIP, -, listen, HA
+    master = await start_broker(
+        tmp_path / "m", namesrv_addr=ns, listen_port=base + 2, ha_listen_port=base + 3
+    )
+    closed = await start_broker(tmp_path / "c", listen_port=free_block(4) + 2, vip_listen_enable=False)
+    client = RemotingClient()
+    try:
+        vip = f"127.0.0.1:{base}"
+        on_vip = BrokerClient(vip, client)
+        assert (await on_vip.send("Vip", b"through the VIP port", queue_id=0)).code == ResponseCode.SUCCESS
+        pulled = await BrokerClient(master.addr, client).pull("G", "Vip", 0, 0)
+        assert decode_records(pulled.body)[0].body == b"through the VIP port"
+        assert ("127.0.0.1", base) in master.server.bound_addresses()  # on listenHost
+        # the VIP port follows the main port's TLS mode (permissive by default): a TLS client works too
+        async with RemotingClient(ssl=client_context(None)) as tls_client:
+            sent = await BrokerClient(vip, tls_client).send("Vip", b"over TLS", queue_id=0)
+            assert sent.code == ResponseCode.SUCCESS
+        offset = UpdateConsumerOffsetRequestHeader("G", "Vip", 0, 1).to_ext_fields()
+        request = RemotingCommand.request(RequestCode.UPDATE_CONSUMER_OFFSET, offset)
+        assert (await client.invoke(master.addr, request)).code == ResponseCode.SUCCESS
+        # what a 4.9.8 slave does every 10 s, from the VIP port
+        replica = await start_broker(tmp_path / "s", broker_role=SLAVE, broker_id=1, **SMALL)
+        try:
+            changed = await sync_metadata(client, vip, replica.store.configs)
+            assert {"TopicConfigFile", "ConsumerOffsetManager"} <= set(changed)
+            assert replica.topics.get("Vip") is not None
+            assert replica.offsets.query_offset("G", "Vip", 0) == 1
+        finally:
+            await replica.stop()
+        # it registers nothing new: the NameServer knows the main port only
+        info = ClusterInfo.loads(
+            (await client.invoke(ns, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))).body
+        )
+        assert info.broker_addr_table["broker-a"].broker_addrs == {0: master.addr}
+        with pytest.raises(OSError):  # vipListenEnable=false: nothing listens on listenPort - 2
+            await asyncio.open_connection("127.0.0.1", closed.config.listen_port - 2)
+    finally:
+        await client.close()
+        await closed.stop()
+        await master.stop()
+        await namesrv.stop()
+
+
+# ---------------------------------------------------------------------- divergence
+
+
+async def bodies_at_every_offset(
+    client: BrokerClient, topic: str, queues: int
+) -> dict[tuple[int, int], bytes]:
+    out = {}
+    for q in range(queues):
+        for i, body in enumerate(await pull_all(client, topic, q)):
+            out[(q, i)] = body
+    return out
+
+
+@pytest.mark.slow
+async def test_a_slave_that_ran_as_a_master_sets_its_tail_aside_and_serves_the_masters_records(
+    tmp_path: Path, cli: RunCli
+) -> None:
+    """The slave's store briefly ran as a standalone master (30 records the master never had), then was
+    restarted as SLAVE while the master wrote on: it served the 30 foreign records at (queue, offset)
+    pairs where the master holds other messages. Now it serves exactly the master's and the 30 are in a
+    quarantine that 'broker ha status' and 'store verify' show."""
+    async with master_and_slave(tmp_path) as g:
+        on_master = g.on(g.master)
+        for i in range(100):
+            assert (await on_master.send("Div", f"common-{i}".encode() * 20, queue_id=i % 4)).code == 0
+        await replicated(g.master, g.slave)
+        await g.slave.stop()
+        alone = await start_broker(tmp_path / "slave", **SMALL)  # the slave's store, as a master on its own
+        for i in range(30):
+            r = await g.on(alone).send("Div", f"foreign-{i}".encode() * 20, queue_id=i % 4)
+            assert r.code == 0
+        await alone.stop()
+        for i in range(100):
+            assert (await on_master.send("Div", f"later-{i}".encode() * 20, queue_id=i % 4)).code == 0
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        on_slave = g.on(g.slave)
+        first = await on_slave.pull("G", "Div", 0, 25, max_nums=32)  # where the foreign records were
+        assert not any(m.body.startswith(b"foreign") for m in decode_records(first.body or b""))
+        await replicated(g.master, g.slave)
+        theirs = await bodies_at_every_offset(on_master, "Div", 4)
+        assert len(theirs) == 200
+        assert await bodies_at_every_offset(on_slave, "Div", 4) == theirs
+        [quarantine] = diverged_quarantines(str(tmp_path / "slave"))
+        assert quarantine.records == 30 and quarantine.units == 30
+        assert "differs from its master's" in quarantine.why
+        info = await g.client.invoke(
+            g.slave.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
+        )
+        table = KVTable.loads(info.body).table
+        assert table["haDivergedRecords"] == "30" and table["haDivergedQuarantine"] == quarantine.path
+        # a record sent now is replicated at the master's offsets
+        assert (await on_master.send("Div", b"after", queue_id=0)).code == 0
+        await replicated(g.master, g.slave)
+        assert (await bodies_at_every_offset(on_slave, "Div", 4))[(0, 50)] == b"after"
+        status = await asyncio.to_thread(cli, "broker", "ha", "status", "-n", g.ns_addr, "-o", "json")
+        assert status.code == 0, status.stderr
+        rows = {row["broker_id"]: row for row in json.loads(status.stdout)}
+        assert (rows[1]["diverged_records"], rows[1]["quarantine"]) == (30, quarantine.path)
+        await g.slave.stop()
+        verify = await asyncio.to_thread(
+            cli, "store", "verify", "--store", str(tmp_path / "slave"), "-o", "json"
+        )
+        [listed] = json.loads(verify.stdout)["quarantined"]
+        assert (listed["recovery"], listed["records_set_aside"]) == ("replication", 30)
+
+
+@pytest.mark.slow
+async def test_a_master_restored_from_an_older_disk_is_not_outlived_by_its_slaves_records(
+    tmp_path: Path,
+) -> None:
+    """The master's store goes back to a copy taken 40 records ago: the slave sets those 40 aside instead
+    of serving records the master does not have (it was refused as 'beyond the master's end' forever)."""
+    port = free_block(4) + 2  # the master comes back where the slave knows it
+    fixed: dict[str, Any] = {"listen_port": port, "ha_listen_port": port + 1}
+    async with master_and_slave(tmp_path, **fixed) as g:
+
+        async def restart_master() -> None:
+            g.master = await start_broker(
+                tmp_path / "master", **{**SMALL, "namesrv_addr": g.ns_addr, **fixed}
+            )
+
+        for i in range(60):
+            assert (await g.on(g.master).send("Old", f"m{i}".encode() * 20, queue_id=0)).code == 0
+            if i == 19:
+                await g.master.stop()
+                shutil.copytree(tmp_path / "master", tmp_path / "master-old")
+                await restart_master()
+        await replicated(g.master, g.slave)
+        await g.master.stop()
+        shutil.rmtree(tmp_path / "master")
+        shutil.copytree(tmp_path / "master-old", tmp_path / "master")
+        await restart_master()
+        assert g.master.store.get_max_offset("Old", 0) == 20
+        await wait_until(lambda: g.slave.store.max_phy_offset == g.master.store.max_phy_offset)
+        assert g.slave.store.get_max_offset("Old", 0) == 20
+        [quarantine] = diverged_quarantines(str(tmp_path / "slave"))
+        assert quarantine.records == 40
+        assert (await g.on(g.master).send("Old", b"new", queue_id=0)).code == 0
+        await replicated(g.master, g.slave)
+        want = [f"m{i}".encode() * 20 for i in range(20)] + [b"new"]
+        assert await pull_all(g.on(g.slave), "Old", 0) == want
+
+
+# ---------------------------------------------------------------------- a slave serves what it holds
+
+
+async def test_a_slave_serves_a_replicated_topic_before_any_metadata_sync_names_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A topic created on the master after the slave's last metadata sync (the master was down at every
+    sync since, in a kill loop): the slave held every byte and answered 'topic not exist'."""
+
+    async def master_down_at_every_sync(self: Broker) -> None:
+        pass
+
+    monkeypatch.setattr(Broker, "_metadata_sync_loop", master_down_at_every_sync)
+    async with master_and_slave(tmp_path) as g:
+        bodies = {q: [f"fresh-{q}-{i}".encode() for i in range(5)] for q in range(4)}
+        for i in range(5):
+            for q in range(4):
+                assert (await g.on(g.master).send("Fresh", bodies[q][i], queue_id=q)).code == 0
+        await wait_until(lambda: g.slave.store.get_max_offset("Fresh", 3) == 5)
+        await wait_until(lambda: g.slave.topics.get("Fresh") is not None, timeout=5)
+        for q in range(4):
+            assert await pull_all(g.on(g.slave), "Fresh", q) == bodies[q]
+        derived = g.slave.topics.get("Fresh")
+        assert derived is not None and derived.read_queue_nums == 4
+        await g.slave.sync_from_master()
+        assert g.slave.topics.get("Fresh") == g.master.topics.get("Fresh")  # the master's, after a sync
+
+
+@pytest.mark.slow
+async def test_a_slave_of_an_acl_master_replicates_though_it_cannot_check_its_tail(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The slave holds no credentials: an ACL master refuses its VIEW_MESSAGE_BY_ID, and the slave says it
+    replicates unchecked rather than stopping replication."""
+    home = tmp_path / "home"
+    write_acl(home)
+    signer = Signer(ADMIN_AK, ADMIN_SK)
+    async with master_and_slave(tmp_path, signer=signer, acl_enable=True, rocketmq_home=str(home)) as g:
+        for i in range(10):
+            assert (await g.on(g.master).send("Acl", b"%d" % i, queue_id=0)).code == 0
+            if i == 4:
+                await replicated(g.master, g.slave)
+                await g.slave.stop()
+                g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        await replicated(g.master, g.slave)
+        assert "cannot be checked against its master" in caplog.text
+
+
+_PEER_SCRIPT = """
+import socket, sys
+s = socket.create_connection((sys.argv[1], int(sys.argv[2])), timeout=5)
+s.sendall(bytes(8))
+try:
+    print(len(s.recv(65536)))  # the master's first frame, or 0: closed
+except ConnectionError:
+    print(0)
+"""
+
+
+@contextlib.contextmanager
+def peer_namespace() -> Iterator[tuple[str, str, str]]:
+    """A network namespace joined to this one by a veth pair whose addresses exist only on the pair:
+    ``(namespace, this side's address, the namespace's address)``. Skips where the machine refuses."""
+    tag = f"{os.getpid() % 10000}{random.randrange(1000)}"
+    ns, here, there = f"hai{tag}", f"vha{tag}", f"vhb{tag}"
+    n = random.randrange(1, 250)
+    ours, theirs = f"10.213.{n}.1", f"10.213.{n}.2"
+    steps = [
+        ["ip", "netns", "add", ns],
+        ["ip", "link", "add", here, "type", "veth", "peer", "name", there],
+        ["ip", "link", "set", there, "netns", ns],
+        ["ip", "addr", "add", f"{ours}/30", "dev", here],
+        ["ip", "link", "set", here, "up"],
+        ["ip", "netns", "exec", ns, "ip", "addr", "add", f"{theirs}/30", "dev", there],
+        ["ip", "netns", "exec", ns, "ip", "link", "set", there, "up"],
+    ]
+    try:
+        for step in steps:
+            done = subprocess.run(step, capture_output=True, text=True)
+            if done.returncode:
+                pytest.skip(f"cannot make a network namespace here: {' '.join(step)}: {done.stderr.strip()}")
+        yield ns, ours, theirs
+    finally:
+        subprocess.run(["ip", "link", "del", here], capture_output=True)
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+@pytest.mark.slow
+async def test_the_gate_matches_the_peers_address_off_loopback(tmp_path: Path) -> None:
+    """From a network namespace's own address: refused while the NameServer lists the group's slave on
+    another host (loopback), admitted once it lists one at that address."""
+    with peer_namespace() as (ns_name, ours, theirs):
+        namesrv = Namesrv(NamesrvController(namesrv_config(tmp_path)), RemotingClient())
+        await namesrv.controller.start()
+        master = await start_broker(
+            tmp_path / "m", listen_host=ours, broker_ip1=ours, namesrv_addr=namesrv.addr, **SMALL
+        )
+        client = RemotingClient()
+        try:
+            assert (await BrokerClient(master.addr, client).send("Far", b"x" * 100)).code == 0
+            ha = str(master.config.ha_listen_port)
+
+            def peer_reads() -> int:
+                argv = ["ip", "netns", "exec", ns_name, sys.executable, "-c", _PEER_SCRIPT, ours, ha]
+                return int(subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout)
+
+            assert (await namesrv.register({}, broker_addr="127.0.0.1:1", broker_id=1)).code == 0
+            assert await asyncio.to_thread(peer_reads) == 0
+            assert (await namesrv.register({}, broker_addr=f"{theirs}:1", broker_id=2)).code == 0
+            await asyncio.sleep(1.1)  # the gate looks its slaves up again at most once a second
+            assert await asyncio.to_thread(peer_reads) > 0
+        finally:
+            await client.close()
+            await master.stop()
+            await namesrv.client.close()
+            await namesrv.controller.stop()
+
+
+def test_the_walk_back_finds_the_last_shared_record_across_files(tmp_path: Path) -> None:
+    """``common_end`` against a master that holds the same records up to ``shared`` and others (or
+    nothing) after it: the end of the last shared record, wherever it is, in a few requests."""
+    file_size = 64 * 1024
+    with DefaultMessageStore(small_config(tmp_path, mapped_file_size_commit_log=file_size)) as store:
+        for i in range(1000):
+            assert store.put_message(Message("W", os.urandom(100 + i % 400), queue_id=i % 3)).ok
+        end = store.max_phy_offset
+        assert end > 5 * file_size
+        starts = [s for f in range(0, end, file_size) for s, _n in record_spans(store, f, end)]
+        for shared, other in [
+            (end, None),  # all shared
+            (starts[517], None),  # the master ends there (restored from an older disk)
+            (starts[40], b"x"),  # the master holds other records from there on (five files back)
+            (starts[-1], b"x"),  # only the last record differs
+            (starts[0], b"x"),  # nothing shared
+            (file_size, b"x"),  # from the second file's first record on
+        ]:
+            asked: list[int] = []
+
+            async def master_at(
+                offset: int, shared: int = shared, other: bytes | None = other, asked: list[int] = asked
+            ) -> bytes | None:
+                asked.append(offset)
+                if offset < shared:
+                    head = store.read_commit_log(offset, 4)
+                    assert head is not None
+                    return store.read_commit_log(offset, int.from_bytes(head, "big"))
+                return other
+
+            assert asyncio.run(common_end(store, master_at)) == shared
+            assert len(asked) <= 2 * (end // file_size + 1) + 12  # by file, then a binary search
+
+
+async def test_the_master_closes_a_slave_whose_offset_is_no_record_boundary(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    namesrv = Namesrv(NamesrvController(namesrv_config(tmp_path)), RemotingClient())
+    await namesrv.controller.start()
+    master = await start_broker(tmp_path / "m", namesrv_addr=namesrv.addr, **SMALL)
+    client = RemotingClient()
+    try:
+        for i in range(3):
+            assert (await BrokerClient(master.addr, client).send("B", b"%d" % i * 100, queue_id=0)).code == 0
+        assert (await namesrv.register({}, broker_addr="127.0.0.1:1", broker_id=1)).code == 0
+        first = master.store.read_commit_log(0, 4)
+        assert first is not None
+        size = int.from_bytes(first, "big")
+        port = master.config.ha_listen_port
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode_report(size // 2))  # inside the first record
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 10) == b""
+        writer.close()
+        assert f"reports offset {size // 2}, where no record of this master's CommitLog starts" in caplog.text
+        assert f"(it ends at {master.store.max_phy_offset})" in caplog.text
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode_report(size))  # the second record's start: streamed from there
+        await writer.drain()
+        offset, length = FRAME_HEADER.unpack(await asyncio.wait_for(reader.readexactly(12), 10))
+        assert (offset, length) == (size, master.store.max_phy_offset - size)
+        writer.close()
+    finally:
+        await client.close()
+        await master.stop()
+        await namesrv.client.close()
+        await namesrv.controller.stop()

@@ -1,0 +1,143 @@
+"""Loopback unless told otherwise, and protected mode: with ACL off and a listener beyond loopback, a
+peer off loopback may send and consume but not change data or configuration."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+
+from daemon.broker.config import BrokerConfig, load_broker_config
+from daemon.namesrv.config import NamesrvConfig
+from daemon.namesrv.controller import NamesrvController
+from daemon.protect import PROTECTED_CODES, binds_beyond_loopback, is_loopback, protection, refusal
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.safe_config import FORCE_FIELD
+from tests.support.broker import send_fields, start_cluster, stop_cluster
+from tests.support.netns import peer_namespace
+
+R = RequestCode
+
+
+def test_the_decision_on_addresses() -> None:
+    for ip in ("127.0.0.1", "127.8.9.10", "::1", "::ffff:127.0.0.1"):
+        assert is_loopback(ip) and refusal(ip, R.UPDATE_AND_CREATE_TOPIC) is None
+    for ip in ("10.0.0.2", "192.168.1.5", "::ffff:10.0.0.2", "fe80::1%eth0", "2001:db8::1", "", "?"):
+        assert not is_loopback(ip)
+        remark = refusal(ip, R.DELETE_TOPIC_IN_BROKER)
+        assert remark is not None and "aclEnable=true" in remark and "protectedMode=false" in remark
+    for code in (R.SEND_MESSAGE, R.SEND_MESSAGE_V2, R.SEND_BATCH_MESSAGE, R.PULL_MESSAGE, R.HEART_BEAT,
+                 R.UPDATE_CONSUMER_OFFSET, R.REGISTER_BROKER, R.UNREGISTER_BROKER, R.QUERY_DATA_VERSION,
+                 R.GET_ROUTEINFO_BY_TOPIC, R.GET_BROKER_CONFIG, R.END_TRANSACTION):  # fmt: skip
+        assert refusal("10.0.0.2", code) is None, code
+    for code in (R.UPDATE_BROKER_CONFIG, R.UPDATE_NAMESRV_CONFIG, R.PUT_KV_CONFIG, R.DELETE_EXPIRED_COMMITLOG,
+                 R.CLEAN_EXPIRED_CONSUMEQUEUE, R.INVOKE_BROKER_TO_RESET_OFFSET, R.WIPE_WRITE_PERM_OF_BROKER,
+                 R.ADD_WRITE_PERM_OF_BROKER, R.DELETE_TOPIC_IN_NAMESRV, R.UPDATE_AND_CREATE_ACL_CONFIG,
+                 R.GET_BROKER_CLUSTER_ACL_CONFIG, R.DELETE_SUBSCRIPTIONGROUP):  # fmt: skip
+        assert code in PROTECTED_CODES
+    # this machine over another of its addresses (mqctl connecting to the address a broker registered)
+    assert refusal("10.0.0.5", R.UPDATE_AND_CREATE_TOPIC, local_ip="10.0.0.5") is None
+    assert refusal("10.0.0.6", R.UPDATE_AND_CREATE_TOPIC, local_ip="10.0.0.5") is not None
+    assert refusal("", R.UPDATE_AND_CREATE_TOPIC, local_ip="") is not None
+    assert (
+        binds_beyond_loopback("0.0.0.0") and binds_beyond_loopback("::") and binds_beyond_loopback("10.1.1.1")
+    )
+    assert not binds_beyond_loopback("127.0.0.1") and not binds_beyond_loopback("::1")
+    assert protection(enabled=True, acl_enable=False, hosts=["0.0.0.0"]).active
+    assert not protection(enabled=True, acl_enable=False, hosts=["127.0.0.1"]).active
+    assert not protection(enabled=True, acl_enable=True, hosts=["0.0.0.0"]).active
+    assert not protection(enabled=False, acl_enable=False, hosts=["0.0.0.0"]).active
+
+
+def test_daemons_listen_on_loopback_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for var in ("MQCTL_LISTEN_HOST", "MQCTL_BROKER_IP1"):
+        monkeypatch.delenv(var, raising=False)
+    plain = BrokerConfig(store_path_root_dir=str(tmp_path))
+    assert (plain.listen_host, plain.broker_ip1) == ("127.0.0.1", "127.0.0.1")
+    assert "loopback only" in plain.listen_why and "listenHost=0.0.0.0" in plain.listen_why
+    assert NamesrvConfig().listen_host == "127.0.0.1"
+    # a RocketMQ broker.conf has no listenHost: its brokerIP1 says clients reach it there, as 4.9.8 binds
+    conf = tmp_path / "broker.conf"
+    conf.write_text("brokerClusterName=DefaultCluster\nbrokerName=broker-a\nbrokerIP1=10.1.2.3\n")
+    rocketmq = load_broker_config(conf, {"store_path_root_dir": str(tmp_path)})
+    assert (rocketmq.listen_host, rocketmq.broker_ip1) == ("0.0.0.0", "10.1.2.3")
+    assert "brokerIP1=10.1.2.3" in rocketmq.listen_why
+    told = load_broker_config(conf, {"store_path_root_dir": str(tmp_path), "listen_host": "127.0.0.1"})
+    assert told.listen_host == "127.0.0.1"
+    monkeypatch.setenv("MQCTL_LISTEN_HOST", "0.0.0.0")
+    assert load_broker_config(None, {"store_path_root_dir": str(tmp_path)}).listen_host == "0.0.0.0"
+
+
+@pytest.mark.slow
+async def test_an_admin_write_from_a_peer_off_loopback_is_refused(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same admin write from 127.0.0.1 passes and from a network namespace's peer is refused with
+    the remark; that peer's sends still go through. With protectedMode=false the peer's write passes,
+    but its mqctlForce marker still does not shorten retention (only the broker's own host may)."""
+    with peer_namespace() as peer:
+        namesrv = NamesrvController(
+            NamesrvConfig(listen_host="0.0.0.0", listen_port=0, data_dir=tmp_path / "ns-open")
+        )
+        await namesrv.start()
+        with caplog.at_level(logging.INFO, logger="daemon.broker.broker"):
+            handle = await start_cluster(tmp_path / "protected", listen_host="0.0.0.0")
+        try:
+            started = [r.getMessage() for r in caplog.records if "serving at" in r.getMessage()]
+            assert started and "listening on 0.0.0.0:" in started[0] and "protected mode on" in started[0]
+            addr = f"{peer.host_ip}:{handle.broker.server.port}"
+
+            def create(topic: str) -> tuple[int, dict[str, str], str]:
+                fields = {"topic": topic, "defaultTopic": "TBW102", "readQueueNums": "1", "writeQueueNums": "1",
+                          "perm": "6", "topicFilterType": "SINGLE_TAG"}  # fmt: skip
+                return (R.UPDATE_AND_CREATE_TOPIC, fields, "")
+
+            local = await handle.call(*create("FromLoopback")[:2])
+            assert local.code == ResponseCode.SUCCESS, local.remark
+            # this machine through another of its addresses (the one a broker on 0.0.0.0 registers)
+            own = await handle.client.invoke(addr, RemotingCommand.request(*create("FromOwnAddress")[:2]))
+            assert own.code == ResponseCode.SUCCESS, own.remark
+            (refused, sent, config, kv) = await peer.send(
+                addr,
+                [
+                    create("FromPeer"),
+                    (R.SEND_MESSAGE_V2, send_fields("FromLoopback"), "hello"),
+                    (R.UPDATE_BROKER_CONFIG, {}, "brokerPermission=4\n"),
+                    (R.PUT_KV_CONFIG, {"namespace": "N", "key": "k", "value": "v"}, ""),
+                ],
+            )
+            assert refused[0] == ResponseCode.NO_PERMISSION and config[0] == ResponseCode.NO_PERMISSION
+            assert f"from {peer.peer_ip}" in refused[1]
+            assert "aclEnable=true" in refused[1] and "protectedMode=false" in refused[1]
+            assert sent[0] == ResponseCode.SUCCESS, sent[1]  # client traffic is untouched
+            assert kv[0] == ResponseCode.REQUEST_CODE_NOT_SUPPORTED  # (a broker code check, not the guard's)
+            assert (
+                handle.broker.topics.get("FromPeer") is None and handle.broker.config.broker_permission == 6
+            )
+            (ns_put,) = await peer.send(
+                f"{peer.host_ip}:{namesrv.port}",
+                [(R.PUT_KV_CONFIG, {"namespace": "N", "key": "k", "value": "v"}, "")],
+            )
+            assert ns_put[0] == ResponseCode.NO_PERMISSION and "protectedMode=false" in ns_put[1]
+            assert namesrv.kv.get("N", "k") is None
+        finally:
+            await stop_cluster(handle)
+            await namesrv.stop()
+
+        opened = await start_cluster(tmp_path / "opened", listen_host="0.0.0.0", protected_mode=False)
+        try:
+            assert not opened.broker.protection.active
+            addr = f"{peer.host_ip}:{opened.broker.server.port}"
+            (created, wipe) = await peer.send(
+                addr,
+                [create("FromPeer"), (R.UPDATE_BROKER_CONFIG, {FORCE_FIELD: "true"}, "fileReservedTime=0\n")],
+            )
+            assert created[0] == ResponseCode.SUCCESS and opened.broker.topics.get("FromPeer") is not None
+            assert wipe[0] == ResponseCode.NO_PERMISSION and "admin-signed" in wipe[1]
+            assert opened.broker.config.file_reserved_time == 72
+        finally:
+            await stop_cluster(opened)

@@ -1,0 +1,101 @@
+"""A network namespace the test makes itself, joined to this one by a veth pair, as a peer off loopback.
+
+The pair's two addresses (10.x, a /30) exist only inside this machine: the host end in the test's own
+namespace, the other end in the new one. A process run in the namespace reaches the host end's address
+and nothing else (no route leaves the pair), and the daemon sees it come from the namespace's address,
+not from loopback. Making a namespace needs CAP_NET_ADMIN; where the machine refuses, `peer_namespace`
+skips the test and says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+
+#: Sends each request of argv[2] (JSON [[code, extFields, body], ...]) to argv[1] and prints the answers.
+_CLIENT = """
+import asyncio, json, sys
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.command import RemotingCommand
+
+async def main():
+    answers = []
+    async with RemotingClient() as client:
+        for code, fields, body in json.loads(sys.argv[2]):
+            r = await client.invoke(sys.argv[1], RemotingCommand.request(code, fields, body.encode()), 10)
+            answers.append([r.code, r.remark or ""])
+    print(json.dumps(answers))
+
+asyncio.run(main())
+"""
+
+
+@dataclass(frozen=True)
+class PeerNamespace:
+    name: str
+    host_ip: str  # this namespace's end of the pair
+    peer_ip: str  # the namespace's end: where its requests come from
+
+    async def send(self, addr: str, requests: list[tuple[int, dict[str, str], str]]) -> list[tuple[int, str]]:
+        """Send requests from inside the namespace (a subprocess there, so the caller's loop keeps
+        serving); the answers' (code, remark)."""
+        proc = await asyncio.create_subprocess_exec(
+            "ip",
+            "netns",
+            "exec",
+            self.name,
+            sys.executable,
+            "-c",
+            _CLIENT,
+            addr,
+            json.dumps(requests),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=dict(os.environ),
+        )
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+        assert proc.returncode == 0, err.decode()
+        return [(int(code), str(remark)) for code, remark in json.loads(out)]
+
+
+def _ip(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["ip", *args], capture_output=True, text=True, timeout=20, check=False)
+
+
+@contextmanager
+def peer_namespace() -> Iterator[PeerNamespace]:
+    """A namespace with a veth pair 10.X.Y.1 (here) / 10.X.Y.2 (there); removed afterwards."""
+    tag = f"{os.getpid() % 100_000:05d}"
+    name, host_end, peer_end = f"mqctl-peer-{tag}", f"mqh{tag}", f"mqp{tag}"
+    octet2, octet3 = 200 + os.getpid() % 50, (os.getpid() // 50) % 256
+    host_ip, peer_ip = f"10.{octet2}.{octet3}.1", f"10.{octet2}.{octet3}.2"
+    made = _ip("netns", "add", name)
+    if made.returncode != 0:
+        pytest.skip(f"this machine refuses to make a network namespace: {made.stderr.strip()}")
+    try:
+        steps: list[tuple[Any, ...]] = [
+            ("link", "add", host_end, "type", "veth", "peer", "name", peer_end),
+            ("link", "set", peer_end, "netns", name),
+            ("addr", "add", f"{host_ip}/30", "dev", host_end),
+            ("link", "set", host_end, "up"),
+            ("-n", name, "addr", "add", f"{peer_ip}/30", "dev", peer_end),
+            ("-n", name, "link", "set", peer_end, "up"),
+            ("-n", name, "link", "set", "lo", "up"),
+        ]
+        for step in steps:
+            done = _ip(*step)
+            if done.returncode != 0:
+                pytest.skip(f"this machine refuses 'ip {' '.join(step)}': {done.stderr.strip()}")
+        yield PeerNamespace(name, host_ip, peer_ip)
+    finally:
+        _ip("link", "del", host_end)  # (gone with the namespace too, when it was moved there)
+        _ip("netns", "del", name)

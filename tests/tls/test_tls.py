@@ -1,0 +1,457 @@
+"""TLS on every listener, with real daemons on 127.0.0.1: permissive serves plaintext and TLS at once,
+enforcing refuses plaintext, mutual TLS refuses a client without a trusted certificate, a wrong CA fails
+mqctl with its exit code and one line, brokers register and replicate over TLS, and `up --tls` plus a
+context with `--ca` make a working cluster in two commands."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import ssl
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.broker.broker import Broker
+from daemon.broker.config import load_broker_config
+from daemon.config import ConfigError
+from daemon.namesrv.controller import NamesrvController
+from daemon.remoting.bodies import ClusterInfo
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import RemotingCommandError, RemotingConnectError, RemotingTlsError
+from daemon.remoting.frame import encode_command
+from daemon.remoting.tls import write_local_ca
+from daemon.safe_config import refuse_unsafe
+from mqctl.errors import ConnectError, TlsError
+from store.config import SLAVE
+from store.ha import encode_report
+from tests.daemons import LocalCluster, local_cluster
+from tests.support.broker import BrokerClient, broker_config, replicated, start_broker
+from tests.support.cli import RunCli
+from tests.support.namesrv import namesrv_config
+from tests.support.ports import free_port
+from tests.support.up import mqctl_up
+from tests.support.waiting import wait_until
+
+
+@pytest.fixture(scope="module")
+def certs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    return write_local_ca(tmp_path_factory.mktemp("certs"))
+
+
+@pytest.fixture(scope="module")
+def other_ca(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """A second CA: its certificates are not trusted by the first one's servers, and the other way round."""
+    return write_local_ca(tmp_path_factory.mktemp("other"))
+
+
+def server_keys(certs: dict[str, Path], mode: str = "enforcing", **more: Any) -> dict[str, Any]:
+    """A listener's `tls.*` settings (by field name) on the test CA's server certificate."""
+    return {
+        "tls_server_mode": mode,
+        "tls_server_cert_path": str(certs["server_cert"]),
+        "tls_server_key_path": str(certs["server_key"]),
+        "tls_server_trust_cert_path": str(certs["ca"]),
+        "tls_test_mode_enable": False,
+        **more,
+    }
+
+
+def client_context(certs: dict[str, Path] | None, *, client_cert: bool = False) -> ssl.SSLContext:
+    """A verifying context for the CA of `certs` (None: trust anything, as for a test-mode certificate)."""
+    ctx = ssl.create_default_context(cafile=str(certs["ca"]) if certs else None)
+    if certs is None:
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+    elif client_cert:
+        ctx.load_cert_chain(certs["client_cert"], certs["client_key"])
+    return ctx
+
+
+async def cluster_info(addr: str, ssl_context: ssl.SSLContext | None) -> ClusterInfo:
+    async with RemotingClient(ssl=ssl_context) as client:
+        response = await client.invoke_checked(
+            addr, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, {}), 5.0
+        )
+    return ClusterInfo.loads(response.body)
+
+
+async def start_namesrv(tmp_path: Path, **overrides: Any) -> NamesrvController:
+    namesrv = NamesrvController(namesrv_config(tmp_path, **overrides))
+    await namesrv.start()
+    return namesrv
+
+
+# ------------------------------------------------------------------------------------------ modes
+
+
+async def test_permissive_default_serves_plaintext_and_tls_at_once(tmp_path: Path) -> None:
+    """The default (permissive, test mode) answers a plaintext and a TLS client on one port, concurrently;
+    the test-mode certificate is made only when the first TLS client arrives."""
+    namesrv = await start_namesrv(tmp_path)
+    addr = f"127.0.0.1:{namesrv.port}"
+    try:
+        await cluster_info(addr, None)
+        assert namesrv.server.tls is not None and namesrv.server.tls._context is None  # nobody paid for it
+        plain, tls = RemotingClient(), RemotingClient(ssl=client_context(None))
+        request = lambda: RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, {})  # noqa: E731
+        answers = await asyncio.gather(
+            *(c.invoke(addr, request(), 5.0) for c in (plain, tls, plain, tls) for _ in range(5))
+        )
+        assert {a.code for a in answers} == {ResponseCode.SUCCESS}
+        ciphers = {c.peer: c._transport.get_extra_info("cipher") for c in namesrv.server.connections}  # type: ignore[union-attr]
+        assert sorted(cipher is not None for cipher in ciphers.values()) == [False, True], ciphers
+        await plain.close()
+        await tls.close()
+    finally:
+        await namesrv.stop()
+
+
+async def test_enforcing_refuses_plaintext(tmp_path: Path, certs: dict[str, Path]) -> None:
+    namesrv = await start_namesrv(tmp_path, **server_keys(certs))
+    addr = f"127.0.0.1:{namesrv.port}"
+    try:
+        with pytest.raises(RemotingConnectError, match="connection closed"):
+            await cluster_info(addr, None)
+        assert namesrv.server.tls_refused == 1
+        await cluster_info(addr, client_context(certs))  # TLS with the right CA: served
+        assert not namesrv.server.connections  # (the refused one left nothing behind)
+    finally:
+        await namesrv.stop()
+
+
+async def test_disabled_closes_a_tls_handshake(tmp_path: Path) -> None:
+    namesrv = await start_namesrv(tmp_path, tls_server_mode="disabled")
+    try:
+        with pytest.raises(RemotingConnectError):
+            await cluster_info(f"127.0.0.1:{namesrv.port}", client_context(None))
+        await cluster_info(f"127.0.0.1:{namesrv.port}", None)
+    finally:
+        await namesrv.stop()
+
+
+async def test_a_client_of_another_ca_fails_the_handshake(
+    tmp_path: Path, certs: dict[str, Path], other_ca: dict[str, Path]
+) -> None:
+    namesrv = await start_namesrv(tmp_path, **server_keys(certs))
+    try:
+        with pytest.raises(RemotingTlsError, match="not trusted"):
+            await cluster_info(f"127.0.0.1:{namesrv.port}", client_context(other_ca))
+    finally:
+        await namesrv.stop()
+
+
+async def test_mutual_tls_refuses_a_client_without_a_trusted_certificate(
+    tmp_path: Path, certs: dict[str, Path], other_ca: dict[str, Path]
+) -> None:
+    namesrv = await start_namesrv(tmp_path, **server_keys(certs, tls_server_need_client_auth="require"))
+    addr = f"127.0.0.1:{namesrv.port}"
+    try:
+        with pytest.raises(RemotingConnectError):  # no certificate at all
+            await cluster_info(addr, client_context(certs))
+        foreign = client_context(certs)
+        foreign.load_cert_chain(other_ca["client_cert"], other_ca["client_key"])
+        with pytest.raises(RemotingConnectError):  # one another CA signed
+            await cluster_info(addr, foreign)
+        assert namesrv.server.tls_refused >= 2
+        await cluster_info(addr, client_context(certs, client_cert=True))
+    finally:
+        await namesrv.stop()
+
+
+# ------------------------------------------------------------------------------------------ config
+
+
+def test_keys_load_from_broker_conf_tls_config_file_and_env(
+    tmp_path: Path, certs: dict[str, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tls_file = tmp_path / "tls.properties"
+    tls_file.write_text(
+        f"tls.server.need.client.auth=require\ntls.server.trustCertPath={certs['ca']}\n"
+        "tls.server.mode=disabled\n"  # 4.9.8 reads neither the mode nor tls.enable from this file
+    )
+    conf = tmp_path / "broker.conf"
+    conf.write_text(
+        f"brokerName=broker-a\ntls.server.mode=enforcing\ntls.test.mode.enable=false\n"
+        f"tls.server.certPath={certs['server_cert']}\ntls.server.keyPath={certs['server_key']}\n"
+        f"tls.config.file={tls_file}\n"
+    )
+    monkeypatch.setenv("MQCTL_TLS_ENABLE", "true")
+    config = load_broker_config(conf, {})
+    settings = config.tls_settings()
+    assert (settings.mode, settings.need_client_auth, settings.server_trust) == (
+        "enforcing",
+        "require",
+        str(certs["ca"]),
+    )
+    assert config.tls_enable and not settings.test_mode
+    tls_file.write_text("tls.server.need.client.auth=require\n")
+    with pytest.raises(ConfigError, match="trustCertPath"):
+        config.tls_settings()
+    config.tls_server_mode = "strict"
+    with pytest.raises(ConfigError, match="disabled, permissive, enforcing"):
+        config.tls_settings()
+
+
+def test_ha_tls_without_a_ca_to_verify_slaves_is_refused_at_start(
+    tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    keys = server_keys(certs, mode="permissive")
+    del keys["tls_server_trust_cert_path"]
+    with pytest.raises(ConfigError, match="trustCertPath"):
+        Broker(broker_config(tmp_path, ha_tls=True, **keys))
+
+
+def test_remote_config_updates_cannot_touch_tls() -> None:
+    for key in ("tls.server.mode", "tls.server.trustCertPath", "tls.test.mode.enable", "haTls"):
+        with pytest.raises(RemotingCommandError, match="black list"):
+            refuse_unsafe({key: "disabled"}, {})
+
+
+# ------------------------------------------------------------------------------------------ brokers
+
+
+async def test_broker_registers_over_tls_and_serves_tls_only(tmp_path: Path, certs: dict[str, Path]) -> None:
+    namesrv = await start_namesrv(tmp_path, **server_keys(certs))
+    ns = f"127.0.0.1:{namesrv.port}"
+    trusted = {"tls_enable": True, "tls_client_trust_cert_path": str(certs["ca"])}
+    broker = await start_broker(tmp_path / "store", namesrv_addr=ns, **server_keys(certs), **trusted)
+    try:
+        info = await cluster_info(ns, client_context(certs))
+        assert info.broker_addr_table["broker-a"].broker_addrs == {0: broker.addr}
+        async with RemotingClient(ssl=client_context(certs)) as client:
+            sent = await BrokerClient(broker.addr, client).send("TlsTopic", b"over tls")
+            assert sent.code == ResponseCode.SUCCESS, sent.remark
+        with pytest.raises(RemotingConnectError):
+            await cluster_info(broker.addr, None)
+    finally:
+        await broker.stop()
+        await namesrv.stop()
+
+
+@pytest.mark.slow
+async def test_slave_replicates_over_mutual_tls_and_a_plaintext_slave_gets_nothing(
+    tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    namesrv = await start_namesrv(tmp_path)
+    ns = f"127.0.0.1:{namesrv.port}"
+    ha = {
+        "ha_tls": True,
+        "ha_listen_port": 0,
+        "ha_send_heartbeat_interval": 500,
+        "namesrv_addr": ns,
+        **server_keys(certs, mode="permissive"),
+    }
+    master = await start_broker(tmp_path / "master", **ha)
+    slave = await start_broker(tmp_path / "slave", broker_id=1, broker_role=SLAVE, **ha)
+    try:
+        async with RemotingClient() as client:
+            for i in range(20):
+                sent = await BrokerClient(master.addr, client).send("HaTlsTopic", b"m%d" % i)
+                assert sent.code == ResponseCode.SUCCESS, sent.remark
+        await replicated(master, slave)
+        assert master.ha_master is not None and master.ha_master.connections
+        # a raw plaintext "slave" reporting offset 0 (which pulled a whole CommitLog before): nothing back
+        reader, writer = await asyncio.open_connection("127.0.0.1", master.ha_master.port)
+        writer.write(encode_report(0))
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(1 << 16), 5.0) == b""
+        writer.close()
+    finally:
+        await slave.stop()
+        await master.stop()
+        await namesrv.stop()
+
+
+@pytest.mark.slow
+async def test_ha_tls_refuses_a_slave_whose_certificate_another_ca_signed(
+    tmp_path: Path, certs: dict[str, Path], other_ca: dict[str, Path]
+) -> None:
+    ha = {"ha_tls": True, "ha_listen_port": 0, **server_keys(certs, mode="permissive")}
+    master = await start_broker(tmp_path / "master", **ha)
+    assert master.ha_master is not None
+    addr = f"127.0.0.1:{master.ha_master.port}"
+    foreign = {
+        **ha,
+        **server_keys(other_ca, mode="permissive"),
+        "tls_client_trust_cert_path": str(certs["ca"]),
+    }
+    slave = await start_broker(
+        tmp_path / "slave", broker_id=1, broker_role=SLAVE, ha_master_address=addr, **foreign
+    )
+    try:
+        await asyncio.sleep(1.0)  # a few connection attempts
+        assert slave.ha_slave is not None and not slave.ha_slave.connected
+        assert not master.ha_master.connections
+    finally:
+        await slave.stop()
+        await master.stop()
+
+
+# ------------------------------------------------------------------------------------------ mqctl
+
+
+@pytest.fixture(scope="module")
+def tls_daemons(tmp_path_factory: pytest.TempPathFactory, certs: dict[str, Path]) -> Iterator[LocalCluster]:
+    """NameServer and broker both TLS-only; the broker registers over TLS."""
+    root = tmp_path_factory.mktemp("tls-cli")
+    with local_cluster(
+        root,
+        namesrv_overrides=server_keys(certs),
+        tls_enable=True,
+        tls_client_trust_cert_path=str(certs["ca"]),
+        **server_keys(certs),
+    ) as cluster:
+        yield cluster
+
+
+def test_mqctl_over_tls_with_ca_flags_and_context(
+    cli: RunCli, tls_daemons: LocalCluster, certs: dict[str, Path], other_ca: dict[str, Path]
+) -> None:
+    env = {"NAMESRV_ADDR": tls_daemons.namesrv_addr}
+    wrong = cli("--ca", str(other_ca["ca"]), "cluster", "list", env=env)
+    assert wrong.code == TlsError.exit_code, wrong.stderr
+    assert wrong.stderr.count("\n") == 1 and "not trusted" in wrong.stderr, wrong.stderr
+    plain = cli("cluster", "list", env=env)
+    assert plain.code == ConnectError.exit_code and "--tls" in plain.stderr, plain.stderr
+    listed = cli("--ca", str(certs["ca"]), "cluster", "list", "-o", "json", env=env)
+    assert listed.code == 0, listed.stderr
+    assert [b["addr"] for b in listed.json()] == [tls_daemons.broker_addr]
+    added = cli("context", "add", "secure", "-n", tls_daemons.namesrv_addr, "--ca", str(certs["ca"]), "--use")
+    assert added.code == 0, added.stderr
+    assert cli("context", "ls", "-o", "json").json()[0]["tls"] is True
+    sent = cli("msg", "send", "-t", "TlsCliTopic", "hello over tls", "-o", "json")  # NameServer, then broker
+    assert sent.code == 0, sent.stderr
+    insecure = cli("--insecure", "cluster", "list", "-n", tls_daemons.namesrv_addr)
+    assert insecure.code == 0, insecure.stderr
+
+
+def test_mqctl_bench_produce_over_tls(cli: RunCli, tls_daemons: LocalCluster, certs: dict[str, Path]) -> None:
+    env = {"NAMESRV_ADDR": tls_daemons.namesrv_addr}
+    run = cli(
+        "--ca",
+        str(certs["ca"]),
+        "bench",
+        "produce",
+        "-t",
+        "TlsBench",
+        "--count",
+        "200",
+        "-o",
+        "json",
+        env=env,
+    )
+    assert run.code == 0, run.stderr
+    assert run.json()["messages"] == 200 and run.json()["failures"] == 0
+
+
+def test_tls_init_writes_a_ca_and_refuses_to_overwrite(cli: RunCli, tmp_path: Path) -> None:
+    made = cli("tls", "init", str(tmp_path / "pki"), "--san", "broker.internal", "-o", "json")
+    assert made.code == 0, made.stderr
+    files = {row["role"]: Path(row["file"]) for row in made.json()}
+    assert (files["server_key"].stat().st_mode & 0o077) == 0
+    from cryptography import x509
+
+    cert = x509.load_pem_x509_certificate(files["server_cert"].read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == ["broker.internal"]
+    again = cli("tls", "init", str(tmp_path / "pki"))
+    assert again.code == 4 and again.stderr.count("\n") == 1, again.stderr
+
+
+@pytest.mark.slow
+async def test_up_tls_and_a_context_with_ca_work_in_two_commands(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    ns_port, broker_port = free_port(), free_port()
+    data = tmp_path / "data"
+    args = ["--tls", "--broker-port", str(broker_port), "--metrics-port", "0"]
+    async with mqctl_up(data, cli_env, ns_port, *args) as up:
+        up.env.pop("NAMESRV_ADDR")
+        await asyncio.to_thread(
+            up.mq,
+            "context",
+            "add",
+            "local-tls",
+            "-n",
+            f"127.0.0.1:{ns_port}",
+            "--ca",
+            str(data / "tls" / "ca.pem"),
+            "--use",
+        )
+
+        async def listed() -> bool:
+            rows = await asyncio.to_thread(up.mq, "cluster", "list")
+            return [r["addr"] for r in rows] == [f"127.0.0.1:{broker_port}"]
+
+        await wait_until(listed, 10)
+        with socket.create_connection(("127.0.0.1", ns_port)) as raw:  # and plaintext is refused
+            raw.sendall(encode_command(RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, {})))
+            raw.settimeout(5)
+            try:
+                answer = raw.recv(1)
+            except ConnectionResetError:  # closed with our request unread: a reset
+                answer = b""
+            assert answer == b""
+    assert up.code == 0
+
+
+async def test_config_answers_never_carry_a_key_password(tmp_path: Path) -> None:
+    namesrv = await start_namesrv(tmp_path, tls_server_mode="disabled", tls_server_key_password="hunter2")
+    try:
+        async with RemotingClient() as client:
+            answer = await client.invoke_checked(
+                f"127.0.0.1:{namesrv.port}", RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG, {}), 5.0
+            )
+        assert "tls.server.keyPassword=******" in answer.body.decode() and b"hunter2" not in answer.body
+    finally:
+        await namesrv.stop()
+
+
+@pytest.fixture(scope="module")
+def mutual_daemons(
+    tmp_path_factory: pytest.TempPathFactory, certs: dict[str, Path]
+) -> Iterator[LocalCluster]:
+    """Both daemons require a client certificate; the broker registers with the CA's client certificate."""
+    root = tmp_path_factory.mktemp("mtls-cli")
+    required = server_keys(certs, tls_server_need_client_auth="require")
+    with local_cluster(
+        root,
+        namesrv_overrides=required,
+        tls_enable=True,
+        tls_client_trust_cert_path=str(certs["ca"]),
+        tls_client_cert_path=str(certs["client_cert"]),
+        tls_client_key_path=str(certs["client_key"]),
+        **required,
+    ) as cluster:
+        yield cluster
+
+
+def test_mqctl_mutual_tls_needs_cert_and_key(
+    cli: RunCli, mutual_daemons: LocalCluster, certs: dict[str, Path]
+) -> None:
+    env = {"NAMESRV_ADDR": mutual_daemons.namesrv_addr}
+    anonymous = cli("--ca", str(certs["ca"]), "cluster", "list", env=env)
+    assert anonymous.code == ConnectError.exit_code, anonymous.stderr
+    assert anonymous.stderr.count("\n") == 1 and "--cert/--key" in anonymous.stderr, anonymous.stderr
+    half = cli("--ca", str(certs["ca"]), "--cert", str(certs["client_cert"]), "cluster", "list", env=env)
+    assert half.code == 2, half.stderr
+    mutual = [
+        "--ca",
+        str(certs["ca"]),
+        "--cert",
+        str(certs["client_cert"]),
+        "--key",
+        str(certs["client_key"]),
+    ]
+    listed = cli(*mutual, "cluster", "list", "-o", "json", env=env)
+    assert listed.code == 0, listed.stderr
+    assert [b["addr"] for b in listed.json()] == [
+        mutual_daemons.broker_addr
+    ]  # it registered with its certificate
+    sent = cli(*mutual, "msg", "send", "-t", "MutualTopic", "hello", env=env)
+    assert sent.code == 0, sent.stderr
