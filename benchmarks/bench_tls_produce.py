@@ -29,6 +29,7 @@ from bench_acl_produce import (
     mqctl,
 )  # run as a script: benchmarks/ is on sys.path
 from bench_broker_produce import local_cluster
+from benchlib import summary
 
 from daemon.remoting.tls import write_local_ca
 
@@ -83,11 +84,11 @@ def main() -> None:
     cpu_plain, cpu_tls = (statistics.median(c for _, c, _ in figures[m]) for m in modes)
     client_plain, client_tls = (statistics.median(c for _, _, c in figures[m]) for m in modes)
     paired = statistics.median(b[0] / a[0] for a, b in zip(figures["plain"], figures["tls"], strict=True))
-    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    print(
-        f"tls/plain sends/s {paired:.1%} (median of {args.runs} rounds; medians {tls:,.0f} / {plain:,.0f}); "
-        f"broker CPU per send tls {cpu_tls:.1f} µs, plain {cpu_plain:.1f} µs; client tls {client_tls:.1f}, "
-        f"plain {client_plain:.1f}; load average {load}"
+    summary(
+        __file__,
+        f"tls/plain sends/s {paired:.1%}",
+        f"median of {args.runs} paired rounds; medians {tls:,.0f} / {plain:,.0f} sends/s; broker CPU per send "
+        f"tls {cpu_tls:.1f} µs, plain {cpu_plain:.1f} µs; client tls {client_tls:.1f}, plain {client_plain:.1f}",
     )
 
 

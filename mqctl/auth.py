@@ -50,6 +50,7 @@ def _pair(access_key: str | None, secret_key: str | None, source: str) -> Creden
 def set_flags(access_key: str | None, secret_key: str | None) -> None:
     """Record the global flags (the root command calls this once)."""
     _state["flags"] = _pair(access_key, secret_key, "--access-key/--secret-key")
+    _state["context"] = None  # a context chosen by an earlier invocation in this process is not this one's
 
 
 def use_context(name: str, access_key: str | None, secret_key_file: str | None) -> None:

@@ -64,7 +64,8 @@ _state: dict[str, tuple[TlsOptions, str] | None] = {"flags": None, "context": No
 
 
 def set_flags(tls: bool, ca: str | None, cert: str | None, key: str | None, insecure: bool) -> None:
-    """Record the global flags (the root command calls this once)."""
+    """Record the global flags (the root command calls this once, before any context is chosen)."""
+    _state["context"] = None  # a context chosen by an earlier invocation in this process is not this one's
     if tls or ca or cert or key or insecure:
         _state["flags"] = (TlsOptions(ca, cert, key, insecure), "--tls")
     else:

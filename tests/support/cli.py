@@ -201,5 +201,8 @@ def run_in_process(
 
     with _lock, _process_state({**base_env, **(env or {})}, stdin, stdout, stderr):
         _reset_module_state()
-        code = _in_main_thread(call)
+        try:
+            code = _in_main_thread(call)
+        finally:
+            _reset_module_state()  # nor does a later test's own client see this run's (TLS, credentials)
     return CliResult(code, _text(stdout), _text(stderr))
