@@ -326,7 +326,7 @@ def verify(
         report = si.verify(store, max_problems=max_problems, progress=advance)
     quarantined = quarantine_rows(store)
     compared = None
-    if against is not None:
+    if against is not None and not report.interrupted:  # Ctrl-C stops here too: report what was checked
         from mqctl.admin.client import run_admin
 
         if not against.rpartition(":")[2].isdigit():

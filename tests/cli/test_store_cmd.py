@@ -17,6 +17,7 @@ import yaml
 
 from tests.support.cli import RunCli
 from tests.support.paths import store_a_manifest
+from tests.support.ports import free_port
 from tests.support.stores import keyed_store, unpack_store_a
 
 
@@ -553,3 +554,21 @@ def test_ctrl_c_in_verify_prints_the_partial_report_and_one_line(
     assert line == f"mqctl: error: interrupted {report['interrupted']}: the report covers what was checked"
     table = cli("store", "verify", "--store", str(store_a))
     assert table.code == 130 and "interrupted" in table.stdout
+
+
+def test_ctrl_c_in_verify_does_not_go_on_to_compare_with_a_broker(
+    cli: RunCli, store_a: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupted verify with --against reports and exits 130 at once: the comparison (minutes of
+    requests on a large store) is not started after the operator asked to stop."""
+    from store import inspect
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inspect, "_verify_queues", interrupted)
+    result = cli(
+        "store", "verify", "--store", str(store_a), "--against", f"127.0.0.1:{free_port()}", "-o", "json"
+    )
+    assert result.code == 130, result.stderr
+    assert "against" not in result.json()
