@@ -212,7 +212,8 @@ class ReplicaRecords:
 def is_record_boundary(store: ReplicaStore, offset: int) -> bool:
     """Whether ``offset`` is where a record of ``store``'s CommitLog starts or the log ends: a file's
     start, an end-of-file filler, or a record that parses and names ``offset`` as its own. What a master
-    checks a slave's first report against: any other offset means the two logs differ there."""
+    checks a slave's first report against: a 4.9.8 slave reports any other offset after a connection cut a
+    record (it appends frames raw), ours never does, so the master says so and streams from there."""
     end = store.max_phy_offset
     if offset in (0, end):
         return True  # (0: an empty slave)

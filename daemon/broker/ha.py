@@ -2,8 +2,8 @@
 and HAClient.
 
 The master accepts on its HA listener only the hosts its NameServers list as slaves of its group
-(:class:`SlaveGate`) and streams raw CommitLog bytes from each slave's reported offset, once that is a
-record boundary of its own log; acks advance ``push2slave_max_offset``, which SYNC_MASTER sends wait for
+(:class:`SlaveGate`) and streams raw CommitLog bytes from each slave's reported offset (within its log;
+inside a record too, as 4.9.8 does for a 4.9.8 slave that kept a partial record); acks advance ``push2slave_max_offset``, which SYNC_MASTER sends wait for
 (a group commit: every waiting send whose record ends at or below an ack is answered at once). The
 slave first checks its last record against the master's (:func:`common_end`) and sets aside a tail the
 master does not hold, then connects to the master's HA address, reports its CommitLog end, and appends
@@ -194,8 +194,9 @@ class SlaveConnection:
                 continue
             end = self.master.store.max_phy_offset
             if offset > end:
-                log.warning(
-                    "HA slave %s reports offset %d beyond the master's end %d: closing",
+                log.error(
+                    "HA slave %s reports offset %d, beyond this master's end %d (a master restored from an "
+                    "older disk, or not its master): closing",
                     self.addr,
                     offset,
                     end,
@@ -203,14 +204,15 @@ class SlaveConnection:
                 return
             if self.acked < 0:
                 if not is_record_boundary(self.master.store, offset):
-                    log.error(
-                        "HA slave %s reports offset %d, where no record of this master's CommitLog starts "
-                        "(it ends at %d): the two logs differ there; closing",
+                    # 4.9.8's HAClient appends frames raw, so after a lost connection it reports where the
+                    # last frame cut a record: stream from there as 4.9.8's WriteSocketService does
+                    log.warning(
+                        "HA slave %s reports offset %d, where no record of this master's CommitLog starts (it "
+                        "ends at %d): streaming from there, as 4.9.8 does for a slave that kept a partial record",
                         self.addr,
                         offset,
                         end,
                     )
-                    return
                 self.transfer_offset = transfer_start(offset, end, self.master.store.commit_log_file_size)
                 log.info(
                     "HA slave %s requests offset %d, transfer starts at %d",

@@ -499,9 +499,13 @@ def test_the_walk_back_finds_the_last_shared_record_across_files(tmp_path: Path)
             assert len(asked) <= 2 * (end // file_size + 1) + 12  # by file, then a binary search
 
 
-async def test_the_master_closes_a_slave_whose_offset_is_no_record_boundary(
+async def test_the_master_streams_from_a_mid_record_report_as_4_9_8_does(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A real 4.9.8 slave appends the master's frames raw (``HAClient#dispatchReadRequest``) and reports
+    ``getMaxPhyOffset()``, so after a lost connection it reconnects with an offset inside a record: the
+    master streams from exactly there, with one WARNING per connection. A report past the master's end is
+    still closed, with an ERROR naming both offsets."""
     namesrv = Namesrv(NamesrvController(namesrv_config(tmp_path)), RemotingClient())
     await namesrv.controller.start()
     master = await start_broker(tmp_path / "m", namesrv_addr=namesrv.addr, **SMALL)
@@ -510,23 +514,35 @@ async def test_the_master_closes_a_slave_whose_offset_is_no_record_boundary(
         for i in range(3):
             assert (await BrokerClient(master.addr, client).send("B", b"%d" % i * 100, queue_id=0)).code == 0
         assert (await namesrv.register({}, broker_addr="127.0.0.1:1", broker_id=1)).code == 0
+        end = master.store.max_phy_offset
         first = master.store.read_commit_log(0, 4)
         assert first is not None
-        size = int.from_bytes(first, "big")
+        mid = int.from_bytes(first, "big") // 2  # inside the first record
         port = master.config.ha_listen_port
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(encode_report(size // 2))  # inside the first record
+        writer.write(encode_report(mid))
+        await writer.drain()
+        offset, length = FRAME_HEADER.unpack(await asyncio.wait_for(reader.readexactly(12), 10))
+        assert (offset, length) == (mid, end - mid)
+        assert await asyncio.wait_for(reader.readexactly(length), 10) == master.store.read_commit_log(
+            mid, end - mid
+        )
+        writer.write(encode_report(mid + 1) + encode_report(end))  # acks inside records: no new WARNING
+        await writer.drain()
+        ha = master.ha_master
+        assert ha is not None
+        await wait_until(lambda: ha.push2slave_max_offset == end)
+        warned = [r for r in caplog.records if "where no record" in r.getMessage()]
+        assert len(warned) == 1 and warned[0].levelname == "WARNING"
+        assert f"offset {mid}" in warned[0].getMessage()
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode_report(end + 7))  # past the master's end: closed
         await writer.drain()
         assert await asyncio.wait_for(reader.read(), 10) == b""
         writer.close()
-        assert f"reports offset {size // 2}, where no record of this master's CommitLog starts" in caplog.text
-        assert f"(it ends at {master.store.max_phy_offset})" in caplog.text
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(encode_report(size))  # the second record's start: streamed from there
-        await writer.drain()
-        offset, length = FRAME_HEADER.unpack(await asyncio.wait_for(reader.readexactly(12), 10))
-        assert (offset, length) == (size, master.store.max_phy_offset - size)
-        writer.close()
+        [error] = [r for r in caplog.records if r.levelname == "ERROR" and "beyond" in r.getMessage()]
+        assert f"{end + 7}" in error.getMessage() and f"{end}" in error.getMessage()
     finally:
         await client.close()
         await master.stop()
