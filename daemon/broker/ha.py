@@ -472,7 +472,13 @@ class MasterRecords:
             return response.body or b""
         if response.code == ResponseCode.SYSTEM_ERROR:
             return None
-        raise TailUncheckable(f"master {addr} answered {response.code} {response.remark}")
+        hint = ""
+        if response.code == ResponseCode.NO_PERMISSION:  # an ACL master: a slave signs nothing (nor 4.9.8's)
+            hint = (
+                "; a slave's requests reach an ACL master only from an address in its "
+                "globalWhiteRemoteAddresses, as its metadata sync needs too"
+            )
+        raise TailUncheckable(f"master {addr} answered {response.code} {response.remark}{hint}")
 
 
 async def common_end(store: ReplicaStore, master_at: Callable[[int], Awaitable[bytes | None]]) -> int:

@@ -36,7 +36,7 @@ from store.record import decode_records
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_damaged_record_kept import flip
 from tests.broker.test_ha import SMALL, commitlog_files, master_and_slave, pull_all, start_slave
-from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
+from tests.support.acl import ADMIN_AK, ADMIN_SK, PLAIN_ACL, write_acl
 from tests.support.broker import BrokerClient, broker_config, replicated, start_broker
 from tests.support.cli import RunCli
 from tests.support.namesrv import Namesrv, namesrv_config
@@ -395,6 +395,34 @@ async def test_a_slave_of_an_acl_master_replicates_though_it_cannot_check_its_ta
                 g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
         await replicated(g.master, g.slave)
         assert "cannot be checked against its master" in caplog.text
+        assert "globalWhiteRemoteAddresses, as its metadata sync needs too" in caplog.text  # the way in
+
+
+@pytest.mark.slow
+async def test_a_slave_in_the_acl_masters_whitelist_checks_its_tail_as_it_syncs(tmp_path: Path) -> None:
+    """A slave signs nothing (4.9.8's neither): its metadata sync gets through an ACL master only from an
+    address in the master's globalWhiteRemoteAddresses, and so does its divergence check. Whitelisted, a
+    slave that ran as a master on its own sets its foreign records aside and syncs the master's topics."""
+    home = tmp_path / "home"
+    write_acl(home, PLAIN_ACL.replace("  - 10.10.103.*\n", "  - 10.10.103.*\n  - 127.0.0.1\n"))
+    signer = Signer(ADMIN_AK, ADMIN_SK)
+    async with master_and_slave(tmp_path, signer=signer, acl_enable=True, rocketmq_home=str(home)) as g:
+        for i in range(20):
+            assert (await g.on(g.master).send("Acl", b"common-%d" % i, queue_id=0)).code == 0
+        await replicated(g.master, g.slave)
+        await g.slave.stop()
+        alone = await start_broker(tmp_path / "slave", **SMALL)  # the slave's store, as a master on its own
+        for i in range(5):
+            assert (await g.on(alone).send("Acl", b"foreign-%d" % i, queue_id=0)).code == 0
+        await alone.stop()
+        for i in range(10):
+            assert (await g.on(g.master).send("Acl", b"later-%d" % i, queue_id=0)).code == 0
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        await replicated(g.master, g.slave)
+        [quarantine] = diverged_quarantines(str(tmp_path / "slave"))
+        assert quarantine.records == 5
+        assert await pull_all(g.on(g.slave), "Acl", 0) == await pull_all(g.on(g.master), "Acl", 0)
+        assert g.slave.topics.get("Acl") == g.master.topics.get("Acl")  # the metadata sync got through
 
 
 _PEER_SCRIPT = """
