@@ -333,6 +333,18 @@ def test_replica_records_refuse_garbage_wrong_offsets_and_bad_crcs(tmp_path: Pat
         master.shutdown()
 
 
+def _in_memory_pair(tmp_path: Path, n: int) -> tuple[InMemoryMessageStore, InMemoryMessageStore]:
+    """An in-memory master holding ``n`` records and an empty in-memory slave, both running."""
+    master = InMemoryMessageStore(small_config(tmp_path / "m"))
+    slave = InMemoryMessageStore(small_config(tmp_path / "s", broker_role=SLAVE))
+    for store in (master, slave):
+        store.open()
+        store.start()
+    for i in range(n):
+        assert master.put_message(_msg(i)).ok
+    return master, slave
+
+
 def _damaged_body(store: DefaultMessageStore | InMemoryMessageStore, offset: int) -> tuple[bytes, bytes]:
     """The record at ``offset`` with one body byte flipped (as a master's recovery finds it and sets it
     aside in place), and its body."""
@@ -352,13 +364,7 @@ def test_a_body_damaged_record_is_taken_and_set_aside_in_place(tmp_path: Path, k
         master: DefaultMessageStore | InMemoryMessageStore = _master(tmp_path / "m", 40)
         slave: DefaultMessageStore | InMemoryMessageStore = _slave(tmp_path / "s")
     else:
-        master = InMemoryMessageStore(small_config(tmp_path / "m"))
-        slave = InMemoryMessageStore(small_config(tmp_path / "s", broker_role=SLAVE))
-        for store in (master, slave):
-            store.open()
-            store.start()
-        for i in range(40):
-            assert master.put_message(_msg(i)).ok
+        master, slave = _in_memory_pair(tmp_path, 40)
     try:
         end = master.max_phy_offset
         spans = record_spans(master, 0, end)
@@ -438,13 +444,7 @@ def test_a_replicas_tail_set_aside_leaves_a_store_that_replicates_on(tmp_path: P
 
 def test_an_in_memory_replicas_tail_set_aside(tmp_path: Path) -> None:
     """The in-memory store drops its tail, units and index entries alike (it has nowhere to keep them)."""
-    master = InMemoryMessageStore(small_config(tmp_path / "m"))
-    slave = InMemoryMessageStore(small_config(tmp_path / "s", broker_role=SLAVE))
-    for store in (master, slave):
-        store.open()
-        store.start()
-    for i in range(50):
-        assert master.put_message(_msg(i)).ok
+    master, slave = _in_memory_pair(tmp_path, 50)
     end = master.max_phy_offset
     data = master.read_commit_log(0, end)
     assert data is not None and slave.append_replica(0, data)
