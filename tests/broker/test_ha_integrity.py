@@ -543,11 +543,11 @@ def test_the_walk_back_passes_records_set_aside_in_place(tmp_path: Path) -> None
         starts = [s for f in range(0, end, file_size) for s, _n in record_spans(store, f, end)]
         damaged = {starts[-1], *starts[100:240]}
         for at in damaged:
-            found = store.look_message_by_offset(at)
-            assert found is not None
+            record = store.look_message_by_offset(at)
+            assert record is not None
             mf = store.commit_log.files.find_file(at)
             assert mf is not None
-            flip(Path(mf.path), at - mf.file_from_offset + bytes(found.raw).index(found.message.body) + 1)
+            flip(Path(mf.path), at - mf.file_from_offset + bytes(record.raw).index(record.message.body) + 1)
         for shared, found in [
             (end, starts[-1]),  # the last record: cut, to be taken again
             (starts[250], starts[250]),  # the master holds more than the damaged run
