@@ -620,7 +620,7 @@ async def test_the_master_streams_from_a_mid_record_report_as_4_9_8_does(
 
 @pytest.mark.slow
 async def test_a_record_its_master_set_aside_in_place_is_set_aside_on_the_slave_too(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, cli: RunCli
 ) -> None:
     """The master's recovery kept a record with a damaged body in its CommitLog, quarantined and never
     served. The slave refused that record (its body CRC fails) and stopped there for good; now it takes
@@ -663,3 +663,10 @@ async def test_a_record_its_master_set_aside_in_place_is_set_aside_on_the_slave_
             ).code == ResponseCode.SUCCESS
         ha = g.master.ha_master
         assert ha is not None and ha.push2slave_max_offset == g.master.store.max_phy_offset
+        await g.slave.stop()
+        verify = await asyncio.to_thread(
+            cli, "store", "verify", "--store", str(tmp_path / "slave"), "-o", "json"
+        )
+        assert verify.code == 0, verify.stdout + verify.stderr  # counted, a note, not a problem
+        report = verify.json()
+        assert report["damaged_set_aside"] == 1 and any(str(v_off) in n for n in report["notes"])
