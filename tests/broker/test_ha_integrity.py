@@ -663,6 +663,7 @@ async def test_a_record_its_master_set_aside_in_place_is_set_aside_on_the_slave_
             ).code == ResponseCode.SUCCESS
         ha = g.master.ha_master
         assert ha is not None and ha.push2slave_max_offset == g.master.store.max_phy_offset
+        await replicated(g.master, g.slave)  # acknowledged is appended; wait for the units too
         await g.slave.stop()
         verify = await asyncio.to_thread(
             cli, "store", "verify", "--store", str(tmp_path / "slave"), "-o", "json"
