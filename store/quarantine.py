@@ -411,10 +411,12 @@ def set_aside_records(
     *,
     recovery: str,
     now_ms: int,
+    who: str = "recovery",
 ) -> Manifest | None:
     """Copy each damaged record ``(error, size)`` whose extent recovery still knew into a new quarantine, and
     log at ERROR: the records stay where they are in the CommitLog (so every later record keeps its offset
-    and stays in service) and are never served. ``None`` when there is none."""
+    and stays in service) and are never served. ``None`` when there is none. ``who`` names what set them
+    aside in the ERROR (a replicating slave takes its master's set-aside records the same way)."""
     taken = _Cut(store_root)
     reasons = []
     for error, size in damaged:
@@ -443,8 +445,9 @@ def set_aside_records(
     )
     taken.write(manifest)
     log.error(
-        "recovery set aside %d damaged record(s) alone (copied under %s), at CommitLog offset(s) %s; every "
+        "%s set aside %d damaged record(s) alone (copied under %s), at CommitLog offset(s) %s; every "
         "later record stays in service: see 'mqctl store verify' and 'mqctl store salvage'",
+        who,
         len(pieces),
         qdir,
         ", ".join(reasons),
