@@ -131,7 +131,21 @@ async def test_the_gate_admits_the_registered_slaves_hosts_only() -> None:
     assert await gate.admits("10.0.0.3")
     slow = SlaveGate(lookup, refresh=3600)
     assert not await slow.admits("10.0.0.9") and not await slow.admits("10.0.0.9")
-    assert looked == 4  # a flood of strangers is one look-up per refresh period
+    assert looked == 5  # a flood of strangers is one look-up per refresh period
+
+
+async def test_the_gate_forgets_a_slave_the_name_servers_no_longer_list() -> None:
+    """A slave host admitted once stayed admitted for the master's life: the cache was asked again only
+    for strangers, so a slave that unregistered or expired (its address now anyone's) still got in."""
+    listed: set[str] = {"10.0.0.2"}
+
+    async def lookup() -> set[str] | None:
+        return set(listed)
+
+    gate = SlaveGate(lookup, refresh=0.0)
+    assert await gate.admits("10.0.0.2")
+    listed.clear()  # the slave is gone from every NameServer
+    assert not await gate.admits("10.0.0.2")
 
 
 async def fake_slave(port: int, stop: asyncio.Event) -> int:
