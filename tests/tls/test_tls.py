@@ -206,6 +206,17 @@ def test_ha_tls_without_a_ca_to_verify_slaves_is_refused_at_start(
         Broker(broker_config(tmp_path, ha_tls=True, **keys))
 
 
+async def test_a_key_that_does_not_load_stops_the_daemon_at_start(
+    tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    """A key that is not the certificate's (or a wrong keyPassword) loaded only when the first TLS client
+    came: an enforcing NameServer started, listened, and closed every client's handshake."""
+    keys = server_keys(certs, tls_server_key_path=str(certs["client_key"]))
+    with pytest.raises(ConfigError, match="tls.server"):
+        namesrv = await start_namesrv(tmp_path, **keys)
+        await namesrv.stop()
+
+
 def test_remote_config_updates_cannot_touch_tls() -> None:
     for key in ("tls.server.mode", "tls.server.trustCertPath", "tls.test.mode.enable", "haTls"):
         with pytest.raises(RemotingCommandError, match="black list"):
