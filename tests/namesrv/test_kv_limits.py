@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import tracemalloc
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,51 @@ async def test_puts_over_a_cap_are_refused_and_not_stored(tmp_path: Path) -> Non
     stored = fastjson.loads(config.kv_config_file.read_bytes())["configTable"]
     assert stored["A"] == {"0": "b" * 90, **{str(i): "a" * 90 for i in range(1, 10)}}
     assert stored["B"] == {str(i): "a" * 90 for i in range(6)}
+
+
+async def test_the_caps_count_what_the_file_holds(tmp_path: Path) -> None:
+    """A control character is one byte in a value and six in kvConfig.json (\\u0001): values of them
+    wrote a file six times kvConfigMaxTotalBytes."""
+    config = namesrv_config(tmp_path, kv_config_max_total_bytes=100_000)
+    controller = NamesrvController(config)
+    await controller.start()
+    try:
+        async with RemotingClient() as client:
+            ns = Namesrv(controller, client)
+            for i in range(50):
+                answer = await ns.call(RequestCode.PUT_KV_CONFIG, put("A", str(i), "\x01" * 10_000))
+                if answer.code != ResponseCode.SUCCESS:
+                    assert "kvConfigMax" in answer.remark
+                    break
+    finally:
+        await controller.stop()
+    written = len(config.kv_config_file.read_bytes())
+    assert written <= 100_000 + 1_000  # the cap, and JSON's punctuation
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="the caps count bytes of names, keys and values, not the entries: a flood of tiny entries "
+    "holds about twenty times the cap in memory; counting a per-entry overhead (~64 bytes) fixes it",
+)
+async def test_a_flood_of_tiny_entries_holds_no_more_than_a_few_times_the_cap(tmp_path: Path) -> None:
+    manager = kvconfig.KVConfigManager(
+        namesrv_config(tmp_path, kv_config_max_total_bytes=64 * 1024, kv_config_max_namespace_bytes=64 * 1024)
+    )
+
+    async def unwritten() -> None:
+        pass
+
+    manager._writer = unwritten  # type: ignore[assignment,method-assign]
+    tracemalloc.start()
+    try:
+        with pytest.raises(kvconfig.KVLimitError):
+            for n in range(1_000_000):
+                await manager.put("A", format(n, "x"), "")
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 4 * 64 * 1024
 
 
 async def test_route_lookups_are_answered_while_kv_puts_wait_for_their_write(
