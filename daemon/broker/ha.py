@@ -243,7 +243,9 @@ class SlaveConnection:
         cfg = self.master.config
         store = self.master.store
         file_size = store.commit_log_file_size
-        heartbeat = cfg.ha_send_heartbeat_interval / 1000
+        # at most one heartbeat per IDLE_POLL, as 4.9.8's WriteSocketService waits 100 ms between checks:
+        # haSendHeartbeatInterval=0 made this loop send heartbeats back to back
+        heartbeat = max(cfg.ha_send_heartbeat_interval / 1000, IDLE_POLL)
         last_write = _now()
         while True:
             self.wake.clear()

@@ -210,6 +210,38 @@ async def test_a_fake_slave_gets_nothing_and_acknowledges_nothing(tmp_path: Path
         await namesrv.stop()
 
 
+@pytest.mark.slow
+async def test_a_heartbeat_interval_of_zero_does_not_flood_the_slave(tmp_path: Path) -> None:
+    """haSendHeartbeatInterval=0 (a config value nothing refuses) made an idle master's write loop spin:
+    heartbeat frames back to back, a core busy, for as long as a slave stayed connected."""
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    master = await start_broker(
+        tmp_path / "m", namesrv_addr=f"127.0.0.1:{namesrv.port}", **{**SMALL, "ha_send_heartbeat_interval": 0}
+    )
+    client = RemotingClient()
+    try:
+        assert master.ha_master is not None
+        registered = await Namesrv(namesrv, client).register({}, broker_addr="127.0.0.1:1", broker_id=1)
+        assert registered.code == ResponseCode.SUCCESS  # a slave of the group on this host: the gate admits
+        reader, writer = await asyncio.open_connection("127.0.0.1", master.config.ha_listen_port)
+        writer.write(encode_report(0))
+        await writer.drain()
+        frames = 0
+        deadline = asyncio.get_running_loop().time() + 1.0
+        with contextlib.suppress(TimeoutError):
+            while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                _, size = FRAME_HEADER.unpack(await asyncio.wait_for(reader.readexactly(12), left))
+                await reader.readexactly(size)
+                frames += 1
+        writer.close()
+        assert frames <= 20, f"{frames} frames in a second from an idle master"
+    finally:
+        await client.close()
+        await master.stop()
+        await namesrv.stop()
+
+
 # ---------------------------------------------------------------------- the VIP port
 
 
