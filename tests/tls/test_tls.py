@@ -423,6 +423,35 @@ async def test_config_answers_never_carry_a_key_password(tmp_path: Path) -> None
         await namesrv.stop()
 
 
+async def test_config_files_rewritten_by_an_update_stay_private(tmp_path: Path) -> None:
+    """A key password (from the environment, or an operator's broker.conf kept at 0600) landed in a
+    world-readable file: the NameServer rewrote namesrv.properties with every setting, and a broker
+    rewrote its broker.conf, both at 0644, at the first config update from anyone allowed one."""
+    namesrv = await start_namesrv(
+        tmp_path / "n", tls_server_mode="disabled", tls_server_key_password="hunter2"
+    )
+    conf = tmp_path / "broker.conf"
+    conf.write_text("tls.server.keyPassword=hunter2\ntls.server.mode=disabled\n")
+    conf.chmod(0o600)
+    config = load_broker_config(conf, {"store_path_root_dir": str(tmp_path / "store")})
+    broker = Broker(broker_config(tmp_path / "store", broker_config_path=config.broker_config_path))
+    await broker.start()
+    try:
+        async with RemotingClient() as client:
+            for addr, code, key in (
+                (f"127.0.0.1:{namesrv.port}", RequestCode.UPDATE_NAMESRV_CONFIG, b"orderMessageEnable"),
+                (broker.addr, RequestCode.UPDATE_BROKER_CONFIG, b"slaveReadEnable"),
+            ):
+                update = RemotingCommand.request(code, body=key + b"=true\n")
+                assert (await client.invoke(addr, update)).code == ResponseCode.SUCCESS
+    finally:
+        await broker.stop()
+        await namesrv.stop()
+    for written in (namesrv.config.config_store_file, conf):
+        assert "hunter2" in written.read_text()
+        assert written.stat().st_mode & 0o077 == 0, f"{written} is readable by others"
+
+
 @pytest.fixture(scope="module")
 def mutual_daemons(
     tmp_path_factory: pytest.TempPathFactory, certs: dict[str, Path]
