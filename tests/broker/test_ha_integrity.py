@@ -277,6 +277,21 @@ async def test_a_heartbeat_interval_of_zero_does_not_flood_the_slave(tmp_path: P
         assert frames <= 20, f"{frames} frames in a second from an idle master"
 
 
+@pytest.mark.slow
+async def test_a_transfer_batch_size_of_zero_still_replicates(tmp_path: Path) -> None:
+    """haTransferBatchSize=0 (or less) made every frame empty: the slave got heartbeats only, never a
+    byte, and a SYNC_MASTER's sends all timed out waiting for it."""
+    async with master_with_a_listed_local_slave(tmp_path, ha_transfer_batch_size=0) as (_, master):
+        async with RemotingClient() as client:
+            assert (
+                await BrokerClient(master.addr, client).send("T", b"to replicate")
+            ).code == ResponseCode.SUCCESS
+        reader, writer = await ha_session(master.config.ha_listen_port)
+        _, size = FRAME_HEADER.unpack(await asyncio.wait_for(reader.readexactly(12), 5))
+        writer.close()
+        assert size > 0, "an empty frame where the master's record should come"
+
+
 # ---------------------------------------------------------------------- the VIP port
 
 
