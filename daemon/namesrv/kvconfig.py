@@ -32,7 +32,9 @@ class KVLimitError(ValueError):
 
 
 def _size(text: str) -> int:
-    return len(text.encode("utf-8", "replace"))
+    """The bytes `text` takes in kvConfig.json (quotes aside): a control character is one byte in memory
+    and six in the file (\\u0001), so the caps count the file's."""
+    return len(fastjson.dumps(text)) - 2
 
 
 def _namespace_size(namespace: str, kv: dict[str, str]) -> int:
