@@ -30,6 +30,7 @@ from daemon.acl.signature import (
     SIGNATURE,
     UNIQUE_KEY_QUERY,
     Verifier,
+    fresh_code,
 )
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -698,7 +699,7 @@ class ReplayGuard:
             raise AclDenied(
                 f"{where}: its signed {FRESH_TIMESTAMP} {text!r} is not written as mqctl writes it"
             )
-        if fields.get(FRESH_CODE) != str(request.code):
+        if fields.get(FRESH_CODE) != fresh_code(request.code):
             raise AclDenied(f"{where}: its signed {FRESH_CODE} names another request code (a replay?)")
         if abs(now - stamp) > self.window_ms:
             raise AclDenied(
