@@ -66,7 +66,7 @@ from store.message import (
     HostAddress,
     Message,
 )
-from store.quarantine import kept_in_place, list_quarantines, set_aside, set_aside_records
+from store.quarantine import REPLICATED, kept_in_place, list_quarantines, set_aside, set_aside_records
 from store.record import (
     RECORD_IDENTITY,
     RecordInfo,
@@ -509,10 +509,17 @@ class DefaultMessageStore:
                 cq.truncate_dirty(end)
         self._rebuild_queue_table()
 
-    def _set_aside_in_place(self, damaged: list[tuple[CorruptRecordError, int]]) -> None:
+    def _set_aside_in_place(
+        self,
+        damaged: list[tuple[CorruptRecordError, int]],
+        recovery: str | None = None,
+        who: str = "recovery",
+    ) -> str:
         """Recovery met damaged records whose extent it knew and went on past them: each one not in a
         quarantine yet is copied into a new one (logged at ERROR); all of them stay in the CommitLog, where
-        walks step over them and reads skip them."""
+        walks step over them and reads skip them. Returns the new quarantine ("" when none).
+        A replicating slave sets aside its master's set-aside records through here too (``recovery``,
+        ``who``: what the manifest and the ERROR say)."""
         held = self.commit_log.set_aside
         new = [(e, n) for e, n in damaged if e.offset not in held]
         again = len(damaged) - len(new)
@@ -523,13 +530,16 @@ class DefaultMessageStore:
                 "the CommitLog still holds %d damaged record(s) set aside earlier (never served)", again
             )
         if new and not self.read_only:
-            set_aside_records(
+            manifest = set_aside_records(
                 self.config.store_path_root_dir,
                 self.commit_log.files,
                 new,
-                recovery="normal" if self.last_exit_ok else "abnormal",
+                recovery=recovery or ("normal" if self.last_exit_ok else "abnormal"),
                 now_ms=self.clock.now_ms(),
+                who=who,
             )
+            return manifest.path if manifest is not None else ""
+        return ""
 
     def _recover_from_point(
         self,
@@ -1074,6 +1084,18 @@ class DefaultMessageStore:
             for listener in self._listeners:
                 listener(topic, queue_id, max_offset)
         return walk.offset != start
+
+    def set_aside_replica_records(self, records: list[tuple[int, int, str]]) -> str:
+        """Recovery's in-place set-aside (:meth:`_set_aside_in_place`), for records a slave took from its
+        master: reads skip them from here on (their offsets are in ``commit_log.set_aside``), and dispatch
+        gives each its ConsumeQueue unit as recovery's walk does, so later queue offsets stay right."""
+        damaged = []
+        for offset, size, why in records:
+            mf = self.commit_log.files.find_file(offset)
+            damaged.append((CorruptRecordError(mf.path if mf else "", offset, why), size))
+        return self._set_aside_in_place(
+            damaged, recovery=REPLICATED, who="replication (the master set it aside)"
+        )
 
     def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:
         """See :func:`store.replica_tail.set_aside_replica_tail` (a slave's divergent tail)."""

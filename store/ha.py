@@ -8,9 +8,10 @@ CommitLog bytes. The codecs here are pure functions over bytes; sockets live in 
 :class:`ReplicaStore` is what the daemon's master and slave need of a store, so HA runs on any store
 that keeps a CommitLog-format byte log without asking which one it is. A slave store copies the
 master's bytes to the same offsets and then dispatches only whole records. Before they reach it,
-:class:`ReplicaRecords` lets through only whole records that parse, pass their body CRC and name the
-offset they land at, so a frame that ends inside a record (frames are byte ranges) appends nothing of
-it, and nothing else the master sends is appended or acknowledged. :func:`is_record_boundary` and
+:class:`ReplicaRecords` lets through only whole records that parse, pass their body CRC (or fail only
+that: records the master set aside in place, which the slave sets aside too) and name the offset they
+land at, so a frame that ends inside a record (frames are byte ranges) appends nothing of it, and nothing
+else the master sends is appended or acknowledged. :func:`is_record_boundary` and
 :func:`record_spans` are what a master and a slave check each other's offsets with.
 """
 
@@ -107,9 +108,16 @@ def transfer_start(reported: int, master_max: int, file_size: int) -> int:
     return reported
 
 
+#: 4.9.8's ``haTransferBatchSize`` default.
+DEFAULT_TRANSFER_BATCH = 32 * 1024
+
+
 def frame_extent(offset: int, available_end: int, file_size: int, batch: int) -> int:
     """Bytes the next frame carries from ``offset``: at most ``batch``, never past the written data
-    (``available_end``) nor across a file boundary."""
+    (``available_end``) nor across a file boundary. A ``batch`` of 0 or less (``haTransferBatchSize``
+    nothing refuses) means RocketMQ's default: read as it is, no frame would ever carry a byte."""
+    if batch <= 0:
+        batch = DEFAULT_TRANSFER_BATCH
     file_end = offset - offset % file_size + file_size
     return max(0, min(batch, available_end - offset, file_end - offset))
 
@@ -136,6 +144,9 @@ class ReplicaRecords:
     ``start`` (the slave's end) and :meth:`take` hands out only whole records that parse (magic, sizes,
     body CRC) and whose PHYSICALOFFSET field names the offset they land at, plus the end-of-file filler
     (BLANK magic, its size the rest of the file); a record cut by a frame stays until its rest arrives.
+    One fault is let through: a record whose only fault is its body CRC is one its master's recovery set
+    aside in place (kept in its CommitLog, never served), so the slave takes it too, to keep the two
+    CommitLogs identical and replicate past it, and sets it aside likewise (:attr:`damaged`).
     Anything else raises :class:`ReplicaRecordError` and hands out nothing of what is pending.
     """
 
@@ -145,6 +156,9 @@ class ReplicaRecords:
         #: Neither a record nor a filler is larger (a filler is what was left when a record did not fit).
         self.max_record = max_record
         self.pending = bytearray()
+        #: ``(offset, size, why)`` of the records in the last :meth:`take` whose only fault is their body
+        #: CRC: the slave appends them and sets them aside in place (:meth:`ReplicaStore.set_aside_replica_records`).
+        self.damaged: list[tuple[int, int, str]] = []
 
     @property
     def end(self) -> int:
@@ -159,7 +173,7 @@ class ReplicaRecords:
 
     def take(self) -> tuple[int, bytes]:
         """``(offset, bytes)``: every whole, checked record pending (``b""`` when none is complete yet)."""
-        n = self._whole()
+        n, self.damaged = self._whole()
         if n == 0:
             return self.start, b""
         out = bytes(self.pending[:n])
@@ -167,28 +181,30 @@ class ReplicaRecords:
         at, self.start = self.start, self.start + n
         return at, out
 
-    def _whole(self) -> int:
+    def _whole(self) -> tuple[int, list[tuple[int, int, str]]]:
+        """The bytes of whole, checked records pending, and the body-damaged ones among them."""
         buf = self.pending
         file_size = self.file_size
         pos = 0
         have = len(buf)
+        damaged: list[tuple[int, int, str]] = []
         with memoryview(buf) as view:
             while True:
                 at = self.start + pos
                 room = file_size - at % file_size
                 if room < 8:  # no room for a header: the rest of the file is padding (4.9.8 leaves none)
                     if have - pos < room:
-                        return pos
+                        return pos, damaged
                     pos += room
                     continue
                 if have - pos < 8:
-                    return pos
+                    return pos, damaged
                 size, magic = struct.unpack_from(">ii", view, pos)
                 if magic == BLANK_MAGIC_CODE and size == room:
                     if size > self.max_record + 8:
                         raise ReplicaRecordError(f"end-of-file filler of {size} bytes at {at} is too large")
                     if have - pos < size:
-                        return pos
+                        return pos, damaged
                     pos += size
                     continue
                 if magic not in _MAGICS:
@@ -198,21 +214,49 @@ class ReplicaRecords:
                 if size <= 0 or size > min(self.max_record, room):
                     raise ReplicaRecordError(f"record at {at}: total size {size} does not fit")
                 if have - pos < size:
-                    return pos  # cut by the frame: the rest is on its way
+                    return pos, damaged  # cut by the frame: the rest is on its way
                 try:
                     check_record(view, pos, pos + size, check_crc=True)
                 except CorruptRecordError as e:
-                    raise ReplicaRecordError(f"record at {at}: {e.reason}") from None
+                    if not _sound_but_body(view, pos, size):
+                        raise ReplicaRecordError(f"record at {at}: {e.reason}") from None
+                    damaged.append((at, size, e.reason))  # (its offset is checked next, as any record's)
                 (named,) = _PHYSICAL_OFFSET.unpack_from(view, pos + _PHYSICAL_OFFSET_POS)
                 if named != at:
                     raise ReplicaRecordError(f"record at {at} names physical offset {named}")
                 pos += size
 
 
+def _sound_but_body(view: memoryview, pos: int, size: int) -> bool:
+    """Whether the ``size``-byte record at ``pos`` parses when its body CRC is not checked: magic, sizes and
+    every length field agree, so only its body is damaged (what recovery sets aside in place)."""
+    try:
+        check_record(view, pos, pos + size, check_crc=False)
+    except CorruptRecordError:
+        return False
+    return True
+
+
+def set_aside_in_place(record: bytes, offset: int) -> bool:
+    """Whether ``record``, stored at ``offset``, is one a store sets aside in place and never serves: it
+    parses and names ``offset``, and only its body CRC fails. A master answers no record there
+    (VIEW_MESSAGE_BY_ID), so a slave's divergence check cannot compare it byte for byte."""
+    view = memoryview(record)
+    size = len(record)
+    if size < _PHYSICAL_OFFSET_POS + 8 or not _sound_but_body(view, 0, size):
+        return False
+    try:
+        check_record(view, 0, size, check_crc=True)
+    except CorruptRecordError:
+        return bool(_PHYSICAL_OFFSET.unpack_from(view, _PHYSICAL_OFFSET_POS)[0] == offset)
+    return False
+
+
 def is_record_boundary(store: ReplicaStore, offset: int) -> bool:
     """Whether ``offset`` is where a record of ``store``'s CommitLog starts or the log ends: a file's
     start, an end-of-file filler, or a record that parses and names ``offset`` as its own. What a master
-    checks a slave's first report against: any other offset means the two logs differ there."""
+    checks a slave's first report against: a 4.9.8 slave reports any other offset after a connection cut a
+    record (it appends frames raw), ours never does, so the master says so and streams from there."""
     end = store.max_phy_offset
     if offset in (0, end):
         return True  # (0: an empty slave)
@@ -302,6 +346,15 @@ class ReplicaStore(Protocol):
     def dispatch_replica(self, max_bytes: int = DISPATCH_CHUNK) -> bool:
         """Dispatch the whole records appended after the dispatch cursor (about ``max_bytes`` of them) and
         tell the arrival listeners; whether the cursor moved."""
+        ...
+
+    def set_aside_replica_records(self, records: list[tuple[int, int, str]]) -> str:
+        """Set aside in place, as recovery does with a damaged record whose extent it knows, the appended
+        records ``(offset, size, why)`` whose only fault is their body CRC (their master set them aside): they
+        stay in the CommitLog (so it stays identical to the master's and later offsets stay right), are never
+        served, and are copied where the store keeps what it sets aside. Call it right after the
+        :meth:`append_replica` that wrote them, before the event loop serves another request. Returns where
+        they were copied ("" when nowhere)."""
         ...
 
     def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:

@@ -89,6 +89,8 @@ class InMemoryMessageStore:
         self._running = False
         self._mtime_ms = 0  # when the log was last written (a file's mtime)
         self._dispatched = 0  # the log's bytes below this are in the queues and the index (reput)
+        #: Records a slave took from its master whose only fault is their body CRC: offset -> why (never read).
+        self._set_aside: dict[int, str] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -223,6 +225,12 @@ class InMemoryMessageStore:
                 listener(topic, queue_id, max_offset)
         return pos != start
 
+    def set_aside_replica_records(self, records: list[tuple[int, int, str]]) -> str:
+        """Reads skip them from here on (kept nowhere else: no files)."""
+        with self._lock:
+            self._set_aside.update((offset, why) for offset, _size, why in records)
+        return ""
+
     def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:
         """Drop the log from ``cut`` on with its queue units and index entries (no files: kept nowhere)."""
         with self._lock:
@@ -235,6 +243,7 @@ class InMemoryMessageStore:
                 records += magic != BLANK_MAGIC_CODE
                 pos += size
             del self._log[cut:]
+            self._set_aside = {o: why for o, why in self._set_aside.items() if o < cut}
             for queue, units in self._queues.items():
                 self._queues[queue] = [u for u in units if u[0] < cut]
             for key, entries in self._index.items():
@@ -299,6 +308,8 @@ class InMemoryMessageStore:
     def _read(self, phys: int, size: int, _queue_offset: int = -1) -> tuple[memoryview, str] | None:
         if phys < 0 or phys + size > len(self._log):
             return None
+        if phys in self._set_aside:
+            raise CorruptRecordError(_MEMORY, phys, self._set_aside[phys])
         # a copy: a view into the bytearray would stop it from growing while a reader holds it
         return memoryview(bytes(self._log[phys : phys + size])), _MEMORY
 

@@ -73,6 +73,12 @@ class Piece:
     queue_id: int | None = None
 
 
+#: A manifest's ``recovery`` for a slave's divergent tail (recovery itself writes "normal" or "abnormal").
+DIVERGED = "replication"
+#: ... for a record the master set aside in place, which its slave takes and sets aside likewise.
+REPLICATED = "replicated"
+
+
 @dataclass
 class Manifest:
     """What one recovery set aside, and why (``manifest.json``)."""
@@ -411,10 +417,12 @@ def set_aside_records(
     *,
     recovery: str,
     now_ms: int,
+    who: str = "recovery",
 ) -> Manifest | None:
     """Copy each damaged record ``(error, size)`` whose extent recovery still knew into a new quarantine, and
     log at ERROR: the records stay where they are in the CommitLog (so every later record keeps its offset
-    and stays in service) and are never served. ``None`` when there is none."""
+    and stays in service) and are never served. ``None`` when there is none. ``who`` names what set them
+    aside in the ERROR (a replicating slave takes its master's set-aside records the same way)."""
     taken = _Cut(store_root)
     reasons = []
     for error, size in damaged:
@@ -443,8 +451,9 @@ def set_aside_records(
     )
     taken.write(manifest)
     log.error(
-        "recovery set aside %d damaged record(s) alone (copied under %s), at CommitLog offset(s) %s; every "
+        "%s set aside %d damaged record(s) alone (copied under %s), at CommitLog offset(s) %s; every "
         "later record stays in service: see 'mqctl store verify' and 'mqctl store salvage'",
+        who,
         len(pieces),
         qdir,
         ", ".join(reasons),

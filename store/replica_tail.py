@@ -12,15 +12,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from store.quarantine import Manifest, list_quarantines, set_aside
+from store.quarantine import DIVERGED, Manifest, list_quarantines, set_aside
 
 if TYPE_CHECKING:
     from store.engine import DefaultMessageStore
 
 log = logging.getLogger(__name__)
-
-#: The manifest's ``recovery`` for a slave's divergent tail (recovery writes "normal" or "abnormal").
-DIVERGED = "replication"
 
 
 def set_aside_replica_tail(store: DefaultMessageStore, cut: int, why: str) -> tuple[int, str]:
@@ -45,6 +42,9 @@ def set_aside_replica_tail(store: DefaultMessageStore, cut: int, why: str) -> tu
             manifest.why = why
             manifest.save()
         store.commit_log.truncate(cut)
+        held = store.commit_log.set_aside  # records set aside in place that were cut go with the cut
+        for offset in [o for o in held if o >= cut]:
+            del held[offset]
         for cq in cqs:
             cq.truncate_dirty(cut)
         store._rebuild_queue_table()

@@ -2,8 +2,8 @@
 and HAClient.
 
 The master accepts on its HA listener only the hosts its NameServers list as slaves of its group
-(:class:`SlaveGate`) and streams raw CommitLog bytes from each slave's reported offset, once that is a
-record boundary of its own log; acks advance ``push2slave_max_offset``, which SYNC_MASTER sends wait for
+(:class:`SlaveGate`) and streams raw CommitLog bytes from each slave's reported offset (within its log;
+inside a record too, as 4.9.8 does for a 4.9.8 slave that kept a partial record); acks advance ``push2slave_max_offset``, which SYNC_MASTER sends wait for
 (a group commit: every waiting send whose record ends at or below an ack is answered at once). The
 slave first checks its last record against the master's (:func:`common_end`) and sets aside a tail the
 master does not hold, then connects to the master's HA address, reports its CommitLog end, and appends
@@ -57,6 +57,7 @@ from store.ha import (
     latest_report,
     max_record_size,
     record_spans,
+    set_aside_in_place,
     transfer_start,
 )
 from store.quarantine import Manifest
@@ -195,8 +196,9 @@ class SlaveConnection:
                 continue
             end = self.master.store.max_phy_offset
             if offset > end:
-                log.warning(
-                    "HA slave %s reports offset %d beyond the master's end %d: closing",
+                log.error(
+                    "HA slave %s reports offset %d, beyond this master's end %d (a master restored from an "
+                    "older disk, or not its master): closing",
                     self.addr,
                     offset,
                     end,
@@ -204,14 +206,15 @@ class SlaveConnection:
                 return
             if self.acked < 0:
                 if not is_record_boundary(self.master.store, offset):
-                    log.error(
-                        "HA slave %s reports offset %d, where no record of this master's CommitLog starts "
-                        "(it ends at %d): the two logs differ there; closing",
+                    # 4.9.8's HAClient appends frames raw, so after a lost connection it reports where the
+                    # last frame cut a record: stream from there as 4.9.8's WriteSocketService does
+                    log.warning(
+                        "HA slave %s reports offset %d, where no record of this master's CommitLog starts (it "
+                        "ends at %d): streaming from there, as 4.9.8 does for a slave that kept a partial record",
                         self.addr,
                         offset,
                         end,
                     )
-                    return
                 self.transfer_offset = transfer_start(offset, end, self.master.store.commit_log_file_size)
                 log.info(
                     "HA slave %s requests offset %d, transfer starts at %d",
@@ -243,7 +246,9 @@ class SlaveConnection:
         cfg = self.master.config
         store = self.master.store
         file_size = store.commit_log_file_size
-        heartbeat = cfg.ha_send_heartbeat_interval / 1000
+        # at most one heartbeat per IDLE_POLL, as 4.9.8's WriteSocketService waits 100 ms between checks:
+        # haSendHeartbeatInterval=0 made this loop send heartbeats back to back
+        heartbeat = max(cfg.ha_send_heartbeat_interval / 1000, IDLE_POLL)
         last_write = _now()
         while True:
             self.wake.clear()
@@ -279,9 +284,10 @@ class SlaveGate:
     the master's HA address from their registration answer), so one look-up at accept finds them.
 
     The match is on the host alone: a slave registers ``brokerIP1:listenPort`` and connects from an
-    ephemeral port. ``lookup`` answers the registered hosts, or None when no NameServer answered; a peer
-    not among the cached hosts triggers a new look-up at most every ``refresh`` seconds, so a flood of
-    connections is not a flood of NameServer requests.
+    ephemeral port. ``lookup`` answers the registered hosts, or None when no NameServer answered (the
+    last answer then stands). The answer is trusted for ``refresh`` seconds: a connection after that asks
+    again, whoever it comes from, so a slave the NameServers stopped listing is not admitted on an old
+    answer, and a flood of connections is still one NameServer request per ``refresh``.
     """
 
     def __init__(self, lookup: Callable[[], Awaitable[set[str] | None]], refresh: float = 1.0) -> None:
@@ -292,8 +298,6 @@ class SlaveGate:
 
     async def admits(self, host: str) -> bool:
         host = peer_host(host)
-        if host in self._hosts:
-            return True
         if _now() - self._looked_at >= self._refresh:
             self._looked_at = _now()
             hosts = await self._lookup()
@@ -476,34 +480,52 @@ class MasterRecords:
             return response.body or b""
         if response.code == ResponseCode.SYSTEM_ERROR:
             return None
-        raise TailUncheckable(f"master {addr} answered {response.code} {response.remark}")
+        hint = ""
+        if response.code == ResponseCode.NO_PERMISSION:  # an ACL master: a slave signs nothing (nor 4.9.8's)
+            hint = (
+                "; a slave's requests reach an ACL master only from an address in its "
+                "globalWhiteRemoteAddresses, as its metadata sync needs too"
+            )
+        raise TailUncheckable(f"master {addr} answered {response.code} {response.remark}{hint}")
 
 
 async def common_end(store: ReplicaStore, master_at: Callable[[int], Awaitable[bytes | None]]) -> int:
     """Where the slave's CommitLog stops agreeing with its master's: its end when its last record is
     byte for byte the master's record at the same offset, else the end of the last record they share
     (its start when none is shared). Walks back a file at a time by each file's first record, then
-    searches the file whose first record is shared (a tail that differs differs from where it starts)."""
+    searches the file whose first record is shared (a tail that differs differs from where it starts).
+
+    A record set aside in place (taken from the master, which serves it to no one) cannot be compared:
+    the master answers no record there. The record after it decides for it (both logs agree past it, so
+    at it), and when it is the last one it counts as not shared: cut and taken again, never served."""
     end = store.max_phy_offset
     if end == 0:
         return 0
     file_size = store.commit_log_file_size
 
-    async def same(span: tuple[int, int]) -> bool:
-        mine = store.read_commit_log(*span)
-        return mine is not None and await master_at(span[0]) == mine
+    async def same(spans: list[tuple[int, int]], i: int) -> bool:
+        while True:
+            mine = store.read_commit_log(*spans[i])
+            if mine is None:
+                return False
+            theirs = await master_at(spans[i][0])
+            if theirs == mine:
+                return True
+            if theirs is not None or i + 1 == len(spans) or not set_aside_in_place(mine, spans[i][0]):
+                return False
+            i += 1
 
     first = store.min_phy_offset
     file_start = (end - 1) - (end - 1) % file_size
     while file_start >= first - first % file_size:
         spans = await asyncio.to_thread(record_spans, store, max(file_start, first), end)
-        if spans and await same(spans[0]):
-            if await same(spans[-1]):
+        if spans and await same(spans, 0):
+            if await same(spans, len(spans) - 1):
                 return min(end, file_start + file_size)  # (with the file's end-of-file filler)
             lo, hi = 0, len(spans) - 1  # spans[lo] is shared, spans[hi] is not
             while hi - lo > 1:
                 mid = (lo + hi) // 2
-                lo, hi = (mid, hi) if await same(spans[mid]) else (lo, mid)
+                lo, hi = (mid, hi) if await same(spans, mid) else (lo, mid)
             return spans[lo][0] + spans[lo][1]
         file_start -= file_size
     return first
@@ -651,6 +673,19 @@ class HASlave:
         )
         return True
 
+    def _set_aside(self, damaged: list[tuple[int, int, str]]) -> None:
+        """Records whose only fault is their body CRC: the master's recovery set them aside in place (it
+        never serves them), so the slave keeps them byte for byte and sets them aside as well."""
+        where = self.store.set_aside_replica_records(damaged)
+        log.error(
+            "HA: %d record(s) from master %s fail their body CRC (the master set them aside), at CommitLog "
+            "offset(s) %s: appended byte for byte and set aside in place, never served%s",
+            len(damaged),
+            self.master_addr,
+            ", ".join(f"{offset} ({why})" for offset, _size, why in damaged),
+            f"; copied under {where}" if where else "",
+        )
+
     async def _session(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         cfg = self.config
         heartbeat = cfg.ha_send_heartbeat_interval / 1000
@@ -686,6 +721,8 @@ class HASlave:
                 if whole:
                     if not store.append_replica(at, whole):
                         raise HAProtocolError(f"frame at {at} does not continue the slave's CommitLog")
+                    if records.damaged:  # (before the loop serves a pull: none of them is ever served)
+                        self._set_aside(records.damaged)
                     self._appended.set()
             elif now - last_read >= housekeeping:
                 raise HAProtocolError(f"nothing from the master for {housekeeping:.0f} s")

@@ -31,11 +31,13 @@ from store.config import SLAVE, SYNC_MASTER
 from store.engine import DefaultMessageStore
 from store.ha import FRAME_HEADER, REPORT, encode_frame, encode_report, record_spans
 from store.message import Message
+from store.quarantine import list_quarantines
 from store.record import decode_records
 from store.replica_tail import diverged_quarantines
-from tests.broker.test_ha import SMALL, master_and_slave, pull_all, start_slave
-from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
-from tests.support.broker import BrokerClient, replicated, start_broker
+from tests.broker.test_damaged_record_kept import flip
+from tests.broker.test_ha import SMALL, commitlog_files, master_and_slave, pull_all, start_slave
+from tests.support.acl import ADMIN_AK, ADMIN_SK, PLAIN_ACL, write_acl
+from tests.support.broker import BrokerClient, broker_config, replicated, start_broker
 from tests.support.cli import RunCli
 from tests.support.namesrv import Namesrv, namesrv_config
 from tests.support.ports import free_block
@@ -131,7 +133,21 @@ async def test_the_gate_admits_the_registered_slaves_hosts_only() -> None:
     assert await gate.admits("10.0.0.3")
     slow = SlaveGate(lookup, refresh=3600)
     assert not await slow.admits("10.0.0.9") and not await slow.admits("10.0.0.9")
-    assert looked == 4  # a flood of strangers is one look-up per refresh period
+    assert looked == 5  # a flood of strangers is one look-up per refresh period
+
+
+async def test_the_gate_forgets_a_slave_the_name_servers_no_longer_list() -> None:
+    """A slave host admitted once stayed admitted for the master's life: the cache was asked again only
+    for strangers, so a slave that unregistered or expired (its address now anyone's) still got in."""
+    listed: set[str] = {"10.0.0.2"}
+
+    async def lookup() -> set[str] | None:
+        return set(listed)
+
+    gate = SlaveGate(lookup, refresh=0.0)
+    assert await gate.admits("10.0.0.2")
+    listed.clear()  # the slave is gone from every NameServer
+    assert not await gate.admits("10.0.0.2")
 
 
 async def fake_slave(port: int, stop: asyncio.Event) -> int:
@@ -194,6 +210,88 @@ async def test_a_fake_slave_gets_nothing_and_acknowledges_nothing(tmp_path: Path
         await client.close()
         await master.stop()
         await namesrv.stop()
+
+
+@contextlib.asynccontextmanager
+async def master_with_a_listed_local_slave(
+    tmp_path: Path, **overrides: object
+) -> AsyncIterator[tuple[Namesrv, Broker]]:
+    """A master whose NameServer lists a (fake) slave of its group at 127.0.0.1: its HA gate admits local
+    peers. Yields the NameServer (through the client that registered that slave) and the master."""
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    master = await start_broker(
+        tmp_path / "m", namesrv_addr=f"127.0.0.1:{namesrv.port}", **{**SMALL, **overrides}
+    )
+    client = RemotingClient()
+    try:
+        ns = Namesrv(namesrv, client)
+        assert (await ns.register({}, broker_addr=LISTED_SLAVE, broker_id=1)).code == ResponseCode.SUCCESS
+        yield ns, master
+    finally:
+        await client.close()
+        await master.stop()
+        await namesrv.stop()
+
+
+LISTED_SLAVE = "127.0.0.1:1"
+
+
+async def ha_session(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A raw HA connection that has asked for the master's data from offset 0."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(encode_report(0))
+    await writer.drain()
+    return reader, writer
+
+
+@pytest.mark.slow
+async def test_a_slave_no_longer_listed_is_refused(tmp_path: Path) -> None:
+    """The gate asked the NameServers again only for strangers: a host once listed as a slave stayed
+    admitted after its slave unregistered (or expired), for the master's whole life."""
+    async with master_with_a_listed_local_slave(tmp_path) as (ns, master):
+        reader, writer = await ha_session(master.config.ha_listen_port)
+        assert len(await asyncio.wait_for(reader.readexactly(12), 5)) == 12  # admitted: a heartbeat frame
+        writer.close()
+        fields = {"brokerName": "broker-a", "brokerAddr": LISTED_SLAVE, "clusterName": "DefaultCluster"}
+        unregistered = await ns.call(RequestCode.UNREGISTER_BROKER, {**fields, "brokerId": "1"})
+        assert unregistered.code == ResponseCode.SUCCESS
+        await asyncio.sleep(1.2)  # the gate's answer is a second old
+        reader, writer = await ha_session(master.config.ha_listen_port)
+        assert await asyncio.wait_for(reader.read(12), 5) == b""  # closed before a byte was sent
+        writer.close()
+
+
+@pytest.mark.slow
+async def test_a_heartbeat_interval_of_zero_does_not_flood_the_slave(tmp_path: Path) -> None:
+    """haSendHeartbeatInterval=0 (a config value nothing refuses) made an idle master's write loop spin:
+    heartbeat frames back to back, a core busy, for as long as a slave stayed connected."""
+    async with master_with_a_listed_local_slave(tmp_path, ha_send_heartbeat_interval=0) as (_, master):
+        reader, writer = await ha_session(master.config.ha_listen_port)
+        frames = 0
+        deadline = asyncio.get_running_loop().time() + 1.0
+        with contextlib.suppress(TimeoutError):
+            while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                _, size = FRAME_HEADER.unpack(await asyncio.wait_for(reader.readexactly(12), left))
+                await reader.readexactly(size)
+                frames += 1
+        writer.close()
+        assert frames <= 20, f"{frames} frames in a second from an idle master"
+
+
+@pytest.mark.slow
+async def test_a_transfer_batch_size_of_zero_still_replicates(tmp_path: Path) -> None:
+    """haTransferBatchSize=0 (or less) made every frame empty: the slave got heartbeats only, never a
+    byte, and a SYNC_MASTER's sends all timed out waiting for it."""
+    async with master_with_a_listed_local_slave(tmp_path, ha_transfer_batch_size=0) as (_, master):
+        async with RemotingClient() as client:
+            assert (
+                await BrokerClient(master.addr, client).send("T", b"to replicate")
+            ).code == ResponseCode.SUCCESS
+        reader, writer = await ha_session(master.config.ha_listen_port)
+        _, size = FRAME_HEADER.unpack(await asyncio.wait_for(reader.readexactly(12), 5))
+        writer.close()
+        assert size > 0, "an empty frame where the master's record should come"
 
 
 # ---------------------------------------------------------------------- the VIP port
@@ -397,6 +495,34 @@ async def test_a_slave_of_an_acl_master_replicates_though_it_cannot_check_its_ta
                 g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
         await replicated(g.master, g.slave)
         assert "cannot be checked against its master" in caplog.text
+        assert "globalWhiteRemoteAddresses, as its metadata sync needs too" in caplog.text  # the way in
+
+
+@pytest.mark.slow
+async def test_a_slave_in_the_acl_masters_whitelist_checks_its_tail_as_it_syncs(tmp_path: Path) -> None:
+    """A slave signs nothing (4.9.8's neither): its metadata sync gets through an ACL master only from an
+    address in the master's globalWhiteRemoteAddresses, and so does its divergence check. Whitelisted, a
+    slave that ran as a master on its own sets its foreign records aside and syncs the master's topics."""
+    home = tmp_path / "home"
+    write_acl(home, PLAIN_ACL.replace("  - 10.10.103.*\n", "  - 10.10.103.*\n  - 127.0.0.1\n"))
+    signer = Signer(ADMIN_AK, ADMIN_SK)
+    async with master_and_slave(tmp_path, signer=signer, acl_enable=True, rocketmq_home=str(home)) as g:
+        for i in range(20):
+            assert (await g.on(g.master).send("Acl", b"common-%d" % i, queue_id=0)).code == 0
+        await replicated(g.master, g.slave)
+        await g.slave.stop()
+        alone = await start_broker(tmp_path / "slave", **SMALL)  # the slave's store, as a master on its own
+        for i in range(5):
+            assert (await g.on(alone).send("Acl", b"foreign-%d" % i, queue_id=0)).code == 0
+        await alone.stop()
+        for i in range(10):
+            assert (await g.on(g.master).send("Acl", b"later-%d" % i, queue_id=0)).code == 0
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr)
+        await replicated(g.master, g.slave)
+        [quarantine] = diverged_quarantines(str(tmp_path / "slave"))
+        assert quarantine.records == 5
+        assert await pull_all(g.on(g.slave), "Acl", 0) == await pull_all(g.on(g.master), "Acl", 0)
+        assert g.slave.topics.get("Acl") == g.master.topics.get("Acl")  # the metadata sync got through
 
 
 _PEER_SCRIPT = """
@@ -503,9 +629,48 @@ def test_the_walk_back_finds_the_last_shared_record_across_files(tmp_path: Path)
             assert len(asked) <= 2 * (end // file_size + 1) + 12  # by file, then a binary search
 
 
-async def test_the_master_closes_a_slave_whose_offset_is_no_record_boundary(
+def test_the_walk_back_passes_records_set_aside_in_place(tmp_path: Path) -> None:
+    """A master shows no record where it set one aside in place; the slave holds the same damaged bytes
+    there, set aside too. The record after it decides: a binary search that asks about one cuts nothing
+    the master holds, and a damaged last record is cut (to be taken again), never kept past the master."""
+    file_size = 256 * 1024  # one file: the binary search runs over the damaged run
+    config = small_config(tmp_path, mapped_file_size_commit_log=file_size)
+    with DefaultMessageStore(config) as store:
+        for i in range(300):
+            assert store.put_message(Message("W", f"walk-{i:04d}-".encode() * 20, queue_id=0)).ok
+        end = store.max_phy_offset
+        assert end < file_size
+        starts = [s for f in range(0, end, file_size) for s, _n in record_spans(store, f, end)]
+        damaged = {starts[-1], *starts[100:240]}
+        for at in damaged:
+            record = store.look_message_by_offset(at)
+            assert record is not None
+            mf = store.commit_log.files.find_file(at)
+            assert mf is not None
+            flip(Path(mf.path), at - mf.file_from_offset + bytes(record.raw).index(record.message.body) + 1)
+        for shared, found in [
+            (end, starts[-1]),  # the last record: cut, to be taken again
+            (starts[250], starts[250]),  # the master holds more than the damaged run
+            (starts[175], starts[100]),  # the master ends inside the damaged run: cut where it starts
+        ]:
+
+            async def master_at(offset: int, shared: int = shared) -> bytes | None:
+                if offset in damaged or offset >= shared:
+                    return None
+                head = store.read_commit_log(offset, 4)
+                assert head is not None
+                return store.read_commit_log(offset, int.from_bytes(head, "big"))
+
+            assert asyncio.run(common_end(store, master_at)) == found, shared
+
+
+async def test_the_master_streams_from_a_mid_record_report_as_4_9_8_does(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    """A real 4.9.8 slave appends the master's frames raw (``HAClient#dispatchReadRequest``) and reports
+    ``getMaxPhyOffset()``, so after a lost connection it reconnects with an offset inside a record: the
+    master streams from exactly there, with one WARNING per connection. A report past the master's end is
+    still closed, with an ERROR naming both offsets."""
     namesrv = Namesrv(NamesrvController(namesrv_config(tmp_path)), RemotingClient())
     await namesrv.controller.start()
     master = await start_broker(tmp_path / "m", namesrv_addr=namesrv.addr, **SMALL)
@@ -514,25 +679,95 @@ async def test_the_master_closes_a_slave_whose_offset_is_no_record_boundary(
         for i in range(3):
             assert (await BrokerClient(master.addr, client).send("B", b"%d" % i * 100, queue_id=0)).code == 0
         assert (await namesrv.register({}, broker_addr="127.0.0.1:1", broker_id=1)).code == 0
+        end = master.store.max_phy_offset
         first = master.store.read_commit_log(0, 4)
         assert first is not None
-        size = int.from_bytes(first, "big")
+        mid = int.from_bytes(first, "big") // 2  # inside the first record
         port = master.config.ha_listen_port
         reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(encode_report(size // 2))  # inside the first record
+        writer.write(encode_report(mid))
+        await writer.drain()
+        offset, length = FRAME_HEADER.unpack(await asyncio.wait_for(reader.readexactly(12), 10))
+        assert (offset, length) == (mid, end - mid)
+        assert await asyncio.wait_for(reader.readexactly(length), 10) == master.store.read_commit_log(
+            mid, end - mid
+        )
+        writer.write(encode_report(mid + 1) + encode_report(end))  # acks inside records: no new WARNING
+        await writer.drain()
+        ha = master.ha_master
+        assert ha is not None
+        await wait_until(lambda: ha.push2slave_max_offset == end)
+        warned = [r for r in caplog.records if "where no record" in r.getMessage()]
+        assert len(warned) == 1 and warned[0].levelname == "WARNING"
+        assert f"offset {mid}" in warned[0].getMessage()
+        writer.close()
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(encode_report(end + 7))  # past the master's end: closed
         await writer.drain()
         assert await asyncio.wait_for(reader.read(), 10) == b""
         writer.close()
-        assert f"reports offset {size // 2}, where no record of this master's CommitLog starts" in caplog.text
-        assert f"(it ends at {master.store.max_phy_offset})" in caplog.text
-        reader, writer = await asyncio.open_connection("127.0.0.1", port)
-        writer.write(encode_report(size))  # the second record's start: streamed from there
-        await writer.drain()
-        offset, length = FRAME_HEADER.unpack(await asyncio.wait_for(reader.readexactly(12), 10))
-        assert (offset, length) == (size, master.store.max_phy_offset - size)
-        writer.close()
+        [error] = [r for r in caplog.records if r.levelname == "ERROR" and "beyond" in r.getMessage()]
+        assert f"{end + 7}" in error.getMessage() and f"{end}" in error.getMessage()
     finally:
         await client.close()
         await master.stop()
         await namesrv.client.close()
         await namesrv.controller.stop()
+
+
+# ---------------------------------------------------------------------- a damaged record set aside in place
+
+
+@pytest.mark.slow
+async def test_a_record_its_master_set_aside_in_place_is_set_aside_on_the_slave_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, cli: RunCli
+) -> None:
+    """The master's recovery kept a record with a damaged body in its CommitLog, quarantined and never
+    served. The slave refused that record (its body CRC fails) and stopped there for good; now it takes
+    it byte for byte, sets it aside as recovery does, and replicates on."""
+    root = tmp_path / "master"
+    recs: list[tuple[int, int, bytes]] = []  # (offset, size, body)
+    with DefaultMessageStore(broker_config(root, **SMALL).store_config()) as store:
+        for i in range(60):
+            body = f"kept-{i:03d}-".encode() * 20
+            put = store.put_message(Message("Kept", body, queue_id=i % 2, properties={"KEYS": f"k{i}"}))
+            assert put.ok
+            recs.append((put.phys_offset, put.wrote_bytes, body))
+        raw = store.commit_log.read_record(recs[30][0])
+        assert raw is not None
+        v_off, v_size, v_body = recs[30]  # queue 0, queue offset 15
+        flip(root / "commitlog" / f"{0:020d}", v_off + bytes(raw).index(v_body) + 3)
+    async with master_and_slave(tmp_path, broker_role=SYNC_MASTER) as g:
+        master_store = g.master.store
+        assert isinstance(master_store, DefaultMessageStore)
+        assert master_store.commit_log.set_aside == {v_off: v_size}  # recovery set it aside in place
+        await replicated(g.master, g.slave)
+        assert commitlog_files(g.slave) == commitlog_files(g.master)  # byte for byte, the damaged one too
+        on_slave = g.on(g.slave)
+        want = {q: [b for i, (_o, _s, b) in enumerate(recs) if i % 2 == q and i != 30] for q in (0, 1)}
+        assert {q: await pull_all(on_slave, "Kept", q) for q in (0, 1)} == want
+        after = await on_slave.pull("G", "Kept", 0, 15, max_nums=1)  # its unit keeps later offsets right
+        assert [m.body for m in decode_records(after.body)] == [recs[32][2]]
+        view = RemotingCommand.request(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(v_off)})
+        assert (await g.client.invoke(g.slave.addr, view)).code != ResponseCode.SUCCESS  # never served
+        [quarantine] = [m for m in list_quarantines(str(tmp_path / "slave")) if m.in_place]
+        [piece] = quarantine.files
+        assert (piece.from_offset, piece.to_offset) == (v_off, v_off + v_size)
+        errors = [
+            r.getMessage() for r in caplog.records if r.levelname == "ERROR" and r.name.startswith("store")
+        ]
+        assert any(str(v_off) in e and "set aside" in e for e in errors), errors
+        for i in range(5):  # a SYNC_MASTER's sends after it are acknowledged by the slave
+            assert (
+                await g.on(g.master).send("Kept", b"after-%d" % i, queue_id=0)
+            ).code == ResponseCode.SUCCESS
+        ha = g.master.ha_master
+        assert ha is not None and ha.push2slave_max_offset == g.master.store.max_phy_offset
+        await replicated(g.master, g.slave)  # acknowledged is appended; wait for the units too
+        await g.slave.stop()
+        verify = await asyncio.to_thread(
+            cli, "store", "verify", "--store", str(tmp_path / "slave"), "-o", "json"
+        )
+        assert verify.code == 0, verify.stdout + verify.stderr  # counted, a note, not a problem
+        report = verify.json()
+        assert report["damaged_set_aside"] == 1 and any(str(v_off) in n for n in report["notes"])

@@ -13,6 +13,7 @@ from hypothesis import given, strategies as st
 from store.commitlog import PutMessageStatus, RecordWalk
 from store.config import SLAVE
 from store.engine import DefaultMessageStore, GetMessageStatus
+from store.errors import CorruptRecordError
 from store.ha import (
     HEADER_SIZE,
     HAProtocolError,
@@ -124,7 +125,7 @@ def _files(root: Path) -> dict[str, bytes]:
     return {name: (d / name).read_bytes() for name in sorted(os.listdir(d))}
 
 
-def _all_bodies(store: DefaultMessageStore, topic: str, queue_id: int) -> list[bytes]:
+def _all_bodies(store: DefaultMessageStore | InMemoryMessageStore, topic: str, queue_id: int) -> list[bytes]:
     out: list[bytes] = []
     offset = 0
     while True:
@@ -316,12 +317,9 @@ def test_replica_records_refuse_garbage_wrong_offsets_and_bad_crcs(tmp_path: Pat
             "garbage": (0, os.urandom(4096)),
             "zeros": (0, bytes(4096)),
             "moved": (FILE, raw[: 3 * size]),  # sound records, but they name offset 0
-            "bad CRC": (0, raw[:100] + bytes([raw[100] ^ 1]) + raw[101:size]),  # a body byte
+            "moved, body damaged": (FILE, raw[:100] + bytes([raw[100] ^ 1]) + raw[101:size]),
+            "bad magic": (0, raw[:4] + bytes([raw[4] ^ 1]) + raw[5:size]),
         }
-        second = int.from_bytes(raw[size : size + 4], "big")
-        flip = bytearray(raw[: size + second])
-        flip[size + 120] ^= 0xFF  # inside the second record's body
-        cases["second body"] = (0, bytes(flip))
         for name, (offset, data) in cases.items():
             records = ReplicaRecords(offset, FILE, cap)
             records.feed(offset, data)
@@ -333,6 +331,79 @@ def test_replica_records_refuse_garbage_wrong_offsets_and_bad_crcs(tmp_path: Pat
             records.feed(8, raw[:100])  # not where the slave's bytes end
     finally:
         master.shutdown()
+
+
+def _in_memory_pair(tmp_path: Path, n: int) -> tuple[InMemoryMessageStore, InMemoryMessageStore]:
+    """An in-memory master holding ``n`` records and an empty in-memory slave, both running."""
+    master = InMemoryMessageStore(small_config(tmp_path / "m"))
+    slave = InMemoryMessageStore(small_config(tmp_path / "s", broker_role=SLAVE))
+    for store in (master, slave):
+        store.open()
+        store.start()
+    for i in range(n):
+        assert master.put_message(_msg(i)).ok
+    return master, slave
+
+
+def _damaged_body(store: DefaultMessageStore | InMemoryMessageStore, offset: int) -> tuple[bytes, bytes]:
+    """The record at ``offset`` with one body byte flipped (as a master's recovery finds it and sets it
+    aside in place), and its body."""
+    found = store.look_message_by_offset(offset)
+    assert found is not None
+    raw, body = bytearray(found.raw), found.message.body
+    raw[bytes(raw).index(body) + 3] ^= 0x01
+    return bytes(raw), body
+
+
+@pytest.mark.parametrize("kind", ["file", "memory"])
+def test_a_body_damaged_record_is_taken_and_set_aside_in_place(tmp_path: Path, kind: str) -> None:
+    """A record whose only fault is its body CRC is one its master set aside in place: the slave takes it
+    byte for byte (its CommitLog stays the master's), sets it aside, never serves it, and its unit keeps the
+    queue offsets after it right; a file store keeps it set aside across a restart."""
+    if kind == "file":
+        master: DefaultMessageStore | InMemoryMessageStore = _master(tmp_path / "m", 40)
+        slave: DefaultMessageStore | InMemoryMessageStore = _slave(tmp_path / "s")
+    else:
+        master, slave = _in_memory_pair(tmp_path, 40)
+    try:
+        end = master.max_phy_offset
+        spans = record_spans(master, 0, end)
+        at, size = spans[7]  # T1, queue 1, queue offset 1
+        damaged, body = _damaged_body(master, at)
+        log = master.read_commit_log(0, end)
+        assert log is not None
+        log = log[:at] + damaged + log[at + size :]
+        records = ReplicaRecords(0, FILE if kind == "file" else 1 << 62, max_record_size(master.config))
+        records.feed(0, log)
+        taken_at, whole = records.take()
+        assert (taken_at, whole) == (0, log)  # all of it: the damaged one too
+        [(offset, n, why)] = records.damaged
+        assert (offset, n) == (at, size) and "body CRC" in why
+        assert slave.append_replica(0, whole)
+        where = slave.set_aside_replica_records(records.damaged)
+        while slave.dispatch_replica():
+            pass
+        want = [b for b in _all_bodies(master, "T1", 1) if b != body]
+        assert _all_bodies(slave, "T1", 1) == want and slave.get_max_offset("T1", 1) == len(want) + 1
+        with pytest.raises(CorruptRecordError):
+            slave.look_message_by_offset(at)
+        if isinstance(slave, DefaultMessageStore):
+            assert slave.read_commit_log(0, end) == log  # byte for byte
+            [manifest] = list_quarantines(str(tmp_path / "s"))
+            assert (manifest.recovery, manifest.in_place, manifest.damaged, manifest.path) == (
+                "replicated",
+                True,
+                1,
+                where,
+            )
+            slave.shutdown()
+            slave = _slave(tmp_path / "s")  # recovery finds it again, and knows it was set aside
+            assert slave.commit_log.set_aside == {at: size}
+            assert len(list_quarantines(str(tmp_path / "s"))) == 1
+            assert _all_bodies(slave, "T1", 1) == want
+    finally:
+        master.shutdown()
+        slave.shutdown()
 
 
 def test_a_replicas_tail_set_aside_leaves_a_store_that_replicates_on(tmp_path: Path) -> None:
@@ -373,13 +444,7 @@ def test_a_replicas_tail_set_aside_leaves_a_store_that_replicates_on(tmp_path: P
 
 def test_an_in_memory_replicas_tail_set_aside(tmp_path: Path) -> None:
     """The in-memory store drops its tail, units and index entries alike (it has nowhere to keep them)."""
-    master = InMemoryMessageStore(small_config(tmp_path / "m"))
-    slave = InMemoryMessageStore(small_config(tmp_path / "s", broker_role=SLAVE))
-    for store in (master, slave):
-        store.open()
-        store.start()
-    for i in range(50):
-        assert master.put_message(_msg(i)).ok
+    master, slave = _in_memory_pair(tmp_path, 50)
     end = master.max_phy_offset
     data = master.read_commit_log(0, end)
     assert data is not None and slave.append_replica(0, data)
