@@ -19,12 +19,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from store import TRACE_TOPIC, StoredMessage
+from store import SYSTEM_TOPIC_PREFIX, TRACE_TOPIC, StoredMessage
 
 CONTENT_SPLITOR = "\x01"
 FIELD_SPLITOR = "\x02"
 #: Where a 4.x client on Alibaba Cloud sends traces: this prefix and the region id.
-CLOUD_TRACE_TOPIC_PREFIX = "rmq_sys_TRACE_DATA_"
+CLOUD_TRACE_TOPIC_PREFIX = SYSTEM_TOPIC_PREFIX + "TRACE_DATA_"
 TRACE_TYPES = ("Pub", "SubBefore", "SubAfter", "EndTransaction")
 #: ``MessageType`` by ordinal, as ``Pub`` and ``EndTransaction`` records write it.
 MESSAGE_TYPES = ("Normal_Msg", "Trans_Msg_Half", "Trans_msg_Commit", "Delay_Msg")

@@ -125,9 +125,9 @@ def test_unknown_record_types_are_skipped_like_java() -> None:
 
 # ------------------------------------------------------------------------------------ properties
 
-_text = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x01\x02"), max_size=12
-).filter(lambda s: s != "null")
+_text = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x01\x02"), max_size=12).filter(
+    lambda s: s != "null"
+)
 _opt = st.none() | _text
 _ms = st.integers(0, 1 << 62)
 _int = st.integers(0, 1 << 31)
