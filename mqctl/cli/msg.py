@@ -9,6 +9,7 @@ from typing import Annotated
 import click
 import typer
 
+from mqctl.cli import trace as _trace
 from mqctl.cli.common import (
     BrokerAddrOpt,
     DlqIdsOpt,
@@ -34,7 +35,7 @@ from mqctl.cli.common import (
 from mqctl.completion import complete_topic
 from mqctl.errors import UsageError
 
-app = typer.Typer(help="Send, find, show, tail and re-send messages.", no_args_is_help=True)
+app = typer.Typer(help="Send, find, show, tail, trace and re-send messages.", no_args_is_help=True)
 
 NoBodyOpt = Annotated[
     bool,
@@ -324,3 +325,6 @@ def resend(
         raise BrokerError(f"{counts['FAILED']} message(s) could not be re-sent (see the table)", code=1)
     if counts["SKIPPED"]:
         raise UsageError(f"{counts['SKIPPED']} message(s) skipped: no original topic", hint="use --to-topic")
+
+
+app.command("trace")(_trace.trace)
