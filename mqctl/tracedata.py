@@ -144,9 +144,11 @@ def _enum(names: tuple[str, ...], ordinal: str, what: str) -> str:
     return names[index]
 
 
-def _pub(line: list[str]) -> TraceRecord:
-    record = TraceRecord(
-        "Pub",
+def _sent(kind: str, line: list[str]) -> TraceRecord:
+    """The first nine fields ``Pub`` and ``EndTransaction`` share: type, time, region, group, topic,
+    client id, tags, keys, store host."""
+    return TraceRecord(
+        kind,
         line[5],
         timestamp_ms=_long(line[1], "time"),
         region_id=_text(line[2]),
@@ -155,6 +157,12 @@ def _pub(line: list[str]) -> TraceRecord:
         tags=_text(line[6]),
         keys=_text(line[7]),
         store_host=_text(line[8]),
+    )
+
+
+def _pub(line: list[str]) -> TraceRecord:
+    record = replace(
+        _sent("Pub", line),
         body_size=_long(line[9], "body length"),
         cost_ms=_long(line[10], "cost"),
         msg_type=_enum(MESSAGE_TYPES, line[11], "message type"),
@@ -203,16 +211,8 @@ def _end_transaction(line: list[str]) -> TraceRecord:
         raise TraceFormatError(
             f"transaction state {line[11]!r} is not one of {', '.join(TRANSACTION_STATES)}"
         )
-    return TraceRecord(
-        "EndTransaction",
-        line[5],
-        timestamp_ms=_long(line[1], "time"),
-        region_id=_text(line[2]),
-        group=_text(line[3]),
-        topic=_text(line[4]),
-        tags=_text(line[6]),
-        keys=_text(line[7]),
-        store_host=_text(line[8]),
+    return replace(
+        _sent("EndTransaction", line),
         msg_type=_enum(MESSAGE_TYPES, line[9], "message type"),
         transaction_id=_text(line[10]),
         transaction_state=line[11],
@@ -288,17 +288,10 @@ def encode_record(r: TraceRecord) -> str:
     """One record as ``TraceDataEncoder#encoderFromContextBean`` writes it (a SubAfter of a non-cloud
     client, with its time and group), ending in ``FIELD_SPLITOR``; a ``Pub`` with a client host gets it
     as the older clients' 15th field."""
+    sent = [r.type, r.timestamp_ms, r.region_id, r.group, r.topic, r.unique_key, r.tags, r.keys, r.store_host]
     if r.type == "Pub":
         values: list[object] = [
-            r.type,
-            r.timestamp_ms,
-            r.region_id,
-            r.group,
-            r.topic,
-            r.unique_key,
-            r.tags,
-            r.keys,
-            r.store_host,
+            *sent,
             r.body_size,
             r.cost_ms,
             MESSAGE_TYPES.index(r.msg_type or "Normal_Msg"),
@@ -331,15 +324,7 @@ def encode_record(r: TraceRecord) -> str:
         ]
     elif r.type == "EndTransaction":
         values = [
-            r.type,
-            r.timestamp_ms,
-            r.region_id,
-            r.group,
-            r.topic,
-            r.unique_key,
-            r.tags,
-            r.keys,
-            r.store_host,
+            *sent,
             MESSAGE_TYPES.index(r.msg_type or "Trans_msg_Commit"),
             r.transaction_id,
             r.transaction_state,

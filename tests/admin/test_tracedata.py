@@ -3,6 +3,8 @@ our encoder round-trips with the decoder for any record (Hypothesis)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 from hypothesis import given, strategies as st
 
@@ -136,63 +138,39 @@ _int = st.integers(0, 1 << 31)
 @st.composite
 def records(draw: st.DrawFn) -> TraceRecord:
     kind = draw(st.sampled_from(["Pub", "SubBefore", "SubAfter", "EndTransaction"]))
-    uid = draw(_text)
+    common: dict[str, Any] = {"timestamp_ms": draw(_ms), "group": draw(_opt), "keys": draw(_opt)}
+    if kind in ("Pub", "EndTransaction"):
+        common |= {
+            "region_id": draw(_opt),
+            "topic": draw(_opt),
+            "tags": draw(_opt),
+            "store_host": draw(_opt),
+            "msg_type": draw(st.sampled_from(MESSAGE_TYPES)),
+        }
     if kind == "Pub":
-        return TraceRecord(
-            kind,
-            uid,
-            timestamp_ms=draw(_ms),
-            region_id=draw(_opt),
-            group=draw(_opt),
-            topic=draw(_opt),
-            tags=draw(_opt),
-            keys=draw(_opt),
-            store_host=draw(_opt),
-            body_size=draw(_int),
-            cost_ms=draw(_int),
-            msg_type=draw(st.sampled_from(MESSAGE_TYPES)),
-            msg_id=draw(_opt),
-            success=draw(st.booleans()),
-            client_host=draw(_opt.filter(lambda s: s != "")),
-        )
-    if kind == "SubBefore":
-        return TraceRecord(
-            kind,
-            uid,
-            timestamp_ms=draw(_ms),
-            region_id=draw(_opt),
-            group=draw(_opt),
-            request_id=draw(_text),
-            retry_times=draw(_int),
-            keys=draw(_opt),
-        )
-    if kind == "SubAfter":
-        return TraceRecord(
-            kind,
-            uid,
-            request_id=draw(_text),
-            cost_ms=draw(_int),
-            success=draw(st.booleans()),
-            keys=draw(_opt),
-            context_code=draw(st.integers(0, len(CONSUME_RESULTS) - 1)),
-            timestamp_ms=draw(_ms),
-            group=draw(_opt),
-        )
-    return TraceRecord(
-        kind,
-        uid,
-        timestamp_ms=draw(_ms),
-        region_id=draw(_opt),
-        group=draw(_opt),
-        topic=draw(_opt),
-        tags=draw(_opt),
-        keys=draw(_opt),
-        store_host=draw(_opt),
-        msg_type=draw(st.sampled_from(MESSAGE_TYPES)),
-        transaction_id=draw(_opt),
-        transaction_state=draw(st.sampled_from(TRANSACTION_STATES)),
-        from_transaction_check=draw(st.booleans()),
-    )
+        common |= {
+            "body_size": draw(_int),
+            "cost_ms": draw(_int),
+            "msg_id": draw(_opt),
+            "success": draw(st.booleans()),
+            "client_host": draw(_opt.filter(lambda s: s != "")),
+        }
+    elif kind == "EndTransaction":
+        common |= {
+            "transaction_id": draw(_opt),
+            "transaction_state": draw(st.sampled_from(TRANSACTION_STATES)),
+            "from_transaction_check": draw(st.booleans()),
+        }
+    elif kind == "SubBefore":
+        common |= {"region_id": draw(_opt), "request_id": draw(_text), "retry_times": draw(_int)}
+    else:
+        common |= {
+            "request_id": draw(_text),
+            "cost_ms": draw(_int),
+            "success": draw(st.booleans()),
+            "context_code": draw(st.integers(0, len(CONSUME_RESULTS) - 1)),
+        }
+    return TraceRecord(kind, draw(_text), **common)
 
 
 @given(st.lists(records(), max_size=6))
