@@ -19,11 +19,12 @@ from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
-from mqctl.errors import NotFoundError
+from mqctl.errors import NotFoundError, UsageError
+from mqctl.services.messages import JAVA_LONG_MAX, locate
 from mqctl.services.topics import readers_of_topic
 from mqctl.tracedata import TraceFormatError, TraceRecord, consume_result, decode_trace
 from mqctl.units import time_fields
-from store import StoredMessage, decode_msg_id
+from store import StoredMessage
 
 log = logging.getLogger(__name__)
 
@@ -76,12 +77,10 @@ async def _trace_records(admin: Admin, trace_topic: str, key: str) -> list[Carri
 def _plausible_offset_id(text: str) -> tuple[str, int] | None:
     """(broker address, CommitLog offset) when ``text`` decodes as an offset id with a real port."""
     try:
-        (ip, port), offset = decode_msg_id(text)
-    except ValueError:
+        addr, offset = locate(text)
+    except UsageError:
         return None
-    if not 0 < port <= 0xFFFF:
-        return None
-    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}", offset
+    return (addr, offset) if 0 < int(addr.rpartition(":")[2]) <= 0xFFFF else None
 
 
 async def _view(admin: Admin, addr: str, offset: int) -> StoredMessage | None:
@@ -136,7 +135,7 @@ async def trace_message(
                 f"message {message_id} (unique_key {stored.uniq_key}) has no trace in {trace_topic}",
                 hint="its producer and consumers did not run with message trace on",
             )
-    timeline = await _timeline(admin, mine, stored)
+    timeline = await _timeline(admin, mine, stored, topic)
     if topic is not None and timeline["topic"] not in (topic, None):
         raise NotFoundError(f"message {message_id} is in topic {timeline['topic']!r}, not {topic!r}")
     return {"found_by": found_by, **timeline}
@@ -155,7 +154,7 @@ async def trace_key(
             for c in await _trace_records(admin, trace_topic, unique_key)
             if c.record.unique_key == unique_key
         ]
-        timeline = await _timeline(admin, mine, None)
+        timeline = await _timeline(admin, mine, None, topic)
         if topic is None or timeline["topic"] in (topic, None):
             out.append(timeline)
     if not out:
@@ -225,7 +224,28 @@ def _consumes(carried: list[Carried]) -> list[dict[str, Any]]:
     return out
 
 
-async def _timeline(admin: Admin, carried: list[Carried], stored: StoredMessage | None) -> dict[str, Any]:
+async def _by_unique_key(admin: Admin, topic: str, unique_key: str) -> StoredMessage | None:
+    """The message of ``topic`` with client id ``unique_key`` (the first stored), from its brokers' index."""
+    try:
+        addrs = sorted(set((await readers_of_topic(admin, topic)).values()))
+    except NotFoundError:
+        return None
+    for addr in addrs:
+        found = await wire.query(
+            admin, addr, topic, unique_key, begin_ms=0, end_ms=JAVA_LONG_MAX, max_num=32, unique_key=True
+        )
+        hits = sorted(
+            (m for m in found if m.topic == topic and m.uniq_key == unique_key),
+            key=lambda m: m.store_timestamp,
+        )
+        if hits:
+            return hits[0]
+    return None
+
+
+async def _timeline(
+    admin: Admin, carried: list[Carried], stored: StoredMessage | None, topic: str | None = None
+) -> dict[str, Any]:
     """The message's summary (what the records and, when reachable, the stored message say) and its
     events in time order: produced, stored, transaction ended, each consume attempt."""
     records = [c.record for c in carried]
@@ -235,6 +255,9 @@ async def _timeline(admin: Admin, carried: list[Carried], stored: StoredMessage 
     located = _plausible_offset_id(offset_id) if stored is None and offset_id else None
     if located is not None and located[0] in names:  # trace data never sends us to an unknown address
         stored = await _view(admin, *located)
+    if stored is None and topic is not None:  # no Pub (a producer without trace): the topic's index
+        stored = await _by_unique_key(admin, topic, records[0].unique_key)
+        offset_id = stored.msg_id if stored is not None else offset_id
     store_host = f"{stored.store_host[0]}:{stored.store_host[1]}" if stored else _first(records, "store_host")
     events = [
         _event(

@@ -33,6 +33,7 @@ class World:
     paid: Sent  # traced: produced, consumed by CG_Billing (failed once, then OK) and CG_Audit
     shipped: Sent  # traced: produced, consumed by CG_Audit; shares the key cust-9 with paid
     untraced: Sent
+    solo: Sent  # produced without trace; consumed with trace by CG_Audit, and by CG_Slow whose handler hung
     trap: socket.socket  # a listener a forged trace record names as the store host
 
 
@@ -47,7 +48,12 @@ async def _routed(admin: Admin, topic: str) -> None:
     await wait_until(has_route, timeout=10)
 
 
-async def _fill(cluster: LocalCluster, trap_port: int) -> tuple[Sent, Sent, Sent]:
+async def _plain_send(admin: Admin, cluster: LocalCluster, body: bytes, keys: str) -> Sent:
+    result = await wire.send(admin, cluster.broker_addr, TOPIC, body, queue_id=1, properties={"KEYS": keys})
+    return Sent(result.msg_id, result.offset_msg_id, TOPIC, cluster.broker_addr, 1, result.queue_offset)
+
+
+async def _fill(cluster: LocalCluster, trap_port: int) -> tuple[Sent, ...]:
     async with Admin([cluster.namesrv_addr]) as admin:
         for name in (TOPIC, JAVA_TRACES):
             await admin.create_topic(cluster.broker_addr, TopicConfig(name, 2, 2, 6))
@@ -63,12 +69,12 @@ async def _fill(cluster: LocalCluster, trap_port: int) -> tuple[Sent, Sent, Sent
         await client.consume(paid, group="CG_Audit")
         await client.consume(shipped, group="CG_Audit")
         await client.flush()  # the consumers' batch
-        result = await wire.send(
-            admin, cluster.broker_addr, TOPIC, b"no trace", queue_id=0, properties={"KEYS": "ord-3"}
-        )
-        untraced = Sent(
-            result.msg_id, result.offset_msg_id, TOPIC, cluster.broker_addr, 0, result.queue_offset
-        )
+        untraced = await _plain_send(admin, cluster, b"no trace", "ord-3")
+        solo = await _plain_send(admin, cluster, b"solo", "ord-4")
+        await client.consume(solo, group="CG_Audit")
+        await client.consume(solo, group="CG_Slow", finished=False)
+        await client.flush()
+        await send_trace_body(admin, b"Pub\x01not a time\x02", ["broken-trace"])
         for name in ("java-4.9.8-pub.bin", "java-4.9.8-sub.bin", "java-4.9.8-transaction.bin"):
             body = (FIXTURES / name).read_bytes()
             await send_trace_body(admin, body, trace_keys(decode_trace(body)), JAVA_TRACES)
@@ -88,7 +94,7 @@ async def _fill(cluster: LocalCluster, trap_port: int) -> tuple[Sent, Sent, Sent
             success=True,
         )
         await send_trace_body(admin, encode_trace([forged]), trace_keys([forged]), JAVA_TRACES)
-    return paid, shipped, untraced
+    return paid, shipped, untraced, solo
 
 
 @pytest.fixture(scope="module")
@@ -96,8 +102,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     trap = socket.create_server(("127.0.0.1", 0))
     trap.setblocking(False)
     with local_cluster(tmp_path_factory.mktemp("trace"), trace_topic_enable=True) as cluster:
-        paid, shipped, untraced = cluster.loop.run(_fill(cluster, trap.getsockname()[1]))
-        yield World(cluster, paid, shipped, untraced, trap)
+        paid, shipped, untraced, solo = cluster.loop.run(_fill(cluster, trap.getsockname()[1]))
+        yield World(cluster, paid, shipped, untraced, solo, trap)
     trap.close()
 
 
@@ -230,6 +236,29 @@ def test_msg_query_and_show_decode_the_trace_records(mq: Callable[..., CliResult
         )
     )
     assert "trace" not in plain
+
+
+def test_a_consumer_only_trace_finds_its_message_through_the_topic(
+    mq: Callable[..., CliResult], world: World
+) -> None:
+    bare = ok(mq("msg", "trace", world.solo.unique_key, "-o", "json"))
+    assert (bare["topic"], bare["queue_id"], bare["producer_group"]) == (None, None, None)
+    assert consumes(bare, "CG_Audit") == [(1, "OK", "SUCCESS")]
+    assert consumes(bare, "CG_Slow") == [(1, "NO RESULT", None)]  # its handler never returned
+    t = ok(mq("msg", "trace", world.solo.unique_key, "-t", TOPIC, "-o", "json"))
+    assert (t["topic"], t["msg_id"], t["queue_id"], t["queue_offset"], t["keys"]) == (
+        TOPIC,
+        world.solo.msg_id,
+        1,
+        world.solo.queue_offset,
+        "ord-4",
+    )
+    assert t["events"][0]["event"] == "store"
+
+
+def test_a_trace_body_that_does_not_decode_says_why(mq: Callable[..., CliResult], world: World) -> None:
+    [row] = ok(mq("msg", "query", "-t", TRACE_TOPIC, "-k", "broken-trace", "-o", "json"))
+    assert "trace" not in row and "fewer than 12" in row["trace_error"]
 
 
 # ------------------------------------------------------------------------- recorded Java client bodies

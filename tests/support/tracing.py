@@ -75,11 +75,18 @@ class TracingClient:
         )
 
     async def consume(
-        self, sent: Sent, *, group: str, ok: bool = True, retry_times: int = 0, result: int | None = None
+        self,
+        sent: Sent,
+        *,
+        group: str,
+        ok: bool = True,
+        retry_times: int = 0,
+        result: int | None = None,
+        finished: bool = True,
     ) -> StoredMessage:
         """Pull ``sent`` for ``group`` and record the attempt: ``ok`` is what the handler returned,
         ``retry_times`` how often it was delivered before, ``result`` the ConsumeReturnType ordinal
-        (SUCCESS when ok, else FAILED)."""
+        (SUCCESS when ok, else FAILED); without ``finished`` the handler never returned (no SubAfter)."""
         pulled = await wire.pull(
             self.admin,
             sent.broker_addr,
@@ -106,6 +113,8 @@ class TracingClient:
                 keys=keys,
             )
         )
+        if not finished:
+            return m
         self.pending.append(
             TraceRecord(
                 "SubAfter",
