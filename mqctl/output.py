@@ -317,3 +317,10 @@ class RowStream:
         data = plain(result)
         for row in data if isinstance(data, list) else [data]:
             self(row if isinstance(row, dict) else {"value": row})
+
+
+def shown_time(ms: int) -> str:
+    """A time as tables show it: local time, or UTC with ``--utc``."""
+    from mqctl import units
+
+    return units.table_time(ms, utc=_state["utc"])

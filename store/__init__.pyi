@@ -102,6 +102,7 @@ from .names import (
     SYSTEM_GROUPS as SYSTEM_GROUPS,
     SYSTEM_TOPIC_PREFIX as SYSTEM_TOPIC_PREFIX,
     TOOLS_CONSUMER_GROUP as TOOLS_CONSUMER_GROUP,
+    TRACE_TOPIC as TRACE_TOPIC,
     dlq_topic as dlq_topic,
     legal_name as legal_name,
 )

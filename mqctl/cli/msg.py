@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import click
 import typer
 
+from mqctl.cli import trace as _trace
 from mqctl.cli.common import (
     BrokerAddrOpt,
     DlqIdsOpt,
@@ -37,7 +38,7 @@ from mqctl.errors import Interrupted, UsageError
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
 
-app = typer.Typer(help="Send, find, show, tail and re-send messages.", no_args_is_help=True)
+app = typer.Typer(help="Send, find, show, tail, trace and re-send messages.", no_args_is_help=True)
 
 NoBodyOpt = Annotated[
     bool,
@@ -390,3 +391,6 @@ def resend(
         raise BrokerError(f"{counts['FAILED']} message(s) could not be re-sent (see the table)", code=1)
     if counts["SKIPPED"]:
         raise UsageError(f"{counts['SKIPPED']} message(s) skipped: no original topic", hint="use --to-topic")
+
+
+app.command("trace")(_trace.trace)

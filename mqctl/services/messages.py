@@ -30,6 +30,7 @@ from mqctl.admin.member import GroupMember
 from mqctl.errors import NotFoundError, UsageError
 from mqctl.services.topics import readers_of_topic, route_masters, route_readers
 from mqctl.timespec import iso, parse_time
+from mqctl.tracedata import trace_field
 from mqctl.units import time_fields
 from store import (
     AUTO_CREATE_TOPIC,
@@ -123,8 +124,9 @@ def body_fields(body: bytes) -> dict[str, str]:
 
 
 def with_body(m: StoredMessage, row: dict[str, Any], body: bool) -> dict[str, Any]:
-    """``row`` with the message body (see :func:`body_fields`), or as is for ``--no-body``."""
-    return row | body_fields(m.body) if body else row
+    """``row`` with the message body (see :func:`body_fields`), or as is for ``--no-body``; a trace
+    message's records decoded (``trace``)."""
+    return (row | body_fields(m.body) if body else row) | trace_field(m)
 
 
 def summary(m: StoredMessage) -> dict[str, Any]:
@@ -156,6 +158,7 @@ def detail(m: StoredMessage) -> dict[str, Any]:
         "body_crc": m.body_crc,
         "properties": dict(m.properties),
         **body_fields(m.body),
+        **trace_field(m),
     }
 
 
