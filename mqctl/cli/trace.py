@@ -16,6 +16,7 @@ from mqctl.cli.common import (
 )
 from mqctl.completion import complete_topic
 from mqctl.errors import UsageError
+from mqctl.output import printable
 from store import TRACE_TOPIC
 
 if TYPE_CHECKING:
@@ -97,8 +98,7 @@ def trace(
 
 def _clean(value: object) -> str:
     """Text from the trace as one safe line: control characters escaped, never terminal sequences."""
-    text = "" if value is None else str(value)
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return printable("" if value is None else str(value), newlines=False)
 
 
 def timeline_tree(t: dict[str, Any]) -> Tree:

@@ -19,8 +19,8 @@ from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
-from mqctl.errors import NotFoundError, UsageError
-from mqctl.services.messages import JAVA_LONG_MAX, locate
+from mqctl.errors import NotFoundError
+from mqctl.services.messages import JAVA_LONG_MAX, plausible_offset_id
 from mqctl.services.topics import readers_of_topic
 from mqctl.tracedata import TraceFormatError, TraceRecord, consume_result, decode_trace
 from mqctl.units import time_fields
@@ -74,15 +74,6 @@ async def _trace_records(admin: Admin, trace_topic: str, key: str) -> list[Carri
     return out
 
 
-def _plausible_offset_id(text: str) -> tuple[str, int] | None:
-    """(broker address, CommitLog offset) when ``text`` decodes as an offset id with a real port."""
-    try:
-        addr, offset = locate(text)
-    except UsageError:
-        return None
-    return (addr, offset) if 0 < int(addr.rpartition(":")[2]) <= 0xFFFF else None
-
-
 async def _view(admin: Admin, addr: str, offset: int) -> StoredMessage | None:
     try:
         return await wire.view(admin, addr, offset)
@@ -119,7 +110,7 @@ async def trace_message(
     found_by = "unique_key"
     stored = None
     if not mine:
-        located = _plausible_offset_id(wanted)
+        located = plausible_offset_id(wanted)
         stored = await _view(admin, *located) if located is not None else None
         if stored is None or not stored.uniq_key:
             raise NotFoundError(f"no trace of message {message_id} in {trace_topic}")
@@ -252,7 +243,7 @@ async def _timeline(
     pubs = [c for c in carried if c.record.type == "Pub"]
     offset_id = stored.msg_id if stored is not None else _first(records, "msg_id")
     names = await _broker_names(admin)
-    located = _plausible_offset_id(offset_id) if stored is None and offset_id else None
+    located = plausible_offset_id(offset_id) if stored is None and offset_id else None
     if located is not None and located[0] in names:  # trace data never sends us to an unknown address
         stored = await _view(admin, *located)
     if stored is None and topic is not None:  # no Pub (a producer without trace): the topic's index
