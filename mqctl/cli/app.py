@@ -39,6 +39,8 @@ NOUNS: tuple[tuple[str, str], ...] = (
     ("tls", "mqctl.cli.tls"),
     ("spark-export", "mqctl.cli.spark_export"),
     ("top", "mqctl.cli.top"),
+    ("export", "mqctl.cli.export"),
+    ("apply", "mqctl.cli.apply"),
 )
 
 COMPLETE_VAR = "_MQCTL_COMPLETE"
