@@ -308,7 +308,7 @@ def _from_export(raw: dict[str, Any], name_problem: NameCheck) -> Metadata:
 def _resolve(names: list[str] | None, masters: dict[str, str], renames: dict[str, str]) -> list[str]:
     """Broker names of a file (after ``--map-broker``) -> the target masters' addresses."""
     if names is None:
-        return sorted(masters.values())
+        return [masters[n] for n in sorted(masters)]
     wanted = [renames.get(n, n) for n in names]
     missing = sorted(n for n in wanted if n not in masters)
     if missing:

@@ -9,15 +9,19 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import yaml
 
+from daemon.broker.broker import Broker
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from tests.daemons import LocalCluster, local_cluster
+from tests.support.acl import ADMIN_AK, ADMIN_SK, USER_AK, USER_SK, write_acl
+from tests.support.broker import broker_config
 from tests.support.cli import CliResult, RunCli
 
 
@@ -223,3 +227,82 @@ def test_offsets_are_not_applied_under_a_live_consumer(
     assert plan.code == 0 and plan.json()[0]["action"].startswith("blocked: live consumers")  # type: ignore[attr-defined]
     assert refused.code == ConflictError.exit_code and "Live" in refused.stderr  # type: ignore[attr-defined]
     assert not any(group == "Live" for group, _, _ in offsets)  # nothing committed
+
+
+@contextmanager
+def two_masters(root: Path) -> Iterator[tuple[LocalCluster, str]]:
+    """A cluster with broker-a and broker-b (both masters); yields it and broker-b's address."""
+    with local_cluster(root) as cluster:
+        second = Broker(
+            broker_config(root / "broker-b", namesrv_addr=cluster.namesrv_addr, broker_name="broker-b")
+        )
+        cluster.loop.run(second.start())
+        try:
+            yield cluster, second.addr
+        finally:
+            cluster.loop.run(second.stop())
+
+
+@pytest.mark.slow  # four brokers
+def test_topics_that_differ_between_masters_round_trip(cli: RunCli, tmp_path: Path) -> None:
+    with (
+        two_masters(tmp_path / "source") as (source, b_addr),
+        two_masters(tmp_path / "target") as (target, _),
+    ):
+        ns = source.namesrv_addr
+        _ok(run(cli, ns, "topic", "create", "-t", "Orders", "-r", "4", "-w", "4"))
+        _ok(run(cli, ns, "topic", "update", "-t", "Orders", "-b", b_addr, "-r", "8", "-w", "8"))
+        _ok(run(cli, ns, "topic", "create", "-t", "OnlyA", "-b", source.broker_addr))
+        exported = _ok(run(cli, ns, "export", "-o", "yaml"))
+        topics = [(t["name"], t["brokers"], t["read_queues"]) for t in yaml.safe_load(exported)["topics"]]
+        assert topics == [
+            ("OnlyA", ["broker-a"], 8),
+            ("Orders", ["broker-a"], 4),
+            ("Orders", ["broker-b"], 8),
+        ]
+        path = tmp_path / "cluster.yaml"
+        path.write_text(exported)
+        _ok(run(cli, target.namesrv_addr, "apply", "-f", str(path), "--execute"))
+        assert _ok(run(cli, target.namesrv_addr, "export", "-o", "yaml")) == exported
+
+        # mqadmin's cluster export adds queue counts up over the masters: 16 on two masters is 8 each
+        summed = {
+            "exportTime": 1,
+            "topicConfigTable": {
+                "Sum": {"topicName": "Sum", "readQueueNums": 16, "writeQueueNums": 16, "perm": 6}
+            },
+        }
+        path.write_text(json.dumps(summed))
+        plan = run(cli, target.namesrv_addr, "apply", "-f", str(path), "-o", "json").json()
+        assert [(r["broker"], r["changes"]["read_queue_nums"]) for r in plan] == [
+            ("broker-a", [None, 8]),
+            ("broker-b", [None, 8]),
+        ]
+
+
+def test_acl_accounts_are_exported_without_secrets_and_compared(cli: RunCli, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    write_acl(home)
+    with local_cluster(tmp_path / "acl", acl_enable=True, rocketmq_home=str(home)) as cluster:
+        env = {
+            "NAMESRV_ADDR": cluster.namesrv_addr,
+            "MQCTL_ACCESS_KEY": ADMIN_AK,
+            "MQCTL_SECRET_KEY": ADMIN_SK,
+        }
+        exported = cli("export", "--acl", "-o", "yaml", env=env)
+        assert exported.code == 0, exported.stderr
+        assert USER_SK not in exported.stdout and ADMIN_SK not in exported.stdout
+        accounts = {a["name"]: a for a in yaml.safe_load(exported.stdout)["acl"]}
+        assert accounts[USER_AK]["topic_perms"] == ["TopicA=PUB|SUB", "TopicDeny=DENY"]
+        assert accounts[USER_AK]["default_topic_perm"] == "DENY" and accounts[ADMIN_AK]["admin"] is True
+        doc = yaml.safe_load(exported.stdout)
+        doc["acl"] = [
+            {**a, "default_topic_perm": "PUB"} if a["name"] == USER_AK else a for a in doc["acl"]
+        ] + [{"name": "newcomer", "admin": False}]
+        path = tmp_path / "cluster.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        plan = cli("apply", "-f", str(path), "--execute", "-o", "json", env=env)
+        assert plan.code == 0, plan.stderr
+        actions = {r["name"]: r["action"] for r in plan.json() if r["kind"] == "acl"}
+        assert actions[ADMIN_AK] == "unchanged"
+        assert actions[USER_AK].startswith("differs") and actions["newcomer"].startswith("missing")
