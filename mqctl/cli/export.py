@@ -18,7 +18,10 @@ def export(
     offsets: Annotated[bool, typer.Option("--offsets", help="Add the groups' committed offsets.")] = False,
     acl: Annotated[bool, typer.Option("--acl", help="Add the ACL accounts (never their secrets).")] = False,
     special_topics: Annotated[
-        bool, typer.Option("--special-topics", help="Add retry (%RETRY%) and dead-letter (%DLQ%) topics.")
+        bool,
+        typer.Option(
+            "--special-topics", help="Add the retry and dead-letter topics (mqadmin exportMetadata -s)."
+        ),
     ] = False,
 ) -> None:
     """Write the cluster's topics and subscription groups (sorted, no timestamp: two exports of the same
