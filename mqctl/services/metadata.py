@@ -29,7 +29,7 @@ from daemon.remoting.codes import RequestCode
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services import groups, topics
-from mqctl.services.acl import config_of
+from mqctl.services.acl import account_row, config_of
 from mqctl.services.cluster import brokers
 from store import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -69,7 +69,7 @@ ACL_KEYS = (
     "default_group_perm",
     "topic_perms",
     "group_perms",
-    "white_address",
+    "white_remote_address",
 )
 
 
@@ -197,15 +197,9 @@ async def export(
 
 
 def _account_entry(account: dict[str, Any]) -> dict[str, Any]:
-    """An ACL account without its secret."""
-    return {
-        "admin": bool(account.get("admin")),
-        "default_topic_perm": account.get("defaultTopicPerm"),
-        "default_group_perm": account.get("defaultGroupPerm"),
-        "topic_perms": sorted(account.get("topicPerms") or []),
-        "group_perms": sorted(account.get("groupPerms") or []),
-        "white_address": account.get("whiteRemoteAddress") or "",
-    }
+    """An ACL account as ``acl list`` shows it, without broker and secret, its permissions sorted."""
+    row = account_row("", account, show_secret=False)
+    return {key: sorted(row[key]) if key.endswith("_perms") else row[key] for key in ACL_KEYS}
 
 
 # --------------------------------------------------------------------------------------------- load
