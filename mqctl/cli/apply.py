@@ -58,6 +58,8 @@ def apply(
 
     meta = load(file, name_problem)
     renames = _renames(map_broker)
+    if meta.offsets and not offsets:
+        stderr_console().print("note: the file's consumer offsets are left alone; --offsets applies them")
     if execute and offsets and meta.offsets:
         confirm("Commit the file's consumer offsets on the target cluster?", yes=yes)
     if not execute:
