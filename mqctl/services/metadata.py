@@ -252,10 +252,35 @@ def _checked(
     unknown = set(item) - {"name", "brokers", *keys}
     if unknown:
         raise ValueError(f"unknown keys {sorted(unknown)} in {kind} {name!r}")
+    for key, value in item.items():
+        if key in keys and not _typed(value, key):
+            raise ValueError(
+                f"{kind} {name!r}: {key} {value!r} is not {_TYPE_NAMES.get(key, 'a whole number')}"
+            )
     names = item.get("brokers")
     if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
         raise ValueError(f"{kind} {name!r}: brokers must be a list of broker names")
     return name, names, {k: v for k, v in item.items() if k in keys}
+
+
+_TYPE_NAMES = {
+    "perm": "r, w, rw or a number",
+    "filter_type": "text",
+    **dict.fromkeys(
+        ("order", "broadcast", "consume_from_min", "enabled", "notify_ids_changed"), "true or false"
+    ),
+}
+
+
+def _typed(value: Any, key: str) -> bool:
+    """Whether a file's value has the type its key takes (YAML's true is no number here)."""
+    if key == "perm":
+        return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    if key == "filter_type":
+        return isinstance(value, str)
+    if _TYPE_NAMES.get(key) == "true or false":
+        return isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _topic_spec(name: str, values: dict[str, Any]) -> topics.TopicSpec:
@@ -287,6 +312,10 @@ def _from_export(raw: dict[str, Any], name_problem: NameCheck) -> Metadata:
     for row in raw.get("offsets") or []:
         if not isinstance(row, dict) or set(row) != {"group", "topic", "broker", "queues"}:
             raise ValueError(f"an offsets entry needs group, topic, broker and queues: {row!r}")
+        for kind in ("group", "topic"):
+            problem = name_problem(kind, str(row[kind]))
+            if problem is not None:
+                raise ValueError(problem)
         queues = {int(q): int(o) for q, o in dict(row["queues"]).items()}
         meta.offsets.append({**row, "queues": queues})
     for item in raw.get("acl") or []:
