@@ -21,6 +21,21 @@ if TYPE_CHECKING:
     from mqctl.admin.client import Admin
     from mqctl.config import Target
 
+
+def _global(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A global option's value: the command's own flag, else the same flag given before the noun
+    (``mqctl -o json topic list``), else its environment variable or default."""
+    from click.core import ParameterSource
+
+    name = param.name or ""
+    if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+        return value
+    root = ctx.find_root()
+    if root is not ctx and root.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+        return root.params[name]
+    return value
+
+
 OutputOpt = Annotated[
     str,
     typer.Option(
@@ -29,6 +44,7 @@ OutputOpt = Annotated[
         help=f"Output format: {', '.join(FORMATS)}.",
         envvar="MQCTL_OUTPUT",
         click_type=click.Choice(FORMATS),
+        callback=_global,
     ),
 ]
 NamesrvOpt = Annotated[
@@ -37,7 +53,11 @@ NamesrvOpt = Annotated[
 ]
 ContextOpt = Annotated[
     str | None,
-    typer.Option("--context", help="Use this saved context instead of the current one."),
+    typer.Option(
+        "--context",
+        help="Use this saved context instead of the current one.",
+        callback=_global,
+    ),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 # RocketMQ's TopicValidator / Validators.checkGroup: the rule a broker applies, checked before any request.
@@ -162,6 +182,7 @@ TimeoutOpt = Annotated[
         min=0.1,
         help="Seconds to wait for each answer (else $MQCTL_TIMEOUT, else the context's timeout, else 5 "
         "for most commands).",
+        callback=_global,
     ),
 ]
 

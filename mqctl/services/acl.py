@@ -78,7 +78,8 @@ async def config_of(admin: Admin, addr: str) -> dict[str, Any]:
     return body
 
 
-def _row(addr: str, account: dict[str, Any], show_secret: bool) -> dict[str, Any]:
+def account_row(addr: str, account: dict[str, Any], show_secret: bool) -> dict[str, Any]:
+    """An account of GET_BROKER_CLUSTER_ACL_CONFIG as ``acl list`` shows it (its secret masked unless asked)."""
     return {
         "broker": addr,
         "access_key": account.get("accessKey"),
@@ -98,7 +99,7 @@ async def list_accounts(
     rows: list[dict[str, Any]] = []
     for addr in await targets(admin, cluster, broker):
         config = await config_of(admin, addr)
-        rows.extend(_row(addr, a, show_secret) for a in config.get("plainAccessConfigs") or [])
+        rows.extend(account_row(addr, a, show_secret) for a in config.get("plainAccessConfigs") or [])
     return rows
 
 

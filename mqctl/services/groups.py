@@ -13,7 +13,7 @@ from mqctl.errors import ConflictError, NotFoundError
 from mqctl.output import Rows
 from mqctl.services.cluster import masters, readers
 from mqctl.services.fanout import each_broker, failures
-from mqctl.services.topics import BrokerChange, target_masters
+from mqctl.services.topics import BrokerChange, apply_to_tables, target_masters
 from mqctl.units import when
 from store import SYSTEM_GROUPS, SubscriptionGroupConfig
 
@@ -28,6 +28,9 @@ class GroupSpec:
     broadcast: bool | None = None
     consume_from_min: bool | None = None
     enabled: bool | None = None
+    broker_id: int | None = None
+    slow_broker_id: int | None = None
+    notify_ids_changed: bool | None = None
 
     def apply_to(self, current: SubscriptionGroupConfig | None) -> SubscriptionGroupConfig:
         base = current or SubscriptionGroupConfig(self.name)
@@ -37,6 +40,9 @@ class GroupSpec:
             "consume_broadcast_enable": self.broadcast,
             "consume_from_min_enable": self.consume_from_min,
             "consume_enable": self.enabled,
+            "broker_id": self.broker_id,
+            "which_broker_when_consume_slowly": self.slow_broker_id,
+            "notify_consumer_ids_changed_enable": self.notify_ids_changed,
         }
         return dataclasses.replace(base, **{k: v for k, v in pairs.items() if v is not None})
 
@@ -140,11 +146,7 @@ async def upsert(
     for addr in addrs:
         old = existing[addr]
         new = spec.apply_to(old)
-        diff = {
-            f.name: [getattr(old, f.name) if old else None, getattr(new, f.name)]
-            for f in dataclasses.fields(new)
-            if old is None or getattr(old, f.name) != getattr(new, f.name)
-        }
+        diff = config_diff(old, new)
         if diff:
             await admin.create_group(addr, new)
         changes.append(
@@ -155,6 +157,29 @@ async def upsert(
             }
         )
     return {"group": spec.name, "action": mode, "brokers": changes}
+
+
+def config_diff(old: SubscriptionGroupConfig | None, new: SubscriptionGroupConfig) -> dict[str, list[Any]]:
+    """Changed fields as ``[old, new]`` (every field for a new group)."""
+    return {
+        f.name: [getattr(old, f.name) if old else None, getattr(new, f.name)]
+        for f in dataclasses.fields(new)
+        if old is None or getattr(old, f.name) != getattr(new, f.name)
+    }
+
+
+async def apply_on(
+    admin: Admin,
+    spec: GroupSpec,
+    tables: dict[str, dict[str, SubscriptionGroupConfig]],
+    *,
+    dry_run: bool,
+) -> list[BrokerChange]:
+    """Make a group what ``spec`` says on the masters of ``tables`` (address -> group table, read
+    already): ``topic apply``'s plan and apply, for subscription groups."""
+    return await apply_to_tables(
+        tables, spec.name, spec.apply_to, config_diff, admin.create_group, dry_run=dry_run
+    )
 
 
 async def delete(
