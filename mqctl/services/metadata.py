@@ -34,11 +34,11 @@ from mqctl.services.cluster import brokers
 from store import (
     DLQ_GROUP_TOPIC_PREFIX,
     RETRY_GROUP_TOPIC_PREFIX,
+    SYS_GROUP_PREFIX,
     SYSTEM_GROUPS,
     SubscriptionGroupConfig,
     fastjson,
 )
-from store.names import SYS_GROUP_PREFIX
 
 KIND = "mqctl-metadata"
 VERSION = 1
