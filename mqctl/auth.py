@@ -39,7 +39,8 @@ class Credentials:
 _state: dict[str, Credentials | None] = {"flags": None, "context": None}
 
 
-def _pair(access_key: str | None, secret_key: str | None, source: str) -> Credentials | None:
+def pair(access_key: str | None, secret_key: str | None, source: str) -> Credentials | None:
+    """A key pair given somewhere (``source`` names it in errors); None when neither half is."""
     if not access_key and not secret_key:
         return None
     if not access_key or not secret_key:
@@ -49,7 +50,7 @@ def _pair(access_key: str | None, secret_key: str | None, source: str) -> Creden
 
 def set_flags(access_key: str | None, secret_key: str | None) -> None:
     """Record the global flags (the root command calls this once)."""
-    _state["flags"] = _pair(access_key, secret_key, "--access-key/--secret-key")
+    _state["flags"] = pair(access_key, secret_key, "--access-key/--secret-key")
     _state["context"] = None  # a context chosen by an earlier invocation in this process is not this one's
 
 
@@ -69,8 +70,13 @@ def current() -> Credentials | None:
     """The credentials in force (see the module docstring)."""
     if _state["flags"] is not None:
         return _state["flags"]
-    env = _pair(os.environ.get("MQCTL_ACCESS_KEY"), os.environ.get("MQCTL_SECRET_KEY"), "$MQCTL_ACCESS_KEY")
+    env = from_env()
     return env if env is not None else _state["context"]
+
+
+def from_env() -> Credentials | None:
+    """``$MQCTL_ACCESS_KEY``/``$MQCTL_SECRET_KEY``, or None."""
+    return pair(os.environ.get("MQCTL_ACCESS_KEY"), os.environ.get("MQCTL_SECRET_KEY"), "$MQCTL_ACCESS_KEY")
 
 
 def read_secret(path: Path) -> str:

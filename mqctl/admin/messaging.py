@@ -175,6 +175,28 @@ async def pull(
     ``suspend_ms`` > 0 asks the broker to hold the request until a message arrives (long polling);
     the caller's timeout must then exceed it.
     """
+    result, body = await pull_raw(
+        admin, addr, topic, queue_id, offset, group=group, max_nums=max_nums, subscription=subscription,
+        suspend_ms=suspend_ms,
+    )  # fmt: skip
+    result.messages = decode_records(body)
+    return result
+
+
+async def pull_raw(
+    admin: Admin,
+    addr: str,
+    topic: str,
+    queue_id: int,
+    offset: int,
+    *,
+    group: str = TOOLS_CONSUMER_GROUP,
+    max_nums: int = 32,
+    subscription: str = "*",
+    suspend_ms: int = 0,
+) -> tuple[PullResult, bytes]:
+    """:func:`pull` with the found records left as the broker sent them: the CommitLog records
+    back to back (``b""`` when none), for decoders that take many records at once."""
     sys_flag = PULL_FLAG_SUBSCRIPTION | (PULL_FLAG_SUSPEND if suspend_ms > 0 else 0)
     header = PullMessageRequestHeader(
         group, topic, queue_id, offset, max_nums, sys_flag, 0, suspend_ms, 0, subscription, "TAG"
@@ -188,13 +210,8 @@ async def pull(
     response = await admin.call(addr, RequestCode.PULL_MESSAGE, header, expect=expect)
     reply = PullMessageResponseHeader.from_ext_fields(response.ext_fields)
     found = response.code == ResponseCode.SUCCESS
-    return PullResult(
-        found,
-        reply.next_begin_offset,
-        reply.min_offset,
-        reply.max_offset,
-        decode_records(response.body) if found else [],
-    )
+    result = PullResult(found, reply.next_begin_offset, reply.min_offset, reply.max_offset)
+    return result, response.body if found else b""
 
 
 # ------------------------------------------------------------------------------- query and view

@@ -373,11 +373,18 @@ def _topics(buf: np.ndarray, lay: _Layout) -> pa.Array:
     return _strings(*_gather(buf, lay.topic_pos, lay.topic_len))
 
 
+def _file_names(phys: np.ndarray, file_size: int) -> pa.Array:
+    """The CommitLog file name (its 20-digit start offset) of each physical offset."""
+    starts, inverse = np.unique(phys - phys % file_size, return_inverse=True)
+    names = pa.array([f"{int(s):020d}" for s in starts], pa.string())
+    return names.take(pa.array(inverse.ravel().astype(np.int32)))
+
+
 def decode_batch(
     buf: np.ndarray,
     lay: _Layout,
-    base_offset: int,
-    file_name: str,
+    base_offset: int | None,
+    file_name: str | int,
     *,
     with_body: bool = False,
     record_filter: RecordFilter | None = None,
@@ -386,6 +393,9 @@ def decode_batch(
 
     ``base_offset`` is the physical offset of ``buf[0]``; it is only used to check that each
     record's PHYSICALOFFSET field names its own position (a torn or foreign record does not).
+    ``None``: the records were not contiguous in the CommitLog (a pull answer), nothing to check.
+    ``file_name`` is the ``file`` column; an int is the broker's CommitLog file size, from which
+    each record's file name follows.
     """
     store_ms = _be(buf, lay.store_ts_pos, 8, ">i8")
     topics = _topics(buf, lay)
@@ -404,8 +414,7 @@ def decode_batch(
             topics = topics.filter(pa.array(keep))
     pos = lay.pos
     phys = _field(lay.head, 28, ">i8")
-    wrong = np.flatnonzero(phys != pos + base_offset)
-    if wrong.size:
+    if base_offset is not None and (wrong := np.flatnonzero(phys != pos + base_offset)).size:
         at = int(pos[wrong[0]]) + base_offset
         raise CorruptRecordError(None, at, f"PHYSICALOFFSET field says {int(phys[wrong[0]])}")
     store_host_pos = lay.store_ts_pos + 8
@@ -432,7 +441,11 @@ def decode_batch(
         "body_size": pa.array(lay.body_len.astype(np.int32)),
         "record_size": pa.array(lay.total.astype(np.int32)),
         "properties": props,
-        "file": pa.repeat(pa.scalar(file_name, pa.string()), len(pos)),
+        "file": (
+            _file_names(phys, file_name)
+            if isinstance(file_name, int)
+            else pa.repeat(pa.scalar(file_name, pa.string()), len(pos))
+        ),
     }
     if with_body:
         body = _bodies(buf, lay)
@@ -448,8 +461,8 @@ def decode_batch(
 def batches(
     buf: np.ndarray,
     found: Scan,
-    base_offset: int,
-    file_name: str,
+    base_offset: int | None,
+    file_name: str | int,
     *,
     with_body: bool = False,
     record_filter: RecordFilter | None = None,

@@ -136,13 +136,17 @@ def jvm_log() -> Path:
     return Path(tempfile.gettempdir()) / f"mqctl-spark-{os.getuid()}.log"
 
 
-def _register(spark: SparkSession) -> None:
+def register_sources(spark: SparkSession) -> None:
+    """Register both data sources (``rocketmq-commitlog``, ``rocketmq``) and the ``spark.sql.*``
+    settings they need on a session."""
+    from mqctl.spark.cluster import RocketMQDataSource
     from mqctl.spark.source import CommitLogDataSource
 
     for key, value in SPARK_CONF.items():
         if key.startswith("spark.sql."):  # the rest only applies when a JVM starts
             spark.conf.set(key, value)
     spark.dataSource.register(CommitLogDataSource)
+    spark.dataSource.register(RocketMQDataSource)
 
 
 @contextmanager
@@ -177,14 +181,14 @@ def spark_session(
         log.debug("connecting to Spark Connect at %s", remote)
         spark = SparkSession.builder.remote(remote).appName(app_name).getOrCreate()
         try:
-            _register(spark)
+            register_sources(spark)
             yield spark
         finally:
             spark.stop()
         return
     active = SparkSession.getActiveSession()
     if active is not None:
-        _register(active)
+        register_sources(active)
         yield active
         return
     builder = SparkSession.builder.appName(app_name).master(master or DEFAULT_MASTER)
@@ -200,7 +204,7 @@ def spark_session(
     with _jvm_stderr(debug):
         spark = builder.getOrCreate()
     try:
-        _register(spark)
+        register_sources(spark)
         yield spark
     finally:
         spark.stop()

@@ -1,0 +1,462 @@
+"""The ``rocketmq`` PySpark data source: a running cluster's queues, read over the remoting protocol.
+
+``spark.read.format("rocketmq").option("namesrv", "HOST:9876").option("topic", "Orders").load()``
+
+Planning (on the driver, in Spark's planning worker) asks the cluster through mqctl's admin client:
+the route of each topic (broker groups, their readable queues, master and slave addresses), each
+queue's stored offsets, and where the start and end options put each queue. It makes one input
+partition per (broker, queue, offset range), cutting ranges longer than ``maxMessagesPerPartition``.
+Each task then pulls its range with PULL_MESSAGE as the tools group (nothing is committed), from the
+master, or a slave of its group while the master does not answer, as RocketMQ's clients read.
+
+A pull answer carries the stored CommitLog records back to back, so the task decodes them with the
+same decoder as the ``rocketmq-commitlog`` source (:mod:`mqctl.spark.decode`): both sources give the
+same rows, column for column, for the same messages. The ``file`` column is derived from the physical
+offset and the broker's ``mappedFileSizeCommitLog``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+from mqctl.errors import NotFoundError, UsageError
+from mqctl.spark import CLUSTER_FORMAT_NAME
+from mqctl.spark.decode import batches, scan, spark_ddl
+from store import CorruptRecordError
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MAX_MESSAGES = 100_000
+"""Messages per input partition unless ``maxMessagesPerPartition`` says otherwise."""
+DEFAULT_FILE_SIZE = 1 << 30
+"""RocketMQ's default ``mappedFileSizeCommitLog``, for a broker that does not tell its own."""
+_PULL_BATCH = 32  # what a broker answers at most per pull (maxTransferCountOnMessageInMemory)
+_DECODE_BYTES = 8 << 20  # pulled bytes decoded together into one Arrow batch
+_EARLIEST, _LATEST = -2, -1  # per-queue JSON values, as Kafka's
+_TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where the tasks connect and how: resolved once on the driver, then shipped with the reader."""
+
+    namesrv: tuple[str, ...]
+    credentials: Any = None
+    """:class:`mqctl.auth.Credentials` or None (unsigned requests)."""
+    tls: Any = None
+    """:class:`mqctl.tls.TlsOptions` or None (plaintext)."""
+    timeout: float = 5.0
+
+    def admin(self) -> Any:
+        """A new admin session on its own connections (one per event loop)."""
+        from daemon.remoting.client import RemotingClient
+        from mqctl.admin.client import Admin
+
+        client = RemotingClient(
+            signer=self.credentials.signer() if self.credentials is not None else None,
+            ssl=self.tls.context() if self.tls is not None else None,
+        )
+        return Admin(list(self.namesrv), timeout=self.timeout, client=client)
+
+
+@dataclass(frozen=True)
+class QueueRange(InputPartition):
+    """Queue offsets ``[start, end)`` of one queue; ``addrs`` is the master first, then its slaves."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    start: int
+    end: int
+    addrs: tuple[str, ...]
+    file_size: int
+
+
+@dataclass(frozen=True)
+class Bound:
+    """Where a read starts or ends in every queue: ``earliest``, ``latest``, a store time (epoch ms:
+    the first message stored at or after it), or per-queue offsets (``{topic: {"broker:queue": n}}``,
+    -2 earliest, -1 latest; queues left out take ``default``)."""
+
+    kind: str
+    at_ms: int = 0
+    offsets: Mapping[str, Mapping[str, int]] | None = None
+    default: str = "earliest"
+
+    @classmethod
+    def parse(cls, text: str | None, default: str, option: str) -> Bound:
+        value = (text or default).strip()
+        if value in ("earliest", "latest"):
+            return cls(value, default=default)
+        if value.startswith("{"):
+            try:
+                raw = json.loads(value)
+            except ValueError as exc:
+                raise UsageError(f"{option}: not JSON: {exc}") from None
+            if not isinstance(raw, dict) or not all(
+                isinstance(q, dict) and all(isinstance(n, int) and n >= _EARLIEST for n in q.values())
+                for q in raw.values()
+            ):
+                raise UsageError(f'{option}: expected {{"TOPIC": {{"BROKER:QUEUE": OFFSET, ...}}}}')
+            return cls("offsets", offsets=raw, default=default)
+        from mqctl.timespec import parse_time
+
+        return cls("time", at_ms=parse_time(value, now_ms=int(time.time() * 1000)), default=default)
+
+    def check(self, option: str, queues: Mapping[str, set[str]]) -> None:
+        """Refuse per-queue offsets for a topic or queue the read does not cover (a typo reads nothing)."""
+        for topic, wanted in (self.offsets or {}).items():
+            if topic not in queues:
+                raise UsageError(f"{option} names topic {topic!r}, which this read does not cover")
+            unknown = sorted(set(wanted) - queues[topic])
+            if unknown:
+                known = ", ".join(sorted(queues[topic]))
+                raise UsageError(
+                    f"{option} names {', '.join(unknown)} of {topic!r}, which has no such queue "
+                    f'(its queues: {known}; keys are "BROKER:QUEUE")'
+                )
+
+
+@dataclass(frozen=True)
+class ReadSpec:
+    """Everything a read plans from, out of the options."""
+
+    connection: Connection
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    group: str | None = None
+    starting: Bound = Bound("earliest")
+    ending: Bound = Bound("latest", default="latest")
+    max_messages: int = DEFAULT_MAX_MESSAGES
+    with_body: bool = True
+
+
+def _flag(value: str | None, name: str, default: bool) -> bool:
+    if value is None:
+        return default
+    text = value.strip().lower()
+    if text not in ("true", "false", "1", "0", "yes", "no"):
+        raise UsageError(f"option {name}: expected true or false, not {value!r}")
+    return text in ("true", "1", "yes")
+
+
+def connection_of(opts: Mapping[str, str]) -> Connection:
+    """``namesrv`` (else ``context``, else where mqctl would connect), ``accessKey``/``secretKey``
+    (else the context's or ``$MQCTL_ACCESS_KEY``), and TLS as mqctl's flags: ``tls``, ``ca``,
+    ``cert``/``key``, ``insecure`` (else the context's)."""
+    from mqctl import auth, tls
+    from mqctl.config import parse_namesrv, resolve_target, resolve_timeout
+
+    from_context = False
+    if opts.get("namesrv"):
+        namesrv = parse_namesrv(opts["namesrv"])
+        timeout_from = None
+    else:
+        target = resolve_target(namesrv_flag=None, context_flag=opts.get("context"))
+        namesrv, timeout_from, from_context = target.namesrv, target, target.source.startswith("context")
+    credentials = auth.pair(opts.get("accesskey"), opts.get("secretkey"), "options accessKey/secretKey")
+    if credentials is None:
+        credentials = auth.current() if from_context else auth.from_env()
+    chosen: Any = None
+    if (
+        any(opts.get(k) for k in ("ca", "cert", "key"))
+        or _flag(opts.get("tls"), "tls", False)
+        or _flag(opts.get("insecure"), "insecure", False)
+    ):
+        chosen = tls.TlsOptions(
+            opts.get("ca"), opts.get("cert"), opts.get("key"), _flag(opts.get("insecure"), "insecure", False)
+        )
+    elif from_context and tls.current() is not None:
+        chosen = tls.current()[0]  # type: ignore[index]
+    timeout = float(opts["timeout"]) if opts.get("timeout") else None
+    return Connection(
+        tuple(namesrv),
+        credentials,
+        chosen,
+        resolve_timeout(5.0, flag=timeout, target=timeout_from).seconds,
+    )
+
+
+def read_spec(options: Mapping[str, str]) -> ReadSpec:
+    """The options of a read (names case-insensitive, as Spark hands them over)."""
+    opts = {k.lower(): v for k, v in options.items()}
+    topics = tuple(t.strip() for t in opts.get("topic", "").split(",") if t.strip())
+    pattern = opts.get("topicpattern") or None
+    if bool(topics) == bool(pattern):
+        raise UsageError(f"the {CLUSTER_FORMAT_NAME} source wants one of the options topic or topicPattern")
+    bad = [t for t in topics if not _TOPIC_NAME.match(t)]
+    if bad:
+        raise UsageError(
+            f"option topic: {bad[0]!r} is not a topic name (a regular expression goes in topicPattern)"
+        )
+    if pattern is not None:
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise UsageError(f"option topicPattern: {exc}") from None
+    try:
+        max_messages = int(opts.get("maxmessagesperpartition", DEFAULT_MAX_MESSAGES))
+    except ValueError:
+        max_messages = 0
+    if max_messages < 1:
+        raise UsageError("option maxMessagesPerPartition: expected a positive number of messages")
+    return ReadSpec(
+        connection_of(opts),
+        topics,
+        pattern,
+        opts.get("group") or None,
+        Bound.parse(opts.get("startingoffsets"), "earliest", "startingOffsets"),
+        Bound.parse(opts.get("endingoffsets"), "latest", "endingOffsets"),
+        max_messages,
+        _flag(opts.get("with_body"), "with_body", True),
+    )
+
+
+# ------------------------------------------------------------------------------------- planning
+
+
+_SYSTEM_TOPICS = frozenset(
+    {"BenchmarkTest", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "TRANS_CHECK_MAX_TIME_TOPIC"}
+)
+
+
+async def _topics(admin: Any, spec: ReadSpec) -> list[str]:
+    """The topics named, or every user topic matching ``topicPattern`` (no retry, DLQ or system topic:
+    not the broker's own, nor the ones named after a cluster or broker)."""
+    from store import (
+        AUTO_CREATE_TOPIC,
+        DLQ_GROUP_TOPIC_PREFIX,
+        INTERNAL_TOPIC_PREFIX,
+        RETRY_GROUP_TOPIC_PREFIX,
+        SCHEDULE_TOPIC,
+        SYSTEM_TOPIC_PREFIX,
+    )
+
+    if spec.pattern is None:
+        return list(spec.topics)
+    info = await admin.cluster_info()
+    system = {AUTO_CREATE_TOPIC, SCHEDULE_TOPIC, *_SYSTEM_TOPICS, *info.broker_addr_table}
+    system.update(n for c in info.cluster_addr_table for n in (c, f"{c}_REPLY_TOPIC"))
+    prefixes = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, INTERNAL_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX)
+    wanted = re.compile(spec.pattern)
+    return sorted(
+        t
+        for t in await admin.topic_list()
+        if t not in system and not t.startswith(prefixes) and wanted.fullmatch(t)
+    )
+
+
+async def _first_at(admin: Any, addr: str, topic: str, queue_id: int, at_ms: int, lo: int, hi: int) -> int:
+    """The first queue offset stored at or after ``at_ms``: SEARCH_OFFSET_BY_TIMESTAMP answers the
+    nearest message, which may be the last one before it."""
+    from mqctl.admin.messaging import pull
+    from store import TOOLS_CONSUMER_GROUP
+
+    if lo >= hi:
+        return hi
+    found = min(max(await admin.search_offset(addr, topic, queue_id, at_ms), lo), hi)
+    if found < hi:
+        got = await pull(admin, addr, topic, queue_id, found, group=TOOLS_CONSUMER_GROUP, max_nums=1)
+        if got.messages and got.messages[0].store_timestamp < at_ms:
+            found += 1
+    return found
+
+
+async def _resolve(
+    admin: Any, bound: Bound, addr: str, topic: str, queue: str, queue_id: int, lo: int, hi: int
+) -> int:
+    kind = bound.kind
+    if kind == "offsets":
+        value = (bound.offsets or {}).get(topic, {}).get(queue)
+        if value is None:
+            kind = bound.default
+        else:
+            return lo if value == _EARLIEST else hi if value == _LATEST else value
+    if kind == "earliest":
+        return lo
+    if kind == "latest":
+        return hi
+    return await _first_at(admin, addr, topic, queue_id, bound.at_ms, lo, hi)
+
+
+async def _file_size(admin: Any, addr: str) -> int:
+    from daemon.remoting.errors import RemotingError
+
+    try:
+        config = await admin.broker_config(addr)
+    except RemotingError as exc:
+        log.debug("%s does not tell its CommitLog file size (%s): assuming 1 GiB", addr, exc)
+        return DEFAULT_FILE_SIZE
+    return int(config.get("mappedFileSizeCommitLog", DEFAULT_FILE_SIZE))
+
+
+async def plan(admin: Any, spec: ReadSpec) -> list[QueueRange]:
+    """The input partitions of a read, in topic, broker and queue order."""
+    from daemon.remoting.codes import ResponseCode
+    from daemon.remoting.errors import RemotingCommandError
+    from mqctl.services.topics import queue_offsets, route_readers
+
+    topics = await _topics(admin, spec)
+    if not topics:
+        raise NotFoundError(f"no topic matches topicPattern {spec.pattern!r}")
+    sizes: dict[str, int] = {}
+    found: list[tuple[str, str, tuple[str, ...], int, int, int]] = []
+    for topic in topics:
+        try:
+            route = await admin.topic_route(topic)
+        except RemotingCommandError as exc:
+            if exc.code == ResponseCode.TOPIC_NOT_EXIST:
+                raise NotFoundError(f"topic {topic!r} not found") from None
+            raise
+        readers = route_readers(route)
+        groups = {b.broker_name: b.broker_addrs for b in route.broker_datas}
+        for name, addr, queue_id, offsets in await queue_offsets(admin, topic, reads=True):
+            others = [a for _, a in sorted(groups.get(name, {}).items()) if a != readers[name]]
+            found.append((topic, name, (addr, *others), queue_id, offsets.min_offset, offsets.max_offset))
+    covered: dict[str, set[str]] = {}
+    for topic, name, _, queue_id, _, _ in found:
+        covered.setdefault(topic, set()).add(f"{name}:{queue_id}")
+    spec.starting.check("startingOffsets", covered)
+    spec.ending.check("endingOffsets", covered)
+    out: list[QueueRange] = []
+    for topic, name, addrs, queue_id, lo, hi in found:
+        key = f"{name}:{queue_id}"
+        start = None
+        if spec.group is not None:
+            committed = await admin.consumer_offset(addrs[0], spec.group, topic, queue_id)
+            start = committed if committed is not None and committed >= 0 else None
+        if start is None:
+            start = await _resolve(admin, spec.starting, addrs[0], topic, key, queue_id, lo, hi)
+        end = await _resolve(admin, spec.ending, addrs[0], topic, key, queue_id, lo, hi)
+        start, end = max(start, lo), min(end, hi)
+        if start >= end:
+            continue
+        if addrs[0] not in sizes:
+            sizes[addrs[0]] = await _file_size(admin, addrs[0])
+        for a in range(start, end, spec.max_messages):
+            b = min(a + spec.max_messages, end)
+            out.append(QueueRange(topic, name, queue_id, a, b, addrs, sizes[addrs[0]]))
+    return out
+
+
+def plan_read(spec: ReadSpec) -> list[QueueRange]:
+    """:func:`plan` in its own admin session (synchronous, for Spark's planning worker)."""
+    from daemon.remoting.loop import run
+
+    async def session() -> list[QueueRange]:
+        async with spec.connection.admin() as admin:
+            return await plan(admin, spec)
+
+    return run(session())
+
+
+# --------------------------------------------------------------------------------------- reading
+
+
+async def _pull_from(admin: Any, part: QueueRange, offset: int, failed: set[str]) -> tuple[Any, bytes]:
+    """One pull at ``offset``, from the master, or the next address of the group that answers."""
+    from daemon.remoting.errors import RemotingConnectError, RemotingTimeoutError
+    from mqctl.admin.messaging import pull_raw
+
+    last: Exception | None = None
+    for addr in part.addrs:
+        if addr in failed:
+            continue
+        try:
+            return await pull_raw(
+                admin, addr, part.topic, part.queue_id, offset, max_nums=min(_PULL_BATCH, part.end - offset)
+            )
+        except (RemotingConnectError, RemotingTimeoutError) as exc:
+            if addr == part.addrs[0] and len(part.addrs) > 1:
+                log.warning("%s: %s does not answer (%s); reading from a slave", part.broker_name, addr, exc)
+            failed.add(addr)
+            last = exc
+    assert last is not None
+    raise last
+
+
+def _decode(chunks: list[bytes], part: QueueRange, with_body: bool) -> Iterator[pa.RecordBatch]:
+    buf = np.frombuffer(b"".join(chunks), dtype=np.uint8)
+    found = scan(buf)
+    if found.reason != "end":
+        raise CorruptRecordError(
+            None, found.stop, f"pull answer of {part.topic} queue {part.queue_id} ({part.broker_name}): "
+            f"{found.reason} {found.detail}".strip(),
+        )  # fmt: skip
+    yield from batches(buf, found, None, part.file_size, with_body=with_body)
+
+
+def read_range(part: QueueRange, connection: Connection, *, with_body: bool) -> Iterator[pa.RecordBatch]:
+    """Pull ``part`` and decode it, a few MiB at a time; fails if the brokers no longer hold all of it."""
+    from daemon.remoting.loop import loop_factory
+
+    with asyncio.Runner(loop_factory=loop_factory()) as runner:
+        admin = connection.admin()
+        failed: set[str] = set()
+        try:
+            offset, chunks, size = part.start, [], 0
+            while offset < part.end:
+                result, body = runner.run(_pull_from(admin, part, offset, failed))
+                if not result.found or result.next_begin_offset <= offset:
+                    raise NotFoundError(
+                        f"{part.topic} queue {part.queue_id} on {part.broker_name}: no message at offset "
+                        f"{offset} (the broker holds {result.min_offset}..{result.max_offset - 1})"
+                    )
+                chunks.append(body)
+                size += len(body)
+                offset = min(result.next_begin_offset, part.end)
+                if size >= _DECODE_BYTES:
+                    yield from _decode(chunks, part, with_body)
+                    chunks, size = [], 0
+            if chunks:
+                yield from _decode(chunks, part, with_body)
+        finally:
+            runner.run(admin.client.close())
+
+
+class ClusterReader(DataSourceReader):
+    """Partitions planned on the driver; each task pulls its queue range."""
+
+    def __init__(self, spec: ReadSpec) -> None:
+        self.spec = spec
+
+    def partitions(self) -> list[InputPartition]:
+        return list(plan_read(self.spec))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        if not isinstance(partition, QueueRange):  # Spark's single placeholder when nothing is planned
+            return iter(())
+        return read_range(partition, self.spec.connection, with_body=self.spec.with_body)
+
+
+class RocketMQDataSource(DataSource):
+    """``spark.read.format("rocketmq")``: see docs/operations.md (Spark) for its options."""
+
+    @classmethod
+    def name(cls) -> str:
+        return CLUSTER_FORMAT_NAME
+
+    def schema(self) -> str:
+        opts = {k.lower(): v for k, v in self.options.items()}
+        return spark_ddl(_flag(opts.get("with_body"), "with_body", True))
+
+    def reader(self, schema: Any) -> DataSourceReader:
+        return ClusterReader(read_spec(self.options))
+
+
+def register(spark: Any) -> None:
+    """Make ``spark.read.format("rocketmq")`` (and ``rocketmq-commitlog``) known to a session."""
+    from mqctl.spark.session import register_sources
+
+    register_sources(spark)

@@ -1,0 +1,335 @@
+"""``spark.read.format("rocketmq")`` over a running cluster: two broker groups, two topics of four queues
+each, a few thousand messages with known bodies, read back through the shared local Spark session."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import random
+import time
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+from daemon.acl.signature import Signer
+from daemon.broker.broker import Broker
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import ResponseCode
+from mqctl.admin.client import Admin
+from mqctl.errors import NotFoundError, UsageError
+from mqctl.spark.cluster import QueueRange, plan_read, read_spec
+from store import TopicConfig
+from tests.daemons import LocalCluster, local_cluster
+from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
+from tests.support.broker import BrokerClient, start_broker
+from tests.support.waiting import wait_until
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+TOPICS = ("SparkSrcA", "SparkSrcB")
+QUEUES = 4
+PER_QUEUE = 200  # 2 topics x 2 brokers x 4 queues: 3,200 messages
+FILE = 1 << 20  # CommitLog files of 1 MiB: each broker's messages span three, so the file column varies
+
+
+def body_of(topic: str, broker: str, queue: int, i: int) -> bytes:
+    """A known body of varying length (a few up to 6 KiB), its bytes seeded by its position."""
+    rnd = random.Random(f"{topic}/{broker}/{queue}/{i}")
+    return f"{topic}|{broker}|{queue}|{i}|".encode() + rnd.randbytes(rnd.choice((0, 17, 300, 6000)))
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+@dataclass
+class Cluster:
+    local: LocalCluster
+    second: Broker
+    #: (topic, store host, queue id, queue offset) -> SHA-256 of the body, of every acknowledged send
+    sent: dict[tuple[str, str, int, int], str] = field(default_factory=dict)
+    #: epoch ms between the first and the second half of every queue's messages
+    middle_ms: int = 0
+
+    @property
+    def namesrv(self) -> str:
+        return self.local.namesrv_addr
+
+    @property
+    def brokers(self) -> dict[str, Broker]:
+        return {"broker-a": self.local.broker, "broker-b": self.second}
+
+
+async def _create_topics(namesrv: str, addrs: list[str], topics: tuple[str, ...], signer: Any = None) -> None:
+    """Each topic with QUEUES queues on every broker, then wait until the NameServer routes all of them."""
+    async with Admin([namesrv], client=RemotingClient(signer=signer)) as admin:
+        for addr in addrs:
+            for topic in topics:
+                await admin.create_topic(addr, TopicConfig(topic, QUEUES, QUEUES))
+
+        async def routed() -> bool:
+            for topic in topics:
+                try:
+                    route = await admin.topic_route(topic)
+                except Exception:
+                    return False
+                if len(route.queue_datas) < len(addrs):
+                    return False
+            return True
+
+        await wait_until(routed)
+
+
+async def _send_half(
+    brokers: dict[str, Broker], topics: tuple[str, ...], half: range, out: dict[Any, str], signer: Any = None
+) -> None:
+    client = RemotingClient(signer=signer)
+    try:
+
+        async def one_queue(topic: str, name: str, broker: Broker, queue: int) -> None:
+            handle = BrokerClient(broker.addr, client)
+            for i in half:
+                data = body_of(topic, name, queue, i)
+                r = await handle.send(topic, data, queue_id=queue, keys=f"k{i} q{queue}", tags=f"t{i % 3}")
+                assert r.code == ResponseCode.SUCCESS, r.remark
+                out[(topic, broker.addr, queue, int(r.ext_fields["queueOffset"]))] = sha(data)
+
+        await asyncio.gather(
+            *(
+                one_queue(topic, name, broker, q)
+                for topic in topics
+                for name, broker in brokers.items()
+                for q in range(QUEUES)
+            )
+        )
+    finally:
+        await client.close()
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """A NameServer with broker-a and broker-b (each its own group), both topics on both, every queue
+    holding PER_QUEUE messages: the first half sent before ``middle_ms``, the second after."""
+    root = tmp_path_factory.mktemp("cluster")
+    with local_cluster(root / "a", mapped_file_size_commit_log=FILE) as local:
+        second = local.loop.run(
+            start_broker(
+                root / "b",
+                broker_name="broker-b",
+                namesrv_addr=local.namesrv_addr,
+                mapped_file_size_commit_log=FILE,
+            )
+        )
+        try:
+            c = Cluster(local, second)
+            local.loop.run(_create_topics(c.namesrv, [local.broker_addr, second.addr], TOPICS))
+            local.loop.run(_send_half(c.brokers, TOPICS, range(PER_QUEUE // 2), c.sent), timeout=120)
+            time.sleep(0.05)
+            c.middle_ms = int(time.time() * 1000)
+            time.sleep(0.05)
+            local.loop.run(
+                _send_half(c.brokers, TOPICS, range(PER_QUEUE // 2, PER_QUEUE), c.sent), timeout=120
+            )
+            yield c
+        finally:
+            local.loop.run(second.stop())
+
+
+def read(spark: Any, options: dict[str, str]) -> list[dict[str, Any]]:
+    """The rows of one ``rocketmq`` read, through Arrow."""
+    reader = spark.read.format("rocketmq")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load().toArrow().to_pylist()
+
+
+def keyed(rows: list[dict[str, Any]]) -> dict[tuple[str, str, int, int], str]:
+    out = {(r["topic"], r["store_host"], r["queue_id"], r["queue_offset"]): sha(r["body"]) for r in rows}
+    assert len(out) == len(rows), "a message was read twice"
+    return out
+
+
+def test_a_batch_read_returns_exactly_the_sent_messages(spark: Any, cluster: Cluster) -> None:
+    rows = read(
+        spark, {"namesrv": cluster.namesrv, "topic": ",".join(TOPICS), "maxMessagesPerPartition": "64"}
+    )
+    assert len(cluster.sent) == len(TOPICS) * 2 * QUEUES * PER_QUEUE
+    assert keyed(rows) == cluster.sent
+    per_queue = Counter((r["topic"], r["store_host"], r["queue_id"]) for r in rows)
+    for (topic, host, queue), n in per_queue.items():
+        offsets = sorted(
+            r["queue_offset"]
+            for r in rows
+            if (r["topic"], r["store_host"], r["queue_id"]) == (topic, host, queue)
+        )
+        assert offsets == list(range(n)) and n == PER_QUEUE
+    assert all(r["body_inflated_size"] is None and r["body_size"] == len(r["body"]) for r in rows)
+
+
+def test_the_rows_are_the_store_exports_rows(spark: Any, cluster: Cluster, tmp_path: Path) -> None:
+    """Every column, through Parquet both ways: the pulled records decode exactly as the CommitLog files do."""
+    from mqctl.spark.export import export
+
+    ours = tmp_path / "cluster"
+    spark.read.format("rocketmq").option("namesrv", cluster.namesrv).option(
+        "topic", ",".join(TOPICS)
+    ).load().write.parquet(str(ours))
+    got = pq.read_table(ours).to_pylist()
+    theirs: list[dict[str, Any]] = []
+    for name, broker in cluster.brokers.items():
+        out = tmp_path / name
+        export(spark, broker.config.store_path_root_dir, out, with_body=True, topics=TOPICS)
+        theirs.extend(pq.read_table(out).to_pylist())
+
+    def key(r: dict[str, Any]) -> tuple[str, int]:
+        return r["store_host"], r["physical_offset"]
+
+    assert len(got) == len(theirs) == len(cluster.sent)
+    assert sorted(got, key=key) == sorted(theirs, key=key)
+    assert pq.read_table(ours).schema == pq.read_table(tmp_path / "broker-a").schema
+    assert len({r["file"] for r in got}) >= 3
+
+
+def test_starting_offsets_by_timestamp_reads_what_was_stored_since(spark: Any, cluster: Cluster) -> None:
+    rows = read(
+        spark, {"namesrv": cluster.namesrv, "topic": TOPICS[0], "startingOffsets": str(cluster.middle_ms)}
+    )
+    expected = {k: v for k, v in cluster.sent.items() if k[0] == TOPICS[0] and k[3] >= PER_QUEUE // 2}
+    assert keyed(rows) == expected
+    assert min(r["store_timestamp"].timestamp() * 1000 for r in rows) >= cluster.middle_ms
+
+
+def test_per_queue_json_offsets_bound_each_queue(spark: Any, cluster: Cluster) -> None:
+    a, b = cluster.local.broker_addr, cluster.second.addr
+    starting = f'{{"{TOPICS[1]}": {{"broker-a:0": 10, "broker-b:3": -1, "broker-b:1": -2}}}}'
+    ending = f'{{"{TOPICS[1]}": {{"broker-a:0": 25, "broker-b:1": 7}}}}'
+    rows = read(
+        spark,
+        {
+            "namesrv": cluster.namesrv,
+            "topic": TOPICS[1],
+            "startingOffsets": starting,
+            "endingOffsets": ending,
+        },
+    )
+
+    def wanted(key: tuple[str, str, int, int]) -> bool:
+        topic, host, queue, offset = key
+        if topic != TOPICS[1] or (host, queue) == (b, 3):
+            return False
+        if (host, queue) == (a, 0):
+            return 10 <= offset < 25
+        if (host, queue) == (b, 1):
+            return offset < 7
+        return True
+
+    assert keyed(rows) == {k: v for k, v in cluster.sent.items() if wanted(k)}
+
+
+# ------------------------------------------------------------------------ planning, without Spark
+
+
+def plan(cluster: Cluster, **options: str) -> list[QueueRange]:
+    return plan_read(read_spec({"namesrv": cluster.namesrv, **options}))
+
+
+def test_ranges_longer_than_the_limit_are_cut_and_cover_every_queue_once(cluster: Cluster) -> None:
+    ranges = plan(cluster, topic=TOPICS[0], maxMessagesPerPartition="64")
+    assert len(ranges) == 2 * QUEUES * 4  # 200 messages: 64 + 64 + 64 + 8
+    by_queue: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for r in ranges:
+        by_queue.setdefault((r.broker_name, r.queue_id), []).append((r.start, r.end))
+        assert r.file_size == FILE  # what each broker says, for the file column
+    assert all(spans == [(0, 64), (64, 128), (128, 192), (192, 200)] for spans in by_queue.values())
+    assert {r.addrs for r in ranges} == {(cluster.local.broker_addr,), (cluster.second.addr,)}
+
+
+def test_a_group_starts_at_its_committed_offsets(cluster: Cluster) -> None:
+    """Where the broker answers an offset for the group; a 4.9.8 broker answers 0 for a queue the group
+    never committed while the queue still starts at 0 (its clients start there too)."""
+
+    async def commit() -> dict[tuple[str, int], int | None]:
+        async with Admin([cluster.namesrv]) as admin:
+            await admin.commit_offset(cluster.local.broker_addr, "SparkSrcGroup", TOPICS[0], 2, 150)
+            return {
+                (name, q): await admin.consumer_offset(broker.addr, "SparkSrcGroup", TOPICS[0], q)
+                for name, broker in cluster.brokers.items()
+                for q in range(QUEUES)
+            }
+
+    answered = cluster.local.loop.run(commit())
+    assert answered[("broker-a", 2)] == 150
+    ranges = plan(cluster, topic=TOPICS[0], group="SparkSrcGroup", startingOffsets="latest")
+    starts = {(r.broker_name, r.queue_id): r.start for r in ranges}
+    expected = {q: n for q, n in answered.items() if n is not None and n >= 0 and n < PER_QUEUE}
+    assert starts == expected and starts[("broker-a", 2)] == 150
+    assert all(r.end == PER_QUEUE for r in ranges)
+
+
+def test_a_topic_pattern_matches_user_topics_only(cluster: Cluster) -> None:
+    assert {r.topic for r in plan(cluster, topicPattern="SparkSrc.*")} == set(TOPICS)
+    assert {r.topic for r in plan(cluster, topicPattern=".*")} == set(TOPICS)
+    with pytest.raises(NotFoundError):
+        plan(cluster, topicPattern="Nothing.*")
+
+
+@pytest.mark.parametrize(
+    ("options", "says"),
+    [
+        ({"topic": TOPICS[0], "startingOffsets": '{"SparkSrcA": {"broker-c:0": 1}}'}, "broker-c:0"),
+        ({"topic": TOPICS[0], "startingOffsets": '{"Other": {"broker-a:0": 1}}'}, "Other"),
+        ({"topic": TOPICS[0], "endingOffsets": '{"SparkSrcA": {"broker-a:0": "x"}}'}, "BROKER:QUEUE"),
+        ({"topic": "Sp.*"}, "topicPattern"),
+        ({}, "topic or topicPattern"),
+        ({"topic": TOPICS[0], "maxMessagesPerPartition": "0"}, "maxMessagesPerPartition"),
+    ],
+)
+def test_bad_options_are_refused_before_any_read(
+    cluster: Cluster, options: dict[str, str], says: str
+) -> None:
+    with pytest.raises(UsageError, match=says):
+        plan(cluster, **options)
+
+
+def test_a_missing_topic_is_not_found(cluster: Cluster) -> None:
+    with pytest.raises(NotFoundError, match="NoSuchTopic"):
+        plan(cluster, topic="NoSuchTopic")
+
+
+# ----------------------------------------------------------------------------------------------- ACL
+
+READER_AK, READER_SK = "sparkreader", "spark-secret-1"
+ACL = f"""\
+accounts:
+  - accessKey: {READER_AK}
+    secretKey: {READER_SK}
+    admin: false
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms:
+      - SparkAcl=SUB
+  - accessKey: {ADMIN_AK}
+    secretKey: {ADMIN_SK}
+    admin: true
+"""
+
+
+def test_acl_the_right_secret_reads_and_a_wrong_one_is_refused(spark: Any, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    write_acl(home, ACL)
+    admin = Signer(ADMIN_AK, ADMIN_SK)
+    with local_cluster(tmp_path, acl_enable=True, rocketmq_home=str(home)) as local:
+        local.loop.run(_create_topics(local.namesrv_addr, [local.broker_addr], ("SparkAcl",), admin))
+        sent: dict[Any, str] = {}
+        local.loop.run(_send_half({"broker-a": local.broker}, ("SparkAcl",), range(5), sent, admin))
+        options = {"namesrv": local.namesrv_addr, "topic": "SparkAcl", "accessKey": READER_AK}
+        rows = read(spark, {**options, "secretKey": READER_SK})
+        assert keyed(rows) == sent
+        with pytest.raises(Exception, match=f"signature check failed for accessKey={READER_AK}") as refused:
+            read(spark, {**options, "secretKey": "not-the-secret"})
+        assert READER_SK not in str(refused.value)
