@@ -22,11 +22,12 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import ResponseCode
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError, UsageError
-from mqctl.spark.cluster import QueueRange, plan_read, read_spec
+from mqctl.spark.cluster import QueueRange, plan_read, read_range, read_spec
 from store import TopicConfig
+from store.config import SLAVE
 from tests.daemons import LocalCluster, local_cluster
 from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
-from tests.support.broker import BrokerClient, start_broker
+from tests.support.broker import BrokerClient, replicated, start_broker
 from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
@@ -333,3 +334,50 @@ def test_acl_the_right_secret_reads_and_a_wrong_one_is_refused(spark: Any, tmp_p
         with pytest.raises(Exception, match=f"signature check failed for accessKey={READER_AK}") as refused:
             read(spark, {**options, "secretKey": "not-the-secret"})
         assert READER_SK not in str(refused.value)
+
+
+# ------------------------------------------------------------------------------- master down: slave
+
+
+@pytest.fixture
+def replicated_group(tmp_path: Path) -> Iterator[tuple[LocalCluster, Broker, dict[Any, str]]]:
+    """broker-a's master and its slave, a topic of four queues on it, every message on the slave too."""
+    ha = {"ha_listen_port": 0, "ha_send_heartbeat_interval": 500, "mapped_file_size_commit_log": FILE}
+    with local_cluster(tmp_path / "master", **ha) as local:
+        slave = local.loop.run(
+            start_broker(
+                tmp_path / "slave", broker_id=1, broker_role=SLAVE, namesrv_addr=local.namesrv_addr, **ha
+            )
+        )
+        try:
+            sent: dict[Any, str] = {}
+            local.loop.run(_create_topics(local.namesrv_addr, [local.broker_addr], ("SparkHa",)))
+            local.loop.run(_send_half({"broker-a": local.broker}, ("SparkHa",), range(60), sent))
+            local.loop.run(replicated(local.broker, slave))
+            yield local, slave, sent
+        finally:
+            local.loop.run(slave.stop())
+
+
+def test_a_task_whose_master_stops_after_planning_reads_from_the_slave(
+    replicated_group: tuple[LocalCluster, Broker, dict[Any, str]],
+) -> None:
+    local, slave, sent = replicated_group
+    spec = read_spec({"namesrv": local.namesrv_addr, "topic": "SparkHa", "maxMessagesPerPartition": "25"})
+    ranges = plan_read(spec)
+    assert {r.addrs for r in ranges} == {(local.broker_addr, slave.addr)}
+    local.loop.run(local.broker.stop())
+    rows = [
+        row for r in ranges for b in read_range(r, spec.connection, with_body=True) for row in b.to_pylist()
+    ]
+    assert keyed(rows) == sent
+
+
+def test_a_read_planned_while_the_master_is_down_completes_from_the_slave(
+    spark: Any, replicated_group: tuple[LocalCluster, Broker, dict[Any, str]]
+) -> None:
+    local, slave, sent = replicated_group
+    local.loop.run(local.broker.stop())
+    ranges = plan_read(read_spec({"namesrv": local.namesrv_addr, "topic": "SparkHa"}))
+    assert {r.addrs for r in ranges} == {(slave.addr,)}
+    assert keyed(read(spark, {"namesrv": local.namesrv_addr, "topic": "SparkHa"})) == sent
