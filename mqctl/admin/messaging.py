@@ -156,6 +156,8 @@ class PullResult:
     min_offset: int
     max_offset: int
     messages: list[StoredMessage] = field(default_factory=list)
+    body: bytes = b""
+    """With ``decode=False``: the found records as the broker sent them, CommitLog records back to back."""
 
 
 async def pull(
@@ -169,34 +171,14 @@ async def pull(
     max_nums: int = 32,
     subscription: str = "*",
     suspend_ms: int = 0,
+    decode: bool = True,
 ) -> PullResult:
     """PULL_MESSAGE (11) with the subscription in the request; never commits an offset.
 
     ``suspend_ms`` > 0 asks the broker to hold the request until a message arrives (long polling);
-    the caller's timeout must then exceed it.
+    the caller's timeout must then exceed it. ``decode=False`` leaves the records undecoded in
+    ``body``, for decoders that take many records at once.
     """
-    result, body = await pull_raw(
-        admin, addr, topic, queue_id, offset, group=group, max_nums=max_nums, subscription=subscription,
-        suspend_ms=suspend_ms,
-    )  # fmt: skip
-    result.messages = decode_records(body)
-    return result
-
-
-async def pull_raw(
-    admin: Admin,
-    addr: str,
-    topic: str,
-    queue_id: int,
-    offset: int,
-    *,
-    group: str = TOOLS_CONSUMER_GROUP,
-    max_nums: int = 32,
-    subscription: str = "*",
-    suspend_ms: int = 0,
-) -> tuple[PullResult, bytes]:
-    """:func:`pull` with the found records left as the broker sent them: the CommitLog records
-    back to back (``b""`` when none), for decoders that take many records at once."""
     sys_flag = PULL_FLAG_SUBSCRIPTION | (PULL_FLAG_SUSPEND if suspend_ms > 0 else 0)
     header = PullMessageRequestHeader(
         group, topic, queue_id, offset, max_nums, sys_flag, 0, suspend_ms, 0, subscription, "TAG"
@@ -211,7 +193,11 @@ async def pull_raw(
     reply = PullMessageResponseHeader.from_ext_fields(response.ext_fields)
     found = response.code == ResponseCode.SUCCESS
     result = PullResult(found, reply.next_begin_offset, reply.min_offset, reply.max_offset)
-    return result, response.body if found else b""
+    if found and decode:
+        result.messages = decode_records(response.body)
+    elif found:
+        result.body = response.body
+    return result
 
 
 # ------------------------------------------------------------------------------- query and view

@@ -93,7 +93,7 @@ async def topics(admin: Admin, cluster: str | None = None) -> list[dict[str, str
 
 async def route(admin: Admin, topic: str) -> list[RouteRow]:
     """Where a topic's queues live: one row per broker group."""
-    data = await _route_or_not_found(admin, topic)
+    data = await route_or_not_found(admin, topic)
     by_name = {b.broker_name: b for b in data.broker_datas}
     rows = []
     for queue in sorted(data.queue_datas, key=lambda q: q.broker_name):
@@ -112,7 +112,8 @@ async def route(admin: Admin, topic: str) -> list[RouteRow]:
     return rows
 
 
-async def _route_or_not_found(admin: Admin, topic: str) -> TopicRouteData:
+async def route_or_not_found(admin: Admin, topic: str) -> TopicRouteData:
+    """A topic's route; a topic the NameServer does not know is NotFoundError."""
     try:
         return await admin.topic_route(topic)
     except RemotingCommandError as exc:
@@ -150,12 +151,12 @@ def route_readers(data: TopicRouteData) -> dict[str, str]:
 
 async def readers_of_topic(admin: Admin, topic: str) -> dict[str, str]:
     """:func:`route_readers` of ``topic``'s route."""
-    return route_readers(await _route_or_not_found(admin, topic))
+    return route_readers(await route_or_not_found(admin, topic))
 
 
 async def masters_of_topic(admin: Admin, topic: str) -> dict[str, str]:
     """broker name -> master address, for every broker group holding ``topic``."""
-    return route_masters(await _route_or_not_found(admin, topic))
+    return route_masters(await route_or_not_found(admin, topic))
 
 
 async def target_masters(admin: Admin, cluster: str | None, broker: str | None) -> list[str]:

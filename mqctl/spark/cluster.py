@@ -44,7 +44,6 @@ DEFAULT_FILE_SIZE = 1 << 30
 _PULL_BATCH = 32  # what a broker answers at most per pull (maxTransferCountOnMessageInMemory)
 _DECODE_BYTES = 8 << 20  # pulled bytes decoded together into one Arrow batch
 _EARLIEST, _LATEST = -2, -1  # per-queue JSON values, as Kafka's
-_TOPIC_NAME = re.compile(r"^[%|a-zA-Z0-9_-]+$")
 
 
 @dataclass(frozen=True)
@@ -195,7 +194,9 @@ def read_spec(options: Mapping[str, str]) -> ReadSpec:
     pattern = opts.get("topicpattern") or None
     if bool(topics) == bool(pattern):
         raise UsageError(f"the {CLUSTER_FORMAT_NAME} source wants one of the options topic or topicPattern")
-    bad = [t for t in topics if not _TOPIC_NAME.match(t)]
+    from store import legal_name
+
+    bad = [t for t in topics if not legal_name(t)]
     if bad:
         raise UsageError(
             f"option topic: {bad[0]!r} is not a topic name (a regular expression goes in topicPattern)"
@@ -226,28 +227,25 @@ def read_spec(options: Mapping[str, str]) -> ReadSpec:
 # ------------------------------------------------------------------------------------- planning
 
 
-_SYSTEM_TOPICS = frozenset(
-    {"BenchmarkTest", "SELF_TEST_TOPIC", "OFFSET_MOVED_EVENT", "TRANS_CHECK_MAX_TIME_TOPIC"}
-)
-
-
 async def _topics(admin: Any, spec: ReadSpec) -> list[str]:
     """The topics named, or every user topic matching ``topicPattern`` (no retry, DLQ or system topic:
     not the broker's own, nor the ones named after a cluster or broker)."""
     from store import (
         AUTO_CREATE_TOPIC,
+        BENCHMARK_TOPIC,
         DLQ_GROUP_TOPIC_PREFIX,
         INTERNAL_TOPIC_PREFIX,
+        NOT_ALLOWED_SEND_TOPICS,
+        REPLY_TOPIC_SUFFIX,
         RETRY_GROUP_TOPIC_PREFIX,
-        SCHEDULE_TOPIC,
         SYSTEM_TOPIC_PREFIX,
     )
 
     if spec.pattern is None:
         return list(spec.topics)
     info = await admin.cluster_info()
-    system = {AUTO_CREATE_TOPIC, SCHEDULE_TOPIC, *_SYSTEM_TOPICS, *info.broker_addr_table}
-    system.update(n for c in info.cluster_addr_table for n in (c, f"{c}_REPLY_TOPIC"))
+    system = {AUTO_CREATE_TOPIC, BENCHMARK_TOPIC, *NOT_ALLOWED_SEND_TOPICS, *info.broker_addr_table}
+    system.update(n for c in info.cluster_addr_table for n in (c, c + REPLY_TOPIC_SUFFIX))
     prefixes = (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX, INTERNAL_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX)
     wanted = re.compile(spec.pattern)
     return sorted(
@@ -303,9 +301,7 @@ async def _file_size(admin: Any, addr: str) -> int:
 
 async def plan(admin: Any, spec: ReadSpec) -> list[QueueRange]:
     """The input partitions of a read, in topic, broker and queue order."""
-    from daemon.remoting.codes import ResponseCode
-    from daemon.remoting.errors import RemotingCommandError
-    from mqctl.services.topics import queue_offsets, route_readers
+    from mqctl.services.topics import queue_offsets, route_or_not_found, route_readers
 
     topics = await _topics(admin, spec)
     if not topics:
@@ -313,12 +309,7 @@ async def plan(admin: Any, spec: ReadSpec) -> list[QueueRange]:
     sizes: dict[str, int] = {}
     found: list[tuple[str, str, tuple[str, ...], int, int, int]] = []
     for topic in topics:
-        try:
-            route = await admin.topic_route(topic)
-        except RemotingCommandError as exc:
-            if exc.code == ResponseCode.TOPIC_NOT_EXIST:
-                raise NotFoundError(f"topic {topic!r} not found") from None
-            raise
+        route = await route_or_not_found(admin, topic)
         readers = route_readers(route)
         groups = {b.broker_name: b.broker_addrs for b in route.broker_datas}
         for name, addr, queue_id, offsets in await queue_offsets(admin, topic, reads=True):
@@ -364,19 +355,20 @@ def plan_read(spec: ReadSpec) -> list[QueueRange]:
 # --------------------------------------------------------------------------------------- reading
 
 
-async def _pull_from(admin: Any, part: QueueRange, offset: int, failed: set[str]) -> tuple[Any, bytes]:
+async def _pull_from(admin: Any, part: QueueRange, offset: int, failed: set[str]) -> Any:
     """One pull at ``offset``, from the master, or the next address of the group that answers."""
     from daemon.remoting.errors import RemotingConnectError, RemotingTimeoutError
-    from mqctl.admin.messaging import pull_raw
+    from mqctl.admin.messaging import pull
 
     last: Exception | None = None
     for addr in part.addrs:
         if addr in failed:
             continue
         try:
-            return await pull_raw(
-                admin, addr, part.topic, part.queue_id, offset, max_nums=min(_PULL_BATCH, part.end - offset)
-            )
+            return await pull(
+                admin, addr, part.topic, part.queue_id, offset,
+                max_nums=min(_PULL_BATCH, part.end - offset), decode=False,
+            )  # fmt: skip
         except (RemotingConnectError, RemotingTimeoutError) as exc:
             if addr == part.addrs[0] and len(part.addrs) > 1:
                 log.warning("%s: %s does not answer (%s); reading from a slave", part.broker_name, addr, exc)
@@ -407,14 +399,14 @@ def read_range(part: QueueRange, connection: Connection, *, with_body: bool) -> 
         try:
             offset, chunks, size = part.start, [], 0
             while offset < part.end:
-                result, body = runner.run(_pull_from(admin, part, offset, failed))
+                result = runner.run(_pull_from(admin, part, offset, failed))
                 if not result.found or result.next_begin_offset <= offset:
                     raise NotFoundError(
                         f"{part.topic} queue {part.queue_id} on {part.broker_name}: no message at offset "
                         f"{offset} (the broker holds {result.min_offset}..{result.max_offset - 1})"
                     )
-                chunks.append(body)
-                size += len(body)
+                chunks.append(result.body)
+                size += len(result.body)
                 offset = min(result.next_begin_offset, part.end)
                 if size >= _DECODE_BYTES:
                     yield from _decode(chunks, part, with_body)
