@@ -3,9 +3,6 @@ each, a few thousand messages with known bodies, read back through the shared lo
 
 from __future__ import annotations
 
-import asyncio
-import hashlib
-import random
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -18,42 +15,27 @@ import pytest
 
 from daemon.acl.signature import Signer
 from daemon.broker.broker import Broker
-from daemon.remoting.client import RemotingClient
-from daemon.remoting.codes import ResponseCode
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError, UsageError
 from mqctl.spark.cluster import QueueRange, plan_read, read_range, read_spec
-from store import TopicConfig
 from store.config import SLAVE
 from tests.daemons import LocalCluster, local_cluster
 from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
-from tests.support.broker import BrokerClient, replicated, start_broker
-from tests.support.waiting import wait_until
+from tests.support.broker import replicated, start_broker
+from tests.support.cluster_data import QUEUES, Sent, create_topics, send_known, sha
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 TOPICS = ("SparkSrcA", "SparkSrcB")
-QUEUES = 4
 PER_QUEUE = 200  # 2 topics x 2 brokers x 4 queues: 3,200 messages
 FILE = 1 << 20  # CommitLog files of 1 MiB: each broker's messages span three, so the file column varies
-
-
-def body_of(topic: str, broker: str, queue: int, i: int) -> bytes:
-    """A known body of varying length (a few up to 6 KiB), its bytes seeded by its position."""
-    rnd = random.Random(f"{topic}/{broker}/{queue}/{i}")
-    return f"{topic}|{broker}|{queue}|{i}|".encode() + rnd.randbytes(rnd.choice((0, 17, 300, 6000)))
-
-
-def sha(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
 
 
 @dataclass
 class Cluster:
     local: LocalCluster
     second: Broker
-    #: (topic, store host, queue id, queue offset) -> SHA-256 of the body, of every acknowledged send
-    sent: dict[tuple[str, str, int, int], str] = field(default_factory=dict)
+    sent: Sent = field(default_factory=dict)
     #: epoch ms between the first and the second half of every queue's messages
     middle_ms: int = 0
 
@@ -64,52 +46,6 @@ class Cluster:
     @property
     def brokers(self) -> dict[str, Broker]:
         return {"broker-a": self.local.broker, "broker-b": self.second}
-
-
-async def _create_topics(namesrv: str, addrs: list[str], topics: tuple[str, ...], signer: Any = None) -> None:
-    """Each topic with QUEUES queues on every broker, then wait until the NameServer routes all of them."""
-    async with Admin([namesrv], client=RemotingClient(signer=signer)) as admin:
-        for addr in addrs:
-            for topic in topics:
-                await admin.create_topic(addr, TopicConfig(topic, QUEUES, QUEUES))
-
-        async def routed() -> bool:
-            for topic in topics:
-                try:
-                    route = await admin.topic_route(topic)
-                except Exception:
-                    return False
-                if len(route.queue_datas) < len(addrs):
-                    return False
-            return True
-
-        await wait_until(routed)
-
-
-async def _send_half(
-    brokers: dict[str, Broker], topics: tuple[str, ...], half: range, out: dict[Any, str], signer: Any = None
-) -> None:
-    client = RemotingClient(signer=signer)
-    try:
-
-        async def one_queue(topic: str, name: str, broker: Broker, queue: int) -> None:
-            handle = BrokerClient(broker.addr, client)
-            for i in half:
-                data = body_of(topic, name, queue, i)
-                r = await handle.send(topic, data, queue_id=queue, keys=f"k{i} q{queue}", tags=f"t{i % 3}")
-                assert r.code == ResponseCode.SUCCESS, r.remark
-                out[(topic, broker.addr, queue, int(r.ext_fields["queueOffset"]))] = sha(data)
-
-        await asyncio.gather(
-            *(
-                one_queue(topic, name, broker, q)
-                for topic in topics
-                for name, broker in brokers.items()
-                for q in range(QUEUES)
-            )
-        )
-    finally:
-        await client.close()
 
 
 @pytest.fixture(scope="module")
@@ -128,13 +64,13 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         )
         try:
             c = Cluster(local, second)
-            local.loop.run(_create_topics(c.namesrv, [local.broker_addr, second.addr], TOPICS))
-            local.loop.run(_send_half(c.brokers, TOPICS, range(PER_QUEUE // 2), c.sent), timeout=120)
+            local.loop.run(create_topics(c.namesrv, [local.broker_addr, second.addr], TOPICS))
+            local.loop.run(send_known(c.brokers, TOPICS, range(PER_QUEUE // 2), c.sent), timeout=120)
             time.sleep(0.05)
             c.middle_ms = int(time.time() * 1000)
             time.sleep(0.05)
             local.loop.run(
-                _send_half(c.brokers, TOPICS, range(PER_QUEUE // 2, PER_QUEUE), c.sent), timeout=120
+                send_known(c.brokers, TOPICS, range(PER_QUEUE // 2, PER_QUEUE), c.sent), timeout=120
             )
             yield c
         finally:
@@ -325,9 +261,9 @@ def test_acl_the_right_secret_reads_and_a_wrong_one_is_refused(spark: Any, tmp_p
     write_acl(home, ACL)
     admin = Signer(ADMIN_AK, ADMIN_SK)
     with local_cluster(tmp_path, acl_enable=True, rocketmq_home=str(home)) as local:
-        local.loop.run(_create_topics(local.namesrv_addr, [local.broker_addr], ("SparkAcl",), admin))
-        sent: dict[Any, str] = {}
-        local.loop.run(_send_half({"broker-a": local.broker}, ("SparkAcl",), range(5), sent, admin))
+        local.loop.run(create_topics(local.namesrv_addr, [local.broker_addr], ("SparkAcl",), admin))
+        sent: Sent = {}
+        local.loop.run(send_known({"broker-a": local.broker}, ("SparkAcl",), range(5), sent, admin))
         options = {"namesrv": local.namesrv_addr, "topic": "SparkAcl", "accessKey": READER_AK}
         rows = read(spark, {**options, "secretKey": READER_SK})
         assert keyed(rows) == sent
@@ -340,7 +276,7 @@ def test_acl_the_right_secret_reads_and_a_wrong_one_is_refused(spark: Any, tmp_p
 
 
 @pytest.fixture
-def replicated_group(tmp_path: Path) -> Iterator[tuple[LocalCluster, Broker, dict[Any, str]]]:
+def replicated_group(tmp_path: Path) -> Iterator[tuple[LocalCluster, Broker, Sent]]:
     """broker-a's master and its slave, a topic of four queues on it, every message on the slave too."""
     ha = {"ha_listen_port": 0, "ha_send_heartbeat_interval": 500, "mapped_file_size_commit_log": FILE}
     with local_cluster(tmp_path / "master", **ha) as local:
@@ -350,9 +286,9 @@ def replicated_group(tmp_path: Path) -> Iterator[tuple[LocalCluster, Broker, dic
             )
         )
         try:
-            sent: dict[Any, str] = {}
-            local.loop.run(_create_topics(local.namesrv_addr, [local.broker_addr], ("SparkHa",)))
-            local.loop.run(_send_half({"broker-a": local.broker}, ("SparkHa",), range(60), sent))
+            sent: Sent = {}
+            local.loop.run(create_topics(local.namesrv_addr, [local.broker_addr], ("SparkHa",)))
+            local.loop.run(send_known({"broker-a": local.broker}, ("SparkHa",), range(60), sent))
             local.loop.run(replicated(local.broker, slave))
             yield local, slave, sent
         finally:
@@ -360,7 +296,7 @@ def replicated_group(tmp_path: Path) -> Iterator[tuple[LocalCluster, Broker, dic
 
 
 def test_a_task_whose_master_stops_after_planning_reads_from_the_slave(
-    replicated_group: tuple[LocalCluster, Broker, dict[Any, str]],
+    replicated_group: tuple[LocalCluster, Broker, Sent],
 ) -> None:
     local, slave, sent = replicated_group
     spec = read_spec({"namesrv": local.namesrv_addr, "topic": "SparkHa", "maxMessagesPerPartition": "25"})
@@ -374,7 +310,7 @@ def test_a_task_whose_master_stops_after_planning_reads_from_the_slave(
 
 
 def test_a_read_planned_while_the_master_is_down_completes_from_the_slave(
-    spark: Any, replicated_group: tuple[LocalCluster, Broker, dict[Any, str]]
+    spark: Any, replicated_group: tuple[LocalCluster, Broker, Sent]
 ) -> None:
     local, slave, sent = replicated_group
     local.loop.run(local.broker.stop())

@@ -21,7 +21,9 @@ from typing import Any
 import pyarrow.parquet as pq
 import pytest
 
+from tests.daemons import local_cluster
 from tests.support.cli import RunCli
+from tests.support.cluster_data import Sent, create_topics, send_known
 from tests.support.ports import free_port
 
 
@@ -143,3 +145,37 @@ def test_report_through_spark_connect(
         "recordsInCommitLogPerTopic"
     ]
     assert report["totals"]["records"] == 5612 and report["run"]["data_bytes"] > 0
+
+
+_READ_THROUGH_CONNECT = """
+import hashlib, json, sys
+from pyspark.sql import SparkSession
+from mqctl.spark.cluster import register
+
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+register(spark)
+rows = (spark.read.format("rocketmq").option("namesrv", sys.argv[2]).option("topic", "SparkConnect")
+        .option("maxMessagesPerPartition", "8").load().collect())
+print(json.dumps([[r.topic, r.store_host, r.queue_id, r.queue_offset, hashlib.sha256(r.body).hexdigest()]
+                  for r in rows]))
+spark.stop()
+"""
+
+
+def test_the_rocketmq_source_reads_a_cluster_through_spark_connect(
+    connect_server: str, tmp_path: Path
+) -> None:
+    """Registered from a Connect client; planned and read by the server's Python workers."""
+    with local_cluster(tmp_path) as local:
+        sent: Sent = {}
+        local.loop.run(create_topics(local.namesrv_addr, [local.broker_addr], ("SparkConnect",)))
+        local.loop.run(send_known({"broker-a": local.broker}, ("SparkConnect",), range(20), sent))
+        done = subprocess.run(
+            [sys.executable, "-c", _READ_THROUGH_CONNECT, connect_server, local.namesrv_addr],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        rows = json.loads(done.stdout)
+        assert {(t, h, q, o): s for t, h, q, o, s in rows} == sent and len(rows) == len(sent)
