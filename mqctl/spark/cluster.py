@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -34,6 +34,10 @@ from mqctl.errors import NotFoundError, UsageError
 from mqctl.spark import CLUSTER_FORMAT_NAME
 from mqctl.spark.decode import batches, scan, spark_ddl
 from store import CorruptRecordError
+
+if TYPE_CHECKING:
+    from mqctl.auth import Credentials
+    from mqctl.tls import TlsOptions
 
 log = logging.getLogger(__name__)
 
@@ -51,10 +55,10 @@ class Connection:
     """Where the tasks connect and how: resolved once on the driver, then shipped with the reader."""
 
     namesrv: tuple[str, ...]
-    credentials: Any = None
-    """:class:`mqctl.auth.Credentials` or None (unsigned requests)."""
-    tls: Any = None
-    """:class:`mqctl.tls.TlsOptions` or None (plaintext)."""
+    credentials: Credentials | None = None
+    """None: requests go unsigned."""
+    tls: TlsOptions | None = None
+    """None: plaintext."""
     timeout: float = 5.0
 
     def admin(self) -> Any:
@@ -167,18 +171,18 @@ def connection_of(opts: Mapping[str, str]) -> Connection:
     credentials = auth.pair(opts.get("accesskey"), opts.get("secretkey"), "options accessKey/secretKey")
     if credentials is None:
         credentials = auth.current() if from_context else auth.from_env()
-    chosen: Any = None
-    if (
-        any(opts.get(k) for k in ("ca", "cert", "key"))
-        or _flag(opts.get("tls"), "tls", False)
-        or _flag(opts.get("insecure"), "insecure", False)
-    ):
-        chosen = tls.TlsOptions(
-            opts.get("ca"), opts.get("cert"), opts.get("key"), _flag(opts.get("insecure"), "insecure", False)
-        )
-    elif from_context and tls.current() is not None:
-        chosen = tls.current()[0]  # type: ignore[index]
-    timeout = float(opts["timeout"]) if opts.get("timeout") else None
+    insecure = _flag(opts.get("insecure"), "insecure", False)
+    chosen: TlsOptions | None = None
+    if any(opts.get(k) for k in ("ca", "cert", "key")) or insecure or _flag(opts.get("tls"), "tls", False):
+        chosen = tls.TlsOptions(opts.get("ca"), opts.get("cert"), opts.get("key"), insecure)
+    elif from_context and (context_tls := tls.current()) is not None:
+        chosen = context_tls[0]
+    try:
+        timeout = float(opts["timeout"]) if opts.get("timeout") else None
+    except ValueError:
+        timeout = -1.0
+    if timeout is not None and not timeout >= 0.1:
+        raise UsageError(f"option timeout {opts['timeout']!r}: expected seconds, at least 0.1")
     return Connection(
         tuple(namesrv),
         credentials,
@@ -301,7 +305,7 @@ async def _file_size(admin: Any, addr: str) -> int:
 
 async def plan(admin: Any, spec: ReadSpec) -> list[QueueRange]:
     """The input partitions of a read, in topic, broker and queue order."""
-    from mqctl.services.topics import queue_offsets, route_or_not_found, route_readers
+    from mqctl.services.topics import queue_offsets, route_or_not_found
 
     topics = await _topics(admin, spec)
     if not topics:
@@ -310,10 +314,9 @@ async def plan(admin: Any, spec: ReadSpec) -> list[QueueRange]:
     found: list[tuple[str, str, tuple[str, ...], int, int, int]] = []
     for topic in topics:
         route = await route_or_not_found(admin, topic)
-        readers = route_readers(route)
         groups = {b.broker_name: b.broker_addrs for b in route.broker_datas}
         for name, addr, queue_id, offsets in await queue_offsets(admin, topic, reads=True):
-            others = [a for _, a in sorted(groups.get(name, {}).items()) if a != readers[name]]
+            others = [a for _, a in sorted(groups.get(name, {}).items()) if a != addr]
             found.append((topic, name, (addr, *others), queue_id, offsets.min_offset, offsets.max_offset))
     covered: dict[str, set[str]] = {}
     for topic, name, _, queue_id, _, _ in found:

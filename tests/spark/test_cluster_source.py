@@ -17,7 +17,7 @@ from daemon.acl.signature import Signer
 from daemon.broker.broker import Broker
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError, UsageError
-from mqctl.spark.cluster import QueueRange, plan_read, read_range, read_spec
+from mqctl.spark.cluster import QueueRange, connection_of, plan_read, read_range, read_spec
 from store.config import SLAVE
 from tests.daemons import LocalCluster, local_cluster
 from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
@@ -224,6 +224,9 @@ def test_a_topic_pattern_matches_user_topics_only(cluster: Cluster) -> None:
         ({"topic": "Sp.*"}, "topicPattern"),
         ({}, "topic or topicPattern"),
         ({"topic": TOPICS[0], "maxMessagesPerPartition": "0"}, "maxMessagesPerPartition"),
+        ({"topic": TOPICS[0], "timeout": "soon"}, "timeout"),
+        ({"topic": TOPICS[0], "startingOffsets": "yesterday"}, "yesterday"),
+        ({"topic": TOPICS[0], "accessKey": "only-the-key"}, "secret"),
     ],
 )
 def test_bad_options_are_refused_before_any_read(
@@ -231,6 +234,31 @@ def test_bad_options_are_refused_before_any_read(
 ) -> None:
     with pytest.raises(UsageError, match=says):
         plan(cluster, **options)
+
+
+def test_a_context_names_the_namesrv_credentials_and_tls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from mqctl.auth import write_secret
+    from mqctl.config import ContextFile
+    from mqctl.tls import TlsOptions
+
+    monkeypatch.setenv("MQCTL_CONFIG_DIR", str(tmp_path))
+    write_secret(tmp_path / "prod.secret", "prod-secret")
+    contexts = ContextFile.load()
+    contexts.add(
+        "prod", "10.0.0.1:9876;10.0.0.2:9876", overwrite=False, access_key="prod-ak",
+        secret_key_file=str(tmp_path / "prod.secret"), timeout=7.0, tls=TlsOptions(insecure=True),
+    )  # fmt: skip
+    contexts.save()
+    conn = connection_of({"context": "prod"})
+    assert conn.namesrv == ("10.0.0.1:9876", "10.0.0.2:9876") and conn.timeout == 7.0
+    assert conn.credentials is not None and conn.credentials.secret_key == "prod-secret"
+    assert conn.tls == TlsOptions(insecure=True)
+    explicit = connection_of({"namesrv": "127.0.0.1:1", "accesskey": "a", "secretkey": "s"})
+    assert (
+        explicit.credentials is not None and explicit.credentials.access_key == "a" and explicit.tls is None
+    )
 
 
 def test_a_missing_topic_is_not_found(cluster: Cluster) -> None:
