@@ -43,6 +43,7 @@ from daemon.broker.ha import (
 )
 from daemon.broker.headers import NotifyConsumerIdsChangedRequestHeader
 from daemon.broker.long_poll import PullRequestHoldService
+from daemon.broker.loopwatch import LoopWatch
 from daemon.broker.managers.consumers import ConsumerGroupInfo, ConsumerManager
 from daemon.broker.managers.groups import SubscriptionGroupManager
 from daemon.broker.managers.locks import RebalanceLockManager
@@ -127,6 +128,8 @@ class Broker:
         self.producers = ProducerManager()
         self.locks = RebalanceLockManager()
         self.stats = BrokerStats(config.broker_cluster_name)
+        #: The event loop's lag and the cyclic GC's pauses (runtime info, /metrics).
+        self.loop_watch = LoopWatch()
         self.hold: PullRequestHoldService
         self.schedule: ScheduleMessageService
         self.transactions: TransactionService
@@ -230,6 +233,7 @@ class Broker:
             self.store.shutdown()
             raise
         self._register_processors()
+        self.loop_watch.start()
         self.server.on_connection_closed(self._connection_closed)
         self.hold.start()
         if not is_slave(
@@ -507,6 +511,7 @@ class Broker:
         self.state = "stopping"
         await cancel_tasks(self._tasks)
         self._tasks = []
+        self.loop_watch.stop()
         await self.registration.aclose()
         await self.register_topics.aclose()
         await self.persist_topics.aclose()
@@ -645,6 +650,8 @@ class Broker:
                 self.ha_slave,
                 diverged_quarantines(config.store_path_root_dir),
             ),
+            # and the event loop's lag and the GC's pauses
+            **self.loop_watch.runtime_info(),
         }
         for level, offset in sorted(self.schedule.offsets.offsets().items()):
             queue_max = store.get_max_offset(SCHEDULE_TOPIC, level - 1)

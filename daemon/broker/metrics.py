@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
@@ -49,6 +49,7 @@ class BrokerCollector(Collector):
         yield from _store_metrics(b, labels, base)
         yield from _ha_metrics(b, labels, base)
         yield from _remoting_metrics(b, labels, base)
+        yield from _loop_metrics(b, labels, base)
 
 
 def _traffic_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
@@ -145,6 +146,37 @@ def _remoting_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> I
     closed.add_metric([*base, "buffered_bytes"], server.budget.refused)
     closed.add_metric([*base, "connections"], server.refused_connections)
     yield closed
+
+
+def _loop_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
+    """The event loop's sampled lag and the cyclic GC's pauses per generation."""
+    watch = b.loop_watch
+    lag = HistogramMetricFamily(
+        "rocketmq_broker_loop_lag_seconds",
+        "How late the event loop ran a callback due at a known time, sampled a few times a second",
+        labels=labels,
+    )
+    buckets, total = watch.histogram()
+    lag.add_metric(base, buckets, total)
+    yield lag
+    gen_labels = [*labels, "generation"]
+    pauses = CounterMetricFamily(
+        "rocketmq_broker_gc_pause_seconds", "Seconds the cyclic GC's collections took", labels=gen_labels
+    )
+    collections = CounterMetricFamily(
+        "rocketmq_broker_gc_collections", "Collections of the cyclic GC", labels=gen_labels
+    )
+    longest = GaugeMetricFamily(
+        "rocketmq_broker_gc_pause_max_seconds", "The longest collection since start", labels=gen_labels
+    )
+    gcs = watch.gc
+    for gen in range(len(gcs.count)):
+        pauses.add_metric([*base, str(gen)], gcs.total_s[gen])
+        collections.add_metric([*base, str(gen)], gcs.count[gen])
+        longest.add_metric([*base, str(gen)], gcs.max_s[gen])
+    yield pauses
+    yield collections
+    yield longest
 
 
 def _ha_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:

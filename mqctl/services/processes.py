@@ -129,6 +129,8 @@ def probe(addr: str, daemon: Literal["broker", "namesrv"], timeout: float = 3.0)
 
 
 async def _broker_figures(admin: Admin, addr: str) -> dict[str, Any]:
+    from mqctl.services.cluster import first_float
+
     table = await admin.broker_runtime_info(addr)
     return {
         "version": table.get("brokerVersionDesc"),
@@ -138,6 +140,13 @@ async def _broker_figures(admin: Admin, addr: str) -> dict[str, Any]:
         "commit_log_max_offset": int(table.get("commitLogMaxOffset", "0")),
         "disk_ratio": float(table.get("commitLogDiskRatio", "0")),
         "uptime": table.get("runtime"),
+        # mqctl brokers only (None from a Java broker): the event loop's lag and the cyclic GC's pauses
+        "loop_lag_p50_ms": first_float(table.get("loopLagP50")),
+        "loop_lag_p99_ms": first_float(table.get("loopLagP99")),
+        "loop_lag_max_ms": first_float(table.get("loopLagMax")),
+        "gc_collections": int(table["gcCollections"]) if "gcCollections" in table else None,
+        "gc_pause_total_ms": first_float(table.get("gcPauseTotal")),
+        "gc_pause_max_ms": first_float(table.get("gcPauseMax")),
     }
 
 

@@ -1,0 +1,94 @@
+"""The broker's event-loop lag and GC pauses: sampled, exported in /metrics and the runtime info."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import re
+import time
+import urllib.request
+
+import pytest
+
+from daemon.broker.loopwatch import GcPauses, LoopWatch
+from tests.support.broker import BrokerHandle
+
+LABELS = 'broker="broker-a",cluster="DefaultCluster"'
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
+def _value(text: str, name: str, labels: str = LABELS) -> float:
+    found = re.search(rf"^{re.escape(name)}{{{re.escape(labels)}}} (\S+)$", text, re.M)
+    assert found is not None, f"{name}{{{labels}}} not in /metrics"
+    return float(found.group(1))
+
+
+async def _samples(watch: LoopWatch, n: int) -> None:
+    """Wait until the sampler has woken `n` more times."""
+    target = watch.samples + n
+    while watch.samples < target:
+        await asyncio.sleep(watch.period / 4)
+
+
+@pytest.mark.slow
+async def test_metrics_carry_loop_lag_histogram_and_gc_pauses(broker: BrokerHandle) -> None:
+    b = broker.broker
+    await _samples(b.loop_watch, 3)
+    gc.collect()  # a full collection of this process: counted, with its time
+    assert b.metrics_port is not None
+    text = await asyncio.to_thread(_scrape, b.metrics_port)
+    count = _value(text, "rocketmq_broker_loop_lag_seconds_count")
+    assert count >= 3
+    assert _value(text, "rocketmq_broker_loop_lag_seconds_bucket", LABELS + ',le="+Inf"') == count
+    # an idle loop: each wake-up a little late (timer granularity), none by anything like a period
+    assert 0 <= _value(text, "rocketmq_broker_loop_lag_seconds_sum") < count * 0.05
+    assert _value(text, "rocketmq_broker_loop_lag_seconds_bucket", LABELS + ',le="0.05"') == count
+    gen2 = LABELS + ',generation="2"'
+    assert _value(text, "rocketmq_broker_gc_collections_total", gen2) >= 1
+    assert _value(text, "rocketmq_broker_gc_pause_seconds_total", gen2) > 0
+    assert 0 < _value(text, "rocketmq_broker_gc_pause_max_seconds", gen2) < 5
+    info = b.runtime_info()
+    assert int(info["gcCollections"]) >= 1 and float(info["gcPauseMax"]) > 0
+    assert 0 <= float(info["loopLagP50"]) <= float(info["loopLagP99"]) <= float(info["loopLagMax"]) < 50
+
+
+async def test_blocked_loop_shows_in_the_lag_max(broker: BrokerHandle) -> None:
+    b = broker.broker
+    watch = b.loop_watch
+    loop = asyncio.get_running_loop()  # the broker's own loop: these tests run on it
+    assert float(b.runtime_info()["loopLagMax"]) < 150
+    # a callback that blocks the loop for 0.2 s, due just before the sampler's next wake-up
+    loop.call_at(watch.next_due - 0.001, time.sleep, 0.2)
+    await _samples(watch, 1)
+    info = b.runtime_info()
+    assert 190 <= float(info["loopLagMax"]) < 1000
+    buckets, total = watch.histogram()
+    assert dict(buckets)["0.1"] < dict(buckets)["+Inf"]  # one sample past 100 ms
+    assert total >= 0.19
+
+
+def test_gc_callbacks_time_each_collection_per_generation() -> None:
+    pauses = GcPauses()
+    pauses.install()
+    try:
+        gc.collect(1)
+        gc.collect(1)
+        gc.collect(2)
+    finally:
+        pauses.uninstall()
+    assert pauses.callback not in gc.callbacks
+    assert pauses.count[1] >= 2 and pauses.count[2] >= 1
+    assert pauses.total_s[2] >= pauses.max_s[2] > 0
+    assert pauses.total_s[1] >= pauses.max_s[1] > 0
+    gc.collect(2)  # uninstalled: no longer counted
+    assert pauses.count[2] == 1
+
+
+def test_a_stop_without_its_start_is_ignored() -> None:
+    pauses = GcPauses()
+    pauses.callback("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+    assert pauses.count == [0, 0, 0] and pauses.max_s == [0.0, 0.0, 0.0]
