@@ -9,22 +9,35 @@ and S (a stall that covers no wake-up is not seen; one longer than the period al
 The GC's pauses come from `gc.callbacks`: each collection is timed from its "start" to its "stop"
 call, per generation (counts, total and longest). Collections run in whatever thread allocated, so a
 pause of a worker thread's collection is counted too: the GIL holds the loop for it all the same.
+
+A full collection walks every tracked object, long-lived tables included: what start-up built is frozen
+out of its reach when the daemon starts serving (`daemon.lifecycle.serve`), but tables that grow while
+serving (10,000 topics created, their queues and stats items) are not. So a full collection that took
+`FREEZE_AFTER` seconds or more has the next sample freeze what survived it (`gc.freeze()`): what a
+full collection leaves is reachable, and the next ones walk only what is new since. Such a freeze
+happens after a table grew by thousands of entries, not per request: a full collection of newer
+garbage alone stays short.
 """
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 import time
 from typing import Any, Final
 
 from daemon.broker.stats import LatencyHistogram
+
+log = logging.getLogger(__name__)
 
 #: Seconds between the lag sampler's wake-ups.
 SAMPLE_PERIOD: Final = 0.2
 #: Seconds a percentile window lasts (the one before it is kept too: p50/p99 cover one to two of them).
 WINDOW: Final = 60.0
 #: The Prometheus histogram's upper bounds, in seconds (+Inf follows).
+#: A full collection this long (seconds) has what survived it frozen.
+FREEZE_AFTER: Final = 0.005
 BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -35,6 +48,9 @@ class GcPauses:
         self.count = [0, 0, 0]
         self.total_s = [0.0, 0.0, 0.0]
         self.max_s = [0.0, 0.0, 0.0]
+        #: A full collection took FREEZE_AFTER or more since the last freeze.
+        self.slow_full = False
+        self.slow_full_s = 0.0
         self._started = 0.0
 
     def callback(self, phase: str, info: dict[str, Any]) -> None:
@@ -51,6 +67,9 @@ class GcPauses:
         self.total_s[gen] += elapsed
         if elapsed > self.max_s[gen]:
             self.max_s[gen] = elapsed
+        if gen == 2 and elapsed >= FREEZE_AFTER:
+            self.slow_full = True
+            self.slow_full_s = elapsed
 
     def install(self) -> None:
         gc.callbacks.append(self.callback)
@@ -72,6 +91,9 @@ class LoopWatch:
         self.sum_s = 0.0
         self.samples = 0
         self.gc = GcPauses()
+        #: Freezes after a slow full collection, and the objects frozen in all at the last one.
+        self.freezes = 0
+        self.frozen = 0
         #: Loop time the next sample is due at (a test may schedule a stall just before it).
         self.next_due = 0.0
         self._rotated = 0.0
@@ -100,10 +122,21 @@ class LoopWatch:
         assert self._loop is not None
         now = self._loop.time()
         self.record(max(0.0, now - self.next_due))
+        if self.gc.slow_full:
+            self.freeze()
         if now - self._rotated >= WINDOW:
             self.recent.rotate()
             self._rotated = now
         self._schedule(now)
+
+    def freeze(self) -> None:
+        """Move every object the GC tracks into the permanent generation (not from inside the callback:
+        a collection is still unwinding there)."""
+        self.gc.slow_full = False
+        gc.freeze()
+        self.freezes += 1
+        self.frozen = gc.get_freeze_count()
+        log.info("a full collection took %.1f ms: %d objects frozen", self.gc.slow_full_s * 1000, self.frozen)
 
     def record(self, lag_s: float) -> None:
         """One sample of `lag_s` seconds."""

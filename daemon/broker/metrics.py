@@ -177,6 +177,13 @@ def _loop_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Itera
     yield pauses
     yield collections
     yield longest
+    freezes = CounterMetricFamily(
+        "rocketmq_broker_gc_freezes",
+        "Times a slow full collection had what survived it frozen out of the next ones (gc.freeze)",
+        labels=labels,
+    )
+    freezes.add_metric(base, watch.freezes)
+    yield freezes
 
 
 def _ha_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:

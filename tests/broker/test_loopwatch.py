@@ -92,3 +92,22 @@ def test_a_stop_without_its_start_is_ignored() -> None:
     pauses = GcPauses()
     pauses.callback("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
     assert pauses.count == [0, 0, 0] and pauses.max_s == [0.0, 0.0, 0.0]
+
+
+async def test_a_slow_full_collection_freezes_what_survived_it() -> None:
+    watch = LoopWatch(period=0.01)
+    watch.start()
+    table = [[i] for i in range(300_000)]  # a long-lived table grown while serving: tracked lists
+    try:
+        gc.collect()
+        assert watch.gc.slow_full, f"a full collection over {len(table):,} lists took {watch.gc.max_s[2]}s"
+        await _samples(watch, 1)
+        assert watch.freezes == 1 and not watch.gc.slow_full
+        assert gc.get_freeze_count() >= len(table)
+        gc.collect()  # the next full collection walks none of it
+        assert not watch.gc.slow_full
+        await _samples(watch, 1)
+        assert watch.freezes == 1
+    finally:
+        watch.stop()
+        gc.unfreeze()
