@@ -84,6 +84,8 @@ log = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 CLIENT_SCAN_INTERVAL = 10.0
+#: Stats items whose windows move in one go on the loop (well under a millisecond's work).
+STATS_SLICE = 1000
 #: How long a restarted slave waits for its master to check its tail before it serves anyway.
 FIRST_CHECK_TIMEOUT = 5.0
 
@@ -248,7 +250,7 @@ class Broker:
                 name="offset-persist",
             ),
             asyncio.create_task(self._registration_loop(), name="namesrv-register"),
-            asyncio.create_task(every(SAMPLE_PERIOD, self.stats.sample), name="stats-sample"),
+            asyncio.create_task(every(SAMPLE_PERIOD, self._sample_stats), name="stats-sample"),
         ]
         if self.acl_files is not None:
             self._tasks.append(
@@ -557,6 +559,14 @@ class Broker:
         """consumerOffset.json and delayOffset.json, in a worker thread: each write fsyncs the file and its
         directory (4-10 ms here), which on the loop stalled every request every 5 s."""
         return asyncio.to_thread(self.store.configs.persist_offsets)
+
+    async def _sample_stats(self) -> None:
+        """The stats items' windows moved in slices, the loop serving requests between them: with 10,000
+        topics moving them all at once held it for over 10 ms every 10 s."""
+        now, items = self.stats.sample_start()
+        for start in range(0, len(items), STATS_SLICE):
+            self.stats.sample_items(items[start : start + STATS_SLICE], now)
+            await asyncio.sleep(0)
 
     def _scan_clients(self) -> None:
         self.consumers.scan_expired()

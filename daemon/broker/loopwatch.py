@@ -41,6 +41,12 @@ FREEZE_AFTER: Final = 0.005
 BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
+#: The keys `LoopWatch.runtime_info` adds to 4.9.8's GET_BROKER_RUNTIME_INFO table.
+LOOP_RUNTIME_KEYS = frozenset(
+    {"loopLagP50", "loopLagP99", "loopLagMax", "gcCollections", "gcPauseTotal", "gcPauseMax"}
+)
+
+
 class GcPauses:
     """Collections of the cyclic GC per generation: how many, seconds in all and the longest."""
 

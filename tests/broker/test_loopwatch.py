@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from daemon.broker.loopwatch import GcPauses, LoopWatch
+from daemon.broker.loopwatch import LOOP_RUNTIME_KEYS, GcPauses, LoopWatch
 from tests.support.broker import BrokerHandle
 
 LABELS = 'broker="broker-a",cluster="DefaultCluster"'
@@ -44,31 +44,31 @@ async def test_metrics_carry_loop_lag_histogram_and_gc_pauses(broker: BrokerHand
     count = _value(text, "rocketmq_broker_loop_lag_seconds_count")
     assert count >= 3
     assert _value(text, "rocketmq_broker_loop_lag_seconds_bucket", LABELS + ',le="+Inf"') == count
-    # an idle loop: each wake-up a little late (timer granularity), none by anything like a period
-    assert 0 <= _value(text, "rocketmq_broker_loop_lag_seconds_sum") < count * 0.05
-    assert _value(text, "rocketmq_broker_loop_lag_seconds_bucket", LABELS + ',le="0.05"') == count
+    # an idle loop: each wake-up a little late (timer granularity; a busy host's scheduler adds to it)
+    assert 0 <= _value(text, "rocketmq_broker_loop_lag_seconds_sum") < count * 0.25
+    assert _value(text, "rocketmq_broker_loop_lag_seconds_bucket", LABELS + ',le="1.0"') == count
     gen2 = LABELS + ',generation="2"'
     assert _value(text, "rocketmq_broker_gc_collections_total", gen2) >= 1
     assert _value(text, "rocketmq_broker_gc_pause_seconds_total", gen2) > 0
     assert 0 < _value(text, "rocketmq_broker_gc_pause_max_seconds", gen2) < 5
     info = b.runtime_info()
+    assert set(info) >= LOOP_RUNTIME_KEYS
     assert int(info["gcCollections"]) >= 1 and float(info["gcPauseMax"]) > 0
-    assert 0 <= float(info["loopLagP50"]) <= float(info["loopLagP99"]) <= float(info["loopLagMax"]) < 50
+    assert 0 <= float(info["loopLagP50"]) <= float(info["loopLagP99"]) <= float(info["loopLagMax"]) < 1000
 
 
 async def test_blocked_loop_shows_in_the_lag_max(broker: BrokerHandle) -> None:
     b = broker.broker
     watch = b.loop_watch
     loop = asyncio.get_running_loop()  # the broker's own loop: these tests run on it
-    assert float(b.runtime_info()["loopLagMax"]) < 150
+    before, _ = watch.histogram()
     # a callback that blocks the loop for 0.2 s, due just before the sampler's next wake-up
     loop.call_at(watch.next_due - 0.001, time.sleep, 0.2)
     await _samples(watch, 1)
-    info = b.runtime_info()
-    assert 190 <= float(info["loopLagMax"]) < 1000
-    buckets, total = watch.histogram()
-    assert dict(buckets)["0.1"] < dict(buckets)["+Inf"]  # one sample past 100 ms
-    assert total >= 0.19
+    assert 190 <= float(b.runtime_info()["loopLagMax"]) < 1000
+    after, total = watch.histogram()
+    late = (dict(after)["+Inf"] - dict(after)["0.1"]) - (dict(before)["+Inf"] - dict(before)["0.1"])
+    assert late >= 1 and total >= 0.19  # a sample over 100 ms in the Prometheus histogram too
 
 
 def test_gc_callbacks_time_each_collection_per_generation() -> None:
@@ -111,3 +111,27 @@ async def test_a_slow_full_collection_freezes_what_survived_it() -> None:
     finally:
         watch.stop()
         gc.unfreeze()
+
+
+async def test_stats_windows_move_in_slices_with_the_loop_serving_between(broker: BrokerHandle) -> None:
+    stats = broker.broker.stats
+    for i in range(5000):  # 10,001 items: TOPIC_PUT_NUMS and _SIZE per topic, BROKER_PUT_NUMS
+        stats.on_put(f"T{i}", 1, 10)
+    later = stats._now() + 20
+    stats._now = lambda: later
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other())
+    await asyncio.sleep(0)
+    before = turns
+    await broker.broker._sample_stats()
+    task.cancel()
+    assert turns - before >= 10  # the loop ran other work between the slices
+    items = [item for table in stats.items.values() for item in table.values()]
+    assert len(items) > 10_000 and all(item.minute[-1][0] == later for item in items)
