@@ -177,13 +177,28 @@ def _loop_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Itera
     yield pauses
     yield collections
     yield longest
-    freezes = CounterMetricFamily(
+    yield _single(
+        CounterMetricFamily,
         "rocketmq_broker_gc_freezes",
         "Times a slow full collection had what survived it frozen out of the next ones (gc.freeze)",
-        labels=labels,
+        labels,
+        base,
+        watch.freezes,
     )
-    freezes.add_metric(base, watch.freezes)
-    yield freezes
+
+
+def _single(
+    family: type[CounterMetricFamily | GaugeMetricFamily],
+    name: str,
+    doc: str,
+    labels: list[str],
+    base: list[str],
+    value: float,
+) -> CounterMetricFamily | GaugeMetricFamily:
+    """A family with this broker's one sample."""
+    metric = family(name, doc, labels=labels)
+    metric.add_metric(base, value)
+    return metric
 
 
 def _ha_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
@@ -211,13 +226,14 @@ def _ha_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterato
         for status, n in master.sync_outcomes.items():
             waits.add_metric([*base, status], n)
         yield waits
-        waited = CounterMetricFamily(
+        yield _single(
+            CounterMetricFamily,
             "rocketmq_ha_sync_wait_seconds",
             "Seconds SYNC_MASTER sends waited for a slave in all",
-            labels=labels,
+            labels,
+            base,
+            master.sync_wait_seconds,
         )
-        waited.add_metric(base, master.sync_wait_seconds)
-        yield waited
     if slave is not None:
         up = GaugeMetricFamily(
             "rocketmq_ha_master_connected", "1 while this slave is connected to its master", labels=labels
