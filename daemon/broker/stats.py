@@ -334,7 +334,9 @@ class BrokerStats:
         on the event loop."""
         with self._lock:
             now = self._now()
-            items = [item for table in self.items.values() for item in table.values()]
+            items: list[StatsItem] = []
+            for table in self.items.values():
+                items.extend(table.values())
             if now - self._last_rotate >= 60.0:
                 self.put_latency.rotate()
                 self._last_rotate = now
