@@ -36,7 +36,7 @@ SAMPLE_PERIOD: Final = 0.2
 #: Seconds a percentile window lasts (the one before it is kept too: p50/p99 cover one to two of them).
 WINDOW: Final = 60.0
 #: The Prometheus histogram's upper bounds, in seconds (+Inf follows).
-#: A full collection this long (seconds) has what survived it frozen.
+#: A full collection this long (seconds of its thread's CPU) has what survived it frozen.
 FREEZE_AFTER: Final = 0.005
 BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
@@ -58,11 +58,14 @@ class GcPauses:
         self.slow_full = False
         self.slow_full_s = 0.0
         self._started = 0.0
+        self._cpu_started = 0.0
 
     def callback(self, phase: str, info: dict[str, Any]) -> None:
         """For `gc.callbacks`: collections never overlap (the GC holds the GIL and refuses to nest)."""
         if phase == "start":
             self._started = time.perf_counter()
+            if info["generation"] == 2:  # full ones are rare: their CPU time too, which a busy host's
+                self._cpu_started = time.thread_time()  # scheduler does not inflate
             return
         if not self._started:  # installed during a collection: its start was not seen
             return
@@ -73,7 +76,7 @@ class GcPauses:
         self.total_s[gen] += elapsed
         if elapsed > self.max_s[gen]:
             self.max_s[gen] = elapsed
-        if gen == 2 and elapsed >= FREEZE_AFTER:
+        if gen == 2 and time.thread_time() - self._cpu_started >= FREEZE_AFTER:
             self.slow_full = True
             self.slow_full_s = elapsed
 
