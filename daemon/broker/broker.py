@@ -85,7 +85,7 @@ _T = TypeVar("_T")
 
 CLIENT_SCAN_INTERVAL = 10.0
 #: Stats items whose windows move in one go on the loop (well under a millisecond's work).
-STATS_SLICE = 1000
+STATS_SLICE = 500
 #: How long a restarted slave waits for its master to check its tail before it serves anyway.
 FIRST_CHECK_TIMEOUT = 5.0
 
