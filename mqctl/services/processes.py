@@ -22,6 +22,14 @@ if TYPE_CHECKING:
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's `st` column
 
 
+class RunningFields(TypedDict):
+    """What ``status`` says of a running daemon's process."""
+
+    pid: int | None
+    detected_by: str
+    process: str | None
+
+
 @dataclass(frozen=True)
 class Running:
     """A running daemon: its pid when known, how it was found, and what the process is."""
@@ -30,7 +38,7 @@ class Running:
     detected_by: str  # "pid file" | "store lock" | "port"
     process: str | None
 
-    def fields(self) -> dict[str, object]:
+    def fields(self) -> RunningFields:
         return {"pid": self.pid, "detected_by": self.detected_by, "process": self.process}
 
     def stoppable(self, *markers: str) -> bool:
