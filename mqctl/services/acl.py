@@ -47,18 +47,24 @@ class AclConfigBody(TypedDict, total=False):
     plainAccessConfigs: list[PlainAccount]
 
 
-class AccountRow(TypedDict):
-    """An account of one broker as ``acl ls|show`` print it."""
+class AccountPerms(TypedDict):
+    """What an account may do and from where (``export`` writes these for each account)."""
 
-    broker: str
-    access_key: str | None
-    secret_key: str | None
     admin: bool
     default_topic_perm: str | None
     default_group_perm: str | None
     topic_perms: list[str]
     group_perms: list[str]
     white_remote_address: str
+
+
+class AccountRow(AccountPerms):
+    """An account of one broker as ``acl ls|show`` print it: ``broker``, ``access_key``, ``secret_key``
+    (masked unless asked for), then its permissions."""
+
+    broker: str
+    access_key: str | None
+    secret_key: str | None
 
 
 class AclSummary(TypedDict):

@@ -119,8 +119,8 @@ class BodyFields(TypedDict):
     body: str
 
 
-class MessageSummary(TypedDict):
-    """One row per message in lists (query, tail, resend)."""
+class MessageIdentity(TypedDict):
+    """What names a stored message and says where it is, in every record of one."""
 
     msg_id: str
     unique_key: str | None
@@ -129,6 +129,11 @@ class MessageSummary(TypedDict):
     queue_offset: int
     tags: str | None
     keys: str | None
+
+
+class MessageSummary(MessageIdentity):
+    """One row per message in lists (query, tail, resend)."""
+
     store_time: str | None
     store_time_ms: int
     body_size: int

@@ -29,7 +29,7 @@ from daemon.remoting.codes import RequestCode
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services import groups, topics
-from mqctl.services.acl import PlainAccount, account_row, config_of
+from mqctl.services.acl import AccountPerms, PlainAccount, account_row, config_of
 from mqctl.services.cluster import brokers
 from store import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -109,15 +109,8 @@ class GroupEntry(TypedDict):
     notify_ids_changed: bool
 
 
-class AclEntry(TypedDict):
-    """An ACL account on one broker, as the file holds it (the keys of :data:`ACL_KEYS`, no secret)."""
-
-    admin: bool
-    default_topic_perm: str | None
-    default_group_perm: str | None
-    topic_perms: list[str]
-    group_perms: list[str]
-    white_remote_address: str
+#: An ACL account on one broker, as the file holds it (the keys of :data:`ACL_KEYS`, no secret).
+AclEntry = AccountPerms
 
 
 class TopicItem(TopicEntry):

@@ -13,7 +13,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypedDict
 
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
@@ -22,6 +21,7 @@ from mqctl.errors import NotFoundError
 from mqctl.services.messages import (
     PROPERTY_SALVAGED_FROM,
     SALVAGED_NAMESPACE,
+    MessageIdentity,
     body_fields,
     host_text,
     resend_one,
@@ -152,19 +152,13 @@ def plan(manifests: list[Manifest]) -> list[PlanRow]:
     return list(rows.values())
 
 
-class SalvagedRecord(TypedDict):
-    """A line of ``store salvage --json``: a salvaged record with what it takes to send it again."""
+class SalvagedRecord(MessageIdentity):
+    """A line of ``store salvage --json``: where it was set aside (``quarantine``, ``file``, then
+    ``commit_log_offset`` before the message's identity), with what it takes to send it again."""
 
     quarantine: str
     file: str
     commit_log_offset: int
-    msg_id: str
-    unique_key: str | None
-    topic: str
-    queue_id: int
-    queue_offset: int
-    tags: str | None
-    keys: str | None
     properties: dict[str, str]
     sys_flag: int
     flag: int
