@@ -271,6 +271,21 @@ class Admin:
             else bb.ConsumerConnection.loads(response.body)
         )
 
+    async def producer_connections(self, addr: str, group: str) -> bb.ProducerConnection | None:
+        """GET_PRODUCER_CONNECTION_LIST (204): the group's producers connected to ``addr``, or None when
+        none is (AdminBrokerProcessor#getProducerConnectionList answers SYSTEM_ERROR "not exist")."""
+        response = await self.call(
+            addr,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST,
+            bh.ProducerGroupHeader(producer_group=group),
+            expect=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
+        )
+        if response.code != ResponseCode.SUCCESS:
+            if "not exist" in (response.remark or ""):
+                return None
+            raise RemotingCommandError(response.code, response.remark)
+        return bb.ProducerConnection.loads(response.body)
+
     async def consumer_offset(self, addr: str, group: str, topic: str, queue_id: int) -> int | None:
         """The committed offset, or None when the group never committed one for the queue."""
         header = bh.QueryConsumerOffsetRequestHeader(consumer_group=group, topic=topic, queue_id=queue_id)
