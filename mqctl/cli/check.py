@@ -89,7 +89,7 @@ def lag(
     from mqctl.services.checks import lag as check_lag
 
     _run(
-        "LAG",
+        "lag",
         lambda admin: check_lag(admin, group, topic=topic, warn=warn, crit=crit),
         check_args=_order(warn, crit),
     )
@@ -101,7 +101,7 @@ def dlq(group: GroupOpt, warn: WarnOpt = 0, crit: CritOpt = 100) -> None:
     """Dead letters of a group not yet re-sent ('msg resend --execute') against --warn/--crit."""
     from mqctl.services.checks import dlq as check_dlq
 
-    _run("DLQ", lambda admin: check_dlq(admin, group, warn=warn, crit=crit), check_args=_order(warn, crit))
+    _run("dlq", lambda admin: check_dlq(admin, group, warn=warn, crit=crit), check_args=_order(warn, crit))
 
 
 @app.command("cluster")
@@ -111,7 +111,7 @@ def cluster(cluster: ClusterOpt = None) -> None:
     down, UNKNOWN when one refuses to say (ACL)."""
     from mqctl.services.checks import cluster as check_cluster
 
-    _run("CLUSTER", lambda admin: check_cluster(admin, cluster_name=cluster))
+    _run("cluster", lambda admin: check_cluster(admin, cluster_name=cluster))
 
 
 @app.command("disk")
@@ -144,7 +144,7 @@ def disk(
 
     bad = _order(warn, crit) if warn is not None and crit is not None else None
     _run(
-        "DISK",
+        "disk",
         lambda admin: check_disk(admin, cluster_name=cluster, broker=broker, warn=warn, crit=crit),
         check_args=bad,
     )
@@ -175,7 +175,7 @@ def ha(
 
     bad = _order(warn_bytes, crit_bytes) or _order(warn_seconds, crit_seconds)
     _run(
-        "HA",
+        "ha",
         lambda admin: check_ha(
             admin,
             cluster_name=cluster,

@@ -64,7 +64,7 @@ def _num(value: float) -> str:
 
 @dataclass
 class Verdict:
-    """A check's result: ``check`` is the service name in capitals (LAG, HA, DISK, CLUSTER, DLQ)."""
+    """A check's result: ``check`` is the command's name, the plugin line's service name in capitals."""
 
     check: str
     state: State
@@ -75,7 +75,7 @@ class Verdict:
 
     def line(self) -> str:
         perf = " ".join(p.text() for p in self.perfdata)
-        return f"{self.check} {self.state.name} - {self.summary}" + (f" | {perf}" if perf else "")
+        return f"{self.check.upper()} {self.state.name} - {self.summary}" + (f" | {perf}" if perf else "")
 
     def as_dict(self) -> dict[str, object]:
         return {
@@ -118,7 +118,7 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
     try:
         rows = await progress(admin, group, topic=topic, lag_over=None)
     except NotFoundError as exc:
-        return Verdict("LAG", State.UNKNOWN, str(exc))
+        return Verdict("lag", State.UNKNOWN, str(exc))
     total = sum(r.lag for r in rows)
     worst_queue = max(rows, key=lambda r: r.lag, default=None)
     where = f" topic {topic}" if topic else ""
@@ -126,7 +126,7 @@ async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: i
     if worst_queue is not None and worst_queue.lag:
         summary += f" (most on {worst_queue.topic} {worst_queue.broker_name}:{worst_queue.queue_id}: {worst_queue.lag})"
     perf = [Perf("lag", total, "", warn, crit, 0), Perf("queues", len(rows), "", min=0)]
-    return Verdict("LAG", threshold(total, warn, crit), summary, perf)
+    return Verdict("lag", threshold(total, warn, crit), summary, perf)
 
 
 # ------------------------------------------------------------------------------------------------ dlq
@@ -154,7 +154,7 @@ async def dlq(admin: Admin, group: str, *, warn: int, crit: int) -> Verdict:
         Perf("held", held, "", min=0),
         Perf("resent", resent, "", min=0),
     ]
-    return Verdict("DLQ", threshold(pending, warn, crit), summary, perf)
+    return Verdict("dlq", threshold(pending, warn, crit), summary, perf)
 
 
 # -------------------------------------------------------------------------------------------- cluster
@@ -179,7 +179,7 @@ async def cluster(admin: Admin, *, cluster_name: str | None) -> Verdict:
     if not rows:
         where = f"cluster {cluster_name}" if cluster_name else "the NameServer"
         return Verdict(
-            "CLUSTER", State.CRITICAL, f"no broker registered with {where}", [Perf("brokers", 0, min=0)]
+            "cluster", State.CRITICAL, f"no broker registered with {where}", [Perf("brokers", 0, min=0)]
         )
     answers = await asyncio.gather(*(_runtime(admin, r) for r in rows))
     states: list[State] = []
@@ -207,7 +207,7 @@ async def cluster(admin: Admin, *, cluster_name: str | None) -> Verdict:
         Perf("answering", answering, "", None, None, 0, len(rows)),
         Perf("masters_missing", len(headless), min=0),
     ]
-    return Verdict("CLUSTER", worst(states), summary, perf, problems)
+    return Verdict("cluster", worst(states), summary, perf, problems)
 
 
 # ----------------------------------------------------------------------------------------------- disk
@@ -263,7 +263,7 @@ async def disk(
     diskSpaceCleanForciblyRatio (forced cleaning; puts are refused above diskSpaceWarningLevelRatio)."""
     rows = [r for r in await brokers(admin, cluster_name) if broker is None or r.addr == broker]
     if not rows:
-        return Verdict("DISK", State.UNKNOWN, f"no broker {broker or ''} registered".replace("  ", " "))
+        return Verdict("disk", State.UNKNOWN, f"no broker {broker or ''} registered".replace("  ", " "))
     answers = await asyncio.gather(*(_disk_of(admin, r) for r in rows))
     states: list[State] = []
     problems: list[str] = []
@@ -292,7 +292,7 @@ async def disk(
     summary = f"fullest CommitLog disk {fullest[0]:.0%} on {fullest[1]}" if fullest else "no disk figures"
     if problems:
         summary += ": " + "; ".join(problems)
-    return Verdict("DISK", worst(states), summary, perf, problems)
+    return Verdict("disk", worst(states), summary, perf, problems)
 
 
 # ------------------------------------------------------------------------------------------------- ha
@@ -314,7 +314,7 @@ async def ha(
 
     states_of = await ha_status(admin, cluster_name)
     if not states_of:
-        return Verdict("HA", State.UNKNOWN, "no broker registered")
+        return Verdict("ha", State.UNKNOWN, "no broker registered")
     verdicts: list[State] = []
     problems: list[str] = []
     max_bytes = 0
@@ -368,4 +368,4 @@ async def ha(
         Perf("lag_bytes", max_bytes, "B", warn_bytes, crit_bytes, 0),
         Perf("lag_seconds", max_seconds, "s", warn_seconds, crit_seconds, 0),
     ]
-    return Verdict("HA", worst(verdicts), summary, perf, problems)
+    return Verdict("ha", worst(verdicts), summary, perf, problems)

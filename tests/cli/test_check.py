@@ -3,21 +3,28 @@ line with its perfdata, the plugin exit codes, JSON, and ``--watch``."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from daemon.broker.broker import Broker
 from daemon.broker.headers import CreateTopicRequestHeader, UpdateConsumerOffsetRequestHeader
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from store.record import decode_msg_id
+from tests.broker.test_ha import master_and_slave
 from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.acl import write_acl
+from tests.support.broker import start_broker
 from tests.support.cli import CliResult, RunCli
 from tests.support.namesrv import Namesrv
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 TOPIC = "Checked"
 GROUP = "CG_Checked"
@@ -88,7 +95,7 @@ def test_lag_json_for_scripts(mq: RunCli) -> None:
     result = mq("check", "lag", "-g", GROUP, "--warn", "5", "--crit", "20", "-o", "json")
     assert result.code == 1
     data = result.json()
-    assert (data["check"], data["state"], data["exit_code"]) == ("LAG", "WARNING", 1)
+    assert (data["check"], data["state"], data["exit_code"]) == ("lag", "WARNING", 1)
     assert data["perfdata"][0] == {"label": "lag", "value": 6, "warn": 5, "crit": 20, "min": 0}
 
 
@@ -170,3 +177,46 @@ def test_watch_repeats_and_exits_with_the_last_state(cli_env: dict[str, str], da
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+def test_cluster_acl_refusal_is_unknown_not_down(mq: RunCli, daemons: LocalCluster, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    write_acl(home)
+
+    async def start() -> Broker:
+        return await start_broker(
+            tmp_path / "acl",
+            broker_name="broker-acl",
+            acl_enable=True,
+            rocketmq_home=str(home),
+            namesrv_addr=daemons.namesrv_addr,
+        )
+
+    guarded = daemons.loop.run(start())
+    try:
+        unknown = plugin(mq("check", "cluster"), "UNKNOWN")
+        assert f"broker-acl/0@{guarded.addr} refused (ACL)" in unknown and "2 broker(s)" in unknown
+    finally:
+        daemons.loop.run(guarded.stop())
+
+
+async def test_ha_slaves_connected_and_missing(cli: RunCli, tmp_path: Path) -> None:
+    async with master_and_slave(tmp_path) as g:
+
+        async def check(*args: str) -> CliResult:
+            return await asyncio.to_thread(cli, "check", "ha", *args, env={"NAMESRV_ADDR": g.ns_addr})
+
+        async def caught_up() -> bool:
+            return (await check("--min-slaves", "1")).code == 0
+
+        await wait_until(caught_up)
+        ok = plugin(await check("--min-slaves", "1"), "OK")
+        assert "1 slave(s) in 1 broker group(s), max lag 0 bytes" in ok and "slaves=1;;;0" in ok
+        assert "lag_bytes=0B;16777216;268435456;0" in ok
+        wanted = plugin(await check("--min-slaves", "2"), "CRITICAL")
+        assert "broker-a has 1 slave(s) registered, 2 wanted" in wanted
+        await g.master.stop()
+        headless = plugin(await check(), "CRITICAL")
+        assert "broker-a has no master registered" in headless
+        assert f"slave {g.slave.addr} not connected to its master" in headless
+        await g.master.start()  # the fixture stops it again
