@@ -9,9 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import zlib
 
-from daemon.config import ConfigError, coerce_properties, parse_properties, to_properties, write_atomically
+from daemon.config import (
+    ConfigError,
+    coerce_properties,
+    parse_properties,
+    to_properties,
+    wire_properties,
+    write_atomically,
+)
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, KVLimitError
 from daemon.namesrv.routes import RouteInfoManager
@@ -283,7 +291,8 @@ class NamesrvProcessor:
         return req.make_response()
 
     def get_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        return req.make_response(body=to_properties(self.config, mask_secrets=True).encode())
+        effective = {"rocketmqHome": self.config.rocketmq_home or os.getcwd()}
+        return req.make_response(body=wire_properties(self.config, req.ext_fields, effective))
 
 
 def apply_properties(config: NamesrvConfig, props: dict[str, str]) -> None:

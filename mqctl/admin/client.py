@@ -191,9 +191,11 @@ class Admin:
 
     async def broker_config(self, addr: str) -> dict[str, str]:
         """The broker's effective configuration (GET_BROKER_CONFIG answers a properties text)."""
-        from daemon.config import parse_properties
+        from daemon.config import ALL_KEYS_FIELD, parse_properties
 
-        response = await self.call(addr, RequestCode.GET_BROKER_CONFIG)
+        # ours answers mqctl's own keys too when asked (a 4.9.8 broker ignores the field)
+        request = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG, {ALL_KEYS_FIELD: "true"})
+        response = await self.client.invoke_checked(addr, request, self.timeout)
         return parse_properties(response.body.decode("utf-8"))
 
     async def update_broker_config(self, addr: str, changes: dict[str, str], *, force: bool = False) -> None:

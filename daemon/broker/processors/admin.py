@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -42,8 +43,8 @@ from daemon.config import (
     coerce_properties,
     parse_properties,
     property_key,
-    to_properties,
     update_properties,
+    wire_properties,
     write_atomically,
 )
 from daemon.remoting.bodies import DataVersion, KVTable, TopicList
@@ -422,7 +423,14 @@ class AdminProcessor:
 
     def get_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = GetBrokerConfigResponseHeader(self.config_version.dumps().decode())
-        body = to_properties(self.broker.config, mask_secrets=True).encode()
+        config = self.broker.config
+        # what 4.9.8 derives where our empty default means "derive it": brokerIP2 is brokerIP1's
+        # address, and the home is where the ACL files are looked for
+        effective = {
+            "brokerIP2": config.broker_ip2 or config.broker_ip1,
+            "rocketmqHome": config.rocketmq_home or os.getcwd(),
+        }
+        body = wire_properties(config, request.ext_fields, effective)
         return request.make_response(ext_fields=header.to_ext_fields(), body=body)
 
     def update_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
