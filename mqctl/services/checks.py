@@ -263,7 +263,9 @@ async def disk(
     diskSpaceCleanForciblyRatio (forced cleaning; puts are refused above diskSpaceWarningLevelRatio)."""
     rows = [r for r in await brokers(admin, cluster_name) if broker is None or r.addr == broker]
     if not rows:
-        return Verdict("disk", State.UNKNOWN, f"no broker {broker or ''} registered".replace("  ", " "))
+        return Verdict(
+            "disk", State.UNKNOWN, f"no broker {broker} registered" if broker else "no broker registered"
+        )
     answers = await asyncio.gather(*(_disk_of(admin, r) for r in rows))
     states: list[State] = []
     problems: list[str] = []

@@ -16,6 +16,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
+from mqctl.services.checks import Perf, State, Watermarks, threshold, worst
 from store.record import decode_msg_id
 from tests.broker.test_ha import master_and_slave
 from tests.daemons import LocalCluster, handle, local_cluster
@@ -220,3 +221,17 @@ async def test_ha_slaves_connected_and_missing(cli: RunCli, tmp_path: Path) -> N
         assert "broker-a has no master registered" in headless
         assert f"slave {g.slave.addr} not connected to its master" in headless
         await g.master.start()  # the fixture stops it again
+
+
+def test_perfdata_thresholds_and_the_worst_state() -> None:
+    assert Perf("lag", 1234, "", 1000, 5000, 0).text() == "lag=1234;1000;5000;0"
+    assert Perf("broker a/0", 24.5, "%", 75, 85, 0, 100).text() == "'broker a/0'=24.5%;75;85;0;100"
+    assert Perf("slaves", 2, min=0).text() == "slaves=2;;;0" and Perf("n", 3).text() == "n=3"
+    assert [threshold(v, 10, 20) for v in (10, 11, 21)] == [State.OK, State.WARNING, State.CRITICAL]
+    assert worst([State.OK, State.UNKNOWN, State.WARNING]) is State.WARNING
+    assert worst([State.UNKNOWN, State.CRITICAL]) is State.CRITICAL and worst([]) is State.OK
+    # a 4.9.8 broker has no disk watermark keys but diskMaxUsedSpaceRatio, clamped to 10..95
+    assert Watermarks.of({"diskMaxUsedSpaceRatio": "99"}) == Watermarks(0.95, 0.85, 0.90)
+    assert Watermarks.of({"diskSpaceCleanForciblyRatio": "80", "diskSpaceWarningLevelRatio": "0.95"}) == (
+        Watermarks(0.75, 0.80, 0.95)
+    )
