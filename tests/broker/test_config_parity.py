@@ -1,16 +1,10 @@
 """GET_BROKER_CONFIG / GET_NAMESRV_CONFIG answer RocketMQ 4.9.8's key sets (what mqadmin getBrokerConfig and
-getNamesrvConfig print), mqctl still reads its own keys, and a broker.conf a 4.9.8 broker rewrote loads
-silently."""
+getNamesrvConfig print), and mqctl still reads its own keys."""
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
-
-import pytest
-
-from daemon.broker.config import BrokerConfig, load_broker_config
-from daemon.config import ALL_KEYS_FIELD, parse_properties, to_properties
+from daemon.broker.config import BrokerConfig
+from daemon.config import ALL_KEYS_FIELD, parse_properties
 from daemon.namesrv.config import NamesrvConfig
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
@@ -53,20 +47,3 @@ async def test_namesrv_config_has_4_9_8_keys(cluster: ClusterHandle) -> None:
         cluster, cluster.namesrv_addr, RequestCode.GET_NAMESRV_CONFIG, {ALL_KEYS_FIELD: "true"}
     )
     assert {"listenHost", "kvConfigMaxValueBytes"} <= set(everything)
-
-
-def test_a_broker_conf_rewritten_by_4_9_8_loads_silently(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
-    conf = tmp_path / "broker.conf"
-    conf.write_text(
-        "brokerName=broker-a\nenableDetailStat=false\nisolateLogEnable=true\n"
-        "configBlackList=configBlackList;brokerConfigPath\nwarmMapedFileEnable=false\ncheckCRCOnRecover=false\n"
-    )
-    with caplog.at_level(logging.WARNING):
-        config = load_broker_config(conf, {})
-    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
-    assert config.check_crc_on_recover is False
-    assert config.inert_keys()["enableDetailStat"] == "false"
-    printed = parse_properties(to_properties(config))
-    assert printed["checkCRCOnRecover"] == "false" and printed["isolateLogEnable"] == "true"

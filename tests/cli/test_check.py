@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from daemon.broker.broker import Broker
-from daemon.broker.headers import CreateTopicRequestHeader, UpdateConsumerOffsetRequestHeader
+from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from mqctl.admin import messaging as wire
@@ -41,10 +41,7 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         wire_client = handle(cluster)
 
         async def fill() -> None:
-            create = CreateTopicRequestHeader(TOPIC, "TBW102", 2, 2, 6, "SINGLE_TAG")
-            assert (
-                await wire_client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create.to_ext_fields())
-            ).code == 0
+            await wire_client.create_topic(TOPIC, 2)
             for i in range(20):
                 assert (await wire_client.send(TOPIC, f"m{i}".encode(), queue_id=i % 2)).code == 0
             for queue_id, offset in ((0, 4), (1, 10)):
@@ -175,9 +172,8 @@ def test_watch_repeats_and_exits_with_the_last_state(cli_env: dict[str, str], da
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 1
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        proc.kill()  # a no-op once it exited
+        proc.wait()
 
 
 def test_cluster_acl_refusal_is_unknown_not_down(mq: RunCli, daemons: LocalCluster, tmp_path: Path) -> None:
