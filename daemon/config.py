@@ -271,6 +271,21 @@ def write_atomically(path: Path, data: bytes, mode: int | None = None) -> None:
     replace_durably(str(tmp), str(path))
 
 
+def config_file_mode(path: Path, obj: object) -> int | None:
+    """The mode a config file rewritten over the wire gets: never wider than the file had (an operator's
+    0600 broker.conf may hold a key password), and 0600 while ``obj`` holds a set secret; None: the
+    default (a new file, no secret)."""
+    try:
+        mode: int | None = path.stat().st_mode & 0o777
+    except FileNotFoundError:
+        mode = None
+    if dataclasses.is_dataclass(obj) and any(
+        f.metadata.get("secret") and getattr(obj, f.name) for f in dataclasses.fields(obj)
+    ):
+        mode = 0o600 if mode is None else mode & 0o600
+    return mode
+
+
 INERT_HEADER = "# accepted for RocketMQ compatibility, inert: mqctl does not act on the keys below"
 
 

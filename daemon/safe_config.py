@@ -46,6 +46,7 @@ LOCKED_KEYS = frozenset(
         "listenPort",
         "listenHost",
         "haListenPort",
+        "vipListenEnable",  # read at start: whether listenPort - 2 opens
         "haTls",
         "metricsEnable",
         "metricsPort",

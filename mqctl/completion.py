@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import time
@@ -20,8 +21,6 @@ FRESH_SECONDS = 60.0
 
 
 def cache_path(namesrv: list[str]) -> Path:
-    import os
-
     from platformdirs import user_cache_dir
 
     root = Path(os.environ.get("MQCTL_CACHE_DIR") or user_cache_dir("mqctl"))
@@ -41,10 +40,7 @@ def _names(kind: str, params: dict[str, Any], incomplete: str) -> list[str]:
     except Exception:  # a half-typed command line must never break the shell
         return []
     path = cache_path(namesrv)
-    try:
-        cached = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        cached = {}
+    cached = _read(path)
     if time.time() - float(cached.get("updated", 0)) > FRESH_SECONDS:
         subprocess.Popen(
             [sys.executable, "-m", "mqctl.completion", ";".join(namesrv)],
@@ -64,25 +60,54 @@ def complete_group(ctx: Any, incomplete: str) -> list[str]:
     return _names("groups", ctx.params, incomplete)
 
 
-async def _fetch(namesrv: list[str]) -> dict[str, Any]:
+#: Seconds a refresh waits for each answer: a hung broker costs a TAB's cache one second, not a shell.
+FETCH_TIMEOUT = 1.0
+
+
+async def _fetch(namesrv: list[str], cached: dict[str, Any]) -> dict[str, Any]:
+    """Topic names from the NameServer, group names from the brokers that answer (one that refuses, as
+    another cluster's ACL does, or is down, is left out); what cannot be read keeps its cached names."""
+    from daemon.remoting.client import RemotingClient
+    from daemon.remoting.errors import RemotingError
     from mqctl.admin.client import Admin
+    from mqctl.errors import MqctlError
     from mqctl.services.groups import list_groups
 
-    async with Admin(namesrv, timeout=3.0) as admin:
-        topics = await admin.topic_list()
-        groups = [row["group"] for row in await list_groups(admin, cluster=None, system=False)]
-    return {"updated": time.time(), "topics": topics, "groups": groups}
+    data = {"topics": cached.get("topics", []), "groups": cached.get("groups", [])}
+    async with Admin(namesrv, timeout=FETCH_TIMEOUT) as admin:
+        if isinstance(admin.client, RemotingClient):
+            admin.client.connect_timeout = FETCH_TIMEOUT
+        try:
+            data["topics"] = await admin.topic_list()
+            data["groups"] = [row["group"] for row in await list_groups(admin, cluster=None, system=False)]
+        except (RemotingError, MqctlError):
+            pass
+    return data
+
+
+def _read(path: Path) -> dict[str, Any]:
+    try:
+        cached = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return cached if isinstance(cached, dict) else {}
 
 
 def refresh(namesrv: list[str]) -> None:
-    """Fetch topic and group names and replace the cache atomically."""
+    """Fetch topic and group names and replace the cache atomically. It never fails: names it cannot read
+    stay as cached, and the cache is marked fresh either way, so the next TABs do not start another
+    refresh at once."""
     from daemon.remoting.loop import run
 
-    data = run(_fetch(namesrv))
     path = cache_path(namesrv)
+    cached = _read(path)
+    try:
+        data = run(_fetch(namesrv, cached))
+    except Exception:  # a broken refresh must never cost the shell anything
+        data = {"topics": cached.get("topics", []), "groups": cached.get("groups", [])}
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(data), encoding="utf-8")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps({"updated": time.time(), **data}), encoding="utf-8")
     tmp.replace(path)
 
 

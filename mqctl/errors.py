@@ -120,6 +120,13 @@ class TlsError(MqctlError):
     exit_code = 13
 
 
+class NothingReadError(MqctlError):
+    """A read that asks every broker got no answer from any of them: each refused (ACL), timed out or
+    was down. With at least one answer the command prints what it read, warns, and exits 0."""
+
+    exit_code = 14
+
+
 class Interrupted(MqctlError):
     """The user pressed Ctrl-C."""
 
@@ -150,6 +157,11 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
     ),
     (DaemonError.exit_code, "DaemonError", "a local daemon could not be started or stopped"),
     (TlsError.exit_code, "TlsError", "TLS handshake failed: server certificate not trusted, or ours refused"),
+    (
+        NothingReadError.exit_code,
+        "NothingReadError",
+        "no broker of a multi-broker read answered (each is named: ACL denied, timed out, down)",
+    ),
     (Interrupted.exit_code, "Interrupted", "interrupted by Ctrl-C"),
 )
 

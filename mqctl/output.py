@@ -5,7 +5,9 @@ of mappings (rows) or dataclasses of either shape. Tables use rich and colour on
 terminal; JSON is stable (keys in column order, ISO timestamps) for scripts; CSV has a header.
 
 Every table cell is data: it is a rich ``Text``, never parsed as markup, so a key ``[urgent]``
-or a body holding ``[/b]`` shows as typed. Nested values never appear as JSON in a cell: a list of
+or a body holding ``[/b]`` shows as typed, and control characters in it (ESC, TAB, CR, BEL, DEL, C1,
+bidi overrides) are shown escaped (``\x1b``, ``\t``), so user data cannot move the cursor, recolour
+or retitle the operator's terminal; ``--raw`` (``msg show``/``msg tail``) prints them as they are. Nested values never appear as JSON in a cell: a list of
 records inside a record (a plan's queues, a create's brokers) renders as a table of its own under
 the record's summary, a list of values as ``a, b``, a mapping as ``name=value`` pairs and a change
 ``[old, new]`` as ``old → new``. Off a terminal a table is as wide as its content (no wrapping
@@ -20,6 +22,7 @@ import enum
 import io
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
@@ -30,7 +33,28 @@ if TYPE_CHECKING:  # rich loads when something is rendered, not when the CLI is 
 
 FORMATS = ("table", "json", "yaml", "csv")
 
-_state: dict[str, bool] = {"no_color": False, "verbose": False, "utc": False}
+_state: dict[str, bool] = {"no_color": False, "verbose": False, "utc": False, "raw": False}
+
+# Every C0 control but newline, DEL, C1, and the bidi overrides and isolates that reorder what is shown.
+_CONTROL = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\t": "\\t", "\r": "\\r", "\n": "\\n"}
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return _NAMED.get(char) or (f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}")
+
+
+def printable(text: str, *, newlines: bool = True) -> str:
+    """``text`` with every control character written as an escape (``\x1b``, ``\t``), and newlines too
+    unless ``newlines``: what a terminal then shows is what the data holds, and it cannot be driven."""
+    text = _CONTROL.sub(lambda m: _escape(m.group()), text)
+    return text if newlines else text.replace("\n", "\\n")
+
+
+def set_raw(raw: bool) -> None:
+    """``--raw``: user data reaches the terminal as it is (control characters included)."""
+    _state["raw"] = raw
 
 
 def configure(*, no_color: bool, verbose: bool = False, utc: bool = False) -> None:
@@ -38,6 +62,7 @@ def configure(*, no_color: bool, verbose: bool = False, utc: bool = False) -> No
     _state["no_color"] = no_color
     _state["verbose"] = verbose
     _state["utc"] = utc
+    _state["raw"] = False
 
 
 def note(text: str) -> None:
@@ -68,6 +93,20 @@ def stderr_console() -> Console:
     from rich.console import Console
 
     return Console(file=sys.stderr, no_color=not _color_allowed(sys.stderr), highlight=False, markup=False)
+
+
+class Rows(list[Any]):
+    """A list of rows that knows its columns, so that an empty one still has a CSV header row (and a
+    table its column names)."""
+
+    def __init__(self, items: Any = (), *, columns: Sequence[str]) -> None:
+        super().__init__(items)
+        self.columns = list(columns)
+
+    @classmethod
+    def of(cls, row_type: type, items: Any = ()) -> Rows:
+        """Rows of a dataclass ``row_type``: its fields are the columns."""
+        return cls(items, columns=[f.name for f in dataclasses.fields(row_type)])
 
 
 def plain(value: Any) -> Any:
@@ -133,8 +172,14 @@ def _header(column: str) -> str:
 
 
 def _shown(column: str, row: dict[str, Any]) -> str:
-    """A cell as people read it: sizes in KiB/MiB, times in local time (``--utc``: UTC) or "never" for 0,
-    durations as ``3d 04h`` (see :mod:`mqctl.units`); JSON keeps the raw values."""
+    """A cell as people read it (:func:`_cell`), control characters escaped unless ``--raw``."""
+    text = _cell(column, row)
+    return text if _state["raw"] else printable(text)
+
+
+def _cell(column: str, row: dict[str, Any]) -> str:
+    """Sizes in KiB/MiB, times in local time (``--utc``: UTC) or "never" for 0, durations as ``3d 04h``
+    (see :mod:`mqctl.units`); JSON keeps the raw values."""
     from mqctl import units
 
     value = row.get(column)
@@ -142,7 +187,10 @@ def _shown(column: str, row: dict[str, Any]) -> str:
     if value is None and twin == 0:
         return "never"
     if isinstance(twin, int) and twin and isinstance(value, str):
-        return units.table_time(twin, utc=_state["utc"])
+        try:
+            return units.table_time(twin, utc=_state["utc"])
+        except (ValueError, OverflowError, OSError):  # a damaged header's time: past any calendar
+            return value
     if isinstance(value, int) and not isinstance(value, bool):
         if units.is_size(column):
             return units.size_text(value)
@@ -157,9 +205,15 @@ def _table(columns: list[str], rows: list[dict[str, Any]], title: str | None) ->
 
     twins = {c for c in columns if c.endswith("_ms") and c.removesuffix("_ms") in columns}
     shown = [c for c in columns if c not in twins]  # a time shows once, as ISO (or "never")
-    table = Table(title=title, show_edge=False, pad_edge=False, header_style="bold", title_justify="left")
+    table = Table(
+        title=Text(printable(title)) if title else None,
+        show_edge=False,
+        pad_edge=False,
+        header_style="bold",
+        title_justify="left",
+    )
     for column in shown:
-        table.add_column(_header(column.removesuffix("_ms")), overflow="fold")
+        table.add_column(Text(printable(_header(column.removesuffix("_ms")))), overflow="fold")
     for row in rows:
         table.add_row(*(Text(_shown(c, row)) for c in shown))
     return table
@@ -196,7 +250,9 @@ def _print_tables(tables: list[Any], stream: TextIO, *, terminal: bool) -> None:
     probe = Console(file=io.StringIO(), width=1 << 20, no_color=True)
     for table in tables:
         width = Measurement.get(probe, probe.options, table).maximum
-        console = Console(file=stream, width=max(width, 20), no_color=True, highlight=False, soft_wrap=False)
+        console = Console(
+            file=stream, width=max(width, 20), no_color=True, highlight=False, soft_wrap=False, markup=False
+        )
         console.print(table)
 
 
@@ -213,6 +269,8 @@ def render(result: Any, fmt: str = "table", *, out: TextIO | None = None, title:
         yaml.safe_dump(data, stream, sort_keys=False, allow_unicode=True)
     elif fmt == "csv":
         columns, rows = _rows(data if isinstance(data, Sequence | Mapping) else [data])
+        if not columns and isinstance(result, Rows):
+            columns = result.columns
         writer = csv.writer(stream, lineterminator="\n")
         writer.writerow(columns)
         writer.writerows([_csv_cell(row.get(c)) for c in columns] for row in rows)
@@ -259,3 +317,10 @@ class RowStream:
         data = plain(result)
         for row in data if isinstance(data, list) else [data]:
             self(row if isinstance(row, dict) else {"value": row})
+
+
+def shown_time(ms: int) -> str:
+    """A time as tables show it: local time, or UTC with ``--utc``."""
+    from mqctl import units
+
+    return units.table_time(ms, utc=_state["utc"])

@@ -67,14 +67,13 @@ from store.message import (
     HostAddress,
     Message,
 )
-from store.quarantine import kept_in_place, list_quarantines, set_aside, set_aside_records
+from store.quarantine import REPLICATED, kept_in_place, list_quarantines, set_aside, set_aside_records
 from store.record import (
     RECORD_IDENTITY,
     RecordInfo,
     decode_msg_id,
     msg_id_prefix,
 )
-from store.replica_tail import REPLICATED
 from store.results import GetMessageStatus, GetResult, PutResult, QueryResult, SelectedMessage
 
 log = logging.getLogger(__name__)

@@ -108,9 +108,16 @@ def transfer_start(reported: int, master_max: int, file_size: int) -> int:
     return reported
 
 
+#: 4.9.8's ``haTransferBatchSize`` default.
+DEFAULT_TRANSFER_BATCH = 32 * 1024
+
+
 def frame_extent(offset: int, available_end: int, file_size: int, batch: int) -> int:
     """Bytes the next frame carries from ``offset``: at most ``batch``, never past the written data
-    (``available_end``) nor across a file boundary."""
+    (``available_end``) nor across a file boundary. A ``batch`` of 0 or less (``haTransferBatchSize``
+    nothing refuses) means RocketMQ's default: read as it is, no frame would ever carry a byte."""
+    if batch <= 0:
+        batch = DEFAULT_TRANSFER_BATCH
     file_end = offset - offset % file_size + file_size
     return max(0, min(batch, available_end - offset, file_end - offset))
 

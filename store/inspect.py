@@ -595,6 +595,7 @@ class VerifyReport:
     problems_not_listed: int
     notes: list[str]  # findings that are not problems (stale index entries and where they point)
     damaged_set_aside: int  # damaged records recovery set aside but left in the CommitLog (never served)
+    interrupted: str | None = None  # where Ctrl-C stopped the walk (with ``partial``); later phases are 0
 
 
 @dataclass(slots=True)
@@ -808,22 +809,37 @@ def _verify_index(lay: Layout, phase: _LogPhase, problems: _Problems) -> tuple[i
     return index_files, index_entries, stale
 
 
-def verify(lay: Layout, *, max_problems: int | None = None, progress: Progress | None = None) -> VerifyReport:
+def verify(
+    lay: Layout, *, max_problems: int | None = None, progress: Progress | None = None, partial: bool = False
+) -> VerifyReport:
     """CRC of every record, every ConsumeQueue unit against its record, every queued record against a unit,
     and every index entry against a record start.
 
     Every problem is counted and the first ``max_problems`` (all when ``None``) are listed; a file that
     cannot be opened is one problem and the walk goes on with the next file. Stale index entries (see
-    :func:`_verify_index`) are counted in ``notes``, not ``problems``."""
+    :func:`_verify_index`) are counted in ``notes``, not ``problems``. With ``partial`` a KeyboardInterrupt
+    ends the walk instead of the call: the report holds what was checked and ``interrupted`` says where."""
     problems = _Problems(max_problems)
-    phase = _verify_commitlog(lay, problems, progress)
-    ranges = commit_log_ranges(list_quarantines(str(lay.root)))
-    queues, units, before, orphans = _verify_queues(lay, phase, problems)
-    index_files, index_entries, stale = _verify_index(lay, phase, problems)
+    phase = _LogPhase(0, 0, {}, {}, [])
+    ranges: list[tuple[int, int, str]] = []
+    queues = units = before = orphans = index_files = index_entries = 0
+    stale: dict[str, int] = {}
+    stage: str | None = "CommitLog"
+    try:
+        phase = _verify_commitlog(lay, problems, progress)
+        ranges = commit_log_ranges(list_quarantines(str(lay.root)))
+        stage = "ConsumeQueue"
+        queues, units, before, orphans = _verify_queues(lay, phase, problems)
+        stage = "IndexFile"
+        index_files, index_entries, stale = _verify_index(lay, phase, problems)
+        stage = None
+    except KeyboardInterrupt:
+        if not partial:
+            raise
     counts = problems.counts
     found = sum(counts.values())
     return VerifyReport(
-        found == 0,
+        found == 0 and stage is None,
         phase.files,
         len(phase.records),
         counts["crc"],
@@ -849,4 +865,5 @@ def verify(lay: Layout, *, max_problems: int | None = None, progress: Progress |
             if (q := quarantine_at(ranges, o)) is not None
         ],
         len(phase.set_aside_found),
+        f"during the {stage} check" if stage else None,
     )

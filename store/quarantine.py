@@ -73,6 +73,12 @@ class Piece:
     queue_id: int | None = None
 
 
+#: A manifest's ``recovery`` for a slave's divergent tail (recovery itself writes "normal" or "abnormal").
+DIVERGED = "replication"
+#: ... for a record the master set aside in place, which its slave takes and sets aside likewise.
+REPLICATED = "replicated"
+
+
 @dataclass
 class Manifest:
     """What one recovery set aside, and why (``manifest.json``)."""

@@ -12,17 +12,12 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from store.quarantine import Manifest, list_quarantines, set_aside
+from store.quarantine import DIVERGED, Manifest, list_quarantines, set_aside
 
 if TYPE_CHECKING:
     from store.engine import DefaultMessageStore
 
 log = logging.getLogger(__name__)
-
-#: The manifest's ``recovery`` for a slave's divergent tail (recovery writes "normal" or "abnormal").
-DIVERGED = "replication"
-#: ... for a record the master set aside in place, which its slave takes and sets aside likewise.
-REPLICATED = "replicated"
 
 
 def set_aside_replica_tail(store: DefaultMessageStore, cut: int, why: str) -> tuple[int, str]:

@@ -26,10 +26,11 @@ from daemon.acl.signature import (
     FRESH_CODE,
     FRESH_NONCE,
     FRESH_TIMESTAMP,
-    MIN_NONCE_LENGTH,
+    NONCE_LENGTH,
     SIGNATURE,
     UNIQUE_KEY_QUERY,
     Verifier,
+    fresh_code,
 )
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -686,14 +687,19 @@ class ReplayGuard:
         fields = request.ext_fields
         now = int(time.time() * 1000) if now_ms is None else now_ms
         where = f"ACL: accessKey={access_key}: admin request code {request.code}"
+        text = fields.get(FRESH_TIMESTAMP, "")
         try:
-            stamp = int(fields.get(FRESH_TIMESTAMP, ""))
+            stamp = int(text)
         except ValueError:
             raise AclDenied(
                 f"{where} carries no signed {FRESH_TIMESTAMP}/{FRESH_NONCE} and aclAdminFreshness is set "
                 "(sign it with mqctl)"
             ) from None
-        if fields.get(FRESH_CODE) != str(request.code):
+        if text != str(stamp):  # "0" + ts, " ts", "+ts" parse alike: the digit came from the nonce
+            raise AclDenied(
+                f"{where}: its signed {FRESH_TIMESTAMP} {text!r} is not written as mqctl writes it"
+            )
+        if fields.get(FRESH_CODE) != fresh_code(request.code):
             raise AclDenied(f"{where}: its signed {FRESH_CODE} names another request code (a replay?)")
         if abs(now - stamp) > self.window_ms:
             raise AclDenied(
@@ -701,8 +707,8 @@ class ReplayGuard:
                 f"{self.window_ms // 1000} s (a replay, or a clock off)"
             )
         nonce = fields.get(FRESH_NONCE, "")
-        if len(nonce) < MIN_NONCE_LENGTH:
-            raise AclDenied(f"{where}: no signed {FRESH_NONCE} of at least {MIN_NONCE_LENGTH} characters")
+        if len(nonce) != NONCE_LENGTH:  # a shorter or longer one took characters from its neighbours
+            raise AclDenied(f"{where}: no signed {FRESH_NONCE} of exactly {NONCE_LENGTH} characters")
         self._forget(now)
         if nonce in self._seen:
             raise AclDenied(f"{where}: nonce already used (a replay)")

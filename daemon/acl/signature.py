@@ -44,7 +44,17 @@ UNIQUE_KEY_QUERY: Final = "_UNIQUE_KEY_QUERY"
 FRESH_TIMESTAMP: Final = "mqctlTimestamp"
 FRESH_NONCE: Final = "mqctlNonce"
 FRESH_CODE: Final = "mqctlCode"
-MIN_NONCE_LENGTH: Final = 16
+#: Hex digits of the nonce, exactly: a nonce (or timestamp) of another length would let characters move
+#: between mqctlCode, mqctlNonce and mqctlTimestamp (adjacent in the signed concatenation) and turn a
+#: captured request's signed bytes into another request code with an unseen nonce.
+NONCE_LENGTH: Final = 32
+
+
+def fresh_code(code: int) -> str:
+    """The signed value of mqctlCode: the code behind a letter, so the field signed before it can neither
+    take its leading digits nor give it more (327 would otherwise sign the same bytes as 27)."""
+    return f"c{code}"
+
 
 _CLIENT_EXCLUDED: Final = frozenset({SIGNATURE})
 _SHA1_BLOCK: Final = 64
@@ -201,8 +211,8 @@ class Signer:
         if request.code in self.fresh_codes:
             fields = request.ext_fields
             fields[FRESH_TIMESTAMP] = str(time.time_ns() // 1_000_000)
-            fields[FRESH_NONCE] = secrets.token_hex(MIN_NONCE_LENGTH)
-            fields[FRESH_CODE] = str(request.code)
+            fields[FRESH_NONCE] = secrets.token_hex(NONCE_LENGTH // 2)
+            fields[FRESH_CODE] = fresh_code(request.code)
         self.sign(request.ext_fields, request.body)
 
     def sign(self, ext_fields: dict[str, str], body: bytes) -> None:

@@ -246,7 +246,9 @@ class SlaveConnection:
         cfg = self.master.config
         store = self.master.store
         file_size = store.commit_log_file_size
-        heartbeat = cfg.ha_send_heartbeat_interval / 1000
+        # at most one heartbeat per IDLE_POLL, as 4.9.8's WriteSocketService waits 100 ms between checks:
+        # haSendHeartbeatInterval=0 made this loop send heartbeats back to back
+        heartbeat = max(cfg.ha_send_heartbeat_interval / 1000, IDLE_POLL)
         last_write = _now()
         while True:
             self.wake.clear()
@@ -282,9 +284,10 @@ class SlaveGate:
     the master's HA address from their registration answer), so one look-up at accept finds them.
 
     The match is on the host alone: a slave registers ``brokerIP1:listenPort`` and connects from an
-    ephemeral port. ``lookup`` answers the registered hosts, or None when no NameServer answered; a peer
-    not among the cached hosts triggers a new look-up at most every ``refresh`` seconds, so a flood of
-    connections is not a flood of NameServer requests.
+    ephemeral port. ``lookup`` answers the registered hosts, or None when no NameServer answered (the
+    last answer then stands). The answer is trusted for ``refresh`` seconds: a connection after that asks
+    again, whoever it comes from, so a slave the NameServers stopped listing is not admitted on an old
+    answer, and a flood of connections is still one NameServer request per ``refresh``.
     """
 
     def __init__(self, lookup: Callable[[], Awaitable[set[str] | None]], refresh: float = 1.0) -> None:
@@ -295,8 +298,6 @@ class SlaveGate:
 
     async def admits(self, host: str) -> bool:
         host = peer_host(host)
-        if host in self._hosts:
-            return True
         if _now() - self._looked_at >= self._refresh:
             self._looked_at = _now()
             hosts = await self._lookup()

@@ -32,12 +32,24 @@ class KVLimitError(ValueError):
 
 
 def _size(text: str) -> int:
-    return len(text.encode("utf-8", "replace"))
+    """The bytes `text` takes in kvConfig.json (quotes aside): a control character is one byte in memory
+    and six in the file (\\u0001), so the caps count the file's."""
+    return len(fastjson.dumps(text)) - 2
+
+
+#: What the caps count for each entry and namespace beyond its text: the objects and the table slot that
+#: hold it in memory, so a flood of tiny entries is held by the caps as a flood of long ones is.
+ENTRY_OVERHEAD = 64
+
+
+def _entry_size(key: str, value: str) -> int:
+    return _size(key) + _size(value) + ENTRY_OVERHEAD
 
 
 def _namespace_size(namespace: str, kv: dict[str, str]) -> int:
-    """A namespace's bytes in the file: its name (held once, however many keys) and every key and value."""
-    return _size(namespace) + sum(_size(k) + _size(v) for k, v in kv.items())
+    """A namespace's count: its name (held once, however many keys) and every entry, each with its
+    overhead."""
+    return _size(namespace) + ENTRY_OVERHEAD + sum(_entry_size(k, v) for k, v in kv.items())
 
 
 def encode_table(table: Table) -> bytes:
@@ -53,7 +65,8 @@ class KVConfigManager:
     def __init__(self, config: NamesrvConfig) -> None:
         self.config = config
         self.table: Table = {}
-        #: Bytes of keys and values per namespace and in all, what the caps are checked against.
+        #: Bytes of names, keys and values (and ENTRY_OVERHEAD each) per namespace and in all, what the
+        #: caps are checked against.
         self._sizes: dict[str, int] = {}
         self._total = 0
         self._writer = Coalesced(self._write, "persist-kv-config")
@@ -91,9 +104,9 @@ class KVConfigManager:
         """Store and write; raises KVLimitError (and changes nothing) when over a cap."""
         kv = self.table.get(namespace, {})
         old = kv.get(key)
-        growth = _size(value) - _size(old) if old is not None else _size(key) + _size(value)
-        if namespace not in self.table:  # a new namespace's name is held too (a flood of long names)
-            growth += _size(namespace)
+        growth = _size(value) - _size(old) if old is not None else _entry_size(key, value)
+        if namespace not in self.table:  # a new namespace's name is held too (a flood of names)
+            growth += _size(namespace) + ENTRY_OVERHEAD
         self._check(namespace, key, value, growth)
         self.table.setdefault(namespace, kv)[key] = value
         self._sizes[namespace] = self._sizes.get(namespace, 0) + growth
@@ -134,7 +147,7 @@ class KVConfigManager:
         kv = self.table.get(namespace)
         if kv is None or key not in kv:
             return
-        freed = _size(key) + _size(kv.pop(key))
+        freed = _entry_size(key, kv.pop(key))
         self._sizes[namespace] -= freed
         self._total -= freed
         if not kv:

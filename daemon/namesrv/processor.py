@@ -15,6 +15,7 @@ import zlib
 from daemon.config import (
     ConfigError,
     coerce_properties,
+    config_file_mode,
     parse_properties,
     to_properties,
     wire_properties,
@@ -286,7 +287,8 @@ class NamesrvProcessor:
             return req.make_response(ResponseCode.NO_PERMISSION, "Can not update config in black list.")
         refuse_unsafe(props, req.ext_fields)
         apply_properties(self.config, props)
-        write_atomically(self.config.config_store_file, to_properties(self.config).encode())
+        path = self.config.config_store_file
+        write_atomically(path, to_properties(self.config).encode(), config_file_mode(path, self.config))
         log.info("namesrv config updated from %s: %s", conn.peer, sorted(props))
         return req.make_response()
 

@@ -139,7 +139,9 @@ class RemotingClient:
 
     def _new_connection(self) -> Connection:
         """The client end of a new connection (the protocol a transport is then attached to)."""
-        return Connection(self.dispatcher, max_frame_length=self.max_frame_length, on_close=self._forget)
+        return Connection(
+            self.dispatcher, max_frame_length=self.max_frame_length, on_close=self._forget, requester=True
+        )
 
     def _new_tls_connection(self) -> asyncio.BaseProtocol:
         return TlsReadBuffer(self._new_connection())

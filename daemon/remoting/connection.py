@@ -190,8 +190,13 @@ class Connection(asyncio.Protocol):
         on_close: Callable[[Connection], None] | None = None,
         budget: BufferBudget | None = None,
         batch: ReplyBatch | None = None,
+        requester: bool = False,
     ) -> None:
         self.dispatcher = dispatcher
+        #: The end that connected (a client): a peer that sends no RocketMQ frame fails our requests with a
+        #: RemotingProtocolError instead of being logged as a misbehaving client.
+        self.requester = requester
+        self._broken: RemotingProtocolError | None = None
         self.max_frame_length = max_frame_length
         self.on_close = on_close
         #: A server's cap on incomplete frames (clients trust their servers and have none).
@@ -253,7 +258,16 @@ class Connection(asyncio.Protocol):
                 else:
                     self.dispatcher.dispatch(self, cmd)
         except RemotingProtocolError as exc:
-            log.warning("closing connection from %s: bad frame: %s", self.peer, exc)
+            if self.requester:  # our requests fail with it: the caller reports it, not a log line
+                log.debug("closing connection to %s: bad frame: %s", self.peer, exc)
+                self._broken = RemotingProtocolError(
+                    f"{self.peer} does not speak the RocketMQ remoting protocol ({exc}; it sent {bytes(buf[:24])!r})"
+                )
+                for fut in self._pending.values():
+                    if not fut.done():
+                        fut.set_exception(self._broken)
+            else:
+                log.warning("closing connection from %s: bad frame: %s", self.peer, exc)
             buf.clear()
             pos = 0
             self._outbox += corked  # the answers to the good frames before it: close() writes them first
@@ -296,7 +310,7 @@ class Connection(asyncio.Protocol):
         self._transport = None
         if self.budget is not None and self._held:
             self._charge(self.budget, 0)
-        error = RemotingConnectError(self.peer, "connection closed")
+        error = self._broken or RemotingConnectError(self.peer, "connection closed")
         for fut in self._pending.values():
             if not fut.done():
                 fut.set_exception(error)
@@ -350,7 +364,7 @@ class Connection(asyncio.Protocol):
     async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send a request over this connection and wait for the response with the same opaque."""
         if self.is_closed:
-            raise RemotingConnectError(self.peer, "connection closed")
+            raise self._broken or RemotingConnectError(self.peer, "connection closed")
         request.opaque = next_opaque()
         request.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
         fut: asyncio.Future[RemotingCommand] = self._loop.create_future()
@@ -368,7 +382,7 @@ class Connection(asyncio.Protocol):
     def invoke_oneway(self, request: RemotingCommand) -> None:
         """Send a request that the peer must not answer."""
         if self.is_closed:
-            raise RemotingConnectError(self.peer, "connection closed")
+            raise self._broken or RemotingConnectError(self.peer, "connection closed")
         request.opaque = next_opaque()
         request.flag = (request.flag | FLAG_ONEWAY) & ~FLAG_RESPONSE
         self.send(request)

@@ -38,7 +38,8 @@ class RemotingServer:
 
     Unknown request codes are answered with REQUEST_CODE_NOT_SUPPORTED; unparseable frames close only
     the connection they arrived on. Connections without traffic for `idle_timeout` seconds are
-    closed, as Java does after `serverChannelMaxIdleTimeSeconds`. `limits` (the daemon's config, read
+    closed, as Java does after `serverChannelMaxIdleTimeSeconds` (0 or less: never, as Netty's
+    IdleStateHandler takes it). `limits` (the daemon's config, read
     live) caps the connections and the bytes of incomplete frames they hold; `budget` counts those.
 
     `tls` (mode permissive or enforcing) makes the server look at each connection's first byte before
@@ -125,7 +126,8 @@ class RemotingServer:
         else:
             sock = self._listener = _bind(self.host, self.port)
         self.port = sock.getsockname()[1]
-        self._sweeper = asyncio.create_task(self._sweep_idle(), name="remoting-idle-sweeper")
+        if self.idle_timeout > 0:  # 0 (or less) is Netty's IdleStateHandler disabled: no idle close
+            self._sweeper = asyncio.create_task(self._sweep_idle(), name="remoting-idle-sweeper")
         if self.tls is not None and serve:
             await self.serve()
         tls = f", TLS {self.tls.mode}" if self.tls is not None else ""
@@ -197,7 +199,9 @@ class RemotingServer:
         assert self.tls is not None
         loop = asyncio.get_running_loop()
         try:
-            first = await asyncio.wait_for(_peek(loop, sock), self.idle_timeout)
+            first = await asyncio.wait_for(
+                _peek(loop, sock), self.idle_timeout if self.idle_timeout > 0 else None
+            )
             if not first:
                 sock.close()  # closed before it said anything
                 return

@@ -188,6 +188,20 @@ class TlsSettings:
         ):
             if path and not os.path.isfile(path):
                 raise ConfigError(f"{key} {path}: no such file")
+        # the listener's context is made when the first TLS client arrives: load the files once now, so a
+        # key that is not the certificate's, a wrong keyPassword or a trust file that is no PEM stops the
+        # daemon here rather than failing every handshake later
+        probe = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        try:
+            if self.server_cert:
+                probe.load_cert_chain(self.server_cert, self.server_key, self.server_key_password or None)
+            if self.server_trust:
+                probe.load_verify_locations(self.server_trust)
+        except (ssl.SSLError, OSError, ValueError) as exc:
+            raise ConfigError(
+                f"tls.server.certPath {self.server_cert or '-'}, tls.server.keyPath {self.server_key or '-'}, "
+                f"tls.server.trustCertPath {self.server_trust or '-'}: do not load: {exc}"
+            ) from None
 
     def check_mutual(self) -> None:
         """haTls: both ends need a CA to verify the other with (else the stream is encrypted, not authenticated)."""

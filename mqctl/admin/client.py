@@ -24,7 +24,7 @@ from daemon.remoting.bodies import (
 from daemon.remoting.client import RemotingClient, Transport
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.errors import RemotingCommandError, RemotingConnectError
+from daemon.remoting.errors import RemotingCommandError, RemotingConnectError, RemotingProtocolError
 from store import AUTO_CREATE_TOPIC, fastjson
 
 log = logging.getLogger(__name__)
@@ -38,6 +38,8 @@ RETRIED_CODES = frozenset(
 )
 #: Attempts after the first one's retriable answer.
 RETRIES = 2
+#: What to check when the NameServer address answers as something else.
+NOT_A_NAMESRV = " (-n/--namesrv wants a NameServer's HOST:PORT, 9876 by default; see 'mqctl context current')"
 
 
 def _session_signer() -> Callable[[RemotingCommand], None] | None:
@@ -117,6 +119,15 @@ class Admin:
             except RemotingConnectError as exc:
                 log.debug("NameServer %s unreachable: %s", addr, exc)
                 last = exc
+            except RemotingProtocolError as exc:
+                raise RemotingProtocolError(f"{addr} is not a NameServer: {exc}{NOT_A_NAMESRV}") from None
+            except RemotingCommandError as exc:
+                if exc.code != ResponseCode.REQUEST_CODE_NOT_SUPPORTED:
+                    raise
+                raise RemotingProtocolError(
+                    f"{addr} is not a NameServer: it answers RocketMQ but not NameServer requests "
+                    f"({exc.remark}); a broker's port?{NOT_A_NAMESRV}"
+                ) from None
         assert last is not None
         raise last
 

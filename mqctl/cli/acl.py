@@ -147,13 +147,18 @@ def delete(
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
     yes: YesOpt = False,
+    if_exists: Annotated[
+        bool, typer.Option("--if-exists", help="An account no broker holds is not an error.")
+    ] = False,
 ) -> None:
-    """Delete an account from each broker (DELETE_ACL_CONFIG); asks first unless --yes."""
+    """Delete an account from each broker (DELETE_ACL_CONFIG); asks first unless --yes.
+
+    An account no broker holds exits 3, unless --if-exists."""
     from mqctl.services.acl import delete as delete_
 
     confirm(f"delete ACL account {access_key}?", yes=yes)
     online(
-        lambda admin: delete_(admin, access_key, cluster=cluster, broker=broker),
+        lambda admin: delete_(admin, access_key, cluster=cluster, broker=broker, if_exists=if_exists),
     )
 
 

@@ -13,6 +13,14 @@ import typer
 
 from mqctl import __version__
 
+#: ``mqctl -o json topic list``: what the root's -o takes (mqctl.output.FORMATS; importing it here
+#: would load the output layer for every ``--help``; a test keeps the two equal).
+FORMATS = ("table", "json", "yaml", "csv")
+#: The root's options that take a value: the word after one is not the noun.
+VALUED_OPTIONS = frozenset(
+    {"--context", "--output", "-o", "--timeout", "--access-key", "--secret-key", "--ca", "--cert", "--key"}
+)
+
 # Every noun of the CLI, registered here and only here: (name, module holding ``app``).
 NOUNS: tuple[tuple[str, str], ...] = (
     ("up", "mqctl.cli.up"),
@@ -32,6 +40,8 @@ NOUNS: tuple[tuple[str, str], ...] = (
     ("spark-export", "mqctl.cli.spark_export"),
     ("top", "mqctl.cli.top"),
     ("check", "mqctl.cli.check"),
+    ("export", "mqctl.cli.export"),
+    ("apply", "mqctl.cli.apply"),
 )
 
 COMPLETE_VAR = "_MQCTL_COMPLETE"
@@ -126,8 +136,27 @@ def _root(
             help="TLS without checking the server's certificate (test-mode certificates only).",
         ),
     ] = False,
+    # Global options also taken after the noun; a command reads them through mqctl.cli.common's
+    # option callback, which prefers its own flag (so the root only declares and validates them).
+    context: Annotated[
+        str | None, typer.Option("--context", help="Use this saved context (also after the noun).")
+    ] = None,
+    output: Annotated[
+        str | None,
+        typer.Option(
+            "--output",
+            "-o",
+            help="Output format: table, json, yaml, csv (also after the noun).",
+            click_type=click.Choice(FORMATS),
+        ),
+    ] = None,
+    timeout: Annotated[
+        float | None,
+        typer.Option("--timeout", min=0.1, help="Seconds to wait for each answer (also after the noun)."),
+    ] = None,
 ) -> None:
     """mqctl: run and operate RocketMQ-compatible NameServers and Brokers."""
+    del context, output, timeout  # read by each command (mqctl.cli.common), which may override them
     from mqctl import auth, tls as session_tls
     from mqctl.output import configure
 
@@ -168,13 +197,22 @@ def command(only: str | None = None) -> click.Command:
 
 
 def _noun(argv: list[str]) -> str | None:
-    """The registered noun a command line runs (the root's options take no values), or None."""
-    first = next((arg for arg in argv if not arg.startswith("-")), None)
-    return first if first in dict(NOUNS) else None
+    """The registered noun a command line runs (skipping the root's options and their values), or None."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg.startswith("-"):
+            skip = arg in VALUED_OPTIONS
+        else:
+            return arg if arg in dict(NOUNS) else None
+    return None
 
 
 def _fail(message: str, code: int) -> int:
-    sys.stderr.write(f"mqctl: error: {message}\n")
+    from mqctl.output import printable
+
+    sys.stderr.write(f"mqctl: error: {printable(message, newlines=False)}\n")
     return code
 
 

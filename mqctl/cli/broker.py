@@ -25,6 +25,7 @@ from mqctl.cli.common import (
 from mqctl.cli.daemons import local_host
 
 if TYPE_CHECKING:
+    from daemon.broker.broker import Broker
     from daemon.broker.config import BrokerConfig
     from mqctl.services.processes import Running
 
@@ -34,6 +35,9 @@ app = typer.Typer(
 
 #: Kept in the store root: one broker per store (the store lock enforces it anyway).
 PID_FILE = "broker.pid"
+#: In the store dir while a broker mqctl started serves it: the address it really listens on (a port 0 or
+#: 'up --broker-port' is not in any config file), for 'broker status'.
+ADDR_FILE = "broker.addr"
 LOG_FILE = "logs/broker.log"
 
 ConfigOpt = Annotated[
@@ -132,7 +136,10 @@ def start(
         pid_name=PID_FILE,
         log_name=LOG_FILE,
         detach=daemon,
-        describe=lambda broker: f"broker {cfg.broker_name} {broker.listening()}, registered as {broker.addr}",
+        describe=lambda broker: (
+            f"broker {cfg.broker_name} {broker.listening()}, registered as {note_address(broker)}"
+        ),
+        cleanup=lambda: (Path(cfg.store_path_root_dir) / ADDR_FILE).unlink(missing_ok=True),
         port_flags={"--listen" if listen else "--port": cfg.listen_port, "--metrics-port": cfg.metrics_port},
     )
 
@@ -159,6 +166,12 @@ def stop(
     stderr_console().print(f"stopped broker (pid {running.pid}, {running.process or 'unknown process'})")
 
 
+def note_address(broker: Broker) -> str:
+    """Record where ``broker`` listens in its store (:data:`ADDR_FILE`) and return the address."""
+    (Path(broker.config.store_path_root_dir) / ADDR_FILE).write_text(broker.addr + "\n")
+    return broker.addr
+
+
 def _running(cfg: BrokerConfig) -> Running | None:
     from mqctl.services.processes import find_running
 
@@ -182,8 +195,13 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, output: OutputOpt =
     running = _running(cfg)
     result: dict[str, Any] = {"state": "stopped", "store": cfg.store_path_root_dir}
     if running is not None:
-        result.update(state="running", **running.fields(), address=cfg.broker_addr)
-        result.update(probe(f"{local_host(cfg.listen_host)}:{cfg.listen_port}", "broker"))
+        noted = Path(cfg.store_path_root_dir) / ADDR_FILE
+        if running.detected_by != "port" and noted.exists():  # the store's own broker: where it listens
+            address = probe_at = noted.read_text().strip()
+        else:
+            address, probe_at = cfg.broker_addr, f"{local_host(cfg.listen_host)}:{cfg.listen_port}"
+        result.update(state="running", **running.fields(), address=address)
+        result.update(probe(probe_at, "broker"))
     render(result, output)
     if running is None:
         raise typer.Exit(3)

@@ -21,6 +21,21 @@ if TYPE_CHECKING:
     from mqctl.admin.client import Admin
     from mqctl.config import Target
 
+
+def _global(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A global option's value: the command's own flag, else the same flag given before the noun
+    (``mqctl -o json topic list``), else its environment variable or default."""
+    from click.core import ParameterSource
+
+    name = param.name or ""
+    if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+        return value
+    root = ctx.find_root()
+    if root is not ctx and root.get_parameter_source(name) is ParameterSource.COMMANDLINE:
+        return root.params[name]
+    return value
+
+
 OutputOpt = Annotated[
     str,
     typer.Option(
@@ -29,6 +44,7 @@ OutputOpt = Annotated[
         help=f"Output format: {', '.join(FORMATS)}.",
         envvar="MQCTL_OUTPUT",
         click_type=click.Choice(FORMATS),
+        callback=_global,
     ),
 ]
 NamesrvOpt = Annotated[
@@ -37,7 +53,11 @@ NamesrvOpt = Annotated[
 ]
 ContextOpt = Annotated[
     str | None,
-    typer.Option("--context", help="Use this saved context instead of the current one."),
+    typer.Option(
+        "--context",
+        help="Use this saved context instead of the current one.",
+        callback=_global,
+    ),
 ]
 YesOpt = Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")]
 # RocketMQ's TopicValidator / Validators.checkGroup: the rule a broker applies, checked before any request.
@@ -106,7 +126,36 @@ def parse_listen(value: str) -> tuple[str, int]:
     host, sep, port_text = value.rpartition(":")
     if not sep or not port_text.isdigit() or int(port_text) > 65535:
         raise UsageError(f"bad --listen {value!r}: expected HOST:PORT (port 0 picks a free one)")
-    return host.strip("[]") or "0.0.0.0", int(port_text)
+    return bindable(host.strip("[]") or "0.0.0.0"), int(port_text)
+
+
+def bindable(host: str, flag: str = "--listen") -> str:
+    """``host`` when a listener can bind it (an address of this machine, or a name resolving to one;
+    ``0.0.0.0``/``::``: every interface), else the UsageError that names ``flag``: a typo'd host is bad
+    input, found before any daemon starts, not a failure of the daemon."""
+    import socket
+
+    from mqctl.errors import UsageError
+
+    if host in ("", "0.0.0.0", "::"):
+        return host
+    try:
+        found = socket.getaddrinfo(host, 0, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError):
+        raise UsageError(
+            f"bad {flag} host {host!r}: not an IP address or a name this machine resolves"
+        ) from None
+    for family, kind, proto, _, address in found:
+        try:
+            with socket.socket(family, kind, proto) as probe:
+                probe.bind(address)  # port 0: nothing is held
+            return host
+        except OSError:
+            continue
+    raise UsageError(
+        f"bad {flag} host {host!r}: not an address of this machine",
+        hint="use 127.0.0.1, 0.0.0.0 (every interface) or one of this machine's addresses",
+    )
 
 
 def confirm(question: str, *, yes: bool) -> None:
@@ -133,6 +182,7 @@ TimeoutOpt = Annotated[
         min=0.1,
         help="Seconds to wait for each answer (else $MQCTL_TIMEOUT, else the context's timeout, else 5 "
         "for most commands).",
+        callback=_global,
     ),
 ]
 
@@ -159,6 +209,7 @@ _SHARED: dict[str, tuple[Any, Any]] = {
 # Set for the length of one command, so an in-process run never sees another's flags.
 _flags: ContextVar[ClusterFlags | None] = ContextVar("mqctl_cluster_flags", default=None)
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def flags() -> ClusterFlags:
@@ -222,7 +273,24 @@ def online(work: Callable[[Admin], Awaitable[Any]], *, timeout: float = 5.0) -> 
     where = cluster_target()
     seconds = request_timeout(timeout, where)
     shared = flags()
-    render_every(lambda: run_admin(where.namesrv, work, timeout=seconds), shared.output, shared.watch)
+    render_every(
+        lambda: read_all(lambda: run_admin(where.namesrv, work, timeout=seconds)), shared.output, shared.watch
+    )
+
+
+def read_all(produce: Callable[[], T]) -> T:
+    """``produce()``, then one warning line on stderr per broker its reads could not read (ACL denied,
+    timed out, down): the result holds what the others answered."""
+    import sys
+
+    from mqctl.output import printable
+    from mqctl.services.fanout import collecting
+
+    with collecting() as failed:
+        result = produce()
+    for failure in failed:
+        sys.stderr.write(f"mqctl: warning: could not read {printable(failure.describe(), newlines=False)}\n")
+    return result
 
 
 def render_every(produce: Callable[[], Any], output: str, watch: float | None = None) -> None:

@@ -132,11 +132,14 @@ def list_(
 @cluster_options(watch=True)
 def connections(
     group: GroupOpt,
+    cluster: ClusterOpt = None,
 ) -> None:
-    """The group's online clients (id, address, language, version) and subscriptions."""
+    """The group's online clients (id, address, language, version) and subscriptions.
+
+    A broker that cannot be read (ACL denied, timed out, down) is named on stderr and in ``errors``."""
     from mqctl.services.groups import connections as group_connections
 
-    online(lambda admin: group_connections(admin, group))
+    online(lambda admin: group_connections(admin, group, cluster=cluster))
 
 
 @app.command("producers")
@@ -158,11 +161,14 @@ def producers(
 @cluster_options(watch=True)
 def show(
     group: GroupOpt,
+    cluster: ClusterOpt = None,
 ) -> None:
-    """The group's config, online clients, total lag and pull rate (consume_tps, last minute)."""
+    """The group's config, online clients, total lag and pull rate (consume_tps, last minute).
+
+    A broker that cannot be read (ACL denied, timed out, down) is named on stderr and in ``errors``."""
     from mqctl.services.groups import show as group_show
 
-    online(lambda admin: group_show(admin, group))
+    online(lambda admin: group_show(admin, group, cluster=cluster))
 
 
 @app.command("progress")
@@ -173,8 +179,11 @@ def progress(
     lag_over: Annotated[
         int | None, typer.Option("--lag-over", min=0, help="Only queues with lag above N.")
     ] = None,
+    cluster: ClusterOpt = None,
 ) -> None:
-    """Per queue: broker offset, committed offset, lag, last consumed store time and owning client."""
+    """Per queue: broker offset, committed offset, lag, last consumed store time and owning client.
+
+    A broker that cannot be read (ACL denied, timed out, down) is named on stderr."""
     from mqctl.services.groups import progress as group_progress
 
-    online(lambda admin: group_progress(admin, group, topic=topic, lag_over=lag_over))
+    online(lambda admin: group_progress(admin, group, topic=topic, lag_over=lag_over, cluster=cluster))

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import click
 import typer
 
+from mqctl.cli import trace as _trace
 from mqctl.cli.common import (
     BrokerAddrOpt,
     DlqIdsOpt,
@@ -32,13 +33,22 @@ from mqctl.cli.common import (
     request_timeout,
 )
 from mqctl.completion import complete_topic
-from mqctl.errors import UsageError
+from mqctl.errors import Interrupted, UsageError
 
-app = typer.Typer(help="Send, find, show, tail and re-send messages.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from mqctl.admin.client import Admin
+
+app = typer.Typer(help="Send, find, show, tail, trace and re-send messages.", no_args_is_help=True)
 
 NoBodyOpt = Annotated[
     bool,
     typer.Option("--no-body", help="Leave the body out (it is UTF-8 text, or base64 per body_encoding)."),
+]
+RawOpt = Annotated[
+    bool,
+    typer.Option(
+        "--raw", help="Print user data as it is: control characters (ESC, TAB, ...) are not escaped."
+    ),
 ]
 OptionalTopicOpt = Annotated[
     str | None,
@@ -106,17 +116,38 @@ def send(
     ] = MAX_MESSAGE_SIZE,
     queue: QueueOpt = None,
     broker: BrokerAddrOpt = None,
+    no_create: Annotated[
+        bool,
+        typer.Option(
+            "--no-create", help="Refuse a topic the NameServer does not know instead of auto-creating it."
+        ),
+    ] = False,
 ) -> None:
-    """Send one message; prints where it was stored (ids, broker, queue, offset)."""
+    """Send one message; prints where it was stored (ids, broker, queue, offset).
+
+    A topic that does not exist is auto-created by brokers with autoCreateTopicEnable, as for RocketMQ's
+    producers, and a line on stderr says so; --no-create refuses it (exit 3)."""
+    from mqctl.output import stderr_console
     from mqctl.services.messages import message_properties, send_message
 
     payload = _body(body, file, max_size)
     props = message_properties(
         tags=tag, keys=keys or [], properties=_properties(prop or []), delay_level=delay_level
     )
-    online(
-        lambda admin: send_message(admin, topic, payload, properties=props, broker=broker, queue=queue),
-    )
+
+    async def sent(admin: Admin) -> Any:
+        result = await send_message(
+            admin, topic, payload, properties=props, broker=broker, queue=queue, create=not no_create
+        )
+        if result.auto_created:
+            stderr_console().print(
+                f"topic {topic!r} did not exist: broker {result.broker} created it with this message "
+                "(autoCreateTopicEnable); --no-create refuses unknown topics",
+                style="yellow",
+            )
+        return result
+
+    online(sent)
 
 
 @app.command("query")
@@ -125,7 +156,12 @@ def query(
     topic: OptionalTopicOpt = None,
     key: KeyOpt = None,
     msg_id: Annotated[
-        str | None, typer.Option("--id", help="Offset message id (finds its broker by itself).")
+        str | None,
+        typer.Option(
+            "--id",
+            help="Either message id: the offset id (msg_id) or the client id (unique_key) 'msg send' prints; "
+            "a client id is looked up in --topic, else in every topic.",
+        ),
     ] = None,
     unique_key: Annotated[
         str | None, typer.Option("--unique-key", help="Client message id (UNIQ_KEY).")
@@ -137,7 +173,7 @@ def query(
     ] = 64,
     no_body: NoBodyOpt = False,
 ) -> None:
-    """Find messages by key (--key with --topic), by message id (--id) or by client id (--unique-key).
+    """Find messages by key (--key with --topic), by either message id (--id) or by client id (--unique-key).
 
     A key query goes through the brokers' index; every hit is checked against the stored keys. Every
     message carries its body: UTF-8 text, or base64 when it is not UTF-8 (body_encoding says which).
@@ -154,9 +190,14 @@ def query(
     if (since or until) and key is None:
         raise UsageError("--since/--until only apply to --key")
     if msg_id is not None:
-        online(
-            lambda admin: messages.query_by_id(admin, msg_id, body=not no_body),
-        )
+
+        async def by_id(admin: Admin) -> dict[str, Any]:
+            found = await messages.query_by_id(admin, msg_id, topic=topic, body=not no_body)
+            kind = "an offset id (msg_id)" if found["found_by"] == "msg_id" else "a client id (unique_key)"
+            stderr_console().print(f"{msg_id} is {kind}", style="dim")
+            return found
+
+        online(by_id)
         return
     if topic is None:
         raise UsageError(f"{chosen[0]} needs --topic")
@@ -181,10 +222,15 @@ def show(
     offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset.")],
     broker: BrokerAddrOpt = None,
     no_body: NoBodyOpt = False,
+    raw: RawOpt = False,
 ) -> None:
-    """The message at a queue offset, with its properties and body (nothing is committed)."""
+    """The message at a queue offset, with its properties and body (nothing is committed).
+
+    Control characters in the message are shown escaped (\\x1b, \\t) unless --raw."""
+    from mqctl.output import set_raw
     from mqctl.services.messages import show as show_message
 
+    set_raw(raw)
     online(
         lambda admin: show_message(admin, topic, queue, offset, broker=broker, body=not no_body),
     )
@@ -223,12 +269,16 @@ def tail(
     exit_at_end: Annotated[
         bool, typer.Option("--exit", help="Stop at the end of every queue instead of waiting.")
     ] = False,
+    raw: RawOpt = False,
 ) -> None:
-    """Stream messages as they arrive (like kcat -C); -o json prints one JSON object per line."""
+    """Stream messages as they arrive (like kcat -C); -o json prints one JSON object per line.
+
+    Control characters in messages are shown escaped (\\x1b, \\t) unless --raw."""
     from mqctl.admin.client import run_admin
-    from mqctl.output import RowStream, stderr_console
+    from mqctl.output import RowStream, set_raw, stderr_console
     from mqctl.services.messages import tail as tail_messages
 
+    set_raw(raw)
     target = cluster_target()
     output = flags().output
     writer = RowStream(output, columns=TAIL_COLUMNS if output == "table" else None)
@@ -241,13 +291,19 @@ def tail(
             markup=False,
         )
 
+    emitted = [0]
+
+    def emit(row: dict[str, Any]) -> None:
+        writer(row)
+        emitted[0] += 1
+
     try:
         count = run_admin(
             target.namesrv,
             lambda admin: tail_messages(
                 admin,
                 topic,
-                writer,
+                emit,
                 group=group,
                 start=start,
                 subscription=tag or "*",
@@ -258,7 +314,7 @@ def tail(
             timeout=request_timeout(10.0, target),
         )
     except KeyboardInterrupt:
-        return
+        raise Interrupted(f"interrupted after {emitted[0]} message(s)") from None
     console.print(f"{count} message(s)", style="dim")
 
 
@@ -289,8 +345,8 @@ def resend(
     """
     from mqctl.admin.client import run_admin
     from mqctl.errors import BrokerError
-    from mqctl.output import render, stderr_console
-    from mqctl.services.messages import DlqFilter, Window, dlq_messages, resend as resend_messages
+    from mqctl.output import Rows, render, stderr_console
+    from mqctl.services.messages import DlqFilter, Resent, Window, dlq_messages, resend as resend_messages
     from store import dlq_topic
 
     window = Window.of(since, until) if since or until else None
@@ -301,17 +357,28 @@ def resend(
     err = stderr_console()
     if not found:
         err.print(f"{dlq_topic(group)} holds nothing that matches; nothing to re-send")
-        render([], flags().output)
+        render(Rows.of(Resent), flags().output)
         return
     if execute:
         destination = f"topic {to_topic!r}" if to_topic else "their original topics"
         confirm(f"Re-send {len(found)} message(s) of {dlq_topic(group)} to {destination}?", yes=yes)
-    with progress(len(found), "re-sending" if execute else "reading") as advance:
-        outcomes = run_admin(
-            target.namesrv,
-            lambda admin: resend_messages(admin, group, found, to_topic, execute=execute, progress=advance),
-            timeout=seconds,
-        )
+    outcomes: list[Resent] = []
+    try:
+        with progress(len(found), "re-sending" if execute else "reading") as advance:
+            run_admin(
+                target.namesrv,
+                lambda admin: resend_messages(
+                    admin, group, found, to_topic, execute=execute, progress=advance, into=outcomes
+                ),
+                timeout=seconds,
+            )
+    except KeyboardInterrupt:
+        render(outcomes, flags().output)  # what this run did before Ctrl-C
+        sent = sum(o.outcome == "RESENT" for o in outcomes)
+        raise Interrupted(
+            f"interrupted after re-sending {sent} of {len(found)} message(s); each is recorded, "
+            "so the next run skips them"
+        ) from None
     render(outcomes, flags().output)
     counts = {
         name: sum(o.outcome == name for o in outcomes)
@@ -324,3 +391,6 @@ def resend(
         raise BrokerError(f"{counts['FAILED']} message(s) could not be re-sent (see the table)", code=1)
     if counts["SKIPPED"]:
         raise UsageError(f"{counts['SKIPPED']} message(s) skipped: no original topic", hint="use --to-topic")
+
+
+app.command("trace")(_trace.trace)

@@ -64,8 +64,17 @@ def reset(
     ] = None,
     execute: ExecuteOpt = False,
     yes: YesOpt = False,
+    create_group: Annotated[
+        bool,
+        typer.Option(
+            "--create-group",
+            help="Create the group when no broker knows it (else refused: a typo would get offsets).",
+        ),
+    ] = False,
 ) -> None:
     """Plan a reset (per queue: current -> new); only --execute changes anything, after asking (or --yes).
+
+    A group no broker of the topic knows is refused (exit 3) unless --create-group.
 
     With live consumers in the group only time targets (--to-earliest/--to-latest/--to-time/--by-duration)
     are executed, by the broker, which tells the consumers to follow; other targets fail with exit 4,
@@ -133,6 +142,13 @@ def reset(
 
     online(
         lambda admin: reset_offsets(
-            admin, group, topic, target, execute_plan=execute, export_to=export, confirm=ask
+            admin,
+            group,
+            topic,
+            target,
+            execute_plan=execute,
+            export_to=export,
+            confirm=ask,
+            create_group=create_group,
         ),
     )

@@ -84,6 +84,22 @@ def _session(master: str | None, remote: str | None, app_name: str) -> Iterator[
         raise Interrupted("interrupted; Spark jobs cancelled") from None
 
 
+def _check_local(
+    master: str | None, remote: str | None, store: Path, out: Path | None = None, *, overwrite: bool = False
+) -> None:
+    """What can be refused before a JVM starts (seconds of it): a --store without commitlog/ and an --out
+    that exists without --overwrite. On Spark Connect the paths are the server's: it checks them."""
+    from mqctl.config import context_spark_remote
+    from mqctl.errors import ConflictError, UsageError
+
+    if remote is not None or (master is None and context_spark_remote() is not None):
+        return
+    if not (store / "commitlog").is_dir():
+        raise UsageError(f"--store {store} holds no commitlog/ directory: not a broker's store")
+    if out is not None and out.exists() and not overwrite:
+        raise ConflictError(f"{out} already exists", hint="use --overwrite to replace it")
+
+
 def _window(since: str | None, until: str | None) -> tuple[int | None, int | None]:
     """``--since``/``--until`` as epoch ms (inclusive), parsed like every other time flag."""
     import time
@@ -135,6 +151,7 @@ def export(
     from mqctl.spark.export import export as run_export
 
     first, last = _window(since, until)
+    _check_local(master, remote, store, out, overwrite=overwrite)
     started = time.perf_counter()
     with _progress_bar() as progress, _session(master, remote, "mqctl spark-export") as spark:
         startup = time.perf_counter() - started
@@ -190,6 +207,7 @@ def report(
     from mqctl.spark.report import build_report, write_charts, write_json
 
     first, last = _window(since, until)
+    _check_local(master, remote, store)
     started = time.perf_counter()
     with _session(master, remote, "mqctl spark-export report") as spark:
         startup = time.perf_counter() - started

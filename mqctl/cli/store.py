@@ -29,7 +29,7 @@ from mqctl.cli.common import (
     render_every,
     request_timeout,
 )
-from mqctl.errors import BrokerError, StoreError, UsageError
+from mqctl.errors import BrokerError, Interrupted, StoreError, UsageError
 
 if TYPE_CHECKING:
     from mqctl.services.retention import CleanReport
@@ -326,7 +326,7 @@ def verify(
         report = si.verify(store, max_problems=max_problems, progress=advance)
     quarantined = quarantine_rows(store)
     compared = None
-    if against is not None:
+    if against is not None and not report.interrupted:  # Ctrl-C stops here too: report what was checked
         from mqctl.admin.client import run_admin
 
         if not against.rpartition(":")[2].isdigit():
@@ -371,6 +371,8 @@ def verify(
         stderr_console().print(
             f"... and {compared.differences_not_listed} more difference(s) with {against} (--max-problems N lists more)"
         )
+    if report.interrupted:
+        raise Interrupted(f"interrupted {report.interrupted}: the report covers what was checked")
     if not report.ok:
         raise StoreError(f"store {store} has problems ({report.problems_found} found; see the report)")
     if compared is not None and not compared.ok:

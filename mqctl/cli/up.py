@@ -112,6 +112,7 @@ def up(
     from daemon.namesrv.config import NamesrvConfig
     from daemon.namesrv.controller import NamesrvController
     from daemon.remoting.loop import run
+    from mqctl.cli.broker import ADDR_FILE as BROKER_ADDR, note_address
     from mqctl.cli.namesrv import ADDR_FILE
     from mqctl.config import data_dir
     from mqctl.output import stderr_console
@@ -161,6 +162,8 @@ def up(
 
     def started() -> None:
         (root / "namesrv" / ADDR_FILE).write_text(f"{host}:{namesrv.port}\n")  # for 'namesrv status'
+        for each in brokers:
+            note_address(each)  # for 'broker status --store DIR'
         metrics = f", metrics http://{host}:{broker.metrics_port}/metrics" if broker.metrics_port else ""
         everywhere = f" (listening on all interfaces; {broker.protection.describe()})" if wildcard else ""
         extra = "".join(
@@ -188,6 +191,8 @@ def up(
             run(serve(cluster, on_started=started))
     finally:
         (root / "namesrv" / ADDR_FILE).unlink(missing_ok=True)
+        for each in brokers:
+            (Path(each.config.store_path_root_dir) / BROKER_ADDR).unlink(missing_ok=True)
 
 
 def _tls_settings(directory: Path) -> dict[str, Any]:
@@ -210,7 +215,7 @@ def _tls_settings(directory: Path) -> dict[str, Any]:
 def _split_listen(listen: str, namesrv_port: int | None) -> tuple[str, int, str]:
     """``--listen`` as HOST alone or HOST:PORT (``[v6]:PORT``; a bare IPv6 address is a host) with
     ``--namesrv-port``: (host, NameServer port, the flag that set the port, for a busy-port error)."""
-    from mqctl.cli.common import parse_listen
+    from mqctl.cli.common import bindable, parse_listen
     from mqctl.errors import UsageError
 
     if listen.startswith("[") or listen.count(":") == 1:
@@ -218,4 +223,4 @@ def _split_listen(listen: str, namesrv_port: int | None) -> tuple[str, int, str]
         if namesrv_port is not None and namesrv_port != port:
             raise UsageError(f"--listen {listen} and --namesrv-port {namesrv_port} name different ports")
         return host, port, "--listen"
-    return listen, 9876 if namesrv_port is None else namesrv_port, "--namesrv-port"
+    return bindable(listen), 9876 if namesrv_port is None else namesrv_port, "--namesrv-port"

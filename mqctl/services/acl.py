@@ -78,7 +78,8 @@ async def config_of(admin: Admin, addr: str) -> dict[str, Any]:
     return body
 
 
-def _row(addr: str, account: dict[str, Any], show_secret: bool) -> dict[str, Any]:
+def account_row(addr: str, account: dict[str, Any], show_secret: bool) -> dict[str, Any]:
+    """An account of GET_BROKER_CLUSTER_ACL_CONFIG as ``acl list`` shows it (its secret masked unless asked)."""
     return {
         "broker": addr,
         "access_key": account.get("accessKey"),
@@ -98,7 +99,7 @@ async def list_accounts(
     rows: list[dict[str, Any]] = []
     for addr in await targets(admin, cluster, broker):
         config = await config_of(admin, addr)
-        rows.extend(_row(addr, a, show_secret) for a in config.get("plainAccessConfigs") or [])
+        rows.extend(account_row(addr, a, show_secret) for a in config.get("plainAccessConfigs") or [])
     return rows
 
 
@@ -193,12 +194,22 @@ async def upsert(
 
 
 async def delete(
-    admin: Admin, access_key: str, *, cluster: str | None, broker: str | None
+    admin: Admin, access_key: str, *, cluster: str | None, broker: str | None, if_exists: bool = False
 ) -> list[dict[str, Any]]:
+    """DELETE_ACL_CONFIG on each broker that holds the account (``missing`` on the others); an account no
+    broker holds is NotFoundError, as for every other delete, unless ``if_exists``."""
     rows = []
     for addr in await targets(admin, cluster, broker):
+        accounts = (await config_of(admin, addr)).get("plainAccessConfigs") or []
+        if not any(a.get("accessKey") == access_key for a in accounts):
+            rows.append({"broker": addr, "access_key": access_key, "action": "missing"})
+            continue
         await admin.call(addr, RequestCode.DELETE_ACL_CONFIG, DeleteAccessConfigRequestHeader(access_key))
         rows.append({"broker": addr, "access_key": access_key, "action": "deleted"})
+    if not if_exists and all(row["action"] == "missing" for row in rows):
+        raise NotFoundError(
+            f"no ACL account {access_key!r}", hint="--if-exists makes a missing one a success"
+        )
     return rows
 
 

@@ -7,11 +7,13 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
-from daemon.broker.bodies import MessageQueue
+from daemon.broker.bodies import ConsumerConnection, ConsumeStats, MessageQueue
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError
+from mqctl.output import Rows
 from mqctl.services.cluster import masters, readers
-from mqctl.services.topics import BrokerChange, target_masters
+from mqctl.services.fanout import each_broker, failures
+from mqctl.services.topics import BrokerChange, apply_to_tables, target_masters
 from mqctl.units import when
 from store import SYSTEM_GROUPS, SubscriptionGroupConfig
 
@@ -26,6 +28,9 @@ class GroupSpec:
     broadcast: bool | None = None
     consume_from_min: bool | None = None
     enabled: bool | None = None
+    broker_id: int | None = None
+    slow_broker_id: int | None = None
+    notify_ids_changed: bool | None = None
 
     def apply_to(self, current: SubscriptionGroupConfig | None) -> SubscriptionGroupConfig:
         base = current or SubscriptionGroupConfig(self.name)
@@ -35,6 +40,9 @@ class GroupSpec:
             "consume_broadcast_enable": self.broadcast,
             "consume_from_min_enable": self.consume_from_min,
             "consume_enable": self.enabled,
+            "broker_id": self.broker_id,
+            "which_broker_when_consume_slowly": self.slow_broker_id,
+            "notify_consumer_ids_changed_enable": self.notify_ids_changed,
         }
         return dataclasses.replace(base, **{k: v for k, v in pairs.items() if v is not None})
 
@@ -102,10 +110,16 @@ class GroupConnections(TypedDict):
     consume_from_where: NotRequired[str | None]
     clients: list[ClientRow]
     subscriptions: dict[str, str]
+    errors: list[dict[str, Any]]
 
 
-async def _configs(admin: Admin, cluster: str | None) -> dict[str, dict[str, SubscriptionGroupConfig]]:
+async def _configs(
+    admin: Admin, cluster: str | None, *, partial: bool = False
+) -> dict[str, dict[str, SubscriptionGroupConfig]]:
+    """Every master's group table; ``partial`` (reads): from the masters that answer (:func:`each_broker`)."""
     addrs = await masters(admin, cluster)
+    if partial:
+        return await each_broker(admin, addrs, admin.group_configs)
     tables = await asyncio.gather(*(admin.group_configs(addr) for addr in addrs))
     return dict(zip(addrs, tables, strict=True))
 
@@ -132,11 +146,7 @@ async def upsert(
     for addr in addrs:
         old = existing[addr]
         new = spec.apply_to(old)
-        diff = {
-            f.name: [getattr(old, f.name) if old else None, getattr(new, f.name)]
-            for f in dataclasses.fields(new)
-            if old is None or getattr(old, f.name) != getattr(new, f.name)
-        }
+        diff = config_diff(old, new)
         if diff:
             await admin.create_group(addr, new)
         changes.append(
@@ -147,6 +157,29 @@ async def upsert(
             }
         )
     return {"group": spec.name, "action": mode, "brokers": changes}
+
+
+def config_diff(old: SubscriptionGroupConfig | None, new: SubscriptionGroupConfig) -> dict[str, list[Any]]:
+    """Changed fields as ``[old, new]`` (every field for a new group)."""
+    return {
+        f.name: [getattr(old, f.name) if old else None, getattr(new, f.name)]
+        for f in dataclasses.fields(new)
+        if old is None or getattr(old, f.name) != getattr(new, f.name)
+    }
+
+
+async def apply_on(
+    admin: Admin,
+    spec: GroupSpec,
+    tables: dict[str, dict[str, SubscriptionGroupConfig]],
+    *,
+    dry_run: bool,
+) -> list[BrokerChange]:
+    """Make a group what ``spec`` says on the masters of ``tables`` (address -> group table, read
+    already): ``topic apply``'s plan and apply, for subscription groups."""
+    return await apply_to_tables(
+        tables, spec.name, spec.apply_to, config_diff, admin.create_group, dry_run=dry_run
+    )
 
 
 async def delete(
@@ -162,17 +195,18 @@ async def delete(
     return {"group": group, "action": "deleted", "offsets_removed": remove_offsets, "brokers": holders}
 
 
-async def list_groups(admin: Admin, *, cluster: str | None, system: bool) -> list[GroupRow]:
-    """Every subscription group on the masters, with the brokers that know it."""
+async def list_groups(admin: Admin, *, cluster: str | None, system: bool) -> Rows:
+    """Every subscription group on the masters (that answer), with the brokers that know it."""
     seen: dict[str, list[str]] = {}
-    for addr, table in (await _configs(admin, cluster)).items():
+    for addr, table in (await _configs(admin, cluster, partial=True)).items():
         for name in table:
             seen.setdefault(name, []).append(addr)
-    return [
+    rows: list[GroupRow] = [
         {"group": name, "brokers": sorted(addrs)}
         for name, addrs in sorted(seen.items())
         if system or name not in SYSTEM_GROUPS  # a broker's own groups show only with --system
     ]
+    return Rows(rows, columns=list(GroupRow.__annotations__))
 
 
 def allocate_averagely(queues: list[MessageQueue], clients: list[str]) -> dict[MessageQueue, str]:
@@ -199,13 +233,15 @@ def allocate_averagely(queues: list[MessageQueue], clients: list[str]) -> dict[M
     return owners
 
 
-async def connections(admin: Admin, group: str) -> GroupConnections:
-    """Online clients of a group over all masters, and their subscriptions."""
+async def connections(admin: Admin, group: str, *, cluster: str | None = None) -> GroupConnections:
+    """Online clients of a group over all masters (that answer), and their subscriptions."""
     rows: dict[str, ClientRow] = {}
     subscriptions: dict[str, str] = {}
     details: ConsumeSettings = {}
-    for addr in await masters(admin):
-        found = await admin.consumer_connections(addr, group)
+    answers = await each_broker(
+        admin, await masters(admin, cluster), lambda addr: admin.consumer_connections(addr, group)
+    )
+    for found in answers.values():
         if found is None:
             continue
         details = {
@@ -227,11 +263,12 @@ async def connections(admin: Admin, group: str) -> GroupConnections:
         **details,
         "clients": sorted(rows.values(), key=lambda r: r["client_id"]),
         "subscriptions": subscriptions,
+        "errors": failures(),
     }
 
 
 async def progress(
-    admin: Admin, group: str, *, topic: str | None, lag_over: int | None
+    admin: Admin, group: str, *, topic: str | None, lag_over: int | None, cluster: str | None = None
 ) -> list[QueueProgress]:
     """Per queue: broker offset, committed offset, lag and the owning client.
 
@@ -240,11 +277,14 @@ async def progress(
     """
     clients: set[str] = set()
     offsets = {}
-    for addr in await readers(admin):
-        found = await admin.consumer_connections(addr, group)
+
+    async def read(addr: str) -> tuple[ConsumerConnection | None, ConsumeStats]:
+        return await admin.consumer_connections(addr, group), await admin.consume_stats(addr, group, topic)
+
+    for found, stats in (await each_broker(admin, await readers(admin, cluster), read)).values():
         if found is not None:
             clients.update(c.client_id for c in found.connection_set)
-        offsets.update((await admin.consume_stats(addr, group, topic)).offset_table)
+        offsets.update(stats.offset_table)
     if not offsets and not clients:
         raise NotFoundError(f"group {group!r} has no offsets and no online consumer")
     owners: dict[MessageQueue, str] = {}
@@ -264,21 +304,24 @@ async def progress(
         )
         for mq, wrapper in sorted(offsets.items())
     ]
-    return [r for r in rows if lag_over is None or r.lag > lag_over]
+    return Rows.of(QueueProgress, (r for r in rows if lag_over is None or r.lag > lag_over))
 
 
-async def show(admin: Admin, group: str) -> dict[str, Any]:
-    """Config (from the first master that has it), online clients and lag totals."""
-    configs = [table[group] for table in (await _configs(admin, None)).values() if group in table]
+async def show(admin: Admin, group: str, *, cluster: str | None = None) -> dict[str, Any]:
+    """Config (from the first master that has it), online clients and lag totals, from the brokers that
+    answer (the others are in ``errors``)."""
+    tables = await _configs(admin, cluster, partial=True)
+    configs = [table[group] for table in tables.values() if group in table]
     if not configs:
         raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
-    online = await connections(admin, group)
+    online = await connections(admin, group, cluster=cluster)
     try:
-        queues = await progress(admin, group, topic=None, lag_over=None)
+        queues = await progress(admin, group, topic=None, lag_over=None, cluster=cluster)
     except NotFoundError:
         queues = []
     # messages/s pulled over the last minute (the brokers' GROUP_GET_NUMS, mqadmin's consumeTps)
-    rates = [(await admin.consume_stats(addr, group)).consume_tps for addr in await masters(admin)]
+    stats = await each_broker(admin, tables, lambda addr: admin.consume_stats(addr, group))
+    rates = [s.consume_tps for s in stats.values()]
     return {
         **dataclasses.asdict(configs[0]),
         "brokers": len(configs),
@@ -286,4 +329,5 @@ async def show(admin: Admin, group: str) -> dict[str, Any]:
         "topics": sorted({q.topic for q in queues}),
         "total_lag": sum(q.lag for q in queues),
         "consume_tps": round(sum(rates), 2),
+        "errors": failures(),
     }

@@ -14,6 +14,7 @@ import itertools
 import json
 import logging
 import random
+import string
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
@@ -29,10 +30,12 @@ from mqctl.admin.member import GroupMember
 from mqctl.errors import NotFoundError, UsageError
 from mqctl.services.topics import readers_of_topic, route_masters, route_readers
 from mqctl.timespec import iso, parse_time
+from mqctl.tracedata import trace_field
 from mqctl.units import time_fields
 from store import (
     AUTO_CREATE_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
+    INTERNAL_TOPIC_PREFIX,
     PROPERTY_CLUSTER,
     PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -50,6 +53,8 @@ from store import (
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT_STORE_MSG_OK,
+    SCHEDULE_TOPIC,
+    SYSTEM_TOPIC_PREFIX,
     TOOLS_CONSUMER_GROUP,
     StoredMessage,
     decode_msg_id,
@@ -119,15 +124,16 @@ def body_fields(body: bytes) -> dict[str, str]:
 
 
 def with_body(m: StoredMessage, row: dict[str, Any], body: bool) -> dict[str, Any]:
-    """``row`` with the message body (see :func:`body_fields`), or as is for ``--no-body``."""
-    return row | body_fields(m.body) if body else row
+    """``row`` with the message body (see :func:`body_fields`), or as is for ``--no-body``; a trace
+    message's records decoded (``trace``)."""
+    return (row | body_fields(m.body) if body else row) | trace_field(m)
 
 
 def summary(m: StoredMessage) -> dict[str, Any]:
     """One row per message in lists (query, tail, resend)."""
     return {
         "msg_id": m.msg_id,
-        "uniq_key": m.uniq_key,
+        "unique_key": m.uniq_key,
         "topic": m.topic,
         "queue_id": m.queue_id,
         "queue_offset": m.queue_offset,
@@ -152,6 +158,7 @@ def detail(m: StoredMessage) -> dict[str, Any]:
         "body_crc": m.body_crc,
         "properties": dict(m.properties),
         **body_fields(m.body),
+        **trace_field(m),
     }
 
 
@@ -197,14 +204,19 @@ def pick(refs: list[QueueRef], *, broker: str | None, queue: int | None, topic: 
 
 @dataclass
 class Sent:
+    """Where a sent message was stored: ``msg_id`` is the offset id (broker address and CommitLog offset,
+    what ``msg query --id`` and every other command call msg_id), ``unique_key`` the client id
+    (UNIQ_KEY, the Java client's ``SendResult.msgId``)."""
+
     status: str
     msg_id: str
-    offset_msg_id: str
+    unique_key: str
     topic: str
     broker: str
     queue_id: int
     queue_offset: int
     delay_level: int
+    auto_created: bool = False
 
 
 def message_properties(
@@ -226,11 +238,23 @@ DEFAULT_TOPIC_QUEUE_NUMS = 4  # DefaultMQProducer.defaultTopicQueueNums
 
 async def writable_queues(admin: Admin, topic: str) -> list[QueueRef]:
     """Where a producer may send ``topic``: its own route, or TBW102's for a topic still to be auto-created."""
+    return (await _send_queues(admin, topic, create=True))[0]
+
+
+async def _send_queues(admin: Admin, topic: str, *, create: bool) -> tuple[list[QueueRef], bool]:
+    """(where to send ``topic``, whether the first send will auto-create it): its own route, else (with
+    ``create``) TBW102's, whose brokers create the topic on the first send as they do for RocketMQ's
+    producers; without ``create`` a topic the NameServer does not route is NotFoundError."""
     try:
-        return queues(await admin.topic_route(topic), write=True)
+        return queues(await admin.topic_route(topic), write=True), False
     except RemotingCommandError as exc:
         if exc.code != ResponseCode.TOPIC_NOT_EXIST:
             raise
+    if not create:
+        raise NotFoundError(
+            f"topic {topic!r} does not exist",
+            hint=f"create it (mqctl topic create -t {topic}) or drop --no-create",
+        )
     try:
         template = await admin.topic_route(AUTO_CREATE_TOPIC)
     except RemotingCommandError as exc:
@@ -240,7 +264,8 @@ async def writable_queues(admin: Admin, topic: str) -> list[QueueRef]:
                 hint=f"create it: mqctl topic create -t {topic}",
             ) from None
         raise
-    return [ref for ref in queues(template, write=True) if ref.queue_id < DEFAULT_TOPIC_QUEUE_NUMS]
+    refs = [ref for ref in queues(template, write=True) if ref.queue_id < DEFAULT_TOPIC_QUEUE_NUMS]
+    return refs, True
 
 
 async def send_message(
@@ -251,24 +276,27 @@ async def send_message(
     properties: dict[str, str],
     broker: str | None = None,
     queue: int | None = None,
+    create: bool = True,
 ) -> Sent:
     """Send one message to a writable queue of ``topic`` (random unless ``broker``/``queue`` are given).
 
     A topic the NameServer does not know goes, as with RocketMQ's producers, to the brokers that
-    route TBW102: those with autoCreateTopicEnable create it on this first send.
+    route TBW102: those with autoCreateTopicEnable create it on this first send (``auto_created`` says
+    so); without ``create`` such a topic is refused instead.
     """
-    refs = await writable_queues(admin, topic)
+    refs, auto_created = await _send_queues(admin, topic, create=create)
     ref = random.choice(pick(refs, broker=broker, queue=queue, topic=topic))
     result = await wire.send(admin, ref.addr, topic, body, queue_id=ref.queue_id, properties=properties)
     return Sent(
         result.status,
-        result.msg_id,
         result.offset_msg_id,
+        result.msg_id,
         topic,
         ref.broker_name,
         result.queue_id,
         result.queue_offset,
         int(properties.get(PROPERTY_DELAY_TIME_LEVEL, "0")),
+        auto_created,
     )
 
 
@@ -319,11 +347,10 @@ async def query_by_unique_key(
 ) -> list[dict[str, Any]]:
     """The message(s) of ``topic`` whose client id (UNIQ_KEY) is ``uniq_key``, over all time (as
     mqadmin's queryMsgByUniqueKey); a producer that re-sent after a timeout leaves two."""
-    found = await _query_masters(admin, topic, uniq_key, 0, JAVA_LONG_MAX, 32, unique_key=True)
-    hits = [m for m in found if m.uniq_key == uniq_key]
+    hits = await _find_unique_key(admin, uniq_key, topic)
     if not hits:
         raise NotFoundError(f"no message with unique key {uniq_key!r} in topic {topic!r}")
-    return [_detail(m, body) for m in sorted(hits, key=lambda m: m.store_timestamp)]
+    return [_detail(m, body) for m in hits]
 
 
 def locate(msg_id: str) -> tuple[str, int]:
@@ -336,11 +363,66 @@ def locate(msg_id: str) -> tuple[str, int]:
     return f"{host}:{port}", offset
 
 
+def plausible_offset_id(msg_id: str) -> tuple[str, int] | None:
+    """(broker address, CommitLog offset) when ``msg_id`` decodes as an offset id naming a real port, else
+    None. A client id (UNIQ_KEY) has the same 32 hex digits, but where an offset id holds the port it holds
+    the producer's pid and class-loader hash: a number over 65535 (4.9.8's
+    ``DefaultMQAdminExtImpl#viewMessage(topic, msgId)`` tells them apart the same way)."""
+    try:
+        (_ip, port), _offset = decode_msg_id(msg_id.strip())
+    except ValueError:
+        return None
+    return locate(msg_id) if 0 < port <= 0xFFFF else None
+
+
 def _detail(m: StoredMessage, body: bool) -> dict[str, Any]:
     row = detail(m)
     if not body:
         del row["body"], row["body_encoding"]
     return row
+
+
+async def _view(admin: Admin, msg_id: str, addr: str, offset: int) -> StoredMessage:
+    """VIEW_MESSAGE_BY_ID at ``addr``, or at a slave of it while it is down."""
+    try:
+        return await wire.view(admin, addr, offset)
+    except RemotingCommandError as exc:
+        if exc.code == ResponseCode.SYSTEM_ERROR:  # what a 4.x broker answers for a bad offset
+            raise NotFoundError(f"no message {msg_id} at {addr}: {exc.remark}") from exc
+        raise
+    except RemotingConnectError:
+        found = await _view_on_slave(admin, addr, offset)
+        if found is None:
+            raise
+        return found
+
+
+#: Topics no client message is sent to: a client id is not searched there.
+_NOT_MESSAGE_TOPICS = (INTERNAL_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX, AUTO_CREATE_TOPIC, SCHEDULE_TOPIC)
+
+
+async def _find_unique_key(admin: Admin, uniq_key: str, topic: str | None) -> list[StoredMessage]:
+    """Every stored copy of the message whose client id is ``uniq_key``: in ``topic``, or in every topic
+    the NameServer lists (a client id names no topic)."""
+    if topic is not None:
+        names = [topic]
+    else:
+        names = sorted(t for t in await admin.topic_list() if not t.startswith(_NOT_MESSAGE_TOPICS))
+    limit = asyncio.Semaphore(16)
+
+    async def one(name: str) -> list[StoredMessage]:
+        async with limit:
+            try:
+                return await _query_masters(admin, name, uniq_key, 0, JAVA_LONG_MAX, 32, unique_key=True)
+            except (RemotingError, NotFoundError):
+                if topic is not None:
+                    raise
+                return []  # a topic without a route or broker: nothing of it to find
+
+    found = await asyncio.gather(*(one(name) for name in names))
+    return sorted(
+        (m for batch in found for m in batch if m.uniq_key == uniq_key), key=lambda m: m.store_timestamp
+    )
 
 
 async def salvaged_copy(admin: Admin, msg_id: str) -> str | None:
@@ -351,35 +433,52 @@ async def salvaged_copy(admin: Admin, msg_id: str) -> str | None:
     return None
 
 
-async def query_by_id(admin: Admin, msg_id: str, *, body: bool = True) -> dict[str, Any]:
-    """VIEW_MESSAGE_BY_ID at the broker the id names; for a record recovery set aside that 'store salvage
-    --resend' sent again, its copy, saying so (the original offset may hold another message by now)."""
+async def query_by_id(
+    admin: Admin, msg_id: str, *, topic: str | None = None, body: bool = True
+) -> dict[str, Any]:
+    """The message ``msg_id`` names (either id kind, see :func:`_query_one_id`); for a record recovery set
+    aside that 'store salvage --resend' sent again, its copy, saying so (the original offset may hold
+    another message by now)."""
     copy = await salvaged_copy(admin, msg_id)
     if copy is not None and copy != msg_id.strip().upper():
-        row = await _query_one_id(admin, copy, body=body)
+        row = await _query_one_id(admin, copy, topic=None, body=body)  # the copy may be in another topic
         return {
             "note": f"{msg_id} was set aside by recovery; 'store salvage --resend' sent it again as {copy}: "
             "this is that copy",
             "copy_of": msg_id,
             **row,
         }
-    return await _query_one_id(admin, msg_id, body=body)
+    return await _query_one_id(admin, msg_id, topic=topic, body=body)
 
 
-async def _query_one_id(admin: Admin, msg_id: str, *, body: bool) -> dict[str, Any]:
-    addr, offset = locate(msg_id)
-    try:
-        message = await wire.view(admin, addr, offset)
-    except RemotingCommandError as exc:
-        if exc.code == ResponseCode.SYSTEM_ERROR:  # what a 4.x broker answers for a bad offset
-            raise NotFoundError(f"no message {msg_id} at {addr}: {exc.remark}") from exc
-        raise
-    except RemotingConnectError:
-        found = await _view_on_slave(admin, addr, offset)
-        if found is None:
-            raise
-        message = found
-    return _detail(message, body)
+async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: bool) -> dict[str, Any]:
+    """The message ``msg_id`` names, whichever id it is, with ``found_by`` saying which.
+
+    As mqadmin's queryMsgById: an id that decodes to a real broker address is an offset id (msg_id) and is
+    read there with VIEW_MESSAGE_BY_ID; otherwise, or when that broker has no such message or cannot be
+    reached, it is a client id (unique_key, the id ``msg send`` and the Java client print), looked up in
+    ``topic``'s index or every topic's. A client id stored twice (a producer's re-send) gives the oldest
+    copy; the others are logged.
+    """
+    msg_id = msg_id.strip()
+    located = plausible_offset_id(msg_id)
+    failure: Exception | None = None
+    if located is not None:
+        try:
+            return {"found_by": "msg_id"} | _detail(await _view(admin, msg_id, *located), body)
+        except (NotFoundError, RemotingConnectError) as exc:
+            failure = exc
+    elif len(msg_id) != 32 or not all(c in string.hexdigits for c in msg_id):
+        locate(msg_id)  # raises the UsageError that says what an id looks like
+    copies = await _find_unique_key(admin, msg_id.upper(), topic)
+    if not copies:
+        if failure is not None:
+            raise failure
+        where = f"topic {topic!r}" if topic else "any topic"
+        raise NotFoundError(f"no message with id {msg_id}: not an offset id, and no client id in {where}")
+    for other in copies[1:]:
+        log.warning("client id %s is stored again as %s (a producer's re-send)", msg_id, other.msg_id)
+    return {"found_by": "unique_key"} | _detail(copies[0], body)
 
 
 async def _view_on_slave(admin: Admin, master: str, offset: int) -> StoredMessage | None:
@@ -696,7 +795,7 @@ async def record_resent(admin: Admin, group: str, done: set[tuple[str, int, int]
 @dataclass
 class Resent:
     dlq_msg_id: str
-    uniq_key: str | None
+    unique_key: str | None
     to_topic: str | None
     outcome: str  # WOULD RESEND, ALREADY RESENT (previews and runs); RESENT, FAILED, SKIPPED (runs)
     new_msg_id: str | None = None
@@ -710,12 +809,13 @@ async def resend_one(
     m: StoredMessage,
     to_topic: str | None,
     rr: Iterable[int],
+    routes: dict[str, list[QueueRef]] | None = None,
     *,
     mark: str = PROPERTY_RESENT_FROM,
 ) -> Resent:
     """Send a DLQ message again to its original topic (``RETRY_TOPIC``) or ``to_topic``, keeping its
     body, tags, keys, UNIQ_KEY and user properties, marked with its id in property ``mark``; one failure
-    does not stop the others."""
+    does not stop the others. ``routes`` caches each topic's writable queues over a run."""
     target = to_topic or m.properties.get(PROPERTY_RETRY_TOPIC)
     if not target:
         return Resent(
@@ -724,8 +824,11 @@ async def resend_one(
     props = {k: v for k, v in m.properties.items() if k not in BROKER_PROPERTIES}
     props[mark] = m.msg_id
     try:
-        route = await admin.topic_route(target)
-        refs = queues(route, write=True)
+        refs = routes.get(target) if routes is not None else None
+        if refs is None:
+            refs = queues(await admin.topic_route(target), write=True)
+            if routes is not None:
+                routes[target] = refs
         if not refs:
             raise NotFoundError(f"topic {target!r} has no writable queue")
         ref = refs[next(iter(rr)) % len(refs)]
@@ -737,6 +840,10 @@ async def resend_one(
     )
 
 
+#: Dead letters re-sent at once: their sends are in flight together and recorded together.
+RESEND_WINDOW = 128
+
+
 async def resend(
     admin: Admin,
     group: str,
@@ -745,14 +852,36 @@ async def resend(
     *,
     execute: bool,
     progress: Callable[[int], None] | None = None,
+    into: list[Resent] | None = None,
 ) -> list[Resent]:
     """Preview (``execute`` False) or re-send the dead letters ``found`` (see :func:`resend_one`),
     skipping those the group's record says were re-sent before and recording each one re-sent now,
-    so that a second run does not send them twice."""
+    so that a second run does not send them twice.
+
+    Each outcome is appended to ``into`` (the returned list) as it comes, so an interrupted run still
+    has its report. Ctrl-C lets the send in flight finish and be recorded before the run stops: a
+    message the broker stored is never left out of the record (a next run would send it again)."""
     done = await resent_record(admin, group)
     rr = itertools.count(random.randrange(1 << 16))
-    out = []
-    for ref, m in found:
+    routes: dict[str, list[QueueRef]] = {}
+    out = into if into is not None else []
+
+    async def send_window(window: list[tuple[tuple[str, int, int], StoredMessage]]) -> list[Resent]:
+        for target in {to_topic or m.properties.get(PROPERTY_RETRY_TOPIC) for _, m in window} - {
+            None,
+            *routes,
+        }:
+            with contextlib.suppress(RemotingError):  # resend_one reports it per message
+                routes[str(target)] = queues(await admin.topic_route(str(target)), write=True)
+        outcomes = await asyncio.gather(*(resend_one(admin, m, to_topic, rr, routes) for _, m in window))
+        sent = {where for (where, _), o in zip(window, outcomes, strict=True) if o.outcome == "RESENT"}
+        if sent:
+            done.update(sent)
+            await record_resent(admin, group, done)  # after each window: an interrupted run stays exact
+        return outcomes
+
+    window: list[tuple[tuple[str, int, int], StoredMessage]] = []
+    for index, (ref, m) in enumerate(found):
         where = (ref.broker_name, ref.queue_id, m.queue_offset)
         target = to_topic or m.properties.get(PROPERTY_RETRY_TOPIC)
         if where in done:
@@ -768,11 +897,17 @@ async def resend(
                 )
             )
         else:
-            outcome = await resend_one(admin, m, to_topic, rr)
-            if outcome.outcome == "RESENT":
-                done.add(where)
-                await record_resent(admin, group, done)  # after each send: an interrupted run stays exact
-            out.append(outcome)
-        if progress is not None:
+            window.append((where, m))
+        if progress is not None and (not window or window[-1][1] is not m):
             progress(1)
+        if window and (len(window) == RESEND_WINDOW or index == len(found) - 1):
+            step = asyncio.ensure_future(send_window(window))
+            try:
+                out.extend(await asyncio.shield(step))
+            except asyncio.CancelledError:  # Ctrl-C: this window completes and is recorded, then we stop
+                out.extend(await step)
+                raise
+            if progress is not None:
+                progress(len(window))
+            window = []
     return out

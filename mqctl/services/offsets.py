@@ -11,6 +11,8 @@ active group.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services.cluster import brokers
 from mqctl.services.topics import queue_offsets
 from mqctl.timespec import iso
+from store import SubscriptionGroupConfig
 
 
 @dataclass(frozen=True)
@@ -33,10 +36,14 @@ class ResetTarget:
     kind: str  # earliest | latest | time | offset | shift | file
     value: int = 0
     plan_file: Path | None = None
+    #: A plan file made by a time target records it: the broker can then apply the file to live members.
+    file_time: int | None = None
 
     @property
     def time_based(self) -> int | None:
         """The timestamp the broker can apply itself, or None when the plan is per queue."""
+        if self.kind == "file":
+            return self.file_time
         return {"earliest": 0, "latest": -1}.get(self.kind, self.value if self.kind == "time" else None)
 
 
@@ -132,7 +139,7 @@ async def plan(admin: Admin, group: str, topic: str, target: ResetTarget) -> lis
     rows = await _queues(admin, group, topic)
     from_file: dict[tuple[str, int], int] = {}
     if target.kind == "file" and target.plan_file:
-        from_file = _read_plan(target.plan_file, group, topic, await _clusters(admin, rows))
+        from_file, _ = _read_plan(target.plan_file, group, topic, await _clusters(admin, rows))
         if not any((r.broker_name, r.queue_id) in from_file for r in rows):
             raise UsageError(f"plan file {target.plan_file} matches no queue of topic {topic!r}")
     for row in rows:
@@ -157,7 +164,10 @@ async def _clusters(admin: Admin, rows: list[PlanRow]) -> str:
     return ",".join(sorted({b.cluster for b in await brokers(admin) if b.broker_name in names}))
 
 
-def _read_plan(path: Path, group: str, topic: str, cluster: str) -> dict[tuple[str, int], int]:
+def _read_plan(
+    path: Path, group: str, topic: str, cluster: str
+) -> tuple[dict[tuple[str, int], int], int | None]:
+    """The plan's new offset per (broker name, queue id), and the time target it was made by, if one."""
     try:
         doc = json.loads(path.read_text(encoding="utf-8"))
         if not isinstance(doc, dict) or doc.get("kind") != PLAN_KIND:
@@ -169,13 +179,24 @@ def _read_plan(path: Path, group: str, topic: str, cluster: str) -> dict[tuple[s
         wrong = [f"{k} {doc.get(k)!r} (this command: {v!r})" for k, v in wanted.items() if doc.get(k) != v]
         if wrong:
             raise UsageError(f"plan file {path} was made for another target: {', '.join(wrong)}")
-        return {(r["broker_name"], int(r["queue_id"])): int(r["new"]) for r in doc["queues"]}
+        return {(r["broker_name"], int(r["queue_id"])): int(r["new"]) for r in doc["queues"]}, (
+            int(doc["target_time_ms"]) if doc.get("target_time_ms") is not None else None
+        )
     except (OSError, ValueError, KeyError, TypeError) as exc:
         raise UsageError(f"cannot use plan file {path}: {exc}") from None
 
 
-def export(rows: list[PlanRow], path: Path, *, group: str, topic: str, cluster: str) -> None:
-    """Save a plan in the form --from-file reads back, bound to its group, topic and cluster."""
+def export(
+    rows: list[PlanRow],
+    path: Path,
+    *,
+    group: str,
+    topic: str,
+    cluster: str,
+    target: ResetTarget | None = None,
+) -> None:
+    """Save a plan in the form --from-file reads back, bound to its group, topic and cluster; a time target
+    (``target_time_ms``: 0 earliest, -1 latest) is kept, so that the file applies to live members too."""
     now = time.time()
     doc = {
         "kind": PLAN_KIND,
@@ -184,6 +205,7 @@ def export(rows: list[PlanRow], path: Path, *, group: str, topic: str, cluster: 
         "cluster": cluster,
         "created": iso(int(now * 1000)),
         "created_ms": int(now * 1000),
+        "target_time_ms": target.time_based if target is not None else None,
         "queues": [asdict(r) for r in rows],
     }
     path.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
@@ -210,6 +232,9 @@ async def execute(admin: Admin, group: str, topic: str, target: ResetTarget, row
                 hint="stop them first, or reset with --to-earliest/--to-latest/--to-time/--by-duration",
             )
         for addr in [a for a, found in members.items() if found]:
+            await _commit_where_never_committed(
+                admin, group, topic, [r for r in rows if r.broker_addr == addr]
+            )
             applied = await admin.reset_offset_by_time(addr, topic, group, timestamp)
             for row in rows:  # report what the broker computed, which may differ from the plan
                 row.new = applied.get(MessageQueue(topic, row.broker_name, row.queue_id), row.new)
@@ -221,6 +246,32 @@ async def execute(admin: Admin, group: str, topic: str, target: ResetTarget, row
     return f"broker reset, {len(live)} online consumer(s) told to follow"
 
 
+async def _commit_where_never_committed(admin: Admin, group: str, topic: str, rows: list[PlanRow]) -> None:
+    """Commit the plan's offsets on a broker where the group never committed on ``topic``: a broker resets
+    only the offsets it holds (4.9.8's ``Broker2Client#resetOffset`` answers "THe consumer group ... not
+    exist" otherwise), and members that never commit (``msg tail -g``, a consumer that just started) hold
+    none there. The broker's reset that follows then tells them."""
+    if not rows:
+        return
+    stats = await admin.consume_stats(rows[0].broker_addr, group)
+    if any(mq.topic == topic for mq in stats.offset_table):
+        return
+    for row in rows:
+        await admin.commit_offset(row.broker_addr, group, topic, row.queue_id, row.new)
+
+
+async def _group_known(admin: Admin, group: str, rows: list[PlanRow], addrs: list[str]) -> bool:
+    """Whether ``group`` is a subscription group on one of the plan's masters (a live consumer's broker
+    creates it on the first heartbeat) or has committed an offset on the plan's topic."""
+    tables = await asyncio.gather(*(admin.group_configs(addr) for addr in addrs))
+    if any(group in table for table in tables):
+        return True
+    # QUERY_CONSUMER_OFFSET answers 0 for a group that never committed: ask which topics it committed on
+    # (GET_CONSUME_STATS without a topic lists only those, as 4.9.8's whichTopicByConsumer)
+    stats = await asyncio.gather(*(admin.consume_stats(addr, group) for addr in addrs))
+    return any(mq.topic == rows[0].topic for s in stats for mq in s.offset_table)
+
+
 async def reset(
     admin: Admin,
     group: str,
@@ -230,15 +281,33 @@ async def reset(
     execute_plan: bool,
     export_to: Path | None,
     confirm: Callable[[list[PlanRow]], None] | None = None,
+    create_group: bool = False,
 ) -> ResetResult:
-    """Plan, optionally export, and with ``execute_plan`` apply once ``confirm(plan)`` returns."""
+    """Plan, optionally export, and with ``execute_plan`` apply once ``confirm(plan)`` returns.
+
+    A group no master of the topic knows (no subscription group, no committed offset) is refused: it is
+    most likely a typo, and a reset would commit offsets for it. ``create_group`` creates it on the
+    topic's masters instead (on --execute)."""
     rows = await plan(admin, group, topic, target)
     if not rows:
         raise NotFoundError(f"topic {topic!r} has no queues")
+    if target.kind == "file" and target.plan_file is not None:
+        _, file_time = _read_plan(target.plan_file, group, topic, await _clusters(admin, rows))
+        target = dataclasses.replace(target, file_time=file_time)
+    addrs = sorted({r.broker_addr for r in rows})
+    missing = not await _group_known(admin, group, rows, addrs)
+    if missing and not create_group:
+        raise NotFoundError(
+            f"group {group!r} does not exist on the brokers of {topic!r} (no subscription group, no offsets)",
+            hint="check the name ('mqctl group list'), or add --create-group to create it",
+        )
     if export_to is not None:
-        export(rows, export_to, group=group, topic=topic, cluster=await _clusters(admin, rows))
+        export(rows, export_to, group=group, topic=topic, cluster=await _clusters(admin, rows), target=target)
     if execute_plan and confirm is not None:
         confirm(rows)
+    if execute_plan and missing:
+        for addr in addrs:
+            await admin.create_group(addr, SubscriptionGroupConfig(group))
     applied = await execute(admin, group, topic, target, rows) if execute_plan else None
     return {
         "group": group,

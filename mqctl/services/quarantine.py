@@ -7,7 +7,6 @@ safe next to a running broker; the walking is :mod:`store.quarantine`'s, this mo
 
 from __future__ import annotations
 
-import base64
 import itertools
 import random
 from collections import Counter
@@ -20,8 +19,9 @@ from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
-from mqctl.services.messages import PROPERTY_SALVAGED_FROM, SALVAGED_NAMESPACE, resend_one
+from mqctl.services.messages import PROPERTY_SALVAGED_FROM, SALVAGED_NAMESPACE, body_fields, resend_one
 from mqctl.timespec import iso
+from mqctl.units import time_fields
 from store import (
     COMMITLOG,
     INTERNAL_TOPIC_PREFIX,
@@ -147,35 +147,28 @@ def plan(manifests: list[Manifest]) -> list[PlanRow]:
 
 
 def as_json_line(m: Manifest, p: Piece, offset: int, msg: StoredMessage) -> dict[str, Any]:
-    """A salvaged record as one JSON object: every field an operator needs to send it again; the body
-    as UTF-8 text when it is that, else base64 (``body_encoding`` says which)."""
-    try:
-        body, encoding = msg.body.decode("utf-8"), "utf-8"
-    except UnicodeDecodeError:
-        body, encoding = base64.b64encode(msg.body).decode("ascii"), "base64"
+    """A salvaged record as one JSON object: every field an operator needs to send it again, named as in
+    ``msg query``/``dlq export`` (:func:`~mqctl.services.messages.body_fields` for the body)."""
     return {
         "quarantine": m.name,
         "file": p.file,
         "commit_log_offset": offset,
         "msg_id": msg.msg_id,
-        "uniq_key": msg.uniq_key,
+        "unique_key": msg.uniq_key,
         "topic": msg.topic,
         "queue_id": msg.queue_id,
         "queue_offset": msg.queue_offset,
         "tags": msg.tags,
-        "keys": msg.keys,
+        "keys": " ".join(msg.keys) or None,
         "properties": dict(msg.properties),
         "sys_flag": msg.sys_flag,
         "flag": msg.flag,
         "reconsume_times": msg.reconsume_times,
-        "born_timestamp": msg.born_timestamp,
-        "born_time": iso(msg.born_timestamp),
+        **time_fields("born_time", msg.born_timestamp),
         "born_host": f"{msg.born_host[0]}:{msg.born_host[1]}",
-        "store_timestamp": msg.store_timestamp,
-        "store_time": iso(msg.store_timestamp),
+        **time_fields("store_time", msg.store_timestamp),
         "store_host": f"{msg.store_host[0]}:{msg.store_host[1]}",
-        "body_encoding": encoding,
-        "body": body,
+        **body_fields(msg.body),
     }
 
 
@@ -202,7 +195,7 @@ class Salvaged:
     quarantine: str
     commit_log_offset: int
     msg_id: str
-    uniq_key: str | None
+    unique_key: str | None
     to_topic: str | None
     outcome: str  # RESENT, FAILED, SKIPPED or ALREADY RESENT (by an earlier run: new_msg_id is that copy)
     new_msg_id: str | None = None

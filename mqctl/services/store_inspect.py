@@ -52,8 +52,16 @@ def _time(ms: int) -> str | None:
 
 
 def _row(stats: Any, times: dict[str, str], fmt: Callable[[Any], str | None]) -> dict[str, Any]:
-    """``stats`` (a dataclass) as a row, its ms timestamp fields ``times`` renamed and formatted by ``fmt``."""
-    return {times.get(k, k): fmt(v) if k in times else v for k, v in asdict(stats).items()}
+    """``stats`` (a dataclass) as a row, each ms timestamp field of ``times`` as the pair every time is made
+    of: renamed and formatted by ``fmt``, and its ``_ms`` twin (0: none; tables then show local time)."""
+    row: dict[str, Any] = {}
+    for key, value in asdict(stats).items():
+        if key in times:
+            row[times[key]] = fmt(value)
+            row[f"{times[key]}_ms"] = value or 0
+        else:
+            row[key] = value
+    return row
 
 
 def commitlog_ls(root: str | Path, *, progress: Progress | None = None) -> list[dict[str, Any]]:
@@ -216,8 +224,8 @@ def verify(
     root: str | Path, *, max_problems: int | None = None, progress: Progress | None = None
 ) -> inspect.VerifyReport:
     """CRC of every record, every ConsumeQueue unit and index entry against the CommitLog (see
-    :func:`store.inspect.verify`)."""
-    return inspect.verify(layout(root), max_problems=max_problems, progress=progress)
+    :func:`store.inspect.verify`). Ctrl-C ends the walk, not the call: ``interrupted`` says where."""
+    return inspect.verify(layout(root), max_problems=max_problems, progress=progress, partial=True)
 
 
 # ---------------------------------------------------------------------------- compare with a broker

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict, TypeVar
 
@@ -15,12 +15,26 @@ from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
+from mqctl.output import Rows
 from mqctl.services.cluster import brokers
 from mqctl.units import when
 
 log = logging.getLogger(__name__)
 
 PERMS = {"r": PermName.READ, "w": PermName.WRITE, "rw": PermName.READ_WRITE}
+
+
+def perm_text(perm: int) -> str:
+    """A permission in the form ``--perm`` and ``topic apply`` take (``rw``, ``r``, ``w``; ``x`` for
+    TBW102's inherit bit; ``-`` for none), so every output can be given back as input."""
+    return (
+        "".join(
+            c
+            for c, bit in (("r", PermName.READ), ("w", PermName.WRITE), ("x", PermName.INHERIT))
+            if perm & bit
+        )
+        or "-"
+    )
 
 
 @dataclass
@@ -51,19 +65,24 @@ class TopicSpec:
     name: str
     read_queues: int | None = None
     write_queues: int | None = None
-    perm: str | None = None
+    perm: str | int | None = None  # r, w, rw; a number keeps bits those do not name (a metadata file)
     order: bool | None = None
+    sysflag: int | None = None
+    filter_type: str | None = None
 
     def apply_to(self, current: TopicConfig | None) -> TopicConfig:
         base = current or TopicConfig(self.name, read_queue_nums=8, write_queue_nums=8)
-        if self.perm is not None and self.perm not in PERMS:
+        if isinstance(self.perm, str) and self.perm not in PERMS:
             raise UsageError(f"bad --perm {self.perm!r}: use r, w or rw")
+        perm = PERMS[self.perm] if isinstance(self.perm, str) else self.perm
         return dataclasses.replace(
             base,
             read_queue_nums=self.read_queues if self.read_queues is not None else base.read_queue_nums,
             write_queue_nums=self.write_queues if self.write_queues is not None else base.write_queue_nums,
-            perm=PERMS[self.perm] if self.perm is not None else base.perm,
+            perm=perm if perm is not None else base.perm,
             order=self.order if self.order is not None else base.order,
+            topic_sys_flag=self.sysflag if self.sysflag is not None else base.topic_sys_flag,
+            topic_filter_type=self.filter_type if self.filter_type is not None else base.topic_filter_type,
         )
 
 
@@ -85,7 +104,7 @@ async def route(admin: Admin, topic: str) -> list[RouteRow]:
                 broker_name=queue.broker_name,
                 read_queues=queue.read_queue_nums,
                 write_queues=queue.write_queue_nums,
-                perm=PermName.to_string(queue.perm),
+                perm=perm_text(queue.perm),
                 master=addrs.get(0),
                 slaves=[addr for broker_id, addr in sorted(addrs.items()) if broker_id != 0],
             )
@@ -203,11 +222,63 @@ class ApplyRow(TypedDict):
     dry_run: bool
 
 
+C = TypeVar("C")  # a config bean: TopicConfig or SubscriptionGroupConfig
+
+#: A topic's settings as plans and outputs name them (the flags' and the apply file's names).
+_DIFF_FIELDS = {
+    "read_queues": "read_queue_nums",
+    "write_queues": "write_queue_nums",
+    "perm": "perm",
+    "order": "order",
+    "sysflag": "topic_sys_flag",
+    "filter_type": "topic_filter_type",
+}
+#: Settings a creation lists only when they are not RocketMQ's defaults.
+_RARE = {"sysflag": 0, "filter_type": "SINGLE_TAG"}
+
+
+def _setting(config: TopicConfig, name: str) -> Any:
+    value = getattr(config, _DIFF_FIELDS[name])
+    return perm_text(value) if name == "perm" else value
+
+
 def _diff(old: TopicConfig | None, new: TopicConfig) -> dict[str, list[Any]]:
-    fields = ("read_queue_nums", "write_queue_nums", "perm", "order")
+    """Changed settings as ``[old, new]``; a creation lists the queue counts, perm and order, and the
+    sysflag and filter type only when they are not RocketMQ's defaults."""
     if old is None:
-        return {f: [None, getattr(new, f)] for f in fields}
-    return {f: [getattr(old, f), getattr(new, f)] for f in fields if getattr(old, f) != getattr(new, f)}
+        return {
+            f: [None, _setting(new, f)]
+            for f in _DIFF_FIELDS
+            if f not in _RARE or _setting(new, f) != _RARE[f]
+        }
+    return {
+        f: [_setting(old, f), _setting(new, f)] for f in _DIFF_FIELDS if _setting(old, f) != _setting(new, f)
+    }
+
+
+async def apply_to_tables(
+    tables: dict[str, dict[str, C]],
+    name: str,
+    new_of: Callable[[C | None], C],
+    diff_of: Callable[[C | None, C], dict[str, list[Any]]],
+    write: Callable[[str, C], Awaitable[None]],
+    *,
+    dry_run: bool,
+) -> list[BrokerChange]:
+    """Make ``name``'s config (a topic's or a group's) what ``new_of`` says on each master of
+    ``tables`` (address -> table, kept up to date): per master, the action and the changed fields."""
+    changes: list[BrokerChange] = []
+    for addr, table in tables.items():
+        old = table.get(name)
+        new = new_of(old)
+        diff = diff_of(old, new)
+        action = "unchanged" if not diff else ("create" if old is None else "update")
+        action = action if action == "unchanged" else (f"would {action}" if dry_run else f"{action}d")
+        if diff and not dry_run:
+            await write(addr, new)
+            table[name] = new
+        changes.append({"broker": addr, "action": action, "changes": diff})
+    return changes
 
 
 async def upsert(
@@ -255,16 +326,9 @@ async def _upsert_on(
         if soft:
             return {"topic": spec.name, "action": "missing", "brokers": []}
         raise NotFoundError(f"topic {spec.name!r} not found", hint="use 'mqctl topic create' or --if-exists")
-    changes: list[BrokerChange] = []
-    for addr, old in existing.items():
-        new = spec.apply_to(old)
-        diff = _diff(old, new)
-        action = "unchanged" if not diff else ("create" if old is None else "update")
-        action = action if action == "unchanged" else (f"would {action}" if dry_run else f"{action}d")
-        if diff and not dry_run:
-            await admin.create_topic(addr, new)
-            tables[addr][spec.name] = new
-        changes.append({"broker": addr, "action": action, "changes": diff})
+    changes = await apply_to_tables(
+        tables, spec.name, spec.apply_to, _diff, admin.create_topic, dry_run=dry_run
+    )
     return {"topic": spec.name, "action": mode, "dry_run": dry_run, "brokers": changes}
 
 
@@ -315,36 +379,48 @@ async def delete(admin: Admin, topic: str, *, cluster: str | None, if_exists: bo
 
 
 async def queue_offsets(
-    admin: Admin, topic: str, *, reads: bool = False
+    admin: Admin, topic: str, *, reads: bool = False, partial: bool = False
 ) -> list[tuple[str, str, int, TopicOffset]]:
     """(broker name, master address, queue id, stored offsets) per queue of ``topic``, in broker and queue order;
-    ``reads``: a slave's address stands in for a master that is down (:func:`route_readers`)."""
+    ``reads``: a slave's address stands in for a master that is down (:func:`route_readers`); ``partial``:
+    from the brokers that answer (:func:`~mqctl.services.fanout.each_broker`)."""
     rows: list[tuple[str, str, int, TopicOffset]] = []
     brokers = await (readers_of_topic(admin, topic) if reads else masters_of_topic(admin, topic))
+    if partial:
+        from mqctl.services.fanout import each_broker
+
+        tables = await each_broker(admin, brokers.values(), lambda addr: admin.topic_stats(addr, topic))
+    else:
+        tables = {addr: await admin.topic_stats(addr, topic) for addr in brokers.values()}
     for name, addr in sorted(brokers.items()):
-        table = await admin.topic_stats(addr, topic)
-        rows.extend((name, addr, mq.queue_id, off) for mq, off in sorted(table.offset_table.items()))
+        if addr in tables:
+            offsets = sorted(tables[addr].offset_table.items())
+            rows.extend((name, addr, mq.queue_id, off) for mq, off in offsets)
     return rows
 
 
 async def status(admin: Admin, topic: str) -> list[QueueStatus]:
-    """Per queue: min and max offset, message count and last store time, from each broker."""
-    return _status_rows(await queue_offsets(admin, topic, reads=True))
+    """Per queue: min and max offset, message count and last store time, from each broker that answers
+    (the others are named on stderr)."""
+    return _status_rows(await queue_offsets(admin, topic, reads=True, partial=True))
 
 
 def _status_rows(offsets: list[tuple[str, str, int, TopicOffset]]) -> list[QueueStatus]:
-    return [
-        QueueStatus(
-            broker_name=name,
-            queue_id=queue_id,
-            min_offset=off.min_offset,
-            max_offset=off.max_offset,
-            messages=off.max_offset - off.min_offset,
-            last_updated=when(off.last_update_timestamp),
-            last_updated_ms=off.last_update_timestamp,
-        )
-        for name, _, queue_id, off in offsets
-    ]
+    return Rows.of(
+        QueueStatus,
+        (
+            QueueStatus(
+                broker_name=name,
+                queue_id=queue_id,
+                min_offset=off.min_offset,
+                max_offset=off.max_offset,
+                messages=off.max_offset - off.min_offset,
+                last_updated=when(off.last_update_timestamp),
+                last_updated_ms=off.last_update_timestamp,
+            )
+            for name, _, queue_id, off in offsets
+        ),
+    )
 
 
 async def stats(admin: Admin, topic: str) -> TopicStats:
@@ -382,6 +458,13 @@ async def apply_file(
     tables = dict(
         zip(addrs, await asyncio.gather(*(admin.topic_configs(addr) for addr in addrs)), strict=True)
     )
+    return await apply_on(admin, specs, tables, dry_run=dry_run)
+
+
+async def apply_on(
+    admin: Admin, specs: list[TopicSpec], tables: dict[str, dict[str, TopicConfig]], *, dry_run: bool
+) -> list[ApplyRow]:
+    """:func:`apply_file` against masters whose topic tables (address -> table) were read already."""
     rows: list[ApplyRow] = []
     for spec in specs:
         result = await _upsert_on(admin, spec, tables, mode="apply", dry_run=dry_run)

@@ -33,7 +33,7 @@ EXPORT_FORMATS = ("parquet", "json", "csv")
 # column and falls back only when it overflows; on these that attempt is wasted work, and
 # skipping it halves the JVM's share of an export while the files get no bigger.
 _NO_DICTIONARY = (
-    "physical_offset", "queue_offset", "msg_id", "uniq_key", "keys.list.element", "born_timestamp",
+    "physical_offset", "queue_offset", "msg_id", "unique_key", "keys.list.element", "born_timestamp",
     "store_timestamp", "properties.key_value.value", "body",
 )  # fmt: skip
 _JOB_GROUP = "mqctl-spark-export"

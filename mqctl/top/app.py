@@ -23,7 +23,7 @@ from textual.widgets import ContentSwitcher, DataTable, Input, Sparkline, Static
 
 from mqctl.errors import translate
 from mqctl.top import format as fmt
-from mqctl.top.model import GroupDetail, Snapshot, TopSource
+from mqctl.top.model import BrokerView, GroupDetail, Snapshot, TopSource
 from store import Clock, SystemClock
 
 log = logging.getLogger(__name__)
@@ -355,9 +355,9 @@ class TopApp(App[None]):
             status.append("connecting…")
         else:
             status.append(f"updated {_clock(self.snapshot.taken_at)}")
-            down = [b.name for b in self.snapshot.overview.brokers if b.error is not None]
+            down = down_summary(self.snapshot.overview.brokers)
             if down:
-                status.append(f"  DOWN: {', '.join(down)}", style="bold yellow")
+                status.append(f"  {down}", style="bold yellow")
         status.append(
             f"  every {self.interval:g}s" + ("  PAUSED" if self.paused else "") + "  ? help  q quit",
             style="dim",
@@ -509,6 +509,15 @@ class TopApp(App[None]):
 
 
 _BY_BROKER: fmt.SortKey[Any] = fmt.SortKey("broker", lambda b: (b.cluster, b.name, b.broker_id))
+
+
+def down_summary(brokers: Sequence[BrokerView]) -> str:
+    """The brokers that could not be read, by why: ``DOWN: broker-z  ACL denied: broker-b``."""
+    by_reason: dict[str, list[str]] = {}
+    for b in brokers:
+        if b.error is not None:
+            by_reason.setdefault(b.unread_as, []).append(b.name)
+    return "  ".join(f"{reason}: {', '.join(names)}" for reason, names in by_reason.items())
 
 
 def _clock(epoch: float) -> str:

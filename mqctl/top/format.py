@@ -98,7 +98,7 @@ def broker_cells(b: BrokerView) -> tuple[str, ...]:
     elif b.ha_lag_bytes is not None:
         role += f" lag {human_bytes(b.ha_lag_bytes)}"
     if b.error is not None:
-        return (b.name, role, b.addr, "DOWN", NONE, NONE, NONE, NONE, NONE, b.error)
+        return (b.name, role, b.addr, b.unread_as, NONE, NONE, NONE, NONE, NONE, b.error)
     return (
         b.name,
         role,

@@ -26,6 +26,7 @@ from mqctl.admin.client import Admin
 from mqctl.admin.messaging import view
 from mqctl.errors import ConnectError, NotFoundError
 from mqctl.services.cluster import BrokerRow, brokers, first_float
+from mqctl.services.fanout import failure_reason
 from mqctl.services.groups import connections, progress
 from mqctl.services.retention import broker_plan
 from mqctl.top.model import (
@@ -201,7 +202,9 @@ class LiveSource:
                 )
         except RemotingError as exc:
             self._settings.pop(row.addr, None)  # a restarted broker may come back with another config
-            return _Broker(replace(base, error=str(exc)), {}, None, None)
+            reason, _ = failure_reason(exc)
+            unread_as = reason if reason in ("ACL denied", "timed out") else "DOWN"
+            return _Broker(replace(base, error=str(exc), unread_as=unread_as), {}, None, None)
         scrape = await self._scrape(settings.metrics_url) if settings.metrics_url else None
         disk = runtime.get("commitLogDiskRatio")
         view_ = replace(

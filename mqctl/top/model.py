@@ -42,6 +42,9 @@ class BrokerView:
     ha_connected: bool | None = None
     ha_lag_bytes: int | None = None
     error: str | None = None
+    #: With ``error``: what the row says instead of a version (DOWN, or "ACL denied" for a broker that
+    #: answered but refused: it is up, this session may not read it).
+    unread_as: str = "DOWN"
 
     @property
     def commitlog_bytes(self) -> int | None:

@@ -4,13 +4,22 @@ that is no admin, the secrets code 54 answered, malformed permissions, and the N
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from daemon.acl.admin import CreateAccessConfigRequestHeader
-from daemon.acl.plain import AclDenied, ReplayGuard
-from daemon.acl.signature import FRESH_CODE, FRESH_NONCE, FRESH_TIMESTAMP, Signer
+from daemon.acl.plain import AclDenied, AclFiles, PlainAccessValidator, ReplayGuard
+from daemon.acl.signature import (
+    FRESH_CODE,
+    FRESH_NONCE,
+    FRESH_TIMESTAMP,
+    SIGNATURE,
+    Signer,
+    Verifier,
+    fresh_code,
+)
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -226,7 +235,7 @@ def test_the_replay_guard_forgets_a_nonce_only_once_its_timestamp_refuses_it() -
     fields = {
         FRESH_TIMESTAMP: "100000",
         FRESH_NONCE: "n" * 32,
-        FRESH_CODE: str(int(RequestCode.DELETE_TOPIC_IN_BROKER)),
+        FRESH_CODE: fresh_code(RequestCode.DELETE_TOPIC_IN_BROKER),
     }
     request = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, fields)
     guard.check("ak", request, now_ms=100_000)
@@ -240,3 +249,93 @@ def test_the_replay_guard_forgets_a_nonce_only_once_its_timestamp_refuses_it() -
     assert guard._seen == {"n" * 32: 115_000}  # the first use was forgotten: its timestamp refuses it
     with pytest.raises(AclDenied, match="nonce already used"):
         guard.check("ak", ahead, now_ms=124_000)
+
+
+def _forged(
+    request: RemotingCommand,
+    code: int,
+    moved: tuple[str, str],
+    nonce: str,
+    stamp: str,
+    code_field: str | None = None,
+) -> RemotingCommand:
+    """The captured request with characters moved across the boundaries of its signed concatenation
+    (field values in key order, no separators): `moved[1]` appended to field `moved[0]`, the fresh
+    fields rewritten (mqctlCode as `code_field`, else as mqctl writes `code`). The signature still holds."""
+    fields = dict(request.ext_fields)
+    fields[moved[0]] += moved[1]
+    signed_code = fresh_code(code) if code_field is None else code_field
+    fields.update({FRESH_CODE: signed_code, FRESH_NONCE: nonce, FRESH_TIMESTAMP: stamp})
+    forged = RemotingCommand.request(code, fields, request.body)
+    assert Verifier(ADMIN_SK).verify(fields, forged.body, fields[SIGNATURE])
+    return forged
+
+
+def _fresh_admin(code: int, fields: dict[str, str], nonce_edit: Callable[[str], str]) -> RemotingCommand:
+    """An admin request as mqctl signs it under aclAdminFreshness, its nonce edited (a capture an
+    attacker waited for) and signed again."""
+    request = RemotingCommand.request(code, dict(fields))
+    Signer(ADMIN_AK, ADMIN_SK, fresh_codes=frozenset({code}))(request)
+    request.ext_fields[FRESH_NONCE] = nonce_edit(request.ext_fields[FRESH_NONCE])
+    Signer(ADMIN_AK, ADMIN_SK).sign(request.ext_fields, request.body)
+    return request
+
+
+def _fresh_validator(tmp_path: Path) -> PlainAccessValidator:
+    home = tmp_path / "home"
+    write_acl(home)
+    return PlainAccessValidator(AclFiles(str(home), ""), freshness=60)
+
+
+def test_a_fresh_admin_request_cannot_move_its_code_into_the_nonce(tmp_path: Path) -> None:
+    """INVOKE_BROKER_TO_RESET_OFFSET (222) whose nonce starts with 15 (one capture in 256): `c22` moves
+    into the field signed just before mqctlCode (isForce), `15` comes from the nonce, and the same
+    signed bytes read as code 215 with a shorter, unseen nonce."""
+    fields = {"topic": "Victim", "group": "G", "timestamp": "0", "isForce": "false"}
+    request = _fresh_admin(RequestCode.INVOKE_BROKER_TO_RESET_OFFSET, fields, lambda n: "15" + n[2:])
+    fresh = request.ext_fields
+    forged = _forged(
+        request,
+        RequestCode.DELETE_TOPIC_IN_BROKER,
+        ("isForce", "c22"),
+        fresh[FRESH_NONCE][2:],
+        fresh[FRESH_TIMESTAMP],
+        code_field="215",
+    )
+    with pytest.raises(AclDenied, match=FRESH_CODE):  # no letter before the code (and a short nonce)
+        _fresh_validator(tmp_path).check("10.0.0.7", forged)
+
+
+def test_a_fresh_admin_request_cannot_lend_its_nonce_a_leading_zero_of_the_timestamp(tmp_path: Path) -> None:
+    """A nonce ending in 0 lends that digit to the timestamp (int("0" + ts) is ts), so the nonce takes a
+    character from the code while keeping its length: the code's end moves (DELETE_ACL_CONFIG 51 reads
+    as 5). A timestamp is refused unless written as mqctl writes it."""
+    request = _fresh_admin(RequestCode.DELETE_ACL_CONFIG, {"accessKey": "app"}, lambda n: n[:-1] + "0")
+    fresh = request.ext_fields
+    forged = _forged(
+        request, 5, ("accessKey", ""), "1" + fresh[FRESH_NONCE][:-1], "0" + fresh[FRESH_TIMESTAMP]
+    )
+    guard = _fresh_validator(tmp_path).replays
+    assert guard is not None
+    with pytest.raises(AclDenied, match=FRESH_TIMESTAMP):
+        guard.check(ADMIN_AK, forged)
+
+
+def test_a_fresh_admin_request_cannot_give_its_code_s_leading_digit_to_the_field_before(
+    tmp_path: Path,
+) -> None:
+    """An admin's ADD_WRITE_PERM_OF_BROKER (327) to the NameServer, dropped on the way and sent to a broker
+    sharing its ACL file. Signed as bare digits, `3` could join brokerName and the same bytes read as
+    TRIGGER_DELETE_FILES (27) with the same nonce; behind its letter the code can only lose the letter."""
+    request = _fresh_admin(RequestCode.ADD_WRITE_PERM_OF_BROKER, {"brokerName": "broker-a"}, lambda n: n)
+    fresh = request.ext_fields
+    forged = _forged(
+        request,
+        RequestCode.TRIGGER_DELETE_FILES,
+        ("brokerName", "c3"),
+        fresh[FRESH_NONCE],
+        fresh[FRESH_TIMESTAMP],
+        code_field="27",
+    )
+    with pytest.raises(AclDenied):
+        _fresh_validator(tmp_path).check("10.0.0.7", forged)

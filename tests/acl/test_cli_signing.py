@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from mqctl.errors import AuthError
+from mqctl.errors import AuthError, NotFoundError
 from tests.daemons import LocalCluster, local_cluster
 from tests.support.acl import ADMIN_AK, ADMIN_SK, USER_AK, USER_SK, write_acl
 from tests.support.cli import RunCli
@@ -166,3 +166,13 @@ def test_acl_commands_round_trip_through_codes_50_to_54(
     assert gone.code == AuthError.exit_code and "no account for accessKey=newuser1" in gone.stderr
     text = (Path(daemons.broker.config.rocketmq_home) / "conf" / "plain_acl.yml").read_text()
     assert "newuser1" not in text and "10.9.9.*" in text and "dataVersion" in text
+
+
+def test_deleting_a_missing_account_is_not_found_unless_if_exists(mq: RunCli) -> None:
+    """As every other delete: a missing account exits 3, and --if-exists makes that a success."""
+    missing = mq("acl", "delete", "-a", "nobody9", "--yes", env=ADMIN_ENV)
+    assert missing.code == NotFoundError.exit_code, missing.stderr
+    assert "nobody9" in missing.stderr and "--if-exists" in missing.stderr
+    soft = mq("acl", "delete", "-a", "nobody9", "--yes", "--if-exists", "-o", "json", env=ADMIN_ENV)
+    assert soft.code == 0, soft.stderr
+    assert [row["action"] for row in soft.json()] == ["missing"]

@@ -58,6 +58,15 @@ def test_locked_keys_cover_every_spelling() -> None:
         refuse_unsafe({"protectedMode": "false", "namesrvAddr": "x:1"}, {}, trusted=True)
 
 
+def test_no_remote_update_opens_or_closes_a_port() -> None:
+    """vipListenEnable decides at the next start whether listenPort - 2 opens: a remote update (persisted
+    into broker.conf) opened a port an operator had closed, or closed the one a 4.9.8 slave syncs from."""
+    assert locked_keys({"vipListenEnable": "true", "vip_listen_enable": "false"}) == [
+        "vipListenEnable",
+        "vip_listen_enable",
+    ]
+
+
 def test_who_may_shorten_retention() -> None:
     """A lower retention or clean ratio needs a trusted sender; under a floor also the --force marker,
     which counts only from a trusted sender (anyone can add a field)."""

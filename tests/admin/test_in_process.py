@@ -101,7 +101,7 @@ async def test_topic_create_list_route(admin: Admin) -> None:
             "broker_name": "broker-a",
             "read_queues": 4,
             "write_queues": 4,
-            "perm": "RW-",
+            "perm": "rw",
             "master": broker_addr,
             "slaves": [],
         }

@@ -128,6 +128,9 @@ async def test_broker_and_namesrv_status_find_what_up_started(cli_env: dict[str,
         assert (
             json.loads(broker.stdout)["state"] == "running" and json.loads(broker.stdout)["pid"] == proc.pid
         )
+        # the port 'up --broker-port' gave it, not broker.conf's default 10911
+        assert json.loads(broker.stdout)["address"] == f"127.0.0.1:{ports[3]}"
+        assert json.loads(broker.stdout)["reachable"] is True
         namesrv = await asyncio.to_thread(mqctl, "namesrv", "status", "-o", "json")
         assert namesrv.returncode == 0, namesrv.stderr
         assert json.loads(namesrv.stdout)["address"] == f"127.0.0.1:{ports[1]}"

@@ -133,7 +133,21 @@ async def test_the_gate_admits_the_registered_slaves_hosts_only() -> None:
     assert await gate.admits("10.0.0.3")
     slow = SlaveGate(lookup, refresh=3600)
     assert not await slow.admits("10.0.0.9") and not await slow.admits("10.0.0.9")
-    assert looked == 4  # a flood of strangers is one look-up per refresh period
+    assert looked == 5  # a flood of strangers is one look-up per refresh period
+
+
+async def test_the_gate_forgets_a_slave_the_name_servers_no_longer_list() -> None:
+    """A slave host admitted once stayed admitted for the master's life: the cache was asked again only
+    for strangers, so a slave that unregistered or expired (its address now anyone's) still got in."""
+    listed: set[str] = {"10.0.0.2"}
+
+    async def lookup() -> set[str] | None:
+        return set(listed)
+
+    gate = SlaveGate(lookup, refresh=0.0)
+    assert await gate.admits("10.0.0.2")
+    listed.clear()  # the slave is gone from every NameServer
+    assert not await gate.admits("10.0.0.2")
 
 
 async def fake_slave(port: int, stop: asyncio.Event) -> int:
@@ -196,6 +210,88 @@ async def test_a_fake_slave_gets_nothing_and_acknowledges_nothing(tmp_path: Path
         await client.close()
         await master.stop()
         await namesrv.stop()
+
+
+@contextlib.asynccontextmanager
+async def master_with_a_listed_local_slave(
+    tmp_path: Path, **overrides: object
+) -> AsyncIterator[tuple[Namesrv, Broker]]:
+    """A master whose NameServer lists a (fake) slave of its group at 127.0.0.1: its HA gate admits local
+    peers. Yields the NameServer (through the client that registered that slave) and the master."""
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    master = await start_broker(
+        tmp_path / "m", namesrv_addr=f"127.0.0.1:{namesrv.port}", **{**SMALL, **overrides}
+    )
+    client = RemotingClient()
+    try:
+        ns = Namesrv(namesrv, client)
+        assert (await ns.register({}, broker_addr=LISTED_SLAVE, broker_id=1)).code == ResponseCode.SUCCESS
+        yield ns, master
+    finally:
+        await client.close()
+        await master.stop()
+        await namesrv.stop()
+
+
+LISTED_SLAVE = "127.0.0.1:1"
+
+
+async def ha_session(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A raw HA connection that has asked for the master's data from offset 0."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(encode_report(0))
+    await writer.drain()
+    return reader, writer
+
+
+@pytest.mark.slow
+async def test_a_slave_no_longer_listed_is_refused(tmp_path: Path) -> None:
+    """The gate asked the NameServers again only for strangers: a host once listed as a slave stayed
+    admitted after its slave unregistered (or expired), for the master's whole life."""
+    async with master_with_a_listed_local_slave(tmp_path) as (ns, master):
+        reader, writer = await ha_session(master.config.ha_listen_port)
+        assert len(await asyncio.wait_for(reader.readexactly(12), 5)) == 12  # admitted: a heartbeat frame
+        writer.close()
+        fields = {"brokerName": "broker-a", "brokerAddr": LISTED_SLAVE, "clusterName": "DefaultCluster"}
+        unregistered = await ns.call(RequestCode.UNREGISTER_BROKER, {**fields, "brokerId": "1"})
+        assert unregistered.code == ResponseCode.SUCCESS
+        await asyncio.sleep(1.2)  # the gate's answer is a second old
+        reader, writer = await ha_session(master.config.ha_listen_port)
+        assert await asyncio.wait_for(reader.read(12), 5) == b""  # closed before a byte was sent
+        writer.close()
+
+
+@pytest.mark.slow
+async def test_a_heartbeat_interval_of_zero_does_not_flood_the_slave(tmp_path: Path) -> None:
+    """haSendHeartbeatInterval=0 (a config value nothing refuses) made an idle master's write loop spin:
+    heartbeat frames back to back, a core busy, for as long as a slave stayed connected."""
+    async with master_with_a_listed_local_slave(tmp_path, ha_send_heartbeat_interval=0) as (_, master):
+        reader, writer = await ha_session(master.config.ha_listen_port)
+        frames = 0
+        deadline = asyncio.get_running_loop().time() + 1.0
+        with contextlib.suppress(TimeoutError):
+            while (left := deadline - asyncio.get_running_loop().time()) > 0:
+                _, size = FRAME_HEADER.unpack(await asyncio.wait_for(reader.readexactly(12), left))
+                await reader.readexactly(size)
+                frames += 1
+        writer.close()
+        assert frames <= 20, f"{frames} frames in a second from an idle master"
+
+
+@pytest.mark.slow
+async def test_a_transfer_batch_size_of_zero_still_replicates(tmp_path: Path) -> None:
+    """haTransferBatchSize=0 (or less) made every frame empty: the slave got heartbeats only, never a
+    byte, and a SYNC_MASTER's sends all timed out waiting for it."""
+    async with master_with_a_listed_local_slave(tmp_path, ha_transfer_batch_size=0) as (_, master):
+        async with RemotingClient() as client:
+            assert (
+                await BrokerClient(master.addr, client).send("T", b"to replicate")
+            ).code == ResponseCode.SUCCESS
+        reader, writer = await ha_session(master.config.ha_listen_port)
+        _, size = FRAME_HEADER.unpack(await asyncio.wait_for(reader.readexactly(12), 5))
+        writer.close()
+        assert size > 0, "an empty frame where the master's record should come"
 
 
 # ---------------------------------------------------------------------- the VIP port

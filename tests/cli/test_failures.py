@@ -166,3 +166,86 @@ def test_a_background_start_exits_with_the_daemons_own_code(
     assert result.code == ConflictError.exit_code, result.stderr
     assert f"port {busy_port} is already in use" in result.stderr and "--listen" in result.stderr
     assert "ConflictError" not in result.stderr and len(result.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    "listen", ["bad::host", "bad::1:0", "no-such-host.invalid", "no-such-host.invalid:0", "10.255.255.1:0"]
+)
+def test_a_listen_address_that_cannot_be_bound_is_bad_input(cli: RunCli, tmp_path: Path, listen: str) -> None:
+    """A host that is not an address of this machine (or none at all) is the operator's typo: exit 2,
+    naming --listen, before any daemon starts."""
+    up = cli("up", "--data", str(tmp_path / "up"), "--listen", listen, "--no-metrics")
+    assert up.code == UsageError.exit_code, up.stderr
+    assert "--listen" in up.stderr and "Traceback" not in up.stderr
+    assert len(up.stderr.strip().splitlines()) == 1, up.stderr
+    namesrv = cli(
+        "namesrv",
+        "start",
+        "--data",
+        str(tmp_path / "ns"),
+        "--listen",
+        listen if ":0" in listen else f"{listen}:0",
+    )
+    assert namesrv.code == UsageError.exit_code, namesrv.stderr
+
+
+@pytest.fixture
+def banner_server() -> Iterator[str]:
+    """A loopback server that greets every connection with an SSH-like banner, as a wrong port might."""
+    import threading
+
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            with conn:
+                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+                conn.recv(1024)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield f"127.0.0.1:{server.getsockname()[1]}"
+    finally:
+        server.close()
+
+
+def test_a_namesrv_address_that_is_not_a_namesrv_says_so(cli: RunCli, banner_server: str) -> None:
+    """-n at something that is not RocketMQ: exit 7 (protocol), one line with a hint, no daemon log line."""
+    for args in (["topic", "list"], ["msg", "send", "-t", "T", "x"], ["group", "list"]):
+        result = cli(*args, "-n", banner_server)
+        assert result.code == 7, (args, result.stderr)
+        (line,) = result.stderr.strip().splitlines()
+        assert line.startswith("mqctl: error: ") and banner_server in line, line
+        assert "not a NameServer" in line and "9876" in line, line
+
+
+def test_spark_export_checks_its_arguments_before_starting_spark(
+    cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A directory that is not a store, or an --out that exists, is refused at once: no JVM start first."""
+    from mqctl.spark import session
+
+    def no_spark(*args: object, **kwargs: object) -> None:
+        raise AssertionError("Spark was started before the arguments were checked")
+
+    monkeypatch.setattr(session, "spark_session", no_spark)
+    monkeypatch.delenv("MQCTL_SPARK_REMOTE", raising=False)
+    (tmp_path / "not-a-store").mkdir()
+    out = tmp_path / "out"
+    not_store = cli("spark-export", "--store", str(tmp_path / "not-a-store"), "--out", str(out))
+    assert not_store.code == UsageError.exit_code, not_store.stderr
+    assert "commitlog" in not_store.stderr and "Spark was started" not in not_store.stderr
+    store = tmp_path / "store"
+    (store / "commitlog").mkdir(parents=True)
+    out.mkdir()
+    existing = cli("spark-export", "--store", str(store), "--out", str(out))
+    assert existing.code == ConflictError.exit_code, existing.stderr
+    assert "already exists" in existing.stderr and "--overwrite" in existing.stderr
+    report = cli("spark-export", "report", "--store", str(tmp_path / "not-a-store"))
+    assert report.code == UsageError.exit_code, report.stderr

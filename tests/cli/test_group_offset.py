@@ -204,3 +204,44 @@ def test_executing_a_reset_needs_yes_off_a_terminal(mq: RunCli, loaded: LocalClu
     refused = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-earliest", "--execute")
     assert refused.code == UsageError.exit_code and "--yes" in refused.stderr
     assert [offsets.query_offset(GROUP, TOPIC, q) for q in (0, 1)] == before
+
+
+def test_offset_reset_refuses_a_group_that_does_not_exist(mq: RunCli, loaded: LocalCluster) -> None:
+    """A typo'd group is refused, plan or --execute, instead of getting offsets committed; --create-group
+    creates it first."""
+    offsets = loaded.broker.offsets
+    for extra in ([], ["--execute", "--yes"]):
+        typo = mq("offset", "reset", "-g", "CG_Progres", "-t", TOPIC, "--to-earliest", *extra)
+        assert typo.code == NotFoundError.exit_code, typo.stderr
+        assert "'CG_Progres' does not exist" in typo.stderr and "--create-group" in typo.stderr
+    assert offsets.query_offset("CG_Progres", TOPIC, 0) < 0
+    assert loaded.broker.groups.table.get("CG_Progres") is None
+
+    made = mq(
+        "offset",
+        "reset",
+        "-g",
+        "CG_Fresh",
+        "-t",
+        TOPIC,
+        "--to-offset",
+        "3",
+        "--create-group",
+        "--execute",
+        "--yes",
+    )
+    assert made.code == 0, made.stderr
+    assert loaded.broker.groups.table.get("CG_Fresh") is not None
+    assert [offsets.query_offset("CG_Fresh", TOPIC, q) for q in (0, 1)] == [3, 3]
+    again = mq("offset", "reset", "-g", "CG_Fresh", "-t", TOPIC, "--to-earliest", "-o", "json")
+    assert again.code == 0, again.stderr  # it exists now
+
+
+def test_an_empty_csv_still_has_its_header_row(mq: RunCli) -> None:
+    """A filter that matches nothing gives the header alone, so a script's CSV reader sees the columns."""
+    empty = mq("group", "progress", "-g", GROUP, "--lag-over", "1000000", "-o", "csv")
+    assert empty.code == 0, empty.stderr
+    assert empty.stdout.splitlines() == [
+        "topic,broker_name,queue_id,broker_offset,consumer_offset,lag,last_consumed_store_time,"
+        "last_consumed_store_time_ms,client"
+    ]

@@ -6,8 +6,8 @@ import asyncio
 import csv
 import io
 import json
+import re
 import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -24,7 +24,7 @@ from store.message import StoredMessage
 from store.names import SCHEDULE_TOPIC, TOOLS_CONSUMER_GROUP
 from store.record import create_msg_id, decode_msg_id
 from tests.daemons import LocalCluster, handle, local_cluster
-from tests.support.cli import CliResult, RunCli
+from tests.support.cli import CliResult, RunCli, run_process, spawn
 from tests.support.paths import ROOT
 
 T = TypeVar("T")
@@ -132,11 +132,11 @@ def test_send_stores_tag_keys_properties_on_the_chosen_queue(
         1,
         "broker-a",
     )
-    m = stored(daemons, sent["offset_msg_id"])
+    m = stored(daemons, sent["msg_id"])
     assert (m.topic, m.queue_id, m.queue_offset) == (OTHER, 1, sent["queue_offset"])
     assert m.body == b"hello world"
     assert (m.tags, m.keys, m.properties["color"]) == ("TagA", ["order-1", "cust-9"], "red")
-    assert m.uniq_key == sent["msg_id"]
+    assert m.uniq_key == sent["unique_key"]
 
 
 def test_send_reads_the_body_from_a_file_or_stdin(
@@ -145,9 +145,9 @@ def test_send_reads_the_body_from_a_file_or_stdin(
     payload = bytes(range(256)) * 4
     (tmp_path / "body.bin").write_bytes(payload)
     from_file = ok(mq("msg", "send", "-t", OTHER, "--file", str(tmp_path / "body.bin"), "-o", "json"))
-    assert stored(daemons, from_file["offset_msg_id"]).body == payload
+    assert stored(daemons, from_file["msg_id"]).body == payload
     from_stdin = ok(mq("msg", "send", "-t", OTHER, "-o", "json", input="piped body\n"))
-    assert stored(daemons, from_stdin["offset_msg_id"]).body == b"piped body\n"
+    assert stored(daemons, from_stdin["msg_id"]).body == b"piped body\n"
 
 
 def test_send_with_a_delay_level_goes_through_the_schedule_topic(
@@ -155,7 +155,7 @@ def test_send_with_a_delay_level_goes_through_the_schedule_topic(
 ) -> None:
     sent = ok(mq("msg", "send", "-t", LATER, "--delay-level", "3", "-k", "later", "tick", "-o", "json"))
     assert sent["delay_level"] == 3
-    m = stored(daemons, sent["offset_msg_id"])
+    m = stored(daemons, sent["msg_id"])
     assert (m.topic, m.queue_id) == (SCHEDULE_TOPIC, 2)
     assert (m.properties["REAL_TOPIC"], m.properties["DELAY"]) == (LATER, "3")
 
@@ -217,7 +217,7 @@ def test_query_and_show_carry_the_body_in_every_format(mq: Callable[..., CliResu
     sent = ok(mq("msg", "send", "-t", OTHER, "-q", "1", "--file", str(tmp_path / "body.bin"), "-o", "json"))
     shown = ok(mq("msg", "show", "-t", OTHER, "-q", "1", "--offset", str(sent["queue_offset"]), "-o", "json"))
     assert shown["body_encoding"] == "base64" and base64.b64decode(shown["body"]) == binary
-    by_id = ok(mq("msg", "query", "--id", sent["offset_msg_id"], "-o", "json"))
+    by_id = ok(mq("msg", "query", "--id", sent["msg_id"], "-o", "json"))
     assert base64.b64decode(by_id["body"]) == binary
     no_body = ok(
         mq(
@@ -246,11 +246,36 @@ def test_query_by_key_outside_the_window_is_not_found(mq: Callable[..., CliResul
 
 def test_query_by_id_and_by_unique_key(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
     sent = ok(mq("msg", "send", "-t", OTHER, "-k", "by-id", "find me", "-o", "json"))
-    shown = ok(mq("msg", "query", "--id", sent["offset_msg_id"], "-o", "json"))
+    shown = ok(mq("msg", "query", "--id", sent["msg_id"], "-o", "json"))
     assert (shown["body"], shown["keys"], shown["topic"]) == ("find me", "by-id", OTHER)
     assert shown["store_host"] == daemons.broker_addr
-    (by_uniq,) = ok(mq("msg", "query", "-t", OTHER, "--unique-key", sent["msg_id"], "-o", "json"))
-    assert by_uniq["msg_id"] == sent["offset_msg_id"]
+    (by_uniq,) = ok(mq("msg", "query", "-t", OTHER, "--unique-key", sent["unique_key"], "-o", "json"))
+    assert by_uniq["msg_id"] == sent["msg_id"]
+
+
+def test_query_by_id_takes_the_client_id_send_prints_and_says_which_kind_it_found(
+    mq: Callable[..., CliResult],
+) -> None:
+    """``msg send`` prints both ids; ``--id`` finds the message by either, with or without --topic."""
+    sent = ok(mq("msg", "send", "-t", OTHER, "-k", "either-id", "either way", "-o", "json"))
+    assert len(sent["unique_key"]) == len(sent["msg_id"]) == 32
+    for args in (["--id", sent["unique_key"]], ["--id", sent["unique_key"].lower(), "-t", OTHER]):
+        result = mq("msg", "query", *args, "-o", "json")
+        found = ok(result)
+        assert (found["found_by"], found["msg_id"], found["unique_key"]) == (
+            "unique_key",
+            sent["msg_id"],
+            sent["unique_key"],
+        )
+        assert found["body"] == "either way"
+        assert "is a client id (unique_key)" in result.stderr
+    by_offset = mq("msg", "query", "--id", sent["msg_id"], "-o", "json")
+    assert ok(by_offset)["found_by"] == "msg_id"
+    assert "is an offset id (msg_id)" in by_offset.stderr
+    elsewhere = mq("msg", "query", "--id", sent["unique_key"], "-t", TOPIC)
+    assert elsewhere.code == 3, elsewhere.stderr
+    not_an_id = mq("msg", "query", "--id", "Z" * 32)
+    assert not_an_id.code == 2 and "32 (IPv4) or 56 (IPv6) hex digits" in not_an_id.stderr, not_an_id.stderr
 
 
 def test_query_by_id_of_a_missing_offset_or_an_unreachable_broker(
@@ -282,7 +307,7 @@ def test_user_data_is_shown_as_data_never_as_markup(mq: Callable[..., CliResult]
     sent = ok(
         mq("msg", "send", "-t", OTHER, "-q", "0", "--tag", "[vip]", "-k", "[urgent]", body, "-o", "json")
     )
-    by_id = mq("msg", "query", "--id", sent["offset_msg_id"])
+    by_id = mq("msg", "query", "--id", sent["msg_id"])
     assert by_id.code == 0, by_id.stderr
     for text in ("[urgent]", "[vip]", "[/b]", "[bold]not bold[/bold]"):
         assert text in by_id.stdout
@@ -292,6 +317,59 @@ def test_user_data_is_shown_as_data_never_as_markup(mq: Callable[..., CliResult]
     listed = mq("msg", "query", "-t", OTHER, "-k", "[urgent]")
     assert listed.code == 0, listed.stderr
     assert "[urgent]" in listed.stdout and "[vip]" in listed.stdout
+
+
+HOSTILE = "\x1b[31mred\x1b[0m\ttab\x07bell\rback\x7fdel\x9b2J\u202eevil"
+
+
+def test_control_characters_in_user_data_never_reach_the_terminal_raw(mq: Callable[..., CliResult]) -> None:
+    """ESC, TAB, BEL, CR, DEL, a C1 CSI and a bidi override in a body, key and tag are shown escaped in
+    tables and tail lines; --raw prints them as they are; JSON keeps the exact text."""
+    hostile_tag_and_key = ["--tag", "t\x1b[2J", "-k", "k\x1b]0;title\x07"]
+    sent = ok(mq("msg", "send", "-t", OTHER, "-q", "0", *hostile_tag_and_key, HOSTILE, "-o", "json"))
+    at = ["-t", OTHER, "-q", "0", "--offset", str(sent["queue_offset"])]
+    views = {
+        "show": mq("msg", "show", *at),
+        "query": mq("msg", "query", "--id", sent["msg_id"]),
+        "query -k": mq("msg", "query", "-t", OTHER, "-k", "k\x1b]0;title\x07"),
+        "tail": mq("msg", "tail", "-t", OTHER, "--from", "earliest", "--exit"),
+    }
+    for name, result in views.items():
+        assert result.code == 0, (name, result.stderr)
+        bad = [
+            c
+            for c in result.stdout
+            if (ord(c) < 0x20 and c != "\n") or 0x7F <= ord(c) <= 0x9F or c == "\u202e"
+        ]
+        assert not bad, (name, bad)
+    shown = views["show"].stdout
+    for escaped in (
+        "\\x1b[31mred",
+        "\\ttab",
+        "\\x07bell",
+        "\\rback",
+        "\\x7fdel",
+        "\\x9b2J",
+        "\\u202eevil",
+        "t\\x1b[2J",
+    ):
+        assert escaped in shown, escaped
+    assert "\\x1b[31mred" in views["tail"].stdout
+    raw = mq("msg", "show", *at, "--raw")
+    assert raw.code == 0 and "\x1b[31mred\x1b[0m" in raw.stdout
+    assert ok(mq("msg", "show", *at, "-o", "json"))["body"] == HOSTILE
+
+
+def test_an_error_line_never_carries_control_characters(capsys: pytest.CaptureFixture[str]) -> None:
+    """A server's remark goes into the error line as it came: its escape sequences must not."""
+    from mqctl.cli.app import _fail
+    from mqctl.errors import from_response_code
+
+    error = from_response_code(1, "busy \x1b]0;pwned\x07\x1b[2J\ttry later", action="request failed")
+    assert _fail(str(error), error.exit_code) == 8
+    line = capsys.readouterr().err
+    assert "\x1b" not in line and "\x07" not in line and line.count("\n") == 1
+    assert "busy \\x1b]0;pwned\\x07\\x1b[2J\\ttry later" in line
 
 
 def test_times_are_local_in_tables_utc_with_flag_and_iso_in_json(cli: RunCli, daemons: LocalCluster) -> None:
@@ -349,18 +427,18 @@ def test_tail_from_a_groups_committed_offsets(mq: Callable[..., CliResult], daem
     assert all(m["queue_offset"] == 1 for m in lines)
 
 
+def _tail(cli_env: dict[str, str], daemons: LocalCluster, *args: str) -> subprocess.Popen[str]:
+    """``msg tail -t MsgT ARGS -o json``, running."""
+    return spawn(
+        cli_env, "msg", "tail", "-t", TOPIC, *args, "-o", "json", env={"NAMESRV_ADDR": daemons.namesrv_addr}
+    )
+
+
 @pytest.mark.slow
 def test_tail_streams_new_messages(
     cli_env: dict[str, str], daemons: LocalCluster, mq: Callable[..., CliResult]
 ) -> None:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "mqctl", "msg", "tail", "-t", TOPIC, "--max-messages", "2", "-o", "json"],
-        env={**cli_env, "NAMESRV_ADDR": daemons.namesrv_addr},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _tail(cli_env, daemons, "--max-messages", "2")
     try:
         assert proc.stderr is not None
         started = proc.stderr.readline()
@@ -409,6 +487,77 @@ def dead_letters(daemons: LocalCluster) -> list[str]:
     ids = daemons.loop.run(kill())
     assert len(ids) == 2
     return ids
+
+
+MANY = "MsgMany"
+MANY_GROUP = "CG_Many"
+MANY_COUNT = 4000  # enough that the run is still sending when Ctrl-C comes (else the test says so)
+
+
+def _kv(daemons: LocalCluster, namespace: str, key: str) -> str | None:
+    async def get() -> str | None:
+        async with Admin([daemons.namesrv_addr]) as admin:
+            return await admin.kv_get(namespace, key)
+
+    return daemons.loop.run(get())
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_a_resend_reports_what_it_did_and_loses_and_duplicates_nothing(
+    cli_env: dict[str, str], daemons: LocalCluster
+) -> None:
+    """Ctrl-C mid-run: exit 130, one line, the outcomes so far on stdout; every copy the broker stored is
+    in the record, so the next run sends exactly the rest."""
+    client = handle(daemons)
+
+    async def kill() -> None:
+        create = CreateTopicRequestHeader(MANY, "TBW102", 1, 1, 6, "SINGLE_TAG")
+        assert (await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create.to_ext_fields())).code == 0
+        async with Admin([daemons.namesrv_addr]) as admin:
+            await _wait_for_route(daemons.namesrv_addr, MANY)
+
+            async def dead_letter(i: int) -> None:
+                body = f"many {i}".encode()
+                sent = await wire.send(admin, daemons.broker_addr, MANY, body, queue_id=0, properties={})
+                _host, offset = decode_msg_id(sent.offset_msg_id)
+                await wire.send_back(
+                    admin, daemons.broker_addr, group=MANY_GROUP, phys_offset=offset, delay_level=-1
+                )
+
+            for start in range(0, MANY_COUNT, 100):
+                await asyncio.gather(*(dead_letter(i) for i in range(start, min(start + 100, MANY_COUNT))))
+        await _wait_for_route(daemons.namesrv_addr, f"%DLQ%{MANY_GROUP}")
+        await client.client.close()
+
+    daemons.loop.run(kill(), timeout=120)
+    argv = ["msg", "resend", "-g", MANY_GROUP, "--execute", "--yes", "-o", "json"]
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+    proc = spawn(cli_env, *argv, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not _kv(daemons, "MQCTL_DLQ_RESENT", MANY_GROUP) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        proc.send_signal(2)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("mqctl: error: interrupted after re-sending ") and f"of {MANY_COUNT}" in line, line
+    report = json.loads(out)
+    resent = [o for o in report if o["outcome"] == "RESENT"]
+    assert 0 < len(resent) < MANY_COUNT, "the run ended before Ctrl-C: raise MANY_COUNT"
+    assert f"re-sending {len(resent)} of" in line
+
+    def copies() -> int:
+        return on_broker(daemons, lambda: daemons.broker.store.get_max_offset(MANY, 0)) - MANY_COUNT
+
+    assert copies() == len(resent)  # nothing sent that the report (and the record) does not hold
+    rest = run_process(cli_env, *argv, env=env, timeout=120)
+    assert rest.code == 0, rest.stderr
+    outcomes = rest.json()
+    assert sum(o["outcome"] == "ALREADY RESENT" for o in outcomes) == len(resent)
+    assert sum(o["outcome"] == "RESENT" for o in outcomes) == MANY_COUNT - len(resent)
+    assert copies() == MANY_COUNT  # each dead letter re-sent exactly once over the two runs
 
 
 def other_total(daemons: LocalCluster) -> int:
@@ -576,27 +725,9 @@ def test_an_unreachable_namesrv_exits_5(cli: RunCli) -> None:
 
 @pytest.mark.slow
 def test_watch_repeats_a_query_until_interrupted(cli_env: dict[str, str], daemons: LocalCluster) -> None:
-    proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mqctl",
-            "msg",
-            "query",
-            "-t",
-            TOPIC,
-            "-k",
-            "seed-0",
-            "--watch",
-            "0.2",
-            "-o",
-            "json",
-        ],
-        env={**cli_env, "NAMESRV_ADDR": daemons.namesrv_addr},
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+    proc = spawn(
+        cli_env, "msg", "query", "-t", TOPIC, "-k", "seed-0", "--watch", "0.2", "-o", "json", env=env
     )
     try:
         assert proc.stderr is not None
@@ -614,6 +745,20 @@ def test_watch_repeats_a_query_until_interrupted(cli_env: dict[str, str], daemon
     assert all(json.loads(line)["keys"] == "seed-0 seeds" for line in lines)
 
 
+@pytest.mark.slow
+def test_ctrl_c_stops_tail_with_exit_130_and_one_line(cli_env: dict[str, str], daemons: LocalCluster) -> None:
+    proc = _tail(cli_env, daemons, "--from", "earliest")
+    try:
+        assert proc.stderr is not None and "tailing" in proc.stderr.readline()
+        assert proc.stdout is not None and json.loads(proc.stdout.readline())["topic"] == TOPIC
+    finally:
+        proc.send_signal(2)
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 130, err
+    (line,) = err.strip().splitlines()
+    assert line.startswith("mqctl: error: interrupted after ") and line.endswith(" message(s)")
+
+
 def test_store_commands_read_the_running_brokers_store(
     mq: Callable[..., CliResult], daemons: LocalCluster
 ) -> None:
@@ -623,7 +768,7 @@ def test_store_commands_read_the_running_brokers_store(
     live = on_broker(daemons, lambda: {q: daemons.broker.store.get_max_offset(TOPIC, q) for q in range(4)})
     assert {r["queue_id"]: r["max_offset"] for r in rows} == live
     sent = ok(mq("msg", "send", "-t", OTHER, "seen offline", "-o", "json"))
-    shown = ok(mq("store", "msg", "query", "--store", root, "--id", sent["offset_msg_id"], "-o", "json"))
+    shown = ok(mq("store", "msg", "query", "--store", root, "--id", sent["msg_id"], "-o", "json"))
     assert shown["body"] == "seen offline"
 
 
@@ -645,7 +790,98 @@ def test_client_ids_have_the_java_clients_layout() -> None:
 def test_send_to_an_unknown_topic_auto_creates_it_through_tbw102(
     mq: Callable[..., CliResult], daemons: LocalCluster
 ) -> None:
-    sent = ok(mq("msg", "send", "-t", "AutoCreated", "first", "-o", "json"))
-    assert sent["topic"] == "AutoCreated" and sent["queue_id"] < 4
+    refused = mq("msg", "send", "-t", "AutoCreated", "--no-create", "never")
+    assert refused.code == 3 and "'AutoCreated' does not exist" in refused.stderr, refused.stderr
+    assert daemons.broker.topics.get("AutoCreated") is None
+    result = mq("msg", "send", "-t", "AutoCreated", "first", "-o", "json")
+    sent = ok(result)
+    assert sent["topic"] == "AutoCreated" and sent["queue_id"] < 4 and sent["auto_created"] is True
+    assert "topic 'AutoCreated' did not exist: broker broker-a created it" in result.stderr
     config = daemons.broker.topics.get("AutoCreated")
     assert config is not None and config.write_queue_nums == 4
+    again = mq("msg", "send", "-t", "AutoCreated", "--no-create", "second", "-o", "json")
+    assert ok(again)["auto_created"] is False and again.stderr == ""
+
+
+# ------------------------------------------------------------------------ one name per concept
+
+#: Names one concept has had in different commands: only the first of each may appear in JSON output.
+SYNONYMS = (
+    ("msg_id", "offset_msg_id", "offsetMsgId", "msgId"),
+    ("unique_key", "uniq_key", "uniqKey", "client_id"),
+    ("store_time", "store_timestamp", "storeTimestamp"),
+    ("born_time", "born_timestamp", "bornTimestamp"),
+    ("read_queues", "read_queue_nums", "readQueueNums"),
+    ("write_queues", "write_queue_nums", "writeQueueNums"),
+)
+GLOSSARY = ROOT / "docs" / "json-fields.md"
+
+
+def _fields(value: Any, found: dict[str, list[Any]]) -> None:
+    """Every key of every object in ``value``, with the values it had."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            found.setdefault(name, []).append(item)
+            if name != "properties":  # message properties are user data, not fields
+                _fields(item, found)
+    elif isinstance(value, list):
+        for item in value:
+            _fields(item, found)
+
+
+def test_json_outputs_use_one_documented_name_per_concept(
+    mq: Callable[..., CliResult], daemons: LocalCluster, dead_letters: list[str], tmp_path: Path
+) -> None:
+    """Scan the ``-o json`` of the message, topic and DLQ commands: no known synonym, every field in the
+    glossary, one form for perms (the ``--perm`` form), keys as one string, every time with its _ms twin."""
+    sent = ok(mq("msg", "send", "-t", OTHER, "-k", "gloss-1", "-k", "gloss-2", "glossary", "-o", "json"))
+    outputs: list[Any] = [
+        sent,
+        ok(mq("msg", "query", "-t", OTHER, "-k", "gloss-1", "-o", "json")),
+        ok(mq("msg", "query", "--id", sent["msg_id"], "-o", "json")),
+        ok(mq("msg", "query", "--id", sent["unique_key"], "-o", "json")),
+        ok(mq("msg", "query", "-t", OTHER, "--unique-key", sent["unique_key"], "-o", "json")),
+        ok(mq("msg", "show", "-t", TOPIC, "-q", "0", "--offset", "0", "-o", "json")),
+        ok(mq("topic", "route", "-t", TOPIC, "-o", "json")),
+        ok(mq("topic", "create", "-t", "GlossaryT", "-r", "2", "-w", "2", "-o", "json")),
+        ok(mq("msg", "resend", "-g", DLQ_GROUP, "-o", "json")),
+        ok(mq("dlq", "ls", "-o", "json")),
+        ok(
+            mq(
+                "store",
+                "msg",
+                "query",
+                "--store",
+                daemons.broker.config.store_path_root_dir,
+                "--id",
+                sent["msg_id"],
+                "-o",
+                "json",
+            )
+        ),
+    ]
+    tail = mq("msg", "tail", "-t", TOPIC, "--from", "earliest", "--exit", "--max-messages", "2", "-o", "json")
+    outputs += [json.loads(line) for line in ok_lines(tail)]
+    out = tmp_path / "dead.jsonl"
+    assert mq("dlq", "export", "-g", DLQ_GROUP, "--out", str(out)).code == 0
+    outputs += [json.loads(line) for line in out.read_text().splitlines()]
+
+    found: dict[str, list[Any]] = {}
+    _fields(outputs, found)
+    for preferred, *others in SYNONYMS:
+        assert not set(others) & set(found), f"{sorted(set(others) & set(found))}: call it {preferred}"
+    first_cells = (line.split("|")[1] for line in GLOSSARY.read_text().splitlines() if line.startswith("| `"))
+    documented = {name for cell in first_cells for name in re.findall(r"`([a-z_]+)`", cell)}
+    assert not set(found) - documented, f"not in {GLOSSARY.name}: {sorted(set(found) - documented)}"
+    assert all(re.fullmatch(r"r?w?x?|-", p) for p in found["perm"] if isinstance(p, str))
+    changes = [c for c in found.get("changes", []) if "perm" in c]
+    assert changes and all(isinstance(c["perm"][1], str) for c in changes)
+    assert all(k is None or isinstance(k, str) for k in found["keys"])
+    for name in found:
+        if name.endswith("_time") and name not in ("last_updated",):
+            assert f"{name}_ms" in found, f"{name} has no _ms twin"
+
+
+def ok_lines(result: CliResult) -> list[str]:
+    assert result.code == 0, result.stderr
+    return result.stdout.splitlines()

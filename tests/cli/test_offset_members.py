@@ -257,3 +257,39 @@ def test_tail_of_a_group_is_a_member_that_follows_a_reset_and_commits_nothing_it
         reader.join(10)
     assert committed(daemons, group) == [0, 0]
     wait_for(lambda: daemons.broker.consumers.get(group) is None, "msg tail -g to leave its group")
+
+
+@pytest.mark.slow
+def test_a_live_member_that_never_committed_is_reset_and_so_is_a_time_plan_file(
+    cli: RunCli, cli_env: dict[str, str], daemons: LocalCluster, tmp_path: Any
+) -> None:
+    """'msg tail -g' is a live member that commits nothing: the broker alone answers a reset with 'the
+    consumer group does not exist' (4.9.8's Broker2Client#resetOffset wants a committed offset), so the
+    plan's offsets are committed first. A --to-time plan file applies to live members as --to-time does."""
+    from tests.support.cli import spawn
+
+    group = "CG_NeverCommitted"
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+    tail = spawn(cli_env, "msg", "tail", "-t", TOPIC, "-g", group, "--from", "latest", "-o", "json", env=env)
+    try:
+        wait_for(lambda: daemons.broker.consumers.get(group) is not None, "msg tail -g to join its group")
+        assert committed(daemons, group) == [-1, -1]
+        reset_to_earliest(cli, group, env)
+        assert committed(daemons, group) == [0, 0]
+
+        def reset(*args: str) -> CliResult:
+            return cli("offset", "reset", "-g", group, "-t", TOPIC, *args, env=env)
+
+        plan = tmp_path / "plan.json"
+        an_hour_ahead = str(int(time.time() * 1000) + 3_600_000)
+        exported = reset("--to-time", an_hour_ahead, "--export", str(plan))
+        assert exported.code == 0, exported.stderr
+        applied = reset("--from-file", str(plan), "--execute", "--yes", "-o", "json")
+        assert applied.code == 0, applied.stderr
+        assert "told to follow" in applied.json()["applied"]
+        planned = [q["new"] for q in applied.json()["queues"]]
+        assert planned != [0, 0]  # the time is after every message: the plan moves the group forward
+        wait_for(lambda: committed(daemons, group) == planned, "the time plan to be committed")
+    finally:
+        tail.send_signal(signal.SIGINT)
+        tail.communicate(timeout=30)

@@ -138,7 +138,7 @@ def test_a_damaged_total_size_is_quarantined_served_around_verified_and_salvaged
                     d["queue_offset"],
                     body,
                     d["tags"],
-                    d["keys"],
+                    (d["keys"] or "").split(),
                     d["properties"],
                 )
             )

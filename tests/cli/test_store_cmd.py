@@ -17,6 +17,7 @@ import yaml
 
 from tests.support.cli import RunCli
 from tests.support.paths import store_a_manifest
+from tests.support.ports import free_port
 from tests.support.stores import keyed_store, unpack_store_a
 
 
@@ -78,6 +79,23 @@ def test_commitlog_ls_gives_the_manifest_files_records_and_topics(
     assert dict(topics) == manifest["counts"]["recordsInCommitLogPerTopic"]
     assert rows[0]["first_store_time"] == "2026-11-21T09:09:46.575Z"  # the index file's begin timestamp
     assert rows[-1]["last_store_time"] == "2026-11-21T09:10:14.169Z"  # the checkpoint's physicMsgTimestamp
+
+
+def test_commitlog_and_index_ls_show_local_time_and_carry_ms_twins(cli: RunCli, store_a: Path) -> None:
+    """As every other command: JSON has each time as ISO plus its _ms twin; a table shows local time."""
+    env = {"TZ": "Asia/Tokyo"}
+    files = ok(cli("store", "commitlog", "ls", "--store", str(store_a), "-o", "json"))
+    assert files[0]["first_store_time"] == "2026-11-21T09:09:46.575Z"
+    assert files[0]["first_store_time_ms"] == 1795252186575
+    assert all(isinstance(r["last_store_time_ms"], int) for r in files)
+    (index,) = ok(cli("store", "index", "ls", "--store", str(store_a), "-o", "json"))
+    assert isinstance(index["begin_time_ms"], int) and index["begin_time_ms"] > 0
+    assert index["begin_time"].endswith("Z")
+    table = cli("store", "commitlog", "ls", "--store", str(store_a), env=env)
+    assert table.code == 0, table.stderr
+    assert "2026-11-21T18:09:46.575+09:00" in table.stdout and "09:09:46.575Z" not in table.stdout
+    indexed = cli("store", "index", "ls", "--store", str(store_a), env=env)
+    assert indexed.code == 0 and "+09:00" in indexed.stdout, indexed.stderr
 
 
 @pytest.mark.slow
@@ -511,3 +529,46 @@ def test_a_directory_that_is_not_a_store(cli: RunCli, tmp_path: Path) -> None:
     assert result.code == 3
     assert "not a store directory" in result.stderr
     assert cli("store", "cq", "ls", "--store", str(tmp_path / "missing")).code == 2
+
+
+@pytest.mark.parametrize("phase", ["_verify_queues", "_verify_index"])
+def test_ctrl_c_in_verify_prints_the_partial_report_and_one_line(
+    cli: RunCli, store_a: Path, monkeypatch: pytest.MonkeyPatch, phase: str
+) -> None:
+    """Ctrl-C (here: at the start of a later phase) ends the walk: what was checked is reported, the report
+    says where it stopped, and one line says it was interrupted; exit 130."""
+    from store import inspect
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inspect, phase, interrupted)
+    result = cli("store", "verify", "--store", str(store_a), "-o", "json")
+    assert result.code == 130, result.stderr
+    report = result.json()
+    assert report["records"] == 5612 and report["ok"] is False
+    assert report["interrupted"] == (
+        "during the ConsumeQueue check" if phase == "_verify_queues" else "during the IndexFile check"
+    )
+    (line,) = result.stderr.strip().splitlines()
+    assert line == f"mqctl: error: interrupted {report['interrupted']}: the report covers what was checked"
+    table = cli("store", "verify", "--store", str(store_a))
+    assert table.code == 130 and "interrupted" in table.stdout
+
+
+def test_ctrl_c_in_verify_does_not_go_on_to_compare_with_a_broker(
+    cli: RunCli, store_a: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupted verify with --against reports and exits 130 at once: the comparison (minutes of
+    requests on a large store) is not started after the operator asked to stop."""
+    from store import inspect
+
+    def interrupted(*args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inspect, "_verify_queues", interrupted)
+    result = cli(
+        "store", "verify", "--store", str(store_a), "--against", f"127.0.0.1:{free_port()}", "-o", "json"
+    )
+    assert result.code == 130, result.stderr
+    assert "against" not in result.json()

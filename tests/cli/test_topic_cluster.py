@@ -57,9 +57,9 @@ def test_topic_lifecycle(mq: RunCli, daemons: LocalCluster) -> None:
             "broker": daemons.broker_addr,
             "action": "created",
             "changes": {
-                "read_queue_nums": [None, 4],
-                "write_queue_nums": [None, 4],
-                "perm": [None, 6],
+                "read_queues": [None, 4],
+                "write_queues": [None, 4],
+                "perm": [None, "rw"],
                 "order": [None, False],
             },
         }
@@ -73,7 +73,7 @@ def test_topic_lifecycle(mq: RunCli, daemons: LocalCluster) -> None:
     assert soft.code == 0 and soft.json()["action"] == "exists"
 
     updated = mq("topic", "update", "-t", "Orders", "-w", "2", "-o", "json").json()
-    assert updated["brokers"][0]["changes"] == {"write_queue_nums": [4, 2]}
+    assert updated["brokers"][0]["changes"] == {"write_queues": [4, 2]}
     assert daemons.broker.topics.get("Orders").write_queue_nums == 2
 
     route = mq("topic", "route", "-t", "Orders", "-o", "json").json()
@@ -82,7 +82,7 @@ def test_topic_lifecycle(mq: RunCli, daemons: LocalCluster) -> None:
             "broker_name": "broker-a",
             "read_queues": 4,
             "write_queues": 2,
-            "perm": "RW-",
+            "perm": "rw",
             "master": daemons.broker_addr,
             "slaves": [],
         }
@@ -125,7 +125,7 @@ def test_apply_is_idempotent(mq: RunCli, daemons: LocalCluster, tmp_path: Path) 
     spec.write_text("- {name: A1, read_queues: 3, write_queues: 2}\n")
     planned = mq("topic", "apply", "-f", str(spec), "-o", "json")
     assert planned.json()[0]["action"] == "would update" and planned.json()[0]["changes"] == {
-        "read_queue_nums": [2, 3]
+        "read_queues": [2, 3]
     }
     assert "add --execute" in planned.stderr
     assert daemons.broker.topics.get("A1").read_queue_nums == 2
@@ -141,7 +141,7 @@ def test_apply_plans_by_default_and_says_would_create(
     spec.write_text("- {name: Planned1, read_queues: 2, write_queues: 2}\n")
     plan = mq("topic", "apply", "-f", str(spec))
     assert plan.code == 0, plan.stderr
-    assert "would create" in plan.stdout and "read_queue_nums: - → 2" in plan.stdout
+    assert "would create" in plan.stdout and "read_queues: - → 2" in plan.stdout
     assert daemons.broker.topics.get("Planned1") is None
     alias = mq("topic", "apply", "-f", str(spec), "--dry-run", "-o", "json")
     assert alias.code == 0 and "--dry-run is the default now" in alias.stderr
@@ -224,6 +224,16 @@ def test_broker_config_get_and_set(mq: RunCli, daemons: LocalCluster) -> None:
     assert daemons.broker.config.file_reserved_time == 48
     assert mq("broker", "config", "get", "noSuchKey").code == NotFoundError.exit_code
     assert mq("broker", "config", "set", "fileReservedTime").code == UsageError.exit_code
+    bad = mq("broker", "config", "set", "fileReservedTime=abc", "-b", daemons.broker_addr)
+    assert bad.code == UsageError.exit_code, bad.stderr
+    assert "fileReservedTime" in bad.stderr and "'abc' is not a whole number" in bad.stderr
+    assert "int()" not in bad.stderr and daemons.broker.config.file_reserved_time == 48
+    flag = mq("broker", "config", "set", "autoCreateTopicEnable=maybe", "-b", daemons.broker_addr)
+    assert flag.code == UsageError.exit_code and "true or false" in flag.stderr, flag.stderr
+    typo = mq("broker", "config", "set", "fileReservedTim=24", "-b", daemons.broker_addr)
+    assert typo.code == NotFoundError.exit_code and "did you mean fileReservedTime?" in typo.stderr, (
+        typo.stderr
+    )
 
 
 def test_topic_stats_reads_the_brokers_put_rates(mq: RunCli, daemons: LocalCluster) -> None:
@@ -247,7 +257,7 @@ def test_create_shows_its_diff_values_as_rows(mq: RunCli, daemons: LocalCluster)
     rows = cells(created.stdout)
     (broker_row,) = [r for r in rows if r[0] == daemons.broker_addr]
     assert broker_row[1] == "created"
-    assert "read_queue_nums: - → 2" in broker_row[2] and "perm: - → 6" in broker_row[2]
+    assert "read_queues: - → 2" in broker_row[2] and "perm: - → rw" in broker_row[2]
     assert ["topic", "Shown"] in rows
     assert "{" not in created.stdout and "[" not in created.stdout
 

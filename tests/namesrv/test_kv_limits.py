@@ -4,12 +4,16 @@ kvConfig.json to be written."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
+import tracemalloc
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
 from daemon.namesrv import kvconfig
+from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
 from daemon.namesrv.kvconfig import encode_table
 from daemon.remoting.bodies import TopicRouteData
@@ -17,6 +21,18 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store import fastjson
 from tests.support.namesrv import Namesrv, namesrv_config
+
+
+@contextlib.asynccontextmanager
+async def serving(config: NamesrvConfig) -> AsyncIterator[Namesrv]:
+    """A NameServer on `config`, and a client of it; stopped (its KV file written) on the way out."""
+    controller = NamesrvController(config)
+    await controller.start()
+    try:
+        async with RemotingClient() as client:
+            yield Namesrv(controller, client)
+    finally:
+        await controller.stop()
 
 
 def put(namespace: str, key: str, value: str) -> dict[str, str]:
@@ -38,23 +54,58 @@ async def test_puts_over_a_cap_are_refused_and_not_stored(tmp_path: Path) -> Non
             big = await ns.call(RequestCode.PUT_KV_CONFIG, put("A", "big", "x" * 101))
             assert big.code == ResponseCode.SYSTEM_ERROR
             assert big.remark == "KV value of 101 bytes is over kvConfigMaxValueBytes=100"
-            for i in range(10):  # the name and 10 entries of 1 + 90 bytes: 911 of the namespace's 1000
+            # the name and 6 entries of 1 + 90 bytes, each counted with ENTRY_OVERHEAD (64): 995 of 1000
+            for i in range(6):
                 assert (await ns.call(RequestCode.PUT_KV_CONFIG, put("A", str(i), "a" * 90))).code == 0
             full = await ns.call(RequestCode.PUT_KV_CONFIG, put("A", "x", "a" * 90))
             assert full.code == ResponseCode.SYSTEM_ERROR
-            assert full.remark == "KV namespace A would hold 1002 bytes, over kvConfigMaxNamespaceBytes=1000"
+            assert full.remark == "KV namespace A would hold 1150 bytes, over kvConfigMaxNamespaceBytes=1000"
             replaced = await ns.call(RequestCode.PUT_KV_CONFIG, put("A", "0", "b" * 90))
             assert replaced.code == 0  # replacing a value by one as long does not grow the namespace
-            for i in range(6):  # 547 more with the name: 1458 of the 1500 in all
+            for i in range(2):  # 375 more with the name: 1370 of the 1500 in all
                 assert (await ns.call(RequestCode.PUT_KV_CONFIG, put("B", str(i), "a" * 90))).code == 0
             over = await ns.call(RequestCode.PUT_KV_CONFIG, put("B", "x", "a" * 90))
             assert over.code == ResponseCode.SYSTEM_ERROR
-            assert over.remark == "KV store would hold 1549 bytes, over kvConfigMaxTotalBytes=1500"
+            assert over.remark == "KV store would hold 1525 bytes, over kvConfigMaxTotalBytes=1500"
     finally:
         await controller.stop()
     stored = fastjson.loads(config.kv_config_file.read_bytes())["configTable"]
-    assert stored["A"] == {"0": "b" * 90, **{str(i): "a" * 90 for i in range(1, 10)}}
-    assert stored["B"] == {str(i): "a" * 90 for i in range(6)}
+    assert stored["A"] == {"0": "b" * 90, **{str(i): "a" * 90 for i in range(1, 6)}}
+    assert stored["B"] == {str(i): "a" * 90 for i in range(2)}
+
+
+async def test_the_caps_count_what_the_file_holds(tmp_path: Path) -> None:
+    """A control character is one byte in a value and six in kvConfig.json (\\u0001): values of them
+    wrote a file six times kvConfigMaxTotalBytes."""
+    config = namesrv_config(tmp_path, kv_config_max_total_bytes=100_000)
+    async with serving(config) as ns:
+        for i in range(50):
+            answer = await ns.call(RequestCode.PUT_KV_CONFIG, put("A", str(i), "\x01" * 10_000))
+            if answer.code != ResponseCode.SUCCESS:
+                assert "kvConfigMax" in (answer.remark or "")
+                break
+    written = len(config.kv_config_file.read_bytes())
+    assert written <= 100_000 + 1_000  # the cap, and JSON's punctuation
+
+
+async def test_a_flood_of_tiny_entries_holds_no_more_than_a_few_times_the_cap(tmp_path: Path) -> None:
+    manager = kvconfig.KVConfigManager(
+        namesrv_config(tmp_path, kv_config_max_total_bytes=64 * 1024, kv_config_max_namespace_bytes=64 * 1024)
+    )
+
+    async def unwritten() -> None:
+        pass
+
+    manager._writer = unwritten  # type: ignore[assignment,method-assign]
+    tracemalloc.start()
+    try:
+        with pytest.raises(kvconfig.KVLimitError):
+            for n in range(1_000_000):
+                await manager.put("A", format(n, "x"), "")
+        held, _ = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert held < 4 * 64 * 1024
 
 
 async def test_route_lookups_are_answered_while_kv_puts_wait_for_their_write(
@@ -114,27 +165,21 @@ async def test_a_flood_of_namespace_names_is_held_by_the_caps(tmp_path: Path) ->
     kvConfig.json far past kvConfigMaxTotalBytes. Names count now, are capped like a value, and no
     remote request raises a cap."""
     config = namesrv_config(tmp_path, kv_config_max_total_bytes=200_000)
-    controller = NamesrvController(config)
-    await controller.start()
-    try:
-        async with RemotingClient() as client:
-            ns = Namesrv(controller, client)
-            huge = await ns.call(RequestCode.PUT_KV_CONFIG, put("N" * 1_000_000, "k", "v"))
-            assert huge.code == ResponseCode.SYSTEM_ERROR
-            assert "namespace name of 1000000 bytes is over kvConfigMaxValueBytes" in huge.remark
-            long_key = await ns.call(RequestCode.PUT_KV_CONFIG, put("N", "k" * 70_000, "v"))
-            assert long_key.code == ResponseCode.SYSTEM_ERROR and "KV key of 70000 bytes" in long_key.remark
-            codes = [
-                (await ns.call(RequestCode.PUT_KV_CONFIG, put(f"{i:02d}" + "N" * 60_000, "k", "v"))).code
-                for i in range(40)
-            ]
-            assert codes[:3] == [ResponseCode.SUCCESS] * 3
-            assert set(codes[3:]) == {ResponseCode.SYSTEM_ERROR}
-            raised = await ns.call(
-                RequestCode.UPDATE_NAMESRV_CONFIG, body=b"kvConfigMaxTotalBytes=1000000000\n"
-            )
-            assert raised.code == ResponseCode.NO_PERMISSION and "kvConfigMaxTotalBytes" in raised.remark
-            assert config.kv_config_max_total_bytes == 200_000
-    finally:
-        await controller.stop()
+    async with serving(config) as ns:
+        huge = await ns.call(RequestCode.PUT_KV_CONFIG, put("N" * 1_000_000, "k", "v"))
+        assert huge.code == ResponseCode.SYSTEM_ERROR
+        assert "namespace name of 1000000 bytes is over kvConfigMaxValueBytes" in (huge.remark or "")
+        long_key = await ns.call(RequestCode.PUT_KV_CONFIG, put("N", "k" * 70_000, "v"))
+        assert long_key.code == ResponseCode.SYSTEM_ERROR and "KV key of 70000 bytes" in (
+            long_key.remark or ""
+        )
+        codes = [
+            (await ns.call(RequestCode.PUT_KV_CONFIG, put(f"{i:02d}" + "N" * 60_000, "k", "v"))).code
+            for i in range(40)
+        ]
+        assert codes[:3] == [ResponseCode.SUCCESS] * 3
+        assert set(codes[3:]) == {ResponseCode.SYSTEM_ERROR}
+        raised = await ns.call(RequestCode.UPDATE_NAMESRV_CONFIG, body=b"kvConfigMaxTotalBytes=1000000000\n")
+        assert raised.code == ResponseCode.NO_PERMISSION and "kvConfigMaxTotalBytes" in (raised.remark or "")
+        assert config.kv_config_max_total_bytes == 200_000
     assert config.kv_config_file.stat().st_size < 200_000

@@ -20,6 +20,7 @@ from daemon.remoting.errors import (
 )
 from daemon.remoting.frame import decode_frame, encode_command
 from daemon.remoting.server import RemotingServer
+from daemon.remoting.tls import ServerTls, TlsSettings
 from tests.support.transport import RecordingTransport
 
 ECHO, SLOW, FAIL, CRASH, RECORD, CALLBACK, NEVER = 1, 2, 3, 4, 5, 6, 7
@@ -220,6 +221,33 @@ async def test_idle_connections_are_closed() -> None:
     try:
         reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
         assert await asyncio.wait_for(reader.read(), 5) == b""  # EOF: the server hung up
+        writer.close()
+    finally:
+        await srv.stop()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "permissive"])
+async def test_an_idle_timeout_of_zero_closes_no_connection(tls: bool) -> None:
+    """serverChannelMaxIdleTimeSeconds=0 is Netty's "no idle handler"; read as zero seconds, every
+    connection was closed the moment it fell silent (and a TLS listener's before its first byte)."""
+
+    def echo(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.make_response(body=req.body)
+
+    srv = RemotingServer(
+        {ECHO: echo}, host="127.0.0.1", idle_timeout=0, tls=ServerTls(TlsSettings()) if tls else None
+    )
+    await srv.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        for body in (b"x", b"y"):
+            await asyncio.sleep(0.3)  # silent, as a client between two requests
+            writer.write(encode_command(RemotingCommand.request(ECHO, body=body)))
+            length = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 3))[0]
+            reply, _ = (
+                decode_frame(struct.pack(">i", length) + await reader.readexactly(length)) or pytest.fail()
+            )
+            assert reply.body == body
         writer.close()
     finally:
         await srv.stop()

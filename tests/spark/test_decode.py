@@ -43,7 +43,7 @@ def assert_same(row: dict[str, Any], m: StoredMessage) -> None:
         m.commit_log_offset,
     )
     assert row["msg_id"] == m.msg_id
-    assert row["uniq_key"] == m.uniq_key
+    assert row["unique_key"] == m.uniq_key
     assert row["keys"] == m.keys
     assert row["tags"] == m.tags
     assert (row["flag"], row["sys_flag"], row["reconsume_times"]) == (m.flag, m.sys_flag, m.reconsume_times)

@@ -63,7 +63,7 @@ def test_export_holds_exactly_the_manifests_messages(
         assert row["msg_id"] == m["offsetMsgId"]
         assert row["keys"] == m["keys"]
         assert row["tags"] == m["storedTags"]
-        assert row["uniq_key"] == m["uniqKey"]
+        assert row["unique_key"] == m["uniqKey"]
         assert row["sys_flag"] == m["sysFlag"]
         assert round(row["born_timestamp"].timestamp() * 1000) == m["bornTimestamp"]
         assert len(row["body"]) == m["bodyLength"]

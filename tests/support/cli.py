@@ -77,6 +77,19 @@ def run_process(
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+def spawn(base_env: dict[str, str], *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+    """The real ``python -m mqctl`` entry point, running: for tests that read its output as it comes and
+    press Ctrl-C (``send_signal(2)``)."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "mqctl", *args],
+        env={**base_env, **(env or {})},
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def _text(stream: io.TextIOWrapper) -> str:
     """What a reader with universal newlines (``subprocess.run(text=True)``) gets from ``stream``."""
     stream.flush()

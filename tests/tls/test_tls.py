@@ -206,6 +206,17 @@ def test_ha_tls_without_a_ca_to_verify_slaves_is_refused_at_start(
         Broker(broker_config(tmp_path, ha_tls=True, **keys))
 
 
+async def test_a_key_that_does_not_load_stops_the_daemon_at_start(
+    tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    """A key that is not the certificate's (or a wrong keyPassword) loaded only when the first TLS client
+    came: an enforcing NameServer started, listened, and closed every client's handshake."""
+    keys = server_keys(certs, tls_server_key_path=str(certs["client_key"]))
+    with pytest.raises(ConfigError, match=r"tls\.server\.certPath .* do not load"):
+        namesrv = await start_namesrv(tmp_path, **keys)
+        await namesrv.stop()
+
+
 def test_remote_config_updates_cannot_touch_tls() -> None:
     for key in ("tls.server.mode", "tls.server.trustCertPath", "tls.test.mode.enable", "haTls"):
         with pytest.raises(RemotingCommandError, match="black list"):
@@ -418,6 +429,35 @@ async def test_config_answers_never_carry_a_key_password(tmp_path: Path) -> None
         )
     finally:
         await namesrv.stop()
+
+
+async def test_config_files_rewritten_by_an_update_stay_private(tmp_path: Path) -> None:
+    """A key password (from the environment, or an operator's broker.conf kept at 0600) landed in a
+    world-readable file: the NameServer rewrote namesrv.properties with every setting, and a broker
+    rewrote its broker.conf, both at 0644, at the first config update from anyone allowed one."""
+    namesrv = await start_namesrv(
+        tmp_path / "n", tls_server_mode="disabled", tls_server_key_password="hunter2"
+    )
+    conf = tmp_path / "broker.conf"
+    conf.write_text("tls.server.keyPassword=hunter2\ntls.server.mode=disabled\n")
+    conf.chmod(0o600)
+    config = load_broker_config(conf, {"store_path_root_dir": str(tmp_path / "store")})
+    broker = Broker(broker_config(tmp_path / "store", broker_config_path=config.broker_config_path))
+    await broker.start()
+    try:
+        async with RemotingClient() as client:
+            for addr, code, key in (
+                (f"127.0.0.1:{namesrv.port}", RequestCode.UPDATE_NAMESRV_CONFIG, b"orderMessageEnable"),
+                (broker.addr, RequestCode.UPDATE_BROKER_CONFIG, b"slaveReadEnable"),
+            ):
+                update = RemotingCommand.request(code, body=key + b"=true\n")
+                assert (await client.invoke(addr, update)).code == ResponseCode.SUCCESS
+    finally:
+        await broker.stop()
+        await namesrv.stop()
+    for written in (namesrv.config.config_store_file, conf):
+        assert "hunter2" in written.read_text()
+        assert written.stat().st_mode & 0o077 == 0, f"{written} is readable by others"
 
 
 @pytest.fixture(scope="module")

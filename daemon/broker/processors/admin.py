@@ -44,6 +44,7 @@ from daemon.broker.processors import fail, system_error
 from daemon.config import (
     ConfigError,
     coerce_properties,
+    config_file_mode,
     parse_properties,
     property_key,
     update_properties,
@@ -496,7 +497,9 @@ class AdminProcessor:
         path = Path(self.broker.config.config_path)
         try:
             text = path.read_text(encoding="utf-8") if path.exists() else ""
-            write_atomically(path, update_properties(text, updates).encode())
+            write_atomically(
+                path, update_properties(text, updates).encode(), config_file_mode(path, self.broker.config)
+            )
         except OSError as exc:
             raise system_error(f"cannot write the broker config {path}: {exc.strerror}") from None
         log.info("broker config %s updated: %s", path, ", ".join(sorted(updates)))

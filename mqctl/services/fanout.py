@@ -1,0 +1,132 @@
+"""Reads that ask every broker: answer with what could be read, and name each broker that could not be.
+
+One broker that refuses (another cluster's ACL), times out or is down must not take everyone's
+``group list`` with it. :func:`each_broker` asks every address at once and keeps the answers; each
+failure becomes a :class:`BrokerFailure` recorded for the running command (the CLI warns about each,
+and records carry them as ``errors``). Only when no broker answered does it raise
+:class:`~mqctl.errors.NothingReadError`, naming them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from daemon.remoting.codes import ResponseCode
+from daemon.remoting.errors import (
+    RemotingCommandError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeoutError,
+)
+from mqctl.errors import AuthError, ConnectError, MqctlError, NothingReadError, RequestTimeoutError
+
+if TYPE_CHECKING:
+    from mqctl.admin.client import Admin
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class BrokerFailure:
+    """A broker a read could not read: its address, name, why (``ACL denied``, ``timed out``, ``down``,
+    or the error's kind) and what it said."""
+
+    broker: str
+    broker_name: str | None
+    reason: str
+    detail: str
+
+    def describe(self) -> str:
+        name = f"{self.broker_name} ({self.broker})" if self.broker_name else self.broker
+        return f"{name}: {self.reason}: {self.detail}"
+
+
+def failure_reason(exc: Exception) -> tuple[str, str]:
+    """Why a broker could not be read: (``ACL denied`` | ``timed out`` | ``down`` | ``error ...``, detail)."""
+    if isinstance(exc, RemotingCommandError):
+        detail = (exc.remark or "").strip().splitlines()[0] if (exc.remark or "").strip() else str(exc)
+        if exc.code == ResponseCode.NO_PERMISSION:
+            return "ACL denied", detail
+        return f"error {exc.code}", detail
+    if isinstance(exc, RemotingConnectError | ConnectError):
+        return "down", str(exc)
+    if isinstance(exc, RemotingTimeoutError | RequestTimeoutError):
+        return "timed out", str(exc)
+    if isinstance(exc, AuthError):
+        return "ACL denied", str(exc)
+    return "error", str(exc)
+
+
+# The failures of the command running now: a list shared by every task of its session.
+_failures: ContextVar[list[BrokerFailure] | None] = ContextVar("mqctl_broker_failures", default=None)
+
+
+@contextmanager
+def collecting() -> Iterator[list[BrokerFailure]]:
+    """Collect the failures of the reads run inside (one command, or one ``--watch`` refresh)."""
+    bucket: list[BrokerFailure] = []
+    token = _failures.set(bucket)
+    try:
+        yield bucket
+    finally:
+        _failures.reset(token)
+
+
+def failures() -> list[dict[str, Any]]:
+    """The failures recorded so far in this command, as the ``errors`` list of a record."""
+    return [asdict(f) for f in _failures.get() or []]
+
+
+def _record(found: list[BrokerFailure]) -> None:
+    bucket = _failures.get()
+    if bucket is None:  # no command collects them (top, completion): the answers are what counts
+        return
+    seen = {f.broker for f in bucket}
+    bucket.extend(f for f in found if f.broker not in seen)  # one line per broker, its first refusal
+
+
+async def _broker_names(admin: Admin) -> dict[str, str]:
+    try:
+        info = await admin.cluster_info()
+    except RemotingError:
+        return {}
+    return {
+        addr: data.broker_name
+        for data in info.broker_addr_table.values()
+        for addr in data.broker_addrs.values()
+    }
+
+
+async def each_broker(
+    admin: Admin, addrs: Iterable[str], call: Callable[[str], Awaitable[T]]
+) -> dict[str, T]:
+    """``call(addr)`` for every address at once: the answers by address (in the order given), with each
+    failure recorded (see :func:`collecting`). No answer at all (and at least one address) raises
+    NothingReadError; an error that is not about reaching or being refused by a broker is raised as is."""
+    targets = list(dict.fromkeys(addrs))
+    results = await asyncio.gather(*(call(addr) for addr in targets), return_exceptions=True)
+    answers: dict[str, T] = {}
+    failed: list[tuple[str, Exception]] = []
+    for addr, result in zip(targets, results, strict=True):
+        if isinstance(result, RemotingError | MqctlError):
+            failed.append((addr, result))
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            answers[addr] = result
+    if not failed:
+        return answers
+    names = await _broker_names(admin)
+    found = [BrokerFailure(addr, names.get(addr), *failure_reason(exc)) for addr, exc in failed]
+    _record(found)
+    if not answers:
+        raise NothingReadError(
+            "no broker could be read: " + "; ".join(f.describe() for f in found),
+            hint="check credentials (--access-key) for an ACL-enabled cluster, or narrow it with --cluster",
+        )
+    return answers

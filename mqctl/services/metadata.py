@@ -1,0 +1,506 @@
+"""A cluster's metadata as one file: ``mqctl export`` writes it, ``mqctl apply -f`` recreates it elsewhere.
+
+The file holds topics and subscription groups (each with the broker names that hold it, one entry per
+distinct config), optionally consumer offsets and ACL accounts (never their secrets). Everything is
+sorted, with no timestamp, so that two exports of the same metadata are the same file: exporting a
+cluster, applying the file to an empty one and exporting that gives the file back.
+
+mqadmin's ``exportMetadata`` JSON (``{"topicConfigTable": ..., "subscriptionGroupTable": ...}``, per broker
+or per cluster, as 4.9.8's ``ExportMetadataCommand`` writes it) is read too; it names no brokers, so its
+topics and groups go to every master.
+
+Topics and groups are planned and applied by ``topic apply``'s code (:func:`mqctl.services.topics.apply_on`,
+:func:`mqctl.services.groups.apply_on`); offsets as ``offset reset`` commits them, only for groups with
+no live consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypedDict
+
+from daemon.remoting.bodies import TopicConfig
+from daemon.remoting.codes import RequestCode
+from mqctl.admin.client import Admin
+from mqctl.errors import ConflictError, NotFoundError, UsageError
+from mqctl.services import groups, topics
+from mqctl.services.acl import account_row, config_of
+from mqctl.services.cluster import brokers
+from store import (
+    DLQ_GROUP_TOPIC_PREFIX,
+    RETRY_GROUP_TOPIC_PREFIX,
+    SYS_GROUP_PREFIX,
+    SYSTEM_GROUPS,
+    SubscriptionGroupConfig,
+    fastjson,
+)
+
+KIND = "mqctl-metadata"
+VERSION = 1
+_PERM_NAMES = {bits: name for name, bits in topics.PERMS.items()}
+#: A topic entry's keys after ``name`` and ``brokers``: file key -> TopicConfig field.
+TOPIC_KEYS = {
+    "read_queues": "read_queue_nums",
+    "write_queues": "write_queue_nums",
+    "perm": "perm",
+    "order": "order",
+    "sysflag": "topic_sys_flag",
+    "filter_type": "topic_filter_type",
+}
+#: A group entry's keys after ``name`` and ``brokers``: file key -> SubscriptionGroupConfig field.
+GROUP_KEYS = {
+    "retry_queues": "retry_queue_nums",
+    "max_retries": "retry_max_times",
+    "broadcast": "consume_broadcast_enable",
+    "consume_from_min": "consume_from_min_enable",
+    "enabled": "consume_enable",
+    "broker_id": "broker_id",
+    "slow_broker_id": "which_broker_when_consume_slowly",
+    "notify_ids_changed": "notify_consumer_ids_changed_enable",
+}
+ACL_KEYS = (
+    "admin",
+    "default_topic_perm",
+    "default_group_perm",
+    "topic_perms",
+    "group_perms",
+    "white_remote_address",
+)
+
+
+@dataclass
+class Metadata:
+    """What a file asks for. ``brokers`` None (mqadmin's files) means every master of the target."""
+
+    topics: list[tuple[topics.TopicSpec, list[str] | None]] = field(default_factory=list)
+    groups: list[tuple[groups.GroupSpec, list[str] | None]] = field(default_factory=list)
+    offsets: list[dict[str, Any]] = field(default_factory=list)
+    acl: list[dict[str, Any]] = field(default_factory=list)
+    #: mqadmin's cluster export adds up queue counts over the masters it read.
+    summed: bool = False
+
+
+class PlanRow(TypedDict):
+    """One line of ``apply``: a topic, group, offset set or ACL account on one broker."""
+
+    kind: str
+    name: str
+    broker: str
+    action: str
+    changes: dict[str, Any]
+
+
+# ------------------------------------------------------------------------------------------- export
+
+
+def _entries(found: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    """name -> broker -> entry, as one entry per name and distinct entry, with the brokers holding it."""
+    out = []
+    for name in sorted(found):
+        alike: dict[str, tuple[dict[str, Any], list[str]]] = {}
+        for broker, entry in sorted(found[name].items()):
+            alike.setdefault(json.dumps(entry, sort_keys=True), (entry, []))[1].append(broker)
+        for entry, names in sorted(alike.values(), key=lambda pair: pair[1]):
+            out.append({"name": name, "brokers": names, **entry})
+    return out
+
+
+def topic_entry(config: TopicConfig) -> dict[str, Any]:
+    entry = {key: getattr(config, attr) for key, attr in TOPIC_KEYS.items()}
+    entry["perm"] = _PERM_NAMES.get(config.perm, config.perm)
+    return entry
+
+
+def group_entry(config: SubscriptionGroupConfig) -> dict[str, Any]:
+    return {key: getattr(config, attr) for key, attr in GROUP_KEYS.items()}
+
+
+def user_topic(name: str, system: set[str], special: bool) -> bool:
+    """mqadmin's ``getUserTopicConfig``: no system topic, and retry and DLQ topics only with ``special``."""
+    if name in system:
+        return False
+    return special or not name.startswith((RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX))
+
+
+def user_group(name: str) -> bool:
+    """mqadmin's ``getUserSubscriptionGroup``: no broker's own group."""
+    return name not in SYSTEM_GROUPS and not name.startswith(SYS_GROUP_PREFIX)
+
+
+async def _system_topics(admin: Admin, addr: str) -> set[str]:
+    """GET_SYSTEM_TOPIC_LIST_FROM_BROKER (305), as mqadmin reads it."""
+    response = await admin.call(addr, RequestCode.GET_SYSTEM_TOPIC_LIST_FROM_BROKER)
+    return set(fastjson.loads(response.body).get("topicList") or []) if response.body else set()
+
+
+async def masters_by_name(admin: Admin, cluster: str | None) -> tuple[str, dict[str, str]]:
+    """The cluster (``--cluster``, else the only one) and its masters: broker name -> address."""
+    rows = [r for r in await brokers(admin, cluster) if r.broker_id == 0]
+    names = sorted({r.cluster for r in rows})
+    if len(names) > 1:
+        raise UsageError(f"several clusters ({', '.join(names)}): say which with --cluster")
+    if not rows:
+        raise NotFoundError(
+            f"no master broker in cluster {cluster!r}" if cluster else "no master broker registered"
+        )
+    return names[0], {r.broker_name: r.addr for r in rows}
+
+
+async def export(
+    admin: Admin, *, cluster: str | None, offsets: bool, acl: bool, special: bool
+) -> dict[str, Any]:
+    """The metadata of a cluster's masters as one deterministic document."""
+    name, masters = await masters_by_name(admin, cluster)
+    found_topics: dict[str, dict[str, dict[str, Any]]] = {}
+    found_groups: dict[str, dict[str, dict[str, Any]]] = {}
+    offset_rows: list[dict[str, Any]] = []
+    accounts: dict[str, dict[str, dict[str, Any]]] = {}
+    for broker, addr in sorted(masters.items()):
+        table, system, group_table = await asyncio.gather(
+            admin.topic_configs(addr), _system_topics(admin, addr), admin.group_configs(addr)
+        )
+        kept = {t for t in table if user_topic(t, system, special)}
+        for topic in kept:
+            found_topics.setdefault(topic, {})[broker] = topic_entry(table[topic])
+        for group, config in group_table.items():
+            if user_group(group):
+                found_groups.setdefault(group, {})[broker] = group_entry(config)
+        if offsets:
+            committed: dict[tuple[str, str], dict[int, int]] = {}
+            for (group, topic, queue), offset in (await admin.all_consumer_offsets(addr)).items():
+                if topic in kept and user_group(group):
+                    committed.setdefault((group, topic), {})[queue] = offset
+            offset_rows.extend(
+                {"group": g, "topic": t, "broker": broker, "queues": dict(sorted(q.items()))}
+                for (g, t), q in committed.items()
+            )
+        if acl:
+            for account in (await config_of(admin, addr)).get("plainAccessConfigs") or []:
+                accounts.setdefault(str(account.get("accessKey")), {})[broker] = _account_entry(account)
+    doc: dict[str, Any] = {
+        "kind": KIND,
+        "version": VERSION,
+        "cluster": name,
+        "topics": _entries(found_topics),
+        "groups": _entries(found_groups),
+    }
+    if offsets:
+        doc["offsets"] = sorted(offset_rows, key=lambda r: (r["group"], r["topic"], r["broker"]))
+    if acl:
+        doc["acl"] = _entries(accounts)
+    return doc
+
+
+def _account_entry(account: dict[str, Any]) -> dict[str, Any]:
+    """An ACL account as ``acl list`` shows it, without broker and secret, its permissions sorted."""
+    row = account_row("", account, show_secret=False)
+    return {key: sorted(row[key]) if key.endswith("_perms") else row[key] for key in ACL_KEYS}
+
+
+# --------------------------------------------------------------------------------------------- load
+
+
+NameCheck = Callable[[str, str], str | None]
+
+
+def load(path: Path, name_problem: NameCheck) -> Metadata:
+    """Read an ``mqctl export`` file (YAML or JSON) or mqadmin's ``exportMetadata`` JSON; ``name_problem``
+    (kind, name) says why a topic or group name is not one RocketMQ takes."""
+    import yaml
+
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise UsageError(f"{path}: not a metadata file: {exc}") from None
+    if not isinstance(raw, dict):
+        raise UsageError(f"{path}: expected a mapping ('mqctl export' or mqadmin exportMetadata output)")
+    try:
+        if "topicConfigTable" in raw or "subscriptionGroupTable" in raw:
+            return _from_mqadmin(raw)
+        if raw.get("kind") != KIND:
+            raise ValueError(f"no 'kind: {KIND}' (write one with 'mqctl export -o yaml')")
+        return _from_export(raw, name_problem)
+    except (ValueError, TypeError, KeyError) as exc:
+        raise UsageError(f"{path}: {exc}") from None
+
+
+def _from_mqadmin(raw: dict[str, Any]) -> Metadata:
+    meta = Metadata(summed="exportTime" in raw and "dataVersion" not in raw)
+    for name, obj in sorted((raw.get("topicConfigTable") or {}).items()):
+        values = topic_entry(TopicConfig.from_json({"topicName": name, **obj}))
+        meta.topics.append((_topic_spec(name, values), None))
+    for name, obj in sorted((raw.get("subscriptionGroupTable") or {}).items()):
+        values = group_entry(SubscriptionGroupConfig.from_json({"groupName": name, **obj}))
+        meta.groups.append((_group_spec(name, values), None))
+    return meta
+
+
+def _checked(
+    item: Any, kind: str, keys: Iterable[str], name_problem: NameCheck
+) -> tuple[str, list[str] | None, dict[str, Any]]:
+    if not isinstance(item, dict) or "name" not in item:
+        raise ValueError(f"every {kind} needs a name: {item!r}")
+    name = str(item["name"])
+    problem = name_problem(kind, name)
+    if problem is not None:
+        raise ValueError(problem)
+    unknown = set(item) - {"name", "brokers", *keys}
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)} in {kind} {name!r}")
+    for key, value in item.items():
+        if key in keys and not _typed(value, key):
+            raise ValueError(
+                f"{kind} {name!r}: {key} {value!r} is not {_TYPE_NAMES.get(key, 'a whole number')}"
+            )
+    names = item.get("brokers")
+    if names is not None and (not isinstance(names, list) or not all(isinstance(n, str) for n in names)):
+        raise ValueError(f"{kind} {name!r}: brokers must be a list of broker names")
+    return name, names, {k: v for k, v in item.items() if k in keys}
+
+
+_TYPE_NAMES = {
+    "perm": "r, w, rw or a number",
+    "filter_type": "text",
+    **dict.fromkeys(
+        ("order", "broadcast", "consume_from_min", "enabled", "notify_ids_changed"), "true or false"
+    ),
+}
+
+
+def _typed(value: Any, key: str) -> bool:
+    """Whether a file's value has the type its key takes (YAML's true is no number here)."""
+    if key == "perm":
+        return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+    if key == "filter_type":
+        return isinstance(value, str)
+    if _TYPE_NAMES.get(key) == "true or false":
+        return isinstance(value, bool)
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _topic_spec(name: str, values: dict[str, Any]) -> topics.TopicSpec:
+    return topics.TopicSpec(
+        name,
+        read_queues=values.get("read_queues"),
+        write_queues=values.get("write_queues"),
+        perm=values.get("perm"),
+        order=values.get("order"),
+        sysflag=values.get("sysflag"),
+        filter_type=values.get("filter_type"),
+    )
+
+
+def _group_spec(name: str, values: dict[str, Any]) -> groups.GroupSpec:
+    return groups.GroupSpec(name, **values)
+
+
+def _from_export(raw: dict[str, Any], name_problem: NameCheck) -> Metadata:
+    if raw.get("version") != VERSION:
+        raise ValueError(f"version {raw.get('version')!r}: this mqctl reads version {VERSION}")
+    meta = Metadata()
+    for item in raw.get("topics") or []:
+        name, names, values = _checked(item, "topic", TOPIC_KEYS, name_problem)
+        meta.topics.append((_topic_spec(name, values), names))
+    for item in raw.get("groups") or []:
+        name, names, values = _checked(item, "group", GROUP_KEYS, name_problem)
+        meta.groups.append((_group_spec(name, values), names))
+    for row in raw.get("offsets") or []:
+        if not isinstance(row, dict) or set(row) != {"group", "topic", "broker", "queues"}:
+            raise ValueError(f"an offsets entry needs group, topic, broker and queues: {row!r}")
+        for kind in ("group", "topic"):
+            problem = name_problem(kind, str(row[kind]))
+            if problem is not None:
+                raise ValueError(problem)
+        queues = {int(q): int(o) for q, o in dict(row["queues"]).items()}
+        meta.offsets.append({**row, "queues": queues})
+    for item in raw.get("acl") or []:
+        if not isinstance(item, dict) or "name" not in item or set(item) - {"name", "brokers", *ACL_KEYS}:
+            raise ValueError(f"an acl entry needs a name and only {', '.join(ACL_KEYS)}: {item!r}")
+        meta.acl.append(item)
+    return meta
+
+
+# -------------------------------------------------------------------------------------------- apply
+
+
+def _resolve(names: list[str] | None, masters: dict[str, str], renames: dict[str, str]) -> list[str]:
+    """Broker names of a file (after ``--map-broker``) -> the target masters' addresses."""
+    if names is None:
+        return [masters[n] for n in sorted(masters)]
+    wanted = [renames.get(n, n) for n in names]
+    missing = sorted(n for n in wanted if n not in masters)
+    if missing:
+        raise NotFoundError(
+            f"no master broker named {', '.join(missing)} in the target cluster "
+            f"(it has {', '.join(sorted(masters))})",
+            hint="map them with --map-broker FILE_NAME=TARGET_NAME",
+        )
+    return [masters[n] for n in wanted]
+
+
+async def apply(
+    admin: Admin,
+    meta: Metadata,
+    *,
+    cluster: str | None,
+    renames: dict[str, str],
+    offsets: bool,
+    dry_run: bool,
+    note: Callable[[str], None] | None = None,
+) -> list[PlanRow]:
+    """Plan (``dry_run``) or apply a file's topics, groups and (``offsets``) offsets; ACL accounts are
+    compared only: their secrets are not in the file."""
+    _, masters = await masters_by_name(admin, cluster)
+    names_of = {addr: name for name, addr in masters.items()}
+    addrs = sorted(masters.values())
+    topic_tables = dict(
+        zip(addrs, await asyncio.gather(*(admin.topic_configs(a) for a in addrs)), strict=True)
+    )
+    group_tables = dict(
+        zip(addrs, await asyncio.gather(*(admin.group_configs(a) for a in addrs)), strict=True)
+    )
+    if meta.summed and note is not None:
+        note(
+            f"mqadmin's cluster export adds up queue counts over its masters: divided by the {len(addrs)} "
+            "master(s) here"
+        )
+    rows: list[PlanRow] = []
+    blocked = await _live_groups(admin, meta, masters, renames) if offsets and meta.offsets else {}
+    if blocked and not dry_run:
+        listed = "; ".join(f"{g}: {', '.join(c)}" for g, c in sorted(blocked.items()))
+        raise ConflictError(
+            f"groups with live consumers would overwrite applied offsets: {listed}",
+            hint="stop them first, or apply without --offsets",
+        )
+    for spec, names in meta.topics:
+        if meta.summed:
+            spec = _divided(spec, len(addrs))
+        chosen = {a: topic_tables[a] for a in _resolve(names, masters, renames)}
+        for done in await topics.apply_on(admin, [spec], chosen, dry_run=dry_run):
+            rows.append(_row("topic", spec.name, names_of[done["broker"]], done))
+    for gspec, names in meta.groups:
+        if meta.summed and gspec.retry_queues:
+            gspec = dataclasses.replace(gspec, retry_queues=max(1, gspec.retry_queues // len(addrs)))
+        chosen_groups = {a: group_tables[a] for a in _resolve(names, masters, renames)}
+        for change in await groups.apply_on(admin, gspec, chosen_groups, dry_run=dry_run):
+            rows.append(_row("group", gspec.name, names_of[change["broker"]], change))
+    if offsets:
+        rows.extend(await _apply_offsets(admin, meta, masters, renames, blocked, dry_run=dry_run))
+    rows.extend(await _compare_acl(admin, meta, masters, renames))
+    return rows
+
+
+def _row(kind: str, name: str, broker: str, change: topics.BrokerChange | topics.ApplyRow) -> PlanRow:
+    return {
+        "kind": kind,
+        "name": name,
+        "broker": broker,
+        "action": change["action"],
+        "changes": change["changes"],
+    }
+
+
+def _divided(spec: topics.TopicSpec, masters: int) -> topics.TopicSpec:
+    """A topic of mqadmin's cluster export, whose queue counts are sums over its masters, per master."""
+
+    def each(total: int | None) -> int | None:
+        return None if total is None else max(1, -(-total // masters))
+
+    return dataclasses.replace(spec, read_queues=each(spec.read_queues), write_queues=each(spec.write_queues))
+
+
+async def _live_groups(
+    admin: Admin, meta: Metadata, masters: dict[str, str], renames: dict[str, str]
+) -> dict[str, list[str]]:
+    """Groups of the file's offsets with consumers online on the target: client ids by group."""
+    live: dict[str, set[str]] = {}
+    for group in sorted({r["group"] for r in meta.offsets}):
+        for addr in sorted(masters.values()):
+            found = await admin.consumer_connections(addr, group)
+            if found is not None and found.connection_set:
+                live.setdefault(group, set()).update(c.client_id for c in found.connection_set)
+    return {g: sorted(c) for g, c in live.items()}
+
+
+async def _apply_offsets(
+    admin: Admin,
+    meta: Metadata,
+    masters: dict[str, str],
+    renames: dict[str, str],
+    blocked: dict[str, list[str]],
+    *,
+    dry_run: bool,
+) -> list[PlanRow]:
+    """Commit the file's offsets (as ``offset reset`` does where no consumer is online), per group,
+    topic and broker; a group with live consumers is shown as blocked."""
+    rows: list[PlanRow] = []
+    current: dict[str, dict[tuple[str, str, int], int]] = {}
+    for entry in meta.offsets:
+        (addr,) = _resolve([entry["broker"]], masters, renames)
+        if addr not in current:
+            current[addr] = await admin.all_consumer_offsets(addr)
+        group, topic = entry["group"], entry["topic"]
+        diff = {
+            str(q): [current[addr].get((group, topic, q)), offset]
+            for q, offset in sorted(entry["queues"].items())
+            if current[addr].get((group, topic, q)) != offset
+        }
+        if not diff:
+            action = "unchanged"
+        elif group in blocked:
+            action = f"blocked: live consumers {', '.join(blocked[group])}"
+        elif dry_run:
+            action = "would commit"
+        else:
+            for q, (_, offset) in diff.items():
+                await admin.commit_offset(addr, group, topic, int(q), offset)
+                current[addr][(group, topic, int(q))] = offset
+            action = "committed"
+        broker = renames.get(entry["broker"], entry["broker"])
+        rows.append(
+            {
+                "kind": "offsets",
+                "name": f"{group}@{topic}",
+                "broker": broker,
+                "action": action,
+                "changes": diff,
+            }
+        )
+    return rows
+
+
+async def _compare_acl(
+    admin: Admin, meta: Metadata, masters: dict[str, str], renames: dict[str, str]
+) -> list[PlanRow]:
+    """ACL accounts are not written (the file holds no secret): each is said to be present and equal,
+    different (update it with 'mqctl acl update'), or missing (create it with a secret)."""
+    rows: list[PlanRow] = []
+    have: dict[str, dict[str, dict[str, Any]]] = {}
+    for item in meta.acl:
+        for addr in _resolve(item.get("brokers"), masters, renames):
+            if addr not in have:
+                accounts = (await config_of(admin, addr)).get("plainAccessConfigs") or []
+                have[addr] = {str(a.get("accessKey")): _account_entry(a) for a in accounts}
+            wanted = {k: item[k] for k in ACL_KEYS if k in item}
+            there = have[addr].get(str(item["name"]))
+            if there is None:
+                action, diff = "missing: create it with 'mqctl acl create' and its secret", {}
+            else:
+                diff = {k: [there.get(k), v] for k, v in wanted.items() if there.get(k) != v}
+                action = "unchanged" if not diff else "differs: change it with 'mqctl acl update'"
+            broker = next(n for n, a in masters.items() if a == addr)
+            rows.append(
+                {
+                    "kind": "acl",
+                    "name": str(item["name"]),
+                    "broker": broker,
+                    "action": action,
+                    "changes": diff,
+                }
+            )
+    return rows
