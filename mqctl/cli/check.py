@@ -47,7 +47,8 @@ def _run(name: str, work: Callable[[Admin], Awaitable[Verdict]], *, check_args: 
 
     from mqctl.admin.client import run_admin
     from mqctl.cli.common import cluster_target, request_timeout
-    from mqctl.services.checks import State, Verdict, unknown
+    from mqctl.services.checks import State, Verdict, unknown, worst
+    from mqctl.services.fanout import collecting
 
     shared = flags()
 
@@ -56,9 +57,15 @@ def _run(name: str, work: Callable[[Admin], Awaitable[Verdict]], *, check_args: 
             return Verdict(name, State.UNKNOWN, check_args)
         try:
             target = cluster_target()
-            return run_admin(target.namesrv, work, timeout=request_timeout(5.0, target))
+            with collecting() as failed:
+                verdict = run_admin(target.namesrv, work, timeout=request_timeout(5.0, target))
         except Exception as exc:  # every failure is the plugin's UNKNOWN, on one line
             return unknown(name, exc)
+        if failed:  # judged on what some brokers said: not OK, whatever the figures
+            verdict.state = worst([verdict.state, State.UNKNOWN])
+            verdict.problems += [f.describe() for f in failed]
+            verdict.summary += "; not read: " + "; ".join(f.describe() for f in failed)
+        return verdict
 
     verdict = once()
     _emit(verdict, shared.output, shared.watch is not None)

@@ -193,6 +193,8 @@ def test_cluster_acl_refusal_is_unknown_not_down(mq: RunCli, daemons: LocalClust
     try:
         unknown = plugin(mq("check", "cluster"), "UNKNOWN")
         assert f"broker-acl/0@{guarded.addr} refused (ACL)" in unknown and "2 broker(s)" in unknown
+        partial = plugin(mq("check", "lag", "-g", GROUP, "--warn", "10", "--crit", "20"), "UNKNOWN")
+        assert "lag 6" in partial and "not read: broker-acl" in partial and "ACL denied" in partial
     finally:
         daemons.loop.run(guarded.stop())
 
