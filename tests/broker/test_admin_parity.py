@@ -222,16 +222,21 @@ def test_a_real_brokers_config_loads_without_warnings(
         "sendMessageThreadPoolNums=16\nuseReentrantLockWhenPutMessage=true\ntransientStorePoolEnable=false\n"
         "serverWorkerThreads=16\nclientWorkerThreads=8\nwaitTimeMillsInSendQueue=1000\naclEnable=false\n"
         "noSuchRocketmqKey=1\n"
+        # what a 4.9.8 broker writes back into its broker.conf after an UPDATE_BROKER_CONFIG
+        "enableDetailStat=false\nisolateLogEnable=true\nconfigBlackList=configBlackList;brokerConfigPath\n"
+        "warmMapedFileEnable=false\ncheckCRCOnRecover=false\n"
     )
     with caplog.at_level(logging.WARNING):
         config = load_broker_config(conf, {})
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "noSuchRocketmqKey" in warnings[0]
     assert config.inert_keys()["sendMessageThreadPoolNums"] == "16"
+    assert config.inert_keys()["enableDetailStat"] == "false" and config.check_crc_on_recover is False
     printed = to_properties(config, mark_inert=True)
     ours, _, inert = printed.partition(INERT_HEADER + "\n")
     assert "brokerName=broker-a\n" in ours and "serverWorkerThreads=16\n" in inert
     assert "waitTimeMillsInSendQueue=1000\n" in inert and "brokerName=" not in inert
+    assert "checkCRCOnRecover=false\n" in ours and "checkCrcOnRecover" not in printed
 
 
 def test_namesrv_config_reports_rocketmq_keys() -> None:
