@@ -293,14 +293,40 @@ INERT_HEADER = "# accepted for RocketMQ compatibility, inert: mqctl does not act
 MASKED = "******"
 
 
-def to_properties(obj: object, *, mark_inert: bool = False, mask_secrets: bool = False) -> str:
+#: extFields marker with which mqctl asks GET_BROKER_CONFIG / GET_NAMESRV_CONFIG for its own keys too (a
+#: RocketMQ server ignores it); without it the answer holds RocketMQ 4.9.8's key set only.
+ALL_KEYS_FIELD = "mqctlAllKeys"
+
+
+def wire_properties(obj: object, ext_fields: Mapping[str, str], effective: Mapping[str, str]) -> bytes:
+    """A GET_*_CONFIG answer. As 4.9.8's ``Configuration#getAllConfigsFormatString`` prints its config
+    objects: RocketMQ's keys only, and ``effective`` values where our field's empty default means "derive
+    it" (4.9.8 prints the derived value); every key of ours too when the request carries ``ALL_KEYS_FIELD``."""
+    if ext_fields.get(ALL_KEYS_FIELD) == "true":
+        return to_properties(obj, mask_secrets=True).encode()
+    return to_properties(obj, mask_secrets=True, rocketmq_only=True, effective=effective).encode()
+
+
+def to_properties(
+    obj: object,
+    *,
+    mark_inert: bool = False,
+    mask_secrets: bool = False,
+    rocketmq_only: bool = False,
+    effective: Mapping[str, str] | None = None,
+) -> str:
     """Render a config object as a RocketMQ properties file: every setting, then RocketMQ's keys that
     are accepted but inert (``--print-config`` heads them with ``INERT_HEADER`` when ``mark_inert``).
-    ``mask_secrets`` (an answer over the wire) shows a set secret (a key's password) as ``MASKED``."""
+    ``mask_secrets`` (an answer over the wire) shows a set secret (a key's password) as ``MASKED``;
+    ``rocketmq_only`` leaves out the keys RocketMQ 4.9.8 does not define; ``effective`` replaces values."""
     if not dataclasses.is_dataclass(obj) or isinstance(obj, type):
         raise TypeError(f"{obj!r} is not a dataclass instance")
+    known = _inert_defaults(obj)
+    effective = effective or {}
     lines = []
     for f in _fields(obj):
+        if rocketmq_only and property_key(f) not in known:
+            continue
         value = getattr(obj, f.name)
         if isinstance(value, bool):
             text = "true" if value else "false"
@@ -312,7 +338,7 @@ def to_properties(obj: object, *, mark_inert: bool = False, mask_secrets: bool =
             text = str(value)
         if mask_secrets and text and f.metadata.get("secret"):
             text = MASKED
-        lines.append(property_line(property_key(f), text))
+        lines.append(property_line(property_key(f), effective.get(property_key(f), text)))
     if isinstance(obj, RocketMQKeys):
         inert = obj.inert_keys()
         if inert and mark_inert:

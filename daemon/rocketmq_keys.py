@@ -44,6 +44,4 @@ NETTY_CLIENT_KEYS: dict[str, str] = {
     "useTLS": "false",
     "writeBufferHighWaterMark": "0",
     "writeBufferLowWaterMark": "0",
-    "disableCallbackExecutor": "false",
-    "disableNettyWorkerGroup": "false",
 }

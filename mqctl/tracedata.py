@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import Any, TypedDict
 
 from store import SYSTEM_TOPIC_PREFIX, TRACE_TOPIC, StoredMessage
 
@@ -261,7 +261,14 @@ def is_trace_topic(topic: str) -> bool:
     return topic == TRACE_TOPIC or topic.startswith(CLOUD_TRACE_TOPIC_PREFIX)
 
 
-def trace_field(m: StoredMessage) -> dict[str, Any]:
+class TraceField(TypedDict, total=False):
+    """What :func:`trace_field` adds to a message's record: its trace records, or why they do not decode."""
+
+    trace: list[dict[str, Any]]
+    trace_error: str
+
+
+def trace_field(m: StoredMessage) -> TraceField:
     """``{"trace": [records]}`` for a message of a trace topic (or one whose body is a trace body), so
     ``msg query``/``msg show`` show what it holds; ``{"trace_error": why}`` when it does not decode;
     ``{}`` for any other message."""

@@ -87,6 +87,14 @@ class MessageStore(ReplicaStore, Protocol):
     def get_max_offset(self, topic: str, queue_id: int) -> int:
         """The queue's next offset (one past its last message); 0 for a queue the store does not have."""
 
+    def consume_queue_units(
+        self, topic: str, queue_id: int, index: int, count: int
+    ) -> tuple[int, int, list[tuple[int, int, int]] | None] | None:
+        """``(min offset, max offset, units)`` of a queue for QUERY_CONSUME_QUEUE: up to ``count`` units
+        (CommitLog offset, size, tags code) from queue offset ``index``, no further than the end of the
+        file holding it (as ConsumeQueue#getIndexBuffer reads); units ``None`` for an index the queue does
+        not hold. None for a queue the store does not have."""
+
     def search_offset_by_timestamp(self, topic: str, queue_id: int, timestamp: int) -> int:
         """Queue offset of the first message stored at ``timestamp`` (ms), else the nearest one
         (:func:`search_by_timestamp`)."""

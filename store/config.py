@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Final
 
 ASYNC_FLUSH = "ASYNC_FLUSH"
@@ -34,7 +34,8 @@ class StoreConfig:
     message_index_enable: bool = True
     message_index_safe: bool = True
     max_message_size: int = 1024 * 1024 * 4
-    check_crc_on_recover: bool = True
+    #: RocketMQ spells the key checkCRCOnRecover (a camelCase of the name would be checkCrcOnRecover).
+    check_crc_on_recover: bool = field(default=True, metadata={"key": "checkCRCOnRecover"})
     flush_disk_type: str = ASYNC_FLUSH
     # 4.9.8's key and default. On, a thread writes zeros into the CommitLog ahead of the writer so that its
     # first stores into each page do not fault with the GIL held; measured under ali-ons, those zeros cost

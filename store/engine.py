@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import logging
 import os
 import struct
@@ -1147,6 +1148,18 @@ class DefaultMessageStore:
     def get_max_offset(self, topic: str, queue_id: int) -> int:
         cq = self._cqs.get((topic, queue_id))
         return cq.max_offset if cq is not None else 0
+
+    def consume_queue_units(
+        self, topic: str, queue_id: int, index: int, count: int
+    ) -> tuple[int, int, list[tuple[int, int, int]] | None] | None:
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return None
+        min_off, max_off = cq.min_offset, cq.max_offset
+        view = cq.units_from(index) if min_off <= index < max_off else None
+        if view is None:
+            return min_off, max_off, None
+        return min_off, max_off, list(itertools.islice(UNIT.iter_unpack(view), max(count, 0)))
 
     def get_messages(
         self,

@@ -354,6 +354,16 @@ class InMemoryMessageStore:
     def get_max_offset(self, topic: str, queue_id: int) -> int:
         return len(self._queues.get((topic, queue_id), ()))
 
+    def consume_queue_units(
+        self, topic: str, queue_id: int, index: int, count: int
+    ) -> tuple[int, int, list[tuple[int, int, int]] | None] | None:
+        queue = self._queues.get((topic, queue_id))
+        if queue is None:
+            return None
+        if not 0 <= index < len(queue):
+            return 0, len(queue), None
+        return 0, len(queue), list(itertools.islice(queue, index, index + max(count, 0)))
+
     def get_store_timestamp(self, topic: str, queue_id: int, offset: int) -> int:
         queue = self._queues.get((topic, queue_id))
         if queue is None or not 0 <= offset < len(queue):

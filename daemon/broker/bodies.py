@@ -206,3 +206,28 @@ class ResetOffsetBody(Bean):
 @dataclass(slots=True)
 class GroupList(Bean):
     group_list: list[str] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class ConsumeQueueData(Bean):
+    """One ConsumeQueue unit as QUERY_CONSUME_QUEUE shows it; ``eval`` and the ext fields matter only for
+    ConsumeQueue ext units, which this broker never writes."""
+
+    physic_offset: int
+    physic_size: int
+    tags_code: int
+    extend_data_json: str | None = None
+    bit_map: str | None = None
+    eval: bool = False
+    msg: str | None = None
+
+
+@dataclass(slots=True)
+class QueryConsumeQueueResponseBody(Bean):
+    """QUERY_CONSUME_QUEUE's body (AdminBrokerProcessor#queryConsumeQueue)."""
+
+    subscription_data: SubscriptionData | None = None
+    filter_data: str | None = None
+    queue_data: list[ConsumeQueueData] | None = None
+    max_queue_index: int = 0
+    min_queue_index: int = 0

@@ -100,6 +100,9 @@ BROKER_KEYS: dict[str, str] = {
     "aclEnable": "false",
     "storeReplyMessageEnable": "true",
     "autoDeleteUnusedStats": "false",
+    "enableDetailStat": "true",
+    "isolateLogEnable": "false",
+    "configBlackList": "configBlackList;brokerConfigPath",
 }
 
 #: RocketMQ 4.9.8's MessageStoreConfig keys and defaults (the store's fields implement the ones it uses).
@@ -132,6 +135,7 @@ STORE_KEYS: dict[str, str] = {
     "flushCommitLogLeastPages": "4",
     "commitCommitLogLeastPages": "4",
     "flushLeastPagesWhenWarmMapedFile": "4096",
+    "warmMapedFileEnable": "false",
     "flushConsumeQueueLeastPages": "2",
     "flushCommitLogThoroughInterval": "10000",
     "commitCommitLogThoroughInterval": "200",

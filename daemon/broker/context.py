@@ -17,6 +17,7 @@ from daemon.broker.config import BrokerConfig
 from daemon.broker.ha import HAMaster, HASlave
 from daemon.broker.headers import EndTransactionRequestHeader
 from daemon.broker.long_poll import PullRequestHoldService
+from daemon.broker.loopwatch import LoopWatch
 from daemon.broker.managers.consumers import ConsumerManager
 from daemon.broker.managers.groups import SubscriptionGroupManager
 from daemon.broker.managers.locks import RebalanceLockManager
@@ -51,6 +52,7 @@ class BrokerContext(Protocol):
     producers: ProducerManager
     locks: RebalanceLockManager
     stats: BrokerStats
+    loop_watch: LoopWatch
     hold: PullRequestHoldService
     server: RemotingServer
     #: Replication: the HA listener, and on a slave the client of its master.

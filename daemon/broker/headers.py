@@ -130,6 +130,17 @@ class UpdateConsumerOffsetRequestHeader(CommandHeader):
 
 
 @dataclass(slots=True)
+class QueryConsumeQueueRequestHeader(CommandHeader):
+    """QUERY_CONSUME_QUEUE (321): mqadmin queryCq."""
+
+    topic: str
+    queue_id: int
+    index: int
+    count: int
+    consumer_group: str | None = None
+
+
+@dataclass(slots=True)
 class QueueHeader(CommandHeader):
     """GET_MAX_OFFSET (30), GET_MIN_OFFSET (31), GET_EARLIEST_MSG_STORETIME (32)."""
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 from prometheus_client import CollectorRegistry, make_wsgi_app
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
 from prometheus_client.registry import Collector
 
@@ -49,6 +49,7 @@ class BrokerCollector(Collector):
         yield from _store_metrics(b, labels, base)
         yield from _ha_metrics(b, labels, base)
         yield from _remoting_metrics(b, labels, base)
+        yield from _loop_metrics(b, labels, base)
 
 
 def _traffic_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
@@ -147,6 +148,59 @@ def _remoting_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> I
     yield closed
 
 
+def _loop_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
+    """The event loop's sampled lag and the cyclic GC's pauses per generation."""
+    watch = b.loop_watch
+    lag = HistogramMetricFamily(
+        "rocketmq_broker_loop_lag_seconds",
+        "How late the event loop ran a callback due at a known time, sampled a few times a second",
+        labels=labels,
+    )
+    buckets, total = watch.histogram()
+    lag.add_metric(base, buckets, total)
+    yield lag
+    gen_labels = [*labels, "generation"]
+    pauses = CounterMetricFamily(
+        "rocketmq_broker_gc_pause_seconds", "Seconds the cyclic GC's collections took", labels=gen_labels
+    )
+    collections = CounterMetricFamily(
+        "rocketmq_broker_gc_collections", "Collections of the cyclic GC", labels=gen_labels
+    )
+    longest = GaugeMetricFamily(
+        "rocketmq_broker_gc_pause_max_seconds", "The longest collection since start", labels=gen_labels
+    )
+    gcs = watch.gc
+    for gen in range(len(gcs.count)):
+        pauses.add_metric([*base, str(gen)], gcs.total_s[gen])
+        collections.add_metric([*base, str(gen)], gcs.count[gen])
+        longest.add_metric([*base, str(gen)], gcs.max_s[gen])
+    yield pauses
+    yield collections
+    yield longest
+    yield _single(
+        CounterMetricFamily,
+        "rocketmq_broker_gc_freezes",
+        "Times a slow full collection had what survived it frozen out of the next ones (gc.freeze)",
+        labels,
+        base,
+        watch.freezes,
+    )
+
+
+def _single(
+    family: type[CounterMetricFamily | GaugeMetricFamily],
+    name: str,
+    doc: str,
+    labels: list[str],
+    base: list[str],
+    value: float,
+) -> CounterMetricFamily | GaugeMetricFamily:
+    """A family with this broker's one sample."""
+    metric = family(name, doc, labels=labels)
+    metric.add_metric(base, value)
+    return metric
+
+
 def _ha_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
     """Replication: a master's slaves and their lag, SYNC_MASTER waits; a slave's connection."""
     master, slave = b.ha_master, b.ha_slave
@@ -172,13 +226,14 @@ def _ha_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterato
         for status, n in master.sync_outcomes.items():
             waits.add_metric([*base, status], n)
         yield waits
-        waited = CounterMetricFamily(
+        yield _single(
+            CounterMetricFamily,
             "rocketmq_ha_sync_wait_seconds",
             "Seconds SYNC_MASTER sends waited for a slave in all",
-            labels=labels,
+            labels,
+            base,
+            master.sync_wait_seconds,
         )
-        waited.add_metric(base, master.sync_wait_seconds)
-        yield waited
     if slave is not None:
         up = GaugeMetricFamily(
             "rocketmq_ha_master_connected", "1 while this slave is connected to its master", labels=labels

@@ -25,6 +25,7 @@ NAMESRV_KEYS: dict[str, str] = {
     "productEnvName": "center",
     "clusterTest": "false",
     "orderMessageEnable": "false",
+    "configBlackList": "configBlackList;configStorePath;kvConfigPath",
 }
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import zlib
 
 from daemon.config import (
@@ -17,6 +18,7 @@ from daemon.config import (
     config_file_mode,
     parse_properties,
     to_properties,
+    wire_properties,
     write_atomically,
 )
 from daemon.namesrv.config import NamesrvConfig
@@ -291,7 +293,8 @@ class NamesrvProcessor:
         return req.make_response()
 
     def get_config(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
-        return req.make_response(body=to_properties(self.config, mask_secrets=True).encode())
+        effective = {"rocketmqHome": self.config.rocketmq_home or os.getcwd()}
+        return req.make_response(body=wire_properties(self.config, req.ext_fields, effective))
 
 
 def apply_properties(config: NamesrvConfig, props: dict[str, str]) -> None:

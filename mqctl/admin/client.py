@@ -202,9 +202,11 @@ class Admin:
 
     async def broker_config(self, addr: str) -> dict[str, str]:
         """The broker's effective configuration (GET_BROKER_CONFIG answers a properties text)."""
-        from daemon.config import parse_properties
+        from daemon.config import ALL_KEYS_FIELD, parse_properties
 
-        response = await self.call(addr, RequestCode.GET_BROKER_CONFIG)
+        # ours answers mqctl's own keys too when asked (a 4.9.8 broker ignores the field)
+        request = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG, {ALL_KEYS_FIELD: "true"})
+        response = await self.client.invoke_checked(addr, request, self.timeout)
         return parse_properties(response.body.decode("utf-8"))
 
     async def update_broker_config(self, addr: str, changes: dict[str, str], *, force: bool = False) -> None:
@@ -281,6 +283,21 @@ class Admin:
             if response.code == ResponseCode.CONSUMER_NOT_ONLINE
             else bb.ConsumerConnection.loads(response.body)
         )
+
+    async def producer_connections(self, addr: str, group: str) -> bb.ProducerConnection | None:
+        """GET_PRODUCER_CONNECTION_LIST (204): the group's producers connected to ``addr``, or None when
+        none is (AdminBrokerProcessor#getProducerConnectionList answers SYSTEM_ERROR "not exist")."""
+        response = await self.call(
+            addr,
+            RequestCode.GET_PRODUCER_CONNECTION_LIST,
+            bh.ProducerGroupHeader(producer_group=group),
+            expect=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
+        )
+        if response.code != ResponseCode.SUCCESS:
+            if "not exist" in (response.remark or ""):
+                return None
+            raise RemotingCommandError(response.code, response.remark)
+        return bb.ProducerConnection.loads(response.body)
 
     async def consumer_offset(self, addr: str, group: str, topic: str, queue_id: int) -> int | None:
         """The committed offset, or None when the group never committed one for the queue."""

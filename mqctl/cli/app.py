@@ -39,6 +39,7 @@ NOUNS: tuple[tuple[str, str], ...] = (
     ("tls", "mqctl.cli.tls"),
     ("spark-export", "mqctl.cli.spark_export"),
     ("top", "mqctl.cli.top"),
+    ("check", "mqctl.cli.check"),
     ("export", "mqctl.cli.export"),
     ("apply", "mqctl.cli.apply"),
 )
@@ -230,13 +231,16 @@ def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; every error leaves as one line on stderr."""
     from mqctl.errors import UsageError, translate
 
+    noun = _noun(sys.argv[1:] if argv is None else argv)
     if COMPLETE_VAR in os.environ:
         from typer.completion import completion_init
 
         completion_init()  # answer the committed completion scripts with Typer's classes
         cli = command()
     else:
-        cli = command(_noun(sys.argv[1:] if argv is None else argv))
+        cli = command(noun)
+    # 'check' is a monitoring plugin: a bad flag is UNKNOWN (3) by that convention, not mqctl's 2
+    usage_code = 3 if noun == "check" else UsageError.exit_code
     try:
         result = cli.main(args=argv, prog_name="mqctl", complete_var=COMPLETE_VAR, standalone_mode=False)
         sys.stdout.flush()  # a closed pipe shows here, inside the boundary, not at interpreter exit
@@ -246,7 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail("aborted", 130)
     except click.UsageError as exc:
         where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
-        return _fail(f"{exc.format_message()}{where}", UsageError.exit_code)
+        return _fail(f"{exc.format_message()}{where}", usage_code)
     except click.ClickException as exc:
         return _fail(exc.format_message(), exc.exit_code)
     except BaseException as exc:  # the one translation boundary

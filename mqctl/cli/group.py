@@ -11,6 +11,7 @@ from mqctl.cli.common import (
     ClusterOpt,
     GroupOpt,
     YesOpt,
+    check_group,
     cluster_options,
     confirm,
     online,
@@ -139,6 +140,21 @@ def connections(
     from mqctl.services.groups import connections as group_connections
 
     online(lambda admin: group_connections(admin, group, cluster=cluster))
+
+
+@app.command("producers")
+@cluster_options(watch=True)
+def producers(
+    group: Annotated[str, typer.Option("--group", "-g", help="Producer group name.", callback=check_group)],
+    topic: Annotated[
+        str | None, typer.Option("--topic", "-t", help="Only the brokers of this topic (as mqadmin -t).")
+    ] = None,
+) -> None:
+    """A producer group's online clients (id, address, language, version) and the brokers they reach
+    (mqadmin producerConnection); exit 3 when none is online."""
+    from mqctl.services.producers import producers as group_producers
+
+    online(lambda admin: group_producers(admin, group, topic=topic))
 
 
 @app.command("show")

@@ -37,6 +37,7 @@ from mqctl.errors import Interrupted, UsageError
 
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
+    from mqctl.services.messages import MessageRow
 
 app = typer.Typer(help="Send, find, show, tail, trace and re-send messages.", no_args_is_help=True)
 
@@ -191,7 +192,7 @@ def query(
         raise UsageError("--since/--until only apply to --key")
     if msg_id is not None:
 
-        async def by_id(admin: Admin) -> dict[str, Any]:
+        async def by_id(admin: Admin) -> messages.MessageDetail:
             found = await messages.query_by_id(admin, msg_id, topic=topic, body=not no_body)
             kind = "an offset id (msg_id)" if found["found_by"] == "msg_id" else "a client id (unique_key)"
             stderr_console().print(f"{msg_id} is {kind}", style="dim")
@@ -293,7 +294,7 @@ def tail(
 
     emitted = [0]
 
-    def emit(row: dict[str, Any]) -> None:
+    def emit(row: MessageRow) -> None:
         writer(row)
         emitted[0] += 1
 

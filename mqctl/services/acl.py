@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 from daemon.acl.admin import (
     MASKED_SECRET,
@@ -25,6 +25,72 @@ from mqctl.services.cluster import brokers
 
 PERMS = ("DENY", "PUB", "SUB", "PUB|SUB")
 HIDDEN = MASKED_SECRET
+
+
+class PlainAccount(TypedDict, total=False):
+    """An account as GET_BROKER_CLUSTER_ACL_CONFIG sends it (``PlainAccessConfig``'s JSON fields)."""
+
+    accessKey: str
+    secretKey: str
+    whiteRemoteAddress: str
+    admin: bool
+    defaultTopicPerm: str
+    defaultGroupPerm: str
+    topicPerms: list[str]
+    groupPerms: list[str]
+
+
+class AclConfigBody(TypedDict, total=False):
+    """The body of GET_BROKER_CLUSTER_ACL_CONFIG (``AclConfig``'s JSON fields)."""
+
+    globalWhiteAddrs: list[str]
+    plainAccessConfigs: list[PlainAccount]
+
+
+class AccountPerms(TypedDict):
+    """What an account may do and from where (``export`` writes these for each account)."""
+
+    admin: bool
+    default_topic_perm: str | None
+    default_group_perm: str | None
+    topic_perms: list[str]
+    group_perms: list[str]
+    white_remote_address: str
+
+
+class AccountRow(AccountPerms):
+    """An account of one broker as ``acl ls|show`` print it: ``broker``, ``access_key``, ``secret_key``
+    (masked unless asked for), then its permissions."""
+
+    broker: str
+    access_key: str | None
+    secret_key: str | None
+
+
+class AclSummary(TypedDict):
+    """``acl show`` without a key: one broker's ACL version, global whitelist and account count."""
+
+    broker: str
+    broker_name: str
+    cluster: str
+    version: Any
+    global_white_addrs: list[str]
+    accounts: int
+
+
+class AccountChange(TypedDict):
+    """``acl create|update|delete``: what happened to the account on one broker."""
+
+    broker: str
+    access_key: str
+    action: str
+
+
+class WhitelistSet(TypedDict):
+    """``acl whitelist set``: the whitelist one broker now has."""
+
+    broker: str
+    global_white_addrs: list[str]
 
 
 @dataclass
@@ -71,14 +137,14 @@ async def targets(admin: Admin, cluster: str | None, broker: str | None) -> list
     return [r.addr for r in rows]
 
 
-async def config_of(admin: Admin, addr: str) -> dict[str, Any]:
+async def config_of(admin: Admin, addr: str) -> AclConfigBody:
     """GET_BROKER_CLUSTER_ACL_CONFIG (54): ``globalWhiteAddrs`` and ``plainAccessConfigs``."""
     response = await admin.call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG)
-    body: dict[str, Any] = json.loads(response.body or b"{}")
+    body: AclConfigBody = json.loads(response.body or b"{}")
     return body
 
 
-def account_row(addr: str, account: dict[str, Any], show_secret: bool) -> dict[str, Any]:
+def account_row(addr: str, account: PlainAccount, show_secret: bool) -> AccountRow:
     """An account of GET_BROKER_CLUSTER_ACL_CONFIG as ``acl list`` shows it (its secret masked unless asked)."""
     return {
         "broker": addr,
@@ -95,8 +161,8 @@ def account_row(addr: str, account: dict[str, Any], show_secret: bool) -> dict[s
 
 async def list_accounts(
     admin: Admin, *, cluster: str | None, broker: str | None, show_secret: bool = False
-) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = []
+) -> list[AccountRow]:
+    rows: list[AccountRow] = []
     for addr in await targets(admin, cluster, broker):
         config = await config_of(admin, addr)
         rows.extend(account_row(addr, a, show_secret) for a in config.get("plainAccessConfigs") or [])
@@ -110,7 +176,7 @@ async def show(
     cluster: str | None,
     broker: str | None,
     show_secret: bool = False,
-) -> list[dict[str, Any]]:
+) -> list[AccountRow] | list[AclSummary]:
     """One account on each broker, or (no key) each broker's ACL version and global whitelist."""
     if access_key is not None:
         rows = [
@@ -121,7 +187,7 @@ async def show(
         if not rows:
             raise NotFoundError(f"no ACL account {access_key!r}")
         return rows
-    out = []
+    out: list[AclSummary] = []
     for addr in await targets(admin, cluster, broker):
         info = await admin.call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_INFO)
         header = GetBrokerAclConfigResponseHeader.from_ext_fields(info.ext_fields)
@@ -139,10 +205,10 @@ async def show(
     return out
 
 
-def _merged(spec: AccountSpec, existing: dict[str, Any] | None) -> CreateAccessConfigRequestHeader:
+def _merged(spec: AccountSpec, existing: PlainAccount | None) -> CreateAccessConfigRequestHeader:
     """The header for 50: what the spec says, the rest as the broker has it (4.9.8 demands the secret
     and resets `admin` on every update, so both come from the existing account when not given)."""
-    old = existing or {}
+    old: PlainAccount = existing or {}
     # our broker masks secrets in 54 and keeps an account's own secret when an update carries the mask
     secret = spec.secret_key or old.get("secretKey")
     if not secret:
@@ -165,10 +231,10 @@ def _merged(spec: AccountSpec, existing: dict[str, Any] | None) -> CreateAccessC
 
 async def upsert(
     admin: Admin, spec: AccountSpec, *, cluster: str | None, broker: str | None, mode: str
-) -> list[dict[str, Any]]:
+) -> list[AccountChange]:
     """``mode`` create: refuse an existing account; update: refuse a missing one."""
     spec.check()
-    rows = []
+    rows: list[AccountChange] = []
     for addr in await targets(admin, cluster, broker):
         config = await config_of(admin, addr)
         existing = next(
@@ -195,10 +261,10 @@ async def upsert(
 
 async def delete(
     admin: Admin, access_key: str, *, cluster: str | None, broker: str | None, if_exists: bool = False
-) -> list[dict[str, Any]]:
+) -> list[AccountChange]:
     """DELETE_ACL_CONFIG on each broker that holds the account (``missing`` on the others); an account no
     broker holds is NotFoundError, as for every other delete, unless ``if_exists``."""
-    rows = []
+    rows: list[AccountChange] = []
     for addr in await targets(admin, cluster, broker):
         accounts = (await config_of(admin, addr)).get("plainAccessConfigs") or []
         if not any(a.get("accessKey") == access_key for a in accounts):
@@ -215,14 +281,14 @@ async def delete(
 
 async def set_whitelist(
     admin: Admin, addresses: list[str], *, cluster: str | None, broker: str | None
-) -> list[dict[str, Any]]:
+) -> list[WhitelistSet]:
     for pattern in addresses:
         try:
             address_matcher(pattern)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     header = UpdateGlobalWhiteAddrsConfigRequestHeader(global_white_addrs=",".join(addresses))
-    rows = []
+    rows: list[WhitelistSet] = []
     for addr in await targets(admin, cluster, broker):
         await admin.call(addr, RequestCode.UPDATE_GLOBAL_WHITE_ADDRS_CONFIG, header)
         rows.append({"broker": addr, "global_white_addrs": addresses})

@@ -13,8 +13,8 @@ import asyncio
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import (
@@ -31,6 +31,15 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+class FailureRow(TypedDict):
+    """An entry of a record's ``errors`` list: the fields of :class:`BrokerFailure`."""
+
+    broker: str
+    broker_name: str | None
+    reason: str
+    detail: str
+
+
 @dataclass(frozen=True)
 class BrokerFailure:
     """A broker a read could not read: its address, name, why (``ACL denied``, ``timed out``, ``down``,
@@ -40,6 +49,15 @@ class BrokerFailure:
     broker_name: str | None
     reason: str
     detail: str
+
+    def row(self) -> FailureRow:
+        """The failure as an entry of a record's ``errors`` list."""
+        return {
+            "broker": self.broker,
+            "broker_name": self.broker_name,
+            "reason": self.reason,
+            "detail": self.detail,
+        }
 
     def describe(self) -> str:
         name = f"{self.broker_name} ({self.broker})" if self.broker_name else self.broker
@@ -77,9 +95,9 @@ def collecting() -> Iterator[list[BrokerFailure]]:
         _failures.reset(token)
 
 
-def failures() -> list[dict[str, Any]]:
+def failures() -> list[FailureRow]:
     """The failures recorded so far in this command, as the ``errors`` list of a record."""
-    return [asdict(f) for f in _failures.get() or []]
+    return [f.row() for f in _failures.get() or []]
 
 
 def _record(found: list[BrokerFailure]) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import dataclasses
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
@@ -12,7 +13,7 @@ from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError
 from mqctl.output import Rows
 from mqctl.services.cluster import masters, readers
-from mqctl.services.fanout import each_broker, failures
+from mqctl.services.fanout import FailureRow, each_broker, failures
 from mqctl.services.topics import BrokerChange, apply_to_tables, target_masters
 from mqctl.units import when
 from store import SYSTEM_GROUPS, SubscriptionGroupConfig
@@ -110,7 +111,49 @@ class GroupConnections(TypedDict):
     consume_from_where: NotRequired[str | None]
     clients: list[ClientRow]
     subscriptions: dict[str, str]
-    errors: list[dict[str, Any]]
+    errors: list[FailureRow]
+
+
+class GroupConfigFields(TypedDict):
+    """A subscription group's config: the fields of ``SubscriptionGroupConfig``, in its order."""
+
+    group_name: str
+    consume_enable: bool
+    consume_from_min_enable: bool
+    consume_broadcast_enable: bool
+    retry_queue_nums: int
+    retry_max_times: int
+    broker_id: int
+    which_broker_when_consume_slowly: int
+    notify_consumer_ids_changed_enable: bool
+    extra: dict[str, Any]
+
+
+class GroupShow(GroupConfigFields):
+    """``group show``: the config, then where it is, who consumes and how far behind."""
+
+    brokers: int
+    online_clients: int
+    topics: list[str]
+    total_lag: int
+    consume_tps: float
+    errors: list[FailureRow]
+
+
+def config_fields(config: SubscriptionGroupConfig) -> GroupConfigFields:
+    """The config as ``group show`` prints it (a copy: the record does not share the config's ``extra``)."""
+    return {
+        "group_name": config.group_name,
+        "consume_enable": config.consume_enable,
+        "consume_from_min_enable": config.consume_from_min_enable,
+        "consume_broadcast_enable": config.consume_broadcast_enable,
+        "retry_queue_nums": config.retry_queue_nums,
+        "retry_max_times": config.retry_max_times,
+        "broker_id": config.broker_id,
+        "which_broker_when_consume_slowly": config.which_broker_when_consume_slowly,
+        "notify_consumer_ids_changed_enable": config.notify_consumer_ids_changed_enable,
+        "extra": copy.deepcopy(config.extra),
+    }
 
 
 async def _configs(
@@ -307,7 +350,7 @@ async def progress(
     return Rows.of(QueueProgress, (r for r in rows if lag_over is None or r.lag > lag_over))
 
 
-async def show(admin: Admin, group: str, *, cluster: str | None = None) -> dict[str, Any]:
+async def show(admin: Admin, group: str, *, cluster: str | None = None) -> GroupShow:
     """Config (from the first master that has it), online clients and lag totals, from the brokers that
     answer (the others are in ``errors``)."""
     tables = await _configs(admin, cluster, partial=True)
@@ -323,7 +366,7 @@ async def show(admin: Admin, group: str, *, cluster: str | None = None) -> dict[
     stats = await each_broker(admin, tables, lambda addr: admin.consume_stats(addr, group))
     rates = [s.consume_tps for s in stats.values()]
     return {
-        **dataclasses.asdict(configs[0]),
+        **config_fields(configs[0]),
         "brokers": len(configs),
         "online_clients": len(online["clients"]),
         "topics": sorted({q.topic for q in queues}),

@@ -18,7 +18,7 @@ import string
 import time
 from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NotRequired, TypedDict
 
 from daemon.broker.bodies import MessageQueue
 from daemon.remoting.bodies import PermName, TopicRouteData
@@ -31,7 +31,7 @@ from mqctl.errors import NotFoundError, UsageError
 from mqctl.services.topics import readers_of_topic, route_masters, route_readers
 from mqctl.timespec import iso, parse_time
 from mqctl.tracedata import trace_field
-from mqctl.units import time_fields
+from mqctl.units import when
 from store import (
     AUTO_CREATE_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
@@ -112,7 +112,83 @@ class Window:
 # -------------------------------------------------------------------------------- message views
 
 
-def body_fields(body: bytes) -> dict[str, str]:
+class BodyFields(TypedDict):
+    """A message body as a record carries it: ``body_encoding`` (utf-8 or base64), then the text."""
+
+    body_encoding: str
+    body: str
+
+
+class MessageIdentity(TypedDict):
+    """What names a stored message and says where it is, in every record of one."""
+
+    msg_id: str
+    unique_key: str | None
+    topic: str
+    queue_id: int
+    queue_offset: int
+    tags: str | None
+    keys: str | None
+
+
+class MessageSummary(MessageIdentity):
+    """One row per message in lists (query, tail, resend)."""
+
+    store_time: str | None
+    store_time_ms: int
+    body_size: int
+
+
+class MessageRow(MessageSummary):
+    """A list row with its body (not for ``--no-body``) and, for a trace message, its records."""
+
+    body_encoding: NotRequired[str]
+    body: NotRequired[str]
+    trace: NotRequired[list[dict[str, Any]]]
+    trace_error: NotRequired[str]
+
+
+class MessageDetail(MessageRow):
+    """Everything stored about one message; ``found_by``, ``note`` and ``copy_of`` only from an id query."""
+
+    commit_log_offset: int
+    store_size: int
+    born_time: str | None
+    born_time_ms: int
+    born_host: str
+    store_host: str
+    reconsume_times: int
+    sys_flag: int
+    body_crc: int
+    properties: dict[str, str]
+    note: NotRequired[str]
+    copy_of: NotRequired[str]
+    found_by: NotRequired[str]
+
+
+class DeadLetter(MessageDetail):
+    """A line of ``dlq export``: the dead letter, where it is and whether it was re-sent."""
+
+    broker_name: str
+    resent: bool
+
+
+class DlqTopic(TypedDict):
+    """A row of ``dlq ls``."""
+
+    group: str
+    topic: str
+    queues: int
+    messages: int
+    resent: int
+
+
+def host_text(host: tuple[str, int]) -> str:
+    """A record's born or store host as ``ip:port``."""
+    return f"{host[0]}:{host[1]}"
+
+
+def body_fields(body: bytes) -> BodyFields:
     """The body as UTF-8 text when it decodes, else as base64, with ``body_encoding`` saying which:
     nothing is replaced or lost, and a script can always get the exact bytes back."""
     try:
@@ -123,13 +199,15 @@ def body_fields(body: bytes) -> dict[str, str]:
         return {"body_encoding": "base64", "body": base64.b64encode(body).decode("ascii")}
 
 
-def with_body(m: StoredMessage, row: dict[str, Any], body: bool) -> dict[str, Any]:
+def with_body(m: StoredMessage, row: MessageSummary, body: bool) -> MessageRow:
     """``row`` with the message body (see :func:`body_fields`), or as is for ``--no-body``; a trace
     message's records decoded (``trace``)."""
-    return (row | body_fields(m.body) if body else row) | trace_field(m)
+    if body:
+        return {**row, **body_fields(m.body), **trace_field(m)}
+    return {**row, **trace_field(m)}
 
 
-def summary(m: StoredMessage) -> dict[str, Any]:
+def summary(m: StoredMessage) -> MessageSummary:
     """One row per message in lists (query, tail, resend)."""
     return {
         "msg_id": m.msg_id,
@@ -139,20 +217,22 @@ def summary(m: StoredMessage) -> dict[str, Any]:
         "queue_offset": m.queue_offset,
         "tags": m.tags,
         "keys": " ".join(m.keys) or None,
-        **time_fields("store_time", m.store_timestamp),
+        "store_time": when(m.store_timestamp),
+        "store_time_ms": m.store_timestamp or 0,
         "body_size": len(m.body),
     }
 
 
-def detail(m: StoredMessage) -> dict[str, Any]:
+def detail(m: StoredMessage) -> MessageDetail:
     """Everything stored about one message, with its body (see :func:`body_fields`)."""
     return {
         **summary(m),
         "commit_log_offset": m.commit_log_offset,
         "store_size": m.store_size,
-        **time_fields("born_time", m.born_timestamp),
-        "born_host": f"{m.born_host[0]}:{m.born_host[1]}",
-        "store_host": f"{m.store_host[0]}:{m.store_host[1]}",
+        "born_time": when(m.born_timestamp),
+        "born_time_ms": m.born_timestamp or 0,
+        "born_host": host_text(m.born_host),
+        "store_host": host_text(m.store_host),
         "reconsume_times": m.reconsume_times,
         "sys_flag": m.sys_flag,
         "body_crc": m.body_crc,
@@ -330,7 +410,7 @@ async def _query_masters(
 
 async def query_by_key(
     admin: Admin, topic: str, key: str, window: Window, *, max_num: int = 64, body: bool = True
-) -> list[dict[str, Any]]:
+) -> list[MessageRow]:
     """Messages of ``topic`` with ``key`` in their KEYS, on every master, in store-time order.
 
     The IndexFile holds hashes only, so each hit is checked against the stored topic and keys.
@@ -344,7 +424,7 @@ async def query_by_key(
 
 async def query_by_unique_key(
     admin: Admin, topic: str, uniq_key: str, *, body: bool = True
-) -> list[dict[str, Any]]:
+) -> list[MessageDetail]:
     """The message(s) of ``topic`` whose client id (UNIQ_KEY) is ``uniq_key``, over all time (as
     mqadmin's queryMsgByUniqueKey); a producer that re-sent after a timeout leaves two."""
     hits = await _find_unique_key(admin, uniq_key, topic)
@@ -375,7 +455,7 @@ def plausible_offset_id(msg_id: str) -> tuple[str, int] | None:
     return locate(msg_id) if 0 < port <= 0xFFFF else None
 
 
-def _detail(m: StoredMessage, body: bool) -> dict[str, Any]:
+def _detail(m: StoredMessage, body: bool) -> MessageDetail:
     row = detail(m)
     if not body:
         del row["body"], row["body_encoding"]
@@ -435,7 +515,7 @@ async def salvaged_copy(admin: Admin, msg_id: str) -> str | None:
 
 async def query_by_id(
     admin: Admin, msg_id: str, *, topic: str | None = None, body: bool = True
-) -> dict[str, Any]:
+) -> MessageDetail:
     """The message ``msg_id`` names (either id kind, see :func:`_query_one_id`); for a record recovery set
     aside that 'store salvage --resend' sent again, its copy, saying so (the original offset may hold
     another message by now)."""
@@ -451,7 +531,7 @@ async def query_by_id(
     return await _query_one_id(admin, msg_id, topic=topic, body=body)
 
 
-async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: bool) -> dict[str, Any]:
+async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: bool) -> MessageDetail:
     """The message ``msg_id`` names, whichever id it is, with ``found_by`` saying which.
 
     As mqadmin's queryMsgById: an id that decodes to a real broker address is an offset id (msg_id) and is
@@ -465,7 +545,7 @@ async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: b
     failure: Exception | None = None
     if located is not None:
         try:
-            return {"found_by": "msg_id"} | _detail(await _view(admin, msg_id, *located), body)
+            return {"found_by": "msg_id", **_detail(await _view(admin, msg_id, *located), body)}
         except (NotFoundError, RemotingConnectError) as exc:
             failure = exc
     elif len(msg_id) != 32 or not all(c in string.hexdigits for c in msg_id):
@@ -478,7 +558,7 @@ async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: b
         raise NotFoundError(f"no message with id {msg_id}: not an offset id, and no client id in {where}")
     for other in copies[1:]:
         log.warning("client id %s is stored again as %s (a producer's re-send)", msg_id, other.msg_id)
-    return {"found_by": "unique_key"} | _detail(copies[0], body)
+    return {"found_by": "unique_key", **_detail(copies[0], body)}
 
 
 async def _view_on_slave(admin: Admin, master: str, offset: int) -> StoredMessage | None:
@@ -504,7 +584,7 @@ async def _view_on_slave(admin: Admin, master: str, offset: int) -> StoredMessag
 
 async def show(
     admin: Admin, topic: str, queue: int, offset: int, *, broker: str | None = None, body: bool = True
-) -> dict[str, Any]:
+) -> MessageDetail:
     """The message at ``offset`` of queue ``queue`` (pulled as the tools group, nothing committed)."""
     route = await admin.topic_route(topic)
     refs = pick(queues(route, write=False), broker=broker, queue=queue, topic=topic)
@@ -539,7 +619,7 @@ async def _start_offset(admin: Admin, ref: QueueRef, topic: str, group: str | No
 async def tail(
     admin: Admin,
     topic: str,
-    emit: Callable[[dict[str, Any]], None],
+    emit: Callable[[MessageRow], None],
     *,
     group: str | None = None,
     start: str = "latest",
@@ -623,7 +703,7 @@ async def _stream(
     refs: list[QueueRef],
     follow: Callable[[QueueRef], Coroutine[Any, Any, None]],
     out: asyncio.Queue[StoredMessage | QueueRef],
-    emit: Callable[[dict[str, Any]], None],
+    emit: Callable[[MessageRow], None],
     max_messages: int | None,
     on_start: Callable[[int], None] | None,
 ) -> int:
@@ -649,7 +729,7 @@ async def _stream(
                 if drained == len(refs) and out.empty():
                     break
                 continue
-            emit(summary(item) | body_fields(item.body))
+            emit({**summary(item), **body_fields(item.body)})
             emitted += 1
     finally:
         for task in tasks:
@@ -714,13 +794,13 @@ async def dlq_messages(
     return found
 
 
-async def dlq_topics(admin: Admin) -> list[dict[str, Any]]:
+async def dlq_topics(admin: Admin) -> list[DlqTopic]:
     """Every ``%DLQ%<group>`` topic the NameServer routes: its group, the dead letters it holds (max minus
     min offset over its queues, read from a slave where a master is down) and how many the group's
     record says were re-sent."""
     from mqctl.services.topics import queue_offsets
 
-    rows = []
+    rows: list[DlqTopic] = []
     for topic in sorted(t for t in await admin.topic_list() if t.startswith(DLQ_GROUP_TOPIC_PREFIX)):
         group = topic[len(DLQ_GROUP_TOPIC_PREFIX) :]
         offsets = await queue_offsets(admin, topic, reads=True)
@@ -743,7 +823,7 @@ async def dlq_export(admin: Admin, group: str, only: DlqFilter, write: Callable[
     found = await dlq_messages(admin, group, only)
     for ref, m in found:
         resent = (ref.broker_name, ref.queue_id, m.queue_offset) in done
-        row = {**detail(m), "broker_name": ref.broker_name, "resent": resent}
+        row: DeadLetter = {**detail(m), "broker_name": ref.broker_name, "resent": resent}
         write(json.dumps(row, ensure_ascii=False) + "\n")
     return len(found)
 

@@ -19,17 +19,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, NotRequired, TypedDict, TypeVar
 
 from daemon.remoting.bodies import TopicConfig
 from daemon.remoting.codes import RequestCode
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services import groups, topics
-from mqctl.services.acl import account_row, config_of
+from mqctl.services.acl import AccountPerms, PlainAccount, account_row, config_of
 from mqctl.services.cluster import brokers
 from store import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -85,6 +85,79 @@ class Metadata:
     summed: bool = False
 
 
+class TopicEntry(TypedDict):
+    """A topic's config on one broker, as the file holds it (the keys of :data:`TOPIC_KEYS`)."""
+
+    read_queues: int
+    write_queues: int
+    perm: str | int
+    order: bool
+    sysflag: int
+    filter_type: str
+
+
+class GroupEntry(TypedDict):
+    """A group's config on one broker, as the file holds it (the keys of :data:`GROUP_KEYS`)."""
+
+    retry_queues: int
+    max_retries: int
+    broadcast: bool
+    consume_from_min: bool
+    enabled: bool
+    broker_id: int
+    slow_broker_id: int
+    notify_ids_changed: bool
+
+
+#: An ACL account on one broker, as the file holds it (the keys of :data:`ACL_KEYS`, no secret).
+AclEntry = AccountPerms
+
+
+class TopicItem(TopicEntry):
+    """A topic of the file: its name and the brokers holding this config, then the config."""
+
+    name: str
+    brokers: list[str]
+
+
+class GroupItem(GroupEntry):
+    """A group of the file: its name and the brokers holding this config, then the config."""
+
+    name: str
+    brokers: list[str]
+
+
+class AclItem(AclEntry):
+    """An ACL account of the file: its access key and the brokers holding it, then the account."""
+
+    name: str
+    brokers: list[str]
+
+
+class OffsetEntry(TypedDict):
+    """A group's committed offsets of one topic on one broker: queue id -> offset."""
+
+    group: str
+    topic: str
+    broker: str
+    queues: dict[int, int]
+
+
+class MetadataDoc(TypedDict):
+    """``mqctl export``: the whole file (offsets and acl only when asked for)."""
+
+    kind: str
+    version: int
+    cluster: str
+    topics: list[TopicItem]
+    groups: list[GroupItem]
+    offsets: NotRequired[list[OffsetEntry]]
+    acl: NotRequired[list[AclItem]]
+
+
+Entry = TypeVar("Entry", TopicEntry, GroupEntry, AclEntry)
+
+
 class PlanRow(TypedDict):
     """One line of ``apply``: a topic, group, offset set or ACL account on one broker."""
 
@@ -98,26 +171,40 @@ class PlanRow(TypedDict):
 # ------------------------------------------------------------------------------------------- export
 
 
-def _entries(found: dict[str, dict[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    """name -> broker -> entry, as one entry per name and distinct entry, with the brokers holding it."""
+def _entries(found: dict[str, dict[str, Entry]]) -> list[tuple[str, list[str], Entry]]:
+    """name -> broker -> entry, as one (name, brokers holding it, entry) per name and distinct entry."""
     out = []
     for name in sorted(found):
-        alike: dict[str, tuple[dict[str, Any], list[str]]] = {}
+        alike: dict[str, tuple[Entry, list[str]]] = {}
         for broker, entry in sorted(found[name].items()):
             alike.setdefault(json.dumps(entry, sort_keys=True), (entry, []))[1].append(broker)
         for entry, names in sorted(alike.values(), key=lambda pair: pair[1]):
-            out.append({"name": name, "brokers": names, **entry})
+            out.append((name, names, entry))
     return out
 
 
-def topic_entry(config: TopicConfig) -> dict[str, Any]:
-    entry = {key: getattr(config, attr) for key, attr in TOPIC_KEYS.items()}
-    entry["perm"] = _PERM_NAMES.get(config.perm, config.perm)
-    return entry
+def topic_entry(config: TopicConfig) -> TopicEntry:
+    return {
+        "read_queues": config.read_queue_nums,
+        "write_queues": config.write_queue_nums,
+        "perm": _PERM_NAMES.get(config.perm, config.perm),
+        "order": config.order,
+        "sysflag": config.topic_sys_flag,
+        "filter_type": config.topic_filter_type,
+    }
 
 
-def group_entry(config: SubscriptionGroupConfig) -> dict[str, Any]:
-    return {key: getattr(config, attr) for key, attr in GROUP_KEYS.items()}
+def group_entry(config: SubscriptionGroupConfig) -> GroupEntry:
+    return {
+        "retry_queues": config.retry_queue_nums,
+        "max_retries": config.retry_max_times,
+        "broadcast": config.consume_broadcast_enable,
+        "consume_from_min": config.consume_from_min_enable,
+        "enabled": config.consume_enable,
+        "broker_id": config.broker_id,
+        "slow_broker_id": config.which_broker_when_consume_slowly,
+        "notify_ids_changed": config.notify_consumer_ids_changed_enable,
+    }
 
 
 def user_topic(name: str, system: set[str], special: bool) -> bool:
@@ -153,13 +240,13 @@ async def masters_by_name(admin: Admin, cluster: str | None) -> tuple[str, dict[
 
 async def export(
     admin: Admin, *, cluster: str | None, offsets: bool, acl: bool, special: bool
-) -> dict[str, Any]:
+) -> MetadataDoc:
     """The metadata of a cluster's masters as one deterministic document."""
     name, masters = await masters_by_name(admin, cluster)
-    found_topics: dict[str, dict[str, dict[str, Any]]] = {}
-    found_groups: dict[str, dict[str, dict[str, Any]]] = {}
-    offset_rows: list[dict[str, Any]] = []
-    accounts: dict[str, dict[str, dict[str, Any]]] = {}
+    found_topics: dict[str, dict[str, TopicEntry]] = {}
+    found_groups: dict[str, dict[str, GroupEntry]] = {}
+    offset_rows: list[OffsetEntry] = []
+    accounts: dict[str, dict[str, AclEntry]] = {}
     for broker, addr in sorted(masters.items()):
         table, system, group_table = await asyncio.gather(
             admin.topic_configs(addr), _system_topics(admin, addr), admin.group_configs(addr)
@@ -182,24 +269,31 @@ async def export(
         if acl:
             for account in (await config_of(admin, addr)).get("plainAccessConfigs") or []:
                 accounts.setdefault(str(account.get("accessKey")), {})[broker] = _account_entry(account)
-    doc: dict[str, Any] = {
+    doc: MetadataDoc = {
         "kind": KIND,
         "version": VERSION,
         "cluster": name,
-        "topics": _entries(found_topics),
-        "groups": _entries(found_groups),
+        "topics": [{"name": n, "brokers": b, **e} for n, b, e in _entries(found_topics)],
+        "groups": [{"name": n, "brokers": b, **e} for n, b, e in _entries(found_groups)],
     }
     if offsets:
         doc["offsets"] = sorted(offset_rows, key=lambda r: (r["group"], r["topic"], r["broker"]))
     if acl:
-        doc["acl"] = _entries(accounts)
+        doc["acl"] = [{"name": n, "brokers": b, **e} for n, b, e in _entries(accounts)]
     return doc
 
 
-def _account_entry(account: dict[str, Any]) -> dict[str, Any]:
+def _account_entry(account: PlainAccount) -> AclEntry:
     """An ACL account as ``acl list`` shows it, without broker and secret, its permissions sorted."""
     row = account_row("", account, show_secret=False)
-    return {key: sorted(row[key]) if key.endswith("_perms") else row[key] for key in ACL_KEYS}
+    return {
+        "admin": row["admin"],
+        "default_topic_perm": row["default_topic_perm"],
+        "default_group_perm": row["default_group_perm"],
+        "topic_perms": sorted(row["topic_perms"]),
+        "group_perms": sorted(row["group_perms"]),
+        "white_remote_address": row["white_remote_address"],
+    }
 
 
 # --------------------------------------------------------------------------------------------- load
@@ -232,11 +326,11 @@ def load(path: Path, name_problem: NameCheck) -> Metadata:
 def _from_mqadmin(raw: dict[str, Any]) -> Metadata:
     meta = Metadata(summed="exportTime" in raw and "dataVersion" not in raw)
     for name, obj in sorted((raw.get("topicConfigTable") or {}).items()):
-        values = topic_entry(TopicConfig.from_json({"topicName": name, **obj}))
-        meta.topics.append((_topic_spec(name, values), None))
+        topic = topic_entry(TopicConfig.from_json({"topicName": name, **obj}))
+        meta.topics.append((_topic_spec(name, topic), None))
     for name, obj in sorted((raw.get("subscriptionGroupTable") or {}).items()):
-        values = group_entry(SubscriptionGroupConfig.from_json({"groupName": name, **obj}))
-        meta.groups.append((_group_spec(name, values), None))
+        group = group_entry(SubscriptionGroupConfig.from_json({"groupName": name, **obj}))
+        meta.groups.append((_group_spec(name, group), None))
     return meta
 
 
@@ -283,7 +377,7 @@ def _typed(value: Any, key: str) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
-def _topic_spec(name: str, values: dict[str, Any]) -> topics.TopicSpec:
+def _topic_spec(name: str, values: Mapping[str, Any]) -> topics.TopicSpec:
     return topics.TopicSpec(
         name,
         read_queues=values.get("read_queues"),
@@ -295,7 +389,7 @@ def _topic_spec(name: str, values: dict[str, Any]) -> topics.TopicSpec:
     )
 
 
-def _group_spec(name: str, values: dict[str, Any]) -> groups.GroupSpec:
+def _group_spec(name: str, values: Mapping[str, Any]) -> groups.GroupSpec:
     return groups.GroupSpec(name, **values)
 
 
@@ -480,7 +574,7 @@ async def _compare_acl(
     """ACL accounts are not written (the file holds no secret): each is said to be present and equal,
     different (update it with 'mqctl acl update'), or missing (create it with a secret)."""
     rows: list[PlanRow] = []
-    have: dict[str, dict[str, dict[str, Any]]] = {}
+    have: dict[str, dict[str, AclEntry]] = {}
     for item in meta.acl:
         for addr in _resolve(item.get("brokers"), masters, renames):
             if addr not in have:

@@ -14,12 +14,20 @@ import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Literal, NotRequired, TypedDict
 
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
 
 _LISTEN = "0A"  # TCP_LISTEN in /proc/net/tcp's `st` column
+
+
+class RunningFields(TypedDict):
+    """What ``status`` says of a running daemon's process."""
+
+    pid: int | None
+    detected_by: str
+    process: str | None
 
 
 @dataclass(frozen=True)
@@ -30,7 +38,7 @@ class Running:
     detected_by: str  # "pid file" | "store lock" | "port"
     process: str | None
 
-    def fields(self) -> dict[str, object]:
+    def fields(self) -> RunningFields:
         return {"pid": self.pid, "detected_by": self.detected_by, "process": self.process}
 
     def stoppable(self, *markers: str) -> bool:
@@ -113,22 +121,74 @@ def find_running(pid_file: Path, *, store_root: str | None, host: str, port: int
     return None
 
 
-def probe(addr: str, daemon: Literal["broker", "namesrv"], timeout: float = 3.0) -> dict[str, Any]:
+class BrokerFigures(TypedDict):
+    """A broker's runtime figures, as ``broker status`` shows them."""
+
+    version: str | None
+    put_tps: str
+    get_tps: str
+    put_latency_99_ms: str | None
+    commit_log_max_offset: int
+    disk_ratio: float
+    uptime: str | None
+    loop_lag_p50_ms: float | None
+    loop_lag_p99_ms: float | None
+    loop_lag_max_ms: float | None
+    gc_collections: int | None
+    gc_pause_total_ms: float | None
+    gc_pause_max_ms: float | None
+
+
+class NamesrvFigures(TypedDict):
+    """What a NameServer knows, counted, as ``namesrv status`` shows it."""
+
+    clusters: int
+    brokers: int
+    topics: int
+
+
+class Probe(TypedDict):
+    """``reachable``, then the figures of the daemon that answered (none when it did not)."""
+
+    reachable: bool
+    version: NotRequired[str | None]
+    put_tps: NotRequired[str]
+    get_tps: NotRequired[str]
+    put_latency_99_ms: NotRequired[str | None]
+    commit_log_max_offset: NotRequired[int]
+    disk_ratio: NotRequired[float]
+    uptime: NotRequired[str | None]
+    loop_lag_p50_ms: NotRequired[float | None]
+    loop_lag_p99_ms: NotRequired[float | None]
+    loop_lag_max_ms: NotRequired[float | None]
+    gc_collections: NotRequired[int | None]
+    gc_pause_total_ms: NotRequired[float | None]
+    gc_pause_max_ms: NotRequired[float | None]
+    clusters: NotRequired[int]
+    brokers: NotRequired[int]
+    topics: NotRequired[int]
+
+
+def probe(addr: str, daemon: Literal["broker", "namesrv"], timeout: float = 3.0) -> Probe:
     """What the daemon listening at ``addr`` says about itself, for ``status``: a broker's runtime figures
     (GET_BROKER_RUNTIME_INFO) or a NameServer's cluster and topic counts, with ``reachable: true``;
     ``reachable: false`` when whatever holds the port does not answer (the process is still reported)."""
     from daemon.remoting.errors import RemotingError
     from mqctl.admin.client import run_admin
 
-    ask = _broker_figures if daemon == "broker" else _namesrv_figures
-    namesrv = [addr] if daemon == "namesrv" else []  # a broker is asked directly, by address
     try:
-        return {"reachable": True, **run_admin(namesrv, lambda admin: ask(admin, addr), timeout=timeout)}
+        if daemon == "broker":  # a broker is asked directly, by address
+            broker = run_admin([], lambda admin: _broker_figures(admin, addr), timeout=timeout)
+            return {"reachable": True, **broker}
+        counts = run_admin([addr], _namesrv_figures, timeout=timeout)
+        return {"reachable": True, **counts}
     except RemotingError:
         return {"reachable": False}
 
 
-async def _broker_figures(admin: Admin, addr: str) -> dict[str, Any]:
+async def _broker_figures(admin: Admin, addr: str) -> BrokerFigures:
+    from mqctl.services.cluster import first_float
+
     table = await admin.broker_runtime_info(addr)
     return {
         "version": table.get("brokerVersionDesc"),
@@ -138,10 +198,17 @@ async def _broker_figures(admin: Admin, addr: str) -> dict[str, Any]:
         "commit_log_max_offset": int(table.get("commitLogMaxOffset", "0")),
         "disk_ratio": float(table.get("commitLogDiskRatio", "0")),
         "uptime": table.get("runtime"),
+        # mqctl brokers only (None from a Java broker): the event loop's lag and the cyclic GC's pauses
+        "loop_lag_p50_ms": first_float(table.get("loopLagP50")),
+        "loop_lag_p99_ms": first_float(table.get("loopLagP99")),
+        "loop_lag_max_ms": first_float(table.get("loopLagMax")),
+        "gc_collections": int(table["gcCollections"]) if "gcCollections" in table else None,
+        "gc_pause_total_ms": first_float(table.get("gcPauseTotal")),
+        "gc_pause_max_ms": first_float(table.get("gcPauseMax")),
     }
 
 
-async def _namesrv_figures(admin: Admin, _addr: str) -> dict[str, Any]:
+async def _namesrv_figures(admin: Admin) -> NamesrvFigures:
     info = await admin.cluster_info()
     return {
         "clusters": len(info.cluster_addr_table),

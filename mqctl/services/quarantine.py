@@ -13,15 +13,21 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
-from mqctl.services.messages import PROPERTY_SALVAGED_FROM, SALVAGED_NAMESPACE, body_fields, resend_one
+from mqctl.services.messages import (
+    PROPERTY_SALVAGED_FROM,
+    SALVAGED_NAMESPACE,
+    MessageIdentity,
+    body_fields,
+    host_text,
+    resend_one,
+)
 from mqctl.timespec import iso
-from mqctl.units import time_fields
+from mqctl.units import when
 from store import (
     COMMITLOG,
     INTERNAL_TOPIC_PREFIX,
@@ -146,7 +152,28 @@ def plan(manifests: list[Manifest]) -> list[PlanRow]:
     return list(rows.values())
 
 
-def as_json_line(m: Manifest, p: Piece, offset: int, msg: StoredMessage) -> dict[str, Any]:
+class SalvagedRecord(MessageIdentity):
+    """A line of ``store salvage --json``: where it was set aside (``quarantine``, ``file``, then
+    ``commit_log_offset`` before the message's identity), with what it takes to send it again."""
+
+    quarantine: str
+    file: str
+    commit_log_offset: int
+    properties: dict[str, str]
+    sys_flag: int
+    flag: int
+    reconsume_times: int
+    born_time: str | None
+    born_time_ms: int
+    born_host: str
+    store_time: str | None
+    store_time_ms: int
+    store_host: str
+    body_encoding: str
+    body: str
+
+
+def as_json_line(m: Manifest, p: Piece, offset: int, msg: StoredMessage) -> SalvagedRecord:
     """A salvaged record as one JSON object: every field an operator needs to send it again, named as in
     ``msg query``/``dlq export`` (:func:`~mqctl.services.messages.body_fields` for the body)."""
     return {
@@ -164,10 +191,12 @@ def as_json_line(m: Manifest, p: Piece, offset: int, msg: StoredMessage) -> dict
         "sys_flag": msg.sys_flag,
         "flag": msg.flag,
         "reconsume_times": msg.reconsume_times,
-        **time_fields("born_time", msg.born_timestamp),
-        "born_host": f"{msg.born_host[0]}:{msg.born_host[1]}",
-        **time_fields("store_time", msg.store_timestamp),
-        "store_host": f"{msg.store_host[0]}:{msg.store_host[1]}",
+        "born_time": when(msg.born_timestamp),
+        "born_time_ms": msg.born_timestamp or 0,
+        "born_host": host_text(msg.born_host),
+        "store_time": when(msg.store_timestamp),
+        "store_time_ms": msg.store_timestamp or 0,
+        "store_host": host_text(msg.store_host),
         **body_fields(msg.body),
     }
 

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 
 from daemon.broker.clean import CLEAN_PLAN, PlanBody
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -347,15 +347,28 @@ def _offline_plan(config: StoreConfig) -> CleanPlan:
         store.shutdown()
 
 
+class FileRetention(TypedDict, total=False):
+    """A CommitLog file's retention, as a cleanup triggered now would see it (none for a file it skips)."""
+
+    age_ms: int
+    expired: bool
+    reclaimable: int
+    consumed_by_all_groups: bool
+
+
+class CommitLogRetention(si.CommitLogFile, FileRetention):
+    """A row of ``store retention files``: the file's scan, then its retention."""
+
+
 def commitlog_files(
     root: Path, *, reserved_hours: int | None, progress: si.Progress | None = None
-) -> list[dict[str, Any]]:
+) -> list[CommitLogRetention]:
     """Each CommitLog file's scan (:func:`store_inspect.commitlog_ls`) with its retention: age, expired,
     reclaimable bytes (what a cleanup triggered now would free) and whether every group has consumed all
     of its messages. Read-only; safe on a running broker's store."""
     scans = si.commitlog_ls(root, progress=progress)
     config = offline_config(root, reserved_hours=reserved_hours, watermark=None, force_watermark=None)
-    retention = {
+    retention: dict[str, FileRetention] = {
         r.file.name: {
             "age_ms": r.age_ms,
             "expired": r.expired,

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import NotRequired, TypedDict
 
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
-from mqctl.services.messages import Window, detail, locate, summary
+from mqctl.services.messages import MessageDetail, MessageSummary, Window, detail, locate, summary
 from mqctl.timespec import iso
 from store import CorruptRecordError, decode_record, inspect
 
@@ -51,30 +51,47 @@ def _time(ms: int) -> str | None:
 # ---------------------------------------------------------------------------------- commitlog
 
 
-def _row(stats: Any, times: dict[str, str], fmt: Callable[[Any], str | None]) -> dict[str, Any]:
-    """``stats`` (a dataclass) as a row, each ms timestamp field of ``times`` as the pair every time is made
-    of: renamed and formatted by ``fmt``, and its ``_ms`` twin (0: none; tables then show local time)."""
-    row: dict[str, Any] = {}
-    for key, value in asdict(stats).items():
-        if key in times:
-            row[times[key]] = fmt(value)
-            row[f"{times[key]}_ms"] = value or 0
-        else:
-            row[key] = value
-    return row
+class CommitLogFile(TypedDict):
+    """A row of ``store commitlog ls``: the fields of ``inspect.FileStats``, each timestamp as the pair
+    every time is made of (ISO 8601, and its ``_ms`` twin: 0 for none; tables then show local time)."""
+
+    file: str
+    from_offset: int
+    to_offset: int
+    size: int
+    data_bytes: int
+    records: int
+    first_store_time: str | None
+    first_store_time_ms: int
+    last_store_time: str | None
+    last_store_time_ms: int
+    tail: str
+    topics: dict[str, int]
+    error: str | None
 
 
-def commitlog_ls(root: str | Path, *, progress: Progress | None = None) -> list[dict[str, Any]]:
+def _commitlog_row(stats: inspect.FileStats) -> CommitLogFile:
+    return {
+        "file": stats.file,
+        "from_offset": stats.from_offset,
+        "to_offset": stats.to_offset,
+        "size": stats.size,
+        "data_bytes": stats.data_bytes,
+        "records": stats.records,
+        "first_store_time": _iso(stats.first_store_timestamp),
+        "first_store_time_ms": stats.first_store_timestamp or 0,
+        "last_store_time": _iso(stats.last_store_timestamp),
+        "last_store_time_ms": stats.last_store_timestamp or 0,
+        "tail": stats.tail,
+        "topics": dict(stats.topics),
+        "error": stats.error,
+    }
+
+
+def commitlog_ls(root: str | Path, *, progress: Progress | None = None) -> list[CommitLogFile]:
     """Each CommitLog file: offset range, size, data bytes, records, first/last store time (ISO 8601),
     how its data ends (blank-filler, zeros, end-of-file or corrupt), records per topic."""
-    return [
-        _row(
-            stats,
-            {"first_store_timestamp": "first_store_time", "last_store_timestamp": "last_store_time"},
-            _iso,
-        )
-        for stats in inspect.commitlog_files(layout(root), progress=progress)
-    ]
+    return [_commitlog_row(stats) for stats in inspect.commitlog_files(layout(root), progress=progress)]
 
 
 def commitlog_bytes(root: str | Path) -> int:
@@ -93,9 +110,27 @@ def cq_ls(root: str | Path, topic: str | None = None) -> list[inspect.QueueStats
     return inspect.queues(lay, topic)
 
 
+class QueueUnit(TypedDict):
+    """A row of ``store cq show``: a unit, what is wrong with it, and the record it points at (the fields
+    of :class:`~mqctl.services.messages.MessageSummary` its queue does not already say)."""
+
+    queue_offset: int
+    commit_log_offset: int
+    size: int
+    tags_code: int
+    error: NotRequired[str]
+    msg_id: NotRequired[str]
+    unique_key: NotRequired[str | None]
+    tags: NotRequired[str | None]
+    keys: NotRequired[str | None]
+    store_time: NotRequired[str | None]
+    store_time_ms: NotRequired[int]
+    body_size: NotRequired[int]
+
+
 def cq_show(
     root: str | Path, topic: str, queue_id: int, *, offset: int | None = None, count: int = 20
-) -> list[dict[str, Any]]:
+) -> list[QueueUnit]:
     """Units of one queue from ``offset`` (default: the oldest), each with the record it points at."""
     lay = layout(root)
     if (topic, queue_id) not in lay.queues(topic):
@@ -105,9 +140,9 @@ def cq_show(
         raise NotFoundError(
             f"offset {page.start} is outside {topic}/{queue_id} (it holds {page.min_offset}..{page.max_offset - 1})"
         )
-    rows: list[dict[str, Any]] = []
+    rows: list[QueueUnit] = []
     for unit in page.units:
-        row: dict[str, Any] = {
+        row: QueueUnit = {
             "queue_offset": unit.queue_offset,
             "commit_log_offset": unit.commit_log_offset,
             "size": unit.size,
@@ -116,10 +151,15 @@ def cq_show(
         if unit.error is not None:
             row["error"] = unit.error
         if unit.message is not None:
+            found = summary(unit.message)
             row |= {
-                k: v
-                for k, v in summary(unit.message).items()
-                if k not in ("topic", "queue_id", "queue_offset")
+                "msg_id": found["msg_id"],
+                "unique_key": found["unique_key"],
+                "tags": found["tags"],
+                "keys": found["keys"],
+                "store_time": found["store_time"],
+                "store_time_ms": found["store_time_ms"],
+                "body_size": found["body_size"],
             }
         rows.append(row)
     return rows
@@ -128,12 +168,70 @@ def cq_show(
 # ---------------------------------------------------------------------------------- index files
 
 
-def _index_row(header: inspect.IndexHeader) -> dict[str, Any]:
-    """An IndexFile's header as a row; ``problem``: what is wrong with it (the broker rebuilds such a file)."""
-    return _row(header, {"begin_timestamp": "begin_time", "end_timestamp": "end_time"}, _time)
+class IndexFileRow(TypedDict):
+    """A row of ``store index ls``: an IndexFile's header, each timestamp as the pair every time is made of;
+    ``problem``: what is wrong with it (the broker rebuilds such a file)."""
+
+    name: str
+    size: int
+    begin_time: str | None
+    begin_time_ms: int
+    end_time: str | None
+    end_time_ms: int
+    begin_phy_offset: int
+    end_phy_offset: int
+    hash_slots: int
+    hash_slot_count: int
+    index_count: int
+    max_index_count: int
+    full: bool
+    problem: str | None
 
 
-def index_ls(root: str | Path) -> list[dict[str, Any]]:
+class IndexFileShow(IndexFileRow):
+    """``store index show``: the header, then its slot table's hash-chain statistics."""
+
+    entries: int
+    used_slots: int
+    longest_chain: int
+    average_chain: float
+    slots_pointing_past_count: int
+
+
+class ChainRow(TypedDict):
+    """A row of ``store index chain``: one entry of a hash chain."""
+
+    entry: int
+    key_hash: int
+    hash_match: bool
+    commit_log_offset: int
+    store_time: str | None
+    prev: int
+    record_has_key: bool
+    error: NotRequired[str]
+    msg_id: NotRequired[str]
+
+
+def _index_row(header: inspect.IndexHeader) -> IndexFileRow:
+    return {
+        "name": header.name,
+        "size": header.size,
+        "begin_time": _time(header.begin_timestamp),
+        "begin_time_ms": header.begin_timestamp or 0,
+        "end_time": _time(header.end_timestamp),
+        "end_time_ms": header.end_timestamp or 0,
+        "begin_phy_offset": header.begin_phy_offset,
+        "end_phy_offset": header.end_phy_offset,
+        "hash_slots": header.hash_slots,
+        "hash_slot_count": header.hash_slot_count,
+        "index_count": header.index_count,
+        "max_index_count": header.max_index_count,
+        "full": header.full,
+        "problem": header.problem,
+    }
+
+
+def index_ls(root: str | Path) -> list[IndexFileRow]:
     """Each IndexFile's header: time and CommitLog range, used slots, entries, whether it is full."""
     return [_index_row(h) for h in inspect.index_headers(layout(root))]
 
@@ -152,7 +250,7 @@ def _pick_index(lay: Layout, name: str | None) -> Path:
     )
 
 
-def index_show(root: str | Path, name: str | None = None) -> dict[str, Any]:
+def index_show(root: str | Path, name: str | None = None) -> IndexFileShow:
     """One IndexFile (default: the newest): header plus hash-chain statistics from its slot table."""
     lay = layout(root)
     header, chains = inspect.index_stats(lay, _pick_index(lay, name))
@@ -166,13 +264,13 @@ def index_show(root: str | Path, name: str | None = None) -> dict[str, Any]:
     }
 
 
-def index_chain(root: str | Path, topic: str, key: str, name: str | None = None) -> list[dict[str, Any]]:
+def index_chain(root: str | Path, topic: str, key: str, name: str | None = None) -> list[ChainRow]:
     """The raw hash chain for ``topic#key`` in one IndexFile: every entry, and whether it is that key's."""
     lay = layout(root)
     full_key = f"{topic}#{key}"
-    rows = []
+    rows: list[ChainRow] = []
     for e in inspect.key_chain(lay, _pick_index(lay, name), topic, key):
-        row: dict[str, Any] = {
+        row: ChainRow = {
             "entry": e.entry,
             "key_hash": e.key_hash,
             "hash_match": e.hash_match,
@@ -196,7 +294,7 @@ def index_chain(root: str | Path, topic: str, key: str, name: str | None = None)
 
 def query_key(
     root: str | Path, topic: str, key: str, window: Window, *, max_num: int = 64
-) -> list[dict[str, Any]]:
+) -> list[MessageSummary]:
     """Messages of ``topic`` with ``key`` in KEYS, through the on-disk IndexFiles, each verified against
     its record (the index holds hashes only)."""
     found = inspect.messages_by_key(layout(root), topic, key, window.begin_ms, window.end_ms, max_num=max_num)
@@ -205,7 +303,7 @@ def query_key(
     return sorted((summary(m) for m in found), key=lambda r: (r["store_time"], r["msg_id"]))
 
 
-def query_id(root: str | Path, msg_id: str) -> dict[str, Any]:
+def query_id(root: str | Path, msg_id: str) -> MessageDetail:
     """The record an offset message id points at (its address part names the broker, not checked here)."""
     _addr, offset = locate(msg_id)
     try:

@@ -13,7 +13,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError, RemotingError
@@ -23,7 +23,7 @@ from mqctl.errors import NotFoundError
 from mqctl.services.messages import JAVA_LONG_MAX, plausible_offset_id
 from mqctl.services.topics import readers_of_topic
 from mqctl.tracedata import TraceFormatError, TraceRecord, consume_result, decode_trace
-from mqctl.units import time_fields
+from mqctl.units import time_fields, when
 from store import StoredMessage
 
 log = logging.getLogger(__name__)
@@ -99,9 +99,47 @@ async def _broker_names(admin: Admin) -> dict[str, str]:
     }
 
 
+class TraceEvent(TypedDict):
+    """One event of a timeline: the fields every event has, and what only its kind has under ``details``."""
+
+    event: str
+    time: str | None
+    time_ms: int
+    group: str | None
+    client_host: str | None
+    cost_ms: int | None
+    status: str | None
+    details: dict[str, Any]
+
+
+class Timeline(TypedDict):
+    """``msg trace --key``: what the trace records and, when reachable, the stored message say about one
+    message, and its events in time order."""
+
+    unique_key: str
+    msg_id: str | None
+    topic: str | None
+    tags: str | None
+    keys: str | None
+    producer_group: str | None
+    broker_name: str | None
+    store_host: str | None
+    queue_id: int | None
+    queue_offset: int | None
+    transaction_state: str | None
+    consumer_groups: list[str]
+    events: list[TraceEvent]
+
+
+class TracedMessage(Timeline):
+    """``msg trace ID``: the timeline, first saying which kind of id found it (``found_by``)."""
+
+    found_by: str
+
+
 async def trace_message(
     admin: Admin, message_id: str, *, trace_topic: str, topic: str | None = None
-) -> dict[str, Any]:
+) -> TracedMessage:
     """The timeline of the message ``message_id`` names: its client id (``unique_key``, looked up as
     it is) or its offset id (``msg_id``: the stored message is read for its client id)."""
     wanted = message_id.strip().upper()
@@ -132,13 +170,11 @@ async def trace_message(
     return {"found_by": found_by, **timeline}
 
 
-async def trace_key(
-    admin: Admin, key: str, *, trace_topic: str, topic: str | None = None
-) -> list[dict[str, Any]]:
+async def trace_key(admin: Admin, key: str, *, trace_topic: str, topic: str | None = None) -> list[Timeline]:
     """The timelines of every traced message with ``key`` among its keys (of ``topic`` when given)."""
     carried = await _trace_records(admin, trace_topic, key)
     ids = list(dict.fromkeys(c.record.unique_key for c in carried if key in (c.record.keys or "").split(" ")))
-    out = []
+    out: list[Timeline] = []
     for unique_key in ids[:KEY_MESSAGES_MAX]:
         mine = [
             c
@@ -165,18 +201,19 @@ def _first(records: list[TraceRecord], name: str) -> Any:
 
 def _event(
     kind: str,
-    when: int | None,
+    at: int | None,
     *,
     group: str | None = None,
     client_host: str | None = None,
     cost_ms: int | None = None,
     status: str | None = None,
     **details: Any,
-) -> dict[str, Any]:
+) -> TraceEvent:
     """One event with the fields every event has, and what only its kind has under ``details``."""
     return {
         "event": kind,
-        **time_fields("time", when),
+        "time": when(at),
+        "time_ms": at or 0,
         "group": group,
         "client_host": client_host,
         "cost_ms": cost_ms,
@@ -185,7 +222,7 @@ def _event(
     }
 
 
-def _consumes(carried: list[Carried]) -> list[dict[str, Any]]:
+def _consumes(carried: list[Carried]) -> list[TraceEvent]:
     """One event per consume attempt: a SubBefore and the SubAfter of the same request id, or either alone
     (a consumer that is still running or died shows no result; a SubAfter alone, no start)."""
     attempts: dict[tuple[str, str], dict[str, Carried]] = {}
@@ -236,7 +273,7 @@ async def _by_unique_key(admin: Admin, topic: str, unique_key: str) -> StoredMes
 
 async def _timeline(
     admin: Admin, carried: list[Carried], stored: StoredMessage | None, topic: str | None = None
-) -> dict[str, Any]:
+) -> Timeline:
     """The message's summary (what the records and, when reachable, the stored message say) and its
     events in time order: produced, stored, transaction ended, each consume attempt."""
     records = [c.record for c in carried]

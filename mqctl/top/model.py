@@ -41,6 +41,12 @@ class BrokerView:
     ha_slaves: int | None = None
     ha_connected: bool | None = None
     ha_lag_bytes: int | None = None
+    #: An mqctl broker's event loop: lag p50/p99 over the last minute or two and the longest since start,
+    #: and its longest GC pause, in ms (None from a Java broker).
+    loop_lag_p50_ms: float | None = None
+    loop_lag_p99_ms: float | None = None
+    loop_lag_max_ms: float | None = None
+    gc_pause_max_ms: float | None = None
     error: str | None = None
     #: With ``error``: what the row says instead of a version (DOWN, or "ACL denied" for a broker that
     #: answered but refused: it is up, this session may not read it).

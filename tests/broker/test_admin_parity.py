@@ -19,6 +19,7 @@ from daemon.broker.broker import Broker
 from daemon.broker.config import BrokerConfig, load_broker_config
 from daemon.broker.ha import HA_RUNTIME_KEYS
 from daemon.broker.headers import ConsumerSendMsgBackRequestHeader
+from daemon.broker.loopwatch import LOOP_RUNTIME_KEYS
 from daemon.broker.stats import GROUP_GET_NUMS, SAMPLE_PERIOD, TOPIC_PUT_NUMS, BrokerStats
 from daemon.config import INERT_HEADER, parse_properties, to_properties
 from daemon.namesrv.config import NamesrvConfig
@@ -154,7 +155,9 @@ async def test_runtime_info_has_every_498_key_with_real_values(broker: BrokerHan
     table = KVTable.loads(r.body).table
     store_dir = broker.broker.config.commit_log_dir
     # no more, no fewer, but for mqctl's replication state
-    assert set(table) - HA_RUNTIME_KEYS == RUNTIME_KEYS_498 | {f"commitLogDiskRatio_{store_dir}"}
+    assert set(table) - HA_RUNTIME_KEYS - LOOP_RUNTIME_KEYS == RUNTIME_KEYS_498 | {
+        f"commitLogDiskRatio_{store_dir}"
+    }
     assert table["brokerRole"] == "ASYNC_MASTER"
     assert table["putMessageTimesTotal"] == "20" == table["msgPutTotalTodayNow"]
     # a fresh store holds exactly these 20 records: the stored size adds up to the commit log's end
@@ -219,16 +222,21 @@ def test_a_real_brokers_config_loads_without_warnings(
         "sendMessageThreadPoolNums=16\nuseReentrantLockWhenPutMessage=true\ntransientStorePoolEnable=false\n"
         "serverWorkerThreads=16\nclientWorkerThreads=8\nwaitTimeMillsInSendQueue=1000\naclEnable=false\n"
         "noSuchRocketmqKey=1\n"
+        # what a 4.9.8 broker writes back into its broker.conf after an UPDATE_BROKER_CONFIG
+        "enableDetailStat=false\nisolateLogEnable=true\nconfigBlackList=configBlackList;brokerConfigPath\n"
+        "warmMapedFileEnable=false\ncheckCRCOnRecover=false\n"
     )
     with caplog.at_level(logging.WARNING):
         config = load_broker_config(conf, {})
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1 and "noSuchRocketmqKey" in warnings[0]
     assert config.inert_keys()["sendMessageThreadPoolNums"] == "16"
+    assert config.inert_keys()["enableDetailStat"] == "false" and config.check_crc_on_recover is False
     printed = to_properties(config, mark_inert=True)
     ours, _, inert = printed.partition(INERT_HEADER + "\n")
     assert "brokerName=broker-a\n" in ours and "serverWorkerThreads=16\n" in inert
     assert "waitTimeMillsInSendQueue=1000\n" in inert and "brokerName=" not in inert
+    assert "checkCRCOnRecover=false\n" in ours and "checkCrcOnRecover" not in printed
 
 
 def test_namesrv_config_reports_rocketmq_keys() -> None:

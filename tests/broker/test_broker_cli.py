@@ -63,6 +63,10 @@ def test_daemon_start_status_stop(cli: RunCli, broker_conf: Path) -> None:
         assert status.json()["state"] == "running" and status.json()["reachable"] is True
         assert status.json()["version"] == "V4_9_8" and status.json()["put_latency_99_ms"] == "0.00"
         assert status.json()["detected_by"] == "pid file"
+        figures = status.json()
+        lag = [figures[f"loop_lag_{k}_ms"] for k in ("p50", "p99", "max")]
+        assert all(isinstance(v, float) for v in lag) and lag == sorted(lag) and lag[2] < 1000
+        assert isinstance(figures["gc_pause_max_ms"], float) and figures["gc_collections"] >= 0
     finally:
         stopped = cli("broker", "stop", "-c", str(broker_conf))
     assert stopped.code == 0 and "stopped broker" in stopped.stderr

@@ -15,6 +15,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from store.clock import SystemClock
 from store.config_files import TopicConfigFile
+from store.names import TRANS_HALF_TOPIC
 from tests.support.broker import ClusterHandle, start_cluster, stop_cluster
 
 
@@ -29,6 +30,12 @@ async def test_start_registers_system_topics(cluster: ClusterHandle) -> None:
     data = TopicRouteData.loads(r.body)
     assert data.broker_datas[0].broker_addrs[0] == cluster.addr
     assert data.queue_datas[0].perm == 7 and data.queue_datas[0].write_queue_nums == 8
+
+
+async def test_a_master_has_the_transaction_half_topic_from_the_start(cluster: ClusterHandle) -> None:
+    data = TopicRouteData.loads((await route(cluster, TRANS_HALF_TOPIC)).body)
+    assert (data.queue_datas[0].read_queue_nums, data.queue_datas[0].perm) == (1, PermName.READ_WRITE)
+    assert cluster.broker.topics.is_system_topic(TRANS_HALF_TOPIC)
 
 
 async def test_created_topic_has_a_route_when_the_request_returns(cluster: ClusterHandle) -> None:

@@ -12,7 +12,11 @@ from typing import Any
 from daemon.broker.bodies import ConsumerData, HeartbeatData, SubscriptionData
 from daemon.broker.broker import Broker
 from daemon.broker.config import BrokerConfig
-from daemon.broker.headers import PullMessageRequestHeader, SendMessageRequestHeaderV2
+from daemon.broker.headers import (
+    CreateTopicRequestHeader,
+    PullMessageRequestHeader,
+    SendMessageRequestHeaderV2,
+)
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
@@ -114,6 +118,12 @@ class BrokerClient:
         return await self.client.invoke(
             self.addr, RemotingCommand.request(code, ext or {}, body, oneway=oneway), timeout
         )
+
+    async def create_topic(self, topic: str, queues: int, perm: int = 6) -> None:
+        """UPDATE_AND_CREATE_TOPIC with ``queues`` read and write queues; it must succeed."""
+        header = CreateTopicRequestHeader(topic, "TBW102", queues, queues, perm, "SINGLE_TAG")
+        response = await self.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext_fields())
+        assert response.code == 0, response.remark
 
     async def send(
         self, topic: str, body: bytes, *, code: int = RequestCode.SEND_MESSAGE_V2, **options: Any

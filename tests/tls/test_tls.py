@@ -16,7 +16,7 @@ import pytest
 
 from daemon.broker.broker import Broker
 from daemon.broker.config import load_broker_config
-from daemon.config import ConfigError
+from daemon.config import ALL_KEYS_FIELD, ConfigError
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.bodies import ClusterInfo
 from daemon.remoting.client import RemotingClient
@@ -415,10 +415,18 @@ async def test_config_answers_never_carry_a_key_password(tmp_path: Path) -> None
     namesrv = await start_namesrv(tmp_path, tls_server_mode="disabled", tls_server_key_password="hunter2")
     try:
         async with RemotingClient() as client:
-            answer = await client.invoke_checked(
-                f"127.0.0.1:{namesrv.port}", RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG, {}), 5.0
-            )
-        assert "tls.server.keyPassword=******" in answer.body.decode() and b"hunter2" not in answer.body
+            plain, everything = [
+                await client.invoke_checked(
+                    f"127.0.0.1:{namesrv.port}",
+                    RemotingCommand.request(RequestCode.GET_NAMESRV_CONFIG, ext),
+                    5.0,
+                )
+                for ext in ({}, {ALL_KEYS_FIELD: "true"})  # 4.9.8's key set; mqctl's keys too
+            ]
+        assert b"hunter2" not in plain.body and b"tls." not in plain.body
+        assert (
+            "tls.server.keyPassword=******" in everything.body.decode() and b"hunter2" not in everything.body
+        )
     finally:
         await namesrv.stop()
 

@@ -111,3 +111,13 @@ def test_parse_metrics_sums_queues_per_topic() -> None:
     )
     scrape = parse_metrics(text)
     assert scrape.puts == {"T": 7} and scrape.put_bytes == {"T": 700} and scrape.max_offsets == {"T": 7}
+
+
+def test_broker_state_carries_loop_lag_of_an_mqctl_broker_only() -> None:
+    java = BrokerView("C", "broker-a", 0, "h:1", "V4_9_8", disk_ratio=0.1, metrics=True)
+    assert fmt.broker_cells(java)[-1] == fmt.watermark(0.1)
+    ours = BrokerView(
+        "C", "broker-a", 0, "h:1", "V4_9_8", disk_ratio=0.1, metrics=True,
+        loop_lag_p50_ms=0.12, loop_lag_p99_ms=0.5, loop_lag_max_ms=201.0, gc_pause_max_ms=3.25,
+    )  # fmt: skip
+    assert fmt.broker_cells(ours)[-1].endswith(", loop p50/p99/max 0.12/0.5/201ms, gc max 3.25ms")

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Mapping
 
 from daemon.broker.config import BrokerConfig
 from daemon.remoting.bodies import TopicConfigSerializeWrapper
+from store.config import SLAVE
 from store.config_files import TopicConfigFile
 from store.models import DataVersion, PermName, TopicConfig
 from store.names import (
@@ -111,6 +112,10 @@ class TopicConfigManager:
         ]
         if c.trace_topic_enable:
             specs.append((c.msg_trace_topic_name, 1, rw))
+        if c.broker_role != SLAVE:
+            # 4.9.8's TransactionalMessageCheckService (masters only) makes it on its first pass, through
+            # TransactionalMessageBridge#selectTopicConfig: tools see it on an idle broker too
+            specs.append((TRANS_HALF_TOPIC, 1, rw))
         with self.file.lock:
             for name, queues, perm in specs:
                 self.table.setdefault(name, TopicConfig(name, queues, queues, perm))

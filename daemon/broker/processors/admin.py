@@ -6,16 +6,19 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from daemon.broker.bodies import (
+    ConsumeQueueData,
     ConsumeStats,
     GroupList,
     MessageQueue,
     OffsetWrapper,
     ProducerConnection,
+    QueryConsumeQueueResponseBody,
     ResetOffsetBody,
     TopicOffset,
     TopicStatsTable,
@@ -31,6 +34,7 @@ from daemon.broker.headers import (
     GetBrokerConfigResponseHeader,
     GetConsumeStatsRequestHeader,
     ProducerGroupHeader,
+    QueryConsumeQueueRequestHeader,
     ResetOffsetRequestHeader,
     TopicHeader,
     ViewBrokerStatsDataRequestHeader,
@@ -43,8 +47,8 @@ from daemon.config import (
     config_file_mode,
     parse_properties,
     property_key,
-    to_properties,
     update_properties,
+    wire_properties,
     write_atomically,
 )
 from daemon.remoting.bodies import DataVersion, KVTable, TopicList
@@ -100,6 +104,7 @@ def processors(broker: BrokerContext) -> dict[int, Processor]:
         R.VIEW_BROKER_STATS_DATA: p.view_stats_data,
         R.GET_CONSUMER_CONNECTION_LIST: p.consumer_connections,
         R.GET_PRODUCER_CONNECTION_LIST: p.producer_connections,
+        R.QUERY_CONSUME_QUEUE: p.query_consume_queue,
         R.INVOKE_BROKER_TO_RESET_OFFSET: p.reset_offset,
         R.GET_CONSUMER_RUNNING_INFO: p.consumer_running_info,
         R.CONSUME_MESSAGE_DIRECTLY: p.consume_message_directly,
@@ -290,6 +295,27 @@ class AdminProcessor:
             raise system_error(f"the producer group[{h.producer_group}] not exist")
         return request.make_response(body=ProducerConnection([c.info() for c in channels.values()]).dumps())
 
+    def query_consume_queue(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """mqadmin queryCq, as AdminBrokerProcessor#queryConsumeQueue: the queue's bounds and up to
+        ``count`` raw units from ``index``; with a group, its subscription to the topic."""
+        h = QueryConsumeQueueRequestHeader.from_ext_fields(request.ext_fields)
+        found = self.broker.store.consume_queue_units(h.topic, h.queue_id, h.index, h.count)
+        if found is None:
+            raise system_error(f"{h.queue_id}@{h.topic} is not exist!")
+        min_index, max_index, units = found
+        body = QueryConsumeQueueResponseBody(max_queue_index=max_index, min_queue_index=min_index)
+        if h.consumer_group is not None:
+            info = self.broker.consumers.get(h.consumer_group)
+            body.subscription_data = info.subscriptions.get(h.topic) if info is not None else None
+            # a tag subscription has no ConsumerFilterData: 4.9.8 prints its null as JSON
+            body.filter_data = (
+                f"{h.consumer_group}@{h.topic} is not online!" if body.subscription_data is None else "null"
+            )
+        if units is None:  # 4.9.8 answers SUCCESS with this remark and no body
+            return request.make_response(remark=f"Index {h.index} of {h.queue_id}@{h.topic} is not exist!")
+        body.queue_data = [ConsumeQueueData(phys, size, tags) for phys, size, tags in units]
+        return request.make_response(body=body.dumps())
+
     def reset_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """Compute the new offsets, commit them, and tell live consumers (docs/wire-protocol.md §offset-reset
         INVOKE_BROKER_TO_RESET_OFFSET).
@@ -423,7 +449,14 @@ class AdminProcessor:
 
     def get_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         header = GetBrokerConfigResponseHeader(self.config_version.dumps().decode())
-        body = to_properties(self.broker.config, mask_secrets=True).encode()
+        config = self.broker.config
+        # what 4.9.8 derives where our empty default means "derive it": brokerIP2 is brokerIP1's
+        # address, and the home is where the ACL files are looked for
+        effective = {
+            "brokerIP2": config.broker_ip2 or config.broker_ip1,
+            "rocketmqHome": config.rocketmq_home or os.getcwd(),
+        }
+        body = wire_properties(config, request.ext_fields, effective)
         return request.make_response(ext_fields=header.to_ext_fields(), body=body)
 
     def update_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

@@ -1,0 +1,196 @@
+"""``mqctl check``: health checks for Nagios, Icinga and friends.
+
+Unlike every other command, ``check`` exits with the monitoring plugin convention, not mqctl's own codes:
+0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; a NameServer that does not answer, and a bad flag, are UNKNOWN.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from mqctl.cli.common import BrokerAddrOpt, ClusterOpt, GroupOpt, cluster_options, flags
+
+if TYPE_CHECKING:
+    from mqctl.admin.client import Admin
+    from mqctl.services.checks import Verdict
+
+app = typer.Typer(
+    help="Health checks as monitoring plugins: one line with perfdata; exit 0 OK, 1 WARNING, 2 CRITICAL, "
+    "3 UNKNOWN.",
+    no_args_is_help=True,
+)
+
+WarnOpt = Annotated[int, typer.Option("--warn", "-w", min=0, help="WARNING above this many.")]
+CritOpt = Annotated[int, typer.Option("--crit", min=0, help="CRITICAL above this many.")]
+
+
+def _emit(verdict: Verdict, output: str, stream: bool) -> None:
+    from mqctl.output import render
+
+    if output == "table":
+        typer.echo(verdict.line())
+    elif stream and output == "json":
+        import json
+
+        typer.echo(json.dumps(verdict.as_dict(), ensure_ascii=False))
+    else:
+        render(verdict.as_dict(), output)
+
+
+def _run(name: str, work: Callable[[Admin], Awaitable[Verdict]], *, check_args: str | None = None) -> None:
+    """Run ``work`` once, or every ``--watch`` seconds until Ctrl-C, print each verdict, and exit with the
+    last one's state; whatever goes wrong on the way (no NameServer, a timeout) is UNKNOWN."""
+    import time
+
+    from mqctl.admin.client import run_admin
+    from mqctl.cli.common import cluster_target, request_timeout
+    from mqctl.services.checks import State, Verdict, unknown, worst
+    from mqctl.services.fanout import collecting
+
+    shared = flags()
+
+    def once() -> Verdict:
+        if check_args is not None:
+            return Verdict(name, State.UNKNOWN, check_args)
+        try:
+            target = cluster_target()
+            with collecting() as failed:
+                verdict = run_admin(target.namesrv, work, timeout=request_timeout(5.0, target))
+        except Exception as exc:  # every failure is the plugin's UNKNOWN, on one line
+            return unknown(name, exc)
+        if failed:  # judged on what some brokers said: not OK, whatever the figures
+            verdict.state = worst([verdict.state, State.UNKNOWN])
+            verdict.problems += [f.describe() for f in failed]
+            verdict.summary += "; not read: " + "; ".join(f.describe() for f in failed)
+        return verdict
+
+    verdict = once()
+    _emit(verdict, shared.output, shared.watch is not None)
+    if shared.watch is not None:
+        try:
+            while True:
+                time.sleep(shared.watch)
+                verdict = once()
+                _emit(verdict, shared.output, True)
+        except KeyboardInterrupt:
+            pass
+    raise typer.Exit(int(verdict.state))
+
+
+def _order(warn: float, crit: float) -> str | None:
+    return None if warn <= crit else f"--warn {warn:g} is above --crit {crit:g}"
+
+
+@app.command("lag")
+@cluster_options(watch=True)
+def lag(
+    group: GroupOpt,
+    warn: WarnOpt = 1000,
+    crit: CritOpt = 10000,
+    topic: Annotated[str | None, typer.Option("--topic", "-t", help="Only this topic's queues.")] = None,
+) -> None:
+    """A consumer group's total lag (messages not yet consumed) against --warn/--crit."""
+    from mqctl.services.checks import lag as check_lag
+
+    _run(
+        "lag",
+        lambda admin: check_lag(admin, group, topic=topic, warn=warn, crit=crit),
+        check_args=_order(warn, crit),
+    )
+
+
+@app.command("dlq")
+@cluster_options(watch=True)
+def dlq(group: GroupOpt, warn: WarnOpt = 0, crit: CritOpt = 100) -> None:
+    """Dead letters of a group not yet re-sent ('msg resend --execute') against --warn/--crit."""
+    from mqctl.services.checks import dlq as check_dlq
+
+    _run("dlq", lambda admin: check_dlq(admin, group, warn=warn, crit=crit), check_args=_order(warn, crit))
+
+
+@app.command("cluster")
+@cluster_options(watch=True)
+def cluster(cluster: ClusterOpt = None) -> None:
+    """Every broker the NameServer lists answers, and every broker group has a master: CRITICAL when one is
+    down, UNKNOWN when one refuses to say (ACL)."""
+    from mqctl.services.checks import cluster as check_cluster
+
+    _run("cluster", lambda admin: check_cluster(admin, cluster_name=cluster))
+
+
+@app.command("disk")
+@cluster_options(watch=True)
+def disk(
+    cluster: ClusterOpt = None,
+    broker: BrokerAddrOpt = None,
+    warn: Annotated[
+        float | None,
+        typer.Option(
+            "--warn",
+            "-w",
+            min=0.0,
+            max=1.0,
+            help="WARNING above this used ratio (default: the broker's diskMaxUsedSpaceRatio).",
+        ),
+    ] = None,
+    crit: Annotated[
+        float | None,
+        typer.Option(
+            "--crit",
+            min=0.0,
+            max=1.0,
+            help="CRITICAL above this used ratio (default: the broker's diskSpaceCleanForciblyRatio).",
+        ),
+    ] = None,
+) -> None:
+    """Each broker's CommitLog disk usage against its retention watermarks."""
+    from mqctl.services.checks import disk as check_disk
+
+    bad = _order(warn, crit) if warn is not None and crit is not None else None
+    _run(
+        "disk",
+        lambda admin: check_disk(admin, cluster_name=cluster, broker=broker, warn=warn, crit=crit),
+        check_args=bad,
+    )
+
+
+@app.command("ha")
+@cluster_options(watch=True)
+def ha(
+    cluster: ClusterOpt = None,
+    min_slaves: Annotated[
+        int, typer.Option("--min-slaves", min=0, help="CRITICAL when a broker group has fewer slaves.")
+    ] = 0,
+    warn_bytes: Annotated[
+        int, typer.Option("--warn-bytes", min=0, help="WARNING when a slave is more bytes behind.")
+    ] = 16 * 1024 * 1024,
+    crit_bytes: Annotated[
+        int, typer.Option("--crit-bytes", min=0, help="CRITICAL when a slave is more bytes behind.")
+    ] = 256 * 1024 * 1024,
+    warn_seconds: Annotated[
+        float, typer.Option("--warn-seconds", min=0, help="WARNING when the slowest slave is more s behind.")
+    ] = 10.0,
+    crit_seconds: Annotated[
+        float, typer.Option("--crit-seconds", min=0, help="CRITICAL when the slowest slave is more s behind.")
+    ] = 60.0,
+) -> None:
+    """Replication: every slave connected to its master, and its lag in bytes and seconds."""
+    from mqctl.services.checks import ha as check_ha
+
+    bad = _order(warn_bytes, crit_bytes) or _order(warn_seconds, crit_seconds)
+    _run(
+        "ha",
+        lambda admin: check_ha(
+            admin,
+            cluster_name=cluster,
+            min_slaves=min_slaves,
+            warn_bytes=warn_bytes,
+            crit_bytes=crit_bytes,
+            warn_seconds=warn_seconds,
+            crit_seconds=crit_seconds,
+        ),
+        check_args=bad,
+    )

@@ -1,0 +1,373 @@
+"""Health checks in the Nagios plugin format (``mqctl check``): one verdict, one line, perfdata.
+
+Each check reads what the admin commands already read (consume stats, runtime info, broker config, topic
+stats) and turns it into a :class:`Verdict`: a state of the plugin convention (OK, WARNING, CRITICAL,
+UNKNOWN with exit codes 0..3) and perfdata that graphing tools read from the part after ``|``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from enum import IntEnum
+
+from daemon.remoting.codes import ResponseCode
+from daemon.remoting.errors import RemotingCommandError, RemotingError
+from mqctl.admin.client import Admin
+from mqctl.errors import MqctlError, NotFoundError, translate
+from mqctl.services.cluster import BrokerRow, brokers
+from store import dlq_topic
+
+
+class State(IntEnum):
+    """The plugin states; the value is the exit code monitoring systems read."""
+
+    OK = 0
+    WARNING = 1
+    CRITICAL = 2
+    UNKNOWN = 3
+
+
+#: Which of two states a combined verdict takes: a broker down outranks another one we could not judge.
+_RANK = {State.OK: 0, State.UNKNOWN: 1, State.WARNING: 2, State.CRITICAL: 3}
+
+
+def worst(states: list[State]) -> State:
+    """The state of a check made of several parts (CRITICAL > WARNING > UNKNOWN > OK)."""
+    return max(states, key=_RANK.__getitem__, default=State.OK)
+
+
+@dataclass(frozen=True)
+class Perf:
+    """One perfdata item: ``'label'=value[uom];[warn];[crit];[min];[max]``."""
+
+    label: str
+    value: float
+    uom: str = ""
+    warn: float | None = None
+    crit: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+    def text(self) -> str:
+        label = f"'{self.label}'" if any(c in self.label for c in " '=") else self.label
+        tail = [self.warn, self.crit, self.min, self.max]
+        while tail and tail[-1] is None:
+            tail.pop()
+        cells = ";".join("" if v is None else _num(v) for v in tail)
+        return f"{label}={_num(self.value)}{self.uom}" + (f";{cells}" if cells else "")
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
+@dataclass
+class Verdict:
+    """A check's result: ``check`` is the command's name, the plugin line's service name in capitals."""
+
+    check: str
+    state: State
+    summary: str
+    perfdata: list[Perf] = field(default_factory=list)
+    #: One entry per broker (or part) that is not OK, for the JSON output and the summary.
+    problems: list[str] = field(default_factory=list)
+
+    def line(self) -> str:
+        perf = " ".join(p.text() for p in self.perfdata)
+        return f"{self.check.upper()} {self.state.name} - {self.summary}" + (f" | {perf}" if perf else "")
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "check": self.check,
+            "state": self.state.name,
+            "exit_code": int(self.state),
+            "summary": self.summary,
+            "problems": self.problems,
+            "perfdata": [
+                {k: v for k, v in vars(p).items() if v is not None and v != ""} for p in self.perfdata
+            ],
+        }
+
+
+def unknown(check: str, exc: BaseException) -> Verdict:
+    """What a check says when it could not look: the error as mqctl would report it, state UNKNOWN."""
+    return Verdict(check, State.UNKNOWN, str(translate(exc)))
+
+
+def threshold(value: float, warn: float | None, crit: float | None) -> State:
+    """The plugin guidelines' default range: alert when ``value`` is above the threshold."""
+    if crit is not None and value > crit:
+        return State.CRITICAL
+    if warn is not None and value > warn:
+        return State.WARNING
+    return State.OK
+
+
+def _refused(exc: BaseException) -> bool:
+    return isinstance(exc, RemotingCommandError) and exc.code == ResponseCode.NO_PERMISSION
+
+
+# ------------------------------------------------------------------------------------------------ lag
+
+
+async def lag(admin: Admin, group: str, *, topic: str | None, warn: int, crit: int) -> Verdict:
+    """The group's total lag (broker offset minus committed offset over its queues) against thresholds."""
+    from mqctl.services.groups import progress
+
+    try:
+        rows = await progress(admin, group, topic=topic, lag_over=None)
+    except NotFoundError as exc:
+        return Verdict("lag", State.UNKNOWN, str(exc))
+    total = sum(r.lag for r in rows)
+    worst_queue = max(rows, key=lambda r: r.lag, default=None)
+    where = f" topic {topic}" if topic else ""
+    summary = f"group {group}{where} lag {total}"
+    if worst_queue is not None and worst_queue.lag:
+        summary += f" (most on {worst_queue.topic} {worst_queue.broker_name}:{worst_queue.queue_id}: {worst_queue.lag})"
+    perf = [Perf("lag", total, "", warn, crit, 0), Perf("queues", len(rows), "", min=0)]
+    return Verdict("lag", threshold(total, warn, crit), summary, perf)
+
+
+# ------------------------------------------------------------------------------------------------ dlq
+
+
+async def dlq(admin: Admin, group: str, *, warn: int, crit: int) -> Verdict:
+    """Dead letters of ``group`` not yet re-sent by ``mqctl msg resend`` (held minus re-sent)."""
+    from mqctl.services.messages import resent_record
+    from mqctl.services.topics import queue_offsets
+
+    topic = dlq_topic(group)
+    held = 0
+    resent = 0
+    if topic in await admin.topic_list():
+        held = sum(
+            off.max_offset - off.min_offset for *_, off in await queue_offsets(admin, topic, reads=True)
+        )
+        resent = len(await resent_record(admin, group))
+    pending = max(0, held - resent)
+    summary = (
+        f"group {group} has {pending} dead letter(s) not re-sent ({held} held in {topic}, {resent} re-sent)"
+    )
+    perf = [
+        Perf("dead_letters", pending, "", warn, crit, 0),
+        Perf("held", held, "", min=0),
+        Perf("resent", resent, "", min=0),
+    ]
+    return Verdict("dlq", threshold(pending, warn, crit), summary, perf)
+
+
+# -------------------------------------------------------------------------------------------- cluster
+
+
+async def _runtime(admin: Admin, row: BrokerRow) -> dict[str, str] | BaseException:
+    try:
+        return await admin.broker_runtime_info(row.addr)
+    except RemotingError as exc:
+        return exc
+
+
+def _name(row: BrokerRow) -> str:
+    return f"{row.broker_name}/{row.broker_id}@{row.addr}"
+
+
+async def cluster(admin: Admin, *, cluster_name: str | None) -> Verdict:
+    """Every broker the NameServer lists answers its runtime info; each broker group has a master.
+
+    A broker that refuses (ACL) is UNKNOWN, not down: it answered, we may not look."""
+    rows = await brokers(admin, cluster_name)
+    if not rows:
+        where = f"cluster {cluster_name}" if cluster_name else "the NameServer"
+        return Verdict(
+            "cluster", State.CRITICAL, f"no broker registered with {where}", [Perf("brokers", 0, min=0)]
+        )
+    answers = await asyncio.gather(*(_runtime(admin, r) for r in rows))
+    states: list[State] = []
+    problems: list[str] = []
+    for row, answer in zip(rows, answers, strict=True):
+        if not isinstance(answer, BaseException):
+            states.append(State.OK)
+        elif _refused(answer):
+            states.append(State.UNKNOWN)
+            problems.append(f"{_name(row)} refused (ACL): {translate(answer)}")
+        else:
+            states.append(State.CRITICAL)
+            problems.append(f"{_name(row)} down: {translate(answer)}")
+    names = {r.broker_name for r in rows}
+    headless = sorted(names - {r.broker_name for r in rows if r.broker_id == 0})
+    for name in headless:
+        states.append(State.CRITICAL)
+        problems.append(f"{name} has no master registered")
+    answering = sum(1 for a in answers if not isinstance(a, BaseException))
+    summary = f"{answering} of {len(rows)} broker(s) answering in {len(names)} broker group(s)"
+    if problems:
+        summary += ": " + "; ".join(problems)
+    perf = [
+        Perf("brokers", len(rows), min=0),
+        Perf("answering", answering, "", None, None, 0, len(rows)),
+        Perf("masters_missing", len(headless), min=0),
+    ]
+    return Verdict("cluster", worst(states), summary, perf, problems)
+
+
+# ----------------------------------------------------------------------------------------------- disk
+
+
+@dataclass(frozen=True)
+class Watermarks:
+    """A broker's disk watermarks as ratios: retention deletes unexpired files above ``max_used``, cleans
+    forcibly above ``clean_forcibly``, refuses puts above ``warning_level``."""
+
+    max_used: float
+    clean_forcibly: float
+    warning_level: float
+
+    @classmethod
+    def of(cls, config: dict[str, str]) -> Watermarks:
+        """From GET_BROKER_CONFIG; a 4.9.8 broker keeps the last two as JVM properties: their defaults."""
+
+        def number(key: str, default: float) -> float:
+            try:
+                return float(config.get(key, default))
+            except ValueError:
+                return default
+
+        # diskMaxUsedSpaceRatio is clamped to 10..95 as DefaultMessageStore#CleanCommitLogService does.
+        max_used = min(max(number("diskMaxUsedSpaceRatio", 75), 10), 95) / 100
+        forcibly = number("diskSpaceCleanForciblyRatio", 85)
+        level = number("diskSpaceWarningLevelRatio", 90)
+        # a ratio given as 0.85 (the JVM property's form) or as 85 (ours) means the same
+        return cls(
+            max_used, forcibly if forcibly <= 1 else forcibly / 100, level if level <= 1 else level / 100
+        )
+
+
+async def _disk_of(admin: Admin, row: BrokerRow) -> tuple[float, Watermarks] | BaseException:
+    try:
+        info, config = await asyncio.gather(
+            admin.broker_runtime_info(row.addr), admin.broker_config(row.addr)
+        )
+    except RemotingError as exc:
+        return exc
+    try:
+        return float(info["commitLogDiskRatio"]), Watermarks.of(config)
+    except (KeyError, ValueError):
+        return MqctlError(f"{row.addr} reports no commitLogDiskRatio")
+
+
+async def disk(
+    admin: Admin, *, cluster_name: str | None, broker: str | None, warn: float | None, crit: float | None
+) -> Verdict:
+    """Each broker's CommitLog partition usage against its watermarks (or ``warn``/``crit`` ratios):
+    WARNING above diskMaxUsedSpaceRatio (retention deletes unexpired files), CRITICAL above
+    diskSpaceCleanForciblyRatio (forced cleaning; puts are refused above diskSpaceWarningLevelRatio)."""
+    rows = [r for r in await brokers(admin, cluster_name) if broker is None or r.addr == broker]
+    if not rows:
+        return Verdict(
+            "disk", State.UNKNOWN, f"no broker {broker} registered" if broker else "no broker registered"
+        )
+    answers = await asyncio.gather(*(_disk_of(admin, r) for r in rows))
+    states: list[State] = []
+    problems: list[str] = []
+    perf: list[Perf] = []
+    fullest: tuple[float, str] | None = None
+    for row, answer in zip(rows, answers, strict=True):
+        if isinstance(answer, BaseException):
+            states.append(State.UNKNOWN)
+            problems.append(f"{_name(row)}: {translate(answer)}")
+            continue
+        ratio, marks = answer
+        w = marks.max_used if warn is None else warn
+        c = marks.clean_forcibly if crit is None else crit
+        state = threshold(ratio, w, c)
+        states.append(state)
+        if state is not State.OK:
+            refused = " (puts refused)" if ratio > marks.warning_level else ""
+            problems.append(
+                f"{_name(row)} at {ratio:.0%} > {(c if state is State.CRITICAL else w):.0%}{refused}"
+            )
+        if fullest is None or ratio > fullest[0]:
+            fullest = (ratio, _name(row))
+        perf.append(
+            Perf(f"{row.broker_name}/{row.broker_id}", round(ratio * 100, 2), "%", w * 100, c * 100, 0, 100)
+        )
+    summary = f"fullest CommitLog disk {fullest[0]:.0%} on {fullest[1]}" if fullest else "no disk figures"
+    if problems:
+        summary += ": " + "; ".join(problems)
+    return Verdict("disk", worst(states), summary, perf, problems)
+
+
+# ------------------------------------------------------------------------------------------------- ha
+
+
+async def ha(
+    admin: Admin,
+    *,
+    cluster_name: str | None,
+    min_slaves: int,
+    warn_bytes: int,
+    crit_bytes: int,
+    warn_seconds: float,
+    crit_seconds: float,
+) -> Verdict:
+    """Per broker group: the slaves the NameServer lists are connected to their master, and how far
+    behind the slowest one is in bytes and in seconds (from ``broker ha status``'s figures)."""
+    from mqctl.services.ha import ha_status
+
+    states_of = await ha_status(admin, cluster_name)
+    if not states_of:
+        return Verdict("ha", State.UNKNOWN, "no broker registered")
+    verdicts: list[State] = []
+    problems: list[str] = []
+    max_bytes = 0
+    max_seconds = 0.0
+    slaves_total = 0
+    for name in sorted({s.broker_name for s in states_of}):
+        members = [s for s in states_of if s.broker_name == name]
+        master = next((s for s in members if s.broker_id == 0), None)
+        slaves = [s for s in members if s.broker_id != 0]
+        slaves_total += len(slaves)
+        if master is None:
+            verdicts.append(State.CRITICAL)
+            problems.append(f"{name} has no master registered")
+        elif master.error is not None:
+            verdicts.append(State.UNKNOWN)
+            problems.append(f"{name} master {master.addr}: {master.error}")
+        if len(slaves) < min_slaves:
+            verdicts.append(State.CRITICAL)
+            problems.append(f"{name} has {len(slaves)} slave(s) registered, {min_slaves} wanted")
+        if master is not None and master.error is None and slaves and not master.connected:
+            verdicts.append(State.CRITICAL)
+            problems.append(f"{name} master {master.addr} has no slave connected")
+        for s in slaves:
+            if s.error is not None:
+                verdicts.append(State.UNKNOWN)
+                problems.append(f"{name} slave {s.addr}: {s.error}")
+                continue
+            if not s.connected:
+                verdicts.append(State.CRITICAL)
+                problems.append(f"{name} slave {s.addr} not connected to its master")
+            if s.lag_bytes is not None:
+                max_bytes = max(max_bytes, s.lag_bytes)
+                state = threshold(s.lag_bytes, warn_bytes, crit_bytes)
+                verdicts.append(state)
+                if state is not State.OK:
+                    problems.append(f"{name} slave {s.addr} {s.lag_bytes} bytes behind")
+        if master is not None and master.lag_seconds is not None:
+            max_seconds = max(max_seconds, master.lag_seconds)
+            state = threshold(master.lag_seconds, warn_seconds, crit_seconds)
+            verdicts.append(state)
+            if state is not State.OK:
+                problems.append(f"{name} slowest slave {master.lag_seconds:g} s behind")
+    groups = len({s.broker_name for s in states_of})
+    summary = (
+        f"{slaves_total} slave(s) in {groups} broker group(s), max lag {max_bytes} bytes, {max_seconds:g} s"
+    )
+    if problems:
+        summary += ": " + "; ".join(problems)
+    perf = [
+        Perf("slaves", slaves_total, min=0),
+        Perf("lag_bytes", max_bytes, "B", warn_bytes, crit_bytes, 0),
+        Perf("lag_seconds", max_seconds, "s", warn_seconds, crit_seconds, 0),
+    ]
+    return Verdict("ha", worst(verdicts), summary, perf, problems)

@@ -1,0 +1,137 @@
+"""The broker's event-loop lag and GC pauses: sampled, exported in /metrics and the runtime info."""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import re
+import time
+import urllib.request
+
+import pytest
+
+from daemon.broker.loopwatch import LOOP_RUNTIME_KEYS, GcPauses, LoopWatch
+from tests.support.broker import BrokerHandle
+
+LABELS = 'broker="broker-a",cluster="DefaultCluster"'
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+        return resp.read().decode()
+
+
+def _value(text: str, name: str, labels: str = LABELS) -> float:
+    found = re.search(rf"^{re.escape(name)}{{{re.escape(labels)}}} (\S+)$", text, re.M)
+    assert found is not None, f"{name}{{{labels}}} not in /metrics"
+    return float(found.group(1))
+
+
+async def _samples(watch: LoopWatch, n: int) -> None:
+    """Wait until the sampler has woken `n` more times."""
+    target = watch.samples + n
+    while watch.samples < target:
+        await asyncio.sleep(watch.period / 4)
+
+
+@pytest.mark.slow
+async def test_metrics_carry_loop_lag_histogram_and_gc_pauses(broker: BrokerHandle) -> None:
+    b = broker.broker
+    await _samples(b.loop_watch, 3)
+    gc.collect()  # a full collection of this process: counted, with its time
+    assert b.metrics_port is not None
+    text = await asyncio.to_thread(_scrape, b.metrics_port)
+    count = _value(text, "rocketmq_broker_loop_lag_seconds_count")
+    assert count >= 3
+    assert _value(text, "rocketmq_broker_loop_lag_seconds_bucket", LABELS + ',le="+Inf"') == count
+    # an idle loop: each wake-up a little late (timer granularity; a busy host's scheduler adds to it)
+    assert 0 <= _value(text, "rocketmq_broker_loop_lag_seconds_sum") < count * 0.25
+    assert _value(text, "rocketmq_broker_loop_lag_seconds_bucket", LABELS + ',le="1.0"') == count
+    gen2 = LABELS + ',generation="2"'
+    assert _value(text, "rocketmq_broker_gc_collections_total", gen2) >= 1
+    assert _value(text, "rocketmq_broker_gc_pause_seconds_total", gen2) > 0
+    assert 0 < _value(text, "rocketmq_broker_gc_pause_max_seconds", gen2) < 5
+    info = b.runtime_info()
+    assert set(info) >= LOOP_RUNTIME_KEYS
+    assert int(info["gcCollections"]) >= 1 and float(info["gcPauseMax"]) > 0
+    assert 0 <= float(info["loopLagP50"]) <= float(info["loopLagP99"]) <= float(info["loopLagMax"]) < 1000
+
+
+async def test_blocked_loop_shows_in_the_lag_max(broker: BrokerHandle) -> None:
+    b = broker.broker
+    watch = b.loop_watch
+    loop = asyncio.get_running_loop()  # the broker's own loop: these tests run on it
+    before, _ = watch.histogram()
+    # a callback that blocks the loop for 0.2 s, due just before the sampler's next wake-up
+    loop.call_at(watch.next_due - 0.001, time.sleep, 0.2)
+    await _samples(watch, 1)
+    assert 190 <= float(b.runtime_info()["loopLagMax"]) < 1000
+    after, total = watch.histogram()
+    late = (dict(after)["+Inf"] - dict(after)["0.1"]) - (dict(before)["+Inf"] - dict(before)["0.1"])
+    assert late >= 1 and total >= 0.19  # a sample over 100 ms in the Prometheus histogram too
+
+
+def test_gc_callbacks_time_each_collection_per_generation() -> None:
+    pauses = GcPauses()
+    pauses.install()
+    try:
+        gc.collect(1)
+        gc.collect(1)
+        gc.collect(2)
+    finally:
+        pauses.uninstall()
+    assert pauses.callback not in gc.callbacks
+    assert pauses.count[1] >= 2 and pauses.count[2] >= 1
+    assert pauses.total_s[2] >= pauses.max_s[2] > 0
+    assert pauses.total_s[1] >= pauses.max_s[1] > 0
+    gc.collect(2)  # uninstalled: no longer counted
+    assert pauses.count[2] == 1
+
+
+def test_a_stop_without_its_start_is_ignored() -> None:
+    pauses = GcPauses()
+    pauses.callback("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
+    assert pauses.count == [0, 0, 0] and pauses.max_s == [0.0, 0.0, 0.0]
+
+
+async def test_a_slow_full_collection_freezes_what_survived_it() -> None:
+    watch = LoopWatch(period=0.01)
+    watch.start()
+    table = [[i] for i in range(300_000)]  # a long-lived table grown while serving: tracked lists
+    try:
+        gc.collect()
+        assert watch.gc.slow_full, f"a full collection over {len(table):,} lists took {watch.gc.max_s[2]}s"
+        await _samples(watch, 1)
+        assert watch.freezes == 1 and not watch.gc.slow_full
+        assert gc.get_freeze_count() >= len(table)
+        gc.collect()  # the next full collection walks none of it
+        assert not watch.gc.slow_full
+        await _samples(watch, 1)
+        assert watch.freezes == 1
+    finally:
+        watch.stop()
+        gc.unfreeze()
+
+
+async def test_stats_windows_move_in_slices_with_the_loop_serving_between(broker: BrokerHandle) -> None:
+    stats = broker.broker.stats
+    for i in range(5000):  # 10,001 items: TOPIC_PUT_NUMS and _SIZE per topic, BROKER_PUT_NUMS
+        stats.on_put(f"T{i}", 1, 10)
+    later = stats._now() + 20
+    stats._now = lambda: later
+    turns = 0
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(other())
+    await asyncio.sleep(0)
+    before = turns
+    await broker.broker._sample_stats()
+    task.cancel()
+    assert turns - before >= 10  # the loop ran other work between the slices
+    items = [item for table in stats.items.values() for item in table.values()]
+    assert len(items) > 10_000 and all(item.minute[-1][0] == later for item in items)

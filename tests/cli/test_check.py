@@ -1,0 +1,235 @@
+"""``mqctl check`` against our real NameServer and Broker over TCP: every state of every check, the plugin
+line with its perfdata, the plugin exit codes, JSON, and ``--watch``."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.broker.broker import Broker
+from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode
+from mqctl.admin import messaging as wire
+from mqctl.admin.client import Admin
+from mqctl.services.checks import Perf, State, Watermarks, threshold, worst
+from store.record import decode_msg_id
+from tests.broker.test_ha import master_and_slave
+from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.acl import write_acl
+from tests.support.broker import start_broker
+from tests.support.cli import CliResult, RunCli
+from tests.support.namesrv import Namesrv
+from tests.support.ports import free_port
+from tests.support.waiting import wait_until
+
+TOPIC = "Checked"
+GROUP = "CG_Checked"
+DEAD = "CG_Dead_Checked"
+#: A Nagios plugin line: SERVICE STATE - text | perfdata (the plugin development guidelines' form).
+LINE = re.compile(r"^[A-Z]+ (OK|WARNING|CRITICAL|UNKNOWN) - [^|\n]+( \| \S+=\S+( \S+=\S+)*)?\n$")
+
+
+@pytest.fixture(scope="module")
+def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """A topic of 2 queues with 10 messages each; GROUP committed 4 and 10 (lag 6); DEAD has 2 dead letters."""
+    with local_cluster(tmp_path_factory.mktemp("check")) as cluster:
+        wire_client = handle(cluster)
+
+        async def fill() -> None:
+            await wire_client.create_topic(TOPIC, 2)
+            for i in range(20):
+                assert (await wire_client.send(TOPIC, f"m{i}".encode(), queue_id=i % 2)).code == 0
+            for queue_id, offset in ((0, 4), (1, 10)):
+                commit = UpdateConsumerOffsetRequestHeader(GROUP, TOPIC, queue_id, offset)
+                r = await wire_client.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit.to_ext_fields())
+                assert r.code == 0
+            async with Admin([cluster.namesrv_addr]) as admin:
+                for _ in range(2):
+                    sent = await wire.send(
+                        admin, cluster.broker_addr, f"{TOPIC}Dead", b"dead", queue_id=0, properties={}
+                    )
+                    _host, offset = decode_msg_id(sent.offset_msg_id)
+                    await wire.send_back(
+                        admin, cluster.broker_addr, group=DEAD, phys_offset=offset, delay_level=-1
+                    )
+            await wire_client.client.close()
+
+        cluster.loop.run(fill())
+        yield cluster
+
+
+@pytest.fixture
+def mq(cli: RunCli, daemons: LocalCluster) -> RunCli:
+    def run(*args: str) -> CliResult:
+        return cli(*args, env={"NAMESRV_ADDR": daemons.namesrv_addr})
+
+    return run  # type: ignore[return-value]
+
+
+def plugin(result: CliResult, state: str) -> str:
+    """The one line a check printed, checked for the plugin form, its state and the matching exit code."""
+    assert LINE.match(result.stdout), result.stdout + result.stderr
+    assert result.stdout.split(" ")[1] == state, result.stdout
+    assert result.code == {"OK": 0, "WARNING": 1, "CRITICAL": 2, "UNKNOWN": 3}[state]
+    return result.stdout.strip()
+
+
+def test_lag_in_every_state(mq: RunCli) -> None:
+    ok = plugin(mq("check", "lag", "-g", GROUP, "--warn", "10", "--crit", "20"), "OK")
+    assert ok.startswith(f"LAG OK - group {GROUP} lag 6 ") and ok.endswith("| lag=6;10;20;0 queues=2;;;0")
+    warning = plugin(mq("check", "lag", "-g", GROUP, "--warn", "5", "--crit", "20"), "WARNING")
+    assert "lag=6;5;20;0" in warning and f"on {TOPIC} broker-a:0: 6" in warning
+    plugin(mq("check", "lag", "-g", GROUP, "-w", "1", "--crit", "5"), "CRITICAL")
+    missing = plugin(mq("check", "lag", "-g", "CG_Nobody"), "UNKNOWN")
+    assert "CG_Nobody" in missing
+
+
+def test_lag_json_for_scripts(mq: RunCli) -> None:
+    result = mq("check", "lag", "-g", GROUP, "--warn", "5", "--crit", "20", "-o", "json")
+    assert result.code == 1
+    data = result.json()
+    assert (data["check"], data["state"], data["exit_code"]) == ("lag", "WARNING", 1)
+    assert data["perfdata"][0] == {"label": "lag", "value": 6, "warn": 5, "crit": 20, "min": 0}
+
+
+def test_unreachable_nameserver_and_bad_flags_are_unknown(cli: RunCli) -> None:
+    down = cli("check", "cluster", env={"NAMESRV_ADDR": f"127.0.0.1:{free_port()}"})
+    assert "cannot talk to" in plugin(down, "UNKNOWN")
+    assert cli("check", "lag", "-g", GROUP, "--bogus").code == 3  # not mqctl's usage code 2
+    assert "--warn 9 is above --crit 1" in plugin(
+        cli("check", "lag", "-g", GROUP, "-w", "9", "--crit", "1"), "UNKNOWN"
+    )
+
+
+def test_dlq_in_every_state(mq: RunCli) -> None:
+    ok = plugin(mq("check", "dlq", "-g", GROUP), "OK")
+    assert "0 dead letter(s)" in ok and "dead_letters=0;0;100;0" in ok
+    warning = plugin(mq("check", "dlq", "-g", DEAD, "--crit", "5"), "WARNING")
+    assert "2 dead letter(s) not re-sent" in warning and "held=2" in warning
+    plugin(mq("check", "dlq", "-g", DEAD, "--crit", "1"), "CRITICAL")
+
+
+def test_disk_against_the_watermarks(mq: RunCli, daemons: LocalCluster) -> None:
+    used = daemons.broker.store.disk_ratio()
+    assert 0.10 < used < 0.75, f"this test needs a disk between 10 % and 75 % used, not {used:.0%}"
+    ok = plugin(mq("check", "disk"), "OK")
+    assert re.search(r"broker-a/0=[\d.]+%;75;85;0;100", ok)
+    plugin(mq("check", "disk", "--warn", "0.01", "--crit", "0.99"), "WARNING")
+    critical = plugin(mq("check", "disk", "--warn", "0.005", "--crit", "0.01"), "CRITICAL")
+    assert "> 1%" in critical
+    # the broker's own watermark: retention deletes unexpired files above diskMaxUsedSpaceRatio
+    assert mq("broker", "config", "set", "diskMaxUsedSpaceRatio=10", "--force").code == 0
+    try:
+        assert "> 10%" in plugin(mq("check", "disk"), "WARNING")
+    finally:
+        assert mq("broker", "config", "set", "diskMaxUsedSpaceRatio=75").code == 0
+    assert "no broker" in plugin(mq("check", "disk", "-b", "127.0.0.1:1"), "UNKNOWN")
+
+
+def test_cluster_down_broker_is_critical(mq: RunCli, daemons: LocalCluster) -> None:
+    ok = plugin(mq("check", "cluster"), "OK")
+    assert "1 of 1 broker(s) answering" in ok and "answering=1;;;0;1" in ok
+    dead = f"127.0.0.1:{free_port()}"
+
+    async def register() -> RemotingClient:
+        client = RemotingClient()
+        ns = Namesrv(daemons.namesrv, client)
+        assert (await ns.register({}, broker_name="broker-z", broker_addr=dead)).code == 0
+        return client
+
+    client = daemons.loop.run(register())  # registered while this connection stays open
+    try:
+        critical = plugin(mq("check", "cluster"), "CRITICAL")
+        assert f"broker-z/0@{dead} down" in critical and "1 of 2 broker(s)" in critical
+    finally:
+        daemons.loop.run(client.close())
+
+
+@pytest.mark.slow
+def test_watch_repeats_and_exits_with_the_last_state(cli_env: dict[str, str], daemons: LocalCluster) -> None:
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tests.support.paths import ROOT
+
+    env = {**cli_env, "NAMESRV_ADDR": daemons.namesrv_addr}
+    argv = [sys.executable, "-m", "mqctl", "check", "lag", "-g", GROUP, "-w", "5", "--watch", "0.2"]
+    proc = subprocess.Popen(
+        argv, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None
+        first, second = proc.stdout.readline(), proc.stdout.readline()
+        assert first.startswith("LAG WARNING - ") and second.startswith("LAG WARNING - ")
+        time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=10) == 1
+    finally:
+        proc.kill()  # a no-op once it exited
+        proc.wait()
+
+
+def test_cluster_acl_refusal_is_unknown_not_down(mq: RunCli, daemons: LocalCluster, tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    write_acl(home)
+
+    async def start() -> Broker:
+        return await start_broker(
+            tmp_path / "acl",
+            broker_name="broker-acl",
+            acl_enable=True,
+            rocketmq_home=str(home),
+            namesrv_addr=daemons.namesrv_addr,
+        )
+
+    guarded = daemons.loop.run(start())
+    try:
+        unknown = plugin(mq("check", "cluster"), "UNKNOWN")
+        assert f"broker-acl/0@{guarded.addr} refused (ACL)" in unknown and "2 broker(s)" in unknown
+        partial = plugin(mq("check", "lag", "-g", GROUP, "--warn", "10", "--crit", "20"), "UNKNOWN")
+        assert "lag 6" in partial and "not read: broker-acl" in partial and "ACL denied" in partial
+    finally:
+        daemons.loop.run(guarded.stop())
+
+
+async def test_ha_slaves_connected_and_missing(cli: RunCli, tmp_path: Path) -> None:
+    async with master_and_slave(tmp_path) as g:
+
+        async def check(*args: str) -> CliResult:
+            return await asyncio.to_thread(cli, "check", "ha", *args, env={"NAMESRV_ADDR": g.ns_addr})
+
+        async def caught_up() -> bool:
+            return (await check("--min-slaves", "1")).code == 0
+
+        await wait_until(caught_up)
+        ok = plugin(await check("--min-slaves", "1"), "OK")
+        assert "1 slave(s) in 1 broker group(s), max lag 0 bytes" in ok and "slaves=1;;;0" in ok
+        assert "lag_bytes=0B;16777216;268435456;0" in ok
+        wanted = plugin(await check("--min-slaves", "2"), "CRITICAL")
+        assert "broker-a has 1 slave(s) registered, 2 wanted" in wanted
+        await g.master.stop()
+        headless = plugin(await check(), "CRITICAL")
+        assert "broker-a has no master registered" in headless
+        assert f"slave {g.slave.addr} not connected to its master" in headless
+        await g.master.start()  # the fixture stops it again
+
+
+def test_perfdata_thresholds_and_the_worst_state() -> None:
+    assert Perf("lag", 1234, "", 1000, 5000, 0).text() == "lag=1234;1000;5000;0"
+    assert Perf("broker a/0", 24.5, "%", 75, 85, 0, 100).text() == "'broker a/0'=24.5%;75;85;0;100"
+    assert Perf("slaves", 2, min=0).text() == "slaves=2;;;0" and Perf("n", 3).text() == "n=3"
+    assert [threshold(v, 10, 20) for v in (10, 11, 21)] == [State.OK, State.WARNING, State.CRITICAL]
+    assert worst([State.OK, State.UNKNOWN, State.WARNING]) is State.WARNING
+    assert worst([State.UNKNOWN, State.CRITICAL]) is State.CRITICAL and worst([]) is State.OK
+    # a 4.9.8 broker has no disk watermark keys but diskMaxUsedSpaceRatio, clamped to 10..95
+    assert Watermarks.of({"diskMaxUsedSpaceRatio": "99"}) == Watermarks(0.95, 0.85, 0.90)
+    assert Watermarks.of({"diskSpaceCleanForciblyRatio": "80", "diskSpaceWarningLevelRatio": "0.95"}) == (
+        Watermarks(0.75, 0.80, 0.95)
+    )
