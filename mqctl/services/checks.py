@@ -74,8 +74,13 @@ class Verdict:
     problems: list[str] = field(default_factory=list)
 
     def line(self) -> str:
+        """The plugin line. The summary quotes brokers' remarks: its control characters are escaped (a
+        newline would start a second line) and a `|` (the perfdata separator) becomes `¦`."""
+        from mqctl.output import printable
+
         perf = " ".join(p.text() for p in self.perfdata)
-        return f"{self.check.upper()} {self.state.name} - {self.summary}" + (f" | {perf}" if perf else "")
+        summary = printable(self.summary, newlines=False).replace("|", "\u00a6")
+        return f"{self.check.upper()} {self.state.name} - {summary}" + (f" | {perf}" if perf else "")
 
     def as_dict(self) -> dict[str, object]:
         return {

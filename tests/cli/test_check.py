@@ -233,3 +233,16 @@ def test_perfdata_thresholds_and_the_worst_state() -> None:
     assert Watermarks.of({"diskSpaceCleanForciblyRatio": "80", "diskSpaceWarningLevelRatio": "0.95"}) == (
         Watermarks(0.75, 0.80, 0.95)
     )
+
+
+def test_plugin_line_stays_one_line_whatever_a_broker_says() -> None:
+    """A summary carries brokers' remarks: their control characters must not reach the operator's terminal
+    or the monitoring system, a newline must not start a second plugin line, and a `|` must not start the
+    perfdata early."""
+    from mqctl.services.checks import Verdict
+
+    remark = "denied\x1b[2J\nOK - all fine | fake=1"
+    line = Verdict("cluster", State.CRITICAL, f"broker-a refused (ACL): {remark}", [Perf("up", 0)]).line()
+    assert LINE.match(line + "\n"), line
+    assert "\x1b" not in line and line.endswith(" | up=0")
+    assert "\\x1b[2J\\nOK - all fine" in line
