@@ -701,6 +701,12 @@ class ReplayGuard:
             )
         if fields.get(FRESH_CODE) != fresh_code(request.code):
             raise AclDenied(f"{where}: its signed {FRESH_CODE} names another request code (a replay?)")
+        # keys are not signed: a key invented between the three would let their values start and end
+        # elsewhere in the signed bytes; adjacent, the timestamp pins the nonce and the nonce the code
+        if any(FRESH_CODE < key < FRESH_TIMESTAMP and key != FRESH_NONCE for key in fields):
+            raise AclDenied(
+                f"{where}: a field is signed between {FRESH_CODE}, {FRESH_NONCE} and {FRESH_TIMESTAMP}"
+            )
         if abs(now - stamp) > self.window_ms:
             raise AclDenied(
                 f"{where}: signed {abs(now - stamp) // 1000} s from now, over aclAdminFreshness="

@@ -339,3 +339,36 @@ def test_a_fresh_admin_request_cannot_give_its_code_s_leading_digit_to_the_field
     )
     with pytest.raises(AclDenied):
         _fresh_validator(tmp_path).check("10.0.0.7", forged)
+
+
+def test_a_fresh_admin_request_cannot_take_its_code_from_a_field_under_a_new_key(tmp_path: Path) -> None:
+    """ACL 1.0 signs the values, not the keys: a captured admin request keeps its signature under keys the
+    attacker names. A group `orders_c215_v2`, deleted by an admin: `c215` inside its name becomes the
+    mqctlCode, and the characters up to the timestamp are split between mqctlNonce (32 of them, unseen)
+    and an invented `mqctlNonceX` signed between the nonce and the timestamp, so the same signed bytes,
+    within the freshness window, read as DELETE_TOPIC_IN_BROKER of topic `true`."""
+    request = _fresh_admin(
+        RequestCode.DELETE_SUBSCRIPTIONGROUP,
+        {"groupName": "orders_c215_v2", "removeOffset": "true"},
+        lambda n: n,
+    )
+    validator = _fresh_validator(tmp_path)
+    validator.check("10.0.0.7", request)  # the admin's own request, delivered
+    fresh = request.ext_fields
+    group = fresh["groupName"]
+    cut = group.index("c215")
+    between = group[cut + 4 :] + fresh[FRESH_CODE] + fresh[FRESH_NONCE]  # what lies before the timestamp
+    fields = {
+        "AccessKey": fresh["AccessKey"],
+        "groupName": group[:cut],
+        FRESH_CODE: "c215",
+        FRESH_NONCE: between[:32],
+        FRESH_NONCE + "X": between[32:],
+        FRESH_TIMESTAMP: fresh[FRESH_TIMESTAMP],
+        "topic": fresh["removeOffset"],
+        SIGNATURE: fresh[SIGNATURE],
+    }
+    assert Verifier(ADMIN_SK).verify(dict(fields), b"", fields[SIGNATURE])  # the signature still holds
+    forged = RemotingCommand.request(RequestCode.DELETE_TOPIC_IN_BROKER, fields)
+    with pytest.raises(AclDenied, match="between"):
+        validator.check("10.0.0.7", forged)
