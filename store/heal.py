@@ -403,10 +403,11 @@ class Healer:
                             phys,
                         )
                     if own:
-                        if (phys < crc_checked_from or (set_aside and phys in set_aside)) and (
-                            bad := body_crc_problem(mf.view, pos, size)
-                        ):
-                            # never served as good: the pull skips it
+                        # never served: the pull skips it (a set-aside record's damage may lie outside
+                        # its body, where the body CRC cannot see it)
+                        if set_aside and phys in set_aside:
+                            raise CorruptRecordError(mf.path, phys, "a damaged record recovery set aside")
+                        if phys < crc_checked_from and (bad := body_crc_problem(mf.view, pos, size)):
                             raise CorruptRecordError(mf.path, phys, bad)
                         return mf.view[pos : pos + size], mf.path
                 if set_aside and phys in set_aside:

@@ -249,6 +249,8 @@ def _damage_record_30(root: Path, damage: str, abort: bool) -> tuple[list[int], 
         data[bad + 4 : bad + 8] = b"\x01\x02\x03\x04"
     elif damage == "body-length":
         data[bad + 84 : bad + 88] = (1 << 30).to_bytes(4, "big")
+    elif damage == "topic-length":  # after the body: its CRC still passes
+        data[bad + 88 + int.from_bytes(data[bad + 84 : bad + 88], "big")] = 0x7F
     elif damage == "size":
         data[bad : bad + 4] = (offsets[31] - bad + 16).to_bytes(4, "big")  # the boundaries are lost
     else:
@@ -263,7 +265,7 @@ def _damage_record_30(root: Path, damage: str, abort: bool) -> tuple[list[int], 
     return offsets, end, path
 
 
-@pytest.mark.parametrize("damage", ["crc", "magic", "body-length"])
+@pytest.mark.parametrize("damage", ["crc", "magic", "body-length", "topic-length"])
 @pytest.mark.parametrize("abort", [False, True])
 def test_a_damaged_record_of_known_extent_is_set_aside_alone(
     tmp_path: Path, damage: str, abort: bool, caplog: pytest.LogCaptureFixture
