@@ -127,6 +127,7 @@ RECORD_OVERHEAD = 64 * 1024
 _PHYSICAL_OFFSET = struct.Struct(">q")
 _PHYSICAL_OFFSET_POS = 28  # TOTALSIZE MAGIC BODYCRC QUEUEID FLAG (4 each) QUEUEOFFSET (8), then this
 _MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
+_MIN_RECORD = 92  # the smallest record: fixed fields, two IPv4 hosts, an empty body, a 1-byte topic
 _SPAN_CHUNK = 1 << 20
 
 
@@ -146,7 +147,9 @@ class ReplicaRecords:
     (BLANK magic, its size the rest of the file); a record cut by a frame stays until its rest arrives.
     One fault is let through: a record whose only fault is its body CRC is one its master's recovery set
     aside in place (kept in its CommitLog, never served), so the slave takes it too, to keep the two
-    CommitLogs identical and replicate past it, and sets it aside likewise (:attr:`damaged`).
+    CommitLogs identical and replicate past it, and sets it aside likewise (:attr:`damaged`). So is a
+    record whose magic or length fields are damaged when its PHYSICALOFFSET holds and its TOTALSIZE leads
+    to what the master's recovery set it aside by (:meth:`_extent_known`).
     Anything else raises :class:`ReplicaRecordError` and hands out nothing of what is pending.
     """
 
@@ -156,8 +159,8 @@ class ReplicaRecords:
         #: Neither a record nor a filler is larger (a filler is what was left when a record did not fit).
         self.max_record = max_record
         self.pending = bytearray()
-        #: ``(offset, size, why)`` of the records in the last :meth:`take` whose only fault is their body
-        #: CRC: the slave appends them and sets them aside in place (:meth:`ReplicaStore.set_aside_replica_records`).
+        #: ``(offset, size, why)`` of the damaged records in the last :meth:`take` (see above): the slave
+        #: appends them and sets them aside in place (:meth:`ReplicaStore.set_aside_replica_records`).
         self.damaged: list[tuple[int, int, str]] = []
 
     @property
@@ -207,24 +210,60 @@ class ReplicaRecords:
                         return pos, damaged
                     pos += size
                     continue
+                fault = ""
                 if magic not in _MAGICS:
-                    raise ReplicaRecordError(
-                        f"no record starts at {at}: magic code 0x{magic & 0xFFFFFFFF:08X}"
-                    )
-                if size <= 0 or size > min(self.max_record, room):
-                    raise ReplicaRecordError(f"record at {at}: total size {size} does not fit")
+                    fault = f"no record starts at {at}: magic code 0x{magic & 0xFFFFFFFF:08X}"
+                if size <= 0 or size > min(self.max_record, room) or (fault and size < _MIN_RECORD):
+                    raise ReplicaRecordError(fault or f"record at {at}: total size {size} does not fit")
                 if have - pos < size:
                     return pos, damaged  # cut by the frame: the rest is on its way
-                try:
-                    check_record(view, pos, pos + size, check_crc=True)
-                except CorruptRecordError as e:
-                    if not _sound_but_body(view, pos, size):
-                        raise ReplicaRecordError(f"record at {at}: {e.reason}") from None
-                    damaged.append((at, size, e.reason))  # (its offset is checked next, as any record's)
+                if not fault:
+                    try:
+                        check_record(view, pos, pos + size, check_crc=True)
+                    except CorruptRecordError as e:
+                        if not _sound_but_body(view, pos, size):
+                            fault = f"record at {at}: {e.reason}"
+                        else:  # (its offset is checked next, as any record's)
+                            damaged.append((at, size, e.reason))
+                if fault:  # set aside by its master's recovery only if its extent is known, as there
+                    (named,) = _PHYSICAL_OFFSET.unpack_from(view, pos + _PHYSICAL_OFFSET_POS)
+                    if named != at:  # (garbage is refused at once, not waited on)
+                        raise ReplicaRecordError(fault)
+                    known = self._extent_known(view, pos + size, at + size, have)
+                    if known is None:
+                        return pos, damaged  # what follows it decides, and is still arriving
+                    if not known:
+                        raise ReplicaRecordError(fault)
+                    damaged.append((at, size, fault))
+                    pos += size
+                    continue
                 (named,) = _PHYSICAL_OFFSET.unpack_from(view, pos + _PHYSICAL_OFFSET_POS)
                 if named != at:
                     raise ReplicaRecordError(f"record at {at} names physical offset {named}")
                 pos += size
+
+    def _extent_known(self, view: memoryview, pos: int, at: int, have: int) -> bool | None:
+        """Whether a damaged record ending at ``pos`` (offset ``at``) is followed by what can only follow
+        a record: the file's end-of-file filler, or a record that parses, passes its body CRC and names
+        its own offset. The rule the master's recovery kept it in place by (``commitlog.damaged_extent``);
+        None: those bytes have not all arrived."""
+        room = self.file_size - at % self.file_size
+        if at % self.file_size == 0 or room < 8:
+            return False  # nothing of its file follows it: recovery cuts there
+        if have - pos < 8:
+            return None
+        size, magic = struct.unpack_from(">ii", view, pos)
+        if magic == BLANK_MAGIC_CODE and size == room:
+            return True
+        if magic not in _MAGICS or not 0 < size <= min(self.max_record, room):
+            return False
+        if have - pos < size:
+            return None
+        try:
+            check_record(view, pos, pos + size, check_crc=True)
+        except CorruptRecordError:
+            return False
+        return bool(_PHYSICAL_OFFSET.unpack_from(view, pos + _PHYSICAL_OFFSET_POS)[0] == at)
 
 
 def _sound_but_body(view: memoryview, pos: int, size: int) -> bool:

@@ -678,7 +678,7 @@ class HASlave:
         never serves them), so the slave keeps them byte for byte and sets them aside as well."""
         where = self.store.set_aside_replica_records(damaged)
         log.error(
-            "HA: %d record(s) from master %s fail their body CRC (the master set them aside), at CommitLog "
+            "HA: %d damaged record(s) from master %s (the master set them aside), at CommitLog "
             "offset(s) %s: appended byte for byte and set aside in place, never served%s",
             len(damaged),
             self.master_addr,

@@ -318,7 +318,8 @@ def test_replica_records_refuse_garbage_wrong_offsets_and_bad_crcs(tmp_path: Pat
             "zeros": (0, bytes(4096)),
             "moved": (FILE, raw[: 3 * size]),  # sound records, but they name offset 0
             "moved, body damaged": (FILE, raw[:100] + bytes([raw[100] ^ 1]) + raw[101:size]),
-            "bad magic": (0, raw[:4] + bytes([raw[4] ^ 1]) + raw[5:size]),
+            "bad magic": (0, raw[:4] + bytes([raw[4] ^ 1]) + raw[5:size] + bytes(64)),  # then no record
+            "bad magic, moved": (FILE, raw[:4] + bytes([raw[4] ^ 1]) + raw[5 : 3 * size]),
         }
         for name, (offset, data) in cases.items():
             records = ReplicaRecords(offset, FILE, cap)
@@ -401,6 +402,53 @@ def test_a_body_damaged_record_is_taken_and_set_aside_in_place(tmp_path: Path, k
             assert slave.commit_log.set_aside == {at: size}
             assert len(list_quarantines(str(tmp_path / "s"))) == 1
             assert _all_bodies(slave, "T1", 1) == want
+    finally:
+        master.shutdown()
+        slave.shutdown()
+
+
+@pytest.mark.parametrize("damage", ["magic", "topic-length"])
+def test_a_record_its_master_set_aside_with_damage_beyond_its_body_is_taken_too(
+    tmp_path: Path, damage: str
+) -> None:
+    """A master's recovery sets aside in place any damaged record whose TOTALSIZE leads to an intact record,
+    not only one whose body CRC fails: refusing its bytes stopped the slave there for good. The slave takes
+    it when the record after it decides as the master's recovery did, and sets it aside likewise; frame
+    by frame it waits for that record."""
+    master = _master(tmp_path / "m", 40)
+    at, size = record_spans(master, 0, master.max_phy_offset)[7]  # T1, queue 1, queue offset 1
+    body = master.look_message_by_offset(at).message.body  # type: ignore[union-attr]
+    master.shutdown()
+    path = tmp_path / "m" / "commitlog" / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    if damage == "magic":
+        data[at + 4 : at + 8] = b"\x01\x02\x03\x04"
+    else:  # the byte after the body: its CRC still passes
+        data[at + 88 + int.from_bytes(data[at + 84 : at + 88], "big")] = 0x7F
+    path.write_bytes(bytes(data))
+    master = _master(tmp_path / "m", 0)
+    slave = _slave(tmp_path / "s")
+    try:
+        assert master.commit_log.set_aside == {at: size}
+        log = master.read_commit_log(0, master.max_phy_offset)
+        assert log is not None
+        records = ReplicaRecords(0, FILE, max_record_size(master.config))
+        records.feed(0, log[: at + size + 20])  # the record after it still arriving
+        assert records.take() == (0, log[:at])
+        records.feed(at + size + 20, log[at + size + 20 :])
+        assert records.take() == (at, log[at:])
+        assert [(o, n) for o, n, _ in records.damaged] == [(at, size)]
+        assert slave.append_replica(0, log[:at]) and slave.append_replica(at, log[at:])
+        slave.set_aside_replica_records(records.damaged)
+        while slave.dispatch_replica():
+            pass
+        assert slave.read_commit_log(0, len(log)) == log
+        assert _all_bodies(slave, "T1", 1) == [b for b in _all_bodies(master, "T1", 1) if b != body]
+        assert slave.get_max_offset("T1", 1) == master.get_max_offset("T1", 1)
+        garbage = ReplicaRecords(0, FILE, max_record_size(master.config))
+        garbage.feed(0, log[:at] + bytes(data[at : at + 8]) + bytes(size - 8) + bytes(64))
+        with pytest.raises(ReplicaRecordError):  # what follows is no record: the boundaries are lost
+            garbage.take()
     finally:
         master.shutdown()
         slave.shutdown()
