@@ -416,7 +416,8 @@ class DefaultMessageStore:
         later units at their own queue offsets."""
         cl = self.commit_log
         found: dict[int, tuple[int, int]] = {}
-        for phys, size in cl.set_aside.items():
+        # a copy: the HA slave adds to it on the event loop while this runs in the dispatch thread
+        for phys, size in list(cl.set_aside.items()):
             mf = cl.files.find_file(phys)
             if mf is None or phys - mf.file_from_offset + RECORD_IDENTITY.size > mf.file_size:
                 continue

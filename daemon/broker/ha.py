@@ -585,7 +585,7 @@ class HASlave:
                 async with self._dispatching:
                     while await asyncio.to_thread(self.store.dispatch_replica):
                         pass
-            except (OSError, ValueError):
+            except Exception:  # a bug here must not end dispatch for good: the next arrival tries again
                 log.exception("slave dispatch failed")
             if self.on_dispatched is not None:
                 self.on_dispatched()
