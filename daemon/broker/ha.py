@@ -661,7 +661,10 @@ class HASlave:
             "that ran apart from this master, or a master restored from an older disk)"
         )
         async with self._dispatching:
-            records, where = await asyncio.to_thread(store.set_aside_replica_tail, cut, why)
+            # on the loop, not in a worker: pulls are served on the loop, so none reads the tail while it
+            # is copied away and truncated (a rare stall, and never a cut record served or a read of a
+            # file being cut)
+            records, where = store.set_aside_replica_tail(cut, why)
         log.error(
             "HA: %d record(s) of this slave, offsets %d to %d, are not its master's: set aside%s; "
             "replicating from offset %d",
