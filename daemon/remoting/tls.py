@@ -181,6 +181,11 @@ class TlsSettings:
             )
         if self.need_client_auth == "require" and not self.server_trust:
             raise ConfigError("tls.server.need.client.auth=require needs tls.server.trustCertPath")
+        if self.need_client_auth == "require" and self.mode == "permissive":
+            log.warning(  # 4.9.8 behaves the same; the operator likely meant enforcing
+                "tls.server.need.client.auth=require with tls.server.mode=permissive: plaintext clients are "
+                "still served without any certificate; set tls.server.mode=enforcing to require one"
+            )
         for key, path in (
             ("tls.server.certPath", self.server_cert),
             ("tls.server.keyPath", self.server_key),

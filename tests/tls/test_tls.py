@@ -6,6 +6,7 @@ context with `--ca` make a working cluster in two commands."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 import ssl
 from collections.abc import Iterator
@@ -503,3 +504,15 @@ def test_mqctl_mutual_tls_needs_cert_and_key(
     ]  # it registered with its certificate
     sent = cli(*mutual, "msg", "send", "-t", "MutualTopic", "hello", env=env)
     assert sent.code == 0, sent.stderr
+
+
+async def test_permissive_with_required_client_certificates_warns_that_plaintext_still_passes(
+    tmp_path: Path, certs: dict[str, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """4.9.8 serves plaintext clients on a permissive port whatever need.client.auth says: the start says so."""
+    with caplog.at_level(logging.WARNING, logger="daemon.remoting.tls"):
+        namesrv = await start_namesrv(
+            tmp_path, **server_keys(certs, "permissive", tls_server_need_client_auth="require")
+        )
+    await namesrv.stop()
+    assert "plaintext clients are still served" in caplog.text
