@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
 import sys
 import tempfile
 import time
@@ -46,6 +47,20 @@ def cpu_seconds(addr: str) -> float:
     with open(f"/proc/{PIDS[addr]}/stat") as f:
         fields = f.read().rpartition(")")[2].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@contextmanager
+def namesrv(data: str) -> Iterator[str]:
+    """A NameServer process; yields its address. Master and slave register with it: a master admits an
+    HA connection only from a host its NameServers list as a slave of its own broker group."""
+    addr = f"127.0.0.1:{free_port()}"
+    argv = [sys.executable, "-m", "mqctl", "namesrv", "start", "--data", data, "--listen", addr]
+    proc = subprocess.Popen(argv, stderr=subprocess.DEVNULL)
+    try:
+        yield addr
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
 
 
 @contextmanager
@@ -99,20 +114,45 @@ def scenario(tmp: str, role: str | None, duration: float, producers: int) -> tup
     """Produce against a master (``role``), with one slave unless ``role`` is None."""
     port, ha = free_port(), free_port()
     name = role or "alone"
-    with broker(
-        f"{tmp}/{name}-m", port, broker_role=role or "ASYNC_MASTER", ha_listen_port=str(ha)
-    ) as master:
+    with (
+        namesrv(f"{tmp}/{name}-ns") as ns,
+        broker(
+            f"{tmp}/{name}-m",
+            port,
+            broker_role=role or "ASYNC_MASTER",
+            ha_listen_port=str(ha),
+            namesrv_addr=ns,
+        ) as master,
+    ):
         if role is None:
             return run(produce_with_lag(master, None, duration, producers))
-        slave_settings = {
-            "broker_role": "SLAVE",
-            "broker_id": "1",
-            "ha_master_address": f"127.0.0.1:{ha}",
-            "ha_listen_port": str(free_port()),
-        }
-        with broker(f"{tmp}/{name}-s", free_port(), **slave_settings) as slave:
-            time.sleep(1.0)  # connected
+        with broker(f"{tmp}/{name}-s", free_port(), **slave_of(ha, ns)) as slave:
+            run(wait_connected(master, slave))
             return run(produce_with_lag(master, slave, duration, producers))
+
+
+def slave_of(ha: int, ns: str) -> dict[str, str]:
+    """A slave's settings: its master's HA port, and the NameServer both register with."""
+    return {
+        "broker_role": "SLAVE",
+        "broker_id": "1",
+        "ha_master_address": f"127.0.0.1:{ha}",
+        "ha_listen_port": str(free_port()),
+        "namesrv_addr": ns,
+    }
+
+
+async def wait_connected(master: str, slave: str, timeout: float = 30.0) -> None:
+    """Until the master counts the slave (it registered and the HA gate admitted it), else an error: a
+    measurement with no slave connected would measure nothing."""
+    async with RemotingClient() as client:
+        deadline = time.perf_counter() + timeout
+        while time.perf_counter() < deadline:
+            r = await client.invoke(master, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 2.0)
+            if int(KVTable.loads(r.body).table.get("haSlaveCount", "0")) > 0:
+                return
+            await asyncio.sleep(0.1)
+    raise SystemExit(f"bench_ha: slave {slave} never connected to master {master}")
 
 
 async def fill(master: str, megabytes: int, producers: int) -> None:
@@ -139,16 +179,13 @@ async def wait_caught_up(master: str, slave: str) -> tuple[float, float, float]:
 
 def catch_up(tmp: str, megabytes: int, producers: int) -> tuple[int, tuple[float, float, float]]:
     port, ha = free_port(), free_port()
-    with broker(f"{tmp}/cu-m", port, ha_listen_port=str(ha)) as master:
+    with (
+        namesrv(f"{tmp}/cu-ns") as ns,
+        broker(f"{tmp}/cu-m", port, ha_listen_port=str(ha), namesrv_addr=ns) as master,
+    ):
         run(fill(master, megabytes, producers))
-        settings = {
-            "broker_role": "SLAVE",
-            "broker_id": "1",
-            "ha_master_address": f"127.0.0.1:{ha}",
-            "ha_listen_port": str(free_port()),
-        }
         size = run(_offset(master))
-        with broker(f"{tmp}/cu-s", free_port(), **settings) as slave:
+        with broker(f"{tmp}/cu-s", free_port(), **slave_of(ha, ns)) as slave:
             return size, run(wait_caught_up(master, slave))
 
 
