@@ -108,7 +108,8 @@ def _record(found: list[BrokerFailure]) -> None:
     bucket.extend(f for f in found if f.broker not in seen)  # one line per broker, its first refusal
 
 
-async def _broker_names(admin: Admin) -> dict[str, str]:
+async def broker_names(admin: Admin) -> dict[str, str]:
+    """Broker address → broker name, for every broker the NameServer knows ({} when it does not answer)."""
     try:
         info = await admin.cluster_info()
     except RemotingError:
@@ -139,7 +140,7 @@ async def each_broker(
             answers[addr] = result
     if not failed:
         return answers
-    names = await _broker_names(admin)
+    names = await broker_names(admin)
     found = [BrokerFailure(addr, names.get(addr), *failure_reason(exc)) for addr, exc in failed]
     _record(found)
     if not answers:

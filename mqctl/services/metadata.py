@@ -44,14 +44,7 @@ KIND = "mqctl-metadata"
 VERSION = 1
 _PERM_NAMES = {bits: name for name, bits in topics.PERMS.items()}
 #: A topic entry's keys after ``name`` and ``brokers``: file key -> TopicConfig field.
-TOPIC_KEYS = {
-    "read_queues": "read_queue_nums",
-    "write_queues": "write_queue_nums",
-    "perm": "perm",
-    "order": "order",
-    "sysflag": "topic_sys_flag",
-    "filter_type": "topic_filter_type",
-}
+TOPIC_KEYS = topics.TOPIC_FIELDS
 #: A group entry's keys after ``name`` and ``brokers``: file key -> SubscriptionGroupConfig field.
 GROUP_KEYS = {
     "retry_queues": "retry_queue_nums",

@@ -226,7 +226,7 @@ class ApplyRow(TypedDict):
 C = TypeVar("C")  # a config bean: TopicConfig or SubscriptionGroupConfig
 
 #: A topic's settings as plans and outputs name them (the flags' and the apply file's names).
-_DIFF_FIELDS = {
+TOPIC_FIELDS = {
     "read_queues": "read_queue_nums",
     "write_queues": "write_queue_nums",
     "perm": "perm",
@@ -239,7 +239,7 @@ _RARE = {"sysflag": 0, "filter_type": "SINGLE_TAG"}
 
 
 def _setting(config: TopicConfig, name: str) -> Any:
-    value = getattr(config, _DIFF_FIELDS[name])
+    value = getattr(config, TOPIC_FIELDS[name])
     return perm_text(value) if name == "perm" else value
 
 
@@ -249,11 +249,11 @@ def _diff(old: TopicConfig | None, new: TopicConfig) -> dict[str, list[Any]]:
     if old is None:
         return {
             f: [None, _setting(new, f)]
-            for f in _DIFF_FIELDS
+            for f in TOPIC_FIELDS
             if f not in _RARE or _setting(new, f) != _RARE[f]
         }
     return {
-        f: [_setting(old, f), _setting(new, f)] for f in _DIFF_FIELDS if _setting(old, f) != _setting(new, f)
+        f: [_setting(old, f), _setting(new, f)] for f in TOPIC_FIELDS if _setting(old, f) != _setting(new, f)
     }
 
 

@@ -20,6 +20,7 @@ from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
+from mqctl.services.fanout import broker_names
 from mqctl.services.messages import JAVA_LONG_MAX, plausible_offset_id
 from mqctl.services.topics import readers_of_topic
 from mqctl.tracedata import TraceFormatError, TraceRecord, consume_result, decode_trace
@@ -84,19 +85,6 @@ async def _view(admin: Admin, addr: str, offset: int) -> StoredMessage | None:
     except RemotingError as exc:
         log.warning("cannot read the stored message at %s: %s", addr, exc)
         return None
-
-
-async def _broker_names(admin: Admin) -> dict[str, str]:
-    """Broker address → broker name, for every broker the NameServer knows."""
-    try:
-        info = await admin.cluster_info()
-    except RemotingError:
-        return {}
-    return {
-        addr: data.broker_name
-        for data in info.broker_addr_table.values()
-        for addr in data.broker_addrs.values()
-    }
 
 
 class TraceEvent(TypedDict):
@@ -279,7 +267,7 @@ async def _timeline(
     records = [c.record for c in carried]
     pubs = [c for c in carried if c.record.type == "Pub"]
     offset_id = stored.msg_id if stored is not None else _first(records, "msg_id")
-    names = await _broker_names(admin)
+    names = await broker_names(admin)
     located = plausible_offset_id(offset_id) if stored is None and offset_id else None
     if located is not None and located[0] in names:  # trace data never sends us to an unknown address
         stored = await _view(admin, *located)
