@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml setup.py
 
 DEV_STAMP := $(VENV)/.installed-dev
 $(DEV_STAMP): $(STAMP)
-	$(BIN)/python -m pip install --quiet -e '.[spark,dev]'
+	$(BIN)/python -m pip install --quiet -e '.[spark,dev,grpc]'
 	touch $(DEV_STAMP)
 
 # The real third-party clients (C++ via PyPI rocketmq==0.4.4, Node ali-ons) that tests/interop drives.

@@ -51,6 +51,8 @@ LOCKED_KEYS = frozenset(
         "metricsEnable",
         "metricsPort",
         "metricsHost",
+        "grpcEnable",
+        "grpcListenPort",
         "brokerIP1",
         "brokerIP2",
         "brokerName",

@@ -612,6 +612,33 @@ class PlainAccessValidator:
                 and Verifier(account.secret_key).verify(fields, request.body, given)
             ):
                 raise AclDenied(f"ACL: signature check failed for accessKey={access_key} (wrong secretKey?)")
+        self._permit(account, access_key, request, signed)
+
+    def check_v2(
+        self, ip: str, access_key: str, signed_with: Callable[[str], bool], request: RemotingCommand
+    ) -> None:
+        """A 5.x (gRPC) request, given as the remoting `request` it stands for: its Authorization
+        header names `access_key` and `signed_with(secret key)` verifies it; then the same whitelist and
+        permission rules as remoting. An empty access key is anonymous, as a request without AccessKey."""
+        table = self.files.table
+        if table.white_matchers and any(match(ip) for match in table.white_matchers):
+            return
+        if not access_key:
+            raise AclDenied(
+                f"ACL: a 5.x request from {ip or '?'} carries no credential and is not in "
+                "globalWhiteRemoteAddresses"
+            )
+        account = table.accounts.get(access_key)
+        if account is None:
+            raise AclDenied(f"ACL: no account for accessKey={access_key}")
+        signed = not account.matches(ip)
+        if signed and not signed_with(account.secret_key):
+            raise AclDenied(f"ACL: signature check failed for accessKey={access_key} (wrong secretKey?)")
+        self._permit(account, access_key, request, signed)
+
+    def _permit(self, account: Account, access_key: str, request: RemotingCommand, signed: bool) -> None:
+        """The account's permissions for `request` (its signature already checked, or waived)."""
+        fields = request.ext_fields
         code = request.code
         topic_field = _SEND_TOPIC_FIELDS.get(code)
         # a send (no send code is an admin code): needed_resources' one pair, no OFFSET_CODES rule

@@ -24,7 +24,7 @@ import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from daemon.acl.plain import RELOAD_CHECK_INTERVAL, AclFiles, PlainAccessValidator
 from daemon.acl.signature import hmac_backend
@@ -78,6 +78,9 @@ from store.models import DataVersion, TopicConfig
 from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
 from store.replica_tail import diverged_quarantines
 from store.results import PutResult
+
+if TYPE_CHECKING:
+    from daemon.grpc.server import GrpcFront
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +180,8 @@ class Broker:
         #: The ACL files when `aclEnable` is on (codes 50-54 edit them); None: no ACL.
         self.acl_files: AclFiles | None = None
         #: The VIP port's listener (its connections are the main server's).
+        #: The gRPC front for 5.x clients (daemon.grpc) once started; None: off, or not installed here.
+        self.grpc: GrpcFront | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -199,7 +204,11 @@ class Broker:
 
     def listening(self) -> str:
         """Where the broker listens, why there, and whether protected mode is on (the start-up line)."""
-        return listening(self.config.listen_host, self.server.port, self.config.listen_why, self.protection)
+        where = listening(self.config.listen_host, self.server.port, self.config.listen_why, self.protection)
+        if self.grpc is not None:
+            where += f"; gRPC (5.x clients) on {self.config.listen_host}:{self.grpc.port}"
+            where += " (TLS)" if self.grpc.tls else ""
+        return where
 
     async def start(self) -> None:
         """Bind the port (connections are refused: nothing listens yet), recover the store, then accept.
@@ -260,6 +269,7 @@ class Broker:
             )
         await self._check_replica_before_serving()
         await self.server.serve()
+        await self._start_grpc()
         self.state = "serving"
         self._started = True
         await self.register_all()  # at start, like Java; then every registerNameServerPeriod
@@ -277,6 +287,28 @@ class Broker:
             f", ACL on (HMAC-SHA1: {hmac_backend()})" if self.acl_files is not None else "",
             self.listening(),
         )
+
+    async def _start_grpc(self) -> None:
+        """The gRPC front (masters only: 5.x clients read and write masters). Optional: without the
+        `grpc` extra, or on a taken port, the broker serves remoting as before and says so once."""
+        c = self.config
+        if not c.grpc_enable or is_slave(c):
+            return
+        from daemon.grpc import missing
+
+        why = missing()
+        if why is not None:
+            log.info("gRPC front for 5.x clients off: %s", why)
+            return
+        from daemon.grpc.server import GrpcFront
+
+        front = GrpcFront(self)
+        try:
+            c.grpc_listen_port = await front.start()  # port 0: the bound one (GET_BROKER_CONFIG tells it)
+        except (OSError, RuntimeError) as exc:
+            log.error("gRPC port %d not opened, 5.x clients cannot connect: %s", c.grpc_listen_port, exc)
+            return
+        self.grpc = front
 
     async def _bind_vip(self) -> None:
         """The VIP port (``listenPort - 2``): the same connections, processors, ACL guard and TLS mode as
@@ -513,6 +545,8 @@ class Broker:
         self.state = "stopping"
         await cancel_tasks(self._tasks)
         self._tasks = []
+        if self.grpc is not None:  # first: no 5.x request reaches a service being stopped
+            await self.grpc.stop()
         self.loop_watch.stop()
         await self.registration.aclose()
         await self.register_topics.aclose()

@@ -296,6 +296,10 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     metrics_port: int = DEFAULT_METRICS_PORT
     #: Where /metrics and /healthz listen; empty: `listenHost`, like every other listener.
     metrics_host: str = ""
+    #: The gRPC front for the official RocketMQ 5.x clients (daemon.grpc; needs the `grpc` extra).
+    grpc_enable: bool = True
+    #: Its port (the 5.x Proxy's default); 0: a free one, reported in the start-up line.
+    grpc_listen_port: int = 8081
     #: Empty: 127.0.0.1, or every interface when `brokerIP1` names another address (see resolve_listen).
     listen_host: str = ""
     #: With ACL off and a listener beyond loopback, refuse writes from other machines (daemon.protect).

@@ -40,6 +40,8 @@ def broker_config(root: Path, **overrides: Any) -> BrokerConfig:
         "max_hash_slot_num": 1000,
         "max_index_num": 4000,
         "metrics_port": 0,
+        "grpc_enable": False,  # tests of the 5.x front turn it on (tests/grpc)
+        "grpc_listen_port": 0,
     }
     values.update(overrides)
     return BrokerConfig(**values)

@@ -1,0 +1,130 @@
+"""The 5.x clients a broker's gRPC front knows: their Settings, their Telemetry stream, and the
+connection-like channel under which they join the broker's producer and consumer registries.
+
+A 5.x client has no remoting connection; `GrpcChannel` stands in for one, so the broker's connection
+listings (`group connections`, producer connections) show it with its language and version, and the
+transaction check loop reaches a 5.x producer: a CHECK_TRANSACTION_STATE it "sends" goes down the
+client's Telemetry stream as a `RecoverOrphanedTransactionCommand` (the Java Proxy's
+`ClientActivity` / `GrpcClientChannel` do the same).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rocketmq.grpc_protocol import definition_pb2 as pb, service_pb2 as spb
+
+from daemon.broker.headers import CheckTransactionStateRequestHeader
+from daemon.remoting.codes import RequestCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import RemotingConnectError
+from store.record import decode_record
+
+log = logging.getLogger(__name__)
+
+#: Client types as the broker's consumer registry names them (the Java Proxy's mapping).
+CONSUME_TYPES = {
+    pb.SIMPLE_CONSUMER: "CONSUME_ACTIVELY",
+    pb.PUSH_CONSUMER: "CONSUME_PASSIVELY",
+}
+
+
+def parse_peer(peer: str) -> tuple[str, int]:
+    """grpc's `context.peer()` (`ipv4:127.0.0.1:5000`, `ipv6:[::1]:5000`) as (ip, port)."""
+    _, _, rest = peer.partition(":")
+    host, _, port = rest.rpartition(":")
+    host = host.strip("[]")
+    try:
+        return host, int(port)
+    except ValueError:
+        return "", 0
+
+
+class GrpcChannel:
+    """A 5.x client as the registries see a connection: a peer, an address, a way to be told things."""
+
+    def __init__(self, client: GrpcClient) -> None:
+        self.client = client
+        self.address = client.address
+        self.peer = f"{client.address[0]}:{client.address[1]}"
+        self.attributes: dict[str, object] = {}
+
+    def local_ip(self) -> str:
+        return self.client.local_ip
+
+    def invoke_oneway(self, request: RemotingCommand) -> None:
+        """Only the transaction check travels to a 5.x client (as a Telemetry command)."""
+        if request.code != RequestCode.CHECK_TRANSACTION_STATE:
+            return
+        outbox = self.client.outbox
+        if outbox is None:
+            raise RemotingConnectError(self.client.client_id, "no Telemetry stream open")
+        header = CheckTransactionStateRequestHeader.from_ext_fields(request.ext_fields)
+        half = decode_record(request.body)
+        from daemon.grpc.convert import to_proto
+
+        command = spb.RecoverOrphanedTransactionCommand(
+            message=to_proto(half), transaction_id=header.offset_msg_id or half.msg_id
+        )
+        outbox.put_nowait(spb.TelemetryCommand(recover_orphaned_transaction_command=command))
+
+    def close(self) -> None:
+        """The registries close a member that stopped heart-beating: its stream ends."""
+        if self.client.outbox is not None:
+            self.client.outbox.put_nowait(None)
+
+
+@dataclass(eq=False)
+class GrpcClient:
+    client_id: str
+    address: tuple[str, int]
+    local_ip: str = ""
+    language: str = "OTHER"
+    version: str = ""
+    client_type: int = pb.CLIENT_TYPE_UNSPECIFIED
+    settings: pb.Settings | None = None
+    #: Commands for the client's Telemetry stream (None ends it); None: no stream open.
+    outbox: asyncio.Queue[spb.TelemetryCommand | None] | None = None
+    last_seen: float = field(default_factory=time.monotonic)
+    channel: GrpcChannel = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.channel = GrpcChannel(self)
+
+
+class ClientRegistry:
+    """Every 5.x client by its `x-mq-client-id`."""
+
+    def __init__(self, on_forget: Callable[[GrpcClient], None]) -> None:
+        self.clients: dict[str, GrpcClient] = {}
+        self._on_forget = on_forget
+
+    def get(self, client_id: str, address: tuple[str, int], local_ip: str = "") -> GrpcClient:
+        client = self.clients.get(client_id)
+        if client is None:
+            client = self.clients[client_id] = GrpcClient(client_id, address, local_ip)
+        client.last_seen = time.monotonic()
+        return client
+
+    def forget(self, client_id: str) -> None:
+        client = self.clients.pop(client_id, None)
+        if client is not None:
+            self._on_forget(client)
+
+    def expire(self, idle_seconds: float) -> None:
+        deadline = time.monotonic() - idle_seconds
+        for client_id in [c.client_id for c in self.clients.values() if c.last_seen < deadline]:
+            log.info("5.x client %s went silent: forgotten", client_id)
+            self.forget(client_id)
+
+    def counts(self) -> dict[str, int]:
+        """Clients by type name (for the start-up and status lines)."""
+        out: dict[str, int] = {}
+        for client in self.clients.values():
+            name = pb.ClientType.Name(client.client_type)  # type: ignore[arg-type]
+            out[name] = out.get(name, 0) + 1
+        return out

@@ -1,0 +1,268 @@
+"""Pure conversions between the v2 protocol's messages and the broker's own: no sockets, no state.
+
+They follow the Java 5.x Proxy: `SendMessageActivity#buildMessageProperty` (proto -> properties),
+`GrpcConverter#buildMessage` (stored record -> proto), `ResponseBuilder` (response codes -> `Code`) and
+`SendMessageActivity.SendMessageQueueSelector` (a FIFO group's queue: Guava `Hashing.consistentHash`
+of the group's Java `hashCode`).
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import ipaddress
+from typing import Any, Final
+
+from rocketmq.grpc_protocol import definition_pb2 as pb
+
+from daemon.remoting.codes import ResponseCode
+from store.javahash import java_hash
+from store.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_KEYS,
+    PROPERTY_PRODUCER_GROUP,
+    PROPERTY_TAGS,
+    PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    StoredMessage,
+)
+
+#: 5.x message properties the 4.9.8 MessageConst does not name (RocketMQ 5 MessageConst).
+PROPERTY_SHARDING_KEY: Final = "__SHARDINGKEY"
+PROPERTY_TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
+PROPERTY_CHECK_IMMUNITY_TIME: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
+PROPERTY_TRACE_CONTEXT: Final = "TRACE_CONTEXT"
+PROPERTY_BORN_HOST: Final = "__BORNHOST"
+PROPERTY_DLQ_ORIGIN_TOPIC: Final = "DLQ_ORIGIN_TOPIC"
+PROPERTY_DLQ_ORIGIN_MESSAGE_ID: Final = "DLQ_ORIGIN_MESSAGE_ID"
+
+#: Properties the broker sets itself: a user property of the same name is refused (the proxy's
+#: `MessageConst.STRING_HASH_SET` check), so no client can forge a transaction or a delay by them.
+RESERVED_PROPERTIES: Final = frozenset(
+    {
+        PROPERTY_TAGS,
+        PROPERTY_KEYS,
+        PROPERTY_UNIQ_KEY,
+        PROPERTY_WAIT_STORE_MSG_OK,
+        PROPERTY_DELAY_TIME_LEVEL,
+        PROPERTY_TRANSACTION_PREPARED,
+        PROPERTY_PRODUCER_GROUP,
+        PROPERTY_SHARDING_KEY,
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_CHECK_IMMUNITY_TIME,
+        "TIMER_DELAY_SEC",
+        "TIMER_DELAY_MS",
+        "REAL_TOPIC",
+        "REAL_QID",
+        "RETRY_TOPIC",
+        "MAX_OFFSET",
+        "MIN_OFFSET",
+        "CLUSTER",
+        "ORIGIN_MESSAGE_ID",
+        "RECONSUME_TIME",
+        "TRAN_PREPARED_QUEUE_OFFSET",
+        "POP_CK",
+    }
+)
+
+#: A 5.x message id: `01` + MAC (6 bytes) + pid (2) + seconds since 2021-01-01 (4) + sequence (4), in hex
+#: (rocketmq-clients `MessageIdCodec`); 4.x ids are 32 hex characters.
+V5_MESSAGE_ID_LENGTH: Final = 34
+
+#: Every message type a route lists when the topic has no `+message.type` attribute (the proxy's MIXED).
+ALL_TYPES: Final = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+
+_CODES: Final[dict[int, int]] = {
+    ResponseCode.SUCCESS: pb.OK,
+    ResponseCode.FLUSH_DISK_TIMEOUT: pb.MASTER_PERSISTENCE_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT: pb.SLAVE_PERSISTENCE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE: pb.HA_NOT_AVAILABLE,
+    ResponseCode.TOPIC_NOT_EXIST: pb.TOPIC_NOT_FOUND,
+    ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST: pb.CONSUMER_GROUP_NOT_FOUND,
+    ResponseCode.NO_PERMISSION: pb.FORBIDDEN,
+    ResponseCode.MESSAGE_ILLEGAL: pb.BAD_REQUEST,
+    ResponseCode.SYSTEM_BUSY: pb.TOO_MANY_REQUESTS,
+    ResponseCode.SERVICE_NOT_AVAILABLE: pb.INTERNAL_SERVER_ERROR,
+    ResponseCode.REQUEST_CODE_NOT_SUPPORTED: pb.NOT_IMPLEMENTED,
+}
+
+
+def status(code: int = pb.OK, message: str = "OK") -> pb.Status:
+    return pb.Status(code=code, message=message)  # type: ignore[arg-type]
+
+
+def grpc_code(response_code: int) -> int:
+    """The v2 `Code` of a remoting response code (`ResponseBuilder#buildStatus`)."""
+    return _CODES.get(response_code, pb.INTERNAL_SERVER_ERROR)
+
+
+def consistent_hash(value: int, buckets: int) -> int:
+    """Guava `Hashing.consistentHash(long, int)`: the FIFO queue of a message group, as the proxy picks it."""
+    state = value & 0xFFFFFFFFFFFFFFFF
+    candidate = 0
+    while True:
+        state = (2862933555777941757 * state + 1) & 0xFFFFFFFFFFFFFFFF
+        shifted = state >> 33
+        if shifted & 0x80000000:  # (int) of the unsigned shift: Java's sign
+            shifted -= 1 << 32
+        nxt = int((candidate + 1) / ((shifted + 1) / 2**31))
+        if 0 <= nxt < buckets:
+            candidate = nxt
+        else:
+            return candidate
+
+
+def fifo_queue(group: str, queues: int) -> int:
+    return consistent_hash(java_hash(group), max(1, queues))
+
+
+def delay_level(delay_ms: int, levels_ms: list[int]) -> int:
+    """The proxy's `computeDelayLevel` (when no timer store is there): the first level at least as long
+    as the wanted delay, the last one beyond it; 0: none (already due)."""
+    if delay_ms <= 0:
+        return 0
+    for index, level in enumerate(levels_ms):
+        if level >= delay_ms:
+            return index + 1
+    return len(levels_ms)
+
+
+def message_properties(msg: pb.Message, now_ms: int) -> tuple[dict[str, str], str | None]:
+    """The stored properties of one SendMessage entry, or (_, problem) when it must be refused."""
+    sys = msg.system_properties
+    props: dict[str, str] = {}
+    for key, value in msg.user_properties.items():
+        if key in RESERVED_PROPERTIES:
+            return props, f"property {key} is reserved"
+        props[key] = value
+    if sys.tag:
+        props[PROPERTY_TAGS] = sys.tag
+    if sys.keys:
+        props[PROPERTY_KEYS] = " ".join(sys.keys)
+    if sys.message_id:
+        props[PROPERTY_UNIQ_KEY] = sys.message_id
+    if sys.trace_context:
+        props[PROPERTY_TRACE_CONTEXT] = sys.trace_context
+    if sys.born_host:
+        props[PROPERTY_BORN_HOST] = sys.born_host
+    kind = sys.message_type
+    if kind == pb.FIFO or sys.message_group:
+        if not sys.message_group:
+            return props, "a FIFO message needs a message group"
+        props[PROPERTY_SHARDING_KEY] = sys.message_group
+    if kind == pb.DELAY or sys.HasField("delivery_timestamp"):
+        deliver_ms = sys.delivery_timestamp.ToMilliseconds()
+        if deliver_ms <= 0:
+            return props, "a DELAY message needs a delivery timestamp"
+        props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
+    if kind == pb.TRANSACTION:
+        props[PROPERTY_TRANSACTION_PREPARED] = "true"
+        props[PROPERTY_PRODUCER_GROUP] = msg.topic.name  # the proxy's producer group is the topic
+        recovery = sys.orphaned_transaction_recovery_duration.seconds
+        if recovery > 0:
+            props[PROPERTY_CHECK_IMMUNITY_TIME] = str(recovery)
+    return props, None
+
+
+def message_body(msg: pb.Message) -> bytes:
+    """The body as stored: a GZIP-encoded one inflated (4.x compresses with zlib, not gzip)."""
+    if msg.system_properties.body_encoding == pb.GZIP:
+        return gzip.decompress(msg.body)
+    return bytes(msg.body)
+
+
+def message_type(props: dict[str, str]) -> int:
+    if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+        return pb.TRANSACTION
+    if PROPERTY_SHARDING_KEY in props:
+        return pb.FIFO
+    if PROPERTY_TIMER_DELIVER_MS in props or props.get(PROPERTY_DELAY_TIME_LEVEL, "0") != "0":
+        return pb.DELAY
+    return pb.NORMAL
+
+
+def host_text(host: tuple[str, int]) -> str:
+    return f"{host[0]}:{host[1]}"
+
+
+def to_proto(
+    msg: StoredMessage,
+    *,
+    receipt_handle: str = "",
+    delivery_attempt: int = 0,
+    invisible_ms: int = 0,
+) -> pb.Message:
+    """A stored message as the v2 `Message` a consumer (or a transaction checker) receives
+    (`GrpcConverter#buildMessage`): MD5 digest in upper-case hex, the 5.x id (UNIQ_KEY) as message id."""
+    props = msg.properties
+    sys: dict[str, Any] = {
+        "message_id": props.get(PROPERTY_UNIQ_KEY) or msg.msg_id,
+        "body_digest": pb.Digest(type=pb.MD5, checksum=hashlib.md5(msg.body).hexdigest().upper()),
+        "body_encoding": pb.IDENTITY,
+        "message_type": message_type(props),
+        "born_host": props.get(PROPERTY_BORN_HOST) or host_text(msg.born_host),
+        "store_host": host_text(msg.store_host),
+        "queue_id": msg.queue_id,
+        "queue_offset": msg.queue_offset,
+        "delivery_attempt": delivery_attempt or msg.reconsume_times + 1,
+    }
+    if PROPERTY_TAGS in props:
+        sys["tag"] = props[PROPERTY_TAGS]
+    keys = msg.keys
+    if keys:
+        sys["keys"] = keys
+    if PROPERTY_SHARDING_KEY in props:
+        sys["message_group"] = props[PROPERTY_SHARDING_KEY]
+    if PROPERTY_TRACE_CONTEXT in props:
+        sys["trace_context"] = props[PROPERTY_TRACE_CONTEXT]
+    if receipt_handle:
+        sys["receipt_handle"] = receipt_handle
+    system = pb.SystemProperties(**sys)
+    system.born_timestamp.FromMilliseconds(msg.born_timestamp)
+    system.store_timestamp.FromMilliseconds(msg.store_timestamp)
+    deliver = props.get(PROPERTY_TIMER_DELIVER_MS, "")
+    if deliver.isdigit():
+        system.delivery_timestamp.FromMilliseconds(int(deliver))
+    if invisible_ms:
+        system.invisible_duration.FromMilliseconds(invisible_ms)
+    origin = props.get(PROPERTY_DLQ_ORIGIN_TOPIC)
+    if origin:
+        system.dead_letter_queue.topic = origin
+        system.dead_letter_queue.message_id = props.get(PROPERTY_DLQ_ORIGIN_MESSAGE_ID, "")
+    user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES and k != PROPERTY_TRACE_CONTEXT}
+    return pb.Message(
+        topic=pb.Resource(name=props.get("REAL_TOPIC") or msg.topic),
+        user_properties=user,
+        system_properties=system,
+        body=msg.body,
+    )
+
+
+def endpoints(host: str, port: int) -> pb.Endpoints:
+    """One address as the clients' `Endpoints` (IPv4, IPv6 or a name)."""
+    try:
+        scheme = pb.IPv4 if ipaddress.ip_address(host).version == 4 else pb.IPv6
+    except ValueError:
+        scheme = pb.DOMAIN_NAME
+    return pb.Endpoints(scheme=scheme, addresses=[pb.Address(host=host, port=port)])  # type: ignore[arg-type]
+
+
+def permission(perm: int) -> int:
+    """A 4.x topic perm (2 write, 4 read) as the route's `Permission`."""
+    read, write = bool(perm & 4), bool(perm & 2)
+    if read and write:
+        return pb.READ_WRITE
+    return pb.READ if read else pb.WRITE if write else pb.NONE
+
+
+def version_ordinal(version: str) -> int:
+    """A client version `5.1.2` as Java's `MQVersion.Version` ordinal (what connection listings carry):
+    from V4_0_0 (213) on every x.y.z has a SNAPSHOT and a release ordinal."""
+    try:
+        major, minor, patch = (int(p) for p in version.split("-")[0].split(".")[:3])
+    except ValueError:
+        return 0
+    if major < 4 or not (0 <= minor <= 9 and 0 <= patch <= 9):
+        return 0
+    return 213 + 2 * ((major - 4) * 100 + minor * 10 + patch)

@@ -1,0 +1,103 @@
+"""The grpc.aio server of the front, on the broker's event loop, plaintext or TLS (enforcing mode)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+import grpc
+from rocketmq.grpc_protocol import service_pb2_grpc
+
+from daemon.grpc.service import CLIENT_EXPIRY_S, MessagingService
+from daemon.lifecycle import cancel_tasks, every
+from daemon.remoting.tls import TlsSettings, cert_pem, default_sans, key_pem, make_certificate, new_key
+
+if TYPE_CHECKING:
+    from daemon.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+#: The clients send up to 128 MiB bodies' worth (`max_body_size` is enforced by the send path).
+MAX_MESSAGE_BYTES = 130 * 1024 * 1024
+
+
+def server_credentials(settings: TlsSettings) -> grpc.ServerCredentials:
+    """The remoting listener's key material as a gRPC credential (a fresh self-signed pair in test
+    mode, as the remoting listener makes one)."""
+    if settings.server_cert:
+        from cryptography.hazmat.primitives import serialization
+
+        with open(settings.server_key, "rb") as f:
+            raw_key = f.read()
+        with open(settings.server_cert, "rb") as f:
+            chain = f.read()
+        password = settings.server_key_password.encode() or None
+        key = serialization.load_pem_private_key(raw_key, password)
+        pair = (key_pem(key), chain)
+    else:
+        key = new_key()
+        cert = make_certificate(key, "mqctl test mode", issuer=None, sans=default_sans(), ca=False)
+        pair = (key_pem(key), cert_pem(cert))
+    trust = None
+    if settings.server_trust:
+        with open(settings.server_trust, "rb") as f:
+            trust = f.read()
+    return grpc.ssl_server_credentials(
+        [pair],
+        root_certificates=trust,
+        require_client_auth=bool(trust) and settings.need_client_auth == "require",
+    )
+
+
+def bind_address(host: str, port: int) -> str:
+    if host in ("", "0.0.0.0", "::"):
+        return f"[::]:{port}"
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+class GrpcFront:
+    """Start after the remoting port serves, stop before it closes."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.port = 0
+        self.tls = False
+        self.service: MessagingService | None = None
+        self._server: grpc.aio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def start(self) -> int:
+        config = self.broker.config
+        server = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.so_reuseport", 0),
+            ]
+        )
+        address = bind_address(config.listen_host, config.grpc_listen_port)
+        settings = self.broker.tls_settings
+        self.tls = settings.mode == "enforcing"  # permissive: the 5.x clients speak plaintext by default
+        if self.tls:
+            port = server.add_secure_port(address, server_credentials(settings))
+        else:
+            port = server.add_insecure_port(address)
+        if not port:
+            raise OSError(f"cannot bind gRPC port {address}")
+        self.port = port
+        self.service = MessagingService(self.broker, port)
+        service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
+        await server.start()
+        self._server = server
+        self._tasks.append(
+            asyncio.create_task(every(CLIENT_EXPIRY_S / 4, self.service.expire), name="grpc-clients")
+        )
+        return port
+
+    async def stop(self) -> None:
+        await cancel_tasks(self._tasks)
+        self._tasks = []
+        if self._server is not None:
+            await self._server.stop(grace=1.0)
+            self._server = None

@@ -1,0 +1,708 @@
+"""`apache.rocketmq.v2.MessagingService` inside the broker: the official 5.x clients' RPCs.
+
+Like the Java 5.x Proxy in local mode (`LocalMessageService`), each RPC becomes the broker's own work
+in-process: a send is a SEND_MESSAGE_V2 handed to the send processor, an EndTransaction is the
+transaction service's END_TRANSACTION, receive/ack/change-invisible are the broker's POP service.
+Every RPC is checked as the remoting request it stands for: ACL 1.0 permissions (the Authorization
+header verified with the account's secret key) or, with ACL off, protected mode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any, Final, cast
+
+import grpc
+from google.protobuf import duration_pb2
+from rocketmq.grpc_protocol import definition_pb2 as pb, service_pb2 as spb, service_pb2_grpc
+
+from daemon.acl.plain import PlainAccessValidator
+from daemon.broker.bodies import ConsumerData, SubscriptionData
+from daemon.broker.headers import EndTransactionRequestHeader, SendMessageRequestHeaderV2
+from daemon.broker.managers.consumers import ClientChannel
+from daemon.grpc.clients import CONSUME_TYPES, ClientRegistry, GrpcClient, parse_peer
+from daemon.grpc.convert import (
+    ALL_TYPES,
+    PROPERTY_SHARDING_KEY,
+    PROPERTY_TIMER_DELIVER_MS,
+    delay_level,
+    endpoints,
+    fifo_queue,
+    grpc_code,
+    message_body,
+    message_properties,
+    permission,
+    status,
+    to_proto,
+    version_ordinal,
+)
+from daemon.remoting.bodies import PermName, TopicRouteData
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection
+from daemon.remoting.errors import RemotingCommandError, RemotingError
+from store.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_PREPARED_TYPE,
+    TRANSACTION_ROLLBACK_TYPE,
+)
+from store.record import decode_msg_id, decode_record, encode_properties
+
+if TYPE_CHECKING:
+    from daemon.broker.broker import Broker
+
+log = logging.getLogger(__name__)
+
+#: The proxy's defaults (`ProxyConfig`): long polling at most 20 s, a receive batch of 32, 60 s
+#: invisible for a PushConsumer's auto-renewed receive.
+MAX_LONG_POLLING_MS: Final = 20_000
+RECEIVE_BATCH: Final = 32
+AUTO_RENEW_INVISIBLE_MS: Final = 60_000
+#: A receive's invisibility below this is refused (ILLEGAL_INVISIBLE_TIME).
+MIN_INVISIBLE_MS: Final = 1_000
+#: The producer retry policy the proxy hands out (`GrpcClientSettingsManager`): 10 ms doubling to 1 s.
+PRODUCER_BACKOFF: Final = (10, 1_000, 2.0)
+#: A consumer's redelivery backoff: the 4.x delay levels 3..18 (`1s 5s ... 2h`) the retry topic uses.
+CONSUMER_BACKOFF_S: Final = (
+    1,
+    5,
+    10,
+    30,
+    60,
+    120,
+    180,
+    240,
+    300,
+    360,
+    420,
+    480,
+    540,
+    600,
+    1200,
+    1800,
+    3600,
+    7200,
+)
+#: A client that neither heart-beats nor calls for this long is forgotten (the remoting channel expiry).
+CLIENT_EXPIRY_S: Final = 120.0
+#: The Authorization header's algorithm (the proxy's `AuthenticationHeader`).
+AUTH_ALGORITHM: Final = "MQv2-HMAC-SHA1"
+
+
+def parse_authorization(value: str) -> tuple[str, str]:
+    """`MQv2-HMAC-SHA1 Credential=AK, SignedHeaders=x-mq-date-time, Signature=HEX` -> (AK, HEX); an
+    absent or unparsable header is anonymous ("", "")."""
+    algorithm, _, rest = value.strip().partition(" ")
+    if algorithm != AUTH_ALGORITHM:
+        return "", ""
+    parts = {}
+    for item in rest.split(","):
+        key, _, val = item.strip().partition("=")
+        parts[key] = val.strip()
+    return parts.get("Credential", "").split("/", 1)[0], parts.get("Signature", "")
+
+
+def signature_matches(secret_key: str, date_time: str, signature_hex: str) -> bool:
+    """The header's signature: hex HMAC-SHA1 of `x-mq-date-time` under the secret key (the proxy compares
+    its Base64 with ACL 1.0's, the same bytes)."""
+    expected = hmac.new(secret_key.encode(), date_time.encode(), hashlib.sha1).hexdigest()
+    return bool(signature_hex) and hmac.compare_digest(expected, signature_hex.lower())
+
+
+def _duration(ms: int) -> duration_pb2.Duration:
+    d = duration_pb2.Duration()
+    d.FromMilliseconds(ms)
+    return d
+
+
+class Refused(Exception):
+    """An RPC answered with a non-OK status."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+    @classmethod
+    def of(cls, exc: RemotingCommandError) -> Refused:
+        code = grpc_code(exc.code)
+        remark = exc.remark or str(exc)
+        if exc.code == ResponseCode.NO_PERMISSION and (
+            "signature" in remark or "no account" in remark or "no credential" in remark
+        ):
+            code = pb.UNAUTHORIZED
+        return cls(code, remark)
+
+    def status(self) -> pb.Status:
+        return status(self.code, self.message)
+
+
+class MessagingService(service_pb2_grpc.MessagingServiceServicer):
+    def __init__(self, broker: Broker, port: int) -> None:
+        self.broker = broker
+        self.port = port
+        self.clients = ClientRegistry(self._forget)
+        from daemon.broker.processors.send import SendProcessor
+
+        self.sender = SendProcessor(broker)
+        #: Other brokers' gRPC ports, learnt from their config (remoting address -> port; 0: none).
+        self._ports: dict[str, int] = {}
+
+    # ------------------------------------------------------------------ clients and checks
+
+    def _client(self, context: grpc.aio.ServicerContext) -> tuple[GrpcClient, dict[str, str]]:
+        meta = {m.key: m.value for m in context.invocation_metadata() or ()}
+        address = parse_peer(context.peer())
+        client_id = meta.get("x-mq-client-id") or f"{address[0]}:{address[1]}"
+        client = self.clients.get(client_id, address, self.broker.config.broker_ip1)
+        language = meta.get("x-mq-language")
+        if language:
+            client.language = language
+            client.version = meta.get("x-mq-client-version", client.version)
+        return client, meta
+
+    def _check(
+        self,
+        client: GrpcClient,
+        meta: dict[str, str],
+        code: int,
+        fields: dict[str, str],
+        body: bytes = b"",
+    ) -> None:
+        """Run the broker's guard on the remoting request this RPC stands for; raises Refused."""
+        guard = self.broker.server.dispatcher.guard
+        if guard is None:
+            return
+        request = RemotingCommand.request(code, fields, body)
+        try:
+            if isinstance(guard, PlainAccessValidator):
+                access_key, signature = parse_authorization(meta.get("authorization", ""))
+                date_time = meta.get("x-mq-date-time", "")
+                guard.check_v2(
+                    client.address[0],
+                    access_key,
+                    lambda secret: signature_matches(secret, date_time, signature),
+                    request,
+                )
+            else:
+                guard(cast(Connection, client.channel), request)
+        except RemotingCommandError as exc:
+            raise Refused.of(exc) from None
+
+    def _forget(self, client: GrpcClient) -> None:
+        conn = cast(Connection, client.channel)
+        self.broker.producers.connection_closed(conn)
+        self.broker.consumers.connection_closed(conn)
+        client.channel.close()
+
+    def _channel(self, client: GrpcClient) -> ClientChannel:
+        return ClientChannel(
+            cast(Connection, client.channel),
+            client.client_id,
+            client.language,
+            version_ordinal(client.version),
+        )
+
+    def _register(self, client: GrpcClient) -> None:
+        """Join (or refresh) the broker's producer groups (topic names, as the proxy's) or consumer group."""
+        settings = client.settings
+        if settings is None:
+            return
+        if settings.client_type == pb.PRODUCER:
+            for topic in settings.publishing.topics:
+                self.broker.producers.register(topic.name, self._channel(client))
+        consume_type = CONSUME_TYPES.get(settings.client_type)
+        if consume_type is not None and settings.subscription.group.name:
+            now = int(time.time() * 1000)
+            subs = [
+                SubscriptionData(
+                    entry.topic.name,
+                    entry.expression.expression or "*",
+                    sub_version=now,
+                    expression_type="SQL92" if entry.expression.type == pb.SQL else "TAG",
+                )
+                for entry in settings.subscription.subscriptions
+            ]
+            data = ConsumerData(settings.subscription.group.name, consume_type, subscription_data_set=subs)
+            self.broker.consumers.register(self._channel(client), data)
+
+    def expire(self) -> None:
+        self.clients.expire(CLIENT_EXPIRY_S)
+
+    # ------------------------------------------------------------------ settings
+
+    def _settings_reply(self, client: GrpcClient, given: pb.Settings) -> pb.Settings:
+        """A complete Settings for the client's type (`GrpcClientSettingsManager`): every limit filled
+        in, metrics off (a zero or absent field would switch a client feature off)."""
+        reply = pb.Settings()
+        reply.CopyFrom(given)
+        reply.metric.Clear()
+        reply.metric.on = False
+        if not reply.HasField("request_timeout"):
+            reply.request_timeout.CopyFrom(_duration(3_000))
+        if given.client_type == pb.PRODUCER:
+            attempts = given.backoff_policy.max_attempts or 3
+            initial, most, multiplier = PRODUCER_BACKOFF
+            reply.backoff_policy.Clear()
+            reply.backoff_policy.max_attempts = attempts
+            reply.backoff_policy.exponential_backoff.initial.CopyFrom(_duration(initial))
+            reply.backoff_policy.exponential_backoff.max.CopyFrom(_duration(most))
+            reply.backoff_policy.exponential_backoff.multiplier = multiplier
+            reply.publishing.max_body_size = self.broker.store.config.max_message_size
+            reply.publishing.validate_message_type = True
+        elif given.client_type in CONSUME_TYPES:
+            group = self.broker.groups.find(given.subscription.group.name)
+            retries = group.retry_max_times if group is not None else 16
+            orderly = bool(
+                group is not None and str(group.extra.get("consumeMessageOrderly")).lower() == "true"
+            )
+            reply.backoff_policy.Clear()
+            reply.backoff_policy.max_attempts = retries + 1
+            for seconds in CONSUMER_BACKOFF_S:
+                reply.backoff_policy.customized_backoff.next.append(_duration(seconds * 1000))
+            reply.subscription.fifo = orderly
+            reply.subscription.receive_batch_size = RECEIVE_BATCH
+            reply.subscription.long_polling_timeout.CopyFrom(_duration(MAX_LONG_POLLING_MS))
+        return reply
+
+    # ------------------------------------------------------------------ route
+
+    async def _grpc_port(self, broker_name: str, addr: str) -> int:
+        """A broker's gRPC port: ours, or what its config says (asked once, GET_BROKER_CONFIG); 0: none.
+        NameServers keep no such field (4.9.8's registration body has none), so the brokers are asked."""
+        if broker_name == self.broker.config.broker_name:
+            return self.port
+        known = self._ports.get(addr)
+        if known is not None:
+            return known
+        port = 0
+        try:
+            request = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG)
+            response = await self.broker.client.invoke(addr, request, 3.0)
+            if response.code == ResponseCode.SUCCESS and response.body:
+                from daemon.config import parse_properties
+
+                props = parse_properties(response.body.decode("utf-8", "replace"))
+                if props.get("grpcEnable", "true").lower() == "true":
+                    port = int(props.get("grpcListenPort", "0") or 0)
+        except (RemotingError, ValueError) as exc:
+            log.info("no gRPC port learnt from broker %s (%s): %s", broker_name, addr, exc)
+            return 0
+        self._ports[addr] = port
+        return port
+
+    async def _route(self, topic: str) -> list[tuple[str, pb.Endpoints, int, int, int]]:
+        """(broker name, gRPC endpoints, read queues, write queues, perm) of every master serving
+        `topic`: the NameServers' route, else this broker's own topic config."""
+        config = self.broker.config
+        route: TopicRouteData | None = None
+        for namesrv in config.namesrv_addrs:
+            request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": topic})
+            try:
+                response = await self.broker.client.invoke(namesrv, request, 3.0)
+            except RemotingError:
+                continue
+            if response.code == ResponseCode.SUCCESS and response.body:
+                route = TopicRouteData.loads(response.body)
+                break
+        out = []
+        if route is not None:
+            masters = {b.broker_name: b.master_addr() for b in route.broker_datas}
+            for queues in route.queue_datas:
+                addr = masters.get(queues.broker_name)
+                if not addr:
+                    continue
+                port = await self._grpc_port(queues.broker_name, addr)
+                if port:
+                    host = addr.rsplit(":", 1)[0]
+                    out.append(
+                        (
+                            queues.broker_name,
+                            endpoints(host, port),
+                            queues.read_queue_nums,
+                            queues.write_queue_nums,
+                            queues.perm,
+                        )
+                    )
+        if not out:
+            own = self.broker.topics.get(topic)
+            if own is not None:
+                perm = own.perm & config.broker_permission
+                here = endpoints(config.broker_ip1, self.port)
+                out.append((config.broker_name, here, own.read_queue_nums, own.write_queue_nums, perm))
+        return out
+
+    async def QueryRoute(self, request: spb.QueryRouteRequest, context: Any) -> spb.QueryRouteResponse:
+        self._client(context)
+        topic = request.topic.name
+        queues = []
+        for name, where, reads, writes, perm in await self._route(topic):
+            broker = pb.Broker(name=name, id=0, endpoints=where)
+            for qid in range(max(reads, writes)):
+                queue_perm = (perm & PermName.READ if qid < reads else 0) | (
+                    perm & PermName.WRITE if qid < writes else 0
+                )
+                queues.append(
+                    pb.MessageQueue(
+                        topic=request.topic,
+                        id=qid,
+                        permission=permission(queue_perm),  # type: ignore[arg-type]
+                        broker=broker,
+                        accept_message_types=ALL_TYPES,
+                    )
+                )
+        if not queues:
+            return spb.QueryRouteResponse(status=status(pb.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+        return spb.QueryRouteResponse(status=status(), message_queues=queues)
+
+    async def QueryAssignment(
+        self, request: spb.QueryAssignmentRequest, context: Any
+    ) -> spb.QueryAssignmentResponse:
+        """One assignment per master with queue id -1 (every queue of that broker), as the proxy."""
+        client, meta = self._client(context)
+        try:
+            self._check(
+                client,
+                meta,
+                RequestCode.QUERY_CONSUMER_OFFSET,
+                {"consumerGroup": request.group.name, "topic": request.topic.name},
+            )
+        except Refused as refused:
+            return spb.QueryAssignmentResponse(status=refused.status())
+        assignments = []
+        for name, where, reads, _writes, perm in await self._route(request.topic.name):
+            if reads and perm & PermName.READ:
+                queue = pb.MessageQueue(
+                    topic=request.topic,
+                    id=-1,
+                    permission=pb.READ_WRITE,
+                    broker=pb.Broker(name=name, id=0, endpoints=where),
+                    accept_message_types=ALL_TYPES,
+                )
+                assignments.append(pb.Assignment(message_queue=queue))
+        if not assignments:
+            return spb.QueryAssignmentResponse(status=status(pb.TOPIC_NOT_FOUND, "no readable queue"))
+        return spb.QueryAssignmentResponse(status=status(), assignments=assignments)
+
+    # ------------------------------------------------------------------ client lifecycle
+
+    async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
+        client, _ = self._client(context)
+        if request.client_type:
+            client.client_type = request.client_type
+        self._register(client)
+        return spb.HeartbeatResponse(status=status())
+
+    async def NotifyClientTermination(
+        self, request: spb.NotifyClientTerminationRequest, context: Any
+    ) -> spb.NotifyClientTerminationResponse:
+        client, _ = self._client(context)
+        self.clients.forget(client.client_id)
+        return spb.NotifyClientTerminationResponse(status=status())
+
+    async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: Any) -> None:
+        """Settings in, the complete Settings out; transaction checks pushed down while it is open."""
+        client, _ = self._client(context)
+        outbox: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
+        client.outbox = outbox
+
+        async def read() -> None:
+            try:
+                while True:
+                    command = await context.read()
+                    if command is grpc.aio.EOF:
+                        return
+                    client.last_seen = time.monotonic()
+                    if command.HasField("settings"):
+                        settings = command.settings
+                        client.client_type = settings.client_type
+                        client.settings = settings
+                        if settings.user_agent.version:
+                            client.language = pb.Language.Name(settings.user_agent.language)
+                            client.version = settings.user_agent.version
+                        self._register(client)
+                        reply = self._settings_reply(client, settings)
+                        outbox.put_nowait(spb.TelemetryCommand(status=status(), settings=reply))
+            except (grpc.aio.AioRpcError, asyncio.CancelledError):
+                pass
+            finally:
+                outbox.put_nowait(None)
+
+        reader = asyncio.create_task(read(), name=f"telemetry-{client.client_id}")
+        try:
+            while (command := await outbox.get()) is not None:
+                await context.write(command)
+        finally:
+            reader.cancel()
+            if client.outbox is outbox:
+                client.outbox = None
+
+    # ------------------------------------------------------------------ producing
+
+    async def SendMessage(self, request: spb.SendMessageRequest, context: Any) -> spb.SendMessageResponse:
+        client, meta = self._client(context)
+        entries = [await self._send_one(client, meta, msg) for msg in request.messages]
+        if not entries:
+            return spb.SendMessageResponse(status=status(pb.BAD_REQUEST, "no message"))
+        failed = [e for e in entries if e.status.code != pb.OK]
+        if not failed:
+            overall = status()
+        elif len(entries) == 1:
+            overall = entries[0].status
+        else:
+            overall = status(pb.MULTIPLE_RESULTS, f"{len(failed)} of {len(entries)} messages failed")
+        return spb.SendMessageResponse(status=overall, entries=entries)
+
+    async def _send_one(
+        self, client: GrpcClient, meta: dict[str, str], msg: pb.Message
+    ) -> spb.SendResultEntry:
+        broker = self.broker
+        topic = msg.topic.name
+        now = int(time.time() * 1000)
+        props, problem = message_properties(msg, now)
+        if problem is not None:
+            return spb.SendResultEntry(status=status(pb.BAD_REQUEST, problem))
+        config = broker.topics.get(topic)
+        if config is None:
+            return spb.SendResultEntry(status=status(pb.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+        queue_id = -1
+        group = props.get(PROPERTY_SHARDING_KEY)
+        if group is not None:
+            queue_id = fifo_queue(group, config.write_queue_nums)
+        deliver = props.get(PROPERTY_TIMER_DELIVER_MS)
+        if deliver is not None and getattr(broker, "timer", None) is None:
+            # no timer store: the proxy's `useDelayLevel` fallback, the first delay level not shorter
+            level = delay_level(int(deliver) - now, broker.store.config.delay_levels_ms())
+            if level:
+                props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
+        transactional = msg.system_properties.message_type == pb.TRANSACTION
+        fields = SendMessageRequestHeaderV2(
+            topic,  # the proxy's producer group for a 5.x producer is the topic
+            topic,
+            "TBW102",
+            config.write_queue_nums,
+            queue_id,
+            TRANSACTION_PREPARED_TYPE if transactional else 0,
+            msg.system_properties.born_timestamp.ToMilliseconds() or now,
+            0,
+            encode_properties(props).decode(),
+        ).to_ext_fields()
+        try:
+            self._check(client, meta, RequestCode.SEND_MESSAGE_V2, fields)
+            remoting = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, message_body(msg))
+            answer = self.sender.send(cast(Connection, client.channel), remoting)
+            response = answer if isinstance(answer, RemotingCommand) else await answer
+        except Refused as refused:
+            return spb.SendResultEntry(status=refused.status())
+        except RemotingCommandError as exc:
+            return spb.SendResultEntry(status=Refused.of(exc).status())
+        if response.code not in (ResponseCode.SUCCESS,):
+            return spb.SendResultEntry(
+                status=status(grpc_code(response.code), response.remark or "not stored")
+            )
+        reply = response.ext_fields or {}
+        if transactional:  # orphan checks reach this client from now on (producer group = topic)
+            broker.producers.register(topic, self._channel(client))
+        return spb.SendResultEntry(
+            status=status(),
+            message_id=msg.system_properties.message_id or reply.get("msgId", ""),
+            transaction_id=reply.get("msgId", "") if transactional else "",
+            offset=int(reply.get("queueOffset", "0")),
+        )
+
+    async def EndTransaction(
+        self, request: spb.EndTransactionRequest, context: Any
+    ) -> spb.EndTransactionResponse:
+        """The transaction id is the half message's offset id: it names its CommitLog offset, so a
+        commit needs no table of open transactions and survives a restart."""
+        client, meta = self._client(context)
+        try:
+            _, offset = decode_msg_id(request.transaction_id)
+        except ValueError:
+            return spb.EndTransactionResponse(
+                status=status(pb.INVALID_TRANSACTION_ID, f"bad transaction id {request.transaction_id!r}")
+            )
+        resolution = {pb.COMMIT: TRANSACTION_COMMIT_TYPE, pb.ROLLBACK: TRANSACTION_ROLLBACK_TYPE}.get(
+            request.resolution  # type: ignore[call-overload]
+        )
+        if resolution is None:
+            return spb.EndTransactionResponse(
+                status=status(pb.BAD_REQUEST, "resolution must be COMMIT or ROLLBACK")
+            )
+        header = EndTransactionRequestHeader(
+            request.topic.name,
+            0,
+            offset,
+            resolution,
+            request.message_id,
+            request.source == pb.SOURCE_SERVER_CHECK,
+            request.transaction_id,
+        )
+        try:
+            self._check(client, meta, RequestCode.END_TRANSACTION, header.to_ext_fields())
+            await self.broker.transactions.end(header)
+        except Refused as refused:
+            return spb.EndTransactionResponse(status=refused.status())
+        except RemotingCommandError as exc:
+            return spb.EndTransactionResponse(status=Refused.of(exc).status())
+        return spb.EndTransactionResponse(status=status())
+
+    async def RecallMessage(
+        self, request: spb.RecallMessageRequest, context: Any
+    ) -> spb.RecallMessageResponse:
+        timer = getattr(self.broker, "timer", None)
+        recall = getattr(timer, "recall", None)
+        if recall is None:
+            return spb.RecallMessageResponse(
+                status=status(pb.NOT_IMPLEMENTED, "this broker has no timer store to recall from")
+            )
+        client, meta = self._client(context)
+        try:
+            self._check(client, meta, RequestCode.SEND_MESSAGE_V2, {"b": request.topic.name})
+            message_id = await recall(topic=request.topic.name, recall_handle=request.recall_handle)
+        except Refused as refused:
+            return spb.RecallMessageResponse(status=refused.status())
+        except RemotingCommandError as exc:
+            return spb.RecallMessageResponse(status=Refused.of(exc).status())
+        return spb.RecallMessageResponse(status=status(), message_id=message_id)
+
+    # ------------------------------------------------------------------ consuming (the POP service)
+
+    def _pop(self) -> Any:
+        pop = getattr(self.broker, "pop", None)
+        if pop is None:
+            raise Refused(pb.NOT_IMPLEMENTED, "this broker has no POP service: 5.x consumers cannot receive")
+        return pop
+
+    def _consumer_check(self, client: GrpcClient, meta: dict[str, str], group: str, topic: str) -> None:
+        self._check(client, meta, RequestCode.PULL_MESSAGE, {"consumerGroup": group, "topic": topic})
+
+    async def ReceiveMessage(self, request: spb.ReceiveMessageRequest, context: Any) -> None:
+        """Status first, then the messages, then the delivery timestamp (the proxy's
+        `ReceiveMessageResponseStreamWriter`); MESSAGE_NOT_FOUND when the long poll ends empty."""
+        client, meta = self._client(context)
+        group, topic = request.group.name, request.message_queue.topic.name
+        invisible_ms = (
+            request.invisible_duration.ToMilliseconds()
+            if request.HasField("invisible_duration")
+            else AUTO_RENEW_INVISIBLE_MS
+        )
+        try:
+            pop = self._pop()
+            self._consumer_check(client, meta, group, topic)
+            if invisible_ms < MIN_INVISIBLE_MS:
+                raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is too short")
+            poll_ms = min(request.long_polling_timeout.ToMilliseconds(), MAX_LONG_POLLING_MS)
+            remaining = context.time_remaining()
+            if remaining is not None:  # answer before the client's deadline
+                poll_ms = max(0, min(poll_ms, int(remaining * 1000) - 1_000))
+            expression = request.filter_expression
+            popped = await pop.pop(
+                group=group,
+                topic=topic,
+                queue_id=-1,
+                max_messages=max(1, min(request.batch_size or RECEIVE_BATCH, RECEIVE_BATCH)),
+                invisible_ms=invisible_ms,
+                poll_ms=poll_ms,
+                fifo=bool(client.settings is not None and client.settings.subscription.fifo),
+                expression_type="SQL92" if expression.type == pb.SQL else "TAG",
+                expression=expression.expression or "*",
+                attempt_id=request.attempt_id or None,
+            )
+        except Refused as refused:
+            await context.write(spb.ReceiveMessageResponse(status=refused.status()))
+            return
+        except RemotingCommandError as exc:
+            await context.write(spb.ReceiveMessageResponse(status=Refused.of(exc).status()))
+            return
+        if not popped:
+            await context.write(
+                spb.ReceiveMessageResponse(status=status(pb.MESSAGE_NOT_FOUND, "no new message"))
+            )
+            return
+        await context.write(spb.ReceiveMessageResponse(status=status()))
+        for item in popped:
+            message = to_proto(
+                decode_record(item.record),
+                receipt_handle=item.receipt_handle,
+                delivery_attempt=item.delivery_attempt,
+                invisible_ms=invisible_ms,
+            )
+            await context.write(spb.ReceiveMessageResponse(message=message))
+        delivered = spb.ReceiveMessageResponse()
+        delivered.delivery_timestamp.FromMilliseconds(int(time.time() * 1000))
+        await context.write(delivered)
+
+    async def AckMessage(self, request: spb.AckMessageRequest, context: Any) -> spb.AckMessageResponse:
+        client, meta = self._client(context)
+        group, topic = request.group.name, request.topic.name
+        try:
+            pop = self._pop()
+            self._consumer_check(client, meta, group, topic)
+        except Refused as refused:
+            return spb.AckMessageResponse(status=refused.status())
+        results = []
+        for entry in request.entries:
+            try:
+                pop.ack(group=group, topic=topic, receipt_handle=entry.receipt_handle)
+                outcome = status()
+            except RemotingCommandError as exc:
+                outcome = status(pb.INVALID_RECEIPT_HANDLE, exc.remark or str(exc))
+            results.append(
+                spb.AckMessageResultEntry(
+                    message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=outcome
+                )
+            )
+        failed = [r for r in results if r.status.code != pb.OK]
+        if not failed:
+            overall = status()
+        elif len(results) == 1:
+            overall = results[0].status
+        else:
+            overall = status(pb.MULTIPLE_RESULTS, f"{len(failed)} of {len(results)} acks failed")
+        return spb.AckMessageResponse(status=overall, entries=results)
+
+    async def ChangeInvisibleDuration(
+        self, request: spb.ChangeInvisibleDurationRequest, context: Any
+    ) -> spb.ChangeInvisibleDurationResponse:
+        client, meta = self._client(context)
+        group, topic = request.group.name, request.topic.name
+        try:
+            pop = self._pop()
+            self._consumer_check(client, meta, group, topic)
+            handle = pop.change_invisible(
+                group=group,
+                topic=topic,
+                receipt_handle=request.receipt_handle,
+                invisible_ms=request.invisible_duration.ToMilliseconds(),
+            )
+        except Refused as refused:
+            return spb.ChangeInvisibleDurationResponse(status=refused.status())
+        except RemotingCommandError as exc:
+            return spb.ChangeInvisibleDurationResponse(
+                status=status(pb.INVALID_RECEIPT_HANDLE, exc.remark or str(exc))
+            )
+        return spb.ChangeInvisibleDurationResponse(status=status(), receipt_handle=handle)
+
+    async def ForwardMessageToDeadLetterQueue(
+        self, request: spb.ForwardMessageToDeadLetterQueueRequest, context: Any
+    ) -> spb.ForwardMessageToDeadLetterQueueResponse:
+        client, meta = self._client(context)
+        group, topic = request.group.name, request.topic.name
+        try:
+            pop = self._pop()
+            self._check(client, meta, RequestCode.CONSUMER_SEND_MSG_BACK, {"group": group})
+            pop.forward_to_dlq(group=group, topic=topic, receipt_handle=request.receipt_handle)
+        except Refused as refused:
+            return spb.ForwardMessageToDeadLetterQueueResponse(status=refused.status())
+        except RemotingCommandError as exc:
+            return spb.ForwardMessageToDeadLetterQueueResponse(
+                status=status(pb.INVALID_RECEIPT_HANDLE, exc.remark or str(exc))
+            )
+        return spb.ForwardMessageToDeadLetterQueueResponse(status=status())
