@@ -448,6 +448,10 @@ _RESOURCE_CODES: Final = frozenset(
         R.HEART_BEAT,
         R.LOCK_BATCH_MQ,
         R.UNLOCK_BATCH_MQ,
+        R.POP_MESSAGE,
+        R.ACK_MESSAGE,
+        R.CHANGE_MESSAGE_INVISIBLETIME,
+        R.BATCH_ACK_MESSAGE,
     )
 )
 
@@ -476,13 +480,30 @@ def needed_resources(request: RemotingCommand) -> list[tuple[str, int]]:
     if code in (R.UNREGISTER_CLIENT, R.GET_CONSUMER_LIST_BY_GROUP):
         group = f.get("consumerGroup")
         return [(_retry(group), SUB)] if group else []
-    if code in (R.UPDATE_CONSUMER_OFFSET, R.QUERY_CONSUMER_OFFSET):
+    if code in (R.UPDATE_CONSUMER_OFFSET, R.QUERY_CONSUMER_OFFSET, *_POP_CODES):
+        # the POP codes as 5.x checks them: SUB on the topic and on the group
         return [(_retry(f.get("consumerGroup")), SUB), (f.get("topic", ""), SUB)]
     if code == R.HEART_BEAT:
         return _heartbeat_resources(request.body)
     if code in (R.LOCK_BATCH_MQ, R.UNLOCK_BATCH_MQ):
         return _lock_resources(request.body)
+    if code == R.BATCH_ACK_MESSAGE:
+        return _batch_ack_resources(request.body)
     return []
+
+
+#: The POP codes whose header names the group (``consumerGroup``) and the topic.
+_POP_CODES: Final = (R.POP_MESSAGE, R.ACK_MESSAGE, R.CHANGE_MESSAGE_INVISIBLETIME)
+
+
+def _batch_ack_resources(body: bytes) -> list[tuple[str, int]]:
+    """BATCH_ACK_MESSAGE: SUB on each ack's group and topic (``c``/``t``, fastjson's short names)."""
+    data = _json_body(body)
+    out: list[tuple[str, int]] = []
+    for ack in _objects(data.get("acks")) if isinstance(data, dict) else []:
+        out.append((_retry(str(ack.get("c") or ack.get("consumerGroup") or "")), SUB))
+        out.append((str(ack.get("t") or ack.get("topic") or ""), SUB))
+    return out
 
 
 def _json_body(body: bytes) -> object:

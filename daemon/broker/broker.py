@@ -49,6 +49,7 @@ from daemon.broker.managers.groups import SubscriptionGroupManager
 from daemon.broker.managers.locks import RebalanceLockManager
 from daemon.broker.managers.producers import ProducerManager
 from daemon.broker.managers.topics import TopicConfigManager
+from daemon.broker.pop import PopService
 from daemon.broker.schedule import ScheduleMessageService
 from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
@@ -138,6 +139,8 @@ class Broker:
         self.hold: PullRequestHoldService
         self.schedule: ScheduleMessageService
         self.transactions: TransactionService
+        #: POP consumption (5.x): the remoting POP codes and the gRPC front share it.
+        self.pop: PopService
         self.boot_timestamp = int(time.time() * 1000)
         self.metrics_port: int | None = None
         #: Replication: the HA listener, and on a slave the client of its master.
@@ -252,6 +255,7 @@ class Broker:
         ):  # a slave writes nothing of its own: delays and checks run on the master
             self.schedule.start()
             self.transactions.start()
+            self.pop.start()
         self._tasks += [
             asyncio.create_task(every(CLIENT_SCAN_INTERVAL, self._scan_clients), name="client-scan"),
             asyncio.create_task(
@@ -531,6 +535,8 @@ class Broker:
             self.store.start()
             self.topics.recreate_lost_topics(self.store.topic_queue_table())  # queues complete once started
             self.transactions.load()
+            self.pop = PopService(self)
+            self.pop.load()
         except BaseException:
             self.store.shutdown()
             raise
@@ -554,6 +560,7 @@ class Broker:
         await self._unregister_all()
         await self.schedule.stop()
         await self.transactions.stop()
+        await self.pop.stop()
         await self.hold.stop()
         if self.ha_slave is not None:
             await self.ha_slave.stop()
@@ -580,9 +587,19 @@ class Broker:
 
     def _register_processors(self) -> None:
         from daemon.acl import admin as acl
-        from daemon.broker.processors import admin, heartbeat, lock, offset, pull, query, send, transaction
+        from daemon.broker.processors import (
+            admin,
+            heartbeat,
+            lock,
+            offset,
+            pop,
+            pull,
+            query,
+            send,
+            transaction,
+        )
 
-        for module in (send, pull, heartbeat, offset, query, admin, lock, transaction, acl):
+        for module in (send, pull, heartbeat, offset, query, admin, lock, transaction, acl, pop):
             for code, processor in module.processors(self).items():
                 self.server.register(code, processor)
         if is_slave(self.config):

@@ -23,6 +23,7 @@ from daemon.broker.managers.groups import SubscriptionGroupManager
 from daemon.broker.managers.locks import RebalanceLockManager
 from daemon.broker.managers.producers import ProducerManager
 from daemon.broker.managers.topics import TopicConfigManager
+from daemon.broker.pop import PopService
 from daemon.broker.stats import BrokerStats
 from daemon.coalesce import Coalesced
 from daemon.remoting.command import RemotingCommand
@@ -54,6 +55,8 @@ class BrokerContext(Protocol):
     stats: BrokerStats
     loop_watch: LoopWatch
     hold: PullRequestHoldService
+    #: POP consumption (5.x): in-flight messages per group, their handles and their revive.
+    pop: PopService
     server: RemotingServer
     #: Replication: the HA listener, and on a slave the client of its master.
     ha_master: HAMaster | None

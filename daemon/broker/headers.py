@@ -323,3 +323,67 @@ class CheckTransactionStateRequestHeader(CommandHeader):
     msg_id: str | None = None
     transaction_id: str | None = None
     offset_msg_id: str | None = None
+
+
+@dataclass(slots=True)
+class PopMessageRequestHeader(CommandHeader):
+    """POP_MESSAGE (200050), RocketMQ 5.x."""
+
+    JAVA_NAME = "PopMessageRequestHeader"
+    consumer_group: str
+    topic: str
+    queue_id: int
+    max_msg_nums: int
+    invisible_time: int
+    poll_time: int
+    born_time: int
+    init_mode: int
+    exp_type: str | None = None
+    exp: str | None = None
+    order: bool = False
+    attempt_id: str | None = None
+
+
+@dataclass(slots=True)
+class PopMessageResponseHeader(CommandHeader):
+    JAVA_NAME = "PopMessageResponseHeader"
+    pop_time: int
+    invisible_time: int
+    revive_qid: int
+    rest_num: int
+    start_offset_info: str | None = None
+    msg_offset_info: str | None = None
+    order_count_info: str | None = None
+
+
+@dataclass(slots=True)
+class AckMessageRequestHeader(CommandHeader):
+    """ACK_MESSAGE (200051), RocketMQ 5.x: ``extraInfo`` is the receipt handle."""
+
+    JAVA_NAME = "AckMessageRequestHeader"
+    consumer_group: str
+    topic: str
+    queue_id: int
+    extra_info: str
+    offset: int
+
+
+@dataclass(slots=True)
+class ChangeInvisibleTimeRequestHeader(CommandHeader):
+    """CHANGE_MESSAGE_INVISIBLETIME (200053), RocketMQ 5.x."""
+
+    JAVA_NAME = "ChangeInvisibleTimeRequestHeader"
+    consumer_group: str
+    topic: str
+    queue_id: int
+    extra_info: str
+    offset: int
+    invisible_time: int
+
+
+@dataclass(slots=True)
+class ChangeInvisibleTimeResponseHeader(CommandHeader):
+    JAVA_NAME = "ChangeInvisibleTimeResponseHeader"
+    pop_time: int
+    invisible_time: int
+    revive_qid: int

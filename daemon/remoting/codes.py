@@ -110,6 +110,11 @@ class RequestCode(IntEnum):
     DELETE_EXPIRED_COMMITLOG = 329
     GET_KV_CONFIG_BY_VALUE = 217
     DELETE_KV_CONFIG_BY_VALUE = 218
+    # RocketMQ 5.x POP consumption (a 5.x Proxy in cluster mode sends these)
+    POP_MESSAGE = 200050
+    ACK_MESSAGE = 200051
+    CHANGE_MESSAGE_INVISIBLETIME = 200053
+    BATCH_ACK_MESSAGE = 200151
 
 
 class ResponseCode(IntEnum):

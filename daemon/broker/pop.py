@@ -1,0 +1,725 @@
+"""POP consumption (RocketMQ 5.x): messages lent out with an invisibility, acked by receipt handle.
+
+The design follows 5.x's KV pop (``PopConsumerService``), not its revive log: one in-flight record per
+popped message, the group's pop offset committed in the consumer offset table at pop time, and a revive
+loop that re-puts every record whose invisibility ran out into the group's retry topic (``%RETRY%group``,
+the topic 4.x retries use too) with ``reconsumeTimes + 1``, or into ``%DLQ%group`` after the group's
+``retryMaxTimes``. Popping reads the topic's queues and the group's retry topic, as
+``PopMessageProcessor`` does.
+
+Why a journal of our own (``<store>/pop/inflight.journal``) and not ``rmq_sys_REVIVE_LOG_<cluster>``:
+the revive log needs the checkpoint/ack pairing, a merge buffer and per-queue revive offsets to be
+read back (thousands of Java lines) for the same guarantee, and a 5.x broker opening our store would
+only lose in-flight handles (their messages come back as the offsets say), never acked state. Each pop,
+ack or change is one line written with one ``write`` before it is answered, so a SIGKILL loses nothing
+the page cache holds; the pop offsets travel in the same line, so an offset table older than the
+journal (it is written every few seconds) never makes an acked message come back.
+
+FIFO pop (``order=true``) is 5.x's order lock per queue (``ConsumerOrderInfoManager``): while a popped
+message of a queue is neither acked nor expired the queue gives the group nothing more; once expired
+the same messages come back in order with their attempt counted up, and past ``retryMaxTimes`` they go
+to the DLQ. ``pop`` is synchronous between its reads and its records, so nothing interleaves on the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import json
+import logging
+import os
+import random
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Final
+
+from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
+from daemon.remoting.bodies import PermName
+from daemon.remoting.codes import ResponseCode
+from daemon.remoting.errors import RemotingCommandError
+from store.errors import StoreError
+from store.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    Message,
+    StoredMessage,
+)
+from store.names import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
+from store.results import GetMessageStatus, SelectedMessage
+
+if TYPE_CHECKING:
+    from daemon.broker.context import BrokerContext
+
+log = logging.getLogger(__name__)
+
+#: ``ReceiptHandle``'s topic types: a queue of the topic itself, of a retry topic (v1), of a v2 one.
+NORMAL_TOPIC: Final = "0"
+RETRY_TOPIC: Final = "1"
+RETRY_TOPIC_V2: Final = "2"
+#: The revive queue id 5.x gives order pops (``KeyBuilder.POP_ORDER_REVIVE_QUEUE``); handles carry it.
+ORDER_REVIVE_QUEUE: Final = 999
+#: ``ConsumeInitMode``: where a group with no offset starts.
+INIT_MODE_MIN: Final = 0
+INIT_MODE_MAX: Final = 1
+#: 5.x reads the retry topic first on this share of pops (``popFromRetryProbability``), else after.
+RETRY_FIRST_PROBABILITY: Final = 0.2
+#: 5.x ``NO_MESSAGE``: an ack or change whose handle is not (or no longer) the message's current one.
+NO_MESSAGE: Final = 208
+#: The journal is rewritten to its live records at start and when it grows past this.
+COMPACT_BYTES: Final = 32 << 20
+#: How often the revive loop looks when nothing is due sooner.
+REVIVE_IDLE: Final = 1.0
+
+_S = GetMessageStatus
+
+
+class PopError(RemotingCommandError):
+    """A POP request refused with a RocketMQ response code (``NO_MESSAGE`` for a stale handle)."""
+
+
+@dataclass(frozen=True)
+class ReceiptHandle:
+    """5.x's receipt handle (``ReceiptHandle#encode``, the ``ExtraInfoUtil`` fields plus the CommitLog
+    offset): ``ckQueueOffset popTime invisibleTime reviveQid topicType brokerName queueId queueOffset
+    commitLogOffset``, space-separated. ``popTime`` and ``invisibleTime`` identify one lending of the
+    message: a change of invisibility makes a new pair, so the older handle stops working."""
+
+    ck_queue_offset: int
+    pop_time: int
+    invisible_ms: int
+    revive_qid: int
+    topic_type: str
+    broker_name: str
+    queue_id: int
+    queue_offset: int
+    commit_log_offset: int = -1
+
+    def encode(self) -> str:
+        return " ".join(
+            str(v)
+            for v in (
+                self.ck_queue_offset,
+                self.pop_time,
+                self.invisible_ms,
+                self.revive_qid,
+                self.topic_type,
+                self.broker_name,
+                self.queue_id,
+                self.queue_offset,
+                self.commit_log_offset,
+            )
+        )
+
+    @property
+    def extra_info(self) -> str:
+        """The handle without the CommitLog offset: what 5.x remoting clients send as ``extraInfo``."""
+        return self.encode().rsplit(" ", 1)[0]
+
+    @classmethod
+    def decode(cls, text: str) -> ReceiptHandle:
+        """A handle (9 fields) or an ``extraInfo`` (8); raises :class:`PopError` on anything else."""
+        parts = (text or "").split(" ")
+        try:
+            if len(parts) not in (8, 9):
+                raise ValueError(f"{len(parts)} fields")
+            return cls(
+                int(parts[0]),
+                int(parts[1]),
+                int(parts[2]),
+                int(parts[3]),
+                parts[4],
+                parts[5],
+                int(parts[6]),
+                int(parts[7]),
+                int(parts[8]) if len(parts) == 9 else -1,
+            )
+        except ValueError as exc:
+            raise PopError(ResponseCode.MESSAGE_ILLEGAL, f"bad receipt handle {text!r}: {exc}") from None
+
+    @property
+    def is_order(self) -> bool:
+        return self.revive_qid == ORDER_REVIVE_QUEUE
+
+
+@dataclass(frozen=True)
+class PoppedMessage:
+    """One popped message. ``record`` is the CommitLog record as stored: for a message popped from the
+    group's retry topic its topic is ``%RETRY%group`` and the original topic is its ``RETRY_TOPIC``
+    property (as 4.x retries are). ``delivery_attempt`` is 1 on first delivery."""
+
+    record: bytes
+    receipt_handle: str
+    delivery_attempt: int
+    queue_id: int
+    queue_offset: int
+
+
+@dataclass(slots=True)
+class InFlight:
+    """A popped, not yet acked message. ``topic`` is the queue's topic (the retry topic for a retry)."""
+
+    group: str
+    topic: str
+    queue_id: int
+    queue_offset: int
+    phys_offset: int
+    pop_time: int
+    invisible_ms: int
+    attempt: int
+    fifo: bool
+    ck_offset: int
+
+    @property
+    def key(self) -> tuple[str, str, int, int]:
+        return (self.group, self.topic, self.queue_id, self.queue_offset)
+
+    @property
+    def visible_at(self) -> int:
+        return self.pop_time + self.invisible_ms
+
+
+# ---------------------------------------------------------------------- journal codec (pure)
+
+_Key = tuple[str, str, int, int]
+_QueueKey = tuple[str, str, int]
+
+
+def encode_record(r: InFlight) -> dict[str, Any]:
+    return {
+        "op": "p",
+        "g": r.group,
+        "t": r.topic,
+        "q": r.queue_id,
+        "o": r.queue_offset,
+        "c": r.phys_offset,
+        "pt": r.pop_time,
+        "it": r.invisible_ms,
+        "a": r.attempt,
+        "f": r.fifo,
+        "ck": r.ck_offset,
+    }
+
+
+def encode_lines(entries: Iterable[dict[str, Any]]) -> bytes:
+    return b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in entries)
+
+
+def replay(data: bytes) -> tuple[dict[_Key, InFlight], dict[_QueueKey, int]]:
+    """The live records and the pop offsets a journal leaves. A torn last line (a write cut short by
+    a crash) is ignored: its pop was never answered."""
+    records: dict[_Key, InFlight] = {}
+    offsets: dict[_QueueKey, int] = {}
+    for line in data.split(b"\n"):
+        if not line:
+            continue
+        try:
+            e = json.loads(line)
+            op = e["op"]
+            key = (e["g"], e["t"], int(e["q"]), int(e["o"]))
+        except (ValueError, KeyError, TypeError):
+            log.warning("pop journal: skipped an unreadable line (%d bytes)", len(line))
+            continue
+        if op == "p":
+            records[key] = InFlight(
+                key[0], key[1], key[2], key[3], e["c"], e["pt"], e["it"], e["a"], bool(e["f"]), e["ck"]
+            )
+        elif op == "x":  # acked, revived or sent to the DLQ
+            records.pop(key, None)
+        elif op == "o":  # the queue's next pop offset
+            queue = key[:3]
+            offsets[queue] = max(offsets.get(queue, -1), key[3])
+    return records, offsets
+
+
+class PopJournal:
+    """The append-only file of :func:`replay`'s lines; one ``os.write`` per answered request."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, "pop", "inflight.journal")
+        self._fd = -1
+        self.size = 0
+
+    def load(self) -> tuple[dict[_Key, InFlight], dict[_QueueKey, int]]:
+        try:
+            with open(self.path, "rb") as f:
+                data = f.read()
+        except FileNotFoundError:
+            data = b""
+        return replay(data)
+
+    def rewrite(self, records: Iterable[InFlight], offsets: dict[_QueueKey, int]) -> None:
+        """Replace the journal by its live state (written aside, fsynced, renamed)."""
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        entries = [encode_record(r) for r in records]
+        entries += [{"op": "o", "g": g, "t": t, "q": q, "o": o} for (g, t, q), o in offsets.items()]
+        data = encode_lines(entries)
+        tmp = self.path + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+        self.close()
+        self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        self.size = len(data)
+
+    def append(self, entries: list[dict[str, Any]]) -> None:
+        data = encode_lines(entries)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._fd, view) :]
+        self.size += len(data)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+
+# ---------------------------------------------------------------------- the service
+
+
+def _gone(r: InFlight | _Key) -> dict[str, Any]:
+    g, t, q, o = r.key if isinstance(r, InFlight) else r
+    return {"op": "x", "g": g, "t": t, "q": q, "o": o}
+
+
+class PopService:
+    """POP on one broker: ``pop``/``ack``/``change_invisible``/``forward_to_dlq`` and the revive loop.
+
+    Everything runs on the broker's event loop; the remoting processors and the gRPC front call it.
+    """
+
+    def __init__(self, broker: BrokerContext) -> None:
+        self.broker = broker
+        self.journal = PopJournal(broker.config.store_path_root_dir)
+        self.records: dict[_Key, InFlight] = {}
+        #: FIFO records per queue: the order lock.
+        self._held: dict[_QueueKey, dict[int, InFlight]] = {}
+        #: (visible at, key, pop time) of every non-FIFO record; stale entries are skipped.
+        self._due: list[tuple[int, _Key, int]] = []
+        self._rotation = 0
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def load(self) -> None:
+        """Replay the journal, lift the offset table to the journal's pop offsets, compact."""
+        records, offsets = self.journal.load()
+        for (group, topic, queue_id), offset in offsets.items():
+            if offset > self.broker.offsets.query_offset(group, topic, queue_id):
+                self.broker.offsets.commit_offset(group, topic, queue_id, offset)
+        for r in records.values():
+            self._add(r)
+        self.journal.rewrite(self.records.values(), offsets)
+        if self.records:
+            log.info("POP: %d in-flight message(s) back from the journal", len(self.records))
+
+    def start(self) -> None:
+        self._wake = asyncio.Event()
+        self._task = asyncio.create_task(self._revive_loop(), name="pop-revive")
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+        self.journal.close()
+
+    # ------------------------------------------------------------------ the interface
+
+    async def pop(
+        self,
+        *,
+        group: str,
+        topic: str,
+        queue_id: int,
+        max_messages: int,
+        invisible_ms: int,
+        poll_ms: int,
+        fifo: bool,
+        expression_type: str,
+        expression: str,
+        attempt_id: str | None = None,
+        init_mode: int = INIT_MODE_MAX,
+    ) -> list[PoppedMessage]:
+        """Pop up to ``max_messages`` (queue_id -1: any readable queue), waiting up to ``poll_ms`` for
+        one to arrive. ``attempt_id`` is accepted for the interface (5.x uses it to answer a retried
+        FIFO pop with the same messages; a retried pop here gets the next ones)."""
+        self._check(group, topic)
+        sub = build_subscription(topic, expression, expression_type)
+        if not is_tag_type(sub.expression_type):
+            raise PopError(
+                ResponseCode.SYSTEM_ERROR,
+                f"The broker does not support consumer to filter message by {sub.expression_type}",
+            )
+        codes = tag_codes(sub)
+        max_messages = max(1, min(max_messages, 32))
+        deadline = time.monotonic() + max(0, poll_ms) / 1000
+        while True:
+            found = self._pop_once(group, topic, queue_id, max_messages, invisible_ms, fifo, codes, init_mode)
+            left = deadline - time.monotonic()
+            if found or left <= 0:
+                return found
+            await self._wait_for_messages(group, topic, queue_id, fifo, left)
+
+    def ack(self, *, group: str, topic: str, receipt_handle: str) -> None:
+        record = self._current(group, topic, receipt_handle)
+        self._drop(record)
+        self.journal.append([_gone(record)])
+
+    def change_invisible(self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
+        """Lend the message again for ``invisible_ms`` from now; returns its new handle."""
+        record = self._current(group, topic, receipt_handle)
+        record.pop_time = max(_now_ms(), record.pop_time + 1)  # a new (popTime, invisibleTime) pair
+        record.invisible_ms = max(0, invisible_ms)
+        self.journal.append([encode_record(record)])
+        if not record.fifo:
+            heapq.heappush(self._due, (record.visible_at, record.key, record.pop_time))
+            self._poke()
+        return self.handle(record).encode()
+
+    def forward_to_dlq(self, *, group: str, topic: str, receipt_handle: str) -> None:
+        """Send the message to ``%DLQ%group`` now and end its lending (5.x: send-back with level -1)."""
+        record = self._current(group, topic, receipt_handle)
+        self._end(record, dlq=True)
+
+    def in_flight(self) -> dict[str, int]:
+        """Popped and not yet acked messages per group."""
+        counts: dict[str, int] = {}
+        for group, *_ in self.records:
+            counts[group] = counts.get(group, 0) + 1
+        return counts
+
+    # ------------------------------------------------------------------ handles
+
+    def handle(self, r: InFlight) -> ReceiptHandle:
+        is_retry = r.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        return ReceiptHandle(
+            r.ck_offset,
+            r.pop_time,
+            r.invisible_ms,
+            ORDER_REVIVE_QUEUE if r.fifo else 0,
+            RETRY_TOPIC if is_retry else NORMAL_TOPIC,
+            self.broker.config.broker_name,
+            r.queue_id,
+            r.queue_offset,
+            r.phys_offset,
+        )
+
+    def _current(self, group: str, topic: str, text: str) -> InFlight:
+        """The record a handle lends, if the handle is still its current one (not changed, not expired
+        into a redelivery, not acked)."""
+        h = ReceiptHandle.decode(text)
+        real = topic if h.topic_type == NORMAL_TOPIC else retry_topic(group)
+        record = self.records.get((group, real, h.queue_id, h.queue_offset))
+        if record is None or (record.pop_time, record.invisible_ms) != (h.pop_time, h.invisible_ms):
+            raise PopError(NO_MESSAGE, "receipt handle is no longer valid (acked, changed or redelivered)")
+        if record.fifo and record.visible_at <= _now_ms():
+            raise PopError(NO_MESSAGE, "invisible time expired")
+        return record
+
+    # ------------------------------------------------------------------ popping
+
+    def _check(self, group: str, topic: str) -> None:
+        broker = self.broker
+        if not broker.config.broker_permission & PermName.READ:
+            raise PopError(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{broker.config.broker_ip1}] peeking message is forbidden",
+            )
+        config = broker.groups.find(group)
+        if config is None:
+            raise PopError(
+                ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist"
+            )
+        if not config.consume_enable:
+            raise PopError(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
+        topic_config = broker.topics.get(topic)
+        if topic_config is None:
+            raise PopError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if not topic_config.perm & PermName.READ:
+            raise PopError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden")
+
+    def _sources(self, group: str, topic: str, queue_id: int, fifo: bool) -> list[tuple[str, int, bool]]:
+        """(topic, queue, filtered) to read in turn: the topic's queues (from a rotating start), and for
+        a non-FIFO pop the group's retry queues, first on a fifth of pops as 5.x."""
+        config = self.broker.topics.get(topic)
+        count = config.read_queue_nums if config is not None else 0
+        if queue_id >= 0:
+            if queue_id >= count:
+                raise PopError(ResponseCode.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
+            mains = [queue_id]
+        else:
+            self._rotation += 1
+            mains = [(self._rotation + i) % count for i in range(count)] if count else []
+        out = [(topic, q, True) for q in mains]
+        if fifo:
+            return out
+        retry = self.broker.topics.get(retry_topic(group))
+        if retry is not None and retry.perm & PermName.READ:
+            retries = [(retry.topic_name, q, False) for q in range(retry.read_queue_nums)]
+            out = retries + out if random.random() < RETRY_FIRST_PROBABILITY else out + retries
+        return out
+
+    def _start_offset(self, group: str, topic: str, queue_id: int, init_mode: int) -> int:
+        """The group's pop offset; a group new to the queue starts at its first message when the queue
+        still has it (5.x ``initPopOffsetByCheckMsgInMem``) or with MIN, else at its end."""
+        offset = self.broker.offsets.query_offset(group, topic, queue_id)
+        if offset >= 0:
+            return offset
+        store = self.broker.store
+        low = store.get_min_offset(topic, queue_id)
+        if init_mode == INIT_MODE_MIN or low == 0 or topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+            return low
+        return store.get_max_offset(topic, queue_id)
+
+    def _pop_once(
+        self,
+        group: str,
+        topic: str,
+        queue_id: int,
+        max_messages: int,
+        invisible_ms: int,
+        fifo: bool,
+        codes: frozenset[int] | None,
+        init_mode: int,
+    ) -> list[PoppedMessage]:
+        now = _now_ms()
+        out: list[PoppedMessage] = []
+        journal: list[dict[str, Any]] = []
+        store = self.broker.store
+        for source, q, filtered in self._sources(group, topic, queue_id, fifo):
+            if len(out) >= max_messages:
+                break
+            if fifo:
+                held = self._held.get((group, source, q))
+                if held:
+                    if min(r.visible_at for r in held.values()) > now:
+                        continue  # the order lock: its messages are still out
+                    out += self._redeliver_held(held, now, invisible_ms, journal)
+                    continue
+            offset = self._start_offset(group, source, q, init_mode)
+            try:
+                result = store.get_messages(
+                    group, source, q, offset, max_messages - len(out), codes if filtered else None
+                )
+            except StoreError as exc:
+                log.error("POP read of %s:%d at %d failed: %s", source, q, offset, exc)
+                continue
+            for found in result.messages:
+                try:
+                    msg = found.message
+                except StoreError as exc:
+                    log.error("POP skipped a damaged record of %s:%d: %s", source, q, exc)
+                    continue
+                record = InFlight(
+                    group,
+                    source,
+                    q,
+                    found.queue_offset,
+                    found.phys_offset,
+                    now,
+                    invisible_ms,
+                    msg.reconsume_times + 1,
+                    fifo,
+                    offset,
+                )
+                self._add(record)
+                journal.append(encode_record(record))
+                out.append(self._popped(record, bytes(found.raw)))
+            nxt = offset if result.status is _S.NO_MATCHED_LOGIC_QUEUE else result.next_begin_offset
+            if nxt != offset or self.broker.offsets.query_offset(group, source, q) < 0:
+                self.broker.offsets.commit_offset(group, source, q, nxt)
+                journal.append({"op": "o", "g": group, "t": source, "q": q, "o": nxt})
+        if journal:
+            self._write(journal)
+        if out:
+            self.broker.stats.on_get(
+                group, topic, max(queue_id, 0), len(out), sum(len(m.record) for m in out), 0
+            )
+        return out
+
+    def _redeliver_held(
+        self, held: dict[int, InFlight], now: int, invisible_ms: int, journal: list[dict[str, Any]]
+    ) -> list[PoppedMessage]:
+        """A FIFO queue whose lent messages expired: the same ones again, in order, one attempt more
+        (those past the group's retry limit go to the DLQ instead, with their slots freed)."""
+        out = []
+        for r in sorted(held.values(), key=lambda r: r.queue_offset):
+            r.attempt += 1
+            r.pop_time = max(now, r.pop_time + 1)
+            r.invisible_ms = invisible_ms
+            found = self._look(r)
+            if found is None or r.attempt > self._max_reconsume(r.group) + 1:
+                self._end(r, dlq=True)
+                continue
+            journal.append(encode_record(r))
+            out.append(self._popped(r, bytes(found.raw)))
+        return out
+
+    def _popped(self, r: InFlight, raw: bytes) -> PoppedMessage:
+        return PoppedMessage(raw, self.handle(r).encode(), r.attempt, r.queue_id, r.queue_offset)
+
+    async def _wait_for_messages(
+        self, group: str, topic: str, queue_id: int, fifo: bool, left: float
+    ) -> None:
+        """Park on every queue the pop reads until one grows, a FIFO lock can expire, or ``left`` s."""
+        hold = self.broker.hold
+        store = self.broker.store
+        waits = []
+        for source, q, _ in self._sources(group, topic, queue_id, fifo):
+            waits.append(hold.park(source, q, store.get_max_offset(source, q), left))
+            held = self._held.get((group, source, q)) if fifo else None
+            if held:
+                left = min(left, max(0.0, (min(r.visible_at for r in held.values()) - _now_ms()) / 1000))
+        if not waits:
+            await asyncio.sleep(left)
+            return
+        try:
+            await asyncio.wait(waits, timeout=left + 0.001, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
+    # ------------------------------------------------------------------ records
+
+    def _add(self, r: InFlight) -> None:
+        self.records[r.key] = r
+        if r.fifo:
+            self._held.setdefault((r.group, r.topic, r.queue_id), {})[r.queue_offset] = r
+        else:
+            heapq.heappush(self._due, (r.visible_at, r.key, r.pop_time))
+            self._poke()
+
+    def _drop(self, r: InFlight) -> None:
+        self.records.pop(r.key, None)
+        if r.fifo:
+            queue = (r.group, r.topic, r.queue_id)
+            held = self._held.get(queue)
+            if held is not None:
+                held.pop(r.queue_offset, None)
+                if not held:
+                    del self._held[queue]
+
+    def _write(self, entries: list[dict[str, Any]]) -> None:
+        self.journal.append(entries)
+        if self.journal.size > COMPACT_BYTES:
+            self.journal.rewrite(self.records.values(), self._pop_offsets())
+
+    def _pop_offsets(self) -> dict[_QueueKey, int]:
+        """The pop offsets of the groups with records (the others are in the offset table already)."""
+        out: dict[_QueueKey, int] = {}
+        for g, t, q, _ in self.records:
+            out[(g, t, q)] = self.broker.offsets.query_offset(g, t, q)
+        return out
+
+    def _look(self, r: InFlight) -> SelectedMessage | None:
+        """The lent message's record, decoded once (None: gone with retention, or damaged)."""
+        try:
+            found = self.broker.store.look_message_by_offset(r.phys_offset)
+            if found is not None:
+                found.message  # noqa: B018 - decodes and checks it
+            return found
+        except StoreError as exc:
+            log.error(
+                "POP: the message of %s:%d at %d is unreadable: %s", r.topic, r.queue_id, r.queue_offset, exc
+            )
+            return None
+
+    def _max_reconsume(self, group: str) -> int:
+        config = self.broker.groups.get(group)
+        return config.retry_max_times if config is not None else 16
+
+    # ------------------------------------------------------------------ revive
+
+    def _poke(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+
+    async def _revive_loop(self) -> None:
+        assert self._wake is not None
+        while True:
+            self._wake.clear()
+            now = _now_ms()
+            while self._due and self._due[0][0] <= now:
+                _, key, pop_time = heapq.heappop(self._due)
+                r = self.records.get(key)
+                if r is None or r.fifo or r.pop_time != pop_time or r.visible_at > now:
+                    continue  # acked, changed (a newer entry), or FIFO
+                try:
+                    self._end(r, dlq=None)
+                except Exception:
+                    log.exception(
+                        "POP revive of %s:%d at %d failed; retried", r.topic, r.queue_id, r.queue_offset
+                    )
+                    heapq.heappush(self._due, (now + 1000, key, r.pop_time))
+                    break
+            delay = (
+                REVIVE_IDLE
+                if not self._due
+                else min(REVIVE_IDLE, max(0.0, (self._due[0][0] - _now_ms()) / 1000))
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), delay)
+
+    def _end(self, r: InFlight, *, dlq: bool | None) -> None:
+        """End a lending by a re-put: to the DLQ (``dlq``), or, for an expired one (None), to the retry
+        topic unless the group's retries are used up. The put comes before the journal line: a crash
+        between them revives the message twice, never loses it."""
+        found = self._look(r)
+        if found is not None:
+            msg = found.message
+            if dlq is None:
+                dlq = msg.reconsume_times >= self._max_reconsume(r.group)
+            self._put_retry(r.group, msg, dlq=dlq)
+        self._drop(r)
+        self.journal.append([_gone(r)])
+
+    def _put_retry(self, group: str, old: StoredMessage, *, dlq: bool) -> None:
+        """Re-put a message as 5.x's revive does (``PopReviveService#reviveRetry``): its properties, the
+        original topic in ``RETRY_TOPIC``, ``reconsumeTimes + 1``, no delay level (the invisibility was
+        the wait)."""
+        broker = self.broker
+        if dlq:
+            topic = dlq_topic(group)
+            broker.topics.create_system_like(topic, 1, PermName.READ_WRITE)
+            queue_id = 0
+        else:
+            config = broker.groups.get(group)
+            nums = config.retry_queue_nums if config is not None and config.retry_queue_nums > 0 else 1
+            retry = broker.topics.create_system_like(retry_topic(group), nums, PermName.READ_WRITE)
+            topic = retry.topic_name
+            queue_id = random.randrange(max(1, retry.write_queue_nums))
+        props = dict(old.properties)
+        props.setdefault(PROPERTY_RETRY_TOPIC, old.topic)
+        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, old.msg_id)
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+        props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
+        msg = Message(
+            topic=topic,
+            body=old.stored_body,
+            queue_id=queue_id,
+            flag=old.flag,
+            properties=props,
+            sys_flag=old.sys_flag,
+            born_timestamp=old.born_timestamp,
+            born_host=old.born_host,
+            store_host=old.store_host,
+            reconsume_times=old.reconsume_times + 1,
+            wait_store_msg_ok=False,
+        )
+        # not waiting for a flush, so inline (as ``Broker.put`` runs it)
+        result = broker.store.put_message(msg)
+        if not result.ok:
+            raise StoreError(f"POP re-put to {topic} failed: {result.status.value}")
+        broker.stats.on_put(topic, 1, result.wrote_bytes)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,183 @@
+"""RocketMQ 5.x's remoting POP codes over :class:`daemon.broker.pop.PopService`: POP_MESSAGE (200050),
+ACK_MESSAGE (200051), BATCH_ACK_MESSAGE (200151), CHANGE_MESSAGE_INVISIBLETIME (200053).
+
+Headers and bodies are 5.x's, so a 5.x Proxy in cluster mode (or a 5.x remoting POP consumer) can use
+this broker: a POP_MESSAGE response carries the records as stored plus ``startOffsetInfo`` /
+``msgOffsetInfo`` / ``orderCountInfo``, from which the client builds each message's handle
+(``MQClientAPIImpl#processPopResponse``); the handle is the ``extraInfo`` of the ack and change.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING, Any
+
+from daemon.broker.headers import (
+    AckMessageRequestHeader,
+    ChangeInvisibleTimeRequestHeader,
+    ChangeInvisibleTimeResponseHeader,
+    PopMessageRequestHeader,
+    PopMessageResponseHeader,
+)
+from daemon.broker.pop import ORDER_REVIVE_QUEUE, PopError, PoppedMessage, ReceiptHandle
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection, Processor
+from store import fastjson
+
+if TYPE_CHECKING:
+    from daemon.broker.context import BrokerContext
+
+#: 5.x ``ResponseCode.POLLING_TIMEOUT``: a pop that found nothing in its poll time (4.9.8 has no POP,
+#: and gives the number to an ACL code).
+POLLING_TIMEOUT = 210
+
+
+def processors(broker: BrokerContext) -> dict[int, Processor]:
+    p = PopProcessor(broker)
+    return {
+        RequestCode.POP_MESSAGE: p.pop,
+        RequestCode.ACK_MESSAGE: p.ack,
+        RequestCode.BATCH_ACK_MESSAGE: p.batch_ack,
+        RequestCode.CHANGE_MESSAGE_INVISIBLETIME: p.change_invisible,
+    }
+
+
+def offset_infos(popped: list[PoppedMessage], fifo: bool) -> tuple[str, str, str | None]:
+    """``startOffsetInfo``, ``msgOffsetInfo`` and ``orderCountInfo`` of a pop (``ExtraInfoUtil``'s
+    ``build*Info``): per (topic type, queue) its checkpoint offset and its messages' offsets, per
+    message (FIFO) how often it was delivered before."""
+    starts: dict[tuple[str, int], int] = {}
+    offsets: dict[tuple[str, int], list[int]] = {}
+    counts: list[str] = []
+    for m in popped:
+        h = ReceiptHandle.decode(m.receipt_handle)
+        key = (h.topic_type, h.queue_id)
+        starts.setdefault(key, h.ck_queue_offset)
+        offsets.setdefault(key, []).append(h.queue_offset)
+        counts.append(f"{h.topic_type} qo{h.queue_id}%{h.queue_offset} {m.delivery_attempt - 1}")
+    start_info = ";".join(f"{t} {q} {o}" for (t, q), o in starts.items())
+    msg_info = ";".join(f"{t} {q} {','.join(map(str, o))}" for (t, q), o in offsets.items())
+    return start_info, msg_info, ";".join(counts) if fifo else None
+
+
+def bitset_offsets(encoded: str | bytes | list[int] | None) -> list[int]:
+    """The bit numbers a Java ``BitSet#toByteArray`` (fastjson: Base64) sets, lowest first."""
+    if not encoded:
+        return []
+    raw = bytes(b & 0xFF for b in encoded) if isinstance(encoded, list) else base64.b64decode(encoded)
+    return [i * 8 + bit for i, byte in enumerate(raw) for bit in range(8) if byte >> bit & 1]
+
+
+def _number(ack: dict[str, Any], short: str, name: str) -> int:
+    """A ``BatchAck`` number by its fastjson short name or its full one (``alternateNames``)."""
+    value = ack.get(short, ack.get(name))
+    return int(value) if isinstance(value, (int, str)) else 0
+
+
+class PopProcessor:
+    def __init__(self, broker: BrokerContext) -> None:
+        self.broker = broker
+
+    def pop(self, conn: Connection, request: RemotingCommand) -> Awaitable[RemotingCommand]:
+        h = PopMessageRequestHeader.from_ext_fields(request.ext_fields)
+        return self._pop(request, h)
+
+    async def _pop(self, request: RemotingCommand, h: PopMessageRequestHeader) -> RemotingCommand:
+        try:
+            popped = await self.broker.pop.pop(
+                group=h.consumer_group,
+                topic=h.topic,
+                queue_id=h.queue_id,
+                max_messages=h.max_msg_nums,
+                invisible_ms=h.invisible_time,
+                poll_ms=h.poll_time,
+                fifo=h.order,
+                expression_type=h.exp_type or "TAG",
+                expression=h.exp or "*",
+                attempt_id=h.attempt_id,
+                init_mode=h.init_mode,
+            )
+        except PopError as exc:
+            return request.make_response(exc.code, exc.remark)
+        revive_qid = ORDER_REVIVE_QUEUE if h.order else 0
+        if not popped:
+            header = PopMessageResponseHeader(0, h.invisible_time, revive_qid, self._rest(h))
+            return request.make_response(POLLING_TIMEOUT, "no new message", header.to_ext_fields())
+        first = ReceiptHandle.decode(popped[0].receipt_handle)
+        start_info, msg_info, count_info = offset_infos(popped, h.order)
+        header = PopMessageResponseHeader(
+            first.pop_time, first.invisible_ms, revive_qid, self._rest(h), start_info, msg_info, count_info
+        )
+        body = b"".join(m.record for m in popped)
+        return request.make_response(ResponseCode.SUCCESS, None, header.to_ext_fields(), body)
+
+    def _rest(self, h: PopMessageRequestHeader) -> int:
+        """Messages of the topic the group has not popped yet (``restNum``)."""
+        broker = self.broker
+        config = broker.topics.get(h.topic)
+        if config is None:
+            return 0
+        queues = [h.queue_id] if h.queue_id >= 0 else range(config.read_queue_nums)
+        rest = 0
+        for q in queues:
+            done = broker.offsets.query_offset(h.consumer_group, h.topic, q)
+            rest += max(0, broker.store.get_max_offset(h.topic, q) - max(done, 0))
+        return rest
+
+    def ack(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = AckMessageRequestHeader.from_ext_fields(request.ext_fields)
+        try:
+            self.broker.pop.ack(group=h.consumer_group, topic=h.topic, receipt_handle=h.extra_info)
+        except PopError as exc:
+            return request.make_response(exc.code, exc.remark)
+        return request.make_response()
+
+    def batch_ack(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Each ``BatchAck`` names a checkpoint (queue, start offset, popTime, invisibleTime) and a bit set
+        of offsets after its start: every one of them whose lending is still that one is acked."""
+        try:
+            body = fastjson.loads(request.body or b"{}")
+        except (ValueError, UnicodeDecodeError):
+            return request.make_response(ResponseCode.MESSAGE_ILLEGAL, "bad BatchAckMessageRequestBody")
+        acks: list[Any] = body.get("acks") or [] if isinstance(body, dict) else []
+        broker_name = str(body.get("brokerName") or self.broker.config.broker_name)
+        for ack in acks:
+            if not isinstance(ack, dict):
+                continue
+            group = str(ack.get("c") or ack.get("consumerGroup") or "")
+            topic = str(ack.get("t") or ack.get("topic") or "")
+            retry = str(ack.get("r") or ack.get("retry") or "0")
+            start = _number(ack, "so", "startOffset")
+            bits = ack.get("b", ack.get("bitSet"))
+            for bit in bitset_offsets(bits):
+                handle = ReceiptHandle(
+                    start,
+                    _number(ack, "pt", "popTime"),
+                    _number(ack, "it", "invisibleTime"),
+                    _number(ack, "rq", "reviveQueueId"),
+                    retry,
+                    broker_name,
+                    _number(ack, "q", "queueId"),
+                    start + bit,
+                )
+                with contextlib.suppress(PopError):  # 5.x acks what it can: changed or expired are skipped
+                    self.broker.pop.ack(group=group, topic=topic, receipt_handle=handle.extra_info)
+        return request.make_response()
+
+    def change_invisible(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        h = ChangeInvisibleTimeRequestHeader.from_ext_fields(request.ext_fields)
+        try:
+            handle = self.broker.pop.change_invisible(
+                group=h.consumer_group,
+                topic=h.topic,
+                receipt_handle=h.extra_info,
+                invisible_ms=h.invisible_time,
+            )
+        except PopError as exc:
+            return request.make_response(exc.code, exc.remark)
+        new = ReceiptHandle.decode(handle)
+        header = ChangeInvisibleTimeResponseHeader(new.pop_time, new.invisible_ms, new.revive_qid)
+        return request.make_response(ResponseCode.SUCCESS, None, header.to_ext_fields())

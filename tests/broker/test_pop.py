@@ -1,0 +1,123 @@
+"""POP consumption (RocketMQ 5.x) through the remoting POP codes on our real broker."""
+
+from __future__ import annotations
+
+import asyncio
+
+from daemon.broker.pop import ReceiptHandle
+from tests.support.broker import BrokerHandle
+from tests.support.pop import PopClient
+
+T = "PopTopic"
+
+
+async def _fill(b: BrokerHandle, n: int, queues: int = 4, topic: str = T, **options: object) -> None:
+    await b.create_topic(topic, queues)
+    for i in range(n):
+        r = await b.send(topic, f"m{i}".encode(), queue_id=i % queues, **options)  # type: ignore[arg-type]
+        assert r.code == 0, r.remark
+
+
+async def test_pop_ack_and_change_invisible(broker: BrokerHandle) -> None:
+    await _fill(broker, 8)
+    c = PopClient(broker, "G1")
+    got = await c.pop(T, max_nums=32, invisible_ms=60_000)
+    assert sorted(p.body for p in got) == sorted(f"m{i}".encode() for i in range(8))
+    assert {p.attempt for p in got} == {1}
+    assert broker.broker.pop.in_flight() == {"G1": 8}
+    # everything is out: a second pop finds nothing
+    assert await c.pop(T) == []
+    # a handle acks once
+    first, second = got[0], got[1]
+    assert (await c.ack(T, first)).code == 0
+    assert (await c.ack(T, first)).code == 208
+    # change-invisible: a new handle, the old one stops working
+    old = second.handle
+    assert (await c.change_invisible(T, second, 30_000)).code == 0
+    assert second.handle != old
+    stale = type(second)(second.message, old, 0)
+    assert (await c.ack(T, stale)).code == 208
+    assert (await c.ack(T, second)).code == 0
+    assert broker.broker.pop.in_flight() == {"G1": 6}
+    # the receipt handle a gRPC front gets is the same, plus the CommitLog offset
+    h = ReceiptHandle.decode(got[2].handle)
+    assert (h.topic_type, h.broker_name, h.revive_qid) == ("0", "broker-a", 0)
+
+
+async def _pop_until(c: PopClient, topic: str, want: int, timeout: float = 10.0, **options: object) -> list:
+    """Pop (long-polling) until ``want`` messages came back or ``timeout`` s passed."""
+    got: list = []
+    deadline = asyncio.get_running_loop().time() + timeout
+    while len(got) < want and asyncio.get_running_loop().time() < deadline:
+        got += await c.pop(topic, poll_ms=500, **options)
+    return got
+
+
+async def test_redelivery_through_retry_topic_then_dlq(broker: BrokerHandle) -> None:
+    """An unacked message comes back after its invisibility from %RETRY%group with its properties
+    and a growing attempt; after the group's retryMaxTimes it goes to %DLQ%group."""
+    from store.models import SubscriptionGroupConfig
+
+    broker.broker.groups.put(SubscriptionGroupConfig("G2", retry_max_times=2))
+    await _fill(broker, 1, tags="paid", keys="order-1")
+    c = PopClient(broker, "G2")
+    attempts = []
+    for _ in range(3):
+        got = await _pop_until(c, T, 1, invisible_ms=300)
+        assert len(got) == 1
+        m = got[0].message
+        assert m.body == b"m0" and m.properties["TAGS"] == "paid" and m.properties["KEYS"] == "order-1"
+        attempts.append((got[0].attempt, m.topic, m.properties.get("RETRY_TOPIC")))
+    assert attempts == [(1, T, None), (2, "%RETRY%G2", T), (3, "%RETRY%G2", T)]
+    # the third lending expires too: retries used up, to the DLQ and not delivered again
+    assert await _pop_until(c, T, 1, timeout=1.5, invisible_ms=300) == []
+    store = broker.broker.store
+    assert store.get_max_offset("%DLQ%G2", 0) == 1
+    dead = store.get_messages("", "%DLQ%G2", 0, 0, 1).messages[0].message
+    assert dead.body == b"m0" and dead.properties["RETRY_TOPIC"] == T and dead.reconsume_times == 3
+    assert broker.broker.pop.in_flight() == {}
+
+
+async def test_acked_is_not_redelivered(broker: BrokerHandle) -> None:
+    await _fill(broker, 4)
+    c = PopClient(broker, "G3")
+    got = await c.pop(T, invisible_ms=300)
+    for p in got[:2]:
+        assert (await c.ack(T, p)).code == 0
+    back = await _pop_until(c, T, 2, timeout=3, invisible_ms=60_000)
+    assert sorted(p.body for p in back) == sorted(p.body for p in got[2:])
+    assert {p.attempt for p in back} == {2}
+
+
+async def test_fifo_holds_the_queue_until_acked_or_expired(broker: BrokerHandle) -> None:
+    await _fill(broker, 6, queues=1)
+    c = PopClient(broker, "GF")
+    first = await c.pop(T, max_nums=2, order=True, invisible_ms=400)
+    assert [p.body for p in first] == [b"m0", b"m1"]
+    assert all(ReceiptHandle.decode(p.handle).is_order for p in first)
+    # held: nothing more of the queue while m0/m1 are out
+    assert await c.pop(T, max_nums=2, order=True) == []
+    # expiry brings the same messages back, in order, one attempt more
+    again = await _pop_until(c, T, 2, timeout=3, max_nums=2, order=True, invisible_ms=60_000)
+    assert [(p.body, p.attempt) for p in again] == [(b"m0", 2), (b"m1", 2)]
+    assert (await c.ack(T, again[0])).code == 0
+    assert await c.pop(T, max_nums=2, order=True) == []  # m1 still out
+    assert (await c.ack(T, again[1])).code == 0
+    nxt = await c.pop(T, max_nums=2, order=True)
+    assert [(p.body, p.attempt) for p in nxt] == [(b"m2", 1), (b"m3", 1)]
+
+
+async def test_long_poll_wakes_on_arrival(broker: BrokerHandle) -> None:
+    await broker.create_topic(T, 2)
+    c = PopClient(broker, "GL")
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    waiting = asyncio.ensure_future(c.pop(T, poll_ms=5_000))
+    await asyncio.sleep(0.3)
+    assert not waiting.done()
+    assert (await broker.send(T, b"late", queue_id=1)).code == 0
+    got = await waiting
+    assert [p.body for p in got] == [b"late"]
+    assert loop.time() - started < 3
+    empty = await c.pop_raw(T, poll_ms=200)
+    assert empty.code == 210 and empty.ext_fields["restNum"] == "0"
