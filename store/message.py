@@ -48,6 +48,14 @@ PROPERTY_MAX_OFFSET: Final = "MAX_OFFSET"
 PROPERTY_CONSUME_START_TIMESTAMP: Final = "CONSUME_START_TIME"
 PROPERTY_MSG_REGION: Final = "MSG_REGION"
 PROPERTY_TRACE_SWITCH: Final = "TRACE_ON"
+# timer messages (5.x MessageConst): the wanted time, as an instant or a delay from the send
+PROPERTY_TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
+PROPERTY_TIMER_DELAY_SEC: Final = "TIMER_DELAY_SEC"
+PROPERTY_TIMER_DELAY_MS: Final = "TIMER_DELAY_MS"
+#: The due time the broker settled on (ms epoch); a message carrying it is never parked again.
+PROPERTY_TIMER_OUT_MS: Final = "TIMER_OUT_MS"
+PROPERTY_TIMER_ENQUEUE_MS: Final = "TIMER_ENQUEUE_MS"
+PROPERTY_TIMER_DEQUEUE_MS: Final = "TIMER_DEQUEUE_MS"
 KEY_SEPARATOR: Final = " "
 
 HostAddress = tuple[str, int]

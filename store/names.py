@@ -32,6 +32,8 @@ BENCHMARK_TOPIC: Final = "BenchmarkTest"
 OFFSET_MOVED_EVENT: Final = "OFFSET_MOVED_EVENT"
 #: Where delayed messages wait, queue ``level - 1`` per delay level.
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
+#: Where timer messages (any delivery time) wait, queue 0 (5.x's ``TimerMessageStore.TIMER_TOPIC``).
+TIMER_TOPIC: Final = "rmq_sys_wheel_timer"
 TRANS_HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"

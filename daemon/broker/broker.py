@@ -52,6 +52,7 @@ from daemon.broker.managers.topics import TopicConfigManager
 from daemon.broker.pop import PopService
 from daemon.broker.schedule import ScheduleMessageService
 from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
+from daemon.broker.timer import TimerMessageService
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
 from daemon.lifecycle import cancel_tasks, every
@@ -141,6 +142,7 @@ class Broker:
         self.transactions: TransactionService
         #: POP consumption (5.x): the remoting POP codes and the gRPC front share it.
         self.pop: PopService
+        self.timers: TimerMessageService
         self.boot_timestamp = int(time.time() * 1000)
         self.metrics_port: int | None = None
         #: Replication: the HA listener, and on a slave the client of its master.
@@ -254,6 +256,7 @@ class Broker:
             self.config
         ):  # a slave writes nothing of its own: delays and checks run on the master
             self.schedule.start()
+            self.timers.start()
             self.transactions.start()
             self.pop.start()
         self._tasks += [
@@ -537,6 +540,8 @@ class Broker:
             self.transactions.load()
             self.pop = PopService(self)
             self.pop.load()
+            self.timers = TimerMessageService(self)
+            self.timers.load()
         except BaseException:
             self.store.shutdown()
             raise
@@ -559,6 +564,7 @@ class Broker:
         await self.persist_topics.aclose()
         await self._unregister_all()
         await self.schedule.stop()
+        await self.timers.stop()
         await self.transactions.stop()
         await self.pop.stop()
         await self.hold.stop()
@@ -717,6 +723,12 @@ class Broker:
         for level, offset in sorted(self.schedule.offsets.offsets().items()):
             queue_max = store.get_max_offset(SCHEDULE_TOPIC, level - 1)
             info[f"scheduleMessageOffset_{level}"] = f"{offset},{queue_max}"
+        # mqctl's addition: timer messages waiting, in all and per real topic ("count,next due ms")
+        backlog = self.timers.backlog(fresh=True)
+        info["timerPendingMessages"] = str(sum(b.pending for b in backlog))
+        info["timerNextDueMs"] = str(min((b.next_due_ms for b in backlog), default=0))
+        for b in backlog:
+            info[f"timerPending_{b.topic}"] = f"{b.pending},{b.next_due_ms}"
         return info
 
     # ------------------------------------------------------------------ client notifications

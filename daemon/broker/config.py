@@ -286,6 +286,11 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     default_query_max_num: int = 32
     flush_consumer_offset_interval: int = 5000
     flush_delay_offset_interval: int = 10000
+    # timer messages (RocketMQ 5.x's MessageStoreConfig keys; daemon.broker.timer)
+    #: The furthest a timer message may be due, in seconds from its send (5.x: 3 days); beyond: refused.
+    timer_max_delay_sec: int = 3 * 24 * 3600
+    #: False refuses every timer message still to come, as 5.x does (WHEEL_TIMER_NOT_ENABLE).
+    timer_wheel_enable: bool = True
     # name server registration
     register_name_server_period: int = 30000
     register_broker_timeout_mills: int = 6000

@@ -42,10 +42,17 @@ def delivered_copy(old: StoredMessage) -> Message:
     """
     props = dict(old.properties)
     props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
+    topic = props.get(PROPERTY_REAL_TOPIC, old.topic)
+    return copy_to(old, topic, int(props.get(PROPERTY_REAL_QUEUE_ID, "0")), props)
+
+
+def copy_to(old: StoredMessage, topic: str, queue_id: int, props: dict[str, str]) -> Message:
+    """A re-put of a parked message (delay level or timer) into `topic`/`queue_id`, with `props`:
+    body, flags, born and store hosts as stored, never waiting for a flush and never delayed again."""
     return Message(
-        topic=props.get(PROPERTY_REAL_TOPIC, old.topic),
+        topic=topic,
         body=old.stored_body,
-        queue_id=int(props.get(PROPERTY_REAL_QUEUE_ID, "0")),
+        queue_id=queue_id,
         flag=old.flag,
         properties=props,
         sys_flag=old.sys_flag,

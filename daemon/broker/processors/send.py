@@ -37,6 +37,9 @@ from store.message import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRACE_SWITCH,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_WAIT_STORE_MSG_OK,
@@ -340,6 +343,12 @@ class SendProcessor:
             sys_flag &= ~TRANSACTION_TYPE_MASK
             self.broker.topics.create_system_like(TRANS_HALF_TOPIC, 1, PermName.READ_WRITE)
             topic, queue_id = TRANS_HALF_TOPIC, 0
+        elif (
+            PROPERTY_TIMER_DELIVER_MS in props
+            or PROPERTY_TIMER_DELAY_SEC in props
+            or PROPERTY_TIMER_DELAY_MS in props
+        ):
+            topic, queue_id = self.broker.timers.park(topic, queue_id, props)
         msg = Message(
             topic,
             request.body,

@@ -1,0 +1,349 @@
+"""Timer messages: any delivery time up to ``timerMaxDelaySec``, as RocketMQ 5.x has them
+(docs/store-format.md §timer-messages).
+
+A send carrying ``TIMER_DELIVER_MS``, ``TIMER_DELAY_SEC`` or ``TIMER_DELAY_MS`` is parked as 5.x's
+``HookUtils.handleScheduleMessage`` does: stored in queue 0 of ``rmq_sys_wheel_timer`` with
+``TIMER_OUT_MS`` (the due time) and ``REAL_TOPIC``/``REAL_QID``. A time already past is stored in its
+topic at once; a ``DELAY`` level wins over the timer properties; beyond ``timerMaxDelaySec`` the send is
+refused (``MESSAGE_ILLEGAL``, 5.x's ``WHEEL_TIMER_MSG_ILLEGAL``).
+
+The service reads the timer queue as it grows into a heap of due times and re-puts each message into
+its real topic when due (5.x's ``TimerMessageStore#convertMessage``: ``REAL_TOPIC``/``REAL_QID``
+dropped, ``TIMER_OUT_MS`` kept so the copy is never parked again, ``UNIQ_KEY`` and keys kept so the
+message is found by its id). Each delivery is then logged in ``store.timer_state``; the window between
+the re-put and that one ``write()`` is where a SIGKILL delivers a message twice (at-least-once).
+
+Work on the event loop comes in slices of at most ``BATCH`` messages with a yield between them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import logging
+import os
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from daemon.broker.processors import fail
+from daemon.broker.schedule import copy_to
+from daemon.lifecycle import cancel_tasks
+from daemon.remoting.bodies import PermName
+from daemon.remoting.codes import ResponseCode
+from store.errors import StoreError
+from store.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_DEQUEUE_MS,
+    PROPERTY_TIMER_ENQUEUE_MS,
+    PROPERTY_TIMER_OUT_MS,
+    PROPERTY_UNIQ_KEY,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    StoredMessage,
+)
+from store.names import TIMER_TOPIC
+from store.results import GetMessageStatus
+from store.timer_state import PendingTimer, TimerProgress, TimerSnapshot
+
+if TYPE_CHECKING:
+    from daemon.broker.context import BrokerContext
+
+log = logging.getLogger(__name__)
+
+TIMER_GROUP = "CID_RMQ_SYS_TIMER"
+#: How often the timer queue is read for new messages when nothing falls due sooner.
+TICK = 0.1
+BATCH = 32
+#: Seconds between snapshots of the pending timers (when something changed); each also ends a done log.
+SNAPSHOT_INTERVAL = 10.0
+#: Seconds before a failed re-put (disk full, store shut down) is tried again.
+RETRY_AFTER = 1.0
+_TIMER_PROPS = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
+
+
+@dataclass(frozen=True, slots=True)
+class TopicBacklog:
+    """The timers pending for one real topic."""
+
+    topic: str
+    pending: int
+    next_due_ms: int
+
+
+def due_time(props: dict[str, str], now_ms: int) -> int | None:
+    """The wanted delivery time of a send's properties (5.x precedence: delay in seconds, in ms, then
+    the instant), None without timer properties; ValueError when the value is no integer."""
+    if PROPERTY_TIMER_DELAY_SEC in props:
+        return now_ms + int(props[PROPERTY_TIMER_DELAY_SEC]) * 1000
+    if PROPERTY_TIMER_DELAY_MS in props:
+        return now_ms + int(props[PROPERTY_TIMER_DELAY_MS])
+    if PROPERTY_TIMER_DELIVER_MS in props:
+        return int(props[PROPERTY_TIMER_DELIVER_MS])
+    return None
+
+
+def delivered_timer(old: StoredMessage, now_ms: int) -> tuple[str, int, dict[str, str]]:
+    """Where a due timer message goes and the properties it carries there."""
+    props = dict(old.properties)
+    topic = props.pop(PROPERTY_REAL_TOPIC, old.topic)
+    queue_id = int(props.pop(PROPERTY_REAL_QUEUE_ID, "0"))
+    props[PROPERTY_TIMER_ENQUEUE_MS] = str(old.store_timestamp)
+    props[PROPERTY_TIMER_DEQUEUE_MS] = str(now_ms)
+    props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
+    return topic, queue_id, props
+
+
+class TimerMessageService:
+    def __init__(self, broker: BrokerContext) -> None:
+        self.broker = broker
+        store = broker.store
+        directory = store.configs.directory
+        self.progress = TimerProgress(
+            os.path.join(store.config.store_path_root_dir, "timer") if directory is not None else None
+        )
+        self._pending: dict[int, PendingTimer] = {}
+        #: Taken from `_pending` while their re-put runs (a recall cannot take them; a snapshot keeps them).
+        self._in_flight: dict[int, PendingTimer] = {}
+        self._heap: list[tuple[int, int]] = []
+        self._by_key: dict[tuple[str, str], int] = {}
+        self._enqueued = 0
+        #: Offsets logged as done before this start: skipped while the queue is read up to its end.
+        self._done_before: set[int] | None = None
+        self._changed = False
+        self._retry_at = 0.0
+        self.delivered = 0
+        self._tasks: list[asyncio.Task[None]] = []
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def load(self) -> None:
+        """Read the snapshot and done logs (at store open, in a worker thread)."""
+        snapshot, done = self.progress.load()
+        self._enqueued = snapshot.enqueued
+        self._add(p for p in snapshot.pending if p.queue_offset not in done)
+        self._done_before = done
+
+    def start(self) -> None:
+        self._tasks = [
+            asyncio.create_task(self._run(), name="timer-delivery"),
+            asyncio.create_task(self._snapshots(), name="timer-snapshot"),
+        ]
+
+    async def stop(self) -> None:
+        await cancel_tasks(self._tasks)
+        if self._tasks and self._done_before is None:
+            await self._snapshot()
+        self._tasks = []
+        self.progress.close()
+
+    # ------------------------------------------------------------------ sends
+
+    def park(self, topic: str, queue_id: int, props: dict[str, str]) -> tuple[str, int]:
+        """Where a send with these properties is stored, rewriting ``props`` for a timer message as
+        5.x's ``HookUtils#transformTimerMessage`` does; raises for a time beyond ``timerMaxDelaySec``."""
+        if topic == TIMER_TOPIC or PROPERTY_TIMER_OUT_MS in props:
+            return topic, queue_id  # a timer message already (5.x's double check)
+        if props.get(PROPERTY_DELAY_TIME_LEVEL, "0") not in ("", "0"):
+            for key in _TIMER_PROPS:  # the delay level wins
+                props.pop(key, None)
+            return topic, queue_id
+        now = int(time.time() * 1000)
+        try:
+            due = due_time(props, now)
+        except ValueError:
+            raise fail(
+                ResponseCode.MESSAGE_ILLEGAL, "timer message illegal: the delivery time is no integer"
+            ) from None
+        if due is None or due <= now:
+            return topic, queue_id
+        config = self.broker.config
+        if not config.timer_wheel_enable:
+            raise fail(
+                ResponseCode.SYSTEM_ERROR, "accurate timer message is not enabled, timerWheelEnable is false"
+            )
+        max_ms = config.timer_max_delay_sec * 1000
+        if due - now > max_ms:
+            raise fail(
+                ResponseCode.MESSAGE_ILLEGAL,
+                f"timer message illegal, the delay time should not be bigger than the max delay {max_ms}ms",
+            )
+        props[PROPERTY_TIMER_OUT_MS] = str(due)
+        props[PROPERTY_REAL_TOPIC] = topic
+        props[PROPERTY_REAL_QUEUE_ID] = str(queue_id)
+        self.broker.topics.create_system_like(TIMER_TOPIC, 1, PermName.READ_WRITE)
+        return TIMER_TOPIC, 0
+
+    def recall(self, topic: str, unique_key: str) -> bool:
+        """Cancel a pending timer message of `topic` by its unique key; False when none is pending
+        (unknown, already delivered or being delivered)."""
+        self._read_new(limit=None)
+        offset = self._by_key.get((topic, unique_key))
+        if offset is None:
+            return False
+        entry = self._pending.pop(offset, None)
+        if entry is None:
+            return False  # its re-put is running
+        del self._by_key[(topic, unique_key)]
+        self.progress.record_done(offset)
+        self._changed = True
+        log.info("timer message %s of %s recalled (due %d)", unique_key, topic, entry.due_ms)
+        return True
+
+    # ------------------------------------------------------------------ what is pending
+
+    def backlog(self, *, fresh: bool = False) -> list[TopicBacklog]:
+        """Pending timers per real topic, sorted by topic; `fresh` (on the event loop only) first takes
+        what was sent since the last read. Safe from another thread without it: it reads copies."""
+        if fresh:
+            self._read_new(limit=None)
+        counts: dict[str, list[int]] = {}
+        for p in [*list(self._pending.values()), *list(self._in_flight.values())]:
+            row = counts.get(p.topic)
+            if row is None:
+                counts[p.topic] = [1, p.due_ms]
+            else:
+                row[0] += 1
+                row[1] = min(row[1], p.due_ms)
+        return [TopicBacklog(t, n, due) for t, (n, due) in sorted(counts.items())]
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending) + len(self._in_flight)
+
+    # ------------------------------------------------------------------ the work
+
+    def _add(self, entries: Iterable[PendingTimer]) -> None:
+        for p in entries:
+            self._pending[p.queue_offset] = p
+            heapq.heappush(self._heap, (p.due_ms, p.queue_offset))
+            if p.unique_key:
+                self._by_key[(p.topic, p.unique_key)] = p.queue_offset
+
+    def _read_new(self, limit: int | None = BATCH) -> int:
+        """Take up to `limit` new timer messages from the queue; returns how many offsets were read."""
+        store = self.broker.store
+        read = 0
+        while limit is None or read < limit:
+            result = store.get_messages(TIMER_GROUP, TIMER_TOPIC, 0, self._enqueued, BATCH)
+            if result.status in (
+                GetMessageStatus.OFFSET_TOO_SMALL,
+                GetMessageStatus.OFFSET_OVERFLOW_BADLY,
+                GetMessageStatus.OFFSET_FOUND_NULL,
+                GetMessageStatus.MESSAGE_WAS_REMOVING,
+            ):
+                self._enqueued = result.next_begin_offset
+                continue
+            if not result.messages:
+                if self._done_before is not None:  # caught up: nothing older than this start remains
+                    self._done_before = None
+                return read
+            for selected in result.messages:
+                self._take(selected.queue_offset, selected.phys_offset, selected.size, selected.message)
+            read += len(result.messages)
+            self._enqueued = result.next_begin_offset
+            self._changed = True
+        return read
+
+    def _take(self, queue_offset: int, phys: int, size: int, msg: StoredMessage) -> None:
+        if self._done_before is not None and queue_offset in self._done_before:
+            return
+        props = msg.properties
+        try:
+            due = int(props[PROPERTY_TIMER_OUT_MS])
+            topic = props[PROPERTY_REAL_TOPIC]
+        except (KeyError, ValueError):
+            log.warning("timer queue offset %d has no due time or real topic: skipped", queue_offset)
+            return
+        self._add([PendingTimer(queue_offset, due, phys, size, topic, props.get(PROPERTY_UNIQ_KEY, ""))])
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                while self._read_new() >= BATCH:
+                    await asyncio.sleep(0)
+                await self._deliver_due()
+            except Exception:
+                log.exception("timer delivery failed")
+                self._retry_at = time.monotonic() + RETRY_AFTER
+            await asyncio.sleep(self._wait())
+
+    def _wait(self) -> float:
+        delay = TICK
+        if self._heap:
+            delay = min(delay, max(0.0, self._heap[0][0] / 1000 - time.time()))
+        return max(delay, self._retry_at - time.monotonic(), 0.0)
+
+    async def _deliver_due(self) -> int:
+        """Re-put every due timer message into its real topic; returns how many moved."""
+        if time.monotonic() < self._retry_at:
+            return 0
+        moved = 0
+        heap = self._heap
+        while heap and heap[0][0] <= time.time() * 1000:
+            due, offset = heapq.heappop(heap)
+            entry = self._pending.pop(offset, None)
+            if entry is None or entry.due_ms != due:
+                continue  # recalled, or delivered already
+            self._in_flight[offset] = entry
+            try:
+                ok = await self._deliver(entry)
+            finally:
+                del self._in_flight[offset]
+            if not ok:
+                self._add([entry])
+                self._retry_at = time.monotonic() + RETRY_AFTER
+                return moved
+            self._done(entry)
+            moved += 1
+            if moved % BATCH == 0:
+                await asyncio.sleep(0)
+        return moved
+
+    async def _deliver(self, entry: PendingTimer) -> bool:
+        """One re-put; True when it is stored or can never be (so it counts as done)."""
+        try:
+            selected = self.broker.store.look_message_by_offset(entry.phys_offset)
+        except StoreError as e:
+            log.error("timer message at %d unreadable, dropped: %s", entry.phys_offset, e)
+            return True
+        if selected is None:
+            log.error("timer message at %d is gone from the CommitLog, dropped", entry.phys_offset)
+            return True
+        topic, queue_id, props = delivered_timer(selected.message, int(time.time() * 1000))
+        result = await self.broker.put(copy_to(selected.message, topic, queue_id, props))
+        if not result.ok:
+            log.warning("timer re-put of %d to %s failed: %s", entry.queue_offset, topic, result.status.value)
+            return False
+        self.broker.stats.on_put(topic, 1, result.wrote_bytes)
+        return True
+
+    def _done(self, entry: PendingTimer) -> None:
+        self.progress.record_done(entry.queue_offset)
+        if entry.unique_key:
+            self._by_key.pop((entry.topic, entry.unique_key), None)
+        self.delivered += 1
+        self._changed = True
+
+    async def _snapshots(self) -> None:
+        while True:
+            await asyncio.sleep(SNAPSHOT_INTERVAL)
+            if self._changed and self._done_before is None:
+                try:
+                    await self._snapshot()
+                except Exception:
+                    log.exception("timer snapshot failed")
+
+    async def _snapshot(self) -> None:
+        """Start a new done log and write what is pending now as its base (the write off the loop)."""
+        self._changed = False
+        generation = self.progress.rotate()
+        pending = [*self._pending.values(), *self._in_flight.values()]
+        await asyncio.to_thread(
+            self.progress.write_snapshot, TimerSnapshot(generation, self._enqueued, pending)
+        )

@@ -1,0 +1,150 @@
+"""Timer messages (any delivery time, 5.x's TIMER_* properties) on a real broker over TCP: parking,
+delivery on time, the max delay, recall, and surviving a restart and a SIGKILL."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.remoting.codes import RequestCode, ResponseCode
+from store.message import StoredMessage
+from store.names import TIMER_TOPIC
+from store.record import decode_msg_id, decode_records
+from tests.support.broker import BrokerClient, BrokerHandle, start_broker
+from tests.support.waiting import wait_until
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+async def pull_all(
+    client: BrokerClient, topic: str, count: int, timeout: float = 20.0
+) -> list[StoredMessage]:
+    """Long-poll queue 0 of `topic` until `count` messages arrived."""
+    got: list[StoredMessage] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"{len(got)} of {count} delivered"
+        r = await client.pull("TG", topic, 0, len(got), sys_flag=0x6, suspend_ms=2_000, timeout=5)
+        if r.code == ResponseCode.SUCCESS:
+            got += decode_records(r.body)
+    return got
+
+
+@pytest.mark.slow
+async def test_timers_of_2_and_5_seconds_arrive_within_a_second_of_due(broker: BrokerHandle) -> None:
+    sent: dict[bytes, int] = {}
+    for body, props in (
+        (b"sec", {"TIMER_DELAY_SEC": "2"}),
+        (b"ms", {"TIMER_DELAY_MS": "2000"}),
+        (b"at", {"TIMER_DELIVER_MS": str(now_ms() + 5000)}),
+    ):
+        due = now_ms() + (5000 if body == b"at" else 2000)
+        r = await broker.send("Timed", body, props=props, keys=f"k-{body.decode()}")
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        assert r.ext_fields["queueId"] == "0"
+        sent[body] = due
+    # parked, not visible yet
+    assert (await broker.pull("TG", "Timed", 0, 0)).code == ResponseCode.PULL_NOT_FOUND
+    await wait_until(lambda: broker.broker.timers.pending == 3)
+    for msg in await pull_all(broker, "Timed", 3):
+        due = sent[msg.body]
+        late = msg.store_timestamp - due
+        assert -20 <= late < 1000, (msg.body, late)  # the store time of the delivered copy
+        assert int(msg.properties["TIMER_OUT_MS"]) == pytest.approx(due, abs=50)
+        assert "REAL_TOPIC" not in msg.properties and "REAL_QID" not in msg.properties
+        assert msg.properties["KEYS"] == f"k-{msg.body.decode()}"
+    assert broker.broker.timers.pending == 0
+
+
+async def test_send_reply_is_the_timer_copy_and_the_unique_key_finds_the_delivered_one(
+    broker: BrokerHandle,
+) -> None:
+    r = await broker.send(
+        "Soon", b"x", props={"TIMER_DELAY_MS": "100", "UNIQ_KEY": "AC11000100002A9F0000000000000001"}
+    )
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    parked = broker.broker.store.look_message_by_offset(decode_msg_id(r.ext_fields["msgId"])[1])
+    assert parked is not None
+    stored = parked.message
+    assert stored.topic == TIMER_TOPIC and stored.properties["REAL_TOPIC"] == "Soon"
+    assert stored.properties["REAL_QID"] == "0"
+    (msg,) = await pull_all(broker, "Soon", 1)
+    assert msg.properties["UNIQ_KEY"] == "AC11000100002A9F0000000000000001"
+    found = broker.broker.store.query_message(
+        "Soon", "AC11000100002A9F0000000000000001", 10, 0, now_ms() + 1000
+    )
+    assert [m.phys_offset for m in found.messages] == [msg.commit_log_offset]
+
+
+async def test_a_time_past_or_now_is_delivered_at_once(broker: BrokerHandle) -> None:
+    r = await broker.send("Now", b"late", props={"TIMER_DELIVER_MS": str(now_ms() - 60_000)})
+    assert r.code == ResponseCode.SUCCESS
+    (msg,) = await pull_all(broker, "Now", 1, timeout=1)
+    assert msg.body == b"late" and msg.topic == "Now"
+
+
+async def test_beyond_the_max_delay_the_send_is_refused(tmp_path: Path) -> None:
+    b = await start_broker(tmp_path / "store", timer_max_delay_sec=60)
+    client = BrokerHandle(b.addr, b.client, b)
+    try:
+        r = await client.send("Far", b"x", props={"TIMER_DELAY_SEC": "61"})
+        assert r.code == ResponseCode.MESSAGE_ILLEGAL
+        assert "max delay 60000ms" in (r.remark or "")
+        r = await client.send("Far", b"x", props={"TIMER_DELIVER_MS": "soon"})
+        assert r.code == ResponseCode.MESSAGE_ILLEGAL
+        ok = await client.send("Far", b"x", props={"TIMER_DELAY_SEC": "59"})
+        assert ok.code == ResponseCode.SUCCESS
+        await wait_until(lambda: b.timers.pending == 1)
+    finally:
+        await b.stop()
+
+
+async def test_default_max_is_three_days(broker: BrokerHandle) -> None:
+    three_days = 3 * 24 * 3600 * 1000
+    assert (await broker.send("Far", b"x", props={"TIMER_DELAY_MS": str(three_days - 5000)})).code == 0
+    r = await broker.send("Far", b"x", props={"TIMER_DELAY_MS": str(three_days + 5000)})
+    assert r.code == ResponseCode.MESSAGE_ILLEGAL
+
+
+async def test_a_delay_level_wins_over_the_timer_properties(broker: BrokerHandle) -> None:
+    r = await broker.send("Both", b"x", props={"DELAY": "1", "TIMER_DELAY_SEC": "100"})
+    assert r.code == ResponseCode.SUCCESS
+    parked = broker.broker.store.look_message_by_offset(decode_msg_id(r.ext_fields["msgId"])[1])
+    assert parked is not None
+    assert parked.message.topic == "SCHEDULE_TOPIC_XXXX"
+    assert "TIMER_DELAY_SEC" not in parked.message.properties
+    assert broker.broker.timers.pending == 0
+
+
+async def test_recall_cancels_a_pending_timer(broker: BrokerHandle) -> None:
+    for key in ("U1", "U2"):
+        r = await broker.send("Rec", key.encode(), props={"TIMER_DELAY_MS": "600", "UNIQ_KEY": key})
+        assert r.code == ResponseCode.SUCCESS
+    timers = broker.broker.timers
+    assert timers.recall("Rec", "U1")
+    assert not timers.recall("Rec", "U1")  # once
+    assert not timers.recall("Other", "U2")  # the topic is part of the name
+    (msg,) = await pull_all(broker, "Rec", 1)
+    assert msg.body == b"U2"
+    await asyncio.sleep(0.3)
+    assert (await broker.pull("TG", "Rec", 0, 1)).code == ResponseCode.PULL_NOT_FOUND
+    assert not timers.recall("Rec", "U2")  # delivered already
+
+
+async def test_backlog_per_topic_in_runtime_info(broker: BrokerHandle) -> None:
+    base = now_ms() + 60_000
+    for topic, delay in (("A", 0), ("A", 5000), ("B", 1000)):
+        props = {"TIMER_DELIVER_MS": str(base + delay)}
+        assert (await broker.send(topic, b"x", props=props)).code == ResponseCode.SUCCESS
+    r = await broker.call(RequestCode.GET_BROKER_RUNTIME_INFO)
+    assert r.code == ResponseCode.SUCCESS
+    info = broker.broker.runtime_info()
+    assert info["timerPendingMessages"] == "3"
+    assert info["timerNextDueMs"] == str(base)
+    assert info["timerPending_A"] == f"2,{base}"
+    assert info["timerPending_B"] == f"1,{base + 1000}"
