@@ -27,6 +27,7 @@ from store.message import (
     PROPERTY_WAIT_STORE_MSG_OK,
     StoredMessage,
 )
+from store.names import RETRY_GROUP_TOPIC_PREFIX
 
 #: 5.x message properties the 4.9.8 MessageConst does not name (RocketMQ 5 MessageConst).
 PROPERTY_SHARDING_KEY: Final = "__SHARDINGKEY"
@@ -115,17 +116,6 @@ def consistent_hash(value: int, buckets: int) -> int:
 
 def fifo_queue(group: str, queues: int) -> int:
     return consistent_hash(java_hash(group), max(1, queues))
-
-
-def delay_level(delay_ms: int, levels_ms: list[int]) -> int:
-    """The proxy's `computeDelayLevel` (when no timer store is there): the first level at least as long
-    as the wanted delay, the last one beyond it; 0: none (already due)."""
-    if delay_ms <= 0:
-        return 0
-    for index, level in enumerate(levels_ms):
-        if level >= delay_ms:
-            return index + 1
-    return len(levels_ms)
 
 
 def message_properties(msg: pb.Message, now_ms: int) -> tuple[dict[str, str], str | None]:
@@ -232,11 +222,19 @@ def to_proto(
         system.dead_letter_queue.message_id = props.get(PROPERTY_DLQ_ORIGIN_MESSAGE_ID, "")
     user = {k: v for k, v in props.items() if k not in RESERVED_PROPERTIES and k != PROPERTY_TRACE_CONTEXT}
     return pb.Message(
-        topic=pb.Resource(name=props.get("REAL_TOPIC") or msg.topic),
+        topic=pb.Resource(name=original_topic(msg)),
         user_properties=user,
         system_properties=system,
         body=msg.body,
     )
+
+
+def original_topic(msg: StoredMessage) -> str:
+    """The topic a consumer subscribed to: a retry's `RETRY_TOPIC`, a re-put copy's `REAL_TOPIC`."""
+    props = msg.properties
+    if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        return props.get("RETRY_TOPIC") or msg.topic
+    return props.get("REAL_TOPIC") or msg.topic
 
 
 def endpoints(host: str, port: int) -> pb.Endpoints:

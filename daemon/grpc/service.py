@@ -30,7 +30,6 @@ from daemon.grpc.convert import (
     ALL_TYPES,
     PROPERTY_SHARDING_KEY,
     PROPERTY_TIMER_DELIVER_MS,
-    delay_level,
     endpoints,
     fifo_queue,
     grpc_code,
@@ -47,7 +46,6 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from daemon.remoting.errors import RemotingCommandError, RemotingError
 from store.message import (
-    PROPERTY_DELAY_TIME_LEVEL,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -475,12 +473,6 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         group = props.get(PROPERTY_SHARDING_KEY)
         if group is not None:
             queue_id = fifo_queue(group, config.write_queue_nums)
-        deliver = props.get(PROPERTY_TIMER_DELIVER_MS)
-        if deliver is not None and getattr(broker, "timer", None) is None:
-            # no timer store: the proxy's `useDelayLevel` fallback, the first delay level not shorter
-            level = delay_level(int(deliver) - now, broker.store.config.delay_levels_ms())
-            if level:
-                props[PROPERTY_DELAY_TIME_LEVEL] = str(level)
         transactional = msg.system_properties.message_type == pb.TRANSACTION
         fields = SendMessageRequestHeaderV2(
             topic,  # the proxy's producer group for a 5.x producer is the topic
@@ -514,6 +506,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             message_id=msg.system_properties.message_id or reply.get("msgId", ""),
             transaction_id=reply.get("msgId", "") if transactional else "",
             offset=int(reply.get("queueOffset", "0")),
+            # a timer message is recalled by its unique key (the timer service's index)
+            recall_handle=msg.system_properties.message_id if PROPERTY_TIMER_DELIVER_MS in props else "",
         )
 
     async def EndTransaction(
@@ -556,29 +550,20 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def RecallMessage(
         self, request: spb.RecallMessageRequest, context: Any
     ) -> spb.RecallMessageResponse:
-        timer = getattr(self.broker, "timer", None)
-        recall = getattr(timer, "recall", None)
-        if recall is None:
-            return spb.RecallMessageResponse(
-                status=status(pb.NOT_IMPLEMENTED, "this broker has no timer store to recall from")
-            )
+        """Cancel a pending timer message; the recall handle is its message id (see SendMessage)."""
         client, meta = self._client(context)
+        topic, handle = request.topic.name, request.recall_handle
         try:
-            self._check(client, meta, RequestCode.SEND_MESSAGE_V2, {"b": request.topic.name})
-            message_id = await recall(topic=request.topic.name, recall_handle=request.recall_handle)
+            self._check(client, meta, RequestCode.SEND_MESSAGE_V2, {"b": topic})
         except Refused as refused:
             return spb.RecallMessageResponse(status=refused.status())
-        except RemotingCommandError as exc:
-            return spb.RecallMessageResponse(status=Refused.of(exc).status())
-        return spb.RecallMessageResponse(status=status(), message_id=message_id)
+        if not self.broker.timers.recall(topic, handle):
+            return spb.RecallMessageResponse(
+                status=status(pb.NOT_FOUND, f"no pending timer message {handle} in topic {topic}")
+            )
+        return spb.RecallMessageResponse(status=status(), message_id=handle)
 
     # ------------------------------------------------------------------ consuming (the POP service)
-
-    def _pop(self) -> Any:
-        pop = getattr(self.broker, "pop", None)
-        if pop is None:
-            raise Refused(pb.NOT_IMPLEMENTED, "this broker has no POP service: 5.x consumers cannot receive")
-        return pop
 
     def _consumer_check(self, client: GrpcClient, meta: dict[str, str], group: str, topic: str) -> None:
         self._check(client, meta, RequestCode.PULL_MESSAGE, {"consumerGroup": group, "topic": topic})
@@ -594,7 +579,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             else AUTO_RENEW_INVISIBLE_MS
         )
         try:
-            pop = self._pop()
+            pop = self.broker.pop
             self._consumer_check(client, meta, group, topic)
             if invisible_ms < MIN_INVISIBLE_MS:
                 raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is too short")
@@ -643,7 +628,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         client, meta = self._client(context)
         group, topic = request.group.name, request.topic.name
         try:
-            pop = self._pop()
+            pop = self.broker.pop
             self._consumer_check(client, meta, group, topic)
         except Refused as refused:
             return spb.AckMessageResponse(status=refused.status())
@@ -674,7 +659,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         client, meta = self._client(context)
         group, topic = request.group.name, request.topic.name
         try:
-            pop = self._pop()
+            pop = self.broker.pop
             self._consumer_check(client, meta, group, topic)
             handle = pop.change_invisible(
                 group=group,
@@ -696,7 +681,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         client, meta = self._client(context)
         group, topic = request.group.name, request.topic.name
         try:
-            pop = self._pop()
+            pop = self.broker.pop
             self._check(client, meta, RequestCode.CONSUMER_SEND_MSG_BACK, {"group": group})
             pop.forward_to_dlq(group=group, topic=topic, receipt_handle=request.receipt_handle)
         except Refused as refused:

@@ -18,7 +18,9 @@ from store.message import StoredMessage
 from store.models import TopicConfig
 from tests.daemons import LocalCluster, local_cluster
 
-rocketmq = pytest.importorskip("rocketmq", reason="the grpc extra is not installed (pip install -e '.[grpc]')")
+rocketmq = pytest.importorskip(
+    "rocketmq", reason="the grpc extra is not installed (pip install -e '.[grpc]')"
+)
 if not hasattr(rocketmq, "SimpleConsumer"):  # the C++ client's module of the same name
     pytest.skip("the `rocketmq` module here is not the 5.x client", allow_module_level=True)
 
@@ -107,3 +109,44 @@ def message(topic: str, body: bytes, **fields: Any) -> Message:
         else:
             setattr(made, name, value)
     return made
+
+
+def create_group(
+    cluster: LocalCluster, group: str, *, retry_max_times: int = 16, orderly: bool = False
+) -> None:
+    """A subscription group; `orderly` is 5.x's consumeMessageOrderly (a PushConsumer then consumes FIFO)."""
+    from store.models import SubscriptionGroupConfig
+
+    extra = {"consumeMessageOrderly": True} if orderly else {}
+
+    async def create() -> None:
+        cluster.broker.groups.put(
+            SubscriptionGroupConfig(group, retry_max_times=retry_max_times, extra=extra)
+        )
+
+    cluster.loop.run(create())
+
+
+@contextmanager
+def simple_consumer(cluster: LocalCluster, group: str, topic: str, **options: Any) -> Iterator[Any]:
+    """A started official SimpleConsumer of `topic` (every tag), `await_duration` 2 s unless given."""
+    from rocketmq import FilterExpression, SimpleConsumer
+
+    ak, sk = options.pop("ak", ""), options.pop("sk", "")
+    options.setdefault("await_duration", 2)
+    made = SimpleConsumer(client_config(cluster, ak, sk), group, {topic: FilterExpression("*")}, **options)
+    made.startup()
+    try:
+        yield made
+    finally:
+        made.shutdown()
+
+
+def receive_all(consumer: Any, count: int, *, invisible: int = 30, timeout: float = 30.0) -> list[Any]:
+    """Receive until `count` messages came (no ack); fails after `timeout`."""
+    got: list[Any] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < count:
+        assert time.monotonic() < deadline, f"received {len(got)} of {count}"
+        got.extend(consumer.receive(32, invisible) or [])
+    return got
