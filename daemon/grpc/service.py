@@ -257,17 +257,20 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         elif given.client_type in CONSUME_TYPES:
             group = self.broker.groups.find(given.subscription.group.name)
             retries = group.retry_max_times if group is not None else 16
-            orderly = bool(
-                group is not None and str(group.extra.get("consumeMessageOrderly")).lower() == "true"
-            )
             reply.backoff_policy.Clear()
             reply.backoff_policy.max_attempts = retries + 1
             for seconds in CONSUMER_BACKOFF_S:
                 reply.backoff_policy.customized_backoff.next.append(_duration(seconds * 1000))
-            reply.subscription.fifo = orderly
+            reply.subscription.fifo = self._orderly(given.subscription.group.name)
             reply.subscription.receive_batch_size = RECEIVE_BATCH
             reply.subscription.long_polling_timeout.CopyFrom(_duration(MAX_LONG_POLLING_MS))
         return reply
+
+    def _orderly(self, group: str) -> bool:
+        """5.x's `consumeMessageOrderly` of the group: its consumers receive FIFO (a queue is held while
+        a message of it is in flight) and a PushConsumer consumes in order."""
+        config = self.broker.groups.get(group)
+        return config is not None and str(config.extra.get("consumeMessageOrderly")).lower() == "true"
 
     # ------------------------------------------------------------------ route
 
@@ -595,7 +598,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 max_messages=max(1, min(request.batch_size or RECEIVE_BATCH, RECEIVE_BATCH)),
                 invisible_ms=invisible_ms,
                 poll_ms=poll_ms,
-                fifo=bool(client.settings is not None and client.settings.subscription.fifo),
+                fifo=self._orderly(group),
                 expression_type="SQL92" if expression.type == pb.SQL else "TAG",
                 expression=expression.expression or "*",
                 attempt_id=request.attempt_id or None,

@@ -1,0 +1,87 @@
+"""The official 5.x PushConsumer (Settings from Telemetry, QueryAssignment, auto-renewed receives)."""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.grpc5 import (
+    client_config,
+    create_group,
+    create_topic,
+    grpc_cluster,
+    message,
+    producer,
+    wait_for,
+)
+from tests.daemons import LocalCluster
+
+pytestmark = pytest.mark.slow
+
+from rocketmq import ConsumeResult, FilterExpression, MessageListener, PushConsumer  # noqa: E402
+
+COUNT = 1000
+
+
+class Recorder(MessageListener):  # type: ignore[misc]
+    """Remembers each consumed message (body, attempt) in consumption order."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[bytes, int]] = []
+        self.lock = threading.Lock()
+
+    def consume(self, message: Any) -> Any:
+        with self.lock:
+            self.seen.append((message.body, message.delivery_attempt))
+        return ConsumeResult.SUCCESS
+
+
+@contextmanager
+def push_consumer(cluster: LocalCluster, group: str, topic: str, listener: Recorder) -> Iterator[Any]:
+    made = PushConsumer(client_config(cluster), group, listener, {topic: FilterExpression("*")})
+    made.startup()
+    try:
+        yield made
+    finally:
+        made.shutdown()
+
+
+def test_push_consumer_consumes_a_thousand_messages_concurrently(tmp_path: Path) -> None:
+    listener = Recorder()
+    with grpc_cluster(tmp_path) as cluster:
+        create_topic(cluster, "Events", queues=4)
+        with producer(cluster, ("Events",)) as p:
+            futures = [p.send_async(message("Events", f"e-{i}".encode())) for i in range(COUNT)]
+            for f in futures:
+                f.result(30)
+        with push_consumer(cluster, "Listeners", "Events", listener):
+            wait_for(lambda: len(listener.seen) >= COUNT, timeout=60)
+            assert wait_for(lambda: cluster.broker.pop.in_flight().get("Listeners", 0) == 0, timeout=20)
+    assert sorted(body for body, _ in listener.seen) == sorted(f"e-{i}".encode() for i in range(COUNT))
+
+
+def test_push_consumer_of_an_orderly_group_consumes_each_message_group_in_order(tmp_path: Path) -> None:
+    listener = Recorder()
+    groups = [f"g{i}" for i in range(10)]
+    with grpc_cluster(tmp_path) as cluster:
+        create_topic(cluster, "Steps", queues=4)
+        create_group(cluster, "Ordered", orderly=True)
+        with producer(cluster, ("Steps",)) as p:
+            for n in range(COUNT // len(groups)):
+                for g in groups:
+                    p.send(message("Steps", f"{g}:{n}".encode(), message_group=g))
+        with push_consumer(cluster, "Ordered", "Steps", listener) as consumer:
+            assert consumer.fifo  # the Settings reply said so
+            wait_for(lambda: len(listener.seen) >= COUNT, timeout=90)
+    order: dict[str, list[int]] = defaultdict(list)
+    for body, _ in listener.seen:
+        g, n = body.decode().split(":")
+        order[g].append(int(n))
+    bad = {g: [(a, b) for a, b in zip(order[g], order[g][1:]) if b != a + 1] for g in groups if order[g] != list(range(COUNT // len(groups)))}
+    assert not bad, bad
