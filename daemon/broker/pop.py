@@ -33,7 +33,7 @@ import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
 from daemon.remoting.bodies import PermName
@@ -52,7 +52,13 @@ from store.names import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from store.results import GetMessageStatus, SelectedMessage
 
 if TYPE_CHECKING:
-    from daemon.broker.context import BrokerContext
+    from daemon.broker.config import BrokerConfig
+    from daemon.broker.long_poll import PullRequestHoldService
+    from daemon.broker.managers.groups import SubscriptionGroupManager
+    from daemon.broker.managers.topics import TopicConfigManager
+    from daemon.broker.stats import BrokerStats
+    from store.api import MessageStore
+    from store.config_files import ConsumerOffsetManager
 
 log = logging.getLogger(__name__)
 
@@ -229,9 +235,8 @@ def replay(data: bytes) -> tuple[dict[_Key, InFlight], dict[_QueueKey, int]]:
             )
         elif op == "x":  # acked, revived or sent to the DLQ
             records.pop(key, None)
-        elif op == "o":  # the queue's next pop offset
-            queue = key[:3]
-            offsets[queue] = max(offsets.get(queue, -1), key[3])
+        elif op == "o":  # the queue's next pop offset (the last line is the latest pop's)
+            offsets[key[:3]] = key[3]
     return records, offsets
 
 
@@ -255,7 +260,7 @@ class PopJournal:
         """Replace the journal by its live state (written aside, fsynced, renamed)."""
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         entries = [encode_record(r) for r in records]
-        entries += [{"op": "o", "g": g, "t": t, "q": q, "o": o} for (g, t, q), o in offsets.items()]
+        entries += [{"op": "o", "g": g, "t": t, "q": q, "o": o} for (g, t, q), o in offsets.items() if o >= 0]
         data = encode_lines(entries)
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:
@@ -267,7 +272,14 @@ class PopJournal:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.size = len(data)
 
+    @property
+    def exists(self) -> bool:
+        return self._fd >= 0 or os.path.exists(self.path)
+
     def append(self, entries: list[dict[str, Any]]) -> None:
+        if self._fd < 0:  # made on first use: a broker nobody pops from has no pop/ directory
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         data = encode_lines(entries)
         view = memoryview(data)
         while view:
@@ -288,13 +300,25 @@ def _gone(r: InFlight | _Key) -> dict[str, Any]:
     return {"op": "x", "g": g, "t": t, "q": q, "o": o}
 
 
+class PopHost(Protocol):
+    """What POP uses of the broker (a part of ``BrokerContext``, which names this service in turn)."""
+
+    config: BrokerConfig
+    store: MessageStore
+    topics: TopicConfigManager
+    groups: SubscriptionGroupManager
+    offsets: ConsumerOffsetManager
+    stats: BrokerStats
+    hold: PullRequestHoldService
+
+
 class PopService:
     """POP on one broker: ``pop``/``ack``/``change_invisible``/``forward_to_dlq`` and the revive loop.
 
     Everything runs on the broker's event loop; the remoting processors and the gRPC front call it.
     """
 
-    def __init__(self, broker: BrokerContext) -> None:
+    def __init__(self, broker: PopHost) -> None:
         self.broker = broker
         self.journal = PopJournal(broker.config.store_path_root_dir)
         self.records: dict[_Key, InFlight] = {}
@@ -302,6 +326,8 @@ class PopService:
         self._held: dict[_QueueKey, dict[int, InFlight]] = {}
         #: (visible at, key, pop time) of every non-FIFO record; stale entries are skipped.
         self._due: list[tuple[int, _Key, int]] = []
+        #: Every queue a POP group popped from: their offsets go into each rewrite of the journal.
+        self._queues: set[_QueueKey] = set()
         self._rotation = 0
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -314,9 +340,11 @@ class PopService:
         for (group, topic, queue_id), offset in offsets.items():
             if offset > self.broker.offsets.query_offset(group, topic, queue_id):
                 self.broker.offsets.commit_offset(group, topic, queue_id, offset)
+        self._queues.update(offsets)
         for r in records.values():
             self._add(r)
-        self.journal.rewrite(self.records.values(), offsets)
+        if self.journal.exists:
+            self.journal.rewrite(self.records.values(), self._pop_offsets())
         if self.records:
             log.info("POP: %d in-flight message(s) back from the journal", len(self.records))
 
@@ -329,6 +357,11 @@ class PopService:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        try:  # the journal to the offset table's offsets (an operator's reset included)
+            if self.journal.exists:
+                self.journal.rewrite(self.records.values(), self._pop_offsets())
+        except OSError as exc:
+            log.error("POP journal not compacted at stop (replayed as it is at the next start): %s", exc)
         self.journal.close()
 
     # ------------------------------------------------------------------ the interface
@@ -536,6 +569,7 @@ class PopService:
             nxt = offset if result.status is _S.NO_MATCHED_LOGIC_QUEUE else result.next_begin_offset
             if nxt != offset or self.broker.offsets.query_offset(group, source, q) < 0:
                 self.broker.offsets.commit_offset(group, source, q, nxt)
+                self._queues.add((group, source, q))
                 journal.append({"op": "o", "g": group, "t": source, "q": q, "o": nxt})
         if journal:
             self._write(journal)
@@ -613,11 +647,9 @@ class PopService:
             self.journal.rewrite(self.records.values(), self._pop_offsets())
 
     def _pop_offsets(self) -> dict[_QueueKey, int]:
-        """The pop offsets of the groups with records (the others are in the offset table already)."""
-        out: dict[_QueueKey, int] = {}
-        for g, t, q, _ in self.records:
-            out[(g, t, q)] = self.broker.offsets.query_offset(g, t, q)
-        return out
+        """The offset table's offsets of every queue POP groups popped from (a journal rewrite keeps
+        them: the table itself is written only every few seconds)."""
+        return {k: self.broker.offsets.query_offset(*k) for k in sorted(self._queues)}
 
     def _look(self, r: InFlight) -> SelectedMessage | None:
         """The lent message's record, decoded once (None: gone with retention, or damaged)."""
@@ -719,6 +751,24 @@ class PopService:
         if not result.ok:
             raise StoreError(f"POP re-put to {topic} failed: {result.status.value}")
         broker.stats.on_put(topic, 1, result.wrote_bytes)
+
+
+def pop_runtime_info(in_flight: dict[str, int]) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO's POP keys: the total in flight, and ``group:count,...`` by group."""
+    return {
+        "popInFlightTotal": str(sum(in_flight.values())),
+        "popInFlight": ",".join(f"{g}:{n}" for g, n in sorted(in_flight.items())),
+    }
+
+
+def parse_pop_in_flight(text: str | None) -> dict[str, int]:
+    """``popInFlight`` back into counts by group (empty for a broker without POP)."""
+    out: dict[str, int] = {}
+    for item in (text or "").split(","):
+        group, sep, count = item.rpartition(":")
+        if sep and count.isdigit():
+            out[group] = int(count)
+    return out
 
 
 def _now_ms() -> int:
