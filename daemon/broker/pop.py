@@ -39,6 +39,7 @@ from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
+from store.config import SLAVE
 from store.errors import StoreError
 from store.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -75,6 +76,8 @@ INIT_MODE_MAX: Final = 1
 RETRY_FIRST_PROBABILITY: Final = 0.2
 #: 5.x ``NO_MESSAGE``: an ack or change whose handle is not (or no longer) the message's current one.
 NO_MESSAGE: Final = 208
+#: 5.x ``INVALID_PARAMETER`` (4.9.8 has no such code).
+INVALID_PARAMETER: Final = 29
 #: The journal is rewritten to its live records at start and when it grows past this.
 COMPACT_BYTES: Final = 32 << 20
 #: How often the revive loop looks when nothing is due sooner.
@@ -460,12 +463,19 @@ class PopService:
     # ------------------------------------------------------------------ popping
 
     def _check(self, group: str, topic: str) -> None:
+        """``PopMessageProcessor``'s checks, in its order (a slave lends nothing: POP state is the
+        master's)."""
         broker = self.broker
+        ip = broker.config.broker_ip1
         if not broker.config.broker_permission & PermName.READ:
-            raise PopError(
-                ResponseCode.NO_PERMISSION,
-                f"the broker[{broker.config.broker_ip1}] peeking message is forbidden",
-            )
+            raise PopError(ResponseCode.NO_PERMISSION, f"the broker[{ip}] pop message is forbidden")
+        if broker.config.broker_role == SLAVE:
+            raise PopError(ResponseCode.SYSTEM_ERROR, f"the broker[{ip}] is a slave: pop from its master")
+        topic_config = broker.topics.get(topic)
+        if topic_config is None:
+            raise PopError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if not topic_config.perm & PermName.READ:
+            raise PopError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden")
         config = broker.groups.find(group)
         if config is None:
             raise PopError(
@@ -473,11 +483,6 @@ class PopService:
             )
         if not config.consume_enable:
             raise PopError(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
-        topic_config = broker.topics.get(topic)
-        if topic_config is None:
-            raise PopError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-        if not topic_config.perm & PermName.READ:
-            raise PopError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden")
 
     def _sources(self, group: str, topic: str, queue_id: int, fifo: bool) -> list[tuple[str, int, bool]]:
         """(topic, queue, filtered) to read in turn: the topic's queues (from a rotating start), and for
@@ -486,7 +491,7 @@ class PopService:
         count = config.read_queue_nums if config is not None else 0
         if queue_id >= 0:
             if queue_id >= count:
-                raise PopError(ResponseCode.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
+                raise PopError(INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
             mains = [queue_id]
         else:
             self._rotation += 1
