@@ -49,7 +49,7 @@ from daemon.broker.managers.groups import SubscriptionGroupManager
 from daemon.broker.managers.locks import RebalanceLockManager
 from daemon.broker.managers.producers import ProducerManager
 from daemon.broker.managers.topics import TopicConfigManager
-from daemon.broker.pop import PopService
+from daemon.broker.pop import PopService, pop_runtime_info
 from daemon.broker.schedule import ScheduleMessageService
 from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.timer import TimerMessageService
@@ -719,6 +719,8 @@ class Broker:
             ),
             # and the event loop's lag and the GC's pauses
             **self.loop_watch.runtime_info(),
+            # POP (5.x): messages popped and not yet acked, per group
+            **pop_runtime_info(self.pop.in_flight()),
         }
         for level, offset in sorted(self.schedule.offsets.offsets().items()):
             queue_max = store.get_max_offset(SCHEDULE_TOPIC, level - 1)

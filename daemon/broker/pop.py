@@ -33,12 +33,13 @@ import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
+from store.config import SLAVE
 from store.errors import StoreError
 from store.message import (
     PROPERTY_DELAY_TIME_LEVEL,
@@ -52,7 +53,13 @@ from store.names import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from store.results import GetMessageStatus, SelectedMessage
 
 if TYPE_CHECKING:
-    from daemon.broker.context import BrokerContext
+    from daemon.broker.config import BrokerConfig
+    from daemon.broker.long_poll import PullRequestHoldService
+    from daemon.broker.managers.groups import SubscriptionGroupManager
+    from daemon.broker.managers.topics import TopicConfigManager
+    from daemon.broker.stats import BrokerStats
+    from store.api import MessageStore
+    from store.config_files import ConsumerOffsetManager
 
 log = logging.getLogger(__name__)
 
@@ -69,6 +76,8 @@ INIT_MODE_MAX: Final = 1
 RETRY_FIRST_PROBABILITY: Final = 0.2
 #: 5.x ``NO_MESSAGE``: an ack or change whose handle is not (or no longer) the message's current one.
 NO_MESSAGE: Final = 208
+#: 5.x ``INVALID_PARAMETER`` (4.9.8 has no such code).
+INVALID_PARAMETER: Final = 29
 #: The journal is rewritten to its live records at start and when it grows past this.
 COMPACT_BYTES: Final = 32 << 20
 #: How often the revive loop looks when nothing is due sooner.
@@ -229,9 +238,8 @@ def replay(data: bytes) -> tuple[dict[_Key, InFlight], dict[_QueueKey, int]]:
             )
         elif op == "x":  # acked, revived or sent to the DLQ
             records.pop(key, None)
-        elif op == "o":  # the queue's next pop offset
-            queue = key[:3]
-            offsets[queue] = max(offsets.get(queue, -1), key[3])
+        elif op == "o":  # the queue's next pop offset (the last line is the latest pop's)
+            offsets[key[:3]] = key[3]
     return records, offsets
 
 
@@ -255,7 +263,7 @@ class PopJournal:
         """Replace the journal by its live state (written aside, fsynced, renamed)."""
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
         entries = [encode_record(r) for r in records]
-        entries += [{"op": "o", "g": g, "t": t, "q": q, "o": o} for (g, t, q), o in offsets.items()]
+        entries += [{"op": "o", "g": g, "t": t, "q": q, "o": o} for (g, t, q), o in offsets.items() if o >= 0]
         data = encode_lines(entries)
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:
@@ -267,7 +275,14 @@ class PopJournal:
         self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         self.size = len(data)
 
+    @property
+    def exists(self) -> bool:
+        return self._fd >= 0 or os.path.exists(self.path)
+
     def append(self, entries: list[dict[str, Any]]) -> None:
+        if self._fd < 0:  # made on first use: a broker nobody pops from has no pop/ directory
+            os.makedirs(os.path.dirname(self.path), exist_ok=True)
+            self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         data = encode_lines(entries)
         view = memoryview(data)
         while view:
@@ -288,13 +303,25 @@ def _gone(r: InFlight | _Key) -> dict[str, Any]:
     return {"op": "x", "g": g, "t": t, "q": q, "o": o}
 
 
+class PopHost(Protocol):
+    """What POP uses of the broker (a part of ``BrokerContext``, which names this service in turn)."""
+
+    config: BrokerConfig
+    store: MessageStore
+    topics: TopicConfigManager
+    groups: SubscriptionGroupManager
+    offsets: ConsumerOffsetManager
+    stats: BrokerStats
+    hold: PullRequestHoldService
+
+
 class PopService:
     """POP on one broker: ``pop``/``ack``/``change_invisible``/``forward_to_dlq`` and the revive loop.
 
     Everything runs on the broker's event loop; the remoting processors and the gRPC front call it.
     """
 
-    def __init__(self, broker: BrokerContext) -> None:
+    def __init__(self, broker: PopHost) -> None:
         self.broker = broker
         self.journal = PopJournal(broker.config.store_path_root_dir)
         self.records: dict[_Key, InFlight] = {}
@@ -302,6 +329,8 @@ class PopService:
         self._held: dict[_QueueKey, dict[int, InFlight]] = {}
         #: (visible at, key, pop time) of every non-FIFO record; stale entries are skipped.
         self._due: list[tuple[int, _Key, int]] = []
+        #: Every queue a POP group popped from: their offsets go into each rewrite of the journal.
+        self._queues: set[_QueueKey] = set()
         self._rotation = 0
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -314,9 +343,11 @@ class PopService:
         for (group, topic, queue_id), offset in offsets.items():
             if offset > self.broker.offsets.query_offset(group, topic, queue_id):
                 self.broker.offsets.commit_offset(group, topic, queue_id, offset)
+        self._queues.update(offsets)
         for r in records.values():
             self._add(r)
-        self.journal.rewrite(self.records.values(), offsets)
+        if self.journal.exists:
+            self.journal.rewrite(self.records.values(), self._pop_offsets())
         if self.records:
             log.info("POP: %d in-flight message(s) back from the journal", len(self.records))
 
@@ -329,6 +360,11 @@ class PopService:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
+        try:  # the journal to the offset table's offsets (an operator's reset included)
+            if self.journal.exists:
+                self.journal.rewrite(self.records.values(), self._pop_offsets())
+        except OSError as exc:
+            log.error("POP journal not compacted at stop (replayed as it is at the next start): %s", exc)
         self.journal.close()
 
     # ------------------------------------------------------------------ the interface
@@ -427,12 +463,19 @@ class PopService:
     # ------------------------------------------------------------------ popping
 
     def _check(self, group: str, topic: str) -> None:
+        """``PopMessageProcessor``'s checks, in its order (a slave lends nothing: POP state is the
+        master's)."""
         broker = self.broker
+        ip = broker.config.broker_ip1
         if not broker.config.broker_permission & PermName.READ:
-            raise PopError(
-                ResponseCode.NO_PERMISSION,
-                f"the broker[{broker.config.broker_ip1}] peeking message is forbidden",
-            )
+            raise PopError(ResponseCode.NO_PERMISSION, f"the broker[{ip}] pop message is forbidden")
+        if broker.config.broker_role == SLAVE:
+            raise PopError(ResponseCode.SYSTEM_ERROR, f"the broker[{ip}] is a slave: pop from its master")
+        topic_config = broker.topics.get(topic)
+        if topic_config is None:
+            raise PopError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
+        if not topic_config.perm & PermName.READ:
+            raise PopError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden")
         config = broker.groups.find(group)
         if config is None:
             raise PopError(
@@ -440,11 +483,6 @@ class PopService:
             )
         if not config.consume_enable:
             raise PopError(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
-        topic_config = broker.topics.get(topic)
-        if topic_config is None:
-            raise PopError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
-        if not topic_config.perm & PermName.READ:
-            raise PopError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden")
 
     def _sources(self, group: str, topic: str, queue_id: int, fifo: bool) -> list[tuple[str, int, bool]]:
         """(topic, queue, filtered) to read in turn: the topic's queues (from a rotating start), and for
@@ -453,7 +491,7 @@ class PopService:
         count = config.read_queue_nums if config is not None else 0
         if queue_id >= 0:
             if queue_id >= count:
-                raise PopError(ResponseCode.SYSTEM_ERROR, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
+                raise PopError(INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
             mains = [queue_id]
         else:
             self._rotation += 1
@@ -536,6 +574,7 @@ class PopService:
             nxt = offset if result.status is _S.NO_MATCHED_LOGIC_QUEUE else result.next_begin_offset
             if nxt != offset or self.broker.offsets.query_offset(group, source, q) < 0:
                 self.broker.offsets.commit_offset(group, source, q, nxt)
+                self._queues.add((group, source, q))
                 journal.append({"op": "o", "g": group, "t": source, "q": q, "o": nxt})
         if journal:
             self._write(journal)
@@ -613,11 +652,9 @@ class PopService:
             self.journal.rewrite(self.records.values(), self._pop_offsets())
 
     def _pop_offsets(self) -> dict[_QueueKey, int]:
-        """The pop offsets of the groups with records (the others are in the offset table already)."""
-        out: dict[_QueueKey, int] = {}
-        for g, t, q, _ in self.records:
-            out[(g, t, q)] = self.broker.offsets.query_offset(g, t, q)
-        return out
+        """The offset table's offsets of every queue POP groups popped from (a journal rewrite keeps
+        them: the table itself is written only every few seconds)."""
+        return {k: self.broker.offsets.query_offset(*k) for k in sorted(self._queues)}
 
     def _look(self, r: InFlight) -> SelectedMessage | None:
         """The lent message's record, decoded once (None: gone with retention, or damaged)."""
@@ -719,6 +756,24 @@ class PopService:
         if not result.ok:
             raise StoreError(f"POP re-put to {topic} failed: {result.status.value}")
         broker.stats.on_put(topic, 1, result.wrote_bytes)
+
+
+def pop_runtime_info(in_flight: dict[str, int]) -> dict[str, str]:
+    """GET_BROKER_RUNTIME_INFO's POP keys: the total in flight, and ``group:count,...`` by group."""
+    return {
+        "popInFlightTotal": str(sum(in_flight.values())),
+        "popInFlight": ",".join(f"{g}:{n}" for g, n in sorted(in_flight.items())),
+    }
+
+
+def parse_pop_in_flight(text: str | None) -> dict[str, int]:
+    """``popInFlight`` back into counts by group (empty for a broker without POP)."""
+    out: dict[str, int] = {}
+    for item in (text or "").split(","):
+        group, sep, count = item.rpartition(":")
+        if sep and count.isdigit():
+            out[group] = int(count)
+    return out
 
 
 def _now_ms() -> int:

@@ -40,6 +40,8 @@ class BrokerStatus(BrokerRow):
     #: brokerRole as the broker reports it, and a slave's replication lag behind its master in bytes.
     broker_role: str | None = None
     ha_lag_bytes: int | None = None
+    #: POP (5.x) messages popped and not yet acked, all groups (None from a broker without POP).
+    pop_in_flight: int | None = None
     error: str | None = None
 
 
@@ -98,6 +100,7 @@ async def status_of(admin: Admin, row: BrokerRow) -> BrokerStatus:
         disk_ratio=float(table["commitLogDiskRatio"]) if "commitLogDiskRatio" in table else None,
         commitlog_max_offset=int(max_offset) if max_offset and max_offset.lstrip("-").isdigit() else None,
         broker_role=table.get("brokerRole"),
+        pop_in_flight=int(table["popInFlightTotal"]) if table.get("popInFlightTotal", "").isdigit() else None,
     )
 
 

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict
 
 from daemon.broker.bodies import ConsumerConnection, ConsumeStats, MessageQueue
+from daemon.broker.pop import parse_pop_in_flight
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError
 from mqctl.output import Rows
@@ -136,6 +137,8 @@ class GroupShow(GroupConfigFields):
     online_clients: int
     topics: list[str]
     total_lag: int
+    #: POP (5.x) messages popped and not yet acked (``total_lag`` counts what is not popped yet).
+    pop_in_flight: int
     consume_tps: float
     errors: list[FailureRow]
 
@@ -365,12 +368,15 @@ async def show(admin: Admin, group: str, *, cluster: str | None = None) -> Group
     # messages/s pulled over the last minute (the brokers' GROUP_GET_NUMS, mqadmin's consumeTps)
     stats = await each_broker(admin, tables, lambda addr: admin.consume_stats(addr, group))
     rates = [s.consume_tps for s in stats.values()]
+    runtime = await each_broker(admin, tables, admin.broker_runtime_info)
+    lent = sum(parse_pop_in_flight(info.get("popInFlight")).get(group, 0) for info in runtime.values())
     return {
         **config_fields(configs[0]),
         "brokers": len(configs),
         "online_clients": len(online["clients"]),
         "topics": sorted({q.topic for q in queues}),
         "total_lag": sum(q.lag for q in queues),
+        "pop_in_flight": lent,
         "consume_tps": round(sum(rates), 2),
         "errors": failures(),
     }

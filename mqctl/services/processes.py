@@ -137,6 +137,8 @@ class BrokerFigures(TypedDict):
     gc_collections: int | None
     gc_pause_total_ms: float | None
     gc_pause_max_ms: float | None
+    #: POP (5.x) messages popped and not yet acked, by group (None from a broker without POP).
+    pop_in_flight: dict[str, int] | None
 
 
 class NamesrvFigures(TypedDict):
@@ -164,6 +166,7 @@ class Probe(TypedDict):
     gc_collections: NotRequired[int | None]
     gc_pause_total_ms: NotRequired[float | None]
     gc_pause_max_ms: NotRequired[float | None]
+    pop_in_flight: NotRequired[dict[str, int] | None]
     clusters: NotRequired[int]
     brokers: NotRequired[int]
     topics: NotRequired[int]
@@ -187,6 +190,7 @@ def probe(addr: str, daemon: Literal["broker", "namesrv"], timeout: float = 3.0)
 
 
 async def _broker_figures(admin: Admin, addr: str) -> BrokerFigures:
+    from daemon.broker.pop import parse_pop_in_flight
     from mqctl.services.cluster import first_float
 
     table = await admin.broker_runtime_info(addr)
@@ -205,6 +209,8 @@ async def _broker_figures(admin: Admin, addr: str) -> BrokerFigures:
         "gc_collections": int(table["gcCollections"]) if "gcCollections" in table else None,
         "gc_pause_total_ms": first_float(table.get("gcPauseTotal")),
         "gc_pause_max_ms": first_float(table.get("gcPauseMax")),
+        # POP (5.x) messages popped and not acked, by group
+        "pop_in_flight": parse_pop_in_flight(table["popInFlight"]) if "popInFlight" in table else None,
     }
 
 

@@ -109,8 +109,13 @@ def broker_cells(b: BrokerView) -> tuple[str, ...]:
         f"{disk_bar(b.disk_ratio, 8)} {percent(b.disk_ratio)}",
         human_bytes(b.commitlog_bytes),
         count(b.commitlog_files),
-        watermark(b.disk_ratio) + ("" if b.metrics else ", no metrics") + loop_lag(b),
+        watermark(b.disk_ratio) + ("" if b.metrics else ", no metrics") + loop_lag(b) + pop_in_flight(b),
     )
+
+
+def pop_in_flight(b: BrokerView) -> str:
+    """`, pop in flight 12`: POP messages lent out and not acked (nothing when none are)."""
+    return f", pop in flight {b.pop_in_flight}" if b.pop_in_flight else ""
 
 
 def loop_lag(b: BrokerView) -> str:

@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
+import pytest
+
+from daemon.broker.headers import AckMessageRequestHeader
 from daemon.broker.pop import ReceiptHandle
-from tests.support.broker import BrokerHandle
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from tests.support.broker import BrokerClient, BrokerHandle, start_broker
 from tests.support.pop import PopClient
 
 T = "PopTopic"
@@ -53,6 +59,7 @@ async def _pop_until(c: PopClient, topic: str, want: int, timeout: float = 10.0,
     return got
 
 
+@pytest.mark.slow
 async def test_redelivery_through_retry_topic_then_dlq(broker: BrokerHandle) -> None:
     """An unacked message comes back after its invisibility from %RETRY%group with its properties
     and a growing attempt; after the group's retryMaxTimes it goes to %DLQ%group."""
@@ -121,3 +128,48 @@ async def test_long_poll_wakes_on_arrival(broker: BrokerHandle) -> None:
     assert loop.time() - started < 3
     empty = await c.pop_raw(T, poll_ms=200)
     assert empty.code == 210 and empty.ext_fields["restNum"] == "0"
+
+
+def test_runtime_info_keys_round_trip() -> None:
+    from daemon.broker.pop import parse_pop_in_flight, pop_runtime_info
+
+    info = pop_runtime_info({"G-1": 3, "%SYS_G": 10})
+    assert info == {"popInFlightTotal": "13", "popInFlight": "%SYS_G:10,G-1:3"}
+    assert parse_pop_in_flight(info["popInFlight"]) == {"G-1": 3, "%SYS_G": 10}
+    assert parse_pop_in_flight("") == {} and parse_pop_in_flight(None) == {}
+
+
+def test_receipt_handle_is_5x_format() -> None:
+    text = "12 1700000000000 30000 0 1 broker-a 3 17 4096"
+    h = ReceiptHandle.decode(text)
+    assert (h.ck_queue_offset, h.pop_time, h.invisible_ms, h.topic_type, h.queue_id, h.queue_offset) == (
+        12,
+        1700000000000,
+        30000,
+        "1",
+        3,
+        17,
+    )
+    assert h.encode() == text and h.extra_info == text.rsplit(" ", 1)[0]
+    assert ReceiptHandle.decode(h.extra_info).commit_log_offset == -1
+
+
+async def test_slave_and_bad_requests_are_refused(broker: BrokerHandle, tmp_path: Path) -> None:
+    await broker.create_topic(T, 2)
+    c = PopClient(broker, "GB")
+    assert (await c.pop_raw(T, max_nums=33)).code == 29  # INVALID_PARAMETER, as 5.x
+    assert (await c.pop_raw(T, queue_id=2)).code == 29
+    assert (await c.pop_raw("NoSuchTopic")).code == ResponseCode.TOPIC_NOT_EXIST
+    bad = AckMessageRequestHeader("GB", T, 0, "not a handle", 0)
+    assert (
+        await broker.call(RequestCode.ACK_MESSAGE, bad.to_ext_fields())
+    ).code == ResponseCode.MESSAGE_ILLEGAL
+    slave = await start_broker(tmp_path / "slave", broker_id=1, broker_role="SLAVE")
+    client = RemotingClient()
+    try:
+        slave.topics.create_system_like(T, 2, 6)
+        r = await PopClient(BrokerClient(slave.addr, client), "GB").pop_raw(T)
+        assert r.code == ResponseCode.SYSTEM_ERROR and "slave" in (r.remark or "")
+    finally:
+        await client.close()
+        await slave.stop()

@@ -245,3 +245,29 @@ def test_an_empty_csv_still_has_its_header_row(mq: RunCli) -> None:
         "topic,broker_name,queue_id,broker_offset,consumer_offset,lag,last_consumed_store_time,"
         "last_consumed_store_time_ms,client"
     ]
+
+
+def test_pop_group_shows_lag_and_in_flight(mq: RunCli, loaded: LocalCluster) -> None:
+    """A POP (5.x) group on the same topic as a 4.x group: its lag is what it has not popped yet,
+    its in-flight what it popped and has not acked; the 4.x group's offsets are untouched."""
+    from tests.support.pop import PopClient
+
+    wire = handle(loaded)
+
+    async def pop_some() -> None:
+        c = PopClient(wire, "CG_Pop")
+        got = await c.pop(TOPIC, queue_id=0, max_nums=6)
+        assert len(got) == 6
+        for p in got[:2]:
+            assert (await c.ack(TOPIC, p)).code == 0
+        await wire.client.close()
+
+    loaded.loop.run(pop_some())
+    shown = mq("group", "show", "-g", "CG_Pop", "-o", "json").json()
+    assert (shown["total_lag"], shown["pop_in_flight"]) == (20 - 6, 4)
+    progress = {
+        (q["queue_id"], q["consumer_offset"])
+        for q in mq("group", "progress", "-g", GROUP, "-o", "json").json()
+    }
+    assert progress == {(0, 4), (1, 10)}
+    assert [b["pop_in_flight"] for b in mq("cluster", "status", "-o", "json").json()] == [4]

@@ -21,7 +21,7 @@ from daemon.broker.headers import (
     PopMessageRequestHeader,
     PopMessageResponseHeader,
 )
-from daemon.broker.pop import ORDER_REVIVE_QUEUE, PopError, PoppedMessage, ReceiptHandle
+from daemon.broker.pop import INVALID_PARAMETER, ORDER_REVIVE_QUEUE, PopError, PoppedMessage, ReceiptHandle
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
@@ -83,6 +83,9 @@ class PopProcessor:
 
     def pop(self, conn: Connection, request: RemotingCommand) -> Awaitable[RemotingCommand]:
         h = PopMessageRequestHeader.from_ext_fields(request.ext_fields)
+        if h.max_msg_nums > 32:  # checked here: the service itself clamps (the gRPC front's batches)
+            ip = self.broker.config.broker_ip1
+            raise PopError(INVALID_PARAMETER, f"the broker[{ip}] pop message's num is greater than 32")
         return self._pop(request, h)
 
     async def _pop(self, request: RemotingCommand, h: PopMessageRequestHeader) -> RemotingCommand:
