@@ -334,6 +334,8 @@ class PopService:
         self._rotation = 0
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        #: FIFO pops parked per group: a released order lock wakes them (no message arrives to do it).
+        self._unheld: dict[str, set[asyncio.Future[None]]] = {}
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -617,6 +619,11 @@ class PopService:
             held = self._held.get((group, source, q)) if fifo else None
             if held:
                 left = min(left, max(0.0, (min(r.visible_at for r in held.values()) - _now_ms()) / 1000))
+        released: asyncio.Future[None] | None = None
+        if fifo:
+            released = asyncio.get_running_loop().create_future()
+            self._unheld.setdefault(group, set()).add(released)
+            waits.append(released)
         if not waits:
             await asyncio.sleep(left)
             return
@@ -625,6 +632,8 @@ class PopService:
         finally:
             for w in waits:
                 w.cancel()
+            if released is not None:
+                self._unheld.get(group, set()).discard(released)
 
     # ------------------------------------------------------------------ records
 
@@ -645,6 +654,9 @@ class PopService:
                 held.pop(r.queue_offset, None)
                 if not held:
                     del self._held[queue]
+                    for waiter in self._unheld.pop(r.group, ()):
+                        if not waiter.done():
+                            waiter.set_result(None)
 
     def _write(self, entries: list[dict[str, Any]]) -> None:
         self.journal.append(entries)

@@ -83,5 +83,9 @@ def test_push_consumer_of_an_orderly_group_consumes_each_message_group_in_order(
     for body, _ in listener.seen:
         g, n = body.decode().split(":")
         order[g].append(int(n))
-    bad = {g: [(a, b) for a, b in zip(order[g], order[g][1:]) if b != a + 1] for g in groups if order[g] != list(range(COUNT // len(groups)))}
+    bad = {
+        g: [(a, b) for a, b in zip(order[g], order[g][1:]) if b != a + 1]
+        for g in groups
+        if order[g] != list(range(COUNT // len(groups)))
+    }
     assert not bad, bad
