@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.daemons import LocalCluster
 from tests.support.grpc5 import (
     client_config,
     create_group,
@@ -20,7 +21,6 @@ from tests.support.grpc5 import (
     producer,
     wait_for,
 )
-from tests.daemons import LocalCluster
 
 pytestmark = pytest.mark.slow
 
@@ -84,7 +84,7 @@ def test_push_consumer_of_an_orderly_group_consumes_each_message_group_in_order(
         g, n = body.decode().split(":")
         order[g].append(int(n))
     bad = {
-        g: [(a, b) for a, b in zip(order[g], order[g][1:]) if b != a + 1]
+        g: [(a, b) for a, b in zip(order[g], order[g][1:], strict=False) if b != a + 1]
         for g in groups
         if order[g] != list(range(COUNT // len(groups)))
     }

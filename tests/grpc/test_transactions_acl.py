@@ -77,19 +77,25 @@ def test_acl_right_secret_passes_wrong_secret_and_missing_permission_are_refused
         create_topic(cluster, "TopicDeny")
         with producer(cluster, ("TopicA",), ak=USER_AK, sk=USER_SK) as p:
             sent = p.send(message("TopicA", b"signed")).message_id
-            with pytest.raises(Exception, match="FORBIDDEN|needs PUB"):
+            with pytest.raises(Exception, match=r"FORBIDDEN|needs PUB"):
                 p.send(message("TopicDeny", b"not allowed"))
-        with producer(cluster, ("TopicA",), ak=USER_AK, sk="wrong-secret") as p:
-            with pytest.raises(Exception, match="UNAUTHORIZED|signature"):
-                p.send(message("TopicA", b"forged"))
-        with producer(cluster, ("TopicA",)) as p:  # anonymous
-            with pytest.raises(Exception, match="UNAUTHORIZED|credential"):
-                p.send(message("TopicA", b"anonymous"))
+        with (
+            producer(cluster, ("TopicA",), ak=USER_AK, sk="wrong-secret") as p,
+            pytest.raises(Exception, match=r"UNAUTHORIZED|signature"),
+        ):
+            p.send(message("TopicA", b"forged"))
+        with (
+            producer(cluster, ("TopicA",)) as p,  # anonymous
+            pytest.raises(Exception, match=r"UNAUTHORIZED|credential"),
+        ):
+            p.send(message("TopicA", b"anonymous"))
         with simple_consumer(cluster, "G", "TopicA", ak=USER_AK, sk=USER_SK) as c:
             got = receive_all(c, 1)
             assert [m.message_id for m in got] == [sent]
             c.ack(got[0])
-        with simple_consumer(cluster, "G", "TopicA", ak=USER_AK, sk="wrong-secret") as c:
-            with pytest.raises(Exception, match="UNAUTHORIZED|signature"):
-                c.receive(32, 30)
+        with (
+            simple_consumer(cluster, "G", "TopicA", ak=USER_AK, sk="wrong-secret") as c,
+            pytest.raises(Exception, match=r"UNAUTHORIZED|signature"),
+        ):
+            c.receive(32, 30)
         assert [m.body for m in stored(cluster, "TopicA")] == [b"signed"]
