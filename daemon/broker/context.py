@@ -26,9 +26,11 @@ from daemon.broker.managers.topics import TopicConfigManager
 from daemon.broker.pop import PopService
 from daemon.broker.stats import BrokerStats
 from daemon.coalesce import Coalesced
+from daemon.remoting.client import Transport
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from daemon.remoting.server import RemotingServer
+from daemon.remoting.tls import TlsSettings
 from store.api import MessageStore
 from store.config_files import ConsumerOffsetManager
 from store.message import Message, StoredMessage
@@ -65,6 +67,9 @@ class BrokerContext(Protocol):
     #: POP consumption (5.x): in-flight messages per group, their handles and their revive.
     pop: PopService
     server: RemotingServer
+    #: The transport to NameServers and other brokers; the TLS settings every listener takes.
+    client: Transport
+    tls_settings: TlsSettings
     #: Replication: the HA listener, and on a slave the client of its master.
     ha_master: HAMaster | None
     ha_slave: HASlave | None

@@ -18,11 +18,22 @@ from rocketmq.grpc_protocol import definition_pb2 as pb
 from daemon.remoting.codes import ResponseCode
 from store.javahash import java_hash
 from store.message import (
+    PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_KEYS,
+    PROPERTY_MAX_OFFSET,
+    PROPERTY_MIN_OFFSET,
+    PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_PRODUCER_GROUP,
+    PROPERTY_REAL_QUEUE_ID,
+    PROPERTY_REAL_TOPIC,
+    PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT_STORE_MSG_OK,
     StoredMessage,
@@ -31,7 +42,6 @@ from store.names import RETRY_GROUP_TOPIC_PREFIX
 
 #: 5.x message properties the 4.9.8 MessageConst does not name (RocketMQ 5 MessageConst).
 PROPERTY_SHARDING_KEY: Final = "__SHARDINGKEY"
-PROPERTY_TIMER_DELIVER_MS: Final = "TIMER_DELIVER_MS"
 PROPERTY_CHECK_IMMUNITY_TIME: Final = "CHECK_IMMUNITY_TIME_IN_SECONDS"
 PROPERTY_TRACE_CONTEXT: Final = "TRACE_CONTEXT"
 PROPERTY_BORN_HOST: Final = "__BORNHOST"
@@ -52,17 +62,17 @@ RESERVED_PROPERTIES: Final = frozenset(
         PROPERTY_SHARDING_KEY,
         PROPERTY_TIMER_DELIVER_MS,
         PROPERTY_CHECK_IMMUNITY_TIME,
-        "TIMER_DELAY_SEC",
-        "TIMER_DELAY_MS",
-        "REAL_TOPIC",
-        "REAL_QID",
-        "RETRY_TOPIC",
-        "MAX_OFFSET",
-        "MIN_OFFSET",
-        "CLUSTER",
-        "ORIGIN_MESSAGE_ID",
+        PROPERTY_TIMER_DELAY_SEC,
+        PROPERTY_TIMER_DELAY_MS,
+        PROPERTY_REAL_TOPIC,
+        PROPERTY_REAL_QUEUE_ID,
+        PROPERTY_RETRY_TOPIC,
+        PROPERTY_MAX_OFFSET,
+        PROPERTY_MIN_OFFSET,
+        PROPERTY_CLUSTER,
+        PROPERTY_ORIGIN_MESSAGE_ID,
+        PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
         "RECONSUME_TIME",
-        "TRAN_PREPARED_QUEUE_OFFSET",
         "POP_CK",
     }
 )
@@ -233,8 +243,8 @@ def original_topic(msg: StoredMessage) -> str:
     """The topic a consumer subscribed to: a retry's `RETRY_TOPIC`, a re-put copy's `REAL_TOPIC`."""
     props = msg.properties
     if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
-        return props.get("RETRY_TOPIC") or msg.topic
-    return props.get("REAL_TOPIC") or msg.topic
+        return props.get(PROPERTY_RETRY_TOPIC) or msg.topic
+    return props.get(PROPERTY_REAL_TOPIC) or msg.topic
 
 
 def endpoints(host: str, port: int) -> pb.Endpoints:
@@ -252,15 +262,3 @@ def permission(perm: int) -> int:
     if read and write:
         return pb.READ_WRITE
     return pb.READ if read else pb.WRITE if write else pb.NONE
-
-
-def version_ordinal(version: str) -> int:
-    """A client version `5.1.2` as Java's `MQVersion.Version` ordinal (what connection listings carry):
-    from V4_0_0 (213) on every x.y.z has a SNAPSHOT and a release ordinal."""
-    try:
-        major, minor, patch = (int(p) for p in version.split("-")[0].split(".")[:3])
-    except ValueError:
-        return 0
-    if major < 4 or not (0 <= minor <= 9 and 0 <= patch <= 9):
-        return 0
-    return 213 + 2 * ((major - 4) * 100 + minor * 10 + patch)

@@ -14,7 +14,7 @@ from daemon.lifecycle import cancel_tasks, every
 from daemon.remoting.tls import TlsSettings, cert_pem, default_sans, key_pem, make_certificate, new_key
 
 if TYPE_CHECKING:
-    from daemon.broker.broker import Broker
+    from daemon.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def bind_address(host: str, port: int) -> str:
 class GrpcFront:
     """Start after the remoting port serves, stop before it closes."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self.port = 0
         self.tls = False

@@ -29,7 +29,6 @@ from daemon.grpc.clients import CONSUME_TYPES, ClientRegistry, GrpcClient, parse
 from daemon.grpc.convert import (
     ALL_TYPES,
     PROPERTY_SHARDING_KEY,
-    PROPERTY_TIMER_DELIVER_MS,
     endpoints,
     fifo_queue,
     grpc_code,
@@ -38,22 +37,23 @@ from daemon.grpc.convert import (
     permission,
     status,
     to_proto,
-    version_ordinal,
 )
 from daemon.remoting.bodies import PermName, TopicRouteData
-from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.codes import RequestCode, ResponseCode, version_ordinal
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from daemon.remoting.errors import RemotingCommandError, RemotingError
 from store.message import (
+    PROPERTY_TIMER_DELIVER_MS,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
+from store.names import AUTO_CREATE_TOPIC
 from store.record import decode_msg_id, decode_record, encode_properties
 
 if TYPE_CHECKING:
-    from daemon.broker.broker import Broker
+    from daemon.broker.context import BrokerContext
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class Refused(Exception):
 
 
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
-    def __init__(self, broker: Broker, port: int) -> None:
+    def __init__(self, broker: BrokerContext, port: int) -> None:
         self.broker = broker
         self.port = port
         self.clients = ClientRegistry(self._forget)
@@ -480,7 +480,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         fields = SendMessageRequestHeaderV2(
             topic,  # the proxy's producer group for a 5.x producer is the topic
             topic,
-            "TBW102",
+            AUTO_CREATE_TOPIC,
             config.write_queue_nums,
             queue_id,
             TRANSACTION_PREPARED_TYPE if transactional else 0,

@@ -218,6 +218,32 @@ class Version(IntEnum):
     V5_0_0 = 413
 
 
+#: From V4_0_0 on `MQVersion.Version` has a SNAPSHOT and a release ordinal for every x.y.z (z, y <= 9).
+_V4_SNAPSHOT = 212
+
+
+def version_ordinal(text: str) -> int:
+    """A version `5.1.2` (a 5.x client's `x-mq-client-version`) as Java's `MQVersion.Version` ordinal,
+    what connection listings carry; 0 when it is none from 4.0.0 on."""
+    try:
+        major, minor, patch = (int(p) for p in text.split("-")[0].split(".")[:3])
+    except ValueError:
+        return 0
+    if major < 4 or not (0 <= minor <= 9 and 0 <= patch <= 9):
+        return 0
+    return _V4_SNAPSHOT + 1 + 2 * ((major - 4) * 100 + minor * 10 + patch)
+
+
+def version_name(ordinal: int) -> str:
+    """`MQVersion.getVersionDesc`: `V4_9_8`, `V5_1_2_SNAPSHOT`; the bare number before 4.0.0."""
+    if ordinal < _V4_SNAPSHOT:
+        return str(ordinal)
+    n, release = divmod(ordinal - _V4_SNAPSHOT, 2)
+    major, rest = divmod(n, 100)
+    minor, patch = divmod(rest, 10)
+    return f"V{major + 4}_{minor}_{patch}" + ("" if release else "_SNAPSHOT")
+
+
 #: The version our servers and clients put in every frame (we speak 4.9.8).
 CURRENT_VERSION = Version.V4_9_8
 

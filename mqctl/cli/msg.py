@@ -160,8 +160,8 @@ def query(
         str | None,
         typer.Option(
             "--id",
-            help="Either message id: the offset id (msg_id) or the client id (unique_key) 'msg send' prints; "
-            "a client id is looked up in --topic, else in every topic.",
+            help="Either message id: the offset id (msg_id) or the client id (unique_key) 'msg send' prints "
+            "(a 5.x client's id has 34 hex digits); a client id is looked up in --topic, else in every topic.",
         ),
     ] = None,
     unique_key: Annotated[

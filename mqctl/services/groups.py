@@ -10,6 +10,7 @@ from typing import Any, NotRequired, TypedDict
 
 from daemon.broker.bodies import ConsumerConnection, ConsumeStats, MessageQueue
 from daemon.broker.pop import parse_pop_in_flight
+from daemon.remoting.codes import version_name
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError
 from mqctl.output import Rows
@@ -93,6 +94,8 @@ class ClientRow(TypedDict):
     addr: str
     language: str
     version: int
+    #: The version as Java names it (`V4_9_8`, `V5_1_2` for a 5.x client).
+    version_name: str
 
 
 class ConsumeSettings(TypedDict, total=False):
@@ -301,6 +304,7 @@ async def connections(admin: Admin, group: str, *, cluster: str | None = None) -
                 "addr": conn.client_addr,
                 "language": conn.language,
                 "version": conn.version,
+                "version_name": version_name(conn.version),
             }
         for topic, sub in found.subscription_table.items():
             subscriptions[topic] = sub.sub_string

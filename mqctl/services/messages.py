@@ -433,6 +433,11 @@ async def query_by_unique_key(
     return [_detail(m, body) for m in hits]
 
 
+#: A client id (UNIQ_KEY): 32 hex digits from a 4.x client, 34 from a 5.x one (rocketmq-clients'
+#: `MessageIdCodec`: version byte, MAC, pid, seconds since 2021, sequence), which no offset id can be.
+CLIENT_ID_LENGTHS = (32, 34)
+
+
 def locate(msg_id: str) -> tuple[str, int]:
     """An offset msgId → (broker address, CommitLog offset), decoded locally (no NameServer)."""
     try:
@@ -548,7 +553,9 @@ async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: b
             return {"found_by": "msg_id", **_detail(await _view(admin, msg_id, *located), body)}
         except (NotFoundError, RemotingConnectError) as exc:
             failure = exc
-    elif len(msg_id) != 32 or not all(c in string.hexdigits for c in msg_id):
+    elif len(msg_id) not in CLIENT_ID_LENGTHS or not all(c in string.hexdigits for c in msg_id):
+        if len(msg_id) == CLIENT_ID_LENGTHS[1]:
+            raise UsageError(f"not a message id: {msg_id!r}; a 5.x client's id is 34 hex digits")
         locate(msg_id)  # raises the UsageError that says what an id looks like
     copies = await _find_unique_key(admin, msg_id.upper(), topic)
     if not copies:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from daemon.remoting.codes import version_name
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
 from mqctl.services.cluster import masters
@@ -17,6 +18,8 @@ class ProducerRow(TypedDict):
     addr: str
     language: str
     version: int
+    #: The version as Java names it (`V4_9_8`, `V5_1_2` for a 5.x client).
+    version_name: str
     brokers: list[str]
 
 
@@ -35,6 +38,7 @@ async def producers(admin: Admin, group: str, *, topic: str | None = None) -> li
                     "addr": conn.client_addr,
                     "language": conn.language,
                     "version": conn.version,
+                    "version_name": version_name(conn.version),
                     "brokers": [],
                 },
             )

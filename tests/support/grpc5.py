@@ -51,6 +51,7 @@ def client_config(cluster: LocalCluster, ak: str = "", sk: str = "") -> ClientCo
 def create_topic(cluster: LocalCluster, topic: str, queues: int = 4) -> None:
     async def create() -> None:
         cluster.broker.topics.file.update(TopicConfig(topic, queues, queues))
+        await cluster.broker.register_all()  # routes and topic lists know it at once
 
     cluster.loop.run(create())
 

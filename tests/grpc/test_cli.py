@@ -1,0 +1,54 @@
+"""mqctl on 5.x traffic: 34-character message ids, 5.x clients in the connection listings."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.support.cli import RunCli
+from tests.support.grpc5 import (
+    create_topic,
+    grpc_cluster,
+    message,
+    producer,
+    receive_all,
+    simple_consumer,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def test_msg_query_finds_a_5x_message_by_its_34_character_id(cli: RunCli, tmp_path: Path) -> None:
+    with grpc_cluster(tmp_path) as cluster:
+        create_topic(cluster, "Orders")
+        with producer(cluster, ("Orders",)) as p:
+            sent = p.send(message("Orders", b"five", tag="t", keys="k-5")).message_id
+        env = {"NAMESRV_ADDR": cluster.namesrv_addr}
+        for given in (sent, sent.lower()):
+            found = cli("msg", "query", "--id", given, "-o", "json", env=env)
+            assert found.code == 0, found.stderr
+            row = json.loads(found.stdout)
+            assert (row["found_by"], row["unique_key"], row["topic"]) == ("unique_key", sent, "Orders")
+        wrong = cli("msg", "query", "--id", sent[:-2] + "ZZ", env=env)
+        assert wrong.code == 2 and "hex" in wrong.stderr
+
+
+def test_group_connections_and_producers_list_5x_clients(cli: RunCli, tmp_path: Path) -> None:
+    with grpc_cluster(tmp_path) as cluster:
+        create_topic(cluster, "Jobs")
+        env = {"NAMESRV_ADDR": cluster.namesrv_addr}
+        with producer(cluster, ("Jobs",)) as p, simple_consumer(cluster, "Workers", "Jobs") as c:
+            p.send(message("Jobs", b"x"))
+            receive_all(c, 1)
+            shown = cli("group", "connections", "-g", "Workers", "-o", "json", env=env)
+            assert shown.code == 0, shown.stderr
+            group = json.loads(shown.stdout)
+            clients = group["clients"]
+            assert len(clients) == 1, group
+            assert clients[0]["language"] == "PYTHON" and clients[0]["version_name"] == "V5_1_2", clients
+            assert group["consume_type"] == "CONSUME_ACTIVELY"  # a SimpleConsumer (5.x Proxy's naming)
+            producers = cli("group", "producers", "-g", "Jobs", "-o", "json", env=env)
+            assert producers.code == 0, producers.stderr
+            assert "PYTHON" in producers.stdout
