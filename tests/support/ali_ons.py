@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -22,19 +23,25 @@ def expected_body(i: int, count: int) -> bytes:
 
 
 async def node(
-    *args: str, timeout: float = 240, preload: str | None = None, env: dict[str, str] | None = None
+    *args: str,
+    timeout: float = 240,
+    preload: str | None = None,
+    env: dict[str, str] | None = None,
+    script: Path = SCRIPT,
+    package: str = "ali-ons",
 ) -> dict[str, object]:
-    """Run the script with ``args`` (after the module ``preload`` with ``env`` added, when given); it must
-    exit 0. Returns the JSON summary on its last stdout line."""
+    """Run the script (ali-ons' by default; `script` of the npm `package`) with ``args`` (after the module
+    ``preload`` with ``env`` added, when given); it must exit 0. Returns the JSON summary on its last
+    stdout line."""
     exe = shutil.which("node")
     if exe is None or shutil.which("npm") is None:
-        pytest.skip("node/npm not installed: the ali-ons interop test needs them")
-    if not (INTEROP / "node_modules" / "ali-ons").is_dir():
-        pytest.fail("ali-ons not installed: run scripts/install-interop-clients.sh (make test does)")
+        pytest.skip(f"node/npm not installed: the {package} interop test needs them")
+    if not (INTEROP / "node_modules" / package).is_dir():
+        pytest.fail(f"{package} not installed: run scripts/install-interop-clients.sh (make test does)")
     proc = await asyncio.create_subprocess_exec(
         exe,
         *(("-r", preload) if preload else ()),
-        str(SCRIPT),
+        str(script),
         *args,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -42,5 +49,5 @@ async def node(
         env={**os.environ, **env} if env else None,
     )
     out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode == 0, f"ali-ons script failed ({proc.returncode}): {err.decode()[-3000:]}"
+    assert proc.returncode == 0, f"{package} script failed ({proc.returncode}): {err.decode()[-3000:]}"
     return json.loads(out.decode().strip().splitlines()[-1])  # type: ignore[no-any-return]
