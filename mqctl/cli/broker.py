@@ -97,6 +97,13 @@ def start(
     no_metrics: Annotated[
         bool, typer.Option("--no-metrics", help="Do not serve /metrics and /healthz.")
     ] = False,
+    grpc_port: Annotated[
+        int | None,
+        typer.Option(
+            "--grpc-port",
+            help="gRPC port for the official 5.x clients (grpcListenPort, default 8081; needs the grpc extra).",
+        ),
+    ] = None,
     print_config: Annotated[
         bool,
         typer.Option("--print-config", help="Print the effective configuration as broker.conf and exit."),
@@ -121,6 +128,7 @@ def start(
             "store_path_root_dir": str(store) if store else None,
             "metrics_port": metrics_port,
             "metrics_enable": False if no_metrics else None,
+            "grpc_listen_port": grpc_port,
         },
     )
     if print_config:

@@ -74,6 +74,14 @@ def up(
     no_metrics: Annotated[
         bool, typer.Option("--no-metrics", help="Do not serve /metrics and /healthz.")
     ] = False,
+    grpc_port: Annotated[
+        int,
+        typer.Option(
+            "--grpc-port",
+            help="gRPC port of the first master for the official 5.x clients (grpcListenPort; the next "
+            "groups' masters take the following ports; 0: free ones). Needs the grpc extra.",
+        ),
+    ] = 8081,
     slaves: Annotated[
         int,
         typer.Option(
@@ -150,6 +158,8 @@ def up(
                     "store_path_root_dir": str(root / store),
                     "metrics_enable": not no_metrics,
                     "metrics_port": metrics_port + step if metrics_port else 0,
+                    # masters only serve gRPC (5.x clients read and write masters)
+                    "grpc_listen_port": grpc_port + group if grpc_port and broker_port else 0,
                     **tls_keys,
                     **({"tls_enable": True, "ha_tls": True} if tls else {}),
                 },
@@ -165,6 +175,8 @@ def up(
         for each in brokers:
             note_address(each)  # for 'broker status --store DIR'
         metrics = f", metrics http://{host}:{broker.metrics_port}/metrics" if broker.metrics_port else ""
+        front = broker.grpc
+        metrics += f", gRPC (5.x clients) {host}:{front.port}" if front is not None else ""
         everywhere = f" (listening on all interfaces; {broker.protection.describe()})" if wildcard else ""
         extra = "".join(
             f", {'slave' if b.config.broker_id else b.config.broker_name} {b.addr}" for b in brokers[1:]
