@@ -36,17 +36,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
+from daemon.broker.retry import retry_copy
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from store.config import SLAVE
 from store.errors import StoreError
 from store.message import (
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_ORIGIN_MESSAGE_ID,
-    PROPERTY_RETRY_TOPIC,
-    PROPERTY_WAIT_STORE_MSG_OK,
-    Message,
     StoredMessage,
 )
 from store.names import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
@@ -733,29 +729,16 @@ class PopService:
             retry = broker.topics.create_system_like(retry_topic(group), nums, PermName.READ_WRITE)
             topic = retry.topic_name
             queue_id = random.randrange(max(1, retry.write_queue_nums))
-        props = dict(old.properties)
-        props.setdefault(PROPERTY_RETRY_TOPIC, old.topic)
-        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, old.msg_id)
-        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-        props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
-        msg = Message(
-            topic=topic,
-            body=old.stored_body,
-            queue_id=queue_id,
-            flag=old.flag,
-            properties=props,
-            sys_flag=old.sys_flag,
-            born_timestamp=old.born_timestamp,
-            born_host=old.born_host,
-            store_host=old.store_host,
-            reconsume_times=old.reconsume_times + 1,
-            wait_store_msg_ok=False,
-        )
+        msg = retry_copy(old, topic, queue_id, old.store_host, None)
         # not waiting for a flush, so inline (as ``Broker.put`` runs it)
         result = broker.store.put_message(msg)
         if not result.ok:
             raise StoreError(f"POP re-put to {topic} failed: {result.status.value}")
         broker.stats.on_put(topic, 1, result.wrote_bytes)
+
+
+#: The keys mqctl adds to GET_BROKER_RUNTIME_INFO for POP (4.9.8 has none).
+POP_RUNTIME_KEYS: Final = frozenset({"popInFlightTotal", "popInFlight"})
 
 
 def pop_runtime_info(in_flight: dict[str, int]) -> dict[str, str]:
