@@ -42,9 +42,7 @@ from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from store.config import SLAVE
 from store.errors import StoreError
-from store.message import (
-    StoredMessage,
-)
+from store.message import PROPERTY_RETRY_TOPIC, StoredMessage
 from store.names import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from store.results import GetMessageStatus, SelectedMessage
 
@@ -70,6 +68,8 @@ INIT_MODE_MIN: Final = 0
 INIT_MODE_MAX: Final = 1
 #: 5.x reads the retry topic first on this share of pops (``popFromRetryProbability``), else after.
 RETRY_FIRST_PROBABILITY: Final = 0.2
+#: The message property 5.x puts a popped message's handle in (``MessageConst.PROPERTY_POP_CK``).
+PROPERTY_POP_CK: Final = "POP_CK"
 #: 5.x ``NO_MESSAGE``: an ack or change whose handle is not (or no longer) the message's current one.
 NO_MESSAGE: Final = 208
 #: 5.x ``INVALID_PARAMETER`` (4.9.8 has no such code).
@@ -161,6 +161,8 @@ class PoppedMessage:
     delivery_attempt: int
     queue_id: int
     queue_offset: int
+    #: The topic the message was sent to: the popped topic's, or a retry's ``RETRY_TOPIC``.
+    topic: str = ""
 
 
 @dataclass(slots=True)
@@ -566,7 +568,7 @@ class PopService:
                 )
                 self._add(record)
                 journal.append(encode_record(record))
-                out.append(self._popped(record, bytes(found.raw)))
+                out.append(self._popped(record, found))
             nxt = offset if result.status is _S.NO_MATCHED_LOGIC_QUEUE else result.next_begin_offset
             if nxt != offset or self.broker.offsets.query_offset(group, source, q) < 0:
                 self.broker.offsets.commit_offset(group, source, q, nxt)
@@ -595,11 +597,16 @@ class PopService:
                 self._end(r, dlq=True)
                 continue
             journal.append(encode_record(r))
-            out.append(self._popped(r, bytes(found.raw)))
+            out.append(self._popped(r, found))
         return out
 
-    def _popped(self, r: InFlight, raw: bytes) -> PoppedMessage:
-        return PoppedMessage(raw, self.handle(r).encode(), r.attempt, r.queue_id, r.queue_offset)
+    def _popped(self, r: InFlight, found: SelectedMessage) -> PoppedMessage:
+        msg = found.message
+        retry = msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        topic = msg.properties.get(PROPERTY_RETRY_TOPIC, msg.topic) if retry else msg.topic
+        return PoppedMessage(
+            bytes(found.raw), self.handle(r).encode(), r.attempt, r.queue_id, r.queue_offset, topic
+        )
 
     async def _wait_for_messages(
         self, group: str, topic: str, queue_id: int, fifo: bool, left: float
