@@ -195,3 +195,46 @@ async def test_slave_and_bad_requests_are_refused(broker: BrokerHandle, tmp_path
     finally:
         await client.close()
         await slave.stop()
+
+
+async def test_batch_ack_acks_the_bits_of_its_checkpoint(broker: BrokerHandle) -> None:
+    """BATCH_ACK_MESSAGE as a 5.x Proxy sends it: one BatchAck per (queue, pop) with a Java BitSet of
+    offsets after the start (fastjson: Base64); a stale popTime acks nothing."""
+    import base64
+    import json
+
+    await _fill(broker, 4, queues=1)
+    c = PopClient(broker, "GBA")
+    got = await c.pop(T, max_nums=4)
+    h = ReceiptHandle.decode(got[0].handle)
+    assert h.ck_queue_offset == 0 and [p.message.queue_offset for p in got] == [0, 1, 2, 3]
+
+    def batch(pop_time: int, bits: int) -> bytes:
+        ack = {"c": "GBA", "t": T, "r": "0", "so": 0, "q": 0, "rq": 0, "pt": pop_time, "it": h.invisible_ms}
+        ack["b"] = base64.b64encode(bytes([bits])).decode()
+        return json.dumps({"brokerName": "broker-a", "acks": [ack]}).encode()
+
+    r = await broker.call(RequestCode.BATCH_ACK_MESSAGE, body=batch(h.pop_time - 1, 0b0101))
+    assert r.code == 0 and broker.broker.pop.in_flight() == {"GBA": 4}
+    r = await broker.call(RequestCode.BATCH_ACK_MESSAGE, body=batch(h.pop_time, 0b0101))
+    assert r.code == 0 and broker.broker.pop.in_flight() == {"GBA": 2}
+    assert (await c.ack(T, got[0])).code == 208 and (await c.ack(T, got[1])).code == 0
+
+
+@pytest.mark.slow
+async def test_fifo_message_goes_to_dlq_after_max_attempts(broker: BrokerHandle) -> None:
+    from store.models import SubscriptionGroupConfig
+
+    broker.broker.groups.put(SubscriptionGroupConfig("GFD", retry_max_times=1))
+    await _fill(broker, 2, queues=1)
+    c = PopClient(broker, "GFD")
+    seen = []
+    for _ in range(2):
+        got = await _pop_until(c, T, 1, timeout=3, max_nums=1, order=True, invisible_ms=200)
+        seen.append([(p.body, p.attempt) for p in got])
+    assert seen == [[(b"m0", 1)], [(b"m0", 2)]]
+    # the second lending expires: m0 is dead-lettered and the queue moves on to m1
+    nxt = await _pop_until(c, T, 1, timeout=3, max_nums=1, order=True, invisible_ms=60_000)
+    assert [(p.body, p.attempt) for p in nxt] == [(b"m1", 1)]
+    dead = broker.broker.store.get_messages("", "%DLQ%GFD", 0, 0, 1).messages[0].message
+    assert dead.body == b"m0" and dead.properties["RETRY_TOPIC"] == T
