@@ -121,11 +121,15 @@ async def test_acked_is_not_redelivered(broker: BrokerHandle) -> None:
 async def test_fifo_holds_the_queue_until_acked_or_expired(broker: BrokerHandle) -> None:
     await _fill(broker, 6, queues=1)
     c = PopClient(broker, "GF")
-    first = await c.pop(T, max_nums=2, order=True, invisible_ms=400)
+    first = await c.pop(T, max_nums=2, order=True, invisible_ms=400, attempt_id="a1")
     assert [p.body for p in first] == [b"m0", b"m1"]
     assert all(ReceiptHandle.decode(p.handle).is_order for p in first)
     # held: nothing more of the queue while m0/m1 are out
     assert await c.pop(T, max_nums=2, order=True) == []
+    assert await c.pop(T, max_nums=2, order=True, attempt_id="a2") == []
+    # but a pop retried with its attempt id (its answer was lost) gets the same lending again
+    retried = await c.pop(T, max_nums=2, order=True, invisible_ms=400, attempt_id="a1")
+    assert [(p.body, p.handle, p.attempt) for p in retried] == [(p.body, p.handle, 1) for p in first]
     # expiry brings the same messages back, in order, one attempt more
     again = await _pop_until(c, T, 2, timeout=3, max_nums=2, order=True, invisible_ms=60_000)
     assert [(p.body, p.attempt) for p in again] == [(b"m0", 2), (b"m1", 2)]

@@ -86,6 +86,7 @@ class PopClient:
         poll_ms: int = 0,
         order: bool = False,
         exp: str = "*",
+        attempt_id: str | None = None,
     ) -> RemotingCommand:
         header = PopMessageRequestHeader(
             self.group,
@@ -99,6 +100,7 @@ class PopClient:
             "TAG",
             exp,
             order,
+            attempt_id,
         )
         return await self.client.call(
             RequestCode.POP_MESSAGE, header.to_ext_fields(), timeout=poll_ms / 1000 + 5
