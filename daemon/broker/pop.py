@@ -36,19 +36,13 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
+from daemon.broker.retry import retry_copy
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from store.config import SLAVE
 from store.errors import StoreError
-from store.message import (
-    PROPERTY_DELAY_TIME_LEVEL,
-    PROPERTY_ORIGIN_MESSAGE_ID,
-    PROPERTY_RETRY_TOPIC,
-    PROPERTY_WAIT_STORE_MSG_OK,
-    Message,
-    StoredMessage,
-)
+from store.message import PROPERTY_RETRY_TOPIC, StoredMessage
 from store.names import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
 from store.results import GetMessageStatus, SelectedMessage
 
@@ -74,6 +68,8 @@ INIT_MODE_MIN: Final = 0
 INIT_MODE_MAX: Final = 1
 #: 5.x reads the retry topic first on this share of pops (``popFromRetryProbability``), else after.
 RETRY_FIRST_PROBABILITY: Final = 0.2
+#: The message property 5.x puts a popped message's handle in (``MessageConst.PROPERTY_POP_CK``).
+PROPERTY_POP_CK: Final = "POP_CK"
 #: 5.x ``NO_MESSAGE``: an ack or change whose handle is not (or no longer) the message's current one.
 NO_MESSAGE: Final = 208
 #: 5.x ``INVALID_PARAMETER`` (4.9.8 has no such code).
@@ -165,6 +161,8 @@ class PoppedMessage:
     delivery_attempt: int
     queue_id: int
     queue_offset: int
+    #: The topic the message was sent to: the popped topic's, or a retry's ``RETRY_TOPIC``.
+    topic: str = ""
 
 
 @dataclass(slots=True)
@@ -181,6 +179,8 @@ class InFlight:
     attempt: int
     fifo: bool
     ck_offset: int
+    #: The pop's attempt id (FIFO): the same id asking again while the lending lasts gets it again.
+    attempt_id: str = ""
 
     @property
     def key(self) -> tuple[str, str, int, int]:
@@ -210,6 +210,7 @@ def encode_record(r: InFlight) -> dict[str, Any]:
         "a": r.attempt,
         "f": r.fifo,
         "ck": r.ck_offset,
+        **({"at": r.attempt_id} if r.attempt_id else {}),
     }
 
 
@@ -234,7 +235,17 @@ def replay(data: bytes) -> tuple[dict[_Key, InFlight], dict[_QueueKey, int]]:
             continue
         if op == "p":
             records[key] = InFlight(
-                key[0], key[1], key[2], key[3], e["c"], e["pt"], e["it"], e["a"], bool(e["f"]), e["ck"]
+                key[0],
+                key[1],
+                key[2],
+                key[3],
+                e["c"],
+                e["pt"],
+                e["it"],
+                e["a"],
+                bool(e["f"]),
+                e["ck"],
+                e.get("at", ""),
             )
         elif op == "x":  # acked, revived or sent to the DLQ
             records.pop(key, None)
@@ -301,6 +312,21 @@ class PopJournal:
 def _gone(r: InFlight | _Key) -> dict[str, Any]:
     g, t, q, o = r.key if isinstance(r, InFlight) else r
     return {"op": "x", "g": g, "t": t, "q": q, "o": o}
+
+
+@dataclass(frozen=True, slots=True)
+class _Ask:
+    """One pop request, as each of its reads sees it."""
+
+    group: str
+    topic: str
+    queue_id: int
+    max_messages: int
+    invisible_ms: int
+    fifo: bool
+    codes: frozenset[int] | None
+    init_mode: int
+    attempt_id: str
 
 
 class PopHost(Protocol):
@@ -387,8 +413,8 @@ class PopService:
         init_mode: int = INIT_MODE_MAX,
     ) -> list[PoppedMessage]:
         """Pop up to ``max_messages`` (queue_id -1: any readable queue), waiting up to ``poll_ms`` for
-        one to arrive. ``attempt_id`` is accepted for the interface (5.x uses it to answer a retried
-        FIFO pop with the same messages; a retried pop here gets the next ones)."""
+        one to arrive. A FIFO pop asked again with the same ``attempt_id`` while its lending lasts (the
+        client did not get the answer) gets the same messages and handles again, as in 5.x."""
         self._check(group, topic)
         sub = build_subscription(topic, expression, expression_type)
         if not is_tag_type(sub.expression_type):
@@ -396,15 +422,17 @@ class PopService:
                 ResponseCode.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by {sub.expression_type}",
             )
-        codes = tag_codes(sub)
-        max_messages = max(1, min(max_messages, 32))
+        count = max(1, min(max_messages, 32))
+        ask = _Ask(
+            group, topic, queue_id, count, invisible_ms, fifo, tag_codes(sub), init_mode, attempt_id or ""
+        )
         deadline = time.monotonic() + max(0, poll_ms) / 1000
         while True:
-            found = self._pop_once(group, topic, queue_id, max_messages, invisible_ms, fifo, codes, init_mode)
+            found = self._pop_once(ask)
             left = deadline - time.monotonic()
             if found or left <= 0:
                 return found
-            await self._wait_for_messages(group, topic, queue_id, fifo, left)
+            await self._wait_for_messages(ask, left)
 
     def ack(self, *, group: str, topic: str, receipt_handle: str) -> None:
         record = self._current(group, topic, receipt_handle)
@@ -519,17 +547,15 @@ class PopService:
             return low
         return store.get_max_offset(topic, queue_id)
 
-    def _pop_once(
-        self,
-        group: str,
-        topic: str,
-        queue_id: int,
-        max_messages: int,
-        invisible_ms: int,
-        fifo: bool,
-        codes: frozenset[int] | None,
-        init_mode: int,
-    ) -> list[PoppedMessage]:
+    def _pop_once(self, ask: _Ask) -> list[PoppedMessage]:
+        group, topic, queue_id, max_messages, fifo = (
+            ask.group,
+            ask.topic,
+            ask.queue_id,
+            ask.max_messages,
+            ask.fifo,
+        )
+        invisible_ms, codes = ask.invisible_ms, ask.codes
         now = _now_ms()
         out: list[PoppedMessage] = []
         journal: list[dict[str, Any]] = []
@@ -540,11 +566,13 @@ class PopService:
             if fifo:
                 held = self._held.get((group, source, q))
                 if held:
-                    if min(r.visible_at for r in held.values()) > now:
-                        continue  # the order lock: its messages are still out
-                    out += self._redeliver_held(held, now, invisible_ms, journal)
+                    if min(r.visible_at for r in held.values()) > now:  # the order lock: still out
+                        if ask.attempt_id and all(r.attempt_id == ask.attempt_id for r in held.values()):
+                            out += self._lent_again(held)
+                        continue
+                    out += self._redeliver_held(held, now, ask, journal)
                     continue
-            offset = self._start_offset(group, source, q, init_mode)
+            offset = self._start_offset(group, source, q, ask.init_mode)
             try:
                 result = store.get_messages(
                     group, source, q, offset, max_messages - len(out), codes if filtered else None
@@ -569,10 +597,11 @@ class PopService:
                     msg.reconsume_times + 1,
                     fifo,
                     offset,
+                    ask.attempt_id if fifo else "",
                 )
                 self._add(record)
                 journal.append(encode_record(record))
-                out.append(self._popped(record, bytes(found.raw)))
+                out.append(self._popped(record, found))
             nxt = offset if result.status is _S.NO_MATCHED_LOGIC_QUEUE else result.next_begin_offset
             if nxt != offset or self.broker.offsets.query_offset(group, source, q) < 0:
                 self.broker.offsets.commit_offset(group, source, q, nxt)
@@ -587,7 +616,7 @@ class PopService:
         return out
 
     def _redeliver_held(
-        self, held: dict[int, InFlight], now: int, invisible_ms: int, journal: list[dict[str, Any]]
+        self, held: dict[int, InFlight], now: int, ask: _Ask, journal: list[dict[str, Any]]
     ) -> list[PoppedMessage]:
         """A FIFO queue whose lent messages expired: the same ones again, in order, one attempt more
         (those past the group's retry limit go to the DLQ instead, with their slots freed)."""
@@ -595,26 +624,40 @@ class PopService:
         for r in sorted(held.values(), key=lambda r: r.queue_offset):
             r.attempt += 1
             r.pop_time = max(now, r.pop_time + 1)
-            r.invisible_ms = invisible_ms
+            r.invisible_ms = ask.invisible_ms
+            r.attempt_id = ask.attempt_id
             found = self._look(r)
             if found is None or r.attempt > self._max_reconsume(r.group) + 1:
                 self._end(r, dlq=True)
                 continue
             journal.append(encode_record(r))
-            out.append(self._popped(r, bytes(found.raw)))
+            out.append(self._popped(r, found))
         return out
 
-    def _popped(self, r: InFlight, raw: bytes) -> PoppedMessage:
-        return PoppedMessage(raw, self.handle(r).encode(), r.attempt, r.queue_id, r.queue_offset)
+    def _lent_again(self, held: dict[int, InFlight]) -> list[PoppedMessage]:
+        """A retried FIFO pop (same attempt id): its lending as it was, same handles."""
+        out = []
+        for r in sorted(held.values(), key=lambda r: r.queue_offset):
+            found = self._look(r)
+            if found is not None:
+                out.append(self._popped(r, found))
+        return out
 
-    async def _wait_for_messages(
-        self, group: str, topic: str, queue_id: int, fifo: bool, left: float
-    ) -> None:
+    def _popped(self, r: InFlight, found: SelectedMessage) -> PoppedMessage:
+        msg = found.message
+        retry = msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        topic = msg.properties.get(PROPERTY_RETRY_TOPIC, msg.topic) if retry else msg.topic
+        return PoppedMessage(
+            bytes(found.raw), self.handle(r).encode(), r.attempt, r.queue_id, r.queue_offset, topic
+        )
+
+    async def _wait_for_messages(self, ask: _Ask, left: float) -> None:
         """Park on every queue the pop reads until one grows, a FIFO lock can expire, or ``left`` s."""
+        group, fifo = ask.group, ask.fifo
         hold = self.broker.hold
         store = self.broker.store
         waits = []
-        for source, q, _ in self._sources(group, topic, queue_id, fifo):
+        for source, q, _ in self._sources(group, ask.topic, ask.queue_id, fifo):
             waits.append(hold.park(source, q, store.get_max_offset(source, q), left))
             held = self._held.get((group, source, q)) if fifo else None
             if held:
@@ -745,29 +788,16 @@ class PopService:
             retry = broker.topics.create_system_like(retry_topic(group), nums, PermName.READ_WRITE)
             topic = retry.topic_name
             queue_id = random.randrange(max(1, retry.write_queue_nums))
-        props = dict(old.properties)
-        props.setdefault(PROPERTY_RETRY_TOPIC, old.topic)
-        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, old.msg_id)
-        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
-        props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
-        msg = Message(
-            topic=topic,
-            body=old.stored_body,
-            queue_id=queue_id,
-            flag=old.flag,
-            properties=props,
-            sys_flag=old.sys_flag,
-            born_timestamp=old.born_timestamp,
-            born_host=old.born_host,
-            store_host=old.store_host,
-            reconsume_times=old.reconsume_times + 1,
-            wait_store_msg_ok=False,
-        )
+        msg = retry_copy(old, topic, queue_id, old.store_host, None)
         # not waiting for a flush, so inline (as ``Broker.put`` runs it)
         result = broker.store.put_message(msg)
         if not result.ok:
             raise StoreError(f"POP re-put to {topic} failed: {result.status.value}")
         broker.stats.on_put(topic, 1, result.wrote_bytes)
+
+
+#: The keys mqctl adds to GET_BROKER_RUNTIME_INFO for POP (4.9.8 has none).
+POP_RUNTIME_KEYS: Final = frozenset({"popInFlightTotal", "popInFlight"})
 
 
 def pop_runtime_info(in_flight: dict[str, int]) -> dict[str, str]:

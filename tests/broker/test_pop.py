@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from daemon.broker.headers import AckMessageRequestHeader
-from daemon.broker.pop import ReceiptHandle
+from daemon.broker.pop import PoppedMessage, ReceiptHandle
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
+from store.record import decode_records
 from tests.support.broker import BrokerClient, BrokerHandle, start_broker
 from tests.support.pop import PopClient
 
@@ -75,7 +76,8 @@ async def test_redelivery_through_retry_topic_then_dlq(broker: BrokerHandle) -> 
         m = got[0].message
         assert m.body == b"m0" and m.properties["TAGS"] == "paid" and m.properties["KEYS"] == "order-1"
         attempts.append((got[0].attempt, m.topic, m.properties.get("RETRY_TOPIC")))
-    assert attempts == [(1, T, None), (2, "%RETRY%G2", T), (3, "%RETRY%G2", T)]
+    # a retry comes back with the topic it was sent to (5.x re-encodes it so), its own in RETRY_TOPIC
+    assert attempts == [(1, T, None), (2, T, T), (3, T, T)]
     # the third lending expires too: retries used up, to the DLQ and not delivered again
     assert await _pop_until(c, T, 1, timeout=1.5, invisible_ms=300) == []
     store = broker.broker.store
@@ -94,16 +96,40 @@ async def test_acked_is_not_redelivered(broker: BrokerHandle) -> None:
     back = await _pop_until(c, T, 2, timeout=3, invisible_ms=60_000)
     assert sorted(p.body for p in back) == sorted(p.body for p in got[2:])
     assert {p.attempt for p in back} == {2}
+    assert all(p.message.properties["POP_CK"] == p.handle for p in back)
+    # the service (what the gRPC front calls) hands over the record as stored, and the sent-to topic
+    for p in back:
+        broker.broker.pop.change_invisible(group="G3", topic=T, receipt_handle=p.handle, invisible_ms=0)
+    again: list[PoppedMessage] = []
+    while len(again) < 2:
+        again += await broker.broker.pop.pop(
+            group="G3",
+            topic=T,
+            queue_id=-1,
+            max_messages=8,
+            invisible_ms=60_000,
+            poll_ms=3_000,
+            fifo=False,
+            expression_type="TAG",
+            expression="*",
+        )
+        assert again, "the revived messages did not come back"
+    assert [(m.topic, m.delivery_attempt) for m in again] == [(T, 3)] * 2
+    assert decode_records(again[0].record)[0].topic == "%RETRY%G3"
 
 
 async def test_fifo_holds_the_queue_until_acked_or_expired(broker: BrokerHandle) -> None:
     await _fill(broker, 6, queues=1)
     c = PopClient(broker, "GF")
-    first = await c.pop(T, max_nums=2, order=True, invisible_ms=400)
+    first = await c.pop(T, max_nums=2, order=True, invisible_ms=400, attempt_id="a1")
     assert [p.body for p in first] == [b"m0", b"m1"]
     assert all(ReceiptHandle.decode(p.handle).is_order for p in first)
     # held: nothing more of the queue while m0/m1 are out
     assert await c.pop(T, max_nums=2, order=True) == []
+    assert await c.pop(T, max_nums=2, order=True, attempt_id="a2") == []
+    # but a pop retried with its attempt id (its answer was lost) gets the same lending again
+    retried = await c.pop(T, max_nums=2, order=True, invisible_ms=400, attempt_id="a1")
+    assert [(p.body, p.handle, p.attempt) for p in retried] == [(p.body, p.handle, 1) for p in first]
     # expiry brings the same messages back, in order, one attempt more
     again = await _pop_until(c, T, 2, timeout=3, max_nums=2, order=True, invisible_ms=60_000)
     assert [(p.body, p.attempt) for p in again] == [(b"m0", 2), (b"m1", 2)]
@@ -173,3 +199,46 @@ async def test_slave_and_bad_requests_are_refused(broker: BrokerHandle, tmp_path
     finally:
         await client.close()
         await slave.stop()
+
+
+async def test_batch_ack_acks_the_bits_of_its_checkpoint(broker: BrokerHandle) -> None:
+    """BATCH_ACK_MESSAGE as a 5.x Proxy sends it: one BatchAck per (queue, pop) with a Java BitSet of
+    offsets after the start (fastjson: Base64); a stale popTime acks nothing."""
+    import base64
+    import json
+
+    await _fill(broker, 4, queues=1)
+    c = PopClient(broker, "GBA")
+    got = await c.pop(T, max_nums=4)
+    h = ReceiptHandle.decode(got[0].handle)
+    assert h.ck_queue_offset == 0 and [p.message.queue_offset for p in got] == [0, 1, 2, 3]
+
+    def batch(pop_time: int, bits: int) -> bytes:
+        ack = {"c": "GBA", "t": T, "r": "0", "so": 0, "q": 0, "rq": 0, "pt": pop_time, "it": h.invisible_ms}
+        ack["b"] = base64.b64encode(bytes([bits])).decode()
+        return json.dumps({"brokerName": "broker-a", "acks": [ack]}).encode()
+
+    r = await broker.call(RequestCode.BATCH_ACK_MESSAGE, body=batch(h.pop_time - 1, 0b0101))
+    assert r.code == 0 and broker.broker.pop.in_flight() == {"GBA": 4}
+    r = await broker.call(RequestCode.BATCH_ACK_MESSAGE, body=batch(h.pop_time, 0b0101))
+    assert r.code == 0 and broker.broker.pop.in_flight() == {"GBA": 2}
+    assert (await c.ack(T, got[0])).code == 208 and (await c.ack(T, got[1])).code == 0
+
+
+@pytest.mark.slow
+async def test_fifo_message_goes_to_dlq_after_max_attempts(broker: BrokerHandle) -> None:
+    from store.models import SubscriptionGroupConfig
+
+    broker.broker.groups.put(SubscriptionGroupConfig("GFD", retry_max_times=1))
+    await _fill(broker, 2, queues=1)
+    c = PopClient(broker, "GFD")
+    seen = []
+    for _ in range(2):
+        got = await _pop_until(c, T, 1, timeout=3, max_nums=1, order=True, invisible_ms=200)
+        seen.append([(p.body, p.attempt) for p in got])
+    assert seen == [[(b"m0", 1)], [(b"m0", 2)]]
+    # the second lending expires: m0 is dead-lettered and the queue moves on to m1
+    nxt = await _pop_until(c, T, 1, timeout=3, max_nums=1, order=True, invisible_ms=60_000)
+    assert [(p.body, p.attempt) for p in nxt] == [(b"m1", 1)]
+    dead = broker.broker.store.get_messages("", "%DLQ%GFD", 0, 0, 1).messages[0].message
+    assert dead.body == b"m0" and dead.properties["RETRY_TOPIC"] == T

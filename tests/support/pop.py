@@ -56,19 +56,13 @@ def parse_pop(response: RemotingCommand, broker_name: str) -> list[Popped]:
     out = []
     for msg in decode_records(response.body):
         kind = "1" if msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else "0"
-        start = starts[f"{kind}@{msg.queue_id}"]
-        handle = " ".join(
-            (
-                start,
-                f["popTime"],
-                f["invisibleTime"],
-                f["reviveQid"],
-                kind,
-                broker_name,
-                str(msg.queue_id),
-                str(msg.queue_offset),
-            )
-        )
+        handle = msg.properties.get("POP_CK")  # a retry re-encoded with its own topic carries it
+        if handle is not None:
+            kind = handle.split(" ")[4]
+        else:
+            start = starts[f"{kind}@{msg.queue_id}"]
+            fields = (f["popTime"], f["invisibleTime"], f["reviveQid"], kind, broker_name)
+            handle = " ".join((start, *fields, str(msg.queue_id), str(msg.queue_offset)))
         count = counts.get(f"{kind}@qo{msg.queue_id}%{msg.queue_offset}")
         out.append(Popped(msg, handle, int(count) if count is not None else msg.reconsume_times))
     return out
@@ -92,6 +86,7 @@ class PopClient:
         poll_ms: int = 0,
         order: bool = False,
         exp: str = "*",
+        attempt_id: str | None = None,
     ) -> RemotingCommand:
         header = PopMessageRequestHeader(
             self.group,
@@ -105,6 +100,7 @@ class PopClient:
             "TAG",
             exp,
             order,
+            attempt_id,
         )
         return await self.client.call(
             RequestCode.POP_MESSAGE, header.to_ext_fields(), timeout=poll_ms / 1000 + 5

@@ -121,3 +121,10 @@ def test_broker_state_carries_loop_lag_of_an_mqctl_broker_only() -> None:
         loop_lag_p50_ms=0.12, loop_lag_p99_ms=0.5, loop_lag_max_ms=201.0, gc_pause_max_ms=3.25,
     )  # fmt: skip
     assert fmt.broker_cells(ours)[-1].endswith(", loop p50/p99/max 0.12/0.5/201ms, gc max 3.25ms")
+
+
+def test_broker_state_shows_pop_in_flight_when_any() -> None:
+    idle = BrokerView("C", "broker-a", 0, "h:1", "V4_9_8", disk_ratio=0.1, metrics=True, pop_in_flight=0)
+    assert "pop" not in fmt.broker_cells(idle)[-1]
+    lent = BrokerView("C", "broker-a", 0, "h:1", "V4_9_8", disk_ratio=0.1, metrics=True, pop_in_flight=12)
+    assert fmt.broker_cells(lent)[-1].endswith(", pop in flight 12")

@@ -21,11 +21,21 @@ from daemon.broker.headers import (
     PopMessageRequestHeader,
     PopMessageResponseHeader,
 )
-from daemon.broker.pop import INVALID_PARAMETER, ORDER_REVIVE_QUEUE, PopError, PoppedMessage, ReceiptHandle
+from daemon.broker.pop import (
+    INVALID_PARAMETER,
+    NORMAL_TOPIC,
+    ORDER_REVIVE_QUEUE,
+    PROPERTY_POP_CK,
+    PopError,
+    PoppedMessage,
+    ReceiptHandle,
+)
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from store import fastjson
+from store.message import Message
+from store.record import decode_records, encode_record
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
@@ -61,6 +71,36 @@ def offset_infos(popped: list[PoppedMessage], fifo: bool) -> tuple[str, str, str
     start_info = ";".join(f"{t} {q} {o}" for (t, q), o in starts.items())
     msg_info = ";".join(f"{t} {q} {','.join(map(str, o))}" for (t, q), o in offsets.items())
     return start_info, msg_info, ";".join(counts) if fifo else None
+
+
+def as_popped_topic(m: PoppedMessage) -> bytes:
+    """The record as a POP response carries it: a message from the group's retry topic re-encoded with
+    the topic it was sent to and its handle in ``POP_CK`` (5.x's default,
+    ``popResponseReturnActualRetryTopic=false``), others as stored."""
+    h = ReceiptHandle.decode(m.receipt_handle)
+    if h.topic_type == NORMAL_TOPIC:
+        return m.record
+    old = decode_records(m.record)[0]
+    msg = Message(
+        topic=m.topic or old.topic,
+        body=old.stored_body,
+        queue_id=old.queue_id,
+        flag=old.flag,
+        properties={**old.properties, PROPERTY_POP_CK: h.extra_info},
+        sys_flag=old.sys_flag,
+        born_timestamp=old.born_timestamp,
+        born_host=old.born_host,
+        store_host=old.store_host,
+        reconsume_times=old.reconsume_times,
+        prepared_transaction_offset=old.prepared_transaction_offset,
+    )
+    return encode_record(
+        msg,
+        queue_offset=old.queue_offset,
+        physical_offset=old.commit_log_offset,
+        store_timestamp=old.store_timestamp,
+        store_host=old.store_host,
+    )
 
 
 def bitset_offsets(encoded: str | bytes | list[int] | None) -> list[int]:
@@ -114,7 +154,7 @@ class PopProcessor:
         header = PopMessageResponseHeader(
             first.pop_time, first.invisible_ms, revive_qid, self._rest(h), start_info, msg_info, count_info
         )
-        body = b"".join(m.record for m in popped)
+        body = b"".join(as_popped_topic(m) for m in popped)
         return request.make_response(ResponseCode.SUCCESS, None, header.to_ext_fields(), body)
 
     def _rest(self, h: PopMessageRequestHeader) -> int:

@@ -22,6 +22,7 @@ from daemon.broker.managers.topics import (
     topic_problem,
 )
 from daemon.broker.processors import FAQ, fail, system_error
+from daemon.broker.retry import retry_copy
 from daemon.remoting import fields
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
@@ -33,7 +34,6 @@ from store.message import (
     PROPERTY_CLUSTER,
     PROPERTY_DELAY_TIME_LEVEL,
     PROPERTY_MSG_REGION,
-    PROPERTY_ORIGIN_MESSAGE_ID,
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
@@ -440,39 +440,22 @@ class SendProcessor:
         if found is None:
             raise system_error(f"look message by offset failed, {h.offset}")
         old = found.message
-        props = dict(old.properties)
-        props.setdefault(PROPERTY_RETRY_TOPIC, old.topic)
         max_times = max_reconsume_times(group, request.version, h.max_reconsume_times)
-        delay = h.delay_level
-        if old.reconsume_times >= max_times or delay < 0:
+        delay: int | None = h.delay_level
+        if old.reconsume_times >= max_times or h.delay_level < 0:
             topic = dlq_topic(h.group)
             dlq = broker.topics.create_system_like(topic, 1, PermName.READ_WRITE)
             if not dlq.perm & PermName.WRITE:
                 raise fail(ResponseCode.NO_PERMISSION, f"the topic[{topic}] sending message is forbidden")
-            queue_id = 0
-            props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+            queue_id, delay = 0, None
         else:
             topic = retry.topic_name
             queue_id = random.randrange(max(1, retry.write_queue_nums))
-            props[PROPERTY_DELAY_TIME_LEVEL] = str(delay if delay > 0 else 3 + old.reconsume_times)
-        props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, old.msg_id)
-        props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
-        msg = Message(
-            topic=topic,
-            body=old.stored_body,
-            queue_id=queue_id,
-            flag=old.flag,
-            properties=props,
-            sys_flag=old.sys_flag,
-            born_timestamp=old.born_timestamp,
-            born_host=old.born_host,
-            store_host=self.store_host,
-            reconsume_times=old.reconsume_times + 1,
-            wait_store_msg_ok=False,
-        )
+            delay = h.delay_level if h.delay_level > 0 else 3 + old.reconsume_times
+        msg = retry_copy(old, topic, queue_id, self.store_host, delay)
         result = await broker.put(msg)
         if not result.ok:
             raise system_error(result.status.value)
         broker.stats.on_put(topic, 1, result.wrote_bytes)
-        broker.stats.on_send_back(h.group, props[PROPERTY_RETRY_TOPIC])
+        broker.stats.on_send_back(h.group, msg.properties[PROPERTY_RETRY_TOPIC])
         return request.make_response()

@@ -1,0 +1,43 @@
+"""The copy of a consumed message that goes back to a group's retry topic or DLQ: one shape for a 4.x
+consumer's send-back (CONSUMER_SEND_MSG_BACK) and a 5.x POP lending that ran out (the revive)."""
+
+from __future__ import annotations
+
+from store.message import (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_WAIT_STORE_MSG_OK,
+    HostAddress,
+    Message,
+    StoredMessage,
+)
+
+
+def retry_copy(
+    old: StoredMessage, topic: str, queue_id: int, store_host: HostAddress, delay_level: int | None
+) -> Message:
+    """``old`` for ``topic``: its body and properties, the topic it was first consumed from in
+    ``RETRY_TOPIC``, its first message id in ``ORIGIN_MESSAGE_ID``, ``reconsumeTimes + 1``, and the delay
+    level it waits for (None: none, as a DLQ copy or a POP revive, whose invisibility was the wait)."""
+    props = dict(old.properties)
+    props.setdefault(PROPERTY_RETRY_TOPIC, old.topic)
+    if delay_level is None:
+        props.pop(PROPERTY_DELAY_TIME_LEVEL, None)
+    else:
+        props[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
+    props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, old.msg_id)
+    props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
+    return Message(
+        topic=topic,
+        body=old.stored_body,
+        queue_id=queue_id,
+        flag=old.flag,
+        properties=props,
+        sys_flag=old.sys_flag,
+        born_timestamp=old.born_timestamp,
+        born_host=old.born_host,
+        store_host=store_host,
+        reconsume_times=old.reconsume_times + 1,
+        wait_store_msg_ok=False,
+    )
