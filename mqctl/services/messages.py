@@ -433,8 +433,9 @@ async def query_by_unique_key(
     return [_detail(m, body) for m in hits]
 
 
-#: A client id (UNIQ_KEY): 32 hex digits from a 4.x client, 34 from a 5.x one (rocketmq-clients'
-#: `MessageIdCodec`: version byte, MAC, pid, seconds since 2021, sequence), which no offset id can be.
+#: A client id (UNIQ_KEY): 32 hex digits from a RocketMQ 4 client; 34 from the official gRPC clients
+#: (rocketmq-clients' `MessageIdCodec`: version byte, MAC, pid, seconds since 2021, sequence), which no
+#: offset id can be.
 CLIENT_ID_LENGTHS = (32, 34)
 
 
