@@ -8,13 +8,9 @@ import grpc
 import pytest
 
 from daemon.remoting.tls import write_local_ca
-from tests.support.grpc5 import create_topic, grpc_cluster
+from tests.support.grpc5 import MessagingServiceStub, create_topic, grpc_cluster, pb, spb
 
 pytestmark = pytest.mark.slow
-
-from rocketmq.grpc_protocol import definition_pb2 as pb  # noqa: E402
-from rocketmq.grpc_protocol import service_pb2 as spb  # noqa: E402
-from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub  # noqa: E402
 
 
 def test_enforcing_mode_serves_grpc_over_tls_only(tmp_path: Path) -> None:

@@ -24,8 +24,13 @@ rocketmq = pytest.importorskip(
 if not hasattr(rocketmq, "SimpleConsumer"):  # the C++ client's module of the same name
     pytest.skip("the `rocketmq` module here is not the 5.x client", allow_module_level=True)
 
+import rocketmq.grpc_protocol.definition_pb2 as pb  # noqa: E402
+import rocketmq.grpc_protocol.service_pb2 as spb  # noqa: E402
 from rocketmq import ClientConfiguration, Credentials, Message, Producer  # noqa: E402
+from rocketmq.grpc_protocol.service_pb2_grpc import MessagingServiceStub  # noqa: E402
 from rocketmq.v5.util.misc import Misc  # noqa: E402
+
+__all__ = ["MessagingServiceStub", "pb", "spb"]  # the raw v2 API, for tests on the wire
 
 # The client learns its own address by "connecting" a UDP socket to a public address (no packet is sent):
 # here it is told, so nothing looks beyond this machine.

@@ -1,0 +1,105 @@
+"""The front on the wire, with a raw grpc stub: Settings replies complete for each client type, errors
+as statuses, the RPCs no official client calls."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+from tests.daemons import LocalCluster
+from tests.support.grpc5 import (
+    MessagingServiceStub,
+    create_group,
+    create_topic,
+    endpoint,
+    grpc_cluster,
+    pb,
+    spb,
+)
+
+pytestmark = pytest.mark.slow
+
+from google.protobuf import duration_pb2  # noqa: E402
+
+META = (("x-mq-client-id", "wire-test@1"), ("x-mq-language", "PYTHON"), ("x-mq-client-version", "5.1.2"))
+
+
+@pytest.fixture
+def stub(tmp_path: Path) -> Iterator[tuple[LocalCluster, MessagingServiceStub]]:
+    with grpc_cluster(tmp_path) as cluster, grpc.insecure_channel(endpoint(cluster)) as channel:
+        yield cluster, MessagingServiceStub(channel)
+
+
+def settings_reply(stub: MessagingServiceStub, settings: pb.Settings) -> pb.Settings:
+    replies = stub.Telemetry(iter([spb.TelemetryCommand(settings=settings)]), metadata=META, timeout=10)
+    first = next(replies)
+    assert first.status.code == pb.OK
+    return first.settings
+
+
+def test_a_producer_gets_complete_settings(stub: tuple[LocalCluster, MessagingServiceStub]) -> None:
+    _, s = stub
+    reply = settings_reply(s, pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing()))
+    assert reply.publishing.max_body_size == 4 * 1024 * 1024  # maxMessageSize, never 0
+    assert reply.publishing.validate_message_type
+    assert reply.backoff_policy.max_attempts >= 1
+    assert reply.backoff_policy.exponential_backoff.max.ToMilliseconds() > 0
+    assert not reply.metric.on and reply.request_timeout.ToMilliseconds() > 0
+
+
+def test_consumers_get_their_groups_fifo_retries_and_long_polling(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    cluster, s = stub
+    create_group(cluster, "Ordered", retry_max_times=3, orderly=True)
+    for group, fifo, attempts in (("Ordered", True, 4), ("Plain", False, 17)):
+        given = pb.Settings(
+            client_type=pb.PUSH_CONSUMER, subscription=pb.Subscription(group=pb.Resource(name=group))
+        )
+        reply = settings_reply(s, given)
+        assert reply.subscription.fifo is fifo
+        assert reply.backoff_policy.max_attempts == attempts
+        assert len(reply.backoff_policy.customized_backoff.next) > 0
+        assert reply.subscription.long_polling_timeout.ToMilliseconds() == 20_000
+        assert reply.subscription.receive_batch_size == 32 and not reply.metric.on
+
+
+def test_refusals_are_statuses(stub: tuple[LocalCluster, MessagingServiceStub]) -> None:
+    cluster, s = stub
+    create_topic(cluster, "Wire")
+    route = s.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="Nope")), metadata=META, timeout=10)
+    assert route.status.code == pb.TOPIC_NOT_FOUND
+    reserved = pb.Message(topic=pb.Resource(name="Wire"), body=b"x", user_properties={"TRAN_MSG": "true"})
+    sent = s.SendMessage(spb.SendMessageRequest(messages=[reserved]), metadata=META, timeout=10)
+    assert sent.status.code == pb.BAD_REQUEST  # no forged transaction through a user property
+    end = s.EndTransaction(
+        spb.EndTransactionRequest(
+            topic=pb.Resource(name="Wire"), transaction_id="nope", resolution=pb.COMMIT
+        ),
+        metadata=META,
+        timeout=10,
+    )
+    assert end.status.code == pb.INVALID_TRANSACTION_ID
+    ack = s.AckMessage(
+        spb.AckMessageRequest(
+            group=pb.Resource(name="G"),
+            topic=pb.Resource(name="Wire"),
+            entries=[spb.AckMessageEntry(message_id="x", receipt_handle="not a handle")],
+        ),
+        metadata=META,
+        timeout=10,
+    )
+    assert ack.status.code == pb.INVALID_RECEIPT_HANDLE
+    short = spb.ReceiveMessageRequest(
+        group=pb.Resource(name="G"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="Wire"), id=-1),
+        invisible_duration=duration_pb2.Duration(nanos=10_000_000),
+    )
+    [answer] = list(s.ReceiveMessage(short, metadata=META, timeout=10))
+    assert answer.status.code == pb.ILLEGAL_INVISIBLE_TIME
+    with pytest.raises(grpc.RpcError) as raised:
+        s.GetOffset(spb.GetOffsetRequest(group=pb.Resource(name="G")), metadata=META, timeout=10)
+    assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
