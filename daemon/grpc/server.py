@@ -18,6 +18,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: How often a PushConsumer's received messages are looked at for renewal (daemon.grpc.leases).
+RENEW_PERIOD_S = 1.0
 #: The clients send up to 128 MiB bodies' worth (`max_body_size` is enforced by the send path).
 MAX_MESSAGE_BYTES = 130 * 1024 * 1024
 
@@ -90,9 +92,10 @@ class GrpcFront:
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
         await server.start()
         self._server = server
-        self._tasks.append(
-            asyncio.create_task(every(CLIENT_EXPIRY_S / 4, self.service.expire), name="grpc-clients")
-        )
+        self._tasks += [
+            asyncio.create_task(every(CLIENT_EXPIRY_S / 4, self.service.expire), name="grpc-clients"),
+            asyncio.create_task(every(RENEW_PERIOD_S, self.service.leases.renew_due), name="grpc-renew"),
+        ]
         return port
 
     async def stop(self) -> None:

@@ -38,6 +38,7 @@ from daemon.grpc.convert import (
     status,
     to_proto,
 )
+from daemon.grpc.leases import Leases
 from daemon.remoting.bodies import PermName, TopicRouteData
 from daemon.remoting.codes import RequestCode, ResponseCode, version_ordinal
 from daemon.remoting.command import RemotingCommand
@@ -62,6 +63,8 @@ log = logging.getLogger(__name__)
 MAX_LONG_POLLING_MS: Final = 20_000
 RECEIVE_BATCH: Final = 32
 AUTO_RENEW_INVISIBLE_MS: Final = 60_000
+#: ... renewed when less than this is left of it (the Proxy renews every 5 s; this renews once per lending).
+RENEW_AHEAD_MS: Final = 20_000
 #: A receive's invisibility below this is refused (ILLEGAL_INVISIBLE_TIME).
 MIN_INVISIBLE_MS: Final = 1_000
 #: The producer retry policy the proxy hands out (`GrpcClientSettingsManager`): 10 ms doubling to 1 s.
@@ -151,6 +154,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self.sender = SendProcessor(broker)
         #: Other brokers' gRPC ports, learnt from their config (remoting address -> port; 0: none).
         self._ports: dict[str, int] = {}
+        #: A PushConsumer's auto-renewed receives (daemon.grpc.leases).
+        self.leases = Leases(broker.pop.change_invisible, AUTO_RENEW_INVISIBLE_MS, RENEW_AHEAD_MS)
 
     # ------------------------------------------------------------------ clients and checks
 
@@ -194,6 +199,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise Refused.of(exc) from None
 
     def _forget(self, client: GrpcClient) -> None:
+        self.leases.drop_client(client.client_id)
         conn = cast(Connection, client.channel)
         self.broker.producers.connection_closed(conn)
         self.broker.consumers.connection_closed(conn)
@@ -579,8 +585,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         invisible_ms = (
             request.invisible_duration.ToMilliseconds()
             if request.HasField("invisible_duration")
-            else AUTO_RENEW_INVISIBLE_MS
+            else self.leases.invisible_ms
         )
+        renewed = request.auto_renew and not request.HasField("invisible_duration")
         try:
             pop = self.broker.pop
             self._consumer_check(client, meta, group, topic)
@@ -616,6 +623,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return
         await context.write(spb.ReceiveMessageResponse(status=status()))
         for item in popped:
+            if renewed:
+                self.leases.add(client.client_id, group, topic, item.receipt_handle)
             message = to_proto(
                 decode_record(item.record),
                 receipt_handle=item.receipt_handle,
@@ -638,7 +647,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         results = []
         for entry in request.entries:
             try:
-                pop.ack(group=group, topic=topic, receipt_handle=entry.receipt_handle)
+                pop.ack(group=group, topic=topic, receipt_handle=self.leases.current(entry.receipt_handle))
                 outcome = status()
             except RemotingCommandError as exc:
                 outcome = status(pb.INVALID_RECEIPT_HANDLE, exc.remark or str(exc))
@@ -667,7 +676,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             handle = pop.change_invisible(
                 group=group,
                 topic=topic,
-                receipt_handle=request.receipt_handle,
+                receipt_handle=self.leases.current(request.receipt_handle),
                 invisible_ms=request.invisible_duration.ToMilliseconds(),
             )
         except Refused as refused:
@@ -686,7 +695,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             pop = self.broker.pop
             self._check(client, meta, RequestCode.CONSUMER_SEND_MSG_BACK, {"group": group})
-            pop.forward_to_dlq(group=group, topic=topic, receipt_handle=request.receipt_handle)
+            handle = self.leases.current(request.receipt_handle)
+            pop.forward_to_dlq(group=group, topic=topic, receipt_handle=handle)
         except Refused as refused:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=refused.status())
         except RemotingCommandError as exc:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -89,3 +90,33 @@ def test_push_consumer_of_an_orderly_group_consumes_each_message_group_in_order(
         if order[g] != list(range(COUNT // len(groups)))
     }
     assert not bad, bad
+
+
+class Slow(Recorder):
+    """Takes `seconds` over the first message it is given, then is quick."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__()
+        self.seconds = seconds
+
+    def consume(self, message: Any) -> Any:
+        if not self.seen:
+            time.sleep(self.seconds)
+        return super().consume(message)
+
+
+def test_a_slow_listener_keeps_its_message_the_broker_renews_the_lending(tmp_path: Path) -> None:
+    listener = Slow(4.0)
+    with grpc_cluster(tmp_path) as cluster:
+        front = cluster.broker.grpc
+        assert front is not None and front.service is not None
+        front.service.leases.invisible_ms, front.service.leases.ahead_ms = 2_000, 1_200  # lent for 2 s
+        create_topic(cluster, "Slow", queues=1)
+        create_topic(cluster, "%RETRY%Patient", queues=1)  # a lapsed lending would come back at once
+        with producer(cluster, ("Slow",)) as p:
+            p.send(message("Slow", b"take your time"))
+        with push_consumer(cluster, "Patient", "Slow", listener):
+            wait_for(lambda: listener.seen, timeout=30)
+            wait_for(lambda: cluster.broker.pop.in_flight().get("Patient", 0) == 0, timeout=10)
+            time.sleep(3)  # a message lent and not renewed would be back by now
+    assert listener.seen == [(b"take your time", 1)]  # consumed once, on its first delivery
