@@ -1162,6 +1162,9 @@ class DefaultMessageStore:
         """``(topic, queue_id) → next queue offset`` for every queue the store has."""
         return {k: cq.max_offset for k, cq in list(self._cqs.items())}
 
+    def queue_keys(self) -> list[tuple[str, int]]:
+        return list(self._cqs)
+
     def get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self._cqs.get((topic, queue_id))
 
