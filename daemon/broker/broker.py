@@ -101,7 +101,7 @@ CLIENT_SCAN_INTERVAL = 10.0
 #: Stats items whose windows move in one go on the loop (well under a millisecond's work).
 STATS_SLICE = 500
 #: Topics of a whole-table registration body encoded at a time on the loop.
-REGISTER_SLICE = 200
+REGISTER_SLICE = 100
 #: How long a restarted slave waits for its master to check its tail before it serves anyway.
 FIRST_CHECK_TIMEOUT = 5.0
 

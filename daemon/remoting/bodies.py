@@ -116,7 +116,7 @@ class RegisterBrokerBody(Bean):
         raw = b"".join(self.encode_parts(compressed))
         return zlib.compress(raw, 9) if compressed else raw
 
-    def encode_parts(self, compressed: bool = False, per_part: int = 200) -> Iterator[bytes]:
+    def encode_parts(self, compressed: bool = False, per_part: int = 100) -> Iterator[bytes]:
         """The body in pieces of ``per_part`` topics (before compression in the compressed form): for a
         caller that encodes a large table a little at a time between other work (the broker, on its event
         loop). Joined, the JSON form is :meth:`dumps`'s bytes."""

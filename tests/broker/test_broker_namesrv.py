@@ -118,7 +118,7 @@ async def test_the_whole_table_is_encoded_again_only_when_it_changed(
     encoded: list[bool] = []
     encode_parts = RegisterBrokerBody.encode_parts
 
-    def counted(self: RegisterBrokerBody, compressed: bool = False, per_part: int = 200) -> Iterator[bytes]:
+    def counted(self: RegisterBrokerBody, compressed: bool = False, per_part: int = 100) -> Iterator[bytes]:
         encoded.append(compressed)
         return encode_parts(self, compressed, per_part)
 
