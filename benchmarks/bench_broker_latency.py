@@ -91,14 +91,14 @@ async def _wait_namesrv(addr: str) -> None:
                 await asyncio.sleep(0.05)
 
 
-async def _routed_queues(admin: Admin, broker: str) -> list[QueueRef]:
+async def _routed_queues(admin: Admin, broker: str, topic: str) -> list[QueueRef]:
     """Create the topic on the broker and wait until the NameServer routes it (the broker re-registers)."""
     await upsert(
-        admin, TopicSpec(TOPIC, QUEUES, QUEUES), cluster=None, broker=broker, mode="create", soft=True
+        admin, TopicSpec(topic, QUEUES, QUEUES), cluster=None, broker=broker, mode="create", soft=True
     )
     while True:
         try:
-            return queues(await admin.topic_route(TOPIC), write=False)
+            return queues(await admin.topic_route(topic), write=False)
         except RemotingError:
             await asyncio.sleep(0.05)
 
@@ -114,9 +114,10 @@ class Run:
     steal_share: float | None = None  # of this machine's CPU time, taken by the hypervisor
 
 
-async def bench(namesrv: str, broker: str, duration: float, rate: float) -> Run:
+async def bench(namesrv: str, broker: str, duration: float, rate: float, topic: str = TOPIC) -> Run:
+    """One run on ``topic`` (a new one per run: the consumer starts at offset 0)."""
     async with Admin([namesrv], timeout=CLIENT_TIMEOUT_S) as admin:
-        refs = await _routed_queues(admin, broker)
+        refs = await _routed_queues(admin, broker, topic)
         out = Run(sent=int((WARM_UP_S + duration) * rate))
         done = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -127,7 +128,7 @@ async def bench(namesrv: str, broker: str, duration: float, rate: float) -> Run:
             offset = 0
             while not done.is_set():
                 result = await pull(
-                    admin, ref.addr, TOPIC, ref.queue_id, offset, group=GROUP, suspend_ms=SUSPEND_MS
+                    admin, ref.addr, topic, ref.queue_id, offset, group=GROUP, suspend_ms=SUSPEND_MS
                 )
                 now = time.perf_counter_ns()
                 out.pulls += 1
@@ -143,7 +144,7 @@ async def bench(namesrv: str, broker: str, duration: float, rate: float) -> Run:
         async def send_one(i: int) -> None:
             ref = refs[i % len(refs)]
             props = {SENT: f"{i} {time.perf_counter_ns()}"}
-            await send(admin, ref.addr, TOPIC, BODY, queue_id=ref.queue_id, properties=props)
+            await send(admin, ref.addr, topic, BODY, queue_id=ref.queue_id, properties=props)
 
         consumers = [asyncio.create_task(consume(ref)) for ref in refs]
         probe = asyncio.create_task(loop_lag(out.loop_lags_ms))

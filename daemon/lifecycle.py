@@ -26,8 +26,13 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 #: A serving daemon's collector thresholds. CPython's (700, 10, 10) has a broker collect the youngest
 #: generation every few dozen requests, a visible share of its CPU per send; garbage without cycles is
-#: freed by reference counting either way, so the rarer collections only delay freeing cycles.
-SERVING_GC_THRESHOLD = (20_000, 20, 20)
+#: freed by reference counting either way, so the rarer collections only delay freeing cycles. But a
+#: young collection walks every object of the youngest generation at once, holding the loop for a time
+#: that grows with the first threshold: a few thousand keeps each under a millisecond, where 20,000 made
+#: them the largest part of the loop's tail once periodic work (stats windows of 10,000 topics, their
+#: registration body) allocates tens of thousands of objects; the total time collecting stayed the same
+#: (docs/performance.md).
+SERVING_GC_THRESHOLD = (3_000, 20, 20)
 
 
 class LifecycleError(Exception):

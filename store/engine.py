@@ -230,6 +230,9 @@ class DefaultMessageStore:
         self.configs = ConfigFiles(config.config_dir, clock=self.clock, read_only=read_only)
         self.checkpoint: StoreCheckpoint | None = None
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
+        #: The queues given units since the flush loop last took this set (under the put lock): its flushes
+        #: visit them, not every queue of the table (thousands of topics, a few written at a time).
+        self._dirty_cqs: set[ConsumeQueue] = set()
         self._put_lock = threading.Lock()
         self._stop = threading.Event()
         self.cleaner = Cleaner(
@@ -588,6 +591,7 @@ class DefaultMessageStore:
             if cq is None:
                 cq = self._find_cq(info.topic, info.queue_id)
             cq.put_unit(info.commit_log_offset, info.size, code, info.queue_offset)
+            self._dirty_cqs.add(cq)
             self._logics_ts = info.store_timestamp
         if keys:
             full = self.index.build_index(
@@ -619,7 +623,9 @@ class DefaultMessageStore:
             if keys:
                 indexed.append((keys, info.commit_log_offset, info.store_timestamp))
         for key, run in units.items():
-            self._find_cq(*key).put_units(run)
+            cq = self._find_cq(*key)
+            cq.put_units(run)
+            self._dirty_cqs.add(cq)
             touched.add(key)
         if logics_ts:
             self._logics_ts = logics_ts
@@ -962,10 +968,12 @@ class DefaultMessageStore:
             except ValueError:
                 log.exception("commit log warm-up failed")
 
-    def _checkpoint(self, *, locked: bool = False) -> None:
+    def _checkpoint(self, *, locked: bool = False, every_queue: bool = True) -> None:
         """Flush CommitLog, ConsumeQueues and index files, then write the checkpoint: its timestamps and
         our recovery point (the dispatch cursor and the active index file's header, taken first under
-        the put lock, which ``locked`` says the caller holds)."""
+        the put lock, which ``locked`` says the caller holds). The flush loop's periodic checkpoint
+        flushes only the queues written since its last flush (``every_queue=False``); start, stop and a
+        cut tail flush them all."""
         cp = self.checkpoint
         if cp is None:
             return
@@ -974,9 +982,14 @@ class DefaultMessageStore:
             point = RecoveryPoint(self.reput_from_offset, self.index.snapshot())
             physic_ts = self.commit_log.last_store_timestamp
             logics_ts = self._logics_ts
+            dirty = self._take_dirty()
         # everything below the point reaches the disk first; then the checkpoint says so
-        self.commit_log.flush()
-        self._flush_consume_queues(thorough=True)
+        try:
+            self.commit_log.flush()
+            self._flush_consume_queues(list(self._cqs.values()) if every_queue else dirty, 0)
+        except BaseException:  # still dirty: the next checkpoint must not skip them
+            self._redirty(dirty, locked=locked)
+            raise
         self.index.sync()
         if physic_ts:
             cp.physic_msg_timestamp = max(cp.physic_msg_timestamp, physic_ts)
@@ -985,9 +998,28 @@ class DefaultMessageStore:
         cp.recovery_point = point
         cp.flush()
 
-    def _flush_consume_queues(self, *, thorough: bool) -> None:
-        least = 0 if thorough else self.config.flush_consume_queue_least_pages * 4096
-        due = [cq for cq in list(self._cqs.values()) if cq.files.dirty_bytes() > least]
+    def _take_dirty(self) -> list[ConsumeQueue]:
+        """The queues written since the last call, the set emptied (call under the put lock)."""
+        dirty = list(self._dirty_cqs)
+        self._dirty_cqs.clear()
+        return dirty
+
+    def _redirty(self, queues: list[ConsumeQueue], *, locked: bool) -> None:
+        """Put queues taken by :meth:`_take_dirty` back for a later flush."""
+        with contextlib.nullcontext() if locked else self._put_lock:
+            self._dirty_cqs.update(queues)
+
+    def _flush_consume_queues(self, queues: list[ConsumeQueue], least: int) -> list[ConsumeQueue]:
+        """Flush those of ``queues`` with more than ``least`` bytes unflushed; returns the others that
+        still hold unflushed bytes."""
+        due: list[ConsumeQueue] = []
+        rest: list[ConsumeQueue] = []
+        for cq in queues:
+            dirty = cq.files.dirty_bytes()
+            if dirty > least:
+                due.append(cq)
+            elif dirty:
+                rest.append(cq)
         if len(due) >= _SYNCFS_QUEUES:
             ends = [end for cq in due for end in cq.files.dirty_ends()]  # before the sync: what it covers
             if sync_filesystem(self.config.consume_queue_dir):
@@ -996,6 +1028,7 @@ class DefaultMessageStore:
                 due = []
         for cq in due:
             cq.flush()
+        return rest
 
     def _cq_flush_loop(self) -> None:
         cfg = self.config
@@ -1006,16 +1039,21 @@ class DefaultMessageStore:
             thorough = now - last_thorough >= cfg.flush_consume_queue_thorough_interval
             if thorough:
                 last_thorough = now
+            dirty: list[ConsumeQueue] = []
             try:
                 seen = self._retry_dispatch_in_chunks(seen)
                 if thorough:
-                    self._checkpoint()
+                    self._checkpoint(every_queue=False)
                     continue
                 with self._put_lock:  # header fields are updated by puts; write a consistent snapshot
                     self.index.write_header()
-                self._flush_consume_queues(thorough=False)
+                    dirty = self._take_dirty()
+                rest = self._flush_consume_queues(dirty, cfg.flush_consume_queue_least_pages * 4096)
+                if rest:  # below the least pages: due at a later flush
+                    self._redirty(rest, locked=False)
             except (OSError, ValueError):
                 log.exception("consume queue flush failed")
+                self._redirty(dirty, locked=False)
 
     # ================================================================== replication (store.ha.ReplicaStore)
 
@@ -1123,6 +1161,9 @@ class DefaultMessageStore:
     def topic_queue_table(self) -> dict[tuple[str, int], int]:
         """``(topic, queue_id) → next queue offset`` for every queue the store has."""
         return {k: cq.max_offset for k, cq in list(self._cqs.items())}
+
+    def queue_keys(self) -> list[tuple[str, int]]:
+        return list(self._cqs)
 
     def get_consume_queue(self, topic: str, queue_id: int) -> ConsumeQueue | None:
         return self._cqs.get((topic, queue_id))

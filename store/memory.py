@@ -420,3 +420,6 @@ class InMemoryMessageStore:
 
     def topic_queue_table(self) -> dict[tuple[str, int], int]:
         return {k: len(v) for k, v in self._queues.items()}
+
+    def queue_keys(self) -> list[tuple[str, int]]:
+        return list(self._queues)

@@ -88,9 +88,25 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
+
+async def encode_sliced(body: RegisterBrokerBody, compressed: bool) -> bytes:
+    """``body.encode(compressed)`` on the loop, `REGISTER_SLICE` topics at a time with requests served
+    between the slices; the compressed form's deflate in a worker thread (zlib lets go of the GIL while it
+    works). Encoded in a worker thread, the JSON encoder's C loop over a 10,000-topic table held the GIL
+    for tens of milliseconds at once, and the loop waited that long."""
+    parts: list[bytes] = []
+    for part in body.encode_parts(compressed, REGISTER_SLICE):
+        parts.append(part)
+        await asyncio.sleep(0)
+    raw = b"".join(parts)
+    return await asyncio.to_thread(zlib.compress, raw, 9) if compressed else raw
+
+
 CLIENT_SCAN_INTERVAL = 10.0
 #: Stats items whose windows move in one go on the loop (well under a millisecond's work).
 STATS_SLICE = 500
+#: Topics of a whole-table registration body encoded at a time on the loop.
+REGISTER_SLICE = 100
 #: How long a restarted slave waits for its master to check its tail before it serves anyway.
 FIRST_CHECK_TIMEOUT = 5.0
 
@@ -812,9 +828,9 @@ class Broker:
         return [a for a in done if a is not None]
 
     async def _registration_body(self, topics: Iterable[str] | None, compressed: bool) -> bytes:
-        """REGISTER_BROKER's body. The whole table is slow to encode with 10,000 topics, which on the
-        loop stalled every request every 30 s: it is encoded in a worker thread, and only when the table
-        (its data version: entries are replaced, never changed in place), the permission or the form changed."""
+        """REGISTER_BROKER's body. The whole table is slow to encode with 10,000 topics: it is encoded only
+        when the table (its data version: entries are replaced, never changed in place), the permission
+        or the form changed, and then in slices (`encode_sliced`)."""
         if topics is not None:
             return RegisterBrokerBody(self.registration_wrapper(topics), []).encode(compressed)
         # The version object too (a slave's sync replaces it with the master's), and the table's size (the
@@ -831,7 +847,7 @@ class Broker:
         if cached is not None and cached[0] is version and cached[1] == made_from:
             return cached[2]
         wrapper = self.registration_wrapper()  # (no await since `made_from`: it describes this snapshot)
-        body = await asyncio.to_thread(RegisterBrokerBody(wrapper, []).encode, compressed)
+        body = await encode_sliced(RegisterBrokerBody(wrapper, []), compressed)
         self._table_body = (version, made_from, body)
         return body
 

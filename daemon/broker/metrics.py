@@ -5,25 +5,35 @@ store offsets and disk usage, plus `/healthz`: 200 `serving` once the broker acc
 Values are collected at scrape time from the broker's own tables, so the hot paths only bump the
 plain counters in `BrokerStats`. The HTTP server (prometheus-client's threaded WSGI server) runs
 away from the event loop, one thread per request with a read timeout, so a client that never
-finishes its request holds only its own thread and `/healthz` keeps answering. Reads of the broker's
-dicts are snapshots taken with `list()`/`dict()`.
+finishes its request holds only its own thread and `/healthz` keeps answering.
+
+The text itself is rendered on the event loop, in slices (`render`): a broker with 10,000 queues has
+tens of thousands of samples, and building them anywhere holds the GIL. In the HTTP thread that cost
+the loop up to a switch interval's wait for the GIL at a time (interpreted code) or the whole walk of a
+table (compiled code, which never offers the GIL), so every request queued behind a scrape. On the
+loop, a table's rows are copied at once (`list()` of a dict, a C-level copy) and turned into
+`SCRAPE_SLICE` samples at a time, the loop serving requests between two slices.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import functools
 import logging
 import socket
 import threading
-from collections.abc import Callable, Iterable, Iterator
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
-from prometheus_client import CollectorRegistry, make_wsgi_app
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.exposition import ThreadingWSGIServer
+from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from daemon.broker.stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE
+from daemon.broker.stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsItem
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
@@ -35,48 +45,130 @@ log = logging.getLogger(__name__)
 POLL_INTERVAL = 0.1
 #: Seconds a request may take to arrive; a slower client is dropped (its thread would linger).
 READ_TIMEOUT = 10.0
+#: Samples of a per-topic or per-queue family rendered at once on the event loop, which serves
+#: requests between two slices (docs/performance.md has what a slice costs).
+SCRAPE_SLICE = 100
+#: Seconds a scrape waits for the event loop to render it before answering 503.
+RENDER_TIMEOUT = 10.0
 
 
-class BrokerCollector(Collector):
-    def __init__(self, broker: BrokerContext) -> None:
-        self.broker = broker
-
-    def collect(self) -> Iterator[Any]:
-        b = self.broker
-        labels = ["cluster", "broker"]
-        base = [b.config.broker_cluster_name, b.config.broker_name]
-        yield from _traffic_metrics(b, labels, base)
-        yield from _store_metrics(b, labels, base)
-        yield from _ha_metrics(b, labels, base)
-        yield from _remoting_metrics(b, labels, base)
-        yield from _loop_metrics(b, labels, base)
+_Family = CounterMetricFamily | GaugeMetricFamily
 
 
-def _traffic_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
-    """Puts and gets per topic and group, and the recent rates."""
-    stats = b.stats
-    puts = CounterMetricFamily(
-        "rocketmq_broker_put_messages", "Messages stored, per topic", labels=[*labels, "topic"]
+class _Table(NamedTuple):
+    """A family with a sample per topic, group or queue: `make` gives it empty, `fill` adds the sample of
+    one of `rows` (a copy of the broker's table taken when the family's turn comes)."""
+
+    make: Callable[[], _Family]
+    rows: Sequence[Any]
+    fill: Callable[[_Family, Any], None]
+
+
+class _Families(Collector):
+    """Families already built, for `generate_latest`."""
+
+    def __init__(self, families: Iterable[Metric]) -> None:
+        self.families = families
+
+    def collect(self) -> Iterable[Metric]:
+        return self.families
+
+
+async def render(b: BrokerContext) -> bytes:
+    """The exposition text, built on the broker's event loop: the per-topic and per-queue families
+    `SCRAPE_SLICE` samples at a time with the loop serving between the slices, then the few dozen
+    samples of the others at once."""
+    labels = ["cluster", "broker"]
+    base = [b.config.broker_cluster_name, b.config.broker_name]
+    out: list[bytes] = []
+    for table in _tables(b, labels, base):
+        for start in range(0, max(len(table.rows), 1), SCRAPE_SLICE):
+            family = table.make()
+            for row in table.rows[start : start + SCRAPE_SLICE]:
+                table.fill(family, row)
+            text = generate_latest(_Families([family]))
+            out.append(text if start == 0 else text.split(b"\n", 2)[2])  # HELP and TYPE once
+            await asyncio.sleep(0)
+    families: list[Metric] = [
+        *_rates(b, labels, base),
+        *_commit_log_metrics(b, labels, base),
+        *_ha_metrics(b, labels, base),
+        *_remoting_metrics(b, labels, base),
+        *_loop_metrics(b, labels, base),
+    ]
+    out.append(generate_latest(_Families(families)))
+    return b"".join(out)
+
+
+def _tables(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[_Table]:
+    """Puts and gets per topic and group, queue offsets and consumer lag per queue."""
+    stats, store = b.stats, b.store
+    per_topic = [*labels, "topic"]
+
+    def counter(name: str, doc: str, names: list[str]) -> Callable[[], _Family]:
+        return functools.partial(CounterMetricFamily, name, doc, labels=names)
+
+    def gauge(name: str, doc: str, names: list[str]) -> Callable[[], _Family]:
+        return functools.partial(GaugeMetricFamily, name, doc, labels=names)
+
+    def by_topic(family: _Family, row: tuple[str, StatsItem]) -> None:
+        family.add_metric([*base, row[0]], row[1].value)
+
+    yield _Table(
+        counter("rocketmq_broker_put_messages", "Messages stored, per topic", per_topic),
+        stats.items_of(TOPIC_PUT_NUMS),
+        by_topic,
     )
-    put_bytes = CounterMetricFamily(
-        "rocketmq_broker_put_bytes", "Bytes stored (whole records), per topic", labels=[*labels, "topic"]
+    yield _Table(
+        counter("rocketmq_broker_put_bytes", "Bytes stored (whole records), per topic", per_topic),
+        stats.items_of(TOPIC_PUT_SIZE),
+        by_topic,
     )
-    for topic, n in stats.totals(TOPIC_PUT_NUMS).items():
-        puts.add_metric([*base, topic], n)
-    for topic, n in stats.totals(TOPIC_PUT_SIZE).items():
-        put_bytes.add_metric([*base, topic], n)
-    gets = CounterMetricFamily(
-        "rocketmq_broker_get_messages",
-        "Messages delivered to consumers",
-        labels=[*labels, "group", "topic"],
+
+    def by_group(family: _Family, row: tuple[str, StatsItem]) -> None:
+        topic, _, group = row[0].partition("@")
+        family.add_metric([*base, group, topic], row[1].value)
+
+    yield _Table(
+        counter(
+            "rocketmq_broker_get_messages", "Messages delivered to consumers", [*labels, "group", "topic"]
+        ),
+        stats.items_of(GROUP_GET_NUMS),
+        by_group,
     )
-    for key, n in stats.totals(GROUP_GET_NUMS).items():
+
+    def by_queue(family: _Family, key: tuple[str, int]) -> None:
+        topic, qid = key
+        family.add_metric([*base, topic, str(qid)], store.get_max_offset(topic, qid))
+
+    yield _Table(
+        gauge(
+            "rocketmq_queue_max_offset", "Next offset to be written, per queue", [*labels, "topic", "queue"]
+        ),
+        store.queue_keys(),
+        by_queue,
+    )
+
+    def lag(family: _Family, row: tuple[str, int, int]) -> None:
+        key, qid, committed = row
         topic, _, group = key.partition("@")
-        gets.add_metric([*base, group, topic], n)
-    yield puts
-    yield put_bytes
-    yield gets
+        family.add_metric(
+            [*base, group, topic, str(qid)], max(0, store.get_max_offset(topic, qid) - max(committed, 0))
+        )
 
+    yield _Table(
+        gauge(
+            "rocketmq_consumer_lag",
+            "Messages not yet consumed, per group and queue",
+            [*labels, "group", "topic", "queue"],
+        ),
+        [(key, qid, off) for key, queues in b.offsets.snapshot().items() for qid, off in queues.items()],
+        lag,
+    )
+
+
+def _rates(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Metric]:
+    stats = b.stats
     tps = GaugeMetricFamily(
         "rocketmq_broker_tps", "Messages per second over the last 10 s", labels=[*labels, "kind"]
     )
@@ -85,32 +177,9 @@ def _traffic_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> It
     yield tps
 
 
-def _store_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
-    """Queue offsets, consumer lag, the CommitLog's extent and the disk."""
+def _commit_log_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Metric]:
+    """The CommitLog's extent and the disk."""
     store = b.store
-    offsets = GaugeMetricFamily(
-        "rocketmq_queue_max_offset",
-        "Next offset to be written, per queue",
-        labels=[*labels, "topic", "queue"],
-    )
-    for (topic, qid), off in store.topic_queue_table().items():
-        offsets.add_metric([*base, topic, str(qid)], off)
-    yield offsets
-
-    lag = GaugeMetricFamily(
-        "rocketmq_consumer_lag",
-        "Messages not yet consumed, per group and queue",
-        labels=[*labels, "group", "topic", "queue"],
-    )
-    for key, queues in b.offsets.snapshot().items():
-        topic, _, group = key.partition("@")
-        for qid, committed in queues.items():
-            lag.add_metric(
-                [*base, group, topic, str(qid)],
-                max(0, store.get_max_offset(topic, qid) - max(committed, 0)),
-            )
-    yield lag
-
     phy = GaugeMetricFamily("rocketmq_commitlog_offset", "CommitLog offsets", labels=[*labels, "end"])
     phy.add_metric([*base, "min"], store.min_phy_offset)
     phy.add_metric([*base, "max"], store.max_phy_offset)
@@ -256,11 +325,18 @@ class _Server6(ThreadingWSGIServer):
 
 
 def start_metrics_server(broker: BrokerContext, port: int, host: str) -> tuple[int, Callable[[], None]]:
-    """Serve `/metrics` and `/healthz` on `host:port` (0 picks one); returns the bound port and a stop
-    function."""
-    registry = CollectorRegistry()
-    registry.register(BrokerCollector(broker))
-    metrics_app = make_wsgi_app(registry)
+    """Serve `/metrics` and `/healthz` on `host:port` (0 picks one), rendering on the running loop;
+    returns the bound port and a stop function."""
+    loop = asyncio.get_running_loop()
+
+    def metrics_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        try:
+            body = asyncio.run_coroutine_threadsafe(render(broker), loop).result(RENDER_TIMEOUT)
+        except (concurrent.futures.TimeoutError, RuntimeError):  # a loop stalled, or closed
+            start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"the broker's event loop did not render the metrics in time\n"]
+        start_response("200 OK", [("Content-Type", CONTENT_TYPE_LATEST)])
+        return [body]
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         if environ.get("PATH_INFO") == "/healthz":
@@ -272,7 +348,7 @@ def start_metrics_server(broker: BrokerContext, port: int, host: str) -> tuple[i
         if broker.state != "serving":  # nothing to collect before the store is open
             start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
             return [f"{broker.state}\n".encode()]
-        return metrics_app(environ, start_response)  # type: ignore[no-any-return]
+        return metrics_app(environ, start_response)
 
     server = make_server(
         host, port, app, _Server6 if ":" in host else ThreadingWSGIServer, handler_class=_QuietHandler

@@ -359,10 +359,10 @@ class BrokerStats:
             item = self.items.get(name, {}).get(key)
             return item.data(self._now()) if item is not None else None
 
-    def totals(self, name: str) -> dict[str, int]:
-        """Running value of every item of `name` (for /metrics)."""
+    def items_of(self, name: str) -> list[tuple[str, StatsItem]]:
+        """The items of `name`, copied at once: /metrics reads their values a slice at a time."""
         with self._lock:
-            return {key: item.value for key, item in self.items[name].items()}
+            return list(self.items[name].items())
 
     def group_get_tps(self, group: str, topic: str) -> float:
         """Java's `tpsGroupGetNums`: the minute rate of GROUP_GET_NUMS `topic@group`."""

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from store import fastjson
@@ -98,6 +99,7 @@ class TopicConfigSerializeWrapper(Bean):
 
 
 _INT = struct.Struct(">i")
+_EMPTY_TABLE = b'"topicConfigTable":{}'
 
 
 @dataclass(slots=True)
@@ -111,19 +113,40 @@ class RegisterBrokerBody(Bean):
     filter_server_list: list[str] = field(default_factory=list)
 
     def encode(self, compressed: bool = False) -> bytes:
-        if not compressed:
-            return self.dumps()
+        raw = b"".join(self.encode_parts(compressed))
+        return zlib.compress(raw, 9) if compressed else raw
+
+    def encode_parts(self, compressed: bool = False, per_part: int = 100) -> Iterator[bytes]:
+        """The body in pieces of ``per_part`` topics (before compression in the compressed form): for a
+        caller that encodes a large table a little at a time between other work (the broker, on its event
+        loop). Joined, the JSON form is :meth:`dumps`'s bytes."""
         wrapper = self.topic_config_serialize_wrapper
-        out = bytearray()
-        version = wrapper.data_version.dumps()
-        out += _INT.pack(len(version)) + version
-        out += _INT.pack(len(wrapper.topic_config_table))
-        for config in wrapper.topic_config_table.values():
-            text = config.to_text().encode()
-            out += _INT.pack(len(text)) + text
-        servers = fastjson.dumps(self.filter_server_list)
-        out += _INT.pack(len(servers)) + servers
-        return zlib.compress(bytes(out), 9)
+        table = wrapper.topic_config_table
+        if compressed:
+            version = wrapper.data_version.dumps()
+            yield _INT.pack(len(version)) + version + _INT.pack(len(table))
+            configs = list(table.values())
+            for start in range(0, len(configs), per_part):
+                out = bytearray()
+                for config in configs[start : start + per_part]:
+                    text = config.to_text().encode()
+                    out += _INT.pack(len(text)) + text
+                yield bytes(out)
+            servers = fastjson.dumps(self.filter_server_list)
+            yield _INT.pack(len(servers)) + servers
+            return
+        # the JSON around an empty table, then the table's entries in key order (as ``sort_keys`` writes
+        # them), each piece a JSON object of its entries without the braces
+        empty = RegisterBrokerBody(
+            TopicConfigSerializeWrapper({}, wrapper.data_version), self.filter_server_list
+        ).dumps()
+        at = empty.rindex(_EMPTY_TABLE) + len(_EMPTY_TABLE) - 1
+        yield empty[:at]
+        items = sorted(table.items())
+        for start in range(0, len(items), per_part):
+            piece = fastjson.dumps(dict(items[start : start + per_part]))[1:-1]
+            yield piece if start == 0 else b"," + piece
+        yield empty[at:]
 
     @classmethod
     def decode(cls, body: bytes, compressed: bool = False) -> RegisterBrokerBody:

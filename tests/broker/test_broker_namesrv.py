@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import threading
-import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import daemon.broker.broker as broker_module
 from daemon.broker.headers import CreateTopicRequestHeader
 from daemon.remoting.bodies import ClusterInfo, PermName, RegisterBrokerBody, TopicRouteData
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from store import fastjson
 from store.clock import SystemClock
 from store.config_files import TopicConfigFile
+from store.models import TopicConfig
 from store.names import TRANS_HALF_TOPIC
-from tests.support.broker import ClusterHandle, start_cluster, stop_cluster
+from tests.support.broker import BrokerHandle, ClusterHandle, start_cluster, stop_cluster
 
 
 async def route(cluster: ClusterHandle, topic: str) -> RemotingCommand:
@@ -112,13 +116,13 @@ async def test_the_whole_table_is_encoded_again_only_when_it_changed(
 ) -> None:
     """With 10,000 topics the encoding takes ~100 ms: the periodic registration resends the last body."""
     encoded: list[bool] = []
-    encode = RegisterBrokerBody.encode
+    encode_parts = RegisterBrokerBody.encode_parts
 
-    def counted(self: RegisterBrokerBody, compressed: bool = False) -> bytes:
+    def counted(self: RegisterBrokerBody, compressed: bool = False, per_part: int = 100) -> Iterator[bytes]:
         encoded.append(compressed)
-        return encode(self, compressed)
+        return encode_parts(self, compressed, per_part)
 
-    monkeypatch.setattr(RegisterBrokerBody, "encode", counted)
+    monkeypatch.setattr(RegisterBrokerBody, "encode_parts", counted)
     broker = cluster.broker
     await broker.register_all()
     await broker.register_all()
@@ -147,28 +151,65 @@ async def test_a_broker_permission_update_reaches_every_route(cluster: ClusterHa
 async def test_a_single_topic_registration_waits_for_an_older_whole_table_one(
     cluster: ClusterHandle, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Else the whole table, snapshotted before the update but sent after it (its encoding runs in a worker
-    thread), brings back the topic's old route until the next periodic registration."""
+    """Else the whole table, snapshotted before the update but sent after it (its encoding lets the loop
+    serve requests meanwhile), brings back the topic's old route until the next periodic registration."""
     header = CreateTopicRequestHeader("Late", "TBW102", 3, 3, 6, "SINGLE_TAG")
     assert (
         await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext_fields())
     ).code == ResponseCode.SUCCESS
-    encode = RegisterBrokerBody.encode
-    encoding = threading.Event()
+    encode = broker_module.encode_sliced
+    encoding = asyncio.Event()
 
-    def slow(self: RegisterBrokerBody, compressed: bool = False) -> bytes:
-        if len(self.topic_config_serialize_wrapper.topic_config_table) > 1:  # the whole table
-            encoding.set()
-            time.sleep(0.5)
-        return encode(self, compressed)
+    async def slow(body: RegisterBrokerBody, compressed: bool) -> bytes:
+        encoding.set()
+        await asyncio.sleep(0.5)
+        return await encode(body, compressed)
 
-    monkeypatch.setattr(RegisterBrokerBody, "encode", slow)
+    monkeypatch.setattr(broker_module, "encode_sliced", slow)
     cluster.broker.topics.new_version()  # (the last whole-table body is not sent again as it is)
     whole = asyncio.create_task(cluster.broker.register_all())
-    await asyncio.to_thread(encoding.wait, 10)
+    await asyncio.wait_for(encoding.wait(), 10)
     header.read_queue_nums = header.write_queue_nums = 8
     assert (
         await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext_fields())
     ).code == ResponseCode.SUCCESS
     await whole
     assert TopicRouteData.loads((await route(cluster, "Late")).body).queue_datas[0].write_queue_nums == 8
+
+
+async def test_the_whole_table_is_encoded_on_the_loop_in_slices_serving_requests_between_them(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = broker.broker
+    for i in range(1000):
+        b.topics.put(TopicConfig(f"Many{i}", 1, 1), persist=False)
+    turns = 0
+    encoded: list[tuple[int, int]] = []  # (thread, turn of the other task) of each piece of the table
+    dumps = fastjson.dumps
+
+    def spied(obj: Any, **kwargs: Any) -> bytes:
+        if isinstance(obj, dict) and len(obj) > 1:
+            encoded.append((threading.get_ident(), turns))
+        return dumps(obj, **kwargs)
+
+    monkeypatch.setattr(fastjson, "dumps", spied)
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    for compressed in (False, True):
+        task = asyncio.create_task(other())
+        await asyncio.sleep(0)
+        before = turns
+        body = await b._registration_body(None, compressed)
+        task.cancel()
+        pieces = list(encoded)
+        assert turns - before >= 1000 // broker_module.REGISTER_SLICE  # the loop ran other work between
+        assert body == RegisterBrokerBody(b.registration_wrapper(), []).encode(compressed)
+        if not compressed:
+            on_loop = [turn for thread, turn in pieces if thread == threading.get_ident()]
+            assert len(on_loop) == len(pieces) >= 1000 // broker_module.REGISTER_SLICE  # JSON on the loop
+            assert len(set(on_loop)) == len(on_loop)  # one piece between two turns of the other task

@@ -6,11 +6,15 @@ import asyncio
 import os
 import socket
 import struct
+import threading
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import pytest
+from prometheus_client.core import CounterMetricFamily
 
+from daemon.broker.metrics import SCRAPE_SLICE
 from tests.listeners import listening
 from tests.support.broker import BrokerHandle, start_broker
 from tests.support.waiting import budget_holds, wait_until
@@ -59,3 +63,42 @@ async def test_metrics_report_what_clients_make_the_broker_hold(broker: BrokerHa
     labels = '{broker="broker-a",cluster="DefaultCluster"}'
     assert f"rocketmq_remoting_buffered_bytes{labels} 1004.0" in text
     assert f"rocketmq_remoting_connections{labels} 1.0" in text
+
+
+async def test_a_scrape_renders_on_the_event_loop_in_slices_serving_requests_between_them(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = broker.broker
+    for i in range(2000):  # 4,000 per-topic samples: put messages and bytes
+        b.stats.on_put(f"T{i}", 1, 10)
+    turns = 0
+    added: dict[int, int] = {}  # samples added per turn of the other task
+    threads: set[int] = set()
+    real = CounterMetricFamily.add_metric
+
+    def counted(family: CounterMetricFamily, *args: Any, **kwargs: Any) -> None:
+        threads.add(threading.get_ident())
+        added[turns] = added.get(turns, 0) + 1
+        real(family, *args, **kwargs)
+
+    async def other() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    monkeypatch.setattr(CounterMetricFamily, "add_metric", counted)
+    task = asyncio.create_task(other())
+    try:
+        text = await asyncio.to_thread(fetch, b.metrics_port, "/metrics")
+    finally:
+        task.cancel()
+    assert threads == {threading.get_ident()}  # built on the event loop, not in the HTTP thread
+    assert max(added.values()) <= SCRAPE_SLICE  # and never more than a slice between two turns
+    assert len(added) >= 4000 // SCRAPE_SLICE
+    assert text.count("\nrocketmq_broker_put_messages_total{") == 2000
+    assert text.count("# TYPE rocketmq_broker_put_messages_total counter\n") == 1
+    assert (
+        'rocketmq_broker_put_bytes_total{broker="broker-a",cluster="DefaultCluster",topic="T1999"} 10.0'
+        in text
+    )

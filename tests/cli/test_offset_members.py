@@ -28,6 +28,7 @@ from mqctl.errors import ConflictError, Interrupted
 from tests.daemons import LocalCluster, handle, local_cluster
 from tests.support.cli import CliResult, RunCli
 from tests.support.paths import ROOT
+from tests.support.waiting import wait_for
 
 TOPIC = "Replay"
 PER_QUEUE = 5
@@ -52,13 +53,6 @@ def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 def committed(cluster: LocalCluster, group: str) -> list[int]:
     return [cluster.broker.offsets.query_offset(group, TOPIC, q) for q in (0, 1)]
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 @pytest.fixture

@@ -95,6 +95,7 @@ def test_contract(any_store: MessageStore) -> None:
     any_store.put_message(_m(1))
     assert seen == [("C", 1, 11)]
     assert any_store.topic_queue_table()[("C", 0)] == 13
+    assert sorted(any_store.queue_keys()) == sorted(any_store.topic_queue_table())
     assert any_store.max_phy_offset > results[-1].phys_offset and any_store.min_phy_offset == 0
     any_store.configs.consumer_offsets.commit_offset("g", "C", 0, 5)
     assert any_store.configs.consumer_offsets.query_offset("g", "C", 0) == 5

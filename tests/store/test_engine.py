@@ -22,6 +22,7 @@ from store.config import SYNC_FLUSH
 from store.engine import DefaultMessageStore, GetMessageStatus
 from store.errors import CorruptRecordError, StoreFormatError, StoreLockedError
 from store.javahash import tags_code
+from store.mapped_file import MappedFileQueue
 from store.message import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
@@ -29,6 +30,7 @@ from store.message import (
 )
 from store.names import SCHEDULE_TOPIC
 from tests.support.stores import small_config
+from tests.support.waiting import wait_for
 
 FAR = 2**62
 
@@ -391,6 +393,60 @@ def test_consume_queue_flush_syncs_the_file_system_once_when_many_queues_are_due
     store.shutdown()
     assert all(cq is not None and cq.files.dirty_bytes() == 0 for cq in cqs)
     assert synced == ([store.config.consume_queue_dir] if one_sync else [])
+
+
+@pytest.mark.pure_python
+def test_consume_queue_flush_visits_only_the_queues_written_since_it_last_ran(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _open(tmp_path, flush_consume_queue_least_pages=0)
+    try:
+        for q in range(100):
+            assert store.put_message(_msg(q, topic=f"T{q}")).status == PutMessageStatus.PUT_OK
+        cqs = [store.get_consume_queue(f"T{q}", 0) for q in range(100)]
+        wait_for(lambda: all(cq is not None and cq.files.dirty_bytes() == 0 for cq in cqs), "the first flush")
+        visited: list[str] = []
+        real = MappedFileQueue.dirty_bytes
+
+        def counted(files: MappedFileQueue) -> int:
+            visited.append(files.directory)
+            return real(files)
+
+        monkeypatch.setattr(MappedFileQueue, "dirty_bytes", counted)
+        assert store.put_message(_msg(0, topic="T7")).status == PutMessageStatus.PUT_OK
+        t7 = store.get_consume_queue("T7", 0)
+        assert t7 is not None
+        wait_for(lambda: t7.files.dirty_bytes() == 0, "T7 flushed")
+        assert set(visited) == {t7.files.directory}  # the other 99 queues were not looked at
+    finally:
+        store.shutdown()
+
+
+@pytest.mark.pure_python
+def test_a_consume_queue_whose_flush_failed_is_flushed_by_the_next_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = _open(tmp_path, flush_consume_queue_least_pages=0)
+    failures: list[str] = []
+    real = MappedFileQueue.flush
+
+    def failing_once(files: MappedFileQueue) -> int:
+        if not failures:
+            failures.append(files.directory)
+            raise OSError(5, "Input/output error")
+        return real(files)
+
+    try:
+        monkeypatch.setattr(MappedFileQueue, "flush", failing_once)
+        assert store.put_message(_msg(0)).status == PutMessageStatus.PUT_OK
+        cq = store.get_consume_queue("T", 0)
+        assert cq is not None
+        wait_for(
+            lambda: cq.files.dirty_bytes() == 0, "the queue flushed"
+        )  # written once, never again: still flushed
+        assert failures == [cq.files.directory]
+    finally:
+        store.shutdown()
 
 
 def test_clean_expired_consume_queues_checks_each_candidate_again_under_the_put_lock(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Awaitable, Callable
 
 from daemon.remoting.server import RemotingServer
@@ -20,6 +21,14 @@ async def wait_until(predicate: Callable[[], bool | Awaitable[bool]], timeout: f
             return
         assert loop.time() < deadline, "condition not reached in time"
         await asyncio.sleep(0.05)
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout: float = 15.0) -> None:
+    """``wait_until`` for a test without an event loop: poll ``condition`` in this thread."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 def budget_holds(server: RemotingServer, held: int) -> Callable[[], Awaitable[bool]]:

@@ -1,0 +1,117 @@
+"""End-to-end p99.9 at a fixed rate on a broker holding many topics, quiet and beside a busy process.
+
+Goal: p99.9 <= 5 ms quiet; with a competing CPU-bound process <= 2x the quiet figure and <= 8 ms.
+
+Starts a NameServer and `mqctl broker start` in subprocesses (benchmarks/bench_broker_latency.py's), creates
+TOPICS topics of one queue and sends each its first message (so the broker's tables hold them all: topic
+configs, ConsumeQueues, stats items, registration bodies), then runs ROUNDS pairs of rounds: one quiet, one
+with a competitor, a process this benchmark starts that spins in a busy loop for the round's length (one
+process: on a 2-core machine it takes a core the broker could have run on). Which goes first alternates
+(quiet, busy, busy, quiet, ...), so the machine's drift is not charged to one side. Each round is
+bench_broker_latency's: one producer at RATE msgs/s on an absolute schedule, one consumer long-polling the
+round's own 4-queue topic as a push consumer does, send-to-receipt latency after a 2 s warm-up.
+
+Prints each round (p50/p99/p99.9/max, the broker's own loop lag p99 and max and longest GC pause over the
+last minute or two, from GET_BROKER_RUNTIME_INFO), the median p99.9 of each side and their ratio.
+
+    python benchmarks/bench_broker_tail.py [--topics 10000] [--duration 10] [--rate 1000] [--rounds 2]
+        [--tree DIR]
+
+``--tree DIR`` runs the daemons of another source tree (see bench_broker_latency.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+# run as a script: benchmarks/ is on sys.path
+from bench_broker_latency import bench, namesrv_process, percentile
+from bench_broker_produce import ROOT, broker_process
+from bench_broker_topics import create
+from benchlib import summary
+
+from daemon.remoting.loop import run
+from mqctl.admin.client import Admin
+from mqctl.services.bench import produce
+
+BUSY_LOOP = "while True: pass"
+
+
+@contextmanager
+def competitor(on: bool) -> Iterator[None]:
+    """A process spinning on a CPU while the block runs (nothing when ``on`` is false)."""
+    if not on:
+        yield
+        return
+    proc = subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
+    try:
+        yield
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+async def fill(namesrv: str, topics: int) -> float:
+    """Create the topics and send each its first message; returns the seconds it took."""
+    async with Admin([namesrv]) as admin:
+        created = await create(admin, "TailMany", topics, 1)
+        first = await produce(admin, "TailMany", topics=topics, queues=1, threads=16, size=1024, count=topics)
+    return created + first.seconds
+
+
+async def broker_loop(namesrv: str, broker: str) -> str:
+    """The broker's own view: its loop lag and GC pauses (ms, the last minute or two)."""
+    async with Admin([namesrv]) as admin:
+        info = await admin.broker_runtime_info(broker)
+    return (
+        f"broker loop lag p99 {info.get('loopLagP99', '-')} max {info.get('loopLagMax', '-')}, "
+        f"GC pause max {info.get('gcPauseMax', '-')}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--topics", type=int, default=10_000)
+    ap.add_argument("--duration", type=float, default=10.0, help="seconds per round after its warm-up")
+    ap.add_argument("--rate", type=float, default=1000.0, help="msgs/s")
+    ap.add_argument("--rounds", type=int, default=2, help="pairs of rounds (one quiet, one busy each)")
+    ap.add_argument("--tree", type=Path, default=ROOT, help="source tree of the daemons (default: this one)")
+    args = ap.parse_args()
+    tree = args.tree.resolve()
+    p999: dict[str, list[float]] = {"quiet": [], "busy": []}
+    loads: list[float] = []
+    with namesrv_process(tree) as namesrv, broker_process("--namesrv", namesrv, cwd=tree) as (broker, _):
+        took = run(fill(namesrv, args.topics))
+        print(f"{args.topics:,} topics created and sent one message each in {took:.1f} s", flush=True)
+        for r in range(args.rounds):
+            for mode in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
+                with competitor(mode == "busy"):
+                    out = run(bench(namesrv, broker, args.duration, args.rate, f"TailBench{r}{mode}"))
+                    loads.append(os.getloadavg()[0])
+                ms = sorted(out.latencies_ms)
+                p999[mode].append(percentile(ms, 99.9))
+                print(
+                    f"round {r + 1} {mode}: p50 {percentile(ms, 50):.2f} ms, p99 {percentile(ms, 99):.2f} ms, "
+                    f"p99.9 {percentile(ms, 99.9):.2f} ms, max {ms[-1]:.1f} ms ({len(ms):,} msgs); "
+                    f"{run(broker_loop(namesrv, broker))}; load {loads[-1]:.1f}",
+                    flush=True,
+                )
+    quiet, busy = statistics.median(p999["quiet"]), statistics.median(p999["busy"])
+    print(f"median p99.9: quiet {quiet:.2f} ms, busy {busy:.2f} ms, busy/quiet {busy / quiet:.2f}")
+    summary(
+        __file__,
+        f"p99.9 quiet {quiet:.2f} ms, busy {busy:.2f} ms ({busy / quiet:.1f}x)",
+        f"{args.topics:,} topics, {args.rate:,.0f} msgs/s, {args.rounds} x 2 rounds of {args.duration:g} s; "
+        f"load {min(loads):.1f}-{max(loads):.1f} over the rounds",
+    )
+
+
+if __name__ == "__main__":
+    main()
