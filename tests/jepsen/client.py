@@ -1,0 +1,159 @@
+"""A Jepsen client: producers that send with retries and record every attempt in the history, and the
+final read of every queue of the topic.
+
+A producer resolves the topic's master from the NameServer (GET_ROUTEINFO_BY_TOPIC, brokerId 0), as
+4.9.8's DefaultMQProducer does, sends one message at a time with SEND_MESSAGE_V2 and, like its
+``retryTimesWhenSendFailed``, tries again (on the next queue, after looking the route up again) when an
+attempt failed or its outcome is unknown. Each attempt is its own invoke/complete pair in the history,
+with the same message identity: the body's digest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import itertools
+
+from daemon.remoting.bodies import TopicRouteData
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import RemotingError
+from daemon.remoting.headers import GetRouteInfoRequestHeader
+from store.record import decode_records
+from tests.jepsen.checker import Read
+from tests.jepsen.history import History, Op
+from tests.support.broker import BrokerClient, send_fields
+
+#: Answers of a broker that stored the message but could not make it durable as asked: unknown.
+STORED_NOT_SAFE = (
+    ResponseCode.FLUSH_DISK_TIMEOUT,
+    ResponseCode.FLUSH_SLAVE_TIMEOUT,
+    ResponseCode.SLAVE_NOT_AVAILABLE,
+)
+
+
+def code_name(code: int) -> str:
+    try:
+        return ResponseCode(code).name
+    except ValueError:
+        return str(code)
+
+
+def digest(body: bytes) -> str:
+    return hashlib.sha1(body).hexdigest()
+
+
+class Producer:
+    """One client process of the history (``process`` names it), with its own connections."""
+
+    def __init__(
+        self,
+        history: History,
+        process: str,
+        namesrv: str,
+        topic: str,
+        *,
+        queues: int = 4,
+        retries: int = 2,
+        timeout: float = 3.0,
+        backoff: float = 0.2,
+    ) -> None:
+        self.history = history
+        self.process = process
+        self.namesrv = namesrv
+        self.topic = topic
+        self.queues = queues
+        self.retries = retries
+        self.timeout = timeout
+        self.backoff = backoff
+        self.client = RemotingClient()
+        self.master: str | None = None
+        self._queue = itertools.count(hash(process) % queues)
+        self.sent = 0
+
+    async def route(self) -> str | None:
+        """The master of the topic's broker group as the NameServer lists it now (None: no master)."""
+        header = GetRouteInfoRequestHeader(self.topic)
+        request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, header.to_ext_fields())
+        try:
+            r = await self.client.invoke(self.namesrv, request, 2.0)
+        except RemotingError:
+            return None
+        if r.code != ResponseCode.SUCCESS:
+            return None
+        for broker in TopicRouteData.loads(r.body).broker_datas:
+            if (addr := broker.master_addr()) is not None:
+                return addr
+        return None
+
+    async def send(self, body: bytes) -> Op:
+        """Send ``body`` until one attempt is acknowledged or the retries are spent; the last completion."""
+        value = digest(body)
+        last: Op | None = None
+        for attempt in range(self.retries + 1):
+            if attempt:
+                await asyncio.sleep(self.backoff)
+            last = await self._attempt(value, body)
+            if last.type == "ok":
+                break
+            self.master = None  # look the route up again: the master may have moved
+        assert last is not None
+        return last
+
+    async def _attempt(self, value: str, body: bytes) -> Op:
+        queue = next(self._queue) % self.queues
+        inv = self.history.invoke(self.process, "send", value)
+        addr = self.master = self.master or await self.route()
+        if addr is None:
+            return self.history.complete(inv, "fail", error="no master in the route")
+        try:
+            conn = await self.client.connection(addr)
+        except RemotingError as exc:
+            return self.history.complete(inv, "fail", error=f"connect: {exc}")
+        if conn.is_closed:
+            return self.history.complete(inv, "fail", error="connection closed before sending")
+        request = RemotingCommand.request(
+            RequestCode.SEND_MESSAGE_V2, send_fields(self.topic, queue_id=queue, group="JEPSEN_PG"), body
+        )
+        try:
+            r = await conn.invoke(request, self.timeout)
+        except (RemotingError, OSError) as exc:  # it went out: stored or not, nobody can say
+            return self.history.complete(inv, "info", error=f"{type(exc).__name__}: {exc}")
+        where = {"queue": int(r.ext_fields.get("queueId", queue)), "msg_id": r.ext_fields.get("msgId")}
+        if "queueOffset" in r.ext_fields:
+            where["offset"] = int(r.ext_fields["queueOffset"])
+        if r.code == ResponseCode.SUCCESS:
+            self.sent += 1
+            return self.history.complete(inv, "ok", **where)
+        error = f"{code_name(r.code)}: {r.remark}"
+        return self.history.complete(
+            inv, "info" if r.code in STORED_NOT_SAFE else "fail", error=error, **where
+        )
+
+    async def run(self, stop: asyncio.Event, pause: float = 0.0) -> None:
+        """Send distinct messages until ``stop`` is set."""
+        for seq in itertools.count():
+            if stop.is_set():
+                return
+            await self.send(f"{self.process}:{seq}:".encode() * 8)
+            if pause:
+                await asyncio.sleep(pause)
+
+    async def close(self) -> None:
+        await self.client.close()
+
+
+async def read_topic(client: RemotingClient, addr: str, topic: str, queues: int) -> list[Read]:
+    """Everything ``addr`` serves of ``topic``: every queue pulled from offset 0 to its end."""
+    broker = BrokerClient(addr, client)
+    reads: list[Read] = []
+    for queue in range(queues):
+        offset = 0
+        while True:
+            r = await broker.pull("JEPSEN_READER", topic, queue, offset, max_nums=32)
+            if r.code != ResponseCode.SUCCESS:
+                break
+            reads += [Read(queue, m.queue_offset, digest(m.body)) for m in decode_records(r.body)]
+            offset = int(r.ext_fields["nextBeginOffset"])
+    return reads

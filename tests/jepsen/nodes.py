@@ -1,0 +1,134 @@
+"""Broker processes the nemesis can hurt: each is ``mqctl broker start -c broker.conf`` in a subprocess
+(so SIGKILL and SIGSTOP hit a real process), on a fixed loopback port, with its store and log in the
+test's directory; a restart starts the same configuration on the same store."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from tests.jepsen.history import History
+from tests.support.paths import ROOT
+from tests.support.ports import free_port
+from tests.support.waiting import wait_until
+
+
+def write_conf(path: Path, keys: dict[str, object]) -> Path:
+    """A broker.conf with RocketMQ's own key names (``brokerRole=SYNC_MASTER``...)."""
+    path.write_text("".join(f"{k}={v}\n" for k, v in keys.items()))
+    return path
+
+
+@dataclass
+class Node:
+    """One broker process: ``keys`` is its broker.conf; ``dir`` holds the conf, the store and the log."""
+
+    name: str
+    dir: Path
+    keys: dict[str, object]
+    env: dict[str, str]
+    port: int = field(default_factory=free_port)
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def store(self) -> Path:
+        return self.dir / "store"
+
+    @property
+    def log(self) -> Path:
+        return self.dir / "broker.log"
+
+    def start(self) -> None:
+        """Start (or restart, on the store it left) the broker; ``ready`` waits for it to answer."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        keys = {
+            "brokerIP1": "127.0.0.1",
+            "listenHost": "127.0.0.1",
+            "listenPort": self.port,
+            "storePathRootDir": self.store,
+            "metricsEnable": "false",
+            **self.keys,
+        }
+        conf = write_conf(self.dir / "broker.conf", keys)
+        argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
+        with self.log.open("ab") as log:
+            self.proc = subprocess.Popen(argv, cwd=ROOT, env=self.env, stdout=log, stderr=log)
+
+    async def ready(self, client: RemotingClient, timeout: float = 30.0) -> None:
+        async def answers() -> bool:
+            assert self.proc is not None and self.proc.poll() is None, (
+                f"{self.name} exited:\n{self.log_tail()}"
+            )
+            try:
+                r = await client.invoke(
+                    self.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 1.0
+                )
+            except Exception:
+                return False
+            return r.code == ResponseCode.SUCCESS
+
+        await wait_until(answers, timeout)
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def signal(self, sig: signal.Signals) -> None:
+        assert self.proc is not None
+        os.kill(self.proc.pid, sig)
+
+    def stop(self) -> None:
+        """SIGTERM (after SIGCONT, should it be paused), then SIGKILL if it does not go in time."""
+        if not self.running:
+            return
+        assert self.proc is not None
+        self.signal(signal.SIGCONT)
+        self.signal(signal.SIGTERM)
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+
+class Nemesis:
+    """Process faults, each recorded in the history as the nemesis' operation."""
+
+    def __init__(self, history: History) -> None:
+        self.history = history
+
+    def kill(self, node: Node) -> None:
+        """SIGKILL: no shutdown hook, no flush; what the page cache holds survives, as after a crash."""
+        node.signal(signal.SIGKILL)
+        assert node.proc is not None
+        node.proc.wait(10)
+        self.history.nemesis("kill", node.name)
+
+    def pause(self, node: Node) -> None:
+        """SIGSTOP: the process holds its sockets and answers nothing (a long GC pause, a frozen VM)."""
+        node.signal(signal.SIGSTOP)
+        self.history.nemesis("pause", node.name)
+
+    def resume(self, node: Node) -> None:
+        node.signal(signal.SIGCONT)
+        self.history.nemesis("resume", node.name)
+
+    def restart(self, node: Node) -> None:
+        """Start a stopped or killed node again on its old store."""
+        assert not node.running, f"{node.name} is still running"
+        node.start()
+        self.history.nemesis("restart", node.name)
