@@ -5,7 +5,8 @@ pairs every send's invocation with its completion, groups the attempts of each m
 same body again), and compares them with a full read of the topic. Anomalies:
 
 - ``lost``: acknowledged (SEND_OK) but not read back;
-- ``duplicated``: read more often than its attempts that could have stored it (``ok`` + ``info``) explain;
+- ``duplicated``: read more often than its attempts that could have stored it (``ok`` + ``info``, each
+  counted as often as the client may have sent it) explain;
 - ``failed-visible``: every attempt failed for certain, yet it is read back;
 - ``foreign``: read back but never sent;
 - ``moved``: acknowledged at a queue and offset where it is not found (it is read elsewhere);
@@ -140,7 +141,7 @@ def check(history: History | Iterable[Op], reads: Iterable[Read]) -> CheckResult
 
 def _check_message(value: str, tried: list[Attempt], found: list[Read], result: CheckResult) -> None:
     oks = [a.completion for a in tried if a.type == "ok" and a.completion is not None]
-    possible = sum(1 for a in tried if a.type in ("ok", "info"))
+    possible = sum(a.invocation.tries for a in tried if a.type in ("ok", "info"))
     where = ", ".join(f"q{r.queue}@{r.offset}" for r in found)
     if oks and not found:
         c = oks[0]

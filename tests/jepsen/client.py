@@ -13,6 +13,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import json
+import shutil
+
+import pytest
 
 from daemon.remoting.bodies import TopicRouteData
 from daemon.remoting.client import RemotingClient
@@ -23,6 +27,7 @@ from daemon.remoting.headers import GetRouteInfoRequestHeader
 from store.record import decode_records
 from tests.jepsen.checker import Read
 from tests.jepsen.history import History, Op
+from tests.support.ali_ons import INTEROP
 from tests.support.broker import BrokerClient, send_fields
 
 #: Answers of a broker that stored the message but could not make it durable as asked: unknown.
@@ -42,6 +47,22 @@ def code_name(code: int) -> str:
 
 def digest(body: bytes) -> str:
     return hashlib.sha1(body).hexdigest()
+
+
+async def master_of(client: RemotingClient, namesrv: str, topic: str) -> str | None:
+    """The master of ``topic``'s broker group as the NameServer lists it now (None: no master listed)."""
+    header = GetRouteInfoRequestHeader(topic)
+    request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, header.to_ext_fields())
+    try:
+        r = await client.invoke(namesrv, request, 2.0)
+    except RemotingError:
+        return None
+    if r.code != ResponseCode.SUCCESS:
+        return None
+    for broker in TopicRouteData.loads(r.body).broker_datas:
+        if (addr := broker.master_addr()) is not None:
+            return addr
+    return None
 
 
 class Producer:
@@ -73,19 +94,7 @@ class Producer:
         self.sent = 0
 
     async def route(self) -> str | None:
-        """The master of the topic's broker group as the NameServer lists it now (None: no master)."""
-        header = GetRouteInfoRequestHeader(self.topic)
-        request = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, header.to_ext_fields())
-        try:
-            r = await self.client.invoke(self.namesrv, request, 2.0)
-        except RemotingError:
-            return None
-        if r.code != ResponseCode.SUCCESS:
-            return None
-        for broker in TopicRouteData.loads(r.body).broker_datas:
-            if (addr := broker.master_addr()) is not None:
-                return addr
-        return None
+        return await master_of(self.client, self.namesrv, self.topic)
 
     async def send(self, body: bytes) -> Op:
         """Send ``body`` until one attempt is acknowledged or the retries are spent; the last completion."""
@@ -142,6 +151,69 @@ class Producer:
 
     async def close(self) -> None:
         await self.client.close()
+
+
+class OnsProducer:
+    """ali-ons as a client process of the history (``tests/interop/ons_history.js``): its events become
+    history entries as they arrive; each operation may have been sent as often as the producer's own
+    retries allow (its ``tries``)."""
+
+    def __init__(self, history: History, process: str, namesrv: str, topic: str) -> None:
+        self.history = history
+        self.process = process
+        self.namesrv = namesrv
+        self.topic = topic
+        self.sent = 0
+        self.stderr = b""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        exe = shutil.which("node")
+        if exe is None:
+            pytest.skip("node not installed: the ali-ons client needs it")
+        if not (INTEROP / "node_modules" / "ali-ons").is_dir():
+            pytest.fail("ali-ons not installed: run scripts/install-interop-clients.sh (make test does)")
+        proc = await asyncio.create_subprocess_exec(
+            exe,
+            str(INTEROP / "ons_history.js"),
+            self.namesrv,
+            self.topic,
+            self.process,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=INTEROP,
+        )
+        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        errors = asyncio.create_task(proc.stderr.read())
+        stopper = asyncio.create_task(stop.wait())
+        tries = 1
+        inv: Op | None = None
+        try:
+            while line := await proc.stdout.readline():
+                event = json.loads(line)
+                if event["type"] == "ready":
+                    tries = int(event["tries"])
+                elif event["type"] == "invoke":
+                    inv = self.history.invoke(self.process, "send", event["value"], tries=tries)
+                else:
+                    assert inv is not None and inv.value == event["value"], event
+                    fields = {"error": event.get("error"), "msg_id": event.get("msgId")}
+                    if "queue" in event:
+                        fields.update(queue=int(event["queue"]), offset=int(event["offset"]))
+                    self.history.complete(inv, "ok" if event["type"] == "ok" else "info", **fields)
+                    self.sent += event["type"] == "ok"
+                    inv = None
+                if stopper.done() and not proc.stdin.is_closing():
+                    proc.stdin.close()  # it finishes the send in hand, then exits
+        finally:
+            stopper.cancel()
+            if proc.returncode is None and not proc.stdin.is_closing():
+                proc.stdin.close()
+            self.stderr = await errors
+            assert await asyncio.wait_for(proc.wait(), 30) == 0, self.stderr.decode()[-3000:]
+
+    async def close(self) -> None:
+        pass
 
 
 async def read_topic(client: RemotingClient, addr: str, topic: str, queues: int) -> list[Read]:

@@ -5,7 +5,8 @@ A completion is ``ok`` (the system acknowledged it: SEND_OK), ``fail`` (it certa
 request never left, or the server refused it without storing), or ``info`` (unknown: a timeout, a
 connection lost after the request went out, or a stored-but-not-replicated answer such as
 FLUSH_SLAVE_TIMEOUT). Each client process has at most one operation in flight, as in Jepsen, so a
-completion pairs with its process's last invocation. Role observations (who claims to lead, in which
+completion pairs with its process's last invocation. A real client that retries inside one call (ali-ons'
+``retryTimesWhenSendFailed``) records how often it may have sent the message as the operation's ``tries``. Role observations (who claims to lead, in which
 term) are recorded too, for the checker's one-leader-per-term rule.
 """
 
@@ -41,6 +42,8 @@ class Op:
     error: str | None = None
     role: str | None = None
     term: int | None = None
+    #: How many times the client may have sent it under this one operation (a real client's own retries).
+    tries: int = 1
 
 
 class History:
@@ -60,8 +63,8 @@ class History:
             self.ops.append(op)
             return op
 
-    def invoke(self, process: str, f: str, value: str) -> Op:
-        return self._add(Op(0, 0.0, process, "invoke", f, value))
+    def invoke(self, process: str, f: str, value: str, tries: int = 1) -> Op:
+        return self._add(Op(0, 0.0, process, "invoke", f, value, tries=tries))
 
     def complete(self, invocation: Op, type: OpType, **fields: object) -> Op:
         """The completion of ``invocation``; ``fields`` are the client's view (queue, offset, msg_id, error)."""

@@ -111,3 +111,13 @@ def test_writes_resumed_needs_an_acknowledgement_after_the_fault() -> None:
     assert check_resumed(h, heal.time).kinds() == {"not-resumed"}
     sent(h, "p0", "c", "ok", 0, 1)
     assert check_resumed(h, heal.time).valid
+
+
+def test_a_clients_own_retries_explain_copies_of_one_operation() -> None:
+    h = History()
+    h.complete(h.invoke("ons0", "send", "a", tries=4), "ok", queue=0, offset=2)  # ali-ons retried inside
+    result = check(h, [Read(0, 0, "a"), Read(0, 2, "a")])
+    assert result.valid and result.retried_duplicates == ["a"]
+    h = History()
+    h.complete(h.invoke("p0", "send", "a"), "ok", queue=0, offset=2)
+    assert check(h, [Read(0, 0, "a"), Read(0, 2, "a")]).kinds() == {"duplicated"}

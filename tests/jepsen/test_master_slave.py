@@ -15,8 +15,8 @@ import pytest
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
 from tests.jepsen.checker import CheckResult, check, check_resumed
-from tests.jepsen.client import Producer, read_topic
-from tests.jepsen.history import History
+from tests.jepsen.client import OnsProducer, Producer, master_of, read_topic
+from tests.jepsen.history import History, Op
 from tests.jepsen.nodes import Nemesis, Node
 from tests.jepsen.proxy import Mode, Proxy
 from tests.support.broker import BrokerClient
@@ -39,7 +39,7 @@ class MasterSlave:
     namesrv: str
     master: Node
     slave: Node
-    producers: list[Producer]
+    producers: list[Producer | OnsProducer]
 
     def acked(self) -> int:
         return sum(p.sent for p in self.producers)
@@ -62,10 +62,10 @@ class MasterSlave:
 
 @contextlib.asynccontextmanager
 async def master_slave(
-    tmp_path: Path, env: dict[str, str], *, proxied_ha: bool, **master_keys: object
+    tmp_path: Path, env: dict[str, str], *, proxied_ha: bool, clients: str = "python", **master_keys: object
 ) -> AsyncIterator[MasterSlave]:
     """A NameServer (in this process), a SYNC_MASTER and its slave (subprocesses), the topic created, and
-    four producers (not yet running); with ``proxied_ha`` the slave reaches the master's HA port through
+    the producers (not yet running): four of ours, or with ``clients="ali-ons"`` two ali-ons; with ``proxied_ha`` the slave reaches the master's HA port through
     the proxy link "ha". The history is left in ``tmp_path/history.jsonl``."""
     namesrv = NamesrvController(namesrv_config(tmp_path))
     await namesrv.start()
@@ -91,7 +91,11 @@ async def master_slave(
     if proxied_ha:
         slave_keys["haMasterAddress"] = (await proxy.link("ha", f"127.0.0.1:{ha_port}")).addr
     slave = Node("slave", tmp_path / "slave", slave_keys, env)
-    producers = [Producer(history, f"p{i}", ns, TOPIC, queues=QUEUES) for i in range(4)]
+    producers: list[Producer | OnsProducer] = (
+        [OnsProducer(history, f"ons{i}", ns, TOPIC) for i in range(2)]
+        if clients == "ali-ons"
+        else [Producer(history, f"p{i}", ns, TOPIC, queues=QUEUES) for i in range(4)]
+    )
     try:
         master.start()
         await master.ready(client)
@@ -100,7 +104,7 @@ async def master_slave(
         await BrokerClient(master.addr, client).create_topic(TOPIC, QUEUES)
 
         async def routed() -> bool:
-            return await producers[0].route() == master.addr
+            return await master_of(client, ns, TOPIC) == master.addr
 
         await wait_until(routed)
         yield MasterSlave(history, Nemesis(history), proxy, client, ns, master, slave, producers)
@@ -127,12 +131,14 @@ async def producing(g: MasterSlave) -> AsyncIterator[None]:
         await asyncio.gather(*tasks)
 
 
+@pytest.mark.parametrize("client", ["python", pytest.param("ali-ons", marks=pytest.mark.interop)])
 async def test_sigkill_of_the_sync_master_loses_no_acknowledged_send(
-    tmp_path: Path, cli_env: dict[str, str]
+    tmp_path: Path, cli_env: dict[str, str], client: str
 ) -> None:
     """Every SEND_OK is readable from the slave once the master is killed, and from the master again once
-    it restarts on its old store; the producers' retries of unknown outcomes are the only duplicates."""
-    async with master_slave(tmp_path, cli_env, proxied_ha=False) as g:
+    it restarts on its old store; the producers' retries of unknown outcomes are the only duplicates. Our
+    producer retries across route lookups; ali-ons retries inside each send."""
+    async with master_slave(tmp_path, cli_env, proxied_ha=False, clients=client) as g:
         async with producing(g):
             await wait_until(lambda: g.acked() >= 150)
             g.nemesis.kill(g.master)
@@ -191,9 +197,9 @@ async def test_a_partitioned_slave_gets_no_send_ok_until_it_heals(
             assert result.valid, f"{node.name}: {result.summary()}"
 
 
-def _invoked_after(ops: list, completion: object, index: int) -> bool:
+def _invoked_after(ops: list[Op], completion: Op, index: int) -> bool:
     """Whether ``completion``'s invocation (its process's last invoke before it) came after ``index``."""
-    for op in reversed(ops[: completion.index]):  # type: ignore[attr-defined]
-        if op.process == completion.process and op.type == "invoke":  # type: ignore[attr-defined]
-            return bool(op.index > index)
+    for op in reversed(ops[: completion.index]):
+        if op.process == completion.process and op.type == "invoke":
+            return op.index > index
     return False
