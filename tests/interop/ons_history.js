@@ -41,7 +41,11 @@ async function main() {
       await new Promise(resolve => setTimeout(resolve, 200));
     }
   }
-  await producer.close();
+  try {
+    await producer.close();
+  } catch (err) {  // it unregisters from every broker it knew, the killed one too
+    process.stderr.write(`close: ${err.message}\n`);
+  }
 }
 
 main().then(() => process.exit(0), err => { process.stderr.write(`${err.stack}\n`); process.exit(1); });

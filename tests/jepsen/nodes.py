@@ -14,7 +14,8 @@ from pathlib import Path
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from tests.jepsen.history import History
+from tests.jepsen.history import History, Op
+from tests.jepsen.proxy import Mode, Proxy
 from tests.support.paths import ROOT
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
@@ -118,14 +119,26 @@ class Nemesis:
         node.proc.wait(10)
         self.history.nemesis("kill", node.name)
 
-    def pause(self, node: Node) -> None:
+    def pause(self, node: Node) -> Op:
         """SIGSTOP: the process holds its sockets and answers nothing (a long GC pause, a frozen VM)."""
+        op = self.history.nemesis("pause", node.name)
         node.signal(signal.SIGSTOP)
-        self.history.nemesis("pause", node.name)
+        return op
 
-    def resume(self, node: Node) -> None:
+    def resume(self, node: Node) -> Op:
         node.signal(signal.SIGCONT)
-        self.history.nemesis("resume", node.name)
+        return self.history.nemesis("resume", node.name)
+
+    def partition(self, proxy: Proxy, link: str, mode: Mode = "stall") -> Op:
+        """Cut a proxy link (see :class:`tests.jepsen.proxy.Proxy`); the entry comes first, so every send
+        invoked after it met the partition."""
+        op = self.history.nemesis("partition", f"{link}:{mode}")
+        proxy.partition(link, mode)
+        return op
+
+    def heal(self, proxy: Proxy, link: str) -> Op:
+        proxy.heal(link)
+        return self.history.nemesis("heal", link)
 
     def restart(self, node: Node) -> None:
         """Start a stopped or killed node again on its old store."""

