@@ -119,17 +119,21 @@ class Producer:
         try:
             conn = await self.client.connection(addr)
         except RemotingError as exc:
-            return self.history.complete(inv, "fail", error=f"connect: {exc}")
+            return self.history.complete(inv, "fail", error=f"connect: {exc}", addr=addr)
         if conn.is_closed:
-            return self.history.complete(inv, "fail", error="connection closed before sending")
+            return self.history.complete(inv, "fail", error="connection closed before sending", addr=addr)
         request = RemotingCommand.request(
             RequestCode.SEND_MESSAGE_V2, send_fields(self.topic, queue_id=queue, group="JEPSEN_PG"), body
         )
         try:
             r = await conn.invoke(request, self.timeout)
         except (RemotingError, OSError) as exc:  # it went out: stored or not, nobody can say
-            return self.history.complete(inv, "info", error=f"{type(exc).__name__}: {exc}")
-        where = {"queue": int(r.ext_fields.get("queueId", queue)), "msg_id": r.ext_fields.get("msgId")}
+            return self.history.complete(inv, "info", error=f"{type(exc).__name__}: {exc}", addr=addr)
+        where = {
+            "queue": int(r.ext_fields.get("queueId", queue)),
+            "msg_id": r.ext_fields.get("msgId"),
+            "addr": addr,
+        }
         if "queueOffset" in r.ext_fields:
             where["offset"] = int(r.ext_fields["queueOffset"])
         if r.code == ResponseCode.SUCCESS:

@@ -40,6 +40,8 @@ class Op:
     offset: int | None = None
     msg_id: str | None = None
     error: str | None = None
+    #: The broker that answered (or was asked), for "who accepted writes when".
+    addr: str | None = None
     role: str | None = None
     term: int | None = None
     #: How many times the client may have sent it under this one operation (a real client's own retries).

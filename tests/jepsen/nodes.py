@@ -37,6 +37,8 @@ class Node:
     env: dict[str, str]
     port: int = field(default_factory=free_port)
     proc: subprocess.Popen[bytes] | None = None
+    #: Where the store lives, when not in ``dir`` (a small file system of its own, say).
+    store_dir: Path | None = None
 
     @property
     def addr(self) -> str:
@@ -44,7 +46,7 @@ class Node:
 
     @property
     def store(self) -> Path:
-        return self.dir / "store"
+        return self.store_dir or self.dir / "store"
 
     @property
     def log(self) -> Path:
