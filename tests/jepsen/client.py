@@ -79,6 +79,7 @@ class Producer:
         retries: int = 2,
         timeout: float = 3.0,
         backoff: float = 0.2,
+        via: dict[str, str] | None = None,
     ) -> None:
         self.history = history
         self.process = process
@@ -90,6 +91,8 @@ class Producer:
         self.backoff = backoff
         self.client = RemotingClient()
         self.master: str | None = None
+        #: Broker addresses the producer reaches through another (a proxy link), as behind a NAT.
+        self.via = via or {}
         self._queue = itertools.count(hash(process) % queues)
         self.sent = 0
 
@@ -117,7 +120,7 @@ class Producer:
         if addr is None:
             return self.history.complete(inv, "fail", error="no master in the route")
         try:
-            conn = await self.client.connection(addr)
+            conn = await self.client.connection(self.via.get(addr, addr))
         except RemotingError as exc:
             return self.history.complete(inv, "fail", error=f"connect: {exc}", addr=addr)
         if conn.is_closed:

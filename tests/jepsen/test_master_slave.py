@@ -63,11 +63,18 @@ class MasterSlave:
 
 @contextlib.asynccontextmanager
 async def master_slave(
-    tmp_path: Path, env: dict[str, str], *, proxied_ha: bool, clients: str = "python", **master_keys: object
+    tmp_path: Path,
+    env: dict[str, str],
+    *,
+    proxied_ha: bool,
+    clients: str = "python",
+    proxied_clients: bool = False,
+    **master_keys: object,
 ) -> AsyncIterator[MasterSlave]:
     """A NameServer (in this process), a SYNC_MASTER and its slave (subprocesses), the topic created, and
-    the producers (not yet running): four of ours, or with ``clients="ali-ons"`` two ali-ons; with ``proxied_ha`` the slave reaches the master's HA port through
-    the proxy link "ha". The history is left in ``tmp_path/history.jsonl``."""
+        the producers (not yet running): four of ours, or with ``clients="ali-ons"`` two ali-ons; with ``proxied_ha`` the slave reaches the master's HA port through
+        the proxy link "ha"; with ``proxied_clients`` our producers reach the master through the link "clients".
+    The history is left in ``tmp_path/history.jsonl``."""
     namesrv = NamesrvController(namesrv_config(tmp_path))
     await namesrv.start()
     ns = f"127.0.0.1:{namesrv.port}"
@@ -92,10 +99,11 @@ async def master_slave(
     if proxied_ha:
         slave_keys["haMasterAddress"] = (await proxy.link("ha", f"127.0.0.1:{ha_port}")).addr
     slave = Node("slave", tmp_path / "slave", slave_keys, env)
+    via = {master.addr: (await proxy.link("clients", master.addr)).addr} if proxied_clients else {}
     producers: list[Producer | OnsProducer] = (
         [OnsProducer(history, f"ons{i}", ns, TOPIC) for i in range(2)]
         if clients == "ali-ons"
-        else [Producer(history, f"p{i}", ns, TOPIC, queues=QUEUES) for i in range(4)]
+        else [Producer(history, f"p{i}", ns, TOPIC, queues=QUEUES, timeout=1.0, via=via) for i in range(4)]
     )
     try:
         master.start()
@@ -207,3 +215,22 @@ def _invoked_after(ops: list[Op], completion: Op, index: int) -> bool:
         if op.process == completion.process and op.type == "invoke":
             return op.index > index
     return False
+
+
+async def test_a_client_cut_off_the_master_retries_into_explained_duplicates(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The producers' link to the master stalls: their sends time out (unknown), they send again, and
+    when the link heals the master stores every copy that waited. At-least-once: the checker finds the
+    copies, each explained by the retries, and nothing acknowledged lost."""
+    async with master_slave(tmp_path, cli_env, proxied_ha=False, proxied_clients=True) as g:
+        async with producing(g):
+            await wait_until(lambda: g.acked() >= 50)
+            g.nemesis.partition(g.proxy, "clients")
+            await asyncio.sleep(3.0)
+            healed = g.nemesis.heal(g.proxy, "clients")
+            await wait_until(lambda: check_resumed(g.history.ops, healed.time).valid)
+        for node in (g.master, g.slave):
+            result = await g.settled(node)
+            assert result.valid, f"{node.name}: {result.summary()}"
+            assert result.retried_duplicates, result.summary()  # the stalled retries all landed
