@@ -25,7 +25,7 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingError
 from daemon.remoting.headers import GetRouteInfoRequestHeader
 from store.record import decode_records
-from tests.jepsen.checker import Read
+from tests.jepsen.checker import CheckResult, Read, check
 from tests.jepsen.history import History, Op
 from tests.support.ali_ons import INTEROP
 from tests.support.broker import BrokerClient, send_fields
@@ -236,3 +236,18 @@ async def read_topic(client: RemotingClient, addr: str, topic: str, queues: int)
             reads += [Read(queue, m.queue_offset, digest(m.body)) for m in decode_records(r.body)]
             offset = int(r.ext_fields["nextBeginOffset"])
     return reads
+
+
+async def settled(
+    history: History, client: RemotingClient, addr: str, topic: str, queues: int, timeout: float = 20.0
+) -> CheckResult:
+    """The history so far against everything ``addr`` serves of ``topic``, once it serves every
+    acknowledged message (replication and dispatch run in their own time), or the last check after
+    ``timeout``."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while True:
+        result = check(list(history.ops), await read_topic(client, addr, topic, queues))
+        if result.valid or loop.time() > deadline:
+            return result
+        await asyncio.sleep(0.3)

@@ -13,17 +13,15 @@ from pathlib import Path
 
 import pytest
 
-from daemon.namesrv.controller import NamesrvController
-from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.command import RemotingCommand
-from tests.jepsen.checker import CheckResult, check
-from tests.jepsen.client import Producer, master_of, read_topic
-from tests.jepsen.history import History, Op
-from tests.jepsen.nodes import Nemesis, Node
-from tests.jepsen.proxy import Mode, Proxy
+from tests.jepsen.checker import CheckResult
+from tests.jepsen.client import Producer, master_of, settled
+from tests.jepsen.harness import Client, Run, jepsen_run
+from tests.jepsen.history import Op
+from tests.jepsen.nodes import Node
+from tests.jepsen.proxy import Mode
 from tests.support.broker import BrokerClient
-from tests.support.namesrv import namesrv_config
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
@@ -46,12 +44,7 @@ _unavailable: list[str] = []
 
 
 @dataclass
-class RaftGroup:
-    history: History
-    nemesis: Nemesis
-    proxy: Proxy
-    client: RemotingClient
-    namesrv: str
+class RaftGroup(Run):
     nodes: list[Node]
     raft_ports: list[int]
     producers: list[Producer] = field(default_factory=list)
@@ -118,19 +111,9 @@ class RaftGroup:
         await wait_until(elected, timeout)
         return found[0]
 
-    async def read(self, i: int) -> CheckResult:
-        reads = await read_topic(self.client, self.nodes[i].addr, TOPIC, QUEUES)
-        return check(list(self.history.ops), reads)
-
-    async def settled(self, i: int, timeout: float = 20.0) -> CheckResult:
-        """Node ``i``'s check once it serves every acknowledged message, or its last after ``timeout``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            result = await self.read(i)
-            if result.valid or loop.time() > deadline:
-                return result
-            await asyncio.sleep(0.3)
+    async def settled(self, i: int) -> CheckResult:
+        """Node ``i``'s check once it serves every acknowledged message (see :func:`settled`)."""
+        return await settled(self.history, self.client, self.nodes[i].addr, TOPIC, QUEUES)
 
     def acked(self) -> int:
         return sum(p.sent for p in self.producers)
@@ -146,61 +129,54 @@ async def raft_group(
     Skips when this build has no DLedger mode."""
     if _unavailable:
         pytest.skip(_unavailable[0])
-    namesrv = NamesrvController(namesrv_config(tmp_path))
-    await namesrv.start()
-    ns = f"127.0.0.1:{namesrv.port}"
-    history = History()
-    proxy = Proxy()
-    client = RemotingClient()
-    ports = [free_port() for _ in range(3)]
-    nodes: list[Node] = []
-    for i in range(3):
-        peers = [f"n{i}-127.0.0.1:{ports[i]}"]
-        for j in range(3):
-            if j != i:
-                link = await proxy.link(f"n{i}->n{j}", f"127.0.0.1:{ports[j]}")
-                peers.append(f"n{j}-{link.addr}")
-        conf = {
-            "brokerName": GROUP,
-            "namesrvAddr": ns,
-            "mappedFileSizeCommitLog": 1024 * 1024,
-            "enableDLegerCommitLog": "true",
-            "dLegerGroup": GROUP,
-            "dLegerPeers": ";".join(sorted(peers)),
-            "dLegerSelfId": f"n{i}",
-            **TIMINGS,
-            **keys,
-        }
-        nodes.append(Node(f"n{i}", tmp_path / f"n{i}", conf, env, store_dir=(stores or {}).get(i)))
-    g = RaftGroup(history, Nemesis(history), proxy, client, ns, nodes, ports)
-    g.producers = [Producer(history, f"p{i}", ns, TOPIC, queues=QUEUES, timeout=5.0) for i in range(3)]
-    try:
-        for node in nodes:
-            node.start()
-        for node in nodes:
-            try:
-                await node.ready(client)
-            except AssertionError as exc:  # it refused the configuration: no DLedger mode here
-                _unavailable.append(f"a broker with enableDLegerCommitLog=true did not start: {exc}")
-                pytest.skip(_unavailable[-1])
-        await _raft_ports_listen(ports)
-        leader = await g.leader()
-        await BrokerClient(nodes[leader].addr, client).create_topic(TOPIC, QUEUES)
+    async with jepsen_run(tmp_path) as run:
+        ports = [free_port() for _ in range(3)]
+        nodes: list[Node] = []
+        for i in range(3):
+            peers = [f"n{i}-127.0.0.1:{ports[i]}"]
+            for j in range(3):
+                if j != i:
+                    link = await run.proxy.link(f"n{i}->n{j}", f"127.0.0.1:{ports[j]}")
+                    peers.append(f"n{j}-{link.addr}")
+            conf = {
+                "brokerName": GROUP,
+                "namesrvAddr": run.namesrv,
+                "mappedFileSizeCommitLog": 1024 * 1024,
+                "enableDLegerCommitLog": "true",
+                "dLegerGroup": GROUP,
+                "dLegerPeers": ";".join(sorted(peers)),
+                "dLegerSelfId": f"n{i}",
+                **TIMINGS,
+                **keys,
+            }
+            nodes.append(Node(f"n{i}", tmp_path / f"n{i}", conf, env, store_dir=(stores or {}).get(i)))
+        g = RaftGroup(*run.parts(), nodes, ports)
+        g.producers = [
+            Producer(run.history, f"p{i}", run.namesrv, TOPIC, queues=QUEUES, timeout=5.0) for i in range(3)
+        ]
+        try:
+            for node in nodes:
+                node.start()
+            for node in nodes:
+                try:
+                    await node.ready(run.client)
+                except AssertionError as exc:  # it refused the configuration: no DLedger mode here
+                    _unavailable.append(f"a broker with enableDLegerCommitLog=true did not start: {exc}")
+                    pytest.skip(_unavailable[-1])
+            await _raft_ports_listen(ports)
+            leader = await g.leader()
+            await BrokerClient(nodes[leader].addr, run.client).create_topic(TOPIC, QUEUES)
 
-        async def routed() -> bool:
-            return await master_of(client, ns, TOPIC) == nodes[leader].addr
+            async def routed() -> bool:
+                return await master_of(run.client, run.namesrv, TOPIC) == nodes[leader].addr
 
-        await wait_until(routed)
-        yield g
-    finally:
-        history.dump(tmp_path / "history.jsonl")
-        for p in g.producers:
-            await p.close()
-        await proxy.close()
-        await client.close()
-        for node in nodes:
-            node.stop()
-        await namesrv.stop()
+            await wait_until(routed)
+            yield g
+        finally:
+            for p in g.producers:
+                await p.close()
+            for node in nodes:
+                node.stop()
 
 
 async def _raft_ports_listen(ports: list[int], timeout: float = 10.0) -> None:
@@ -221,20 +197,13 @@ async def _raft_ports_listen(ports: list[int], timeout: float = 10.0) -> None:
         return
 
 
-@contextlib.asynccontextmanager
-async def running(g: RaftGroup) -> AsyncIterator[None]:
-    """The producers send, and an observer records every node's role and term, inside the block."""
-    stop = asyncio.Event()
+def activity(g: RaftGroup) -> list[Client]:
+    """What runs during a fault: the producers, and an observer recording every node's role and term."""
 
-    async def observer() -> None:
-        while not stop.is_set():
-            await g.observe()
-            await asyncio.sleep(0.2)
+    class Observer:
+        async def run(self, stop: asyncio.Event) -> None:
+            while not stop.is_set():
+                await g.observe()
+                await asyncio.sleep(0.2)
 
-    tasks = [asyncio.create_task(p.run(stop)) for p in g.producers]
-    tasks.append(asyncio.create_task(observer()))
-    try:
-        yield
-    finally:
-        stop.set()
-        await asyncio.gather(*tasks)
+    return [*g.producers, Observer()]

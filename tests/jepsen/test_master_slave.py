@@ -13,15 +13,13 @@ from typing import cast
 
 import pytest
 
-from daemon.namesrv.controller import NamesrvController
-from daemon.remoting.client import RemotingClient
-from tests.jepsen.checker import CheckResult, check, check_resumed
-from tests.jepsen.client import OnsProducer, Producer, master_of, read_topic
-from tests.jepsen.history import History, Op
-from tests.jepsen.nodes import Nemesis, Node
-from tests.jepsen.proxy import Mode, Proxy
+from tests.jepsen.checker import CheckResult, check_resumed
+from tests.jepsen.client import OnsProducer, Producer, master_of, settled
+from tests.jepsen.harness import Run, jepsen_run, running
+from tests.jepsen.history import Op
+from tests.jepsen.nodes import Node
+from tests.jepsen.proxy import Mode
 from tests.support.broker import BrokerClient
-from tests.support.namesrv import namesrv_config
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
@@ -32,12 +30,7 @@ QUEUES = 4
 
 
 @dataclass
-class MasterSlave:
-    history: History
-    nemesis: Nemesis
-    proxy: Proxy
-    client: RemotingClient
-    namesrv: str
+class MasterSlave(Run):
     master: Node
     slave: Node
     producers: list[Producer | OnsProducer]
@@ -45,20 +38,9 @@ class MasterSlave:
     def acked(self) -> int:
         return sum(p.sent for p in self.producers)
 
-    async def read(self, node: Node) -> CheckResult:
-        """The history so far against everything ``node`` serves."""
-        return check(list(self.history.ops), await read_topic(self.client, node.addr, TOPIC, QUEUES))
-
-    async def settled(self, node: Node, timeout: float = 20.0) -> CheckResult:
-        """``node``'s check once it serves every acknowledged message (replication and dispatch run in
-        their own time), or its last check after ``timeout``."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
-        while True:
-            result = await self.read(node)
-            if result.valid or loop.time() > deadline:
-                return result
-            await asyncio.sleep(0.3)
+    async def settled(self, node: Node) -> CheckResult:
+        """``node``'s check once it serves every acknowledged message (see :func:`settled`)."""
+        return await settled(self.history, self.client, node.addr, TOPIC, QUEUES)
 
 
 @contextlib.asynccontextmanager
@@ -72,72 +54,51 @@ async def master_slave(
     **master_keys: object,
 ) -> AsyncIterator[MasterSlave]:
     """A NameServer (in this process), a SYNC_MASTER and its slave (subprocesses), the topic created, and
-        the producers (not yet running): four of ours, or with ``clients="ali-ons"`` two ali-ons; with ``proxied_ha`` the slave reaches the master's HA port through
-        the proxy link "ha"; with ``proxied_clients`` our producers reach the master through the link "clients".
-    The history is left in ``tmp_path/history.jsonl``."""
-    namesrv = NamesrvController(namesrv_config(tmp_path))
-    await namesrv.start()
-    ns = f"127.0.0.1:{namesrv.port}"
-    history = History()
-    proxy = Proxy()
-    client = RemotingClient()
-    ha_port = free_port()
-    common = {"brokerName": "broker-a", "namesrvAddr": ns, "mappedFileSizeCommitLog": 1024 * 1024}
-    master = Node(
-        "master",
-        tmp_path / "master",
-        {**common, "brokerRole": "SYNC_MASTER", "haListenPort": ha_port, **master_keys},
-        env,
-    )
-    slave_keys: dict[str, object] = {
-        **common,
-        "brokerRole": "SLAVE",
-        "brokerId": 1,
-        "haListenPort": free_port(),
-        "haSendHeartbeatInterval": 500,
-    }
-    if proxied_ha:
-        slave_keys["haMasterAddress"] = (await proxy.link("ha", f"127.0.0.1:{ha_port}")).addr
-    slave = Node("slave", tmp_path / "slave", slave_keys, env)
-    via = {master.addr: (await proxy.link("clients", master.addr)).addr} if proxied_clients else {}
-    producers: list[Producer | OnsProducer] = (
-        [OnsProducer(history, f"ons{i}", ns, TOPIC) for i in range(2)]
-        if clients == "ali-ons"
-        else [Producer(history, f"p{i}", ns, TOPIC, queues=QUEUES, timeout=1.0, via=via) for i in range(4)]
-    )
-    try:
-        master.start()
-        await master.ready(client)
-        slave.start()
-        await slave.ready(client)
-        await BrokerClient(master.addr, client).create_topic(TOPIC, QUEUES)
+    the producers (not yet running): four of ours, or with ``clients="ali-ons"`` two ali-ons. With
+    ``proxied_ha`` the slave reaches the master's HA port through the proxy link "ha"; with
+    ``proxied_clients`` our producers reach the master through the link "clients"."""
+    async with jepsen_run(tmp_path) as run:
+        ns = run.namesrv
+        ha_port = free_port()
+        common = {"brokerName": "broker-a", "namesrvAddr": ns, "mappedFileSizeCommitLog": 1024 * 1024}
+        master_conf = {**common, "brokerRole": "SYNC_MASTER", "haListenPort": ha_port, **master_keys}
+        master = Node("master", tmp_path / "master", master_conf, env)
+        slave_keys: dict[str, object] = {
+            **common,
+            "brokerRole": "SLAVE",
+            "brokerId": 1,
+            "haListenPort": free_port(),
+            "haSendHeartbeatInterval": 500,
+        }
+        if proxied_ha:
+            slave_keys["haMasterAddress"] = (await run.proxy.link("ha", f"127.0.0.1:{ha_port}")).addr
+        slave = Node("slave", tmp_path / "slave", slave_keys, env)
+        via = {master.addr: (await run.proxy.link("clients", master.addr)).addr} if proxied_clients else {}
+        producers: list[Producer | OnsProducer] = (
+            [OnsProducer(run.history, f"ons{i}", ns, TOPIC) for i in range(2)]
+            if clients == "ali-ons"
+            else [
+                Producer(run.history, f"p{i}", ns, TOPIC, queues=QUEUES, timeout=1.0, via=via)
+                for i in range(4)
+            ]
+        )
+        try:
+            master.start()
+            await master.ready(run.client)
+            slave.start()
+            await slave.ready(run.client)
+            await BrokerClient(master.addr, run.client).create_topic(TOPIC, QUEUES)
 
-        async def routed() -> bool:
-            return await master_of(client, ns, TOPIC) == master.addr
+            async def routed() -> bool:
+                return await master_of(run.client, ns, TOPIC) == master.addr
 
-        await wait_until(routed)
-        yield MasterSlave(history, Nemesis(history), proxy, client, ns, master, slave, producers)
-    finally:
-        history.dump(tmp_path / "history.jsonl")
-        for p in producers:
-            await p.close()
-        await proxy.close()
-        await client.close()
-        slave.stop()
-        master.stop()
-        await namesrv.stop()
-
-
-@contextlib.asynccontextmanager
-async def producing(g: MasterSlave) -> AsyncIterator[None]:
-    """The producers run inside the block and are stopped (their last sends completed) at its end."""
-    stop = asyncio.Event()
-    tasks = [asyncio.create_task(p.run(stop)) for p in g.producers]
-    try:
-        yield
-    finally:
-        stop.set()
-        await asyncio.gather(*tasks)
+            await wait_until(routed)
+            yield MasterSlave(*run.parts(), master, slave, producers)
+        finally:
+            for p in producers:
+                await p.close()
+            slave.stop()
+            master.stop()
 
 
 @pytest.mark.parametrize("client", ["python", pytest.param("ali-ons", marks=pytest.mark.interop)])
@@ -148,7 +109,7 @@ async def test_sigkill_of_the_sync_master_loses_no_acknowledged_send(
     it restarts on its old store; the producers' retries of unknown outcomes are the only duplicates. Our
     producer retries across route lookups; ali-ons retries inside each send."""
     async with master_slave(tmp_path, cli_env, proxied_ha=False, clients=client) as g:
-        async with producing(g):
+        async with running(g.producers):
             await wait_until(lambda: g.acked() >= 150)
             g.nemesis.kill(g.master)
             before = g.acked()
@@ -179,7 +140,7 @@ async def test_a_slave_cut_off_gets_no_send_ok_until_it_heals(
     async with master_slave(
         tmp_path, cli_env, proxied_ha=True, slaveTimeout=1000, haHousekeepingInterval=3000
     ) as g:
-        async with producing(g):
+        async with running(g.producers):
             await wait_until(lambda: g.acked() >= 100)
             if fault == "pause":
                 cut = g.nemesis.pause(g.slave)
@@ -224,7 +185,7 @@ async def test_a_client_cut_off_the_master_retries_into_explained_duplicates(
     when the link heals the master stores every copy that waited. At-least-once: the checker finds the
     copies, each explained by the retries, and nothing acknowledged lost."""
     async with master_slave(tmp_path, cli_env, proxied_ha=False, proxied_clients=True) as g:
-        async with producing(g):
+        async with running(g.producers):
             await wait_until(lambda: g.acked() >= 50)
             g.nemesis.partition(g.proxy, "clients")
             await asyncio.sleep(3.0)
