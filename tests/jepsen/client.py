@@ -30,11 +30,20 @@ from tests.jepsen.history import History, Op
 from tests.support.ali_ons import INTEROP
 from tests.support.broker import BrokerClient, send_fields
 
-#: Answers of a broker that stored the message but could not make it durable as asked: unknown.
-STORED_NOT_SAFE = (
-    ResponseCode.FLUSH_DISK_TIMEOUT,
-    ResponseCode.FLUSH_SLAVE_TIMEOUT,
-    ResponseCode.SLAVE_NOT_AVAILABLE,
+#: Answers that say the broker refused the message before storing it: a definite failure. Any other
+#: error is an unknown outcome: FLUSH_SLAVE_TIMEOUT and the like stored it without the durability asked
+#: for, and SYSTEM_ERROR may come after an append (a leader that lost its quorum mid-send) whose entry a
+#: new leader can still commit.
+REFUSED = frozenset(
+    {
+        ResponseCode.SYSTEM_BUSY,
+        ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+        ResponseCode.MESSAGE_ILLEGAL,
+        ResponseCode.SERVICE_NOT_AVAILABLE,
+        ResponseCode.VERSION_NOT_SUPPORTED,
+        ResponseCode.NO_PERMISSION,
+        ResponseCode.TOPIC_NOT_EXIST,
+    }
 )
 
 
@@ -143,9 +152,7 @@ class Producer:
             self.sent += 1
             return self.history.complete(inv, "ok", **where)
         error = f"{code_name(r.code)}: {r.remark}"
-        return self.history.complete(
-            inv, "info" if r.code in STORED_NOT_SAFE else "fail", error=error, **where
-        )
+        return self.history.complete(inv, "fail" if r.code in REFUSED else "info", error=error, **where)
 
     async def run(self, stop: asyncio.Event, pause: float = 0.0) -> None:
         """Send distinct messages until ``stop`` is set."""

@@ -84,6 +84,14 @@ class History:
         """The latest entry of function ``f`` (a nemesis step, say): where "after the fault" starts."""
         return next(op for op in reversed(self.ops) if op.f == f)
 
+    def invoked_after(self, completion: Op, mark: Op) -> bool:
+        """Whether ``completion``'s invocation (its process's last before it) came after ``mark`` (the
+        nemesis step that began a fault): only such an operation surely met the fault."""
+        for op in reversed(self.ops[: completion.index]):
+            if op.process == completion.process and op.type == "invoke":
+                return op.index > mark.index
+        return False
+
     def dump(self, path: Path) -> None:
         """Write the history as JSON lines, for reading a failed run afterwards."""
         path.write_text("".join(json.dumps(asdict(op)) + "\n" for op in self.ops))

@@ -121,3 +121,13 @@ def test_a_clients_own_retries_explain_copies_of_one_operation() -> None:
     h = History()
     h.complete(h.invoke("p0", "send", "a"), "ok", queue=0, offset=2)
     assert check(h, [Read(0, 0, "a"), Read(0, 2, "a")]).kinds() == {"duplicated"}
+
+
+def test_only_operations_invoked_after_a_fault_surely_met_it() -> None:
+    h = History()
+    before = h.invoke("p0", "send", "a")
+    cut = h.nemesis("partition", "ha")
+    late = h.complete(before, "ok", queue=0, offset=0)  # in flight across the cut: may have been acked
+    after = h.complete(h.invoke("p0", "send", "b"), "info")
+    assert not h.invoked_after(late, cut)
+    assert h.invoked_after(after, cut)

@@ -16,7 +16,6 @@ import pytest
 from tests.jepsen.checker import CheckResult, check_resumed
 from tests.jepsen.client import OnsProducer, Producer, master_of, settled
 from tests.jepsen.harness import Run, jepsen_run, running
-from tests.jepsen.history import Op
 from tests.jepsen.nodes import Node
 from tests.jepsen.proxy import Mode
 from tests.support.broker import BrokerClient
@@ -159,7 +158,7 @@ async def test_a_slave_cut_off_gets_no_send_ok_until_it_heals(
             if c.f == "send"
             and c.type != "invoke"
             and cut.time < c.time < healed.time
-            and _invoked_after(ops, c, cut.index)
+            and g.history.invoked_after(c, cut)
         ]
         assert during, "no send completed during the partition"
         assert not [c for c in during if c.type == "ok"], "SEND_OK without the slave"
@@ -168,14 +167,6 @@ async def test_a_slave_cut_off_gets_no_send_ok_until_it_heals(
         for node in (g.master, g.slave):
             result = await g.settled(node)
             assert result.valid, f"{node.name}: {result.summary()}"
-
-
-def _invoked_after(ops: list[Op], completion: Op, index: int) -> bool:
-    """Whether ``completion``'s invocation (its process's last invoke before it) came after ``index``."""
-    for op in reversed(ops[: completion.index]):
-        if op.process == completion.process and op.type == "invoke":
-            return op.index > index
-    return False
 
 
 async def test_a_client_cut_off_the_master_retries_into_explained_duplicates(
