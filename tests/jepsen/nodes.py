@@ -16,6 +16,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from tests.jepsen.history import History, Op
 from tests.jepsen.proxy import Mode, Proxy
+from tests.listeners import listening
 from tests.support.paths import ROOT
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
@@ -82,6 +83,10 @@ class Node:
             return r.code == ResponseCode.SUCCESS
 
         await wait_until(answers, timeout)
+        # another process on this port (free_port races with the machine's other tests) would answer too
+        assert self.proc is not None and ("127.0.0.1", self.port) in listening(self.proc.pid), (
+            f"{self.name} does not listen on {self.addr}:\n{self.log_tail()}"
+        )
 
     @property
     def running(self) -> bool:
@@ -136,6 +141,12 @@ class Nemesis:
         invoked after it met the partition."""
         op = self.history.nemesis("partition", f"{link}:{mode}")
         proxy.partition(link, mode)
+        return op
+
+    def slow(self, proxy: Proxy, link: str, seconds: float) -> Op:
+        """Give a proxy link ``seconds`` of latency each way (0: back to normal)."""
+        op = self.history.nemesis("delay", f"{link}:{seconds:g}s")
+        proxy.set_delay(link, seconds)
         return op
 
     def heal(self, proxy: Proxy, link: str) -> Op:

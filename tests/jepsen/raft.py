@@ -160,7 +160,10 @@ async def raft_group(
             for node in nodes:
                 try:
                     await node.ready(run.client)
-                except AssertionError as exc:  # it refused the configuration: no DLedger mode here
+                except AssertionError as exc:
+                    if node.running:
+                        raise
+                    # it exited: it refused the configuration, so no DLedger mode here
                     _unavailable.append(f"a broker with enableDLegerCommitLog=true did not start: {exc}")
                     pytest.skip(_unavailable[-1])
             await _raft_ports_listen(ports)

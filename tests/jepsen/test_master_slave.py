@@ -128,12 +128,12 @@ async def test_sigkill_of_the_sync_master_loses_no_acknowledged_send(
         assert check_resumed(g.history.ops, restarted).valid
 
 
-@pytest.mark.parametrize("fault", ["stall", "refuse", "pause"])
+@pytest.mark.parametrize("fault", ["stall", "refuse", "pause", "slow"])
 async def test_a_slave_cut_off_gets_no_send_ok_until_it_heals(
     tmp_path: Path, cli_env: dict[str, str], fault: str
 ) -> None:
-    """Cut the slave off the master's HA port through the proxy (a stalled or a refusing link), or freeze
-    it (SIGSTOP): a SYNC_MASTER answers FLUSH_SLAVE_TIMEOUT, then (once it drops the silent slave)
+    """Cut the slave off the master's HA port through the proxy (a stalled or a refusing link), slow that
+    link beyond the master's slaveTimeout, or freeze the slave (SIGSTOP): a SYNC_MASTER answers FLUSH_SLAVE_TIMEOUT, then (once it drops the silent slave)
     SLAVE_NOT_AVAILABLE, never SEND_OK; after the heal (SIGCONT) the slave catches up and SEND_OK
     returns; nothing acknowledged is lost on either."""
     async with master_slave(
@@ -145,6 +145,12 @@ async def test_a_slave_cut_off_gets_no_send_ok_until_it_heals(
                 cut = g.nemesis.pause(g.slave)
                 await asyncio.sleep(5.0)
                 healed = g.nemesis.resume(g.slave)
+            elif (
+                fault == "slow"
+            ):  # each way slower than slaveTimeout, never silent for haHousekeepingInterval
+                cut = g.nemesis.slow(g.proxy, "ha", 0.6)
+                await asyncio.sleep(5.0)
+                healed = g.nemesis.slow(g.proxy, "ha", 0.0)
             else:
                 cut = g.nemesis.partition(g.proxy, "ha", cast(Mode, fault))
                 await asyncio.sleep(5.0)
