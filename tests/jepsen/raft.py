@@ -161,7 +161,7 @@ async def raft_group(
                 try:
                     await node.ready(run.client)
                 except AssertionError as exc:
-                    if node.running:
+                    if node.running or "already in use" in node.log_tail():
                         raise
                     # it exited: it refused the configuration, so no DLedger mode here
                     _unavailable.append(f"a broker with enableDLegerCommitLog=true did not start: {exc}")
