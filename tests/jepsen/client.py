@@ -29,6 +29,7 @@ from tests.jepsen.checker import CheckResult, Read, check
 from tests.jepsen.history import History, Op
 from tests.support.ali_ons import INTEROP
 from tests.support.broker import BrokerClient, send_fields
+from tests.support.cpp import INTEROP_PYTHON, require_cpp_client
 
 #: Answers that say the broker refused the message before storing it: a definite failure. Any other
 #: error is an unknown outcome: FLUSH_SLAVE_TIMEOUT and the like stored it without the durability asked
@@ -167,31 +168,37 @@ class Producer:
         await self.client.close()
 
 
-class OnsProducer:
-    """ali-ons as a client process of the history (``tests/interop/ons_history.js``): its events become
-    history entries as they arrive; each operation may have been sent as often as the producer's own
-    retries allow (its ``tries``)."""
+class ScriptProducer:
+    """A real client as a process of the history: a script (``tests/interop/ons_history.js``,
+    ``cpp_history.py``) that sends until its stdin closes and prints one JSON line per event; the events
+    become history entries as they arrive. Each operation may have been sent as often as the client's
+    own retries allow (the ``tries`` its ``ready`` line announces)."""
 
-    def __init__(self, history: History, process: str, namesrv: str, topic: str) -> None:
+    def __init__(self, history: History, process: str, argv: list[str]) -> None:
         self.history = history
         self.process = process
-        self.namesrv = namesrv
-        self.topic = topic
+        self.argv = argv
         self.sent = 0
         self.stderr = b""
 
-    async def run(self, stop: asyncio.Event) -> None:
+    @classmethod
+    def ali_ons(cls, history: History, process: str, namesrv: str, topic: str) -> ScriptProducer:
         exe = shutil.which("node")
         if exe is None:
             pytest.skip("node not installed: the ali-ons client needs it")
         if not (INTEROP / "node_modules" / "ali-ons").is_dir():
             pytest.fail("ali-ons not installed: run scripts/install-interop-clients.sh (make test does)")
+        return cls(history, process, [exe, str(INTEROP / "ons_history.js"), namesrv, topic, process])
+
+    @classmethod
+    def cpp(cls, history: History, process: str, namesrv: str, topic: str, queues: int) -> ScriptProducer:
+        require_cpp_client()
+        script = str(INTEROP / "cpp_history.py")
+        return cls(history, process, [str(INTEROP_PYTHON), script, namesrv, topic, process, str(queues)])
+
+    async def run(self, stop: asyncio.Event) -> None:
         proc = await asyncio.create_subprocess_exec(
-            exe,
-            str(INTEROP / "ons_history.js"),
-            self.namesrv,
-            self.topic,
-            self.process,
+            *self.argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,

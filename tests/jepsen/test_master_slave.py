@@ -14,7 +14,7 @@ from typing import cast
 import pytest
 
 from tests.jepsen.checker import CheckResult, check_resumed
-from tests.jepsen.client import OnsProducer, Producer, master_of, settled
+from tests.jepsen.client import Producer, ScriptProducer, master_of, settled
 from tests.jepsen.harness import Run, jepsen_run, running
 from tests.jepsen.nodes import Node
 from tests.jepsen.proxy import Mode
@@ -32,7 +32,7 @@ QUEUES = 4
 class MasterSlave(Run):
     master: Node
     slave: Node
-    producers: list[Producer | OnsProducer]
+    producers: list[Producer | ScriptProducer]
 
     def acked(self) -> int:
         return sum(p.sent for p in self.producers)
@@ -53,7 +53,8 @@ async def master_slave(
     **master_keys: object,
 ) -> AsyncIterator[MasterSlave]:
     """A NameServer (in this process), a SYNC_MASTER and its slave (subprocesses), the topic created, and
-    the producers (not yet running): four of ours, or with ``clients="ali-ons"`` two ali-ons. With
+    the producers (not yet running): four of ours, or two ali-ons (``clients="ali-ons"``) or two C++
+    clients (``"cpp"``). With
     ``proxied_ha`` the slave reaches the master's HA port through the proxy link "ha"; with
     ``proxied_clients`` our producers reach the master through the link "clients"."""
     async with jepsen_run(tmp_path) as run:
@@ -73,14 +74,16 @@ async def master_slave(
             slave_keys["haMasterAddress"] = (await run.proxy.link("ha", f"127.0.0.1:{ha_port}")).addr
         slave = Node("slave", tmp_path / "slave", slave_keys, env)
         via = {master.addr: (await run.proxy.link("clients", master.addr)).addr} if proxied_clients else {}
-        producers: list[Producer | OnsProducer] = (
-            [OnsProducer(run.history, f"ons{i}", ns, TOPIC) for i in range(2)]
-            if clients == "ali-ons"
-            else [
+        producers: list[Producer | ScriptProducer]
+        if clients == "ali-ons":
+            producers = [ScriptProducer.ali_ons(run.history, f"ons{i}", ns, TOPIC) for i in range(2)]
+        elif clients == "cpp":
+            producers = [ScriptProducer.cpp(run.history, f"cpp{i}", ns, TOPIC, QUEUES) for i in range(2)]
+        else:
+            producers = [
                 Producer(run.history, f"p{i}", ns, TOPIC, queues=QUEUES, timeout=1.0, via=via)
                 for i in range(4)
             ]
-        )
         try:
             master.start()
             await master.ready(run.client)
@@ -100,13 +103,15 @@ async def master_slave(
             master.stop()
 
 
-@pytest.mark.parametrize("client", ["python", pytest.param("ali-ons", marks=pytest.mark.interop)])
+@pytest.mark.parametrize(
+    "client", ["python", *(pytest.param(c, marks=pytest.mark.interop) for c in ("ali-ons", "cpp"))]
+)
 async def test_sigkill_of_the_sync_master_loses_no_acknowledged_send(
     tmp_path: Path, cli_env: dict[str, str], client: str
 ) -> None:
     """Every SEND_OK is readable from the slave once the master is killed, and from the master again once
     it restarts on its old store; the producers' retries of unknown outcomes are the only duplicates. Our
-    producer retries across route lookups; ali-ons retries inside each send."""
+    producer retries across route lookups; ali-ons and the C++ client retry inside each send."""
     async with master_slave(tmp_path, cli_env, proxied_ha=False, clients=client) as g:
         async with running(g.producers):
             await wait_until(lambda: g.acked() >= 150)
