@@ -624,7 +624,8 @@ class HASlave:
                 await self._session(reader, writer)
             except ReplicaRecordError as exc:
                 log.error("HA: closing the connection to master %s, nothing of it appended: %s", addr, exc)
-            except (OSError, HAProtocolError) as exc:
+            # RuntimeError: uvloop's on a write to a transport the master reset; the loop must go on
+            except (OSError, HAProtocolError, RuntimeError) as exc:
                 log.warning("HA connection to master %s lost: %s", addr, exc)
             finally:
                 self.connected = False
@@ -730,6 +731,8 @@ class HASlave:
             elif now - last_read >= housekeeping:
                 raise HAProtocolError(f"nothing from the master for {housekeeping:.0f} s")
             current = store.max_phy_offset  # only whole, checked, appended records are acknowledged
+            if writer.is_closing():  # reset while its last bytes were read: uvloop raises on a write now
+                raise HAProtocolError("master closed the connection")
             if current != reported or now - last_report >= heartbeat:
                 writer.write(encode_report(current))
                 await writer.drain()

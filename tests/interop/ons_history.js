@@ -1,0 +1,51 @@
+'use strict';
+// ali-ons (npm) as a Jepsen client: sends distinct messages one at a time, with the producer's own
+// retries (retryTimesWhenSendFailed), until stdin closes, and prints one JSON line per event:
+//   {"type":"invoke","value":SHA1}                       before each send
+//   {"type":"ok","value","queue","offset","msgId"}       SEND_OK
+//   {"type":"info","value","error",...}                  any other status, or an error after its retries
+//   node ons_history.js NAMESRV TOPIC PROCESS
+// Message SEQ of PROCESS has the body "PROCESS:SEQ:" eight times (what the Python producer sends).
+const crypto = require('crypto');
+const { Producer, Message } = require('ali-ons');
+const urllib = require('urllib');
+
+const [nameSrv, topic, processName] = process.argv.slice(2);
+// ali-ons' background tasks (heartbeats, route polls) throw connection errors from timers when a broker
+// dies under them: log them and go on sending, as an application keeping its producer would.
+process.on('uncaughtException', err => process.stderr.write(`uncaught: ${err.message}\n`));
+process.on('unhandledRejection', err => process.stderr.write(`unhandled: ${err && err.message}\n`));
+let stopping = false;
+process.stdin.on('end', () => { stopping = true; });
+process.stdin.resume();
+
+function emit(event) {
+  process.stdout.write(JSON.stringify(event) + '\n');
+}
+
+async function main() {
+  const producer = new Producer({ nameSrv, producerGroup: 'JEPSEN_ONS_PG', httpclient: urllib });
+  producer.on('error', err => process.stderr.write(`producer error: ${err.message}\n`));
+  await producer.ready();
+  emit({ type: 'ready', tries: 1 + producer.options.retryTimesWhenSendFailed });
+  for (let seq = 0; !stopping; seq++) {
+    const body = Buffer.from(`${processName}:${seq}:`.repeat(8));
+    const value = crypto.createHash('sha1').update(body).digest('hex');
+    emit({ type: 'invoke', value });
+    try {
+      const r = await producer.send(new Message(topic, 'jepsen', body));
+      const where = { value, queue: r.messageQueue.queueId, offset: r.queueOffset, msgId: r.msgId };
+      emit(r.sendStatus === 'SEND_OK' ? { type: 'ok', ...where } : { type: 'info', error: r.sendStatus, ...where });
+    } catch (err) {
+      emit({ type: 'info', value, error: err.message.split('\n')[0] });
+      await new Promise(resolve => setTimeout(resolve, 200));
+    }
+  }
+  try {
+    await producer.close();
+  } catch (err) {  // it unregisters from every broker it knew, the killed one too
+    process.stderr.write(`close: ${err.message}\n`);
+  }
+}
+
+main().then(() => process.exit(0), err => { process.stderr.write(`${err.stack}\n`); process.exit(1); });

@@ -1,0 +1,133 @@
+"""The checker on hand-made histories: each anomaly it knows, found where it is and only there."""
+
+from __future__ import annotations
+
+from tests.jepsen.checker import Read, check, check_leaders, check_resumed
+from tests.jepsen.history import History, OpType
+
+
+def sent(h: History, process: str, value: str, outcome: OpType, queue: int = 0, offset: int = 0) -> None:
+    h.complete(h.invoke(process, "send", value), outcome, queue=queue, offset=offset)
+
+
+def test_a_clean_run_is_valid() -> None:
+    h = History()
+    sent(h, "p0", "a", "ok", 0, 0)
+    sent(h, "p0", "b", "ok", 0, 1)
+    sent(h, "p1", "c", "ok", 1, 0)
+    sent(h, "p1", "d", "fail")
+    result = check(h, [Read(0, 0, "a"), Read(0, 1, "b"), Read(1, 0, "c")])
+    assert result.valid, result.summary()
+    assert result.counts == {"messages": 4, "attempts": 4, "ok": 3, "info": 0, "fail": 1, "read": 3}
+
+
+def test_an_acknowledged_message_not_read_is_lost() -> None:
+    h = History()
+    sent(h, "p0", "a", "ok", 0, 0)
+    sent(h, "p0", "b", "ok", 0, 1)
+    result = check(h, [Read(0, 0, "a")])
+    assert [(a.kind, a.value) for a in result.anomalies] == [("lost", "b")]
+
+
+def test_an_unknown_outcome_may_be_absent_or_present_once() -> None:
+    h = History()
+    sent(h, "p0", "a", "info")
+    sent(h, "p0", "b", "info")
+    assert check(h, [Read(0, 0, "a")]).valid
+
+
+def test_one_attempt_read_twice_is_duplicated() -> None:
+    h = History()
+    sent(h, "p0", "a", "ok", 0, 0)
+    result = check(h, [Read(0, 0, "a"), Read(0, 1, "a")])
+    assert result.kinds() == {"duplicated"}
+
+
+def test_copies_that_retries_explain_are_listed_apart_not_anomalies() -> None:
+    h = History()
+    sent(h, "p0", "a", "info")  # FLUSH_SLAVE_TIMEOUT: stored, then sent again
+    sent(h, "p0", "a", "ok", 0, 1)
+    result = check(h, [Read(0, 0, "a"), Read(0, 1, "a")])
+    assert result.valid and result.retried_duplicates == ["a"]
+    result = check(h, [Read(0, 0, "a"), Read(0, 1, "a"), Read(0, 2, "a")])  # three for two attempts
+    assert result.kinds() == {"duplicated"}
+
+
+def test_a_failed_send_that_is_read_back_is_failed_visible() -> None:
+    h = History()
+    sent(h, "p0", "a", "fail")
+    assert check(h, [Read(0, 0, "a")]).kinds() == {"failed-visible"}
+
+
+def test_a_message_never_sent_is_foreign() -> None:
+    h = History()
+    sent(h, "p0", "a", "ok", 0, 0)
+    result = check(h, [Read(0, 0, "a"), Read(0, 1, "zz")])
+    assert [(a.kind, a.value) for a in result.anomalies] == [("foreign", "zz")]
+
+
+def test_an_acknowledged_place_that_holds_something_else_is_moved() -> None:
+    h = History()
+    sent(h, "p0", "a", "ok", 2, 7)
+    assert check(h, [Read(2, 8, "a")]).kinds() == {"moved"}
+
+
+def test_one_producers_acknowledged_messages_read_out_of_order_are_reordered() -> None:
+    h = History()
+    sent(h, "p0", "a", "ok", 0, 0)
+    sent(h, "p1", "x", "ok", 0, 1)
+    sent(h, "p0", "b", "ok", 0, 2)
+    # the client saw a@0 then b@2, the group serves b before a: both moved, and b before a
+    result = check(h, [Read(0, 0, "b"), Read(0, 1, "x"), Read(0, 2, "a")])
+    assert [a.value for a in result.of("reordered")] == ["b"]
+    # two producers interleaved in one queue is not a reordering
+    assert check(h, [Read(0, 0, "a"), Read(0, 1, "x"), Read(0, 2, "b")]).valid
+
+
+def test_two_operations_in_flight_on_one_process_are_malformed() -> None:
+    h = History()
+    h.invoke("p0", "send", "a")
+    h.invoke("p0", "send", "b")
+    assert check(h, []).kinds() == {"malformed"}
+
+
+def test_two_leaders_in_one_term() -> None:
+    h = History()
+    h.observe("n0", "LEADER", 1)
+    h.observe("n1", "FOLLOWER", 1)
+    h.observe("n1", "LEADER", 2)
+    h.observe("n0", "LEADER", 1)  # the same claim seen twice is still one leader
+    assert check_leaders(h).valid
+    h.observe("n2", "LEADER", 2)
+    result = check_leaders(h)
+    assert [(a.kind, a.value) for a in result.anomalies] == [("two-leaders", "2")]
+
+
+def test_writes_resumed_needs_an_acknowledgement_after_the_fault() -> None:
+    h = History()
+    sent(h, "p0", "a", "ok", 0, 0)
+    heal = h.nemesis("heal", "master")
+    sent(h, "p0", "b", "fail")
+    assert check_resumed(h, heal.time).kinds() == {"not-resumed"}
+    sent(h, "p0", "c", "ok", 0, 1)
+    assert check_resumed(h, heal.time).valid
+
+
+def test_a_clients_own_retries_explain_copies_of_one_operation() -> None:
+    h = History()
+    h.complete(h.invoke("ons0", "send", "a", tries=4), "ok", queue=0, offset=2)  # ali-ons retried inside
+    result = check(h, [Read(0, 0, "a"), Read(0, 2, "a")])
+    assert result.valid and result.retried_duplicates == ["a"]
+    h = History()
+    h.complete(h.invoke("p0", "send", "a"), "ok", queue=0, offset=2)
+    assert check(h, [Read(0, 0, "a"), Read(0, 2, "a")]).kinds() == {"duplicated"}
+
+
+def test_only_operations_invoked_after_a_fault_surely_met_it() -> None:
+    h = History()
+    before = h.invoke("p0", "send", "a")
+    cut = h.nemesis("partition", "ha")
+    late = h.complete(before, "ok", queue=0, offset=0)  # in flight across the cut: may have been acked
+    after = h.complete(h.invoke("p0", "send", "b"), "info")
+    assert not h.invoked_after(late, cut)
+    assert h.invoked_after(after, cut)

@@ -1,0 +1,194 @@
+"""The Jepsen harness on DLedger broker groups: three brokers on loopback, producers sending with
+retries, one fault each (the leader killed, frozen past the election timeout, cut off its peers; a
+follower restarted empty, with a damaged entry, on a full disk), then the history checked against what
+the group serves: every SEND_OK readable exactly once from the leader, no two leaders in one term, no
+SEND_OK from a leader cut off its quorum, the old leader's unreplicated tail not served, writes resumed.
+
+Each test skips (with the reason) where the broker has no DLedger mode yet."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.broker.test_broker_disk_full import fill, small_tmpfs
+from tests.jepsen.checker import Read, check_leaders, check_resumed
+from tests.jepsen.client import read_topic
+from tests.jepsen.harness import running
+from tests.jepsen.history import Op
+from tests.jepsen.proxy import Mode
+from tests.jepsen.raft import QUEUES, TOPIC, RaftGroup, activity, raft_group
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+
+async def writes_resume(g: RaftGroup, after: Op, more: int = 30) -> None:
+    """A send is acknowledged after ``after``, and ``more`` in all since then."""
+    await wait_until(lambda: check_resumed(g.history.ops, after.time).valid, 30)
+    then = g.acked()
+    await wait_until(lambda: g.acked() >= then + more, 30)
+
+
+async def assert_consistent(g: RaftGroup) -> int:
+    """The group's final state against the history: the leader serves every SEND_OK exactly once, in
+    order, nothing foreign; one leader per term; every other running node serves exactly what the
+    leader does (an old leader's unreplicated tail is not among it). Returns the leader."""
+    leader = await g.leader()
+    result = await g.settled(leader)
+    assert result.valid, f"leader n{leader}: {result.summary()}"
+    leaders = check_leaders(g.history)
+    assert leaders.valid, leaders.summary()
+    expected = sorted(await read_topic(g.client, g.nodes[leader].addr, TOPIC, QUEUES), key=_place)
+    for i, node in enumerate(g.nodes):
+        if i == leader or not node.running:
+            continue
+
+        async def same(i: int = i) -> bool:
+            return sorted(await read_topic(g.client, g.nodes[i].addr, TOPIC, QUEUES), key=_place) == expected
+
+        await wait_until(same, 30)
+    return leader
+
+
+def _place(read: Read) -> tuple[int, int]:
+    return (read.queue, read.offset)
+
+
+async def test_sigkill_of_the_leader_then_its_restart_on_the_old_log(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    async with raft_group(tmp_path, cli_env) as g:
+        old = await g.leader()
+        async with running(activity(g)):
+            await wait_until(lambda: g.acked() >= 100)
+            g.nemesis.kill(g.nodes[old])
+            killed = g.history.last("kill")
+            await g.leader(other_than=old)
+            await writes_resume(g, killed)
+            g.nemesis.restart(g.nodes[old])
+            await g.nodes[old].ready(g.client)
+            await writes_resume(g, g.history.last("restart"))
+        await assert_consistent(g)
+
+
+async def test_the_leader_frozen_past_the_election_timeout(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """SIGSTOP for longer than the election timeout: another leader takes over; after SIGCONT the old one
+    steps down (no term with two leaders) and what it held unacknowledged is not served."""
+    async with raft_group(tmp_path, cli_env) as g:
+        old = await g.leader()
+        async with running(activity(g)):
+            await wait_until(lambda: g.acked() >= 100)
+            paused = g.nemesis.pause(g.nodes[old])
+            await g.leader(other_than=old)
+            await writes_resume(g, paused)
+            g.nemesis.resume(g.nodes[old])
+            await writes_resume(g, g.history.last("resume"))
+        await assert_consistent(g)
+
+
+@pytest.mark.parametrize("mode", ["stall", "refuse"])
+async def test_the_leader_cut_off_its_peers_acknowledges_nothing(
+    tmp_path: Path, cli_env: dict[str, str], mode: Mode
+) -> None:
+    """The proxy cuts the leader off both followers (clients still reach it): the two elect a leader and
+    take writes; the old one answers no SEND_OK (it has no quorum); after the heal it follows, its
+    unreplicated tail set aside (logged at ERROR) and never served."""
+    async with raft_group(tmp_path, cli_env) as g:
+        old = await g.leader()
+        old_addr = g.nodes[old].addr
+        async with running(activity(g)):
+            await wait_until(lambda: g.acked() >= 100)
+            cut = g.isolate(old, mode)
+            await g.leader(other_than=old)
+            await writes_resume(g, cut)
+            await asyncio.sleep(2.0)  # producers with a stale route keep trying the old leader meanwhile
+            healed = g.heal(old)
+            await writes_resume(g, healed)
+        ops = g.history.ops
+        from_old = [
+            op
+            for op in ops
+            if op.f == "send"
+            and op.type == "ok"
+            and op.addr == old_addr
+            and op.time < healed.time
+            and g.history.invoked_after(op, cut)
+        ]
+        assert not from_old, f"SEND_OK from the cut-off leader: {from_old[:3]}"
+        tried_old = [
+            op
+            for op in ops
+            if op.f == "send" and op.type == "info" and op.addr == old_addr and op.time > cut.time
+        ]
+        await assert_consistent(g)
+        if tried_old:  # it appended them and could not commit them: set aside when it rejoined
+            assert " ERROR " in g.nodes[old].log_tail(10**6), g.nodes[old].log_tail()
+
+
+@pytest.mark.parametrize("harm", ["emptied", "damaged"])
+async def test_a_follower_restarted_emptied_or_damaged_and_the_group_serves(
+    tmp_path: Path, cli_env: dict[str, str], harm: str
+) -> None:
+    """A follower restarted on an empty store catches up; one restarted with a damaged entry reports it at
+    ERROR. Either way the group keeps taking writes and the leader serves every SEND_OK."""
+    async with raft_group(tmp_path, cli_env) as g:
+        leader = await g.leader()
+        f = g.nodes[(leader + 1) % 3]
+        async with running(activity(g)):
+            await wait_until(lambda: g.acked() >= 100)
+            f.stop()
+            if harm == "emptied":
+                shutil.rmtree(f.store)
+                g.history.nemesis("empty", f.name)
+            else:
+                g.history.nemesis("damage", f"{f.name}:{_damage_last_entry(f.store)}")
+            g.nemesis.restart(f)
+            await writes_resume(g, g.history.last("restart"), more=60)
+        await assert_consistent(g)  # an emptied follower serves all the leader does once it caught up
+        if harm == "damaged":
+            assert " ERROR " in f.log_tail(10**6), f.log_tail()
+
+
+def _damage_last_entry(store: Path) -> str:
+    """Flip a byte near the end of the written part of the node's newest DLedger data file (inside the
+    last entry's body); returns the file and offset."""
+    files = sorted(
+        p for p in store.rglob("*") if p.is_file() and p.parent.name == "data" and p.name.isdigit()
+    )
+    if not files:
+        pytest.fail(f"no DLedger data file under {store}")
+    path = files[-1]
+    data = bytearray(path.read_bytes())
+    end = len(data.rstrip(b"\0"))
+    assert end > 64, f"{path} holds nothing"
+    data[end - 8] ^= 0xFF
+    path.write_bytes(data)
+    return f"{path.name}@{end - 8}"
+
+
+async def test_a_follower_on_a_full_disk_and_the_group_serves(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A follower's file system fills: the leader and the other follower still make a quorum, so writes go
+    on; once space is back the follower catches up."""
+    with small_tmpfs(tmp_path / "mnt", "16m") as mnt:
+        async with raft_group(tmp_path, cli_env, stores={2: mnt / "store"}) as g:
+            leader = await g.leader()
+            if leader == 2:  # the full disk must be a follower's
+                g.nemesis.kill(g.nodes[2])
+                await g.leader(other_than=2)
+                g.nemesis.restart(g.nodes[2])
+                await g.nodes[2].ready(g.client)
+            async with running(activity(g)):
+                await wait_until(lambda: g.acked() >= 50)
+                filler = mnt / "filler"
+                written = await asyncio.to_thread(fill, filler)
+                full = g.history.nemesis("disk-full", f"n2:{written}")
+                await writes_resume(g, full, more=100)
+                filler.unlink()
+                await writes_resume(g, g.history.nemesis("disk-freed", "n2"))
+            await assert_consistent(g)

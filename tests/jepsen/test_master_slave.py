@@ -1,0 +1,199 @@
+"""The Jepsen harness on today's master/slave groups: a SYNC_MASTER and its slave as real processes,
+producers sending with retries into a recorded history, the nemesis killing the master or cutting the
+slave off through the proxy, and the checker reading every queue back afterwards."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import cast
+
+import pytest
+
+from tests.jepsen.checker import CheckResult, check_resumed
+from tests.jepsen.client import Producer, ScriptProducer, master_of, settled
+from tests.jepsen.harness import Run, jepsen_run, running
+from tests.jepsen.nodes import Node
+from tests.jepsen.proxy import Mode
+from tests.support.broker import BrokerClient
+from tests.support.ports import free_port
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+TOPIC = "JepsenMS"
+QUEUES = 4
+
+
+@dataclass
+class MasterSlave(Run):
+    master: Node
+    slave: Node
+    producers: list[Producer | ScriptProducer]
+
+    def acked(self) -> int:
+        return sum(p.sent for p in self.producers)
+
+    async def settled(self, node: Node) -> CheckResult:
+        """``node``'s check once it serves every acknowledged message (see :func:`settled`)."""
+        return await settled(self.history, self.client, node.addr, TOPIC, QUEUES)
+
+
+@contextlib.asynccontextmanager
+async def master_slave(
+    tmp_path: Path,
+    env: dict[str, str],
+    *,
+    proxied_ha: bool,
+    clients: str = "python",
+    proxied_clients: bool = False,
+    **master_keys: object,
+) -> AsyncIterator[MasterSlave]:
+    """A NameServer (in this process), a SYNC_MASTER and its slave (subprocesses), the topic created, and
+    the producers (not yet running): four of ours, or two ali-ons (``clients="ali-ons"``) or two C++
+    clients (``"cpp"``). With
+    ``proxied_ha`` the slave reaches the master's HA port through the proxy link "ha"; with
+    ``proxied_clients`` our producers reach the master through the link "clients"."""
+    async with jepsen_run(tmp_path) as run:
+        ns = run.namesrv
+        ha_port = free_port()
+        common = {"brokerName": "broker-a", "namesrvAddr": ns, "mappedFileSizeCommitLog": 1024 * 1024}
+        master_conf = {**common, "brokerRole": "SYNC_MASTER", "haListenPort": ha_port, **master_keys}
+        master = Node("master", tmp_path / "master", master_conf, env)
+        slave_keys: dict[str, object] = {
+            **common,
+            "brokerRole": "SLAVE",
+            "brokerId": 1,
+            "haListenPort": free_port(),
+            "haSendHeartbeatInterval": 500,
+        }
+        if proxied_ha:
+            slave_keys["haMasterAddress"] = (await run.proxy.link("ha", f"127.0.0.1:{ha_port}")).addr
+        slave = Node("slave", tmp_path / "slave", slave_keys, env)
+        via = {master.addr: (await run.proxy.link("clients", master.addr)).addr} if proxied_clients else {}
+        producers: list[Producer | ScriptProducer]
+        if clients == "ali-ons":
+            producers = [ScriptProducer.ali_ons(run.history, f"ons{i}", ns, TOPIC) for i in range(2)]
+        elif clients == "cpp":
+            producers = [ScriptProducer.cpp(run.history, f"cpp{i}", ns, TOPIC, QUEUES) for i in range(2)]
+        else:
+            producers = [
+                Producer(run.history, f"p{i}", ns, TOPIC, queues=QUEUES, timeout=1.0, via=via)
+                for i in range(4)
+            ]
+        try:
+            master.start()
+            await master.ready(run.client)
+            slave.start()
+            await slave.ready(run.client)
+            await BrokerClient(master.addr, run.client).create_topic(TOPIC, QUEUES)
+
+            async def routed() -> bool:
+                return await master_of(run.client, ns, TOPIC) == master.addr
+
+            await wait_until(routed)
+            yield MasterSlave(*run.parts(), master, slave, producers)
+        finally:
+            for p in producers:
+                await p.close()
+            slave.stop()
+            master.stop()
+
+
+@pytest.mark.parametrize(
+    "client", ["python", *(pytest.param(c, marks=pytest.mark.interop) for c in ("ali-ons", "cpp"))]
+)
+async def test_sigkill_of_the_sync_master_loses_no_acknowledged_send(
+    tmp_path: Path, cli_env: dict[str, str], client: str
+) -> None:
+    """Every SEND_OK is readable from the slave once the master is killed, and from the master again once
+    it restarts on its old store; the producers' retries of unknown outcomes are the only duplicates. Our
+    producer retries across route lookups; ali-ons and the C++ client retry inside each send."""
+    async with master_slave(tmp_path, cli_env, proxied_ha=False, clients=client) as g:
+        async with running(g.producers):
+            await wait_until(lambda: g.acked() >= 150)
+            g.nemesis.kill(g.master)
+            before = g.acked()
+            await asyncio.sleep(1.0)  # the producers meet a dead master: refused, or no master listed
+            on_slave = await g.settled(g.slave)
+            assert on_slave.valid, on_slave.summary()
+            assert on_slave.counts["ok"] >= 150
+
+            g.nemesis.restart(g.master)
+            await g.master.ready(g.client)
+            restarted = g.history.last("restart").time
+            await wait_until(lambda: check_resumed(g.history.ops, restarted).valid)
+            await wait_until(lambda: g.acked() >= before + 50)
+        for node in (g.master, g.slave):
+            result = await g.settled(node)
+            assert result.valid, f"{node.name}: {result.summary()}"
+        assert check_resumed(g.history.ops, restarted).valid
+
+
+@pytest.mark.parametrize("fault", ["stall", "refuse", "pause", "slow"])
+async def test_a_slave_cut_off_gets_no_send_ok_until_it_heals(
+    tmp_path: Path, cli_env: dict[str, str], fault: str
+) -> None:
+    """Cut the slave off the master's HA port through the proxy (a stalled or a refusing link), slow that
+    link beyond the master's slaveTimeout, or freeze the slave (SIGSTOP): a SYNC_MASTER answers FLUSH_SLAVE_TIMEOUT, then (once it drops the silent slave)
+    SLAVE_NOT_AVAILABLE, never SEND_OK; after the heal (SIGCONT) the slave catches up and SEND_OK
+    returns; nothing acknowledged is lost on either."""
+    async with master_slave(
+        tmp_path, cli_env, proxied_ha=True, slaveTimeout=1000, haHousekeepingInterval=3000
+    ) as g:
+        async with running(g.producers):
+            await wait_until(lambda: g.acked() >= 100)
+            if fault == "pause":
+                cut = g.nemesis.pause(g.slave)
+                await asyncio.sleep(5.0)
+                healed = g.nemesis.resume(g.slave)
+            elif (
+                fault == "slow"
+            ):  # each way slower than slaveTimeout, never silent for haHousekeepingInterval
+                cut = g.nemesis.slow(g.proxy, "ha", 0.6)
+                await asyncio.sleep(5.0)
+                healed = g.nemesis.slow(g.proxy, "ha", 0.0)
+            else:
+                cut = g.nemesis.partition(g.proxy, "ha", cast(Mode, fault))
+                await asyncio.sleep(5.0)
+                healed = g.nemesis.heal(g.proxy, "ha")
+            await wait_until(lambda: check_resumed(g.history.ops, healed.time).valid)
+            await wait_until(lambda: g.acked() >= 150)
+        ops = g.history.ops
+        during = [
+            c
+            for c in ops
+            if c.f == "send"
+            and c.type != "invoke"
+            and cut.time < c.time < healed.time
+            and g.history.invoked_after(c, cut)
+        ]
+        assert during, "no send completed during the partition"
+        assert not [c for c in during if c.type == "ok"], "SEND_OK without the slave"
+        errors = {(c.error or "").split(":")[0] for c in during}
+        assert errors & {"FLUSH_SLAVE_TIMEOUT", "SLAVE_NOT_AVAILABLE"}, errors
+        for node in (g.master, g.slave):
+            result = await g.settled(node)
+            assert result.valid, f"{node.name}: {result.summary()}"
+
+
+async def test_a_client_cut_off_the_master_retries_into_explained_duplicates(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The producers' link to the master stalls: their sends time out (unknown), they send again, and
+    when the link heals the master stores every copy that waited. At-least-once: the checker finds the
+    copies, each explained by the retries, and nothing acknowledged lost."""
+    async with master_slave(tmp_path, cli_env, proxied_ha=False, proxied_clients=True) as g:
+        async with running(g.producers):
+            await wait_until(lambda: g.acked() >= 50)
+            g.nemesis.partition(g.proxy, "clients")
+            await asyncio.sleep(3.0)
+            healed = g.nemesis.heal(g.proxy, "clients")
+            await wait_until(lambda: check_resumed(g.history.ops, healed.time).valid)
+        for node in (g.master, g.slave):
+            result = await g.settled(node)
+            assert result.valid, f"{node.name}: {result.summary()}"
+            assert result.retried_duplicates, result.summary()  # the stalled retries all landed
