@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from enum import IntEnum
 from typing import Protocol
 
+from store.durability import sync_directory
 from store.errors import StoreError
 
 log = logging.getLogger(__name__)
@@ -191,7 +192,7 @@ class IndexRecord:
     term: int
 
 
-def encode_index(entry: Entry) -> bytes:
+def encode_index(entry: Entry | IndexRecord) -> bytes:
     """``DLedgerEntryCoder#encodeIndex``: magic, pos, size, index, term."""
     return _INDEX.pack(entry.magic, entry.pos, entry.size, entry.index, entry.term)
 
@@ -278,11 +279,7 @@ def write_small_file(path: str, text: str) -> None:
     except FileNotFoundError:
         pass
     os.replace(tmp, path)
-    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    sync_directory(os.path.dirname(path) or ".")
 
 
 def read_small_file(path: str) -> str | None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from store import dledger as dl
+from store.dledger_log import DLedgerLog
 
 Factory = Callable[[Path], dl.RaftLog]
 
@@ -16,7 +17,12 @@ def _memory(_tmp: Path) -> dl.RaftLog:
     return dl.MemoryRaftLog()
 
 
-IMPLEMENTATIONS: dict[str, Factory] = {"memory": _memory}
+def _files(tmp: Path) -> dl.RaftLog:
+    # small files, so the contract also runs across rolled data and index files
+    return DLedgerLog(str(tmp / "dledger-n0"), data_file_size=160, index_file_size=64)
+
+
+IMPLEMENTATIONS: dict[str, Factory] = {"memory": _memory, "files": _files}
 
 
 @pytest.fixture(params=sorted(IMPLEMENTATIONS))
