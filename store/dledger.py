@@ -166,6 +166,34 @@ def decode_entry(buf: bytes | memoryview, offset: int = 0) -> Entry:
     return Entry(index, term, body, pos, magic, channel, chain, crc)
 
 
+def entry_size_at(buf: bytes | memoryview, pos: int) -> int:
+    """The size field of the entry header at ``pos``."""
+    return int(_BLANK.unpack_from(buf, pos)[1])
+
+
+def entry_header_problem(view: bytes | memoryview, pos: int, written: int, file_size: int, base: int) -> str:
+    """What ends a walk of a data file at ``pos`` ("blank-filler", "zeros", "partial": not all written
+    yet) or why the entry header there is damaged (the checks of ``DLedgerMmapFileStore#recover``); ""
+    for a sound header of an entry written whole. ``base`` is the file's first offset."""
+    if pos + _BLANK.size > written:
+        return "partial"
+    magic, size = _BLANK.unpack_from(view, pos)
+    if magic == BLANK_MAGIC_CODE:
+        return "blank-filler" if size == file_size - pos else f"blank of {size} bytes does not fill the file"
+    if magic == 0 and size == 0:
+        return "zeros"
+    if pos + max(size, BODY_OFFSET) > written:
+        return (
+            "partial" if pos + max(size, BODY_OFFSET) <= file_size else f"entry of {size} bytes past its file"
+        )
+    magic, size, _index, _term, at, body_len = decode_header(view, pos)
+    try:
+        check_header(magic, size, body_len, base + pos)
+    except CorruptEntryError as e:
+        return e.reason.partition(": ")[2]
+    return f"entry says pos {at}" if at != base + pos else ""
+
+
 def encode_blank(length: int) -> bytes:
     """The padding ``MmapFileList#preAppend`` writes over a file's last ``length`` bytes."""
     if length < MIN_BLANK_LEN:

@@ -288,6 +288,21 @@ class DLedgerLog:
         self.data.truncate_dirty_files(cut)
         self.index.truncate_dirty_files(next_index * INDEX_UNIT_SIZE)
 
+    def revise_begin(self) -> None:
+        """``DLedgerMmapFileStore#reviseLedgerBeginIndex`` after retention deleted the oldest data files:
+        the first entry of the first data file, and index files wholly before it dropped."""
+        with self._lock:
+            if not self.data.files or self._last < 0:
+                return
+            self._begin = decode_header(self.data.files[0].view, 0)[2]
+            keep_from = self._begin * INDEX_UNIT_SIZE
+            while len(self.index.files) > 1 and self.index.files[0].end_offset <= keep_from:
+                doomed = self.index.files[0]
+                self.index.files = self.index.files[1:]
+                if not self.read_only:
+                    doomed.destroy()
+            self._committed = max(self._committed, self._begin - 1)
+
     def set_committed(self, index: int) -> None:
         """``DLedgerMmapFileStore#updateCommittedIndex``: clamped to the last entry, never backwards."""
         with self._lock:

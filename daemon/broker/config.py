@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from daemon.config import ConfigError, RocketMQKeys, load_config
+from daemon.config import ConfigError, RocketMQKeys, load_config, property_key
 from daemon.remoting.limits import RemotingLimits
 from daemon.remoting.tls import TlsConfig
 from daemon.rocketmq_keys import CPUS, NETTY_CLIENT_KEYS, NETTY_SERVER_KEYS
@@ -373,7 +373,8 @@ def _future_ms(raw: str) -> bool:
         return False
 
 
-#: Accepted-but-inert keys that, away from 4.9.8's default, change where data lives or who takes writes:
+#: Accepted-but-inert keys that, away from 4.9.8's default, change where data lives or who takes writes
+#: (``enableDLegerCommitLog``: the store writes a DLedger CommitLog, but no Raft group runs it yet):
 #: key -> (is the value one that matters, what 4.9.8 would do that this broker would not). Ignoring one
 #: would run another system than the file describes, so the broker refuses to start instead. Keys with
 #: no effect unless another is set (``dLegerGroup``, ``dLegerPeers``, ``dLegerSelfId``,
@@ -409,7 +410,11 @@ SEMANTIC_INERT_KEYS: dict[str, tuple[Callable[[str], bool], str]] = {
 
 def refuse_inert_semantics(config: RocketMQKeys) -> None:
     """Raise :class:`ConfigError` naming each key of ``SEMANTIC_INERT_KEYS`` set to a value that matters."""
-    values = config.inert_keys()
+    values = dict(config.inert_keys())
+    for f in dataclasses.fields(config):  # a key the store implements (the DLedger CommitLog) counts too
+        if property_key(f) in SEMANTIC_INERT_KEYS:
+            value = getattr(config, f.name)
+            values[property_key(f)] = str(value).lower() if isinstance(value, bool) else str(value)
     bad = [
         f"{key}={values[key]} ({why})"
         for key, (matters, why) in SEMANTIC_INERT_KEYS.items()
