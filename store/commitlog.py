@@ -548,8 +548,13 @@ class RecordWalk:
                     extent = 0
                     on_damaged = self.on_damaged
                     if not (sound and on_crc_error is not None) and on_damaged is not None:
-                        extent = damaged_extent(
-                            view, pos, written, file_size, base, self.known, search=self.search
+                        # in a DLedger entry the record's extent is the entry's
+                        extent = (
+                            entry_end - pos
+                            if entry_end
+                            else damaged_extent(
+                                view, pos, written, file_size, base, self.known, search=self.search
+                            )
                         )
                     if extent and on_damaged is not None:
                         on_damaged(error, extent)  # set aside alone: the walk goes on past it

@@ -123,5 +123,23 @@ def test_crash_tail_is_set_aside_and_queues_follow(tmp_path: Path) -> None:
         store.shutdown()
 
 
+def test_damage_inside_the_log_is_set_aside_in_place(tmp_path: Path) -> None:
+    msgs = dledger_store(tmp_path, 40)
+    data = tmp_path / "dledger-n0" / "data" / "00000000000000000000"
+    raw = bytearray(data.read_bytes())
+    third = dl.decode_entry(raw, 0).size * 2  # every entry of this store has the same size
+    raw[third + dl.BODY_OFFSET + 100] ^= 0xFF  # a body byte of entry 2 (queue 0, offset 1)
+    data.write_bytes(bytes(raw))
+    store = _open(tmp_path)
+    try:
+        assert store.commit_log.set_aside == {third + dl.BODY_OFFSET: len(dl.decode_entry(raw, third).body)}
+        want = [m.body for i, m in enumerate(msgs) if m.queue_id == 0 and i != 2]
+        assert _pull_all(store, "D", 0) == want  # every later record stays in service
+        assert os.listdir(tmp_path / "quarantine")
+        assert store.put_message(Message("D", b"next", queue_id=0)).ok
+    finally:
+        store.shutdown()
+
+
 def dl_name(pos: int, file_size: int) -> str:
     return f"{pos - pos % file_size:020d}"

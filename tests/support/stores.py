@@ -74,8 +74,11 @@ def ha_frames(master: ReplicaStore, start: int, batch: int) -> list[tuple[int, b
 
 
 def dledger_config(root: Path, **overrides: Any) -> StoreConfig:
-    """:func:`small_config` in DLedger mode (member n0): the CommitLog in ``<root>/dledger-n0/data``."""
-    return small_config(root, enable_dleger_commit_log=True, dleger_self_id="n0", **overrides)
+    """:func:`small_config` in DLedger mode (member n0): the CommitLog in ``<root>/dledger-n0/data``; index
+    files of 4 entries a slot, the shape offline commands read."""
+    values: dict[str, Any] = {"enable_dleger_commit_log": True, "dleger_self_id": "n0", "max_index_num": 256}
+    values.update(overrides)
+    return small_config(root, **values)
 
 
 def dledger_store(root: Path, count: int = 300, topic: str = "D", queues: int = 2) -> list[Message]:
