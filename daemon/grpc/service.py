@@ -116,6 +116,16 @@ def signature_matches(secret_key: str, date_time: str, signature_hex: str) -> bo
     return bool(signature_hex) and hmac.compare_digest(expected, signature_hex.lower())
 
 
+def overall(statuses: list[pb.Status], what: str) -> pb.Status:
+    """A batch's status (`ResponseBuilder`): OK, the one entry's, or MULTIPLE_RESULTS."""
+    failed = [s for s in statuses if s.code != pb.OK]
+    if not failed:
+        return status()
+    if len(statuses) == 1:
+        return statuses[0]
+    return status(pb.MULTIPLE_RESULTS, f"{len(failed)} of {len(statuses)} {what} failed")
+
+
 def _duration(ms: int) -> duration_pb2.Duration:
     d = duration_pb2.Duration()
     d.FromMilliseconds(ms)
@@ -457,14 +467,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         entries = [await self._send_one(client, meta, msg) for msg in request.messages]
         if not entries:
             return spb.SendMessageResponse(status=status(pb.BAD_REQUEST, "no message"))
-        failed = [e for e in entries if e.status.code != pb.OK]
-        if not failed:
-            overall = status()
-        elif len(entries) == 1:
-            overall = entries[0].status
-        else:
-            overall = status(pb.MULTIPLE_RESULTS, f"{len(failed)} of {len(entries)} messages failed")
-        return spb.SendMessageResponse(status=overall, entries=entries)
+        return spb.SendMessageResponse(
+            status=overall([e.status for e in entries], "messages"), entries=entries
+        )
 
     async def _send_one(
         self, client: GrpcClient, meta: dict[str, str], msg: pb.Message
@@ -656,14 +661,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=outcome
                 )
             )
-        failed = [r for r in results if r.status.code != pb.OK]
-        if not failed:
-            overall = status()
-        elif len(results) == 1:
-            overall = results[0].status
-        else:
-            overall = status(pb.MULTIPLE_RESULTS, f"{len(failed)} of {len(results)} acks failed")
-        return spb.AckMessageResponse(status=overall, entries=results)
+        return spb.AckMessageResponse(status=overall([r.status for r in results], "acks"), entries=results)
 
     async def ChangeInvisibleDuration(
         self, request: spb.ChangeInvisibleDurationRequest, context: Any
