@@ -25,6 +25,7 @@ from daemon.acl.plain import PlainAccessValidator
 from daemon.broker.bodies import ConsumerData, SubscriptionData
 from daemon.broker.headers import EndTransactionRequestHeader, SendMessageRequestHeaderV2
 from daemon.broker.managers.consumers import ClientChannel
+from daemon.config import ALL_KEYS_FIELD, parse_properties
 from daemon.grpc.clients import CONSUME_TYPES, ClientRegistry, GrpcClient, parse_peer
 from daemon.grpc.convert import (
     ALL_TYPES,
@@ -300,11 +301,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return known
         port = 0
         try:
-            request = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG)
+            # (our own keys, grpcListenPort among them, come only to a request asking for them all)
+            request = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG, {ALL_KEYS_FIELD: "true"})
             response = await self.broker.client.invoke(addr, request, 3.0)
             if response.code == ResponseCode.SUCCESS and response.body:
-                from daemon.config import parse_properties
-
                 props = parse_properties(response.body.decode("utf-8", "replace"))
                 if props.get("grpcEnable", "true").lower() == "true":
                     port = int(props.get("grpcListenPort", "0") or 0)
