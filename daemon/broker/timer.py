@@ -60,8 +60,6 @@ TIMER_GROUP = "CID_RMQ_SYS_TIMER"
 #: How often the timer queue is read for new messages when nothing falls due sooner.
 TICK = 0.1
 BATCH = 32
-#: Seconds between snapshots of the pending timers (when something changed); each also ends a done log.
-SNAPSHOT_INTERVAL = 10.0
 #: Seconds before a failed re-put (disk full, store shut down) is tried again.
 RETRY_AFTER = 1.0
 _TIMER_PROPS = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
@@ -332,7 +330,7 @@ class TimerMessageService:
 
     async def _snapshots(self) -> None:
         while True:
-            await asyncio.sleep(SNAPSHOT_INTERVAL)
+            await asyncio.sleep(self.broker.config.timer_snapshot_interval / 1000)
             if self._changed and self._done_before is None:
                 try:
                     await self._snapshot()
