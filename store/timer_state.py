@@ -25,15 +25,15 @@ import json
 import os
 import struct
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 SNAPSHOT = "pending.json"
 LOG_PREFIX = "done."
 _OFFSET = struct.Struct(">q")
 
 
-@dataclass(frozen=True, slots=True)
-class PendingTimer:
-    """One timer message still to deliver."""
+class PendingTimer(NamedTuple):
+    """One timer message still to deliver (a tuple: a start builds one per pending timer)."""
 
     #: Its offset in the timer queue (unique for the life of the store).
     queue_offset: int

@@ -124,7 +124,11 @@ class TimerMessageService:
         """Read the snapshot and done logs (at store open, in a worker thread)."""
         snapshot, done = self.progress.load()
         self._enqueued = snapshot.enqueued
-        self._add(p for p in snapshot.pending if p.queue_offset not in done)
+        pending = [p for p in snapshot.pending if p.queue_offset not in done] if done else snapshot.pending
+        self._pending = {p.queue_offset: p for p in pending}
+        self._heap = [(p.due_ms, p.queue_offset) for p in pending]
+        heapq.heapify(self._heap)
+        self._by_key = {(p.topic, p.unique_key): p.queue_offset for p in pending if p.unique_key}
         self._done_before = done
 
     def start(self) -> None:

@@ -13,10 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from daemon.broker.timer import TopicBacklog
 from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
-from store.message import StoredMessage
+from store.message import Message, StoredMessage
 from store.names import TIMER_TOPIC
 from store.record import decode_msg_id, decode_records
 from tests.support.broker import BrokerClient, BrokerHandle, start_broker
@@ -243,3 +244,72 @@ async def test_sigkill_with_pending_timers_delivers_each_once_after_restart(
         proc.send_signal(signal.SIGTERM)
         proc.wait(30)
         await client.client.close()
+
+
+async def _start_time(root: Path, times: int = 3) -> float:
+    """The quickest of `times` starts of the store at `root` (each stopped again), in seconds."""
+    best = float("inf")
+    for _ in range(times):
+        began = time.perf_counter()
+        b = await start_broker(root)
+        best = min(best, time.perf_counter() - began)
+        await b.stop()
+    return best
+
+
+@pytest.mark.slow
+async def test_ten_thousand_pending_timers_barely_slow_a_start(tmp_path: Path) -> None:
+    """A start reads the snapshot, not the timer queue: 10,000 pending timers add little to it; without a
+    snapshot (a SIGKILL before the first one) they are read from the queue after the port opens."""
+    n = 10_000
+    due = now_ms() + 3_600_000
+    for root, timers in (("plain", False), ("store", True)):  # the same messages, plain or timers
+        b = await start_broker(tmp_path / root)
+        for i in range(n):
+            props = (
+                {"TIMER_DELIVER_MS": str(due + i), "UNIQ_KEY": f"K{i}"} if timers else {"UNIQ_KEY": f"K{i}"}
+            )
+            topic, queue_id = b.timers.park(f"T{i % 10}", 0, props)
+            msg = Message(topic, b"x" * 100, queue_id, properties=props, store_host=("127.0.0.1", 10911))
+            assert b.store.put_message(msg).ok
+        await wait_until(lambda b=b, timers=timers: b.timers.pending == (n if timers else 0))
+        await b.stop()  # writes the snapshot
+
+    baseline = await _start_time(tmp_path / "plain")
+    with_snapshot = await _start_time(tmp_path / "store")
+    (tmp_path / "store" / "timer" / "pending.json").unlink()
+    began = time.perf_counter()
+    b = await start_broker(tmp_path / "store")
+    without = time.perf_counter() - began
+    try:
+        await wait_until(lambda: b.timers.pending == n)
+        caught_up = time.perf_counter() - began
+        assert b.timers.backlog()[0] == TopicBacklog("T0", n // 10, due)
+    finally:
+        await b.stop()
+    print(
+        f"start: {n} plain messages {baseline * 1000:.0f} ms; {n} pending timers: {with_snapshot * 1000:.0f} ms"
+        f" from the snapshot, {without * 1000:.0f} ms without (all read {caught_up * 1000:.0f} ms after)"
+    )
+    assert with_snapshot < baseline + 0.2
+
+
+async def test_a_restart_keeps_pending_timers_and_delivers_none_twice(tmp_path: Path) -> None:
+    b = await start_broker(tmp_path / "store")
+    client = BrokerHandle(b.addr, b.client, b)
+    try:
+        assert (await client.send("Rs", b"early", props={"TIMER_DELAY_MS": "100"})).code == 0
+        assert (await client.send("Rs", b"later", props={"TIMER_DELAY_MS": "1500"})).code == 0
+        await pull_all(client, "Rs", 1)
+    finally:
+        await b.stop()
+    b = await start_broker(tmp_path / "store")
+    client = BrokerHandle(b.addr, b.client, b)
+    try:
+        assert b.timers.pending == 1  # from the snapshot the stop wrote
+        got = await pull_all(client, "Rs", 2)
+        assert [m.body for m in got] == [b"early", b"later"]
+        await asyncio.sleep(0.2)
+        assert (await client.pull("TG", "Rs", 0, 2)).code == ResponseCode.PULL_NOT_FOUND
+    finally:
+        await b.stop()
