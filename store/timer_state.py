@@ -1,5 +1,5 @@
-"""The timer service's progress on disk: which timer messages are still pending (docs/store-format.md
-§timer-messages).
+"""The timer service's progress on disk: which timer messages are still pending
+(docs/store-format.md §timer-messages).
 
 Timer messages wait in queue 0 of ``rmq_sys_wheel_timer`` in the order they were sent, but fall due in
 any order, so one consumed offset cannot say what was delivered. Two files in ``<storePathRootDir>/timer``

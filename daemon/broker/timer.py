@@ -47,7 +47,7 @@ from store.message import (
     PROPERTY_WAIT_STORE_MSG_OK,
     StoredMessage,
 )
-from store.names import TIMER_TOPIC
+from store.names import TIMER_GROUP, TIMER_TOPIC
 from store.results import GetMessageStatus
 from store.timer_state import PendingTimer, TimerProgress, TimerSnapshot
 
@@ -56,7 +56,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TIMER_GROUP = "CID_RMQ_SYS_TIMER"
 #: How often the timer queue is read for new messages when nothing falls due sooner.
 TICK = 0.1
 BATCH = 32

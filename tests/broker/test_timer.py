@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -157,6 +158,22 @@ async def test_backlog_per_topic_in_runtime_info(broker: BrokerHandle) -> None:
     assert info["timerNextDueMs"] == str(base)
     assert info["timerPending_A"] == f"2,{base}"
     assert info["timerPending_B"] == f"1,{base + 1000}"
+    port = broker.broker.metrics_port
+    scraped = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+    assert (
+        'rocketmq_timer_pending_messages{broker="broker-a",cluster="DefaultCluster",topic="A"} 2.0' in scraped
+    )
+    (line,) = [
+        row
+        for row in scraped.splitlines()
+        if row.startswith("rocketmq_timer_next_due_seconds") and 'topic="B"' in row
+    ]
+    assert float(line.split()[-1]) == (base + 1000) / 1000
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=3) as resp:
+        return str(resp.read().decode())
 
 
 def _broker_conf(tmp_path: Path, port: int, **extra: str) -> Path:
