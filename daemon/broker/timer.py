@@ -238,6 +238,8 @@ class TimerMessageService:
                 GetMessageStatus.OFFSET_FOUND_NULL,
                 GetMessageStatus.MESSAGE_WAS_REMOVING,
             ):
+                if result.next_begin_offset == self._enqueued:
+                    return read  # nothing to skip to (a queue being removed): try again next tick
                 self._enqueued = result.next_begin_offset
                 continue
             if not result.messages:

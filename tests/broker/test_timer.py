@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.broker.headers import EndTransactionRequestHeader
 from daemon.broker.timer import TopicBacklog
 from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import RemotingClient
@@ -129,6 +130,18 @@ async def test_a_delay_level_wins_over_the_timer_properties(broker: BrokerHandle
     assert parked.message.topic == "SCHEDULE_TOPIC_XXXX"
     assert "TIMER_DELAY_SEC" not in parked.message.properties
     assert broker.broker.timers.pending == 0
+
+
+async def test_a_committed_transactional_timer_waits_for_its_time(broker: BrokerHandle) -> None:
+    props = {"TRAN_MSG": "true", "PGROUP": "TxPG", "TIMER_DELAY_MS": "700"}
+    r = await broker.send("TxTimer", b"tx", props=props)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    committed_at = now_ms()
+    h = EndTransactionRequestHeader("TxPG", 0, decode_msg_id(r.ext_fields["msgId"])[1], 8, "id")
+    assert (await broker.call(RequestCode.END_TRANSACTION, h.to_ext_fields())).code == ResponseCode.SUCCESS
+    assert (await broker.pull("TG", "TxTimer", 0, 0)).code == ResponseCode.PULL_NOT_FOUND
+    (msg,) = await pull_all(broker, "TxTimer", 1)
+    assert msg.body == b"tx" and msg.store_timestamp - committed_at >= 690
 
 
 async def test_recall_cancels_a_pending_timer(broker: BrokerHandle) -> None:
