@@ -49,12 +49,13 @@ async def pull_all(
 @pytest.mark.slow
 async def test_timers_of_2_and_5_seconds_arrive_within_a_second_of_due(broker: BrokerHandle) -> None:
     sent: dict[bytes, int] = {}
-    for body, props in (
-        (b"sec", {"TIMER_DELAY_SEC": "2"}),
-        (b"ms", {"TIMER_DELAY_MS": "2000"}),
-        (b"at", {"TIMER_DELIVER_MS": str(now_ms() + 5000)}),
+    for body, delay, props in (
+        (b"sec", 2000, {"TIMER_DELAY_SEC": "2"}),
+        (b"ms", 2000, {"TIMER_DELAY_MS": "2000"}),
+        (b"at", 5000, {}),
     ):
-        due = now_ms() + (5000 if body == b"at" else 2000)
+        due = now_ms() + delay
+        props = props or {"TIMER_DELIVER_MS": str(due)}
         r = await broker.send("Timed", body, props=props, keys=f"k-{body.decode()}")
         assert r.code == ResponseCode.SUCCESS, r.remark
         assert r.ext_fields["queueId"] == "0"
@@ -63,10 +64,10 @@ async def test_timers_of_2_and_5_seconds_arrive_within_a_second_of_due(broker: B
     assert (await broker.pull("TG", "Timed", 0, 0)).code == ResponseCode.PULL_NOT_FOUND
     await wait_until(lambda: broker.broker.timers.pending == 3)
     for msg in await pull_all(broker, "Timed", 3):
-        due = sent[msg.body]
-        late = msg.store_timestamp - due
-        assert -20 <= late < 1000, (msg.body, late)  # the store time of the delivered copy
-        assert int(msg.properties["TIMER_OUT_MS"]) == pytest.approx(due, abs=50)
+        due = int(msg.properties["TIMER_OUT_MS"])  # a delay counts from the broker's receipt
+        assert 0 <= due - sent[msg.body] < 500
+        late = msg.store_timestamp - due  # the store time of the delivered copy
+        assert 0 <= late < 1000, (msg.body, late)
         assert "REAL_TOPIC" not in msg.properties and "REAL_QID" not in msg.properties
         assert msg.properties["KEYS"] == f"k-{msg.body.decode()}"
     assert broker.broker.timers.pending == 0
