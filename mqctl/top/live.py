@@ -223,6 +223,7 @@ class LiveSource:
             loop_lag_p99_ms=first_float(runtime.get("loopLagP99")),
             loop_lag_max_ms=first_float(runtime.get("loopLagMax")),
             gc_pause_max_ms=first_float(runtime.get("gcPauseMax")),
+            timer_pending=_int(runtime.get("timerPendingMessages")),
         )
         return _Broker(view_, runtime, settings, scrape)
 

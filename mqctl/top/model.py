@@ -47,6 +47,8 @@ class BrokerView:
     loop_lag_p99_ms: float | None = None
     loop_lag_max_ms: float | None = None
     gc_pause_max_ms: float | None = None
+    #: Timer messages waiting for their time on an mqctl broker (None from a broker without them).
+    timer_pending: int | None = None
     error: str | None = None
     #: With ``error``: what the row says instead of a version (DOWN, or "ACL denied" for a broker that
     #: answered but refused: it is up, this session may not read it).
