@@ -7,8 +7,8 @@ do:
 
 - ``pending.json``: a snapshot, written now and then (temporary file, fsync, rename): the queue offset
   the service had read up to (``enqueued``), and every timer still pending below it with what the
-  service needs to deliver it and to count it per topic (due time, CommitLog offset and size, real
-  topic, unique key). A start reads this file and the timer queue from ``enqueued`` on, not the whole
+  service needs to deliver it and to count it per topic (due time, CommitLog offset, size and store
+  time, real topic, unique key). A start reads this file and the timer queue from ``enqueued`` on, not the whole
   queue.
 - ``done.<generation>``: an append-only log of the queue offsets delivered or recalled since the
   snapshot of that generation, 8 bytes each (big-endian). One ``write()`` per delivery: in the page
@@ -40,6 +40,8 @@ class PendingTimer(NamedTuple):
     due_ms: int
     phys_offset: int
     size: int
+    #: When the parked record was stored (it is re-put before retention could remove it).
+    stored_ms: int
     #: The real topic, and the producer's unique key (empty if none): what a recall names.
     topic: str
     unique_key: str
@@ -54,18 +56,22 @@ class TimerSnapshot:
 
 
 def encode_snapshot(snapshot: TimerSnapshot) -> bytes:
-    rows = [
-        [p.queue_offset, p.due_ms, p.phys_offset, p.size, p.topic, p.unique_key] for p in snapshot.pending
-    ]
-    doc = {"version": 1, "generation": snapshot.generation, "enqueued": snapshot.enqueued, "pending": rows}
+    """The snapshot as JSON: one row per pending timer, its fields in PendingTimer's order."""
+    doc = {
+        "version": 1,
+        "generation": snapshot.generation,
+        "enqueued": snapshot.enqueued,
+        "pending": snapshot.pending,
+    }
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode_snapshot(data: bytes) -> TimerSnapshot:
     doc = json.loads(data)
-    pending = [
-        PendingTimer(int(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]), str(r[5])) for r in doc["pending"]
-    ]
+    new = tuple.__new__  # PendingTimer(*row) without the generated __new__'s cost, per pending timer
+    pending = [new(PendingTimer, row) for row in doc["pending"]]
+    if any(len(row) != len(PendingTimer._fields) for row in pending):
+        raise ValueError("a pending timer row of another shape")
     return TimerSnapshot(int(doc["generation"]), int(doc["enqueued"]), pending)
 
 

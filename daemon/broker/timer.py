@@ -43,6 +43,7 @@ from store.message import (
     PROPERTY_TIMER_DEQUEUE_MS,
     PROPERTY_TIMER_ENQUEUE_MS,
     PROPERTY_TIMER_OUT_MS,
+    PROPERTY_TIMER_ROLL_TIMES,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT_STORE_MSG_OK,
     StoredMessage,
@@ -125,7 +126,7 @@ class TimerMessageService:
         self._enqueued = snapshot.enqueued
         pending = [p for p in snapshot.pending if p.queue_offset not in done] if done else snapshot.pending
         self._pending = {p.queue_offset: p for p in pending}
-        self._heap = [(p.due_ms, p.queue_offset) for p in pending]
+        self._heap = [(self._wake(p), p.queue_offset) for p in pending]
         heapq.heapify(self._heap)
         self._by_key = {(p.topic, p.unique_key): p.queue_offset for p in pending if p.unique_key}
         self._done_before = done
@@ -222,7 +223,7 @@ class TimerMessageService:
     def _add(self, entries: Iterable[PendingTimer]) -> None:
         for p in entries:
             self._pending[p.queue_offset] = p
-            heapq.heappush(self._heap, (p.due_ms, p.queue_offset))
+            heapq.heappush(self._heap, (self._wake(p), p.queue_offset))
             if p.unique_key:
                 self._by_key[(p.topic, p.unique_key)] = p.queue_offset
 
@@ -263,7 +264,12 @@ class TimerMessageService:
         except (KeyError, ValueError):
             log.warning("timer queue offset %d has no due time or real topic: skipped", queue_offset)
             return
-        self._add([PendingTimer(queue_offset, due, phys, size, topic, props.get(PROPERTY_UNIQ_KEY, ""))])
+        key = props.get(PROPERTY_UNIQ_KEY, "")
+        self._add([PendingTimer(queue_offset, due, phys, size, msg.store_timestamp, topic, key)])
+
+    def _wake(self, p: PendingTimer) -> int:
+        """When the service must act on `p`: its due time, or sooner to roll it (see _deliver)."""
+        return min(p.due_ms, p.stored_ms + self.broker.config.timer_roll_window_sec * 1000)
 
     async def _run(self) -> None:
         while True:
@@ -283,54 +289,71 @@ class TimerMessageService:
         return max(delay, self._retry_at - time.monotonic(), 0.0)
 
     async def _deliver_due(self) -> int:
-        """Re-put every due timer message into its real topic; returns how many moved."""
+        """Re-put every due timer message into its real topic (and roll those parked too long); returns
+        how many moved."""
         if time.monotonic() < self._retry_at:
             return 0
         moved = 0
         heap = self._heap
         while heap and heap[0][0] <= time.time() * 1000:
-            due, offset = heapq.heappop(heap)
+            wake, offset = heapq.heappop(heap)
             entry = self._pending.pop(offset, None)
-            if entry is None or entry.due_ms != due:
+            if entry is None:
                 continue  # recalled, or delivered already
+            if self._wake(entry) != wake:  # not this timer's current heap entry
+                self._pending[offset] = entry
+                heapq.heappush(heap, (self._wake(entry), offset))
+                continue
             self._in_flight[offset] = entry
             try:
-                ok = await self._deliver(entry)
+                outcome = await self._deliver(entry)
             finally:
                 del self._in_flight[offset]
-            if not ok:
+            if outcome is None:
                 self._add([entry])
                 self._retry_at = time.monotonic() + RETRY_AFTER
                 return moved
-            self._done(entry)
+            self._done(entry, delivered=outcome == "delivered")
             moved += 1
             if moved % BATCH == 0:
                 await asyncio.sleep(0)
         return moved
 
-    async def _deliver(self, entry: PendingTimer) -> bool:
-        """One re-put; True when it is stored or can never be (so it counts as done)."""
+    async def _deliver(self, entry: PendingTimer) -> str | None:
+        """One re-put: ``delivered``; ``rolled`` for a timer not due yet (re-put into the timer topic as
+        it is with ``TIMER_ROLL_TIMES`` one higher; the reader takes the copy as a new pending timer);
+        ``dropped`` when its record is gone for good; None when the put failed (tried again later)."""
         try:
             selected = self.broker.store.look_message_by_offset(entry.phys_offset)
         except StoreError as e:
             log.error("timer message at %d unreadable, dropped: %s", entry.phys_offset, e)
-            return True
+            return "dropped"
         if selected is None:
             log.error("timer message at %d is gone from the CommitLog, dropped", entry.phys_offset)
-            return True
-        topic, queue_id, props = delivered_timer(selected.message, int(time.time() * 1000))
+            return "dropped"
+        now = int(time.time() * 1000)
+        roll = entry.due_ms > now
+        if roll:
+            topic, queue_id, props = TIMER_TOPIC, 0, dict(selected.message.properties)
+            props[PROPERTY_TIMER_ROLL_TIMES] = str(int(props.get(PROPERTY_TIMER_ROLL_TIMES, "0")) + 1)
+            props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
+        else:
+            topic, queue_id, props = delivered_timer(selected.message, now)
         result = await self.broker.put(copy_to(selected.message, topic, queue_id, props))
         if not result.ok:
             log.warning("timer re-put of %d to %s failed: %s", entry.queue_offset, topic, result.status.value)
-            return False
+            return None
+        if roll:
+            return "rolled"
         self.broker.stats.on_put(topic, 1, result.wrote_bytes)
-        return True
+        return "delivered"
 
-    def _done(self, entry: PendingTimer) -> None:
+    def _done(self, entry: PendingTimer, *, delivered: bool) -> None:
         self.progress.record_done(entry.queue_offset)
-        if entry.unique_key:
-            self._by_key.pop((entry.topic, entry.unique_key), None)
-        self.delivered += 1
+        key = (entry.topic, entry.unique_key)
+        if entry.unique_key and self._by_key.get(key) == entry.queue_offset:  # not a rolled copy's
+            del self._by_key[key]
+        self.delivered += delivered
         self._changed = True
 
     async def _snapshots(self) -> None:

@@ -145,6 +145,24 @@ async def test_a_committed_transactional_timer_waits_for_its_time(broker: Broker
     assert msg.body == b"tx" and msg.store_timestamp - committed_at >= 690
 
 
+@pytest.mark.slow
+async def test_a_timer_parked_longer_than_the_roll_window_is_re_put_and_still_on_time(tmp_path: Path) -> None:
+    b = await start_broker(tmp_path / "store", timer_roll_window_sec=1)
+    client = BrokerHandle(b.addr, b.client, b)
+    try:
+        r = await client.send("Roll", b"r", props={"TIMER_DELAY_MS": "3500", "UNIQ_KEY": "R1"})
+        assert r.code == ResponseCode.SUCCESS
+        (msg,) = await pull_all(client, "Roll", 1)
+        assert int(msg.properties["TIMER_ROLL_TIMES"]) >= 2  # once a second while it waited
+        assert 0 <= msg.store_timestamp - int(msg.properties["TIMER_OUT_MS"]) < 1000
+        assert msg.properties["UNIQ_KEY"] == "R1" and msg.body == b"r"
+        rolled = b.store.get_max_offset(TIMER_TOPIC, 0) - 1
+        assert rolled == int(msg.properties["TIMER_ROLL_TIMES"])
+        assert b.timers.pending == 0 and b.timers.delivered == 1
+    finally:
+        await b.stop()
+
+
 async def test_recall_cancels_a_pending_timer(broker: BrokerHandle) -> None:
     for key in ("U1", "U2"):
         r = await broker.send("Rec", key.encode(), props={"TIMER_DELAY_MS": "600", "UNIQ_KEY": key})

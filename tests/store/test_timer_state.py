@@ -8,7 +8,7 @@ from store.timer_state import LOG_PREFIX, PendingTimer, TimerProgress, TimerSnap
 
 
 def timer(offset: int) -> PendingTimer:
-    return PendingTimer(offset, 1_000 + offset, offset * 100, 100, "T", f"K{offset}")
+    return PendingTimer(offset, 1_000 + offset, offset * 100, 100, 500, "T", f"K{offset}")
 
 
 def test_nothing_on_disk_is_an_empty_start(tmp_path: Path) -> None:
