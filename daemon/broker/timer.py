@@ -19,6 +19,7 @@ Work on the event loop comes in slices of at most ``BATCH`` messages with a yiel
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import logging
 import os
@@ -110,6 +111,9 @@ class TimerMessageService:
         self._in_flight: dict[int, PendingTimer] = {}
         self._heap: list[tuple[int, int]] = []
         self._by_key: dict[tuple[str, str], int] = {}
+        #: Per real topic: how many are pending, and a heap of (due, queue offset) whose top is pending
+        #: (older entries below it are dropped lazily), so the backlog costs O(topics), not O(timers).
+        self._topics: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
         self._enqueued = 0
         #: Offsets logged as done before this start: skipped while the queue is read up to its end.
         self._done_before: set[int] | None = None
@@ -129,6 +133,11 @@ class TimerMessageService:
         self._heap = [(self._wake(p), p.queue_offset) for p in pending]
         heapq.heapify(self._heap)
         self._by_key = {(p.topic, p.unique_key): p.queue_offset for p in pending if p.unique_key}
+        for p in pending:
+            self._topic_row(p.topic)[1].append((p.due_ms, p.queue_offset))
+        for count, heap in self._topics.values():
+            count[0] = len(heap)
+            heapq.heapify(heap)
         self._done_before = done
 
     def start(self) -> None:
@@ -192,6 +201,7 @@ class TimerMessageService:
         if entry is None:
             return False  # its re-put is running
         del self._by_key[(topic, unique_key)]
+        self._forget(entry)
         self.progress.record_done(offset)
         self._changed = True
         log.info("timer message %s of %s recalled (due %d)", unique_key, topic, entry.due_ms)
@@ -200,19 +210,18 @@ class TimerMessageService:
     # ------------------------------------------------------------------ what is pending
 
     def backlog(self, *, fresh: bool = False) -> list[TopicBacklog]:
-        """Pending timers per real topic, sorted by topic; `fresh` (on the event loop only) first takes
-        what was sent since the last read. Safe from another thread without it: it reads copies."""
+        """Pending timers per real topic, sorted by topic; `fresh` (on the event loop only) first takes a
+        batch of what was sent since the last read. Safe from another thread without it. A broker that
+        does not deliver timers (a slave) reports none."""
+        if not self._tasks:
+            return []
         if fresh:
-            self._read_new(limit=None)
-        counts: dict[str, list[int]] = {}
-        for p in [*list(self._pending.values()), *list(self._in_flight.values())]:
-            row = counts.get(p.topic)
-            if row is None:
-                counts[p.topic] = [1, p.due_ms]
-            else:
-                row[0] += 1
-                row[1] = min(row[1], p.due_ms)
-        return [TopicBacklog(t, n, due) for t, (n, due) in sorted(counts.items())]
+            self._read_new()
+        rows = []
+        for topic, (count, heap) in sorted(list(self._topics.items())):
+            with contextlib.suppress(IndexError):  # emptied meanwhile (another thread's read)
+                rows.append(TopicBacklog(topic, count[0], heap[0][0]))
+        return rows
 
     @property
     def pending(self) -> int:
@@ -224,8 +233,27 @@ class TimerMessageService:
         for p in entries:
             self._pending[p.queue_offset] = p
             heapq.heappush(self._heap, (self._wake(p), p.queue_offset))
+            count, heap = self._topic_row(p.topic)
+            count[0] += 1
+            heapq.heappush(heap, (p.due_ms, p.queue_offset))
             if p.unique_key:
                 self._by_key[(p.topic, p.unique_key)] = p.queue_offset
+
+    def _topic_row(self, topic: str) -> tuple[list[int], list[tuple[int, int]]]:
+        row = self._topics.get(topic)
+        if row is None:
+            row = self._topics[topic] = ([0], [])
+        return row
+
+    def _forget(self, entry: PendingTimer) -> None:
+        """Count `entry` (no longer pending nor in flight) out of its topic's backlog."""
+        count, heap = self._topics[entry.topic]
+        count[0] -= 1
+        if count[0] == 0:
+            del self._topics[entry.topic]
+            return
+        while heap[0][1] not in self._pending and heap[0][1] not in self._in_flight:
+            heapq.heappop(heap)
 
     def _read_new(self, limit: int | None = BATCH) -> int:
         """Take up to `limit` new timer messages from the queue; returns how many offsets were read."""
@@ -309,8 +337,9 @@ class TimerMessageService:
                 outcome = await self._deliver(entry)
             finally:
                 del self._in_flight[offset]
-            if outcome is None:
-                self._add([entry])
+            if outcome is None:  # still pending (and still counted): due again after RETRY_AFTER
+                self._pending[offset] = entry
+                heapq.heappush(heap, (self._wake(entry), offset))
                 self._retry_at = time.monotonic() + RETRY_AFTER
                 return moved
             self._done(entry, delivered=outcome == "delivered")
@@ -350,6 +379,7 @@ class TimerMessageService:
 
     def _done(self, entry: PendingTimer, *, delivered: bool) -> None:
         self.progress.record_done(entry.queue_offset)
+        self._forget(entry)
         key = (entry.topic, entry.unique_key)
         if entry.unique_key and self._by_key.get(key) == entry.queue_offset:  # not a rolled copy's
             del self._by_key[key]

@@ -181,7 +181,7 @@ async def test_recall_cancels_a_pending_timer(broker: BrokerHandle) -> None:
 async def test_backlog_per_topic_in_runtime_info(broker: BrokerHandle) -> None:
     base = now_ms() + 60_000
     for topic, delay in (("A", 0), ("A", 5000), ("B", 1000)):
-        props = {"TIMER_DELIVER_MS": str(base + delay)}
+        props = {"TIMER_DELIVER_MS": str(base + delay), "UNIQ_KEY": f"{topic}{delay}"}
         assert (await broker.send(topic, b"x", props=props)).code == ResponseCode.SUCCESS
     r = await broker.call(RequestCode.GET_BROKER_RUNTIME_INFO)
     assert r.code == ResponseCode.SUCCESS
@@ -201,6 +201,12 @@ async def test_backlog_per_topic_in_runtime_info(broker: BrokerHandle) -> None:
         if row.startswith("rocketmq_timer_next_due_seconds") and 'topic="B"' in row
     ]
     assert float(line.split()[-1]) == (base + 1000) / 1000
+    # the next due time follows recalls (and deliveries) without a scan of every timer
+    timers = broker.broker.timers
+    assert timers.recall("A", "A0") and timers.recall("B", "B1000")
+    info = broker.broker.runtime_info()
+    assert info["timerPending_A"] == f"1,{base + 5000}" and "timerPending_B" not in info
+    assert info["timerPendingMessages"] == "1"
 
 
 def _get(url: str) -> str:
