@@ -79,3 +79,20 @@ def test_beyond_the_brokers_max_delay_is_a_broker_error(mq: Callable[..., CliRes
     result = mq("msg", "send", "-t", "TmFar", "--delay", "4d", "x")
     assert result.code == 8, result.stderr
     assert "max delay" in result.stderr
+
+
+def test_the_unique_key_finds_the_delivered_copy(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
+    sent = ok(mq("msg", "send", "-t", "TmSoon", "--delay", "300ms", "soon", "-o", "json"))
+    deadline = time.monotonic() + 10
+    while True:  # exit 3 until it is delivered
+        found = mq("msg", "query", "-t", "TmSoon", "--id", sent["unique_key"], "-o", "json")
+        if found.code != 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    message = ok(found)
+    assert (message["topic"], message["unique_key"], message["found_by"]) == (
+        "TmSoon",
+        sent["unique_key"],
+        "unique_key",
+    )
+    assert message["properties"]["TIMER_OUT_MS"]
