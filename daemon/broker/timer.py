@@ -50,6 +50,7 @@ from store.message import (
     StoredMessage,
 )
 from store.names import TIMER_GROUP, TIMER_TOPIC
+from store.record import RecordInfo, read_record_info
 from store.results import GetMessageStatus
 from store.timer_state import PendingTimer, TimerProgress, TimerSnapshot
 
@@ -60,7 +61,8 @@ log = logging.getLogger(__name__)
 
 #: How often the timer queue is read for new messages when nothing falls due sooner.
 TICK = 0.1
-BATCH = 32
+#: Timer messages read or re-put per slice of event-loop time (each slice well under a millisecond).
+BATCH = 16
 #: Seconds before a failed re-put (disk full, store shut down) is tried again.
 RETRY_AFTER = 1.0
 _TIMER_PROPS = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
@@ -120,6 +122,7 @@ class TimerMessageService:
         self._changed = False
         self._retry_at = 0.0
         self.delivered = 0
+        self._roll_ms = broker.config.timer_roll_window_sec * 1000
         self._tasks: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -275,17 +278,17 @@ class TimerMessageService:
                 if self._done_before is not None:  # caught up: nothing older than this start remains
                     self._done_before = None
                 return read
-            for selected in result.messages:
-                self._take(selected.queue_offset, selected.phys_offset, selected.size, selected.message)
+            for selected in result.messages:  # properties only: no hosts, body copy or CRC
+                self._take(selected.queue_offset, read_record_info(selected.raw, 0))
             read += len(result.messages)
             self._enqueued = result.next_begin_offset
             self._changed = True
         return read
 
-    def _take(self, queue_offset: int, phys: int, size: int, msg: StoredMessage) -> None:
+    def _take(self, queue_offset: int, info: RecordInfo) -> None:
         if self._done_before is not None and queue_offset in self._done_before:
             return
-        props = msg.properties
+        props = info.properties
         try:
             due = int(props[PROPERTY_TIMER_OUT_MS])
             topic = props[PROPERTY_REAL_TOPIC]
@@ -293,11 +296,14 @@ class TimerMessageService:
             log.warning("timer queue offset %d has no due time or real topic: skipped", queue_offset)
             return
         key = props.get(PROPERTY_UNIQ_KEY, "")
-        self._add([PendingTimer(queue_offset, due, phys, size, msg.store_timestamp, topic, key)])
+        pending = PendingTimer(
+            queue_offset, due, info.commit_log_offset, info.size, info.store_timestamp, topic, key
+        )
+        self._add([pending])
 
     def _wake(self, p: PendingTimer) -> int:
         """When the service must act on `p`: its due time, or sooner to roll it (see _deliver)."""
-        return min(p.due_ms, p.stored_ms + self.broker.config.timer_roll_window_sec * 1000)
+        return min(p.due_ms, p.stored_ms + self._roll_ms)
 
     async def _run(self) -> None:
         while True:
