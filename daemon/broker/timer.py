@@ -65,6 +65,10 @@ TICK = 0.1
 BATCH = 16
 #: Seconds before a failed re-put (disk full, store shut down) is tried again.
 RETRY_AFTER = 1.0
+#: mqctl's GET_BROKER_RUNTIME_INFO keys: the pending total and the earliest due time, plus one
+#: ``timerPending_<topic>`` = ``count,next due ms`` per real topic.
+TIMER_RUNTIME_KEYS = frozenset({"timerPendingMessages", "timerNextDueMs"})
+PENDING_KEY_PREFIX = "timerPending_"
 _TIMER_PROPS = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
 
 
@@ -225,6 +229,17 @@ class TimerMessageService:
             with contextlib.suppress(IndexError):  # emptied meanwhile (another thread's read)
                 rows.append(TopicBacklog(topic, count[0], heap[0][0]))
         return rows
+
+    def runtime_info(self) -> dict[str, str]:
+        """The backlog as GET_BROKER_RUNTIME_INFO reports it (see TIMER_RUNTIME_KEYS)."""
+        backlog = self.backlog(fresh=True)
+        info = {
+            "timerPendingMessages": str(sum(b.pending for b in backlog)),
+            "timerNextDueMs": str(min((b.next_due_ms for b in backlog), default=0)),
+        }
+        for b in backlog:
+            info[PENDING_KEY_PREFIX + b.topic] = f"{b.pending},{b.next_due_ms}"
+        return info
 
     @property
     def pending(self) -> int:

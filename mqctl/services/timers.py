@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from typing import TypedDict
 
+from daemon.broker.timer import PENDING_KEY_PREFIX
 from mqctl.admin.client import Admin
 from mqctl.services.cluster import brokers
 from mqctl.services.fanout import each_broker
 from mqctl.units import when
-
-#: The runtime info key prefix of one topic's backlog.
-PENDING_PREFIX = "timerPending_"
 
 
 class TimerBacklog(TypedDict):
@@ -32,7 +30,7 @@ def backlog_rows(broker_name: str, addr: str, table: dict[str, str]) -> list[Tim
     """The rows a broker's runtime info holds (none for a broker without timer messages)."""
     rows: list[TimerBacklog] = []
     for key, value in sorted(table.items()):
-        if not key.startswith(PENDING_PREFIX):
+        if not key.startswith(PENDING_KEY_PREFIX):
             continue
         count, _, due = value.partition(",")
         if not count.isdigit() or not due.isdigit():
@@ -41,7 +39,7 @@ def backlog_rows(broker_name: str, addr: str, table: dict[str, str]) -> list[Tim
             {
                 "broker_name": broker_name,
                 "broker": addr,
-                "topic": key[len(PENDING_PREFIX) :],
+                "topic": key[len(PENDING_KEY_PREFIX) :],
                 "pending": int(count),
                 "next_due": when(int(due)),
                 "next_due_ms": int(due),
