@@ -88,6 +88,9 @@ class TimerProgress:
         self.directory = directory
         self.generation = 0
         self._fd: int | None = None
+        #: Whether `load` found no directory: the store never had our timer progress (a new store, or
+        #: one a RocketMQ 5.x broker wrote, whose timer queue may hold messages delivered long ago).
+        self.created = False
 
     def _path(self, name: str) -> str:
         assert self.directory is not None
@@ -105,6 +108,7 @@ class TimerProgress:
         """The last snapshot and the offsets logged as done since; appends go to the newest log."""
         if self.directory is None:
             return TimerSnapshot(), set()
+        self.created = not os.path.isdir(self.directory)
         os.makedirs(self.directory, exist_ok=True)
         snapshot = TimerSnapshot()
         with contextlib.suppress(FileNotFoundError), open(self._path(SNAPSHOT), "rb") as f:
@@ -134,6 +138,11 @@ class TimerProgress:
         """Log one delivered or recalled timer (one small write, no fsync)."""
         if self._fd is not None:
             os.write(self._fd, _OFFSET.pack(queue_offset))
+
+    def record_done_many(self, queue_offsets: list[int]) -> None:
+        """Log several offsets in one write."""
+        if self._fd is not None and queue_offsets:
+            os.write(self._fd, b"".join(_OFFSET.pack(o) for o in queue_offsets))
 
     def rotate(self) -> int:
         """Start the next generation's log (what a snapshot taken now is the base of)."""

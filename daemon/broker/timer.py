@@ -123,6 +123,10 @@ class TimerMessageService:
         self._enqueued = 0
         #: Offsets logged as done before this start: skipped while the queue is read up to its end.
         self._done_before: set[int] | None = None
+        #: On a store without timer progress: messages due before this instant (the start) were another
+        #: broker's to deliver and count as delivered; None once the queue was read to its end.
+        self._adopt_before: int | None = None
+        self._adopted = 0
         self._changed = False
         self._retry_at = 0.0
         self.delivered = 0
@@ -134,6 +138,8 @@ class TimerMessageService:
     def load(self) -> None:
         """Read the snapshot and done logs (at store open, in a worker thread)."""
         snapshot, done = self.progress.load()
+        if self.progress.created:
+            self._adopt_before = int(time.time() * 1000)
         self._enqueued = snapshot.enqueued
         pending = [p for p in snapshot.pending if p.queue_offset not in done] if done else snapshot.pending
         self._pending = {p.queue_offset: p for p in pending}
@@ -292,29 +298,47 @@ class TimerMessageService:
             if not result.messages:
                 if self._done_before is not None:  # caught up: nothing older than this start remains
                     self._done_before = None
+                    self._caught_up()
                 return read
+            past: list[int] = []
             for selected in result.messages:  # properties only: no hosts, body copy or CRC
-                self._take(selected.queue_offset, read_record_info(selected.raw, 0))
+                if not self._take(selected.queue_offset, read_record_info(selected.raw, 0)):
+                    past.append(selected.queue_offset)
+            self.progress.record_done_many(past)
+            self._adopted += len(past)
             read += len(result.messages)
             self._enqueued = result.next_begin_offset
             self._changed = True
         return read
 
-    def _take(self, queue_offset: int, info: RecordInfo) -> None:
+    def _caught_up(self) -> None:
+        if self._adopt_before is not None and self._adopted:
+            log.warning(
+                "this store had no timer progress files: %d timer messages due before this start were"
+                " counted as delivered (by the broker that wrote them); later ones are pending",
+                self._adopted,
+            )
+        self._adopt_before = None
+
+    def _take(self, queue_offset: int, info: RecordInfo) -> bool:
+        """Take one parked record as pending; False for one to count as delivered (see _adopt_before)."""
         if self._done_before is not None and queue_offset in self._done_before:
-            return
+            return True
         props = info.properties
         try:
             due = int(props[PROPERTY_TIMER_OUT_MS])
             topic = props[PROPERTY_REAL_TOPIC]
         except (KeyError, ValueError):
             log.warning("timer queue offset %d has no due time or real topic: skipped", queue_offset)
-            return
+            return True
+        if self._adopt_before is not None and due < self._adopt_before:
+            return False
         key = props.get(PROPERTY_UNIQ_KEY, "")
         pending = PendingTimer(
             queue_offset, due, info.commit_log_offset, info.size, info.store_timestamp, topic, key
         )
         self._add([pending])
+        return True
 
     def _wake(self, p: PendingTimer) -> int:
         """When the service must act on `p`: its due time, or sooner to roll it (see _deliver)."""

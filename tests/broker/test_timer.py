@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -366,5 +367,33 @@ async def test_a_restart_keeps_pending_timers_and_delivers_none_twice(tmp_path: 
         assert [m.body for m in got] == [b"early", b"later"]
         await asyncio.sleep(0.2)
         assert (await client.pull("TG", "Rs", 0, 2)).code == ResponseCode.PULL_NOT_FOUND
+    finally:
+        await b.stop()
+
+
+async def test_a_store_without_timer_progress_takes_only_timers_not_yet_due(tmp_path: Path) -> None:
+    """A store another broker wrote (RocketMQ 5.x keeps no files of ours): its timer queue's history is
+    not delivered again, what is still to come is."""
+    b = await start_broker(tmp_path / "store")
+    client = BrokerHandle(b.addr, b.client, b)
+    try:
+        assert (await client.send("Tk", b"old", props={"TIMER_DELAY_MS": "100"})).code == 0
+        assert (await client.send("Tk", b"future", props={"TIMER_DELAY_SEC": "60"})).code == 0
+        await pull_all(client, "Tk", 1)
+    finally:
+        await b.stop()
+    shutil.rmtree(tmp_path / "store" / "timer")
+    b = await start_broker(tmp_path / "store")
+    client = BrokerHandle(b.addr, b.client, b)
+    try:
+        await wait_until(lambda: b.timers._done_before is None)
+        assert b.timers.pending == 1 and b.timers.backlog()[0].topic == "Tk"
+        await asyncio.sleep(0.3)
+        assert (await client.pull("TG", "Tk", 0, 1)).code == ResponseCode.PULL_NOT_FOUND
+    finally:
+        await b.stop()
+    b = await start_broker(tmp_path / "store")  # and the next start keeps it so
+    try:
+        assert b.timers.pending == 1
     finally:
         await b.stop()
