@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
+import pytest
+
+from store.errors import StoreError
 from store.timer_state import LOG_PREFIX, PendingTimer, TimerProgress, TimerSnapshot
 
 
@@ -41,17 +45,57 @@ def test_a_crash_before_the_snapshot_is_written_keeps_the_old_one_and_every_log(
     assert snapshot.generation == 1 and done == {0, 1}
 
 
-def test_a_crash_after_the_snapshot_drops_the_logs_it_covers(tmp_path: Path) -> None:
+def test_logs_older_than_the_snapshot_are_ignored_and_go_with_the_next_one(tmp_path: Path) -> None:
     p = TimerProgress(str(tmp_path))
     p.load()
     p.record_done(7)  # generation 0's log
-    gen = p.rotate()
-    p.write_snapshot(TimerSnapshot(gen, 9, [timer(8)]))
-    (tmp_path / f"{LOG_PREFIX}0").write_bytes((7).to_bytes(8, "big"))  # as if the unlink never ran
+    p.write_snapshot(TimerSnapshot(p.rotate(), 9, [timer(8)]))
     p.close()
     snapshot, done = TimerProgress(str(tmp_path)).load()
     assert snapshot.pending == [timer(8)] and done == set()
+    assert (tmp_path / f"{LOG_PREFIX}0").exists()  # the .bak (generation 0) still needs it
+    again = TimerProgress(str(tmp_path))
+    again.load()
+    again.write_snapshot(TimerSnapshot(again.rotate(), 9, [timer(8)]))
+    again.close()
     assert not (tmp_path / f"{LOG_PREFIX}0").exists()
+
+
+def test_a_damaged_snapshot_falls_back_to_the_one_before_and_its_logs(tmp_path: Path) -> None:
+    p = TimerProgress(str(tmp_path))
+    p.load()
+    p.write_snapshot(TimerSnapshot(p.rotate(), 3, [timer(0), timer(1), timer(2)]))
+    p.record_done(0)
+    p.write_snapshot(TimerSnapshot(p.rotate(), 4, [timer(1), timer(2), timer(3)]))
+    p.record_done(1)
+    p.close()
+    (tmp_path / "pending.json").write_bytes(b'{"version": 1, "gener')
+    snapshot, done = TimerProgress(str(tmp_path)).load()
+    assert snapshot.enqueued == 3 and snapshot.pending == [timer(0), timer(1), timer(2)]
+    assert done == {0, 1}  # everything since the .bak's generation: offset 3 is read from the queue again
+
+
+def test_no_readable_snapshot_at_all_is_a_store_error(tmp_path: Path) -> None:
+    for name in ("pending.json", "pending.json.bak"):
+        (tmp_path / name).write_bytes(b"[")
+    with pytest.raises(StoreError, match="no readable timer snapshot"):
+        TimerProgress(str(tmp_path)).load()
+
+
+def test_concurrent_snapshot_writes_leave_the_newest_whole(tmp_path: Path) -> None:
+    p = TimerProgress(str(tmp_path))
+    p.load()
+    big = [timer(i) for i in range(20_000)]
+    first = TimerSnapshot(p.rotate(), 20_000, big)
+    second = TimerSnapshot(p.rotate(), 20_001, big[1:])
+    writers = [threading.Thread(target=p.write_snapshot, args=(s,)) for s in (first, second)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join()
+    p.close()
+    snapshot, _ = TimerProgress(str(tmp_path)).load()
+    assert snapshot.generation == second.generation and snapshot.enqueued == 20_001
 
 
 def test_a_torn_last_entry_is_ignored(tmp_path: Path) -> None:
