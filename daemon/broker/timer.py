@@ -276,7 +276,7 @@ class TimerMessageService:
         if count[0] == 0:
             del self._topics[entry.topic]
             return
-        while heap[0][1] not in self._pending and heap[0][1] not in self._in_flight:
+        while heap and heap[0][1] not in self._pending and heap[0][1] not in self._in_flight:
             heapq.heappop(heap)
 
     def _read_new(self, limit: int | None = BATCH) -> int:
@@ -378,13 +378,17 @@ class TimerMessageService:
                 heapq.heappush(heap, (self._wake(entry), offset))
                 continue
             self._in_flight[offset] = entry
+            outcome = None
             try:
                 outcome = await self._deliver(entry)
-            finally:
+            except Exception:
+                log.exception("timer re-put of %d failed", offset)
+            finally:  # not done (failed, raised, or cancelled by a stop): pending again, still counted
                 del self._in_flight[offset]
-            if outcome is None:  # still pending (and still counted): due again after RETRY_AFTER
-                self._pending[offset] = entry
-                heapq.heappush(heap, (self._wake(entry), offset))
+                if outcome is None:
+                    self._pending[offset] = entry
+                    heapq.heappush(heap, (self._wake(entry), offset))
+            if outcome is None:
                 self._retry_at = time.monotonic() + RETRY_AFTER
                 return moved
             self._done(entry, delivered=outcome == "delivered")
@@ -439,6 +443,7 @@ class TimerMessageService:
                     await self._snapshot()
                 except Exception:
                     log.exception("timer snapshot failed")
+                    self._changed = True  # try again at the next interval
 
     async def _snapshot(self) -> None:
         """Start a new done log and write what is pending now as its base (the write off the loop)."""

@@ -20,9 +20,11 @@ from daemon.broker.timer import TopicBacklog
 from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
+from store.commitlog import PutMessageStatus
 from store.message import Message, StoredMessage
 from store.names import TIMER_TOPIC
 from store.record import decode_msg_id, decode_records
+from store.results import PutResult
 from tests.support.broker import BrokerClient, BrokerHandle, start_broker
 from tests.support.paths import ROOT
 from tests.support.ports import free_port
@@ -162,6 +164,30 @@ async def test_a_timer_parked_longer_than_the_roll_window_is_re_put_and_still_on
         assert b.timers.pending == 0 and b.timers.delivered == 1
     finally:
         await b.stop()
+
+
+@pytest.mark.slow
+async def test_a_failed_or_raising_re_put_is_tried_again_and_delivers_once(broker: BrokerHandle) -> None:
+    b = broker.broker
+    real_put = b.put
+    faults: list[str] = ["fail", "raise"]
+
+    async def faulty(msg: Message) -> PutResult:
+        if msg.topic == "Flaky" and faults:
+            if faults.pop(0) == "fail":
+                return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+            raise OSError("injected")
+        return await real_put(msg)
+
+    b.put = faulty  # type: ignore[method-assign]
+    r = await broker.send("Flaky", b"f", props={"TIMER_DELAY_MS": "100", "UNIQ_KEY": "F1"})
+    assert r.code == ResponseCode.SUCCESS
+    (msg,) = await pull_all(broker, "Flaky", 1)
+    assert not faults and msg.body == b"f"
+    assert msg.store_timestamp - int(msg.properties["TIMER_OUT_MS"]) >= 1900  # two retries, a second apart
+    await asyncio.sleep(0.2)
+    assert (await broker.pull("TG", "Flaky", 0, 1)).code == ResponseCode.PULL_NOT_FOUND
+    assert b.timers.pending == 0 and b.timers.backlog() == [] and b.timers.delivered == 1
 
 
 async def test_recall_cancels_a_pending_timer(broker: BrokerHandle) -> None:
