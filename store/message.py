@@ -56,6 +56,8 @@ PROPERTY_TIMER_DELAY_MS: Final = "TIMER_DELAY_MS"
 PROPERTY_TIMER_OUT_MS: Final = "TIMER_OUT_MS"
 PROPERTY_TIMER_ENQUEUE_MS: Final = "TIMER_ENQUEUE_MS"
 PROPERTY_TIMER_DEQUEUE_MS: Final = "TIMER_DEQUEUE_MS"
+#: How often a long timer was re-put into the timer topic to outlive CommitLog retention.
+PROPERTY_TIMER_ROLL_TIMES: Final = "TIMER_ROLL_TIMES"
 KEY_SEPARATOR: Final = " "
 
 HostAddress = tuple[str, int]

@@ -65,6 +65,8 @@ NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
 TOOLS_CONSUMER_GROUP: Final = "TOOLS_CONSUMER"
 #: The group whose offset tracks the broker's progress through the transaction half queue.
 TRANS_CHECK_GROUP: Final = "CID_RMQ_SYS_TRANS"
+#: The group the broker reads the timer topic as (never commits: its progress has files of its own).
+TIMER_GROUP: Final = "CID_RMQ_SYS_TIMER"
 #: Groups of this prefix are created on use even when auto-creation is off.
 SYS_GROUP_PREFIX: Final = "CID_RMQ_SYS_"
 #: The subscription groups a broker creates at start (docs/wire-protocol.md §built-in-topics-and-groups).

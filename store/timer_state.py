@@ -1,45 +1,55 @@
-"""The timer service's progress on disk: which timer messages are still pending (docs/store-format.md
-§timer-messages).
+"""The timer service's progress on disk: which timer messages are still pending
+(docs/store-format.md §timer-messages).
 
 Timer messages wait in queue 0 of ``rmq_sys_wheel_timer`` in the order they were sent, but fall due in
-any order, so one consumed offset cannot say what was delivered. Two files in ``<storePathRootDir>/timer``
+any order, so one consumed offset cannot say what was delivered. Files in ``<storePathRootDir>/timer``
 do:
 
-- ``pending.json``: a snapshot, written now and then (temporary file, fsync, rename): the queue offset
-  the service had read up to (``enqueued``), and every timer still pending below it with what the
-  service needs to deliver it and to count it per topic (due time, CommitLog offset and size, real
-  topic, unique key). A start reads this file and the timer queue from ``enqueued`` on, not the whole
-  queue.
+- ``pending.json``: a snapshot, written now and then (temporary file, fsync, rename; the one before it
+  kept as ``pending.json.bak``): the queue offset the service had read up to (``enqueued``), and every
+  timer still pending below it with what the service needs to deliver it and to count it per topic
+  (due time, CommitLog offset, size and store time, real topic, unique key). A start reads this file
+  and the timer queue from ``enqueued`` on, not the whole queue.
 - ``done.<generation>``: an append-only log of the queue offsets delivered or recalled since the
-  snapshot of that generation, 8 bytes each (big-endian). One ``write()`` per delivery: in the page
-  cache at once, so a SIGKILL loses none; a snapshot fsyncs what it replaces.
+  snapshot of that generation was begun, 8 bytes each (big-endian). One ``write()`` per delivery: in
+  the page cache at once, so a SIGKILL loses none; a snapshot fsyncs what it replaces.
 
-A snapshot starts a new generation first; once written it removes the older logs. A crash between the
-two leaves logs that only name offsets the snapshot no longer holds, which loading ignores.
+A snapshot starts a new generation's log first, and once written removes the logs only the snapshot
+before it needed, so the ``.bak`` and the logs since its generation still read back when the newest
+snapshot cannot be read. A crash at any step leaves a snapshot and every log since its generation.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import struct
+import threading
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from store.errors import StoreError
+
+log = logging.getLogger(__name__)
 
 SNAPSHOT = "pending.json"
+BACKUP = SNAPSHOT + ".bak"
 LOG_PREFIX = "done."
 _OFFSET = struct.Struct(">q")
 
 
-@dataclass(frozen=True, slots=True)
-class PendingTimer:
-    """One timer message still to deliver."""
+class PendingTimer(NamedTuple):
+    """One timer message still to deliver (a tuple: a start builds one per pending timer)."""
 
     #: Its offset in the timer queue (unique for the life of the store).
     queue_offset: int
     due_ms: int
     phys_offset: int
     size: int
+    #: When the parked record was stored (it is re-put before retention could remove it).
+    stored_ms: int
     #: The real topic, and the producer's unique key (empty if none): what a recall names.
     topic: str
     unique_key: str
@@ -54,18 +64,22 @@ class TimerSnapshot:
 
 
 def encode_snapshot(snapshot: TimerSnapshot) -> bytes:
-    rows = [
-        [p.queue_offset, p.due_ms, p.phys_offset, p.size, p.topic, p.unique_key] for p in snapshot.pending
-    ]
-    doc = {"version": 1, "generation": snapshot.generation, "enqueued": snapshot.enqueued, "pending": rows}
+    """The snapshot as JSON: one row per pending timer, its fields in PendingTimer's order."""
+    doc = {
+        "version": 1,
+        "generation": snapshot.generation,
+        "enqueued": snapshot.enqueued,
+        "pending": snapshot.pending,
+    }
     return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode_snapshot(data: bytes) -> TimerSnapshot:
     doc = json.loads(data)
-    pending = [
-        PendingTimer(int(r[0]), int(r[1]), int(r[2]), int(r[3]), str(r[4]), str(r[5])) for r in doc["pending"]
-    ]
+    new = tuple.__new__  # PendingTimer(*row) without the generated __new__'s cost, per pending timer
+    pending = [new(PendingTimer, row) for row in doc["pending"]]
+    if any(len(row) != len(PendingTimer._fields) for row in pending):
+        raise ValueError("a pending timer row of another shape")
     return TimerSnapshot(int(doc["generation"]), int(doc["enqueued"]), pending)
 
 
@@ -76,12 +90,19 @@ def decode_log(data: bytes) -> list[int]:
 
 
 class TimerProgress:
-    """The two files of one store (``directory=None``: nothing is kept, for in-memory stores)."""
+    """The files of one store (``directory=None``: nothing is kept, for in-memory stores)."""
 
     def __init__(self, directory: str | None) -> None:
         self.directory = directory
         self.generation = 0
         self._fd: int | None = None
+        #: Whether `load` found no directory: the store never had our timer progress (a new store, or
+        #: one a RocketMQ 5.x broker wrote, whose timer queue may hold messages delivered long ago).
+        self.created = False
+        #: The generation of the snapshot on disk (what the next one turns into the ``.bak``).
+        self._on_disk = 0
+        #: One snapshot write at a time (a stop's final one may start while a periodic one still runs).
+        self._writing = threading.Lock()
 
     def _path(self, name: str) -> str:
         assert self.directory is not None
@@ -95,22 +116,39 @@ class TimerProgress:
                 found.append(int(name[len(LOG_PREFIX) :]))
         return sorted(found)
 
+    def _read_snapshot(self) -> TimerSnapshot:
+        """The newest readable snapshot: ``pending.json``, else the ``.bak`` (a crash between the two
+        renames, or a damaged file), else none at all."""
+        problems = []
+        for name in (SNAPSHOT, BACKUP):
+            try:
+                with open(self._path(name), "rb") as f:
+                    snapshot = decode_snapshot(f.read())
+            except FileNotFoundError:
+                continue
+            except (ValueError, KeyError, TypeError, IndexError) as e:
+                problems.append(f"{name}: {e}")
+                log.error("timer snapshot %s unreadable (%s); trying the one before it", self._path(name), e)
+                continue
+            return snapshot
+        if problems:
+            raise StoreError(f"no readable timer snapshot in {self.directory}: {'; '.join(problems)}")
+        return TimerSnapshot()
+
     def load(self) -> tuple[TimerSnapshot, set[int]]:
         """The last snapshot and the offsets logged as done since; appends go to the newest log."""
         if self.directory is None:
             return TimerSnapshot(), set()
+        self.created = not os.path.isdir(self.directory)
         os.makedirs(self.directory, exist_ok=True)
-        snapshot = TimerSnapshot()
-        with contextlib.suppress(FileNotFoundError), open(self._path(SNAPSHOT), "rb") as f:
-            snapshot = decode_snapshot(f.read())
+        snapshot = self._read_snapshot()
+        self._on_disk = snapshot.generation
         done: set[int] = set()
         generations = self._generations()
         for gen in generations:
-            if gen < snapshot.generation:
-                os.unlink(self._path(f"{LOG_PREFIX}{gen}"))  # a crash right after its snapshot
-                continue
-            with open(self._path(f"{LOG_PREFIX}{gen}"), "rb") as f:
-                done.update(decode_log(f.read()))
+            if gen >= snapshot.generation:  # older ones name only offsets the snapshot no longer holds
+                with open(self._path(f"{LOG_PREFIX}{gen}"), "rb") as f:
+                    done.update(decode_log(f.read()))
         self._open(max([snapshot.generation, *generations]))
         return snapshot, done
 
@@ -129,6 +167,11 @@ class TimerProgress:
         if self._fd is not None:
             os.write(self._fd, _OFFSET.pack(queue_offset))
 
+    def record_done_many(self, queue_offsets: list[int]) -> None:
+        """Log several offsets in one write."""
+        if self._fd is not None and queue_offsets:
+            os.write(self._fd, b"".join(_OFFSET.pack(o) for o in queue_offsets))
+
     def rotate(self) -> int:
         """Start the next generation's log (what a snapshot taken now is the base of)."""
         if self.directory is not None:
@@ -136,24 +179,31 @@ class TimerProgress:
         return self.generation
 
     def write_snapshot(self, snapshot: TimerSnapshot) -> None:
-        """Replace the snapshot durably, then drop the logs it covers (for a worker thread)."""
+        """Replace the snapshot durably (the old one becomes the ``.bak``), then drop the logs only the
+        old ``.bak`` needed. For a worker thread; writes are serialized."""
         if self.directory is None:
             return
-        tmp = self._path(SNAPSHOT + ".tmp")
-        with open(tmp, "wb") as f:
-            f.write(encode_snapshot(snapshot))
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self._path(SNAPSHOT))
-        dir_fd = os.open(self.directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-        for gen in self._generations():
-            if gen < snapshot.generation:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(self._path(f"{LOG_PREFIX}{gen}"))
+        with self._writing:
+            if snapshot.generation <= self._on_disk:
+                return  # a newer one was written meanwhile
+            tmp = self._path(SNAPSHOT + ".tmp")
+            with open(tmp, "wb") as f:
+                f.write(encode_snapshot(snapshot))
+                f.flush()
+                os.fsync(f.fileno())
+            with contextlib.suppress(FileNotFoundError):
+                os.replace(self._path(SNAPSHOT), self._path(BACKUP))
+            os.replace(tmp, self._path(SNAPSHOT))
+            dir_fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+            kept_from, self._on_disk = self._on_disk, snapshot.generation
+            for gen in self._generations():
+                if gen < kept_from:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(self._path(f"{LOG_PREFIX}{gen}"))
 
     def close(self) -> None:
         if self._fd is not None:

@@ -607,20 +607,11 @@ class PlainAccessValidator:
         """Every request runs this: a send takes a path without per-rule lists or extra calls, and a
         topic its account sent to before costs one set lookup (what ACL costs a send:
         docs/performance.md)."""
-        table = self.files.table
-        if table.white_matchers and any(match(ip) for match in table.white_matchers):
-            return
         fields = request.ext_fields
         access_key = fields.get(ACCESS_KEY)
-        if not access_key:
-            who = ip or "?"  # (a socket without an IP peer, named as connection logs name it)
-            raise AclDenied(
-                f"ACL: request code {request.code} from {who} carries no AccessKey and {who} is not in "
-                "globalWhiteRemoteAddresses"
-            )
-        account = table.accounts.get(access_key)
+        account = self._account(ip, access_key, request.code)
         if account is None:
-            raise AclDenied(f"ACL: no account for accessKey={access_key}")
+            return
         # an account's whiteRemoteAddress skips only the signature: its admin flag and permissions apply
         # (4.9.8 lets such a request through unchecked)
         signed = not account.matches(ip)
@@ -633,7 +624,7 @@ class PlainAccessValidator:
                 and Verifier(account.secret_key).verify(fields, request.body, given)
             ):
                 raise AclDenied(f"ACL: signature check failed for accessKey={access_key} (wrong secretKey?)")
-        self._permit(account, access_key, request, signed)
+        self._permit(account, account.access_key, request, signed)
 
     def check_v2(
         self, ip: str, access_key: str, signed_with: Callable[[str], bool], request: RemotingCommand
@@ -641,21 +632,32 @@ class PlainAccessValidator:
         """A 5.x (gRPC) request, given as the remoting `request` it stands for: its Authorization
         header names `access_key` and `signed_with(secret key)` verifies it; then the same whitelist and
         permission rules as remoting. An empty access key is anonymous, as a request without AccessKey."""
-        table = self.files.table
-        if table.white_matchers and any(match(ip) for match in table.white_matchers):
-            return
-        if not access_key:
-            raise AclDenied(
-                f"ACL: a 5.x request from {ip or '?'} carries no credential and is not in "
-                "globalWhiteRemoteAddresses"
-            )
-        account = table.accounts.get(access_key)
+        account = self._account(ip, access_key, None)
         if account is None:
-            raise AclDenied(f"ACL: no account for accessKey={access_key}")
+            return
         signed = not account.matches(ip)
         if signed and not signed_with(account.secret_key):
             raise AclDenied(f"ACL: signature check failed for accessKey={access_key} (wrong secretKey?)")
         self._permit(account, access_key, request, signed)
+
+    def _account(self, ip: str, access_key: str | None, code: int | None) -> Account | None:
+        """The account a request names; None when the global whitelist lets its address in. `code` is
+        the remoting request's (None: a 5.x request, whose credential is in its Authorization header)."""
+        table = self.files.table
+        if table.white_matchers and any(match(ip) for match in table.white_matchers):
+            return None
+        if not access_key:
+            who = ip or "?"  # (a socket without an IP peer, named as connection logs name it)
+            what = (
+                f"request code {code} from {who} carries no AccessKey"
+                if code is not None
+                else (f"a 5.x request from {who} carries no credential")
+            )
+            raise AclDenied(f"ACL: {what} and {who} is not in globalWhiteRemoteAddresses")
+        account = table.accounts.get(access_key)
+        if account is None:
+            raise AclDenied(f"ACL: no account for accessKey={access_key}")
+        return account
 
     def _permit(self, account: Account, access_key: str, request: RemotingCommand, signed: bool) -> None:
         """The account's permissions for `request` (its signature already checked, or waived)."""

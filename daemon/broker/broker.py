@@ -742,12 +742,7 @@ class Broker:
         for level, offset in sorted(self.schedule.offsets.offsets().items()):
             queue_max = store.get_max_offset(SCHEDULE_TOPIC, level - 1)
             info[f"scheduleMessageOffset_{level}"] = f"{offset},{queue_max}"
-        # mqctl's addition: timer messages waiting, in all and per real topic ("count,next due ms")
-        backlog = self.timers.backlog(fresh=True)
-        info["timerPendingMessages"] = str(sum(b.pending for b in backlog))
-        info["timerNextDueMs"] = str(min((b.next_due_ms for b in backlog), default=0))
-        for b in backlog:
-            info[f"timerPending_{b.topic}"] = f"{b.pending},{b.next_due_ms}"
+        info.update(self.timers.runtime_info())  # mqctl's: timer messages waiting, per real topic
         return info
 
     # ------------------------------------------------------------------ client notifications

@@ -292,6 +292,11 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     timer_max_delay_sec: int = 3 * 24 * 3600
     #: False refuses every timer message still to come, as 5.x does (WHEEL_TIMER_NOT_ENABLE).
     timer_wheel_enable: bool = True
+    #: mqctl's: ms between snapshots of the pending timers, which a start reads instead of the timer queue.
+    timer_snapshot_interval: int = 10_000
+    #: mqctl's: a timer parked this many seconds and not yet due is re-put into the timer topic, so CommitLog
+    #: retention (`fileReservedTime`) never removes it first (5.x rolls after `timerRollWindowSlots`).
+    timer_roll_window_sec: int = 24 * 3600
     # name server registration
     register_name_server_period: int = 30000
     register_broker_timeout_mills: int = 6000

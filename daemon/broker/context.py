@@ -9,7 +9,7 @@ already share; lifecycle (start, stop, registration loops) stays the broker's ow
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Protocol, TypeVar
 
 from daemon.acl.plain import AclFiles
@@ -45,11 +45,25 @@ class Transactions(Protocol):
     async def end(self, h: EndTransactionRequestHeader) -> None: ...
 
 
+class Backlog(Protocol):
+    """One real topic's pending timer messages (daemon.broker.timer.TopicBacklog)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def pending(self) -> int: ...
+    @property
+    def next_due_ms(self) -> int: ...
+
+
 class Timers(Protocol):
     """The send path's and the admin views' way into the timer service (daemon.broker.timer)."""
 
+    delivered: int
+
     def park(self, topic: str, queue_id: int, props: dict[str, str]) -> tuple[str, int]: ...
     def recall(self, topic: str, unique_key: str) -> bool: ...
+    def backlog(self, *, fresh: bool = False) -> Sequence[Backlog]: ...
 
 
 class BrokerContext(Protocol):

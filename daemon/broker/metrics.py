@@ -92,6 +92,7 @@ async def render(b: BrokerContext) -> bytes:
     families: list[Metric] = [
         *_rates(b, labels, base),
         *_commit_log_metrics(b, labels, base),
+        *_timer_metrics(b, labels, base),
         *_ha_metrics(b, labels, base),
         *_remoting_metrics(b, labels, base),
         *_loop_metrics(b, labels, base),
@@ -192,6 +193,30 @@ def _commit_log_metrics(b: BrokerContext, labels: list[str], base: list[str]) ->
     )
     disk.add_metric(base, b.store.disk_ratio())
     yield disk
+
+
+def _timer_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
+    """Timer messages waiting per real topic (the backlog), and how many were delivered."""
+    pending = GaugeMetricFamily(
+        "rocketmq_timer_pending_messages",
+        "Timer messages waiting for their delivery time, per real topic",
+        labels=[*labels, "topic"],
+    )
+    next_due = GaugeMetricFamily(
+        "rocketmq_timer_next_due_seconds",
+        "Unix time the next pending timer message of the topic falls due",
+        labels=[*labels, "topic"],
+    )
+    for row in b.timers.backlog():
+        pending.add_metric([*base, row.topic], row.pending)
+        next_due.add_metric([*base, row.topic], row.next_due_ms / 1000)
+    yield pending
+    yield next_due
+    delivered = CounterMetricFamily(
+        "rocketmq_timer_delivered_messages", "Timer messages re-put to their topic when due", labels=labels
+    )
+    delivered.add_metric(base, b.timers.delivered)
+    yield delivered
 
 
 def _remoting_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:

@@ -19,6 +19,7 @@ Work on the event loop comes in slices of at most ``BATCH`` messages with a yiel
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import logging
 import os
@@ -43,11 +44,13 @@ from store.message import (
     PROPERTY_TIMER_DEQUEUE_MS,
     PROPERTY_TIMER_ENQUEUE_MS,
     PROPERTY_TIMER_OUT_MS,
+    PROPERTY_TIMER_ROLL_TIMES,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT_STORE_MSG_OK,
     StoredMessage,
 )
-from store.names import TIMER_TOPIC
+from store.names import TIMER_GROUP, TIMER_TOPIC
+from store.record import RecordInfo, read_record_info
 from store.results import GetMessageStatus
 from store.timer_state import PendingTimer, TimerProgress, TimerSnapshot
 
@@ -56,14 +59,16 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TIMER_GROUP = "CID_RMQ_SYS_TIMER"
 #: How often the timer queue is read for new messages when nothing falls due sooner.
 TICK = 0.1
-BATCH = 32
-#: Seconds between snapshots of the pending timers (when something changed); each also ends a done log.
-SNAPSHOT_INTERVAL = 10.0
+#: Timer messages read or re-put per slice of event-loop time (each slice well under a millisecond).
+BATCH = 16
 #: Seconds before a failed re-put (disk full, store shut down) is tried again.
 RETRY_AFTER = 1.0
+#: mqctl's GET_BROKER_RUNTIME_INFO keys: the pending total and the earliest due time, plus one
+#: ``timerPending_<topic>`` = ``count,next due ms`` per real topic.
+TIMER_RUNTIME_KEYS = frozenset({"timerPendingMessages", "timerNextDueMs"})
+PENDING_KEY_PREFIX = "timerPending_"
 _TIMER_PROPS = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
 
 
@@ -112,12 +117,20 @@ class TimerMessageService:
         self._in_flight: dict[int, PendingTimer] = {}
         self._heap: list[tuple[int, int]] = []
         self._by_key: dict[tuple[str, str], int] = {}
+        #: Per real topic: how many are pending, and a heap of (due, queue offset) whose top is pending
+        #: (older entries below it are dropped lazily), so the backlog costs O(topics), not O(timers).
+        self._topics: dict[str, tuple[list[int], list[tuple[int, int]]]] = {}
         self._enqueued = 0
         #: Offsets logged as done before this start: skipped while the queue is read up to its end.
         self._done_before: set[int] | None = None
+        #: On a store without timer progress: messages due before this instant (the start) were another
+        #: broker's to deliver and count as delivered; None once the queue was read to its end.
+        self._adopt_before: int | None = None
+        self._adopted = 0
         self._changed = False
         self._retry_at = 0.0
         self.delivered = 0
+        self._roll_ms = broker.config.timer_roll_window_sec * 1000
         self._tasks: list[asyncio.Task[None]] = []
 
     # ------------------------------------------------------------------ lifecycle
@@ -125,8 +138,19 @@ class TimerMessageService:
     def load(self) -> None:
         """Read the snapshot and done logs (at store open, in a worker thread)."""
         snapshot, done = self.progress.load()
+        if self.progress.created:
+            self._adopt_before = int(time.time() * 1000)
         self._enqueued = snapshot.enqueued
-        self._add(p for p in snapshot.pending if p.queue_offset not in done)
+        pending = [p for p in snapshot.pending if p.queue_offset not in done] if done else snapshot.pending
+        self._pending = {p.queue_offset: p for p in pending}
+        self._heap = [(self._wake(p), p.queue_offset) for p in pending]
+        heapq.heapify(self._heap)
+        self._by_key = {(p.topic, p.unique_key): p.queue_offset for p in pending if p.unique_key}
+        for p in pending:
+            self._topic_row(p.topic)[1].append((p.due_ms, p.queue_offset))
+        for count, heap in self._topics.values():
+            count[0] = len(heap)
+            heapq.heapify(heap)
         self._done_before = done
 
     def start(self) -> None:
@@ -190,6 +214,7 @@ class TimerMessageService:
         if entry is None:
             return False  # its re-put is running
         del self._by_key[(topic, unique_key)]
+        self._forget(entry)
         self.progress.record_done(offset)
         self._changed = True
         log.info("timer message %s of %s recalled (due %d)", unique_key, topic, entry.due_ms)
@@ -198,19 +223,29 @@ class TimerMessageService:
     # ------------------------------------------------------------------ what is pending
 
     def backlog(self, *, fresh: bool = False) -> list[TopicBacklog]:
-        """Pending timers per real topic, sorted by topic; `fresh` (on the event loop only) first takes
-        what was sent since the last read. Safe from another thread without it: it reads copies."""
+        """Pending timers per real topic, sorted by topic; `fresh` (on the event loop only) first takes a
+        batch of what was sent since the last read. Safe from another thread without it. A broker that
+        does not deliver timers (a slave) reports none."""
+        if not self._tasks:
+            return []
         if fresh:
-            self._read_new(limit=None)
-        counts: dict[str, list[int]] = {}
-        for p in [*list(self._pending.values()), *list(self._in_flight.values())]:
-            row = counts.get(p.topic)
-            if row is None:
-                counts[p.topic] = [1, p.due_ms]
-            else:
-                row[0] += 1
-                row[1] = min(row[1], p.due_ms)
-        return [TopicBacklog(t, n, due) for t, (n, due) in sorted(counts.items())]
+            self._read_new()
+        rows = []
+        for topic, (count, heap) in sorted(list(self._topics.items())):
+            with contextlib.suppress(IndexError):  # emptied meanwhile (another thread's read)
+                rows.append(TopicBacklog(topic, count[0], heap[0][0]))
+        return rows
+
+    def runtime_info(self) -> dict[str, str]:
+        """The backlog as GET_BROKER_RUNTIME_INFO reports it (see TIMER_RUNTIME_KEYS)."""
+        backlog = self.backlog(fresh=True)
+        info = {
+            "timerPendingMessages": str(sum(b.pending for b in backlog)),
+            "timerNextDueMs": str(min((b.next_due_ms for b in backlog), default=0)),
+        }
+        for b in backlog:
+            info[PENDING_KEY_PREFIX + b.topic] = f"{b.pending},{b.next_due_ms}"
+        return info
 
     @property
     def pending(self) -> int:
@@ -221,9 +256,28 @@ class TimerMessageService:
     def _add(self, entries: Iterable[PendingTimer]) -> None:
         for p in entries:
             self._pending[p.queue_offset] = p
-            heapq.heappush(self._heap, (p.due_ms, p.queue_offset))
+            heapq.heappush(self._heap, (self._wake(p), p.queue_offset))
+            count, heap = self._topic_row(p.topic)
+            count[0] += 1
+            heapq.heappush(heap, (p.due_ms, p.queue_offset))
             if p.unique_key:
                 self._by_key[(p.topic, p.unique_key)] = p.queue_offset
+
+    def _topic_row(self, topic: str) -> tuple[list[int], list[tuple[int, int]]]:
+        row = self._topics.get(topic)
+        if row is None:
+            row = self._topics[topic] = ([0], [])
+        return row
+
+    def _forget(self, entry: PendingTimer) -> None:
+        """Count `entry` (no longer pending nor in flight) out of its topic's backlog."""
+        count, heap = self._topics[entry.topic]
+        count[0] -= 1
+        if count[0] == 0:
+            del self._topics[entry.topic]
+            return
+        while heap and heap[0][1] not in self._pending and heap[0][1] not in self._in_flight:
+            heapq.heappop(heap)
 
     def _read_new(self, limit: int | None = BATCH) -> int:
         """Take up to `limit` new timer messages from the queue; returns how many offsets were read."""
@@ -237,30 +291,58 @@ class TimerMessageService:
                 GetMessageStatus.OFFSET_FOUND_NULL,
                 GetMessageStatus.MESSAGE_WAS_REMOVING,
             ):
+                if result.next_begin_offset == self._enqueued:
+                    return read  # nothing to skip to (a queue being removed): try again next tick
                 self._enqueued = result.next_begin_offset
                 continue
             if not result.messages:
                 if self._done_before is not None:  # caught up: nothing older than this start remains
                     self._done_before = None
+                    self._caught_up()
                 return read
-            for selected in result.messages:
-                self._take(selected.queue_offset, selected.phys_offset, selected.size, selected.message)
+            past: list[int] = []
+            for selected in result.messages:  # properties only: no hosts, body copy or CRC
+                if not self._take(selected.queue_offset, read_record_info(selected.raw, 0)):
+                    past.append(selected.queue_offset)
+            self.progress.record_done_many(past)
+            self._adopted += len(past)
             read += len(result.messages)
             self._enqueued = result.next_begin_offset
             self._changed = True
         return read
 
-    def _take(self, queue_offset: int, phys: int, size: int, msg: StoredMessage) -> None:
+    def _caught_up(self) -> None:
+        if self._adopt_before is not None and self._adopted:
+            log.warning(
+                "this store had no timer progress files: %d timer messages due before this start were"
+                " counted as delivered (by the broker that wrote them); later ones are pending",
+                self._adopted,
+            )
+        self._adopt_before = None
+
+    def _take(self, queue_offset: int, info: RecordInfo) -> bool:
+        """Take one parked record as pending; False for one to count as delivered (see _adopt_before)."""
         if self._done_before is not None and queue_offset in self._done_before:
-            return
-        props = msg.properties
+            return True
+        props = info.properties
         try:
             due = int(props[PROPERTY_TIMER_OUT_MS])
             topic = props[PROPERTY_REAL_TOPIC]
         except (KeyError, ValueError):
             log.warning("timer queue offset %d has no due time or real topic: skipped", queue_offset)
-            return
-        self._add([PendingTimer(queue_offset, due, phys, size, topic, props.get(PROPERTY_UNIQ_KEY, ""))])
+            return True
+        if self._adopt_before is not None and due < self._adopt_before:
+            return False
+        key = props.get(PROPERTY_UNIQ_KEY, "")
+        pending = PendingTimer(
+            queue_offset, due, info.commit_log_offset, info.size, info.store_timestamp, topic, key
+        )
+        self._add([pending])
+        return True
+
+    def _wake(self, p: PendingTimer) -> int:
+        """When the service must act on `p`: its due time, or sooner to roll it (see _deliver)."""
+        return min(p.due_ms, p.stored_ms + self._roll_ms)
 
     async def _run(self) -> None:
         while True:
@@ -280,64 +362,88 @@ class TimerMessageService:
         return max(delay, self._retry_at - time.monotonic(), 0.0)
 
     async def _deliver_due(self) -> int:
-        """Re-put every due timer message into its real topic; returns how many moved."""
+        """Re-put every due timer message into its real topic (and roll those parked too long); returns
+        how many moved."""
         if time.monotonic() < self._retry_at:
             return 0
         moved = 0
         heap = self._heap
         while heap and heap[0][0] <= time.time() * 1000:
-            due, offset = heapq.heappop(heap)
+            wake, offset = heapq.heappop(heap)
             entry = self._pending.pop(offset, None)
-            if entry is None or entry.due_ms != due:
+            if entry is None:
                 continue  # recalled, or delivered already
+            if self._wake(entry) != wake:  # not this timer's current heap entry
+                self._pending[offset] = entry
+                heapq.heappush(heap, (self._wake(entry), offset))
+                continue
             self._in_flight[offset] = entry
+            outcome = None
             try:
-                ok = await self._deliver(entry)
-            finally:
+                outcome = await self._deliver(entry)
+            except Exception:
+                log.exception("timer re-put of %d failed", offset)
+            finally:  # not done (failed, raised, or cancelled by a stop): pending again, still counted
                 del self._in_flight[offset]
-            if not ok:
-                self._add([entry])
+                if outcome is None:
+                    self._pending[offset] = entry
+                    heapq.heappush(heap, (self._wake(entry), offset))
+            if outcome is None:
                 self._retry_at = time.monotonic() + RETRY_AFTER
                 return moved
-            self._done(entry)
+            self._done(entry, delivered=outcome == "delivered")
             moved += 1
             if moved % BATCH == 0:
                 await asyncio.sleep(0)
         return moved
 
-    async def _deliver(self, entry: PendingTimer) -> bool:
-        """One re-put; True when it is stored or can never be (so it counts as done)."""
+    async def _deliver(self, entry: PendingTimer) -> str | None:
+        """One re-put: ``delivered``; ``rolled`` for a timer not due yet (re-put into the timer topic as
+        it is with ``TIMER_ROLL_TIMES`` one higher; the reader takes the copy as a new pending timer);
+        ``dropped`` when its record is gone for good; None when the put failed (tried again later)."""
         try:
             selected = self.broker.store.look_message_by_offset(entry.phys_offset)
         except StoreError as e:
             log.error("timer message at %d unreadable, dropped: %s", entry.phys_offset, e)
-            return True
+            return "dropped"
         if selected is None:
             log.error("timer message at %d is gone from the CommitLog, dropped", entry.phys_offset)
-            return True
-        topic, queue_id, props = delivered_timer(selected.message, int(time.time() * 1000))
+            return "dropped"
+        now = int(time.time() * 1000)
+        roll = entry.due_ms > now
+        if roll:
+            topic, queue_id, props = TIMER_TOPIC, 0, dict(selected.message.properties)
+            props[PROPERTY_TIMER_ROLL_TIMES] = str(int(props.get(PROPERTY_TIMER_ROLL_TIMES, "0")) + 1)
+            props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
+        else:
+            topic, queue_id, props = delivered_timer(selected.message, now)
         result = await self.broker.put(copy_to(selected.message, topic, queue_id, props))
         if not result.ok:
             log.warning("timer re-put of %d to %s failed: %s", entry.queue_offset, topic, result.status.value)
-            return False
+            return None
+        if roll:
+            return "rolled"
         self.broker.stats.on_put(topic, 1, result.wrote_bytes)
-        return True
+        return "delivered"
 
-    def _done(self, entry: PendingTimer) -> None:
+    def _done(self, entry: PendingTimer, *, delivered: bool) -> None:
         self.progress.record_done(entry.queue_offset)
-        if entry.unique_key:
-            self._by_key.pop((entry.topic, entry.unique_key), None)
-        self.delivered += 1
+        self._forget(entry)
+        key = (entry.topic, entry.unique_key)
+        if entry.unique_key and self._by_key.get(key) == entry.queue_offset:  # not a rolled copy's
+            del self._by_key[key]
+        self.delivered += delivered
         self._changed = True
 
     async def _snapshots(self) -> None:
         while True:
-            await asyncio.sleep(SNAPSHOT_INTERVAL)
+            await asyncio.sleep(self.broker.config.timer_snapshot_interval / 1000)
             if self._changed and self._done_before is None:
                 try:
                     await self._snapshot()
                 except Exception:
                     log.exception("timer snapshot failed")
+                    self._changed = True  # try again at the next interval
 
     async def _snapshot(self) -> None:
         """Start a new done log and write what is pending now as its base (the write off the loop)."""

@@ -97,7 +97,12 @@ class TransactionService:
         if half.queue_offset in self.resolved:
             return  # already ended (a late answer to a check)
         if h.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
-            result = await self.broker.put(committed_copy(half))
+            committed = committed_copy(half)
+            # a committed timer message waits for its time (5.x parks it on commit, not as a half)
+            committed.topic, committed.queue_id = self.broker.timers.park(
+                committed.topic, committed.queue_id, committed.properties
+            )
+            result = await self.broker.put(committed)
             if not result.ok:
                 raise system_error(result.status.value)
             self.broker.stats.on_put(

@@ -25,6 +25,7 @@ from daemon.acl.plain import PlainAccessValidator
 from daemon.broker.bodies import ConsumerData, SubscriptionData
 from daemon.broker.headers import EndTransactionRequestHeader, SendMessageRequestHeaderV2
 from daemon.broker.managers.consumers import ClientChannel
+from daemon.config import ALL_KEYS_FIELD, parse_properties
 from daemon.grpc.clients import CONSUME_TYPES, ClientRegistry, GrpcClient, parse_peer
 from daemon.grpc.convert import (
     ALL_TYPES,
@@ -114,6 +115,16 @@ def signature_matches(secret_key: str, date_time: str, signature_hex: str) -> bo
     its Base64 with ACL 1.0's, the same bytes)."""
     expected = hmac.new(secret_key.encode(), date_time.encode(), hashlib.sha1).hexdigest()
     return bool(signature_hex) and hmac.compare_digest(expected, signature_hex.lower())
+
+
+def overall(statuses: list[pb.Status], what: str) -> pb.Status:
+    """A batch's status (`ResponseBuilder`): OK, the one entry's, or MULTIPLE_RESULTS."""
+    failed = [s for s in statuses if s.code != pb.OK]
+    if not failed:
+        return status()
+    if len(statuses) == 1:
+        return statuses[0]
+    return status(pb.MULTIPLE_RESULTS, f"{len(failed)} of {len(statuses)} {what} failed")
 
 
 def _duration(ms: int) -> duration_pb2.Duration:
@@ -290,11 +301,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             return known
         port = 0
         try:
-            request = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG)
+            # (our own keys, grpcListenPort among them, come only to a request asking for them all)
+            request = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG, {ALL_KEYS_FIELD: "true"})
             response = await self.broker.client.invoke(addr, request, 3.0)
             if response.code == ResponseCode.SUCCESS and response.body:
-                from daemon.config import parse_properties
-
                 props = parse_properties(response.body.decode("utf-8", "replace"))
                 if props.get("grpcEnable", "true").lower() == "true":
                     port = int(props.get("grpcListenPort", "0") or 0)
@@ -457,14 +467,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         entries = [await self._send_one(client, meta, msg) for msg in request.messages]
         if not entries:
             return spb.SendMessageResponse(status=status(pb.BAD_REQUEST, "no message"))
-        failed = [e for e in entries if e.status.code != pb.OK]
-        if not failed:
-            overall = status()
-        elif len(entries) == 1:
-            overall = entries[0].status
-        else:
-            overall = status(pb.MULTIPLE_RESULTS, f"{len(failed)} of {len(entries)} messages failed")
-        return spb.SendMessageResponse(status=overall, entries=entries)
+        return spb.SendMessageResponse(
+            status=overall([e.status for e in entries], "messages"), entries=entries
+        )
 
     async def _send_one(
         self, client: GrpcClient, meta: dict[str, str], msg: pb.Message
@@ -656,14 +661,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=outcome
                 )
             )
-        failed = [r for r in results if r.status.code != pb.OK]
-        if not failed:
-            overall = status()
-        elif len(results) == 1:
-            overall = results[0].status
-        else:
-            overall = status(pb.MULTIPLE_RESULTS, f"{len(failed)} of {len(results)} acks failed")
-        return spb.AckMessageResponse(status=overall, entries=results)
+        return spb.AckMessageResponse(status=overall([r.status for r in results], "acks"), entries=results)
 
     async def ChangeInvisibleDuration(
         self, request: spb.ChangeInvisibleDurationRequest, context: Any

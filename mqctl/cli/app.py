@@ -32,6 +32,7 @@ NOUNS: tuple[tuple[str, str], ...] = (
     ("offset", "mqctl.cli.offset"),
     ("msg", "mqctl.cli.msg"),
     ("dlq", "mqctl.cli.dlq"),
+    ("timer", "mqctl.cli.timer"),
     ("store", "mqctl.cli.store"),
     ("bench", "mqctl.cli.bench"),
     ("context", "mqctl.cli.context"),

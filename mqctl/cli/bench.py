@@ -13,6 +13,11 @@ if TYPE_CHECKING:
 
 from mqctl.cli.common import GroupOpt, cluster_options, online
 
+GRPC_HELP = (
+    "Through the first master's gRPC front with the official 5.x Python client (the grpc extra): consuming "
+    "with a SimpleConsumer (POP, acked), producing with one Producer shared by the senders."
+)
+
 app = typer.Typer(
     help="Measure a cluster: send or drain messages and report TPS and latency.", no_args_is_help=True
 )
@@ -45,6 +50,7 @@ def produce(
     rate: Annotated[
         float | None, typer.Option("--rate", min=0.1, help="At most this many messages/s in all.")
     ] = None,
+    grpc: Annotated[bool, typer.Option("--grpc", help=GRPC_HELP)] = False,
 ) -> None:
     """Send messages and print TPS, RT average and percentiles (p50/p90/p99/p99.9/max), failures.
 
@@ -53,6 +59,25 @@ def produce(
     from mqctl.services.bench import produce as run_produce
 
     total = count if count is not None or duration is not None else 100_000
+    if grpc:
+        from mqctl.errors import UsageError
+        from mqctl.services.bench_grpc import produce_grpc
+
+        if topics > 1:
+            raise UsageError("--grpc sends to one topic: leave out --topics")
+        _report(
+            lambda admin: produce_grpc(
+                admin,
+                topic,
+                threads=threads,
+                size=size,
+                count=total,
+                duration=duration,
+                rate=rate,
+                tick=_ticker(),
+            )
+        )
+        return
     _report(
         lambda admin: run_produce(
             admin,
@@ -80,6 +105,7 @@ def consume(
     idle: Annotated[
         float, typer.Option("--idle", min=0.1, help="Stop after this many seconds without a message.")
     ] = 2.0,
+    grpc: Annotated[bool, typer.Option("--grpc", help=GRPC_HELP)] = False,
 ) -> None:
     """Drain a topic from the group's committed offsets and print msgs/s and pull RT; commits where it stopped.
 
@@ -89,6 +115,13 @@ def consume(
     """
     from mqctl.services.bench import consume as run_consume
 
+    if grpc:
+        from mqctl.services.bench_grpc import consume_grpc
+
+        _report(
+            lambda admin: consume_grpc(admin, topic, group=group, count=count, idle_s=idle, tick=_ticker())
+        )
+        return
     _report(
         lambda admin: run_consume(admin, topic, group=group, count=count, idle_s=idle, tick=_ticker()),
     )

@@ -57,6 +57,23 @@ OptionalTopicOpt = Annotated[
 ]
 
 
+def _deliver_ms(deliver_at: str | None, delay: str | None, delay_level: int) -> int | None:
+    """The delivery time --deliver-at or --delay asks for (epoch ms), None for neither."""
+    import time
+
+    from mqctl.errors import UsageError
+    from mqctl.timespec import parse_duration, parse_time
+
+    if sum(bool(x) for x in (deliver_at, delay, delay_level)) > 1:
+        raise UsageError("give one of --deliver-at, --delay and --delay-level")
+    now = int(time.time() * 1000)
+    if deliver_at:
+        return parse_time(deliver_at, now_ms=now)
+    if delay:
+        return now + parse_duration(delay)
+    return None
+
+
 def _properties(pairs: list[str]) -> dict[str, str]:
     out = {}
     for pair in pairs:
@@ -111,6 +128,20 @@ def send(
     delay_level: Annotated[
         int, typer.Option("--delay-level", min=0, max=18, help="Delay level 1-18 (0: none).")
     ] = 0,
+    deliver_at: Annotated[
+        str | None,
+        typer.Option(
+            "--deliver-at",
+            help="Deliver at this time (ISO 8601, epoch ms, or relative like +90s): a timer message "
+            "(TIMER_DELIVER_MS), which mqctl's brokers and RocketMQ 5.x hold until then; 4.x delivers at once.",
+        ),
+    ] = None,
+    delay: Annotated[
+        str | None,
+        typer.Option(
+            "--delay", help="Deliver after this long (90s, 15m, 2h30m): --deliver-at now + DURATION."
+        ),
+    ] = None,
     max_size: Annotated[
         int,
         typer.Option("--max-size", min=1, help="Refuse bodies over this many bytes (maxMessageSize, 4 MiB)."),
@@ -133,7 +164,11 @@ def send(
 
     payload = _body(body, file, max_size)
     props = message_properties(
-        tags=tag, keys=keys or [], properties=_properties(prop or []), delay_level=delay_level
+        tags=tag,
+        keys=keys or [],
+        properties=_properties(prop or []),
+        delay_level=delay_level,
+        deliver_ms=_deliver_ms(deliver_at, delay, delay_level),
     )
 
     async def sent(admin: Admin) -> Any:

@@ -75,13 +75,13 @@ def up(
         bool, typer.Option("--no-metrics", help="Do not serve /metrics and /healthz.")
     ] = False,
     grpc_port: Annotated[
-        int,
+        int | None,
         typer.Option(
             "--grpc-port",
-            help="gRPC port of the first master for the official 5.x clients (grpcListenPort; the next "
-            "groups' masters take the following ports; 0: free ones). Needs the grpc extra.",
+            help="gRPC port of the first master for the official 5.x clients (grpcListenPort, default 8081; "
+            "the next groups' masters take the following ports; 0: free ones). Needs the grpc extra.",
         ),
-    ] = 8081,
+    ] = None,
     slaves: Annotated[
         int,
         typer.Option(
@@ -115,7 +115,8 @@ def up(
     import logging
 
     from daemon.broker.broker import Broker
-    from daemon.broker.config import load_broker_config, local_ip
+    from daemon.broker.config import BrokerConfig, load_broker_config, local_ip
+    from daemon.config import load_config
     from daemon.lifecycle import serve
     from daemon.namesrv.config import NamesrvConfig
     from daemon.namesrv.controller import NamesrvController
@@ -159,13 +160,15 @@ def up(
                     "metrics_enable": not no_metrics,
                     "metrics_port": metrics_port + step if metrics_port else 0,
                     # masters only serve gRPC (5.x clients read and write masters)
-                    "grpc_listen_port": grpc_port + group if grpc_port and broker_port else 0,
+                    "grpc_listen_port": grpc_base + group if grpc_base and broker_port else 0,
                     **tls_keys,
                     **({"tls_enable": True, "ha_tls": True} if tls else {}),
                 },
             )
         )
 
+    # the flag, else MQCTL_GRPC_LISTEN_PORT, else 8081
+    grpc_base = grpc_port if grpc_port is not None else load_config(BrokerConfig).grpc_listen_port
     brokers = [member(g, i) for g in range(groups) for i in range(slaves + 1)]
     broker = brokers[0]
     cluster = LocalCluster(namesrv, brokers, host)

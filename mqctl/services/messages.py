@@ -49,6 +49,7 @@ from store import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRACE_SWITCH,
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_PREPARED,
@@ -300,9 +301,17 @@ class Sent:
 
 
 def message_properties(
-    *, tags: str | None, keys: Iterable[str], properties: dict[str, str], delay_level: int
+    *,
+    tags: str | None,
+    keys: Iterable[str],
+    properties: dict[str, str],
+    delay_level: int,
+    deliver_ms: int | None = None,
 ) -> dict[str, str]:
+    """A send's properties; ``deliver_ms`` makes it a timer message (5.x's ``TIMER_DELIVER_MS``)."""
     props = dict(properties)
+    if deliver_ms is not None:
+        props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
     if tags:
         props[PROPERTY_TAGS] = tags
     key_list = [k for k in keys if k]

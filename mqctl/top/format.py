@@ -109,13 +109,24 @@ def broker_cells(b: BrokerView) -> tuple[str, ...]:
         f"{disk_bar(b.disk_ratio, 8)} {percent(b.disk_ratio)}",
         human_bytes(b.commitlog_bytes),
         count(b.commitlog_files),
-        watermark(b.disk_ratio) + ("" if b.metrics else ", no metrics") + loop_lag(b) + pop_in_flight(b),
+        watermark(b.disk_ratio)
+        + ("" if b.metrics else ", no metrics")
+        + loop_lag(b)
+        + pop_in_flight(b)
+        + timers(b),
     )
 
 
 def pop_in_flight(b: BrokerView) -> str:
     """`, pop in flight 12`: POP messages lent out and not acked (nothing when none are)."""
     return f", pop in flight {b.pop_in_flight}" if b.pop_in_flight else ""
+
+
+def timers(b: BrokerView) -> str:
+    """`, 12 timers waiting` when an mqctl broker holds timer messages; nothing otherwise."""
+    if not b.timer_pending:
+        return ""
+    return f", {count(b.timer_pending)} timer{'s' if b.timer_pending > 1 else ''} waiting"
 
 
 def loop_lag(b: BrokerView) -> str:

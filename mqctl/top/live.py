@@ -224,6 +224,7 @@ class LiveSource:
             loop_lag_max_ms=first_float(runtime.get("loopLagMax")),
             gc_pause_max_ms=first_float(runtime.get("gcPauseMax")),
             pop_in_flight=_int(runtime.get("popInFlightTotal")),
+            timer_pending=_int(runtime.get("timerPendingMessages")),
         )
         return _Broker(view_, runtime, settings, scrape)
 

@@ -49,6 +49,8 @@ class BrokerView:
     gc_pause_max_ms: float | None = None
     #: POP (5.x): messages popped and not yet acked (None from a broker without POP).
     pop_in_flight: int | None = None
+    #: Timer messages waiting for their time on an mqctl broker (None from a broker without them).
+    timer_pending: int | None = None
     error: str | None = None
     #: With ``error``: what the row says instead of a version (DOWN, or "ACL denied" for a broker that
     #: answered but refused: it is up, this session may not read it).

@@ -22,6 +22,7 @@ from daemon.broker.headers import ConsumerSendMsgBackRequestHeader
 from daemon.broker.loopwatch import LOOP_RUNTIME_KEYS
 from daemon.broker.pop import POP_RUNTIME_KEYS
 from daemon.broker.stats import GROUP_GET_NUMS, SAMPLE_PERIOD, TOPIC_PUT_NUMS, BrokerStats
+from daemon.broker.timer import TIMER_RUNTIME_KEYS
 from daemon.config import INERT_HEADER, parse_properties, to_properties
 from daemon.namesrv.config import NamesrvConfig
 from daemon.remoting.bodies import KVTable
@@ -155,8 +156,10 @@ async def test_runtime_info_has_every_498_key_with_real_values(broker: BrokerHan
     r = await call(broker, RequestCode.GET_BROKER_RUNTIME_INFO)
     table = KVTable.loads(r.body).table
     store_dir = broker.broker.config.commit_log_dir
-    # no more, no fewer, but for mqctl's replication state, loop figures and POP in flight
-    assert set(table) - HA_RUNTIME_KEYS - LOOP_RUNTIME_KEYS - POP_RUNTIME_KEYS == RUNTIME_KEYS_498 | {
+    # no more, no fewer, but for mqctl's replication, loop, POP in flight and timer state
+    assert set(
+        table
+    ) - HA_RUNTIME_KEYS - LOOP_RUNTIME_KEYS - POP_RUNTIME_KEYS - TIMER_RUNTIME_KEYS == RUNTIME_KEYS_498 | {
         f"commitLogDiskRatio_{store_dir}"
     }
     assert table["brokerRole"] == "ASYNC_MASTER"

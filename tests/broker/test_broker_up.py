@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.grpc import missing
 from daemon.remoting.bodies import TopicRouteData
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -21,6 +22,9 @@ from tests.listeners import listening
 from tests.support.paths import ROOT
 from tests.support.ports import free_block, free_port
 from tests.support.up import mqctl_up
+
+#: Whether brokers here open a gRPC port (the grpc extra installed).
+GRPC = int(missing() is None)
 
 
 @pytest.mark.slow
@@ -90,8 +94,10 @@ async def test_up_listens_on_loopback_only(tmp_path: Path, cli_env: dict[str, st
         os.kill(proc.pid, signal.SIGINT)
         code = await asyncio.to_thread(proc.wait, 30)
     assert code == 0
-    assert len(sockets) == 4  # NameServer, broker, its HA port, metrics
-    assert {addr for addr, _ in sockets} == {"127.0.0.1"}
+    # NameServer, broker, its HA port, metrics, and gRPC where the extra is installed
+    assert len(sockets) == 4 + GRPC
+    # (gRPC's socket is IPv6 bound to the IPv4-mapped loopback: 127.0.0.1 only as well)
+    assert {addr.removeprefix("::ffff:") for addr, _ in sockets} == {"127.0.0.1"}
 
 
 @pytest.mark.slow
@@ -153,6 +159,7 @@ async def test_up_runs_broker_groups_with_slaves_on_loopback(tmp_path: Path, cli
     # 4 brokers, each with its VIP port two below and its HA port one above
     ns_port, broker_port = free_port(), free_block(16) + 2
     args = ["--brokers", "2", "--slaves", "1", "--broker-port", str(broker_port), "--metrics-port", "0"]
+    args += ["--grpc-port", "0"]
     async with mqctl_up(tmp_path / "data", cli_env, ns_port, *args) as up:
         addr = [f"127.0.0.1:{broker_port + 4 * k}" for k in range(4)]
         assert f"slave {addr[1]}, broker-b {addr[2]}, slave {addr[3]}" in up.ready
@@ -171,8 +178,9 @@ async def test_up_runs_broker_groups_with_slaves_on_loopback(tmp_path: Path, cli
         ]
         sockets = listening(up.proc.pid)
     assert up.code == 0
-    assert len(sockets) == 17  # NameServer; each of 4 brokers, its VIP port, its HA port and its metrics
-    assert {a for a, _ in sockets} == {"127.0.0.1"}
+    # NameServer; each of 4 brokers, its VIP port, its HA port and its metrics; each master's gRPC port
+    assert len(sockets) == 17 + 2 * GRPC
+    assert {a.removeprefix("::ffff:") for a, _ in sockets} == {"127.0.0.1"}
     data = tmp_path / "data"
     for store in ("store", "store-slave1", "store-broker-b", "store-broker-b-slave1"):  # one store each
         assert (data / store / "checkpoint").is_file(), store

@@ -4,16 +4,30 @@ delivery on time, the max delay, recall, and surviving a restart and a SIGKILL."
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
 
+from daemon.broker.headers import EndTransactionRequestHeader
+from daemon.broker.timer import TopicBacklog
+from daemon.remoting.bodies import KVTable
+from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
-from store.message import StoredMessage
+from store.commitlog import PutMessageStatus
+from store.message import Message, StoredMessage
 from store.names import TIMER_TOPIC
 from store.record import decode_msg_id, decode_records
+from store.results import PutResult
 from tests.support.broker import BrokerClient, BrokerHandle, start_broker
+from tests.support.paths import ROOT
+from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
 
@@ -38,12 +52,13 @@ async def pull_all(
 @pytest.mark.slow
 async def test_timers_of_2_and_5_seconds_arrive_within_a_second_of_due(broker: BrokerHandle) -> None:
     sent: dict[bytes, int] = {}
-    for body, props in (
-        (b"sec", {"TIMER_DELAY_SEC": "2"}),
-        (b"ms", {"TIMER_DELAY_MS": "2000"}),
-        (b"at", {"TIMER_DELIVER_MS": str(now_ms() + 5000)}),
+    for body, delay, props in (
+        (b"sec", 2000, {"TIMER_DELAY_SEC": "2"}),
+        (b"ms", 2000, {"TIMER_DELAY_MS": "2000"}),
+        (b"at", 5000, {}),
     ):
-        due = now_ms() + (5000 if body == b"at" else 2000)
+        due = now_ms() + delay
+        props = props or {"TIMER_DELIVER_MS": str(due)}
         r = await broker.send("Timed", body, props=props, keys=f"k-{body.decode()}")
         assert r.code == ResponseCode.SUCCESS, r.remark
         assert r.ext_fields["queueId"] == "0"
@@ -52,10 +67,10 @@ async def test_timers_of_2_and_5_seconds_arrive_within_a_second_of_due(broker: B
     assert (await broker.pull("TG", "Timed", 0, 0)).code == ResponseCode.PULL_NOT_FOUND
     await wait_until(lambda: broker.broker.timers.pending == 3)
     for msg in await pull_all(broker, "Timed", 3):
-        due = sent[msg.body]
-        late = msg.store_timestamp - due
-        assert -20 <= late < 1000, (msg.body, late)  # the store time of the delivered copy
-        assert int(msg.properties["TIMER_OUT_MS"]) == pytest.approx(due, abs=50)
+        due = int(msg.properties["TIMER_OUT_MS"])  # a delay counts from the broker's receipt
+        assert 0 <= due - sent[msg.body] < 500
+        late = msg.store_timestamp - due  # the store time of the delivered copy
+        assert 0 <= late < 1000, (msg.body, late)
         assert "REAL_TOPIC" not in msg.properties and "REAL_QID" not in msg.properties
         assert msg.properties["KEYS"] == f"k-{msg.body.decode()}"
     assert broker.broker.timers.pending == 0
@@ -121,6 +136,60 @@ async def test_a_delay_level_wins_over_the_timer_properties(broker: BrokerHandle
     assert broker.broker.timers.pending == 0
 
 
+async def test_a_committed_transactional_timer_waits_for_its_time(broker: BrokerHandle) -> None:
+    props = {"TRAN_MSG": "true", "PGROUP": "TxPG", "TIMER_DELAY_MS": "700"}
+    r = await broker.send("TxTimer", b"tx", props=props)
+    assert r.code == ResponseCode.SUCCESS, r.remark
+    committed_at = now_ms()
+    h = EndTransactionRequestHeader("TxPG", 0, decode_msg_id(r.ext_fields["msgId"])[1], 8, "id")
+    assert (await broker.call(RequestCode.END_TRANSACTION, h.to_ext_fields())).code == ResponseCode.SUCCESS
+    assert (await broker.pull("TG", "TxTimer", 0, 0)).code == ResponseCode.PULL_NOT_FOUND
+    (msg,) = await pull_all(broker, "TxTimer", 1)
+    assert msg.body == b"tx" and msg.store_timestamp - committed_at >= 690
+
+
+@pytest.mark.slow
+async def test_a_timer_parked_longer_than_the_roll_window_is_re_put_and_still_on_time(tmp_path: Path) -> None:
+    b = await start_broker(tmp_path / "store", timer_roll_window_sec=1)
+    client = BrokerHandle(b.addr, b.client, b)
+    try:
+        r = await client.send("Roll", b"r", props={"TIMER_DELAY_MS": "3500", "UNIQ_KEY": "R1"})
+        assert r.code == ResponseCode.SUCCESS
+        (msg,) = await pull_all(client, "Roll", 1)
+        assert int(msg.properties["TIMER_ROLL_TIMES"]) >= 2  # once a second while it waited
+        assert 0 <= msg.store_timestamp - int(msg.properties["TIMER_OUT_MS"]) < 1000
+        assert msg.properties["UNIQ_KEY"] == "R1" and msg.body == b"r"
+        rolled = b.store.get_max_offset(TIMER_TOPIC, 0) - 1
+        assert rolled == int(msg.properties["TIMER_ROLL_TIMES"])
+        assert b.timers.pending == 0 and b.timers.delivered == 1
+    finally:
+        await b.stop()
+
+
+@pytest.mark.slow
+async def test_a_failed_or_raising_re_put_is_tried_again_and_delivers_once(broker: BrokerHandle) -> None:
+    b = broker.broker
+    real_put = b.put
+    faults: list[str] = ["fail", "raise"]
+
+    async def faulty(msg: Message) -> PutResult:
+        if msg.topic == "Flaky" and faults:
+            if faults.pop(0) == "fail":
+                return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)
+            raise OSError("injected")
+        return await real_put(msg)
+
+    b.put = faulty  # type: ignore[method-assign]
+    r = await broker.send("Flaky", b"f", props={"TIMER_DELAY_MS": "100", "UNIQ_KEY": "F1"})
+    assert r.code == ResponseCode.SUCCESS
+    (msg,) = await pull_all(broker, "Flaky", 1)
+    assert not faults and msg.body == b"f"
+    assert msg.store_timestamp - int(msg.properties["TIMER_OUT_MS"]) >= 1900  # two retries, a second apart
+    await asyncio.sleep(0.2)
+    assert (await broker.pull("TG", "Flaky", 0, 1)).code == ResponseCode.PULL_NOT_FOUND
+    assert b.timers.pending == 0 and b.timers.backlog() == [] and b.timers.delivered == 1
+
+
 async def test_recall_cancels_a_pending_timer(broker: BrokerHandle) -> None:
     for key in ("U1", "U2"):
         r = await broker.send("Rec", key.encode(), props={"TIMER_DELAY_MS": "600", "UNIQ_KEY": key})
@@ -139,7 +208,7 @@ async def test_recall_cancels_a_pending_timer(broker: BrokerHandle) -> None:
 async def test_backlog_per_topic_in_runtime_info(broker: BrokerHandle) -> None:
     base = now_ms() + 60_000
     for topic, delay in (("A", 0), ("A", 5000), ("B", 1000)):
-        props = {"TIMER_DELIVER_MS": str(base + delay)}
+        props = {"TIMER_DELIVER_MS": str(base + delay), "UNIQ_KEY": f"{topic}{delay}"}
         assert (await broker.send(topic, b"x", props=props)).code == ResponseCode.SUCCESS
     r = await broker.call(RequestCode.GET_BROKER_RUNTIME_INFO)
     assert r.code == ResponseCode.SUCCESS
@@ -148,3 +217,210 @@ async def test_backlog_per_topic_in_runtime_info(broker: BrokerHandle) -> None:
     assert info["timerNextDueMs"] == str(base)
     assert info["timerPending_A"] == f"2,{base}"
     assert info["timerPending_B"] == f"1,{base + 1000}"
+    port = broker.broker.metrics_port
+    scraped = await asyncio.to_thread(_get, f"http://127.0.0.1:{port}/metrics")
+    assert (
+        'rocketmq_timer_pending_messages{broker="broker-a",cluster="DefaultCluster",topic="A"} 2.0' in scraped
+    )
+    (line,) = [
+        row
+        for row in scraped.splitlines()
+        if row.startswith("rocketmq_timer_next_due_seconds") and 'topic="B"' in row
+    ]
+    assert float(line.split()[-1]) == (base + 1000) / 1000
+    # the next due time follows recalls (and deliveries) without a scan of every timer
+    timers = broker.broker.timers
+    assert timers.recall("A", "A0") and timers.recall("B", "B1000")
+    info = broker.broker.runtime_info()
+    assert info["timerPending_A"] == f"1,{base + 5000}" and "timerPending_B" not in info
+    assert info["timerPendingMessages"] == "1"
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=3) as resp:
+        return str(resp.read().decode())
+
+
+def _broker_conf(tmp_path: Path, port: int, **extra: str) -> Path:
+    conf = tmp_path / "broker.conf"
+    lines = [
+        "brokerName=broker-t",
+        "brokerIP1=127.0.0.1",
+        f"listenPort={port}",
+        f"storePathRootDir={tmp_path / 'store'}",
+        "mappedFileSizeCommitLog=4194304",
+        "metricsEnable=false",
+        *(f"{k}={v}" for k, v in extra.items()),
+    ]
+    conf.write_text("\n".join(lines) + "\n")
+    return conf
+
+
+async def _runtime_info(client: BrokerClient) -> dict[str, str] | None:
+    try:
+        r = await client.call(RequestCode.GET_BROKER_RUNTIME_INFO, timeout=1.0)
+    except Exception:
+        return None
+    if r.code != ResponseCode.SUCCESS:
+        return None
+    return KVTable.loads(r.body).table
+
+
+@pytest.mark.slow
+async def test_sigkill_with_pending_timers_delivers_each_once_after_restart(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """History: every acknowledged timer send (unique key, due time); after a SIGKILL and a restart each
+    is delivered exactly once, those due during the outage right after the start, the rest on time."""
+    port = free_port()
+    # a snapshot 1.5 s after the start: the kill finds it and, logged after it, the "late" deliveries
+    conf = _broker_conf(tmp_path, port, timerSnapshotInterval="1500")
+    argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
+    client = BrokerClient(f"127.0.0.1:{port}", RemotingClient())
+
+    async def up() -> bool:
+        return await _runtime_info(client) is not None
+
+    proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
+    try:
+        await wait_until(up)
+        t0 = now_ms()
+        plan = {"before": t0 + 1000, "late": t0 + 2300, "outage": t0 + 3800, "after": t0 + 12_000}
+        acked: dict[str, tuple[str, int]] = {}  # unique key -> (phase, due)
+        for phase, due in plan.items():
+            for i in range(20):
+                key = f"{phase}-{i}"
+                props = [
+                    {"TIMER_DELIVER_MS": str(due)},
+                    {"TIMER_DELAY_MS": str(due - now_ms())},
+                ][i % 2]
+                r = await client.send("Kill", key.encode(), props={**props, "UNIQ_KEY": key})
+                assert r.code == ResponseCode.SUCCESS, r.remark
+                acked[key] = (phase, due)
+        await pull_all(client, "Kill", 40)  # two phases are delivered before the kill
+        await asyncio.sleep(max(0.0, (t0 + 2600 - now_ms()) / 1000))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(10)
+        await client.client.close()
+        client = BrokerClient(client.addr, RemotingClient())
+        await asyncio.sleep(max(0.0, (plan["outage"] + 1000 - now_ms()) / 1000))
+
+        proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
+        await wait_until(up)
+        started = now_ms()
+        delivered = await pull_all(client, "Kill", 80, timeout=30)
+        await asyncio.sleep(max(0.0, (plan["after"] + 1500 - now_ms()) / 1000))  # any duplicate shows now
+        r = await client.pull("TG", "Kill", 0, 80)
+        assert r.code == ResponseCode.PULL_NOT_FOUND, "a timer was delivered twice"
+        keys = [m.properties["UNIQ_KEY"] for m in delivered]
+        assert sorted(keys) == sorted(acked)
+        for msg in delivered:
+            phase, due = acked[msg.properties["UNIQ_KEY"]]
+            if phase == "outage":  # due while the broker was down: delivered right after its start
+                assert msg.store_timestamp - started < 1000, msg.properties["UNIQ_KEY"]
+            else:
+                assert -20 <= msg.store_timestamp - due < 1000, msg.properties["UNIQ_KEY"]
+        info = await _runtime_info(client)
+        assert info is not None and info["timerPendingMessages"] == "0"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        await client.client.close()
+
+
+async def _start_time(root: Path, times: int = 3) -> float:
+    """The quickest of `times` starts of the store at `root` (each stopped again), in seconds."""
+    best = float("inf")
+    for _ in range(times):
+        began = time.perf_counter()
+        b = await start_broker(root)
+        best = min(best, time.perf_counter() - began)
+        await b.stop()
+    return best
+
+
+@pytest.mark.slow
+async def test_ten_thousand_pending_timers_barely_slow_a_start(tmp_path: Path) -> None:
+    """A start reads the snapshot, not the timer queue: 10,000 pending timers add little to it; without a
+    snapshot (a SIGKILL before the first one) they are read from the queue after the port opens."""
+    n = 10_000
+    due = now_ms() + 3_600_000
+    for root, timers in (("plain", False), ("store", True)):  # the same messages, plain or timers
+        b = await start_broker(tmp_path / root)
+        for i in range(n):
+            props = (
+                {"TIMER_DELIVER_MS": str(due + i), "UNIQ_KEY": f"K{i}"} if timers else {"UNIQ_KEY": f"K{i}"}
+            )
+            topic, queue_id = b.timers.park(f"T{i % 10}", 0, props)
+            msg = Message(topic, b"x" * 100, queue_id, properties=props, store_host=("127.0.0.1", 10911))
+            assert b.store.put_message(msg).ok
+        await wait_until(lambda b=b, timers=timers: b.timers.pending == (n if timers else 0))
+        await b.stop()  # writes the snapshot
+
+    baseline = await _start_time(tmp_path / "plain")
+    with_snapshot = await _start_time(tmp_path / "store")
+    for name in ("pending.json", "pending.json.bak"):  # as a SIGKILL before the first snapshot leaves it
+        (tmp_path / "store" / "timer" / name).unlink()
+    began = time.perf_counter()
+    b = await start_broker(tmp_path / "store")
+    without = time.perf_counter() - began
+    try:
+        await wait_until(lambda: b.timers.pending == n)
+        caught_up = time.perf_counter() - began
+        assert b.timers.backlog()[0] == TopicBacklog("T0", n // 10, due)
+    finally:
+        await b.stop()
+    print(
+        f"start: {n} plain messages {baseline * 1000:.0f} ms; {n} pending timers: {with_snapshot * 1000:.0f} ms"
+        f" from the snapshot, {without * 1000:.0f} ms without (all read {caught_up * 1000:.0f} ms after)"
+    )
+    assert with_snapshot < baseline + 0.5  # a loaded 2-core machine; the report gives the figures
+
+
+async def test_a_restart_keeps_pending_timers_and_delivers_none_twice(tmp_path: Path) -> None:
+    b = await start_broker(tmp_path / "store")
+    client = BrokerHandle(b.addr, b.client, b)
+    try:
+        assert (await client.send("Rs", b"early", props={"TIMER_DELAY_MS": "100"})).code == 0
+        assert (await client.send("Rs", b"later", props={"TIMER_DELAY_MS": "1500"})).code == 0
+        await pull_all(client, "Rs", 1)
+    finally:
+        await b.stop()
+    b = await start_broker(tmp_path / "store")
+    client = BrokerHandle(b.addr, b.client, b)
+    try:
+        assert b.timers.pending == 1  # from the snapshot the stop wrote
+        got = await pull_all(client, "Rs", 2)
+        assert [m.body for m in got] == [b"early", b"later"]
+        await asyncio.sleep(0.2)
+        assert (await client.pull("TG", "Rs", 0, 2)).code == ResponseCode.PULL_NOT_FOUND
+    finally:
+        await b.stop()
+
+
+async def test_a_store_without_timer_progress_takes_only_timers_not_yet_due(tmp_path: Path) -> None:
+    """A store another broker wrote (RocketMQ 5.x keeps no files of ours): its timer queue's history is
+    not delivered again, what is still to come is."""
+    b = await start_broker(tmp_path / "store")
+    client = BrokerHandle(b.addr, b.client, b)
+    try:
+        assert (await client.send("Tk", b"old", props={"TIMER_DELAY_MS": "100"})).code == 0
+        assert (await client.send("Tk", b"future", props={"TIMER_DELAY_SEC": "60"})).code == 0
+        await pull_all(client, "Tk", 1)
+    finally:
+        await b.stop()
+    shutil.rmtree(tmp_path / "store" / "timer")
+    b = await start_broker(tmp_path / "store")
+    client = BrokerHandle(b.addr, b.client, b)
+    try:
+        await wait_until(lambda: b.timers._done_before is None)
+        assert b.timers.pending == 1 and b.timers.backlog()[0].topic == "Tk"
+        await asyncio.sleep(0.3)
+        assert (await client.pull("TG", "Tk", 0, 1)).code == ResponseCode.PULL_NOT_FOUND
+    finally:
+        await b.stop()
+    b = await start_broker(tmp_path / "store")  # and the next start keeps it so
+    try:
+        assert b.timers.pending == 1
+    finally:
+        await b.stop()

@@ -15,6 +15,7 @@ from tests.support.grpc5 import (
     producer,
     receive_all,
     simple_consumer,
+    stored,
 )
 
 pytestmark = pytest.mark.slow
@@ -52,3 +53,47 @@ def test_group_connections_and_producers_list_5x_clients(cli: RunCli, tmp_path: 
             producers = cli("group", "producers", "-g", "Jobs", "-o", "json", env=env)
             assert producers.code == 0, producers.stderr
             assert "PYTHON" in producers.stdout
+
+
+def test_bench_produce_and_consume_through_the_grpc_front(cli: RunCli, tmp_path: Path) -> None:
+    with grpc_cluster(tmp_path) as cluster:
+        create_topic(cluster, "BenchFive")
+        env = {"NAMESRV_ADDR": cluster.namesrv_addr}
+        produced = cli(
+            "bench",
+            "produce",
+            "-t",
+            "BenchFive",
+            "--grpc",
+            "--threads",
+            "4",
+            "--count",
+            "60",
+            "-o",
+            "json",
+            env=env,
+        )
+        assert produced.code == 0, produced.stderr
+        assert (produced.json()["messages"], produced.json()["failures"]) == (60, 0)
+        assert len(stored(cluster, "BenchFive")) == 60 and all(
+            len(m.uniq_key or "") == 34 for m in stored(cluster, "BenchFive")
+        )
+        drained = cli(
+            "bench",
+            "consume",
+            "-t",
+            "BenchFive",
+            "-g",
+            "BenchG",
+            "--grpc",
+            "--count",
+            "45",
+            "--idle",
+            "2",
+            "-o",
+            "json",
+            env=env,
+        )
+        assert drained.code == 0, drained.stderr
+        assert drained.json()["messages"] == 45  # exactly: each receive asks for no more than is left
+        assert cluster.broker.pop.in_flight().get("BenchG", 0) == 0  # every one acked

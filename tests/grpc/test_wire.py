@@ -9,7 +9,10 @@ from pathlib import Path
 import grpc
 import pytest
 
+from daemon.broker.broker import Broker
+from store.models import TopicConfig
 from tests.daemons import LocalCluster
+from tests.support.broker import start_broker
 from tests.support.grpc5 import (
     MessagingServiceStub,
     create_group,
@@ -103,3 +106,30 @@ def test_refusals_are_statuses(stub: tuple[LocalCluster, MessagingServiceStub]) 
     with pytest.raises(grpc.RpcError) as raised:
         s.GetOffset(spb.GetOffsetRequest(group=pb.Resource(name="G")), metadata=META, timeout=10)
     assert raised.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_a_route_names_every_masters_grpc_endpoint(
+    stub: tuple[LocalCluster, MessagingServiceStub], tmp_path: Path
+) -> None:
+    """Two brokers of one topic: each one's route lists both, each at its own gRPC port."""
+    cluster, s = stub
+    other = cluster.loop.run(
+        start_broker(
+            tmp_path / "b", broker_name="broker-b", namesrv_addr=cluster.namesrv_addr, grpc_enable=True
+        )
+    )
+    try:
+        for broker in (cluster.broker, other):
+            cluster.loop.run(_create(broker, "Both"))
+        route = s.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name="Both")), metadata=META, timeout=10)
+        assert route.status.code == pb.OK
+        seen = {(q.broker.name, q.broker.endpoints.addresses[0].port) for q in route.message_queues}
+        assert other.grpc is not None and cluster.broker.grpc is not None
+        assert seen == {("broker-a", cluster.broker.grpc.port), ("broker-b", other.grpc.port)}
+    finally:
+        cluster.loop.run(other.stop())
+
+
+async def _create(broker: Broker, topic: str) -> None:
+    broker.topics.file.update(TopicConfig(topic, 4, 4))
+    await broker.register_all()

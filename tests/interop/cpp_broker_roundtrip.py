@@ -4,7 +4,8 @@ Run with the interop venv's Python: `cpp_broker_roundtrip.py NAMESRV TOPIC GROUP
 The topic does not exist yet, so the first send goes through the broker's TBW102 auto-creation.
 PHASES is `produce,consume` (the default), or one of them, for a test that changes the cluster between
 the two (a master stopped: the consumer must find the slave). Prints one JSON object: the send results
-and what the push consumer received.
+and what the push consumer received. `CPP_TIMER_DELAY_MS` in the environment makes every message a timer
+message (property `TIMER_DELAY_MS`).
 """
 
 from __future__ import annotations
@@ -46,6 +47,8 @@ def produce(namesrv: str, topic: str, count: int) -> list[dict[str, object]]:
             msg.set_keys(f"key-{i}")
             msg.set_tags(f"Tag{i % 2}")
             msg.set_body(body(i))
+            if os.environ.get("CPP_TIMER_DELAY_MS"):  # a timer message, as a 4.x client can send one
+                msg.set_property("TIMER_DELAY_MS", os.environ["CPP_TIMER_DELAY_MS"])
             r = producer.send_sync(msg)
             sent.append({"status": int(r.status), "msgId": r.msg_id, "offset": r.offset})
     finally:

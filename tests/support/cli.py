@@ -54,6 +54,8 @@ def clean_env(config_root: os.PathLike[str] | str) -> dict[str, str]:
     env["MQCTL_CONFIG_DIR"] = os.path.join(config_root, "config")
     env["MQCTL_DATA_DIR"] = os.path.join(config_root, "data")
     env["COLUMNS"] = "200"
+    # brokers started by tests serve gRPC on a free port, not on 8081 that parallel tests would contend for
+    env["MQCTL_GRPC_LISTEN_PORT"] = "0"
     return env
 
 

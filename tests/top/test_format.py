@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from mqctl.top import format as fmt
 from mqctl.top.live import parse_metrics
 from mqctl.top.model import BrokerView, CommitLogFile, GroupRow, StoreView, TopicRow
@@ -121,6 +123,8 @@ def test_broker_state_carries_loop_lag_of_an_mqctl_broker_only() -> None:
         loop_lag_p50_ms=0.12, loop_lag_p99_ms=0.5, loop_lag_max_ms=201.0, gc_pause_max_ms=3.25,
     )  # fmt: skip
     assert fmt.broker_cells(ours)[-1].endswith(", loop p50/p99/max 0.12/0.5/201ms, gc max 3.25ms")
+    waiting = dataclasses.replace(ours, timer_pending=1200)
+    assert fmt.broker_cells(waiting)[-1].endswith("gc max 3.25ms, 1,200 timers waiting")
 
 
 def test_broker_state_shows_pop_in_flight_when_any() -> None:

@@ -1,0 +1,98 @@
+"""``mqctl msg send --deliver-at/--delay`` and ``mqctl timer ls`` against our real daemons."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from store.names import TIMER_TOPIC
+from store.record import decode_msg_id
+from tests.daemons import LocalCluster, local_cluster
+from tests.support.cli import CliResult, RunCli
+
+
+@pytest.fixture(scope="module")
+def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with local_cluster(tmp_path_factory.mktemp("timer")) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def mq(cli: RunCli, daemons: LocalCluster) -> Callable[..., CliResult]:
+    def run(*args: str) -> CliResult:
+        return cli(*args, env={"NAMESRV_ADDR": daemons.namesrv_addr})
+
+    return run
+
+
+def ok(result: CliResult) -> Any:
+    assert result.code == 0, result.stderr
+    return result.json()
+
+
+def parked_topic(daemons: LocalCluster, msg_id: str) -> str:
+    offset = decode_msg_id(msg_id)[1]
+
+    async def look() -> str:
+        found = daemons.broker.store.look_message_by_offset(offset)
+        assert found is not None
+        return found.message.topic
+
+    return daemons.loop.run(look())
+
+
+def test_send_with_a_delay_is_listed_pending_until_due(
+    mq: Callable[..., CliResult], daemons: LocalCluster
+) -> None:
+    before = int(time.time() * 1000)
+    sent = ok(mq("msg", "send", "-t", "TmDelay", "--delay", "1h", "-k", "later", "tick", "-o", "json"))
+    assert parked_topic(daemons, sent["msg_id"]) == TIMER_TOPIC
+    at = ok(mq("msg", "send", "-t", "TmAt", "--deliver-at", "+2h", "tock", "-o", "json"))
+    assert parked_topic(daemons, at["msg_id"]) == TIMER_TOPIC
+    rows = ok(mq("timer", "ls", "-o", "json"))
+    by_topic = {r["topic"]: r for r in rows}
+    assert set(by_topic) == {"TmDelay", "TmAt"}
+    row = by_topic["TmDelay"]
+    assert row["pending"] == 1 and row["broker_name"] == "broker-a"
+    assert before + 3_600_000 <= row["next_due_ms"] <= int(time.time() * 1000) + 3_600_000
+    assert row["next_due"].endswith("Z")
+    only = ok(mq("timer", "ls", "-t", "TmAt", "-o", "json"))
+    assert [r["topic"] for r in only] == ["TmAt"]
+    table = mq("timer", "ls")
+    assert table.code == 0 and "TmDelay" in table.stdout
+
+
+def test_a_send_past_due_is_stored_in_its_topic(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
+    sent = ok(mq("msg", "send", "-t", "TmPast", "--deliver-at", "-1m", "x", "-o", "json"))
+    assert parked_topic(daemons, sent["msg_id"]) == "TmPast"
+
+
+def test_delay_flags_exclude_each_other(mq: Callable[..., CliResult]) -> None:
+    result = mq("msg", "send", "-t", "TmX", "--delay", "1m", "--delay-level", "2", "x")
+    assert result.code == 2 and "one of --deliver-at" in result.stderr
+
+
+def test_beyond_the_brokers_max_delay_is_a_broker_error(mq: Callable[..., CliResult]) -> None:
+    result = mq("msg", "send", "-t", "TmFar", "--delay", "4d", "x")
+    assert result.code == 8, result.stderr
+    assert "max delay" in result.stderr
+
+
+def test_the_unique_key_finds_the_delivered_copy(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
+    sent = ok(mq("msg", "send", "-t", "TmSoon", "--delay", "300ms", "soon", "-o", "json"))
+    deadline = time.monotonic() + 10
+    while True:  # exit 3 until it is delivered
+        found = mq("msg", "query", "-t", "TmSoon", "--id", sent["unique_key"], "-o", "json")
+        if found.code != 3 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    message = ok(found)
+    assert (message["topic"], message["unique_key"], message["found_by"]) == (
+        "TmSoon",
+        sent["unique_key"],
+        "unique_key",
+    )
+    assert message["properties"]["TIMER_OUT_MS"]
