@@ -87,13 +87,14 @@ async def test_redelivery_through_retry_topic_then_dlq(broker: BrokerHandle) -> 
     assert broker.broker.pop.in_flight() == {}
 
 
+@pytest.mark.slow
 async def test_acked_is_not_redelivered(broker: BrokerHandle) -> None:
     await _fill(broker, 4)
     c = PopClient(broker, "G3")
-    got = await c.pop(T, invisible_ms=300)
+    got = await c.pop(T, invisible_ms=1_000)
     for p in got[:2]:
         assert (await c.ack(T, p)).code == 0
-    back = await _pop_until(c, T, 2, timeout=3, invisible_ms=60_000)
+    back = await _pop_until(c, T, 2, timeout=5, invisible_ms=60_000)
     assert sorted(p.body for p in back) == sorted(p.body for p in got[2:])
     assert {p.attempt for p in back} == {2}
     assert all(p.message.properties["POP_CK"] == p.handle for p in back)
@@ -118,20 +119,21 @@ async def test_acked_is_not_redelivered(broker: BrokerHandle) -> None:
     assert decode_records(again[0].record)[0].topic == "%RETRY%G3"
 
 
+@pytest.mark.slow
 async def test_fifo_holds_the_queue_until_acked_or_expired(broker: BrokerHandle) -> None:
     await _fill(broker, 6, queues=1)
     c = PopClient(broker, "GF")
-    first = await c.pop(T, max_nums=2, order=True, invisible_ms=400, attempt_id="a1")
+    first = await c.pop(T, max_nums=2, order=True, invisible_ms=1_500, attempt_id="a1")
     assert [p.body for p in first] == [b"m0", b"m1"]
     assert all(ReceiptHandle.decode(p.handle).is_order for p in first)
     # held: nothing more of the queue while m0/m1 are out
     assert await c.pop(T, max_nums=2, order=True) == []
     assert await c.pop(T, max_nums=2, order=True, attempt_id="a2") == []
     # but a pop retried with its attempt id (its answer was lost) gets the same lending again
-    retried = await c.pop(T, max_nums=2, order=True, invisible_ms=400, attempt_id="a1")
+    retried = await c.pop(T, max_nums=2, order=True, invisible_ms=1_500, attempt_id="a1")
     assert [(p.body, p.handle, p.attempt) for p in retried] == [(p.body, p.handle, 1) for p in first]
     # expiry brings the same messages back, in order, one attempt more
-    again = await _pop_until(c, T, 2, timeout=3, max_nums=2, order=True, invisible_ms=60_000)
+    again = await _pop_until(c, T, 2, timeout=5, max_nums=2, order=True, invisible_ms=60_000)
     assert [(p.body, p.attempt) for p in again] == [(b"m0", 2), (b"m1", 2)]
     assert (await c.ack(T, again[0])).code == 0
     assert await c.pop(T, max_nums=2, order=True) == []  # m1 still out
