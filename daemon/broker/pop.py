@@ -76,6 +76,8 @@ NO_MESSAGE: Final = 208
 INVALID_PARAMETER: Final = 29
 #: The journal is rewritten to its live records at start and when it grows past this.
 COMPACT_BYTES: Final = 32 << 20
+#: Revived messages between two yields of the loop.
+REVIVE_SLICE: Final = 256
 #: How often the revive loop looks when nothing is due sooner.
 REVIVE_IDLE: Final = 1.0
 
@@ -444,8 +446,7 @@ class PopService:
         record.invisible_ms = max(0, invisible_ms)
         self.journal.append([encode_record(record)])
         if not record.fifo:
-            heapq.heappush(self._due, (record.visible_at, record.key, record.pop_time))
-            self._poke()
+            self._schedule(record)
         return self.handle(record).encode()
 
     def forward_to_dlq(self, *, group: str, topic: str, receipt_handle: str) -> None:
@@ -676,7 +677,17 @@ class PopService:
         if r.fifo:
             self._held.setdefault((r.group, r.topic, r.queue_id), {})[r.queue_offset] = r
         else:
-            heapq.heappush(self._due, (r.visible_at, r.key, r.pop_time))
+            self._schedule(r)
+
+    def _schedule(self, r: InFlight) -> None:
+        """Put a lending on the revive heap; wake the loop only when it is now the first due. Entries of
+        acked or changed lendings stay until due (skipped then), unless they outnumber the live ones."""
+        if len(self._due) > 4 * len(self.records) + 4096:
+            self._due = [(x.visible_at, x.key, x.pop_time) for x in self.records.values() if not x.fifo]
+            heapq.heapify(self._due)
+        entry = (r.visible_at, r.key, r.pop_time)
+        heapq.heappush(self._due, entry)
+        if self._due[0] is entry:
             self._poke()
 
     def _drop(self, r: InFlight) -> None:
@@ -727,6 +738,7 @@ class PopService:
         while True:
             self._wake.clear()
             now = _now_ms()
+            done = 0
             while self._due and self._due[0][0] <= now:
                 _, key, pop_time = heapq.heappop(self._due)
                 r = self.records.get(key)
@@ -740,6 +752,10 @@ class PopService:
                     )
                     heapq.heappush(self._due, (now + 1000, key, r.pop_time))
                     break
+                done += 1
+                if done % REVIVE_SLICE == 0:  # a mass expiry must not hold the loop: requests in between
+                    await asyncio.sleep(0)
+                    now = _now_ms()
             delay = (
                 REVIVE_IDLE
                 if not self._due

@@ -244,3 +244,21 @@ async def test_fifo_message_goes_to_dlq_after_max_attempts(broker: BrokerHandle)
     assert [(p.body, p.attempt) for p in nxt] == [(b"m1", 1)]
     dead = broker.broker.store.get_messages("", "%DLQ%GFD", 0, 0, 1).messages[0].message
     assert dead.body == b"m0" and dead.properties["RETRY_TOPIC"] == T
+
+
+@pytest.mark.slow
+async def test_mass_expiry_revives_everything_in_slices(broker: BrokerHandle) -> None:
+    """More lendings expire at once than the revive loop handles between two yields: all come back."""
+    from tests.support.broker import batch_entry
+
+    await broker.create_topic(T, 2)
+    for i in range(0, 600, 100):
+        body = b"".join(batch_entry(f"b{j}".encode(), {"WAIT": "true"}) for j in range(i, i + 100))
+        r = await broker.send(T, body, code=RequestCode.SEND_BATCH_MESSAGE, queue_id=i // 100 % 2, batch=True)
+        assert r.code == 0, r.remark
+    c = PopClient(broker, "GM")
+    lent = await _pop_until(c, T, 600, max_nums=32, invisible_ms=2_000)
+    assert len(lent) == 600
+    back = await _pop_until(c, T, 600, timeout=20, max_nums=32, invisible_ms=60_000)
+    assert sorted(p.body for p in back) == sorted(p.body for p in lent)
+    assert {p.attempt for p in back} == {2} and broker.broker.pop.in_flight() == {"GM": 600}
