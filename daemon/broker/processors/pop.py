@@ -55,15 +55,16 @@ def processors(broker: BrokerContext) -> dict[int, Processor]:
     }
 
 
-def offset_infos(popped: list[PoppedMessage], fifo: bool) -> tuple[str, str, str | None]:
+def offset_infos(
+    popped: list[tuple[PoppedMessage, ReceiptHandle]], fifo: bool
+) -> tuple[str, str, str | None]:
     """``startOffsetInfo``, ``msgOffsetInfo`` and ``orderCountInfo`` of a pop (``ExtraInfoUtil``'s
     ``build*Info``): per (topic type, queue) its checkpoint offset and its messages' offsets, per
     message (FIFO) how often it was delivered before."""
     starts: dict[tuple[str, int], int] = {}
     offsets: dict[tuple[str, int], list[int]] = {}
     counts: list[str] = []
-    for m in popped:
-        h = ReceiptHandle.decode(m.receipt_handle)
+    for m, h in popped:
         key = (h.topic_type, h.queue_id)
         starts.setdefault(key, h.ck_queue_offset)
         offsets.setdefault(key, []).append(h.queue_offset)
@@ -73,11 +74,10 @@ def offset_infos(popped: list[PoppedMessage], fifo: bool) -> tuple[str, str, str
     return start_info, msg_info, ";".join(counts) if fifo else None
 
 
-def as_popped_topic(m: PoppedMessage) -> bytes:
+def as_popped_topic(m: PoppedMessage, h: ReceiptHandle) -> bytes:
     """The record as a POP response carries it: a message from the group's retry topic re-encoded with
-    the topic it was sent to and its handle in ``POP_CK`` (5.x's default,
+    the topic it was sent to and its handle ``h`` in ``POP_CK`` (5.x's default,
     ``popResponseReturnActualRetryTopic=false``), others as stored."""
-    h = ReceiptHandle.decode(m.receipt_handle)
     if h.topic_type == NORMAL_TOPIC:
         return m.record
     old = decode_records(m.record)[0]
@@ -149,12 +149,13 @@ class PopProcessor:
         if not popped:
             header = PopMessageResponseHeader(0, h.invisible_time, revive_qid, self._rest(h))
             return request.make_response(POLLING_TIMEOUT, "no new message", header.to_ext_fields())
-        first = ReceiptHandle.decode(popped[0].receipt_handle)
-        start_info, msg_info, count_info = offset_infos(popped, h.order)
+        handles = [(m, ReceiptHandle.decode(m.receipt_handle)) for m in popped]
+        first = handles[0][1]
+        start_info, msg_info, count_info = offset_infos(handles, h.order)
         header = PopMessageResponseHeader(
             first.pop_time, first.invisible_ms, revive_qid, self._rest(h), start_info, msg_info, count_info
         )
-        body = b"".join(as_popped_topic(m) for m in popped)
+        body = b"".join(as_popped_topic(m, handle) for m, handle in handles)
         return request.make_response(ResponseCode.SUCCESS, None, header.to_ext_fields(), body)
 
     def _rest(self, h: PopMessageRequestHeader) -> int:
