@@ -30,11 +30,11 @@ from daemon.broker.pop import (
     PoppedMessage,
     ReceiptHandle,
 )
+from daemon.broker.retry import copy_of
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from store import fastjson
-from store.message import Message
 from store.record import decode_records, encode_record
 
 if TYPE_CHECKING:
@@ -81,19 +81,7 @@ def as_popped_topic(m: PoppedMessage, h: ReceiptHandle) -> bytes:
     if h.topic_type == NORMAL_TOPIC:
         return m.record
     old = decode_records(m.record)[0]
-    msg = Message(
-        topic=m.topic or old.topic,
-        body=old.stored_body,
-        queue_id=old.queue_id,
-        flag=old.flag,
-        properties={**old.properties, PROPERTY_POP_CK: h.extra_info},
-        sys_flag=old.sys_flag,
-        born_timestamp=old.born_timestamp,
-        born_host=old.born_host,
-        store_host=old.store_host,
-        reconsume_times=old.reconsume_times,
-        prepared_transaction_offset=old.prepared_transaction_offset,
-    )
+    msg = copy_of(old, m.topic or old.topic, old.queue_id, {**old.properties, PROPERTY_POP_CK: h.extra_info})
     return encode_record(
         msg,
         queue_offset=old.queue_offset,
