@@ -11,8 +11,8 @@ Why a journal of our own (``<store>/pop/inflight.journal``) and not ``rmq_sys_RE
 the revive log needs the checkpoint/ack pairing, a merge buffer and per-queue revive offsets to be
 read back (thousands of Java lines) for the same guarantee, and a 5.x broker opening our store would
 only lose in-flight handles (their messages come back as the offsets say), never acked state. Each pop,
-ack or change is one line written with one ``write`` before it is answered, so a SIGKILL loses nothing
-the page cache holds; the pop offsets travel in the same line, so an offset table older than the
+ack or change is written with one ``write`` before it is answered, so a SIGKILL loses nothing the
+page cache holds; a pop's new queue offsets go in the same write, so an offset table older than the
 journal (it is written every few seconds) never makes an acked message come back.
 
 FIFO pop (``order=true``) is 5.x's order lock per queue (``ConsumerOrderInfoManager``): while a popped
