@@ -262,3 +262,25 @@ async def test_mass_expiry_revives_everything_in_slices(broker: BrokerHandle) ->
     back = await _pop_until(c, T, 600, timeout=20, max_nums=32, invisible_ms=60_000)
     assert sorted(p.body for p in back) == sorted(p.body for p in lent)
     assert {p.attempt for p in back} == {2} and broker.broker.pop.in_flight() == {"GM": 600}
+
+
+async def test_forward_to_dlq_ends_the_lending(broker: BrokerHandle) -> None:
+    """What the gRPC front's ForwardMessageToDeadLetterQueue calls: the message goes to %DLQ%group
+    at once with its properties, and its handle stops working."""
+    await _fill(broker, 1, tags="t1")
+    pop = broker.broker.pop
+    got = await pop.pop(
+        group="GD", topic=T, queue_id=-1, max_messages=1, invisible_ms=60_000, poll_ms=0,
+        fifo=True, expression_type="TAG", expression="t1",
+    )  # fmt: skip
+    assert [(m.topic, m.delivery_attempt) for m in got] == [(T, 1)]
+    pop.forward_to_dlq(group="GD", topic=T, receipt_handle=got[0].receipt_handle)
+    assert pop.in_flight() == {}
+    dead = broker.broker.store.get_messages("", "%DLQ%GD", 0, 0, 1).messages[0].message
+    assert (dead.body, dead.properties["TAGS"], dead.properties["RETRY_TOPIC"]) == (b"m0", "t1", T)
+    c = PopClient(broker, "GD")
+    r = await broker.call(
+        RequestCode.ACK_MESSAGE,
+        AckMessageRequestHeader("GD", T, 0, got[0].receipt_handle, 0).to_ext_fields(),
+    )
+    assert r.code == 208 and await c.pop(T, order=True) == []
