@@ -80,8 +80,11 @@ async def master_slave(
         elif clients == "cpp":
             producers = [ScriptProducer.cpp(run.history, f"cpp{i}", ns, TOPIC, QUEUES) for i in range(2)]
         else:
+            # cut off the master, a client should give up on a send soon; otherwise it must outwait the
+            # master's own slaveTimeout, or it could never see the FLUSH_SLAVE_TIMEOUT answer
+            timeout = 1.0 if proxied_clients else 3.0
             producers = [
-                Producer(run.history, f"p{i}", ns, TOPIC, queues=QUEUES, timeout=1.0, via=via)
+                Producer(run.history, f"p{i}", ns, TOPIC, queues=QUEUES, timeout=timeout, via=via)
                 for i in range(4)
             ]
         try:
