@@ -16,7 +16,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from store.commitlog import CommitLog, RecordWalk, ScanResult, encode_checked
+from store.commitlog import CommitLog, RecordWalk, ScanResult, appended, encode_checked
 from store.dledger import BODY_OFFSET, DATA_FILE_SIZE, INDEX_FILE_SIZE, load_term
 from store.dledger_log import DLedgerLog, dledger_dir
 from store.errors import CorruptRecordError, StoreFormatError
@@ -131,19 +131,7 @@ class DLedgerCommitLog(CommitLog):
                 dlog.set_committed(entry.index)
             if counted:
                 next_offset += 1
-            out.append(
-                RecordInfo(
-                    entry.pos + BODY_OFFSET,
-                    size,
-                    m.topic,
-                    m.queue_id,
-                    qoff,
-                    m.sys_flag,
-                    now_ms,
-                    m.prepared_transaction_offset,
-                    m.properties,
-                )
-            )
+            out.append(appended(m, entry.pos + BODY_OFFSET, size, qoff, now_ms))
         self.last_store_timestamp = now_ms
         return out
 
