@@ -80,6 +80,19 @@ def test_dispatch_stops_at_the_committed_index(tmp_path: Path) -> None:
         store.shutdown()
 
 
+def test_alone_a_lagging_checkpoint_loses_no_committed_entry(tmp_path: Path) -> None:
+    msgs = dledger_store(tmp_path, 30)
+    # a crash before the checkpoint (persisted every few seconds) caught up with the appends
+    (tmp_path / "dledger-n0" / dl.CHECKPOINT_FILE).write_text("endIndex=29\ncommittedIndex=3\n")
+    store = _open(tmp_path)
+    try:
+        assert all_bodies(store, "D", 0) == [m.body for m in msgs if m.queue_id == 0]
+        [hit] = store.query_message("D", "dk-20", 32, 0, 2**62).messages  # read by offset: committed only
+        assert hit.message.body == msgs[20].body
+    finally:
+        store.shutdown()
+
+
 def test_consume_queues_are_rebuilt_past_the_last_dispatched(tmp_path: Path) -> None:
     msgs = dledger_store(tmp_path, 200)
     shutil.rmtree(tmp_path / "consumequeue")
