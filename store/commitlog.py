@@ -140,6 +140,21 @@ def encode_checked(
     return props, born, store, topic, total
 
 
+def appended(m: Message, offset: int, size: int, queue_offset: int, now_ms: int) -> RecordInfo:
+    """What dispatch needs of a record just appended (no need to parse it back)."""
+    return RecordInfo(
+        offset,
+        size,
+        m.topic,
+        m.queue_id,
+        queue_offset,
+        m.sys_flag,
+        now_ms,
+        m.prepared_transaction_offset,
+        m.properties,
+    )
+
+
 class CommitLog:
     """Appends records, rolls files with the blank filler, validates and truncates on recovery."""
 
@@ -222,19 +237,7 @@ class CommitLog:
             mm[pos : pos + size] = encode_record_parts(m, props, born, store, topic, qoff, base + pos, now_ms)
             if counted:
                 next_offset += 1
-            out.append(
-                RecordInfo(
-                    base + pos,
-                    size,
-                    m.topic,
-                    m.queue_id,
-                    qoff,
-                    m.sys_flag,
-                    now_ms,
-                    m.prepared_transaction_offset,
-                    m.properties,
-                )
-            )
+            out.append(appended(m, base + pos, size, qoff, now_ms))
             pos += size
         mf.wrote_position = pos
         self.last_store_timestamp = now_ms

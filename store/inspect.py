@@ -144,7 +144,7 @@ def layout(root: str | Path) -> Layout:
     Raises ``FileNotFoundError`` when ``root`` has no ``commitlog/`` and :class:`StoreFormatError` when
     the index files do not have that shape."""
     path = Path(root)
-    self_id = _dledger_member(path)
+    self_id = dledger_member(path)
     if self_id is None and not (path / "commitlog").is_dir():
         raise FileNotFoundError(f"not a store directory (no commitlog/ or dledger-*/data/ in it): {path}")
     defaults = StoreConfig()
@@ -168,7 +168,7 @@ def layout(root: str | Path) -> Layout:
     return Layout(path, cl, cq, slots, entries, self_id, dl_index)
 
 
-def _dledger_member(path: Path) -> str | None:
+def dledger_member(path: Path) -> str | None:
     """The member id of a DLedger-mode store (one ``dledger-<id>/data/`` and no CommitLog file), else None.
 
     A store holding both is 4.9.8's upgrade in place (``DLedgerCommitLog#recover``: the old CommitLog

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from store import dledger as dl
+from store.dledger_log import DLedgerLog
 from store.message import Message
 from tests.support.cli import RunCli
 from tests.support.stores import dledger_store
@@ -88,3 +89,22 @@ def test_clean_plans_and_executes_retention(cli: RunCli, dstore: tuple[Path, lis
     assert after == before[-1:]  # every file but the newest
     report = ok(cli("store", "verify", "--store", str(root), "-o", "json"))
     assert report["ok"] is True, report["problems"]
+
+
+def test_a_cut_tail_is_salvaged_record_by_record(
+    cli: RunCli, dstore: tuple[Path, list[Message]], tmp_path: Path
+) -> None:
+    root, _msgs = dstore
+    # a follower's uncommitted tail, cut when a new leader disagreed (dispatch never saw it)
+    (root / "dledger-n0" / dl.CHECKPOINT_FILE).write_text(
+        f"endIndex={COUNT - 1}\ncommittedIndex={COUNT - 11}\n"
+    )
+    log_ = DLedgerLog(str(root / "dledger-n0"), data_file_size=64 * 1024)
+    assert log_.truncate_after(COUNT - 11) == 10
+    log_.close()
+    [plan] = ok(cli("store", "salvage", "--store", str(root), "-o", "json"))
+    assert (plan["intact"], plan["damaged"]) == (10, 0)  # entry headers between the records are no damage
+    out = tmp_path / "tail.jsonl"
+    assert cli("store", "salvage", "--store", str(root), "--out", str(out)).code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["keys"] for r in rows] == [f"dk-{i}" for i in range(COUNT - 10, COUNT)]

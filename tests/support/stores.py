@@ -7,7 +7,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from store import DefaultMessageStore
+from store import DefaultMessageStore, GetMessageStatus, MessageStore
 from store.config import StoreConfig
 from store.ha import ReplicaStore, frame_extent
 from store.message import Message
@@ -71,6 +71,18 @@ def ha_frames(master: ReplicaStore, start: int, batch: int) -> list[tuple[int, b
         out.append((offset, data))
         offset += n
     return out
+
+
+def all_bodies(store: MessageStore, topic: str, queue_id: int) -> list[bytes]:
+    """Every body a queue serves, pulled from offset 0 in 32-message reads."""
+    out: list[bytes] = []
+    offset = 0
+    while True:
+        res = store.get_messages("g", topic, queue_id, offset, 32)
+        if res.status is not GetMessageStatus.FOUND:
+            return out
+        out += [m.message.body for m in res.messages]
+        offset = res.next_begin_offset
 
 
 def dledger_config(root: Path, **overrides: Any) -> StoreConfig:
