@@ -68,6 +68,7 @@ MODULES = (
     "store.clock",
     "store.commitlog",
     "store.consumequeue",
+    "store.dledger_commitlog",  # subclasses store.commitlog's CommitLog: compiled with it
     "store.engine",
     "store.indexfile",
     "store.javahash",

@@ -575,6 +575,7 @@ class Cleaner:
                 self.commit_log.files.files = files[1:]
             log.info("deleting commit log file %s (%s)", row.file.path, row.reason)
             files[0].destroy()
+            self.commit_log.first_files_deleted()
             deleted += 1
             if deleted < len(plan.deletable[:batch]) and self.stop.wait(
                 self.config.delete_commit_log_files_interval / 1000

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import cast
 
+from store.dledger import entry_header_problem, entry_size_at
 from store.errors import CorruptRecordError, StoreFormatError
 from store.mapped_file import MappedFile, MappedFileQueue
 from store.message import (
@@ -153,6 +154,8 @@ class CommitLog:
     ) -> None:
         """``prefault``: also zero-fill the reserved pages ahead of the writer (see ``MappedFile.prepare``)."""
         self.files = MappedFileQueue(directory, file_size, read_only=read_only)
+        #: Bytes before each record (a DLedger CommitLog's entry header); walks step over them.
+        self.entry_header = 0
         self.file_size = file_size
         self.max_message_size = max_message_size
         self.last_store_timestamp = 0
@@ -367,6 +370,14 @@ class CommitLog:
         if last is not None and last.prepared_position < last.file_size:
             last.prepare(min(last.wrote_position + nbytes, last.file_size), populate=True)
 
+    @property
+    def dispatch_on_put(self) -> bool:
+        """A put dispatches its own records (a DLedger CommitLog under a Raft driver: once committed)."""
+        return True
+
+    def first_files_deleted(self) -> None:
+        """Retention deleted the oldest files (a DLedger CommitLog revises its first index)."""
+
     def flush(self) -> int:
         return self.files.flush()
 
@@ -397,6 +408,11 @@ class RecordWalk:
 
     The one other walker, :func:`store.quarantine.walk`, salvages set-aside pieces: it searches past
     damage for the next record that names its own offset, which none of these readers may do.
+
+    ``entry_header`` (:data:`store.dledger.BODY_OFFSET`) walks a DLedger CommitLog (4.9.8's
+    ``DLedgerCommitLog#checkMessageAndReturnSize``): each record is the body of a DLedger entry, whose
+    header is checked and stepped over; DLedger's blank (magic -1, the rest of the file) ends a file.
+    ``offset`` and ``data_end`` are then entry positions, each record's offset its own.
     """
 
     __slots__ = (
@@ -404,6 +420,7 @@ class RecordWalk:
         "corruption",
         "data_end",
         "end",
+        "entry_header",
         "files",
         "known",
         "last_store_timestamp",
@@ -430,8 +447,10 @@ class RecordWalk:
         on_damaged: Callable[[CorruptRecordError, int], None] | None = None,
         known: dict[int, int] | None = None,
         search: bool = True,
+        entry_header: int = 0,
     ) -> None:
         self.files = files
+        self.entry_header = entry_header
         self.offset = offset
         self.end = end
         self.check_crc = check_crc
@@ -483,9 +502,27 @@ class RecordWalk:
                 if pos + 8 > written:
                     self.stop = "partial"  # a replicating slave's record header still arriving
                     break
+                entry_end = 0
+                if self.entry_header:
+                    head = entry_header_problem(view, pos, written, file_size, base)
+                    if head == "blank-filler" or (head == "zeros" and self.zeros_end_data):
+                        self.stop = head
+                        break
+                    if head == "partial":
+                        self.stop = head
+                        break
+                    if head:
+                        self.corruption = CorruptRecordError(mf.path, base + pos, f"DLedger entry: {head}")
+                        self.stop = "corrupt"
+                        self.data_end = base + pos
+                        if self.on_corruption is not None:
+                            self.on_corruption(self.corruption)
+                        return
+                    entry_end = pos + entry_size_at(view, pos)
+                    pos += self.entry_header
                 size, magic = read_header(view, pos)
                 # the filler fills the file (docs/store-format.md §end-of-file-filler)
-                if magic == BLANK_MAGIC_CODE and size == file_size - pos:
+                if magic == BLANK_MAGIC_CODE and size == file_size - pos and not entry_end:
                     self.stop = "blank-filler"
                     break
                 if size == 0 and magic == 0 and self.zeros_end_data:
@@ -494,15 +531,20 @@ class RecordWalk:
                 if size > 0 and written < pos + size <= file_size:
                     self.stop = "partial"  # a record still arriving: never dispatch a partial one
                     break
+                limit = entry_end or file_size
                 try:
+                    if entry_end and size != entry_end - pos:
+                        raise CorruptRecordError(
+                            None, pos, f"record of {size} bytes in an entry body of {entry_end - pos}"
+                        )
                     if decode:
-                        info = read_record_info(view, pos, file_size, check_crc=check_crc)
+                        info = read_record_info(view, pos, limit, check_crc=check_crc)
                         size, ts = info.size, info.store_timestamp
                     else:
-                        size, ts = check_record(view, pos, file_size, check_crc=check_crc)
+                        size, ts = check_record(view, pos, limit, check_crc=check_crc)
                 except CorruptRecordError as e:
                     error = e.located(mf.path, base + pos)
-                    sound = check_crc and _sound_but_crc(view, pos, file_size)
+                    sound = check_crc and _sound_but_crc(view, pos, limit)
                     extent = 0
                     on_damaged = self.on_damaged
                     if not (sound and on_crc_error is not None) and on_damaged is not None:
@@ -512,7 +554,7 @@ class RecordWalk:
                     if extent and on_damaged is not None:
                         on_damaged(error, extent)  # set aside alone: the walk goes on past it
                         if not sound:
-                            pos += extent
+                            pos = entry_end or pos + extent
                             self.offset = base + pos
                             continue
                     elif sound and on_crc_error is not None:
@@ -520,17 +562,17 @@ class RecordWalk:
                     else:
                         self.corruption = error
                         self.stop = "corrupt"
-                        self.data_end = base + pos
+                        self.data_end = base + pos - (self.entry_header if entry_end else 0)
                         if self.on_corruption is not None:
                             self.on_corruption(error)
                         return
                     if decode:
-                        info = read_record_info(view, pos, file_size)
-                    size, ts = check_record(view, pos, file_size, check_crc=False)
+                        info = read_record_info(view, pos, limit)
+                    size, ts = check_record(view, pos, limit, check_crc=False)
                 self.records += 1
                 self.last_store_timestamp = ts
                 yield info
-                pos += size
+                pos = entry_end or pos + size
                 self.offset = base + pos
             self.data_end = base + pos
             if self.stop in ("blank-filler", "end-of-file") or pos >= file_size:

@@ -75,10 +75,22 @@ class StoreConfig:
     ha_transfer_batch_size: int = 32 * 1024
     ha_slave_fallbehind_max: int = 256 * 1024 * 1024
     slave_timeout: int = 3_000
+    # DLedger mode (4.9.8's MessageStoreConfig keys): the CommitLog lives in DLedger's files under
+    # <root>/dledger-<dLegerSelfId>/ (data/ there unless storePathDLedgerCommitLog names another place).
+    enable_dleger_commit_log: bool = field(default=False, metadata={"key": "enableDLegerCommitLog"})
+    store_path_dledger_commit_log: str = field(default="", metadata={"key": "storePathDLedgerCommitLog"})
+    dleger_group: str = field(default="", metadata={"key": "dLegerGroup"})
+    dleger_peers: str = field(default="", metadata={"key": "dLegerPeers"})
+    dleger_self_id: str = field(default="", metadata={"key": "dLegerSelfId"})
 
     @property
     def commit_log_dir(self) -> str:
         return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
+
+    @property
+    def dledger_dir(self) -> str:
+        """``DLedgerConfig#getDefaultPath``: ``<storePathRootDir>/dledger-<dLegerSelfId>``."""
+        return os.path.join(self.store_path_root_dir, f"dledger-{self.dleger_self_id or 'n0'}")
 
     @property
     def consume_queue_dir(self) -> str:

@@ -53,6 +53,7 @@ from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanRes
 from store.config import SLAVE, StoreConfig
 from store.config_files import ConfigFiles
 from store.consumequeue import UNIT, ConsumeQueue, unit_tags_code
+from store.dledger_commitlog import DLedgerCommitLog
 from store.durability import is_no_space, sync_directory
 from store.errors import CorruptRecordError, DamagedUnitError, StoreClosedError, StoreLockedError
 from store.ha import DISPATCH_CHUNK, Buffer
@@ -214,16 +215,30 @@ class DefaultMessageStore:
         root = config.store_path_root_dir
         self._abort_path = os.path.join(root, "abort")
         self._delay_ms = config.delay_levels_ms()
-        self.commit_log = CommitLog(
-            config.commit_log_dir,
-            config.mapped_file_size_commit_log,
-            max_message_size=config.max_message_size,
-            read_only=read_only,
-            # Pre-faulting saves the appender its page faults but the zero pages it dirties are
-            # written to disk too; worth it in ASYNC mode, not when every put waits for an fsync, nor on a
-            # slave, whose replica appends with pwrite (store.ha): zeros first would write every page twice.
-            prefault=config.warm_maped_file_enable and not config.sync_flush and config.broker_role != SLAVE,
-        )
+        self.commit_log: CommitLog
+        if config.enable_dleger_commit_log:
+            self.commit_log = DLedgerCommitLog(
+                root,
+                config.dleger_self_id or "n0",
+                data_dir=config.store_path_dledger_commit_log,
+                file_size=config.mapped_file_size_commit_log,
+                max_message_size=config.max_message_size,
+                read_only=read_only,
+            )
+        else:
+            self.commit_log = CommitLog(
+                config.commit_log_dir,
+                config.mapped_file_size_commit_log,
+                max_message_size=config.max_message_size,
+                read_only=read_only,
+                # Pre-faulting saves the appender its page faults but the zero pages it dirties are
+                # written to disk too; worth it in ASYNC mode, not when every put waits for an fsync, nor on
+                # a slave, whose replica appends with pwrite (store.ha): zeros first would write every page
+                # twice.
+                prefault=config.warm_maped_file_enable
+                and not config.sync_flush
+                and config.broker_role != SLAVE,
+            )
         self.index = IndexService(
             config.index_dir, config.max_hash_slot_num, config.max_index_num, read_only=read_only
         )
@@ -656,6 +671,21 @@ class DefaultMessageStore:
             self._rebuild_queue_table()
             return n
 
+    def dispatch_committed(self) -> int:
+        """Dispatch what a DLedger CommitLog committed since (a Raft driver calls it after advancing the
+        committed index); arrival listeners hear of each queue that grew. Queue offsets already handed to
+        uncommitted puts stay as they are. Returns the number of records dispatched."""
+        if self.read_only:
+            return 0
+        touched: set[tuple[str, int]] = set()
+        with self._put_lock:
+            n = self._reput_until(self.commit_log.max_offset, touched)
+        for topic, queue_id in sorted(touched):
+            cq = self._cqs[(topic, queue_id)]
+            for listener in self._listeners:
+                listener(topic, queue_id, cq.max_offset)
+        return n
+
     def _reput_until(self, end: int, touched: set[tuple[str, int]] | None = None) -> int:
         """Dispatch the whole records that start below ``end``; stops before a record whose bytes have not
         all arrived (a replicating slave receives records split across frames). ``touched`` collects the
@@ -754,27 +784,30 @@ class DefaultMessageStore:
             if cq is not None:
                 cq.next_offset = last.queue_offset + 1
             end = last.commit_log_offset + last.size
-            behind = False  # an earlier put's records wait for their units: dispatched first
-            try:
-                if self.reput_from_offset < infos[0].commit_log_offset:
-                    behind = True
-                    self._reput_until(infos[0].commit_log_offset)
-                    behind = False
-                for info in infos:
-                    self._dispatch_one(info, cq)
-            except OSError as err:  # only a batch crossing into a new ConsumeQueue file or many keys get here
-                # The dispatch cursor stays below the undispatched records: the next put or flush retries
-                # them, the recovery point stays below them, and shutdown keeps the abort file.
-                if not behind:  # (else still the records the ERROR below named, still no space)
-                    self.reput_from_offset = infos[0].commit_log_offset
-                    log.error(
-                        "records from CommitLog offset %d are stored but not all dispatched "
-                        "(ConsumeQueue unit or index entries), dispatched when space returns: %s",
-                        self.reput_from_offset,
-                        err,
-                    )
-            else:
-                self.reput_from_offset = end
+            # where the first record's bytes start: a DLedger entry header comes before its record
+            start = infos[0].commit_log_offset - self.commit_log.entry_header
+            if self.commit_log.dispatch_on_put:
+                behind = False  # an earlier put's records wait for their units: dispatched first
+                try:
+                    if self.reput_from_offset < start:
+                        behind = True
+                        self._reput_until(start)
+                        behind = False
+                    for info in infos:
+                        self._dispatch_one(info, cq)
+                except OSError as err:  # only a batch crossing into a new ConsumeQueue file or many keys
+                    # The dispatch cursor stays below the undispatched records: the next put or flush
+                    # retries them, the recovery point stays below them, and shutdown keeps the abort file.
+                    if not behind:  # (else still the records the ERROR below named, still no space)
+                        self.reput_from_offset = start
+                        log.error(
+                            "records from CommitLog offset %d are stored but not all dispatched "
+                            "(ConsumeQueue unit or index entries), dispatched when space returns: %s",
+                            self.reput_from_offset,
+                            err,
+                        )
+                else:
+                    self.reput_from_offset = end
         first = infos[0]
         host = msgs[0].store_host
         prefix = msg_id_prefix(host) if host else self._msg_id_prefix
@@ -791,7 +824,7 @@ class DefaultMessageStore:
             first.store_timestamp,
             len(infos),
         )
-        if cq is not None:
+        if cq is not None and self.commit_log.dispatch_on_put:
             for listener in self._listeners:
                 listener(first.topic, first.queue_id, last.queue_offset + 1)
         if wait and self._sync_flush and not self._wait_flushed(end):

@@ -471,6 +471,7 @@ def set_aside(
     recovery: str,
     now_ms: int,
     queue_cut: Callable[[ConsumeQueue], int],
+    why: str | None = None,
 ) -> Manifest | None:
     """Move what truncating the CommitLog at ``cut`` would destroy into a new quarantine; ``None`` when
     nothing would be (a clean end: nothing but zeros after it, later files empty, no unit past it).
@@ -480,6 +481,7 @@ def set_aside(
     queue offset whose record is at ``cut`` or later). Moved files leave the queues; recovery then
     truncates what remains as before. Logged with the number of intact records set aside: at ERROR when
     it holds a record, a damaged one or a ConsumeQueue unit (its record was stored), else at WARNING.
+    ``why`` replaces the reason derived from ``corruption`` (a Raft log cutting a divergent tail).
     """
     taken = _Cut(store_root)
     taken.take_commit_log(commit_log, cut)
@@ -502,7 +504,9 @@ def set_aside(
     )
     logs = [p for p in pieces if p.kind == COMMITLOG]
     why = (
-        str(corruption)
+        why
+        if why is not None
+        else str(corruption)
         if corruption is not None
         else f"valid data ends at offset {cut}; ConsumeQueue units point past it, at records the CommitLog "
         "no longer holds (stored, then lost before they reached the disk?)"

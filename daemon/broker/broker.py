@@ -28,7 +28,7 @@ from typing import TypeVar
 
 from daemon.acl.plain import RELOAD_CHECK_INTERVAL, AclFiles, PlainAccessValidator
 from daemon.acl.signature import hmac_backend
-from daemon.broker.config import BrokerConfig
+from daemon.broker.config import BrokerConfig, refuse_inert_semantics
 from daemon.broker.ha import (
     METADATA_SYNC_INTERVAL,
     HAMaster,
@@ -104,6 +104,7 @@ class Broker:
         store_factory: Callable[[BrokerConfig], MessageStore] | None = None,
         client: Transport | None = None,
     ) -> None:
+        refuse_inert_semantics(config)  # before any port opens or file is touched
         self.config = config
         self._store_factory = store_factory or _default_store
         #: `tls.*` (checked now: a bad setting fails the start before any port opens); every listener of

@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 import os
 import socket
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
-from daemon.config import RocketMQKeys, load_config
+from daemon.config import ConfigError, RocketMQKeys, load_config, property_key
 from daemon.remoting.limits import RemotingLimits
 from daemon.remoting.tls import TlsConfig
 from daemon.rocketmq_keys import CPUS, NETTY_CLIENT_KEYS, NETTY_SERVER_KEYS
@@ -358,6 +359,73 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     def store_config(self) -> StoreConfig:
         """The store's settings, taken from the keys both configs share."""
         return StoreConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(StoreConfig)})
+
+
+def _true(raw: str) -> bool:
+    """Java's ``Boolean.parseBoolean``."""
+    return raw.strip().lower() == "true"
+
+
+def _future_ms(raw: str) -> bool:
+    try:
+        return int(raw.strip()) > time.time() * 1000
+    except ValueError:
+        return False
+
+
+#: Accepted-but-inert keys that, away from 4.9.8's default, change where data lives or who takes writes
+#: (``enableDLegerCommitLog``: the store writes a DLedger CommitLog, but no Raft group runs it yet):
+#: key -> (is the value one that matters, what 4.9.8 would do that this broker would not). Ignoring one
+#: would run another system than the file describes, so the broker refuses to start instead. Keys with
+#: no effect unless another is set (``dLegerGroup``, ``dLegerPeers``, ``dLegerSelfId``,
+#: ``storePathDLedgerCommitLog``, ``preferredLeaderId``, ``isEnableBatchPush``: DLedger mode) are
+#: inert in 4.9.8 too without it.
+SEMANTIC_INERT_KEYS: dict[str, tuple[Callable[[str], bool], str]] = {
+    "enableDLegerCommitLog": (
+        _true,
+        "DLedger mode (a Raft broker group electing its master) is not supported yet: this broker "
+        "would take writes alone as brokerId 0, and its peers too",
+    ),
+    "readOnlyCommitLogStorePaths": (
+        lambda raw: bool(raw.strip()),
+        "the CommitLog directories named there would not be read",
+    ),
+    "messageStorePlugIn": (lambda raw: bool(raw.strip()), "the store plug-ins named there would not run"),
+    "enableConsumeQueueExt": (
+        _true,
+        "ConsumeQueue units would not point into consumequeue_ext, as 4.9.8's do with it on",
+    ),
+    "enableLmq": (_true, "light message queues would get no units"),
+    "enableMultiDispatch": (
+        _true,
+        "messages would not be dispatched to the queues named in INNER_MULTI_DISPATCH",
+    ),
+    "fetchNamesrvAddrByAddressServer": (
+        _true,
+        "the NameServers would not be fetched from the address server: clients would not find this broker",
+    ),
+    "startAcceptSendRequestTimeStamp": (_future_ms, "sends would be taken before that time"),
+}
+
+
+def refuse_inert_semantics(config: RocketMQKeys) -> None:
+    """Raise :class:`ConfigError` naming each key of ``SEMANTIC_INERT_KEYS`` set to a value that matters."""
+    values = dict(config.inert_keys())
+    for f in dataclasses.fields(config):  # a key the store implements (the DLedger CommitLog) counts too
+        if property_key(f) in SEMANTIC_INERT_KEYS:
+            value = getattr(config, f.name)
+            values[property_key(f)] = str(value).lower() if isinstance(value, bool) else str(value)
+    bad = [
+        f"{key}={values[key]} ({why})"
+        for key, (matters, why) in SEMANTIC_INERT_KEYS.items()
+        if key in values and matters(values[key])
+    ]
+    if bad:
+        raise ConfigError(
+            "refusing to start: mqctl accepts but does not act on "
+            + "; ".join(bad)
+            + ". Remove the key(s) or set them to RocketMQ's default"
+        )
 
 
 def load_broker_config(file: Path | None, overrides: Mapping[str, object]) -> BrokerConfig:

@@ -71,3 +71,25 @@ def ha_frames(master: ReplicaStore, start: int, batch: int) -> list[tuple[int, b
         out.append((offset, data))
         offset += n
     return out
+
+
+def dledger_config(root: Path, **overrides: Any) -> StoreConfig:
+    """:func:`small_config` in DLedger mode (member n0): the CommitLog in ``<root>/dledger-n0/data``."""
+    return small_config(root, enable_dleger_commit_log=True, dleger_self_id="n0", **overrides)
+
+
+def dledger_store(root: Path, count: int = 300, topic: str = "D", queues: int = 2) -> list[Message]:
+    """A DLedger-mode store written by the engine: ``count`` keyed messages over ``queues`` queues."""
+    msgs = [
+        Message(
+            topic,
+            f"dledger-{i}-".encode() * 10,
+            queue_id=i % queues,
+            properties={"TAGS": f"t{i % 3}", "KEYS": f"dk-{i}", "UNIQ_KEY": f"DU{i:08d}"},
+        )
+        for i in range(count)
+    ]
+    with DefaultMessageStore(dledger_config(root)) as s:
+        for m in msgs:
+            assert s.put_message(m).ok
+    return msgs

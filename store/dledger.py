@@ -1,0 +1,497 @@
+"""openmessaging DLedger's on-disk format (0.3.1.2, the version RocketMQ 4.9.8 ships) and the log contract.
+
+Pure codecs for what ``DLedgerMmapFileStore`` writes under ``<storePathRootDir>/dledger-<selfId>/``:
+
+* ``data/<20 digits>``: entries back to back (``DLedgerEntryCoder#encode``), a file rolled with a blank
+  (``MmapFileList#preAppend``: magic -1, the remaining length, zeros) when the next entry and an 8-byte
+  blank no longer fit; 1 GiB files by default, ``mappedFileSizeCommitLog`` under 4.9.8's
+  ``DLedgerCommitLog``.
+* ``index/<20 digits>``: one 32-byte record per entry at ``index * 32`` (``DLedgerEntryCoder#encodeIndex``),
+  160 MiB files (``DLedgerConfig#mappedFileSizeForEntryIndex``), never padded.
+* ``checkpoint``: ``endIndex`` and ``committedIndex`` as Java properties
+  (``DLedgerMmapFileStore#persistCheckPoint``); ``currterm``: ``currTerm`` and ``voteLeader``
+  (``MemberState#persistTerm``). Both written through ``IOUtils#string2File`` (``.tmp`` then rename, the
+  previous content kept in ``.bak``).
+
+:class:`RaftLog` is what the Raft layer needs of a log; :class:`MemoryRaftLog` is its in-memory form
+(``DLedgerMemoryStore``'s role) and :class:`store.dledger_log.DLedgerLog` the file-backed one.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+from dataclasses import dataclass, replace
+from enum import IntEnum
+from typing import Protocol
+
+from store.durability import sync_directory
+from store.errors import StoreError
+
+log = logging.getLogger(__name__)
+
+#: ``DLedgerMmapFileStore#MAGIC_1`` / ``CURRENT_MAGIC``: the only entry magic 0.3.x writes.
+MAGIC_1 = 1
+CURRENT_MAGIC = MAGIC_1
+#: ``MmapFileList#BLANK_MAGIC_CODE`` and ``MIN_BLANK_LEN``: the padding that ends a rolled data file.
+BLANK_MAGIC_CODE = -1
+MIN_BLANK_LEN = 8
+#: ``DLedgerEntry#POS_OFFSET``: magic, size, index, term come before pos.
+POS_OFFSET = 4 + 4 + 8 + 8
+#: ``DLedgerEntry#HEADER_SIZE``: ... then pos, channel, chain CRC, body CRC.
+HEADER_SIZE = POS_OFFSET + 8 + 4 + 4 + 4
+#: ``DLedgerEntry#BODY_OFFSET``: the body length comes last; a CommitLog record inside an entry starts here.
+BODY_OFFSET = HEADER_SIZE + 4
+#: ``DLedgerMmapFileStore#INDEX_UNIT_SIZE``.
+INDEX_UNIT_SIZE = 32
+#: ``DLedgerConfig#mappedFileSizeForEntryData`` and ``#mappedFileSizeForEntryIndex`` defaults.
+DATA_FILE_SIZE = 1024 * 1024 * 1024
+INDEX_FILE_SIZE = INDEX_UNIT_SIZE * 5 * 1024 * 1024
+
+DATA_DIR = "data"
+INDEX_DIR = "index"
+CHECKPOINT_FILE = "checkpoint"
+END_INDEX_KEY = "endIndex"
+COMMITTED_INDEX_KEY = "committedIndex"
+TERM_FILE = "currterm"
+TERM_KEY = "currTerm"
+VOTE_KEY = "voteLeader"
+
+_HEADER = struct.Struct(">iiqqqiiii")  # magic size index term pos channel chainCrc bodyCrc bodyLength
+_INDEX = struct.Struct(">iqiqq")  # magic pos size index term
+_BLANK = struct.Struct(">ii")
+assert _HEADER.size == BODY_OFFSET and _INDEX.size == INDEX_UNIT_SIZE
+
+
+class DLedgerCode(IntEnum):
+    """``DLedgerResponseCode`` values the store raises with (the Raft layer answers peers with them)."""
+
+    INCONSISTENT_TERM = 407
+    INCONSISTENT_INDEX = 408
+    INDEX_OUT_OF_RANGE = 410
+    UNEXPECTED_ARGUMENT = 411
+    DISK_ERROR = 414
+    DISK_FULL = 415
+    INDEX_LESS_THAN_LOCAL_BEGIN = 419
+
+
+class DLedgerError(StoreError):
+    """A log operation refused, keyed on the ``DLedgerResponseCode`` a Java peer would answer with."""
+
+    def __init__(self, code: DLedgerCode, reason: str) -> None:
+        self.code = code
+        self.reason = reason
+        super().__init__(f"{code.name}: {reason}")
+
+
+class CorruptEntryError(DLedgerError):
+    """Bytes that do not decode as the entry (or index record) they should be."""
+
+    def __init__(self, where: int, reason: str) -> None:
+        self.where = where
+        super().__init__(DLedgerCode.DISK_ERROR, f"at {where}: {reason}")
+
+
+# ------------------------------------------------------------------------------------ entries
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One DLedger entry (``DLedgerEntry``): ``pos`` is the absolute data-file offset of its first byte."""
+
+    index: int
+    term: int
+    body: bytes
+    pos: int = -1
+    magic: int = CURRENT_MAGIC
+    channel: int = 0
+    chain_crc: int = 0  # reserved: 0.3.1.2 never computes it
+    body_crc: int = 0  # likewise
+
+    @property
+    def size(self) -> int:
+        """``DLedgerEntry#computeSizeInBytes``: header, body length and body."""
+        return BODY_OFFSET + len(self.body)
+
+    def at(self, pos: int) -> Entry:
+        """The same entry placed at ``pos``."""
+        return replace(self, pos=pos)
+
+
+def encode_entry(entry: Entry) -> bytes:
+    """``DLedgerEntryCoder#encode``: big-endian header, body length, body."""
+    return (
+        _HEADER.pack(
+            entry.magic,
+            entry.size,
+            entry.index,
+            entry.term,
+            entry.pos,
+            entry.channel,
+            entry.chain_crc,
+            entry.body_crc,
+            len(entry.body),
+        )
+        + entry.body
+    )
+
+
+def decode_header(buf: bytes | memoryview, offset: int = 0) -> tuple[int, int, int, int, int, int]:
+    """(magic, size, index, term, pos, body length) of the entry at ``offset``; raises on a short buffer."""
+    if len(buf) - offset < BODY_OFFSET:
+        raise CorruptEntryError(offset, f"{len(buf) - offset} bytes left, a header needs {BODY_OFFSET}")
+    magic, size, index, term, pos, _ch, _chain, _crc, body_len = _HEADER.unpack_from(buf, offset)
+    return magic, size, index, term, pos, body_len
+
+
+def check_header(magic: int, size: int, body_len: int, where: int) -> None:
+    """The checks ``DLedgerMmapFileStore#recover`` applies to every entry header."""
+    if not MAGIC_1 <= magic <= CURRENT_MAGIC:
+        raise CorruptEntryError(where, f"unknown magic {magic}")
+    if size <= HEADER_SIZE:
+        raise CorruptEntryError(where, f"size {size} should be > {HEADER_SIZE}")
+    if body_len + BODY_OFFSET != size:
+        raise CorruptEntryError(where, f"size {size} != {body_len} + {BODY_OFFSET}")
+
+
+def decode_entry(buf: bytes | memoryview, offset: int = 0) -> Entry:
+    """``DLedgerEntryCoder#decode`` with ``DLedgerMmapFileStore#recover``'s header checks."""
+    magic, size, index, term, pos, body_len = decode_header(buf, offset)
+    check_header(magic, size, body_len, offset)
+    if len(buf) - offset < size:
+        raise CorruptEntryError(offset, f"entry of {size} bytes cut at {len(buf) - offset}")
+    _m, _s, _i, _t, _p, channel, chain, crc, _bl = _HEADER.unpack_from(buf, offset)
+    body = bytes(buf[offset + BODY_OFFSET : offset + size])
+    return Entry(index, term, body, pos, magic, channel, chain, crc)
+
+
+def entry_size_at(buf: bytes | memoryview, pos: int) -> int:
+    """The size field of the entry header at ``pos``."""
+    return int(_BLANK.unpack_from(buf, pos)[1])
+
+
+def entry_header_problem(view: bytes | memoryview, pos: int, written: int, file_size: int, base: int) -> str:
+    """What ends a walk of a data file at ``pos`` ("blank-filler", "zeros", "partial": not all written
+    yet) or why the entry header there is damaged (the checks of ``DLedgerMmapFileStore#recover``); ""
+    for a sound header of an entry written whole. ``base`` is the file's first offset."""
+    if pos + _BLANK.size > written:
+        return "partial"
+    magic, size = _BLANK.unpack_from(view, pos)
+    if magic == BLANK_MAGIC_CODE:
+        return "blank-filler" if size == file_size - pos else f"blank of {size} bytes does not fill the file"
+    if magic == 0 and size == 0:
+        return "zeros"
+    if pos + max(size, BODY_OFFSET) > written:
+        return (
+            "partial" if pos + max(size, BODY_OFFSET) <= file_size else f"entry of {size} bytes past its file"
+        )
+    magic, size, _index, _term, at, body_len = decode_header(view, pos)
+    try:
+        check_header(magic, size, body_len, base + pos)
+    except CorruptEntryError as e:
+        return e.reason.partition(": ")[2]
+    return f"entry says pos {at}" if at != base + pos else ""
+
+
+def encode_blank(length: int) -> bytes:
+    """The padding ``MmapFileList#preAppend`` writes over a file's last ``length`` bytes."""
+    if length < MIN_BLANK_LEN:
+        raise ValueError(f"a blank needs {MIN_BLANK_LEN} bytes, not {length}")
+    return _BLANK.pack(BLANK_MAGIC_CODE, length) + bytes(length - _BLANK.size)
+
+
+def needs_roll(file_size: int, wrote: int, entry_size: int) -> bool:
+    """``MmapFileList#preAppend``: an entry goes to the next file unless it and a blank still fit."""
+    return entry_size + MIN_BLANK_LEN > file_size - wrote
+
+
+# ------------------------------------------------------------------------------------ index records
+
+
+@dataclass(frozen=True)
+class IndexRecord:
+    """One record of the index files: where entry ``index`` lives in the data files."""
+
+    magic: int
+    pos: int
+    size: int
+    index: int
+    term: int
+
+
+def encode_index(entry: Entry | IndexRecord) -> bytes:
+    """``DLedgerEntryCoder#encodeIndex``: magic, pos, size, index, term."""
+    return _INDEX.pack(entry.magic, entry.pos, entry.size, entry.index, entry.term)
+
+
+def decode_index(buf: bytes | memoryview, offset: int = 0) -> IndexRecord:
+    """Inverse of :func:`encode_index`."""
+    if len(buf) - offset < INDEX_UNIT_SIZE:
+        raise CorruptEntryError(offset, "index record cut short")
+    return IndexRecord(*_INDEX.unpack_from(buf, offset))
+
+
+def index_matches(rec: IndexRecord, entry: Entry) -> bool:
+    """The data-to-index comparison of ``DLedgerMmapFileStore#recover``."""
+    return (rec.magic, rec.pos, rec.size, rec.index, rec.term) == (
+        entry.magic,
+        entry.pos,
+        entry.size,
+        entry.index,
+        entry.term,
+    )
+
+
+# ------------------------------------------------------------------------------------ checkpoint, term
+
+
+def encode_java_properties(pairs: list[tuple[str, str]]) -> str:
+    """``IOUtils#properties2String``: ``key=value`` lines (the order Java 8's ``Hashtable`` iterates)."""
+    return "".join(f"{k}={v}\n" for k, v in pairs)
+
+
+def decode_java_properties(text: str) -> dict[str, str]:
+    """Enough of ``Properties#load`` for DLedger's own files (``key=value`` or ``key:value``, ``#`` comments)."""
+    out: dict[str, str] = {}
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#!":
+            continue
+        cut = min((i for i in (line.find("="), line.find(":")) if i >= 0), default=len(line))
+        out[line[:cut].strip()] = line[cut + 1 :].strip()
+    return out
+
+
+def encode_checkpoint(end_index: int, committed_index: int) -> str:
+    """``DLedgerMmapFileStore#persistCheckPoint``."""
+    return encode_java_properties(
+        [(END_INDEX_KEY, str(end_index)), (COMMITTED_INDEX_KEY, str(committed_index))]
+    )
+
+
+def decode_checkpoint(text: str) -> tuple[int | None, int | None]:
+    """(endIndex, committedIndex); ``None`` for a key missing or empty (recovery then skips it)."""
+    props = decode_java_properties(text)
+
+    def num(key: str) -> int | None:
+        value = props.get(key, "")
+        return int(value) if value.lstrip("-").isdigit() else None
+
+    return num(END_INDEX_KEY), num(COMMITTED_INDEX_KEY)
+
+
+def encode_term(term: int, vote_for: str | None) -> str:
+    """``MemberState#persistTerm``: an empty ``voteLeader`` means no vote."""
+    return encode_java_properties([(VOTE_KEY, vote_for or ""), (TERM_KEY, str(term))])
+
+
+def decode_term(text: str) -> tuple[int, str | None]:
+    """``MemberState#loadTerm``: (currTerm, voteLeader or ``None``)."""
+    props = decode_java_properties(text)
+    term = props.get(TERM_KEY, "0")
+    return (int(term) if term.lstrip("-").isdigit() else 0), (props.get(VOTE_KEY) or None)
+
+
+def write_small_file(path: str, text: str) -> None:
+    """``IOUtils#string2File``, durably: write ``.tmp``, keep the old content as ``.bak``, rename over."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
+    try:
+        with open(path, encoding="utf-8") as old, open(path + ".bak", "w", encoding="utf-8") as bak:
+            bak.write(old.read())
+    except FileNotFoundError:
+        pass
+    os.replace(tmp, path)
+    sync_directory(os.path.dirname(path) or ".")
+
+
+def read_small_file(path: str) -> str | None:
+    """The file's text, its ``.bak`` when it is missing (a crash between delete and rename), else ``None``."""
+    for p in (path, path + ".bak"):
+        try:
+            with open(p, encoding="utf-8") as f:
+                return f.read()
+        except FileNotFoundError:
+            continue
+    return None
+
+
+def load_term(dledger_dir: str) -> tuple[int, str | None]:
+    """The persisted (currTerm, voteLeader) of a DLedger member; (0, None) when it never voted."""
+    text = read_small_file(os.path.join(dledger_dir, TERM_FILE))
+    return decode_term(text) if text is not None else (0, None)
+
+
+def persist_term(dledger_dir: str, term: int, vote_for: str | None) -> None:
+    """Persist (currTerm, voteLeader) before answering a vote, as ``MemberState#persistTerm`` does."""
+    write_small_file(os.path.join(dledger_dir, TERM_FILE), encode_term(term, vote_for))
+
+
+# ------------------------------------------------------------------------------------ the contract
+
+
+class RaftLog(Protocol):
+    """What the Raft layer needs of a replicated log (``DLedgerStore``'s contract).
+
+    Indexes start at 0 and are contiguous; -1 means "none" (an empty log's ``last_index``, a log that
+    committed nothing). ``committed_index`` never exceeds ``last_index`` and never goes back, and
+    :meth:`truncate_after` refuses to cut a committed entry.
+    """
+
+    @property
+    def begin_index(self) -> int:
+        """The first index still held (-1 when empty)."""
+        ...
+
+    @property
+    def last_index(self) -> int:
+        """The last index held (-1 when empty)."""
+        ...
+
+    @property
+    def last_term(self) -> int:
+        """The term of the last entry (-1 when empty)."""
+        ...
+
+    @property
+    def committed_index(self) -> int:
+        """The highest index known committed by a quorum (-1 when none)."""
+        ...
+
+    def term_at(self, index: int) -> int:
+        """The term of entry ``index``; raises :class:`DLedgerError` when it is not held."""
+        ...
+
+    def append_leader(self, body: bytes, term: int) -> Entry:
+        """Append ``body`` as the next entry of ``term`` (index, term and pos assigned here)."""
+        ...
+
+    def append_follower(self, entry: Entry) -> Entry:
+        """Append a leader's entry: its index must be ``last_index + 1`` and its term not older."""
+        ...
+
+    def get(self, index: int) -> Entry:
+        """Entry ``index``; raises :class:`DLedgerError` when it is not held."""
+        ...
+
+    def truncate_after(self, index: int) -> int:
+        """Drop every entry after ``index`` from the log (set aside, not deleted); the count cut."""
+        ...
+
+    def set_committed(self, index: int) -> None:
+        """Advance the committed index (clamped to ``last_index``; never backwards) and persist it."""
+        ...
+
+    def flush(self) -> None:
+        """Make every appended entry durable."""
+        ...
+
+
+def check_follower_entry(log_: RaftLog, entry: Entry) -> None:
+    """``DLedgerMmapFileStore#appendAsFollower``'s index continuity and term order."""
+    if entry.index != log_.last_index + 1:
+        raise DLedgerError(
+            DLedgerCode.INCONSISTENT_INDEX, f"entry {entry.index} does not follow {log_.last_index}"
+        )
+    if entry.term < log_.last_term:
+        raise DLedgerError(
+            DLedgerCode.INCONSISTENT_TERM,
+            f"entry {entry.index} of term {entry.term} after term {log_.last_term}",
+        )
+
+
+def check_truncation(log_: RaftLog, index: int) -> None:
+    """Committed entries are never cut: a leader asking for it is wrong, and the data is kept."""
+    if index < log_.committed_index:
+        raise DLedgerError(
+            DLedgerCode.INCONSISTENT_INDEX,
+            f"refusing to cut after {index}: entries up to {log_.committed_index} are committed",
+        )
+
+
+def check_held(log_: RaftLog, index: int) -> None:
+    """``DLedgerMmapFileStore#indexCheck``."""
+    if index < 0 or index > log_.last_index:
+        raise DLedgerError(
+            DLedgerCode.INDEX_OUT_OF_RANGE, f"{index} not in {log_.begin_index}..{log_.last_index}"
+        )
+    if index < log_.begin_index:
+        raise DLedgerError(
+            DLedgerCode.INDEX_LESS_THAN_LOCAL_BEGIN, f"{index} is before the first held {log_.begin_index}"
+        )
+
+
+class MemoryRaftLog:
+    """A :class:`RaftLog` in memory (``DLedgerMemoryStore``): for Raft tests and simulations.
+
+    A leader's ``pos`` advances as in the file store without blanks; a follower keeps the leader's. What :meth:`truncate_after` cuts is kept in :attr:`quarantined`.
+    """
+
+    def __init__(self) -> None:
+        self._entries: list[Entry] = []
+        self._committed = -1
+        self.quarantined: list[Entry] = []
+
+    @property
+    def begin_index(self) -> int:
+        return 0 if self._entries else -1
+
+    @property
+    def last_index(self) -> int:
+        return len(self._entries) - 1
+
+    @property
+    def last_term(self) -> int:
+        return self._entries[-1].term if self._entries else -1
+
+    @property
+    def committed_index(self) -> int:
+        return self._committed
+
+    def _next_pos(self) -> int:
+        last = self._entries[-1] if self._entries else None
+        return last.pos + last.size if last else 0
+
+    def term_at(self, index: int) -> int:
+        return self.get(index).term
+
+    def append_leader(self, body: bytes, term: int) -> Entry:
+        if term < self.last_term:
+            raise DLedgerError(DLedgerCode.INCONSISTENT_TERM, f"term {term} after term {self.last_term}")
+        entry = Entry(self.last_index + 1, term, bytes(body), self._next_pos())
+        self._entries.append(entry)
+        return entry
+
+    def append_follower(self, entry: Entry) -> Entry:
+        check_follower_entry(self, entry)
+        placed = entry if entry.pos >= 0 else entry.at(self._next_pos())
+        self._entries.append(placed)
+        return placed
+
+    def get(self, index: int) -> Entry:
+        check_held(self, index)
+        return self._entries[index]
+
+    def truncate_after(self, index: int) -> int:
+        check_truncation(self, index)
+        cut = self._entries[index + 1 :]
+        if cut:
+            log.error(
+                "DLedger log: entries %d..%d set aside in quarantine (not served)",
+                cut[0].index,
+                cut[-1].index,
+            )
+        self.quarantined.extend(cut)
+        del self._entries[index + 1 :]
+        return len(cut)
+
+    def set_committed(self, index: int) -> None:
+        self._committed = max(self._committed, min(index, self.last_index))
+
+    def flush(self) -> None:
+        return None

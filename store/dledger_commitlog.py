@@ -1,0 +1,242 @@
+"""4.9.8's ``DLedgerCommitLog``: CommitLog records as the bodies of DLedger entries.
+
+Each message is one entry (a batch: one entry per message, as ``BatchAppendEntryRequest`` carries
+them). A record's offset, its PHYSICALOFFSET field, its ConsumeQueue unit, its IndexFile entry and its
+msgId all say the position of the entry plus :data:`store.dledger.BODY_OFFSET` (the append hook
+``DLedgerCommitLog`` registers with ``DLedgerMmapFileStore``), so every reader by offset reads the
+record where it lies in the data files. :attr:`max_offset` is the end of the last *committed* entry
+(``DLedgerCommitLog#getMaxOffset``): dispatch to ConsumeQueue and IndexFile and every read stop there.
+
+Without a Raft driver (:attr:`auto_commit`, a group of one) an entry is committed as it is appended.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+
+from store.commitlog import CommitLog, RecordWalk, ScanResult, encode_checked
+from store.dledger import BODY_OFFSET, DATA_FILE_SIZE, INDEX_FILE_SIZE, load_term
+from store.dledger_log import DLedgerLog, dledger_dir
+from store.errors import CorruptRecordError, StoreFormatError
+from store.message import (
+    TRANSACTION_COMMIT_TYPE,
+    TRANSACTION_NOT_TYPE,
+    TRANSACTION_TYPE_MASK,
+    HostAddress,
+    Message,
+)
+from store.record import RecordInfo, body_crc_problem, encode_record_parts, read_header, read_record_info
+
+log = logging.getLogger(__name__)
+
+#: MessageDecoder#PHY_POS_POSITION: TOTALSIZE MAGIC BODYCRC QUEUEID FLAG (4 each), QUEUEOFFSET (8).
+PHY_POS_POSITION = 28
+
+
+def stamp_physical_offset(pos: int, entry: bytearray) -> None:
+    """``DLedgerCommitLog``'s append hook: the record's PHYSICALOFFSET is the entry's pos + BODY_OFFSET."""
+    at = BODY_OFFSET + PHY_POS_POSITION
+    entry[at : at + 8] = (pos + BODY_OFFSET).to_bytes(8, "big", signed=True)
+
+
+def record_problem(pos: int, body: memoryview) -> str | None:
+    """Recovery's check of an entry body: one whole record that names its own offset, body CRC sound."""
+    if len(body) < 8:
+        return "no record in the entry"
+    size, _magic = read_header(body, 0)
+    if size != len(body):
+        return f"record of {size} bytes in an entry body of {len(body)}"
+    try:
+        info = read_record_info(body, 0, len(body))
+    except CorruptRecordError as e:
+        return e.reason
+    if info.commit_log_offset != pos + BODY_OFFSET:
+        return f"record names offset {info.commit_log_offset}, not {pos + BODY_OFFSET}"
+    return body_crc_problem(body, 0, size)
+
+
+class DLedgerCommitLog(CommitLog):
+    """The CommitLog of a broker in DLedger mode, on a :class:`store.dledger_log.DLedgerLog`."""
+
+    def __init__(
+        self,
+        store_root: str,
+        self_id: str,
+        *,
+        data_dir: str = "",
+        file_size: int = DATA_FILE_SIZE,
+        index_file_size: int = INDEX_FILE_SIZE,
+        max_message_size: int,
+        read_only: bool = False,
+    ) -> None:
+        self.directory = dledger_dir(store_root, self_id)
+        self.data_dir = data_dir or os.path.join(self.directory, "data")
+        super().__init__(self.data_dir, file_size, max_message_size=max_message_size, read_only=read_only)
+        self.entry_header = BODY_OFFSET
+        self.store_root = store_root
+        self.index_file_size = index_file_size
+        self.read_only = read_only
+        self.log: DLedgerLog | None = None
+        #: Commit each entry as it is appended (a group of one); a Raft driver turns it off and commits.
+        self.auto_commit = True
+        #: The term a leader appends in (the Raft driver sets it; alone: the persisted term, at least 1).
+        self.term = 1
+
+    @property
+    def dispatch_on_put(self) -> bool:
+        return self.auto_commit
+
+    @property
+    def dlog(self) -> DLedgerLog:
+        if self.log is None:
+            raise StoreFormatError("the DLedger CommitLog is not loaded")
+        return self.log
+
+    def load(self, on_bad_file: Callable[[StoreFormatError], None] | None = None) -> None:
+        """Load and recover the DLedger log (``DLedgerCommitLog#recover`` runs ``DLedgerMmapFileStore``'s)."""
+        self.log = DLedgerLog(
+            self.directory,
+            data_dir=self.data_dir,
+            store_root=self.store_root,
+            data_file_size=self.file_size,
+            index_file_size=self.index_file_size,
+            read_only=self.read_only,
+            append_hook=stamp_physical_offset,
+            body_check=record_problem,
+        )
+        self.files = self.log.data
+        self.term = max(1, load_term(self.directory)[0], self.log.last_term)
+        if self.log.last_index >= 0:
+            last = self.log.get(self.log.last_index)
+            self.last_store_timestamp = read_record_info(last.body, 0).store_timestamp
+
+    # ------------------------------------------------------------------ append
+
+    def append(
+        self, msgs: list[Message], store_host: HostAddress, now_ms: int, queue_offset: int
+    ) -> list[RecordInfo]:
+        """One entry per message; each record's offset is stamped by the append hook."""
+        encoded = [(m, *encode_checked(m, store_host, self.max_message_size, self.file_size)) for m in msgs]
+        dlog = self.dlog
+        out = []
+        next_offset = queue_offset
+        for m, props, born, store, topic, size in encoded:
+            counted = m.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
+            qoff = next_offset if counted else 0
+            record = encode_record_parts(m, props, born, store, topic, qoff, 0, now_ms)
+            entry = dlog.append_leader(record, self.term)
+            if self.auto_commit:
+                dlog.set_committed(entry.index)
+            if counted:
+                next_offset += 1
+            out.append(
+                RecordInfo(
+                    entry.pos + BODY_OFFSET,
+                    size,
+                    m.topic,
+                    m.queue_id,
+                    qoff,
+                    m.sys_flag,
+                    now_ms,
+                    m.prepared_transaction_offset,
+                    m.properties,
+                )
+            )
+        self.last_store_timestamp = now_ms
+        return out
+
+    # ------------------------------------------------------------------ reads
+
+    @property
+    def max_offset(self) -> int:
+        """``DLedgerCommitLog#getMaxOffset``: the committed end, else the first data file's start."""
+        committed = self.log.committed_pos if self.log is not None else 0
+        return committed if committed > 0 else self.files.min_offset
+
+    def read_record(self, offset: int) -> memoryview | None:
+        """``DLedgerCommitLog#getData``: nothing at or past the committed end."""
+        if offset >= self.max_offset:
+            return None
+        return super().read_record(offset)
+
+    # ------------------------------------------------------------------ recovery and dispatch
+
+    def scan_from(
+        self,
+        offset: int,
+        *,
+        check_crc: bool,
+        on_record: Callable[[RecordInfo], None] | None = None,
+        on_damaged: Callable[[CorruptRecordError, int], None] | None = None,
+    ) -> ScanResult:
+        """Dispatch (``on_record``) the committed records from ``offset``. The DLedger log recovered its
+        own files already (damage set aside there): the data ends where it does, nothing to cut."""
+        files = self.files.files
+        end = self.files.max_offset
+        if not files:
+            return ScanResult(0, None, 0, 0)
+        walk = RecordWalk(
+            self.files,
+            max(offset, files[0].file_from_offset),
+            self.max_offset,
+            check_crc=check_crc,
+            on_corruption=lambda e: log.error("DLedger CommitLog: dispatch stops at %s", e),
+            on_damaged=on_damaged,
+            known=self.set_aside,
+            entry_header=BODY_OFFSET,
+        )
+        if on_record is None:
+            walk.validate()
+        else:
+            for info in walk:
+                on_record(info)
+        return ScanResult(
+            end, walk.corruption, walk.records, walk.last_store_timestamp or self.last_store_timestamp
+        )
+
+    def abnormal_start_index(self, limit_ts: int) -> int:
+        """Newest data file whose first record was stored at or before ``limit_ts``."""
+        files = self.files.files
+        for idx in range(len(files) - 1, -1, -1):
+            try:
+                ts = read_record_info(files[idx].view, BODY_OFFSET, self.file_size).store_timestamp
+            except (CorruptRecordError, ValueError, IndexError):
+                continue
+            if ts != 0 and ts <= limit_ts:
+                return idx
+        return 0
+
+    def truncate(self, offset: int) -> None:
+        """Entries are cut only by the Raft log (``truncate_after``); a cut here is a bug, refused."""
+        if offset < self.files.max_offset:
+            log.error(
+                "[BUG] refusing to cut the DLedger CommitLog at %d (it ends at %d)",
+                offset,
+                self.files.max_offset,
+            )
+
+    def walk(self, offset: int, end: int) -> RecordWalk:
+        return RecordWalk(
+            self.files,
+            offset,
+            min(end, self.max_offset),
+            on_corruption=lambda e: log.error("dispatch stops at %s", e),
+            zeros_end_data=False,
+            known=self.set_aside,
+            search=False,
+            entry_header=BODY_OFFSET,
+        )
+
+    def first_files_deleted(self) -> None:
+        """Retention removed data files: the ledger now begins at the first remaining entry."""
+        self.dlog.revise_begin()
+
+    def flush(self) -> int:
+        self.dlog.flush()
+        return self.files.flushed_offset
+
+    def close(self) -> None:
+        if self.log is not None:
+            self.log.close()

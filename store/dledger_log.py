@@ -1,0 +1,482 @@
+"""The file-backed DLedger log: ``DLedgerMmapFileStore``'s files, our quarantine instead of its deletes.
+
+Files as :mod:`store.dledger` describes, so a 4.9.8 DLedger member reads what we write and we read
+what it writes. Where ``DLedgerMmapFileStore`` deletes (a follower's divergent tail in ``#truncate``,
+what ``#recover`` cannot validate, later files it drops), this moves the bytes under
+``<storePathRootDir>/quarantine/`` first and logs at ERROR (:mod:`store.quarantine`); a committed
+entry is never cut by a truncation, and one lost to damage is named.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+
+from store.dledger import (
+    BLANK_MAGIC_CODE,
+    BODY_OFFSET,
+    CHECKPOINT_FILE,
+    DATA_DIR,
+    DATA_FILE_SIZE,
+    INDEX_DIR,
+    INDEX_FILE_SIZE,
+    INDEX_UNIT_SIZE,
+    CorruptEntryError,
+    DLedgerCode,
+    DLedgerError,
+    Entry,
+    IndexRecord,
+    check_follower_entry,
+    check_header,
+    check_held,
+    check_truncation,
+    decode_checkpoint,
+    decode_entry,
+    decode_header,
+    decode_index,
+    encode_blank,
+    encode_checkpoint,
+    encode_entry,
+    encode_index,
+    needs_roll,
+    read_small_file,
+    write_small_file,
+)
+from store.mapped_file import MappedFile, MappedFileQueue
+from store.quarantine import DIVERGED, Manifest, set_aside
+
+log = logging.getLogger(__name__)
+
+#: ``(entry pos, encoded entry)``: may rewrite the body in place before it is written
+#: (``DLedgerMmapFileStore.AppendHook``; 4.9.8's CommitLog stamps each record's physical offset).
+AppendHook = Callable[[int, bytearray], None]
+#: ``(entry pos, body)``: a reason when the body is damaged (recovery sets it and what follows aside).
+BodyCheck = Callable[[int, memoryview], str | None]
+
+#: ``DLedgerConfig#checkPointInterval``: the committed index is persisted at most this often by flush.
+CHECKPOINT_INTERVAL_MS = 3000
+
+
+def dledger_dir(store_root: str, self_id: str) -> str:
+    """``DLedgerConfig#getDefaultPath``: ``<storeBaseDir>/dledger-<selfId>`` (4.9.8's storePathRootDir)."""
+    return os.path.join(store_root, f"dledger-{self_id}")
+
+
+class DLedgerLog:
+    """A :class:`store.dledger.RaftLog` in DLedger's files under ``directory`` (``dledger-<selfId>``).
+
+    ``data_dir`` is ``storePathDLedgerCommitLog`` when set (else ``<directory>/data``); ``store_root``
+    holds the quarantine (default: ``directory``'s parent, the broker's ``storePathRootDir``).
+    Thread-safe: one lock around every change, reads of written entries need none.
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        data_dir: str | None = None,
+        store_root: str | None = None,
+        data_file_size: int = DATA_FILE_SIZE,
+        index_file_size: int = INDEX_FILE_SIZE,
+        read_only: bool = False,
+        append_hook: AppendHook | None = None,
+        body_check: BodyCheck | None = None,
+        now_ms: Callable[[], int] = lambda: int(time.time() * 1000),
+    ) -> None:
+        if index_file_size % INDEX_UNIT_SIZE:
+            raise ValueError(f"index file size {index_file_size} is not a multiple of {INDEX_UNIT_SIZE}")
+        self.directory = directory
+        self.store_root = store_root or os.path.dirname(os.path.abspath(directory))
+        self.read_only = read_only
+        self.data = MappedFileQueue(
+            data_dir or os.path.join(directory, DATA_DIR), data_file_size, read_only=read_only
+        )
+        self.index = MappedFileQueue(os.path.join(directory, INDEX_DIR), index_file_size, read_only=read_only)
+        self.append_hook = append_hook
+        self.body_check = body_check
+        self.now_ms = now_ms
+        self._lock = threading.RLock()
+        self._begin = -1
+        self._last = -1
+        self._last_term = -1
+        self._committed = -1
+        self._committed_pos = 0
+        self._checkpointed: tuple[int, int] | None = None
+        self._checkpoint_ms = 0
+        self.lost_committed = -1  # after recovery: the checkpoint's committed index when damage cut below it
+        self.recover()
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def begin_index(self) -> int:
+        return self._begin
+
+    @property
+    def last_index(self) -> int:
+        return self._last
+
+    @property
+    def last_term(self) -> int:
+        return self._last_term
+
+    @property
+    def committed_index(self) -> int:
+        return self._committed
+
+    @property
+    def committed_pos(self) -> int:
+        """``DLedgerMmapFileStore#getCommittedPos``: the end of the last committed entry (0 when none)."""
+        return self._committed_pos
+
+    @property
+    def end_pos(self) -> int:
+        """Where the next entry goes (before any roll)."""
+        return self.data.max_offset
+
+    @property
+    def min_pos(self) -> int:
+        return self.data.min_offset
+
+    # ------------------------------------------------------------------ reads
+
+    def index_record(self, index: int) -> IndexRecord:
+        """The index file's record of entry ``index`` (which must be held)."""
+        check_held(self, index)
+        off = index * INDEX_UNIT_SIZE
+        mf = self.index.find_file(off)
+        if mf is None:
+            raise DLedgerError(DLedgerCode.DISK_ERROR, f"no index file holds entry {index}")
+        return decode_index(mf.view, off - mf.file_from_offset)
+
+    def read(self, pos: int, size: int) -> memoryview | None:
+        """``size`` bytes of the data files at ``pos`` (``None`` when they are not all in one file)."""
+        mf = self.data.find_file(pos)
+        if mf is None:
+            return None
+        rel = pos - mf.file_from_offset
+        if rel + size > mf.wrote_position:
+            return None
+        return mf.view[rel : rel + size]
+
+    def get(self, index: int) -> Entry:
+        rec = self.index_record(index)
+        view = self.read(rec.pos, rec.size)
+        if view is None:
+            raise DLedgerError(DLedgerCode.DISK_ERROR, f"no data for entry {index} at {rec.pos}")
+        entry = decode_entry(view)
+        if entry.pos != rec.pos or entry.index != index:
+            raise CorruptEntryError(rec.pos, f"entry {index}: data says index {entry.index} pos {entry.pos}")
+        return entry
+
+    def term_at(self, index: int) -> int:
+        return self.index_record(index).term
+
+    # ------------------------------------------------------------------ writes
+
+    def _writable(self) -> None:
+        if self.read_only:
+            raise DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"{self.directory} is open read-only")
+
+    def _place(self, size: int) -> tuple[MappedFile, int]:
+        """``MmapFileList#preAppend``: the file and position for an entry of ``size``, rolling with a blank."""
+        if size + 8 > self.data.file_size:
+            raise DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"entry of {size} bytes exceeds a data file")
+        mf = self.data.last_file_for_append()
+        if needs_roll(self.data.file_size, mf.wrote_position, size):
+            start = mf.wrote_position
+            mf.prepare(self.data.file_size, populate=False)
+            mf.mm[start : self.data.file_size] = encode_blank(self.data.file_size - start)
+            mf.wrote_position = self.data.file_size
+            mf = self.data.last_file_for_append()
+        return mf, mf.file_from_offset + mf.wrote_position
+
+    def _write(self, mf: MappedFile, data: bytes | bytearray, entry: Entry) -> None:
+        rel = mf.wrote_position
+        mf.prepare(rel + len(data), populate=False)
+        mf.mm[rel : rel + len(data)] = data
+        mf.wrote_position = rel + len(data)
+        self._write_index(entry)
+        self._last = entry.index
+        self._last_term = entry.term
+        if self._begin == -1:
+            self._begin = entry.index
+
+    def _write_index(self, entry: Entry) -> None:
+        off = entry.index * INDEX_UNIT_SIZE
+        mf = self.index.last_file_for_append(off)
+        if mf.file_from_offset + mf.wrote_position != off:
+            raise DLedgerError(
+                DLedgerCode.DISK_ERROR,
+                f"index files end at {mf.file_from_offset + mf.wrote_position}, entry {entry.index} goes at {off}",
+            )
+        rel = off - mf.file_from_offset
+        mf.prepare(rel + INDEX_UNIT_SIZE, populate=False)
+        mf.mm[rel : rel + INDEX_UNIT_SIZE] = encode_index(entry)
+        mf.wrote_position = rel + INDEX_UNIT_SIZE
+
+    def append_leader(self, body: bytes, term: int) -> Entry:
+        """``DLedgerMmapFileStore#appendAsLeader``: next index, ``term``, pos where it lands; the hook runs
+        on the encoded entry before it is written."""
+        self._writable()
+        with self._lock:
+            if term < self._last_term:
+                raise DLedgerError(DLedgerCode.INCONSISTENT_TERM, f"term {term} after term {self._last_term}")
+            draft = Entry(self._last + 1, term, bytes(body))
+            mf, pos = self._place(draft.size)
+            data = bytearray(encode_entry(draft.at(pos)))
+            if self.append_hook is not None:
+                self.append_hook(pos, data)
+            entry = Entry(draft.index, term, bytes(data[BODY_OFFSET:]), pos)
+            self._write(mf, data, entry)
+            return entry
+
+    def append_follower(self, entry: Entry) -> Entry:
+        """``DLedgerMmapFileStore#appendAsFollower``: the leader's entry lands at the leader's pos or not at all."""
+        self._writable()
+        with self._lock:
+            check_follower_entry(self, entry)
+            mf, pos = self._place(entry.size)
+            if entry.pos >= 0 and entry.pos != pos:
+                raise DLedgerError(
+                    DLedgerCode.DISK_ERROR, f"entry {entry.index}: leader pos {entry.pos} != {pos}"
+                )
+            placed = entry.at(pos)
+            self._write(mf, encode_entry(placed), placed)
+            return placed
+
+    def truncate_after(self, index: int) -> int:
+        """Cut every entry after ``index`` (``DLedgerMmapFileStore#truncate``), the bytes set aside first."""
+        self._writable()
+        with self._lock:
+            check_truncation(self, index)
+            if index >= self._last:
+                return 0
+            first_cut = max(index + 1, self._begin)
+            cut = self.index_record(first_cut).pos
+            count = self._last - index
+            why = (
+                f"DLedger entries {first_cut}..{self._last} cut after entry {index} at data offset {cut}: "
+                "a divergent, uncommitted tail (never served)"
+            )
+            self._set_aside(cut, why)
+            self._truncate_files(cut, index + 1)
+            self._last = index if index >= self._begin else -1
+            self._last_term = self.term_at(index) if self._last >= 0 else -1
+            if self._last == -1:
+                self._begin = -1
+            log.error("DLedger log %s: %s; set aside in quarantine", self.directory, why)
+            return count
+
+    def _set_aside(self, cut: int, why: str) -> Manifest | None:
+        return set_aside(
+            self.store_root,
+            self.data,
+            (),
+            cut,
+            corruption=None,
+            recovery=DIVERGED,
+            now_ms=self.now_ms(),
+            queue_cut=lambda cq: cq.max_offset,
+            why=why,
+        )
+
+    def _truncate_files(self, cut: int, next_index: int) -> None:
+        self.data.truncate_dirty_files(cut)
+        self.index.truncate_dirty_files(next_index * INDEX_UNIT_SIZE)
+
+    def revise_begin(self) -> None:
+        """``DLedgerMmapFileStore#reviseLedgerBeginIndex`` after retention deleted the oldest data files:
+        the first entry of the first data file, and index files wholly before it dropped."""
+        with self._lock:
+            if not self.data.files or self._last < 0:
+                return
+            self._begin = decode_header(self.data.files[0].view, 0)[2]
+            keep_from = self._begin * INDEX_UNIT_SIZE
+            while len(self.index.files) > 1 and self.index.files[0].end_offset <= keep_from:
+                doomed = self.index.files[0]
+                self.index.files = self.index.files[1:]
+                if not self.read_only:
+                    doomed.destroy()
+            self._committed = max(self._committed, self._begin - 1)
+
+    def set_committed(self, index: int) -> None:
+        """``DLedgerMmapFileStore#updateCommittedIndex``: clamped to the last entry, never backwards."""
+        with self._lock:
+            index = min(index, self._last)
+            if index <= self._committed or index < self._begin:
+                return
+            rec = self.index_record(index)
+            self._committed = index
+            self._committed_pos = rec.pos + rec.size
+
+    def flush(self) -> None:
+        """Data and index to disk, then the checkpoint (at most every ``checkPointInterval``)."""
+        self.data.flush()
+        self.index.flush()
+        now = self.now_ms()
+        if now - self._checkpoint_ms >= CHECKPOINT_INTERVAL_MS:
+            self.persist_checkpoint()
+            self._checkpoint_ms = now
+
+    def persist_checkpoint(self) -> None:
+        """``DLedgerMmapFileStore#persistCheckPoint`` (skipped when nothing changed since the last one)."""
+        state = (self._last, self._committed)
+        if self.read_only or state == self._checkpointed:
+            return
+        write_small_file(os.path.join(self.directory, CHECKPOINT_FILE), encode_checkpoint(*state))
+        self._checkpointed = state
+
+    def close(self) -> None:
+        with self._lock:
+            if not self.read_only:
+                self.data.flush()
+                self.index.flush()
+                self.persist_checkpoint()
+            self.data.close()
+            self.index.close()
+
+    # ------------------------------------------------------------------ recovery
+
+    def _first_entry_ok(self, mf: MappedFile) -> bool:
+        """``DLedgerMmapFileStore#recover``'s pre-check: the file starts with an entry its index record names."""
+        try:
+            entry = decode_entry(mf.view[: min(mf.file_size, 64 << 20)])
+            check_header(entry.magic, entry.size, len(entry.body), mf.file_from_offset)
+            if entry.pos != mf.file_from_offset:
+                return False
+            off = entry.index * INDEX_UNIT_SIZE
+            imf = self.index.find_file(off)
+            if imf is None:
+                return False
+            rec = decode_index(imf.view, off - imf.file_from_offset)
+            return (rec.pos, rec.size, rec.index, rec.term) == (
+                entry.pos,
+                entry.size,
+                entry.index,
+                entry.term,
+            )
+        except (DLedgerError, IndexError, ValueError):
+            return False
+
+    def recover(self) -> None:
+        """``DLedgerMmapFileStore#load`` + ``#recover``: map the files, walk the entries from three files
+        before the last, rewrite index records that disagree with the data, and set aside what follows
+        the last valid entry; then the committed index from the checkpoint."""
+        with self._lock:
+            self.data.load()
+            self.index.load()
+            if not self.data.files:
+                self._cut_files(0, 0)
+                self._load_checkpoint()
+                return
+            files = self.data.files
+            start = max(0, len(files) - 3)
+            while start > 0 and not self._first_entry_ok(files[start]):
+                log.warning("DLedger recovery: %s does not start with a valid entry", files[start].path)
+                start -= 1
+            end, last, last_term, damage = self._scan(start)
+            if end < self.data.max_offset and not self.read_only:
+                why = f"DLedger recovery: the last valid entry ends at data offset {end}"
+                if self._set_aside(end, f"{why}: {damage}" if damage else why) is not None:
+                    log.error("%s in %s: what follows it is set aside in quarantine", why, self.directory)
+            self._cut_files(end, last + 1)
+            self._last, self._last_term = last, last_term
+            self._begin = decode_header(files[0].view, 0)[2] if last >= 0 else -1
+            self._load_checkpoint()
+
+    def _cut_files(self, end: int, next_index: int) -> None:
+        """End the data at ``end`` and the index after ``next_index - 1``; read-only: positions only."""
+        if not self.read_only:
+            self._truncate_files(end, next_index)
+            return
+        for queue, stop in ((self.data, end), (self.index, next_index * INDEX_UNIT_SIZE)):
+            for mf in queue.files:
+                mf.wrote_position = max(0, min(mf.file_size, stop - mf.file_from_offset))
+
+    def _scan(self, start: int) -> tuple[int, int, int, str | None]:
+        """Walk entries from file ``start``: (end of the last valid entry, its index, its term, why the walk
+        stopped early or ``None`` at a clean end)."""
+        files = self.data.files
+        last, last_term = -1, -1
+        fi = start
+        mf = files[fi]
+        rel = 0
+        end = mf.file_from_offset
+        size_limit = self.data.file_size
+        while True:
+            absolute = mf.file_from_offset + rel
+            if rel + 8 > size_limit:
+                return end, last, last_term, f"no room for an entry at {absolute}"
+            magic = int.from_bytes(mf.view[rel : rel + 4], "big", signed=True)
+            size = int.from_bytes(mf.view[rel + 4 : rel + 8], "big", signed=True)
+            if magic == BLANK_MAGIC_CODE:
+                end = mf.end_offset
+                fi += 1
+                if fi >= len(files):
+                    return end, last, last_term, None
+                mf, rel = files[fi], 0
+                continue
+            if size == 0 and magic == 0:
+                return end, last, last_term, None
+            try:
+                m, size, index, term, pos, body_len = decode_header(mf.view, rel)
+                check_header(m, size, body_len, absolute)
+                if pos != absolute:
+                    raise CorruptEntryError(absolute, f"entry says pos {pos}")
+                if rel + size > size_limit:
+                    raise CorruptEntryError(absolute, f"entry of {size} bytes runs past its file")
+                if last != -1 and index != last + 1:
+                    raise CorruptEntryError(absolute, f"index {index} after {last}")
+                if term < last_term:
+                    raise CorruptEntryError(absolute, f"term {term} after term {last_term}")
+                if self.body_check is not None:
+                    reason = self.body_check(absolute, mf.view[rel + BODY_OFFSET : rel + size])
+                    if reason:
+                        raise CorruptEntryError(absolute, f"entry {index}: {reason}")
+            except CorruptEntryError as e:
+                return end, last, last_term, str(e)
+            if not self.read_only:
+                self._repair_index(IndexRecord(m, pos, size, index, term))
+            last, last_term = index, term
+            rel += size
+            end = mf.file_from_offset + rel
+
+    def _repair_index(self, entry: IndexRecord) -> None:
+        """Recovery's data-to-index comparison: a record that disagrees is rewritten from the data."""
+        off = entry.index * INDEX_UNIT_SIZE
+        mf = self.index.find_file(off)
+        want = encode_index(entry)
+        if (
+            mf is not None
+            and mf.view[off - mf.file_from_offset : off - mf.file_from_offset + INDEX_UNIT_SIZE] == want
+        ):
+            return
+        log.warning("DLedger recovery: index record of entry %d rewritten from the data", entry.index)
+        if mf is None:
+            self.index.truncate_dirty_files(off)
+            mf = self.index.last_file_for_append(off)
+        rel = off - mf.file_from_offset
+        mf.prepare(rel + INDEX_UNIT_SIZE, populate=False)
+        mf.mm[rel : rel + INDEX_UNIT_SIZE] = want
+        mf.wrote_position = max(mf.wrote_position, rel + INDEX_UNIT_SIZE)
+
+    def _load_checkpoint(self) -> None:
+        text = read_small_file(os.path.join(self.directory, CHECKPOINT_FILE))
+        committed = decode_checkpoint(text)[1] if text is not None else None
+        if committed is None or committed < 0:
+            return
+        if committed > self._last:
+            self.lost_committed = committed
+            log.error(
+                "DLedger log %s: the checkpoint says entries up to %d are committed but the log ends at %d; "
+                "what recovery cut is in quarantine, the rest must come back from the leader",
+                self.directory,
+                committed,
+                self._last,
+            )
+        self.set_committed(committed)
+        self._checkpointed = (self._last, self._committed)

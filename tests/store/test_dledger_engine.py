@@ -1,0 +1,127 @@
+"""The engine in DLedger mode: 4.9.8's DLedgerCommitLog layout, reads by offset, dispatch and recovery."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+from store import dledger as dl
+from store.dledger_commitlog import DLedgerCommitLog
+from store.dledger_log import DLedgerLog
+from store.engine import DefaultMessageStore, GetMessageStatus
+from store.message import Message
+from store.record import decode_record
+from tests.support.stores import dledger_config, dledger_store
+
+
+def _open(root: Path, **cfg: object) -> DefaultMessageStore:
+    store = DefaultMessageStore(dledger_config(root, **cfg))
+    store.open()
+    store.start()
+    return store
+
+
+def _pull_all(store: DefaultMessageStore, topic: str, queue_id: int) -> list[bytes]:
+    got: list[bytes] = []
+    offset = 0
+    while True:
+        res = store.get_messages("g", topic, queue_id, offset, 32)
+        if res.status is not GetMessageStatus.FOUND:
+            return got
+        got.extend(m.message.body for m in res.messages)
+        offset = res.next_begin_offset
+
+
+def test_records_live_in_dledger_entries(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    results = [
+        store.put_message(Message("D", b"x" * 100, queue_id=0, properties={"KEYS": f"k{i}"}))
+        for i in range(3)
+    ]
+    store.shutdown()
+    assert not (tmp_path / "commitlog").exists() or not os.listdir(tmp_path / "commitlog")
+    data = tmp_path / "dledger-n0" / "data" / "00000000000000000000"
+    raw = data.read_bytes()
+    pos = 0
+    for i, r in enumerate(results):
+        entry = dl.decode_entry(raw, pos)
+        assert (entry.index, entry.term, entry.pos) == (i, 1, pos)
+        # DLedgerCommitLog: the offset everyone uses is the entry's pos + BODY_OFFSET, stamped in the record
+        assert r.phys_offset == pos + dl.BODY_OFFSET == decode_record(entry.body).commit_log_offset
+        assert r.msg_id.endswith(format(pos + dl.BODY_OFFSET, "016X"))
+        pos += entry.size
+    assert (tmp_path / "dledger-n0" / dl.CHECKPOINT_FILE).read_text() == "endIndex=2\ncommittedIndex=2\n"
+
+
+def test_pull_query_and_lookup_across_rolled_files(tmp_path: Path) -> None:
+    msgs = dledger_store(tmp_path, 400)
+    assert len(os.listdir(tmp_path / "dledger-n0" / "data")) >= 2  # 64 KiB data files rolled with blanks
+    store = _open(tmp_path)
+    try:
+        for q in (0, 1):
+            assert _pull_all(store, "D", q) == [m.body for m in msgs if m.queue_id == q]
+        [hit] = store.query_message("D", "dk-357", 32, 0, 2**62).messages
+        assert hit.message.body == msgs[357].body
+        by_id = store.look_message_by_msg_id(hit.message.msg_id)
+        assert by_id is not None and by_id.message.body == msgs[357].body
+        res = store.put_message(Message("D", b"after reopen", queue_id=0))
+        assert res.ok and _pull_all(store, "D", 0)[-1] == b"after reopen"
+    finally:
+        store.shutdown()
+
+
+def test_dispatch_stops_at_the_committed_index(tmp_path: Path) -> None:
+    store = _open(tmp_path)
+    try:
+        cl = store.commit_log
+        assert isinstance(cl, DLedgerCommitLog)
+        cl.auto_commit = False  # a Raft driver commits when a quorum has the entries
+        for i in range(5):
+            store.put_message(Message("D", f"m{i}".encode(), queue_id=0))
+        assert cl.dlog.last_index == 4 and cl.dlog.committed_index == -1
+        assert store.dispatch_committed() == 0
+        assert _pull_all(store, "D", 0) == []
+        cl.dlog.set_committed(2)
+        assert store.dispatch_committed() == 3
+        assert _pull_all(store, "D", 0) == [b"m0", b"m1", b"m2"]
+        assert store.put_message(Message("D", b"m5", queue_id=0)).queue_offset == 5  # offsets run ahead
+        assert store.look_message_by_offset(cl.dlog.get(3).pos + dl.BODY_OFFSET) is None  # not committed
+    finally:
+        store.shutdown()
+
+
+def test_consume_queues_are_rebuilt_past_the_last_dispatched(tmp_path: Path) -> None:
+    msgs = dledger_store(tmp_path, 200)
+    shutil.rmtree(tmp_path / "consumequeue")
+    shutil.rmtree(tmp_path / "index")
+    store = _open(tmp_path)
+    try:
+        assert _pull_all(store, "D", 1) == [m.body for m in msgs if m.queue_id == 1]
+        assert store.query_message("D", "dk-7", 32, 0, 2**62).messages
+    finally:
+        store.shutdown()
+
+
+def test_crash_tail_is_set_aside_and_queues_follow(tmp_path: Path) -> None:
+    msgs = dledger_store(tmp_path, 60)
+    log_ = DLedgerLog(str(tmp_path / "dledger-n0"), data_file_size=64 * 1024, read_only=True)
+    last = log_.get(log_.last_index)
+    log_.close()
+    # a torn write: the end of the last record zeroed (its entry header and index record survived)
+    data = tmp_path / "dledger-n0" / "data" / dl_name(last.pos, 64 * 1024)
+    raw = bytearray(data.read_bytes())
+    rel = last.pos % (64 * 1024)
+    raw[rel + dl.BODY_OFFSET + 100 : rel + last.size] = bytes(last.size - dl.BODY_OFFSET - 100)
+    data.write_bytes(bytes(raw))
+    store = _open(tmp_path)
+    try:
+        got = _pull_all(store, "D", 0) + _pull_all(store, "D", 1)
+        assert sorted(got) == sorted(m.body for m in msgs[:-1])  # the damaged record is never served
+        assert os.listdir(tmp_path / "quarantine")
+    finally:
+        store.shutdown()
+
+
+def dl_name(pos: int, file_size: int) -> str:
+    return f"{pos - pos % file_size:020d}"

@@ -1,0 +1,199 @@
+"""The file-backed DLedger log on real files: layout, rolling, truncation, crash recovery."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from store import dledger as dl
+from store.dledger_log import DLedgerLog
+from store.quarantine import list_quarantines
+
+DATA, INDEX = 256, 96  # three index records a file
+
+
+def _open(root: Path, **kw: object) -> DLedgerLog:
+    return DLedgerLog(str(root / "dledger-n0"), data_file_size=DATA, index_file_size=INDEX, **kw)  # type: ignore[arg-type]
+
+
+def _fill(log_: DLedgerLog, n: int, term: int = 1) -> list[dl.Entry]:
+    return [log_.append_leader(f"body-{i:03d}".encode() * 3, term) for i in range(n)]
+
+
+def _data_files(root: Path) -> list[str]:
+    return sorted(os.listdir(root / "dledger-n0" / "data"))
+
+
+def test_layout_matches_dledger(tmp_path: Path) -> None:
+    log_ = _open(tmp_path)
+    entries = _fill(log_, 5)  # 48 + 24 = 72 bytes each: three a file, then a blank of 256 - 216 = 40
+    assert [e.pos for e in entries] == [0, 72, 144, 256, 328]
+    log_.set_committed(3)
+    log_.close()
+    d = tmp_path / "dledger-n0"
+    assert _data_files(tmp_path) == ["00000000000000000000", "00000000000000000256"]
+    assert sorted(os.listdir(d / "index")) == ["00000000000000000000", "00000000000000000096"]
+    first = (d / "data" / "00000000000000000000").read_bytes()
+    assert first[:72] == dl.encode_entry(entries[0])
+    assert first[216:224] == bytes.fromhex("ffffffff00000028")  # MmapFileList's blank: -1, 40
+    index = (d / "index" / "00000000000000000000").read_bytes()
+    assert index[32:64] == dl.encode_index(entries[1])
+    assert (d / "checkpoint").read_text() == "endIndex=4\ncommittedIndex=3\n"
+
+
+def test_reopen_restores_state(tmp_path: Path) -> None:
+    log_ = _open(tmp_path)
+    entries = _fill(log_, 7, term=2)
+    log_.set_committed(5)
+    log_.close()
+    again = _open(tmp_path)
+    assert (again.begin_index, again.last_index, again.last_term, again.committed_index) == (0, 6, 2, 5)
+    assert [again.get(i) for i in range(7)] == entries
+    assert again.committed_pos == entries[5].pos + entries[5].size
+    assert again.append_leader(b"next", 3).pos == entries[6].pos + entries[6].size
+
+
+def test_append_hook_rewrites_body_before_write(tmp_path: Path) -> None:
+    def stamp(pos: int, buf: bytearray) -> None:
+        buf[dl.BODY_OFFSET : dl.BODY_OFFSET + 8] = (pos + dl.BODY_OFFSET).to_bytes(8, "big")
+
+    log_ = _open(tmp_path, append_hook=stamp)
+    _fill(log_, 4)
+    e = log_.get(3)
+    assert int.from_bytes(e.body[:8], "big") == e.pos + dl.BODY_OFFSET == 256 + 48
+
+
+def test_follower_entry_must_land_at_the_leaders_pos(tmp_path: Path) -> None:
+    log_ = _open(tmp_path)
+    with pytest.raises(dl.DLedgerError) as err:
+        log_.append_follower(dl.Entry(0, 1, b"x", pos=8))
+    assert err.value.code == dl.DLedgerCode.DISK_ERROR
+    assert log_.last_index == -1
+
+
+def test_truncate_sets_the_tail_aside_on_disk(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    log_ = _open(tmp_path)
+    entries = _fill(log_, 7)
+    log_.set_committed(1)
+    with caplog.at_level("ERROR"):
+        assert log_.truncate_after(2) == 4
+    assert "quarantine" in caplog.text
+    [manifest] = list_quarantines(str(tmp_path))
+    cut = entries[3].pos
+    assert manifest.cut_offset == cut and manifest.recovery == "replication"
+    kept = b"".join((Path(manifest.path) / p.file).read_bytes() for p in manifest.files)
+    assert dl.encode_entry(entries[3]) in kept and dl.encode_entry(entries[6]) in kept
+    assert _data_files(tmp_path) == ["00000000000000000000", "00000000000000000256"]
+    new = log_.append_leader(b"new leader", 2)
+    assert (new.index, new.pos) == (3, cut)
+    log_.close()
+    again = _open(tmp_path)
+    assert (again.last_index, again.last_term, again.get(3).body) == (3, 2, b"new leader")
+
+
+def test_truncate_everything_uncommitted(tmp_path: Path) -> None:
+    log_ = _open(tmp_path)
+    _fill(log_, 3)
+    assert log_.truncate_after(-1) == 3
+    assert (log_.begin_index, log_.last_index, log_.last_term) == (-1, -1, -1)
+    assert log_.append_leader(b"again", 4).pos == 0
+
+
+def _no_zero_tail(pos: int, body: memoryview) -> str | None:
+    """A stand-in for the CommitLog's record check: a torn write leaves the end of the body zero."""
+    return "body ends in zeros" if body[-1:] == b"\0" else None
+
+
+@pytest.mark.parametrize("written", [20, 60], ids=["torn-header", "torn-body"])
+def test_crash_with_a_partial_entry(tmp_path: Path, written: int) -> None:
+    log_ = _open(tmp_path, body_check=_no_zero_tail)
+    entries = _fill(log_, 5)
+    log_.close()
+    # the process died while writing entry 5: only its first bytes reached the disk
+    end = entries[4].pos + entries[4].size
+    part = dl.encode_entry(dl.Entry(5, 1, b"x" * 30, end))[:written]
+    f = tmp_path / "dledger-n0" / "data" / "00000000000000000256"
+    data = bytearray(f.read_bytes())
+    data[end - 256 : end - 256 + written] = part
+    f.write_bytes(bytes(data))
+    again = _open(tmp_path, body_check=_no_zero_tail)
+    assert again.last_index == 4
+    assert [again.get(i) for i in range(5)] == entries
+    [manifest] = list_quarantines(str(tmp_path))  # the partial bytes are set aside, not dropped
+    assert manifest.cut_offset == end
+    assert (f.read_bytes()[end - 256 : end - 256 + written]) == bytes(written)
+    assert again.append_leader(b"after", 1).index == 5
+
+
+def test_damaged_entry_cuts_there_and_keeps_what_follows(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log_ = _open(tmp_path)
+    entries = _fill(log_, 6)
+    log_.set_committed(5)
+    log_.close()
+    f = tmp_path / "dledger-n0" / "data" / "00000000000000000000"
+    data = bytearray(f.read_bytes())
+    data[entries[1].pos + dl.POS_OFFSET] ^= 0xFF  # entry 1 no longer names its own position
+    f.write_bytes(bytes(data))
+    with caplog.at_level("ERROR"):
+        again = _open(tmp_path)
+    assert (again.last_index, again.committed_index, again.lost_committed) == (0, 0, 5)
+    assert "committed" in caplog.text and "quarantine" in caplog.text
+    [manifest] = list_quarantines(str(tmp_path))
+    kept = b"".join((Path(manifest.path) / p.file).read_bytes() for p in manifest.files)
+    for e in entries[2:]:
+        assert dl.encode_entry(e) in kept  # the committed entries after the damage are kept, not deleted
+
+
+def test_body_check_rejects_a_damaged_body(tmp_path: Path) -> None:
+    log_ = _open(tmp_path)
+    entries = _fill(log_, 3)
+    log_.close()
+    f = tmp_path / "dledger-n0" / "data" / "00000000000000000000"
+    data = bytearray(f.read_bytes())
+    data[entries[2].pos + dl.BODY_OFFSET] ^= 1
+    f.write_bytes(bytes(data))
+
+    def check(pos: int, body: memoryview) -> str | None:
+        return None if bytes(body[:5]) == b"body-" else "body damaged"
+
+    assert _open(tmp_path, body_check=check).last_index == 1
+
+
+def test_lost_index_is_rebuilt_from_data(tmp_path: Path) -> None:
+    log_ = _open(tmp_path)
+    entries = _fill(log_, 5)
+    log_.close()
+    for name in os.listdir(tmp_path / "dledger-n0" / "index"):
+        os.remove(tmp_path / "dledger-n0" / "index" / name)
+    again = _open(tmp_path)
+    assert [again.get(i) for i in range(5)] == entries
+
+
+def test_checkpoint_bak_survives_a_crash_mid_write(tmp_path: Path) -> None:
+    log_ = _open(tmp_path)
+    _fill(log_, 3)
+    log_.set_committed(1)
+    log_.persist_checkpoint()
+    log_.set_committed(2)
+    log_.close()
+    os.remove(tmp_path / "dledger-n0" / dl.CHECKPOINT_FILE)  # IOUtils#string2File: deleted, not renamed yet
+    assert _open(tmp_path).committed_index == 1
+
+
+def test_read_only_open_changes_nothing(tmp_path: Path) -> None:
+    log_ = _open(tmp_path)
+    entries = _fill(log_, 4)
+    log_.close()
+    f = tmp_path / "dledger-n0" / "data" / "00000000000000000256"
+    with open(f, "r+b") as fh:
+        fh.seek(entries[3].pos + entries[3].size - 256)
+        fh.write(b"\x00\x00\x00\x01garbage")
+    before = f.read_bytes()
+    ro = _open(tmp_path, read_only=True)
+    assert ro.last_index == 3 and ro.get(3) == entries[3]
+    ro.close()
+    assert f.read_bytes() == before and list_quarantines(str(tmp_path)) == []
