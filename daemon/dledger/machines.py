@@ -21,7 +21,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol, TypeVar
+from typing import TypeVar
 
 from daemon.dledger.protocol import (
     DLedgerEntry,
@@ -39,6 +39,7 @@ from daemon.dledger.protocol import (
     VoteResponse,
     VoteResult,
 )
+from store.dledger import DLedgerError, Entry, RaftLog
 
 log = logging.getLogger(__name__)
 
@@ -72,83 +73,38 @@ class Timings:
     leadership_transfer_wait_timeout: int = 1000
 
 
-class RaftLog(Protocol):
-    """The replicated log a node runs on (the DLedger store's surface). Indexes start at 0; -1: none."""
-
-    @property
-    def begin_index(self) -> int: ...
-    @property
-    def last_index(self) -> int: ...
-    @property
-    def last_term(self) -> int: ...
-    @property
-    def committed_index(self) -> int: ...
-    def term_at(self, index: int) -> int: ...
-    def get(self, index: int) -> DLedgerEntry | None: ...
-    def append_leader(self, body: bytes, term: int) -> DLedgerEntry: ...
-    def append_follower(self, entry: DLedgerEntry) -> None: ...
-    def truncate_after(self, index: int) -> None: ...
-    def set_committed(self, index: int) -> None: ...
-    def flush(self) -> None: ...
+def wire_entry(entry: Entry) -> DLedgerEntry:
+    """A log entry as a PUSH carries it."""
+    return DLedgerEntry(
+        body=entry.body,
+        body_crc=entry.body_crc,
+        chain_crc=entry.chain_crc,
+        channel=entry.channel,
+        index=entry.index,
+        magic=entry.magic,
+        pos=entry.pos,
+        size=entry.size,
+        term=entry.term,
+    )
 
 
-class MemoryRaftLog:
-    """A `RaftLog` in memory: the machines' tests, and what a node without a store runs on."""
+def log_entry(wire: DLedgerEntry) -> Entry:
+    """A pushed entry as the log takes it."""
+    return Entry(
+        wire.index,
+        wire.term,
+        wire.body or b"",
+        wire.pos,
+        wire.magic,
+        wire.channel,
+        wire.chain_crc,
+        wire.body_crc,
+    )
 
-    def __init__(self) -> None:
-        self.entries: list[DLedgerEntry] = []
-        self._committed = -1
-        self._pos = 0
-        #: What `truncate_after` cut (never served again): the quarantine a file store keeps.
-        self.quarantined: list[DLedgerEntry] = []
 
-    @property
-    def begin_index(self) -> int:
-        return 0
-
-    @property
-    def last_index(self) -> int:
-        return len(self.entries) - 1
-
-    @property
-    def last_term(self) -> int:
-        return self.entries[-1].term if self.entries else -1
-
-    @property
-    def committed_index(self) -> int:
-        return self._committed
-
-    def term_at(self, index: int) -> int:
-        return self.entries[index].term if 0 <= index < len(self.entries) else -1
-
-    def get(self, index: int) -> DLedgerEntry | None:
-        return self.entries[index] if 0 <= index < len(self.entries) else None
-
-    def append_leader(self, body: bytes, term: int) -> DLedgerEntry:
-        size = DLedgerEntry.BODY_OFFSET + len(body)
-        pos = self.entries[-1].pos + self.entries[-1].size if self.entries else 0
-        entry = DLedgerEntry(
-            body=body, index=len(self.entries), term=term, pos=pos, size=size, magic=DLedgerEntry.MAGIC
-        )
-        self.entries.append(entry)
-        return entry
-
-    def append_follower(self, entry: DLedgerEntry) -> None:
-        if entry.index != len(self.entries):
-            raise ValueError(f"entry {entry.index} does not continue the log at {len(self.entries)}")
-        self.entries.append(entry)
-
-    def truncate_after(self, index: int) -> None:
-        if index < self._committed:
-            raise ValueError(f"truncating committed entries: after {index}, committed {self._committed}")
-        self.quarantined += self.entries[index + 1 :]
-        del self.entries[index + 1 :]
-
-    def set_committed(self, index: int) -> None:
-        self._committed = max(self._committed, min(index, self.last_index))
-
-    def flush(self) -> None:
-        pass
+def same_entry(wire: DLedgerEntry, local: Entry | None) -> bool:
+    """``DLedgerEntry#equals``: size, magic, index, term, channel, pos and body (not the CRCs)."""
+    return local is not None and wire.same(wire_entry(local))
 
 
 class Role(enum.Enum):
@@ -672,7 +628,7 @@ class Node:
 
     # ------------------------------------------------------------------ the leader's pushes
 
-    def append(self, body: bytes, now: int) -> tuple[Code, DLedgerEntry | None]:
+    def append(self, body: bytes, now: int) -> tuple[Code, Entry | None]:
         """``handleAppend`` on the leader: the entry, answered in `completed` once a quorum has it."""
         self._now = now
         if not self.is_leader:
@@ -680,9 +636,26 @@ class Node:
         if self.m.transferee is not None:
             return Code.LEADER_TRANSFERRING, None
         entry = self.log.append_leader(body, self.m.term)
-        self.waiting[entry.index] = (self.m.term, now + self.t.max_wait_ack_time_ms)
-        self._advance_commit()
+        self.track(entry.index, now)
         return Code.SUCCESS, entry
+
+    def track(self, index: int, now: int) -> None:
+        """Answer entry `index` (appended to the log by its owner, the CommitLog) once a quorum has it."""
+        self._now = now
+        self.waiting[index] = (self.m.term, now + self.t.max_wait_ack_time_ms)
+        self._advance_commit()
+
+    def _get(self, index: int) -> Entry | None:
+        try:
+            return self.log.get(index) if index >= 0 else None
+        except DLedgerError:
+            return None
+
+    def _term_at(self, index: int) -> int:
+        try:
+            return self.log.term_at(index) if index >= 0 else -1
+        except DLedgerError:
+            return -1
 
     def _expire_waiting(self, now: int) -> None:
         late = [i for i, (_, deadline) in self.waiting.items() if deadline <= now]
@@ -693,17 +666,18 @@ class Node:
     def _advance_commit(self) -> None:
         marks = sorted([self.log.last_index, *(p.water_mark for p in self.pushes.values())], reverse=True)
         quorum_index = marks[len(marks) // 2]
-        if quorum_index > self.log.committed_index and self.log.term_at(quorum_index) == self.m.term:
+        if quorum_index > self.log.committed_index and self._term_at(quorum_index) == self.m.term:
             self.log.set_committed(quorum_index)
         committed = self.log.committed_index
         for index in [i for i in self.waiting if i <= committed]:
             del self.waiting[index]
             self.completed[index] = Code.SUCCESS
 
-    def _push_request(self, peer: str, entry: DLedgerEntry | None, kind: PushType) -> Out:
+    def _push_request(self, peer: str, entry: Entry | None, kind: PushType) -> Out:
         req = self._base(PushEntryRequest(), peer)
         req.leader_id, req.term = self.m.self_id, self.m.term
-        req.entry, req.type, req.commit_index = entry, kind, self.log.committed_index
+        req.entry = wire_entry(entry) if entry is not None else None
+        req.type, req.commit_index = kind, self.log.committed_index
         return Out(peer, DLedgerRequestCode.PUSH, req)
 
     def _push(self, now: int) -> list[Out]:
@@ -721,7 +695,7 @@ class Node:
             p.inflight.clear()  # push again from what the follower acknowledged (it skips repeats)
             p.write_index = p.water_mark + 1
         while p.write_index <= self.log.last_index and len(p.inflight) < MAX_PENDING_PUSHES:
-            entry = self.log.get(p.write_index)
+            entry = self._get(p.write_index)
             if entry is None:
                 break
             out.append(self._push_request(peer, entry, PushType.APPEND))
@@ -735,12 +709,12 @@ class Node:
 
     def _push_compare(self, peer: str, p: PeerPush, now: int) -> list[Out]:
         if p.state is PushState.TRUNCATE:
-            entry = self.log.get(p.compare_index)
+            entry = self._get(p.compare_index)
             kind = PushType.TRUNCATE
         else:
             if p.compare_index == -1 or not (self.log.begin_index <= p.compare_index <= self.log.last_index):
                 p.compare_index = self.log.last_index
-            entry = self.log.get(p.compare_index)
+            entry = self._get(p.compare_index)
             kind = PushType.COMPARE
         if entry is None:
             return []
@@ -834,11 +808,13 @@ class Node:
         entry = req.entry
         if entry is None:
             return self._push_answer(req, Code.UNEXPECTED_ARGUMENT)
-        local = self.log.get(entry.index)
+        local = self._get(entry.index)
         if req.type is PushType.COMPARE:
-            return self._push_answer(req, Code.SUCCESS if entry.same(local) else Code.INCONSISTENT_STATE)
+            return self._push_answer(
+                req, Code.SUCCESS if same_entry(entry, local) else Code.INCONSISTENT_STATE
+            )
         if req.type is PushType.TRUNCATE:
-            keep = entry.index if entry.same(local) else entry.index - 1
+            keep = entry.index if same_entry(entry, local) else entry.index - 1
             if keep < self.log.committed_index:
                 log.error(
                     "[%s] leader %s asks to cut committed entries after %d (committed %d): refused",
@@ -857,23 +833,32 @@ class Node:
                     req.leader_id,
                     req.term,
                 )
-                self.log.truncate_after(keep)
-            if keep < entry.index:
-                self.log.append_follower(entry)
+                try:
+                    self.log.truncate_after(keep)
+                except (DLedgerError, OSError) as exc:
+                    log.error("[%s] cannot cut after entry %d: %s", m.self_id, keep, exc)
+                    return self._push_answer(req, Code.DISK_ERROR)
+            if keep < entry.index and not self._append_follower(entry):
+                return self._push_answer(req, Code.DISK_ERROR)
             self._follow_commit(req.commit_index)
             return self._push_answer(req, Code.SUCCESS)
         # APPEND
         if entry.index == self.log.last_index + 1:
-            try:
-                self.log.append_follower(entry)
-            except OSError as exc:
-                log.error("[%s] cannot append entry %d: %s", m.self_id, entry.index, exc)
-                return self._push_answer(req, Code.DISK_ERROR)
+            if not self._append_follower(entry):
+                return self._push_answer(req, Code.INCONSISTENT_STATE)
             self._follow_commit(req.commit_index)
             return self._push_answer(req, Code.SUCCESS)
-        if entry.index <= self.log.last_index and entry.same(local):
+        if entry.index <= self.log.last_index and same_entry(entry, local):
             return self._push_answer(req, Code.SUCCESS)  # a repeat (our answer was lost)
         return self._push_answer(req, Code.INCONSISTENT_STATE)
+
+    def _append_follower(self, wire: DLedgerEntry) -> bool:
+        try:
+            self.log.append_follower(log_entry(wire))
+        except (DLedgerError, OSError) as exc:  # a full or failing disk: the leader compares again later
+            log.error("[%s] cannot append entry %d: %s", self.m.self_id, wire.index, exc)
+            return False
+        return True
 
     def _follow_commit(self, commit_index: int) -> None:
         if commit_index > self.log.committed_index:
