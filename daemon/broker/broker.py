@@ -54,7 +54,7 @@ from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
 from daemon.dledger.machines import Role, Timings
-from daemon.dledger.server import DLedgerServer, DLedgerSettings, parse_peers
+from daemon.dledger.server import DLedgerServer, DLedgerSettings, dledger_runtime_info, parse_peers
 from daemon.lifecycle import cancel_tasks, every
 from daemon.protect import ProtectedModeGuard, Protection, is_local, listening, protection
 from daemon.remoting.bodies import ClusterInfo, PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
@@ -775,6 +775,7 @@ class Broker:
                 self.ha_slave,
                 diverged_quarantines(config.store_path_root_dir),
             ),
+            **(dledger_runtime_info(self.dledger) if self.dledger is not None else {}),
             # and the event loop's lag and the GC's pauses
             **self.loop_watch.runtime_info(),
         }

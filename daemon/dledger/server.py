@@ -323,3 +323,24 @@ class DLedgerServer:
             else:
                 await asyncio.sleep(TICK_SECONDS)
         return self._transfer_answer(code)
+
+
+def dledger_runtime_info(server: DLedgerServer) -> dict[str, str]:
+    """mqctl's DLedger keys in GET_BROKER_RUNTIME_INFO: the member's role, term, leader and indexes, and on
+    the leader each follower as ``id/matchIndex/lag`` joined by ``;``."""
+    st = server.status()
+    peers = st["peers"]
+    assert isinstance(peers, dict)
+    info = {
+        "dledgerSelfId": str(st["selfId"]),
+        "dledgerGroup": str(st["group"]),
+        "dledgerRole": str(st["role"]),
+        "dledgerTerm": str(st["term"]),
+        "dledgerLeaderId": str(st["leaderId"] or ""),
+        "dledgerLastIndex": str(st["lastIndex"]),
+        "dledgerCommittedIndex": str(st["committedIndex"]),
+        "dledgerPeerAddrs": ";".join(f"{k}-{v}" for k, v in server.settings.peers.items()),
+    }
+    if server.node.is_leader:
+        info["dledgerPeers"] = ";".join(f"{p}/{v['matchIndex']}/{v['lag']}" for p, v in peers.items())
+    return info
