@@ -64,6 +64,8 @@ class PutMessageStatus(Enum):
     MESSAGE_ILLEGAL = "MESSAGE_ILLEGAL"
     PROPERTIES_SIZE_EXCEEDED = "PROPERTIES_SIZE_EXCEEDED"
     UNKNOWN_ERROR = "UNKNOWN_ERROR"
+    #: A DLedger leader's put the quorum did not acknowledge in time (``DLedgerCommitLog#asyncPutMessage``).
+    OS_PAGECACHE_BUSY = "OS_PAGECACHE_BUSY"
 
     #: Identity, as an Enum's equality is: Enum's own ``__hash__`` runs interpreted, and the broker looks
     #: every put's and pull's status up in a dict.

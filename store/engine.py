@@ -582,6 +582,12 @@ class DefaultMessageStore:
             point.offset, check_crc=check_crc, on_record=self._dispatch_one, on_damaged=on_damaged
         )
 
+    def recover_topic_queue_table(self) -> None:
+        """``DefaultMessageStore#recoverTopicQueueTable``: a DLedger member becoming leader continues each
+        queue from what was dispatched (its own uncommitted puts of an earlier term counted nothing)."""
+        with self._put_lock:
+            self._rebuild_queue_table()
+
     def _rebuild_queue_table(self) -> None:
         """Each queue's next offset from its units; fix min offsets (docs/store-format.md §start-up)."""
         min_phy = self.commit_log.min_offset

@@ -55,13 +55,15 @@ from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.timer import TimerMessageService
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
+from daemon.dledger.machines import Role, Timings
+from daemon.dledger.server import DLedgerServer, DLedgerSettings, dledger_runtime_info, parse_peers
 from daemon.lifecycle import cancel_tasks, every
 from daemon.protect import ProtectedModeGuard, Protection, is_local, listening, protection
 from daemon.remoting.bodies import ClusterInfo, PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.client import RemotingClient, Transport
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.connection import Connection
+from daemon.remoting.connection import Connection, Processor
 from daemon.remoting.errors import RemotingError
 from daemon.remoting.headers import (
     RegisterBrokerRequestHeader,
@@ -72,7 +74,9 @@ from daemon.remoting.server import RemotingServer
 from daemon.remoting.tls import ServerTls
 from store import native
 from store.api import MessageStore
+from store.config import SLAVE
 from store.config_files import ConsumerOffsetManager
+from store.dledger_commitlog import DLedgerCommitLog
 from store.engine import DefaultMessageStore
 from store.errors import StoreError
 from store.message import PROPERTY_REAL_TOPIC, Message, StoredMessage
@@ -167,6 +171,9 @@ class Broker:
         self.ha_slave: HASlave | None = None
         #: A slave's master broker address as the NameServer last answered it.
         self.master_addr: str | None = None
+        #: DLedger mode: this broker's member of its Raft group; its role decides this broker's.
+        self.dledger: DLedgerServer | None = None
+        self._role_task: asyncio.Task[None] | None = None
         #: Offsets clients committed to this slave (group, topic, queue id): the master gets them at the
         #: next metadata sync (4.9.8 overwrites them with the master's older ones, see sync_metadata).
         self.slave_commits: dict[tuple[str, str, int], int] = {}
@@ -260,7 +267,10 @@ class Broker:
             self._stop_metrics()
             raise
         try:
-            await self._start_ha(ephemeral)
+            if self.config.enable_dleger_commit_log:
+                await self._start_dledger()
+            else:
+                await self._start_ha(ephemeral)
         except BaseException:
             await self.server.stop(grace=0)
             self.store.shutdown()
@@ -297,7 +307,7 @@ class Broker:
         self.state = "serving"
         self._started = True
         await self.register_all()  # at start, like Java; then every registerNameServerPeriod
-        if self.ha_slave is not None:
+        if self.ha_slave is not None or self.dledger is not None:
             self._tasks.append(asyncio.create_task(self._metadata_sync_loop(), name="slave-metadata-sync"))
         log.info(
             "broker %s (cluster %s) serving at %s (tls.server.mode=%s%s), store %s, %s%s; %s",
@@ -412,6 +422,102 @@ class Broker:
             self.ha_slave.on_dispatched = self._derive_replicated_topics
             self.ha_slave.start()
 
+    async def _start_dledger(self) -> None:
+        """DLedger mode (4.9.8's ``DLedgerCommitLog``): no HA service; a Raft member on the port `dLegerPeers`
+        names for this broker, whose elections decide the role. The broker starts as a slave (brokerId
+        = the member's number + 1, as 4.9.8's ``DLedgerCommitLog#getId``) until it is elected."""
+        c = self.config
+        store = self.store
+        if not isinstance(store, DefaultMessageStore) or not isinstance(store.commit_log, DLedgerCommitLog):
+            raise StoreError(f"{c.store_path_root_dir}: DLedger mode needs the DLedger CommitLog")
+        self._dledger_store = store
+        commit_log = store.commit_log
+        try:
+            peers = parse_peers(c.dleger_peers)
+        except ValueError as exc:
+            raise StoreError(str(exc)) from None
+        if c.dleger_self_id not in peers:
+            raise StoreError(
+                f"dLegerSelfId={c.dleger_self_id!r} is not one of dLegerPeers={c.dleger_peers!r}"
+            )
+        commit_log.auto_commit = False  # entries commit when a quorum holds them
+        timings = Timings(
+            heart_beat_time_interval_ms=c.heart_beat_time_interval_ms,
+            max_heart_beat_leak=c.max_heart_beat_leak,
+            min_vote_interval_ms=c.min_vote_interval_ms,
+            max_vote_interval_ms=c.max_vote_interval_ms,
+            max_wait_ack_time_ms=c.max_wait_ack_time_ms,
+        )
+        settings = DLedgerSettings(
+            c.dleger_group or c.broker_name,
+            c.dleger_self_id,
+            peers,
+            c.dledger_dir,
+            timings,
+            c.preferred_leader_id or None,
+        )
+        self.dledger = DLedgerServer(
+            settings, commit_log.dlog, on_role=self._dledger_role, on_commit=store.dispatch_committed
+        )
+        self._set_role(master=False)
+        await self.dledger.start()
+
+    def _set_role(self, master: bool) -> None:
+        """4.9.8's ``changeToMaster(SYNC_MASTER)`` / ``changeToSlave(id)``: the id registered and whether
+        the store takes puts (a slave's refuses them with SERVICE_NOT_AVAILABLE)."""
+        c = self.config
+        role = "SYNC_MASTER" if master else SLAVE
+        c.broker_role = role
+        self._dledger_store.config.broker_role = role
+        c.broker_id = 0 if master else int(c.dleger_self_id[1:] or 0) + 1
+
+    def _dledger_role(self, term: int, role: Role) -> None:
+        """``DLedgerRoleChangeHandler#handle``: called on the loop as the member's role changes. Losing the
+        leadership stops sends at once; the new leader takes them once its log is committed and dispatched."""
+        was_master = self.config.broker_role != SLAVE
+        if self._role_task is not None:
+            self._role_task.cancel()
+            self._role_task = None
+        if role is Role.LEADER:
+            self._role_task = asyncio.create_task(self._become_master(term), name="dledger-to-master")
+            return
+        if role is Role.FOLLOWER or was_master:
+            self._set_role(master=False)
+            if was_master:
+                log.warning(
+                    "broker %s is no longer the master (term %d, %s)",
+                    self.config.broker_name,
+                    term,
+                    role.value,
+                )
+                self._tasks.append(asyncio.create_task(self._stop_master_services(), name="dledger-to-slave"))
+            self.registration.request()
+
+    async def _become_master(self, term: int) -> None:
+        group = self.dledger
+        assert group is not None
+        dlog = group.log
+        while True:
+            if not group.node.is_leader or group.node.m.term != term:
+                return
+            if dlog.last_index == -1 or dlog.committed_index == dlog.last_index:
+                break
+            await asyncio.sleep(0.1)
+        store = self._dledger_store
+        store.dispatch_committed()
+        store.recover_topic_queue_table()
+        assert isinstance(store.commit_log, DLedgerCommitLog)
+        store.commit_log.term = term
+        self._set_role(master=True)
+        self.schedule.start()
+        self.transactions.start()
+        log.info("broker %s is the master (DLedger leader of term %d)", self.config.broker_name, term)
+        await self.register_all()
+
+    async def _stop_master_services(self) -> None:
+        await self.schedule.stop()
+        await self.transactions.stop()
+
     async def _check_replica_before_serving(self) -> None:
         """A restarted slave's store may end in records its master does not hold (it ran apart from it, or
         the master came back from an older disk): when the master answers within a few seconds they are
@@ -502,7 +608,8 @@ class Broker:
     async def _metadata_sync_loop(self) -> None:
         while True:
             try:
-                await self.sync_from_master()
+                if is_slave(self.config):  # (DLedger mode: only while not elected)
+                    await self.sync_from_master()
             except Exception:
                 log.exception("slave metadata sync failed")
             await asyncio.sleep(METADATA_SYNC_INTERVAL)
@@ -585,6 +692,9 @@ class Broker:
         await self.transactions.stop()
         await self.pop.stop()
         await self.hold.stop()
+        await cancel_tasks([self._role_task])
+        if self.dledger is not None:
+            await self.dledger.stop()
         if self.ha_slave is not None:
             await self.ha_slave.stop()
         if self.ha_master is not None:
@@ -622,12 +732,16 @@ class Broker:
             transaction,
         )
 
+        table: dict[int, Processor] = {}
         for module in (send, pull, heartbeat, offset, query, admin, lock, transaction, acl, pop):
-            for code, processor in module.processors(self).items():
-                self.server.register(code, processor)
-        if is_slave(self.config):
-            for code, processor in slave_refusals().items():
-                self.server.register(code, processor)
+            table.update(module.processors(self))
+        if self.dledger is not None:  # the role changes with the elections: refused while a slave
+            for code, refusal in slave_refusals().items():
+                table[code] = _while_slave(self.config, refusal, table[code])
+        elif is_slave(self.config):
+            table.update(slave_refusals())
+        for code, processor in table.items():
+            self.server.register(code, processor)
 
     def _persist_offsets(self) -> Awaitable[None]:
         """consumerOffset.json and delayOffset.json, in a worker thread: each write fsyncs the file and its
@@ -734,6 +848,7 @@ class Broker:
                 self.ha_slave,
                 diverged_quarantines(config.store_path_root_dir),
             ),
+            **(dledger_runtime_info(self.dledger) if self.dledger is not None else {}),
             # and the event loop's lag and the GC's pauses
             **self.loop_watch.runtime_info(),
             # POP (5.x): messages popped and not yet acked, per group
@@ -814,10 +929,11 @@ class Broker:
                     "name server %s refused registration: %s %s", addr, response.code, response.remark
                 )
                 return None
-            if self.ha_slave is not None:
+            if self.ha_slave is not None or self.dledger is not None:
                 answer = RegisterBrokerResponseHeader.from_ext_fields(response.ext_fields or {})
-                self.master_addr = answer.master_addr or None
-                self.ha_slave.set_master(answer.ha_server_addr)
+                self.master_addr = answer.master_addr or None if is_slave(c) else None
+                if self.ha_slave is not None:
+                    self.ha_slave.set_master(answer.ha_server_addr)
             return addr
 
         done = await asyncio.gather(*(one(a) for a in addrs))
@@ -885,6 +1001,17 @@ class Broker:
                 log.warning("unregister from name server %s failed: %s", addr, exc)
 
         await asyncio.gather(*(one(a) for a in c.namesrv_addrs))
+
+
+def _while_slave(config: BrokerConfig, refusal: Processor, processor: Processor) -> Processor:
+    """`refusal` while the broker is a slave (DLedger mode: until elected), `processor` while the master."""
+
+    def either(
+        conn: Connection, request: RemotingCommand
+    ) -> Awaitable[RemotingCommand | None] | RemotingCommand | None:
+        return (refusal if config.broker_role == SLAVE else processor)(conn, request)
+
+    return either
 
 
 def _crc32(body: bytes) -> int:

@@ -327,6 +327,15 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     #: as mqadmin signs none). Against replayed admin requests (daemon.acl.plain).
     acl_admin_freshness: int = 0
     rocketmq_home: str = field(default_factory=lambda: os.environ.get("ROCKETMQ_HOME", ""))
+    # DLedger mode (enableDLegerCommitLog, with dLegerGroup, dLegerPeers, dLegerSelfId in the store's
+    # keys): the member to hand leadership to, and DLedger's timings (DLedgerConfig's defaults, which
+    # 4.9.8 leaves as they are; keys of ours, named as DLedgerConfig names them)
+    preferred_leader_id: str = ""
+    heart_beat_time_interval_ms: int = 2000
+    max_heart_beat_leak: int = 3
+    min_vote_interval_ms: int = 300
+    max_vote_interval_ms: int = 1000
+    max_wait_ack_time_ms: int = 2500
     #: Replication on mutual TLS: the HA listener demands a client certificate its trust file verifies,
     #: and a slave presents one (`tls.client.*`, else the `tls.server.*` pair) and verifies the master's.
     ha_tls: bool = False
@@ -388,18 +397,12 @@ def _future_ms(raw: str) -> bool:
 
 
 #: Accepted-but-inert keys that, away from 4.9.8's default, change where data lives or who takes writes
-#: (``enableDLegerCommitLog``: the store writes a DLedger CommitLog, but no Raft group runs it yet):
 #: key -> (is the value one that matters, what 4.9.8 would do that this broker would not). Ignoring one
 #: would run another system than the file describes, so the broker refuses to start instead. Keys with
 #: no effect unless another is set (``dLegerGroup``, ``dLegerPeers``, ``dLegerSelfId``,
 #: ``storePathDLedgerCommitLog``, ``preferredLeaderId``, ``isEnableBatchPush``: DLedger mode) are
 #: inert in 4.9.8 too without it.
 SEMANTIC_INERT_KEYS: dict[str, tuple[Callable[[str], bool], str]] = {
-    "enableDLegerCommitLog": (
-        _true,
-        "DLedger mode (a Raft broker group electing its master) is not supported yet: this broker "
-        "would take writes alone as brokerId 0, and its peers too",
-    ),
     "readOnlyCommitLogStorePaths": (
         lambda raw: bool(raw.strip()),
         "the CommitLog directories named there would not be read",

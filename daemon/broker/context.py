@@ -26,6 +26,7 @@ from daemon.broker.managers.topics import TopicConfigManager
 from daemon.broker.pop import PopService
 from daemon.broker.stats import BrokerStats
 from daemon.coalesce import Coalesced
+from daemon.dledger.server import DLedgerServer
 from daemon.remoting.client import Transport
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
@@ -87,6 +88,8 @@ class BrokerContext(Protocol):
     #: Replication: the HA listener, and on a slave the client of its master.
     ha_master: HAMaster | None
     ha_slave: HASlave | None
+    #: DLedger mode: this broker's member of its Raft group (None: master/slave replication).
+    dledger: DLedgerServer | None
     #: On a slave: offsets clients committed to it (group, topic, queue id -> offset), handed on to the
     #: master at the next metadata sync.
     slave_commits: dict[tuple[str, str, int], int]

@@ -215,7 +215,7 @@ def status(config: ConfigOpt = None, store: StoreOpt = None, output: OutputOpt =
         raise typer.Exit(3)
 
 
-ha_app = typer.Typer(help="Master/slave replication.", no_args_is_help=True)
+ha_app = typer.Typer(help="Replication: master/slave, or a DLedger group.", no_args_is_help=True)
 app.add_typer(ha_app, name="ha")
 
 
@@ -230,6 +230,20 @@ def ha_status(
     from mqctl.services.ha import ha_status as status_of
 
     online(lambda admin: status_of(admin, cluster, broker))
+
+
+@ha_app.command("transfer")
+@cluster_options()
+def ha_transfer(
+    to: Annotated[str, typer.Option("--to", help="The DLedger member to lead (n0, n1, ...).")],
+    cluster: ClusterOpt = None,
+    broker: BrokerAddrOpt = None,
+) -> None:
+    """DLedger mode: hand the group's leadership (and so its master role) to member --to, once it holds
+    the leader's log (DLedger's leadership transfer; the leader refuses sends meanwhile)."""
+    from mqctl.services.ha import transfer
+
+    online(lambda admin: transfer(admin, to, cluster, broker), timeout=20.0)
 
 
 @app.command("clean")

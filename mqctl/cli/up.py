@@ -7,10 +7,13 @@ broker has no authentication, so a development command must not offer it to the 
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+
+from mqctl.errors import DaemonError, UsageError
 
 if TYPE_CHECKING:
     from daemon.broker.broker import Broker
@@ -48,6 +51,109 @@ class LocalCluster:
                 await self._started.pop().stop()  # unregisters from the NameServer first
         finally:
             await self.namesrv.stop()
+
+
+class DLedgerGroup:
+    """``up --dledger N``: the NameServer in this process, each member of the Raft group a ``broker start``
+    child process (so one can be killed alone, the group going on); children stopped with SIGTERM."""
+
+    def __init__(self, namesrv: NamesrvController, confs: list[Path], addrs: list[str], host: str) -> None:
+        self.namesrv = namesrv
+        self.host = host
+        self.confs = confs
+        self.addrs = addrs
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    async def start(self) -> None:
+        import asyncio
+        import sys
+
+        await self.namesrv.start()
+        try:
+            for conf in self.confs:
+                text = conf.read_text().splitlines(keepends=True)
+                text = [line for line in text if not line.startswith("namesrvAddr=")]
+                conf.write_text("".join(text) + f"namesrvAddr={self.host}:{self.namesrv.port}\n")
+                with (conf.parent / "broker.log").open("ab") as out:
+                    argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
+                    self.procs.append(subprocess.Popen(argv, stdout=out, stderr=out))
+            for proc, addr, conf in zip(self.procs, self.addrs, self.confs, strict=True):
+                host, _, port = addr.rpartition(":")
+                for _ in range(600):
+                    if proc.poll() is not None:
+                        raise DaemonError(
+                            f"member {addr} exited (code {proc.returncode}): see {conf.parent}/broker.log"
+                        )
+                    try:
+                        _, writer = await asyncio.open_connection(host, int(port))
+                    except OSError:
+                        await asyncio.sleep(0.1)
+                        continue
+                    writer.close()
+                    break
+                else:
+                    raise DaemonError(
+                        f"member {addr} did not listen within 60 s: see {conf.parent}/broker.log"
+                    )
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def stop(self) -> None:
+        import asyncio
+
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.procs:
+            while proc.poll() is None:
+                await asyncio.sleep(0.1)
+        self.procs = []
+        await self.namesrv.stop()
+
+
+def dledger_confs(
+    root: Path, name: str, members: int, host: str, listen: str, broker_port: int, metrics_port: int
+) -> tuple[list[Path], list[str]]:
+    """broker.conf of each member of a DLedger group (4.9.8's keys) in ``<root>/store-<name>-n<i>``: member i
+    listens on broker port + 4i and its DLedger port one above (a master/slave broker's HA port); port 0
+    picks free ports (the peers must know each other's)."""
+    ports = [
+        (broker_port + 4 * i, broker_port + 4 * i + 1) if broker_port else (_free(), _free())
+        for i in range(members)
+    ]
+    peers = ";".join(f"n{i}-{host}:{raft}" for i, (_, raft) in enumerate(ports))
+    confs, addrs = [], []
+    for i, (port, _) in enumerate(ports):
+        store = root / f"store-{name}-n{i}"
+        store.mkdir(parents=True, exist_ok=True)
+        keys = {
+            "brokerClusterName": "DefaultCluster",
+            "brokerName": name,
+            "brokerIP1": host,
+            "listenHost": listen,
+            "listenPort": port,
+            "storePathRootDir": store,
+            "enableDLegerCommitLog": "true",
+            "dLegerGroup": name,
+            "dLegerPeers": peers,
+            "dLegerSelfId": f"n{i}",
+            "metricsEnable": str(bool(metrics_port)).lower(),
+            "metricsPort": metrics_port + i if metrics_port else 0,
+        }
+        conf = store / "broker.conf"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in keys.items()))
+        confs.append(conf)
+        addrs.append(f"{host}:{port}")
+    return confs, addrs
+
+
+def _free() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
 
 
 @app.callback(invoke_without_command=True)
@@ -102,6 +208,17 @@ def up(
             "in the same sequence; broker-b's data in <DIR>/store-broker-b and <DIR>/store-broker-b-slave<i>.",
         ),
     ] = 1,
+    dledger: Annotated[
+        int,
+        typer.Option(
+            "--dledger",
+            min=0,
+            max=9,
+            help="Run broker-a as a DLedger (Raft) group of this many members instead (3 or 5 survive a loss), "
+            "each a child process: member i listens on broker port + 4i, its DLedger port one above, data in "
+            "<DIR>/store-broker-a-n<i>; the elected one is the master.",
+        ),
+    ] = 0,
     tls: Annotated[
         bool,
         typer.Option(
@@ -167,6 +284,36 @@ def up(
             )
         )
 
+    if dledger:
+        if slaves or groups > 1 or tls:
+            raise UsageError("--dledger runs one group of its own members: no --slaves, --brokers or --tls")
+        confs, addrs = dledger_confs(
+            root, "broker-a", dledger, host, listen, broker_port, 0 if no_metrics else metrics_port
+        )
+        group = DLedgerGroup(namesrv, confs, addrs, host)
+
+        def group_started() -> None:
+            (root / "namesrv" / ADDR_FILE).write_text(f"{host}:{namesrv.port}\n")
+            members = ", ".join(
+                f"n{i} {addr} (pid {p.pid})"
+                for i, (addr, p) in enumerate(zip(addrs, group.procs, strict=True))
+            )
+            stderr_console().print(
+                f"ready: NameServer {host}:{namesrv.port}, DLedger group broker-a: {members}; logs in "
+                f"{root}/store-broker-a-n<i>/broker.log. Ctrl-C stops all."
+            )
+
+        from daemon.lifecycle import PidFile
+        from mqctl.cli.daemons import busy_ports
+        from mqctl.cli.namesrv import PID_FILE as NAMESRV_PID
+
+        try:
+            with busy_ports({namesrv_flag: namesrv_port}), PidFile(root / "namesrv" / NAMESRV_PID):
+                run(serve(group, on_started=group_started))
+        finally:
+            (root / "namesrv" / ADDR_FILE).unlink(missing_ok=True)
+        return
+
     # the flag, else MQCTL_GRPC_LISTEN_PORT, else 8081
     grpc_base = grpc_port if grpc_port is not None else load_config(BrokerConfig).grpc_listen_port
     brokers = [member(g, i) for g in range(groups) for i in range(slaves + 1)]
@@ -231,7 +378,6 @@ def _split_listen(listen: str, namesrv_port: int | None) -> tuple[str, int, str]
     """``--listen`` as HOST alone or HOST:PORT (``[v6]:PORT``; a bare IPv6 address is a host) with
     ``--namesrv-port``: (host, NameServer port, the flag that set the port, for a busy-port error)."""
     from mqctl.cli.common import bindable, parse_listen
-    from mqctl.errors import UsageError
 
     if listen.startswith("[") or listen.count(":") == 1:
         host, port = parse_listen(listen)

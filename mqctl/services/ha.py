@@ -30,6 +30,10 @@ class HAStatus:
     #: Records this broker set aside because they were not its master's (a divergent tail), and where.
     diverged_records: int | None = None
     quarantine: str | None = None
+    #: DLedger mode: the member's Raft role (LEADER, FOLLOWER, CANDIDATE), term and committed entry index.
+    raft_role: str | None = None
+    term: int | None = None
+    commit_index: int | None = None
     error: str | None = None
 
 
@@ -48,7 +52,19 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
     out.commitlog_max_offset = _int(table.get("commitLogMaxOffset"))
     out.diverged_records = _int(table.get("haDivergedRecords"))
     out.quarantine = table.get("haDivergedQuarantine")
-    if "haMasterAddress" in table:  # a slave
+    if "dledgerRole" in table:  # DLedger mode: peers, their match index and lag in entries (leader)
+        out.raft_role = table["dledgerRole"]
+        out.term = _int(table.get("dledgerTerm"))
+        out.commit_index = _int(table.get("dledgerCommittedIndex"))
+        peers = [p.split("/") for p in table.get("dledgerPeers", "").split(";") if p]
+        if peers:
+            out.peers = ", ".join(f"{p[0]} match {p[1]} lag {p[2]}" for p in peers if len(p) == 3)
+            out.lag_bytes = None
+        else:
+            leader = table.get("dledgerLeaderId")
+            out.peers = f"leader {leader}" if leader else None
+        out.connected = bool(table.get("dledgerLeaderId"))
+    elif "haMasterAddress" in table:  # a slave
         out.connected = table.get("haMasterConnected") == "true"
         out.peers = table.get("haMasterAddress") or None
         out.acked_offset = out.commitlog_max_offset
@@ -75,3 +91,64 @@ async def ha_status(admin: Admin, cluster: str | None = None, broker: str | None
         if end is not None and s.acked_offset is not None:
             s.lag_bytes = max(0, end - s.acked_offset)
     return states
+
+
+@dataclass
+class TransferResult:
+    """``broker ha transfer``: who led before, who was asked to lead, and the DLedger answer."""
+
+    broker_name: str
+    from_id: str
+    to_id: str
+    term: int
+    code: int
+    result: str
+
+
+async def transfer(
+    admin: Admin, to: str, cluster: str | None = None, broker: str | None = None
+) -> TransferResult:
+    """Hand the leadership of a DLedger group to member ``to`` (DLedger's LEADERSHIP_TRANSFER, 51005, sent
+    to the leader's DLedger port, as DLedger's ``LeadershipTransferCommand`` does)."""
+    from daemon.dledger.protocol import (
+        DLedgerRequestCode,
+        DLedgerResponseCode,
+        LeadershipTransferRequest,
+        LeadershipTransferResponse,
+    )
+    from daemon.dledger.server import parse_peers
+    from daemon.remoting.command import RemotingCommand
+    from mqctl.errors import BrokerError, NotFoundError, UsageError
+
+    rows = [
+        r for r in await brokers(admin, cluster) if r.broker_id == 0 and (broker is None or r.addr == broker)
+    ]
+    infos = [(r, await admin.broker_runtime_info(r.addr)) for r in rows]
+    groups = [(r, t) for r, t in infos if t.get("dledgerRole") == "LEADER"]
+    if not groups:
+        raise NotFoundError("no DLedger group leader found" + (f" at {broker}" if broker else ""))
+    if len(groups) > 1:
+        raise UsageError("several DLedger groups: name the leader with --broker ADDR")
+    row, table = groups[0]
+    peers = parse_peers(table.get("dledgerPeerAddrs", ""))
+    leader = table["dledgerSelfId"]
+    if to not in peers:
+        raise UsageError(f"--to {to}: not a member of {row.broker_name} ({', '.join(peers)})")
+    term = int(table["dledgerTerm"])
+    req = LeadershipTransferRequest(
+        group=table.get("dledgerGroup"),
+        remote_id=leader,
+        leader_id=leader,
+        local_id="mqctl",
+        term=term,
+        transfer_id=leader,
+        transferee_id=to,
+    )
+    command = RemotingCommand.request(int(DLedgerRequestCode.LEADERSHIP_TRANSFER), {}, req.encode())
+    response = await admin.client.invoke(peers[leader], command, max(admin.timeout, 15.0))
+    answer = LeadershipTransferResponse.decode(response.body)
+    code = DLedgerResponseCode(answer.code) if answer.code in DLedgerResponseCode._value2member_map_ else None
+    name = code.name if code is not None else str(answer.code)
+    if answer.code != DLedgerResponseCode.SUCCESS:
+        raise BrokerError(f"leadership transfer {leader} -> {to} refused: {name}", code=answer.code)
+    return TransferResult(row.broker_name, leader, to, answer.term, answer.code, name)

@@ -23,6 +23,7 @@ from daemon.broker.managers.topics import (
 )
 from daemon.broker.processors import FAQ, fail, system_error
 from daemon.broker.retry import retry_copy
+from daemon.dledger.protocol import DLedgerResponseCode
 from daemon.remoting import fields
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
@@ -89,6 +90,10 @@ _PUT_CODES: dict[PutMessageStatus, tuple[int, str | None]] = {
         ResponseCode.SYSTEM_ERROR,
         "create mapped file failed, server is busy or broken.",
     ),
+    PutMessageStatus.OS_PAGECACHE_BUSY: (
+        ResponseCode.SYSTEM_ERROR,
+        "[PC_SYNCHRONIZED]broker busy, start flow control for a while",
+    ),
 }
 _STORED = (
     ResponseCode.SUCCESS,
@@ -104,6 +109,22 @@ _SEND_BATCH_MESSAGE: Final = int(RequestCode.SEND_BATCH_MESSAGE)
 _PUT_UNKNOWN: Final[tuple[int, str | None]] = (ResponseCode.SYSTEM_ERROR, None)
 #: The born host of a message whose transport names no peer (4.9.8's channel always has one).
 _NO_SOCKET: Final[HostAddress] = ("127.0.0.1", 0)
+
+
+def quorum_status(code: DLedgerResponseCode) -> PutMessageStatus:
+    """A DLedger append's outcome as ``DLedgerCommitLog#asyncPutMessage`` reports it to the send."""
+    if code == DLedgerResponseCode.SUCCESS:
+        return PutMessageStatus.PUT_OK
+    if code in (
+        DLedgerResponseCode.INCONSISTENT_LEADER,
+        DLedgerResponseCode.NOT_LEADER,
+        DLedgerResponseCode.LEADER_NOT_READY,
+        DLedgerResponseCode.DISK_FULL,
+    ):
+        return PutMessageStatus.SERVICE_NOT_AVAILABLE
+    if code in (DLedgerResponseCode.WAIT_QUORUM_ACK_TIMEOUT, DLedgerResponseCode.LEADER_PENDING_FULL):
+        return PutMessageStatus.OS_PAGECACHE_BUSY  # "not FLUSH_SLAVE_TIMEOUT: the ons client ignores it"
+    return PutMessageStatus.UNKNOWN_ERROR  # TERM_CHANGED: this member lost its leadership meanwhile
 
 
 def processors(broker: BrokerContext) -> dict[int, Processor]:
@@ -385,10 +406,29 @@ class SendProcessor:
     def _respond(
         self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, wait: bool, started: int
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """The response now, or once a slave has the record (SYNC_MASTER and the producer waits)."""
+        """The response now, or once a slave has the record (SYNC_MASTER and the producer waits), or (DLedger
+        mode) once a quorum of the group has it, whether or not the producer waits (as 4.9.8)."""
+        group = self.broker.dledger
+        if group is not None and result.status in _REPLICATE:
+            # the put appended its entries just now, on this loop: the last one is the log's last
+            return self._quorum(
+                request, result, group.wait_committed(group.log.last_index), topic, queue_id, started
+            )
         ha = self.broker.ha_master
         if wait and ha is not None and ha.sync and result.status in _REPLICATE:
             return self._replicated(request, result, topic, queue_id, wait, started)
+        return self._response(request, result, topic, queue_id, started)
+
+    async def _quorum(
+        self,
+        request: RemotingCommand,
+        result: PutResult,
+        acked: Awaitable[DLedgerResponseCode],
+        topic: str,
+        queue_id: int,
+        started: int,
+    ) -> RemotingCommand:
+        result.status = quorum_status(await acked)
         return self._response(request, result, topic, queue_id, started)
 
     async def _replicated(

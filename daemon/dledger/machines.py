@@ -1,0 +1,919 @@
+"""DLedger's elector and entry pusher as pure state machines (no I/O, no clock, no threads).
+
+They follow openmessaging DLedger 0.3.1.2 (`DLedgerLeaderElector`, `DLedgerEntryPusher`, `MemberState`):
+the caller hands them the time (`now`, milliseconds) and the messages that arrived, and gets back the
+messages to send (`Out`) and the answers to requests. A node's role, term and vote live in `MemberState`;
+`Node` routes between the elector and the pusher. Everything runs on one thread (the broker's event loop),
+so there are no locks: what DLedger does under ``synchronized (memberState)`` is simply one call here.
+
+Where DLedger blocks a thread on a round of votes or heartbeats, the machine keeps the round open and
+closes it when the deciding answer arrives or its time is up (`tick`). One deliberate difference:
+a leader commits an entry of an earlier term only together with one of its own (Raft's rule); DLedger's
+``QuorumAckChecker`` commits whatever a quorum holds, which can lose a committed entry when leaders
+fail in a row (Raft paper, figure 8). A send always carries the leader's own term, so the first send
+after an election commits what came before it.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from daemon.dledger.protocol import (
+    DLedgerEntry,
+    DLedgerRequestCode,
+    DLedgerResponseCode,
+    HeartBeatRequest,
+    HeartBeatResponse,
+    LeadershipTransferRequest,
+    LeadershipTransferResponse,
+    PushEntryRequest,
+    PushEntryResponse,
+    PushType,
+    RequestOrResponse,
+    VoteRequest,
+    VoteResponse,
+    VoteResult,
+)
+from store.dledger import DLedgerError, Entry, RaftLog
+
+log = logging.getLogger(__name__)
+
+_R = TypeVar("_R", bound=RequestOrResponse)
+
+Code = DLedgerResponseCode
+
+#: Pushes a leader keeps in flight to one follower (``EntryDispatcher.maxPendingSize``).
+MAX_PENDING_PUSHES = 1000
+#: How often a leader with nothing to push tells followers the commit index (``doCommit``).
+COMMIT_PUSH_INTERVAL_MS = 1000
+#: How long a failed compare waits before the next (``EntryDispatcher#doWork`` sleeps 500 ms).
+COMPARE_RETRY_MS = 500
+#: How often a leader looks whether to hand leadership to the preferred one (``checkPreferredLeader``).
+PREFERRED_CHECK_MS = 1000
+
+
+@dataclass(slots=True)
+class Timings:
+    """DLedgerConfig's timings, with 4.9.8's defaults (4.9.8 sets none of them: DLedger's own)."""
+
+    heart_beat_time_interval_ms: int = 2000
+    max_heart_beat_leak: int = 3
+    min_vote_interval_ms: int = 300
+    max_vote_interval_ms: int = 1000
+    max_wait_ack_time_ms: int = 2500
+    max_push_time_out_ms: int = 1000
+    min_take_leadership_vote_interval_ms: int = 30
+    max_take_leadership_vote_interval_ms: int = 100
+    max_leadership_transfer_wait_index: int = 1000
+    leadership_transfer_wait_timeout: int = 1000
+
+
+def wire_entry(entry: Entry) -> DLedgerEntry:
+    """A log entry as a PUSH carries it."""
+    return DLedgerEntry(
+        body=entry.body,
+        body_crc=entry.body_crc,
+        chain_crc=entry.chain_crc,
+        channel=entry.channel,
+        index=entry.index,
+        magic=entry.magic,
+        pos=entry.pos,
+        size=entry.size,
+        term=entry.term,
+    )
+
+
+def log_entry(wire: DLedgerEntry) -> Entry:
+    """A pushed entry as the log takes it."""
+    return Entry(
+        wire.index,
+        wire.term,
+        wire.body or b"",
+        wire.pos,
+        wire.magic,
+        wire.channel,
+        wire.chain_crc,
+        wire.body_crc,
+    )
+
+
+def same_entry(wire: DLedgerEntry, local: Entry | None) -> bool:
+    """``DLedgerEntry#equals``: size, magic, index, term, channel, pos and body (not the CRCs)."""
+    return local is not None and wire.same(wire_entry(local))
+
+
+class Role(enum.Enum):
+    CANDIDATE = "CANDIDATE"
+    FOLLOWER = "FOLLOWER"
+    LEADER = "LEADER"
+
+
+@dataclass(slots=True)
+class Out:
+    """A request to send to `peer`; its answer (None when none came) goes back to `Node.on_response`."""
+
+    peer: str
+    code: DLedgerRequestCode
+    request: RequestOrResponse
+
+
+@dataclass(slots=True)
+class MemberState:
+    """``MemberState``: who this node is, its peers, role, term and vote (`persist` keeps term and vote)."""
+
+    group: str
+    self_id: str
+    peers: dict[str, str]
+    persist: Callable[[int, str | None], None] = lambda term, vote: None
+    term: int = 0
+    voted_for: str | None = None
+    role: Role = Role.CANDIDATE
+    leader_id: str | None = None
+    known_max_term: int = -1
+    transferee: str | None = None
+    term_to_take_leadership: int = -1
+    live: dict[str, bool] = field(default_factory=dict)
+
+    def is_quorum(self, n: int) -> bool:
+        return n >= len(self.peers) // 2 + 1
+
+    def set_vote(self, vote: str | None) -> None:
+        self.voted_for = vote
+        self.persist(self.term, vote)
+
+    def next_term(self) -> int:
+        self.term = self.known_max_term if self.known_max_term > self.term else self.term + 1
+        self.voted_for = None
+        self.persist(self.term, None)
+        return self.term
+
+
+class ParseResult(enum.Enum):
+    WAIT_TO_REVOTE = "WAIT_TO_REVOTE"
+    REVOTE_IMMEDIATELY = "REVOTE_IMMEDIATELY"
+    PASSED = "PASSED"
+    WAIT_TO_VOTE_NEXT = "WAIT_TO_VOTE_NEXT"
+
+
+@dataclass(slots=True)
+class _VoteRound:
+    term: int
+    deadline: int
+    answered: int = 0
+    valid: int = 0
+    accepted: int = 0
+    not_ready: int = 0
+    bigger_ledger: int = 0
+    has_leader: bool = False
+    max_term: int = -1
+
+
+@dataclass(slots=True)
+class _BeatRound:
+    term: int
+    deadline: int
+    answered: int = 1
+    succeeded: int = 1
+    not_ready: int = 0
+    max_term: int = -1
+    inconsistent_leader: bool = False
+
+
+class PushState(enum.Enum):
+    COMPARE = "COMPARE"
+    TRUNCATE = "TRUNCATE"
+    APPEND = "APPEND"
+
+
+@dataclass(slots=True)
+class PeerPush:
+    """``EntryDispatcher`` for one follower: where it stands and what is in flight to it."""
+
+    state: PushState = PushState.COMPARE
+    compare_index: int = -1
+    write_index: int = -1
+    #: index -> when its push went out
+    inflight: dict[int, int] = field(default_factory=dict)
+    #: a compare or truncate is out (one at a time)
+    awaiting: bool = False
+    not_before: int = 0
+    last_push: int = -1
+    water_mark: int = -1
+
+
+class Node:
+    """One DLedger member: the elector, the pusher (leader side) and the entry handler (follower side).
+
+    Call `tick(now)` often (every 10 ms, as DLedger's maintainer threads loop), answer requests with the
+    ``on_*`` methods, and feed each answer to an `Out` back through `on_response`. `role_changes` collects
+    ``(term, role)`` as they happen, `completed` the appends answered (index -> code) since last drained.
+    """
+
+    def __init__(
+        self,
+        member: MemberState,
+        log_: RaftLog,
+        timings: Timings | None = None,
+        rng: random.Random | None = None,
+        preferred_leader: str | None = None,
+    ) -> None:
+        self.m = member
+        self.log = log_
+        self.t = timings or Timings()
+        self.rng = rng or random.Random()
+        self.preferred = preferred_leader
+        self.last_parse = ParseResult.WAIT_TO_REVOTE
+        self.next_vote_time = 0
+        self.need_increase_term = False
+        self.last_leader_beat = 0
+        self.last_send_beat = -1
+        self.last_success_beat = 0
+        self.vote_round: _VoteRound | None = None
+        self.beat_round: _BeatRound | None = None
+        self.pushes: dict[str, PeerPush] = {}
+        #: leader: appends waiting for the quorum, index -> (term, deadline)
+        self.waiting: dict[int, tuple[int, int]] = {}
+        self.completed: dict[int, Code] = {}
+        self.role_changes: list[tuple[int, Role]] = []
+        #: the answer to a take-leadership request while it is pending: (target term, code or None)
+        self.take_leadership: tuple[int, Code | None] | None = None
+        self.take_leadership_wait: tuple[LeadershipTransferRequest, int] | None = None
+        self.next_preferred_check = 0
+        self._now = 0
+
+    # ------------------------------------------------------------------ state
+
+    @property
+    def is_leader(self) -> bool:
+        return self.m.role is Role.LEADER
+
+    def others(self) -> list[str]:
+        return [p for p in self.m.peers if p != self.m.self_id]
+
+    def _base(self, req: _R, peer: str) -> _R:
+        req.group = self.m.group
+        req.local_id = self.m.self_id
+        req.remote_id = peer
+        return req
+
+    def _role(self, term: int, role: Role) -> None:
+        self.role_changes.append((term, role))
+        self._check_take_leadership(term, role)
+
+    def to_leader(self, term: int) -> None:
+        if self.m.term != term:
+            return
+        self.m.role, self.m.leader_id = Role.LEADER, self.m.self_id
+        self.m.live.clear()
+        self.last_send_beat = -1
+        self.last_success_beat = self._now
+        self.pushes = {p: PeerPush() for p in self.others()}
+        log.info("[%s] leader of term %d", self.m.self_id, term)
+        self._role(term, Role.LEADER)
+
+    def to_candidate(self, term: int) -> None:
+        if term < self.m.term:
+            return
+        was_leader = self.is_leader
+        self.m.known_max_term = max(self.m.known_max_term, term)
+        self.m.role, self.m.leader_id, self.m.transferee = Role.CANDIDATE, None, None
+        self.beat_round = None
+        if was_leader:
+            self._fail_waiting(Code.TERM_CHANGED)
+        self._role(term, Role.CANDIDATE)
+
+    def to_follower(self, term: int, leader: str) -> None:
+        was_leader = self.is_leader
+        self.last_parse = ParseResult.WAIT_TO_REVOTE
+        self.m.role, self.m.leader_id, self.m.transferee = Role.FOLLOWER, leader, None
+        self.last_leader_beat = self._now
+        self.vote_round = None
+        if was_leader:
+            self._fail_waiting(Code.TERM_CHANGED)
+        self._role(term, Role.FOLLOWER)
+
+    def _fail_waiting(self, code: Code) -> None:
+        for index in self.waiting:
+            self.completed[index] = code
+        self.waiting.clear()
+
+    def _vote_interval(self) -> int:
+        if self._taking_leadership():
+            lo, hi = self.t.min_take_leadership_vote_interval_ms, self.t.max_take_leadership_vote_interval_ms
+        else:
+            lo, hi = self.t.min_vote_interval_ms, self.t.max_vote_interval_ms
+        return self._now + lo + self.rng.randrange(max(1, hi - lo))
+
+    def _taking_leadership(self) -> bool:
+        return (
+            self.preferred is not None
+            and self.m.term_to_take_leadership == self.m.term
+            and self.m.self_id in self.preferred.split(";")
+        )
+
+    # ------------------------------------------------------------------ the maintainer
+
+    def tick(self, now: int) -> list[Out]:
+        """What DLedger's state maintainer and entry dispatchers do at `now`: the requests to send."""
+        self._now = now
+        if self.take_leadership_wait is not None:
+            req, deadline = self.take_leadership_wait
+            if self.log.last_index >= req.take_leadership_ledger_index:
+                self._take_leadership(req)
+            elif now >= deadline:
+                self.take_leadership_wait = None
+                self.take_leadership = (req.term + 1, Code.TAKE_LEADERSHIP_FAILED)
+        if self.m.role is Role.LEADER:
+            out = self._maintain_leader(now)
+            if self.m.role is Role.LEADER:
+                out += self._push(now)
+                self._expire_waiting(now)
+            return out
+        if self.m.role is Role.FOLLOWER:
+            beat_leak = self.t.max_heart_beat_leak * self.t.heart_beat_time_interval_ms
+            if now - self.last_leader_beat > beat_leak:
+                log.info(
+                    "[%s] no heartbeat from leader %s for %d ms", self.m.self_id, self.m.leader_id, beat_leak
+                )
+                self.to_candidate(self.m.term)
+            return []
+        return self._maintain_candidate(now)
+
+    def _maintain_leader(self, now: int) -> list[Out]:
+        if self.beat_round is not None:
+            if now >= self.beat_round.deadline:
+                self._parse_beats(now)
+            return []
+        if now - self.last_send_beat <= self.t.heart_beat_time_interval_ms and self.last_send_beat != -1:
+            return self._check_preferred(now)
+        self.last_send_beat = now
+        self.beat_round = _BeatRound(self.m.term, now + self.t.heart_beat_time_interval_ms)
+        out = []
+        for peer in self.others():
+            req = self._base(HeartBeatRequest(), peer)
+            req.leader_id, req.term = self.m.self_id, self.m.term
+            out.append(Out(peer, DLedgerRequestCode.HEART_BEAT, req))
+        if not out:  # a group of one
+            self._parse_beats(now)
+        return out
+
+    def _parse_beats(self, now: int) -> None:
+        r = self.beat_round
+        self.beat_round = None
+        if r is None or r.term != self.m.term or not self.is_leader:
+            return
+        if r.max_term > r.term:
+            # a member of a later term: DLedger steps down only without a quorum, which leaves that member
+            # a candidate for ever once this leader's log is ahead of it (Raft steps down here)
+            self.to_candidate(r.max_term)
+        elif self.m.is_quorum(r.succeeded):
+            self.last_success_beat = now
+        elif self.m.is_quorum(r.succeeded + r.not_ready):
+            self.last_send_beat = -1
+        elif r.inconsistent_leader:
+            self.to_candidate(r.term)
+        elif now - self.last_success_beat > self.t.max_heart_beat_leak * self.t.heart_beat_time_interval_ms:
+            log.warning("[%s] leader without a quorum of heartbeats: stepping down", self.m.self_id)
+            self.to_candidate(r.term)
+
+    def _maintain_candidate(self, now: int) -> list[Out]:
+        if self.vote_round is not None:
+            if now >= self.vote_round.deadline:
+                self._parse_votes()
+            return []
+        if now < self.next_vote_time and not self.need_increase_term:
+            return []
+        if self.last_parse is ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term:
+            self.m.next_term()
+            self.last_parse = ParseResult.WAIT_TO_REVOTE
+        if self.need_increase_term:
+            self.next_vote_time = self._vote_interval()
+            self.need_increase_term = False
+            return []
+        term = self.m.term
+        self.vote_round = _VoteRound(term, now + 2000 + self.rng.randrange(self.t.max_vote_interval_ms))
+        out = []
+        for peer in self.m.peers:
+            req = self._base(VoteRequest(), peer)
+            req.leader_id, req.term = self.m.self_id, term
+            req.ledger_end_index, req.ledger_end_term = self.log.last_index, self.log.last_term
+            if peer == self.m.self_id:
+                self._count_vote(self.on_vote(req, self_vote=True))
+            else:
+                out.append(Out(peer, DLedgerRequestCode.VOTE, req))
+        return out
+
+    def _count_vote(self, resp: VoteResponse | None) -> None:
+        r = self.vote_round
+        if r is None:
+            return
+        r.answered += 1
+        if resp is not None and resp.vote_result is not VoteResult.UNKNOWN:
+            r.valid += 1
+        result = resp.vote_result if resp is not None else VoteResult.UNKNOWN
+        if result is VoteResult.ACCEPT:
+            r.accepted += 1
+        elif result is VoteResult.REJECT_ALREADY_HAS_LEADER:
+            r.has_leader = True
+        elif result in (VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, VoteResult.REJECT_EXPIRED_VOTE_TERM):
+            assert resp is not None
+            r.max_term = max(r.max_term, resp.term)
+        elif result in (VoteResult.REJECT_EXPIRED_LEDGER_TERM, VoteResult.REJECT_SMALL_LEDGER_END_INDEX):
+            r.bigger_ledger += 1
+        elif result is VoteResult.REJECT_TERM_NOT_READY:
+            r.not_ready += 1
+        q = self.m.is_quorum
+        if r.has_leader or q(r.accepted) or q(r.accepted + r.not_ready) or r.answered == len(self.m.peers):
+            self._parse_votes()
+
+    def _parse_votes(self) -> None:
+        r = self.vote_round
+        self.vote_round = None
+        if r is None or self.m.role is not Role.CANDIDATE or r.term != self.m.term:
+            return
+        q = self.m.is_quorum
+        if r.max_term > r.term:
+            result = ParseResult.WAIT_TO_VOTE_NEXT
+            self.next_vote_time = self._vote_interval()
+            self.to_candidate(r.max_term)
+        elif r.has_leader:
+            result = ParseResult.WAIT_TO_REVOTE
+            beat_leak = self.t.heart_beat_time_interval_ms * self.t.max_heart_beat_leak
+            self.next_vote_time = self._vote_interval() + beat_leak
+        elif not q(r.valid):
+            result = ParseResult.WAIT_TO_REVOTE
+            self.next_vote_time = self._vote_interval()
+        elif not q(r.valid - r.bigger_ledger):
+            result = ParseResult.WAIT_TO_REVOTE
+            self.next_vote_time = self._vote_interval() + self.t.max_vote_interval_ms
+        elif q(r.accepted):
+            result = ParseResult.PASSED
+        elif q(r.accepted + r.not_ready):
+            result = ParseResult.REVOTE_IMMEDIATELY
+            self.next_vote_time = 0
+        else:
+            result = ParseResult.WAIT_TO_VOTE_NEXT
+            self.next_vote_time = self._vote_interval()
+        self.last_parse = result
+        if result is ParseResult.PASSED:
+            self.to_leader(r.term)
+
+    # ------------------------------------------------------------------ elector requests
+
+    def on_vote(self, req: VoteRequest, self_vote: bool = False) -> VoteResponse:
+        """``DLedgerLeaderElector#handleVote``."""
+        m = self.m
+
+        def answer(result: VoteResult, term: int | None = None) -> VoteResponse:
+            resp = VoteResponse(vote_result=result, term=m.term if term is None else term)
+            resp.group, resp.local_id, resp.remote_id = req.group, req.local_id, req.remote_id
+            resp.leader_id = req.leader_id
+            return resp
+
+        if req.leader_id not in m.peers:
+            return answer(VoteResult.REJECT_UNKNOWN_LEADER)
+        if not self_vote and req.leader_id == m.self_id:
+            return answer(VoteResult.REJECT_UNEXPECTED_LEADER)
+        if req.ledger_end_term < self.log.last_term:
+            return answer(VoteResult.REJECT_EXPIRED_LEDGER_TERM)
+        if req.ledger_end_term == self.log.last_term and req.ledger_end_index < self.log.last_index:
+            return answer(VoteResult.REJECT_SMALL_LEDGER_END_INDEX)
+        if req.term < m.term:
+            return answer(VoteResult.REJECT_EXPIRED_VOTE_TERM)
+        if req.term == m.term:
+            if m.voted_for is not None and m.voted_for != req.leader_id:
+                if m.leader_id is not None:
+                    return answer(VoteResult.REJECT_ALREADY_HAS_LEADER)
+                return answer(VoteResult.REJECT_ALREADY_VOTED)
+        else:
+            self.to_candidate(req.term)
+            self.need_increase_term = True
+            return answer(VoteResult.REJECT_TERM_NOT_READY)
+        if req.term < self.log.last_term:
+            return answer(VoteResult.REJECT_TERM_SMALL_THAN_LEDGER, self.log.last_term)
+        if (
+            not self_vote
+            and self._taking_leadership()
+            and req.ledger_end_term == self.log.last_term
+            and self.log.last_index >= req.ledger_end_index
+        ):
+            return answer(VoteResult.REJECT_TAKING_LEADERSHIP)
+        m.set_vote(req.leader_id)
+        return answer(VoteResult.ACCEPT)
+
+    def on_heartbeat(self, req: HeartBeatRequest, now: int) -> HeartBeatResponse:
+        """``DLedgerLeaderElector#handleHeartBeat``."""
+        self._now = now
+        m = self.m
+
+        def answer(code: Code = Code.SUCCESS, term: int | None = None) -> HeartBeatResponse:
+            return HeartBeatResponse(code=int(code), term=-1 if term is None else term)
+
+        if req.leader_id not in m.peers:
+            return answer(Code.UNKNOWN_MEMBER, m.term)
+        if req.leader_id == m.self_id:
+            return answer(Code.UNEXPECTED_MEMBER, m.term)
+        if req.term < m.term:
+            return answer(Code.EXPIRED_TERM, m.term)
+        if req.term == m.term:
+            if m.leader_id is None:
+                self.to_follower(req.term, req.leader_id)
+                return answer()
+            if req.leader_id == m.leader_id:
+                self.last_leader_beat = now
+                return answer()
+            log.error(
+                "[%s] term %d has leader %s, but %s beats", m.self_id, m.term, m.leader_id, req.leader_id
+            )
+            return answer(Code.INCONSISTENT_LEADER)
+        self.to_candidate(req.term)
+        self.need_increase_term = True
+        return answer(Code.TERM_NOT_READY)
+
+    # ------------------------------------------------------------------ leadership transfer
+
+    def transfer_request(self, transferee: str) -> tuple[Code, Out | None]:
+        """``handleLeadershipTransfer`` on the leader: the take-leadership request for `transferee`."""
+        m = self.m
+        if transferee not in m.peers or transferee == m.self_id:
+            return Code.UNKNOWN_MEMBER, None
+        if not self.is_leader:
+            return Code.NOT_LEADER, None
+        if m.transferee is not None:
+            return Code.LEADER_TRANSFERRING, None
+        behind = self.log.last_index - self.pushes[transferee].water_mark
+        if behind >= self.t.max_leadership_transfer_wait_index:
+            return Code.FALL_BEHIND_TOO_MUCH, None
+        m.transferee = transferee
+        req = self._base(LeadershipTransferRequest(), transferee)
+        req.leader_id, req.term = m.self_id, m.term
+        req.take_leadership_ledger_index = self.log.last_index
+        req.transfer_id, req.transferee_id = m.self_id, transferee
+        return Code.SUCCESS, Out(transferee, DLedgerRequestCode.LEADERSHIP_TRANSFER, req)
+
+    def transfer_answered(self, term: int, resp: LeadershipTransferResponse | None) -> None:
+        if (
+            resp is None
+            or resp.code != Code.SUCCESS
+            or (self.m.term == term and self.m.transferee is not None)
+        ):
+            self.m.transferee = None
+
+    def on_take_leadership(self, req: LeadershipTransferRequest) -> Code | None:
+        """``handleTakeLeadership`` on the transferee: None while pending (see `take_leadership`)."""
+        m = self.m
+        if req.transfer_id != m.leader_id:
+            return Code.INCONSISTENT_LEADER
+        if m.term != req.term:
+            return Code.INCONSISTENT_TERM
+        if self.log.last_index < req.take_leadership_ledger_index:
+            # DLedgerServer waits (leadershipTransferWaitTimeout) for the entries still on their way
+            self.take_leadership_wait = (req, self._now + self.t.leadership_transfer_wait_timeout)
+            self.take_leadership = (req.term + 1, None)
+            return None
+        return self._take_leadership(req)
+
+    def _take_leadership(self, req: LeadershipTransferRequest) -> Code | None:
+        self.take_leadership_wait = None
+        target = req.term + 1
+        self.m.term_to_take_leadership = target
+        self.take_leadership = (target, None)
+        self.to_candidate(target)
+        self.need_increase_term = True
+        return None
+
+    def _check_take_leadership(self, term: int, role: Role) -> None:
+        pending = self.take_leadership
+        if pending is None or pending[1] is not None or self.take_leadership_wait is not None:
+            return
+        target = pending[0]
+        if term > target:
+            code = Code.EXPIRED_TERM
+        elif term == target:
+            if role is Role.LEADER:
+                code = Code.SUCCESS
+            elif role is Role.FOLLOWER:
+                code = Code.TAKE_LEADERSHIP_FAILED
+            else:
+                return
+        else:
+            code = Code.TAKE_LEADERSHIP_FAILED if role is Role.FOLLOWER else Code.INTERNAL_ERROR
+        self.take_leadership = (target, code)
+        self.m.term_to_take_leadership = -1
+
+    def _check_preferred(self, now: int) -> list[Out]:
+        """``DLedgerServer#checkPreferredLeader``: hand leadership to the preferred member once it is caught up."""
+        if self.preferred is None or now < self.next_preferred_check or self.m.transferee is not None:
+            return []
+        self.next_preferred_check = now + PREFERRED_CHECK_MS
+        wanted = [p for p in self.preferred.split(";") if p]
+        if self.m.self_id in wanted:
+            return []
+        best: tuple[int, str] | None = None
+        for peer in wanted:
+            if peer not in self.pushes or not self.m.live.get(peer, False):
+                continue
+            behind = self.log.last_index - self.pushes[peer].water_mark
+            if behind < self.t.max_leadership_transfer_wait_index and (best is None or behind < best[0]):
+                best = (behind, peer)
+        if best is None:
+            return []
+        _, out = self.transfer_request(best[1])
+        return [out] if out is not None else []
+
+    # ------------------------------------------------------------------ the leader's pushes
+
+    def append(self, body: bytes, now: int) -> tuple[Code, Entry | None]:
+        """``handleAppend`` on the leader: the entry, answered in `completed` once a quorum has it."""
+        self._now = now
+        if not self.is_leader:
+            return Code.NOT_LEADER, None
+        if self.m.transferee is not None:
+            return Code.LEADER_TRANSFERRING, None
+        entry = self.log.append_leader(body, self.m.term)
+        self.track(entry.index, now)
+        return Code.SUCCESS, entry
+
+    def track(self, index: int, now: int) -> None:
+        """Answer entry `index` (appended to the log by its owner, the CommitLog) once a quorum has it."""
+        self._now = now
+        self.waiting[index] = (self.m.term, now + self.t.max_wait_ack_time_ms)
+        self._advance_commit()
+
+    def _get(self, index: int) -> Entry | None:
+        try:
+            return self.log.get(index) if index >= 0 else None
+        except DLedgerError:
+            return None
+
+    def _term_at(self, index: int) -> int:
+        try:
+            return self.log.term_at(index) if index >= 0 else -1
+        except DLedgerError:
+            return -1
+
+    def _expire_waiting(self, now: int) -> None:
+        late = [i for i, (_, deadline) in self.waiting.items() if deadline <= now]
+        for index in late:
+            del self.waiting[index]
+            self.completed[index] = Code.WAIT_QUORUM_ACK_TIMEOUT
+
+    def _advance_commit(self) -> None:
+        marks = sorted([self.log.last_index, *(p.water_mark for p in self.pushes.values())], reverse=True)
+        quorum_index = marks[len(marks) // 2]
+        if quorum_index > self.log.committed_index and self._term_at(quorum_index) == self.m.term:
+            self.log.set_committed(quorum_index)
+        committed = self.log.committed_index
+        for index in [i for i in self.waiting if i <= committed]:
+            del self.waiting[index]
+            self.completed[index] = Code.SUCCESS
+
+    def _push_request(self, peer: str, entry: Entry | None, kind: PushType) -> Out:
+        req = self._base(PushEntryRequest(), peer)
+        req.leader_id, req.term = self.m.self_id, self.m.term
+        req.entry = wire_entry(entry) if entry is not None else None
+        req.type, req.commit_index = kind, self.log.committed_index
+        return Out(peer, DLedgerRequestCode.PUSH, req)
+
+    def _push(self, now: int) -> list[Out]:
+        out: list[Out] = []
+        for peer, p in self.pushes.items():
+            if p.state is PushState.APPEND:
+                out += self._push_append(peer, p, now)
+            elif not p.awaiting and now >= p.not_before and self.log.last_index >= 0:
+                out += self._push_compare(peer, p, now)
+        return out
+
+    def _push_append(self, peer: str, p: PeerPush, now: int) -> list[Out]:
+        out = []
+        if p.inflight and min(p.inflight.values()) + self.t.max_push_time_out_ms <= now:
+            p.inflight.clear()  # push again from what the follower acknowledged (it skips repeats)
+            p.write_index = p.water_mark + 1
+        while p.write_index <= self.log.last_index and len(p.inflight) < MAX_PENDING_PUSHES:
+            entry = self._get(p.write_index)
+            if entry is None:
+                break
+            out.append(self._push_request(peer, entry, PushType.APPEND))
+            p.inflight[p.write_index] = now
+            p.write_index += 1
+            p.last_push = now
+        if not out and not p.inflight and now - p.last_push >= COMMIT_PUSH_INTERVAL_MS:
+            out.append(self._push_request(peer, None, PushType.COMMIT))
+            p.last_push = now
+        return out
+
+    def _push_compare(self, peer: str, p: PeerPush, now: int) -> list[Out]:
+        if p.state is PushState.TRUNCATE:
+            entry = self._get(p.compare_index)
+            kind = PushType.TRUNCATE
+        else:
+            if p.compare_index == -1 or not (self.log.begin_index <= p.compare_index <= self.log.last_index):
+                p.compare_index = self.log.last_index
+            entry = self._get(p.compare_index)
+            kind = PushType.COMPARE
+        if entry is None:
+            return []
+        p.awaiting = True
+        return [self._push_request(peer, entry, kind)]
+
+    def _to_append(self, p: PeerPush, index: int) -> None:
+        p.state, p.compare_index = PushState.APPEND, -1
+        p.water_mark = max(p.water_mark, index)
+        p.write_index = index + 1
+        p.inflight.clear()
+        self._advance_commit()
+
+    def _to_compare(self, p: PeerPush, now: int, delay: int = 0) -> None:
+        p.state, p.compare_index, p.awaiting = PushState.COMPARE, -1, False
+        p.inflight.clear()
+        p.not_before = now + delay
+
+    def _on_push_response(self, peer: str, req: PushEntryRequest, resp: PushEntryResponse | None) -> None:
+        p = self.pushes.get(peer)
+        if not self.is_leader or p is None or req.term != self.m.term:
+            return
+        now = self._now
+        if resp is not None:
+            self.m.live[peer] = resp.code != Code.NETWORK_ERROR
+        if req.type is PushType.APPEND:
+            if p.state is not PushState.APPEND or resp is None:
+                return  # a timed-out push is pushed again from tick
+            if resp.code == Code.SUCCESS and resp.index is not None:
+                p.inflight.pop(resp.index, None)
+                if resp.index > p.water_mark:
+                    p.water_mark = resp.index
+                    self._advance_commit()
+            elif resp.code == Code.INCONSISTENT_STATE:
+                self._to_compare(p, now)
+            elif resp.code != Code.REPEATED_PUSH:
+                self._to_compare(p, now, COMPARE_RETRY_MS)
+            return
+        if req.type is PushType.COMMIT:
+            return
+        if p.state is PushState.APPEND:
+            return
+        p.awaiting = False
+        if resp is None or resp.code not in (Code.SUCCESS, Code.INCONSISTENT_STATE):
+            self._to_compare(p, now, COMPARE_RETRY_MS)
+            return
+        index = req.entry.index if req.entry is not None else -1
+        if req.type is PushType.TRUNCATE:
+            if resp.code == Code.SUCCESS:
+                self._to_append(p, index)
+            else:
+                self._to_compare(p, now, COMPARE_RETRY_MS)
+            return
+        begin, last = self.log.begin_index, self.log.last_index
+        truncate = -1
+        if resp.code == Code.SUCCESS:
+            if index == resp.end_index:
+                self._to_append(p, index)
+                return
+            truncate = index
+        elif resp.end_index < begin or resp.begin_index > last or index < resp.begin_index:
+            truncate = begin
+        elif index > resp.end_index:
+            p.compare_index = resp.end_index
+        else:
+            p.compare_index = index - 1
+        if p.compare_index < begin and truncate == -1:
+            truncate = begin
+        if truncate != -1:
+            p.state, p.compare_index = PushState.TRUNCATE, truncate
+
+    # ------------------------------------------------------------------ the follower's entry handler
+
+    def on_push(self, req: PushEntryRequest, now: int) -> PushEntryResponse:
+        """``EntryHandler#handlePush``: entries arrive in order (one connection, handled as they come)."""
+        self._now = now
+        m = self.m
+        if req.remote_id != m.self_id:
+            return self._push_answer(req, Code.UNKNOWN_MEMBER)
+        if req.group != m.group:
+            return self._push_answer(req, Code.UNKNOWN_GROUP)
+        if m.role is not Role.FOLLOWER:
+            return self._push_answer(req, Code.NOT_FOLLOWER)
+        if req.term != m.term:
+            return self._push_answer(req, Code.INCONSISTENT_TERM)
+        if req.leader_id != m.leader_id:
+            return self._push_answer(req, Code.INCONSISTENT_LEADER)
+        if req.type is PushType.COMMIT:
+            self._follow_commit(req.commit_index)
+            return self._push_answer(req, Code.SUCCESS)
+        entry = req.entry
+        if entry is None:
+            return self._push_answer(req, Code.UNEXPECTED_ARGUMENT)
+        local = self._get(entry.index)
+        if req.type is PushType.COMPARE:
+            return self._push_answer(
+                req, Code.SUCCESS if same_entry(entry, local) else Code.INCONSISTENT_STATE
+            )
+        if req.type is PushType.TRUNCATE:
+            keep = entry.index if same_entry(entry, local) else entry.index - 1
+            if keep < self.log.committed_index:
+                log.error(
+                    "[%s] leader %s asks to cut committed entries after %d (committed %d): refused",
+                    m.self_id,
+                    req.leader_id,
+                    keep,
+                    self.log.committed_index,
+                )
+                return self._push_answer(req, Code.INCONSISTENT_STATE)
+            if keep < self.log.last_index:
+                log.error(
+                    "[%s] setting aside entries %d-%d: leader %s of term %d does not hold them",
+                    m.self_id,
+                    keep + 1,
+                    self.log.last_index,
+                    req.leader_id,
+                    req.term,
+                )
+                try:
+                    self.log.truncate_after(keep)
+                except (DLedgerError, OSError) as exc:
+                    log.error("[%s] cannot cut after entry %d: %s", m.self_id, keep, exc)
+                    return self._push_answer(req, Code.DISK_ERROR)
+            if keep < entry.index and not self._append_follower(entry):
+                return self._push_answer(req, Code.DISK_ERROR)
+            self._follow_commit(req.commit_index)
+            return self._push_answer(req, Code.SUCCESS)
+        # APPEND
+        if entry.index == self.log.last_index + 1:
+            if not self._append_follower(entry):
+                return self._push_answer(req, Code.INCONSISTENT_STATE)
+            self._follow_commit(req.commit_index)
+            return self._push_answer(req, Code.SUCCESS)
+        if entry.index <= self.log.last_index and same_entry(entry, local):
+            return self._push_answer(req, Code.SUCCESS)  # a repeat (our answer was lost)
+        return self._push_answer(req, Code.INCONSISTENT_STATE)
+
+    def _append_follower(self, wire: DLedgerEntry) -> bool:
+        try:
+            self.log.append_follower(log_entry(wire))
+        except (DLedgerError, OSError) as exc:  # a full or failing disk: the leader compares again later
+            log.error("[%s] cannot append entry %d: %s", self.m.self_id, wire.index, exc)
+            return False
+        return True
+
+    def _follow_commit(self, commit_index: int) -> None:
+        if commit_index > self.log.committed_index:
+            self.log.set_committed(min(commit_index, self.log.last_index))
+
+    def _push_answer(self, req: PushEntryRequest, code: Code) -> PushEntryResponse:
+        resp = PushEntryResponse(code=int(code), term=req.term, group=req.group)
+        if req.type is not PushType.COMMIT:
+            resp.index, resp.count = req.first_entry_index, req.count
+        resp.begin_index = self.log.begin_index
+        resp.end_index = self.log.last_index
+        return resp
+
+    # ------------------------------------------------------------------ answers to our requests
+
+    def on_response(self, out: Out, resp: RequestOrResponse | None, now: int) -> None:
+        """The answer (None: none in time, or the peer unreachable) to a request `tick` asked to send."""
+        self._now = now
+        if out.code is DLedgerRequestCode.VOTE:
+            assert resp is None or isinstance(resp, VoteResponse)
+            if self.vote_round is not None and out.request.term == self.vote_round.term:
+                self._count_vote(resp)
+        elif out.code is DLedgerRequestCode.HEART_BEAT:
+            self._count_beat(out.peer, resp)
+        elif out.code is DLedgerRequestCode.PUSH:
+            assert isinstance(out.request, PushEntryRequest)
+            assert resp is None or isinstance(resp, PushEntryResponse)
+            self._on_push_response(out.peer, out.request, resp)
+        elif out.code is DLedgerRequestCode.LEADERSHIP_TRANSFER:
+            assert resp is None or isinstance(resp, LeadershipTransferResponse)
+            self.transfer_answered(out.request.term, resp)
+
+    def _count_beat(self, peer: str, resp: RequestOrResponse | None) -> None:
+        r = self.beat_round
+        if r is None:
+            if (
+                resp is not None
+                and resp.code == Code.EXPIRED_TERM
+                and resp.term > self.m.term
+                and self.is_leader
+            ):
+                self.to_candidate(resp.term)  # came after the round closed on a quorum
+            return
+        r.answered += 1
+        code = resp.code if resp is not None else Code.NETWORK_ERROR
+        self.m.live[peer] = code != Code.NETWORK_ERROR
+        if code == Code.SUCCESS:
+            r.succeeded += 1
+        elif code == Code.EXPIRED_TERM:
+            assert resp is not None
+            r.max_term = max(r.max_term, resp.term)
+        elif code == Code.INCONSISTENT_LEADER:
+            r.inconsistent_leader = True
+        elif code == Code.TERM_NOT_READY:
+            r.not_ready += 1
+        q = self.m.is_quorum
+        if q(r.succeeded) or q(r.succeeded + r.not_ready) or r.answered == len(self.m.peers):
+            self._parse_beats(self._now)

@@ -1,0 +1,373 @@
+"""DLedger's RPC messages as openmessaging DLedger 0.3.1.2 (what RocketMQ 4.9.8 ships) puts them on the wire.
+
+Every DLedger call is one RemotingCommand whose request code is a `DLedgerRequestCode`, with no header
+fields and a body that is the request bean as ``JSON.toJSONBytes`` writes it; the answer is a response
+command with remoting code 200 and the response bean as its body (``DLedgerRpcNettyService#handleResponse``).
+The outcome travels inside the body, in the bean's ``code`` (`DLedgerResponseCode`).
+
+fastjson writes a bean's properties, not its fields: every ``getX``/``isX`` getter (``PushEntryRequest``'s
+``getFirstEntryIndex``, ``getCount``, ``isBatch`` included), sorted by name, nulls left out, enums by
+name, ``byte[]`` as base64. Reading, it calls setters only, so the computed properties are ignored.
+Pure functions: bytes in, beans out.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+from store import fastjson
+from store.models import camel_case
+
+
+class DLedgerRequestCode(enum.IntEnum):
+    METADATA = 50000
+    APPEND = 50001
+    GET = 50002
+    VOTE = 51001
+    HEART_BEAT = 51002
+    PULL = 51003
+    PUSH = 51004
+    LEADERSHIP_TRANSFER = 51005
+
+
+class DLedgerResponseCode(enum.IntEnum):
+    UNKNOWN = -1
+    SUCCESS = 200
+    TIMEOUT = 300
+    METADATA_ERROR = 301
+    NETWORK_ERROR = 302
+    UNSUPPORTED = 303
+    UNKNOWN_GROUP = 400
+    UNKNOWN_MEMBER = 401
+    UNEXPECTED_MEMBER = 402
+    EXPIRED_TERM = 403
+    NOT_LEADER = 404
+    NOT_FOLLOWER = 405
+    INCONSISTENT_STATE = 406
+    INCONSISTENT_TERM = 407
+    INCONSISTENT_INDEX = 408
+    INCONSISTENT_LEADER = 409
+    INDEX_OUT_OF_RANGE = 410
+    UNEXPECTED_ARGUMENT = 411
+    REPEATED_REQUEST = 412
+    REPEATED_PUSH = 413
+    DISK_ERROR = 414
+    DISK_FULL = 415
+    TERM_NOT_READY = 416
+    FALL_BEHIND_TOO_MUCH = 417
+    TAKE_LEADERSHIP_FAILED = 418
+    INDEX_LESS_THAN_LOCAL_BEGIN = 419
+    REQUEST_WITH_EMPTY_BODYS = 420
+    PUSH_REQUEST_IS_FULL = 421
+    INTERNAL_ERROR = 500
+    TERM_CHANGED = 501
+    WAIT_QUORUM_ACK_TIMEOUT = 502
+    LEADER_PENDING_FULL = 503
+    ILLEGAL_MEMBER_STATE = 504
+    LEADER_NOT_READY = 505
+    LEADER_TRANSFERRING = 506
+
+
+#: The remoting-level code of every DLedger answer (``createResponseCommand(SUCCESS.getCode())``).
+REMOTING_RESPONSE_CODE = int(DLedgerResponseCode.SUCCESS)
+
+
+class VoteResult(enum.Enum):
+    """``VoteResponse.RESULT``, written by name."""
+
+    UNKNOWN = "UNKNOWN"
+    ACCEPT = "ACCEPT"
+    REJECT_UNKNOWN_LEADER = "REJECT_UNKNOWN_LEADER"
+    REJECT_UNEXPECTED_LEADER = "REJECT_UNEXPECTED_LEADER"
+    REJECT_EXPIRED_VOTE_TERM = "REJECT_EXPIRED_VOTE_TERM"
+    REJECT_ALREADY_VOTED = "REJECT_ALREADY_VOTED"
+    REJECT_ALREADY_HAS_LEADER = "REJECT_ALREADY_HAS_LEADER"
+    REJECT_TERM_NOT_READY = "REJECT_TERM_NOT_READY"
+    REJECT_TERM_SMALL_THAN_LEDGER = "REJECT_TERM_SMALL_THAN_LEDGER"
+    REJECT_EXPIRED_LEDGER_TERM = "REJECT_EXPIRED_LEDGER_TERM"
+    REJECT_SMALL_LEDGER_END_INDEX = "REJECT_SMALL_LEDGER_END_INDEX"
+    REJECT_TAKING_LEADERSHIP = "REJECT_TAKING_LEADERSHIP"
+
+
+class PushType(enum.Enum):
+    """``PushEntryRequest.Type``, written by name."""
+
+    APPEND = "APPEND"
+    COMMIT = "COMMIT"
+    COMPARE = "COMPARE"
+    TRUNCATE = "TRUNCATE"
+
+
+def _out(value: Any) -> Any:
+    if isinstance(value, bytes):
+        return base64.b64encode(value).decode("ascii")
+    if isinstance(value, enum.Enum):
+        return value.value if isinstance(value.value, str) else int(value.value)
+    if isinstance(value, WireBean):
+        return value.to_json()
+    if isinstance(value, list):
+        return [_out(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _out(v) for k, v in value.items()}
+    return value
+
+
+@dataclass(slots=True)
+class WireBean:
+    """A DLedger message as a Java bean (unlike `store.models.Bean`: nested beans, base64, getter-only
+    properties): its dataclass fields are its setter-backed properties (snake_case of the Java names)."""
+
+    #: Properties fastjson writes from getters without a field (computed from the fields).
+    COMPUTED: ClassVar[tuple[str, ...]] = ()
+    #: Fields whose JSON value is parsed by a function (nested beans, enums, base64).
+    PARSERS: ClassVar[dict[str, Any]] = {}
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is not None:
+                out[camel_case(f.name)] = _out(value)
+        for name in self.COMPUTED:
+            value = getattr(self, name)
+            if value is not None:
+                out[camel_case(name)] = _out(value)
+        return dict(sorted(out.items()))
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Self:
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls.__name__}: a JSON object expected")
+        kwargs: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            key = camel_case(f.name)
+            if key in data and data[key] is not None:
+                parse = cls.PARSERS.get(f.name)
+                kwargs[f.name] = parse(data[key]) if parse else data[key]
+        try:
+            return cls(**kwargs)
+        except TypeError as exc:
+            raise ValueError(f"{cls.__name__}: {exc}") from None
+
+    def encode(self) -> bytes:
+        return fastjson.dumps(self.to_json())
+
+    @classmethod
+    def decode(cls, body: bytes) -> Self:
+        try:
+            return cls.from_json(fastjson.loads(body))
+        except (ValueError, TypeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"bad {cls.__name__} body: {exc}") from None
+
+
+def _b64(text: str) -> bytes:
+    return base64.b64decode(text, validate=True)
+
+
+@dataclass(slots=True)
+class DLedgerEntry(WireBean):
+    """``DLedgerEntry`` (its body base64 in JSON); ``size`` is the stored size, header included."""
+
+    HEADER_SIZE: ClassVar[int] = 4 + 4 + 8 + 8 + 8 + 4 + 4 + 4
+    BODY_OFFSET: ClassVar[int] = HEADER_SIZE + 4
+    MAGIC: ClassVar[int] = 1  # ``DLedgerMmapFileStore.CURRENT_MAGIC``
+    PARSERS: ClassVar[dict[str, Any]] = {"body": _b64}
+
+    body: bytes | None = None
+    body_crc: int = 0
+    chain_crc: int = 0
+    channel: int = 0
+    index: int = 0
+    magic: int = 0
+    pos: int = 0
+    size: int = 0
+    term: int = 0
+
+    def same(self, other: DLedgerEntry | None) -> bool:
+        """``DLedgerEntry#equals``: size, magic, index, term, channel, pos and body (not the CRCs)."""
+        return other is not None and (
+            self.size,
+            self.magic,
+            self.index,
+            self.term,
+            self.channel,
+            self.pos,
+            self.body,
+        ) == (other.size, other.magic, other.index, other.term, other.channel, other.pos, other.body)
+
+
+def _entry(data: dict[str, Any]) -> DLedgerEntry:
+    return DLedgerEntry.from_json(data)
+
+
+def _entries(data: list[Any]) -> list[DLedgerEntry]:
+    if not isinstance(data, list):
+        raise ValueError("entries: a JSON array expected")
+    return [DLedgerEntry.from_json(e) for e in data]
+
+
+@dataclass(slots=True, kw_only=True)
+class RequestOrResponse(WireBean):
+    """``RequestOrResponse``: what every DLedger message carries."""
+
+    code: int = int(DLedgerResponseCode.SUCCESS)
+    group: str | None = None
+    leader_id: str | None = None
+    local_id: str | None = None
+    remote_id: str | None = None
+    term: int = -1
+
+
+@dataclass(slots=True, kw_only=True)
+class VoteRequest(RequestOrResponse):
+    ledger_end_index: int = -1
+    ledger_end_term: int = -1
+
+
+@dataclass(slots=True, kw_only=True)
+class VoteResponse(RequestOrResponse):
+    PARSERS: ClassVar[dict[str, Any]] = {"vote_result": VoteResult}
+
+    vote_result: VoteResult = VoteResult.UNKNOWN
+
+
+@dataclass(slots=True, kw_only=True)
+class HeartBeatRequest(RequestOrResponse):
+    pass
+
+
+@dataclass(slots=True, kw_only=True)
+class HeartBeatResponse(RequestOrResponse):
+    pass
+
+
+@dataclass(slots=True, kw_only=True)
+class PushEntryRequest(RequestOrResponse):
+    """One entry per push (4.9.8 leaves ``isEnableBatchPush`` off), ``batchEntry`` always written."""
+
+    COMPUTED: ClassVar[tuple[str, ...]] = (
+        "batch",
+        "count",
+        "first_entry_index",
+        "last_entry_index",
+    )
+    PARSERS: ClassVar[dict[str, Any]] = {"entry": _entry, "batch_entry": _entries, "type": PushType}
+
+    batch_entry: list[DLedgerEntry] = field(default_factory=list)
+    commit_index: int = -1
+    entry: DLedgerEntry | None = None
+    total_size: int = 0
+    type: PushType = PushType.APPEND
+
+    @property
+    def batch(self) -> bool:
+        return bool(self.batch_entry)
+
+    @property
+    def count(self) -> int:
+        return len(self.batch_entry) if self.batch_entry else (1 if self.entry is not None else 0)
+
+    @property
+    def first_entry_index(self) -> int:
+        if self.batch_entry:
+            return self.batch_entry[0].index
+        return self.entry.index if self.entry is not None else -1
+
+    @property
+    def last_entry_index(self) -> int:
+        if self.batch_entry:
+            return self.batch_entry[-1].index
+        return self.entry.index if self.entry is not None else -1
+
+    def entries(self) -> list[DLedgerEntry]:
+        """The pushed entries, batched or single."""
+        if self.batch_entry:
+            return list(self.batch_entry)
+        return [self.entry] if self.entry is not None else []
+
+
+@dataclass(slots=True, kw_only=True)
+class PushEntryResponse(RequestOrResponse):
+    begin_index: int = 0
+    count: int = 0
+    end_index: int = 0
+    index: int | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class AppendEntryRequest(RequestOrResponse):
+    PARSERS: ClassVar[dict[str, Any]] = {"body": _b64}
+
+    body: bytes | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class AppendEntryResponse(RequestOrResponse):
+    index: int = -1
+    pos: int = -1
+
+
+@dataclass(slots=True, kw_only=True)
+class GetEntriesRequest(RequestOrResponse):
+    begin_index: int | None = None
+    index_list: list[int] | None = None
+    max_size: int = 0
+
+
+@dataclass(slots=True, kw_only=True)
+class GetEntriesResponse(RequestOrResponse):
+    PARSERS: ClassVar[dict[str, Any]] = {"entries": _entries}
+
+    entries: list[DLedgerEntry] = field(default_factory=list)
+
+
+@dataclass(slots=True, kw_only=True)
+class MetadataRequest(RequestOrResponse):
+    pass
+
+
+@dataclass(slots=True, kw_only=True)
+class MetadataResponse(RequestOrResponse):
+    peers: dict[str, str] | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class LeadershipTransferRequest(RequestOrResponse):
+    take_leadership_ledger_index: int = 0
+    transfer_id: str | None = None
+    transferee_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class LeadershipTransferResponse(RequestOrResponse):
+    pass
+
+
+@dataclass(slots=True, kw_only=True)
+class PullEntriesRequest(RequestOrResponse):
+    begin_index: int | None = None
+    node_id: str | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class PullEntriesResponse(RequestOrResponse):
+    PARSERS: ClassVar[dict[str, Any]] = {"entries": _entries}
+
+    entries: list[DLedgerEntry] = field(default_factory=list)
+
+
+#: Each request code's request and response beans (``DLedgerRpcNettyService#processRequest``).
+BEANS: dict[DLedgerRequestCode, tuple[type[RequestOrResponse], type[RequestOrResponse]]] = {
+    DLedgerRequestCode.METADATA: (MetadataRequest, MetadataResponse),
+    DLedgerRequestCode.APPEND: (AppendEntryRequest, AppendEntryResponse),
+    DLedgerRequestCode.GET: (GetEntriesRequest, GetEntriesResponse),
+    DLedgerRequestCode.VOTE: (VoteRequest, VoteResponse),
+    DLedgerRequestCode.HEART_BEAT: (HeartBeatRequest, HeartBeatResponse),
+    DLedgerRequestCode.PULL: (PullEntriesRequest, PullEntriesResponse),
+    DLedgerRequestCode.PUSH: (PushEntryRequest, PushEntryResponse),
+    DLedgerRequestCode.LEADERSHIP_TRANSFER: (LeadershipTransferRequest, LeadershipTransferResponse),
+}

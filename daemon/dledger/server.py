@@ -1,0 +1,346 @@
+"""A DLedger member over our remoting layer, on the broker's event loop (``DLedgerServer`` +
+``DLedgerRpcNettyService``): its own listener on the port `dLegerPeers` gives this member, a client to each
+peer, and a 10 ms tick driving the machines (`daemon.dledger.machines.Node`).
+
+Sockets and files only move bytes here: every decision is the machine's. Requests are answered as they
+arrive (a PUSH appends to the log before the next frame of that connection is read, so entries arrive
+in order); each outgoing request runs as its own task, so a slow or dead peer holds up nobody.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from daemon.dledger.machines import MemberState, Node, Out, Role, Timings, wire_entry
+from daemon.dledger.protocol import (
+    BEANS,
+    REMOTING_RESPONSE_CODE,
+    DLedgerRequestCode,
+    DLedgerResponseCode,
+    GetEntriesRequest,
+    GetEntriesResponse,
+    HeartBeatRequest,
+    LeadershipTransferRequest,
+    LeadershipTransferResponse,
+    MetadataResponse,
+    PushEntryRequest,
+    RequestOrResponse,
+    VoteRequest,
+)
+from daemon.lifecycle import cancel_tasks
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection
+from daemon.remoting.errors import RemotingError
+from daemon.remoting.server import RemotingServer
+from store.dledger import RaftLog, load_term, persist_term
+
+log = logging.getLogger(__name__)
+
+Code = DLedgerResponseCode
+
+#: DLedgerRpcNettyService's timeout of every request (ms).
+RPC_TIMEOUT_MS = 3000
+TICK_SECONDS = 0.01
+#: How long a take-leadership request may stay pending before it is answered TIMEOUT.
+TAKE_LEADERSHIP_WAIT_S = 10.0
+
+
+def parse_peers(peers: str) -> dict[str, str]:
+    """``dLegerPeers``: ``n0-host:port;n1-host:port`` -> ``{"n0": "host:port", ...}`` (in order)."""
+    out: dict[str, str] = {}
+    for part in peers.split(";"):
+        part = part.strip()
+        if not part:
+            continue
+        node_id, sep, addr = part.partition("-")
+        if not sep or not node_id or ":" not in addr:
+            raise ValueError(f"dLegerPeers: {part!r} is not <id>-<host>:<port>")
+        out[node_id] = addr
+    return out
+
+
+def now_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+@dataclass(slots=True)
+class DLedgerSettings:
+    group: str
+    self_id: str
+    peers: dict[str, str]
+    directory: str
+    timings: Timings
+    preferred_leader: str | None = None
+
+
+class DLedgerServer:
+    """One member of a DLedger group. `on_role(term, role)` is called on the loop as the role changes;
+    `on_commit()` after the committed index moved (the CommitLog dispatches what it may now serve)."""
+
+    def __init__(
+        self,
+        settings: DLedgerSettings,
+        raft_log: RaftLog,
+        *,
+        on_role: Callable[[int, Role], None] = lambda term, role: None,
+        on_commit: Callable[[], object] = lambda: None,
+        listen_host: str | None = None,
+    ) -> None:
+        self.settings = settings
+        if settings.self_id not in settings.peers:
+            raise ValueError(f"dLegerSelfId {settings.self_id} is not in dLegerPeers")
+        term, vote = load_term(settings.directory)
+
+        def persist(t: int, v: str | None) -> None:
+            persist_term(settings.directory, t, v)
+
+        member = MemberState(settings.group, settings.self_id, dict(settings.peers), persist, term, vote)
+        self.node = Node(member, raft_log, settings.timings, random.Random(), settings.preferred_leader)
+        self.on_role = on_role
+        self.on_commit = on_commit
+        host, _, port = settings.peers[settings.self_id].rpartition(":")
+        self.server = RemotingServer(host=listen_host or host, port=int(port), idle_timeout=0)
+        for code in DLedgerRequestCode:
+            self.server.register(int(code), self._serve)
+        self.client = RemotingClient(connect_timeout=1.0)
+        self._task: asyncio.Task[None] | None = None
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._waiters: dict[int, asyncio.Future[Code]] = {}
+        self._committed = raft_log.committed_index
+
+    @property
+    def log(self) -> RaftLog:
+        return self.node.log
+
+    @property
+    def port(self) -> int:
+        return self.server.port
+
+    async def start(self) -> None:
+        await self.server.start()
+        self.node._now = now_ms()
+        self._task = asyncio.create_task(self._run(), name=f"dledger-{self.settings.self_id}")
+        log.info(
+            "DLedger member %s of group %s listening on %s (peers %s)",
+            self.settings.self_id,
+            self.settings.group,
+            self.server.address,
+            ";".join(f"{k}-{v}" for k, v in self.settings.peers.items()),
+        )
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            await cancel_tasks([self._task])
+            self._task = None
+        for task in list(self._inflight):
+            task.cancel()
+        await asyncio.gather(*self._inflight, return_exceptions=True)
+        for fut in self._waiters.values():
+            if not fut.done():
+                fut.set_result(Code.TERM_CHANGED)
+        await self.server.stop(grace=0)
+        await self.client.close()
+
+    # ------------------------------------------------------------------ driving the machine
+
+    async def _run(self) -> None:
+        while True:
+            try:
+                self._send(self.node.tick(now_ms()))
+                self._effects()
+            except Exception:
+                log.exception("DLedger tick failed")
+            await asyncio.sleep(TICK_SECONDS)
+
+    def _send(self, outs: list[Out]) -> None:
+        for out in outs:
+            task = asyncio.create_task(self._call(out))
+            self._inflight.add(task)
+            task.add_done_callback(self._inflight.discard)
+
+    async def _call(self, out: Out) -> None:
+        resp = await self.rpc(out)
+        self.node.on_response(out, resp, now_ms())
+        self._send([])
+        self._effects()
+
+    async def rpc(self, out: Out) -> RequestOrResponse | None:
+        """Send one request; its answer, or None when the peer did not answer in time."""
+        addr = self.settings.peers[out.peer]
+        request = RemotingCommand.request(int(out.code), body=out.request.encode())
+        try:
+            response = await self.client.invoke(addr, request, RPC_TIMEOUT_MS / 1000)
+        except RemotingError as exc:
+            log.debug("DLedger %s to %s: %s", out.code.name, out.peer, exc)
+            return None
+        try:
+            return BEANS[out.code][1].decode(response.body)
+        except ValueError as exc:
+            log.warning("DLedger %s answer from %s unreadable: %s", out.code.name, out.peer, exc)
+            return None
+
+    def _effects(self) -> None:
+        node = self.node
+        if node.role_changes:
+            changes, node.role_changes = node.role_changes, []
+            for term, role in changes:
+                log.info("[%s] role %s in term %d", self.settings.self_id, role.value, term)
+                self.on_role(term, role)
+        committed = self.log.committed_index
+        if committed != self._committed:
+            self._committed = committed
+            self.on_commit()
+        if node.completed:
+            done, node.completed = node.completed, {}
+            for index, code in done.items():
+                fut = self._waiters.pop(index, None)
+                if fut is not None and not fut.done():
+                    fut.set_result(code)
+
+    # ------------------------------------------------------------------ what the broker asks
+
+    def wait_committed(self, index: int) -> asyncio.Future[Code]:
+        """Code.SUCCESS once a quorum holds entry `index` (appended by the CommitLog), else the failure."""
+        fut: asyncio.Future[Code] = asyncio.get_running_loop().create_future()
+        if not self.node.is_leader:
+            fut.set_result(Code.NOT_LEADER)
+            return fut
+        self._waiters[index] = fut
+        self.node.track(index, now_ms())
+        self._send(self.node.tick(now_ms()))  # push it now, not at the next tick
+        self._effects()
+        return fut
+
+    async def transfer(self, transferee: str) -> LeadershipTransferResponse:
+        """``handleLeadershipTransfer`` on the leader: hand leadership to `transferee`."""
+        term = self.node.m.term
+        code, out = self.node.transfer_request(transferee)
+        if out is None:
+            return self._transfer_answer(code)
+        resp = await self.rpc(out)
+        assert resp is None or isinstance(resp, LeadershipTransferResponse)
+        self.node.transfer_answered(term, resp)
+        self._effects()
+        return resp if resp is not None else self._transfer_answer(Code.NETWORK_ERROR)
+
+    def _transfer_answer(self, code: Code) -> LeadershipTransferResponse:
+        m = self.node.m
+        return LeadershipTransferResponse(code=int(code), term=m.term, group=m.group, leader_id=m.leader_id)
+
+    def status(self) -> dict[str, object]:
+        """Role, term, leader, indexes and each peer's match index (``broker ha status``, /metrics)."""
+        node, m = self.node, self.node.m
+        peers = {}
+        for peer, addr in m.peers.items():
+            if peer == m.self_id:
+                continue
+            push = node.pushes.get(peer) if node.is_leader else None
+            peers[peer] = {
+                "addr": addr,
+                "matchIndex": push.water_mark if push else -1,
+                "lag": max(0, self.log.last_index - push.water_mark) if push else -1,
+                "live": m.live.get(peer, False) if node.is_leader else None,
+            }
+        return {
+            "selfId": m.self_id,
+            "group": m.group,
+            "role": m.role.value,
+            "term": m.term,
+            "leaderId": m.leader_id,
+            "lastIndex": self.log.last_index,
+            "committedIndex": self.log.committed_index,
+            "peers": peers,
+        }
+
+    # ------------------------------------------------------------------ serving the peers
+
+    async def _serve(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        try:
+            code = DLedgerRequestCode(request.code)
+            bean = BEANS[code][0].decode(request.body)
+        except ValueError as exc:
+            log.warning("bad DLedger request %d from %s: %s", request.code, conn.address, exc)
+            resp: RequestOrResponse = RequestOrResponse(code=int(Code.UNEXPECTED_ARGUMENT))
+        else:
+            resp = await self._answer(code, bean)
+            self._effects()
+        return request.make_response(REMOTING_RESPONSE_CODE, None, None, resp.encode())
+
+    async def _answer(self, code: DLedgerRequestCode, req: RequestOrResponse) -> RequestOrResponse:
+        node, m, now = self.node, self.node.m, now_ms()
+        if req.group != m.group and code is not DLedgerRequestCode.METADATA:
+            return RequestOrResponse(code=int(Code.UNKNOWN_GROUP), term=m.term)
+        if isinstance(req, VoteRequest):
+            node._now = now
+            return node.on_vote(req)
+        if isinstance(req, HeartBeatRequest):
+            return node.on_heartbeat(req, now)
+        if isinstance(req, PushEntryRequest):
+            return node.on_push(req, now)
+        if isinstance(req, LeadershipTransferRequest):
+            return await self._leadership_transfer(req)
+        if code is DLedgerRequestCode.METADATA:
+            return MetadataResponse(group=m.group, leader_id=m.leader_id, term=m.term, peers=dict(m.peers))
+        if isinstance(req, GetEntriesRequest):
+            return self._get(req)
+        # APPEND: a body that is not a CommitLog record would break the CommitLog; PULL: not in 0.3.1.2
+        return RequestOrResponse(code=int(Code.UNSUPPORTED), term=m.term, leader_id=m.leader_id)
+
+    def _get(self, req: GetEntriesRequest) -> GetEntriesResponse:
+        m = self.node.m
+        if not self.node.is_leader:
+            return GetEntriesResponse(code=int(Code.NOT_LEADER), term=m.term, leader_id=m.leader_id)
+        entry = self.node._get(req.begin_index if req.begin_index is not None else -1)
+        if entry is None:
+            return GetEntriesResponse(code=int(Code.INDEX_OUT_OF_RANGE), term=m.term)
+        return GetEntriesResponse(term=m.term, leader_id=m.self_id, entries=[wire_entry(entry)])
+
+    async def _leadership_transfer(self, req: LeadershipTransferRequest) -> RequestOrResponse:
+        m = self.node.m
+        if req.remote_id != m.self_id:
+            return self._transfer_answer(Code.UNKNOWN_MEMBER)
+        if req.transfer_id == m.self_id:  # the leader, asked to hand over
+            if req.term != m.term:
+                return self._transfer_answer(Code.INCONSISTENT_TERM)
+            return await self.transfer(req.transferee_id or "")
+        if req.transferee_id != m.self_id:
+            return self._transfer_answer(Code.UNEXPECTED_ARGUMENT)
+        code = self.node.on_take_leadership(req)
+        deadline = time.monotonic() + TAKE_LEADERSHIP_WAIT_S
+        while code is None:
+            pending = self.node.take_leadership
+            if pending is not None and pending[1] is not None:
+                code = pending[1]
+                self.node.take_leadership = None
+            elif time.monotonic() > deadline:
+                code = Code.TIMEOUT
+            else:
+                await asyncio.sleep(TICK_SECONDS)
+        return self._transfer_answer(code)
+
+
+def dledger_runtime_info(server: DLedgerServer) -> dict[str, str]:
+    """mqctl's DLedger keys in GET_BROKER_RUNTIME_INFO: the member's role, term, leader and indexes, and on
+    the leader each follower as ``id/matchIndex/lag`` joined by ``;``."""
+    st = server.status()
+    peers = st["peers"]
+    assert isinstance(peers, dict)
+    info = {
+        "dledgerSelfId": str(st["selfId"]),
+        "dledgerGroup": str(st["group"]),
+        "dledgerRole": str(st["role"]),
+        "dledgerTerm": str(st["term"]),
+        "dledgerLeaderId": str(st["leaderId"] or ""),
+        "dledgerLastIndex": str(st["lastIndex"]),
+        "dledgerCommittedIndex": str(st["committedIndex"]),
+        "dledgerPeerAddrs": ";".join(f"{k}-{v}" for k, v in server.settings.peers.items()),
+    }
+    if server.node.is_leader:
+        info["dledgerPeers"] = ";".join(f"{p}/{v['matchIndex']}/{v['lag']}" for p, v in peers.items())
+    return info
