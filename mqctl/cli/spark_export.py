@@ -1,4 +1,5 @@
-"""``mqctl spark-export``: CommitLog to Parquet/JSON/CSV on Spark, and ``spark-export report``.
+"""``mqctl spark-export``: CommitLog (``--store``) or a running cluster's queues (``--cluster``) to
+Parquet/JSON/CSV on Spark, and ``spark-export report`` on either.
 
 Thin: options are parsed here, the work is in ``mqctl.spark`` (imported inside the commands, so
 that building the CLI never loads pyspark, pyarrow or numpy).
@@ -17,25 +18,29 @@ from typing import TYPE_CHECKING, Annotated
 import click
 import typer
 
-from mqctl.cli.common import OutputOpt, SinceOpt, UntilOpt
+from mqctl.cli.common import ContextOpt, NamesrvOpt, OutputOpt, SinceOpt, UntilOpt
 from mqctl.spark.export import EXPORT_FORMATS  # stdlib-only at import time, like all of mqctl.spark's surface
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from mqctl.spark.export import ExportProgress
+    from mqctl.spark.export import ExportProgress, Source
 
 _IMPORTED = time.monotonic()
 
 app = typer.Typer(
-    help="Export a store's CommitLog with Spark (Parquet, JSON, CSV) or report on it.",
+    help="Export a store's CommitLog or a running cluster's messages with Spark (Parquet, JSON, CSV), or report on them.",
     invoke_without_command=True,
 )
 
 _STORE = typer.Option(
     "--store", help="Store root directory (holds commitlog/).", exists=True, file_okay=False
 )
-StoreOpt = Annotated[Path, _STORE]
+ClusterOpt = Annotated[
+    bool,
+    typer.Option("--cluster", help="Read a running cluster over the protocol (-n/--context; the 'rocketmq' "
+                 "data source) instead of a --store directory."),
+]  # fmt: skip
 TopicOpt = Annotated[list[str] | None, typer.Option("--topic", "-t", help="Only this topic (repeatable).")]
 MasterOpt = Annotated[
     str | None,
@@ -85,7 +90,7 @@ def _session(master: str | None, remote: str | None, app_name: str) -> Iterator[
 
 
 def _check_local(
-    master: str | None, remote: str | None, store: Path, out: Path | None = None, *, overwrite: bool = False
+    master: str | None, remote: str | None, store: Source, out: Path | None = None, *, overwrite: bool = False
 ) -> None:
     """What can be refused before a JVM starts (seconds of it): a --store without commitlog/ and an --out
     that exists without --overwrite. On Spark Connect the paths are the server's: it checks them."""
@@ -94,10 +99,26 @@ def _check_local(
 
     if remote is not None or (master is None and context_spark_remote() is not None):
         return
-    if not (store / "commitlog").is_dir():
+    if isinstance(store, Path) and not (store / "commitlog").is_dir():
         raise UsageError(f"--store {store} holds no commitlog/ directory: not a broker's store")
     if out is not None and out.exists() and not overwrite:
         raise ConflictError(f"{out} already exists", hint="use --overwrite to replace it")
+
+
+def _source(store: Path | None, cluster: bool, namesrv: str | None, context: str | None) -> Source:
+    """``--store DIR`` or ``--cluster`` (where it connects: ``-n``, ``--context``, else as every online
+    command); exactly one."""
+    from mqctl.errors import UsageError
+    from mqctl.spark.export import ClusterSource
+
+    if cluster == (store is not None):
+        raise UsageError("spark-export reads either --store DIR or --cluster (with -n NAMESRV or a context)")
+    if store is not None:
+        if namesrv or context:
+            raise UsageError("-n/--context go with --cluster; --store reads a directory")
+        return store
+    options = {"namesrv": namesrv} if namesrv else {"context": context} if context else {}
+    return ClusterSource(options)
 
 
 def _window(since: str | None, until: str | None) -> tuple[int | None, int | None]:
@@ -119,6 +140,9 @@ def _window(since: str | None, until: str | None) -> tuple[int | None, int | Non
 def export(
     ctx: typer.Context,
     store: Annotated[Path | None, _STORE] = None,
+    cluster: ClusterOpt = False,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help="Output directory (Spark part files).")] = None,
     fmt: Annotated[
         str,
@@ -140,23 +164,28 @@ def export(
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --out if it exists.")] = False,
     output: OutputOpt = "table",
 ) -> None:
-    """Export every record of the CommitLog (one row per record) and print a summary."""
+    """Export every record of the CommitLog, or every message of a running cluster's topics (one row
+    each, the same columns), and print a summary."""
     if ctx.invoked_subcommand is not None:
         return
     from mqctl.errors import UsageError
 
-    if store is None or out is None:
-        raise UsageError("spark-export needs --store DIR and --out PATH (or the 'report' command)")
+    if out is None or (store is None and not cluster):
+        raise UsageError(
+            "spark-export needs --store DIR (or --cluster) and --out PATH (or the 'report' command)"
+        )
+    source = _source(store, cluster, namesrv, context)
     from mqctl.output import render
-    from mqctl.spark.export import export as run_export
+    from mqctl.spark.export import check_source, export as run_export
 
+    check_source(source, partitions)
     first, last = _window(since, until)
-    _check_local(master, remote, store, out, overwrite=overwrite)
+    _check_local(master, remote, source, out, overwrite=overwrite)
     started = time.perf_counter()
     with _progress_bar() as progress, _session(master, remote, "mqctl spark-export") as spark:
         startup = time.perf_counter() - started
         result = run_export(
-            spark, store, out, fmt=fmt, topics=topic or (), since_ms=first, until_ms=last, with_body=with_body,
+            spark, source, out, fmt=fmt, topics=topic or (), since_ms=first, until_ms=last, with_body=with_body,
             partitions=partitions, overwrite=overwrite, progress=progress,
         )  # fmt: skip
     render(result.over(_process_seconds(), startup), output)
@@ -183,7 +212,10 @@ def _progress_bar() -> Iterator[Callable[[ExportProgress], None]]:
 
 @app.command("report")
 def report(
-    store: StoreOpt,
+    store: Annotated[Path | None, _STORE] = None,
+    cluster: ClusterOpt = False,
+    namesrv: NamesrvOpt = None,
+    context: ContextOpt = None,
     topic: TopicOpt = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
@@ -204,15 +236,18 @@ def report(
 ) -> None:
     """Per-topic throughput, sizes, producers, latency, hot keys, queue skew, retries/DLQ, per-file content."""
     from mqctl.output import render
+    from mqctl.spark.export import check_source
     from mqctl.spark.report import build_report, write_charts, write_json
 
+    source = _source(store, cluster, namesrv, context)
+    check_source(source, partitions)
     first, last = _window(since, until)
-    _check_local(master, remote, store)
+    _check_local(master, remote, source)
     started = time.perf_counter()
     with _session(master, remote, "mqctl spark-export report") as spark:
         startup = time.perf_counter() - started
         result = build_report(
-            spark, store, topics=topic or (), since_ms=first, until_ms=last, partitions=partitions, top=top
+            spark, source, topics=topic or (), since_ms=first, until_ms=last, partitions=partitions, top=top
         )
     result.timed(_process_seconds(), startup)
     if json_out is not None:

@@ -22,13 +22,13 @@ import json
 import logging
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 
 from mqctl.errors import NotFoundError, UsageError
 from mqctl.spark import CLUSTER_FORMAT_NAME
@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from mqctl.tls import TlsOptions
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_MAX_MESSAGES = 100_000
 """Messages per input partition unless ``maxMessagesPerPartition`` says otherwise."""
@@ -191,9 +192,12 @@ def connection_of(opts: Mapping[str, str]) -> Connection:
     )
 
 
-def read_spec(options: Mapping[str, str]) -> ReadSpec:
-    """The options of a read (names case-insensitive, as Spark hands them over)."""
+def read_spec(options: Mapping[str, str], *, streaming: bool = False) -> ReadSpec:
+    """The options of a read (names case-insensitive, as Spark hands them over). A stream starts at
+    ``latest`` unless told otherwise and has no end, as Spark's Kafka source."""
     opts = {k.lower(): v for k, v in options.items()}
+    if streaming and opts.get("endingoffsets"):
+        raise UsageError("option endingOffsets: a stream has no end (it is for spark.read only)")
     topics = tuple(t.strip() for t in opts.get("topic", "").split(",") if t.strip())
     pattern = opts.get("topicpattern") or None
     if bool(topics) == bool(pattern):
@@ -221,7 +225,7 @@ def read_spec(options: Mapping[str, str]) -> ReadSpec:
         topics,
         pattern,
         opts.get("group") or None,
-        Bound.parse(opts.get("startingoffsets"), "earliest", "startingOffsets"),
+        Bound.parse(opts.get("startingoffsets"), "latest" if streaming else "earliest", "startingOffsets"),
         Bound.parse(opts.get("endingoffsets"), "latest", "endingOffsets"),
         max_messages,
         _flag(opts.get("with_body"), "with_body", True),
@@ -303,56 +307,129 @@ async def _file_size(admin: Any, addr: str) -> int:
     return int(config.get("mappedFileSizeCommitLog", DEFAULT_FILE_SIZE))
 
 
-async def plan(admin: Any, spec: ReadSpec) -> list[QueueRange]:
-    """The input partitions of a read, in topic, broker and queue order."""
+@dataclass(frozen=True)
+class QueueInfo:
+    """One readable queue as the cluster answers it now: ``addrs`` is the master (or, while it is down, a
+    slave) first, then the others of its group."""
+
+    topic: str
+    broker_name: str
+    queue_id: int
+    addrs: tuple[str, ...]
+    min_offset: int
+    max_offset: int
+
+    @property
+    def key(self) -> str:
+        """The queue's key in per-queue offset JSON: ``BROKER:QUEUE``."""
+        return f"{self.broker_name}:{self.queue_id}"
+
+
+async def discover(admin: Any, spec: ReadSpec, *, partial: bool = False) -> list[QueueInfo]:
+    """Every queue of the topics a read covers, with its stored offsets, in topic, broker and queue order;
+    ``partial``: of the broker groups that answer (a stream goes on while one group is down)."""
     from mqctl.services.topics import queue_offsets, route_or_not_found
 
     topics = await _topics(admin, spec)
     if not topics:
         raise NotFoundError(f"no topic matches topicPattern {spec.pattern!r}")
-    sizes: dict[str, int] = {}
-    found: list[tuple[str, str, tuple[str, ...], int, int, int]] = []
+    found: list[QueueInfo] = []
     for topic in topics:
         route = await route_or_not_found(admin, topic)
         groups = {b.broker_name: b.broker_addrs for b in route.broker_datas}
-        for name, addr, queue_id, offsets in await queue_offsets(admin, topic, reads=True):
+        for name, addr, queue_id, offsets in await queue_offsets(admin, topic, reads=True, partial=partial):
             others = [a for _, a in sorted(groups.get(name, {}).items()) if a != addr]
-            found.append((topic, name, (addr, *others), queue_id, offsets.min_offset, offsets.max_offset))
-    covered: dict[str, set[str]] = {}
-    for topic, name, _, queue_id, _, _ in found:
-        covered.setdefault(topic, set()).add(f"{name}:{queue_id}")
-    spec.starting.check("startingOffsets", covered)
-    spec.ending.check("endingOffsets", covered)
-    out: list[QueueRange] = []
-    for topic, name, addrs, queue_id, lo, hi in found:
-        key = f"{name}:{queue_id}"
-        start = None
-        if spec.group is not None:
-            committed = await admin.consumer_offset(addrs[0], spec.group, topic, queue_id)
-            start = committed if committed is not None and committed >= 0 else None
-        if start is None:
-            start = await _resolve(admin, spec.starting, addrs[0], topic, key, queue_id, lo, hi)
-        end = await _resolve(admin, spec.ending, addrs[0], topic, key, queue_id, lo, hi)
-        start, end = max(start, lo), min(end, hi)
-        if start >= end:
-            continue
-        if addrs[0] not in sizes:
-            sizes[addrs[0]] = await _file_size(admin, addrs[0])
-        for a in range(start, end, spec.max_messages):
-            b = min(a + spec.max_messages, end)
-            out.append(QueueRange(topic, name, queue_id, a, b, addrs, sizes[addrs[0]]))
+            found.append(
+                QueueInfo(topic, name, queue_id, (addr, *others), offsets.min_offset, offsets.max_offset)
+            )
+    return found
+
+
+async def start_of(admin: Any, spec: ReadSpec, queue: QueueInfo) -> int:
+    """Where a read starts in ``queue``: the group's committed offset if it has one, else ``startingOffsets``."""
+    if spec.group is not None:
+        committed = await admin.consumer_offset(queue.addrs[0], spec.group, queue.topic, queue.queue_id)
+        if committed is not None and committed >= 0:
+            return max(committed, queue.min_offset)
+    return max(await _bound(admin, spec.starting, queue), queue.min_offset)
+
+
+async def _bound(admin: Any, bound: Bound, queue: QueueInfo) -> int:
+    q = queue
+    return await _resolve(admin, bound, q.addrs[0], q.topic, q.key, q.queue_id, q.min_offset, q.max_offset)
+
+
+def covered(queues: list[QueueInfo]) -> dict[str, set[str]]:
+    """The ``BROKER:QUEUE`` keys of each topic, for :meth:`Bound.check`."""
+    out: dict[str, set[str]] = {}
+    for q in queues:
+        out.setdefault(q.topic, set()).add(q.key)
     return out
 
 
-def plan_read(spec: ReadSpec) -> list[QueueRange]:
-    """:func:`plan` in its own admin session (synchronous, for Spark's planning worker)."""
+class FileSizes:
+    """Each broker's ``mappedFileSizeCommitLog``, asked once per address."""
+
+    def __init__(self) -> None:
+        self._sizes: dict[str, int] = {}
+
+    async def of(self, admin: Any, addr: str) -> int:
+        if addr not in self._sizes:
+            self._sizes[addr] = await _file_size(admin, addr)
+        return self._sizes[addr]
+
+
+def split(queue: QueueInfo, start: int, end: int, max_messages: int, file_size: int) -> list[QueueRange]:
+    """``[start, end)`` of ``queue`` as input partitions of at most ``max_messages`` messages each."""
+    return [
+        QueueRange(
+            queue.topic,
+            queue.broker_name,
+            queue.queue_id,
+            a,
+            min(a + max_messages, end),
+            queue.addrs,
+            file_size,
+        )
+        for a in range(start, end, max_messages)
+    ]
+
+
+async def bounds(admin: Any, spec: ReadSpec) -> list[tuple[QueueInfo, int, int]]:
+    """Every queue a read covers with where it starts and ends (``start >= end``: nothing to read)."""
+    found = await discover(admin, spec)
+    spec.starting.check("startingOffsets", covered(found))
+    spec.ending.check("endingOffsets", covered(found))
+    return [
+        (q, await start_of(admin, spec, q), min(await _bound(admin, spec.ending, q), q.max_offset))
+        for q in found
+    ]
+
+
+async def plan(admin: Any, spec: ReadSpec) -> list[QueueRange]:
+    """The input partitions of a read, in topic, broker and queue order."""
+    sizes = FileSizes()
+    out: list[QueueRange] = []
+    for q, start, end in await bounds(admin, spec):
+        if start < end:
+            out.extend(split(q, start, end, spec.max_messages, await sizes.of(admin, q.addrs[0])))
+    return out
+
+
+def in_session(connection: Connection, work: Callable[[Any], Awaitable[T]]) -> T:
+    """``work(admin)`` in its own admin session (synchronous, for Spark's planning worker)."""
     from daemon.remoting.loop import run
 
-    async def session() -> list[QueueRange]:
-        async with spec.connection.admin() as admin:
-            return await plan(admin, spec)
+    async def session() -> T:
+        async with connection.admin() as admin:
+            return await work(admin)
 
     return run(session())
+
+
+def plan_read(spec: ReadSpec) -> list[QueueRange]:
+    """:func:`plan` in its own admin session."""
+    return in_session(spec.connection, lambda admin: plan(admin, spec))
 
 
 # --------------------------------------------------------------------------------------- reading
@@ -436,7 +513,8 @@ class ClusterReader(DataSourceReader):
 
 
 class RocketMQDataSource(DataSource):
-    """``spark.read.format("rocketmq")``: see docs/operations.md (Spark) for its options."""
+    """``spark.read.format("rocketmq")`` and ``spark.readStream.format("rocketmq")``: see
+    docs/operations.md (Spark) for their options."""
 
     @classmethod
     def name(cls) -> str:
@@ -448,6 +526,11 @@ class RocketMQDataSource(DataSource):
 
     def reader(self, schema: Any) -> DataSourceReader:
         return ClusterReader(read_spec(self.options))
+
+    def streamReader(self, schema: Any) -> DataSourceStreamReader:
+        from mqctl.spark.stream import ClusterStreamReader, max_per_trigger
+
+        return ClusterStreamReader(read_spec(self.options, streaming=True), max_per_trigger(self.options))
 
 
 def register(spark: Any) -> None:

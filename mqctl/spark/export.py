@@ -13,7 +13,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from mqctl.errors import ConflictError, MqctlError, StoreError, UsageError
-from mqctl.spark import FORMAT_NAME
+from mqctl.spark import CLUSTER_FORMAT_NAME, FORMAT_NAME
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -47,6 +47,22 @@ class ScanPlan:
     files: int
     splits: int
     data_bytes: int
+
+
+@dataclass(frozen=True)
+class ClusterSource:
+    """A running cluster read through the ``rocketmq`` source, in place of a store directory: ``options``
+    are the source's connection options (``namesrv`` or ``context``, credentials, TLS)."""
+
+    options: Mapping[str, str]
+
+    def __str__(self) -> str:
+        where = self.options.get("namesrv") or f"context {self.options.get('context') or '(current)'}"
+        return f"cluster {where}"
+
+
+Source = str | Path | ClusterSource
+"""What ``spark-export`` reads: a store directory or a running cluster."""
 
 
 @dataclass(frozen=True)
@@ -177,6 +193,85 @@ def _driver_frame(spark: SparkSession, store: str | Path, with_body: bool) -> Da
     )
 
 
+def check_source(source: Source, partitions: int | None) -> None:
+    """What a source refuses before Spark starts."""
+    if isinstance(source, ClusterSource) and partitions:
+        raise UsageError("--partitions is for --store: a cluster read makes one task per queue range")
+
+
+def frame(
+    spark: SparkSession,
+    source: Source,
+    *,
+    topics: Sequence[str] = (),
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    with_body: bool = False,
+    partitions: int | None = None,
+) -> tuple[DataFrame, ScanPlan]:
+    """The records of a store (:func:`load`) or of a running cluster (:func:`cluster_frame`), and what
+    the read covers."""
+    check_source(source, partitions)
+    if isinstance(source, ClusterSource):
+        return cluster_frame(
+            spark, source, topics=topics, since_ms=since_ms, until_ms=until_ms, with_body=with_body
+        )
+    scan = plan(source, partitions)
+    df = load(
+        spark, source, topics=topics, since_ms=since_ms, until_ms=until_ms, with_body=with_body,
+        partitions=partitions,
+    )  # fmt: skip
+    return df, scan
+
+
+def cluster_frame(
+    spark: SparkSession,
+    source: ClusterSource,
+    *,
+    topics: Sequence[str] = (),
+    since_ms: int | None = None,
+    until_ms: int | None = None,
+    with_body: bool = False,
+) -> tuple[DataFrame, ScanPlan]:
+    """The messages of ``topics`` (every user topic when none is named) stored in ``[since_ms, until_ms]``.
+
+    The queue ranges are planned here, once, and handed to the source as per-queue offsets, so the
+    read covers exactly what was planned (and counted for progress) while producers go on sending.
+    """
+    import json
+
+    from pyspark.sql import functions as F
+
+    from mqctl.spark.cluster import bounds, in_session, read_spec
+
+    options = {**source.options, "with_body": str(with_body).lower()}
+    options.update({"topic": ",".join(topics)} if topics else {"topicPattern": ".*"})
+    if since_ms is not None:
+        options["startingOffsets"] = str(since_ms)
+    if until_ms is not None:
+        options["endingOffsets"] = str(until_ms + 1)  # the first offset stored after the window
+    spec = read_spec(options)
+    found = in_session(spec.connection, lambda admin: bounds(admin, spec))
+    starts: dict[str, dict[str, int]] = {}
+    ends: dict[str, dict[str, int]] = {}
+    for q, start, end in found:
+        starts.setdefault(q.topic, {})[q.key] = start
+        ends.setdefault(q.topic, {})[q.key] = max(start, end)
+    splits = sum(-(-(end - start) // spec.max_messages) for _, start, end in found if end > start)
+    reader = spark.read.format(CLUSTER_FORMAT_NAME)
+    for key, value in options.items():
+        if key not in ("topicPattern", "startingOffsets", "endingOffsets"):
+            reader = reader.option(key, value)
+    reader = reader.option("topic", ",".join(sorted(ends)))
+    reader = reader.option("startingOffsets", json.dumps(starts)).option("endingOffsets", json.dumps(ends))
+    df = reader.load()
+    if since_ms is not None:
+        df = df.where(F.col("store_timestamp") >= F.lit(_instant(since_ms)))
+    if until_ms is not None:
+        df = df.where(F.col("store_timestamp") <= F.lit(_instant(until_ms)))
+    return df, ScanPlan(0, splits, 0)
+
+
 def _csv_columns(df: DataFrame) -> DataFrame:
     """CSV has no arrays, maps or binary: keys joined by spaces, properties as JSON, body base64."""
     from pyspark.sql import functions as F
@@ -238,7 +333,7 @@ def spark_failure(exc: Exception) -> MqctlError:
 
 def export(
     spark: SparkSession,
-    store: str | Path,
+    store: Source,
     out: str | Path,
     *,
     fmt: str = "parquet",
@@ -250,7 +345,8 @@ def export(
     overwrite: bool = False,
     progress: ProgressCallback | None = None,
 ) -> ExportResult:
-    """Write the store's records to ``out`` (a directory of part files) and summarise the run."""
+    """Write the store's (or cluster's) records to ``out`` (a directory of part files) and summarise the
+    run. A cluster's data bytes are its records' sizes, known once they are read."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
     from pyspark.sql import Observation, functions as F
@@ -261,18 +357,12 @@ def export(
     if target.exists() and not overwrite:
         raise ConflictError(f"{target} already exists", hint="use --overwrite to replace it")
     started = time.perf_counter()
-    scan = plan(store, partitions)
+    df, scan = frame(
+        spark, store, topics=topics, since_ms=since_ms, until_ms=until_ms, with_body=with_body,
+        partitions=partitions,
+    )  # fmt: skip
     log.debug(
         "exporting %s: %d files, %d splits, %d data bytes", store, scan.files, scan.splits, scan.data_bytes
-    )
-    df = load(
-        spark,
-        store,
-        topics=topics,
-        since_ms=since_ms,
-        until_ms=until_ms,
-        with_body=with_body,
-        partitions=partitions,
     )
     seen = Observation("mqctl-export")
     df = df.observe(
@@ -296,6 +386,7 @@ def export(
         raise spark_failure(exc) from exc
     metrics = seen.get
     job = time.perf_counter() - started
+    data_bytes = int(metrics["bytes"]) if isinstance(store, ClusterSource) else scan.data_bytes
     return ExportResult(
         store=str(store),
         out=str(target),
@@ -303,10 +394,10 @@ def export(
         rows=int(metrics["rows"]),
         files=scan.files,
         splits=scan.splits,
-        data_bytes=scan.data_bytes,
+        data_bytes=data_bytes,
         record_bytes=int(metrics["bytes"]),
         wall_seconds=round(job, 3),
         spark_start_seconds=0.0,
         job_seconds=round(job, 3),
-        mb_per_s=rate(scan.data_bytes, job),
+        mb_per_s=rate(data_bytes, job),
     )

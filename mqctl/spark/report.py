@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from mqctl.output import plain
-from mqctl.spark.export import load, plan, rate, spark_failure
+from mqctl.spark.export import ClusterSource, Source, frame, rate, spark_failure
 from store import (
     DLQ_GROUP_TOPIC_PREFIX,
     PROPERTY_RETRY_TOPIC,
@@ -159,7 +159,7 @@ def _aggregate(df: DataFrame, top: int) -> DataFrame:
 
 def build_report(
     spark: SparkSession,
-    store: str | Path,
+    store: Source,
     *,
     topics: Sequence[str] = (),
     since_ms: int | None = None,
@@ -167,13 +167,12 @@ def build_report(
     partitions: int | None = None,
     top: int = 20,
 ) -> Report:
-    """Every section of the report from one read of the store (no bodies) and one aggregation."""
+    """Every section of the report from one read of the store or cluster (no bodies) and one aggregation."""
     from py4j.protocol import Py4JJavaError
     from pyspark.errors import PySparkException
 
     started = time.perf_counter()
-    scan = plan(store, partitions)
-    df = load(spark, store, topics=topics, since_ms=since_ms, until_ms=until_ms, partitions=partitions)
+    df, scan = frame(spark, store, topics=topics, since_ms=since_ms, until_ms=until_ms, partitions=partitions)
     # The shuffle carries aggregates, far smaller than the input: as many reducers as read tasks.
     shuffle = "spark.sql.shuffle.partitions"
     before = spark.conf.get(shuffle)
@@ -189,9 +188,12 @@ def build_report(
         spark.conf.set(shuffle, before)  # type: ignore[arg-type]
     report = _sections(views, str(store), top)
     job = time.perf_counter() - started
+    data_bytes = scan.data_bytes
+    if isinstance(store, ClusterSource):  # known once read: the records' sizes
+        data_bytes = int(report.totals.get("record_bytes") or 0)
     report.run = {
-        "data_bytes": scan.data_bytes, "splits": scan.splits, "wall_seconds": round(job, 3),
-        "spark_start_seconds": 0.0, "job_seconds": round(job, 3), "mb_per_s": rate(scan.data_bytes, job),
+        "data_bytes": data_bytes, "splits": scan.splits, "wall_seconds": round(job, 3),
+        "spark_start_seconds": 0.0, "job_seconds": round(job, 3), "mb_per_s": rate(data_bytes, job),
     }  # fmt: skip
     return report
 

@@ -345,3 +345,55 @@ def test_a_read_planned_while_the_master_is_down_completes_from_the_slave(
     ranges = plan_read(read_spec({"namesrv": local.namesrv_addr, "topic": "SparkHa"}))
     assert {r.addrs for r in ranges} == {(slave.addr,)}
     assert keyed(read(spark, {"namesrv": local.namesrv_addr, "topic": "SparkHa"})) == sent
+
+
+# ------------------------------------------------------------------------------ spark-export --cluster
+
+
+def test_spark_export_cluster_writes_the_topics_messages_and_report_counts_them(
+    spark: Any, cluster: Cluster, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The CLI over the source (in-process, on the shared session): the same rows as the data source,
+    a window by store time, and the report's totals."""
+    import json
+
+    from mqctl.cli.app import main
+
+    out = tmp_path / "out"
+    args = ["spark-export", "--cluster", "-n", cluster.namesrv, "-t", TOPICS[0], "--with-body"]
+    assert main([*args, "--out", str(out), "-o", "json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    rows = pq.read_table(out).to_pylist()
+    assert keyed(rows) == {k: v for k, v in cluster.sent.items() if k[0] == TOPICS[0]}
+    assert summary["rows"] == len(rows) and summary["data_bytes"] == sum(r["record_size"] for r in rows) > 0
+    assert summary["store"] == f"cluster {cluster.namesrv}"
+    since = ["--since", str(cluster.middle_ms)]
+    assert main([*args, *since, "--out", str(tmp_path / "since")]) == 0
+    later = pq.read_table(tmp_path / "since").to_pylist()
+    assert keyed(later) == {
+        k: v for k, v in cluster.sent.items() if k[0] == TOPICS[0] and k[3] >= PER_QUEUE // 2
+    }
+    capsys.readouterr()
+    report = ["spark-export", "report", "--cluster", "-n", cluster.namesrv, "-o", "json"]
+    assert main(report) == 0
+    totals = json.loads(capsys.readouterr().out)["totals"]
+    assert totals["records"] == len(cluster.sent)
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--cluster", "--store", "{tmp}", "--out", "{tmp}/o"], "either --store DIR or --cluster"),
+        (["--out", "{tmp}/o", "-n", "127.0.0.1:1"], "--store DIR (or --cluster)"),
+        (["--cluster", "-n", "{ns}", "--out", "{tmp}/o", "--partitions", "3"], "--partitions is for --store"),
+    ],
+)
+def test_spark_export_cluster_usage_errors(
+    cluster: Cluster, tmp_path: Path, args: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mqctl.cli.app import main
+
+    (tmp_path / "commitlog").mkdir()
+    filled = [a.replace("{tmp}", str(tmp_path)).replace("{ns}", cluster.namesrv) for a in args]
+    assert main(["spark-export", *filled]) == 2
+    assert says in capsys.readouterr().err
