@@ -11,8 +11,8 @@ Why a journal of our own (``<store>/pop/inflight.journal``) and not ``rmq_sys_RE
 the revive log needs the checkpoint/ack pairing, a merge buffer and per-queue revive offsets to be
 read back (thousands of Java lines) for the same guarantee, and a 5.x broker opening our store would
 only lose in-flight handles (their messages come back as the offsets say), never acked state. Each pop,
-ack or change is one line written with one ``write`` before it is answered, so a SIGKILL loses nothing
-the page cache holds; the pop offsets travel in the same line, so an offset table older than the
+ack or change is written with one ``write`` before it is answered, so a SIGKILL loses nothing the
+page cache holds; a pop's new queue offsets go in the same write, so an offset table older than the
 journal (it is written every few seconds) never makes an acked message come back.
 
 FIFO pop (``order=true``) is 5.x's order lock per queue (``ConsumerOrderInfoManager``): while a popped
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import heapq
 import json
 import logging
@@ -33,7 +34,7 @@ import random
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
 from daemon.broker.retry import retry_copy
@@ -76,6 +77,8 @@ NO_MESSAGE: Final = 208
 INVALID_PARAMETER: Final = 29
 #: The journal is rewritten to its live records at start and when it grows past this.
 COMPACT_BYTES: Final = 32 << 20
+#: Revived messages between two yields of the loop.
+REVIVE_SLICE: Final = 256
 #: How often the revive loop looks when nothing is due sooner.
 REVIVE_IDLE: Final = 1.0
 
@@ -197,25 +200,33 @@ _Key = tuple[str, str, int, int]
 _QueueKey = tuple[str, str, int]
 
 
-def encode_record(r: InFlight) -> dict[str, Any]:
-    return {
-        "op": "p",
-        "g": r.group,
-        "t": r.topic,
-        "q": r.queue_id,
-        "o": r.queue_offset,
-        "c": r.phys_offset,
-        "pt": r.pop_time,
-        "it": r.invisible_ms,
-        "a": r.attempt,
-        "f": r.fifo,
-        "ck": r.ck_offset,
-        **({"at": r.attempt_id} if r.attempt_id else {}),
-    }
+#: A name as a JSON string (groups and topics recur on every line; ``json.dumps`` escapes any name).
+_quoted = functools.lru_cache(maxsize=4096)(json.dumps)
 
 
-def encode_lines(entries: Iterable[dict[str, Any]]) -> bytes:
-    return b"".join(json.dumps(e, separators=(",", ":")).encode() + b"\n" for e in entries)
+def record_line(r: InFlight) -> str:
+    """A lending as a journal line (JSON; written by hand: one per popped message)."""
+    at = f',"at":{_quoted(r.attempt_id)}' if r.attempt_id else ""
+    return (
+        f'{{"op":"p","g":{_quoted(r.group)},"t":{_quoted(r.topic)},"q":{r.queue_id},"o":{r.queue_offset},'
+        f'"c":{r.phys_offset},"pt":{r.pop_time},"it":{r.invisible_ms},"a":{r.attempt},'
+        f'"f":{"true" if r.fifo else "false"},"ck":{r.ck_offset}{at}}}'
+    )
+
+
+def gone_line(key: _Key) -> str:
+    """The end of a lending (acked, revived or sent to the DLQ)."""
+    g, t, q, o = key
+    return f'{{"op":"x","g":{_quoted(g)},"t":{_quoted(t)},"q":{q},"o":{o}}}'
+
+
+def offset_line(g: str, t: str, q: int, o: int) -> str:
+    """A queue's next pop offset for the group."""
+    return f'{{"op":"o","g":{_quoted(g)},"t":{_quoted(t)},"q":{q},"o":{o}}}'
+
+
+def encode_lines(lines: Iterable[str]) -> bytes:
+    return "".join(line + "\n" for line in lines).encode()
 
 
 def replay(data: bytes) -> tuple[dict[_Key, InFlight], dict[_QueueKey, int]]:
@@ -273,9 +284,9 @@ class PopJournal:
     def rewrite(self, records: Iterable[InFlight], offsets: dict[_QueueKey, int]) -> None:
         """Replace the journal by its live state (written aside, fsynced, renamed)."""
         os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        entries = [encode_record(r) for r in records]
-        entries += [{"op": "o", "g": g, "t": t, "q": q, "o": o} for (g, t, q), o in offsets.items() if o >= 0]
-        data = encode_lines(entries)
+        lines = [record_line(r) for r in records]
+        lines += [offset_line(g, t, q, o) for (g, t, q), o in offsets.items() if o >= 0]
+        data = encode_lines(lines)
         tmp = self.path + ".tmp"
         with open(tmp, "wb") as f:
             f.write(data)
@@ -290,11 +301,11 @@ class PopJournal:
     def exists(self) -> bool:
         return self._fd >= 0 or os.path.exists(self.path)
 
-    def append(self, entries: list[dict[str, Any]]) -> None:
+    def append(self, lines: list[str]) -> None:
         if self._fd < 0:  # made on first use: a broker nobody pops from has no pop/ directory
             os.makedirs(os.path.dirname(self.path), exist_ok=True)
             self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        data = encode_lines(entries)
+        data = encode_lines(lines)
         view = memoryview(data)
         while view:
             view = view[os.write(self._fd, view) :]
@@ -307,11 +318,6 @@ class PopJournal:
 
 
 # ---------------------------------------------------------------------- the service
-
-
-def _gone(r: InFlight | _Key) -> dict[str, Any]:
-    g, t, q, o = r.key if isinstance(r, InFlight) else r
-    return {"op": "x", "g": g, "t": t, "q": q, "o": o}
 
 
 @dataclass(frozen=True, slots=True)
@@ -437,17 +443,16 @@ class PopService:
     def ack(self, *, group: str, topic: str, receipt_handle: str) -> None:
         record = self._current(group, topic, receipt_handle)
         self._drop(record)
-        self.journal.append([_gone(record)])
+        self.journal.append([gone_line(record.key)])
 
     def change_invisible(self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
         """Lend the message again for ``invisible_ms`` from now; returns its new handle."""
         record = self._current(group, topic, receipt_handle)
         record.pop_time = max(_now_ms(), record.pop_time + 1)  # a new (popTime, invisibleTime) pair
         record.invisible_ms = max(0, invisible_ms)
-        self.journal.append([encode_record(record)])
+        self.journal.append([record_line(record)])
         if not record.fifo:
-            heapq.heappush(self._due, (record.visible_at, record.key, record.pop_time))
-            self._poke()
+            self._schedule(record)
         return self.handle(record).encode()
 
     def forward_to_dlq(self, *, group: str, topic: str, receipt_handle: str) -> None:
@@ -558,7 +563,7 @@ class PopService:
         invisible_ms, codes = ask.invisible_ms, ask.codes
         now = _now_ms()
         out: list[PoppedMessage] = []
-        journal: list[dict[str, Any]] = []
+        journal: list[str] = []
         store = self.broker.store
         for source, q, filtered in self._sources(group, topic, queue_id, fifo):
             if len(out) >= max_messages:
@@ -600,13 +605,13 @@ class PopService:
                     ask.attempt_id if fifo else "",
                 )
                 self._add(record)
-                journal.append(encode_record(record))
+                journal.append(record_line(record))
                 out.append(self._popped(record, found))
             nxt = offset if result.status is _S.NO_MATCHED_LOGIC_QUEUE else result.next_begin_offset
             if nxt != offset or self.broker.offsets.query_offset(group, source, q) < 0:
                 self.broker.offsets.commit_offset(group, source, q, nxt)
                 self._queues.add((group, source, q))
-                journal.append({"op": "o", "g": group, "t": source, "q": q, "o": nxt})
+                journal.append(offset_line(group, source, q, nxt))
         if journal:
             self._write(journal)
         if out:
@@ -616,7 +621,7 @@ class PopService:
         return out
 
     def _redeliver_held(
-        self, held: dict[int, InFlight], now: int, ask: _Ask, journal: list[dict[str, Any]]
+        self, held: dict[int, InFlight], now: int, ask: _Ask, journal: list[str]
     ) -> list[PoppedMessage]:
         """A FIFO queue whose lent messages expired: the same ones again, in order, one attempt more
         (those past the group's retry limit go to the DLQ instead, with their slots freed)."""
@@ -630,7 +635,7 @@ class PopService:
             if found is None or r.attempt > self._max_reconsume(r.group) + 1:
                 self._end(r, dlq=True)
                 continue
-            journal.append(encode_record(r))
+            journal.append(record_line(r))
             out.append(self._popped(r, found))
         return out
 
@@ -685,7 +690,17 @@ class PopService:
         if r.fifo:
             self._held.setdefault((r.group, r.topic, r.queue_id), {})[r.queue_offset] = r
         else:
-            heapq.heappush(self._due, (r.visible_at, r.key, r.pop_time))
+            self._schedule(r)
+
+    def _schedule(self, r: InFlight) -> None:
+        """Put a lending on the revive heap; wake the loop only when it is now the first due. Entries of
+        acked or changed lendings stay until due (skipped then), unless they outnumber the live ones."""
+        if len(self._due) > 4 * len(self.records) + 4096:
+            self._due = [(x.visible_at, x.key, x.pop_time) for x in self.records.values() if not x.fifo]
+            heapq.heapify(self._due)
+        entry = (r.visible_at, r.key, r.pop_time)
+        heapq.heappush(self._due, entry)
+        if self._due[0] is entry:
             self._poke()
 
     def _drop(self, r: InFlight) -> None:
@@ -701,8 +716,8 @@ class PopService:
                         if not waiter.done():
                             waiter.set_result(None)
 
-    def _write(self, entries: list[dict[str, Any]]) -> None:
-        self.journal.append(entries)
+    def _write(self, lines: list[str]) -> None:
+        self.journal.append(lines)
         if self.journal.size > COMPACT_BYTES:
             self.journal.rewrite(self.records.values(), self._pop_offsets())
 
@@ -739,6 +754,7 @@ class PopService:
         while True:
             self._wake.clear()
             now = _now_ms()
+            done = 0
             while self._due and self._due[0][0] <= now:
                 _, key, pop_time = heapq.heappop(self._due)
                 r = self.records.get(key)
@@ -752,6 +768,10 @@ class PopService:
                     )
                     heapq.heappush(self._due, (now + 1000, key, r.pop_time))
                     break
+                done += 1
+                if done % REVIVE_SLICE == 0:  # a mass expiry must not hold the loop: requests in between
+                    await asyncio.sleep(0)
+                    now = _now_ms()
             delay = (
                 REVIVE_IDLE
                 if not self._due
@@ -771,7 +791,7 @@ class PopService:
                 dlq = msg.reconsume_times >= self._max_reconsume(r.group)
             self._put_retry(r.group, msg, dlq=dlq)
         self._drop(r)
-        self.journal.append([_gone(r)])
+        self.journal.append([gone_line(r.key)])
 
     def _put_retry(self, group: str, old: StoredMessage, *, dlq: bool) -> None:
         """Re-put a message as 5.x's revive does (``PopReviveService#reviveRetry``): its properties, the

@@ -28,16 +28,35 @@ def retry_copy(
         props[PROPERTY_DELAY_TIME_LEVEL] = str(delay_level)
     props.setdefault(PROPERTY_ORIGIN_MESSAGE_ID, old.msg_id)
     props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
+    # 4.9.8's send-back copy has no prepared-transaction offset (a committed message's is dropped)
+    times = old.reconsume_times + 1
+    return copy_of(old, topic, queue_id, props, store_host=store_host, reconsume_times=times, prepared=0)
+
+
+def copy_of(
+    old: StoredMessage,
+    topic: str,
+    queue_id: int,
+    properties: dict[str, str],
+    *,
+    store_host: HostAddress | None = None,
+    reconsume_times: int | None = None,
+    prepared: int | None = None,
+) -> Message:
+    """A stored message as a new one for ``topic``/``queue_id`` with ``properties``: the rest as stored
+    (its store host, reconsume times and prepared-transaction offset unless given), not waiting for a
+    flush."""
     return Message(
         topic=topic,
         body=old.stored_body,
         queue_id=queue_id,
         flag=old.flag,
-        properties=props,
+        properties=properties,
         sys_flag=old.sys_flag,
         born_timestamp=old.born_timestamp,
         born_host=old.born_host,
-        store_host=store_host,
-        reconsume_times=old.reconsume_times + 1,
+        store_host=old.store_host if store_host is None else store_host,
+        reconsume_times=old.reconsume_times if reconsume_times is None else reconsume_times,
+        prepared_transaction_offset=old.prepared_transaction_offset if prepared is None else prepared,
         wait_store_msg_ok=False,
     )

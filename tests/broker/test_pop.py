@@ -87,13 +87,14 @@ async def test_redelivery_through_retry_topic_then_dlq(broker: BrokerHandle) -> 
     assert broker.broker.pop.in_flight() == {}
 
 
+@pytest.mark.slow
 async def test_acked_is_not_redelivered(broker: BrokerHandle) -> None:
     await _fill(broker, 4)
     c = PopClient(broker, "G3")
-    got = await c.pop(T, invisible_ms=300)
+    got = await c.pop(T, invisible_ms=1_000)
     for p in got[:2]:
         assert (await c.ack(T, p)).code == 0
-    back = await _pop_until(c, T, 2, timeout=3, invisible_ms=60_000)
+    back = await _pop_until(c, T, 2, timeout=5, invisible_ms=60_000)
     assert sorted(p.body for p in back) == sorted(p.body for p in got[2:])
     assert {p.attempt for p in back} == {2}
     assert all(p.message.properties["POP_CK"] == p.handle for p in back)
@@ -118,20 +119,21 @@ async def test_acked_is_not_redelivered(broker: BrokerHandle) -> None:
     assert decode_records(again[0].record)[0].topic == "%RETRY%G3"
 
 
+@pytest.mark.slow
 async def test_fifo_holds_the_queue_until_acked_or_expired(broker: BrokerHandle) -> None:
     await _fill(broker, 6, queues=1)
     c = PopClient(broker, "GF")
-    first = await c.pop(T, max_nums=2, order=True, invisible_ms=400, attempt_id="a1")
+    first = await c.pop(T, max_nums=2, order=True, invisible_ms=1_500, attempt_id="a1")
     assert [p.body for p in first] == [b"m0", b"m1"]
     assert all(ReceiptHandle.decode(p.handle).is_order for p in first)
     # held: nothing more of the queue while m0/m1 are out
     assert await c.pop(T, max_nums=2, order=True) == []
     assert await c.pop(T, max_nums=2, order=True, attempt_id="a2") == []
     # but a pop retried with its attempt id (its answer was lost) gets the same lending again
-    retried = await c.pop(T, max_nums=2, order=True, invisible_ms=400, attempt_id="a1")
+    retried = await c.pop(T, max_nums=2, order=True, invisible_ms=1_500, attempt_id="a1")
     assert [(p.body, p.handle, p.attempt) for p in retried] == [(p.body, p.handle, 1) for p in first]
     # expiry brings the same messages back, in order, one attempt more
-    again = await _pop_until(c, T, 2, timeout=3, max_nums=2, order=True, invisible_ms=60_000)
+    again = await _pop_until(c, T, 2, timeout=5, max_nums=2, order=True, invisible_ms=60_000)
     assert [(p.body, p.attempt) for p in again] == [(b"m0", 2), (b"m1", 2)]
     assert (await c.ack(T, again[0])).code == 0
     assert await c.pop(T, max_nums=2, order=True) == []  # m1 still out
@@ -242,3 +244,43 @@ async def test_fifo_message_goes_to_dlq_after_max_attempts(broker: BrokerHandle)
     assert [(p.body, p.attempt) for p in nxt] == [(b"m1", 1)]
     dead = broker.broker.store.get_messages("", "%DLQ%GFD", 0, 0, 1).messages[0].message
     assert dead.body == b"m0" and dead.properties["RETRY_TOPIC"] == T
+
+
+@pytest.mark.slow
+async def test_mass_expiry_revives_everything_in_slices(broker: BrokerHandle) -> None:
+    """More lendings expire at once than the revive loop handles between two yields: all come back."""
+    from tests.support.broker import batch_entry
+
+    await broker.create_topic(T, 2)
+    for i in range(0, 600, 100):
+        body = b"".join(batch_entry(f"b{j}".encode(), {"WAIT": "true"}) for j in range(i, i + 100))
+        r = await broker.send(T, body, code=RequestCode.SEND_BATCH_MESSAGE, queue_id=i // 100 % 2, batch=True)
+        assert r.code == 0, r.remark
+    c = PopClient(broker, "GM")
+    lent = await _pop_until(c, T, 600, max_nums=32, invisible_ms=2_000)
+    assert len(lent) == 600
+    back = await _pop_until(c, T, 600, timeout=20, max_nums=32, invisible_ms=60_000)
+    assert sorted(p.body for p in back) == sorted(p.body for p in lent)
+    assert {p.attempt for p in back} == {2} and broker.broker.pop.in_flight() == {"GM": 600}
+
+
+async def test_forward_to_dlq_ends_the_lending(broker: BrokerHandle) -> None:
+    """What the gRPC front's ForwardMessageToDeadLetterQueue calls: the message goes to %DLQ%group
+    at once with its properties, and its handle stops working."""
+    await _fill(broker, 1, tags="t1")
+    pop = broker.broker.pop
+    got = await pop.pop(
+        group="GD", topic=T, queue_id=-1, max_messages=1, invisible_ms=60_000, poll_ms=0,
+        fifo=True, expression_type="TAG", expression="t1",
+    )  # fmt: skip
+    assert [(m.topic, m.delivery_attempt) for m in got] == [(T, 1)]
+    pop.forward_to_dlq(group="GD", topic=T, receipt_handle=got[0].receipt_handle)
+    assert pop.in_flight() == {}
+    dead = broker.broker.store.get_messages("", "%DLQ%GD", 0, 0, 1).messages[0].message
+    assert (dead.body, dead.properties["TAGS"], dead.properties["RETRY_TOPIC"]) == (b"m0", "t1", T)
+    c = PopClient(broker, "GD")
+    r = await broker.call(
+        RequestCode.ACK_MESSAGE,
+        AckMessageRequestHeader("GD", T, 0, got[0].receipt_handle, 0).to_ext_fields(),
+    )
+    assert r.code == 208 and await c.pop(T, order=True) == []

@@ -1,6 +1,6 @@
 """POP state across a SIGKILL of a real broker process: a recorded history of pops and acks, checked
 after the restart (nothing acked comes back, nothing popped and unacked is lost, and nothing comes back
-before its invisibility ran out)."""
+before its invisibility ran out), and a FIFO group's order lock kept through it."""
 
 from __future__ import annotations
 
@@ -85,6 +85,11 @@ async def test_sigkill_keeps_pop_state(tmp_path: Path, cli_env: dict[str, str]) 
         for i, body in enumerate(bodies):
             assert (await b.send(TOPIC, body, queue_id=i % 4)).code == 0
         await _consume(c, history, rounds=6)  # 24 popped, 12 acked
+        # a FIFO group holds queue 0: k0 acked, k4 out
+        fifo = PopClient(b, "GKF")
+        held = await fifo.pop(TOPIC, queue_id=0, max_nums=2, order=True, invisible_ms=INVISIBLE_MS)
+        assert [p.body for p in held] == [b"k0", b"k4"]
+        assert (await fifo.ack(TOPIC, held[0])).code == 0
         consumer = asyncio.ensure_future(_consume(c, history, rounds=None))
         await asyncio.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)  # mid-traffic, offsets not persisted since the start
@@ -95,6 +100,20 @@ async def test_sigkill_keeps_pop_state(tmp_path: Path, cli_env: dict[str, str]) 
 
         proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
         await wait_until(up)
+        # the FIFO lock outlived the kill: nothing of queue 0 until k4's invisibility ends, then k4 again
+        k4_due = int(held[1].handle.split(" ")[1]) + INVISIBLE_MS
+        back = await fifo.pop(TOPIC, queue_id=0, max_nums=2, order=True)
+        early = [(p.body, p.attempt, p.handle) for p in back]
+        while not back:
+            back = await fifo.pop(TOPIC, queue_id=0, max_nums=2, order=True, poll_ms=500)
+        answered = time.time() * 1000
+        seen = (early, [(p.body, p.attempt, p.handle) for p in back], k4_due, answered)
+        assert [(p.body, p.attempt) for p in back] == [(b"k4", 2)], seen
+        assert int(back[0].handle.split(" ")[1]) >= k4_due, seen  # lent again only once it was due
+        assert (await fifo.ack(TOPIC, back[0])).code == 0
+        nxt = await fifo.pop(TOPIC, queue_id=0, max_nums=1, order=True)
+        assert [(p.body, p.attempt) for p in nxt] == [(b"k8", 1)]
+
         after = History()
         deadline = time.time() + 15
         lent = {body: handle for body, _, handle in history.delivered}

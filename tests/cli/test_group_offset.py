@@ -262,12 +262,13 @@ def test_pop_group_shows_lag_and_in_flight(mq: RunCli, loaded: LocalCluster) -> 
             assert (await c.ack(TOPIC, p)).code == 0
         await wire.client.close()
 
+    def offsets_4x() -> object:
+        rows = mq("group", "progress", "-g", GROUP, "-o", "json").json()
+        return [(q["queue_id"], q["consumer_offset"]) for q in rows]
+
+    before = offsets_4x()
     loaded.loop.run(pop_some())
     shown = mq("group", "show", "-g", "CG_Pop", "-o", "json").json()
     assert (shown["total_lag"], shown["pop_in_flight"]) == (20 - 6, 4)
-    progress = {
-        (q["queue_id"], q["consumer_offset"])
-        for q in mq("group", "progress", "-g", GROUP, "-o", "json").json()
-    }
-    assert progress == {(0, 4), (1, 10)}
+    assert offsets_4x() == before
     assert [b["pop_in_flight"] for b in mq("cluster", "status", "-o", "json").json()] == [4]

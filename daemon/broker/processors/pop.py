@@ -30,11 +30,11 @@ from daemon.broker.pop import (
     PoppedMessage,
     ReceiptHandle,
 )
+from daemon.broker.retry import copy_of
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from store import fastjson
-from store.message import Message
 from store.record import decode_records, encode_record
 
 if TYPE_CHECKING:
@@ -55,15 +55,16 @@ def processors(broker: BrokerContext) -> dict[int, Processor]:
     }
 
 
-def offset_infos(popped: list[PoppedMessage], fifo: bool) -> tuple[str, str, str | None]:
+def offset_infos(
+    popped: list[tuple[PoppedMessage, ReceiptHandle]], fifo: bool
+) -> tuple[str, str, str | None]:
     """``startOffsetInfo``, ``msgOffsetInfo`` and ``orderCountInfo`` of a pop (``ExtraInfoUtil``'s
     ``build*Info``): per (topic type, queue) its checkpoint offset and its messages' offsets, per
     message (FIFO) how often it was delivered before."""
     starts: dict[tuple[str, int], int] = {}
     offsets: dict[tuple[str, int], list[int]] = {}
     counts: list[str] = []
-    for m in popped:
-        h = ReceiptHandle.decode(m.receipt_handle)
+    for m, h in popped:
         key = (h.topic_type, h.queue_id)
         starts.setdefault(key, h.ck_queue_offset)
         offsets.setdefault(key, []).append(h.queue_offset)
@@ -73,27 +74,14 @@ def offset_infos(popped: list[PoppedMessage], fifo: bool) -> tuple[str, str, str
     return start_info, msg_info, ";".join(counts) if fifo else None
 
 
-def as_popped_topic(m: PoppedMessage) -> bytes:
+def as_popped_topic(m: PoppedMessage, h: ReceiptHandle) -> bytes:
     """The record as a POP response carries it: a message from the group's retry topic re-encoded with
-    the topic it was sent to and its handle in ``POP_CK`` (5.x's default,
+    the topic it was sent to and its handle ``h`` in ``POP_CK`` (5.x's default,
     ``popResponseReturnActualRetryTopic=false``), others as stored."""
-    h = ReceiptHandle.decode(m.receipt_handle)
     if h.topic_type == NORMAL_TOPIC:
         return m.record
     old = decode_records(m.record)[0]
-    msg = Message(
-        topic=m.topic or old.topic,
-        body=old.stored_body,
-        queue_id=old.queue_id,
-        flag=old.flag,
-        properties={**old.properties, PROPERTY_POP_CK: h.extra_info},
-        sys_flag=old.sys_flag,
-        born_timestamp=old.born_timestamp,
-        born_host=old.born_host,
-        store_host=old.store_host,
-        reconsume_times=old.reconsume_times,
-        prepared_transaction_offset=old.prepared_transaction_offset,
-    )
+    msg = copy_of(old, m.topic or old.topic, old.queue_id, {**old.properties, PROPERTY_POP_CK: h.extra_info})
     return encode_record(
         msg,
         queue_offset=old.queue_offset,
@@ -149,12 +137,13 @@ class PopProcessor:
         if not popped:
             header = PopMessageResponseHeader(0, h.invisible_time, revive_qid, self._rest(h))
             return request.make_response(POLLING_TIMEOUT, "no new message", header.to_ext_fields())
-        first = ReceiptHandle.decode(popped[0].receipt_handle)
-        start_info, msg_info, count_info = offset_infos(popped, h.order)
+        handles = [(m, ReceiptHandle.decode(m.receipt_handle)) for m in popped]
+        first = handles[0][1]
+        start_info, msg_info, count_info = offset_infos(handles, h.order)
         header = PopMessageResponseHeader(
             first.pop_time, first.invisible_ms, revive_qid, self._rest(h), start_info, msg_info, count_info
         )
-        body = b"".join(as_popped_topic(m) for m in popped)
+        body = b"".join(as_popped_topic(m, handle) for m, handle in handles)
         return request.make_response(ResponseCode.SUCCESS, None, header.to_ext_fields(), body)
 
     def _rest(self, h: PopMessageRequestHeader) -> int:
