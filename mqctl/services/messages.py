@@ -31,7 +31,7 @@ from mqctl.errors import NotFoundError, UsageError
 from mqctl.services.topics import readers_of_topic, route_masters, route_readers
 from mqctl.timespec import iso, parse_time
 from mqctl.tracedata import trace_field
-from mqctl.units import when
+from mqctl.units import time_fields, when
 from store import (
     AUTO_CREATE_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
@@ -298,6 +298,9 @@ class Sent:
     queue_offset: int
     delay_level: int
     auto_created: bool = False
+    #: A timer message's delivery time (``TIMER_DELIVER_MS``); None and 0 for none.
+    deliver_time: str | None = None
+    deliver_time_ms: int = 0
 
 
 def message_properties(
@@ -386,6 +389,7 @@ async def send_message(
         result.queue_offset,
         int(properties.get(PROPERTY_DELAY_TIME_LEVEL, "0")),
         auto_created,
+        **time_fields("deliver_time", int(properties.get(PROPERTY_TIMER_DELIVER_MS, "0"))),
     )
 
 

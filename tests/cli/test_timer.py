@@ -50,6 +50,8 @@ def test_send_with_a_delay_is_listed_pending_until_due(
     before = int(time.time() * 1000)
     sent = ok(mq("msg", "send", "-t", "TmDelay", "--delay", "1h", "-k", "later", "tick", "-o", "json"))
     assert parked_topic(daemons, sent["msg_id"]) == TIMER_TOPIC
+    assert before + 3_600_000 <= sent["deliver_time_ms"] <= int(time.time() * 1000) + 3_600_000
+    assert sent["deliver_time"].endswith("Z") and sent["delay_level"] == 0
     at = ok(mq("msg", "send", "-t", "TmAt", "--deliver-at", "+2h", "tock", "-o", "json"))
     assert parked_topic(daemons, at["msg_id"]) == TIMER_TOPIC
     rows = ok(mq("timer", "ls", "-o", "json"))
