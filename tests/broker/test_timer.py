@@ -119,6 +119,20 @@ async def test_beyond_the_max_delay_the_send_is_refused(tmp_path: Path) -> None:
         await b.stop()
 
 
+async def test_timer_wheel_disabled_refuses_future_timers_only(tmp_path: Path) -> None:
+    b = await start_broker(tmp_path / "store", timer_wheel_enable=False)
+    client = BrokerHandle(b.addr, b.client, b)
+    try:
+        r = await client.send("Off", b"x", props={"TIMER_DELAY_SEC": "5"})
+        assert r.code == ResponseCode.SYSTEM_ERROR and "timerWheelEnable" in (r.remark or "")
+        past = await client.send("Off", b"now", props={"TIMER_DELIVER_MS": str(now_ms() - 1)})
+        assert past.code == ResponseCode.SUCCESS
+        (msg,) = await pull_all(client, "Off", 1, timeout=1)
+        assert msg.body == b"now"
+    finally:
+        await b.stop()
+
+
 async def test_default_max_is_three_days(broker: BrokerHandle) -> None:
     three_days = 3 * 24 * 3600 * 1000
     assert (await broker.send("Far", b"x", props={"TIMER_DELAY_MS": str(three_days - 5000)})).code == 0
