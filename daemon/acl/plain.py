@@ -480,8 +480,8 @@ def needed_resources(request: RemotingCommand) -> list[tuple[str, int]]:
     if code in (R.UNREGISTER_CLIENT, R.GET_CONSUMER_LIST_BY_GROUP):
         group = f.get("consumerGroup")
         return [(_retry(group), SUB)] if group else []
-    if code in (R.UPDATE_CONSUMER_OFFSET, R.QUERY_CONSUMER_OFFSET, *_POP_CODES):
-        # the POP codes as 5.x checks them: SUB on the topic and on the group
+    # the POP codes as 5.x checks them: SUB on the topic and on the group
+    if code in (R.UPDATE_CONSUMER_OFFSET, R.QUERY_CONSUMER_OFFSET) or code in _POP_CODES:
         return [(_retry(f.get("consumerGroup")), SUB), (f.get("topic", ""), SUB)]
     if code == R.HEART_BEAT:
         return _heartbeat_resources(request.body)

@@ -97,6 +97,10 @@ CLIENT_EXPIRY_S: Final = 120.0
 AUTH_ALGORITHM: Final = "MQv2-HMAC-SHA1"
 
 
+#: The born host of a send whose peer address grpc did not tell (a Unix socket).
+LOCAL: Final = ("127.0.0.1", 0)
+
+
 def parse_authorization(value: str) -> tuple[str, str]:
     """`MQv2-HMAC-SHA1 Credential=AK, SignedHeaders=x-mq-date-time, Signature=HEX` -> (AK, HEX); an
     absent or unparsable header is anonymous ("", "")."""
@@ -502,7 +506,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             self._check(client, meta, RequestCode.SEND_MESSAGE_V2, fields)
             remoting = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, message_body(msg))
-            answer = self.sender.send(cast(Connection, client.channel), remoting)
+            answer = self.sender.send_from(client.address if client.address[0] else LOCAL, remoting)
             response = answer if isinstance(answer, RemotingCommand) else await answer
         except Refused as refused:
             return spb.SendResultEntry(status=refused.status())

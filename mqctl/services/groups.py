@@ -138,6 +138,10 @@ class GroupShow(GroupConfigFields):
 
     brokers: int
     online_clients: int
+    #: Those clients (4.x and 5.x alike: language, version), and how they consume as they registered it
+    #: (a 5.x SimpleConsumer CONSUME_ACTIVELY, a PushConsumer CONSUME_PASSIVELY).
+    clients: list[ClientRow]
+    consume_type: str | None
     topics: list[str]
     total_lag: int
     #: POP (5.x) messages popped and not yet acked (``total_lag`` counts what is not popped yet).
@@ -378,6 +382,8 @@ async def show(admin: Admin, group: str, *, cluster: str | None = None) -> Group
         **config_fields(configs[0]),
         "brokers": len(configs),
         "online_clients": len(online["clients"]),
+        "clients": online["clients"],
+        "consume_type": online.get("consume_type"),
         "topics": sorted({q.topic for q in queues}),
         "total_lag": sum(q.lag for q in queues),
         "pop_in_flight": lent,

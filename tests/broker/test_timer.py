@@ -4,6 +4,7 @@ delivery on time, the max delay, recall, and surviving a restart and a SIGKILL."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import signal
@@ -11,7 +12,9 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +32,16 @@ from tests.support.broker import BrokerClient, BrokerHandle, start_broker
 from tests.support.paths import ROOT
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
+
+
+@contextlib.asynccontextmanager
+async def running(root: Path, **overrides: Any) -> AsyncIterator[BrokerHandle]:
+    """Our broker on the store at `root` (settings by field name), stopped on the way out."""
+    b = await start_broker(root, **overrides)
+    try:
+        yield BrokerHandle(b.addr, b.client, b)
+    finally:
+        await b.stop()
 
 
 def now_ms() -> int:
@@ -104,9 +117,8 @@ async def test_a_time_past_or_now_is_delivered_at_once(broker: BrokerHandle) -> 
 
 
 async def test_beyond_the_max_delay_the_send_is_refused(tmp_path: Path) -> None:
-    b = await start_broker(tmp_path / "store", timer_max_delay_sec=60)
-    client = BrokerHandle(b.addr, b.client, b)
-    try:
+    async with running(tmp_path / "store", timer_max_delay_sec=60) as client:
+        b = client.broker
         r = await client.send("Far", b"x", props={"TIMER_DELAY_SEC": "61"})
         assert r.code == ResponseCode.MESSAGE_ILLEGAL
         assert "max delay 60000ms" in (r.remark or "")
@@ -115,8 +127,16 @@ async def test_beyond_the_max_delay_the_send_is_refused(tmp_path: Path) -> None:
         ok = await client.send("Far", b"x", props={"TIMER_DELAY_SEC": "59"})
         assert ok.code == ResponseCode.SUCCESS
         await wait_until(lambda: b.timers.pending == 1)
-    finally:
-        await b.stop()
+
+
+async def test_timer_wheel_disabled_refuses_future_timers_only(tmp_path: Path) -> None:
+    async with running(tmp_path / "store", timer_wheel_enable=False) as client:
+        r = await client.send("Off", b"x", props={"TIMER_DELAY_SEC": "5"})
+        assert r.code == ResponseCode.SYSTEM_ERROR and "timerWheelEnable" in (r.remark or "")
+        past = await client.send("Off", b"now", props={"TIMER_DELIVER_MS": str(now_ms() - 1)})
+        assert past.code == ResponseCode.SUCCESS
+        (msg,) = await pull_all(client, "Off", 1, timeout=1)
+        assert msg.body == b"now"
 
 
 async def test_default_max_is_three_days(broker: BrokerHandle) -> None:
@@ -150,9 +170,8 @@ async def test_a_committed_transactional_timer_waits_for_its_time(broker: Broker
 
 @pytest.mark.slow
 async def test_a_timer_parked_longer_than_the_roll_window_is_re_put_and_still_on_time(tmp_path: Path) -> None:
-    b = await start_broker(tmp_path / "store", timer_roll_window_sec=1)
-    client = BrokerHandle(b.addr, b.client, b)
-    try:
+    async with running(tmp_path / "store", timer_roll_window_sec=1) as client:
+        b = client.broker
         r = await client.send("Roll", b"r", props={"TIMER_DELAY_MS": "3500", "UNIQ_KEY": "R1"})
         assert r.code == ResponseCode.SUCCESS
         (msg,) = await pull_all(client, "Roll", 1)
@@ -162,8 +181,6 @@ async def test_a_timer_parked_longer_than_the_roll_window_is_re_put_and_still_on
         rolled = b.store.get_max_offset(TIMER_TOPIC, 0) - 1
         assert rolled == int(msg.properties["TIMER_ROLL_TIMES"])
         assert b.timers.pending == 0 and b.timers.delivered == 1
-    finally:
-        await b.stop()
 
 
 @pytest.mark.slow
@@ -346,30 +363,28 @@ async def test_ten_thousand_pending_timers_barely_slow_a_start(tmp_path: Path) -
     n = 10_000
     due = now_ms() + 3_600_000
     for root, timers in (("plain", False), ("store", True)):  # the same messages, plain or timers
-        b = await start_broker(tmp_path / root)
-        for i in range(n):
-            props = (
-                {"TIMER_DELIVER_MS": str(due + i), "UNIQ_KEY": f"K{i}"} if timers else {"UNIQ_KEY": f"K{i}"}
-            )
-            topic, queue_id = b.timers.park(f"T{i % 10}", 0, props)
-            msg = Message(topic, b"x" * 100, queue_id, properties=props, store_host=("127.0.0.1", 10911))
-            assert b.store.put_message(msg).ok
-        await wait_until(lambda b=b, timers=timers: b.timers.pending == (n if timers else 0))
-        await b.stop()  # writes the snapshot
+        async with running(tmp_path / root) as client:  # the stop writes the snapshot
+            b = client.broker
+            for i in range(n):
+                props = {"UNIQ_KEY": f"K{i}"}
+                if timers:
+                    props["TIMER_DELIVER_MS"] = str(due + i)
+                topic, queue_id = b.timers.park(f"T{i % 10}", 0, props)
+                msg = Message(topic, b"x" * 100, queue_id, properties=props, store_host=("127.0.0.1", 10911))
+                assert b.store.put_message(msg).ok
+            await wait_until(lambda b=b, timers=timers: b.timers.pending == (n if timers else 0))
 
     baseline = await _start_time(tmp_path / "plain")
     with_snapshot = await _start_time(tmp_path / "store")
     for name in ("pending.json", "pending.json.bak"):  # as a SIGKILL before the first snapshot leaves it
         (tmp_path / "store" / "timer" / name).unlink()
     began = time.perf_counter()
-    b = await start_broker(tmp_path / "store")
-    without = time.perf_counter() - began
-    try:
+    async with running(tmp_path / "store") as client:
+        without = time.perf_counter() - began
+        b = client.broker
         await wait_until(lambda: b.timers.pending == n)
         caught_up = time.perf_counter() - began
         assert b.timers.backlog()[0] == TopicBacklog("T0", n // 10, due)
-    finally:
-        await b.stop()
     print(
         f"start: {n} plain messages {baseline * 1000:.0f} ms; {n} pending timers: {with_snapshot * 1000:.0f} ms"
         f" from the snapshot, {without * 1000:.0f} ms without (all read {caught_up * 1000:.0f} ms after)"
@@ -378,49 +393,32 @@ async def test_ten_thousand_pending_timers_barely_slow_a_start(tmp_path: Path) -
 
 
 async def test_a_restart_keeps_pending_timers_and_delivers_none_twice(tmp_path: Path) -> None:
-    b = await start_broker(tmp_path / "store")
-    client = BrokerHandle(b.addr, b.client, b)
-    try:
+    async with running(tmp_path / "store") as client:
         assert (await client.send("Rs", b"early", props={"TIMER_DELAY_MS": "100"})).code == 0
         assert (await client.send("Rs", b"later", props={"TIMER_DELAY_MS": "1500"})).code == 0
         await pull_all(client, "Rs", 1)
-    finally:
-        await b.stop()
-    b = await start_broker(tmp_path / "store")
-    client = BrokerHandle(b.addr, b.client, b)
-    try:
+    async with running(tmp_path / "store") as client:
+        b = client.broker
         assert b.timers.pending == 1  # from the snapshot the stop wrote
         got = await pull_all(client, "Rs", 2)
         assert [m.body for m in got] == [b"early", b"later"]
         await asyncio.sleep(0.2)
         assert (await client.pull("TG", "Rs", 0, 2)).code == ResponseCode.PULL_NOT_FOUND
-    finally:
-        await b.stop()
 
 
 async def test_a_store_without_timer_progress_takes_only_timers_not_yet_due(tmp_path: Path) -> None:
     """A store another broker wrote (RocketMQ 5.x keeps no files of ours): its timer queue's history is
     not delivered again, what is still to come is."""
-    b = await start_broker(tmp_path / "store")
-    client = BrokerHandle(b.addr, b.client, b)
-    try:
+    async with running(tmp_path / "store") as client:
         assert (await client.send("Tk", b"old", props={"TIMER_DELAY_MS": "100"})).code == 0
         assert (await client.send("Tk", b"future", props={"TIMER_DELAY_SEC": "60"})).code == 0
         await pull_all(client, "Tk", 1)
-    finally:
-        await b.stop()
     shutil.rmtree(tmp_path / "store" / "timer")
-    b = await start_broker(tmp_path / "store")
-    client = BrokerHandle(b.addr, b.client, b)
-    try:
+    async with running(tmp_path / "store") as client:
+        b = client.broker
         await wait_until(lambda: b.timers._done_before is None)
         assert b.timers.pending == 1 and b.timers.backlog()[0].topic == "Tk"
         await asyncio.sleep(0.3)
         assert (await client.pull("TG", "Tk", 0, 1)).code == ResponseCode.PULL_NOT_FOUND
-    finally:
-        await b.stop()
-    b = await start_broker(tmp_path / "store")  # and the next start keeps it so
-    try:
-        assert b.timers.pending == 1
-    finally:
-        await b.stop()
+    async with running(tmp_path / "store") as client:  # and the next start keeps it so
+        assert client.broker.timers.pending == 1

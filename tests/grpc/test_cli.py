@@ -97,3 +97,18 @@ def test_bench_produce_and_consume_through_the_grpc_front(cli: RunCli, tmp_path:
         assert drained.code == 0, drained.stderr
         assert drained.json()["messages"] == 45  # exactly: each receive asks for no more than is left
         assert cluster.broker.pop.in_flight().get("BenchG", 0) == 0  # every one acked
+
+
+def test_group_show_lists_its_5x_clients(cli: RunCli, tmp_path: Path) -> None:
+    with grpc_cluster(tmp_path) as cluster:
+        create_topic(cluster, "Jobs")
+        env = {"NAMESRV_ADDR": cluster.namesrv_addr}
+        with simple_consumer(cluster, "Workers", "Jobs"):
+            shown = cli("group", "show", "-g", "Workers", "-o", "json", env=env)
+            assert shown.code == 0, shown.stderr
+            group = shown.json()
+            assert group["online_clients"] == 1 and group["consume_type"] == "CONSUME_ACTIVELY"
+            [client] = group["clients"]
+            assert (client["language"], client["version_name"]) == ("PYTHON", "V5_1_2")
+            table = cli("group", "show", "-g", "Workers", env=env)
+            assert table.code == 0 and "V5_1_2" in table.stdout, table.stdout

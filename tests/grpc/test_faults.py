@@ -65,11 +65,12 @@ def test_sigkill_with_received_unacked_messages(tmp_path: Path, cli_env: dict[st
     port, grpc_port = free_port(), free_port()
     conf = tmp_path / "broker.conf"
     conf.write_text(
-        f"brokerName=broker-a\nbrokerIP1=127.0.0.1\nlistenPort={port}\ngrpcListenPort={grpc_port}\n"
+        f"brokerName=broker-a\nbrokerIP1=127.0.0.1\nlistenPort={port}\n"
         f"storePathRootDir={tmp_path / 'store'}\nmappedFileSizeCommitLog=4194304\n"
         "flushConsumerOffsetInterval=60000\nmetricsEnable=false\n"
     )
     argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
+    cli_env = {**cli_env, "MQCTL_GRPC_LISTEN_PORT": str(grpc_port)}  # (the test env's 0 otherwise)
     config = ClientConfiguration(f"127.0.0.1:{grpc_port}", Credentials(), request_timeout=5)
     proc = _start(argv, cli_env, port, create=True)
     delivered: list[tuple[bytes, float, str]] = []  # body, when, receipt handle

@@ -263,6 +263,14 @@ class SendProcessor:
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
         """Synchronous unless the put must wait for an fsync: no task per send on the hot path."""
+        # the client's socket address, read when it connected
+        return self.send_from(conn.address if conn.address[0] else _NO_SOCKET, request)
+
+    def send_from(
+        self, born_host: HostAddress, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """A send from a client at `born_host`: a remoting connection's peer, or a 5.x client's (the gRPC
+        front hands its SendMessage here as the SEND_MESSAGE_V2 it stands for)."""
         started = time.perf_counter_ns()  # putLatency99/999 measure the whole send
         h = parse_send(request.code, request.ext_fields)
         config = self._topic_config(h)
@@ -273,8 +281,6 @@ class SendProcessor:
         sys_flag = h.sys_flag
         if config.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
-        # the client's socket address, read when it connected
-        born_host = conn.address if conn.address[0] else _NO_SOCKET
         if request.code == _SEND_BATCH_MESSAGE or h.batch:
             return self._send_batch(request, h, topic, queue_id, props, sys_flag, wait, born_host, started)
         return self._send_one(request, h, topic, queue_id, props, sys_flag, wait, born_host, started)
