@@ -503,7 +503,8 @@ class Broker:
             self.topics.recreate_lost_topics(self.store.topic_queue_table())  # queues complete once started
             self.transactions.load()
             self.timers = TimerMessageService(self)
-            self.timers.load()
+            if not is_slave(self.config):  # a slave keeps no timer progress: its master delivers
+                self.timers.load()
         except BaseException:
             self.store.shutdown()
             raise
