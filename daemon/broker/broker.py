@@ -665,7 +665,8 @@ class Broker:
             self.pop = PopService(self)
             self.pop.load()
             self.timers = TimerMessageService(self)
-            self.timers.load()
+            if not is_slave(self.config):  # a slave keeps no timer progress: its master delivers
+                self.timers.load()
         except BaseException:
             self.store.shutdown()
             raise

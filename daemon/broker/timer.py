@@ -205,7 +205,9 @@ class TimerMessageService:
 
     def recall(self, topic: str, unique_key: str) -> bool:
         """Cancel a pending timer message of `topic` by its unique key; False when none is pending
-        (unknown, already delivered or being delivered)."""
+        (unknown, already delivered or being delivered; or this broker does not deliver timers)."""
+        if not self._tasks:
+            return False
         self._read_new(limit=None)
         offset = self._by_key.get((topic, unique_key))
         if offset is None:

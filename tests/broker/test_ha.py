@@ -672,3 +672,27 @@ async def test_role_and_ha_port_cannot_change_at_run_time(group: Group) -> None:
         assert r.code == ResponseCode.NO_PERMISSION, key
     assert group.slave.config.broker_role == SLAVE and group.slave.store.config.broker_role == SLAVE
     assert (await group.on(group.slave).send("Rep", b"x")).code == ResponseCode.SERVICE_NOT_AVAILABLE
+
+
+async def test_timers_are_the_masters_to_deliver_and_a_promoted_slave_takes_the_pending_ones_over(
+    group: Group, tmp_path: Path
+) -> None:
+    g = group
+    master = g.on(g.master)
+    assert (await master.send("Tm", b"soon", props={"TIMER_DELAY_MS": "200"})).code == ResponseCode.SUCCESS
+    assert (await master.send("Tm", b"later", props={"TIMER_DELAY_SEC": "120"})).code == ResponseCode.SUCCESS
+    await wait_until(lambda: g.master.store.get_max_offset("Tm", 0) == 1)  # "soon" delivered by the master
+    await wait_until(lambda: caught_up(g))
+    slave_root = Path(g.slave.config.store_path_root_dir)
+    assert g.slave.runtime_info()["timerPendingMessages"] == "0"  # a slave delivers nothing, shows nothing
+    assert not (slave_root / "timer").exists()
+    await g.slave.stop()
+    promoted = await start_broker(slave_root, **SMALL)  # the slave's store, now a master's
+    try:
+        await wait_until(lambda: promoted.timers.pending == 1)
+        assert [b.topic for b in promoted.timers.backlog()] == ["Tm"]
+        await asyncio.sleep(0.3)
+        assert promoted.store.get_max_offset("Tm", 0) == 1  # "soon" is not delivered a second time
+    finally:
+        await promoted.stop()
+    g.slave = promoted  # stopped: the group's teardown stops it again harmlessly
