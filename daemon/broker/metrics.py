@@ -47,7 +47,7 @@ POLL_INTERVAL = 0.1
 READ_TIMEOUT = 10.0
 #: Samples of a per-topic or per-queue family rendered at once on the event loop, which serves
 #: requests between two slices (docs/performance.md has what a slice costs).
-SCRAPE_SLICE = 100
+SCRAPE_SLICE = 50
 #: Seconds a scrape waits for the event loop to render it before answering 503.
 RENDER_TIMEOUT = 10.0
 
