@@ -182,7 +182,7 @@ async def raft_group(
                 node.stop()
 
 
-async def _raft_ports_listen(ports: list[int], timeout: float = 10.0) -> None:
+async def _raft_ports_listen(ports: list[int], timeout: float = 5.0) -> None:
     """Skip unless the brokers, up and answering, listen on their DLedger ports too: a build without
     DLedger mode takes ``enableDLegerCommitLog`` and runs three masters on nothing."""
     loop = asyncio.get_running_loop()
