@@ -78,7 +78,9 @@ class Proxy:
         holder: list[Link] = []
 
         async def accept(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            await self._accept(holder[0], reader, writer)
+            # cancelled by close(): end quietly (asyncio's stream server logs a callback task's cancellation)
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._accept(holder[0], reader, writer)
 
         server = await asyncio.start_server(accept, "127.0.0.1", 0)
         link = Link(name, (host, int(port)), server)
