@@ -53,6 +53,7 @@ from daemon.broker.schedule import ScheduleMessageService
 from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
+from daemon.config import ConfigError
 from daemon.dledger.machines import Role, Timings
 from daemon.dledger.server import DLedgerServer, DLedgerSettings, dledger_runtime_info, parse_peers
 from daemon.lifecycle import cancel_tasks, every
@@ -109,6 +110,8 @@ class Broker:
         client: Transport | None = None,
     ) -> None:
         refuse_inert_semantics(config)  # before any port opens or file is touched
+        if config.enable_dleger_commit_log:
+            check_dledger(config)
         self.config = config
         self._store_factory = store_factory or _default_store
         #: `tls.*` (checked now: a bad setting fails the start before any port opens); every listener of
@@ -925,6 +928,19 @@ class Broker:
                 log.warning("unregister from name server %s failed: %s", addr, exc)
 
         await asyncio.gather(*(one(a) for a in c.namesrv_addrs))
+
+
+def check_dledger(config: BrokerConfig) -> dict[str, str]:
+    """DLedger mode's keys, checked before anything starts: the peers, and this broker one of them."""
+    try:
+        peers = parse_peers(config.dleger_peers)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if config.dleger_self_id not in peers:
+        raise ConfigError(
+            f"dLegerSelfId={config.dleger_self_id!r} is not one of dLegerPeers={config.dleger_peers!r}"
+        )
+    return peers
 
 
 def _while_slave(config: BrokerConfig, refusal: Processor, processor: Processor) -> Processor:

@@ -60,7 +60,11 @@ async def failover(data: Path, ns: str) -> float:
     first SEND_OK through the new leader; every acknowledged message is then read back from it."""
     client = RemotingClient()
     try:
-        await wait_until(lambda: master_of(client, ns), 60)
+
+        async def elected() -> bool:
+            return await master_of(client, ns) is not None
+
+        await wait_until(elected, 60)
         old = await master_of(client, ns)
         assert old is not None
         on_old = BrokerClient(old, client)
