@@ -380,14 +380,7 @@ class Broker:
             raise StoreError(f"{c.store_path_root_dir}: DLedger mode needs the DLedger CommitLog")
         self._dledger_store = store
         commit_log = store.commit_log
-        try:
-            peers = parse_peers(c.dleger_peers)
-        except ValueError as exc:
-            raise StoreError(str(exc)) from None
-        if c.dleger_self_id not in peers:
-            raise StoreError(
-                f"dLegerSelfId={c.dleger_self_id!r} is not one of dLegerPeers={c.dleger_peers!r}"
-            )
+        peers = check_dledger(c)
         commit_log.auto_commit = False  # entries commit when a quorum holds them
         timings = Timings(
             heart_beat_time_interval_ms=c.heart_beat_time_interval_ms,
