@@ -86,6 +86,11 @@ Config files: ``store.configs`` (:class:`ConfigFiles`) holds ``topics`` (:class:
 ``update``/``delete`` persist at once; offsets persist at shutdown or when the broker calls
 ``configs.persist_offsets()``.
 
+DLedger mode (``enable_dleger_commit_log``, 4.9.8's ``DLedgerCommitLog``): records live in DLedger entries
+under ``<root>/dledger-<selfId>/`` (:mod:`store.dledger` codecs and the ``RaftLog`` contract,
+:mod:`store.dledger_log` the file-backed log, :mod:`store.dledger_commitlog` the CommitLog on it); reads
+and dispatch stop at the committed index; ``dispatch_committed()`` after a Raft driver commits.
+
 Codecs (pure, over bytes/memoryview): :mod:`store.record` (records, properties, msgId,
 UNIQ_KEY), :mod:`store.javahash`, :mod:`store.consumequeue` (units), :mod:`store.indexfile`,
 :mod:`store.fastjson` (the one fastjson codec: wire form and config-file form).

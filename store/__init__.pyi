@@ -3,6 +3,7 @@
 name (``from store import fastjson``) does not import the engine."""
 
 from . import (
+    dledger as dledger,
     fastjson as fastjson,
     inspect as inspect,
 )

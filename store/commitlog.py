@@ -142,6 +142,21 @@ def encode_checked(
     return props, born, store, topic, total
 
 
+def appended(m: Message, offset: int, size: int, queue_offset: int, now_ms: int) -> RecordInfo:
+    """What dispatch needs of a record just appended (no need to parse it back)."""
+    return RecordInfo(
+        offset,
+        size,
+        m.topic,
+        m.queue_id,
+        queue_offset,
+        m.sys_flag,
+        now_ms,
+        m.prepared_transaction_offset,
+        m.properties,
+    )
+
+
 class CommitLog:
     """Appends records, rolls files with the blank filler, validates and truncates on recovery."""
 
@@ -224,19 +239,7 @@ class CommitLog:
             mm[pos : pos + size] = encode_record_parts(m, props, born, store, topic, qoff, base + pos, now_ms)
             if counted:
                 next_offset += 1
-            out.append(
-                RecordInfo(
-                    base + pos,
-                    size,
-                    m.topic,
-                    m.queue_id,
-                    qoff,
-                    m.sys_flag,
-                    now_ms,
-                    m.prepared_transaction_offset,
-                    m.properties,
-                )
-            )
+            out.append(appended(m, base + pos, size, qoff, now_ms))
             pos += size
         mf.wrote_position = pos
         self.last_store_timestamp = now_ms
@@ -550,8 +553,13 @@ class RecordWalk:
                     extent = 0
                     on_damaged = self.on_damaged
                     if not (sound and on_crc_error is not None) and on_damaged is not None:
-                        extent = damaged_extent(
-                            view, pos, written, file_size, base, self.known, search=self.search
+                        # in a DLedger entry the record's extent is the entry's
+                        extent = (
+                            entry_end - pos
+                            if entry_end
+                            else damaged_extent(
+                                view, pos, written, file_size, base, self.known, search=self.search
+                            )
                         )
                     if extent and on_damaged is not None:
                         on_damaged(error, extent)  # set aside alone: the walk goes on past it

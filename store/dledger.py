@@ -58,6 +58,9 @@ TERM_FILE = "currterm"
 TERM_KEY = "currTerm"
 VOTE_KEY = "voteLeader"
 
+Buf = bytes | bytearray | memoryview
+"""What the codecs read: a file's mapping, a copy, a frame."""
+
 _HEADER = struct.Struct(">iiqqqiiii")  # magic size index term pos channel chainCrc bodyCrc bodyLength
 _INDEX = struct.Struct(">iqiqq")  # magic pos size index term
 _BLANK = struct.Struct(">ii")
@@ -137,7 +140,7 @@ def encode_entry(entry: Entry) -> bytes:
     )
 
 
-def decode_header(buf: bytes | memoryview, offset: int = 0) -> tuple[int, int, int, int, int, int]:
+def decode_header(buf: Buf, offset: int = 0) -> tuple[int, int, int, int, int, int]:
     """(magic, size, index, term, pos, body length) of the entry at ``offset``; raises on a short buffer."""
     if len(buf) - offset < BODY_OFFSET:
         raise CorruptEntryError(offset, f"{len(buf) - offset} bytes left, a header needs {BODY_OFFSET}")
@@ -155,7 +158,7 @@ def check_header(magic: int, size: int, body_len: int, where: int) -> None:
         raise CorruptEntryError(where, f"size {size} != {body_len} + {BODY_OFFSET}")
 
 
-def decode_entry(buf: bytes | memoryview, offset: int = 0) -> Entry:
+def decode_entry(buf: Buf, offset: int = 0) -> Entry:
     """``DLedgerEntryCoder#decode`` with ``DLedgerMmapFileStore#recover``'s header checks."""
     magic, size, index, term, pos, body_len = decode_header(buf, offset)
     check_header(magic, size, body_len, offset)
@@ -166,12 +169,12 @@ def decode_entry(buf: bytes | memoryview, offset: int = 0) -> Entry:
     return Entry(index, term, body, pos, magic, channel, chain, crc)
 
 
-def entry_size_at(buf: bytes | memoryview, pos: int) -> int:
+def entry_size_at(buf: Buf, pos: int) -> int:
     """The size field of the entry header at ``pos``."""
     return int(_BLANK.unpack_from(buf, pos)[1])
 
 
-def entry_header_problem(view: bytes | memoryview, pos: int, written: int, file_size: int, base: int) -> str:
+def entry_header_problem(view: Buf, pos: int, written: int, file_size: int, base: int) -> str:
     """What ends a walk of a data file at ``pos`` ("blank-filler", "zeros", "partial": not all written
     yet) or why the entry header there is damaged (the checks of ``DLedgerMmapFileStore#recover``); ""
     for a sound header of an entry written whole. ``base`` is the file's first offset."""
@@ -225,7 +228,7 @@ def encode_index(entry: Entry | IndexRecord) -> bytes:
     return _INDEX.pack(entry.magic, entry.pos, entry.size, entry.index, entry.term)
 
 
-def decode_index(buf: bytes | memoryview, offset: int = 0) -> IndexRecord:
+def decode_index(buf: Buf, offset: int = 0) -> IndexRecord:
     """Inverse of :func:`encode_index`."""
     if len(buf) - offset < INDEX_UNIT_SIZE:
         raise CorruptEntryError(offset, "index record cut short")

@@ -7,7 +7,9 @@ msgId all say the position of the entry plus :data:`store.dledger.BODY_OFFSET` (
 record where it lies in the data files. :attr:`max_offset` is the end of the last *committed* entry
 (``DLedgerCommitLog#getMaxOffset``): dispatch to ConsumeQueue and IndexFile and every read stop there.
 
-Without a Raft driver (:attr:`auto_commit`, a group of one) an entry is committed as it is appended.
+Without a Raft driver (:attr:`auto_commit`, a group of one) an entry is committed as it is appended,
+and at load every entry recovery kept (the checkpoint's committed index may lag a crash). A Raft driver
+sets ``auto_commit = False`` before the store is opened.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from store.commitlog import CommitLog, RecordWalk, ScanResult, encode_checked
+from store.commitlog import CommitLog, RecordWalk, ScanResult, appended, encode_checked
 from store.dledger import BODY_OFFSET, DATA_FILE_SIZE, INDEX_FILE_SIZE, load_term
 from store.dledger_log import DLedgerLog, dledger_dir
 from store.errors import CorruptRecordError, StoreFormatError
@@ -108,6 +110,8 @@ class DLedgerCommitLog(CommitLog):
         )
         self.files = self.log.data
         self.term = max(1, load_term(self.directory)[0], self.log.last_term)
+        if self.auto_commit and not self.read_only:  # alone, every entry that survived recovery is committed
+            self.log.set_committed(self.log.last_index)
         if self.log.last_index >= 0:
             last = self.log.get(self.log.last_index)
             self.last_store_timestamp = read_record_info(last.body, 0).store_timestamp
@@ -131,19 +135,7 @@ class DLedgerCommitLog(CommitLog):
                 dlog.set_committed(entry.index)
             if counted:
                 next_offset += 1
-            out.append(
-                RecordInfo(
-                    entry.pos + BODY_OFFSET,
-                    size,
-                    m.topic,
-                    m.queue_id,
-                    qoff,
-                    m.sys_flag,
-                    now_ms,
-                    m.prepared_transaction_offset,
-                    m.properties,
-                )
-            )
+            out.append(appended(m, entry.pos + BODY_OFFSET, size, qoff, now_ms))
         self.last_store_timestamp = now_ms
         return out
 

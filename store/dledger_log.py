@@ -41,6 +41,7 @@ from store.dledger import (
     encode_checkpoint,
     encode_entry,
     encode_index,
+    entry_header_problem,
     needs_roll,
     read_small_file,
     write_small_file,
@@ -107,6 +108,7 @@ class DLedgerLog:
         self._checkpointed: tuple[int, int] | None = None
         self._checkpoint_ms = 0
         self.lost_committed = -1  # after recovery: the checkpoint's committed index when damage cut below it
+        self.damaged_bodies: list[int] = []  # positions of entries recovery found damaged but kept
         self.recover()
 
     # ------------------------------------------------------------------ state
@@ -435,8 +437,16 @@ class DLedgerLog:
                     raise CorruptEntryError(absolute, f"term {term} after term {last_term}")
                 if self.body_check is not None:
                     reason = self.body_check(absolute, mf.view[rel + BODY_OFFSET : rel + size])
-                    if reason:
-                        raise CorruptEntryError(absolute, f"entry {index}: {reason}")
+                    if reason and not self._sound_next(fi, rel + size, index + 1):
+                        raise CorruptEntryError(absolute, f"entry {index}: {reason}")  # a torn tail
+                    if reason:  # damage inside the log: kept, the CommitLog sets its record aside in place
+                        log.error(
+                            "DLedger recovery: entry %d at %d: %s (kept: sound entries follow)",
+                            index,
+                            absolute,
+                            reason,
+                        )
+                        self.damaged_bodies.append(absolute)
             except CorruptEntryError as e:
                 return end, last, last_term, str(e)
             if not self.read_only:
@@ -444,6 +454,21 @@ class DLedgerLog:
             last, last_term = index, term
             rel += size
             end = mf.file_from_offset + rel
+
+    def _sound_next(self, fi: int, rel: int, index: int) -> bool:
+        """Whether a sound entry ``index`` follows at ``rel`` of file ``fi`` (or after its blank, in the next
+        file): what tells damage inside the log from a torn write at its end."""
+        files = self.data.files
+        mf = files[fi]
+        head = entry_header_problem(
+            mf.view, rel, self.data.file_size, self.data.file_size, mf.file_from_offset
+        )
+        if head == "blank-filler" and fi + 1 < len(files):
+            mf, rel = files[fi + 1], 0
+            head = entry_header_problem(
+                mf.view, 0, self.data.file_size, self.data.file_size, mf.file_from_offset
+            )
+        return head == "" and decode_header(mf.view, rel)[2] == index
 
     def _repair_index(self, entry: IndexRecord) -> None:
         """Recovery's data-to-index comparison: a record that disagrees is rewritten from the data."""

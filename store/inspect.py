@@ -22,6 +22,8 @@ from pathlib import Path
 from store.commitlog import CommitLog, RecordWalk
 from store.config import StoreConfig
 from store.consumequeue import ConsumeQueue, unit_tags_code
+from store.dledger import DATA_DIR, INDEX_DIR, INDEX_FILE_SIZE
+from store.dledger_commitlog import DLedgerCommitLog
 from store.errors import CorruptRecordError, StoreError, StoreFormatError
 from store.heal import index_header_problem
 from store.indexfile import (
@@ -71,9 +73,14 @@ class Layout:
     consume_queue_file_size: int
     hash_slot_num: int
     index_num: int
+    #: A DLedger-mode store (4.9.8's DLedgerCommitLog): its member id, the CommitLog in ``dledger-<id>/data``.
+    dledger_self_id: str | None = None
+    dledger_index_file_size: int = INDEX_FILE_SIZE
 
     @property
     def commitlog_dir(self) -> Path:
+        if self.dledger_self_id is not None:
+            return self.root / f"dledger-{self.dledger_self_id}" / DATA_DIR
         return self.root / "commitlog"
 
     @property
@@ -91,6 +98,8 @@ class Layout:
             mapped_file_size_consume_queue=self.consume_queue_file_size,
             max_hash_slot_num=self.hash_slot_num,
             max_index_num=self.index_num,
+            enable_dleger_commit_log=self.dledger_self_id is not None,
+            dleger_self_id=self.dledger_self_id or "",
         )
 
     def queues(self, topic: str | None = None) -> list[tuple[str, int]]:
@@ -135,10 +144,12 @@ def layout(root: str | Path) -> Layout:
     Raises ``FileNotFoundError`` when ``root`` has no ``commitlog/`` and :class:`StoreFormatError` when
     the index files do not have that shape."""
     path = Path(root)
-    if not (path / "commitlog").is_dir():
-        raise FileNotFoundError(f"not a store directory (no commitlog/ in it): {path}")
+    self_id = dledger_member(path)
+    if self_id is None and not (path / "commitlog").is_dir():
+        raise FileNotFoundError(f"not a store directory (no commitlog/ or dledger-*/data/ in it): {path}")
     defaults = StoreConfig()
-    cl = _usual_file_size(path / "commitlog", "*") or defaults.mapped_file_size_commit_log
+    logs = path / "commitlog" if self_id is None else path / f"dledger-{self_id}" / DATA_DIR
+    cl = _usual_file_size(logs, "*") or defaults.mapped_file_size_commit_log
     cq = _usual_file_size(path / "consumequeue", "*/*/*") or defaults.mapped_file_size_consume_queue
     slots, entries = defaults.max_hash_slot_num, defaults.max_index_num
     index_size = _usual_file_size(path / "index", "*")
@@ -151,23 +162,56 @@ def layout(root: str | Path) -> Layout:
             )
         slots = body // per_slot
         entries = 4 * slots
-    return Layout(path, cl, cq, slots, entries)
+    if self_id is None:
+        return Layout(path, cl, cq, slots, entries)
+    dl_index = _usual_file_size(path / f"dledger-{self_id}" / INDEX_DIR, "*") or INDEX_FILE_SIZE
+    return Layout(path, cl, cq, slots, entries, self_id, dl_index)
+
+
+def dledger_member(path: Path) -> str | None:
+    """The member id of a DLedger-mode store (one ``dledger-<id>/data/`` and no CommitLog file), else None.
+
+    A store holding both is 4.9.8's upgrade in place (``DLedgerCommitLog#recover``: the old CommitLog
+    then the DLedger one from ``dividedCommitlogOffset``), which nothing here reads."""
+    members = sorted(p.name[len("dledger-") :] for p in path.glob("dledger-*") if (p / DATA_DIR).is_dir())
+    if not members:
+        return None
+    old = path / "commitlog"
+    if old.is_dir() and any(p.is_file() for p in old.iterdir()):
+        raise StoreFormatError(
+            f"{path} holds both commitlog/ files and a DLedger CommitLog: a store upgraded in place to DLedger "
+            "mode is not supported"
+        )
+    if len(members) > 1:
+        raise StoreFormatError(f"{path} holds the DLedger logs of several members: {', '.join(members)}")
+    return members[0]
 
 
 @contextlib.contextmanager
 def commit_log(lay: Layout, on_bad_file: Callable[[StoreError], None] | None = None) -> Iterator[CommitLog]:
     """The store's CommitLog, read-only; ``on_bad_file`` is told of a file that cannot be mapped."""
-    log_ = CommitLog(
-        str(lay.commitlog_dir),
-        lay.commit_log_file_size,
-        max_message_size=lay.config().max_message_size,
-        read_only=True,
+    log_ = (
+        CommitLog(
+            str(lay.commitlog_dir),
+            lay.commit_log_file_size,
+            max_message_size=lay.config().max_message_size,
+            read_only=True,
+        )
+        if lay.dledger_self_id is None
+        else DLedgerCommitLog(
+            str(lay.root),
+            lay.dledger_self_id,
+            file_size=lay.commit_log_file_size,
+            index_file_size=lay.dledger_index_file_size,
+            max_message_size=lay.config().max_message_size,
+            read_only=True,
+        )
     )
     try:
         log_.load(on_bad_file)
         yield log_
     finally:
-        log_.files.close()
+        log_.close()
 
 
 def message_at(cl: CommitLog, phys: int) -> StoredMessage | None:
@@ -227,6 +271,7 @@ def scan_file(
         on_damaged=on_set_aside,
         known=cl.set_aside,
         search=False,
+        entry_header=cl.entry_header,
     )
     first_ts: int | None = None
     topics: dict[str, int] = {}
@@ -553,6 +598,7 @@ def raw_records(lay: Layout, span: Callable[[LogSpan], None] | None = None) -> I
             on_damaged=lambda _error, _size: None,
             known=kept_in_place(list_quarantines(str(lay.root)), cl.files),
             search=False,
+            entry_header=cl.entry_header,
         )
         for info in walk:
             mf = cl.files.find_file(info.commit_log_offset)

@@ -30,6 +30,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from store.consumequeue import CQ_STORE_UNIT_SIZE, ConsumeQueue
+from store.dledger import BODY_OFFSET, entry_header_problem, entry_size_at
 from store.durability import sync_directory
 from store.errors import CorruptRecordError
 from store.mapped_file import MappedFile, MappedFileQueue, offset_to_file_name
@@ -190,8 +191,8 @@ class Found:
 
 def _no_data(buf: Searchable, start: int, end: int) -> bool:
     """Whether ``buf[start:end]`` ends a file's data: zeros, or the writer's blank filler and zeros."""
-    # the blank filler: docs/store-format.md §end-of-file-filler
-    if start + 8 <= end and buf[start + 4 : start + 8] == _BLANK:
+    # the blank filler: docs/store-format.md §end-of-file-filler (a DLedger data file's: magic first)
+    if start + 8 <= end and _BLANK in (buf[start + 4 : start + 8], buf[start : start + 4]):
         start += 8
     for a in range(start, end, _CHUNK):
         b = min(a + _CHUNK, end)
@@ -234,6 +235,8 @@ def walk(buf: Searchable, base: int, start: int = 0, end: int | None = None) -> 
                 except CorruptRecordError:
                     size = 0
             if size and _PHYSICAL_OFFSET.unpack_from(view, pos + _PHYSICAL_OFFSET_POS)[0] == base + pos:
+                if _entry_header_of(view, accounted, pos, size, base):
+                    accounted = pos  # a DLedger entry's header before its record: no damage
                 if accounted < pos:
                     why = f"bytes that hold no record inside the data; the next record starts at {base + pos}"
                     yield Found(
@@ -248,6 +251,16 @@ def walk(buf: Searchable, base: int, start: int = 0, end: int | None = None) -> 
         if accounted < n and not _no_data(buf, accounted, n):
             why = f"bytes that hold no record inside the data; no record follows up to {base + n}"
             yield Found(accounted, n - accounted, CorruptRecordError("", base + accounted, why), True)
+
+
+def _entry_header_of(view: memoryview, at: int, pos: int, size: int, base: int) -> bool:
+    """Whether ``view[at:pos]`` is the sound header of the DLedger entry holding the ``size``-byte record
+    at ``pos`` (a piece of a DLedger CommitLog)."""
+    return (
+        pos - at == BODY_OFFSET
+        and entry_header_problem(view, at, pos + size, pos + size, base) == ""
+        and entry_size_at(view, at) == BODY_OFFSET + size
+    )
 
 
 def _count(buf: Searchable, base: int, start: int = 0, end: int | None = None) -> tuple[int, int]:

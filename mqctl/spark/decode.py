@@ -43,6 +43,7 @@ from store import (
     PROPERTY_UNIQ_KEY,
     STOREHOST_V6_FLAG,
     CorruptRecordError,
+    dledger,
     inflate_body,
 )
 
@@ -132,11 +133,13 @@ _MIN_RECORD = 91  # TOTALSIZE with IPv4 hosts and empty body, topic and properti
 _HEAD_SIZE = 48
 
 
-def scan(buf: np.ndarray) -> Scan:
+def scan(buf: np.ndarray, entry_header: int = 0) -> Scan:
     """Follow the TOTALSIZE chain from the record at ``buf[0]`` to the end of the buffer.
 
     This is the only per-record Python loop; it reads 8 bytes per record. Records are then validated in bulk
     (docs/store-format.md §validating-records length rule) and the scan is cut at the first invalid one.
+    ``entry_header``: a DLedger CommitLog, each record the body of an entry whose header
+    (:mod:`store.dledger`) comes first and is stepped over; DLedger's blank (-1, the rest) ends a file.
     """
     limit = len(buf)
     mv = buf.data
@@ -145,12 +148,26 @@ def scan(buf: np.ndarray) -> Scan:
     append = positions.append
     pos = 0
     reason = "end"
+    total = 0
     while pos < limit:
         if pos + 8 > limit:
             reason = "eod"
             break
-        total, magic = unpack(mv, pos)
-        if magic not in _MAGICS or total < _MIN_RECORD or pos + total > limit:
+        rec = pos
+        if entry_header:
+            dmagic, dsize = unpack(mv, pos)
+            if dmagic == dledger.BLANK_MAGIC_CODE:
+                reason, total = ("blank" if dsize == limit - pos else "invalid"), dsize
+                break
+            if dmagic != dledger.CURRENT_MAGIC or dsize <= entry_header or pos + dsize > limit:
+                reason = "eod"
+                break
+            rec = pos + entry_header
+        total, magic = unpack(mv, rec)
+        if entry_header and (magic not in _MAGICS or total != dsize - entry_header):
+            reason = "eod"
+            break
+        if magic not in _MAGICS or total < _MIN_RECORD or rec + total > limit:
             if magic != BLANK_MAGIC_CODE:
                 reason = "eod"
             # the writer's filler fills the rest of its file (docs/store-format.md §end-of-file-filler)
@@ -159,8 +176,8 @@ def scan(buf: np.ndarray) -> Scan:
             else:
                 reason = "invalid"
             break
-        append(pos)
-        pos += total
+        append(rec)
+        pos = rec + total
     layout = _Layout.of(buf, np.fromiter(positions, dtype=np.int64, count=len(positions)))
     bad = np.flatnonzero(~layout.valid)
     if bad.size:

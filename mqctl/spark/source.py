@@ -52,7 +52,7 @@ from pyspark.sql.datasource import (
 
 from mqctl.spark import FORMAT_NAME
 from mqctl.spark.decode import RecordFilter, batches, scan, spark_ddl
-from store import BLANK_MAGIC_CODE, CorruptRecordError
+from store import BLANK_MAGIC_CODE, CorruptRecordError, dledger, inspect
 
 log = logging.getLogger(__name__)
 
@@ -62,6 +62,7 @@ _MAGIC = re.compile(rb"\xda\xa3\x20[\xa7\xab]")
 _RECORD_HEAD = struct.Struct(">ii")
 _PHYS = struct.Struct(">q")
 _NAME = re.compile(r"^\d{20}$")
+_DLEDGER_ENTRY = dledger.CURRENT_MAGIC.to_bytes(4, "big")  # a DLedger data file starts with an entry
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,8 @@ class CommitLogFile:
     size: int
     data_estimate: int
     """Bytes up to the first hole of a sparse, preallocated file (its size where holes are unknown)."""
+    entry_header: int = 0
+    """A DLedger data file's entry header before each record (:data:`store.dledger.BODY_OFFSET`)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,7 @@ class Split(InputPartition):
     last_in_file: bool
     data_end: int
     """Where the file's written data probably ends (first hole); only bounds the prefault."""
+    entry_header: int = 0
 
     @property
     def size(self) -> int:
@@ -105,6 +109,8 @@ class ReadTask(InputPartition):
 def commitlog_dir(store: str | os.PathLike[str]) -> Path:
     """The CommitLog directory of a store root (or the CommitLog directory itself)."""
     root = Path(store)
+    if root.is_dir() and inspect.dledger_member(root) is not None:  # a DLedger-mode store
+        return inspect.layout(root).commitlog_dir
     if (root / "commitlog").is_dir():
         return root / "commitlog"
     if root.is_dir() and any(_NAME.match(p.name) for p in root.iterdir()):
@@ -127,11 +133,16 @@ def list_files(store: str | os.PathLike[str]) -> list[CommitLogFile]:
             head = f.read(8)
             size = os.fstat(f.fileno()).st_size
             estimate = _data_estimate(f.fileno(), size)
+        entry_header = dledger.BODY_OFFSET if head[:4] == _DLEDGER_ENTRY else 0
+        if entry_header:
+            with open(path, "rb") as f:
+                f.seek(entry_header)
+                head = f.read(8)
         if len(head) < 8 or not _MAGIC.match(head[4:]):
             if head.strip(b"\0"):  # a never-written (preallocated) file is all zeros; anything else is odd
                 log.warning("skipping %s: it does not start with a record", path)
             continue
-        out.append(CommitLogFile(str(path), int(path.name), size, estimate))
+        out.append(CommitLogFile(str(path), int(path.name), size, estimate, entry_header))
     return out
 
 
@@ -175,6 +186,9 @@ def plan_splits(files: Sequence[CommitLogFile], *, partitions: int | None = None
     out: list[Split] = []
     for f in files:
         cuts = [0]
+        if f.entry_header:  # records in DLedger entries: a file is one split (no probing for entry starts)
+            out.append(Split(f.path, f.base_offset, 0, f.size, True, f.data_estimate, f.entry_header))
+            continue
         with open(f.path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
             target = split_bytes
             while target < f.data_estimate:
@@ -241,7 +255,7 @@ def read_split(
         _prefault(mm, split.start, max(0, min(split.end, split.data_end) - split.start))
         buf = np.frombuffer(mm, dtype=np.uint8, count=split.end - split.start, offset=split.start)
         try:
-            found = scan(buf)
+            found = scan(buf, split.entry_header)
             if found.reason != "end" and not split.last_in_file:
                 raise CorruptRecordError(
                     split.path, split.base_offset + split.start + found.stop,

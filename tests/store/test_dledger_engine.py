@@ -9,10 +9,10 @@ from pathlib import Path
 from store import dledger as dl
 from store.dledger_commitlog import DLedgerCommitLog
 from store.dledger_log import DLedgerLog
-from store.engine import DefaultMessageStore, GetMessageStatus
+from store.engine import DefaultMessageStore
 from store.message import Message
 from store.record import decode_record
-from tests.support.stores import dledger_config, dledger_store
+from tests.support.stores import all_bodies, dledger_config, dledger_store
 
 
 def _open(root: Path, **cfg: object) -> DefaultMessageStore:
@@ -20,17 +20,6 @@ def _open(root: Path, **cfg: object) -> DefaultMessageStore:
     store.open()
     store.start()
     return store
-
-
-def _pull_all(store: DefaultMessageStore, topic: str, queue_id: int) -> list[bytes]:
-    got: list[bytes] = []
-    offset = 0
-    while True:
-        res = store.get_messages("g", topic, queue_id, offset, 32)
-        if res.status is not GetMessageStatus.FOUND:
-            return got
-        got.extend(m.message.body for m in res.messages)
-        offset = res.next_begin_offset
 
 
 def test_records_live_in_dledger_entries(tmp_path: Path) -> None:
@@ -60,13 +49,13 @@ def test_pull_query_and_lookup_across_rolled_files(tmp_path: Path) -> None:
     store = _open(tmp_path)
     try:
         for q in (0, 1):
-            assert _pull_all(store, "D", q) == [m.body for m in msgs if m.queue_id == q]
+            assert all_bodies(store, "D", q) == [m.body for m in msgs if m.queue_id == q]
         [hit] = store.query_message("D", "dk-357", 32, 0, 2**62).messages
         assert hit.message.body == msgs[357].body
         by_id = store.look_message_by_msg_id(hit.message.msg_id)
         assert by_id is not None and by_id.message.body == msgs[357].body
         res = store.put_message(Message("D", b"after reopen", queue_id=0))
-        assert res.ok and _pull_all(store, "D", 0)[-1] == b"after reopen"
+        assert res.ok and all_bodies(store, "D", 0)[-1] == b"after reopen"
     finally:
         store.shutdown()
 
@@ -81,12 +70,25 @@ def test_dispatch_stops_at_the_committed_index(tmp_path: Path) -> None:
             store.put_message(Message("D", f"m{i}".encode(), queue_id=0))
         assert cl.dlog.last_index == 4 and cl.dlog.committed_index == -1
         assert store.dispatch_committed() == 0
-        assert _pull_all(store, "D", 0) == []
+        assert all_bodies(store, "D", 0) == []
         cl.dlog.set_committed(2)
         assert store.dispatch_committed() == 3
-        assert _pull_all(store, "D", 0) == [b"m0", b"m1", b"m2"]
+        assert all_bodies(store, "D", 0) == [b"m0", b"m1", b"m2"]
         assert store.put_message(Message("D", b"m5", queue_id=0)).queue_offset == 5  # offsets run ahead
         assert store.look_message_by_offset(cl.dlog.get(3).pos + dl.BODY_OFFSET) is None  # not committed
+    finally:
+        store.shutdown()
+
+
+def test_alone_a_lagging_checkpoint_loses_no_committed_entry(tmp_path: Path) -> None:
+    msgs = dledger_store(tmp_path, 30)
+    # a crash before the checkpoint (persisted every few seconds) caught up with the appends
+    (tmp_path / "dledger-n0" / dl.CHECKPOINT_FILE).write_text("endIndex=29\ncommittedIndex=3\n")
+    store = _open(tmp_path)
+    try:
+        assert all_bodies(store, "D", 0) == [m.body for m in msgs if m.queue_id == 0]
+        [hit] = store.query_message("D", "dk-20", 32, 0, 2**62).messages  # read by offset: committed only
+        assert hit.message.body == msgs[20].body
     finally:
         store.shutdown()
 
@@ -97,7 +99,7 @@ def test_consume_queues_are_rebuilt_past_the_last_dispatched(tmp_path: Path) -> 
     shutil.rmtree(tmp_path / "index")
     store = _open(tmp_path)
     try:
-        assert _pull_all(store, "D", 1) == [m.body for m in msgs if m.queue_id == 1]
+        assert all_bodies(store, "D", 1) == [m.body for m in msgs if m.queue_id == 1]
         assert store.query_message("D", "dk-7", 32, 0, 2**62).messages
     finally:
         store.shutdown()
@@ -116,9 +118,27 @@ def test_crash_tail_is_set_aside_and_queues_follow(tmp_path: Path) -> None:
     data.write_bytes(bytes(raw))
     store = _open(tmp_path)
     try:
-        got = _pull_all(store, "D", 0) + _pull_all(store, "D", 1)
+        got = all_bodies(store, "D", 0) + all_bodies(store, "D", 1)
         assert sorted(got) == sorted(m.body for m in msgs[:-1])  # the damaged record is never served
         assert os.listdir(tmp_path / "quarantine")
+    finally:
+        store.shutdown()
+
+
+def test_damage_inside_the_log_is_set_aside_in_place(tmp_path: Path) -> None:
+    msgs = dledger_store(tmp_path, 40)
+    data = tmp_path / "dledger-n0" / "data" / "00000000000000000000"
+    raw = bytearray(data.read_bytes())
+    third = dl.decode_entry(raw, 0).size * 2  # every entry of this store has the same size
+    raw[third + dl.BODY_OFFSET + 100] ^= 0xFF  # a body byte of entry 2 (queue 0, offset 1)
+    data.write_bytes(bytes(raw))
+    store = _open(tmp_path)
+    try:
+        assert store.commit_log.set_aside == {third + dl.BODY_OFFSET: len(dl.decode_entry(raw, third).body)}
+        want = [m.body for i, m in enumerate(msgs) if m.queue_id == 0 and i != 2]
+        assert all_bodies(store, "D", 0) == want  # every later record stays in service
+        assert os.listdir(tmp_path / "quarantine")
+        assert store.put_message(Message("D", b"next", queue_id=0)).ok
     finally:
         store.shutdown()
 

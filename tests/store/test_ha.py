@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 
 from store.commitlog import PutMessageStatus, RecordWalk
 from store.config import SLAVE
-from store.engine import DefaultMessageStore, GetMessageStatus
+from store.engine import DefaultMessageStore
 from store.errors import CorruptRecordError
 from store.ha import (
     HEADER_SIZE,
@@ -32,7 +32,7 @@ from store.ha import (
 from store.memory import InMemoryMessageStore
 from store.message import Message
 from store.quarantine import list_quarantines
-from tests.support.stores import ha_frames, small_config
+from tests.support.stores import all_bodies, ha_frames, small_config
 
 FILE = 64 * 1024
 
@@ -125,17 +125,6 @@ def _files(root: Path) -> dict[str, bytes]:
     return {name: (d / name).read_bytes() for name in sorted(os.listdir(d))}
 
 
-def _all_bodies(store: DefaultMessageStore | InMemoryMessageStore, topic: str, queue_id: int) -> list[bytes]:
-    out: list[bytes] = []
-    offset = 0
-    while True:
-        res = store.get_messages("g", topic, queue_id, offset, 32)
-        if res.status is not GetMessageStatus.FOUND:
-            return out
-        out += [m.message.body for m in res.messages]
-        offset = res.next_begin_offset
-
-
 @pytest.mark.parametrize("batch", [32 * 1024, 977])
 def test_replica_is_byte_identical_and_dispatched(tmp_path: Path, batch: int) -> None:
     master = _master(tmp_path / "m", 400)
@@ -153,7 +142,7 @@ def test_replica_is_byte_identical_and_dispatched(tmp_path: Path, batch: int) ->
         assert _files(tmp_path / "s") == _files(tmp_path / "m")
         for topic in ("T0", "T1"):
             for q in range(3):
-                assert _all_bodies(slave, topic, q) == _all_bodies(master, topic, q)
+                assert all_bodies(slave, topic, q) == all_bodies(master, topic, q)
         assert [m.message.body for m in slave.query_message("T1", "key-7", 4, 0, 2**62).messages] == [
             m.message.body for m in master.query_message("T1", "key-7", 4, 0, 2**62).messages
         ]
@@ -178,7 +167,7 @@ def test_split_record_is_invisible_until_whole(tmp_path: Path) -> None:
         assert slave.append_replica(cut, data[cut:])
         assert slave.dispatch_replica()
         assert not slave.dispatch_replica()  # nothing left
-        assert _all_bodies(slave, "T0", 0) == _all_bodies(master, "T0", 0)
+        assert all_bodies(slave, "T0", 0) == all_bodies(master, "T0", 0)
         assert slave.reput_from_offset == master.commit_log.max_offset
     finally:
         master.shutdown()
@@ -232,7 +221,7 @@ def test_slave_restart_with_a_torn_tail_recovers_to_a_whole_record(tmp_path: Pat
         master.commit_log.flush()
         slave.commit_log.flush()
         assert _files(tmp_path / "s") == _files(tmp_path / "m")
-        assert _all_bodies(slave, "T1", 2) == _all_bodies(master, "T1", 2)
+        assert all_bodies(slave, "T1", 2) == all_bodies(master, "T1", 2)
     finally:
         master.shutdown()
         slave.shutdown()
@@ -384,8 +373,8 @@ def test_a_body_damaged_record_is_taken_and_set_aside_in_place(tmp_path: Path, k
         where = slave.set_aside_replica_records(records.damaged)
         while slave.dispatch_replica():
             pass
-        want = [b for b in _all_bodies(master, "T1", 1) if b != body]
-        assert _all_bodies(slave, "T1", 1) == want and slave.get_max_offset("T1", 1) == len(want) + 1
+        want = [b for b in all_bodies(master, "T1", 1) if b != body]
+        assert all_bodies(slave, "T1", 1) == want and slave.get_max_offset("T1", 1) == len(want) + 1
         with pytest.raises(CorruptRecordError):
             slave.look_message_by_offset(at)
         if isinstance(slave, DefaultMessageStore):
@@ -401,7 +390,7 @@ def test_a_body_damaged_record_is_taken_and_set_aside_in_place(tmp_path: Path, k
             slave = _slave(tmp_path / "s")  # recovery finds it again, and knows it was set aside
             assert slave.commit_log.set_aside == {at: size}
             assert len(list_quarantines(str(tmp_path / "s"))) == 1
-            assert _all_bodies(slave, "T1", 1) == want
+            assert all_bodies(slave, "T1", 1) == want
     finally:
         master.shutdown()
         slave.shutdown()
@@ -443,7 +432,7 @@ def test_a_record_its_master_set_aside_with_damage_beyond_its_body_is_taken_too(
         while slave.dispatch_replica():
             pass
         assert slave.read_commit_log(0, len(log)) == log
-        assert _all_bodies(slave, "T1", 1) == [b for b in _all_bodies(master, "T1", 1) if b != body]
+        assert all_bodies(slave, "T1", 1) == [b for b in all_bodies(master, "T1", 1) if b != body]
         assert slave.get_max_offset("T1", 1) == master.get_max_offset("T1", 1)
         garbage = ReplicaRecords(0, FILE, max_record_size(master.config))
         garbage.feed(0, log[:at] + bytes(data[at : at + 8]) + bytes(size - 8) + bytes(64))
@@ -484,7 +473,7 @@ def test_a_replicas_tail_set_aside_leaves_a_store_that_replicates_on(tmp_path: P
         while slave.dispatch_replica():
             pass
         for t, q in before:
-            assert _all_bodies(slave, t, q) == _all_bodies(master, t, q)
+            assert all_bodies(slave, t, q) == all_bodies(master, t, q)
     finally:
         master.shutdown()
         slave.shutdown()

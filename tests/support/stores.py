@@ -7,7 +7,7 @@ import tarfile
 from pathlib import Path
 from typing import Any
 
-from store import DefaultMessageStore
+from store import DefaultMessageStore, GetMessageStatus, MessageStore
 from store.config import StoreConfig
 from store.ha import ReplicaStore, frame_extent
 from store.message import Message
@@ -73,9 +73,24 @@ def ha_frames(master: ReplicaStore, start: int, batch: int) -> list[tuple[int, b
     return out
 
 
+def all_bodies(store: MessageStore, topic: str, queue_id: int) -> list[bytes]:
+    """Every body a queue serves, pulled from offset 0 in 32-message reads."""
+    out: list[bytes] = []
+    offset = 0
+    while True:
+        res = store.get_messages("g", topic, queue_id, offset, 32)
+        if res.status is not GetMessageStatus.FOUND:
+            return out
+        out += [m.message.body for m in res.messages]
+        offset = res.next_begin_offset
+
+
 def dledger_config(root: Path, **overrides: Any) -> StoreConfig:
-    """:func:`small_config` in DLedger mode (member n0): the CommitLog in ``<root>/dledger-n0/data``."""
-    return small_config(root, enable_dleger_commit_log=True, dleger_self_id="n0", **overrides)
+    """:func:`small_config` in DLedger mode (member n0): the CommitLog in ``<root>/dledger-n0/data``; index
+    files of 4 entries a slot, the shape offline commands read."""
+    values: dict[str, Any] = {"enable_dleger_commit_log": True, "dleger_self_id": "n0", "max_index_num": 256}
+    values.update(overrides)
+    return small_config(root, **values)
 
 
 def dledger_store(root: Path, count: int = 300, topic: str = "D", queues: int = 2) -> list[Message]:
