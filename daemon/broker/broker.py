@@ -381,7 +381,6 @@ class Broker:
         self._dledger_store = store
         commit_log = store.commit_log
         peers = check_dledger(c)
-        commit_log.auto_commit = False  # entries commit when a quorum holds them
         timings = Timings(
             heart_beat_time_interval_ms=c.heart_beat_time_interval_ms,
             max_heart_beat_leak=c.max_heart_beat_leak,
@@ -583,6 +582,11 @@ class Broker:
     def _open_store(self) -> None:
         """Open and start the store and everything kept in it; on failure the store is closed again."""
         self.store = self._store_factory(self.config)
+        commit_log = getattr(self.store, "commit_log", None)
+        if isinstance(
+            commit_log, DLedgerCommitLog
+        ):  # before open: a Raft member commits what a quorum holds,
+            commit_log.auto_commit = False  # not every entry its log kept (an old leader's tail is not)
         self.store.open()
         try:
             configs = self.store.configs
