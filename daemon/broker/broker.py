@@ -55,6 +55,7 @@ from daemon.broker.stats import SAMPLE_PERIOD, BrokerStats
 from daemon.broker.timer import TimerMessageService
 from daemon.broker.transaction import TransactionService
 from daemon.coalesce import Coalesced
+from daemon.config import ConfigError
 from daemon.dledger.machines import Role, Timings
 from daemon.dledger.server import DLedgerServer, DLedgerSettings, dledger_runtime_info, parse_peers
 from daemon.lifecycle import cancel_tasks, every
@@ -130,6 +131,8 @@ class Broker:
         client: Transport | None = None,
     ) -> None:
         refuse_inert_semantics(config)  # before any port opens or file is touched
+        if config.enable_dleger_commit_log:
+            check_dledger(config)
         self.config = config
         self._store_factory = store_factory or _default_store
         #: `tls.*` (checked now: a bad setting fails the start before any port opens); every listener of
@@ -432,15 +435,7 @@ class Broker:
             raise StoreError(f"{c.store_path_root_dir}: DLedger mode needs the DLedger CommitLog")
         self._dledger_store = store
         commit_log = store.commit_log
-        try:
-            peers = parse_peers(c.dleger_peers)
-        except ValueError as exc:
-            raise StoreError(str(exc)) from None
-        if c.dleger_self_id not in peers:
-            raise StoreError(
-                f"dLegerSelfId={c.dleger_self_id!r} is not one of dLegerPeers={c.dleger_peers!r}"
-            )
-        commit_log.auto_commit = False  # entries commit when a quorum holds them
+        peers = check_dledger(c)
         timings = Timings(
             heart_beat_time_interval_ms=c.heart_beat_time_interval_ms,
             max_heart_beat_leak=c.max_heart_beat_leak,
@@ -642,6 +637,11 @@ class Broker:
     def _open_store(self) -> None:
         """Open and start the store and everything kept in it; on failure the store is closed again."""
         self.store = self._store_factory(self.config)
+        commit_log = getattr(self.store, "commit_log", None)
+        if isinstance(
+            commit_log, DLedgerCommitLog
+        ):  # before open: a Raft member commits what a quorum holds,
+            commit_log.auto_commit = False  # not every entry its log kept (an old leader's tail is not)
         self.store.open()
         try:
             configs = self.store.configs
@@ -1002,6 +1002,19 @@ class Broker:
                 log.warning("unregister from name server %s failed: %s", addr, exc)
 
         await asyncio.gather(*(one(a) for a in c.namesrv_addrs))
+
+
+def check_dledger(config: BrokerConfig) -> dict[str, str]:
+    """DLedger mode's keys, checked before anything starts: the peers, and this broker one of them."""
+    try:
+        peers = parse_peers(config.dleger_peers)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    if config.dleger_self_id not in peers:
+        raise ConfigError(
+            f"dLegerSelfId={config.dleger_self_id!r} is not one of dLegerPeers={config.dleger_peers!r}"
+        )
+    return peers
 
 
 def _while_slave(config: BrokerConfig, refusal: Processor, processor: Processor) -> Processor:

@@ -94,6 +94,7 @@ async def render(b: BrokerContext) -> bytes:
         *_commit_log_metrics(b, labels, base),
         *_timer_metrics(b, labels, base),
         *_ha_metrics(b, labels, base),
+        *_dledger_metrics(b, labels, base),
         *_remoting_metrics(b, labels, base),
         *_loop_metrics(b, labels, base),
     ]
@@ -334,6 +335,43 @@ def _ha_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterato
         )
         up.add_metric(base, 1 if slave.connected else 0)
         yield up
+
+
+def _dledger_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
+    """DLedger mode: the member's role, term and indexes; on the leader each follower's lag in entries."""
+    group = b.dledger
+    if group is None:
+        return
+    st = group.status()
+    role = GaugeMetricFamily(
+        "rocketmq_dledger_role", "1 for this member's Raft role", labels=[*labels, "self_id", "role"]
+    )
+    for name in ("LEADER", "FOLLOWER", "CANDIDATE"):
+        role.add_metric([*base, str(st["selfId"]), name], 1 if st["role"] == name else 0)
+    yield role
+    yield _single(
+        GaugeMetricFamily, "rocketmq_dledger_term", "The member's term", labels, base, float(str(st["term"]))
+    )
+    for key, name in (("lastIndex", "last_index"), ("committedIndex", "committed_index")):
+        yield _single(
+            GaugeMetricFamily,
+            f"rocketmq_dledger_{name}",
+            f"The DLedger log's {key}",
+            labels,
+            base,
+            float(str(st[key])),
+        )
+    peers = st["peers"]
+    assert isinstance(peers, dict)
+    lag = GaugeMetricFamily(
+        "rocketmq_dledger_peer_lag_entries",
+        "Entries a follower does not hold (on the leader)",
+        labels=[*labels, "peer"],
+    )
+    for peer, v in peers.items():
+        if v["lag"] >= 0:
+            lag.add_metric([*base, peer], v["lag"])
+    yield lag
 
 
 class _QuietHandler(WSGIRequestHandler):

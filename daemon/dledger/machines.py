@@ -7,11 +7,11 @@ messages to send (`Out`) and the answers to requests. A node's role, term and vo
 so there are no locks: what DLedger does under ``synchronized (memberState)`` is simply one call here.
 
 Where DLedger blocks a thread on a round of votes or heartbeats, the machine keeps the round open and
-closes it when the deciding answer arrives or its time is up (`tick`). One deliberate difference:
-a leader commits an entry of an earlier term only together with one of its own (Raft's rule); DLedger's
-``QuorumAckChecker`` commits whatever a quorum holds, which can lose a committed entry when leaders
-fail in a row (Raft paper, figure 8). A send always carries the leader's own term, so the first send
-after an election commits what came before it.
+closes it when the deciding answer arrives or its time is up (`tick`). Entries commit as DLedger's
+``QuorumAckChecker`` commits them: once a quorum holds them, whatever their term. A new leader must commit
+its predecessor's tail before its broker takes sends (``DLedgerRoleChangeHandler`` waits for it), and a
+CommitLog has no empty entry to commit it with as Raft's rule would need; the price is Raft's figure-8
+case (leaders failing in a row can lose an entry so committed), as in DLedger.
 """
 
 from __future__ import annotations
@@ -651,12 +651,6 @@ class Node:
         except DLedgerError:
             return None
 
-    def _term_at(self, index: int) -> int:
-        try:
-            return self.log.term_at(index) if index >= 0 else -1
-        except DLedgerError:
-            return -1
-
     def _expire_waiting(self, now: int) -> None:
         late = [i for i, (_, deadline) in self.waiting.items() if deadline <= now]
         for index in late:
@@ -666,7 +660,7 @@ class Node:
     def _advance_commit(self) -> None:
         marks = sorted([self.log.last_index, *(p.water_mark for p in self.pushes.values())], reverse=True)
         quorum_index = marks[len(marks) // 2]
-        if quorum_index > self.log.committed_index and self._term_at(quorum_index) == self.m.term:
+        if quorum_index > self.log.committed_index:
             self.log.set_committed(quorum_index)
         committed = self.log.committed_index
         for index in [i for i in self.waiting if i <= committed]:

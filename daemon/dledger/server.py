@@ -237,10 +237,11 @@ class DLedgerServer:
         """Role, term, leader, indexes and each peer's match index (``broker ha status``, /metrics)."""
         node, m = self.node, self.node.m
         peers = {}
+        pushes = dict(node.pushes) if node.is_leader else {}  # (also read from the metrics thread)
         for peer, addr in m.peers.items():
             if peer == m.self_id:
                 continue
-            push = node.pushes.get(peer) if node.is_leader else None
+            push = pushes.get(peer)
             peers[peer] = {
                 "addr": addr,
                 "matchIndex": push.water_mark if push else -1,

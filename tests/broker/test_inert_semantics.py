@@ -30,11 +30,18 @@ def _conf(tmp_path: Path, text: str) -> Path:
     return conf
 
 
-def test_dledger_conf_is_refused_naming_the_key(tmp_path: Path) -> None:
+def test_dledger_conf_is_accepted_now_that_the_mode_works(tmp_path: Path) -> None:
     cfg = load_broker_config(_conf(tmp_path, DLEDGER_CONF), {})
-    with pytest.raises(ConfigError, match="enableDLegerCommitLog=true") as err:
+    assert "enableDLegerCommitLog" not in SEMANTIC_INERT_KEYS
+    assert Broker(cfg).config.enable_dleger_commit_log
+
+
+def test_dledger_conf_whose_self_is_not_a_peer_is_refused(tmp_path: Path) -> None:
+    cfg = load_broker_config(
+        _conf(tmp_path, DLEDGER_CONF.replace("dLegerSelfId = n0", "dLegerSelfId = n7")), {}
+    )
+    with pytest.raises(ConfigError, match="n7"):
         Broker(cfg)
-    assert "DLedger" in str(err.value)
     assert not (tmp_path / "store").exists()  # refused before the store was touched
 
 
@@ -71,9 +78,9 @@ def test_defaults_and_harmless_keys_still_start(tmp_path: Path, text: str) -> No
 
 
 def test_cli_start_refuses_with_one_line_and_exit_2(tmp_path: Path, cli: RunCli) -> None:
-    conf = _conf(tmp_path, DLEDGER_CONF)
+    conf = _conf(tmp_path, "listenPort = 0\nenableLmq = true\n")
     printed = cli("broker", "start", "-c", str(conf), "--print-config")  # still shows what it read
-    assert printed.code == 0 and "enableDLegerCommitLog=true" in printed.stdout
+    assert printed.code == 0 and "enableLmq=true" in printed.stdout
     r = cli("broker", "start", "-c", str(conf))
     assert r.code == 2, r.stderr
-    assert "enableDLegerCommitLog=true" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "enableLmq=true" in r.stderr and len(r.stderr.strip().splitlines()) == 1

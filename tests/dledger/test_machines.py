@@ -179,6 +179,13 @@ class Cluster:
             if append_every and self.now % append_every == 0:
                 self.client_append(self.now)
 
+    def check_acked_everywhere(self) -> None:
+        """Once the followers caught up: every acknowledged append in every member's log."""
+        self.run(3000)
+        for node in self.nodes.values():
+            assert node is not None
+            self.check_acked_in(node)
+
     def check_acked_in(self, node: Node) -> None:
         for index, body in self.acked:
             assert index <= node.log.last_index and node.log.get(index).body == body, (
@@ -193,10 +200,7 @@ def test_one_leader_elected_and_appends_commit() -> None:
     assert len(leaders) == 1
     c.run(3000, append_every=50)
     assert len(c.acked) >= 40
-    c.run(2000)  # followers catch up
-    for node in c.nodes.values():
-        assert node is not None
-        c.check_acked_in(node)
+    c.check_acked_everywhere()
 
 
 def test_default_timings_elect_within_seconds_after_leader_crash() -> None:
@@ -252,12 +256,8 @@ def test_safety_under_faults(seed: int) -> None:
     acked = len(c.acked)
     c.run(5000, append_every=100)
     assert len(c.acked) > acked, "no append acknowledged after the faults stopped"
-    leader = c.leader()
-    assert leader is not None
-    c.run(3000)
-    for node in c.nodes.values():
-        assert node is not None
-        c.check_acked_in(node)
+    assert c.leader() is not None
+    c.check_acked_everywhere()
 
 
 def test_divergent_follower_tail_is_truncated_and_quarantined() -> None:

@@ -1,0 +1,130 @@
+"""A real DLedger group: ``mqctl up --dledger 3`` (three broker processes and a NameServer on loopback).
+
+One leader is elected and registers as brokerId 0; sends are acknowledged; SIGKILL of the leader's process
+brings a new leader that registers under the same broker name and takes sends, and every acknowledged
+message is read back from it at the (queue, offset) it was acknowledged at.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.remoting.bodies import ClusterInfo, KVTable
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from tests.broker.test_ha import pull_all
+from tests.support.broker import BrokerClient
+from tests.support.ports import free_port
+from tests.support.up import mqctl_up
+from tests.support.waiting import wait_until
+
+TOPIC = "Raft"
+QUEUES = 4
+
+
+async def master_of(client: RemotingClient, ns: str) -> str | None:
+    r = await client.invoke(ns, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
+    group = ClusterInfo.loads(r.body).broker_addr_table.get("broker-a") if r.body else None
+    return group.broker_addrs.get(0) if group is not None else None
+
+
+def member_pid(data: Path, addr: str) -> int:
+    """The pid of the member listening on ``addr`` (its broker.conf names the port, its pidfile the pid)."""
+    port = addr.rpartition(":")[2]
+    for conf in data.glob("store-broker-a-n*/broker.conf"):
+        if f"listenPort={port}\n" in conf.read_text():
+            return int((conf.parent / "broker.pid").read_text().split()[0])
+    raise AssertionError(f"no member listens on {addr}")
+
+
+async def send_acked(on: BrokerClient, acked: dict[tuple[int, int], bytes], body: bytes, queue: int) -> bool:
+    try:
+        r = await on.send(TOPIC, body, queue_id=queue)
+    except Exception:
+        return False
+    if r.code != ResponseCode.SUCCESS:
+        return False
+    acked[(queue, int(r.ext_fields["queueOffset"]))] = body
+    return True
+
+
+async def failover(data: Path, ns: str) -> float:
+    """Acknowledged sends, SIGKILL of the leader, sends through the new one: the seconds from the kill to the
+    first SEND_OK through the new leader; every acknowledged message is then read back from it."""
+    client = RemotingClient()
+    try:
+
+        async def elected() -> bool:
+            return await master_of(client, ns) is not None
+
+        await wait_until(elected, 60)
+        old = await master_of(client, ns)
+        assert old is not None
+        on_old = BrokerClient(old, client)
+        await on_old.create_topic(TOPIC, QUEUES)
+        acked: dict[tuple[int, int], bytes] = {}
+        for i in range(40):
+            assert await send_acked(on_old, acked, f"before-{i}".encode(), i % QUEUES)
+        info = await client.invoke(old, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+        table = KVTable.loads(info.body).table
+        assert table["dledgerRole"] == "LEADER" and table["brokerRole"] == "SYNC_MASTER"
+
+        os.kill(member_pid(data, old), signal.SIGKILL)
+        killed = time.monotonic()
+        first_ok = None
+        i = 0
+        while time.monotonic() - killed < 60:
+            new = await master_of(client, ns)
+            if new is not None and new != old:
+                if await send_acked(BrokerClient(new, client), acked, f"after-{i}".encode(), i % QUEUES):
+                    first_ok = time.monotonic()
+                    break
+                i += 1
+            await asyncio.sleep(0.05)
+        logs = "".join(f.read_text()[-1500:] for f in sorted(data.glob("store-broker-a-n*/broker.log")))
+        assert first_ok is not None, f"no SEND_OK through a new leader within 60 s (master {new}):\n{logs}"
+        new = await master_of(client, ns)
+        assert new is not None and new != old
+        on_new = BrokerClient(new, client)
+        for j in range(40):
+            assert await send_acked(on_new, acked, f"later-{j}".encode(), j % QUEUES)
+        held = {}
+        for q in range(QUEUES):
+            for offset, body in enumerate(await pull_all(on_new, TOPIC, q)):
+                held[(q, offset)] = body
+        lost = {k: v for k, v in acked.items() if held.get(k) != v}
+        assert not lost, f"acknowledged but not read back from the new leader: {sorted(lost)[:10]}"
+        return first_ok - killed
+    finally:
+        await client.close()
+
+
+@pytest.mark.slow
+async def test_up_dledger_3_elects_takes_sends_and_survives_kill_of_the_leader(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    ns_port = free_port()
+    data = tmp_path / "data"
+    args = ("--dledger", "3", "--broker-port", "0", "--no-metrics")
+    async with mqctl_up(data, cli_env, ns_port, *args) as up:
+        assert "DLedger group broker-a" in up.ready
+        took = await failover(data, f"127.0.0.1:{ns_port}")
+    # 4.9.8's default timings: three missed 2 s heartbeats, then an election
+    assert took < 20, took
+
+
+@pytest.mark.slow
+async def test_failover_with_500ms_heartbeats_is_quick(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    ns_port = free_port()
+    data = tmp_path / "data"
+    env = {**cli_env, "MQCTL_HEART_BEAT_TIME_INTERVAL_MS": "500"}
+    async with mqctl_up(data, env, ns_port, "--dledger", "3", "--broker-port", "0", "--no-metrics"):
+        took = await failover(data, f"127.0.0.1:{ns_port}")
+    assert took < 8, took

@@ -1,0 +1,108 @@
+"""A DLedger group of three brokers in this process (fast timings): a leader left alone answers its sends
+with a failure, never SEND_OK; restarted after the others elected a new leader, its unreplicated tail is
+cut, set aside in quarantine and never served, and it follows the new leader's log."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.broker.broker import Broker
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import ResponseCode
+from store.quarantine import list_quarantines
+from tests.broker.test_ha import pull_all
+from tests.support.broker import BrokerClient, start_broker
+from tests.support.ports import free_port
+from tests.support.waiting import wait_until
+
+FAST = {"heart_beat_time_interval_ms": 200, "max_heart_beat_leak": 3, "max_wait_ack_time_ms": 1000}
+
+
+def members(tmp_path: Path) -> list[dict[str, Any]]:
+    peers = ";".join(f"n{i}-127.0.0.1:{free_port()}" for i in range(3))
+    return [
+        {
+            "store_path_root_dir": str(tmp_path / f"n{i}"),
+            "enable_dleger_commit_log": True,
+            "dleger_group": "g",
+            "dleger_peers": peers,
+            "dleger_self_id": f"n{i}",
+            "metrics_enable": False,
+            **FAST,
+        }
+        for i in range(3)
+    ]
+
+
+def leader_of(brokers: list[Broker | None]) -> Broker | None:
+    found = [b for b in brokers if b is not None and b.config.broker_role == "SYNC_MASTER"]
+    return found[0] if len(found) == 1 else None
+
+
+@pytest.mark.slow
+async def test_an_isolated_leader_acks_nothing_and_its_tail_is_quarantined_on_rejoin(tmp_path: Path) -> None:
+    keys = members(tmp_path)
+    brokers: list[Broker | None] = [await start_broker(Path(k["store_path_root_dir"]), **k) for k in keys]
+    client = RemotingClient()
+    try:
+        await wait_until(lambda: leader_of(brokers) is not None, 20)
+        old = leader_of(brokers)
+        assert old is not None
+        on_old = BrokerClient(old.addr, client)
+        await on_old.create_topic("R", 1)
+        for i in range(10):
+            assert (await on_old.send("R", f"acked-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+        await asyncio.sleep(1.5)  # the followers learn the last commit index (idle commit pushes)
+        # the followers go: what the leader takes now reaches no majority
+        followers = [i for i, b in enumerate(brokers) if b is not None and b is not old]
+        for i in followers:
+            b = brokers[i]
+            assert b is not None
+            await b.stop()
+            brokers[i] = None
+        lone = await asyncio.gather(*(on_old.send("R", f"lone-{i}".encode(), queue_id=0) for i in range(5)))
+        assert all(r.code != ResponseCode.SUCCESS for r in lone)  # SYSTEM_ERROR (no majority) or 14
+        assert old.dledger is not None and old.dledger.log.last_index > old.dledger.log.committed_index
+        old_index = brokers.index(old)
+        await old.stop()
+        brokers[old_index] = None
+        # the two come back and elect one of them
+        for i in followers:
+            brokers[i] = await start_broker(Path(keys[i]["store_path_root_dir"]), **keys[i])
+        await wait_until(lambda: leader_of(brokers) is not None, 20)
+        new = leader_of(brokers)
+        assert new is not None
+        on_new = BrokerClient(new.addr, client)
+        for i in range(10):
+            assert (await on_new.send("R", f"new-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+        # the old leader returns: the majority's log wins, its tail goes to quarantine
+        back = await start_broker(Path(keys[old_index]["store_path_root_dir"]), **keys[old_index])
+        brokers[old_index] = back
+        assert back.dledger is not None and new.dledger is not None
+        assert back.dledger.log.committed_index < back.dledger.log.last_index  # the tail was not committed
+        await wait_until(
+            lambda: back.dledger is not None and back.dledger.log.last_index == new.dledger.log.last_index, 20
+        )
+        expected = [f"acked-{i}".encode() for i in range(10)] + [f"new-{i}".encode() for i in range(10)]
+        assert await pull_all(on_new, "R", 0) == expected
+        assert [q for q in list_quarantines(keys[old_index]["store_path_root_dir"])]
+        on_back = BrokerClient(back.addr, client)
+        await wait_until(
+            lambda: (
+                back.dledger is not None
+                and back.dledger.log.committed_index == new.dledger.log.committed_index
+            ),
+            20,
+        )
+        served = await pull_all(on_back, "R", 0)
+        assert not any(b.startswith(b"lone") for b in served)
+        assert served == expected[: len(served)]
+    finally:
+        await client.close()
+        for b in brokers:
+            if b is not None:
+                await b.stop()

@@ -1,0 +1,70 @@
+"""A DLedger group of one, in this process: it elects itself, commits alone, and shows its state in the
+runtime info and /metrics. A member of a group of three that cannot reach the others takes no sends."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from daemon.dledger.machines import Role
+from daemon.remoting.bodies import KVTable
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from tests.broker.test_metrics_server import fetch
+from tests.support.broker import BrokerClient, start_broker
+from tests.support.ports import free_port
+from tests.support.waiting import wait_until
+
+
+def dledger_keys(peers: int = 1) -> dict[str, object]:
+    ports = [free_port() for _ in range(peers)]
+    return {
+        "enable_dleger_commit_log": True,
+        "dleger_group": "g",
+        "dleger_peers": ";".join(f"n{i}-127.0.0.1:{p}" for i, p in enumerate(ports)),
+        "dleger_self_id": "n0",
+    }
+
+
+async def test_a_group_of_one_elects_itself_and_takes_sends(tmp_path: Path) -> None:
+    broker = await start_broker(tmp_path / "store", **dledger_keys())
+    client = RemotingClient()
+    try:
+        assert broker.dledger is not None
+        await wait_until(lambda: broker.config.broker_id == 0 and broker.config.broker_role == "SYNC_MASTER")
+        on = BrokerClient(broker.addr, client)
+        await on.create_topic("One", 1)
+        for i in range(5):
+            r = await on.send("One", f"m{i}".encode(), queue_id=0)
+            assert r.code == ResponseCode.SUCCESS and r.ext_fields["queueOffset"] == str(i)
+        info = await client.invoke(broker.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO))
+        table = KVTable.loads(info.body).table
+        assert (
+            table["dledgerRole"] == "LEADER" and table["dledgerCommittedIndex"] == table["dledgerLastIndex"]
+        )
+        assert broker.metrics_port is not None
+        text = await asyncio.to_thread(fetch, broker.metrics_port, "/metrics")
+        assert (
+            'rocketmq_dledger_role{broker="broker-a",cluster="DefaultCluster",role="LEADER",self_id="n0"} 1.0'
+            in text
+        )
+    finally:
+        await client.close()
+        await broker.stop()
+
+
+async def test_a_member_alone_of_three_stays_a_slave_and_refuses_sends(tmp_path: Path) -> None:
+    broker = await start_broker(tmp_path / "store", **dledger_keys(3))
+    client = RemotingClient()
+    try:
+        assert broker.dledger is not None
+        await asyncio.sleep(1.5)  # votes go unanswered
+        assert broker.dledger.node.m.role is Role.CANDIDATE
+        assert broker.config.broker_role == "SLAVE" and broker.config.broker_id == 1
+        r = await BrokerClient(broker.addr, client).send("Alone", b"x", queue_id=0)
+        assert r.code == ResponseCode.SERVICE_NOT_AVAILABLE
+        assert broker.dledger.log.last_index == -1  # nothing entered the log
+    finally:
+        await client.close()
+        await broker.stop()
