@@ -82,6 +82,25 @@ def test_offsets_pin_the_first_start_and_follow_new_messages(one_broker: LocalCl
     assert sorted((r.queue_id, r.start, r.end) for r in ranges) == [(q, 0, 3) for q in range(4)]
 
 
+@pytest.mark.spark
+def test_available_now_reads_up_to_what_was_stored_when_the_query_started(one_broker: LocalCluster) -> None:
+    local = one_broker
+    local.loop.run(create_topics(local.namesrv_addr, [local.broker_addr], ("StreamNow",)))
+    sent: Sent = {}
+    local.loop.run(send_known({"broker-a": local.broker}, ("StreamNow",), range(4), sent))
+    options = {"namesrv": local.namesrv_addr, "topic": "StreamNow", "startingOffsets": "earliest"}
+    reader = ClusterStreamReader(read_spec(options, streaming=True), 6)
+    reader.prepareForTriggerAvailableNow()
+    local.loop.run(send_known({"broker-a": local.broker}, ("StreamNow",), range(4, 6), sent))
+    start: dict[str, Any] = reader.initialOffset()
+    ends = []
+    while (end := reader.latestOffset(start, reader.getDefaultReadLimit())) != start:
+        ends.append(end["StreamNow"])
+        start = end
+    # at most 6 a batch: 1.5 a queue, rounded down; and not the 2 a queue sent after it started
+    assert ends == [{f"broker-a:{q}": n for q in range(4)} for n in (1, 2, 3, 4)]
+
+
 def test_endingoffsets_is_refused_for_a_stream() -> None:
     from mqctl.errors import UsageError
 
