@@ -47,6 +47,7 @@ DEFAULT_MAX_MESSAGES = 100_000
 DEFAULT_FILE_SIZE = 1 << 30
 """RocketMQ's default ``mappedFileSizeCommitLog``, for a broker that does not tell its own."""
 _PULL_BATCH = 32  # what a broker answers at most per pull (maxTransferCountOnMessageInMemory)
+_PULLS_IN_FLIGHT = 16  # a task's pulls at once: one at a time, a read waits a round trip per 32 messages
 _DECODE_BYTES = 8 << 20  # pulled bytes decoded together into one Arrow batch
 _EARLIEST, _LATEST = -2, -1  # per-queue JSON values, as Kafka's
 
@@ -458,6 +459,26 @@ async def _pull_from(admin: Any, part: QueueRange, offset: int, failed: set[str]
     raise last
 
 
+async def _pull_round(admin: Any, part: QueueRange, offset: int, failed: set[str]) -> tuple[list[bytes], int]:
+    """Up to ``_PULLS_IN_FLIGHT`` pulls at once from ``offset`` on, at the offsets they would follow on at
+    when each answers a full batch (queue offsets are contiguous): the answers in order, up to the first
+    that ends short (big messages, the broker's byte cap), and the offset after the last one taken."""
+    starts = list(range(offset, part.end, _PULL_BATCH))[:_PULLS_IN_FLIGHT]
+    answers = await asyncio.gather(*(_pull_from(admin, part, at, failed) for at in starts))
+    bodies: list[bytes] = []
+    for at, result in zip(starts, answers, strict=True):
+        if at != offset:
+            break  # the answer before ended short: pull again from where it ended
+        if not result.found or result.next_begin_offset <= offset:
+            raise NotFoundError(
+                f"{part.topic} queue {part.queue_id} on {part.broker_name}: no message at offset "
+                f"{offset} (the broker holds {result.min_offset}..{result.max_offset - 1})"
+            )
+        bodies.append(result.body)
+        offset = min(result.next_begin_offset, part.end)
+    return bodies, offset
+
+
 def _decode(chunks: list[bytes], part: QueueRange, with_body: bool) -> Iterator[pa.RecordBatch]:
     buf = np.frombuffer(b"".join(chunks), dtype=np.uint8)
     found = scan(buf)
@@ -479,15 +500,9 @@ def read_range(part: QueueRange, connection: Connection, *, with_body: bool) -> 
         try:
             offset, chunks, size = part.start, [], 0
             while offset < part.end:
-                result = runner.run(_pull_from(admin, part, offset, failed))
-                if not result.found or result.next_begin_offset <= offset:
-                    raise NotFoundError(
-                        f"{part.topic} queue {part.queue_id} on {part.broker_name}: no message at offset "
-                        f"{offset} (the broker holds {result.min_offset}..{result.max_offset - 1})"
-                    )
-                chunks.append(result.body)
-                size += len(result.body)
-                offset = min(result.next_begin_offset, part.end)
+                bodies, offset = runner.run(_pull_round(admin, part, offset, failed))
+                chunks.extend(bodies)
+                size += sum(len(b) for b in bodies)
                 if size >= _DECODE_BYTES:
                     yield from _decode(chunks, part, with_body)
                     chunks, size = [], 0

@@ -51,25 +51,27 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Ranges(InputPartition):
-    """Queue ranges read one after the other by one task: a micro-batch of a few messages a queue is one
-    task (and one file in a file sink), not one per queue."""
+    """Queue ranges of one broker group read one after the other by one task: a micro-batch of a few
+    messages a queue is a task (and a file in a file sink) per broker group, not one per queue."""
 
     ranges: tuple[QueueRange, ...]
 
 
 def pack(ranges: list[QueueRange], max_messages: int) -> list[Ranges]:
-    """``ranges`` in order, as tasks of at most ``max_messages`` messages (a range is never cut here)."""
+    """``ranges`` as tasks of one broker group each, of at most ``max_messages`` messages (a range is
+    never cut here); the groups' tasks run side by side."""
     out: list[Ranges] = []
-    group: list[QueueRange] = []
-    count = 0
-    for r in ranges:
-        if group and count + (r.end - r.start) > max_messages:
+    for broker in sorted({r.broker_name for r in ranges}):
+        group: list[QueueRange] = []
+        count = 0
+        for r in (r for r in ranges if r.broker_name == broker):
+            if group and count + (r.end - r.start) > max_messages:
+                out.append(Ranges(tuple(group)))
+                group, count = [], 0
+            group.append(r)
+            count += r.end - r.start
+        if group:
             out.append(Ranges(tuple(group)))
-            group, count = [], 0
-        group.append(r)
-        count += r.end - r.start
-    if group:
-        out.append(Ranges(tuple(group)))
     return out
 
 

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
-from mqctl.spark.cluster import read_spec
-from mqctl.spark.stream import FROM, ClusterStreamReader, rate_limit, starts_of
+from mqctl.spark.cluster import QueueRange, read_spec
+from mqctl.spark.stream import FROM, ClusterStreamReader, pack, rate_limit, starts_of
 from tests.daemons import LocalCluster, local_cluster
 from tests.support.cluster_data import Sent, create_topics, send_known, sha
 from tests.support.spark_stream import Sink, start
@@ -35,6 +35,16 @@ def test_rate_limit_shares_the_limit_by_what_each_queue_has_waiting() -> None:
     assert rate_limit({"T": {"a:0": 0, "a:1": 0}}, {"T": {"a:0": 1000, "a:1": 1}}, 10) == {
         "T": {"a:0": 9, "a:1": 1}
     }
+
+
+def test_a_micro_batch_is_a_task_per_broker_group_of_at_most_max_messages() -> None:
+    def r(broker: str, queue: int, n: int) -> QueueRange:
+        return QueueRange("T", broker, queue, 0, n, (broker,), 1 << 30)
+
+    ranges = [r("a", 0, 5), r("a", 1, 5), r("a", 2, 5), r("b", 0, 3), r("b", 1, 20)]
+    assert [[(x.broker_name, x.queue_id) for x in p.ranges] for p in pack(ranges, 10)] == [
+        [("a", 0), ("a", 1)], [("a", 2)], [("b", 0)], [("b", 1)],
+    ]  # fmt: skip
 
 
 def test_a_batch_starts_where_the_previous_ended_or_where_its_end_pinned_a_new_queue() -> None:
@@ -80,6 +90,25 @@ def test_offsets_pin_the_first_start_and_follow_new_messages(one_broker: LocalCl
     assert replay.partitions(replay.initialOffset(), first) == []
     ranges = [r for p in replay.partitions({}, from_zero) for r in p.ranges]
     assert sorted((r.queue_id, r.start, r.end) for r in ranges) == [(q, 0, 3) for q in range(4)]
+
+
+@pytest.mark.spark
+def test_available_now_reads_up_to_what_was_stored_when_the_query_started(one_broker: LocalCluster) -> None:
+    local = one_broker
+    local.loop.run(create_topics(local.namesrv_addr, [local.broker_addr], ("StreamNow",)))
+    sent: Sent = {}
+    local.loop.run(send_known({"broker-a": local.broker}, ("StreamNow",), range(4), sent))
+    options = {"namesrv": local.namesrv_addr, "topic": "StreamNow", "startingOffsets": "earliest"}
+    reader = ClusterStreamReader(read_spec(options, streaming=True), 6)
+    reader.prepareForTriggerAvailableNow()
+    local.loop.run(send_known({"broker-a": local.broker}, ("StreamNow",), range(4, 6), sent))
+    start: dict[str, Any] = reader.initialOffset()
+    ends = []
+    while (end := reader.latestOffset(start, reader.getDefaultReadLimit())) != start:
+        ends.append(end["StreamNow"])
+        start = end
+    # at most 6 a batch: 1.5 a queue, rounded down; and not the 2 a queue sent after it started
+    assert ends == [{f"broker-a:{q}": n for q in range(4)} for n in (1, 2, 3, 4)]
 
 
 def test_endingoffsets_is_refused_for_a_stream() -> None:
@@ -128,7 +157,7 @@ def batches(checkpoint: Path, log: str) -> set[int]:
     return {int(p.name) for p in d.iterdir() if p.name.isdigit()} if d.is_dir() else set()
 
 
-def wait_for(predicate: Any, timeout: float, what: str, checkpoint: Path | None = None) -> float:
+def wait_for(predicate: Any, timeout: float, what: str) -> float:
     started = time.monotonic()
     while not predicate():
         assert time.monotonic() - started < timeout, f"not in {timeout} s: {what}"
@@ -152,7 +181,7 @@ def keys(sink: Sink) -> Counter[tuple[str, str, int, int]]:
 
 @pytest.mark.spark
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(600)
 def test_exactly_once_into_parquet_across_a_driver_sigkill(one_broker: LocalCluster, tmp_path: Path) -> None:
     from mqctl.spark.session import find_java
 
@@ -168,7 +197,7 @@ def test_exactly_once_into_parquet_across_a_driver_sigkill(one_broker: LocalClus
     with Sender(local, topics) as sender:
         driver = start(*args, **options)
         try:
-            wait_for(lambda: len(batches(checkpoint, "commits")) >= 2, 120, "two committed batches")
+            wait_for(lambda: len(batches(checkpoint, "commits")) >= 2, 300, "two committed batches")
             # SIGKILL while a batch is planned (its offsets written) and not committed
             mid = wait_for(
                 lambda: batches(checkpoint, "offsets") - batches(checkpoint, "commits"),
@@ -181,13 +210,13 @@ def test_exactly_once_into_parquet_across_a_driver_sigkill(one_broker: LocalClus
             topics.append("StreamB")  # a new topic the pattern matches, while the driver is down
             driver = start(*args, **options)
             wait_for(
-                lambda: bool(batches(checkpoint, "commits") & in_flight), 120, "the replayed batch committed"
+                lambda: bool(batches(checkpoint, "commits") & in_flight), 240, "the replayed batch committed"
             )
         except BaseException:
             kill(driver)
             raise
     try:
-        wait_for(lambda: set(keys(sink)) >= set(sender.sent), 60, "every message sent in the output")
+        wait_for(lambda: set(keys(sink)) >= set(sender.sent), 120, "every message sent in the output")
         # a message sent now reaches a committed file within two trigger intervals
         before = set(sender.sent)
         sender.one_round()
