@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 import click
 import typer
 
-from mqctl.cli.common import ContextOpt, NamesrvOpt, OutputOpt, SinceOpt, UntilOpt
+from mqctl.cli.common import SinceOpt, UntilOpt, cluster_options, flags
 from mqctl.spark.export import EXPORT_FORMATS  # stdlib-only at import time, like all of mqctl.spark's surface
 
 if TYPE_CHECKING:
@@ -105,10 +105,12 @@ def _check_local(
         raise ConflictError(f"{out} already exists", hint="use --overwrite to replace it")
 
 
-def _source(store: Path | None, cluster: bool, namesrv: str | None, context: str | None) -> Source:
+def _source(store: Path | None, cluster: bool) -> Source:
     """``--store DIR`` or ``--cluster`` (where it connects: ``-n``, ``--context``, else as every online
     command); exactly one."""
     from mqctl.errors import UsageError
+
+    namesrv, context = flags().namesrv, flags().context
     from mqctl.spark.export import ClusterSource
 
     if cluster == (store is not None):
@@ -137,12 +139,11 @@ def _window(since: str | None, until: str | None) -> tuple[int | None, int | Non
 
 
 @app.callback()
+@cluster_options()
 def export(
     ctx: typer.Context,
     store: Annotated[Path | None, _STORE] = None,
     cluster: ClusterOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
     out: Annotated[Path | None, typer.Option("--out", help="Output directory (Spark part files).")] = None,
     fmt: Annotated[
         str,
@@ -162,7 +163,6 @@ def export(
     remote: RemoteOpt = None,
     partitions: PartitionsOpt = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --out if it exists.")] = False,
-    output: OutputOpt = "table",
 ) -> None:
     """Export every record of the CommitLog, or every message of a running cluster's topics (one row
     each, the same columns), and print a summary."""
@@ -174,7 +174,7 @@ def export(
         raise UsageError(
             "spark-export needs --store DIR (or --cluster) and --out PATH (or the 'report' command)"
         )
-    source = _source(store, cluster, namesrv, context)
+    source = _source(store, cluster)
     from mqctl.output import render
     from mqctl.spark.export import check_source, export as run_export
 
@@ -188,7 +188,7 @@ def export(
             spark, source, out, fmt=fmt, topics=topic or (), since_ms=first, until_ms=last, with_body=with_body,
             partitions=partitions, overwrite=overwrite, progress=progress,
         )  # fmt: skip
-    render(result.over(_process_seconds(), startup), output)
+    render(result.over(_process_seconds(), startup), flags().output)
 
 
 @contextmanager
@@ -211,11 +211,10 @@ def _progress_bar() -> Iterator[Callable[[ExportProgress], None]]:
 
 
 @app.command("report")
+@cluster_options()
 def report(
     store: Annotated[Path | None, _STORE] = None,
     cluster: ClusterOpt = False,
-    namesrv: NamesrvOpt = None,
-    context: ContextOpt = None,
     topic: TopicOpt = None,
     since: SinceOpt = None,
     until: UntilOpt = None,
@@ -232,14 +231,13 @@ def report(
     top: Annotated[
         int, typer.Option("--top", min=1, help="Rows in the top-N sections (keys, producers).")
     ] = 20,
-    output: OutputOpt = "table",
 ) -> None:
     """Per-topic throughput, sizes, producers, latency, hot keys, queue skew, retries/DLQ, per-file content."""
     from mqctl.output import render
     from mqctl.spark.export import check_source
     from mqctl.spark.report import build_report, write_charts, write_json
 
-    source = _source(store, cluster, namesrv, context)
+    source = _source(store, cluster)
     check_source(source, partitions)
     first, last = _window(since, until)
     _check_local(master, remote, source)
@@ -254,8 +252,8 @@ def report(
         write_json(result, json_out)
     if charts is not None:
         write_charts(result, charts)
-    if output == "table":
+    if flags().output == "table":
         for title, rows in result.sections():
             render(rows, "table", title=title)
     else:
-        render(result, output)
+        render(result, flags().output)
