@@ -4,6 +4,7 @@ test's directory; a restart starts the same configuration on the same store."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -152,6 +153,13 @@ class Nemesis:
     def heal(self, proxy: Proxy, link: str) -> Op:
         proxy.heal(link)
         return self.history.nemesis("heal", link)
+
+    async def stop(self, node: Node) -> Op:
+        """SIGTERM, and wait (off the event loop, where the NameServer and the clients run) until it exits."""
+        node.signal(signal.SIGTERM)
+        assert node.proc is not None
+        await asyncio.to_thread(node.proc.wait, 30)
+        return self.history.nemesis("stop", node.name)
 
     def restart(self, node: Node) -> None:
         """Start a stopped or killed node again on its old store."""
