@@ -114,6 +114,11 @@ class Node:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
 
 
+async def stop_all(nodes: list[Node]) -> None:
+    """Stop ``nodes`` together, off the event loop: the NameServer they unregister from runs on it."""
+    await asyncio.gather(*(asyncio.to_thread(node.stop) for node in nodes))
+
+
 class Nemesis:
     """Process faults, each recorded in the history as the nemesis' operation."""
 

@@ -21,7 +21,7 @@ from tests.jepsen.checker import CheckResult
 from tests.jepsen.client import Producer, master_of, settled
 from tests.jepsen.harness import Client, Run, jepsen_run
 from tests.jepsen.history import Op
-from tests.jepsen.nodes import Node
+from tests.jepsen.nodes import Node, stop_all
 from tests.jepsen.proxy import Mode
 from tests.support.broker import BrokerClient
 from tests.support.ports import free_port
@@ -195,8 +195,7 @@ async def raft_group(
         finally:
             for p in g.producers:
                 await p.close()
-            for node in nodes:
-                node.stop()
+            await stop_all(nodes)
 
 
 async def _raft_ports_listen(ports: list[int], timeout: float = 5.0) -> None:

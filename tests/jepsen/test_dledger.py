@@ -64,7 +64,7 @@ async def test_sigkill_of_the_leader_then_its_restart_on_the_old_log(
     async with raft_group(tmp_path, cli_env) as g:
         old = await g.leader()
         async with running(activity(g)):
-            await wait_until(lambda: g.acked() >= 100)
+            await wait_until(lambda: g.acked() >= 60)
             g.nemesis.kill(g.nodes[old])
             killed = g.history.last("kill")
             await g.leader(other_than=old)
@@ -75,13 +75,19 @@ async def test_sigkill_of_the_leader_then_its_restart_on_the_old_log(
         await assert_consistent(g)
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="the NameServer keeps the frozen leader as brokerId 0 while its connection lives and refuses the "
+    "new leader's registration ('holds that place over a live connection'; 4.9.8's RouteInfoManager "
+    "takes the newer one), so no client finds the new leader until the old one wakes",
+)
 async def test_the_leader_frozen_past_the_election_timeout(tmp_path: Path, cli_env: dict[str, str]) -> None:
     """SIGSTOP for longer than the election timeout: another leader takes over; after SIGCONT the old one
     steps down (no term with two leaders) and what it held unacknowledged is not served."""
     async with raft_group(tmp_path, cli_env) as g:
         old = await g.leader()
         async with running(activity(g)):
-            await wait_until(lambda: g.acked() >= 100)
+            await wait_until(lambda: g.acked() >= 60)
             paused = g.nemesis.pause(g.nodes[old])
             await g.leader(other_than=old)
             await writes_resume(g, paused)
@@ -101,7 +107,7 @@ async def test_the_leader_cut_off_its_peers_acknowledges_nothing(
         old = await g.leader()
         old_addr = g.nodes[old].addr
         async with running(activity(g)):
-            await wait_until(lambda: g.acked() >= 100)
+            await wait_until(lambda: g.acked() >= 60)
             cut = g.isolate(old, mode)
             await g.leader(other_than=old)
             await writes_resume(g, cut)
@@ -139,7 +145,7 @@ async def test_a_follower_restarted_emptied_or_damaged_and_the_group_serves(
         leader = await g.leader()
         f = g.nodes[(leader + 1) % 3]
         async with running(activity(g)):
-            await wait_until(lambda: g.acked() >= 100)
+            await wait_until(lambda: g.acked() >= 60)
             await wait_until(lambda: _written(f.store) > 4096)  # the follower holds entries to harm
             await g.nemesis.stop(f)
             if harm == "emptied":

@@ -16,7 +16,7 @@ import pytest
 from tests.jepsen.checker import CheckResult, check_resumed
 from tests.jepsen.client import Producer, ScriptProducer, master_of, settled
 from tests.jepsen.harness import Run, jepsen_run, running
-from tests.jepsen.nodes import Node
+from tests.jepsen.nodes import Node, stop_all
 from tests.jepsen.proxy import Mode
 from tests.support.broker import BrokerClient
 from tests.support.ports import free_port
@@ -106,8 +106,7 @@ async def master_slave(
         finally:
             for p in producers:
                 await p.close()
-            slave.stop()
-            master.stop()
+            await stop_all([slave, master])
 
 
 @pytest.mark.parametrize(
