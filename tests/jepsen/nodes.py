@@ -4,6 +4,7 @@ test's directory; a restart starts the same configuration on the same store."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -113,6 +114,11 @@ class Node:
         return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
 
 
+async def stop_all(nodes: list[Node]) -> None:
+    """Stop ``nodes`` together, off the event loop: the NameServer they unregister from runs on it."""
+    await asyncio.gather(*(asyncio.to_thread(node.stop) for node in nodes))
+
+
 class Nemesis:
     """Process faults, each recorded in the history as the nemesis' operation."""
 
@@ -152,6 +158,13 @@ class Nemesis:
     def heal(self, proxy: Proxy, link: str) -> Op:
         proxy.heal(link)
         return self.history.nemesis("heal", link)
+
+    async def stop(self, node: Node) -> Op:
+        """SIGTERM, and wait (off the event loop, where the NameServer and the clients run) until it exits."""
+        node.signal(signal.SIGTERM)
+        assert node.proc is not None
+        await asyncio.to_thread(node.proc.wait, 30)
+        return self.history.nemesis("stop", node.name)
 
     def restart(self, node: Node) -> None:
         """Start a stopped or killed node again on its old store."""

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import logging
 import socket
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -72,8 +73,9 @@ class Proxy:
     def __init__(self) -> None:
         self.links: dict[str, Link] = {}
 
-    async def link(self, name: str, target: str) -> Link:
-        """A new link called ``name`` forwarding a fresh loopback port to ``target`` (host:port)."""
+    async def link(self, name: str, target: str, avoid: Collection[int] = ()) -> Link:
+        """A new link called ``name`` forwarding a fresh loopback port to ``target`` (host:port); the port
+        is none of ``avoid`` (ports picked for daemons that have not bound them yet)."""
         host, _, port = target.rpartition(":")
         holder: list[Link] = []
 
@@ -83,6 +85,10 @@ class Proxy:
                 await self._accept(holder[0], reader, writer)
 
         server = await asyncio.start_server(accept, "127.0.0.1", 0)
+        while server.sockets[0].getsockname()[1] in avoid:
+            taken = server
+            server = await asyncio.start_server(accept, "127.0.0.1", 0)
+            taken.close()
         link = Link(name, (host, int(port)), server)
         link.open.set()
         holder.append(link)

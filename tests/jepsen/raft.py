@@ -21,7 +21,7 @@ from tests.jepsen.checker import CheckResult
 from tests.jepsen.client import Producer, master_of, settled
 from tests.jepsen.harness import Client, Run, jepsen_run
 from tests.jepsen.history import Op
-from tests.jepsen.nodes import Node
+from tests.jepsen.nodes import Node, stop_all
 from tests.jepsen.proxy import Mode
 from tests.support.broker import BrokerClient
 from tests.support.ports import free_port
@@ -146,14 +146,17 @@ async def raft_group(
         pytest.skip(_unavailable[0])
     async with jepsen_run(tmp_path) as run:
         ports = [free_port() for _ in range(3)]
-        nodes: list[Node] = []
+        nodes = [
+            Node(f"n{i}", tmp_path / f"n{i}", {}, env, store_dir=(stores or {}).get(i)) for i in range(3)
+        ]
+        picked = {*ports, *(n.port for n in nodes)}
         for i in range(3):
             peers = [f"n{i}-127.0.0.1:{ports[i]}"]
             for j in range(3):
                 if j != i:
-                    link = await run.proxy.link(f"n{i}->n{j}", f"127.0.0.1:{ports[j]}")
+                    link = await run.proxy.link(f"n{i}->n{j}", f"127.0.0.1:{ports[j]}", avoid=picked)
                     peers.append(f"n{j}-{link.addr}")
-            conf = {
+            nodes[i].keys = {
                 "brokerName": GROUP,
                 "namesrvAddr": run.namesrv,
                 "mappedFileSizeCommitLog": 1024 * 1024,
@@ -164,7 +167,6 @@ async def raft_group(
                 **TIMINGS,
                 **keys,
             }
-            nodes.append(Node(f"n{i}", tmp_path / f"n{i}", conf, env, store_dir=(stores or {}).get(i)))
         g = RaftGroup(*run.parts(), nodes, ports)
         g.producers = [
             Producer(run.history, f"p{i}", run.namesrv, TOPIC, queues=QUEUES, timeout=5.0) for i in range(3)
@@ -193,8 +195,7 @@ async def raft_group(
         finally:
             for p in g.producers:
                 await p.close()
-            for node in nodes:
-                node.stop()
+            await stop_all(nodes)
 
 
 async def _raft_ports_listen(ports: list[int], timeout: float = 5.0) -> None:

@@ -16,7 +16,7 @@ import pytest
 from tests.jepsen.checker import CheckResult, check_resumed
 from tests.jepsen.client import Producer, ScriptProducer, master_of, settled
 from tests.jepsen.harness import Run, jepsen_run, running
-from tests.jepsen.nodes import Node
+from tests.jepsen.nodes import Node, stop_all
 from tests.jepsen.proxy import Mode
 from tests.support.broker import BrokerClient
 from tests.support.ports import free_port
@@ -67,13 +67,17 @@ async def master_slave(
             **common,
             "brokerRole": "SLAVE",
             "brokerId": 1,
-            "haListenPort": free_port(),
+            "haListenPort": (slave_ha := free_port()),
             "haSendHeartbeatInterval": 500,
         }
-        if proxied_ha:
-            slave_keys["haMasterAddress"] = (await run.proxy.link("ha", f"127.0.0.1:{ha_port}")).addr
         slave = Node("slave", tmp_path / "slave", slave_keys, env)
-        via = {master.addr: (await run.proxy.link("clients", master.addr)).addr} if proxied_clients else {}
+        picked = {master.port, ha_port, slave.port, slave_ha}
+        if proxied_ha:
+            link = await run.proxy.link("ha", f"127.0.0.1:{ha_port}", avoid=picked)
+            slave_keys["haMasterAddress"] = link.addr
+        via = {}
+        if proxied_clients:
+            via[master.addr] = (await run.proxy.link("clients", master.addr, avoid=picked)).addr
         producers: list[Producer | ScriptProducer]
         if clients == "ali-ons":
             producers = [ScriptProducer.ali_ons(run.history, f"ons{i}", ns, TOPIC) for i in range(2)]
@@ -102,8 +106,7 @@ async def master_slave(
         finally:
             for p in producers:
                 await p.close()
-            slave.stop()
-            master.stop()
+            await stop_all([slave, master])
 
 
 @pytest.mark.parametrize(
