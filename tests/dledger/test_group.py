@@ -20,6 +20,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from tests.broker.test_ha import pull_all
+from tests.support.ali_ons import expected_body, node
 from tests.support.broker import BrokerClient
 from tests.support.ports import free_port
 from tests.support.up import mqctl_up
@@ -128,3 +129,35 @@ async def test_failover_with_500ms_heartbeats_is_quick(tmp_path: Path, cli_env: 
     async with mqctl_up(data, env, ns_port, "--dledger", "3", "--broker-port", "0", "--no-metrics"):
         took = await failover(data, f"127.0.0.1:{ns_port}")
     assert took < 8, took
+
+
+@pytest.mark.slow
+@pytest.mark.interop
+async def test_ali_ons_sends_to_the_group_through_the_nameserver(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A real client (ali-ons) finds the elected master by broker name and every send is acknowledged only
+    once the group holds it: all read back from the master."""
+    ns_port = free_port()
+    ns = f"127.0.0.1:{ns_port}"
+    async with mqctl_up(
+        tmp_path / "data", cli_env, ns_port, "--dledger", "3", "--broker-port", "0", "--no-metrics"
+    ):
+        client = RemotingClient()
+        try:
+
+            async def elected() -> bool:
+                return await master_of(client, ns) is not None
+
+            await wait_until(elected, 60)
+            master = await master_of(client, ns)
+            assert master is not None
+            on = BrokerClient(master, client)
+            await on.create_topic("OnsRaft", QUEUES)
+            await asyncio.sleep(1)  # the topic's registration with the NameServer
+            sent = (await node("produce", ns, "OnsRaft", "50"))["sent"]
+            assert isinstance(sent, list) and {s["status"] for s in sent} == {"SEND_OK"}
+            held = [b for q in range(QUEUES) for b in await pull_all(on, "OnsRaft", q)]
+            assert sorted(held) == sorted(expected_body(i, 50) for i in range(50))
+        finally:
+            await client.close()
