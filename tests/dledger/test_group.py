@@ -36,6 +36,18 @@ async def master_of(client: RemotingClient, ns: str) -> str | None:
     return group.broker_addrs.get(0) if group is not None else None
 
 
+async def elected_master(client: RemotingClient, ns: str) -> str:
+    """The group's master once one is elected and registered (a minute at most)."""
+
+    async def elected() -> bool:
+        return await master_of(client, ns) is not None
+
+    await wait_until(elected, 60)
+    master = await master_of(client, ns)
+    assert master is not None
+    return master
+
+
 def member_pid(data: Path, addr: str) -> int:
     """The pid of the member listening on ``addr`` (its broker.conf names the port, its pidfile the pid)."""
     port = addr.rpartition(":")[2]
@@ -61,13 +73,7 @@ async def failover(data: Path, ns: str) -> float:
     first SEND_OK through the new leader; every acknowledged message is then read back from it."""
     client = RemotingClient()
     try:
-
-        async def elected() -> bool:
-            return await master_of(client, ns) is not None
-
-        await wait_until(elected, 60)
-        old = await master_of(client, ns)
-        assert old is not None
+        old = await elected_master(client, ns)
         on_old = BrokerClient(old, client)
         await on_old.create_topic(TOPIC, QUEUES)
         acked: dict[tuple[int, int], bytes] = {}
@@ -145,13 +151,7 @@ async def test_ali_ons_sends_to_the_group_through_the_nameserver(
     ):
         client = RemotingClient()
         try:
-
-            async def elected() -> bool:
-                return await master_of(client, ns) is not None
-
-            await wait_until(elected, 60)
-            master = await master_of(client, ns)
-            assert master is not None
+            master = await elected_master(client, ns)
             on = BrokerClient(master, client)
             await on.create_topic("OnsRaft", QUEUES)
             await asyncio.sleep(1)  # the topic's registration with the NameServer
