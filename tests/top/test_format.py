@@ -121,3 +121,10 @@ def test_broker_state_carries_loop_lag_of_an_mqctl_broker_only() -> None:
         loop_lag_p50_ms=0.12, loop_lag_p99_ms=0.5, loop_lag_max_ms=201.0, gc_pause_max_ms=3.25,
     )  # fmt: skip
     assert fmt.broker_cells(ours)[-1].endswith(", loop p50/p99/max 0.12/0.5/201ms, gc max 3.25ms")
+
+
+def test_a_dledger_member_shows_its_raft_role_and_term() -> None:
+    leader = BrokerView("C", "broker-a", 0, "h:1", "V4_9_8", raft="LEADER t3")
+    assert fmt.broker_cells(leader)[1] == "master [LEADER t3]"
+    follower = BrokerView("C", "broker-a", 2, "h:2", "V4_9_8", raft="FOLLOWER t3")
+    assert fmt.broker_cells(follower)[1] == "slave2 [FOLLOWER t3]"
