@@ -68,9 +68,10 @@ async def send_acked(on: BrokerClient, acked: dict[tuple[int, int], bytes], body
     return True
 
 
-async def failover(data: Path, ns: str) -> float:
-    """Acknowledged sends, SIGKILL of the leader, sends through the new one: the seconds from the kill to the
-    first SEND_OK through the new leader; every acknowledged message is then read back from it."""
+async def failover(data: Path, ns: str, pause: float = 0.0) -> float:
+    """Acknowledged sends, SIGKILL of the leader (``pause``: SIGSTOP for that long, then SIGCONT), sends
+    through the new one: the seconds from the signal to the first SEND_OK through the new leader; every
+    acknowledged message is then read back from it."""
     client = RemotingClient()
     try:
         old = await elected_master(client, ns)
@@ -83,11 +84,15 @@ async def failover(data: Path, ns: str) -> float:
         table = KVTable.loads(info.body).table
         assert table["dledgerRole"] == "LEADER" and table["brokerRole"] == "SYNC_MASTER"
 
-        os.kill(member_pid(data, old), signal.SIGKILL)
+        pid = member_pid(data, old)
+        os.kill(pid, signal.SIGSTOP if pause else signal.SIGKILL)
         killed = time.monotonic()
         first_ok = None
         i = 0
         while time.monotonic() - killed < 60:
+            if pause and time.monotonic() - killed > pause:
+                os.kill(pid, signal.SIGCONT)
+                pause = 0.0
             new = await master_of(client, ns)
             if new is not None and new != old:
                 if await send_acked(BrokerClient(new, client), acked, f"after-{i}".encode(), i % QUEUES):
@@ -161,3 +166,17 @@ async def test_ali_ons_sends_to_the_group_through_the_nameserver(
             assert sorted(held) == sorted(expected_body(i, 50) for i in range(50))
         finally:
             await client.close()
+
+
+@pytest.mark.slow
+async def test_a_paused_leader_is_replaced_and_steps_down_when_it_resumes(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """SIGSTOP of the leader longer than the election timeout, then SIGCONT: the others elect a new leader,
+    which takes brokerId 0 once the old one (its NameServer connection still open) steps down."""
+    ns_port = free_port()
+    data = tmp_path / "data"
+    env = {**cli_env, "MQCTL_HEART_BEAT_TIME_INTERVAL_MS": "500"}
+    async with mqctl_up(data, env, ns_port, "--dledger", "3", "--broker-port", "0", "--no-metrics"):
+        took = await failover(data, f"127.0.0.1:{ns_port}", pause=5.0)
+    assert took < 20, took
