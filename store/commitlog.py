@@ -302,18 +302,33 @@ class CommitLog:
         walk = RecordWalk(
             self.files,
             max(offset, files[0].file_from_offset),
-            files[-1].end_offset,
+            self.scan_end(),
             check_crc=check_crc,
             on_corruption=lambda e: log.warning("recovery stops at %s", e),
             on_damaged=on_damaged,
             known=self.set_aside,
+            entry_header=self.entry_header,
         )
         if on_record is None:  # validation only: decoding is most of a record's cost
             walk.validate()
         else:
             for info in walk:
                 on_record(info)
-        return ScanResult(walk.offset, walk.corruption, walk.records, walk.last_store_timestamp)
+        return ScanResult(
+            self.scan_stop(walk),
+            walk.corruption,
+            walk.records,
+            walk.last_store_timestamp or self.last_store_timestamp,
+        )
+
+    def scan_end(self) -> int:
+        """How far recovery walks: the end of the files (the data ends where the walk stops)."""
+        files = self.files.files
+        return files[-1].end_offset if files else 0
+
+    def scan_stop(self, walk: RecordWalk) -> int:
+        """Where recovery found the data to end (the CommitLog is truncated there)."""
+        return walk.offset
 
     def scan(
         self,
@@ -367,6 +382,7 @@ class CommitLog:
             on_damaged=_passed_set_aside if self.set_aside else None,
             known=self.set_aside,
             search=False,
+            entry_header=self.entry_header,
         )
 
     def warm_ahead(self, nbytes: int) -> None:

@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from store.commitlog import CommitLog, RecordWalk, ScanResult, appended, encode_checked
+from store.commitlog import CommitLog, RecordWalk, appended, encode_checked
 from store.dledger import BODY_OFFSET, DATA_FILE_SIZE, INDEX_FILE_SIZE, load_term
 from store.dledger_log import DLedgerLog, dledger_dir
 from store.errors import CorruptRecordError, StoreFormatError
@@ -155,38 +155,13 @@ class DLedgerCommitLog(CommitLog):
 
     # ------------------------------------------------------------------ recovery and dispatch
 
-    def scan_from(
-        self,
-        offset: int,
-        *,
-        check_crc: bool,
-        on_record: Callable[[RecordInfo], None] | None = None,
-        on_damaged: Callable[[CorruptRecordError, int], None] | None = None,
-    ) -> ScanResult:
-        """Dispatch (``on_record``) the committed records from ``offset``. The DLedger log recovered its
-        own files already (damage set aside there): the data ends where it does, nothing to cut."""
-        files = self.files.files
-        end = self.files.max_offset
-        if not files:
-            return ScanResult(0, None, 0, 0)
-        walk = RecordWalk(
-            self.files,
-            max(offset, files[0].file_from_offset),
-            self.max_offset,
-            check_crc=check_crc,
-            on_corruption=lambda e: log.error("DLedger CommitLog: dispatch stops at %s", e),
-            on_damaged=on_damaged,
-            known=self.set_aside,
-            entry_header=BODY_OFFSET,
-        )
-        if on_record is None:
-            walk.validate()
-        else:
-            for info in walk:
-                on_record(info)
-        return ScanResult(
-            end, walk.corruption, walk.records, walk.last_store_timestamp or self.last_store_timestamp
-        )
+    def scan_end(self) -> int:
+        """Recovery dispatches (``on_record``) the committed records only."""
+        return self.max_offset
+
+    def scan_stop(self, walk: RecordWalk) -> int:
+        """The DLedger log recovered its own files already (damage set aside there): nothing to cut."""
+        return self.files.max_offset
 
     def abnormal_start_index(self, limit_ts: int) -> int:
         """Newest data file whose first record was stored at or before ``limit_ts``."""
@@ -210,16 +185,8 @@ class DLedgerCommitLog(CommitLog):
             )
 
     def walk(self, offset: int, end: int) -> RecordWalk:
-        return RecordWalk(
-            self.files,
-            offset,
-            min(end, self.max_offset),
-            on_corruption=lambda e: log.error("dispatch stops at %s", e),
-            zeros_end_data=False,
-            known=self.set_aside,
-            search=False,
-            entry_header=BODY_OFFSET,
-        )
+        """Dispatch walks no further than the committed end."""
+        return super().walk(offset, min(end, self.max_offset))
 
     def first_files_deleted(self) -> None:
         """Retention removed data files: the ledger now begins at the first remaining entry."""

@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from store import dledger as dl
 from store.dledger_commitlog import DLedgerCommitLog
 from store.dledger_log import DLedgerLog
-from store.engine import DefaultMessageStore
+from store.engine import DefaultMessageStore, GetMessageStatus
 from store.message import Message
 from store.record import decode_record
 from tests.support.stores import all_bodies, dledger_config, dledger_store
@@ -139,6 +144,61 @@ def test_damage_inside_the_log_is_set_aside_in_place(tmp_path: Path) -> None:
         assert all_bodies(store, "D", 0) == want  # every later record stays in service
         assert os.listdir(tmp_path / "quarantine")
         assert store.put_message(Message("D", b"next", queue_id=0)).ok
+    finally:
+        store.shutdown()
+
+
+WRITER = """
+import sys
+from store.config import SYNC_FLUSH
+from store.engine import DefaultMessageStore
+from store.message import Message
+from tests.support.stores import dledger_config
+store = DefaultMessageStore(dledger_config(sys.argv[1], flush_disk_type=SYNC_FLUSH))
+store.open(); store.start()
+i = 0
+while True:
+    r = store.put_message(Message("K", b"payload-%d" % i * 30, queue_id=i % 3, properties={"KEYS": "key-%d" % i}))
+    assert r.ok, r
+    print(i, r.queue_offset, r.phys_offset, flush=True)
+    i += 1
+"""
+
+
+@pytest.mark.slow
+def test_sigkill_mid_write_loses_no_acknowledged_message(tmp_path: Path) -> None:
+    root = tmp_path / "store"
+    acked: list[tuple[int, ...]] = []
+    with subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(root)],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).parents[2],
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            acked.append(tuple(int(x) for x in line.split()))
+            if len(acked) >= 400:
+                break
+        proc.send_signal(signal.SIGKILL)
+        rest = proc.stdout.read()  # lines printed before the kill are acknowledged too
+        acked.extend(tuple(int(x) for x in line.split()) for line in rest.splitlines() if line.strip())
+    store = _open(root)
+    try:
+        assert not store.last_exit_ok
+        for i, qoff, phys in acked:
+            res = store.get_messages("g", "K", i % 3, qoff, 1)
+            assert res.status is GetMessageStatus.FOUND, i
+            assert (res.messages[0].phys_offset, res.messages[0].message.body) == (
+                phys,
+                b"payload-%d" % i * 30,
+            )
+            assert phys in {m.phys_offset for m in store.query_message("K", f"key-{i}", 4, 0, 2**62).messages}
+        dlog = store.commit_log.dlog  # type: ignore[attr-defined]
+        # the log, its committed index and the queues agree: every entry a unit, nothing past the last
+        units = sum(store.topic_queue_table().values())
+        assert units == dlog.last_index + 1 == dlog.committed_index + 1 >= len(acked)
+        assert store.put_message(Message("K", b"after", queue_id=0)).ok
     finally:
         store.shutdown()
 
