@@ -392,7 +392,7 @@ class Broker:
             c.dleger_group or c.broker_name,
             c.dleger_self_id,
             peers,
-            c.dledger_dir,
+            commit_log.directory,
             timings,
             c.preferred_leader_id or None,
         )
