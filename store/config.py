@@ -88,11 +88,6 @@ class StoreConfig:
         return self.store_path_commit_log or os.path.join(self.store_path_root_dir, "commitlog")
 
     @property
-    def dledger_dir(self) -> str:
-        """``DLedgerConfig#getDefaultPath``: ``<storePathRootDir>/dledger-<dLegerSelfId>``."""
-        return os.path.join(self.store_path_root_dir, f"dledger-{self.dleger_self_id or 'n0'}")
-
-    @property
     def consume_queue_dir(self) -> str:
         return os.path.join(self.store_path_root_dir, "consumequeue")
 

@@ -447,12 +447,16 @@ class Broker:
             c.dleger_group or c.broker_name,
             c.dleger_self_id,
             peers,
-            c.dledger_dir,
+            commit_log.directory,
             timings,
             c.preferred_leader_id or None,
         )
         self.dledger = DLedgerServer(
-            settings, commit_log.dlog, on_role=self._dledger_role, on_commit=store.dispatch_committed
+            settings,
+            commit_log.dlog,
+            on_role=self._dledger_role,
+            on_commit=store.dispatch_committed,
+            on_peer_back=self._dledger_peer_back,
         )
         self._set_role(master=False)
         await self.dledger.start()
@@ -488,6 +492,18 @@ class Broker:
                 self._tasks.append(asyncio.create_task(self._stop_master_services(), name="dledger-to-slave"))
             self.registration.request()
 
+    def _dledger_peer_back(self, peer: str) -> None:
+        """A member answers the leader again: if it was a master that ran on unaware (paused, cut off), it may
+        have registered as brokerId 0 over this one before stepping down. The master registers again now
+        and once more a little later (the other's step-down registration may land in between)."""
+        if self.config.broker_role == SLAVE:
+            return
+        log.info("DLedger member %s answers again: registering as the master again", peer)
+        self.registration.request()
+        asyncio.get_running_loop().call_later(
+            2 * self.config.heart_beat_time_interval_ms / 1000, self.registration.request
+        )
+
     async def _become_master(self, term: int) -> None:
         group = self.dledger
         assert group is not None
@@ -507,7 +523,12 @@ class Broker:
         self.schedule.start()
         self.transactions.start()
         log.info("broker %s is the master (DLedger leader of term %d)", self.config.broker_name, term)
-        await self.register_all()
+        # A NameServer refuses brokerId 0 while the old master's connection to it is open (a paused or cut
+        # off master that has not stepped down yet): asked again every heartbeat until each one took it.
+        while len(await self.register_all()) < len(self.config.namesrv_addrs):
+            await asyncio.sleep(self.config.heart_beat_time_interval_ms / 1000)
+            if not group.node.is_leader or group.node.m.term != term:
+                return
 
     async def _stop_master_services(self) -> None:
         await self.schedule.stop()

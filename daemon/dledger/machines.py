@@ -49,6 +49,9 @@ Code = DLedgerResponseCode
 
 #: Pushes a leader keeps in flight to one follower (``EntryDispatcher.maxPendingSize``).
 MAX_PENDING_PUSHES = 1000
+#: At most this many entries, or bytes (past the first entry), in one push to a follower.
+MAX_BATCH_ENTRIES = 256
+MAX_BATCH_BYTES = 1024 * 1024
 #: How often a leader with nothing to push tells followers the commit index (``doCommit``).
 COMMIT_PUSH_INTERVAL_MS = 1000
 #: How long a failed compare waits before the next (``EntryDispatcher#doWork`` sleeps 500 ms).
@@ -120,6 +123,8 @@ class Out:
     peer: str
     code: DLedgerRequestCode
     request: RequestOrResponse
+    #: a push: the follower's dispatch state it was made in (an answer from an earlier one is stale)
+    epoch: int = 0
 
 
 @dataclass(slots=True)
@@ -204,6 +209,9 @@ class PeerPush:
     not_before: int = 0
     last_push: int = -1
     water_mark: int = -1
+    #: bumped at each change of state: answers to pushes of an earlier state are ignored (a success for
+    #: entries a truncation cut since must not raise the water mark)
+    epoch: int = 0
 
 
 class Node:
@@ -678,9 +686,14 @@ class Node:
         out: list[Out] = []
         for peer, p in self.pushes.items():
             if p.state is PushState.APPEND:
-                out += self._push_append(peer, p, now)
+                made = self._push_append(peer, p, now)
             elif not p.awaiting and now >= p.not_before and self.log.last_index >= 0:
-                out += self._push_compare(peer, p, now)
+                made = self._push_compare(peer, p, now)
+            else:
+                continue
+            for o in made:
+                o.epoch = p.epoch
+            out += made
         return out
 
     def _push_append(self, peer: str, p: PeerPush, now: int) -> list[Out]:
@@ -689,16 +702,33 @@ class Node:
             p.inflight.clear()  # push again from what the follower acknowledged (it skips repeats)
             p.write_index = p.water_mark + 1
         while p.write_index <= self.log.last_index and len(p.inflight) < MAX_PENDING_PUSHES:
-            entry = self._get(p.write_index)
-            if entry is None:
+            # what is ready goes in one push (``batchEntry``, which DLedger's EntryHandler takes too)
+            batch: list[Entry] = []
+            size = 0
+            while p.write_index + len(batch) <= self.log.last_index and len(batch) < MAX_BATCH_ENTRIES:
+                entry = self._get(p.write_index + len(batch))
+                if entry is None or (batch and size + entry.size > MAX_BATCH_BYTES):
+                    break
+                batch.append(entry)
+                size += entry.size
+            if not batch:
                 break
-            out.append(self._push_request(peer, entry, PushType.APPEND))
+            out.append(self._push_batch(peer, batch))
             p.inflight[p.write_index] = now
-            p.write_index += 1
+            p.write_index += len(batch)
             p.last_push = now
         if not out and not p.inflight and now - p.last_push >= COMMIT_PUSH_INTERVAL_MS:
             out.append(self._push_request(peer, None, PushType.COMMIT))
             p.last_push = now
+        return out
+
+    def _push_batch(self, peer: str, batch: list[Entry]) -> Out:
+        if len(batch) == 1:
+            return self._push_request(peer, batch[0], PushType.APPEND)
+        out = self._push_request(peer, None, PushType.APPEND)
+        assert isinstance(out.request, PushEntryRequest)
+        out.request.batch_entry = [wire_entry(e) for e in batch]
+        out.request.total_size = sum(e.size for e in batch)
         return out
 
     def _push_compare(self, peer: str, p: PeerPush, now: int) -> list[Out]:
@@ -716,6 +746,7 @@ class Node:
         return [self._push_request(peer, entry, kind)]
 
     def _to_append(self, p: PeerPush, index: int) -> None:
+        p.epoch += 1
         p.state, p.compare_index = PushState.APPEND, -1
         p.water_mark = max(p.water_mark, index)
         p.write_index = index + 1
@@ -723,13 +754,16 @@ class Node:
         self._advance_commit()
 
     def _to_compare(self, p: PeerPush, now: int, delay: int = 0) -> None:
+        p.epoch += 1
         p.state, p.compare_index, p.awaiting = PushState.COMPARE, -1, False
         p.inflight.clear()
         p.not_before = now + delay
 
-    def _on_push_response(self, peer: str, req: PushEntryRequest, resp: PushEntryResponse | None) -> None:
+    def _on_push_response(
+        self, peer: str, req: PushEntryRequest, resp: PushEntryResponse | None, epoch: int
+    ) -> None:
         p = self.pushes.get(peer)
-        if not self.is_leader or p is None or req.term != self.m.term:
+        if not self.is_leader or p is None or req.term != self.m.term or epoch != p.epoch:
             return
         now = self._now
         if resp is not None:
@@ -739,8 +773,9 @@ class Node:
                 return  # a timed-out push is pushed again from tick
             if resp.code == Code.SUCCESS and resp.index is not None:
                 p.inflight.pop(resp.index, None)
-                if resp.index > p.water_mark:
-                    p.water_mark = resp.index
+                last = resp.index + max(resp.count, 1) - 1
+                if last > p.water_mark:
+                    p.water_mark = last
                     self._advance_commit()
             elif resp.code == Code.INCONSISTENT_STATE:
                 self._to_compare(p, now)
@@ -778,6 +813,7 @@ class Node:
         if p.compare_index < begin and truncate == -1:
             truncate = begin
         if truncate != -1:
+            p.epoch += 1
             p.state, p.compare_index = PushState.TRUNCATE, truncate
 
     # ------------------------------------------------------------------ the follower's entry handler
@@ -799,6 +835,8 @@ class Node:
         if req.type is PushType.COMMIT:
             self._follow_commit(req.commit_index)
             return self._push_answer(req, Code.SUCCESS)
+        if req.type is PushType.APPEND and req.batch_entry:
+            return self._push_answer(req, self._append_batch(req))
         entry = req.entry
         if entry is None:
             return self._push_answer(req, Code.UNEXPECTED_ARGUMENT)
@@ -846,6 +884,18 @@ class Node:
             return self._push_answer(req, Code.SUCCESS)  # a repeat (our answer was lost)
         return self._push_answer(req, Code.INCONSISTENT_STATE)
 
+    def _append_batch(self, req: PushEntryRequest) -> Code:
+        """A batch push: entries already held (a repeat) are skipped, the rest must continue the log."""
+        for wire in req.batch_entry:
+            if wire.index <= self.log.last_index:
+                if not same_entry(wire, self._get(wire.index)):
+                    return Code.INCONSISTENT_STATE
+            elif wire.index != self.log.last_index + 1 or not self._append_follower(wire):
+                return Code.INCONSISTENT_STATE
+        # (only what the leader just showed this log holds: past the batch it may hold another's tail)
+        self._follow_commit(min(req.commit_index, req.batch_entry[-1].index))
+        return Code.SUCCESS
+
     def _append_follower(self, wire: DLedgerEntry) -> bool:
         try:
             self.log.append_follower(log_entry(wire))
@@ -880,7 +930,7 @@ class Node:
         elif out.code is DLedgerRequestCode.PUSH:
             assert isinstance(out.request, PushEntryRequest)
             assert resp is None or isinstance(resp, PushEntryResponse)
-            self._on_push_response(out.peer, out.request, resp)
+            self._on_push_response(out.peer, out.request, resp, out.epoch)
         elif out.code is DLedgerRequestCode.LEADERSHIP_TRANSFER:
             assert resp is None or isinstance(resp, LeadershipTransferResponse)
             self.transfer_answered(out.request.term, resp)

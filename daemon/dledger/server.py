@@ -90,6 +90,7 @@ class DLedgerServer:
         *,
         on_role: Callable[[int, Role], None] = lambda term, role: None,
         on_commit: Callable[[], object] = lambda: None,
+        on_peer_back: Callable[[str], None] = lambda peer: None,
         listen_host: str | None = None,
     ) -> None:
         self.settings = settings
@@ -104,6 +105,9 @@ class DLedgerServer:
         self.node = Node(member, raft_log, settings.timings, random.Random(), settings.preferred_leader)
         self.on_role = on_role
         self.on_commit = on_commit
+        self.on_peer_back = on_peer_back
+        #: (leader) the peers that answered last: one answering again after a silence is reported
+        self._live: set[str] = set()
         host, _, port = settings.peers[settings.self_id].rpartition(":")
         self.server = RemotingServer(host=listen_host or host, port=int(port), idle_timeout=0)
         for code in DLedgerRequestCode:
@@ -192,6 +196,13 @@ class DLedgerServer:
             for term, role in changes:
                 log.info("[%s] role %s in term %d", self.settings.self_id, role.value, term)
                 self.on_role(term, role)
+        if node.is_leader:
+            live = {p for p, up in node.m.live.items() if up}
+            for peer in sorted(live - self._live):
+                self.on_peer_back(peer)
+            self._live = live
+        else:
+            self._live = set()
         committed = self.log.committed_index
         if committed != self._committed:
             self._committed = committed

@@ -106,8 +106,13 @@ class DLedgerGroup:
             if proc.poll() is None:
                 proc.terminate()
         for proc in self.procs:
-            while proc.poll() is None:
+            for _ in range(300):  # a member that has not stopped in 30 s is killed
+                if proc.poll() is not None:
+                    break
                 await asyncio.sleep(0.1)
+            else:
+                proc.kill()
+                proc.wait()
         self.procs = []
         await self.namesrv.stop()
 

@@ -91,6 +91,8 @@ def staleness(taken_at: float | None, now: float, interval: float) -> str | None
 
 def broker_cells(b: BrokerView) -> tuple[str, ...]:
     role = "master" if b.broker_id == 0 else f"slave{b.broker_id}"
+    if b.raft:
+        role += f" [{b.raft}]"
     if b.ha_slaves:
         role += f" ({b.ha_slaves} slave{'s' if b.ha_slaves > 1 else ''})"
     if b.ha_connected is False:

@@ -219,6 +219,9 @@ class LiveSource:
             metrics=scrape is not None,
             ha_slaves=_int(runtime.get("haSlaveCount")),
             ha_connected=(runtime["haMasterConnected"] == "true") if "haMasterConnected" in runtime else None,
+            raft=f"{runtime['dledgerRole']} t{runtime.get('dledgerTerm', '?')}"
+            if "dledgerRole" in runtime
+            else None,
             loop_lag_p50_ms=first_float(runtime.get("loopLagP50")),
             loop_lag_p99_ms=first_float(runtime.get("loopLagP99")),
             loop_lag_max_ms=first_float(runtime.get("loopLagMax")),

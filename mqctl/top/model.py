@@ -41,6 +41,8 @@ class BrokerView:
     ha_slaves: int | None = None
     ha_connected: bool | None = None
     ha_lag_bytes: int | None = None
+    #: DLedger mode: the member's Raft role and term ("LEADER t3").
+    raft: str | None = None
     #: An mqctl broker's event loop: lag p50/p99 over the last minute or two and the longest since start,
     #: and its longest GC pause, in ms (None from a Java broker).
     loop_lag_p50_ms: float | None = None

@@ -20,6 +20,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from tests.broker.test_ha import pull_all
+from tests.support.ali_ons import expected_body, node
 from tests.support.broker import BrokerClient
 from tests.support.ports import free_port
 from tests.support.up import mqctl_up
@@ -33,6 +34,18 @@ async def master_of(client: RemotingClient, ns: str) -> str | None:
     r = await client.invoke(ns, RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO))
     group = ClusterInfo.loads(r.body).broker_addr_table.get("broker-a") if r.body else None
     return group.broker_addrs.get(0) if group is not None else None
+
+
+async def elected_master(client: RemotingClient, ns: str) -> str:
+    """The group's master once one is elected and registered (a minute at most)."""
+
+    async def elected() -> bool:
+        return await master_of(client, ns) is not None
+
+    await wait_until(elected, 60)
+    master = await master_of(client, ns)
+    assert master is not None
+    return master
 
 
 def member_pid(data: Path, addr: str) -> int:
@@ -55,18 +68,13 @@ async def send_acked(on: BrokerClient, acked: dict[tuple[int, int], bytes], body
     return True
 
 
-async def failover(data: Path, ns: str) -> float:
-    """Acknowledged sends, SIGKILL of the leader, sends through the new one: the seconds from the kill to the
-    first SEND_OK through the new leader; every acknowledged message is then read back from it."""
+async def failover(data: Path, ns: str, pause: float = 0.0) -> float:
+    """Acknowledged sends, SIGKILL of the leader (``pause``: SIGSTOP for that long, then SIGCONT), sends
+    through the new one: the seconds from the signal to the first SEND_OK through the new leader; every
+    acknowledged message is then read back from it."""
     client = RemotingClient()
     try:
-
-        async def elected() -> bool:
-            return await master_of(client, ns) is not None
-
-        await wait_until(elected, 60)
-        old = await master_of(client, ns)
-        assert old is not None
+        old = await elected_master(client, ns)
         on_old = BrokerClient(old, client)
         await on_old.create_topic(TOPIC, QUEUES)
         acked: dict[tuple[int, int], bytes] = {}
@@ -76,11 +84,15 @@ async def failover(data: Path, ns: str) -> float:
         table = KVTable.loads(info.body).table
         assert table["dledgerRole"] == "LEADER" and table["brokerRole"] == "SYNC_MASTER"
 
-        os.kill(member_pid(data, old), signal.SIGKILL)
+        pid = member_pid(data, old)
+        os.kill(pid, signal.SIGSTOP if pause else signal.SIGKILL)
         killed = time.monotonic()
         first_ok = None
         i = 0
         while time.monotonic() - killed < 60:
+            if pause and time.monotonic() - killed > pause:
+                os.kill(pid, signal.SIGCONT)
+                pause = 0.0
             new = await master_of(client, ns)
             if new is not None and new != old:
                 if await send_acked(BrokerClient(new, client), acked, f"after-{i}".encode(), i % QUEUES):
@@ -128,3 +140,43 @@ async def test_failover_with_500ms_heartbeats_is_quick(tmp_path: Path, cli_env: 
     async with mqctl_up(data, env, ns_port, "--dledger", "3", "--broker-port", "0", "--no-metrics"):
         took = await failover(data, f"127.0.0.1:{ns_port}")
     assert took < 8, took
+
+
+@pytest.mark.slow
+@pytest.mark.interop
+async def test_ali_ons_sends_to_the_group_through_the_nameserver(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A real client (ali-ons) finds the elected master by broker name and every send is acknowledged only
+    once the group holds it: all read back from the master."""
+    ns_port = free_port()
+    ns = f"127.0.0.1:{ns_port}"
+    async with mqctl_up(
+        tmp_path / "data", cli_env, ns_port, "--dledger", "3", "--broker-port", "0", "--no-metrics"
+    ):
+        client = RemotingClient()
+        try:
+            master = await elected_master(client, ns)
+            on = BrokerClient(master, client)
+            await on.create_topic("OnsRaft", QUEUES)
+            await asyncio.sleep(1)  # the topic's registration with the NameServer
+            sent = (await node("produce", ns, "OnsRaft", "50"))["sent"]
+            assert isinstance(sent, list) and {s["status"] for s in sent} == {"SEND_OK"}
+            held = [b for q in range(QUEUES) for b in await pull_all(on, "OnsRaft", q)]
+            assert sorted(held) == sorted(expected_body(i, 50) for i in range(50))
+        finally:
+            await client.close()
+
+
+@pytest.mark.slow
+async def test_a_paused_leader_is_replaced_and_steps_down_when_it_resumes(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """SIGSTOP of the leader longer than the election timeout, then SIGCONT: the others elect a new leader,
+    which takes brokerId 0 once the old one (its NameServer connection still open) steps down."""
+    ns_port = free_port()
+    data = tmp_path / "data"
+    env = {**cli_env, "MQCTL_HEART_BEAT_TIME_INTERVAL_MS": "500"}
+    async with mqctl_up(data, env, ns_port, "--dledger", "3", "--broker-port", "0", "--no-metrics"):
+        took = await failover(data, f"127.0.0.1:{ns_port}", pause=5.0)
+    assert took < 20, took

@@ -180,8 +180,15 @@ class Cluster:
                 self.client_append(self.now)
 
     def check_acked_everywhere(self) -> None:
-        """Once the followers caught up: every acknowledged append in every member's log."""
-        self.run(3000)
+        """Once the followers caught up (a divergent tail is compared back one entry a round trip, as
+        DLedger does: give them a minute): every acknowledged append in every member's log."""
+        for _ in range(60):
+            self.run(1000)
+            leader = self.leader()
+            if leader is not None and all(
+                n is not None and n.log.last_index == leader.log.last_index for n in self.nodes.values()
+            ):
+                break
         for node in self.nodes.values():
             assert node is not None
             self.check_acked_in(node)

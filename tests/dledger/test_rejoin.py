@@ -83,24 +83,45 @@ async def test_an_isolated_leader_acks_nothing_and_its_tail_is_quarantined_on_re
         back = await start_broker(Path(keys[old_index]["store_path_root_dir"]), **keys[old_index])
         brokers[old_index] = back
         assert back.dledger is not None and new.dledger is not None
-        assert back.dledger.log.committed_index < back.dledger.log.last_index  # the tail was not committed
-        await wait_until(
-            lambda: back.dledger is not None and back.dledger.log.last_index == new.dledger.log.last_index, 20
-        )
+        back_log, new_log = back.dledger.log, new.dledger.log
+        assert back_log.committed_index < back_log.last_index  # the tail was not committed
+        await wait_until(lambda: back_log.last_index == new_log.last_index, 20)
         expected = [f"acked-{i}".encode() for i in range(10)] + [f"new-{i}".encode() for i in range(10)]
         assert await pull_all(on_new, "R", 0) == expected
-        assert [q for q in list_quarantines(keys[old_index]["store_path_root_dir"])]
+        assert list_quarantines(keys[old_index]["store_path_root_dir"])
         on_back = BrokerClient(back.addr, client)
-        await wait_until(
-            lambda: (
-                back.dledger is not None
-                and back.dledger.log.committed_index == new.dledger.log.committed_index
-            ),
-            20,
-        )
+        await wait_until(lambda: back_log.committed_index == new_log.committed_index, 20)
         served = await pull_all(on_back, "R", 0)
         assert not any(b.startswith(b"lone") for b in served)
         assert served == expected[: len(served)]
+    finally:
+        await client.close()
+        for b in brokers:
+            if b is not None:
+                await b.stop()
+
+
+@pytest.mark.slow
+async def test_leadership_goes_to_the_preferred_member(tmp_path: Path) -> None:
+    """preferredLeaderId: n0 and n1 elect one of them; n2 starts later, catches up, and the leader hands
+    over to it (DLedgerServer#checkPreferredLeader); sends then go through n2 as the master."""
+    keys = [{**k, "preferred_leader_id": "n2"} for k in members(tmp_path)]
+    brokers: list[Broker | None] = [await start_broker(Path(k["store_path_root_dir"]), **k) for k in keys[:2]]
+    client = RemotingClient()
+    try:
+        await wait_until(lambda: leader_of(brokers) is not None, 30)
+        first = leader_of(brokers)
+        assert first is not None
+        await BrokerClient(first.addr, client).create_topic("P", 1)
+        for _ in range(5):
+            assert (await BrokerClient(first.addr, client).send("P", b"before", queue_id=0)).code == 0
+        n2 = await start_broker(Path(keys[2]["store_path_root_dir"]), **keys[2])
+        brokers.append(n2)
+        await wait_until(lambda: leader_of(brokers) is n2, 30)
+        assert n2.config.broker_id == 0 and first.config.broker_role == "SLAVE"
+        await BrokerClient(n2.addr, client).create_topic("P", 1)
+        r = await BrokerClient(n2.addr, client).send("P", b"via n2", queue_id=0)
+        assert r.code == ResponseCode.SUCCESS and r.ext_fields["queueOffset"] == "5"
     finally:
         await client.close()
         for b in brokers:

@@ -132,3 +132,10 @@ def test_broker_state_shows_pop_in_flight_when_any() -> None:
     assert "pop" not in fmt.broker_cells(idle)[-1]
     lent = BrokerView("C", "broker-a", 0, "h:1", "V4_9_8", disk_ratio=0.1, metrics=True, pop_in_flight=12)
     assert fmt.broker_cells(lent)[-1].endswith(", pop in flight 12")
+
+
+def test_a_dledger_member_shows_its_raft_role_and_term() -> None:
+    leader = BrokerView("C", "broker-a", 0, "h:1", "V4_9_8", raft="LEADER t3")
+    assert fmt.broker_cells(leader)[1] == "master [LEADER t3]"
+    follower = BrokerView("C", "broker-a", 2, "h:2", "V4_9_8", raft="FOLLOWER t3")
+    assert fmt.broker_cells(follower)[1] == "slave2 [FOLLOWER t3]"
