@@ -179,3 +179,49 @@ def test_the_rocketmq_source_reads_a_cluster_through_spark_connect(
         assert done.returncode == 0, done.stderr[-3000:]
         rows = json.loads(done.stdout)
         assert {(t, h, q, o): s for t, h, q, o, s in rows} == sent and len(rows) == len(sent)
+
+
+_STREAM_THROUGH_CONNECT = """
+import sys
+from pyspark.sql import SparkSession
+from mqctl.spark.cluster import register
+
+spark = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+register(spark)
+query = (spark.readStream.format("rocketmq").option("namesrv", sys.argv[2]).option("topic", "SparkConnectStream")
+         .option("startingOffsets", "earliest").option("maxOffsetsPerTrigger", "30").load()
+         .writeStream.format("parquet").option("path", sys.argv[3]).option("checkpointLocation", sys.argv[4])
+         .trigger(availableNow=True).start())
+query.awaitTermination()
+spark.stop()
+"""
+
+
+def test_a_stream_through_spark_connect_writes_every_message_once(
+    connect_server: str, tmp_path: Path
+) -> None:
+    """readStream registered from a Connect client, run to what was stored (Trigger.AvailableNow) in
+    batches of at most 30 messages, into Parquet on the server."""
+    from mqctl.spark.stream import sink_files
+
+    out = tmp_path / "out"
+    with local_cluster(tmp_path / "cluster") as local:
+        sent: Sent = {}
+        local.loop.run(create_topics(local.namesrv_addr, [local.broker_addr], ("SparkConnectStream",)))
+        local.loop.run(send_known({"broker-a": local.broker}, ("SparkConnectStream",), range(20), sent))
+        args = [connect_server, local.namesrv_addr, str(out), str(tmp_path / "checkpoint")]
+        done = subprocess.run(
+            [sys.executable, "-c", _STREAM_THROUGH_CONNECT, *args],
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    files = sink_files(out)
+    assert max(files.values()) >= 2  # 80 messages, 30 a batch
+    rows = [r for f in files for r in pq.read_table(f).to_pylist()]
+    got = {
+        (r["topic"], r["store_host"], r["queue_id"], r["queue_offset"]): hashlib.sha256(r["body"]).hexdigest()
+        for r in rows
+    }
+    assert got == sent and len(rows) == len(sent)
