@@ -78,7 +78,7 @@ def decode_snapshot(data: bytes) -> TimerSnapshot:
     doc = json.loads(data)
     new = tuple.__new__  # PendingTimer(*row) without the generated __new__'s cost, per pending timer
     pending = [new(PendingTimer, row) for row in doc["pending"]]
-    if any(len(row) != len(PendingTimer._fields) for row in pending):
+    if pending and set(map(len, pending)) != {len(PendingTimer._fields)}:
         raise ValueError("a pending timer row of another shape")
     return TimerSnapshot(int(doc["generation"]), int(doc["enqueued"]), pending)
 

@@ -141,16 +141,26 @@ class TimerMessageService:
         if self.progress.created:
             self._adopt_before = int(time.time() * 1000)
         self._enqueued = snapshot.enqueued
-        pending = [p for p in snapshot.pending if p.queue_offset not in done] if done else snapshot.pending
-        self._pending = {p.queue_offset: p for p in pending}
-        self._heap = [(self._wake(p), p.queue_offset) for p in pending]
-        heapq.heapify(self._heap)
-        self._by_key = {(p.topic, p.unique_key): p.queue_offset for p in pending if p.unique_key}
-        for p in pending:
-            self._topic_row(p.topic)[1].append((p.due_ms, p.queue_offset))
-        for count, heap in self._topics.values():
-            count[0] = len(heap)
-            heapq.heapify(heap)
+        # one pass with plain locals: a start pays this per pending timer
+        pending, wakes, by_key = self._pending, self._heap, self._by_key
+        per_topic: dict[str, list[tuple[int, int]]] = {}
+        roll = self._roll_ms
+        for p in snapshot.pending:
+            offset, due, _phys, _size, stored, topic, key = p
+            if offset in done:
+                continue
+            pending[offset] = p
+            wakes.append((min(due, stored + roll), offset))
+            if key:
+                by_key[(topic, key)] = offset
+            dues = per_topic.get(topic)
+            if dues is None:
+                dues = per_topic[topic] = []
+            dues.append((due, offset))
+        heapq.heapify(wakes)
+        for topic, dues in per_topic.items():
+            heapq.heapify(dues)
+            self._topics[topic] = ([len(dues)], dues)
         self._done_before = done
 
     def start(self) -> None:
