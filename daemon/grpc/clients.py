@@ -44,6 +44,11 @@ def parse_peer(peer: str) -> tuple[str, int]:
         return "", 0
 
 
+def client_key(client_id: str, ip: str) -> str:
+    """A client's registry key: its id as seen from one IP."""
+    return f"{client_id} from {ip}"
+
+
 class GrpcChannel:
     """A 5.x client as the registries see a connection: a peer, an address, a way to be told things."""
 
@@ -95,31 +100,38 @@ class GrpcClient:
     def __post_init__(self) -> None:
         self.channel = GrpcChannel(self)
 
+    @property
+    def key(self) -> str:
+        return client_key(self.client_id, self.address[0])
+
 
 class ClientRegistry:
-    """Every 5.x client by its `x-mq-client-id`."""
+    """Every 5.x client by its `x-mq-client-id` and IP."""
 
     def __init__(self, on_forget: Callable[[GrpcClient], None]) -> None:
         self.clients: dict[str, GrpcClient] = {}
         self._on_forget = on_forget
 
     def get(self, client_id: str, address: tuple[str, int], local_ip: str = "") -> GrpcClient:
-        client = self.clients.get(client_id)
+        """The client `client_id` calling from `address`. The id is the caller's word: the same id from
+        another IP is another client, so no peer borrows the address (whitelists, protected mode),
+        Telemetry stream or registrations of a client it names."""
+        key = client_key(client_id, address[0])
+        client = self.clients.get(key)
         if client is None:
-            client = self.clients[client_id] = GrpcClient(client_id, address, local_ip)
+            client = self.clients[key] = GrpcClient(client_id, address, local_ip)
         client.last_seen = time.monotonic()
         return client
 
-    def forget(self, client_id: str) -> None:
-        client = self.clients.pop(client_id, None)
-        if client is not None:
+    def forget(self, client: GrpcClient) -> None:
+        if self.clients.pop(client.key, None) is not None:
             self._on_forget(client)
 
     def expire(self, idle_seconds: float) -> None:
         deadline = time.monotonic() - idle_seconds
-        for client_id in [c.client_id for c in self.clients.values() if c.last_seen < deadline]:
-            log.info("5.x client %s went silent: forgotten", client_id)
-            self.forget(client_id)
+        for client in [c for c in self.clients.values() if c.last_seen < deadline]:
+            log.info("5.x client %s went silent: forgotten", client.client_id)
+            self.forget(client)
 
     def counts(self) -> dict[str, int]:
         """Clients by type name (for the start-up and status lines)."""

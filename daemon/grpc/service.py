@@ -68,6 +68,10 @@ AUTO_RENEW_INVISIBLE_MS: Final = 60_000
 RENEW_AHEAD_MS: Final = 20_000
 #: A receive's invisibility below this is refused (ILLEGAL_INVISIBLE_TIME).
 MIN_INVISIBLE_MS: Final = 1_000
+#: ... and above this, as any change of invisibility (the Proxy's `maxInvisibleTimeMills`): a lending
+#: longer than that hides an unacked message for good.
+MAX_INVISIBLE_MS: Final = 12 * 3600 * 1000
+
 #: The producer retry policy the proxy hands out (`GrpcClientSettingsManager`): 10 ms doubling to 1 s.
 PRODUCER_BACKOFF: Final = (10, 1_000, 2.0)
 #: A consumer's redelivery backoff: the 4.x delay levels 3..18 (`1s 5s ... 2h`) the retry topic uses.
@@ -159,6 +163,17 @@ class Refused(Exception):
         return status(self.code, self.message)
 
 
+def invisible_problem(invisible_ms: int, least: int) -> Refused | None:
+    """The refusal of an invisible duration outside [least, MAX_INVISIBLE_MS], else None."""
+    if invisible_ms < least:
+        return Refused(pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is under {least} ms")
+    if invisible_ms > MAX_INVISIBLE_MS:
+        return Refused(
+            pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is over {MAX_INVISIBLE_MS} ms"
+        )
+    return None
+
+
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def __init__(self, broker: BrokerContext, port: int) -> None:
         self.broker = broker
@@ -207,6 +222,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     access_key,
                     lambda secret: signature_matches(secret, date_time, signature),
                     request,
+                    date_time,
                 )
             else:
                 guard(cast(Connection, client.channel), request)
@@ -214,7 +230,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             raise Refused.of(exc) from None
 
     def _forget(self, client: GrpcClient) -> None:
-        self.leases.drop_client(client.client_id)
+        self.leases.drop_client(client.key)
         conn = cast(Connection, client.channel)
         self.broker.producers.connection_closed(conn)
         self.broker.consumers.connection_closed(conn)
@@ -424,7 +440,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self, request: spb.NotifyClientTerminationRequest, context: Any
     ) -> spb.NotifyClientTerminationResponse:
         client, _ = self._client(context)
-        self.clients.forget(client.client_id)
+        self.clients.forget(client)
         return spb.NotifyClientTerminationResponse(status=status())
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: Any) -> None:
@@ -600,8 +616,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             pop = self.broker.pop
             self._consumer_check(client, meta, group, topic)
-            if invisible_ms < MIN_INVISIBLE_MS:
-                raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is too short")
+            problem = invisible_problem(invisible_ms, MIN_INVISIBLE_MS)
+            if problem is not None:
+                raise problem
             poll_ms = min(request.long_polling_timeout.ToMilliseconds(), MAX_LONG_POLLING_MS)
             remaining = context.time_remaining()
             if remaining is not None:  # answer before the client's deadline
@@ -633,7 +650,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         await context.write(spb.ReceiveMessageResponse(status=status()))
         for item in popped:
             if renewed:
-                self.leases.add(client.client_id, group, topic, item.receipt_handle)
+                self.leases.add(client.key, group, topic, item.receipt_handle)
             message = to_proto(
                 decode_record(item.record),
                 receipt_handle=item.receipt_handle,
@@ -675,6 +692,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             pop = self.broker.pop
             self._consumer_check(client, meta, group, topic)
+            problem = invisible_problem(request.invisible_duration.ToMilliseconds(), 0)
+            if problem is not None:
+                raise problem
             handle = pop.change_invisible(
                 group=group,
                 topic=topic,

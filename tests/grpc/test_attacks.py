@@ -1,0 +1,244 @@
+"""The gRPC front under attack: peers off the ACL whitelist, borrowed client ids, replayed signatures, system
+topics, forged receipt handles and out-of-range durations. Each answer must be a clear status."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import grpc
+import pytest
+from google.protobuf import duration_pb2
+
+from store.names import TIMER_TOPIC
+from tests.daemons import LocalCluster
+from tests.support.acl import USER_AK, USER_SK, write_acl
+from tests.support.grpc5 import (
+    MessagingServiceStub,
+    create_group,
+    create_topic,
+    endpoint,
+    grpc_cluster,
+    pb,
+    spb,
+    stored,
+)
+
+pytestmark = pytest.mark.slow
+
+
+class Metadatum(NamedTuple):
+    key: str
+    value: str
+
+
+class PeerContext:
+    """A grpc.aio servicer context as a peer at `ip` with `metadata` presents it (the service's seam)."""
+
+    def __init__(self, ip: str, metadata: dict[str, str]) -> None:
+        self._peer = f"ipv4:{ip}:40000"
+        self._metadata = tuple(Metadatum(k, v) for k, v in metadata.items())
+        self.written: list[Any] = []
+
+    def peer(self) -> str:
+        return self._peer
+
+    def invocation_metadata(self) -> tuple[Metadatum, ...]:
+        return self._metadata
+
+    def time_remaining(self) -> float:
+        return 10.0
+
+    async def write(self, message: Any) -> None:
+        self.written.append(message)
+
+
+def call(cluster: LocalCluster, rpc: str, request: Any, ip: str, client_id: str) -> Any:
+    """One unary RPC of the broker's MessagingService as a peer at `ip` calling with `client_id`."""
+    assert cluster.broker.grpc is not None
+    service = cluster.broker.grpc.service
+    context = PeerContext(ip, {"x-mq-client-id": client_id, "x-mq-language": "PYTHON"})
+    return cluster.loop.run(getattr(service, rpc)(request, context))
+
+
+def send_request(topic: str, body: bytes = b"x", **user: str) -> spb.SendMessageRequest:
+    msg = pb.Message(topic=pb.Resource(name=topic), body=body, user_properties=user)
+    msg.system_properties.message_id = "01" + "ab" * 16
+    msg.system_properties.body_encoding = pb.IDENTITY
+    msg.system_properties.message_type = pb.NORMAL
+    return spb.SendMessageRequest(messages=[msg])
+
+
+@pytest.fixture
+def whitelisted(tmp_path: Path) -> Iterator[LocalCluster]:
+    """ACL on; 10.10.103.* is in globalWhiteRemoteAddresses (tests.support.acl)."""
+    home = tmp_path / "home"
+    write_acl(home)
+    with grpc_cluster(tmp_path / "c", acl_enable=True, rocketmq_home=str(home)) as cluster:
+        create_topic(cluster, "Guarded")
+        yield cluster
+
+
+def test_a_whitelisted_peer_sends_unsigned_another_does_not(whitelisted: LocalCluster) -> None:
+    inside = call(whitelisted, "SendMessage", send_request("Guarded"), "10.10.103.5", "inside@1")
+    assert inside.status.code == pb.OK, inside.status
+    outside = call(whitelisted, "SendMessage", send_request("Guarded"), "10.9.8.7", "outside@1")
+    assert outside.status.code == pb.UNAUTHORIZED and "credential" in outside.status.message
+    assert len(stored(whitelisted, "Guarded")) == 1
+
+
+def test_a_peer_borrowing_a_whitelisted_clients_id_is_not_whitelisted(whitelisted: LocalCluster) -> None:
+    """The caller's own address decides, not the one its x-mq-client-id was first seen from."""
+    beat = spb.HeartbeatRequest(client_type=pb.PRODUCER)
+    assert call(whitelisted, "Heartbeat", beat, "10.10.103.5", "victim@1").status.code == pb.OK
+    forged = call(whitelisted, "SendMessage", send_request("Guarded"), "10.9.8.7", "victim@1")
+    assert forged.status.code == pb.UNAUTHORIZED, forged.status
+    assert stored(whitelisted, "Guarded") == []
+
+
+def _authorization(ak: str, sk: str, date_time: str) -> dict[str, str]:
+    signature = hmac.new(sk.encode(), date_time.encode(), hashlib.sha1).hexdigest().upper()
+    return {
+        "x-mq-client-id": "replayer@1",
+        "x-mq-date-time": date_time,
+        "authorization": f"MQv2-HMAC-SHA1 Credential={ak}, SignedHeaders=x-mq-date-time, Signature={signature}",
+    }
+
+
+def test_a_signature_older_than_the_freshness_window_is_refused(tmp_path: Path) -> None:
+    """With aclAdminFreshness set, a captured Authorization header stops working after the window."""
+    home = tmp_path / "home"
+    write_acl(home)
+    with (
+        grpc_cluster(
+            tmp_path / "c", acl_enable=True, rocketmq_home=str(home), acl_admin_freshness=60
+        ) as cluster,
+        grpc.insecure_channel(endpoint(cluster)) as channel,
+    ):
+        create_topic(cluster, "TopicA")
+        stub = MessagingServiceStub(channel)
+        now = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        fresh = stub.SendMessage(
+            send_request("TopicA"), metadata=tuple(_authorization(USER_AK, USER_SK, now).items()), timeout=10
+        )
+        assert fresh.status.code == pb.OK, fresh.status
+        for stale in ("20200101T000000Z", "not-a-date"):
+            headers = _authorization(USER_AK, USER_SK, stale)
+            old = stub.SendMessage(send_request("TopicA"), metadata=tuple(headers.items()), timeout=10)
+            assert old.status.code == pb.UNAUTHORIZED, (stale, old.status)
+            assert "x-mq-date-time" in old.status.message
+        assert len(stored(cluster, "TopicA")) == 1
+
+
+@pytest.fixture
+def stub(tmp_path: Path) -> Iterator[tuple[LocalCluster, MessagingServiceStub]]:
+    with grpc_cluster(tmp_path) as cluster, grpc.insecure_channel(endpoint(cluster)) as channel:
+        yield cluster, MessagingServiceStub(channel)
+
+
+META = (("x-mq-client-id", "attacker@1"), ("x-mq-language", "PYTHON"))
+
+
+def test_no_client_sends_to_the_timer_topic_or_forges_timer_properties(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    cluster, s = stub
+    create_topic(cluster, "Victim")
+    cluster.loop.run(_make_timer_topic(cluster))
+    direct = s.SendMessage(send_request(TIMER_TOPIC), metadata=META, timeout=10)
+    assert direct.status.code == pb.FORBIDDEN, direct.status
+    for prop in ("TIMER_OUT_MS", "TIMER_ROLL_TIMES", "TIMER_ENQUEUE_MS", "TIMER_DEL_UNIQKEY"):
+        forged = s.SendMessage(send_request("Victim", **{prop: "1"}), metadata=META, timeout=10)
+        assert forged.status.code == pb.BAD_REQUEST and prop in forged.status.message, (prop, forged.status)
+    assert stored(cluster, "Victim") == []
+
+
+async def _make_timer_topic(cluster: LocalCluster) -> None:
+    from daemon.remoting.bodies import PermName
+
+    cluster.broker.topics.create_system_like(TIMER_TOPIC, 1, PermName.READ_WRITE)
+
+
+def _duration(seconds: int) -> duration_pb2.Duration:
+    return duration_pb2.Duration(seconds=seconds)
+
+
+def _receive(s: MessagingServiceStub, group: str, topic: str, invisible_s: int) -> list[Any]:
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
+        batch_size=32,
+        invisible_duration=_duration(invisible_s),
+        long_polling_timeout=_duration(1),
+    )
+    return list(s.ReceiveMessage(request, metadata=META, timeout=10))
+
+
+def test_invisible_durations_out_of_range_are_refused(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    cluster, s = stub
+    create_topic(cluster, "Lent", 1)
+    create_group(cluster, "G")
+    assert s.SendMessage(send_request("Lent"), metadata=META, timeout=10).status.code == pb.OK
+    huge = _receive(s, "G", "Lent", 10**11)  # the largest Duration is about 3.2e11 s
+    assert [r.status.code for r in huge if r.HasField("status")] == [pb.ILLEGAL_INVISIBLE_TIME]
+    got = _receive(s, "G", "Lent", 30)
+    handle = next(r.message.system_properties.receipt_handle for r in got if r.HasField("message"))
+    for seconds in (-5, 10**11):
+        change = spb.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name="G"),
+            topic=pb.Resource(name="Lent"),
+            receipt_handle=handle,
+            invisible_duration=_duration(seconds),
+        )
+        answer = s.ChangeInvisibleDuration(change, metadata=META, timeout=10)
+        assert answer.status.code == pb.ILLEGAL_INVISIBLE_TIME, (seconds, answer.status)
+
+
+def test_a_forged_or_foreign_receipt_handle_acks_nothing(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """A handle of group A's lending is no handle for group B, nor for another topic; garbage is refused."""
+    cluster, s = stub
+    create_topic(cluster, "Mine", 1)
+    create_topic(cluster, "Other", 1)
+    for group in ("A", "B"):
+        create_group(cluster, group)
+    assert s.SendMessage(send_request("Mine"), metadata=META, timeout=10).status.code == pb.OK
+    got = _receive(s, "A", "Mine", 30)
+    handle = next(r.message.system_properties.receipt_handle for r in got if r.HasField("message"))
+
+    def ack(group: str, topic: str, h: str) -> int:
+        request = spb.AckMessageRequest(
+            group=pb.Resource(name=group),
+            topic=pb.Resource(name=topic),
+            entries=[spb.AckMessageEntry(message_id="x", receipt_handle=h)],
+        )
+        return int(s.AckMessage(request, metadata=META, timeout=10).status.code)
+
+    assert ack("B", "Mine", handle) == pb.INVALID_RECEIPT_HANDLE
+    assert ack("A", "Other", handle) == pb.INVALID_RECEIPT_HANDLE
+    for garbage in ("", "1 2 3", "a b c d e f g h i", " ".join(["9" * 40] * 9)):
+        assert ack("A", "Mine", garbage) == pb.INVALID_RECEIPT_HANDLE
+    forward = spb.ForwardMessageToDeadLetterQueueRequest(
+        group=pb.Resource(name="B"), topic=pb.Resource(name="Mine"), receipt_handle=handle
+    )
+    assert s.ForwardMessageToDeadLetterQueue(forward, metadata=META, timeout=10).status.code == (
+        pb.INVALID_RECEIPT_HANDLE
+    )
+    assert ack("A", "Mine", handle) == pb.OK  # still A's to ack
+    assert ack("A", "Mine", handle) == pb.INVALID_RECEIPT_HANDLE  # once
+    change = spb.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name="A"),
+        topic=pb.Resource(name="Mine"),
+        receipt_handle=handle,
+        invisible_duration=_duration(30),
+    )
+    assert (
+        s.ChangeInvisibleDuration(change, metadata=META, timeout=10).status.code == pb.INVALID_RECEIPT_HANDLE
+    )
