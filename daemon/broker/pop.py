@@ -77,6 +77,8 @@ NO_MESSAGE: Final = 208
 INVALID_PARAMETER: Final = 29
 #: The journal is rewritten to its live records at start and when it grows past this.
 COMPACT_BYTES: Final = 32 << 20
+#: The most messages one pop lends (5.x refuses a POP_MESSAGE asking for more).
+MAX_POP_BATCH: Final = 32
 #: Revived messages between two yields of the loop.
 REVIVE_SLICE: Final = 256
 #: How often the revive loop looks when nothing is due sooner.
@@ -428,7 +430,7 @@ class PopService:
                 ResponseCode.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by {sub.expression_type}",
             )
-        count = max(1, min(max_messages, 32))
+        count = max(1, min(max_messages, MAX_POP_BATCH))
         ask = _Ask(
             group, topic, queue_id, count, invisible_ms, fifo, tag_codes(sub), init_mode, attempt_id or ""
         )
