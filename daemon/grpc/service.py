@@ -673,7 +673,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         results = []
         for entry in request.entries:
             try:
-                pop.ack(group=group, topic=topic, receipt_handle=self.leases.current(entry.receipt_handle))
+                pop.ack(
+                    group=group,
+                    topic=topic,
+                    receipt_handle=self.leases.current(entry.receipt_handle, group, topic),
+                )
+                self.leases.end(entry.receipt_handle)
                 outcome = status()
             except RemotingCommandError as exc:
                 outcome = status(pb.INVALID_RECEIPT_HANDLE, exc.remark or str(exc))
@@ -698,9 +703,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             handle = pop.change_invisible(
                 group=group,
                 topic=topic,
-                receipt_handle=self.leases.current(request.receipt_handle),
+                receipt_handle=self.leases.current(request.receipt_handle, group, topic),
                 invisible_ms=request.invisible_duration.ToMilliseconds(),
             )
+            self.leases.end(request.receipt_handle)
         except Refused as refused:
             return spb.ChangeInvisibleDurationResponse(status=refused.status())
         except RemotingCommandError as exc:
@@ -717,8 +723,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             pop = self.broker.pop
             self._check(client, meta, RequestCode.CONSUMER_SEND_MSG_BACK, {"group": group})
-            handle = self.leases.current(request.receipt_handle)
+            handle = self.leases.current(request.receipt_handle, group, topic)
             pop.forward_to_dlq(group=group, topic=topic, receipt_handle=handle)
+            self.leases.end(request.receipt_handle)
         except Refused as refused:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=refused.status())
         except RemotingCommandError as exc:

@@ -242,3 +242,41 @@ def test_a_forged_or_foreign_receipt_handle_acks_nothing(
     assert (
         s.ChangeInvisibleDuration(change, metadata=META, timeout=10).status.code == pb.INVALID_RECEIPT_HANDLE
     )
+
+
+def test_a_foreign_groups_ack_leaves_an_auto_renewed_lending_alone(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """A PushConsumer's receive is renewed by the broker until its client acts on it: another group
+    naming the handle ends nothing."""
+    cluster, s = stub
+    create_topic(cluster, "Renewed", 1)
+    for group in ("A", "B"):
+        create_group(cluster, group)
+    assert s.SendMessage(send_request("Renewed"), metadata=META, timeout=10).status.code == pb.OK
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name="A"),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name="Renewed"), id=-1),
+        batch_size=32,
+        auto_renew=True,
+        long_polling_timeout=_duration(1),
+    )
+    got = list(s.ReceiveMessage(request, metadata=META, timeout=10))
+    handle = next(r.message.system_properties.receipt_handle for r in got if r.HasField("message"))
+    assert cluster.broker.grpc is not None
+    leases = cluster.broker.grpc.service.leases
+    assert handle in leases.by_handle
+    foreign = spb.AckMessageRequest(
+        group=pb.Resource(name="B"),
+        topic=pb.Resource(name="Renewed"),
+        entries=[spb.AckMessageEntry(message_id="x", receipt_handle=handle)],
+    )
+    assert s.AckMessage(foreign, metadata=META, timeout=10).status.code == pb.INVALID_RECEIPT_HANDLE
+    assert handle in leases.by_handle  # still renewed for A
+    own = spb.AckMessageRequest(
+        group=pb.Resource(name="A"),
+        topic=pb.Resource(name="Renewed"),
+        entries=[spb.AckMessageEntry(message_id="x", receipt_handle=handle)],
+    )
+    assert s.AckMessage(own, metadata=META, timeout=10).status.code == pb.OK
+    assert handle not in leases.by_handle
