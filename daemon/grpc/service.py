@@ -25,16 +25,19 @@ from daemon.acl.plain import PlainAccessValidator
 from daemon.broker.bodies import ConsumerData, SubscriptionData
 from daemon.broker.headers import EndTransactionRequestHeader, SendMessageRequestHeaderV2
 from daemon.broker.managers.consumers import ClientChannel
+from daemon.broker.managers.topics import topic_problem
 from daemon.config import ALL_KEYS_FIELD, parse_properties
 from daemon.grpc.clients import CONSUME_TYPES, ClientRegistry, GrpcClient, parse_peer
 from daemon.grpc.convert import (
     ALL_TYPES,
     PROPERTY_SHARDING_KEY,
+    BodyRefused,
     endpoints,
     fifo_queue,
     grpc_code,
     message_body,
     message_properties,
+    millis,
     permission,
     status,
     to_proto,
@@ -51,7 +54,14 @@ from store.message import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from store.names import AUTO_CREATE_TOPIC
+from store.names import (
+    AUTO_CREATE_TOPIC,
+    INTERNAL_TOPIC_PREFIX,
+    MAX_GROUP_LENGTH,
+    NAME_CHARS,
+    SYSTEM_TOPIC_PREFIX,
+    legal_name,
+)
 from store.record import decode_msg_id, decode_record, encode_properties
 
 if TYPE_CHECKING:
@@ -174,6 +184,14 @@ def invisible_problem(invisible_ms: int, least: int) -> Refused | None:
     return None
 
 
+def duration_ms(value: duration_pb2.Duration, code: int) -> int:
+    """A request's Duration in ms; Refused with `code` for one out of protobuf's range."""
+    try:
+        return millis(value)
+    except BodyRefused as exc:
+        raise Refused(code, f"bad duration: {exc}") from None
+
+
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def __init__(self, broker: BrokerContext, port: int) -> None:
         self.broker = broker
@@ -228,6 +246,24 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 guard(cast(Connection, client.channel), request)
         except RemotingCommandError as exc:
             raise Refused.of(exc) from None
+
+    def _names(self, topic: str, group: str | None = None) -> None:
+        """The Proxy's name checks (`GrpcValidator`): a legal topic that is no system topic (those hold
+        every topic's parked timers, half messages...), a legal group; raises Refused."""
+        problem = topic_problem(topic)
+        if problem is not None:
+            raise Refused(pb.ILLEGAL_TOPIC, f"topic {topic!r}: {problem}")
+        if (
+            topic in self.broker.topics.system_topics
+            or topic.startswith(SYSTEM_TOPIC_PREFIX)
+            or topic.startswith(INTERNAL_TOPIC_PREFIX)
+        ):
+            raise Refused(pb.ILLEGAL_TOPIC, f"topic {topic} is a system topic: no client reads or writes it")
+        if group is not None and not (legal_name(group) and len(group) <= MAX_GROUP_LENGTH):
+            raise Refused(
+                pb.ILLEGAL_CONSUMER_GROUP,
+                f"consumer group {group!r} must be 1 to {MAX_GROUP_LENGTH} characters of {NAME_CHARS}",
+            )
 
     def _forget(self, client: GrpcClient) -> None:
         self.leases.drop_client(client.key)
@@ -500,6 +536,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         props, problem = message_properties(msg, now)
         if problem is not None:
             return spb.SendResultEntry(status=status(pb.BAD_REQUEST, problem))
+        try:
+            self._names(topic)
+            born = millis(msg.system_properties.born_timestamp) or now
+            body = message_body(msg, broker.store.config.max_message_size)
+        except Refused as refused:
+            return spb.SendResultEntry(status=refused.status())
+        except BodyRefused as exc:
+            return spb.SendResultEntry(status=status(exc.code, str(exc)))
         config = broker.topics.get(topic)
         if config is None:
             return spb.SendResultEntry(status=status(pb.TOPIC_NOT_FOUND, f"topic {topic} not found"))
@@ -515,13 +559,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             config.write_queue_nums,
             queue_id,
             TRANSACTION_PREPARED_TYPE if transactional else 0,
-            msg.system_properties.born_timestamp.ToMilliseconds() or now,
+            born,
             0,
             encode_properties(props).decode(),
         ).to_ext_fields()
         try:
             self._check(client, meta, RequestCode.SEND_MESSAGE_V2, fields)
-            remoting = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, message_body(msg))
+            remoting = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body)
             answer = self.sender.send_from(client.address if client.address[0] else LOCAL, remoting)
             response = answer if isinstance(answer, RemotingCommand) else await answer
         except Refused as refused:
@@ -601,25 +645,28 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     def _consumer_check(self, client: GrpcClient, meta: dict[str, str], group: str, topic: str) -> None:
         self._check(client, meta, RequestCode.PULL_MESSAGE, {"consumerGroup": group, "topic": topic})
+        self._names(topic, group)
 
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest, context: Any) -> None:
         """Status first, then the messages, then the delivery timestamp (the proxy's
         `ReceiveMessageResponseStreamWriter`); MESSAGE_NOT_FOUND when the long poll ends empty."""
         client, meta = self._client(context)
         group, topic = request.group.name, request.message_queue.topic.name
-        invisible_ms = (
-            request.invisible_duration.ToMilliseconds()
-            if request.HasField("invisible_duration")
-            else self.leases.invisible_ms
-        )
         renewed = request.auto_renew and not request.HasField("invisible_duration")
         try:
             pop = self.broker.pop
             self._consumer_check(client, meta, group, topic)
+            invisible_ms = (
+                duration_ms(request.invisible_duration, pb.ILLEGAL_INVISIBLE_TIME)
+                if request.HasField("invisible_duration")
+                else self.leases.invisible_ms
+            )
             problem = invisible_problem(invisible_ms, MIN_INVISIBLE_MS)
             if problem is not None:
                 raise problem
-            poll_ms = min(request.long_polling_timeout.ToMilliseconds(), MAX_LONG_POLLING_MS)
+            poll_ms = min(
+                duration_ms(request.long_polling_timeout, pb.ILLEGAL_POLLING_TIME), MAX_LONG_POLLING_MS
+            )
             remaining = context.time_remaining()
             if remaining is not None:  # answer before the client's deadline
                 poll_ms = max(0, min(poll_ms, int(remaining * 1000) - 1_000))
@@ -697,14 +744,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             pop = self.broker.pop
             self._consumer_check(client, meta, group, topic)
-            problem = invisible_problem(request.invisible_duration.ToMilliseconds(), 0)
+            invisible_ms = duration_ms(request.invisible_duration, pb.ILLEGAL_INVISIBLE_TIME)
+            problem = invisible_problem(invisible_ms, 0)
             if problem is not None:
                 raise problem
             handle = pop.change_invisible(
                 group=group,
                 topic=topic,
                 receipt_handle=self.leases.current(request.receipt_handle, group, topic),
-                invisible_ms=request.invisible_duration.ToMilliseconds(),
+                invisible_ms=invisible_ms,
             )
             self.leases.end(request.receipt_handle)
         except Refused as refused:
@@ -723,6 +771,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             pop = self.broker.pop
             self._check(client, meta, RequestCode.CONSUMER_SEND_MSG_BACK, {"group": group})
+            self._names(topic, group)
             handle = self.leases.current(request.receipt_handle, group, topic)
             pop.forward_to_dlq(group=group, topic=topic, receipt_handle=handle)
             self.leases.end(request.receipt_handle)

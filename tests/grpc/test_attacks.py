@@ -150,7 +150,7 @@ def test_no_client_sends_to_the_timer_topic_or_forges_timer_properties(
     create_topic(cluster, "Victim")
     cluster.loop.run(_make_timer_topic(cluster))
     direct = s.SendMessage(send_request(TIMER_TOPIC), metadata=META, timeout=10)
-    assert direct.status.code == pb.FORBIDDEN, direct.status
+    assert direct.status.code == pb.ILLEGAL_TOPIC, direct.status
     for prop in ("TIMER_OUT_MS", "TIMER_ROLL_TIMES", "TIMER_ENQUEUE_MS", "TIMER_DEL_UNIQKEY"):
         forged = s.SendMessage(send_request("Victim", **{prop: "1"}), metadata=META, timeout=10)
         assert forged.status.code == pb.BAD_REQUEST and prop in forged.status.message, (prop, forged.status)
@@ -280,3 +280,68 @@ def test_a_foreign_groups_ack_leaves_an_auto_renewed_lending_alone(
     )
     assert s.AckMessage(own, metadata=META, timeout=10).status.code == pb.OK
     assert handle not in leases.by_handle
+
+
+def test_bad_bodies_and_timestamps_are_statuses_and_a_gzip_bomb_is_not_inflated(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    import gzip
+
+    cluster, s = stub
+    create_topic(cluster, "Bodies", 1)
+
+    def entry_code(request: spb.SendMessageRequest) -> int:
+        return int(s.SendMessage(request, metadata=META, timeout=30).entries[0].status.code)
+
+    not_gzip = send_request("Bodies", b"plain")
+    not_gzip.messages[0].system_properties.body_encoding = pb.GZIP
+    assert entry_code(not_gzip) == pb.BAD_REQUEST
+    bomb = send_request("Bodies", gzip.compress(b"\0" * (64 << 20)))  # 64 KiB on the wire
+    bomb.messages[0].system_properties.body_encoding = pb.GZIP
+    before = _peak_rss_kib()
+    assert entry_code(bomb) == pb.MESSAGE_BODY_TOO_LARGE
+    assert _peak_rss_kib() - before < 32 << 10  # inflated no further than maxMessageSize
+    for field in ("delivery_timestamp", "born_timestamp"):
+        bad_time = send_request("Bodies")
+        getattr(bad_time.messages[0].system_properties, field).seconds = 2**62  # no valid Timestamp
+        assert entry_code(bad_time) in (pb.BAD_REQUEST, pb.ILLEGAL_DELIVERY_TIME), field
+    assert stored(cluster, "Bodies") == []
+
+
+def _peak_rss_kib() -> int:
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def test_system_topics_and_bad_group_names_are_refused(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """As the Proxy: no 5.x client reads or writes the broker's own topics (parked timer messages of
+    every topic, half messages), and a group must be a legal name."""
+    cluster, s = stub
+    create_topic(cluster, "Plain", 1)
+    create_group(cluster, "G")
+    parked = send_request("Plain")
+    parked.messages[0].system_properties.delivery_timestamp.FromMilliseconds(int(time.time() * 1000) + 60_000)
+    assert s.SendMessage(parked, metadata=META, timeout=10).status.code == pb.OK
+    for topic in (TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "TBW102", "SELF_TEST_TOPIC"):
+        got = _receive_as(s, "G", topic)
+        assert [r.status.code for r in got if r.HasField("status")] == [pb.ILLEGAL_TOPIC], topic
+        assert not any(r.HasField("message") for r in got)
+        sent = s.SendMessage(send_request(topic), metadata=META, timeout=10)
+        assert sent.status.code == pb.ILLEGAL_TOPIC, (topic, sent.status)
+    assert s.SendMessage(send_request("a/b"), metadata=META, timeout=10).status.code == pb.ILLEGAL_TOPIC
+    for group in ("", "a/b", "x" * 300):
+        got = _receive_as(s, group, "Plain")
+        assert [r.status.code for r in got if r.HasField("status")] == [pb.ILLEGAL_CONSUMER_GROUP], group
+
+
+def _receive_as(s: MessagingServiceStub, group: str, topic: str) -> list[Any]:
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
+        invisible_duration=_duration(30),
+        long_polling_timeout=_duration(1),
+    )
+    return list(s.ReceiveMessage(request, metadata=META, timeout=10))
