@@ -15,6 +15,7 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from rocketmq.grpc_protocol import definition_pb2 as pb, service_pb2 as spb
 
@@ -22,6 +23,7 @@ from daemon.broker.headers import CheckTransactionStateRequestHeader
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingConnectError
+from daemon.remoting.limits import WarningGate
 from store.record import decode_record
 
 log = logging.getLogger(__name__)
@@ -105,21 +107,42 @@ class GrpcClient:
         return client_key(self.client_id, self.address[0])
 
 
+#: The most clients a registry remembers: every call with an unseen `x-mq-client-id` adds one (about
+#: a KiB) until it has been silent for the expiry, so a caller inventing ids would otherwise grow it
+#: without bound. Beyond it a new client is served but not remembered.
+MAX_CLIENTS: Final = 50_000
+#: A longer `x-mq-client-id` is not taken as one (the official ids are well under 100 characters).
+MAX_CLIENT_ID: Final = 256
+
+
 class ClientRegistry:
     """Every 5.x client by its `x-mq-client-id` and IP."""
 
-    def __init__(self, on_forget: Callable[[GrpcClient], None]) -> None:
+    def __init__(self, on_forget: Callable[[GrpcClient], None], limit: int = MAX_CLIENTS) -> None:
         self.clients: dict[str, GrpcClient] = {}
         self._on_forget = on_forget
+        self.limit = limit
+        self._warnings = WarningGate(log)
 
     def get(self, client_id: str, address: tuple[str, int], local_ip: str = "") -> GrpcClient:
         """The client `client_id` calling from `address`. The id is the caller's word: the same id from
         another IP is another client, so no peer borrows the address (whitelists, protected mode),
         Telemetry stream or registrations of a client it names."""
+        if not client_id or len(client_id) > MAX_CLIENT_ID:
+            client_id = f"{address[0]}:{address[1]}"
         key = client_key(client_id, address[0])
         client = self.clients.get(key)
         if client is None:
-            client = self.clients[key] = GrpcClient(client_id, address, local_ip)
+            client = GrpcClient(client_id, address, local_ip)
+            if len(self.clients) >= self.limit:
+                self._warnings.warning(
+                    "%d 5.x clients known: %s from %s is served but not remembered",
+                    self.limit,
+                    client_id,
+                    address[0],
+                )
+                return client
+            self.clients[key] = client
         client.last_seen = time.monotonic()
         return client
 

@@ -210,8 +210,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def _client(self, context: grpc.aio.ServicerContext) -> tuple[GrpcClient, dict[str, str]]:
         meta = {m.key: m.value for m in context.invocation_metadata() or ()}
         address = parse_peer(context.peer())
-        client_id = meta.get("x-mq-client-id") or f"{address[0]}:{address[1]}"
-        client = self.clients.get(client_id, address, self.broker.config.broker_ip1)
+        client = self.clients.get(meta.get("x-mq-client-id", ""), address, self.broker.config.broker_ip1)
         language = meta.get("x-mq-language")
         if language:
             client.language = language

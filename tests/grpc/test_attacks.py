@@ -345,3 +345,19 @@ def _receive_as(s: MessagingServiceStub, group: str, topic: str) -> list[Any]:
         long_polling_timeout=_duration(1),
     )
     return list(s.ReceiveMessage(request, metadata=META, timeout=10))
+
+
+def test_invented_client_ids_do_not_grow_the_registry_without_bound(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    cluster, s = stub
+    assert cluster.broker.grpc is not None
+    registry = cluster.broker.grpc.service.clients
+    registry.limit = 50
+    beat = spb.HeartbeatRequest(client_type=pb.PRODUCER)
+    for i in range(120):
+        client_id = f"invented-{i}" if i % 2 else f"{i}" + "x" * 4000
+        answer = s.Heartbeat(beat, metadata=(("x-mq-client-id", client_id),), timeout=10)
+        assert answer.status.code == pb.OK  # served all the same
+    assert len(registry.clients) <= 50
+    assert all(len(client.client_id) <= 256 for client in registry.clients.values())
