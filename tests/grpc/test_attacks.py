@@ -361,3 +361,42 @@ def test_invented_client_ids_do_not_grow_the_registry_without_bound(
         assert answer.status.code == pb.OK  # served all the same
     assert len(registry.clients) <= 50
     assert all(len(client.client_id) <= 256 for client in registry.clients.values())
+
+
+def test_one_connection_holds_a_bounded_number_of_long_polls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client opening receive streams without end gets at most the per-connection cap served at once
+    (the rest wait in its own HTTP/2 stack), not a broker growing with each."""
+    import daemon.grpc.server
+
+    monkeypatch.setattr(daemon.grpc.server, "MAX_STREAMS_PER_CONNECTION", 10, raising=False)
+    with grpc_cluster(tmp_path) as cluster, grpc.insecure_channel(endpoint(cluster)) as channel:
+        s = MessagingServiceStub(channel)
+        create_topic(cluster, "Polled", 1)
+        create_group(cluster, "G")
+        request = spb.ReceiveMessageRequest(
+            group=pb.Resource(name="G"),
+            message_queue=pb.MessageQueue(topic=pb.Resource(name="Polled"), id=-1),
+            invisible_duration=_duration(30),
+            long_polling_timeout=_duration(20),
+        )
+        pop = cluster.broker.pop
+        parked = []
+        original = pop.pop
+
+        async def counting(**kwargs: Any) -> Any:
+            parked.append(1)
+            try:
+                return await original(**kwargs)
+            finally:
+                parked.pop()
+
+        monkeypatch.setattr(pop, "pop", counting)
+        calls = [s.ReceiveMessage(request, metadata=META, timeout=25) for _ in range(40)]
+        time.sleep(2)
+        try:
+            assert 0 < len(parked) <= 10
+        finally:
+            for c in calls:
+                c.cancel()
