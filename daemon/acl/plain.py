@@ -633,20 +633,21 @@ class PlainAccessValidator:
         access_key: str,
         signed_with: Callable[[str], bool],
         request: RemotingCommand,
-        date_time: str = "",
+        date_time: str | None = "",
         now_ms: int | None = None,
     ) -> None:
         """A 5.x (gRPC) request, given as the remoting `request` it stands for: its Authorization
         header names `access_key` and `signed_with(secret key)` verifies it over `date_time` (its
-        `x-mq-date-time`, which must be recent: see `signed_time_problem`); then the same whitelist and
-        permission rules as remoting. An empty access key is anonymous, as a request without AccessKey."""
+        `x-mq-date-time`, which must be recent: see `signed_time_problem`; None: a stream's, checked when
+        it opened); then the same whitelist and permission rules as remoting. An empty access key is
+        anonymous, as a request without AccessKey."""
         account = self._account(ip, access_key, None)
         if account is None:
             return
         signed = not account.matches(ip)
         if signed and not signed_with(account.secret_key):
             raise AclDenied(f"ACL: signature check failed for accessKey={access_key} (wrong secretKey?)")
-        if signed:
+        if signed and date_time is not None:
             now = int(time.time() * 1000) if now_ms is None else now_ms
             window = self.replays.window_ms if self.replays is not None else V2_FRESHNESS_MS
             problem = signed_time_problem(date_time, now, window)

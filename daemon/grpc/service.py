@@ -111,6 +111,11 @@ CLIENT_EXPIRY_S: Final = 120.0
 AUTH_ALGORITHM: Final = "MQv2-HMAC-SHA1"
 
 
+#: Marks the metadata of a Telemetry stream whose signature was fresh when its first Settings came:
+#: the client keeps one stream for a year and sends Settings down it every 5 minutes under the
+#: signature it opened with. (No header a client sends starts with a colon.)
+STREAM_SIGNED: Final = ":stream-signed"
+
 #: The born host of a send whose peer address grpc did not tell (a Unix socket).
 LOCAL: Final = ("127.0.0.1", 0)
 
@@ -208,7 +213,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # ------------------------------------------------------------------ clients and checks
 
     def _client(self, context: grpc.aio.ServicerContext) -> tuple[GrpcClient, dict[str, str]]:
-        meta = {m.key: m.value for m in context.invocation_metadata() or ()}
+        meta = {m.key: m.value for m in context.invocation_metadata() or () if not m.key.startswith(":")}
         address = parse_peer(context.peer())
         client = self.clients.get(meta.get("x-mq-client-id", ""), address, self.broker.config.broker_ip1)
         language = meta.get("x-mq-language")
@@ -239,7 +244,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     access_key,
                     lambda secret: signature_matches(secret, date_time, signature),
                     request,
-                    date_time,
+                    None if STREAM_SIGNED in meta else date_time,
                 )
             else:
                 guard(cast(Connection, client.channel), request)
@@ -279,16 +284,25 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             version_ordinal(client.version),
         )
 
-    def _register(self, client: GrpcClient) -> None:
-        """Join (or refresh) the broker's producer groups (topic names, as the proxy's) or consumer group."""
+    def _register(self, client: GrpcClient, meta: dict[str, str]) -> None:
+        """Join (or refresh) the broker's producer groups (topic names, as the proxy's) or consumer group,
+        checked as remoting checks a HEART_BEAT's consumer data (SUB on the group and each topic) and a
+        producer's topics for PUB: a member of a consumer group is given queues, a producer of a topic
+        its orphaned half messages. Raises Refused."""
         settings = client.settings
         if settings is None:
             return
         if settings.client_type == pb.PRODUCER:
             for topic in settings.publishing.topics:
+                self._check(client, meta, RequestCode.SEND_MESSAGE_V2, {"b": topic.name})
+            for topic in settings.publishing.topics:
                 self.broker.producers.register(topic.name, self._channel(client))
         consume_type = CONSUME_TYPES.get(settings.client_type)
         if consume_type is not None and settings.subscription.group.name:
+            group = settings.subscription.group.name
+            self._check(client, meta, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+            for entry in settings.subscription.subscriptions:
+                self._consumer_check(client, meta, group, entry.topic.name)
             now = int(time.time() * 1000)
             subs = [
                 SubscriptionData(
@@ -465,10 +479,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # ------------------------------------------------------------------ client lifecycle
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
-        client, _ = self._client(context)
+        client, meta = self._client(context)
         if request.client_type:
             client.client_type = request.client_type
-        self._register(client)
+        try:
+            self._register(client, meta)
+        except Refused as refused:
+            return spb.HeartbeatResponse(status=refused.status())
         return spb.HeartbeatResponse(status=status())
 
     async def NotifyClientTermination(
@@ -480,7 +497,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: Any) -> None:
         """Settings in, the complete Settings out; transaction checks pushed down while it is open."""
-        client, _ = self._client(context)
+        client, meta = self._client(context)
         outbox: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
         client.outbox = outbox
 
@@ -498,7 +515,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         if settings.user_agent.version:
                             client.language = pb.Language.Name(settings.user_agent.language)
                             client.version = settings.user_agent.version
-                        self._register(client)
+                        try:
+                            self._register(client, meta)
+                        except Refused as refused:
+                            outbox.put_nowait(spb.TelemetryCommand(status=refused.status()))
+                            continue
+                        meta[STREAM_SIGNED] = "yes"
                         reply = self._settings_reply(client, settings)
                         outbox.put_nowait(spb.TelemetryCommand(status=status(), settings=reply))
             except (grpc.aio.AioRpcError, asyncio.CancelledError):

@@ -400,3 +400,41 @@ def test_one_connection_holds_a_bounded_number_of_long_polls(
         finally:
             for c in calls:
                 c.cancel()
+
+
+def test_joining_a_consumer_group_or_a_producer_topic_needs_the_accounts_permission(tmp_path: Path) -> None:
+    """As remoting checks a HEART_BEAT: an unsigned 5.x client neither joins a consumer group (it would
+    be given queues its 4.x members then leave unconsumed) nor a topic's producers (it would be sent
+    the topic's orphaned half messages)."""
+    home = tmp_path / "home"
+    write_acl(home)
+    with (
+        grpc_cluster(tmp_path / "c", acl_enable=True, rocketmq_home=str(home)) as cluster,
+        grpc.insecure_channel(endpoint(cluster)) as channel,
+    ):
+        create_topic(cluster, "TopicA")
+        s = MessagingServiceStub(channel)
+        consumer = pb.Settings(
+            client_type=pb.SIMPLE_CONSUMER,
+            subscription=pb.Subscription(
+                group=pb.Resource(name="G"),
+                subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name="TopicA"))],
+            ),
+        )
+        producer = pb.Settings(
+            client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="TopicA")])
+        )
+        for settings in (consumer, producer):
+            replies = s.Telemetry(iter([spb.TelemetryCommand(settings=settings)]), metadata=META, timeout=10)
+            assert next(replies).status.code == pb.UNAUTHORIZED
+            beat = s.Heartbeat(
+                spb.HeartbeatRequest(client_type=settings.client_type), metadata=META, timeout=10
+            )
+            assert beat.status.code in (pb.OK, pb.UNAUTHORIZED)
+        assert cluster.broker.consumers.get("G") is None or not cluster.broker.consumers.get("G").channels
+        assert not cluster.broker.producers.groups.get("TopicA")
+        now = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        signed = tuple(_authorization(USER_AK, USER_SK, now).items())
+        replies = s.Telemetry(iter([spb.TelemetryCommand(settings=consumer)]), metadata=signed, timeout=10)
+        assert next(replies).status.code == pb.OK
+        assert cluster.broker.consumers.get("G") is not None
