@@ -26,6 +26,7 @@ from daemon.broker.bodies import ConsumerData, SubscriptionData
 from daemon.broker.headers import EndTransactionRequestHeader, SendMessageRequestHeaderV2
 from daemon.broker.managers.consumers import ClientChannel
 from daemon.broker.managers.topics import topic_problem
+from daemon.broker.pop import MAX_INVISIBLE_MS
 from daemon.config import ALL_KEYS_FIELD, parse_properties
 from daemon.grpc.clients import CONSUME_TYPES, ClientRegistry, GrpcClient, parse_peer
 from daemon.grpc.convert import (
@@ -78,9 +79,7 @@ AUTO_RENEW_INVISIBLE_MS: Final = 60_000
 RENEW_AHEAD_MS: Final = 20_000
 #: A receive's invisibility below this is refused (ILLEGAL_INVISIBLE_TIME).
 MIN_INVISIBLE_MS: Final = 1_000
-#: ... and above this, as any change of invisibility (the Proxy's `maxInvisibleTimeMills`): a lending
-#: longer than that hides an unacked message for good.
-MAX_INVISIBLE_MS: Final = 12 * 3600 * 1000
+#: (Above the POP service's MAX_INVISIBLE_MS, as any change of invisibility, is refused too.)
 
 #: The producer retry policy the proxy hands out (`GrpcClientSettingsManager`): 10 ms doubling to 1 s.
 PRODUCER_BACKOFF: Final = (10, 1_000, 2.0)

@@ -40,3 +40,17 @@ async def test_a_batch_ack_naming_too_many_offsets_in_all_is_refused(broker: Bro
     body = json.dumps({"brokerName": "broker-a", "acks": [ack] * 2000}).encode()
     r = await broker.call(RequestCode.BATCH_ACK_MESSAGE, body=body)
     assert r.code == ResponseCode.MESSAGE_ILLEGAL and "offsets" in (r.remark or "")
+
+
+async def test_a_negative_or_endless_invisible_time_is_refused(broker: BrokerHandle) -> None:
+    """A lending below zero would come back at once (and climb to the DLQ), one of 2^62 ms never."""
+    await broker.create_topic(T, 1)
+    assert (await broker.send(T, b"m", queue_id=0)).code == 0
+    c = PopClient(broker, "GI")
+    for invisible in (-1, 12 * 3600 * 1000 + 1, 2**62):
+        r = await c.pop_raw(T, invisible_ms=invisible)
+        assert r.code == 29 and "invisibleTime" in (r.remark or ""), (invisible, r.code)  # INVALID_PARAMETER
+    (got,) = await c.pop(T, invisible_ms=60_000)
+    for invisible in (-5, 2**62):
+        assert (await c.change_invisible(T, got, invisible)).code == 29
+    assert (await c.ack(T, got)).code == 0  # the lending is untouched
