@@ -438,3 +438,37 @@ def test_joining_a_consumer_group_or_a_producer_topic_needs_the_accounts_permiss
         replies = s.Telemetry(iter([spb.TelemetryCommand(settings=consumer)]), metadata=signed, timeout=10)
         assert next(replies).status.code == pb.OK
         assert cluster.broker.consumers.get("G") is not None
+
+
+def test_a_recall_needs_pub_on_the_topic_and_names_its_topic(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    write_acl(home)
+    with (
+        grpc_cluster(tmp_path / "c", acl_enable=True, rocketmq_home=str(home)) as cluster,
+        grpc.insecure_channel(endpoint(cluster)) as channel,
+    ):
+        create_topic(cluster, "TopicA")
+        create_topic(cluster, "TopicDeny")
+        s = MessagingServiceStub(channel)
+
+        def signed() -> tuple[tuple[str, str], ...]:
+            return tuple(
+                _authorization(USER_AK, USER_SK, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())).items()
+            )
+
+        timed = send_request("TopicA")
+        timed.messages[0].system_properties.delivery_timestamp.FromMilliseconds(
+            int(time.time() * 1000) + 60_000
+        )
+        sent = s.SendMessage(timed, metadata=signed(), timeout=10)
+        assert sent.status.code == pb.OK
+        handle = sent.entries[0].recall_handle
+
+        def recall(topic: str, metadata: Any) -> int:
+            request = spb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle=handle)
+            return int(s.RecallMessage(request, metadata=metadata, timeout=10).status.code)
+
+        assert recall("TopicA", META) == pb.UNAUTHORIZED
+        assert recall("TopicDeny", signed()) == pb.FORBIDDEN
+        assert recall("TopicA", signed()) == pb.OK  # still pending: the refusals cancelled nothing
+        assert cluster.broker.timers.pending == 0
