@@ -417,7 +417,8 @@ class TimerMessageService:
     async def _deliver(self, entry: PendingTimer) -> str | None:
         """One re-put: ``delivered``; ``rolled`` for a timer not due yet (re-put into the timer topic as
         it is with ``TIMER_ROLL_TIMES`` one higher; the reader takes the copy as a new pending timer);
-        ``dropped`` when its record is gone for good; None when the put failed (tried again later)."""
+        ``dropped`` when its record or its topic is gone for good; None when the put failed (tried again
+        later)."""
         try:
             selected = self.broker.store.look_message_by_offset(entry.phys_offset)
         except StoreError as e:
@@ -434,6 +435,12 @@ class TimerMessageService:
             props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
         else:
             topic, queue_id, props = delivered_timer(selected.message, now)
+            if self.broker.topics.get(topic) is None:
+                # deleted while it waited: its queue must not hold it for a topic of that name made later
+                log.warning(
+                    "timer message at %d is for topic %s, deleted since: dropped", entry.phys_offset, topic
+                )
+                return "dropped"
         result = await self.broker.put(copy_to(selected.message, topic, queue_id, props))
         if not result.ok:
             log.warning("timer re-put of %d to %s failed: %s", entry.queue_offset, topic, result.status.value)

@@ -4,11 +4,14 @@ a record of its own in the timer topic."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from daemon.remoting.codes import ResponseCode
 from store.names import TIMER_TOPIC
 from tests.support.broker import BrokerHandle
+from tests.support.waiting import wait_until
 
 PROPERTIES = ("TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS")
 
@@ -40,3 +43,20 @@ async def test_no_client_sends_to_the_timer_topic(broker: BrokerHandle) -> None:
     forged = {"TIMER_OUT_MS": "1", "REAL_TOPIC": "Victim", "REAL_QID": "0"}
     r = await broker.send(TIMER_TOPIC, b"x", props=forged)
     assert r.code == ResponseCode.NO_PERMISSION, r.remark
+
+
+@pytest.mark.slow
+async def test_a_timer_whose_topic_was_deleted_is_not_served_by_a_topic_made_later(
+    broker: BrokerHandle,
+) -> None:
+    """The operator deleted the topic (and its messages) while the timer waited: a topic of the same
+    name created afterwards must not serve the old message."""
+    from daemon.remoting.codes import RequestCode
+
+    await broker.create_topic("Gone", 1)
+    assert (await broker.send("Gone", b"ghost", queue_id=0, props={"TIMER_DELAY_MS": "500"})).code == 0
+    assert (await broker.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Gone"})).code == 0
+    await asyncio.sleep(1.5)  # due after 0.5 s, delivered within 1 s of it
+    await wait_until(lambda: broker.broker.timers.pending == 0, 10)
+    await broker.create_topic("Gone", 1)
+    assert broker.broker.store.get_max_offset("Gone", 0) == 0
