@@ -472,3 +472,16 @@ def test_a_recall_needs_pub_on_the_topic_and_names_its_topic(tmp_path: Path) -> 
         assert recall("TopicDeny", signed()) == pb.FORBIDDEN
         assert recall("TopicA", signed()) == pb.OK  # still pending: the refusals cancelled nothing
         assert cluster.broker.timers.pending == 0
+
+
+def test_the_grpc_port_follows_listen_host(tmp_path: Path) -> None:
+    """Bound on 127.0.0.2 only, the gRPC port is not reachable on the machine's other addresses."""
+    import socket
+
+    with grpc_cluster(tmp_path, listen_host="127.0.0.2", broker_ip1="127.0.0.2") as cluster:
+        assert cluster.broker.grpc is not None
+        port = cluster.broker.grpc.port
+        with socket.create_connection(("127.0.0.2", port), timeout=3):
+            pass
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=3).close()
