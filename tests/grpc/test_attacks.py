@@ -65,8 +65,10 @@ def call(cluster: LocalCluster, rpc: str, request: Any, ip: str, client_id: str)
     return cluster.loop.run(getattr(service, rpc)(request, context))
 
 
-def send_request(topic: str, body: bytes = b"x", **user: str) -> spb.SendMessageRequest:
-    msg = pb.Message(topic=pb.Resource(name=topic), body=body, user_properties=user)
+def send_request(
+    topic: str, body: bytes = b"x", user: dict[str, str] | None = None
+) -> spb.SendMessageRequest:
+    msg = pb.Message(topic=pb.Resource(name=topic), body=body, user_properties=user or {})
     msg.system_properties.message_id = "01" + "ab" * 16
     msg.system_properties.body_encoding = pb.IDENTITY
     msg.system_properties.message_type = pb.NORMAL
@@ -109,29 +111,38 @@ def _authorization(ak: str, sk: str, date_time: str) -> dict[str, str]:
     }
 
 
-def test_a_signature_older_than_the_freshness_window_is_refused(tmp_path: Path) -> None:
-    """With aclAdminFreshness set, a captured Authorization header stops working after the window."""
+def signed(date_time: str | None = None) -> tuple[tuple[str, str], ...]:
+    """Metadata signed as the ACL user at `date_time` (None: now)."""
+    now = date_time or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return tuple(_authorization(USER_AK, USER_SK, now).items())
+
+
+@pytest.fixture
+def acl(tmp_path: Path) -> Iterator[tuple[LocalCluster, MessagingServiceStub]]:
+    """ACL on (tests.support.acl's accounts), TopicA and TopicDeny created, a raw stub."""
     home = tmp_path / "home"
     write_acl(home)
     with (
-        grpc_cluster(
-            tmp_path / "c", acl_enable=True, rocketmq_home=str(home), acl_admin_freshness=60
-        ) as cluster,
+        grpc_cluster(tmp_path / "c", acl_enable=True, rocketmq_home=str(home)) as cluster,
         grpc.insecure_channel(endpoint(cluster)) as channel,
     ):
         create_topic(cluster, "TopicA")
-        stub = MessagingServiceStub(channel)
-        now = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        fresh = stub.SendMessage(
-            send_request("TopicA"), metadata=tuple(_authorization(USER_AK, USER_SK, now).items()), timeout=10
-        )
-        assert fresh.status.code == pb.OK, fresh.status
-        for stale in ("20200101T000000Z", "not-a-date"):
-            headers = _authorization(USER_AK, USER_SK, stale)
-            old = stub.SendMessage(send_request("TopicA"), metadata=tuple(headers.items()), timeout=10)
-            assert old.status.code == pb.UNAUTHORIZED, (stale, old.status)
-            assert "x-mq-date-time" in old.status.message
-        assert len(stored(cluster, "TopicA")) == 1
+        create_topic(cluster, "TopicDeny")
+        yield cluster, MessagingServiceStub(channel)
+
+
+def test_a_signature_out_of_the_freshness_window_is_refused(
+    acl: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """A captured Authorization header (it signs only x-mq-date-time) stops working."""
+    cluster, stub = acl
+    fresh = stub.SendMessage(send_request("TopicA"), metadata=signed(), timeout=10)
+    assert fresh.status.code == pb.OK, fresh.status
+    for stale in ("20200101T000000Z", "not-a-date"):
+        old = stub.SendMessage(send_request("TopicA"), metadata=signed(stale), timeout=10)
+        assert old.status.code == pb.UNAUTHORIZED, (stale, old.status)
+        assert "x-mq-date-time" in old.status.message
+    assert len(stored(cluster, "TopicA")) == 1
 
 
 @pytest.fixture
@@ -152,7 +163,7 @@ def test_no_client_sends_to_the_timer_topic_or_forges_timer_properties(
     direct = s.SendMessage(send_request(TIMER_TOPIC), metadata=META, timeout=10)
     assert direct.status.code == pb.ILLEGAL_TOPIC, direct.status
     for prop in ("TIMER_OUT_MS", "TIMER_ROLL_TIMES", "TIMER_ENQUEUE_MS", "TIMER_DEL_UNIQKEY"):
-        forged = s.SendMessage(send_request("Victim", **{prop: "1"}), metadata=META, timeout=10)
+        forged = s.SendMessage(send_request("Victim", user={prop: "1"}), metadata=META, timeout=10)
         assert forged.status.code == pb.BAD_REQUEST and prop in forged.status.message, (prop, forged.status)
     assert stored(cluster, "Victim") == []
 
@@ -167,15 +178,24 @@ def _duration(seconds: int) -> duration_pb2.Duration:
     return duration_pb2.Duration(seconds=seconds)
 
 
-def _receive(s: MessagingServiceStub, group: str, topic: str, invisible_s: int) -> list[Any]:
+def receive_request(group: str, topic: str, *, invisible_s: int | None = 30, poll_s: int = 1) -> Any:
+    """A ReceiveMessageRequest of every queue (invisible_s None: auto-renewed, as a PushConsumer's)."""
     request = spb.ReceiveMessageRequest(
         group=pb.Resource(name=group),
         message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
         batch_size=32,
-        invisible_duration=_duration(invisible_s),
-        long_polling_timeout=_duration(1),
+        auto_renew=invisible_s is None,
+        long_polling_timeout=_duration(poll_s),
     )
-    return list(s.ReceiveMessage(request, metadata=META, timeout=10))
+    if invisible_s is not None:
+        request.invisible_duration.CopyFrom(_duration(invisible_s))
+    return request
+
+
+def _receive(s: MessagingServiceStub, group: str, topic: str, invisible_s: int | None = 30) -> list[Any]:
+    return list(
+        s.ReceiveMessage(receive_request(group, topic, invisible_s=invisible_s), metadata=META, timeout=10)
+    )
 
 
 def test_invisible_durations_out_of_range_are_refused(
@@ -254,16 +274,10 @@ def test_a_foreign_groups_ack_leaves_an_auto_renewed_lending_alone(
     for group in ("A", "B"):
         create_group(cluster, group)
     assert s.SendMessage(send_request("Renewed"), metadata=META, timeout=10).status.code == pb.OK
-    request = spb.ReceiveMessageRequest(
-        group=pb.Resource(name="A"),
-        message_queue=pb.MessageQueue(topic=pb.Resource(name="Renewed"), id=-1),
-        batch_size=32,
-        auto_renew=True,
-        long_polling_timeout=_duration(1),
-    )
-    got = list(s.ReceiveMessage(request, metadata=META, timeout=10))
+    got = _receive(s, "A", "Renewed", None)
     handle = next(r.message.system_properties.receipt_handle for r in got if r.HasField("message"))
     assert cluster.broker.grpc is not None
+    assert cluster.broker.grpc.service is not None
     leases = cluster.broker.grpc.service.leases
     assert handle in leases.by_handle
     foreign = spb.AckMessageRequest(
@@ -326,25 +340,15 @@ def test_system_topics_and_bad_group_names_are_refused(
     parked.messages[0].system_properties.delivery_timestamp.FromMilliseconds(int(time.time() * 1000) + 60_000)
     assert s.SendMessage(parked, metadata=META, timeout=10).status.code == pb.OK
     for topic in (TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "TBW102", "SELF_TEST_TOPIC"):
-        got = _receive_as(s, "G", topic)
+        got = _receive(s, "G", topic)
         assert [r.status.code for r in got if r.HasField("status")] == [pb.ILLEGAL_TOPIC], topic
         assert not any(r.HasField("message") for r in got)
         sent = s.SendMessage(send_request(topic), metadata=META, timeout=10)
         assert sent.status.code == pb.ILLEGAL_TOPIC, (topic, sent.status)
     assert s.SendMessage(send_request("a/b"), metadata=META, timeout=10).status.code == pb.ILLEGAL_TOPIC
     for group in ("", "a/b", "x" * 300):
-        got = _receive_as(s, group, "Plain")
+        got = _receive(s, group, "Plain")
         assert [r.status.code for r in got if r.HasField("status")] == [pb.ILLEGAL_CONSUMER_GROUP], group
-
-
-def _receive_as(s: MessagingServiceStub, group: str, topic: str) -> list[Any]:
-    request = spb.ReceiveMessageRequest(
-        group=pb.Resource(name=group),
-        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
-        invisible_duration=_duration(30),
-        long_polling_timeout=_duration(1),
-    )
-    return list(s.ReceiveMessage(request, metadata=META, timeout=10))
 
 
 def test_invented_client_ids_do_not_grow_the_registry_without_bound(
@@ -352,6 +356,7 @@ def test_invented_client_ids_do_not_grow_the_registry_without_bound(
 ) -> None:
     cluster, s = stub
     assert cluster.broker.grpc is not None
+    assert cluster.broker.grpc.service is not None
     registry = cluster.broker.grpc.service.clients
     registry.limit = 50
     beat = spb.HeartbeatRequest(client_type=pb.PRODUCER)
@@ -375,12 +380,7 @@ def test_one_connection_holds_a_bounded_number_of_long_polls(
         s = MessagingServiceStub(channel)
         create_topic(cluster, "Polled", 1)
         create_group(cluster, "G")
-        request = spb.ReceiveMessageRequest(
-            group=pb.Resource(name="G"),
-            message_queue=pb.MessageQueue(topic=pb.Resource(name="Polled"), id=-1),
-            invisible_duration=_duration(30),
-            long_polling_timeout=_duration(20),
-        )
+        request = receive_request("G", "Polled", poll_s=20)
         pop = cluster.broker.pop
         parked = []
         original = pop.pop
@@ -402,76 +402,54 @@ def test_one_connection_holds_a_bounded_number_of_long_polls(
                 c.cancel()
 
 
-def test_joining_a_consumer_group_or_a_producer_topic_needs_the_accounts_permission(tmp_path: Path) -> None:
+def test_joining_a_consumer_group_or_a_producer_topic_needs_the_accounts_permission(
+    acl: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
     """As remoting checks a HEART_BEAT: an unsigned 5.x client neither joins a consumer group (it would
     be given queues its 4.x members then leave unconsumed) nor a topic's producers (it would be sent
     the topic's orphaned half messages)."""
-    home = tmp_path / "home"
-    write_acl(home)
-    with (
-        grpc_cluster(tmp_path / "c", acl_enable=True, rocketmq_home=str(home)) as cluster,
-        grpc.insecure_channel(endpoint(cluster)) as channel,
-    ):
-        create_topic(cluster, "TopicA")
-        s = MessagingServiceStub(channel)
-        consumer = pb.Settings(
-            client_type=pb.SIMPLE_CONSUMER,
-            subscription=pb.Subscription(
-                group=pb.Resource(name="G"),
-                subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name="TopicA"))],
-            ),
-        )
-        producer = pb.Settings(
-            client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="TopicA")])
-        )
-        for settings in (consumer, producer):
-            replies = s.Telemetry(iter([spb.TelemetryCommand(settings=settings)]), metadata=META, timeout=10)
-            assert next(replies).status.code == pb.UNAUTHORIZED
-            beat = s.Heartbeat(
-                spb.HeartbeatRequest(client_type=settings.client_type), metadata=META, timeout=10
-            )
-            assert beat.status.code in (pb.OK, pb.UNAUTHORIZED)
-        assert cluster.broker.consumers.get("G") is None or not cluster.broker.consumers.get("G").channels
-        assert not cluster.broker.producers.groups.get("TopicA")
-        now = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        signed = tuple(_authorization(USER_AK, USER_SK, now).items())
-        replies = s.Telemetry(iter([spb.TelemetryCommand(settings=consumer)]), metadata=signed, timeout=10)
-        assert next(replies).status.code == pb.OK
-        assert cluster.broker.consumers.get("G") is not None
+    cluster, s = acl
+    consumer = pb.Settings(
+        client_type=pb.SIMPLE_CONSUMER,
+        subscription=pb.Subscription(
+            group=pb.Resource(name="G"),
+            subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name="TopicA"))],
+        ),
+    )
+    producer = pb.Settings(
+        client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="TopicA")])
+    )
+    for settings in (consumer, producer):
+        replies = s.Telemetry(iter([spb.TelemetryCommand(settings=settings)]), metadata=META, timeout=10)
+        assert next(replies).status.code == pb.UNAUTHORIZED
+        beat = s.Heartbeat(spb.HeartbeatRequest(client_type=settings.client_type), metadata=META, timeout=10)
+        assert beat.status.code in (pb.OK, pb.UNAUTHORIZED)
+    joined = cluster.broker.consumers.get("G")
+    assert joined is None or not joined.channels
+    assert not cluster.broker.producers.groups.get("TopicA")
+    replies = s.Telemetry(iter([spb.TelemetryCommand(settings=consumer)]), metadata=signed(), timeout=10)
+    assert next(replies).status.code == pb.OK
+    assert cluster.broker.consumers.get("G") is not None
 
 
-def test_a_recall_needs_pub_on_the_topic_and_names_its_topic(tmp_path: Path) -> None:
-    home = tmp_path / "home"
-    write_acl(home)
-    with (
-        grpc_cluster(tmp_path / "c", acl_enable=True, rocketmq_home=str(home)) as cluster,
-        grpc.insecure_channel(endpoint(cluster)) as channel,
-    ):
-        create_topic(cluster, "TopicA")
-        create_topic(cluster, "TopicDeny")
-        s = MessagingServiceStub(channel)
+def test_a_recall_needs_pub_on_the_topic_and_names_its_topic(
+    acl: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    cluster, s = acl
+    timed = send_request("TopicA")
+    timed.messages[0].system_properties.delivery_timestamp.FromMilliseconds(int(time.time() * 1000) + 60_000)
+    sent = s.SendMessage(timed, metadata=signed(), timeout=10)
+    assert sent.status.code == pb.OK
+    handle = sent.entries[0].recall_handle
 
-        def signed() -> tuple[tuple[str, str], ...]:
-            return tuple(
-                _authorization(USER_AK, USER_SK, time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())).items()
-            )
+    def recall(topic: str, metadata: Any) -> int:
+        request = spb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle=handle)
+        return int(s.RecallMessage(request, metadata=metadata, timeout=10).status.code)
 
-        timed = send_request("TopicA")
-        timed.messages[0].system_properties.delivery_timestamp.FromMilliseconds(
-            int(time.time() * 1000) + 60_000
-        )
-        sent = s.SendMessage(timed, metadata=signed(), timeout=10)
-        assert sent.status.code == pb.OK
-        handle = sent.entries[0].recall_handle
-
-        def recall(topic: str, metadata: Any) -> int:
-            request = spb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle=handle)
-            return int(s.RecallMessage(request, metadata=metadata, timeout=10).status.code)
-
-        assert recall("TopicA", META) == pb.UNAUTHORIZED
-        assert recall("TopicDeny", signed()) == pb.FORBIDDEN
-        assert recall("TopicA", signed()) == pb.OK  # still pending: the refusals cancelled nothing
-        assert cluster.broker.timers.pending == 0
+    assert recall("TopicA", META) == pb.UNAUTHORIZED
+    assert recall("TopicDeny", signed()) == pb.FORBIDDEN
+    assert recall("TopicA", signed()) == pb.OK  # still pending: the refusals cancelled nothing
+    assert cluster.broker.timers.pending == 0
 
 
 def test_the_grpc_port_follows_listen_host(tmp_path: Path) -> None:
