@@ -93,6 +93,10 @@ log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
+#: Where the broker re-topics messages until their time (half, delay-level and timer messages): their
+#: REAL_TOPIC is the topic they belong to.
+_PARKING_TOPICS = frozenset({TRANS_HALF_TOPIC, SCHEDULE_TOPIC, TIMER_TOPIC})
+
 
 async def encode_sliced(body: RegisterBrokerBody, compressed: bool) -> bytes:
     """``body.encode(compressed)`` on the loop, `REGISTER_SLICE` topics at a time with requests served
@@ -630,11 +634,7 @@ class Broker:
         msg = self.indexed_message(offset)
         if msg is None:
             return None
-        if msg.topic in (
-            TRANS_HALF_TOPIC,
-            SCHEDULE_TOPIC,
-            TIMER_TOPIC,
-        ):  # the broker's own re-topicked copies
+        if msg.topic in _PARKING_TOPICS:
             return msg.properties.get(PROPERTY_REAL_TOPIC, msg.topic)
         return msg.topic
 
