@@ -11,6 +11,7 @@ client's Telemetry stream as a `RecoverOrphanedTransactionCommand` (the Java Pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -77,12 +78,16 @@ class GrpcChannel:
         command = spb.RecoverOrphanedTransactionCommand(
             message=to_proto(half), transaction_id=header.offset_msg_id or half.msg_id
         )
-        outbox.put_nowait(spb.TelemetryCommand(recover_orphaned_transaction_command=command))
+        try:
+            outbox.put_nowait(spb.TelemetryCommand(recover_orphaned_transaction_command=command))
+        except asyncio.QueueFull:  # it reads nothing we send: asked again at the next check
+            raise RemotingConnectError(self.client.client_id, "Telemetry stream backed up") from None
 
     def close(self) -> None:
         """The registries close a member that stopped heart-beating: its stream ends."""
         if self.client.outbox is not None:
-            self.client.outbox.put_nowait(None)
+            with contextlib.suppress(asyncio.QueueFull):  # (then its client has stopped reading it)
+                self.client.outbox.put_nowait(None)
 
 
 @dataclass(eq=False)

@@ -10,6 +10,7 @@ header verified with the account's secret key) or, with ACL off, protected mode.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -114,6 +115,10 @@ AUTH_ALGORITHM: Final = "MQv2-HMAC-SHA1"
 #: the client keeps one stream for a year and sends Settings down it every 5 minutes under the
 #: signature it opened with. (No header a client sends starts with a colon.)
 STREAM_SIGNED: Final = ":stream-signed"
+
+#: Commands a Telemetry stream holds for a client that does not read them; then the stream stops
+#: reading the client's (Settings answered) and refuses transaction checks for it.
+TELEMETRY_OUTBOX: Final = 64
 
 #: The born host of a send whose peer address grpc did not tell (a Unix socket).
 LOCAL: Final = ("127.0.0.1", 0)
@@ -497,8 +502,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: Any) -> None:
         """Settings in, the complete Settings out; transaction checks pushed down while it is open."""
         client, meta = self._client(context)
-        outbox: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
+        outbox: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue(TELEMETRY_OUTBOX)
         client.outbox = outbox
+        ended = asyncio.Event()
 
         async def read() -> None:
             try:
@@ -517,19 +523,25 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         try:
                             self._register(client, meta)
                         except Refused as refused:
-                            outbox.put_nowait(spb.TelemetryCommand(status=refused.status()))
+                            await outbox.put(spb.TelemetryCommand(status=refused.status()))
                             continue
                         meta[STREAM_SIGNED] = "yes"
                         reply = self._settings_reply(client, settings)
-                        outbox.put_nowait(spb.TelemetryCommand(status=status(), settings=reply))
+                        # (waits while the client reads none of its replies: its commands wait unread)
+                        await outbox.put(spb.TelemetryCommand(status=status(), settings=reply))
             except (grpc.aio.AioRpcError, asyncio.CancelledError):
                 pass
             finally:
-                outbox.put_nowait(None)
+                ended.set()
+                with contextlib.suppress(asyncio.QueueFull):
+                    outbox.put_nowait(None)
 
         reader = asyncio.create_task(read(), name=f"telemetry-{client.client_id}")
         try:
-            while (command := await outbox.get()) is not None:
+            while not (ended.is_set() and outbox.empty()):
+                command = await outbox.get()
+                if command is None:
+                    break
                 await context.write(command)
         finally:
             reader.cancel()

@@ -3,6 +3,7 @@ topics, forged receipt handles and out-of-range durations. Each answer must be a
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import time
@@ -463,3 +464,40 @@ def test_the_grpc_port_follows_listen_host(tmp_path: Path) -> None:
             pass
         with pytest.raises(OSError):
             socket.create_connection(("127.0.0.1", port), timeout=3).close()
+
+
+class DeafContext(PeerContext):
+    """A Telemetry client sending `count` Settings and never reading a reply (its writes never end)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__("127.0.0.1", {"x-mq-client-id": "deaf@1"})
+        self.left = count
+
+    async def read(self) -> Any:
+        if self.left == 0:
+            await asyncio.Event().wait()  # the client sends no more and closes nothing
+        self.left -= 1
+        return spb.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing()))
+
+    async def write(self, message: Any) -> None:
+        await asyncio.Event().wait()
+
+
+def test_a_telemetry_stream_whose_client_reads_nothing_holds_a_bounded_backlog(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    cluster, _ = stub
+    assert cluster.broker.grpc is not None and cluster.broker.grpc.service is not None
+    service = cluster.broker.grpc.service
+    context = DeafContext(5_000)
+
+    async def run() -> int:
+        stream = asyncio.create_task(service.Telemetry(iter(()), context))  # type: ignore[arg-type]
+        await asyncio.sleep(1)
+        (deaf,) = [c for c in service.clients.clients.values() if c.client_id == "deaf@1"]
+        backlog = deaf.outbox.qsize() if deaf.outbox is not None else -1
+        stream.cancel()
+        return backlog
+
+    backlog = cluster.loop.run(run())
+    assert 0 < backlog <= 64 and context.left > 0  # it stopped reading the client's commands
