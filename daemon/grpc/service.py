@@ -62,6 +62,7 @@ from store.names import (
     MAX_GROUP_LENGTH,
     NAME_CHARS,
     SYSTEM_TOPIC_PREFIX,
+    TRANS_HALF_TOPIC,
     legal_name,
 )
 from store.record import decode_msg_id, decode_record, encode_properties
@@ -629,9 +630,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             _, offset = decode_msg_id(request.transaction_id)
         except ValueError:
-            return spb.EndTransactionResponse(
-                status=status(pb.INVALID_TRANSACTION_ID, f"bad transaction id {request.transaction_id!r}")
-            )
+            offset = -1
         resolution = {pb.COMMIT: TRANSACTION_COMMIT_TYPE, pb.ROLLBACK: TRANSACTION_ROLLBACK_TYPE}.get(
             request.resolution  # type: ignore[call-overload]
         )
@@ -650,6 +649,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )
         try:
             self._check(client, meta, RequestCode.END_TRANSACTION, header.to_ext_fields())
+            half = self.broker.indexed_message(offset) if offset >= 0 else None
+            if half is None or half.topic != TRANS_HALF_TOPIC:  # the client's id names none
+                raise Refused(pb.INVALID_TRANSACTION_ID, f"no transaction {request.transaction_id!r}")
             await self.broker.transactions.end(header)
         except Refused as refused:
             return spb.EndTransactionResponse(status=refused.status())

@@ -501,3 +501,19 @@ def test_a_telemetry_stream_whose_client_reads_nothing_holds_a_bounded_backlog(
 
     backlog = cluster.loop.run(run())
     assert 0 < backlog <= 64 and context.left > 0  # it stopped reading the client's commands
+
+
+def test_an_end_transaction_naming_no_half_message_is_invalid_transaction_id(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    cluster, s = stub
+    create_topic(cluster, "Tx", 1)
+    sent = s.SendMessage(send_request("Tx"), metadata=META, timeout=10)  # a plain message, no half
+    plain_id = sent.entries[0].message_id
+    offset_id = stored(cluster, "Tx")[0].msg_id
+    for transaction_id in ("", "zz", "0" * 32, plain_id, offset_id):
+        request = spb.EndTransactionRequest(
+            topic=pb.Resource(name="Tx"), transaction_id=transaction_id, resolution=pb.COMMIT
+        )
+        answer = s.EndTransaction(request, metadata=META, timeout=10)
+        assert answer.status.code == pb.INVALID_TRANSACTION_ID, (transaction_id, answer.status)
