@@ -57,6 +57,7 @@ NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
         TRANS_CHECK_MAX_TIME_TOPIC,
         SELF_TEST_TOPIC,
         OFFSET_MOVED_EVENT,
+        TIMER_TOPIC,  # (5.x's TopicValidator: a forged parked record would deliver anywhere)
     }
 )
 

@@ -8,6 +8,7 @@ resource and permission, never the secret.
 
 from __future__ import annotations
 
+import calendar
 import collections
 import contextlib
 import ipaddress
@@ -627,17 +628,31 @@ class PlainAccessValidator:
         self._permit(account, account.access_key, request, signed)
 
     def check_v2(
-        self, ip: str, access_key: str, signed_with: Callable[[str], bool], request: RemotingCommand
+        self,
+        ip: str,
+        access_key: str,
+        signed_with: Callable[[str], bool],
+        request: RemotingCommand,
+        date_time: str | None = "",
+        now_ms: int | None = None,
     ) -> None:
         """A 5.x (gRPC) request, given as the remoting `request` it stands for: its Authorization
-        header names `access_key` and `signed_with(secret key)` verifies it; then the same whitelist and
-        permission rules as remoting. An empty access key is anonymous, as a request without AccessKey."""
+        header names `access_key` and `signed_with(secret key)` verifies it over `date_time` (its
+        `x-mq-date-time`, which must be recent: see `signed_time_problem`; None: a stream's, checked when
+        it opened); then the same whitelist and permission rules as remoting. An empty access key is
+        anonymous, as a request without AccessKey."""
         account = self._account(ip, access_key, None)
         if account is None:
             return
         signed = not account.matches(ip)
         if signed and not signed_with(account.secret_key):
             raise AclDenied(f"ACL: signature check failed for accessKey={access_key} (wrong secretKey?)")
+        if signed and date_time is not None:
+            now = int(time.time() * 1000) if now_ms is None else now_ms
+            window = self.replays.window_ms if self.replays is not None else V2_FRESHNESS_MS
+            problem = signed_time_problem(date_time, now, window)
+            if problem is not None:
+                raise AclDenied(f"ACL: accessKey={access_key}: {problem}")
         self._permit(account, access_key, request, signed)
 
     def _account(self, ip: str, access_key: str | None, code: int | None) -> Account | None:
@@ -701,6 +716,32 @@ class PlainAccessValidator:
         update that lets the next cleanup delete unconsumed messages needs with ACL on."""
         account = self.files.table.accounts.get(request.ext_fields.get(ACCESS_KEY) or "")
         return account is not None and account.admin and _signed_by(account, request)
+
+
+#: How far from the broker's clock a 5.x signature's `x-mq-date-time` may be, besides the zone slack:
+#: `aclAdminFreshness` when set, else this.
+V2_FRESHNESS_MS: Final = 15 * 60 * 1000
+#: The official clients write their local time with a `Z` (Python `datetime.now()`, Java
+#: `LocalDateTime.now()`), so a right clock may be off UTC by a zone's offset, at most 14 hours.
+ZONE_SLACK_MS: Final = 14 * 3600 * 1000
+
+
+def signed_time_problem(date_time: str, now_ms: int, window_ms: int) -> str | None:
+    """Why a 5.x signature's `x-mq-date-time` (`yyyyMMdd'T'HHmmss'Z'`) refuses it, None when it is recent.
+
+    It is the only signed value of a 5.x request: a captured Authorization header would otherwise sign
+    any request of that account forever. Its age bounds the replay to the zone slack plus the window."""
+    try:
+        stamp = calendar.timegm(time.strptime(date_time, "%Y%m%dT%H%M%SZ")) * 1000
+    except ValueError:
+        return f"the signature's x-mq-date-time {date_time!r} is not yyyyMMddTHHmmssZ"
+    off = abs(now_ms - stamp)
+    if off > ZONE_SLACK_MS + window_ms:
+        return (
+            f"the signature's x-mq-date-time {date_time} is {off // 1000} s from the broker's clock "
+            "(a replay, or a clock off)"
+        )
+    return None
 
 
 def _signed_by(account: Account, request: RemotingCommand) -> bool:

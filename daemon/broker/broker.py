@@ -82,7 +82,7 @@ from store.engine import DefaultMessageStore
 from store.errors import StoreError
 from store.message import PROPERTY_REAL_TOPIC, Message, StoredMessage
 from store.models import DataVersion, TopicConfig
-from store.names import SCHEDULE_TOPIC, TRANS_HALF_TOPIC
+from store.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
 from store.replica_tail import diverged_quarantines
 from store.results import PutResult
 
@@ -92,6 +92,10 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+
+#: Where the broker re-topics messages until their time (half, delay-level and timer messages): their
+#: REAL_TOPIC is the topic they belong to.
+_PARKING_TOPICS = frozenset({TRANS_HALF_TOPIC, SCHEDULE_TOPIC, TIMER_TOPIC})
 
 
 async def encode_sliced(body: RegisterBrokerBody, compressed: bool) -> bytes:
@@ -647,11 +651,11 @@ class Broker:
 
     def _topic_at(self, offset: int) -> str | None:
         """For the ACL of codes that name an offset: the topic of the message there, a half or
-        delayed message's real topic."""
+        delayed or timer message's real topic."""
         msg = self.indexed_message(offset)
         if msg is None:
             return None
-        if msg.topic in (TRANS_HALF_TOPIC, SCHEDULE_TOPIC):  # the broker's own re-topicked copies
+        if msg.topic in _PARKING_TOPICS:
             return msg.properties.get(PROPERTY_REAL_TOPIC, msg.topic)
         return msg.topic
 

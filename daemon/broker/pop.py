@@ -77,6 +77,11 @@ NO_MESSAGE: Final = 208
 INVALID_PARAMETER: Final = 29
 #: The journal is rewritten to its live records at start and when it grows past this.
 COMPACT_BYTES: Final = 32 << 20
+#: The longest lending a pop or a change of invisibility may ask for (the 5.x Proxy's
+#: `maxInvisibleTimeMills`): a longer one hides an unacked message for good.
+MAX_INVISIBLE_MS: Final = 12 * 3600 * 1000
+#: The most messages one pop lends (5.x refuses a POP_MESSAGE asking for more).
+MAX_POP_BATCH: Final = 32
 #: Revived messages between two yields of the loop.
 REVIVE_SLICE: Final = 256
 #: How often the revive loop looks when nothing is due sooner.
@@ -422,13 +427,14 @@ class PopService:
         one to arrive. A FIFO pop asked again with the same ``attempt_id`` while its lending lasts (the
         client did not get the answer) gets the same messages and handles again, as in 5.x."""
         self._check(group, topic)
+        _check_invisible(invisible_ms)
         sub = build_subscription(topic, expression, expression_type)
         if not is_tag_type(sub.expression_type):
             raise PopError(
                 ResponseCode.SYSTEM_ERROR,
                 f"The broker does not support consumer to filter message by {sub.expression_type}",
             )
-        count = max(1, min(max_messages, 32))
+        count = max(1, min(max_messages, MAX_POP_BATCH))
         ask = _Ask(
             group, topic, queue_id, count, invisible_ms, fifo, tag_codes(sub), init_mode, attempt_id or ""
         )
@@ -447,6 +453,7 @@ class PopService:
 
     def change_invisible(self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
         """Lend the message again for ``invisible_ms`` from now; returns its new handle."""
+        _check_invisible(invisible_ms)
         record = self._current(group, topic, receipt_handle)
         record.pop_time = max(_now_ms(), record.pop_time + 1)  # a new (popTime, invisibleTime) pair
         record.invisible_ms = max(0, invisible_ms)
@@ -836,6 +843,13 @@ def parse_pop_in_flight(text: str | None) -> dict[str, int]:
         if sep and count.isdigit():
             out[group] = int(count)
     return out
+
+
+def _check_invisible(invisible_ms: int) -> None:
+    if not 0 <= invisible_ms <= MAX_INVISIBLE_MS:
+        raise PopError(
+            INVALID_PARAMETER, f"invisibleTime {invisible_ms} ms is not within 0 and {MAX_INVISIBLE_MS} ms"
+        )
 
 
 def _now_ms() -> int:

@@ -23,10 +23,11 @@ import contextlib
 import heapq
 import logging
 import os
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from daemon.broker.processors import fail
 from daemon.broker.schedule import copy_to
@@ -81,15 +82,29 @@ class TopicBacklog:
     next_due_ms: int
 
 
+_JAVA_LONG: Final = re.compile(r"[+-]?[0-9]{1,19}")
+
+
+def java_long(text: str) -> int:
+    """``Long.parseLong`` of what clients write: ASCII decimal digits with an optional sign, within a
+    long; ValueError else (Python's ``int`` would also take spaces and ``_``)."""
+    if not _JAVA_LONG.fullmatch(text):
+        raise ValueError(f"{text!r} is no long")
+    value = int(text)
+    if not -(2**63) <= value < 2**63:
+        raise ValueError(f"{text!r} is out of a long's range")
+    return value
+
+
 def due_time(props: dict[str, str], now_ms: int) -> int | None:
     """The wanted delivery time of a send's properties (5.x precedence: delay in seconds, in ms, then
-    the instant), None without timer properties; ValueError when the value is no integer."""
+    the instant), None without timer properties; ValueError when the value is no long."""
     if PROPERTY_TIMER_DELAY_SEC in props:
-        return now_ms + int(props[PROPERTY_TIMER_DELAY_SEC]) * 1000
+        return now_ms + java_long(props[PROPERTY_TIMER_DELAY_SEC]) * 1000
     if PROPERTY_TIMER_DELAY_MS in props:
-        return now_ms + int(props[PROPERTY_TIMER_DELAY_MS])
+        return now_ms + java_long(props[PROPERTY_TIMER_DELAY_MS])
     if PROPERTY_TIMER_DELIVER_MS in props:
-        return int(props[PROPERTY_TIMER_DELIVER_MS])
+        return java_long(props[PROPERTY_TIMER_DELIVER_MS])
     return None
 
 
@@ -192,7 +207,7 @@ class TimerMessageService:
             due = due_time(props, now)
         except ValueError:
             raise fail(
-                ResponseCode.MESSAGE_ILLEGAL, "timer message illegal: the delivery time is no integer"
+                ResponseCode.MESSAGE_ILLEGAL, "timer message illegal: the delivery time is no decimal long"
             ) from None
         if due is None or due <= now:
             return topic, queue_id
@@ -412,7 +427,8 @@ class TimerMessageService:
     async def _deliver(self, entry: PendingTimer) -> str | None:
         """One re-put: ``delivered``; ``rolled`` for a timer not due yet (re-put into the timer topic as
         it is with ``TIMER_ROLL_TIMES`` one higher; the reader takes the copy as a new pending timer);
-        ``dropped`` when its record is gone for good; None when the put failed (tried again later)."""
+        ``dropped`` when its record or its topic is gone for good; None when the put failed (tried again
+        later)."""
         try:
             selected = self.broker.store.look_message_by_offset(entry.phys_offset)
         except StoreError as e:
@@ -429,6 +445,12 @@ class TimerMessageService:
             props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
         else:
             topic, queue_id, props = delivered_timer(selected.message, now)
+            if self.broker.topics.get(topic) is None:
+                # deleted while it waited: its queue must not hold it for a topic of that name made later
+                log.warning(
+                    "timer message at %d is for topic %s, deleted since: dropped", entry.phys_offset, topic
+                )
+                return "dropped"
         result = await self.broker.put(copy_to(selected.message, topic, queue_id, props))
         if not result.ok:
             log.warning("timer re-put of %d to %s failed: %s", entry.queue_offset, topic, result.status.value)

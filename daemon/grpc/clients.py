@@ -11,10 +11,12 @@ client's Telemetry stream as a `RecoverOrphanedTransactionCommand` (the Java Pro
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from rocketmq.grpc_protocol import definition_pb2 as pb, service_pb2 as spb
 
@@ -22,6 +24,7 @@ from daemon.broker.headers import CheckTransactionStateRequestHeader
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingConnectError
+from daemon.remoting.limits import WarningGate
 from store.record import decode_record
 
 log = logging.getLogger(__name__)
@@ -42,6 +45,11 @@ def parse_peer(peer: str) -> tuple[str, int]:
         return host, int(port)
     except ValueError:
         return "", 0
+
+
+def client_key(client_id: str, ip: str) -> str:
+    """A client's registry key: its id as seen from one IP."""
+    return f"{client_id} from {ip}"
 
 
 class GrpcChannel:
@@ -70,12 +78,16 @@ class GrpcChannel:
         command = spb.RecoverOrphanedTransactionCommand(
             message=to_proto(half), transaction_id=header.offset_msg_id or half.msg_id
         )
-        outbox.put_nowait(spb.TelemetryCommand(recover_orphaned_transaction_command=command))
+        try:
+            outbox.put_nowait(spb.TelemetryCommand(recover_orphaned_transaction_command=command))
+        except asyncio.QueueFull:  # it reads nothing we send: asked again at the next check
+            raise RemotingConnectError(self.client.client_id, "Telemetry stream backed up") from None
 
     def close(self) -> None:
         """The registries close a member that stopped heart-beating: its stream ends."""
         if self.client.outbox is not None:
-            self.client.outbox.put_nowait(None)
+            with contextlib.suppress(asyncio.QueueFull):  # (then its client has stopped reading it)
+                self.client.outbox.put_nowait(None)
 
 
 @dataclass(eq=False)
@@ -95,31 +107,59 @@ class GrpcClient:
     def __post_init__(self) -> None:
         self.channel = GrpcChannel(self)
 
+    @property
+    def key(self) -> str:
+        return client_key(self.client_id, self.address[0])
+
+
+#: The most clients a registry remembers: every call with an unseen `x-mq-client-id` adds one (about
+#: a KiB) until it has been silent for the expiry, so a caller inventing ids would otherwise grow it
+#: without bound. Beyond it a new client is served but not remembered.
+MAX_CLIENTS: Final = 50_000
+#: A longer `x-mq-client-id` is not taken as one (the official ids are well under 100 characters).
+MAX_CLIENT_ID: Final = 256
+
 
 class ClientRegistry:
-    """Every 5.x client by its `x-mq-client-id`."""
+    """Every 5.x client by its `x-mq-client-id` and IP."""
 
-    def __init__(self, on_forget: Callable[[GrpcClient], None]) -> None:
+    def __init__(self, on_forget: Callable[[GrpcClient], None], limit: int = MAX_CLIENTS) -> None:
         self.clients: dict[str, GrpcClient] = {}
         self._on_forget = on_forget
+        self.limit = limit
+        self._warnings = WarningGate(log)
 
     def get(self, client_id: str, address: tuple[str, int], local_ip: str = "") -> GrpcClient:
-        client = self.clients.get(client_id)
+        """The client `client_id` calling from `address`. The id is the caller's word: the same id from
+        another IP is another client, so no peer borrows the address (whitelists, protected mode),
+        Telemetry stream or registrations of a client it names."""
+        if not client_id or len(client_id) > MAX_CLIENT_ID:
+            client_id = f"{address[0]}:{address[1]}"
+        key = client_key(client_id, address[0])
+        client = self.clients.get(key)
         if client is None:
-            client = self.clients[client_id] = GrpcClient(client_id, address, local_ip)
+            client = GrpcClient(client_id, address, local_ip)
+            if len(self.clients) >= self.limit:
+                self._warnings.warning(
+                    "%d 5.x clients known: %s from %s is served but not remembered",
+                    self.limit,
+                    client_id,
+                    address[0],
+                )
+                return client
+            self.clients[key] = client
         client.last_seen = time.monotonic()
         return client
 
-    def forget(self, client_id: str) -> None:
-        client = self.clients.pop(client_id, None)
-        if client is not None:
+    def forget(self, client: GrpcClient) -> None:
+        if self.clients.pop(client.key, None) is not None:
             self._on_forget(client)
 
     def expire(self, idle_seconds: float) -> None:
         deadline = time.monotonic() - idle_seconds
-        for client_id in [c.client_id for c in self.clients.values() if c.last_seen < deadline]:
-            log.info("5.x client %s went silent: forgotten", client_id)
-            self.forget(client_id)
+        for client in [c for c in self.clients.values() if c.last_seen < deadline]:
+            log.info("5.x client %s went silent: forgotten", client.client_id)
+            self.forget(client)
 
     def counts(self) -> dict[str, int]:
         """Clients by type name (for the start-up and status lines)."""

@@ -8,9 +8,9 @@ of the group's Java `hashCode`).
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import ipaddress
+import zlib
 from typing import Any, Final
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
@@ -32,6 +32,10 @@ from store.message import (
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_DEQUEUE_MS,
+    PROPERTY_TIMER_ENQUEUE_MS,
+    PROPERTY_TIMER_OUT_MS,
+    PROPERTY_TIMER_ROLL_TIMES,
     PROPERTY_TRANSACTION_PREPARED,
     PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
     PROPERTY_UNIQ_KEY,
@@ -72,6 +76,11 @@ RESERVED_PROPERTIES: Final = frozenset(
         PROPERTY_CLUSTER,
         PROPERTY_ORIGIN_MESSAGE_ID,
         PROPERTY_TRANSACTION_PREPARED_QUEUE_OFFSET,
+        PROPERTY_TIMER_OUT_MS,
+        PROPERTY_TIMER_ENQUEUE_MS,
+        PROPERTY_TIMER_DEQUEUE_MS,
+        PROPERTY_TIMER_ROLL_TIMES,
+        "TIMER_DEL_UNIQKEY",
         "RECONSUME_TIME",
         "POP_CK",
     }
@@ -152,7 +161,10 @@ def message_properties(msg: pb.Message, now_ms: int) -> tuple[dict[str, str], st
             return props, "a FIFO message needs a message group"
         props[PROPERTY_SHARDING_KEY] = sys.message_group
     if kind == pb.DELAY or sys.HasField("delivery_timestamp"):
-        deliver_ms = sys.delivery_timestamp.ToMilliseconds()
+        try:
+            deliver_ms = millis(sys.delivery_timestamp)
+        except BodyRefused as exc:
+            return props, f"bad delivery timestamp: {exc}"
         if deliver_ms <= 0:
             return props, "a DELAY message needs a delivery timestamp"
         props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
@@ -165,11 +177,37 @@ def message_properties(msg: pb.Message, now_ms: int) -> tuple[dict[str, str], st
     return props, None
 
 
-def message_body(msg: pb.Message) -> bytes:
-    """The body as stored: a GZIP-encoded one inflated (4.x compresses with zlib, not gzip)."""
-    if msg.system_properties.body_encoding == pb.GZIP:
-        return gzip.decompress(msg.body)
-    return bytes(msg.body)
+class BodyRefused(ValueError):
+    """A body that cannot be stored: `code` is the v2 status code to answer with."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def message_body(msg: pb.Message, limit: int) -> bytes:
+    """The body as stored: a GZIP-encoded one inflated (4.x compresses with zlib, not gzip), never past
+    `limit` bytes (maxMessageSize: a few KiB of zeros inflate to gigabytes)."""
+    if msg.system_properties.body_encoding != pb.GZIP:
+        return bytes(msg.body)
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip framing
+    try:
+        body = inflater.decompress(msg.body, limit + 1)
+    except zlib.error as exc:
+        raise BodyRefused(pb.BAD_REQUEST, f"the GZIP body does not inflate: {exc}") from None
+    if len(body) > limit:
+        raise BodyRefused(pb.MESSAGE_BODY_TOO_LARGE, f"the GZIP body inflates past maxMessageSize {limit}")
+    if not inflater.eof:
+        raise BodyRefused(pb.BAD_REQUEST, "the GZIP body is truncated")
+    return body
+
+
+def millis(stamp: Any) -> int:
+    """A protobuf Timestamp or Duration in ms; BodyRefused (BAD_REQUEST) for one out of its range."""
+    try:
+        return int(stamp.ToMilliseconds())
+    except ValueError as exc:
+        raise BodyRefused(pb.BAD_REQUEST, str(exc)) from None
 
 
 def message_type(props: dict[str, str]) -> int:

@@ -52,10 +52,17 @@ class Leases:
             client_id, group, topic, handle, now + self.invisible_ms / 1000, now + RENEW_MAX_S
         )
 
-    def current(self, handle: str) -> str:
-        """The handle to act on for the one the client holds (ending its renewal: the client acts on it)."""
-        lease = self.by_handle.pop(handle, None)
-        return lease.current if lease is not None else handle
+    def current(self, handle: str, group: str, topic: str) -> str:
+        """The handle to act on for the one the client holds, when it acts as the group and topic it
+        received as (a caller naming another group gets its own handle back, to be refused)."""
+        lease = self.by_handle.get(handle)
+        if lease is None or (lease.group, lease.topic) != (group, topic):
+            return handle
+        return lease.current
+
+    def end(self, handle: str) -> None:
+        """The client acked, changed or forwarded the message: no more renewals."""
+        self.by_handle.pop(handle, None)
 
     def drop_client(self, client_id: str) -> None:
         """A client gone: its messages come back after their current lending."""

@@ -24,6 +24,12 @@ RENEW_PERIOD_S = 1.0
 MAX_MESSAGE_BYTES = 130 * 1024 * 1024
 
 
+#: Streams one connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS; grpc sets no
+#: limit): each long-polled receive holds tasks and buffers on the broker, so one client opening
+#: streams without end would grow its memory without bound. A client's further streams wait.
+MAX_STREAMS_PER_CONNECTION = 1_000
+
+
 def server_credentials(settings: TlsSettings) -> grpc.ServerCredentials:
     """The remoting listener's key material as a gRPC credential (a fresh self-signed pair in test
     mode, as the remoting listener makes one)."""
@@ -76,6 +82,7 @@ class GrpcFront:
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
+                ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
             ]
         )
         address = bind_address(config.listen_host, config.grpc_listen_port)

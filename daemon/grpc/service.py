@@ -10,6 +10,7 @@ header verified with the account's secret key) or, with ACL off, protected mode.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import hmac
 import logging
@@ -25,16 +26,20 @@ from daemon.acl.plain import PlainAccessValidator
 from daemon.broker.bodies import ConsumerData, SubscriptionData
 from daemon.broker.headers import EndTransactionRequestHeader, SendMessageRequestHeaderV2
 from daemon.broker.managers.consumers import ClientChannel
+from daemon.broker.managers.topics import topic_problem
+from daemon.broker.pop import MAX_INVISIBLE_MS
 from daemon.config import ALL_KEYS_FIELD, parse_properties
 from daemon.grpc.clients import CONSUME_TYPES, ClientRegistry, GrpcClient, parse_peer
 from daemon.grpc.convert import (
     ALL_TYPES,
     PROPERTY_SHARDING_KEY,
+    BodyRefused,
     endpoints,
     fifo_queue,
     grpc_code,
     message_body,
     message_properties,
+    millis,
     permission,
     status,
     to_proto,
@@ -51,7 +56,15 @@ from store.message import (
     TRANSACTION_PREPARED_TYPE,
     TRANSACTION_ROLLBACK_TYPE,
 )
-from store.names import AUTO_CREATE_TOPIC
+from store.names import (
+    AUTO_CREATE_TOPIC,
+    INTERNAL_TOPIC_PREFIX,
+    MAX_GROUP_LENGTH,
+    NAME_CHARS,
+    SYSTEM_TOPIC_PREFIX,
+    TRANS_HALF_TOPIC,
+    legal_name,
+)
 from store.record import decode_msg_id, decode_record, encode_properties
 
 if TYPE_CHECKING:
@@ -68,6 +81,8 @@ AUTO_RENEW_INVISIBLE_MS: Final = 60_000
 RENEW_AHEAD_MS: Final = 20_000
 #: A receive's invisibility below this is refused (ILLEGAL_INVISIBLE_TIME).
 MIN_INVISIBLE_MS: Final = 1_000
+#: (Above the POP service's MAX_INVISIBLE_MS, as any change of invisibility, is refused too.)
+
 #: The producer retry policy the proxy hands out (`GrpcClientSettingsManager`): 10 ms doubling to 1 s.
 PRODUCER_BACKOFF: Final = (10, 1_000, 2.0)
 #: A consumer's redelivery backoff: the 4.x delay levels 3..18 (`1s 5s ... 2h`) the retry topic uses.
@@ -96,6 +111,15 @@ CLIENT_EXPIRY_S: Final = 120.0
 #: The Authorization header's algorithm (the proxy's `AuthenticationHeader`).
 AUTH_ALGORITHM: Final = "MQv2-HMAC-SHA1"
 
+
+#: Marks the metadata of a Telemetry stream whose signature was fresh when its first Settings came:
+#: the client keeps one stream for a year and sends Settings down it every 5 minutes under the
+#: signature it opened with. (No header a client sends starts with a colon.)
+STREAM_SIGNED: Final = ":stream-signed"
+
+#: Commands a Telemetry stream holds for a client that does not read them; then the stream stops
+#: reading the client's (Settings answered) and refuses transaction checks for it.
+TELEMETRY_OUTBOX: Final = 64
 
 #: The born host of a send whose peer address grpc did not tell (a Unix socket).
 LOCAL: Final = ("127.0.0.1", 0)
@@ -159,6 +183,25 @@ class Refused(Exception):
         return status(self.code, self.message)
 
 
+def invisible_problem(invisible_ms: int, least: int) -> Refused | None:
+    """The refusal of an invisible duration outside [least, MAX_INVISIBLE_MS], else None."""
+    if invisible_ms < least:
+        return Refused(pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is under {least} ms")
+    if invisible_ms > MAX_INVISIBLE_MS:
+        return Refused(
+            pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is over {MAX_INVISIBLE_MS} ms"
+        )
+    return None
+
+
+def duration_ms(value: duration_pb2.Duration, code: int) -> int:
+    """A request's Duration in ms; Refused with `code` for one out of protobuf's range."""
+    try:
+        return millis(value)
+    except BodyRefused as exc:
+        raise Refused(code, f"bad duration: {exc}") from None
+
+
 class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     def __init__(self, broker: BrokerContext, port: int) -> None:
         self.broker = broker
@@ -175,10 +218,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # ------------------------------------------------------------------ clients and checks
 
     def _client(self, context: grpc.aio.ServicerContext) -> tuple[GrpcClient, dict[str, str]]:
-        meta = {m.key: m.value for m in context.invocation_metadata() or ()}
+        meta = {m.key: m.value for m in context.invocation_metadata() or () if not m.key.startswith(":")}
         address = parse_peer(context.peer())
-        client_id = meta.get("x-mq-client-id") or f"{address[0]}:{address[1]}"
-        client = self.clients.get(client_id, address, self.broker.config.broker_ip1)
+        client = self.clients.get(meta.get("x-mq-client-id", ""), address, self.broker.config.broker_ip1)
         language = meta.get("x-mq-language")
         if language:
             client.language = language
@@ -207,14 +249,33 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     access_key,
                     lambda secret: signature_matches(secret, date_time, signature),
                     request,
+                    None if STREAM_SIGNED in meta else date_time,
                 )
             else:
                 guard(cast(Connection, client.channel), request)
         except RemotingCommandError as exc:
             raise Refused.of(exc) from None
 
+    def _names(self, topic: str, group: str | None = None) -> None:
+        """The Proxy's name checks (`GrpcValidator`): a legal topic that is no system topic (those hold
+        every topic's parked timers, half messages...), a legal group; raises Refused."""
+        problem = topic_problem(topic)
+        if problem is not None:
+            raise Refused(pb.ILLEGAL_TOPIC, f"topic {topic!r}: {problem}")
+        if (
+            topic in self.broker.topics.system_topics
+            or topic.startswith(SYSTEM_TOPIC_PREFIX)
+            or topic.startswith(INTERNAL_TOPIC_PREFIX)
+        ):
+            raise Refused(pb.ILLEGAL_TOPIC, f"topic {topic} is a system topic: no client reads or writes it")
+        if group is not None and not (legal_name(group) and len(group) <= MAX_GROUP_LENGTH):
+            raise Refused(
+                pb.ILLEGAL_CONSUMER_GROUP,
+                f"consumer group {group!r} must be 1 to {MAX_GROUP_LENGTH} characters of {NAME_CHARS}",
+            )
+
     def _forget(self, client: GrpcClient) -> None:
-        self.leases.drop_client(client.client_id)
+        self.leases.drop_client(client.key)
         conn = cast(Connection, client.channel)
         self.broker.producers.connection_closed(conn)
         self.broker.consumers.connection_closed(conn)
@@ -228,16 +289,25 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             version_ordinal(client.version),
         )
 
-    def _register(self, client: GrpcClient) -> None:
-        """Join (or refresh) the broker's producer groups (topic names, as the proxy's) or consumer group."""
+    def _register(self, client: GrpcClient, meta: dict[str, str]) -> None:
+        """Join (or refresh) the broker's producer groups (topic names, as the proxy's) or consumer group,
+        checked as remoting checks a HEART_BEAT's consumer data (SUB on the group and each topic) and a
+        producer's topics for PUB: a member of a consumer group is given queues, a producer of a topic
+        its orphaned half messages. Raises Refused."""
         settings = client.settings
         if settings is None:
             return
         if settings.client_type == pb.PRODUCER:
             for topic in settings.publishing.topics:
+                self._check(client, meta, RequestCode.SEND_MESSAGE_V2, {"b": topic.name})
+            for topic in settings.publishing.topics:
                 self.broker.producers.register(topic.name, self._channel(client))
         consume_type = CONSUME_TYPES.get(settings.client_type)
         if consume_type is not None and settings.subscription.group.name:
+            group = settings.subscription.group.name
+            self._check(client, meta, RequestCode.GET_CONSUMER_LIST_BY_GROUP, {"consumerGroup": group})
+            for entry in settings.subscription.subscriptions:
+                self._consumer_check(client, meta, group, entry.topic.name)
             now = int(time.time() * 1000)
             subs = [
                 SubscriptionData(
@@ -414,24 +484,28 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # ------------------------------------------------------------------ client lifecycle
 
     async def Heartbeat(self, request: spb.HeartbeatRequest, context: Any) -> spb.HeartbeatResponse:
-        client, _ = self._client(context)
+        client, meta = self._client(context)
         if request.client_type:
             client.client_type = request.client_type
-        self._register(client)
+        try:
+            self._register(client, meta)
+        except Refused as refused:
+            return spb.HeartbeatResponse(status=refused.status())
         return spb.HeartbeatResponse(status=status())
 
     async def NotifyClientTermination(
         self, request: spb.NotifyClientTerminationRequest, context: Any
     ) -> spb.NotifyClientTerminationResponse:
         client, _ = self._client(context)
-        self.clients.forget(client.client_id)
+        self.clients.forget(client)
         return spb.NotifyClientTerminationResponse(status=status())
 
     async def Telemetry(self, request_iterator: AsyncIterator[spb.TelemetryCommand], context: Any) -> None:
         """Settings in, the complete Settings out; transaction checks pushed down while it is open."""
-        client, _ = self._client(context)
-        outbox: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue()
+        client, meta = self._client(context)
+        outbox: asyncio.Queue[spb.TelemetryCommand | None] = asyncio.Queue(TELEMETRY_OUTBOX)
         client.outbox = outbox
+        ended = asyncio.Event()
 
         async def read() -> None:
             try:
@@ -447,17 +521,28 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         if settings.user_agent.version:
                             client.language = pb.Language.Name(settings.user_agent.language)
                             client.version = settings.user_agent.version
-                        self._register(client)
+                        try:
+                            self._register(client, meta)
+                        except Refused as refused:
+                            await outbox.put(spb.TelemetryCommand(status=refused.status()))
+                            continue
+                        meta[STREAM_SIGNED] = "yes"
                         reply = self._settings_reply(client, settings)
-                        outbox.put_nowait(spb.TelemetryCommand(status=status(), settings=reply))
+                        # (waits while the client reads none of its replies: its commands wait unread)
+                        await outbox.put(spb.TelemetryCommand(status=status(), settings=reply))
             except (grpc.aio.AioRpcError, asyncio.CancelledError):
                 pass
             finally:
-                outbox.put_nowait(None)
+                ended.set()
+                with contextlib.suppress(asyncio.QueueFull):
+                    outbox.put_nowait(None)
 
         reader = asyncio.create_task(read(), name=f"telemetry-{client.client_id}")
         try:
-            while (command := await outbox.get()) is not None:
+            while not (ended.is_set() and outbox.empty()):
+                command = await outbox.get()
+                if command is None:
+                    break
                 await context.write(command)
         finally:
             reader.cancel()
@@ -484,6 +569,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         props, problem = message_properties(msg, now)
         if problem is not None:
             return spb.SendResultEntry(status=status(pb.BAD_REQUEST, problem))
+        try:
+            self._names(topic)
+            born = millis(msg.system_properties.born_timestamp) or now
+            body = message_body(msg, broker.store.config.max_message_size)
+        except Refused as refused:
+            return spb.SendResultEntry(status=refused.status())
+        except BodyRefused as exc:
+            return spb.SendResultEntry(status=status(exc.code, str(exc)))
         config = broker.topics.get(topic)
         if config is None:
             return spb.SendResultEntry(status=status(pb.TOPIC_NOT_FOUND, f"topic {topic} not found"))
@@ -499,13 +592,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             config.write_queue_nums,
             queue_id,
             TRANSACTION_PREPARED_TYPE if transactional else 0,
-            msg.system_properties.born_timestamp.ToMilliseconds() or now,
+            born,
             0,
             encode_properties(props).decode(),
         ).to_ext_fields()
         try:
             self._check(client, meta, RequestCode.SEND_MESSAGE_V2, fields)
-            remoting = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, message_body(msg))
+            remoting = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body)
             answer = self.sender.send_from(client.address if client.address[0] else LOCAL, remoting)
             response = answer if isinstance(answer, RemotingCommand) else await answer
         except Refused as refused:
@@ -537,9 +630,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             _, offset = decode_msg_id(request.transaction_id)
         except ValueError:
-            return spb.EndTransactionResponse(
-                status=status(pb.INVALID_TRANSACTION_ID, f"bad transaction id {request.transaction_id!r}")
-            )
+            offset = -1
         resolution = {pb.COMMIT: TRANSACTION_COMMIT_TYPE, pb.ROLLBACK: TRANSACTION_ROLLBACK_TYPE}.get(
             request.resolution  # type: ignore[call-overload]
         )
@@ -558,6 +649,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         )
         try:
             self._check(client, meta, RequestCode.END_TRANSACTION, header.to_ext_fields())
+            half = self.broker.indexed_message(offset) if offset >= 0 else None
+            if half is None or half.topic != TRANS_HALF_TOPIC:  # the client's id names none
+                raise Refused(pb.INVALID_TRANSACTION_ID, f"no transaction {request.transaction_id!r}")
             await self.broker.transactions.end(header)
         except Refused as refused:
             return spb.EndTransactionResponse(status=refused.status())
@@ -585,24 +679,28 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
 
     def _consumer_check(self, client: GrpcClient, meta: dict[str, str], group: str, topic: str) -> None:
         self._check(client, meta, RequestCode.PULL_MESSAGE, {"consumerGroup": group, "topic": topic})
+        self._names(topic, group)
 
     async def ReceiveMessage(self, request: spb.ReceiveMessageRequest, context: Any) -> None:
         """Status first, then the messages, then the delivery timestamp (the proxy's
         `ReceiveMessageResponseStreamWriter`); MESSAGE_NOT_FOUND when the long poll ends empty."""
         client, meta = self._client(context)
         group, topic = request.group.name, request.message_queue.topic.name
-        invisible_ms = (
-            request.invisible_duration.ToMilliseconds()
-            if request.HasField("invisible_duration")
-            else self.leases.invisible_ms
-        )
         renewed = request.auto_renew and not request.HasField("invisible_duration")
         try:
             pop = self.broker.pop
             self._consumer_check(client, meta, group, topic)
-            if invisible_ms < MIN_INVISIBLE_MS:
-                raise Refused(pb.ILLEGAL_INVISIBLE_TIME, f"invisible duration {invisible_ms} ms is too short")
-            poll_ms = min(request.long_polling_timeout.ToMilliseconds(), MAX_LONG_POLLING_MS)
+            invisible_ms = (
+                duration_ms(request.invisible_duration, pb.ILLEGAL_INVISIBLE_TIME)
+                if request.HasField("invisible_duration")
+                else self.leases.invisible_ms
+            )
+            problem = invisible_problem(invisible_ms, MIN_INVISIBLE_MS)
+            if problem is not None:
+                raise problem
+            poll_ms = min(
+                duration_ms(request.long_polling_timeout, pb.ILLEGAL_POLLING_TIME), MAX_LONG_POLLING_MS
+            )
             remaining = context.time_remaining()
             if remaining is not None:  # answer before the client's deadline
                 poll_ms = max(0, min(poll_ms, int(remaining * 1000) - 1_000))
@@ -633,7 +731,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         await context.write(spb.ReceiveMessageResponse(status=status()))
         for item in popped:
             if renewed:
-                self.leases.add(client.client_id, group, topic, item.receipt_handle)
+                self.leases.add(client.key, group, topic, item.receipt_handle)
             message = to_proto(
                 decode_record(item.record),
                 receipt_handle=item.receipt_handle,
@@ -656,7 +754,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         results = []
         for entry in request.entries:
             try:
-                pop.ack(group=group, topic=topic, receipt_handle=self.leases.current(entry.receipt_handle))
+                pop.ack(
+                    group=group,
+                    topic=topic,
+                    receipt_handle=self.leases.current(entry.receipt_handle, group, topic),
+                )
+                self.leases.end(entry.receipt_handle)
                 outcome = status()
             except RemotingCommandError as exc:
                 outcome = status(pb.INVALID_RECEIPT_HANDLE, exc.remark or str(exc))
@@ -675,12 +778,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             pop = self.broker.pop
             self._consumer_check(client, meta, group, topic)
+            invisible_ms = duration_ms(request.invisible_duration, pb.ILLEGAL_INVISIBLE_TIME)
+            problem = invisible_problem(invisible_ms, 0)
+            if problem is not None:
+                raise problem
             handle = pop.change_invisible(
                 group=group,
                 topic=topic,
-                receipt_handle=self.leases.current(request.receipt_handle),
-                invisible_ms=request.invisible_duration.ToMilliseconds(),
+                receipt_handle=self.leases.current(request.receipt_handle, group, topic),
+                invisible_ms=invisible_ms,
             )
+            self.leases.end(request.receipt_handle)
         except Refused as refused:
             return spb.ChangeInvisibleDurationResponse(status=refused.status())
         except RemotingCommandError as exc:
@@ -697,8 +805,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         try:
             pop = self.broker.pop
             self._check(client, meta, RequestCode.CONSUMER_SEND_MSG_BACK, {"group": group})
-            handle = self.leases.current(request.receipt_handle)
+            self._names(topic, group)
+            handle = self.leases.current(request.receipt_handle, group, topic)
             pop.forward_to_dlq(group=group, topic=topic, receipt_handle=handle)
+            self.leases.end(request.receipt_handle)
         except Refused as refused:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=refused.status())
         except RemotingCommandError as exc:

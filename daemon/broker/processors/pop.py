@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import re
 from collections.abc import Awaitable
 from typing import TYPE_CHECKING, Any
 
@@ -23,6 +24,7 @@ from daemon.broker.headers import (
 )
 from daemon.broker.pop import (
     INVALID_PARAMETER,
+    MAX_POP_BATCH,
     NORMAL_TOPIC,
     ORDER_REVIVE_QUEUE,
     PROPERTY_POP_CK,
@@ -43,6 +45,9 @@ if TYPE_CHECKING:
 #: 5.x ``ResponseCode.POLLING_TIMEOUT``: a pop that found nothing in its poll time (4.9.8 has no POP,
 #: and gives the number to an ACL code).
 POLLING_TIMEOUT = 210
+#: The most offsets one BATCH_ACK_MESSAGE may name (a thousand pops' worth): each costs a lookup on the
+#: event loop, and a frame of bit sets names millions.
+MAX_BATCH_ACK_OFFSETS = 1024 * MAX_POP_BATCH
 
 
 def processors(broker: BrokerContext) -> dict[int, Processor]:
@@ -91,12 +96,23 @@ def as_popped_topic(m: PoppedMessage, h: ReceiptHandle) -> bytes:
     )
 
 
-def bitset_offsets(encoded: str | bytes | list[int] | None) -> list[int]:
-    """The bit numbers a Java ``BitSet#toByteArray`` (fastjson: Base64) sets, lowest first."""
+def bitset_offsets(encoded: str | bytes | list[int] | None, limit: int = MAX_POP_BATCH) -> list[int]:
+    """The bit numbers a Java ``BitSet#toByteArray`` (fastjson: Base64) sets, lowest first; at most
+    ``limit + 1`` of them (one more than a pop lends says the bit set is no pop's), found without
+    walking its zero bytes."""
     if not encoded:
         return []
     raw = bytes(b & 0xFF for b in encoded) if isinstance(encoded, list) else base64.b64decode(encoded)
-    return [i * 8 + bit for i, byte in enumerate(raw) for bit in range(8) if byte >> bit & 1]
+    out: list[int] = []
+    for found in _NONZERO.finditer(raw):
+        i, byte = found.start(), raw[found.start()]
+        out.extend(i * 8 + bit for bit in range(8) if byte >> bit & 1)
+        if len(out) > limit:
+            return out[: limit + 1]
+    return out
+
+
+_NONZERO = re.compile(rb"[^\x00]")
 
 
 def _number(ack: dict[str, Any], short: str, name: str) -> int:
@@ -111,9 +127,11 @@ class PopProcessor:
 
     def pop(self, conn: Connection, request: RemotingCommand) -> Awaitable[RemotingCommand]:
         h = PopMessageRequestHeader.from_ext_fields(request.ext_fields)
-        if h.max_msg_nums > 32:  # checked here: the service itself clamps (the gRPC front's batches)
+        if h.max_msg_nums > MAX_POP_BATCH:  # checked here: the service itself clamps (the gRPC front's)
             ip = self.broker.config.broker_ip1
-            raise PopError(INVALID_PARAMETER, f"the broker[{ip}] pop message's num is greater than 32")
+            raise PopError(
+                INVALID_PARAMETER, f"the broker[{ip}] pop message's num is greater than {MAX_POP_BATCH}"
+            )
         return self._pop(request, h)
 
     async def _pop(self, request: RemotingCommand, h: PopMessageRequestHeader) -> RemotingCommand:
@@ -176,15 +194,26 @@ class PopProcessor:
             return request.make_response(ResponseCode.MESSAGE_ILLEGAL, "bad BatchAckMessageRequestBody")
         acks: list[Any] = body.get("acks") or [] if isinstance(body, dict) else []
         broker_name = str(body.get("brokerName") or self.broker.config.broker_name)
+        named: list[tuple[str, str, ReceiptHandle]] = []  # all checked before any is acked
         for ack in acks:
             if not isinstance(ack, dict):
                 continue
+            bits = bitset_offsets(ack.get("b", ack.get("bitSet")))
+            if len(bits) > MAX_POP_BATCH:
+                return request.make_response(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"a BatchAck names more than {MAX_POP_BATCH} offsets: one pop lends at most that",
+                )
+            if len(named) + len(bits) > MAX_BATCH_ACK_OFFSETS:
+                return request.make_response(
+                    ResponseCode.MESSAGE_ILLEGAL,
+                    f"a batch ack names more than {MAX_BATCH_ACK_OFFSETS} offsets",
+                )
             group = str(ack.get("c") or ack.get("consumerGroup") or "")
             topic = str(ack.get("t") or ack.get("topic") or "")
             retry = str(ack.get("r") or ack.get("retry") or "0")
             start = _number(ack, "so", "startOffset")
-            bits = ack.get("b", ack.get("bitSet"))
-            for bit in bitset_offsets(bits):
+            for bit in bits:
                 handle = ReceiptHandle(
                     start,
                     _number(ack, "pt", "popTime"),
@@ -195,8 +224,10 @@ class PopProcessor:
                     _number(ack, "q", "queueId"),
                     start + bit,
                 )
-                with contextlib.suppress(PopError):  # 5.x acks what it can: changed or expired are skipped
-                    self.broker.pop.ack(group=group, topic=topic, receipt_handle=handle.extra_info)
+                named.append((group, topic, handle))
+        for group, topic, handle in named:
+            with contextlib.suppress(PopError):  # 5.x acks what it can: changed or expired are skipped
+                self.broker.pop.ack(group=group, topic=topic, receipt_handle=handle.extra_info)
         return request.make_response()
 
     def change_invisible(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:

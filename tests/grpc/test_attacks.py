@@ -1,0 +1,519 @@
+"""The gRPC front under attack: peers off the ACL whitelist, borrowed client ids, replayed signatures, system
+topics, forged receipt handles and out-of-range durations. Each answer must be a clear status."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import grpc
+import pytest
+from google.protobuf import duration_pb2
+
+from store.names import TIMER_TOPIC
+from tests.daemons import LocalCluster
+from tests.support.acl import USER_AK, USER_SK, write_acl
+from tests.support.grpc5 import (
+    MessagingServiceStub,
+    create_group,
+    create_topic,
+    endpoint,
+    grpc_cluster,
+    pb,
+    spb,
+    stored,
+)
+
+pytestmark = pytest.mark.slow
+
+
+class Metadatum(NamedTuple):
+    key: str
+    value: str
+
+
+class PeerContext:
+    """A grpc.aio servicer context as a peer at `ip` with `metadata` presents it (the service's seam)."""
+
+    def __init__(self, ip: str, metadata: dict[str, str]) -> None:
+        self._peer = f"ipv4:{ip}:40000"
+        self._metadata = tuple(Metadatum(k, v) for k, v in metadata.items())
+        self.written: list[Any] = []
+
+    def peer(self) -> str:
+        return self._peer
+
+    def invocation_metadata(self) -> tuple[Metadatum, ...]:
+        return self._metadata
+
+    def time_remaining(self) -> float:
+        return 10.0
+
+    async def write(self, message: Any) -> None:
+        self.written.append(message)
+
+
+def call(cluster: LocalCluster, rpc: str, request: Any, ip: str, client_id: str) -> Any:
+    """One unary RPC of the broker's MessagingService as a peer at `ip` calling with `client_id`."""
+    assert cluster.broker.grpc is not None
+    service = cluster.broker.grpc.service
+    context = PeerContext(ip, {"x-mq-client-id": client_id, "x-mq-language": "PYTHON"})
+    return cluster.loop.run(getattr(service, rpc)(request, context))
+
+
+def send_request(
+    topic: str, body: bytes = b"x", user: dict[str, str] | None = None
+) -> spb.SendMessageRequest:
+    msg = pb.Message(topic=pb.Resource(name=topic), body=body, user_properties=user or {})
+    msg.system_properties.message_id = "01" + "ab" * 16
+    msg.system_properties.body_encoding = pb.IDENTITY
+    msg.system_properties.message_type = pb.NORMAL
+    return spb.SendMessageRequest(messages=[msg])
+
+
+@pytest.fixture
+def whitelisted(tmp_path: Path) -> Iterator[LocalCluster]:
+    """ACL on; 10.10.103.* is in globalWhiteRemoteAddresses (tests.support.acl)."""
+    home = tmp_path / "home"
+    write_acl(home)
+    with grpc_cluster(tmp_path / "c", acl_enable=True, rocketmq_home=str(home)) as cluster:
+        create_topic(cluster, "Guarded")
+        yield cluster
+
+
+def test_a_whitelisted_peer_sends_unsigned_another_does_not(whitelisted: LocalCluster) -> None:
+    inside = call(whitelisted, "SendMessage", send_request("Guarded"), "10.10.103.5", "inside@1")
+    assert inside.status.code == pb.OK, inside.status
+    outside = call(whitelisted, "SendMessage", send_request("Guarded"), "10.9.8.7", "outside@1")
+    assert outside.status.code == pb.UNAUTHORIZED and "credential" in outside.status.message
+    assert len(stored(whitelisted, "Guarded")) == 1
+
+
+def test_a_peer_borrowing_a_whitelisted_clients_id_is_not_whitelisted(whitelisted: LocalCluster) -> None:
+    """The caller's own address decides, not the one its x-mq-client-id was first seen from."""
+    beat = spb.HeartbeatRequest(client_type=pb.PRODUCER)
+    assert call(whitelisted, "Heartbeat", beat, "10.10.103.5", "victim@1").status.code == pb.OK
+    forged = call(whitelisted, "SendMessage", send_request("Guarded"), "10.9.8.7", "victim@1")
+    assert forged.status.code == pb.UNAUTHORIZED, forged.status
+    assert stored(whitelisted, "Guarded") == []
+
+
+def _authorization(ak: str, sk: str, date_time: str) -> dict[str, str]:
+    signature = hmac.new(sk.encode(), date_time.encode(), hashlib.sha1).hexdigest().upper()
+    return {
+        "x-mq-client-id": "replayer@1",
+        "x-mq-date-time": date_time,
+        "authorization": f"MQv2-HMAC-SHA1 Credential={ak}, SignedHeaders=x-mq-date-time, Signature={signature}",
+    }
+
+
+def signed(date_time: str | None = None) -> tuple[tuple[str, str], ...]:
+    """Metadata signed as the ACL user at `date_time` (None: now)."""
+    now = date_time or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    return tuple(_authorization(USER_AK, USER_SK, now).items())
+
+
+@pytest.fixture
+def acl(tmp_path: Path) -> Iterator[tuple[LocalCluster, MessagingServiceStub]]:
+    """ACL on (tests.support.acl's accounts), TopicA and TopicDeny created, a raw stub."""
+    home = tmp_path / "home"
+    write_acl(home)
+    with (
+        grpc_cluster(tmp_path / "c", acl_enable=True, rocketmq_home=str(home)) as cluster,
+        grpc.insecure_channel(endpoint(cluster)) as channel,
+    ):
+        create_topic(cluster, "TopicA")
+        create_topic(cluster, "TopicDeny")
+        yield cluster, MessagingServiceStub(channel)
+
+
+def test_a_signature_out_of_the_freshness_window_is_refused(
+    acl: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """A captured Authorization header (it signs only x-mq-date-time) stops working."""
+    cluster, stub = acl
+    fresh = stub.SendMessage(send_request("TopicA"), metadata=signed(), timeout=10)
+    assert fresh.status.code == pb.OK, fresh.status
+    for stale in ("20200101T000000Z", "not-a-date"):
+        old = stub.SendMessage(send_request("TopicA"), metadata=signed(stale), timeout=10)
+        assert old.status.code == pb.UNAUTHORIZED, (stale, old.status)
+        assert "x-mq-date-time" in old.status.message
+    assert len(stored(cluster, "TopicA")) == 1
+
+
+@pytest.fixture
+def stub(tmp_path: Path) -> Iterator[tuple[LocalCluster, MessagingServiceStub]]:
+    with grpc_cluster(tmp_path) as cluster, grpc.insecure_channel(endpoint(cluster)) as channel:
+        yield cluster, MessagingServiceStub(channel)
+
+
+META = (("x-mq-client-id", "attacker@1"), ("x-mq-language", "PYTHON"))
+
+
+def test_no_client_sends_to_the_timer_topic_or_forges_timer_properties(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    cluster, s = stub
+    create_topic(cluster, "Victim")
+    cluster.loop.run(_make_timer_topic(cluster))
+    direct = s.SendMessage(send_request(TIMER_TOPIC), metadata=META, timeout=10)
+    assert direct.status.code == pb.ILLEGAL_TOPIC, direct.status
+    for prop in ("TIMER_OUT_MS", "TIMER_ROLL_TIMES", "TIMER_ENQUEUE_MS", "TIMER_DEL_UNIQKEY"):
+        forged = s.SendMessage(send_request("Victim", user={prop: "1"}), metadata=META, timeout=10)
+        assert forged.status.code == pb.BAD_REQUEST and prop in forged.status.message, (prop, forged.status)
+    assert stored(cluster, "Victim") == []
+
+
+async def _make_timer_topic(cluster: LocalCluster) -> None:
+    from daemon.remoting.bodies import PermName
+
+    cluster.broker.topics.create_system_like(TIMER_TOPIC, 1, PermName.READ_WRITE)
+
+
+def _duration(seconds: int) -> duration_pb2.Duration:
+    return duration_pb2.Duration(seconds=seconds)
+
+
+def receive_request(group: str, topic: str, *, invisible_s: int | None = 30, poll_s: int = 1) -> Any:
+    """A ReceiveMessageRequest of every queue (invisible_s None: auto-renewed, as a PushConsumer's)."""
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
+        batch_size=32,
+        auto_renew=invisible_s is None,
+        long_polling_timeout=_duration(poll_s),
+    )
+    if invisible_s is not None:
+        request.invisible_duration.CopyFrom(_duration(invisible_s))
+    return request
+
+
+def _receive(s: MessagingServiceStub, group: str, topic: str, invisible_s: int | None = 30) -> list[Any]:
+    return list(
+        s.ReceiveMessage(receive_request(group, topic, invisible_s=invisible_s), metadata=META, timeout=10)
+    )
+
+
+def test_invisible_durations_out_of_range_are_refused(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    cluster, s = stub
+    create_topic(cluster, "Lent", 1)
+    create_group(cluster, "G")
+    assert s.SendMessage(send_request("Lent"), metadata=META, timeout=10).status.code == pb.OK
+    huge = _receive(s, "G", "Lent", 10**11)  # the largest Duration is about 3.2e11 s
+    assert [r.status.code for r in huge if r.HasField("status")] == [pb.ILLEGAL_INVISIBLE_TIME]
+    got = _receive(s, "G", "Lent", 30)
+    handle = next(r.message.system_properties.receipt_handle for r in got if r.HasField("message"))
+    for seconds in (-5, 10**11):
+        change = spb.ChangeInvisibleDurationRequest(
+            group=pb.Resource(name="G"),
+            topic=pb.Resource(name="Lent"),
+            receipt_handle=handle,
+            invisible_duration=_duration(seconds),
+        )
+        answer = s.ChangeInvisibleDuration(change, metadata=META, timeout=10)
+        assert answer.status.code == pb.ILLEGAL_INVISIBLE_TIME, (seconds, answer.status)
+
+
+def test_a_forged_or_foreign_receipt_handle_acks_nothing(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """A handle of group A's lending is no handle for group B, nor for another topic; garbage is refused."""
+    cluster, s = stub
+    create_topic(cluster, "Mine", 1)
+    create_topic(cluster, "Other", 1)
+    for group in ("A", "B"):
+        create_group(cluster, group)
+    assert s.SendMessage(send_request("Mine"), metadata=META, timeout=10).status.code == pb.OK
+    got = _receive(s, "A", "Mine", 30)
+    handle = next(r.message.system_properties.receipt_handle for r in got if r.HasField("message"))
+
+    def ack(group: str, topic: str, h: str) -> int:
+        request = spb.AckMessageRequest(
+            group=pb.Resource(name=group),
+            topic=pb.Resource(name=topic),
+            entries=[spb.AckMessageEntry(message_id="x", receipt_handle=h)],
+        )
+        return int(s.AckMessage(request, metadata=META, timeout=10).status.code)
+
+    assert ack("B", "Mine", handle) == pb.INVALID_RECEIPT_HANDLE
+    assert ack("A", "Other", handle) == pb.INVALID_RECEIPT_HANDLE
+    for garbage in ("", "1 2 3", "a b c d e f g h i", " ".join(["9" * 40] * 9)):
+        assert ack("A", "Mine", garbage) == pb.INVALID_RECEIPT_HANDLE
+    forward = spb.ForwardMessageToDeadLetterQueueRequest(
+        group=pb.Resource(name="B"), topic=pb.Resource(name="Mine"), receipt_handle=handle
+    )
+    assert s.ForwardMessageToDeadLetterQueue(forward, metadata=META, timeout=10).status.code == (
+        pb.INVALID_RECEIPT_HANDLE
+    )
+    assert ack("A", "Mine", handle) == pb.OK  # still A's to ack
+    assert ack("A", "Mine", handle) == pb.INVALID_RECEIPT_HANDLE  # once
+    change = spb.ChangeInvisibleDurationRequest(
+        group=pb.Resource(name="A"),
+        topic=pb.Resource(name="Mine"),
+        receipt_handle=handle,
+        invisible_duration=_duration(30),
+    )
+    assert (
+        s.ChangeInvisibleDuration(change, metadata=META, timeout=10).status.code == pb.INVALID_RECEIPT_HANDLE
+    )
+
+
+def test_a_foreign_groups_ack_leaves_an_auto_renewed_lending_alone(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """A PushConsumer's receive is renewed by the broker until its client acts on it: another group
+    naming the handle ends nothing."""
+    cluster, s = stub
+    create_topic(cluster, "Renewed", 1)
+    for group in ("A", "B"):
+        create_group(cluster, group)
+    assert s.SendMessage(send_request("Renewed"), metadata=META, timeout=10).status.code == pb.OK
+    got = _receive(s, "A", "Renewed", None)
+    handle = next(r.message.system_properties.receipt_handle for r in got if r.HasField("message"))
+    assert cluster.broker.grpc is not None
+    assert cluster.broker.grpc.service is not None
+    leases = cluster.broker.grpc.service.leases
+    assert handle in leases.by_handle
+    foreign = spb.AckMessageRequest(
+        group=pb.Resource(name="B"),
+        topic=pb.Resource(name="Renewed"),
+        entries=[spb.AckMessageEntry(message_id="x", receipt_handle=handle)],
+    )
+    assert s.AckMessage(foreign, metadata=META, timeout=10).status.code == pb.INVALID_RECEIPT_HANDLE
+    assert handle in leases.by_handle  # still renewed for A
+    own = spb.AckMessageRequest(
+        group=pb.Resource(name="A"),
+        topic=pb.Resource(name="Renewed"),
+        entries=[spb.AckMessageEntry(message_id="x", receipt_handle=handle)],
+    )
+    assert s.AckMessage(own, metadata=META, timeout=10).status.code == pb.OK
+    assert handle not in leases.by_handle
+
+
+def test_bad_bodies_and_timestamps_are_statuses_and_a_gzip_bomb_is_not_inflated(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    import gzip
+
+    cluster, s = stub
+    create_topic(cluster, "Bodies", 1)
+
+    def entry_code(request: spb.SendMessageRequest) -> int:
+        return int(s.SendMessage(request, metadata=META, timeout=30).entries[0].status.code)
+
+    not_gzip = send_request("Bodies", b"plain")
+    not_gzip.messages[0].system_properties.body_encoding = pb.GZIP
+    assert entry_code(not_gzip) == pb.BAD_REQUEST
+    bomb = send_request("Bodies", gzip.compress(b"\0" * (64 << 20)))  # 64 KiB on the wire
+    bomb.messages[0].system_properties.body_encoding = pb.GZIP
+    before = _peak_rss_kib()
+    assert entry_code(bomb) == pb.MESSAGE_BODY_TOO_LARGE
+    assert _peak_rss_kib() - before < 32 << 10  # inflated no further than maxMessageSize
+    for field in ("delivery_timestamp", "born_timestamp"):
+        bad_time = send_request("Bodies")
+        getattr(bad_time.messages[0].system_properties, field).seconds = 2**62  # no valid Timestamp
+        assert entry_code(bad_time) in (pb.BAD_REQUEST, pb.ILLEGAL_DELIVERY_TIME), field
+    assert stored(cluster, "Bodies") == []
+
+
+def _peak_rss_kib() -> int:
+    import resource
+
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+
+
+def test_system_topics_and_bad_group_names_are_refused(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """As the Proxy: no 5.x client reads or writes the broker's own topics (parked timer messages of
+    every topic, half messages), and a group must be a legal name."""
+    cluster, s = stub
+    create_topic(cluster, "Plain", 1)
+    create_group(cluster, "G")
+    parked = send_request("Plain")
+    parked.messages[0].system_properties.delivery_timestamp.FromMilliseconds(int(time.time() * 1000) + 60_000)
+    assert s.SendMessage(parked, metadata=META, timeout=10).status.code == pb.OK
+    for topic in (TIMER_TOPIC, "RMQ_SYS_TRANS_HALF_TOPIC", "TBW102", "SELF_TEST_TOPIC"):
+        got = _receive(s, "G", topic)
+        assert [r.status.code for r in got if r.HasField("status")] == [pb.ILLEGAL_TOPIC], topic
+        assert not any(r.HasField("message") for r in got)
+        sent = s.SendMessage(send_request(topic), metadata=META, timeout=10)
+        assert sent.status.code == pb.ILLEGAL_TOPIC, (topic, sent.status)
+    assert s.SendMessage(send_request("a/b"), metadata=META, timeout=10).status.code == pb.ILLEGAL_TOPIC
+    for group in ("", "a/b", "x" * 300):
+        got = _receive(s, group, "Plain")
+        assert [r.status.code for r in got if r.HasField("status")] == [pb.ILLEGAL_CONSUMER_GROUP], group
+
+
+def test_invented_client_ids_do_not_grow_the_registry_without_bound(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    cluster, s = stub
+    assert cluster.broker.grpc is not None
+    assert cluster.broker.grpc.service is not None
+    registry = cluster.broker.grpc.service.clients
+    registry.limit = 50
+    beat = spb.HeartbeatRequest(client_type=pb.PRODUCER)
+    for i in range(120):
+        client_id = f"invented-{i}" if i % 2 else f"{i}" + "x" * 4000
+        answer = s.Heartbeat(beat, metadata=(("x-mq-client-id", client_id),), timeout=10)
+        assert answer.status.code == pb.OK  # served all the same
+    assert len(registry.clients) <= 50
+    assert all(len(client.client_id) <= 256 for client in registry.clients.values())
+
+
+def test_one_connection_holds_a_bounded_number_of_long_polls(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client opening receive streams without end gets at most the per-connection cap served at once
+    (the rest wait in its own HTTP/2 stack), not a broker growing with each."""
+    import daemon.grpc.server
+
+    monkeypatch.setattr(daemon.grpc.server, "MAX_STREAMS_PER_CONNECTION", 10, raising=False)
+    with grpc_cluster(tmp_path) as cluster, grpc.insecure_channel(endpoint(cluster)) as channel:
+        s = MessagingServiceStub(channel)
+        create_topic(cluster, "Polled", 1)
+        create_group(cluster, "G")
+        request = receive_request("G", "Polled", poll_s=20)
+        pop = cluster.broker.pop
+        parked = []
+        original = pop.pop
+
+        async def counting(**kwargs: Any) -> Any:
+            parked.append(1)
+            try:
+                return await original(**kwargs)
+            finally:
+                parked.pop()
+
+        monkeypatch.setattr(pop, "pop", counting)
+        calls = [s.ReceiveMessage(request, metadata=META, timeout=25) for _ in range(40)]
+        time.sleep(2)
+        try:
+            assert 0 < len(parked) <= 10
+        finally:
+            for c in calls:
+                c.cancel()
+
+
+def test_joining_a_consumer_group_or_a_producer_topic_needs_the_accounts_permission(
+    acl: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """As remoting checks a HEART_BEAT: an unsigned 5.x client neither joins a consumer group (it would
+    be given queues its 4.x members then leave unconsumed) nor a topic's producers (it would be sent
+    the topic's orphaned half messages)."""
+    cluster, s = acl
+    consumer = pb.Settings(
+        client_type=pb.SIMPLE_CONSUMER,
+        subscription=pb.Subscription(
+            group=pb.Resource(name="G"),
+            subscriptions=[pb.SubscriptionEntry(topic=pb.Resource(name="TopicA"))],
+        ),
+    )
+    producer = pb.Settings(
+        client_type=pb.PRODUCER, publishing=pb.Publishing(topics=[pb.Resource(name="TopicA")])
+    )
+    for settings in (consumer, producer):
+        replies = s.Telemetry(iter([spb.TelemetryCommand(settings=settings)]), metadata=META, timeout=10)
+        assert next(replies).status.code == pb.UNAUTHORIZED
+        beat = s.Heartbeat(spb.HeartbeatRequest(client_type=settings.client_type), metadata=META, timeout=10)
+        assert beat.status.code in (pb.OK, pb.UNAUTHORIZED)
+    joined = cluster.broker.consumers.get("G")
+    assert joined is None or not joined.channels
+    assert not cluster.broker.producers.groups.get("TopicA")
+    replies = s.Telemetry(iter([spb.TelemetryCommand(settings=consumer)]), metadata=signed(), timeout=10)
+    assert next(replies).status.code == pb.OK
+    assert cluster.broker.consumers.get("G") is not None
+
+
+def test_a_recall_needs_pub_on_the_topic_and_names_its_topic(
+    acl: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    cluster, s = acl
+    timed = send_request("TopicA")
+    timed.messages[0].system_properties.delivery_timestamp.FromMilliseconds(int(time.time() * 1000) + 60_000)
+    sent = s.SendMessage(timed, metadata=signed(), timeout=10)
+    assert sent.status.code == pb.OK
+    handle = sent.entries[0].recall_handle
+
+    def recall(topic: str, metadata: Any) -> int:
+        request = spb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle=handle)
+        return int(s.RecallMessage(request, metadata=metadata, timeout=10).status.code)
+
+    assert recall("TopicA", META) == pb.UNAUTHORIZED
+    assert recall("TopicDeny", signed()) == pb.FORBIDDEN
+    assert recall("TopicA", signed()) == pb.OK  # still pending: the refusals cancelled nothing
+    assert cluster.broker.timers.pending == 0
+
+
+def test_the_grpc_port_follows_listen_host(tmp_path: Path) -> None:
+    """Bound on 127.0.0.2 only, the gRPC port is not reachable on the machine's other addresses."""
+    import socket
+
+    with grpc_cluster(tmp_path, listen_host="127.0.0.2", broker_ip1="127.0.0.2") as cluster:
+        assert cluster.broker.grpc is not None
+        port = cluster.broker.grpc.port
+        with socket.create_connection(("127.0.0.2", port), timeout=3):
+            pass
+        with pytest.raises(OSError):
+            socket.create_connection(("127.0.0.1", port), timeout=3).close()
+
+
+class DeafContext(PeerContext):
+    """A Telemetry client sending `count` Settings and never reading a reply (its writes never end)."""
+
+    def __init__(self, count: int) -> None:
+        super().__init__("127.0.0.1", {"x-mq-client-id": "deaf@1"})
+        self.left = count
+
+    async def read(self) -> Any:
+        if self.left == 0:
+            await asyncio.Event().wait()  # the client sends no more and closes nothing
+        self.left -= 1
+        return spb.TelemetryCommand(settings=pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing()))
+
+    async def write(self, message: Any) -> None:
+        await asyncio.Event().wait()
+
+
+def test_a_telemetry_stream_whose_client_reads_nothing_holds_a_bounded_backlog(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    cluster, _ = stub
+    assert cluster.broker.grpc is not None and cluster.broker.grpc.service is not None
+    service = cluster.broker.grpc.service
+    context = DeafContext(5_000)
+
+    async def run() -> int:
+        stream = asyncio.create_task(service.Telemetry(iter(()), context))  # type: ignore[arg-type]
+        await asyncio.sleep(1)
+        (deaf,) = [c for c in service.clients.clients.values() if c.client_id == "deaf@1"]
+        backlog = deaf.outbox.qsize() if deaf.outbox is not None else -1
+        stream.cancel()
+        return backlog
+
+    backlog = cluster.loop.run(run())
+    assert 0 < backlog <= 64 and context.left > 0  # it stopped reading the client's commands
+
+
+def test_an_end_transaction_naming_no_half_message_is_invalid_transaction_id(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    cluster, s = stub
+    create_topic(cluster, "Tx", 1)
+    sent = s.SendMessage(send_request("Tx"), metadata=META, timeout=10)  # a plain message, no half
+    plain_id = sent.entries[0].message_id
+    offset_id = stored(cluster, "Tx")[0].msg_id
+    for transaction_id in ("", "zz", "0" * 32, plain_id, offset_id):
+        request = spb.EndTransactionRequest(
+            topic=pb.Resource(name="Tx"), transaction_id=transaction_id, resolution=pb.COMMIT
+        )
+        answer = s.EndTransaction(request, metadata=META, timeout=10)
+        assert answer.status.code == pb.INVALID_TRANSACTION_ID, (transaction_id, answer.status)
