@@ -39,6 +39,9 @@ SPARK_CONF: dict[str, str] = {
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
     "spark.sql.python.filterPushdown.enabled": "true",
     "spark.python.worker.reuse": "true",
+    # A Python worker that imports pyspark, pyarrow and mqctl on a busy host can take longer than Spark's
+    # 15 s to connect back, and the task then fails instead of waiting.
+    "spark.python.authenticate.socketTimeout": "120s",
 }
 _EXTRA_MODULES = ("pyspark", "pyarrow", "numpy")
 # What pyspark's Spark Connect client imports (its 'connect' extra); mqctl's 'spark' extra has them.

@@ -81,6 +81,7 @@ def connect_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         "spark.driver.host": "127.0.0.1",
         "spark.ui.enabled": "false",
         "spark.local.dir": str(work),
+        "spark.python.authenticate.socketTimeout": "120s",  # as mqctl's own sessions: a busy host
     }
     command = [str(home / "bin" / "spark-submit"), "--class", SERVER, "--master", "local[2]"]
     for key, value in conf.items():
