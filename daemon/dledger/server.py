@@ -117,6 +117,7 @@ class DLedgerServer:
         self._inflight: set[asyncio.Task[None]] = set()
         self._waiters: dict[int, asyncio.Future[Code]] = {}
         self._committed = raft_log.committed_index
+        self._push_soon = False
 
     @property
     def log(self) -> RaftLog:
@@ -224,9 +225,20 @@ class DLedgerServer:
             return fut
         self._waiters[index] = fut
         self.node.track(index, now_ms())
-        self._send(self.node.tick(now_ms()))  # push it now, not at the next tick
-        self._effects()
+        if not self._push_soon:
+            # push at once, not at the next tick, but after the other requests this loop iteration read:
+            # the sends that arrived together go to each follower in one push
+            self._push_soon = True
+            asyncio.get_running_loop().call_soon(self._push_now)
         return fut
+
+    def _push_now(self) -> None:
+        self._push_soon = False
+        try:
+            self._send(self.node.tick(now_ms()))
+            self._effects()
+        except Exception:
+            log.exception("DLedger push failed")
 
     async def transfer(self, transferee: str) -> LeadershipTransferResponse:
         """``handleLeadershipTransfer`` on the leader: hand leadership to `transferee`."""
