@@ -118,6 +118,8 @@ class DLedgerServer:
         self._waiters: dict[int, asyncio.Future[Code]] = {}
         self._committed = raft_log.committed_index
         self._push_soon = False
+        self._dispatching = False
+        self._stopped = False
 
     @property
     def log(self) -> RaftLog:
@@ -140,6 +142,7 @@ class DLedgerServer:
         )
 
     async def stop(self) -> None:
+        self._stopped = True
         if self._task is not None:
             await cancel_tasks([self._task])
             self._task = None
@@ -204,16 +207,32 @@ class DLedgerServer:
             self._live = live
         else:
             self._live = set()
-        committed = self.log.committed_index
-        if committed != self._committed:
-            self._committed = committed
-            self.on_commit()
         if node.completed:
             done, node.completed = node.completed, {}
             for index, code in done.items():
                 fut = self._waiters.pop(index, None)
                 if fut is not None and not fut.done():
                     fut.set_result(code)
+        committed = self.log.committed_index
+        if committed != self._committed:
+            self._committed = committed
+            # after the sends just answered have written their replies (their tasks were woken first),
+            # still before this loop reads another request: a consumer's next pull finds them dispatched
+            self._dispatch_soon()
+
+    def _dispatch_soon(self) -> None:
+        if not self._dispatching:
+            self._dispatching = True
+            asyncio.get_running_loop().call_soon(self._dispatch)
+
+    def _dispatch(self) -> None:
+        self._dispatching = False
+        if self._stopped:
+            return
+        try:
+            self.on_commit()
+        except Exception:
+            log.exception("DLedger dispatch of committed entries failed")
 
     # ------------------------------------------------------------------ what the broker asks
 
@@ -234,6 +253,8 @@ class DLedgerServer:
 
     def _push_now(self) -> None:
         self._push_soon = False
+        if self._stopped:
+            return
         try:
             self._send(self.node.tick(now_ms()))
             self._effects()
@@ -293,6 +314,7 @@ class DLedgerServer:
             resp: RequestOrResponse = RequestOrResponse(code=int(Code.UNEXPECTED_ARGUMENT))
         else:
             resp = await self._answer(code, bean)
+            # (a follower answers a push before it dispatches what the push committed: the leader waits)
             self._effects()
         return request.make_response(REMOTING_RESPONSE_CODE, None, None, resp.encode())
 
