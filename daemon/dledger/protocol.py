@@ -218,6 +218,24 @@ class DLedgerEntry(WireBean):
         out["size"], out["term"] = self.size, self.term
         return out
 
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Self:
+        # WireBean's walk, unrolled: a follower reads every pushed entry through here
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls.__name__}: a JSON object expected")
+        body, get = data.get("body"), data.get
+        return cls(
+            None if body is None else _b64(body),
+            get("bodyCrc") or 0,
+            get("chainCrc") or 0,
+            get("channel") or 0,
+            get("index") or 0,
+            get("magic") or 0,
+            get("pos") or 0,
+            get("size") or 0,
+            get("term") or 0,
+        )
+
     def same(self, other: DLedgerEntry | None) -> bool:
         """``DLedgerEntry#equals``: size, magic, index, term, channel, pos and body (not the CRCs)."""
         return other is not None and (
