@@ -52,6 +52,8 @@ MAX_PENDING_PUSHES = 1000
 #: At most this many entries, or bytes (past the first entry), in one push to a follower.
 MAX_BATCH_ENTRIES = 256
 MAX_BATCH_BYTES = 1024 * 1024
+#: How many pushed entries the leader keeps ready for followers that have not acknowledged them yet.
+WIRE_CACHE_ENTRIES = 4096
 #: How often a leader with nothing to push tells followers the commit index (``doCommit``).
 COMMIT_PUSH_INTERVAL_MS = 1000
 #: How long a failed compare waits before the next (``EntryDispatcher#doWork`` sleeps 500 ms).
@@ -253,6 +255,8 @@ class Node:
         self.take_leadership_wait: tuple[LeadershipTransferRequest, int] | None = None
         self.next_preferred_check = 0
         self._now = 0
+        #: (leader) the entries pushed lately, index -> as a push carries them, until every follower has them
+        self._wire: dict[int, DLedgerEntry] = {}
 
     # ------------------------------------------------------------------ state
 
@@ -270,6 +274,7 @@ class Node:
         return req
 
     def _role(self, term: int, role: Role) -> None:
+        self._wire.clear()
         self.role_changes.append((term, role))
         self._check_take_leadership(term, role)
 
@@ -668,6 +673,10 @@ class Node:
     def _advance_commit(self) -> None:
         marks = sorted([self.log.last_index, *(p.water_mark for p in self.pushes.values())], reverse=True)
         quorum_index = marks[len(marks) // 2]
+        if self._wire:
+            everywhere = marks[-1]
+            while self._wire and next(iter(self._wire)) <= everywhere:
+                del self._wire[next(iter(self._wire))]
         if quorum_index > self.log.committed_index:
             self.log.set_committed(quorum_index)
         committed = self.log.committed_index
@@ -703,10 +712,10 @@ class Node:
             p.write_index = p.water_mark + 1
         while p.write_index <= self.log.last_index and len(p.inflight) < MAX_PENDING_PUSHES:
             # what is ready goes in one push (``batchEntry``, which DLedger's EntryHandler takes too)
-            batch: list[Entry] = []
+            batch: list[DLedgerEntry] = []
             size = 0
             while p.write_index + len(batch) <= self.log.last_index and len(batch) < MAX_BATCH_ENTRIES:
-                entry = self._get(p.write_index + len(batch))
+                entry = self._pushed_entry(p.write_index + len(batch))
                 if entry is None or (batch and size + entry.size > MAX_BATCH_BYTES):
                     break
                 batch.append(entry)
@@ -722,12 +731,26 @@ class Node:
             p.last_push = now
         return out
 
-    def _push_batch(self, peer: str, batch: list[Entry]) -> Out:
-        if len(batch) == 1:
-            return self._push_request(peer, batch[0], PushType.APPEND)
+    def _pushed_entry(self, index: int) -> DLedgerEntry | None:
+        """Entry `index` as a push carries it, read once for all followers: each follower is pushed the same
+        entries, and the leader's log does not change under them while it leads (cleared at each role change)."""
+        wire = self._wire.get(index)
+        if wire is None:
+            entry = self._get(index)
+            if entry is None:
+                return None
+            wire = self._wire[index] = wire_entry(entry)
+            if len(self._wire) > WIRE_CACHE_ENTRIES:
+                del self._wire[next(iter(self._wire))]
+        return wire
+
+    def _push_batch(self, peer: str, batch: list[DLedgerEntry]) -> Out:
         out = self._push_request(peer, None, PushType.APPEND)
         assert isinstance(out.request, PushEntryRequest)
-        out.request.batch_entry = [wire_entry(e) for e in batch]
+        if len(batch) == 1:
+            out.request.entry = batch[0]
+            return out
+        out.request.batch_entry = batch
         out.request.total_size = sum(e.size for e in batch)
         return out
 

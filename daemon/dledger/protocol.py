@@ -103,6 +103,8 @@ class PushType(enum.Enum):
 
 
 def _out(value: Any) -> Any:
+    if value.__class__ in _PLAIN:
+        return value
     if isinstance(value, bytes):
         return base64.b64encode(value).decode("ascii")
     if isinstance(value, enum.Enum):
@@ -116,6 +118,29 @@ def _out(value: Any) -> Any:
     return value
 
 
+_PLAIN = frozenset({int, str, bool, float})
+#: per bean class: its properties as (attribute, JSON name), sorted by JSON name as fastjson writes them
+_WRITE_KEYS: dict[type, tuple[tuple[str, str], ...]] = {}
+#: per bean class: its setter-backed properties as (attribute, JSON name, parser or None)
+_READ_KEYS: dict[type, tuple[tuple[str, str, Any], ...]] = {}
+
+
+def _write_keys(cls: type[WireBean]) -> tuple[tuple[str, str], ...]:
+    keys = _WRITE_KEYS.get(cls)
+    if keys is None:
+        names = [f.name for f in dataclasses.fields(cls)] + list(cls.COMPUTED)
+        keys = _WRITE_KEYS[cls] = tuple(sorted(((n, camel_case(n)) for n in names), key=lambda k: k[1]))
+    return keys
+
+
+def _read_keys(cls: type[WireBean]) -> tuple[tuple[str, str, Any], ...]:
+    keys = _READ_KEYS.get(cls)
+    if keys is None:
+        fields = dataclasses.fields(cls)
+        keys = _READ_KEYS[cls] = tuple((f.name, camel_case(f.name), cls.PARSERS.get(f.name)) for f in fields)
+    return keys
+
+
 @dataclass(slots=True)
 class WireBean:
     """A DLedger message as a Java bean (unlike `store.models.Bean`: nested beans, base64, getter-only
@@ -127,27 +152,23 @@ class WireBean:
     PARSERS: ClassVar[dict[str, Any]] = {}
 
     def to_json(self) -> dict[str, Any]:
+        # the property names are worked out once per class: a push is encoded per follower per batch
         out: dict[str, Any] = {}
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if value is not None:
-                out[camel_case(f.name)] = _out(value)
-        for name in self.COMPUTED:
+        for name, key in _write_keys(type(self)):
             value = getattr(self, name)
             if value is not None:
-                out[camel_case(name)] = _out(value)
-        return dict(sorted(out.items()))
+                out[key] = _out(value)
+        return out
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Self:
         if not isinstance(data, dict):
             raise ValueError(f"{cls.__name__}: a JSON object expected")
         kwargs: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            key = camel_case(f.name)
-            if key in data and data[key] is not None:
-                parse = cls.PARSERS.get(f.name)
-                kwargs[f.name] = parse(data[key]) if parse else data[key]
+        for name, key, parse in _read_keys(cls):
+            value = data.get(key)
+            if value is not None:
+                kwargs[name] = parse(value) if parse else value
         try:
             return cls(**kwargs)
         except TypeError as exc:
@@ -186,6 +207,34 @@ class DLedgerEntry(WireBean):
     pos: int = 0
     size: int = 0
     term: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        # WireBean's walk, unrolled: every entry of every push goes through here
+        out: dict[str, Any] = (
+            {} if self.body is None else {"body": base64.b64encode(self.body).decode("ascii")}
+        )
+        out["bodyCrc"], out["chainCrc"], out["channel"] = self.body_crc, self.chain_crc, self.channel
+        out["index"], out["magic"], out["pos"] = self.index, self.magic, self.pos
+        out["size"], out["term"] = self.size, self.term
+        return out
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Self:
+        # WireBean's walk, unrolled: a follower reads every pushed entry through here
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls.__name__}: a JSON object expected")
+        body, get = data.get("body"), data.get
+        return cls(
+            None if body is None else _b64(body),
+            get("bodyCrc") or 0,
+            get("chainCrc") or 0,
+            get("channel") or 0,
+            get("index") or 0,
+            get("magic") or 0,
+            get("pos") or 0,
+            get("size") or 0,
+            get("term") or 0,
+        )
 
     def same(self, other: DLedgerEntry | None) -> bool:
         """``DLedgerEntry#equals``: size, magic, index, term, channel, pos and body (not the CRCs)."""

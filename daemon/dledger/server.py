@@ -13,7 +13,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from daemon.dledger.machines import MemberState, Node, Out, Role, Timings, wire_entry
@@ -117,6 +117,9 @@ class DLedgerServer:
         self._inflight: set[asyncio.Task[None]] = set()
         self._waiters: dict[int, asyncio.Future[Code]] = {}
         self._committed = raft_log.committed_index
+        self._push_soon = False
+        self._dispatching = False
+        self._stopped = False
 
     @property
     def log(self) -> RaftLog:
@@ -139,6 +142,7 @@ class DLedgerServer:
         )
 
     async def stop(self) -> None:
+        self._stopped = True
         if self._task is not None:
             await cancel_tasks([self._task])
             self._task = None
@@ -189,7 +193,7 @@ class DLedgerServer:
             log.warning("DLedger %s answer from %s unreadable: %s", out.code.name, out.peer, exc)
             return None
 
-    def _effects(self) -> None:
+    def _effects(self, after_replies: bool = False) -> None:
         node = self.node
         if node.role_changes:
             changes, node.role_changes = node.role_changes, []
@@ -203,16 +207,36 @@ class DLedgerServer:
             self._live = live
         else:
             self._live = set()
-        committed = self.log.committed_index
-        if committed != self._committed:
-            self._committed = committed
-            self.on_commit()
         if node.completed:
             done, node.completed = node.completed, {}
             for index, code in done.items():
                 fut = self._waiters.pop(index, None)
                 if fut is not None and not fut.done():
                     fut.set_result(code)
+        committed = self.log.committed_index
+        if committed != self._committed:
+            self._committed = committed
+            # after the sends just answered have written their replies (their tasks were woken first),
+            # still before this loop reads another request: a consumer's next pull finds them dispatched
+            self._dispatch_soon(after_replies)
+
+    def _dispatch_soon(self, after_replies: bool) -> None:
+        if not self._dispatching:
+            self._dispatching = True
+            loop = asyncio.get_running_loop()
+            if after_replies:  # the replies of this round of reads go out at its end (ReplyBatch): after them
+                loop.call_later(0, self._dispatch)
+            else:
+                loop.call_soon(self._dispatch)
+
+    def _dispatch(self) -> None:
+        self._dispatching = False
+        if self._stopped:
+            return
+        try:
+            self.on_commit()
+        except Exception:
+            log.exception("DLedger dispatch of committed entries failed")
 
     # ------------------------------------------------------------------ what the broker asks
 
@@ -224,9 +248,22 @@ class DLedgerServer:
             return fut
         self._waiters[index] = fut
         self.node.track(index, now_ms())
-        self._send(self.node.tick(now_ms()))  # push it now, not at the next tick
-        self._effects()
+        if not self._push_soon:
+            # push at once, not at the next tick, but after the other requests this loop iteration read:
+            # the sends that arrived together go to each follower in one push
+            self._push_soon = True
+            asyncio.get_running_loop().call_soon(self._push_now)
         return fut
+
+    def _push_now(self) -> None:
+        self._push_soon = False
+        if self._stopped:
+            return
+        try:
+            self._send(self.node.tick(now_ms()))
+            self._effects()
+        except Exception:
+            log.exception("DLedger push failed")
 
     async def transfer(self, transferee: str) -> LeadershipTransferResponse:
         """``handleLeadershipTransfer`` on the leader: hand leadership to `transferee`."""
@@ -272,19 +309,36 @@ class DLedgerServer:
 
     # ------------------------------------------------------------------ serving the peers
 
-    async def _serve(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def _serve(
+        self, conn: Connection, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+        """Answered on the spot (the reply written as the request is read: no task per push), but for a
+        leadership transfer, which waits for the transferee."""
         try:
             code = DLedgerRequestCode(request.code)
             bean = BEANS[code][0].decode(request.body)
         except ValueError as exc:
             log.warning("bad DLedger request %d from %s: %s", request.code, conn.address, exc)
-            resp: RequestOrResponse = RequestOrResponse(code=int(Code.UNEXPECTED_ARGUMENT))
-        else:
-            resp = await self._answer(code, bean)
-            self._effects()
+            return self._reply(request, RequestOrResponse(code=int(Code.UNEXPECTED_ARGUMENT)))
+        if isinstance(bean, LeadershipTransferRequest) and bean.group == self.node.m.group:
+            return self._transfer_reply(request, bean)
+        resp = self._answer(code, bean)
+        # (a follower answers a push before it dispatches what the push committed: the leader waits)
+        self._effects(after_replies=True)
+        return self._reply(request, resp)
+
+    async def _transfer_reply(
+        self, request: RemotingCommand, req: LeadershipTransferRequest
+    ) -> RemotingCommand:
+        resp = await self._leadership_transfer(req)
+        self._effects()
+        return self._reply(request, resp)
+
+    @staticmethod
+    def _reply(request: RemotingCommand, resp: RequestOrResponse) -> RemotingCommand:
         return request.make_response(REMOTING_RESPONSE_CODE, None, None, resp.encode())
 
-    async def _answer(self, code: DLedgerRequestCode, req: RequestOrResponse) -> RequestOrResponse:
+    def _answer(self, code: DLedgerRequestCode, req: RequestOrResponse) -> RequestOrResponse:
         node, m, now = self.node, self.node.m, now_ms()
         if req.group != m.group and code is not DLedgerRequestCode.METADATA:
             return RequestOrResponse(code=int(Code.UNKNOWN_GROUP), term=m.term)
@@ -295,8 +349,6 @@ class DLedgerServer:
             return node.on_heartbeat(req, now)
         if isinstance(req, PushEntryRequest):
             return node.on_push(req, now)
-        if isinstance(req, LeadershipTransferRequest):
-            return await self._leadership_transfer(req)
         if code is DLedgerRequestCode.METADATA:
             return MetadataResponse(group=m.group, leader_id=m.leader_id, term=m.term, peers=dict(m.peers))
         if isinstance(req, GetEntriesRequest):
