@@ -326,10 +326,12 @@ class Broker:
         )
 
     async def _start_grpc(self) -> None:
-        """The gRPC front (masters only: 5.x clients read and write masters). Optional: without the
-        `grpc` extra, or on a taken port, the broker serves remoting as before and says so once."""
+        """The gRPC front (masters only: 5.x clients read and write masters; and every DLedger member, whose
+        role follows the election: a follower's front answers as the send processor refuses a slave).
+        Optional: without the `grpc` extra, or on a taken port, the broker serves remoting as before and
+        says so once."""
         c = self.config
-        if not c.grpc_enable or is_slave(c):
+        if not c.grpc_enable or (is_slave(c) and self.dledger is None):
             return
         from daemon.grpc import missing
 
@@ -519,9 +521,18 @@ class Broker:
         store.recover_topic_queue_table()
         assert isinstance(store.commit_log, DLedgerCommitLog)
         store.commit_log.term = term
+        # progress files are local: another leader may have delivered timers since they were written
+        timers = TimerMessageService(self)
+        await asyncio.to_thread(timers.load, takeover=True)
+        if not group.node.is_leader or group.node.m.term != term:
+            timers.progress.close()
+            return
+        self.timers = timers
         self._set_role(master=True)
         self.schedule.start()
         self.transactions.start()
+        self.timers.start()
+        self.pop.start()
         log.info("broker %s is the master (DLedger leader of term %d)", self.config.broker_name, term)
         # A NameServer refuses brokerId 0 while the old master's connection to it is open (a paused or cut
         # off master that has not stepped down yet): asked again every heartbeat until each one took it.
@@ -531,8 +542,11 @@ class Broker:
                 return
 
     async def _stop_master_services(self) -> None:
+        """What only a master runs, stopped on losing the leadership (the store refuses puts already)."""
         await self.schedule.stop()
         await self.transactions.stop()
+        await self.timers.stop()
+        await self.pop.stop()
 
     async def _check_replica_before_serving(self) -> None:
         """A restarted slave's store may end in records its master does not hold (it ran apart from it, or
@@ -686,7 +700,8 @@ class Broker:
             self.pop = PopService(self)
             self.pop.load()
             self.timers = TimerMessageService(self)
-            if not is_slave(self.config):  # a slave keeps no timer progress: its master delivers
+            # a slave keeps no timer progress: its master delivers; a DLedger member loads it when elected
+            if not is_slave(self.config) and not self.config.enable_dleger_commit_log:
                 self.timers.load()
         except BaseException:
             self.store.shutdown()
@@ -936,6 +951,8 @@ class Broker:
             c.broker_id,
             compressed,
             _crc32(body),
+            # a newer leader's term lets our NameServers give it brokerId 0 from a live, stale master
+            d_ledger_term=self.dledger.node.m.term if self.dledger is not None else None,
         ).to_ext_fields()
         timeout = c.register_broker_timeout_mills / 1000
 
