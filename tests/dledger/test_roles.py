@@ -5,9 +5,11 @@ member routing 5.x clients to the leader."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -65,49 +67,58 @@ async def new_master(client: RemotingClient, ns: str, old: str) -> str:
     return master
 
 
+@contextlib.asynccontextmanager
+async def raft_group(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> AsyncIterator[tuple[Path, str, RemotingClient]]:
+    """`up --dledger 3` with quick heartbeats: its data directory, NameServer address and a client."""
+    ns_port = free_port()
+    data = tmp_path / "data"
+    async with mqctl_up(data, quick(cli_env), ns_port, *ARGS):
+        client = RemotingClient()
+        try:
+            yield data, f"127.0.0.1:{ns_port}", client
+        finally:
+            await client.close()
+
+
 async def test_timers_are_delivered_once_by_the_leader_across_a_failover(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """Three timers sent to the leader: one delivered before its SIGKILL (not again after), one falling due
     in the failover gap and one due well after it: each is in its topic exactly once, from the new leader."""
-    ns_port = free_port()
-    ns = f"127.0.0.1:{ns_port}"
-    data = tmp_path / "data"
-    async with mqctl_up(data, quick(cli_env), ns_port, *ARGS):
-        client = RemotingClient()
-        try:
-            old = await elected_master(client, ns)
-            on_old = BrokerClient(old, client)
-            await on_old.create_topic("Tm", 1)
-            await topic_everywhere(client, data, "Tm")
-            sent = {}
-            for body, delay in ((b"before", 200), (b"gap", 1500), (b"after", 9000)):
-                r = await on_old.send(
-                    "Tm",
-                    body,
-                    queue_id=0,
-                    props={"TIMER_DELAY_MS": str(delay), "UNIQ_KEY": f"{body.decode()}-key"},
-                )
-                assert r.code == ResponseCode.SUCCESS, r.remark
-                sent[body] = time.time() + delay / 1000
+    async with raft_group(tmp_path, cli_env) as (data, ns, client):
+        old = await elected_master(client, ns)
+        on_old = BrokerClient(old, client)
+        await on_old.create_topic("Tm", 1)
+        await topic_everywhere(client, data, "Tm")
+        sent = {}
+        for body, delay in ((b"before", 200), (b"gap", 1500), (b"after", 9000)):
+            r = await on_old.send(
+                "Tm",
+                body,
+                queue_id=0,
+                props={"TIMER_DELAY_MS": str(delay), "UNIQ_KEY": f"{body.decode()}-key"},
+            )
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            sent[body] = time.time() + delay / 1000
 
-            async def delivered_before() -> bool:
-                return await pull_all(on_old, "Tm", 0) == [b"before"]
+        async def delivered_before() -> bool:
+            return await pull_all(on_old, "Tm", 0) == [b"before"]
 
-            await wait_until(delivered_before, 10)
-            await asyncio.sleep(0.3)  # the delivered copy reaches the followers' logs and index
-            os.kill(member_pid(data, old), signal.SIGKILL)
-            on_new = BrokerClient(await new_master(client, ns, old), client)
+        await wait_until(delivered_before, 10)
+        await asyncio.sleep(0.3)  # the delivered copy reaches the followers' logs and index
+        os.kill(member_pid(data, old), signal.SIGKILL)
+        on_new = BrokerClient(await new_master(client, ns, old), client)
+        assert time.time() > sent[b"gap"]  # it fell due while no member led
 
-            async def all_delivered() -> bool:
-                return len(await pull_all(on_new, "Tm", 0)) >= 3
+        async def all_delivered() -> bool:
+            return len(await pull_all(on_new, "Tm", 0)) >= 3
 
-            await wait_until(all_delivered, 30)
-            await asyncio.sleep(1.5)  # time for a second copy, were one to come
-            assert sorted(await pull_all(on_new, "Tm", 0)) == [b"after", b"before", b"gap"]
-            assert time.time() >= sent[b"after"]
-        finally:
-            await client.close()
+        await wait_until(all_delivered, 30)
+        await asyncio.sleep(1.5)  # time for a second copy, were one to come
+        assert sorted(await pull_all(on_new, "Tm", 0)) == [b"after", b"before", b"gap"]
+        assert time.time() >= sent[b"after"]
 
 
 async def grpc_port(client: RemotingClient, addr: str) -> int:
@@ -124,48 +135,41 @@ async def test_a_5x_producer_keeps_sending_after_the_leader_is_killed(
     read back from the new leader."""
     from tests.support.grpc5 import ClientConfiguration, Credentials, Producer, message
 
-    ns_port = free_port()
-    ns = f"127.0.0.1:{ns_port}"
-    data = tmp_path / "data"
-    async with mqctl_up(data, quick(cli_env), ns_port, *ARGS):
-        client = RemotingClient()
-        try:
-            old = await elected_master(client, ns)
-            await BrokerClient(old, client).create_topic("G5", 2)
-            await topic_everywhere(client, data, "G5")
-            follower = next(a for a in member_addrs(data) if a != old)
-            port = await grpc_port(client, follower)
-            assert port > 0
-            # a follower's front refuses a send as a slave does; the client is routed to the leader
-            config = ClientConfiguration(f"127.0.0.1:{port}", Credentials("", ""), request_timeout=3)
-            producer = Producer(config, ("G5",))
-            await asyncio.to_thread(producer.startup)
-            receipts: dict[str, bytes] = {}
+    async with raft_group(tmp_path, cli_env) as (data, ns, client):
+        old = await elected_master(client, ns)
+        await BrokerClient(old, client).create_topic("G5", 2)
+        await topic_everywhere(client, data, "G5")
+        follower = next(a for a in member_addrs(data) if a != old)
+        port = await grpc_port(client, follower)
+        assert port > 0
+        # a follower's front refuses a send as a slave does; the client is routed to the leader
+        config = ClientConfiguration(f"127.0.0.1:{port}", Credentials("", ""), request_timeout=3)
+        producer = Producer(config, ("G5",))
+        await asyncio.to_thread(producer.startup)
+        receipts: dict[str, bytes] = {}
 
-            def send(body: bytes) -> bool:
-                try:
-                    receipts[producer.send(message("G5", body)).message_id] = body
-                    return True
-                except Exception:
-                    return False
-
+        def send(body: bytes) -> bool:
             try:
-                for i in range(10):
-                    assert await asyncio.to_thread(send, f"before-{i}".encode())
-                os.kill(member_pid(data, old), signal.SIGKILL)
-                killed = time.monotonic()
-                after = 0
-                i = 0
-                while after < 10:
-                    assert time.monotonic() - killed < 90, f"{after} sends acknowledged since the kill"
-                    after += await asyncio.to_thread(send, f"after-{i}".encode())
-                    i += 1
-                    if not after:
-                        await asyncio.sleep(0.2)
-            finally:
-                await asyncio.to_thread(producer.shutdown)
-            on_new = BrokerClient(await new_master(client, ns, old), client)
-            held = [b for q in range(2) for b in await pull_all(on_new, "G5", q)]
-            assert sorted(held) == sorted(receipts.values())
+                receipts[producer.send(message("G5", body)).message_id] = body
+                return True
+            except Exception:
+                return False
+
+        try:
+            for i in range(10):
+                assert await asyncio.to_thread(send, f"before-{i}".encode())
+            os.kill(member_pid(data, old), signal.SIGKILL)
+            killed = time.monotonic()
+            after = 0
+            i = 0
+            while after < 10:
+                assert time.monotonic() - killed < 90, f"{after} sends acknowledged since the kill"
+                after += await asyncio.to_thread(send, f"after-{i}".encode())
+                i += 1
+                if not after:
+                    await asyncio.sleep(0.2)
         finally:
-            await client.close()
+            await asyncio.to_thread(producer.shutdown)
+        on_new = BrokerClient(await new_master(client, ns, old), client)
+        held = [b for q in range(2) for b in await pull_all(on_new, "G5", q)]
+        assert sorted(held) == sorted(receipts.values())

@@ -43,15 +43,18 @@ async def test_broker_connection_loss_drops_its_routes(tmp_path: Path) -> None:
     assert (await client.invoke(lookup, timeout=1)).code == 17
 
 
+def two_brokers(tmp_path: Path) -> tuple[RouteInfoManager, Connection, Connection]:
+    """A NameServer's routes and two brokers' connections to it (the old master's, the new one's)."""
+    config = namesrv_config(tmp_path)
+    routes = RouteInfoManager()
+    dispatcher = RequestDispatcher(NamesrvProcessor(config, routes, KVConfigManager(config)).table())
+    return routes, connect_pair(dispatcher)[0], connect_pair(dispatcher)[0]
+
+
 async def test_a_newer_dledger_term_takes_broker_id_0_from_a_live_master(tmp_path: Path) -> None:
     """A paused DLedger master keeps its connection: the leader elected after it takes brokerId 0 with a
     higher term; a registration without a term, or with a term not above the holder's, is refused."""
-    config = namesrv_config(tmp_path)
-    routes = RouteInfoManager()
-    processor = NamesrvProcessor(config, routes, KVConfigManager(config))
-    dispatcher = RequestDispatcher(processor.table())
-    old, _ = connect_pair(dispatcher)
-    new, _ = connect_pair(dispatcher)
+    routes, old, new = two_brokers(tmp_path)
     body = RegisterBrokerBody(TopicConfigSerializeWrapper({"T": TopicConfig("T", 2, 2)}, DataVersion(1, 1)))
 
     async def register(conn: Connection, addr: str, broker_id: int, term: int | None) -> int:
@@ -75,12 +78,7 @@ async def test_a_newer_dledger_term_takes_broker_id_0_from_a_live_master(tmp_pat
 
 async def test_a_broker_without_a_term_cannot_take_a_live_master_place(tmp_path: Path) -> None:
     """A master registered without a DLedger term (master/slave mode) keeps its place against any term."""
-    config = namesrv_config(tmp_path)
-    routes = RouteInfoManager()
-    processor = NamesrvProcessor(config, routes, KVConfigManager(config))
-    dispatcher = RequestDispatcher(processor.table())
-    old, _ = connect_pair(dispatcher)
-    new, _ = connect_pair(dispatcher)
+    routes, old, new = two_brokers(tmp_path)
     body = RegisterBrokerBody(TopicConfigSerializeWrapper({}, DataVersion(1, 1))).encode()
     first = RegisterBrokerRequestHeader("b", "10.0.0.1:10911", "C", "", 0)
     reg = RemotingCommand.request(RequestCode.REGISTER_BROKER, first.to_ext_fields(), body)
