@@ -54,7 +54,7 @@ async def topic_everywhere(client: RemotingClient, data: Path, topic: str) -> No
                 return False
         return True
 
-    await wait_until(held, 30)
+    await wait_until(held, 60)
 
 
 async def new_master(client: RemotingClient, ns: str, old: str) -> str:
