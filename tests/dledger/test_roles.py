@@ -22,6 +22,7 @@ from daemon.remoting.command import RemotingCommand
 from tests.broker.test_ha import pull_all
 from tests.dledger.test_group import elected_master, master_of, member_pid
 from tests.support.broker import BrokerClient
+from tests.support.pop import PopClient
 from tests.support.ports import free_port
 from tests.support.up import mqctl_up
 from tests.support.waiting import wait_until
@@ -119,6 +120,9 @@ async def test_timers_are_delivered_once_by_the_leader_across_a_failover(
         await asyncio.sleep(1.5)  # time for a second copy, were one to come
         assert sorted(await pull_all(on_new, "Tm", 0)) == [b"after", b"before", b"gap"]
         assert time.time() >= sent[b"after"]
+        # POP runs on the new leader too (its revive service with it)
+        popped = await PopClient(on_new, "PopAfterFailover").pop("Tm", queue_id=0, invisible_ms=30_000)
+        assert sorted(p.body for p in popped) == [b"after", b"before", b"gap"]
 
 
 async def grpc_port(client: RemotingClient, addr: str) -> int:
