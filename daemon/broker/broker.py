@@ -177,6 +177,8 @@ class Broker:
         #: DLedger mode: this broker's member of its Raft group; its role decides this broker's.
         self.dledger: DLedgerServer | None = None
         self._role_task: asyncio.Task[None] | None = None
+        #: The master services' stop after a lost leadership: a new election waits for it to finish.
+        self._stopping: asyncio.Task[None] | None = None
         #: Offsets clients committed to this slave (group, topic, queue id): the master gets them at the
         #: next metadata sync (4.9.8 overwrites them with the master's older ones, see sync_metadata).
         self.slave_commits: dict[tuple[str, str, int], int] = {}
@@ -491,7 +493,8 @@ class Broker:
                     term,
                     role.value,
                 )
-                self._tasks.append(asyncio.create_task(self._stop_master_services(), name="dledger-to-slave"))
+                self._stopping = asyncio.create_task(self._stop_master_services(), name="dledger-to-slave")
+                self._tasks.append(self._stopping)
             self.registration.request()
 
     def _dledger_peer_back(self, peer: str) -> None:
@@ -509,6 +512,8 @@ class Broker:
     async def _become_master(self, term: int) -> None:
         group = self.dledger
         assert group is not None
+        if self._stopping is not None:  # else its stops could land after this start (services not running)
+            await asyncio.wait([self._stopping])  # (neither cancels it nor raises what it raised)
         dlog = group.log
         while True:
             if not group.node.is_leader or group.node.m.term != term:
