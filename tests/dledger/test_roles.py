@@ -137,7 +137,26 @@ async def test_a_5x_producer_keeps_sending_after_the_leader_is_killed(
     """The official 5.x Producer, given a follower's gRPC front, finds the leader through QueryRoute; after
     the leader's SIGKILL it sends through the new leader (at its next route refresh); every receipt is
     read back from the new leader."""
-    from tests.support.grpc5 import ClientConfiguration, Credentials, Producer, message
+    from tests.support.grpc5 import ClientConfiguration, Credentials, Producer, message, pb, spb
+
+    def ask_follower(port: int) -> tuple[int, int]:
+        """QueryRoute and a raw SendMessage on a follower's front: the route's port, the send's status."""
+        import grpc
+
+        from tests.support.grpc5 import MessagingServiceStub
+
+        meta = (("x-mq-client-id", "roles@1"), ("x-mq-language", "PYTHON"), ("x-mq-client-version", "5.1.2"))
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = MessagingServiceStub(channel)
+            topic = pb.Resource(name="G5")
+            route = stub.QueryRoute(spb.QueryRouteRequest(topic=topic), metadata=meta, timeout=10)
+            props = pb.SystemProperties(
+                message_id="0123456789ABCDEF0123456789ABCDEF01", message_type=pb.NORMAL
+            )
+            one = pb.Message(topic=topic, body=b"to a follower", system_properties=props)
+            sent = stub.SendMessage(spb.SendMessageRequest(messages=[one]), metadata=meta, timeout=10)
+        print("follower's answer to a send:", pb.Code.Name(sent.status.code), sent.status.message)
+        return route.message_queues[0].broker.endpoints.addresses[0].port, sent.status.code
 
     async with raft_group(tmp_path, cli_env) as (data, ns, client):
         old = await elected_master(client, ns)
@@ -146,7 +165,11 @@ async def test_a_5x_producer_keeps_sending_after_the_leader_is_killed(
         follower = next(a for a in member_addrs(data) if a != old)
         port = await grpc_port(client, follower)
         assert port > 0
-        # a follower's front refuses a send as a slave does; the client is routed to the leader
+        route, refused = await asyncio.to_thread(ask_follower, port)
+        assert route == await grpc_port(client, old)  # the follower's front routes to the leader's
+        assert (
+            refused == pb.INTERNAL_SERVER_ERROR
+        )  # and refuses a send as a slave does (SERVICE_NOT_AVAILABLE)
         config = ClientConfiguration(f"127.0.0.1:{port}", Credentials("", ""), request_timeout=3)
         producer = Producer(config, ("G5",))
         await asyncio.to_thread(producer.startup)
@@ -168,7 +191,10 @@ async def test_a_5x_producer_keeps_sending_after_the_leader_is_killed(
             i = 0
             while after < 10:
                 assert time.monotonic() - killed < 90, f"{after} sends acknowledged since the kill"
-                after += await asyncio.to_thread(send, f"after-{i}".encode())
+                ok = await asyncio.to_thread(send, f"after-{i}".encode())
+                if ok and not after:
+                    print(f"5.x Producer: first SEND_OK {time.monotonic() - killed:.1f} s after the SIGKILL")
+                after += ok
                 i += 1
                 if not after:
                     await asyncio.sleep(0.2)
