@@ -16,7 +16,8 @@ the re-put and that one ``write()`` is where a SIGKILL delivers a message twice 
 Progress files are this broker's own, not replicated: when they are missing, or may be older than the
 timer queue (a DLedger member elected leader: another leader may have delivered since), each timer parked
 before that start is checked before its delivery: a copy already in its real topic (same ``UNIQ_KEY`` and
-``TIMER_OUT_MS``, found through the IndexFile) means delivered, nothing is put again.
+``TIMER_OUT_MS``, found through the IndexFile) means delivered, nothing is put again; likewise a roll copy
+in the timer queue for a timer due to be rolled.
 
 Work on the event loop comes in slices of at most ``BATCH`` messages with a yield between them.
 """
@@ -425,7 +426,10 @@ class TimerMessageService:
         roll = entry.due_ms > now
         if roll:
             topic, queue_id, props = TIMER_TOPIC, 0, dict(selected.message.properties)
-            props[PROPERTY_TIMER_ROLL_TIMES] = str(int(props.get(PROPERTY_TIMER_ROLL_TIMES, "0")) + 1)
+            rolls = int(props.get(PROPERTY_TIMER_ROLL_TIMES, "0"))
+            if entry.queue_offset < self._verify_below and self._delivered_before(entry, rolled_from=rolls):
+                return "found"  # rolled already: the copy is a pending timer of its own
+            props[PROPERTY_TIMER_ROLL_TIMES] = str(rolls + 1)
             props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
         else:
             if entry.queue_offset < self._verify_below and self._delivered_before(entry):
@@ -440,23 +444,28 @@ class TimerMessageService:
         self.broker.stats.on_put(topic, 1, result.wrote_bytes)
         return "delivered"
 
-    def _delivered_before(self, entry: PendingTimer) -> bool:
+    def _delivered_before(self, entry: PendingTimer, *, rolled_from: int | None = None) -> bool:
         """Whether the real topic holds this timer's delivered copy: its unique key (the IndexFile's
-        ``topic#key``) with the same due time (a producer's retry of the send is another timer)."""
+        ``topic#key``) with the same due time (a producer's retry of the send is another timer).
+        `rolled_from`: whether the timer topic holds a roll copy of it rolled more times than that."""
         if not entry.unique_key:
             return False
         due = str(entry.due_ms)
+        topic = entry.topic if rolled_from is None else TIMER_TOPIC
         # the copy is stored after the parked record; the index keeps times to the second only
         begin = entry.stored_ms - 1000
-        result = self.broker.store.query_message(entry.topic, entry.unique_key, 32, begin, 2**62)
+        result = self.broker.store.query_message(topic, entry.unique_key, 32, begin, 2**62)
         for selected in result.messages:
             m = selected.message
-            if m.uniq_key == entry.unique_key and m.properties.get(PROPERTY_TIMER_OUT_MS) == due:
+            if m.uniq_key != entry.unique_key or m.properties.get(PROPERTY_TIMER_OUT_MS) != due:
+                continue
+            if rolled_from is None or int(m.properties.get(PROPERTY_TIMER_ROLL_TIMES, "0")) > rolled_from:
                 log.info(
-                    "timer message %s of %s (due %d) was delivered already: not put again",
+                    "timer message %s of %s (due %d) was %s already: not put again",
                     entry.unique_key,
                     entry.topic,
                     entry.due_ms,
+                    "delivered" if rolled_from is None else "rolled",
                 )
                 self.found += 1
                 return True

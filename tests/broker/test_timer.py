@@ -485,3 +485,22 @@ async def test_a_store_without_timer_progress_delivers_what_it_finds_undelivered
         assert (await client.pull("TG", "Tk", 0, 2)).code == ResponseCode.PULL_NOT_FOUND
     async with running(tmp_path / "store") as client:  # and the next start keeps it so
         assert client.broker.timers.pending == 1
+
+
+@pytest.mark.slow
+async def test_without_progress_a_rolled_timer_is_rolled_and_delivered_once(tmp_path: Path) -> None:
+    """Progress lost after a timer was rolled: the parked original finds its roll copy in the timer queue
+    and is not rolled again, so one chain of copies goes on and the message is delivered once."""
+    async with running(tmp_path / "store", timer_roll_window_sec=1) as client:
+        b = client.broker
+        r = await client.send("Rl", b"r", props={"TIMER_DELAY_MS": "4500", "UNIQ_KEY": "RL1"})
+        assert r.code == ResponseCode.SUCCESS
+        await wait_until(lambda: b.store.get_max_offset(TIMER_TOPIC, 0) >= 2)  # rolled once
+    shutil.rmtree(tmp_path / "store" / "timer")
+    async with running(tmp_path / "store", timer_roll_window_sec=1) as client:
+        b = client.broker
+        (msg,) = await pull_all(client, "Rl", 1)
+        assert msg.properties["UNIQ_KEY"] == "RL1"
+        await asyncio.sleep(1.5)  # a second chain would deliver by now
+        assert (await client.pull("TG", "Rl", 0, 1)).code == ResponseCode.PULL_NOT_FOUND
+        assert b.timers.found >= 1 and b.timers.delivered == 1
