@@ -817,10 +817,20 @@ class Broker:
         return await asyncio.get_running_loop().run_in_executor(self._flush_pool, put, arg)
 
     async def put(self, msg: Message) -> PutResult:
-        """Store one message (internal re-puts: retries, delay delivery, transaction commits)."""
+        """Store one message (internal re-puts: retries, delay delivery, transaction commits, timers). In
+        DLedger mode the result is PUT_OK only once a quorum holds it: a service that logs the re-put as
+        done must not lose the copy to the truncation of a deposed leader's tail."""
         if self.must_offload(msg.wait_store_msg_ok):
-            return await self.offload(self.store.put_message, msg)
-        return self.store.put_message(msg)
+            result = await self.offload(self.store.put_message, msg)
+        else:
+            result = self.store.put_message(msg)
+        group = self.dledger
+        if group is not None and result.ok:
+            from daemon.broker.processors.send import quorum_status
+
+            # the put appended its entry: waiting for the log's last index covers it
+            result.status = quorum_status(await group.wait_committed(group.log.last_index))
+        return result
 
     def runtime_info(self) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO: every key 4.9.8 returns (BrokerController's thread pools and totals,
