@@ -181,6 +181,8 @@ class Broker:
         #: DLedger mode: this broker's member of its Raft group; its role decides this broker's.
         self.dledger: DLedgerServer | None = None
         self._role_task: asyncio.Task[None] | None = None
+        #: The master services' stop after a lost leadership: a new election waits for it to finish.
+        self._stopping: asyncio.Task[None] | None = None
         #: Offsets clients committed to this slave (group, topic, queue id): the master gets them at the
         #: next metadata sync (4.9.8 overwrites them with the master's older ones, see sync_metadata).
         self.slave_commits: dict[tuple[str, str, int], int] = {}
@@ -330,10 +332,12 @@ class Broker:
         )
 
     async def _start_grpc(self) -> None:
-        """The gRPC front (masters only: 5.x clients read and write masters). Optional: without the
-        `grpc` extra, or on a taken port, the broker serves remoting as before and says so once."""
+        """The gRPC front (masters only: 5.x clients read and write masters; and every DLedger member, whose
+        role follows the election: a follower's front answers as the send processor refuses a slave).
+        Optional: without the `grpc` extra, or on a taken port, the broker serves remoting as before and
+        says so once."""
         c = self.config
-        if not c.grpc_enable or is_slave(c):
+        if not c.grpc_enable or (is_slave(c) and self.dledger is None):
             return
         from daemon.grpc import missing
 
@@ -493,7 +497,8 @@ class Broker:
                     term,
                     role.value,
                 )
-                self._tasks.append(asyncio.create_task(self._stop_master_services(), name="dledger-to-slave"))
+                self._stopping = asyncio.create_task(self._stop_master_services(), name="dledger-to-slave")
+                self._tasks.append(self._stopping)
             self.registration.request()
 
     def _dledger_peer_back(self, peer: str) -> None:
@@ -511,6 +516,8 @@ class Broker:
     async def _become_master(self, term: int) -> None:
         group = self.dledger
         assert group is not None
+        if self._stopping is not None:  # else its stops could land after this start (services not running)
+            await asyncio.wait([self._stopping])  # (neither cancels it nor raises what it raised)
         dlog = group.log
         while True:
             if not group.node.is_leader or group.node.m.term != term:
@@ -523,9 +530,18 @@ class Broker:
         store.recover_topic_queue_table()
         assert isinstance(store.commit_log, DLedgerCommitLog)
         store.commit_log.term = term
+        # progress files are local: another leader may have delivered timers since they were written
+        timers = TimerMessageService(self)
+        await asyncio.to_thread(timers.load, takeover=True)
+        if not group.node.is_leader or group.node.m.term != term:
+            timers.progress.close()
+            return
+        self.timers = timers
         self._set_role(master=True)
         self.schedule.start()
         self.transactions.start()
+        self.timers.start()
+        self.pop.start()
         log.info("broker %s is the master (DLedger leader of term %d)", self.config.broker_name, term)
         # A NameServer refuses brokerId 0 while the old master's connection to it is open (a paused or cut
         # off master that has not stepped down yet): asked again every heartbeat until each one took it.
@@ -535,8 +551,11 @@ class Broker:
                 return
 
     async def _stop_master_services(self) -> None:
+        """What only a master runs, stopped on losing the leadership (the store refuses puts already)."""
         await self.schedule.stop()
         await self.transactions.stop()
+        await self.timers.stop()
+        await self.pop.stop()
 
     async def _check_replica_before_serving(self) -> None:
         """A restarted slave's store may end in records its master does not hold (it ran apart from it, or
@@ -690,7 +709,8 @@ class Broker:
             self.pop = PopService(self)
             self.pop.load()
             self.timers = TimerMessageService(self)
-            if not is_slave(self.config):  # a slave keeps no timer progress: its master delivers
+            # a slave keeps no timer progress: its master delivers; a DLedger member loads it when elected
+            if not is_slave(self.config) and not self.config.enable_dleger_commit_log:
                 self.timers.load()
         except BaseException:
             self.store.shutdown()
@@ -801,10 +821,20 @@ class Broker:
         return await asyncio.get_running_loop().run_in_executor(self._flush_pool, put, arg)
 
     async def put(self, msg: Message) -> PutResult:
-        """Store one message (internal re-puts: retries, delay delivery, transaction commits)."""
+        """Store one message (internal re-puts: retries, delay delivery, transaction commits, timers). In
+        DLedger mode the result is PUT_OK only once a quorum holds it: a service that logs the re-put as
+        done must not lose the copy to the truncation of a deposed leader's tail."""
         if self.must_offload(msg.wait_store_msg_ok):
-            return await self.offload(self.store.put_message, msg)
-        return self.store.put_message(msg)
+            result = await self.offload(self.store.put_message, msg)
+        else:
+            result = self.store.put_message(msg)
+        group = self.dledger
+        if group is not None and result.ok:
+            from daemon.broker.processors.send import quorum_status
+
+            # the put appended its entry: waiting for the log's last index covers it
+            result.status = quorum_status(await group.wait_committed(group.log.last_index))
+        return result
 
     def runtime_info(self) -> dict[str, str]:
         """GET_BROKER_RUNTIME_INFO: every key 4.9.8 returns (BrokerController's thread pools and totals,
@@ -940,6 +970,8 @@ class Broker:
             c.broker_id,
             compressed,
             _crc32(body),
+            # a newer leader's term lets our NameServers give it brokerId 0 from a live, stale master
+            d_ledger_term=self.dledger.node.m.term if self.dledger is not None else None,
         ).to_ext_fields()
         timeout = c.register_broker_timeout_mills / 1000
 

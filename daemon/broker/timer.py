@@ -13,6 +13,12 @@ dropped, ``TIMER_OUT_MS`` kept so the copy is never parked again, ``UNIQ_KEY`` a
 message is found by its id). Each delivery is then logged in ``store.timer_state``; the window between
 the re-put and that one ``write()`` is where a SIGKILL delivers a message twice (at-least-once).
 
+Progress files are this broker's own, not replicated: when they are missing, or may be older than the
+timer queue (a DLedger member elected leader: another leader may have delivered since), each timer parked
+before that start is checked before its delivery: a copy already in its real topic (same ``UNIQ_KEY`` and
+``TIMER_OUT_MS``, found through the IndexFile) means delivered, nothing is put again; likewise a roll copy
+in the timer queue for a timer due to be rolled.
+
 Work on the event loop comes in slices of at most ``BATCH`` messages with a yield between them.
 """
 
@@ -138,10 +144,11 @@ class TimerMessageService:
         self._enqueued = 0
         #: Offsets logged as done before this start: skipped while the queue is read up to its end.
         self._done_before: set[int] | None = None
-        #: On a store without timer progress: messages due before this instant (the start) were another
-        #: broker's to deliver and count as delivered; None once the queue was read to its end.
-        self._adopt_before: int | None = None
-        self._adopted = 0
+        #: Timer queue offsets below this were parked before a start whose progress may be stale: each is
+        #: delivered only when no delivered copy of it is found (see _delivered_before).
+        self._verify_below = 0
+        #: Timers found delivered already (by another broker) and not put again.
+        self.found = 0
         self._changed = False
         self._retry_at = 0.0
         self.delivered = 0
@@ -150,11 +157,12 @@ class TimerMessageService:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def load(self) -> None:
-        """Read the snapshot and done logs (at store open, in a worker thread)."""
+    def load(self, *, takeover: bool = False) -> None:
+        """Read the snapshot and done logs (at store open, in a worker thread). `takeover`: the progress may
+        be older than the timer queue (another broker delivered meanwhile), as when it is missing."""
         snapshot, done = self.progress.load()
-        if self.progress.created:
-            self._adopt_before = int(time.time() * 1000)
+        if self.progress.created or takeover:
+            self._verify_below = self.broker.store.get_max_offset(TIMER_TOPIC, 0)
         self._enqueued = snapshot.enqueued
         # one pass with plain locals: a start pays this per pending timer
         pending, wakes, by_key = self._pending, self._heap, self._by_key
@@ -327,45 +335,37 @@ class TimerMessageService:
                     self._done_before = None
                     self._caught_up()
                 return read
-            past: list[int] = []
             for selected in result.messages:  # properties only: no hosts, body copy or CRC
-                if not self._take(selected.queue_offset, read_record_info(selected.raw, 0)):
-                    past.append(selected.queue_offset)
-            self.progress.record_done_many(past)
-            self._adopted += len(past)
+                self._take(selected.queue_offset, read_record_info(selected.raw, 0))
             read += len(result.messages)
             self._enqueued = result.next_begin_offset
             self._changed = True
         return read
 
     def _caught_up(self) -> None:
-        if self._adopt_before is not None and self._adopted:
-            log.warning(
-                "this store had no timer progress files: %d timer messages due before this start were"
-                " counted as delivered (by the broker that wrote them); later ones are pending",
-                self._adopted,
+        if self._verify_below:
+            log.info(
+                "timer progress missing or taken over: timers parked below queue offset %d are checked"
+                " against their real topic before delivery",
+                self._verify_below,
             )
-        self._adopt_before = None
 
-    def _take(self, queue_offset: int, info: RecordInfo) -> bool:
-        """Take one parked record as pending; False for one to count as delivered (see _adopt_before)."""
+    def _take(self, queue_offset: int, info: RecordInfo) -> None:
+        """Take one parked record as pending (unless logged done before this start)."""
         if self._done_before is not None and queue_offset in self._done_before:
-            return True
+            return
         props = info.properties
         try:
             due = int(props[PROPERTY_TIMER_OUT_MS])
             topic = props[PROPERTY_REAL_TOPIC]
         except (KeyError, ValueError):
             log.warning("timer queue offset %d has no due time or real topic: skipped", queue_offset)
-            return True
-        if self._adopt_before is not None and due < self._adopt_before:
-            return False
+            return
         key = props.get(PROPERTY_UNIQ_KEY, "")
         pending = PendingTimer(
             queue_offset, due, info.commit_log_offset, info.size, info.store_timestamp, topic, key
         )
         self._add([pending])
-        return True
 
     def _wake(self, p: PendingTimer) -> int:
         """When the service must act on `p`: its due time, or sooner to roll it (see _deliver)."""
@@ -427,8 +427,8 @@ class TimerMessageService:
     async def _deliver(self, entry: PendingTimer) -> str | None:
         """One re-put: ``delivered``; ``rolled`` for a timer not due yet (re-put into the timer topic as
         it is with ``TIMER_ROLL_TIMES`` one higher; the reader takes the copy as a new pending timer);
-        ``dropped`` when its record or its topic is gone for good; None when the put failed (tried again
-        later)."""
+        ``dropped`` when its record or its topic is gone for good; ``found`` when another broker delivered
+        it already (see _delivered_before); None when the put failed (tried again later)."""
         try:
             selected = self.broker.store.look_message_by_offset(entry.phys_offset)
         except StoreError as e:
@@ -441,9 +441,14 @@ class TimerMessageService:
         roll = entry.due_ms > now
         if roll:
             topic, queue_id, props = TIMER_TOPIC, 0, dict(selected.message.properties)
-            props[PROPERTY_TIMER_ROLL_TIMES] = str(int(props.get(PROPERTY_TIMER_ROLL_TIMES, "0")) + 1)
+            rolls = int(props.get(PROPERTY_TIMER_ROLL_TIMES, "0"))
+            if entry.queue_offset < self._verify_below and self._delivered_before(entry, rolled_from=rolls):
+                return "found"  # rolled already: the copy is a pending timer of its own
+            props[PROPERTY_TIMER_ROLL_TIMES] = str(rolls + 1)
             props[PROPERTY_WAIT_STORE_MSG_OK] = "false"
         else:
+            if entry.queue_offset < self._verify_below and self._delivered_before(entry):
+                return "found"
             topic, queue_id, props = delivered_timer(selected.message, now)
             if self.broker.topics.get(topic) is None:
                 # deleted while it waited: its queue must not hold it for a topic of that name made later
@@ -459,6 +464,33 @@ class TimerMessageService:
             return "rolled"
         self.broker.stats.on_put(topic, 1, result.wrote_bytes)
         return "delivered"
+
+    def _delivered_before(self, entry: PendingTimer, *, rolled_from: int | None = None) -> bool:
+        """Whether the real topic holds this timer's delivered copy: its unique key (the IndexFile's
+        ``topic#key``) with the same due time (a producer's retry of the send is another timer).
+        `rolled_from`: whether the timer topic holds a roll copy of it rolled more times than that."""
+        if not entry.unique_key:
+            return False
+        due = str(entry.due_ms)
+        topic = entry.topic if rolled_from is None else TIMER_TOPIC
+        # the copy is stored after the parked record; the index keeps times to the second only
+        begin = entry.stored_ms - 1000
+        result = self.broker.store.query_message(topic, entry.unique_key, 32, begin, 2**62)
+        for selected in result.messages:
+            m = selected.message
+            if m.uniq_key != entry.unique_key or m.properties.get(PROPERTY_TIMER_OUT_MS) != due:
+                continue
+            if rolled_from is None or int(m.properties.get(PROPERTY_TIMER_ROLL_TIMES, "0")) > rolled_from:
+                log.info(
+                    "timer message %s of %s (due %d) was %s already: not put again",
+                    entry.unique_key,
+                    entry.topic,
+                    entry.due_ms,
+                    "delivered" if rolled_from is None else "rolled",
+                )
+                self.found += 1
+                return True
+        return False
 
     def _done(self, entry: PendingTimer, *, delivered: bool) -> None:
         self.progress.record_done(entry.queue_offset)

@@ -50,6 +50,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode, version_ordinal
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from daemon.remoting.errors import RemotingCommandError, RemotingError
+from store.config import SLAVE
 from store.message import (
     PROPERTY_TIMER_DELIVER_MS,
     TRANSACTION_COMMIT_TYPE,
@@ -368,7 +369,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     async def _grpc_port(self, broker_name: str, addr: str) -> int:
         """A broker's gRPC port: ours, or what its config says (asked once, GET_BROKER_CONFIG); 0: none.
         NameServers keep no such field (4.9.8's registration body has none), so the brokers are asked."""
-        if broker_name == self.broker.config.broker_name:
+        if addr == self.broker.addr:  # (a DLedger group's members share the broker name)
             return self.port
         known = self._ports.get(addr)
         if known is not None:
@@ -421,7 +422,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                             queues.perm,
                         )
                     )
-        if not out:
+        if not out and self.broker.config.broker_role != SLAVE:  # a DLedger follower points to no one
             own = self.broker.topics.get(topic)
             if own is not None:
                 perm = own.perm & config.broker_permission

@@ -67,6 +67,8 @@ class NamesrvProcessor:
         self.routes = routes
         self.kv = kv
         self._kv_refusals = WarningGate(log)
+        #: The DLedger term each broker address last registered with (see _takes_over_by_term).
+        self._terms: dict[str, int] = {}
 
     def table(self) -> dict[int, Processor]:
         """The processor table for RemotingServer."""
@@ -138,6 +140,16 @@ class NamesrvProcessor:
         except ValueError as exc:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad registration body: {exc}")
         holder = self._live_holder(conn, h.broker_name, h.broker_id, h.broker_addr)
+        if holder is not None and self._takes_over_by_term(h, holder):
+            log.warning(
+                "%s takes %s id 0 from %s (live, DLedger term %s) with the newer term %d",
+                h.broker_addr,
+                h.broker_name,
+                holder,
+                self._terms.get(holder),
+                h.d_ledger_term,
+            )
+            holder = None
         if holder is not None:
             log.warning(
                 "refused REGISTER_BROKER of %s as %s id %d from %s: %s holds that place over a live connection",
@@ -162,6 +174,10 @@ class NamesrvProcessor:
             topics.filter_server_list,
             conn,
         )
+        if h.d_ledger_term is None:
+            self._terms.pop(h.broker_addr, None)
+        else:
+            self._terms[h.broker_addr] = h.d_ledger_term
         order = self.kv.namespace(ORDER_TOPIC_CONFIG)
         return req.make_response(
             ext_fields=RegisterBrokerResponseHeader(
@@ -169,6 +185,19 @@ class NamesrvProcessor:
             ).to_ext_fields(),
             body=KVTable(order).dumps() if order else b"",
         )
+
+    def _takes_over_by_term(self, h: RegisterBrokerRequestHeader, holder: str) -> bool:
+        """A DLedger leader elected while the old master still holds brokerId 0 over a live connection
+        (paused, cut off from its group but not from us): 4.9.8's RouteInfoManager takes the newer
+        registration; here only one whose Raft term is above the one the holder registered with, so no
+        broker without a term, or with a stale one, can take a live master's place."""
+        if h.broker_id != 0 or h.d_ledger_term is None or holder == h.broker_addr:
+            return False
+        broker = self.routes.broker_addr_table.get(h.broker_name)
+        if broker is None or broker.broker_addrs.get(0) != holder:
+            return False
+        held = self._terms.get(holder)
+        return held is not None and h.d_ledger_term > held
 
     def _live_holder(self, conn: Connection, name: str, broker_id: int, addr: str) -> str | None:
         """Who holds the place a REGISTER_BROKER asks for over another connection still open, if

@@ -132,6 +132,9 @@ class RegisterBrokerRequestHeader(CommandHeader):
     broker_id: int
     compressed: bool = False
     body_crc32: int = 0
+    #: mqctl's: a DLedger member's Raft term, so a NameServer lets a newer leader take brokerId 0 from a
+    #: live but stale master (4.9.8's NameServers decode known fields only and ignore it).
+    d_ledger_term: int | None = None
 
 
 @dataclass(slots=True)

@@ -118,11 +118,19 @@ class DLedgerGroup:
 
 
 def dledger_confs(
-    root: Path, name: str, members: int, host: str, listen: str, broker_port: int, metrics_port: int
+    root: Path,
+    name: str,
+    members: int,
+    host: str,
+    listen: str,
+    broker_port: int,
+    metrics_port: int,
+    grpc_port: int = 0,
 ) -> tuple[list[Path], list[str]]:
     """broker.conf of each member of a DLedger group (4.9.8's keys) in ``<root>/store-<name>-n<i>``: member i
-    listens on broker port + 4i and its DLedger port one above (a master/slave broker's HA port); port 0
-    picks free ports (the peers must know each other's)."""
+    listens on broker port + 4i and its DLedger port one above (a master/slave broker's HA port), its gRPC
+    front on `grpc_port` + i (every member runs one: the role follows the election); port 0 picks free
+    ports (the peers must know each other's)."""
     ports = [
         (broker_port + 4 * i, broker_port + 4 * i + 1) if broker_port else (_free(), _free())
         for i in range(members)
@@ -145,6 +153,7 @@ def dledger_confs(
             "dLegerSelfId": f"n{i}",
             "metricsEnable": str(bool(metrics_port)).lower(),
             "metricsPort": metrics_port + i if metrics_port else 0,
+            "grpcListenPort": grpc_port + i if grpc_port and broker_port else 0,
         }
         conf = store / "broker.conf"
         conf.write_text("".join(f"{k}={v}\n" for k, v in keys.items()))
@@ -293,7 +302,14 @@ def up(
         if slaves or groups > 1 or tls:
             raise UsageError("--dledger runs one group of its own members: no --slaves, --brokers or --tls")
         confs, addrs = dledger_confs(
-            root, "broker-a", dledger, host, listen, broker_port, 0 if no_metrics else metrics_port
+            root,
+            "broker-a",
+            dledger,
+            host,
+            listen,
+            broker_port,
+            0 if no_metrics else metrics_port,
+            grpc_port if grpc_port is not None else load_config(BrokerConfig).grpc_listen_port,
         )
         group = DLedgerGroup(namesrv, confs, addrs, host)
 

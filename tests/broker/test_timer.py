@@ -458,19 +458,49 @@ async def test_a_restart_keeps_pending_timers_and_delivers_none_twice(tmp_path: 
         assert (await client.pull("TG", "Rs", 0, 2)).code == ResponseCode.PULL_NOT_FOUND
 
 
-async def test_a_store_without_timer_progress_takes_only_timers_not_yet_due(tmp_path: Path) -> None:
-    """A store another broker wrote (RocketMQ 5.x keeps no files of ours): its timer queue's history is
-    not delivered again, what is still to come is."""
+async def test_a_store_without_timer_progress_delivers_what_it_finds_undelivered(tmp_path: Path) -> None:
+    """Progress files lost (or a store another broker wrote): a timer delivered before is found in its topic
+    and not delivered again; one that fell due while the broker was down is delivered once; one still to
+    come stays pending."""
     async with running(tmp_path / "store") as client:
-        assert (await client.send("Tk", b"old", props={"TIMER_DELAY_MS": "100"})).code == 0
-        assert (await client.send("Tk", b"future", props={"TIMER_DELAY_SEC": "60"})).code == 0
+        assert (
+            await client.send("Tk", b"old", props={"TIMER_DELAY_MS": "100", "UNIQ_KEY": "old-key"})
+        ).code == 0
         await pull_all(client, "Tk", 1)
+        assert (
+            await client.send("Tk", b"gap", props={"TIMER_DELAY_MS": "600", "UNIQ_KEY": "gap-key"})
+        ).code == 0
+        assert (
+            await client.send("Tk", b"future", props={"TIMER_DELAY_SEC": "60", "UNIQ_KEY": "future-key"})
+        ).code == 0
     shutil.rmtree(tmp_path / "store" / "timer")
+    await asyncio.sleep(0.8)  # "gap" falls due while no broker runs
     async with running(tmp_path / "store") as client:
         b = client.broker
-        await wait_until(lambda: b.timers._done_before is None)
-        assert b.timers.pending == 1 and b.timers.backlog()[0].topic == "Tk"
+        got = await pull_all(client, "Tk", 2)
+        await wait_until(lambda: b.timers.pending == 1 and b.timers.found == 1)
+        assert [m.body for m in got] == [b"old", b"gap"]
+        assert b.timers.backlog()[0].topic == "Tk"
         await asyncio.sleep(0.3)
-        assert (await client.pull("TG", "Tk", 0, 1)).code == ResponseCode.PULL_NOT_FOUND
+        assert (await client.pull("TG", "Tk", 0, 2)).code == ResponseCode.PULL_NOT_FOUND
     async with running(tmp_path / "store") as client:  # and the next start keeps it so
         assert client.broker.timers.pending == 1
+
+
+@pytest.mark.slow
+async def test_without_progress_a_rolled_timer_is_rolled_and_delivered_once(tmp_path: Path) -> None:
+    """Progress lost after a timer was rolled: the parked original finds its roll copy in the timer queue
+    and is not rolled again, so one chain of copies goes on and the message is delivered once."""
+    async with running(tmp_path / "store", timer_roll_window_sec=1) as client:
+        b = client.broker
+        r = await client.send("Rl", b"r", props={"TIMER_DELAY_MS": "4500", "UNIQ_KEY": "RL1"})
+        assert r.code == ResponseCode.SUCCESS
+        await wait_until(lambda: b.store.get_max_offset(TIMER_TOPIC, 0) >= 2)  # rolled once
+    shutil.rmtree(tmp_path / "store" / "timer")
+    async with running(tmp_path / "store", timer_roll_window_sec=1) as client:
+        b = client.broker
+        (msg,) = await pull_all(client, "Rl", 1)
+        assert msg.properties["UNIQ_KEY"] == "RL1"
+        await asyncio.sleep(1.5)  # a second chain would deliver by now
+        assert (await client.pull("TG", "Rl", 0, 1)).code == ResponseCode.PULL_NOT_FOUND
+        assert b.timers.found >= 1 and b.timers.delivered == 1

@@ -100,6 +100,8 @@ async def failover(data: Path, ns: str, pause: float = 0.0) -> float:
                     break
                 i += 1
             await asyncio.sleep(0.05)
+        if pause:  # the new leader took over (by its newer term) before the pause ended
+            os.kill(pid, signal.SIGCONT)
         logs = "".join(f.read_text()[-1500:] for f in sorted(data.glob("store-broker-a-n*/broker.log")))
         assert first_ok is not None, f"no SEND_OK through a new leader within 60 s (master {new}):\n{logs}"
         new = await master_of(client, ns)
@@ -174,7 +176,7 @@ async def test_a_paused_leader_is_replaced_and_steps_down_when_it_resumes(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
     """SIGSTOP of the leader longer than the election timeout, then SIGCONT: the others elect a new leader,
-    which takes brokerId 0 once the old one (its NameServer connection still open) steps down."""
+    which takes brokerId 0 from the old one (its NameServer connection still open) by its newer term."""
     ns_port = free_port()
     data = tmp_path / "data"
     env = {**cli_env, "MQCTL_HEART_BEAT_TIME_INTERVAL_MS": "500"}

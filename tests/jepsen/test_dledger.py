@@ -75,12 +75,6 @@ async def test_sigkill_of_the_leader_then_its_restart_on_the_old_log(
         await assert_consistent(g)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the NameServer keeps the frozen leader as brokerId 0 while its connection lives and refuses the "
-    "new leader's registration ('holds that place over a live connection'; 4.9.8's RouteInfoManager "
-    "takes the newer one), so no client finds the new leader until the old one wakes",
-)
 async def test_the_leader_frozen_past_the_election_timeout(tmp_path: Path, cli_env: dict[str, str]) -> None:
     """SIGSTOP for longer than the election timeout: another leader takes over; after SIGCONT the old one
     steps down (no term with two leaders) and what it held unacknowledged is not served."""

@@ -9,7 +9,7 @@ from daemon.namesrv.kvconfig import KVConfigManager
 from daemon.namesrv.processor import NamesrvProcessor
 from daemon.namesrv.routes import RouteInfoManager
 from daemon.remoting.bodies import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
-from daemon.remoting.codes import RequestCode
+from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, RequestDispatcher
 from daemon.remoting.headers import RegisterBrokerRequestHeader
@@ -41,3 +41,49 @@ async def test_broker_connection_loss_drops_its_routes(tmp_path: Path) -> None:
     await closed.wait()
     lookup = RemotingCommand.request(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})
     assert (await client.invoke(lookup, timeout=1)).code == 17
+
+
+def two_brokers(tmp_path: Path) -> tuple[RouteInfoManager, Connection, Connection]:
+    """A NameServer's routes and two brokers' connections to it (the old master's, the new one's)."""
+    config = namesrv_config(tmp_path)
+    routes = RouteInfoManager()
+    dispatcher = RequestDispatcher(NamesrvProcessor(config, routes, KVConfigManager(config)).table())
+    return routes, connect_pair(dispatcher)[0], connect_pair(dispatcher)[0]
+
+
+async def test_a_newer_dledger_term_takes_broker_id_0_from_a_live_master(tmp_path: Path) -> None:
+    """A paused DLedger master keeps its connection: the leader elected after it takes brokerId 0 with a
+    higher term; a registration without a term, or with a term not above the holder's, is refused."""
+    routes, old, new = two_brokers(tmp_path)
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper({"T": TopicConfig("T", 2, 2)}, DataVersion(1, 1)))
+
+    async def register(conn: Connection, addr: str, broker_id: int, term: int | None) -> int:
+        header = RegisterBrokerRequestHeader("b", addr, "C", "", broker_id, d_ledger_term=term)
+        reg = RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext_fields(), body.encode())
+        return (await conn.invoke(reg, timeout=1)).code
+
+    assert await register(old, "10.0.0.1:10911", 0, 3) == 0
+    assert await register(new, "10.0.0.2:10911", 2, 3) == 0  # a follower
+    assert await register(new, "10.0.0.2:10911", 0, None) == ResponseCode.NO_PERMISSION
+    assert await register(new, "10.0.0.2:10911", 0, 3) == ResponseCode.NO_PERMISSION
+    assert routes.broker_addr_table["b"].broker_addrs[0] == "10.0.0.1:10911"
+    assert await register(new, "10.0.0.2:10911", 0, 4) == 0
+    assert routes.broker_addr_table["b"].broker_addrs[0] == "10.0.0.2:10911"
+    # the old master wakes and registers again before it hears of the new term: refused
+    assert await register(old, "10.0.0.1:10911", 0, 3) == ResponseCode.NO_PERMISSION
+    assert routes.broker_addr_table["b"].broker_addrs[0] == "10.0.0.2:10911"
+    # then steps down and registers as the follower it is
+    assert await register(old, "10.0.0.1:10911", 1, 4) == 0
+
+
+async def test_a_broker_without_a_term_cannot_take_a_live_master_place(tmp_path: Path) -> None:
+    """A master registered without a DLedger term (master/slave mode) keeps its place against any term."""
+    routes, old, new = two_brokers(tmp_path)
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper({}, DataVersion(1, 1))).encode()
+    first = RegisterBrokerRequestHeader("b", "10.0.0.1:10911", "C", "", 0)
+    reg = RemotingCommand.request(RequestCode.REGISTER_BROKER, first.to_ext_fields(), body)
+    assert (await old.invoke(reg, timeout=1)).code == 0
+    hijack = RegisterBrokerRequestHeader("b", "10.0.0.9:10911", "C", "", 0, d_ledger_term=99)
+    reg = RemotingCommand.request(RequestCode.REGISTER_BROKER, hijack.to_ext_fields(), body)
+    assert (await new.invoke(reg, timeout=1)).code == ResponseCode.NO_PERMISSION
+    assert routes.broker_addr_table["b"].broker_addrs[0] == "10.0.0.1:10911"

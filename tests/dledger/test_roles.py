@@ -1,0 +1,205 @@
+"""Services that follow the election in a real DLedger group (``mqctl up --dledger 3``): timer delivery on
+whichever member leads, nothing lost or delivered twice across a failover, and the gRPC front of every
+member routing 5.x clients to the leader."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from daemon.config import ALL_KEYS_FIELD, parse_properties
+from daemon.remoting.bodies import TopicConfigSerializeWrapper
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
+from tests.broker.test_ha import pull_all
+from tests.dledger.test_group import elected_master, master_of, member_pid
+from tests.support.broker import BrokerClient
+from tests.support.pop import PopClient
+from tests.support.ports import free_port
+from tests.support.up import mqctl_up
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+ARGS = ("--dledger", "3", "--broker-port", "0", "--no-metrics")
+
+
+def quick(cli_env: dict[str, str]) -> dict[str, str]:
+    """500 ms heartbeats: an election within a few seconds of the leader's death."""
+    return {**cli_env, "MQCTL_HEART_BEAT_TIME_INTERVAL_MS": "500"}
+
+
+def member_addrs(data: Path) -> list[str]:
+    return [
+        "127.0.0.1:" + parse_properties(conf.read_text())["listenPort"]
+        for conf in sorted(data.glob("store-broker-a-n*/broker.conf"))
+    ]
+
+
+async def topic_everywhere(client: RemotingClient, data: Path, topic: str) -> None:
+    """Wait until every member holds `topic` (followers take the leader's topics every 10 s), so the
+    member elected next serves it."""
+
+    async def held() -> bool:
+        for addr in member_addrs(data):
+            r = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG))
+            if topic not in TopicConfigSerializeWrapper.loads(r.body).topic_config_table:
+                return False
+        return True
+
+    await wait_until(held, 60)
+
+
+async def new_master(client: RemotingClient, ns: str, old: str) -> str:
+    async def elected() -> bool:
+        return await master_of(client, ns) not in (None, old)
+
+    await wait_until(elected, 60)
+    master = await master_of(client, ns)
+    assert master is not None
+    return master
+
+
+@contextlib.asynccontextmanager
+async def raft_group(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> AsyncIterator[tuple[Path, str, RemotingClient]]:
+    """`up --dledger 3` with quick heartbeats: its data directory, NameServer address and a client."""
+    ns_port = free_port()
+    data = tmp_path / "data"
+    async with mqctl_up(data, quick(cli_env), ns_port, *ARGS):
+        client = RemotingClient()
+        try:
+            yield data, f"127.0.0.1:{ns_port}", client
+        finally:
+            await client.close()
+
+
+async def test_timers_are_delivered_once_by_the_leader_across_a_failover(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Three timers sent to the leader: one delivered before its SIGKILL (not again after), one falling due
+    in the failover gap and one due well after it: each is in its topic exactly once, from the new leader."""
+    async with raft_group(tmp_path, cli_env) as (data, ns, client):
+        old = await elected_master(client, ns)
+        on_old = BrokerClient(old, client)
+        await on_old.create_topic("Tm", 1)
+        await topic_everywhere(client, data, "Tm")
+        sent = {}
+        for body, delay in ((b"before", 200), (b"gap", 1500), (b"after", 9000)):
+            r = await on_old.send(
+                "Tm",
+                body,
+                queue_id=0,
+                props={"TIMER_DELAY_MS": str(delay), "UNIQ_KEY": f"{body.decode()}-key"},
+            )
+            assert r.code == ResponseCode.SUCCESS, r.remark
+            sent[body] = time.time() + delay / 1000
+
+        async def delivered_before() -> bool:
+            return await pull_all(on_old, "Tm", 0) == [b"before"]
+
+        await wait_until(delivered_before, 10)
+        await asyncio.sleep(0.3)  # the delivered copy reaches the followers' logs and index
+        os.kill(member_pid(data, old), signal.SIGKILL)
+        on_new = BrokerClient(await new_master(client, ns, old), client)
+        assert time.time() > sent[b"gap"]  # it fell due while no member led
+
+        async def all_delivered() -> bool:
+            return len(await pull_all(on_new, "Tm", 0)) >= 3
+
+        await wait_until(all_delivered, 30)
+        await asyncio.sleep(1.5)  # time for a second copy, were one to come
+        assert sorted(await pull_all(on_new, "Tm", 0)) == [b"after", b"before", b"gap"]
+        assert time.time() >= sent[b"after"]
+        # POP runs on the new leader too (its revive service with it)
+        popped = await PopClient(on_new, "PopAfterFailover").pop("Tm", queue_id=0, invisible_ms=30_000)
+        assert sorted(p.body for p in popped) == [b"after", b"before", b"gap"]
+
+
+async def grpc_port(client: RemotingClient, addr: str) -> int:
+    request = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG, {ALL_KEYS_FIELD: "true"})
+    response = await client.invoke(addr, request)
+    return int(parse_properties(response.body.decode())["grpcListenPort"])
+
+
+async def test_a_5x_producer_keeps_sending_after_the_leader_is_killed(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The official 5.x Producer, given a follower's gRPC front, finds the leader through QueryRoute; after
+    the leader's SIGKILL it sends through the new leader (at its next route refresh); every receipt is
+    read back from the new leader."""
+    from tests.support.grpc5 import ClientConfiguration, Credentials, Producer, message, pb, spb
+
+    def ask_follower(port: int) -> tuple[int, int]:
+        """QueryRoute and a raw SendMessage on a follower's front: the route's port, the send's status."""
+        import grpc
+
+        from tests.support.grpc5 import MessagingServiceStub
+
+        meta = (("x-mq-client-id", "roles@1"), ("x-mq-language", "PYTHON"), ("x-mq-client-version", "5.1.2"))
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+            stub = MessagingServiceStub(channel)
+            topic = pb.Resource(name="G5")
+            route = stub.QueryRoute(spb.QueryRouteRequest(topic=topic), metadata=meta, timeout=10)
+            props = pb.SystemProperties(
+                message_id="0123456789ABCDEF0123456789ABCDEF01", message_type=pb.NORMAL
+            )
+            one = pb.Message(topic=topic, body=b"to a follower", system_properties=props)
+            sent = stub.SendMessage(spb.SendMessageRequest(messages=[one]), metadata=meta, timeout=10)
+        print("follower's answer to a send:", pb.Code.Name(sent.status.code), sent.status.message)
+        return route.message_queues[0].broker.endpoints.addresses[0].port, sent.status.code
+
+    async with raft_group(tmp_path, cli_env) as (data, ns, client):
+        old = await elected_master(client, ns)
+        await BrokerClient(old, client).create_topic("G5", 2)
+        await topic_everywhere(client, data, "G5")
+        follower = next(a for a in member_addrs(data) if a != old)
+        port = await grpc_port(client, follower)
+        assert port > 0
+        route, refused = await asyncio.to_thread(ask_follower, port)
+        assert route == await grpc_port(client, old)  # the follower's front routes to the leader's
+        assert (
+            refused == pb.INTERNAL_SERVER_ERROR
+        )  # and refuses a send as a slave does (SERVICE_NOT_AVAILABLE)
+        config = ClientConfiguration(f"127.0.0.1:{port}", Credentials("", ""), request_timeout=3)
+        producer = Producer(config, ("G5",))
+        await asyncio.to_thread(producer.startup)
+        receipts: dict[str, bytes] = {}
+
+        def send(body: bytes) -> bool:
+            try:
+                receipts[producer.send(message("G5", body)).message_id] = body
+                return True
+            except Exception:
+                return False
+
+        try:
+            for i in range(10):
+                assert await asyncio.to_thread(send, f"before-{i}".encode())
+            os.kill(member_pid(data, old), signal.SIGKILL)
+            killed = time.monotonic()
+            after = 0
+            i = 0
+            while after < 10:
+                assert time.monotonic() - killed < 90, f"{after} sends acknowledged since the kill"
+                ok = await asyncio.to_thread(send, f"after-{i}".encode())
+                if ok and not after:
+                    print(f"5.x Producer: first SEND_OK {time.monotonic() - killed:.1f} s after the SIGKILL")
+                after += ok
+                i += 1
+                if not after:
+                    await asyncio.sleep(0.2)
+        finally:
+            await asyncio.to_thread(producer.shutdown)
+        on_new = BrokerClient(await new_master(client, ns, old), client)
+        held = [b for q in range(2) for b in await pull_all(on_new, "G5", q)]
+        assert sorted(held) == sorted(receipts.values())
