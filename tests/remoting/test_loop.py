@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from typing import Any
 
 import pytest
@@ -38,6 +38,17 @@ async def _swallows_cancellation() -> str:
     except asyncio.CancelledError:
         return "finished anyway"
     return "slept"
+
+
+@pytest.fixture(autouse=True)
+def default_sigint() -> Iterator[None]:
+    """Python's own Ctrl-C handler for each test (what a CLI process starts with): a test run earlier in
+    this worker (a SparkContext) may have left its own, under which asyncio installs none."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 @pytest.mark.parametrize("work", [_connect_as_ctrl_c_arrives, _swallows_cancellation])
