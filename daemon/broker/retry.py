@@ -42,10 +42,11 @@ def copy_of(
     store_host: HostAddress | None = None,
     reconsume_times: int | None = None,
     prepared: int | None = None,
+    delay_time_level: int | None = None,
 ) -> Message:
     """A stored message as a new one for ``topic``/``queue_id`` with ``properties``: the rest as stored
     (its store host, reconsume times and prepared-transaction offset unless given), not waiting for a
-    flush."""
+    flush; ``delay_time_level=0`` keeps a ``DELAY`` property from delaying the copy again."""
     return Message(
         topic=topic,
         body=old.stored_body,
@@ -59,4 +60,5 @@ def copy_of(
         reconsume_times=old.reconsume_times if reconsume_times is None else reconsume_times,
         prepared_transaction_offset=old.prepared_transaction_offset if prepared is None else prepared,
         wait_store_msg_ok=False,
+        delay_time_level=delay_time_level,
     )

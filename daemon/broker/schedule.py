@@ -13,6 +13,7 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
+from daemon.broker.retry import copy_of
 from daemon.lifecycle import cancel_tasks
 from store.message import (
     PROPERTY_REAL_QUEUE_ID,
@@ -49,21 +50,7 @@ def delivered_copy(old: StoredMessage) -> Message:
 def copy_to(old: StoredMessage, topic: str, queue_id: int, props: dict[str, str]) -> Message:
     """A re-put of a parked message (delay level or timer) into `topic`/`queue_id`, with `props`:
     body, flags, born and store hosts as stored, never waiting for a flush and never delayed again."""
-    return Message(
-        topic=topic,
-        body=old.stored_body,
-        queue_id=queue_id,
-        flag=old.flag,
-        properties=props,
-        sys_flag=old.sys_flag,
-        born_timestamp=old.born_timestamp,
-        born_host=old.born_host,
-        store_host=old.store_host,
-        reconsume_times=old.reconsume_times,
-        prepared_transaction_offset=old.prepared_transaction_offset,
-        wait_store_msg_ok=False,
-        delay_time_level=0,
-    )
+    return copy_of(old, topic, queue_id, props, delay_time_level=0)
 
 
 class ScheduleMessageService:

@@ -679,8 +679,12 @@ async def test_timers_are_the_masters_to_deliver_and_a_promoted_slave_takes_the_
 ) -> None:
     g = group
     master = g.on(g.master)
-    assert (await master.send("Tm", b"soon", props={"TIMER_DELAY_MS": "200"})).code == ResponseCode.SUCCESS
-    assert (await master.send("Tm", b"later", props={"TIMER_DELAY_SEC": "120"})).code == ResponseCode.SUCCESS
+    # with a unique key, as every client sets one: a promoted slave finds "soon"'s delivered copy by it
+    # (without one it cannot tell, and delivers it again: at least once, docs/store-format.md)
+    soon = {"TIMER_DELAY_MS": "200", "UNIQ_KEY": "7F0000010001000000000000000000A1"}
+    later = {"TIMER_DELAY_SEC": "120", "UNIQ_KEY": "7F0000010001000000000000000000A2"}
+    assert (await master.send("Tm", b"soon", props=soon)).code == ResponseCode.SUCCESS
+    assert (await master.send("Tm", b"later", props=later)).code == ResponseCode.SUCCESS
     await wait_until(lambda: g.master.store.get_max_offset("Tm", 0) == 1)  # "soon" delivered by the master
     await wait_until(lambda: caught_up(g))
     slave_root = Path(g.slave.config.store_path_root_dir)
