@@ -63,6 +63,9 @@ class Node:
             "listenPort": self.port,
             "storePathRootDir": self.store,
             "metricsEnable": "false",
+            # no VIP port (listenPort - 2): the ports the harness picks (HA, peers, proxy links) are
+            # free-port picks, which the OS hands out close together, and one may be listenPort - 2
+            "vipListenEnable": "false",
             **self.keys,
         }
         conf = write_conf(self.dir / "broker.conf", keys)
