@@ -4,9 +4,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -17,7 +14,7 @@ from store.dledger_log import DLedgerLog
 from store.engine import DefaultMessageStore, GetMessageStatus
 from store.message import Message
 from store.record import decode_record
-from tests.support.stores import all_bodies, dledger_config, dledger_store
+from tests.support.stores import all_bodies, dledger_config, dledger_store, kill_writer
 
 
 def _open(root: Path, **cfg: object) -> DefaultMessageStore:
@@ -168,21 +165,7 @@ while True:
 @pytest.mark.slow
 def test_sigkill_mid_write_loses_no_acknowledged_message(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    acked: list[tuple[int, ...]] = []
-    with subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(root)],
-        stdout=subprocess.PIPE,
-        cwd=Path(__file__).parents[2],
-        text=True,
-    ) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            acked.append(tuple(int(x) for x in line.split()))
-            if len(acked) >= 400:
-                break
-        proc.send_signal(signal.SIGKILL)
-        rest = proc.stdout.read()  # lines printed before the kill are acknowledged too
-        acked.extend(tuple(int(x) for x in line.split()) for line in rest.splitlines() if line.strip())
+    acked = kill_writer(WRITER, root)
     store = _open(root)
     try:
         assert not store.last_exit_ok

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import textwrap
@@ -29,7 +28,7 @@ from store.message import (
     Message,
 )
 from store.names import SCHEDULE_TOPIC
-from tests.support.stores import small_config
+from tests.support.stores import kill_writer, small_config
 from tests.support.waiting import wait_for
 
 FAR = 2**62
@@ -528,21 +527,7 @@ while True:
 @pytest.mark.slow
 def test_sigkill_during_sync_writes_loses_no_acknowledged_message(tmp_path: Path) -> None:
     root = tmp_path / "store"
-    acked = []
-    with subprocess.Popen(
-        [sys.executable, "-c", WRITER, str(root)],
-        stdout=subprocess.PIPE,
-        cwd=Path(__file__).parents[2],
-        text=True,
-    ) as proc:
-        assert proc.stdout is not None
-        for line in proc.stdout:
-            acked.append(tuple(int(x) for x in line.split()))
-            if len(acked) >= 400:
-                break
-        proc.send_signal(signal.SIGKILL)
-        rest = proc.stdout.read()  # lines printed before the kill are acknowledged too
-        acked.extend(tuple(int(x) for x in line.split()) for line in rest.splitlines() if line.strip())
+    acked = kill_writer(WRITER, root)
     assert (root / "abort").exists()
     store = _open(root)
     assert not store.last_exit_ok

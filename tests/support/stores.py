@@ -108,3 +108,29 @@ def dledger_store(root: Path, count: int = 300, topic: str = "D", queues: int = 
         for m in msgs:
             assert s.put_message(m).ok
     return msgs
+
+
+def kill_writer(script: str, root: Path, after: int = 400) -> list[tuple[int, ...]]:
+    """Run ``script`` (a store writer printing one line of integers per acknowledged put) on ``root``,
+    SIGKILL it after ``after`` lines, and return every line it printed: those printed before the kill
+    were acknowledged too."""
+    import signal
+    import subprocess
+    import sys
+
+    acked: list[tuple[int, ...]] = []
+    with subprocess.Popen(
+        [sys.executable, "-c", script, str(root)],
+        stdout=subprocess.PIPE,
+        cwd=Path(__file__).parents[2],
+        text=True,
+    ) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            acked.append(tuple(int(x) for x in line.split()))
+            if len(acked) >= after:
+                break
+        proc.send_signal(signal.SIGKILL)
+        rest = proc.stdout.read()
+        acked.extend(tuple(int(x) for x in line.split()) for line in rest.splitlines() if line.strip())
+    return acked
