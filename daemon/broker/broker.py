@@ -459,12 +459,17 @@ class Broker:
             timings,
             c.preferred_leader_id or None,
         )
+        # haTls puts the DLedger channel on mutual TLS with the keys the HA stream would use: TLS-only
+        # whatever tls.server.mode says (a member is no client that may need plaintext)
+        mutual = dataclasses.replace(self.tls_settings, mode="enforcing") if c.ha_tls else None
         self.dledger = DLedgerServer(
             settings,
             commit_log.dlog,
             on_role=self._dledger_role,
             on_commit=store.dispatch_committed,
             on_peer_back=self._dledger_peer_back,
+            tls=ServerTls(mutual, require_client=True) if mutual is not None else None,
+            client_ssl=mutual.client_context(verify=True) if mutual is not None else None,
         )
         self._set_role(master=False)
         await self.dledger.start()

@@ -2,9 +2,12 @@
 ``DLedgerRpcNettyService``): its own listener on the port `dLegerPeers` gives this member, a client to each
 peer, and a 10 ms tick driving the machines (`daemon.dledger.machines.Node`).
 
-Sockets and files only move bytes here: every decision is the machine's. Requests are answered as they
-arrive (a PUSH appends to the log before the next frame of that connection is read, so entries arrive
-in order); each outgoing request runs as its own task, so a slow or dead peer holds up nobody.
+Sockets and files only move bytes here: every decision is the machine's, but who may speak at all: the
+listener admits connections and requests through the :class:`~daemon.dledger.gate.PeerGate` (members,
+from their own hosts), and with `haTls` runs mutual TLS, as each member's connections to its peers do.
+Requests are answered as they arrive (a PUSH appends to the log before the next frame of that connection
+is read, so entries arrive in order); each outgoing request runs as its own task, so a slow or dead peer
+holds up nobody.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import ssl as _ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from daemon.dledger.gate import PeerGate, split_host
 from daemon.dledger.machines import MemberState, Node, Out, Role, Timings, wire_entry
 from daemon.dledger.protocol import (
     BEANS,
@@ -34,10 +39,13 @@ from daemon.dledger.protocol import (
 )
 from daemon.lifecycle import cancel_tasks
 from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from daemon.remoting.errors import RemotingError
+from daemon.remoting.limits import WarningGate
 from daemon.remoting.server import RemotingServer
+from daemon.remoting.tls import ServerTls
 from store.dledger import RaftLog, load_term, persist_term
 
 log = logging.getLogger(__name__)
@@ -81,7 +89,11 @@ class DLedgerSettings:
 
 class DLedgerServer:
     """One member of a DLedger group. `on_role(term, role)` is called on the loop as the role changes;
-    `on_commit()` after the committed index moved (the CommitLog dispatches what it may now serve)."""
+    `on_commit()` after the committed index moved (the CommitLog dispatches what it may now serve).
+
+    `tls` (haTls) makes the listener TLS-only and demand a client certificate its trust file verifies;
+    `client_ssl` is what this member presents to its peers and verifies them with. Without them the
+    channel is plaintext, guarded by the peer gate alone."""
 
     def __init__(
         self,
@@ -92,6 +104,8 @@ class DLedgerServer:
         on_commit: Callable[[], object] = lambda: None,
         on_peer_back: Callable[[str], None] = lambda peer: None,
         listen_host: str | None = None,
+        tls: ServerTls | None = None,
+        client_ssl: _ssl.SSLContext | None = None,
     ) -> None:
         self.settings = settings
         if settings.self_id not in settings.peers:
@@ -108,11 +122,19 @@ class DLedgerServer:
         self.on_peer_back = on_peer_back
         #: (leader) the peers that answered last: one answering again after a silence is reported
         self._live: set[str] = set()
-        host, _, port = settings.peers[settings.self_id].rpartition(":")
-        self.server = RemotingServer(host=listen_host or host, port=int(port), idle_timeout=0)
+        own = settings.peers[settings.self_id]
+        host, port = split_host(own), own.rpartition(":")[2]
+        self.gate = PeerGate(settings.self_id, settings.peers)
+        #: Whether the channel runs mutual TLS (haTls): the listener's and the peer connections' contexts.
+        self.mutual_tls = tls is not None
+        self.server = RemotingServer(
+            host=listen_host or host, port=int(port), idle_timeout=0, tls=tls, admit=self.gate.admits
+        )
         for code in DLedgerRequestCode:
             self.server.register(int(code), self._serve)
-        self.client = RemotingClient(connect_timeout=1.0)
+        # from this member's own address, which its peers' gates look for (the listener binds it too)
+        self.client = RemotingClient(connect_timeout=1.0, ssl=client_ssl, local_host=listen_host or host)
+        self._peer_refusals = WarningGate(log)
         self._task: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
         self._waiters: dict[int, asyncio.Future[Code]] = {}
@@ -130,16 +152,38 @@ class DLedgerServer:
         return self.server.port
 
     async def start(self) -> None:
+        await asyncio.to_thread(self.gate.resolve)  # before the port opens: nobody is admitted unchecked
         await self.server.start()
         self.node._now = now_ms()
         self._task = asyncio.create_task(self._run(), name=f"dledger-{self.settings.self_id}")
         log.info(
-            "DLedger member %s of group %s listening on %s (peers %s)",
+            "DLedger member %s of group %s listening on %s (peers %s); %s",
             self.settings.self_id,
             self.settings.group,
             self.server.address,
             ";".join(f"{k}-{v}" for k, v in self.settings.peers.items()),
+            self.channel(),
         )
+        if self.exposed:
+            log.warning(
+                "DLedger: dLegerPeers names hosts beyond loopback and the channel is not on mutual TLS: any "
+                "process on a member's host can send this member a VOTE (deposing the leader) or a PUSH "
+                "TRUNCATE (cutting a follower's log), and anyone on the path reads the log; set haTls=true "
+                "with tls.server.trustCertPath and the members' certificates"
+            )
+
+    @property
+    def exposed(self) -> bool:
+        """Beyond loopback without mutual TLS: the peer gate is the channel's only guard."""
+        return self.gate.beyond_loopback and not self.mutual_tls
+
+    def channel(self) -> str:
+        """How the channel is guarded, in words (the start-up line, ``broker status``)."""
+        if self.mutual_tls:
+            return "mutual TLS (haTls), members' hosts only"
+        if self.exposed:
+            return "plaintext beyond loopback: any process on a member's host can depose or truncate"
+        return "plaintext on loopback: members' hosts only (as strong as this host's user separation)"
 
     async def stop(self) -> None:
         self._stopped = True
@@ -186,6 +230,16 @@ class DLedgerServer:
             response = await self.client.invoke(addr, request, RPC_TIMEOUT_MS / 1000)
         except RemotingError as exc:
             log.debug("DLedger %s to %s: %s", out.code.name, out.peer, exc)
+            return None
+        if response.code != REMOTING_RESPONSE_CODE:  # the peer's gate (NO_PERMISSION), or its failure
+            self._peer_refusals.warning(
+                "DLedger %s to %s (%s) refused: code %d, %s",
+                out.code.name,
+                out.peer,
+                addr,
+                response.code,
+                response.remark,
+            )
             return None
         try:
             return BEANS[out.code][1].decode(response.body)
@@ -305,6 +359,7 @@ class DLedgerServer:
             "lastIndex": self.log.last_index,
             "committedIndex": self.log.committed_index,
             "peers": peers,
+            "channel": self.channel(),
         }
 
     # ------------------------------------------------------------------ serving the peers
@@ -320,6 +375,9 @@ class DLedgerServer:
         except ValueError as exc:
             log.warning("bad DLedger request %d from %s: %s", request.code, conn.address, exc)
             return self._reply(request, RequestOrResponse(code=int(Code.UNEXPECTED_ARGUMENT)))
+        refusal = self.gate.refusal(bean, conn.address[0])
+        if refusal is not None:
+            return request.make_response(ResponseCode.NO_PERMISSION, refusal)
         if isinstance(bean, LeadershipTransferRequest) and bean.group == self.node.m.group:
             return self._transfer_reply(request, bean)
         resp = self._answer(code, bean)
@@ -404,6 +462,8 @@ def dledger_runtime_info(server: DLedgerServer) -> dict[str, str]:
         "dledgerLastIndex": str(st["lastIndex"]),
         "dledgerCommittedIndex": str(st["committedIndex"]),
         "dledgerPeerAddrs": ";".join(f"{k}-{v}" for k, v in server.settings.peers.items()),
+        "dledgerChannel": str(st["channel"]),
+        "dledgerChannelRefused": str(server.gate.refused + server.server.tls_refused),
     }
     if server.node.is_leader:
         info["dledgerPeers"] = ";".join(f"{p}/{v['matchIndex']}/{v['lag']}" for p, v in peers.items())

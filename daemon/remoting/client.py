@@ -70,7 +70,9 @@ class RemotingClient:
     `processors` answer requests the server sends back over the same connection (broker callbacks);
     without them such requests get REQUEST_CODE_NOT_SUPPORTED. `signer` completes every request
     just before it is sent (ACL credentials: `daemon.acl.signature.Signer`). `ssl` puts every connection
-    on TLS (the server's name is checked when the context says so).
+    on TLS (the server's name is checked when the context says so). `local_host` binds every connection's
+    own end to that address (a DLedger member connects from its address in `dLegerPeers`, which its peers'
+    gate checks).
     """
 
     def __init__(
@@ -81,9 +83,11 @@ class RemotingClient:
         max_frame_length: int = MAX_FRAME_LENGTH,
         signer: Callable[[RemotingCommand], None] | None = None,
         ssl: _ssl.SSLContext | None = None,
+        local_host: str | None = None,
     ) -> None:
         self.dispatcher = RequestDispatcher(processors)
         self.ssl = ssl
+        self.local_host = local_host
         self.signer = signer
         self.connect_timeout = connect_timeout
         self.max_frame_length = max_frame_length
@@ -118,6 +122,7 @@ class RemotingClient:
                     port,
                     ssl=self.ssl,
                     server_hostname=host if self.ssl is not None else None,
+                    local_addr=(self.local_host, 0) if self.local_host else None,
                 ),
                 self.connect_timeout,
             )

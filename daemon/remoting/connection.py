@@ -70,10 +70,10 @@ def peer_address(transport: asyncio.BaseTransport) -> tuple[str, int]:
     """(ip, port) of the other end, an IPv4-mapped IPv6 address folded to its IPv4 form (ali-ons reads
     born hosts as v4 only; ACL whitelists name v4); ("", 0) when it has no IP peer (a Unix socket, or
     one reset before `getpeername` answered)."""
-    return _ip_port(transport.get_extra_info("peername"))
+    return ip_port(transport.get_extra_info("peername"))
 
 
-def _ip_port(name: object) -> tuple[str, int]:
+def ip_port(name: object) -> tuple[str, int]:
     """A socket name as (ip, port), an IPv4-mapped IPv6 address folded to IPv4; ("", 0) when it has no IP."""
     if isinstance(name, tuple) and len(name) >= 2:
         host = str(name[0])
@@ -233,7 +233,7 @@ class Connection(asyncio.Protocol):
         """The address of ours this connection reached (folded as `address`; "" unknown): read on
         demand, for the rare request that asks whether its peer is this machine."""
         transport = self._transport
-        return _ip_port(transport.get_extra_info("sockname"))[0] if transport is not None else ""
+        return ip_port(transport.get_extra_info("sockname"))[0] if transport is not None else ""
 
     def data_received(self, data: bytes) -> None:
         if self.is_closed:

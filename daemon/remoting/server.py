@@ -11,7 +11,14 @@ import logging
 import socket
 from collections.abc import Callable, Mapping
 
-from daemon.remoting.connection import Connection, Processor, ReplyBatch, RequestDispatcher, peer_name
+from daemon.remoting.connection import (
+    Connection,
+    Processor,
+    ReplyBatch,
+    RequestDispatcher,
+    ip_port,
+    peer_name,
+)
 from daemon.remoting.frame import MAX_FRAME_LENGTH
 from daemon.remoting.limits import BufferBudget, RemotingLimits, WarningGate
 from daemon.remoting.tls import HANDSHAKE_MAGIC, ServerTls, TlsReadBuffer
@@ -47,6 +54,9 @@ class RemotingServer:
     (0x16) gets a TLS transport, anything else the plain one (enforcing closes it instead). Either way
     the connection then runs on an ordinary transport: the look costs one peek per connection, nothing
     per frame. Without `tls` (or `disabled`) a handshake reads as a bad frame and closes, as in 4.9.8.
+
+    `admit(ip)` (the DLedger channel's peer gate) decides on each accepted socket, before a byte of it is
+    read or a TLS handshake spent on it: refused, it is closed at once (`admit` logs why).
     """
 
     def __init__(
@@ -60,6 +70,7 @@ class RemotingServer:
         idle_timeout: float = 120.0,
         limits: RemotingLimits | None = None,
         tls: ServerTls | None = None,
+        admit: Callable[[str], bool] | None = None,
     ) -> None:
         self.dispatcher = RequestDispatcher(processors, default_processor)
         self.host = host
@@ -77,6 +88,11 @@ class RemotingServer:
         self._sweeper: asyncio.Task[None] | None = None
         self._batch: ReplyBatch | None = None
         self.tls = tls if tls is not None and tls.mode != "disabled" else None
+        self.admit = admit
+        #: Sockets are accepted here (not by asyncio's server) when each is looked at before it is served.
+        self._own_accept = self.tls is not None or admit is not None
+        #: Connections `admit` refused.
+        self.refused_peers = 0
         #: Accepted sockets whose first byte has not arrived yet (TLS sniffing), with their tasks.
         self._sniffing: dict[socket.socket, asyncio.Task[None]] = {}
         self._listener: socket.socket | None = None
@@ -118,7 +134,7 @@ class RemotingServer:
         """Bind and start accepting; `self.port` holds the bound port afterwards. With `serve=False`
         the socket is bound but not listening (connections are refused) until `serve()`."""
         loop = asyncio.get_running_loop()
-        if self.tls is None:
+        if not self._own_accept:
             self._server = await loop.create_server(
                 self.accept, self.host, self.port, reuse_address=True, start_serving=serve
             )
@@ -128,7 +144,7 @@ class RemotingServer:
         self.port = sock.getsockname()[1]
         if self.idle_timeout > 0:  # 0 (or less) is Netty's IdleStateHandler disabled: no idle close
             self._sweeper = asyncio.create_task(self._sweep_idle(), name="remoting-idle-sweeper")
-        if self.tls is not None and serve:
+        if self._own_accept and serve:
             await self.serve()
         tls = f", TLS {self.tls.mode}" if self.tls is not None else ""
         log.info("remoting server listening on %s:%d%s", self.host, self.port, tls)
@@ -137,7 +153,7 @@ class RemotingServer:
         """Bind another port serving exactly what this one serves (the broker's VIP port): the same
         connections, processors, guard, limits and TLS mode. It accepts from `serve()` on and closes at
         `stop()`; call it between `start(serve=False)` and `serve()`."""
-        if self.tls is None:
+        if not self._own_accept:
             server = await asyncio.get_running_loop().create_server(
                 self.accept, host, port, reuse_address=True, start_serving=False
             )
@@ -177,6 +193,8 @@ class RemotingServer:
             if self.open_connections >= self.limits.connection_cap():
                 self._refuse_socket(sock)
                 continue
+            if self.admit is not None and not self._admitted(sock):
+                continue
             sock.setblocking(False)
             task = asyncio.create_task(self._sniff(sock), name="remoting-tls-sniff")
             self._sniffing[sock] = task
@@ -194,11 +212,26 @@ class RemotingServer:
             )
         sock.close()
 
+    def _admitted(self, sock: socket.socket) -> bool:
+        try:
+            host = ip_port(sock.getpeername())[0]
+        except OSError:
+            host = ""  # reset before we looked: nobody to serve
+        if host and self.admit is not None and self.admit(host):
+            return True
+        self.refused_peers += 1
+        sock.close()
+        return False
+
     async def _sniff(self, sock: socket.socket) -> None:
-        """Wait for the first byte without reading it, then hand the socket to a plain or a TLS transport."""
-        assert self.tls is not None
+        """Wait for the first byte without reading it, then hand the socket to a plain or a TLS transport
+        (without `tls`: straight to the plain one)."""
         loop = asyncio.get_running_loop()
         try:
+            if self.tls is None:
+                del self._sniffing[sock]
+                await loop.connect_accepted_socket(self.accept, sock)
+                return
             first = await asyncio.wait_for(
                 _peek(loop, sock), self.idle_timeout if self.idle_timeout > 0 else None
             )

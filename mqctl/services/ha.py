@@ -135,11 +135,11 @@ async def transfer(
     if to not in peers:
         raise UsageError(f"--to {to}: not a member of {row.broker_name} ({', '.join(peers)})")
     term = int(table["dledgerTerm"])
+    # no leaderId/localId, as DLedger's LeadershipTransferCommand: mqctl is no member, and the leader's peer
+    # gate refuses a request that names one as its sender from another host
     req = LeadershipTransferRequest(
         group=table.get("dledgerGroup"),
         remote_id=leader,
-        leader_id=leader,
-        local_id="mqctl",
         term=term,
         transfer_id=leader,
         transferee_id=to,

@@ -1,0 +1,106 @@
+"""Who may speak on a DLedger member's channel: the members of its group, from their own hosts.
+
+DLedger's requests change the log and the election (a PUSH TRUNCATE cuts a follower's tail and appends
+what it carries, a VOTE of a far term deposes a leader), and 4.9.8's DLedger serves them to whoever
+connects. The gate admits a connection only from a host `dLegerPeers` lists (as the HA gate admits only
+registered slaves, on host alone: a peer connects from an ephemeral port), and a request only when every
+member id it names as its sender is a member whose `dLegerPeers` host is the connecting one. Members
+connect from their own `dLegerPeers` address, so on a multi-homed host the match is exact.
+
+On loopback every member is 127.0.0.1 and every local process passes: the gate is then as strong as the
+host's user separation. Mutual TLS (`haTls`) is what authenticates the members themselves.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import socket
+
+from daemon.dledger.protocol import LeadershipTransferRequest, RequestOrResponse
+from daemon.remoting.limits import WarningGate
+
+log = logging.getLogger(__name__)
+
+
+def split_host(addr: str) -> str:
+    """``host:port`` (``[v6]:port``) -> host."""
+    host = addr.rpartition(":")[0]
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def resolve(host: str) -> set[str]:
+    """The IP addresses `host` stands for (itself when it is one); empty when it does not resolve."""
+    try:
+        return {str(ipaddress.ip_address(host))}
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError as exc:
+        log.warning("DLedger: peer host %s does not resolve (%s): nobody is admitted from it", host, exc)
+        return set()
+    return {str(info[4][0]) for info in infos}
+
+
+def is_loopback(ip: str) -> bool:
+    try:
+        return ipaddress.ip_address(ip).is_loopback
+    except ValueError:
+        return False
+
+
+class PeerGate:
+    """The member hosts of one group, as `dLegerPeers` names them, resolved once when the member starts
+    (:meth:`resolve`, in a thread: a name lookup may block)."""
+
+    def __init__(self, self_id: str, peers: dict[str, str]) -> None:
+        self.self_id = self_id
+        self.peers = peers
+        #: member id -> its host's IP addresses (a name may stand for several)
+        self.hosts: dict[str, set[str]] = {p: set() for p in peers}
+        #: Connections and requests refused (what /metrics and the tests count).
+        self.refused = 0
+        self._warnings = WarningGate(log)
+
+    def resolve(self) -> None:
+        for peer, addr in self.peers.items():
+            self.hosts[peer] = resolve(split_host(addr))
+
+    @property
+    def beyond_loopback(self) -> bool:
+        """Whether a member's host is off loopback (or unresolved): then other machines reach the channel."""
+        return any(not ips or not all(is_loopback(ip) for ip in ips) for ips in self.hosts.values())
+
+    def admits(self, ip: str) -> bool:
+        """A new connection from `ip`: only from a member's host; the refusal is logged (rate-limited)."""
+        if any(ip in ips for ips in self.hosts.values()):
+            return True
+        self.refused += 1
+        self._warnings.warning(
+            "DLedger: closing the connection from %s: not the host of any member in dLegerPeers (%s)",
+            ip,
+            ";".join(f"{k}-{v}" for k, v in self.peers.items()),
+        )
+        return False
+
+    def refusal(self, request: RequestOrResponse, ip: str) -> str | None:
+        """Why a request from `ip` is refused (logged, rate-limited), or None: every member id it gives as
+        its sender (``leaderId``, ``localId``, a take-leadership's ``transferId``) must be another member
+        whose host is `ip`. An admin's LEADERSHIP_TRANSFER to the leader names no sender and passes."""
+        senders = {request.leader_id, request.local_id}
+        if isinstance(request, LeadershipTransferRequest) and request.transfer_id != self.self_id:
+            senders.add(request.transfer_id)
+        for sender in sorted(s for s in senders if s is not None):
+            why = None
+            if sender == self.self_id:
+                why = f"names member {sender}, this member itself, as its sender"
+            elif sender not in self.hosts:
+                why = f"names member {sender}, which dLegerPeers does not list"
+            elif ip not in self.hosts[sender]:
+                why = f"names member {sender}, whose host in dLegerPeers is {split_host(self.peers[sender])}"
+            if why is not None:
+                self.refused += 1
+                self._warnings.warning("DLedger: refusing a request from %s: it %s", ip, why)
+                return f"DLedger peer gate: a request from {ip} {why}"
+        return None

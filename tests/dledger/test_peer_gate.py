@@ -1,0 +1,250 @@
+"""The DLedger channel admits its members only: a group of three brokers in this process (fast timings).
+
+A process on a host that is not in `dLegerPeers` (127.0.0.2 while the peers are 127.0.0.1: Linux routes all
+of 127/8 to lo) is closed on connect, so its forged TRUNCATE (a duplicate entry the follower would commit)
+and its VOTE of a far term (which would depose the leader) change nothing. A request naming a member whose
+host is not the connecting one is refused. With `haTls` the channel is mutual TLS: a plaintext peer and a
+peer whose certificate another CA signed are refused, and the group elects, replicates and fails over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.broker.broker import Broker
+from daemon.dledger.machines import wire_entry
+from daemon.dledger.protocol import (
+    DLedgerRequestCode,
+    PushEntryRequest,
+    PushType,
+    RequestOrResponse,
+    VoteRequest,
+)
+from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import RemotingError
+from daemon.remoting.tls import write_local_ca
+from tests.broker.test_ha import pull_all
+from tests.dledger.test_rejoin import leader_of, members
+from tests.support.broker import BrokerClient, start_broker
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+Snapshot = list[tuple[int, int, int, str | None]]
+
+
+def on_hosts(keys: list[dict[str, Any]], hosts: list[str]) -> list[dict[str, Any]]:
+    """`members`' keys with member i's DLedger address on hosts[i] (its port kept)."""
+    peers = keys[0]["dleger_peers"].split(";")
+    moved = ";".join(p.replace("127.0.0.1", h) for p, h in zip(peers, hosts, strict=True))
+    return [{**k, "dleger_peers": moved} for k in keys]
+
+
+async def running(keys: list[dict[str, Any]]) -> list[Broker]:
+    return [await start_broker(Path(k["store_path_root_dir"]), **k) for k in keys]
+
+
+async def settled(
+    brokers: list[Broker], client: RemotingClient, sends: int = 5
+) -> tuple[Broker, BrokerClient]:
+    """Wait for a leader, send `sends` messages through it, and wait until every member committed them."""
+    await wait_until(lambda: leader_of(list(brokers)) is not None, 30)
+    leader = leader_of(list(brokers))
+    assert leader is not None
+    on = BrokerClient(leader.addr, client)
+    await on.create_topic("G", 1)
+    for i in range(sends):
+        assert (await on.send("G", f"m{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+    assert leader.dledger is not None
+    last = leader.dledger.log.last_index
+
+    def all_committed() -> bool:
+        return all(b.dledger is not None and b.dledger.log.committed_index == last for b in brokers)
+
+    await wait_until(all_committed, 20)
+    return leader, on
+
+
+def snapshot(brokers: list[Broker]) -> Snapshot:
+    """Each member's term, last and committed index, and the leader it follows."""
+    out = []
+    for b in brokers:
+        assert b.dledger is not None
+        m, lg = b.dledger.node.m, b.dledger.log
+        out.append((m.term, lg.last_index, lg.committed_index, m.leader_id))
+    return out
+
+
+def forged(
+    leader: Broker, follower: Broker
+) -> tuple[tuple[str, RequestOrResponse], tuple[str, RequestOrResponse]]:
+    """A TRUNCATE to `follower` in the leader's name that adds a copy of its last entry and commits it, and
+    a VOTE to `leader` in the follower's name for a term far ahead: (DLedger address, request) each."""
+    assert leader.dledger is not None and follower.dledger is not None
+    lm, fm = leader.dledger.node.m, follower.dledger.node.m
+    last = follower.dledger.node._get(follower.dledger.log.last_index)
+    assert last is not None
+    entry = wire_entry(last)
+    entry.index, entry.pos = entry.index + 1, entry.pos + entry.size
+    push = PushEntryRequest(
+        group=fm.group,
+        leader_id=lm.self_id,
+        local_id=lm.self_id,
+        remote_id=fm.self_id,
+        term=fm.term,
+        type=PushType.TRUNCATE,
+        entry=entry,
+        commit_index=entry.index,
+    )
+    vote = VoteRequest(
+        group=lm.group,
+        leader_id=fm.self_id,
+        local_id=fm.self_id,
+        remote_id=lm.self_id,
+        term=lm.term + 1000,
+        ledger_end_index=10**9,
+        ledger_end_term=lm.term + 1000,
+    )
+    return (fm.peers[fm.self_id], push), (lm.peers[lm.self_id], vote)
+
+
+async def send_forged(client: RemotingClient, addr: str, req: RequestOrResponse) -> int | None:
+    """The remoting code a forged request was answered with; None when the connection was refused/closed."""
+    code = DLedgerRequestCode.PUSH if isinstance(req, PushEntryRequest) else DLedgerRequestCode.VOTE
+    try:
+        response = await client.invoke(addr, RemotingCommand.request(int(code), body=req.encode()), 2.0)
+    except RemotingError:
+        return None
+    return response.code
+
+
+async def test_a_non_member_host_can_neither_truncate_nor_depose(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    brokers = await running(members(tmp_path))
+    attacker = RemotingClient(local_host="127.0.0.2", connect_timeout=1.0)
+    client = RemotingClient()
+    try:
+        leader, on = await settled(brokers, client)
+        follower = next(b for b in brokers if b is not leader)
+        before = snapshot(brokers)
+        caplog.set_level(logging.WARNING)
+        answers = [await send_forged(attacker, addr, req) for addr, req in forged(leader, follower)]
+        await asyncio.sleep(0.5)
+        assert snapshot(brokers) == before
+        assert answers == [None, None]  # closed on connect: no answer at all
+        assert leader_of(brokers) is leader
+        assert "127.0.0.2" in caplog.text and "dLegerPeers" in caplog.text
+        # the group still works, and every member holds the five messages once
+        assert (await on.send("G", b"after", queue_id=0)).code == ResponseCode.SUCCESS
+        for b in brokers:
+            await wait_until(
+                lambda b=b: b.dledger is not None and b.dledger.log.committed_index == before[0][1] + 1
+            )
+        assert await pull_all(on, "G", 0) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"after"]
+    finally:
+        await attacker.close()
+        await client.close()
+        for b in brokers:
+            await b.stop()
+
+
+async def test_a_member_host_cannot_speak_for_another_member(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Members on 127.0.0.1, .2 and .3: the group elects and replicates (each connects from its own
+    address), and a process on one member's host that names another member is refused NO_PERMISSION."""
+    hosts = ["127.0.0.1", "127.0.0.2", "127.0.0.3"]
+    brokers = await running(on_hosts(members(tmp_path), hosts))
+    client = RemotingClient()
+    try:
+        leader, _on = await settled(brokers, client)
+        follower = next(b for b in brokers if b is not leader)
+        third = next(b for b in brokers if b is not leader and b is not follower)
+        before = snapshot(brokers)
+        caplog.set_level(logging.WARNING)
+        # from the third member's host, in the leader's and the follower's names
+        assert third.dledger is not None
+        third_host = third.dledger.settings.peers[third.dledger.settings.self_id].rpartition(":")[0]
+        impostor = RemotingClient(local_host=third_host, connect_timeout=1.0)
+        try:
+            for addr, req in forged(leader, follower):
+                assert await send_forged(impostor, addr, req) == ResponseCode.NO_PERMISSION
+        finally:
+            await impostor.close()
+        await asyncio.sleep(0.5)
+        assert snapshot(brokers) == before
+        assert "names member" in caplog.text
+    finally:
+        await client.close()
+        for b in brokers:
+            await b.stop()
+
+
+def tls_keys(certs: dict[str, Path]) -> dict[str, Any]:
+    return {
+        "ha_tls": True,
+        "tls_server_mode": "enforcing",
+        "tls_server_cert_path": str(certs["server_cert"]),
+        "tls_server_key_path": str(certs["server_key"]),
+        "tls_server_trust_cert_path": str(certs["ca"]),
+        "tls_client_trust_cert_path": str(certs["ca"]),
+        "tls_test_mode_enable": False,
+    }
+
+
+async def test_on_ha_tls_the_channel_is_mutual_tls(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """haTls: the group elects, replicates and fails over on mutual TLS; a plaintext peer and a peer whose
+    certificate another CA signed (on a member's host, in a member's name) are refused."""
+    certs = write_local_ca(tmp_path / "ca")
+    other = write_local_ca(tmp_path / "other")
+    keys = [{**k, **tls_keys(certs)} for k in members(tmp_path)]
+    brokers: list[Broker | None] = list(await running(keys))
+    client = RemotingClient(ssl=_client_context(certs))
+    try:
+        live = [b for b in brokers if b is not None]
+        leader, _on = await settled(live, client)
+        follower = next(b for b in live if b is not leader)
+        before = snapshot(live)
+        caplog.set_level(logging.WARNING)
+        for ctx in (None, _client_context(other, trust=certs)):
+            intruder = RemotingClient(ssl=ctx, connect_timeout=1.0)
+            try:
+                for addr, req in forged(leader, follower):
+                    assert await send_forged(intruder, addr, req) is None
+            finally:
+                await intruder.close()
+        await asyncio.sleep(0.5)
+        assert snapshot(live) == before
+        # fail over: the leader goes, the others elect on mutual TLS and keep every acknowledged message
+        index = brokers.index(leader)
+        await leader.stop()
+        brokers[index] = None
+        await wait_until(lambda: leader_of(brokers) is not None, 30)
+        new = leader_of(brokers)
+        assert new is not None and new is not leader
+        on = BrokerClient(new.addr, client)
+        assert (await on.send("G", b"after", queue_id=0)).code == ResponseCode.SUCCESS
+        assert await pull_all(on, "G", 0) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"after"]
+    finally:
+        await client.close()
+        for b in brokers:
+            if b is not None:
+                await b.stop()
+
+
+def _client_context(certs: dict[str, Path], trust: dict[str, Path] | None = None) -> Any:
+    """A client context presenting `certs`' client certificate and trusting `trust`'s CA (default: its own)."""
+    import ssl
+
+    ctx = ssl.create_default_context(cafile=str((trust or certs)["ca"]))
+    ctx.check_hostname = False
+    ctx.load_cert_chain(certs["client_cert"], certs["client_key"])
+    return ctx
