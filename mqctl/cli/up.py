@@ -126,11 +126,22 @@ def dledger_confs(
     broker_port: int,
     metrics_port: int,
     grpc_port: int = 0,
+    tls: dict[str, Any] | None = None,
 ) -> tuple[list[Path], list[str]]:
     """broker.conf of each member of a DLedger group (4.9.8's keys) in ``<root>/store-<name>-n<i>``: member i
     listens on broker port + 4i and its DLedger port one above (a master/slave broker's HA port), its gRPC
     front on `grpc_port` + i (every member runs one: the role follows the election); port 0 picks free
-    ports (the peers must know each other's)."""
+    ports (the peers must know each other's). `tls` (`up --tls`'s settings, by field name) go in as
+    4.9.8's keys, with `tls.enable` and `haTls`: clients, registration and the DLedger channel on TLS."""
+    import dataclasses
+
+    from daemon.broker.config import BrokerConfig
+    from daemon.config import property_key
+
+    keys_of = {f.name: property_key(f) for f in dataclasses.fields(BrokerConfig)}
+    tls_keys = {keys_of[k]: str(v).lower() if isinstance(v, bool) else v for k, v in (tls or {}).items()}
+    if tls:
+        tls_keys.update({keys_of["tls_enable"]: "true", keys_of["ha_tls"]: "true"})
     ports = [
         (broker_port + 4 * i, broker_port + 4 * i + 1) if broker_port else (_free(), _free())
         for i in range(members)
@@ -154,6 +165,7 @@ def dledger_confs(
             "metricsEnable": str(bool(metrics_port)).lower(),
             "metricsPort": metrics_port + i if metrics_port else 0,
             "grpcListenPort": grpc_port + i if grpc_port and broker_port else 0,
+            **tls_keys,
         }
         conf = store / "broker.conf"
         conf.write_text("".join(f"{k}={v}\n" for k, v in keys.items()))
@@ -238,7 +250,8 @@ def up(
         typer.Option(
             "--tls",
             help="Serve TLS only (tls.server.mode=enforcing), with a CA and certificates 'mqctl tls init' writes "
-            "once in <DIR>/tls; brokers register and replicate over TLS too.",
+            "once in <DIR>/tls; brokers register and replicate over TLS too (mutual TLS: haTls, a --dledger "
+            "group's channel included).",
         ),
     ] = False,
 ) -> None:
@@ -299,8 +312,8 @@ def up(
         )
 
     if dledger:
-        if slaves or groups > 1 or tls:
-            raise UsageError("--dledger runs one group of its own members: no --slaves, --brokers or --tls")
+        if slaves or groups > 1:
+            raise UsageError("--dledger runs one group of its own members: no --slaves or --brokers")
         confs, addrs = dledger_confs(
             root,
             "broker-a",
@@ -310,6 +323,7 @@ def up(
             broker_port,
             0 if no_metrics else metrics_port,
             grpc_port if grpc_port is not None else load_config(BrokerConfig).grpc_listen_port,
+            tls_keys,
         )
         group = DLedgerGroup(namesrv, confs, addrs, host)
 
@@ -323,6 +337,8 @@ def up(
                 f"ready: NameServer {host}:{namesrv.port}, DLedger group broker-a: {members}; logs in "
                 f"{root}/store-broker-a-n<i>/broker.log. Ctrl-C stops all."
             )
+            if tls:  # the DLedger channel is mutual TLS: 'broker ha transfer' presents the client pair
+                _tls_hint(root, f"{host}:{namesrv.port}", client_cert=True)
 
         from daemon.lifecycle import PidFile
         from mqctl.cli.daemons import busy_ports
@@ -357,10 +373,7 @@ def up(
             f"data in {root}. Ctrl-C stops {'both' if len(brokers) == 1 else 'all'}."
         )
         if tls:
-            stderr_console().print(
-                f"TLS only; connect with: mqctl context add local-tls -n {host}:{namesrv.port} "
-                f"--ca {root / 'tls' / 'ca.pem'} --use"
-            )
+            _tls_hint(root, f"{host}:{namesrv.port}")
 
     from daemon.lifecycle import PidFile
     from mqctl.cli.broker import PID_FILE as BROKER_PID
@@ -376,6 +389,17 @@ def up(
         (root / "namesrv" / ADDR_FILE).unlink(missing_ok=True)
         for each in brokers:
             (Path(each.config.store_path_root_dir) / BROKER_ADDR).unlink(missing_ok=True)
+
+
+def _tls_hint(root: Path, namesrv: str, *, client_cert: bool = False) -> None:
+    """The `context add` line for a cluster `up --tls` started (with the client pair: mutual TLS too)."""
+    from mqctl.output import stderr_console
+
+    tls = root / "tls"
+    pair = f" --cert {tls / 'client.pem'} --key {tls / 'client.key'}" if client_cert else ""
+    stderr_console().print(
+        f"TLS only; connect with: mqctl context add local-tls -n {namesrv} --ca {tls / 'ca.pem'}{pair} --use"
+    )
 
 
 def _tls_settings(directory: Path) -> dict[str, Any]:

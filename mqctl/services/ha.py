@@ -34,6 +34,8 @@ class HAStatus:
     raft_role: str | None = None
     term: int | None = None
     commit_index: int | None = None
+    #: DLedger mode: how the member's peer channel is guarded (mutual TLS, or plaintext and where).
+    channel: str | None = None
     error: str | None = None
 
 
@@ -56,6 +58,7 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         out.raft_role = table["dledgerRole"]
         out.term = _int(table.get("dledgerTerm"))
         out.commit_index = _int(table.get("dledgerCommittedIndex"))
+        out.channel = table.get("dledgerChannel")
         peers = [p.split("/") for p in table.get("dledgerPeers", "").split(";") if p]
         if peers:
             out.peers = ", ".join(f"{p[0]} match {p[1]} lag {p[2]}" for p in peers if len(p) == 3)

@@ -139,6 +139,8 @@ class BrokerFigures(TypedDict):
     gc_pause_max_ms: float | None
     #: POP (5.x) messages popped and not yet acked, by group (None from a broker without POP).
     pop_in_flight: dict[str, int] | None
+    #: DLedger mode: how the member's peer channel is guarded (mutual TLS, or plaintext and where); else None.
+    dledger_channel: str | None
 
 
 class NamesrvFigures(TypedDict):
@@ -211,6 +213,7 @@ async def _broker_figures(admin: Admin, addr: str) -> BrokerFigures:
         "gc_pause_max_ms": first_float(table.get("gcPauseMax")),
         # POP (5.x) messages popped and not acked, by group
         "pop_in_flight": parse_pop_in_flight(table["popInFlight"]) if "popInFlight" in table else None,
+        "dledger_channel": table.get("dledgerChannel"),
     }
 
 

@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from pathlib import Path
+from ssl import SSLContext
 
 import pytest
 
@@ -68,11 +69,11 @@ async def send_acked(on: BrokerClient, acked: dict[tuple[int, int], bytes], body
     return True
 
 
-async def failover(data: Path, ns: str, pause: float = 0.0) -> float:
+async def failover(data: Path, ns: str, pause: float = 0.0, ssl: SSLContext | None = None) -> float:
     """Acknowledged sends, SIGKILL of the leader (``pause``: SIGSTOP for that long, then SIGCONT), sends
     through the new one: the seconds from the signal to the first SEND_OK through the new leader; every
-    acknowledged message is then read back from it."""
-    client = RemotingClient()
+    acknowledged message is then read back from it (over TLS with `ssl`)."""
+    client = RemotingClient(ssl=ssl)
     try:
         old = await elected_master(client, ns)
         on_old = BrokerClient(old, client)

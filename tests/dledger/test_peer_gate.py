@@ -10,13 +10,16 @@ peer whose certificate another CA signed are refused, and the group elects, repl
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from daemon.broker.broker import Broker
+from daemon.config import parse_properties
 from daemon.dledger.machines import wire_entry
 from daemon.dledger.protocol import (
     DLedgerRequestCode,
@@ -29,10 +32,14 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingError
+from daemon.remoting.frame import encode_command
 from daemon.remoting.tls import write_local_ca
 from tests.broker.test_ha import pull_all
+from tests.dledger.test_group import failover
 from tests.dledger.test_rejoin import leader_of, members
 from tests.support.broker import BrokerClient, start_broker
+from tests.support.ports import free_port
+from tests.support.up import mqctl_up
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -248,3 +255,54 @@ def _client_context(certs: dict[str, Path], trust: dict[str, Path] | None = None
     ctx.check_hostname = False
     ctx.load_cert_chain(certs["client_cert"], certs["client_key"])
     return ctx
+
+
+async def test_up_tls_dledger_3_runs_the_channel_on_mutual_tls(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """`mqctl up --tls --dledger 3`: every member's channel is mutual TLS (status says so), a plaintext
+    connection to a DLedger port is closed unanswered, mqctl hands the leadership over with the client
+    pair `up` prints, and the group fails over a SIGKILL of its leader losing nothing acknowledged."""
+    ns_port = free_port()
+    data = tmp_path / "data"
+    ns = f"127.0.0.1:{ns_port}"
+    env = {**cli_env, "MQCTL_HEART_BEAT_TIME_INTERVAL_MS": "500"}
+    args = ("--tls", "--dledger", "3", "--broker-port", "0", "--no-metrics")
+    async with mqctl_up(data, env, ns_port, *args) as up:
+        up.env.pop("NAMESRV_ADDR")
+        tls = data / "tls"
+        pair = (
+            "--ca",
+            str(tls / "ca.pem"),
+            "--cert",
+            str(tls / "client.pem"),
+            "--key",
+            str(tls / "client.key"),
+        )
+        await asyncio.to_thread(up.mq, "context", "add", "local-tls", "-n", ns, *pair, "--use")
+
+        async def led() -> list[dict[str, Any]] | None:
+            rows = await asyncio.to_thread(up.mq, "broker", "ha", "status")
+            roles = sorted(str(r["raft_role"]) for r in rows)
+            return rows if len(rows) == 3 and roles == ["FOLLOWER", "FOLLOWER", "LEADER"] else None
+
+        await wait_until(led, 60)
+        rows = await led()
+        assert rows is not None
+        assert {str(r["channel"]).split(",")[0] for r in rows} == {"mutual TLS (haTls)"}
+        leader = next(str(r["peers"]) for r in rows if r["raft_role"] == "FOLLOWER").split()[-1]
+        peers = parse_properties((data / "store-broker-a-n0" / "broker.conf").read_text())["dLegerPeers"]
+        dledger_ports = {p.split("-")[0]: int(p.rpartition(":")[2]) for p in peers.split(";")}
+        with socket.create_connection(("127.0.0.1", dledger_ports[leader])) as raw:
+            raw.sendall(encode_command(RemotingCommand.request(int(DLedgerRequestCode.METADATA), body=b"{}")))
+            raw.settimeout(5)
+            with contextlib.suppress(ConnectionResetError):
+                assert raw.recv(1) == b""  # closed (or reset), nothing answered
+        to = next(p for p in dledger_ports if p != leader)
+        moved = await asyncio.to_thread(up.mq, "broker", "ha", "transfer", "--to", to)
+        assert moved["to_id"] == to and moved["result"] == "SUCCESS"
+        took = await failover(data, ns, ssl=_client_context({k: tls / v for k, v in _UP_CERTS.items()}))
+    assert took > 0 and up.code == 0
+
+
+_UP_CERTS = {"ca": "ca.pem", "client_cert": "client.pem", "client_key": "client.key"}
