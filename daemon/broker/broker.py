@@ -468,7 +468,7 @@ class Broker:
             on_role=self._dledger_role,
             on_commit=store.dispatch_committed,
             on_peer_back=self._dledger_peer_back,
-            tls=ServerTls(mutual, require_client=True) if mutual is not None else None,
+            tls=ServerTls(mutual, require_client=True, why="haTls") if mutual is not None else None,
             client_ssl=mutual.client_context(verify=True) if mutual is not None else None,
         )
         self._set_role(master=False)

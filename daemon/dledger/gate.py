@@ -18,6 +18,7 @@ import logging
 import socket
 
 from daemon.dledger.protocol import LeadershipTransferRequest, RequestOrResponse
+from daemon.protect import is_loopback
 from daemon.remoting.limits import WarningGate
 
 log = logging.getLogger(__name__)
@@ -41,13 +42,6 @@ def resolve(host: str) -> set[str]:
         log.warning("DLedger: peer host %s does not resolve (%s): nobody is admitted from it", host, exc)
         return set()
     return {str(info[4][0]) for info in infos}
-
-
-def is_loopback(ip: str) -> bool:
-    try:
-        return ipaddress.ip_address(ip).is_loopback
-    except ValueError:
-        return False
 
 
 class PeerGate:

@@ -242,7 +242,7 @@ class RemotingServer:
             if first[0] == HANDSHAKE_MAGIC:
                 ssl_context = self.tls.context()
             elif self.tls.mode == "enforcing":
-                self._tls_refusal(sock, "plaintext request to a listener in tls.server.mode=enforcing")
+                self._tls_refusal(sock, f"plaintext request to a TLS-only listener ({self.tls.why_tls_only})")
                 return
             del self._sniffing[sock]
             if ssl_context is None:

@@ -260,10 +260,14 @@ class TlsSettings:
 class ServerTls:
     """What a listener needs: the mode, and the context made the first time a TLS client arrives."""
 
-    def __init__(self, settings: TlsSettings, *, require_client: bool = False) -> None:
+    def __init__(
+        self, settings: TlsSettings, *, require_client: bool = False, why: str = "tls.server.mode=enforcing"
+    ) -> None:
         self.settings = settings
         self.mode = settings.mode
         self.require_client = require_client
+        #: What makes the listener TLS-only, for the line that logs a plaintext client closed.
+        self.why_tls_only = why
         self._context: ssl.SSLContext | None = None
 
     def context(self) -> ssl.SSLContext:

@@ -169,6 +169,7 @@ class Probe(TypedDict):
     gc_pause_total_ms: NotRequired[float | None]
     gc_pause_max_ms: NotRequired[float | None]
     pop_in_flight: NotRequired[dict[str, int] | None]
+    dledger_channel: NotRequired[str | None]
     clusters: NotRequired[int]
     brokers: NotRequired[int]
     topics: NotRequired[int]

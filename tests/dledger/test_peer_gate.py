@@ -28,8 +28,9 @@ from daemon.dledger.protocol import (
     RequestOrResponse,
     VoteRequest,
 )
+from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import RemotingClient
-from daemon.remoting.codes import ResponseCode
+from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingError
 from daemon.remoting.frame import encode_command
@@ -38,6 +39,7 @@ from tests.broker.test_ha import pull_all
 from tests.dledger.test_group import failover
 from tests.dledger.test_rejoin import leader_of, members
 from tests.support.broker import BrokerClient, start_broker
+from tests.support.netns import peer_namespace
 from tests.support.ports import free_port
 from tests.support.up import mqctl_up
 from tests.support.waiting import wait_until
@@ -306,3 +308,48 @@ async def test_up_tls_dledger_3_runs_the_channel_on_mutual_tls(
 
 
 _UP_CERTS = {"ca": "ca.pem", "client_cert": "client.pem", "client_key": "client.key"}
+
+
+async def test_beyond_loopback_without_mutual_tls_the_member_warns_and_admits_no_stranger(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A member on an address off loopback (a veth pair's, inside this machine) without haTls starts, says
+    at WARNING what that means, and its status says so; a VOTE from the namespace's address (no member's)
+    is closed unanswered. With haTls the same member neither warns nor counts as exposed."""
+    with peer_namespace() as peer:
+        keys = {
+            "enable_dleger_commit_log": True,
+            "dleger_group": "g",
+            "dleger_peers": f"n0-{peer.host_ip}:{free_port()}",
+            "dleger_self_id": "n0",
+            "metrics_enable": False,
+        }
+        caplog.set_level(logging.INFO)
+        broker = await start_broker(tmp_path / "plain", **keys)
+        try:
+            assert broker.dledger is not None
+            assert "beyond loopback and the channel is not on mutual TLS" in caplog.text
+            await wait_until(lambda: broker.dledger is not None and broker.dledger.node.is_leader, 10)
+            term = broker.dledger.node.m.term
+            async with RemotingClient() as client:
+                info = await client.invoke(
+                    broker.addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO)
+                )
+            channel = KVTable.loads(info.body).table["dledgerChannel"]
+            assert channel.startswith("plaintext beyond loopback")
+            vote = VoteRequest(group="g", leader_id="n0", remote_id="n0", term=term + 1000)
+            with pytest.raises(AssertionError, match="Remoting"):  # the client there sees the close
+                await peer.send(broker.dledger.settings.peers["n0"], [(51001, {}, vote.encode().decode())])
+            assert broker.dledger.node.m.term == term and broker.dledger.node.is_leader
+            assert f"closing the connection from {peer.peer_ip}" in caplog.text
+        finally:
+            await broker.stop()
+        caplog.clear()
+        certs = write_local_ca(tmp_path / "ca")
+        mutual = await start_broker(tmp_path / "tls", **keys, **tls_keys(certs))
+        try:
+            assert mutual.dledger is not None and not mutual.dledger.exposed
+            assert mutual.dledger.channel().startswith("mutual TLS")
+            assert "not on mutual TLS" not in caplog.text
+        finally:
+            await mutual.stop()
