@@ -372,6 +372,14 @@ def _dledger_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> It
         if v["lag"] >= 0:
             lag.add_metric([*base, peer], v["lag"])
     yield lag
+    refused = CounterMetricFamily(
+        "rocketmq_dledger_channel_refused",
+        "DLedger channel connections and requests refused: by the peer gate, or failing mutual TLS",
+        labels=[*labels, "by"],
+    )
+    refused.add_metric([*base, "peer_gate"], group.gate.refused)
+    refused.add_metric([*base, "tls"], group.server.tls_refused)
+    yield refused
 
 
 class _QuietHandler(WSGIRequestHandler):

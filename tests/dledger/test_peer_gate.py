@@ -352,6 +352,7 @@ async def test_beyond_loopback_without_mutual_tls_the_member_warns_and_admits_no
                 await peer.send(broker.dledger.settings.peers["n0"], [(51001, {}, vote.encode().decode())])
             assert broker.dledger.node.m.term == term and broker.dledger.node.is_leader
             assert f"closing the connection from {peer.peer_ip}" in caplog.text
+            assert broker.dledger.gate.refused == 1
         finally:
             await broker.stop()
         caplog.clear()

@@ -49,6 +49,9 @@ async def test_a_group_of_one_elects_itself_and_takes_sends(tmp_path: Path) -> N
             'rocketmq_dledger_role{broker="broker-a",cluster="DefaultCluster",role="LEADER",self_id="n0"} 1.0'
             in text
         )
+        assert (
+            'by="peer_gate",cluster="DefaultCluster"} 0.0' in text
+        )  # rocketmq_dledger_channel_refused_total
     finally:
         await client.close()
         await broker.stop()
