@@ -19,15 +19,10 @@ import socket
 
 from daemon.dledger.protocol import LeadershipTransferRequest, RequestOrResponse
 from daemon.protect import is_loopback
+from daemon.remoting.client import parse_addr
 from daemon.remoting.limits import WarningGate
 
 log = logging.getLogger(__name__)
-
-
-def split_host(addr: str) -> str:
-    """``host:port`` (``[v6]:port``) -> host."""
-    host = addr.rpartition(":")[0]
-    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
 
 
 def resolve(host: str) -> set[str]:
@@ -59,7 +54,7 @@ class PeerGate:
 
     def resolve(self) -> None:
         for peer, addr in self.peers.items():
-            self.hosts[peer] = resolve(split_host(addr))
+            self.hosts[peer] = resolve(parse_addr(addr)[0])
 
     @property
     def beyond_loopback(self) -> bool:
@@ -92,7 +87,9 @@ class PeerGate:
             elif sender not in self.hosts:
                 why = f"names member {sender}, which dLegerPeers does not list"
             elif ip not in self.hosts[sender]:
-                why = f"names member {sender}, whose host in dLegerPeers is {split_host(self.peers[sender])}"
+                why = (
+                    f"names member {sender}, whose host in dLegerPeers is {parse_addr(self.peers[sender])[0]}"
+                )
             if why is not None:
                 self.refused += 1
                 self._warnings.warning("DLedger: refusing a request from %s: it %s", ip, why)

@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from daemon.dledger.gate import PeerGate, split_host
+from daemon.dledger.gate import PeerGate
 from daemon.dledger.machines import MemberState, Node, Out, Role, Timings, wire_entry
 from daemon.dledger.protocol import (
     BEANS,
@@ -38,7 +38,7 @@ from daemon.dledger.protocol import (
     VoteRequest,
 )
 from daemon.lifecycle import cancel_tasks
-from daemon.remoting.client import RemotingClient
+from daemon.remoting.client import RemotingClient, parse_addr
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
@@ -122,13 +122,12 @@ class DLedgerServer:
         self.on_peer_back = on_peer_back
         #: (leader) the peers that answered last: one answering again after a silence is reported
         self._live: set[str] = set()
-        own = settings.peers[settings.self_id]
-        host, port = split_host(own), own.rpartition(":")[2]
+        host, port = parse_addr(settings.peers[settings.self_id])
         self.gate = PeerGate(settings.self_id, settings.peers)
         #: Whether the channel runs mutual TLS (haTls): the listener's and the peer connections' contexts.
         self.mutual_tls = tls is not None
         self.server = RemotingServer(
-            host=listen_host or host, port=int(port), idle_timeout=0, tls=tls, admit=self.gate.admits
+            host=listen_host or host, port=port, idle_timeout=0, tls=tls, admit=self.gate.admits
         )
         for code in DLedgerRequestCode:
             self.server.register(int(code), self._serve)
