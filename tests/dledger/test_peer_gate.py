@@ -46,6 +46,7 @@ from tests.support.paths import ROOT
 from tests.support.ports import free_port
 from tests.support.up import mqctl_up
 from tests.support.waiting import wait_until
+from tests.tls.test_tls import client_context, server_keys
 
 pytestmark = pytest.mark.slow
 
@@ -201,15 +202,8 @@ async def test_a_member_host_cannot_speak_for_another_member(
 
 
 def tls_keys(certs: dict[str, Path]) -> dict[str, Any]:
-    return {
-        "ha_tls": True,
-        "tls_server_mode": "enforcing",
-        "tls_server_cert_path": str(certs["server_cert"]),
-        "tls_server_key_path": str(certs["server_key"]),
-        "tls_server_trust_cert_path": str(certs["ca"]),
-        "tls_client_trust_cert_path": str(certs["ca"]),
-        "tls_test_mode_enable": False,
-    }
+    """haTls on the test CA's certificates (a listener's keys, and the CA members verify each other with)."""
+    return {"ha_tls": True, **server_keys(certs), "tls_client_trust_cert_path": str(certs["ca"])}
 
 
 async def test_on_ha_tls_the_channel_is_mutual_tls(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -253,11 +247,8 @@ async def test_on_ha_tls_the_channel_is_mutual_tls(tmp_path: Path, caplog: pytes
 
 
 def _client_context(certs: dict[str, Path], trust: dict[str, Path] | None = None) -> Any:
-    """A client context presenting `certs`' client certificate and trusting `trust`'s CA (default: its own)."""
-    import ssl
-
-    ctx = ssl.create_default_context(cafile=str((trust or certs)["ca"]))
-    ctx.check_hostname = False
+    """A context presenting `certs`' client certificate and trusting `trust`'s CA (default: its own)."""
+    ctx = client_context(trust or certs)
     ctx.load_cert_chain(certs["client_cert"], certs["client_key"])
     return ctx
 
