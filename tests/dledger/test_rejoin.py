@@ -175,7 +175,8 @@ async def test_an_elected_leader_serves_its_predecessors_tail_without_a_send(tmp
         # its term record is the newest committed entry of a topic no client reaches
         term_queue = new.store.get_max_offset(DLEDGER_TERM_TOPIC, 0)
         assert term_queue >= 2  # (the first leader's and this one's)
-        assert new.topics.get(DLEDGER_TERM_TOPIC) is None
+        assert new.topics.get(DLEDGER_TERM_TOPIC) is None  # (never registered, never routed)
+        assert new.runtime_info()["msgPutTotalTodayNow"] == "0"  # a record of its own, not a put counted
         sent = await BrokerClient(new.addr, client).send(DLEDGER_TERM_TOPIC, b"forged", queue_id=0)
         assert sent.code == ResponseCode.NO_PERMISSION, sent.remark
         r = await BrokerClient(new.addr, client).pull("G", DLEDGER_TERM_TOPIC, 0, 0)
