@@ -216,7 +216,7 @@ class PeerPush:
     #: hold so (-1: none known yet); the first differing entry lies in (matched, differs]
     matched: int = -1
     differs: int = -1
-    #: COMPARE pushes answered since this leader's election (a rejoin's cost in round trips)
+    #: COMPARE pushes answered in this search (a rejoin's cost in round trips)
     compares: int = 0
     write_index: int = -1
     #: index -> when its push went out
@@ -803,6 +803,7 @@ class Node:
         p.epoch += 1
         p.state, p.compare_index, p.awaiting = PushState.COMPARE, -1, False
         p.matched = p.differs = -1
+        p.compares = 0
         p.inflight.clear()
         p.not_before = now + delay
 
@@ -845,9 +846,9 @@ class Node:
                 self._to_compare(p, now, COMPARE_RETRY_MS)
             return
         p.compares += 1
-        self._compared(p, index, resp)
+        self._compared(peer, p, index, resp)
 
-    def _compared(self, p: PeerPush, index: int, resp: PushEntryResponse) -> None:
+    def _compared(self, peer: str, p: PeerPush, index: int, resp: PushEntryResponse) -> None:
         """``EntryDispatcher#doCompare``'s answer, but the next index to compare is chosen by bisection (the
         wire is DLedger's: the leader may compare any index). Ends in APPEND (the follower's log is a prefix
         of the leader's) or TRUNCATE at the last index both hold alike."""
@@ -866,7 +867,20 @@ class Node:
         upper = min(last + 1, resp.end_index + 1, *([p.differs] if p.differs != -1 else []))
         lower = max(p.matched, begin - 1, resp.begin_index - 1)
         if upper - lower <= 1:
-            self._to_truncate(p, lower if lower == p.matched and lower >= begin else begin)
+            at = lower if lower == p.matched and lower >= begin else begin
+            log.info(
+                "[%s] %s holds entries %d-%d; where the logs part found in %d compares: truncating after "
+                "entry %d (this log: %d-%d)",
+                self.m.self_id,
+                peer,
+                resp.begin_index,
+                resp.end_index,
+                p.compares,
+                at,
+                begin,
+                last,
+            )
+            self._to_truncate(p, at)
         elif upper == resp.end_index + 1:
             p.compare_index = resp.end_index  # a follower only behind holds its end as the leader does
         else:
