@@ -883,6 +883,8 @@ class Node:
             self._to_truncate(p, at)
         elif upper == resp.end_index + 1:
             p.compare_index = resp.end_index  # a follower only behind holds its end as the leader does
+        elif index == resp.end_index == upper and p.matched == -1:
+            p.compare_index = index - 1  # only its last entry differs, most often (torn, or never replicated)
         else:
             p.compare_index = (lower + upper) // 2
 

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -48,15 +50,33 @@ def leader_of(brokers: list[Broker | None]) -> Broker | None:
     return found[0] if len(found) == 1 else None
 
 
-@pytest.mark.slow
-async def test_an_isolated_leader_acks_nothing_and_its_tail_is_quarantined_on_rejoin(tmp_path: Path) -> None:
-    keys = members(tmp_path)
+@asynccontextmanager
+async def running(keys: list[dict[str, Any]]) -> AsyncIterator[tuple[list[Broker | None], RemotingClient]]:
+    """The members of `keys` started (a test sets a stopped one to None), and a client; all stopped after."""
     brokers: list[Broker | None] = [await start_broker(Path(k["store_path_root_dir"]), **k) for k in keys]
     client = RemotingClient()
     try:
-        await wait_until(lambda: leader_of(brokers) is not None, 20)
-        old = leader_of(brokers)
-        assert old is not None
+        yield brokers, client
+    finally:
+        await client.close()
+        for b in brokers:
+            if b is not None:
+                await b.stop()
+
+
+async def elected(brokers: list[Broker | None]) -> Broker:
+    """The group's master once one is elected and has taken the role."""
+    await wait_until(lambda: leader_of(brokers) is not None, 20)
+    leader = leader_of(brokers)
+    assert leader is not None
+    return leader
+
+
+@pytest.mark.slow
+async def test_an_isolated_leader_acks_nothing_and_its_tail_is_quarantined_on_rejoin(tmp_path: Path) -> None:
+    keys = members(tmp_path)
+    async with running(keys) as (brokers, client):
+        old = await elected(brokers)
         on_old = BrokerClient(old.addr, client)
         await on_old.create_topic("R", 1)
         for i in range(10):
@@ -80,9 +100,7 @@ async def test_an_isolated_leader_acks_nothing_and_its_tail_is_quarantined_on_re
         # the two come back and elect one of them
         for i in followers:
             brokers[i] = await start_broker(Path(keys[i]["store_path_root_dir"]), **keys[i])
-        await wait_until(lambda: leader_of(brokers) is not None, 20)
-        new = leader_of(brokers)
-        assert new is not None
+        new = await elected(brokers)
         on_new = BrokerClient(new.addr, client)
         for i in range(10):
             assert (await on_new.send("R", f"new-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
@@ -105,11 +123,6 @@ async def test_an_isolated_leader_acks_nothing_and_its_tail_is_quarantined_on_re
         served = await pull_all(on_back, "R", 0)
         assert not any(b.startswith(b"lone") for b in served)
         assert served == expected[: len(served)]
-    finally:
-        await client.close()
-        for b in brokers:
-            if b is not None:
-                await b.stop()
 
 
 @pytest.mark.slow
@@ -117,12 +130,8 @@ async def test_leadership_goes_to_the_preferred_member(tmp_path: Path) -> None:
     """preferredLeaderId: n0 and n1 elect one of them; n2 starts later, catches up, and the leader hands
     over to it (DLedgerServer#checkPreferredLeader); sends then go through n2 as the master."""
     keys = [{**k, "preferred_leader_id": "n2"} for k in members(tmp_path)]
-    brokers: list[Broker | None] = [await start_broker(Path(k["store_path_root_dir"]), **k) for k in keys[:2]]
-    client = RemotingClient()
-    try:
-        await wait_until(lambda: leader_of(brokers) is not None, 30)
-        first = leader_of(brokers)
-        assert first is not None
+    async with running(keys[:2]) as (brokers, client):
+        first = await elected(brokers)
         await BrokerClient(first.addr, client).create_topic("P", 1)
         for _ in range(5):
             assert (await BrokerClient(first.addr, client).send("P", b"before", queue_id=0)).code == 0
@@ -133,11 +142,6 @@ async def test_leadership_goes_to_the_preferred_member(tmp_path: Path) -> None:
         await BrokerClient(n2.addr, client).create_topic("P", 1)
         r = await BrokerClient(n2.addr, client).send("P", b"via n2", queue_id=0)
         assert r.code == ResponseCode.SUCCESS and r.ext_fields["queueOffset"] == "5"
-    finally:
-        await client.close()
-        for b in brokers:
-            if b is not None:
-                await b.stop()
 
 
 @pytest.mark.slow
@@ -147,12 +151,8 @@ async def test_an_elected_leader_serves_its_predecessors_tail_without_a_send(tmp
     entry of the new leader's term: its term record, appended on election, so the new leader serves every
     acknowledged message and takes the master role though no client sends anything."""
     keys = members(tmp_path)
-    brokers: list[Broker | None] = [await start_broker(Path(k["store_path_root_dir"]), **k) for k in keys]
-    client = RemotingClient()
-    try:
-        await wait_until(lambda: leader_of(brokers) is not None, 20)
-        old = leader_of(brokers)
-        assert old is not None
+    async with running(keys) as (brokers, client):
+        old = await elected(brokers)
         on_old = BrokerClient(old.addr, client)
         await on_old.create_topic("T", 1)
         acked = await asyncio.gather(*(on_old.send("T", f"m-{i}".encode(), queue_id=0) for i in range(20)))
@@ -165,9 +165,8 @@ async def test_an_elected_leader_serves_its_predecessors_tail_without_a_send(tmp
         assert any(
             b.dledger is not None and b.dledger.log.committed_index < b.dledger.log.last_index for b in rest
         )
-        await wait_until(lambda: leader_of(brokers) is not None, 20)
-        new = leader_of(brokers)
-        assert new is not None and new.dledger is not None
+        new = await elected(brokers)
+        assert new.dledger is not None
         await BrokerClient(new.addr, client).create_topic("T", 1)  # (configs reach slaves every 10 s)
         assert await pull_all(BrokerClient(new.addr, client), "T", 0) == [
             f"m-{i}".encode() for i in range(20)
@@ -181,8 +180,3 @@ async def test_an_elected_leader_serves_its_predecessors_tail_without_a_send(tmp
         assert sent.code == ResponseCode.NO_PERMISSION, sent.remark
         r = await BrokerClient(new.addr, client).pull("G", DLEDGER_TERM_TOPIC, 0, 0)
         assert r.code != ResponseCode.SUCCESS
-    finally:
-        await client.close()
-        for b in brokers:
-            if b is not None:
-                await b.stop()
