@@ -21,6 +21,7 @@ from store.names import DLEDGER_TERM_TOPIC
 from store.quarantine import list_quarantines
 from tests.broker.test_ha import pull_all
 from tests.support.broker import BrokerClient, start_broker
+from tests.support.pop import PopClient
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
@@ -179,4 +180,6 @@ async def test_an_elected_leader_serves_its_predecessors_tail_without_a_send(tmp
         sent = await BrokerClient(new.addr, client).send(DLEDGER_TERM_TOPIC, b"forged", queue_id=0)
         assert sent.code == ResponseCode.NO_PERMISSION, sent.remark
         r = await BrokerClient(new.addr, client).pull("G", DLEDGER_TERM_TOPIC, 0, 0)
-        assert r.code != ResponseCode.SUCCESS
+        assert r.code == ResponseCode.TOPIC_NOT_EXIST, r.remark
+        popped = await PopClient(BrokerClient(new.addr, client), "G").pop_raw(DLEDGER_TERM_TOPIC)
+        assert popped.code == ResponseCode.TOPIC_NOT_EXIST, popped.remark
