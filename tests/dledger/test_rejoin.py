@@ -25,7 +25,7 @@ from tests.support.pop import PopClient
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
-#: Sends the leader takes alone (none reaches a majority): the tail it rejoins with.
+#: Sends made to the leader left alone (none reaches a majority): most make the tail it rejoins with.
 LONE = 2000
 FAST = {"heart_beat_time_interval_ms": 200, "max_heart_beat_leak": 3, "max_wait_ack_time_ms": 1000}
 
@@ -94,7 +94,10 @@ async def test_an_isolated_leader_acks_nothing_and_its_tail_is_quarantined_on_re
             *(on_old.send("R", f"lone-{i}".encode(), queue_id=0) for i in range(LONE))
         )
         assert all(r.code != ResponseCode.SUCCESS for r in lone)  # SYSTEM_ERROR (no majority) or 14
-        assert old.dledger is not None and old.dledger.log.last_index > old.dledger.log.committed_index
+        assert old.dledger is not None
+        # (the sends that came after it stepped down were refused unappended: the tail holds the rest)
+        tail = old.dledger.log.last_index - old.dledger.log.committed_index
+        assert tail >= 100, tail
         old_index = brokers.index(old)
         await old.stop()
         brokers[old_index] = None
@@ -118,7 +121,7 @@ async def test_an_isolated_leader_acks_nothing_and_its_tail_is_quarantined_on_re
         expected = [f"acked-{i}".encode() for i in range(10)] + [f"new-{i}".encode() for i in range(10)]
         assert await pull_all(on_new, "R", 0) == expected
         quarantined = list_quarantines(keys[old_index]["store_path_root_dir"])
-        assert quarantined and sum(q.records for q in quarantined) >= LONE, quarantined
+        assert quarantined and sum(q.records for q in quarantined) >= 100, quarantined
         on_back = BrokerClient(back.addr, client)
         await wait_until(lambda: back_log.committed_index == new_log.committed_index, 20)
         served = await pull_all(on_back, "R", 0)
