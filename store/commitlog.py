@@ -321,6 +321,11 @@ class CommitLog:
             walk.last_store_timestamp or self.last_store_timestamp,
         )
 
+    def tail_queue_end(self, topic: str, queue_id: int) -> int:
+        """One past the last queue offset a record stored but not yet dispatchable gives the queue (-1: none;
+        a plain CommitLog dispatches each record as it is put)."""
+        return -1
+
     def scan_end(self) -> int:
         """How far recovery walks: the end of the files (the data ends where the walk stops)."""
         files = self.files.files

@@ -139,6 +139,19 @@ class DLedgerCommitLog(CommitLog):
         self.last_store_timestamp = now_ms
         return out
 
+    def tail_queue_end(self, topic: str, queue_id: int) -> int:
+        """One past the queue offset of the last uncommitted entry of the queue (-1: none): a new leader's
+        first record continues the queue past what its tail holds, which commits before it."""
+        dlog = self.dlog
+        for index in range(dlog.last_index, dlog.committed_index, -1):
+            try:
+                info = read_record_info(dlog.get(index).body, 0)
+            except CorruptRecordError:  # (recovery set damaged entries aside: not expected here)
+                continue
+            if info.topic == topic and info.queue_id == queue_id:
+                return info.queue_offset + 1
+        return -1
+
     # ------------------------------------------------------------------ reads
 
     @property

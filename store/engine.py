@@ -761,8 +761,18 @@ class DefaultMessageStore:
             return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
         return self._put(batch, batch[0].wait_store_msg_ok)
 
-    def _put(self, msgs: list[Message], wait: bool) -> PutResult:
-        if not self._running or self.cleaner.disk_full or self.config.broker_role == SLAVE:
+    def put_leader_record(self, msg: Message) -> PutResult:
+        """A DLedger leader's own record (its term record), appended before the broker takes the master
+        role: the store still refuses puts then. Its queue continues past the entries of that queue the
+        log holds uncommitted (they commit with it), not just past what was dispatched. Not dispatched
+        until committed, like every entry of a Raft driver's log."""
+        with self._put_lock:
+            cq = self._find_cq(msg.topic, msg.queue_id)
+            cq.next_offset = max(cq.max_offset, self.commit_log.tail_queue_end(msg.topic, msg.queue_id))
+        return self._put([msg], False, leader=True)
+
+    def _put(self, msgs: list[Message], wait: bool, leader: bool = False) -> PutResult:
+        if not self._running or self.cleaner.disk_full or (self.config.broker_role == SLAVE and not leader):
             return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)  # a slave only replicates
         with self._put_lock:
             head = msgs[0]

@@ -58,6 +58,9 @@ PROPERTY_TIMER_ENQUEUE_MS: Final = "TIMER_ENQUEUE_MS"
 PROPERTY_TIMER_DEQUEUE_MS: Final = "TIMER_DEQUEUE_MS"
 #: How often a long timer was re-put into the timer topic to outlive CommitLog retention.
 PROPERTY_TIMER_ROLL_TIMES: Final = "TIMER_ROLL_TIMES"
+#: A DLedger term record's term and the member elected in it (mqctl's own keys).
+PROPERTY_DLEDGER_TERM: Final = "DLEDGER_TERM"
+PROPERTY_DLEDGER_LEADER: Final = "DLEDGER_LEADER"
 KEY_SEPARATOR: Final = " "
 
 HostAddress = tuple[str, int]

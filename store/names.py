@@ -34,6 +34,10 @@ OFFSET_MOVED_EVENT: Final = "OFFSET_MOVED_EVENT"
 SCHEDULE_TOPIC: Final = "SCHEDULE_TOPIC_XXXX"
 #: Where timer messages (any delivery time) wait, queue 0 (5.x's ``TimerMessageStore.TIMER_TOPIC``).
 TIMER_TOPIC: Final = "rmq_sys_wheel_timer"
+#: Where an elected DLedger leader appends its term record (queue 0), whose commit commits its
+#: predecessor's tail (Raft's rule counts only entries of the leader's own term). It has no topic config:
+#: never routed, no client sends, pulls or pops it.
+DLEDGER_TERM_TOPIC: Final = "rmq_sys_dledger_term"
 TRANS_HALF_TOPIC: Final = "RMQ_SYS_TRANS_HALF_TOPIC"
 TRANS_OP_HALF_TOPIC: Final = "RMQ_SYS_TRANS_OP_HALF_TOPIC"
 TRANS_CHECK_MAX_TIME_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
@@ -58,6 +62,7 @@ NOT_ALLOWED_SEND_TOPICS: Final = frozenset(
         SELF_TEST_TOPIC,
         OFFSET_MOVED_EVENT,
         TIMER_TOPIC,  # (5.x's TopicValidator: a forged parked record would deliver anywhere)
+        DLEDGER_TERM_TOPIC,
     }
 )
 

@@ -80,9 +80,15 @@ from store.config_files import ConsumerOffsetManager
 from store.dledger_commitlog import DLedgerCommitLog
 from store.engine import DefaultMessageStore
 from store.errors import StoreError
-from store.message import PROPERTY_REAL_TOPIC, Message, StoredMessage
+from store.message import (
+    PROPERTY_DLEDGER_LEADER,
+    PROPERTY_DLEDGER_TERM,
+    PROPERTY_REAL_TOPIC,
+    Message,
+    StoredMessage,
+)
 from store.models import DataVersion, TopicConfig
-from store.names import SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
+from store.names import DLEDGER_TERM_TOPIC, SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
 from store.replica_tail import diverged_quarantines
 from store.results import PutResult
 
@@ -524,17 +530,21 @@ class Broker:
         if self._stopping is not None:  # else its stops could land after this start (services not running)
             await asyncio.wait([self._stopping])  # (neither cancels it nor raises what it raised)
         dlog = group.log
+        store = self._dledger_store
+        assert isinstance(store.commit_log, DLedgerCommitLog)
+        store.commit_log.term = term
+        recorded, tries = False, 0
         while True:
             if not group.node.is_leader or group.node.m.term != term:
                 return
-            if dlog.last_index == -1 or dlog.committed_index == dlog.last_index:
+            if not recorded:  # (retried while the disk refuses it, said once)
+                recorded = self._append_term_record(term, report=tries == 0)
+                tries += 1
+            if recorded and dlog.committed_index == dlog.last_index:
                 break
             await asyncio.sleep(0.1)
-        store = self._dledger_store
         store.dispatch_committed()
         store.recover_topic_queue_table()
-        assert isinstance(store.commit_log, DLedgerCommitLog)
-        store.commit_log.term = term
         # progress files are local: another leader may have delivered timers since they were written
         timers = TimerMessageService(self)
         await asyncio.to_thread(timers.load, takeover=True)
@@ -554,6 +564,35 @@ class Broker:
             await asyncio.sleep(self.config.heart_beat_time_interval_ms / 1000)
             if not group.node.is_leader or group.node.m.term != term:
                 return
+
+    def _append_term_record(self, term: int, report: bool = True) -> bool:
+        """Raft's empty entry at the start of a term, as a CommitLog record (a CommitLog has no empty entry):
+        a message to the term topic saying the term and this member. It commits the predecessor's tail with
+        it, which Raft's rule commits only with an entry of the leader's own term. False: not appended."""
+        group = self.dledger
+        assert group is not None
+        c = self.config
+        host = (c.broker_ip1, c.listen_port)
+        record = Message(
+            DLEDGER_TERM_TOPIC,
+            f"term={term} leader={c.dleger_self_id}".encode(),
+            properties={PROPERTY_DLEDGER_TERM: str(term), PROPERTY_DLEDGER_LEADER: c.dleger_self_id},
+            born_timestamp=int(time.time() * 1000),
+            born_host=host,
+            store_host=host,
+            wait_store_msg_ok=False,
+        )
+        result = self._dledger_store.put_leader_record(record)
+        if not result.ok:
+            if report:
+                log.error(
+                    "DLedger leader of term %d cannot append its term record (retried): %s",
+                    term,
+                    result.status.value,
+                )
+            return False
+        group.wait_committed(group.log.last_index)  # (pushed at once; the caller waits for the commit)
+        return True
 
     async def _stop_master_services(self) -> None:
         """What only a master runs, stopped on losing the leadership (the store refuses puts already)."""

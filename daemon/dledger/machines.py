@@ -7,11 +7,16 @@ messages to send (`Out`) and the answers to requests. A node's role, term and vo
 so there are no locks: what DLedger does under ``synchronized (memberState)`` is simply one call here.
 
 Where DLedger blocks a thread on a round of votes or heartbeats, the machine keeps the round open and
-closes it when the deciding answer arrives or its time is up (`tick`). Entries commit as DLedger's
-``QuorumAckChecker`` commits them: once a quorum holds them, whatever their term. A new leader must commit
-its predecessor's tail before its broker takes sends (``DLedgerRoleChangeHandler`` waits for it), and a
-CommitLog has no empty entry to commit it with as Raft's rule would need; the price is Raft's figure-8
-case (leaders failing in a row can lose an entry so committed), as in DLedger.
+closes it when the deciding answer arrives or its time is up (`tick`). Entries commit by Raft's rule, not
+DLedger's ``QuorumAckChecker`` (a quorum holding an entry, whatever its term): a leader counts replicas of
+entries of its own term only, and earlier entries commit with them. Counting an earlier term's entries
+lets leaders failing in a row commit an entry and then lose it (the Raft paper's figure 8). A leader's
+first entry of its term is appended by its owner as soon as it is elected (the broker's term record), so
+its predecessor's tail commits without waiting for a send.
+
+A follower's divergent tail is found by binary search over COMPARE pushes (DLedger compares back one entry
+per round trip): by Raft's log-matching property, "the follower holds entry i as the leader does" holds up
+to some index and never after it, and a follower answers a COMPARE of any index it is asked.
 """
 
 from __future__ import annotations
@@ -125,7 +130,8 @@ class Out:
     peer: str
     code: DLedgerRequestCode
     request: RequestOrResponse
-    #: a push: the follower's dispatch state it was made in (an answer from an earlier one is stale)
+    #: a push: the follower's dispatch state it was made in; a vote: its round (an answer from an earlier
+    #: one is stale)
     epoch: int = 0
 
 
@@ -171,6 +177,9 @@ class ParseResult(enum.Enum):
 class _VoteRound:
     term: int
     deadline: int
+    #: which round of its term: a late answer to an earlier round of the same term is not counted in this
+    #: one (a peer counted twice elects a leader without a majority: two leaders in one term)
+    seq: int = 0
     answered: int = 0
     valid: int = 0
     accepted: int = 0
@@ -203,6 +212,12 @@ class PeerPush:
 
     state: PushState = PushState.COMPARE
     compare_index: int = -1
+    #: the compare's search: the highest index the follower holds as the leader does, the lowest it does not
+    #: hold so (-1: none known yet); the first differing entry lies in (matched, differs]
+    matched: int = -1
+    differs: int = -1
+    #: COMPARE pushes answered in this search (a rejoin's cost in round trips)
+    compares: int = 0
     write_index: int = -1
     #: index -> when its push went out
     inflight: dict[int, int] = field(default_factory=dict)
@@ -244,8 +259,11 @@ class Node:
         self.last_send_beat = -1
         self.last_success_beat = 0
         self.vote_round: _VoteRound | None = None
+        self._vote_seq = 0
         self.beat_round: _BeatRound | None = None
         self.pushes: dict[str, PeerPush] = {}
+        #: (leader) the first index of its own term: only replicas of it and later entries count to commit
+        self.term_first_index = 0
         #: leader: appends waiting for the quorum, index -> (term, deadline)
         self.waiting: dict[int, tuple[int, int]] = {}
         self.completed: dict[int, Code] = {}
@@ -286,6 +304,8 @@ class Node:
         self.last_send_beat = -1
         self.last_success_beat = self._now
         self.pushes = {p: PeerPush() for p in self.others()}
+        # (terms only grow along a log, and a member leads a term once: what it holds now is all earlier)
+        self.term_first_index = self.log.last_index + 1
         log.info("[%s] leader of term %d", self.m.self_id, term)
         self._role(term, Role.LEADER)
 
@@ -409,7 +429,9 @@ class Node:
             self.need_increase_term = False
             return []
         term = self.m.term
-        self.vote_round = _VoteRound(term, now + 2000 + self.rng.randrange(self.t.max_vote_interval_ms))
+        self._vote_seq += 1
+        deadline = now + 2000 + self.rng.randrange(self.t.max_vote_interval_ms)
+        self.vote_round = _VoteRound(term, deadline, seq=self._vote_seq)
         out = []
         for peer in self.m.peers:
             req = self._base(VoteRequest(), peer)
@@ -418,7 +440,7 @@ class Node:
             if peer == self.m.self_id:
                 self._count_vote(self.on_vote(req, self_vote=True))
             else:
-                out.append(Out(peer, DLedgerRequestCode.VOTE, req))
+                out.append(Out(peer, DLedgerRequestCode.VOTE, req, epoch=self._vote_seq))
         return out
 
     def _count_vote(self, resp: VoteResponse | None) -> None:
@@ -677,7 +699,8 @@ class Node:
             everywhere = marks[-1]
             while self._wire and next(iter(self._wire)) <= everywhere:
                 del self._wire[next(iter(self._wire))]
-        if quorum_index > self.log.committed_index:
+        # Raft's rule: a quorum holding an entry of an earlier term does not commit it (figure 8)
+        if quorum_index > self.log.committed_index and quorum_index >= self.term_first_index:
             self.log.set_committed(quorum_index)
         committed = self.log.committed_index
         for index in [i for i in self.waiting if i <= committed]:
@@ -779,6 +802,8 @@ class Node:
     def _to_compare(self, p: PeerPush, now: int, delay: int = 0) -> None:
         p.epoch += 1
         p.state, p.compare_index, p.awaiting = PushState.COMPARE, -1, False
+        p.matched = p.differs = -1
+        p.compares = 0
         p.inflight.clear()
         p.not_before = now + delay
 
@@ -820,24 +845,52 @@ class Node:
             else:
                 self._to_compare(p, now, COMPARE_RETRY_MS)
             return
+        p.compares += 1
+        self._compared(peer, p, index, resp)
+
+    def _compared(self, peer: str, p: PeerPush, index: int, resp: PushEntryResponse) -> None:
+        """``EntryDispatcher#doCompare``'s answer, but the next index to compare is chosen by bisection (the
+        wire is DLedger's: the leader may compare any index). Ends in APPEND (the follower's log is a prefix
+        of the leader's) or TRUNCATE at the last index both hold alike."""
         begin, last = self.log.begin_index, self.log.last_index
-        truncate = -1
         if resp.code == Code.SUCCESS:
             if index == resp.end_index:
                 self._to_append(p, index)
                 return
-            truncate = index
+            p.matched = max(p.matched, index)
         elif resp.end_index < begin or resp.begin_index > last or index < resp.begin_index:
-            truncate = begin
-        elif index > resp.end_index:
-            p.compare_index = resp.end_index
+            self._to_truncate(p, begin)  # nothing in common to compare (DLedger's cases, as there)
+            return
         else:
-            p.compare_index = index - 1
-        if p.compare_index < begin and truncate == -1:
-            truncate = begin
-        if truncate != -1:
-            p.epoch += 1
-            p.state, p.compare_index = PushState.TRUNCATE, truncate
+            p.differs = index if p.differs == -1 else min(p.differs, index)
+        # the first entry the follower does not hold as the leader does lies in (lower, upper]
+        upper = min(last + 1, resp.end_index + 1, *([p.differs] if p.differs != -1 else []))
+        lower = max(p.matched, begin - 1, resp.begin_index - 1)
+        if upper - lower <= 1:
+            at = lower if lower == p.matched and lower >= begin else begin
+            log.info(
+                "[%s] %s holds entries %d-%d; where the logs part found in %d compares: truncating after "
+                "entry %d (this log: %d-%d)",
+                self.m.self_id,
+                peer,
+                resp.begin_index,
+                resp.end_index,
+                p.compares,
+                at,
+                begin,
+                last,
+            )
+            self._to_truncate(p, at)
+        elif upper == resp.end_index + 1:
+            p.compare_index = resp.end_index  # a follower only behind holds its end as the leader does
+        elif index == resp.end_index == upper and p.matched == -1:
+            p.compare_index = index - 1  # only its last entry differs, most often (torn, or never replicated)
+        else:
+            p.compare_index = (lower + upper) // 2
+
+    def _to_truncate(self, p: PeerPush, index: int) -> None:
+        p.epoch += 1
+        p.state, p.compare_index = PushState.TRUNCATE, index
 
     # ------------------------------------------------------------------ the follower's entry handler
 
@@ -946,7 +999,7 @@ class Node:
         self._now = now
         if out.code is DLedgerRequestCode.VOTE:
             assert resp is None or isinstance(resp, VoteResponse)
-            if self.vote_round is not None and out.request.term == self.vote_round.term:
+            if self.vote_round is not None and out.epoch == self.vote_round.seq:
                 self._count_vote(resp)
         elif out.code is DLedgerRequestCode.HEART_BEAT:
             self._count_beat(out.peer, resp)

@@ -19,6 +19,7 @@ from store.models import DataVersion, PermName, TopicConfig
 from store.names import (
     AUTO_CREATE_TOPIC,
     BENCHMARK_TOPIC,
+    DLEDGER_TERM_TOPIC,
     MAX_TOPIC_LENGTH,
     NAME_CHARS,
     OFFSET_MOVED_EVENT,
@@ -126,6 +127,7 @@ class TopicConfigManager:
         lost, or fallen back to an older .bak): as many queues as its highest queue id + 1, default perms,
         logged at ERROR. No topic with data vanishes from routing. Returns the topics re-created."""
         with_data = {topic for (topic, _), next_offset in queue_table.items() if next_offset > 0}
+        with_data.discard(DLEDGER_TERM_TOPIC)  # (a store's own records, never routed)
         queues: dict[str, int] = {}
         for topic, queue_id in queue_table:
             if topic in with_data and topic not in self.table:

@@ -60,7 +60,7 @@ from daemon.safe_config import refuse_unsafe
 from store import fastjson
 from store.config import StoreConfig
 from store.models import SubscriptionGroupConfig, TopicConfig
-from store.names import SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC
+from store.names import DLEDGER_TERM_TOPIC, SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC
 from store.record import decode_msg_id
 
 if TYPE_CHECKING:
@@ -429,7 +429,7 @@ class AdminProcessor:
     def clean_unused_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """CLEAN_UNUSED_TOPIC (316): drop consume queues of topics that have no config any more."""
         store = self.broker.store
-        keep = self.broker.topics.names() | {SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC}
+        keep = self.broker.topics.names() | {SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC, DLEDGER_TERM_TOPIC}
         store.delete_topics({topic for topic, _ in store.topic_queue_table() if topic not in keep})
         return request.make_response()
 
