@@ -2,9 +2,9 @@
 Python as ``cpp_history.py NAMESRV TOPIC PROCESS``. Sends distinct messages one at a time until stdin
 closes, message SEQ to queue SEQ modulo the topic's queues (``send_orderly``, with the client's own
 retries), and prints one JSON line per event, as ``ons_history.js`` does: ``ready`` (with the tries one
-send may make), ``invoke``, then ``ok`` or ``info``. An ``ok`` says the offset but not the queue: the selector picks only
-the first attempt's queue, a retry goes to the next one (``sendAutoRetrySelectImpl``), and the client's
-result does not say which attempt was acknowledged."""
+send may make), ``invoke``, then ``ok`` or ``info``. An ``ok`` says the offset but not the queue: the
+selector picks only the first attempt's queue, a retry goes to the next one (``sendAutoRetrySelectImpl``),
+and the client's result does not say which attempt was acknowledged."""
 
 from __future__ import annotations
 
