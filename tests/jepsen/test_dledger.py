@@ -155,6 +155,28 @@ async def test_the_leader_cut_off_its_peers_acknowledges_nothing(
             assert tried_old, "a tail set aside though no send reached the cut-off leader"
 
 
+async def test_a_follower_serves_a_topic_of_the_killed_leader_soon(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The leader dies before its followers' first metadata sync: the follower left learns the new master
+    from the NameServers within a few heartbeats (not at its next registration, 30 s later) and, its topic
+    config synced from it, serves what the new leader serves."""
+    async with raft_group(tmp_path, cli_env) as g:
+        old = await g.leader()
+        async with running(g.producers):
+            await wait_until(lambda: g.acked() >= 30)
+            g.nemesis.kill(g.nodes[old])
+            new = await g.leader(other_than=old)
+            await writes_resume(g, g.history.last("kill"), more=10)
+        follower = g.nodes[3 - old - new]
+        expected = sorted(await read_topic(g.client, g.nodes[new].addr, TOPIC, QUEUES), key=_place)
+
+        async def same() -> bool:
+            return sorted(await read_topic(g.client, follower.addr, TOPIC, QUEUES), key=_place) == expected
+
+        await wait_until(same, 10)
+
+
 @pytest.mark.parametrize("harm", ["emptied", "damaged"])
 async def test_a_follower_restarted_emptied_or_damaged_and_the_group_serves(
     tmp_path: Path, cli_env: dict[str, str], harm: str
