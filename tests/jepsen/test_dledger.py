@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from store.dledger import BODY_OFFSET, decode_header
+from store.record import decode_records
 from tests.broker.test_broker_disk_full import fill, small_tmpfs
 from tests.jepsen.checker import Read, check_leaders, check_resumed
 from tests.jepsen.client import read_topic
@@ -216,14 +218,20 @@ def _written(store: Path) -> int:
 
 
 def _damage_last_entry(store: Path) -> str:
-    """Flip a byte near the end of the written part of the node's newest DLedger data file (inside the
-    last entry's body); returns the file and offset."""
+    """Flip a byte in the message body of the last entry of the node's newest DLedger data file (what
+    the record's body CRC covers: nothing checks a record's properties, nor, as in 4.9.8, the entry's
+    body CRC); returns the file and offset."""
     path = _data_files(store)[-1]
     data = bytearray(path.read_bytes())
-    end = len(data.rstrip(b"\0"))
-    data[end - 8] ^= 0xFF
+    at, last = 0, 0
+    while at + BODY_OFFSET <= len(data) and (size := decode_header(data, at)[1]) > 0:
+        at, last = at + size, at
+    record = bytes(data[last + BODY_OFFSET : at])
+    body = decode_records(record)[0].body
+    flip = last + BODY_OFFSET + record.rindex(body) + len(body) // 2
+    data[flip] ^= 0xFF
     path.write_bytes(data)
-    return f"{path.name}@{end - 8}"
+    return f"{path.name}@{flip}"
 
 
 async def test_a_follower_on_a_full_disk_and_the_group_serves(
