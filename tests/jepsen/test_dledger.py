@@ -63,6 +63,27 @@ async def assert_consistent(g: RaftGroup) -> int:
     return leader
 
 
+def acked_by_deposed(g: RaftGroup, old: int, fault: Op, until: float | None = None) -> list[Op]:
+    """SEND_OKs that node ``old``, the leader when ``fault`` struck, answered for sends invoked after it
+    and completed before ``until`` (or before it is seen leading a later term): a deposed leader must
+    acknowledge nothing. Only clients that say which broker answered (ours, ali-ons) are checked."""
+    ops = g.history.ops
+    name, addr = g.nodes[old].name, g.nodes[old].addr
+    led = [op for op in ops if op.f == "role" and op.value == name and op.role == "LEADER"]
+    term = max((op.term or 0 for op in led if op.index < fault.index), default=-1)
+    later = [op.time for op in led if (op.term or 0) > term]
+    end = min([*later, *([] if until is None else [until])], default=float("inf"))
+    return [
+        op
+        for op in ops
+        if op.f == "send"
+        and op.type == "ok"
+        and op.addr == addr
+        and op.time < end
+        and g.history.invoked_after(op, fault)
+    ]
+
+
 def _place(read: Read) -> tuple[int, int]:
     return (read.queue, read.offset)
 
@@ -90,7 +111,8 @@ async def test_the_leader_frozen_past_the_election_timeout(
     tmp_path: Path, cli_env: dict[str, str], clients: str
 ) -> None:
     """SIGSTOP for longer than the election timeout: another leader takes over; after SIGCONT the old one
-    steps down (no term with two leaders) and what it held unacknowledged is not served."""
+    steps down (no term with two leaders), answers no SEND_OK to what reached it meanwhile, and what it
+    held unacknowledged is not served."""
     async with raft_group(tmp_path, cli_env, clients=clients) as g:
         old = await g.leader()
         async with running(activity(g)):
@@ -100,6 +122,8 @@ async def test_the_leader_frozen_past_the_election_timeout(
             await writes_resume(g, paused)
             g.nemesis.resume(g.nodes[old])
             await writes_resume(g, g.history.last("resume"))
+        from_old = acked_by_deposed(g, old, paused)
+        assert not from_old, f"SEND_OK from the deposed leader: {from_old[:3]}"
         await assert_consistent(g)
 
 
@@ -131,15 +155,7 @@ async def test_the_leader_cut_off_its_peers_acknowledges_nothing(
             healed = g.heal(old)
             await writes_resume(g, healed)
         ops = g.history.ops
-        from_old = [
-            op
-            for op in ops
-            if op.f == "send"
-            and op.type == "ok"
-            and op.addr == old_addr
-            and op.time < healed.time
-            and g.history.invoked_after(op, cut)
-        ]
+        from_old = acked_by_deposed(g, old, cut, healed.time)
         assert not from_old, f"SEND_OK from the cut-off leader: {from_old[:3]}"
         tried_old = [  # a real client's failures do not say where they went: maybe the old leader
             op
