@@ -511,6 +511,35 @@ class Broker:
                 self._stopping = asyncio.create_task(self._stop_master_services(), name="dledger-to-slave")
                 self._tasks.append(self._stopping)
             self.registration.request()
+            if role is Role.FOLLOWER:
+                follow = self._follow_new_master(term, self.master_addr)
+                self._role_task = asyncio.create_task(follow, name="dledger-follow-master")
+
+    async def _follow_new_master(self, term: int, before: str | None) -> None:
+        """A follower syncs topics and groups from the master its NameServers list, learnt from its
+        registration's answer (as 4.9.8's ``changeToSlave``); but a new leader registers only once its log
+        is committed, usually after that answer, and the next registration is a period (30 s) away, during
+        which a topic made since the last sync is served by no follower. So, for one such period, it asks
+        the NameServers every heartbeat, and syncs from a master other than ``before`` (the one it had)
+        as soon as one is listed."""
+        group = self.dledger
+        assert group is not None
+        c = self.config
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + c.register_name_server_period / 1000
+        while loop.time() < deadline:
+            if group.node.is_leader or group.node.m.term != term:
+                return
+            listed = {g[0] for g in await self._registered_groups("DLedger follower: master") if 0 in g}
+            master = min(listed - {before, self.addr}, default=None)
+            if master is not None and len(listed) == 1:
+                self.master_addr = master
+                try:
+                    await self.sync_from_master()
+                except Exception as exc:  # the 10 s sync loop tries again
+                    log.warning("metadata sync from the new master %s failed: %s", master, exc)
+                return
+            await asyncio.sleep(c.heart_beat_time_interval_ms / 1000)
 
     def _dledger_peer_back(self, peer: str) -> None:
         """A member answers the leader again: if it was a master that ran on unaware (paused, cut off), it may
@@ -624,27 +653,34 @@ class Broker:
                 "it is checked before replication resumes"
             )
 
-    async def registered_slave_hosts(self) -> set[str] | None:
-        """The hosts the NameServers list as slaves (brokerId >= 1) of this broker's group (the HA gate's
-        look-up); None when none answered (no NameServer configured included: no slave can be told)."""
+    async def _registered_groups(self, why: str) -> list[dict[int, str]]:
+        """This broker's group as each NameServer that answered lists it: brokerId → address (empty: the
+        group is not listed there). ``why`` names the look-up in a failure's warning."""
         c = self.config
 
-        async def one(addr: str) -> set[str] | None:
+        async def one(addr: str) -> dict[int, str] | None:
             request = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO)
             try:
                 response = await self.client.invoke(addr, request, 3.0)
                 if response.code != ResponseCode.SUCCESS or not response.body:
                     return None
                 group = ClusterInfo.loads(response.body).broker_addr_table.get(c.broker_name)
+                if group is None or group.cluster != c.broker_cluster_name:
+                    return {}
+                return {int(i): a for i, a in group.broker_addrs.items()}
             except (RemotingError, ValueError, TypeError) as exc:
-                log.warning("HA gate: no slave list from name server %s: %s", addr, exc)
+                log.warning("%s: no answer from name server %s: %s", why, addr, exc)
                 return None
-            if group is None or group.cluster != c.broker_cluster_name:
-                return set()
-            return {split_addr(a)[0] for i, a in group.broker_addrs.items() if int(i) >= 1}
 
-        answers = [a for a in await asyncio.gather(*(one(a) for a in c.namesrv_addrs)) if a is not None]
-        return set().union(*answers) if answers else None
+        return [a for a in await asyncio.gather(*(one(a) for a in c.namesrv_addrs)) if a is not None]
+
+    async def registered_slave_hosts(self) -> set[str] | None:
+        """The hosts the NameServers list as slaves (brokerId >= 1) of this broker's group (the HA gate's
+        look-up); None when none answered (no NameServer configured included: no slave can be told)."""
+        answers = await self._registered_groups("HA gate: slave list")
+        if not answers:
+            return None
+        return {split_addr(a)[0] for group in answers for i, a in group.items() if i >= 1}
 
     async def sync_from_master(self) -> list[str]:
         """A slave's metadata sync now (also run at start and every 10 s); returns what changed."""

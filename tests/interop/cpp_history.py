@@ -1,8 +1,10 @@
 """The official C++ client (PyPI ``rocketmq==0.4.4``) as a Jepsen client: run with the interop venv's
-Python as ``cpp_history.py NAMESRV TOPIC PROCESS QUEUES``. Sends distinct messages one at a time until
-stdin closes, message SEQ to queue SEQ % QUEUES (``send_orderly``, whose queue selector makes the queue
-known, with the client's own retries), and prints one JSON line per event, as ``ons_history.js`` does:
-``ready`` (with the tries one send may make), ``invoke``, then ``ok`` or ``info``."""
+Python as ``cpp_history.py NAMESRV TOPIC PROCESS``. Sends distinct messages one at a time until stdin
+closes, message SEQ to queue SEQ modulo the topic's queues (``send_orderly``, with the client's own
+retries), and prints one JSON line per event, as ``ons_history.js`` does: ``ready`` (with the tries one
+send may make), ``invoke``, then ``ok`` or ``info``. An ``ok`` says the offset but not the queue: the
+selector picks only the first attempt's queue, a retry goes to the next one (``sendAutoRetrySelectImpl``),
+and the client's result does not say which attempt was acknowledged."""
 
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ def emit(event: dict[str, object]) -> None:
     sys.stdout.flush()
 
 
-def main(namesrv: str, topic: str, process: str, queues: int) -> int:
+def main(namesrv: str, topic: str, process: str) -> int:
     stopping = threading.Event()
 
     def watch_stdin() -> None:
@@ -49,7 +51,7 @@ def main(namesrv: str, topic: str, process: str, queues: int) -> int:
                 emit({"type": "info", "value": value, "error": str(exc).splitlines()[0][:200]})
                 time.sleep(0.2)
             else:
-                where = {"value": value, "queue": seq % queues, "offset": r.offset, "msgId": r.msg_id}
+                where = {"value": value, "offset": r.offset, "msgId": r.msg_id}
                 ok = r.status == SendStatus.OK
                 emit({"type": "ok", **where} if ok else {"type": "info", "error": r.status.name, **where})
             seq += 1
@@ -59,4 +61,4 @@ def main(namesrv: str, topic: str, process: str, queues: int) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])))
+    sys.exit(main(sys.argv[1], sys.argv[2], sys.argv[3]))

@@ -2,15 +2,16 @@
 // ali-ons (npm) as a Jepsen client: sends distinct messages one at a time, with the producer's own
 // retries (retryTimesWhenSendFailed), until stdin closes, and prints one JSON line per event:
 //   {"type":"invoke","value":SHA1}                       before each send
-//   {"type":"ok","value","queue","offset","msgId"}       SEND_OK
+//   {"type":"ok","value","queue","offset","msgId","broker"}  SEND_OK ("broker": the store host in msgId)
 //   {"type":"info","value","error",...}                  any other status, or an error after its retries
-//   node ons_history.js NAMESRV TOPIC PROCESS
+//   node ons_history.js NAMESRV TOPIC PROCESS [ROUTE_POLL_MS]
+// ROUTE_POLL_MS is the producer's pollNameServerInteval (30000 by default): how soon it sees a new master.
 // Message SEQ of PROCESS has the body "PROCESS:SEQ:" eight times (what the Python producer sends).
 const crypto = require('crypto');
 const { Producer, Message } = require('ali-ons');
 const urllib = require('urllib');
 
-const [nameSrv, topic, processName] = process.argv.slice(2);
+const [nameSrv, topic, processName, routePoll] = process.argv.slice(2);
 // ali-ons' background tasks (heartbeats, route polls) throw connection errors from timers when a broker
 // dies under them: log them and go on sending, as an application keeping its producer would.
 process.on('uncaughtException', err => process.stderr.write(`uncaught: ${err.message}\n`));
@@ -19,12 +20,21 @@ let stopping = false;
 process.stdin.on('end', () => { stopping = true; });
 process.stdin.resume();
 
+// ali-ons' msgId is the broker's offset msgId: the store host's IPv4 and port, then the CommitLog offset.
+function storeHost(msgId) {
+  if (!msgId || msgId.length !== 32) return undefined;
+  const b = Buffer.from(msgId, 'hex');
+  return `${b[0]}.${b[1]}.${b[2]}.${b[3]}:${b.readUInt32BE(4)}`;
+}
+
 function emit(event) {
   process.stdout.write(JSON.stringify(event) + '\n');
 }
 
 async function main() {
-  const producer = new Producer({ nameSrv, producerGroup: 'JEPSEN_ONS_PG', httpclient: urllib });
+  const options = { nameSrv, producerGroup: 'JEPSEN_ONS_PG', httpclient: urllib };
+  if (routePoll) options.pollNameServerInteval = Number(routePoll);
+  const producer = new Producer(options);
   producer.on('error', err => process.stderr.write(`producer error: ${err.message}\n`));
   await producer.ready();
   emit({ type: 'ready', tries: 1 + producer.options.retryTimesWhenSendFailed });
@@ -34,7 +44,7 @@ async function main() {
     emit({ type: 'invoke', value });
     try {
       const r = await producer.send(new Message(topic, 'jepsen', body));
-      const where = { value, queue: r.messageQueue.queueId, offset: r.queueOffset, msgId: r.msgId };
+      const where = { value, queue: r.messageQueue.queueId, offset: r.queueOffset, msgId: r.msgId, broker: storeHost(r.msgId) };
       emit(r.sendStatus === 'SEND_OK' ? { type: 'ok', ...where } : { type: 'info', error: r.sendStatus, ...where });
     } catch (err) {
       emit({ type: 'info', value, error: err.message.split('\n')[0] });

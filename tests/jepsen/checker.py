@@ -9,7 +9,9 @@ same body again), and compares them with a full read of the topic. Anomalies:
   counted as often as the client may have sent it) explain;
 - ``failed-visible``: every attempt failed for certain, yet it is read back;
 - ``foreign``: read back but never sent;
-- ``moved``: acknowledged at a queue and offset where it is not found (it is read elsewhere);
+- ``moved``: acknowledged at a queue and offset where it is not found (it is read elsewhere); a client
+  that reports the offset but not the queue (the C++ client: its retries pick the next queue) is held
+  to the offset in whatever queue;
 - ``reordered``: two acknowledged messages of one producer in one queue read in the other order;
 - ``malformed``: a process with two operations in flight (the history itself is wrong).
 
@@ -156,12 +158,16 @@ def _check_message(value: str, tried: list[Attempt], found: list[Read], result: 
         )
     elif len(found) > 1:
         result.retried_duplicates.append(value)
-    places = {(r.queue, r.offset) for r in found}
     for c in oks:
-        if c.queue is not None and c.offset is not None and found and (c.queue, c.offset) not in places:
-            result.anomalies.append(
-                Anomaly("moved", value, f"SEND_OK at q{c.queue}@{c.offset}, read at {where}")
-            )
+        if c.offset is not None and found and not _placed(c, found):
+            at = f"q{c.queue}@{c.offset}" if c.queue is not None else f"offset {c.offset}"
+            result.anomalies.append(Anomaly("moved", value, f"SEND_OK at {at}, read at {where}"))
+
+
+def _placed(c: Op, found: list[Read]) -> list[Read]:
+    """The copies at the place ``c`` acknowledged: its queue and offset, or only its offset where the
+    client did not say the queue."""
+    return [r for r in found if r.offset == c.offset and c.queue in (None, r.queue)]
 
 
 def _reorderings(tries: list[Attempt], copies: dict[str, list[Read]]) -> list[Anomaly]:
@@ -170,7 +176,12 @@ def _reorderings(tries: list[Attempt], copies: dict[str, list[Read]]) -> list[An
     lanes: dict[tuple[str, int], list[tuple[int, Op]]] = defaultdict(list)
     for a in tries:
         c = a.completion
-        if c is None or c.type != "ok" or c.queue is None:
+        if c is None or c.type != "ok":
+            continue
+        if c.queue is None:  # its queue is where the copy at its offset is, if one is
+            placed = _placed(c, copies.get(c.value, [])) if c.offset is not None else []
+            if len(placed) == 1:
+                lanes[(c.process, placed[0].queue)].append((placed[0].offset, c))
             continue
         found = [r for r in copies.get(c.value, []) if r.queue == c.queue]
         if not found:

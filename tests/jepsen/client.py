@@ -182,19 +182,24 @@ class ScriptProducer:
         self.stderr = b""
 
     @classmethod
-    def ali_ons(cls, history: History, process: str, namesrv: str, topic: str) -> ScriptProducer:
+    def ali_ons(
+        cls, history: History, process: str, namesrv: str, topic: str, route_refresh: float = 30.0
+    ) -> ScriptProducer:
+        """ali-ons, looking the route up every ``route_refresh`` seconds (its ``pollNameServerInteval``,
+        30 s by default as in 4.9.8's clients): a send meets a moved master only at the next look-up."""
         exe = shutil.which("node")
         if exe is None:
             pytest.skip("node not installed: the ali-ons client needs it")
         if not (INTEROP / "node_modules" / "ali-ons").is_dir():
             pytest.fail("ali-ons not installed: run scripts/install-interop-clients.sh (make test does)")
-        return cls(history, process, [exe, str(INTEROP / "ons_history.js"), namesrv, topic, process])
+        poll = str(round(route_refresh * 1000))
+        return cls(history, process, [exe, str(INTEROP / "ons_history.js"), namesrv, topic, process, poll])
 
     @classmethod
-    def cpp(cls, history: History, process: str, namesrv: str, topic: str, queues: int) -> ScriptProducer:
+    def cpp(cls, history: History, process: str, namesrv: str, topic: str) -> ScriptProducer:
         require_cpp_client()
         script = str(INTEROP / "cpp_history.py")
-        return cls(history, process, [str(INTEROP_PYTHON), script, namesrv, topic, process, str(queues)])
+        return cls(history, process, [str(INTEROP_PYTHON), script, namesrv, topic, process])
 
     async def run(self, stop: asyncio.Event) -> None:
         proc = await asyncio.create_subprocess_exec(
@@ -218,9 +223,12 @@ class ScriptProducer:
                     inv = self.history.invoke(self.process, "send", event["value"], tries=tries)
                 else:
                     assert inv is not None and inv.value == event["value"], event
-                    fields = {"error": event.get("error"), "msg_id": event.get("msgId")}
-                    if "queue" in event:
-                        fields.update(queue=int(event["queue"]), offset=int(event["offset"]))
+                    fields = {
+                        "error": event.get("error"),
+                        "msg_id": event.get("msgId"),
+                        "addr": event.get("broker"),
+                    }
+                    fields.update({k: int(event[k]) for k in ("queue", "offset") if k in event})
                     self.history.complete(inv, "ok" if event["type"] == "ok" else "info", **fields)
                     self.sent += event["type"] == "ok"
                     inv = None
@@ -235,6 +243,24 @@ class ScriptProducer:
 
     async def close(self) -> None:
         pass
+
+
+#: Seconds between a real client's route look-ups, where it can be set: ali-ons' ``pollNameServerInteval``.
+#: The C++ client's is fixed at 30 s (``MQClientFactory::updateTopicRouteInfo``).
+ROUTE_REFRESH = {"ali-ons": 1.0, "cpp": 30.0}
+
+
+def real_clients(
+    history: History, clients: str, namesrv: str, topic: str, count: int = 2
+) -> list[ScriptProducer]:
+    """``count`` processes of the real client ``clients`` names ("ali-ons" or "cpp"), named ons0.. or
+    cpp0.., each looking its route up as often as :data:`ROUTE_REFRESH` says it can."""
+    if clients == "ali-ons":
+        refresh = ROUTE_REFRESH[clients]
+        return [ScriptProducer.ali_ons(history, f"ons{i}", namesrv, topic, refresh) for i in range(count)]
+    if clients == "cpp":
+        return [ScriptProducer.cpp(history, f"cpp{i}", namesrv, topic) for i in range(count)]
+    raise ValueError(f"no real client called {clients!r}")
 
 
 async def read_topic(client: RemotingClient, addr: str, topic: str, queues: int) -> list[Read]:

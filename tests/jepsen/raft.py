@@ -18,7 +18,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingError
 from tests.jepsen.checker import CheckResult
-from tests.jepsen.client import Producer, master_of, settled
+from tests.jepsen.client import ROUTE_REFRESH, Producer, ScriptProducer, master_of, real_clients, settled
 from tests.jepsen.harness import Client, Run, jepsen_run
 from tests.jepsen.history import Op
 from tests.jepsen.nodes import Node, stop_all
@@ -49,7 +49,9 @@ _unavailable: list[str] = []
 class RaftGroup(Run):
     nodes: list[Node]
     raft_ports: list[int]
-    producers: list[Producer] = field(default_factory=list)
+    producers: list[Producer | ScriptProducer] = field(default_factory=list)
+    #: Seconds the producers may take to look up a moved master: ours look it up again on each failure.
+    route_refresh: float = 0.0
 
     def links_of(self, i: int) -> list[str]:
         """Every proxy link into or out of node ``i``."""
@@ -136,12 +138,18 @@ class RaftGroup(Run):
 
 @contextlib.asynccontextmanager
 async def raft_group(
-    tmp_path: Path, env: dict[str, str], *, stores: dict[int, Path] | None = None, **keys: object
+    tmp_path: Path,
+    env: dict[str, str],
+    *,
+    stores: dict[int, Path] | None = None,
+    clients: str = "ours",
+    **keys: object,
 ) -> AsyncIterator[RaftGroup]:
     """A NameServer (in this process) and three DLedger brokers n0..n2 of one group (subprocesses, their
     peer links through the proxy, ``keys`` added to each broker.conf, node i's store in ``stores[i]``
-    when given), a leader elected and the topic created on it, and three producers (not yet running).
-    Skips when this build has no DLedger mode."""
+    when given), a leader elected and the topic created on it, and the producers (not yet running): three
+    of ours, or two processes of a real client (``clients="ali-ons"`` or ``"cpp"``) sending to the group's
+    broker name with their own retries. Skips when this build has no DLedger mode."""
     if _unavailable:
         pytest.skip(_unavailable[0])
     async with jepsen_run(tmp_path) as run:
@@ -168,9 +176,14 @@ async def raft_group(
                 **keys,
             }
         g = RaftGroup(*run.parts(), nodes, ports)
-        g.producers = [
-            Producer(run.history, f"p{i}", run.namesrv, TOPIC, queues=QUEUES, timeout=5.0) for i in range(3)
-        ]
+        if clients == "ours":
+            g.producers = [
+                Producer(run.history, f"p{i}", run.namesrv, TOPIC, queues=QUEUES, timeout=5.0)
+                for i in range(3)
+            ]
+        else:
+            g.producers = [*real_clients(run.history, clients, run.namesrv, TOPIC)]
+            g.route_refresh = ROUTE_REFRESH[clients]
         try:
             for node in nodes:
                 node.start()

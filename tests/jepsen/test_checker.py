@@ -72,6 +72,22 @@ def test_an_acknowledged_place_that_holds_something_else_is_moved() -> None:
     assert check(h, [Read(2, 8, "a")]).kinds() == {"moved"}
 
 
+def test_an_acknowledged_offset_without_its_queue_is_found_in_any_queue() -> None:
+    """The C++ client reports the offset of a send but not its queue (a retry goes to the next queue): the
+    copy at that offset places it, for the moved and the reordered rules alike."""
+    h = History()
+    h.complete(h.invoke("cpp0", "send", "a"), "ok", offset=5)
+    h.complete(h.invoke("cpp0", "send", "b"), "ok", offset=6)
+    assert check(h, [Read(3, 5, "a"), Read(3, 6, "b")]).valid
+    assert check(h, [Read(3, 4, "a"), Read(3, 6, "b")]).kinds() == {"moved"}
+    result = check(h, [Read(1, 6, "a"), Read(1, 5, "b")])  # each at the other's offset, b first
+    assert result.kinds() == {"moved"}
+    h2 = History()
+    h2.complete(h2.invoke("cpp0", "send", "a"), "ok", offset=5)
+    h2.complete(h2.invoke("cpp0", "send", "b"), "ok", offset=2)
+    assert check(h2, [Read(1, 5, "a"), Read(1, 2, "b")]).kinds() == {"reordered"}
+
+
 def test_one_producers_acknowledged_messages_read_out_of_order_are_reordered() -> None:
     h = History()
     sent(h, "p0", "a", "ok", 0, 0)

@@ -1,8 +1,9 @@
 """The Jepsen harness on DLedger broker groups: three brokers on loopback, producers sending with
-retries, one fault each (the leader killed, frozen past the election timeout, cut off its peers; a
-follower restarted empty, with a damaged entry, on a full disk), then the history checked against what
-the group serves: every SEND_OK readable exactly once from the leader, no two leaders in one term, no
-SEND_OK from a leader cut off its quorum, the old leader's unreplicated tail not served, writes resumed.
+retries (ours; for the leader's faults the real clients too, ali-ons and the C++ client), one fault each
+(the leader killed, frozen past the election timeout, cut off its peers; a follower restarted empty,
+with a damaged entry, on a full disk), then the history checked against what the group serves: every
+SEND_OK readable exactly once from the leader, no two leaders in one term, no SEND_OK from a leader cut
+off its quorum, the old leader's unreplicated tail not served, writes resumed.
 
 Each test skips (with the reason) where the broker has no DLedger mode yet."""
 
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from store.dledger import BODY_OFFSET, decode_header
+from store.record import decode_records
 from tests.broker.test_broker_disk_full import fill, small_tmpfs
 from tests.jepsen.checker import Read, check_leaders, check_resumed
 from tests.jepsen.client import read_topic
@@ -27,10 +30,14 @@ from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
+#: Who sends during the leader's faults: our producers, and the real clients (their own retries, and a
+#: moved master seen only at their next route look-up).
+CLIENTS = ["ours", *(pytest.param(c, marks=pytest.mark.interop) for c in ("ali-ons", "cpp"))]
+
 
 async def writes_resume(g: RaftGroup, after: Op, more: int = 30) -> None:
-    """A send is acknowledged after ``after``, and ``more`` in all since then."""
-    await wait_until(lambda: check_resumed(g.history.ops, after.time).valid, 30)
+    """A send is acknowledged after ``after``, and ``more`` in all since then (the real clients' too)."""
+    await wait_until(lambda: check_resumed(g.history.ops, after.time).valid, 30 + g.route_refresh)
     then = g.acked()
     await wait_until(lambda: g.acked() >= then + more, 30)
 
@@ -76,14 +83,36 @@ def assert_bisected(g: RaftGroup) -> int:
 TRUNCATED = re.compile(r"found in (\d+) compares: truncating after entry -?\d+ \(this log: (-?\d+)-(-?\d+)\)")
 
 
+def acked_by_deposed(g: RaftGroup, old: int, fault: Op, until: float | None = None) -> list[Op]:
+    """SEND_OKs that node ``old``, the leader when ``fault`` struck, answered for sends invoked after it
+    and completed before ``until`` (or before it is seen leading a later term): a deposed leader must
+    acknowledge nothing. Only clients that say which broker answered (ours, ali-ons) are checked."""
+    ops = g.history.ops
+    name, addr = g.nodes[old].name, g.nodes[old].addr
+    led = [op for op in ops if op.f == "role" and op.value == name and op.role == "LEADER"]
+    term = max((op.term or 0 for op in led if op.index < fault.index), default=-1)
+    later = [op.time for op in led if (op.term or 0) > term]
+    end = min([*later, *([] if until is None else [until])], default=float("inf"))
+    return [
+        op
+        for op in ops
+        if op.f == "send"
+        and op.type == "ok"
+        and op.addr == addr
+        and op.time < end
+        and g.history.invoked_after(op, fault)
+    ]
+
+
 def _place(read: Read) -> tuple[int, int]:
     return (read.queue, read.offset)
 
 
+@pytest.mark.parametrize("clients", CLIENTS)
 async def test_sigkill_of_the_leader_then_its_restart_on_the_old_log(
-    tmp_path: Path, cli_env: dict[str, str]
+    tmp_path: Path, cli_env: dict[str, str], clients: str
 ) -> None:
-    async with raft_group(tmp_path, cli_env) as g:
+    async with raft_group(tmp_path, cli_env, clients=clients) as g:
         old = await g.leader()
         async with running(activity(g)):
             await wait_until(lambda: g.acked() >= 60)
@@ -97,10 +126,14 @@ async def test_sigkill_of_the_leader_then_its_restart_on_the_old_log(
         await assert_consistent(g)
 
 
-async def test_the_leader_frozen_past_the_election_timeout(tmp_path: Path, cli_env: dict[str, str]) -> None:
+@pytest.mark.parametrize("clients", CLIENTS)
+async def test_the_leader_frozen_past_the_election_timeout(
+    tmp_path: Path, cli_env: dict[str, str], clients: str
+) -> None:
     """SIGSTOP for longer than the election timeout: another leader takes over; after SIGCONT the old one
-    steps down (no term with two leaders) and what it held unacknowledged is not served."""
-    async with raft_group(tmp_path, cli_env) as g:
+    steps down (no term with two leaders), answers no SEND_OK to what reached it meanwhile, and what it
+    held unacknowledged is not served."""
+    async with raft_group(tmp_path, cli_env, clients=clients) as g:
         old = await g.leader()
         async with running(activity(g)):
             await wait_until(lambda: g.acked() >= 60)
@@ -109,17 +142,28 @@ async def test_the_leader_frozen_past_the_election_timeout(tmp_path: Path, cli_e
             await writes_resume(g, paused)
             g.nemesis.resume(g.nodes[old])
             await writes_resume(g, g.history.last("resume"))
+        from_old = acked_by_deposed(g, old, paused)
+        assert not from_old, f"SEND_OK from the deposed leader: {from_old[:3]}"
         await assert_consistent(g)
 
 
-@pytest.mark.parametrize("mode", ["stall", "refuse"])
+@pytest.mark.parametrize(
+    ("clients", "mode"),
+    [
+        ("ours", "stall"),
+        ("ours", "refuse"),
+        pytest.param("ali-ons", "stall", marks=pytest.mark.interop),
+        pytest.param("cpp", "refuse", marks=pytest.mark.interop),
+    ],
+)
 async def test_the_leader_cut_off_its_peers_acknowledges_nothing(
-    tmp_path: Path, cli_env: dict[str, str], mode: Mode
+    tmp_path: Path, cli_env: dict[str, str], clients: str, mode: Mode
 ) -> None:
     """The proxy cuts the leader off both followers (clients still reach it): the two elect a leader and
     take writes; the old one answers no SEND_OK (it has no quorum); after the heal it follows, its
-    unreplicated tail set aside (logged at ERROR) and never served."""
-    async with raft_group(tmp_path, cli_env) as g:
+    unreplicated tail set aside (logged at ERROR) and never served. Where a client does not say which
+    broker answered (the C++ client), a SEND_OK from the old leader shows as lost: its entry is cut."""
+    async with raft_group(tmp_path, cli_env, clients=clients) as g:
         old = await g.leader()
         old_addr = g.nodes[old].addr
         async with running(activity(g)):
@@ -131,20 +175,12 @@ async def test_the_leader_cut_off_its_peers_acknowledges_nothing(
             healed = g.heal(old)
             await writes_resume(g, healed)
         ops = g.history.ops
-        from_old = [
-            op
-            for op in ops
-            if op.f == "send"
-            and op.type == "ok"
-            and op.addr == old_addr
-            and op.time < healed.time
-            and g.history.invoked_after(op, cut)
-        ]
+        from_old = acked_by_deposed(g, old, cut, healed.time)
         assert not from_old, f"SEND_OK from the cut-off leader: {from_old[:3]}"
-        tried_old = [
+        tried_old = [  # a real client's failures do not say where they went: maybe the old leader
             op
             for op in ops
-            if op.f == "send" and op.type == "info" and op.addr == old_addr and op.time > cut.time
+            if op.f == "send" and op.type == "info" and op.addr in (old_addr, None) and op.time > cut.time
         ]
         await assert_consistent(g)
         # What it appended and could not commit was set aside when it rejoined, said at ERROR. (A send the
@@ -156,6 +192,28 @@ async def test_the_leader_cut_off_its_peers_acknowledges_nothing(
             assert any("quarantine" in line for line in errors), (set_aside, errors)
             assert assert_bisected(g), "a tail set aside, but no leader said where the logs part"
             assert tried_old, "a tail set aside though no send reached the cut-off leader"
+
+
+async def test_a_follower_serves_a_topic_of_the_killed_leader_soon(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The leader dies before its followers' first metadata sync: the follower left learns the new master
+    from the NameServers within a few heartbeats (not at its next registration, 30 s later) and, its topic
+    config synced from it, serves what the new leader serves."""
+    async with raft_group(tmp_path, cli_env) as g:
+        old = await g.leader()
+        async with running(g.producers):
+            await wait_until(lambda: g.acked() >= 30)
+            g.nemesis.kill(g.nodes[old])
+            new = await g.leader(other_than=old)
+            await writes_resume(g, g.history.last("kill"), more=10)
+        follower = g.nodes[3 - old - new]
+        expected = sorted(await read_topic(g.client, g.nodes[new].addr, TOPIC, QUEUES), key=_place)
+
+        async def same() -> bool:
+            return sorted(await read_topic(g.client, follower.addr, TOPIC, QUEUES), key=_place) == expected
+
+        await wait_until(same, 10)
 
 
 @pytest.mark.parametrize("harm", ["emptied", "damaged"])
@@ -197,14 +255,20 @@ def _written(store: Path) -> int:
 
 
 def _damage_last_entry(store: Path) -> str:
-    """Flip a byte near the end of the written part of the node's newest DLedger data file (inside the
-    last entry's body); returns the file and offset."""
+    """Flip a byte in the message body of the last entry of the node's newest DLedger data file (what
+    the record's body CRC covers: nothing checks a record's properties, nor, as in 4.9.8, the entry's
+    body CRC); returns the file and offset."""
     path = _data_files(store)[-1]
     data = bytearray(path.read_bytes())
-    end = len(data.rstrip(b"\0"))
-    data[end - 8] ^= 0xFF
+    at, last = 0, 0
+    while at + BODY_OFFSET <= len(data) and (size := decode_header(data, at)[1]) > 0:
+        at, last = at + size, at
+    record = bytes(data[last + BODY_OFFSET : at])
+    body = decode_records(record)[0].body
+    flip = last + BODY_OFFSET + record.rindex(body) + len(body) // 2
+    data[flip] ^= 0xFF
     path.write_bytes(data)
-    return f"{path.name}@{end - 8}"
+    return f"{path.name}@{flip}"
 
 
 async def test_a_follower_on_a_full_disk_and_the_group_serves(

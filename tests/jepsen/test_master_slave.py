@@ -14,7 +14,7 @@ from typing import cast
 import pytest
 
 from tests.jepsen.checker import CheckResult, check_resumed
-from tests.jepsen.client import Producer, ScriptProducer, master_of, settled
+from tests.jepsen.client import Producer, ScriptProducer, master_of, real_clients, settled
 from tests.jepsen.harness import Run, jepsen_run, running
 from tests.jepsen.nodes import Node, stop_all
 from tests.jepsen.proxy import Mode
@@ -79,10 +79,8 @@ async def master_slave(
         if proxied_clients:
             via[master.addr] = (await run.proxy.link("clients", master.addr, avoid=picked)).addr
         producers: list[Producer | ScriptProducer]
-        if clients == "ali-ons":
-            producers = [ScriptProducer.ali_ons(run.history, f"ons{i}", ns, TOPIC) for i in range(2)]
-        elif clients == "cpp":
-            producers = [ScriptProducer.cpp(run.history, f"cpp{i}", ns, TOPIC, QUEUES) for i in range(2)]
+        if clients != "python":
+            producers = [*real_clients(run.history, clients, ns, TOPIC)]
         else:
             # cut off the master, a client should give up on a send soon; otherwise it must outwait the
             # master's own slaveTimeout, or it could never see the FLUSH_SLAVE_TIMEOUT answer
