@@ -195,6 +195,10 @@ class InFlight:
         return (self.group, self.topic, self.queue_id, self.queue_offset)
 
     @property
+    def queue_key(self) -> tuple[str, str, int]:
+        return (self.group, self.topic, self.queue_id)
+
+    @property
     def visible_at(self) -> int:
         return self.pop_time + self.invisible_ms
 
@@ -366,8 +370,12 @@ class PopService:
         self._held: dict[_QueueKey, dict[int, InFlight]] = {}
         #: (visible at, key, pop time) of every non-FIFO record; stale entries are skipped.
         self._due: list[tuple[int, _Key, int]] = []
-        #: Every queue a POP group popped from: their offsets go into each rewrite of the journal.
-        self._queues: set[_QueueKey] = set()
+        #: Each queue's next pop offset per group (where the next pop reads): this member's own.
+        self._next: dict[_QueueKey, int] = {}
+        #: Each queue's ack watermark as last committed into the offset table (the replicated state).
+        self._marks: dict[_QueueKey, int] = {}
+        #: The queue offsets lent out per queue (a heap; entries of ended lendings skipped when on top).
+        self._lent: dict[_QueueKey, list[int]] = {}
         self._rotation = 0
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -377,18 +385,43 @@ class PopService:
     # ------------------------------------------------------------------ lifecycle
 
     def load(self) -> None:
-        """Replay the journal, lift the offset table to the journal's pop offsets, compact."""
+        """Replay the journal, set the offset table to each queue's ack watermark, compact. A DLedger
+        member's journal is from a lending that another leader may have moved past: dropped, and the
+        member takes over from the offset table when elected (:meth:`take_over`)."""
+        if self.broker.config.enable_dleger_commit_log:
+            self.take_over()
+            return
         records, offsets = self.journal.load()
-        for (group, topic, queue_id), offset in offsets.items():
-            if offset > self.broker.offsets.query_offset(group, topic, queue_id):
-                self.broker.offsets.commit_offset(group, topic, queue_id, offset)
-        self._queues.update(offsets)
         for r in records.values():
             self._add(r)
+        for r in records.values():  # (a queue without an offset line: its next pop reads after it)
+            offsets.setdefault(
+                r.queue_key, max(r.queue_offset + 1, self.broker.offsets.query_offset(*r.queue_key))
+            )
+        for queue, offset in offsets.items():
+            if offset >= 0:
+                self._next[queue] = offset
+                self._mark(queue, [])
         if self.journal.exists:
             self.journal.rewrite(self.records.values(), self._pop_offsets())
         if self.records:
             log.info("POP: %d in-flight message(s) back from the journal", len(self.records))
+
+    def take_over(self) -> None:
+        """Start from the offset table, as a member elected DLedger leader does: the table (taken from the
+        old leader every few seconds) never stands past a message lent and not acked, so the next pops
+        lend those again (with the acked ones above them: duplicates, never a loss). Records and pop
+        offsets of this member's own earlier lendings are dropped; a later leader may have moved on."""
+        if self.records:
+            log.info("POP: %d in-flight record(s) of an earlier lending dropped", len(self.records))
+        self.records.clear()
+        self._held.clear()
+        self._due.clear()
+        self._next.clear()
+        self._marks.clear()
+        self._lent.clear()
+        if self.journal.exists:
+            self.journal.rewrite((), {})
 
     def start(self) -> None:
         self._wake = asyncio.Event()
@@ -448,8 +481,10 @@ class PopService:
 
     def ack(self, *, group: str, topic: str, receipt_handle: str) -> None:
         record = self._current(group, topic, receipt_handle)
+        lines = [gone_line(record.key)]
         self._drop(record)
-        self.journal.append([gone_line(record.key)])
+        self._mark(record.queue_key, lines)
+        self.journal.append(lines)
 
     def change_invisible(self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
         """Lend the message again for ``invisible_ms`` from now; returns its new handle."""
@@ -466,6 +501,12 @@ class PopService:
         """Send the message to ``%DLQ%group`` now and end its lending (5.x: send-back with level -1)."""
         record = self._current(group, topic, receipt_handle)
         self._end(record, dlq=True)
+
+    def pop_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """Where the group's next pop of the queue reads: this member's own offset, else the offset
+        table's (which holds the ack watermark); -1 for a queue the group never popped."""
+        offset = self._next.get((group, topic, queue_id), -1)
+        return offset if offset >= 0 else self.broker.offsets.query_offset(group, topic, queue_id)
 
     def in_flight(self) -> dict[str, int]:
         """Popped and not yet acked messages per group."""
@@ -548,9 +589,10 @@ class PopService:
         return out
 
     def _start_offset(self, group: str, topic: str, queue_id: int, init_mode: int) -> int:
-        """The group's pop offset; a group new to the queue starts at its first message when the queue
-        still has it (5.x ``initPopOffsetByCheckMsgInMem``) or with MIN, else at its end."""
-        offset = self.broker.offsets.query_offset(group, topic, queue_id)
+        """The group's pop offset: this member's own, else the offset table's (a member taking over); a
+        group new to the queue starts at its first message when the queue still has it (5.x
+        ``initPopOffsetByCheckMsgInMem``) or with MIN, else at its end."""
+        offset = self.pop_offset(group, topic, queue_id)
         if offset >= 0:
             return offset
         store = self.broker.store
@@ -575,14 +617,17 @@ class PopService:
         for source, q, filtered in self._sources(group, topic, queue_id, fifo):
             if len(out) >= max_messages:
                 break
+            queue = (group, source, q)
+            self._follow_table(queue, journal)
             if fifo:
-                held = self._held.get((group, source, q))
+                held = self._held.get(queue)
                 if held:
                     if min(r.visible_at for r in held.values()) > now:  # the order lock: still out
                         if ask.attempt_id and all(r.attempt_id == ask.attempt_id for r in held.values()):
                             out += self._lent_again(held)
                         continue
                     out += self._redeliver_held(held, now, ask, journal)
+                    self._mark(queue, journal)  # (those sent to the DLQ no longer hold it)
                     continue
             offset = self._start_offset(group, source, q, ask.init_mode)
             try:
@@ -615,10 +660,10 @@ class PopService:
                 journal.append(record_line(record))
                 out.append(self._popped(record, found))
             nxt = offset if result.status is _S.NO_MATCHED_LOGIC_QUEUE else result.next_begin_offset
-            if nxt != offset or self.broker.offsets.query_offset(group, source, q) < 0:
-                self.broker.offsets.commit_offset(group, source, q, nxt)
-                self._queues.add((group, source, q))
+            if nxt != offset or queue not in self._next:
+                self._next[queue] = nxt
                 journal.append(offset_line(group, source, q, nxt))
+                self._mark(queue, journal)
         if journal:
             self._write(journal)
         if out:
@@ -694,6 +739,13 @@ class PopService:
 
     def _add(self, r: InFlight) -> None:
         self.records[r.key] = r
+        lent = self._lent.setdefault(r.queue_key, [])
+        heapq.heappush(lent, r.queue_offset)
+        if len(lent) > 2 * len(self.records) + 1024:  # ended lendings above a long-lent one: rebuilt
+            self._lent[r.queue_key] = lent = [
+                x.queue_offset for x in self.records.values() if x.queue_key == r.queue_key
+            ]
+            heapq.heapify(lent)
         if r.fifo:
             self._held.setdefault((r.group, r.topic, r.queue_id), {})[r.queue_offset] = r
         else:
@@ -729,9 +781,67 @@ class PopService:
             self.journal.rewrite(self.records.values(), self._pop_offsets())
 
     def _pop_offsets(self) -> dict[_QueueKey, int]:
-        """The offset table's offsets of every queue POP groups popped from (a journal rewrite keeps
-        them: the table itself is written only every few seconds)."""
-        return {k: self.broker.offsets.query_offset(*k) for k in sorted(self._queues)}
+        """Every queue's next pop offset, for a journal rewrite (an offset table change nobody popped
+        since, such as an operator's reset, taken first)."""
+        for queue in list(self._marks):
+            self._follow_table(queue, [])
+        return dict(sorted(self._next.items()))
+
+    # ------------------------------------------------------------------ the ack watermark
+
+    def _watermark(self, queue: _QueueKey) -> int:
+        """The lowest offset of the queue still lent out, or its next pop offset when none is: the group
+        has every message below it acked (or revived into the retry topic, or sent to the DLQ)."""
+        nxt = self._next[queue]
+        lent = self._lent.get(queue)
+        group, topic, queue_id = queue
+        while lent and (group, topic, queue_id, lent[0]) not in self.records:
+            heapq.heappop(lent)
+        if not lent:
+            self._lent.pop(queue, None)
+            return nxt
+        return min(lent[0], nxt)
+
+    def _mark(self, queue: _QueueKey, journal: list[str]) -> None:
+        """Commit the queue's ack watermark into the offset table when it moved. The table, not the
+        journal, is what the other members of a DLedger group (and a slave) take from this one: it must
+        never stand past a message that is lent and not acked, or a member taking over would skip it."""
+        self._follow_table(queue, journal)
+        if queue not in self._next:
+            return
+        mark = self._watermark(queue)
+        if mark != self._marks.get(queue):
+            self._marks[queue] = mark
+            self.broker.offsets.commit_offset(*queue, mark)
+
+    def _follow_table(self, queue: _QueueKey, journal: list[str]) -> None:
+        """An offset this service did not put into the table wins: an operator's reset (or a 4.x consumer
+        of the same group committing; the group or topic deleted: none). The queue starts over there,
+        its lendings end (the same messages are lent again from a reset back; one forward skips them as
+        asked) and its FIFO lock is released, as 5.x's ``clearBlock`` on a reset."""
+        mark = self._marks.get(queue)
+        if mark is None:
+            return
+        table = self.broker.offsets.query_offset(*queue)
+        if table == mark:
+            return
+        log.info(
+            "POP: %s/%s/%d moved from %d to %d in the offset table: popping from there",
+            queue[0],
+            queue[1],
+            queue[2],
+            mark,
+            table,
+        )
+        for r in [r for r in self.records.values() if r.queue_key == queue]:
+            self._drop(r)
+            journal.append(gone_line(r.key))
+        self._lent.pop(queue, None)
+        journal.append(offset_line(*queue, table))
+        if table >= 0:
+            self._next[queue] = self._marks[queue] = table
+        else:
+            del self._next[queue], self._marks[queue]
 
     def _look(self, r: InFlight) -> SelectedMessage | None:
         """The lent message's record, decoded once (None: gone with retention, or damaged)."""
@@ -797,8 +907,10 @@ class PopService:
             if dlq is None:
                 dlq = msg.reconsume_times >= self._max_reconsume(r.group)
             self._put_retry(r.group, msg, dlq=dlq)
+        lines = [gone_line(r.key)]
         self._drop(r)
-        self.journal.append([gone_line(r.key)])
+        self._mark(r.queue_key, lines)
+        self.journal.append(lines)
 
     def _put_retry(self, group: str, old: StoredMessage, *, dlq: bool) -> None:
         """Re-put a message as 5.x's revive does (``PopReviveService#reviveRetry``): its properties, the
