@@ -1,7 +1,7 @@
 """POP consumption (RocketMQ 5.x): messages lent out with an invisibility, acked by receipt handle.
 
 The design follows 5.x's KV pop (``PopConsumerService``), not its revive log: one in-flight record per
-popped message, the group's pop offset committed in the consumer offset table at pop time, and a revive
+popped message, the group's pop offset (where its next pop reads) kept by this broker, and a revive
 loop that re-puts every record whose invisibility ran out into the group's retry topic (``%RETRY%group``,
 the topic 4.x retries use too) with ``reconsumeTimes + 1``, or into ``%DLQ%group`` after the group's
 ``retryMaxTimes``. Popping reads the topic's queues and the group's retry topic, as
@@ -14,6 +14,13 @@ only lose in-flight handles (their messages come back as the offsets say), never
 ack or change is written with one ``write`` before it is answered, so a SIGKILL loses nothing the
 page cache holds; a pop's new queue offsets go in the same write, so an offset table older than the
 journal (it is written every few seconds) never makes an acked message come back.
+
+Unlike 5.x, which commits the pop offset at pop time, the consumer offset table holds each queue's ack
+watermark: the lowest offset still lent and not acked, or the pop offset when none is. The table is the
+state a slave and the other members of a DLedger group take from this broker (every 10 s), and a member
+elected leader starts popping there (:meth:`PopService.take_over`): what the old leader lent and nobody
+acked is lent again, with the acked ones above it (duplicates, never a loss). An offset someone else
+writes into the table (an operator's reset) wins at the next pop or ack of that queue.
 
 FIFO pop (``order=true``) is 5.x's order lock per queue (``ConsumerOrderInfoManager``): while a popped
 message of a queue is neither acked nor expired the queue gives the group nothing more; once expired
@@ -55,6 +62,8 @@ if TYPE_CHECKING:
     from daemon.broker.stats import BrokerStats
     from store.api import MessageStore
     from store.config_files import ConsumerOffsetManager
+    from store.message import Message
+    from store.results import PutResult
 
 log = logging.getLogger(__name__)
 
@@ -355,6 +364,8 @@ class PopHost(Protocol):
     stats: BrokerStats
     hold: PullRequestHoldService
 
+    async def put(self, msg: Message) -> PutResult: ...
+
 
 class PopService:
     """POP on one broker: ``pop``/``ack``/``change_invisible``/``forward_to_dlq`` and the revive loop.
@@ -480,11 +491,7 @@ class PopService:
             await self._wait_for_messages(ask, left)
 
     def ack(self, *, group: str, topic: str, receipt_handle: str) -> None:
-        record = self._current(group, topic, receipt_handle)
-        lines = [gone_line(record.key)]
-        self._drop(record)
-        self._mark(record.queue_key, lines)
-        self.journal.append(lines)
+        self._finish(self._current(group, topic, receipt_handle))
 
     def change_invisible(self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
         """Lend the message again for ``invisible_ms`` from now; returns its new handle."""
@@ -871,24 +878,29 @@ class PopService:
         while True:
             self._wake.clear()
             now = _now_ms()
-            done = 0
             while self._due and self._due[0][0] <= now:
-                _, key, pop_time = heapq.heappop(self._due)
-                r = self.records.get(key)
-                if r is None or r.fifo or r.pop_time != pop_time or r.visible_at > now:
-                    continue  # acked, changed (a newer entry), or FIFO
-                try:
-                    self._end(r, dlq=None)
-                except Exception:
-                    log.exception(
-                        "POP revive of %s:%d at %d failed; retried", r.topic, r.queue_id, r.queue_offset
+                due: list[InFlight] = []  # a slice: a mass expiry must not hold the loop
+                while self._due and self._due[0][0] <= now and len(due) < REVIVE_SLICE:
+                    _, key, pop_time = heapq.heappop(self._due)
+                    r = self.records.get(key)
+                    if r is None or r.fifo or r.pop_time != pop_time or r.visible_at > now:
+                        continue  # acked, changed (a newer entry), or FIFO
+                    due.append(r)
+                # the slice's puts in turn, their waits for a DLedger quorum together
+                results = await asyncio.gather(*(self._revive(r) for r in due), return_exceptions=True)
+                failed = [(r, x) for r, x in zip(due, results, strict=True) if isinstance(x, Exception)]
+                for r, exc in failed:
+                    log.error(
+                        "POP revive of %s:%d at %d failed; retried: %s",
+                        r.topic,
+                        r.queue_id,
+                        r.queue_offset,
+                        exc,
                     )
-                    heapq.heappush(self._due, (now + 1000, key, r.pop_time))
+                    heapq.heappush(self._due, (now + 1000, r.key, r.pop_time))
+                if failed:
                     break
-                done += 1
-                if done % REVIVE_SLICE == 0:  # a mass expiry must not hold the loop: requests in between
-                    await asyncio.sleep(0)
-                    now = _now_ms()
+                now = _now_ms()
             delay = (
                 REVIVE_IDLE
                 if not self._due
@@ -897,23 +909,44 @@ class PopService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
 
-    def _end(self, r: InFlight, *, dlq: bool | None) -> None:
-        """End a lending by a re-put: to the DLQ (``dlq``), or, for an expired one (None), to the retry
-        topic unless the group's retries are used up. The put comes before the journal line: a crash
-        between them revives the message twice, never loses it."""
+    async def _revive(self, r: InFlight) -> None:
+        """Re-put an expired lending into the retry topic (the DLQ once the group's retries are used up),
+        then end it. The put is awaited until a DLedger quorum holds it (``Broker.put``): ended sooner, the
+        watermark could pass a message whose only new copy is in a deposed leader's truncated tail."""
+        pop_time = r.pop_time
         found = self._look(r)
         if found is not None:
             msg = found.message
-            if dlq is None:
-                dlq = msg.reconsume_times >= self._max_reconsume(r.group)
-            self._put_retry(r.group, msg, dlq=dlq)
+            copy = self._retry_copy(r.group, msg, dlq=msg.reconsume_times >= self._max_reconsume(r.group))
+            self._check_put(copy.topic, await self.broker.put(copy))
+        if self.records.get(r.key) is r and r.pop_time == pop_time:  # (else acked or lent anew meanwhile:
+            self._finish(r)  # the copy is one more delivery, never one less)
+
+    def _end(self, r: InFlight, *, dlq: bool) -> None:
+        """End a lending now by a re-put to the DLQ (``dlq``) or the retry topic. The put comes before the
+        journal line: a crash between them delivers the message twice, never loses it."""
+        found = self._look(r)
+        if found is not None:
+            copy = self._retry_copy(r.group, found.message, dlq=dlq)
+            # not waiting for a flush, so inline (as ``Broker.put`` runs it)
+            self._check_put(copy.topic, self.broker.store.put_message(copy))
+        self._finish(r)
+
+    def _finish(self, r: InFlight) -> None:
+        """A lending ended (acked, revived, sent to the DLQ): its record gone, the watermark moved, one
+        journal write."""
         lines = [gone_line(r.key)]
         self._drop(r)
         self._mark(r.queue_key, lines)
         self.journal.append(lines)
 
-    def _put_retry(self, group: str, old: StoredMessage, *, dlq: bool) -> None:
-        """Re-put a message as 5.x's revive does (``PopReviveService#reviveRetry``): its properties, the
+    def _check_put(self, topic: str, result: PutResult) -> None:
+        if not result.ok:
+            raise StoreError(f"POP re-put to {topic} failed: {result.status.value}")
+        self.broker.stats.on_put(topic, 1, result.wrote_bytes)
+
+    def _retry_copy(self, group: str, old: StoredMessage, *, dlq: bool) -> Message:
+        """A message re-put as 5.x's revive does (``PopReviveService#reviveRetry``): its properties, the
         original topic in ``RETRY_TOPIC``, ``reconsumeTimes + 1``, no delay level (the invisibility was
         the wait)."""
         broker = self.broker
@@ -927,12 +960,7 @@ class PopService:
             retry = broker.topics.create_system_like(retry_topic(group), nums, PermName.READ_WRITE)
             topic = retry.topic_name
             queue_id = random.randrange(max(1, retry.write_queue_nums))
-        msg = retry_copy(old, topic, queue_id, old.store_host, None)
-        # not waiting for a flush, so inline (as ``Broker.put`` runs it)
-        result = broker.store.put_message(msg)
-        if not result.ok:
-            raise StoreError(f"POP re-put to {topic} failed: {result.status.value}")
-        broker.stats.on_put(topic, 1, result.wrote_bytes)
+        return retry_copy(old, topic, queue_id, old.store_host, None)
 
 
 #: The keys mqctl adds to GET_BROKER_RUNTIME_INFO for POP (4.9.8 has none).
