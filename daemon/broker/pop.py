@@ -431,8 +431,11 @@ class PopService:
         self._next.clear()
         self._marks.clear()
         self._lent.clear()
-        if self.journal.exists:
-            self.journal.rewrite((), {})
+        try:
+            if self.journal.exists:
+                self.journal.rewrite((), {})
+        except OSError as exc:
+            log.error("POP journal not emptied (a DLedger member drops it at its next start): %s", exc)
 
     def start(self) -> None:
         self._wake = asyncio.Event()
@@ -443,8 +446,12 @@ class PopService:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        try:  # the journal to the offset table's offsets (an operator's reset included)
-            if self.journal.exists:
+        if self.broker.config.enable_dleger_commit_log:
+            # leadership lost (or a stop): the next leader lends again what this one lent, and a late
+            # ack reaching this member must not move its offset table (taken from the leader now)
+            self.take_over()
+        try:  # the journal to the live records and pop offsets (an operator's reset included)
+            if self.journal.exists and not self.broker.config.enable_dleger_commit_log:
                 self.journal.rewrite(self.records.values(), self._pop_offsets())
         except OSError as exc:
             log.error("POP journal not compacted at stop (replayed as it is at the next start): %s", exc)
@@ -634,7 +641,6 @@ class PopService:
                             out += self._lent_again(held)
                         continue
                     out += self._redeliver_held(held, now, ask, journal)
-                    self._mark(queue, journal)  # (those sent to the DLQ no longer hold it)
                     continue
             offset = self._start_offset(group, source, q, ask.init_mode)
             try:

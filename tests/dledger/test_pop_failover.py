@@ -26,6 +26,7 @@ pytestmark = pytest.mark.slow
 
 TOPIC = "PopFo"
 GROUP = "GPopFo"
+FIFO_GROUP = "GPopFoFifo"
 QUEUES = 2
 #: Longer than a slave sync and the kill: on the old leader nothing expires into the retry topic.
 INVISIBLE_MS = 40_000
@@ -41,12 +42,15 @@ class History:
         return self.sent - self.acked
 
 
-async def group_offsets(on: BrokerClient) -> dict[int, int]:
-    """The member's consumer offset table for GROUP on TOPIC (what followers take from the leader)."""
+async def group_offsets(on: BrokerClient) -> dict[str, dict[int, int]]:
+    """The member's consumer offset table for both groups on TOPIC (what followers take from the
+    leader)."""
     r = await on.call(RequestCode.GET_ALL_CONSUMER_OFFSET)
     assert r.code == ResponseCode.SUCCESS, r.remark
     table = fastjson.loads(r.body).get("offsetTable", {})
-    return {int(q): int(o) for q, o in table.get(f"{TOPIC}@{GROUP}", {}).items()}
+    return {
+        g: {int(q): int(o) for q, o in table.get(f"{TOPIC}@{g}", {}).items()} for g in (GROUP, FIFO_GROUP)
+    }
 
 
 async def send(on: BrokerClient, history: History, body: bytes, queue: int) -> None:
@@ -89,10 +93,15 @@ async def test_popped_and_unacked_messages_are_lent_again_by_the_new_leader(
                 await ack(consumer, history, p)
         assert len(history.acked) == 10
         unacked = {p.body for p in lent} - history.acked
+        # a FIFO group holds queue 0 (its order lock): m2 acked, m0 and m4 not
+        fifo = PopClient(old, FIFO_GROUP)
+        held = await fifo.pop(TOPIC, queue_id=0, max_nums=3, order=True, invisible_ms=INVISIBLE_MS)
+        assert [p.body for p in held] == [b"m0", b"m2", b"m4"]
+        assert (await fifo.ack(TOPIC, held[1])).code == ResponseCode.SUCCESS
 
         # followers take the leader's offsets every 10 s: wait until both hold what the leader holds
         leader_table = await group_offsets(old)
-        assert sorted(leader_table) == list(range(QUEUES))
+        assert sorted(leader_table[GROUP]) == list(range(QUEUES)) and leader_table[FIFO_GROUP] == {0: 0}
         followers = [BrokerClient(a, client) for a in member_addrs(data) if a != old.addr]
 
         async def synced() -> bool:
@@ -105,6 +114,11 @@ async def test_popped_and_unacked_messages_are_lent_again_by_the_new_leader(
         new = BrokerClient(await new_master(client, ns, old.addr), client)
         for i in range(20, 26):
             await send(new, history, f"m{i}".encode(), i % QUEUES)
+
+        # the FIFO group gets queue 0 again from its first unacked message, in order
+        fifo = PopClient(new, FIFO_GROUP)
+        again_fifo = await fifo.pop(TOPIC, queue_id=0, max_nums=32, order=True, invisible_ms=30_000)
+        assert [p.body for p in again_fifo] == [f"m{i}".encode() for i in range(0, 26, 2)]
 
         consumer = PopClient(new, GROUP)
         deadline = popped_at + INVISIBLE_MS / 1000 + 30
