@@ -11,8 +11,10 @@ from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from store.config_files import ConsumerOffsetManager
+from store.names import retry_topic
 from tests.support.broker import BrokerClient, BrokerHandle, start_broker
 from tests.support.pop import PopClient, Popped
+from tests.support.waiting import wait_until
 
 T = "Marks"
 G = "GMark"
@@ -155,3 +157,22 @@ async def test_an_offset_written_by_someone_else_wins(broker: BrokerHandle) -> N
     for p in again:
         assert (await c.ack(T, p)).code == 0
     assert committed(broker) == 10
+
+
+async def test_a_revived_message_is_held_by_the_retry_queue_then(broker: BrokerHandle) -> None:
+    """An expired lending is re-put into the group's retry topic: the topic's watermark passes it, and
+    the retry queue's holds it until it is acked there."""
+    await _fill(broker, 2)
+    c = PopClient(broker, G)
+    assert [p.body for p in await _pop(c, 1, invisible_ms=200)] == [b"m0"]
+    assert committed(broker) == 0
+    await wait_until(lambda: committed(broker) == 1, 10)  # revived: m0's copy is in the retry topic
+    retry = retry_topic(G)
+    got: list[Popped] = []
+    while len(got) < 2:
+        got += await c.pop(T, queue_id=0, max_nums=2, invisible_ms=60_000, poll_ms=500)
+    again = next(p for p in got if p.body == b"m0")
+    assert again.attempt == 2 and again.handle.split(" ")[4] == "1"  # lent from the retry topic
+    assert (committed(broker, topic=retry), committed(broker)) == (0, 1)  # m0 and m1 lent
+    assert (await c.ack(T, again)).code == 0
+    assert committed(broker, topic=retry) == 1
