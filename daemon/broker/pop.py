@@ -511,10 +511,10 @@ class PopService:
             self._schedule(record)
         return self.handle(record).encode()
 
-    def forward_to_dlq(self, *, group: str, topic: str, receipt_handle: str) -> None:
-        """Send the message to ``%DLQ%group`` now and end its lending (5.x: send-back with level -1)."""
-        record = self._current(group, topic, receipt_handle)
-        self._end(record, dlq=True)
+    async def forward_to_dlq(self, *, group: str, topic: str, receipt_handle: str) -> None:
+        """Send the message to ``%DLQ%group`` now and end its lending (5.x: send-back with level -1),
+        answered once the copy is held (by a DLedger quorum)."""
+        await self._reput(self._current(group, topic, receipt_handle), dlq=True)
 
     def pop_offset(self, group: str, topic: str, queue_id: int) -> int:
         """Where the group's next pop of the queue reads: this member's own offset, else the offset
@@ -698,7 +698,7 @@ class PopService:
             r.attempt_id = ask.attempt_id
             found = self._look(r)
             if found is None or r.attempt > self._max_reconsume(r.group) + 1:
-                self._end(r, dlq=True)
+                self._to_dlq_now(r)
                 continue
             journal.append(record_line(r))
             out.append(self._popped(r, found))
@@ -893,7 +893,7 @@ class PopService:
                         continue  # acked, changed (a newer entry), or FIFO
                     due.append(r)
                 # the slice's puts in turn, their waits for a DLedger quorum together
-                results = await asyncio.gather(*(self._revive(r) for r in due), return_exceptions=True)
+                results = await asyncio.gather(*(self._reput(r) for r in due), return_exceptions=True)
                 failed = [(r, x) for r, x in zip(due, results, strict=True) if isinstance(x, Exception)]
                 for r, exc in failed:
                     log.error(
@@ -915,25 +915,29 @@ class PopService:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), delay)
 
-    async def _revive(self, r: InFlight) -> None:
-        """Re-put an expired lending into the retry topic (the DLQ once the group's retries are used up),
-        then end it. The put is awaited until a DLedger quorum holds it (``Broker.put``): ended sooner, the
-        watermark could pass a message whose only new copy is in a deposed leader's truncated tail."""
+    async def _reput(self, r: InFlight, *, dlq: bool | None = None) -> None:
+        """Re-put a lending's message into the DLQ (``dlq``), or for an expired one (None) into the retry
+        topic unless the group's retries are used up, then end the lending. The put is awaited until a
+        DLedger quorum holds it (``Broker.put``): ended sooner, the watermark could pass a message whose
+        only new copy is in a deposed leader's truncated tail."""
         pop_time = r.pop_time
         found = self._look(r)
         if found is not None:
             msg = found.message
-            copy = self._retry_copy(r.group, msg, dlq=msg.reconsume_times >= self._max_reconsume(r.group))
+            if dlq is None:
+                dlq = msg.reconsume_times >= self._max_reconsume(r.group)
+            copy = self._retry_copy(r.group, msg, dlq=dlq)
             self._check_put(copy.topic, await self.broker.put(copy))
         if self.records.get(r.key) is r and r.pop_time == pop_time:  # (else acked or lent anew meanwhile:
             self._finish(r)  # the copy is one more delivery, never one less)
 
-    def _end(self, r: InFlight, *, dlq: bool) -> None:
-        """End a lending now by a re-put to the DLQ (``dlq``) or the retry topic. The put comes before the
-        journal line: a crash between them delivers the message twice, never loses it."""
+    def _to_dlq_now(self, r: InFlight) -> None:
+        """End a FIFO lending past its retries inside a pop (which does not wait) by a put to the DLQ.
+        The put comes before the journal line: a crash between them puts the message twice, never loses
+        it; in a DLedger group the put is not awaited for its quorum."""
         found = self._look(r)
         if found is not None:
-            copy = self._retry_copy(r.group, found.message, dlq=dlq)
+            copy = self._retry_copy(r.group, found.message, dlq=True)
             # not waiting for a flush, so inline (as ``Broker.put`` runs it)
             self._check_put(copy.topic, self.broker.store.put_message(copy))
         self._finish(r)
