@@ -912,8 +912,11 @@ class PopService:
                 if not self._due
                 else min(REVIVE_IDLE, max(0.0, (self._due[0][0] - _now_ms()) / 1000))
             )
+            # not wait_for: on Python 3.11 it returns a wake that came with a cancel and drops the cancel,
+            # so a stop right after a pop (which wakes this loop) waited for ever
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
 
     async def _reput(self, r: InFlight, *, dlq: bool | None = None) -> None:
         """Re-put a lending's message into the DLQ (``dlq``), or for an expired one (None) into the retry

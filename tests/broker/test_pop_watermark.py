@@ -4,8 +4,11 @@ slave or another DLedger member takes from this broker, and where a member takin
 
 from __future__ import annotations
 
+import asyncio
 import random
 from pathlib import Path
+
+import pytest
 
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
 from daemon.remoting.client import RemotingClient
@@ -176,3 +179,23 @@ async def test_a_revived_message_is_held_by_the_retry_queue_then(broker: BrokerH
     assert (committed(broker, topic=retry), committed(broker)) == (0, 1)  # m0 and m1 lent
     assert (await c.ack(T, again)).code == 0
     assert committed(broker, topic=retry) == 1
+
+
+async def test_a_dledger_member_that_stops_leading_forgets_its_lendings(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Its POP service stopped on losing the leadership: a late ack reaching it finds no lending (the new
+    leader lends the message again) and leaves the offset table, now the new leader's, as it is."""
+    await _fill(broker, 4)
+    c = PopClient(broker, G)
+    got = await _pop(c, 4)
+    pop = broker.broker.pop
+    with monkeypatch.context() as m:  # (the service's own view: the rest of the broker stays as it is)
+        m.setattr(broker.broker.config, "enable_dleger_commit_log", True)
+        async with asyncio.timeout(10):  # right after a pop, which woke the revive loop
+            await pop.stop()
+    broker.broker.offsets.commit_offset(G, T, 0, 0)  # as the new leader's table arrives by the sync
+    assert pop.in_flight() == {}
+    assert (await c.ack(T, got[0])).code == 208
+    assert committed(broker) == 0
+    pop.start()
