@@ -585,6 +585,7 @@ class Broker:
         self.schedule.start()
         self.transactions.start()
         self.timers.start()
+        self.pop.take_over()  # POP records are local too: lent again from the synced offset table
         self.pop.start()
         log.info("broker %s is the master (DLedger leader of term %d)", self.config.broker_name, term)
         # A NameServer refuses brokerId 0 while the old master's connection to it is open (a paused or cut

@@ -1,7 +1,7 @@
 """POP consumption (RocketMQ 5.x): messages lent out with an invisibility, acked by receipt handle.
 
 The design follows 5.x's KV pop (``PopConsumerService``), not its revive log: one in-flight record per
-popped message, the group's pop offset committed in the consumer offset table at pop time, and a revive
+popped message, the group's pop offset (where its next pop reads) kept by this broker, and a revive
 loop that re-puts every record whose invisibility ran out into the group's retry topic (``%RETRY%group``,
 the topic 4.x retries use too) with ``reconsumeTimes + 1``, or into ``%DLQ%group`` after the group's
 ``retryMaxTimes``. Popping reads the topic's queues and the group's retry topic, as
@@ -14,6 +14,13 @@ only lose in-flight handles (their messages come back as the offsets say), never
 ack or change is written with one ``write`` before it is answered, so a SIGKILL loses nothing the
 page cache holds; a pop's new queue offsets go in the same write, so an offset table older than the
 journal (it is written every few seconds) never makes an acked message come back.
+
+Unlike 5.x, which commits the pop offset at pop time, the consumer offset table holds each queue's ack
+watermark: the lowest offset still lent and not acked, or the pop offset when none is. The table is the
+state a slave and the other members of a DLedger group take from this broker (every 10 s), and a member
+elected leader starts popping there (:meth:`PopService.take_over`): what the old leader lent and nobody
+acked is lent again, with the acked ones above it (duplicates, never a loss). An offset someone else
+writes into the table (an operator's reset) wins at the next pop or ack of that queue.
 
 FIFO pop (``order=true``) is 5.x's order lock per queue (``ConsumerOrderInfoManager``): while a popped
 message of a queue is neither acked nor expired the queue gives the group nothing more; once expired
@@ -55,6 +62,8 @@ if TYPE_CHECKING:
     from daemon.broker.stats import BrokerStats
     from store.api import MessageStore
     from store.config_files import ConsumerOffsetManager
+    from store.message import Message
+    from store.results import PutResult
 
 log = logging.getLogger(__name__)
 
@@ -193,6 +202,10 @@ class InFlight:
     @property
     def key(self) -> tuple[str, str, int, int]:
         return (self.group, self.topic, self.queue_id, self.queue_offset)
+
+    @property
+    def queue_key(self) -> tuple[str, str, int]:
+        return (self.group, self.topic, self.queue_id)
 
     @property
     def visible_at(self) -> int:
@@ -351,6 +364,8 @@ class PopHost(Protocol):
     stats: BrokerStats
     hold: PullRequestHoldService
 
+    async def put(self, msg: Message) -> PutResult: ...
+
 
 class PopService:
     """POP on one broker: ``pop``/``ack``/``change_invisible``/``forward_to_dlq`` and the revive loop.
@@ -366,8 +381,12 @@ class PopService:
         self._held: dict[_QueueKey, dict[int, InFlight]] = {}
         #: (visible at, key, pop time) of every non-FIFO record; stale entries are skipped.
         self._due: list[tuple[int, _Key, int]] = []
-        #: Every queue a POP group popped from: their offsets go into each rewrite of the journal.
-        self._queues: set[_QueueKey] = set()
+        #: Each queue's next pop offset per group (where the next pop reads): this member's own.
+        self._next: dict[_QueueKey, int] = {}
+        #: Each queue's ack watermark as last committed into the offset table (the replicated state).
+        self._marks: dict[_QueueKey, int] = {}
+        #: The queue offsets lent out per queue (a heap; entries of ended lendings skipped when on top).
+        self._lent: dict[_QueueKey, list[int]] = {}
         self._rotation = 0
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
@@ -377,18 +396,46 @@ class PopService:
     # ------------------------------------------------------------------ lifecycle
 
     def load(self) -> None:
-        """Replay the journal, lift the offset table to the journal's pop offsets, compact."""
+        """Replay the journal, set the offset table to each queue's ack watermark, compact. A DLedger
+        member's journal is from a lending that another leader may have moved past: dropped, and the
+        member takes over from the offset table when elected (:meth:`take_over`)."""
+        if self.broker.config.enable_dleger_commit_log:
+            self.take_over()
+            return
         records, offsets = self.journal.load()
-        for (group, topic, queue_id), offset in offsets.items():
-            if offset > self.broker.offsets.query_offset(group, topic, queue_id):
-                self.broker.offsets.commit_offset(group, topic, queue_id, offset)
-        self._queues.update(offsets)
         for r in records.values():
             self._add(r)
+        for r in records.values():  # (a queue without an offset line: its next pop reads after it)
+            offsets.setdefault(
+                r.queue_key, max(r.queue_offset + 1, self.broker.offsets.query_offset(*r.queue_key))
+            )
+        for queue, offset in offsets.items():
+            if offset >= 0:
+                self._next[queue] = offset
+                self._mark(queue, [])
         if self.journal.exists:
             self.journal.rewrite(self.records.values(), self._pop_offsets())
         if self.records:
             log.info("POP: %d in-flight message(s) back from the journal", len(self.records))
+
+    def take_over(self) -> None:
+        """Start from the offset table, as a member elected DLedger leader does: the table (taken from the
+        old leader every few seconds) never stands past a message lent and not acked, so the next pops
+        lend those again (with the acked ones above them: duplicates, never a loss). Records and pop
+        offsets of this member's own earlier lendings are dropped; a later leader may have moved on."""
+        if self.records:
+            log.info("POP: %d in-flight record(s) of an earlier lending dropped", len(self.records))
+        self.records.clear()
+        self._held.clear()
+        self._due.clear()
+        self._next.clear()
+        self._marks.clear()
+        self._lent.clear()
+        try:
+            if self.journal.exists:
+                self.journal.rewrite((), {})
+        except OSError as exc:
+            log.error("POP journal not emptied (a DLedger member drops it at its next start): %s", exc)
 
     def start(self) -> None:
         self._wake = asyncio.Event()
@@ -399,8 +446,12 @@ class PopService:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
-        try:  # the journal to the offset table's offsets (an operator's reset included)
-            if self.journal.exists:
+        if self.broker.config.enable_dleger_commit_log:
+            # leadership lost (or a stop): the next leader lends again what this one lent, and a late
+            # ack reaching this member must not move its offset table (taken from the leader now)
+            self.take_over()
+        try:  # the journal to the live records and pop offsets (an operator's reset included)
+            if self.journal.exists and not self.broker.config.enable_dleger_commit_log:
                 self.journal.rewrite(self.records.values(), self._pop_offsets())
         except OSError as exc:
             log.error("POP journal not compacted at stop (replayed as it is at the next start): %s", exc)
@@ -447,9 +498,7 @@ class PopService:
             await self._wait_for_messages(ask, left)
 
     def ack(self, *, group: str, topic: str, receipt_handle: str) -> None:
-        record = self._current(group, topic, receipt_handle)
-        self._drop(record)
-        self.journal.append([gone_line(record.key)])
+        self._finish(self._current(group, topic, receipt_handle))
 
     def change_invisible(self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
         """Lend the message again for ``invisible_ms`` from now; returns its new handle."""
@@ -462,10 +511,16 @@ class PopService:
             self._schedule(record)
         return self.handle(record).encode()
 
-    def forward_to_dlq(self, *, group: str, topic: str, receipt_handle: str) -> None:
-        """Send the message to ``%DLQ%group`` now and end its lending (5.x: send-back with level -1)."""
-        record = self._current(group, topic, receipt_handle)
-        self._end(record, dlq=True)
+    async def forward_to_dlq(self, *, group: str, topic: str, receipt_handle: str) -> None:
+        """Send the message to ``%DLQ%group`` now and end its lending (5.x: send-back with level -1),
+        answered once the copy is held (by a DLedger quorum)."""
+        await self._reput(self._current(group, topic, receipt_handle), dlq=True)
+
+    def pop_offset(self, group: str, topic: str, queue_id: int) -> int:
+        """Where the group's next pop of the queue reads: this member's own offset, else the offset
+        table's (which holds the ack watermark); -1 for a queue the group never popped."""
+        offset = self._next.get((group, topic, queue_id), -1)
+        return offset if offset >= 0 else self.broker.offsets.query_offset(group, topic, queue_id)
 
     def in_flight(self) -> dict[str, int]:
         """Popped and not yet acked messages per group."""
@@ -548,9 +603,10 @@ class PopService:
         return out
 
     def _start_offset(self, group: str, topic: str, queue_id: int, init_mode: int) -> int:
-        """The group's pop offset; a group new to the queue starts at its first message when the queue
-        still has it (5.x ``initPopOffsetByCheckMsgInMem``) or with MIN, else at its end."""
-        offset = self.broker.offsets.query_offset(group, topic, queue_id)
+        """The group's pop offset: this member's own, else the offset table's (a member taking over); a
+        group new to the queue starts at its first message when the queue still has it (5.x
+        ``initPopOffsetByCheckMsgInMem``) or with MIN, else at its end."""
+        offset = self.pop_offset(group, topic, queue_id)
         if offset >= 0:
             return offset
         store = self.broker.store
@@ -575,8 +631,10 @@ class PopService:
         for source, q, filtered in self._sources(group, topic, queue_id, fifo):
             if len(out) >= max_messages:
                 break
+            queue = (group, source, q)
+            self._follow_table(queue, journal)
             if fifo:
-                held = self._held.get((group, source, q))
+                held = self._held.get(queue)
                 if held:
                     if min(r.visible_at for r in held.values()) > now:  # the order lock: still out
                         if ask.attempt_id and all(r.attempt_id == ask.attempt_id for r in held.values()):
@@ -615,10 +673,10 @@ class PopService:
                 journal.append(record_line(record))
                 out.append(self._popped(record, found))
             nxt = offset if result.status is _S.NO_MATCHED_LOGIC_QUEUE else result.next_begin_offset
-            if nxt != offset or self.broker.offsets.query_offset(group, source, q) < 0:
-                self.broker.offsets.commit_offset(group, source, q, nxt)
-                self._queues.add((group, source, q))
+            if nxt != offset or queue not in self._next:
+                self._next[queue] = nxt
                 journal.append(offset_line(group, source, q, nxt))
+                self._mark(queue, journal)
         if journal:
             self._write(journal)
         if out:
@@ -640,7 +698,7 @@ class PopService:
             r.attempt_id = ask.attempt_id
             found = self._look(r)
             if found is None or r.attempt > self._max_reconsume(r.group) + 1:
-                self._end(r, dlq=True)
+                self._to_dlq_now(r)
                 continue
             journal.append(record_line(r))
             out.append(self._popped(r, found))
@@ -694,6 +752,13 @@ class PopService:
 
     def _add(self, r: InFlight) -> None:
         self.records[r.key] = r
+        lent = self._lent.setdefault(r.queue_key, [])
+        heapq.heappush(lent, r.queue_offset)
+        if len(lent) > 2 * len(self.records) + 1024:  # ended lendings above a long-lent one: rebuilt
+            self._lent[r.queue_key] = lent = [
+                x.queue_offset for x in self.records.values() if x.queue_key == r.queue_key
+            ]
+            heapq.heapify(lent)
         if r.fifo:
             self._held.setdefault((r.group, r.topic, r.queue_id), {})[r.queue_offset] = r
         else:
@@ -729,9 +794,67 @@ class PopService:
             self.journal.rewrite(self.records.values(), self._pop_offsets())
 
     def _pop_offsets(self) -> dict[_QueueKey, int]:
-        """The offset table's offsets of every queue POP groups popped from (a journal rewrite keeps
-        them: the table itself is written only every few seconds)."""
-        return {k: self.broker.offsets.query_offset(*k) for k in sorted(self._queues)}
+        """Every queue's next pop offset, for a journal rewrite (an offset table change nobody popped
+        since, such as an operator's reset, taken first)."""
+        for queue in list(self._marks):
+            self._follow_table(queue, [])
+        return dict(sorted(self._next.items()))
+
+    # ------------------------------------------------------------------ the ack watermark
+
+    def _watermark(self, queue: _QueueKey) -> int:
+        """The lowest offset of the queue still lent out, or its next pop offset when none is: the group
+        has every message below it acked (or revived into the retry topic, or sent to the DLQ)."""
+        nxt = self._next[queue]
+        lent = self._lent.get(queue)
+        group, topic, queue_id = queue
+        while lent and (group, topic, queue_id, lent[0]) not in self.records:
+            heapq.heappop(lent)
+        if not lent:
+            self._lent.pop(queue, None)
+            return nxt
+        return min(lent[0], nxt)
+
+    def _mark(self, queue: _QueueKey, journal: list[str]) -> None:
+        """Commit the queue's ack watermark into the offset table when it moved. The table, not the
+        journal, is what the other members of a DLedger group (and a slave) take from this one: it must
+        never stand past a message that is lent and not acked, or a member taking over would skip it."""
+        self._follow_table(queue, journal)
+        if queue not in self._next:
+            return
+        mark = self._watermark(queue)
+        if mark != self._marks.get(queue):
+            self._marks[queue] = mark
+            self.broker.offsets.commit_offset(*queue, mark)
+
+    def _follow_table(self, queue: _QueueKey, journal: list[str]) -> None:
+        """An offset this service did not put into the table wins: an operator's reset (or a 4.x consumer
+        of the same group committing; the group or topic deleted: none). The queue starts over there,
+        its lendings end (the same messages are lent again from a reset back; one forward skips them as
+        asked) and its FIFO lock is released, as 5.x's ``clearBlock`` on a reset."""
+        mark = self._marks.get(queue)
+        if mark is None:
+            return
+        table = self.broker.offsets.query_offset(*queue)
+        if table == mark:
+            return
+        log.info(
+            "POP: %s/%s/%d moved from %d to %d in the offset table: popping from there",
+            queue[0],
+            queue[1],
+            queue[2],
+            mark,
+            table,
+        )
+        for r in [r for r in self.records.values() if r.queue_key == queue]:
+            self._drop(r)
+            journal.append(gone_line(r.key))
+        self._lent.pop(queue, None)
+        journal.append(offset_line(*queue, table))
+        if table >= 0:
+            self._next[queue] = self._marks[queue] = table
+        else:
+            del self._next[queue], self._marks[queue]
 
     def _look(self, r: InFlight) -> SelectedMessage | None:
         """The lent message's record, decoded once (None: gone with retention, or damaged)."""
@@ -761,47 +884,82 @@ class PopService:
         while True:
             self._wake.clear()
             now = _now_ms()
-            done = 0
             while self._due and self._due[0][0] <= now:
-                _, key, pop_time = heapq.heappop(self._due)
-                r = self.records.get(key)
-                if r is None or r.fifo or r.pop_time != pop_time or r.visible_at > now:
-                    continue  # acked, changed (a newer entry), or FIFO
-                try:
-                    self._end(r, dlq=None)
-                except Exception:
-                    log.exception(
-                        "POP revive of %s:%d at %d failed; retried", r.topic, r.queue_id, r.queue_offset
+                due: list[InFlight] = []  # a slice: a mass expiry must not hold the loop
+                while self._due and self._due[0][0] <= now and len(due) < REVIVE_SLICE:
+                    _, key, pop_time = heapq.heappop(self._due)
+                    r = self.records.get(key)
+                    if r is None or r.fifo or r.pop_time != pop_time or r.visible_at > now:
+                        continue  # acked, changed (a newer entry), or FIFO
+                    due.append(r)
+                # the slice's puts in turn, their waits for a DLedger quorum together
+                results = await asyncio.gather(*(self._reput(r) for r in due), return_exceptions=True)
+                failed = [(r, x) for r, x in zip(due, results, strict=True) if isinstance(x, Exception)]
+                for r, exc in failed:
+                    log.error(
+                        "POP revive of %s:%d at %d failed; retried: %s",
+                        r.topic,
+                        r.queue_id,
+                        r.queue_offset,
+                        exc,
                     )
-                    heapq.heappush(self._due, (now + 1000, key, r.pop_time))
+                    heapq.heappush(self._due, (now + 1000, r.key, r.pop_time))
+                if failed:
                     break
-                done += 1
-                if done % REVIVE_SLICE == 0:  # a mass expiry must not hold the loop: requests in between
-                    await asyncio.sleep(0)
-                    now = _now_ms()
+                now = _now_ms()
             delay = (
                 REVIVE_IDLE
                 if not self._due
                 else min(REVIVE_IDLE, max(0.0, (self._due[0][0] - _now_ms()) / 1000))
             )
+            # not wait_for: on Python 3.11 it returns a wake that came with a cancel and drops the cancel,
+            # so a stop right after a pop (which wakes this loop) waited for ever
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), delay)
+                async with asyncio.timeout(delay):
+                    await self._wake.wait()
 
-    def _end(self, r: InFlight, *, dlq: bool | None) -> None:
-        """End a lending by a re-put: to the DLQ (``dlq``), or, for an expired one (None), to the retry
-        topic unless the group's retries are used up. The put comes before the journal line: a crash
-        between them revives the message twice, never loses it."""
+    async def _reput(self, r: InFlight, *, dlq: bool | None = None) -> None:
+        """Re-put a lending's message into the DLQ (``dlq``), or for an expired one (None) into the retry
+        topic unless the group's retries are used up, then end the lending. The put is awaited until a
+        DLedger quorum holds it (``Broker.put``): ended sooner, the watermark could pass a message whose
+        only new copy is in a deposed leader's truncated tail."""
+        pop_time = r.pop_time
         found = self._look(r)
         if found is not None:
             msg = found.message
             if dlq is None:
                 dlq = msg.reconsume_times >= self._max_reconsume(r.group)
-            self._put_retry(r.group, msg, dlq=dlq)
-        self._drop(r)
-        self.journal.append([gone_line(r.key)])
+            copy = self._retry_copy(r.group, msg, dlq=dlq)
+            self._check_put(copy.topic, await self.broker.put(copy))
+        if self.records.get(r.key) is r and r.pop_time == pop_time:  # (else acked or lent anew meanwhile:
+            self._finish(r)  # the copy is one more delivery, never one less)
 
-    def _put_retry(self, group: str, old: StoredMessage, *, dlq: bool) -> None:
-        """Re-put a message as 5.x's revive does (``PopReviveService#reviveRetry``): its properties, the
+    def _to_dlq_now(self, r: InFlight) -> None:
+        """End a FIFO lending past its retries inside a pop (which does not wait) by a put to the DLQ.
+        The put comes before the journal line: a crash between them puts the message twice, never loses
+        it; in a DLedger group the put is not awaited for its quorum."""
+        found = self._look(r)
+        if found is not None:
+            copy = self._retry_copy(r.group, found.message, dlq=True)
+            # not waiting for a flush, so inline (as ``Broker.put`` runs it)
+            self._check_put(copy.topic, self.broker.store.put_message(copy))
+        self._finish(r)
+
+    def _finish(self, r: InFlight) -> None:
+        """A lending ended (acked, revived, sent to the DLQ): its record gone, the watermark moved, one
+        journal write."""
+        lines = [gone_line(r.key)]
+        self._drop(r)
+        self._mark(r.queue_key, lines)
+        self.journal.append(lines)
+
+    def _check_put(self, topic: str, result: PutResult) -> None:
+        if not result.ok:
+            raise StoreError(f"POP re-put to {topic} failed: {result.status.value}")
+        self.broker.stats.on_put(topic, 1, result.wrote_bytes)
+
+    def _retry_copy(self, group: str, old: StoredMessage, *, dlq: bool) -> Message:
+        """A message re-put as 5.x's revive does (``PopReviveService#reviveRetry``): its properties, the
         original topic in ``RETRY_TOPIC``, ``reconsumeTimes + 1``, no delay level (the invisibility was
         the wait)."""
         broker = self.broker
@@ -815,12 +973,7 @@ class PopService:
             retry = broker.topics.create_system_like(retry_topic(group), nums, PermName.READ_WRITE)
             topic = retry.topic_name
             queue_id = random.randrange(max(1, retry.write_queue_nums))
-        msg = retry_copy(old, topic, queue_id, old.store_host, None)
-        # not waiting for a flush, so inline (as ``Broker.put`` runs it)
-        result = broker.store.put_message(msg)
-        if not result.ok:
-            raise StoreError(f"POP re-put to {topic} failed: {result.status.value}")
-        broker.stats.on_put(topic, 1, result.wrote_bytes)
+        return retry_copy(old, topic, queue_id, old.store_host, None)
 
 
 #: The keys mqctl adds to GET_BROKER_RUNTIME_INFO for POP (4.9.8 has none).

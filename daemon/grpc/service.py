@@ -808,7 +808,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self._check(client, meta, RequestCode.CONSUMER_SEND_MSG_BACK, {"group": group})
             self._names(topic, group)
             handle = self.leases.current(request.receipt_handle, group, topic)
-            pop.forward_to_dlq(group=group, topic=topic, receipt_handle=handle)
+            await pop.forward_to_dlq(group=group, topic=topic, receipt_handle=handle)
             self.leases.end(request.receipt_handle)
         except Refused as refused:
             return spb.ForwardMessageToDeadLetterQueueResponse(status=refused.status())

@@ -274,7 +274,7 @@ async def test_forward_to_dlq_ends_the_lending(broker: BrokerHandle) -> None:
         fifo=True, expression_type="TAG", expression="t1",
     )  # fmt: skip
     assert [(m.topic, m.delivery_attempt) for m in got] == [(T, 1)]
-    pop.forward_to_dlq(group="GD", topic=T, receipt_handle=got[0].receipt_handle)
+    await pop.forward_to_dlq(group="GD", topic=T, receipt_handle=got[0].receipt_handle)
     assert pop.in_flight() == {}
     dead = broker.broker.store.get_messages("", "%DLQ%GD", 0, 0, 1).messages[0].message
     assert (dead.body, dead.properties["TAGS"], dead.properties["RETRY_TOPIC"]) == (b"m0", "t1", T)

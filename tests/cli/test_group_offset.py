@@ -248,8 +248,9 @@ def test_an_empty_csv_still_has_its_header_row(mq: RunCli) -> None:
 
 
 def test_pop_group_shows_lag_and_in_flight(mq: RunCli, loaded: LocalCluster) -> None:
-    """A POP (5.x) group on the same topic as a 4.x group: its lag is what it has not popped yet,
-    its in-flight what it popped and has not acked; the 4.x group's offsets are untouched."""
+    """A POP (5.x) group on the same topic as a 4.x group: its lag counts from its first unacked
+    message (the offset table holds the ack watermark), its in-flight what it popped and has not acked;
+    the 4.x group's offsets are untouched."""
     from tests.support.pop import PopClient
 
     wire = handle(loaded)
@@ -269,6 +270,48 @@ def test_pop_group_shows_lag_and_in_flight(mq: RunCli, loaded: LocalCluster) -> 
     before = offsets_4x()
     loaded.loop.run(pop_some())
     shown = mq("group", "show", "-g", "CG_Pop", "-o", "json").json()
-    assert (shown["total_lag"], shown["pop_in_flight"]) == (20 - 6, 4)
+    assert (shown["total_lag"], shown["pop_in_flight"]) == (20 - 2, 4)  # m0, m2 acked; m4 is not
     assert offsets_4x() == before
     assert [b["pop_in_flight"] for b in mq("cluster", "status", "-o", "json").json()] == [4]
+
+
+def test_resetting_a_pop_groups_offsets_moves_its_next_pop(mq: RunCli, loaded: LocalCluster) -> None:
+    """`offset reset` of a POP group (no 4.x client online): its next pop reads at the new offset, forward
+    (what was lent before is skipped as asked) and back (lent again), and the table keeps what was set."""
+    from tests.support.pop import PopClient
+
+    wire = handle(loaded)
+    c = PopClient(wire, "CG_PopReset")
+
+    async def pop_offsets() -> list[int]:
+        got = await c.pop(TOPIC, queue_id=1, max_nums=32)
+        return [p.message.queue_offset for p in got]
+
+    def committed() -> int:
+        rows = mq("offset", "show", "-g", "CG_PopReset", "-t", TOPIC, "-o", "json").json()
+        return next(r["committed"] for r in rows if r["queue_id"] == 1)
+
+    def reset(offset: int) -> None:
+        done = mq(
+            "offset",
+            "reset",
+            "-g",
+            "CG_PopReset",
+            "-t",
+            TOPIC,
+            "--to-offset",
+            str(offset),
+            "--execute",
+            "--yes",
+        )
+        assert done.code == 0, done.stderr
+
+    assert loaded.loop.run(pop_offsets()) == list(range(10))
+    assert committed() == 0  # all ten lent, none acked
+    reset(7)
+    assert loaded.loop.run(pop_offsets()) == [7, 8, 9]
+    assert committed() == 7
+    reset(3)
+    assert loaded.loop.run(pop_offsets()) == list(range(3, 10))
+    assert committed() == 3
+    loaded.loop.run(wire.client.close())

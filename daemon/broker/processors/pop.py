@@ -173,7 +173,7 @@ class PopProcessor:
         queues = [h.queue_id] if h.queue_id >= 0 else range(config.read_queue_nums)
         rest = 0
         for q in queues:
-            done = broker.offsets.query_offset(h.consumer_group, h.topic, q)
+            done = broker.pop.pop_offset(h.consumer_group, h.topic, q)
             rest += max(0, broker.store.get_max_offset(h.topic, q) - max(done, 0))
         return rest
 
