@@ -269,8 +269,10 @@ class SlaveConnection:
                 self.writer.write(encode_frame_header(offset, 0))
                 await self.writer.drain()
                 last_write = _now()
+            # not wait_for: on Python 3.11 it can return a wake that came with a cancel and drop the cancel
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wake.wait(), min(IDLE_POLL, heartbeat))
+                async with asyncio.timeout(min(IDLE_POLL, heartbeat)):
+                    await self.wake.wait()
 
 
 def peer_host(host: str) -> str:
@@ -603,8 +605,9 @@ class HASlave:
             addr = self.master_addr
             if not addr:
                 self._wake.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), RECONNECT_DELAY)
+                with contextlib.suppress(TimeoutError):  # (not wait_for, as above)
+                    async with asyncio.timeout(RECONNECT_DELAY):
+                        await self._wake.wait()
                 continue
             if not await self.check_tail():
                 await asyncio.sleep(RECONNECT_DELAY)
