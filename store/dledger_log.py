@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from store.dledger import (
     BLANK_MAGIC_CODE,
@@ -113,6 +113,8 @@ class DLedgerLog:
         self._checkpoint_ms = 0
         self.lost_committed = -1  # after recovery: the checkpoint's committed index when damage cut below it
         self.damaged_bodies: list[int] = []  # positions of entries recovery found damaged but kept
+        self.crc_damage: tuple[int, str] | None = None  # after recovery: (pos, why) of the entry whose
+        # bodyCrc failed, where recovery cut
         self.recover()
 
     # ------------------------------------------------------------------ state
@@ -458,6 +460,7 @@ class DLedgerLog:
                 elif damage := body_crc_problem(index, stored_body_crc(mf.view, rel), body):
                     # what the record check cannot see (its properties, topic, header fields): the
                     # member restarts from the entry before, the leader's push fills the rest in
+                    self.crc_damage = absolute, damage
                     raise CorruptEntryError(absolute, damage)
             except CorruptEntryError as e:
                 return end, last, last_term, str(e)
@@ -466,6 +469,20 @@ class DLedgerLog:
             last, last_term = index, term
             rel += size
             end = mf.file_from_offset + rel
+
+    def body_crc_problems(self) -> Iterator[tuple[int, str]]:
+        """(pos, why) of every held entry whose body fails its non-zero ``bodyCrc`` (recovery checks only
+        the last files), after the one that ended recovery: for offline checks (``store verify``)."""
+        if self.crc_damage is not None:
+            yield self.crc_damage
+        for index in range(self._begin, self._last + 1) if self._begin >= 0 else ():
+            rec = self.index_record(index)
+            view = self.read(rec.pos, rec.size)
+            if view is None:
+                continue  # not in the files recovery kept: reported by the record walk
+            damage = body_crc_problem(index, stored_body_crc(view), view[BODY_OFFSET:])
+            if damage:
+                yield rec.pos, damage
 
     def _sound_next(self, fi: int, rel: int, index: int) -> bool:
         """Whether a sound entry ``index`` follows at ``rel`` of file ``fi`` (or after its blank, in the next
