@@ -149,7 +149,7 @@ def entry_body_crc(body: Buf) -> int:
     """The ``bodyCrc`` our leaders write: CRC-32 of the whole entry body (the CommitLog record), masked to
     31 bits as the record's BODYCRC is (``UtilAll#crc32``). 0.3.1.2 leaves the field 0 and never reads it,
     so a 4.9.8 member stores and forwards ours untouched; 0 stays "not computed"."""
-    return _crc31(body)
+    return _crc31(body if isinstance(body, bytes | memoryview) else memoryview(body))
 
 
 def body_crc_problem(index: int, stored: int, body: Buf) -> str | None:
