@@ -28,6 +28,7 @@ from typing import Protocol
 
 from store.durability import sync_directory
 from store.errors import StoreError
+from store.record import body_crc as _crc31
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +44,8 @@ POS_OFFSET = 4 + 4 + 8 + 8
 HEADER_SIZE = POS_OFFSET + 8 + 4 + 4 + 4
 #: ``DLedgerEntry#BODY_OFFSET``: the body length comes last; a CommitLog record inside an entry starts here.
 BODY_OFFSET = HEADER_SIZE + 4
+#: Where the body CRC lies in an entry header (after pos, channel and chain CRC).
+BODY_CRC_OFFSET = POS_OFFSET + 8 + 4 + 4
 #: ``DLedgerMmapFileStore#INDEX_UNIT_SIZE``.
 INDEX_UNIT_SIZE = 32
 #: ``DLedgerConfig#mappedFileSizeForEntryData`` and ``#mappedFileSizeForEntryIndex`` defaults.
@@ -110,7 +113,7 @@ class Entry:
     magic: int = CURRENT_MAGIC
     channel: int = 0
     chain_crc: int = 0  # reserved: 0.3.1.2 never computes it
-    body_crc: int = 0  # likewise
+    body_crc: int = 0  # 0.3.1.2 writes 0 and never reads it; ours: :func:`entry_body_crc`, 0 = not computed
 
     @property
     def size(self) -> int:
@@ -140,6 +143,26 @@ def encode_entry(entry: Entry) -> bytes:
         )
         + entry.body
     )
+
+
+def entry_body_crc(body: Buf) -> int:
+    """The ``bodyCrc`` our leaders write: CRC-32 of the whole entry body (the CommitLog record), masked to
+    31 bits as the record's BODYCRC is (``UtilAll#crc32``). 0.3.1.2 leaves the field 0 and never reads it,
+    so a 4.9.8 member stores and forwards ours untouched; 0 stays "not computed"."""
+    return _crc31(body if isinstance(body, bytes | memoryview) else memoryview(body))
+
+
+def body_crc_problem(index: int, stored: int, body: Buf) -> str | None:
+    """Why entry ``index``'s body does not match its ``bodyCrc`` (``None``: it does, or 0 was written)."""
+    if stored == 0:
+        return None
+    crc = entry_body_crc(body)
+    return None if crc == stored else f"entry {index}: body crc {crc} != bodyCrc {stored}"
+
+
+def stored_body_crc(buf: Buf, offset: int = 0) -> int:
+    """The ``bodyCrc`` field of the entry header at ``offset``."""
+    return int(_BLANK.unpack_from(buf, offset + BODY_CRC_OFFSET)[0])
 
 
 def decode_header(buf: Buf, offset: int = 0) -> tuple[int, int, int, int, int, int]:
@@ -398,7 +421,8 @@ class RaftLog(Protocol):
 
 
 def check_follower_entry(log_: RaftLog, entry: Entry) -> None:
-    """``DLedgerMmapFileStore#appendAsFollower``'s index continuity and term order."""
+    """``DLedgerMmapFileStore#appendAsFollower``'s index continuity and term order, and (ours) the body
+    against the ``bodyCrc`` the leader wrote: damage on the way is refused, never appended."""
     if entry.index != log_.last_index + 1:
         raise DLedgerError(
             DLedgerCode.INCONSISTENT_INDEX, f"entry {entry.index} does not follow {log_.last_index}"
@@ -408,6 +432,9 @@ def check_follower_entry(log_: RaftLog, entry: Entry) -> None:
             DLedgerCode.INCONSISTENT_TERM,
             f"entry {entry.index} of term {entry.term} after term {log_.last_term}",
         )
+    damage = body_crc_problem(entry.index, entry.body_crc, entry.body)
+    if damage:
+        raise DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"{damage}: the pushed body is damaged")
 
 
 def check_truncation(log_: RaftLog, index: int) -> None:
@@ -468,7 +495,7 @@ class MemoryRaftLog:
     def append_leader(self, body: bytes, term: int) -> Entry:
         if term < self.last_term:
             raise DLedgerError(DLedgerCode.INCONSISTENT_TERM, f"term {term} after term {self.last_term}")
-        entry = Entry(self.last_index + 1, term, bytes(body), self._next_pos())
+        entry = Entry(self.last_index + 1, term, bytes(body), self._next_pos(), body_crc=entry_body_crc(body))
         self._entries.append(entry)
         return entry
 

@@ -13,10 +13,11 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from store.dledger import (
     BLANK_MAGIC_CODE,
+    BODY_CRC_OFFSET,
     BODY_OFFSET,
     CHECKPOINT_FILE,
     DATA_DIR,
@@ -29,6 +30,7 @@ from store.dledger import (
     DLedgerError,
     Entry,
     IndexRecord,
+    body_crc_problem,
     check_follower_entry,
     check_header,
     check_held,
@@ -41,9 +43,11 @@ from store.dledger import (
     encode_checkpoint,
     encode_entry,
     encode_index,
+    entry_body_crc,
     entry_header_problem,
     needs_roll,
     read_small_file,
+    stored_body_crc,
     write_small_file,
 )
 from store.mapped_file import MappedFile, MappedFileQueue
@@ -109,6 +113,8 @@ class DLedgerLog:
         self._checkpoint_ms = 0
         self.lost_committed = -1  # after recovery: the checkpoint's committed index when damage cut below it
         self.damaged_bodies: list[int] = []  # positions of entries recovery found damaged but kept
+        self.crc_damage: tuple[int, str] | None = None  # after recovery: (pos, why) of the entry whose
+        # bodyCrc failed, where recovery cut
         self.recover()
 
     # ------------------------------------------------------------------ state
@@ -222,7 +228,7 @@ class DLedgerLog:
 
     def append_leader(self, body: bytes, term: int) -> Entry:
         """``DLedgerMmapFileStore#appendAsLeader``: next index, ``term``, pos where it lands; the hook runs
-        on the encoded entry before it is written."""
+        on the encoded entry before it is written, then (ours) the body's CRC goes in ``bodyCrc``."""
         self._writable()
         with self._lock:
             if term < self._last_term:
@@ -232,7 +238,10 @@ class DLedgerLog:
             data = bytearray(encode_entry(draft.at(pos)))
             if self.append_hook is not None:
                 self.append_hook(pos, data)
-            entry = Entry(draft.index, term, bytes(data[BODY_OFFSET:]), pos)
+            body = bytes(data[BODY_OFFSET:])
+            crc = entry_body_crc(body)
+            data[BODY_CRC_OFFSET : BODY_CRC_OFFSET + 4] = crc.to_bytes(4, "big")
+            entry = Entry(draft.index, term, body, pos, body_crc=crc)
             self._write(mf, data, entry)
             return entry
 
@@ -383,8 +392,9 @@ class DLedgerLog:
             end, last, last_term, damage = self._scan(start)
             if end < self.data.max_offset and not self.read_only:
                 why = f"DLedger recovery: the last valid entry ends at data offset {end}"
-                if self._set_aside(end, f"{why}: {damage}" if damage else why) is not None:
-                    log.error("%s in %s: what follows it is set aside in quarantine", why, self.directory)
+                why = f"{why}: {damage}" if damage else why
+                if self._set_aside(end, why) is not None:
+                    log.error("%s (in %s): what follows it is set aside in quarantine", why, self.directory)
             self._cut_files(end, last + 1)
             self._last, self._last_term = last, last_term
             self._begin = decode_header(files[0].view, 0)[2] if last >= 0 else -1
@@ -435,18 +445,23 @@ class DLedgerLog:
                     raise CorruptEntryError(absolute, f"index {index} after {last}")
                 if term < last_term:
                     raise CorruptEntryError(absolute, f"term {term} after term {last_term}")
-                if self.body_check is not None:
-                    reason = self.body_check(absolute, mf.view[rel + BODY_OFFSET : rel + size])
-                    if reason and not self._sound_next(fi, rel + size, index + 1):
-                        raise CorruptEntryError(absolute, f"entry {index}: {reason}")  # a torn tail
-                    if reason:  # damage inside the log: kept, the CommitLog sets its record aside in place
-                        log.error(
-                            "DLedger recovery: entry %d at %d: %s (kept: sound entries follow)",
-                            index,
-                            absolute,
-                            reason,
-                        )
-                        self.damaged_bodies.append(absolute)
+                body = mf.view[rel + BODY_OFFSET : rel + size]
+                reason = self.body_check(absolute, body) if self.body_check is not None else None
+                if reason and not self._sound_next(fi, rel + size, index + 1):
+                    raise CorruptEntryError(absolute, f"entry {index}: {reason}")  # a torn tail
+                if reason:  # damage inside the log: kept, the CommitLog sets its record aside in place
+                    log.error(
+                        "DLedger recovery: entry %d at %d: %s (kept: sound entries follow)",
+                        index,
+                        absolute,
+                        reason,
+                    )
+                    self.damaged_bodies.append(absolute)
+                elif damage := body_crc_problem(index, stored_body_crc(mf.view, rel), body):
+                    # what the record check cannot see (its properties, topic, header fields): the
+                    # member restarts from the entry before, the leader's push fills the rest in
+                    self.crc_damage = absolute, damage
+                    raise CorruptEntryError(absolute, damage)
             except CorruptEntryError as e:
                 return end, last, last_term, str(e)
             if not self.read_only:
@@ -454,6 +469,20 @@ class DLedgerLog:
             last, last_term = index, term
             rel += size
             end = mf.file_from_offset + rel
+
+    def body_crc_problems(self) -> Iterator[tuple[int, str]]:
+        """(pos, why) of every held entry whose body fails its non-zero ``bodyCrc`` (recovery checks only
+        the last files), after the one that ended recovery: for offline checks (``store verify``)."""
+        if self.crc_damage is not None:
+            yield self.crc_damage
+        for index in range(self._begin, self._last + 1) if self._begin >= 0 else ():
+            rec = self.index_record(index)
+            view = self.read(rec.pos, rec.size)
+            if view is None:
+                continue  # not in the files recovery kept: reported by the record walk
+            damage = body_crc_problem(index, stored_body_crc(view), view[BODY_OFFSET:])
+            if damage:
+                yield rec.pos, damage
 
     def _sound_next(self, fi: int, rel: int, index: int) -> bool:
         """Whether a sound entry ``index`` follows at ``rel`` of file ``fi`` (or after its blank, in the next

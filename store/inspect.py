@@ -22,7 +22,7 @@ from pathlib import Path
 from store.commitlog import CommitLog, RecordWalk
 from store.config import StoreConfig
 from store.consumequeue import ConsumeQueue, unit_tags_code
-from store.dledger import DATA_DIR, INDEX_DIR, INDEX_FILE_SIZE
+from store.dledger import BODY_OFFSET, DATA_DIR, INDEX_DIR, INDEX_FILE_SIZE
 from store.dledger_commitlog import DLedgerCommitLog
 from store.errors import CorruptRecordError, StoreError, StoreFormatError
 from store.heal import index_header_problem
@@ -691,6 +691,7 @@ def _verify_commitlog(lay: Layout, problems: _Problems, progress: Progress | Non
     delay_ms = lay.config().delay_levels_ms()
     records: dict[int, _Rec] = {}
     found: list[int] = []
+    record_crc: set[int] = set()
 
     def on_record(info: RecordInfo) -> None:
         tran = info.sys_flag & TRANSACTION_TYPE_MASK
@@ -704,6 +705,7 @@ def _verify_commitlog(lay: Layout, problems: _Problems, progress: Progress | Non
         )
 
     def on_crc_error(exc: CorruptRecordError) -> None:
+        record_crc.add(exc.offset)
         if exc.offset in held:
             found.append(exc.offset)
         else:
@@ -729,6 +731,12 @@ def _verify_commitlog(lay: Layout, problems: _Problems, progress: Progress | Non
                 _verify_past_the_stop(mf, scan, problems, on_record, on_crc_error)
             if progress:
                 progress(mf.file_size)
+        if isinstance(cl, DLedgerCommitLog):  # what the record walk cannot see: the entries' own CRC
+            for pos, why in cl.dlog.body_crc_problems():
+                if pos + BODY_OFFSET not in record_crc:  # (damage to the message body: listed already)
+                    problems.add(
+                        "crc", f"DLedger entry at data offset {pos}: {why} (a member sets it aside at start)"
+                    )
         return _LogPhase(len(cl.files.files), cl.min_offset, records, held, found)
 
 

@@ -44,7 +44,7 @@ from daemon.dledger.protocol import (
     VoteResponse,
     VoteResult,
 )
-from store.dledger import DLedgerError, Entry, RaftLog
+from store.dledger import DLedgerCode, DLedgerError, Entry, RaftLog
 
 log = logging.getLogger(__name__)
 
@@ -946,14 +946,14 @@ class Node:
                 except (DLedgerError, OSError) as exc:
                     log.error("[%s] cannot cut after entry %d: %s", m.self_id, keep, exc)
                     return self._push_answer(req, Code.DISK_ERROR)
-            if keep < entry.index and not self._append_follower(entry):
-                return self._push_answer(req, Code.DISK_ERROR)
+            if keep < entry.index and (code := self._append_follower(entry, Code.DISK_ERROR)) != Code.SUCCESS:
+                return self._push_answer(req, code)
             self._follow_commit(req.commit_index)
             return self._push_answer(req, Code.SUCCESS)
         # APPEND
         if entry.index == self.log.last_index + 1:
-            if not self._append_follower(entry):
-                return self._push_answer(req, Code.INCONSISTENT_STATE)
+            if (code := self._append_follower(entry, Code.INCONSISTENT_STATE)) != Code.SUCCESS:
+                return self._push_answer(req, code)
             self._follow_commit(req.commit_index)
             return self._push_answer(req, Code.SUCCESS)
         if entry.index <= self.log.last_index and same_entry(entry, local):
@@ -966,19 +966,26 @@ class Node:
             if wire.index <= self.log.last_index:
                 if not same_entry(wire, self._get(wire.index)):
                     return Code.INCONSISTENT_STATE
-            elif wire.index != self.log.last_index + 1 or not self._append_follower(wire):
+            elif wire.index != self.log.last_index + 1:
                 return Code.INCONSISTENT_STATE
+            elif (code := self._append_follower(wire, Code.INCONSISTENT_STATE)) != Code.SUCCESS:
+                return code
         # (only what the leader just showed this log holds: past the batch it may hold another's tail)
         self._follow_commit(min(req.commit_index, req.batch_entry[-1].index))
         return Code.SUCCESS
 
-    def _append_follower(self, wire: DLedgerEntry) -> bool:
+    def _append_follower(self, wire: DLedgerEntry, failed: Code) -> Code:
+        """SUCCESS, or ``failed`` (a full or failing disk: the leader compares again later); a body that
+        does not match its ``bodyCrc`` is UNEXPECTED_ARGUMENT: nothing appended, the leader pushes it
+        again after a pause."""
         try:
             self.log.append_follower(log_entry(wire))
-        except (DLedgerError, OSError) as exc:  # a full or failing disk: the leader compares again later
+        except (DLedgerError, OSError) as exc:
             log.error("[%s] cannot append entry %d: %s", self.m.self_id, wire.index, exc)
-            return False
-        return True
+            if isinstance(exc, DLedgerError) and exc.code is DLedgerCode.UNEXPECTED_ARGUMENT:
+                return Code.UNEXPECTED_ARGUMENT
+            return failed
+        return Code.SUCCESS
 
     def _follow_commit(self, commit_index: int) -> None:
         if commit_index > self.log.committed_index:

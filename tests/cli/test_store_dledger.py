@@ -57,6 +57,27 @@ def test_verify_reports_a_damaged_record_in_an_entry(cli: RunCli, dstore: tuple[
     assert json.loads(result.stdout)["crc_errors"] == 1
 
 
+@pytest.mark.parametrize("which", ["first", "last"])  # before the files recovery reads, and among them
+def test_verify_reports_an_entry_failing_its_body_crc(cli: RunCli, tmp_path: Path, which: str) -> None:
+    root = tmp_path / "store"
+    dledger_store(root, 3 * COUNT)
+    files = sorted((root / "dledger-n0" / "data").iterdir())
+    assert len(files) > 3  # recovery walks the last three
+    data = files[0 if which == "first" else -1]
+    raw = bytearray(data.read_bytes())
+    at, entry = 0, dl.decode_entry(raw, 0)
+    while which == "last" and at + entry.size < len(raw) and dl.decode_header(raw, at + entry.size)[0] == 1:
+        at += entry.size
+        entry = dl.decode_entry(raw, at)
+    raw[at + entry.size - 2] ^= 0xFF  # in the record's properties: its own BODYCRC does not cover them
+    data.write_bytes(bytes(raw))
+    result = cli("store", "verify", "--store", str(root), "-o", "json")
+    assert result.code != 0
+    report = json.loads(result.stdout)
+    assert report["crc_errors"] == 1
+    assert any(f"entry {entry.index}: body crc" in p for p in report["problems"]), report["problems"]
+
+
 def test_cq_and_msg_query_point_into_the_entries(cli: RunCli, dstore: tuple[Path, list[Message]]) -> None:
     root, _msgs = dstore
     queues = ok(cli("store", "cq", "ls", "--store", str(root), "-o", "json"))

@@ -8,6 +8,7 @@ appends acknowledged again.
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import random
@@ -23,6 +24,8 @@ from daemon.dledger.protocol import (
     LeadershipTransferRequest,
     LeadershipTransferResponse,
     PushEntryRequest,
+    PushEntryResponse,
+    PushType,
     RequestOrResponse,
     VoteRequest,
 )
@@ -411,3 +414,46 @@ def test_a_divergent_tail_is_found_in_logarithmic_round_trips(divergent: int) ->
     )
     c.check_acked_in(new)
     c.check_acked_in(c.nodes[old_id])  # type: ignore[arg-type]
+
+
+class Garbling(Cluster):
+    """The network flips a body byte of the first entry pushed once :attr:`armed` (its bodyCrc kept)."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed, loss=0.0)
+        self.armed = False
+        self.garbled: tuple[str, int, int] | None = None  # (follower, entry index, the code it answered)
+
+    def handle(self, dst: str, req: RequestOrResponse) -> RequestOrResponse | None:
+        if not (self.armed and self.garbled is None and isinstance(req, PushEntryRequest)):
+            return super().handle(dst, req)
+        wires = req.entries()
+        if req.type is not PushType.APPEND or not wires or not wires[0].body:
+            return super().handle(dst, req)
+        first = wires[0]
+        assert first.body is not None and first.body_crc != 0  # our leader fills it
+        bad = dataclasses.replace(first, body=bytes([first.body[0] ^ 1]) + first.body[1:])
+        if req.batch_entry:
+            req = dataclasses.replace(req, batch_entry=[bad, *wires[1:]])
+        else:
+            req = dataclasses.replace(req, entry=bad)
+        resp = super().handle(dst, req)
+        assert isinstance(resp, PushEntryResponse)
+        self.garbled = (dst, first.index, resp.code)
+        return resp
+
+
+def test_a_pushed_body_failing_its_crc_is_refused_then_pushed_again(caplog: pytest.LogCaptureFixture) -> None:
+    c = Garbling(seed=3)
+    c.run(5000, append_every=100)
+    c.armed = True
+    with caplog.at_level("ERROR"):
+        c.run(3000, append_every=100)
+    assert c.garbled is not None
+    follower, index, code = c.garbled
+    assert code == DLedgerResponseCode.UNEXPECTED_ARGUMENT
+    assert f"cannot append entry {index}: UNEXPECTED_ARGUMENT: entry {index}: body crc" in caplog.text
+    c.check_acked_everywhere()  # the leader pushed it again, whole
+    node, leader = c.nodes[follower], c.leader()
+    assert node is not None and leader is not None
+    assert node.log.get(index) == leader.log.get(index)

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from store.dledger import BODY_OFFSET, decode_header
-from store.record import decode_records
+from store import dledger as dl
+from store.quarantine import list_quarantines
 from tests.broker.test_broker_disk_full import fill, small_tmpfs
 from tests.jepsen.checker import Read, check_leaders, check_resumed
 from tests.jepsen.client import read_topic
@@ -220,8 +220,9 @@ async def test_a_follower_serves_a_topic_of_the_killed_leader_soon(
 async def test_a_follower_restarted_emptied_or_damaged_and_the_group_serves(
     tmp_path: Path, cli_env: dict[str, str], harm: str
 ) -> None:
-    """A follower restarted on an empty store catches up; one restarted with a damaged entry reports it at
-    ERROR. Either way the group keeps taking writes and the leader serves every SEND_OK."""
+    """A follower restarted on an empty store catches up; one restarted with a damaged entry finds it at
+    recovery, every time (its body CRC), sets it aside with what follows and reports it at ERROR, then
+    catches up. Either way the group keeps taking writes and the leader serves every SEND_OK."""
     async with raft_group(tmp_path, cli_env) as g:
         leader = await g.leader()
         f = g.nodes[(leader + 1) % 3]
@@ -233,14 +234,18 @@ async def test_a_follower_restarted_emptied_or_damaged_and_the_group_serves(
                 shutil.rmtree(f.store)
                 g.history.nemesis("empty", f.name)
             else:
-                g.history.nemesis("damage", f"{f.name}:{_damage_last_entry(f.store)}")
+                damaged = _damage_last_entry(f.store)
+                g.history.nemesis("damage", f"{f.name}:entry {damaged.index}@{damaged.pos}")
             g.nemesis.restart(f)
             await f.ready(g.client)
             await writes_resume(g, g.history.last("restart"), more=60)
         await assert_consistent(g)  # an emptied follower serves all the leader does once it caught up
-        if harm == "damaged":  # reported as about an entry (or its CRC), not just any ERROR line
+        if harm == "damaged":  # found by the follower itself, not only if the leader happens to compare it
             errors = [line for line in f.log_tail(10**6).splitlines() if " ERROR " in line]
-            assert any(w in line.lower() for line in errors for w in ("entr", "crc")), errors
+            named = f"entry {damaged.index}: body crc"
+            assert any(named in line for line in errors), errors
+            cuts = [q.cut_offset for q in list_quarantines(str(f.store))]
+            assert damaged.pos in cuts, cuts  # set aside from the damaged entry on, not served
 
 
 def _data_files(store: Path) -> list[Path]:
@@ -254,21 +259,19 @@ def _written(store: Path) -> int:
     return len(files[-1].read_bytes().rstrip(b"\0")) if files else 0
 
 
-def _damage_last_entry(store: Path) -> str:
-    """Flip a byte in the message body of the last entry of the node's newest DLedger data file (what
-    the record's body CRC covers: nothing checks a record's properties, nor, as in 4.9.8, the entry's
-    body CRC); returns the file and offset."""
+def _damage_last_entry(store: Path) -> dl.Entry:
+    """Flip a byte 8 before the end of the last entry of the node's newest DLedger data file: inside its
+    CommitLog record's properties, which the record's own BODYCRC does not cover. Returns that entry."""
     path = _data_files(store)[-1]
     data = bytearray(path.read_bytes())
-    at, last = 0, 0
-    while at + BODY_OFFSET <= len(data) and (size := decode_header(data, at)[1]) > 0:
-        at, last = at + size, at
-    record = bytes(data[last + BODY_OFFSET : at])
-    body = decode_records(record)[0].body
-    flip = last + BODY_OFFSET + record.rindex(body) + len(body) // 2
-    data[flip] ^= 0xFF
+    at, last = 0, None
+    while at + dl.BODY_OFFSET <= len(data) and dl.decode_header(data, at)[0] == dl.CURRENT_MAGIC:
+        last = dl.decode_entry(data, at)
+        at += last.size
+    assert last is not None, f"no entry in {path}"
+    data[at - 8] ^= 0xFF
     path.write_bytes(data)
-    return f"{path.name}@{flip}"
+    return last
 
 
 async def test_a_follower_on_a_full_disk_and_the_group_serves(

@@ -145,6 +145,29 @@ def test_damage_inside_the_log_is_set_aside_in_place(tmp_path: Path) -> None:
         store.shutdown()
 
 
+def test_damage_the_record_check_misses_is_found_by_the_entry_crc(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    msgs = dledger_store(tmp_path, 40)
+    data = tmp_path / "dledger-n0" / "data" / "00000000000000000000"
+    raw = bytearray(data.read_bytes())
+    end = 0
+    for _ in msgs:
+        end += dl.decode_entry(raw, end).size
+    raw[end - 8] ^= 0xFF  # in the last record's properties: its BODYCRC does not cover them
+    data.write_bytes(bytes(raw))
+    with caplog.at_level("ERROR"):
+        store = _open(tmp_path)
+    try:
+        assert "entry 39: body crc" in caplog.text
+        assert isinstance(store.commit_log, DLedgerCommitLog) and store.commit_log.dlog.last_index == 38
+        got = all_bodies(store, "D", 0) + all_bodies(store, "D", 1)
+        assert sorted(got) == sorted(m.body for m in msgs[:-1])  # the damaged record is never served
+        assert os.listdir(tmp_path / "quarantine")
+    finally:
+        store.shutdown()
+
+
 WRITER = """
 import sys
 from store.config import SYNC_FLUSH

@@ -197,3 +197,67 @@ def test_read_only_open_changes_nothing(tmp_path: Path) -> None:
     assert ro.last_index == 3 and ro.get(3) == entries[3]
     ro.close()
     assert f.read_bytes() == before and list_quarantines(str(tmp_path)) == []
+
+
+def _patch(root: Path, pos: int, new: bytes | None = None) -> None:
+    """Write ``new`` at absolute data offset ``pos`` of the log's data files (DATA bytes each), or flip
+    the byte there."""
+    f = root / "dledger-n0" / "data" / f"{pos - pos % DATA:020d}"
+    data = bytearray(f.read_bytes())
+    rel = pos % DATA
+    data[rel : rel + 1 if new is None else rel + len(new)] = new or bytes([data[rel] ^ 0xFF])
+    f.write_bytes(bytes(data))
+
+
+def test_leader_fills_body_crc_and_the_entry_keeps_it(tmp_path: Path) -> None:
+    log_ = _open(tmp_path, append_hook=lambda pos, buf: buf.__setitem__(slice(-4, None), b"tail"))
+    entries = _fill(log_, 4)
+    log_.close()
+    again = _open(tmp_path)
+    for e in entries:  # over the body as written, after the hook rewrote it
+        assert e.body.endswith(b"tail") and e.body_crc == dl.entry_body_crc(e.body) != 0
+        assert again.get(e.index) == e
+        assert dl.stored_body_crc(dl.encode_entry(e)) == e.body_crc
+
+
+def test_an_entry_failing_its_body_crc_is_set_aside_with_what_follows(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    log_ = _open(tmp_path)
+    entries = _fill(log_, 6)
+    log_.close()
+    _patch(tmp_path, entries[3].pos + entries[3].size - 2)  # a byte no other check reads
+    with caplog.at_level("ERROR"):
+        again = _open(tmp_path)
+    assert (again.last_index, again.last_term) == (2, 1)
+    assert "entry 3: body crc" in caplog.text and "quarantine" in caplog.text
+    [manifest] = list_quarantines(str(tmp_path))
+    assert manifest.cut_offset == entries[3].pos
+    kept = b"".join((Path(manifest.path) / p.file).read_bytes() for p in manifest.files)
+    assert all(dl.encode_entry(e) in kept for e in entries[4:])  # set aside, not deleted
+    assert again.append_follower(entries[3]) == entries[3]  # the leader fills it in again
+
+
+def test_body_crc_zero_is_not_checked(tmp_path: Path) -> None:
+    log_ = _open(tmp_path)
+    entries = _fill(log_, 4)
+    log_.close()
+    for e in entries:  # as 4.9.8 writes them (and stores written before we filled bodyCrc)
+        _patch(tmp_path, e.pos + dl.BODY_CRC_OFFSET, bytes(4))
+    _patch(tmp_path, entries[2].pos + entries[2].size - 1)
+    again = _open(tmp_path)
+    assert again.last_index == 3 and list_quarantines(str(tmp_path)) == []
+    assert again.get(2).body_crc == 0 and again.get(2).body != entries[2].body
+
+
+def test_a_follower_refuses_a_body_failing_its_crc(tmp_path: Path) -> None:
+    log_ = _open(tmp_path)
+    good = dl.Entry(0, 1, b"pushed body", 0, body_crc=dl.entry_body_crc(b"pushed body"))
+    with pytest.raises(dl.DLedgerError) as err:
+        log_.append_follower(dl.Entry(0, 1, b"pushed bodY", 0, body_crc=good.body_crc))
+    assert err.value.code == dl.DLedgerCode.UNEXPECTED_ARGUMENT and "entry 0: body crc" in err.value.reason
+    assert log_.last_index == -1 and log_.end_pos == 0  # nothing appended
+    assert log_.append_follower(good) == good
+    assert log_.append_follower(dl.Entry(1, 1, b"from a 4.9.8 leader", good.size)).body_crc == 0
+    log_.close()
+    assert _open(tmp_path).get(0).body_crc == good.body_crc
