@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 import subprocess
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
 from typing import Any
 
@@ -158,9 +160,7 @@ async def test_a_non_member_host_can_neither_truncate_nor_depose(
         # the group still works, and every member holds the five messages once
         assert (await on.send("G", b"after", queue_id=0)).code == ResponseCode.SUCCESS
         for b in brokers:
-            await wait_until(
-                lambda b=b: b.dledger is not None and b.dledger.log.committed_index == before[0][1] + 1
-            )
+            await wait_until(functools.partial(_committed, b, before[0][1] + 1))
         assert await pull_all(on, "G", 0) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"after"]
     finally:
         await attacker.close()
@@ -282,7 +282,7 @@ async def test_up_tls_dledger_3_runs_the_channel_on_mutual_tls(
             roles = sorted(str(r["raft_role"]) for r in rows)
             return rows if len(rows) == 3 and roles == ["FOLLOWER", "FOLLOWER", "LEADER"] else None
 
-        await wait_until(led, 60)
+        await wait_until(lambda: _true(led()), 60)
         rows = await led()
         assert rows is not None
         assert {str(r["channel"]).split(",")[0] for r in rows} == {"mutual TLS (haTls)"}
@@ -355,3 +355,12 @@ async def test_beyond_loopback_without_mutual_tls_the_member_warns_and_admits_no
             assert "not on mutual TLS" not in caplog.text
         finally:
             await mutual.stop()
+
+
+async def _true(rows: Awaitable[object]) -> bool:
+    """A look-up's answer as a condition to wait for."""
+    return bool(await rows)
+
+
+def _committed(b: Broker, index: int) -> bool:
+    return b.dledger is not None and b.dledger.log.committed_index == index

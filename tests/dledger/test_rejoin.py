@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -46,7 +46,7 @@ def members(tmp_path: Path) -> list[dict[str, Any]]:
     ]
 
 
-def leader_of(brokers: list[Broker | None]) -> Broker | None:
+def leader_of(brokers: Sequence[Broker | None]) -> Broker | None:
     found = [b for b in brokers if b is not None and b.config.broker_role == "SYNC_MASTER"]
     return found[0] if len(found) == 1 else None
 
