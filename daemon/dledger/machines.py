@@ -38,6 +38,7 @@ from daemon.dledger.protocol import (
     VoteRequest,
     VoteResponse,
     VoteResult,
+    entry_json,
 )
 from store.dledger import DLedgerError, Entry, RaftLog
 
@@ -127,6 +128,8 @@ class Out:
     request: RequestOrResponse
     #: a push: the follower's dispatch state it was made in (an answer from an earlier one is stale)
     epoch: int = 0
+    #: the request's encoding when the machine made it (a push: its entries' JSON is shared by every follower)
+    body: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -255,8 +258,9 @@ class Node:
         self.take_leadership_wait: tuple[LeadershipTransferRequest, int] | None = None
         self.next_preferred_check = 0
         self._now = 0
-        #: (leader) the entries pushed lately, index -> as a push carries them, until every follower has them
-        self._wire: dict[int, DLedgerEntry] = {}
+        #: (leader) the entries pushed lately, index -> as a push carries them and their JSON, until every
+        #: follower has them
+        self._wire: dict[int, tuple[DLedgerEntry, bytes]] = {}
 
     # ------------------------------------------------------------------ state
 
@@ -671,7 +675,7 @@ class Node:
             self.completed[index] = Code.WAIT_QUORUM_ACK_TIMEOUT
 
     def _advance_commit(self) -> None:
-        marks = sorted([self.log.last_index, *(p.water_mark for p in self.pushes.values())], reverse=True)
+        marks = sorted([self.log.last_index, *[p.water_mark for p in self.pushes.values()]], reverse=True)
         quorum_index = marks[len(marks) // 2]
         if self._wire:
             everywhere = marks[-1]
@@ -712,14 +716,14 @@ class Node:
             p.write_index = p.water_mark + 1
         while p.write_index <= self.log.last_index and len(p.inflight) < MAX_PENDING_PUSHES:
             # what is ready goes in one push (``batchEntry``, which DLedger's EntryHandler takes too)
-            batch: list[DLedgerEntry] = []
+            batch: list[tuple[DLedgerEntry, bytes]] = []
             size = 0
             while p.write_index + len(batch) <= self.log.last_index and len(batch) < MAX_BATCH_ENTRIES:
-                entry = self._pushed_entry(p.write_index + len(batch))
-                if entry is None or (batch and size + entry.size > MAX_BATCH_BYTES):
+                pushed = self._pushed_entry(p.write_index + len(batch))
+                if pushed is None or (batch and size + pushed[0].size > MAX_BATCH_BYTES):
                     break
-                batch.append(entry)
-                size += entry.size
+                batch.append(pushed)
+                size += pushed[0].size
             if not batch:
                 break
             out.append(self._push_batch(peer, batch))
@@ -731,27 +735,32 @@ class Node:
             p.last_push = now
         return out
 
-    def _pushed_entry(self, index: int) -> DLedgerEntry | None:
-        """Entry `index` as a push carries it, read once for all followers: each follower is pushed the same
-        entries, and the leader's log does not change under them while it leads (cleared at each role change)."""
-        wire = self._wire.get(index)
-        if wire is None:
+    def _pushed_entry(self, index: int) -> tuple[DLedgerEntry, bytes] | None:
+        """Entry `index` as a push carries it and its JSON, read and encoded once for all followers: each
+        follower is pushed the same entries, and the leader's log does not change under them while it leads
+        (cleared at each role change)."""
+        pushed = self._wire.get(index)
+        if pushed is None:
             entry = self._get(index)
             if entry is None:
                 return None
-            wire = self._wire[index] = wire_entry(entry)
+            wire = wire_entry(entry)
+            pushed = self._wire[index] = (wire, entry_json(wire))
             if len(self._wire) > WIRE_CACHE_ENTRIES:
                 del self._wire[next(iter(self._wire))]
-        return wire
+        return pushed
 
-    def _push_batch(self, peer: str, batch: list[DLedgerEntry]) -> Out:
+    def _push_batch(self, peer: str, batch: list[tuple[DLedgerEntry, bytes]]) -> Out:
         out = self._push_request(peer, None, PushType.APPEND)
-        assert isinstance(out.request, PushEntryRequest)
+        req = out.request
+        assert isinstance(req, PushEntryRequest)
         if len(batch) == 1:
-            out.request.entry = batch[0]
+            req.entry = batch[0][0]
+            out.body = req.encode_with([], batch[0][1])
             return out
-        out.request.batch_entry = batch
-        out.request.total_size = sum(e.size for e in batch)
+        req.batch_entry = [wire for wire, _ in batch]
+        req.total_size = sum(wire.size for wire in req.batch_entry)
+        out.body = req.encode_with([json for _, json in batch])
         return out
 
     def _push_compare(self, peer: str, p: PeerPush, now: int) -> list[Out]:

@@ -14,10 +14,13 @@ Pure functions: bytes in, beans out.
 from __future__ import annotations
 
 import base64
+import binascii
 import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
+
+import orjson
 
 from store import fastjson
 from store.models import camel_case
@@ -180,13 +183,20 @@ class WireBean:
     @classmethod
     def decode(cls, body: bytes) -> Self:
         try:
-            return cls.from_json(fastjson.loads(body))
+            try:
+                data = orjson.loads(body)  # several times json's speed over a push's base64 bodies
+            except orjson.JSONDecodeError:
+                data = fastjson.loads(
+                    body
+                )  # what fastjson writes and orjson refuses (ints past 64 bits, ...)
+            return cls.from_json(data)
         except (ValueError, TypeError, UnicodeDecodeError) as exc:
             raise ValueError(f"bad {cls.__name__} body: {exc}") from None
 
 
 def _b64(text: str) -> bytes:
-    return base64.b64decode(text, validate=True)
+    # base64.b64decode(text, validate=True) is this call behind a Python wrapper: every pushed body
+    return binascii.a2b_base64(text, strict_mode=True)
 
 
 @dataclass(slots=True)
@@ -247,6 +257,27 @@ class DLedgerEntry(WireBean):
             self.pos,
             self.body,
         ) == (other.size, other.magic, other.index, other.term, other.channel, other.pos, other.body)
+
+
+def entry_json(entry: DLedgerEntry) -> bytes:
+    """``entry.encode()`` written directly (base64 needs no escaping): a leader makes each pushed entry's
+    once and writes it into every follower's push (:meth:`PushEntryRequest.encode_with`)."""
+    fields = (
+        b'"bodyCrc":%d,"chainCrc":%d,"channel":%d,"index":%d,"magic":%d,"pos":%d,"size":%d,"term":%d}'
+        % (
+            entry.body_crc,
+            entry.chain_crc,
+            entry.channel,
+            entry.index,
+            entry.magic,
+            entry.pos,
+            entry.size,
+            entry.term,
+        )
+    )
+    if entry.body is None:
+        return b"{" + fields
+    return b'{"body":"' + binascii.b2a_base64(entry.body, newline=False) + b'",' + fields
 
 
 def _entry(data: dict[str, Any]) -> DLedgerEntry:
@@ -331,6 +362,28 @@ class PushEntryRequest(RequestOrResponse):
         if self.batch_entry:
             return self.batch_entry[-1].index
         return self.entry.index if self.entry is not None else -1
+
+    def encode(self) -> bytes:
+        return self.encode_with([entry_json(e) for e in self.batch_entry])
+
+    def encode_with(self, batch: list[bytes], entry: bytes | None = None) -> bytes:
+        """:meth:`encode` with the JSON of ``batch_entry`` (in order) and of ``entry`` made already
+        (:func:`entry_json`): the other properties go through fastjson's writer, the entries are put in
+        where it wrote stand-ins."""
+        out: dict[str, Any] = {}
+        for name, key in _write_keys(PushEntryRequest):
+            if name != "batch_entry" and name != "entry":
+                value = getattr(self, name)
+                if value is not None:
+                    out[key] = _out(value)
+        out["batchEntry"] = 0  # stand-ins: a key's quote is never escaped, a string's always is
+        if self.entry is not None:
+            out["entry"] = 0
+        body = fastjson.dumps(out)
+        if self.entry is not None:
+            made = entry if entry is not None else entry_json(self.entry)
+            body = body.replace(b'"entry":0', b'"entry":' + made, 1)
+        return body.replace(b'"batchEntry":0', b'"batchEntry":[' + b",".join(batch) + b"]", 1)
 
     def entries(self) -> list[DLedgerEntry]:
         """The pushed entries, batched or single."""
