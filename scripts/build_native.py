@@ -66,7 +66,6 @@ MODULES = (
     "daemon.broker.processors.send",
     "daemon.broker.stats",
     "daemon.dledger.machines",
-    "daemon.dledger.protocol",
     "daemon.dledger.server",
     "store.clock",
     "store.commitlog",

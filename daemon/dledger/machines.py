@@ -917,13 +917,34 @@ class Node:
         return self._push_answer(req, Code.INCONSISTENT_STATE)
 
     def _append_batch(self, req: PushEntryRequest) -> Code:
-        """A batch push: entries already held (a repeat) are skipped, the rest must continue the log."""
+        """A batch push: entries already held (a repeat) are skipped, the rest must continue the log (appended
+        together: the log writes them in one go)."""
+        last = self.log.last_index
+        fresh: list[Entry] = []
+        gap = False
         for wire in req.batch_entry:
-            if wire.index <= self.log.last_index:
+            if wire.index <= last:
                 if not same_entry(wire, self._get(wire.index)):
                     return Code.INCONSISTENT_STATE
-            elif wire.index != self.log.last_index + 1 or not self._append_follower(wire):
+            elif wire.index != last + 1 + len(fresh):
+                gap = True  # (what continues the log before it is appended still)
+                break
+            else:
+                fresh.append(log_entry(wire))
+        if fresh:
+            try:
+                self.log.append_followers(fresh)
+            except (DLedgerError, OSError) as exc:  # a full or failing disk: the leader compares again later
+                log.error(
+                    "[%s] cannot append entries %d-%d: %s",
+                    self.m.self_id,
+                    fresh[0].index,
+                    fresh[-1].index,
+                    exc,
+                )
                 return Code.INCONSISTENT_STATE
+        if gap:
+            return Code.INCONSISTENT_STATE
         # (only what the leader just showed this log holds: past the batch it may hold another's tail)
         self._follow_commit(min(req.commit_index, req.batch_entry[-1].index))
         return Code.SUCCESS

@@ -178,7 +178,7 @@ class WireBean:
             raise ValueError(f"{cls.__name__}: {exc}") from None
 
     def encode(self) -> bytes:
-        return fastjson.dumps(self.to_json())
+        return _dumps(self.to_json())
 
     @classmethod
     def decode(cls, body: bytes) -> Self:
@@ -192,6 +192,16 @@ class WireBean:
             return cls.from_json(data)
         except (ValueError, TypeError, UnicodeDecodeError) as exc:
             raise ValueError(f"bad {cls.__name__} body: {exc}") from None
+
+
+def _dumps(data: dict[str, Any]) -> bytes:
+    """``fastjson.dumps(data)``, by orjson where it writes the same bytes (sorted keys, no spaces, UTF-8 unescaped:
+    what every bean of ours is), several times faster on each push and its answer; fastjson's own writer for
+    what orjson refuses (a lone surrogate, which fastjson writes as '?'; an int past 64 bits)."""
+    try:
+        return orjson.dumps(data, option=orjson.OPT_SORT_KEYS)
+    except TypeError:
+        return fastjson.dumps(data)
 
 
 def _b64(text: str) -> bytes:
@@ -379,7 +389,7 @@ class PushEntryRequest(RequestOrResponse):
         out["batchEntry"] = 0  # stand-ins: a key's quote is never escaped, a string's always is
         if self.entry is not None:
             out["entry"] = 0
-        body = fastjson.dumps(out)
+        body = _dumps(out)
         if self.entry is not None:
             made = entry if entry is not None else entry_json(self.entry)
             body = body.replace(b'"entry":0', b'"entry":' + made, 1)

@@ -13,6 +13,7 @@ from daemon.dledger.protocol import (
     DLedgerResponseCode,
     HeartBeatRequest,
     LeadershipTransferRequest,
+    MetadataResponse,
     PushEntryRequest,
     PushEntryResponse,
     PushType,
@@ -163,6 +164,32 @@ def test_a_push_with_its_entries_json_made_apart_is_the_bean_as_fastjson_writes_
     assert req.encode() == walked
     made = [entry_json(e) for e in req.batch_entry]
     assert req.encode_with(made, entry_json(req.entry) if req.entry is not None else None) == walked
+
+
+@given(
+    st.one_of(
+        st.builds(
+            VoteRequest, group=st.text(), local_id=ids, remote_id=ids, term=longs, ledger_end_index=longs
+        ),
+        st.builds(
+            PushEntryResponse, group=st.text(), code=longs, term=longs, index=st.one_of(st.none(), longs)
+        ),
+        st.builds(MetadataResponse, group=ids, peers=st.dictionaries(st.text(), st.text(), max_size=3)),
+    )
+)
+def test_every_bean_is_written_as_fastjson_writes_it(bean: WireBean) -> None:
+    """orjson writes what it can (its bytes are fastjson's for these beans), fastjson's own writer the rest
+    (lone surrogates become '?', as Java's encoder writes them; ints past 64 bits)."""
+    assert bean.encode() == fastjson.dumps(WireBean.to_json(bean))
+
+
+def test_what_orjson_refuses_is_written_by_fastjsons_writer() -> None:
+    for bean in (VoteRequest(group="\ud800"), PushEntryResponse(term=2**70)):
+        assert bean.encode() == fastjson.dumps(WireBean.to_json(bean))
+    assert (
+        VoteRequest(group="\ud800").encode()
+        == b'{"code":200,"group":"?","ledgerEndIndex":-1,"ledgerEndTerm":-1,"term":-1}'
+    )
 
 
 def test_stand_ins_in_a_pushs_strings_are_left_alone() -> None:
