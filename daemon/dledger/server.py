@@ -191,8 +191,8 @@ class DLedgerServer:
             return None
         try:
             return BEANS[out.code][1].decode(response.body)
-        except ValueError as exc:
-            log.warning("DLedger %s answer from %s unreadable: %s", out.code.name, out.peer, exc)
+        except ValueError as bad:  # (compiled, a name holds one exception type)
+            log.warning("DLedger %s answer from %s unreadable: %s", out.code.name, out.peer, bad)
             return None
 
     def _effects(self, after_replies: bool = False) -> None:

@@ -125,11 +125,13 @@ class RequestDispatcher:
             self._failed(conn, request, exc)
             return
         # (a response or nothing is the common case: no isawaitable() protocol walk for it)
-        if result is None or type(result) is RemotingCommand or not inspect.isawaitable(result):
+        if result is None or type(result) is RemotingCommand:
             conn.reply(request, result)
         elif isinstance(result, asyncio.Future):  # answered from its done callback: no task to run
             conn.track(result)
             result.add_done_callback(functools.partial(self._answered, conn, request))
+        elif not inspect.isawaitable(result):
+            conn.reply(request, result)
         else:
             conn.track(asyncio.ensure_future(self._finish(conn, request, result)))
 
