@@ -66,6 +66,7 @@ MODULES = (
     "daemon.broker.processors.send",
     "daemon.broker.stats",
     "daemon.dledger.machines",
+    "daemon.dledger.protocol",
     "daemon.dledger.server",
     "store.clock",
     "store.commitlog",

@@ -18,7 +18,7 @@ import binascii
 import dataclasses
 import enum
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Self
+from typing import Any, Self, TypeVar
 
 import orjson
 
@@ -131,7 +131,7 @@ _READ_KEYS: dict[type, tuple[tuple[str, str, Any], ...]] = {}
 def _write_keys(cls: type[WireBean]) -> tuple[tuple[str, str], ...]:
     keys = _WRITE_KEYS.get(cls)
     if keys is None:
-        names = [f.name for f in dataclasses.fields(cls)] + list(cls.COMPUTED)
+        names = [f.name for f in dataclasses.fields(cls)] + list(_COMPUTED.get(cls, ()))
         keys = _WRITE_KEYS[cls] = tuple(sorted(((n, camel_case(n)) for n in names), key=lambda k: k[1]))
     return keys
 
@@ -140,19 +140,20 @@ def _read_keys(cls: type[WireBean]) -> tuple[tuple[str, str, Any], ...]:
     keys = _READ_KEYS.get(cls)
     if keys is None:
         fields = dataclasses.fields(cls)
-        keys = _READ_KEYS[cls] = tuple((f.name, camel_case(f.name), cls.PARSERS.get(f.name)) for f in fields)
+        parsers = _PARSERS.get(cls, {})
+        keys = _READ_KEYS[cls] = tuple((f.name, camel_case(f.name), parsers.get(f.name)) for f in fields)
     return keys
+
+
+_B = TypeVar("_B", bound="WireBean")
 
 
 @dataclass(slots=True)
 class WireBean:
     """A DLedger message as a Java bean (unlike `store.models.Bean`: nested beans, base64, getter-only
-    properties): its dataclass fields are its setter-backed properties (snake_case of the Java names)."""
-
-    #: Properties fastjson writes from getters without a field (computed from the fields).
-    COMPUTED: ClassVar[tuple[str, ...]] = ()
-    #: Fields whose JSON value is parsed by a function (nested beans, enums, base64).
-    PARSERS: ClassVar[dict[str, Any]] = {}
+    properties): its dataclass fields are its setter-backed properties (snake_case of the Java names);
+    :data:`_COMPUTED` and :data:`_PARSERS` say what else each class writes and how it reads its fields (tables
+    beside the classes, not class attributes: compiled, ``dataclass`` took those for fields)."""
 
     def to_json(self) -> dict[str, Any]:
         # the property names are worked out once per class: a push is encoded per follower per batch
@@ -165,17 +166,7 @@ class WireBean:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Self:
-        if not isinstance(data, dict):
-            raise ValueError(f"{cls.__name__}: a JSON object expected")
-        kwargs: dict[str, Any] = {}
-        for name, key, parse in _read_keys(cls):
-            value = data.get(key)
-            if value is not None:
-                kwargs[name] = parse(value) if parse else value
-        try:
-            return cls(**kwargs)
-        except TypeError as exc:
-            raise ValueError(f"{cls.__name__}: {exc}") from None
+        return bean_from_json(cls, data)
 
     def encode(self) -> bytes:
         return _dumps(self.to_json())
@@ -192,6 +183,21 @@ class WireBean:
             return cls.from_json(data)
         except (ValueError, TypeError, UnicodeDecodeError) as exc:
             raise ValueError(f"bad {cls.__name__} body: {exc}") from None
+
+
+def bean_from_json(cls: type[_B], data: dict[str, Any]) -> _B:
+    """The generic walk of :meth:`WireBean.from_json` (which a bean may replace with its own, unrolled)."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{cls.__name__}: a JSON object expected")
+    kwargs: dict[str, Any] = {}
+    for name, key, parse in _read_keys(cls):
+        value = data.get(key)
+        if value is not None:
+            kwargs[name] = parse(value) if parse else value
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise ValueError(f"{cls.__name__}: {exc}") from None
 
 
 def _dumps(data: dict[str, Any]) -> bytes:
@@ -212,11 +218,6 @@ def _b64(text: str) -> bytes:
 @dataclass(slots=True)
 class DLedgerEntry(WireBean):
     """``DLedgerEntry`` (its body base64 in JSON); ``size`` is the stored size, header included."""
-
-    HEADER_SIZE: ClassVar[int] = 4 + 4 + 8 + 8 + 8 + 4 + 4 + 4
-    BODY_OFFSET: ClassVar[int] = HEADER_SIZE + 4
-    MAGIC: ClassVar[int] = 1  # ``DLedgerMmapFileStore.CURRENT_MAGIC``
-    PARSERS: ClassVar[dict[str, Any]] = {"body": _b64}
 
     body: bytes | None = None
     body_crc: int = 0
@@ -320,8 +321,6 @@ class VoteRequest(RequestOrResponse):
 
 @dataclass(slots=True, kw_only=True)
 class VoteResponse(RequestOrResponse):
-    PARSERS: ClassVar[dict[str, Any]] = {"vote_result": VoteResult}
-
     vote_result: VoteResult = VoteResult.UNKNOWN
 
 
@@ -338,14 +337,6 @@ class HeartBeatResponse(RequestOrResponse):
 @dataclass(slots=True, kw_only=True)
 class PushEntryRequest(RequestOrResponse):
     """One entry per push (4.9.8 leaves ``isEnableBatchPush`` off), ``batchEntry`` always written."""
-
-    COMPUTED: ClassVar[tuple[str, ...]] = (
-        "batch",
-        "count",
-        "first_entry_index",
-        "last_entry_index",
-    )
-    PARSERS: ClassVar[dict[str, Any]] = {"entry": _entry, "batch_entry": _entries, "type": PushType}
 
     batch_entry: list[DLedgerEntry] = field(default_factory=list)
     commit_index: int = -1
@@ -412,8 +403,6 @@ class PushEntryResponse(RequestOrResponse):
 
 @dataclass(slots=True, kw_only=True)
 class AppendEntryRequest(RequestOrResponse):
-    PARSERS: ClassVar[dict[str, Any]] = {"body": _b64}
-
     body: bytes | None = None
 
 
@@ -432,8 +421,6 @@ class GetEntriesRequest(RequestOrResponse):
 
 @dataclass(slots=True, kw_only=True)
 class GetEntriesResponse(RequestOrResponse):
-    PARSERS: ClassVar[dict[str, Any]] = {"entries": _entries}
-
     entries: list[DLedgerEntry] = field(default_factory=list)
 
 
@@ -467,10 +454,22 @@ class PullEntriesRequest(RequestOrResponse):
 
 @dataclass(slots=True, kw_only=True)
 class PullEntriesResponse(RequestOrResponse):
-    PARSERS: ClassVar[dict[str, Any]] = {"entries": _entries}
-
     entries: list[DLedgerEntry] = field(default_factory=list)
 
+
+#: Properties fastjson writes from getters without a field (computed from the fields), per bean class.
+_COMPUTED: dict[type, tuple[str, ...]] = {
+    PushEntryRequest: ("batch", "count", "first_entry_index", "last_entry_index"),
+}
+#: Fields whose JSON value is parsed by a function (nested beans, enums, base64), per bean class.
+_PARSERS: dict[type, dict[str, Any]] = {
+    DLedgerEntry: {"body": _b64},
+    VoteResponse: {"vote_result": VoteResult},
+    PushEntryRequest: {"entry": _entry, "batch_entry": _entries, "type": PushType},
+    AppendEntryRequest: {"body": _b64},
+    GetEntriesResponse: {"entries": _entries},
+    PullEntriesResponse: {"entries": _entries},
+}
 
 #: Each request code's request and response beans (``DLedgerRpcNettyService#processRequest``).
 BEANS: dict[DLedgerRequestCode, tuple[type[RequestOrResponse], type[RequestOrResponse]]] = {

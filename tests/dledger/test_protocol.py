@@ -21,6 +21,7 @@ from daemon.dledger.protocol import (
     VoteResponse,
     VoteResult,
     WireBean,
+    bean_from_json,
     entry_json,
 )
 from store import fastjson
@@ -208,4 +209,4 @@ def test_an_entry_is_written_and_read_as_every_bean_is(entry: DLedgerEntry) -> N
     """DLedgerEntry's own fast JSON walk writes and reads exactly what the generic bean walk does."""
     as_bean = WireBean.to_json(entry)
     assert list(entry.to_json().items()) == list(as_bean.items())
-    assert DLedgerEntry.from_json(as_bean) == WireBean.from_json.__func__(DLedgerEntry, as_bean)  # type: ignore[attr-defined]
+    assert DLedgerEntry.from_json(as_bean) == bean_from_json(DLedgerEntry, as_bean)
