@@ -123,44 +123,32 @@ entries = st.builds(
 )
 
 
-@given(
-    st.builds(
-        PushEntryRequest,
-        group=ids,
-        leader_id=ids,
-        local_id=ids,
-        remote_id=ids,
-        term=longs,
-        code=st.sampled_from([int(c) for c in DLedgerResponseCode]),
-        commit_index=longs,
-        entry=st.one_of(st.none(), entries),
-        type=st.sampled_from(PushType),
-    )
+pushes = st.builds(
+    PushEntryRequest,
+    group=ids,
+    leader_id=ids,
+    local_id=ids,
+    remote_id=ids,
+    term=longs,
+    code=st.sampled_from([int(c) for c in DLedgerResponseCode]),
+    commit_index=longs,
+    entry=st.one_of(st.none(), entries),
+    type=st.sampled_from(PushType),
 )
+
+
+@given(pushes)
 def test_push_round_trip(req: PushEntryRequest) -> None:
     assert PushEntryRequest.decode(req.encode()) == req
 
 
-@given(
-    st.builds(
-        PushEntryRequest,
-        group=ids,
-        leader_id=ids,
-        local_id=ids,
-        remote_id=ids,
-        term=longs,
-        commit_index=longs,
-        entry=st.one_of(st.none(), entries),
-        batch_entry=st.lists(entries, max_size=4),
-        total_size=st.integers(0, 2**31 - 1),
-        type=st.sampled_from(PushType),
-    )
-)
+@given(pushes, st.lists(entries, max_size=4), st.integers(0, 2**31 - 1))
 def test_a_push_with_its_entries_json_made_apart_is_the_bean_as_fastjson_writes_it(
-    req: PushEntryRequest,
+    req: PushEntryRequest, batch: list[DLedgerEntry], total_size: int
 ) -> None:
     """A leader writes each entry's JSON once for all followers and splices it into each push: byte for byte
     what the generic bean walk writes (the group and ids may hold the stand-ins' text)."""
+    req.batch_entry, req.total_size = batch, total_size
     walked = fastjson.dumps(WireBean.to_json(req))
     assert req.encode() == walked
     made = [entry_json(e) for e in req.batch_entry]
