@@ -15,6 +15,7 @@ Usage: python benchmarks/bench_dledger.py [DURATION] [PRODUCERS] [ROUNDS] [FAILO
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import sys
 import tempfile
@@ -34,6 +35,15 @@ from tests.support.up import mqctl_up
 UP_ARGS = ("--dledger", "3", "--broker-port", "0", "--no-metrics")
 
 
+def group_env(config_root: Path) -> dict[str, str]:
+    """The members' environment: clean, but for ``MQCTL_NATIVE`` (``=0``: the pure-Python run, as the single
+    broker, which inherits this process's environment, gets it)."""
+    env = clean_env(config_root)
+    if "MQCTL_NATIVE" in os.environ:
+        env["MQCTL_NATIVE"] = os.environ["MQCTL_NATIVE"]
+    return env
+
+
 def member_pids(data: Path) -> list[int]:
     return [int(p.read_text().split()[0]) for p in data.glob("store-broker-a-n*/broker.pid")]
 
@@ -42,7 +52,7 @@ async def group_round(tmp: str, name: str, duration: float, producers: int) -> t
     """One produce run against a fresh 3-member group: (sends/s, broker CPU seconds per send)."""
     ns_port = free_port()
     data = Path(tmp) / name
-    async with mqctl_up(data, clean_env(data.parent / f"{name}-cfg"), ns_port, *UP_ARGS):
+    async with mqctl_up(data, group_env(data.parent / f"{name}-cfg"), ns_port, *UP_ARGS):
         async with RemotingClient() as client:
             leader = await elected_master(client, f"127.0.0.1:{ns_port}")
         pids = member_pids(data)
@@ -65,7 +75,7 @@ def single_round(tmp: str, name: str, duration: float, producers: int) -> tuple[
 async def failover_run(tmp: str, name: str, heartbeat_ms: int | None) -> float:
     ns_port = free_port()
     data = Path(tmp) / name
-    env = clean_env(data.parent / f"{name}-cfg")
+    env = group_env(data.parent / f"{name}-cfg")
     if heartbeat_ms is not None:
         env["MQCTL_HEART_BEAT_TIME_INTERVAL_MS"] = str(heartbeat_ms)
     async with mqctl_up(data, env, ns_port, *UP_ARGS):

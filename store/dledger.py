@@ -165,6 +165,14 @@ def stored_body_crc(buf: Buf, offset: int = 0) -> int:
     return int(_BLANK.unpack_from(buf, offset + BODY_CRC_OFFSET)[0])
 
 
+def pack_header(
+    buf: bytearray, magic: int, size: int, index: int, term: int, pos: int, body_len: int
+) -> None:
+    """:func:`encode_entry`'s header packed into ``buf``, channel and both CRCs 0 (our leader fills ``bodyCrc``
+    in once the record is final)."""
+    _HEADER.pack_into(buf, 0, magic, size, index, term, pos, 0, 0, 0, body_len)
+
+
 def decode_header(buf: Buf, offset: int = 0) -> tuple[int, int, int, int, int, int]:
     """(magic, size, index, term, pos, body length) of the entry at ``offset``; raises on a short buffer."""
     if len(buf) - offset < BODY_OFFSET:
@@ -403,6 +411,11 @@ class RaftLog(Protocol):
         """Append a leader's entry: its index must be ``last_index + 1`` and its term not older."""
         ...
 
+    def append_followers(self, entries: list[Entry]) -> None:
+        """:meth:`append_follower` for each of ``entries`` in turn (a push's batch); those before a refused
+        one stay appended."""
+        ...
+
     def get(self, index: int) -> Entry:
         """Entry ``index``; raises :class:`DLedgerError` when it is not held."""
         ...
@@ -504,6 +517,10 @@ class MemoryRaftLog:
         placed = entry if entry.pos >= 0 else entry.at(self._next_pos())
         self._entries.append(placed)
         return placed
+
+    def append_followers(self, entries: list[Entry]) -> None:
+        for entry in entries:
+            self.append_follower(entry)
 
     def get(self, index: int) -> Entry:
         check_held(self, index)

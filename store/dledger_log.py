@@ -20,6 +20,7 @@ from store.dledger import (
     BODY_CRC_OFFSET,
     BODY_OFFSET,
     CHECKPOINT_FILE,
+    CURRENT_MAGIC,
     DATA_DIR,
     DATA_FILE_SIZE,
     INDEX_DIR,
@@ -46,6 +47,7 @@ from store.dledger import (
     entry_body_crc,
     entry_header_problem,
     needs_roll,
+    pack_header,
     read_small_file,
     stored_body_crc,
     write_small_file,
@@ -61,6 +63,8 @@ AppendHook = Callable[[int, bytearray], None]
 #: ``(entry pos, body)``: a reason when the body is damaged (recovery sets it and what follows aside).
 BodyCheck = Callable[[int, memoryview], str | None]
 
+#: How many of the entries a leader appended last it keeps to push them without reading them back.
+RECENT_ENTRIES = 1024
 #: ``DLedgerConfig#checkPointInterval``: the committed index is persisted at most this often by flush.
 CHECKPOINT_INTERVAL_MS = 3000
 
@@ -111,6 +115,9 @@ class DLedgerLog:
         self._committed_pos = 0
         self._checkpointed: tuple[int, int] | None = None
         self._checkpoint_ms = 0
+        #: (leader) the entries appended lately, as written: each is read back at once to push it to the
+        #: followers, and a push must not need the files (cleared wherever entries are cut)
+        self._recent: dict[int, Entry] = {}
         self.lost_committed = -1  # after recovery: the checkpoint's committed index when damage cut below it
         self.damaged_bodies: list[int] = []  # positions of entries recovery found damaged but kept
         self.crc_damage: tuple[int, str] | None = None  # after recovery: (pos, why) of the entry whose
@@ -171,6 +178,10 @@ class DLedgerLog:
         return mf.view[rel : rel + size]
 
     def get(self, index: int) -> Entry:
+        recent = self._recent.get(index)
+        if recent is not None:
+            check_held(self, index)
+            return recent
         rec = self.index_record(index)
         view = self.read(rec.pos, rec.size)
         if view is None:
@@ -233,16 +244,22 @@ class DLedgerLog:
         with self._lock:
             if term < self._last_term:
                 raise DLedgerError(DLedgerCode.INCONSISTENT_TERM, f"term {term} after term {self._last_term}")
-            draft = Entry(self._last + 1, term, bytes(body))
-            mf, pos = self._place(draft.size)
-            data = bytearray(encode_entry(draft.at(pos)))
+            size = BODY_OFFSET + len(body)
+            mf, pos = self._place(size)
+            # the entry built in place (header packed in, the record copied after it): one copy of the body
+            data = bytearray(size)
+            pack_header(data, CURRENT_MAGIC, size, self._last + 1, term, pos, len(body))
+            data[BODY_OFFSET:] = body
             if self.append_hook is not None:
                 self.append_hook(pos, data)
-            body = bytes(data[BODY_OFFSET:])
+            body = bytes(memoryview(data)[BODY_OFFSET:])
             crc = entry_body_crc(body)
             data[BODY_CRC_OFFSET : BODY_CRC_OFFSET + 4] = crc.to_bytes(4, "big")
-            entry = Entry(draft.index, term, body, pos, body_crc=crc)
+            entry = Entry(self._last + 1, term, body, pos, body_crc=crc)
             self._write(mf, data, entry)
+            self._recent[entry.index] = entry
+            if len(self._recent) > RECENT_ENTRIES:
+                del self._recent[next(iter(self._recent))]
             return entry
 
     def append_follower(self, entry: Entry) -> Entry:
@@ -255,9 +272,84 @@ class DLedgerLog:
                 raise DLedgerError(
                     DLedgerCode.DISK_ERROR, f"entry {entry.index}: leader pos {entry.pos} != {pos}"
                 )
-            placed = entry.at(pos)
+            placed = entry if entry.pos == pos else entry.at(pos)
             self._write(mf, encode_entry(placed), placed)
             return placed
+
+    def append_followers(self, entries: list[Entry]) -> None:
+        """:meth:`append_follower` for a push's batch: the entries that go into one data file are written to it
+        in one slice and their index records in another (not each entry in two). Those before a refused
+        one stay appended."""
+        self._writable()
+        with self._lock:
+            i = 0
+            while i < len(entries):
+                i = self._append_run(entries, i)
+
+    def _append_run(self, entries: list[Entry], i: int) -> int:
+        """Append ``entries[i:]`` as far as the current data file takes them (rolled first when the first does
+        not fit); the index of the first not appended. Raises, after writing the ones before it, at a refused one."""
+        first = entries[i]
+        check_follower_entry(self, first)
+        mf, pos = self._place(first.size)
+        data, records = bytearray(), bytearray()
+        refused: DLedgerError | None = None
+        prev: Entry | None = None
+        for entry in entries[i:]:
+            at = pos + len(data)
+            if prev is not None:
+                if entry.index != prev.index + 1 or entry.term < prev.term:
+                    refused = DLedgerError(
+                        DLedgerCode.INCONSISTENT_INDEX,
+                        f"entry {entry.index} of term {entry.term} after {prev.index} of term {prev.term}",
+                    )
+                    break
+                damage = body_crc_problem(entry.index, entry.body_crc, entry.body)
+                if damage:  # (the first is checked by check_follower_entry)
+                    refused = DLedgerError(
+                        DLedgerCode.UNEXPECTED_ARGUMENT, f"{damage}: the pushed body is damaged"
+                    )
+                    break
+                if needs_roll(self.data.file_size, at - mf.file_from_offset, entry.size):
+                    break
+            if entry.pos >= 0 and entry.pos != at:
+                refused = DLedgerError(
+                    DLedgerCode.DISK_ERROR, f"entry {entry.index}: leader pos {entry.pos} != {at}"
+                )
+                break
+            placed = entry if entry.pos == at else entry.at(at)
+            data += encode_entry(placed)
+            records += encode_index(placed)
+            prev = placed
+        if prev is not None:
+            rel = mf.wrote_position
+            mf.prepare(rel + len(data), populate=False)
+            mf.mm[rel : rel + len(data)] = data
+            mf.wrote_position = rel + len(data)
+            self._write_index_records(first.index, records)
+            self._last, self._last_term = prev.index, prev.term
+            if self._begin == -1:
+                self._begin = first.index
+        if refused is not None:
+            raise refused
+        return i + len(records) // INDEX_UNIT_SIZE
+
+    def _write_index_records(self, index: int, records: bytearray) -> None:
+        """The index records of entries ``index``, ``index + 1``, ... in as few writes as their files allow."""
+        off, done = index * INDEX_UNIT_SIZE, 0
+        while done < len(records):
+            mf = self.index.last_file_for_append(off + done)
+            if mf.file_from_offset + mf.wrote_position != off + done:
+                raise DLedgerError(
+                    DLedgerCode.DISK_ERROR,
+                    f"index files end at {mf.file_from_offset + mf.wrote_position}, entry records go at {off + done}",
+                )
+            rel = mf.wrote_position
+            chunk = min(len(records) - done, mf.file_size - rel)
+            mf.prepare(rel + chunk, populate=False)
+            mf.mm[rel : rel + chunk] = records[done : done + chunk]
+            mf.wrote_position = rel + chunk
+            done += chunk
 
     def truncate_after(self, index: int) -> int:
         """Cut every entry after ``index`` (``DLedgerMmapFileStore#truncate``), the bytes set aside first."""
@@ -274,6 +366,7 @@ class DLedgerLog:
                 "a divergent, uncommitted tail (never served)"
             )
             self._set_aside(cut, why)
+            self._recent.clear()
             self._truncate_files(cut, index + 1)
             self._last = index if index >= self._begin else -1
             self._last_term = self.term_at(index) if self._last >= 0 else -1

@@ -43,6 +43,7 @@ from daemon.dledger.protocol import (
     VoteRequest,
     VoteResponse,
     VoteResult,
+    entry_json,
 )
 from store.dledger import DLedgerCode, DLedgerError, Entry, RaftLog
 
@@ -133,6 +134,8 @@ class Out:
     #: a push: the follower's dispatch state it was made in; a vote: its round (an answer from an earlier
     #: one is stale)
     epoch: int = 0
+    #: the request's encoding when the machine made it (a push: its entries' JSON is shared by every follower)
+    body: bytes | None = None
 
 
 @dataclass(slots=True)
@@ -273,8 +276,9 @@ class Node:
         self.take_leadership_wait: tuple[LeadershipTransferRequest, int] | None = None
         self.next_preferred_check = 0
         self._now = 0
-        #: (leader) the entries pushed lately, index -> as a push carries them, until every follower has them
-        self._wire: dict[int, DLedgerEntry] = {}
+        #: (leader) the entries pushed lately, index -> as a push carries them and their JSON, until every
+        #: follower has them
+        self._wire: dict[int, tuple[DLedgerEntry, bytes]] = {}
 
     # ------------------------------------------------------------------ state
 
@@ -693,7 +697,7 @@ class Node:
             self.completed[index] = Code.WAIT_QUORUM_ACK_TIMEOUT
 
     def _advance_commit(self) -> None:
-        marks = sorted([self.log.last_index, *(p.water_mark for p in self.pushes.values())], reverse=True)
+        marks = sorted([self.log.last_index, *[p.water_mark for p in self.pushes.values()]], reverse=True)
         quorum_index = marks[len(marks) // 2]
         if self._wire:
             everywhere = marks[-1]
@@ -735,14 +739,14 @@ class Node:
             p.write_index = p.water_mark + 1
         while p.write_index <= self.log.last_index and len(p.inflight) < MAX_PENDING_PUSHES:
             # what is ready goes in one push (``batchEntry``, which DLedger's EntryHandler takes too)
-            batch: list[DLedgerEntry] = []
+            batch: list[tuple[DLedgerEntry, bytes]] = []
             size = 0
             while p.write_index + len(batch) <= self.log.last_index and len(batch) < MAX_BATCH_ENTRIES:
-                entry = self._pushed_entry(p.write_index + len(batch))
-                if entry is None or (batch and size + entry.size > MAX_BATCH_BYTES):
+                pushed = self._pushed_entry(p.write_index + len(batch))
+                if pushed is None or (batch and size + pushed[0].size > MAX_BATCH_BYTES):
                     break
-                batch.append(entry)
-                size += entry.size
+                batch.append(pushed)
+                size += pushed[0].size
             if not batch:
                 break
             out.append(self._push_batch(peer, batch))
@@ -754,27 +758,32 @@ class Node:
             p.last_push = now
         return out
 
-    def _pushed_entry(self, index: int) -> DLedgerEntry | None:
-        """Entry `index` as a push carries it, read once for all followers: each follower is pushed the same
-        entries, and the leader's log does not change under them while it leads (cleared at each role change)."""
-        wire = self._wire.get(index)
-        if wire is None:
+    def _pushed_entry(self, index: int) -> tuple[DLedgerEntry, bytes] | None:
+        """Entry `index` as a push carries it and its JSON, read and encoded once for all followers: each
+        follower is pushed the same entries, and the leader's log does not change under them while it leads
+        (cleared at each role change)."""
+        pushed = self._wire.get(index)
+        if pushed is None:
             entry = self._get(index)
             if entry is None:
                 return None
-            wire = self._wire[index] = wire_entry(entry)
+            wire = wire_entry(entry)
+            pushed = self._wire[index] = (wire, entry_json(wire))
             if len(self._wire) > WIRE_CACHE_ENTRIES:
                 del self._wire[next(iter(self._wire))]
-        return wire
+        return pushed
 
-    def _push_batch(self, peer: str, batch: list[DLedgerEntry]) -> Out:
+    def _push_batch(self, peer: str, batch: list[tuple[DLedgerEntry, bytes]]) -> Out:
         out = self._push_request(peer, None, PushType.APPEND)
-        assert isinstance(out.request, PushEntryRequest)
+        req = out.request
+        assert isinstance(req, PushEntryRequest)
         if len(batch) == 1:
-            out.request.entry = batch[0]
+            req.entry = batch[0][0]
+            out.body = req.encode_with([], batch[0][1])
             return out
-        out.request.batch_entry = batch
-        out.request.total_size = sum(e.size for e in batch)
+        req.batch_entry = [wire for wire, _ in batch]
+        req.total_size = sum(wire.size for wire in req.batch_entry)
+        out.body = req.encode_with([json for _, json in batch])
         return out
 
     def _push_compare(self, peer: str, p: PeerPush, now: int) -> list[Out]:
@@ -961,15 +970,36 @@ class Node:
         return self._push_answer(req, Code.INCONSISTENT_STATE)
 
     def _append_batch(self, req: PushEntryRequest) -> Code:
-        """A batch push: entries already held (a repeat) are skipped, the rest must continue the log."""
+        """A batch push: entries already held (a repeat) are skipped, the rest must continue the log (appended
+        together: the log writes them in one go)."""
+        last = self.log.last_index
+        fresh: list[Entry] = []
+        gap = False
         for wire in req.batch_entry:
-            if wire.index <= self.log.last_index:
+            if wire.index <= last:
                 if not same_entry(wire, self._get(wire.index)):
                     return Code.INCONSISTENT_STATE
-            elif wire.index != self.log.last_index + 1:
+            elif wire.index != last + 1 + len(fresh):
+                gap = True  # (what continues the log before it is appended still)
+                break
+            else:
+                fresh.append(log_entry(wire))
+        if fresh:
+            try:
+                self.log.append_followers(fresh)
+            except (DLedgerError, OSError) as exc:  # a full or failing disk: the leader compares again later
+                log.error(
+                    "[%s] cannot append entries %d-%d: %s",
+                    self.m.self_id,
+                    fresh[0].index,
+                    fresh[-1].index,
+                    exc,
+                )
+                if isinstance(exc, DLedgerError) and exc.code is DLedgerCode.UNEXPECTED_ARGUMENT:
+                    return Code.UNEXPECTED_ARGUMENT  # a body failing its bodyCrc: pushed again after a pause
                 return Code.INCONSISTENT_STATE
-            elif (code := self._append_follower(wire, Code.INCONSISTENT_STATE)) != Code.SUCCESS:
-                return code
+        if gap:
+            return Code.INCONSISTENT_STATE
         # (only what the leader just showed this log holds: past the batch it may hold another's tail)
         self._follow_commit(min(req.commit_index, req.batch_entry[-1].index))
         return Code.SUCCESS

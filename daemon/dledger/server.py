@@ -136,7 +136,8 @@ class DLedgerServer:
         self._peer_refusals = WarningGate(log)
         self._task: asyncio.Task[None] | None = None
         self._inflight: set[asyncio.Task[None]] = set()
-        self._waiters: dict[int, asyncio.Future[Code]] = {}
+        #: appends waiting for the quorum: index -> what to call with the outcome
+        self._waiters: dict[int, list[Callable[[Code], object]]] = {}
         self._committed = raft_log.committed_index
         self._push_soon = False
         self._dispatching = False
@@ -192,9 +193,9 @@ class DLedgerServer:
         for task in list(self._inflight):
             task.cancel()
         await asyncio.gather(*self._inflight, return_exceptions=True)
-        for fut in self._waiters.values():
-            if not fut.done():
-                fut.set_result(Code.TERM_CHANGED)
+        waiters, self._waiters = self._waiters, {}
+        for index in list(waiters):
+            self._answer_waiters(waiters, index, Code.TERM_CHANGED)
         await self.server.stop(grace=0)
         await self.client.close()
 
@@ -224,7 +225,8 @@ class DLedgerServer:
     async def rpc(self, out: Out) -> RequestOrResponse | None:
         """Send one request; its answer, or None when the peer did not answer in time."""
         addr = self.settings.peers[out.peer]
-        request = RemotingCommand.request(int(out.code), body=out.request.encode())
+        body = out.body if out.body is not None else out.request.encode()
+        request = RemotingCommand.request(int(out.code), body=body)
         try:
             response = await self.client.invoke(addr, request, RPC_TIMEOUT_MS / 1000)
         except RemotingError as exc:
@@ -242,8 +244,8 @@ class DLedgerServer:
             return None
         try:
             return BEANS[out.code][1].decode(response.body)
-        except ValueError as exc:
-            log.warning("DLedger %s answer from %s unreadable: %s", out.code.name, out.peer, exc)
+        except ValueError as bad:  # (compiled, a name holds one exception type)
+            log.warning("DLedger %s answer from %s unreadable: %s", out.code.name, out.peer, bad)
             return None
 
     def _effects(self, after_replies: bool = False) -> None:
@@ -263,9 +265,7 @@ class DLedgerServer:
         if node.completed:
             done, node.completed = node.completed, {}
             for index, code in done.items():
-                fut = self._waiters.pop(index, None)
-                if fut is not None and not fut.done():
-                    fut.set_result(code)
+                self._answer_waiters(self._waiters, index, code)
         committed = self.log.committed_index
         if committed != self._committed:
             self._committed = committed
@@ -293,20 +293,38 @@ class DLedgerServer:
 
     # ------------------------------------------------------------------ what the broker asks
 
+    @staticmethod
+    def _answer_waiters(waiters: dict[int, list[Callable[[Code], object]]], index: int, code: Code) -> None:
+        for done in waiters.pop(index, ()):
+            try:
+                done(code)
+            except Exception:  # one failing answer must not strand the others
+                log.exception("DLedger: answering the append of entry %d failed", index)
+
     def wait_committed(self, index: int) -> asyncio.Future[Code]:
         """Code.SUCCESS once a quorum holds entry `index` (appended by the CommitLog), else the failure."""
         fut: asyncio.Future[Code] = asyncio.get_running_loop().create_future()
+        self.when_committed(index, fut.set_result)
+        return fut
+
+    def when_committed(self, index: int, done: Callable[[Code], object]) -> None:
+        """:meth:`wait_committed` without a future: ``done(code)`` is called in the pass that learns the
+        outcome (the read of the follower's answer that commits the entry), each waiting send answered
+        there in turn, none woken later as a task of its own."""
         if not self.node.is_leader:
-            fut.set_result(Code.NOT_LEADER)
-            return fut
-        self._waiters[index] = fut
+            done(Code.NOT_LEADER)
+            return
+        waiting = self._waiters.get(index)
+        if waiting is None:
+            self._waiters[index] = [done]
+        else:
+            waiting.append(done)
         self.node.track(index, now_ms())
         if not self._push_soon:
             # push at once, not at the next tick, but after the other requests this loop iteration read:
             # the sends that arrived together go to each follower in one push
             self._push_soon = True
             asyncio.get_running_loop().call_soon(self._push_now)
-        return fut
 
     def _push_now(self) -> None:
         self._push_soon = False

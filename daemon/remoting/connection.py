@@ -15,6 +15,7 @@ for the end of the round (`ReplyBatch`), so a client with one request per connec
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import itertools
 import logging
@@ -124,10 +125,26 @@ class RequestDispatcher:
             self._failed(conn, request, exc)
             return
         # (a response or nothing is the common case: no isawaitable() protocol walk for it)
-        if result is None or type(result) is RemotingCommand or not inspect.isawaitable(result):
+        if result is None or type(result) is RemotingCommand:
+            conn.reply(request, result)
+        elif isinstance(result, asyncio.Future):  # answered from its done callback: no task to run
+            conn.track(result)
+            result.add_done_callback(functools.partial(self._answered, conn, request))
+        elif not inspect.isawaitable(result):
             conn.reply(request, result)
         else:
             conn.track(asyncio.ensure_future(self._finish(conn, request, result)))
+
+    def _answered(
+        self, conn: Connection, request: RemotingCommand, done: asyncio.Future[RemotingCommand | None]
+    ) -> None:
+        if done.cancelled():
+            return
+        exc = done.exception()
+        if exc is None:
+            conn.reply(request, done.result())
+        elif isinstance(exc, Exception):
+            self._failed(conn, request, exc)
 
     async def _finish(
         self, conn: Connection, request: RemotingCommand, pending: Awaitable[RemotingCommand | None]
@@ -217,7 +234,7 @@ class Connection(asyncio.Protocol):
         self.batch = batch
         self._outbox: list[bytes] = []
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
-        self._tasks: set[asyncio.Future[None]] = set()
+        self._tasks: set[asyncio.Future[Any]] = set()
         self._loop = asyncio.get_running_loop()
         self._closed = self._loop.create_future()
 
@@ -401,8 +418,8 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ lifecycle
 
-    def track(self, task: asyncio.Future[None]) -> None:
-        """Keep a reference to an in-flight processor task until it finishes."""
+    def track(self, task: asyncio.Future[Any]) -> None:
+        """Keep a reference to an in-flight processor task (or answer's future) until it finishes."""
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 

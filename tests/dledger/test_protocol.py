@@ -13,6 +13,7 @@ from daemon.dledger.protocol import (
     DLedgerResponseCode,
     HeartBeatRequest,
     LeadershipTransferRequest,
+    MetadataResponse,
     PushEntryRequest,
     PushEntryResponse,
     PushType,
@@ -20,7 +21,10 @@ from daemon.dledger.protocol import (
     VoteResponse,
     VoteResult,
     WireBean,
+    bean_from_json,
+    entry_json,
 )
+from store import fastjson
 
 
 def test_request_codes_and_response_codes_are_dledgers() -> None:
@@ -119,22 +123,68 @@ entries = st.builds(
 )
 
 
-@given(
-    st.builds(
-        PushEntryRequest,
-        group=ids,
-        leader_id=ids,
-        local_id=ids,
-        remote_id=ids,
-        term=longs,
-        code=st.sampled_from([int(c) for c in DLedgerResponseCode]),
-        commit_index=longs,
-        entry=st.one_of(st.none(), entries),
-        type=st.sampled_from(PushType),
-    )
+pushes = st.builds(
+    PushEntryRequest,
+    group=ids,
+    leader_id=ids,
+    local_id=ids,
+    remote_id=ids,
+    term=longs,
+    code=st.sampled_from([int(c) for c in DLedgerResponseCode]),
+    commit_index=longs,
+    entry=st.one_of(st.none(), entries),
+    type=st.sampled_from(PushType),
 )
+
+
+@given(pushes)
 def test_push_round_trip(req: PushEntryRequest) -> None:
     assert PushEntryRequest.decode(req.encode()) == req
+
+
+@given(pushes, st.lists(entries, max_size=4), st.integers(0, 2**31 - 1))
+def test_a_push_with_its_entries_json_made_apart_is_the_bean_as_fastjson_writes_it(
+    req: PushEntryRequest, batch: list[DLedgerEntry], total_size: int
+) -> None:
+    """A leader writes each entry's JSON once for all followers and splices it into each push: byte for byte
+    what the generic bean walk writes (the group and ids may hold the stand-ins' text)."""
+    req.batch_entry, req.total_size = batch, total_size
+    walked = fastjson.dumps(WireBean.to_json(req))
+    assert req.encode() == walked
+    made = [entry_json(e) for e in req.batch_entry]
+    assert req.encode_with(made, entry_json(req.entry) if req.entry is not None else None) == walked
+
+
+@given(
+    st.one_of(
+        st.builds(
+            VoteRequest, group=st.text(), local_id=ids, remote_id=ids, term=longs, ledger_end_index=longs
+        ),
+        st.builds(
+            PushEntryResponse, group=st.text(), code=longs, term=longs, index=st.one_of(st.none(), longs)
+        ),
+        st.builds(MetadataResponse, group=ids, peers=st.dictionaries(st.text(), st.text(), max_size=3)),
+    )
+)
+def test_every_bean_is_written_as_fastjson_writes_it(bean: WireBean) -> None:
+    """orjson writes what it can (its bytes are fastjson's for these beans), fastjson's own writer the rest
+    (lone surrogates become '?', as Java's encoder writes them; ints past 64 bits)."""
+    assert bean.encode() == fastjson.dumps(WireBean.to_json(bean))
+
+
+def test_what_orjson_refuses_is_written_by_fastjsons_writer() -> None:
+    for bean in (VoteRequest(group="\ud800"), PushEntryResponse(term=2**70)):
+        assert bean.encode() == fastjson.dumps(WireBean.to_json(bean))
+    assert (
+        VoteRequest(group="\ud800").encode()
+        == b'{"code":200,"group":"?","ledgerEndIndex":-1,"ledgerEndTerm":-1,"term":-1}'
+    )
+
+
+def test_stand_ins_in_a_pushs_strings_are_left_alone() -> None:
+    entry = DLedgerEntry(body=b"x", index=1, term=1, size=49, magic=1)
+    req = PushEntryRequest(group='"entry":0', leader_id='"batchEntry":0', entry=entry, batch_entry=[entry])
+    assert req.encode() == fastjson.dumps(WireBean.to_json(req))
 
 
 @given(st.builds(VoteResponse, term=longs, group=ids, vote_result=st.sampled_from(VoteResult)))
@@ -147,4 +197,4 @@ def test_an_entry_is_written_and_read_as_every_bean_is(entry: DLedgerEntry) -> N
     """DLedgerEntry's own fast JSON walk writes and reads exactly what the generic bean walk does."""
     as_bean = WireBean.to_json(entry)
     assert list(entry.to_json().items()) == list(as_bean.items())
-    assert DLedgerEntry.from_json(as_bean) == WireBean.from_json.__func__(DLedgerEntry, as_bean)  # type: ignore[attr-defined]
+    assert DLedgerEntry.from_json(as_bean) == bean_from_json(DLedgerEntry, as_bean)

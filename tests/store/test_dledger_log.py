@@ -73,6 +73,47 @@ def test_follower_entry_must_land_at_the_leaders_pos(tmp_path: Path) -> None:
     assert log_.last_index == -1
 
 
+def _tree_bytes(root: Path) -> dict[str, bytes]:
+    d = root / "dledger-n0"
+    return {
+        f"{sub}/{name}": (d / sub / name).read_bytes()
+        for sub in ("data", "index")
+        for name in os.listdir(d / sub)
+    }
+
+
+def test_a_batch_lands_byte_for_byte_as_its_entries_one_by_one(tmp_path: Path) -> None:
+    """Seven entries cross two data-file rolls and two index files: one batch writes what seven appends do."""
+    entries = _fill(_open(tmp_path / "leader"), 7)
+    one, batch = _open(tmp_path / "one"), _open(tmp_path / "batch")
+    for e in entries[:2]:
+        one.append_follower(e)
+        batch.append_follower(e)
+    for e in entries[2:]:
+        one.append_follower(e)
+    batch.append_followers(entries[2:])
+    assert (batch.last_index, batch.last_term) == (6, 1)
+    assert [batch.get(i) for i in range(7)] == entries
+    one.close()
+    batch.close()
+    assert _tree_bytes(tmp_path / "batch") == _tree_bytes(tmp_path / "one")
+
+
+def test_a_batch_keeps_what_comes_before_a_refused_entry(tmp_path: Path) -> None:
+    entries = _fill(_open(tmp_path / "leader"), 4)
+    log_ = _open(tmp_path)
+    with pytest.raises(dl.DLedgerError) as err:
+        log_.append_followers([entries[0], entries[1], entries[3]])
+    assert err.value.code == dl.DLedgerCode.INCONSISTENT_INDEX
+    assert log_.last_index == 1 and log_.get(1) == entries[1]
+    with pytest.raises(dl.DLedgerError) as err:
+        log_.append_followers([entries[2], dl.Entry(3, 1, entries[3].body, pos=entries[3].pos + 8)])
+    assert err.value.code == dl.DLedgerCode.DISK_ERROR
+    assert log_.last_index == 2 and log_.get(2) == entries[2]
+    log_.append_followers([entries[3]])
+    assert [log_.get(i) for i in range(4)] == entries
+
+
 def test_truncate_sets_the_tail_aside_on_disk(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     log_ = _open(tmp_path)
     entries = _fill(log_, 7)

@@ -7,6 +7,7 @@ rules followed here.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import struct
 import time
@@ -417,25 +418,13 @@ class SendProcessor:
         group = self.broker.dledger
         if group is not None and result.status in _REPLICATE:
             # the put appended its entries just now, on this loop: the last one is the log's last
-            return self._quorum(
-                request, result, group.wait_committed(group.log.last_index), topic, queue_id, started
-            )
+            answer = QuorumAnswer(self, request, result, topic, queue_id, started)
+            group.when_committed(group.log.last_index, answer.committed)
+            return answer.future
         ha = self.broker.ha_master
         if wait and ha is not None and ha.sync and result.status in _REPLICATE:
             return self._replicated(request, result, topic, queue_id, wait, started)
-        return self._response(request, result, topic, queue_id, started)
-
-    async def _quorum(
-        self,
-        request: RemotingCommand,
-        result: PutResult,
-        acked: Awaitable[DLedgerResponseCode],
-        topic: str,
-        queue_id: int,
-        started: int,
-    ) -> RemotingCommand:
-        result.status = quorum_status(await acked)
-        return self._response(request, result, topic, queue_id, started)
+        return self.response(request, result, topic, queue_id, started)
 
     async def _replicated(
         self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, wait: bool, started: int
@@ -445,9 +434,9 @@ class SendProcessor:
             status = await ha.wait_replicated(result.phys_offset + result.wrote_bytes)
             if status is not PutMessageStatus.PUT_OK:
                 result.status = status
-        return self._response(request, result, topic, queue_id, started)
+        return self.response(request, result, topic, queue_id, started)
 
-    def _response(
+    def response(
         self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, started: int
     ) -> RemotingCommand:
         code, remark = _PUT_CODES.get(result.status, _PUT_UNKNOWN)
@@ -505,3 +494,39 @@ class SendProcessor:
         broker.stats.on_put(topic, 1, result.wrote_bytes)
         broker.stats.on_send_back(h.group, msg.properties[PROPERTY_RETRY_TOPIC])
         return request.make_response()
+
+
+class QuorumAnswer:
+    """A DLedger send's answer, made when the group learns whether a quorum holds its entries
+    (:meth:`committed`, called in the pass that learns it): the connection answers from its future's
+    done callback, so a waiting send costs no task of its own."""
+
+    def __init__(
+        self,
+        processor: SendProcessor,
+        request: RemotingCommand,
+        result: PutResult,
+        topic: str,
+        queue_id: int,
+        started: int,
+    ) -> None:
+        self.future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self.processor = processor
+        self.request = request
+        self.result = result
+        self.topic = topic
+        self.queue_id = queue_id
+        self.started = started
+
+    def committed(self, code: DLedgerResponseCode) -> None:
+        if self.future.done():
+            return
+        self.result.status = quorum_status(code)
+        try:
+            response = self.processor.response(
+                self.request, self.result, self.topic, self.queue_id, self.started
+            )
+        except Exception as exc:
+            self.future.set_exception(exc)
+        else:
+            self.future.set_result(response)
