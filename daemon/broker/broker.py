@@ -164,7 +164,7 @@ class Broker:
         self.locks = RebalanceLockManager()
         self.stats = BrokerStats(config.broker_cluster_name)
         #: The event loop's lag and the cyclic GC's pauses (runtime info, /metrics).
-        self.loop_watch = LoopWatch()
+        self.loop_watch = LoopWatch(table_size=self._table_size)
         self.hold: PullRequestHoldService
         self.schedule: ScheduleMessageService
         self.transactions: TransactionService
@@ -801,6 +801,10 @@ class Broker:
         for start in range(0, len(items), STATS_SLICE):
             self.stats.sample_items(items[start : start + STATS_SLICE], now)
             await asyncio.sleep(0)
+
+    def _table_size(self) -> int:
+        """Entries of the tables that grow with topics (LoopWatch freezes them after a growth)."""
+        return len(self.topics.table) + self.stats.item_count()
 
     def _scan_clients(self) -> None:
         self.consumers.scan_expired()

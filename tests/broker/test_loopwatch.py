@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from daemon.broker.loopwatch import LOOP_RUNTIME_KEYS, GcPauses, LoopWatch
+from daemon.broker.loopwatch import FREEZE_ENTRIES, LOOP_RUNTIME_KEYS, GcPauses, LoopWatch
 from tests.support.broker import BrokerHandle
 
 LABELS = 'broker="broker-a",cluster="DefaultCluster"'
@@ -111,6 +111,42 @@ async def test_a_slow_full_collection_freezes_what_survived_it() -> None:
     finally:
         watch.stop()
         gc.unfreeze()
+
+
+async def test_tables_grown_while_serving_are_frozen_once_the_growth_stops() -> None:
+    """10,000 topics' tables would cost the next full collection over 100 ms: they are frozen first, when
+    the burst that grew them is over, with no full collection needed to notice."""
+    table: list[list[int]] = []
+    growing = [True]
+
+    def size() -> int:
+        if growing[0]:
+            table.extend([i] for i in range(FREEZE_ENTRIES))
+        return len(table)
+
+    watch = LoopWatch(period=0.01, table_size=size)
+    watch.start()
+    try:
+        await _samples(watch, 5)
+        assert watch.freezes == 0  # still growing: frozen at the end, not at every step
+        growing[0] = False
+        await _samples(watch, 2)
+        assert watch.freezes == 1
+        assert gc.get_freeze_count() >= len(table)
+        table.extend([i] for i in range(FREEZE_ENTRIES - 1))  # less than worth a freeze
+        await _samples(watch, 3)
+        assert watch.freezes == 1
+    finally:
+        watch.stop()
+        gc.unfreeze()
+
+
+async def test_the_broker_watches_its_tables_sizes(broker: BrokerHandle) -> None:
+    size = broker.broker.loop_watch.table_size
+    assert size is not None
+    before = size()
+    broker.broker.stats.on_put("NewTopic", 1, 10)
+    assert size() > before
 
 
 async def test_stats_windows_move_in_slices_with_the_loop_serving_between(broker: BrokerHandle) -> None:

@@ -18,7 +18,6 @@ from store.checkpoint import RECOVERY_POINT_AT, StoreCheckpoint
 from store.clock import FakeClock
 from store.commitlog import PutMessageStatus
 from store.config import SYNC_FLUSH
-from store import engine
 from store.engine import DefaultMessageStore, GetMessageStatus
 from store.errors import CorruptRecordError, StoreFormatError, StoreLockedError
 from store.javahash import tags_code
@@ -463,24 +462,32 @@ def test_the_thorough_flush_flushes_the_queues_held_below_the_least_pages(tmp_pa
         for q in range(20):
             assert store.put_message(_msg(0, topic=f"T{q}")).status == PutMessageStatus.PUT_OK
         cqs = [store.get_consume_queue(f"T{q}", 0) for q in range(20)]
-        wait_for(lambda: all(cq is not None and cq.files.dirty_bytes() == 0 for cq in cqs), "the thorough flush")
+        wait_for(
+            lambda: all(cq is not None and cq.files.dirty_bytes() == 0 for cq in cqs), "the thorough flush"
+        )
     finally:
         store.shutdown()
 
 
 @pytest.mark.pure_python
-def test_a_flush_of_many_queues_pauses_between_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_flush_of_many_queues_pauses_between_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The scan is compiled code that keeps the GIL: over 10,000 queues it would hold the event loop for
     all of it, so it lets the GIL go every chunk of queues."""
     store = _open(tmp_path, flush_interval_consume_queue=3_600_000)
     paused: list[int] = []
+
+    def pause() -> None:
+        paused.append(1)
+
     try:
         for q in range(1_000):
             assert store.put_message(_msg(0, topic=f"T{q}")).status == PutMessageStatus.PUT_OK
-        monkeypatch.setattr(engine, "_pause", lambda: paused.append(1))
+        monkeypatch.setattr(engine_module, "_pause", pause)
         store._checkpoint()  # what start, stop and the thorough flush run
         assert all(cq.files.dirty_bytes() == 0 for cq in store._cqs.values())
-        assert len(paused) >= 1_000 // engine._FLUSH_SCAN_CHUNK - 1
+        assert len(paused) >= 1_000 // engine_module._FLUSH_SCAN_CHUNK - 1
     finally:
         store.shutdown()
 
