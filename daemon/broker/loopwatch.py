@@ -14,9 +14,9 @@ A full collection walks every tracked object, long-lived tables included: what s
 out of its reach when the daemon starts serving (`daemon.lifecycle.serve`), but tables that grow while
 serving (10,000 topics created, their queues and stats items: some 200,000 objects, a full collection
 of over 100 ms) are not. So the sampler watches the tables' sizes (``table_size``, a few ``len()``s):
-once they grew by `FREEZE_ENTRIES` or more since the last freeze and then held still for a sample (the
-burst is over), everything is frozen (`gc.freeze()`, a constant-time move of the generations' lists)
-before a full collection comes to walk it. Cyclic garbage frozen with it is never collected (reference
+once they grew by `FREEZE_ENTRIES` or more since the last freeze, everything is frozen (`gc.freeze()`, a
+constant-time move of the generations' lists) before a full collection comes to walk it; during a burst
+of creations, every `FREEZE_ENTRIES` entries. Cyclic garbage frozen with it is never collected (reference
 counting still frees the rest): a freeze needs that much growth first, so it does not happen per request.
 A full collection that took `FREEZE_AFTER` seconds or more all the same (growth the sizes do not show)
 has the next sample freeze what survived it: what a full collection leaves is reachable.
@@ -102,7 +102,6 @@ class LoopWatch:
         #: The long-lived tables' entries in all (topics, stats items, ...), cheap to call every sample.
         self.table_size = table_size
         self._size_frozen = 0
-        self._size_seen = 0
         #: The last minute or two, for p50/p99 (and the longest since start) in the runtime info.
         self.recent = LatencyHistogram()
         #: Since start, for the Prometheus histogram: counts per BUCKETS bound (+Inf last) and the sum.
@@ -124,7 +123,7 @@ class LoopWatch:
         self._loop = asyncio.get_running_loop()
         self._rotated = self._loop.time()
         if self.table_size is not None:  # what start-up loaded was frozen when serving began
-            self._size_frozen = self._size_seen = self.table_size()
+            self._size_frozen = self.table_size()
         self.gc.install()
         self._schedule(self._rotated)
 
@@ -146,10 +145,9 @@ class LoopWatch:
         if self.gc.slow_full:
             self.freeze()
         elif self.table_size is not None:
-            size = self.table_size()
-            if size - self._size_frozen >= FREEZE_ENTRIES and size == self._size_seen:
-                self.freeze(f"the tables grew by {size - self._size_frozen} entries")
-            self._size_seen = size
+            grown = self.table_size() - self._size_frozen
+            if grown >= FREEZE_ENTRIES:
+                self.freeze(f"the tables grew by {grown} entries")
         if now - self._rotated >= WINDOW:
             self.recent.rotate()
             self._rotated = now
@@ -162,7 +160,7 @@ class LoopWatch:
         self.gc.slow_full = False
         gc.freeze()
         if self.table_size is not None:
-            self._size_frozen = self._size_seen = self.table_size()
+            self._size_frozen = self.table_size()
         self.freezes += 1
         self.frozen = gc.get_freeze_count()
         log.info("%s: %d objects frozen", why, self.frozen)

@@ -113,27 +113,21 @@ async def test_a_slow_full_collection_freezes_what_survived_it() -> None:
         gc.unfreeze()
 
 
-async def test_tables_grown_while_serving_are_frozen_once_the_growth_stops() -> None:
-    """10,000 topics' tables would cost the next full collection over 100 ms: they are frozen first, when
-    the burst that grew them is over, with no full collection needed to notice."""
+async def test_tables_grown_while_serving_are_frozen_before_a_full_collection_walks_them() -> None:
+    """10,000 topics' tables would cost the next full collection over 100 ms: they are frozen as they grow,
+    with no full collection needed to notice."""
     table: list[list[int]] = []
-    growing = [True]
-
-    def size() -> int:
-        if growing[0]:
-            table.extend([i] for i in range(FREEZE_ENTRIES))
-        return len(table)
-
-    watch = LoopWatch(period=0.01, table_size=size)
+    watch = LoopWatch(period=0.01, table_size=lambda: len(table))
     watch.start()
     try:
-        await _samples(watch, 5)
-        assert watch.freezes == 0  # still growing: frozen at the end, not at every step
-        growing[0] = False
+        table.extend([i] for i in range(FREEZE_ENTRIES - 1))  # less than worth a freeze
+        await _samples(watch, 3)
+        assert watch.freezes == 0
+        table.append([0])
         await _samples(watch, 2)
         assert watch.freezes == 1
         assert gc.get_freeze_count() >= len(table)
-        table.extend([i] for i in range(FREEZE_ENTRIES - 1))  # less than worth a freeze
+        table.extend([i] for i in range(FREEZE_ENTRIES - 1))  # counted from the last freeze
         await _samples(watch, 3)
         assert watch.freezes == 1
     finally:
