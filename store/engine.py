@@ -1094,7 +1094,8 @@ class DefaultMessageStore:
             elif dirty:
                 rest.append(cq)
         if len(due) >= _SYNCFS_QUEUES:
-            ends = [end for cq in _paced(due) for end in cq.files.dirty_ends()]  # before the sync: what it covers
+            # before the sync: what it covers
+            ends = [end for cq in _paced(due) for end in cq.files.dirty_ends()]
             if sync_filesystem(self.config.consume_queue_dir):
                 for mf, end in _paced(ends):
                     mf.mark_flushed(end)
