@@ -33,10 +33,6 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: registration body) allocates tens of thousands of objects; the total time collecting stayed the same
 #: (docs/performance.md).
 SERVING_GC_THRESHOLD = (3_000, 20, 20)
-#: Seconds a thread running Python keeps the GIL while another waits for it (CPython's default is 5 ms).
-#: The event loop is the one that waits: behind a worker thread's interpreted work (the periodic
-#: consumerOffset.json of 10,000 entries is ~100 ms of it) each of its turns came up to 5 ms late.
-SERVING_SWITCH_INTERVAL = 0.001
 
 
 class LifecycleError(Exception):
@@ -113,7 +109,6 @@ async def serve(service: Service, on_started: Callable[[], None] | None = None) 
         # every collection from now on, and the per-request garbage collected in larger, rarer sweeps
         gc.freeze()
         gc.set_threshold(*SERVING_GC_THRESHOLD)
-        sys.setswitchinterval(SERVING_SWITCH_INTERVAL)
         try:
             if on_started is not None:
                 on_started()

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import gc
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -14,16 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.lifecycle import (
-    SERVING_SWITCH_INTERVAL,
-    AlreadyRunningError,
-    PidFile,
-    every,
-    read_pid,
-    running_pid,
-    serve,
-    terminate,
-)
+from daemon.lifecycle import AlreadyRunningError, PidFile, every, read_pid, running_pid, terminate
 from tests.support.waiting import wait_until
 
 
@@ -115,29 +104,3 @@ async def test_every_cancelled_ends_after_the_work_it_awaits() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert finished == [True]
-
-
-async def test_a_serving_daemon_lets_other_threads_keep_the_gil_for_a_millisecond_at_most() -> None:
-    """The event loop waits for the GIL behind a worker's interpreted work (a periodic persistence of a
-    10,000-entry table): each of its turns may come that late."""
-    seen: list[float] = []
-
-    class Idle:
-        async def start(self) -> None:
-            pass
-
-        async def stop(self) -> None:
-            pass
-
-    def started() -> None:
-        seen.append(sys.getswitchinterval())
-        os.kill(os.getpid(), signal.SIGTERM)  # serving until the signal: stop at once
-
-    interval, threshold = sys.getswitchinterval(), gc.get_threshold()
-    try:
-        await serve(Idle(), on_started=started)
-    finally:
-        sys.setswitchinterval(interval)
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
-    assert seen == [SERVING_SWITCH_INTERVAL] and SERVING_SWITCH_INTERVAL <= 0.001
