@@ -39,11 +39,11 @@ log = logging.getLogger(__name__)
 SAMPLE_PERIOD: Final = 0.2
 #: Seconds a percentile window lasts (the one before it is kept too: p50/p99 cover one to two of them).
 WINDOW: Final = 60.0
-#: The Prometheus histogram's upper bounds, in seconds (+Inf follows).
 #: A full collection this long (seconds of its thread's CPU) has what survived it frozen.
 FREEZE_AFTER: Final = 0.005
 #: Entries the watched tables grow by before a freeze (a topic brings some 20 tracked objects).
 FREEZE_ENTRIES: Final = 1_000
+#: The Prometheus histogram's upper bounds, in seconds (+Inf follows).
 BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
