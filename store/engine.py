@@ -26,8 +26,9 @@ import os
 import struct
 import sys
 import threading
+import time
 from collections.abc import Callable, Container, Iterator, Sequence
-from typing import Final
+from typing import Final, TypeVar
 
 from store.api import (
     ArrivalListener,
@@ -95,11 +96,31 @@ _PUT_OK: Final = PutMessageStatus.PUT_OK  # read on every put (store/native.py: 
 _WARM_AHEAD_BYTES = 8 * 1024 * 1024
 _RETRY_CHUNK = 1024 * 1024  # CommitLog bytes the flush loop's dispatch retry takes per hold of the put lock
 _SYNCFS_QUEUES = 64  # a flush due on this many ConsumeQueues syncs their file system once instead
+#: ConsumeQueues a flush looks at between two pauses: the scan is compiled code that never lets another
+#: thread have the GIL, so a checkpoint over 10,000 queues would otherwise hold the event loop for all of it.
+_FLUSH_SCAN_CHUNK = 256
+_FLUSH_SCAN_PAUSE_S = 0.0002
 #: First cleanup run after start, as the broker schedules it (docs/store-format.md §cleanup).
 CLEAN_START_DELAY_MS = 60_000
 DISK_CHECK_START_DELAY_MS, DISK_CHECK_INTERVAL_MS = 1_000, 10_000
 _LOCKED_ROOTS: set[str] = set()
 _LOCKED_ROOTS_GUARD = threading.Lock()
+
+
+_T = TypeVar("_T")
+
+
+def _paced(items: list[_T]) -> Iterator[_T]:
+    """``items`` with a pause every :data:`_FLUSH_SCAN_CHUNK` of them, the GIL released for it: a waiting
+    thread (the broker's event loop) runs then, not after the whole scan."""
+    for i, item in enumerate(items):
+        if i and not i % _FLUSH_SCAN_CHUNK:
+            _pause()
+        yield item
+
+
+def _pause() -> None:
+    time.sleep(_FLUSH_SCAN_PAUSE_S)
 
 
 def _take_lock(root: str, flags: int) -> int:
@@ -248,6 +269,10 @@ class DefaultMessageStore:
         #: The queues given units since the flush loop last took this set (under the put lock): its flushes
         #: visit them, not every queue of the table (thousands of topics, a few written at a time).
         self._dirty_cqs: set[ConsumeQueue] = set()
+        #: The queues a flush found below ``flushConsumeQueueLeastPages``: the thorough flush takes them (and
+        #: dispatch puts one back into ``_dirty_cqs`` when it is written again); the flushes in between do
+        #: not look at them again, which with thousands of topics written once each was a scan a second.
+        self._held_cqs: set[ConsumeQueue] = set()
         self._put_lock = threading.Lock()
         self._stop = threading.Event()
         self.cleaner = Cleaner(
@@ -1031,7 +1056,7 @@ class DefaultMessageStore:
             point = RecoveryPoint(self.reput_from_offset, self.index.snapshot())
             physic_ts = self.commit_log.last_store_timestamp
             logics_ts = self._logics_ts
-            dirty = self._take_dirty()
+            dirty = self._take_dirty(held=True)
         # everything below the point reaches the disk first; then the checkpoint says so
         try:
             self.commit_log.flush()
@@ -1047,11 +1072,20 @@ class DefaultMessageStore:
         cp.recovery_point = point
         cp.flush()
 
-    def _take_dirty(self) -> list[ConsumeQueue]:
-        """The queues written since the last call, the set emptied (call under the put lock)."""
+    def _take_dirty(self, *, held: bool = False) -> list[ConsumeQueue]:
+        """The queues written since the last call, the set emptied (call under the put lock); with ``held``
+        the queues held below the least pages too (a queue may come twice: its second flush finds nothing)."""
         dirty = list(self._dirty_cqs)
         self._dirty_cqs.clear()
+        if held:
+            dirty += self._held_cqs
+            self._held_cqs.clear()
         return dirty
+
+    def _hold(self, queues: list[ConsumeQueue]) -> None:
+        """Leave ``queues`` (below the least pages) to the thorough flush."""
+        with self._put_lock:
+            self._held_cqs.update(queues)
 
     def _redirty(self, queues: list[ConsumeQueue], *, locked: bool) -> None:
         """Put queues taken by :meth:`_take_dirty` back for a later flush."""
@@ -1063,16 +1097,17 @@ class DefaultMessageStore:
         still hold unflushed bytes."""
         due: list[ConsumeQueue] = []
         rest: list[ConsumeQueue] = []
-        for cq in queues:
+        for cq in _paced(queues):
             dirty = cq.files.dirty_bytes()
             if dirty > least:
                 due.append(cq)
             elif dirty:
                 rest.append(cq)
         if len(due) >= _SYNCFS_QUEUES:
-            ends = [end for cq in due for end in cq.files.dirty_ends()]  # before the sync: what it covers
+            # before the sync: what it covers
+            ends = [end for cq in _paced(due) for end in cq.files.dirty_ends()]
             if sync_filesystem(self.config.consume_queue_dir):
-                for mf, end in ends:
+                for mf, end in _paced(ends):
                     mf.mark_flushed(end)
                 due = []
         for cq in due:
@@ -1098,8 +1133,8 @@ class DefaultMessageStore:
                     self.index.write_header()
                     dirty = self._take_dirty()
                 rest = self._flush_consume_queues(dirty, cfg.flush_consume_queue_least_pages * 4096)
-                if rest:  # below the least pages: due at a later flush
-                    self._redirty(rest, locked=False)
+                if rest:  # below the least pages: the thorough flush's, or a later one's once written again
+                    self._hold(rest)
             except (OSError, ValueError):
                 log.exception("consume queue flush failed")
                 self._redirty(dirty, locked=False)

@@ -275,6 +275,8 @@ def dumps_pretty(obj: Any, indent: int = 0) -> str:
             return "{}"
         pad = "\t" * indent
         if all(isinstance(k, int) and not isinstance(k, bool) for k in obj):
+            if all(type(v) is int for v in obj.values()):  # consumerOffset.json's {queue: offset}: 10,000 of
+                return "{" + ",".join(f"{k}:{v}" for k, v in obj.items()) + f"\n{pad}}}"  # them every 5 s
             return "{" + ",".join(f"{k}:{dumps_pretty(v, indent + 1)}" for k, v in obj.items()) + f"\n{pad}}}"
         inner = "\t" * (indent + 1)
         items = ",\n".join(

@@ -170,7 +170,7 @@ class Broker:
         self.locks = RebalanceLockManager()
         self.stats = BrokerStats(config.broker_cluster_name)
         #: The event loop's lag and the cyclic GC's pauses (runtime info, /metrics).
-        self.loop_watch = LoopWatch()
+        self.loop_watch = LoopWatch(table_size=self._table_size)
         self.hold: PullRequestHoldService
         self.schedule: ScheduleMessageService
         self.transactions: TransactionService
@@ -206,8 +206,9 @@ class Broker:
         #: Whether topics were registered alone since the whole table last was (see new_version).
         self._registered_alone = False
         #: The last whole-table registration body, the table's DataVersion object it was made at, and what
-        #: else it was made from (see _registration_body): while those stay, registrations send it again.
-        self._table_body: tuple[DataVersion, tuple[int, int, int, int, bool], bytes] | None = None
+        #: else it was made from (see _registration_body): while those stay, registrations send it again;
+        #: and its CRC32 (~0.6 ms on the loop for 10,000 topics' megabyte and a half: once per body).
+        self._table_body: tuple[DataVersion, tuple[int, int, int, int, bool], bytes, int] | None = None
         #: One registration at a time, as 4.9.8's synchronized registerBrokerAll: a single topic's must not
         #: reach a NameServer before a whole table snapshotted earlier, which would bring back its old route.
         self._registering = asyncio.Lock()
@@ -883,6 +884,10 @@ class Broker:
             self.stats.sample_items(items[start : start + STATS_SLICE], now)
             await asyncio.sleep(0)
 
+    def _table_size(self) -> int:
+        """Entries of the tables that grow with topics (LoopWatch freezes them after a growth)."""
+        return len(self.topics.table) + self.stats.item_count()
+
     def _scan_clients(self) -> None:
         self.consumers.scan_expired()
         self.producers.scan_expired()
@@ -1043,6 +1048,8 @@ class Broker:
         c = self.config
         compressed = c.compressed_register
         body = await self._registration_body(topics, compressed)
+        table = self._table_body
+        crc = table[3] if table is not None and table[2] is body else _crc32(body)
         header = RegisterBrokerRequestHeader(
             c.broker_name,
             self.addr,
@@ -1050,7 +1057,7 @@ class Broker:
             c.ha_server_addr,
             c.broker_id,
             compressed,
-            _crc32(body),
+            crc,
             # a newer leader's term lets our NameServers give it brokerId 0 from a live, stale master
             d_ledger_term=self.dledger.node.m.term if self.dledger is not None else None,
         ).to_ext_fields()
@@ -1099,7 +1106,7 @@ class Broker:
             return cached[2]
         wrapper = self.registration_wrapper()  # (no await since `made_from`: it describes this snapshot)
         body = await encode_sliced(RegisterBrokerBody(wrapper, []), compressed)
-        self._table_body = (version, made_from, body)
+        self._table_body = (version, made_from, body, _crc32(body))
         return body
 
     async def _register_changed(self) -> None:

@@ -12,11 +12,14 @@ pause of a worker thread's collection is counted too: the GIL holds the loop for
 
 A full collection walks every tracked object, long-lived tables included: what start-up built is frozen
 out of its reach when the daemon starts serving (`daemon.lifecycle.serve`), but tables that grow while
-serving (10,000 topics created, their queues and stats items) are not. So a full collection that took
-`FREEZE_AFTER` seconds or more has the next sample freeze what survived it (`gc.freeze()`): what a
-full collection leaves is reachable, and the next ones walk only what is new since. Such a freeze
-happens after a table grew by thousands of entries, not per request: a full collection of newer
-garbage alone stays short.
+serving (10,000 topics created, their queues and stats items: some 200,000 objects, a full collection
+of over 100 ms) are not. So the sampler watches the tables' sizes (``table_size``, a few ``len()``s):
+once they grew by `FREEZE_ENTRIES` or more since the last freeze, everything is frozen (`gc.freeze()`, a
+constant-time move of the generations' lists) before a full collection comes to walk it; during a burst
+of creations, every `FREEZE_ENTRIES` entries. Cyclic garbage frozen with it is never collected (reference
+counting still frees the rest): a freeze needs that much growth first, so it does not happen per request.
+A full collection that took `FREEZE_AFTER` seconds or more all the same (growth the sizes do not show)
+has the next sample freeze what survived it: what a full collection leaves is reachable.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import asyncio
 import gc
 import logging
 import time
+from collections.abc import Callable
 from typing import Any, Final
 
 from daemon.broker.stats import LatencyHistogram
@@ -35,9 +39,11 @@ log = logging.getLogger(__name__)
 SAMPLE_PERIOD: Final = 0.2
 #: Seconds a percentile window lasts (the one before it is kept too: p50/p99 cover one to two of them).
 WINDOW: Final = 60.0
-#: The Prometheus histogram's upper bounds, in seconds (+Inf follows).
 #: A full collection this long (seconds of its thread's CPU) has what survived it frozen.
 FREEZE_AFTER: Final = 0.005
+#: Entries the watched tables grow by before a freeze (a topic brings some 20 tracked objects).
+FREEZE_ENTRIES: Final = 1_000
+#: The Prometheus histogram's upper bounds, in seconds (+Inf follows).
 BUCKETS: Final = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -91,8 +97,11 @@ class GcPauses:
 class LoopWatch:
     """The loop-lag sampler and histogram plus the GC pauses of one broker process."""
 
-    def __init__(self, period: float = SAMPLE_PERIOD) -> None:
+    def __init__(self, period: float = SAMPLE_PERIOD, table_size: Callable[[], int] | None = None) -> None:
         self.period = period
+        #: The long-lived tables' entries in all (topics, stats items, ...), cheap to call every sample.
+        self.table_size = table_size
+        self._size_frozen = 0
         #: The last minute or two, for p50/p99 (and the longest since start) in the runtime info.
         self.recent = LatencyHistogram()
         #: Since start, for the Prometheus histogram: counts per BUCKETS bound (+Inf last) and the sum.
@@ -100,9 +109,9 @@ class LoopWatch:
         self.sum_s = 0.0
         self.samples = 0
         self.gc = GcPauses()
-        #: Freezes after a slow full collection, and the objects frozen in all at the last one.
+        #: Freezes (after a growth of the tables or a slow full collection). The objects frozen are not
+        #: counted: `gc.get_freeze_count()` walks them all, ~5 ms for 300,000 on the loop.
         self.freezes = 0
-        self.frozen = 0
         #: Loop time the next sample is due at (a test may schedule a stall just before it).
         self.next_due = 0.0
         self._rotated = 0.0
@@ -113,6 +122,8 @@ class LoopWatch:
         """Sample the running loop from now on; install the GC callback."""
         self._loop = asyncio.get_running_loop()
         self._rotated = self._loop.time()
+        if self.table_size is not None:  # what start-up loaded was frozen when serving began
+            self._size_frozen = self.table_size()
         self.gc.install()
         self._schedule(self._rotated)
 
@@ -133,19 +144,25 @@ class LoopWatch:
         self.record(max(0.0, now - self.next_due))
         if self.gc.slow_full:
             self.freeze()
+        elif self.table_size is not None:
+            grown = self.table_size() - self._size_frozen
+            if grown >= FREEZE_ENTRIES:
+                self.freeze(f"the tables grew by {grown} entries")
         if now - self._rotated >= WINDOW:
             self.recent.rotate()
             self._rotated = now
         self._schedule(now)
 
-    def freeze(self) -> None:
+    def freeze(self, why: str = "") -> None:
         """Move every object the GC tracks into the permanent generation (not from inside the callback:
         a collection is still unwinding there)."""
+        why = why or f"a full collection took {self.gc.slow_full_s * 1000:.1f} ms"
         self.gc.slow_full = False
         gc.freeze()
+        if self.table_size is not None:
+            self._size_frozen = self.table_size()
         self.freezes += 1
-        self.frozen = gc.get_freeze_count()
-        log.info("a full collection took %.1f ms: %d objects frozen", self.gc.slow_full_s * 1000, self.frozen)
+        log.info("%s: what the cyclic GC tracks is frozen (freeze %d)", why, self.freezes)
 
     def record(self, lag_s: float) -> None:
         """One sample of `lag_s` seconds."""

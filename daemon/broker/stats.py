@@ -359,6 +359,11 @@ class BrokerStats:
             item = self.items.get(name, {}).get(key)
             return item.data(self._now()) if item is not None else None
 
+    def item_count(self) -> int:
+        """Items of every stats name (a few ``len()``s)."""
+        with self._lock:
+            return sum(len(table) for table in self.items.values())
+
     def items_of(self, name: str) -> list[tuple[str, StatsItem]]:
         """The items of `name`, copied at once: /metrics reads their values a slice at a time."""
         with self._lock:

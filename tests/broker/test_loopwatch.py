@@ -10,7 +10,7 @@ import urllib.request
 
 import pytest
 
-from daemon.broker.loopwatch import LOOP_RUNTIME_KEYS, GcPauses, LoopWatch
+from daemon.broker.loopwatch import FREEZE_ENTRIES, LOOP_RUNTIME_KEYS, GcPauses, LoopWatch
 from tests.support.broker import BrokerHandle
 
 LABELS = 'broker="broker-a",cluster="DefaultCluster"'
@@ -111,6 +111,47 @@ async def test_a_slow_full_collection_freezes_what_survived_it() -> None:
     finally:
         watch.stop()
         gc.unfreeze()
+
+
+async def test_tables_grown_while_serving_are_frozen_before_a_full_collection_walks_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """10,000 topics' tables would cost the next full collection over 100 ms: they are frozen as they grow,
+    with no full collection needed to notice."""
+    table: list[list[int]] = []
+    watch = LoopWatch(period=0.01, table_size=lambda: len(table))
+    count = gc.get_freeze_count
+    counted: list[int] = []
+
+    def counting() -> int:
+        counted.append(1)
+        return count()
+
+    monkeypatch.setattr(gc, "get_freeze_count", counting)
+    watch.start()
+    try:
+        table.extend([i] for i in range(FREEZE_ENTRIES - 1))  # less than worth a freeze
+        await _samples(watch, 3)
+        assert watch.freezes == 0
+        table.append([0])
+        await _samples(watch, 2)
+        assert watch.freezes == 1
+        assert count() >= len(table)
+        assert not counted  # a freeze is a constant-time move; counting walks every frozen object
+        table.extend([i] for i in range(FREEZE_ENTRIES - 1))  # counted from the last freeze
+        await _samples(watch, 3)
+        assert watch.freezes == 1
+    finally:
+        watch.stop()
+        gc.unfreeze()
+
+
+async def test_the_broker_watches_its_tables_sizes(broker: BrokerHandle) -> None:
+    size = broker.broker.loop_watch.table_size
+    assert size is not None
+    before = size()
+    broker.broker.stats.on_put("NewTopic", 1, 10)
+    assert size() > before
 
 
 async def test_stats_windows_move_in_slices_with_the_loop_serving_between(broker: BrokerHandle) -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 import contextlib
 import json
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 from hypothesis import given, strategies as st
 
+import daemon.remoting.bodies as bodies_module
 from daemon.remoting.bodies import (
     BrokerData,
     DataVersion,
@@ -133,6 +136,26 @@ def test_register_body_encoded_in_parts_is_the_same_body(topics: int) -> None:
     if "b\ud800" not in names:  # (the compressed form cannot carry a lone surrogate)
         assert body.encode(compressed=True) == zlib.compress(b"".join(body.encode_parts(True, per_part=2)), 9)
         assert RegisterBrokerBody.decode(body.encode(compressed=True), compressed=True) == body
+
+
+def test_register_body_parts_sort_the_topic_names_not_the_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The broker encodes a 10,000-topic table on its loop: sorting the names alone takes a quarter of the
+    time the (name, config) pairs took, in one piece of work the loop cannot serve between."""
+    sorted_items: list[object] = []
+    real = sorted
+
+    def spy(items: Iterable[Any]) -> list[Any]:
+        listed = list(items)
+        sorted_items.extend(listed)
+        return real(listed)
+
+    monkeypatch.setattr(bodies_module, "sorted", spy, raising=False)
+    wrapper = TopicConfigSerializeWrapper(
+        {n: TopicConfig(n, 4, 2) for n in ("T", "A", "M")}, DataVersion(3, 17)
+    )
+    body = RegisterBrokerBody(wrapper, [])
+    assert b"".join(body.encode_parts(per_part=2)) == body.dumps()
+    assert sorted_items and all(isinstance(item, str) for item in sorted_items)
 
 
 @given(st.text(alphabet='{}[]:,"0123456789-.eE tfnrulas\\', max_size=40))

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from hypothesis import given, strategies as st
 
+from store import fastjson
 from store.clock import FakeClock, SystemClock
 from store.config_files import (
     ConfigFiles,
@@ -32,6 +33,24 @@ def test_vector_15_13() -> None:
     assert loads('{\n\t"offsetTable":{1:15,3:127\n\t}\n}') == {"offsetTable": {1: 15, 3: 127}}
     assert dumps_pretty({"offsetTable": {}}) == '{\n\t"offsetTable":{}\n}'
     assert len(dumps_pretty({"offsetTable": {}})) == 21
+
+
+def test_offset_maps_are_written_without_a_call_per_offset(monkeypatch: pytest.MonkeyPatch) -> None:
+    """consumerOffset.json of 10,000 queues is written every 5 s in a worker thread that shares the GIL
+    with the event loop: its {queue: offset} maps are formatted at once, not one call per offset."""
+    real = fastjson.dumps_pretty
+    values: list[object] = []
+
+    def spy(obj: object, indent: int = 0) -> str:
+        values.append(obj)
+        return real(obj, indent)
+
+    monkeypatch.setattr(fastjson, "dumps_pretty", spy)
+    table = {"offsetTable": {"T@G": {0: 5, 1: -7, 2: 2**40}, "U@G": {3: True, 4: 0}}}
+    assert spy(table) == (
+        '{\n\t"offsetTable":{\n\t\t"T@G":{0:5,1:-7,2:1099511627776\n\t\t},\n\t\t"U@G":{3:true,4:0\n\t\t}\n\t}\n}'
+    )
+    assert 5 not in values and True in values  # plain ints at once; a map holding anything else as before
 
 
 def test_reader_tolerates_quoted_keys_and_keeps_numeric_strings_inside_values() -> None:

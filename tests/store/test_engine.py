@@ -422,6 +422,77 @@ def test_consume_queue_flush_visits_only_the_queues_written_since_it_last_ran(
 
 
 @pytest.mark.pure_python
+def test_a_queue_below_the_least_pages_is_not_looked_at_again_until_it_is_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thousands of topics written once each stay below flushConsumeQueueLeastPages until the thorough
+    flush: the flushes in between must not scan them all again each time (a GIL hold a second)."""
+    store = _open(tmp_path, flush_consume_queue_thorough_interval=3_600_000)
+    visited: list[str] = []
+    real = MappedFileQueue.dirty_bytes
+
+    def counted(files: MappedFileQueue) -> int:
+        visited.append(files.directory)
+        return real(files)
+
+    def put(topic: str) -> str:
+        assert store.put_message(_msg(0, topic=topic)).status == PutMessageStatus.PUT_OK
+        cq = store.get_consume_queue(topic, 0)
+        assert cq is not None
+        return cq.files.directory
+
+    try:
+        monkeypatch.setattr(MappedFileQueue, "dirty_bytes", counted)
+        every = {put(f"T{q}") for q in range(100)}
+        wait_for(lambda: every <= set(visited), "a flush to look at every queue")
+        visited.clear()
+        t7 = put("T7")
+        wait_for(lambda: t7 in visited, "a flush to look at T7")
+        t8 = put("T8")  # a flush that began after T7's ended: one whole flush between
+        wait_for(lambda: t8 in visited, "a flush to look at T8")
+        assert set(visited) == {t7, t8}  # the other 98 queues, still unflushed, were left alone
+        assert all(cq.files.dirty_bytes() for cq in store._cqs.values())  # below the least pages: unflushed
+    finally:
+        store.shutdown()
+
+
+def test_the_thorough_flush_flushes_the_queues_held_below_the_least_pages(tmp_path: Path) -> None:
+    store = _open(tmp_path, flush_consume_queue_thorough_interval=300)
+    try:
+        for q in range(20):
+            assert store.put_message(_msg(0, topic=f"T{q}")).status == PutMessageStatus.PUT_OK
+        cqs = [store.get_consume_queue(f"T{q}", 0) for q in range(20)]
+        wait_for(
+            lambda: all(cq is not None and cq.files.dirty_bytes() == 0 for cq in cqs), "the thorough flush"
+        )
+    finally:
+        store.shutdown()
+
+
+@pytest.mark.pure_python
+def test_a_flush_of_many_queues_pauses_between_chunks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The scan is compiled code that keeps the GIL: over 10,000 queues it would hold the event loop for
+    all of it, so it lets the GIL go every chunk of queues."""
+    store = _open(tmp_path, flush_interval_consume_queue=3_600_000)
+    paused: list[int] = []
+
+    def pause() -> None:
+        paused.append(1)
+
+    try:
+        for q in range(1_000):
+            assert store.put_message(_msg(0, topic=f"T{q}")).status == PutMessageStatus.PUT_OK
+        monkeypatch.setattr(engine_module, "_pause", pause)
+        store._checkpoint()  # what start, stop and the thorough flush run
+        assert all(cq.files.dirty_bytes() == 0 for cq in store._cqs.values())
+        assert len(paused) >= 1_000 // engine_module._FLUSH_SCAN_CHUNK - 1
+    finally:
+        store.shutdown()
+
+
+@pytest.mark.pure_python
 def test_a_consume_queue_whose_flush_failed_is_flushed_by_the_next_one(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
