@@ -110,7 +110,7 @@ class LoopWatch:
         self.samples = 0
         self.gc = GcPauses()
         #: Freezes (after a growth of the tables or a slow full collection). The objects frozen are not
-        #: counted: `gc.get_freeze_count()` walks them all, ~5 ms for 300,000 on the loop.
+        #: counted: `gc.get_freeze_count()` walks them all, on the loop.
         self.freezes = 0
         #: Loop time the next sample is due at (a test may schedule a stall just before it).
         self.next_due = 0.0
