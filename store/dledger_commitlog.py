@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable
 
 from store.commitlog import CommitLog, RecordWalk, appended, encode_checked
-from store.dledger import BODY_OFFSET, DATA_FILE_SIZE, INDEX_FILE_SIZE, load_term
+from store.dledger import BODY_OFFSET, DATA_FILE_SIZE, INDEX_FILE_SIZE, DLedgerError, load_term
 from store.dledger_log import DLedgerLog, dledger_dir
 from store.errors import CorruptRecordError, StoreFormatError
 from store.message import (
@@ -146,7 +146,7 @@ class DLedgerCommitLog(CommitLog):
         for index in range(dlog.last_index, dlog.committed_index, -1):
             try:
                 info = read_record_info(dlog.get(index).body, 0)
-            except CorruptRecordError:  # (recovery set damaged entries aside: not expected here)
+            except (CorruptRecordError, DLedgerError):  # (recovery set damaged entries aside; damaged since)
                 continue
             if info.topic == topic and info.queue_id == queue_id:
                 return info.queue_offset + 1

@@ -27,6 +27,7 @@ from store.dledger import (
     INDEX_FILE_SIZE,
     INDEX_UNIT_SIZE,
     CorruptEntryError,
+    DamagedEntryError,
     DLedgerCode,
     DLedgerError,
     Entry,
@@ -189,6 +190,10 @@ class DLedgerLog:
         entry = decode_entry(view)
         if entry.pos != rec.pos or entry.index != index:
             raise CorruptEntryError(rec.pos, f"entry {index}: data says index {entry.index} pos {entry.pos}")
+        # (read back from disk, where it may have been damaged since: what is served from memory is not)
+        damage = body_crc_problem(index, entry.body_crc, entry.body)
+        if damage is not None:
+            raise DamagedEntryError(index, rec.pos, damage)
         return entry
 
     def term_at(self, index: int) -> int:

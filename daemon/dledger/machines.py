@@ -45,7 +45,7 @@ from daemon.dledger.protocol import (
     VoteResult,
     entry_json,
 )
-from store.dledger import DLedgerCode, DLedgerError, Entry, RaftLog
+from store.dledger import DamagedEntryError, DLedgerCode, DLedgerError, Entry, RaftLog
 
 log = logging.getLogger(__name__)
 
@@ -279,6 +279,8 @@ class Node:
         #: (leader) the entries pushed lately, index -> as a push carries them and their JSON, until every
         #: follower has them
         self._wire: dict[int, tuple[DLedgerEntry, bytes]] = {}
+        #: an entry of this log found failing its bodyCrc when read back: it leads no more while it holds it
+        self.damaged = -1
 
     # ------------------------------------------------------------------ state
 
@@ -425,6 +427,8 @@ class Node:
             return []
         if now < self.next_vote_time and not self.need_increase_term:
             return []
+        if self._holds_damage():
+            return []  # (it votes for others still, and follows whoever is elected)
         if self.last_parse is ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term:
             self.m.next_term()
             self.last_parse = ParseResult.WAIT_TO_REVOTE
@@ -690,6 +694,40 @@ class Node:
         except DLedgerError:
             return None
 
+    def _own_entry(self, index: int) -> Entry | None:
+        """(leader) Entry `index` to push or compare, or None. One read back from disk failing its bodyCrc
+        (damaged after the append) ends this leadership: every follower refuses it, so the group would
+        commit nothing past it while heartbeats kept this member the leader."""
+        try:
+            return self.log.get(index) if index >= 0 else None
+        except DamagedEntryError as exc:
+            log.error(
+                "[%s] %s (damaged in this member's log since it was written): giving up the leadership of "
+                "term %d; it asks for no votes while it holds that entry (a new leader cuts and sets it "
+                "aside, or replaces it, unless it is committed here)",
+                self.m.self_id,
+                exc.reason,
+                self.m.term,
+            )
+            self.damaged = exc.index
+            self.to_candidate(self.m.term)
+            return None
+        except DLedgerError:
+            return None
+
+    def _holds_damage(self) -> bool:
+        """Whether this log still holds the entry it found damaged (cut, or pushed again whole: no more)."""
+        if self.damaged == -1:
+            return False
+        if self.damaged <= self.log.last_index:
+            try:
+                self.log.get(self.damaged)
+            except DLedgerError:
+                return True
+        log.info("[%s] entry %d is no longer damaged here: it may lead again", self.m.self_id, self.damaged)
+        self.damaged = -1
+        return False
+
     def _expire_waiting(self, now: int) -> None:
         late = [i for i, (_, deadline) in self.waiting.items() if deadline <= now]
         for index in late:
@@ -727,6 +765,8 @@ class Node:
                 made = self._push_compare(peer, p, now)
             else:
                 continue
+            if not self.is_leader:
+                return []  # it found its own log damaged
             for o in made:
                 o.epoch = p.epoch
             out += made
@@ -764,7 +804,7 @@ class Node:
         (cleared at each role change)."""
         pushed = self._wire.get(index)
         if pushed is None:
-            entry = self._get(index)
+            entry = self._own_entry(index)
             if entry is None:
                 return None
             wire = wire_entry(entry)
@@ -788,12 +828,12 @@ class Node:
 
     def _push_compare(self, peer: str, p: PeerPush, now: int) -> list[Out]:
         if p.state is PushState.TRUNCATE:
-            entry = self._get(p.compare_index)
+            entry = self._own_entry(p.compare_index)
             kind = PushType.TRUNCATE
         else:
             if p.compare_index == -1 or not (self.log.begin_index <= p.compare_index <= self.log.last_index):
                 p.compare_index = self.log.last_index
-            entry = self._get(p.compare_index)
+            entry = self._own_entry(p.compare_index)
             kind = PushType.COMPARE
         if entry is None:
             return []

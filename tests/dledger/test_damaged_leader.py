@@ -1,0 +1,85 @@
+"""A DLedger leader whose own stored entry is damaged (a bit flipped in its data file after the append).
+
+Its followers refuse the damaged body (it fails its ``bodyCrc``), so the leader must not go on pushing it
+for ever while its heartbeats keep it the leader: it finds the damage when it reads the entry back from
+disk for a push, says so at ERROR and gives up the leadership; another member (holding the entry whole) is
+elected, writes resume, and the damaged member does not serve the damaged message to consumers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+import store.dledger_log
+from daemon.dledger import machines
+from daemon.remoting.codes import ResponseCode
+from store.dledger import Entry
+from tests.broker.test_ha import pull_all
+from tests.dledger.test_rejoin import elected, leader_of, members, running
+from tests.support.broker import BrokerClient, start_broker
+from tests.support.waiting import wait_until
+
+
+def flip_body_byte(root: Path, self_id: str, entry: Entry, needle: bytes) -> None:
+    """Flip the first byte of ``needle`` (a message body) inside ``entry`` in the member's data file,
+    under the running member (its mapped file sees the write)."""
+    at = entry.pos + 48 + entry.body.index(needle)  # BODY_OFFSET: the entry header and body length
+    data = root / f"dledger-{self_id}" / "data"
+    base = max(int(f.name) for f in data.iterdir() if f.name.isdigit() and int(f.name) <= at)
+    with open(data / f"{base:020d}", "r+b") as fh:
+        fh.seek(at - base)
+        byte = fh.read(1)
+        fh.seek(at - base)
+        fh.write(bytes([byte[0] ^ 0x01]))
+
+
+@pytest.mark.slow
+async def test_a_leader_whose_stored_entry_is_damaged_gives_up_the_leadership(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # small in-memory caches, so that the entry is read back from the data file when it is pushed
+    monkeypatch.setattr(machines, "WIRE_CACHE_ENTRIES", 4)
+    monkeypatch.setattr(store.dledger_log, "RECENT_ENTRIES", 4)
+    keys = members(tmp_path)
+    async with running(keys) as (brokers, client):
+        old = await elected(brokers)
+        assert old.dledger is not None
+        on_old = BrokerClient(old.addr, client)
+        await on_old.create_topic("D", 1)
+        for i in range(5):
+            assert (await on_old.send("D", f"acked-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+        # a follower stops: what comes now commits with the other one, and waits in the leader's log
+        stopped = next(i for i, b in enumerate(brokers) if b is not None and b is not old)
+        b = brokers[stopped]
+        assert b is not None
+        await b.stop()
+        brokers[stopped] = None
+        damaged_index = old.dledger.log.last_index + 1
+        for i in range(20):
+            assert (await on_old.send("D", f"later-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+        old_key = keys[brokers.index(old)]
+        flip_body_byte(
+            Path(old_key["store_path_root_dir"]),
+            old_key["dleger_self_id"],
+            old.dledger.log.get(damaged_index),
+            b"later-0",
+        )
+        # the follower returns: the leader reads the damaged entry back from disk to push it
+        with caplog.at_level("ERROR"):
+            brokers[stopped] = await start_broker(Path(keys[stopped]["store_path_root_dir"]), **keys[stopped])
+            await wait_until(lambda: leader_of(brokers) not in (None, old), 20)
+        assert f"entry {damaged_index}: body crc" in caplog.text
+        new = leader_of(brokers)
+        assert new is not None and new is not old
+        on_new = BrokerClient(new.addr, client)
+        await on_new.create_topic("D", 1)
+        assert (await on_new.send("D", b"after", queue_id=0)).code == ResponseCode.SUCCESS
+        expected = [f"acked-{i}".encode() for i in range(5)] + [f"later-{i}".encode() for i in range(20)]
+        assert await pull_all(on_new, "D", 0) == [*expected, b"after"]
+        # the damaged member serves no damaged message
+        await asyncio.sleep(1)
+        served = await pull_all(on_old, "D", 0)
+        assert all(m in expected or m == b"after" for m in served), served
