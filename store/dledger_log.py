@@ -121,6 +121,8 @@ class DLedgerLog:
         self._recent: dict[int, Entry] = {}
         self.lost_committed = -1  # after recovery: the checkpoint's committed index when damage cut below it
         self.damaged_bodies: list[int] = []  # positions of entries recovery found damaged but kept
+        #: told of an entry read back from disk that fails its bodyCrc (the CommitLog stops serving it)
+        self.on_damaged: Callable[[Entry], None] | None = None
         self.crc_damage: tuple[int, str] | None = None  # after recovery: (pos, why) of the entry whose
         # bodyCrc failed, where recovery cut
         self.recover()
@@ -193,6 +195,8 @@ class DLedgerLog:
         # (read back from disk, where it may have been damaged since: what is served from memory is not)
         damage = body_crc_problem(index, entry.body_crc, entry.body)
         if damage is not None:
+            if self.on_damaged is not None:
+                self.on_damaged(entry)
             raise DamagedEntryError(index, rec.pos, damage)
         return entry
 
