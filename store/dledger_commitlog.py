@@ -110,6 +110,7 @@ class DLedgerCommitLog(CommitLog):
         )
         self.files = self.log.data
         self.log.on_damaged = self._damaged
+        self.log.on_cut = self._cut
         self.term = max(1, load_term(self.directory)[0], self.log.last_term)
         if self.auto_commit and not self.read_only:  # alone, every entry that survived recovery is committed
             self.log.set_committed(self.log.last_index)
@@ -121,6 +122,12 @@ class DLedgerCommitLog(CommitLog):
         """An entry found damaged since it was written: its record is never served again (a pull skips it,
         logged at ERROR), as a record recovery set aside in place."""
         self.set_aside[entry.pos + BODY_OFFSET] = entry.size - BODY_OFFSET
+
+    def _cut(self, pos: int) -> None:
+        """Entries cut from data offset ``pos`` (an uncommitted tail): what is appended there next is not
+        the damaged record once found there."""
+        for phys in [p for p in self.set_aside if p >= pos]:
+            del self.set_aside[phys]
 
     # ------------------------------------------------------------------ append
 

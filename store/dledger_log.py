@@ -123,6 +123,8 @@ class DLedgerLog:
         self.damaged_bodies: list[int] = []  # positions of entries recovery found damaged but kept
         #: told of an entry read back from disk that fails its bodyCrc (the CommitLog stops serving it)
         self.on_damaged: Callable[[Entry], None] | None = None
+        #: told of the data offset entries are cut from (a follower appends other entries there)
+        self.on_cut: Callable[[int], None] | None = None
         self.crc_damage: tuple[int, str] | None = None  # after recovery: (pos, why) of the entry whose
         # bodyCrc failed, where recovery cut
         self.recover()
@@ -376,6 +378,8 @@ class DLedgerLog:
             )
             self._set_aside(cut, why)
             self._recent.clear()
+            if self.on_cut is not None:
+                self.on_cut(cut)
             self._truncate_files(cut, index + 1)
             self._last = index if index >= self._begin else -1
             self._last_term = self.term_at(index) if self._last >= 0 else -1

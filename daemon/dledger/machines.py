@@ -427,8 +427,6 @@ class Node:
             return []
         if now < self.next_vote_time and not self.need_increase_term:
             return []
-        if self._holds_damage():
-            return []  # (it votes for others still, and follows whoever is elected)
         if self.last_parse is ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term:
             self.m.next_term()
             self.last_parse = ParseResult.WAIT_TO_REVOTE
@@ -436,6 +434,8 @@ class Node:
             self.next_vote_time = self._vote_interval()
             self.need_increase_term = False
             return []
+        if self._holds_damage():
+            return []  # (it votes for others still, and follows whoever is elected)
         term = self.m.term
         self._vote_seq += 1
         deadline = now + 2000 + self.rng.randrange(self.t.max_vote_interval_ms)

@@ -17,6 +17,7 @@ import store.dledger_log
 from daemon.dledger import machines
 from daemon.remoting.codes import ResponseCode
 from store.dledger import Entry
+from store.quarantine import list_quarantines
 from tests.broker.test_ha import pull_all
 from tests.dledger.test_rejoin import elected, leader_of, members, running
 from tests.support.broker import BrokerClient, start_broker
@@ -83,3 +84,62 @@ async def test_a_leader_whose_stored_entry_is_damaged_gives_up_the_leadership(
         await asyncio.sleep(1)
         served = await pull_all(on_old, "D", 0)
         assert all(m in expected or m == b"after" for m in served), served
+
+
+@pytest.mark.slow
+async def test_a_damaged_uncommitted_tail_is_cut_on_rejoin_and_what_replaces_it_is_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The damaged entry is in a lone leader's unacknowledged tail: re-elected by a follower that lacks
+    the tail, it finds the damage pushing it and leads no more; once the third member is back, the new
+    leader cuts that tail (set aside in quarantine) and the member serves what the new leader wrote at the
+    same data offsets."""
+    monkeypatch.setattr(machines, "WIRE_CACHE_ENTRIES", 4)
+    monkeypatch.setattr(store.dledger_log, "RECENT_ENTRIES", 4)
+    keys = members(tmp_path)
+    async with running(keys) as (brokers, client):
+        old = await elected(brokers)
+        assert old.dledger is not None
+        on_old = BrokerClient(old.addr, client)
+        await on_old.create_topic("D", 1)
+        for i in range(3):
+            assert (await on_old.send("D", f"acked-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+        await asyncio.sleep(1.5)  # the followers learn the last commit index (idle commit pushes)
+        followers = [i for i, b in enumerate(brokers) if b is not None and b is not old]
+        for i in followers:
+            b = brokers[i]
+            assert b is not None
+            await b.stop()
+            brokers[i] = None
+        damaged_index = old.dledger.log.last_index + 1
+        lone = await asyncio.gather(*(on_old.send("D", f"lone-{i}".encode(), queue_id=0) for i in range(10)))
+        assert all(r.code != ResponseCode.SUCCESS for r in lone)
+        old_key = keys[brokers.index(old)]
+        flip_body_byte(
+            Path(old_key["store_path_root_dir"]),
+            old_key["dleger_self_id"],
+            old.dledger.log.get(damaged_index),
+            b"lone-0",
+        )
+        # one follower returns: the old leader's longer log wins the vote, and it pushes the damaged entry
+        with caplog.at_level("ERROR"):
+            first = followers[0]
+            brokers[first] = await start_broker(Path(keys[first]["store_path_root_dir"]), **keys[first])
+            await wait_until(lambda: f"entry {damaged_index}: body crc" in caplog.text, 20)
+        # the third returns: the two elect one, which cuts the old leader's tail
+        second = followers[1]
+        brokers[second] = await start_broker(Path(keys[second]["store_path_root_dir"]), **keys[second])
+        new = await elected(brokers)
+        assert new is not old and new.dledger is not None
+        on_new = BrokerClient(new.addr, client)
+        await on_new.create_topic("D", 1)
+        for i in range(10):
+            assert (await on_new.send("D", f"new-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+        expected = [f"acked-{i}".encode() for i in range(3)] + [f"new-{i}".encode() for i in range(10)]
+        assert await pull_all(on_new, "D", 0) == expected
+        old_log, new_log = old.dledger.log, new.dledger.log
+        await wait_until(lambda: old_log.committed_index == new_log.committed_index == new_log.last_index, 20)
+        assert list_quarantines(old_key["store_path_root_dir"])
+        assert await pull_all(on_old, "D", 0) == expected
+        # (the damaged record was cut: nothing at its offset is kept from serving)
+        assert old.store.commit_log.set_aside == {}
