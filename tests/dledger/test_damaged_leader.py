@@ -17,6 +17,7 @@ import store.dledger_log
 from daemon.dledger import machines
 from daemon.remoting.codes import ResponseCode
 from store.dledger import Entry
+from store.engine import DefaultMessageStore
 from store.quarantine import list_quarantines
 from tests.broker.test_ha import pull_all
 from tests.dledger.test_rejoin import elected, leader_of, members, running
@@ -142,4 +143,5 @@ async def test_a_damaged_uncommitted_tail_is_cut_on_rejoin_and_what_replaces_it_
         assert list_quarantines(old_key["store_path_root_dir"])
         assert await pull_all(on_old, "D", 0) == expected
         # (the damaged record was cut: nothing at its offset is kept from serving)
+        assert isinstance(old.store, DefaultMessageStore)
         assert old.store.commit_log.set_aside == {}
