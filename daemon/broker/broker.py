@@ -477,6 +477,8 @@ class Broker:
             tls=ServerTls(mutual, require_client=True, why="haTls") if mutual is not None else None,
             client_ssl=mutual.client_context(verify=True) if mutual is not None else None,
         )
+        # a member whose store refuses writes (a full disk) would be elected and never take sends
+        self.dledger.node.can_lead = lambda: not store.disk_full
         self._set_role(master=False)
         await self.dledger.start()
 
@@ -563,12 +565,18 @@ class Broker:
         assert isinstance(store.commit_log, DLedgerCommitLog)
         store.commit_log.term = term
         recorded, tries = False, 0
+        # a leader that cannot write its term record takes no sends: another member must lead
+        c = self.config
+        give_up_at = time.monotonic() + c.max_heart_beat_leak * c.heart_beat_time_interval_ms / 1000
         while True:
             if not group.node.is_leader or group.node.m.term != term:
                 return
             if not recorded:  # (retried while the disk refuses it, said once)
                 recorded = self._append_term_record(term, report=tries == 0)
                 tries += 1
+                if not recorded and time.monotonic() >= give_up_at:
+                    group.node.give_up_leadership("its store refuses its term record")
+                    return
             if recorded and dlog.committed_index == dlog.last_index:
                 break
             await asyncio.sleep(0.1)

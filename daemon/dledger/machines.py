@@ -281,6 +281,8 @@ class Node:
         self._wire: dict[int, tuple[DLedgerEntry, bytes]] = {}
         #: an entry of this log found failing its bodyCrc when read back: it leads no more while it holds it
         self.damaged = -1
+        #: whether this member may run for leader now (its owner: not while its store refuses writes)
+        self.can_lead: Callable[[], bool] = lambda: True
 
     # ------------------------------------------------------------------ state
 
@@ -434,7 +436,7 @@ class Node:
             self.next_vote_time = self._vote_interval()
             self.need_increase_term = False
             return []
-        if self._holds_damage():
+        if self._holds_damage() or not self.can_lead():
             return []  # (it votes for others still, and follows whoever is elected)
         term = self.m.term
         self._vote_seq += 1
@@ -701,19 +703,21 @@ class Node:
         try:
             return self.log.get(index) if index >= 0 else None
         except DamagedEntryError as exc:
-            log.error(
-                "[%s] %s (damaged in this member's log since it was written): giving up the leadership of "
-                "term %d; it asks for no votes while it holds that entry (a new leader cuts and sets it "
-                "aside, or replaces it, unless it is committed here)",
-                self.m.self_id,
-                exc.reason,
-                self.m.term,
-            )
             self.damaged = exc.index
-            self.to_candidate(self.m.term)
+            self.give_up_leadership(
+                f"{exc.reason} (damaged in this member's log since it was written); it asks for no votes "
+                "while it holds that entry (a new leader cuts and sets it aside, or replaces it, unless it "
+                "is committed here)"
+            )
             return None
         except DLedgerError:
             return None
+
+    def give_up_leadership(self, why: str) -> None:
+        """(leader) Step down to candidate in the same term: this member cannot lead (``why``, at ERROR)."""
+        if self.is_leader:
+            log.error("[%s] giving up the leadership of term %d: %s", self.m.self_id, self.m.term, why)
+            self.to_candidate(self.m.term)
 
     def _holds_damage(self) -> bool:
         """Whether this log still holds the entry it found damaged (cut, or pushed again whole: no more)."""

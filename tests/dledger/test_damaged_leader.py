@@ -145,3 +145,40 @@ async def test_a_damaged_uncommitted_tail_is_cut_on_rejoin_and_what_replaces_it_
         # (the damaged record was cut: nothing at its offset is kept from serving)
         assert isinstance(old.store, DefaultMessageStore)
         assert old.store.commit_log.set_aside == {}
+
+
+@pytest.mark.slow
+async def test_a_member_whose_disk_is_full_leaves_the_leadership_to_another(tmp_path: Path) -> None:
+    """A member whose store refuses puts (its disk over the warning watermark: here, a watermark below
+    the disk's use) could win an election, yet never append its term record nor take the master role
+    while its heartbeats kept the others following: writes stalled. It runs for leader no more while its
+    disk is full, so the member that can write is elected."""
+    keys = members(tmp_path)
+    slow = {"min_vote_interval_ms": 1500, "max_vote_interval_ms": 2500}
+    keys = [{**keys[0], **slow}, {**keys[1], **slow}, keys[2]]
+    keys[2] = {**keys[2], "min_vote_interval_ms": 50, "max_vote_interval_ms": 100}
+    keys[2]["disk_space_warning_level_ratio"] = 1  # (its disk is "full": any use is above 1 %)
+    async with running(keys[:2]) as (brokers, client):
+        old = await elected(brokers)
+        on_old = BrokerClient(old.addr, client)
+        await on_old.create_topic("F", 1)
+        for i in range(5):
+            assert (await on_old.send("F", f"m-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+        full = await start_broker(Path(keys[2]["store_path_root_dir"]), **keys[2])
+        brokers.append(full)
+        assert full.dledger is not None and old.dledger is not None
+        await wait_until(lambda: full.store.disk_full, 10)
+        old_log, full_log = old.dledger.log, full.dledger.log
+        await wait_until(
+            lambda: full_log.committed_index == old_log.committed_index == old_log.last_index, 20
+        )
+        # the leader goes: the member on the full disk runs first (shorter vote intervals)
+        old_index = brokers.index(old)
+        await old.stop()
+        brokers[old_index] = None
+        await wait_until(lambda: leader_of(brokers) is not None, 20)
+        new = leader_of(brokers)
+        assert new is not None and new is not full
+        on_new = BrokerClient(new.addr, client)
+        await on_new.create_topic("F", 1)
+        assert (await on_new.send("F", b"after", queue_id=0)).code == ResponseCode.SUCCESS
