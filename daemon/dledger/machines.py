@@ -616,6 +616,8 @@ class Node:
             return Code.INCONSISTENT_LEADER
         if m.term != req.term:
             return Code.INCONSISTENT_TERM
+        if self._holds_damage() or not self.can_lead():
+            return Code.TAKE_LEADERSHIP_FAILED  # (it would leave its term, deposing the leader, and not run)
         if self.log.last_index < req.take_leadership_ledger_index:
             # DLedgerServer waits (leadershipTransferWaitTimeout) for the entries still on their way
             self.take_leadership_wait = (req, self._now + self.t.leadership_transfer_wait_timeout)
