@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
 import logging
 import math
 import shutil
@@ -61,7 +62,7 @@ from daemon.dledger.server import DLedgerServer, DLedgerSettings, dledger_runtim
 from daemon.lifecycle import cancel_tasks, every
 from daemon.protect import ProtectedModeGuard, Protection, is_local, listening, protection
 from daemon.remoting.bodies import ClusterInfo, PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
-from daemon.remoting.client import RemotingClient, Transport
+from daemon.remoting.client import RemotingClient, Transport, parse_addr
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
@@ -1159,6 +1160,18 @@ def check_dledger(config: BrokerConfig) -> dict[str, str]:
     if config.dleger_self_id not in peers:
         raise ConfigError(
             f"dLegerSelfId={config.dleger_self_id!r} is not one of dLegerPeers={config.dleger_peers!r}"
+        )
+    by_family: dict[int, list[str]] = {}
+    for peer, addr in peers.items():
+        try:
+            by_family.setdefault(ipaddress.ip_address(parse_addr(addr)[0]).version, []).append(peer)
+        except ValueError:
+            continue  # a host name: its family is the resolver's
+    if len(by_family) > 1:
+        raise ConfigError(
+            f"dLegerPeers={config.dleger_peers!r} mixes IPv4 members ({', '.join(by_family[4])}) and IPv6 "
+            f"members ({', '.join(by_family[6])}): a member connects from its own address, so it cannot "
+            "reach a member of the other family; give every member an address of one family"
         )
     return peers
 
