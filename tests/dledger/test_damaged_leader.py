@@ -14,28 +14,36 @@ from pathlib import Path
 import pytest
 
 import store.dledger_log
+from daemon.broker.broker import Broker
 from daemon.dledger import machines
 from daemon.remoting.codes import ResponseCode
-from store.dledger import Entry
 from store.engine import DefaultMessageStore
 from store.quarantine import list_quarantines
 from tests.broker.test_ha import pull_all
-from tests.dledger.test_rejoin import elected, leader_of, members, running
+from tests.dledger.test_rejoin import elected, leader_of, led, members, running, stop_followers
 from tests.support.broker import BrokerClient, start_broker
 from tests.support.waiting import wait_until
 
 
-def flip_body_byte(root: Path, self_id: str, entry: Entry, needle: bytes) -> None:
-    """Flip the first byte of ``needle`` (a message body) inside ``entry`` in the member's data file,
+def flip_body_byte(member: Broker, index: int, needle: bytes) -> None:
+    """Flip the first byte of ``needle`` (a message body) inside entry `index` in the member's data file,
     under the running member (its mapped file sees the write)."""
+    assert member.dledger is not None
+    entry = member.dledger.log.get(index)
     at = entry.pos + 48 + entry.body.index(needle)  # BODY_OFFSET: the entry header and body length
-    data = root / f"dledger-{self_id}" / "data"
+    data = Path(member.config.store_path_root_dir) / f"dledger-{member.config.dleger_self_id}" / "data"
     base = max(int(f.name) for f in data.iterdir() if f.name.isdigit() and int(f.name) <= at)
     with open(data / f"{base:020d}", "r+b") as fh:
         fh.seek(at - base)
         byte = fh.read(1)
         fh.seek(at - base)
         fh.write(bytes([byte[0] ^ 0x01]))
+
+
+def small_caches(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A leader's in-memory entries few, so that an entry it pushes is read back from its data file."""
+    monkeypatch.setattr(machines, "WIRE_CACHE_ENTRIES", 4)
+    monkeypatch.setattr(store.dledger_log, "RECENT_ENTRIES", 4)
 
 
 def gave_up(logged: str, index: int) -> bool:
@@ -51,33 +59,17 @@ def gave_up(logged: str, index: int) -> bool:
 async def test_a_leader_whose_stored_entry_is_damaged_gives_up_the_leadership(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    # small in-memory caches, so that the entry is read back from the data file when it is pushed
-    monkeypatch.setattr(machines, "WIRE_CACHE_ENTRIES", 4)
-    monkeypatch.setattr(store.dledger_log, "RECENT_ENTRIES", 4)
+    small_caches(monkeypatch)
     keys = members(tmp_path)
     async with running(keys) as (brokers, client):
-        old = await elected(brokers)
+        old, on_old = await led(brokers, client, "D", 5)
         assert old.dledger is not None
-        on_old = BrokerClient(old.addr, client)
-        await on_old.create_topic("D", 1)
-        for i in range(5):
-            assert (await on_old.send("D", f"acked-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
         # a follower stops: what comes now commits with the other one, and waits in the leader's log
-        stopped = next(i for i, b in enumerate(brokers) if b is not None and b is not old)
-        b = brokers[stopped]
-        assert b is not None
-        await b.stop()
-        brokers[stopped] = None
+        [stopped] = await stop_followers(brokers, old, 1)
         damaged_index = old.dledger.log.last_index + 1
         for i in range(20):
             assert (await on_old.send("D", f"later-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
-        old_key = keys[brokers.index(old)]
-        flip_body_byte(
-            Path(old_key["store_path_root_dir"]),
-            old_key["dleger_self_id"],
-            old.dledger.log.get(damaged_index),
-            b"later-0",
-        )
+        flip_body_byte(old, damaged_index, b"later-0")
         # the follower returns: the leader reads the damaged entry back from disk to push it
         with caplog.at_level("ERROR"):
             brokers[stopped] = await start_broker(Path(keys[stopped]["store_path_root_dir"]), **keys[stopped])
@@ -104,33 +96,17 @@ async def test_a_damaged_uncommitted_tail_is_cut_on_rejoin_and_what_replaces_it_
     the tail, it finds the damage pushing it and leads no more; once the third member is back, the new
     leader cuts that tail (set aside in quarantine) and the member serves what the new leader wrote at the
     same data offsets."""
-    monkeypatch.setattr(machines, "WIRE_CACHE_ENTRIES", 4)
-    monkeypatch.setattr(store.dledger_log, "RECENT_ENTRIES", 4)
+    small_caches(monkeypatch)
     keys = members(tmp_path)
     async with running(keys) as (brokers, client):
-        old = await elected(brokers)
+        old, on_old = await led(brokers, client, "D", 3)
         assert old.dledger is not None
-        on_old = BrokerClient(old.addr, client)
-        await on_old.create_topic("D", 1)
-        for i in range(3):
-            assert (await on_old.send("D", f"acked-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
         await asyncio.sleep(1.5)  # the followers learn the last commit index (idle commit pushes)
-        followers = [i for i, b in enumerate(brokers) if b is not None and b is not old]
-        for i in followers:
-            b = brokers[i]
-            assert b is not None
-            await b.stop()
-            brokers[i] = None
+        followers = await stop_followers(brokers, old)
         damaged_index = old.dledger.log.last_index + 1
         lone = await asyncio.gather(*(on_old.send("D", f"lone-{i}".encode(), queue_id=0) for i in range(10)))
         assert all(r.code != ResponseCode.SUCCESS for r in lone)
-        old_key = keys[brokers.index(old)]
-        flip_body_byte(
-            Path(old_key["store_path_root_dir"]),
-            old_key["dleger_self_id"],
-            old.dledger.log.get(damaged_index),
-            b"lone-0",
-        )
+        flip_body_byte(old, damaged_index, b"lone-0")
         # one follower returns: the old leader's longer log wins the vote, and it pushes the damaged entry
         with caplog.at_level("ERROR"):
             first = followers[0]
@@ -149,7 +125,7 @@ async def test_a_damaged_uncommitted_tail_is_cut_on_rejoin_and_what_replaces_it_
         assert await pull_all(on_new, "D", 0) == expected
         old_log, new_log = old.dledger.log, new.dledger.log
         await wait_until(lambda: old_log.committed_index == new_log.committed_index == new_log.last_index, 20)
-        assert list_quarantines(old_key["store_path_root_dir"])
+        assert list_quarantines(old.config.store_path_root_dir)
         assert await pull_all(on_old, "D", 0) == expected
         # (the damaged record was cut: nothing at its offset is kept from serving)
         assert isinstance(old.store, DefaultMessageStore)
@@ -168,11 +144,7 @@ async def test_a_member_whose_disk_is_full_leaves_the_leadership_to_another(tmp_
     keys[2] = {**keys[2], "min_vote_interval_ms": 50, "max_vote_interval_ms": 100}
     keys[2]["disk_space_warning_level_ratio"] = 1  # (its disk is "full": any use is above 1 %)
     async with running(keys[:2]) as (brokers, client):
-        old = await elected(brokers)
-        on_old = BrokerClient(old.addr, client)
-        await on_old.create_topic("F", 1)
-        for i in range(5):
-            assert (await on_old.send("F", f"m-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+        old, _ = await led(brokers, client, "F", 5)
         full = await start_broker(Path(keys[2]["store_path_root_dir"]), **keys[2])
         brokers.append(full)
         assert full.dledger is not None and old.dledger is not None
