@@ -725,7 +725,7 @@ class Node:
         """Whether this log still holds the entry it found damaged (cut, or pushed again whole: no more)."""
         if self.damaged == -1:
             return False
-        if self.damaged <= self.log.last_index:
+        if self.log.begin_index <= self.damaged <= self.log.last_index:  # (not cut, nor cleaned up)
             try:
                 self.log.get(self.damaged)
             except DLedgerError:
