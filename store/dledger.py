@@ -99,6 +99,14 @@ class CorruptEntryError(DLedgerError):
         super().__init__(DLedgerCode.DISK_ERROR, f"at {where}: {reason}")
 
 
+class DamagedEntryError(CorruptEntryError):
+    """An entry read back from disk whose body fails its ``bodyCrc``: damaged after it was written."""
+
+    def __init__(self, index: int, where: int, reason: str) -> None:
+        self.index = index
+        super().__init__(where, reason)
+
+
 # ------------------------------------------------------------------------------------ entries
 
 

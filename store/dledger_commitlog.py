@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable
 
 from store.commitlog import CommitLog, RecordWalk, appended, encode_checked
-from store.dledger import BODY_OFFSET, DATA_FILE_SIZE, INDEX_FILE_SIZE, load_term
+from store.dledger import BODY_OFFSET, DATA_FILE_SIZE, INDEX_FILE_SIZE, DLedgerError, Entry, load_term
 from store.dledger_log import DLedgerLog, dledger_dir
 from store.errors import CorruptRecordError, StoreFormatError
 from store.message import (
@@ -109,12 +109,25 @@ class DLedgerCommitLog(CommitLog):
             body_check=record_problem,
         )
         self.files = self.log.data
+        self.log.on_damaged = self._damaged
+        self.log.on_cut = self._cut
         self.term = max(1, load_term(self.directory)[0], self.log.last_term)
         if self.auto_commit and not self.read_only:  # alone, every entry that survived recovery is committed
             self.log.set_committed(self.log.last_index)
         if self.log.last_index >= 0:
             last = self.log.get(self.log.last_index)
             self.last_store_timestamp = read_record_info(last.body, 0).store_timestamp
+
+    def _damaged(self, entry: Entry) -> None:
+        """An entry found damaged since it was written: its record is never served again (a pull skips it,
+        logged at ERROR), as a record recovery set aside in place."""
+        self.set_aside[entry.pos + BODY_OFFSET] = entry.size - BODY_OFFSET
+
+    def _cut(self, pos: int) -> None:
+        """Entries cut from data offset ``pos`` (an uncommitted tail): what is appended there next is not
+        the damaged record once found there."""
+        for phys in [p for p in self.set_aside if p >= pos]:
+            del self.set_aside[phys]
 
     # ------------------------------------------------------------------ append
 
@@ -146,7 +159,7 @@ class DLedgerCommitLog(CommitLog):
         for index in range(dlog.last_index, dlog.committed_index, -1):
             try:
                 info = read_record_info(dlog.get(index).body, 0)
-            except CorruptRecordError:  # (recovery set damaged entries aside: not expected here)
+            except (CorruptRecordError, DLedgerError):  # (recovery set damaged entries aside; damaged since)
                 continue
             if info.topic == topic and info.queue_id == queue_id:
                 return info.queue_offset + 1

@@ -27,6 +27,7 @@ from store.dledger import (
     INDEX_FILE_SIZE,
     INDEX_UNIT_SIZE,
     CorruptEntryError,
+    DamagedEntryError,
     DLedgerCode,
     DLedgerError,
     Entry,
@@ -120,6 +121,10 @@ class DLedgerLog:
         self._recent: dict[int, Entry] = {}
         self.lost_committed = -1  # after recovery: the checkpoint's committed index when damage cut below it
         self.damaged_bodies: list[int] = []  # positions of entries recovery found damaged but kept
+        #: told of an entry read back from disk that fails its bodyCrc (the CommitLog stops serving it)
+        self.on_damaged: Callable[[Entry], None] | None = None
+        #: told of the data offset entries are cut from (a follower appends other entries there)
+        self.on_cut: Callable[[int], None] | None = None
         self.crc_damage: tuple[int, str] | None = None  # after recovery: (pos, why) of the entry whose
         # bodyCrc failed, where recovery cut
         self.recover()
@@ -189,6 +194,12 @@ class DLedgerLog:
         entry = decode_entry(view)
         if entry.pos != rec.pos or entry.index != index:
             raise CorruptEntryError(rec.pos, f"entry {index}: data says index {entry.index} pos {entry.pos}")
+        # (read back from disk, where it may have been damaged since: what is served from memory is not)
+        damage = body_crc_problem(index, entry.body_crc, entry.body)
+        if damage is not None:
+            if self.on_damaged is not None:
+                self.on_damaged(entry)
+            raise DamagedEntryError(index, rec.pos, damage)
         return entry
 
     def term_at(self, index: int) -> int:
@@ -367,6 +378,8 @@ class DLedgerLog:
             )
             self._set_aside(cut, why)
             self._recent.clear()
+            if self.on_cut is not None:
+                self.on_cut(cut)
             self._truncate_files(cut, index + 1)
             self._last = index if index >= self._begin else -1
             self._last_term = self.term_at(index) if self._last >= 0 else -1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import ipaddress
 import logging
 import math
 import shutil
@@ -61,7 +62,7 @@ from daemon.dledger.server import DLedgerServer, DLedgerSettings, dledger_runtim
 from daemon.lifecycle import cancel_tasks, every
 from daemon.protect import ProtectedModeGuard, Protection, is_local, listening, protection
 from daemon.remoting.bodies import ClusterInfo, PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
-from daemon.remoting.client import RemotingClient, Transport
+from daemon.remoting.client import RemotingClient, Transport, parse_addr
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
@@ -478,6 +479,8 @@ class Broker:
             tls=ServerTls(mutual, require_client=True, why="haTls") if mutual is not None else None,
             client_ssl=mutual.client_context(verify=True) if mutual is not None else None,
         )
+        # a member whose store refuses writes (a full disk) would be elected and never take sends
+        self.dledger.node.can_lead = lambda: not store.disk_full
         self._set_role(master=False)
         await self.dledger.start()
 
@@ -564,12 +567,18 @@ class Broker:
         assert isinstance(store.commit_log, DLedgerCommitLog)
         store.commit_log.term = term
         recorded, tries = False, 0
+        # a leader that cannot write its term record takes no sends: another member must lead
+        c = self.config
+        give_up_at = time.monotonic() + c.max_heart_beat_leak * c.heart_beat_time_interval_ms / 1000
         while True:
             if not group.node.is_leader or group.node.m.term != term:
                 return
             if not recorded:  # (retried while the disk refuses it, said once)
                 recorded = self._append_term_record(term, report=tries == 0)
                 tries += 1
+                if not recorded and time.monotonic() >= give_up_at:
+                    group.node.give_up_leadership("its store refuses its term record")
+                    return
             if recorded and dlog.committed_index == dlog.last_index:
                 break
             await asyncio.sleep(0.1)
@@ -1158,6 +1167,18 @@ def check_dledger(config: BrokerConfig) -> dict[str, str]:
     if config.dleger_self_id not in peers:
         raise ConfigError(
             f"dLegerSelfId={config.dleger_self_id!r} is not one of dLegerPeers={config.dleger_peers!r}"
+        )
+    by_family: dict[int, list[str]] = {}
+    for peer, addr in peers.items():
+        try:
+            by_family.setdefault(ipaddress.ip_address(parse_addr(addr)[0]).version, []).append(peer)
+        except ValueError:
+            continue  # a host name: its family is the resolver's
+    if len(by_family) > 1:
+        raise ConfigError(
+            f"dLegerPeers={config.dleger_peers!r} mixes IPv4 members ({', '.join(by_family[4])}) and IPv6 "
+            f"members ({', '.join(by_family[6])}): a member connects from its own address, so it cannot "
+            "reach a member of the other family; give every member an address of one family"
         )
     return peers
 

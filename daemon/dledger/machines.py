@@ -45,7 +45,7 @@ from daemon.dledger.protocol import (
     VoteResult,
     entry_json,
 )
-from store.dledger import DLedgerCode, DLedgerError, Entry, RaftLog
+from store.dledger import DamagedEntryError, DLedgerCode, DLedgerError, Entry, RaftLog
 
 log = logging.getLogger(__name__)
 
@@ -279,6 +279,10 @@ class Node:
         #: (leader) the entries pushed lately, index -> as a push carries them and their JSON, until every
         #: follower has them
         self._wire: dict[int, tuple[DLedgerEntry, bytes]] = {}
+        #: an entry of this log found failing its bodyCrc when read back: it leads no more while it holds it
+        self.damaged = -1
+        #: whether this member may run for leader now (its owner: not while its store refuses writes)
+        self.can_lead: Callable[[], bool] = lambda: True
 
     # ------------------------------------------------------------------ state
 
@@ -432,6 +436,8 @@ class Node:
             self.next_vote_time = self._vote_interval()
             self.need_increase_term = False
             return []
+        if self._holds_damage() or not self.can_lead():
+            return []  # (it votes for others still, and follows whoever is elected)
         term = self.m.term
         self._vote_seq += 1
         deadline = now + 2000 + self.rng.randrange(self.t.max_vote_interval_ms)
@@ -610,6 +616,8 @@ class Node:
             return Code.INCONSISTENT_LEADER
         if m.term != req.term:
             return Code.INCONSISTENT_TERM
+        if self._holds_damage() or not self.can_lead():
+            return Code.TAKE_LEADERSHIP_FAILED  # (it would leave its term, deposing the leader, and not run)
         if self.log.last_index < req.take_leadership_ledger_index:
             # DLedgerServer waits (leadershipTransferWaitTimeout) for the entries still on their way
             self.take_leadership_wait = (req, self._now + self.t.leadership_transfer_wait_timeout)
@@ -690,6 +698,42 @@ class Node:
         except DLedgerError:
             return None
 
+    def _own_entry(self, index: int) -> Entry | None:
+        """(leader) Entry `index` to push or compare, or None. One read back from disk failing its bodyCrc
+        (damaged after the append) ends this leadership: every follower refuses it, so the group would
+        commit nothing past it while heartbeats kept this member the leader."""
+        try:
+            return self.log.get(index) if index >= 0 else None
+        except DamagedEntryError as exc:
+            self.damaged = exc.index
+            self.give_up_leadership(
+                f"{exc.reason} (damaged in this member's log since it was written); it asks for no votes "
+                "while it holds that entry (a new leader cuts and sets it aside, or replaces it, unless it "
+                "is committed here)"
+            )
+            return None
+        except DLedgerError:
+            return None
+
+    def give_up_leadership(self, why: str) -> None:
+        """(leader) Step down to candidate in the same term: this member cannot lead (``why``, at ERROR)."""
+        if self.is_leader:
+            log.error("[%s] giving up the leadership of term %d: %s", self.m.self_id, self.m.term, why)
+            self.to_candidate(self.m.term)
+
+    def _holds_damage(self) -> bool:
+        """Whether this log still holds the entry it found damaged (cut, or pushed again whole: no more)."""
+        if self.damaged == -1:
+            return False
+        if self.log.begin_index <= self.damaged <= self.log.last_index:  # (not cut, nor cleaned up)
+            try:
+                self.log.get(self.damaged)
+            except DLedgerError:
+                return True
+        log.info("[%s] entry %d is no longer damaged here: it may lead again", self.m.self_id, self.damaged)
+        self.damaged = -1
+        return False
+
     def _expire_waiting(self, now: int) -> None:
         late = [i for i, (_, deadline) in self.waiting.items() if deadline <= now]
         for index in late:
@@ -727,6 +771,8 @@ class Node:
                 made = self._push_compare(peer, p, now)
             else:
                 continue
+            if not self.is_leader:
+                return []  # it found its own log damaged
             for o in made:
                 o.epoch = p.epoch
             out += made
@@ -764,7 +810,7 @@ class Node:
         (cleared at each role change)."""
         pushed = self._wire.get(index)
         if pushed is None:
-            entry = self._get(index)
+            entry = self._own_entry(index)
             if entry is None:
                 return None
             wire = wire_entry(entry)
@@ -788,12 +834,12 @@ class Node:
 
     def _push_compare(self, peer: str, p: PeerPush, now: int) -> list[Out]:
         if p.state is PushState.TRUNCATE:
-            entry = self._get(p.compare_index)
+            entry = self._own_entry(p.compare_index)
             kind = PushType.TRUNCATE
         else:
             if p.compare_index == -1 or not (self.log.begin_index <= p.compare_index <= self.log.last_index):
                 p.compare_index = self.log.last_index
-            entry = self._get(p.compare_index)
+            entry = self._own_entry(p.compare_index)
             kind = PushType.COMPARE
         if entry is None:
             return []

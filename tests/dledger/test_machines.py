@@ -315,6 +315,28 @@ def test_leadership_transfer_moves_the_leader() -> None:
     assert c.leader() is node
 
 
+def test_a_transfer_to_a_member_that_cannot_lead_is_refused_and_the_leader_stays() -> None:
+    """A member whose store refuses writes asks for no votes; asked to take the leadership it says so at
+    once, rather than leaving its term (which deposes the leader) for an election it will not run in."""
+    c = Cluster(seed=9, loss=0.0)
+    c.run(5000, append_every=100)
+    leader = c.leader()
+    assert leader is not None
+    target = next(p for p in PEERS if p != leader.m.self_id)
+    node = c.nodes[target]
+    assert node is not None
+    node.can_lead = lambda: False
+    code, out = leader.transfer_request(target)
+    assert code == DLedgerResponseCode.SUCCESS and out is not None
+    assert node.on_take_leadership(out.request) == DLedgerResponseCode.TAKE_LEADERSHIP_FAILED  # type: ignore[arg-type]
+    leader.transfer_answered(
+        leader.m.term, LeadershipTransferResponse(code=int(DLedgerResponseCode.TAKE_LEADERSHIP_FAILED))
+    )
+    term = leader.m.term
+    c.run(3000, append_every=100)
+    assert c.leader() is leader and leader.m.term == term
+
+
 def test_preferred_leader_takes_over() -> None:
     c = Cluster(seed=11, loss=0.0)
     for node in c.nodes.values():

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from daemon.broker.broker import Broker
-from daemon.config import parse_properties
+from daemon.config import ConfigError, parse_properties
 from daemon.dledger.machines import wire_entry
 from daemon.dledger.protocol import (
     DLedgerRequestCode,
@@ -364,3 +364,12 @@ async def _true(rows: Awaitable[object]) -> bool:
 
 def _committed(b: Broker, index: int) -> bool:
     return b.dledger is not None and b.dledger.log.committed_index == index
+
+
+async def test_peers_of_both_address_families_are_refused_with_a_clear_error(tmp_path: Path) -> None:
+    """A member on ``[::1]`` and two on 127.0.0.1: members connect from their own address, so neither
+    family reaches the other; the member was silently unreachable (its peers logged it at DEBUG only)."""
+    keys = on_hosts(members(tmp_path), ["127.0.0.1", "127.0.0.1", "[::1]"])
+    for k in keys:
+        with pytest.raises(ConfigError, match=r"mixes IPv4 members \(n0, n1\) and IPv6 members \(n2\)"):
+            await start_broker(Path(k["store_path_root_dir"]), **k)

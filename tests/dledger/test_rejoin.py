@@ -65,6 +65,29 @@ async def running(keys: list[dict[str, Any]]) -> AsyncIterator[tuple[list[Broker
                 await b.stop()
 
 
+async def led(
+    brokers: list[Broker | None], client: RemotingClient, topic: str, acked: int
+) -> tuple[Broker, BrokerClient]:
+    """The elected leader, after it acknowledged `acked` sends (``acked-i``) to queue 0 of `topic`."""
+    leader = await elected(brokers)
+    on = BrokerClient(leader.addr, client)
+    await on.create_topic(topic, 1)
+    for i in range(acked):
+        assert (await on.send(topic, f"acked-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+    return leader, on
+
+
+async def stop_followers(brokers: list[Broker | None], leader: Broker, count: int = 2) -> list[int]:
+    """Stop `count` members other than `leader` (set to None in `brokers`): their indexes."""
+    followers = [i for i, b in enumerate(brokers) if b is not None and b is not leader][:count]
+    for i in followers:
+        b = brokers[i]
+        assert b is not None
+        await b.stop()
+        brokers[i] = None
+    return followers
+
+
 async def elected(brokers: list[Broker | None]) -> Broker:
     """The group's master once one is elected and has taken the role."""
     await wait_until(lambda: leader_of(brokers) is not None, 20)
@@ -77,19 +100,10 @@ async def elected(brokers: list[Broker | None]) -> Broker:
 async def test_an_isolated_leader_acks_nothing_and_its_tail_is_quarantined_on_rejoin(tmp_path: Path) -> None:
     keys = members(tmp_path)
     async with running(keys) as (brokers, client):
-        old = await elected(brokers)
-        on_old = BrokerClient(old.addr, client)
-        await on_old.create_topic("R", 1)
-        for i in range(10):
-            assert (await on_old.send("R", f"acked-{i}".encode(), queue_id=0)).code == ResponseCode.SUCCESS
+        old, on_old = await led(brokers, client, "R", 10)
         await asyncio.sleep(1.5)  # the followers learn the last commit index (idle commit pushes)
         # the followers go: what the leader takes now reaches no majority
-        followers = [i for i, b in enumerate(brokers) if b is not None and b is not old]
-        for i in followers:
-            b = brokers[i]
-            assert b is not None
-            await b.stop()
-            brokers[i] = None
+        followers = await stop_followers(brokers, old)
         lone = await asyncio.gather(
             *(on_old.send("R", f"lone-{i}".encode(), queue_id=0) for i in range(LONE))
         )
