@@ -11,7 +11,6 @@ import asyncio
 import random
 import struct
 import time
-import typing
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, Final
 
@@ -206,8 +205,6 @@ class SendProcessor:
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self.store_host = (broker.config.broker_ip1, broker.config.listen_port)
-        #: the connection of the remoting send being handled (None between sends, and for the gRPC front's)
-        self._conn: Connection | None = None
 
     # ------------------------------------------------------------------ checks shared by sends
 
@@ -268,12 +265,8 @@ class SendProcessor:
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
         """Synchronous unless the put must wait for an fsync: no task per send on the hot path."""
-        self._conn = conn  # (a DLedger send's answer is written to it by the read that commits it)
-        try:
-            # the client's socket address, read when it connected
-            return self.send_from(conn.address if conn.address[0] else _NO_SOCKET, request)
-        finally:
-            self._conn = None
+        # the client's socket address, read when it connected
+        return self.send_from(conn.address if conn.address[0] else _NO_SOCKET, request)
 
     def send_from(
         self, born_host: HostAddress, request: RemotingCommand
@@ -426,7 +419,7 @@ class SendProcessor:
         group = self.broker.dledger
         if group is not None and result.status in _REPLICATE:
             # the put appended its entries just now, on this loop: the last one is the log's last
-            answer = QuorumAnswer(self, request, result, topic, queue_id, started, self._conn)
+            answer = QuorumAnswer(self, request, result, topic, queue_id, started)
             if trace.ENABLED:
                 trace.mark("send-read", group.log.last_index, started)
                 trace.mark("appended", group.log.last_index)
@@ -510,9 +503,8 @@ class SendProcessor:
 
 class QuorumAnswer:
     """A DLedger send's answer, made when the group learns whether a quorum holds its entries
-    (:meth:`committed`, called in the pass that learns it: the read of a follower's answer), so a waiting send
-    costs no task of its own. A remoting send's reply is written there and then; the future (which its
-    connection tracks until the send is answered) carries the reply only for the gRPC front's sends."""
+    (:meth:`committed`, called in the pass that learns it): the connection answers from its future's
+    done callback, so a waiting send costs no task of its own."""
 
     def __init__(
         self,
@@ -522,10 +514,8 @@ class QuorumAnswer:
         topic: str,
         queue_id: int,
         started: int,
-        conn: Connection | None,
     ) -> None:
         self.future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
-        self.conn = conn
         self.processor = processor
         self.request = request
         self.result = result
@@ -545,13 +535,7 @@ class QuorumAnswer:
             )
         except Exception as exc:
             self.future.set_exception(exc)
-            return
-        conn = self.conn
-        if conn is None:  # (a gRPC send: its front answers from the future)
+        else:
             self.future.set_result(response)
-            return
-        conn.reply(self.request, response)  # now, not from the future's callback a loop round later
-        if trace.ENABLED:
-            trace.mark("reply-write", self.index)
-        # (the connection tracks the send until here, and writes nothing for None)
-        self.future.set_result(typing.cast(RemotingCommand, None))
+            if trace.ENABLED:  # the connection writes the reply from the callback set_result just queued
+                asyncio.get_running_loop().call_soon(trace.mark, "reply-write", self.index)
