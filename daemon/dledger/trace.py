@@ -7,7 +7,8 @@ set, every member writes, for the entries whose index is a multiple of ``MQCTL_D
 entry to ``<dir>/trace-<pid>.tsv``: all processes of one machine read the same monotonic clock, so
 `benchmarks/dledger_timeline.py` lines the files up into the gaps of each step.
 
-Off, the callers test :data:`ENABLED` (a constant read once at import) and call nothing.
+Off, the callers test :data:`ENABLED` (read once at import; not ``Final``, which a compiled caller would
+take in at its build) and call nothing.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from __future__ import annotations
 import atexit
 import os
 import time
-from typing import IO, Final
+from typing import IO
 
 _DIR = os.environ.get("MQCTL_DLEDGER_TRACE", "")
-ENABLED: Final = bool(_DIR)
-EVERY: Final = max(1, int(os.environ.get("MQCTL_DLEDGER_TRACE_EVERY", "16") or 16))
+ENABLED = bool(_DIR)
+EVERY = max(1, int(os.environ.get("MQCTL_DLEDGER_TRACE_EVERY", "16") or 16))
 
 _out: list[IO[str]] = []
 #: who writes the lines (the member's id, set by its server)
