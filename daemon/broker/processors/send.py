@@ -421,7 +421,7 @@ class SendProcessor:
             # the put appended its entries just now, on this loop: the last one is the log's last
             answer = QuorumAnswer(self, request, result, topic, queue_id, started)
             if trace.ENABLED:
-                trace.mark("send-read", group.log.last_index, started)
+                trace.mark("send-read", group.log.last_index, started)  # (perf_counter: CLOCK_MONOTONIC too)
                 trace.mark("appended", group.log.last_index)
                 answer.index = group.log.last_index
             group.when_committed(group.log.last_index, answer.committed)
