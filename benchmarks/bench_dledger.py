@@ -37,10 +37,12 @@ UP_ARGS = ("--dledger", "3", "--broker-port", "0", "--no-metrics")
 
 def group_env(config_root: Path) -> dict[str, str]:
     """The members' environment: clean, but for ``MQCTL_NATIVE`` (``=0``: the pure-Python run, as the single
-    broker, which inherits this process's environment, gets it)."""
+    broker, which inherits this process's environment, gets it) and the timeline's ``MQCTL_DLEDGER_TRACE``
+    (see `daemon.dledger.trace`; `benchmarks/dledger_timeline.py` reads what it writes)."""
     env = clean_env(config_root)
-    if "MQCTL_NATIVE" in os.environ:
-        env["MQCTL_NATIVE"] = os.environ["MQCTL_NATIVE"]
+    for key in ("MQCTL_NATIVE", "MQCTL_DLEDGER_TRACE", "MQCTL_DLEDGER_TRACE_EVERY"):
+        if key in os.environ:
+            env[key] = os.environ[key]
     return env
 
 

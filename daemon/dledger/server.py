@@ -13,6 +13,7 @@ holds up nobody.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import ssl as _ssl
@@ -20,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
+from daemon.dledger import trace
 from daemon.dledger.gate import PeerGate
 from daemon.dledger.machines import MemberState, Node, Out, Role, Timings, wire_entry
 from daemon.dledger.protocol import (
@@ -127,7 +129,12 @@ class DLedgerServer:
         #: Whether the channel runs mutual TLS (haTls): the listener's and the peer connections' contexts.
         self.mutual_tls = tls is not None
         self.server = RemotingServer(
-            host=listen_host or host, port=port, idle_timeout=0, tls=tls, admit=self.gate.admits
+            host=listen_host or host,
+            port=port,
+            idle_timeout=0,
+            tls=tls,
+            admit=self.gate.admits,
+            batch_replies=False,  # the leader waits on each push's answer: written as the push is read
         )
         for code in DLedgerRequestCode:
             self.server.register(int(code), self._serve)
@@ -142,6 +149,8 @@ class DLedgerServer:
         self._push_soon = False
         self._dispatching = False
         self._stopped = False
+        if trace.ENABLED:
+            trace.member(settings.self_id)
 
     @property
     def log(self) -> RaftLog:
@@ -211,33 +220,72 @@ class DLedgerServer:
             await asyncio.sleep(TICK_SECONDS)
 
     def _send(self, outs: list[Out]) -> None:
+        """Each request written now on its peer's open connection, its answer handled in the read that
+        brings it (no task per request: a push and the quorum it completes each cost no loop round);
+        a peer not connected yet is connected to by a task of its own."""
         for out in outs:
+            if trace.ENABLED and isinstance(out.request, PushEntryRequest):
+                trace.mark_range(f"push-write {out.peer}", out.request.first_entry_index, out.request.count)
+            conn = self.client.open_connection(self.settings.peers[out.peer])
+            if conn is not None:
+                try:
+                    conn.request(
+                        self._request(out), RPC_TIMEOUT_MS / 1000, functools.partial(self._answered, out)
+                    )
+                    continue
+                except RemotingError:  # closed meanwhile: the task reconnects
+                    pass
             task = asyncio.create_task(self._call(out))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
 
+    def _answered(self, out: Out, answer: RemotingCommand | Exception) -> None:
+        if self._stopped:
+            return
+        if isinstance(answer, RemotingCommand):
+            resp = self._decode(out, answer)
+        else:
+            log.debug("DLedger %s to %s: %s", out.code.name, out.peer, answer)
+            resp = None
+        self._handle(out, resp)
+
     async def _call(self, out: Out) -> None:
-        resp = await self.rpc(out)
-        self.node.on_response(out, resp, now_ms())
-        self._send([])
-        self._effects()
+        self._handle(out, await self.rpc(out))
+
+    def _handle(self, out: Out, resp: RequestOrResponse | None) -> None:
+        if trace.ENABLED and resp is not None and isinstance(out.request, PushEntryRequest):
+            trace.mark_range(f"ack-read {out.peer}", out.request.first_entry_index, out.request.count)
+        try:
+            self.node.on_response(out, resp, now_ms())
+            self._effects()
+        except Exception:
+            log.exception("DLedger: handling the answer of %s to %s failed", out.peer, out.code.name)
+
+    @staticmethod
+    def _request(out: Out) -> RemotingCommand:
+        body = out.body if out.body is not None else out.request.encode()
+        return RemotingCommand.request(int(out.code), body=body)
 
     async def rpc(self, out: Out) -> RequestOrResponse | None:
         """Send one request; its answer, or None when the peer did not answer in time."""
-        addr = self.settings.peers[out.peer]
-        body = out.body if out.body is not None else out.request.encode()
-        request = RemotingCommand.request(int(out.code), body=body)
         try:
-            response = await self.client.invoke(addr, request, RPC_TIMEOUT_MS / 1000)
+            response = await self.client.invoke(
+                self.settings.peers[out.peer], self._request(out), RPC_TIMEOUT_MS / 1000
+            )
         except RemotingError as exc:
             log.debug("DLedger %s to %s: %s", out.code.name, out.peer, exc)
             return None
-        if response.code != REMOTING_RESPONSE_CODE:  # the peer's gate (NO_PERMISSION), or its failure
+        return self._decode(out, response)
+
+    def _decode(self, out: Out, response: RemotingCommand) -> RequestOrResponse | None:
+        """The peer's answer as its bean; None when it refused (its gate: NO_PERMISSION, or a failure) or
+        wrote something unreadable."""
+        if response.code != REMOTING_RESPONSE_CODE:
             self._peer_refusals.warning(
                 "DLedger %s to %s (%s) refused: code %d, %s",
                 out.code.name,
                 out.peer,
-                addr,
+                self.settings.peers[out.peer],
                 response.code,
                 response.remark,
             )
@@ -265,6 +313,8 @@ class DLedgerServer:
         if node.completed:
             done, node.completed = node.completed, {}
             for index, code in done.items():
+                if trace.ENABLED:
+                    trace.mark("commit", index)
                 self._answer_waiters(self._waiters, index, code)
         committed = self.log.committed_index
         if committed != self._committed:
@@ -397,10 +447,25 @@ class DLedgerServer:
             return request.make_response(ResponseCode.NO_PERMISSION, refusal)
         if isinstance(bean, LeadershipTransferRequest) and bean.group == self.node.m.group:
             return self._transfer_reply(request, bean)
+        if trace.ENABLED and isinstance(bean, PushEntryRequest):
+            return self._traced_push(request, code, bean)
         resp = self._answer(code, bean)
         # (a follower answers a push before it dispatches what the push committed: the leader waits)
         self._effects(after_replies=True)
         return self._reply(request, resp)
+
+    def _traced_push(
+        self, request: RemotingCommand, code: DLedgerRequestCode, bean: PushEntryRequest
+    ) -> RemotingCommand:
+        """:meth:`_serve` of a push, its steps marked (the reply is written as this read ends)."""
+        first, count = bean.first_entry_index, bean.count
+        trace.mark_range("push-read", first, count)
+        resp = self._answer(code, bean)
+        trace.mark_range("appended", first, count)
+        self._effects(after_replies=True)
+        reply = self._reply(request, resp)
+        trace.mark_range("ack-write", first, count)
+        return reply
 
     async def _transfer_reply(
         self, request: RemotingCommand, req: LeadershipTransferRequest

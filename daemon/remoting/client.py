@@ -108,6 +108,12 @@ class RemotingClient:
             self._connections[addr] = conn
             return conn
 
+    def open_connection(self, addr: str) -> Connection | None:
+        """The open connection to `addr`, or None (then `connection` connects): for callers that write
+        without awaiting while it is up."""
+        conn = self._connections.get(addr)
+        return conn if conn is not None and not conn.is_closed else None
+
     async def _connect(self, addr: str) -> Connection:
         try:
             host, port = parse_addr(addr)

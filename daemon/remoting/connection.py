@@ -234,6 +234,10 @@ class Connection(asyncio.Protocol):
         self.batch = batch
         self._outbox: list[bytes] = []
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
+        #: requests sent by `request`: opaque -> (what to call with the answer or the failure, its timer)
+        self._callbacks: dict[
+            int, tuple[Callable[[RemotingCommand | Exception], None], asyncio.TimerHandle]
+        ] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
         self._loop = asyncio.get_running_loop()
         self._closed = self._loop.create_future()
@@ -283,6 +287,7 @@ class Connection(asyncio.Protocol):
                 for fut in self._pending.values():
                     if not fut.done():
                         fut.set_exception(self._broken)
+                self._fail_callbacks(self._broken)
             else:
                 log.warning("closing connection from %s: bad frame: %s", self.peer, exc)
             buf.clear()
@@ -332,6 +337,7 @@ class Connection(asyncio.Protocol):
             if not fut.done():
                 fut.set_exception(error)
         self._pending.clear()
+        self._fail_callbacks(error)
         if not self._closed.done():
             self._closed.set_result(None)
         if self.on_close is not None:
@@ -396,6 +402,38 @@ class Connection(asyncio.Protocol):
             timer.cancel()
             self._pending.pop(request.opaque, None)
 
+    def request(
+        self,
+        request: RemotingCommand,
+        timeout: float,
+        on_answer: Callable[[RemotingCommand | Exception], None],
+    ) -> None:
+        """`invoke` without a task: the request is written now and `on_answer` is called with the response
+        from the read that brings it (or with the RemotingError that ends the wait: a timeout, the
+        connection's loss), so that a caller on a latency-bound path (a DLedger push and its quorum) is
+        not woken one loop round later, twice."""
+        if self.is_closed:
+            raise self._broken or RemotingConnectError(self.peer, "connection closed")
+        request.opaque = opaque = next_opaque()
+        request.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
+        timer = self._loop.call_later(timeout, self._expire_callback, opaque, timeout, request.code)
+        self._callbacks[opaque] = (on_answer, timer)
+        self.send(request)
+
+    def _expire_callback(self, opaque: int, timeout: float, code: int) -> None:
+        waiting = self._callbacks.pop(opaque, None)
+        if waiting is not None:
+            waiting[0](RemotingTimeoutError(self.peer, timeout, code))
+
+    def _fail_callbacks(self, error: Exception) -> None:
+        waiting, self._callbacks = self._callbacks, {}
+        for on_answer, timer in waiting.values():
+            timer.cancel()
+            try:
+                on_answer(error)
+            except Exception:  # one failing caller must not strand the others
+                log.exception("answering a request to %s failed", self.peer)
+
     def invoke_oneway(self, request: RemotingCommand) -> None:
         """Send a request that the peer must not answer."""
         if self.is_closed:
@@ -410,6 +448,12 @@ class Connection(asyncio.Protocol):
             fut.set_exception(TimeoutError())
 
     def _on_response(self, cmd: RemotingCommand) -> None:
+        if self._callbacks:
+            waiting = self._callbacks.pop(cmd.opaque, None)
+            if waiting is not None:
+                waiting[1].cancel()
+                waiting[0](cmd)
+                return
         fut = self._pending.get(cmd.opaque)
         if fut is None or fut.done():
             log.debug("dropping response with unknown opaque %d from %s", cmd.opaque, self.peer)

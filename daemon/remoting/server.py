@@ -71,8 +71,12 @@ class RemotingServer:
         limits: RemotingLimits | None = None,
         tls: ServerTls | None = None,
         admit: Callable[[str], bool] | None = None,
+        batch_replies: bool = True,
     ) -> None:
         self.dispatcher = RequestDispatcher(processors, default_processor)
+        #: Whether replies wait for the end of the loop's round of reads (`ReplyBatch`): not for a server
+        #: whose one peer waits on each reply (a DLedger follower's leader), where the round is only a delay.
+        self.batch_replies = batch_replies
         self.host = host
         self.port = port
         self.max_frame_length = max_frame_length
@@ -285,8 +289,8 @@ class RemotingServer:
         if len(self.connections) >= self.limits.connection_cap():
             return _Refused(self._refuse)
         loop = asyncio.get_running_loop()
-        if self._batch is None or self._batch.loop is not loop:  # (a server restarted on another loop)
-            self._batch = ReplyBatch(loop)
+        if self.batch_replies and (self._batch is None or self._batch.loop is not loop):
+            self._batch = ReplyBatch(loop)  # (also when a server restarted on another loop)
         conn = Connection(
             self.dispatcher,
             max_frame_length=self.max_frame_length,

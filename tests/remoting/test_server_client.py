@@ -384,3 +384,54 @@ async def test_held_replies_go_out_before_a_close_and_past_a_broken_transport() 
     conns[1].data_received(_request(4))  # the survivor is held and released again
     await asyncio.sleep(0)
     assert _opaques(transports[1].writes) == [2, 4]
+
+
+def _response_to(frame: bytes) -> bytes:
+    """The server's answer to the request `frame` (its ECHO reply with the same opaque)."""
+    decoded = decode_frame(frame, 0)
+    assert decoded is not None
+    request = decoded[0]
+    response = request.make_response(body=request.body)
+    response.opaque = request.opaque
+    response.flag |= 1  # FLAG_RESPONSE
+    return encode_command(response)
+
+
+async def test_a_request_is_written_at_once_and_answered_in_the_read_that_brings_its_response() -> None:
+    """`Connection.request`: no task, no loop round between the response's read and the caller's
+    callback; a timeout and the connection's loss each end the wait with an error, once."""
+    conn = Connection(RequestDispatcher(), requester=True)
+    transport = RecordingTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    answers: list[RemotingCommand | Exception] = []
+    conn.request(RemotingCommand.request(ECHO, body=b"a"), 5, answers.append)
+    assert len(transport.writes) == 1  # written before request() returned
+    conn.data_received(_response_to(transport.writes[0]))
+    assert len(answers) == 1 and isinstance(answers[0], RemotingCommand) and answers[0].body == b"a"
+    conn.request(RemotingCommand.request(ECHO), 0.01, answers.append)
+    await asyncio.sleep(0.05)
+    assert isinstance(answers[1], RemotingTimeoutError)
+    conn.data_received(_response_to(transport.writes[1]))  # too late: dropped, nobody called again
+    conn.request(RemotingCommand.request(ECHO), 5, answers.append)
+    conn.connection_lost(None)
+    assert len(answers) == 3 and isinstance(answers[2], RemotingConnectError)
+    await asyncio.sleep(0.02)
+    assert len(answers) == 3
+
+
+async def test_a_server_without_reply_batching_answers_as_the_read_ends() -> None:
+    """`batch_replies=False` (a DLedger member's listener): a reply does not wait for the loop's round."""
+    srv = RemotingServer(
+        {ECHO: lambda conn, req: req.make_response(body=req.body)}, host="127.0.0.1", batch_replies=False
+    )
+    await srv.start()
+    try:
+        conn = srv.accept()
+        assert isinstance(conn, Connection)
+        transport = RecordingTransport()
+        conn.connection_made(transport)  # type: ignore[arg-type]
+        conn.data_received(_request(5))
+        assert _opaques(transport.writes) == [5]  # before any loop callback ran
+        srv.connections.discard(conn)
+    finally:
+        await srv.stop(grace=0)

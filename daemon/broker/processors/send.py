@@ -24,6 +24,7 @@ from daemon.broker.managers.topics import (
 )
 from daemon.broker.processors import FAQ, fail, system_error
 from daemon.broker.retry import retry_copy
+from daemon.dledger import trace
 from daemon.dledger.protocol import DLedgerResponseCode
 from daemon.remoting import fields
 from daemon.remoting.bodies import PermName
@@ -419,6 +420,10 @@ class SendProcessor:
         if group is not None and result.status in _REPLICATE:
             # the put appended its entries just now, on this loop: the last one is the log's last
             answer = QuorumAnswer(self, request, result, topic, queue_id, started)
+            if trace.ENABLED:
+                trace.mark("send-read", group.log.last_index, started)  # (perf_counter: CLOCK_MONOTONIC too)
+                trace.mark("appended", group.log.last_index)
+                answer.index = group.log.last_index
             group.when_committed(group.log.last_index, answer.committed)
             return answer.future
         ha = self.broker.ha_master
@@ -517,6 +522,8 @@ class QuorumAnswer:
         self.topic = topic
         self.queue_id = queue_id
         self.started = started
+        #: the entry's index, kept to mark its reply's write when the timeline is traced
+        self.index = -1
 
     def committed(self, code: DLedgerResponseCode) -> None:
         if self.future.done():
@@ -530,3 +537,5 @@ class QuorumAnswer:
             self.future.set_exception(exc)
         else:
             self.future.set_result(response)
+            if trace.ENABLED:  # the connection writes the reply from the callback set_result just queued
+                asyncio.get_running_loop().call_soon(trace.mark, "reply-write", self.index)
