@@ -71,6 +71,21 @@ class JsonConfigFile:
         # periodic offset flushes): one writer of ``<name>.tmp`` at a time, each writing a snapshot.
         # (Re-entrant: a journaled table folds its journal from inside its own journal write.)
         self._write_lock = threading.RLock()
+        # Changes counted by the managers that persist periodically (`persist_if_changed`); one counted
+        # from the start, so the first periodic persist writes whatever load found (a .bak's table too).
+        self._changes = 1
+        self._persisted = 0
+
+    def mark_changed(self) -> None:
+        """Count a change of the table (call under ``lock``), for `persist_if_changed`."""
+        self._changes += 1
+
+    def persist_if_changed(self) -> None:
+        """`persist`, unless no change was counted since the last one wrote: the periodic writer of a large
+        offset table (tens of ms of Python with 10,000 entries, the GIL held against the event loop the
+        while) then costs nothing while no offset moves."""
+        if self._changes != self._persisted:
+            self.persist()
 
     def load(self) -> None:
         """Load ``<name>``; when it is damaged, its ``.bak`` (as the broker does), but only after logging at
@@ -125,7 +140,9 @@ class JsonConfigFile:
         with self._write_lock:
             with self.lock:
                 text = self.text()
+                changes = self._changes
             self._write(text)
+            self._persisted = changes
 
     def _write(self, text: str) -> None:
         """Replace the file with ``text`` durably, keeping the previous version as ``.bak``."""
@@ -515,7 +532,20 @@ class ConsumerOffsetManager(JsonConfigFile):
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         with self.lock:
-            self.table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
+            queues = self.table.setdefault(f"{topic}@{group}", {})
+            if queues.get(queue_id) != offset:  # (an idle consumer commits the same offsets every 5 s)
+                queues[queue_id] = offset
+                self._changes += 1
+
+    def merge(self, table: dict[str, dict[int, int]]) -> bool:
+        """Take every entry of ``table`` (a master's, on a slave); whether anything changed."""
+        with self.lock:
+            before = {k: dict(v) for k, v in self.table.items()}
+            self.table.update(table)
+            if self.table == before:
+                return False
+            self._changes += 1
+            return True
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """Committed offset, or -1 when the group never committed one for that queue."""
@@ -552,6 +582,8 @@ class ConsumerOffsetManager(JsonConfigFile):
             keys = [k for k in self.table if doomed(*_split_key(k))]
             for key in keys:
                 del self.table[key]
+            if keys:
+                self._changes += 1
         return len(keys)
 
 
@@ -580,7 +612,18 @@ class DelayOffsetManager(JsonConfigFile):
 
     def set_offset(self, level: int, offset: int) -> None:
         with self.lock:  # (the broker persists the table from a worker thread)
-            self.table[level] = offset
+            if self.table.get(level) != offset:
+                self.table[level] = offset
+                self._changes += 1
+
+    def replace(self, table: dict[int, int]) -> bool:
+        """Take a master's table (on a slave); whether anything changed."""
+        with self.lock:
+            if table == self.table:
+                return False
+            self.table = table
+            self._changes += 1
+            return True
 
     def offsets(self) -> dict[int, int]:
         """A copy of level → next offset."""
@@ -609,6 +652,7 @@ class ConfigFiles:
             m.load()
 
     def persist_offsets(self) -> None:
-        """What the broker persists periodically and at shutdown (topics and groups persist on change)."""
-        self.consumer_offsets.persist()
-        self.delay_offsets.persist()
+        """What the broker persists periodically and at shutdown (topics and groups persist on change): each
+        file only when an offset in it changed since it was last written."""
+        self.consumer_offsets.persist_if_changed()
+        self.delay_offsets.persist_if_changed()

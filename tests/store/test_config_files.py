@@ -184,6 +184,53 @@ def test_offsets_persist(tmp_path: Path) -> None:
     assert loaded.consumer_offsets.groups_of("T") == {"G"} and loaded.consumer_offsets.topics_of("G") == {"T"}
 
 
+def test_periodic_offset_persists_write_only_after_an_offset_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every path that changes an offset makes the next periodic persist write, and nothing else does: an
+    idle consumer committing the same offsets, or a master's unchanged table, writes nothing."""
+    files = ConfigFiles(str(tmp_path))
+    written: list[str] = []
+    for manager in (files.consumer_offsets, files.delay_offsets):
+        real = manager._write
+        monkeypatch.setattr(manager, "_write", lambda text, real=real: (written.append(text), real(text)))
+
+    def writes() -> int:
+        written.clear()
+        files.persist_offsets()
+        return len(written)
+
+    offsets, delays = files.consumer_offsets, files.delay_offsets
+    assert writes() == 2  # the first writes what load found
+    assert writes() == 0
+    offsets.commit_offset("G", "T", 0, 5)
+    assert writes() == 1 and "5" in written[0]
+    offsets.commit_offset("G", "T", 0, 5)
+    assert writes() == 0
+    delays.set_offset(3, 9)
+    assert writes() == 1
+    delays.set_offset(3, 9)
+    assert writes() == 0
+    assert offsets.merge({"T@G": {0: 5}}) is False and writes() == 0
+    assert offsets.merge({"T@G": {0: 6}}) is True and writes() == 1
+    assert delays.replace({3: 9}) is False and writes() == 0
+    assert delays.replace({3: 10}) is True and writes() == 1
+    assert offsets.delete_group("H") == 0 and writes() == 0
+    assert offsets.delete_topic("T") == 1 and writes() == 1
+    offsets.commit_offset("G", "T", 1, 1)
+    offsets.delete_group("G")
+    assert writes() == 1
+    offsets.commit_offset("G", "T", 1, 2)
+    monkeypatch.setattr(offsets, "_write", lambda text: (_ for _ in ()).throw(OSError("disk full")))
+    with pytest.raises(OSError):
+        files.persist_offsets()
+    monkeypatch.undo()
+    files.persist_offsets()  # a failed write is tried again at the next period
+    loaded = ConfigFiles(str(tmp_path))
+    loaded.load()
+    assert loaded.consumer_offsets.query_offset("G", "T", 1) == 2
+
+
 def test_concurrent_persists_leave_a_whole_file(tmp_path: Path) -> None:
     """The loop and worker threads persist the same file: every write is a whole snapshot, never two interleaved."""
     path = tmp_path / "topics.json"
