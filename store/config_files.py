@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Generic, TypeVar
 
 from store import fastjson
@@ -86,6 +86,22 @@ class JsonConfigFile:
         while) then costs nothing while no offset moves."""
         if self._changes != self._persisted:
             self.persist()
+
+    def unwritten_changes(self) -> int | None:
+        """The change count to pass to `write_text` with a text taken now, or None when the file already
+        holds every change counted (or this manager writes nothing)."""
+        if self.read_only or self.path is None or self._changes == self._persisted:
+            return None
+        return self._changes
+
+    def write_text(self, text: str, changes: int) -> None:
+        """Write ``text``, taken when the count was ``changes`` (`unwritten_changes`), unless a newer text
+        was written since: a text made in slices must not replace what a persist wrote meanwhile."""
+        with self._write_lock:
+            if changes <= self._persisted:
+                return
+            self._write(text)
+            self._persisted = changes
 
     def load(self) -> None:
         """Load ``<name>``; when it is damaged, its ``.bak`` (as the broker does), but only after logging at
@@ -529,6 +545,26 @@ class ConsumerOffsetManager(JsonConfigFile):
                 value = "none" if now is None else str(now)
                 out.append(f"{group}/{topic}/{q} = {value} ({'unreadable' if was is None else f'was {was}'})")
         return out
+
+    def text_slices(self, size: int) -> Iterator[str]:
+        """`text()` in pieces of ``size`` entries each, for a caller that serves requests between them (the
+        broker's event loop: made in one piece, 10,000 entries are tens of ms of Python). Each entry is
+        read when its piece is made; an entry changed after the pieces began is counted as a change, so
+        the next periodic persist writes it."""
+        with self.lock:
+            items = list(self.table.items())
+        if not items:
+            yield self.text()
+            return
+        yield '{\n\t"offsetTable":{\n'
+        for start in range(0, len(items), size):
+            with self.lock:
+                piece = ",\n".join(
+                    f"\t\t{json.dumps(key, ensure_ascii=False)}:{fastjson.dumps_pretty(dict(queues), 2)}"
+                    for key, queues in items[start : start + size]
+                )
+            yield (",\n" if start else "") + piece
+        yield "\n\t}\n}"
 
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         with self.lock:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -193,7 +194,12 @@ def test_periodic_offset_persists_write_only_after_an_offset_changed(
     written: list[str] = []
     for manager in (files.consumer_offsets, files.delay_offsets):
         real = manager._write
-        monkeypatch.setattr(manager, "_write", lambda text, real=real: (written.append(text), real(text)))
+
+        def recorded(text: str, real: Callable[[str], None] = real) -> None:
+            written.append(text)
+            real(text)
+
+        monkeypatch.setattr(manager, "_write", recorded)
 
     def writes() -> int:
         written.clear()
@@ -221,7 +227,11 @@ def test_periodic_offset_persists_write_only_after_an_offset_changed(
     offsets.delete_group("G")
     assert writes() == 1
     offsets.commit_offset("G", "T", 1, 2)
-    monkeypatch.setattr(offsets, "_write", lambda text: (_ for _ in ()).throw(OSError("disk full")))
+
+    def full(text: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(offsets, "_write", full)
     with pytest.raises(OSError):
         files.persist_offsets()
     monkeypatch.undo()
@@ -229,6 +239,33 @@ def test_periodic_offset_persists_write_only_after_an_offset_changed(
     loaded = ConfigFiles(str(tmp_path))
     loaded.load()
     assert loaded.consumer_offsets.query_offset("G", "T", 1) == 2
+
+
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=8),
+        st.dictionaries(st.integers(0, 64), st.integers(-1, 2**62), max_size=3),
+        max_size=12,
+    ),
+    st.integers(1, 5),
+)
+def test_offsets_text_in_slices_is_the_text(table: dict[str, dict[int, int]], size: int) -> None:
+    offsets = ConsumerOffsetManager(None)
+    offsets.table = table
+    assert "".join(offsets.text_slices(size)) == offsets.text()
+
+
+def test_a_text_made_in_slices_never_replaces_a_newer_one(tmp_path: Path) -> None:
+    offsets = ConsumerOffsetManager(str(tmp_path / "consumerOffset.json"))
+    offsets.commit_offset("G", "T", 0, 1)
+    changes = offsets.unwritten_changes()
+    assert changes is not None
+    old = "".join(offsets.text_slices(10))
+    offsets.commit_offset("G", "T", 0, 2)
+    offsets.persist()  # (the shutdown's persist, while the slices were made)
+    assert offsets.unwritten_changes() is None
+    offsets.write_text(old, changes)
+    assert "{0:2" in (tmp_path / "consumerOffset.json").read_text()
 
 
 def test_concurrent_persists_leave_a_whole_file(tmp_path: Path) -> None:
