@@ -903,8 +903,9 @@ class Broker:
             await asyncio.sleep(0)
 
     def _table_size(self) -> int:
-        """Entries of the tables that grow with topics (LoopWatch freezes them after a growth)."""
-        return len(self.topics.table) + self.stats.item_count()
+        """Entries of the tables that grow with topics (LoopWatch freezes them after a growth): topic
+        configs, stats items and the committed offsets' ``topic@group`` maps."""
+        return len(self.topics.table) + self.stats.item_count() + len(self.offsets.table)
 
     def _scan_clients(self) -> None:
         self.consumers.scan_expired()

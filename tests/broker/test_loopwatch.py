@@ -155,6 +155,9 @@ async def test_the_broker_watches_its_tables_sizes(broker: BrokerHandle) -> None
     before = size()
     broker.broker.stats.on_put("NewTopic", 1, 10)
     assert size() > before
+    before = size()
+    broker.broker.offsets.commit_offset("G", "NewTopic", 0, 1)  # an offset map per topic and group
+    assert size() == before + 1
 
 
 async def test_stats_windows_move_in_slices_with_the_loop_serving_between(broker: BrokerHandle) -> None:
