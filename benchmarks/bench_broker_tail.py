@@ -15,7 +15,11 @@ Prints each round (p50/p99/p99.9/max, the broker's own loop lag p99 and max and 
 last minute or two, from GET_BROKER_RUNTIME_INFO), the median p99.9 of each side and their ratio.
 
     python benchmarks/bench_broker_tail.py [--topics 10000] [--duration 10] [--rate 1000] [--rounds 2]
-        [--tree DIR]
+        [--group-offsets] [--tree DIR]
+
+``--group-offsets`` commits one group's offset on every topic first, so consumerOffset.json holds an entry
+per topic (as on a broker whose topics all have a consumer) and is written every 5 s while the round's
+consumer commits.
 
 ``--tree DIR`` runs the daemons of another source tree (see bench_broker_latency.py).
 """
@@ -23,10 +27,12 @@ last minute or two, from GET_BROKER_RUNTIME_INFO), the median p99.9 of each side
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import statistics
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -39,7 +45,7 @@ from benchlib import summary
 
 from daemon.remoting.loop import run
 from mqctl.admin.client import Admin
-from mqctl.services.bench import produce
+from mqctl.services.bench import produce, topic_names
 
 BUSY_LOOP = "while True: pass"
 
@@ -58,12 +64,23 @@ def competitor(on: bool) -> Iterator[None]:
         proc.wait()
 
 
-async def fill(namesrv: str, topics: int) -> float:
-    """Create the topics and send each its first message; returns the seconds it took."""
+async def fill(namesrv: str, broker: str, topics: int, group_offsets: bool) -> float:
+    """Create the topics and send each its first message (and with ``group_offsets``, commit one group's
+    offset on each: consumerOffset.json then holds an entry per topic); returns the seconds it took."""
     async with Admin([namesrv]) as admin:
         created = await create(admin, "TailMany", topics, 1)
         first = await produce(admin, "TailMany", topics=topics, queues=1, threads=16, size=1024, count=topics)
-    return created + first.seconds
+        started = time.perf_counter()
+        if group_offsets:
+            names = topic_names("TailMany", topics)
+            for start in range(0, len(names), 100):
+                await asyncio.gather(
+                    *(
+                        admin.commit_offset(broker, "TailGroup", name, 0, 1)
+                        for name in names[start : start + 100]
+                    )
+                )
+    return created + first.seconds + time.perf_counter() - started
 
 
 async def broker_loop(namesrv: str, broker: str) -> str:
@@ -82,14 +99,23 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=10.0, help="seconds per round after its warm-up")
     ap.add_argument("--rate", type=float, default=1000.0, help="msgs/s")
     ap.add_argument("--rounds", type=int, default=2, help="pairs of rounds (one quiet, one busy each)")
+    ap.add_argument(
+        "--group-offsets",
+        action="store_true",
+        help="one group's offset committed on every topic (before the rounds)",
+    )
     ap.add_argument("--tree", type=Path, default=ROOT, help="source tree of the daemons (default: this one)")
     args = ap.parse_args()
     tree = args.tree.resolve()
     p999: dict[str, list[float]] = {"quiet": [], "busy": []}
     loads: list[float] = []
     with namesrv_process(tree) as namesrv, broker_process("--namesrv", namesrv, cwd=tree) as (broker, _):
-        took = run(fill(namesrv, args.topics))
-        print(f"{args.topics:,} topics created and sent one message each in {took:.1f} s", flush=True)
+        took = run(fill(namesrv, broker, args.topics, args.group_offsets))
+        print(
+            f"{args.topics:,} topics created and sent one message each"
+            f"{' (and a group offset committed on each)' if args.group_offsets else ''} in {took:.1f} s",
+            flush=True,
+        )
         for r in range(args.rounds):
             for mode in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
                 with competitor(mode == "busy"):

@@ -27,7 +27,7 @@ import os
 import re
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, ClassVar, Generic, TypeVar
 
 from store import fastjson
@@ -71,6 +71,37 @@ class JsonConfigFile:
         # periodic offset flushes): one writer of ``<name>.tmp`` at a time, each writing a snapshot.
         # (Re-entrant: a journaled table folds its journal from inside its own journal write.)
         self._write_lock = threading.RLock()
+        # Changes counted by the managers that persist periodically (`persist_if_changed`); one counted
+        # from the start, so the first periodic persist writes whatever load found (a .bak's table too).
+        self._changes = 1
+        self._persisted = 0
+
+    def mark_changed(self) -> None:
+        """Count a change of the table (call under ``lock``), for `persist_if_changed`."""
+        self._changes += 1
+
+    def persist_if_changed(self) -> None:
+        """`persist`, unless no change was counted since the last one wrote: the periodic writer of a large
+        offset table (tens of ms of Python with 10,000 entries, the GIL held against the event loop the
+        while) then costs nothing while no offset moves."""
+        if self._changes != self._persisted:
+            self.persist()
+
+    def unwritten_changes(self) -> int | None:
+        """The change count to pass to `write_text` with a text taken now, or None when the file already
+        holds every change counted (or this manager writes nothing)."""
+        if self.read_only or self.path is None or self._changes == self._persisted:
+            return None
+        return self._changes
+
+    def write_text(self, text: str, changes: int) -> None:
+        """Write ``text``, taken when the count was ``changes`` (`unwritten_changes`), unless a newer text
+        was written since: a text made in slices must not replace what a persist wrote meanwhile."""
+        with self._write_lock:
+            if changes <= self._persisted:
+                return
+            self._write(text)
+            self._persisted = changes
 
     def load(self) -> None:
         """Load ``<name>``; when it is damaged, its ``.bak`` (as the broker does), but only after logging at
@@ -125,7 +156,9 @@ class JsonConfigFile:
         with self._write_lock:
             with self.lock:
                 text = self.text()
+                changes = self._changes
             self._write(text)
+            self._persisted = changes
 
     def _write(self, text: str) -> None:
         """Replace the file with ``text`` durably, keeping the previous version as ``.bak``."""
@@ -513,9 +546,42 @@ class ConsumerOffsetManager(JsonConfigFile):
                 out.append(f"{group}/{topic}/{q} = {value} ({'unreadable' if was is None else f'was {was}'})")
         return out
 
+    def text_slices(self, size: int) -> Iterator[str]:
+        """`text()` in pieces of ``size`` entries each, for a caller that serves requests between them (the
+        broker's event loop: made in one piece, 10,000 entries are tens of ms of Python). Each entry is
+        read when its piece is made; an entry changed after the pieces began is counted as a change, so
+        the next periodic persist writes it."""
+        with self.lock:
+            items = list(self.table.items())
+        if not items:
+            yield self.text()
+            return
+        yield '{\n\t"offsetTable":{\n'
+        for start in range(0, len(items), size):
+            with self.lock:
+                piece = ",\n".join(
+                    f"\t\t{json.dumps(key, ensure_ascii=False)}:{fastjson.dumps_pretty(dict(queues), 2)}"
+                    for key, queues in items[start : start + size]
+                )
+            yield (",\n" if start else "") + piece
+        yield "\n\t}\n}"
+
     def commit_offset(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         with self.lock:
-            self.table.setdefault(f"{topic}@{group}", {})[queue_id] = offset
+            queues = self.table.setdefault(f"{topic}@{group}", {})
+            if queues.get(queue_id) != offset:  # (an idle consumer commits the same offsets every 5 s)
+                queues[queue_id] = offset
+                self._changes += 1
+
+    def merge(self, table: dict[str, dict[int, int]]) -> bool:
+        """Take every entry of ``table`` (a master's, on a slave); whether anything changed."""
+        with self.lock:
+            before = {k: dict(v) for k, v in self.table.items()}
+            self.table.update(table)
+            if self.table == before:
+                return False
+            self._changes += 1
+            return True
 
     def query_offset(self, group: str, topic: str, queue_id: int) -> int:
         """Committed offset, or -1 when the group never committed one for that queue."""
@@ -552,6 +618,8 @@ class ConsumerOffsetManager(JsonConfigFile):
             keys = [k for k in self.table if doomed(*_split_key(k))]
             for key in keys:
                 del self.table[key]
+            if keys:
+                self._changes += 1
         return len(keys)
 
 
@@ -580,7 +648,18 @@ class DelayOffsetManager(JsonConfigFile):
 
     def set_offset(self, level: int, offset: int) -> None:
         with self.lock:  # (the broker persists the table from a worker thread)
-            self.table[level] = offset
+            if self.table.get(level) != offset:
+                self.table[level] = offset
+                self._changes += 1
+
+    def replace(self, table: dict[int, int]) -> bool:
+        """Take a master's table (on a slave); whether anything changed."""
+        with self.lock:
+            if table == self.table:
+                return False
+            self.table = table
+            self._changes += 1
+            return True
 
     def offsets(self) -> dict[int, int]:
         """A copy of level → next offset."""
@@ -609,6 +688,7 @@ class ConfigFiles:
             m.load()
 
     def persist_offsets(self) -> None:
-        """What the broker persists periodically and at shutdown (topics and groups persist on change)."""
-        self.consumer_offsets.persist()
-        self.delay_offsets.persist()
+        """What the broker persists periodically and at shutdown (topics and groups persist on change): each
+        file only when an offset in it changed since it was last written."""
+        self.consumer_offsets.persist_if_changed()
+        self.delay_offsets.persist_if_changed()

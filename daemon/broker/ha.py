@@ -877,18 +877,11 @@ def _apply(manager: JsonConfigFile, data: dict[str, object]) -> bool:
     if isinstance(manager, ConsumerOffsetManager):
         incoming = ConsumerOffsetManager(None)
         incoming.decode(data)
-        with manager.lock:
-            before = {k: dict(v) for k, v in manager.table.items()}
-            manager.table.update(incoming.table)
-            return manager.table != before
+        return manager.merge(incoming.table)
     if isinstance(manager, DelayOffsetManager):
         incoming_delay = DelayOffsetManager(None)
         incoming_delay.decode(data)
-        with manager.lock:
-            if incoming_delay.table == manager.table:
-                return False
-            manager.table = incoming_delay.table
-            return True
+        return manager.replace(incoming_delay.table)
     with manager.lock:
         before_encoded = manager.encode()
         manager.decode(data)

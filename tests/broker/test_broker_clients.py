@@ -111,15 +111,15 @@ async def test_offsets_persist_periodically_in_a_worker_thread(tmp_path: Path) -
     """Each write fsyncs the file and its directory (milliseconds): on the loop it stalled every request."""
     b = await start_broker(tmp_path / "store", flush_consumer_offset_interval=20)
     client = RemotingClient()
-    files = b.store.configs
+    offsets = b.store.configs.consumer_offsets
     persisted_on: list[int] = []
-    persist = files.persist_offsets
+    write = offsets._write
 
-    def recorded() -> None:
+    def recorded(text: str) -> None:
         persisted_on.append(threading.get_ident())
-        persist()
+        write(text)
 
-    files.persist_offsets = recorded  # type: ignore[method-assign]
+    offsets._write = recorded  # type: ignore[method-assign]
     try:
         handle = BrokerHandle(b.addr, client, b)
         update = {"consumerGroup": "PG", "topic": "PT", "queueId": "0", "commitOffset": "5"}

@@ -21,6 +21,7 @@ from store.config_files import TopicConfigFile
 from store.models import TopicConfig
 from store.names import TRANS_HALF_TOPIC
 from tests.support.broker import BrokerHandle, ClusterHandle, start_cluster, stop_cluster
+from tests.support.turns import LoopTurns
 
 
 async def route(cluster: ClusterHandle, topic: str) -> RemotingCommand:
@@ -193,31 +194,22 @@ async def test_the_whole_table_is_encoded_on_the_loop_in_slices_serving_requests
     b = broker.broker
     for i in range(1000):
         b.topics.put(TopicConfig(f"Many{i}", 1, 1), persist=False)
-    turns = 0
+    turns = LoopTurns()
     encoded: list[tuple[int, int]] = []  # (thread, turn of the other task) of each piece of the table
     dumps = fastjson.dumps
 
     def spied(obj: Any, **kwargs: Any) -> bytes:
         if isinstance(obj, dict) and len(obj) > 1:
-            encoded.append((threading.get_ident(), turns))
+            encoded.append((threading.get_ident(), turns.count))
         return dumps(obj, **kwargs)
 
     monkeypatch.setattr(fastjson, "dumps", spied)
-
-    async def other() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
     for compressed in (False, True):
-        task = asyncio.create_task(other())
-        await asyncio.sleep(0)
-        before = turns
-        body = await b._registration_body(None, compressed)
-        task.cancel()
+        async with turns:
+            before = turns.count
+            body = await b._registration_body(None, compressed)
         pieces = list(encoded)
-        assert turns - before >= 1000 // broker_module.REGISTER_SLICE  # the loop ran other work between
+        assert turns.count - before >= 1000 // broker_module.REGISTER_SLICE  # the loop ran other work between
         assert body == RegisterBrokerBody(b.registration_wrapper(), []).encode(compressed)
         if not compressed:
             on_loop = [turn for thread, turn in pieces if thread == threading.get_ident()]

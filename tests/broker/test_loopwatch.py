@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import itertools
 import re
+import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 
 import pytest
 
 from daemon.broker.loopwatch import FREEZE_ENTRIES, LOOP_RUNTIME_KEYS, GcPauses, LoopWatch
 from tests.support.broker import BrokerHandle
+from tests.support.turns import LoopTurns
 
 LABELS = 'broker="broker-a",cluster="DefaultCluster"'
 
@@ -152,6 +156,9 @@ async def test_the_broker_watches_its_tables_sizes(broker: BrokerHandle) -> None
     before = size()
     broker.broker.stats.on_put("NewTopic", 1, 10)
     assert size() > before
+    before = size()
+    broker.broker.offsets.commit_offset("G", "NewTopic", 0, 1)  # an offset map per topic and group
+    assert size() == before + 1
 
 
 async def test_stats_windows_move_in_slices_with_the_loop_serving_between(broker: BrokerHandle) -> None:
@@ -160,19 +167,51 @@ async def test_stats_windows_move_in_slices_with_the_loop_serving_between(broker
         stats.on_put(f"T{i}", 1, 10)
     later = stats._now() + 20
     stats._now = lambda: later
-    turns = 0
-
-    async def other() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    task = asyncio.create_task(other())
-    await asyncio.sleep(0)
-    before = turns
-    await broker.broker._sample_stats()
-    task.cancel()
-    assert turns - before >= 10  # the loop ran other work between the slices
+    async with LoopTurns() as turns:
+        before = turns.count
+        await broker.broker._sample_stats()
+    assert turns.count - before >= 10  # the loop ran other work between the slices
     items = [item for table in stats.items.values() for item in table.values()]
     assert len(items) > 10_000 and all(item.minute[-1][0] == later for item in items)
+
+
+async def test_offsets_are_formatted_on_the_loop_in_slices_and_written_only_when_changed(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The periodic consumerOffset.json persist makes its text on the loop in pieces, other work running
+    between them (a worker thread formatting it held the GIL against the loop throughout), gives a
+    worker thread only the write, and writes nothing while no offset changed."""
+    offsets = broker.broker.store.configs.consumer_offsets
+    for i in range(1000):
+        offsets.commit_offset("G", f"T{i}", 0, i)
+    turns = LoopTurns()
+    pieces: list[tuple[int, int]] = []  # (thread, turn of the other task) as each piece is made
+    slices = offsets.text_slices
+
+    def spied(size: int) -> Iterator[str]:
+        for piece in slices(size):
+            pieces.append((threading.get_ident(), turns.count))
+            yield piece
+
+    monkeypatch.setattr(offsets, "text_slices", spied)
+    written: list[str] = []
+    write = offsets._write
+
+    def recorded(text: str) -> None:
+        written.append(text)
+        write(text)
+
+    monkeypatch.setattr(offsets, "_write", recorded)
+    async with turns:
+        await broker.broker._persist_offsets()
+        assert len(pieces) >= 5 and {thread for thread, _ in pieces} == {threading.get_ident()}
+        assert all(b > a for (_, a), (_, b) in itertools.pairwise(pieces))  # the loop ran between
+        assert written == [offsets.text()]
+        pieces.clear()
+        await broker.broker._persist_offsets()
+        offsets.commit_offset("G", "T1", 0, 1)  # the same offset again
+        await broker.broker._persist_offsets()
+        assert pieces == [] and len(written) == 1
+        offsets.commit_offset("G", "T1", 0, 2)
+        await broker.broker._persist_offsets()
+    assert len(written) == 2 and '"T1@G":{0:2' in written[1]

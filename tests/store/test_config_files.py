@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,89 @@ def test_offsets_persist(tmp_path: Path) -> None:
     loaded = ConfigFiles(str(tmp_path))
     loaded.load()
     assert loaded.consumer_offsets.groups_of("T") == {"G"} and loaded.consumer_offsets.topics_of("G") == {"T"}
+
+
+def test_periodic_offset_persists_write_only_after_an_offset_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every path that changes an offset makes the next periodic persist write, and nothing else does: an
+    idle consumer committing the same offsets, or a master's unchanged table, writes nothing."""
+    files = ConfigFiles(str(tmp_path))
+    written: list[str] = []
+    for manager in (files.consumer_offsets, files.delay_offsets):
+        real = manager._write
+
+        def recorded(text: str, real: Callable[[str], None] = real) -> None:
+            written.append(text)
+            real(text)
+
+        monkeypatch.setattr(manager, "_write", recorded)
+
+    def writes() -> int:
+        written.clear()
+        files.persist_offsets()
+        return len(written)
+
+    offsets, delays = files.consumer_offsets, files.delay_offsets
+    assert writes() == 2  # the first writes what load found
+    assert writes() == 0
+    offsets.commit_offset("G", "T", 0, 5)
+    assert writes() == 1 and "5" in written[0]
+    offsets.commit_offset("G", "T", 0, 5)
+    assert writes() == 0
+    delays.set_offset(3, 9)
+    assert writes() == 1
+    delays.set_offset(3, 9)
+    assert writes() == 0
+    assert offsets.merge({"T@G": {0: 5}}) is False and writes() == 0
+    assert offsets.merge({"T@G": {0: 6}}) is True and writes() == 1
+    assert delays.replace({3: 9}) is False and writes() == 0
+    assert delays.replace({3: 10}) is True and writes() == 1
+    assert offsets.delete_group("H") == 0 and writes() == 0
+    assert offsets.delete_topic("T") == 1 and writes() == 1
+    offsets.commit_offset("G", "T", 1, 1)
+    offsets.delete_group("G")
+    assert writes() == 1
+    offsets.commit_offset("G", "T", 1, 2)
+
+    def full(text: str) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(offsets, "_write", full)
+    with pytest.raises(OSError):
+        files.persist_offsets()
+    monkeypatch.undo()
+    files.persist_offsets()  # a failed write is tried again at the next period
+    loaded = ConfigFiles(str(tmp_path))
+    loaded.load()
+    assert loaded.consumer_offsets.query_offset("G", "T", 1) == 2
+
+
+@given(
+    st.dictionaries(
+        st.text(min_size=1, max_size=8),
+        st.dictionaries(st.integers(0, 64), st.integers(-1, 2**62), max_size=3),
+        max_size=12,
+    ),
+    st.integers(1, 5),
+)
+def test_offsets_text_in_slices_is_the_text(table: dict[str, dict[int, int]], size: int) -> None:
+    offsets = ConsumerOffsetManager(None)
+    offsets.table = table
+    assert "".join(offsets.text_slices(size)) == offsets.text()
+
+
+def test_a_text_made_in_slices_never_replaces_a_newer_one(tmp_path: Path) -> None:
+    offsets = ConsumerOffsetManager(str(tmp_path / "consumerOffset.json"))
+    offsets.commit_offset("G", "T", 0, 1)
+    changes = offsets.unwritten_changes()
+    assert changes is not None
+    old = "".join(offsets.text_slices(10))
+    offsets.commit_offset("G", "T", 0, 2)
+    offsets.persist()  # (the shutdown's persist, while the slices were made)
+    assert offsets.unwritten_changes() is None
+    offsets.write_text(old, changes)
+    assert "{0:2" in (tmp_path / "consumerOffset.json").read_text()
 
 
 def test_concurrent_persists_leave_a_whole_file(tmp_path: Path) -> None:
