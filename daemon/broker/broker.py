@@ -68,6 +68,8 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from daemon.remoting.errors import RemotingError
 from daemon.remoting.headers import (
+    QueryDataVersionRequestHeader,
+    QueryDataVersionResponseHeader,
     RegisterBrokerRequestHeader,
     RegisterBrokerResponseHeader,
     UnregisterBrokerRequestHeader,
@@ -227,6 +229,8 @@ class Broker:
         #: else it was made from (see _registration_body): while those stay, registrations send it again;
         #: and its CRC32 (~0.6 ms on the loop for 10,000 topics' megabyte and a half: once per body).
         self._table_body: tuple[DataVersion, tuple[int, int, int, int, bool], bytes, int] | None = None
+        #: What the whole table registered was made from (`_table_key`), when every NameServer took it.
+        self._registered_table: tuple[int, int, int, int, bool] | None = None
         #: One registration at a time, as 4.9.8's synchronized registerBrokerAll: a single topic's must not
         #: reach a NameServer before a whole table snapshotted earlier, which would bring back its old route.
         self._registering = asyncio.Lock()
@@ -1111,7 +1115,11 @@ class Broker:
             return addr
 
         done = await asyncio.gather(*(one(a) for a in addrs))
-        return [a for a in done if a is not None]
+        accepted = [a for a in done if a is not None]
+        if topics is None and table is not None and body is table[2]:
+            # what forceRegister=false's query may stand in for: the table every NameServer took
+            self._registered_table = table[1] if len(accepted) == len(addrs) else None
+        return accepted
 
     async def _registration_body(self, topics: Iterable[str] | None, compressed: bool) -> bytes:
         """REGISTER_BROKER's body. The whole table is slow to encode with 10,000 topics: it is encoded only
@@ -1122,13 +1130,7 @@ class Broker:
         # The version object too (a slave's sync replaces it with the master's), and the table's size (the
         # system topics made at start bump no version).
         version = self.topics.file.data_version
-        made_from = (
-            version.counter,
-            version.timestamp,
-            len(self.topics.file.table),
-            self.config.broker_permission,
-            compressed,
-        )
+        made_from = self._table_key(compressed)
         cached = self._table_body
         if cached is not None and cached[0] is version and cached[1] == made_from:
             return cached[2]
@@ -1136,6 +1138,13 @@ class Broker:
         body = await encode_sliced(RegisterBrokerBody(wrapper, []), compressed)
         self._table_body = (version, made_from, body, _crc32(body))
         return body
+
+    def _table_key(self, compressed: bool) -> tuple[int, int, int, int, bool]:
+        """What the whole table's body depends on: its version, its size (the system topics made at start
+        bump no version), the broker's permission and the form."""
+        version = self.topics.file.data_version
+        size = len(self.topics.file.table)
+        return (version.counter, version.timestamp, size, self.config.broker_permission, compressed)
 
     async def _register_changed(self) -> None:
         topics, self._changed_topics = self._changed_topics, set()
@@ -1159,9 +1168,49 @@ class Broker:
         while True:
             await asyncio.sleep(period)
             try:
-                await self.register_all()
+                await self.periodic_registration()
             except Exception:
                 log.exception("name server registration failed")
+
+    async def periodic_registration(self) -> bool:
+        """The registration every ``registerNameServerPeriod``: the whole table, or with
+        ``forceRegister=false`` (4.9.8's ``BrokerController#needRegister``) first QUERY_DATA_VERSION, which
+        refreshes this broker's liveness, and the table only when a NameServer does not hold its version.
+        With 10,000 topics the table is a megabyte each NameServer parses again every period. Unlike 4.9.8,
+        a query that fails, or a body the last whole registration did not carry (a single topic's since,
+        a new permission), registers the table; a slave always does (the answer names its master).
+        True: the table was sent."""
+        c = self.config
+        if c.force_register or is_slave(c) or self._registered_alone:
+            await self.register_all()
+            return True
+        async with self._registering:
+            unchanged = self._registered_table == self._table_key(c.compressed_register)
+            if unchanged and await self._namesrvs_hold_version():
+                return False
+        await self.register_all()
+        return True
+
+    async def _namesrvs_hold_version(self) -> bool:
+        """Every NameServer answered QUERY_DATA_VERSION unchanged for the topic table's version."""
+        c = self.config
+        header = QueryDataVersionRequestHeader(c.broker_name, self.addr, c.broker_cluster_name, c.broker_id)
+        version = self.topics.file.data_version
+        body = DataVersion(version.counter, version.timestamp).dumps()
+
+        async def one(addr: str) -> bool:
+            request = RemotingCommand.request(RequestCode.QUERY_DATA_VERSION, header.to_ext_fields(), body)
+            try:
+                response = await self.client.invoke(addr, request, c.register_broker_timeout_mills / 1000)
+            except RemotingError as exc:
+                log.warning("data version query to name server %s failed: %s", addr, exc)
+                return False
+            if response.code != ResponseCode.SUCCESS:
+                return False
+            answer = QueryDataVersionResponseHeader.from_ext_fields(response.ext_fields or {})
+            return answer.changed is False
+
+        return all(await asyncio.gather(*(one(a) for a in c.namesrv_addrs)))
 
     async def _unregister_all(self) -> None:
         c = self.config

@@ -215,3 +215,31 @@ async def test_the_whole_table_is_encoded_on_the_loop_in_slices_serving_requests
             on_loop = [turn for thread, turn in pieces if thread == threading.get_ident()]
             assert len(on_loop) == len(pieces) >= 1000 // broker_module.REGISTER_SLICE  # JSON on the loop
             assert len(set(on_loop)) == len(on_loop)  # one piece between two turns of the other task
+
+
+async def test_without_force_register_an_unchanged_table_is_not_sent_again(tmp_path: Path) -> None:
+    """forceRegister=false: the periodic registration asks each NameServer for the table's version
+    (which keeps the broker alive there) and sends the table only when one lacks it, as 4.9.8's
+    needRegister; the default (forceRegister=true) sends it every period."""
+    cluster = await start_cluster(tmp_path, force_register=False)
+    try:
+        broker, routes = cluster.broker, cluster.namesrv.routes
+        await broker.register_all()
+        live = routes.broker_live_table[broker.addr]
+        live.last_update_ms = 0
+        assert await broker.periodic_registration() is False
+        assert routes.broker_live_table[broker.addr].last_update_ms > 0  # the query refreshed it
+        del routes.broker_live_table[broker.addr]  # a NameServer restarted: it holds no version
+        assert await broker.periodic_registration() is True
+        assert broker.addr in routes.broker_live_table
+        assert await broker.periodic_registration() is False
+        header = CreateTopicRequestHeader("Later", "TBW102", 2, 2, 6, "SINGLE_TAG").to_ext_fields()
+        assert (await cluster.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header)).code == ResponseCode.SUCCESS
+        assert await broker.periodic_registration() is True  # registered alone since: the whole table
+        assert await broker.periodic_registration() is False
+        broker.config.broker_permission = PermName.READ  # not in the version: the body changed
+        assert await broker.periodic_registration() is True
+        broker.config.force_register = True
+        assert await broker.periodic_registration() is True
+    finally:
+        await stop_cluster(cluster)
