@@ -130,9 +130,9 @@ def dledger_confs(
 ) -> tuple[list[Path], list[str]]:
     """broker.conf of each member of a DLedger group (4.9.8's keys) in ``<root>/store-<name>-n<i>``: member i
     listens on broker port + 4i and its DLedger port one above (a master/slave broker's HA port), its gRPC
-    front on `grpc_port` + i (every member runs one: the role follows the election); port 0 picks free
-    ports (the peers must know each other's). `tls` (`up --tls`'s settings, by field name) go in as
-    4.9.8's keys, with `tls.enable` and `haTls`: clients, registration and the DLedger channel on TLS."""
+    front on `grpc_port` + i (every member runs one: the role follows the election); port 0 picks a free
+    block laid out the same way (the peers must know each other's ports). `tls` (`up --tls`'s settings, by
+    field name) go in as 4.9.8's keys, with `tls.enable` and `haTls`: clients, registration and the DLedger channel on TLS."""
     import dataclasses
 
     from daemon.broker.config import BrokerConfig
@@ -142,10 +142,8 @@ def dledger_confs(
     tls_keys = {keys_of[k]: str(v).lower() if isinstance(v, bool) else v for k, v in (tls or {}).items()}
     if tls:
         tls_keys.update({keys_of["tls_enable"]: "true", keys_of["ha_tls"]: "true"})
-    ports = [
-        (broker_port + 4 * i, broker_port + 4 * i + 1) if broker_port else (_free(), _free())
-        for i in range(members)
-    ]
+    first = broker_port or _free_block(4 * members + 2) + 2
+    ports = [(first + 4 * i, first + 4 * i + 1) for i in range(members)]
     peers = ";".join(f"n{i}-{host}:{raft}" for i, (_, raft) in enumerate(ports))
     confs, addrs = [], []
     for i, (port, _) in enumerate(ports):
@@ -174,12 +172,29 @@ def dledger_confs(
     return confs, addrs
 
 
-def _free() -> int:
+def _free_block(n: int) -> int:
+    """The first of ``n`` consecutive loopback ports free right now. Port 0 lays the members out as a given
+    port does, so a member's VIP port (``listenPort - 2``) is never another's port: ports picked one by one
+    come out close together."""
     import socket
 
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    while True:
+        held: list[socket.socket] = []
+        try:
+            with socket.socket() as probe:
+                probe.bind(("127.0.0.1", 0))
+                base = int(probe.getsockname()[1])
+            if base + n > 65536:
+                continue
+            for port in range(base, base + n):
+                held.append(socket.socket())
+                held[-1].bind(("127.0.0.1", port))
+            return base
+        except OSError:
+            continue
+        finally:
+            for s in held:
+                s.close()
 
 
 @app.callback(invoke_without_command=True)

@@ -1,0 +1,25 @@
+"""``mqctl up --dledger N --broker-port 0``: the ports each member is given do not collide with one another,
+counting the VIP port (``listenPort - 2``) every member opens besides its own."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+
+from daemon.config import parse_properties
+from mqctl.cli.up import dledger_confs
+
+
+def test_port_zero_lays_members_out_as_a_given_port_does_with_each_vip_port_free(tmp_path: Path) -> None:
+    confs, addrs = dledger_confs(tmp_path, "broker-a", 5, "127.0.0.1", "127.0.0.1", 0, 0)
+    props = [parse_properties(c.read_text()) for c in confs]
+    listen = [int(p["listenPort"]) for p in props]
+    raft = [int(peer.rpartition(":")[2]) for peer in props[0]["dLegerPeers"].split(";")]
+    base = listen[0]
+    assert listen == [base + 4 * i for i in range(5)]
+    assert raft == [port + 1 for port in listen]
+    assert not {port - 2 for port in listen} & set(listen + raft)
+    for port in listen:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port - 2))
+    assert addrs == [f"127.0.0.1:{port}" for port in listen]
