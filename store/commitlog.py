@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import cast
 
-from store.dledger import entry_header_problem, entry_size_at
+from store.dledger import entry_extent
 from store.errors import CorruptRecordError, StoreFormatError
 from store.mapped_file import MappedFile, MappedFileQueue
 from store.message import (
@@ -530,7 +530,7 @@ class RecordWalk:
                     break
                 entry_end = 0
                 if self.entry_header:
-                    head = entry_header_problem(view, pos, written, file_size, base)
+                    head, entry_size = entry_extent(view, pos, written, file_size, base)
                     if head == "blank-filler" or (head == "zeros" and self.zeros_end_data):
                         self.stop = head
                         break
@@ -544,7 +544,7 @@ class RecordWalk:
                         if self.on_corruption is not None:
                             self.on_corruption(self.corruption)
                         return
-                    entry_end = pos + entry_size_at(view, pos)
+                    entry_end = pos + entry_size
                     pos += self.entry_header
                 size, magic = read_header(view, pos)
                 # the filler fills the file (docs/store-format.md §end-of-file-filler)
