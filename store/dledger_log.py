@@ -227,7 +227,8 @@ class DLedgerLog:
 
     def _write(self, mf: MappedFile, data: bytes | bytearray, entry: Entry) -> None:
         rel = mf.wrote_position
-        mf.prepare(rel + len(data), populate=False)
+        if rel + len(data) > mf.prepared_position:
+            mf.prepare(rel + len(data), populate=False)
         mf.mm[rel : rel + len(data)] = data
         mf.wrote_position = rel + len(data)
         self._write_index(entry)
@@ -245,7 +246,8 @@ class DLedgerLog:
                 f"index files end at {mf.file_from_offset + mf.wrote_position}, entry {entry.index} goes at {off}",
             )
         rel = off - mf.file_from_offset
-        mf.prepare(rel + INDEX_UNIT_SIZE, populate=False)
+        if rel + INDEX_UNIT_SIZE > mf.prepared_position:
+            mf.prepare(rel + INDEX_UNIT_SIZE, populate=False)
         mf.mm[rel : rel + INDEX_UNIT_SIZE] = encode_index(entry)
         mf.wrote_position = rel + INDEX_UNIT_SIZE
 
@@ -341,7 +343,8 @@ class DLedgerLog:
             j += 1
         if j > i:
             rel = mf.wrote_position
-            mf.prepare(rel + at - pos, populate=False)
+            if rel + at - pos > mf.prepared_position:  # (reserved ahead in chunks: mostly done already)
+                mf.prepare(rel + at - pos, populate=False)
             records = bytearray((j - i) * INDEX_UNIT_SIZE)
             pack_entries(mf.mm, rel, entries[i:j], pos, records)
             mf.wrote_position = rel + at - pos
@@ -365,7 +368,8 @@ class DLedgerLog:
                 )
             rel = mf.wrote_position
             chunk = min(len(records) - done, mf.file_size - rel)
-            mf.prepare(rel + chunk, populate=False)
+            if rel + chunk > mf.prepared_position:
+                mf.prepare(rel + chunk, populate=False)
             mf.mm[rel : rel + chunk] = records[done : done + chunk]
             mf.wrote_position = rel + chunk
             done += chunk
