@@ -435,6 +435,10 @@ class RecordWalk:
     The one other walker, :func:`store.quarantine.walk`, salvages set-aside pieces: it searches past
     damage for the next record that names its own offset, which none of these readers may do.
 
+    ``parsed`` (a DLedger leader's dispatch) holds records already parsed by offset: the ones its puts
+    appended, as a put dispatches them (:func:`appended`); each is taken from there (and dropped) when the
+    record there has its size, not parsed back.
+
     ``entry_header`` (:data:`store.dledger.BODY_OFFSET`) walks a DLedger CommitLog (4.9.8's
     ``DLedgerCommitLog#checkMessageAndReturnSize``): each record is the body of a DLedger entry, whose
     header is checked and stepped over; DLedger's blank (magic -1, the rest of the file) ends a file.
@@ -454,6 +458,7 @@ class RecordWalk:
         "on_corruption",
         "on_crc_error",
         "on_damaged",
+        "parsed",
         "records",
         "search",
         "stop",
@@ -483,6 +488,7 @@ class RecordWalk:
         self.on_corruption = on_corruption
         self.on_crc_error = on_crc_error
         self.zeros_end_data = zeros_end_data
+        self.parsed: dict[int, RecordInfo] | None = None
         self.on_damaged = on_damaged
         self.known = known
         self.search = search
@@ -564,7 +570,9 @@ class RecordWalk:
                             None, pos, f"record of {size} bytes in an entry body of {entry_end - pos}"
                         )
                     if decode:
-                        info = read_record_info(view, pos, limit, check_crc=check_crc)
+                        info = self.parsed.pop(base + pos, None) if self.parsed else None
+                        if info is None or info.size != size or check_crc:
+                            info = read_record_info(view, pos, limit, check_crc=check_crc)
                         size, ts = info.size, info.store_timestamp
                     else:
                         size, ts = check_record(view, pos, limit, check_crc=check_crc)

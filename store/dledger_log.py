@@ -133,6 +133,11 @@ class DLedgerLog:
     # ------------------------------------------------------------------ state
 
     @property
+    def lock(self) -> threading.RLock:
+        """Held around every change (reentrant): a caller keeping state beside an append takes it around both."""
+        return self._lock
+
+    @property
     def begin_index(self) -> int:
         return self._begin
 

@@ -128,6 +128,37 @@ def test_a_follower_dispatching_pushes_derives_what_the_leader_did(tmp_path: Pat
     assert _tree(tmp_path / "follower" / "consumequeue") == _tree(tmp_path / "leader" / "consumequeue")
 
 
+def test_a_leader_dispatches_what_its_puts_parsed_and_never_a_record_cut_since(tmp_path: Path) -> None:
+    """A leader's committed records are dispatched from what its puts parsed (as a single broker's put
+    dispatches); entries cut after it lost the leadership are forgotten with them: the new leader's
+    entries, pushed to the same offsets with the same sizes, are dispatched as they are."""
+    store = _open(tmp_path / "old")
+    cl = store.commit_log
+    assert isinstance(cl, DLedgerCommitLog)
+    cl.auto_commit = False
+    for i in range(3):
+        assert store.put_message(Message("D", f"old-{i}".encode(), queue_id=0)).ok
+    assert len(cl.parsed) == 3
+    cl.dlog.set_committed(0)
+    assert store.dispatch_committed() == 1 and len(cl.parsed) == 2  # taken, not parsed back
+    new = _open(tmp_path / "new")
+    for i, q in ((0, 0), (1, 1), (2, 1)):
+        assert new.put_message(Message("D", f"new-{i}".encode(), queue_id=q)).ok
+    ndlog = new.commit_log.dlog  # type: ignore[attr-defined]
+    pushed = [ndlog.get(i) for i in (1, 2)]
+    try:
+        assert [e.pos for e in pushed] == [cl.dlog.get(i).pos for i in (1, 2)]
+        cl.dlog.truncate_after(0)  # the old leader's uncommitted tail, set aside
+        cl.dlog.append_followers(pushed)
+        cl.dlog.set_committed(2)
+        assert store.dispatch_committed() == 2
+        assert all_bodies(store, "D", 0) == [b"old-0"]
+        assert all_bodies(store, "D", 1) == [b"new-1", b"new-2"]
+    finally:
+        new.shutdown()
+        store.shutdown()
+
+
 def test_alone_a_lagging_checkpoint_loses_no_committed_entry(tmp_path: Path) -> None:
     msgs = dledger_store(tmp_path, 30)
     # a crash before the checkpoint (persisted every few seconds) caught up with the appends
