@@ -7,8 +7,10 @@ and body-CRC checks, the entry and index files), the committed index advanced, a
 :meth:`DefaultMessageStore.dispatch_committed` (ConsumeQueue units, IndexFile entries). A leader store
 written first makes the entries; the follower's store then takes them PUSHES at a time, BATCH a push.
 CPU is this thread's (``time.thread_time``) over the replay, per entry; best of ROUNDS fresh followers.
+``--leader``: the leader's side instead, a Raft driver's store putting BATCH messages, then committing and
+dispatching them (what its puts parsed is dispatched without parsing the records back).
 
-    python benchmarks/bench_dledger_follower.py [--pushes N] [--batch N] [--rounds N] [--keys]
+    python benchmarks/bench_dledger_follower.py [--pushes N] [--batch N] [--rounds N] [--keys] [--leader]
 """
 
 from __future__ import annotations
@@ -72,6 +74,26 @@ def follower_round(root: str, entries: list[Entry], batch: int) -> float:
     return cpu
 
 
+def leader_round(root: str, count: int, body: int, keys: bool, batch: int) -> float:
+    """CPU seconds a leader's store spends putting ``count`` messages, committing and dispatching each batch."""
+    store, cl = dledger_store(root, "n0")
+    cl.auto_commit = False
+    store.open()
+    store.start()
+    msgs = make_messages(count, body, keys=keys, queues=8)
+    dlog = cl.dlog
+    cpu0 = time.thread_time()
+    for i in range(0, count, batch):
+        for m in msgs[i : i + batch]:
+            store.put_message(m)
+        dlog.set_committed(dlog.last_index)
+        store.dispatch_committed()
+    cpu = time.thread_time() - cpu0
+    assert sum(store.topic_queue_table().values()) == count
+    store.shutdown()
+    return cpu
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--pushes", type=int, default=2000)
@@ -79,20 +101,33 @@ def main() -> None:
     ap.add_argument("--body", type=int, default=1024)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--keys", action="store_true", help="also one KEYS value (a second index entry)")
+    ap.add_argument("--leader", action="store_true", help="the leader's put + commit + dispatch instead")
     args = ap.parse_args()
     count = args.pushes * args.batch
     with tempfile.TemporaryDirectory() as tmp:
-        entries = leader_entries(os.path.join(tmp, "leader"), count, args.body, args.keys, args.batch)
-        cpus = [
-            follower_round(os.path.join(tmp, f"follower{r}"), entries, args.batch) for r in range(args.rounds)
-        ]
+        if args.leader:
+            cpus = [
+                leader_round(os.path.join(tmp, f"leader{r}"), count, args.body, args.keys, args.batch)
+                for r in range(args.rounds)
+            ]
+        else:
+            entries = leader_entries(os.path.join(tmp, "leader"), count, args.body, args.keys, args.batch)
+            cpus = [
+                follower_round(os.path.join(tmp, f"follower{r}"), entries, args.batch)
+                for r in range(args.rounds)
+            ]
     per = [c / count * 1e6 for c in cpus]
+    side = "leader put+commit+dispatch" if args.leader else "follower append+commit+dispatch"
     print(
-        f"follower append+commit+dispatch ({describe_build()}): {args.pushes:,} pushes x {args.batch} x "
+        f"{side} ({describe_build()}): {args.pushes:,} pushes x {args.batch} x "
         f"{args.body} B: CPU {min(per):.1f} us/entry best of {args.rounds} "
         f"({', '.join(f'{p:.1f}' for p in per)})"
     )
-    summary(__file__, f"{min(per):.1f} us/entry", f"{args.batch} x {args.body} B a push, {describe_build()}")
+    summary(
+        __file__,
+        f"{min(per):.1f} us/entry",
+        f"{'leader, ' if args.leader else ''}{args.batch} x {args.body} B a push, {describe_build()}",
+    )
 
 
 if __name__ == "__main__":
