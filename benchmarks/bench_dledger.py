@@ -50,18 +50,22 @@ def member_pids(data: Path) -> list[int]:
     return [int(p.read_text().split()[0]) for p in data.glob("store-broker-a-n*/broker.pid")]
 
 
-async def group_round(tmp: str, name: str, duration: float, producers: int) -> tuple[float, float]:
-    """One produce run against a fresh 3-member group: (sends/s, broker CPU seconds per send)."""
+async def group_round(
+    tmp: str, name: str, duration: float, producers: int
+) -> tuple[float, float, list[float]]:
+    """One produce run against a fresh 3-member group: (sends/s, broker CPU seconds per send, each member's
+    CPU seconds per send, the largest, the leader's, first)."""
     ns_port = free_port()
     data = Path(tmp) / name
     async with mqctl_up(data, group_env(data.parent / f"{name}-cfg"), ns_port, *UP_ARGS):
         async with RemotingClient() as client:
             leader = await elected_master(client, f"127.0.0.1:{ns_port}")
         pids = member_pids(data)
-        cpu0 = sum(cpu_seconds(p) for p in pids)
+        cpu0 = [cpu_seconds(p) for p in pids]
         result = await bench(leader, duration, producers)
-        cpu = sum(cpu_seconds(p) for p in pids) - cpu0
-    return result.tps, cpu / max(1, result.messages)
+        cpu = [cpu_seconds(p) - c0 for p, c0 in zip(pids, cpu0, strict=True)]
+    sends = max(1, result.messages)
+    return result.tps, sum(cpu) / sends, sorted((c / sends for c in cpu), reverse=True)
 
 
 def single_round(tmp: str, name: str, duration: float, producers: int) -> tuple[float, float]:
@@ -89,7 +93,7 @@ def main() -> None:
     producers = int(sys.argv[2]) if len(sys.argv) > 2 else 16
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 3
     failovers = int(sys.argv[4]) if len(sys.argv) > 4 else 3
-    group: list[tuple[float, float]] = []
+    group: list[tuple[float, float, list[float]]] = []
     single: list[tuple[float, float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(rounds):
@@ -97,7 +101,8 @@ def main() -> None:
             group.append(asyncio.run(group_round(tmp, f"group{i}", duration, producers)))
             print(
                 f"round {i}: single {single[-1][0]:,.0f} sends/s {single[-1][1] * 1e6:.0f} µs CPU/send; "
-                f"group {group[-1][0]:,.0f} sends/s {group[-1][1] * 1e6:.0f} µs CPU/send",
+                f"group {group[-1][0]:,.0f} sends/s {group[-1][1] * 1e6:.0f} µs CPU/send "
+                f"({' + '.join(f'{c * 1e6:.0f}' for c in group[-1][2])} µs: leader, followers)",
                 flush=True,
             )
         took: dict[str, list[float]] = {"default": [], "500ms": []}

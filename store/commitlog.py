@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import cast
 
-from store.dledger import entry_header_problem, entry_size_at
+from store.dledger import entry_extent
 from store.errors import CorruptRecordError, StoreFormatError
 from store.mapped_file import MappedFile, MappedFileQueue
 from store.message import (
@@ -435,6 +435,10 @@ class RecordWalk:
     The one other walker, :func:`store.quarantine.walk`, salvages set-aside pieces: it searches past
     damage for the next record that names its own offset, which none of these readers may do.
 
+    ``parsed`` (a DLedger leader's dispatch) holds records already parsed by offset: the ones its puts
+    appended, as a put dispatches them (:func:`appended`); each is taken from there (and dropped) when the
+    record there has its size, not parsed back.
+
     ``entry_header`` (:data:`store.dledger.BODY_OFFSET`) walks a DLedger CommitLog (4.9.8's
     ``DLedgerCommitLog#checkMessageAndReturnSize``): each record is the body of a DLedger entry, whose
     header is checked and stepped over; DLedger's blank (magic -1, the rest of the file) ends a file.
@@ -454,6 +458,7 @@ class RecordWalk:
         "on_corruption",
         "on_crc_error",
         "on_damaged",
+        "parsed",
         "records",
         "search",
         "stop",
@@ -483,6 +488,7 @@ class RecordWalk:
         self.on_corruption = on_corruption
         self.on_crc_error = on_crc_error
         self.zeros_end_data = zeros_end_data
+        self.parsed: dict[int, RecordInfo] | None = None
         self.on_damaged = on_damaged
         self.known = known
         self.search = search
@@ -530,7 +536,7 @@ class RecordWalk:
                     break
                 entry_end = 0
                 if self.entry_header:
-                    head = entry_header_problem(view, pos, written, file_size, base)
+                    head, entry_size = entry_extent(view, pos, written, file_size, base)
                     if head == "blank-filler" or (head == "zeros" and self.zeros_end_data):
                         self.stop = head
                         break
@@ -544,7 +550,7 @@ class RecordWalk:
                         if self.on_corruption is not None:
                             self.on_corruption(self.corruption)
                         return
-                    entry_end = pos + entry_size_at(view, pos)
+                    entry_end = pos + entry_size
                     pos += self.entry_header
                 size, magic = read_header(view, pos)
                 # the filler fills the file (docs/store-format.md §end-of-file-filler)
@@ -564,7 +570,9 @@ class RecordWalk:
                             None, pos, f"record of {size} bytes in an entry body of {entry_end - pos}"
                         )
                     if decode:
-                        info = read_record_info(view, pos, limit, check_crc=check_crc)
+                        info = self.parsed.pop(base + pos, None) if self.parsed else None
+                        if info is None or info.size != size or check_crc:
+                            info = read_record_info(view, pos, limit, check_crc=check_crc)
                         size, ts = info.size, info.store_timestamp
                     else:
                         size, ts = check_record(view, pos, limit, check_crc=check_crc)

@@ -24,6 +24,7 @@ import os
 import struct
 from dataclasses import dataclass
 from enum import IntEnum
+from mmap import mmap
 from typing import Protocol
 
 from store.durability import sync_directory
@@ -110,9 +111,13 @@ class DamagedEntryError(CorruptEntryError):
 # ------------------------------------------------------------------------------------ entries
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)
 class Entry:
-    """One DLedger entry (``DLedgerEntry``): ``pos`` is the absolute data-file offset of its first byte."""
+    """One DLedger entry (``DLedgerEntry``): ``pos`` is the absolute data-file offset of its first byte.
+
+    Never changed once built (:meth:`at` makes a placed copy). Not ``frozen``: a frozen dataclass sets
+    each field through ``object.__setattr__``, and one is built for every entry a leader appends and a
+    follower is pushed; the ``__init__`` written out is compiled (store/native.py)."""
 
     index: int
     term: int
@@ -122,6 +127,26 @@ class Entry:
     channel: int = 0
     chain_crc: int = 0  # reserved: 0.3.1.2 never computes it
     body_crc: int = 0  # 0.3.1.2 writes 0 and never reads it; ours: :func:`entry_body_crc`, 0 = not computed
+
+    def __init__(
+        self,
+        index: int,
+        term: int,
+        body: bytes,
+        pos: int = -1,
+        magic: int = CURRENT_MAGIC,
+        channel: int = 0,
+        chain_crc: int = 0,
+        body_crc: int = 0,
+    ) -> None:
+        self.index = index
+        self.term = term
+        self.body = body
+        self.pos = pos
+        self.magic = magic
+        self.channel = channel
+        self.chain_crc = chain_crc
+        self.body_crc = body_crc
 
     @property
     def size(self) -> int:
@@ -151,6 +176,41 @@ def encode_entry(entry: Entry) -> bytes:
         )
         + entry.body
     )
+
+
+def pack_entries(data: mmap | bytearray, at: int, entries: list[Entry], pos: int, records: bytearray) -> int:
+    """:func:`encode_entry` of each of ``entries`` back to back into ``data`` from ``at``, the first placed at
+    data offset ``pos`` (each entry's own ``pos`` is not read: the caller checked it), and
+    :func:`encode_index` of each into ``records`` from 0; returns the bytes packed. Each header is packed and
+    each body copied where it lands: no entry is encoded to bytes of its own first (a follower writes a
+    push's entries straight into the mapped data file)."""
+    start = at
+    k = 0
+    pack_header_into = _HEADER.pack_into
+    pack_index_into = _INDEX.pack_into
+    for entry in entries:
+        body = entry.body
+        body_len = len(body)
+        size = BODY_OFFSET + body_len
+        pack_header_into(
+            data,
+            at,
+            entry.magic,
+            size,
+            entry.index,
+            entry.term,
+            pos,
+            entry.channel,
+            entry.chain_crc,
+            entry.body_crc,
+            body_len,
+        )
+        data[at + BODY_OFFSET : at + size] = body
+        pack_index_into(records, k, entry.magic, pos, size, entry.index, entry.term)
+        at += size
+        pos += size
+        k += INDEX_UNIT_SIZE
+    return at - start
 
 
 def entry_body_crc(body: Buf) -> int:
@@ -219,23 +279,35 @@ def entry_header_problem(view: Buf, pos: int, written: int, file_size: int, base
     """What ends a walk of a data file at ``pos`` ("blank-filler", "zeros", "partial": not all written
     yet) or why the entry header there is damaged (the checks of ``DLedgerMmapFileStore#recover``); ""
     for a sound header of an entry written whole. ``base`` is the file's first offset."""
+    return entry_extent(view, pos, written, file_size, base)[0]
+
+
+def entry_extent(view: Buf, pos: int, written: int, file_size: int, base: int) -> tuple[str, int]:
+    """:func:`entry_header_problem` and the entry's size field, from one unpack of the header: what a walk
+    over the entries needs of each (dispatch reads every committed entry's header)."""
     if pos + _BLANK.size > written:
-        return "partial"
-    magic, size = _BLANK.unpack_from(view, pos)
+        return "partial", 0
+    if pos + BODY_OFFSET <= written:
+        magic, size, _index, _term, at, _ch, _chain, _crc, body_len = _HEADER.unpack_from(view, pos)
+    else:
+        magic, size = _BLANK.unpack_from(view, pos)
+        at = body_len = -1  # (a header not all written: "partial" below, but for a blank or zeros)
     if magic == BLANK_MAGIC_CODE:
-        return "blank-filler" if size == file_size - pos else f"blank of {size} bytes does not fill the file"
+        if size == file_size - pos:
+            return "blank-filler", size
+        return f"blank of {size} bytes does not fill the file", size
     if magic == 0 and size == 0:
-        return "zeros"
+        return "zeros", 0
     if pos + max(size, BODY_OFFSET) > written:
-        return (
-            "partial" if pos + max(size, BODY_OFFSET) <= file_size else f"entry of {size} bytes past its file"
-        )
-    magic, size, _index, _term, at, body_len = decode_header(view, pos)
-    try:
-        check_header(magic, size, body_len, base + pos)
-    except CorruptEntryError as e:
-        return e.reason.partition(": ")[2]
-    return f"entry says pos {at}" if at != base + pos else ""
+        if pos + max(size, BODY_OFFSET) <= file_size:
+            return "partial", size
+        return f"entry of {size} bytes past its file", size
+    if magic != CURRENT_MAGIC or size <= HEADER_SIZE or body_len + BODY_OFFSET != size:
+        try:
+            check_header(magic, size, body_len, base + pos)
+        except CorruptEntryError as e:
+            return e.reason.partition(": ")[2], size
+    return ("" if at == base + pos else f"entry says pos {at}"), size
 
 
 def encode_blank(length: int) -> bytes:
@@ -253,15 +325,23 @@ def needs_roll(file_size: int, wrote: int, entry_size: int) -> bool:
 # ------------------------------------------------------------------------------------ index records
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True, init=False)
 class IndexRecord:
-    """One record of the index files: where entry ``index`` lives in the data files."""
+    """One record of the index files: where entry ``index`` lives in the data files (never changed once
+    built; the ``__init__`` written out, as :class:`Entry`'s)."""
 
     magic: int
     pos: int
     size: int
     index: int
     term: int
+
+    def __init__(self, magic: int, pos: int, size: int, index: int, term: int) -> None:
+        self.magic = magic
+        self.pos = pos
+        self.size = size
+        self.index = index
+        self.term = term
 
 
 def encode_index(entry: Entry | IndexRecord) -> bytes:

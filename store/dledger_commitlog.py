@@ -35,6 +35,8 @@ log = logging.getLogger(__name__)
 
 #: MessageDecoder#PHY_POS_POSITION: TOTALSIZE MAGIC BODYCRC QUEUEID FLAG (4 each), QUEUEOFFSET (8).
 PHY_POS_POSITION = 28
+#: How many records a leader appended and has not dispatched yet it keeps parsed (past that, dispatch parses).
+PARSED_MAX = 65536
 
 
 def stamp_physical_offset(pos: int, entry: bytearray) -> None:
@@ -85,6 +87,12 @@ class DLedgerCommitLog(CommitLog):
         self.auto_commit = True
         #: The term a leader appends in (the Raft driver sets it; alone: the persisted term, at least 1).
         self.term = 1
+        #: (a Raft driver's leader) what dispatch needs of each record appended and not dispatched yet, by
+        #: offset, as a single broker's put dispatches it: committed, it is dispatched without parsing the
+        #: record back (:class:`store.commitlog.RecordWalk`'s ``parsed``). Filled under the log's lock and
+        #: replaced by an empty one when entries are cut (also under it), so that it never names a record
+        #: a cut removed.
+        self.parsed: dict[int, RecordInfo] = {}
 
     @property
     def dispatch_on_put(self) -> bool:
@@ -125,7 +133,9 @@ class DLedgerCommitLog(CommitLog):
 
     def _cut(self, pos: int) -> None:
         """Entries cut from data offset ``pos`` (an uncommitted tail): what is appended there next is not
-        the damaged record once found there."""
+        the damaged record once found there, nor what was parsed of the records cut (a dispatch walk may
+        be taking from the old one: it never reaches past the committed end, and no committed entry is cut)."""
+        self.parsed = {}
         for phys in [p for p in self.set_aside if p >= pos]:
             del self.set_aside[phys]
 
@@ -143,12 +153,16 @@ class DLedgerCommitLog(CommitLog):
             counted = m.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
             qoff = next_offset if counted else 0
             record = encode_record_parts(m, props, born, store, topic, qoff, 0, now_ms)
-            entry = dlog.append_leader(record, self.term)
+            with dlog.lock:
+                entry = dlog.append_leader(record, self.term)
+                info = appended(m, entry.pos + BODY_OFFSET, size, qoff, now_ms)
+                if not self.auto_commit and len(self.parsed) < PARSED_MAX:
+                    self.parsed[info.commit_log_offset] = info
             if self.auto_commit:
                 dlog.set_committed(entry.index)
             if counted:
                 next_offset += 1
-            out.append(appended(m, entry.pos + BODY_OFFSET, size, qoff, now_ms))
+            out.append(info)
         self.last_store_timestamp = now_ms
         return out
 
@@ -211,8 +225,10 @@ class DLedgerCommitLog(CommitLog):
             )
 
     def walk(self, offset: int, end: int) -> RecordWalk:
-        """Dispatch walks no further than the committed end."""
-        return super().walk(offset, min(end, self.max_offset))
+        """Dispatch walks no further than the committed end, taking what a leader's puts parsed already."""
+        walk = super().walk(offset, min(end, self.max_offset))
+        walk.parsed = self.parsed
+        return walk
 
     def first_files_deleted(self) -> None:
         """Retention removed data files: the ledger now begins at the first remaining entry."""

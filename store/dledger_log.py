@@ -48,6 +48,7 @@ from store.dledger import (
     entry_body_crc,
     entry_header_problem,
     needs_roll,
+    pack_entries,
     pack_header,
     read_small_file,
     stored_body_crc,
@@ -130,6 +131,11 @@ class DLedgerLog:
         self.recover()
 
     # ------------------------------------------------------------------ state
+
+    @property
+    def lock(self) -> threading.RLock:
+        """Held around every change (reentrant): a caller keeping state beside an append takes it around both."""
+        return self._lock
 
     @property
     def begin_index(self) -> int:
@@ -226,7 +232,8 @@ class DLedgerLog:
 
     def _write(self, mf: MappedFile, data: bytes | bytearray, entry: Entry) -> None:
         rel = mf.wrote_position
-        mf.prepare(rel + len(data), populate=False)
+        if rel + len(data) > mf.prepared_position:
+            mf.prepare(rel + len(data), populate=False)
         mf.mm[rel : rel + len(data)] = data
         mf.wrote_position = rel + len(data)
         self._write_index(entry)
@@ -244,7 +251,8 @@ class DLedgerLog:
                 f"index files end at {mf.file_from_offset + mf.wrote_position}, entry {entry.index} goes at {off}",
             )
         rel = off - mf.file_from_offset
-        mf.prepare(rel + INDEX_UNIT_SIZE, populate=False)
+        if rel + INDEX_UNIT_SIZE > mf.prepared_position:
+            mf.prepare(rel + INDEX_UNIT_SIZE, populate=False)
         mf.mm[rel : rel + INDEX_UNIT_SIZE] = encode_index(entry)
         mf.wrote_position = rel + INDEX_UNIT_SIZE
 
@@ -299,20 +307,27 @@ class DLedgerLog:
 
     def _append_run(self, entries: list[Entry], i: int) -> int:
         """Append ``entries[i:]`` as far as the current data file takes them (rolled first when the first does
-        not fit); the index of the first not appended. Raises, after writing the ones before it, at a refused one."""
+        not fit); the index of the first not appended. Raises, after writing the ones before it, at a refused one.
+
+        Every entry of the run is checked first (index and term continuity, the body against ``bodyCrc``, the
+        leader's pos), then the run is packed straight into the mapped file and its index records into one
+        buffer written after it (:func:`pack_entries`)."""
         first = entries[i]
         check_follower_entry(self, first)
         mf, pos = self._place(first.size)
-        data, records = bytearray(), bytearray()
+        base, file_size = mf.file_from_offset, self.data.file_size
         refused: DLedgerError | None = None
-        prev: Entry | None = None
-        for entry in entries[i:]:
-            at = pos + len(data)
-            if prev is not None:
-                if entry.index != prev.index + 1 or entry.term < prev.term:
+        at = pos
+        prev_index, prev_term = first.index - 1, first.term
+        j = i
+        while j < len(entries):
+            entry = entries[j]
+            size = BODY_OFFSET + len(entry.body)
+            if j > i:
+                if entry.index != prev_index + 1 or entry.term < prev_term:
                     refused = DLedgerError(
                         DLedgerCode.INCONSISTENT_INDEX,
-                        f"entry {entry.index} of term {entry.term} after {prev.index} of term {prev.term}",
+                        f"entry {entry.index} of term {entry.term} after {prev_index} of term {prev_term}",
                     )
                     break
                 damage = body_crc_problem(entry.index, entry.body_crc, entry.body)
@@ -321,29 +336,30 @@ class DLedgerLog:
                         DLedgerCode.UNEXPECTED_ARGUMENT, f"{damage}: the pushed body is damaged"
                     )
                     break
-                if needs_roll(self.data.file_size, at - mf.file_from_offset, entry.size):
+                if needs_roll(file_size, at - base, size):
                     break
             if entry.pos >= 0 and entry.pos != at:
                 refused = DLedgerError(
                     DLedgerCode.DISK_ERROR, f"entry {entry.index}: leader pos {entry.pos} != {at}"
                 )
                 break
-            placed = entry if entry.pos == at else entry.at(at)
-            data += encode_entry(placed)
-            records += encode_index(placed)
-            prev = placed
-        if prev is not None:
+            at += size
+            prev_index, prev_term = entry.index, entry.term
+            j += 1
+        if j > i:
             rel = mf.wrote_position
-            mf.prepare(rel + len(data), populate=False)
-            mf.mm[rel : rel + len(data)] = data
-            mf.wrote_position = rel + len(data)
+            if rel + at - pos > mf.prepared_position:  # (reserved ahead in chunks: mostly done already)
+                mf.prepare(rel + at - pos, populate=False)
+            records = bytearray((j - i) * INDEX_UNIT_SIZE)
+            pack_entries(mf.mm, rel, entries[i:j], pos, records)
+            mf.wrote_position = rel + at - pos
             self._write_index_records(first.index, records)
-            self._last, self._last_term = prev.index, prev.term
+            self._last, self._last_term = prev_index, prev_term
             if self._begin == -1:
                 self._begin = first.index
         if refused is not None:
             raise refused
-        return i + len(records) // INDEX_UNIT_SIZE
+        return j
 
     def _write_index_records(self, index: int, records: bytearray) -> None:
         """The index records of entries ``index``, ``index + 1``, ... in as few writes as their files allow."""
@@ -357,7 +373,8 @@ class DLedgerLog:
                 )
             rel = mf.wrote_position
             chunk = min(len(records) - done, mf.file_size - rel)
-            mf.prepare(rel + chunk, populate=False)
+            if rel + chunk > mf.prepared_position:
+                mf.prepare(rel + chunk, populate=False)
             mf.mm[rel : rel + chunk] = records[done : done + chunk]
             mf.wrote_position = rel + chunk
             done += chunk

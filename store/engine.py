@@ -715,8 +715,20 @@ class DefaultMessageStore:
         if self.read_only:
             return 0
         touched: set[tuple[str, int]] = set()
+        n = 0
+        cl = self.commit_log
         with self._put_lock:
-            n = self._reput_until(self.commit_log.max_offset, touched)
+            # parsed a chunk at a time and dispatched as a replicating slave's records are (each queue's units
+            # in one copy): a push commits a batch of entries at once
+            while self.reput_from_offset < cl.max_offset:
+                start = self.reput_from_offset
+                walk = cl.walk(start, min(cl.max_offset, start + DISPATCH_CHUNK))
+                infos = list(walk)
+                self._dispatch_records(infos, touched)  # raising, it leaves the cursor at the first record
+                self.reput_from_offset = walk.offset
+                n += len(infos)
+                if walk.offset == start:
+                    break
         for topic, queue_id in sorted(touched):
             cq = self._cqs[(topic, queue_id)]
             for listener in self._listeners:

@@ -56,6 +56,10 @@ _I16: Final = struct.Struct(">h")
 _AFTER_STOREHOST: Final = struct.Struct(">iqi")
 # BORNHOST(4s+i) STORETIMESTAMP(q) STOREHOST(4s+i) RECONSUMETIMES(i) PREPARED(q) when both hosts are IPv4
 _V4_HOSTS: Final = struct.Struct(">4siq4siiq")
+# TOTALSIZE through BODYLEN of a record whose hosts are both IPv4, in one unpack: the nine fixed fields,
+# STORETIMESTAMP (9), RECONSUMETIMES (10), PREPARED (11), BODYLEN (12)
+_V4_HEAD: Final = struct.Struct(">iiiiiqqiq8xq8xiqi")
+_V4_FIELDS: Final = 13
 
 _ENCODERS: dict[tuple[int, int], struct.Struct] = {}
 
@@ -369,18 +373,23 @@ def _layout(buf: Buffer, pos: int, limit: int, check_crc: bool) -> _Layout:
     and section positions.
 
     Returns ``(fixed, store_ts_pos, reconsume_pos, body_pos, body_len, topic_pos, topic_len,
-    props_pos)``; the properties length sits just before ``props_pos``. Raises :class:`CorruptRecordError` (with the
+    props_pos)``; the properties length sits just before ``props_pos``. ``fixed`` holds the nine fixed
+    fields, and for a record whose hosts are both IPv4 (:data:`_V4_FIELDS` long) STORETIMESTAMP,
+    RECONSUMETIMES, PREPARED and BODYLEN after them. Raises :class:`CorruptRecordError` (with the
     buffer position) for anything a Java broker would stop at.
     """
     if pos + _FIXED_SIZE > limit:
         raise CorruptRecordError(None, pos, "record header runs past the end of the file")
-    fixed = _FIXED.unpack_from(buf, pos)
+    # the common all-IPv4 layout read through BODYLEN at once (the extra fields are dropped otherwise)
+    fixed = _V4_HEAD.unpack_from(buf, pos) if pos + _V4_HEAD.size <= limit else _FIXED.unpack_from(buf, pos)
     total, magic = fixed[0], fixed[1]
     if magic != MESSAGE_MAGIC_CODE and magic != MESSAGE_MAGIC_CODE_V2:
         raise CorruptRecordError(None, pos, f"bad magic code 0x{magic & 0xFFFFFFFF:08X}")
     if total <= 0 or pos + total > limit:
         raise CorruptRecordError(None, pos, f"total size {total} does not fit in the file")
     sys_flag = fixed[7]
+    if sys_flag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG) and len(fixed) == _V4_FIELDS:
+        fixed = fixed[:9]
     born_len = 20 if sys_flag & BORNHOST_V6_FLAG else 8
     store_len = 20 if sys_flag & STOREHOST_V6_FLAG else 8
     store_ts_pos = pos + _FIXED_SIZE + born_len
@@ -388,7 +397,7 @@ def _layout(buf: Buffer, pos: int, limit: int, check_crc: bool) -> _Layout:
     end = pos + total
     if p + 16 > end:
         raise CorruptRecordError(None, pos, "record too short for its host fields")
-    body_len = _I32.unpack_from(buf, p + 12)[0]
+    body_len = fixed[12] if len(fixed) == _V4_FIELDS else _I32.unpack_from(buf, p + 12)[0]
     body_pos = p + 16
     if body_len < 0 or body_pos + body_len + 1 > end:
         raise CorruptRecordError(None, pos, f"body length {body_len} does not fit in the record")
@@ -419,7 +428,7 @@ def check_record(buf: Buffer, pos: int, limit: int, *, check_crc: bool) -> tuple
     decoding it: ``(TOTALSIZE, STORETIMESTAMP)``. Normal recovery checks every record of the last files and
     needs nothing else; not decoding topic and properties makes it far faster."""
     fixed, ts_pos, *_ = _layout(buf, pos, limit, check_crc)
-    return fixed[0], _I64.unpack_from(buf, ts_pos)[0]
+    return fixed[0], fixed[9] if len(fixed) == _V4_FIELDS else _I64.unpack_from(buf, ts_pos)[0]
 
 
 def body_crc_problem(buf: Buffer, pos: int, size: int) -> str | None:
@@ -465,16 +474,20 @@ def read_record_info(
     lim = len(buf) if limit is None else limit
     fixed, ts_pos, rc_pos, _bp, _bl, topic_pos, topic_len, props_pos = _layout(buf, pos, lim, check_crc)
     props_len = fixed[0] - (props_pos - pos)
+    if len(fixed) == _V4_FIELDS:
+        store_ts, prepared = fixed[9], fixed[11]
+    else:
+        store_ts, prepared = _I64.unpack_from(buf, ts_pos)[0], _I64.unpack_from(buf, rc_pos + 4)[0]
     return RecordInfo(
-        commit_log_offset=fixed[6],
-        size=fixed[0],
-        topic=bytes(buf[topic_pos : topic_pos + topic_len]).decode("utf-8", "replace"),
-        queue_id=fixed[3],
-        queue_offset=fixed[5],
-        sys_flag=fixed[7],
-        store_timestamp=_I64.unpack_from(buf, ts_pos)[0],
-        prepared_transaction_offset=_I64.unpack_from(buf, rc_pos + 4)[0],
-        properties=decode_properties(buf[props_pos : props_pos + props_len]) if props_len else {},
+        fixed[6],
+        fixed[0],
+        str(buf[topic_pos : topic_pos + topic_len], "utf-8", "replace"),
+        fixed[3],
+        fixed[5],
+        fixed[7],
+        store_ts,
+        prepared,
+        decode_properties(buf[props_pos : props_pos + props_len]) if props_len else {},
     )
 
 
@@ -486,7 +499,7 @@ def decode_record(
     fixed, ts_pos, rc_pos, body_pos, body_len, topic_pos, topic_len, props_pos = _layout(
         buf, pos, lim, check_crc
     )
-    size, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts = fixed
+    size, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts = fixed[:9]
     if sys_flag & (BORNHOST_V6_FLAG | STOREHOST_V6_FLAG):
         born_host = decode_host(buf, pos + _FIXED_SIZE, bool(sys_flag & BORNHOST_V6_FLAG))
         store_ts = _I64.unpack_from(buf, ts_pos)[0]

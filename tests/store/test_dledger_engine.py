@@ -82,6 +82,83 @@ def test_dispatch_stops_at_the_committed_index(tmp_path: Path) -> None:
         store.shutdown()
 
 
+def _tree(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_a_follower_dispatching_pushes_derives_what_the_leader_did(tmp_path: Path) -> None:
+    """A follower's store, pushed the leader's entries in batches of several sizes and committing behind
+    them, then a burst of more than a dispatch chunk (1 MiB) committed at once, writes the ConsumeQueues
+    the leader wrote as it put each message (byte for byte) and serves every queue and key alike."""
+    msgs = [
+        Message("D", f"m{i}-".encode() * 200, queue_id=i % 3, properties={"KEYS": f"dk-{i}", "TAGS": "t"})
+        for i in range(1500)
+    ]
+    leader = _open(tmp_path / "leader")
+    for m in msgs:
+        assert leader.put_message(m).ok
+    ldlog = leader.commit_log.dlog  # type: ignore[attr-defined]
+    entries = [ldlog.get(i) for i in range(ldlog.last_index + 1)]
+    follower = DefaultMessageStore(dledger_config(tmp_path / "follower"))
+    fcl = follower.commit_log
+    assert isinstance(fcl, DLedgerCommitLog)
+    fcl.auto_commit = False
+    follower.open()
+    follower.start()
+    try:
+        at, sizes = 0, [1, 5, 16, 2, 40]
+        while at < 500:
+            batch = entries[at : at + sizes[at % len(sizes)]]
+            fcl.dlog.append_followers(batch)
+            at += len(batch)
+            fcl.dlog.set_committed(batch[-1].index - 3)  # the leader's commit index lags its pushes
+            follower.dispatch_committed()
+        fcl.dlog.append_followers(entries[at:])
+        assert fcl.dlog.end_pos - fcl.dlog.committed_pos > 1024 * 1024
+        fcl.dlog.set_committed(entries[-1].index)
+        assert follower.dispatch_committed() == len(entries) - at + 3
+        for q in range(3):
+            assert all_bodies(follower, "D", q) == all_bodies(leader, "D", q) == [m.body for m in msgs[q::3]]
+        for i in (0, 499, 500, 1499):
+            [hit] = follower.query_message("D", f"dk-{i}", 32, 0, 2**62).messages
+            assert hit.message.body == msgs[i].body
+    finally:
+        follower.shutdown()
+        leader.shutdown()
+    assert _tree(tmp_path / "follower" / "consumequeue") == _tree(tmp_path / "leader" / "consumequeue")
+
+
+def test_a_leader_dispatches_what_its_puts_parsed_and_never_a_record_cut_since(tmp_path: Path) -> None:
+    """A leader's committed records are dispatched from what its puts parsed (as a single broker's put
+    dispatches); entries cut after it lost the leadership are forgotten with them: the new leader's
+    entries, pushed to the same offsets with the same sizes, are dispatched as they are."""
+    store = _open(tmp_path / "old")
+    cl = store.commit_log
+    assert isinstance(cl, DLedgerCommitLog)
+    cl.auto_commit = False
+    for i in range(3):
+        assert store.put_message(Message("D", f"old-{i}".encode(), queue_id=0)).ok
+    assert len(cl.parsed) == 3
+    cl.dlog.set_committed(0)
+    assert store.dispatch_committed() == 1 and len(cl.parsed) == 2  # taken, not parsed back
+    new = _open(tmp_path / "new")
+    for i, q in ((0, 0), (1, 1), (2, 1)):
+        assert new.put_message(Message("D", f"new-{i}".encode(), queue_id=q)).ok
+    ndlog = new.commit_log.dlog  # type: ignore[attr-defined]
+    pushed = [ndlog.get(i) for i in (1, 2)]
+    try:
+        assert [e.pos for e in pushed] == [cl.dlog.get(i).pos for i in (1, 2)]
+        cl.dlog.truncate_after(0)  # the old leader's uncommitted tail, set aside
+        cl.dlog.append_followers(pushed)
+        cl.dlog.set_committed(2)
+        assert store.dispatch_committed() == 2
+        assert all_bodies(store, "D", 0) == [b"old-0"]
+        assert all_bodies(store, "D", 1) == [b"new-1", b"new-2"]
+    finally:
+        new.shutdown()
+        store.shutdown()
+
+
 def test_alone_a_lagging_checkpoint_loses_no_committed_entry(tmp_path: Path) -> None:
     msgs = dledger_store(tmp_path, 30)
     # a crash before the checkpoint (persisted every few seconds) caught up with the appends

@@ -302,3 +302,18 @@ def test_a_follower_refuses_a_body_failing_its_crc(tmp_path: Path) -> None:
     assert log_.append_follower(dl.Entry(1, 1, b"from a 4.9.8 leader", good.size)).body_crc == 0
     log_.close()
     assert _open(tmp_path).get(0).body_crc == good.body_crc
+
+
+def test_a_push_with_a_damaged_body_inside_keeps_only_what_comes_before_it(tmp_path: Path) -> None:
+    """A batch is checked whole before its bytes are written: the entry whose body fails its ``bodyCrc``
+    (411) and what follows it are never written, not even to the mapped file past its end."""
+    entries = _fill(_open(tmp_path / "leader"), 3)
+    damaged = dl.Entry(1, 1, entries[1].body[:-1] + b"X", entries[1].pos, body_crc=entries[1].body_crc)
+    log_ = _open(tmp_path)
+    with pytest.raises(dl.DLedgerError) as err:
+        log_.append_followers([entries[0], damaged, entries[2]])
+    assert err.value.code == dl.DLedgerCode.UNEXPECTED_ARGUMENT and "entry 1: body crc" in err.value.reason
+    assert (log_.last_index, log_.end_pos) == (0, entries[1].pos)
+    assert bytes(log_.data.files[0].view[entries[1].pos : DATA]) == bytes(DATA - entries[1].pos)
+    log_.append_followers(entries[1:])
+    assert [log_.get(i) for i in range(3)] == entries
