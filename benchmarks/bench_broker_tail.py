@@ -23,6 +23,13 @@ consumer commits.
 
 ``--tree DIR`` runs the daemons of another source tree (see bench_broker_latency.py).
 
+``--competitor-session`` starts the busy process with a session of its own. Where the kernel groups
+tasks by session (autogroup, ``/proc/sys/kernel/sched_autogroup_enabled``), by default the busy loop,
+the broker, the NameServer and this client are one scheduling group, and the loop spends the CPU share of
+the group the broker is in; in a session of its own it is a group of its own, as a process of another
+login or service would be (a systemd service has its own cgroup, `mqctl broker start --daemon` its own
+session).
+
 ``--client-slice-micros N`` gives this process (the producer and consumer) an EEVDF slice of N µs, as
 ``schedSliceMicros`` gives the broker (``MQCTL_SCHED_SLICE_MICROS=N`` sets that): how much of a busy
 round's tail is the measuring client's own wait for a core. After the fill, what this process holds is
@@ -58,12 +65,13 @@ BUSY_LOOP = "while True: pass"
 
 
 @contextmanager
-def competitor(on: bool) -> Iterator[None]:
-    """A process spinning on a CPU while the block runs (nothing when ``on`` is false)."""
+def competitor(on: bool, own_session: bool = False) -> Iterator[None]:
+    """A process spinning on a CPU while the block runs (nothing when ``on`` is false); ``own_session``
+    starts it in a session of its own, as another user's or service's process would be."""
     if not on:
         yield
         return
-    proc = subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
+    proc = subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=own_session)
     try:
         yield
     finally:
@@ -113,6 +121,9 @@ def main() -> None:
     )
     ap.add_argument("--tree", type=Path, default=ROOT, help="source tree of the daemons (default: this one)")
     ap.add_argument("--client-slice-micros", type=int, default=0, help="EEVDF slice of this process (µs)")
+    ap.add_argument(
+        "--competitor-session", action="store_true", help="the busy process in a session of its own"
+    )
     args = ap.parse_args()
     if args.client_slice_micros:
         print(set_slice(args.client_slice_micros), "(the benchmark's client)", flush=True)
@@ -129,7 +140,7 @@ def main() -> None:
         gc.freeze()  # the fill's survivors: out of every collection of the client during the rounds
         for r in range(args.rounds):
             for mode in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
-                with competitor(mode == "busy"):
+                with competitor(mode == "busy", args.competitor_session):
                     out = run(bench(namesrv, broker, args.duration, args.rate, f"TailBench{r}{mode}"))
                     loads.append(os.getloadavg()[0])
                 ms = sorted(out.latencies_ms)
@@ -147,7 +158,8 @@ def main() -> None:
         f"p99.9 quiet {quiet:.2f} ms, busy {busy:.2f} ms ({busy / quiet:.1f}x)",
         f"{args.topics:,} topics, {args.rate:,.0f} msgs/s, {args.rounds} x 2 rounds of {args.duration:g} s; "
         f"load {min(loads):.1f}-{max(loads):.1f} over the rounds; broker schedSliceMicros "
-        f"{os.environ.get('MQCTL_SCHED_SLICE_MICROS', '0')}, client slice {args.client_slice_micros} µs",
+        f"{os.environ.get('MQCTL_SCHED_SLICE_MICROS', '0')}, client slice {args.client_slice_micros} µs"
+        f"{', competitor in its own session' if args.competitor_session else ''}",
     )
 
 
