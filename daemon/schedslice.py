@@ -6,7 +6,9 @@ and the CPU goes to the eligible task with the earliest deadline. A broker sleep
 requests that take tens of microseconds each; with a CPU-bound process on its core, each wake-up may wait
 until that process's slice runs out. Since Linux 6.12 a task may ask for its own slice (``sched_runtime``
 of ``sched_setattr`` with SCHED_OTHER, no privilege needed): a shorter one makes its deadline earlier, so
-a wake-up preempts a neighbour with a longer slice at once.
+a wake-up preempts a neighbour with a longer slice at once. That is within the task's scheduling group
+(a cgroup, or with autogroup its session): a group that has spent its share of the CPUs waits all the
+same.
 
 What it trades: the share of CPU is unchanged (that is the nice value's weight), but the task is itself
 preempted after a shorter run when others wait, so a long piece of work is cut into more pieces, and the
@@ -63,8 +65,13 @@ def get_slice_ns(tid: int = 0) -> int:
 
 
 def _set(libc: ctypes.CDLL, setattr_nr: int, tid: int, slice_ns: int) -> None:
-    # sched_setattr sets the nice value too: pass the thread's own, so that only the slice changes
-    nice = os.getpriority(os.PRIO_PROCESS, tid)
+    try:
+        if os.sched_getscheduler(tid) != _SCHED_OTHER:  # a real-time or batch policy is kept as it is
+            return
+        # sched_setattr sets the nice value too: pass the thread's own, so that only the slice changes
+        nice = os.getpriority(os.PRIO_PROCESS, tid)
+    except ProcessLookupError:  # the thread ended meanwhile
+        return
     attr = _ATTR.pack(_ATTR.size, _SCHED_OTHER, 0, nice, 0, slice_ns, 0, 0, 0, 0)
     buf = ctypes.create_string_buffer(attr, _ATTR.size)
     if libc.syscall(setattr_nr, tid, buf, 0) != 0:
@@ -77,8 +84,8 @@ def _set(libc: ctypes.CDLL, setattr_nr: int, tid: int, slice_ns: int) -> None:
 def set_slice(slice_us: int) -> str:
     """Give every thread of this process an EEVDF slice of ``slice_us`` µs (0: the kernel's default again).
 
-    Only SCHED_OTHER threads are touched (a thread under a real-time policy keeps it). Returns a line for
-    the log; raises `SliceRefused` when the slice could not be set, with nothing changed.
+    Only SCHED_OTHER threads are touched (a thread under another policy keeps it). Returns a line for the
+    log; raises `SliceRefused` when the calling thread's slice could not be set, the others untouched.
     """
     if slice_us and not MIN_SLICE_US <= slice_us <= MAX_SLICE_US:
         raise ValueError(f"a slice is 0 or {MIN_SLICE_US}-{MAX_SLICE_US} µs, not {slice_us}")
@@ -86,14 +93,12 @@ def set_slice(slice_us: int) -> str:
     slice_ns = slice_us * 1000
     # the calling thread first: if the kernel refuses or ignores it, no other thread has been touched
     tid = threading.get_native_id()
-    if os.sched_getscheduler(0) == _SCHED_OTHER:
-        _set(libc, setattr_nr, 0, slice_ns)
-        if slice_ns and get_slice_ns() != slice_ns:  # before 6.12 sched_runtime is taken and ignored
-            raise SliceRefused(f"Linux {platform.release()} has no per-task slice (6.12 or later has)")
+    _set(libc, setattr_nr, tid, slice_ns)
+    if slice_ns and os.sched_getscheduler(0) == _SCHED_OTHER and get_slice_ns() != slice_ns:
+        raise SliceRefused(f"Linux {platform.release()} has no per-task slice (6.12 or later has)")
     for name in os.listdir(f"/proc/{os.getpid()}/task"):
-        other = int(name)
-        if other != tid and os.sched_getscheduler(other) == _SCHED_OTHER:
-            _set(libc, setattr_nr, other, slice_ns)
+        if int(name) != tid:
+            _set(libc, setattr_nr, int(name), slice_ns)
     if not slice_us:
         return "EEVDF slice: the kernel's default"
     return f"EEVDF slice {slice_us} µs on every thread (sched_setattr, SCHED_OTHER)"
