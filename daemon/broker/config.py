@@ -347,11 +347,7 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     listen_why: str = field(default="", metadata={"internal": True}, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.sched_slice_micros and not MIN_SLICE_US <= self.sched_slice_micros <= MAX_SLICE_US:
-            raise ConfigError(
-                f"schedSliceMicros is 0 or {MIN_SLICE_US}-{MAX_SLICE_US} (the kernel's bounds), "
-                f"not {self.sched_slice_micros}"
-            )
+        check_sched_slice(self.sched_slice_micros)
         self.listen_host, self.broker_ip1, why = resolve_listen(self.listen_host, self.broker_ip1)
         self.listen_why = self.listen_why or why
 
@@ -391,6 +387,15 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     def store_config(self) -> StoreConfig:
         """The store's settings, taken from the keys both configs share."""
         return StoreConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(StoreConfig)})
+
+
+def check_sched_slice(micros: int) -> None:
+    """``schedSliceMicros`` within the kernel's bounds, or 0; a start, or an update that the next start
+    would read, refuses any other value."""
+    if micros and not MIN_SLICE_US <= micros <= MAX_SLICE_US:
+        raise ConfigError(
+            f"schedSliceMicros is 0 or {MIN_SLICE_US}-{MAX_SLICE_US} (the kernel's bounds), not {micros}"
+        )
 
 
 def _true(raw: str) -> bool:
