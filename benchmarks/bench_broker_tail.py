@@ -22,12 +22,25 @@ per topic (as on a broker whose topics all have a consumer) and is written every
 consumer commits.
 
 ``--tree DIR`` runs the daemons of another source tree (see bench_broker_latency.py).
+
+``--competitor-session`` starts the busy process with a session of its own. Where the kernel groups
+tasks by session (autogroup, ``/proc/sys/kernel/sched_autogroup_enabled``), by default the busy loop,
+the broker, the NameServer and this client are one scheduling group, and the loop spends the CPU share of
+the group the broker is in; in a session of its own it is a group of its own, as a process of another
+login or service would be (a systemd service has its own cgroup, `mqctl broker start --daemon` its own
+session).
+
+``--client-slice-micros N`` gives this process (the producer and consumer) an EEVDF slice of N µs, as
+``schedSliceMicros`` gives the broker (``MQCTL_SCHED_SLICE_MICROS=N`` sets that): how much of a busy
+round's tail is the measuring client's own wait for a core. After the fill, what this process holds is
+frozen out of the cyclic GC's reach, so no full collection of the client walks it during the rounds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import os
 import statistics
 import subprocess
@@ -44,6 +57,7 @@ from bench_broker_topics import create
 from benchlib import summary
 
 from daemon.remoting.loop import run
+from daemon.schedslice import set_slice
 from mqctl.admin.client import Admin
 from mqctl.services.bench import produce, topic_names
 
@@ -51,12 +65,13 @@ BUSY_LOOP = "while True: pass"
 
 
 @contextmanager
-def competitor(on: bool) -> Iterator[None]:
-    """A process spinning on a CPU while the block runs (nothing when ``on`` is false)."""
+def competitor(on: bool, own_session: bool = False) -> Iterator[None]:
+    """A process spinning on a CPU while the block runs (nothing when ``on`` is false); ``own_session``
+    starts it in a session of its own, as another user's or service's process would be."""
     if not on:
         yield
         return
-    proc = subprocess.Popen([sys.executable, "-c", BUSY_LOOP])
+    proc = subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=own_session)
     try:
         yield
     finally:
@@ -105,7 +120,13 @@ def main() -> None:
         help="one group's offset committed on every topic (before the rounds)",
     )
     ap.add_argument("--tree", type=Path, default=ROOT, help="source tree of the daemons (default: this one)")
+    ap.add_argument("--client-slice-micros", type=int, default=0, help="EEVDF slice of this process (µs)")
+    ap.add_argument(
+        "--competitor-session", action="store_true", help="the busy process in a session of its own"
+    )
     args = ap.parse_args()
+    if args.client_slice_micros:
+        print(set_slice(args.client_slice_micros), "(the benchmark's client)", flush=True)
     tree = args.tree.resolve()
     p999: dict[str, list[float]] = {"quiet": [], "busy": []}
     loads: list[float] = []
@@ -116,9 +137,10 @@ def main() -> None:
             f"{' (and a group offset committed on each)' if args.group_offsets else ''} in {took:.1f} s",
             flush=True,
         )
+        gc.freeze()  # the fill's survivors: out of every collection of the client during the rounds
         for r in range(args.rounds):
             for mode in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
-                with competitor(mode == "busy"):
+                with competitor(mode == "busy", args.competitor_session):
                     out = run(bench(namesrv, broker, args.duration, args.rate, f"TailBench{r}{mode}"))
                     loads.append(os.getloadavg()[0])
                 ms = sorted(out.latencies_ms)
@@ -135,7 +157,9 @@ def main() -> None:
         __file__,
         f"p99.9 quiet {quiet:.2f} ms, busy {busy:.2f} ms ({busy / quiet:.1f}x)",
         f"{args.topics:,} topics, {args.rate:,.0f} msgs/s, {args.rounds} x 2 rounds of {args.duration:g} s; "
-        f"load {min(loads):.1f}-{max(loads):.1f} over the rounds",
+        f"load {min(loads):.1f}-{max(loads):.1f} over the rounds; broker schedSliceMicros "
+        f"{os.environ.get('MQCTL_SCHED_SLICE_MICROS', '0')}, client slice {args.client_slice_micros} µs"
+        f"{', competitor in its own session' if args.competitor_session else ''}",
     )
 
 

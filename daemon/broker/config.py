@@ -15,6 +15,7 @@ from daemon.config import ConfigError, RocketMQKeys, load_config, property_key
 from daemon.remoting.limits import RemotingLimits
 from daemon.remoting.tls import TlsConfig
 from daemon.rocketmq_keys import CPUS, NETTY_CLIENT_KEYS, NETTY_SERVER_KEYS
+from daemon.schedslice import MAX_SLICE_US, MIN_SLICE_US
 from store.config import StoreConfig
 from store.names import TRACE_TOPIC
 
@@ -313,6 +314,9 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     grpc_listen_port: int = 8081
     #: Empty: 127.0.0.1, or every interface when `brokerIP1` names another address (see resolve_listen).
     listen_host: str = ""
+    #: µs of EEVDF slice for every broker thread (daemon.schedslice; Linux 6.12+): a wake-up preempts a
+    #: CPU-bound neighbour with a longer slice instead of waiting for its turn. 0: the kernel's default.
+    sched_slice_micros: int = 0
     #: With ACL off and a listener beyond loopback, refuse writes from other machines (daemon.protect).
     protected_mode: bool = True
     #: The VIP port, ``listenPort - 2``, serving what ``listenPort`` serves (4.9.8's BrokerController
@@ -343,6 +347,7 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     listen_why: str = field(default="", metadata={"internal": True}, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        check_sched_slice(self.sched_slice_micros)
         self.listen_host, self.broker_ip1, why = resolve_listen(self.listen_host, self.broker_ip1)
         self.listen_why = self.listen_why or why
 
@@ -382,6 +387,15 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     def store_config(self) -> StoreConfig:
         """The store's settings, taken from the keys both configs share."""
         return StoreConfig(**{f.name: getattr(self, f.name) for f in dataclasses.fields(StoreConfig)})
+
+
+def check_sched_slice(micros: int) -> None:
+    """``schedSliceMicros`` within the kernel's bounds, or 0; a start, or an update that the next start
+    would read, refuses any other value."""
+    if micros and not MIN_SLICE_US <= micros <= MAX_SLICE_US:
+        raise ConfigError(
+            f"schedSliceMicros is 0 or {MIN_SLICE_US}-{MAX_SLICE_US} (the kernel's bounds), not {micros}"
+        )
 
 
 def _true(raw: str) -> bool:

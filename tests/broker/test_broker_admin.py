@@ -153,6 +153,15 @@ async def test_config_updates_are_written_to_the_store_config_and_read_by_the_ne
     assert again.file_reserved_time == 24 and again.config_path == str(saved)
 
 
+async def test_a_config_update_the_next_start_would_refuse_is_refused_now(broker: BrokerHandle) -> None:
+    """schedSliceMicros applies at start, which refuses a value outside the kernel's bounds: written to the
+    file, it would keep the broker from starting again."""
+    update = await broker.call(RequestCode.UPDATE_BROKER_CONFIG, body=b"schedSliceMicros=5\n")
+    assert update.code == ResponseCode.SYSTEM_ERROR and "schedSliceMicros" in (update.remark or "")
+    saved = Path(broker.broker.config.store_path_root_dir) / "config" / "broker.properties"
+    assert not saved.exists() and broker.broker.config.sched_slice_micros == 0
+
+
 async def test_config_updates_keep_the_operators_file_as_written(tmp_path: Path) -> None:
     conf = tmp_path / "broker.conf"
     conf.write_text("# our cluster\nbrokerClusterName = Prod\nfileReservedTime=72\n")

@@ -24,6 +24,7 @@ from daemon.broker.bodies import (
     TopicStatsTable,
 )
 from daemon.broker.clean import CLEAN_PLAN, PlanBody
+from daemon.broker.config import check_sched_slice
 from daemon.broker.headers import (
     CloneGroupOffsetRequestHeader,
     ConsumeMessageDirectlyRequestHeader,
@@ -470,6 +471,9 @@ class AdminProcessor:
         refuse_unsafe(updates, request.ext_fields, current=config, trusted=self.broker.trusted(conn, request))
         try:
             changed = coerce_properties(config, updates, ignore_unknown=True)
+            slice_us = changed.get("sched_slice_micros")
+            if isinstance(slice_us, int):  # read at the next start, which would refuse a bad one
+                check_sched_slice(slice_us)
         except ConfigError as exc:
             raise system_error(str(exc)) from None
         if changed:
