@@ -705,7 +705,10 @@ class Node:
         waiting[index] = (self.m.term, now + self.t.max_wait_ack_time_ms)
         # a quorum may hold it already only in a group of one, or when it was appended before (a caller
         # that waits again): else the followers' answers commit it
-        if index <= self.log.committed_index or not self.pushes or self._quorum_index() >= index:
+        held = index <= self.log.committed_index or not self.pushes
+        for p in self.pushes.values():
+            held = held or p.water_mark >= index
+        if held:
             self._advance_commit()
 
     def _get(self, index: int) -> Entry | None:
@@ -779,10 +782,6 @@ class Node:
             marks.append(p.water_mark)
         marks.sort(reverse=True)
         return marks
-
-    def _quorum_index(self) -> int:
-        marks = self._marks()
-        return marks[len(marks) // 2]
 
     def _advance_commit(self) -> None:
         marks = self._marks()
