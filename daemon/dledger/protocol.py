@@ -245,6 +245,18 @@ def _or(value: Any, default: Any) -> Any:
     return default if value is None else value
 
 
+def _read_base(bean: RequestOrResponse, data: dict[str, Any]) -> None:
+    """``RequestOrResponse``'s properties read into `bean` as the generic walk reads them (a null or
+    missing one keeps its default): the unrolled readers of the PUSH beans share it."""
+    get = data.get
+    bean.code = _or(get("code"), bean.code)
+    bean.group = get("group")
+    bean.leader_id = get("leaderId")
+    bean.local_id = get("localId")
+    bean.remote_id = get("remoteId")
+    bean.term = _or(get("term"), bean.term)
+
+
 def _b64(text: str) -> bytes:
     # every pushed body: pybase64's SIMD decoder, strict as ``binascii.a2b_base64(strict_mode=True)`` (the
     # alphabet, the padding) at several times its speed; a bad body raises binascii.Error, a ValueError
@@ -439,19 +451,15 @@ class PushEntryRequest(RequestOrResponse):
             raise ValueError(f"{cls.__name__}: a JSON object expected")
         get = data.get
         batch, one, kind = get("batchEntry"), get("entry"), get("type")
-        return cls(
-            code=_or(get("code"), int(DLedgerResponseCode.SUCCESS)),
-            group=get("group"),
-            leader_id=get("leaderId"),
-            local_id=get("localId"),
-            remote_id=get("remoteId"),
-            term=_or(get("term"), -1),
+        bean = cls(
             batch_entry=[] if batch is None else _entries(batch),
             commit_index=_or(get("commitIndex"), -1),
             entry=None if one is None else _entry(one),
             total_size=_or(get("totalSize"), 0),
             type=PushType.APPEND if kind is None else PushType(kind),
         )
+        _read_base(bean, data)
+        return bean
 
     def entries(self) -> list[DLedgerEntry]:
         """The pushed entries, batched or single."""
@@ -487,18 +495,14 @@ class PushEntryResponse(RequestOrResponse):
         if not isinstance(data, dict):
             raise ValueError(f"{cls.__name__}: a JSON object expected")
         get = data.get
-        return cls(
-            code=_or(get("code"), int(DLedgerResponseCode.SUCCESS)),
-            group=get("group"),
-            leader_id=get("leaderId"),
-            local_id=get("localId"),
-            remote_id=get("remoteId"),
-            term=_or(get("term"), -1),
+        bean = cls(
             begin_index=_or(get("beginIndex"), 0),
             count=_or(get("count"), 0),
             end_index=_or(get("endIndex"), 0),
             index=get("index"),
         )
+        _read_base(bean, data)
+        return bean
 
 
 @dataclass(slots=True, kw_only=True)

@@ -3,6 +3,8 @@ sorted, nulls left out, enums by name, ``byte[]`` as base64) and round trips of 
 
 from __future__ import annotations
 
+from typing import Any
+
 import orjson
 import pytest
 from hypothesis import given, strategies as st
@@ -125,12 +127,13 @@ entries = st.builds(
 )
 
 
-pushes = st.builds(
+def beans(cls: type[WireBean], **fields: Any) -> st.SearchStrategy[Any]:
+    """Beans of `cls` with arbitrary group and member ids (any of them null)."""
+    return st.builds(cls, group=ids, leader_id=ids, local_id=ids, remote_id=ids, **fields)
+
+
+pushes = beans(
     PushEntryRequest,
-    group=ids,
-    leader_id=ids,
-    local_id=ids,
-    remote_id=ids,
     term=longs,
     code=st.sampled_from([int(c) for c in DLedgerResponseCode]),
     commit_index=longs,
@@ -202,12 +205,8 @@ def test_an_entry_is_written_and_read_as_every_bean_is(entry: DLedgerEntry) -> N
     assert DLedgerEntry.from_json(as_bean) == bean_from_json(DLedgerEntry, as_bean)
 
 
-push_answers = st.builds(
+push_answers = beans(
     PushEntryResponse,
-    group=ids,
-    leader_id=ids,
-    local_id=ids,
-    remote_id=ids,
     code=longs,
     term=longs,
     begin_index=longs,
