@@ -137,6 +137,17 @@ class Out:
     #: the request's encoding when the machine made it (a push: its entries' JSON is shared by every follower)
     body: bytes | None = None
 
+    def __init__(
+        self,
+        peer: str,
+        code: DLedgerRequestCode,
+        request: RequestOrResponse,
+        epoch: int = 0,
+        body: bytes | None = None,
+    ) -> None:
+        # written out, not dataclass's (interpreted when compiled): one per push and follower
+        self.peer, self.code, self.request, self.epoch, self.body = peer, code, request, epoch, body
+
 
 @dataclass(slots=True)
 class MemberState:

@@ -277,6 +277,23 @@ class DLedgerEntry(WireBean):
     size: int = 0
     term: int = 0
 
+    def __init__(
+        self,
+        body: bytes | None = None,
+        body_crc: int = 0,
+        chain_crc: int = 0,
+        channel: int = 0,
+        index: int = 0,
+        magic: int = 0,
+        pos: int = 0,
+        size: int = 0,
+        term: int = 0,
+    ) -> None:
+        # written out, not dataclass's: compiled, its generated __init__ stays interpreted, several times
+        # the cost of a compiled one, paid per entry on both sides of a push
+        self.body, self.body_crc, self.chain_crc, self.channel = body, body_crc, chain_crc, channel
+        self.index, self.magic, self.pos, self.size, self.term = index, magic, pos, size, term
+
     def to_json(self) -> dict[str, Any]:
         # WireBean's walk, unrolled: every entry of every push goes through here
         out: dict[str, Any] = (
@@ -392,6 +409,27 @@ class PushEntryRequest(RequestOrResponse):
     total_size: int = 0
     type: PushType = PushType.APPEND
 
+    def __init__(
+        self,
+        *,
+        code: int = int(DLedgerResponseCode.SUCCESS),
+        group: str | None = None,
+        leader_id: str | None = None,
+        local_id: str | None = None,
+        remote_id: str | None = None,
+        term: int = -1,
+        batch_entry: list[DLedgerEntry] | None = None,
+        commit_index: int = -1,
+        entry: DLedgerEntry | None = None,
+        total_size: int = 0,
+        type: PushType = PushType.APPEND,
+    ) -> None:
+        # written out (as DLedgerEntry's): one per push and follower
+        self.code, self.group, self.leader_id, self.local_id = code, group, leader_id, local_id
+        self.remote_id, self.term = remote_id, term
+        self.batch_entry = [] if batch_entry is None else batch_entry
+        self.commit_index, self.entry, self.total_size, self.type = commit_index, entry, total_size, type
+
     @property
     def batch(self) -> bool:
         return bool(self.batch_entry)
@@ -474,6 +512,25 @@ class PushEntryResponse(RequestOrResponse):
     count: int = 0
     end_index: int = 0
     index: int | None = None
+
+    def __init__(
+        self,
+        *,
+        code: int = int(DLedgerResponseCode.SUCCESS),
+        group: str | None = None,
+        leader_id: str | None = None,
+        local_id: str | None = None,
+        remote_id: str | None = None,
+        term: int = -1,
+        begin_index: int = 0,
+        count: int = 0,
+        end_index: int = 0,
+        index: int | None = None,
+    ) -> None:
+        # written out (as DLedgerEntry's): every push is answered with one
+        self.code, self.group, self.leader_id, self.local_id = code, group, leader_id, local_id
+        self.remote_id, self.term = remote_id, term
+        self.begin_index, self.count, self.end_index, self.index = begin_index, count, end_index, index
 
     def encode(self) -> bytes:
         # the generic walk, unrolled (keys in fastjson's order): every push is answered with one

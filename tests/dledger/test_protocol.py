@@ -3,12 +3,15 @@ sorted, nulls left out, enums by name, ``byte[]`` as base64) and round trips of 
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from typing import Any
 
 import orjson
 import pytest
 from hypothesis import given, strategies as st
 
+from daemon.dledger.machines import Out
 from daemon.dledger.protocol import (
     BEANS,
     REMOTING_RESPONSE_CODE,
@@ -21,6 +24,7 @@ from daemon.dledger.protocol import (
     PushEntryRequest,
     PushEntryResponse,
     PushType,
+    RequestOrResponse,
     VoteRequest,
     VoteResponse,
     VoteResult,
@@ -247,3 +251,43 @@ def test_a_pushed_body_must_be_strict_base64() -> None:
         body = good.replace(b"Zm9vIQ==", bad)
         with pytest.raises(ValueError, match="bad PushEntryRequest body"):
             PushEntryRequest.decode(body)
+
+
+def _sample(name: str, i: int) -> Any:
+    """A value for the field `name` of a hot bean other than its default (an int unless named here)."""
+    return {
+        "group": f"s{i}",
+        "leader_id": f"s{i}",
+        "local_id": f"s{i}",
+        "remote_id": f"s{i}",
+        "peer": f"s{i}",
+        "body": b"b%d" % i,
+        "batch_entry": [DLedgerEntry(index=i)],
+        "entry": DLedgerEntry(index=i),
+        "type": PushType.COMPARE,
+        "code": DLedgerRequestCode.PUSH,  # (an int too)
+        "request": RequestOrResponse(term=i),
+    }.get(name, 7 + i)
+
+
+@pytest.mark.parametrize("cls", [DLedgerEntry, PushEntryRequest, PushEntryResponse, Out])
+def test_a_written_out_init_takes_every_field_with_its_default(cls: type) -> None:
+    """The hot beans' __init__ is written out (compiled, dataclass's own stays interpreted): it must take
+    every field by name and set it, and leave each one it is not given at the field's default."""
+    fields = dataclasses.fields(cls)
+    given_all = {f.name: _sample(f.name, i) for i, f in enumerate(fields)}
+    made = cls(**given_all)
+    assert {f.name: getattr(made, f.name) for f in fields} == given_all
+    required = {
+        f.name: given_all[f.name]
+        for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+    }
+    made = cls(**required)
+    for f in fields:
+        if f.default is not dataclasses.MISSING:
+            assert getattr(made, f.name) == f.default, f.name
+        elif f.default_factory is not dataclasses.MISSING:
+            assert getattr(made, f.name) == f.default_factory(), f.name
+    if not hasattr(cls, "__mypyc_attrs__"):  # (compiled, a keyword-only __init__ shows no signature)
+        assert [p for p in inspect.signature(cls).parameters] == [f.name for f in fields]
