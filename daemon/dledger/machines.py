@@ -124,7 +124,7 @@ class Role(enum.Enum):
     LEADER = "LEADER"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Out:
     """A request to send to `peer`; its answer (None when none came) goes back to `Node.on_response`."""
 
@@ -145,8 +145,12 @@ class Out:
         epoch: int = 0,
         body: bytes | None = None,
     ) -> None:
-        # written out, not dataclass's (interpreted when compiled): one per push and follower
-        self.peer, self.code, self.request, self.epoch, self.body = peer, code, request, epoch, body
+        # written out (docs/design/compiled-build.md): one per push and follower
+        self.peer = peer
+        self.code = code
+        self.request = request
+        self.epoch = epoch
+        self.body = body
 
 
 @dataclass(slots=True)
