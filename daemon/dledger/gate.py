@@ -51,10 +51,13 @@ class PeerGate:
         #: Connections and requests refused (what /metrics and the tests count).
         self.refused = 0
         self._warnings = WarningGate(log)
+        #: (leaderId, localId, ip) of requests admitted: a leader's every push names the same pair
+        self._admitted: set[tuple[str | None, str | None, str]] = set()
 
     def resolve(self) -> None:
         for peer, addr in self.peers.items():
             self.hosts[peer] = resolve(parse_addr(addr)[0])
+        self._admitted.clear()
 
     @property
     def beyond_loopback(self) -> bool:
@@ -77,6 +80,10 @@ class PeerGate:
         """Why a request from `ip` is refused (logged, rate-limited), or None: every member id it gives as
         its sender (``leaderId``, ``localId``, a take-leadership's ``transferId``) must be another member
         whose host is `ip`. An admin's LEADERSHIP_TRANSFER to the leader names no sender and passes."""
+        transfer = isinstance(request, LeadershipTransferRequest)
+        seen = (request.leader_id, request.local_id, ip)
+        if not transfer and seen in self._admitted:
+            return None
         senders = {request.leader_id, request.local_id}
         if isinstance(request, LeadershipTransferRequest) and request.transfer_id != self.self_id:
             senders.add(request.transfer_id)
@@ -94,4 +101,6 @@ class PeerGate:
                 self.refused += 1
                 self._warnings.warning("DLedger: refusing a request from %s: it %s", ip, why)
                 return f"DLedger peer gate: a request from {ip} {why}"
+        if not transfer and len(self._admitted) < 64:
+            self._admitted.add(seen)
         return None

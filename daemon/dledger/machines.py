@@ -124,7 +124,7 @@ class Role(enum.Enum):
     LEADER = "LEADER"
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class Out:
     """A request to send to `peer`; its answer (None when none came) goes back to `Node.on_response`."""
 
@@ -136,6 +136,21 @@ class Out:
     epoch: int = 0
     #: the request's encoding when the machine made it (a push: its entries' JSON is shared by every follower)
     body: bytes | None = None
+
+    def __init__(
+        self,
+        peer: str,
+        code: DLedgerRequestCode,
+        request: RequestOrResponse,
+        epoch: int = 0,
+        body: bytes | None = None,
+    ) -> None:
+        # written out (docs/design/compiled-build.md): one per push and follower
+        self.peer = peer
+        self.code = code
+        self.request = request
+        self.epoch = epoch
+        self.body = body
 
 
 @dataclass(slots=True)
@@ -269,6 +284,10 @@ class Node:
         self.term_first_index = 0
         #: leader: appends waiting for the quorum, index -> (term, deadline)
         self.waiting: dict[int, tuple[int, int]] = {}
+        #: whether `waiting` holds its indexes, and so their deadlines, in ascending order (entries are
+        #: appended, and waited for, in order): the commit and the expiry then look at its front only
+        self._waiting_ordered = True
+        self._last_tracked = -1
         self.completed: dict[int, Code] = {}
         self.role_changes: list[tuple[int, Role]] = []
         #: the answer to a take-leadership request while it is pending: (target term, code or None)
@@ -341,7 +360,11 @@ class Node:
     def _fail_waiting(self, code: Code) -> None:
         for index in self.waiting:
             self.completed[index] = code
+        self._clear_waiting()
+
+    def _clear_waiting(self) -> None:
         self.waiting.clear()
+        self._waiting_ordered, self._last_tracked = True, -1
 
     def _vote_interval(self) -> int:
         if self._taking_leadership():
@@ -689,8 +712,19 @@ class Node:
     def track(self, index: int, now: int) -> None:
         """Answer entry `index` (appended to the log by its owner, the CommitLog) once a quorum has it."""
         self._now = now
-        self.waiting[index] = (self.m.term, now + self.t.max_wait_ack_time_ms)
-        self._advance_commit()
+        waiting = self.waiting
+        if index in waiting or index < self._last_tracked:
+            self._waiting_ordered = False  # (its deadline moves, or it comes after a later index)
+        else:
+            self._last_tracked = index
+        waiting[index] = (self.m.term, now + self.t.max_wait_ack_time_ms)
+        # a quorum may hold it already only in a group of one, or when it was appended before (a caller
+        # that waits again): else the followers' answers commit it
+        held = index <= self.log.committed_index or not self.pushes
+        for p in self.pushes.values():
+            held = held or p.water_mark >= index
+        if held:
+            self._advance_commit()
 
     def _get(self, index: int) -> Entry | None:
         try:
@@ -735,25 +769,48 @@ class Node:
         return False
 
     def _expire_waiting(self, now: int) -> None:
-        late = [i for i, (_, deadline) in self.waiting.items() if deadline <= now]
-        for index in late:
-            del self.waiting[index]
-            self.completed[index] = Code.WAIT_QUORUM_ACK_TIMEOUT
+        self._complete_waiting(now, -1)
+
+    def _complete_waiting(self, now: int, committed: int) -> None:
+        """Answer the waiting appends up to `committed` (SUCCESS) and those whose time is up at `now`:
+        in order, from the front only while `waiting` is (each push's answer and each round call this)."""
+        waiting = self.waiting
+        if not waiting:
+            return
+        ordered = self._waiting_ordered
+        done: list[int] = []
+        for index, (_, deadline) in waiting.items():
+            if index <= committed or deadline <= now:
+                done.append(index)
+            elif ordered:
+                break
+        for index in done:
+            del waiting[index]
+            self.completed[index] = Code.SUCCESS if index <= committed else Code.WAIT_QUORUM_ACK_TIMEOUT
+        if not waiting:
+            self._waiting_ordered, self._last_tracked = True, -1
+
+    def _marks(self) -> list[int]:
+        """Every member's last index held as this leader's log, highest first."""
+        marks = [self.log.last_index]
+        for p in self.pushes.values():
+            marks.append(p.water_mark)
+        marks.sort(reverse=True)
+        return marks
 
     def _advance_commit(self) -> None:
-        marks = sorted([self.log.last_index, *[p.water_mark for p in self.pushes.values()]], reverse=True)
+        marks = self._marks()
         quorum_index = marks[len(marks) // 2]
-        if self._wire:
+        wire = self._wire
+        if wire:
             everywhere = marks[-1]
-            while self._wire and next(iter(self._wire)) <= everywhere:
-                del self._wire[next(iter(self._wire))]
+            while wire and next(iter(wire)) <= everywhere:
+                del wire[next(iter(wire))]
         # Raft's rule: a quorum holding an entry of an earlier term does not commit it (figure 8)
         if quorum_index > self.log.committed_index and quorum_index >= self.term_first_index:
             self.log.set_committed(quorum_index)
-        committed = self.log.committed_index
-        for index in [i for i in self.waiting if i <= committed]:
-            del self.waiting[index]
-            self.completed[index] = Code.SUCCESS
+        # (the deadlines are the round's: the answer's read does not expire what it did not commit)
+        self._complete_waiting(-1, self.log.committed_index)
 
     def _push_request(self, peer: str, entry: Entry | None, kind: PushType) -> Out:
         req = self._base(PushEntryRequest(), peer)

@@ -13,14 +13,13 @@ Pure functions: bytes in, beans out.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import dataclasses
 import enum
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
 
 import orjson
+import pybase64
 
 from store import fastjson
 from store.models import camel_case
@@ -109,7 +108,7 @@ def _out(value: Any) -> Any:
     if value.__class__ in _PLAIN:
         return value
     if isinstance(value, bytes):
-        return base64.b64encode(value).decode("ascii")
+        return pybase64.b64encode(value).decode("ascii")
     if isinstance(value, enum.Enum):
         return value.value if isinstance(value.value, str) else int(value.value)
     if isinstance(value, WireBean):
@@ -210,12 +209,61 @@ def _dumps(data: dict[str, Any]) -> bytes:
         return fastjson.dumps(data)
 
 
+#: strings already written by :func:`json_str` (a member's group and ids, in every push and answer)
+_JSON_STRS: dict[str, bytes] = {}
+
+
+def json_str(text: str) -> bytes:
+    """A JSON string as fastjson writes it (orjson's bytes where they are the same; fastjson's writer for
+    what orjson refuses, a lone surrogate), remembered: the few a group uses recur in every message."""
+    made = _JSON_STRS.get(text)
+    if made is None:
+        try:
+            made = orjson.dumps(text)
+        except TypeError:
+            made = fastjson.dumps(text)
+        if len(_JSON_STRS) >= 64:
+            _JSON_STRS.clear()
+        _JSON_STRS[text] = made
+    return made
+
+
+def _ids_json(bean: RequestOrResponse) -> bytes:
+    """``,"leaderId":...,"localId":...,"remoteId":...`` as a bean writes them (nulls left out): in both
+    PUSH beans these keys come together, after ``lastEntryIndex`` / ``index`` and before ``term``."""
+    out = b""
+    if bean.leader_id is not None:
+        out += b',"leaderId":' + json_str(bean.leader_id)
+    if bean.local_id is not None:
+        out += b',"localId":' + json_str(bean.local_id)
+    if bean.remote_id is not None:
+        out += b',"remoteId":' + json_str(bean.remote_id)
+    return out
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _read_base(bean: RequestOrResponse, data: dict[str, Any]) -> None:
+    """``RequestOrResponse``'s properties read into `bean` as the generic walk reads them (a null or
+    missing one keeps its default): the unrolled readers of the PUSH beans share it."""
+    get = data.get
+    bean.code = _or(get("code"), bean.code)
+    bean.group = get("group")
+    bean.leader_id = get("leaderId")
+    bean.local_id = get("localId")
+    bean.remote_id = get("remoteId")
+    bean.term = _or(get("term"), bean.term)
+
+
 def _b64(text: str) -> bytes:
-    # base64.b64decode(text, validate=True) is this call behind a Python wrapper: every pushed body
-    return binascii.a2b_base64(text, strict_mode=True)
+    # every pushed body: pybase64's SIMD decoder, strict as ``binascii.a2b_base64(strict_mode=True)`` (the
+    # alphabet, the padding) at several times its speed; a bad body raises binascii.Error, a ValueError
+    return pybase64.b64decode(text, validate=True)
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, init=False)
 class DLedgerEntry(WireBean):
     """``DLedgerEntry`` (its body base64 in JSON); ``size`` is the stored size, header included."""
 
@@ -229,10 +277,33 @@ class DLedgerEntry(WireBean):
     size: int = 0
     term: int = 0
 
+    def __init__(
+        self,
+        body: bytes | None = None,
+        body_crc: int = 0,
+        chain_crc: int = 0,
+        channel: int = 0,
+        index: int = 0,
+        magic: int = 0,
+        pos: int = 0,
+        size: int = 0,
+        term: int = 0,
+    ) -> None:
+        # written out (docs/design/compiled-build.md): one per entry on both sides of a push
+        self.body = body
+        self.body_crc = body_crc
+        self.chain_crc = chain_crc
+        self.channel = channel
+        self.index = index
+        self.magic = magic
+        self.pos = pos
+        self.size = size
+        self.term = term
+
     def to_json(self) -> dict[str, Any]:
         # WireBean's walk, unrolled: every entry of every push goes through here
         out: dict[str, Any] = (
-            {} if self.body is None else {"body": base64.b64encode(self.body).decode("ascii")}
+            {} if self.body is None else {"body": pybase64.b64encode(self.body).decode("ascii")}
         )
         out["bodyCrc"], out["chainCrc"], out["channel"] = self.body_crc, self.chain_crc, self.channel
         out["index"], out["magic"], out["pos"] = self.index, self.magic, self.pos
@@ -288,7 +359,7 @@ def entry_json(entry: DLedgerEntry) -> bytes:
     )
     if entry.body is None:
         return b"{" + fields
-    return b'{"body":"' + binascii.b2a_base64(entry.body, newline=False) + b'",' + fields
+    return b'{"body":"' + pybase64.b64encode(entry.body) + b'",' + fields
 
 
 def _entry(data: dict[str, Any]) -> DLedgerEntry:
@@ -344,6 +415,28 @@ class PushEntryRequest(RequestOrResponse):
     total_size: int = 0
     type: PushType = PushType.APPEND
 
+    def __init__(
+        self,
+        *,
+        code: int = int(DLedgerResponseCode.SUCCESS),
+        group: str | None = None,
+        leader_id: str | None = None,
+        local_id: str | None = None,
+        remote_id: str | None = None,
+        term: int = -1,
+        batch_entry: list[DLedgerEntry] | None = None,
+        commit_index: int = -1,
+        entry: DLedgerEntry | None = None,
+        total_size: int = 0,
+        type: PushType = PushType.APPEND,
+    ) -> None:
+        # written out (as DLedgerEntry's; keyword-only and partly inherited, so not under init=False, whose
+        # test reads a class's own fields): one per push and follower
+        self.code, self.group, self.leader_id, self.local_id = code, group, leader_id, local_id
+        self.remote_id, self.term = remote_id, term
+        self.batch_entry = [] if batch_entry is None else batch_entry
+        self.commit_index, self.entry, self.total_size, self.type = commit_index, entry, total_size, type
+
     @property
     def batch(self) -> bool:
         return bool(self.batch_entry)
@@ -369,22 +462,49 @@ class PushEntryRequest(RequestOrResponse):
 
     def encode_with(self, batch: list[bytes], entry: bytes | None = None) -> bytes:
         """:meth:`encode` with the JSON of ``batch_entry`` (in order) and of ``entry`` made already
-        (:func:`entry_json`): the other properties go through fastjson's writer, the entries are put in
-        where it wrote stand-ins."""
-        out: dict[str, Any] = {}
-        for name, key in _write_keys(PushEntryRequest):
-            if name != "batch_entry" and name != "entry":
-                value = getattr(self, name)
-                if value is not None:
-                    out[key] = _out(value)
-        out["batchEntry"] = 0  # stand-ins: a key's quote is never escaped, a string's always is
-        if self.entry is not None:
-            out["entry"] = 0
-        body = _dumps(out)
-        if self.entry is not None:
-            made = entry if entry is not None else entry_json(self.entry)
-            body = body.replace(b'"entry":0', b'"entry":' + made, 1)
-        return body.replace(b'"batchEntry":0', b'"batchEntry":[' + b",".join(batch) + b"]", 1)
+        (:func:`entry_json`), written straight in the order fastjson sorts the properties: no dict, no
+        second pass over the entries' bytes (a leader writes one per follower per batch)."""
+        entries, one = self.batch_entry, self.entry
+        if entries:
+            count, first, last = len(entries), entries[0].index, entries[-1].index
+        elif one is not None:
+            count, first, last = 1, one.index, one.index
+        else:
+            count, first, last = 0, -1, -1
+        head = b'{"batch":true,"batchEntry":[' if entries else b'{"batch":false,"batchEntry":['
+        out = [
+            head,
+            b",".join(batch),
+            b'],"code":%d,"commitIndex":%d,"count":%d' % (self.code, self.commit_index, count),
+        ]
+        if one is not None:
+            out.append(b',"entry":')
+            out.append(entry if entry is not None else entry_json(one))
+        out.append(b',"firstEntryIndex":%d' % first)
+        if self.group is not None:
+            out.append(b',"group":' + json_str(self.group))
+        out.append(b',"lastEntryIndex":%d' % last)
+        out.append(_ids_json(self))
+        out.append(b',"term":%d,"totalSize":%d,"type":' % (self.term, self.total_size))
+        out.append(_TYPE_JSON[self.type])
+        return b"".join(out)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Self:
+        # the generic walk, unrolled: a follower reads every push through here
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls.__name__}: a JSON object expected")
+        get = data.get
+        batch, one, kind = get("batchEntry"), get("entry"), get("type")
+        bean = cls(
+            batch_entry=[] if batch is None else _entries(batch),
+            commit_index=_or(get("commitIndex"), -1),
+            entry=None if one is None else _entry(one),
+            total_size=_or(get("totalSize"), 0),
+            type=PushType.APPEND if kind is None else PushType(kind),
+        )
+        _read_base(bean, data)
+        return bean
 
     def entries(self) -> list[DLedgerEntry]:
         """The pushed entries, batched or single."""
@@ -399,6 +519,54 @@ class PushEntryResponse(RequestOrResponse):
     count: int = 0
     end_index: int = 0
     index: int | None = None
+
+    def __init__(
+        self,
+        *,
+        code: int = int(DLedgerResponseCode.SUCCESS),
+        group: str | None = None,
+        leader_id: str | None = None,
+        local_id: str | None = None,
+        remote_id: str | None = None,
+        term: int = -1,
+        begin_index: int = 0,
+        count: int = 0,
+        end_index: int = 0,
+        index: int | None = None,
+    ) -> None:
+        # written out (as PushEntryRequest's): every push is answered with one
+        self.code, self.group, self.leader_id, self.local_id = code, group, leader_id, local_id
+        self.remote_id, self.term = remote_id, term
+        self.begin_index, self.count, self.end_index, self.index = begin_index, count, end_index, index
+
+    def encode(self) -> bytes:
+        # the generic walk, unrolled (keys in fastjson's order): every push is answered with one
+        out = b'{"beginIndex":%d,"code":%d,"count":%d,"endIndex":%d' % (
+            self.begin_index,
+            self.code,
+            self.count,
+            self.end_index,
+        )
+        if self.group is not None:
+            out += b',"group":' + json_str(self.group)
+        if self.index is not None:
+            out += b',"index":%d' % self.index
+        return out + _ids_json(self) + b',"term":%d}' % self.term
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Self:
+        # the generic walk, unrolled: a leader reads every follower's answer through here
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls.__name__}: a JSON object expected")
+        get = data.get
+        bean = cls(
+            begin_index=_or(get("beginIndex"), 0),
+            count=_or(get("count"), 0),
+            end_index=_or(get("endIndex"), 0),
+            index=get("index"),
+        )
+        _read_base(bean, data)
+        return bean
 
 
 @dataclass(slots=True, kw_only=True)
@@ -457,6 +625,8 @@ class PullEntriesResponse(RequestOrResponse):
     entries: list[DLedgerEntry] = field(default_factory=list)
 
 
+#: Each push type as its JSON value and the bean's closing brace (``type`` is a push's last property).
+_TYPE_JSON: dict[PushType, bytes] = {t: b'"%s"}' % t.value.encode() for t in PushType}
 #: Properties fastjson writes from getters without a field (computed from the fields), per bean class.
 _COMPUTED: dict[type, tuple[str, ...]] = {
     PushEntryRequest: ("batch", "count", "first_entry_index", "last_entry_index"),

@@ -124,6 +124,8 @@ class DLedgerServer:
         self.on_peer_back = on_peer_back
         #: (leader) the peers that answered last: one answering again after a silence is reported
         self._live: set[str] = set()
+        #: the machine's liveness map as `_live` was last worked out from it (most answers change nothing)
+        self._live_seen: dict[str, bool] = {}
         host, port = parse_addr(settings.peers[settings.self_id])
         self.gate = PeerGate(settings.self_id, settings.peers)
         #: Whether the channel runs mutual TLS (haTls): the listener's and the peer connections' contexts.
@@ -304,12 +306,13 @@ class DLedgerServer:
                 log.info("[%s] role %s in term %d", self.settings.self_id, role.value, term)
                 self.on_role(term, role)
         if node.is_leader:
-            live = {p for p, up in node.m.live.items() if up}
-            for peer in sorted(live - self._live):
-                self.on_peer_back(peer)
-            self._live = live
-        else:
-            self._live = set()
+            if node.m.live != self._live_seen:
+                live = {p for p, up in node.m.live.items() if up}
+                for peer in sorted(live - self._live):
+                    self.on_peer_back(peer)
+                self._live, self._live_seen = live, dict(node.m.live)
+        elif self._live_seen or self._live:
+            self._live, self._live_seen = set(), {}
         if node.completed:
             done, node.completed = node.completed, {}
             for index, code in done.items():

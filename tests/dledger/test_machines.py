@@ -479,3 +479,44 @@ def test_a_pushed_body_failing_its_crc_is_refused_then_pushed_again(caplog: pyte
     node, leader = c.nodes[follower], c.leader()
     assert node is not None and leader is not None
     assert node.log.get(index) == leader.log.get(index)
+
+
+def a_leader(entries: int) -> Node:
+    """n0 of PEERS, leader of term 1 over a log of `entries` entries of its own term."""
+    node = Node(MemberState("g", "n0", dict(PEERS), term=1), MemoryRaftLog(), Timings())
+    node.to_leader(1)
+    for i in range(entries):
+        node.log.append_leader(b"e%d" % i, 1)
+    return node
+
+
+def test_waiting_appends_are_answered_whatever_order_they_were_tracked_in() -> None:
+    """The commit and the expiry look at the front of the waiting appends while they were tracked in order
+    (each send waits for the entry it just appended); one tracked out of order, or tracked again (its
+    deadline moved), is still answered as its own index and deadline say."""
+    node = a_leader(4)
+    node.track(3, 0)
+    node.track(1, 0)  # after a later index
+    node.pushes["n1"].water_mark = 1
+    node._advance_commit()
+    assert node.completed == {1: DLedgerResponseCode.SUCCESS}
+
+    node = a_leader(3)
+    node.track(0, 0)
+    node.track(1, 100)
+    node.track(0, 200)  # its deadline moves past 1's
+    node.tick(2550)
+    assert node.completed == {}
+    node.tick(2600)
+    assert node.completed == {1: DLedgerResponseCode.WAIT_QUORUM_ACK_TIMEOUT}
+    node.pushes["n2"].water_mark = 0
+    node._advance_commit()
+    assert node.completed[0] == DLedgerResponseCode.SUCCESS and not node.waiting
+
+
+def test_a_group_of_one_commits_what_it_tracks_at_once() -> None:
+    node = Node(MemberState("g", "n0", {"n0": PEERS["n0"]}, term=1), MemoryRaftLog(), Timings())
+    node.to_leader(1)
+    node.log.append_leader(b"x", 1)
+    node.track(0, 0)
+    assert node.completed == {0: DLedgerResponseCode.SUCCESS} and node.log.committed_index == 0

@@ -8,6 +8,7 @@ rules followed here.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import struct
 import time
@@ -30,7 +31,7 @@ from daemon.remoting import fields
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.connection import Connection, Processor
+from daemon.remoting.connection import Connection, Processor, error_response
 from store.commitlog import PutMessageStatus
 from store.message import (
     MULTI_TAGS_FLAG,
@@ -63,6 +64,8 @@ from store.results import PutResult
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
+
+log = logging.getLogger(__name__)
 
 _BATCH_HEAD: Final = struct.Struct(">iiiii")  # total size, magic, body crc, flag, body length
 _SHORT: Final = struct.Struct(">h")
@@ -205,6 +208,10 @@ class SendProcessor:
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
         self.store_host = (broker.config.broker_ip1, broker.config.listen_port)
+        #: the connection whose send is being processed (None: a 5.x client's, through the gRPC front)
+        self._conn: Connection | None = None
+        #: DLedger sends answered in this pass, written in the next loop round (`_write_replies`)
+        self._replies: list[tuple[Connection, RemotingCommand, RemotingCommand]] = []
 
     # ------------------------------------------------------------------ checks shared by sends
 
@@ -263,16 +270,29 @@ class SendProcessor:
 
     def send(
         self, conn: Connection, request: RemotingCommand
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """Synchronous unless the put must wait for an fsync: no task per send on the hot path."""
-        # the client's socket address, read when it connected
-        return self.send_from(conn.address if conn.address[0] else _NO_SOCKET, request)
+    ) -> RemotingCommand | Awaitable[RemotingCommand] | None:
+        """Synchronous unless the put must wait for an fsync: no task per send on the hot path (a DLedger
+        send is answered on `conn` once the quorum holds it: None here)."""
+        self._conn = conn
+        try:
+            # the client's socket address, read when it connected
+            return self._send_from(conn.address if conn.address[0] else _NO_SOCKET, request)
+        finally:
+            self._conn = None
 
     def send_from(
         self, born_host: HostAddress, request: RemotingCommand
     ) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """A send from a client at `born_host`: a remoting connection's peer, or a 5.x client's (the gRPC
-        front hands its SendMessage here as the SEND_MESSAGE_V2 it stands for)."""
+        """A send from a client at `born_host` with no connection of ours: a 5.x client's (the gRPC front
+        hands its SendMessage here as the SEND_MESSAGE_V2 it stands for). Its answer, or what gives it."""
+        answer = self._send_from(born_host, request)
+        assert answer is not None  # (None only for a connection's send)
+        return answer
+
+    def _send_from(
+        self, born_host: HostAddress, request: RemotingCommand
+    ) -> RemotingCommand | Awaitable[RemotingCommand] | None:
+        """A send from a client at `born_host`: a remoting connection's peer, or a 5.x client's."""
         started = time.perf_counter_ns()  # putLatency99/999 measure the whole send
         h = parse_send(request.code, request.ext_fields)
         config = self._topic_config(h)
@@ -316,7 +336,7 @@ class SendProcessor:
         wait: bool,
         born_host: HostAddress,
         started: int,
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | Awaitable[RemotingCommand] | None:
         if (
             props.get(PROPERTY_TRANSACTION_PREPARED) == "true"
             or props.get(PROPERTY_DELAY_TIME_LEVEL, "0") != "0"
@@ -357,7 +377,7 @@ class SendProcessor:
         wait: bool,
         born_host: HostAddress,
         started: int,
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | Awaitable[RemotingCommand] | None:
         reply_queue_id = queue_id
         if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
             if self.broker.config.reject_transaction_message:
@@ -413,13 +433,14 @@ class SendProcessor:
 
     def _respond(
         self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, wait: bool, started: int
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
+    ) -> RemotingCommand | Awaitable[RemotingCommand] | None:
         """The response now, or once a slave has the record (SYNC_MASTER and the producer waits), or (DLedger
-        mode) once a quorum of the group has it, whether or not the producer waits (as 4.9.8)."""
+        mode) once a quorum of the group has it, whether or not the producer waits (as 4.9.8): then written
+        on the send's connection (None here), or given by a future (a send with no connection)."""
         group = self.broker.dledger
         if group is not None and result.status in _REPLICATE:
             # the put appended its entries just now, on this loop: the last one is the log's last
-            answer = QuorumAnswer(self, request, result, topic, queue_id, started)
+            answer = QuorumAnswer(self, request, result, topic, queue_id, started, self._conn)
             if trace.ENABLED:
                 trace.mark("send-read", group.log.last_index, started)  # (perf_counter: CLOCK_MONOTONIC too)
                 trace.mark("appended", group.log.last_index)
@@ -440,6 +461,22 @@ class SendProcessor:
             if status is not PutMessageStatus.PUT_OK:
                 result.status = status
         return self.response(request, result, topic, queue_id, started)
+
+    def reply_soon(self, conn: Connection, request: RemotingCommand, response: RemotingCommand) -> None:
+        """Write `response` in the next loop round, with every other answered in this pass: when an
+        answer's future would have been done (replies written at once bring the next sends in one by one,
+        and each push then carries fewer entries), without a future and two callbacks per send."""
+        if not self._replies:
+            asyncio.get_running_loop().call_soon(self._write_replies)
+        self._replies.append((conn, request, response))
+
+    def _write_replies(self) -> None:
+        replies, self._replies = self._replies, []
+        for conn, request, response in replies:
+            try:
+                conn.reply(request, response)
+            except Exception:  # one broken connection must not strand the others' replies
+                log.exception("writing a send's answer to %s failed", conn.peer)
 
     def response(
         self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, started: int
@@ -503,8 +540,9 @@ class SendProcessor:
 
 class QuorumAnswer:
     """A DLedger send's answer, made when the group learns whether a quorum holds its entries
-    (:meth:`committed`, called in the pass that learns it): the connection answers from its future's
-    done callback, so a waiting send costs no task of its own."""
+    (:meth:`committed`, called in the pass that learns it) and written on `conn` in the next round
+    (:meth:`SendProcessor.reply_soon`); with no connection (the gRPC front) given by `future`. A waiting
+    send costs no task of its own."""
 
     def __init__(
         self,
@@ -514,8 +552,13 @@ class QuorumAnswer:
         topic: str,
         queue_id: int,
         started: int,
+        conn: Connection | None = None,
     ) -> None:
-        self.future: asyncio.Future[RemotingCommand] = asyncio.get_running_loop().create_future()
+        self.conn = conn
+        self.future: asyncio.Future[RemotingCommand] | None = (
+            None if conn is not None else asyncio.get_running_loop().create_future()
+        )
+        self.done = False
         self.processor = processor
         self.request = request
         self.result = result
@@ -526,16 +569,25 @@ class QuorumAnswer:
         self.index = -1
 
     def committed(self, code: DLedgerResponseCode) -> None:
-        if self.future.done():
+        if self.done:
             return
+        self.done = True
         self.result.status = quorum_status(code)
         try:
             response = self.processor.response(
                 self.request, self.result, self.topic, self.queue_id, self.started
             )
         except Exception as exc:
-            self.future.set_exception(exc)
-        else:
+            if self.future is not None:
+                self.future.set_exception(exc)
+                return
+            log.exception("answering a send from %s failed", self.conn.peer if self.conn else "?")
+            response = error_response(self.request, exc)
+        if self.conn is not None:
+            self.processor.reply_soon(self.conn, self.request, response)
+        elif self.future is not None:
             self.future.set_result(response)
-            if trace.ENABLED:  # the connection writes the reply from the callback set_result just queued
-                asyncio.get_running_loop().call_soon(trace.mark, "reply-write", self.index)
+        if (
+            trace.ENABLED
+        ):  # the reply is written in the round this queues (after reply_soon's, or the future's)
+            asyncio.get_running_loop().call_soon(trace.mark, "reply-write", self.index)
