@@ -11,7 +11,14 @@ import pytest
 from daemon.config import parse_properties
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
-from daemon.remoting.bodies import ClusterInfo, DataVersion, KVTable, TopicList, TopicRouteData
+from daemon.remoting.bodies import (
+    ClusterInfo,
+    DataVersion,
+    KVTable,
+    RegisterBrokerBody,
+    TopicList,
+    TopicRouteData,
+)
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -91,6 +98,43 @@ async def test_reregistration_applies_topics_only_when_data_version_changes(name
         (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).body
     )
     assert route.queue_datas[0].read_queue_nums == 8
+
+
+async def test_an_unchanged_body_refreshes_liveness_without_a_parse(
+    namesrv: Namesrv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker's periodic registration repeats the same bytes: the NameServer keeps the broker alive and
+    parses nothing; a new version, another address, or a broker the routes dropped gets the full parse."""
+    decoded: list[int] = []
+    decode = RegisterBrokerBody.decode
+
+    def counting(body: bytes, compressed: bool = False) -> RegisterBrokerBody:
+        decoded.append(len(body))
+        return decode(body, compressed)
+
+    monkeypatch.setattr(RegisterBrokerBody, "decode", staticmethod(counting))
+    routes = namesrv.controller.routes
+    table = {"T": 4, "U": 2}
+    for compressed in (False, True):
+        decoded.clear()
+        assert (await namesrv.register(table, compressed=compressed)).code == 0
+        assert len(decoded) == 1
+        routes.broker_live_table["127.0.0.1:10911"].last_update_ms = 0
+        assert (await namesrv.register(table, compressed=compressed)).code == 0
+        assert len(decoded) == 1  # the same bytes: no parse
+        assert routes.broker_live_table["127.0.0.1:10911"].last_update_ms > 0  # but alive again
+    assert (await namesrv.register({**table, "V": 1}, version=DataVersion(2, 2))).code == 0
+    assert len(decoded) == 2 and "V" in routes.topic_queue_table
+    other = await namesrv.register(
+        {**table, "V": 1}, version=DataVersion(2, 2), broker_addr="127.0.0.2:10911", broker_name="broker-b"
+    )
+    assert other.code == 0 and len(decoded) == 3  # the same bytes from another broker
+    fields = {"brokerName": "broker-a", "brokerAddr": "127.0.0.1:10911", "clusterName": "DefaultCluster"}
+    assert (await namesrv.call(RequestCode.UNREGISTER_BROKER, {**fields, "brokerId": "0"})).code == 0
+    assert (await namesrv.register({**table, "V": 1}, version=DataVersion(2, 2))).code == 0
+    assert len(decoded) == 4  # routes dropped it: its topics are read again
+    route = await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "V"})
+    assert len(TopicRouteData.loads(route.body).queue_datas) == 2
 
 
 async def test_compressed_registration_and_crc_check(namesrv: Namesrv) -> None:
