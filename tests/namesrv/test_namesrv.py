@@ -16,6 +16,8 @@ from daemon.remoting.bodies import (
     DataVersion,
     KVTable,
     RegisterBrokerBody,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
     TopicList,
     TopicRouteData,
 )
@@ -135,6 +137,45 @@ async def test_an_unchanged_body_refreshes_liveness_without_a_parse(
     assert len(decoded) == 4  # routes dropped it: its topics are read again
     route = await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "V"})
     assert len(TopicRouteData.loads(route.body).queue_datas) == 2
+
+
+async def test_a_table_at_a_version_already_held_is_not_parsed(
+    namesrv: Namesrv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A topic registered alone carries the table's new version; the whole table at that version then
+    changes nothing in the routes (4.9.8 reads its table only at a new version): its table is not
+    parsed, only the data version before it. A new version is parsed whole."""
+    decoded: list[int] = []
+    decode = RegisterBrokerBody.decode
+
+    def counting(body: bytes, compressed: bool = False) -> RegisterBrokerBody:
+        decoded.append(len(body))
+        return decode(body, compressed)
+
+    monkeypatch.setattr(RegisterBrokerBody, "decode", staticmethod(counting))
+    routes = namesrv.controller.routes
+    assert (await namesrv.register({"T": 4}, version=DataVersion(1, 1))).code == 0
+    assert (await namesrv.register({"V": 2}, version=DataVersion(2, 2))).code == 0  # V alone
+    assert len(decoded) == 2 and "V" in routes.topic_queue_table
+    routes.broker_live_table["127.0.0.1:10911"].last_update_ms = 0
+    assert (await namesrv.register({"T": 4, "V": 2}, version=DataVersion(2, 2))).code == 0
+    assert len(decoded) == 2 and routes.broker_live_table["127.0.0.1:10911"].last_update_ms > 0
+    assert (await namesrv.register({"T": 8, "V": 2}, version=DataVersion(3, 3))).code == 0
+    assert len(decoded) == 3 and routes.topic_queue_table["T"]["broker-a"].read_queue_nums == 8
+
+
+def test_peek_reads_the_version_and_filter_servers_before_the_table() -> None:
+    wrapper = TopicConfigSerializeWrapper({"T": TopicConfig("T", 4, 4)}, DataVersion(7, 77))
+    body = RegisterBrokerBody(wrapper, ["10.0.0.1:1"]).encode()
+    head = RegisterBrokerBody.peek(body)
+    assert head == RegisterBrokerBody(TopicConfigSerializeWrapper({}, DataVersion(7, 77)), ["10.0.0.1:1"])
+    # laid out otherwise (the version after the table, or no table): read whole instead
+    assert (
+        RegisterBrokerBody.peek(b'{"topicConfigSerializeWrapper":{"topicConfigTable":{},"dataVersion":{}}}')
+        is None
+    )
+    assert RegisterBrokerBody.peek(b'{"filterServerList":[]}') is None
+    assert RegisterBrokerBody.peek(b'{"dataVersion":{"counter":1},"topicConfigTable":{}}') is None
 
 
 async def test_compressed_registration_and_crc_check(namesrv: Namesrv) -> None:
