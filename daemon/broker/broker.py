@@ -223,8 +223,11 @@ class Broker:
         #: registerIncrementBrokerData), not with the whole table, which makes N creations O(N^2).
         self.register_topics = Coalesced(self._register_changed, "namesrv-register-topics")
         self._changed_topics: set[str] = set()
-        #: Whether topics were registered alone since the whole table last was (see new_version).
+        #: Whether topics were registered alone since the whole table last was, over another connection
+        #: than the whole table's (see _register_all).
         self._registered_alone = False
+        #: Per NameServer, the connection the last whole table it took came over.
+        self._table_links: dict[str, Connection | None] = {}
         #: The last whole-table registration body, the table's DataVersion object it was made at, and what
         #: else it was made from (see _registration_body): while those stay, registrations send it again;
         #: and its CRC32 (~0.6 ms on the loop for 10,000 topics' megabyte and a half: once per body).
@@ -1116,6 +1119,16 @@ class Broker:
 
         done = await asyncio.gather(*(one(a) for a in addrs))
         accepted = [a for a in done if a is not None]
+        links = {a: self.client.open_connection(a) for a in accepted}
+        if topics is None:
+            self._table_links = links
+        elif any(links.get(a) is None or links.get(a) is not self._table_links.get(a) for a in addrs):
+            # A NameServer that took these topics over a new connection may have restarted since the
+            # whole table: it knows these alone, at the table's version, and would leave the next whole
+            # table unread at that version. Over the same connection it holds the table, and these topics
+            # changed nothing else: the next whole table keeps the version (4.9.8's does too) and a
+            # NameServer that already took it reads no table (a megabyte with 10,000 topics).
+            self._registered_alone = True
         if topics is None and table is not None and body is table[2]:
             # what forceRegister=false's query may stand in for: the table every NameServer took
             self._registered_table = table[1] if len(accepted) == len(addrs) else None
@@ -1149,7 +1162,6 @@ class Broker:
     async def _register_changed(self) -> None:
         topics, self._changed_topics = self._changed_topics, set()
         if topics:  # empty when a creation's own run already took its topic
-            self._registered_alone = True
             await self.register_all(topics)
 
     def schedule_register(self, topic: str | None = None) -> None:
