@@ -247,7 +247,7 @@ class NamesrvProcessor:
         then the routes take nothing from its topic table (4.9.8's ``RouteInfoManager#registerBroker``
         reads it only for a new broker or a changed version) and the registration refreshes liveness. A
         broker's periodic registration repeats its whole table every 30 s: with 10,000 topics a megabyte
-        this NameServer parsed again, ~0.1 s of CPU each time, for nothing. A restarted NameServer, an
+        this NameServer parsed again each time, for nothing. A restarted NameServer, an
         expired broker or any other byte gets the full parse."""
         last = self._bodies.get(h.broker_addr)
         if last is None or last.form != _body_form(h, req) or last.body != req.body:
