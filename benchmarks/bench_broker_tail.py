@@ -119,6 +119,8 @@ def main() -> None:
     with namesrv_process(tree) as namesrv, broker_process("--namesrv", namesrv, cwd=tree) as (broker, _):
         if timeline is not None:
             timeline.watch(os.getpid(), "bench")
+            for pid, role in children(os.getpid()).items():
+                timeline.watch(pid, role)
             timeline.start()
             timeline.mark("fill")
         took = run(fill(namesrv, broker, args.topics, args.group_offsets))

@@ -1,10 +1,13 @@
 """``bench_broker_tail --timeline FILE``: what ran on the machine when a message was slow.
 
-A thread of the benchmark reads, every `PERIOD` seconds, each watched process's threads from /proc: time on
-a CPU and time spent runnable but waiting for one (``schedstat``'s first two fields), and writes the threads that ran as JSON lines beside each message's send time and latency. Times
-are ``time.perf_counter`` seconds (CLOCK_MONOTONIC, the clock the benchmark stamps messages with), so the
-lines of every process fall on one axis. Threads are named after their Python names where ``py-spy`` is
-installed (a dump of each process when a new thread appears), else by id (the main thread is the loop).
+A thread of the benchmark reads, every `PERIOD` seconds, each watched process's threads from /proc:
+time on a CPU and time spent runnable but waiting for one (``schedstat``'s first two fields), and
+writes the threads that ran as JSON lines beside each message's send time and latency. Times are
+``time.perf_counter`` seconds (CLOCK_MONOTONIC, the clock the benchmark stamps messages with), so the
+lines of every process fall on one axis. A line for the whole machine (``host``: every process's CPU,
+ours and others') says when processes outside the benchmark had the cores. Threads are named after
+their Python names where ``py-spy`` is installed (a dump of each process when a new thread appears),
+else by id (the main thread is the loop).
 
 `slow_report` lines each slow message up with the threads that ran over its flight: the attribution.
 """
@@ -23,6 +26,7 @@ from typing import IO, Any
 
 #: Seconds between samples.
 PERIOD = 0.1
+_TICK = os.sysconf("SC_CLK_TCK")
 
 
 def children(pid: int) -> dict[int, str]:
@@ -58,6 +62,15 @@ def thread_times(pid: int) -> dict[int, tuple[int, int]]:
             continue
         out[int(tid)] = (int(cpu), int(wait))
     return out
+
+
+def host_busy_ms() -> float:
+    """CPU time the whole machine has spent busy since boot (every process, ours and others'), in ms;
+    ``/proc/stat`` counts clock ticks, so a 100 ms sample resolves 10 ms."""
+    with open("/proc/stat") as f:
+        fields = [int(v) for v in f.readline().split()[1:9]]
+    idle = fields[3] + fields[4]  # idle, iowait
+    return (sum(fields) - idle) * 1000 / _TICK
 
 
 def _py_spy() -> str | None:
@@ -126,10 +139,15 @@ class Timeline:
         self.file.close()
 
     def _run(self) -> None:
+        host = host_busy_ms()
         while not self._stop.wait(self.period):
             with self._lock:
                 procs = dict(self.procs)
             now = round(time.perf_counter(), 4)
+            host, before = host_busy_ms(), host
+            self.write(
+                kind="cpu", t=now, proc="host", thread="all", cpu_ms=round(host - before, 1), wait_ms=0.0
+            )
             for pid, role in procs.items():
                 times = thread_times(pid)
                 if any((pid, tid) not in self._names for tid in times):

@@ -21,6 +21,7 @@ from store.config_files import TopicConfigFile
 from store.models import TopicConfig
 from store.names import TRANS_HALF_TOPIC
 from tests.support.broker import BrokerHandle, ClusterHandle, start_cluster, stop_cluster
+from tests.support.namesrv import count_decodes
 from tests.support.turns import LoopTurns
 
 
@@ -99,14 +100,7 @@ async def test_a_creation_registers_its_topic_alone_and_the_whole_table_is_read_
     brought, is not parsed there (with 10,000 topics a megabyte every 30 s); but a NameServer that took a
     topic over a new connection (restarted meanwhile: it learned that topic alone) gets the whole table
     at a new version, which it reads, although no topic changed since."""
-    decoded: list[int] = []
-    decode = RegisterBrokerBody.decode
-
-    def counting(body: bytes, compressed: bool = False) -> RegisterBrokerBody:
-        decoded.append(len(body))
-        return decode(body, compressed)
-
-    monkeypatch.setattr(RegisterBrokerBody, "decode", staticmethod(counting))
+    decoded = count_decodes(monkeypatch)
     broker = cluster.broker
     before = broker.topics.file.data_version.counter
 

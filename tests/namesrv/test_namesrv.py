@@ -26,7 +26,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.frame import decode_frame, encode_command
 from store import fastjson
-from tests.support.namesrv import Namesrv, namesrv_config
+from tests.support.namesrv import Namesrv, count_decodes, namesrv_config
 
 ROUTE_V121 = (
     b'{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911"},"brokerName":"broker-a","cluster":"DefaultCluster"}],'
@@ -107,14 +107,7 @@ async def test_an_unchanged_body_refreshes_liveness_without_a_parse(
 ) -> None:
     """A broker's periodic registration repeats the same bytes: the NameServer keeps the broker alive and
     parses nothing; a new version, another address, or a broker the routes dropped gets the full parse."""
-    decoded: list[int] = []
-    decode = RegisterBrokerBody.decode
-
-    def counting(body: bytes, compressed: bool = False) -> RegisterBrokerBody:
-        decoded.append(len(body))
-        return decode(body, compressed)
-
-    monkeypatch.setattr(RegisterBrokerBody, "decode", staticmethod(counting))
+    decoded = count_decodes(monkeypatch)
     routes = namesrv.controller.routes
     table = {"T": 4, "U": 2}
     for compressed in (False, True):
@@ -145,14 +138,7 @@ async def test_a_table_at_a_version_already_held_is_not_parsed(
     """A topic registered alone carries the table's new version; the whole table at that version then
     changes nothing in the routes (4.9.8 reads its table only at a new version): its table is not
     parsed, only the data version before it. A new version is parsed whole."""
-    decoded: list[int] = []
-    decode = RegisterBrokerBody.decode
-
-    def counting(body: bytes, compressed: bool = False) -> RegisterBrokerBody:
-        decoded.append(len(body))
-        return decode(body, compressed)
-
-    monkeypatch.setattr(RegisterBrokerBody, "decode", staticmethod(counting))
+    decoded = count_decodes(monkeypatch)
     routes = namesrv.controller.routes
     assert (await namesrv.register({"T": 4}, version=DataVersion(1, 1))).code == 0
     assert (await namesrv.register({"V": 2}, version=DataVersion(2, 2))).code == 0  # V alone
