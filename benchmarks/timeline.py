@@ -144,9 +144,9 @@ class Timeline:
             with self._lock:
                 procs = dict(self.procs)
             now = round(time.perf_counter(), 4)
-            host, before = host_busy_ms(), host
+            host, host_before = host_busy_ms(), host
             self.write(
-                kind="cpu", t=now, proc="host", thread="all", cpu_ms=round(host - before, 1), wait_ms=0.0
+                kind="cpu", t=now, proc="host", thread="all", cpu_ms=round(host - host_before, 1), wait_ms=0.0
             )
             for pid, role in procs.items():
                 times = thread_times(pid)
