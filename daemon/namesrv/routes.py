@@ -173,6 +173,18 @@ class RouteInfoManager:
         )
         self._route_cache.clear()
 
+    def holds(self, broker_name: str, broker_id: int, broker_addr: str, version: DataVersion) -> bool:
+        """The broker at ``broker_addr`` is registered as (``broker_name``, ``broker_id``), live, at
+        ``version``: registering it again at that version reads no topic table."""
+        broker = self.broker_addr_table.get(broker_name)
+        live = self.broker_live_table.get(broker_addr)
+        return (
+            broker is not None
+            and broker.broker_addrs.get(broker_id) == broker_addr
+            and live is not None
+            and live.data_version == version
+        )
+
     def query_data_version(self, broker_addr: str, version: DataVersion) -> tuple[bool, DataVersion | None]:
         """QUERY_DATA_VERSION (docs/wire-protocol.md §broker-registration): (changed, stored version); an
         unchanged broker is refreshed."""
