@@ -143,7 +143,9 @@ class RouteInfoManager:
         )
 
         if filter_servers:
-            self.filter_server_table[broker_addr] = list(filter_servers)
+            if self.filter_server_table.get(broker_addr) != filter_servers:
+                self.filter_server_table[broker_addr] = list(filter_servers)
+                changed = True  # routes carry the list: a cached one must not keep the old
         elif self.filter_server_table.pop(broker_addr, None) is not None:
             changed = True
         if changed:
