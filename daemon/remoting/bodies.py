@@ -103,6 +103,7 @@ _INT = struct.Struct(">i")
 _EMPTY_TABLE = b'"topicConfigTable":{}'
 _TABLE_KEY = b'"topicConfigTable":'
 _VERSION_KEY = b'"dataVersion":'
+_FILTERS_KEY = b'"filterServerList":'
 
 
 class TableText:
@@ -211,8 +212,8 @@ class RegisterBrokerBody(Bean):
         if at < 0:
             return None
         head = body[: at + len(_TABLE_KEY)]
-        if _VERSION_KEY not in head:
-            return None
+        if _VERSION_KEY not in head or _FILTERS_KEY not in head:
+            return None  # (a filter server list after the table would be lost: not the sorted layout)
         try:
             out = cls.loads(head + b"{}}}")
         except ValueError:
