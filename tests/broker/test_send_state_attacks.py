@@ -110,7 +110,7 @@ async def test_retry_and_dlq_topics_made_on_the_fly(broker: BrokerHandle) -> Non
     acked: Acked = {}
     await _update(broker, "Orig", 1)
     assert (await broker.heartbeat("c1", "G", ["Orig"])).code == ResponseCode.SUCCESS  # makes %RETRY%G
-    retry = {"group": "G", "max_reconsume_times": 2}
+    retry: dict[str, Any] = {"group": "G", "max_reconsume_times": 2}
     assert await _send(broker, acked, "%RETRY%G", b"r0", reconsume_times=1, **retry) == (0, 0)
     dlq = await broker.send("%RETRY%G", b"d0", reconsume_times=3, **retry)  # retries used up: the DLQ
     assert dlq.code == ResponseCode.SUCCESS, dlq.remark
