@@ -106,6 +106,7 @@ async def _routed_queues(admin: Admin, broker: str, topic: str) -> list[QueueRef
 @dataclass
 class Run:
     latencies_ms: list[float] = field(default_factory=list)  # of the messages sent after the warm-up
+    sent_ns: list[int] = field(default_factory=list)  # their send times (perf_counter_ns), in the same order
     sent: int = 0
     received: int = 0
     pulls: int = 0
@@ -137,6 +138,7 @@ async def bench(namesrv: str, broker: str, duration: float, rate: float, topic: 
                     index, sent = map(int, m.properties[SENT].split())
                     if index >= warm_up:
                         out.latencies_ms.append((now - sent) / 1e6)
+                        out.sent_ns.append(sent)
                 out.received += len(result.messages)
                 if out.received >= out.sent:
                     done.set()

@@ -15,7 +15,7 @@ Prints each round (p50/p99/p99.9/max, the broker's own loop lag p99 and max and 
 last minute or two, from GET_BROKER_RUNTIME_INFO), the median p99.9 of each side and their ratio.
 
     python benchmarks/bench_broker_tail.py [--topics 10000] [--duration 10] [--rate 1000] [--rounds 2]
-        [--group-offsets] [--tree DIR]
+        [--group-offsets] [--tree DIR] [--timeline FILE] [--competitor-session] [--client-slice-micros N]
 
 ``--group-offsets`` commits one group's offset on every topic first, so consumerOffset.json holds an entry
 per topic (as on a broker whose topics all have a consumer) and is written every 5 s while the round's
@@ -34,6 +34,10 @@ session).
 ``schedSliceMicros`` gives the broker (``MQCTL_SCHED_SLICE_MICROS=N`` sets that): how much of a busy
 round's tail is the measuring client's own wait for a core. After the fill, what this process holds is
 frozen out of the cyclic GC's reach, so no full collection of the client walks it during the rounds.
+
+``--timeline FILE`` writes every message's send time and latency and, every 100 ms, the CPU and the wait
+for a core of each thread of the daemons, the competitor and this process (see timeline.py), then names
+the threads that ran while the slowest messages were in flight.
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from bench_broker_latency import bench, namesrv_process, percentile
 from bench_broker_produce import ROOT, broker_process
 from bench_broker_topics import create
 from benchlib import summary
+from timeline import Timeline, children, slow_report
 
 from daemon.remoting.loop import run
 from daemon.schedslice import set_slice
@@ -124,13 +129,21 @@ def main() -> None:
     ap.add_argument(
         "--competitor-session", action="store_true", help="the busy process in a session of its own"
     )
+    ap.add_argument("--timeline", type=Path, help="JSON lines: messages and per-thread CPU (timeline.py)")
     args = ap.parse_args()
     if args.client_slice_micros:
         print(set_slice(args.client_slice_micros), "(the benchmark's client)", flush=True)
     tree = args.tree.resolve()
     p999: dict[str, list[float]] = {"quiet": [], "busy": []}
     loads: list[float] = []
+    timeline = Timeline(args.timeline) if args.timeline else None
     with namesrv_process(tree) as namesrv, broker_process("--namesrv", namesrv, cwd=tree) as (broker, _):
+        if timeline is not None:
+            timeline.watch(os.getpid(), "bench")
+            for pid, role in children(os.getpid()).items():
+                timeline.watch(pid, role)
+            timeline.start()
+            timeline.mark("fill")
         took = run(fill(namesrv, broker, args.topics, args.group_offsets))
         print(
             f"{args.topics:,} topics created and sent one message each"
@@ -141,8 +154,14 @@ def main() -> None:
         for r in range(args.rounds):
             for mode in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
                 with competitor(mode == "busy", args.competitor_session):
+                    if timeline is not None:
+                        for pid, role in children(os.getpid()).items():
+                            timeline.watch(pid, role if role != "python" else "competitor")
+                        timeline.mark(f"round {r + 1} {mode}")
                     out = run(bench(namesrv, broker, args.duration, args.rate, f"TailBench{r}{mode}"))
                     loads.append(os.getloadavg()[0])
+                if timeline is not None:
+                    timeline.messages(f"{r + 1}{mode}", out.sent_ns, out.latencies_ms)
                 ms = sorted(out.latencies_ms)
                 p999[mode].append(percentile(ms, 99.9))
                 print(
@@ -151,6 +170,10 @@ def main() -> None:
                     f"{run(broker_loop(namesrv, broker))}; load {loads[-1]:.1f}",
                     flush=True,
                 )
+    if timeline is not None:
+        timeline.close()
+        print("slowest messages and the threads that ran in their flight (CPU, wait for a core; ms):")
+        print("\n".join(slow_report(args.timeline, over_ms=5.0)))
     quiet, busy = statistics.median(p999["quiet"]), statistics.median(p999["busy"])
     print(f"median p99.9: quiet {quiet:.2f} ms, busy {busy:.2f} ms, busy/quiet {busy / quiet:.2f}")
     summary(

@@ -13,6 +13,7 @@ from store.cleanup import CleanPlan
 from store.commitlog import PutMessageStatus
 from store.config import StoreConfig
 from store.config_files import ConfigFiles
+from store.consumequeue import QueueHandle
 from store.errors import CorruptRecordError, DamagedUnitError
 from store.ha import ReplicaStore
 from store.message import TRANSACTION_TYPE_MASK, Message
@@ -52,12 +53,17 @@ class MessageStore(ReplicaStore, Protocol):
     def shutdown(self) -> None:
         """Stop the threads, flush everything, write the checkpoint, clear ``abort`` and release the lock."""
 
-    def put_message(self, msg: Message) -> PutResult:
+    def queue_handle(self, topic: str, queue_id: int) -> QueueHandle:
+        """A handle a caller keeps for puts to one queue (a broker's per-topic send state): a put given it
+        finds the queue without looking it up, and still lands where a put without it would."""
+
+    def put_message(self, msg: Message, handle: QueueHandle | None = None) -> PutResult:
         """Append one message, dispatch it to its queue and the index; with SYNC_FLUSH, wait for the fsync.
+        ``handle`` is :meth:`queue_handle`'s for the message's queue, or None.
 
         Refusals (full disk, slave, illegal message) come back as the result's status, not as exceptions."""
 
-    def put_messages(self, batch: list[Message]) -> PutResult:
+    def put_messages(self, batch: list[Message], handle: QueueHandle | None = None) -> PutResult:
         """Append a batch for one (topic, queue) at consecutive queue offsets, all in one file; a batch
         :func:`batch_is_legal` refuses is answered MESSAGE_ILLEGAL."""
 

@@ -208,6 +208,9 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
         self.clock = clock
         self.data_version = DataVersion()
         self.table: dict[str, B] = {}
+        #: Moves on every change of the table (an entry put, replaced or deleted, the table replaced), whether
+        #: or not the data version moves with it: what a reader keeping entries compares (one int).
+        self.generation = 0
         #: Each entry as last written (a copy: entries may be changed in place) and its line: rewriting
         #: the file after one change among 1,000 entries renders one (pretty-printing is json's slow
         #: pure-Python encoder) and compares the rest.
@@ -265,6 +268,7 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
                     self.table[name] = put
                 else:
                     self.table.pop(name, None)
+                self.generation += 1
                 if version.counter > base:
                     self.data_version = version
             if version.counter <= base:
@@ -424,6 +428,7 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
                 raise ValueError(f"entry {k!r}: {e}") from e
         self.data_version = DataVersion.from_json(data.get("dataVersion") or {})
         self.table = table
+        self.generation += 1
 
     def fallback_differences(self, damaged: str, fallback: dict[str, Any]) -> list[str]:
         """Entries readable in the damaged file that ``fallback`` lacks or holds otherwise."""
@@ -455,6 +460,7 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
             name = self._name(config)
             self.table[name] = config
             self.data_version.next_version(self.clock.now_ms())
+            self.generation += 1
             self._unjournaled.add(name)
         if persist:
             self.persist()
@@ -470,6 +476,7 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
                 del self.table[name]
             else:
                 self.table[name] = old
+            self.generation += 1
             self.data_version.next_version(self.clock.now_ms())
             self._unjournaled.add(name)
         return True
@@ -478,6 +485,7 @@ class _VersionedTable(JsonConfigFile, Generic[B]):
         with self.lock:
             if self.table.pop(name, None) is None:
                 return False
+            self.generation += 1
             self.data_version.next_version(self.clock.now_ms())
             self._unjournaled.add(name)
         self.persist()

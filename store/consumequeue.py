@@ -108,6 +108,7 @@ class ConsumeQueue:
     __slots__ = (
         "_last",
         "damage",
+        "dirty",
         "file_size",
         "files",
         "fill_gap",
@@ -146,6 +147,8 @@ class ConsumeQueue:
         #: ``fill_gap(queue, first missing queue offset, queue offset arriving)``: called when a record's unit
         #: would leave a gap, so the store can put the units of records it set aside unparsed there first.
         self.fill_gap: Callable[[ConsumeQueue, int, int], None] | None = None
+        #: Given units since the store's flush loop last took it (the store's dirty list holds it once).
+        self.dirty = False
 
     def load(self) -> None:
         self.files.load()
@@ -414,3 +417,20 @@ class ConsumeQueue:
         self._last = None
         self.max_physic_offset = -1
         self.min_logic_offset = 0
+
+
+class QueueHandle:
+    """A caller's reference to one queue of a store, kept between puts so that a put finds its queue
+    without a lookup in the store's table (a send with thousands of topics pays a cold hash lookup for
+    it). The store fills it in under its put lock and, when the queue object it names was replaced or
+    destroyed since (topic deletion, expired-queue cleaning, a rebuild by a heal), looks the queue up
+    again: a put through a handle lands where a put without one would."""
+
+    __slots__ = ("cq", "generation", "queue_id", "topic")
+
+    def __init__(self, topic: str, queue_id: int) -> None:
+        self.topic = topic
+        self.queue_id = queue_id
+        #: The queue as of :attr:`generation` of the store's table (None: not looked up yet).
+        self.cq: ConsumeQueue | None = None
+        self.generation = 0

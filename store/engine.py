@@ -53,7 +53,7 @@ from store.clock import Clock, SystemClock
 from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanResult, apply_delay
 from store.config import SLAVE, StoreConfig
 from store.config_files import ConfigFiles
-from store.consumequeue import UNIT, ConsumeQueue, unit_tags_code
+from store.consumequeue import UNIT, ConsumeQueue, QueueHandle, unit_tags_code
 from store.dledger_commitlog import DLedgerCommitLog
 from store.durability import is_no_space, sync_directory
 from store.errors import CorruptRecordError, DamagedUnitError, StoreClosedError, StoreLockedError
@@ -98,6 +98,8 @@ _RETRY_CHUNK = 1024 * 1024  # CommitLog bytes the flush loop's dispatch retry ta
 _SYNCFS_QUEUES = 64  # a flush due on this many ConsumeQueues syncs their file system once instead
 #: ConsumeQueues a flush looks at between two pauses: the scan is compiled code that never lets another
 #: thread have the GIL, so a checkpoint over 10,000 queues would otherwise hold the event loop for all of it.
+#: Generations of the stores' queue tables, unique in the process (see ``_queues_replaced``).
+_GENERATIONS: Final = itertools.count(1)
 _FLUSH_SCAN_CHUNK = 256
 _FLUSH_SCAN_PAUSE_S = 0.0002
 #: First cleanup run after start, as the broker schedules it (docs/store-format.md §cleanup).
@@ -266,9 +268,13 @@ class DefaultMessageStore:
         self.configs = ConfigFiles(config.config_dir, clock=self.clock, read_only=read_only)
         self.checkpoint: StoreCheckpoint | None = None
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
-        #: The queues given units since the flush loop last took this set (under the put lock): its flushes
-        #: visit them, not every queue of the table (thousands of topics, a few written at a time).
-        self._dirty_cqs: set[ConsumeQueue] = set()
+        #: Changes whenever a queue object leaves the table (see :meth:`_queues_replaced`).
+        self._cq_generation = next(_GENERATIONS)
+        #: The queues given units since the flush loop last took this list (under the put lock): its flushes
+        #: visit them, not every queue of the table (thousands of topics, a few written at a time). Each is
+        #: in it once, by its own ``dirty`` flag: a put reads the flag of the queue it just wrote, where a
+        #: set of thousands of queues was one more cold hash lookup per send.
+        self._dirty_cqs: list[ConsumeQueue] = []
         #: The queues a flush found below ``flushConsumeQueueLeastPages``: the thorough flush takes them (and
         #: dispatch puts one back into ``_dirty_cqs`` when it is written again); the flushes in between do
         #: not look at them again, which with thousands of topics written once each was a scan a second.
@@ -439,6 +445,7 @@ class DefaultMessageStore:
                 cq = self._new_cq(topic, int(qdir))
                 cq.load()
                 self._cqs[(cq.topic, cq.queue_id)] = cq
+        self._queues_replaced()
 
     def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
         """A queue object, its topic interned like the broker's topic names (see ``TopicConfig``)."""
@@ -511,6 +518,7 @@ class DefaultMessageStore:
                     cq.destroy()
             if not self.read_only:
                 self._cqs.clear()
+                self._queues_replaced()
             result = ScanResult(0, None, 0, 0)
             checked_from = 0
         elif self.last_exit_ok or self.read_only:
@@ -622,6 +630,12 @@ class DefaultMessageStore:
 
     # ================================================================== dispatch
 
+    def _queues_replaced(self) -> None:
+        """A queue object of the table was replaced or removed (under the put lock, or before the store
+        serves): every :class:`QueueHandle` looks its queue up again at its next put. Generations are
+        unique in the process, so a handle of another store never passes for current."""
+        self._cq_generation = next(_GENERATIONS)
+
     def _find_cq(self, topic: str, queue_id: int) -> ConsumeQueue:
         cq = self._cqs.get((topic, queue_id))
         if cq is None:
@@ -637,7 +651,8 @@ class DefaultMessageStore:
             if cq is None:
                 cq = self._find_cq(info.topic, info.queue_id)
             cq.put_unit(info.commit_log_offset, info.size, code, info.queue_offset)
-            self._dirty_cqs.add(cq)
+            if not cq.dirty:
+                self._mark_dirty(cq)
             self._logics_ts = info.store_timestamp
         if keys:
             full = self.index.build_index(
@@ -671,7 +686,8 @@ class DefaultMessageStore:
         for key, run in units.items():
             cq = self._find_cq(*key)
             cq.put_units(run)
-            self._dirty_cqs.add(cq)
+            if not cq.dirty:
+                self._mark_dirty(cq)
             touched.add(key)
         if logics_ts:
             self._logics_ts = logics_ts
@@ -787,16 +803,21 @@ class DefaultMessageStore:
 
     # ================================================================== puts
 
-    def put_message(self, msg: Message) -> PutResult:
-        """Append, dispatch and (SYNC_FLUSH with ``wait_store_msg_ok``) wait for the fsync."""
-        return self._put([apply_delay(msg, self._delay_ms)], msg.wait_store_msg_ok)
+    def queue_handle(self, topic: str, queue_id: int) -> QueueHandle:
+        """A handle for puts to one queue (see :class:`QueueHandle`); the queue need not exist yet."""
+        return QueueHandle(sys.intern(topic), queue_id)
 
-    def put_messages(self, batch: list[Message]) -> PutResult:
+    def put_message(self, msg: Message, handle: QueueHandle | None = None) -> PutResult:
+        """Append, dispatch and (SYNC_FLUSH with ``wait_store_msg_ok``) wait for the fsync; ``handle``, the
+        message's queue's, spares the lookup of the queue."""
+        return self._put([apply_delay(msg, self._delay_ms)], msg.wait_store_msg_ok, False, handle)
+
+    def put_messages(self, batch: list[Message], handle: QueueHandle | None = None) -> PutResult:
         """Append a batch for one (topic, queue): consecutive queue offsets, all in one file
         (docs/store-format.md §batches)."""
         if not batch_is_legal(batch):
             return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
-        return self._put(batch, batch[0].wait_store_msg_ok)
+        return self._put(batch, batch[0].wait_store_msg_ok, False, handle)
 
     def put_leader_record(self, msg: Message) -> PutResult:
         """A DLedger leader's own record (its term record), appended before the broker takes the master
@@ -808,7 +829,20 @@ class DefaultMessageStore:
             cq.next_offset = max(cq.max_offset, self.commit_log.tail_queue_end(msg.topic, msg.queue_id))
         return self._put([msg], False, leader=True)
 
-    def _put(self, msgs: list[Message], wait: bool, leader: bool = False) -> PutResult:
+    def _handle_cq(self, handle: QueueHandle | None, topic: str, queue_id: int) -> ConsumeQueue:
+        """The queue of ``topic``/``queue_id`` through ``handle`` when it names that queue and is current
+        (one int compared), else from the table, refreshing the handle. Call under the put lock."""
+        if handle is None or handle.queue_id != queue_id or handle.topic != topic:
+            return self._find_cq(topic, queue_id)
+        cq = handle.cq
+        if cq is None or handle.generation != self._cq_generation:
+            cq = handle.cq = self._find_cq(topic, queue_id)
+            handle.generation = self._cq_generation
+        return cq
+
+    def _put(
+        self, msgs: list[Message], wait: bool, leader: bool = False, handle: QueueHandle | None = None
+    ) -> PutResult:
         if not self._running or self.cleaner.disk_full or (self.config.broker_role == SLAVE and not leader):
             return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)  # a slave only replicates
         with self._put_lock:
@@ -818,7 +852,7 @@ class DefaultMessageStore:
                 # Space for the record's unit and index entries first: a full disk refuses the put
                 # before anything is appended (and never meets a store into an unallocated page).
                 if head.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE):
-                    cq = self._find_cq(head.topic, head.queue_id)
+                    cq = self._handle_cq(handle, head.topic, head.queue_id)
                     cq.reserve(cq.next_offset, len(msgs))
                 if self._index_enabled and (
                     has_index_keys(head.properties)
@@ -1036,6 +1070,8 @@ class DefaultMessageStore:
             for cq in doomed:
                 self._cqs.pop((cq.topic, cq.queue_id), None)
                 cq.destroy()
+            if doomed:
+                self._queues_replaced()
         for cq in doomed:
             log.info("destroyed expired consume queue %s/%d", cq.topic, cq.queue_id)
         return len(doomed)
@@ -1085,10 +1121,12 @@ class DefaultMessageStore:
         cp.flush()
 
     def _take_dirty(self, *, held: bool = False) -> list[ConsumeQueue]:
-        """The queues written since the last call, the set emptied (call under the put lock); with ``held``
+        """The queues written since the last call, the list emptied (call under the put lock); with ``held``
         the queues held below the least pages too (a queue may come twice: its second flush finds nothing)."""
-        dirty = list(self._dirty_cqs)
-        self._dirty_cqs.clear()
+        dirty = self._dirty_cqs
+        self._dirty_cqs = []
+        for cq in dirty:
+            cq.dirty = False
         if held:
             dirty += self._held_cqs
             self._held_cqs.clear()
@@ -1102,7 +1140,14 @@ class DefaultMessageStore:
     def _redirty(self, queues: list[ConsumeQueue], *, locked: bool) -> None:
         """Put queues taken by :meth:`_take_dirty` back for a later flush."""
         with contextlib.nullcontext() if locked else self._put_lock:
-            self._dirty_cqs.update(queues)
+            for cq in queues:
+                if not cq.dirty:
+                    self._mark_dirty(cq)
+
+    def _mark_dirty(self, cq: ConsumeQueue) -> None:
+        """Into the flush loop's list (call under the put lock, for a queue not in it: ``cq.dirty`` false)."""
+        cq.dirty = True
+        self._dirty_cqs.append(cq)
 
     def _flush_consume_queues(self, queues: list[ConsumeQueue], least: int) -> list[ConsumeQueue]:
         """Flush those of ``queues`` with more than ``least`` bytes unflushed; returns the others that
@@ -1274,6 +1319,8 @@ class DefaultMessageStore:
             doomed = [key for key in self._cqs if key[0] in topics]
             for key in doomed:
                 self._cqs.pop(key).destroy()
+            if doomed:
+                self._queues_replaced()
         for topic in {key[0] for key in doomed}:
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(self.config.consume_queue_dir, topic))

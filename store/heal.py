@@ -294,6 +294,7 @@ class HealedStore(Protocol):
     @property
     def _crc_checked_from(self) -> int: ...
     def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue: ...
+    def _queues_replaced(self) -> None: ...
 
 
 class Healer:
@@ -550,7 +551,9 @@ class Healer:
             # on disk now: these units may lie below the recovery point, which a crash recovery trusts
             cq.flush()
             cq.damage = None
-            store._cqs[key] = cq
+            if store._cqs.get(key) is not cq:
+                store._cqs[key] = cq
+                store._queues_replaced()  # queue handles holding the old one look it up again
             self.rebuilds += 1
             log.error(
                 "consume queue %s/%d rebuilt from the CommitLog (%d units from queue offset %d, CommitLog "

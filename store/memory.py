@@ -36,7 +36,7 @@ from store.clock import Clock, SystemClock
 from store.commitlog import IllegalMessage, PutMessageStatus, apply_delay, encode_checked
 from store.config import SLAVE, StoreConfig
 from store.config_files import ConfigFiles
-from store.consumequeue import unit_tags_code
+from store.consumequeue import QueueHandle, unit_tags_code
 from store.engine import dispatch_rules
 from store.errors import CorruptRecordError, DamagedUnitError
 from store.ha import DISPATCH_CHUNK, Buffer
@@ -112,10 +112,13 @@ class InMemoryMessageStore:
 
     # ------------------------------------------------------------------ puts
 
-    def put_message(self, msg: Message) -> PutResult:
+    def queue_handle(self, topic: str, queue_id: int) -> QueueHandle:
+        return QueueHandle(topic, queue_id)  # (its queues are looked up every put: nothing to spare)
+
+    def put_message(self, msg: Message, handle: QueueHandle | None = None) -> PutResult:
         return self._put([apply_delay(msg, self._delay_ms)])
 
-    def put_messages(self, batch: list[Message]) -> PutResult:
+    def put_messages(self, batch: list[Message], handle: QueueHandle | None = None) -> PutResult:
         if not batch_is_legal(batch):
             return PutResult(PutMessageStatus.MESSAGE_ILLEGAL)
         return self._put(batch)

@@ -61,7 +61,13 @@ from daemon.dledger.machines import Role, Timings
 from daemon.dledger.server import DLedgerServer, DLedgerSettings, dledger_runtime_info, parse_peers
 from daemon.lifecycle import cancel_tasks, every
 from daemon.protect import ProtectedModeGuard, Protection, is_local, listening, protection
-from daemon.remoting.bodies import ClusterInfo, PermName, RegisterBrokerBody, TopicConfigSerializeWrapper
+from daemon.remoting.bodies import (
+    ClusterInfo,
+    PermName,
+    RegisterBrokerBody,
+    TableText,
+    TopicConfigSerializeWrapper,
+)
 from daemon.remoting.client import RemotingClient, Transport, parse_addr
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
@@ -108,13 +114,13 @@ _T = TypeVar("_T")
 _PARKING_TOPICS = frozenset({TRANS_HALF_TOPIC, SCHEDULE_TOPIC, TIMER_TOPIC})
 
 
-async def encode_sliced(body: RegisterBrokerBody, compressed: bool) -> bytes:
+async def encode_sliced(body: RegisterBrokerBody, compressed: bool, kept: TableText | None = None) -> bytes:
     """``body.encode(compressed)`` on the loop, `REGISTER_SLICE` topics at a time with requests served
     between the slices; the compressed form's deflate in a worker thread (zlib lets go of the GIL while it
     works). Encoded in a worker thread, the JSON encoder's C loop over a 10,000-topic table held the GIL
-    for tens of milliseconds at once, and the loop waited that long."""
+    for tens of milliseconds at once, and the loop waited that long. ``kept``: see `TableText`."""
     parts: list[bytes] = []
-    for part in body.encode_parts(compressed, REGISTER_SLICE):
+    for part in body.encode_parts(compressed, REGISTER_SLICE, kept):
         parts.append(part)
         await asyncio.sleep(0)
     raw = b"".join(parts)
@@ -224,12 +230,18 @@ class Broker:
         #: registerIncrementBrokerData), not with the whole table, which makes N creations O(N^2).
         self.register_topics = Coalesced(self._register_changed, "namesrv-register-topics")
         self._changed_topics: set[str] = set()
-        #: Whether topics were registered alone since the whole table last was (see new_version).
+        #: Whether topics were registered alone since the whole table last was, over another connection
+        #: than the whole table's (see _register_all).
         self._registered_alone = False
+        #: Per NameServer, the connection the last whole table it took came over.
+        self._table_links: dict[str, Connection | None] = {}
         #: The last whole-table registration body, the table's DataVersion object it was made at, and what
         #: else it was made from (see _registration_body): while those stay, registrations send it again;
         #: and its CRC32 (~0.6 ms on the loop for 10,000 topics' megabyte and a half: once per body).
         self._table_body: tuple[DataVersion, tuple[int, int, int, int, bool], bytes, int] | None = None
+        #: The whole table's entries as its last JSON body wrote them (each topic re-encoded only after it
+        #: changed: with 10,000 topics a whole encoding is tens of ms of the loop, in slices).
+        self._table_text = TableText()
         #: What the whole table registered was made from (`_table_key`), when every NameServer took it.
         self._registered_table: tuple[int, int, int, int, bool] | None = None
         #: One registration at a time, as 4.9.8's synchronized registerBrokerAll: a single topic's must not
@@ -1128,6 +1140,16 @@ class Broker:
 
         done = await asyncio.gather(*(one(a) for a in addrs))
         accepted = [a for a in done if a is not None]
+        links = {a: self.client.open_connection(a) for a in accepted}
+        if topics is None:
+            self._table_links = links
+        elif any(links.get(a) is None or links.get(a) is not self._table_links.get(a) for a in addrs):
+            # A NameServer that took these topics over a new connection may have restarted since the
+            # whole table: it knows these alone, at the table's version, and would leave the next whole
+            # table unread at that version. Over the same connection it holds the table, and these topics
+            # changed nothing else: the next whole table keeps the version (4.9.8's does too) and a
+            # NameServer that already took it reads no table (a megabyte with 10,000 topics).
+            self._registered_alone = True
         if topics is None and table is not None and body is table[2]:
             # what forceRegister=false's query may stand in for: the table every NameServer took
             self._registered_table = table[1] if len(accepted) == len(addrs) else None
@@ -1147,7 +1169,7 @@ class Broker:
         if cached is not None and cached[0] is version and cached[1] == made_from:
             return cached[2]
         wrapper = self.registration_wrapper()  # (no await since `made_from`: it describes this snapshot)
-        body = await encode_sliced(RegisterBrokerBody(wrapper, []), compressed)
+        body = await encode_sliced(RegisterBrokerBody(wrapper, []), compressed, self._table_text)
         self._table_body = (version, made_from, body, _crc32(body))
         return body
 
@@ -1161,7 +1183,6 @@ class Broker:
     async def _register_changed(self) -> None:
         topics, self._changed_topics = self._changed_topics, set()
         if topics:  # empty when a creation's own run already took its topic
-            self._registered_alone = True
             await self.register_all(topics)
 
     def schedule_register(self, topic: str | None = None) -> None:

@@ -115,6 +115,10 @@ class StatsItem:
         return dict(sorted(out.items()))  # statsDay, statsHour, statsMinute: fastjson's field order
 
 
+#: TOPIC_PUT_NUMS and TOPIC_PUT_SIZE of a topic, BROKER_PUT_NUMS of the cluster: what a put counts in.
+PutItems = tuple[StatsItem, StatsItem, StatsItem]
+
+
 class _Rate:
     """A total plus one sample per second for the last 10 minutes (the store's putTps windows)."""
 
@@ -239,7 +243,7 @@ class BrokerStats:
         self.get_found = _Rate()
         self.get_miss = _Rate()
         #: The items each put/pull updates, by topic and by (group, topic, queue): built once.
-        self._put_items: dict[str, tuple[StatsItem, StatsItem, StatsItem]] = {}
+        self._put_items: dict[str, PutItems] = {}
         self._get_items: dict[tuple[str, str, int], tuple[StatsItem, StatsItem, StatsItem, StatsItem]] = {}
         self.put_size_total = 0
         self.put_failed = 0
@@ -258,27 +262,45 @@ class BrokerStats:
             item = table[key] = StatsItem(now)
         return item
 
+    def _topic_put_items(self, topic: str, now: float) -> PutItems:
+        items = self._put_items.get(topic)
+        if items is None:  # once per topic: the hot path formats no key and looks up one dict
+            items = self._put_items[topic] = (
+                self._item(TOPIC_PUT_NUMS, topic, now),
+                self._item(TOPIC_PUT_SIZE, topic, now),
+                self._item(BROKER_PUT_NUMS, self.cluster_name, now),
+            )
+        return items
+
+    def put_items(self, topic: str) -> PutItems:
+        """The items a put of `topic` counts in, for a caller that keeps them per topic (the send path's
+        topic state) and passes them to :meth:`on_put_items`. Items are never removed nor replaced, so
+        kept ones stay the ones VIEW_BROKER_STATS_DATA and /metrics read."""
+        with self._lock:
+            return self._topic_put_items(topic, self._now())
+
     def on_put(self, topic: str, count: int = 1, size: int = 0, elapsed_ns: int | None = None) -> None:
         """`count` messages of `topic` stored in one put of `size` bytes, taking `elapsed_ns`."""
         with self._lock:
             now = self._now()
-            self.put.add(count, now)
-            self.put_size_total += size
-            items = self._put_items.get(topic)
-            if items is None:  # once per topic: the hot path formats no key and looks up one dict
-                items = self._put_items[topic] = (
-                    self._item(TOPIC_PUT_NUMS, topic, now),
-                    self._item(TOPIC_PUT_SIZE, topic, now),
-                    self._item(BROKER_PUT_NUMS, self.cluster_name, now),
-                )
-            nums, sizes, broker = items
-            nums.value += count
-            nums.times += 1
-            sizes.value += size
-            sizes.times += 1
-            broker.value += count
-            if elapsed_ns is not None:
-                self.put_latency.record(elapsed_ns // 1000)
+            self._count_put(self._topic_put_items(topic, now), count, size, elapsed_ns, now)
+
+    def on_put_items(self, items: PutItems, count: int, size: int, elapsed_ns: int) -> None:
+        """:meth:`on_put` with the topic's items (:meth:`put_items`) instead of its name."""
+        with self._lock:
+            self._count_put(items, count, size, elapsed_ns, self._now())
+
+    def _count_put(self, items: PutItems, count: int, size: int, elapsed_ns: int | None, now: float) -> None:
+        self.put.add(count, now)
+        self.put_size_total += size
+        nums, sizes, broker = items
+        nums.value += count
+        nums.times += 1
+        sizes.value += size
+        sizes.times += 1
+        broker.value += count
+        if elapsed_ns is not None:
+            self.put_latency.record(elapsed_ns // 1000)
 
     def on_put_failed(self) -> None:
         with self._lock:

@@ -143,7 +143,9 @@ class RouteInfoManager:
         )
 
         if filter_servers:
-            self.filter_server_table[broker_addr] = list(filter_servers)
+            if self.filter_server_table.get(broker_addr) != filter_servers:
+                self.filter_server_table[broker_addr] = list(filter_servers)
+                changed = True  # routes carry the list: a cached one must not keep the old
         elif self.filter_server_table.pop(broker_addr, None) is not None:
             changed = True
         if changed:
@@ -172,6 +174,18 @@ class RouteInfoManager:
             "broker unregistered: %s %s (id %d) from %s", broker_name, broker_addr, broker_id, cluster_name
         )
         self._route_cache.clear()
+
+    def holds(self, broker_name: str, broker_id: int, broker_addr: str, version: DataVersion) -> bool:
+        """The broker at ``broker_addr`` is registered as (``broker_name``, ``broker_id``), live, at
+        ``version``: registering it again at that version reads no topic table."""
+        broker = self.broker_addr_table.get(broker_name)
+        live = self.broker_live_table.get(broker_addr)
+        return (
+            broker is not None
+            and broker.broker_addrs.get(broker_id) == broker_addr
+            and live is not None
+            and live.data_version == version
+        )
 
     def query_data_version(self, broker_addr: str, version: DataVersion) -> tuple[bool, DataVersion | None]:
         """QUERY_DATA_VERSION (docs/wire-protocol.md §broker-registration): (changed, stored version); an

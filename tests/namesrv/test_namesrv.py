@@ -11,13 +11,22 @@ import pytest
 from daemon.config import parse_properties
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
-from daemon.remoting.bodies import ClusterInfo, DataVersion, KVTable, TopicList, TopicRouteData
+from daemon.remoting.bodies import (
+    ClusterInfo,
+    DataVersion,
+    KVTable,
+    RegisterBrokerBody,
+    TopicConfig,
+    TopicConfigSerializeWrapper,
+    TopicList,
+    TopicRouteData,
+)
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.frame import decode_frame, encode_command
 from store import fastjson
-from tests.support.namesrv import Namesrv, namesrv_config
+from tests.support.namesrv import Namesrv, count_decodes, namesrv_config
 
 ROUTE_V121 = (
     b'{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911"},"brokerName":"broker-a","cluster":"DefaultCluster"}],'
@@ -91,6 +100,68 @@ async def test_reregistration_applies_topics_only_when_data_version_changes(name
         (await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).body
     )
     assert route.queue_datas[0].read_queue_nums == 8
+
+
+async def test_an_unchanged_body_refreshes_liveness_without_a_parse(
+    namesrv: Namesrv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A broker's periodic registration repeats the same bytes: the NameServer keeps the broker alive and
+    parses nothing; a new version, another address, or a broker the routes dropped gets the full parse."""
+    decoded = count_decodes(monkeypatch)
+    routes = namesrv.controller.routes
+    table = {"T": 4, "U": 2}
+    for compressed in (False, True):
+        decoded.clear()
+        assert (await namesrv.register(table, compressed=compressed)).code == 0
+        assert len(decoded) == 1
+        routes.broker_live_table["127.0.0.1:10911"].last_update_ms = 0
+        assert (await namesrv.register(table, compressed=compressed)).code == 0
+        assert len(decoded) == 1  # the same bytes: no parse
+        assert routes.broker_live_table["127.0.0.1:10911"].last_update_ms > 0  # but alive again
+    assert (await namesrv.register({**table, "V": 1}, version=DataVersion(2, 2))).code == 0
+    assert len(decoded) == 2 and "V" in routes.topic_queue_table
+    other = await namesrv.register(
+        {**table, "V": 1}, version=DataVersion(2, 2), broker_addr="127.0.0.2:10911", broker_name="broker-b"
+    )
+    assert other.code == 0 and len(decoded) == 3  # the same bytes from another broker
+    fields = {"brokerName": "broker-a", "brokerAddr": "127.0.0.1:10911", "clusterName": "DefaultCluster"}
+    assert (await namesrv.call(RequestCode.UNREGISTER_BROKER, {**fields, "brokerId": "0"})).code == 0
+    assert (await namesrv.register({**table, "V": 1}, version=DataVersion(2, 2))).code == 0
+    assert len(decoded) == 4  # routes dropped it: its topics are read again
+    route = await namesrv.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "V"})
+    assert len(TopicRouteData.loads(route.body).queue_datas) == 2
+
+
+async def test_a_table_at_a_version_already_held_is_not_parsed(
+    namesrv: Namesrv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A topic registered alone carries the table's new version; the whole table at that version then
+    changes nothing in the routes (4.9.8 reads its table only at a new version): its table is not
+    parsed, only the data version before it. A new version is parsed whole."""
+    decoded = count_decodes(monkeypatch)
+    routes = namesrv.controller.routes
+    assert (await namesrv.register({"T": 4}, version=DataVersion(1, 1))).code == 0
+    assert (await namesrv.register({"V": 2}, version=DataVersion(2, 2))).code == 0  # V alone
+    assert len(decoded) == 2 and "V" in routes.topic_queue_table
+    routes.broker_live_table["127.0.0.1:10911"].last_update_ms = 0
+    assert (await namesrv.register({"T": 4, "V": 2}, version=DataVersion(2, 2))).code == 0
+    assert len(decoded) == 2 and routes.broker_live_table["127.0.0.1:10911"].last_update_ms > 0
+    assert (await namesrv.register({"T": 8, "V": 2}, version=DataVersion(3, 3))).code == 0
+    assert len(decoded) == 3 and routes.topic_queue_table["T"]["broker-a"].read_queue_nums == 8
+
+
+def test_peek_reads_the_version_and_filter_servers_before_the_table() -> None:
+    wrapper = TopicConfigSerializeWrapper({"T": TopicConfig("T", 4, 4)}, DataVersion(7, 77))
+    body = RegisterBrokerBody(wrapper, ["10.0.0.1:1"]).encode()
+    head = RegisterBrokerBody.peek(body)
+    assert head == RegisterBrokerBody(TopicConfigSerializeWrapper({}, DataVersion(7, 77)), ["10.0.0.1:1"])
+    # laid out otherwise (the version after the table, or no table): read whole instead
+    assert (
+        RegisterBrokerBody.peek(b'{"topicConfigSerializeWrapper":{"topicConfigTable":{},"dataVersion":{}}}')
+        is None
+    )
+    assert RegisterBrokerBody.peek(b'{"filterServerList":[]}') is None
+    assert RegisterBrokerBody.peek(b'{"dataVersion":{"counter":1},"topicConfigTable":{}}') is None
 
 
 async def test_compressed_registration_and_crc_check(namesrv: Namesrv) -> None:

@@ -17,6 +17,7 @@ from daemon.remoting.bodies import (
     BrokerData,
     DataVersion,
     RegisterBrokerBody,
+    TableText,
     TopicConfig,
     TopicConfigSerializeWrapper,
     TopicRouteData,
@@ -136,6 +137,32 @@ def test_register_body_encoded_in_parts_is_the_same_body(topics: int) -> None:
     if "b\ud800" not in names:  # (the compressed form cannot carry a lone surrogate)
         assert body.encode(compressed=True) == zlib.compress(b"".join(body.encode_parts(True, per_part=2)), 9)
         assert RegisterBrokerBody.decode(body.encode(compressed=True), compressed=True) == body
+
+
+def test_register_body_parts_from_kept_text_follow_every_change_of_the_table() -> None:
+    """`TableText` keeps each entry's text between encodings: the body is the same as one encoded anew
+    through additions, replacements, removals, and a run cut short before its end."""
+    names = ['A"\u00e9\\', "Z\n", "b\ud800", "M", "0", "zz", "T"]
+    table = {n: TopicConfig(n, 4, 2) for n in [*names[:5], *(f"N{i:02d}" for i in range(40))]}
+    kept = TableText()  # (40 more: a change of a few is merged into the sorted names, not sorted again)
+
+    def same() -> bool:
+        body = RegisterBrokerBody(TopicConfigSerializeWrapper(dict(table), DataVersion(3, 17)), ["fs:1"])
+        return b"".join(body.encode_parts(per_part=2, kept=kept)) == body.dumps()
+
+    assert same() and same()
+    table["zz"] = TopicConfig("zz", 1, 1)
+    table["M"] = TopicConfig("M", 8, 8)
+    del table["0"]
+    assert same()
+    table["T"] = TopicConfig("T", 1, 1)
+    cut = kept.parts(dict(table), 2)
+    next(cut)  # the first two entries' text only: "T" is among the names, its text not kept
+    del cut
+    del table["Z\n"]
+    assert same()
+    table.clear()
+    assert same()
 
 
 def test_register_body_parts_sort_the_topic_names_not_the_pairs(monkeypatch: pytest.MonkeyPatch) -> None:

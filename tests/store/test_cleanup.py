@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import datetime
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
 
 from store import DefaultMessageStore, FakeClock, GetMessageStatus, Message, PutMessageStatus, StoreConfig
 from store.cleanup import decide, disk_usage_ratio, is_delete_hour, is_expired
+from store.consumequeue import ConsumeQueue
 from tests.support.stores import small_config
 
 GIB = 1024**3
@@ -119,6 +121,31 @@ def test_deletion_stops_at_the_first_unexpired_file_and_manual_runs(tmp_path: Pa
     store.delete_expired_files_manually()
     assert store.cleaner.run_once(now) == 2  # files 0 and 1; file 2 is young, so 3+ stay too
     assert sorted(os.listdir(tmp_path / "commitlog")) == files[2:]
+    store.shutdown()
+
+
+def test_a_run_that_deletes_nothing_looks_at_no_consume_queue(tmp_path: Path) -> None:
+    """The clean service runs every 10 s: with 10,000 queues, a run that walked them all would hold the
+    broker for as long each time. Only a run that moved the CommitLog's minimum looks at them."""
+    now = _local_ms(2024, 1, 10, 12, 0)
+    store = _store(tmp_path, FakeClock(now))
+    _fill(store, 1000)
+    walks: list[int] = []
+    queues = store.cleaner.consume_queues
+
+    def counted() -> Iterable[ConsumeQueue]:
+        walks.append(1)
+        return queues()
+
+    store.cleaner.consume_queues = counted
+    _age(tmp_path, now - 100 * 3_600_000)
+    for _ in range(5):
+        assert store.cleaner.run_once(now) == 0  # noon: expired, but not delete time
+    assert walks == []
+    store.delete_expired_files_manually()
+    assert store.cleaner.run_once(now) > 0
+    assert walks == [1]  # the queues' files below the new minimum
+    assert store.cleaner.run_once(now + 1) == 0 and walks == [1]
     store.shutdown()
 
 

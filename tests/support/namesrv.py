@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.bodies import DataVersion, RegisterBrokerBody, TopicConfig, TopicConfigSerializeWrapper
@@ -62,3 +64,16 @@ class Namesrv:
             RegisterBrokerBody(wrapper).encode(compressed),
         )
         return await (client or self.client).invoke(self.addr, cmd)
+
+
+def count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Record the size of every registration body the NameServer parses whole from now on."""
+    decoded: list[int] = []
+    decode = RegisterBrokerBody.decode
+
+    def counting(body: bytes, compressed: bool = False) -> RegisterBrokerBody:
+        decoded.append(len(body))
+        return decode(body, compressed)
+
+    monkeypatch.setattr(RegisterBrokerBody, "decode", staticmethod(counting))
+    return decoded

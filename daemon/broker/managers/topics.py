@@ -120,6 +120,7 @@ class TopicConfigManager:
         with self.file.lock:
             for name, queues, perm in specs:
                 self.table.setdefault(name, TopicConfig(name, queues, queues, perm))
+            self.file.generation += 1
         self.file.persist()
 
     def recreate_lost_topics(self, queue_table: Mapping[tuple[str, int], int]) -> list[str]:
@@ -163,6 +164,12 @@ class TopicConfigManager:
         have taken for the whole table)."""
         with self.file.lock:
             self.file.data_version.next_version(self.file.clock.now_ms())
+
+    @property
+    def generation(self) -> int:
+        """Moves on every change of the table (see ``TopicConfigFile.generation``): a send's kept topic
+        state is current while it has not moved."""
+        return self.file.generation
 
     def get(self, topic: str) -> TopicConfig | None:
         return self.file.table.get(topic)  # (every send: not through the property)

@@ -25,6 +25,7 @@ from daemon.broker.managers.topics import (
 )
 from daemon.broker.processors import FAQ, fail, system_error
 from daemon.broker.retry import retry_copy
+from daemon.broker.stats import PutItems
 from daemon.dledger import trace
 from daemon.dledger.protocol import DLedgerResponseCode
 from daemon.remoting import fields
@@ -32,7 +33,9 @@ from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor, error_response
+from store.api import MessageStore
 from store.commitlog import PutMessageStatus
+from store.consumequeue import QueueHandle
 from store.message import (
     MULTI_TAGS_FLAG,
     PROPERTY_CLUSTER,
@@ -204,6 +207,33 @@ def stored_fields(msg_id: str, queue_id: int, queue_offset: int) -> dict[str, st
     }
 
 
+class TopicSlot:
+    """What a send to one topic needs, reached with one lookup by the header's topic instead of one per
+    table (topic names, topic configs, the store's queues, stats items): the topic's config as of
+    :attr:`generation` of the topic table, the name its messages carry, the stats items its puts count
+    in, and the store's handle of each queue sent to. The daemon keeps the topic's side; the store keeps
+    each handle current (see ``QueueHandle``)."""
+
+    def __init__(self, topic: str, config: TopicConfig, generation: int, items: PutItems) -> None:
+        #: The topic its messages carry (the config's interned name, see ``SendProcessor._destination``).
+        self.topic = topic
+        self.config = config
+        self.generation = generation
+        self.items = items
+        #: By queue id; None where no send went yet.
+        self.queues: list[QueueHandle | None] = []
+
+    def queue(self, store: MessageStore, queue_id: int) -> QueueHandle:
+        """The store's handle of this topic's queue ``queue_id`` (a valid id: at least 0)."""
+        queues = self.queues
+        if queue_id >= len(queues):
+            queues.extend([None] * (queue_id + 1 - len(queues)))
+        handle = queues[queue_id]
+        if handle is None:
+            handle = queues[queue_id] = store.queue_handle(self.topic, queue_id)
+        return handle
+
+
 class SendProcessor:
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
@@ -212,8 +242,60 @@ class SendProcessor:
         self._conn: Connection | None = None
         #: DLedger sends answered in this pass, written in the next loop round (`_write_replies`)
         self._replies: list[tuple[Connection, RemotingCommand, RemotingCommand]] = []
+        #: Each topic's send state by the name sends give (see :meth:`_slot`).
+        self._slots: dict[str, TopicSlot] = {}
 
     # ------------------------------------------------------------------ checks shared by sends
+
+    def _slot(self, h: SendMessageRequestHeader) -> TopicSlot:
+        """The topic's send state, checked as :meth:`_topic_config` checks: a kept one while the topic
+        table has not changed since it was made (one int compared; any change, of this topic or not,
+        sends every topic through the whole check once more), where the checks that depend on the name
+        alone passed before and only the permissions and the queue id are checked again."""
+        topics = self.broker.topics
+        slot = self._slots.get(h.topic)
+        if slot is not None and slot.generation == topics.generation:
+            self._check_writable()
+            self._check_queue(h, slot.config)
+            return slot
+        return self._new_slot(h, slot)
+
+    def _new_slot(self, h: SendMessageRequestHeader, old: TopicSlot | None) -> TopicSlot:
+        """The whole check, and the state it leaves for the next sends (``old``'s handles and stats items
+        kept when its topic is the same)."""
+        topics = self.broker.topics
+        slots = self._slots
+        slots.pop(h.topic, None)  # a send that fails the check keeps nothing
+        generation = topics.generation  # (read first: a change made during the check makes it stale)
+        config = self._topic_config(h)
+        # the config's interned name when it is h.topic (see TopicConfig); a hand-edited topics.json
+        # may file a config under another key, and the message then keeps the topic it was sent to
+        topic = config.topic_name if config.topic_name == h.topic else h.topic
+        if old is not None and old.topic == topic:
+            old.config, old.generation, old.topic = config, generation, topic
+            slot = old
+        else:
+            if len(slots) >= len(topics.table):  # slots of deleted topics no send asked for again
+                for name in [name for name in slots if topics.get(name) is None]:
+                    del slots[name]
+            slot = TopicSlot(topic, config, generation, self.broker.stats.put_items(topic))
+        slots[h.topic] = slot
+        return slot
+
+    def _check_writable(self) -> None:
+        if not self.broker.config.broker_permission & PermName.WRITE:
+            raise fail(
+                ResponseCode.NO_PERMISSION,
+                f"the broker[{self.broker.config.broker_ip1}] sending message is forbidden",
+            )
+
+    def _check_queue(self, h: SendMessageRequestHeader, config: TopicConfig) -> None:
+        if not config.perm & PermName.WRITE:
+            raise fail(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden")
+        if h.queue_id >= max(config.write_queue_nums, config.read_queue_nums):
+            raise system_error(
+                f"request queueId[{h.queue_id}] is illegal, {config} Producer: {h.producer_group}"
+            )
 
     def _topic_config(self, h: SendMessageRequestHeader) -> TopicConfig:
         """Validate the topic and find or auto-create its config
@@ -223,11 +305,7 @@ class SendProcessor:
             raise system_error(problem)
         if h.topic in NOT_ALLOWED_SEND_TOPICS:
             raise fail(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
-        if not self.broker.config.broker_permission & PermName.WRITE:
-            raise fail(
-                ResponseCode.NO_PERMISSION,
-                f"the broker[{self.broker.config.broker_ip1}] sending message is forbidden",
-            )
+        self._check_writable()
         topics = self.broker.topics
         config = topics.get(h.topic)
         if config is None:
@@ -240,12 +318,7 @@ class SendProcessor:
                     ResponseCode.TOPIC_NOT_EXIST,
                     f"topic[{h.topic}] not exist, apply first please!{FAQ}",
                 )
-        if not config.perm & PermName.WRITE:
-            raise fail(ResponseCode.NO_PERMISSION, f"the topic[{h.topic}] sending message is forbidden")
-        if h.queue_id >= max(config.write_queue_nums, config.read_queue_nums):
-            raise system_error(
-                f"request queueId[{h.queue_id}] is illegal, {config} Producer: {h.producer_group}"
-            )
+        self._check_queue(h, config)
         return config
 
     def _retry_or_dlq(
@@ -295,27 +368,28 @@ class SendProcessor:
         """A send from a client at `born_host`: a remoting connection's peer, or a 5.x client's."""
         started = time.perf_counter_ns()  # putLatency99/999 measure the whole send
         h = parse_send(request.code, request.ext_fields)
-        config = self._topic_config(h)
+        slot = self._slot(h)
+        config = slot.config
         props = decode_properties(h.properties) if h.properties else {}
         wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
         props[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
-        topic, queue_id = self._destination(h, request.version, config, props)
+        topic, queue_id = self._destination(h, request.version, slot, props)
         sys_flag = h.sys_flag
         if config.topic_filter_type == "MULTI_TAG":
             sys_flag |= MULTI_TAGS_FLAG
         if request.code == _SEND_BATCH_MESSAGE or h.batch:
-            return self._send_batch(request, h, topic, queue_id, props, sys_flag, wait, born_host, started)
-        return self._send_one(request, h, topic, queue_id, props, sys_flag, wait, born_host, started)
+            return self._send_batch(
+                request, h, slot, topic, queue_id, props, sys_flag, wait, born_host, started
+            )
+        return self._send_one(request, h, slot, topic, queue_id, props, sys_flag, wait, born_host, started)
 
     def _destination(
-        self, h: SendMessageRequestHeader, version: int, config: TopicConfig, props: dict[str, str]
+        self, h: SendMessageRequestHeader, version: int, slot: TopicSlot, props: dict[str, str]
     ) -> tuple[str, int]:
         """The topic and queue the message goes to (and is answered with): the requested or a random
         queue, or the DLQ of a retry topic whose retries are exhausted."""
-        queue_id = h.queue_id if h.queue_id >= 0 else random.randrange(max(1, config.write_queue_nums))
-        # the config's interned name when it is h.topic (see TopicConfig); a hand-edited topics.json
-        # may file a config under another key, and the message then keeps the topic it was sent to
-        topic = config.topic_name if config.topic_name == h.topic else h.topic
+        queue_id = h.queue_id if h.queue_id >= 0 else random.randrange(max(1, slot.config.write_queue_nums))
+        topic = slot.topic
         if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
             target = self._retry_or_dlq(h, version, props)
             if target is not None:
@@ -329,6 +403,7 @@ class SendProcessor:
         self,
         request: RemotingCommand,
         h: SendMessageRequestHeader,
+        slot: TopicSlot,
         topic: str,
         queue_id: int,
         props: dict[str, str],
@@ -363,13 +438,18 @@ class SendProcessor:
             raise fail(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
         if self.broker.must_offload(wait):
             return self._offloaded(request, self.broker.store.put_messages, msgs, topic, queue_id, started)
-        result = self.broker.store.put_messages(msgs)
-        return self._respond(request, result, topic, queue_id, wait, started)
+        store = self.broker.store
+        if topic is slot.topic:  # (not a DLQ's): the queue and the stats items as the slot holds them
+            result = store.put_messages(msgs, slot.queue(store, queue_id))
+            return self._respond(request, result, topic, queue_id, wait, started, slot.items)
+        result = store.put_messages(msgs)
+        return self._respond(request, result, topic, queue_id, wait, started, None)
 
     def _send_one(
         self,
         request: RemotingCommand,
         h: SendMessageRequestHeader,
+        slot: TopicSlot,
         topic: str,
         queue_id: int,
         props: dict[str, str],
@@ -416,8 +496,12 @@ class SendProcessor:
             return self._offloaded(
                 request, self.broker.store.put_message, msg, topic, reply_queue_id, started
             )
-        result = self.broker.store.put_message(msg)
-        return self._respond(request, result, topic, reply_queue_id, wait, started)
+        store = self.broker.store
+        if topic is slot.topic:  # (not a DLQ, half or timer topic's): the slot's queue and stats items
+            result = store.put_message(msg, slot.queue(store, queue_id))
+            return self._respond(request, result, topic, reply_queue_id, wait, started, slot.items)
+        result = store.put_message(msg)
+        return self._respond(request, result, topic, reply_queue_id, wait, started, None)
 
     async def _offloaded(
         self,
@@ -432,7 +516,14 @@ class SendProcessor:
         return await self._replicated(request, result, topic, queue_id, True, started)
 
     def _respond(
-        self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, wait: bool, started: int
+        self,
+        request: RemotingCommand,
+        result: PutResult,
+        topic: str,
+        queue_id: int,
+        wait: bool,
+        started: int,
+        items: PutItems | None,
     ) -> RemotingCommand | Awaitable[RemotingCommand] | None:
         """The response now, or once a slave has the record (SYNC_MASTER and the producer waits), or (DLedger
         mode) once a quorum of the group has it, whether or not the producer waits (as 4.9.8): then written
@@ -450,7 +541,7 @@ class SendProcessor:
         ha = self.broker.ha_master
         if wait and ha is not None and ha.sync and result.status in _REPLICATE:
             return self._replicated(request, result, topic, queue_id, wait, started)
-        return self.response(request, result, topic, queue_id, started)
+        return self.response(request, result, topic, queue_id, started, items)
 
     async def _replicated(
         self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, wait: bool, started: int
@@ -479,15 +570,26 @@ class SendProcessor:
                 log.exception("writing a send's answer to %s failed", conn.peer)
 
     def response(
-        self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, started: int
+        self,
+        request: RemotingCommand,
+        result: PutResult,
+        topic: str,
+        queue_id: int,
+        started: int,
+        items: PutItems | None = None,
     ) -> RemotingCommand:
+        """The reply to a send whose put ended; its stats counted in ``items`` (the topic's, kept by the
+        caller) or, without them, in ``topic``'s."""
         code, remark = _PUT_CODES.get(result.status, _PUT_UNKNOWN)
         if code not in _STORED:
             self.broker.stats.on_put_failed()
             return request.make_response(code, remark or result.status.value)
-        self.broker.stats.on_put(
-            topic, result.msg_num, result.wrote_bytes or len(request.body), time.perf_counter_ns() - started
-        )
+        size = result.wrote_bytes or len(request.body)
+        elapsed = time.perf_counter_ns() - started
+        if items is not None:
+            self.broker.stats.on_put_items(items, result.msg_num, size, elapsed)
+        else:
+            self.broker.stats.on_put(topic, result.msg_num, size, elapsed)
         fields = stored_fields(result.msg_id, queue_id, result.queue_offset)
         return request.make_response(code, remark, fields)
 
