@@ -150,6 +150,8 @@ class DLedgerServer:
         self._committed = raft_log.committed_index
         self._push_soon = False
         self._dispatching = False
+        #: the last dispatch raised (a full disk): retried every heartbeat until one succeeds
+        self._dispatch_failing = False
         self._stopped = False
         if trace.ENABLED:
             trace.member(settings.self_id)
@@ -342,7 +344,18 @@ class DLedgerServer:
         try:
             self.on_commit()
         except Exception:
-            log.exception("DLedger dispatch of committed entries failed")
+            # what is committed must be served once it can be (a full disk freed), whether or not another
+            # commit comes to trigger a dispatch: tried again every heartbeat, reported once
+            if not self._dispatch_failing:
+                log.exception("DLedger dispatch of committed entries failed; retried every heartbeat")
+            self._dispatch_failing = True
+            self._dispatching = True
+            delay = self.settings.timings.heart_beat_time_interval_ms / 1000
+            asyncio.get_running_loop().call_later(delay, self._dispatch)
+            return
+        if self._dispatch_failing:
+            self._dispatch_failing = False
+            log.info("DLedger dispatch of committed entries succeeded again")
 
     # ------------------------------------------------------------------ what the broker asks
 

@@ -71,3 +71,31 @@ async def test_a_member_alone_of_three_stays_a_slave_and_refuses_sends(tmp_path:
     finally:
         await client.close()
         await broker.stop()
+
+
+async def test_a_dispatch_that_failed_is_retried_without_another_commit(tmp_path: Path) -> None:
+    """The dispatch after a commit raises (a full disk, say) and no send follows: the committed message is
+    served once a retry succeeds, not only after the next commit."""
+    broker = await start_broker(tmp_path / "store", heart_beat_time_interval_ms=100, **dledger_keys())
+    client = RemotingClient()
+    try:
+        group = broker.dledger
+        assert group is not None
+        await wait_until(lambda: broker.config.broker_id == 0 and broker.config.broker_role == "SYNC_MASTER")
+        on = BrokerClient(broker.addr, client)
+        await on.create_topic("Retry", 1)
+        dispatch, failures = group.on_commit, [OSError(28, "No space left on device")] * 2
+
+        def failing() -> object:
+            if failures:
+                raise failures.pop()
+            return dispatch()
+
+        group.on_commit = failing
+        r = await on.send("Retry", b"kept", queue_id=0)
+        assert r.code == ResponseCode.SUCCESS
+        await wait_until(lambda: broker.store.get_max_offset("Retry", 0) == 1, 10)
+        assert not failures
+    finally:
+        await client.close()
+        await broker.stop()
