@@ -47,6 +47,7 @@ async def mqctl_up(data: Path, cli_env: dict[str, str], ns_port: int, *args: str
     argv = [sys.executable, "-m", "mqctl", "up", "--data", str(data), "--namesrv-port", str(ns_port), *args]
     proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.PIPE, text=True)
     drain: asyncio.Task[str] | None = None
+    failed = False
     try:
         assert proc.stderr is not None
         line = ""
@@ -56,9 +57,24 @@ async def mqctl_up(data: Path, cli_env: dict[str, str], ns_port: int, *args: str
         drain = asyncio.create_task(asyncio.to_thread(proc.stderr.read))  # its log must not fill the pipe
         up = Up(proc, line, {**cli_env, "NAMESRV_ADDR": f"127.0.0.1:{ns_port}"})
         yield up
+    except BaseException:
+        failed = True
+        raise
     finally:
         os.kill(proc.pid, signal.SIGINT)
         code = await asyncio.to_thread(proc.wait, 30)
-        if drain is not None:
-            await drain
+        log = await drain if drain is not None else ""
+        if failed:  # the logs go with the tmp dir: shown with the failure (pytest prints captured output)
+            print_logs(log, data)
     up.code = code
+
+
+def print_logs(up_log: str, data: Path, lines: int = 80) -> None:
+    """The last ``lines`` of `mqctl up`'s own log and of each member's broker.log under ``data``."""
+    logs = [("mqctl up", up_log)] + [
+        (str(path.relative_to(data)), path.read_text(errors="replace"))
+        for path in sorted(data.glob("*/broker.log"))
+    ]
+    for name, text in logs:
+        print(f"----- {name} (last {lines} lines)")
+        print("\n".join(text.splitlines()[-lines:]))
