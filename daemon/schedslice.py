@@ -1,7 +1,7 @@
 """A short EEVDF slice for a latency-sensitive process: wake-ups that do not wait out a busy neighbour.
 
 Since Linux 6.6 ordinary (SCHED_OTHER) tasks are scheduled by EEVDF: a task that wakes gets a virtual
-deadline of its eligible time plus its *slice* (the kernel's base slice, 0.7-3 ms by the number of CPUs),
+deadline of its eligible time plus its *slice* (the kernel's base slice, larger with more CPUs),
 and the CPU goes to the eligible task with the earliest deadline. A broker sleeps in epoll between
 requests that take tens of microseconds each; with a CPU-bound process on its core, each wake-up may wait
 until that process's slice runs out. Since Linux 6.12 a task may ask for its own slice (``sched_runtime``

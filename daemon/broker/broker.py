@@ -129,9 +129,9 @@ async def encode_sliced(body: RegisterBrokerBody, compressed: bool, kept: TableT
 
 async def persist_sliced(offsets: ConsumerOffsetManager, size: int) -> None:
     """Write ``offsets`` when it changed: its text made on the loop ``size`` entries at a time, requests
-    served between the pieces, and only the write in a worker thread (it fsyncs the file and its directory,
-    4-10 ms here). Made in a worker thread, the text of 10,000 entries held the GIL for tens of ms, and
-    the loop waited up to CPython's switch interval (5 ms) for it at each of its turns meanwhile."""
+    served between the pieces, and only the write in a worker thread (it fsyncs the file and its
+    directory). Made in a worker thread, the text of a large table held the GIL, and the loop waited up to
+    CPython's switch interval for it at each of its turns meanwhile (docs/performance.md)."""
     changes = offsets.unwritten_changes()
     if changes is None:
         return
@@ -237,7 +237,7 @@ class Broker:
         self._table_links: dict[str, Connection | None] = {}
         #: The last whole-table registration body, the table's DataVersion object it was made at, and what
         #: else it was made from (see _registration_body): while those stay, registrations send it again;
-        #: and its CRC32 (~0.6 ms on the loop for 10,000 topics' megabyte and a half: once per body).
+        #: and its CRC32 (computed once per body, on the loop).
         self._table_body: tuple[DataVersion, tuple[int, int, int, int, bool], bytes, int] | None = None
         #: The whole table's entries as its last JSON body wrote them (each topic re-encoded only after it
         #: changed: with 10,000 topics a whole encoding is tens of ms of the loop, in slices).

@@ -12,8 +12,8 @@ pause of a worker thread's collection is counted too: the GIL holds the loop for
 
 A full collection walks every tracked object, long-lived tables included: what start-up built is frozen
 out of its reach when the daemon starts serving (`daemon.lifecycle.serve`), but tables that grow while
-serving (10,000 topics created, their queues and stats items: some 200,000 objects, a full collection
-of over 100 ms) are not. So the sampler watches the tables' sizes (``table_size``, a few ``len()``s):
+serving (thousands of topics created, their queues and stats items: hundreds of thousands of objects
+for a full collection to walk) are not. So the sampler watches the tables' sizes (``table_size``, a few ``len()``s):
 once they grew by `FREEZE_ENTRIES` or more since the last freeze, everything is frozen (`gc.freeze()`, a
 constant-time move of the generations' lists) before a full collection comes to walk it; during a burst
 of creations, every `FREEZE_ENTRIES` entries. Cyclic garbage frozen with it is never collected (reference

@@ -120,8 +120,8 @@ async def test_a_slow_full_collection_freezes_what_survived_it() -> None:
 async def test_tables_grown_while_serving_are_frozen_before_a_full_collection_walks_them(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """10,000 topics' tables would cost the next full collection over 100 ms: they are frozen as they grow,
-    with no full collection needed to notice."""
+    """A growing topic table would be walked by the next full collection: it is frozen as it grows, with
+    no full collection needed to notice."""
     table: list[list[int]] = []
     watch = LoopWatch(period=0.01, table_size=lambda: len(table))
     count = gc.get_freeze_count
