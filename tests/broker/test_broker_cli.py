@@ -125,7 +125,11 @@ def test_status_and_stop_find_a_broker_we_did_not_start_by_its_store_lock(
     stopped = cli("broker", "stop", "-c", str(broker_conf))
     assert stopped.code == 0 and f"stopped broker (pid {proc.pid}, " in stopped.stderr
     assert proc.wait(timeout=10) == 0  # it got SIGTERM, not SIGKILL
-    assert cli("broker", "status", "-c", str(broker_conf)).code == 3
+    after = cli("broker", "status", "-c", str(broker_conf), "-o", "json")
+    if after.code == 0:  # the freed port was taken by a parallel test's listener: no store lock, not it
+        assert after.json()["detected_by"] == "port" and after.json()["pid"] != proc.pid
+    else:
+        assert after.code == 3, after.stderr
 
 
 @pytest.mark.slow

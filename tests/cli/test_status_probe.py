@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
+import pytest
+
+from mqctl.services import processes
 from mqctl.services.processes import probe
 from tests.daemons import local_cluster
 from tests.support.ports import free_port
@@ -22,3 +26,18 @@ def test_probe_of_a_silent_port_says_unreachable() -> None:
     addr = f"127.0.0.1:{free_port()}"
     assert probe(addr, "namesrv", timeout=1.0) == {"reachable": False}
     assert probe(addr, "broker", timeout=1.0) == {"reachable": False}
+
+
+def test_a_connection_that_meets_itself_is_not_a_listener(monkeypatch: pytest.MonkeyPatch) -> None:
+    """TCP's simultaneous open: a socket bound to the port it connects to is connected to itself."""
+
+    def self_connect(address: tuple[str, int], timeout: float) -> socket.socket:
+        sock = socket.socket()
+        sock.settimeout(timeout)
+        sock.bind(address)
+        sock.connect(address)
+        return sock
+
+    port = free_port()
+    monkeypatch.setattr(processes.socket, "create_connection", self_connect)
+    assert processes.port_open("127.0.0.1", port) is False
