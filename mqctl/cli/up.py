@@ -68,6 +68,8 @@ class DLedgerGroup:
         import asyncio
         import sys
 
+        from mqctl.services.processes import port_open
+
         await self.namesrv.start()
         try:
             for conf in self.confs:
@@ -84,13 +86,9 @@ class DLedgerGroup:
                         raise DaemonError(
                             f"member {addr} exited (code {proc.returncode}): see {conf.parent}/broker.log"
                         )
-                    try:
-                        _, writer = await asyncio.open_connection(host, int(port))
-                    except OSError:
-                        await asyncio.sleep(0.1)
-                        continue
-                    writer.close()
-                    break
+                    if await asyncio.to_thread(port_open, host, int(port)):
+                        break
+                    await asyncio.sleep(0.1)
                 else:
                     raise DaemonError(
                         f"member {addr} did not listen within 60 s: see {conf.parent}/broker.log"
