@@ -32,6 +32,13 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def met_itself(sockname: object, peername: object) -> bool:
+    """Whether a connection reached itself: TCP's simultaneous open, when the kernel picks as the source
+    the very port connected to (a free port in the ephemeral range). Nobody listens there, and the socket
+    holds the port a daemon restarting on it is about to bind."""
+    return sockname is not None and sockname == peername
+
+
 def tls_reason(exc: _ssl.SSLError) -> str:
     """One line on why a handshake failed (a certificate's verification message when there is one)."""
     if isinstance(exc, _ssl.SSLCertVerificationError) and exc.verify_message:
@@ -123,7 +130,7 @@ class RemotingClient:
             raise RemotingConnectError(addr, str(exc)) from None
         loop = asyncio.get_running_loop()
         try:
-            _, protocol = await asyncio.wait_for(
+            transport, protocol = await asyncio.wait_for(
                 loop.create_connection(
                     self._new_connection if self.ssl is None else self._new_tls_connection,
                     host,
@@ -144,6 +151,9 @@ class RemotingClient:
             raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
         except OSError as exc:
             raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
+        if met_itself(transport.get_extra_info("sockname"), transport.get_extra_info("peername")):
+            transport.close()
+            raise RemotingConnectError(addr, "Connection refused (the connection met itself)")
         conn = protocol.protocol if isinstance(protocol, TlsReadBuffer) else protocol
         assert isinstance(conn, Connection)
         conn.peer = addr

@@ -94,14 +94,12 @@ def listener_pid(port: int) -> int | None:
 
 
 def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
-    """Whether something accepts TCP connections on host:port.
+    """Whether something accepts TCP connections on host:port (a connection that met itself: nobody)."""
+    from daemon.remoting.client import met_itself
 
-    A connection to a free port in the ephemeral range can meet itself (TCP's simultaneous open when
-    the kernel picks that same port as the source): that is nobody listening.
-    """
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
-            return bool(sock.getsockname() != sock.getpeername())
+            return not met_itself(sock.getsockname(), sock.getpeername())
     except OSError:
         return False
 

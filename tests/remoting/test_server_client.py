@@ -6,6 +6,7 @@ import asyncio
 import os
 import struct
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -193,6 +194,26 @@ async def test_timeout_and_connect_errors(server: RemotingServer, client: Remoti
         await client.invoke(f"127.0.0.1:{free_port}", RemotingCommand.request(ECHO))
     with pytest.raises(RemotingConnectError):
         await client.invoke("no-port", RemotingCommand.request(ECHO))
+
+
+async def test_a_connection_that_meets_itself_is_refused(
+    client: RemotingClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TCP's simultaneous open on a free port: without the check the request came back as a request,
+    was answered by this client's own dispatcher, and that answer was returned as the server's."""
+    loop = asyncio.get_running_loop()
+    connect = loop.create_connection
+
+    async def from_the_same_port(factory: Any, host: str, port: int, **kw: Any) -> Any:
+        return await connect(factory, host, port, **{**kw, "local_addr": (host, port)})
+
+    monkeypatch.setattr(loop, "create_connection", from_the_same_port)
+    probe = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+    free_port = probe.sockets[0].getsockname()[1]
+    probe.close()
+    await probe.wait_closed()
+    with pytest.raises(RemotingConnectError, match="met itself"):
+        await client.invoke(f"127.0.0.1:{free_port}", RemotingCommand.request(ECHO), timeout=1.0)
 
 
 async def test_pending_requests_fail_when_the_server_goes_away(client: RemotingClient) -> None:
