@@ -158,10 +158,7 @@ class Cluster:
             _, _, kind, payload = heapq.heappop(self.queue)
             if kind == "request":
                 src, out = payload
-                if out.raw is not None:
-                    resp = self.handle_raw(out)
-                else:
-                    resp = self.handle(out.peer, out.request)
+                resp = self.handle_raw(out) if out.raw is not None else self.handle(out.peer, out.request)
                 self.note(out.peer)
                 held = isinstance(out.request, LeadershipTransferRequest) and self.nodes[out.peer] is not None
                 if resp is None and held:
