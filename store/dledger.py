@@ -276,19 +276,28 @@ def unpack_header(buf: Buf, offset: int) -> tuple[int, int, int, int, int, int, 
     return _HEADER.unpack_from(buf, offset)  # type: ignore[no-any-return]
 
 
-def raw_entry_problem(buf: Buf, offset: int) -> str | None:
-    """Why the entry at ``offset`` of a run of entries as a data file holds them (a binary push) is not one
-    whole entry there (``None``: it is): the header checks of ``DLedgerMmapFileStore#recover``."""
+def raw_header(buf: Buf, offset: int) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """:func:`unpack_header` of the entry at ``offset`` of a run of entries as a data file holds them (a
+    binary push), checked to be one whole entry there (the header checks of ``DLedgerMmapFileStore#recover``);
+    raises UNEXPECTED_ARGUMENT (damaged on the way) when it is not. One unpack per entry."""
     if len(buf) - offset < BODY_OFFSET:
-        return f"{len(buf) - offset} bytes left at {offset}, an entry header needs {BODY_OFFSET}"
-    magic, size, _index, _term, _pos, _ch, _chain, _crc, body_len = _HEADER.unpack_from(buf, offset)
+        raise DLedgerError(
+            DLedgerCode.UNEXPECTED_ARGUMENT,
+            f"{len(buf) - offset} bytes left at {offset}, a header needs {BODY_OFFSET}",
+        )
+    header: tuple[int, int, int, int, int, int, int, int, int] = _HEADER.unpack_from(buf, offset)
+    magic, size, body_len = header[0], header[1], header[8]
     if magic != CURRENT_MAGIC:
-        return f"unknown magic {magic} at {offset}"
+        raise DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"unknown magic {magic} at {offset}")
     if size <= HEADER_SIZE or body_len + BODY_OFFSET != size:
-        return f"size {size} with a body of {body_len} at {offset}"
+        raise DLedgerError(
+            DLedgerCode.UNEXPECTED_ARGUMENT, f"size {size} with a body of {body_len} at {offset}"
+        )
     if len(buf) - offset < size:
-        return f"entry of {size} bytes cut at {len(buf) - offset}"
-    return None
+        raise DLedgerError(
+            DLedgerCode.UNEXPECTED_ARGUMENT, f"entry of {size} bytes cut at {len(buf) - offset}"
+        )
+    return header
 
 
 def index_pos_size(buf: Buf, offset: int) -> tuple[int, int]:
@@ -669,9 +678,7 @@ class MemoryRaftLog:
     def append_raw(self, data: bytes) -> None:
         off = 0
         while off < len(data):
-            problem = raw_entry_problem(data, off)
-            if problem is not None:
-                raise DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"a pushed run of entries: {problem}")
+            raw_header(data, off)
             entry = decode_entry(data, off)
             if entry.index <= self.last_index:
                 if entry.index < 0 or encode_entry(self.get(entry.index)) != data[off : off + entry.size]:

@@ -52,7 +52,7 @@ from store.dledger import (
     pack_entries,
     pack_header,
     pack_index_record,
-    raw_entry_problem,
+    raw_header,
     read_small_file,
     stored_body_crc,
     unpack_header,
@@ -423,10 +423,7 @@ class DLedgerLog:
         """Where the entries this log does not hold yet begin in ``view``; raises at a held one that differs."""
         off = 0
         while off < len(view):
-            problem = raw_entry_problem(view, off)
-            if problem is not None:
-                raise DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"a pushed run of entries: {problem}")
-            _m, size, index, _t, _p, _ch, _chain, _crc, _bl = unpack_header(view, off)
+            _m, size, index, _t, _p, _ch, _chain, _crc, _bl = raw_header(view, off)
             if index > self._last:
                 return off
             held = self.read(*self._pos_size(index)) if index >= self._begin else None
@@ -456,11 +453,11 @@ class DLedgerLog:
         records = bytearray()
         refused: DLedgerError | None = None
         while off < len(view):
-            problem = raw_entry_problem(view, off)
-            if problem is not None:
-                refused = DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"a pushed run of entries: {problem}")
+            try:
+                magic, size, index, term, pos, _ch, _chain, crc, _bl = raw_header(view, off)
+            except DLedgerError as exc:
+                refused = exc
                 break
-            magic, size, index, term, pos, _ch, _chain, crc, _bl = unpack_header(view, off)
             if index != prev_index + 1 or term < prev_term:
                 refused = DLedgerError(
                     DLedgerCode.INCONSISTENT_INDEX,
