@@ -586,3 +586,33 @@ def test_a_group_of_one_commits_what_it_tracks_at_once() -> None:
     node.log.append_leader(b"x", 1)
     node.track(0, 0)
     assert node.completed == {0: DLedgerResponseCode.SUCCESS} and node.log.committed_index == 0
+
+
+def a_follower(leader: str = "n0") -> Node:
+    """n1 of PEERS, following `leader` in term 1 over an empty log."""
+    node = Node(MemberState("g", "n1", dict(PEERS), term=1), MemoryRaftLog(), Timings())
+    node.to_follower(1, leader)
+    return node
+
+
+def test_a_binary_push_made_json_carries_the_same_entries() -> None:
+    """A binary push whose connection is gone goes as JSON (its driver calls `as_json`): a follower appends
+    the same entries from either form, and a peer that did not say it reads binary is pushed JSON."""
+    leader = a_leader(3)
+    for peer in ("n1", "n2"):
+        leader._to_append(leader.pushes[peer], -1)
+    leader.speaks_binary("n1")
+    outs = {o.peer: o for o in leader.tick(0)}
+    raw, plain = outs["n1"], outs["n2"]
+    assert raw.raw is not None and (raw.first, raw.count) == (0, 3)
+    assert plain.raw is None and plain.body is not None
+    made = leader.as_json(raw)
+    assert made.raw is None and made.body is not None and made.epoch == raw.epoch
+    req = PushEntryRequest.decode(made.body)
+    assert req.remote_id == "n1" and req.batch_entry == PushEntryRequest.decode(plain.body).batch_entry
+    assert isinstance(raw.request, PushEntryRequest)
+    by_raw, by_json = a_follower(), a_follower()
+    assert by_raw.on_raw_push(raw.request, 0, 3, raw.raw, 0).code == DLedgerResponseCode.SUCCESS
+    assert by_json.on_push(req, 0).code == DLedgerResponseCode.SUCCESS
+    for follower in (by_raw, by_json):
+        assert [follower.log.get(i) for i in range(3)] == [leader.log.get(i) for i in range(3)]
