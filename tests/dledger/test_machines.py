@@ -483,8 +483,12 @@ class Garbling(Cluster):
         return resp
 
 
-def test_a_pushed_body_failing_its_crc_is_refused_then_pushed_again(caplog: pytest.LogCaptureFixture) -> None:
-    c = Garbling(seed=3)
+def garbled_then_healed(
+    c: Garbling | GarblingRaw, caplog: pytest.LogCaptureFixture, refused: str
+) -> tuple[str, Node]:
+    """Run `c`, arm its garbling, and check that the garbled push was refused (411, logged as `refused` says
+    with the entry's index), and that every acknowledged entry reached every member after: the follower
+    garbled, and the leader."""
     c.run(5000, append_every=100)
     c.armed = True
     with caplog.at_level("ERROR"):
@@ -492,11 +496,18 @@ def test_a_pushed_body_failing_its_crc_is_refused_then_pushed_again(caplog: pyte
     assert c.garbled is not None
     follower, index, code = c.garbled
     assert code == DLedgerResponseCode.UNEXPECTED_ARGUMENT
-    assert f"cannot append entry {index}: UNEXPECTED_ARGUMENT: entry {index}: body crc" in caplog.text
+    assert refused.format(index=index) in caplog.text
     c.check_acked_everywhere()  # the leader pushed it again, whole
     node, leader = c.nodes[follower], c.leader()
     assert node is not None and leader is not None
     assert node.log.get(index) == leader.log.get(index)
+    return follower, leader
+
+
+def test_a_pushed_body_failing_its_crc_is_refused_then_pushed_again(caplog: pytest.LogCaptureFixture) -> None:
+    garbled_then_healed(
+        Garbling(seed=3), caplog, "cannot append entry {index}: UNEXPECTED_ARGUMENT: entry {index}: body crc"
+    )
 
 
 class GarblingRaw(Cluster):
@@ -507,6 +518,7 @@ class GarblingRaw(Cluster):
         self.armed = False
         self.garbled: tuple[str, int, int] | None = None  # (follower, first index, the code it answered)
         self.raw_pushes = self.json_appends = 0
+        self.json_before_garbling = -1  # APPEND pushes as JSON before the garbled one
 
     def handle(self, dst: str, req: RequestOrResponse) -> RequestOrResponse | None:
         if isinstance(req, PushEntryRequest) and req.type is PushType.APPEND and req.entries():
@@ -517,6 +529,7 @@ class GarblingRaw(Cluster):
         self.raw_pushes += 1
         if not self.armed or self.garbled is not None or out.raw is None:
             return super().handle_raw(out)
+        self.json_before_garbling = self.json_appends
         at = dl.BODY_OFFSET + 3  # a byte of the first entry's body (its bodyCrc kept)
         out.raw = out.raw[:at] + bytes([out.raw[at] ^ 1]) + out.raw[at + 1 :]
         resp = super().handle_raw(out)
@@ -531,19 +544,8 @@ def test_a_binary_push_failing_a_crc_is_refused_and_pushed_again_as_json(
     """The follower refuses it (411) as a JSON push's; the leader pushes that follower JSON for the rest of
     its leadership (whose reads of its own log are checked), and every acknowledged entry gets there."""
     c = GarblingRaw(seed=3)
-    c.run(5000, append_every=100)
-    assert c.raw_pushes > 0 and c.json_appends == 0  # (the first compare is JSON: no entries appended)
-    c.armed = True
-    with caplog.at_level("ERROR"):
-        c.run(3000, append_every=100)
-    assert c.garbled is not None
-    follower, index, code = c.garbled
-    assert code == DLedgerResponseCode.UNEXPECTED_ARGUMENT
-    assert f"UNEXPECTED_ARGUMENT: entry {index}: body crc" in caplog.text
-    c.check_acked_everywhere()
-    node, leader = c.nodes[follower], c.leader()
-    assert node is not None and leader is not None
-    assert node.log.get(index) == leader.log.get(index)
+    follower, leader = garbled_then_healed(c, caplog, "UNEXPECTED_ARGUMENT: entry {index}: body crc")
+    assert c.raw_pushes > 0 and c.json_before_garbling == 0  # (the first compare is JSON: no entries)
     assert leader.pushes[follower].binary_refused and c.json_appends > 0
 
 
