@@ -270,6 +270,47 @@ def decode_entry(buf: Buf, offset: int = 0) -> Entry:
     return Entry(index, term, body, pos, magic, channel, chain, crc)
 
 
+def unpack_header(buf: Buf, offset: int) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """Every header field of the entry at ``offset`` in one unpack: (magic, size, index, term, pos, channel,
+    chain CRC, body CRC, body length). The caller checked that a header's bytes are there."""
+    return _HEADER.unpack_from(buf, offset)  # type: ignore[no-any-return]
+
+
+def raw_header(buf: Buf, offset: int) -> tuple[int, int, int, int, int, int, int, int, int]:
+    """:func:`unpack_header` of the entry at ``offset`` of a run of entries as a data file holds them (a
+    binary push), checked to be one whole entry there (the header checks of ``DLedgerMmapFileStore#recover``);
+    raises UNEXPECTED_ARGUMENT (damaged on the way) when it is not. One unpack per entry."""
+    if len(buf) - offset < BODY_OFFSET:
+        raise DLedgerError(
+            DLedgerCode.UNEXPECTED_ARGUMENT,
+            f"{len(buf) - offset} bytes left at {offset}, a header needs {BODY_OFFSET}",
+        )
+    header: tuple[int, int, int, int, int, int, int, int, int] = _HEADER.unpack_from(buf, offset)
+    magic, size, body_len = header[0], header[1], header[8]
+    if magic != CURRENT_MAGIC:
+        raise DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"unknown magic {magic} at {offset}")
+    if size <= HEADER_SIZE or body_len + BODY_OFFSET != size:
+        raise DLedgerError(
+            DLedgerCode.UNEXPECTED_ARGUMENT, f"size {size} with a body of {body_len} at {offset}"
+        )
+    if len(buf) - offset < size:
+        raise DLedgerError(
+            DLedgerCode.UNEXPECTED_ARGUMENT, f"entry of {size} bytes cut at {len(buf) - offset}"
+        )
+    return header
+
+
+def index_pos_size(buf: Buf, offset: int) -> tuple[int, int]:
+    """(pos, size) of the index record at ``offset``: where a run of entries starts and ends."""
+    _magic, pos, size, _index, _term = _INDEX.unpack_from(buf, offset)
+    return pos, size
+
+
+def pack_index_record(records: bytearray, magic: int, pos: int, size: int, index: int, term: int) -> None:
+    """:func:`encode_index` appended to ``records``."""
+    records += _INDEX.pack(magic, pos, size, index, term)
+
+
 def entry_size_at(buf: Buf, pos: int) -> int:
     """The size field of the entry header at ``pos``."""
     return int(_BLANK.unpack_from(buf, pos)[1])
@@ -504,6 +545,18 @@ class RaftLog(Protocol):
         one stay appended."""
         ...
 
+    def raw_entries(self, first: int, max_count: int, max_bytes: int) -> tuple[int, bytes] | None:
+        """(count, bytes) of entries ``first``, ``first + 1``, ... as the data files hold them, back to back:
+        at least one, at most ``max_count`` and ``max_bytes`` past the first, all from one data file (a
+        binary push); ``None`` when entry ``first`` is not held. Not checked against their ``bodyCrc``."""
+        ...
+
+    def append_raw(self, data: bytes) -> None:
+        """:meth:`append_followers` of entries given as a leader's data file holds them (a binary push):
+        each checked as a pushed entry is (header, index and term continuity, pos, ``bodyCrc``); those
+        held already must be the same bytes. Those before a refused one stay appended."""
+        ...
+
     def get(self, index: int) -> Entry:
         """Entry ``index``; raises :class:`DLedgerError` when it is not held."""
         ...
@@ -609,6 +662,37 @@ class MemoryRaftLog:
     def append_followers(self, entries: list[Entry]) -> None:
         for entry in entries:
             self.append_follower(entry)
+
+    def raw_entries(self, first: int, max_count: int, max_bytes: int) -> tuple[int, bytes] | None:
+        if not self.begin_index <= first <= self.last_index:
+            return None
+        out = [encode_entry(self._entries[first])]
+        size = 0
+        for entry in self._entries[first + 1 : first + max_count]:
+            size += entry.size
+            if size > max_bytes:
+                break
+            out.append(encode_entry(entry))
+        return len(out), b"".join(out)
+
+    def append_raw(self, data: bytes) -> None:
+        off = 0
+        while off < len(data):
+            raw_header(data, off)
+            entry = decode_entry(data, off)
+            if entry.index <= self.last_index:
+                if entry.index < 0 or encode_entry(self.get(entry.index)) != data[off : off + entry.size]:
+                    raise DLedgerError(
+                        DLedgerCode.INCONSISTENT_INDEX, f"entry {entry.index} differs from the one held"
+                    )
+            else:
+                if entry.pos != self._next_pos():
+                    raise DLedgerError(
+                        DLedgerCode.DISK_ERROR,
+                        f"entry {entry.index}: leader pos {entry.pos} != {self._next_pos()}",
+                    )
+                self.append_follower(entry)
+            off += entry.size
 
     def get(self, index: int) -> Entry:
         check_held(self, index)

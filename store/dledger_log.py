@@ -47,11 +47,15 @@ from store.dledger import (
     encode_index,
     entry_body_crc,
     entry_header_problem,
+    index_pos_size,
     needs_roll,
     pack_entries,
     pack_header,
+    pack_index_record,
+    raw_header,
     read_small_file,
     stored_body_crc,
+    unpack_header,
     write_small_file,
 )
 from store.mapped_file import MappedFile, MappedFileQueue
@@ -211,6 +215,48 @@ class DLedgerLog:
     def term_at(self, index: int) -> int:
         return self.index_record(index).term
 
+    def _pos_size(self, index: int) -> tuple[int, int]:
+        """(pos, size) of held entry ``index`` from its index record, without building the record."""
+        off = index * INDEX_UNIT_SIZE
+        mf = self.index.find_file(off)
+        if mf is None:
+            raise DLedgerError(DLedgerCode.DISK_ERROR, f"no index file holds entry {index}")
+        return index_pos_size(mf.view, off - mf.file_from_offset)
+
+    def raw_entries(self, first: int, max_count: int, max_bytes: int) -> tuple[int, bytes] | None:
+        """(count, bytes) of entries ``first``... as the data file holds them: one slice of the mapped file,
+        no entry decoded (a leader's binary push). Two index look-ups while the run fits one data file and
+        the limits; else the run is halved until it does."""
+        last = min(self._last, first + max_count - 1)
+        if first < self._begin or first > last or first < 0:
+            return None
+        start, first_size = self._pos_size(first)
+        mf = self.data.find_file(start)
+        if mf is None:
+            return None
+        base = mf.file_from_offset
+        limit = min(base + mf.wrote_position, start + first_size + max_bytes)
+        end = self._run_end(last, start, limit)
+        if end < 0:  # (the run shorter: the last entry that ends within the limit, by bisection)
+            lo, hi = first, last
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if self._run_end(mid, start, limit) >= 0:
+                    lo = mid
+                else:
+                    hi = mid
+            last = lo
+            end = start + first_size if lo == first else self._run_end(lo, start, limit)
+        if end > base + mf.wrote_position:
+            return None
+        return last - first + 1, bytes(mf.view[start - base : end - base])
+
+    def _run_end(self, last: int, start: int, limit: int) -> int:
+        """Where entry ``last`` ends when a run from ``start`` to it stays within ``limit`` (one data
+        file), else -1."""
+        pos, size = self._pos_size(last)
+        return pos + size if start <= pos and pos + size <= limit else -1
+
     # ------------------------------------------------------------------ writes
 
     def _writable(self) -> None:
@@ -360,6 +406,94 @@ class DLedgerLog:
         if refused is not None:
             raise refused
         return j
+
+    def append_raw(self, data: bytes) -> None:
+        """:meth:`append_followers` of a binary push: entries as the leader's data file holds them. Each
+        is checked in one pass over the bytes (header, index and term continuity, the leader's pos, the body
+        against ``bodyCrc``), then each run that fits the current data file is copied into it in one slice
+        and its index records in one buffer. Entries held already must be the same bytes (a repeat)."""
+        self._writable()
+        view = memoryview(data)
+        with self._lock:
+            off = self._skip_held(view)
+            while off < len(view):
+                off = self._append_raw_run(view, off)
+
+    def _skip_held(self, view: memoryview) -> int:
+        """Where the entries this log does not hold yet begin in ``view``; raises at a held one that differs."""
+        off = 0
+        while off < len(view):
+            _m, size, index, _t, _p, _ch, _chain, _crc, _bl = raw_header(view, off)
+            if index > self._last:
+                return off
+            held = self.read(*self._pos_size(index)) if index >= self._begin else None
+            if held is None or held != view[off : off + size]:
+                raise DLedgerError(DLedgerCode.INCONSISTENT_INDEX, f"entry {index} differs from the one held")
+            off += size
+        return off
+
+    def _append_raw_run(self, view: memoryview, off: int) -> int:
+        """Append the entries of ``view`` from ``off`` as far as the current data file takes them (rolled
+        first when the first does not fit); the offset after the last appended. Raises, after writing the
+        ones before it, at a refused one."""
+        # the first entry checked whole before a roll is written for it (as check_follower_entry)
+        _m, first_size, first_index, first_term, _p, _ch, _chain, first_crc, _bl = unpack_header(view, off)
+        if first_index != self._last + 1 or first_term < self._last_term:
+            raise DLedgerError(
+                DLedgerCode.INCONSISTENT_INDEX,
+                f"entry {first_index} of term {first_term} after {self._last} of term {self._last_term}",
+            )
+        damage = body_crc_problem(first_index, first_crc, view[off + BODY_OFFSET : off + first_size])
+        if damage:
+            raise DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"{damage}: the pushed body is damaged")
+        mf, at = self._place(first_size)
+        base, file_size = mf.file_from_offset, self.data.file_size
+        start, start_at = off, at
+        prev_index, prev_term = self._last, self._last_term
+        records = bytearray()
+        refused: DLedgerError | None = None
+        while off < len(view):
+            try:
+                magic, size, index, term, pos, _ch, _chain, crc, _bl = raw_header(view, off)
+            except DLedgerError as exc:
+                refused = exc
+                break
+            if index != prev_index + 1 or term < prev_term:
+                refused = DLedgerError(
+                    DLedgerCode.INCONSISTENT_INDEX,
+                    f"entry {index} of term {term} after {prev_index} of term {prev_term}",
+                )
+                break
+            if off > start and needs_roll(file_size, at - base, size):
+                break
+            if pos != at:
+                refused = DLedgerError(DLedgerCode.DISK_ERROR, f"entry {index}: leader pos {pos} != {at}")
+                break
+            damage = (
+                None if off == start else body_crc_problem(index, crc, view[off + BODY_OFFSET : off + size])
+            )
+            if damage:
+                refused = DLedgerError(
+                    DLedgerCode.UNEXPECTED_ARGUMENT, f"{damage}: the pushed body is damaged"
+                )
+                break
+            pack_index_record(records, magic, pos, size, index, term)
+            off += size
+            at += size
+            prev_index, prev_term = index, term
+        if off > start:
+            rel = mf.wrote_position
+            if rel + at - start_at > mf.prepared_position:  # (reserved ahead in chunks: mostly done already)
+                mf.prepare(rel + at - start_at, populate=False)
+            mf.mm[rel : rel + at - start_at] = view[start:off]
+            mf.wrote_position = rel + at - start_at
+            self._write_index_records(first_index, records)
+            self._last, self._last_term = prev_index, prev_term
+            if self._begin == -1:
+                self._begin = first_index
+        if refused is not None:
+            raise refused
+        return off
 
     def _write_index_records(self, index: int, records: bytearray) -> None:
         """The index records of entries ``index``, ``index + 1``, ... in as few writes as their files allow."""

@@ -45,7 +45,7 @@ from daemon.dledger.protocol import (
     VoteResult,
     entry_json,
 )
-from store.dledger import DamagedEntryError, DLedgerCode, DLedgerError, Entry, RaftLog
+from store.dledger import DamagedEntryError, DLedgerCode, DLedgerError, Entry, RaftLog, decode_entry
 
 log = logging.getLogger(__name__)
 
@@ -136,6 +136,11 @@ class Out:
     epoch: int = 0
     #: the request's encoding when the machine made it (a push: its entries' JSON is shared by every follower)
     body: bytes | None = None
+    #: a binary push (code PUSH, sent as BINARY_PUSH_CODE): its entries as the data file holds them, from
+    #: index `first`, `count` of them (the request bean carries no entries)
+    raw: bytes | None = None
+    first: int = -1
+    count: int = 0
 
     def __init__(
         self,
@@ -144,6 +149,9 @@ class Out:
         request: RequestOrResponse,
         epoch: int = 0,
         body: bytes | None = None,
+        raw: bytes | None = None,
+        first: int = -1,
+        count: int = 0,
     ) -> None:
         # written out (docs/design/compiled-build.md): one per push and follower
         self.peer = peer
@@ -151,6 +159,9 @@ class Out:
         self.request = request
         self.epoch = epoch
         self.body = body
+        self.raw = raw
+        self.first = first
+        self.count = count
 
 
 @dataclass(slots=True)
@@ -247,6 +258,10 @@ class PeerPush:
     #: bumped at each change of state: answers to pushes of an earlier state are ignored (a success for
     #: entries a truncation cut since must not raise the water mark)
     epoch: int = 0
+    #: its APPEND pushes go binary: it said it reads them on the connection they go on (the driver's word)
+    binary: bool = False
+    #: it refused a binary push's body (411): JSON for the rest of this leadership, whose reads are checked
+    binary_refused: bool = False
 
 
 class Node:
@@ -841,6 +856,14 @@ class Node:
             p.inflight.clear()  # push again from what the follower acknowledged (it skips repeats)
             p.write_index = p.water_mark + 1
         while p.write_index <= self.log.last_index and len(p.inflight) < MAX_PENDING_PUSHES:
+            if p.binary:
+                raw = self.log.raw_entries(p.write_index, MAX_BATCH_ENTRIES, MAX_BATCH_BYTES)
+                if raw is not None:
+                    out.append(self._raw_push(peer, p.write_index, raw[0], raw[1]))
+                    p.inflight[p.write_index] = now
+                    p.write_index += raw[0]
+                    p.last_push = now
+                    continue
             # what is ready goes in one push (``batchEntry``, which DLedger's EntryHandler takes too)
             batch: list[tuple[DLedgerEntry, bytes]] = []
             size = 0
@@ -875,6 +898,43 @@ class Node:
             if len(self._wire) > WIRE_CACHE_ENTRIES:
                 del self._wire[next(iter(self._wire))]
         return pushed
+
+    def _raw_push(self, peer: str, first: int, count: int, raw: bytes) -> Out:
+        """A binary push of entries ``first``... (``raw``: as the data file holds them)."""
+        out = self._push_request(peer, None, PushType.APPEND)
+        out.raw, out.first, out.count = raw, first, count
+        return out
+
+    def speaks_binary(self, peer: str) -> None:
+        """(leader) `peer` said it reads binary pushes, on the connection they go on: its next APPEND pushes
+        are binary (unless it refused one's body in this leadership)."""
+        p = self.pushes.get(peer)
+        if p is not None and not p.binary and not p.binary_refused and self.is_leader:
+            p.binary = True
+
+    def binary_lost(self, peer: str) -> None:
+        """(leader) The connection `peer` said it on is gone: JSON until it says so again."""
+        p = self.pushes.get(peer)
+        if p is not None:
+            p.binary = False
+
+    def as_json(self, out: Out) -> Out:
+        """A binary push made JSON (the connection it was made for is gone): its entries decoded."""
+        raw = out.raw
+        if raw is None:
+            return out
+        batch: list[tuple[DLedgerEntry, bytes]] = []
+        off = 0
+        while off < len(raw):
+            wire = wire_entry(decode_entry(raw, off))
+            batch.append((wire, entry_json(wire)))
+            off += wire.size
+        made = self._push_batch(out.peer, batch)
+        made.request.term, made.epoch = out.request.term, out.epoch
+        assert isinstance(made.request, PushEntryRequest) and isinstance(out.request, PushEntryRequest)
+        made.request.commit_index = out.request.commit_index
+        made.body = made.request.encode()
+        return made
 
     def _push_batch(self, peer: str, batch: list[tuple[DLedgerEntry, bytes]]) -> Out:
         out = self._push_request(peer, None, PushType.APPEND)
@@ -920,7 +980,7 @@ class Node:
         p.not_before = now + delay
 
     def _on_push_response(
-        self, peer: str, req: PushEntryRequest, resp: PushEntryResponse | None, epoch: int
+        self, peer: str, req: PushEntryRequest, resp: PushEntryResponse | None, epoch: int, raw: bool = False
     ) -> None:
         p = self.pushes.get(peer)
         if not self.is_leader or p is None or req.term != self.m.term or epoch != p.epoch:
@@ -940,6 +1000,9 @@ class Node:
             elif resp.code == Code.INCONSISTENT_STATE:
                 self._to_compare(p, now)
             elif resp.code != Code.REPEATED_PUSH:
+                if resp.code == Code.UNEXPECTED_ARGUMENT and raw:
+                    # a body refused: from its data file unchecked; JSON reads check what leaves the memory
+                    p.binary, p.binary_refused = False, True
                 self._to_compare(p, now, COMPARE_RETRY_MS)
             return
         if req.type is PushType.COMMIT:
@@ -1010,16 +1073,9 @@ class Node:
         """``EntryHandler#handlePush``: entries arrive in order (one connection, handled as they come)."""
         self._now = now
         m = self.m
-        if req.remote_id != m.self_id:
-            return self._push_answer(req, Code.UNKNOWN_MEMBER)
-        if req.group != m.group:
-            return self._push_answer(req, Code.UNKNOWN_GROUP)
-        if m.role is not Role.FOLLOWER:
-            return self._push_answer(req, Code.NOT_FOLLOWER)
-        if req.term != m.term:
-            return self._push_answer(req, Code.INCONSISTENT_TERM)
-        if req.leader_id != m.leader_id:
-            return self._push_answer(req, Code.INCONSISTENT_LEADER)
+        refused = self._push_refusal(req)
+        if refused is not None:
+            return self._push_answer(req, refused)
         if req.type is PushType.COMMIT:
             self._follow_commit(req.commit_index)
             return self._push_answer(req, Code.SUCCESS)
@@ -1071,6 +1127,48 @@ class Node:
         if entry.index <= self.log.last_index and same_entry(entry, local):
             return self._push_answer(req, Code.SUCCESS)  # a repeat (our answer was lost)
         return self._push_answer(req, Code.INCONSISTENT_STATE)
+
+    def _push_refusal(self, req: PushEntryRequest) -> Code | None:
+        """Why a push is not this member's to take (``EntryHandler#handlePush``'s checks), or None."""
+        m = self.m
+        if req.remote_id != m.self_id:
+            return Code.UNKNOWN_MEMBER
+        if req.group != m.group:
+            return Code.UNKNOWN_GROUP
+        if m.role is not Role.FOLLOWER:
+            return Code.NOT_FOLLOWER
+        if req.term != m.term:
+            return Code.INCONSISTENT_TERM
+        if req.leader_id != m.leader_id:
+            return Code.INCONSISTENT_LEADER
+        return None
+
+    def on_raw_push(
+        self, req: PushEntryRequest, first: int, count: int, raw: bytes, now: int
+    ) -> PushEntryResponse:
+        """A binary push (APPEND of entries ``first``... as the leader's data file holds them): checked and
+        appended as a batch push is (repeats skipped, the rest continuing the log, bodies against their
+        ``bodyCrc``), in one pass over the bytes and one copy into the data file."""
+        self._now = now
+        code = self._push_refusal(req)
+        if code is None:
+            code = Code.SUCCESS
+            try:
+                self.log.append_raw(raw)
+            except (DLedgerError, OSError) as exc:
+                log.error(
+                    "[%s] cannot append entries %d-%d: %s", self.m.self_id, first, first + count - 1, exc
+                )
+                if isinstance(exc, DLedgerError) and exc.code is DLedgerCode.UNEXPECTED_ARGUMENT:
+                    code = Code.UNEXPECTED_ARGUMENT  # a body failing its bodyCrc: pushed again after a pause
+                else:
+                    code = Code.INCONSISTENT_STATE
+            if code is Code.SUCCESS:
+                # (only what the leader just showed this log holds: past the run it may hold another's tail)
+                self._follow_commit(min(req.commit_index, first + count - 1))
+        resp = PushEntryResponse(code=int(code), term=req.term, group=req.group, index=first, count=count)
+        resp.begin_index, resp.end_index = self.log.begin_index, self.log.last_index
+        return resp
 
     def _append_batch(self, req: PushEntryRequest) -> Code:
         """A batch push: entries already held (a repeat) are skipped, the rest must continue the log (appended
@@ -1146,7 +1244,7 @@ class Node:
         elif out.code is DLedgerRequestCode.PUSH:
             assert isinstance(out.request, PushEntryRequest)
             assert resp is None or isinstance(resp, PushEntryResponse)
-            self._on_push_response(out.peer, out.request, resp, out.epoch)
+            self._on_push_response(out.peer, out.request, resp, out.epoch, out.raw is not None)
         elif out.code is DLedgerRequestCode.LEADERSHIP_TRANSFER:
             assert resp is None or isinstance(resp, LeadershipTransferResponse)
             self.transfer_answered(out.request.term, resp)

@@ -77,6 +77,20 @@ class DLedgerResponseCode(enum.IntEnum):
 #: The remoting-level code of every DLedger answer (``createResponseCommand(SUCCESS.getCode())``).
 REMOTING_RESPONSE_CODE = int(DLedgerResponseCode.SUCCESS)
 
+#: mqctl's binary push between its own members: an APPEND push whose body is the entries as the leader's
+#: data file holds them (no JSON, no base64), its other fields in the request's extFields. A request code
+#: of its own, outside `DLedgerRequestCode`: a 4.9.8 member registers its processor for DLedger's codes
+#: only (``DLedgerRpcNettyService#registerProcessor``), so it would answer REQUEST_CODE_NOT_SUPPORTED, never
+#: misread it; and a leader sends it only to a member that said it reads it (:data:`BINARY_PUSH_KEY`).
+BINARY_PUSH_CODE = 51904
+#: The extFields key by which a member says, in each of its DLedger answers, that it reads binary pushes
+#: (value :data:`BINARY_PUSH_VERSION`). DLedger reads an answer's body only (``JSON.parseObject(
+#: responseCommand.getBody(), ...)``), so a 4.9.8 leader ignores it.
+BINARY_PUSH_KEY = "mqctlBinaryPush"
+BINARY_PUSH_VERSION = "1"
+#: What every mqctl member's DLedger answer carries in its extFields.
+BINARY_PUSH_ADVERT: dict[str, str] = {BINARY_PUSH_KEY: BINARY_PUSH_VERSION}
+
 
 class VoteResult(enum.Enum):
     """``VoteResponse.RESULT``, written by name."""
@@ -652,3 +666,36 @@ BEANS: dict[DLedgerRequestCode, tuple[type[RequestOrResponse], type[RequestOrRes
     DLedgerRequestCode.PUSH: (PushEntryRequest, PushEntryResponse),
     DLedgerRequestCode.LEADERSHIP_TRANSFER: (LeadershipTransferRequest, LeadershipTransferResponse),
 }
+
+
+def binary_push_fields(req: PushEntryRequest, first: int, count: int) -> dict[str, str]:
+    """The extFields of a binary push: the PUSH bean's fields but the entries (its body)."""
+    fields = {
+        "group": req.group or "",
+        "leaderId": req.leader_id or "",
+        "localId": req.local_id or "",
+        "remoteId": req.remote_id or "",
+        "term": str(req.term),
+        "commitIndex": str(req.commit_index),
+        "index": str(first),
+        "count": str(count),
+    }
+    return fields
+
+
+def read_binary_push(ext: dict[str, str]) -> tuple[PushEntryRequest, int, int]:
+    """A binary push's extFields as its PUSH bean (APPEND, no entries), its first index and its count;
+    ValueError when one is missing or not a number."""
+    try:
+        get = ext.get
+        req = PushEntryRequest(
+            group=get("group") or None,
+            leader_id=get("leaderId") or None,
+            local_id=get("localId") or None,
+            remote_id=get("remoteId") or None,
+            term=int(ext["term"]),
+            commit_index=int(ext["commitIndex"]),
+        )
+        return req, int(ext["index"]), int(ext["count"])
+    except (KeyError, TypeError) as exc:
+        raise ValueError(f"binary push without {exc}") from None

@@ -26,6 +26,10 @@ from daemon.dledger.gate import PeerGate
 from daemon.dledger.machines import MemberState, Node, Out, Role, Timings, wire_entry
 from daemon.dledger.protocol import (
     BEANS,
+    BINARY_PUSH_ADVERT,
+    BINARY_PUSH_CODE,
+    BINARY_PUSH_KEY,
+    BINARY_PUSH_VERSION,
     REMOTING_RESPONSE_CODE,
     DLedgerRequestCode,
     DLedgerResponseCode,
@@ -38,6 +42,8 @@ from daemon.dledger.protocol import (
     PushEntryRequest,
     RequestOrResponse,
     VoteRequest,
+    binary_push_fields,
+    read_binary_push,
 )
 from daemon.lifecycle import cancel_tasks
 from daemon.remoting.client import RemotingClient, parse_addr
@@ -140,6 +146,10 @@ class DLedgerServer:
         )
         for code in DLedgerRequestCode:
             self.server.register(int(code), self._serve)
+        self.server.register(BINARY_PUSH_CODE, self._serve_binary)
+        #: (leader) per peer, the connection on which it last said it reads binary pushes: they go on that
+        #: connection only (a peer restarted meanwhile, maybe as a 4.9.8 member, is asked again)
+        self._binary: dict[str, Connection] = {}
         # from this member's own address, which its peers' gates look for (the listener binds it too)
         self.client = RemotingClient(connect_timeout=1.0, ssl=client_ssl, local_host=listen_host or host)
         self._peer_refusals = WarningGate(log)
@@ -228,25 +238,53 @@ class DLedgerServer:
         brings it (no task per request: a push and the quorum it completes each cost no loop round);
         a peer not connected yet is connected to by a task of its own."""
         for out in outs:
-            if trace.ENABLED and isinstance(out.request, PushEntryRequest):
-                trace.mark_range(f"push-write {out.peer}", out.request.first_entry_index, out.request.count)
             conn = self.client.open_connection(self.settings.peers[out.peer])
+            if out.raw is not None and (conn is None or self._binary.get(out.peer) is not conn):
+                self._binary.pop(out.peer, None)  # (binary only where the peer said it reads it)
+                self.node.binary_lost(out.peer)
+                out = self.node.as_json(out)
+            if trace.ENABLED and isinstance(out.request, PushEntryRequest):
+                first, count = self._push_range(out)
+                trace.mark_range(f"push-write {out.peer}", first, count)
             if conn is not None:
                 try:
                     conn.request(
-                        self._request(out), RPC_TIMEOUT_MS / 1000, functools.partial(self._answered, out)
+                        self._request(out),
+                        RPC_TIMEOUT_MS / 1000,
+                        functools.partial(self._answered, out, conn),
                     )
                     continue
                 except RemotingError:  # closed meanwhile: the task reconnects
                     pass
+                if out.raw is not None:
+                    self._binary.pop(out.peer, None)
+                    self.node.binary_lost(out.peer)
+                    out = self.node.as_json(out)
             task = asyncio.create_task(self._call(out))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
 
-    def _answered(self, out: Out, answer: RemotingCommand | Exception) -> None:
+    @staticmethod
+    def _push_range(out: Out) -> tuple[int, int]:
+        """(first index, count) of a push, binary or JSON."""
+        if out.raw is not None:
+            return out.first, out.count
+        req = out.request
+        assert isinstance(req, PushEntryRequest)
+        return req.first_entry_index, req.count
+
+    def _answered(self, out: Out, conn: Connection, answer: RemotingCommand | Exception) -> None:
         if self._stopped:
             return
         if isinstance(answer, RemotingCommand):
+            if (
+                answer.ext_fields.get(BINARY_PUSH_KEY) == BINARY_PUSH_VERSION
+                and self._binary.get(out.peer) is not conn
+            ):
+                # said on this connection: binary pushes may go on it (the machine asks for them as leader)
+                self._binary[out.peer] = conn
+            if self._binary.get(out.peer) is conn:
+                self.node.speaks_binary(out.peer)
             resp = self._decode(out, answer)
         else:
             log.debug("DLedger %s to %s: %s", out.code.name, out.peer, answer)
@@ -258,7 +296,8 @@ class DLedgerServer:
 
     def _handle(self, out: Out, resp: RequestOrResponse | None) -> None:
         if trace.ENABLED and resp is not None and isinstance(out.request, PushEntryRequest):
-            trace.mark_range(f"ack-read {out.peer}", out.request.first_entry_index, out.request.count)
+            first, count = self._push_range(out)
+            trace.mark_range(f"ack-read {out.peer}", first, count)
         try:
             self.node.on_response(out, resp, now_ms())
             self._effects()
@@ -267,6 +306,11 @@ class DLedgerServer:
 
     @staticmethod
     def _request(out: Out) -> RemotingCommand:
+        if out.raw is not None:
+            req = out.request
+            assert isinstance(req, PushEntryRequest)
+            fields = binary_push_fields(req, out.first, out.count)
+            return RemotingCommand.request(BINARY_PUSH_CODE, fields, out.raw)
         body = out.body if out.body is not None else out.request.encode()
         return RemotingCommand.request(int(out.code), body=body)
 
@@ -483,6 +527,31 @@ class DLedgerServer:
         trace.mark_range("ack-write", first, count)
         return reply
 
+    def _serve_binary(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """A binary push from the leader (mqctl members only): the same gate and checks as a PUSH, its
+        entries appended from the frame's body as they are, answered with a PushEntryResponse."""
+        try:
+            bean, first, count = read_binary_push(request.ext_fields)
+        except ValueError as exc:
+            log.warning("bad DLedger binary push from %s: %s", conn.address, exc)
+            return self._reply(request, RequestOrResponse(code=int(Code.UNEXPECTED_ARGUMENT)))
+        refusal = self.gate.refusal(bean, conn.address[0])
+        if refusal is not None:
+            return request.make_response(ResponseCode.NO_PERMISSION, refusal)
+        if trace.ENABLED:
+            trace.mark_range("push-read", first, count)
+        if bean.group != self.node.m.group:
+            resp: RequestOrResponse = RequestOrResponse(code=int(Code.UNKNOWN_GROUP), term=self.node.m.term)
+        else:
+            resp = self.node.on_raw_push(bean, first, count, request.body, now_ms())
+        if trace.ENABLED:
+            trace.mark_range("appended", first, count)
+        self._effects(after_replies=True)
+        reply = self._reply(request, resp)
+        if trace.ENABLED:
+            trace.mark_range("ack-write", first, count)
+        return reply
+
     async def _transfer_reply(
         self, request: RemotingCommand, req: LeadershipTransferRequest
     ) -> RemotingCommand:
@@ -492,7 +561,8 @@ class DLedgerServer:
 
     @staticmethod
     def _reply(request: RemotingCommand, resp: RequestOrResponse) -> RemotingCommand:
-        return request.make_response(REMOTING_RESPONSE_CODE, None, None, resp.encode())
+        # every answer says this member reads binary pushes (DLedger reads an answer's body only)
+        return request.make_response(REMOTING_RESPONSE_CODE, None, dict(BINARY_PUSH_ADVERT), resp.encode())
 
     def _answer(self, code: DLedgerRequestCode, req: RequestOrResponse) -> RequestOrResponse:
         node, m, now = self.node, self.node.m, now_ms()

@@ -29,6 +29,7 @@ from daemon.dledger.protocol import (
     RequestOrResponse,
     VoteRequest,
 )
+from store import dledger as dl
 from store.dledger import MemoryRaftLog
 
 PEERS = {f"n{i}": f"127.0.0.1:{40911 + i}" for i in range(3)}
@@ -44,9 +45,16 @@ class Disk:
 
 class Cluster:
     def __init__(
-        self, seed: int, peers: dict[str, str] = PEERS, loss: float = 0.05, term_entries: bool = True
+        self,
+        seed: int,
+        peers: dict[str, str] = PEERS,
+        loss: float = 0.05,
+        term_entries: bool = True,
+        binary: bool = False,
     ) -> None:
         self.rng = random.Random(seed)
+        #: every member says it reads binary pushes (as mqctl's members do in their answers)
+        self.binary = binary
         #: an elected leader appends an entry of its term at once, as the broker its term record
         self.term_entries = term_entries
         self.peers = peers
@@ -124,6 +132,13 @@ class Cluster:
             return LeadershipTransferResponse(code=int(code))
         raise AssertionError(req)
 
+    def handle_raw(self, out: Out) -> RequestOrResponse | None:
+        node = self.nodes[out.peer]
+        if node is None:
+            return None
+        assert isinstance(out.request, PushEntryRequest) and out.raw is not None
+        return node.on_raw_push(out.request, out.first, out.count, out.raw, self.now)
+
     def answer_transfers(self) -> None:
         """The take-leadership requests decided since: answered now (until then the leader takes no sends)."""
         for key, (src, out) in list(self.transfers.items()):
@@ -143,7 +158,7 @@ class Cluster:
             _, _, kind, payload = heapq.heappop(self.queue)
             if kind == "request":
                 src, out = payload
-                resp = self.handle(out.peer, out.request)
+                resp = self.handle_raw(out) if out.raw is not None else self.handle(out.peer, out.request)
                 self.note(out.peer)
                 held = isinstance(out.request, LeadershipTransferRequest) and self.nodes[out.peer] is not None
                 if resp is None and held:
@@ -162,6 +177,9 @@ class Cluster:
                     self.note(src)
         for p, node in self.nodes.items():
             if node is not None:
+                if self.binary and node.is_leader:
+                    for peer in node.pushes:
+                        node.speaks_binary(peer)
                 self.dispatch(p, node.tick(self.now))
                 self.note(p)
         self.answer_transfers()
@@ -267,9 +285,9 @@ def test_default_timings_elect_within_seconds_after_leader_crash() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("seed", range(30))
-def test_safety_under_faults(seed: int) -> None:
-    c = Cluster(seed=seed)
+@pytest.mark.parametrize(("seed", "binary"), [(s, False) for s in range(30)] + [(s, True) for s in range(10)])
+def test_safety_under_faults(seed: int, binary: bool) -> None:
+    c = Cluster(seed=seed, binary=binary)
     rng = random.Random(seed * 7919)
     names = list(PEERS)
     for _ in range(12):
@@ -465,8 +483,12 @@ class Garbling(Cluster):
         return resp
 
 
-def test_a_pushed_body_failing_its_crc_is_refused_then_pushed_again(caplog: pytest.LogCaptureFixture) -> None:
-    c = Garbling(seed=3)
+def garbled_then_healed(
+    c: Garbling | GarblingRaw, caplog: pytest.LogCaptureFixture, refused: str
+) -> tuple[str, Node]:
+    """Run `c`, arm its garbling, and check that the garbled push was refused (411, logged as `refused` says
+    with the entry's index), and that every acknowledged entry reached every member after: the follower
+    garbled, and the leader."""
     c.run(5000, append_every=100)
     c.armed = True
     with caplog.at_level("ERROR"):
@@ -474,11 +496,57 @@ def test_a_pushed_body_failing_its_crc_is_refused_then_pushed_again(caplog: pyte
     assert c.garbled is not None
     follower, index, code = c.garbled
     assert code == DLedgerResponseCode.UNEXPECTED_ARGUMENT
-    assert f"cannot append entry {index}: UNEXPECTED_ARGUMENT: entry {index}: body crc" in caplog.text
+    assert refused.format(index=index) in caplog.text
     c.check_acked_everywhere()  # the leader pushed it again, whole
     node, leader = c.nodes[follower], c.leader()
     assert node is not None and leader is not None
     assert node.log.get(index) == leader.log.get(index)
+    return follower, leader
+
+
+def test_a_pushed_body_failing_its_crc_is_refused_then_pushed_again(caplog: pytest.LogCaptureFixture) -> None:
+    garbled_then_healed(
+        Garbling(seed=3), caplog, "cannot append entry {index}: UNEXPECTED_ARGUMENT: entry {index}: body crc"
+    )
+
+
+class GarblingRaw(Cluster):
+    """Binary pushes, the network flipping a body byte of the first one pushed once :attr:`armed`."""
+
+    def __init__(self, seed: int) -> None:
+        super().__init__(seed, loss=0.0, binary=True)
+        self.armed = False
+        self.garbled: tuple[str, int, int] | None = None  # (follower, first index, the code it answered)
+        self.raw_pushes = self.json_appends = 0
+        self.json_before_garbling = -1  # APPEND pushes as JSON before the garbled one
+
+    def handle(self, dst: str, req: RequestOrResponse) -> RequestOrResponse | None:
+        if isinstance(req, PushEntryRequest) and req.type is PushType.APPEND and req.entries():
+            self.json_appends += 1
+        return super().handle(dst, req)
+
+    def handle_raw(self, out: Out) -> RequestOrResponse | None:
+        self.raw_pushes += 1
+        if not self.armed or self.garbled is not None or out.raw is None:
+            return super().handle_raw(out)
+        self.json_before_garbling = self.json_appends
+        at = dl.BODY_OFFSET + 3  # a byte of the first entry's body (its bodyCrc kept)
+        out.raw = out.raw[:at] + bytes([out.raw[at] ^ 1]) + out.raw[at + 1 :]
+        resp = super().handle_raw(out)
+        assert isinstance(resp, PushEntryResponse)
+        self.garbled = (out.peer, out.first, resp.code)
+        return resp
+
+
+def test_a_binary_push_failing_a_crc_is_refused_and_pushed_again_as_json(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The follower refuses it (411) as a JSON push's; the leader pushes that follower JSON for the rest of
+    its leadership (whose reads of its own log are checked), and every acknowledged entry gets there."""
+    c = GarblingRaw(seed=3)
+    follower, leader = garbled_then_healed(c, caplog, "UNEXPECTED_ARGUMENT: entry {index}: body crc")
+    assert c.raw_pushes > 0 and c.json_before_garbling == 0  # (the first compare is JSON: no entries)
+    assert leader.pushes[follower].binary_refused and c.json_appends > 0
 
 
 def a_leader(entries: int) -> Node:
@@ -520,3 +588,33 @@ def test_a_group_of_one_commits_what_it_tracks_at_once() -> None:
     node.log.append_leader(b"x", 1)
     node.track(0, 0)
     assert node.completed == {0: DLedgerResponseCode.SUCCESS} and node.log.committed_index == 0
+
+
+def a_follower(leader: str = "n0") -> Node:
+    """n1 of PEERS, following `leader` in term 1 over an empty log."""
+    node = Node(MemberState("g", "n1", dict(PEERS), term=1), MemoryRaftLog(), Timings())
+    node.to_follower(1, leader)
+    return node
+
+
+def test_a_binary_push_made_json_carries_the_same_entries() -> None:
+    """A binary push whose connection is gone goes as JSON (its driver calls `as_json`): a follower appends
+    the same entries from either form, and a peer that did not say it reads binary is pushed JSON."""
+    leader = a_leader(3)
+    for peer in ("n1", "n2"):
+        leader._to_append(leader.pushes[peer], -1)
+    leader.speaks_binary("n1")
+    outs = {o.peer: o for o in leader.tick(0)}
+    raw, plain = outs["n1"], outs["n2"]
+    assert raw.raw is not None and (raw.first, raw.count) == (0, 3)
+    assert plain.raw is None and plain.body is not None
+    made = leader.as_json(raw)
+    assert made.raw is None and made.body is not None and made.epoch == raw.epoch
+    req = PushEntryRequest.decode(made.body)
+    assert req.remote_id == "n1" and req.batch_entry == PushEntryRequest.decode(plain.body).batch_entry
+    assert isinstance(raw.request, PushEntryRequest)
+    by_raw, by_json = a_follower(), a_follower()
+    assert by_raw.on_raw_push(raw.request, 0, 3, raw.raw, 0).code == DLedgerResponseCode.SUCCESS
+    assert by_json.on_push(req, 0).code == DLedgerResponseCode.SUCCESS
+    for follower in (by_raw, by_json):
+        assert [follower.log.get(i) for i in range(3)] == [leader.log.get(i) for i in range(3)]

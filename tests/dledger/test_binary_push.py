@@ -1,0 +1,146 @@
+"""The binary push between mqctl members, and 4.9.8's JSON push for any peer that never said it reads one.
+
+Two members of ours and, as the third, a stand-in for a 4.9.8 member: it answers as DLedger 0.3.1.2's
+``DLedgerRpcNettyService`` does (JSON beans, nothing in the answer's extFields, no processor for a code
+outside `DLedgerRequestCode`) and records every request code it is sent. The leader must push it JSON
+only, and push the other member of ours binary, whose files then equal the leader's byte for byte.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon.dledger.protocol import (
+    BINARY_PUSH_CODE,
+    BINARY_PUSH_KEY,
+    REMOTING_RESPONSE_CODE,
+    DLedgerEntry,
+    DLedgerRequestCode,
+    DLedgerResponseCode,
+    HeartBeatResponse,
+    PushEntryRequest,
+    PushEntryResponse,
+    PushType,
+)
+from daemon.remoting.client import RemotingClient, parse_addr
+from daemon.remoting.codes import ResponseCode
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection
+from daemon.remoting.server import RemotingServer
+from tests.dledger.test_peer_gate import running, settled
+from tests.dledger.test_rejoin import members
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+Code = DLedgerResponseCode
+
+
+class Dledger0312Follower:
+    """A 4.9.8 member's DLedger port, as far as a follower answers heartbeats and pushes."""
+
+    def __init__(self, addr: str) -> None:
+        host, port = parse_addr(addr)
+        self.codes: list[int] = []
+        self.entries: list[DLedgerEntry] = []
+        self.server = RemotingServer(
+            {
+                int(DLedgerRequestCode.HEART_BEAT): self._heartbeat,
+                int(DLedgerRequestCode.PUSH): self._push,
+            },
+            host=host,
+            port=port,
+            default_processor=self._unsupported,
+            idle_timeout=0,
+        )
+
+    def _unsupported(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        # (NettyRemotingAbstract#processRequestCommand: no processor registered for the code)
+        self.codes.append(request.code)
+        return request.make_response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f"{request.code} not supported")
+
+    def _heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        self.codes.append(request.code)
+        return request.make_response(REMOTING_RESPONSE_CODE, None, None, HeartBeatResponse().encode())
+
+    def _push(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        self.codes.append(request.code)
+        req = PushEntryRequest.decode(request.body)
+        code = Code.SUCCESS
+        if req.type is PushType.COMPARE:
+            assert req.entry is not None
+            code = Code.SUCCESS if req.entry.index < len(self.entries) else Code.INCONSISTENT_STATE
+        elif req.type is PushType.TRUNCATE:
+            assert req.entry is not None
+            del self.entries[req.entry.index :]
+            self.entries.append(req.entry)
+        elif req.type is PushType.APPEND:
+            for entry in req.entries():
+                if entry.index == len(self.entries):
+                    self.entries.append(entry)
+                elif entry.index > len(self.entries):
+                    code = Code.INCONSISTENT_STATE
+                    break
+        resp = PushEntryResponse(code=int(code), term=req.term, group=req.group)
+        if req.type is not PushType.COMMIT:
+            resp.index, resp.count = req.first_entry_index, req.count
+        resp.begin_index, resp.end_index = (0 if self.entries else -1), len(self.entries) - 1
+        return request.make_response(REMOTING_RESPONSE_CODE, None, None, resp.encode())
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """A member's DLedger data and index files (their written bytes), by name."""
+    return {
+        f"{p.parent.name}/{p.name}": p.read_bytes().rstrip(b"\0")
+        for p in sorted(root.glob("dledger-*/*/0*"))
+        if p.parent.name in ("data", "index")
+    }
+
+
+async def test_members_push_each_other_binary_and_a_silent_peer_only_json(tmp_path: Path) -> None:
+    keys = members(tmp_path)
+    fake = Dledger0312Follower(keys[2]["dleger_peers"].split(";")[2].partition("-")[2])
+    await fake.server.start()
+    brokers = await running(keys[:2])
+    client = RemotingClient()
+    try:
+        leader, _on = await settled(brokers, client, sends=40)
+        assert leader.dledger is not None
+        follower = next(b for b in brokers if b is not leader)
+        assert follower.dledger is not None
+        ours = follower.dledger.settings.self_id
+        last = leader.dledger.log.last_index
+        await wait_until(lambda: len(fake.entries) == last + 1, 20)
+        node = leader.dledger.node
+        assert node.pushes[ours].binary and not node.pushes["n2"].binary
+        assert set(leader.dledger._binary) == {ours}
+        # the stand-in: never a binary push, every entry as JSON, as the leader holds it
+        assert BINARY_PUSH_CODE not in fake.codes and int(DLedgerRequestCode.PUSH) in fake.codes
+        for entry in fake.entries:
+            held = leader.dledger.log.get(entry.index)
+            assert (entry.body, entry.pos, entry.term, entry.body_crc) == (
+                held.body,
+                held.pos,
+                held.term,
+                held.body_crc,
+            )
+        # the member of ours took binary pushes: its files are the leader's, byte for byte
+        await wait_until(lambda: follower.dledger is not None and follower.dledger.log.last_index == last, 20)
+        leader.dledger.log.flush()
+        follower.dledger.log.flush()
+        leader_files = _files(Path(leader.config.store_path_root_dir))
+        assert leader_files and _files(Path(follower.config.store_path_root_dir)) == leader_files
+        # and each answer of ours says so, which the stand-in's never do
+        answer = await client.invoke(
+            follower.dledger.settings.peers[ours],
+            RemotingCommand.request(int(DLedgerRequestCode.METADATA), body=b"{}"),
+            2.0,
+        )
+        assert answer.ext_fields.get(BINARY_PUSH_KEY) == "1"
+    finally:
+        await client.close()
+        for b in brokers:
+            await b.stop()
+        await fake.server.stop(grace=0)

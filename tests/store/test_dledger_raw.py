@@ -1,0 +1,129 @@
+"""A binary push's two ends on real files: a leader's entries as one slice of its data file
+(`DLedgerLog.raw_entries`), a follower's one-pass check and copy of them (`DLedgerLog.append_raw`).
+The follower's files must come out byte for byte as a leader's, and every check a pushed entry passes
+as a bean (index and term continuity, the leader's pos, the body against its ``bodyCrc``) holds here."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from store import dledger as dl
+from store.dledger_log import DLedgerLog
+from tests.store.test_dledger_log import DATA, INDEX, _fill, _tree_bytes
+
+
+def _open(root: Path) -> DLedgerLog:
+    return DLedgerLog(str(root / "dledger-n0"), data_file_size=DATA, index_file_size=INDEX)
+
+
+def _all_raw(leader: DLedgerLog, first: int, max_count: int = 256, max_bytes: int = 1 << 20) -> list[bytes]:
+    """Every run `raw_entries` gives from `first` to the leader's end."""
+    runs = []
+    while first <= leader.last_index:
+        got = leader.raw_entries(first, max_count, max_bytes)
+        assert got is not None
+        count, raw = got
+        runs.append(raw)
+        first += count
+    return runs
+
+
+def test_raw_runs_land_byte_for_byte_as_the_leaders_files(tmp_path: Path) -> None:
+    """Seven entries over three data files (two rolls) and three index files: each run stops at its data
+    file's end, and the follower rolls where the leader did."""
+    leader = _open(tmp_path / "leader")
+    entries = _fill(leader, 7)
+    runs = _all_raw(leader, 0)
+    assert [len(r) for r in runs] == [3 * 72, 3 * 72, 72]  # three entries a file
+    follower = _open(tmp_path / "follower")
+    for raw in runs:
+        follower.append_raw(raw)
+    assert (follower.last_index, follower.last_term) == (6, 1)
+    assert [follower.get(i) for i in range(7)] == entries
+    leader.close()
+    follower.close()
+    assert _tree_bytes(tmp_path / "follower") == _tree_bytes(tmp_path / "leader")
+
+
+def test_raw_entries_keep_to_the_count_and_byte_limits(tmp_path: Path) -> None:
+    leader = _open(tmp_path)
+    _fill(leader, 3)
+    assert leader.raw_entries(0, 2, 1 << 20) == (2, bytes(leader.data.files[0].view[0:144]))
+    assert leader.raw_entries(0, 3, 100)[0] == 2  # type: ignore[index]  # (the first, then 100 bytes more)
+    assert leader.raw_entries(0, 3, 0)[0] == 1  # type: ignore[index]  # at least one
+    assert leader.raw_entries(3, 3, 1 << 20) is None  # not held
+
+
+def test_repeats_are_skipped_and_a_different_held_entry_refused(tmp_path: Path) -> None:
+    leader = _open(tmp_path / "leader")
+    _fill(leader, 3)
+    raw = leader.raw_entries(0, 3, 1 << 20)
+    assert raw is not None
+    follower = _open(tmp_path / "follower")
+    follower.append_raw(raw[1][: 2 * 72])
+    follower.append_raw(raw[1])  # entries 0 and 1 again (our answer was lost), then 2
+    assert follower.last_index == 2
+    other = _open(tmp_path / "other")
+    _fill(other, 1, term=2)
+    with pytest.raises(dl.DLedgerError) as err:
+        follower.append_raw(other.raw_entries(0, 1, 1 << 20)[1])  # type: ignore[index]
+    assert err.value.code == dl.DLedgerCode.INCONSISTENT_INDEX and "differs" in err.value.reason
+
+
+def _flip(raw: bytes, at: int) -> bytes:
+    return raw[:at] + bytes([raw[at] ^ 1]) + raw[at + 1 :]
+
+
+@pytest.mark.parametrize("damaged", [0, 1])
+def test_a_body_failing_its_crc_is_refused_with_what_follows(tmp_path: Path, damaged: int) -> None:
+    """411 (UNEXPECTED_ARGUMENT), the entries before it appended, nothing of it written past the end."""
+    leader = _open(tmp_path / "leader")
+    entries = _fill(leader, 3)
+    raw = leader.raw_entries(0, 3, 1 << 20)
+    assert raw is not None
+    follower = _open(tmp_path / "follower")
+    with pytest.raises(dl.DLedgerError) as err:
+        follower.append_raw(_flip(raw[1], damaged * 72 + dl.BODY_OFFSET + 5))
+    assert err.value.code == dl.DLedgerCode.UNEXPECTED_ARGUMENT
+    assert f"entry {damaged}: body crc" in err.value.reason
+    assert (follower.last_index, follower.end_pos) == (damaged - 1, damaged * 72)
+    if follower.data.files:  # (none for a refused first entry: no roll, no file)
+        assert bytes(follower.data.files[0].view[damaged * 72 : DATA]) == bytes(DATA - damaged * 72)
+    follower.append_raw(raw[1])
+    assert [follower.get(i) for i in range(3)] == entries
+
+
+def test_headers_index_term_and_pos_are_checked(tmp_path: Path) -> None:
+    leader = _open(tmp_path / "leader")
+    _fill(leader, 4)
+    raw = leader.raw_entries(0, 3, 1 << 20)
+    assert raw is not None
+    cases = {
+        "magic": (_flip(raw[1], 3), dl.DLedgerCode.UNEXPECTED_ARGUMENT, -1),  # the magic's low byte
+        "cut": (raw[1][:-1], dl.DLedgerCode.UNEXPECTED_ARGUMENT, 1),  # the last entry cut short
+        "gap": (raw[1][72:], dl.DLedgerCode.INCONSISTENT_INDEX, -1),  # entry 1 first
+        "pos": (_flip(raw[1], dl.POS_OFFSET + 7), dl.DLedgerCode.DISK_ERROR, -1),  # entry 0 says pos 1
+    }
+    for what, (bad, code, kept) in cases.items():
+        follower = _open(tmp_path / what)
+        with pytest.raises(dl.DLedgerError) as err:
+            follower.append_raw(bad)
+        assert (err.value.code, follower.last_index) == (code, kept), what
+        follower.append_raw(raw[1])
+        assert follower.last_index == 2
+
+
+def test_the_memory_log_takes_the_same_runs(tmp_path: Path) -> None:
+    """The in-memory log (the machines' simulations) gives and takes the same bytes."""
+    leader = _open(tmp_path)
+    entries = _fill(leader, 3)
+    raw = leader.raw_entries(0, 3, 1 << 20)
+    assert raw is not None
+    mem = dl.MemoryRaftLog()
+    mem.append_raw(raw[1])
+    assert [mem.get(i) for i in range(3)] == entries
+    assert mem.raw_entries(0, 3, 1 << 20) == raw
+    with pytest.raises(dl.DLedgerError):
+        mem.append_raw(_flip(raw[1], 2 * 72 + dl.BODY_OFFSET))
