@@ -484,9 +484,13 @@ class DLedgerLog:
             index = min(index, self._last)
             if index <= self._committed or index < self._begin:
                 return
-            rec = self.index_record(index)
+            recent = self._recent.get(index)  # (a leader's: as written, no index record read back)
+            if recent is not None:
+                self._committed_pos = recent.pos + recent.size
+            else:
+                rec = self.index_record(index)
+                self._committed_pos = rec.pos + rec.size
             self._committed = index
-            self._committed_pos = rec.pos + rec.size
 
     def flush(self) -> None:
         """Data and index to disk, then the checkpoint (at most every ``checkPointInterval``)."""
