@@ -284,11 +284,13 @@ class DLedgerLog:
             return entry
 
     def _keep(self, entry: Entry) -> None:
-        """A leader's entry kept as written, to be pushed without reading it back."""
+        """A leader's entry kept as written, to be pushed without reading it back. The oldest goes by its index
+        (a leader's entries are consecutive): ``next(iter(...))`` would step over every entry deleted from
+        the front since the dict last resized, on every append."""
         recent = self._recent
         recent[entry.index] = entry
-        if len(recent) > RECENT_ENTRIES:
-            del recent[next(iter(recent))]
+        if len(recent) > RECENT_ENTRIES and recent.pop(entry.index - RECENT_ENTRIES, None) is None:
+            del recent[next(iter(recent))]  # (a gap: entries of an earlier leadership still kept)
 
     def leader_pos(self, size: int) -> int:
         """Where a leader's next entry of ``size`` bytes goes, the data file rolled first when it does not
