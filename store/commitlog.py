@@ -375,6 +375,11 @@ class CommitLog:
     def truncate(self, offset: int) -> None:
         self.files.truncate_dirty_files(offset)
 
+    def parsed_run(self, offset: int, end: int) -> tuple[list[RecordInfo], int]:
+        """The records from ``offset`` (towards ``end``) that this process's puts parsed already, and where
+        they end: dispatch takes them without walking the files (a DLedger leader's); here none."""
+        return [], offset
+
     def walk(self, offset: int, end: int) -> RecordWalk:
         """Records from ``offset`` to ``end`` as dispatch reads them: no CRC check, a record that does not
         parse ends the walk, logged at ERROR (see :class:`RecordWalk`)."""

@@ -234,11 +234,19 @@ def stored_body_crc(buf: Buf, offset: int = 0) -> int:
 
 
 def pack_header(
-    buf: bytearray, magic: int, size: int, index: int, term: int, pos: int, body_len: int
+    buf: Buf,
+    magic: int,
+    size: int,
+    index: int,
+    term: int,
+    pos: int,
+    body_len: int,
+    body_crc: int = 0,
+    at: int = 0,
 ) -> None:
-    """:func:`encode_entry`'s header packed into ``buf``, channel and both CRCs 0 (our leader fills ``bodyCrc``
-    in once the record is final)."""
-    _HEADER.pack_into(buf, 0, magic, size, index, term, pos, 0, 0, 0, body_len)
+    """:func:`encode_entry`'s header packed into ``buf`` at ``at`` (a mapped data file: the entry written in
+    place), channel and ``chainCrc`` 0."""
+    _HEADER.pack_into(buf, at, magic, size, index, term, pos, 0, 0, body_crc, body_len)
 
 
 def decode_header(buf: Buf, offset: int = 0) -> tuple[int, int, int, int, int, int]:

@@ -144,7 +144,8 @@ class DLedgerCommitLog(CommitLog):
     def append(
         self, msgs: list[Message], store_host: HostAddress, now_ms: int, queue_offset: int
     ) -> list[RecordInfo]:
-        """One entry per message; each record's offset is stamped by the append hook."""
+        """One entry per message, each record encoded where its entry goes (its offset in place, as the append
+        hook would stamp it: the record is the entry's body as it is, copied once, into the data file)."""
         encoded = [(m, *encode_checked(m, store_host, self.max_message_size, self.file_size)) for m in msgs]
         dlog = self.dlog
         out = []
@@ -152,10 +153,11 @@ class DLedgerCommitLog(CommitLog):
         for m, props, born, store, topic, size in encoded:
             counted = m.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
             qoff = next_offset if counted else 0
-            record = encode_record_parts(m, props, born, store, topic, qoff, 0, now_ms)
             with dlog.lock:
-                entry = dlog.append_leader(record, self.term)
-                info = appended(m, entry.pos + BODY_OFFSET, size, qoff, now_ms)
+                pos = dlog.leader_pos(BODY_OFFSET + size)
+                record = encode_record_parts(m, props, born, store, topic, qoff, pos + BODY_OFFSET, now_ms)
+                entry = dlog.append_leader_placed(record, self.term, pos)
+                info = appended(m, pos + BODY_OFFSET, size, qoff, now_ms)
                 if not self.auto_commit and len(self.parsed) < PARSED_MAX:
                     self.parsed[info.commit_log_offset] = info
             if self.auto_commit:
@@ -223,6 +225,24 @@ class DLedgerCommitLog(CommitLog):
                 offset,
                 self.files.max_offset,
             )
+
+    def parsed_run(self, offset: int, end: int) -> tuple[list[RecordInfo], int]:
+        """The committed records a leader's puts appended from entry position ``offset``, one after another
+        below ``end`` (the committed end: an entry starting below it is committed whole), taken from
+        :attr:`parsed`; it stops where a record is not there (a file's blank filler, a record appended
+        before this leadership), and the walk goes on from there. None while any record is set aside: the
+        walk steps over those."""
+        parsed = self.parsed
+        out: list[RecordInfo] = []
+        if self.set_aside or not parsed:
+            return out, offset
+        while offset < end:
+            info = parsed.pop(offset + BODY_OFFSET, None)
+            if info is None:
+                break
+            out.append(info)
+            offset = info.commit_log_offset + info.size
+        return out, offset
 
     def walk(self, offset: int, end: int) -> RecordWalk:
         """Dispatch walks no further than the committed end, taking what a leader's puts parsed already."""

@@ -281,7 +281,11 @@ class DLedgerLog:
         if rel + len(data) > mf.prepared_position:
             mf.prepare(rel + len(data), populate=False)
         mf.mm[rel : rel + len(data)] = data
-        mf.wrote_position = rel + len(data)
+        self._written(mf, rel + len(data), entry)
+
+    def _written(self, mf: MappedFile, end: int, entry: Entry) -> None:
+        """``entry`` written up to ``end`` of ``mf``: its index record, and the log's last entry."""
+        mf.wrote_position = end
         self._write_index(entry)
         self._last = entry.index
         self._last_term = entry.term
@@ -322,9 +326,48 @@ class DLedgerLog:
             data[BODY_CRC_OFFSET : BODY_CRC_OFFSET + 4] = crc.to_bytes(4, "big")
             entry = Entry(self._last + 1, term, body, pos, body_crc=crc)
             self._write(mf, data, entry)
-            self._recent[entry.index] = entry
-            if len(self._recent) > RECENT_ENTRIES:
-                del self._recent[next(iter(self._recent))]
+            self._keep(entry)
+            return entry
+
+    def _keep(self, entry: Entry) -> None:
+        """A leader's entry kept as written, to be pushed without reading it back. The oldest goes by its index
+        (a leader's entries are consecutive): ``next(iter(...))`` would step over every entry deleted from
+        the front since the dict last resized, on every append."""
+        recent = self._recent
+        recent[entry.index] = entry
+        if len(recent) > RECENT_ENTRIES and recent.pop(entry.index - RECENT_ENTRIES, None) is None:
+            del recent[next(iter(recent))]  # (a gap: entries of an earlier leadership still kept)
+
+    def leader_pos(self, size: int) -> int:
+        """Where a leader's next entry of ``size`` bytes goes, the data file rolled first when it does not
+        fit: the caller holds :attr:`lock` until :meth:`append_leader_placed` appends it there, so that a
+        body can name its own place before it is encoded (a CommitLog record its offset: no append hook)."""
+        self._writable()
+        return self._place(size)[1]
+
+    def append_leader_placed(self, body: bytes, term: int, pos: int) -> Entry:
+        """:meth:`append_leader` of a body already final for ``pos`` (:meth:`leader_pos`, under the same hold
+        of :attr:`lock`): the hook is not run, and the header and the body go straight into the mapped file
+        (no entry built in a buffer first, no copy of the body kept: the entry holds ``body`` itself)."""
+        with self._lock:
+            if term < self._last_term:
+                raise DLedgerError(DLedgerCode.INCONSISTENT_TERM, f"term {term} after term {self._last_term}")
+            size = BODY_OFFSET + len(body)
+            mf, at = self._place(size)
+            if at != pos:
+                raise DLedgerError(DLedgerCode.DISK_ERROR, f"entry placed at {pos}, the log ends at {at}")
+            rel = mf.wrote_position
+            end = rel + size
+            if end > mf.prepared_position:
+                mf.prepare(end, populate=False)
+            crc = entry_body_crc(body)
+            index = self._last + 1
+            view = mf.view
+            pack_header(view, CURRENT_MAGIC, size, index, term, pos, len(body), crc, rel)
+            view[rel + BODY_OFFSET : end] = body
+            entry = Entry(index, term, body, pos, body_crc=crc)
+            self._written(mf, end, entry)
+            self._keep(entry)
             return entry
 
     def append_follower(self, entry: Entry) -> Entry:
@@ -577,9 +620,13 @@ class DLedgerLog:
             index = min(index, self._last)
             if index <= self._committed or index < self._begin:
                 return
-            rec = self.index_record(index)
+            recent = self._recent.get(index)  # (a leader's: as written, no index record read back)
+            if recent is not None:
+                self._committed_pos = recent.pos + recent.size
+            else:
+                rec = self.index_record(index)
+                self._committed_pos = rec.pos + rec.size
             self._committed = index
-            self._committed_pos = rec.pos + rec.size
 
     def flush(self) -> None:
         """Data and index to disk, then the checkpoint (at most every ``checkPointInterval``)."""

@@ -738,12 +738,16 @@ class DefaultMessageStore:
             # in one copy): a push commits a batch of entries at once
             while self.reput_from_offset < cl.max_offset:
                 start = self.reput_from_offset
-                walk = cl.walk(start, min(cl.max_offset, start + DISPATCH_CHUNK))
-                infos = list(walk)
+                end = min(cl.max_offset, start + DISPATCH_CHUNK)
+                infos, offset = cl.parsed_run(start, end)  # (a leader's own records: no walk)
+                if not infos:
+                    walk = cl.walk(start, end)
+                    infos = list(walk)
+                    offset = walk.offset
                 self._dispatch_records(infos, touched)  # raising, it leaves the cursor at the first record
-                self.reput_from_offset = walk.offset
+                self.reput_from_offset = offset
                 n += len(infos)
-                if walk.offset == start:
+                if offset == start:
                     break
         for topic, queue_id in sorted(touched):
             cq = self._cqs[(topic, queue_id)]

@@ -313,6 +313,8 @@ class Node:
         #: (leader) the entries pushed lately, index -> as a push carries them and their JSON, until every
         #: follower has them
         self._wire: dict[int, tuple[DLedgerEntry, bytes]] = {}
+        #: the last index every follower held when `_wire` was last trimmed
+        self._wire_everywhere = -1
         #: an entry of this log found failing its bodyCrc when read back: it leads no more while it holds it
         self.damaged = -1
         #: whether this member may run for leader now (its owner: not while its store refuses writes)
@@ -335,6 +337,7 @@ class Node:
 
     def _role(self, term: int, role: Role) -> None:
         self._wire.clear()
+        self._wire_everywhere = -1
         self.role_changes.append((term, role))
         self._check_take_leadership(term, role)
 
@@ -817,10 +820,15 @@ class Node:
         marks = self._marks()
         quorum_index = marks[len(marks) // 2]
         wire = self._wire
-        if wire:
-            everywhere = marks[-1]
-            while wire and next(iter(wire)) <= everywhere:
-                del wire[next(iter(wire))]
+        everywhere = marks[-1]
+        if wire and everywhere > self._wire_everywhere:
+            # every follower holds these now: dropped by index (``next(iter(...))`` would step over every
+            # entry deleted from the front since the dict last resized, at each answer)
+            for index in range(
+                max(self._wire_everywhere + 1, everywhere - WIRE_CACHE_ENTRIES), everywhere + 1
+            ):
+                wire.pop(index, None)
+            self._wire_everywhere = everywhere
         # Raft's rule: a quorum holding an entry of an earlier term does not commit it (figure 8)
         if quorum_index > self.log.committed_index and quorum_index >= self.term_first_index:
             self.log.set_committed(quorum_index)

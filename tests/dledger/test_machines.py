@@ -260,6 +260,22 @@ def test_one_leader_elected_and_appends_commit() -> None:
     c.check_acked_everywhere()
 
 
+def test_the_leader_keeps_pushed_entries_only_until_every_follower_has_them() -> None:
+    """Entries made once for all followers' pushes are dropped as the last follower acknowledges them, in a
+    later leadership too (the trim's cursor starts again with the new term's marks)."""
+    c = Cluster(seed=3, loss=0.0)
+    for _ in range(2):
+        c.run(5000)
+        c.run(2000, append_every=20)
+        c.run(1000)  # every follower caught up
+        leader = c.leader()
+        assert leader is not None and leader.log.last_index >= 50
+        assert {p.water_mark for p in leader.pushes.values()} == {leader.log.last_index}
+        assert not leader._wire
+        c.crash(leader.m.self_id)
+        c.start(leader.m.self_id)
+
+
 def test_default_timings_elect_within_seconds_after_leader_crash() -> None:
     c = Cluster(seed=2, loss=0.0)
     c.run(5000, append_every=100)

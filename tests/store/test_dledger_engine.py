@@ -159,6 +159,40 @@ def test_a_leader_dispatches_what_its_puts_parsed_and_never_a_record_cut_since(t
         store.shutdown()
 
 
+def test_a_leader_dispatching_its_parsed_records_builds_the_queues_a_walk_builds(tmp_path: Path) -> None:
+    """Committed records a leader's puts parsed are dispatched without walking the files, across data files
+    rolled with blanks and commits that end mid-file: the ConsumeQueues come out as a walk of the same
+    records builds them (a second leader whose parsed records are dropped before each dispatch)."""
+    stores = [_open(tmp_path / name) for name in ("parsed", "walked")]
+    try:
+        for store in stores:
+            cl = store.commit_log
+            assert isinstance(cl, DLedgerCommitLog)
+            cl.auto_commit = False
+            dispatched = 0
+            for i in range(600):
+                msg = Message(
+                    "D", f"leader-{i}-".encode() * (i % 7 + 1), queue_id=i % 3, properties={"TAGS": "t"}
+                )
+                assert store.put_message(msg).ok
+                if i % 37 == 36 or i == 599:
+                    cl.dlog.set_committed(cl.dlog.last_index - i % 2)  # (now and then one stays behind)
+                    if store is stores[1]:
+                        cl.parsed.clear()
+                    dispatched += store.dispatch_committed()
+                    assert store.reput_from_offset == cl.max_offset  # all committed, nothing more
+            cl.dlog.set_committed(cl.dlog.last_index)
+            dispatched += store.dispatch_committed()
+            assert dispatched == 600 and not cl.parsed
+        assert len(os.listdir(tmp_path / "parsed" / "dledger-n0" / "data")) >= 2  # rolled
+        for q in range(3):
+            assert all_bodies(stores[0], "D", q) == all_bodies(stores[1], "D", q)
+    finally:
+        for store in stores:
+            store.shutdown()
+    assert _tree(tmp_path / "parsed" / "consumequeue") == _tree(tmp_path / "walked" / "consumequeue")
+
+
 def test_alone_a_lagging_checkpoint_loses_no_committed_entry(tmp_path: Path) -> None:
     msgs = dledger_store(tmp_path, 30)
     # a crash before the checkpoint (persisted every few seconds) caught up with the appends

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from store import dledger as dl
-from store.dledger_log import DLedgerLog
+from store.dledger_log import RECENT_ENTRIES, DLedgerLog
 from store.quarantine import list_quarantines
 
 DATA, INDEX = 256, 96  # three index records a file
@@ -317,3 +317,20 @@ def test_a_push_with_a_damaged_body_inside_keeps_only_what_comes_before_it(tmp_p
     assert bytes(log_.data.files[0].view[entries[1].pos : DATA]) == bytes(DATA - entries[1].pos)
     log_.append_followers(entries[1:])
     assert [log_.get(i) for i in range(3)] == entries
+
+
+def test_a_leader_keeps_its_newest_entries_in_memory_across_a_follower_stint(tmp_path: Path) -> None:
+    """The entries a leader appended lately are served from memory, the newest RECENT_ENTRIES of them: the
+    oldest goes as each new one comes, also when entries it appended as a follower lie between."""
+    log_ = DLedgerLog(str(tmp_path / "dledger-n0"))
+    for i in range(RECENT_ENTRIES + 5):
+        log_.append_leader(b"a%d" % i, 1)
+    assert sorted(log_._recent) == list(range(5, RECENT_ENTRIES + 5))
+    follower = dl.Entry(log_.last_index + 1, 2, b"pushed", log_.end_pos)
+    log_.append_follower(follower)
+    for i in range(RECENT_ENTRIES):
+        log_.append_leader(b"b%d" % i, 3)
+    first = follower.index + 1
+    assert sorted(log_._recent) == list(range(first, first + RECENT_ENTRIES))
+    assert log_.get(first).body == b"b0" and log_.get(follower.index).body == b"pushed"
+    log_.close()

@@ -531,7 +531,7 @@ class SendProcessor:
         group = self.broker.dledger
         if group is not None and result.status in _REPLICATE:
             # the put appended its entries just now, on this loop: the last one is the log's last
-            answer = QuorumAnswer(self, request, result, topic, queue_id, started, self._conn)
+            answer = QuorumAnswer(self, request, result, topic, queue_id, started, self._conn, items)
             if trace.ENABLED:
                 trace.mark("send-read", group.log.last_index, started)  # (perf_counter: CLOCK_MONOTONIC too)
                 trace.mark("appended", group.log.last_index)
@@ -655,8 +655,11 @@ class QuorumAnswer:
         queue_id: int,
         started: int,
         conn: Connection | None = None,
+        items: PutItems | None = None,
     ) -> None:
         self.conn = conn
+        #: the topic's stats items, as the send found them (None: counted by the topic's name)
+        self.items = items
         self.future: asyncio.Future[RemotingCommand] | None = (
             None if conn is not None else asyncio.get_running_loop().create_future()
         )
@@ -677,7 +680,7 @@ class QuorumAnswer:
         self.result.status = quorum_status(code)
         try:
             response = self.processor.response(
-                self.request, self.result, self.topic, self.queue_id, self.started
+                self.request, self.result, self.topic, self.queue_id, self.started, self.items
             )
         except Exception as exc:
             if self.future is not None:
