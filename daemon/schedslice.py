@@ -15,8 +15,8 @@ preempted after a shorter run when others wait, so a long piece of work is cut i
 neighbour it preempts switches more often. Threads inherit the slice from the thread that starts them
 (and children from their parent), so setting it on every thread of the process once covers the rest
 (`set_slice`). `set_loop_slice` gives it to the calling thread alone (a daemon's event loop) with
-``SCHED_FLAG_RESET_ON_FORK``: threads it starts later begin with the kernel's default, so a helper that
-holds the GIL is not preempted sooner than before while the loop waits for it.
+``SCHED_FLAG_RESET_ON_FORK``: threads it starts later begin with the kernel's default, so helpers whose
+work no client waits for keep it in whole pieces (none preempted sooner while it holds the GIL).
 
 ``set_slice`` is best effort: elsewhere than Linux on x86-64 or arm64, on a kernel without custom slices
 (before 6.12 ``sched_runtime`` is accepted and ignored for SCHED_OTHER: the value read back tells), or
