@@ -12,7 +12,10 @@ bench_broker_latency's: one producer at RATE msgs/s on an absolute schedule, one
 round's own 4-queue topic as a push consumer does, send-to-receipt latency after a 2 s warm-up.
 
 Prints each round (p50/p99/p99.9/max, the broker's own loop lag p99 and max and longest GC pause over the
-last minute or two, from GET_BROKER_RUNTIME_INFO), the median p99.9 of each side and their ratio.
+last minute or two, from GET_BROKER_RUNTIME_INFO), then per message of the round the CPU and wake-ups of
+the broker's and this client's event-loop threads and their processes' read and write system calls
+(from /proc: counts the host's load does not decide, unlike the latencies), the median p99.9 of each
+side and their ratio.
 
     python benchmarks/bench_broker_tail.py [--topics 10000] [--duration 10] [--rate 1000] [--rounds 2]
         [--group-offsets] [--tree DIR] [--timeline FILE] [--competitor-session] [--client-slice-micros N]
@@ -59,7 +62,7 @@ from bench_broker_latency import bench, namesrv_process, percentile
 from bench_broker_produce import ROOT, broker_process
 from bench_broker_topics import create
 from benchlib import summary
-from timeline import Timeline, children, slow_report
+from timeline import Timeline, children, loop_costs, per_message, slow_report
 
 from daemon.remoting.loop import run
 from daemon.schedslice import set_slice
@@ -138,6 +141,7 @@ def main() -> None:
     loads: list[float] = []
     timeline = Timeline(args.timeline) if args.timeline else None
     with namesrv_process(tree) as namesrv, broker_process("--namesrv", namesrv, cwd=tree) as (broker, _):
+        broker_pid = next(pid for pid, role in children(os.getpid()).items() if role == "broker")
         if timeline is not None:
             timeline.watch(os.getpid(), "bench")
             for pid, role in children(os.getpid()).items():
@@ -158,7 +162,12 @@ def main() -> None:
                         for pid, role in children(os.getpid()).items():
                             timeline.watch(pid, role if role != "python" else "competitor")
                         timeline.mark(f"round {r + 1} {mode}")
+                    costs = loop_costs(broker_pid), loop_costs(os.getpid())
                     out = run(bench(namesrv, broker, args.duration, args.rate, f"TailBench{r}{mode}"))
+                    spent = [
+                        per_message(c, loop_costs(pid), out.sent)
+                        for c, pid in zip(costs, (broker_pid, os.getpid()), strict=True)
+                    ]
                     loads.append(os.getloadavg()[0])
                 if timeline is not None:
                     timeline.messages(f"{r + 1}{mode}", out.sent_ns, out.latencies_ms)
@@ -167,7 +176,8 @@ def main() -> None:
                 print(
                     f"round {r + 1} {mode}: p50 {percentile(ms, 50):.2f} ms, p99 {percentile(ms, 99):.2f} ms, "
                     f"p99.9 {percentile(ms, 99.9):.2f} ms, max {ms[-1]:.1f} ms ({len(ms):,} msgs); "
-                    f"{run(broker_loop(namesrv, broker))}; load {loads[-1]:.1f}",
+                    f"{run(broker_loop(namesrv, broker))}; load {loads[-1]:.1f}\n"
+                    f"  per message: broker loop {spent[0]}; client loop {spent[1]}",
                     flush=True,
                 )
     if timeline is not None:

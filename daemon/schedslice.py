@@ -13,7 +13,10 @@ same.
 What it trades: the share of CPU is unchanged (that is the nice value's weight), but the task is itself
 preempted after a shorter run when others wait, so a long piece of work is cut into more pieces, and the
 neighbour it preempts switches more often. Threads inherit the slice from the thread that starts them
-(and children from their parent), so setting it on every thread of the process once covers the rest.
+(and children from their parent), so setting it on every thread of the process once covers the rest
+(`set_slice`). `set_loop_slice` gives it to the calling thread alone (a daemon's event loop) with
+``SCHED_FLAG_RESET_ON_FORK``: threads it starts later begin with the kernel's default, so helpers whose
+work no client waits for keep it in whole pieces (none preempted sooner while it holds the GIL).
 
 ``set_slice`` is best effort: elsewhere than Linux on x86-64 or arm64, on a kernel without custom slices
 (before 6.12 ``sched_runtime`` is accepted and ignored for SCHED_OTHER: the value read back tells), or
@@ -38,6 +41,9 @@ MAX_SLICE_US: Final = 100_000
 #: ``struct sched_attr`` up to ``sched_period`` plus the utilization clamps (SCHED_ATTR_SIZE_VER1).
 _ATTR = struct.Struct("=IIQiIQQQII")
 _SCHED_OTHER: Final = 0
+#: ``sched_flags``: a thread or process the task starts gets the default policy and slice, and a nice
+#: value under 0 back to 0 (``sched_fork``).
+_RESET_ON_FORK: Final = 0x01
 #: (sched_setattr, sched_getattr) by machine: the syscall numbers glibc does not wrap.
 _SYSCALLS: Final = {"x86_64": (314, 315), "aarch64": (274, 275), "arm64": (274, 275)}
 
@@ -64,7 +70,7 @@ def get_slice_ns(tid: int = 0) -> int:
     return int(_ATTR.unpack(buf.raw)[5])
 
 
-def _set(libc: ctypes.CDLL, setattr_nr: int, tid: int, slice_ns: int) -> None:
+def _set(libc: ctypes.CDLL, setattr_nr: int, tid: int, slice_ns: int, reset_on_fork: bool = False) -> None:
     try:
         if os.sched_getscheduler(tid) != _SCHED_OTHER:  # a real-time or batch policy is kept as it is
             return
@@ -72,7 +78,9 @@ def _set(libc: ctypes.CDLL, setattr_nr: int, tid: int, slice_ns: int) -> None:
         nice = os.getpriority(os.PRIO_PROCESS, tid)
     except ProcessLookupError:  # the thread ended meanwhile
         return
-    attr = _ATTR.pack(_ATTR.size, _SCHED_OTHER, 0, nice, 0, slice_ns, 0, 0, 0, 0)
+    # a negative nice value would not pass to the threads started later: they inherit the slice then
+    flags = _RESET_ON_FORK if reset_on_fork and nice >= 0 else 0
+    attr = _ATTR.pack(_ATTR.size, _SCHED_OTHER, flags, nice, 0, slice_ns, 0, 0, 0, 0)
     buf = ctypes.create_string_buffer(attr, _ATTR.size)
     if libc.syscall(setattr_nr, tid, buf, 0) != 0:
         code = ctypes.get_errno()
@@ -87,18 +95,37 @@ def set_slice(slice_us: int) -> str:
     Only SCHED_OTHER threads are touched (a thread under another policy keeps it). Returns a line for the
     log; raises `SliceRefused` when the calling thread's slice could not be set, the others untouched.
     """
+    # the calling thread first: if the kernel refuses or ignores it, no other thread has been touched
+    libc, setattr_nr, tid = _set_calling(slice_us)
+    for name in os.listdir(f"/proc/{os.getpid()}/task"):
+        if int(name) != tid:
+            _set(libc, setattr_nr, int(name), slice_us * 1000)
+    if not slice_us:
+        return "EEVDF slice: the kernel's default"
+    return f"EEVDF slice {slice_us} µs on every thread (sched_setattr, SCHED_OTHER)"
+
+
+def set_loop_slice(slice_us: int) -> str:
+    """Give the calling thread alone (the event loop's) an EEVDF slice of ``slice_us`` µs; threads and
+    processes it starts later begin with the kernel's default, the process's other threads keep theirs.
+
+    The loop is what a wake-up must reach soon; helper threads (flushes, ``asyncio.to_thread`` work) with
+    a short slice are preempted sooner while they may hold the GIL the loop then waits for. Returns a
+    line for the log; raises `SliceRefused` as `set_slice` does."""
+    _set_calling(slice_us, reset_on_fork=True)
+    if not slice_us:
+        return "EEVDF slice: the kernel's default"
+    return f"EEVDF slice {slice_us} µs on the event loop's thread (sched_setattr, SCHED_OTHER)"
+
+
+def _set_calling(slice_us: int, reset_on_fork: bool = False) -> tuple[ctypes.CDLL, int, int]:
+    """The slice on the calling thread, checked: raises `SliceRefused` where it was refused or ignored."""
     if slice_us and not MIN_SLICE_US <= slice_us <= MAX_SLICE_US:
         raise ValueError(f"a slice is 0 or {MIN_SLICE_US}-{MAX_SLICE_US} µs, not {slice_us}")
     libc, setattr_nr, _ = _syscalls()
     slice_ns = slice_us * 1000
-    # the calling thread first: if the kernel refuses or ignores it, no other thread has been touched
     tid = threading.get_native_id()
-    _set(libc, setattr_nr, tid, slice_ns)
+    _set(libc, setattr_nr, tid, slice_ns, reset_on_fork)
     if slice_ns and os.sched_getscheduler(0) == _SCHED_OTHER and get_slice_ns() != slice_ns:
         raise SliceRefused(f"Linux {platform.release()} has no per-task slice (6.12 or later has)")
-    for name in os.listdir(f"/proc/{os.getpid()}/task"):
-        if int(name) != tid:
-            _set(libc, setattr_nr, int(name), slice_ns)
-    if not slice_us:
-        return "EEVDF slice: the kernel's default"
-    return f"EEVDF slice {slice_us} µs on every thread (sched_setattr, SCHED_OTHER)"
+    return libc, setattr_nr, tid

@@ -82,7 +82,7 @@ from daemon.remoting.headers import (
 )
 from daemon.remoting.server import RemotingServer
 from daemon.remoting.tls import ServerTls
-from daemon.schedslice import SliceRefused, set_slice
+from daemon.schedslice import SliceRefused, set_loop_slice
 from store import native
 from store.api import MessageStore
 from store.config import SLAVE
@@ -291,12 +291,13 @@ class Broker:
         return where
 
     def _set_slice(self) -> None:
-        """``schedSliceMicros``: a short EEVDF slice for this process's threads, before the store and the
-        listeners start theirs (they inherit it); a kernel or sandbox that refuses it leaves the default."""
+        """``schedSliceMicros``: a short EEVDF slice for the event loop's thread (the one that starts the
+        broker) alone: the threads it starts begin with the kernel's default; a kernel or sandbox that
+        refuses it leaves the default."""
         if not self.config.sched_slice_micros:
             return
         try:
-            log.info("%s", set_slice(self.config.sched_slice_micros))
+            log.info("%s", set_loop_slice(self.config.sched_slice_micros))
         except SliceRefused as exc:
             log.warning("schedSliceMicros=%d not applied: %s", self.config.sched_slice_micros, exc)
 

@@ -314,8 +314,9 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     grpc_listen_port: int = 8081
     #: Empty: 127.0.0.1, or every interface when `brokerIP1` names another address (see resolve_listen).
     listen_host: str = ""
-    #: µs of EEVDF slice for every broker thread (daemon.schedslice; Linux 6.12+): a wake-up preempts a
-    #: CPU-bound neighbour with a longer slice instead of waiting for its turn. 0: the kernel's default.
+    #: µs of EEVDF slice for the event loop's thread (daemon.schedslice; Linux 6.12+): a wake-up preempts a
+    #: CPU-bound neighbour with a longer slice instead of waiting for its turn; helper threads keep the
+    #: kernel's default. 0: the kernel's default.
     sched_slice_micros: int = 0
     #: With ACL off and a listener beyond loopback, refuse writes from other machines (daemon.protect).
     protected_mode: bool = True

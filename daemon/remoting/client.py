@@ -175,7 +175,9 @@ class RemotingClient:
 
     async def invoke(self, addr: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         """Send `request` to `addr` and return the response (whatever its code)."""
-        conn = await self.connection(addr)
+        conn = self._connections.get(addr)
+        if conn is None or conn.is_closed:  # the open one without a coroutine of its own: most calls
+            conn = await self.connection(addr)
         if self.signer is not None:
             self.signer(request)
         return await conn.invoke(request, timeout)
@@ -189,7 +191,7 @@ class RemotingClient:
     ) -> RemotingCommand:
         """Like `invoke`, but raise RemotingCommandError unless the response code is in `expect`."""
         response = await self.invoke(addr, request, timeout)
-        if response.code not in tuple(expect):
+        if response.code not in (expect if isinstance(expect, tuple) else tuple(expect)):
             raise RemotingCommandError(response.code, response.remark)
         return response
 

@@ -63,14 +63,29 @@ _IP = _local_ip()
 _LOADER_HASH = int.from_bytes(os.urandom(4), "big") & 0x7FFFFFFF  # Java hashes its class loader here
 
 
+#: [start, next start) of the local month the last key fell in, in ms (MessageClientIDSetter keeps both
+#: too): a send's key then needs no calendar arithmetic.
+_month = (0, 0)
+
+
+def _month_start_ms(now_ms: int) -> int:
+    global _month
+    start, end = _month
+    if not start <= now_ms < end:
+        now = datetime.fromtimestamp(now_ms / 1000)
+        first = datetime(now.year, now.month, 1)
+        following = datetime(now.year + now.month // 12, now.month % 12 + 1, 1)
+        start, end = int(first.timestamp() * 1000), int(following.timestamp() * 1000)
+        _month = start, end
+    return start
+
+
 def new_uniq_key(now_ms: int | None = None) -> str:
     """A client message id as the Java client makes it (MessageClientIDSetter,
     docs/store-format.md §uniq_key): IP, pid, class-loader hash, milliseconds since the start of the month,
     counter."""
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    now = datetime.fromtimestamp(now_ms / 1000)
-    month_start = datetime(now.year, now.month, 1)
-    since = (now_ms - int(month_start.timestamp() * 1000)) & 0xFFFFFFFF
+    since = (now_ms - _month_start_ms(now_ms)) & 0xFFFFFFFF
     tail = _UNIQ_TAIL.pack(os.getpid() & 0xFFFF, _LOADER_HASH, since, next(_counter) & 0xFFFF)
     return (_IP + tail).hex().upper()
 

@@ -787,6 +787,31 @@ def test_client_ids_have_the_java_clients_layout() -> None:
     assert decode_uniq_key(second).counter == (parts.counter + 1) & 0xFFFF
 
 
+def test_a_uniq_key_counts_from_its_own_months_start_across_month_changes() -> None:
+    """The month's bounds are kept between keys: each key still counts from the start of the local month
+    its time falls in, on either side of a month's end and with the clock set back."""
+    from datetime import datetime
+
+    from mqctl.admin import messaging as wire
+    from store.record import decode_uniq_key
+
+    def since(ms: int) -> int:
+        return decode_uniq_key(wire.new_uniq_key(ms)).time_in_month_ms
+
+    dec_1 = int(datetime(2026, 12, 1).timestamp() * 1000)
+    jan_1 = int(datetime(2027, 1, 1).timestamp() * 1000)
+    nov_1 = int(datetime(2026, 11, 1).timestamp() * 1000)
+    for ms, expected in [
+        (dec_1 + 5_000, 5_000),
+        (dec_1 - 1, dec_1 - 1 - nov_1),  # the last millisecond of November, after a December key
+        (dec_1, 0),
+        (jan_1 - 1, jan_1 - 1 - dec_1),
+        (jan_1 + 7, 7),  # December to January: the year changes too
+        (dec_1 + 9, 9),  # the clock set back a month
+    ]:
+        assert since(ms) == expected, ms
+
+
 def test_send_to_an_unknown_topic_auto_creates_it_through_tbw102(
     mq: Callable[..., CliResult], daemons: LocalCluster
 ) -> None:

@@ -1,5 +1,5 @@
-"""A broker's EEVDF slice (``schedSliceMicros``): set on every thread where the kernel has per-task
-slices, and a clean fallback where the kernel, the machine or a sandbox refuses it."""
+"""A broker's EEVDF slice (``schedSliceMicros``): set on the event loop's thread alone where the kernel has
+per-task slices, and a clean fallback where the kernel, the machine or a sandbox refuses it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import errno
 import logging
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,7 @@ import pytest
 from daemon import schedslice
 from daemon.broker.config import BrokerConfig
 from daemon.config import ConfigError
-from daemon.schedslice import SliceRefused, get_slice_ns, set_slice
+from daemon.schedslice import SliceRefused, get_slice_ns, set_loop_slice, set_slice
 from tests.listeners import listening
 from tests.support.broker import start_broker
 from tests.support.cli import clean_env
@@ -94,9 +95,10 @@ def kernel_has_slices() -> bool:
 
 @pytest.mark.slow
 @pytest.mark.skipif(not kernel_has_slices(), reason="no per-task EEVDF slice here (Linux 6.12+)")
-def test_every_thread_of_a_broker_gets_the_slice(tmp_path: Path) -> None:
-    """A real ``mqctl broker start`` in its own process: its threads (loop, store, flush, listeners),
-    those started before and after the setting, all run with the slice asked for."""
+def test_the_loop_thread_of_a_broker_alone_gets_the_slice(tmp_path: Path) -> None:
+    """A real ``mqctl broker start`` in its own process: the event loop's thread (the main one) runs with
+    the slice asked for, and every other thread (store, flushes, listeners, workers the loop started
+    after the setting) with the kernel's default, which a helper holding the GIL keeps."""
     port = free_port()
     conf = tmp_path / "broker.conf"
     conf.write_text(
@@ -109,7 +111,27 @@ def test_every_thread_of_a_broker_gets_the_slice(tmp_path: Path) -> None:
         wait_for(lambda: ("127.0.0.1", port) in listening(proc.pid), "the broker listening", timeout=30)
         tids = [int(t.name) for t in Path(f"/proc/{proc.pid}/task").iterdir()]
         assert len(tids) > 3
-        assert {get_slice_ns(tid) for tid in tids} == {250_000}
+        assert get_slice_ns(proc.pid) == 250_000
+        assert {get_slice_ns(tid) for tid in tids if tid != proc.pid} == {get_slice_ns()}
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+@pytest.mark.skipif(not kernel_has_slices(), reason="no per-task EEVDF slice here (Linux 6.12+)")
+def test_threads_the_loop_starts_later_keep_the_default() -> None:
+    """The slice stays with the thread that asked: one it starts afterwards begins with the default."""
+    default = get_slice_ns()
+    seen: list[int] = []
+
+    def loop_thread() -> None:
+        set_loop_slice(300)
+        seen.append(get_slice_ns())
+        helper = threading.Thread(target=lambda: seen.append(get_slice_ns()))
+        helper.start()
+        helper.join()
+
+    thread = threading.Thread(target=loop_thread)  # not pytest's own thread: it keeps its slice
+    thread.start()
+    thread.join()
+    assert seen == [300_000, default]

@@ -98,6 +98,29 @@ async def test_request_response_and_connection_reuse(server: RemotingServer, cli
     assert len(server.connections) == 1
 
 
+async def test_an_open_connection_is_taken_without_the_connecting_path_and_a_closed_one_replaced(
+    server: RemotingServer, client: RemotingClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request over the open connection takes no coroutine of `connection` (a cost every send and pull
+    paid); one whose connection is closing connects anew."""
+    await client.invoke(addr(server), RemotingCommand.request(ECHO))
+    connecting: list[str] = []
+    original = client.connection
+
+    async def counted(to: str) -> Connection:
+        connecting.append(to)
+        return await original(to)
+
+    monkeypatch.setattr(client, "connection", counted)
+    await client.invoke(addr(server), RemotingCommand.request(ECHO))
+    assert connecting == []
+    open_conn = client.open_connection(addr(server))
+    assert open_conn is not None
+    open_conn.close()
+    answer = await client.invoke(addr(server), RemotingCommand.request(ECHO, {"k": "v"}))
+    assert answer.ext_fields == {"k": "v"} and connecting == [addr(server)]
+
+
 async def test_server_connection_knows_the_client_address(server: RemotingServer) -> None:
     reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
     try:
