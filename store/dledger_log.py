@@ -450,30 +450,36 @@ class DLedgerLog:
             raise refused
         return j
 
-    def append_raw(self, data: bytes) -> None:
+    def append_raw(self, data: bytes) -> tuple[int, int]:
         """:meth:`append_followers` of a binary push: entries as the leader's data file holds them. Each
         is checked in one pass over the bytes (header, index and term continuity, the leader's pos, the body
         against ``bodyCrc``), then each run that fits the current data file is copied into it in one slice
-        and its index records in one buffer. Entries held already must be the same bytes (a repeat)."""
+        and its index records in one buffer. Entries held already must be the same bytes (a repeat). The
+        indexes of the body's first and last entries: what the push's own fields may claim, no more."""
         self._writable()
         view = memoryview(data)
         with self._lock:
-            off = self._skip_held(view)
+            first = raw_header(view, 0)[2]  # (an empty body refused: it shows no entry)
+            off, last = self._skip_held(view)
             while off < len(view):
                 off = self._append_raw_run(view, off)
+                last = self._last
+            return first, last
 
-    def _skip_held(self, view: memoryview) -> int:
-        """Where the entries this log does not hold yet begin in ``view``; raises at a held one that differs."""
-        off = 0
+    def _skip_held(self, view: memoryview) -> tuple[int, int]:
+        """Where the entries this log does not hold yet begin in ``view``, and the index of the last held one
+        before it (-1: none); raises at a held one that differs."""
+        off, last = 0, -1
         while off < len(view):
             _m, size, index, _t, _p, _ch, _chain, _crc, _bl = raw_header(view, off)
             if index > self._last:
-                return off
+                return off, last
             held = self.read(*self._pos_size(index)) if index >= self._begin else None
             if held is None or held != view[off : off + size]:
                 raise DLedgerError(DLedgerCode.INCONSISTENT_INDEX, f"entry {index} differs from the one held")
             off += size
-        return off
+            last = index
+        return off, last
 
     def _append_raw_run(self, view: memoryview, off: int) -> int:
         """Append the entries of ``view`` from ``off`` as far as the current data file takes them (rolled
