@@ -263,12 +263,18 @@ class DLedgerLog:
         if self.read_only:
             raise DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"{self.directory} is open read-only")
 
-    def _place(self, size: int) -> tuple[MappedFile, int]:
-        """``MmapFileList#preAppend``: the file and position for an entry of ``size``, rolling with a blank."""
+    def _place(self, size: int, pos: int = -1, index: int = -1) -> tuple[MappedFile, int]:
+        """``MmapFileList#preAppend``: the file and position for an entry of ``size``, rolling with a blank.
+        A follower's entry ``index`` that says it goes at ``pos`` is refused before any roll when it would
+        land elsewhere: a blank written for it would end this data file where the leader's goes on."""
         if size + 8 > self.data.file_size:
             raise DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"entry of {size} bytes exceeds a data file")
         mf = self.data.last_file_for_append()
-        if needs_roll(self.data.file_size, mf.wrote_position, size):
+        roll = needs_roll(self.data.file_size, mf.wrote_position, size)
+        at = mf.file_from_offset + (self.data.file_size if roll else mf.wrote_position)
+        if pos >= 0 and pos != at:
+            raise DLedgerError(DLedgerCode.DISK_ERROR, f"entry {index}: leader pos {pos} != {at}")
+        if roll:
             start = mf.wrote_position
             mf.prepare(self.data.file_size, populate=False)
             mf.mm[start : self.data.file_size] = encode_blank(self.data.file_size - start)
@@ -375,11 +381,7 @@ class DLedgerLog:
         self._writable()
         with self._lock:
             check_follower_entry(self, entry)
-            mf, pos = self._place(entry.size)
-            if entry.pos >= 0 and entry.pos != pos:
-                raise DLedgerError(
-                    DLedgerCode.DISK_ERROR, f"entry {entry.index}: leader pos {entry.pos} != {pos}"
-                )
+            mf, pos = self._place(entry.size, entry.pos, entry.index)
             placed = entry if entry.pos == pos else entry.at(pos)
             self._write(mf, encode_entry(placed), placed)
             return placed
@@ -403,7 +405,7 @@ class DLedgerLog:
         buffer written after it (:func:`pack_entries`)."""
         first = entries[i]
         check_follower_entry(self, first)
-        mf, pos = self._place(first.size)
+        mf, pos = self._place(first.size, first.pos, first.index)
         base, file_size = mf.file_from_offset, self.data.file_size
         refused: DLedgerError | None = None
         at = pos
@@ -486,7 +488,9 @@ class DLedgerLog:
         first when the first does not fit); the offset after the last appended. Raises, after writing the
         ones before it, at a refused one."""
         # the first entry checked whole before a roll is written for it (as check_follower_entry)
-        _m, first_size, first_index, first_term, _p, _ch, _chain, first_crc, _bl = unpack_header(view, off)
+        _m, first_size, first_index, first_term, first_pos, _ch, _chain, first_crc, _bl = unpack_header(
+            view, off
+        )
         if first_index != self._last + 1 or first_term < self._last_term:
             raise DLedgerError(
                 DLedgerCode.INCONSISTENT_INDEX,
@@ -495,7 +499,7 @@ class DLedgerLog:
         damage = body_crc_problem(first_index, first_crc, view[off + BODY_OFFSET : off + first_size])
         if damage:
             raise DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"{damage}: the pushed body is damaged")
-        mf, at = self._place(first_size)
+        mf, at = self._place(first_size, first_pos, first_index)
         base, file_size = mf.file_from_offset, self.data.file_size
         start, start_at = off, at
         prev_index, prev_term = self._last, self._last_term

@@ -127,3 +127,29 @@ def test_the_memory_log_takes_the_same_runs(tmp_path: Path) -> None:
     assert mem.raw_entries(0, 3, 1 << 20) == raw
     with pytest.raises(dl.DLedgerError):
         mem.append_raw(_flip(raw[1], 2 * 72 + dl.BODY_OFFSET))
+
+
+@pytest.mark.parametrize("wire", ["binary", "json"])
+def test_an_entry_refused_for_its_pos_rolls_no_data_file(tmp_path: Path, wire: str) -> None:
+    """An entry too large for what is left of the follower's data file, whose pos is not where the roll
+    would put it, is refused before the roll: no blank written, no file made. Rolled first, the follower's
+    data would end where the leader's does not, and every later push of the leader's (its next entry still
+    in the same file) would be refused for its pos."""
+    leader = _open(tmp_path / "leader")
+    entries = _fill(leader, 4)
+    raw = leader.raw_entries(0, 3, 1 << 20)
+    assert raw is not None
+    follower = _open(tmp_path / "follower")
+    follower.append_raw(raw[1][: 2 * 72])
+    body = b"x" * 100  # (144 + 48 + 100 > DATA: a roll)
+    forged = dl.Entry(2, 1, body, 144, body_crc=dl.entry_body_crc(body))
+    with pytest.raises(dl.DLedgerError) as err:
+        if wire == "binary":
+            follower.append_raw(dl.encode_entry(forged))
+        else:
+            follower.append_followers([forged])
+    assert err.value.code == dl.DLedgerCode.DISK_ERROR
+    assert (len(follower.data.files), follower.end_pos, follower.last_index) == (1, 144, 1)
+    follower.append_raw(raw[1])
+    follower.append_raw(leader.raw_entries(3, 1, 0)[1])  # type: ignore[index]
+    assert [follower.get(i) for i in range(4)] == entries
