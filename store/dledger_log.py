@@ -290,9 +290,11 @@ class DLedgerLog:
         self._written(mf, rel + len(data), entry)
 
     def _written(self, mf: MappedFile, end: int, entry: Entry) -> None:
-        """``entry`` written up to ``end`` of ``mf``: its index record, and the log's last entry."""
-        mf.wrote_position = end
+        """``entry`` written up to ``end`` of ``mf``: its index record, and the log's last entry. The data
+        counts as written only once its index record is (a full disk refusing the record leaves the entry's
+        bytes past the data's end, where the entry appended again goes)."""
         self._write_index(entry)
+        mf.wrote_position = end
         self._last = entry.index
         self._last_term = entry.term
         if self._begin == -1:
@@ -443,8 +445,8 @@ class DLedgerLog:
                 mf.prepare(rel + at - pos, populate=False)
             records = bytearray((j - i) * INDEX_UNIT_SIZE)
             pack_entries(mf.mm, rel, entries[i:j], pos, records)
-            mf.wrote_position = rel + at - pos
             self._write_index_records(first.index, records)
+            mf.wrote_position = rel + at - pos
             self._last, self._last_term = prev_index, prev_term
             if self._begin == -1:
                 self._begin = first.index
@@ -539,8 +541,8 @@ class DLedgerLog:
             if rel + at - start_at > mf.prepared_position:  # (reserved ahead in chunks: mostly done already)
                 mf.prepare(rel + at - start_at, populate=False)
             mf.mm[rel : rel + at - start_at] = view[start:off]
-            mf.wrote_position = rel + at - start_at
             self._write_index_records(first_index, records)
+            mf.wrote_position = rel + at - start_at
             self._last, self._last_term = prev_index, prev_term
             if self._begin == -1:
                 self._begin = first_index
@@ -549,7 +551,16 @@ class DLedgerLog:
         return off
 
     def _write_index_records(self, index: int, records: bytearray) -> None:
-        """The index records of entries ``index``, ``index + 1``, ... in as few writes as their files allow."""
+        """The index records of entries ``index``, ``index + 1``, ... in as few writes as their files allow;
+        all or none (a full disk part way: those written are cut again, and the caller counts the entries'
+        data only once this returns)."""
+        try:
+            self._write_index_run(index, records)
+        except BaseException:
+            self.index.truncate_dirty_files(index * INDEX_UNIT_SIZE)
+            raise
+
+    def _write_index_run(self, index: int, records: bytearray) -> None:
         off, done = index * INDEX_UNIT_SIZE, 0
         while done < len(records):
             mf = self.index.last_file_for_append(off + done)

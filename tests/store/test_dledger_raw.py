@@ -11,6 +11,7 @@ import pytest
 
 from store import dledger as dl
 from store.dledger_log import DLedgerLog
+from store.mapped_file import MappedFile, MappedFileQueue
 from tests.store.test_dledger_log import DATA, INDEX, _fill, _tree_bytes
 
 
@@ -153,3 +154,54 @@ def test_an_entry_refused_for_its_pos_rolls_no_data_file(tmp_path: Path, wire: s
     follower.append_raw(raw[1])
     follower.append_raw(leader.raw_entries(3, 1, 0)[1])  # type: ignore[index]
     assert [follower.get(i) for i in range(4)] == entries
+
+
+def _index_refused_once(log_: DLedgerLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next index file of `log_` cannot be made (a full disk), once."""
+    make = MappedFileQueue.last_file_for_append
+
+    def full(self: MappedFileQueue, start_offset: int = 0) -> MappedFile:
+        if self is log_.index:
+            monkeypatch.setattr(MappedFileQueue, "last_file_for_append", make)
+            raise OSError(28, "No space left on device")
+        return make(self, start_offset)
+
+    monkeypatch.setattr(MappedFileQueue, "last_file_for_append", full)
+
+
+@pytest.mark.parametrize("path", ["leader", "binary", "json"])
+def test_an_entry_whose_index_record_cannot_be_written_is_not_left_in_the_data_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Entry 3's data written, its index record refused (the index file for it cannot be made): the append
+    fails and leaves nothing counted in the data file, so that the entry appended again lands where the
+    leader's does (else every later push is refused for its pos) and the files reopen to the same log."""
+    leader = _open(tmp_path / "leader")
+    entries = _fill(leader, 3)
+    body = b"body-003" * 3
+    log_ = leader if path == "leader" else _open(tmp_path / "follower")
+    if path != "leader":
+        log_.append_raw(leader.raw_entries(0, 3, 1 << 20)[1])  # type: ignore[index]
+        entries.append(leader.append_leader(body, 1))
+    raw = leader.raw_entries(3, 1, 0)
+
+    def append() -> None:
+        if path == "leader":
+            log_.append_leader_placed(body, 1, log_.leader_pos(dl.BODY_OFFSET + len(body)))
+        elif path == "binary":
+            log_.append_raw(raw[1])  # type: ignore[index]
+        else:
+            log_.append_followers([entries[3]])
+
+    _index_refused_once(log_, monkeypatch)
+    with pytest.raises(OSError):
+        append()
+    assert (log_.last_index, log_.end_pos) == (2, DATA)  # (the blank of the roll kept: the leader's too)
+    append()
+    if path == "leader":
+        entries.append(log_.get(3))
+    assert [log_.get(i) for i in range(4)] == entries and entries[3].pos == DATA
+    log_.close()
+    again = _open(tmp_path / ("leader" if path == "leader" else "follower"))
+    assert [again.get(i) for i in range(4)] == entries
+    again.close()
