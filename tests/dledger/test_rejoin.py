@@ -260,6 +260,7 @@ async def test_a_deposed_leader_never_dispatches_the_tail_its_puts_parsed(
         monkeypatch.undo()
         old_log, new_log = old.dledger.log, new.dledger.log
         await wait_until(lambda: old_log.last_index == new_log.last_index == old_log.committed_index, 30)
+        assert new.dledger.node.pushes[keys[brokers.index(old)]["dleger_self_id"]].binary  # (after the cut)
         expected = [f"acked-{i}".encode() for i in range(5)] + [f"new-{i}".encode() for i in range(60)]
         sent = [
             (k, r.ext_fields["msgId"])
