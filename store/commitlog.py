@@ -80,6 +80,15 @@ class IllegalMessage(Exception):
         self.status = status
 
 
+class PartlyAppended(OSError):
+    """A put of several records failed (a full disk) after ``appended`` of them were stored, each on its
+    own (a DLedger entry per message): they stay, and the queue offsets they took are not given again."""
+
+    def __init__(self, cause: OSError, appended: list[RecordInfo]) -> None:
+        super().__init__(*cause.args)
+        self.appended = appended
+
+
 @dataclass(slots=True)
 class ScanResult:
     """Outcome of a recovery scan: where valid data ends and what stopped it, if not a clean end."""

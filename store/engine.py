@@ -50,7 +50,14 @@ from store.cleanup import (
     unconsumed_per_file,
 )
 from store.clock import Clock, SystemClock
-from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanResult, apply_delay
+from store.commitlog import (
+    CommitLog,
+    IllegalMessage,
+    PartlyAppended,
+    PutMessageStatus,
+    ScanResult,
+    apply_delay,
+)
 from store.config import SLAVE, StoreConfig
 from store.config_files import ConfigFiles
 from store.consumequeue import UNIT, ConsumeQueue, QueueHandle, unit_tags_code
@@ -873,6 +880,8 @@ class DefaultMessageStore:
                 log.warning("message refused: %s", e)
                 return PutResult(e.status)
             except OSError as err:  # (not ``e`` again: compiled, one name holds one type)
+                if isinstance(err, PartlyAppended) and cq is not None:
+                    cq.next_offset = max(i.queue_offset for i in err.appended) + 1  # (stored: served)
                 return PutResult(self._put_failed(err))
             if self._no_space:
                 self._no_space = False
