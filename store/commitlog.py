@@ -80,12 +80,14 @@ class IllegalMessage(Exception):
         self.status = status
 
 
-class PartlyAppended(OSError):
-    """A put of several records failed (a full disk) after ``appended`` of them were stored, each on its
-    own (a DLedger entry per message): they stay, and the queue offsets they took are not given again."""
+class PartlyAppended(Exception):
+    """Internal: a put of several records failed with ``cause`` (a full disk) after ``appended`` of them
+    were stored, each on its own (a DLedger entry per message): they stay, and the queue offsets they took
+    are not given again."""
 
     def __init__(self, cause: OSError, appended: list[RecordInfo]) -> None:
-        super().__init__(*cause.args)
+        super().__init__(str(cause))
+        self.cause = cause
         self.appended = appended
 
 

@@ -879,9 +879,11 @@ class DefaultMessageStore:
             except IllegalMessage as e:
                 log.warning("message refused: %s", e)
                 return PutResult(e.status)
+            except PartlyAppended as partly:
+                if cq is not None:  # (stored: they are served, their queue offsets taken)
+                    cq.next_offset = max(i.queue_offset for i in partly.appended) + 1
+                return PutResult(self._put_failed(partly.cause))
             except OSError as err:  # (not ``e`` again: compiled, one name holds one type)
-                if isinstance(err, PartlyAppended) and cq is not None:
-                    cq.next_offset = max(i.queue_offset for i in err.appended) + 1  # (stored: served)
                 return PutResult(self._put_failed(err))
             if self._no_space:
                 self._no_space = False
