@@ -80,6 +80,17 @@ class IllegalMessage(Exception):
         self.status = status
 
 
+class PartlyAppended(Exception):
+    """Internal: a put of several records failed with ``cause`` (a full disk) after ``appended`` of them
+    were stored, each on its own (a DLedger entry per message): they stay, and the queue offsets they took
+    are not given again."""
+
+    def __init__(self, cause: OSError, appended: list[RecordInfo]) -> None:
+        super().__init__(str(cause))
+        self.cause = cause
+        self.appended = appended
+
+
 @dataclass(slots=True)
 class ScanResult:
     """Outcome of a recovery scan: where valid data ends and what stopped it, if not a clean end."""

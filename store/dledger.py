@@ -559,10 +559,11 @@ class RaftLog(Protocol):
         binary push); ``None`` when entry ``first`` is not held. Not checked against their ``bodyCrc``."""
         ...
 
-    def append_raw(self, data: bytes) -> None:
+    def append_raw(self, data: bytes) -> tuple[int, int]:
         """:meth:`append_followers` of entries given as a leader's data file holds them (a binary push):
         each checked as a pushed entry is (header, index and term continuity, pos, ``bodyCrc``); those
-        held already must be the same bytes. Those before a refused one stay appended."""
+        held already must be the same bytes. Those before a refused one stay appended. The indexes of the
+        first and last entries ``data`` holds (an empty ``data`` is refused)."""
         ...
 
     def get(self, index: int) -> Entry:
@@ -683,8 +684,9 @@ class MemoryRaftLog:
             out.append(encode_entry(entry))
         return len(out), b"".join(out)
 
-    def append_raw(self, data: bytes) -> None:
-        off = 0
+    def append_raw(self, data: bytes) -> tuple[int, int]:
+        first = raw_header(data, 0)[2]
+        off = last = 0
         while off < len(data):
             raw_header(data, off)
             entry = decode_entry(data, off)
@@ -701,6 +703,8 @@ class MemoryRaftLog:
                     )
                 self.append_follower(entry)
             off += entry.size
+            last = entry.index
+        return first, last
 
     def get(self, index: int) -> Entry:
         check_held(self, index)

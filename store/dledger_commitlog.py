@@ -18,7 +18,7 @@ import logging
 import os
 from collections.abc import Callable
 
-from store.commitlog import CommitLog, RecordWalk, appended, encode_checked
+from store.commitlog import CommitLog, PartlyAppended, RecordWalk, appended, encode_checked
 from store.dledger import BODY_OFFSET, DATA_FILE_SIZE, INDEX_FILE_SIZE, DLedgerError, Entry, load_term
 from store.dledger_log import DLedgerLog, dledger_dir
 from store.errors import CorruptRecordError, StoreFormatError
@@ -148,15 +148,22 @@ class DLedgerCommitLog(CommitLog):
         hook would stamp it: the record is the entry's body as it is, copied once, into the data file)."""
         encoded = [(m, *encode_checked(m, store_host, self.max_message_size, self.file_size)) for m in msgs]
         dlog = self.dlog
-        out = []
+        out: list[RecordInfo] = []
         next_offset = queue_offset
         for m, props, born, store, topic, size in encoded:
             counted = m.sys_flag & TRANSACTION_TYPE_MASK in (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
             qoff = next_offset if counted else 0
             with dlog.lock:
-                pos = dlog.leader_pos(BODY_OFFSET + size)
-                record = encode_record_parts(m, props, born, store, topic, qoff, pos + BODY_OFFSET, now_ms)
-                entry = dlog.append_leader_placed(record, self.term, pos)
+                try:
+                    pos = dlog.leader_pos(BODY_OFFSET + size)
+                    record = encode_record_parts(
+                        m, props, born, store, topic, qoff, pos + BODY_OFFSET, now_ms
+                    )
+                    entry = dlog.append_leader_placed(record, self.term, pos)
+                except OSError as err:
+                    if out:  # (the entries before it are in the log: they commit, their offsets are taken)
+                        raise PartlyAppended(err, out) from err
+                    raise
                 info = appended(m, pos + BODY_OFFSET, size, qoff, now_ms)
                 if not self.auto_commit and len(self.parsed) < PARSED_MAX:
                     self.parsed[info.commit_log_offset] = info

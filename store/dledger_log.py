@@ -263,12 +263,18 @@ class DLedgerLog:
         if self.read_only:
             raise DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"{self.directory} is open read-only")
 
-    def _place(self, size: int) -> tuple[MappedFile, int]:
-        """``MmapFileList#preAppend``: the file and position for an entry of ``size``, rolling with a blank."""
+    def _place(self, size: int, pos: int = -1, index: int = -1) -> tuple[MappedFile, int]:
+        """``MmapFileList#preAppend``: the file and position for an entry of ``size``, rolling with a blank.
+        A follower's entry ``index`` that says it goes at ``pos`` is refused before any roll when it would
+        land elsewhere: a blank written for it would end this data file where the leader's goes on."""
         if size + 8 > self.data.file_size:
             raise DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"entry of {size} bytes exceeds a data file")
         mf = self.data.last_file_for_append()
-        if needs_roll(self.data.file_size, mf.wrote_position, size):
+        roll = needs_roll(self.data.file_size, mf.wrote_position, size)
+        at = mf.file_from_offset + (self.data.file_size if roll else mf.wrote_position)
+        if pos >= 0 and pos != at:
+            raise DLedgerError(DLedgerCode.DISK_ERROR, f"entry {index}: leader pos {pos} != {at}")
+        if roll:
             start = mf.wrote_position
             mf.prepare(self.data.file_size, populate=False)
             mf.mm[start : self.data.file_size] = encode_blank(self.data.file_size - start)
@@ -284,9 +290,11 @@ class DLedgerLog:
         self._written(mf, rel + len(data), entry)
 
     def _written(self, mf: MappedFile, end: int, entry: Entry) -> None:
-        """``entry`` written up to ``end`` of ``mf``: its index record, and the log's last entry."""
-        mf.wrote_position = end
+        """``entry`` written up to ``end`` of ``mf``: its index record, and the log's last entry. The data
+        counts as written only once its index record is (a full disk refusing the record leaves the entry's
+        bytes past the data's end, where the entry appended again goes)."""
         self._write_index(entry)
+        mf.wrote_position = end
         self._last = entry.index
         self._last_term = entry.term
         if self._begin == -1:
@@ -375,11 +383,7 @@ class DLedgerLog:
         self._writable()
         with self._lock:
             check_follower_entry(self, entry)
-            mf, pos = self._place(entry.size)
-            if entry.pos >= 0 and entry.pos != pos:
-                raise DLedgerError(
-                    DLedgerCode.DISK_ERROR, f"entry {entry.index}: leader pos {entry.pos} != {pos}"
-                )
+            mf, pos = self._place(entry.size, entry.pos, entry.index)
             placed = entry if entry.pos == pos else entry.at(pos)
             self._write(mf, encode_entry(placed), placed)
             return placed
@@ -403,7 +407,7 @@ class DLedgerLog:
         buffer written after it (:func:`pack_entries`)."""
         first = entries[i]
         check_follower_entry(self, first)
-        mf, pos = self._place(first.size)
+        mf, pos = self._place(first.size, first.pos, first.index)
         base, file_size = mf.file_from_offset, self.data.file_size
         refused: DLedgerError | None = None
         at = pos
@@ -441,8 +445,8 @@ class DLedgerLog:
                 mf.prepare(rel + at - pos, populate=False)
             records = bytearray((j - i) * INDEX_UNIT_SIZE)
             pack_entries(mf.mm, rel, entries[i:j], pos, records)
-            mf.wrote_position = rel + at - pos
             self._write_index_records(first.index, records)
+            mf.wrote_position = rel + at - pos
             self._last, self._last_term = prev_index, prev_term
             if self._begin == -1:
                 self._begin = first.index
@@ -450,37 +454,45 @@ class DLedgerLog:
             raise refused
         return j
 
-    def append_raw(self, data: bytes) -> None:
+    def append_raw(self, data: bytes) -> tuple[int, int]:
         """:meth:`append_followers` of a binary push: entries as the leader's data file holds them. Each
         is checked in one pass over the bytes (header, index and term continuity, the leader's pos, the body
         against ``bodyCrc``), then each run that fits the current data file is copied into it in one slice
-        and its index records in one buffer. Entries held already must be the same bytes (a repeat)."""
+        and its index records in one buffer. Entries held already must be the same bytes (a repeat). The
+        indexes of the body's first and last entries: what the push's own fields may claim, no more."""
         self._writable()
         view = memoryview(data)
         with self._lock:
-            off = self._skip_held(view)
+            first = raw_header(view, 0)[2]  # (an empty body refused: it shows no entry)
+            off, last = self._skip_held(view)
             while off < len(view):
                 off = self._append_raw_run(view, off)
+                last = self._last
+            return first, last
 
-    def _skip_held(self, view: memoryview) -> int:
-        """Where the entries this log does not hold yet begin in ``view``; raises at a held one that differs."""
-        off = 0
+    def _skip_held(self, view: memoryview) -> tuple[int, int]:
+        """Where the entries this log does not hold yet begin in ``view``, and the index of the last held one
+        before it (-1: none); raises at a held one that differs."""
+        off, last = 0, -1
         while off < len(view):
             _m, size, index, _t, _p, _ch, _chain, _crc, _bl = raw_header(view, off)
             if index > self._last:
-                return off
+                return off, last
             held = self.read(*self._pos_size(index)) if index >= self._begin else None
             if held is None or held != view[off : off + size]:
                 raise DLedgerError(DLedgerCode.INCONSISTENT_INDEX, f"entry {index} differs from the one held")
             off += size
-        return off
+            last = index
+        return off, last
 
     def _append_raw_run(self, view: memoryview, off: int) -> int:
         """Append the entries of ``view`` from ``off`` as far as the current data file takes them (rolled
         first when the first does not fit); the offset after the last appended. Raises, after writing the
         ones before it, at a refused one."""
         # the first entry checked whole before a roll is written for it (as check_follower_entry)
-        _m, first_size, first_index, first_term, _p, _ch, _chain, first_crc, _bl = unpack_header(view, off)
+        _m, first_size, first_index, first_term, first_pos, _ch, _chain, first_crc, _bl = unpack_header(
+            view, off
+        )
         if first_index != self._last + 1 or first_term < self._last_term:
             raise DLedgerError(
                 DLedgerCode.INCONSISTENT_INDEX,
@@ -489,7 +501,7 @@ class DLedgerLog:
         damage = body_crc_problem(first_index, first_crc, view[off + BODY_OFFSET : off + first_size])
         if damage:
             raise DLedgerError(DLedgerCode.UNEXPECTED_ARGUMENT, f"{damage}: the pushed body is damaged")
-        mf, at = self._place(first_size)
+        mf, at = self._place(first_size, first_pos, first_index)
         base, file_size = mf.file_from_offset, self.data.file_size
         start, start_at = off, at
         prev_index, prev_term = self._last, self._last_term
@@ -529,8 +541,8 @@ class DLedgerLog:
             if rel + at - start_at > mf.prepared_position:  # (reserved ahead in chunks: mostly done already)
                 mf.prepare(rel + at - start_at, populate=False)
             mf.mm[rel : rel + at - start_at] = view[start:off]
-            mf.wrote_position = rel + at - start_at
             self._write_index_records(first_index, records)
+            mf.wrote_position = rel + at - start_at
             self._last, self._last_term = prev_index, prev_term
             if self._begin == -1:
                 self._begin = first_index
@@ -539,7 +551,16 @@ class DLedgerLog:
         return off
 
     def _write_index_records(self, index: int, records: bytearray) -> None:
-        """The index records of entries ``index``, ``index + 1``, ... in as few writes as their files allow."""
+        """The index records of entries ``index``, ``index + 1``, ... in as few writes as their files allow;
+        all or none (a full disk part way: those written are cut again, and the caller counts the entries'
+        data only once this returns)."""
+        try:
+            self._write_index_run(index, records)
+        except BaseException:
+            self.index.truncate_dirty_files(index * INDEX_UNIT_SIZE)
+            raise
+
+    def _write_index_run(self, index: int, records: bytearray) -> None:
         off, done = index * INDEX_UNIT_SIZE, 0
         while done < len(records):
             mf = self.index.last_file_for_append(off + done)

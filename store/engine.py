@@ -50,7 +50,14 @@ from store.cleanup import (
     unconsumed_per_file,
 )
 from store.clock import Clock, SystemClock
-from store.commitlog import CommitLog, IllegalMessage, PutMessageStatus, ScanResult, apply_delay
+from store.commitlog import (
+    CommitLog,
+    IllegalMessage,
+    PartlyAppended,
+    PutMessageStatus,
+    ScanResult,
+    apply_delay,
+)
 from store.config import SLAVE, StoreConfig
 from store.config_files import ConfigFiles
 from store.consumequeue import UNIT, ConsumeQueue, QueueHandle, unit_tags_code
@@ -872,6 +879,10 @@ class DefaultMessageStore:
             except IllegalMessage as e:
                 log.warning("message refused: %s", e)
                 return PutResult(e.status)
+            except PartlyAppended as partly:
+                if cq is not None:  # (stored: they are served, their queue offsets taken)
+                    cq.next_offset = max(i.queue_offset for i in partly.appended) + 1
+                return PutResult(self._put_failed(partly.cause))
             except OSError as err:  # (not ``e`` again: compiled, one name holds one type)
                 return PutResult(self._put_failed(err))
             if self._no_space:

@@ -1162,7 +1162,13 @@ class Node:
         if code is None:
             code = Code.SUCCESS
             try:
-                self.log.append_raw(raw)
+                shown = self.log.append_raw(raw)
+                if shown != (first, first + count - 1):
+                    # the fields claim entries the body does not show: nothing committed on their word
+                    raise DLedgerError(
+                        DLedgerCode.UNEXPECTED_ARGUMENT,
+                        f"the body holds entries {shown[0]}-{shown[1]}, its fields say {count} from {first}",
+                    )
             except (DLedgerError, OSError) as exc:
                 log.error(
                     "[%s] cannot append entries %d-%d: %s", self.m.self_id, first, first + count - 1, exc

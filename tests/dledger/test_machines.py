@@ -634,3 +634,31 @@ def test_a_binary_push_made_json_carries_the_same_entries() -> None:
     assert by_json.on_push(req, 0).code == DLedgerResponseCode.SUCCESS
     for follower in (by_raw, by_json):
         assert [follower.log.get(i) for i in range(3)] == [leader.log.get(i) for i in range(3)]
+
+
+@pytest.mark.parametrize(
+    ("first", "count", "body"),
+    [(0, 5, "entry 0"), (0, 5, "empty"), (3, 2, "entry 0")],
+    ids=["count-beyond-the-body", "empty-body", "index-not-the-bodys"],
+)
+def test_a_binary_push_commits_no_further_than_its_body_whatever_its_fields_claim(
+    first: int, count: int, body: str
+) -> None:
+    """A follower holds entries 0-4 of a deposed leader, 0-1 committed. A binary push of the new leader
+    whose extFields claim more than its body shows (its count, its first index; an empty body) must not
+    commit the tail the body never showed to be the new leader's: refused, the committed index unmoved."""
+    old = a_leader(5)
+    follower = a_follower()
+    run = old.log.raw_entries(0, 5, 1 << 20)
+    assert run is not None and run[0] == 5
+    push = PushEntryRequest(group="g", leader_id="n0", local_id="n0", remote_id="n1", term=1, commit_index=1)
+    assert follower.on_raw_push(push, 0, 5, run[1], 0).code == DLedgerResponseCode.SUCCESS
+    assert (follower.log.last_index, follower.log.committed_index) == (4, 1)
+    follower.m.term = 2
+    follower.to_follower(2, "n2")
+    one = old.log.raw_entries(0, 1, 0)
+    assert one is not None
+    lie = PushEntryRequest(group="g", leader_id="n2", local_id="n2", remote_id="n1", term=2, commit_index=4)
+    resp = follower.on_raw_push(lie, first, count, one[1] if body == "entry 0" else b"", 0)
+    assert (follower.log.last_index, follower.log.committed_index) == (4, 1)
+    assert resp.code == DLedgerResponseCode.UNEXPECTED_ARGUMENT

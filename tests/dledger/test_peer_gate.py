@@ -24,13 +24,15 @@ import pytest
 
 from daemon.broker.broker import Broker
 from daemon.config import ConfigError, parse_properties
-from daemon.dledger.machines import wire_entry
+from daemon.dledger.machines import log_entry, wire_entry
 from daemon.dledger.protocol import (
+    BINARY_PUSH_CODE,
     DLedgerRequestCode,
     PushEntryRequest,
     PushType,
     RequestOrResponse,
     VoteRequest,
+    binary_push_fields,
 )
 from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import RemotingClient
@@ -39,6 +41,7 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingError
 from daemon.remoting.frame import encode_command
 from daemon.remoting.tls import write_local_ca
+from store.dledger import encode_entry
 from tests.broker.test_ha import pull_all
 from tests.dledger.test_group import failover
 from tests.dledger.test_rejoin import leader_of, members
@@ -190,6 +193,17 @@ async def test_a_member_host_cannot_speak_for_another_member(
         try:
             for addr, req in forged(leader, follower):
                 assert await send_forged(impostor, addr, req) == ResponseCode.NO_PERMISSION
+            # the binary push passes the same gate: its entries, in the leader's name, as its data file holds them
+            assert leader.dledger is not None
+            (addr, push), _vote = forged(leader, follower)
+            assert isinstance(push, PushEntryRequest) and push.entry is not None
+            first = push.entry.index
+            binary = RemotingCommand.request(
+                BINARY_PUSH_CODE,
+                binary_push_fields(push, first, 1),
+                encode_entry(log_entry(push.entry)),
+            )
+            assert (await impostor.invoke(addr, binary, 2.0)).code == ResponseCode.NO_PERMISSION
         finally:
             await impostor.close()
         await asyncio.sleep(0.5)

@@ -6,6 +6,7 @@ log. An elected leader commits (and serves) its predecessor's tail with its term
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -15,12 +16,17 @@ from typing import Any
 import pytest
 
 from daemon.broker.broker import Broker
+from daemon.broker.headers import QueryMessageRequestHeader
 from daemon.remoting.client import RemotingClient
-from daemon.remoting.codes import ResponseCode
+from daemon.remoting.codes import RequestCode, ResponseCode
+from store.dledger_commitlog import DLedgerCommitLog
+from store.engine import DefaultMessageStore
 from store.names import DLEDGER_TERM_TOPIC
 from store.quarantine import list_quarantines
+from store.record import decode_msg_id, decode_records
 from tests.broker.test_ha import pull_all
 from tests.support.broker import BrokerClient, start_broker
+from tests.support.cli import RunCli
 from tests.support.pop import PopClient
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
@@ -200,3 +206,74 @@ async def test_an_elected_leader_serves_its_predecessors_tail_without_a_send(tmp
         assert r.code == ResponseCode.TOPIC_NOT_EXIST, r.remark
         popped = await PopClient(BrokerClient(new.addr, client), "G").pop_raw(DLEDGER_TERM_TOPIC)
         assert popped.code == ResponseCode.TOPIC_NOT_EXIST, popped.remark
+
+
+def _dispatched(b: Broker) -> bool:
+    """Every committed record dispatched (its ConsumeQueue and IndexFile written)."""
+    assert isinstance(b.store, DefaultMessageStore)
+    return b.store.reput_from_offset >= b.store.commit_log.max_offset
+
+
+async def _served(on: BrokerClient, topic: str, key: str, msg_id: str) -> tuple[list[bytes], list[bytes]]:
+    """What a member serves of one message: by its key (the IndexFile) and by its msgId (its offset)."""
+    query = QueryMessageRequestHeader(topic, key, 64, 0, 2**62).to_ext_fields()
+    by_key = await on.call(RequestCode.QUERY_MESSAGE, query)
+    _, phys = decode_msg_id(msg_id)
+    by_id = await on.call(RequestCode.VIEW_MESSAGE_BY_ID, {"offset": str(phys)})
+    return (
+        [m.body for m in decode_records(by_key.body)] if by_key.code == ResponseCode.SUCCESS else [],
+        [m.body for m in decode_records(by_id.body)] if by_id.code == ResponseCode.SUCCESS else [],
+    )
+
+
+@pytest.mark.slow
+async def test_a_deposed_leader_never_dispatches_the_tail_its_puts_parsed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: RunCli
+) -> None:
+    """The leader's puts keep what they parsed of each record for dispatch. Deposed in this process (cut
+    off, never restarted) with an unacknowledged tail, it follows the new leader, whose entries replace the
+    tail at the same offsets: it serves each acknowledged message once (pull, key, msgId), none of the tail,
+    and every member's store verifies clean offline."""
+    keys = members(tmp_path)
+    async with running(keys) as (brokers, client):
+        old, on_old = await led(brokers, client, "Q", 0)
+        acked = [await on_old.send("Q", f"acked-{i}".encode(), queue_id=0, keys=f"a{i}") for i in range(5)]
+        await asyncio.sleep(1.5)
+        followers = await stop_followers(brokers, old)
+        lone = await asyncio.gather(
+            *(on_old.send("Q", f"lone-{i}".encode(), queue_id=0, keys=f"l{i}") for i in range(50))
+        )
+        assert all(r.code != ResponseCode.SUCCESS for r in lone)
+        assert old.dledger is not None and isinstance(old.store, DefaultMessageStore)
+        assert isinstance(old.store.commit_log, DLedgerCommitLog) and old.store.commit_log.parsed
+        # cut off (it sends nothing) while the two come back and elect one of them
+        monkeypatch.setattr(old.dledger, "_send", lambda outs: None)
+        for i in followers:
+            brokers[i] = await start_broker(Path(keys[i]["store_path_root_dir"]), **keys[i])
+        others = [b for b in brokers if b is not old]
+        await wait_until(lambda: leader_of(others) is not None, 20)
+        new = leader_of(others)
+        assert new is not None and new.dledger is not None
+        on_new = BrokerClient(new.addr, client)
+        acked += [await on_new.send("Q", f"new-{i}".encode(), queue_id=0, keys=f"n{i}") for i in range(60)]
+        assert all(r.code == ResponseCode.SUCCESS for r in acked)
+        monkeypatch.undo()
+        old_log, new_log = old.dledger.log, new.dledger.log
+        await wait_until(lambda: old_log.last_index == new_log.last_index == old_log.committed_index, 30)
+        assert new.dledger.node.pushes[keys[brokers.index(old)]["dleger_self_id"]].binary  # (after the cut)
+        expected = [f"acked-{i}".encode() for i in range(5)] + [f"new-{i}".encode() for i in range(60)]
+        sent = [
+            (k, r.ext_fields["msgId"])
+            for k, r in zip([f"a{i}" for i in range(5)] + [f"n{i}" for i in range(60)], acked, strict=True)
+        ]
+        for b in brokers:
+            assert b is not None
+            on = BrokerClient(b.addr, client)
+            await wait_until(functools.partial(_dispatched, b), 10)
+            assert await pull_all(on, "Q", 0) == expected, b.config.dleger_self_id
+            for (key, msg_id), body in zip(sent, expected, strict=True):
+                assert await _served(on, "Q", key, msg_id) == ([body], [body]), key
+            assert await _served(on, "Q", "l0", sent[-1][1]) == ([], [expected[-1]])
+    for k in keys:
+        report = cli("store", "verify", "--store", k["store_path_root_dir"], "-o", "json")
+        assert report.code == 0, report.stdout + report.stderr

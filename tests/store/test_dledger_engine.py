@@ -322,3 +322,37 @@ def test_sigkill_mid_write_loses_no_acknowledged_message(tmp_path: Path) -> None
 
 def dl_name(pos: int, file_size: int) -> str:
     return f"{pos - pos % file_size:020d}"
+
+
+def test_a_batch_a_full_disk_refuses_part_way_gives_no_queue_offset_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A leader's batch put writes one entry per message. A full disk refusing the third fails the put
+    after two are in the log: they commit and are served (a failed send may be stored, as a timed-out one),
+    and the next put is not given their queue offsets again (two records at one ConsumeQueue offset: the
+    acknowledged one was never served)."""
+    store = _open(tmp_path)
+    cl = store.commit_log
+    assert isinstance(cl, DLedgerCommitLog)
+    cl.auto_commit = False
+    assert store.put_message(Message("D", b"first", queue_id=0)).ok
+    placed = DLedgerLog.append_leader_placed
+    calls: list[int] = []
+
+    def full_at_third(self: DLedgerLog, body: bytes, term: int, pos: int) -> dl.Entry:
+        calls.append(pos)
+        if len(calls) == 3:
+            raise OSError(28, "No space left on device")
+        return placed(self, body, term, pos)
+
+    monkeypatch.setattr(DLedgerLog, "append_leader_placed", full_at_third)
+    batch = [Message("D", f"failed-{i}".encode(), queue_id=0) for i in range(3)]
+    assert not store.put_messages(batch).ok
+    monkeypatch.undo()
+    assert cl.dlog.last_index == 2
+    result = store.put_messages([Message("D", f"later-{i}".encode(), queue_id=0) for i in range(2)])
+    assert result.ok and result.queue_offset == 3
+    cl.dlog.set_committed(cl.dlog.last_index)
+    store.dispatch_committed()
+    assert all_bodies(store, "D", 0) == [b"first", b"failed-0", b"failed-1", b"later-0", b"later-1"]
+    store.shutdown()

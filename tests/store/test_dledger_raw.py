@@ -11,6 +11,7 @@ import pytest
 
 from store import dledger as dl
 from store.dledger_log import DLedgerLog
+from store.mapped_file import MappedFile, MappedFileQueue
 from tests.store.test_dledger_log import DATA, INDEX, _fill, _tree_bytes
 
 
@@ -127,3 +128,80 @@ def test_the_memory_log_takes_the_same_runs(tmp_path: Path) -> None:
     assert mem.raw_entries(0, 3, 1 << 20) == raw
     with pytest.raises(dl.DLedgerError):
         mem.append_raw(_flip(raw[1], 2 * 72 + dl.BODY_OFFSET))
+
+
+@pytest.mark.parametrize("wire", ["binary", "json"])
+def test_an_entry_refused_for_its_pos_rolls_no_data_file(tmp_path: Path, wire: str) -> None:
+    """An entry too large for what is left of the follower's data file, whose pos is not where the roll
+    would put it, is refused before the roll: no blank written, no file made. Rolled first, the follower's
+    data would end where the leader's does not, and every later push of the leader's (its next entry still
+    in the same file) would be refused for its pos."""
+    leader = _open(tmp_path / "leader")
+    entries = _fill(leader, 4)
+    raw = leader.raw_entries(0, 3, 1 << 20)
+    assert raw is not None
+    follower = _open(tmp_path / "follower")
+    follower.append_raw(raw[1][: 2 * 72])
+    body = b"x" * 100  # (144 + 48 + 100 > DATA: a roll)
+    forged = dl.Entry(2, 1, body, 144, body_crc=dl.entry_body_crc(body))
+    with pytest.raises(dl.DLedgerError) as err:
+        if wire == "binary":
+            follower.append_raw(dl.encode_entry(forged))
+        else:
+            follower.append_followers([forged])
+    assert err.value.code == dl.DLedgerCode.DISK_ERROR
+    assert (len(follower.data.files), follower.end_pos, follower.last_index) == (1, 144, 1)
+    follower.append_raw(raw[1])
+    follower.append_raw(leader.raw_entries(3, 1, 0)[1])  # type: ignore[index]
+    assert [follower.get(i) for i in range(4)] == entries
+
+
+def _index_refused_once(log_: DLedgerLog, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next index file of `log_` cannot be made (a full disk), once."""
+    make = MappedFileQueue.last_file_for_append
+
+    def full(self: MappedFileQueue, start_offset: int = 0) -> MappedFile:
+        if self is log_.index:
+            monkeypatch.setattr(MappedFileQueue, "last_file_for_append", make)
+            raise OSError(28, "No space left on device")
+        return make(self, start_offset)
+
+    monkeypatch.setattr(MappedFileQueue, "last_file_for_append", full)
+
+
+@pytest.mark.parametrize("path", ["leader", "binary", "json"])
+def test_an_entry_whose_index_record_cannot_be_written_is_not_left_in_the_data_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
+) -> None:
+    """Entry 3's data written, its index record refused (the index file for it cannot be made): the append
+    fails and leaves nothing counted in the data file, so that the entry appended again lands where the
+    leader's does (else every later push is refused for its pos) and the files reopen to the same log."""
+    leader = _open(tmp_path / "leader")
+    entries = _fill(leader, 3)
+    body = b"body-003" * 3
+    log_ = leader if path == "leader" else _open(tmp_path / "follower")
+    if path != "leader":
+        log_.append_raw(leader.raw_entries(0, 3, 1 << 20)[1])  # type: ignore[index]
+        entries.append(leader.append_leader(body, 1))
+    raw = leader.raw_entries(3, 1, 0)
+
+    def append() -> None:
+        if path == "leader":
+            log_.append_leader_placed(body, 1, log_.leader_pos(dl.BODY_OFFSET + len(body)))
+        elif path == "binary":
+            log_.append_raw(raw[1])  # type: ignore[index]
+        else:
+            log_.append_followers([entries[3]])
+
+    _index_refused_once(log_, monkeypatch)
+    with pytest.raises(OSError):
+        append()
+    assert (log_.last_index, log_.end_pos) == (2, DATA)  # (the blank of the roll kept: the leader's too)
+    append()
+    if path == "leader":
+        entries.append(log_.get(3))
+    assert [log_.get(i) for i in range(4)] == entries and entries[3].pos == DATA
+    log_.close()
+    again = _open(tmp_path / ("leader" if path == "leader" else "follower"))
+    assert [again.get(i) for i in range(4)] == entries
+    again.close()
