@@ -207,6 +207,19 @@ async def produce(
     topic 1 queue 0, ...), so the load is spread round-robin over topics and then queues. Topics
     that ``topics > 1`` creates get ``queues`` queues (4, RocketMQ's defaultTopicQueueNums).
     """
+    slots = await produce_slots(admin, prefix, topics=topics, size=size, queues=queues)
+    ssl = getattr(admin.client, "ssl", None)  # the session's TLS (a RemotingClient's context)
+    return await produce_to(
+        slots, threads=threads, count=count, duration=duration, rate=rate, tick=tick, ssl=ssl
+    )
+
+
+async def produce_slots(
+    admin: Admin, prefix: str, *, topics: int, size: int, queues: int = 4
+) -> list[tuple[str, bytes]]:
+    """:func:`produce`'s queue slots, each a (broker, frame) pair: the topics created (``topics > 1``) and
+    routed, each queue's frame encoded. Apart from the timed sends, so that a benchmark repeating rounds
+    over 10,000 topics asks for their routes once."""
     names = topic_names(prefix, topics)
     if topics > 1:
         await create_missing(admin, [TopicSpec(name, queues, queues) for name in names])
@@ -219,6 +232,20 @@ async def produce(
     slots = [slot for column in itertools.zip_longest(*per_topic) for slot in column if slot is not None]
     if not slots:
         raise NotFoundError(f"no writable queue for {prefix!r}")
+    return slots
+
+
+async def produce_to(
+    slots: list[tuple[str, bytes]],
+    *,
+    threads: int,
+    count: int | None,
+    duration: float | None = None,
+    rate: float | None = None,
+    tick: Ticker | None = None,
+    ssl: SSLContext | None = None,
+) -> BenchResult:
+    """The timed part of :func:`produce`: message k to ``slots[k % len(slots)]``."""
     run = Run(interval=threads / rate if rate else 0.0)
     run.deadline = run.started + duration if duration else None
 
@@ -229,7 +256,6 @@ async def produce(
         )
 
     async with running("produce", run, tick):
-        ssl = getattr(admin.client, "ssl", None)  # the session's TLS (a RemotingClient's context)
         await asyncio.gather(*(sender(sends(i), run, ssl) for i in range(threads)))
     return result(
         "produce",
