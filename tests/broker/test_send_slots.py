@@ -104,6 +104,8 @@ async def test_a_kept_slot_sends_without_reading_the_topic_config(broker: Broker
 
     assert (await send()).code == ResponseCode.SUCCESS
     slot = processor._slots["Slot"]
+    # the queue handles too: a tuple (items inline), not a list (its items one more allocation away)
+    assert isinstance(slot.queues, tuple) and slot.queues[2] is not None and slot.queues[:2] == (None, None)
     watched = _WatchedConfig("Slot", 4, 4)
     reads: list[str] = []
     object.__setattr__(watched, "reads", reads)
