@@ -42,7 +42,7 @@ from benchlib import summary  # run as a script: benchmarks/ is on sys.path
 from daemon.remoting.loop import run
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
-from mqctl.services.bench import BenchResult, produce_slots, produce_to, topic_names
+from mqctl.services.bench import BenchResult, Slot, produce_slots, produce_to, topic_names
 from mqctl.services.topics import TopicSpec, create_missing
 
 
@@ -71,7 +71,7 @@ async def rounds(
         one_slots = await produce_slots(one_admin, "BenchOne", topics=1, size=1024, queues=queues)
         many_slots = await produce_slots(many_admin, "BenchMany", topics=topics, size=1024, queues=queues)
 
-        async def timed(slots: list[tuple[str, bytes]], pid: int, n: int) -> Side:
+        async def timed(slots: list[Slot], pid: int, n: int) -> Side:
             """A round, with the broker's and this process's (the senders') CPU µs per send."""
             cpu, own = cpu_seconds(pid), time.process_time()
             result = await produce_to(slots, threads=16, count=n)
