@@ -28,7 +28,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.loop import run
-from mqctl.services.bench import BenchResult, Run, result, send_frame, sender
+from mqctl.services.bench import BenchResult, Run, result, send_frame, sender, split_frame
 from store import native
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -56,7 +56,8 @@ async def wait_ready(addr: str, started: float) -> float:
 
 async def bench(addr: str, duration: float, producers: int) -> BenchResult:
     """`mqctl bench produce`'s senders, each re-run until ``duration`` is over (after a 1 s warm-up)."""
-    sends = [(addr, send_frame("BenchTopic", q, BODY)) for q in range(4)]  # auto-created with 4 queues
+    # auto-created with 4 queues
+    sends = [(addr, *split_frame(send_frame("BenchTopic", q, BODY), BODY)) for q in range(4)]
 
     async def until(run: Run, i: int) -> None:
         await sender(itertools.cycle(sends[i % 4 :] + sends[: i % 4]), run)

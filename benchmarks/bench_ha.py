@@ -37,7 +37,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.loop import run
-from mqctl.services.bench import Run, send_frame, sender
+from mqctl.services.bench import Run, send_frame, sender, split_frame
 
 PIDS: dict[str, int] = {}  # broker address -> process id, for the CPU time it used
 
@@ -156,12 +156,10 @@ async def wait_connected(master: str, slave: str, timeout: float = 30.0) -> None
 
 
 async def fill(master: str, megabytes: int, producers: int) -> None:
-    frame = send_frame("BenchTopic", 0, BODY)
+    slot = (master, *split_frame(send_frame("BenchTopic", 0, BODY), BODY))
     per_sender = megabytes * 1024 * 1024 // len(BODY) // producers + 1
     run = Run()
-    await asyncio.gather(
-        *(sender(((master, frame) for _ in range(per_sender)), run) for _ in range(producers))
-    )
+    await asyncio.gather(*(sender((slot for _ in range(per_sender)), run) for _ in range(producers)))
 
 
 async def wait_caught_up(master: str, slave: str) -> tuple[float, float, float]:

@@ -109,6 +109,7 @@ class ConsumeQueue:
         "_last",
         "damage",
         "dirty",
+        "due",
         "file_size",
         "files",
         "fill_gap",
@@ -147,8 +148,10 @@ class ConsumeQueue:
         #: ``fill_gap(queue, first missing queue offset, queue offset arriving)``: called when a record's unit
         #: would leave a gap, so the store can put the units of records it set aside unparsed there first.
         self.fill_gap: Callable[[ConsumeQueue, int, int], None] | None = None
-        #: Given units since the store's flush loop last took it (the store's dirty list holds it once).
+        #: Given units since the store's thorough flush last took it (the store's dirty list holds it once).
         self.dirty = False
+        #: In the store's list of queues past ``flushConsumeQueueLeastPages`` (see :meth:`flush_due`).
+        self.due = False
 
     def load(self) -> None:
         self.files.load()
@@ -405,6 +408,17 @@ class ConsumeQueue:
         """First queue offset of the file after the one holding ``queue_offset``."""
         per_file = self.file_size // CQ_STORE_UNIT_SIZE
         return queue_offset + per_file - queue_offset % per_file
+
+    def flush_due(self, least: int) -> bool:
+        """4.9.8's ``MappedFile#isAbleToFlush`` for the file the last unit went to: more than ``least`` bytes
+        not flushed, or the file full and not flushed. The put asks, on the file it just wrote (no lookup),
+        where a flush walking thousands of queues a second to ask each found almost all of them below. (A
+        batch that filled one file and went on into the next leaves the full one to the thorough flush.)"""
+        mf = self._last
+        if mf is None:
+            return False
+        written, flushed = mf.wrote_position, mf.flushed_position
+        return written - flushed > least or (written >= self.file_size and flushed < written)
 
     def flush(self) -> None:
         self.files.flush()

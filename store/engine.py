@@ -277,15 +277,17 @@ class DefaultMessageStore:
         self._cqs: dict[tuple[str, int], ConsumeQueue] = {}
         #: Changes whenever a queue object leaves the table (see :meth:`_queues_replaced`).
         self._cq_generation = next(_GENERATIONS)
-        #: The queues given units since the flush loop last took this list (under the put lock): its flushes
-        #: visit them, not every queue of the table (thousands of topics, a few written at a time). Each is
-        #: in it once, by its own ``dirty`` flag: a put reads the flag of the queue it just wrote, where a
-        #: set of thousands of queues was one more cold hash lookup per send.
+        #: The queues given units since the thorough flush last took this list (under the put lock): it visits
+        #: them, not every queue of the table (thousands of topics, a few written at a time). Each is in it
+        #: once, by its own ``dirty`` flag: a put reads the flag of the queue it just wrote, where a set of
+        #: thousands of queues was one more cold hash lookup per send.
         self._dirty_cqs: list[ConsumeQueue] = []
-        #: The queues a flush found below ``flushConsumeQueueLeastPages``: the thorough flush takes them (and
-        #: dispatch puts one back into ``_dirty_cqs`` when it is written again); the flushes in between do
-        #: not look at them again, which with thousands of topics written once each was a scan a second.
-        self._held_cqs: set[ConsumeQueue] = set()
+        #: The queues a put left with more than ``flushConsumeQueueLeastPages`` unflushed (their ``due``
+        #: flag): all the flushes between two thorough ones visit. The put compares the file it just wrote,
+        #: so thousands of topics written a few times a second each (never due) cost these flushes nothing.
+        self._due_cqs: list[ConsumeQueue] = []
+        #: The least pages in bytes, as the flush loop last read the config.
+        self._cq_least_bytes = config.flush_consume_queue_least_pages * 4096
         self._put_lock = threading.Lock()
         self._stop = threading.Event()
         self.cleaner = Cleaner(
@@ -658,8 +660,7 @@ class DefaultMessageStore:
             if cq is None:
                 cq = self._find_cq(info.topic, info.queue_id)
             cq.put_unit(info.commit_log_offset, info.size, code, info.queue_offset)
-            if not cq.dirty:
-                self._mark_dirty(cq)
+            self._mark_written(cq)
             self._logics_ts = info.store_timestamp
         if keys:
             full = self.index.build_index(
@@ -693,8 +694,7 @@ class DefaultMessageStore:
         for key, run in units.items():
             cq = self._find_cq(*key)
             cq.put_units(run)
-            if not cq.dirty:
-                self._mark_dirty(cq)
+            self._mark_written(cq)
             touched.add(key)
         if logics_ts:
             self._logics_ts = logics_ts
@@ -1119,7 +1119,7 @@ class DefaultMessageStore:
             point = RecoveryPoint(self.reput_from_offset, self.index.snapshot())
             physic_ts = self.commit_log.last_store_timestamp
             logics_ts = self._logics_ts
-            dirty = self._take_dirty(held=True)
+            dirty = self._take_dirty()
         # everything below the point reaches the disk first; then the checkpoint says so
         try:
             self.commit_log.flush()
@@ -1135,34 +1135,46 @@ class DefaultMessageStore:
         cp.recovery_point = point
         cp.flush()
 
-    def _take_dirty(self, *, held: bool = False) -> list[ConsumeQueue]:
-        """The queues written since the last call, the list emptied (call under the put lock); with ``held``
-        the queues held below the least pages too (a queue may come twice: its second flush finds nothing)."""
+    def _take_dirty(self) -> list[ConsumeQueue]:
+        """The queues written since the last call, the list emptied (call under the put lock)."""
         dirty = self._dirty_cqs
         self._dirty_cqs = []
         for cq in dirty:
             cq.dirty = False
-        if held:
-            dirty += self._held_cqs
-            self._held_cqs.clear()
         return dirty
 
-    def _hold(self, queues: list[ConsumeQueue]) -> None:
-        """Leave ``queues`` (below the least pages) to the thorough flush."""
-        with self._put_lock:
-            self._held_cqs.update(queues)
+    def _take_due(self) -> list[ConsumeQueue]:
+        """The queues past the least pages since the last call, the list emptied (call under the put lock)."""
+        due = self._due_cqs
+        self._due_cqs = []
+        for cq in due:
+            cq.due = False
+        return due
 
-    def _redirty(self, queues: list[ConsumeQueue], *, locked: bool) -> None:
-        """Put queues taken by :meth:`_take_dirty` back for a later flush."""
+    def _redirty(self, queues: list[ConsumeQueue], *, locked: bool, due: bool = False) -> None:
+        """Put queues taken by :meth:`_take_dirty` (or, ``due``, :meth:`_take_due`) back for a later flush."""
         with contextlib.nullcontext() if locked else self._put_lock:
             for cq in queues:
-                if not cq.dirty:
+                if due:
+                    if not cq.due:
+                        cq.due = True
+                        self._due_cqs.append(cq)
+                elif not cq.dirty:
                     self._mark_dirty(cq)
 
     def _mark_dirty(self, cq: ConsumeQueue) -> None:
-        """Into the flush loop's list (call under the put lock, for a queue not in it: ``cq.dirty`` false)."""
+        """Into the thorough flush's list (call under the put lock, for a queue not in it: ``cq.dirty`` false)."""
         cq.dirty = True
         self._dirty_cqs.append(cq)
+
+    def _mark_written(self, cq: ConsumeQueue) -> None:
+        """After a put to ``cq`` (under the put lock): into the thorough flush's list, and into the list every
+        flush takes once it holds more than the least pages unflushed or filled a file (see ``flush_due``)."""
+        if not cq.dirty:
+            self._mark_dirty(cq)
+        if not cq.due and cq.flush_due(self._cq_least_bytes):
+            cq.due = True
+            self._due_cqs.append(cq)
 
     def _flush_consume_queues(self, queues: list[ConsumeQueue], least: int) -> list[ConsumeQueue]:
         """Flush those of ``queues`` with more than ``least`` bytes unflushed; returns the others that
@@ -1195,7 +1207,9 @@ class DefaultMessageStore:
             thorough = now - last_thorough >= cfg.flush_consume_queue_thorough_interval
             if thorough:
                 last_thorough = now
-            dirty: list[ConsumeQueue] = []
+            due: list[ConsumeQueue] = []
+            least = cfg.flush_consume_queue_least_pages * 4096
+            self._cq_least_bytes = least  # (a config update reaches the puts within a flush interval)
             try:
                 seen = self._retry_dispatch_in_chunks(seen)
                 if thorough:
@@ -1203,13 +1217,13 @@ class DefaultMessageStore:
                     continue
                 with self._put_lock:  # header fields are updated by puts; write a consistent snapshot
                     self.index.write_header()
-                    dirty = self._take_dirty()
-                rest = self._flush_consume_queues(dirty, cfg.flush_consume_queue_least_pages * 4096)
-                if rest:  # below the least pages: the thorough flush's, or a later one's once written again
-                    self._hold(rest)
+                    due = self._take_due()
+                # a queue found below the least pages (flushed by a thorough flush since it was due) waits
+                # for the thorough flush, which takes every queue written since the last one
+                self._flush_consume_queues(due, least)
             except (OSError, ValueError):
                 log.exception("consume queue flush failed")
-                self._redirty(dirty, locked=False)
+                self._redirty(due, locked=False, due=True)
 
     # ================================================================== replication (store.ha.ReplicaStore)
 

@@ -19,7 +19,7 @@ from loadline import load_line  # run as a script: benchmarks/tools/ is on sys.p
 
 from daemon.remoting.loop import run
 from mqctl.admin.client import Admin
-from mqctl.services.bench import Run, send_frame, sender
+from mqctl.services.bench import Run, send_frame, sender, split_frame
 from mqctl.services.messages import writable_queues
 
 BODY = os.urandom(1024)
@@ -28,7 +28,7 @@ BODY = os.urandom(1024)
 async def load(namesrv: str, topic: str, threads: int, seconds: float) -> dict[str, float]:
     async with Admin([namesrv]) as admin:
         refs = await writable_queues(admin, topic)
-    sends = [(ref.addr, send_frame(topic, ref.queue_id, BODY)) for ref in refs]
+    sends = [(ref.addr, *split_frame(send_frame(topic, ref.queue_id, BODY), BODY)) for ref in refs]
 
     async def until(run: Run, i: int) -> None:
         await sender(itertools.cycle(sends[i % len(sends) :] + sends[: i % len(sends)]), run)

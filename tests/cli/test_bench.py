@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -11,7 +12,10 @@ from collections.abc import Iterator
 
 import pytest
 
-from mqctl.services.bench import count_records, topic_names
+from daemon.remoting.frame import decode_frame
+from mqctl.admin.client import Admin
+from mqctl.errors import NotFoundError
+from mqctl.services.bench import Slot, count_records, produce_slots, topic_names
 from tests.daemons import LocalCluster, local_cluster
 from tests.support.cli import RunCli
 from tests.support.paths import ROOT
@@ -164,3 +168,23 @@ def test_ctrl_c_keeps_the_statistics(cli_env: dict[str, str], daemons: LocalClus
     assert err.count("mqctl: error: interrupted") == 1
     result = json.loads(out)  # ...with the statistics of the run so far
     assert result["interrupted"] is True and result["messages"] > 0 and result["seconds"] < 30
+
+
+def test_produce_slots_share_one_body_and_keep_each_frame_whole(daemons: LocalCluster) -> None:
+    """Over 10,000 topics each send copies its slot's frame: the heads alone differ, so the body is one
+    object (cached while sent again and again), and head + body is the frame ``send_frame`` encodes."""
+
+    async def slots() -> list[Slot]:
+        async with Admin([daemons.namesrv_addr]) as admin:
+            while True:
+                try:
+                    return await produce_slots(admin, "BenchSlots", topics=3, size=64, queues=2)
+                except NotFoundError:  # the broker registers its new topics
+                    await asyncio.sleep(0.1)
+
+    made = asyncio.run(slots())
+    assert len(made) == 6 and len({id(body) for _, _, body in made}) == 1
+    for _, head, body in made:
+        decoded = decode_frame(head + body, 0)
+        assert decoded is not None and decoded[0].body == body
+        assert decoded[0].ext_fields["b"].startswith("BenchSlots-")  # (SEND_MESSAGE_V2: b is the topic)

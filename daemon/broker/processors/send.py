@@ -217,20 +217,42 @@ class TopicSlot:
     def __init__(self, topic: str, config: TopicConfig, generation: int, items: PutItems) -> None:
         #: The topic its messages carry (the config's interned name, see ``SendProcessor._destination``).
         self.topic = topic
+        #: A retry topic's sends may go to its group's DLQ (see ``SendProcessor._destination``).
+        self.retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+        self.items = items
+        #: By queue id; None where no send went yet. A tuple, whose items sit in the object itself: a list's
+        #: are one more allocation, one more cold cache line per send with thousands of topics.
+        self.queues: tuple[QueueHandle | None, ...] = ()
         self.config = config
         self.generation = generation
-        self.items = items
-        #: By queue id; None where no send went yet.
-        self.queues: list[QueueHandle | None] = []
+        self.writable = False
+        self.queue_limit = 0
+        self.write_queue_nums = 0
+        self.multi_tag = False
+        self.set_config(config, generation)
+
+    def set_config(self, config: TopicConfig, generation: int) -> None:
+        """The topic's config as of ``generation``, and the fields of it a send reads copied here: the
+        config is an interpreted object (an attribute read goes through its type), one more cold object
+        per send with thousands of topics. The table replaces a config to change it, never edits one."""
+        self.config = config
+        self.generation = generation
+        self.writable = bool(config.perm & PermName.WRITE)
+        self.queue_limit = max(config.write_queue_nums, config.read_queue_nums)
+        self.write_queue_nums = config.write_queue_nums
+        self.multi_tag = config.topic_filter_type == "MULTI_TAG"
 
     def queue(self, store: MessageStore, queue_id: int) -> QueueHandle:
         """The store's handle of this topic's queue ``queue_id`` (a valid id: at least 0)."""
         queues = self.queues
-        if queue_id >= len(queues):
-            queues.extend([None] * (queue_id + 1 - len(queues)))
-        handle = queues[queue_id]
-        if handle is None:
-            handle = queues[queue_id] = store.queue_handle(self.topic, queue_id)
+        if queue_id < len(queues):
+            handle = queues[queue_id]
+            if handle is not None:
+                return handle
+        else:
+            queues += (None,) * (queue_id + 1 - len(queues))
+        handle = store.queue_handle(self.topic, queue_id)
+        self.queues = (*queues[:queue_id], handle, *queues[queue_id + 1 :])
         return handle
 
 
@@ -256,7 +278,8 @@ class SendProcessor:
         slot = self._slots.get(h.topic)
         if slot is not None and slot.generation == topics.generation:
             self._check_writable()
-            self._check_queue(h, slot.config)
+            if not slot.writable or h.queue_id >= slot.queue_limit:
+                self._check_queue(h, slot.config)  # raises what the whole check would
             return slot
         return self._new_slot(h, slot)
 
@@ -272,7 +295,7 @@ class SendProcessor:
         # may file a config under another key, and the message then keeps the topic it was sent to
         topic = config.topic_name if config.topic_name == h.topic else h.topic
         if old is not None and old.topic == topic:
-            old.config, old.generation, old.topic = config, generation, topic
+            old.set_config(config, generation)
             slot = old
         else:
             if len(slots) >= len(topics.table):  # slots of deleted topics no send asked for again
@@ -369,13 +392,12 @@ class SendProcessor:
         started = time.perf_counter_ns()  # putLatency99/999 measure the whole send
         h = parse_send(request.code, request.ext_fields)
         slot = self._slot(h)
-        config = slot.config
         props = decode_properties(h.properties) if h.properties else {}
         wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
         props[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
         topic, queue_id = self._destination(h, request.version, slot, props)
         sys_flag = h.sys_flag
-        if config.topic_filter_type == "MULTI_TAG":
+        if slot.multi_tag:
             sys_flag |= MULTI_TAGS_FLAG
         if request.code == _SEND_BATCH_MESSAGE or h.batch:
             return self._send_batch(
@@ -388,9 +410,9 @@ class SendProcessor:
     ) -> tuple[str, int]:
         """The topic and queue the message goes to (and is answered with): the requested or a random
         queue, or the DLQ of a retry topic whose retries are exhausted."""
-        queue_id = h.queue_id if h.queue_id >= 0 else random.randrange(max(1, slot.config.write_queue_nums))
+        queue_id = h.queue_id if h.queue_id >= 0 else random.randrange(max(1, slot.write_queue_nums))
         topic = slot.topic
-        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
+        if slot.retry:
             target = self._retry_or_dlq(h, version, props)
             if target is not None:
                 return target
