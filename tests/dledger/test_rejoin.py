@@ -227,6 +227,7 @@ async def _served(on: BrokerClient, topic: str, key: str, msg_id: str) -> tuple[
 
 
 @pytest.mark.slow
+@pytest.mark.pure_python
 async def test_a_deposed_leader_never_dispatches_the_tail_its_puts_parsed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cli: RunCli
 ) -> None:

@@ -324,6 +324,7 @@ def dl_name(pos: int, file_size: int) -> str:
     return f"{pos - pos % file_size:020d}"
 
 
+@pytest.mark.pure_python
 def test_a_batch_a_full_disk_refuses_part_way_gives_no_queue_offset_twice(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

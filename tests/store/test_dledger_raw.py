@@ -169,6 +169,7 @@ def _index_refused_once(log_: DLedgerLog, monkeypatch: pytest.MonkeyPatch) -> No
     monkeypatch.setattr(MappedFileQueue, "last_file_for_append", full)
 
 
+@pytest.mark.pure_python
 @pytest.mark.parametrize("path", ["leader", "binary", "json"])
 def test_an_entry_whose_index_record_cannot_be_written_is_not_left_in_the_data_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, path: str
