@@ -1,0 +1,177 @@
+"""Each DLedger member's CPU and syscalls per send over one produce round, optionally one member profiled.
+
+    python benchmarks/tools/dledger_members.py [--seconds 5] [--producers 16] [--rounds 1]
+                                               [--perf leader|follower] [--strace leader|follower] [--sched]
+
+A fresh 3-member group is started as ``bench_dledger`` starts it; after a 1 s warm-up (outside the window),
+``bench_broker_produce``'s senders run against the leader for ``--seconds``, and each member's user + system
+CPU (``/proc/PID/stat``) and its read and write syscalls (``syscr``/``syscw`` of ``/proc/PID/io``) are
+divided by the sends: a follower's reads per send are the pushes it took per send (one push a read), its
+writes its answers. The load average is printed with each round: the group shares the machine's cores.
+
+``--perf`` records the member with kernel stacks (``perf record -g``, ``cpu-clock`` where the machine has no
+PMU) into ``perf-ROLE.data``; ``--strace`` writes each of its socket reads and writes with its size to
+``strace-ROLE.txt`` (slow: for how many syscalls and how many bytes, not for time); ``--sched`` records the
+machine's wake-ups and context switches (``perf record -a -e sched:...``) into ``sched.data`` and prints
+whom the leader woke and who preempted it. Each goes to ``--out`` (default: the current directory).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the goal benchmarks' harness
+from bench_ali_ons import cpu_seconds
+from bench_broker_produce import bench, free_port
+from bench_dledger import UP_ARGS, group_env
+
+from daemon.remoting.client import RemotingClient
+from tests.dledger.test_group import elected_master
+from tests.support.up import mqctl_up
+
+
+def members(data: Path, leader: str) -> list[int]:
+    """The members' pids, the leader's first (each store dir holds its broker's pid and the address it serves)."""
+    found = []
+    for store in sorted(data.glob("store-broker-a-n*")):
+        pid = int((store / "broker.pid").read_text().split()[0])
+        found.append((store.joinpath("broker.addr").read_text().strip() != leader, pid))
+    return [pid for _, pid in sorted(found)]
+
+
+def syscalls(pid: int) -> tuple[int, int]:
+    """(read, write) syscalls the process made so far."""
+    fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return int(fields["syscr"]), int(fields["syscw"])
+
+
+def tracer(args: argparse.Namespace, pids: list[int]) -> subprocess.Popen[bytes] | None:
+    out = Path(args.out)
+    if args.perf:
+        pid = pids[0 if args.perf == "leader" else 1]
+        cmd = [
+            "perf",
+            "record",
+            "-F",
+            "2999",
+            "-g",
+            "-p",
+            str(pid),
+            "-o",
+            str(out / f"perf-{args.perf}.data"),
+        ]
+    elif args.strace:
+        pid = pids[0 if args.strace == "leader" else 1]
+        calls = "trace=write,writev,sendmsg,sendto,read,recvfrom,epoll_wait,epoll_pwait"
+        cmd = [
+            "strace",
+            "-f",
+            "-s",
+            "0",
+            "-e",
+            calls,
+            "-p",
+            str(pid),
+            "-o",
+            str(out / f"strace-{args.strace}.txt"),
+        ]
+    elif args.sched:
+        cmd = [
+            "perf",
+            "record",
+            "-a",
+            "-e",
+            "sched:sched_wakeup,sched:sched_switch",
+            "-o",
+            str(out / "sched.data"),
+        ]
+    else:
+        return None
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    time.sleep(1.0)  # (attached before the window opens)
+    return proc
+
+
+def sched_summary(data: Path, leader: int, names: dict[int, str]) -> None:
+    """Whom the leader woke, and who ran when it was preempted (switched out still runnable)."""
+    text = subprocess.run(
+        ["perf", "script", "-i", str(data), "-F", "pid,event,trace"], capture_output=True, text=True
+    ).stdout
+    woke: collections.Counter[str] = collections.Counter()
+    preempted_by: collections.Counter[str] = collections.Counter()
+    for line in text.splitlines():
+        if (
+            line.split(" ", 1)[0].strip().isdigit()
+            and int(line.split()[0]) == leader
+            and "sched_wakeup" in line
+        ):
+            target = re.search(r" pid=(\d+)", line)
+            if target:
+                woke[names.get(int(target[1]), "other")] += 1
+        elif f"prev_pid={leader} " in line and "prev_state=R" in line:
+            nxt = re.search(r"next_pid=(\d+)", line)
+            if nxt:
+                preempted_by[names.get(int(nxt[1]), "other")] += 1
+    print(f"the leader woke: {dict(woke.most_common())}; preempted by: {dict(preempted_by.most_common())}")
+
+
+async def round_(args: argparse.Namespace) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        ns_port = free_port()
+        data = Path(tmp) / "group"
+        async with mqctl_up(data, group_env(Path(tmp) / "cfg"), ns_port, *UP_ARGS):
+            async with RemotingClient() as client:
+                leader = await elected_master(client, f"127.0.0.1:{ns_port}")
+            pids = members(data, leader)
+            await bench(leader, 1.0, args.producers)  # warm-up
+            proc = tracer(args, pids)
+            load = os.getloadavg()[0]
+            cpu0, sys0 = [cpu_seconds(p) for p in pids], [syscalls(p) for p in pids]
+            result = await bench(leader, args.seconds, args.producers)
+            cpu = [cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True)]
+            calls = [
+                tuple(b - a for a, b in zip(s0, syscalls(p), strict=True))
+                for p, s0 in zip(pids, sys0, strict=True)
+            ]
+            if proc is not None:
+                proc.send_signal(2)
+                proc.wait()
+    sends = max(1, result.messages)
+    per = " + ".join(f"{c / sends * 1e6:.1f}" for c in cpu)
+    io = ", ".join(f"{r / sends:.2f}/{w / sends:.2f}" for r, w in calls)
+    print(
+        f"load {load:.1f}: {result.tps:,.0f} sends/s; CPU per send {per} = {sum(cpu) / sends * 1e6:.1f} µs "
+        f"(leader, followers); reads/writes per send {io}",
+        flush=True,
+    )
+    if args.sched:
+        names = {pids[0]: "leader", pids[1]: "follower", pids[2]: "follower", os.getpid(): "load generator"}
+        sched_summary(Path(args.out) / "sched.data", pids[0], names)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--seconds", type=float, default=5.0)
+    parser.add_argument("--producers", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=1)
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--perf", choices=("leader", "follower"))
+    which.add_argument("--strace", choices=("leader", "follower"))
+    which.add_argument("--sched", action="store_true")
+    parser.add_argument("--out", default=".")
+    args = parser.parse_args()
+    for _ in range(args.rounds):
+        asyncio.run(round_(args))
+
+
+if __name__ == "__main__":
+    main()
