@@ -98,6 +98,14 @@ class TopicConfigSerializeWrapper(Bean):
     topic_config_table: dict[str, TopicConfig] = field(default_factory=dict)
     data_version: DataVersion = field(default_factory=DataVersion)
 
+    def dumps_kept(self, kept: TableText) -> bytes:
+        """:meth:`dumps`'s bytes, the table's entries taken from ``kept`` (each re-encoded only after it
+        changed): with 10,000 topics a whole encoding held the event loop for tens of milliseconds."""
+        empty = TopicConfigSerializeWrapper({}, self.data_version).dumps()
+        at = empty.rindex(_EMPTY_TABLE) + len(_EMPTY_TABLE) - 1
+        table = self.topic_config_table
+        return empty[:at] + b"".join(kept.parts(table, max(len(table), 1))) + empty[at:]
+
 
 _INT = struct.Struct(">i")
 _EMPTY_TABLE = b'"topicConfigTable":{}'

@@ -2,7 +2,7 @@
 its entry is replaced, the body kept while the table's version and what else it was made of stand): after
 any sequence of topic creations, updates, deletions, reverted writes, tables replaced whole (a slave's
 sync), system topics made and permission changes, the body sent must be a from-scratch encoding of the
-current table, and the CRC sent with it that body's."""
+current table, and the CRC sent with it that body's; GET_ALL_TOPIC_CONFIG's body, kept the same way, too."""
 
 from __future__ import annotations
 
@@ -127,6 +127,12 @@ class TableTextMachine(RuleBasedStateMachine):
         kept = self.broker._table_body
         assert kept is not None and kept[2] is sent
         assert kept[3] == zlib.crc32(sent) & 0x7FFFFFFF  # the header's bodyCrc32
+
+    @rule()
+    def all_topic_config(self) -> None:
+        """GET_ALL_TOPIC_CONFIG's body, its entries kept between calls: a from-scratch encoding."""
+        wrapper = self.broker.topics.wrapper()
+        assert self.broker.topics.all_json() == (wrapper.dumps() if wrapper.topic_config_table else None)
 
     @invariant()
     def table_text_names_only_topics(self) -> None:

@@ -12,7 +12,7 @@ import logging
 from collections.abc import Callable, Iterable, Mapping
 
 from daemon.broker.config import BrokerConfig
-from daemon.remoting.bodies import TopicConfigSerializeWrapper
+from daemon.remoting.bodies import TableText, TopicConfigSerializeWrapper
 from store.config import SLAVE
 from store.config_files import TopicConfigFile
 from store.models import DataVersion, PermName, TopicConfig
@@ -72,6 +72,9 @@ class TopicConfigManager:
         self.file = file
         #: Called after every change with the topic changed, or None when a topic was deleted.
         self.on_change: Callable[[str | None], None] = lambda topic: None
+        #: The table's entries as GET_ALL_TOPIC_CONFIG last wrote them (the registration keeps its own:
+        #: it encodes in slices between other work, this in one call).
+        self._all_text = TableText()
         self.system_topics: set[str] = {
             AUTO_CREATE_TOPIC,
             SCHEDULE_TOPIC,
@@ -157,6 +160,12 @@ class TopicConfigManager:
             table = self.table
             configs = dict(table) if topics is None else {t: table[t] for t in topics if t in table}
             return TopicConfigSerializeWrapper(configs, version)
+
+    def all_json(self) -> bytes | None:
+        """GET_ALL_TOPIC_CONFIG's body (the whole table and its version), None when there is no topic;
+        each entry re-encoded only after it changed since the last call."""
+        wrapper = self.wrapper()
+        return wrapper.dumps_kept(self._all_text) if wrapper.topic_config_table else None
 
     def new_version(self) -> None:
         """Bump the data version without a change: NameServers re-read the whole table at the next

@@ -168,10 +168,10 @@ class AdminProcessor:
         return request.make_response()
 
     def all_topic_config(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        wrapper = self.broker.topics.wrapper()
-        if not wrapper.topic_config_table:
+        body = self.broker.topics.all_json()
+        if body is None:
             raise system_error("No topic in this broker")
-        return request.make_response(body=wrapper.dumps())
+        return request.make_response(body=body)
 
     def system_topics(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         topics = sorted(self.broker.topics.system_topics)
