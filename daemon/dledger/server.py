@@ -240,9 +240,7 @@ class DLedgerServer:
         for out in outs:
             conn = self.client.open_connection(self.settings.peers[out.peer])
             if out.raw is not None and (conn is None or self._binary.get(out.peer) is not conn):
-                self._binary.pop(out.peer, None)  # (binary only where the peer said it reads it)
-                self.node.binary_lost(out.peer)
-                out = self.node.as_json(out)
+                out = self._as_json(out)  # (binary only where the peer said it reads it)
             if trace.ENABLED and isinstance(out.request, PushEntryRequest):
                 first, count = self._push_range(out)
                 trace.mark_range(f"push-write {out.peer}", first, count)
@@ -257,12 +255,17 @@ class DLedgerServer:
                 except RemotingError:  # closed meanwhile: the task reconnects
                     pass
                 if out.raw is not None:
-                    self._binary.pop(out.peer, None)
-                    self.node.binary_lost(out.peer)
-                    out = self.node.as_json(out)
+                    out = self._as_json(out)
             task = asyncio.create_task(self._call(out))
             self._inflight.add(task)
             task.add_done_callback(self._inflight.discard)
+
+    def _as_json(self, out: Out) -> Out:
+        """A binary push whose connection is not the one its peer said it on: JSON, and the peer's pushes
+        JSON until it says so again on a new connection."""
+        self._binary.pop(out.peer, None)
+        self.node.binary_lost(out.peer)
+        return self.node.as_json(out)
 
     @staticmethod
     def _push_range(out: Out) -> tuple[int, int]:

@@ -175,8 +175,8 @@ class RemotingClient:
 
     async def invoke(self, addr: str, request: RemotingCommand, timeout: float = 3.0) -> RemotingCommand:
         """Send `request` to `addr` and return the response (whatever its code)."""
-        conn = self._connections.get(addr)
-        if conn is None or conn.is_closed:  # the open one without a coroutine of its own: most calls
+        conn = self.open_connection(addr)  # (the open one without a coroutine of its own: most calls)
+        if conn is None:
             conn = await self.connection(addr)
         if self.signer is not None:
             self.signer(request)

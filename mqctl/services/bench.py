@@ -227,8 +227,8 @@ async def produce(
 
 
 async def produce_slots(admin: Admin, prefix: str, *, topics: int, size: int, queues: int = 4) -> list[Slot]:
-    """:func:`produce`'s queue slots, each a (broker, frame) pair: the topics created (``topics > 1``) and
-    routed, each queue's frame encoded. Apart from the timed sends, so that a benchmark repeating rounds
+    """:func:`produce`'s queue slots (:data:`Slot`: broker, frame head, shared body): the topics created
+    (``topics > 1``) and routed, each queue's frame encoded. Apart from the timed sends, so that a benchmark repeating rounds
     over 10,000 topics asks for their routes once."""
     names = topic_names(prefix, topics)
     if topics > 1:
