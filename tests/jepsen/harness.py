@@ -13,9 +13,10 @@ from typing import Protocol
 from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
 from tests.jepsen.history import History
-from tests.jepsen.nodes import Nemesis
+from tests.jepsen.nodes import Nemesis, Node
 from tests.jepsen.proxy import Proxy
 from tests.support.namesrv import namesrv_config
+from tests.support.waiting import wait_until
 
 
 @dataclass
@@ -29,6 +30,23 @@ class Run:
     def parts(self) -> tuple[History, Nemesis, Proxy, RemotingClient, str]:
         """The fields in order, to build a run's richer form (a group of brokers) from."""
         return self.history, self.nemesis, self.proxy, self.client, self.namesrv
+
+    def members(self) -> list[Node]:
+        """The broker processes of the run (a group's richer form says which)."""
+        return []
+
+    def acked(self) -> int:
+        """SEND_OKs the run's producers received (a group's richer form counts them)."""
+        raise NotImplementedError
+
+    def evidence(self, chars: int = 1500) -> str:
+        """What a failed wait of this run shows: the history's outcomes and the tail of each member's log."""
+        tails = "".join(f"\n--- {n.name} ({n.addr}):\n{n.log_tail(chars)}" for n in self.members())
+        return self.history.outcomes() + tails
+
+    async def acked_at_least(self, count: int, timeout: float = 30.0) -> None:
+        """Wait for ``count`` SEND_OKs in all; a failure shows the :meth:`evidence`."""
+        await wait_until(lambda: self.acked() >= count, timeout, self.evidence)
 
 
 @contextlib.asynccontextmanager

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Literal
@@ -91,6 +92,17 @@ class History:
             if op.process == completion.process and op.type == "invoke":
                 return op.index > mark.index
         return False
+
+    def outcomes(self) -> str:
+        """Completions by type and error, with the nemesis steps: the gist of a run that went wrong."""
+        counts = Counter(
+            f"{op.type} {(op.error or '').split(':')[0]}".strip()
+            for op in self.ops
+            if op.type != "invoke" and op.process != NEMESIS and op.f == "send"
+        )
+        faults = [f"{op.time:.1f}s {op.f} {op.value}" for op in self.ops if op.process == NEMESIS]
+        sends = ", ".join(f"{what}: {n}" for what, n in counts.most_common())
+        return f"sends at {self.now():.1f}s: {sends or 'none completed'}; nemesis: {faults or 'nothing yet'}"
 
     def dump(self, path: Path) -> None:
         """Write the history as JSON lines, for reading a failed run afterwards."""

@@ -135,6 +135,9 @@ class RaftGroup(Run):
     def acked(self) -> int:
         return sum(p.sent for p in self.producers)
 
+    def members(self) -> list[Node]:
+        return self.nodes
+
 
 @contextlib.asynccontextmanager
 async def raft_group(

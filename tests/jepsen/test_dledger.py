@@ -37,9 +37,8 @@ CLIENTS = ["ours", *(pytest.param(c, marks=pytest.mark.interop) for c in ("ali-o
 
 async def writes_resume(g: RaftGroup, after: Op, more: int = 30) -> None:
     """A send is acknowledged after ``after``, and ``more`` in all since then (the real clients' too)."""
-    await wait_until(lambda: check_resumed(g.history.ops, after.time).valid, 30 + g.route_refresh)
-    then = g.acked()
-    await wait_until(lambda: g.acked() >= then + more, 30)
+    await wait_until(lambda: check_resumed(g.history.ops, after.time).valid, 30 + g.route_refresh, g.evidence)
+    await g.acked_at_least(g.acked() + more)
 
 
 async def assert_consistent(g: RaftGroup) -> int:
@@ -115,7 +114,7 @@ async def test_sigkill_of_the_leader_then_its_restart_on_the_old_log(
     async with raft_group(tmp_path, cli_env, clients=clients) as g:
         old = await g.leader()
         async with running(activity(g)):
-            await wait_until(lambda: g.acked() >= 60)
+            await g.acked_at_least(60)
             g.nemesis.kill(g.nodes[old])
             killed = g.history.last("kill")
             await g.leader(other_than=old)
@@ -136,7 +135,7 @@ async def test_the_leader_frozen_past_the_election_timeout(
     async with raft_group(tmp_path, cli_env, clients=clients) as g:
         old = await g.leader()
         async with running(activity(g)):
-            await wait_until(lambda: g.acked() >= 60)
+            await g.acked_at_least(60)
             paused = g.nemesis.pause(g.nodes[old])
             await g.leader(other_than=old)
             await writes_resume(g, paused)
@@ -167,7 +166,7 @@ async def test_the_leader_cut_off_its_peers_acknowledges_nothing(
         old = await g.leader()
         old_addr = g.nodes[old].addr
         async with running(activity(g)):
-            await wait_until(lambda: g.acked() >= 60)
+            await g.acked_at_least(60)
             cut = g.isolate(old, mode)
             await g.leader(other_than=old)
             await writes_resume(g, cut)
@@ -203,7 +202,7 @@ async def test_a_follower_serves_a_topic_of_the_killed_leader_soon(
     async with raft_group(tmp_path, cli_env) as g:
         old = await g.leader()
         async with running(g.producers):
-            await wait_until(lambda: g.acked() >= 30)
+            await g.acked_at_least(30)
             g.nemesis.kill(g.nodes[old])
             new = await g.leader(other_than=old)
             await writes_resume(g, g.history.last("kill"), more=10)
@@ -227,7 +226,7 @@ async def test_a_follower_restarted_emptied_or_damaged_and_the_group_serves(
         leader = await g.leader()
         f = g.nodes[(leader + 1) % 3]
         async with running(activity(g)):
-            await wait_until(lambda: g.acked() >= 60)
+            await g.acked_at_least(60)
             await wait_until(lambda: _written(f.store) > 4096)  # the follower holds entries to harm
             await g.nemesis.stop(f)
             if harm == "emptied":
@@ -288,7 +287,7 @@ async def test_a_follower_on_a_full_disk_and_the_group_serves(
                 g.nemesis.restart(g.nodes[2])
                 await g.nodes[2].ready(g.client)
             async with running(activity(g)):
-                await wait_until(lambda: g.acked() >= 50)
+                await g.acked_at_least(50)
                 filler = mnt / "filler"
                 written = await asyncio.to_thread(fill, filler)
                 full = g.history.nemesis("disk-full", f"n2:{written}")

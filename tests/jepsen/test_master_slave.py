@@ -37,6 +37,9 @@ class MasterSlave(Run):
     def acked(self) -> int:
         return sum(p.sent for p in self.producers)
 
+    def members(self) -> list[Node]:
+        return [self.master, self.slave]
+
     async def settled(self, node: Node) -> CheckResult:
         """``node``'s check once it serves every acknowledged message (see :func:`settled`)."""
         return await settled(self.history, self.client, node.addr, TOPIC, QUEUES)
@@ -118,7 +121,7 @@ async def test_sigkill_of_the_sync_master_loses_no_acknowledged_send(
     producer retries across route lookups; ali-ons and the C++ client retry inside each send."""
     async with master_slave(tmp_path, cli_env, proxied_ha=False, clients=client) as g:
         async with running(g.producers):
-            await wait_until(lambda: g.acked() >= 150)
+            await g.acked_at_least(150)
             g.nemesis.kill(g.master)
             before = g.acked()
             await asyncio.sleep(1.0)  # the producers meet a dead master: refused, or no master listed
@@ -129,8 +132,8 @@ async def test_sigkill_of_the_sync_master_loses_no_acknowledged_send(
             g.nemesis.restart(g.master)
             await g.master.ready(g.client)
             restarted = g.history.last("restart").time
-            await wait_until(lambda: check_resumed(g.history.ops, restarted).valid)
-            await wait_until(lambda: g.acked() >= before + 50)
+            await wait_until(lambda: check_resumed(g.history.ops, restarted).valid, 30, g.evidence)
+            await g.acked_at_least(before + 50)
         for node in (g.master, g.slave):
             result = await g.settled(node)
             assert result.valid, f"{node.name}: {result.summary()}"
@@ -149,7 +152,7 @@ async def test_a_slave_cut_off_gets_no_send_ok_until_it_heals(
         tmp_path, cli_env, proxied_ha=True, slaveTimeout=1000, haHousekeepingInterval=3000
     ) as g:
         async with running(g.producers):
-            await wait_until(lambda: g.acked() >= 100)
+            await g.acked_at_least(100)
             if fault == "pause":
                 cut = g.nemesis.pause(g.slave)
                 await asyncio.sleep(5.0)
@@ -164,8 +167,8 @@ async def test_a_slave_cut_off_gets_no_send_ok_until_it_heals(
                 cut = g.nemesis.partition(g.proxy, "ha", cast(Mode, fault))
                 await asyncio.sleep(5.0)
                 healed = g.nemesis.heal(g.proxy, "ha")
-            await wait_until(lambda: check_resumed(g.history.ops, healed.time).valid)
-            await wait_until(lambda: g.acked() >= 150)
+            await wait_until(lambda: check_resumed(g.history.ops, healed.time).valid, 30, g.evidence)
+            await g.acked_at_least(150)
         ops = g.history.ops
         during = [
             c
@@ -192,11 +195,11 @@ async def test_a_client_cut_off_the_master_retries_into_explained_duplicates(
     copies, each explained by the retries, and nothing acknowledged lost."""
     async with master_slave(tmp_path, cli_env, proxied_ha=False, proxied_clients=True) as g:
         async with running(g.producers):
-            await wait_until(lambda: g.acked() >= 50)
+            await g.acked_at_least(50)
             g.nemesis.partition(g.proxy, "clients")
             await asyncio.sleep(3.0)
             healed = g.nemesis.heal(g.proxy, "clients")
-            await wait_until(lambda: check_resumed(g.history.ops, healed.time).valid)
+            await wait_until(lambda: check_resumed(g.history.ops, healed.time).valid, 30, g.evidence)
         for node in (g.master, g.slave):
             result = await g.settled(node)
             assert result.valid, f"{node.name}: {result.summary()}"

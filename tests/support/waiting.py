@@ -9,8 +9,13 @@ from collections.abc import Awaitable, Callable
 from daemon.remoting.server import RemotingServer
 
 
-async def wait_until(predicate: Callable[[], bool | Awaitable[bool]], timeout: float = 30.0) -> None:
-    """Poll ``predicate`` (plain or async) until it holds; fail the test after ``timeout`` seconds."""
+async def wait_until(
+    predicate: Callable[[], bool | Awaitable[bool]],
+    timeout: float = 30.0,
+    why: Callable[[], str] | None = None,
+) -> None:
+    """Poll ``predicate`` (plain or async) until it holds; fail the test after ``timeout`` seconds, with
+    what ``why`` gathers then (the daemons' logs, a history) as the evidence a rare failure needs."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + timeout
     while True:
@@ -19,7 +24,7 @@ async def wait_until(predicate: Callable[[], bool | Awaitable[bool]], timeout: f
             got = await got
         if got:
             return
-        assert loop.time() < deadline, "condition not reached in time"
+        assert loop.time() < deadline, "condition not reached in time" + (f":\n{why()}" if why else "")
         await asyncio.sleep(0.05)
 
 
