@@ -29,7 +29,7 @@ from typing import Any
 
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
 from daemon.lifecycle import cancel_tasks
-from daemon.remoting.client import Transport, met_itself
+from daemon.remoting.client import Transport, connected_to_itself
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
@@ -617,7 +617,7 @@ class HASlave:
                 reader, writer = await asyncio.wait_for(
                     asyncio.open_connection(host, port, ssl=self.ssl), 3.0
                 )
-                if met_itself(writer.get_extra_info("sockname"), writer.get_extra_info("peername")):
+                if connected_to_itself(writer.transport):
                     writer.close()
                     raise ConnectionRefusedError(f"connect to {addr} met itself: nobody listens")
             except (OSError, ValueError, TimeoutError) as exc:

@@ -7,6 +7,7 @@ the same address share one connection and may be pipelined freely, as RocketMQ c
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import ssl as _ssl
 from collections.abc import Callable, Iterable, Mapping
@@ -37,6 +38,17 @@ def met_itself(sockname: object, peername: object) -> bool:
     the very port connected to (a free port in the ephemeral range). Nobody listens there, and the socket
     holds the port a daemon restarting on it is about to bind."""
     return sockname is not None and sockname == peername
+
+
+def connected_to_itself(transport: asyncio.BaseTransport) -> bool:
+    """:func:`met_itself` for a transport just connected; ConnectionResetError when it is closed already.
+
+    A peer that accepts and resets at once (a master's HA gate, a refusing proxy) can be read before the
+    loop reports the connection made: uvloop saves the names then, finds no peer, and once the transport
+    has closed it has no socket to ask, so ``get_extra_info("peername")`` raises AttributeError."""
+    if transport.is_closing():
+        raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer as it opened")
+    return met_itself(transport.get_extra_info("sockname"), transport.get_extra_info("peername"))
 
 
 def tls_reason(exc: _ssl.SSLError) -> str:
@@ -151,7 +163,11 @@ class RemotingClient:
             raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
         except OSError as exc:
             raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
-        if met_itself(transport.get_extra_info("sockname"), transport.get_extra_info("peername")):
+        try:
+            looped = connected_to_itself(transport)
+        except ConnectionResetError as exc:
+            raise RemotingConnectError(addr, exc.strerror or str(exc)) from None
+        if looped:
             transport.close()
             raise RemotingConnectError(addr, "Connection refused (the connection met itself)")
         conn = protocol.protocol if isinstance(protocol, TlsReadBuffer) else protocol

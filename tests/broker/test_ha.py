@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 
 from daemon.acl.signature import Signer
+from daemon.broker import ha
 from daemon.broker.broker import Broker
 from daemon.broker.config import BrokerConfig
 from daemon.broker.ha import SLAVE_ADMIN_REMARK
@@ -41,6 +42,7 @@ from tests.support.load import Acked, send_until_dead
 from tests.support.namesrv import Namesrv, namesrv_config
 from tests.support.paths import ROOT
 from tests.support.ports import free_block, free_port
+from tests.support.transport import reset_as_they_open
 from tests.support.up import mqctl_up
 from tests.support.waiting import wait_until
 
@@ -387,6 +389,38 @@ async def test_torn_frame_never_writes_a_partial_record(tmp_path: Path) -> None:
         assert not await asyncio.to_thread(slave_store.dispatch_replica)
         assert slave_store.reput_from_offset == record and slave.store.get_max_offset("Torn", 0) == 1
         assert bytes(slave_store.commit_log.files.files[0].view[:cut]) == raw[:record] + bytes(cut - record)
+    finally:
+        await slave.stop()
+        server.close()
+        await server.wait_closed()
+
+
+async def test_a_slave_whose_connection_was_reset_as_it_opened_connects_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A master (or a proxy before it) that resets the slave's connection at once, as its HA gate does to a
+    slave not registered yet: read before the connection was reported made, on uvloop the slave's
+    look at the connection's names raised AttributeError, which ended its replication task for good (a
+    SYNC_MASTER then answered SLAVE_NOT_AVAILABLE to every send). It is a failed connection: the slave
+    connects again."""
+    monkeypatch.setattr(ha, "RECONNECT_DELAY", 0.05)
+
+    async def fake_master(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError):
+            while await reader.read(64):  # the slave's reports
+                pass
+        writer.close()
+
+    server = await asyncio.start_server(fake_master, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    made = reset_as_they_open(monkeypatch, port, times=2)
+    slave = await start_broker(
+        tmp_path / "slave", broker_role=SLAVE, broker_id=1, ha_master_address=f"127.0.0.1:{port}", **SMALL
+    )
+    try:
+        assert slave.ha_slave is not None
+        await wait_until(lambda: slave.ha_slave is not None and slave.ha_slave.connected, 10)
+        assert len(made) == 3
     finally:
         await slave.stop()
         server.close()

@@ -22,7 +22,7 @@ from daemon.remoting.errors import (
 from daemon.remoting.frame import decode_frame, encode_command
 from daemon.remoting.server import RemotingServer
 from daemon.remoting.tls import ServerTls, TlsSettings
-from tests.support.transport import RecordingTransport
+from tests.support.transport import RecordingTransport, reset_as_they_open
 
 ECHO, SLOW, FAIL, CRASH, RECORD, CALLBACK, NEVER = 1, 2, 3, 4, 5, 6, 7
 
@@ -237,6 +237,19 @@ async def test_a_connection_that_meets_itself_is_refused(
     await probe.wait_closed()
     with pytest.raises(RemotingConnectError, match="met itself"):
         await client.invoke(f"127.0.0.1:{free_port}", RemotingCommand.request(ECHO), timeout=1.0)
+
+
+async def test_a_connection_reset_as_it_opened_is_a_connect_error(
+    server: RemotingServer, client: RemotingClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A peer that accepts and resets at once (a refusing proxy, a master's HA gate), its reset read before
+    the connection was reported made: on uvloop asking the connection's names raised AttributeError out
+    of ``invoke``; it is a failed connection like a refused one, and the next request connects again."""
+    made = reset_as_they_open(monkeypatch, server.port, times=1)
+    with pytest.raises(RemotingConnectError, match="reset"):
+        await client.invoke(addr(server), RemotingCommand.request(ECHO), timeout=1.0)
+    assert (await client.invoke(addr(server), RemotingCommand.request(ECHO), timeout=1.0)).code == 0
+    assert len(made) == 2
 
 
 async def test_pending_requests_fail_when_the_server_goes_away(client: RemotingClient) -> None:

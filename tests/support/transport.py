@@ -1,7 +1,12 @@
-"""A transport for a `Connection` driven by hand: it records what is written and names the peer it is
-given (a socket's peername tuple, or none), which loopback sockets cannot vary."""
+"""Transports for tests: one for a `Connection` driven by hand (it records what is written and names the
+peer it is given, which loopback sockets cannot vary), and real ones a peer reset as they opened."""
 
 from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
 
 
 class RecordingTransport:
@@ -21,3 +26,41 @@ class RecordingTransport:
 
     def get_extra_info(self, name: str, default: object = None) -> object:
         return self.peername if name == "peername" else default
+
+
+class ResetAsItOpened:
+    """A real transport whose peer reset the connection before it was reported made, as uvloop (the
+    daemons' loop) leaves it: it saves a connection's names when it reports it made, a reset that came
+    first leaves no peer name, and once the transport has closed there is no socket left to ask, so
+    ``get_extra_info("peername")`` raises AttributeError. Everything else is the real one's."""
+
+    def __init__(self, transport: asyncio.Transport) -> None:
+        self._transport = transport
+        transport.abort()
+
+    def get_extra_info(self, name: str, default: object = None) -> object:
+        if name == "peername" and self._transport.is_closing():
+            raise AttributeError("'NoneType' object has no attribute 'getpeername'")
+        return self._transport.get_extra_info(name, default)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+def reset_as_they_open(monkeypatch: pytest.MonkeyPatch, port: int, times: int) -> list[int]:
+    """Make the first ``times`` connections the running loop opens to ``port`` come back reset (see
+    :class:`ResetAsItOpened`); returns a list whose length counts every connection made to ``port``."""
+    loop = asyncio.get_running_loop()
+    connect = loop.create_connection
+    made: list[int] = []
+
+    async def create_connection(factory: Any, host: str, to: int, **kw: Any) -> Any:
+        transport, protocol = await connect(factory, host, to, **kw)
+        if to == port:
+            made.append(to)
+            if len(made) <= times:
+                return ResetAsItOpened(transport), protocol
+        return transport, protocol
+
+    monkeypatch.setattr(loop, "create_connection", create_connection)
+    return made
