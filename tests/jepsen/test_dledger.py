@@ -13,6 +13,7 @@ import asyncio
 import math
 import re
 import shutil
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -54,13 +55,20 @@ async def assert_consistent(g: RaftGroup) -> int:
     for i, node in enumerate(g.nodes):
         if i == leader or not node.running:
             continue
+        served: list[Read] = []
 
-        async def same(i: int = i) -> bool:
-            return sorted(await read_topic(g.client, g.nodes[i].addr, TOPIC, QUEUES), key=_place) == expected
+        async def same(i: int = i, served: list[Read] = served) -> bool:
+            served[:] = sorted(await read_topic(g.client, g.nodes[i].addr, TOPIC, QUEUES), key=_place)
+            return served == expected
+
+        def differs(i: int = i, served: list[Read] = served) -> str:
+            return (
+                f"n{i} serves {_per_queue(served)}, leader n{leader} {_per_queue(expected)}\n{g.evidence()}"
+            )
 
         # a member that rejoins with a divergent tail: the leader bisects for where they agree (a few
         # round trips), cuts the tail and pushes the rest; generous for a loaded host
-        await wait_until(same, 30)
+        await wait_until(same, 30, differs)
     assert_bisected(g)
     return leader
 
@@ -105,6 +113,11 @@ def acked_by_deposed(g: RaftGroup, old: int, fault: Op, until: float | None = No
 
 def _place(read: Read) -> tuple[int, int]:
     return (read.queue, read.offset)
+
+
+def _per_queue(reads: list[Read]) -> str:
+    """How many messages each queue serves, as ``{queue: count}`` (a node without the topic serves none)."""
+    return str(dict(sorted(Counter(r.queue for r in reads).items())))
 
 
 @pytest.mark.parametrize("clients", CLIENTS)
