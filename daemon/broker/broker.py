@@ -580,7 +580,7 @@ class Broker:
         while loop.time() < deadline:
             if group.node.is_leader or group.node.m.term != term:
                 return
-            listed = {g[0] for g in await self._registered_groups("DLedger follower: master") if 0 in g}
+            listed = await self._listed_masters()
             master = min(listed - {before, self.addr}, default=None)
             if master is not None and len(listed) == 1:
                 self.master_addr = master
@@ -590,6 +590,10 @@ class Broker:
                     log.warning("metadata sync from the new master %s failed: %s", master, exc)
                 return
             await asyncio.sleep(c.heart_beat_time_interval_ms / 1000)
+
+    async def _listed_masters(self) -> set[str]:
+        """The addresses the NameServers that answered list as this group's master (brokerId 0)."""
+        return {g[0] for g in await self._registered_groups("DLedger follower: master") if 0 in g}
 
     def _dledger_peer_back(self, peer: str) -> None:
         """A member answers the leader again: if it was a master that ran on unaware (paused, cut off), it may
@@ -785,6 +789,11 @@ class Broker:
         while True:
             try:
                 if is_slave(self.config):  # (DLedger mode: only while not elected)
+                    if self.master_addr is None and self.dledger is not None:
+                        # a registration answered while no master was listed (a leader stepping down,
+                        # elected again) names none, and the next one is a period (30 s) away
+                        listed = await self._listed_masters() - {self.addr}
+                        self.master_addr = listed.pop() if len(listed) == 1 else None
                     await self.sync_from_master()
             except Exception:
                 log.exception("slave metadata sync failed")

@@ -15,8 +15,10 @@ from typing import Any
 
 import pytest
 
+from daemon.broker import broker as broker_module
 from daemon.broker.broker import Broker
 from daemon.broker.headers import QueryMessageRequestHeader
+from daemon.namesrv.controller import NamesrvController
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store.dledger_commitlog import DLedgerCommitLog
@@ -27,6 +29,7 @@ from store.record import decode_msg_id, decode_records
 from tests.broker.test_ha import pull_all
 from tests.support.broker import BrokerClient, start_broker
 from tests.support.cli import RunCli
+from tests.support.namesrv import namesrv_config
 from tests.support.pop import PopClient
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
@@ -166,6 +169,30 @@ async def test_leadership_goes_to_the_preferred_member(tmp_path: Path) -> None:
         await BrokerClient(n2.addr, client).create_topic("P", 1)
         r = await BrokerClient(n2.addr, client).send("P", b"via n2", queue_id=0)
         assert r.code == ResponseCode.SUCCESS and r.ext_fields["queueOffset"] == "5"
+
+
+async def test_a_follower_left_without_a_master_address_asks_the_nameserver_at_its_next_sync(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower's registration answered while no master was listed (the leader had stepped down and was
+    elected again in a later term, a full-disk member's vote requests deposing it) leaves it no master
+    address. Its metadata sync then did nothing until the next registration, a period (30 s) away: a topic
+    made on the leader meanwhile was served by no follower. It asks the NameServer at its next sync."""
+    monkeypatch.setattr(broker_module, "METADATA_SYNC_INTERVAL", 0.2)
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    keys = [{**k, "namesrv_addr": f"127.0.0.1:{namesrv.port}"} for k in members(tmp_path)]
+    try:
+        async with running(keys) as (brokers, client):
+            leader = await elected(brokers)
+            follower = next(b for b in brokers if b is not None and b is not leader)
+            await wait_until(lambda: follower.master_addr == leader.addr, 20)  # (its first follow synced)
+            follower.master_addr = None  # what that registration's answer leaves
+            await BrokerClient(leader.addr, client).create_topic("MadeSince", 4)
+            await wait_until(lambda: follower.topics.get("MadeSince") is not None, 5)
+            assert follower.master_addr == leader.addr
+    finally:
+        await namesrv.stop()
 
 
 @pytest.mark.slow
