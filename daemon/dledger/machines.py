@@ -185,14 +185,18 @@ class MemberState:
         return n >= len(self.peers) // 2 + 1
 
     def set_vote(self, vote: str | None) -> None:
-        self.voted_for = vote
+        """Kept on disk before it counts: a vote that could not be saved is not given."""
         self.persist(self.term, vote)
+        self.voted_for = vote
 
     def next_term(self) -> int:
-        self.term = self.known_max_term if self.known_max_term > self.term else self.term + 1
+        """Kept on disk before it counts: a member that cannot save a term (a full disk) stays in the
+        one it has, rather than raising it in memory each tick and deposing a healthy leader with it."""
+        term = self.known_max_term if self.known_max_term > self.term else self.term + 1
+        self.persist(term, None)
+        self.term = term
         self.voted_for = None
-        self.persist(self.term, None)
-        return self.term
+        return term
 
 
 class ParseResult(enum.Enum):

@@ -662,3 +662,20 @@ def test_a_binary_push_commits_no_further_than_its_body_whatever_its_fields_clai
     resp = follower.on_raw_push(lie, first, count, one[1] if body == "entry 0" else b"", 0)
     assert (follower.log.last_index, follower.log.committed_index) == (4, 1)
     assert resp.code == DLedgerResponseCode.UNEXPECTED_ARGUMENT
+
+
+def test_a_term_or_vote_that_cannot_be_saved_does_not_count() -> None:
+    """A member whose disk is full must not raise its term in memory each tick (its vote requests would
+    depose a healthy leader with terms no one can recover after a restart) nor give an unsaved vote."""
+
+    def full_disk(term: int, vote: str | None) -> None:
+        raise OSError(28, "No space left on device")
+
+    m = MemberState("g", "n0", dict(PEERS), full_disk, term=2, voted_for=None)
+    for _ in range(3):
+        with pytest.raises(OSError):
+            m.next_term()
+    assert (m.term, m.voted_for) == (2, None)
+    with pytest.raises(OSError):
+        m.set_vote("n1")
+    assert m.voted_for is None
