@@ -75,9 +75,6 @@ class TopicConfigManager:
         #: The table's entries as GET_ALL_TOPIC_CONFIG last wrote them (the registration keeps its own:
         #: it encodes in slices between other work, this in one call).
         self._all_text = TableText()
-        #: That body whole, with the table's generation and data version it was made at: a dashboard
-        #: polling an unchanged table gets the same bytes without a join of every entry's text.
-        self._all_body: tuple[tuple[int, int, int], bytes | None] | None = None
         self.system_topics: set[str] = {
             AUTO_CREATE_TOPIC,
             SCHEDULE_TOPIC,
@@ -168,16 +165,11 @@ class TopicConfigManager:
         """GET_ALL_TOPIC_CONFIG's body (the whole table and its version), None when there is no topic;
         each entry re-encoded only after it changed since the last call, the whole kept while the table
         and its version stand."""
-        file = self.file
-        with file.lock:
-            made_at = (file.generation, file.data_version.counter, file.data_version.timestamp)
-        kept = self._all_body
-        if kept is not None and kept[0] == made_at:
-            return kept[1]
-        wrapper = self.wrapper()  # (as new as made_at or newer: a change since moves the generation)
-        body = wrapper.dumps_kept(self._all_text) if wrapper.topic_config_table else None
-        self._all_body = (made_at, body)
-        return body
+        return self.file.kept_body("all", self._all_json)
+
+    def _all_json(self) -> bytes | None:
+        wrapper = self.wrapper()
+        return wrapper.dumps_kept(self._all_text) if wrapper.topic_config_table else None
 
     def new_version(self) -> None:
         """Bump the data version without a change: NameServers re-read the whole table at the next

@@ -211,7 +211,7 @@ class AdminProcessor:
         return request.make_response()
 
     def all_groups(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        return request.make_response(body=self.broker.groups.wrapper().dumps())
+        return request.make_response(body=self.broker.groups.all_json())
 
     def delete_group(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = DeleteSubscriptionGroupRequestHeader.from_ext_fields(request.ext_fields)
