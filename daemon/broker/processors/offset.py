@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
 
 #: Entries of GET_ALL_CONSUMER_OFFSET's body encoded at a time on the loop.
-OFFSETS_WIRE_SLICE = 500
+OFFSETS_WIRE_SLICE = 300
 
 #: Java's `accessMessageInMemoryMaxRatio`: data within 40 % of RAM of the log's end counts as "hot".
 _HOT_RATIO = 0.4
