@@ -183,6 +183,11 @@ def _sort_key(k: Any) -> tuple[int, Any]:
     return (0, k) if isinstance(k, int) else (1, str(k))
 
 
+#: The order `dumps` writes a map's keys in (ints first, then by their text): for a caller that writes
+#: a map's entries itself, a slice at a time.
+key_order = _sort_key
+
+
 class _Writer:
     """Encoder for what `json.dumps` cannot express: bare int keys and object keys."""
 

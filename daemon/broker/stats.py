@@ -8,9 +8,15 @@ answers the difference between now and the oldest snapshot of each window as `su
 `avgpt` (value per call). Java measures from the last snapshot; we measure to the live value, so a
 rate is visible at once, not 10 s later.
 
-The hot paths only add integers under one lock; the windows move in `sample()`, which the broker
-calls every `SAMPLE_PERIOD` seconds. Put latencies go into a fixed array of buckets (no allocation
-per message), from which `putLatency99/999` and `putMessageDistributeTime` are read.
+The hot paths only add integers under one lock. `sample()`, which the broker calls every
+`SAMPLE_PERIOD` seconds, only records the tick's time: an item nobody counted into since its last
+snapshot has the same value at every tick since, so its windows are caught up from that record when it
+is next counted into or read (one compare of tick numbers on the hot path): moving every item's windows
+at every tick touched each item's cold deques, and held the loop for tens of milliseconds with 10,000
+topics. Items idle
+for `FOLD_AGE` ticks are caught up a few per tick, so the record stays about an hour long. Put
+latencies go into a fixed array of buckets (no allocation per message), from which
+`putLatency99/999` and `putMessageDistributeTime` are read.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import bisect
 import datetime
 import threading
 import time
-from collections import deque
+from collections import OrderedDict, deque
 from typing import Final
 
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
@@ -64,6 +70,13 @@ _DAY_PERIOD: Final = 3600.0
 #: Each window's name in BrokerStatsData, seconds between its snapshots and how many it keeps.
 _WINDOWS = (("statsMinute", SAMPLE_PERIOD, 7), ("statsHour", _HOUR_PERIOD, 7), ("statsDay", _DAY_PERIOD, 25))
 _EARLY: Final = 0.5  # a sample this early is still its tick
+#: Each window's least gap between two snapshots and how many it keeps, in `_WINDOWS`' order.
+_GAPS: Final = (SAMPLE_PERIOD - _EARLY, _HOUR_PERIOD - _EARLY, _DAY_PERIOD - _EARLY)
+_KEEP: Final = (7, 7, 25)
+#: Ticks an item may stay behind before a tick catches it up (an hour), and how many a tick catches up
+#: at least: the record of ticks holds about this many.
+FOLD_AGE: Final = 360
+FOLD_SLICE: Final = 100
 
 
 def stats_key(topic: str, group: str) -> str:
@@ -79,11 +92,13 @@ _Snapshot = tuple[float, int, int]
 class StatsItem:
     """One key's running value and call count with its minute/hour/day snapshots."""
 
-    __slots__ = ("day", "hour", "minute", "times", "value")
+    __slots__ = ("day", "hour", "minute", "synced", "times", "value")
 
-    def __init__(self, now: float) -> None:
+    def __init__(self, now: float, synced: int = 0) -> None:
         self.value = 0
         self.times = 0
+        #: How many of `BrokerStats`' ticks the windows have taken (caught up lazily, see the module).
+        self.synced = synced
         zero: _Snapshot = (now, 0, 0)
         (_, _, minute), (_, _, hour), (_, _, day) = _WINDOWS
         self.minute: deque[_Snapshot] = deque([zero], maxlen=minute)
@@ -91,7 +106,7 @@ class StatsItem:
         self.day: deque[_Snapshot] = deque([zero], maxlen=day)
 
     def sample(self, now: float) -> None:
-        """Called for every item every `SAMPLE_PERIOD` s: the three windows written out, not looped over."""
+        """One tick taken at the running value: the three windows written out, not looped over."""
         snap: _Snapshot = (now, self.value, self.times)
         if now - self.minute[-1][0] >= SAMPLE_PERIOD - _EARLY:
             self.minute.append(snap)
@@ -113,6 +128,59 @@ class StatsItem:
                 "tps": total / max(now - at, 1.0),
             }
         return dict(sorted(out.items()))  # statsDay, statsHour, statsMinute: fastjson's field order
+
+
+def _first_due(ticks: list[float], lo: int, last: float, gap: float) -> int:
+    """The first tick from `lo` on taken `gap` or more after `last` (the window's newest snapshot), by
+    the same float compare as `StatsItem.sample` (a binary search: the compare is monotone in the
+    tick's time); ``len(ticks)`` when none is."""
+    hi = len(ticks)
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if ticks[mid] - last >= gap:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+class _Chains:
+    """The snapshot times a window takes from one tick on, to the newest tick: each next one is the first
+    tick `gap` after the last (as `StatsItem.sample` appends them), of which a window keeps its newest
+    few. Kept per (window, tick) until the next tick, so idle items caught up together share them."""
+
+    __slots__ = ("_kept", "ticks")
+
+    def __init__(self, ticks: list[float]) -> None:
+        self.ticks = ticks
+        self._kept: dict[tuple[int, int], list[float]] = {}
+
+    def clear(self) -> None:
+        self._kept.clear()
+
+    def times(self, window: int, start: int) -> list[float]:
+        """The newest `_KEEP[window]` times of the chain from tick `start` (an index into `ticks`)."""
+        kept = self._kept
+        ticks = self.ticks
+        gap = _GAPS[window]
+        path: list[int] = []
+        at = start
+        tail: list[float] = []
+        while True:
+            found = kept.get((window, at))
+            if found is not None:
+                tail = found
+                break
+            path.append(at)
+            at = _first_due(ticks, at + 1, ticks[at], gap)
+            if at >= len(ticks):
+                break
+        keep = _KEEP[window]
+        for index in reversed(path):
+            if len(tail) < keep:
+                tail = [ticks[index], *tail]
+            kept[(window, index)] = tail
+        return tail
 
 
 #: TOPIC_PUT_NUMS and TOPIC_PUT_SIZE of a topic, BROKER_PUT_NUMS of the cluster: what a put counts in.
@@ -254,13 +322,40 @@ class BrokerStats:
         self.put_today_morning = self.put_yesterday_morning = 0
         self.get_today_morning = self.get_yesterday_morning = 0
         self._day = datetime.date.today()
+        #: Ticks taken (`sample()`), the times of those an item may still have to catch up with (from
+        #: tick number `_tick_base` on), and every item, the one caught up longest ago first.
+        self.tick = 0
+        self._ticks: list[float] = []
+        self._tick_base = 0
+        self._chains = _Chains(self._ticks)
+        self._order: OrderedDict[StatsItem, None] = OrderedDict()
+        self.fold_age = FOLD_AGE
+        self.fold_slice = FOLD_SLICE
 
     def _item(self, name: str, key: str, now: float) -> StatsItem:
         table = self.items[name]
         item = table.get(key)
         if item is None:
-            item = table[key] = StatsItem(now)
+            item = table[key] = StatsItem(now, self.tick)
+            self._order[item] = None
         return item
+
+    def _sync(self, item: StatsItem) -> None:
+        """Catch `item`'s windows up with the ticks taken since it was last counted into or read: its
+        value was the same at each of them, so each window takes the snapshots it would have taken."""
+        ticks = self._ticks
+        start = item.synced - self._tick_base
+        if start == len(ticks) - 1:  # one tick behind: the usual case
+            item.sample(ticks[start])
+        else:
+            value, times = item.value, item.times
+            for window, snaps in enumerate((item.minute, item.hour, item.day)):
+                due = _first_due(ticks, start, snaps[-1][0], _GAPS[window])
+                if due < len(ticks):
+                    for at in self._chains.times(window, due):
+                        snaps.append((at, value, times))
+        item.synced = self.tick
+        self._order.move_to_end(item)
 
     def _topic_put_items(self, topic: str, now: float) -> PutItems:
         items = self._put_items.get(topic)
@@ -294,6 +389,13 @@ class BrokerStats:
         self.put.add(count, now)
         self.put_size_total += size
         nums, sizes, broker = items
+        tick = self.tick
+        if nums.synced != tick:  # once per item and tick: the windows catch up before the count moves
+            self._sync(nums)
+        if sizes.synced != tick:
+            self._sync(sizes)
+        if broker.synced != tick:
+            self._sync(broker)
         nums.value += count
         nums.times += 1
         sizes.value += size
@@ -325,6 +427,9 @@ class BrokerStats:
                     self._item(BROKER_GET_NUMS, self.cluster_name, now),
                 )
             nums, sizes, latency, broker = items
+            for item in items:
+                if item.synced != self.tick:
+                    self._sync(item)
             nums.value += count
             nums.times += 1
             sizes.value += size
@@ -342,23 +447,20 @@ class BrokerStats:
         """A consumer sent a message of `topic` back for retry (SNDBCK_PUT_NUMS, key `topic@group`)."""
         with self._lock:
             item = self._item(SNDBCK_PUT_NUMS, stats_key(topic, group), self._now())
+            if item.synced != self.tick:
+                self._sync(item)
             item.value += 1
             item.times += 1
 
     def sample(self) -> None:
-        """Move every item's windows (every `SAMPLE_PERIOD` s) and the latency minute, all at once."""
-        now, items = self.sample_start()
-        self.sample_items(items, now)
-
-    def sample_start(self) -> tuple[float, list[StatsItem]]:
-        """Move the latency minute and the day's totals; return the time and every item, whose windows
-        `sample_items` moves in slices: 10,000 topics make 20,000 items and more, too many to move at once
-        on the event loop."""
+        """A tick (every `SAMPLE_PERIOD` s): its time recorded for the items to catch up with when next
+        counted into or read, the latency minute and the day's totals moved, and the items idle longest
+        caught up, a slice a tick, so that the record of ticks stays `fold_age` long."""
         with self._lock:
             now = self._now()
-            items: list[StatsItem] = []
-            for table in self.items.values():
-                items.extend(table.values())
+            self._ticks.append(now)
+            self.tick += 1
+            self._chains.clear()
             if now - self._last_rotate >= 60.0:
                 self.put_latency.rotate()
                 self._last_rotate = now
@@ -367,19 +469,39 @@ class BrokerStats:
                 self._day = today
                 self.put_yesterday_morning, self.put_today_morning = self.put_today_morning, self.put.total
                 self.get_yesterday_morning, self.get_today_morning = self.get_today_morning, self.get.total
-        return now, items
+            self._fold()
 
-    def sample_items(self, items: list[StatsItem], now: float) -> None:
-        """Move these items' windows as of `now` (a slice of what `sample_start` returned)."""
+    def _fold(self) -> None:
+        """Catch up the items behind by `fold_age` ticks or more (enough a tick to keep up with every
+        item going idle at once), then drop the ticks no item needs any more."""
+        order = self._order
+        stale = self.tick - self.fold_age
+        for _ in range(max(self.fold_slice, len(order) // max(self.fold_age, 1) + 1)):
+            item = next(iter(order), None)
+            if item is None or item.synced > stale:
+                break
+            self._sync(item)
+        oldest = next(iter(order), None)
+        needed = (oldest.synced if oldest is not None else self.tick) - self._tick_base
+        if needed > 0:
+            del self._ticks[:needed]
+            self._tick_base += needed
+            self._chains.clear()  # its ticks are indexed from the base
+
+    def pending_ticks(self) -> int:
+        """Ticks kept for items still to catch up with them."""
         with self._lock:
-            for item in items:
-                item.sample(now)
+            return len(self._ticks)
 
     def view(self, name: str, key: str) -> dict[str, dict[str, float | int]] | None:
         """BrokerStatsData of one item; None when no such item exists (Java answers SYSTEM_ERROR)."""
         with self._lock:
             item = self.items.get(name, {}).get(key)
-            return item.data(self._now()) if item is not None else None
+            if item is None:
+                return None
+            if item.synced != self.tick:
+                self._sync(item)
+            return item.data(self._now())
 
     def item_count(self) -> int:
         """Items of every stats name (a few ``len()``s)."""

@@ -102,6 +102,11 @@ class TableTextMachine(RuleBasedStateMachine):
         """Made again at start (a deleted one comes back; no data version moves)."""
         self.broker.topics.create_system_topics()
 
+    @rule()
+    def new_version(self) -> None:
+        """The data version moved with no entry changed (the table's generation stands)."""
+        self.broker.topics.new_version()
+
     @rule(perm=st.sampled_from([2, 4, 6]))
     def broker_permission(self, perm: int) -> None:
         self.broker.config.broker_permission = perm
@@ -133,6 +138,8 @@ class TableTextMachine(RuleBasedStateMachine):
         """GET_ALL_TOPIC_CONFIG's body, its entries kept between calls: a from-scratch encoding."""
         wrapper = self.broker.topics.wrapper()
         assert self.broker.topics.all_json() == (wrapper.dumps() if wrapper.topic_config_table else None)
+        again = self.broker.topics.all_json()  # nothing changed: the body kept whole, not joined anew
+        assert again is None or again is self.broker.topics.all_json()
 
     @invariant()
     def table_text_names_only_topics(self) -> None:

@@ -27,6 +27,7 @@ class SubscriptionGroupManager:
         with self.file.lock:
             for name in BUILTIN_GROUPS:
                 self.table.setdefault(name, SubscriptionGroupConfig(name))
+            self.file.generation += 1
         self.file.persist()
 
     def wrapper(self) -> SubscriptionGroupWrapper:
@@ -34,6 +35,12 @@ class SubscriptionGroupManager:
         with self.file.lock:
             version = DataVersion(self.file.data_version.counter, self.file.data_version.timestamp)
             return SubscriptionGroupWrapper(dict(self.table), version)
+
+    def all_json(self) -> bytes:
+        """GET_ALL_SUBSCRIPTIONGROUP_CONFIG's body, kept while the table and its version stand."""
+        body = self.file.kept_body("all", lambda: self.wrapper().dumps())
+        assert body is not None
+        return body
 
     def get(self, group: str) -> SubscriptionGroupConfig | None:
         """The group's config if it exists (never auto-created: see :meth:`find`)."""

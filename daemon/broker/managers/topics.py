@@ -163,7 +163,11 @@ class TopicConfigManager:
 
     def all_json(self) -> bytes | None:
         """GET_ALL_TOPIC_CONFIG's body (the whole table and its version), None when there is no topic;
-        each entry re-encoded only after it changed since the last call."""
+        each entry re-encoded only after it changed since the last call, the whole kept while the table
+        and its version stand."""
+        return self.file.kept_body("all", self._all_json)
+
+    def _all_json(self) -> bytes | None:
         wrapper = self.wrapper()
         return wrapper.dumps_kept(self._all_text) if wrapper.topic_config_table else None
 

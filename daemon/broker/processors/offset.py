@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from typing import TYPE_CHECKING
 
@@ -22,6 +23,9 @@ from store import fastjson
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
+
+#: Entries of GET_ALL_CONSUMER_OFFSET's body encoded at a time on the loop.
+OFFSETS_WIRE_SLICE = 300
 
 #: Java's `accessMessageInMemoryMaxRatio`: data within 40 % of RAM of the log's end counts as "hot".
 _HOT_RATIO = 0.4
@@ -105,9 +109,14 @@ class OffsetProcessor:
         offset = self.broker.store.search_offset_by_timestamp(h.topic, h.queue_id, h.timestamp)
         return request.make_response(ext_fields=OffsetResponseHeader(offset).to_ext_fields())
 
-    def all_consumer_offsets(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        table = self.broker.offsets.snapshot()
-        return request.make_response(body=fastjson.dumps({"offsetTable": table}, bare_int_keys=True))
+    async def all_consumer_offsets(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+        """Every committed offset (a slave's sync, tools): encoded a slice of entries at a time, the loop
+        serving other requests between slices."""
+        parts = []
+        for piece in self.broker.offsets.wire_slices(OFFSETS_WIRE_SLICE):
+            parts.append(piece)
+            await asyncio.sleep(0)
+        return request.make_response(body="".join(parts).encode("utf-8", "replace"))
 
     def all_delay_offsets(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         table = self.broker.store.configs.delay_offsets.offsets()
