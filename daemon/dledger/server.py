@@ -26,6 +26,7 @@ from daemon.dledger.gate import PeerGate
 from daemon.dledger.machines import MemberState, Node, Out, Role, Timings, wire_entry
 from daemon.dledger.protocol import (
     BEANS,
+    BINARY_ANSWER_KEY,
     BINARY_PUSH_ADVERT,
     BINARY_PUSH_CODE,
     BINARY_PUSH_KEY,
@@ -40,9 +41,13 @@ from daemon.dledger.protocol import (
     LeadershipTransferResponse,
     MetadataResponse,
     PushEntryRequest,
+    PushEntryResponse,
     RequestOrResponse,
     VoteRequest,
     binary_push_fields,
+    decode_push_answer,
+    encode_push_answer,
+    is_push_answer,
     read_binary_push,
 )
 from daemon.lifecycle import cancel_tasks
@@ -342,6 +347,8 @@ class DLedgerServer:
             )
             return None
         try:
+            if out.raw is not None and is_push_answer(response.body):  # (asked for by the binary push)
+                return decode_push_answer(response.body, self.node.m.group)
             return BEANS[out.code][1].decode(response.body)
         except ValueError as bad:  # (compiled, a name holds one exception type)
             log.warning("DLedger %s answer from %s unreadable: %s", out.code.name, out.peer, bad)
@@ -550,7 +557,15 @@ class DLedgerServer:
         if trace.ENABLED:
             trace.mark_range("appended", first, count)
         self._effects(after_replies=True)
-        reply = self._reply(request, resp)
+        if (
+            isinstance(resp, PushEntryResponse)
+            and request.ext_fields.get(BINARY_ANSWER_KEY) == BINARY_PUSH_VERSION
+        ):
+            # asked for: the answer's fields in a fixed layout, no JSON, no extFields (the push itself says
+            # its leader knows this member reads binary pushes)
+            reply = request.make_response(REMOTING_RESPONSE_CODE, None, None, encode_push_answer(resp))
+        else:
+            reply = self._reply(request, resp)
         if trace.ENABLED:
             trace.mark_range("ack-write", first, count)
         return reply
