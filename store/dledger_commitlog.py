@@ -19,7 +19,15 @@ import os
 from collections.abc import Callable
 
 from store.commitlog import CommitLog, PartlyAppended, RecordWalk, appended, encode_checked
-from store.dledger import BODY_OFFSET, DATA_FILE_SIZE, INDEX_FILE_SIZE, DLedgerError, Entry, load_term
+from store.dledger import (
+    BODY_OFFSET,
+    DATA_FILE_SIZE,
+    INDEX_FILE_SIZE,
+    DLedgerError,
+    Entry,
+    load_term,
+    unpack_header,
+)
 from store.dledger_log import DLedgerLog, dledger_dir
 from store.errors import CorruptRecordError, StoreFormatError
 from store.message import (
@@ -119,6 +127,7 @@ class DLedgerCommitLog(CommitLog):
         self.files = self.log.data
         self.log.on_damaged = self._damaged
         self.log.on_cut = self._cut
+        self.log.on_raw_appended = self._parse_pushed
         self.term = max(1, load_term(self.directory)[0], self.log.last_term)
         if self.auto_commit and not self.read_only:  # alone, every entry that survived recovery is committed
             self.log.set_committed(self.log.last_index)
@@ -130,6 +139,27 @@ class DLedgerCommitLog(CommitLog):
         """An entry found damaged since it was written: its record is never served again (a pull skips it,
         logged at ERROR), as a record recovery set aside in place."""
         self.set_aside[entry.pos + BODY_OFFSET] = entry.size - BODY_OFFSET
+
+    def _parse_pushed(self, run: memoryview, start: int, end: int) -> None:
+        """(a follower) The records of the entries a binary push just appended (``run[start:end]``), parsed
+        for dispatch from the push's own bytes, as a leader keeps what its puts parsed: dispatch then takes
+        them without walking the data file back. A record that does not parse, or that does not fill its
+        entry and name its own offset, and those after it, are left to the walk (which judges them as
+        before)."""
+        parsed = self.parsed
+        if self.auto_commit or len(parsed) >= PARSED_MAX:
+            return
+        off = start
+        while off < end:
+            _magic, size, _index, _term, pos, _ch, _chain, _crc, _body_len = unpack_header(run, off)
+            try:
+                info = read_record_info(run, off + BODY_OFFSET, off + size)
+            except CorruptRecordError:
+                return
+            if info.commit_log_offset != pos + BODY_OFFSET or info.size != size - BODY_OFFSET:
+                return
+            parsed[info.commit_log_offset] = info
+            off += size
 
     def _cut(self, pos: int) -> None:
         """Entries cut from data offset ``pos`` (an uncommitted tail): what is appended there next is not
