@@ -1,6 +1,6 @@
-"""A follower's dispatch of what binary pushes brought: the records parsed from the push's own bytes as they
-are appended (the CommitLog's ``parsed``, as a leader keeps what its puts parsed), so that dispatch does not
-walk the data file back; the ConsumeQueues and IndexFile come out as the walk makes them. A record the
+"""A follower's dispatch of what binary pushes brought: the records parsed from the pushes' own bytes when
+dispatch comes (into the CommitLog's ``parsed``, as a leader keeps what its puts parsed), so that dispatch
+does not walk the data file back; the ConsumeQueues and IndexFile come out as the walk makes them. A record the
 parse does not vouch for (not naming its own offset) is left to the walk."""
 
 from __future__ import annotations
@@ -55,8 +55,10 @@ def test_pushed_records_are_dispatched_as_parsed_at_the_append_and_land_as_walke
             for raw in runs:
                 cl.dlog.append_raw(raw)
             if store is parsed[0]:
-                # every record parsed as it came, none walked yet
-                assert sorted(cl.parsed) == [
+                # each push's run kept as it came (the answer waits for no parse), parsed when dispatch comes
+                assert len(cl.pushed) == len(runs) and cl.parsed == {}
+                cl._parse_pushed()
+                assert cl.pushed == [] and sorted(cl.parsed) == [
                     cl.dlog.get(i).pos + dl.BODY_OFFSET for i in range(cl.dlog.last_index + 1)
                 ]
             cl.dlog.set_committed(cl.dlog.last_index)
@@ -87,6 +89,7 @@ def test_a_pushed_record_that_does_not_name_its_own_offset_is_left_to_the_walk(t
     try:
         cl.dlog.append_raw(bytes(run))
         assert cl.dlog.last_index == 5
+        cl._parse_pushed()
         assert sorted(cl.parsed) == [dl.BODY_OFFSET, size + dl.BODY_OFFSET]  # (the two before it)
     finally:
         store.shutdown()
