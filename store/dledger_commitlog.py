@@ -19,7 +19,15 @@ import os
 from collections.abc import Callable
 
 from store.commitlog import CommitLog, PartlyAppended, RecordWalk, appended, encode_checked
-from store.dledger import BODY_OFFSET, DATA_FILE_SIZE, INDEX_FILE_SIZE, DLedgerError, Entry, load_term
+from store.dledger import (
+    BODY_OFFSET,
+    DATA_FILE_SIZE,
+    INDEX_FILE_SIZE,
+    DLedgerError,
+    Entry,
+    load_term,
+    unpack_header,
+)
 from store.dledger_log import DLedgerLog, dledger_dir
 from store.errors import CorruptRecordError, StoreFormatError
 from store.message import (
@@ -37,6 +45,8 @@ log = logging.getLogger(__name__)
 PHY_POS_POSITION = 28
 #: How many records a leader appended and has not dispatched yet it keeps parsed (past that, dispatch parses).
 PARSED_MAX = 65536
+#: Bytes of binary pushes a follower keeps for dispatch to parse (past it, the walk reads them back).
+PUSHED_MAX_BYTES = 64 * 1024 * 1024
 
 
 def stamp_physical_offset(pos: int, entry: bytearray) -> None:
@@ -93,6 +103,10 @@ class DLedgerCommitLog(CommitLog):
         #: replaced by an empty one when entries are cut (also under it), so that it never names a record
         #: a cut removed.
         self.parsed: dict[int, RecordInfo] = {}
+        #: (a follower) runs of entries binary pushes appended, as the pushes' own bytes with each run's
+        #: extent: parsed into :attr:`parsed` when dispatch comes for them (after the push was answered)
+        self.pushed: list[tuple[memoryview, int, int]] = []
+        self._pushed_bytes = 0
 
     @property
     def dispatch_on_put(self) -> bool:
@@ -119,6 +133,7 @@ class DLedgerCommitLog(CommitLog):
         self.files = self.log.data
         self.log.on_damaged = self._damaged
         self.log.on_cut = self._cut
+        self.log.on_raw_appended = self._keep_pushed
         self.term = max(1, load_term(self.directory)[0], self.log.last_term)
         if self.auto_commit and not self.read_only:  # alone, every entry that survived recovery is committed
             self.log.set_committed(self.log.last_index)
@@ -131,11 +146,39 @@ class DLedgerCommitLog(CommitLog):
         logged at ERROR), as a record recovery set aside in place."""
         self.set_aside[entry.pos + BODY_OFFSET] = entry.size - BODY_OFFSET
 
+    def _keep_pushed(self, run: memoryview, start: int, end: int) -> None:
+        """(a follower) The entries a binary push just appended (``run[start:end]``), kept to be parsed at
+        dispatch from the push's own bytes (:meth:`_parse_pushed`), not walked back out of the data file."""
+        if not self.auto_commit and self._pushed_bytes + end - start <= PUSHED_MAX_BYTES:
+            self.pushed.append((run, start, end))
+            self._pushed_bytes += end - start
+
+    def _parse_pushed(self) -> None:
+        """Their records parsed for dispatch into :attr:`parsed`, as a leader keeps what its puts parsed. A
+        record that does not parse, or that does not fill its entry and name its own offset, and those
+        after it, are left to the walk (which judges them as before)."""
+        with self.dlog.lock:
+            runs, self.pushed, self._pushed_bytes = self.pushed, [], 0
+        parsed = self.parsed
+        for run, start, end in runs:
+            off = start
+            while off < end and len(parsed) < PARSED_MAX:
+                _magic, size, _index, _term, pos, _ch, _chain, _crc, _body_len = unpack_header(run, off)
+                try:
+                    info = read_record_info(run, off + BODY_OFFSET, off + size)
+                except CorruptRecordError:
+                    return
+                if info.commit_log_offset != pos + BODY_OFFSET or info.size != size - BODY_OFFSET:
+                    return
+                parsed[info.commit_log_offset] = info
+                off += size
+
     def _cut(self, pos: int) -> None:
         """Entries cut from data offset ``pos`` (an uncommitted tail): what is appended there next is not
         the damaged record once found there, nor what was parsed of the records cut (a dispatch walk may
         be taking from the old one: it never reaches past the committed end, and no committed entry is cut)."""
         self.parsed = {}
+        self.pushed, self._pushed_bytes = [], 0
         for phys in [p for p in self.set_aside if p >= pos]:
             del self.set_aside[phys]
 
@@ -238,7 +281,9 @@ class DLedgerCommitLog(CommitLog):
         below ``end`` (the committed end: an entry starting below it is committed whole), taken from
         :attr:`parsed`; it stops where a record is not there (a file's blank filler, a record appended
         before this leadership), and the walk goes on from there. None while any record is set aside: the
-        walk steps over those."""
+        walk steps over those. (A follower's: what its binary pushes brought, parsed now.)"""
+        if self.pushed:
+            self._parse_pushed()
         parsed = self.parsed
         out: list[RecordInfo] = []
         if self.set_aside or not parsed:
@@ -253,6 +298,8 @@ class DLedgerCommitLog(CommitLog):
 
     def walk(self, offset: int, end: int) -> RecordWalk:
         """Dispatch walks no further than the committed end, taking what a leader's puts parsed already."""
+        if self.pushed:
+            self._parse_pushed()
         walk = super().walk(offset, min(end, self.max_offset))
         walk.parsed = self.parsed
         return walk

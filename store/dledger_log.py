@@ -130,6 +130,9 @@ class DLedgerLog:
         self.on_damaged: Callable[[Entry], None] | None = None
         #: told of the data offset entries are cut from (a follower appends other entries there)
         self.on_cut: Callable[[int], None] | None = None
+        #: told of each run of entries :meth:`append_raw` appended (the bytes and the run's extent in them),
+        #: under the lock, once they count as written (the CommitLog parses their records while at hand)
+        self.on_raw_appended: Callable[[memoryview, int, int], None] | None = None
         self.crc_damage: tuple[int, str] | None = None  # after recovery: (pos, why) of the entry whose
         # bodyCrc failed, where recovery cut
         self.recover()
@@ -546,6 +549,8 @@ class DLedgerLog:
             self._last, self._last_term = prev_index, prev_term
             if self._begin == -1:
                 self._begin = first_index
+            if self.on_raw_appended is not None:
+                self.on_raw_appended(view, start, off)
         if refused is not None:
             raise refused
         return off

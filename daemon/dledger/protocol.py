@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import struct
 from dataclasses import dataclass, field
 from typing import Any, Self, TypeVar
 
@@ -90,6 +91,14 @@ BINARY_PUSH_KEY = "mqctlBinaryPush"
 BINARY_PUSH_VERSION = "1"
 #: What every mqctl member's DLedger answer carries in its extFields.
 BINARY_PUSH_ADVERT: dict[str, str] = {BINARY_PUSH_KEY: BINARY_PUSH_VERSION}
+#: The extFields key by which a binary push asks for its answer in :data:`PUSH_ANSWER` (value
+#: :data:`BINARY_PUSH_VERSION`). A member that does not know it answers DLedger's JSON, as before; the
+#: leader tells the two apart by the body's first byte (a JSON answer's is ``{``).
+BINARY_ANSWER_KEY = "mqctlAnswer"
+#: A binary push's answer, when the push asks for it: its first byte :data:`PUSH_ANSWER_TAG`, then the
+#: ``PushEntryResponse`` fields a leader reads (code, term, index, count, beginIndex, endIndex), big-endian.
+PUSH_ANSWER = struct.Struct(">Biqqiqq")
+PUSH_ANSWER_TAG = 1
 
 
 class VoteResult(enum.Enum):
@@ -679,8 +688,39 @@ def binary_push_fields(req: PushEntryRequest, first: int, count: int) -> dict[st
         "commitIndex": str(req.commit_index),
         "index": str(first),
         "count": str(count),
+        BINARY_ANSWER_KEY: BINARY_PUSH_VERSION,
     }
     return fields
+
+
+def encode_push_answer(resp: PushEntryResponse) -> bytes:
+    """The answer to a binary push that asked for it (:data:`PUSH_ANSWER`): the same fields as the JSON
+    ``PushEntryResponse`` a leader reads, without the JSON (its group is the leader's own)."""
+    index = resp.index if resp.index is not None else -1
+    return PUSH_ANSWER.pack(
+        PUSH_ANSWER_TAG, resp.code, resp.term, index, resp.count, resp.begin_index, resp.end_index
+    )
+
+
+def is_push_answer(body: bytes) -> bool:
+    """Whether an answer's body is :data:`PUSH_ANSWER` (a JSON bean starts with ``{``)."""
+    return len(body) > 0 and body[0] == PUSH_ANSWER_TAG
+
+
+def decode_push_answer(body: bytes, group: str | None) -> PushEntryResponse:
+    """:func:`encode_push_answer`'s bytes as the bean; ValueError when they are not its layout."""
+    if len(body) != PUSH_ANSWER.size:
+        raise ValueError(f"a binary push answer of {len(body)} bytes, not {PUSH_ANSWER.size}")
+    _tag, code, term, index, count, begin, end = PUSH_ANSWER.unpack(body)
+    return PushEntryResponse(
+        code=code,
+        group=group,
+        term=term,
+        begin_index=begin,
+        count=count,
+        end_index=end,
+        index=index if index >= 0 else None,
+    )
 
 
 def read_binary_push(ext: dict[str, str]) -> tuple[PushEntryRequest, int, int]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from daemon.dledger.protocol import (
+    BINARY_ANSWER_KEY,
     BINARY_PUSH_CODE,
     BINARY_PUSH_KEY,
     REMOTING_RESPONSE_CODE,
@@ -23,6 +24,9 @@ from daemon.dledger.protocol import (
     PushEntryRequest,
     PushEntryResponse,
     PushType,
+    binary_push_fields,
+    decode_push_answer,
+    is_push_answer,
 )
 from daemon.remoting.client import RemotingClient, parse_addr
 from daemon.remoting.codes import ResponseCode
@@ -139,6 +143,29 @@ async def test_members_push_each_other_binary_and_a_silent_peer_only_json(tmp_pa
             2.0,
         )
         assert answer.ext_fields.get(BINARY_PUSH_KEY) == "1"
+        # the leader read our member's answers to its binary pushes (in their binary layout): its water mark
+        await wait_until(lambda: node.pushes[ours].water_mark >= last, 20)
+        # a binary push asking for it is answered in that layout, one that does not (an older member of
+        # ours) in DLedger's JSON, as before: the same fields either way
+        m = leader.dledger.node.m
+        push = PushEntryRequest(group=m.group, leader_id=m.self_id, local_id=m.self_id, remote_id=ours)
+        push.term = m.term + 100  # (refused for its term: nothing appended)
+        fields = binary_push_fields(push, last + 1, 1)
+        asked = await client.invoke(
+            follower.dledger.settings.peers[ours],
+            RemotingCommand.request(BINARY_PUSH_CODE, dict(fields)),
+            2.0,
+        )
+        del fields[BINARY_ANSWER_KEY]
+        plain = await client.invoke(
+            follower.dledger.settings.peers[ours], RemotingCommand.request(BINARY_PUSH_CODE, fields), 2.0
+        )
+        assert asked.code == plain.code == REMOTING_RESPONSE_CODE
+        assert is_push_answer(asked.body) and not asked.ext_fields
+        assert not is_push_answer(plain.body) and plain.ext_fields == {BINARY_PUSH_KEY: "1"}
+        as_binary = decode_push_answer(asked.body, m.group)
+        assert as_binary == PushEntryResponse.decode(plain.body)
+        assert (as_binary.code, as_binary.index, as_binary.count) == (Code.INCONSISTENT_TERM, last + 1, 1)
     finally:
         await client.close()
         for b in brokers:

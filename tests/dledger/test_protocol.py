@@ -28,7 +28,10 @@ from daemon.dledger.protocol import (
     VoteResult,
     WireBean,
     bean_from_json,
+    decode_push_answer,
+    encode_push_answer,
     entry_json,
+    is_push_answer,
 )
 from store import fastjson
 
@@ -225,6 +228,33 @@ def test_a_push_answer_is_written_and_read_as_every_bean_is(resp: PushEntryRespo
     assert resp.encode() == fastjson.dumps(WireBean.to_json(resp))
     as_json = orjson.loads(resp.encode())
     assert PushEntryResponse.from_json(as_json) == bean_from_json(PushEntryResponse, as_json) == resp
+
+
+java_ints = st.integers(-(2**31), 2**31 - 1)
+
+
+@given(
+    beans(
+        PushEntryResponse,
+        code=java_ints,
+        term=longs,
+        begin_index=longs,
+        count=java_ints,
+        end_index=longs,
+        index=st.one_of(st.none(), st.integers(0, 2**63 - 1)),
+    )
+)
+def test_a_binary_push_answer_reads_back_as_its_json_does(resp: PushEntryResponse) -> None:
+    """The answer a binary push asks for carries every field a leader reads from DLedger's JSON one: read
+    either way, the same bean; and it is never taken for JSON, nor JSON for it."""
+    # (a follower's answer names no member; the leader reads its own group into it)
+    resp.group, resp.leader_id, resp.local_id, resp.remote_id = "broker-a", None, None, None
+    binary, as_json = encode_push_answer(resp), resp.encode()
+    assert is_push_answer(binary) and not is_push_answer(as_json)
+    assert decode_push_answer(binary, "broker-a") == PushEntryResponse.decode(as_json) == resp
+    for cut in (binary[:-1], binary + b"\0", b""):
+        with pytest.raises(ValueError):
+            decode_push_answer(cut, "broker-a")
 
 
 @given(pushes, st.lists(entries, max_size=3))
