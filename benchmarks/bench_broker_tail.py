@@ -13,9 +13,9 @@ round's own 4-queue topic as a push consumer does, send-to-receipt latency after
 
 Prints each round (p50/p99/p99.9/max, the broker's own loop lag p99 and max and longest GC pause over the
 last minute or two, from GET_BROKER_RUNTIME_INFO), then per message of the round the CPU, wake-ups and
-preemptions of the broker's and this client's event-loop threads and their processes' read and write system calls
-(from /proc: counts the host's load does not decide, unlike the latencies), the median p99.9 of each
-side and their ratio.
+preemptions of the broker's and this client's event-loop threads and their processes' read and write
+system calls (from /proc: counts the host's load does not decide, unlike the latencies), the median
+p99.9 of each side and their ratio.
 
     python benchmarks/bench_broker_tail.py [--topics 10000] [--duration 10] [--rate 1000] [--rounds 2]
         [--group-offsets] [--tree DIR] [--timeline FILE] [--competitor-session] [--client-slice-micros N]
@@ -36,8 +36,9 @@ session).
 ``--client-slice-micros N`` gives this process's event-loop thread (the producer's and the consumer's) an
 EEVDF slice of N µs as mqctl's own ``--sched-slice-micros`` (``$MQCTL_CLIENT_SCHED_SLICE_MICROS``) does
 for a command, and ``schedSliceMicros`` for the broker (``MQCTL_SCHED_SLICE_MICROS=N`` sets that): how
-much of a busy round's tail is the measuring client's own wait for a core. Off by default, as mqctl's is. After the fill, what this process holds is
-frozen out of the cyclic GC's reach, so no full collection of the client walks it during the rounds.
+much of a busy round's tail is the measuring client's own wait for a core. Off by default, as mqctl's
+is. After the fill, what this process holds is frozen out of the cyclic GC's reach, so no full
+collection of the client walks it during the rounds.
 
 ``--timeline FILE`` writes every message's send time and latency and, every 100 ms, the CPU and the wait
 for a core of each thread of the daemons, the competitor and this process (see timeline.py), then names
