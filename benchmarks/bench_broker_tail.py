@@ -12,10 +12,10 @@ bench_broker_latency's: one producer at RATE msgs/s on an absolute schedule, one
 round's own 4-queue topic as a push consumer does, send-to-receipt latency after a 2 s warm-up.
 
 Prints each round (p50/p99/p99.9/max, the broker's own loop lag p99 and max and longest GC pause over the
-last minute or two, from GET_BROKER_RUNTIME_INFO), then per message of the round the CPU and wake-ups of
-the broker's and this client's event-loop threads and their processes' read and write system calls
-(from /proc: counts the host's load does not decide, unlike the latencies), the median p99.9 of each
-side and their ratio.
+last minute or two, from GET_BROKER_RUNTIME_INFO), then per message of the round the CPU, wake-ups and
+preemptions of the broker's and this client's event-loop threads and their processes' read and write
+system calls (from /proc: counts the host's load does not decide, unlike the latencies), the median
+p99.9 of each side and their ratio.
 
     python benchmarks/bench_broker_tail.py [--topics 10000] [--duration 10] [--rate 1000] [--rounds 2]
         [--group-offsets] [--tree DIR] [--timeline FILE] [--competitor-session] [--client-slice-micros N]
@@ -33,10 +33,12 @@ the group the broker is in; in a session of its own it is a group of its own, as
 login or service would be (a systemd service has its own cgroup, `mqctl broker start --daemon` its own
 session).
 
-``--client-slice-micros N`` gives this process (the producer and consumer) an EEVDF slice of N µs, as
-``schedSliceMicros`` gives the broker (``MQCTL_SCHED_SLICE_MICROS=N`` sets that): how much of a busy
-round's tail is the measuring client's own wait for a core. After the fill, what this process holds is
-frozen out of the cyclic GC's reach, so no full collection of the client walks it during the rounds.
+``--client-slice-micros N`` gives this process's event-loop thread (the producer's and the consumer's) an
+EEVDF slice of N µs as mqctl's own ``--sched-slice-micros`` (``$MQCTL_CLIENT_SCHED_SLICE_MICROS``) does
+for a command, and ``schedSliceMicros`` for the broker (``MQCTL_SCHED_SLICE_MICROS=N`` sets that): how
+much of a busy round's tail is the measuring client's own wait for a core. Off by default, as mqctl's
+is. After the fill, what this process holds is frozen out of the cyclic GC's reach, so no full
+collection of the client walks it during the rounds.
 
 ``--timeline FILE`` writes every message's send time and latency and, every 100 ms, the CPU and the wait
 for a core of each thread of the daemons, the competitor and this process (see timeline.py), then names
@@ -65,7 +67,7 @@ from benchlib import summary
 from timeline import Timeline, children, loop_costs, per_message, slow_report
 
 from daemon.remoting.loop import run
-from daemon.schedslice import set_slice
+from daemon.schedslice import set_loop_slice
 from mqctl.admin.client import Admin
 from mqctl.services.bench import produce, topic_names
 
@@ -135,7 +137,7 @@ def main() -> None:
     ap.add_argument("--timeline", type=Path, help="JSON lines: messages and per-thread CPU (timeline.py)")
     args = ap.parse_args()
     if args.client_slice_micros:
-        print(set_slice(args.client_slice_micros), "(the benchmark's client)", flush=True)
+        print(set_loop_slice(args.client_slice_micros), "(the benchmark's client)", flush=True)
     tree = args.tree.resolve()
     p999: dict[str, list[float]] = {"quiet": [], "busy": []}
     loads: list[float] = []

@@ -64,27 +64,38 @@ def thread_times(pid: int) -> dict[int, tuple[int, int]]:
     return out
 
 
-def loop_costs(pid: int) -> tuple[int, int, int, int]:
+def loop_costs(pid: int) -> tuple[int, int, int, int, int]:
     """What the main thread of ``pid`` (the event loop's, in our daemons and this benchmark) has spent: ns
-    on a CPU, voluntary context switches (its wake-ups: it slept in epoll or on a lock), and the
-    process's read and write system calls (``/proc/PID/io``: every thread's). Counts, not times, so the
-    host's load does not decide them; zeros once the process is gone."""
+    on a CPU, voluntary context switches (its wake-ups: it slept in epoll or on a lock), involuntary ones
+    (preemptions: it was runnable and lost its core, and then waited on that core's queue, where a
+    sleeping thread's wake-up may be placed on an idle one), and the process's read and write system
+    calls (``/proc/PID/io``: every thread's). Counts, not times, so the host's load does not decide them
+    (which thread preempts whom does depend on what else runs); zeros once the process is gone."""
     try:
         cpu = int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0])
         status = Path(f"/proc/{pid}/task/{pid}/status").read_text()
         io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
     except (OSError, ValueError):
-        return 0, 0, 0, 0
-    switches = next(int(line.split()[1]) for line in status.splitlines() if line.startswith("voluntary_"))
-    return cpu, switches, int(io["syscr"]), int(io["syscw"])
+        return 0, 0, 0, 0, 0
+    switches = {
+        k: int(v) for k, v in (line.split(":") for line in status.splitlines() if "ctxt_switches" in line)
+    }
+    return (
+        cpu,
+        switches["voluntary_ctxt_switches"],
+        switches["nonvoluntary_ctxt_switches"],
+        int(io["syscr"]),
+        int(io["syscw"]),
+    )
 
 
 def per_message(before: tuple[int, ...], after: tuple[int, ...], messages: int) -> str:
-    """`loop_costs` over a round, per message: µs of the loop's CPU, its wake-ups, reads and writes."""
-    cpu, wakes, reads, writes = (b - a for a, b in zip(before, after, strict=True))
+    """`loop_costs` over a round, per message: µs of the loop's CPU, its wake-ups and preemptions, reads
+    and writes."""
+    cpu, wakes, preempted, reads, writes = (b - a for a, b in zip(before, after, strict=True))
     return (
         f"{cpu / 1000 / messages:.0f} µs CPU, {wakes / messages:.2f} wake-ups, "
-        f"{reads / messages:.2f} reads, {writes / messages:.2f} writes"
+        f"{preempted / messages:.2f} preemptions, {reads / messages:.2f} reads, {writes / messages:.2f} writes"
     )
 
 

@@ -18,7 +18,18 @@ from mqctl import __version__
 FORMATS = ("table", "json", "yaml", "csv")
 #: The root's options that take a value: the word after one is not the noun.
 VALUED_OPTIONS = frozenset(
-    {"--context", "--output", "-o", "--timeout", "--access-key", "--secret-key", "--ca", "--cert", "--key"}
+    {
+        "--context",
+        "--output",
+        "-o",
+        "--timeout",
+        "--access-key",
+        "--secret-key",
+        "--ca",
+        "--cert",
+        "--key",
+        "--sched-slice-micros",
+    }
 )
 
 # Every noun of the CLI, registered here and only here: (name, module holding ``app``).
@@ -137,6 +148,15 @@ def _root(
             help="TLS without checking the server's certificate (test-mode certificates only).",
         ),
     ] = False,
+    sched_slice_micros: Annotated[
+        int,
+        typer.Option(
+            "--sched-slice-micros",
+            envvar="MQCTL_CLIENT_SCHED_SLICE_MICROS",
+            help="EEVDF slice in µs (100-100000, Linux 6.12+) for this process's event-loop thread, so that "
+            "its wake-ups preempt a busy neighbour sooner; 0: the kernel's.",
+        ),
+    ] = 0,
     # Global options also taken after the noun; a command reads them through mqctl.cli.common's
     # option callback, which prefers its own flag (so the root only declares and validates them).
     context: Annotated[
@@ -170,6 +190,23 @@ def _root(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
+    if sched_slice_micros:
+        _loop_slice(sched_slice_micros)
+
+
+def _loop_slice(micros: int) -> None:
+    """``--sched-slice-micros``: the slice on the calling thread, the one every command runs its event
+    loop on (threads it starts later keep the kernel's default). A kernel or sandbox that refuses it
+    leaves the default and says so once: the command works the same, only its wake-ups wait longer."""
+    from daemon.schedslice import MAX_SLICE_US, MIN_SLICE_US, SliceRefused, set_loop_slice
+    from mqctl.errors import UsageError
+
+    if not MIN_SLICE_US <= micros <= MAX_SLICE_US:
+        raise UsageError(f"--sched-slice-micros is 0 or {MIN_SLICE_US}-{MAX_SLICE_US}, not {micros}")
+    try:
+        logging.getLogger("mqctl").debug("%s", set_loop_slice(micros))
+    except SliceRefused as exc:
+        sys.stderr.write(f"mqctl: warning: --sched-slice-micros not applied: {exc}\n")
 
 
 def build_app(only: str | None = None) -> typer.Typer:

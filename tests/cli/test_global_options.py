@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import re
 import socket
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -139,3 +140,41 @@ def test_a_bad_timeout_in_the_contexts_file_is_a_usage_error(run: Run, tmp_path:
     contexts.write_text(json.dumps({"contexts": {"x": {"timeout": 1}}}))
     code, _, err = run("context", "ls")
     assert code == 2 and "not a contexts file" in err and "namesrv" in err
+
+
+def _slice_after(run: Run, *args: str) -> tuple[int, int, str]:
+    """Run the CLI on a thread of its own (pytest's keeps its slice): (exit code, that thread's slice in
+    ns after the command, stderr)."""
+    from daemon.schedslice import get_slice_ns
+
+    seen: list[tuple[int, int, str]] = []
+
+    def command() -> None:
+        code, _, err = run(*args)
+        seen.append((code, get_slice_ns(), err))
+
+    thread = threading.Thread(target=command)
+    thread.start()
+    thread.join()
+    return seen[0]
+
+
+def test_sched_slice_micros_puts_the_command_s_loop_thread_on_that_slice(
+    run: Run, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``--sched-slice-micros`` (or ``$MQCTL_CLIENT_SCHED_SLICE_MICROS``) gives the thread the command's
+    event loop runs on that EEVDF slice; a value outside the kernel's bounds is a usage error."""
+    from daemon.schedslice import SliceRefused, get_slice_ns
+
+    try:
+        default = get_slice_ns()
+    except SliceRefused as exc:
+        pytest.skip(f"no sched_getattr here: {exc}")
+    if not default:
+        pytest.skip("no per-task EEVDF slice here (Linux 6.12+)")
+    assert _slice_after(run, "context", "ls")[:2] == (0, default)
+    assert _slice_after(run, "--sched-slice-micros", "150", "context", "ls")[:2] == (0, 150_000)
+    monkeypatch.setenv("MQCTL_CLIENT_SCHED_SLICE_MICROS", "200")
+    assert _slice_after(run, "context", "ls")[:2] == (0, 200_000)
+    code, _, err = run("--sched-slice-micros", "50", "context", "ls")
+    assert code == 2 and "--sched-slice-micros is 0 or 100-100000, not 50" in err
