@@ -63,8 +63,13 @@ async def create_topics(ns: str, topics: list[str], preload: dict[str, int]) -> 
             await produce(admin, topic, topics=1, threads=16, size=1024, count=count)
 
 
+def stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (``fields[7]`` is minflt, 11 and 12 utime and stime)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = stat_fields(pid)
     return (int(fields[11]) + int(fields[12])) / TICK  # utime + stime
 
 

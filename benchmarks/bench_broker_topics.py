@@ -8,8 +8,12 @@ own). The senders are `mqctl bench produce`'s (16 synchronous producers, 1 KiB),
 and frames encoded once per broker (`produce_slots`), so a round times sends alone. After a warm-up round
 of each, ROUNDS rounds each time COUNT sends to ONE, then COUNT sends round-robin over MANY's N*Q queues.
 Prints every round with the broker's CPU per send (utime + stime over the round, divided by its sends)
-and the senders' (this process's CPU), which the machine's drift moves far less than TPS; the median of
-the rounds' ratios (the figure), the ratio of the median TPS, and the load average over the rounds.
+and the senders' (this process's CPU), which the machine's drift moves far less than TPS, and the broker's
+page faults in the round; the median of the rounds' ratios (the figure), the ratio of the median TPS, and
+the load average over the rounds. The faults tell a round that paid for writeback: once the kernel has
+written a queue's dirty ConsumeQueue page back (30 s after it was first dirtied, or the broker's thorough
+flush every 60 s), the next store into it is a write fault, so MANY's first round after that takes one per
+queue where ONE's takes a handful; the median of the ratios leaves such rounds out.
 
 The rounds interleave because this machine drifts by more than the difference being measured: one
 topic alone, in 2-s rounds over 52 s, ran anywhere from 17,200 to 20,500 sends/s, lower on the whole
@@ -36,7 +40,7 @@ import time
 from contextlib import ExitStack
 from dataclasses import dataclass
 
-from bench_ali_ons import cluster, cpu_seconds  # run as a script: benchmarks/ is on sys.path
+from bench_ali_ons import cluster, cpu_seconds, stat_fields  # run as a script: benchmarks/ is on sys.path
 from benchlib import summary  # run as a script: benchmarks/ is on sys.path
 
 from daemon.remoting.loop import run
@@ -73,11 +77,14 @@ async def rounds(
 
         async def timed(slots: list[Slot], pid: int, n: int) -> Side:
             """A round, with the broker's and this process's (the senders') CPU µs per send."""
-            cpu, own = cpu_seconds(pid), time.process_time()
+            cpu, own, faults = cpu_seconds(pid), time.process_time(), int(stat_fields(pid)[7])
             result = await produce_to(slots, threads=16, count=n)
             sends = max(result.messages, 1)
             return Side(
-                result, (cpu_seconds(pid) - cpu) / sends * 1e6, (time.process_time() - own) / sends * 1e6
+                result,
+                (cpu_seconds(pid) - cpu) / sends * 1e6,
+                (time.process_time() - own) / sends * 1e6,
+                int(stat_fields(pid)[7]) - faults,
             )
 
         await timed(one_slots, one_pid, count)  # warm-up
@@ -142,17 +149,19 @@ async def rounds(
 
 @dataclass
 class Side:
-    """One broker's round: the result, its broker's CPU µs per send and the senders' (this process)."""
+    """One broker's round: the result, its broker's CPU µs per send and the senders' (this process), and the
+    broker's page faults."""
 
     result: BenchResult
     broker_us: float
     client_us: float
+    broker_faults: int  # page faults of the broker process over the round
 
     def __str__(self) -> str:
         r = self.result
         return (
             f"{r.tps:,.0f}/s (avg RT {r.avg_rt_ms:.2f} ms, max {r.max_rt_ms:.1f} ms, {r.failures} failures, "
-            f"broker {self.broker_us:.1f} CPU-us, senders {self.client_us:.1f})"
+            f"broker {self.broker_us:.1f} CPU-us, {self.broker_faults:,} faults, senders {self.client_us:.1f})"
         )
 
 

@@ -96,6 +96,17 @@ class FileMapping:
         "read_only",
         "view",
     )
+    # Compiled, the fields sit in the object in the order declared here: ``mm`` last, next to the
+    # positions MappedFile adds after it, so that an append reads one or two cache lines of the object.
+    path: str
+    file_size: int
+    read_only: bool
+    _pending_dirs: tuple[str, ...]
+    _writable: bool
+    _fd: int | None
+    _fd_lock: threading.Lock
+    view: memoryview
+    mm: mmap.mmap
 
     def __init__(
         self,
@@ -111,7 +122,7 @@ class FileMapping:
         self.path = path
         self.file_size = file_size
         self.read_only = read_only
-        self._pending_dirs: tuple[str, ...] = ()
+        self._pending_dirs = ()
         fd = os.open(path, os.O_RDONLY if read_only else os.O_RDWR | os.O_CREAT, 0o644)
         try:
             size = os.fstat(fd).st_size
@@ -129,7 +140,7 @@ class FileMapping:
             os.close(fd)
             raise
         self._writable = not read_only  # descriptor operations allowed (until closed or destroyed)
-        self._fd: int | None = fd if self._writable and keep_fd else None
+        self._fd = fd if self._writable and keep_fd else None
         if self._fd is None:
             os.close(fd)
         self.view = memoryview(self.mm)
@@ -251,6 +262,13 @@ class MappedFile(FileMapping):
         "prepared_position",
         "wrote_position",
     )
+    # In this order after FileMapping's fields (``mm`` last of them): what an append reads, together.
+    wrote_position: int
+    prepared_position: int
+    flushed_position: int
+    file_from_offset: int
+    prepare_chunk: int
+    _prepare_lock: threading.Lock
 
     def __init__(
         self,

@@ -380,3 +380,34 @@ def test_an_installed_build_runs_until_an_installed_source_is_edited(tmp_path: P
     assert _mqctl_version(env, tmp_path).endswith(
         "(pure Python: a source changed since the build was compiled)"
     )
+
+
+@pytest.mark.parametrize(
+    ("path", "cls", "first"),
+    [
+        ("daemon/broker/processors/send.py", "TopicSlot", ["generation", "writable", "retry", "multi_tag"]),
+        ("store/consumequeue.py", "ConsumeQueue", ["next_offset", "_last", "max_physic_offset", "dirty"]),
+        ("store/mapped_file.py", "MappedFile", ["wrote_position", "prepared_position", "flushed_position"]),
+    ],
+)
+def test_what_a_send_reads_leads_its_compiled_objects(path: str, cls: str, first: list[str]) -> None:
+    """Compiled, a class's fields sit in the object in the order its body declares them (then as
+    ``__init__`` first assigns them): a send to one of thousands of queues reads each of these objects
+    cold, so the fields it reads come first, together (FileMapping declares ``mm`` last, just before
+    MappedFile's positions)."""
+    tree = ast.parse((ROOT / path).read_text())
+    (body,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == cls]
+    declared = [
+        node.target.id
+        for node in body.body
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+    ]
+    assert declared[: len(first)] == first
+    if cls == "MappedFile":
+        (base,) = [
+            node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "FileMapping"
+        ]
+        names = [
+            n.target.id for n in base.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
+        ]
+        assert names[-1] == "mm"

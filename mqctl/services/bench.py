@@ -235,9 +235,15 @@ async def produce_slots(admin: Admin, prefix: str, *, topics: int, size: int, qu
         await create_missing(admin, [TopicSpec(name, queues, queues) for name in names])
     body = os.urandom(size)
     routes = await gather_limited((writable_queues(admin, name) for name in names), 32)
+    # one string per broker address, not one per route answer: a sender looks each slot's address up in
+    # its connections, and 10,000 copies of it would be 10,000 more cold objects to hash and compare
+    addrs: dict[str, str] = {}
     per_topic = [
         [
-            (ref.addr, *split_frame(send_frame(name, ref.queue_id, body, admin.client.signer), body))
+            (
+                addrs.setdefault(ref.addr, ref.addr),
+                *split_frame(send_frame(name, ref.queue_id, body, admin.client.signer), body),
+            )
             for ref in refs
         ]
         for name, refs in zip(names, routes, strict=True)

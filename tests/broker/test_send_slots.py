@@ -113,3 +113,17 @@ async def test_a_kept_slot_sends_without_reading_the_topic_config(broker: Broker
     reads.clear()
     assert (await send()).code == ResponseCode.SUCCESS
     assert reads == []
+
+
+async def test_the_slot_table_is_keyed_by_the_name_the_send_goes_on_to_use(broker: BrokerHandle) -> None:
+    """Each request brings its topic as a new string, which the lookup compares with the table's key; the
+    key is the slot's own name (the one its messages carry), so with thousands of topics that comparison
+    reads the object the send reads next instead of one more cold one."""
+    await broker.create_topic("Slot", 1)
+    processor = SendProcessor(broker.broker)
+    frame = decode_frame(send_frame("Slot", 0, b"x"), 0)
+    assert frame is not None
+    answer = processor.send_from(("127.0.0.1", 1), frame[0])
+    assert isinstance(answer, RemotingCommand) and answer.code == ResponseCode.SUCCESS
+    (key,) = processor._slots
+    assert key is processor._slots["Slot"].topic and key is not frame[0].ext_fields["b"]

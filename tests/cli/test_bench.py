@@ -184,6 +184,9 @@ def test_produce_slots_share_one_body_and_keep_each_frame_whole(daemons: LocalCl
 
     made = asyncio.run(slots())
     assert len(made) == 6 and len({id(body) for _, _, body in made}) == 1
+    # one address object per broker (each route answer decodes its own): a sender hashes and compares
+    # a slot's address with its connections' on every send, and 10,000 copies would all be cold
+    assert len({id(addr) for addr, _, _ in made}) == 1
     for _, head, body in made:
         decoded = decode_frame(head + body, 0)
         assert decoded is not None and decoded[0].body == body

@@ -214,15 +214,30 @@ class TopicSlot:
     in, and the store's handle of each queue sent to. The daemon keeps the topic's side; the store keeps
     each handle current (see ``QueueHandle``)."""
 
+    # Compiled, the fields sit in the object in the order declared here: those every send reads first, so
+    # that they share the object's first cache lines (cold ones with thousands of topics).
+    generation: int
+    writable: bool
+    retry: bool
+    multi_tag: bool
+    queue_limit: int
+    topic: str
+    queues: tuple[QueueHandle | None, ...]
+    items: PutItems
+    write_queue_nums: int
+    config: TopicConfig
+
     def __init__(self, topic: str, config: TopicConfig, generation: int, items: PutItems) -> None:
-        #: The topic its messages carry (the config's interned name, see ``SendProcessor._destination``).
+        #: The topic its messages carry (the config's interned name, see ``SendProcessor._destination``),
+        #: and the slot's key in the processor's table: a send's lookup compares its own string with the
+        #: object the send goes on to use.
         self.topic = topic
         #: A retry topic's sends may go to its group's DLQ (see ``SendProcessor._destination``).
         self.retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         self.items = items
         #: By queue id; None where no send went yet. A tuple, whose items sit in the object itself: a list's
         #: are one more allocation, one more cold cache line per send with thousands of topics.
-        self.queues: tuple[QueueHandle | None, ...] = ()
+        self.queues = ()
         self.config = config
         self.generation = generation
         self.writable = False
@@ -302,7 +317,9 @@ class SendProcessor:
                 for name in [name for name in slots if topics.get(name) is None]:
                     del slots[name]
             slot = TopicSlot(topic, config, generation, self.broker.stats.put_items(topic))
-        slots[h.topic] = slot
+        # keyed by the slot's own name (equal to h.topic): a send's lookup compares its fresh string with
+        # this key, and the key being the name the send goes on to use makes that one cold object, not two
+        slots[slot.topic] = slot
         return slot
 
     def _check_writable(self) -> None:
