@@ -475,7 +475,15 @@ class Node:
         if now < self.next_vote_time and not self.need_increase_term:
             return []
         if self.last_parse is ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term:
-            self.m.next_term()
+            try:
+                self.m.next_term()
+            except OSError as exc:
+                # (a full disk) tried again after a vote interval, not at every tick: the term stays
+                log.warning("[%s] cannot save a new term (stays %d): %s", self.m.self_id, self.m.term, exc)
+                self.need_increase_term = False
+                self.last_parse = ParseResult.WAIT_TO_VOTE_NEXT
+                self.next_vote_time = self._vote_interval()
+                return []
             self.last_parse = ParseResult.WAIT_TO_REVOTE
         if self.need_increase_term:
             self.next_vote_time = self._vote_interval()

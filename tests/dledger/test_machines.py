@@ -679,3 +679,25 @@ def test_a_term_or_vote_that_cannot_be_saved_does_not_count() -> None:
     with pytest.raises(OSError):
         m.set_vote("n1")
     assert m.voted_for is None
+
+
+def test_a_member_that_cannot_save_its_term_waits_a_vote_interval_before_it_tries_again() -> None:
+    """A full disk must not turn the candidate's maintainer into a loop that tries to save a new term (and
+    fails, with a logged traceback) at every 10 ms tick: it waits a vote interval, as after a lost vote."""
+    calls: list[int] = []
+
+    def full_disk(term: int, vote: str | None) -> None:
+        calls.append(term)
+        raise OSError(28, "No space left on device")
+
+    node = Node(MemberState("g", "n0", dict(PEERS), full_disk, term=2), MemoryRaftLog(), Timings())
+    node.need_increase_term = True  # (as a vote request of a higher term leaves it)
+    failures = 0
+    for now in range(0, 1000, STEP):
+        try:
+            node.tick(now)
+        except OSError:
+            failures += 1
+    assert node.m.term == 2
+    assert len(calls) <= 2, f"{len(calls)} attempts to save a term within 1 s"
+    assert failures == 0, "a full disk is the machine's to wait out, not the tick's caller's"
