@@ -475,7 +475,15 @@ class Node:
         if now < self.next_vote_time and not self.need_increase_term:
             return []
         if self.last_parse is ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term:
-            self.m.next_term()
+            try:
+                self.m.next_term()
+            except OSError as exc:
+                # (a full disk) tried again after a vote interval, not at every tick: the term stays
+                log.warning("[%s] cannot save a new term (stays %d): %s", self.m.self_id, self.m.term, exc)
+                self.need_increase_term = False
+                self.last_parse = ParseResult.WAIT_TO_VOTE_NEXT
+                self.next_vote_time = self._vote_interval()
+                return []
             self.last_parse = ParseResult.WAIT_TO_REVOTE
         if self.need_increase_term:
             self.next_vote_time = self._vote_interval()
@@ -992,8 +1000,17 @@ class Node:
         p.not_before = now + delay
 
     def _on_push_response(
-        self, peer: str, req: PushEntryRequest, resp: PushEntryResponse | None, epoch: int, raw: bool = False
+        self,
+        peer: str,
+        req: PushEntryRequest,
+        resp: PushEntryResponse | None,
+        epoch: int,
+        raw: bool = False,
+        first: int = -1,
+        count: int = 0,
     ) -> None:
+        """``EntryDispatcher``'s handling of a push's answer; `first`/`count`: a binary push's entries (a
+        JSON push's are its bean's)."""
         p = self.pushes.get(peer)
         if not self.is_leader or p is None or req.term != self.m.term or epoch != p.epoch:
             return
@@ -1003,9 +1020,18 @@ class Node:
         if req.type is PushType.APPEND:
             if p.state is not PushState.APPEND or resp is None:
                 return  # a timed-out push is pushed again from tick
+            if not raw:
+                first, count = req.first_entry_index, req.count
             if resp.code == Code.SUCCESS and resp.index is not None:
-                p.inflight.pop(resp.index, None)
-                last = resp.index + max(resp.count, 1) - 1
+                if resp.index != first or resp.term != req.term:
+                    # not this push's answer (DLedger's follower echoes its term and first index): its
+                    # entries are pushed again when it times out, no water mark moved by what it claims
+                    log.warning(
+                        "[%s] push answer of %s does not match its push: ignored", self.m.self_id, peer
+                    )
+                    return
+                p.inflight.pop(first, None)
+                last = first + max(min(resp.count, count), 1) - 1  # (no further than the push carried)
                 if last > p.water_mark:
                     p.water_mark = last
                     self._advance_commit()
@@ -1262,7 +1288,9 @@ class Node:
         elif out.code is DLedgerRequestCode.PUSH:
             assert isinstance(out.request, PushEntryRequest)
             assert resp is None or isinstance(resp, PushEntryResponse)
-            self._on_push_response(out.peer, out.request, resp, out.epoch, out.raw is not None)
+            self._on_push_response(
+                out.peer, out.request, resp, out.epoch, out.raw is not None, out.first, out.count
+            )
         elif out.code is DLedgerRequestCode.LEADERSHIP_TRANSFER:
             assert resp is None or isinstance(resp, LeadershipTransferResponse)
             self.transfer_answered(out.request.term, resp)

@@ -19,6 +19,7 @@ import pytest
 
 from daemon.dledger.machines import MemberState, Node, Out, Role, Timings
 from daemon.dledger.protocol import (
+    DLedgerRequestCode,
     DLedgerResponseCode,
     HeartBeatRequest,
     LeadershipTransferRequest,
@@ -679,3 +680,55 @@ def test_a_term_or_vote_that_cannot_be_saved_does_not_count() -> None:
     with pytest.raises(OSError):
         m.set_vote("n1")
     assert m.voted_for is None
+
+
+def test_a_member_that_cannot_save_its_term_waits_a_vote_interval_before_it_tries_again() -> None:
+    """A full disk must not turn the candidate's maintainer into a loop that tries to save a new term (and
+    fails, with a logged traceback) at every 10 ms tick: it waits a vote interval, as after a lost vote."""
+    calls: list[int] = []
+
+    def full_disk(term: int, vote: str | None) -> None:
+        calls.append(term)
+        raise OSError(28, "No space left on device")
+
+    node = Node(MemberState("g", "n0", dict(PEERS), full_disk, term=2), MemoryRaftLog(), Timings())
+    node.need_increase_term = True  # (as a vote request of a higher term leaves it)
+    failures = 0
+    for now in range(0, 1000, STEP):
+        try:
+            node.tick(now)
+        except OSError:
+            failures += 1
+    assert node.m.term == 2
+    assert len(calls) <= 2, f"{len(calls)} attempts to save a term within 1 s"
+    assert failures == 0, "a full disk is the machine's to wait out, not the tick's caller's"
+
+
+@pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
+@pytest.mark.parametrize(
+    ("term", "index", "count"),
+    [(1, 0, 3), (1, 1, 2), (2, 0, 1)],
+    ids=["more-entries-than-pushed", "another-first-index", "another-term"],
+)
+def test_a_push_answer_moves_the_water_mark_no_further_than_the_push_it_answers(
+    binary: bool, term: int, index: int, count: int
+) -> None:
+    """The water mark a SUCCESS moves counts only the entries that push carried, in its own term
+    (DLedger's follower echoes the push's term, first index and count): an answer whose fields say more
+    (a forged or mismatched one, a binary answer's bytes that lie) must not commit entries the follower
+    was never sent."""
+    leader = a_leader(1)
+    leader._to_append(leader.pushes["n1"], -1)
+    if binary:
+        leader.speaks_binary("n1")
+    (push,) = [o for o in leader.tick(0) if o.peer == "n1" and o.code is DLedgerRequestCode.PUSH]
+    assert (push.raw is not None) is binary
+    for i in (1, 2):  # appended after that push left: n1 holds none of them
+        leader.log.append_leader(b"e%d" % i, 1)
+    lie = PushEntryResponse(
+        code=int(DLedgerResponseCode.SUCCESS), term=term, group="g", index=index, count=count
+    )
+    leader.on_response(push, lie, 1)
+    held = 0 if (term, index) == (1, 0) else -1  # (what the answer may stand for: the push's one entry)
+    assert leader.pushes["n1"].water_mark <= held
+    assert leader.log.committed_index <= held
