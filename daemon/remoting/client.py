@@ -41,14 +41,19 @@ def met_itself(sockname: object, peername: object) -> bool:
 
 
 def connected_to_itself(transport: asyncio.BaseTransport) -> bool:
-    """:func:`met_itself` for a transport just connected; ConnectionResetError when it is closed already.
+    """:func:`met_itself` for a transport just connected; ConnectionResetError when it has no names to ask.
 
     A peer that accepts and resets at once (a master's HA gate, a refusing proxy) can be read before the
     loop reports the connection made: uvloop saves the names then, finds no peer, and once the transport
-    has closed it has no socket to ask, so ``get_extra_info("peername")`` raises AttributeError."""
-    if transport.is_closing():
-        raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer as it opened")
-    return met_itself(transport.get_extra_info("sockname"), transport.get_extra_info("peername"))
+    has closed it has no socket to ask, so ``get_extra_info("peername")`` raises AttributeError. A
+    transport closing with its names saved (a peer that answered and hung up, a refused TLS handshake) is
+    left to the read that reports why."""
+    try:
+        sockname = transport.get_extra_info("sockname")
+        peername = transport.get_extra_info("peername")
+    except AttributeError:
+        raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer as it opened") from None
+    return met_itself(sockname, peername)
 
 
 def tls_reason(exc: _ssl.SSLError) -> str:
