@@ -181,7 +181,7 @@ class CommitLog:
         prefault: bool = False,
     ) -> None:
         """``prefault``: also zero-fill the reserved pages ahead of the writer (see ``MappedFile.prepare``)."""
-        self.files = MappedFileQueue(directory, file_size, read_only=read_only)
+        self.files = MappedFileQueue(directory, file_size, read_only=read_only, random_until_full=True)
         #: Bytes before each record (a DLedger CommitLog's entry header); walks step over them.
         self.entry_header = 0
         self.file_size = file_size

@@ -107,7 +107,10 @@ class DLedgerLog:
         self.store_root = store_root or os.path.dirname(os.path.abspath(directory))
         self.read_only = read_only
         self.data = MappedFileQueue(
-            data_dir or os.path.join(directory, DATA_DIR), data_file_size, read_only=read_only
+            data_dir or os.path.join(directory, DATA_DIR),
+            data_file_size,
+            read_only=read_only,
+            random_until_full=True,
         )
         self.index = MappedFileQueue(os.path.join(directory, INDEX_DIR), index_file_size, read_only=read_only)
         self.append_hook = append_hook

@@ -146,6 +146,12 @@ class FileMapping:
         self.view = memoryview(self.mm)
         self._fd_lock = threading.Lock()
 
+    def advise_normal(self) -> None:
+        """Read-ahead back on (after ``random_access``); a mapping already closed is left alone."""
+        if hasattr(mmap, "MADV_NORMAL"):
+            with contextlib.suppress(ValueError):  # closed meanwhile (cleanup)
+                self.mm.madvise(mmap.MADV_NORMAL)
+
     def _allocate_new(self, fd: int, length: int) -> None:
         """Reserve the first ``length`` bytes of the file just created; remove it when that fails."""
         if length <= 0:
@@ -362,6 +368,7 @@ class MappedFileQueue:
         "keep_fd",
         "prepare_chunk",
         "random_access",
+        "random_until_full",
         "read_only",
     )
 
@@ -374,6 +381,7 @@ class MappedFileQueue:
         clear_whole_tail: bool = False,
         keep_fd: bool = True,
         random_access: bool = False,
+        random_until_full: bool = False,
         prepare_chunk: int = PREPARE_CHUNK,
     ) -> None:
         self.directory = directory
@@ -381,6 +389,8 @@ class MappedFileQueue:
         self.read_only = read_only
         self.keep_fd = keep_fd  # see FileMapping for both
         self.random_access = random_access
+        #: A file created here is mapped without read-around until it is full (see `create_file`).
+        self.random_until_full = random_until_full
         self.prepare_chunk = prepare_chunk  # blocks reserved at a time (see MappedFile.prepare)
         # On truncation, zero the whole tail (ConsumeQueue: stale units would look valid) or only the
         # next 8 bytes (CommitLog: enough to end the scan there, docs/store-format.md §truncation).
@@ -417,13 +427,15 @@ class MappedFileQueue:
             if b.file_from_offset != a.end_offset and not skipped:  # a skipped file's caller knows why
                 log.error("[BUG] gap between %s and %s", a.path, b.path)
 
-    def _map(self, path: str, *, read_only: bool, sync_dirs: Sequence[str] = ()) -> MappedFile:
+    def _map(
+        self, path: str, *, read_only: bool, sync_dirs: Sequence[str] = (), random_access: bool = False
+    ) -> MappedFile:
         return MappedFile(
             path,
             self.file_size,
             read_only=read_only,
             keep_fd=self.keep_fd,
-            random_access=self.random_access,
+            random_access=self.random_access or random_access,
             prepare_chunk=self.prepare_chunk,
             sync_dirs=sync_dirs,
         )
@@ -437,10 +449,16 @@ class MappedFileQueue:
     def create_file(self, start_offset: int) -> MappedFile:
         """Create (or re-open) the file that starts at ``start_offset`` (a multiple of the file size).
 
-        Raises ``OSError`` (``ENOSPC``...) when the file or its first blocks cannot be created."""
+        Raises ``OSError`` (``ENOSPC``...) when the file or its first blocks cannot be created.
+
+        With ``random_until_full`` (a CommitLog's files, written front to back while serving) the new file
+        is mapped without read-around until it is full: the writer's first store into each page not yet
+        in the page cache faults, and with read-around the kernel then zero-fills the whole read-ahead
+        window (``read_ahead_kb``, megabytes on some disks) in that one fault, holding the event loop
+        that long every few megabytes written; without it a fault fills its own page."""
         new_dirs = make_dirs(self.directory)
         path = os.path.join(self.directory, offset_to_file_name(start_offset))
-        mf = self._map(path, read_only=False, sync_dirs=new_dirs)
+        mf = self._map(path, read_only=False, sync_dirs=new_dirs, random_access=self.random_until_full)
         self.files.append(mf)
         return mf
 
@@ -450,6 +468,8 @@ class MappedFileQueue:
         if last is None:
             return self.create_file(start_offset - start_offset % self.file_size)
         if last.wrote_position >= self.file_size:
+            if self.random_until_full and not self.random_access:
+                last.advise_normal()  # full: read back with read-ahead, as a file loaded at start is
             return self.create_file(last.end_offset)
         return last
 

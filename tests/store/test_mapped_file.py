@@ -73,3 +73,32 @@ def test_consume_queue_files_hold_no_descriptor_of_their_own_and_still_flush(tmp
         assert _open_descriptors() - before <= 41  # one per new mapping, not two
     with DefaultMessageStore(small_config(tmp_path)) as again:
         assert [again.get_max_offset(f"T{i}", 0) for i in range(41)] == [1] * 41
+
+
+def _vm_flags(path: str) -> set[str]:
+    """The kernel's flags of this process's mapping of ``path`` (``rr``: read-ahead off, MADV_RANDOM)."""
+    mapping = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and not head[0].endswith(":"):
+            mapping = head[-1] == path
+        elif mapping and line.startswith("VmFlags:"):
+            return set(head[1:])
+    raise AssertionError(f"{path} is not mapped")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="needs /proc to read a mapping's flags")
+def test_a_commit_log_file_is_written_without_read_around_until_it_is_full(tmp_path: Path) -> None:
+    """The writer's first store into a page not yet cached faults; with read-around on, the kernel
+    zero-fills its whole read-ahead window (megabytes) in that one fault, on the event loop. A full file
+    gets read-ahead back for readers; ConsumeQueues never had it."""
+    store = DefaultMessageStore(small_config(tmp_path))
+    with store:
+        store.put_message(Message(topic="T", body=b"x" * 1000, queue_id=0))
+        first = str(tmp_path / "commitlog" / f"{0:020d}")
+        assert "rr" in _vm_flags(first)
+        while len(os.listdir(tmp_path / "commitlog")) < 2:
+            store.put_message(Message(topic="T", body=b"x" * 1000, queue_id=0))
+        second = str(tmp_path / "commitlog" / f"{64 * 1024:020d}")
+        assert "rr" in _vm_flags(second)
+        assert "rr" not in _vm_flags(first)
