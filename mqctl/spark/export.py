@@ -331,6 +331,18 @@ def spark_failure(exc: Exception) -> MqctlError:
     return MqctlError(f"Spark job failed: {first}")
 
 
+def _remove_partial(target: Path, settle: float = 0.2, limit: float = 10.0) -> None:
+    """Remove a failed job's partial output. The job fails with its first failed task while the stage's
+    other tasks are still being killed, and one of those can write its file after a first removal: so
+    remove until the directory stayed gone for ``settle`` seconds (``limit`` at most)."""
+    deadline = time.monotonic() + limit
+    while True:
+        shutil.rmtree(target, ignore_errors=True)
+        time.sleep(settle)
+        if not target.exists() or time.monotonic() >= deadline:
+            return
+
+
 def export(
     spark: SparkSession,
     store: Source,
@@ -382,7 +394,7 @@ def export(
         with _watch(spark, scan, progress):
             writer.format(fmt).save(str(target))
     except (PySparkException, Py4JJavaError) as exc:  # Java errors Spark does not convert stay Py4J's
-        shutil.rmtree(target, ignore_errors=True)
+        _remove_partial(target)
         raise spark_failure(exc) from exc
     metrics = seen.get
     job = time.perf_counter() - started

@@ -7,6 +7,8 @@ import hashlib
 import json
 import shutil
 import struct
+import threading
+import time
 from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
@@ -17,7 +19,7 @@ import pytest
 
 from mqctl.errors import ConflictError, StoreError
 from mqctl.spark.decode import arrow_schema
-from mqctl.spark.export import ExportProgress, export, load
+from mqctl.spark.export import ExportProgress, _remove_partial, export, load
 
 pytestmark = pytest.mark.spark
 
@@ -179,3 +181,22 @@ def test_a_corrupt_record_names_its_file_and_offset(spark: Any, store_a: Path, t
     with pytest.raises(StoreError, match=r"corrupt record at .*00000000000000000000@0"):
         export(spark, store, tmp_path / "out", partitions=8)
     assert not (tmp_path / "out").exists()
+
+
+def test_a_failed_job_s_output_written_after_its_first_removal_is_removed_too(tmp_path: Path) -> None:
+    """A task of the failed stage still being killed can write its part after the first removal (the
+    suite once saw the corrupt-record test's output left behind so)."""
+    out = tmp_path / "out"
+    (out / "_temporary").mkdir(parents=True)
+
+    def straggler() -> None:
+        while out.exists():
+            time.sleep(0.001)
+        (out / "_temporary" / "0").mkdir(parents=True)
+        (out / "_temporary" / "0" / "part-00007.csv").write_text("late")
+
+    late = threading.Thread(target=straggler)
+    late.start()
+    _remove_partial(out, settle=0.05)
+    late.join()
+    assert not out.exists()
