@@ -106,9 +106,17 @@ def test_the_loop_thread_of_a_broker_alone_gets_the_slice(tmp_path: Path) -> Non
         f"metricsPort = {free_port()}\ngrpcListenPort = 0\nmappedFileSizeCommitLog = 4194304\n"
     )
     argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
-    proc = subprocess.Popen(argv, env=clean_env(tmp_path), stderr=subprocess.DEVNULL)
+    err = tmp_path / "broker.stderr"
+    with err.open("wb") as sink:
+        proc = subprocess.Popen(argv, env=clean_env(tmp_path), stderr=sink)
+
+    def up() -> bool:
+        # a broker that exited (a port another test took meanwhile) fails here, with what it said
+        assert proc.poll() is None, f"the broker exited {proc.returncode}: {err.read_text()[-2000:]}"
+        return ("127.0.0.1", port) in listening(proc.pid)
+
     try:
-        wait_for(lambda: ("127.0.0.1", port) in listening(proc.pid), "the broker listening", timeout=30)
+        wait_for(up, "the broker listening", timeout=30)
         tids = [int(t.name) for t in Path(f"/proc/{proc.pid}/task").iterdir()]
         assert len(tids) > 3
         assert get_slice_ns(proc.pid) == 250_000
