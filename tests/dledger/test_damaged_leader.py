@@ -20,7 +20,7 @@ from daemon.remoting.codes import ResponseCode
 from store.engine import DefaultMessageStore
 from store.quarantine import list_quarantines
 from tests.broker.test_ha import pull_all
-from tests.dledger.test_rejoin import elected, leader_of, led, members, running, stop_followers
+from tests.dledger.test_rejoin import dispatched, elected, leader_of, led, members, running, stop_followers
 from tests.support.broker import BrokerClient, start_broker
 from tests.support.waiting import wait_until
 
@@ -125,6 +125,8 @@ async def test_a_damaged_uncommitted_tail_is_cut_on_rejoin_and_what_replaces_it_
         assert await pull_all(on_new, "D", 0) == expected
         old_log, new_log = old.dledger.log, new.dledger.log
         await wait_until(lambda: old_log.committed_index == new_log.committed_index == new_log.last_index, 20)
+        # a follower dispatches what a push commits at its next tick, not within the push's answer
+        await wait_until(lambda: dispatched(old), 10)
         assert list_quarantines(old.config.store_path_root_dir)
         assert await pull_all(on_old, "D", 0) == expected
         # (the damaged record was cut: nothing at its offset is kept from serving)

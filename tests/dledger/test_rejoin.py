@@ -235,7 +235,7 @@ async def test_an_elected_leader_serves_its_predecessors_tail_without_a_send(tmp
         assert popped.code == ResponseCode.TOPIC_NOT_EXIST, popped.remark
 
 
-def _dispatched(b: Broker) -> bool:
+def dispatched(b: Broker) -> bool:
     """Every committed record dispatched (its ConsumeQueue and IndexFile written)."""
     assert isinstance(b.store, DefaultMessageStore)
     return b.store.reput_from_offset >= b.store.commit_log.max_offset
@@ -297,7 +297,7 @@ async def test_a_deposed_leader_never_dispatches_the_tail_its_puts_parsed(
         for b in brokers:
             assert b is not None
             on = BrokerClient(b.addr, client)
-            await wait_until(functools.partial(_dispatched, b), 10)
+            await wait_until(functools.partial(dispatched, b), 10)
             assert await pull_all(on, "Q", 0) == expected, b.config.dleger_self_id
             for (key, msg_id), body in zip(sent, expected, strict=True):
                 assert await _served(on, "Q", key, msg_id) == ([body], [body]), key
