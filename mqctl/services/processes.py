@@ -94,12 +94,24 @@ def listener_pid(port: int) -> int | None:
 
 
 def port_open(host: str, port: int, timeout: float = 1.0) -> bool:
-    """Whether something accepts TCP connections on host:port (a connection that met itself: nobody)."""
+    """Whether something accepts TCP connections on host:port (a connection that met itself: nobody).
+
+    A listener that accepts and resets at once (a gate refusing this host, a daemon at its connection cap)
+    listens all the same: its reset can land before the connect returns (ECONNRESET, where nobody
+    listening is ECONNREFUSED) or before the peer's name is asked (ENOTCONN). A socket that met itself is
+    never reset, so either says a listener answered."""
     from daemon.remoting.client import met_itself
 
     try:
         with socket.create_connection((host, port), timeout=timeout) as sock:
-            return not met_itself(sock.getsockname(), sock.getpeername())
+            local = sock.getsockname()
+            try:
+                peer = sock.getpeername()
+            except OSError:
+                return True
+            return not met_itself(local, peer)
+    except ConnectionResetError:
+        return True
     except OSError:
         return False
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import errno
+import select
 import socket
+import struct
 from pathlib import Path
 
 import pytest
@@ -41,3 +44,38 @@ def test_a_connection_that_meets_itself_is_not_a_listener(monkeypatch: pytest.Mo
     port = free_port()
     monkeypatch.setattr(processes.socket, "create_connection", self_connect)
     assert processes.port_open("127.0.0.1", port) is False
+
+
+def test_a_listener_that_accepts_and_resets_at_once_is_listening(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A gate that refuses this host (or a daemon at its connection cap) accepts, then resets: its reset
+    can land before the caller asks the connection's peer, which then has none (ENOTCONN)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    connect = socket.create_connection
+
+    def connect_then_reset(address: tuple[str, int], timeout: float) -> socket.socket:
+        sock = connect(address, timeout)
+        accepted, _ = listener.accept()
+        accepted.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        accepted.close()  # an RST, not a FIN
+        assert select.select([sock], [], [], 5)[0]  # the reset arrived
+        return sock
+
+    monkeypatch.setattr(processes.socket, "create_connection", connect_then_reset)
+    with listener:
+        assert processes.port_open("127.0.0.1", port) is True
+
+
+def test_a_reset_as_the_connect_returns_is_a_listener_and_a_refusal_is_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A reset can come before the connect returns (ECONNRESET): a handshake was made, so something
+    listens; a refused connect (ECONNREFUSED) found nobody."""
+
+    def reset(address: tuple[str, int], timeout: float) -> socket.socket:
+        raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer")
+
+    monkeypatch.setattr(processes.socket, "create_connection", reset)
+    assert processes.port_open("127.0.0.1", free_port()) is True
+    monkeypatch.undo()
+    assert processes.port_open("127.0.0.1", free_port()) is False
