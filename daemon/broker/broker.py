@@ -479,7 +479,11 @@ class Broker:
                     "no NameServer: this slave cannot ask its master's records, its tail is not checked"
                 )
             self.ha_slave = HASlave(
-                c, self.store, records, ssl=ha_tls.client_context(verify=True) if ha_tls else None
+                c,
+                self.store,
+                records,
+                ssl=ha_tls.client_context(verify=True) if ha_tls else None,
+                after_registration=bool(c.namesrv_addrs),
             )
             self.store.add_arrival_listener(self._note_replicated)
             self.ha_slave.on_dispatched = self._derive_replicated_topics
@@ -1100,7 +1104,11 @@ class Broker:
         if not self.config.namesrv_addrs:
             return []
         async with self._registering:
-            return await self._register_all(topics)
+            try:
+                return await self._register_all(topics)
+            finally:
+                if self.ha_slave is not None:
+                    self.ha_slave.registered()
 
     async def _register_all(self, topics: Iterable[str] | None) -> list[str]:
         addrs = self.config.namesrv_addrs

@@ -540,7 +540,11 @@ class HASlave:
     Before each connection the slave compares its last record with the master's at the same offset
     (``master_records``; None: not checked, as without a NameServer to name the master's broker
     address). Records the master does not hold at the same offsets are set aside
-    (:meth:`ReplicaStore.set_aside_replica_tail`) and the slave reports the end of what they share."""
+    (:meth:`ReplicaStore.set_aside_replica_tail`) and the slave reports the end of what they share.
+
+    ``after_registration``: the first connection waits for :meth:`registered`. The master admits only the
+    slaves its NameServers list (:class:`SlaveGate`), and ``haMasterAddress`` names the master before this
+    slave has registered: connecting at once was refused, and replication began a reconnect delay later."""
 
     def __init__(
         self,
@@ -549,6 +553,7 @@ class HASlave:
         master_records: MasterRecords | None = None,
         *,
         ssl: _ssl.SSLContext | None = None,
+        after_registration: bool = False,
     ) -> None:
         self.config = config
         #: haTls: the client context that presents this broker's certificate and verifies the master's.
@@ -561,6 +566,9 @@ class HASlave:
         self.reconnects = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._wake = asyncio.Event()
+        self._registered = asyncio.Event()
+        if not after_registration:
+            self._registered.set()
         self._appended = asyncio.Event()
         #: Held while dispatch runs in its thread, and while a divergent tail is set aside.
         self._dispatching = asyncio.Lock()
@@ -592,6 +600,11 @@ class HASlave:
             if self.on_dispatched is not None:
                 self.on_dispatched()
 
+    def registered(self) -> None:
+        """The broker's first registration was answered (or failed: the master may know this slave from
+        before): connections may begin."""
+        self._registered.set()
+
     def set_master(self, addr: str | None) -> None:
         """The master's HA address as the NameServer tells it (unless ``haMasterAddress`` is set)."""
         if self.config.ha_master_address or not addr or addr == self.master_addr:
@@ -601,6 +614,7 @@ class HASlave:
         self._wake.set()
 
     async def _run(self) -> None:
+        await self._registered.wait()
         while True:
             addr = self.master_addr
             if not addr:

@@ -229,6 +229,31 @@ async def test_slave_registers_as_slave(group: Group) -> None:
     assert data.broker_addrs == {0: group.master.addr, 1: group.slave.addr}
 
 
+async def test_a_slave_told_its_master_s_ha_address_is_admitted_at_its_first_connection(
+    tmp_path: Path,
+) -> None:
+    """``haMasterAddress`` names the master before the slave has registered; the master admits only slaves
+    its NameServers list, so a slave that connected at once was refused and got in a reconnect delay later.
+    It connects once it has registered: the first connection is the one admitted."""
+    namesrv = NamesrvController(namesrv_config(tmp_path))
+    await namesrv.start()
+    ns = f"127.0.0.1:{namesrv.port}"
+    master = await start_broker(tmp_path / "master", **{**SMALL, "namesrv_addr": ns})
+    slave = None
+    try:
+        assert master.ha_master is not None
+        slave = await start_slave(tmp_path / "slave", ns, ha_master_address=master.config.ha_server_addr)
+        replica = slave.ha_slave
+        assert replica is not None
+        await wait_until(lambda: replica.connected, 10)
+        assert (master.ha_master.refused, replica.reconnects) == (0, 0)
+    finally:
+        if slave is not None:
+            await slave.stop()
+        await master.stop()
+        await namesrv.stop()
+
+
 async def test_metadata_sync_brings_topics_groups_and_offsets(group: Group) -> None:
     master = group.on(group.master)
     assert (await master.send("Meta", b"m", queue_id=0)).code == ResponseCode.SUCCESS
