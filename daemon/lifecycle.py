@@ -2,8 +2,8 @@
 
 Like uvicorn: start → serve → graceful stop on the first SIGINT/SIGTERM, immediate exit on the second.
 Also the pieces of running in the background: a pidfile that refuses a second live instance, a
-double-fork `daemonize` that reports the child's start-up outcome back to the parent, and `terminate`
-for `stop` commands.
+double-fork `daemonize` that reports the child's start-up outcome back to the parent, `terminate`
+for `stop` commands, and `supervise` for a daemon's long-lived tasks (none ends silently).
 """
 
 from __future__ import annotations
@@ -19,6 +19,8 @@ import time
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
+
+from store.supervise import Restarts
 
 log = logging.getLogger(__name__)
 
@@ -43,6 +45,14 @@ class AlreadyRunningError(LifecycleError):
     def __init__(self, pid_file: Path, pid: int) -> None:
         super().__init__(f"already running as pid {pid} (pidfile {pid_file})")
         self.pid = pid
+
+
+class TaskFailedError(LifecycleError):
+    """A task the daemon cannot go on without failed: the daemon stopped (see :func:`supervise`)."""
+
+
+#: What :func:`serve` does with a :class:`TaskFailedError` (stop the daemon), innermost last.
+_fatal_handlers: list[Callable[[TaskFailedError], None]] = []
 
 
 class Service(Protocol):
@@ -74,6 +84,40 @@ async def every(period: float, action: Callable[[], Awaitable[object] | None]) -
             log.exception("periodic task %s failed", getattr(action, "__name__", action))
 
 
+def supervise(run: Callable[[], Awaitable[object]], name: str, *, fatal: bool = False) -> asyncio.Task[None]:
+    """A daemon's background task that never ends silently: ``run()`` in a task named ``name``; when it
+    raises, the exception is logged at ERROR with its traceback and ``run()`` starts again after a delay
+    (:class:`store.supervise.Restarts`). ``fatal``: a task whose failure would have the daemon go on
+    serving wrong data or none (half a role change): the daemon stops instead, and :func:`serve` raises
+    :class:`TaskFailedError` (a non-zero exit). A ``run()`` that returns ends the task."""
+    return asyncio.create_task(_supervised(run, name, fatal), name=name)
+
+
+async def _supervised(run: Callable[[], Awaitable[object]], name: str, fatal: bool) -> None:
+    loop = asyncio.get_running_loop()
+    restarts = Restarts(f"task {name}")
+    while True:
+        started = loop.time()
+        try:
+            await run()
+            return
+        except Exception as exc:
+            if fatal:
+                _fail(TaskFailedError(f"task {name} failed: {type(exc).__name__}: {exc}"))
+                return
+            delay = restarts.failed(loop.time() - started)
+        await asyncio.sleep(delay)
+
+
+def _fail(error: TaskFailedError) -> None:
+    """Log the exception being handled and stop the serving daemon (none: a test's, say: logged alone)."""
+    if not _fatal_handlers:
+        log.error("%s; no daemon serves here to stop", error, exc_info=True)
+        return
+    log.error("%s; stopping the daemon: going on without it would serve wrong data", error, exc_info=True)
+    _fatal_handlers[-1](error)
+
+
 async def cancel_tasks(tasks: Iterable[asyncio.Task[Any] | None]) -> None:
     """Cancel a service's background tasks, then wait until each has finished (each ends with the
     CancelledError it was sent; other errors propagate)."""
@@ -86,10 +130,16 @@ async def cancel_tasks(tasks: Iterable[asyncio.Task[Any] | None]) -> None:
 
 
 async def serve(service: Service, on_started: Callable[[], None] | None = None) -> None:
-    """Start `service`, run until SIGINT/SIGTERM, then stop it; a second signal exits at once."""
+    """Start `service`, run until SIGINT/SIGTERM, then stop it; a second signal exits at once. A fatal
+    task's failure (:func:`supervise`) stops it too, and then raises :class:`TaskFailedError`."""
     loop = asyncio.get_running_loop()
     stopping = asyncio.Event()
     received: list[int] = []
+    failed: list[TaskFailedError] = []
+
+    def on_failure(error: TaskFailedError) -> None:
+        failed.append(error)
+        stopping.set()
 
     def on_signal(signum: int) -> None:
         received.append(signum)
@@ -103,6 +153,7 @@ async def serve(service: Service, on_started: Callable[[], None] | None = None) 
 
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
+    _fatal_handlers.append(on_failure)
     try:
         await service.start()
         # what start-up built (modules, configs, recovered queues) lives as long as the process: out of
@@ -116,8 +167,11 @@ async def serve(service: Service, on_started: Callable[[], None] | None = None) 
         finally:
             await service.stop()
     finally:
+        _fatal_handlers.remove(on_failure)
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)
+    if failed:
+        raise failed[0]
 
 
 # ------------------------------------------------------------------------------------------- pidfiles

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import itertools
 import logging
 import os
@@ -84,6 +85,7 @@ from store.record import (
     msg_id_prefix,
 )
 from store.results import GetMessageStatus, GetResult, PutResult, QueryResult, SelectedMessage
+from store.supervise import supervised
 
 log = logging.getLogger(__name__)
 
@@ -380,16 +382,15 @@ class DefaultMessageStore:
         self._flushed_offset = self.commit_log.max_offset
         self._stop.clear()
         self._running = True
+        # supervised: a loop that raised what it does not handle runs again, logged (flushes must go on)
         self._threads = [
-            threading.Thread(target=self._commit_log_flush_loop, name="store-flush-commitlog", daemon=True),
-            threading.Thread(target=self._cq_flush_loop, name="store-flush-cq", daemon=True),
-            threading.Thread(target=self._clean_loop, name="store-clean", daemon=True),
-            threading.Thread(target=self._disk_check_loop, name="store-disk-check", daemon=True),
+            supervised("store-flush-commitlog", self._commit_log_flush_loop, self._stop),
+            supervised("store-flush-cq", self._cq_flush_loop, self._stop),
+            supervised("store-clean", self._clean_loop, self._stop),
+            supervised("store-disk-check", self._disk_check_loop, self._stop),
         ]
         if self.commit_log.prefault:
-            self._threads.append(
-                threading.Thread(target=self._warm_loop, name="store-warm-commitlog", daemon=True)
-            )
+            self._threads.append(supervised("store-warm-commitlog", self._warm_loop, self._stop))
         for t in self._threads:
             t.start()
 
@@ -705,7 +706,7 @@ class DefaultMessageStore:
 
     def _flush_full_index_later(self, full: IndexFile) -> None:
         """Flush an index file that just filled up in the background (see :meth:`_flush_full_index`)."""
-        t = threading.Thread(target=self._flush_full_index, args=(full,), name="store-flush-index")
+        t = supervised("store-flush-index", functools.partial(self._flush_full_index, full), self._stop)
         self._index_flushers.append(t)
         t.start()
 

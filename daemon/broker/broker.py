@@ -59,7 +59,7 @@ from daemon.coalesce import Coalesced
 from daemon.config import ConfigError
 from daemon.dledger.machines import Role, Timings
 from daemon.dledger.server import DLedgerServer, DLedgerSettings, dledger_runtime_info, parse_peers
-from daemon.lifecycle import cancel_tasks, every
+from daemon.lifecycle import cancel_tasks, every, supervise
 from daemon.protect import ProtectedModeGuard, Protection, is_local, listening, protection
 from daemon.remoting.bodies import (
     ClusterInfo,
@@ -347,20 +347,17 @@ class Broker:
             self.timers.start()
             self.transactions.start()
             self.pop.start()
+        offsets_period = self.config.flush_consumer_offset_interval / 1000
         self._tasks += [
-            asyncio.create_task(every(CLIENT_SCAN_INTERVAL, self._scan_clients), name="client-scan"),
-            asyncio.create_task(
-                every(self.config.flush_consumer_offset_interval / 1000, self._persist_offsets),
-                name="offset-persist",
-            ),
-            asyncio.create_task(self._registration_loop(), name="namesrv-register"),
-            asyncio.create_task(every(SAMPLE_PERIOD, self._sample_stats), name="stats-sample"),
+            supervise(lambda: every(CLIENT_SCAN_INTERVAL, self._scan_clients), "client-scan"),
+            supervise(lambda: every(offsets_period, self._persist_offsets), "offset-persist"),
+            supervise(self._registration_loop, "namesrv-register"),
+            supervise(lambda: every(SAMPLE_PERIOD, self._sample_stats), "stats-sample"),
         ]
-        if self.acl_files is not None:
+        acl_files = self.acl_files
+        if acl_files is not None:
             self._tasks.append(
-                asyncio.create_task(
-                    every(RELOAD_CHECK_INTERVAL, self.acl_files.maybe_reload), name="acl-watch"
-                )
+                supervise(lambda: every(RELOAD_CHECK_INTERVAL, acl_files.maybe_reload), "acl-watch")
             )
         await self._check_replica_before_serving()
         await self.server.serve()
@@ -369,7 +366,7 @@ class Broker:
         self._started = True
         await self.register_all()  # at start, like Java; then every registerNameServerPeriod
         if self.ha_slave is not None or self.dledger is not None:
-            self._tasks.append(asyncio.create_task(self._metadata_sync_loop(), name="slave-metadata-sync"))
+            self._tasks.append(supervise(self._metadata_sync_loop, "slave-metadata-sync"))
         log.info(
             "broker %s (cluster %s) serving at %s (tls.server.mode=%s%s), store %s, %s%s; %s",
             self.config.broker_name,
@@ -549,7 +546,8 @@ class Broker:
             self._role_task.cancel()
             self._role_task = None
         if role is Role.LEADER:
-            self._role_task = asyncio.create_task(self._become_master(term), name="dledger-to-master")
+            # fatal: a leader half made master holds the leadership while it serves wrong or nothing
+            self._role_task = supervise(lambda: self._become_master(term), "dledger-to-master", fatal=True)
             return
         if role is Role.FOLLOWER or was_master:
             self._set_role(master=False)
@@ -560,12 +558,14 @@ class Broker:
                     term,
                     role.value,
                 )
-                self._stopping = asyncio.create_task(self._stop_master_services(), name="dledger-to-slave")
+                # fatal: a master's services left running beside the next leader's deliver twice
+                self._stopping = supervise(self._stop_master_services, "dledger-to-slave", fatal=True)
                 self._tasks.append(self._stopping)
             self.registration.request()
             if role is Role.FOLLOWER:
-                follow = self._follow_new_master(term, self.master_addr)
-                self._role_task = asyncio.create_task(follow, name="dledger-follow-master")
+                before = self.master_addr
+                follow = lambda: self._follow_new_master(term, before)  # noqa: E731
+                self._role_task = supervise(follow, "dledger-follow-master")
 
     async def _follow_new_master(self, term: int, before: str | None) -> None:
         """A follower syncs topics and groups from the master its NameServers list, learnt from its

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
-from daemon.lifecycle import cancel_tasks
+from daemon.lifecycle import cancel_tasks, supervise
 from daemon.remoting.client import Transport, connected_to_itself
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -165,8 +165,11 @@ class SlaveConnection:
         try:
             done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
             for t in done:
-                if not t.cancelled() and t.exception() is not None:
-                    log.warning("HA connection %s closed: %s", self.addr, t.exception())
+                exc = None if t.cancelled() else t.exception()
+                if isinstance(exc, OSError | HAProtocolError | RuntimeError):  # (RuntimeError: uvloop's)
+                    log.warning("HA connection %s closed: %s", self.addr, exc)
+                elif exc is not None:  # a bug: its traceback, and the slave connects again
+                    log.error("HA connection %s failed: closing it", self.addr, exc_info=exc)
         finally:
             for t in tasks:
                 t.cancel()
@@ -577,10 +580,7 @@ class HASlave:
         self.on_dispatched: Callable[[], None] | None = None
 
     def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self._run(), name="ha-client"),
-            asyncio.create_task(self._dispatch_loop(), name="ha-dispatch"),
-        ]
+        self._tasks = [supervise(self._run, "ha-client"), supervise(self._dispatch_loop, "ha-dispatch")]
 
     async def stop(self) -> None:
         await cancel_tasks(self._tasks)

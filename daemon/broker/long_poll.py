@@ -21,7 +21,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from daemon.lifecycle import cancel_tasks
+from daemon.lifecycle import cancel_tasks, supervise
 
 log = logging.getLogger(__name__)
 
@@ -97,7 +97,7 @@ class PullRequestHoldService:
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
-        self._task = asyncio.create_task(self._check_loop(), name="pull-hold-check")
+        self._task = supervise(self._check_loop, "pull-hold-check")
 
     async def stop(self) -> None:
         await cancel_tasks([self._task])

@@ -34,6 +34,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from daemon.broker.stats import GROUP_GET_NUMS, TOPIC_PUT_NUMS, TOPIC_PUT_SIZE, StatsItem
+from store.supervise import supervised
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
@@ -424,14 +425,14 @@ def start_metrics_server(broker: BrokerContext, port: int, host: str) -> tuple[i
     server = make_server(
         host, port, app, _Server6 if ":" in host else ThreadingWSGIServer, handler_class=_QuietHandler
     )
-    thread = threading.Thread(
-        target=server.serve_forever, args=(POLL_INTERVAL,), name="broker-metrics", daemon=True
-    )
-    thread.start()
+    stopped = threading.Event()
+    serve = functools.partial(server.serve_forever, POLL_INTERVAL)
+    supervised("broker-metrics", serve, stopped).start()  # (a failed serve_forever serves again)
     bound = server.server_address[1]
     log.info("metrics on http://%s:%d/metrics", host, bound)
 
     def stop() -> None:
+        stopped.set()
         server.shutdown()
         server.server_close()
 

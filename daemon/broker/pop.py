@@ -45,6 +45,7 @@ from typing import TYPE_CHECKING, Final, Protocol
 
 from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
 from daemon.broker.retry import retry_copy
+from daemon.lifecycle import supervise
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
@@ -439,7 +440,7 @@ class PopService:
 
     def start(self) -> None:
         self._wake = asyncio.Event()
-        self._task = asyncio.create_task(self._revive_loop(), name="pop-revive")
+        self._task = supervise(self._revive_loop, "pop-revive")
 
     async def stop(self) -> None:
         if self._task is not None:

@@ -14,7 +14,7 @@ import time
 from typing import TYPE_CHECKING
 
 from daemon.broker.retry import copy_of
-from daemon.lifecycle import cancel_tasks
+from daemon.lifecycle import cancel_tasks, supervise
 from store.message import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
@@ -61,7 +61,7 @@ class ScheduleMessageService:
         self._task: asyncio.Task[None] | None = None
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="schedule-delivery")
+        self._task = supervise(self._run, "schedule-delivery")
 
     async def stop(self) -> None:
         await cancel_tasks([self._task])

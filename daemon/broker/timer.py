@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Final
 
 from daemon.broker.processors import fail
 from daemon.broker.schedule import copy_to
-from daemon.lifecycle import cancel_tasks
+from daemon.lifecycle import cancel_tasks, supervise
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import ResponseCode
 from store.errors import StoreError
@@ -187,10 +187,7 @@ class TimerMessageService:
         self._done_before = done
 
     def start(self) -> None:
-        self._tasks = [
-            asyncio.create_task(self._run(), name="timer-delivery"),
-            asyncio.create_task(self._snapshots(), name="timer-snapshot"),
-        ]
+        self._tasks = [supervise(self._run, "timer-delivery"), supervise(self._snapshots, "timer-snapshot")]
 
     async def stop(self) -> None:
         await cancel_tasks(self._tasks)

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from daemon.broker.headers import CheckTransactionStateRequestHeader, EndTransactionRequestHeader
 from daemon.broker.processors import system_error
-from daemon.lifecycle import cancel_tasks
+from daemon.lifecycle import cancel_tasks, supervise
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
@@ -72,7 +72,7 @@ class TransactionService:
             offset = result.next_begin_offset
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="transaction-check")
+        self._task = supervise(self._run, "transaction-check")
 
     async def stop(self) -> None:
         await cancel_tasks([self._task])

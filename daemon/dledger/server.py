@@ -50,7 +50,7 @@ from daemon.dledger.protocol import (
     is_push_answer,
     read_binary_push,
 )
-from daemon.lifecycle import cancel_tasks
+from daemon.lifecycle import cancel_tasks, supervise
 from daemon.remoting.client import RemotingClient, parse_addr
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -188,7 +188,7 @@ class DLedgerServer:
         await asyncio.to_thread(self.gate.resolve)  # before the port opens: nobody is admitted unchecked
         await self.server.start()
         self.node._now = now_ms()
-        self._task = asyncio.create_task(self._run(), name=f"dledger-{self.settings.self_id}")
+        self._task = supervise(self._run, f"dledger-{self.settings.self_id}")
         log.info(
             "DLedger member %s of group %s listening on %s (peers %s); %s",
             self.settings.self_id,

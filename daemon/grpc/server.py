@@ -10,7 +10,7 @@ import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
 from daemon.grpc.service import CLIENT_EXPIRY_S, MessagingService
-from daemon.lifecycle import cancel_tasks, every
+from daemon.lifecycle import cancel_tasks, every, supervise
 from daemon.remoting.tls import TlsSettings, cert_pem, default_sans, key_pem, make_certificate, new_key
 
 if TYPE_CHECKING:
@@ -99,9 +99,10 @@ class GrpcFront:
         service_pb2_grpc.add_MessagingServiceServicer_to_server(self.service, server)
         await server.start()
         self._server = server
+        service = self.service
         self._tasks += [
-            asyncio.create_task(every(CLIENT_EXPIRY_S / 4, self.service.expire), name="grpc-clients"),
-            asyncio.create_task(every(RENEW_PERIOD_S, self.service.leases.renew_due), name="grpc-renew"),
+            supervise(lambda: every(CLIENT_EXPIRY_S / 4, service.expire), "grpc-clients"),
+            supervise(lambda: every(RENEW_PERIOD_S, service.leases.renew_due), "grpc-renew"),
         ]
         return port
 

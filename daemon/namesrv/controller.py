@@ -6,7 +6,7 @@ import asyncio
 import logging
 
 from daemon.acl.plain import NAMESRV_WRITE_CODES, RELOAD_CHECK_INTERVAL, AclFiles, PlainAccessValidator
-from daemon.lifecycle import cancel_tasks, every
+from daemon.lifecycle import cancel_tasks, every, supervise
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.kvconfig import KVConfigManager
 from daemon.namesrv.processor import NamesrvProcessor
@@ -76,11 +76,10 @@ class NamesrvController:
         elif self.protection.active:
             self.server.dispatcher.guard = ProtectedModeGuard("namesrv")
         await self.server.start()
-        self._tasks.append(asyncio.create_task(self._scan_loop(), name="namesrv-broker-scan"))
+        self._tasks.append(supervise(self._scan_loop, "namesrv-broker-scan"))
         if files is not None:
-            self._tasks.append(
-                asyncio.create_task(every(RELOAD_CHECK_INTERVAL, files.maybe_reload), name="acl-watch")
-            )
+            acl = files
+            self._tasks.append(supervise(lambda: every(RELOAD_CHECK_INTERVAL, acl.maybe_reload), "acl-watch"))
         log.info(
             "NameServer started (tls.server.mode=%s), data in %s; %s",
             self.config.tls_server_mode,

@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import socket
 from collections.abc import Callable, Mapping
 
+from daemon.lifecycle import supervise
 from daemon.remoting.connection import (
     Connection,
     Processor,
@@ -147,7 +149,7 @@ class RemotingServer:
             sock = self._listener = _bind(self.host, self.port)
         self.port = sock.getsockname()[1]
         if self.idle_timeout > 0:  # 0 (or less) is Netty's IdleStateHandler disabled: no idle close
-            self._sweeper = asyncio.create_task(self._sweep_idle(), name="remoting-idle-sweeper")
+            self._sweeper = supervise(self._sweep_idle, "remoting-idle-sweeper")
         if self._own_accept and serve:
             await self.serve()
         tls = f", TLS {self.tls.mode}" if self.tls is not None else ""
@@ -172,14 +174,14 @@ class RemotingServer:
         for sock, task in self._also_sockets.items():
             if task is None:
                 sock.listen(1024)
-                self._also_sockets[sock] = asyncio.create_task(
-                    self._accept_loop(sock), name="remoting-accept"
+                self._also_sockets[sock] = supervise(
+                    functools.partial(self._accept_loop, sock), "remoting-accept"
                 )
         if self._listener is not None:
             if self._acceptor is None:
                 self._listener.listen(1024)
-                self._acceptor = asyncio.create_task(
-                    self._accept_loop(self._listener), name="remoting-accept"
+                self._acceptor = supervise(
+                    functools.partial(self._accept_loop, self._listener), "remoting-accept"
                 )
             return
         assert self._server is not None, "start() first"

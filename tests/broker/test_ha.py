@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 
+import store.supervise as supervise_module
 from daemon.acl.signature import Signer
 from daemon.broker import ha
 from daemon.broker.broker import Broker
@@ -252,6 +253,39 @@ async def test_a_slave_told_its_master_s_ha_address_is_admitted_at_its_first_con
             await slave.stop()
         await master.stop()
         await namesrv.stop()
+
+
+async def test_a_slave_whose_replication_raised_what_it_does_not_expect_says_so_and_replicates_again(
+    group: Group, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in the slave's session (an exception none of its handlers expects) ended its replication task
+    for good and silently, while it still reported itself a slave: it is logged with its traceback, and
+    the slave connects again and catches up."""
+    g = group
+    monkeypatch.setattr(supervise_module, "RESTART_DELAY", 0.05)
+    replica = g.slave.ha_slave
+    assert replica is not None
+    real = ha.max_record_size
+    raised: list[bool] = []
+
+    def fails_once(config: Any) -> int:
+        if not raised:
+            raised.append(True)
+            raise KeyError("a bug in the session")
+        return real(config)
+
+    monkeypatch.setattr(ha, "max_record_size", fails_once)
+    master = g.master.ha_master
+    assert master is not None
+    for conn in list(master.connections):
+        conn.writer.transport.abort()  # the slave's next session is the one that fails
+    await wait_until(lambda: bool(raised), 10)
+    await g.on(g.master).create_topic("T", 1)
+    for i in range(5):
+        assert (await g.on(g.master).send("T", f"m{i}".encode())).code == ResponseCode.SUCCESS
+    await wait_until(lambda: caught_up(g), 10)
+    failures = [r for r in caplog.records if r.levelname == "ERROR" and "ha-client" in r.getMessage()]
+    assert [r.exc_info[0] for r in failures if r.exc_info] == [KeyError]
 
 
 async def test_metadata_sync_brings_topics_groups_and_offsets(group: Group) -> None:

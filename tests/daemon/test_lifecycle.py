@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import os
 import subprocess
 import sys
@@ -12,8 +13,21 @@ from pathlib import Path
 
 import pytest
 
-from daemon.lifecycle import AlreadyRunningError, PidFile, every, read_pid, running_pid, terminate
-from tests.support.waiting import wait_until
+import store.supervise as supervise_module
+from daemon.lifecycle import (
+    AlreadyRunningError,
+    PidFile,
+    TaskFailedError,
+    cancel_tasks,
+    every,
+    read_pid,
+    running_pid,
+    supervise,
+    terminate,
+)
+from store.supervise import Restarts, supervised
+from tests.support.serving import serve_here
+from tests.support.waiting import wait_for, wait_until
 
 
 def test_pidfile_holds_our_pid_and_removes_it(tmp_path: Path) -> None:
@@ -104,3 +118,120 @@ async def test_every_cancelled_ends_after_the_work_it_awaits() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert finished == [True]
+
+
+def errors_with_traceback(caplog: pytest.LogCaptureFixture, name: str) -> list[logging.LogRecord]:
+    """The ERROR records that name ``name`` and carry a traceback."""
+    return [
+        r
+        for r in caplog.records
+        if r.levelno == logging.ERROR and name in r.getMessage() and r.exc_info is not None
+    ]
+
+
+async def test_a_supervised_task_that_raised_is_logged_and_runs_again(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(supervise_module, "RESTART_DELAY", 0.01)
+    runs: list[int] = []
+
+    async def loop() -> None:
+        runs.append(len(runs))
+        if len(runs) < 3:
+            raise KeyError(f"bug {len(runs)}")
+        await asyncio.sleep(3600)
+
+    task = supervise(loop, "test-loop")
+    try:
+        await wait_until(lambda: len(runs) == 3, 10)
+        assert not task.done()
+        assert [r.exc_info[0] for r in errors_with_traceback(caplog, "test-loop") if r.exc_info] == [
+            KeyError,
+            KeyError,
+        ]
+    finally:
+        await cancel_tasks([task])
+    assert task.cancelled()
+
+
+async def test_a_supervised_task_that_returns_ends() -> None:
+    done: list[bool] = []
+
+    async def once() -> None:
+        done.append(True)
+
+    task = supervise(once, "test-once")
+    await task
+    assert done == [True]
+
+
+def test_restarts_wait_longer_while_a_loop_fails_at_once_and_from_the_first_delay_after_a_long_run(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    restarts = Restarts("test-loop")
+    delays = []
+    for ran_for in (0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0, supervise_module.MAX_RESTART_DELAY + 1, 0.0):
+        try:
+            raise RuntimeError("bug")
+        except RuntimeError:
+            delays.append(restarts.failed(ran_for))
+    assert delays == [1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 1.0, 2.0]
+    assert len(errors_with_traceback(caplog, "test-loop")) == 9
+
+
+class FatalAtStart:
+    """A service whose task it cannot go on without fails as soon as it starts."""
+
+    def __init__(self) -> None:
+        self.stopped = False
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        async def role_change() -> None:
+            raise KeyError("half a role change")
+
+        self.task = supervise(role_change, "role-change", fatal=True)
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+async def test_a_fatal_task_s_failure_stops_the_daemon_with_a_non_zero_exit(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from mqctl.errors import DaemonError, translate
+
+    service = FatalAtStart()
+    with pytest.raises(TaskFailedError) as info:
+        await serve_here(service, 10)
+    assert service.stopped  # stopped gracefully: its store flushed, its NameServers told
+    assert "role-change" in str(info.value) and "half a role change" in str(info.value)
+    (record,) = errors_with_traceback(caplog, "role-change")
+    assert "stopping the daemon" in record.getMessage()
+    error = translate(info.value)
+    assert isinstance(error, DaemonError) and error.exit_code != 0
+
+
+def test_a_store_thread_that_raised_is_logged_and_runs_again(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(supervise_module, "RESTART_DELAY", 0.01)
+    runs: list[int] = []
+    stop = threading.Event()
+
+    def loop() -> None:
+        runs.append(len(runs))
+        if len(runs) < 3:
+            raise KeyError(f"bug {len(runs)}")
+        stop.wait(10)
+
+    thread = supervised("test-thread", loop, stop)
+    thread.start()
+    try:
+        wait_for(lambda: len(runs) == 3, "the third run")
+        assert thread.is_alive()
+        assert len(errors_with_traceback(caplog, "test-thread")) == 2
+    finally:
+        stop.set()
+        thread.join(10)
+    assert not thread.is_alive()

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 import zlib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+import store.supervise as supervise_module
 from daemon.config import parse_properties
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
@@ -208,6 +210,42 @@ async def test_silent_brokers_expire(tmp_path: Path) -> None:
             assert controller.routes.broker_live_table == {}
     finally:
         await controller.stop()
+
+
+async def test_a_scan_that_raised_is_logged_and_silent_brokers_still_expire(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in one scan ended the scan task for good, silently: every broker that went silent since
+    stayed routed. It is logged with its traceback and the scans go on."""
+    monkeypatch.setattr(supervise_module, "RESTART_DELAY", 0.02)
+    controller = NamesrvController(namesrv_config(tmp_path, scan_interval_ms=20, broker_expire_ms=150))
+    scan = controller.routes.scan_not_active_brokers
+    raised: list[bool] = []
+
+    def fails_once() -> list[Any]:
+        if not raised:
+            raised.append(True)
+            raise KeyError("a bug in the scan")
+        return scan()
+
+    monkeypatch.setattr(controller.routes, "scan_not_active_brokers", fails_once)
+    await controller.start()
+    try:
+        async with RemotingClient() as client, RemotingClient() as broker_side:
+            ns = Namesrv(controller, client)
+            await ns.register({"T": 4}, client=broker_side)
+            for _ in range(200):
+                await asyncio.sleep(0.02)
+                if (await ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).code != 0:
+                    break
+            assert raised
+            assert (await ns.call(RequestCode.GET_ROUTEINFO_BY_TOPIC, {"topic": "T"})).code == 17
+    finally:
+        await controller.stop()
+    failures = [
+        r for r in caplog.records if r.levelname == "ERROR" and "namesrv-broker-scan" in r.getMessage()
+    ]
+    assert [r.exc_info[0] for r in failures if r.exc_info] == [KeyError]
 
 
 async def test_broker_connection_close_removes_it(namesrv: Namesrv) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 import store.engine as engine_module
+import store.supervise as supervise_module
 from store.checkpoint import RECOVERY_POINT_AT, StoreCheckpoint
 from store.clock import FakeClock
 from store.commitlog import PutMessageStatus
@@ -640,6 +641,44 @@ def test_async_flush_reaches_disk_without_waiting_puts(tmp_path: Path) -> None:
         done.wait(0.01)
     assert done.is_set()
     store.shutdown()
+
+
+class FailsOnceIn(FakeClock):
+    """A clock that raises, once, what no loop expects when the thread ``name`` reads it."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self.name = name
+        self.raised = False
+
+    def now_ms(self) -> int:
+        if not self.raised and threading.current_thread().name == self.name:
+            self.raised = True
+            raise KeyError("a bug in the loop")
+        return super().now_ms()
+
+
+def test_a_flush_thread_that_raised_is_logged_and_flushes_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An exception the flush loop does not handle ended the thread (its traceback on stderr, past the
+    logs), and nothing written after it was flushed until shutdown: it is logged and the loop runs again."""
+    monkeypatch.setattr(supervise_module, "RESTART_DELAY", 0.02)
+    clock = FailsOnceIn("store-flush-commitlog")
+    store = DefaultMessageStore(small_config(tmp_path, flush_commit_log_least_pages=0), clock=clock)
+    store.open()
+    store.start()
+    try:
+        wait_for(lambda: clock.raised, "the flush thread's failure")
+        r = store.put_message(_msg(1))
+        assert r.ok
+        wait_for(lambda: store.flushed_phy_offset >= r.phys_offset + r.wrote_bytes, "the flush after it")
+    finally:
+        store.shutdown()
+    failures = [
+        r for r in caplog.records if r.levelname == "ERROR" and "store-flush-commitlog" in r.getMessage()
+    ]
+    assert [r.exc_info[0] for r in failures if r.exc_info] == [KeyError]
 
 
 def test_abnormal_recovery_starts_at_the_checkpoint_file(tmp_path: Path) -> None:
