@@ -141,7 +141,10 @@ class LoopWatch:
     def _tick(self) -> None:
         assert self._loop is not None
         now = self._loop.time()
-        self.record(max(0.0, now - self.next_due))
+        lag = max(0.0, now - self.next_due)
+        # first: a tick that raises (the loop logs it at ERROR, with its traceback) does not end the samples
+        self._schedule(now)
+        self.record(lag)
         if self.gc.slow_full:
             self.freeze()
         elif self.table_size is not None:
@@ -151,7 +154,6 @@ class LoopWatch:
         if now - self._rotated >= WINDOW:
             self.recent.rotate()
             self._rotated = now
-        self._schedule(now)
 
     def freeze(self, why: str = "") -> None:
         """Move every object the GC tracks into the permanent generation (not from inside the callback:

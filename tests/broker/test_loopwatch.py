@@ -150,6 +150,27 @@ async def test_tables_grown_while_serving_are_frozen_before_a_full_collection_wa
         gc.unfreeze()
 
 
+async def test_a_sample_that_raised_is_logged_and_the_samples_go_on(caplog: pytest.LogCaptureFixture) -> None:
+    """The sampler reschedules itself from each sample: one that raised ended the samples for good, and
+    /metrics showed the loop's lag as it was then."""
+    raised: list[bool] = []
+
+    def table_size() -> int:
+        if len(raised) < 1 and watch.samples >= 2:
+            raised.append(True)
+            raise KeyError("a bug in a sample")
+        return 0
+
+    watch = LoopWatch(period=0.01, table_size=table_size)
+    watch.start()
+    try:
+        await asyncio.wait_for(_samples(watch, 6), 10)
+    finally:
+        watch.stop()
+    assert raised
+    assert [r.exc_info[0] for r in caplog.records if r.levelname == "ERROR" and r.exc_info] == [KeyError]
+
+
 async def test_the_broker_watches_its_tables_sizes(broker: BrokerHandle) -> None:
     size = broker.broker.loop_watch.table_size
     assert size is not None
