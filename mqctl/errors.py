@@ -155,7 +155,11 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
         "LocalPermissionError",
         "permission denied on a local file or directory",
     ),
-    (DaemonError.exit_code, "DaemonError", "a local daemon could not be started or stopped"),
+    (
+        DaemonError.exit_code,
+        "DaemonError",
+        "a local daemon could not be started or stopped, or stopped on a fatal failure",
+    ),
     (TlsError.exit_code, "TlsError", "TLS handshake failed: server certificate not trusted, or ours refused"),
     (
         NothingReadError.exit_code,
