@@ -4,8 +4,9 @@ A background loop (a flush thread, a daemon's replication or scan task) that mee
 not handle would otherwise just end: a thread's traceback goes to stderr past the logs, an asyncio task
 holds its exception until someone looks, and the loop's work (flushing, replicating, expiring routes)
 stops for good while everything else looks healthy. Here such a failure is logged at ERROR with its
-traceback and the work runs again after a delay, as RocketMQ's ``ServiceThread`` loops go on after an
-exception. :func:`supervised` is the store's threads' form; ``daemon.lifecycle.supervise`` the daemons'
+traceback and the work runs again after a delay, as RocketMQ's service threads go on after one
+(``HAService.HAClient#run`` waits 5 s and connects again; ``CommitLog.FlushRealTimeService#run`` logs it
+and flushes on). :func:`supervised` is the store's threads' form; ``daemon.lifecycle.supervise`` the daemons'
 asyncio form, which can also stop the daemon for a task it must not go on without.
 """
 
