@@ -247,6 +247,12 @@ def _noun(argv: list[str]) -> str | None:
     return None
 
 
+#: What a group run without its command raises: click ≥ 8.2 only (8.1 prints the help and exits 0 itself).
+NO_ARGS_IS_HELP: tuple[type[click.UsageError], ...] = tuple(
+    cls for cls in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if cls is not None
+)
+
+
 def _fail(message: str, code: int) -> int:
     from mqctl.output import printable
 
@@ -286,6 +292,11 @@ def main(argv: list[str] | None = None) -> int:
         return _reader_gone()
     except click.exceptions.Abort:
         return _fail("aborted", 130)
+    except NO_ARGS_IS_HELP as exc:
+        # 'mqctl' or 'mqctl topic' alone: the help, as it is (click ≥ 8.2 raises it as a usage error,
+        # whose message is the whole help text; one escaped line of it helps nobody)
+        sys.stderr.write(exc.format_message().rstrip("\n") + "\n")
+        return usage_code
     except click.UsageError as exc:
         where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         return _fail(f"{exc.format_message()}{where}", usage_code)

@@ -10,7 +10,7 @@ import pytest
 from mqctl import __version__
 from mqctl.cli.app import NOUNS
 from mqctl.errors import NotFoundError, UsageError
-from tests.support.cli import RunCli
+from tests.support.cli import RunCli, run_in_process
 
 
 @pytest.fixture
@@ -100,3 +100,16 @@ def test_a_command_builds_only_its_own_noun() -> None:
     )
     assert list(command("topic").commands) == ["topic"]  # type: ignore[attr-defined]
     assert len(command().commands) == len(NOUNS)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("args", "code"), [((), 2), (("topic",), 2), (("store", "cq"), 2), (("check",), 3)])
+def test_a_group_without_its_command_prints_its_help(
+    cli_env: dict[str, str], args: tuple[str, ...], code: int
+) -> None:
+    """``mqctl`` or ``mqctl topic`` alone shows the help as help: its lines, not one escaped error line."""
+    result = run_in_process(cli_env, *args)
+    assert result.code == code  # 'check' is a monitoring plugin: UNKNOWN
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith(f"Usage: mqctl {' '.join(args)}".rstrip() + " [OPTIONS] COMMAND")
+    assert "Commands:" in lines and "\\n" not in result.stderr
