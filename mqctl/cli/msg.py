@@ -123,7 +123,11 @@ def send(
     tag: Annotated[str | None, typer.Option("--tag", help="Message tag (TAGS).")] = None,
     keys: Annotated[list[str] | None, typer.Option("--key", "-k", help="Message key (repeatable).")] = None,
     prop: Annotated[
-        list[str] | None, typer.Option("--property", help="User property NAME=VALUE (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--property",
+            help="User property NAME=VALUE (repeatable; system names such as TAGS or TRAN_MSG are refused).",
+        ),
     ] = None,
     delay_level: Annotated[
         int, typer.Option("--delay-level", min=0, max=18, help="Delay level 1-18 (0: none).")

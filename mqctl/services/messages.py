@@ -49,10 +49,13 @@ from store import (
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRACE_SWITCH,
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT_STORE_MSG_OK,
     SCHEDULE_TOPIC,
     SYSTEM_TOPIC_PREFIX,
@@ -83,6 +86,43 @@ BROKER_PROPERTIES = frozenset(
         PROPERTY_TRACE_SWITCH,
     }
 )
+
+#: Property names a producer may not set as user properties: 4.9.8's ``MessageConst.STRING_HASH_SET``
+#: (``Message#putUserProperty`` throws for them) and the timer ones the broker reads. Set by hand they
+#: change what the broker does: ``TRAN_MSG=true`` parks the message as a transaction's half message.
+SYSTEM_PROPERTIES = BROKER_PROPERTIES | frozenset(
+    {
+        PROPERTY_KEYS,
+        PROPERTY_TAGS,
+        PROPERTY_UNIQ_KEY,
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_TIMER_DELAY_SEC,
+        PROPERTY_TIMER_DELAY_MS,
+        "BUYER_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "MAX_RECONSUME_TIMES",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "MSG_TYPE",
+        "INNER_MULTI_QUEUE_OFFSET",
+    }
+)
+#: The flag that sets a system property the way the broker expects it.
+_PROPERTY_FLAGS = {
+    PROPERTY_KEYS: "--key",
+    PROPERTY_TAGS: "--tag",
+    PROPERTY_DELAY_TIME_LEVEL: "--delay-level",
+    PROPERTY_TIMER_DELIVER_MS: "--deliver-at",
+    PROPERTY_TIMER_DELAY_SEC: "--delay",
+    PROPERTY_TIMER_DELAY_MS: "--delay",
+}
 
 JAVA_LONG_MAX = (1 << 63) - 1
 
@@ -311,7 +351,16 @@ def message_properties(
     delay_level: int,
     deliver_ms: int | None = None,
 ) -> dict[str, str]:
-    """A send's properties; ``deliver_ms`` makes it a timer message (5.x's ``TIMER_DELIVER_MS``)."""
+    """A send's properties; ``deliver_ms`` makes it a timer message (5.x's ``TIMER_DELIVER_MS``).
+
+    A user property with a system name is refused (UsageError), as RocketMQ's clients refuse it."""
+    for name in properties:
+        if name in SYSTEM_PROPERTIES:
+            flag = _PROPERTY_FLAGS.get(name)
+            raise UsageError(
+                f"--property {name} is a system property, not a user one"
+                + (f": use {flag}" if flag else " (RocketMQ's clients refuse it too)")
+            )
     props = dict(properties)
     if deliver_ms is not None:
         props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)

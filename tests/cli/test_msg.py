@@ -139,6 +139,24 @@ def test_send_stores_tag_keys_properties_on_the_chosen_queue(
     assert m.uniq_key == sent["unique_key"]
 
 
+@pytest.mark.parametrize(
+    ("prop", "hint"),
+    [("TRAN_MSG=true", "clients refuse it"), ("DELAY=3", "--delay-level"), ("UNIQ_KEY=x", "clients refuse")],
+)
+def test_send_refuses_a_system_property_and_stores_nothing(
+    mq: Callable[..., CliResult], daemons: LocalCluster, prop: str, hint: str
+) -> None:
+    """``--property TRAN_MSG=true`` stored the message as a transaction's half message (SEND_OK, never
+    delivered): a system name is refused before anything is sent, as Java's ``Message#putUserProperty`` does."""
+    before = on_broker(daemons, lambda: daemons.broker.store.max_phy_offset)
+    result = mq("msg", "send", "-t", OTHER, "--property", prop, "body")
+    assert result.code == 2, result.stderr
+    assert (
+        f"--property {prop.partition('=')[0]} is a system property" in result.stderr and hint in result.stderr
+    )
+    assert on_broker(daemons, lambda: daemons.broker.store.max_phy_offset) == before
+
+
 def test_send_reads_the_body_from_a_file_or_stdin(
     mq: Callable[..., CliResult], daemons: LocalCluster, tmp_path: Path
 ) -> None:
