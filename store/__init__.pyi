@@ -124,6 +124,8 @@ from .quarantine import (
     piece_records as piece_records,
 )
 from .record import (
+    NAME_VALUE_SEPARATOR as NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR as PROPERTY_SEPARATOR,
     decode_msg_id as decode_msg_id,
     decode_record as decode_record,
     decode_records as decode_records,

@@ -36,6 +36,7 @@ from store import (
     AUTO_CREATE_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
     INTERNAL_TOPIC_PREFIX,
+    NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
     PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -48,6 +49,7 @@ from store import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
     PROPERTY_TIMER_DELAY_MS,
     PROPERTY_TIMER_DELAY_SEC,
@@ -353,13 +355,21 @@ def message_properties(
 ) -> dict[str, str]:
     """A send's properties; ``deliver_ms`` makes it a timer message (5.x's ``TIMER_DELIVER_MS``).
 
-    A user property with a system name is refused (UsageError), as RocketMQ's clients refuse it."""
+    A user property with a system name is refused (UsageError), as RocketMQ's clients refuse it, and so
+    is a separator byte of the properties' encoding (``\\x01``, ``\\x02``) in any name or value."""
+    given = [("--tag", tags or ""), *(("--key", k) for k in keys)]
+    given += [(f"--property {name}", f"{name}={value}") for name, value in properties.items()]
+    for flag, text in given:
+        if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+            raise UsageError(
+                f"{flag} holds a \\x01 or \\x02 byte: RocketMQ separates a message's properties with them"
+            )
     for name in properties:
         if name in SYSTEM_PROPERTIES:
-            flag = _PROPERTY_FLAGS.get(name)
+            instead = _PROPERTY_FLAGS.get(name)
             raise UsageError(
                 f"--property {name} is a system property, not a user one"
-                + (f": use {flag}" if flag else " (RocketMQ's clients refuse it too)")
+                + (f": use {instead}" if instead else " (RocketMQ's clients refuse it too)")
             )
     props = dict(properties)
     if deliver_ms is not None:

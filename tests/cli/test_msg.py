@@ -157,6 +157,22 @@ def test_send_refuses_a_system_property_and_stores_nothing(
     assert on_broker(daemons, lambda: daemons.broker.store.max_phy_offset) == before
 
 
+@pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--tag", "x\x02TRAN_MSG\x01true"), ("-k", "a\x01b"), ("--property", "u=v\x02DELAY\x013")],
+)
+def test_send_refuses_a_property_separator_in_user_data(
+    mq: Callable[..., CliResult], daemons: LocalCluster, flag: str, value: str
+) -> None:
+    """A \\x01 or \\x02 in a tag, key or property cannot be encoded: a usage error naming the flag, not
+    exit 1 with the encoder's ValueError."""
+    before = on_broker(daemons, lambda: daemons.broker.store.max_phy_offset)
+    result = mq("msg", "send", "-t", OTHER, flag, value, "body")
+    assert result.code == 2, result.stderr
+    assert "holds a \\x01 or \\x02 byte" in result.stderr and "ValueError" not in result.stderr
+    assert on_broker(daemons, lambda: daemons.broker.store.max_phy_offset) == before
+
+
 def test_send_reads_the_body_from_a_file_or_stdin(
     mq: Callable[..., CliResult], daemons: LocalCluster, tmp_path: Path
 ) -> None:
