@@ -315,10 +315,19 @@ def pick(refs: list[QueueRef], *, broker: str | None, queue: int | None, topic: 
     out = [r for r in refs if broker is None or broker in (r.addr, r.broker_name)]
     if queue is not None:
         out = [r for r in out if r.queue_id == queue]
+    if not refs:
+        raise NotFoundError(
+            f"topic {topic!r} has no queue this can use: its permission or queue counts leave none "
+            f"(see 'mqctl topic route -t {topic}')"
+        )
     if not out:
+        on = [r for r in refs if broker is None or broker in (r.addr, r.broker_name)]
+        if not on:  # --broker names a broker that does not serve the topic: say which ones do
+            serving = sorted({f"{r.broker_name} {r.addr}" for r in refs})
+            raise NotFoundError(f"topic {topic!r} is not on broker {broker} (it is on: {', '.join(serving)})")
         where = f" on broker {broker}" if broker else ""
-        what = f"queue {queue}" if queue is not None else "a queue"
-        raise NotFoundError(f"topic {topic!r} has no {what}{where}")
+        ids = sorted({r.queue_id for r in on})
+        raise NotFoundError(f"topic {topic!r} has no queue {queue}{where} (queues {ids[0]}..{ids[-1]})")
     return out
 
 
@@ -676,10 +685,12 @@ async def show(
     ref = refs[0]
     result = await wire.pull(admin, ref.addr, topic, queue, offset, max_nums=1)
     if not result.messages or result.messages[0].queue_offset != offset:
-        raise NotFoundError(
-            f"no message at offset {offset} of {topic!r} queue {queue} "
-            f"(the queue holds offsets {result.min_offset}..{result.max_offset - 1})"
+        held = (
+            "the queue is empty"
+            if result.max_offset <= result.min_offset
+            else f"the queue holds offsets {result.min_offset}..{result.max_offset - 1}"
         )
+        raise NotFoundError(f"no message at offset {offset} of {topic!r} queue {queue} ({held})")
     return _detail(result.messages[0], body)
 
 

@@ -747,6 +747,31 @@ def test_exit_codes(mq: Callable[..., CliResult], args: list[str], code: int) ->
     assert "mqctl: error:" in result.stderr
 
 
+def test_a_queue_or_broker_the_topic_lacks_is_named_with_what_it_has(
+    mq: Callable[..., CliResult], daemons: LocalCluster
+) -> None:
+    """``-b`` at a broker that does not serve the topic read "has no a queue on broker ...", a read-only
+    topic "has no a queue", an empty queue "holds offsets 0..-1"."""
+    cases = (
+        (
+            ["msg", "send", "-t", OTHER, "-b", "127.0.0.1:1", "x"],
+            f"is not on broker 127.0.0.1:1 (it is on: broker-a {daemons.broker_addr})",
+        ),
+        (
+            ["msg", "show", "-t", OTHER, "-b", "127.0.0.1:1", "-q", "0", "--offset", "0"],
+            "is not on broker 127.0.0.1:1",
+        ),
+        (["msg", "send", "-t", OTHER, "-q", "7", "x"], f"topic '{OTHER}' has no queue 7 (queues 0..1)"),
+        (["msg", "show", "-t", "MsgEmpty", "-q", "0", "--offset", "5"], "queue 0 (the queue is empty)"),
+        (["msg", "send", "-t", "MsgReadOnly", "x"], "has no queue this can use: its permission"),
+    )
+    assert mq("topic", "create", "-t", "MsgEmpty", "-r", "1", "-w", "1").code == 0
+    assert mq("topic", "create", "-t", "MsgReadOnly", "-r", "1", "-w", "1", "--perm", "r").code == 0
+    for args, said in cases:
+        result = mq(*args)
+        assert result.code == 3 and said in result.stderr, result.stderr
+
+
 def test_an_unreachable_namesrv_exits_5(cli: RunCli) -> None:
     for args in (
         ["msg", "query", "-t", TOPIC, "-k", "x"],
