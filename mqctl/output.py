@@ -156,7 +156,7 @@ def cell_text(value: Any) -> str:
 
 def _pair(name: str, value: Any) -> str:
     """``name=value``, or for a change ``[old, new]`` (a diff) ``name: old → new``."""
-    if isinstance(value, list) and len(value) == 2 and not any(isinstance(v, dict | list) for v in value):
+    if isinstance(value, list) and len(value) == 2 and not any(isinstance(v, list) for v in value):
         return f"{name}: {cell_text(value[0]) or '-'} → {cell_text(value[1]) or '-'}"
     return f"{name}={cell_text(value)}"
 

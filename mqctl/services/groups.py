@@ -213,11 +213,11 @@ async def upsert(
 
 
 def config_diff(old: SubscriptionGroupConfig | None, new: SubscriptionGroupConfig) -> dict[str, list[Any]]:
-    """Changed fields as ``[old, new]`` (every field for a new group)."""
+    """Changed fields as ``[old, new]`` (every field for a new group, but an empty ``extra``)."""
     return {
         f.name: [getattr(old, f.name) if old else None, getattr(new, f.name)]
         for f in dataclasses.fields(new)
-        if old is None or getattr(old, f.name) != getattr(new, f.name)
+        if (getattr(old, f.name) != getattr(new, f.name) if old else getattr(new, f.name) != {})
     }
 
 

@@ -63,6 +63,7 @@ def test_group_create_update_list_show_delete(mq: RunCli, loaded: LocalCluster) 
     assert created.code == 0, created.stderr
     change = created.json()["brokers"][0]
     assert change["action"] == "created" and change["changes"]["retry_max_times"] == [None, 3]
+    assert "extra" not in change["changes"]  # empty: nothing to create (the table read "extra=, ")
     stored = loaded.broker.groups.table.get("CG_Admin")
     assert stored is not None and stored.retry_queue_nums == 2 and stored.retry_max_times == 3
     assert mq("group", "create", "-g", "CG_Admin").code == ConflictError.exit_code

@@ -100,6 +100,9 @@ def test_nested_values_are_never_json_in_a_cell() -> None:
     )
     assert "read_queue_nums: - → 8" in text and "perm: 6 → 7" in text
     assert "a:1, b:2" in text
+    # a map-valued field's change (a group's extra fields) is a change too, not "extra=, "
+    extra = rendered({"changes": {"extra": [{}, {"a": 1}], "attrs": [None, {}]}}, "table")
+    assert "extra: - → a=1" in extra and "attrs: - → -" in extra and "=," not in extra
     assert "{" not in text and '"' not in text
 
 
