@@ -224,14 +224,21 @@ def build_app(only: str | None = None) -> typer.Typer:
     app.callback()(_root)
     for name, module in NOUNS:
         if only in (None, name):
-            app.add_typer(importlib.import_module(module).app, name=name)
+            noun = importlib.import_module(module).app
+            if noun.registered_commands or noun.registered_groups or noun.registered_callback is None:
+                app.add_typer(noun, name=name)
+            else:  # one command (up, top, export, apply): its usage must not offer a COMMAND it lacks
+                app.command(name, help=noun.info.help)(noun.registered_callback.callback)
     return app
 
 
 def command(only: str | None = None) -> click.Command:
     """The Click command tree (used by the docs generator and the completion scripts), or (``only``) the
     root with one noun: building every noun's commands was half the start-up of a command."""
-    return typer.main.get_command(build_app(only))
+    root = typer.main.get_command(build_app(only))
+    assert isinstance(root, click.Group)
+    root.commands = {name: root.commands[name] for name, _ in NOUNS if name in root.commands}  # NOUNS' order
+    return root
 
 
 def _noun(argv: list[str]) -> str | None:
