@@ -102,6 +102,10 @@ ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster
 BrokerAddrOpt = Annotated[
     str | None, typer.Option("--broker", "-b", help="Broker address HOST:PORT (beats --cluster).")
 ]
+#: A queue's broker where no --cluster applies (msg send, msg show): by address or by broker name.
+QueueBrokerOpt = Annotated[
+    str | None, typer.Option("--broker", "-b", help="Only this broker's queues: HOST:PORT or broker name.")
+]
 QueueOpt = Annotated[int | None, typer.Option("--queue", "-q", min=0, help="Queue id.")]
 #: The dead-letter filters of 'msg resend' and 'dlq export' (with --since/--until and --key).
 DlqIdsOpt = Annotated[
