@@ -255,9 +255,14 @@ async def _disk_of(admin: Admin, row: BrokerRow) -> tuple[float, Watermarks] | B
     except RemotingError as exc:
         return exc
     try:
-        return float(info["commitLogDiskRatio"]), Watermarks.of(config)
+        ratio = float(info["commitLogDiskRatio"])
     except (KeyError, ValueError):
         return MqctlError(f"{row.addr} reports no commitLogDiskRatio")
+    if ratio < 0:  # UtilAll#getDiskPartitionSpaceUsedPercent's -1: a path it cannot measure, not a usage
+        return MqctlError(
+            f"{row.addr} reports commitLogDiskRatio {ratio:g}: its CommitLog path cannot be measured"
+        )
+    return ratio, Watermarks.of(config)
 
 
 async def disk(
