@@ -223,6 +223,10 @@ def _tables(data: Any, title: str | None) -> list[Any]:
     """A record's scalars as one key/value table, then each of its record lists as a table of its own."""
     if not isinstance(data, Mapping):
         columns, rows = _rows(data if isinstance(data, Sequence) else [data])
+        if not columns:  # an empty list: no table to draw (rich printed a blank line), but its title
+            from rich.text import Text
+
+            return [Text(printable(title))] if title else []
         return [_table(columns, rows, title)]
     summary = {k: v for k, v in data.items() if not _is_records(v)}
     pairs = [

@@ -157,3 +157,12 @@ def test_one_rule_for_sizes_times_and_durations() -> None:
     assert "LAST MS" not in table and "AGE MS" not in table and "AGE" in table
     record = rendered({"size": 2048, **time_fields("created", 0)}, "table")
     assert "2.0 KiB" in record and "never" in record and "created_ms" not in record
+
+
+def test_an_empty_list_prints_no_blank_line_and_keeps_its_title() -> None:
+    """``dlq ls`` with no dead letters printed a blank line, and ``broker clean`` of a broker with no
+    CommitLog file a blank line instead of its summary (the table's title)."""
+    assert rendered([], "table") == ""
+    out = io.StringIO()
+    render([], "table", out=out, title="127.0.0.1:10911: disk 38%; 0 file(s) deletable")
+    assert out.getvalue() == "127.0.0.1:10911: disk 38%; 0 file(s) deletable\n"
