@@ -7,7 +7,8 @@ terminal; JSON is stable (keys in column order, ISO timestamps) for scripts; CSV
 Every table cell is data: it is a rich ``Text``, never parsed as markup, so a key ``[urgent]``
 or a body holding ``[/b]`` shows as typed, and control characters in it (ESC, TAB, CR, BEL, DEL, C1,
 bidi overrides) are shown escaped (``\x1b``, ``\t``), so user data cannot move the cursor, recolour
-or retitle the operator's terminal; ``--raw`` (``msg show``/``msg tail``) prints them as they are. Nested values never appear as JSON in a cell: a list of
+or retitle the operator's terminal; so are CSV fields written to a terminal (a file or pipe gets them as
+they are); ``--raw`` (``msg show``/``msg tail``) prints them as they are. Nested values never appear as JSON in a cell: a list of
 records inside a record (a plan's queues, a create's brokers) renders as a table of its own under
 the record's summary, a list of values as ``a, b``, a mapping as ``name=value`` pairs and a change
 ``[old, new]`` as ``old → new``. Off a terminal a table is as wide as its content (no wrapping
@@ -161,10 +162,18 @@ def _pair(name: str, value: Any) -> str:
     return f"{name}={cell_text(value)}"
 
 
-def _csv_cell(value: Any) -> str:
+def _csv_cell(value: Any, *, terminal: bool = False) -> str:
+    """A CSV field; on a ``terminal`` (and not ``--raw``) its control characters escaped as in a table,
+    as ``ls`` quotes names only there: a file or pipe gets the data as it is."""
     if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return "" if value is None else cell_text(value)
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    else:
+        text = "" if value is None else cell_text(value)
+    return printable(text) if terminal and not _state["raw"] else text
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    return bool(getattr(stream, "isatty", lambda: False)())
 
 
 def _header(column: str) -> str:
@@ -277,7 +286,8 @@ def render(result: Any, fmt: str = "table", *, out: TextIO | None = None, title:
             columns = result.columns
         writer = csv.writer(stream, lineterminator="\n")
         writer.writerow(columns)
-        writer.writerows([_csv_cell(row.get(c)) for c in columns] for row in rows)
+        terminal = _is_terminal(stream)
+        writer.writerows([_csv_cell(row.get(c), terminal=terminal) for c in columns] for row in rows)
     elif fmt == "table":
         _print_tables(_tables(data, title), stream, terminal=out is None and stream.isatty())
     else:
@@ -309,7 +319,8 @@ class RowStream:
                 self._csv = csv.writer(self.out, lineterminator="\n")
                 self.columns = self.columns or list(data)
                 self._csv.writerow(self.columns)
-            self._csv.writerow([_csv_cell(data.get(c)) for c in self.columns or []])
+            terminal = _is_terminal(self.out)
+            self._csv.writerow([_csv_cell(data.get(c), terminal=terminal) for c in self.columns or []])
         else:
             self.columns = self.columns or list(data)
             cells = (_shown(c, data).replace("\n", "\\n") or "-" for c in self.columns)

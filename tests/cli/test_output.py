@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 import pytest
 import yaml
 
-from mqctl.output import FORMATS, render
+from mqctl.output import FORMATS, RowStream, render
 
 
 @dataclass
@@ -119,7 +119,6 @@ def test_a_record_with_a_list_of_records_renders_them_as_rows() -> None:
 
 
 def test_row_stream_writes_json_lines_and_one_csv_header() -> None:
-    from mqctl.output import RowStream
 
     out = io.StringIO()
     stream = RowStream("json", out)
@@ -166,3 +165,20 @@ def test_an_empty_list_prints_no_blank_line_and_keeps_its_title() -> None:
     out = io.StringIO()
     render([], "table", out=out, title="127.0.0.1:10911: disk 38%; 0 file(s) deletable")
     assert out.getvalue() == "127.0.0.1:10911: disk 38%; 0 file(s) deletable\n"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_csv_on_a_terminal_escapes_control_characters_and_elsewhere_keeps_them() -> None:
+    """``msg query -o csv`` and ``msg tail -o csv`` wrote a body's ESC and BEL raw to the terminal (OSC 0
+    retitled it): escaped there as in a table; a pipe or file still gets the data as it is."""
+    row = {"tags": "t\x1b[31mred", "body": "b\x1b]0;TITLE\x07ody"}
+    screen = _Terminal()
+    render([row], "csv", out=screen)
+    RowStream("csv", screen)(row)
+    assert "\x1b" not in screen.getvalue() and "\x07" not in screen.getvalue()
+    assert screen.getvalue().count("b\\x1b]0;TITLE\\x07ody") == 2
+    assert rendered([row], "csv") == "tags,body\nt\x1b[31mred,b\x1b]0;TITLE\x07ody\n"
