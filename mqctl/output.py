@@ -88,12 +88,22 @@ def stdout_console() -> Console:
     )
 
 
-def stderr_console() -> Console:
+def stderr_console(*, soft_wrap: bool = True) -> Console:
     """Diagnostics, progress bars and prompts go here; progress is shown only on a terminal. Messages
-    carry names and user data, so nothing printed is parsed as markup (style with ``style=``)."""
+    carry names and user data, so nothing printed is parsed as markup (style with ``style=``).
+
+    A line is written whole (``soft_wrap``) and the terminal wraps it: a command to copy (``up --tls``'s
+    ``context add`` line), a URL or a log line never gets a newline of rich's in it. Progress bars, laid
+    out to the terminal's width, pass False."""
     from rich.console import Console
 
-    return Console(file=sys.stderr, no_color=not _color_allowed(sys.stderr), highlight=False, markup=False)
+    return Console(
+        file=sys.stderr,
+        no_color=not _color_allowed(sys.stderr),
+        highlight=False,
+        markup=False,
+        soft_wrap=soft_wrap,
+    )
 
 
 class Rows(list[Any]):

@@ -335,7 +335,7 @@ def progress(total: int, description: str, *, unit: str = "items") -> Iterator[C
     when stderr is not a terminal, so pipes and logs stay clean."""
     from mqctl.output import stderr_console
 
-    console = stderr_console()
+    console = stderr_console(soft_wrap=False)
     if not console.is_terminal:
         yield None
         return

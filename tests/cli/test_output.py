@@ -182,3 +182,18 @@ def test_csv_on_a_terminal_escapes_control_characters_and_elsewhere_keeps_them()
     assert "\x1b" not in screen.getvalue() and "\x07" not in screen.getvalue()
     assert screen.getvalue().count("b\\x1b]0;TITLE\\x07ody") == 2
     assert rendered([row], "csv") == "tags,body\nt\x1b[31mred,b\x1b]0;TITLE\x07ody\n"
+
+
+def test_a_diagnostic_line_is_written_whole(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """rich broke stderr lines at 80 columns (the terminal's, or 80 off one): ``up --tls``'s "connect with:
+    mqctl context add ... --ca PATH --use" came out in two lines, so pasting it ran half a command."""
+    from mqctl.output import stderr_console
+
+    monkeypatch.setenv("COLUMNS", "40")
+    line = (
+        "TLS only; connect with: mqctl context add local-tls -n 127.0.0.1:9876 --ca /a/long/dir/ca.pem --use"
+    )
+    stderr_console().print(line)
+    assert capsys.readouterr().err == line + "\n"
