@@ -77,6 +77,7 @@ def test_group_create_update_list_show_delete(mq: RunCli, loaded: LocalCluster) 
     assert "TOOLS_CONSUMER" in [row["group"] for row in mq("group", "list", "--system", "-o", "json").json()]
 
     shown = mq("group", "show", "-g", "CG_Admin", "-o", "json").json()
+    assert mq("group", "connections", "-g", "CG_Admin", "-o", "json").json()["clients"] == []  # no client
     assert (
         shown["group_name"] == "CG_Admin" and shown["retry_max_times"] == 5 and shown["online_clients"] == 0
     )
@@ -84,6 +85,8 @@ def test_group_create_update_list_show_delete(mq: RunCli, loaded: LocalCluster) 
     assert mq("group", "delete", "-g", "CG_Admin", "--yes").code == 0
     assert "CG_Admin" not in loaded.broker.groups.table
     assert mq("group", "show", "-g", "CG_Admin").code == NotFoundError.exit_code
+    # a group that does not exist has no connections to list: not found, as show says (it was exit 0)
+    assert mq("group", "connections", "-g", "CG_Admin").code == NotFoundError.exit_code
 
 
 def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
