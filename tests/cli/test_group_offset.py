@@ -104,6 +104,9 @@ def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
 def test_offset_reset_plans_then_executes(mq: RunCli, loaded: LocalCluster, tmp_path: Path) -> None:
     shown = mq("offset", "show", "-g", GROUP, "-t", TOPIC, "-o", "json").json()
     assert [(r["committed"], r["lag"]) for r in shown] == [(4, 6), (10, 0)]
+    # a group no broker knows: the broker answers 0 for it, which read as "committed 0" for a typo
+    typo = mq("offset", "show", "-g", f"{GROUP}_typo", "-t", TOPIC)
+    assert typo.code == NotFoundError.exit_code and "does not exist on the brokers" in typo.stderr
 
     plan = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--shift-by", "-3", "-o", "json").json()
     assert plan["executed"] is False
