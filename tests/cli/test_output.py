@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -197,3 +198,20 @@ def test_a_diagnostic_line_is_written_whole(
     )
     stderr_console().print(line)
     assert capsys.readouterr().err == line + "\n"
+
+
+def test_a_table_on_a_narrow_terminal_never_cuts_a_number_in_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """'cluster status' on 80 columns folded every cell: CommitLog offset 7684562 read 768, 456 and 2 on
+    three lines. A table that would cut a word is drawn as wide as its content (the terminal wraps its
+    lines, as kubectl's); one that fits keeps the terminal's width."""
+    screen = _Terminal()
+    monkeypatch.setattr("sys.stdout", screen)
+    monkeypatch.setenv("COLUMNS", "40")
+    wide = {f"column_{i}": f"127.0.0.{i}:10911" for i in range(6)} | {"commitlog_max_offset": 7684562}
+    render([wide], "table")
+    assert "7684562" in screen.getvalue() and all(f"127.0.0.{i}:10911" in screen.getvalue() for i in range(6))
+    screen.seek(0)
+    screen.truncate()
+    render([{"name": "a", "value": 1}], "table")
+    plain_lines = re.sub(r"\x1b\[[0-9;]*m", "", screen.getvalue()).splitlines()  # without the colours
+    assert max(len(line) for line in plain_lines) <= 40
