@@ -76,16 +76,16 @@ def _color_allowed(stream: TextIO) -> bool:
     return not _state["no_color"] and "NO_COLOR" not in os.environ and stream.isatty()
 
 
-def stdout_console() -> Console:
+def _console(stream: TextIO, *, soft_wrap: bool) -> Console:
     from rich.console import Console
 
     return Console(
-        file=sys.stdout,
-        no_color=not _color_allowed(sys.stdout),
-        highlight=False,
-        soft_wrap=False,
-        markup=False,
+        file=stream, no_color=not _color_allowed(stream), highlight=False, soft_wrap=soft_wrap, markup=False
     )
+
+
+def stdout_console() -> Console:
+    return _console(sys.stdout, soft_wrap=False)
 
 
 def stderr_console(*, soft_wrap: bool = True) -> Console:
@@ -95,15 +95,7 @@ def stderr_console(*, soft_wrap: bool = True) -> Console:
     A line is written whole (``soft_wrap``) and the terminal wraps it: a command to copy (``up --tls``'s
     ``context add`` line), a URL or a log line never gets a newline of rich's in it. Progress bars, laid
     out to the terminal's width, pass False."""
-    from rich.console import Console
-
-    return Console(
-        file=sys.stderr,
-        no_color=not _color_allowed(sys.stderr),
-        highlight=False,
-        markup=False,
-        soft_wrap=soft_wrap,
-    )
+    return _console(sys.stderr, soft_wrap=soft_wrap)
 
 
 class Rows(list[Any]):
