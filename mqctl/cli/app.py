@@ -69,20 +69,23 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-def _print_config(value: bool) -> None:
-    if value:
-        from mqctl.config import ContextFile, effective_settings
-        from mqctl.errors import UsageError
-        from mqctl.output import FORMATS, render
+def _print_config(context: str | None, timeout: float | None, output: str | None) -> None:
+    """``--print-config``, after every root flag is read: ``--context``, ``--timeout``, ``--tls``/``--ca``
+    and ``-o`` change the answer (an eager option printed the current context's whatever they said)."""
+    from mqctl.config import ContextFile, effective_settings
+    from mqctl.errors import UsageError
+    from mqctl.output import FORMATS, render
 
-        fmt = os.environ.get("MQCTL_OUTPUT") or "table"
-        if fmt not in FORMATS:
-            raise UsageError(f"$MQCTL_OUTPUT {fmt!r}: choose one of {', '.join(FORMATS)}")
-        render({**effective_settings(), "contexts_file": str(ContextFile.path())}, fmt)
-        raise typer.Exit()
+    fmt = output or os.environ.get("MQCTL_OUTPUT") or "table"
+    if fmt not in FORMATS:
+        raise UsageError(f"$MQCTL_OUTPUT {fmt!r}: choose one of {', '.join(FORMATS)}")
+    settings = effective_settings(context_flag=context, timeout_flag=timeout)
+    render({**settings, "contexts_file": str(ContextFile.path())}, fmt)
+    raise typer.Exit()
 
 
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
@@ -96,9 +99,8 @@ def _root(
         bool,
         typer.Option(
             "--print-config",
-            callback=_print_config,
-            is_eager=True,
-            help="Print where online commands connect and how long they wait (and why), then exit.",
+            help="Print where online commands connect and how long they wait (and why), then exit; "
+            "--context, --timeout, --tls/--ca and -o count.",
         ),
     ] = False,
     debug: Annotated[
@@ -177,7 +179,7 @@ def _root(
     ] = None,
 ) -> None:
     """mqctl: run and operate RocketMQ-compatible NameServers and Brokers."""
-    del context, output, timeout  # read by each command (mqctl.cli.common), which may override them
+    # context, output and timeout are read by each command (mqctl.cli.common), which may override them
     from mqctl import auth, tls as session_tls
     from mqctl.output import configure
 
@@ -192,6 +194,10 @@ def _root(
     )
     if sched_slice_micros:
         _loop_slice(sched_slice_micros)
+    if print_config:
+        _print_config(context, timeout, output)
+    if ctx.invoked_subcommand is None:  # the root runs without a command only for --print-config
+        raise click.UsageError("Missing command.", ctx=ctx)
 
 
 def _loop_slice(micros: int) -> None:
@@ -215,6 +221,8 @@ def build_app(only: str | None = None) -> typer.Typer:
         name="mqctl",
         help="Run and operate RocketMQ-compatible NameServers and Brokers.",
         no_args_is_help=True,
+        invoke_without_command=True,  # for --print-config, which needs the other root flags read first
+        subcommand_metavar="COMMAND [ARGS]...",  # still required: the root alone only prints its config
         add_completion=False,
         pretty_exceptions_enable=False,
         suggest_commands=False,  # click already says "Did you mean ...": say it once
