@@ -42,7 +42,7 @@ def parse_namesrv(value: str) -> list[str]:
     """Split RocketMQ's ``host:port;host:port`` list, checking each address."""
     addrs = [a.strip() for a in value.replace(",", ";").split(";") if a.strip()]
     if not addrs:
-        raise UsageError("empty NameServer address list")
+        raise UsageError(f"empty NameServer address list {value!r}: expected HOST:PORT[;HOST:PORT]")
     for addr in addrs:
         host, sep, port = addr.rpartition(":")
         if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -240,11 +240,13 @@ def resolve_target(*, namesrv_flag: str | None, context_flag: str | None) -> Tar
     return target
 
 
-def effective_settings(default_timeout: float = 5.0) -> dict[str, object]:
-    """Where an online command without flags connects and how long it waits, and why
-    (``mqctl context current``, ``mqctl --print-config``)."""
-    target = resolve_target(namesrv_flag=None, context_flag=None)
-    timeout = resolve_timeout(default_timeout, flag=None, target=target)
+def effective_settings(
+    default_timeout: float = 5.0, *, context_flag: str | None = None, timeout_flag: float | None = None
+) -> dict[str, object]:
+    """Where an online command connects and how long it waits, and why (``mqctl context current``;
+    ``mqctl [--context C] [--timeout S] --print-config`` with the root's flags)."""
+    target = resolve_target(namesrv_flag=None, context_flag=context_flag)
+    timeout = resolve_timeout(default_timeout, flag=timeout_flag, target=target)
     from mqctl import tls
 
     chosen = tls.current()
@@ -264,10 +266,14 @@ def _resolve(namesrv_flag: str | None, context_flag: str | None) -> Target:
     RocketMQ's $NAMESRV_ADDR is often set for other tools: a context chosen in mqctl outranks it,
     with a notice so that the choice is never silent.
     """
-    if namesrv_flag:
+    # given empty ('-n "$NS"' with NS unset) is an error, never "not given": that would reach whatever
+    # cluster the current context names
+    if namesrv_flag is not None:
         return Target(parse_namesrv(namesrv_flag), "--namesrv")
     contexts = ContextFile.load()
-    if context_flag:
+    if context_flag is not None:
+        if not context_flag.strip():
+            raise UsageError("empty --context: name a saved context (see 'mqctl context ls')")
         return _from_context(contexts.get(context_flag))
     if os.environ.get("MQCTL_NAMESRV"):
         return Target(parse_namesrv(os.environ["MQCTL_NAMESRV"]), "$MQCTL_NAMESRV")

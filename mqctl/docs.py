@@ -110,11 +110,12 @@ def noun_page(cli: click.Group, name: str) -> str:
     ctx = click.Context(command, info_name=name, parent=parent)
     lines = _header(f"mqctl-{name}", command.get_short_help_str(200))
     lines += [".SH SYNOPSIS", f"\\fBmqctl {_roff(name)}\\fR {_roff(_usage(command, ctx))}"]
-    lines += [".SH DESCRIPTION", _roff(command.help or ""), ".SH COMMANDS"]
-    if isinstance(command, click.Group) and not command.list_commands(ctx):
-        lines += _options(command, ctx)
-    else:
+    lines += [".SH DESCRIPTION", _roff(command.help or "")]
+    if isinstance(command, click.Group) and command.list_commands(ctx):
+        lines.append(".SH COMMANDS")
         _walk(command, ctx, lines)
+    else:  # a noun that is one command (up, top): its options
+        lines += [".SH OPTIONS", *_options(command, ctx)]
     lines += [".SH SEE ALSO", "\\fBmqctl\\fR(1)"]
     return "\n".join(lines) + "\n"
 

@@ -257,8 +257,10 @@ def translate(exc: BaseException) -> MqctlError:
         return ConflictError(str(exc), hint="stop the broker that holds it first")
     if isinstance(exc, EngineStoreError):
         return StoreError(str(exc))
-    if isinstance(exc, FileNotFoundError):
+    if isinstance(exc, FileNotFoundError | NotADirectoryError):  # 'a file/x': no such file either
         return NotFoundError(f"{exc.strerror}: {exc.filename}")
+    if isinstance(exc, IsADirectoryError):  # a directory where a file was asked for: a bad argument
+        return UsageError(f"{exc.filename}: a directory, not a file")
     if isinstance(exc, PermissionError):  # the local file system said no; a server's refusal is NO_PERMISSION
         where = f": {exc.filename}" if exc.filename else ""
         return LocalPermissionError(

@@ -7,7 +7,8 @@ terminal; JSON is stable (keys in column order, ISO timestamps) for scripts; CSV
 Every table cell is data: it is a rich ``Text``, never parsed as markup, so a key ``[urgent]``
 or a body holding ``[/b]`` shows as typed, and control characters in it (ESC, TAB, CR, BEL, DEL, C1,
 bidi overrides) are shown escaped (``\x1b``, ``\t``), so user data cannot move the cursor, recolour
-or retitle the operator's terminal; ``--raw`` (``msg show``/``msg tail``) prints them as they are. Nested values never appear as JSON in a cell: a list of
+or retitle the operator's terminal; so are CSV fields written to a terminal (a file or pipe gets them as
+they are); ``--raw`` (``msg show``/``msg tail``) prints them as they are. Nested values never appear as JSON in a cell: a list of
 records inside a record (a plan's queues, a create's brokers) renders as a table of its own under
 the record's summary, a list of values as ``a, b``, a mapping as ``name=value`` pairs and a change
 ``[old, new]`` as ``old → new``. Off a terminal a table is as wide as its content (no wrapping
@@ -75,24 +76,26 @@ def _color_allowed(stream: TextIO) -> bool:
     return not _state["no_color"] and "NO_COLOR" not in os.environ and stream.isatty()
 
 
-def stdout_console() -> Console:
+def _console(stream: TextIO, *, soft_wrap: bool) -> Console:
     from rich.console import Console
 
     return Console(
-        file=sys.stdout,
-        no_color=not _color_allowed(sys.stdout),
-        highlight=False,
-        soft_wrap=False,
-        markup=False,
+        file=stream, no_color=not _color_allowed(stream), highlight=False, soft_wrap=soft_wrap, markup=False
     )
 
 
-def stderr_console() -> Console:
-    """Diagnostics, progress bars and prompts go here; progress is shown only on a terminal. Messages
-    carry names and user data, so nothing printed is parsed as markup (style with ``style=``)."""
-    from rich.console import Console
+def stdout_console() -> Console:
+    return _console(sys.stdout, soft_wrap=False)
 
-    return Console(file=sys.stderr, no_color=not _color_allowed(sys.stderr), highlight=False, markup=False)
+
+def stderr_console(*, soft_wrap: bool = True) -> Console:
+    """Diagnostics, progress bars and prompts go here; progress is shown only on a terminal. Messages
+    carry names and user data, so nothing printed is parsed as markup (style with ``style=``).
+
+    A line is written whole (``soft_wrap``) and the terminal wraps it: a command to copy (``up --tls``'s
+    ``context add`` line), a URL or a log line never gets a newline of rich's in it. Progress bars, laid
+    out to the terminal's width, pass False."""
+    return _console(sys.stderr, soft_wrap=soft_wrap)
 
 
 class Rows(list[Any]):
@@ -156,15 +159,23 @@ def cell_text(value: Any) -> str:
 
 def _pair(name: str, value: Any) -> str:
     """``name=value``, or for a change ``[old, new]`` (a diff) ``name: old → new``."""
-    if isinstance(value, list) and len(value) == 2 and not any(isinstance(v, dict | list) for v in value):
+    if isinstance(value, list) and len(value) == 2 and not any(isinstance(v, list) for v in value):
         return f"{name}: {cell_text(value[0]) or '-'} → {cell_text(value[1]) or '-'}"
     return f"{name}={cell_text(value)}"
 
 
-def _csv_cell(value: Any) -> str:
+def _csv_cell(value: Any, *, terminal: bool = False) -> str:
+    """A CSV field; on a ``terminal`` (and not ``--raw``) its control characters escaped as in a table,
+    as ``ls`` quotes names only there: a file or pipe gets the data as it is."""
     if isinstance(value, dict | list):
-        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return "" if value is None else cell_text(value)
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    else:
+        text = "" if value is None else cell_text(value)
+    return printable(text) if terminal and not _state["raw"] else text
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    return bool(getattr(stream, "isatty", lambda: False)())
 
 
 def _header(column: str) -> str:
@@ -223,6 +234,10 @@ def _tables(data: Any, title: str | None) -> list[Any]:
     """A record's scalars as one key/value table, then each of its record lists as a table of its own."""
     if not isinstance(data, Mapping):
         columns, rows = _rows(data if isinstance(data, Sequence) else [data])
+        if not columns:  # an empty list: no table to draw (rich printed a blank line), but its title
+            from rich.text import Text
+
+            return [Text(printable(title))] if title else []
         return [_table(columns, rows, title)]
     summary = {k: v for k, v in data.items() if not _is_records(v)}
     pairs = [
@@ -237,15 +252,38 @@ def _tables(data: Any, title: str | None) -> list[Any]:
     return out
 
 
+def _cuts_a_word(table: Any, width: int) -> bool:
+    """Whether drawing ``table`` ``width`` columns wide splits a word of a cell or a header (a number,
+    an address, a time) over two lines: rich folds what it cannot fit, and a reader sees two numbers."""
+    from rich.console import Console
+    from rich.text import Text
+
+    probe = Console(file=io.StringIO(), width=width, no_color=True, highlight=False, markup=False)
+    with probe.capture() as drawn:
+        probe.print(table)
+    shown = drawn.get()
+    cells = [cell for column in table.columns for cell in (column.header, *column.cells)]
+    return any(word not in shown for cell in cells if isinstance(cell, Text) for word in cell.plain.split())
+
+
 def _print_tables(tables: list[Any], stream: TextIO, *, terminal: bool) -> None:
-    """On a terminal: the terminal's width; elsewhere: each table as wide as its content."""
+    """On a terminal: the terminal's width, unless that would cut a word (a number, an address) in two:
+    then as wide as its content, and the terminal wraps the lines, as kubectl's; elsewhere: as wide as
+    its content."""
     from rich.console import Console
     from rich.measure import Measurement
 
     if terminal:
         console = stdout_console()
         for table in tables:
-            console.print(table)
+            needs = Measurement.get(console, console.options.update_width(1 << 20), table).maximum
+            # 13 columns on 80 columns: CommitLog offset 7684562 read 768 / 456 / 2 on three lines
+            if needs > console.width and _cuts_a_word(table, console.width):
+                whole = stdout_console()
+                whole.width = needs
+                whole.print(table)
+            else:
+                console.print(table)
         return
     probe = Console(file=io.StringIO(), width=1 << 20, no_color=True)
     for table in tables:
@@ -273,7 +311,8 @@ def render(result: Any, fmt: str = "table", *, out: TextIO | None = None, title:
             columns = result.columns
         writer = csv.writer(stream, lineterminator="\n")
         writer.writerow(columns)
-        writer.writerows([_csv_cell(row.get(c)) for c in columns] for row in rows)
+        terminal = _is_terminal(stream)
+        writer.writerows([_csv_cell(row.get(c), terminal=terminal) for c in columns] for row in rows)
     elif fmt == "table":
         _print_tables(_tables(data, title), stream, terminal=out is None and stream.isatty())
     else:
@@ -305,7 +344,8 @@ class RowStream:
                 self._csv = csv.writer(self.out, lineterminator="\n")
                 self.columns = self.columns or list(data)
                 self._csv.writerow(self.columns)
-            self._csv.writerow([_csv_cell(data.get(c)) for c in self.columns or []])
+            terminal = _is_terminal(self.out)
+            self._csv.writerow([_csv_cell(data.get(c), terminal=terminal) for c in self.columns or []])
         else:
             self.columns = self.columns or list(data)
             cells = (_shown(c, data).replace("\n", "\\n") or "-" for c in self.columns)

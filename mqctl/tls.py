@@ -9,9 +9,10 @@ without ``-Dtls.enable=true``.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
-from mqctl.errors import UsageError
+from mqctl.errors import NotFoundError, UsageError
 
 if TYPE_CHECKING:
     import ssl
@@ -44,20 +45,36 @@ class TlsOptions:
         """The client context: the server's chain and name are checked unless ``insecure``."""
         import ssl
 
+        # OpenSSL's errors name no file (a missing --ca is "No such file or directory: None"): each step
+        # says which flag's file it could not use
+        _readable("--ca", self.ca)
         try:
             ctx = ssl.create_default_context(cafile=self.ca)
-            if self.insecure:
-                ctx.check_hostname = False
-                ctx.verify_mode = ssl.CERT_NONE
-            if self.cert:
-                ctx.load_cert_chain(self.cert, self.key)
-        except FileNotFoundError as exc:
-            raise UsageError(f"TLS file {exc.filename}: no such file") from None
         except ssl.SSLError as exc:
-            raise UsageError(
-                f"TLS files --ca {self.ca} --cert {self.cert} --key {self.key}: {exc.reason or exc}"
-            ) from None
+            raise UsageError(f"--ca {self.ca}: no PEM CA certificate in it ({exc.reason or exc})") from None
+        if self.insecure:
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+        if self.cert:
+            _readable("--cert", self.cert)
+            _readable("--key", self.key)
+            try:
+                ctx.load_cert_chain(self.cert, self.key)
+            except ssl.SSLError as exc:
+                raise UsageError(
+                    f"--cert {self.cert} --key {self.key}: not a PEM certificate and its private key "
+                    f"({exc.reason or exc})"
+                ) from None
         return ctx
+
+
+def _readable(flag: str, path: str | None) -> None:
+    """A TLS file a flag names must be a file (NotFoundError names the flag)."""
+    if path is None:
+        return
+    if not Path(path).is_file():
+        what = "a directory, not a file" if Path(path).is_dir() else "no such file"
+        raise NotFoundError(f"{flag} {path}: {what}")
 
 
 _state: dict[str, tuple[TlsOptions, str] | None] = {"flags": None, "context": None}

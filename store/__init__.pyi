@@ -77,6 +77,8 @@ from .message import (
     PROPERTY_REAL_TOPIC as PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC as PROPERTY_RETRY_TOPIC,
     PROPERTY_TAGS as PROPERTY_TAGS,
+    PROPERTY_TIMER_DELAY_MS as PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC as PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS as PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRACE_SWITCH as PROPERTY_TRACE_SWITCH,
     PROPERTY_TRANSACTION_CHECK_TIMES as PROPERTY_TRANSACTION_CHECK_TIMES,
@@ -122,6 +124,8 @@ from .quarantine import (
     piece_records as piece_records,
 )
 from .record import (
+    NAME_VALUE_SEPARATOR as NAME_VALUE_SEPARATOR,
+    PROPERTY_SEPARATOR as PROPERTY_SEPARATOR,
     decode_msg_id as decode_msg_id,
     decode_record as decode_record,
     decode_records as decode_records,

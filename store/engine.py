@@ -340,6 +340,10 @@ class DefaultMessageStore:
         if not self.read_only:
             os.makedirs(root, exist_ok=True)
             self._acquire_lock()
+            # DefaultMessageStore's constructor makes both (ensureDirOK): the disk ratios the watermarks,
+            # runtime info and health checks read measure them, -1 while either is missing
+            os.makedirs(self.commit_log.files.directory, exist_ok=True)
+            os.makedirs(self.config.consume_queue_dir, exist_ok=True)
         try:
             self.last_exit_ok = not os.path.exists(self._abort_path)
             self.commit_log.load()

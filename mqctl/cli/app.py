@@ -69,20 +69,23 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-def _print_config(value: bool) -> None:
-    if value:
-        from mqctl.config import ContextFile, effective_settings
-        from mqctl.errors import UsageError
-        from mqctl.output import FORMATS, render
+def _print_config(context: str | None, timeout: float | None, output: str | None) -> None:
+    """``--print-config``, after every root flag is read: ``--context``, ``--timeout``, ``--tls``/``--ca``
+    and ``-o`` change the answer (an eager option printed the current context's whatever they said)."""
+    from mqctl.config import ContextFile, effective_settings
+    from mqctl.errors import UsageError
+    from mqctl.output import FORMATS, render
 
-        fmt = os.environ.get("MQCTL_OUTPUT") or "table"
-        if fmt not in FORMATS:
-            raise UsageError(f"$MQCTL_OUTPUT {fmt!r}: choose one of {', '.join(FORMATS)}")
-        render({**effective_settings(), "contexts_file": str(ContextFile.path())}, fmt)
-        raise typer.Exit()
+    fmt = output or os.environ.get("MQCTL_OUTPUT") or "table"
+    if fmt not in FORMATS:
+        raise UsageError(f"$MQCTL_OUTPUT {fmt!r}: choose one of {', '.join(FORMATS)}")
+    settings = effective_settings(context_flag=context, timeout_flag=timeout)
+    render({**settings, "contexts_file": str(ContextFile.path())}, fmt)
+    raise typer.Exit()
 
 
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool,
         typer.Option(
@@ -96,9 +99,8 @@ def _root(
         bool,
         typer.Option(
             "--print-config",
-            callback=_print_config,
-            is_eager=True,
-            help="Print where online commands connect and how long they wait (and why), then exit.",
+            help="Print where online commands connect and how long they wait (and why), then exit; "
+            "--context, --timeout, --tls/--ca and -o count.",
         ),
     ] = False,
     debug: Annotated[
@@ -177,7 +179,7 @@ def _root(
     ] = None,
 ) -> None:
     """mqctl: run and operate RocketMQ-compatible NameServers and Brokers."""
-    del context, output, timeout  # read by each command (mqctl.cli.common), which may override them
+    # context, output and timeout are read by each command (mqctl.cli.common), which may override them
     from mqctl import auth, tls as session_tls
     from mqctl.output import configure
 
@@ -192,6 +194,10 @@ def _root(
     )
     if sched_slice_micros:
         _loop_slice(sched_slice_micros)
+    if print_config:
+        _print_config(context, timeout, output)
+    if ctx.invoked_subcommand is None:  # the root runs without a command only for --print-config
+        raise click.UsageError("Missing command.", ctx=ctx)
 
 
 def _loop_slice(micros: int) -> None:
@@ -215,6 +221,8 @@ def build_app(only: str | None = None) -> typer.Typer:
         name="mqctl",
         help="Run and operate RocketMQ-compatible NameServers and Brokers.",
         no_args_is_help=True,
+        invoke_without_command=True,  # for --print-config, which needs the other root flags read first
+        subcommand_metavar="COMMAND [ARGS]...",  # still required: the root alone only prints its config
         add_completion=False,
         pretty_exceptions_enable=False,
         suggest_commands=False,  # click already says "Did you mean ...": say it once
@@ -224,14 +232,21 @@ def build_app(only: str | None = None) -> typer.Typer:
     app.callback()(_root)
     for name, module in NOUNS:
         if only in (None, name):
-            app.add_typer(importlib.import_module(module).app, name=name)
+            noun = importlib.import_module(module).app
+            if noun.registered_commands or noun.registered_groups or noun.registered_callback is None:
+                app.add_typer(noun, name=name)
+            else:  # one command (up, top, export, apply): its usage must not offer a COMMAND it lacks
+                app.command(name, help=noun.info.help)(noun.registered_callback.callback)
     return app
 
 
 def command(only: str | None = None) -> click.Command:
     """The Click command tree (used by the docs generator and the completion scripts), or (``only``) the
     root with one noun: building every noun's commands was half the start-up of a command."""
-    return typer.main.get_command(build_app(only))
+    root = typer.main.get_command(build_app(only))
+    assert isinstance(root, click.Group)
+    root.commands = {name: root.commands[name] for name, _ in NOUNS if name in root.commands}  # NOUNS' order
+    return root
 
 
 def _noun(argv: list[str]) -> str | None:
@@ -245,6 +260,12 @@ def _noun(argv: list[str]) -> str | None:
         else:
             return arg if arg in dict(NOUNS) else None
     return None
+
+
+#: What a group run without its command raises: click ≥ 8.2 only (8.1 prints the help and exits 0 itself).
+NO_ARGS_IS_HELP: tuple[type[click.UsageError], ...] = tuple(
+    cls for cls in (getattr(click.exceptions, "NoArgsIsHelpError", None),) if cls is not None
+)
 
 
 def _fail(message: str, code: int) -> int:
@@ -286,6 +307,11 @@ def main(argv: list[str] | None = None) -> int:
         return _reader_gone()
     except click.exceptions.Abort:
         return _fail("aborted", 130)
+    except NO_ARGS_IS_HELP as exc:
+        # 'mqctl' or 'mqctl topic' alone: the help, as it is (click ≥ 8.2 raises it as a usage error,
+        # whose message is the whole help text; one escaped line of it helps nobody)
+        sys.stderr.write(exc.format_message().rstrip("\n") + "\n")
+        return usage_code
     except click.UsageError as exc:
         where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         return _fail(f"{exc.format_message()}{where}", usage_code)

@@ -54,6 +54,9 @@ def produce(
 ) -> None:
     """Send messages and print TPS, RT average and percentiles (p50/p90/p99/p99.9/max), failures.
 
+    TPS and RTs count the sends the broker accepted; a refused one is a failure, and the first one's
+    reason is shown (first_failure, and a warning); with none accepted the run fails with that reason.
+
     On a terminal a progress line comes every second; Ctrl-C stops the senders and still reports (exit 130).
     """
     from mqctl.services.bench import produce as run_produce
@@ -139,6 +142,10 @@ def _report(work: Callable[[Admin], Awaitable[BenchResult]]) -> None:
         return results[-1]
 
     online(run, timeout=30.0)
+    if results and results[-1].first_failure:  # some sends refused (all refused: the error instead)
+        from mqctl.output import stderr_console
+
+        stderr_console().print(f"mqctl: warning: {results[-1].first_failure}", style="yellow")
     if results and results[-1].interrupted:
         raise Interrupted("interrupted: the result above covers the run until Ctrl-C")
 

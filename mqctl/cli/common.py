@@ -102,6 +102,10 @@ ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster
 BrokerAddrOpt = Annotated[
     str | None, typer.Option("--broker", "-b", help="Broker address HOST:PORT (beats --cluster).")
 ]
+#: A queue's broker where no --cluster applies (msg send, msg show): by address or by broker name.
+QueueBrokerOpt = Annotated[
+    str | None, typer.Option("--broker", "-b", help="Only this broker's queues: HOST:PORT or broker name.")
+]
 QueueOpt = Annotated[int | None, typer.Option("--queue", "-q", min=0, help="Queue id.")]
 #: The dead-letter filters of 'msg resend' and 'dlq export' (with --since/--until and --key).
 DlqIdsOpt = Annotated[
@@ -331,7 +335,7 @@ def progress(total: int, description: str, *, unit: str = "items") -> Iterator[C
     when stderr is not a terminal, so pipes and logs stay clean."""
     from mqctl.output import stderr_console
 
-    console = stderr_console()
+    console = stderr_console(soft_wrap=False)
     if not console.is_terminal:
         yield None
         return

@@ -11,12 +11,12 @@ import typer
 
 from mqctl.cli import trace as _trace
 from mqctl.cli.common import (
-    BrokerAddrOpt,
     DlqIdsOpt,
     DlqTagOpt,
     ExecuteOpt,
     GroupOpt,
     KeyOpt,
+    QueueBrokerOpt,
     QueueOpt,
     SinceOpt,
     TopicOpt,
@@ -123,7 +123,11 @@ def send(
     tag: Annotated[str | None, typer.Option("--tag", help="Message tag (TAGS).")] = None,
     keys: Annotated[list[str] | None, typer.Option("--key", "-k", help="Message key (repeatable).")] = None,
     prop: Annotated[
-        list[str] | None, typer.Option("--property", help="User property NAME=VALUE (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--property",
+            help="User property NAME=VALUE (repeatable; system names such as TAGS or TRAN_MSG are refused).",
+        ),
     ] = None,
     delay_level: Annotated[
         int, typer.Option("--delay-level", min=0, max=18, help="Delay level 1-18 (0: none).")
@@ -147,7 +151,7 @@ def send(
         typer.Option("--max-size", min=1, help="Refuse bodies over this many bytes (maxMessageSize, 4 MiB)."),
     ] = MAX_MESSAGE_SIZE,
     queue: QueueOpt = None,
-    broker: BrokerAddrOpt = None,
+    broker: QueueBrokerOpt = None,
     no_create: Annotated[
         bool,
         typer.Option(
@@ -256,7 +260,7 @@ def show(
     topic: TopicOpt,
     queue: Annotated[int, typer.Option("--queue", "-q", min=0, help="Queue id.")],
     offset: Annotated[int, typer.Option("--offset", min=0, help="Queue offset.")],
-    broker: BrokerAddrOpt = None,
+    broker: QueueBrokerOpt = None,
     no_body: NoBodyOpt = False,
     raw: RawOpt = False,
 ) -> None:

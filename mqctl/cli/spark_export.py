@@ -198,7 +198,7 @@ def _progress_bar() -> Iterator[Callable[[ExportProgress], None]]:
 
     from mqctl.output import stderr_console
 
-    console = stderr_console()
+    console = stderr_console(soft_wrap=False)
     columns = (TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TimeElapsedColumn())
     with Progress(*columns, console=console, disable=not console.is_terminal, transient=True) as progress:
         task = progress.add_task("starting Spark", total=None)

@@ -12,6 +12,7 @@ from typing import Any, TypedDict
 
 from daemon.acl.admin import (
     MASKED_SECRET,
+    MIN_KEY_LENGTH,
     CreateAccessConfigRequestHeader,
     DeleteAccessConfigRequestHeader,
     GetBrokerAclConfigResponseHeader,
@@ -107,7 +108,14 @@ class AccountSpec:
     group_perms: list[str] = field(default_factory=list)
 
     def check(self) -> None:
-        """Refuse locally what the broker would store as DENY or refuse anyway."""
+        """Refuse locally what the broker would store as DENY or refuse anyway (keys of 6 characters or
+        fewer: PlainPermissionManager's rule, which answered with a long remark and exit 8)."""
+        for flag, key in (("--access-key", self.access_key), ("the secret key", self.secret_key)):
+            if key is not None and len(key.strip()) < MIN_KEY_LENGTH:
+                shown = f" {key.strip()!r}" if flag == "--access-key" else ""
+                raise UsageError(
+                    f"{flag}{shown} is too short: RocketMQ wants {MIN_KEY_LENGTH} characters or more"
+                )
         for text in (self.default_topic_perm, self.default_group_perm):
             if text is not None and text.upper() not in PERMS:
                 raise UsageError(f"bad permission {text!r}: use one of {', '.join(PERMS)}")

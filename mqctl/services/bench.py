@@ -37,7 +37,7 @@ from daemon.remoting.frame import decode_frame, encode_command
 from daemon.remoting.tls import TlsReadBuffer
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
-from mqctl.errors import NotFoundError
+from mqctl.errors import MqctlError, NotFoundError, from_response_code
 from mqctl.services.messages import QueueRef, queues, writable_queues
 from mqctl.services.topics import TopicSpec, create_missing, gather_limited
 from store import (
@@ -67,6 +67,8 @@ class BenchResult:
     rt_p999_ms: float
     max_rt_ms: float
     interrupted: bool = False
+    #: Why the first refused send was refused; ``messages``, ``tps`` and the RTs count accepted sends only.
+    first_failure: str | None = None
 
 
 @dataclass
@@ -81,6 +83,15 @@ class Run:
     interval: float = 0.0  # seconds between one worker's sends (--rate)
     stop: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
     interrupted: bool = False
+    #: The first refused send: (broker address, response code, remark).
+    first_failure: tuple[str, int, str | None] | None = None
+
+    def failure(self, action: str) -> MqctlError | None:
+        """The first refusal as the error it is (an ACL refusal an AuthError), for ``action``."""
+        if self.first_failure is None:
+            return None
+        addr, code, remark = self.first_failure
+        return from_response_code(code, remark, action=f"{action}, the first to {addr}")
 
     def over(self) -> bool:
         return self.stop.is_set() or (self.deadline is not None and time.perf_counter() >= self.deadline)
@@ -191,9 +202,13 @@ async def sender(sends: Iterable[Slot], run: Run, ssl: SSLContext | None = None)
             started = time.perf_counter()
             writer.writelines((head, body))  # one writev
             response = await _read_response(reader)
-            run.rts.append(time.perf_counter() - started)
-            run.messages += 1
-            run.failures += response.code != ResponseCode.SUCCESS
+            if response.code == ResponseCode.SUCCESS:  # a refused send is no message sent, nor its RT
+                run.rts.append(time.perf_counter() - started)
+                run.messages += 1
+            else:
+                run.failures += 1
+                if run.first_failure is None:
+                    run.first_failure = (addr, response.code, response.remark)
     finally:
         for _, writer in streams.values():
             writer.close()
@@ -276,6 +291,9 @@ async def produce_to(
 
     async with running("produce", run, tick):
         await asyncio.gather(*(sender(sends(i), run, ssl) for i in range(threads)))
+    refused = run.failure(f"{run.failures} send(s) refused")
+    if refused is not None and not run.messages and not run.interrupted:
+        raise refused  # nothing was measured: why, with its exit code (an ACL refusal: 9)
     return result(
         "produce",
         run.messages,
@@ -283,6 +301,7 @@ async def produce_to(
         time.perf_counter() - run.started,
         run.rts,
         interrupted=run.interrupted,
+        first_failure=None if refused is None else str(refused),
     )
 
 
@@ -384,7 +403,14 @@ def percentile(ordered: list[float], q: float) -> float:
 
 
 def result(
-    kind: str, messages: int, failures: int, seconds: float, rts: list[float], *, interrupted: bool = False
+    kind: str,
+    messages: int,
+    failures: int,
+    seconds: float,
+    rts: list[float],
+    *,
+    interrupted: bool = False,
+    first_failure: str | None = None,
 ) -> BenchResult:
     ordered = sorted(rts)
 
@@ -404,4 +430,5 @@ def result(
         rt_p999_ms=ms(percentile(ordered, 99.9)),
         max_rt_ms=ms(ordered[-1]) if ordered else 0.0,
         interrupted=interrupted,
+        first_failure=first_failure,
     )

@@ -180,7 +180,7 @@ async def cluster(admin: Admin, *, cluster_name: str | None) -> Verdict:
     """Every broker the NameServer lists answers its runtime info; each broker group has a master.
 
     A broker that refuses (ACL) is UNKNOWN, not down: it answered, we may not look."""
-    rows = await brokers(admin, cluster_name)
+    rows = await brokers(admin, cluster_name, known=False)
     if not rows:
         where = f"cluster {cluster_name}" if cluster_name else "the NameServer"
         return Verdict(
@@ -255,9 +255,14 @@ async def _disk_of(admin: Admin, row: BrokerRow) -> tuple[float, Watermarks] | B
     except RemotingError as exc:
         return exc
     try:
-        return float(info["commitLogDiskRatio"]), Watermarks.of(config)
+        ratio = float(info["commitLogDiskRatio"])
     except (KeyError, ValueError):
         return MqctlError(f"{row.addr} reports no commitLogDiskRatio")
+    if ratio < 0:  # UtilAll#getDiskPartitionSpaceUsedPercent's -1: a path it cannot measure, not a usage
+        return MqctlError(
+            f"{row.addr} reports commitLogDiskRatio {ratio:g}: its CommitLog path cannot be measured"
+        )
+    return ratio, Watermarks.of(config)
 
 
 async def disk(
@@ -266,7 +271,7 @@ async def disk(
     """Each broker's CommitLog partition usage against its watermarks (or ``warn``/``crit`` ratios):
     WARNING above diskMaxUsedSpaceRatio (retention deletes unexpired files), CRITICAL above
     diskSpaceCleanForciblyRatio (forced cleaning; puts are refused above diskSpaceWarningLevelRatio)."""
-    rows = [r for r in await brokers(admin, cluster_name) if broker is None or r.addr == broker]
+    rows = [r for r in await brokers(admin, cluster_name, known=False) if broker is None or r.addr == broker]
     if not rows:
         return Verdict(
             "disk", State.UNKNOWN, f"no broker {broker} registered" if broker else "no broker registered"

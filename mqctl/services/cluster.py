@@ -9,6 +9,7 @@ from dataclasses import dataclass
 
 from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
+from mqctl.errors import NotFoundError
 
 log = logging.getLogger(__name__)
 
@@ -45,9 +46,15 @@ class BrokerStatus(BrokerRow):
     error: str | None = None
 
 
-async def brokers(admin: Admin, cluster: str | None = None) -> list[BrokerRow]:
-    """Every broker address the NameServer knows, by cluster, broker name and id."""
+async def brokers(admin: Admin, cluster: str | None = None, *, known: bool = True) -> list[BrokerRow]:
+    """Every broker address the NameServer knows, by cluster, broker name and id.
+
+    A ``cluster`` the NameServer does not list is NotFoundError (a typo read as an empty cluster),
+    unless ``known`` is False: a health check calls a cluster whose brokers all left CRITICAL."""
     info = await admin.cluster_info()
+    if known and cluster is not None and cluster not in info.cluster_addr_table:
+        listed = ", ".join(sorted(info.cluster_addr_table)) or "none"
+        raise NotFoundError(f"cluster {cluster!r} not found (the NameServer lists: {listed})")
     rows = []
     for cluster_name, broker_names in sorted(info.cluster_addr_table.items()):
         if cluster is not None and cluster_name != cluster:

@@ -213,11 +213,11 @@ async def upsert(
 
 
 def config_diff(old: SubscriptionGroupConfig | None, new: SubscriptionGroupConfig) -> dict[str, list[Any]]:
-    """Changed fields as ``[old, new]`` (every field for a new group)."""
+    """Changed fields as ``[old, new]`` (every field for a new group, but an empty ``extra``)."""
     return {
         f.name: [getattr(old, f.name) if old else None, getattr(new, f.name)]
         for f in dataclasses.fields(new)
-        if old is None or getattr(old, f.name) != getattr(new, f.name)
+        if (getattr(old, f.name) != getattr(new, f.name) if old else getattr(new, f.name) != {})
     }
 
 
@@ -286,14 +286,22 @@ def allocate_averagely(queues: list[MessageQueue], clients: list[str]) -> dict[M
     return owners
 
 
-async def connections(admin: Admin, group: str, *, cluster: str | None = None) -> GroupConnections:
-    """Online clients of a group over all masters (that answer), and their subscriptions."""
+async def connections(
+    admin: Admin, group: str, *, cluster: str | None = None, known: bool = False
+) -> GroupConnections:
+    """Online clients of a group over all masters (that answer), and their subscriptions.
+
+    No client anywhere, every master answering and none holding the group (unless ``known``): a group
+    that does not exist, NotFoundError, as ``group show`` says (a typo listed no client and exit 0)."""
     rows: dict[str, ClientRow] = {}
     subscriptions: dict[str, str] = {}
     details: ConsumeSettings = {}
-    answers = await each_broker(
-        admin, await masters(admin, cluster), lambda addr: admin.consumer_connections(addr, group)
-    )
+    addrs = await masters(admin, cluster)
+    answers = await each_broker(admin, addrs, lambda addr: admin.consumer_connections(addr, group))
+    if not known and len(answers) == len(addrs) and not any(answers.values()):
+        tables = await asyncio.gather(*(admin.group_configs(addr) for addr in addrs))
+        if not any(group in table for table in tables):
+            raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
     for found in answers.values():
         if found is None:
             continue
@@ -368,7 +376,7 @@ async def show(admin: Admin, group: str, *, cluster: str | None = None) -> Group
     configs = [table[group] for table in tables.values() if group in table]
     if not configs:
         raise NotFoundError(f"group {group!r} not found", hint="see 'mqctl group list'")
-    online = await connections(admin, group, cluster=cluster)
+    online = await connections(admin, group, cluster=cluster, known=True)
     try:
         queues = await progress(admin, group, topic=None, lag_over=None, cluster=cluster)
     except NotFoundError:

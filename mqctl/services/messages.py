@@ -36,6 +36,7 @@ from store import (
     AUTO_CREATE_TOPIC,
     DLQ_GROUP_TOPIC_PREFIX,
     INTERNAL_TOPIC_PREFIX,
+    NAME_VALUE_SEPARATOR,
     PROPERTY_CLUSTER,
     PROPERTY_CONSUME_START_TIMESTAMP,
     PROPERTY_DELAY_TIME_LEVEL,
@@ -48,11 +49,15 @@ from store import (
     PROPERTY_REAL_QUEUE_ID,
     PROPERTY_REAL_TOPIC,
     PROPERTY_RETRY_TOPIC,
+    PROPERTY_SEPARATOR,
     PROPERTY_TAGS,
+    PROPERTY_TIMER_DELAY_MS,
+    PROPERTY_TIMER_DELAY_SEC,
     PROPERTY_TIMER_DELIVER_MS,
     PROPERTY_TRACE_SWITCH,
     PROPERTY_TRANSACTION_CHECK_TIMES,
     PROPERTY_TRANSACTION_PREPARED,
+    PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT_STORE_MSG_OK,
     SCHEDULE_TOPIC,
     SYSTEM_TOPIC_PREFIX,
@@ -83,6 +88,43 @@ BROKER_PROPERTIES = frozenset(
         PROPERTY_TRACE_SWITCH,
     }
 )
+
+#: Property names a producer may not set as user properties: 4.9.8's ``MessageConst.STRING_HASH_SET``
+#: (``Message#putUserProperty`` throws for them) and the timer ones the broker reads. Set by hand they
+#: change what the broker does: ``TRAN_MSG=true`` parks the message as a transaction's half message.
+SYSTEM_PROPERTIES = BROKER_PROPERTIES | frozenset(
+    {
+        PROPERTY_KEYS,
+        PROPERTY_TAGS,
+        PROPERTY_UNIQ_KEY,
+        PROPERTY_TIMER_DELIVER_MS,
+        PROPERTY_TIMER_DELAY_SEC,
+        PROPERTY_TIMER_DELAY_MS,
+        "BUYER_ID",
+        "TRANSFER_FLAG",
+        "CORRECTION_FLAG",
+        "MQ2_FLAG",
+        "RECONSUME_TIME",
+        "MAX_RECONSUME_TIMES",
+        "INSTANCE_ID",
+        "CORRELATION_ID",
+        "REPLY_TO_CLIENT",
+        "TTL",
+        "ARRIVE_TIME",
+        "PUSH_REPLY_TIME",
+        "MSG_TYPE",
+        "INNER_MULTI_QUEUE_OFFSET",
+    }
+)
+#: The flag that sets a system property the way the broker expects it.
+_PROPERTY_FLAGS = {
+    PROPERTY_KEYS: "--key",
+    PROPERTY_TAGS: "--tag",
+    PROPERTY_DELAY_TIME_LEVEL: "--delay-level",
+    PROPERTY_TIMER_DELIVER_MS: "--deliver-at",
+    PROPERTY_TIMER_DELAY_SEC: "--delay",
+    PROPERTY_TIMER_DELAY_MS: "--delay",
+}
 
 JAVA_LONG_MAX = (1 << 63) - 1
 
@@ -273,10 +315,19 @@ def pick(refs: list[QueueRef], *, broker: str | None, queue: int | None, topic: 
     out = [r for r in refs if broker is None or broker in (r.addr, r.broker_name)]
     if queue is not None:
         out = [r for r in out if r.queue_id == queue]
+    if not refs:
+        raise NotFoundError(
+            f"topic {topic!r} has no queue this can use: its permission or queue counts leave none "
+            f"(see 'mqctl topic route -t {topic}')"
+        )
     if not out:
+        on = [r for r in refs if broker is None or broker in (r.addr, r.broker_name)]
+        if not on:  # --broker names a broker that does not serve the topic: say which ones do
+            serving = sorted({f"{r.broker_name} {r.addr}" for r in refs})
+            raise NotFoundError(f"topic {topic!r} is not on broker {broker} (it is on: {', '.join(serving)})")
         where = f" on broker {broker}" if broker else ""
-        what = f"queue {queue}" if queue is not None else "a queue"
-        raise NotFoundError(f"topic {topic!r} has no {what}{where}")
+        ids = sorted({r.queue_id for r in on})
+        raise NotFoundError(f"topic {topic!r} has no queue {queue}{where} (queues {ids[0]}..{ids[-1]})")
     return out
 
 
@@ -311,7 +362,24 @@ def message_properties(
     delay_level: int,
     deliver_ms: int | None = None,
 ) -> dict[str, str]:
-    """A send's properties; ``deliver_ms`` makes it a timer message (5.x's ``TIMER_DELIVER_MS``)."""
+    """A send's properties; ``deliver_ms`` makes it a timer message (5.x's ``TIMER_DELIVER_MS``).
+
+    A user property with a system name is refused (UsageError), as RocketMQ's clients refuse it, and so
+    is a separator byte of the properties' encoding (``\\x01``, ``\\x02``) in any name or value."""
+    given = [("--tag", tags or ""), *(("--key", k) for k in keys)]
+    given += [(f"--property {name}", f"{name}={value}") for name, value in properties.items()]
+    for flag, text in given:
+        if NAME_VALUE_SEPARATOR in text or PROPERTY_SEPARATOR in text:
+            raise UsageError(
+                f"{flag} holds a \\x01 or \\x02 byte: RocketMQ separates a message's properties with them"
+            )
+    for name in properties:
+        if name in SYSTEM_PROPERTIES:
+            instead = _PROPERTY_FLAGS.get(name)
+            raise UsageError(
+                f"--property {name} is a system property, not a user one"
+                + (f": use {instead}" if instead else " (RocketMQ's clients refuse it too)")
+            )
     props = dict(properties)
     if deliver_ms is not None:
         props[PROPERTY_TIMER_DELIVER_MS] = str(deliver_ms)
@@ -617,10 +685,12 @@ async def show(
     ref = refs[0]
     result = await wire.pull(admin, ref.addr, topic, queue, offset, max_nums=1)
     if not result.messages or result.messages[0].queue_offset != offset:
-        raise NotFoundError(
-            f"no message at offset {offset} of {topic!r} queue {queue} "
-            f"(the queue holds offsets {result.min_offset}..{result.max_offset - 1})"
+        held = (
+            "the queue is empty"
+            if result.max_offset <= result.min_offset
+            else f"the queue holds offsets {result.min_offset}..{result.max_offset - 1}"
         )
+        raise NotFoundError(f"no message at offset {offset} of {topic!r} queue {queue} ({held})")
     return _detail(result.messages[0], body)
 
 

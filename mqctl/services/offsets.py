@@ -96,7 +96,11 @@ class ResetResult(TypedDict):
 
 
 async def show(admin: Admin, group: str, topic: str) -> list[OffsetRow]:
+    """Each queue's range and the group's committed offset. A group no broker of the topic knows is
+    NotFoundError, as for a reset: QUERY_CONSUMER_OFFSET answers 0 for it, so a typo read "committed 0"."""
     rows = await _queues(admin, group, topic, reads=True)
+    if rows and not await _group_known(admin, group, rows, sorted({r.broker_addr for r in rows})):
+        raise _unknown(group, topic, hint="check the name ('mqctl group list')")
     return [
         {
             "topic": r.topic,
@@ -260,6 +264,13 @@ async def _commit_where_never_committed(admin: Admin, group: str, topic: str, ro
         await admin.commit_offset(row.broker_addr, group, topic, row.queue_id, row.new)
 
 
+def _unknown(group: str, topic: str, *, hint: str) -> NotFoundError:
+    return NotFoundError(
+        f"group {group!r} does not exist on the brokers of {topic!r} (no subscription group, no offsets)",
+        hint=hint,
+    )
+
+
 async def _group_known(admin: Admin, group: str, rows: list[PlanRow], addrs: list[str]) -> bool:
     """Whether ``group`` is a subscription group on one of the plan's masters (a live consumer's broker
     creates it on the first heartbeat) or has committed an offset on the plan's topic."""
@@ -297,9 +308,8 @@ async def reset(
     addrs = sorted({r.broker_addr for r in rows})
     missing = not await _group_known(admin, group, rows, addrs)
     if missing and not create_group:
-        raise NotFoundError(
-            f"group {group!r} does not exist on the brokers of {topic!r} (no subscription group, no offsets)",
-            hint="check the name ('mqctl group list'), or add --create-group to create it",
+        raise _unknown(
+            group, topic, hint="check the name ('mqctl group list'), or add --create-group to create it"
         )
     if export_to is not None:
         export(rows, export_to, group=group, topic=topic, cluster=await _clusters(admin, rows), target=target)

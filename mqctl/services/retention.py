@@ -107,7 +107,8 @@ def _trigger(body: PlanBody) -> str:
         )
     if body.delete:
         return (
-            f"expired files (below the watermark {body.watermark}%, the broker waits for deleteWhen or 329)"
+            f"expired files (below the watermark {body.watermark}%, the broker waits for deleteWhen "
+            "or 'mqctl broker clean --execute')"
         )
     return "no trigger"
 

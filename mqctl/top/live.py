@@ -345,7 +345,7 @@ class LiveSource:
         return stats, conns
 
     async def group_detail(self, group: str) -> GroupDetail:
-        online = await connections(self.admin, group)
+        online = await connections(self.admin, group, known=True)  # listed: it exists
         try:
             queues = await progress(self.admin, group, topic=None, lag_over=None)
         except NotFoundError:

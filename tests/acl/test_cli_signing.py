@@ -112,6 +112,12 @@ def test_acl_commands_round_trip_through_codes_50_to_54(
     new_env = {"MQCTL_ACCESS_KEY": "newuser1", "MQCTL_SECRET_KEY": "newsecret1"}
     no_secret = mq("acl", "create", "-a", "newuser1", env=ADMIN_ENV)
     assert no_secret.code == 2 and "--secret-key" in no_secret.stderr
+    # keys of 6 characters or fewer (README's example read '-a app'): refused here, not by the broker's
+    # remark with exit 8
+    short = mq("acl", "create", "-a", "app", "-s", "newsecret1", env=ADMIN_ENV)
+    assert short.code == 2 and "--access-key 'app' is too short" in short.stderr, short.stderr
+    short_secret = mq("acl", "create", "-a", "newuser1", "-s", "secret", env=ADMIN_ENV)
+    assert short_secret.code == 2 and "the secret key is too short" in short_secret.stderr
     (tmp_path / "secret").write_text("newsecret1\n")
     created = mq(
         "acl",

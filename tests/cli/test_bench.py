@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -15,7 +16,16 @@ import pytest
 from daemon.remoting.frame import decode_frame
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
-from mqctl.services.bench import Slot, count_records, produce_slots, topic_names
+from mqctl.services.bench import (
+    BenchResult,
+    Slot,
+    count_records,
+    produce_slots,
+    produce_to,
+    send_frame,
+    split_frame,
+    topic_names,
+)
 from tests.daemons import LocalCluster, local_cluster
 from tests.support.cli import RunCli
 from tests.support.paths import ROOT
@@ -191,3 +201,34 @@ def test_produce_slots_share_one_body_and_keep_each_frame_whole(daemons: LocalCl
         decoded = decode_frame(head + body, 0)
         assert decoded is not None and decoded[0].body == body
         assert decoded[0].ext_fields["b"].startswith("BenchSlots-")  # (SEND_MESSAGE_V2: b is the topic)
+
+
+def test_refused_sends_are_not_counted_as_sent_and_say_why(cli: RunCli, daemons: LocalCluster) -> None:
+    """Sends the broker refused counted as messages: a bench whose every send an ACL refused printed
+    "tps 6430.2" and exited 0. A refused send is a failure only; the first one's reason is kept, and
+    with nothing accepted the run fails with it (exit 8 here, 9 for an ACL refusal)."""
+
+    async def mixed() -> BenchResult:
+        async with Admin([daemons.namesrv_addr]) as admin:
+            while True:
+                try:
+                    slots = await produce_slots(admin, "BenchRefused", topics=2, size=64, queues=1)
+                    break
+                except NotFoundError:  # the broker registers its new topics
+                    await asyncio.sleep(0.1)
+        big = os.urandom(5 * 1024 * 1024)  # over maxMessageSize: refused with code 13
+        addr = slots[0][0]
+        oversized = (addr, *split_frame(send_frame("BenchRefused-0", 0, big), big))
+        return await produce_to([slots[0], oversized], threads=1, count=4)
+
+    partly = asyncio.run(mixed())
+    assert (partly.messages, partly.failures) == (2, 2)
+    assert partly.first_failure is not None and "(response code 13)" in partly.first_failure
+
+    refused = cli("bench", "produce", "-t", "BenchRefused-1", "--size", str(5 << 20), "--count", "2",
+                  env={"NAMESRV_ADDR": daemons.namesrv_addr})  # fmt: skip
+    assert refused.code == 8 and refused.stdout == "", refused.stdout
+    assert (
+        refused.stderr.startswith("mqctl: error: 2 send(s) refused, the first to ")
+        and "code 13" in refused.stderr
+    )

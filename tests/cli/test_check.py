@@ -246,3 +246,12 @@ def test_plugin_line_stays_one_line_whatever_a_broker_says() -> None:
     assert LINE.match(line + "\n"), line
     assert "\x1b" not in line and line.endswith(" | up=0")
     assert "\\x1b[2J\\nOK - all fine" in line
+
+
+def test_disk_a_broker_cannot_measure_is_unknown(cli: RunCli, tmp_path: Path) -> None:
+    """commitLogDiskRatio -1 (RocketMQ's "cannot measure that path") read "DISK OK - fullest CommitLog disk
+    -100%", with -100% in the perfdata: it is UNKNOWN, naming the broker."""
+    with local_cluster(tmp_path) as cluster:
+        (Path(cluster.broker.store.config.store_path_root_dir) / "commitlog").rmdir()  # no message yet
+        unknown = plugin(cli("check", "disk", "-n", cluster.namesrv_addr), "UNKNOWN")
+        assert f"{cluster.broker_addr} reports commitLogDiskRatio -1" in unknown and "-100" not in unknown

@@ -76,6 +76,20 @@ def test_precedence_mqctl_env_then_context_then_namesrv_addr(cli: RunCli) -> Non
     assert both["namesrv"] == "127.0.0.1:3333"
 
 
+def test_an_empty_namesrv_or_context_flag_never_falls_back_to_the_current_context(cli: RunCli) -> None:
+    """``topic delete -n "$NS"`` with NS unset went to the current context's cluster: given empty, -n and
+    --context are usage errors, before any connection."""
+    cli("context", "add", "prod", "-n", "127.0.0.1:1", "--use")
+    for args in (
+        ["-v", "topic", "list", "-n", ""],
+        ["-v", "topic", "list", "--context", ""],
+        ["-v", "--context", " ", "topic", "list"],
+    ):
+        result = cli(*args)
+        assert result.code == UsageError.exit_code, (args, result.stderr)
+        assert "empty" in result.stderr and "127.0.0.1:1" not in result.stderr, result.stderr
+
+
 def test_verbose_says_where_an_online_command_connects(cli: RunCli) -> None:
     result = cli("-v", "topic", "list", "-n", "127.0.0.1:1")
     assert result.code == 5

@@ -31,6 +31,7 @@ from mqctl.errors import (
     translate,
 )
 from store.errors import CorruptRecordError, StoreLockedError
+from tests.support.cli import RunCli
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -171,3 +172,13 @@ def test_an_error_a_background_daemon_reported_keeps_its_class() -> None:
     assert type(busy) is ConflictError and str(busy) == "port 9876 is already in use"
     assert type(errors.reported("BrokerError: code lost")) is errors.DaemonError
     assert type(errors.reported("ValueError: boom")) is errors.DaemonError
+
+
+def test_a_directory_given_for_a_file_is_a_usage_error(cli: RunCli, tmp_path: Path) -> None:
+    """``msg send -f DIR`` and ``acl create --secret-key-file DIR`` exited 1 ("a bug: report it") with
+    "Is a directory"; ``-f FILE/x`` likewise with "Not a directory". Both are the operator's path."""
+    (tmp_path / "file").write_text("x")
+    for path, code in ((tmp_path, UsageError.exit_code), (tmp_path / "file" / "x", NotFoundError.exit_code)):
+        result = cli("msg", "send", "-t", "T", "-f", str(path), "-n", "127.0.0.1:1")
+        assert result.code == code, result.stderr
+        assert str(path) in result.stderr and result.stderr.count("\n") == 1

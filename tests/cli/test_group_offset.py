@@ -63,6 +63,7 @@ def test_group_create_update_list_show_delete(mq: RunCli, loaded: LocalCluster) 
     assert created.code == 0, created.stderr
     change = created.json()["brokers"][0]
     assert change["action"] == "created" and change["changes"]["retry_max_times"] == [None, 3]
+    assert "extra" not in change["changes"]  # empty: nothing to create (the table read "extra=, ")
     stored = loaded.broker.groups.table.get("CG_Admin")
     assert stored is not None and stored.retry_queue_nums == 2 and stored.retry_max_times == 3
     assert mq("group", "create", "-g", "CG_Admin").code == ConflictError.exit_code
@@ -76,6 +77,7 @@ def test_group_create_update_list_show_delete(mq: RunCli, loaded: LocalCluster) 
     assert "TOOLS_CONSUMER" in [row["group"] for row in mq("group", "list", "--system", "-o", "json").json()]
 
     shown = mq("group", "show", "-g", "CG_Admin", "-o", "json").json()
+    assert mq("group", "connections", "-g", "CG_Admin", "-o", "json").json()["clients"] == []  # no client
     assert (
         shown["group_name"] == "CG_Admin" and shown["retry_max_times"] == 5 and shown["online_clients"] == 0
     )
@@ -83,6 +85,8 @@ def test_group_create_update_list_show_delete(mq: RunCli, loaded: LocalCluster) 
     assert mq("group", "delete", "-g", "CG_Admin", "--yes").code == 0
     assert "CG_Admin" not in loaded.broker.groups.table
     assert mq("group", "show", "-g", "CG_Admin").code == NotFoundError.exit_code
+    # a group that does not exist has no connections to list: not found, as show says (it was exit 0)
+    assert mq("group", "connections", "-g", "CG_Admin").code == NotFoundError.exit_code
 
 
 def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
@@ -100,6 +104,9 @@ def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
 def test_offset_reset_plans_then_executes(mq: RunCli, loaded: LocalCluster, tmp_path: Path) -> None:
     shown = mq("offset", "show", "-g", GROUP, "-t", TOPIC, "-o", "json").json()
     assert [(r["committed"], r["lag"]) for r in shown] == [(4, 6), (10, 0)]
+    # a group no broker knows: the broker answers 0 for it, which read as "committed 0" for a typo
+    typo = mq("offset", "show", "-g", f"{GROUP}_typo", "-t", TOPIC)
+    assert typo.code == NotFoundError.exit_code and "does not exist on the brokers" in typo.stderr
 
     plan = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--shift-by", "-3", "-o", "json").json()
     assert plan["executed"] is False

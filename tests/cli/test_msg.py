@@ -94,6 +94,16 @@ def stored(daemons: LocalCluster, msg_id: str) -> StoredMessage:
     return found.message
 
 
+def refused_storing_nothing(mq: Callable[..., CliResult], daemons: LocalCluster, *args: str) -> str:
+    """Run a command that must be refused before it sends anything: exit 2, the CommitLog as it was. Its
+    stderr."""
+    before = on_broker(daemons, lambda: daemons.broker.store.max_phy_offset)
+    result = mq(*args)
+    assert result.code == 2, result.stderr
+    assert on_broker(daemons, lambda: daemons.broker.store.max_phy_offset) == before
+    return result.stderr
+
+
 def ok(result: CliResult) -> Any:
     assert result.code == 0, result.stderr
     return result.json()
@@ -137,6 +147,34 @@ def test_send_stores_tag_keys_properties_on_the_chosen_queue(
     assert m.body == b"hello world"
     assert (m.tags, m.keys, m.properties["color"]) == ("TagA", ["order-1", "cust-9"], "red")
     assert m.uniq_key == sent["unique_key"]
+
+
+SEPARATOR = "holds a \\x01 or \\x02 byte: RocketMQ separates a message's properties with them"
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [
+        (
+            "--property",
+            "TRAN_MSG=true",
+            "--property TRAN_MSG is a system property, not a user one (RocketMQ's",
+        ),
+        ("--property", "DELAY=3", "--property DELAY is a system property, not a user one: use --delay-level"),
+        ("--property", "UNIQ_KEY=x", "--property UNIQ_KEY is a system property"),
+        ("--tag", "x\x02TRAN_MSG\x01true", f"--tag {SEPARATOR}"),
+        ("-k", "a\x01b", f"--key {SEPARATOR}"),
+        ("--property", "u=v\x02DELAY\x013", f"--property u {SEPARATOR}"),
+    ],
+)
+def test_send_refuses_what_rocketmq_clients_refuse_and_stores_nothing(
+    mq: Callable[..., CliResult], daemons: LocalCluster, flag: str, value: str, said: str
+) -> None:
+    """``--property TRAN_MSG=true`` stored the message as a transaction's half message (SEND_OK, never
+    delivered): a system name is refused before anything is sent, as Java's ``Message#putUserProperty``
+    does. A \\x01 or \\x02 in a tag, key or property cannot be encoded: it ended in exit 1 with the
+    encoder's ValueError, now a usage error naming the flag."""
+    assert said in refused_storing_nothing(mq, daemons, "msg", "send", "-t", OTHER, flag, value, "body")
 
 
 def test_send_reads_the_body_from_a_file_or_stdin(
@@ -711,6 +749,31 @@ def test_exit_codes(mq: Callable[..., CliResult], args: list[str], code: int) ->
     result = mq(*args)
     assert result.code == code, result.stderr
     assert "mqctl: error:" in result.stderr
+
+
+def test_a_queue_or_broker_the_topic_lacks_is_named_with_what_it_has(
+    mq: Callable[..., CliResult], daemons: LocalCluster
+) -> None:
+    """``-b`` at a broker that does not serve the topic read "has no a queue on broker ...", a read-only
+    topic "has no a queue", an empty queue "holds offsets 0..-1"."""
+    cases = (
+        (
+            ["msg", "send", "-t", OTHER, "-b", "127.0.0.1:1", "x"],
+            f"is not on broker 127.0.0.1:1 (it is on: broker-a {daemons.broker_addr})",
+        ),
+        (
+            ["msg", "show", "-t", OTHER, "-b", "127.0.0.1:1", "-q", "0", "--offset", "0"],
+            "is not on broker 127.0.0.1:1",
+        ),
+        (["msg", "send", "-t", OTHER, "-q", "7", "x"], f"topic '{OTHER}' has no queue 7 (queues 0..1)"),
+        (["msg", "show", "-t", "MsgEmpty", "-q", "0", "--offset", "5"], "queue 0 (the queue is empty)"),
+        (["msg", "send", "-t", "MsgReadOnly", "x"], "has no queue this can use: its permission"),
+    )
+    assert mq("topic", "create", "-t", "MsgEmpty", "-r", "1", "-w", "1").code == 0
+    assert mq("topic", "create", "-t", "MsgReadOnly", "-r", "1", "-w", "1", "--perm", "r").code == 0
+    for args, said in cases:
+        result = mq(*args)
+        assert result.code == 3 and said in result.stderr, result.stderr
 
 
 def test_an_unreachable_namesrv_exits_5(cli: RunCli) -> None:

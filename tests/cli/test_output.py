@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pytest
 import yaml
 
-from mqctl.output import FORMATS, render
+from mqctl.output import FORMATS, RowStream, render
 
 
 @dataclass
@@ -100,6 +101,9 @@ def test_nested_values_are_never_json_in_a_cell() -> None:
     )
     assert "read_queue_nums: - → 8" in text and "perm: 6 → 7" in text
     assert "a:1, b:2" in text
+    # a map-valued field's change (a group's extra fields) is a change too, not "extra=, "
+    extra = rendered({"changes": {"extra": [{}, {"a": 1}], "attrs": [None, {}]}}, "table")
+    assert "extra: - → a=1" in extra and "attrs: - → -" in extra and "=," not in extra
     assert "{" not in text and '"' not in text
 
 
@@ -116,7 +120,6 @@ def test_a_record_with_a_list_of_records_renders_them_as_rows() -> None:
 
 
 def test_row_stream_writes_json_lines_and_one_csv_header() -> None:
-    from mqctl.output import RowStream
 
     out = io.StringIO()
     stream = RowStream("json", out)
@@ -154,3 +157,61 @@ def test_one_rule_for_sizes_times_and_durations() -> None:
     assert "LAST MS" not in table and "AGE MS" not in table and "AGE" in table
     record = rendered({"size": 2048, **time_fields("created", 0)}, "table")
     assert "2.0 KiB" in record and "never" in record and "created_ms" not in record
+
+
+def test_an_empty_list_prints_no_blank_line_and_keeps_its_title() -> None:
+    """``dlq ls`` with no dead letters printed a blank line, and ``broker clean`` of a broker with no
+    CommitLog file a blank line instead of its summary (the table's title)."""
+    assert rendered([], "table") == ""
+    out = io.StringIO()
+    render([], "table", out=out, title="127.0.0.1:10911: disk 38%; 0 file(s) deletable")
+    assert out.getvalue() == "127.0.0.1:10911: disk 38%; 0 file(s) deletable\n"
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_csv_on_a_terminal_escapes_control_characters_and_elsewhere_keeps_them() -> None:
+    """``msg query -o csv`` and ``msg tail -o csv`` wrote a body's ESC and BEL raw to the terminal (OSC 0
+    retitled it): escaped there as in a table; a pipe or file still gets the data as it is."""
+    row = {"tags": "t\x1b[31mred", "body": "b\x1b]0;TITLE\x07ody"}
+    screen = _Terminal()
+    render([row], "csv", out=screen)
+    RowStream("csv", screen)(row)
+    assert "\x1b" not in screen.getvalue() and "\x07" not in screen.getvalue()
+    assert screen.getvalue().count("b\\x1b]0;TITLE\\x07ody") == 2
+    assert rendered([row], "csv") == "tags,body\nt\x1b[31mred,b\x1b]0;TITLE\x07ody\n"
+
+
+def test_a_diagnostic_line_is_written_whole(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """rich broke stderr lines at 80 columns (the terminal's, or 80 off one): ``up --tls``'s "connect with:
+    mqctl context add ... --ca PATH --use" came out in two lines, so pasting it ran half a command."""
+    from mqctl.output import stderr_console
+
+    monkeypatch.setenv("COLUMNS", "40")
+    line = (
+        "TLS only; connect with: mqctl context add local-tls -n 127.0.0.1:9876 --ca /a/long/dir/ca.pem --use"
+    )
+    stderr_console().print(line)
+    assert capsys.readouterr().err == line + "\n"
+
+
+def test_a_table_on_a_narrow_terminal_never_cuts_a_number_in_two(monkeypatch: pytest.MonkeyPatch) -> None:
+    """'cluster status' on 80 columns folded every cell: CommitLog offset 7684562 read 768, 456 and 2 on
+    three lines. A table that would cut a word is drawn as wide as its content (the terminal wraps its
+    lines, as kubectl's); one that fits keeps the terminal's width."""
+    screen = _Terminal()
+    monkeypatch.setattr("sys.stdout", screen)
+    monkeypatch.setenv("COLUMNS", "40")
+    wide = {f"column_{i}": f"127.0.0.{i}:10911" for i in range(6)} | {"commitlog_max_offset": 7684562}
+    render([wide], "table")
+    assert "7684562" in screen.getvalue() and all(f"127.0.0.{i}:10911" in screen.getvalue() for i in range(6))
+    screen.seek(0)
+    screen.truncate()
+    render([{"name": "a", "value": 1}], "table")
+    plain_lines = re.sub(r"\x1b\[[0-9;]*m", "", screen.getvalue()).splitlines()  # without the colours
+    assert max(len(line) for line in plain_lines) <= 40

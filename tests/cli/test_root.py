@@ -10,7 +10,8 @@ import pytest
 from mqctl import __version__
 from mqctl.cli.app import NOUNS
 from mqctl.errors import NotFoundError, UsageError
-from tests.support.cli import RunCli
+from tests.support.cli import RunCli, run_in_process
+from tests.support.paths import ROOT
 
 
 @pytest.fixture
@@ -100,3 +101,32 @@ def test_a_command_builds_only_its_own_noun() -> None:
     )
     assert list(command("topic").commands) == ["topic"]  # type: ignore[attr-defined]
     assert len(command().commands) == len(NOUNS)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("args", "code"), [((), 2), (("topic",), 2), (("store", "cq"), 2), (("check",), 3)])
+def test_a_group_without_its_command_prints_its_help(
+    cli_env: dict[str, str], args: tuple[str, ...], code: int
+) -> None:
+    """``mqctl`` or ``mqctl topic`` alone shows the help as help: its lines, not one escaped error line."""
+    result = run_in_process(cli_env, *args)
+    assert result.code == code  # 'check' is a monitoring plugin: UNKNOWN
+    assert result.stdout == ""
+    lines = result.stderr.splitlines()
+    assert lines[0].startswith(f"Usage: mqctl {' '.join(args)}".rstrip() + " [OPTIONS] COMMAND")
+    assert "Commands:" in lines and "\\n" not in result.stderr
+
+
+@pytest.mark.parametrize("noun", ["up", "top", "export", "apply"])
+def test_a_noun_that_is_one_command_offers_no_command(cli_env: dict[str, str], noun: str) -> None:
+    """``mqctl up --help`` read "Usage: mqctl up [OPTIONS] [COMMAND] [ARGS]..." and ``mqctl up foo`` said
+    "No such command 'foo'": these nouns take options only."""
+    shown = run_in_process(cli_env, noun, "--help")
+    assert shown.code == 0 and shown.stdout.splitlines()[0] == f"Usage: mqctl {noun} [OPTIONS]"
+    required = ["-f", str(ROOT / "README.md")] if noun == "apply" else []  # checked before extra arguments
+    extra = run_in_process(cli_env, noun, *required, "foo")
+    assert extra.code == 2 and "unexpected extra argument (foo)" in extra.stderr, extra.stderr
+
+
+def test_the_root_help_lists_the_nouns_in_their_order(cli_env: dict[str, str]) -> None:
+    listed = run_in_process(cli_env, "--help").stdout.split("Commands:\n")[1].splitlines()
+    assert [line.split()[0] for line in listed] == [name for name, _ in NOUNS]

@@ -48,6 +48,17 @@ def test_cluster_list_and_status(mq: RunCli, daemons: LocalCluster) -> None:
     assert status[0]["broker_role"] == "ASYNC_MASTER" and status[0]["ha_lag_bytes"] is None
 
 
+def test_a_cluster_the_namesrv_does_not_list_is_not_found(mq: RunCli, daemons: LocalCluster) -> None:
+    """``-c`` with a typo printed an empty table and exited 0 (group list, cluster status, timer ls, ...):
+    it is not found, and the error names the clusters there are. The health check still calls it CRITICAL."""
+    cluster = daemons.broker.config.broker_cluster_name
+    for args in (["cluster", "list"], ["cluster", "status"], ["group", "list"], ["timer", "ls"]):
+        result = mq(*args, "-c", "NoSuchCluster")
+        assert result.code == NotFoundError.exit_code, (args, result.stdout, result.stderr)
+        assert f"cluster 'NoSuchCluster' not found (the NameServer lists: {cluster})" in result.stderr
+    assert mq("check", "cluster", "-c", "NoSuchCluster").code == 2  # CRITICAL: no broker registered
+
+
 def test_topic_lifecycle(mq: RunCli, daemons: LocalCluster) -> None:
     created = mq("topic", "create", "-t", "Orders", "-r", "4", "-w", "4", "-o", "json")
     assert created.code == 0, created.stderr

@@ -78,6 +78,11 @@ def test_plan_only_changes_nothing_and_names_the_losers(
     assert not plan["executed"]
     assert {p.name: p.stat().st_mtime for p in (store_a / "commitlog").iterdir()} == before
 
+    below = _json(cli("store", "clean", "--store", str(store_a), "--watermark", "95", "-o", "json"))
+    assert below["trigger"].endswith(
+        "waits for deleteWhen or 'mqctl broker clean --execute')"
+    )  # not "or 329"
+
     young = _json(cli("store", "clean", "--store", str(store_a), "--reserved-hours", "200", "-o", "json"))
     assert young["delete_files"] == 0 and [f["expired"] for f in young["files"]] == [False] * 4
 

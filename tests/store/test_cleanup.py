@@ -162,3 +162,15 @@ def test_disk_full_refuses_puts(tmp_path: Path) -> None:
 @pytest.mark.parametrize("when", ["04", "4", "03;04"])
 def test_delete_when_forms(when: str) -> None:
     assert is_delete_hour(_local_ms(2024, 1, 1, 4, 59), when)
+
+
+def test_a_fresh_store_measures_its_disk_before_the_first_message(tmp_path: Path) -> None:
+    """The CommitLog and ConsumeQueue directories come with the store (DefaultMessageStore's constructor
+    makes them): a broker without a message reported commitLogDiskRatio -1, and 'check disk' -100%."""
+    store = DefaultMessageStore(small_config(tmp_path))
+    store.open()
+    try:
+        assert (tmp_path / "commitlog").is_dir() and (tmp_path / "consumequeue").is_dir()
+        assert 0 <= store.disk_ratio() <= 1 and 0 <= store.cleaner.ratio() <= 1
+    finally:
+        store.shutdown()

@@ -27,7 +27,7 @@ from daemon.remoting.errors import RemotingCommandError, RemotingConnectError, R
 from daemon.remoting.frame import encode_command
 from daemon.remoting.tls import write_local_ca
 from daemon.safe_config import refuse_unsafe
-from mqctl.errors import ConnectError, TlsError
+from mqctl.errors import ConnectError, NotFoundError, TlsError, UsageError
 from store.config import SLAVE
 from store.ha import encode_report
 from tests.daemons import LocalCluster, local_cluster
@@ -504,6 +504,26 @@ def test_mqctl_mutual_tls_needs_cert_and_key(
     ]  # it registered with its certificate
     sent = cli(*mutual, "msg", "send", "-t", "MutualTopic", "hello", env=env)
     assert sent.code == 0, sent.stderr
+
+
+def test_a_tls_file_that_cannot_be_used_is_named_with_its_flag(
+    cli: RunCli, certs: dict[str, Path], tmp_path: Path
+) -> None:
+    """OpenSSL names no file: a missing --ca read "TLS file None: no such file", a non-PEM one listed
+    "--cert None --key None". Each is refused before any connection, naming the flag and the file."""
+    (tmp_path / "notes.txt").write_text("not a certificate\n")
+    missing, text = str(tmp_path / "missing.pem"), str(tmp_path / "notes.txt")
+    client = ["--cert", str(certs["client_cert"])]
+    for flags, code, said in (
+        (["--ca", missing], NotFoundError.exit_code, f"--ca {missing}: no such file"),
+        (["--ca", str(tmp_path)], NotFoundError.exit_code, f"--ca {tmp_path}: a directory"),
+        (["--ca", text], UsageError.exit_code, f"--ca {text}: no PEM CA certificate"),
+        ([*client, "--key", missing], NotFoundError.exit_code, f"--key {missing}: no such file"),
+        ([*client, "--key", text], UsageError.exit_code, f"--key {text}: not a PEM certificate"),
+    ):
+        result = cli(*flags, "cluster", "list", "-n", "127.0.0.1:1")
+        assert result.code == code, result.stderr
+        assert result.stderr.count("\n") == 1 and said in result.stderr and "None" not in result.stderr
 
 
 async def test_permissive_with_required_client_certificates_warns_that_plaintext_still_passes(
