@@ -84,8 +84,12 @@ MODULES = (
 )
 
 #: C extensions built with them (module → source), each used where it imports and its module's fallback
-#: otherwise: the ACL signature's HMAC-SHA1 over libcrypto (daemon/acl/_hmacsha1.c, needs OpenSSL's headers).
-EXTENSIONS = {"daemon.acl._hmacsha1": "daemon/acl/_hmacsha1.c"}
+#: otherwise: the ACL signature's HMAC-SHA1 over libcrypto (daemon/acl/_hmacsha1.c, needs OpenSSL's headers),
+#: and the parse of a CommitLog record for dispatch (store/_recordinfo.c).
+EXTENSIONS = {
+    "daemon.acl._hmacsha1": "daemon/acl/_hmacsha1.c",
+    "store._recordinfo": "store/_recordinfo.c",
+}
 
 #: Modules not compiled whose ``Final`` constants compiled modules import: mypyc writes those values into
 #: the compiled code, so the manifest hashes these sources too (tests/test_native.py finds them all).
