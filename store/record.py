@@ -66,10 +66,10 @@ _ENCODERS: dict[tuple[int, int], struct.Struct] = {}
 
 _V4Info = tuple[int, int, str, int, int, int, int, int, dict[str, str]]
 _c_v4_info: Callable[[Buffer, int, int], _V4Info | None] | None
-try:  # the compiled build's parse of an all-IPv4 record (_recordinfo.c); the Python one without it
-    from store import _recordinfo
+try:  # the compiled build's parse of an all-IPv4 record (_cparse.c); the Python one without it
+    from store import _cparse
 
-    _c_v4_info = _recordinfo.v4_info
+    _c_v4_info = _cparse.v4_info
 except ImportError:
     _c_v4_info = None
 

@@ -1,24 +1,26 @@
-/* What dispatch needs from a CommitLog record whose hosts are both IPv4, for store/record.py's
- * read_record_info.
+/* The store's hot loops over records and entries that the compiled Python runs an object at a time:
  *
- * Why C: a DLedger follower parses every record its leader pushes (its ConsumeQueues and IndexFiles are
- * built from them), and the compiled Python parse makes a Python object of every field it reads, ten
- * more for the properties' split and partition, and goes through the generic buffer protocol for each
- * byte it looks at: a few microseconds a record, a fifth of a follower's CPU per send. Here the record is
- * read in place and only the result's objects are made.
+ * v4_info: what dispatch needs from a CommitLog record whose hosts are both IPv4, for store/record.py's
+ * read_record_info. A DLedger follower parses every record its leader pushes (its ConsumeQueues and
+ * IndexFiles are built from them); the compiled Python parse made a Python object of every field it read,
+ * ten more for the properties' split and partition, and went through the generic buffer protocol for each
+ * byte it looked at. It checks exactly what record.py's _layout checks (without the body CRC) and returns
+ * None for anything it does not take as it is (IPv6 hosts, a record too short for the fixed head, any check
+ * failing): the caller then runs the Python parse, which raises CorruptRecordError with the reason. The
+ * properties are split as decode_properties splits them (separators are ASCII, so splitting the bytes first
+ * and decoding each name and value with "replace" gives the same strings as decoding first).
  *
- * It checks exactly what record.py's _layout checks (without the body CRC) and returns None for anything
- * it does not take as it is (IPv6 hosts, a record too short for the fixed head, any check failing): the
- * caller then runs the Python parse, which raises CorruptRecordError with the reason. The properties are
- * split as decode_properties splits them (separators are ASCII, so splitting the bytes first and decoding
- * each name and value with "replace" gives the same strings as decoding first). Built by
- * scripts/build_native.py beside the mypyc modules; tests/store/test_record_info_c.py holds both parses to
- * the same results.
+ * scan_run: how far a binary push's run of DLedger entries passes the checks of store/dledger_log.py's
+ * _append_raw_run, and their index records (below).
+ *
+ * Built by scripts/build_native.py beside the mypyc modules (zlib's headers needed); without it the Python
+ * does the same. tests/store/test_cparse.py holds each to the Python it stands for, on damaged input too.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
 #include <string.h>
+#include <zlib.h>
 
 #define MAGIC_V1 ((int32_t)0xDAA320A7)
 #define MAGIC_V2 ((int32_t)0xDAA320AB)
@@ -151,11 +153,89 @@ done:
     return result;
 }
 
+/* A binary push's run of DLedger entries, for store/dledger_log.py's _append_raw_run: how far from `off`
+ * every check of its loop passes (the header whole, magic 1, size and body length agreeing, the index next
+ * and the term not lower, the leader's pos where this log ends, the body against a bodyCrc not 0, except
+ * for the run's first entry, which the caller checked; no roll due), and those entries' index records.
+ * It stops at the first entry that does not pass (or that needs a roll): the caller's loop takes over
+ * there, and refuses or stops as it always did, so that no entry is judged here differently.
+ *
+ * scan_run(buf, off, start, at, base, file_size, prev_index, prev_term)
+ *     -> (off, at, prev_index, prev_term, index_records) */
+#define ENTRY_BODY_OFFSET 48
+#define ENTRY_HEADER_SIZE 44
+#define INDEX_UNIT 32
+#define MIN_BLANK_LEN 8
+
+static void put32(unsigned char *p, int32_t v) {
+    p[0] = (unsigned char)((uint32_t)v >> 24), p[1] = (unsigned char)((uint32_t)v >> 16);
+    p[2] = (unsigned char)((uint32_t)v >> 8), p[3] = (unsigned char)v;
+}
+
+static void put64(unsigned char *p, int64_t v) {
+    put32(p, (int32_t)((uint64_t)v >> 32));
+    put32(p + 4, (int32_t)(uint64_t)v);
+}
+
+static PyObject *scan_run(PyObject *module, PyObject *args) {
+    Py_buffer view;
+    long long off, start, at, base, file_size, prev_index, prev_term;
+    if (!PyArg_ParseTuple(args, "y*LLLLLLL", &view, &off, &start, &at, &base, &file_size, &prev_index,
+                          &prev_term))
+        return NULL;
+    const unsigned char *b = view.buf;
+    long long len = (long long)view.len;
+    unsigned char *records = NULL;
+    Py_ssize_t used = 0, cap = 0;
+    PyObject *result = NULL;
+    while (off >= 0 && off < len) {
+        const unsigned char *h = b + off;
+        if (len - off < ENTRY_BODY_OFFSET) break;
+        int32_t magic = i32(h), size = i32(h + 4), body_crc = i32(h + 40), body_len = i32(h + 44);
+        int64_t index = i64(h + 8), term = i64(h + 16), pos = i64(h + 24);
+        if (magic != 1 || size <= ENTRY_HEADER_SIZE || (long long)body_len + ENTRY_BODY_OFFSET != size) break;
+        if (len - off < size) break;
+        if (index != prev_index + 1 || term < prev_term) break;
+        if (off > start && (long long)size + MIN_BLANK_LEN > file_size - (at - base)) break;
+        if (pos != at) break;
+        if (off > start && body_crc != 0) {
+            uLong crc = crc32(0L, Z_NULL, 0);
+            const unsigned char *body = h + ENTRY_BODY_OFFSET;
+            long long left = body_len;
+            while (left > 0) { /* (zlib takes uInt lengths) */
+                uInt n = left > 0x40000000 ? 0x40000000 : (uInt)left;
+                crc = crc32(crc, body, n);
+                body += n, left -= n;
+            }
+            if ((int32_t)(crc & 0x7FFFFFFF) != body_crc) break;
+        }
+        if (used + INDEX_UNIT > cap) {
+            Py_ssize_t grown = cap ? cap * 2 : 32 * INDEX_UNIT;
+            unsigned char *more = PyMem_Realloc(records, (size_t)grown);
+            if (more == NULL) {
+                PyErr_NoMemory();
+                goto done;
+            }
+            records = more, cap = grown;
+        }
+        unsigned char *r = records + used;
+        put32(r, magic), put64(r + 4, pos), put32(r + 12, size), put64(r + 16, index), put64(r + 24, term);
+        used += INDEX_UNIT;
+        off += size, at += size, prev_index = index, prev_term = term;
+    }
+    result = Py_BuildValue("(LLLLy#)", off, at, prev_index, prev_term, records ? (char *)records : "", used);
+done:
+    PyMem_Free(records);
+    PyBuffer_Release(&view);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"v4_info", v4_info, METH_VARARGS, "What dispatch needs from an all-IPv4 record, or None."},
+    {"scan_run", scan_run, METH_VARARGS, "How far a pushed run of entries passes every check, and their index records."},
     {NULL, NULL, 0, NULL},
 };
 
-static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_recordinfo", NULL, 0, methods};
+static struct PyModuleDef module = {PyModuleDef_HEAD_INIT, "_cparse", NULL, 0, methods};
 
-PyMODINIT_FUNC PyInit__recordinfo(void) { return PyModule_Create(&module); }
+PyMODINIT_FUNC PyInit__cparse(void) { return PyModule_Create(&module); }

@@ -1,4 +1,4 @@
-"""The compiled build's C parse of a record for dispatch (``store/_recordinfo.c``) against the Python one:
+"""The compiled build's C parses (``store/_cparse.c``) against the Python ones. A record for dispatch:
 the same fields from every record it takes, and None (the Python parse then raises, or takes it itself)
 wherever a check fails: a record damaged anywhere in its header, lengths or properties is never read
 differently because the build is there. Skipped without the build (read_record_info is the Python one)."""
@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import random
 import struct
+from pathlib import Path
 
 import pytest
 
-from store import record
+from store import dledger as dl, record
+from store.dledger_log import DLedgerLog
 from store.errors import CorruptRecordError
 from store.message import BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE_V2, Message
 
-c = pytest.importorskip("store._recordinfo")
+c = pytest.importorskip("store._cparse")
 
 BORN_V4, BORN_V6 = ("10.0.0.2", 40000), ("fe80::1", 40000)
 
@@ -157,3 +159,56 @@ def test_names_seen_before_are_the_same_strings_and_others_still_read() -> None:
             rec = encode("T", b"b", props)
             same(rec, 0, len(rec))
             assert c.v4_info(rec, 0, len(rec))[8] == record.decode_properties(props)
+
+
+def python_scan(
+    view: bytes, off: int, start: int, at: int, base: int, file_size: int, pi: int, pt: int
+) -> tuple:
+    """How far _append_raw_run's loop takes a run before it refuses or rolls, by its own checks."""
+    records = bytearray()
+    while off < len(view):
+        try:
+            magic, size, index, term, pos, _ch, _chain, crc, _bl = dl.raw_header(view, off)
+        except dl.DLedgerError:
+            break
+        if index != pi + 1 or term < pt:
+            break
+        if off > start and dl.needs_roll(file_size, at - base, size):
+            break
+        if pos != at:
+            break
+        if off > start and dl.body_crc_problem(index, crc, view[off + dl.BODY_OFFSET : off + size]):
+            break
+        dl.pack_index_record(records, magic, pos, size, index, term)
+        off, at, pi, pt = off + size, at + size, index, term
+    return off, at, pi, pt, bytes(records)
+
+
+def test_a_pushed_run_is_taken_as_far_as_the_python_loop_takes_it(tmp_path: Path) -> None:
+    """Entries of 1-300 byte bodies over two terms, then each run damaged at random (headers, bodies, the
+    cut), scanned from various starts, positions and file room: the C scan stops where the loop's checks
+    stop, with the same index records."""
+    rnd = random.Random(38)
+    leader = DLedgerLog(str(tmp_path / "dledger-n0"), data_file_size=1 << 20, index_file_size=1 << 16)
+    for i in range(40):
+        leader.append_leader(bytes([i]) * rnd.randint(1, 300), 1 if i < 25 else 2)
+    run = leader.raw_entries(0, 40, 1 << 20)
+    assert run is not None
+    raw = run[1]
+    cases = [(raw, 0, 0, 0, 1 << 20, -1, 0)]
+    for _ in range(1500):
+        buf = bytearray(raw[: rnd.randrange(len(raw) + 1)] if rnd.random() < 0.2 else raw)
+        for _ in range(rnd.randint(0, 3)):
+            if buf:
+                buf[rnd.randrange(len(buf))] = rnd.randrange(256)
+        room = rnd.choice([1 << 20, len(raw), len(raw) // 2, 1000, 60])
+        cases.append((bytes(buf), 0, rnd.choice([0, -1]), rnd.choice([0, 8]), room, -1, 0))
+    for data, off, start, at, room, pi, pt in cases:  # (start -1: the first entry checked whole too)
+        want = python_scan(data, off, start, at, 0, room, pi, pt)
+        assert c.scan_run(data, off, start, at, 0, room, pi, pt) == want
+    # from the middle: the index and term the entries before left, the position they reached
+    mid = dl.entry_size_at(raw, 0)
+    assert c.scan_run(raw, mid, mid, mid, 0, 1 << 20, 0, 1) == python_scan(
+        raw, mid, mid, mid, 0, 1 << 20, 0, 1
+    )
+    leader.close()
