@@ -84,8 +84,13 @@ MODULES = (
 )
 
 #: C extensions built with them (module → source), each used where it imports and its module's fallback
-#: otherwise: the ACL signature's HMAC-SHA1 over libcrypto (daemon/acl/_hmacsha1.c, needs OpenSSL's headers).
-EXTENSIONS = {"daemon.acl._hmacsha1": "daemon/acl/_hmacsha1.c"}
+#: otherwise: the ACL signature's HMAC-SHA1 over libcrypto (daemon/acl/_hmacsha1.c, needs OpenSSL's headers),
+#: and the store's parses of a record for dispatch and of a pushed run of DLedger entries (store/_cparse.c,
+#: zlib's CRC-32: needs its headers).
+EXTENSIONS = {
+    "daemon.acl._hmacsha1": "daemon/acl/_hmacsha1.c",
+    "store._cparse": "store/_cparse.c",
+}
 
 #: Modules not compiled whose ``Final`` constants compiled modules import: mypyc writes those values into
 #: the compiled code, so the manifest hashes these sources too (tests/test_native.py finds them all).
@@ -100,6 +105,13 @@ LOG = ROOT / "build" / "native.log"
 
 _PYTHON_PROBE = "#include <Python.h>\nint main(void) { return 0; }\n"
 _OPENSSL_PROBE = "#include <openssl/sha.h>\nint main(void) { SHA_CTX c; return SHA1_Init(&c) != 1; }\n"
+_ZLIB_PROBE = "#include <zlib.h>\nint main(void) { return crc32(0L, Z_NULL, 0) != 0; }\n"
+#: What each C extension needs of the machine: a program that compiles and links only where its library's
+#: headers are (Debian's libssl-dev, zlib1g-dev), and the libraries it links.
+_NEEDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "daemon.acl._hmacsha1": (_OPENSSL_PROBE, ("crypto",)),
+    "store._cparse": (_ZLIB_PROBE, ("z",)),
+}
 
 
 def compiler() -> list[str]:
@@ -142,7 +154,8 @@ def have_openssl() -> bool:
 
 
 def extensions_to_build() -> dict[str, str]:
-    return EXTENSIONS if have_openssl() else {}
+    """The C extensions this machine's compiler can build (each needs its library's headers)."""
+    return {name: src for name, src in EXTENSIONS.items() if compiles(*_NEEDS[name])}
 
 
 def build_requirements() -> list[str]:
@@ -264,7 +277,9 @@ def build(dest: Path, work: Path, c_extensions: dict[str, str], *, installed: bo
             )
             for ext in extensions:  # the modules' files include the group's header, written under its package
                 ext.include_dirs.append(str(work.joinpath("c", *GROUP.split(".")[:-1])))
-            extensions += [Extension(name, [src], libraries=["crypto"]) for name, src in c_extensions.items()]
+            extensions += [
+                Extension(name, [src], libraries=list(_NEEDS[name][1])) for name, src in c_extensions.items()
+            ]
             # a bare Distribution: setup() would also read pyproject.toml, which is not this build's
             command = _parallel_build_ext()(Distribution({"name": "mqctl-native", "ext_modules": extensions}))
             command.build_lib, command.build_temp = str(staging), str(work / "obj")

@@ -41,6 +41,8 @@ INSTALLED_DIR = Path(__file__).resolve().with_name("_native")
 NATIVE_DIR = INSTALLED_DIR if INSTALLED_DIR.is_dir() else ROOT / "build" / "native"
 LOCK = ROOT / "build" / "native.lock"
 MANIFEST = "manifest.json"
+#: The ACL signature's C HMAC (what ``mqctl --version`` names beside the modules).
+HMAC_SOURCE = "daemon/acl/_hmacsha1.c"
 
 
 def source_path(module: str, root: Path = ROOT) -> Path:
@@ -126,7 +128,7 @@ def describe_build() -> str:
     start-up line print it. Reads the manifest only; importing the modules is left to their first use."""
     modules = active()
     if modules:
-        return f"compiled: {len(modules)} modules" + (", C HMAC" if c_sources() else "")
+        return f"compiled: {len(modules)} modules" + (", C HMAC" if HMAC_SOURCE in c_sources() else "")
     if os.environ.get("MQCTL_NATIVE", "1") == "0":
         return "pure Python: MQCTL_NATIVE=0"
     if building():

@@ -12,6 +12,7 @@ import ipaddress
 import socket
 import struct
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final
 
@@ -62,6 +63,15 @@ _V4_HEAD: Final = struct.Struct(">iiiiiqqiq8xq8xiqi")
 _V4_FIELDS: Final = 13
 
 _ENCODERS: dict[tuple[int, int], struct.Struct] = {}
+
+_V4Info = tuple[int, int, str, int, int, int, int, int, dict[str, str]]
+_c_v4_info: Callable[[Buffer, int, int], _V4Info | None] | None
+try:  # the compiled build's parse of an all-IPv4 record (_cparse.c); the Python one without it
+    from store import _cparse
+
+    _c_v4_info = _cparse.v4_info
+except ImportError:
+    _c_v4_info = None
 
 
 def _encoder(born_len: int, store_len: int) -> struct.Struct:
@@ -472,6 +482,11 @@ def read_record_info(
 ) -> RecordInfo:
     """Validate and parse what dispatch and recovery need from the record at ``pos``."""
     lim = len(buf) if limit is None else limit
+    if _c_v4_info is not None and not check_crc:
+        # (None: not a plain all-IPv4 record, or damaged: the parse below takes it, or says why not)
+        got = _c_v4_info(buf, pos, lim)
+        if got is not None:
+            return RecordInfo(got[0], got[1], got[2], got[3], got[4], got[5], got[6], got[7], got[8])
     fixed, ts_pos, rc_pos, _bp, _bl, topic_pos, topic_len, props_pos = _layout(buf, pos, lim, check_crc)
     props_len = fixed[0] - (props_pos - pos)
     if len(fixed) == _V4_FIELDS:

@@ -241,7 +241,7 @@ def test_mqctl_version_names_the_build_that_runs() -> None:
     assert off == f"mqctl {mqctl.__version__} (pure Python: MQCTL_NATIVE=0)"
     if native.active() is None:
         pytest.skip("no compiled build here: the other half of this test is the pure one")
-    hmac = ", C HMAC" if native.c_sources() else ""
+    hmac = ", C HMAC" if native.HMAC_SOURCE in native.c_sources() else ""
     assert _mqctl_version(env) == f"mqctl {mqctl.__version__} (compiled: {len(MODULES)} modules{hmac})"
 
 
@@ -373,7 +373,7 @@ def test_an_installed_build_runs_until_an_installed_source_is_edited(tmp_path: P
     del manifest["stamps"]
     (site / "store" / "_native" / native.MANIFEST).write_text(json.dumps(manifest))
     env = {**os.environ, "PYTHONPATH": str(site)}
-    hmac = ", C HMAC" if native.c_sources() else ""
+    hmac = ", C HMAC" if native.HMAC_SOURCE in native.c_sources() else ""
     assert _mqctl_version(env, tmp_path).endswith(f"(compiled: {len(MODULES)} modules{hmac})")
     with (site / "store" / "engine.py").open("a") as f:
         f.write("\n")

@@ -10,7 +10,8 @@ divided by the sends: a follower's reads per send are the pushes it took per sen
 writes its answers. The load average is printed with each round: the group shares the machine's cores.
 
 ``--perf`` records the member with kernel stacks (``perf record -g``, ``cpu-clock`` where the machine has no
-PMU) into ``perf-ROLE.data``; ``--strace`` writes each of its socket reads and writes with its size to
+PMU) into ``perf-ROLE.data``, with ``--dwarf`` its user stacks too (``--call-graph dwarf``: the compiled
+modules have no frame pointers); ``--strace`` writes each of its socket reads and writes with its size to
 ``strace-ROLE.txt`` (slow: for how many syscalls and how many bytes, not for time); ``--sched`` records the
 machine's wake-ups and context switches (``perf record -a -e sched:...``) into ``sched.data`` and prints
 whom the leader woke and who preempted it. Each goes to ``--out`` (default: the current directory).
@@ -63,7 +64,7 @@ def tracer(args: argparse.Namespace, pids: list[int]) -> subprocess.Popen[bytes]
             "record",
             "-F",
             "2999",
-            "-g",
+            *(["--call-graph", "dwarf,16384"] if args.dwarf else ["-g"]),
             "-p",
             str(pid),
             "-o",
@@ -167,6 +168,7 @@ def main() -> None:
     which.add_argument("--perf", choices=("leader", "follower"))
     which.add_argument("--strace", choices=("leader", "follower"))
     which.add_argument("--sched", action="store_true")
+    parser.add_argument("--dwarf", action="store_true", help="--perf with DWARF stacks (user frames unwound)")
     parser.add_argument("--out", default=".")
     args = parser.parse_args()
     for _ in range(args.rounds):
