@@ -217,10 +217,11 @@ class Broker:
         #: Offsets clients committed to this slave (group, topic, queue id): the master gets them at the
         #: next metadata sync (4.9.8 overwrites them with the master's older ones, see sync_metadata).
         self.slave_commits: dict[tuple[str, str, int], int] = {}
-        #: A slave's replicated topics with no config yet (topic -> queues seen), and those it derived.
+        #: A slave's replicated topics with no config yet (topic -> queues seen), and those it derived (the
+        #: config it put in the table, until the master's replaces it).
         self._unconfigured: dict[str, int] = {}
         self._unconfigured_lock = threading.Lock()
-        self._derived_topics: set[str] = set()
+        self._derived_topics: dict[str, TopicConfig] = {}
         self._tasks: list[asyncio.Task[None]] = []
         #: Registration with every NameServer, shared by the topic changes that ask for it meanwhile.
         self.registration = Coalesced(self.register_all, "namesrv-register-now")
@@ -753,7 +754,10 @@ class Broker:
         if changed:
             log.info("synced %s from master %s", ", ".join(changed), self.master_addr)
         if type(self.store.configs.topics).__name__ in changed:
-            self._derived_topics.clear()  # the master's table replaced them
+            # the master's table replaced the derived configs, but not one derived after it was read (the
+            # sync's other steps still under way): that topic was not in it and stays derived
+            derived = self._derived_topics
+            self._derived_topics = {t: c for t, c in derived.items() if self.topics.get(t) is c}
         return changed
 
     def _note_replicated(self, topic: str, queue_id: int, _max_offset: int) -> None:
@@ -776,8 +780,9 @@ class Broker:
         for topic, queues in sorted(pending.items()):
             config = self.topics.get(topic)
             if config is None or (topic in self._derived_topics and config.read_queue_nums < queues):
-                self.topics.file.update(TopicConfig(topic, queues, queues), persist=False)
-                self._derived_topics.add(topic)
+                config = TopicConfig(topic, queues, queues)
+                self.topics.file.update(config, persist=False)
+                self._derived_topics[topic] = config
                 derived.append(f"{topic} ({queues} queues)")
         if derived:
             self.topics.file.persist()

@@ -45,13 +45,14 @@ def connected_to_itself(transport: asyncio.BaseTransport) -> bool:
 
     A peer that accepts and resets at once (a master's HA gate, a refusing proxy) can be read before the
     loop reports the connection made: uvloop saves the names then, finds no peer, and once the transport
-    has closed it has no socket to ask, so ``get_extra_info("peername")`` raises AttributeError. A
-    transport closing with its names saved (a peer that answered and hung up, a refused TLS handshake) is
-    left to the read that reports why."""
+    has closed it has nothing to ask, so ``get_extra_info("peername")`` raises AttributeError (no socket
+    left) or ValueError (a socket object left on a closed descriptor, -1). A transport closing with its
+    names saved (a peer that answered and hung up, a refused TLS handshake) is left to the read that
+    reports why."""
     try:
         sockname = transport.get_extra_info("sockname")
         peername = transport.get_extra_info("peername")
-    except AttributeError:
+    except (AttributeError, ValueError):
         raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer as it opened") from None
     return met_itself(sockname, peername)
 

@@ -477,6 +477,49 @@ async def test_a_slave_serves_a_replicated_topic_before_any_metadata_sync_names_
         assert g.slave.topics.get("Fresh") == g.master.topics.get("Fresh")  # the master's, after a sync
 
 
+async def test_a_topic_derived_while_a_metadata_sync_is_under_way_stays_derived(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slave's sync read the master's topic table before a topic was made there, and the topic's
+    first message reached the slave while the sync's other steps ran: the slave derived a config from the
+    one queue it held. The sync's end took that config for the master's, so the topic's other queues were
+    never served (a SIGKILL of the master right after left a Jepsen run with one queue of four)."""
+
+    async def master_down_at_every_sync(self: Broker) -> None:
+        pass
+
+    monkeypatch.setattr(Broker, "_metadata_sync_loop", master_down_at_every_sync)
+    async with master_and_slave(tmp_path) as g:
+        master = g.on(g.master)
+        await master.create_topic("Before", 1)  # (the sync has a changed table to take)
+        invoke, read, resume = g.slave.client.invoke, asyncio.Event(), asyncio.Event()
+
+        async def held_after_the_topics(addr: str, request: RemotingCommand, *args: Any) -> RemotingCommand:
+            if request.code == RequestCode.GET_ALL_CONSUMER_OFFSET:
+                read.set()
+                await resume.wait()
+            return await invoke(addr, request, *args)
+
+        monkeypatch.setattr(g.slave.client, "invoke", held_after_the_topics)
+        sync = asyncio.create_task(g.slave.sync_from_master())
+        await read.wait()  # the master's topic table is read and taken: "Late" is not in it
+        await master.create_topic("Late", 4)
+        assert (await master.send("Late", b"q0", queue_id=0)).code == 0
+        await wait_until(lambda: g.slave.topics.get("Late") is not None, timeout=10)  # one queue seen
+        resume.set()
+        assert "TopicConfigFile" in await sync
+        for q in range(1, 4):
+            assert (await master.send("Late", f"q{q}".encode(), queue_id=q)).code == 0
+
+        def derived() -> int:
+            late = g.slave.topics.get("Late")
+            return late.read_queue_nums if late is not None else 0
+
+        await wait_until(lambda: derived() == 4, timeout=10, why=lambda: f"derived {derived()} queue(s)")
+        for q in range(4):
+            assert await pull_all(g.on(g.slave), "Late", q) == [f"q{q}".encode()]
+
+
 @pytest.mark.slow
 async def test_a_slave_of_an_acl_master_replicates_though_it_cannot_check_its_tail(
     tmp_path: Path, caplog: pytest.LogCaptureFixture

@@ -219,9 +219,19 @@ def check_leaders(history: History | Iterable[Op], leader: str = "LEADER") -> Ch
 
 
 def check_resumed(history: History | Iterable[Op], after: float) -> CheckResult:
-    """Writes resumed: some send was acknowledged after ``after`` (a history time, e.g. the heal)."""
+    """Writes resumed: a send invoked after ``after`` (a history time: a fault, a heal) was acknowledged.
+    One invoked before it shows nothing: its answer may have raced the fault (a leader frozen or killed
+    just after it replied), and counting it let a wait for the real clients' recovery end at once."""
     ops = history.ops if isinstance(history, History) else list(history)
-    later = [op for op in ops if op.f == "send" and op.type == "ok" and op.time > after]
+    invoked: dict[str, float] = {}  # each process's latest invocation (a process sends one at a time)
+    later = []
+    for op in ops:
+        if op.f != "send":
+            continue
+        if op.type == "invoke":
+            invoked[op.process] = op.time
+        elif op.type == "ok" and invoked.get(op.process, after) > after:
+            later.append(op)
     result = CheckResult(counts={"ok-after": len(later)})
     if not later:
         result.anomalies.append(Anomaly("not-resumed", f"{after:.2f}", "no send acknowledged after it"))

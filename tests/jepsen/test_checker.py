@@ -129,6 +129,17 @@ def test_writes_resumed_needs_an_acknowledgement_after_the_fault() -> None:
     assert check_resumed(h, heal.time).valid
 
 
+def test_writes_resumed_needs_a_send_invoked_after_the_fault() -> None:
+    """An acknowledgement that raced the fault (the send went out before it) is no sign of recovery."""
+    h = History()
+    before = h.invoke("p0", "send", "a")
+    pause = h.nemesis("pause", "n0")
+    h.complete(before, "ok", queue=0, offset=0)
+    assert check_resumed(h, pause.time).kinds() == {"not-resumed"}
+    sent(h, "p0", "b", "ok", 0, 1)
+    assert check_resumed(h, pause.time).valid
+
+
 def test_a_clients_own_retries_explain_copies_of_one_operation() -> None:
     h = History()
     h.complete(h.invoke("ons0", "send", "a", tries=4), "ok", queue=0, offset=2)  # ali-ons retried inside

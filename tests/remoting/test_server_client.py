@@ -22,7 +22,7 @@ from daemon.remoting.errors import (
 from daemon.remoting.frame import decode_frame, encode_command
 from daemon.remoting.server import RemotingServer
 from daemon.remoting.tls import ServerTls, TlsSettings
-from tests.support.transport import RecordingTransport, reset_as_they_open
+from tests.support.transport import UVLOOP_NO_PEER, RecordingTransport, reset_as_they_open
 
 ECHO, SLOW, FAIL, CRASH, RECORD, CALLBACK, NEVER = 1, 2, 3, 4, 5, 6, 7
 
@@ -239,13 +239,16 @@ async def test_a_connection_that_meets_itself_is_refused(
         await client.invoke(f"127.0.0.1:{free_port}", RemotingCommand.request(ECHO), timeout=1.0)
 
 
+@pytest.mark.parametrize("no_peer", sorted(UVLOOP_NO_PEER))
 async def test_a_connection_reset_as_it_opened_is_a_connect_error(
-    server: RemotingServer, client: RemotingClient, monkeypatch: pytest.MonkeyPatch
+    server: RemotingServer, client: RemotingClient, monkeypatch: pytest.MonkeyPatch, no_peer: str
 ) -> None:
     """A peer that accepts and resets at once (a refusing proxy, a master's HA gate), its reset read before
-    the connection was reported made: on uvloop asking the connection's names raised AttributeError out
-    of ``invoke``; it is a failed connection like a refused one, and the next request connects again."""
-    made = reset_as_they_open(monkeypatch, server.port, times=1)
+    the connection was reported made: on uvloop asking the connection's names raised AttributeError or
+    ValueError out of ``invoke`` (a DLedger leader's push task to a member behind a refusing link died of
+    the ValueError, and that member was never pushed to again); it is a failed connection like a refused
+    one, and the next request connects again."""
+    made = reset_as_they_open(monkeypatch, server.port, times=1, no_peer=no_peer)
     with pytest.raises(RemotingConnectError, match="reset"):
         await client.invoke(addr(server), RemotingCommand.request(ECHO), timeout=1.0)
     assert (await client.invoke(addr(server), RemotingCommand.request(ECHO), timeout=1.0)).code == 0
