@@ -336,6 +336,11 @@ class DLedgerServer:
         except RemotingError as exc:
             log.debug("DLedger %s to %s: %s", out.code.name, out.peer, exc)
             return None
+        except Exception:  # a bug must not leave the peer's request unanswered (its pushes would stop)
+            log.exception(
+                "DLedger %s to %s failed unexpectedly; taken as unanswered", out.code.name, out.peer
+            )
+            return None
         return self._decode(out, response)
 
     def _decode(self, out: Out, response: RemotingCommand) -> RequestOrResponse | None:
