@@ -53,6 +53,17 @@ def printable(text: str, *, newlines: bool = True) -> str:
     return text if newlines else text.replace("\n", "\\n")
 
 
+# What JSON leaves raw (it escapes only C0, quote and backslash) that a terminal acts on: DEL, C1, bidi.
+_JSON_RAW = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def json_text(data: Any, *, indent: int | None = None) -> str:
+    """``data`` as JSON with DEL, C1 and the bidi controls written as ``\\uXXXX`` escapes: the same value
+    to any JSON reader, and a terminal showing it cannot be driven or have its text reordered."""
+    text = json.dumps(data, ensure_ascii=False, indent=indent)
+    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def set_raw(raw: bool) -> None:
     """``--raw``: user data reaches the terminal as it is (control characters included)."""
     _state["raw"] = raw
@@ -299,8 +310,7 @@ def render(result: Any, fmt: str = "table", *, out: TextIO | None = None, title:
     stream = out or sys.stdout
     data = plain(result)
     if fmt == "json":
-        json.dump(data, stream, ensure_ascii=False, indent=2)
-        stream.write("\n")
+        stream.write(json_text(data, indent=2) + "\n")
     elif fmt == "yaml":
         import yaml
 
@@ -334,7 +344,7 @@ class RowStream:
     def __call__(self, row: Any) -> None:
         data = plain(row)
         if self.fmt == "json":
-            self.out.write(json.dumps(data, ensure_ascii=False) + "\n")
+            self.out.write(json_text(data) + "\n")
         elif self.fmt == "yaml":
             import yaml
 

@@ -28,14 +28,12 @@ CritOpt = Annotated[int, typer.Option("--crit", min=0, help="CRITICAL above this
 
 
 def _emit(verdict: Verdict, output: str, stream: bool) -> None:
-    from mqctl.output import render
+    from mqctl.output import json_text, render
 
     if output == "table":
         typer.echo(verdict.line())
     elif stream and output == "json":
-        import json
-
-        typer.echo(json.dumps(verdict.as_dict(), ensure_ascii=False))
+        typer.echo(json_text(verdict.as_dict()))
     else:
         render(verdict.as_dict(), output)
 

@@ -480,9 +480,7 @@ def salvage(
 
 def write_salvaged(manifests: list[Any], out: str) -> None:
     """The intact records as JSON lines to ``out`` ('-': stdout); counts and damaged offsets on stderr."""
-    import json
-
-    from mqctl.output import stderr_console
+    from mqctl.output import json_text, stderr_console
     from mqctl.services import quarantine as qs
 
     err = stderr_console()
@@ -495,7 +493,7 @@ def write_salvaged(manifests: list[Any], out: str) -> None:
             if rec is None:
                 missing.append(f"{m.name}/{p.file}")
             elif isinstance(rec, qs.StoredMessage):
-                f.write(json.dumps(qs.as_json_line(m, p, offset, rec), ensure_ascii=False) + "\n")
+                f.write(json_text(qs.as_json_line(m, p, offset, rec)) + "\n")
                 intact += 1
             else:
                 damaged.append(offset)

@@ -28,6 +28,7 @@ from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
 from mqctl.errors import NotFoundError, UsageError
+from mqctl.output import json_text
 from mqctl.services.topics import readers_of_topic, route_masters, route_readers
 from mqctl.timespec import iso, parse_time
 from mqctl.tracedata import trace_field
@@ -915,7 +916,7 @@ async def dlq_export(admin: Admin, group: str, only: DlqFilter, write: Callable[
     for ref, m in found:
         resent = (ref.broker_name, ref.queue_id, m.queue_offset) in done
         row: DeadLetter = {**detail(m), "broker_name": ref.broker_name, "resent": resent}
-        write(json.dumps(row, ensure_ascii=False) + "\n")
+        write(json_text(row) + "\n")
     return len(found)
 
 

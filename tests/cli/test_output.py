@@ -215,3 +215,19 @@ def test_a_table_on_a_narrow_terminal_never_cuts_a_number_in_two(monkeypatch: py
     render([{"name": "a", "value": 1}], "table")
     plain_lines = re.sub(r"\x1b\[[0-9;]*m", "", screen.getvalue()).splitlines()  # without the colours
     assert max(len(line) for line in plain_lines) <= 40
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_json_writes_the_controls_a_terminal_acts_on_as_escapes_and_keeps_the_value(streamed: bool) -> None:
+    """JSON itself escapes only C0: DEL, C1 (a lone U+009B is a CSI to some terminals) and the bidi
+    overrides would reach the terminal raw. Escaped as \\uXXXX, the value a JSON reader gets is unchanged."""
+    data = {"body": "pay\u202e0001\u202c \x9b2J\x7f \x1b[31m", "big": 2**64 + 1}
+    out = io.StringIO()
+    if streamed:
+        RowStream("json", out)(data)
+    else:
+        render(data, "json", out=out)
+    text = out.getvalue()
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", text), repr(text)
+    assert "\\u202e" in text and "\\u009b" in text and "\\u007f" in text
+    assert json.loads(text) == data
