@@ -53,15 +53,12 @@ def printable(text: str, *, newlines: bool = True) -> str:
     return text if newlines else text.replace("\n", "\\n")
 
 
-# What JSON leaves raw (it escapes only C0, quote and backslash) that a terminal acts on: DEL, C1, bidi.
-_JSON_RAW = re.compile("[\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
-
-
 def json_text(data: Any, *, indent: int | None = None) -> str:
-    """``data`` as JSON with DEL, C1 and the bidi controls written as ``\\uXXXX`` escapes: the same value
-    to any JSON reader, and a terminal showing it cannot be driven or have its text reordered."""
+    """``data`` as JSON with the characters :data:`_CONTROL` names written as ``\\uXXXX`` escapes: JSON
+    escapes C0 itself but leaves DEL, C1 and the bidi controls raw. The same value to any JSON reader, and
+    a terminal showing it cannot be driven or have its text reordered (its own newlines are not matched)."""
     text = json.dumps(data, ensure_ascii=False, indent=indent)
-    return _JSON_RAW.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def set_raw(raw: bool) -> None:
