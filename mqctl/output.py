@@ -61,6 +61,25 @@ def json_text(data: Any, *, indent: int | None = None) -> str:
     return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
+def yaml_text(data: Any) -> str:
+    """``data`` as YAML with the characters :data:`_CONTROL` names written as ``\\uXXXX`` escapes, as
+    :func:`json_text`: PyYAML escapes C0, DEL and most of C1 itself, but with ``allow_unicode`` leaves the
+    bidi controls raw. A string holding one is written double-quoted (the one YAML style with escapes),
+    so every such character left in the text is inside one and its escape reads back as the same value."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        style = '"' if _CONTROL.search(value) else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, string)
+    text = yaml.dump(data, Dumper=Dumper, sort_keys=False, allow_unicode=True)
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def set_raw(raw: bool) -> None:
     """``--raw``: user data reaches the terminal as it is (control characters included)."""
     _state["raw"] = raw
@@ -309,9 +328,7 @@ def render(result: Any, fmt: str = "table", *, out: TextIO | None = None, title:
     if fmt == "json":
         stream.write(json_text(data, indent=2) + "\n")
     elif fmt == "yaml":
-        import yaml
-
-        yaml.safe_dump(data, stream, sort_keys=False, allow_unicode=True)
+        stream.write(yaml_text(data))
     elif fmt == "csv":
         columns, rows = _rows(data if isinstance(data, Sequence | Mapping) else [data])
         if not columns and isinstance(result, Rows):
@@ -343,9 +360,7 @@ class RowStream:
         if self.fmt == "json":
             self.out.write(json_text(data) + "\n")
         elif self.fmt == "yaml":
-            import yaml
-
-            self.out.write("---\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+            self.out.write("---\n" + yaml_text(data))
         elif self.fmt == "csv":
             if self._csv is None:
                 self._csv = csv.writer(self.out, lineterminator="\n")
