@@ -135,8 +135,10 @@ class Rows(list[Any]):
 
     @classmethod
     def of(cls, row_type: type, items: Any = ()) -> Rows:
-        """Rows of a dataclass ``row_type``: its fields are the columns."""
-        return cls(items, columns=[f.name for f in dataclasses.fields(row_type)])
+        """Rows of a dataclass or ``TypedDict`` ``row_type``: its fields (or keys, in order) are the columns."""
+        if dataclasses.is_dataclass(row_type):
+            return cls(items, columns=[f.name for f in dataclasses.fields(row_type)])
+        return cls(items, columns=list(row_type.__annotations__))
 
 
 def plain(value: Any) -> Any:
