@@ -237,12 +237,65 @@ async def master_with_a_listed_local_slave(
 LISTED_SLAVE = "127.0.0.1:1"
 
 
-async def ha_session(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A raw HA connection that has asked for the master's data from offset 0."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def ha_session(port: int, host: str | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A raw HA connection (from loopback address ``host``, when given) that has asked for the master's
+    data from offset 0."""
+    local = None if host is None else (host, 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=local)
     writer.write(encode_report(0))
     await writer.drain()
     return reader, writer
+
+
+@pytest.mark.slow
+async def test_two_slaves_registering_back_to_back_are_each_admitted_at_their_first_connection(
+    tmp_path: Path,
+) -> None:
+    """The gate trusted its answer for a second: a slave that registered within that second after another
+    was admitted was refused once (a warning, and its replication a reconnect delay late)."""
+    async with master_with_a_listed_local_slave(tmp_path) as (ns, master):
+        ha = master.ha_master
+        assert ha is not None
+        sessions = []
+        try:
+            for broker_id, host in enumerate(("127.0.0.2", "127.0.0.3"), 2):
+                registered = await ns.register({}, broker_addr=f"{host}:1", broker_id=broker_id)
+                assert registered.code == ResponseCode.SUCCESS
+                reader, writer = await ha_session(master.config.ha_listen_port, host)
+                sessions.append(writer)
+                try:
+                    frame = await asyncio.wait_for(reader.read(12), 5)
+                except ConnectionError:  # the gate aborts the connection
+                    frame = b""
+                assert len(frame) > 0, f"{host} refused"  # admitted: a heartbeat frame, not a close
+            assert (ha.refused, len(ha.connections)) == (0, 2)
+        finally:
+            for writer in sessions:
+                writer.close()
+
+
+async def test_a_miss_asks_the_name_servers_again_once_not_at_every_connection() -> None:
+    """A host missing from the answer is asked for once more (it may have registered since); refused on
+    that answer, it is not asked for again until the answer is refreshed, and strangers arriving
+    together, or many in a period, share a few look-ups: the NameServers never see one per connection."""
+    listed = {"10.0.0.2"}
+    looked = 0
+
+    async def lookup() -> set[str] | None:
+        nonlocal looked
+        looked += 1
+        await asyncio.sleep(0.01)
+        return set(listed)
+
+    gate = SlaveGate(lookup, refresh=3600)
+    assert await gate.admits("10.0.0.2") and looked == 1
+    listed.add("10.0.0.3")  # the second slave registers right after the first was admitted
+    assert await gate.admits("10.0.0.3") and looked == 2
+    assert await gate.admits("10.0.0.2") and await gate.admits("10.0.0.3") and looked == 2
+    assert not await gate.admits("10.0.0.9") and looked == 3
+    assert not any([await gate.admits("10.0.0.9") for _ in range(20)]) and looked == 3
+    strangers = await asyncio.gather(*(gate.admits(f"10.0.1.{i}") for i in range(50)))
+    assert not any(strangers) and looked <= 3 + SlaveGate.MISSES_ASKED
 
 
 @pytest.mark.slow
