@@ -840,6 +840,8 @@ async def sync_metadata(
     master_addr: str,
     configs: ConfigFiles,
     slave_commits: dict[tuple[str, str, int], int] | None = None,
+    *,
+    asking: Callable[[int], None] | None = None,
 ) -> list[str]:
     """4.9.8 ``SlaveSynchronize.syncAll``: topic configs (21), consumer offsets (43), delay offsets (45)
     and subscription groups (201) from the master, each persisted when it changed. Returns what changed.
@@ -853,6 +855,9 @@ async def sync_metadata(
     client that still holds them in memory (its next pull with the commit flag or its 5 s persist,
     ``RemoteBrokerOffsetStore``), so a consumer that restarted meanwhile re-consumes. Here the slave hands
     each one that is ahead of the master's to the master first (UPDATE_CONSUMER_OFFSET) and keeps it.
+
+    ``asking(code)`` is called right before each request: what the slave holds then is what the answer
+    may already know of.
     """
     changed: list[str] = []
     steps: list[tuple[int, JsonConfigFile]] = [
@@ -862,6 +867,8 @@ async def sync_metadata(
         (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, configs.subscription_groups),
     ]
     for code, manager in steps:
+        if asking is not None:
+            asking(code)
         try:
             response = await client.invoke(master_addr, RemotingCommand.request(code), 3.0)
         except RemotingError as exc:

@@ -573,6 +573,51 @@ async def test_a_topic_derived_while_a_metadata_sync_is_under_way_stays_derived(
             assert await pull_all(g.on(g.slave), "Late", q) == [f"q{q}".encode()]
 
 
+async def test_a_topic_derived_between_the_syncs_topic_request_and_its_answer_stays_derived(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The master read its topic table before a topic was made there, and the topic's first message
+    reached the slave, which derived a config for it, before that answer did: the sync replaced the table
+    with the master's, which lacks the topic, so the slave held the topic's messages with no config (not
+    served until a sync after the master's next change; never, were the master gone)."""
+
+    async def master_down_at_every_sync(self: Broker) -> None:
+        pass
+
+    monkeypatch.setattr(Broker, "_metadata_sync_loop", master_down_at_every_sync)
+    async with master_and_slave(tmp_path) as g:
+        master = g.on(g.master)
+        await master.create_topic("Before", 1)  # (the sync has a changed table to take)
+        invoke = g.slave.client.invoke
+
+        async def derived_before_the_answer(
+            addr: str, request: RemotingCommand, *args: Any
+        ) -> RemotingCommand:
+            response = await invoke(addr, request, *args)
+            if request.code == RequestCode.GET_ALL_TOPIC_CONFIG:  # answered without "Late"; not yet arrived
+                await master.create_topic("Late", 4)
+                assert (await master.send("Late", b"q0", queue_id=0)).code == 0
+                await wait_until(lambda: g.slave.topics.get("Late") is not None, timeout=10)
+            return response
+
+        monkeypatch.setattr(g.slave.client, "invoke", derived_before_the_answer)
+        assert "TopicConfigFile" in await g.slave.sync_from_master()
+        monkeypatch.setattr(g.slave.client, "invoke", invoke)
+        late = g.slave.topics.get("Late")
+        assert late is not None and late.read_queue_nums == 1, "the derived config was dropped"
+        assert await pull_all(g.on(g.slave), "Late", 0) == [b"q0"]
+        for q in range(1, 4):
+            assert (await master.send("Late", f"q{q}".encode(), queue_id=q)).code == 0
+
+        def derived() -> int:
+            late = g.slave.topics.get("Late")
+            return late.read_queue_nums if late is not None else 0
+
+        await wait_until(lambda: derived() == 4, timeout=10, why=lambda: f"derived {derived()} queue(s)")
+        await g.slave.sync_from_master()
+        assert g.slave.topics.get("Late") == g.master.topics.get("Late")  # the master's, at the next sync
+
+
 @pytest.mark.slow
 async def test_a_slave_of_an_acl_master_replicates_though_it_cannot_check_its_tail(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
