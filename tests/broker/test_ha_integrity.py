@@ -35,7 +35,7 @@ from store.quarantine import list_quarantines
 from store.record import decode_records
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_damaged_record_kept import flip
-from tests.broker.test_ha import SMALL, commitlog_files, master_and_slave, pull_all, start_slave
+from tests.broker.test_ha import SMALL, Group, commitlog_files, master_and_slave, pull_all, start_slave
 from tests.support.acl import ADMIN_AK, ADMIN_SK, PLAIN_ACL, write_acl
 from tests.support.broker import BrokerClient, broker_config, replicated, start_broker
 from tests.support.cli import RunCli
@@ -530,6 +530,35 @@ async def test_a_slave_serves_a_replicated_topic_before_any_metadata_sync_names_
         assert g.slave.topics.get("Fresh") == g.master.topics.get("Fresh")  # the master's, after a sync
 
 
+@contextlib.asynccontextmanager
+async def synced_by_hand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Group]:
+    """A master and slave whose metadata syncs run only when the test calls ``sync_from_master``, the
+    master holding a topic the slave's first sync has to take."""
+
+    async def master_down_at_every_sync(self: Broker) -> None:
+        pass
+
+    monkeypatch.setattr(Broker, "_metadata_sync_loop", master_down_at_every_sync)
+    async with master_and_slave(tmp_path) as g:
+        await g.on(g.master).create_topic("Before", 1)
+        yield g
+
+
+async def the_rest_of_late_is_derived_and_served(g: Group) -> None:
+    """The master's topic "Late" (4 queues) gets a message in queues 1-3 too: the slave's derived config
+    grows to them, and it serves all four."""
+    for q in range(1, 4):
+        assert (await g.on(g.master).send("Late", f"q{q}".encode(), queue_id=q)).code == 0
+
+    def derived() -> int:
+        late = g.slave.topics.get("Late")
+        return late.read_queue_nums if late is not None else 0
+
+    await wait_until(lambda: derived() == 4, timeout=10, why=lambda: f"derived {derived()} queue(s)")
+    for q in range(4):
+        assert await pull_all(g.on(g.slave), "Late", q) == [f"q{q}".encode()]
+
+
 async def test_a_topic_derived_while_a_metadata_sync_is_under_way_stays_derived(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -538,13 +567,8 @@ async def test_a_topic_derived_while_a_metadata_sync_is_under_way_stays_derived(
     one queue it held. The sync's end took that config for the master's, so the topic's other queues were
     never served (a SIGKILL of the master right after left a Jepsen run with one queue of four)."""
 
-    async def master_down_at_every_sync(self: Broker) -> None:
-        pass
-
-    monkeypatch.setattr(Broker, "_metadata_sync_loop", master_down_at_every_sync)
-    async with master_and_slave(tmp_path) as g:
+    async with synced_by_hand(tmp_path, monkeypatch) as g:
         master = g.on(g.master)
-        await master.create_topic("Before", 1)  # (the sync has a changed table to take)
         invoke, read, resume = g.slave.client.invoke, asyncio.Event(), asyncio.Event()
 
         async def held_after_the_topics(addr: str, request: RemotingCommand, *args: Any) -> RemotingCommand:
@@ -561,16 +585,7 @@ async def test_a_topic_derived_while_a_metadata_sync_is_under_way_stays_derived(
         await wait_until(lambda: g.slave.topics.get("Late") is not None, timeout=10)  # one queue seen
         resume.set()
         assert "TopicConfigFile" in await sync
-        for q in range(1, 4):
-            assert (await master.send("Late", f"q{q}".encode(), queue_id=q)).code == 0
-
-        def derived() -> int:
-            late = g.slave.topics.get("Late")
-            return late.read_queue_nums if late is not None else 0
-
-        await wait_until(lambda: derived() == 4, timeout=10, why=lambda: f"derived {derived()} queue(s)")
-        for q in range(4):
-            assert await pull_all(g.on(g.slave), "Late", q) == [f"q{q}".encode()]
+        await the_rest_of_late_is_derived_and_served(g)
 
 
 async def test_a_topic_derived_between_the_syncs_topic_request_and_its_answer_stays_derived(
@@ -581,13 +596,8 @@ async def test_a_topic_derived_between_the_syncs_topic_request_and_its_answer_st
     with the master's, which lacks the topic, so the slave held the topic's messages with no config (not
     served until a sync after the master's next change; never, were the master gone)."""
 
-    async def master_down_at_every_sync(self: Broker) -> None:
-        pass
-
-    monkeypatch.setattr(Broker, "_metadata_sync_loop", master_down_at_every_sync)
-    async with master_and_slave(tmp_path) as g:
+    async with synced_by_hand(tmp_path, monkeypatch) as g:
         master = g.on(g.master)
-        await master.create_topic("Before", 1)  # (the sync has a changed table to take)
         invoke = g.slave.client.invoke
 
         async def derived_before_the_answer(
@@ -606,14 +616,7 @@ async def test_a_topic_derived_between_the_syncs_topic_request_and_its_answer_st
         late = g.slave.topics.get("Late")
         assert late is not None and late.read_queue_nums == 1, "the derived config was dropped"
         assert await pull_all(g.on(g.slave), "Late", 0) == [b"q0"]
-        for q in range(1, 4):
-            assert (await master.send("Late", f"q{q}".encode(), queue_id=q)).code == 0
-
-        def derived() -> int:
-            late = g.slave.topics.get("Late")
-            return late.read_queue_nums if late is not None else 0
-
-        await wait_until(lambda: derived() == 4, timeout=10, why=lambda: f"derived {derived()} queue(s)")
+        await the_rest_of_late_is_derived_and_served(g)
         await g.slave.sync_from_master()
         assert g.slave.topics.get("Late") == g.master.topics.get("Late")  # the master's, at the next sync
 
