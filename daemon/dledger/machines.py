@@ -353,6 +353,7 @@ class Node:
         self.last_send_beat = -1
         self.last_success_beat = self._now
         self.pushes = {p: PeerPush() for p in self.others()}
+        self._binary_changed()
         # (terms only grow along a log, and a member leads a term once: what it holds now is all earlier)
         self.term_first_index = self.log.last_index + 1
         log.info("[%s] leader of term %d", self.m.self_id, term)
@@ -931,12 +932,20 @@ class Node:
         p = self.pushes.get(peer)
         if p is not None and not p.binary and not p.binary_refused and self.is_leader:
             p.binary = True
+            self._binary_changed()
 
     def binary_lost(self, peer: str) -> None:
         """(leader) The connection `peer` said it on is gone: JSON until it says so again."""
         p = self.pushes.get(peer)
-        if p is not None:
+        if p is not None and p.binary:
             p.binary = False
+            self._binary_changed()
+
+    def _binary_changed(self) -> None:
+        """(leader) The log keeps what it appends in memory only while a follower takes JSON pushes, which
+        carry entries decoded (a binary push is a slice of the data file: keeping them costs every send)."""
+        pushes = self.pushes.values()
+        self.log.keep_recent = not pushes or not all(p.binary for p in pushes)
 
     def as_json(self, out: Out) -> Out:
         """A binary push made JSON (the connection it was made for is gone): its entries decoded."""
@@ -1041,6 +1050,7 @@ class Node:
                 if resp.code == Code.UNEXPECTED_ARGUMENT and raw:
                     # a body refused: from its data file unchecked; JSON reads check what leaves the memory
                     p.binary, p.binary_refused = False, True
+                    self._binary_changed()
                 self._to_compare(p, now, COMPARE_RETRY_MS)
             return
         if req.type is PushType.COMMIT:

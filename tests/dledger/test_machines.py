@@ -575,6 +575,26 @@ def a_leader(entries: int) -> Node:
     return node
 
 
+def test_a_leader_keeps_its_entries_in_memory_only_while_a_follower_takes_json_pushes() -> None:
+    """JSON pushes carry entries decoded, from memory; binary ones are slices of the data file: once every
+    follower said it reads binary pushes the log stops keeping what it appends, and keeps it again as soon
+    as one is back to JSON (its connection lost, or a binary body refused)."""
+    node = a_leader(0)
+    assert node.log.keep_recent
+    node.speaks_binary("n1")
+    assert node.log.keep_recent  # (n2 still takes JSON)
+    node.speaks_binary("n2")
+    assert not node.log.keep_recent
+    node.binary_lost("n1")
+    assert node.log.keep_recent
+    node.speaks_binary("n1")
+    assert not node.log.keep_recent
+    node.to_candidate(2)
+    node.m.term = 2
+    node.to_leader(2)  # a new leadership: every follower is pushed JSON until it says otherwise
+    assert node.log.keep_recent
+
+
 def test_waiting_appends_are_answered_whatever_order_they_were_tracked_in() -> None:
     """The commit and the expiry look at the front of the waiting appends while they were tracked in order
     (each send waits for the entry it just appended); one tracked out of order, or tracked again (its
