@@ -595,6 +595,25 @@ def test_a_leader_keeps_its_entries_in_memory_only_while_a_follower_takes_json_p
     assert node.log.keep_recent
 
 
+def test_followers_pushed_from_the_same_index_share_one_read_of_the_run() -> None:
+    """A round's binary pushes to followers at the same index carry one run read from the log (not one read
+    and copy each); once the log grows, or for a follower elsewhere, the run is read again."""
+    node = a_leader(3)
+    for peer in ("n1", "n2"):
+        node.speaks_binary(peer)
+        node._to_append(node.pushes[peer], -1)  # (compared: both hold nothing)
+    first = [o for o in node.tick(0) if o.raw is not None]
+    assert [(o.peer, o.first, o.count) for o in first] == [("n1", 0, 3), ("n2", 0, 3)]
+    assert first[0].raw is first[1].raw
+    node.log.append_leader(b"e3", 1)
+    node.pushes["n2"].write_index = 1  # (n2 behind: pushed again from 1)
+    node.pushes["n2"].inflight.clear()
+    again = [o for o in node.tick(1) if o.raw is not None]
+    assert [(o.peer, o.first, o.count) for o in again] == [("n1", 3, 1), ("n2", 1, 3)]
+    assert again[0].raw == dl.encode_entry(node.log.get(3))
+    assert again[1].raw == b"".join(dl.encode_entry(node.log.get(i)) for i in (1, 2, 3))
+
+
 def test_waiting_appends_are_answered_whatever_order_they_were_tracked_in() -> None:
     """The commit and the expiry look at the front of the waiting appends while they were tracked in order
     (each send waits for the entry it just appended); one tracked out of order, or tracked again (its
