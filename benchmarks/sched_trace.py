@@ -77,13 +77,13 @@ class Recorder:
 
 
 def read(path: Path) -> Trace:
-    """Parse ``perf script`` of a recording into runs per core, wake-ups and preemptions per thread."""
-    text = subprocess.run(
-        ["perf", "script", "-i", str(path), "-F", "cpu,time,event,trace"],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
+    """The recording at ``path``, through ``perf script``."""
+    script = ["perf", "script", "-i", str(path), "-F", "cpu,time,event,trace"]
+    return parse(subprocess.run(script, capture_output=True, text=True, check=True).stdout)
+
+
+def parse(text: str) -> Trace:
+    """``perf script -F cpu,time,event,trace`` lines into runs per core, wake-ups and preemptions per thread."""
     trace = Trace()
     current: dict[int, tuple[float, int, str]] = {}
     for line in text.splitlines():
@@ -158,7 +158,16 @@ def report(
     """Lines for the slowest messages (``(round, sent, ms)``, sent in monotonic seconds), one per 50 ms so a
     single stall is named once: each core's occupants over the flight, and each loop's wait for a core
     and who held it meanwhile (ms)."""
-    trace = read(path)
+    return _report(read(path), messages, roles, loops, limit)
+
+
+def _report(
+    trace: Trace,
+    messages: list[tuple[str, float, float]],
+    roles: dict[int, str],
+    loops: dict[str, int],
+    limit: int = 12,
+) -> list[str]:
     lines = []
     picked: list[float] = []
     for name, sent, ms in sorted(messages, key=lambda m: -m[2]):
