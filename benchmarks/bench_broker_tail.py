@@ -69,7 +69,7 @@ from bench_broker_latency import bench, namesrv_process, percentile
 from bench_broker_produce import ROOT, broker_process
 from bench_broker_topics import create
 from benchlib import summary
-from sched_trace import Recorder, report
+from sched_trace import Recorder, read, report
 from timeline import Timeline, children, loop_costs, per_message, slow_report, thread_times
 
 from daemon.remoting.loop import run
@@ -219,7 +219,7 @@ def main() -> None:
             recorder.stop()
             print("slowest messages: each core's holders over the flight, each loop's wait for a core (ms):")
             loops = {"broker loop": broker_pid, "client loop": os.getpid()}
-            print("\n".join(report(args.sched_trace, flights, roles, loops)), flush=True)
+            print("\n".join(report(read(args.sched_trace), flights, roles, loops)), flush=True)
     if timeline is not None:
         timeline.close()
         print("slowest messages and the threads that ran in their flight (CPU, wait for a core; ms):")

@@ -149,7 +149,7 @@ def _top(held: dict[str, float], n: int = 4) -> str:
 
 
 def report(
-    path: Path,
+    trace: Trace,
     messages: list[tuple[str, float, float]],
     roles: dict[int, str],
     loops: dict[str, int],
@@ -157,17 +157,7 @@ def report(
 ) -> list[str]:
     """Lines for the slowest messages (``(round, sent, ms)``, sent in monotonic seconds), one per 50 ms so a
     single stall is named once: each core's occupants over the flight, and each loop's wait for a core
-    and who held it meanwhile (ms)."""
-    return _report(read(path), messages, roles, loops, limit)
-
-
-def _report(
-    trace: Trace,
-    messages: list[tuple[str, float, float]],
-    roles: dict[int, str],
-    loops: dict[str, int],
-    limit: int = 12,
-) -> list[str]:
+    and who held it meanwhile (ms). ``trace``: `read` of the recording."""
     lines = []
     picked: list[float] = []
     for name, sent, ms in sorted(messages, key=lambda m: -m[2]):

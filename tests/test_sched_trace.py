@@ -84,7 +84,7 @@ def test_a_loops_wait_runs_from_its_wake_up_or_preemption_to_its_next_run() -> N
 def test_the_report_names_one_stall_once() -> None:
     st = _module()
     messages = [("1busy", START, 6.0), ("1busy", START + 0.001, 5.0)]
-    lines = st._report(st.parse(SCRIPT), messages, ROLES, {"broker loop": LOOP})
+    lines = st.report(st.parse(SCRIPT), messages, ROLES, {"broker loop": LOOP})
     assert len(lines) == 2
     assert lines[0].startswith("  1busy t=10.001 6.00 ms: cpu0: other:kworkerH 4.0")
     assert "broker loop waited 4.5 ms for a core, behind other:kworkerH 4.0, client loop 0.5" in lines[1]
