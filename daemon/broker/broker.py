@@ -1194,7 +1194,10 @@ class Broker:
         when the table (its data version: entries are replaced, never changed in place), the permission
         or the form changed, and then in slices (`encode_sliced`)."""
         if topics is not None:
-            return RegisterBrokerBody(self.registration_wrapper(topics), []).encode(compressed)
+            wrapper = self.registration_wrapper(topics)
+            if not compressed:
+                self._table_text.note(wrapper.topic_config_table)
+            return RegisterBrokerBody(wrapper, []).encode(compressed)
         # The version object too (a slave's sync replaces it with the master's), and the table's size (the
         # system topics made at start bump no version).
         version = self.topics.file.data_version
