@@ -20,6 +20,7 @@ own log's errors go to stderr: they say which of its locks or connections failed
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -104,16 +105,23 @@ def consume(namesrv: str, topic: str, group: str, count: int, timeout: float) ->
 
 
 def client_log() -> Path:
-    """This process's client log: the client writes it under ~/logs/rocketmq-cpp/, named by the process id."""
-    return Path.home() / "logs" / "rocketmq-cpp" / f"{os.getpid()}_rocketmq-cpp.log.0"
+    """This process's client log: the client writes it under ~/logs/rocketmq-cpp/ as ``PID_rocketmq-cpp.log.N``,
+    N the first free number, so that a process with a recycled id writes ``.log.1`` beside the old process's
+    ``.log.0``: the one written last is ours."""
+    logs = Path.home() / "logs" / "rocketmq-cpp"
+    written = {}
+    for path in logs.glob(f"{os.getpid()}_rocketmq-cpp.log.*"):
+        with contextlib.suppress(FileNotFoundError):  # (the client's collector may remove an old one)
+            written[path] = path.stat().st_mtime_ns
+    return max(written, key=written.__getitem__) if written else logs / f"{os.getpid()}_rocketmq-cpp.log.0"
 
 
 def wait_for_first_heartbeat_tick(producer_started: str, timeout: float = 60.0) -> None:
     """Return once the client's log shows its first heartbeat tick after the line ``producer_started``
     (``start`` logs one empty heartbeat itself, the tick the second); the log is written as it goes."""
     deadline = time.monotonic() + timeout
-    path = client_log()
     while True:
+        path = client_log()
         text = path.read_text(errors="replace") if path.exists() else ""
         since = text.rfind(producer_started)
         if since >= 0 and text.count(EMPTY_HEARTBEAT, since) >= 2:
