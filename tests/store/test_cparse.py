@@ -5,22 +5,20 @@ differently because the build is there. Skipped without the build (read_record_i
 
 from __future__ import annotations
 
-import ctypes
-import os
 import random
 import struct
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, strategies as st
 
 from store import dledger as dl, record
 from store.dledger_log import DLedgerLog
 from store.errors import CorruptRecordError
 from store.message import BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE_V2, Message
 from store.record import Buffer
+from tests.support.fuzz import FUZZ, exact, outcome
 
 c = pytest.importorskip("store._cparse")
 
@@ -222,37 +220,11 @@ def test_a_pushed_run_is_taken_as_far_as_the_python_loop_takes_it(tmp_path: Path
 
 # ------------------------------------------------------------------ properties: any damage, any bounds
 # Hypothesis draws records and runs damaged at their edges (sizes against the buffer, lengths past the
-# end, negative and huge values, IPv6 flags, v1/v2 magic, cuts mid-header) and the C parse must give what
-# the Python one gives. Derandomized and without a database, so a run is the same everywhere;
-# MQCTL_FUZZ_EXAMPLES=N draws N random examples instead (scripts/sanitize_native.py runs them so, under
-# AddressSanitizer, where each buffer is an allocation of its exact size: a read one byte past it shows).
-
-_EXAMPLES = int(os.environ.get("MQCTL_FUZZ_EXAMPLES", "0"))
-FUZZ = settings(
-    max_examples=_EXAMPLES or 300,
-    derandomize=not _EXAMPLES,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+# end, negative and huge values, IPv6 flags, v1/v2 magic, cuts mid-header): the C parse must give what the
+# Python one gives (settings and buffers: tests/support/fuzz.py).
 
 I32_EDGES = [0, 1, -1, 2, 0x7F, 0x80, 0xFF, 0x7FFF, 0x8000, 0xFFFF, 2**31 - 1, -(2**31), 2**30, -(2**30)]
 I64_EDGES = [*I32_EDGES, 2**63 - 1, -(2**63), 2**32, -(2**32), 2**62]
-
-
-def exact(data: bytes) -> memoryview:
-    """``data`` in an allocation of exactly its size (ctypes': malloc under PYTHONMALLOC=malloc), as bytes
-    ('B'): a bytes object has a NUL after its data and pymalloc's pools around it, which hide an overread."""
-    if not data:
-        return memoryview(b"")
-    return memoryview((ctypes.c_char * len(data)).from_buffer_copy(data)).cast("B")
-
-
-def outcome(fn: Callable[..., object], *args: object) -> tuple[object, ...]:
-    """What a call gives: its value, or its exception's type and text."""
-    try:
-        return ("value", fn(*args))
-    except Exception as exc:  # (every error the Python parse raises: compared as they are)
-        return ("raised", type(exc), str(exc))
 
 
 def same_either_way(buf: Buffer, pos: int, limit: int) -> None:
@@ -325,6 +297,7 @@ def damaged_records(draw: st.DrawFn) -> tuple[bytes, int, int]:
     return data, pos, limit
 
 
+@pytest.mark.slow  # hundreds of examples
 @FUZZ
 @given(damaged_records())
 def test_any_damaged_record_reads_as_the_python_parse_reads_it(case: tuple[bytes, int, int]) -> None:
@@ -394,6 +367,7 @@ def pushed_runs(draw: st.DrawFn) -> tuple[bytes, int, int, int, int, int, int, i
     return bytes(raw), off, start, at, base, file_size, prev_index, prev_term
 
 
+@pytest.mark.slow  # hundreds of examples
 @FUZZ
 @given(pushed_runs())
 def test_any_damaged_run_is_scanned_as_the_python_loop_scans_it(case: tuple) -> None:
