@@ -264,6 +264,9 @@ def _field_positions(rec: bytes) -> dict[str, tuple[int, int]]:
     }
 
 
+#: How much damage a case gets: mostly one kind at a time (each alone finds the edge it is near more often).
+EDITS, FLIPS, CUT = st.sampled_from([0, 0, 0, 1, 1, 2, 3]), st.sampled_from([0, 0, 0, 1, 2]), st.booleans()
+
 PROP_PIECES = [b"\x01", b"\x02", b"TAGS", b"KEYS", b"a", b"v", b"\xff", b"\xe2\x82", "\u00e9".encode(), b"\0"]
 
 
@@ -278,15 +281,21 @@ def damaged_records(draw: st.DrawFn) -> tuple[bytes, int, int]:
     rec = as_v2(rec) if draw(st.booleans()) else rec
     fields = _field_positions(rec)
     buf = bytearray(rec)
-    for _ in range(draw(st.integers(0, 3))):
+    for _ in range(draw(EDITS)):
         at, width = fields[draw(st.sampled_from(sorted(fields)))]
         near = [len(rec) + d for d in (-2, -1, 0, 1, 2)] + [len(body) + d for d in (-1, 0, 1)]
+        near += [len(rec) - (at + width) + d for d in (-2, -1, 0, 1)]  # what it measures reaching the end
         value = draw(st.one_of(st.sampled_from(I32_EDGES + near + [0x10, 0x20, 0x30]), st.integers()))
         buf[at : at + width] = (value % (1 << (8 * width))).to_bytes(width, "big")
-    for _ in range(draw(st.integers(0, 2))):
+    for _ in range(draw(FLIPS)):
         buf[draw(st.integers(0, len(buf) - 1))] ^= 1 << draw(st.integers(0, 7))
-    if draw(st.booleans()):
-        del buf[draw(st.integers(0, len(buf))) :]
+    if draw(CUT):  # cut anywhere, most often a byte or two either side of a field's end
+        ends = [at + width + d for at, width in fields.values() for d in (-2, -1, 0, 1)] + [
+            87,
+            88,
+            len(rec) - 1,
+        ]
+        del buf[draw(st.sampled_from(ends) | st.integers(0, len(buf))) :]
     before, after = draw(st.integers(0, 9)), draw(st.integers(0, 9))
     data = bytes(before) + bytes(buf) + bytes(after)
     limit = draw(
@@ -341,24 +350,26 @@ def pushed_runs(draw: st.DrawFn) -> tuple[bytes, int, int, int, int, int, int, i
     at = draw(st.sampled_from([0, 48, 1 << 20, 2**40]))
     base = at - draw(st.sampled_from([0, 8, 1000]))
     raw, offsets, index, term, pos = bytearray(), [], prev_index, prev_term, at
-    for _ in range(draw(st.integers(1, 6))):
+    for _ in range(draw(st.sampled_from([1, 1, 2, 3, 6]))):
         body = draw(st.binary(max_size=40))
         index, term = index + 1, term + draw(st.integers(0, 1))
         crc = draw(st.sampled_from([dl.entry_body_crc(body), 0, dl.entry_body_crc(body) ^ 1]))
         offsets.append(len(raw))
         raw += _ENTRY.pack(1, 48 + len(body), index, term, pos, 0, 0, crc, len(body)) + body
         pos += 48 + len(body)
-    for _ in range(draw(st.integers(0, 3))):
+    for _ in range(draw(EDITS)):
         where = draw(st.sampled_from(offsets))
         at_, width = _ENTRY_FIELDS[draw(st.sampled_from(sorted(_ENTRY_FIELDS)))]
         near = [44, 45, 47, 48, 49, len(raw) - where, len(raw) - where + 1, prev_index + 1, at]
         edges = I64_EDGES if width == 8 else I32_EDGES
         value = draw(st.one_of(st.sampled_from(edges + near), st.integers()))
         raw[where + at_ : where + at_ + width] = (value % (1 << (8 * width))).to_bytes(width, "big")
-    for _ in range(draw(st.integers(0, 2))):
+    for _ in range(draw(FLIPS)):
         raw[draw(st.integers(0, len(raw) - 1))] ^= 1 << draw(st.integers(0, 7))
-    if draw(st.booleans()):
-        del raw[draw(st.integers(0, len(raw))) :]
+    if draw(CUT):  # cut anywhere, most often just before or after an entry's header or end
+        ends = [o + d for o in [*offsets[1:], len(raw)] for d in (-2, -1, 1)]
+        ends += [o + d for o in offsets for d in (1, 44, 47, 48, 49)]
+        del raw[max(0, draw(st.sampled_from(ends) | st.integers(0, len(raw)))) :]
     off = draw(st.sampled_from([0, 0, *offsets]))
     start = draw(st.sampled_from([off, off, -1]))
     wrote = at - base
@@ -430,3 +441,71 @@ def test_a_scan_at_the_edges_of_64_bits_takes_only_what_the_python_loop_takes(
 def test_a_scan_from_outside_the_run_takes_nothing(off: int) -> None:
     raw = _entry(0, 0, 0)
     assert c.scan_run(raw, off, 0, 0, 0, 1 << 20, -1, 0) == (off, 0, -1, 0, b"")
+
+
+@pytest.mark.parametrize("v2", [False, True])
+@pytest.mark.parametrize("born", [BORN_V4, BORN_V6])
+def test_every_cut_of_a_record_is_read_as_the_python_parse_reads_it(v2: bool, born: tuple[str, int]) -> None:
+    """The record cut at every byte (the buffer ending there, and the limit at it or at the full size)."""
+    rec = encode("Topic", b"0123456789", PROPS[1], born=born)
+    rec = as_v2(rec) if v2 else rec
+    for cut in range(len(rec) + 1):
+        for limit in {cut, len(rec)}:
+            same_either_way(exact(rec[:cut]), 0, limit)
+
+
+@pytest.mark.parametrize("start", [0, -1])
+def test_every_cut_of_a_run_is_scanned_as_the_python_loop_scans_it(start: int) -> None:
+    """A run of three entries cut at every byte, scanned with the first entry checked whole or not."""
+    raw = _entry(5, 1, 100, b"a") + _entry(6, 1, 149, b"") + _entry(7, 2, 197, b"body" * 5)
+    for cut in range(len(raw) + 1):
+        view = exact(raw[:cut])
+        want = python_scan(view, 0, start, 100, 0, 1 << 20, 4, 1)
+        assert c.scan_run(view, 0, start, 100, 0, 1 << 20, 4, 1) == want, cut
+
+
+@pytest.mark.parametrize("v2", [False, True])
+@pytest.mark.parametrize("born", [BORN_V4, BORN_V6])
+def test_each_length_ending_just_before_at_or_past_the_records_end(v2: bool, born: tuple[str, int]) -> None:
+    """Each length field set so that what it measures ends a few bytes before the record's end, at it, or
+    past it, in a buffer that ends with the record (a read past it shows under scripts/sanitize_native.py)
+    or a little after it."""
+    rec = encode("TopicA", b"0123456789", PROPS[1], born=born)
+    rec = as_v2(rec) if v2 else rec
+    for at, width in _field_positions(rec).values():
+        to_end = len(rec) - (at + width)
+        for value in {*range(to_end - 4, to_end + 4), *range(len(rec) - 4, len(rec) + 4), *I32_EDGES}:
+            buf = bytearray(rec)
+            buf[at : at + width] = (value % (1 << (8 * width))).to_bytes(width, "big")
+            for tail in (b"", b"\0\0\0"):
+                same_either_way(exact(bytes(buf) + tail), 0, len(buf) + len(tail))
+                same_either_way(exact(bytes(buf) + tail), 0, len(buf))
+
+
+RUN = _entry(5, 1, 100, b"abcd") + _entry(6, 1, 152, b"") + _entry(7, 2, 200, b"body" * 5)
+
+
+@pytest.mark.parametrize("start", [0, -1])
+@pytest.mark.parametrize("where", [0, 52])
+def test_each_entry_size_and_body_length_at_their_edges(start: int, where: int) -> None:
+    """An entry's size and body length around the header's size, agreeing or not, in a run cut at the
+    entry's end or a byte either side (the first entry, checked whole or not, and the second)."""
+    for size in range(36, 60):
+        for body_len in range(-12, 12):
+            raw = bytearray(RUN)
+            struct.pack_into(">i", raw, where + 4, size)
+            struct.pack_into(">i", raw, where + 44, body_len)
+            for cut in {len(raw), where + size - 1, where + size, where + size + 1, where + 48}:
+                view = exact(bytes(raw[: max(cut, 0)]))
+                want = python_scan(view, 0, start, 100, 0, 1 << 20, 4, 1)
+                assert c.scan_run(view, 0, start, 100, 0, 1 << 20, 4, 1) == want, (size, body_len, cut)
+
+
+@pytest.mark.parametrize("start", [0, -1])
+def test_each_room_left_in_the_file(start: int) -> None:
+    """The data file's room around each entry's end plus the blank it must leave (a roll due or not)."""
+    view = exact(RUN)
+    for file_size in range(90, 100 + len(RUN) + 20):
+        for base in (0, 60):
+            want = python_scan(view, 0, start, 100, base, file_size, 4, 1)
+            assert c.scan_run(view, 0, start, 100, base, file_size, 4, 1) == want, (file_size, base)
