@@ -8,11 +8,12 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, strategies as st
 
-from tests.support.fuzz import FUZZ, exact, outcome
+from tests.support.fuzz import FUZZ, exact, leaked, outcome
 
 h = pytest.importorskip("daemon.acl._hmacsha1")
 
@@ -124,3 +125,25 @@ def test_keys_of_every_length_and_values_around_the_gathering_buffer() -> None:
                 assert h.signature(states, (*values, "x" * 30), b"") == reference(
                     b"k", (*values, "x" * 30), b""
                 )
+
+
+def test_no_path_keeps_a_reference_or_a_buffer() -> None:
+    """Each way out of the three calls, the errors included, thousands of times: nothing stays allocated
+    (each call's buffers new objects, so that one kept by an unreleased view shows)."""
+    states = h.keyed(b"k")
+    calls: list[Callable[[], object]] = [
+        lambda: h.keyed(bytearray(100)),
+        lambda: h.keyed("str"),
+        lambda: h.signature(states, ("a", "b" * 2000), bytearray(b"body")),
+        lambda: h.signature(states, ("a", "\ud800"), b""),
+        lambda: h.signature(states, ("a", 1), b""),
+        lambda: h.signature(b"x", "a", b""),
+        lambda: h.signature(states, "a", "body"),
+        lambda: h.verify(states, {"a": "1", "b": "2"}, ("a", "b"), (), bytearray(4), "x" * 28),
+        lambda: h.verify(states, {"a": "1", "b": "2"}, ("a", "c"), (), b"", "x" * 28),
+        lambda: h.verify(states, {"a": "1", "b": 2}, ("a", "b"), (), b"", "x" * 28),
+        lambda: h.verify(states, {"a": "\ud800"}, ("a",), (), b"", "x" * 28),
+        lambda: h.verify(states, {"a": "1"}, ("a",), ([],), b"", "x"),
+        lambda: h.verify(states, {"a": "1"}, ("a",), (), "body", "x"),
+    ]
+    assert leaked(calls) < 2000

@@ -8,6 +8,7 @@ from __future__ import annotations
 import random
 import struct
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from store.dledger_log import DLedgerLog
 from store.errors import CorruptRecordError
 from store.message import BORNHOST_V6_FLAG, MESSAGE_MAGIC_CODE_V2, Message
 from store.record import Buffer
-from tests.support.fuzz import FUZZ, exact, outcome
+from tests.support.fuzz import FUZZ, exact, leaked, outcome
 
 c = pytest.importorskip("store._cparse")
 
@@ -509,3 +510,27 @@ def test_each_room_left_in_the_file(start: int) -> None:
         for base in (0, 60):
             want = python_scan(view, 0, start, 100, base, file_size, 4, 1)
             assert c.scan_run(view, 0, start, 100, base, file_size, 4, 1) == want, (file_size, base)
+
+
+def test_no_path_keeps_a_reference_or_a_buffer() -> None:
+    """Each way out of both calls, the errors included (wrong types, a buffer not contiguous, arguments
+    past their range), thousands of times: nothing stays allocated (each call's buffer a new object, so
+    that one kept by an unreleased view shows)."""
+    rec, rec2 = encode("T", b"body", PROPS[5]), as_v2(encode("T", b"", PROPS[3]))
+    calls: list[Callable[[], object]] = [
+        lambda: c.v4_info(bytearray(rec), 0, len(rec)),
+        lambda: c.v4_info(bytearray(rec2), 0, len(rec2)),
+        lambda: c.v4_info(bytearray(rec), 1, len(rec)),
+        lambda: c.v4_info(bytearray(rec), 2**80, 1),
+        lambda: c.v4_info("str", 0, 1),
+        lambda: c.v4_info(rec, "x", 1),
+        lambda: c.v4_info(rec),
+        lambda: c.v4_info(memoryview(rec)[::2], 0, 5),
+        lambda: c.scan_run(bytearray(RUN), 0, -1, 100, 0, 1 << 20, 4, 1),
+        lambda: c.scan_run(bytearray(RUN), 2**70, -1, 100, 0, 1 << 20, 4, 1),
+        lambda: c.scan_run(RUN, 0, -1, 100, 0, 1 << 20, 4, "x"),
+        lambda: c.scan_run("str", 0, -1, 100, 0, 1 << 20, 4, 1),
+        lambda: c.scan_run(memoryview(RUN)[::2], 0, -1, 100, 0, 1 << 20, 4, 1),
+        lambda: c.scan_run(RUN),
+    ]
+    assert leaked(calls) < 2000

@@ -7,6 +7,7 @@ under AddressSanitizer, where :func:`exact`'s buffers make a read one byte past 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 from collections.abc import Callable
@@ -37,3 +38,27 @@ def outcome(fn: Callable[..., object], *args: object) -> tuple[object, ...]:
         return ("value", fn(*args))
     except Exception as exc:  # (whatever the reference raises: compared as it is)
         return ("raised", type(exc), str(exc))
+
+
+def leaked(calls: list[Callable[[], object]], times: int = 2000) -> int:
+    """Bytes that Python's allocators hold more after ``times`` rounds of ``calls`` (each allowed to raise)
+    than before: a C path that keeps a reference, or a buffer, shows as growth in proportion to ``times``."""
+    import gc
+    import tracemalloc
+
+    def rounds(n: int) -> None:
+        for call in calls:
+            for _ in range(n):
+                with contextlib.suppress(Exception):  # (the error paths are measured too)
+                    call()
+
+    rounds(10)  # caches filled first (the parse's property names)
+    tracemalloc.start()
+    try:
+        gc.collect()
+        before = tracemalloc.get_traced_memory()[0]
+        rounds(times)
+        gc.collect()
+        return tracemalloc.get_traced_memory()[0] - before
+    finally:
+        tracemalloc.stop()
