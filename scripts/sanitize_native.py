@@ -78,7 +78,10 @@ def environment(out: Path, fuzz: bool, examples: int) -> dict[str, str]:
     path = [str(ROOT), str(ROOT / "scripts"), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in path if p), DIR_VAR: str(out)}
     env |= {"LD_PRELOAD": runtime(fuzz), "PYTHONMALLOC": "malloc", "MQCTL_NATIVE": "0"}
-    env |= {"ASAN_OPTIONS": "detect_leaks=0:quarantine_size_mb=64", "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1"}
+    env |= {
+        "ASAN_OPTIONS": "detect_leaks=0:quarantine_size_mb=64",
+        "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+    }
     if examples:
         env["MQCTL_FUZZ_EXAMPLES"] = str(examples)
     return env
