@@ -21,7 +21,7 @@ import itertools
 import logging
 import typing
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from daemon.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -33,6 +33,9 @@ from daemon.remoting.errors import (
 )
 from daemon.remoting.frame import MAX_FRAME_LENGTH, decode_frame, encode_command
 from daemon.remoting.limits import BufferBudget
+
+#: How early a loop's timer may fire by its own clock (uvloop: a millisecond).
+_TIMER_GRAIN: Final = 0.001
 
 log = logging.getLogger(__name__)
 
@@ -438,7 +441,9 @@ class Connection(asyncio.Protocol):
         """The requests whose time is up answered with a RemotingTimeoutError; the timer set again for the
         earliest of those still waiting."""
         self._sweep = None
-        now = self._loop.time()
+        # (uvloop's timers have a millisecond's grain and fire up to that early by its clock: a deadline
+        # within it counts as due, or the timer would be set again for it at once, round after round)
+        now = self._loop.time() + _TIMER_GRAIN
         due = [opaque for opaque, waiting in self._callbacks.items() if waiting[1] <= now]
         for opaque in due:
             on_answer, _, timeout, code = self._callbacks.pop(opaque)

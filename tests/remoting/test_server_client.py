@@ -501,6 +501,18 @@ async def test_requests_waiting_together_expire_each_at_its_own_deadline() -> No
     assert isinstance(answers.pop("again"), RemotingTimeoutError)
 
 
+async def test_a_request_due_within_the_timers_grain_expires_when_its_timer_fires() -> None:
+    """uvloop fires a timer up to a millisecond early by its own clock: the sweep counts a deadline within
+    that as due, or it would set the timer again for the same deadline and spin until the clock passed it."""
+    conn = Connection(RequestDispatcher(), requester=True)
+    conn.connection_made(RecordingTransport())  # type: ignore[arg-type]
+    answers: dict[str, RemotingCommand | Exception] = {}
+    conn.request(RemotingCommand.request(ECHO), 0.0005, functools.partial(answers.__setitem__, "soon"))
+    conn._expire_callbacks()  # as the timer would, fired half a millisecond early
+    assert isinstance(answers.pop("soon"), RemotingTimeoutError)
+    assert conn._sweep is None  # nothing left waiting: no timer set again
+
+
 async def test_a_server_without_reply_batching_answers_as_the_read_ends() -> None:
     """`batch_replies=False` (a DLedger member's listener): a reply does not wait for the loop's round."""
     srv = RemotingServer(
