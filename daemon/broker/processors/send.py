@@ -227,6 +227,8 @@ class TopicSlot:
     write_queue_nums: int
     config: TopicConfig
     warm_handle: QueueHandle | None
+    warm_nums: object
+    warm_sizes: object
     warm_cq: object
     warm_file: int
     warm_map: int
@@ -249,9 +251,11 @@ class TopicSlot:
         self.queue_limit = 0
         self.write_queue_nums = 0
         self.multi_tag = False
-        #: What the last put through the slot went through (see :meth:`warm`): its queue's handle, the
-        #: queue, and the addresses of the queue's file object, its mapping object and its next unit's line.
+        #: What a put through the slot goes through (see :meth:`warm`): the stats items its puts count in and,
+        #: as of the last put, its queue's handle, the queue, and the addresses of the queue's file object,
+        #: its mapping object and its next unit's line.
         self.warm_handle = None
+        self.warm_nums, self.warm_sizes = items[0], items[1]  # (the topic's; never replaced)
         self.warm_cq = None
         self.warm_file = 0
         self.warm_map = 0
@@ -280,6 +284,8 @@ class TopicSlot:
                 self.queues,
                 self.warm_handle,
                 self.items,
+                self.warm_nums,
+                self.warm_sizes,
                 self.warm_cq,
                 self.warm_file,
                 self.warm_map,
