@@ -227,6 +227,7 @@ class TopicSlot:
     write_queue_nums: int
     config: TopicConfig
     warm_handle: QueueHandle | None
+    warm_queue: int
     warm_nums: object
     warm_sizes: object
     warm_cq: object
@@ -255,6 +256,7 @@ class TopicSlot:
         #: as of the last put, its queue's handle, the queue, and the addresses of the queue's file object,
         #: its mapping object and its next unit's line.
         self.warm_handle = None
+        self.warm_queue = -1  # (the queue of warm_handle; -1: none)
         self.warm_nums, self.warm_sizes = items[0], items[1]  # (the topic's; never replaced)
         self.warm_cq = None
         self.warm_file = 0
@@ -273,13 +275,14 @@ class TopicSlot:
         self.write_queue_nums = config.write_queue_nums
         self.multi_tag = config.topic_filter_type == "MULTI_TAG"
 
-    def warm(self) -> None:
-        """Prefetch what the send's put will read of its queue, as of the last put through this slot
-        (``remember``): with thousands of topics each of those objects is a cache miss, and the put meets
-        them one after another, each found through the one before; this starts them all at once, at the
-        send's start, to overlap each other and the send's own work. A hint: the put goes through the
-        objects themselves, so one gone stale costs a useless prefetch."""
-        if self.warm_handle is not None and prefetch is not None:
+    def warm(self, queue_id: int) -> None:
+        """Prefetch what the send's put will read of queue ``queue_id`` when the last put through this
+        slot (``remember``) went to that queue (sends to a topic's queues in turn skip it): with thousands
+        of topics each of those objects is a cache miss, and the put meets them one after another, each
+        found through the one before; this starts them all at once, at the send's start, to overlap each
+        other and the send's own work. A hint: the put goes through the objects themselves, so one gone
+        stale costs a useless prefetch."""
+        if queue_id == self.warm_queue and prefetch is not None:
             prefetch(
                 self.queues,
                 self.warm_handle,
@@ -295,6 +298,7 @@ class TopicSlot:
     def remember(self, handle: QueueHandle) -> None:
         """After a put through ``handle``: where its objects are, for the next send's :meth:`warm`."""
         self.warm_handle = handle
+        self.warm_queue = handle.queue_id
         self.warm_cq = handle.cq
         self.warm_file = handle.file_at
         self.warm_map = handle.map_at
@@ -452,7 +456,7 @@ class SendProcessor:
         started = time.perf_counter_ns()  # putLatency99/999 measure the whole send
         h = parse_send(request.code, request.ext_fields)
         slot = self._slot(h)
-        slot.warm()
+        slot.warm(h.queue_id)
         props = decode_properties(h.properties) if h.properties else {}
         wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
         props[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
