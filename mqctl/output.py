@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import enum
+import functools
 import io
 import json
 import os
@@ -57,8 +58,7 @@ def json_text(data: Any, *, indent: int | None = None) -> str:
     """``data`` as JSON with the characters :data:`_CONTROL` names written as ``\\uXXXX`` escapes: JSON
     escapes C0 itself but leaves DEL, C1 and the bidi controls raw. The same value to any JSON reader, and
     a terminal showing it cannot be driven or have its text reordered (its own newlines are not matched)."""
-    text = json.dumps(data, ensure_ascii=False, indent=indent)
-    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return _escaped(json.dumps(data, ensure_ascii=False, indent=indent))
 
 
 def yaml_text(data: Any) -> str:
@@ -66,6 +66,20 @@ def yaml_text(data: Any) -> str:
     :func:`json_text`: PyYAML escapes C0, DEL and most of C1 itself, but with ``allow_unicode`` leaves the
     bidi controls raw. A string holding one is written double-quoted (the one YAML style with escapes),
     so every such character left in the text is inside one and its escape reads back as the same value."""
+    import yaml
+
+    return _escaped(yaml.dump(data, Dumper=_yaml_dumper(), sort_keys=False, allow_unicode=True))
+
+
+def _escaped(text: str) -> str:
+    """``text`` with each character :data:`_CONTROL` names as a ``\\uXXXX`` escape."""
+    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+@functools.cache
+def _yaml_dumper() -> type:
+    """PyYAML's safe dumper writing a string that holds a :data:`_CONTROL` character double-quoted (made
+    once: ``RowStream`` dumps a document per row)."""
     import yaml
 
     class Dumper(yaml.SafeDumper):
@@ -76,8 +90,7 @@ def yaml_text(data: Any) -> str:
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
 
     Dumper.add_representer(str, string)
-    text = yaml.dump(data, Dumper=Dumper, sort_keys=False, allow_unicode=True)
-    return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return Dumper
 
 
 def set_raw(raw: bool) -> None:
