@@ -55,6 +55,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import json
 import os
 import statistics
 import subprocess
@@ -65,12 +66,12 @@ from contextlib import contextmanager
 from pathlib import Path
 
 # run as a script: benchmarks/ is on sys.path
-from bench_broker_latency import bench, namesrv_process, percentile
+from bench_broker_latency import QUEUES, WARM_UP_S, Run, _routed_queues, bench, namesrv_process, percentile
 from bench_broker_produce import ROOT, broker_process
 from bench_broker_topics import create
 from benchlib import summary
 from sched_trace import Recorder, read, report
-from timeline import Timeline, children, loop_costs, per_message, slow_report, thread_times
+from timeline import Timeline, children, loop_costs, per_message, process_costs, slow_report, thread_times
 
 from daemon.remoting.loop import run
 from daemon.schedslice import set_loop_slice
@@ -78,6 +79,14 @@ from mqctl.admin.client import Admin
 from mqctl.services.bench import produce, topic_names
 
 BUSY_LOOP = "while True: pass"
+TOOLS = Path(__file__).resolve().parent / "tools"
+INTEROP_PYTHON = ROOT / ".venv-interop" / "bin" / "python"
+#: The real clients' producer-and-push-consumer processes, each given NAMESRV TOPIC GROUP QUEUES RATE COUNT
+#: WARM_UP (benchmarks/tools/cpp_tail.py says what they do and print).
+CLIENTS = {
+    "cpp": [str(INTEROP_PYTHON), str(TOOLS / "cpp_tail.py")],
+    "ons": ["node", str(TOOLS / "ons_bench.js"), "tail"],
+}
 
 
 @contextmanager
@@ -114,6 +123,66 @@ async def fill(namesrv: str, broker: str, topics: int, group_offsets: bool) -> f
     return created + first.seconds + time.perf_counter() - started
 
 
+async def _topic(namesrv: str, broker: str, topic: str) -> None:
+    async with Admin([namesrv]) as admin:
+        await _routed_queues(admin, broker, topic)
+
+
+def client_round(
+    client: str, namesrv: str, broker: str, broker_pid: int, duration: float, rate: float, topic: str
+) -> tuple[Run, list[str]]:
+    """A round of bench_broker_latency's with a real client's process (``CLIENTS``) on a new 4-queue topic:
+    its latencies and send times, and the broker loop's and the client process's costs per message over
+    the client's schedule (from its "start" to its result)."""
+    run(_topic(namesrv, broker, topic))
+    out = Run(sent=int((WARM_UP_S + duration) * rate))
+    warm_up = int(WARM_UP_S * rate)
+    argv = [
+        *CLIENTS[client],
+        namesrv,
+        topic,
+        f"{topic}G",
+        str(QUEUES),
+        f"{rate:g}",
+        str(out.sent),
+        str(warm_up),
+    ]
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT) as proc:
+        assert proc.stdout is not None
+        opened = proc.stdout.readline() == "start\n"
+        costs = loop_costs(broker_pid), process_costs(proc.pid)
+        line = proc.stdout.readline() if opened else ""
+        after = loop_costs(broker_pid), process_costs(proc.pid)
+        proc.wait(60)
+    if not line:
+        raise SystemExit(f"{client}: {' '.join(argv[:3])} failed ({proc.returncode})")
+    result = json.loads(line)
+    out.received, out.latencies_ms, out.sent_ns = result["received"], result["latenciesMs"], result["sentNs"]
+    if result["failures"] or out.received < out.sent:
+        print(f"  {client}: {result['failures']} sends failed, {out.received:,} of {out.sent:,} received")
+    spent = [per_message(c, a, out.sent) for c, a in zip(costs, after, strict=True)]
+    return out, [f"broker loop {spent[0]}", f"{client} process {spent[1]}"]
+
+
+def mqctl_round(
+    namesrv: str, broker: str, broker_pid: int, duration: float, rate: float, topic: str
+) -> tuple[Run, list[str]]:
+    """bench_broker_latency's round with mqctl's own client on this process's event loop."""
+    me = os.getpid()
+    costs = loop_costs(broker_pid), loop_costs(me), process_costs(me)
+    out = run(bench(namesrv, broker, duration, rate, topic))
+    after = loop_costs(broker_pid), loop_costs(me), process_costs(me)
+    spent = [per_message(c, a, out.sent) for c, a in zip(costs, after, strict=True)]
+    return out, [f"broker loop {spent[0]}", f"client loop {spent[1]}", f"client process {spent[2]}"]
+
+
+def client_list(text: str) -> list[str]:
+    clients = text.split(",")
+    if not clients or any(c not in ("mqctl", *CLIENTS) for c in clients):
+        raise argparse.ArgumentTypeError(f"clients are mqctl, {', '.join(CLIENTS)}: not {text!r}")
+    return clients
+
+
 async def broker_loop(namesrv: str, broker: str) -> str:
     """The broker's own view: its loop lag and GC pauses (ms, the last minute or two)."""
     async with Admin([namesrv]) as admin:
@@ -147,6 +216,12 @@ def main() -> None:
         help="one group's offset committed on every topic (before the rounds)",
     )
     ap.add_argument("--tree", type=Path, default=ROOT, help="source tree of the daemons (default: this one)")
+    ap.add_argument(
+        "--client",
+        type=client_list,
+        default=["mqctl"],
+        help="producer and push consumer: mqctl, cpp, ons, or several (mqctl,cpp,ons) taken in turn",
+    )
     ap.add_argument("--client-slice-micros", type=int, default=0, help="EEVDF slice of this process (µs)")
     ap.add_argument(
         "--competitor-session", action="store_true", help="the busy process in a session of its own"
@@ -157,7 +232,9 @@ def main() -> None:
     if args.client_slice_micros:
         print(set_loop_slice(args.client_slice_micros), "(the benchmark's client)", flush=True)
     tree = args.tree.resolve()
-    p999: dict[str, list[float]] = {"quiet": [], "busy": []}
+    if args.client != ["mqctl"] and (args.timeline or args.sched_trace):
+        ap.error("--timeline and --sched-trace follow mqctl's own client only")
+    p999 = {client: {"quiet": [], "busy": []} for client in args.client}
     loads: list[float] = []
     timeline = Timeline(args.timeline) if args.timeline else None
     with namesrv_process(tree) as namesrv, broker_process("--namesrv", namesrv, cwd=tree) as (broker, _):
@@ -183,38 +260,43 @@ def main() -> None:
         roles: dict[int, str] = {}
         flights: list[tuple[str, float, float]] = []
         for r in range(args.rounds):
-            for mode in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
-                with competitor(mode == "busy", args.competitor_session) as busy_pid:
-                    if busy_pid is not None:
-                        roles[busy_pid] = "competitor"
+            for k, client in enumerate(args.client):
+                for mode in ("quiet", "busy") if (r + k) % 2 == 0 else ("busy", "quiet"):
+                    name = f"{r + 1} {mode}" if len(args.client) == 1 else f"{r + 1} {client} {mode}"
+                    with competitor(mode == "busy", args.competitor_session) as busy_pid:
+                        if busy_pid is not None:
+                            roles[busy_pid] = "competitor"
+                        if timeline is not None:
+                            for pid, role in children(os.getpid()).items():
+                                timeline.watch(pid, role if role != "python" else "competitor")
+                            timeline.mark(f"round {r + 1} {mode}")
+                        topic = f"TailBench{r}{client}{mode}"
+                        if client == "mqctl":
+                            out, spent = mqctl_round(
+                                namesrv, broker, broker_pid, args.duration, args.rate, topic
+                            )
+                        else:
+                            out, spent = client_round(
+                                client, namesrv, broker, broker_pid, args.duration, args.rate, topic
+                            )
+                        loads.append(os.getloadavg()[0])
                     if timeline is not None:
-                        for pid, role in children(os.getpid()).items():
-                            timeline.watch(pid, role if role != "python" else "competitor")
-                        timeline.mark(f"round {r + 1} {mode}")
-                    costs = loop_costs(broker_pid), loop_costs(os.getpid())
-                    out = run(bench(namesrv, broker, args.duration, args.rate, f"TailBench{r}{mode}"))
-                    spent = [
-                        per_message(c, loop_costs(pid), out.sent)
-                        for c, pid in zip(costs, (broker_pid, os.getpid()), strict=True)
-                    ]
-                    loads.append(os.getloadavg()[0])
-                if timeline is not None:
-                    timeline.messages(f"{r + 1}{mode}", out.sent_ns, out.latencies_ms)
-                if recorder is not None:
-                    roles.update(_roles())
-                    flights += [
-                        (f"{r + 1}{mode}", t / 1e9, ms)
-                        for t, ms in zip(out.sent_ns, out.latencies_ms, strict=True)
-                    ]
-                ms = sorted(out.latencies_ms)
-                p999[mode].append(percentile(ms, 99.9))
-                print(
-                    f"round {r + 1} {mode}: p50 {percentile(ms, 50):.2f} ms, p99 {percentile(ms, 99):.2f} ms, "
-                    f"p99.9 {percentile(ms, 99.9):.2f} ms, max {ms[-1]:.1f} ms ({len(ms):,} msgs); "
-                    f"{run(broker_loop(namesrv, broker))}; load {loads[-1]:.1f}\n"
-                    f"  per message: broker loop {spent[0]}; client loop {spent[1]}",
-                    flush=True,
-                )
+                        timeline.messages(f"{r + 1}{mode}", out.sent_ns, out.latencies_ms)
+                    if recorder is not None:
+                        roles.update(_roles())
+                        flights += [
+                            (f"{r + 1}{mode}", t / 1e9, ms)
+                            for t, ms in zip(out.sent_ns, out.latencies_ms, strict=True)
+                        ]
+                    ms = sorted(out.latencies_ms)
+                    p999[client][mode].append(percentile(ms, 99.9))
+                    print(
+                        f"round {name}: p50 {percentile(ms, 50):.2f} ms, p99 {percentile(ms, 99):.2f} ms, "
+                        f"p99.9 {percentile(ms, 99.9):.2f} ms, max {ms[-1]:.1f} ms ({len(ms):,} msgs); "
+                        f"{run(broker_loop(namesrv, broker))}; load {loads[-1]:.1f}\n"
+                        f"  per message: {'; '.join(spent)}",
+                        flush=True,
+                    )
         if recorder is not None and not recorder.refused:
             recorder.stop()
             print("slowest messages: each core's holders over the flight, each loop's wait for a core (ms):")
@@ -224,11 +306,15 @@ def main() -> None:
         timeline.close()
         print("slowest messages and the threads that ran in their flight (CPU, wait for a core; ms):")
         print("\n".join(slow_report(args.timeline, over_ms=5.0)))
-    quiet, busy = statistics.median(p999["quiet"]), statistics.median(p999["busy"])
-    print(f"median p99.9: quiet {quiet:.2f} ms, busy {busy:.2f} ms, busy/quiet {busy / quiet:.2f}")
+    figures = []
+    for client in args.client:
+        quiet, busy = statistics.median(p999[client]["quiet"]), statistics.median(p999[client]["busy"])
+        which = "" if args.client == ["mqctl"] else f"{client} "
+        print(f"median p99.9: {which}quiet {quiet:.2f} ms, busy {busy:.2f} ms, busy/quiet {busy / quiet:.2f}")
+        figures.append(f"{which}p99.9 quiet {quiet:.2f} ms, busy {busy:.2f} ms ({busy / quiet:.1f}x)")
     summary(
         __file__,
-        f"p99.9 quiet {quiet:.2f} ms, busy {busy:.2f} ms ({busy / quiet:.1f}x)",
+        "; ".join(figures),
         f"{args.topics:,} topics, {args.rate:,.0f} msgs/s, {args.rounds} x 2 rounds of {args.duration:g} s; "
         f"load {min(loads):.1f}-{max(loads):.1f} over the rounds; broker schedSliceMicros "
         f"{os.environ.get('MQCTL_SCHED_SLICE_MICROS', '0')}, client slice {args.client_slice_micros} µs"

@@ -73,20 +73,43 @@ def loop_costs(pid: int) -> tuple[int, int, int, int, int]:
     (which thread preempts whom does depend on what else runs); zeros once the process is gone."""
     try:
         cpu = int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0])
-        status = Path(f"/proc/{pid}/task/{pid}/status").read_text()
-        io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
-    except (OSError, ValueError):
+        return (cpu, *_switches(pid, [pid]), *_io(pid))
+    except (OSError, ValueError, KeyError):
         return 0, 0, 0, 0, 0
-    switches = {
-        k: int(v) for k, v in (line.split(":") for line in status.splitlines() if "ctxt_switches" in line)
-    }
-    return (
-        cpu,
-        switches["voluntary_ctxt_switches"],
-        switches["nonvoluntary_ctxt_switches"],
-        int(io["syscr"]),
-        int(io["syscw"]),
-    )
+
+
+def process_costs(pid: int) -> tuple[int, int, int, int, int]:
+    """`loop_costs` of the whole process ``pid``, every thread: what a client with threads of its own (the
+    C++ client's, Node's) spends. The CPU from ``stat`` (threads that ended count too; clock ticks, 10 ms),
+    the switches summed over the threads alive at the time."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        cpu = (int(fields[11]) + int(fields[12])) * 1_000_000_000 // _TICK  # utime + stime
+        return (cpu, *_switches(pid, [int(t) for t in os.listdir(f"/proc/{pid}/task")]), *_io(pid))
+    except (OSError, ValueError, KeyError):
+        return 0, 0, 0, 0, 0
+
+
+def _switches(pid: int, tids: list[int]) -> tuple[int, int]:
+    """Voluntary and involuntary context switches of the threads ``tids`` of ``pid``, summed."""
+    wakes = preempted = 0
+    for tid in tids:
+        try:
+            status = Path(f"/proc/{pid}/task/{tid}/status").read_text()
+        except FileNotFoundError:  # a thread that ended since the listing
+            continue
+        counts = {
+            k: int(v) for k, v in (ln.split(":") for ln in status.splitlines() if "ctxt_switches" in ln)
+        }
+        wakes += counts["voluntary_ctxt_switches"]
+        preempted += counts["nonvoluntary_ctxt_switches"]
+    return wakes, preempted
+
+
+def _io(pid: int) -> tuple[int, int]:
+    """The read and write system calls of the process ``pid`` (every thread's, ended ones' too)."""
+    io = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+    return int(io["syscr"]), int(io["syscw"])
 
 
 def per_message(before: tuple[int, ...], after: tuple[int, ...], messages: int) -> str:

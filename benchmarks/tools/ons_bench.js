@@ -7,6 +7,12 @@
 //   node ons_bench.js consume NAMESRV TOPIC GROUP COUNT
 //     A push consumer (new group, from the first offset) receives COUNT messages; timed from the first
 //     message to the last, as that is the drain rate (client start to first message is firstMs).
+//   node ons_bench.js tail NAMESRV TOPIC GROUP QUEUES RATE COUNT WARM_UP
+//     bench_broker_tail.py --client ons: benchmarks/tools/cpp_tail.py's protocol with this client (a
+//     Producer and a push Consumer in this process; probes until every queue delivered one, "start", COUNT
+//     sends at RATE on an absolute schedule, not awaited, each stamped with process.hrtime, which is
+//     CLOCK_MONOTONIC on Linux as Python's time.monotonic_ns; one JSON line {sent, received, failures,
+//     latenciesMs, sentNs}, the last two from index WARM_UP on).
 // Prints "start" when the timed window opens (the caller samples the broker's CPU then), and one JSON
 // line when it closes: {count, seconds, nodeCpu (share of one core over the window), ...}.
 const path = require('path');
@@ -84,13 +90,71 @@ async function consume(nameSrv, topic, group, count) {
   return { count: received, firstMs, ...result };
 }
 
-async function main([mode, nameSrv, topic, a, b]) {
+const SENT = 'benchSent'; // "<index> <CLOCK_MONOTONIC ns at send start>", as bench_broker_latency's property
+const sleep = ms => new Promise(resolve => setTimeout(resolve, ms));
+
+async function tail(nameSrv, topic, group, queues, rate, count, warmUp) {
+  const producer = new Producer({ nameSrv, producerGroup: 'MQCTL_ONS_TAIL', httpclient: urllib });
+  const consumer = new Consumer({ nameSrv, consumerGroup: group, httpclient: urllib });
+  producer.on('error', err => process.stderr.write(`producer error: ${err.message}\n`));
+  consumer.on('error', err => process.stderr.write(`consumer error: ${err.message}\n`));
+  const probed = new Set();
+  const latenciesMs = [];
+  const sentNs = [];
+  let received = 0;
+  let failures = 0;
+  let done;
+  const allIn = new Promise(resolve => { done = resolve; });
+  consumer.subscribe(topic, '*', async msg => {
+    const now = process.hrtime.bigint();
+    const [index, sent] = msg.properties[SENT].split(' ');
+    if (Number(index) < 0) return void probed.add(msg.queueId);
+    if (Number(index) >= warmUp) {
+      latenciesMs.push(Number(now - BigInt(sent)) / 1e6);
+      sentNs.push(Number(sent));
+    }
+    if (++received + failures === count) done();
+  });
+  await Promise.all([producer.ready(), consumer.ready()]);
+  const send = index => {
+    const msg = new Message(topic, 'tail', BODY);
+    msg.properties[SENT] = `${index} ${process.hrtime.bigint()}`;
+    return producer.send(msg);
+  };
+  const deadline = Date.now() + 60000;
+  while (probed.size < queues) {
+    if (Date.now() > deadline) throw new Error(`probes received from ${probed.size} of ${queues} queues`);
+    await send(-1).catch(() => {});
+    await sleep(20);
+  }
+  process.stdout.write('start\n');
+  const t0 = process.hrtime.bigint() + 100000000n;
+  for (let i = 0; i < count; i++) {
+    const wait = Number(t0 + BigInt(Math.round((i * 1e9) / rate)) - process.hrtime.bigint()) / 1e6;
+    if (wait > 0) await sleep(wait);
+    const failed = err => {
+      if (failures++ === 0) process.stderr.write(`send failed: ${err.message || err}\n`);
+      if (received + failures === count) done();
+    };
+    send(i).then(r => { if (r.sendStatus !== 'SEND_OK') failed(r.sendStatus); }, failed);
+  }
+  await Promise.race([allIn, sleep(30000)]);
+  const result = { sent: count, received, failures, latenciesMs, sentNs };
+  // a pipe's write is asynchronous: all of it out before the clients close and main() exits
+  await new Promise(resolve => process.stdout.write(JSON.stringify(result) + '\n', resolve));
+  await consumer.close(); // one at a time: they share one MQClient and its connections
+  await producer.close();
+  return null;
+}
+
+async function main([mode, nameSrv, topic, a, b, ...rest]) {
   if (mode === 'produce') return produce(nameSrv, topic, Number(a), Number(b));
   if (mode === 'consume') return consume(nameSrv, topic, a, Number(b));
+  if (mode === 'tail') return tail(nameSrv, topic, a, Number(b), ...rest.map(Number));
   throw new Error(`unknown mode ${mode}`);
 }
 
 main(process.argv.slice(2)).then(
-  result => { process.stdout.write(JSON.stringify(result) + '\n'); process.exit(0); },
+  result => { if (result !== null) process.stdout.write(JSON.stringify(result) + '\n'); process.exit(0); },
   err => { process.stderr.write(`${err.stack}\n`); process.exit(1); }
 );
