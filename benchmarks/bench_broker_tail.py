@@ -18,8 +18,31 @@ system calls (from /proc: counts the host's load does not decide, unlike the lat
 p99.9 of each side and their ratio.
 
     python benchmarks/bench_broker_tail.py [--topics 10000] [--duration 10] [--rate 1000] [--rounds 2]
-        [--group-offsets] [--tree DIR] [--timeline FILE] [--sched-trace FILE] [--competitor-session]
-        [--client-slice-micros N]
+        [--client mqctl|cpp|cpp-py|ons|mqctl,cpp,ons] [--group-offsets] [--tree DIR] [--timeline FILE]
+        [--sched-trace FILE] [--competitor-session] [--client-slice-micros N]
+
+``--client`` picks the producer and push consumer (default ``mqctl``: this process, as above):
+
+- ``cpp``: the official C++ client (the librocketmq.so of PyPI's ``rocketmq`` 0.4.4 in .venv-interop, which
+  `make test` installs) driven from C as a C/C++ application uses it: a producer sending asynchronously
+  and a push consumer in one process of its own (benchmarks/tools/cpp_tail.c, compiled here with cc as
+  bench_ab.py compiles cpp_bench.c);
+- ``cpp-py``: the same through the client's Python binding (benchmarks/tools/cpp_tail.py, under that venv's
+  Python), whose ctypes callbacks and GIL hand-offs are the client process's CPU too;
+- ``ons``: ali-ons (tests/interop/node_modules), a Producer and a push Consumer in one Node process
+  (benchmarks/tools/ons_bench.js ``tail``).
+
+Each runs the same round: the round's new 4-queue topic and a new group, probes until every queue has
+delivered one (the rebalance is done), then the absolute schedule and the 2 s warm-up. The send stamp
+(a user property) and the receipt are read on CLOCK_MONOTONIC in the client's own process
+(``time.monotonic_ns()``, Node's ``process.hrtime``; ``time.perf_counter_ns()`` here is the same clock
+on Linux), so every client's latencies are measured the same way. Per message the round prints the
+broker loop's costs and the client process's (every thread's CPU, wake-ups, reads and writes, from
+/proc over the client's schedule, warm-up included, as the mqctl rounds count from before their topic's
+creation). Several clients, comma-separated, take turns within each pair of rounds on the same broker
+(``--rounds 2 --client mqctl,cpp,ons``: mqctl quiet and busy, cpp busy and quiet, ons quiet and busy,
+then each the other way round), and each gets its own median. A real client's rounds cannot be
+followed with ``--timeline`` or ``--sched-trace``, which name mqctl's loop.
 
 ``--group-offsets`` commits one group's offset on every topic first, so consumerOffset.json holds an entry
 per topic (as on a broker whose topics all have a consumer) and is written every 5 s while the round's
@@ -60,6 +83,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -73,20 +97,32 @@ from benchlib import summary
 from sched_trace import Recorder, read, report
 from timeline import Timeline, children, loop_costs, per_message, process_costs, slow_report, thread_times
 
+sys.path.insert(0, str(Path(__file__).resolve().parent / "tools"))
+from bench_ab import BENCH as TOOLS, INTEROP_PYTHON, cpp_bench
+
 from daemon.remoting.loop import run
 from daemon.schedslice import set_loop_slice
 from mqctl.admin.client import Admin
 from mqctl.services.bench import produce, topic_names
 
 BUSY_LOOP = "while True: pass"
-TOOLS = Path(__file__).resolve().parent / "tools"
-INTEROP_PYTHON = ROOT / ".venv-interop" / "bin" / "python"
-#: The real clients' producer-and-push-consumer processes, each given NAMESRV TOPIC GROUP QUEUES RATE COUNT
-#: WARM_UP (benchmarks/tools/cpp_tail.py says what they do and print).
-CLIENTS = {
-    "cpp": [str(INTEROP_PYTHON), str(TOOLS / "cpp_tail.py")],
-    "ons": ["node", str(TOOLS / "ons_bench.js"), "tail"],
-}
+#: The real clients, each a producer-and-push-consumer process (benchmarks/tools/cpp_tail.py says what it
+#: does and prints).
+CLIENTS = ("cpp", "cpp-py", "ons")
+
+
+def client_commands(clients: list[str], work: Path) -> dict[str, list[str]]:
+    """The command of each real client in ``clients``, to be given NAMESRV TOPIC GROUP QUEUES RATE COUNT
+    WARM_UP; ``cpp``'s driver is compiled into ``work``."""
+    commands = {}
+    for client in clients:
+        if client == "cpp":
+            commands[client] = [str(cpp_bench(work, "cpp_tail"))]
+        elif client == "cpp-py":
+            commands[client] = [str(INTEROP_PYTHON), str(TOOLS / "cpp_tail.py")]
+        elif client == "ons":
+            commands[client] = ["node", str(TOOLS / "ons_bench.js"), "tail"]
+    return commands
 
 
 @contextmanager
@@ -129,16 +165,23 @@ async def _topic(namesrv: str, broker: str, topic: str) -> None:
 
 
 def client_round(
-    client: str, namesrv: str, broker: str, broker_pid: int, duration: float, rate: float, topic: str
+    client: str,
+    command: list[str],
+    namesrv: str,
+    broker: str,
+    broker_pid: int,
+    duration: float,
+    rate: float,
+    topic: str,
 ) -> tuple[Run, list[str]]:
-    """A round of bench_broker_latency's with a real client's process (``CLIENTS``) on a new 4-queue topic:
+    """A round of bench_broker_latency's with a real client's process (``command``) on a new 4-queue topic:
     its latencies and send times, and the broker loop's and the client process's costs per message over
     the client's schedule (from its "start" to its result)."""
     run(_topic(namesrv, broker, topic))
     out = Run(sent=int((WARM_UP_S + duration) * rate))
     warm_up = int(WARM_UP_S * rate)
     argv = [
-        *CLIENTS[client],
+        *command,
         namesrv,
         topic,
         f"{topic}G",
@@ -147,12 +190,13 @@ def client_round(
         str(out.sent),
         str(warm_up),
     ]
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, text=True, cwd=ROOT) as proc:
-        assert proc.stdout is not None
+    with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT) as proc:
+        assert proc.stdin is not None and proc.stdout is not None
         opened = proc.stdout.readline() == "start\n"
         costs = loop_costs(broker_pid), process_costs(proc.pid)
         line = proc.stdout.readline() if opened else ""
         after = loop_costs(broker_pid), process_costs(proc.pid)
+        proc.stdin.close()  # the client shuts down: its threads' counts are read
         proc.wait(60)
     if not line:
         raise SystemExit(f"{client}: {' '.join(argv[:3])} failed ({proc.returncode})")
@@ -220,7 +264,7 @@ def main() -> None:
         "--client",
         type=client_list,
         default=["mqctl"],
-        help="producer and push consumer: mqctl, cpp, ons, or several (mqctl,cpp,ons) taken in turn",
+        help="producer and push consumer: mqctl, cpp, cpp-py, ons, or several (mqctl,cpp,ons) in turn",
     )
     ap.add_argument("--client-slice-micros", type=int, default=0, help="EEVDF slice of this process (µs)")
     ap.add_argument(
@@ -237,7 +281,12 @@ def main() -> None:
     p999 = {client: {"quiet": [], "busy": []} for client in args.client}
     loads: list[float] = []
     timeline = Timeline(args.timeline) if args.timeline else None
-    with namesrv_process(tree) as namesrv, broker_process("--namesrv", namesrv, cwd=tree) as (broker, _):
+    with (
+        tempfile.TemporaryDirectory() as work,
+        namesrv_process(tree) as namesrv,
+        broker_process("--namesrv", namesrv, cwd=tree) as (broker, _),
+    ):
+        commands = client_commands(args.client, Path(work))
         broker_pid = next(pid for pid, role in children(os.getpid()).items() if role == "broker")
         if timeline is not None:
             timeline.watch(os.getpid(), "bench")
@@ -277,7 +326,14 @@ def main() -> None:
                             )
                         else:
                             out, spent = client_round(
-                                client, namesrv, broker, broker_pid, args.duration, args.rate, topic
+                                client,
+                                commands[client],
+                                namesrv,
+                                broker,
+                                broker_pid,
+                                args.duration,
+                                args.rate,
+                                topic,
                             )
                         loads.append(os.getloadavg()[0])
                     if timeline is not None:

@@ -121,17 +121,17 @@ def cluster(target: Target, data: Path) -> Iterator[None]:
         yield
 
 
-def cpp_bench(into: Path) -> Path:
-    """benchmarks/tools/cpp_bench.c compiled against the C++ client's librocketmq.so (.venv-interop)."""
+def cpp_bench(into: Path, name: str = "cpp_bench") -> Path:
+    """benchmarks/tools/NAME.c compiled into ``into`` against the C++ client's librocketmq.so (.venv-interop)."""
     lib = subprocess.run(
         [str(INTEROP_PYTHON), "-c", "import os, rocketmq; print(os.path.dirname(rocketmq.__file__))"],
         check=True,
         capture_output=True,
         text=True,
     ).stdout.strip()
-    binary = into / "cpp_bench"
+    binary = into / name
     link = [f"-L{lib}", "-l:librocketmq.so", f"-Wl,-rpath,{lib}", "-lpthread"]
-    subprocess.run(["cc", "-O2", "-o", str(binary), str(BENCH / "cpp_bench.c"), *link], check=True)
+    subprocess.run(["cc", "-O2", "-o", str(binary), str(BENCH / f"{name}.c"), *link], check=True)
     return binary
 
 

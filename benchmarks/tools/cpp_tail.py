@@ -1,4 +1,4 @@
-"""The official RocketMQ C++ client's producer and push consumer for ``bench_broker_tail.py --client cpp``
+"""The official RocketMQ C++ client's producer and push consumer for ``bench_broker_tail.py --client cpp-py``
 (run with .venv-interop's Python, whose PyPI ``rocketmq`` 0.4.4 wraps the client's librocketmq.so).
 
 `cpp_tail.py NAMESRV TOPIC GROUP QUEUES RATE COUNT WARM_UP`: a Producer and a PushConsumer (GROUP, new,
@@ -9,7 +9,9 @@ queue (the rebalance is done and every queue's pull is parked), prints "start", 
 slow reply holds back no later send, each stamped with ``time.monotonic_ns()`` in a user property just
 before it goes out; the consumer's callback stamps its receipt on the same clock first thing. Once all are
 in (or 30 s after the last send) it prints one JSON line: ``{sent, received, failures, latenciesMs,
-sentNs}``, the last two for the messages from index WARM_UP on. The protocol is ons_bench.js's ``tail``.
+sentNs}``, the last two for the messages from index WARM_UP on, and shuts down once its standard input
+closes (the caller reads the process's costs from /proc before that). The protocol is ons_bench.js's
+``tail``.
 """
 
 from __future__ import annotations
@@ -98,6 +100,7 @@ def main(namesrv: str, topic: str, group: str, queues: int, rate: float, count: 
                 "sentNs": sent_ns,
             }
         print(json.dumps(line), flush=True)
+        sys.stdin.readline()  # the caller reads this process's costs from /proc before its threads end
     finally:
         producer.shutdown()
         consumer.shutdown()

@@ -12,7 +12,7 @@
 //     Producer and a push Consumer in this process; probes until every queue delivered one, "start", COUNT
 //     sends at RATE on an absolute schedule, not awaited, each stamped with process.hrtime, which is
 //     CLOCK_MONOTONIC on Linux as Python's time.monotonic_ns; one JSON line {sent, received, failures,
-//     latenciesMs, sentNs}, the last two from index WARM_UP on).
+//     latenciesMs, sentNs}, the last two from index WARM_UP on; closes once stdin does).
 // Prints "start" when the timed window opens (the caller samples the broker's CPU then), and one JSON
 // line when it closes: {count, seconds, nodeCpu (share of one core over the window), ...}.
 const path = require('path');
@@ -142,6 +142,7 @@ async function tail(nameSrv, topic, group, queues, rate, count, warmUp) {
   const result = { sent: count, received, failures, latenciesMs, sentNs };
   // a pipe's write is asynchronous: all of it out before the clients close and main() exits
   await new Promise(resolve => process.stdout.write(JSON.stringify(result) + '\n', resolve));
+  await new Promise(resolve => process.stdin.once('end', resolve).resume()); // the caller has read /proc
   await consumer.close(); // one at a time: they share one MQClient and its connections
   await producer.close();
   return null;
