@@ -10,8 +10,7 @@
  * calls of a send, and that convoy (futex waits, context switches) cost the client ~210 us of CPU per
  * send, so on two cores the client, not the broker, set the pace. A C or C++ application pays none of
  * it. bench_ab.py compiles this file with the machine's cc against the librocketmq.so that PyPI's
- * rocketmq 0.4.4 ships (scripts/install-interop-clients.sh); the prototypes are that library's C API
- * (CProducer.h, CMessage.h, CSendResult.h), as the binding's ffi.py declares them.
+ * rocketmq 0.4.4 ships (scripts/install-interop-clients.sh); rocketmq_c.h declares that library's C API.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -21,22 +20,7 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct {
-    int sendStatus; /* 0: SEND_OK */
-    char msgId[256];
-    long long offset;
-} CSendResult;
-
-void *CreateProducer(const char *groupId);
-int SetProducerNameServerAddress(void *producer, const char *namesrv);
-int StartProducer(void *producer);
-int ShutdownProducer(void *producer);
-int DestroyProducer(void *producer);
-void *CreateMessage(const char *topic);
-int SetMessageTags(void *msg, const char *tags);
-int SetMessageBody(void *msg, const char *body);
-int DestroyMessage(void *msg);
-int SendMessageSync(void *producer, void *msg, CSendResult *result);
+#include "rocketmq_c.h"
 
 static void *producer;
 static const char *topic;

@@ -10,8 +10,7 @@
  * failures, latenciesMs, sentNs} (the last two from index WARM_UP on), and shutdown once stdin closes.
  *
  * bench_broker_tail.py compiles this file with the machine's cc against the librocketmq.so of PyPI's
- * rocketmq 0.4.4 (.venv-interop), as bench_ab.py compiles cpp_bench.c; the prototypes are that library's C
- * API (CProducer.h, CPushConsumer.h, CMessage.h, CMessageExt.h, CSendResult.h, CMQException.h).
+ * rocketmq 0.4.4 (.venv-interop), as bench_ab.py compiles cpp_bench.c; rocketmq_c.h declares that C API.
  */
 #define _GNU_SOURCE
 #include <pthread.h>
@@ -20,40 +19,7 @@
 #include <string.h>
 #include <time.h>
 
-typedef struct {
-    int sendStatus; /* 0: SEND_OK */
-    char msgId[256];
-    long long offset;
-} CSendResult;
-
-typedef struct {
-    int error;
-    int line;
-    char file[512];
-    char msg[512];
-    char type[512];
-} CMQException;
-
-void *CreateProducer(const char *groupId);
-int SetProducerNameServerAddress(void *producer, const char *namesrv);
-int StartProducer(void *producer);
-int ShutdownProducer(void *producer);
-int DestroyProducer(void *producer);
-void *CreateMessage(const char *topic);
-int SetMessageBody(void *msg, const char *body);
-int SetMessageProperty(void *msg, const char *key, const char *value);
-int DestroyMessage(void *msg);
-int SendMessageSync(void *producer, void *msg, CSendResult *result);
-int SendMessageAsync(void *producer, void *msg, void (*sent)(CSendResult), void (*failed)(CMQException));
-void *CreatePushConsumer(const char *groupId);
-int SetPushConsumerNameServerAddress(void *consumer, const char *namesrv);
-int Subscribe(void *consumer, const char *topic, const char *expression);
-int RegisterMessageCallback(void *consumer, int (*callback)(void *consumer, void *msgExt));
-int StartPushConsumer(void *consumer);
-int ShutdownPushConsumer(void *consumer);
-int DestroyPushConsumer(void *consumer);
-const char *GetMessageProperty(void *msgExt, const char *key);
-int GetMessageQueueId(void *msgExt);
+#include "rocketmq_c.h"
 
 #define SENT "benchSent"
 #define MAX_QUEUES 64
