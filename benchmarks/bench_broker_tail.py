@@ -278,7 +278,7 @@ def main() -> None:
     tree = args.tree.resolve()
     if args.client != ["mqctl"] and (args.timeline or args.sched_trace):
         ap.error("--timeline and --sched-trace follow mqctl's own client only")
-    p999 = {client: {"quiet": [], "busy": []} for client in args.client}
+    p999: dict[str, dict[str, list[float]]] = {client: {"quiet": [], "busy": []} for client in args.client}
     loads: list[float] = []
     timeline = Timeline(args.timeline) if args.timeline else None
     with (
