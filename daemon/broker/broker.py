@@ -456,6 +456,7 @@ class Broker:
             self.hold.wakers,
             gate,
             ssl=ha_tls.server_context(require_client=True) if ha_tls else None,
+            refuse=self._ha_acl_refusal if c.acl_enable and not c.ha_tls else None,
         )
         try:
             bound = await self.ha_master.start()
@@ -486,6 +487,21 @@ class Broker:
             self.store.add_arrival_listener(self._note_replicated)
             self.ha_slave.on_dispatched = self._derive_replicated_topics
             self.ha_slave.start()
+
+    def _ha_acl_refusal(self, host: str, local_ip: str) -> str | None:
+        """With ACL on and the HA stream not on mutual TLS, a slave beyond this machine must also be in
+        globalWhiteRemoteAddresses, as its metadata sync must be: the gate trusts the NameServers'
+        registrations, and one with ACL off takes anyone's, which would hand whoever registered as a
+        slave the whole CommitLog, every topic the ACL guards included."""
+        files = self.acl_files
+        if files is None or is_local(host, local_ip):
+            return None
+        if any(match(host) for match in files.table.white_matchers):
+            return None
+        return (
+            "this broker has ACL on and the HA stream is not on mutual TLS: a slave beyond this machine must "
+            "also be in globalWhiteRemoteAddresses (as its metadata sync must), or set haTls=true"
+        )
 
     async def _start_dledger(self) -> None:
         """DLedger mode (4.9.8's ``DLedgerCommitLog``): no HA service; a Raft member on the port `dLegerPeers`

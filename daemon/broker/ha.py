@@ -356,10 +356,14 @@ class HAMaster:
         gate: SlaveGate,
         *,
         ssl: _ssl.SSLContext | None = None,
+        refuse: Callable[[str, str], str | None] | None = None,
     ) -> None:
         self.config = config
         #: haTls: the listener's mutual-TLS context (a slave without a trusted certificate never gets in).
         self.ssl = ssl
+        #: Why a host the gate admits is closed all the same, given it and the address it connected to
+        #: (None: it is not); see `Broker._ha_acl_refusal`.
+        self.refuse = refuse
         self.store = store
         self.host = host
         self.port = port
@@ -406,13 +410,14 @@ class HAMaster:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         host = str(peer[0]) if peer else ""
-        if not await self.gate.admits(host):
+        why: str | None = "the NameServers list no slave of this broker group at that address"
+        if await self.gate.admits(host):
+            own = writer.get_extra_info("sockname")
+            why = self.refuse(peer_host(host), peer_host(str(own[0]) if own else "")) if self.refuse else None
+        if why is not None:
             self.refused += 1
             self._refusals.warning(
-                "HA: closing the connection from %s:%s: the NameServers list no slave of this broker group "
-                "at that address",
-                host,
-                peer[1] if peer else "?",
+                "HA: closing the connection from %s:%s: %s", host, peer[1] if peer else "?", why
             )
             writer.transport.abort()
             return

@@ -739,6 +739,48 @@ async def test_the_gate_matches_the_peers_address_off_loopback(tmp_path: Path) -
             await namesrv.controller.stop()
 
 
+@pytest.mark.slow
+async def test_an_acl_master_streams_beyond_loopback_only_to_a_whitelisted_slave(tmp_path: Path) -> None:
+    """A NameServer with ACL off takes anyone's registration: a stranger listed as a slave of an ACL
+    master (its registration accepted) would read every message the ACL keeps from it over the HA port.
+    Beyond loopback (without haTls) the master also asks what the slave's metadata sync needs anyway: the
+    host in its globalWhiteRemoteAddresses."""
+    home = tmp_path / "home"
+    acl_file = write_acl(home)
+    with peer_namespace() as (ns_name, ours, theirs):
+        namesrv = Namesrv(NamesrvController(namesrv_config(tmp_path)), RemotingClient())
+        await namesrv.controller.start()
+        master = await start_broker(
+            tmp_path / "m",
+            listen_host=ours,
+            broker_ip1=ours,
+            namesrv_addr=namesrv.addr,
+            acl_enable=True,
+            rocketmq_home=str(home),
+            **SMALL,
+        )
+        client = RemotingClient(signer=Signer(ADMIN_AK, ADMIN_SK))
+        try:
+            assert (await BrokerClient(master.addr, client).send("Secret", b"x" * 100)).code == 0
+            ha = str(master.config.ha_listen_port)
+
+            def peer_reads() -> int:
+                argv = ["ip", "netns", "exec", ns_name, sys.executable, "-c", _PEER_SCRIPT, ours, ha]
+                return int(subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout)
+
+            assert (await namesrv.register({}, broker_addr=f"{theirs}:1", broker_id=2)).code == 0
+            assert await asyncio.to_thread(peer_reads) == 0
+            assert master.ha_master is not None and master.ha_master.refused >= 1
+            acl_file.write_text(PLAIN_ACL.replace("  - 10.10.103.*\n", f"  - 10.10.103.*\n  - {theirs}\n"))
+            await asyncio.sleep(2.2)  # the ACL file is looked at once a second, the slaves too
+            assert await asyncio.to_thread(peer_reads) > 0
+        finally:
+            await client.close()
+            await master.stop()
+            await namesrv.client.close()
+            await namesrv.controller.stop()
+
+
 def test_the_walk_back_finds_the_last_shared_record_across_files(tmp_path: Path) -> None:
     """``common_end`` against a master that holds the same records up to ``shared`` and others (or
     nothing) after it: the end of the last shared record, wherever it is, in a few requests."""
