@@ -488,6 +488,13 @@ class Broker:
             self.ha_slave.on_dispatched = self._derive_replicated_topics
             self.ha_slave.start()
 
+    @property
+    def _dledger_hosts(self) -> str | None:
+        """The addresses of this DLedger member's group (as its peer gate resolved `dLegerPeers`)."""
+        if self.dledger is None:
+            return None
+        return ",".join(sorted(set().union(*self.dledger.gate.hosts.values())))
+
     def _ha_acl_refusal(self, host: str, local_ip: str) -> str | None:
         """With ACL on and the HA stream not on mutual TLS, a slave beyond this machine must also be in
         globalWhiteRemoteAddresses, as its metadata sync must be: the gate trusts the NameServers'
@@ -1164,8 +1171,10 @@ class Broker:
             c.broker_id,
             compressed,
             crc,
-            # a newer leader's term lets our NameServers give it brokerId 0 from a live, stale master
+            # a newer leader's term lets our NameServers give it brokerId 0 from a live, stale master, and
+            # the group's hosts let them refuse that to anyone else claiming a term
             d_ledger_term=self.dledger.node.m.term if self.dledger is not None else None,
+            d_ledger_hosts=self._dledger_hosts,
         ).to_ext_fields()
         timeout = c.register_broker_timeout_mills / 1000
 

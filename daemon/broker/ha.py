@@ -29,7 +29,7 @@ from typing import Any
 
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
 from daemon.lifecycle import cancel_tasks, supervise
-from daemon.remoting.client import Transport, connected_to_itself
+from daemon.remoting.client import Transport, connected_to_itself, peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
@@ -276,11 +276,6 @@ class SlaveConnection:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(min(IDLE_POLL, heartbeat)):
                     await self.wake.wait()
-
-
-def peer_host(host: str) -> str:
-    """The address a peer connected from, as registered: an IPv4-mapped IPv6 peer as plain IPv4."""
-    return host[7:] if host.startswith("::ffff:") and "." in host else host
 
 
 class SlaveGate:

@@ -26,6 +26,7 @@ from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, KVLimitError
 from daemon.namesrv.routes import RouteInfoManager
 from daemon.remoting.bodies import DataVersion, KVTable, RegisterBrokerBody, TopicConfigSerializeWrapper
+from daemon.remoting.client import peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
@@ -85,6 +86,8 @@ class NamesrvProcessor:
         self._kv_refusals = WarningGate(log)
         #: The DLedger term each broker address last registered with (see _takes_over_by_term).
         self._terms: dict[str, int] = {}
+        #: The hosts of its group a DLedger member last registered with: who may take its place by term.
+        self._member_hosts: dict[str, frozenset[str]] = {}
         #: The body each broker address last registered (see _unchanged_body).
         self._bodies: dict[str, _AcceptedBody] = {}
 
@@ -164,7 +167,7 @@ class NamesrvProcessor:
             except ValueError as exc:
                 return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad registration body: {exc}")
         holder = self._live_holder(conn, h.broker_name, h.broker_id, h.broker_addr)
-        if holder is not None and self._takes_over_by_term(h, holder):
+        if holder is not None and self._takes_over_by_term(h, holder, peer_host(conn.address[0])):
             log.warning(
                 "%s takes %s id 0 from %s (live, DLedger term %s) with the newer term %d",
                 h.broker_addr,
@@ -202,6 +205,10 @@ class NamesrvProcessor:
             self._terms.pop(h.broker_addr, None)
         else:
             self._terms[h.broker_addr] = h.d_ledger_term
+        if h.d_ledger_hosts is None:
+            self._member_hosts.pop(h.broker_addr, None)
+        else:
+            self._member_hosts[h.broker_addr] = frozenset(x for x in h.d_ledger_hosts.split(",") if x)
         if decoded:
             self._remember_body(h, req, topics)
         order = self.kv.namespace(ORDER_TOPIC_CONFIG)
@@ -212,12 +219,17 @@ class NamesrvProcessor:
             body=KVTable(order).dumps() if order else b"",
         )
 
-    def _takes_over_by_term(self, h: RegisterBrokerRequestHeader, holder: str) -> bool:
+    def _takes_over_by_term(self, h: RegisterBrokerRequestHeader, holder: str, peer: str) -> bool:
         """A DLedger leader elected while the old master still holds brokerId 0 over a live connection
         (paused, cut off from its group but not from us): 4.9.8's RouteInfoManager takes the newer
         registration; here only one whose Raft term is above the one the holder registered with, so no
-        broker without a term, or with a stale one, can take a live master's place."""
+        broker without a term, or with a stale one, can take a live master's place. A term is only the
+        registrant's word: when the holder named its group's hosts, the registration must also come
+        from one of them (`peer`), or anyone reaching this port could put itself in the group's routes."""
         if h.broker_id != 0 or h.d_ledger_term is None or holder == h.broker_addr:
+            return False
+        members = self._member_hosts.get(holder)
+        if members is not None and peer not in members:
             return False
         broker = self.routes.broker_addr_table.get(h.broker_name)
         if broker is None or broker.broker_addrs.get(0) != holder:
