@@ -533,3 +533,14 @@ def test_a_request_larger_than_any_message_the_broker_takes_is_refused_unread(
     assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
     within = stub.SendMessage(send_request("TopicA", b"x" * (limit - 1024)), metadata=signed(), timeout=30)
     assert within.status.code == pb.OK, within.status
+
+
+def test_an_unsigned_send_learns_nothing_of_which_topics_exist(
+    acl: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """With ACL on, an unsigned send to a topic that exists and to one that does not get the same answer
+    (remoting's ACL check comes before the processor too)."""
+    _cluster, stub = acl
+    there = stub.SendMessage(send_request("TopicA"), timeout=10)
+    nowhere = stub.SendMessage(send_request("NoSuchTopic"), timeout=10)
+    assert there.status.code == nowhere.status.code == pb.UNAUTHORIZED, (there.status, nowhere.status)
