@@ -208,3 +208,26 @@ async def test_a_stranger_claiming_a_newer_term_takes_no_dledger_masters_place(t
         finally:
             await broker.stop()
             await namesrv.stop()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "warned"),
+    [
+        ({"listen_host": "0.0.0.0"}, True),
+        ({"listen_host": "0.0.0.0", "protected_mode": False}, True),
+        ({"listen_host": "127.0.0.1"}, False),
+        ({"listen_host": "0.0.0.0", "acl_enable": True}, False),
+    ],
+    ids=["protected", "open", "loopback", "acl"],
+)
+async def test_a_namesrv_beyond_loopback_without_acl_says_anyone_may_register(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, overrides: dict[str, object], warned: bool
+) -> None:
+    """Registration is a broker's client traffic, open without ACL: any peer can register a broker of its
+    own with queues of existing topics and take a share of their sends. The start says so."""
+    namesrv = NamesrvController(NamesrvConfig(listen_port=0, data_dir=tmp_path / "ns", **overrides))  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="daemon.namesrv.controller"):
+        await namesrv.start()
+    await namesrv.stop()
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("any peer that reaches it can register a broker" in line for line in lines) == warned, lines
