@@ -536,3 +536,17 @@ async def test_permissive_with_required_client_certificates_warns_that_plaintext
         )
     await namesrv.stop()
     assert "plaintext clients are still served" in caplog.text
+
+
+def test_print_config_shows_no_key_password(tmp_path: Path, cli: RunCli) -> None:
+    """--print-config goes to terminals, CI logs and bug reports: a key password set shows as the config
+    answers show it; the other keys as they are."""
+    conf = tmp_path / "daemon.conf"
+    conf.write_text("brokerName=broker-x\ntls.server.keyPassword=hunter2\ntls.client.keyPassword=hunter3\n")
+    for daemon in ("broker", "namesrv"):
+        shown = cli(daemon, "start", "-c", str(conf), "--print-config")
+        assert shown.code == 0, shown.stderr
+        assert "hunter" not in shown.stdout, daemon
+        lines = shown.stdout.splitlines()
+        assert {"tls.server.keyPassword=******", "tls.client.keyPassword=******"} <= set(lines), daemon
+    assert "brokerName=broker-x" in cli("broker", "start", "-c", str(conf), "--print-config").stdout
