@@ -60,7 +60,14 @@ from daemon.config import ConfigError
 from daemon.dledger.machines import Role, Timings
 from daemon.dledger.server import DLedgerServer, DLedgerSettings, dledger_runtime_info, parse_peers
 from daemon.lifecycle import cancel_tasks, every, supervise
-from daemon.protect import ProtectedModeGuard, Protection, is_local, listening, protection
+from daemon.protect import (
+    ProtectedModeGuard,
+    Protection,
+    binds_beyond_loopback,
+    is_local,
+    listening,
+    protection,
+)
 from daemon.remoting.bodies import (
     ClusterInfo,
     PermName,
@@ -470,6 +477,13 @@ class Broker:
             self.ha_master.port = 0
             bound = await self.ha_master.start()
         c.ha_listen_port = bound  # what registers as haServerAddr
+        if self.tls_settings.mode == "enforcing" and not c.ha_tls and binds_beyond_loopback(c.listen_host):
+            log.warning(
+                "HA: tls.server.mode=enforcing covers the remoting ports only: the HA stream to slaves is "
+                "plaintext on %s:%d (every message, to anyone on the path); set haTls=true for mutual TLS",
+                c.listen_host,
+                bound,
+            )
         if is_slave(c):
             # the master's records are asked of its broker address, which only a NameServer tells
             records = MasterRecords(self.client, lambda: self.master_addr) if c.namesrv_addrs else None

@@ -550,3 +550,25 @@ def test_print_config_shows_no_key_password(tmp_path: Path, cli: RunCli) -> None
         lines = shown.stdout.splitlines()
         assert {"tls.server.keyPassword=******", "tls.client.keyPassword=******"} <= set(lines), daemon
     assert "brokerName=broker-x" in cli("broker", "start", "-c", str(conf), "--print-config").stdout
+
+
+@pytest.mark.parametrize(
+    ("host", "ha_tls", "warned"),
+    [("0.0.0.0", False, True), ("0.0.0.0", True, False), ("127.0.0.1", False, False)],
+    ids=["beyond-loopback", "haTls", "loopback"],
+)
+async def test_an_enforcing_master_says_when_its_ha_stream_is_plaintext_beyond_loopback(
+    tmp_path: Path,
+    certs: dict[str, Path],
+    caplog: pytest.LogCaptureFixture,
+    host: str,
+    ha_tls: bool,
+    warned: bool,
+) -> None:
+    """tls.server.mode=enforcing covers the remoting ports only: the HA stream is TLS with haTls alone, so an
+    operator who asked for TLS is told when the CommitLog would still leave in plaintext."""
+    keys = server_keys(certs, "enforcing", ha_tls=ha_tls)
+    with caplog.at_level(logging.WARNING, logger="daemon.broker.broker"):
+        broker = await start_broker(tmp_path / "m", listen_host=host, **keys)
+    await broker.stop()
+    assert ("the HA stream to slaves is plaintext" in caplog.text) == warned, caplog.text
