@@ -237,6 +237,12 @@ class NamesrvProcessor:
         held = self._terms.get(holder)
         return held is not None and h.d_ledger_term > held
 
+    def _held_elsewhere(self, conn: Connection, addr: str) -> bool:
+        """Whether the broker at `addr` registered over another connection that is still open."""
+        live = self.routes.broker_live_table.get(addr)
+        owner = live.connection if live is not None else None
+        return isinstance(owner, Connection) and owner is not conn and not owner.is_closed
+
     def _live_holder(self, conn: Connection, name: str, broker_id: int, addr: str) -> str | None:
         """Who holds the place a REGISTER_BROKER asks for over another connection still open, if
         anyone: the address registered as (name, id), or `addr` itself. A live broker's place in the
@@ -245,9 +251,7 @@ class NamesrvProcessor:
         broker = self.routes.broker_addr_table.get(name)
         current = broker.broker_addrs.get(broker_id) if broker is not None else None
         for held in (addr, current):
-            live = self.routes.broker_live_table.get(held) if held is not None else None
-            owner = live.connection if live is not None else None
-            if isinstance(owner, Connection) and owner is not conn and not owner.is_closed:
+            if held is not None and self._held_elsewhere(conn, held):
                 return held
         return None
 
@@ -308,9 +312,7 @@ class NamesrvProcessor:
 
     def unregister_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = UnregisterBrokerRequestHeader.from_ext_fields(req.ext_fields)
-        live = self.routes.broker_live_table.get(h.broker_addr)
-        owner = live.connection if live is not None else None
-        if isinstance(owner, Connection) and owner is not conn and not owner.is_closed:
+        if self._held_elsewhere(conn, h.broker_addr):
             return req.make_response(
                 ResponseCode.NO_PERMISSION,
                 f"broker {h.broker_addr} is registered over another live connection; only it can unregister",
@@ -324,6 +326,10 @@ class NamesrvProcessor:
             version = DataVersion.loads(req.body) if req.body else DataVersion()
         except ValueError as exc:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad DataVersion body: {exc}")
+        if self._held_elsewhere(conn, h.broker_addr):
+            # only the broker's own connection keeps it listed: anyone's query (a wrong version answers the
+            # right one) would keep a hung broker, whose connection stays open, in the routes for good
+            return req.make_response(ext_fields=QueryDataVersionResponseHeader(True).to_ext_fields())
         changed, stored = self.routes.query_data_version(h.broker_addr, version)
         return req.make_response(
             ext_fields=QueryDataVersionResponseHeader(changed).to_ext_fields(),
