@@ -121,7 +121,7 @@ async def test_a_flood_of_idle_connections_holds_a_bounded_number_of_threads(bro
     port = broker.broker.metrics_port
     assert port
     before = _handler_threads()
-    flood = [socket.create_connection(("127.0.0.1", port), timeout=3) for _ in range(3 * MAX_CONNECTIONS)]
+    flood = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3 * MAX_CONNECTIONS)]
     try:
         await asyncio.sleep(0.5)  # every accepted connection has been handed to its handler
         assert _handler_threads() - before <= MAX_CONNECTIONS
@@ -168,7 +168,7 @@ async def test_scrapes_arriving_during_a_render_share_it(
 
     async def slow(b: Any) -> bytes:
         renders.append(b)
-        await asyncio.sleep(0.5)
+        await asyncio.sleep(1.0)
         return await real(b)
 
     monkeypatch.setattr(metrics, "render", slow)
