@@ -60,7 +60,14 @@ from daemon.config import ConfigError
 from daemon.dledger.machines import Role, Timings
 from daemon.dledger.server import DLedgerServer, DLedgerSettings, dledger_runtime_info, parse_peers
 from daemon.lifecycle import cancel_tasks, every, supervise
-from daemon.protect import ProtectedModeGuard, Protection, is_local, listening, protection
+from daemon.protect import (
+    ProtectedModeGuard,
+    Protection,
+    binds_beyond_loopback,
+    is_local,
+    listening,
+    protection,
+)
 from daemon.remoting.bodies import (
     ClusterInfo,
     PermName,
@@ -456,6 +463,7 @@ class Broker:
             self.hold.wakers,
             gate,
             ssl=ha_tls.server_context(require_client=True) if ha_tls else None,
+            refuse=self._ha_acl_refusal if c.acl_enable and not c.ha_tls else None,
         )
         try:
             bound = await self.ha_master.start()
@@ -469,6 +477,13 @@ class Broker:
             self.ha_master.port = 0
             bound = await self.ha_master.start()
         c.ha_listen_port = bound  # what registers as haServerAddr
+        if self.tls_settings.mode == "enforcing" and not c.ha_tls and binds_beyond_loopback(c.listen_host):
+            log.warning(
+                "HA: tls.server.mode=enforcing covers the remoting ports only: the HA stream to slaves is "
+                "plaintext on %s:%d (every message, to anyone on the path); set haTls=true for mutual TLS",
+                c.listen_host,
+                bound,
+            )
         if is_slave(c):
             # the master's records are asked of its broker address, which only a NameServer tells
             records = MasterRecords(self.client, lambda: self.master_addr) if c.namesrv_addrs else None
@@ -486,6 +501,28 @@ class Broker:
             self.store.add_arrival_listener(self._note_replicated)
             self.ha_slave.on_dispatched = self._derive_replicated_topics
             self.ha_slave.start()
+
+    @property
+    def _dledger_hosts(self) -> str | None:
+        """The addresses of this DLedger member's group (as its peer gate resolved `dLegerPeers`)."""
+        if self.dledger is None:
+            return None
+        return ",".join(sorted(set().union(*self.dledger.gate.hosts.values())))
+
+    def _ha_acl_refusal(self, host: str, local_ip: str) -> str | None:
+        """With ACL on and the HA stream not on mutual TLS, a slave beyond this machine must also be in
+        globalWhiteRemoteAddresses, as its metadata sync must be: the gate trusts the NameServers'
+        registrations, and one with ACL off takes anyone's, which would hand whoever registered as a
+        slave the whole CommitLog, every topic the ACL guards included."""
+        files = self.acl_files
+        if files is None or is_local(host, local_ip):
+            return None
+        if any(match(host) for match in files.table.white_matchers):
+            return None
+        return (
+            "this broker has ACL on and the HA stream is not on mutual TLS: a slave beyond this machine must "
+            "also be in globalWhiteRemoteAddresses (as its metadata sync must), or set haTls=true"
+        )
 
     async def _start_dledger(self) -> None:
         """DLedger mode (4.9.8's ``DLedgerCommitLog``): no HA service; a Raft member on the port `dLegerPeers`
@@ -1148,8 +1185,10 @@ class Broker:
             c.broker_id,
             compressed,
             crc,
-            # a newer leader's term lets our NameServers give it brokerId 0 from a live, stale master
+            # a newer leader's term lets our NameServers give it brokerId 0 from a live, stale master, and
+            # the group's hosts let them refuse that to anyone else claiming a term
             d_ledger_term=self.dledger.node.m.term if self.dledger is not None else None,
+            d_ledger_hosts=self._dledger_hosts,
         ).to_ext_fields()
         timeout = c.register_broker_timeout_mills / 1000
 

@@ -29,7 +29,7 @@ from typing import Any
 
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
 from daemon.lifecycle import cancel_tasks, supervise
-from daemon.remoting.client import Transport, connected_to_itself
+from daemon.remoting.client import Transport, connected_to_itself, peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
@@ -278,11 +278,6 @@ class SlaveConnection:
                     await self.wake.wait()
 
 
-def peer_host(host: str) -> str:
-    """The address a peer connected from, as registered: an IPv4-mapped IPv6 peer as plain IPv4."""
-    return host[7:] if host.startswith("::ffff:") and "." in host else host
-
-
 class SlaveGate:
     """Who may replicate from this master: a peer whose address the NameServers list as a slave
     (brokerId >= 1) of this broker's group. Slaves register before they connect (ours and 4.9.8's learn
@@ -356,10 +351,14 @@ class HAMaster:
         gate: SlaveGate,
         *,
         ssl: _ssl.SSLContext | None = None,
+        refuse: Callable[[str, str], str | None] | None = None,
     ) -> None:
         self.config = config
         #: haTls: the listener's mutual-TLS context (a slave without a trusted certificate never gets in).
         self.ssl = ssl
+        #: Why a host the gate admits is closed all the same, given it and the address it connected to
+        #: (None: it is not); see `Broker._ha_acl_refusal`.
+        self.refuse = refuse
         self.store = store
         self.host = host
         self.port = port
@@ -406,13 +405,14 @@ class HAMaster:
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = writer.get_extra_info("peername")
         host = str(peer[0]) if peer else ""
-        if not await self.gate.admits(host):
+        why: str | None = "the NameServers list no slave of this broker group at that address"
+        if await self.gate.admits(host):
+            own = writer.get_extra_info("sockname")
+            why = self.refuse(peer_host(host), peer_host(str(own[0]) if own else "")) if self.refuse else None
+        if why is not None:
             self.refused += 1
             self._refusals.warning(
-                "HA: closing the connection from %s:%s: the NameServers list no slave of this broker group "
-                "at that address",
-                host,
-                peer[1] if peer else "?",
+                "HA: closing the connection from %s:%s: %s", host, peer[1] if peer else "?", why
             )
             writer.transport.abort()
             return

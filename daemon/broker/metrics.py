@@ -21,9 +21,11 @@ import asyncio
 import concurrent.futures
 import contextlib
 import functools
+import io
 import logging
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -45,8 +47,11 @@ log = logging.getLogger(__name__)
 #: How often the serving thread checks for shutdown: the wait `stop()` (and so every broker stop) pays.
 #: socketserver's default of 0.5 s made stopping a broker take half a second.
 POLL_INTERVAL = 0.1
-#: Seconds a request may take to arrive; a slower client is dropped (its thread would linger).
+#: Seconds a request may take to arrive, all of it: a slower client is dropped (its thread would linger).
 READ_TIMEOUT = 10.0
+#: Connections served at once, a thread each: one more is answered 503 and closed without a thread, so
+#: a peer that opens connections and never uses them cannot grow the broker's threads without bound.
+MAX_CONNECTIONS = 16
 #: Samples of a per-topic or per-queue family rendered at once on the event loop, which serves
 #: requests between two slices (docs/performance.md has what a slice costs).
 SCRAPE_SLICE = 50
@@ -393,8 +398,42 @@ NOT_HTTP = (
 )
 
 
+_BUSY_BODY = b"too many connections to this broker's metrics port\n"
+#: What a connection over `MAX_CONNECTIONS` gets before it is closed.
+BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+    + b"Content-Length: %d\r\n\r\n" % len(_BUSY_BODY)
+    + _BUSY_BODY
+)
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reads with one deadline for them all: each waits only what is left of it, so a client
+    sending a byte just before every timeout (a slow-loris) is dropped at the deadline all the same."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock = sock
+        self._deadline = deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request did not arrive in time")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
+
+
 class _QuietHandler(WSGIRequestHandler):
-    timeout = READ_TIMEOUT
+    def setup(self) -> None:
+        super().setup()
+        self.connection.settimeout(READ_TIMEOUT)
+        # (wsgiref serves one request per connection: the deadline covers all that is ever read; the
+        # socket's own reader is closed, or the socket it holds would stay open after the request)
+        self.rfile.close()
+        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, time.monotonic() + READ_TIMEOUT))
 
     def handle(self) -> None:
         """A request whose first byte cannot start an HTTP method (a RocketMQ client pointed here: its
@@ -408,13 +447,46 @@ class _QuietHandler(WSGIRequestHandler):
             with contextlib.suppress(OSError):
                 self.connection.sendall(NOT_HTTP)
             return
-        super().handle()
+        with contextlib.suppress(OSError):  # reset, or the request not whole by its deadline
+            super().handle()
+
+    def parse_request(self) -> bool:
+        parsed = super().parse_request()
+        self.connection.settimeout(READ_TIMEOUT)  # the answer is written under the plain timeout
+        return parsed
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("metrics: " + format, *args)
 
 
-class _Server6(ThreadingWSGIServer):
+class _Server(ThreadingWSGIServer):
+    """prometheus-client's threaded server with at most `MAX_CONNECTIONS` handler threads."""
+
+    def server_activate(self) -> None:
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().server_activate()
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            with contextlib.suppress(OSError):
+                request.setblocking(False)  # (a reply this small fits the socket's buffer)
+                request.send(BUSY)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:  # no thread started: its slot is free again
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+class _Server6(_Server):
     """IPv6 listener, for a `listenHost` such as `::`."""
 
     address_family = socket.AF_INET6
@@ -424,10 +496,19 @@ def start_metrics_server(broker: BrokerContext, port: int, host: str) -> tuple[i
     """Serve `/metrics` and `/healthz` on `host:port` (0 picks one), rendering on the running loop;
     returns the bound port and a stop function."""
     loop = asyncio.get_running_loop()
+    inflight: asyncio.Task[bytes] | None = None
+
+    async def shared_render() -> bytes:
+        """The render under way, shared by every scrape that arrives while it runs: a burst of scrapes
+        (a flood from the network) costs the loop one render at a time, not one each."""
+        nonlocal inflight
+        if inflight is None or inflight.done():
+            inflight = loop.create_task(render(broker), name="metrics-render")
+        return await asyncio.shield(inflight)
 
     def metrics_app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         try:
-            body = asyncio.run_coroutine_threadsafe(render(broker), loop).result(RENDER_TIMEOUT)
+            body = asyncio.run_coroutine_threadsafe(shared_render(), loop).result(RENDER_TIMEOUT)
         except (concurrent.futures.TimeoutError, RuntimeError):  # a loop stalled, or closed
             start_response("503 Service Unavailable", [("Content-Type", "text/plain")])
             return [b"the broker's event loop did not render the metrics in time\n"]
@@ -446,9 +527,7 @@ def start_metrics_server(broker: BrokerContext, port: int, host: str) -> tuple[i
             return [f"{broker.state}\n".encode()]
         return metrics_app(environ, start_response)
 
-    server = make_server(
-        host, port, app, _Server6 if ":" in host else ThreadingWSGIServer, handler_class=_QuietHandler
-    )
+    server = make_server(host, port, app, _Server6 if ":" in host else _Server, handler_class=_QuietHandler)
     stopped = threading.Event()
     serve = functools.partial(server.serve_forever, POLL_INTERVAL)
     supervised("broker-metrics", serve, stopped).start()  # (a failed serve_forever serves again)

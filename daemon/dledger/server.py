@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from daemon.dledger import trace
 from daemon.dledger.gate import PeerGate
-from daemon.dledger.machines import MemberState, Node, Out, Role, Timings, wire_entry
+from daemon.dledger.machines import MemberState, Node, Out, Role, Timings
 from daemon.dledger.protocol import (
     BEANS,
     BINARY_ANSWER_KEY,
@@ -34,8 +34,6 @@ from daemon.dledger.protocol import (
     REMOTING_RESPONSE_CODE,
     DLedgerRequestCode,
     DLedgerResponseCode,
-    GetEntriesRequest,
-    GetEntriesResponse,
     HeartBeatRequest,
     LeadershipTransferRequest,
     LeadershipTransferResponse,
@@ -611,19 +609,10 @@ class DLedgerServer:
             return node.on_push(req, now)
         if code is DLedgerRequestCode.METADATA:
             return MetadataResponse(group=m.group, leader_id=m.leader_id, term=m.term, peers=dict(m.peers))
-        if isinstance(req, GetEntriesRequest):
-            return self._get(req)
-        # APPEND: a body that is not a CommitLog record would break the CommitLog; PULL: not in 0.3.1.2
+        # APPEND: a body that is not a CommitLog record would break the CommitLog; PULL: not in 0.3.1.2;
+        # GET (DLedger's client reading an entry): members never send it, and it would hand every
+        # message of the log, past the broker's ACL, to whoever the gate admits
         return RequestOrResponse(code=int(Code.UNSUPPORTED), term=m.term, leader_id=m.leader_id)
-
-    def _get(self, req: GetEntriesRequest) -> GetEntriesResponse:
-        m = self.node.m
-        if not self.node.is_leader:
-            return GetEntriesResponse(code=int(Code.NOT_LEADER), term=m.term, leader_id=m.leader_id)
-        entry = self.node._get(req.begin_index if req.begin_index is not None else -1)
-        if entry is None:
-            return GetEntriesResponse(code=int(Code.INDEX_OUT_OF_RANGE), term=m.term)
-        return GetEntriesResponse(term=m.term, leader_id=m.self_id, entries=[wire_entry(entry)])
 
     async def _leadership_transfer(self, req: LeadershipTransferRequest) -> RequestOrResponse:
         m = self.node.m

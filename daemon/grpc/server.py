@@ -20,8 +20,12 @@ log = logging.getLogger(__name__)
 
 #: How often a PushConsumer's received messages are looked at for renewal (daemon.grpc.leases).
 RENEW_PERIOD_S = 1.0
-#: The clients send up to 128 MiB bodies' worth (`max_body_size` is enforced by the send path).
+#: What an answer may carry (the Proxy's `grpcMaxInboundMessageSize`).
 MAX_MESSAGE_BYTES = 130 * 1024 * 1024
+#: What a request may carry beyond `maxMessageSize`: the message's properties and the request's other
+#: fields. gRPC reads a request whole before any handler (the ACL check included) sees it, so a larger
+#: one, which no message the broker takes needs, is refused by its length, unread.
+REQUEST_HEADROOM = 1024 * 1024
 
 
 #: Streams one connection may have open at once (HTTP/2 SETTINGS_MAX_CONCURRENT_STREAMS; grpc sets no
@@ -77,9 +81,10 @@ class GrpcFront:
 
     async def start(self) -> int:
         config = self.broker.config
+        largest = self.broker.store.config.max_message_size + REQUEST_HEADROOM
         server = grpc.aio.server(
             options=[
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_receive_message_length", largest),
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),

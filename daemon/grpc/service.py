@@ -579,18 +579,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except BodyRefused as exc:
             return spb.SendResultEntry(status=status(exc.code, str(exc)))
         config = broker.topics.get(topic)
-        if config is None:
-            return spb.SendResultEntry(status=status(pb.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+        queue_nums = config.write_queue_nums if config is not None else 0
         queue_id = -1
         group = props.get(PROPERTY_SHARDING_KEY)
-        if group is not None:
-            queue_id = fifo_queue(group, config.write_queue_nums)
+        if group is not None and queue_nums:
+            queue_id = fifo_queue(group, queue_nums)
         transactional = msg.system_properties.message_type == pb.TRANSACTION
         fields = SendMessageRequestHeaderV2(
             topic,  # the proxy's producer group for a 5.x producer is the topic
             topic,
             AUTO_CREATE_TOPIC,
-            config.write_queue_nums,
+            queue_nums,
             queue_id,
             TRANSACTION_PREPARED_TYPE if transactional else 0,
             born,
@@ -598,7 +597,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             encode_properties(props).decode(),
         ).to_ext_fields()
         try:
+            # ACL first, as on remoting: an unsigned peer must not learn which topics exist
             self._check(client, meta, RequestCode.SEND_MESSAGE_V2, fields)
+            if config is None:
+                return spb.SendResultEntry(status=status(pb.TOPIC_NOT_FOUND, f"topic {topic} not found"))
             remoting = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body)
             answer = self.sender.send_from(client.address if client.address[0] else LOCAL, remoting)
             response = answer if isinstance(answer, RemotingCommand) else await answer

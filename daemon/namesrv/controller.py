@@ -86,6 +86,15 @@ class NamesrvController:
             self.config.home,
             self.listening(),
         )
+        if not self.config.acl_enable and binds_beyond_loopback(self.config.listen_host):
+            # (registration is a broker's client traffic: protected mode leaves it open)
+            log.warning(
+                "NameServer on %s with ACL off: any peer that reaches it can register a broker of its own, "
+                "with queues of existing topics (taking a share of their sends), or a slave (an HA master's "
+                "gate then admits it); set aclEnable=true with the brokers' hosts in "
+                "globalWhiteRemoteAddresses where untrusted hosts share the network",
+                self.config.listen_host,
+            )
 
     async def stop(self) -> None:
         await cancel_tasks(self._tasks)

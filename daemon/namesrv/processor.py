@@ -26,6 +26,7 @@ from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, KVLimitError
 from daemon.namesrv.routes import RouteInfoManager
 from daemon.remoting.bodies import DataVersion, KVTable, RegisterBrokerBody, TopicConfigSerializeWrapper
+from daemon.remoting.client import peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
@@ -85,6 +86,8 @@ class NamesrvProcessor:
         self._kv_refusals = WarningGate(log)
         #: The DLedger term each broker address last registered with (see _takes_over_by_term).
         self._terms: dict[str, int] = {}
+        #: The hosts of its group a DLedger member last registered with: who may take its place by term.
+        self._member_hosts: dict[str, frozenset[str]] = {}
         #: The body each broker address last registered (see _unchanged_body).
         self._bodies: dict[str, _AcceptedBody] = {}
 
@@ -164,7 +167,7 @@ class NamesrvProcessor:
             except ValueError as exc:
                 return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad registration body: {exc}")
         holder = self._live_holder(conn, h.broker_name, h.broker_id, h.broker_addr)
-        if holder is not None and self._takes_over_by_term(h, holder):
+        if holder is not None and self._takes_over_by_term(h, holder, peer_host(conn.address[0])):
             log.warning(
                 "%s takes %s id 0 from %s (live, DLedger term %s) with the newer term %d",
                 h.broker_addr,
@@ -202,6 +205,10 @@ class NamesrvProcessor:
             self._terms.pop(h.broker_addr, None)
         else:
             self._terms[h.broker_addr] = h.d_ledger_term
+        if h.d_ledger_hosts is None:
+            self._member_hosts.pop(h.broker_addr, None)
+        else:
+            self._member_hosts[h.broker_addr] = frozenset(x for x in h.d_ledger_hosts.split(",") if x)
         if decoded:
             self._remember_body(h, req, topics)
         order = self.kv.namespace(ORDER_TOPIC_CONFIG)
@@ -212,18 +219,29 @@ class NamesrvProcessor:
             body=KVTable(order).dumps() if order else b"",
         )
 
-    def _takes_over_by_term(self, h: RegisterBrokerRequestHeader, holder: str) -> bool:
+    def _takes_over_by_term(self, h: RegisterBrokerRequestHeader, holder: str, peer: str) -> bool:
         """A DLedger leader elected while the old master still holds brokerId 0 over a live connection
         (paused, cut off from its group but not from us): 4.9.8's RouteInfoManager takes the newer
         registration; here only one whose Raft term is above the one the holder registered with, so no
-        broker without a term, or with a stale one, can take a live master's place."""
+        broker without a term, or with a stale one, can take a live master's place. A term is only the
+        registrant's word: when the holder named its group's hosts, the registration must also come
+        from one of them (`peer`), or anyone reaching this port could put itself in the group's routes."""
         if h.broker_id != 0 or h.d_ledger_term is None or holder == h.broker_addr:
+            return False
+        members = self._member_hosts.get(holder)
+        if members is not None and peer not in members:
             return False
         broker = self.routes.broker_addr_table.get(h.broker_name)
         if broker is None or broker.broker_addrs.get(0) != holder:
             return False
         held = self._terms.get(holder)
         return held is not None and h.d_ledger_term > held
+
+    def _held_elsewhere(self, conn: Connection, addr: str) -> bool:
+        """Whether the broker at `addr` registered over another connection that is still open."""
+        live = self.routes.broker_live_table.get(addr)
+        owner = live.connection if live is not None else None
+        return isinstance(owner, Connection) and owner is not conn and not owner.is_closed
 
     def _live_holder(self, conn: Connection, name: str, broker_id: int, addr: str) -> str | None:
         """Who holds the place a REGISTER_BROKER asks for over another connection still open, if
@@ -233,9 +251,7 @@ class NamesrvProcessor:
         broker = self.routes.broker_addr_table.get(name)
         current = broker.broker_addrs.get(broker_id) if broker is not None else None
         for held in (addr, current):
-            live = self.routes.broker_live_table.get(held) if held is not None else None
-            owner = live.connection if live is not None else None
-            if isinstance(owner, Connection) and owner is not conn and not owner.is_closed:
+            if held is not None and self._held_elsewhere(conn, held):
                 return held
         return None
 
@@ -296,9 +312,7 @@ class NamesrvProcessor:
 
     def unregister_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = UnregisterBrokerRequestHeader.from_ext_fields(req.ext_fields)
-        live = self.routes.broker_live_table.get(h.broker_addr)
-        owner = live.connection if live is not None else None
-        if isinstance(owner, Connection) and owner is not conn and not owner.is_closed:
+        if self._held_elsewhere(conn, h.broker_addr):
             return req.make_response(
                 ResponseCode.NO_PERMISSION,
                 f"broker {h.broker_addr} is registered over another live connection; only it can unregister",
@@ -312,6 +326,10 @@ class NamesrvProcessor:
             version = DataVersion.loads(req.body) if req.body else DataVersion()
         except ValueError as exc:
             return req.make_response(ResponseCode.SYSTEM_ERROR, f"bad DataVersion body: {exc}")
+        if self._held_elsewhere(conn, h.broker_addr):
+            # only the broker's own connection keeps it listed: anyone's query (a wrong version answers the
+            # right one) would keep a hung broker, whose connection stays open, in the routes for good
+            return req.make_response(ext_fields=QueryDataVersionResponseHeader(True).to_ext_fields())
         changed, stored = self.routes.query_data_version(h.broker_addr, version)
         return req.make_response(
             ext_fields=QueryDataVersionResponseHeader(changed).to_ext_fields(),

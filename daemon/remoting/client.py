@@ -33,6 +33,11 @@ def parse_addr(addr: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def peer_host(host: str) -> str:
+    """The address a peer connected from, as registered: an IPv4-mapped IPv6 peer as plain IPv4."""
+    return host[7:] if host.startswith("::ffff:") and "." in host else host
+
+
 def met_itself(sockname: object, peername: object) -> bool:
     """Whether a connection reached itself: TCP's simultaneous open, when the kernel picks as the source
     the very port connected to (a free port in the ephemeral range). Nobody listens there, and the socket

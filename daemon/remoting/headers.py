@@ -135,6 +135,9 @@ class RegisterBrokerRequestHeader(CommandHeader):
     #: mqctl's: a DLedger member's Raft term, so a NameServer lets a newer leader take brokerId 0 from a
     #: live but stale master (4.9.8's NameServers decode known fields only and ignore it).
     d_ledger_term: int | None = None
+    #: mqctl's: the hosts of that member's group (`dLegerPeers`, resolved, comma-separated): the term is
+    #: the registrant's word, so only a connection from one of them may take this master's place by it.
+    d_ledger_hosts: str | None = None
 
 
 @dataclass(slots=True)

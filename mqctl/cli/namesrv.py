@@ -74,7 +74,7 @@ def start(
 
     config = _load(config_file, data, listen)
     if print_config:
-        typer.echo(to_properties(config, mark_inert=True), nl=False)
+        typer.echo(to_properties(config, mark_inert=True, mask_secrets=True), nl=False)
         return
     from daemon.namesrv.controller import NamesrvController
     from mqctl.cli.daemons import start_service

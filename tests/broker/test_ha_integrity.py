@@ -680,6 +680,12 @@ except ConnectionError:
 """
 
 
+def peer_reads(ns_name: str, host: str, ha_port: int) -> int:
+    """What a raw HA connection from the namespace to ``host:ha_port`` reads (0: closed at once)."""
+    argv = ["ip", "netns", "exec", ns_name, sys.executable, "-c", _PEER_SCRIPT, host, str(ha_port)]
+    return int(subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout)
+
+
 @contextlib.contextmanager
 def peer_namespace() -> Iterator[tuple[str, str, str]]:
     """A network namespace joined to this one by a veth pair whose addresses exist only on the pair:
@@ -708,35 +714,64 @@ def peer_namespace() -> Iterator[tuple[str, str, str]]:
         subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
+@contextlib.asynccontextmanager
+async def master_on(
+    tmp_path: Path, host: str, signer: Signer | None = None, **overrides: Any
+) -> AsyncIterator[tuple[Namesrv, Broker, BrokerClient]]:
+    """A NameServer on loopback and a master listening on ``host`` that registers there, with a client."""
+    namesrv = Namesrv(NamesrvController(namesrv_config(tmp_path)), RemotingClient())
+    await namesrv.controller.start()
+    master = await start_broker(
+        tmp_path / "m", listen_host=host, broker_ip1=host, namesrv_addr=namesrv.addr, **SMALL, **overrides
+    )
+    client = RemotingClient(signer=signer)
+    try:
+        yield namesrv, master, BrokerClient(master.addr, client)
+    finally:
+        await client.close()
+        await master.stop()
+        await namesrv.client.close()
+        await namesrv.controller.stop()
+
+
 @pytest.mark.slow
 async def test_the_gate_matches_the_peers_address_off_loopback(tmp_path: Path) -> None:
     """From a network namespace's own address: refused while the NameServer lists the group's slave on
     another host (loopback), admitted once it lists one at that address."""
     with peer_namespace() as (ns_name, ours, theirs):
-        namesrv = Namesrv(NamesrvController(namesrv_config(tmp_path)), RemotingClient())
-        await namesrv.controller.start()
-        master = await start_broker(
-            tmp_path / "m", listen_host=ours, broker_ip1=ours, namesrv_addr=namesrv.addr, **SMALL
-        )
-        client = RemotingClient()
-        try:
-            assert (await BrokerClient(master.addr, client).send("Far", b"x" * 100)).code == 0
-            ha = str(master.config.ha_listen_port)
-
-            def peer_reads() -> int:
-                argv = ["ip", "netns", "exec", ns_name, sys.executable, "-c", _PEER_SCRIPT, ours, ha]
-                return int(subprocess.run(argv, capture_output=True, text=True, timeout=30).stdout)
-
+        async with master_on(tmp_path, ours) as (namesrv, master, sender):
+            assert (await sender.send("Far", b"x" * 100)).code == 0
+            ha = master.config.ha_listen_port
             assert (await namesrv.register({}, broker_addr="127.0.0.1:1", broker_id=1)).code == 0
-            assert await asyncio.to_thread(peer_reads) == 0
+            assert await asyncio.to_thread(peer_reads, ns_name, ours, ha) == 0
             assert (await namesrv.register({}, broker_addr=f"{theirs}:1", broker_id=2)).code == 0
             await asyncio.sleep(1.1)  # the gate looks its slaves up again at most once a second
-            assert await asyncio.to_thread(peer_reads) > 0
-        finally:
-            await client.close()
-            await master.stop()
-            await namesrv.client.close()
-            await namesrv.controller.stop()
+            assert await asyncio.to_thread(peer_reads, ns_name, ours, ha) > 0
+
+
+@pytest.mark.slow
+async def test_an_acl_master_streams_beyond_loopback_only_to_a_whitelisted_slave(tmp_path: Path) -> None:
+    """A NameServer with ACL off takes anyone's registration: a stranger listed as a slave of an ACL
+    master (its registration accepted) would read every message the ACL keeps from it over the HA port.
+    Beyond loopback (without haTls) the master also asks what the slave's metadata sync needs anyway: the
+    host in its globalWhiteRemoteAddresses."""
+    home = tmp_path / "home"
+    acl_file = write_acl(home)
+    with peer_namespace() as (ns_name, ours, theirs):
+        signer = Signer(ADMIN_AK, ADMIN_SK)
+        async with master_on(tmp_path, ours, signer, acl_enable=True, rocketmq_home=str(home)) as (
+            namesrv,
+            master,
+            sender,
+        ):
+            assert (await sender.send("Secret", b"x" * 100)).code == 0
+            ha = master.config.ha_listen_port
+            assert (await namesrv.register({}, broker_addr=f"{theirs}:1", broker_id=2)).code == 0
+            assert await asyncio.to_thread(peer_reads, ns_name, ours, ha) == 0
+            assert master.ha_master is not None and master.ha_master.refused >= 1
+            acl_file.write_text(PLAIN_ACL.replace("  - 10.10.103.*\n", f"  - 10.10.103.*\n  - {theirs}\n"))
+            await asyncio.sleep(2.2)  # the ACL file is looked at once a second, the slaves too
+            assert await asyncio.to_thread(peer_reads, ns_name, ours, ha) > 0
 
 
 def test_the_walk_back_finds_the_last_shared_record_across_files(tmp_path: Path) -> None:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import struct
 import threading
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,8 @@ from typing import Any
 import pytest
 from prometheus_client.core import CounterMetricFamily
 
-from daemon.broker.metrics import SCRAPE_SLICE
+from daemon.broker import metrics
+from daemon.broker.metrics import MAX_CONNECTIONS, SCRAPE_SLICE
 from tests.listeners import listening
 from tests.support.broker import BrokerHandle, start_broker
 from tests.support.waiting import budget_holds, wait_until
@@ -104,3 +107,73 @@ async def test_a_scrape_renders_on_the_event_loop_in_slices_serving_requests_bet
         'rocketmq_broker_put_bytes_total{broker="broker-a",cluster="DefaultCluster",topic="T1999"} 10.0'
         in text
     )
+
+
+def _handler_threads() -> int:
+    return sum("process_request_thread" in t.name for t in threading.enumerate())
+
+
+@pytest.mark.slow
+async def test_a_flood_of_idle_connections_holds_a_bounded_number_of_threads(broker: BrokerHandle) -> None:
+    """Each metrics connection is served by a thread; a peer opening connections it never uses (a
+    network scan, a flood) must not grow the broker's threads without bound, and /healthz answers
+    again once the flood is gone."""
+    port = broker.broker.metrics_port
+    assert port
+    before = _handler_threads()
+    flood = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(3 * MAX_CONNECTIONS)]
+    try:
+        await asyncio.sleep(0.5)  # every accepted connection has been handed to its handler
+        assert _handler_threads() - before <= MAX_CONNECTIONS
+        turned_away = flood[-1].recv(200)  # the ones over the cap are told so and closed at once
+        assert turned_away.startswith(b"HTTP/1.1 503")
+    finally:
+        for s in flood:
+            s.close()
+    assert (await asyncio.to_thread(fetch, port, "/healthz")).strip() == "serving"
+
+
+@pytest.mark.slow
+async def test_a_request_trickled_a_byte_at_a_time_is_dropped_at_its_deadline(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow-loris keeps each read under the socket timeout; the whole request has one deadline."""
+    monkeypatch.setattr(metrics, "READ_TIMEOUT", 1.0)
+    port = broker.broker.metrics_port
+    assert port
+    with socket.create_connection(("127.0.0.1", port), timeout=3) as slow:
+        slow.sendall(b"GET /metrics HTTP/1.1\r\n")
+        start = time.monotonic()
+        closed = None
+        while time.monotonic() - start < 4:
+            try:
+                slow.sendall(b"X")
+            except OSError:
+                closed = time.monotonic() - start
+                break
+            await asyncio.sleep(0.3)
+            with contextlib.suppress(BlockingIOError, TimeoutError):
+                if slow.recv(1, socket.MSG_DONTWAIT) == b"":
+                    closed = time.monotonic() - start
+                    break
+    assert closed is not None and closed < 2.5, closed
+
+
+async def test_scrapes_arriving_during_a_render_share_it(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A burst of scrapes costs the event loop one render, not one each."""
+    renders = []
+    real = metrics.render
+
+    async def slow(b: Any) -> bytes:
+        renders.append(b)
+        await asyncio.sleep(1.0)
+        return await real(b)
+
+    monkeypatch.setattr(metrics, "render", slow)
+    port = broker.broker.metrics_port
+    assert port
+    texts = await asyncio.gather(*(asyncio.to_thread(fetch, port, "/metrics") for _ in range(6)))
+    assert all("rocketmq_remoting_connections" in t for t in texts)
+    assert len(renders) <= 2, len(renders)

@@ -12,11 +12,15 @@ from daemon.broker.config import BrokerConfig, load_broker_config
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
 from daemon.protect import PROTECTED_CODES, binds_beyond_loopback, is_loopback, protection, refusal
+from daemon.remoting.bodies import DataVersion, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from daemon.remoting.headers import RegisterBrokerRequestHeader
 from daemon.safe_config import FORCE_FIELD
-from tests.support.broker import send_fields, start_cluster, stop_cluster
+from tests.dledger.test_single import dledger_keys
+from tests.support.broker import send_fields, start_broker, start_cluster, stop_cluster
 from tests.support.netns import peer_namespace
+from tests.support.waiting import wait_until
 
 R = RequestCode
 
@@ -141,3 +145,89 @@ async def test_an_admin_write_from_a_peer_off_loopback_is_refused(
             assert opened.broker.config.file_reserved_time == 72
         finally:
             await stop_cluster(opened)
+
+
+@pytest.mark.slow
+async def test_a_peer_off_loopback_unregisters_no_live_broker_but_its_own(tmp_path: Path) -> None:
+    """Registration stays open in protected mode (it is a broker's client traffic), but a live broker is
+    unregistered only over its own connection: a peer's UNREGISTER_BROKER naming it (one packet taking a
+    master out of every route) is refused; one naming an address nobody holds passes."""
+    with peer_namespace() as peer:
+        namesrv = NamesrvController(
+            NamesrvConfig(listen_host="0.0.0.0", listen_port=0, data_dir=tmp_path / "ns-open")
+        )
+        await namesrv.start()
+        broker = await start_broker(tmp_path / "b", namesrv_addr=f"127.0.0.1:{namesrv.port}")
+        try:
+            assert broker.addr in namesrv.routes.broker_live_table
+
+            def unregister(addr: str) -> tuple[int, dict[str, str], str]:
+                fields = {"brokerName": "broker-a", "brokerAddr": addr, "clusterName": "DefaultCluster",
+                          "brokerId": "0"}  # fmt: skip
+                return (R.UNREGISTER_BROKER, fields, "")
+
+            (theirs,) = await peer.send(f"{peer.host_ip}:{namesrv.port}", [unregister(broker.addr)])
+            assert theirs[0] == ResponseCode.NO_PERMISSION and "only it can unregister" in theirs[1], theirs
+            assert broker.addr in namesrv.routes.broker_live_table
+            (own,) = await peer.send(f"{peer.host_ip}:{namesrv.port}", [unregister(f"{peer.peer_ip}:10911")])
+            assert own[0] == ResponseCode.SUCCESS, own
+        finally:
+            await broker.stop()
+            await namesrv.stop()
+
+
+@pytest.mark.slow
+async def test_a_stranger_claiming_a_newer_term_takes_no_dledger_masters_place(tmp_path: Path) -> None:
+    """Registration stays open in protected mode, and a newer DLedger term lets a new leader take a live
+    master's place in the routes: a stranger's registration of brokerId 0 with a term of a million, from
+    a network namespace, must not put the stranger in the group's routes."""
+    with peer_namespace() as peer:
+        namesrv = NamesrvController(
+            NamesrvConfig(listen_host="0.0.0.0", listen_port=0, data_dir=tmp_path / "ns-open")
+        )
+        await namesrv.start()
+        broker = await start_broker(
+            tmp_path / "b", namesrv_addr=f"127.0.0.1:{namesrv.port}", **dledger_keys()
+        )
+        try:
+
+            def master() -> str | None:
+                group = namesrv.routes.broker_addr_table.get("broker-a")
+                return group.broker_addrs.get(0) if group is not None else None
+
+            await wait_until(lambda: master() == broker.addr, timeout=15)
+            stranger = f"{peer.peer_ip}:10911"
+            header = RegisterBrokerRequestHeader(
+                "broker-a", stranger, "DefaultCluster", f"{peer.peer_ip}:10912", 0, d_ledger_term=10**6
+            )
+            body = RegisterBrokerBody(TopicConfigSerializeWrapper({}, DataVersion(1, 1))).encode().decode()
+            fields = {k: str(v) for k, v in header.to_ext_fields().items()}
+            (taken,) = await peer.send(f"{peer.host_ip}:{namesrv.port}", [(R.REGISTER_BROKER, fields, body)])
+            assert taken[0] == ResponseCode.NO_PERMISSION, taken
+            assert master() == broker.addr
+        finally:
+            await broker.stop()
+            await namesrv.stop()
+
+
+@pytest.mark.parametrize(
+    ("overrides", "warned"),
+    [
+        ({"listen_host": "0.0.0.0"}, True),
+        ({"listen_host": "0.0.0.0", "protected_mode": False}, True),
+        ({"listen_host": "127.0.0.1"}, False),
+        ({"listen_host": "0.0.0.0", "acl_enable": True}, False),
+    ],
+    ids=["protected", "open", "loopback", "acl"],
+)
+async def test_a_namesrv_beyond_loopback_without_acl_says_anyone_may_register(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, overrides: dict[str, object], warned: bool
+) -> None:
+    """Registration is a broker's client traffic, open without ACL: any peer can register a broker of its
+    own with queues of existing topics and take a share of their sends. The start says so."""
+    namesrv = NamesrvController(NamesrvConfig(listen_port=0, data_dir=tmp_path / "ns", **overrides))  # type: ignore[arg-type]
+    with caplog.at_level(logging.WARNING, logger="daemon.namesrv.controller"):
+        await namesrv.start()
+    await namesrv.stop()
+    lines = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any("any peer that reaches it can register a broker" in line for line in lines) == warned, lines

@@ -22,12 +22,16 @@ from typing import Any
 
 import pytest
 
+from daemon.acl.signature import Signer
 from daemon.broker.broker import Broker
 from daemon.config import ConfigError, parse_properties
 from daemon.dledger.machines import log_entry, wire_entry
 from daemon.dledger.protocol import (
     BINARY_PUSH_CODE,
     DLedgerRequestCode,
+    DLedgerResponseCode,
+    GetEntriesRequest,
+    GetEntriesResponse,
     PushEntryRequest,
     PushType,
     RequestOrResponse,
@@ -45,6 +49,8 @@ from store.dledger import encode_entry
 from tests.broker.test_ha import pull_all
 from tests.dledger.test_group import failover
 from tests.dledger.test_rejoin import leader_of, members
+from tests.dledger.test_single import dledger_keys
+from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
 from tests.support.broker import BrokerClient, start_broker
 from tests.support.netns import peer_namespace
 from tests.support.paths import ROOT
@@ -387,3 +393,33 @@ async def test_peers_of_both_address_families_are_refused_with_a_clear_error(tmp
     for k in keys:
         with pytest.raises(ConfigError, match=r"mixes IPv4 members \(n0, n1\) and IPv6 members \(n2\)"):
             await start_broker(Path(k["store_path_root_dir"]), **k)
+
+
+async def test_the_channel_serves_no_entry_to_a_get_of_the_dledger_client(tmp_path: Path) -> None:
+    """DLedger's GET (its client's read of an entry by index) is nothing members send each other. Served,
+    it handed any process the gate admits (every local one on loopback) every message of the log, past
+    the broker's ACL; it is refused as APPEND is."""
+    home = tmp_path / "home"
+    write_acl(home)
+    broker = await start_broker(
+        tmp_path / "store", acl_enable=True, rocketmq_home=str(home), **dledger_keys()
+    )
+    client = RemotingClient(signer=Signer(ADMIN_AK, ADMIN_SK))
+    try:
+        assert broker.dledger is not None
+        await wait_until(lambda: broker.dledger is not None and broker.dledger.node.is_leader, 15)
+        sent = await BrokerClient(broker.addr, client).send("Secret", b"the-secret-body")
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+        got = []
+        async with RemotingClient() as anyone:
+            for index in range(3):  # the entry holding the message among them
+                ask = GetEntriesRequest(group="g", remote_id="n0", begin_index=index)
+                answer = await anyone.invoke(
+                    f"127.0.0.1:{broker.dledger.port}",
+                    RemotingCommand.request(int(DLedgerRequestCode.GET), body=ask.encode()),
+                )
+                got.append(GetEntriesResponse.decode(answer.body or b"{}"))
+        assert all(g.code == DLedgerResponseCode.UNSUPPORTED and not g.entries for g in got), got
+    finally:
+        await client.close()
+        await broker.stop()

@@ -517,3 +517,30 @@ def test_an_end_transaction_naming_no_half_message_is_invalid_transaction_id(
         )
         answer = s.EndTransaction(request, metadata=META, timeout=10)
         assert answer.status.code == pb.INVALID_TRANSACTION_ID, (transaction_id, answer.status)
+
+
+@pytest.mark.slow
+def test_a_request_larger_than_any_message_the_broker_takes_is_refused_unread(
+    acl: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """Unsigned, a 64 MiB send was read whole (and parsed) before the ACL refused it: a few of them at
+    once held gigabytes. A request over maxMessageSize plus room for its fields is refused by its
+    length; one within it is answered as before."""
+    cluster, stub = acl
+    limit = cluster.broker.store.config.max_message_size
+    with pytest.raises(grpc.RpcError) as refused:
+        stub.SendMessage(send_request("TopicA", b"x" * (64 << 20)), timeout=30)
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    within = stub.SendMessage(send_request("TopicA", b"x" * (limit - 1024)), metadata=signed(), timeout=30)
+    assert within.status.code == pb.OK, within.status
+
+
+def test_an_unsigned_send_learns_nothing_of_which_topics_exist(
+    acl: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """With ACL on, an unsigned send to a topic that exists and to one that does not get the same answer
+    (remoting's ACL check comes before the processor too)."""
+    _cluster, stub = acl
+    there = stub.SendMessage(send_request("TopicA"), timeout=10)
+    nowhere = stub.SendMessage(send_request("NoSuchTopic"), timeout=10)
+    assert there.status.code == nowhere.status.code == pb.UNAUTHORIZED, (there.status, nowhere.status)

@@ -87,3 +87,58 @@ async def test_a_broker_without_a_term_cannot_take_a_live_master_place(tmp_path:
     reg = RemotingCommand.request(RequestCode.REGISTER_BROKER, hijack.to_ext_fields(), body)
     assert (await new.invoke(reg, timeout=1)).code == ResponseCode.NO_PERMISSION
     assert routes.broker_addr_table["b"].broker_addrs[0] == "10.0.0.1:10911"
+
+
+async def test_a_term_takes_a_live_master_place_only_from_a_host_of_its_group(tmp_path: Path) -> None:
+    """The term is the registrant's word: a stranger's REGISTER_BROKER of brokerId 0 with a term above the
+    master's would put the stranger in every route of that group. A master that names its group's hosts
+    (dLegerPeers, resolved) lets only a connection from one of them take its place by term."""
+    config = namesrv_config(tmp_path)
+    routes = RouteInfoManager()
+    dispatcher = RequestDispatcher(NamesrvProcessor(config, routes, KVConfigManager(config)).table())
+    old = connect_pair(dispatcher)[0]
+    stranger, seen = connect_pair(dispatcher)
+    peer = seen.address[0]  # the stranger's address, as the NameServer sees it
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper({}, DataVersion(1, 1))).encode()
+
+    async def register(conn: Connection, addr: str, term: int, hosts: str | None = None) -> int:
+        header = RegisterBrokerRequestHeader("b", addr, "C", "", 0, d_ledger_term=term, d_ledger_hosts=hosts)
+        reg = RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext_fields(), body)
+        return (await conn.invoke(reg, timeout=1)).code
+
+    assert await register(old, "10.0.0.1:10911", 3, hosts="10.0.0.1,10.0.0.2,10.0.0.3") == 0
+    assert await register(stranger, "10.0.0.9:10911", 99) == ResponseCode.NO_PERMISSION
+    assert routes.broker_addr_table["b"].broker_addrs[0] == "10.0.0.1:10911"
+    # a member's host (here the master names the stranger's among its group's) takes it
+    assert await register(old, "10.0.0.1:10911", 3, hosts=f"10.0.0.1,10.0.0.2,{peer}") == 0
+    assert await register(stranger, "10.0.0.9:10911", 4) == 0
+    assert routes.broker_addr_table["b"].broker_addrs[0] == "10.0.0.9:10911"
+
+
+async def test_only_a_brokers_own_connection_keeps_it_listed(tmp_path: Path) -> None:
+    """QUERY_DATA_VERSION refreshes a broker's liveness, as a registration does: from another connection
+    (anyone, since a wrong version answers the right one) it kept a hung broker, whose own connection
+    stays open, in the routes for good. Over its own connection it still does."""
+    now = [1_000_000]
+    config = namesrv_config(tmp_path)
+    routes = RouteInfoManager(clock=lambda: now[0])
+    dispatcher = RequestDispatcher(NamesrvProcessor(config, routes, KVConfigManager(config)).table())
+    broker, stranger = connect_pair(dispatcher)[0], connect_pair(dispatcher)[0]
+    version = DataVersion(1, 1)
+    body = RegisterBrokerBody(TopicConfigSerializeWrapper({}, version)).encode()
+    header = RegisterBrokerRequestHeader("b", "10.0.0.1:10911", "C", "", 0)
+    reg = RemotingCommand.request(RequestCode.REGISTER_BROKER, header.to_ext_fields(), body)
+    assert (await broker.invoke(reg, timeout=1)).code == 0
+
+    async def query(conn: Connection) -> int:
+        ask = RemotingCommand.request(
+            RequestCode.QUERY_DATA_VERSION,
+            {"brokerAddr": "10.0.0.1:10911", "brokerName": "b", "clusterName": "C", "brokerId": "0"},
+            version.dumps(),
+        )
+        assert (await conn.invoke(ask, timeout=1)).code == 0
+        return routes.broker_live_table["10.0.0.1:10911"].last_update_ms
+
+    now[0] += 60_000
+    assert await query(stranger) == 1_000_000
+    assert await query(broker) == 1_060_000

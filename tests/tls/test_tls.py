@@ -536,3 +536,39 @@ async def test_permissive_with_required_client_certificates_warns_that_plaintext
         )
     await namesrv.stop()
     assert "plaintext clients are still served" in caplog.text
+
+
+def test_print_config_shows_no_key_password(tmp_path: Path, cli: RunCli) -> None:
+    """--print-config goes to terminals, CI logs and bug reports: a key password set shows as the config
+    answers show it; the other keys as they are."""
+    conf = tmp_path / "daemon.conf"
+    conf.write_text("brokerName=broker-x\ntls.server.keyPassword=hunter2\ntls.client.keyPassword=hunter3\n")
+    for daemon in ("broker", "namesrv"):
+        shown = cli(daemon, "start", "-c", str(conf), "--print-config")
+        assert shown.code == 0, shown.stderr
+        assert "hunter" not in shown.stdout, daemon
+        lines = shown.stdout.splitlines()
+        assert {"tls.server.keyPassword=******", "tls.client.keyPassword=******"} <= set(lines), daemon
+    assert "brokerName=broker-x" in cli("broker", "start", "-c", str(conf), "--print-config").stdout
+
+
+@pytest.mark.parametrize(
+    ("host", "ha_tls", "warned"),
+    [("0.0.0.0", False, True), ("0.0.0.0", True, False), ("127.0.0.1", False, False)],
+    ids=["beyond-loopback", "haTls", "loopback"],
+)
+async def test_an_enforcing_master_says_when_its_ha_stream_is_plaintext_beyond_loopback(
+    tmp_path: Path,
+    certs: dict[str, Path],
+    caplog: pytest.LogCaptureFixture,
+    host: str,
+    ha_tls: bool,
+    warned: bool,
+) -> None:
+    """tls.server.mode=enforcing covers the remoting ports only: the HA stream is TLS with haTls alone, so an
+    operator who asked for TLS is told when the CommitLog would still leave in plaintext."""
+    keys = server_keys(certs, "enforcing", ha_tls=ha_tls)
+    with caplog.at_level(logging.WARNING, logger="daemon.broker.broker"):
+        broker = await start_broker(tmp_path / "m", listen_host=host, **keys)
+    await broker.stop()
+    assert ("the HA stream to slaves is plaintext" in caplog.text) == warned, caplog.text
