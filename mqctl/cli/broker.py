@@ -12,6 +12,7 @@ from mqctl.cli.common import (
     BrokerAddrOpt,
     ClusterOpt,
     ExecuteOpt,
+    ExistingPath,
     OutputOpt,
     YesOpt,
     cluster_options,
@@ -43,7 +44,10 @@ LOG_FILE = "logs/broker.log"
 ConfigOpt = Annotated[
     Path | None,
     typer.Option(
-        "--config", "-c", help="RocketMQ broker.conf (properties) file.", exists=True, dir_okay=False
+        "--config",
+        "-c",
+        help="RocketMQ broker.conf (properties) file.",
+        click_type=ExistingPath(dir_okay=False),
     ),
 ]
 StoreOpt = Annotated[

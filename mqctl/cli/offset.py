@@ -9,6 +9,7 @@ import typer
 
 from mqctl.cli.common import (
     ExecuteOpt,
+    ExistingPath,
     GroupOpt,
     TopicOpt,
     YesOpt,
@@ -57,7 +58,9 @@ def reset(
     ] = None,
     from_file: Annotated[
         Path | None,
-        typer.Option("--from-file", exists=True, dir_okay=False, help="A plan saved by --export."),
+        typer.Option(
+            "--from-file", click_type=ExistingPath(dir_okay=False), help="A plan saved by --export."
+        ),
     ] = None,
     export: Annotated[
         Path | None, typer.Option("--export", dir_okay=False, help="Save the plan as JSON.")

@@ -11,6 +11,7 @@ from mqctl.cli.common import (
     BrokerAddrOpt,
     ClusterOpt,
     ExecuteOpt,
+    ExistingPath,
     TopicOpt,
     YesOpt,
     cluster_options,
@@ -148,7 +149,10 @@ def stats(
 @cluster_options()
 def apply(
     file: Annotated[
-        Path, typer.Option("--file", "-f", exists=True, dir_okay=False, help="YAML or JSON topic list.")
+        Path,
+        typer.Option(
+            "--file", "-f", click_type=ExistingPath(dir_okay=False), help="YAML or JSON topic list."
+        ),
     ],
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
