@@ -138,6 +138,10 @@ async def transfer(
     if to not in peers:
         raise UsageError(f"--to {to}: not a member of {row.broker_name} ({', '.join(peers)})")
     term = int(table["dledgerTerm"])
+    if to == leader:  # DLedger answers UNKNOWN_MEMBER (a leader is not its own peer): read as a typo in --to
+        return TransferResult(
+            row.broker_name, leader, to, term, int(DLedgerResponseCode.SUCCESS), "ALREADY_LEADER"
+        )
     # no leaderId/localId, as DLedger's LeadershipTransferCommand: mqctl is no member, and the leader's peer
     # gate refuses a request that names one as its sender from another host
     req = LeadershipTransferRequest(
