@@ -45,3 +45,20 @@ def test_an_empty_list_is_its_header_row(
     assert result.code == 0, result.stderr
     header, *rows = result.stdout.splitlines()
     assert header and rows == [], result.stdout
+
+
+@pytest.mark.parametrize("args", EMPTY_LISTS, ids=" ".join)
+def test_an_empty_table_is_its_header_line(
+    cli: RunCli, daemons: LocalCluster, tmp_path: Path, args: tuple[str, ...]
+) -> None:
+    """The same lists as a table: the column names alone, not nothing at all, which reads as a hang or a bug."""
+    no_topics = tmp_path / "topics.yaml"
+    no_topics.write_text("topics: []\n")
+    where = {"STORE": str(daemons.broker.config.store_path_root_dir), "NO_TOPICS": str(no_topics)}
+    env = {"NAMESRV_ADDR": daemons.namesrv_addr}
+    argv = [where.get(a, a) for a in args]
+    columns = cli(*argv, "-o", "csv", env=env).stdout.splitlines()[0].split(",")
+    result = cli(*argv, "-o", "table", env=env)
+    assert result.code == 0, result.stderr
+    header = columns[0].replace("_", " ").upper()
+    assert any(line.startswith(header) for line in result.stdout.splitlines()), result.stdout  # after a title
