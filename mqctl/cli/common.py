@@ -130,7 +130,27 @@ DlqIdsOpt = Annotated[
     list[str] | None, typer.Option("--id", help="Only this message (offset id or UNIQ_KEY; repeatable).")
 ]
 DlqTagOpt = Annotated[str | None, typer.Option("--tag", help="Only dead letters with this tag.")]
-KeyOpt = Annotated[str | None, typer.Option("--key", "-k", help="Message key (an entry of KEYS).")]
+
+
+def one_key(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Refuse a blank key or one holding a space: KEYS is the keys joined by spaces (RocketMQ's
+    ``MessageConst#KEY_SEPARATOR``) and the IndexFile splits it there, so 'a b' is stored as 'a' and 'b'."""
+    for key in [value] if isinstance(value, str) else value or ():
+        if not key.strip():
+            raise click.BadParameter("a key cannot be blank", ctx, param)
+        if " " in key:
+            raise click.BadParameter(
+                f"key {key!r} holds a space, RocketMQ's key separator: it would be (or was) stored as the "
+                f"keys {' and '.join(repr(k) for k in key.split())}; give each key on its own",
+                ctx,
+                param,
+            )
+    return value
+
+
+KeyOpt = Annotated[
+    str | None, typer.Option("--key", "-k", help="Message key (an entry of KEYS).", callback=one_key)
+]
 SinceOpt = Annotated[
     str | None,
     typer.Option("--since", help="Store time from: ISO 8601 (UTC default), epoch ms or relative like -2h."),
