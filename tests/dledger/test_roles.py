@@ -8,6 +8,8 @@ import asyncio
 import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -22,6 +24,7 @@ from daemon.remoting.command import RemotingCommand
 from tests.broker.test_ha import pull_all
 from tests.dledger.test_group import elected_master, master_of, member_pid
 from tests.support.broker import BrokerClient
+from tests.support.paths import ROOT
 from tests.support.pop import PopClient
 from tests.support.ports import free_port
 from tests.support.up import mqctl_up
@@ -203,3 +206,36 @@ async def test_a_5x_producer_keeps_sending_after_the_leader_is_killed(
         on_new = BrokerClient(await new_master(client, ns, old), client)
         held = [b for q in range(2) for b in await pull_all(on_new, "G5", q)]
         assert sorted(held) == sorted(receipts.values())
+
+
+def member_id(data: Path, addr: str) -> str:
+    """The DLedger id (n0, n1, ...) of the member serving at ``addr``."""
+    for conf in data.glob("store-broker-a-n*/broker.conf"):
+        keys = parse_properties(conf.read_text())
+        if addr.endswith(f":{keys['listenPort']}"):
+            return keys["dLegerSelfId"]
+    raise AssertionError(f"no member at {addr}")
+
+
+async def test_transfer_right_after_a_topic_is_made_waits_until_the_new_master_holds_it(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Topic and group configs are no part of the Raft log: a follower copies the master's every 10 s
+    (4.9.8's SlaveSynchronize). A transfer right after 'topic create' handed the master role to a member
+    that did not hold the topic yet: the new master refused it ('topic not exist') and the other members
+    dropped it at their next copy. The transfer now waits until the member holds the leader's topics."""
+    async with raft_group(tmp_path, cli_env) as (data, ns, client):
+        env = {**quick(cli_env), "NAMESRV_ADDR": ns}
+
+        def mq(*args: str) -> subprocess.CompletedProcess[str]:
+            argv = [sys.executable, "-m", "mqctl", *args]
+            return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+        leader = await new_master(client, ns, "")
+        follower = next(a for a in member_addrs(data) if a != leader)
+        made = await asyncio.to_thread(mq, "topic", "create", "-t", "JustMade", "-r", "2", "-w", "2")
+        assert made.returncode == 0, made.stderr
+        done = await asyncio.to_thread(mq, "broker", "ha", "transfer", "--to", member_id(data, follower))
+        assert done.returncode == 0, done.stderr
+        r = await client.invoke(follower, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG))
+        assert "JustMade" in TopicConfigSerializeWrapper.loads(r.body).topic_config_table
