@@ -27,7 +27,7 @@ from daemon.remoting.errors import RemotingCommandError, RemotingConnectError, R
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
-from mqctl.errors import NotFoundError, UsageError
+from mqctl.errors import ConnectError, NotFoundError, UsageError
 from mqctl.output import Rows, json_text
 from mqctl.services.topics import readers_of_topic, route_masters, route_readers
 from mqctl.timespec import iso, parse_time
@@ -311,6 +311,21 @@ def queues(route: TopicRouteData, *, write: bool) -> list[QueueRef]:
     return out
 
 
+def _refuse_masterless(route: TopicRouteData, topic: str) -> None:
+    """A topic with no writable queue because its groups' masters are gone from the route (down, or a
+    DLedger group electing one): a passing connection problem, not the topic's permission or queues."""
+    masters = route_masters(route)
+    headless = sorted(
+        {q.broker_name for q in route.queue_datas if q.perm & PermName.WRITE and q.broker_name not in masters}
+    )
+    if headless:
+        raise ConnectError(
+            f"topic {topic!r}: no master of {', '.join(headless)} is registered (down, or its group is "
+            "electing one); its slaves take no sends",
+            hint="try again shortly; see 'mqctl broker ha status'",
+        )
+
+
 def pick(refs: list[QueueRef], *, broker: str | None, queue: int | None, topic: str) -> list[QueueRef]:
     """Narrow queues to ``--broker`` (address or broker name) and ``--queue``."""
     out = [r for r in refs if broker is None or broker in (r.addr, r.broker_name)]
@@ -407,10 +422,15 @@ async def _send_queues(admin: Admin, topic: str, *, create: bool) -> tuple[list[
     ``create``) TBW102's, whose brokers create the topic on the first send as they do for RocketMQ's
     producers; without ``create`` a topic the NameServer does not route is NotFoundError."""
     try:
-        return queues(await admin.topic_route(topic), write=True), False
+        route = await admin.topic_route(topic)
     except RemotingCommandError as exc:
         if exc.code != ResponseCode.TOPIC_NOT_EXIST:
             raise
+    else:
+        refs = queues(route, write=True)
+        if not refs:
+            _refuse_masterless(route, topic)
+        return refs, False
     if not create:
         raise NotFoundError(
             f"topic {topic!r} does not exist",
