@@ -36,6 +36,8 @@ class HAStatus:
     commit_index: int | None = None
     #: DLedger mode: how the member's peer channel is guarded (mutual TLS, or plaintext and where).
     channel: str | None = None
+    #: DLedger mode, on the leader: the group's size (itself and every peer it replicates to).
+    members: int | None = None
     error: str | None = None
 
 
@@ -63,6 +65,7 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         if peers:
             out.peers = ", ".join(f"{p[0]} match {p[1]} lag {p[2]}" for p in peers if len(p) == 3)
             out.lag_bytes = None
+            out.members = 1 + len(peers)
         else:
             leader = table.get("dledgerLeaderId")
             out.peers = f"leader {leader}" if leader else None

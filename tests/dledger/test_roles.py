@@ -239,3 +239,35 @@ async def test_transfer_right_after_a_topic_is_made_waits_until_the_new_master_h
         assert done.returncode == 0, done.stderr
         r = await client.invoke(follower, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG))
         assert "JustMade" in TopicConfigSerializeWrapper.loads(r.body).topic_config_table
+
+
+async def test_check_ha_warns_when_a_member_of_the_group_is_gone(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A DLedger group of 3 with a member killed serves on, but one more loss stops it: 'check ha' said
+    OK (its slave rules count the slaves registered, and a Raft group's leader is connected to the rest)."""
+    from tests.dledger.test_group import member_pid
+
+    async with raft_group(tmp_path, cli_env) as (data, ns, client):
+        env = {**quick(cli_env), "NAMESRV_ADDR": ns}
+
+        def check() -> subprocess.CompletedProcess[str]:
+            argv = [sys.executable, "-m", "mqctl", "check", "ha"]
+            return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+        leader = await new_master(client, ns, "")
+        follower = next(a for a in member_addrs(data) if a != leader)
+
+        async def both_followers_registered() -> bool:
+            return (await asyncio.to_thread(check)).stdout.startswith("HA OK - 2 slave(s)")
+
+        await wait_until(both_followers_registered, 60)
+        os.kill(member_pid(data, follower), signal.SIGKILL)
+
+        async def warned() -> bool:
+            return (await asyncio.to_thread(check)).returncode != 0
+
+        await wait_until(warned, 30)
+        done = await asyncio.to_thread(check)
+    assert done.returncode == 1 and done.stdout.startswith("HA WARNING"), done.stdout
+    assert "2 of its 3 DLedger members" in done.stdout, done.stdout
