@@ -29,7 +29,7 @@ from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
 from mqctl.errors import ConnectError, NotFoundError, UsageError
 from mqctl.output import Rows, json_text
-from mqctl.services.topics import readers_of_topic, route_masters, route_readers
+from mqctl.services.topics import readers_of_topic, route_masters, route_or_not_found, route_readers
 from mqctl.timespec import iso, parse_time
 from mqctl.tracedata import trace_field
 from mqctl.units import time_fields, when
@@ -696,7 +696,7 @@ async def show(
     admin: Admin, topic: str, queue: int, offset: int, *, broker: str | None = None, body: bool = True
 ) -> MessageDetail:
     """The message at ``offset`` of queue ``queue`` (pulled as the tools group, nothing committed)."""
-    route = await admin.topic_route(topic)
+    route = await route_or_not_found(admin, topic)
     refs = pick(queues(route, write=False), broker=broker, queue=queue, topic=topic)
     if len(refs) > 1:
         names = ", ".join(f"{r.broker_name} ({r.addr})" for r in refs)
@@ -752,7 +752,7 @@ async def tail(
     connections`` lists it, and an offset reset of the group moves where it reads (the reset's offsets
     are committed, as any member does; its own positions never are).
     """
-    route = await admin.topic_route(topic)
+    route = await route_or_not_found(admin, topic)
     refs = queues(route, write=False)
     if not refs:
         raise NotFoundError(f"topic {topic!r} has no readable queue on a master broker")
