@@ -389,6 +389,10 @@ def message_properties(
             raise UsageError(
                 f"{flag} holds a \\x01 or \\x02 byte: RocketMQ separates a message's properties with them"
             )
+    if tags and "||" in tags:  # a subscription reads it as 'or': no tag filter could select the message
+        raise UsageError(
+            f"--tag {tags!r} holds '||': a message has one tag, and a subscription reads '||' as 'or'"
+        )
     for name in properties:
         if name in SYSTEM_PROPERTIES:
             instead = _PROPERTY_FLAGS.get(name)

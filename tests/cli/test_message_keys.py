@@ -1,4 +1,4 @@
-"""A message key holds no space: RocketMQ's KEYS property is the keys joined by spaces
+"""A message key holds no space, a tag no "||": RocketMQ's KEYS property is the keys joined by spaces
 (``MessageConst#KEY_SEPARATOR``) and the IndexFile splits it there, so ``-k 'ord 1'`` was sent as two
 keys, 'ord' and '1', and a query for 'ord 1' could never find anything."""
 
@@ -32,3 +32,12 @@ def test_a_key_with_a_space_or_a_blank_key_is_refused_before_any_request(
     assert result.code == 2, result
     [line] = result.stderr.splitlines()
     assert "--key" in line and ("space" in line or "blank" in line), line
+
+
+def test_a_tag_holding_the_subscription_or_is_refused(cli: RunCli) -> None:
+    """A message has one tag, and a subscription reads 'a||b' as 'a or b': a message tagged 'a||b' could be
+    selected by no tag filter, only by '*'."""
+    result = cli("msg", "send", "-t", "T", "--tag", "a||b", "body", "-n", "127.0.0.1:1")
+    assert result.code == 2, result
+    [line] = result.stderr.splitlines()
+    assert "--tag" in line and "||" in line, line
