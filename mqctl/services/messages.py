@@ -23,7 +23,12 @@ from typing import Any, NotRequired, TypedDict
 from daemon.broker.bodies import MessageQueue
 from daemon.remoting.bodies import PermName, TopicRouteData
 from daemon.remoting.codes import ResponseCode
-from daemon.remoting.errors import RemotingCommandError, RemotingConnectError, RemotingError
+from daemon.remoting.errors import (
+    RemotingCommandError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeoutError,
+)
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
@@ -780,21 +785,33 @@ async def tail(
     out: asyncio.Queue[StoredMessage | QueueRef] = asyncio.Queue(maxsize=256)
     suspend = 0 if exit_at_end else min(hold_ms, max(100, int(admin.timeout * 1000) - 1000))
 
+    lost: set[str] = set()  # brokers whose reader stopped answering: said once per outage, not per queue
+
     async def follow(ref: QueueRef) -> None:
         mq = _mq(topic, ref)
+        addr = ref.addr
         while True:
             offset = positions[mq]
-            result = await wire.pull(
-                admin,
-                ref.addr,
-                topic,
-                ref.queue_id,
-                offset,
-                group=read_group,
-                max_nums=32,
-                subscription=subscription,
-                suspend_ms=suspend,
-            )
+            try:
+                result = await wire.pull(
+                    admin,
+                    addr,
+                    topic,
+                    ref.queue_id,
+                    offset,
+                    group=read_group,
+                    max_nums=32,
+                    subscription=subscription,
+                    suspend_ms=suspend,
+                )
+            except (RemotingConnectError, RemotingTimeoutError) as exc:
+                if exit_at_end:  # a read to the end: the queue's end is not known, so fail
+                    raise
+                addr = await _reader_again(admin, topic, ref.broker_name, addr, exc, lost)
+                continue
+            if ref.broker_name in lost:
+                lost.discard(ref.broker_name)
+                log.warning("%s: reading again, from %s", ref.broker_name, addr)
             for m in result.messages:
                 await out.put(m)
             if not result.found and result.next_begin_offset == offset and exit_at_end:
@@ -809,6 +826,20 @@ async def tail(
         if member is not None:
             await stack.enter_async_context(member)  # on exit: leaves the group, commits nothing
         return await _stream(refs, follow, out, emit, max_messages, on_start)
+
+
+async def _reader_again(
+    admin: Admin, topic: str, broker_name: str, gone: str, why: Exception, lost: set[str]
+) -> str:
+    """Where to read ``broker_name``'s queues now that ``gone`` stopped answering (killed, a failover): the
+    route's master, else a slave, asked again each second; a tail waits out the outage, as kcat does."""
+    if broker_name not in lost:
+        lost.add(broker_name)
+        log.warning("%s: %s; reading on once the route names a broker to read from", broker_name, why)
+    await asyncio.sleep(1.0)
+    with contextlib.suppress(RemotingError, NotFoundError):
+        return (await readers_of_topic(admin, topic)).get(broker_name, gone)
+    return gone
 
 
 def _mq(topic: str, ref: QueueRef) -> MessageQueue:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -246,8 +247,6 @@ async def test_check_ha_warns_when_a_member_of_the_group_is_gone(
 ) -> None:
     """A DLedger group of 3 with a member killed serves on, but one more loss stops it: 'check ha' said
     OK (its slave rules count the slaves registered, and a Raft group's leader is connected to the rest)."""
-    from tests.dledger.test_group import member_pid
-
     async with raft_group(tmp_path, cli_env) as (data, ns, client):
         env = {**quick(cli_env), "NAMESRV_ADDR": ns}
 
@@ -271,3 +270,35 @@ async def test_check_ha_warns_when_a_member_of_the_group_is_gone(
         done = await asyncio.to_thread(check)
     assert done.returncode == 1 and done.stdout.startswith("HA WARNING"), done.stdout
     assert "2 of its 3 DLedger members" in done.stdout, done.stdout
+
+
+async def test_a_tail_reads_on_through_a_failover_of_the_leader(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """'msg tail' follows a topic as kcat -C does: the leader's SIGKILL closed its connection and the tail
+    exited 5 ('connection closed'). It now asks the route again and reads on from where it was, from the
+    new master or meanwhile a follower, saying so once on stderr."""
+    async with raft_group(tmp_path, cli_env) as (data, ns, client):
+        env = {**quick(cli_env), "NAMESRV_ADDR": ns}
+        leader = await new_master(client, ns, "")
+        await BrokerClient(leader, client).create_topic("Followed", 1)
+        await topic_everywhere(client, data, "Followed")
+        argv = [sys.executable, "-m", "mqctl", "msg", "tail", "-t", "Followed", "-o", "json"]
+        tail = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            assert tail.stderr is not None and tail.stdout is not None
+            assert "tailing Followed" in await asyncio.to_thread(tail.stderr.readline)
+            assert (await BrokerClient(leader, client).send("Followed", b"before", queue_id=0)).code == 0
+            first = json.loads(await asyncio.to_thread(tail.stdout.readline))
+            assert first["body"] == "before"
+            os.kill(member_pid(data, leader), signal.SIGKILL)
+            master = await new_master(client, ns, leader)
+            assert (await BrokerClient(master, client).send("Followed", b"after", queue_id=0)).code == 0
+            line = await asyncio.wait_for(asyncio.to_thread(tail.stdout.readline), 60)
+            assert line, f"the tail exited {tail.wait()}: {tail.stderr.read()}"
+            assert json.loads(line)["body"] == "after" and tail.poll() is None
+        finally:
+            tail.kill()
+            tail.wait()
