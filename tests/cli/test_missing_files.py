@@ -35,3 +35,15 @@ def test_a_missing_file_or_directory_exits_3_with_one_line(
     assert result.stdout == ""
     [line] = result.stderr.splitlines()
     assert line.startswith("mqctl: error: ") and str(missing) in line, line
+
+
+def test_an_export_into_a_missing_directory_names_the_out_path_not_its_temporary_file(
+    cli: RunCli, tmp_path: Path
+) -> None:
+    """dlq export writes a temporary file beside --out, then renames it: the error named that file
+    ('.x.jsonl.oytjcnj7'), a name the user never gave."""
+    out = tmp_path / "no-dir" / "x.jsonl"
+    result = cli("dlq", "export", "-g", "G", "--out", str(out), "-n", "127.0.0.1:1")
+    assert result.code == 3, result
+    [line] = result.stderr.splitlines()
+    assert line.endswith(f": {out}"), line
