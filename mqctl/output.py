@@ -329,12 +329,17 @@ def _print_tables(tables: list[Any], stream: TextIO, *, terminal: bool) -> None:
             else:
                 console.print(table)
         return
+    from rich.table import Table
+
     probe = Console(file=io.StringIO(), width=1 << 20, no_color=True)
     for table in tables:
         width = Measurement.get(probe, probe.options, table).maximum
         console = Console(
             file=stream, width=max(width, 20), no_color=True, highlight=False, soft_wrap=False, markup=False
         )
+        if isinstance(table, Table) and table.title is not None:  # one line, not wrapped to the table's width
+            console.print(table.title, soft_wrap=True)
+            table.title = None
         console.print(table)
 
 
