@@ -138,6 +138,8 @@ class ContextFile:
         tls: TlsOptions | None = None,
     ) -> Context:
         parse_namesrv(namesrv)
+        if not name.strip():
+            raise UsageError("the context name is blank")
         if spark_remote is not None and not spark_remote.startswith("sc://"):
             raise UsageError(f"--spark-remote {spark_remote!r}: expected sc://HOST:PORT")
         if name in self.contexts and not overwrite:

@@ -272,10 +272,12 @@ def _table(columns: list[str], rows: list[dict[str, Any]], title: str | None) ->
     return table
 
 
-def _tables(data: Any, title: str | None) -> list[Any]:
-    """A record's scalars as one key/value table, then each of its record lists as a table of its own."""
+def _tables(data: Any, title: str | None, known: Sequence[str] = ()) -> list[Any]:
+    """A record's scalars as one key/value table, then each of its record lists as a table of its own;
+    an empty list whose columns are ``known`` (:class:`Rows`) is its header line."""
     if not isinstance(data, Mapping):
         columns, rows = _rows(data if isinstance(data, Sequence) else [data])
+        columns = columns or list(known)
         if not columns:  # an empty list: no table to draw (rich printed a blank line), but its title
             from rich.text import Text
 
@@ -327,12 +329,17 @@ def _print_tables(tables: list[Any], stream: TextIO, *, terminal: bool) -> None:
             else:
                 console.print(table)
         return
+    from rich.table import Table
+
     probe = Console(file=io.StringIO(), width=1 << 20, no_color=True)
     for table in tables:
         width = Measurement.get(probe, probe.options, table).maximum
         console = Console(
             file=stream, width=max(width, 20), no_color=True, highlight=False, soft_wrap=False, markup=False
         )
+        if isinstance(table, Table) and table.title is not None:  # one line, not wrapped to the table's width
+            console.print(table.title, soft_wrap=True)
+            table.title = None
         console.print(table)
 
 
@@ -353,7 +360,8 @@ def render(result: Any, fmt: str = "table", *, out: TextIO | None = None, title:
         terminal = _is_terminal(stream)
         writer.writerows([_csv_cell(row.get(c), terminal=terminal) for c in columns] for row in rows)
     elif fmt == "table":
-        _print_tables(_tables(data, title), stream, terminal=out is None and stream.isatty())
+        known = result.columns if isinstance(result, Rows) else ()
+        _print_tables(_tables(data, title, known), stream, terminal=out is None and stream.isatty())
     else:
         raise ValueError(f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}")
 

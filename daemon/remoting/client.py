@@ -16,7 +16,12 @@ from typing import Protocol
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor, RequestDispatcher
-from daemon.remoting.errors import RemotingCommandError, RemotingConnectError, RemotingTlsError
+from daemon.remoting.errors import (
+    RemotingCommandError,
+    RemotingConnectError,
+    RemotingProtocolError,
+    RemotingTlsError,
+)
 from daemon.remoting.frame import MAX_FRAME_LENGTH
 from daemon.remoting.tls import TlsReadBuffer
 
@@ -60,6 +65,12 @@ def connected_to_itself(transport: asyncio.BaseTransport) -> bool:
     except (AttributeError, ValueError):
         raise ConnectionResetError(errno.ECONNRESET, "Connection reset by peer as it opened") from None
     return met_itself(sockname, peername)
+
+
+#: OpenSSL's reasons for a handshake answered by bytes that are no TLS record (an HTTP reply, an SSH banner).
+NOT_TLS = frozenset(
+    {"WRONG_VERSION_NUMBER", "UNKNOWN_PROTOCOL", "PACKET_LENGTH_TOO_LONG", "RECORD_LAYER_FAILURE"}
+)
 
 
 def tls_reason(exc: _ssl.SSLError) -> str:
@@ -167,6 +178,10 @@ class RemotingClient:
         except TimeoutError:
             raise RemotingConnectError(addr, f"connect timed out after {self.connect_timeout:g}s") from None
         except _ssl.SSLError as exc:
+            if exc.reason in NOT_TLS:  # no certificate problem: the peer answered in plain text
+                raise RemotingProtocolError(
+                    f"{addr} does not speak TLS: it answered with plain bytes ({exc.reason}); a port without TLS?"
+                ) from None
             raise RemotingTlsError(addr, f"TLS handshake failed: {tls_reason(exc)}") from None
         except ConnectionResetError as exc:
             if self.ssl is not None:  # a TLS server that refused our certificate (or its absence) resets

@@ -126,7 +126,7 @@ class Admin:
                     raise
                 raise RemotingProtocolError(
                     f"{addr} is not a NameServer: it answers RocketMQ but not NameServer requests "
-                    f"({exc.remark}); a broker's port?{NOT_A_NAMESRV}"
+                    f"({(exc.remark or '').strip()}); a broker's port?{NOT_A_NAMESRV}"
                 ) from None
         assert last is not None
         raise last

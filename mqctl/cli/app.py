@@ -268,6 +268,20 @@ NO_ARGS_IS_HELP: tuple[type[click.UsageError], ...] = tuple(
 )
 
 
+def _plugin_unknown(exc: click.UsageError) -> None:
+    """``mqctl check lag --bogus``: the plugin's UNKNOWN line on stdout (Nagios shows stdout, not stderr)."""
+    from mqctl.output import printable
+
+    ctx = exc.ctx
+    service = (
+        ctx.info_name
+        if ctx is not None and ctx.parent is not None and ctx.parent.info_name == "check"
+        else None
+    )
+    line = f"{(service or 'check').upper()} UNKNOWN - {printable(exc.format_message(), newlines=False)}"
+    sys.stdout.write(line.replace("|", "/") + "\n")  # '|' would start the perfdata
+
+
 def _fail(message: str, code: int) -> int:
     from mqctl.output import printable
 
@@ -314,6 +328,8 @@ def main(argv: list[str] | None = None) -> int:
         return usage_code
     except click.UsageError as exc:
         where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        if noun == "check":  # a monitoring plugin: its caller reads the one line on stdout
+            _plugin_unknown(exc)
         return _fail(f"{exc.format_message()}{where}", usage_code)
     except click.ClickException as exc:
         return _fail(exc.format_message(), exc.exit_code)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from mqctl.cli.common import ClusterOpt, ExecuteOpt, YesOpt, cluster_options, confirm, online
+from mqctl.cli.common import ClusterOpt, ExecuteOpt, ExistingPath, YesOpt, cluster_options, confirm, online
 
 app = typer.Typer(help="Make a cluster's topics and groups (and offsets) what an exported file says.")
 
@@ -30,7 +30,10 @@ def apply(
     file: Annotated[
         Path,
         typer.Option(
-            "--file", "-f", exists=True, dir_okay=False, help="'mqctl export' YAML/JSON, or mqadmin's JSON."
+            "--file",
+            "-f",
+            click_type=ExistingPath(dir_okay=False),
+            help="'mqctl export' YAML/JSON, or mqadmin's JSON.",
         ),
     ],
     cluster: ClusterOpt = None,

@@ -12,6 +12,7 @@ from mqctl.cli.common import (
     BrokerAddrOpt,
     ClusterOpt,
     ExecuteOpt,
+    ExistingPath,
     OutputOpt,
     YesOpt,
     cluster_options,
@@ -43,7 +44,10 @@ LOG_FILE = "logs/broker.log"
 ConfigOpt = Annotated[
     Path | None,
     typer.Option(
-        "--config", "-c", help="RocketMQ broker.conf (properties) file.", exists=True, dir_okay=False
+        "--config",
+        "-c",
+        help="RocketMQ broker.conf (properties) file.",
+        click_type=ExistingPath(dir_okay=False),
     ),
 ]
 StoreOpt = Annotated[
@@ -238,12 +242,19 @@ def ha_transfer(
     to: Annotated[str, typer.Option("--to", help="The DLedger member to lead (n0, n1, ...).")],
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
+    force: Annotated[
+        bool,
+        typer.Option("--force", help="Hand over even if --to lacks topics or groups the leader has."),
+    ] = False,
 ) -> None:
     """DLedger mode: hand the group's leadership (and so its master role) to member --to, once it holds
-    the leader's log (DLedger's leadership transfer; the leader refuses sends meanwhile)."""
+    the leader's log (DLedger's leadership transfer; the leader refuses sends meanwhile).
+
+    Topics and groups are no part of the Raft log: a member copies them from the master every 10 s. The
+    transfer first waits (up to 15 s) until --to holds the leader's; else it is refused (exit 4)."""
     from mqctl.services.ha import transfer
 
-    online(lambda admin: transfer(admin, to, cluster, broker), timeout=20.0)
+    online(lambda admin: transfer(admin, to, cluster, broker, force=force), timeout=20.0)
 
 
 @app.command("clean")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import inspect
+import os
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import click
@@ -34,6 +36,22 @@ def _global(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
     if root is not ctx and root.get_parameter_source(name) is ParameterSource.COMMANDLINE:
         return root.params[name]
     return value
+
+
+class ExistingPath(click.Path):
+    """``click.Path(exists=True)`` whose missing path is a ``NotFoundError`` (exit 3), as a missing file is
+    wherever else mqctl reads one: click's own check would make it a usage error (2)."""
+
+    def __init__(self, *, file_okay: bool = True, dir_okay: bool = True) -> None:
+        super().__init__(exists=True, file_okay=file_okay, dir_okay=dir_okay, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str | os.PathLike) and not os.path.exists(value):
+            from mqctl.errors import NotFoundError
+
+            flag = param.opts[0] if param is not None and param.opts else "path"
+            raise NotFoundError(f"{flag} {os.fsdecode(value)}: no such file or directory")
+        return super().convert(value, param, ctx)
 
 
 OutputOpt = Annotated[
@@ -112,7 +130,27 @@ DlqIdsOpt = Annotated[
     list[str] | None, typer.Option("--id", help="Only this message (offset id or UNIQ_KEY; repeatable).")
 ]
 DlqTagOpt = Annotated[str | None, typer.Option("--tag", help="Only dead letters with this tag.")]
-KeyOpt = Annotated[str | None, typer.Option("--key", "-k", help="Message key (an entry of KEYS).")]
+
+
+def one_key(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Refuse a blank key or one holding a space: KEYS is the keys joined by spaces (RocketMQ's
+    ``MessageConst#KEY_SEPARATOR``) and the IndexFile splits it there, so 'a b' is stored as 'a' and 'b'."""
+    for key in [value] if isinstance(value, str) else value or ():
+        if not key.strip():
+            raise click.BadParameter("a key cannot be blank", ctx, param)
+        if " " in key:
+            raise click.BadParameter(
+                f"key {key!r} holds a space, RocketMQ's key separator: it would be (or was) stored as the "
+                f"keys {' and '.join(repr(k) for k in key.split())}; give each key on its own",
+                ctx,
+                param,
+            )
+    return value
+
+
+KeyOpt = Annotated[
+    str | None, typer.Option("--key", "-k", help="Message key (an entry of KEYS).", callback=one_key)
+]
 SinceOpt = Annotated[
     str | None,
     typer.Option("--since", help="Store time from: ISO 8601 (UTC default), epoch ms or relative like -2h."),

@@ -77,7 +77,10 @@ def add(
         read_secret(secret_key_file)  # refused now rather than at the first command
         stored = secret_key_file.resolve()
     elif secret_key:
-        stored = config_dir() / "secrets" / f"{name}.key"
+        from urllib.parse import quote
+
+        # the name is the user's text, not a path: '../x' or 'a/b' stays one file in secrets/
+        stored = config_dir() / "secrets" / f"{quote(name, safe='')}.key"
         write_secret(stored, secret_key)
     from mqctl.tls import TlsOptions
 

@@ -70,13 +70,19 @@ def export(
         )
     else:
         directory = out.resolve().parent
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=directory)
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=directory)
+        except OSError as exc:  # name --out, not the temporary file beside it
+            raise type(exc)(exc.errno, exc.strerror, str(out)) from None
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as f:
                 count = run_admin(
                     target.namesrv, lambda a: dlq_export(a, group, only, f.write), timeout=seconds
                 )
-            os.replace(tmp, out)
+            try:
+                os.replace(tmp, out)
+            except OSError as exc:  # --out a directory, say
+                raise type(exc)(exc.errno, exc.strerror, str(out)) from None
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise

@@ -28,6 +28,7 @@ from mqctl.cli.common import (
     cluster_target,
     confirm,
     flags,
+    one_key,
     online,
     progress,
     request_timeout,
@@ -121,7 +122,15 @@ def send(
         str | None, typer.Option("--file", "-f", help="Read the body from this file ('-': stdin).")
     ] = None,
     tag: Annotated[str | None, typer.Option("--tag", help="Message tag (TAGS).")] = None,
-    keys: Annotated[list[str] | None, typer.Option("--key", "-k", help="Message key (repeatable).")] = None,
+    keys: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--key",
+            "-k",
+            help="Message key (repeatable; no spaces: KEYS joins them with one).",
+            callback=one_key,
+        ),
+    ] = None,
     prop: Annotated[
         list[str] | None,
         typer.Option(

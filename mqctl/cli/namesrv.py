@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from mqctl.cli.common import (
+    ExistingPath,
     OutputOpt,
     YesOpt,
     cluster_options,
@@ -30,7 +31,12 @@ LOG_FILE = "namesrv.log"
 
 ConfigOpt = Annotated[
     Path | None,
-    typer.Option("--config", "-c", help="RocketMQ namesrv.properties file (camelCase keys).", dir_okay=False),
+    typer.Option(
+        "--config",
+        "-c",
+        help="RocketMQ namesrv.properties file (camelCase keys).",
+        click_type=ExistingPath(dir_okay=False),
+    ),
 ]
 DataOpt = Annotated[
     Path | None,

@@ -9,6 +9,7 @@ import typer
 
 from mqctl.cli.common import (
     ExecuteOpt,
+    ExistingPath,
     GroupOpt,
     TopicOpt,
     YesOpt,
@@ -44,10 +45,14 @@ def reset(
         bool, typer.Option("--to-latest", help="After the newest message (skip all).")
     ] = False,
     to_time: Annotated[
-        str | None, typer.Option("--to-time", help="First message stored at/after TIME (ISO, epoch ms, -2h).")
+        str | None,
+        typer.Option(
+            "--to-time",
+            help="The message stored nearest TIME (ISO, epoch ms, -2h), as mqadmin resetOffsetByTime.",
+        ),
     ] = None,
     by_duration: Annotated[
-        str | None, typer.Option("--by-duration", help="First message stored in the last DUR (30m, 2h, 1d).")
+        str | None, typer.Option("--by-duration", help="--to-time now minus DUR (30m, 2h, 1d).")
     ] = None,
     to_offset: Annotated[
         int | None, typer.Option("--to-offset", help="This queue offset (clamped per queue).")
@@ -57,7 +62,9 @@ def reset(
     ] = None,
     from_file: Annotated[
         Path | None,
-        typer.Option("--from-file", exists=True, dir_okay=False, help="A plan saved by --export."),
+        typer.Option(
+            "--from-file", click_type=ExistingPath(dir_okay=False), help="A plan saved by --export."
+        ),
     ] = None,
     export: Annotated[
         Path | None, typer.Option("--export", dir_okay=False, help="Save the plan as JSON.")
@@ -75,6 +82,10 @@ def reset(
     """Plan a reset (per queue: current -> new); only --execute changes anything, after asking (or --yes).
 
     A group no broker of the topic knows is refused (exit 3) unless --create-group.
+
+    A time finds what RocketMQ's search by time finds (ConsumeQueue#getOffsetInQueueByTime): a message
+    stored at TIME, else the nearer of the last one before and the first one after; a TIME after a queue's
+    newest message gives that message, which is consumed again (--to-latest skips it).
 
     With live consumers in the group only time targets (--to-earliest/--to-latest/--to-time/--by-duration)
     are executed, by the broker, which tells the consumers to follow; other targets fail with exit 4,

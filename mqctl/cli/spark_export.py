@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import click
 import typer
 
-from mqctl.cli.common import SinceOpt, UntilOpt, cluster_options, flags
+from mqctl.cli.common import ExistingPath, SinceOpt, UntilOpt, cluster_options, flags
 from mqctl.spark.export import EXPORT_FORMATS  # stdlib-only at import time, like all of mqctl.spark's surface
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ app = typer.Typer(
 )
 
 _STORE = typer.Option(
-    "--store", help="Store root directory (holds commitlog/).", exists=True, file_okay=False
+    "--store", help="Store root directory (holds commitlog/).", click_type=ExistingPath(file_okay=False)
 )
 ClusterOpt = Annotated[
     bool,

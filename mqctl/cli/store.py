@@ -13,6 +13,7 @@ import typer
 
 from mqctl.cli.common import (
     ExecuteOpt,
+    ExistingPath,
     KeyOpt,
     OutputOpt,
     SinceOpt,
@@ -53,8 +54,7 @@ StoreDirOpt = Annotated[
     typer.Option(
         "--store",
         help="Store root directory (storePathRootDir, holds commitlog/).",
-        exists=True,
-        file_okay=False,
+        click_type=ExistingPath(file_okay=False),
     ),
 ]
 IndexNameOpt = Annotated[str | None, typer.Argument(help="Index file name (default: the newest).")]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Annotated
 
 import click
@@ -23,6 +24,13 @@ def top(
     ] = "overview",
 ) -> None:
     """Watch a cluster live: brokers and TPS, topics, consumer lag, CommitLog files (keys: 1-4 / s p r Enter ? q)."""
+    from mqctl.errors import UsageError
+
+    if not sys.stdout.isatty():  # the screen's escape sequences would go into the pipe or file
+        raise UsageError(
+            "top draws a live screen and stdout is not a terminal",
+            hint="for a script or a log: 'mqctl cluster status --watch 2' (-o json)",
+        )
     from mqctl.top.app import run_top
     from mqctl.top.live import LiveSource
 

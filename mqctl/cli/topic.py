@@ -11,6 +11,7 @@ from mqctl.cli.common import (
     BrokerAddrOpt,
     ClusterOpt,
     ExecuteOpt,
+    ExistingPath,
     TopicOpt,
     YesOpt,
     cluster_options,
@@ -21,13 +22,19 @@ from mqctl.cli.common import (
 app = typer.Typer(help="Create, inspect and delete topics.", no_args_is_help=True)
 
 ReadQueuesOpt = Annotated[
-    int | None, typer.Option("--read-queues", "-r", min=1, help="Read queue count (default 8).")
+    int | None,
+    typer.Option("--read-queues", "-r", min=1, help="Read queue count (create: 8; update: as it is)."),
 ]
 WriteQueuesOpt = Annotated[
-    int | None, typer.Option("--write-queues", "-w", min=1, help="Write queue count (default 8).")
+    int | None,
+    typer.Option("--write-queues", "-w", min=1, help="Write queue count (create: 8; update: as it is)."),
 ]
-PermOpt = Annotated[str | None, typer.Option("--perm", help="Permission: r, w or rw (default rw).")]
-OrderOpt = Annotated[bool | None, typer.Option("--order/--no-order", help="Ordered topic (default no).")]
+PermOpt = Annotated[
+    str | None, typer.Option("--perm", help="Permission: r, w or rw (create: rw; update: as it is).")
+]
+OrderOpt = Annotated[
+    bool | None, typer.Option("--order/--no-order", help="Ordered topic (create: no; update: as it is).")
+]
 
 
 def _spec(topic: str, read: int | None, write: int | None, perm: str | None, order: bool | None) -> Any:
@@ -72,13 +79,23 @@ def update(
     if_exists: Annotated[
         bool, typer.Option("--if-exists", help="Succeed without change when it is missing.")
     ] = False,
+    yes: YesOpt = False,
 ) -> None:
-    """Change an existing topic's queue counts, permission or order flag; unchanged fields stay."""
+    """Change an existing topic's queue counts, permission or order flag; unchanged fields stay.
+
+    Fewer read queues leave the messages in the queues beyond them unread: when those hold messages it
+    asks first (off a terminal: --yes)."""
     from mqctl.services.topics import upsert
 
     spec = _spec(topic, read_queues, write_queues, perm, order)
+
+    def ask(question: str) -> None:
+        confirm(question, yes=yes)
+
     online(
-        lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists),
+        lambda admin: upsert(
+            admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists, confirm=ask
+        ),
     )
 
 
@@ -148,7 +165,10 @@ def stats(
 @cluster_options()
 def apply(
     file: Annotated[
-        Path, typer.Option("--file", "-f", exists=True, dir_okay=False, help="YAML or JSON topic list.")
+        Path,
+        typer.Option(
+            "--file", "-f", click_type=ExistingPath(dir_okay=False), help="YAML or JSON topic list."
+        ),
     ],
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,

@@ -39,7 +39,7 @@ from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
 from mqctl.errors import MqctlError, NotFoundError, from_response_code
 from mqctl.services.messages import QueueRef, queues, writable_queues
-from mqctl.services.topics import TopicSpec, create_missing, gather_limited
+from mqctl.services.topics import TopicSpec, create_missing, gather_limited, route_or_not_found
 from store import (
     AUTO_CREATE_TOPIC,
     PROPERTY_WAIT_STORE_MSG_OK,
@@ -325,7 +325,7 @@ async def consume(
     the queue's position for the broker to commit, as a push consumer's do, and a reset of the
     group moves its positions instead of being overwritten by them.
     """
-    refs = queues(await admin.topic_route(topic), write=False)
+    refs = queues(await route_or_not_found(admin, topic), write=False)
     run = Run()
     rts = run.rts
     claimed = 0  # messages asked for by pulls in flight or done: never more than count

@@ -343,6 +343,10 @@ async def ha(
         elif master.error is not None:
             verdicts.append(State.UNKNOWN)
             problems.append(f"{name} master {master.addr}: {master.error}")
+        if master is not None and master.members is not None and len(members) < master.members:
+            # a Raft group serves on with a member gone, but one loss nearer to stopping
+            verdicts.append(State.WARNING)
+            problems.append(f"{name}: {len(members)} of its {master.members} DLedger members registered")
         if len(slaves) < min_slaves:
             verdicts.append(State.CRITICAL)
             problems.append(f"{name} has {len(slaves)} slave(s) registered, {min_slaves} wanted")

@@ -36,6 +36,8 @@ class HAStatus:
     commit_index: int | None = None
     #: DLedger mode: how the member's peer channel is guarded (mutual TLS, or plaintext and where).
     channel: str | None = None
+    #: DLedger mode, on the leader: the group's size (itself and every peer it replicates to).
+    members: int | None = None
     error: str | None = None
 
 
@@ -63,6 +65,7 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         if peers:
             out.peers = ", ".join(f"{p[0]} match {p[1]} lag {p[2]}" for p in peers if len(p) == 3)
             out.lag_bytes = None
+            out.members = 1 + len(peers)
         else:
             leader = table.get("dledgerLeaderId")
             out.peers = f"leader {leader}" if leader else None
@@ -108,8 +111,43 @@ class TransferResult:
     result: str
 
 
+#: How long a transfer waits for its member to copy the leader's topics and groups: a member copies them
+#: from the master every 10 s (4.9.8's SlaveSynchronize), plus a margin for a slow copy.
+COPY_WAIT_S = 15.0
+
+
+async def _not_copied(admin: Admin, leader: str, member: str) -> list[str]:
+    """The topics and groups the leader holds and ``member`` does not (yet)."""
+    topics = set(await admin.topic_configs(leader)) - set(await admin.topic_configs(member))
+    groups = set(await admin.group_configs(leader)) - set(await admin.group_configs(member))
+    return sorted(topics) + [f"group {g}" for g in sorted(groups)]
+
+
+async def _wait_for_copies(admin: Admin, leader: BrokerRow, to: str, cluster: str | None) -> None:
+    """Wait until member ``to`` holds the leader's topics and groups: they are no part of the Raft log, so a
+    member that becomes master without one refuses it, and the others drop it at their next copy."""
+    from mqctl.errors import ConflictError
+
+    members = [
+        r for r in await brokers(admin, cluster) if r.broker_name == leader.broker_name and r.broker_id
+    ]
+    infos = await asyncio.gather(*(admin.broker_runtime_info(r.addr) for r in members))
+    addr = next((r.addr for r, t in zip(members, infos, strict=True) if t.get("dledgerSelfId") == to), None)
+    if addr is None:
+        return  # not registered as a slave (yet): nothing to compare, DLedger answers for it
+    deadline = asyncio.get_running_loop().time() + COPY_WAIT_S
+    while missing := await _not_copied(admin, leader.addr, addr):
+        if asyncio.get_running_loop().time() > deadline:
+            shown = ", ".join(missing[:5]) + (f" and {len(missing) - 5} more" if len(missing) > 5 else "")
+            raise ConflictError(
+                f"{to} has not copied {shown} from the leader in {COPY_WAIT_S:g} s: as master it would lack them",
+                hint="members copy topics and groups from the master every 10 s; --force hands over anyway",
+            )
+        await asyncio.sleep(0.5)
+
+
 async def transfer(
-    admin: Admin, to: str, cluster: str | None = None, broker: str | None = None
+    admin: Admin, to: str, cluster: str | None = None, broker: str | None = None, *, force: bool = False
 ) -> TransferResult:
     """Hand the leadership of a DLedger group to member ``to`` (DLedger's LEADERSHIP_TRANSFER, 51005, sent
     to the leader's DLedger port, as DLedger's ``LeadershipTransferCommand`` does)."""
@@ -138,6 +176,12 @@ async def transfer(
     if to not in peers:
         raise UsageError(f"--to {to}: not a member of {row.broker_name} ({', '.join(peers)})")
     term = int(table["dledgerTerm"])
+    if to == leader:  # DLedger answers UNKNOWN_MEMBER (a leader is not its own peer): read as a typo in --to
+        return TransferResult(
+            row.broker_name, leader, to, term, int(DLedgerResponseCode.SUCCESS), "ALREADY_LEADER"
+        )
+    if not force:
+        await _wait_for_copies(admin, row, to, cluster)
     # no leaderId/localId, as DLedger's LeadershipTransferCommand: mqctl is no member, and the leader's peer
     # gate refuses a request that names one as its sender from another host
     req = LeadershipTransferRequest(

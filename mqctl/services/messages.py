@@ -23,13 +23,18 @@ from typing import Any, NotRequired, TypedDict
 from daemon.broker.bodies import MessageQueue
 from daemon.remoting.bodies import PermName, TopicRouteData
 from daemon.remoting.codes import ResponseCode
-from daemon.remoting.errors import RemotingCommandError, RemotingConnectError, RemotingError
+from daemon.remoting.errors import (
+    RemotingCommandError,
+    RemotingConnectError,
+    RemotingError,
+    RemotingTimeoutError,
+)
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
-from mqctl.errors import NotFoundError, UsageError
+from mqctl.errors import ConnectError, NotFoundError, UsageError
 from mqctl.output import Rows, json_text
-from mqctl.services.topics import readers_of_topic, route_masters, route_readers
+from mqctl.services.topics import readers_of_topic, route_masters, route_or_not_found, route_readers
 from mqctl.timespec import iso, parse_time
 from mqctl.tracedata import trace_field
 from mqctl.units import time_fields, when
@@ -311,6 +316,21 @@ def queues(route: TopicRouteData, *, write: bool) -> list[QueueRef]:
     return out
 
 
+def _refuse_masterless(route: TopicRouteData, topic: str) -> None:
+    """A topic with no writable queue because its groups' masters are gone from the route (down, or a
+    DLedger group electing one): a passing connection problem, not the topic's permission or queues."""
+    masters = route_masters(route)
+    headless = sorted(
+        {q.broker_name for q in route.queue_datas if q.perm & PermName.WRITE and q.broker_name not in masters}
+    )
+    if headless:
+        raise ConnectError(
+            f"topic {topic!r}: no master of {', '.join(headless)} is registered (down, or its group is "
+            "electing one); its slaves take no sends",
+            hint="try again shortly; see 'mqctl broker ha status'",
+        )
+
+
 def pick(refs: list[QueueRef], *, broker: str | None, queue: int | None, topic: str) -> list[QueueRef]:
     """Narrow queues to ``--broker`` (address or broker name) and ``--queue``."""
     out = [r for r in refs if broker is None or broker in (r.addr, r.broker_name)]
@@ -374,6 +394,10 @@ def message_properties(
             raise UsageError(
                 f"{flag} holds a \\x01 or \\x02 byte: RocketMQ separates a message's properties with them"
             )
+    if tags and "||" in tags:  # a subscription reads it as 'or': no tag filter could select the message
+        raise UsageError(
+            f"--tag {tags!r} holds '||': a message has one tag, and a subscription reads '||' as 'or'"
+        )
     for name in properties:
         if name in SYSTEM_PROPERTIES:
             instead = _PROPERTY_FLAGS.get(name)
@@ -407,10 +431,15 @@ async def _send_queues(admin: Admin, topic: str, *, create: bool) -> tuple[list[
     ``create``) TBW102's, whose brokers create the topic on the first send as they do for RocketMQ's
     producers; without ``create`` a topic the NameServer does not route is NotFoundError."""
     try:
-        return queues(await admin.topic_route(topic), write=True), False
+        route = await admin.topic_route(topic)
     except RemotingCommandError as exc:
         if exc.code != ResponseCode.TOPIC_NOT_EXIST:
             raise
+    else:
+        refs = queues(route, write=True)
+        if not refs:
+            _refuse_masterless(route, topic)
+        return refs, False
     if not create:
         raise NotFoundError(
             f"topic {topic!r} does not exist",
@@ -676,7 +705,7 @@ async def show(
     admin: Admin, topic: str, queue: int, offset: int, *, broker: str | None = None, body: bool = True
 ) -> MessageDetail:
     """The message at ``offset`` of queue ``queue`` (pulled as the tools group, nothing committed)."""
-    route = await admin.topic_route(topic)
+    route = await route_or_not_found(admin, topic)
     refs = pick(queues(route, write=False), broker=broker, queue=queue, topic=topic)
     if len(refs) > 1:
         names = ", ".join(f"{r.broker_name} ({r.addr})" for r in refs)
@@ -732,7 +761,7 @@ async def tail(
     connections`` lists it, and an offset reset of the group moves where it reads (the reset's offsets
     are committed, as any member does; its own positions never are).
     """
-    route = await admin.topic_route(topic)
+    route = await route_or_not_found(admin, topic)
     refs = queues(route, write=False)
     if not refs:
         raise NotFoundError(f"topic {topic!r} has no readable queue on a master broker")
@@ -756,21 +785,33 @@ async def tail(
     out: asyncio.Queue[StoredMessage | QueueRef] = asyncio.Queue(maxsize=256)
     suspend = 0 if exit_at_end else min(hold_ms, max(100, int(admin.timeout * 1000) - 1000))
 
+    lost: set[str] = set()  # brokers whose reader stopped answering: said once per outage, not per queue
+
     async def follow(ref: QueueRef) -> None:
         mq = _mq(topic, ref)
+        addr = ref.addr
         while True:
             offset = positions[mq]
-            result = await wire.pull(
-                admin,
-                ref.addr,
-                topic,
-                ref.queue_id,
-                offset,
-                group=read_group,
-                max_nums=32,
-                subscription=subscription,
-                suspend_ms=suspend,
-            )
+            try:
+                result = await wire.pull(
+                    admin,
+                    addr,
+                    topic,
+                    ref.queue_id,
+                    offset,
+                    group=read_group,
+                    max_nums=32,
+                    subscription=subscription,
+                    suspend_ms=suspend,
+                )
+            except (RemotingConnectError, RemotingTimeoutError) as exc:
+                if exit_at_end:  # a read to the end: the queue's end is not known, so fail
+                    raise
+                addr = await _reader_again(admin, topic, ref.broker_name, addr, exc, lost)
+                continue
+            if ref.broker_name in lost:
+                lost.discard(ref.broker_name)
+                log.warning("%s: reading again, from %s", ref.broker_name, addr)
             for m in result.messages:
                 await out.put(m)
             if not result.found and result.next_begin_offset == offset and exit_at_end:
@@ -785,6 +826,20 @@ async def tail(
         if member is not None:
             await stack.enter_async_context(member)  # on exit: leaves the group, commits nothing
         return await _stream(refs, follow, out, emit, max_messages, on_start)
+
+
+async def _reader_again(
+    admin: Admin, topic: str, broker_name: str, gone: str, why: Exception, lost: set[str]
+) -> str:
+    """Where to read ``broker_name``'s queues now that ``gone`` stopped answering (killed, a failover): the
+    route's master, else a slave, asked again each second; a tail waits out the outage, as kcat does."""
+    if broker_name not in lost:
+        lost.add(broker_name)
+        log.warning("%s: %s; reading on once the route names a broker to read from", broker_name, why)
+    await asyncio.sleep(1.0)
+    with contextlib.suppress(RemotingError, NotFoundError):
+        return (await readers_of_topic(admin, topic)).get(broker_name, gone)
+    return gone
 
 
 def _mq(topic: str, ref: QueueRef) -> MessageQueue:

@@ -169,6 +169,7 @@ class Probe(TypedDict):
     """``reachable``, then the figures of the daemon that answered (none when it did not)."""
 
     reachable: bool
+    refused: NotRequired[str]
     version: NotRequired[str | None]
     put_tps: NotRequired[str]
     get_tps: NotRequired[str]
@@ -192,8 +193,9 @@ class Probe(TypedDict):
 def probe(addr: str, daemon: Literal["broker", "namesrv"], timeout: float = 3.0) -> Probe:
     """What the daemon listening at ``addr`` says about itself, for ``status``: a broker's runtime figures
     (GET_BROKER_RUNTIME_INFO) or a NameServer's cluster and topic counts, with ``reachable: true``;
-    ``reachable: false`` when whatever holds the port does not answer (the process is still reported)."""
-    from daemon.remoting.errors import RemotingError
+    ``reachable: false`` when whatever holds the port does not answer (the process is still reported);
+    ``refused`` (and no figures) when it answers with a refusal, such as ACL's to an unsigned request."""
+    from daemon.remoting.errors import RemotingCommandError, RemotingError
     from mqctl.admin.client import run_admin
 
     try:
@@ -202,6 +204,8 @@ def probe(addr: str, daemon: Literal["broker", "namesrv"], timeout: float = 3.0)
             return {"reachable": True, **broker}
         counts = run_admin([addr], _namesrv_figures, timeout=timeout)
         return {"reachable": True, **counts}
+    except RemotingCommandError as exc:  # it answered, refusing (ACL): up, its figures withheld
+        return {"reachable": True, "refused": f"{(exc.remark or '').strip()} (response code {exc.code})"}
     except RemotingError:
         return {"reachable": False}
 

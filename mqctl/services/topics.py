@@ -291,18 +291,48 @@ async def upsert(
     mode: str,
     soft: bool = False,
     dry_run: bool = False,
+    confirm: Callable[[str], None] | None = None,
 ) -> TopicWrite:
     """Create or update a topic on its target masters; ``mode`` is 'create', 'update' or 'apply'.
 
     create refuses an existing topic and update a missing one, unless ``soft`` (--if-not-exists,
     --if-exists) turns that into a no-op; apply does whichever is needed. The result says, per
-    broker, what changed.
+    broker, what changed. ``confirm`` is asked (and raises to refuse) before fewer read queues leave
+    messages where no consumer reads.
     """
     addrs = await target_masters(admin, cluster, broker)
     tables = await asyncio.gather(*(admin.topic_configs(addr) for addr in addrs))
+    if confirm is not None and not dry_run and spec.read_queues is not None:
+        stranded = await _stranded(admin, spec.name, spec.read_queues, dict(zip(addrs, tables, strict=True)))
+        if stranded:
+            held = sum(n for _, _, n in stranded)
+            where = ", ".join(f"{addr} queue {q}" for addr, q, _ in stranded[:4])
+            more = f" and {len(stranded) - 4} more" if len(stranded) > 4 else ""
+            confirm(
+                f"{held} message(s) in {where}{more} would be left where no consumer reads "
+                f"(--read-queues {spec.read_queues}; scale in with --write-queues first, then read queues "
+                "once consumers drained them). Shrink anyway?"
+            )
     return await _upsert_on(
         admin, spec, dict(zip(addrs, tables, strict=True)), mode=mode, soft=soft, dry_run=dry_run
     )
+
+
+async def _stranded(
+    admin: Admin, topic: str, read_queues: int, tables: dict[str, dict[str, TopicConfig]]
+) -> list[tuple[str, int, int]]:
+    """(master, queue id, messages) of each queue at or beyond ``read_queues`` that holds messages, on the
+    masters whose read queues would shrink to that count."""
+    out: list[tuple[str, int, int]] = []
+    for addr, table in tables.items():
+        current = table.get(topic)
+        if current is None or current.read_queue_nums <= read_queues:
+            continue
+        stats = await admin.topic_stats(addr, topic)
+        for mq, off in sorted(stats.offset_table.items(), key=lambda item: item[0].queue_id):
+            if read_queues <= mq.queue_id < current.read_queue_nums and off.max_offset > off.min_offset:
+                out.append((addr, mq.queue_id, off.max_offset - off.min_offset))
+    return out
 
 
 async def _upsert_on(

@@ -374,13 +374,15 @@ class TopApp(App[None]):
             c: sorted({b.name for b in ov.brokers if b.cluster == c}) for c in {b.cluster for b in ov.brokers}
         }
         listed = "; ".join(f"{c} ({', '.join(names)})" for c, names in sorted(clusters.items()))
-        down = [b for b in ov.brokers if b.error is not None]
+        unread = [b for b in ov.brokers if b.error is not None]
+        down = [b for b in unread if b.unread_as == "DOWN"]  # one that refused or timed out is up
         masters = [b for b in ov.brokers if b.broker_id == 0]
         namesrvs = "  ".join(f"{n.addr} {'up' if n.up else 'DOWN'}" for n in ov.namesrvs)
         info = Text()
         info.append(
             f"Cluster {listed or '-'}: {len(ov.brokers)} brokers, {len(masters)} masters, "
-            f"{len(down)} down   NameServers: {namesrvs}\n"
+            f"{len(down)} down{f', {len(unread) - len(down)} not readable' if len(unread) > len(down) else ''}"
+            f"   NameServers: {namesrvs}\n"
         )
         size = sum(b.commitlog_bytes or 0 for b in masters)
         files = sum(b.commitlog_files or 0 for b in masters)

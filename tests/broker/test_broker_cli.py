@@ -156,3 +156,27 @@ def test_namesrv_status_finds_a_namesrv_by_its_port(
     assert status.code == 0, status.stderr
     found = status.json()
     assert (found["pid"], found["detected_by"], found["address"]) == (proc.pid, "port", f"127.0.0.1:{port}")
+
+
+@pytest.mark.slow
+def test_status_of_an_acl_broker_without_credentials_is_reachable_and_says_it_refused(
+    cli: RunCli, broker_conf: Path, tmp_path: Path
+) -> None:
+    """It answered, with a refusal: it is up. 'reachable: no' sent an operator looking for a hung broker."""
+    from tests.support.acl import ADMIN_AK, ADMIN_SK, write_acl
+
+    home = tmp_path / "home"
+    write_acl(home)
+    broker_conf.write_text(broker_conf.read_text() + f"aclEnable = true\nrocketmqHome = {home}\n")
+    assert cli("broker", "start", "-c", str(broker_conf), "--daemon").code == 0
+    try:
+        unsigned = cli("broker", "status", "-c", str(broker_conf), "-o", "json")
+        assert unsigned.code == 0, unsigned.stderr
+        status = unsigned.json()
+        assert status["reachable"] is True and "version" not in status, status
+        assert "ACL" in status["refused"] and "response code 16" in status["refused"], status
+        keys = ("--access-key", ADMIN_AK, "--secret-key", ADMIN_SK)
+        signed = cli(*keys, "broker", "status", "-c", str(broker_conf), "-o", "json").json()
+        assert signed["reachable"] is True and signed["version"] == "V4_9_8" and "refused" not in signed
+    finally:
+        cli("broker", "stop", "-c", str(broker_conf))

@@ -127,3 +127,26 @@ def test_a_context_names_its_spark_connect_server(cli: RunCli) -> None:
     assert row["spark_remote"] == "sc://127.0.0.1:15002"
     bad = cli("context", "add", "odd", "-n", "127.0.0.1:9876", "--spark-remote", "127.0.0.1:15002")
     assert bad.code == UsageError.exit_code and "sc://HOST:PORT" in bad.stderr
+
+
+def test_a_context_name_never_places_its_secret_outside_the_secrets_dir(
+    cli: RunCli, cli_env: dict[str, str]
+) -> None:
+    """The name is the user's text, not a path: '../../x' must not write x.key two levels up."""
+    from pathlib import Path
+
+    config = Path(cli_env["MQCTL_CONFIG_DIR"])
+    added = cli(
+        "context", "add", "../../evil", "-n", "127.0.0.1:9876", "--access-key", "AK", "--secret-key", "SK"
+    )
+    assert added.code == 0, added.stderr
+    [stored] = [p for p in config.parent.rglob("*.key")]
+    assert stored.parent == config / "secrets", stored
+    assert stored.read_text().strip() == "SK"
+    assert cli("context", "ls", "-o", "json").json()[0]["name"] == "../../evil"
+
+
+def test_a_blank_context_name_is_refused(cli: RunCli) -> None:
+    for name in ("", "  "):
+        result = cli("context", "add", name, "-n", "127.0.0.1:9876")
+        assert result.code == UsageError.exit_code and "blank" in result.stderr, result

@@ -287,6 +287,24 @@ def test_a_namesrv_address_that_is_an_http_port_fails_at_once(cli: RunCli, metri
     assert "HTTP/1.1 400" in line, line
 
 
+@pytest.mark.parametrize("port", ["metrics", "ssh"])
+def test_tls_to_a_port_that_answers_plain_text_is_a_protocol_error_not_a_certificate_one(
+    cli: RunCli, metrics_port: int, port: str
+) -> None:
+    """--tls at a plain port (the metrics port, an SSH banner): OpenSSL reads its answer as a record of a
+    wrong version. That is no certificate problem, so not exit 13 with a hint about --ca: exit 7."""
+    with contextlib.ExitStack() as stack:
+        addr = (
+            f"127.0.0.1:{metrics_port}"
+            if port == "metrics"
+            else stack.enter_context(foreign_server(b"SSH-2.0-OpenSSH_9.6\r\n", b""))
+        )
+        result = cli("--insecure", "topic", "list", "-n", addr, "--timeout", "4")
+    assert result.code == 7, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert addr in line and "does not speak TLS" in line and "--ca" not in line, line
+
+
 #: What a gRPC (HTTP/2) port answers a RocketMQ frame with: its SETTINGS frame, whose first word reads as
 #: a plausible frame length; the rest never comes.
 HTTP2_SETTINGS = bytes.fromhex("00001e040000000000000300000003e8000400400000000500400000000600004000")

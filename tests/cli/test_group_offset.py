@@ -145,6 +145,15 @@ def test_offset_reset_plans_then_executes(mq: RunCli, loaded: LocalCluster, tmp_
     )  # restore for other tests
 
 
+def test_a_time_after_the_newest_message_plans_the_newest_message_as_rocketmq_does(mq: RunCli) -> None:
+    """RocketMQ's search by time (``ConsumeQueue#getOffsetInQueueByTime``) answers the nearest message, so
+    a time after the newest one gives the newest (consumed again), not the queue's end: the help says so."""
+    tomorrow = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-time", "+1d", "-o", "json").json()
+    assert [q["new"] for q in tomorrow["queues"]] == [9, 9]  # 10 messages a queue: offsets 0-9
+    helped = mq("offset", "reset", "--help").stdout
+    assert "nearest" in helped and "at/after" not in helped, helped
+
+
 def test_offset_reset_needs_exactly_one_target(mq: RunCli) -> None:
     assert mq("offset", "reset", "-g", GROUP, "-t", TOPIC).code == UsageError.exit_code
     both = mq("offset", "reset", "-g", GROUP, "-t", TOPIC, "--to-earliest", "--to-latest")

@@ -250,3 +250,12 @@ def test_yaml_writes_the_controls_a_terminal_acts_on_as_escapes_and_keeps_the_va
     assert "\\u202e" in text and "\\u2066" in text and "\\N" in text  # NEL: YAML's own escape
     loaded = list(yaml.safe_load_all(text))[-1] if streamed else yaml.safe_load(text)
     assert loaded == data
+
+
+def test_a_piped_tables_title_is_one_line_whatever_the_tables_width() -> None:
+    """A title was wrapped to its table's width: under a narrow table, a word or less a line (padded with
+    blanks), which no grep finds and no reader follows."""
+    title = "broker 127.0.0.1:10911: disk 31%, fileReservedTime 72 h, 0 file(s) deletable"
+    out = io.StringIO()
+    render([{"a": "x"}], "table", out=out, title=title)
+    assert out.getvalue().splitlines()[0] == title, out.getvalue()

@@ -166,3 +166,4 @@ def test_a_broker_given_as_the_namesrv_is_named_as_not_one(
     assert result.code == 7, result.stderr
     (line,) = result.stderr.strip().splitlines()
     assert f"{cluster.broker_addr} is not a NameServer" in line and "a broker's port?" in line, line
+    assert "(request type 206 not supported)" in line, line  # the remark's leading blank (4.9.8's) trimmed

@@ -164,3 +164,21 @@ async def test_timers_due_during_shutdown_do_not_crash() -> None:
         await settle(pilot)
     assert len(fired) == 2  # both the refresh tick and the chrome tick ran after the screens went
     assert app._exception is None
+
+
+async def test_the_overview_counts_as_down_only_brokers_that_are_down() -> None:
+    """A broker that refused this session (ACL) or timed out is up: the overview line said '2 down' for one
+    dead broker and one refusing, while the table and the operations guide say 'ACL denied', not DOWN."""
+    import dataclasses
+
+    from tests.top.data import BROKERS, SNAPSHOT
+
+    refusing = dataclasses.replace(BROKERS[2], version=None, error="ACL denied", unread_as="ACL denied")
+    overview = dataclasses.replace(SNAPSHOT.overview, brokers=(*BROKERS[:2], refusing, BROKERS[3]))
+    source, clock = fixed_source()
+    source.data = dataclasses.replace(SNAPSHOT, overview=overview)
+    app = TopApp(source, interval=3600, clock=clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await settle(pilot)
+        info = text_of(app, "#overview-info")
+    assert "1 down" in info and "1 not readable" in info, info

@@ -1,0 +1,30 @@
+"""``msg send`` to a topic whose broker group has no master registered (the master is down, or a DLedger
+group is electing one): the route lists only slaves. The error said 'its permission or queue counts leave
+none', pointing at the topic's config; it is a connection problem that passes, so exit 5 saying so."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from tests.broker.test_ha import master_and_slave
+from tests.support.cli import RunCli
+
+
+@pytest.mark.slow
+async def test_a_send_while_the_group_has_no_master_says_so_and_is_retriable(
+    cli: RunCli, tmp_path: Path
+) -> None:
+    async with master_and_slave(tmp_path) as g:
+        ns = g.ns_addr
+        made = await asyncio.to_thread(cli, "topic", "create", "-t", "Orders", "-n", ns)
+        assert made.code == 0, made.stderr
+        await g.master.stop()  # unregisters: the route keeps the topic's queues and the slave
+        route = await asyncio.to_thread(cli, "topic", "route", "-t", "Orders", "-n", ns, "-o", "json")
+        assert route.code == 0, route.stderr
+        result = await asyncio.to_thread(cli, "msg", "send", "-t", "Orders", "body", "-n", ns)
+    assert result.code == 5, result
+    [line] = result.stderr.splitlines()
+    assert "no master of broker-a" in line and "permission" not in line, line

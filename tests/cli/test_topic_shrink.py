@@ -1,0 +1,42 @@
+"""``topic update -r N`` below the read queues a broker has: consumers stop reading the queues beyond N, so
+the messages in them are left unread (mqadmin updateTopic does it silently; scale-in is write queues
+first, then read queues once consumers drained them). With messages there it asks first; off a terminal
+it needs --yes."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.daemons import LocalCluster, local_cluster
+from tests.support.cli import RunCli
+
+
+@pytest.fixture(scope="module")
+def daemons(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with local_cluster(tmp_path_factory.mktemp("shrink")) as cluster:
+        yield cluster
+
+
+def test_shrinking_read_queues_that_hold_messages_asks_first(cli: RunCli, daemons: LocalCluster) -> None:
+    ns = ("-n", daemons.namesrv_addr)
+    assert cli("topic", "create", "-t", "Shrink", "-r", "4", "-w", "4", *ns).code == 0
+    assert cli("msg", "send", "-t", "Shrink", "-q", "3", "held", *ns).code == 0
+    refused = cli("topic", "update", "-t", "Shrink", "-r", "2", *ns)
+    assert refused.code == 2, refused
+    [line] = refused.stderr.splitlines()
+    assert "1 message(s)" in line and "queue 3" in line and "--yes" in line, line
+    assert daemons.broker.topics.get("Shrink").read_queue_nums == 4  # nothing changed
+    done = cli("topic", "update", "-t", "Shrink", "-r", "2", "--yes", *ns)
+    assert done.code == 0, done.stderr
+    assert daemons.broker.topics.get("Shrink").read_queue_nums == 2
+
+
+def test_shrinking_empty_read_queues_needs_no_confirmation(cli: RunCli, daemons: LocalCluster) -> None:
+    ns = ("-n", daemons.namesrv_addr)
+    assert cli("topic", "create", "-t", "ShrinkEmpty", "-r", "4", "-w", "4", *ns).code == 0
+    assert cli("msg", "send", "-t", "ShrinkEmpty", "-q", "0", "kept", *ns).code == 0
+    done = cli("topic", "update", "-t", "ShrinkEmpty", "-r", "1", "-w", "1", *ns)
+    assert done.code == 0, done.stderr
+    assert daemons.broker.topics.get("ShrinkEmpty").read_queue_nums == 1
