@@ -51,8 +51,6 @@ from tests.jepsen.test_master_slave import TOPIC as MS_TOPIC, MasterSlave, maste
 from tests.support.broker import BrokerClient
 from tests.support.waiting import wait_until
 
-pytestmark = [pytest.mark.slow, pytest.mark.interop]
-
 #: The seed of the run (a fresh one, printed, when unset) and how long the nemesis acts, in seconds.
 SEED_ENV = "MQCTL_NEMESIS_SEED"
 SECONDS_ENV = "MQCTL_NEMESIS_SECONDS"
@@ -68,6 +66,10 @@ def run_seed() -> int:
 
 def run_seconds() -> float:
     return float(os.environ.get(SECONDS_ENV) or DEFAULT_SECONDS)
+
+
+#: A long run outlasts the suite's per-test timeout: start, the nemesis, the checks' waits.
+pytestmark = [pytest.mark.slow, pytest.mark.interop, pytest.mark.timeout(max(300, 2 * run_seconds() + 300))]
 
 
 class Consumer:
@@ -395,3 +397,22 @@ def master_slave_faults(g: MasterSlave, n: Nemesis) -> dict[str, Callable[[], Aw
         "slow-ha": slow_ha,
         "client-pause": n.freeze_client,
     }
+
+
+async def test_a_leadership_transfer_under_sends_hands_the_leadership_over(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The leader takes no sends while it hands over (DLedger's ``appendAsLeader`` refuses them with
+    LEADER_TRANSFERRING): else, under steady sends, the transferee stands with a shorter log than the
+    leader and the other member, loses the vote, and every transfer fails with TAKE_LEADERSHIP_FAILED."""
+    async with raft_group(tmp_path, cli_env) as g:
+        async with running(activity(g)):
+            await g.acked_at_least(100)
+            for _ in range(2):
+                leader = await g.leader()
+                to = (leader + 1) % 3
+                done = await transfer(Admin([g.namesrv], client=g.client), f"n{to}")
+                assert done.result == "SUCCESS", done
+                assert await g.leader() == to
+                await writes_resume(g, g.history.nemesis("transferred", f"n{leader}->n{to}"))
+        await assert_consistent(g)
