@@ -415,10 +415,20 @@ async def test_a_leadership_transfer_under_sends_hands_the_leadership_over(
     async with raft_group(tmp_path, cli_env) as g:
         async with running(activity(g)):
             await g.acked_at_least(100)
+            admin = Admin([g.namesrv], client=g.client)
             for _ in range(2):
                 leader = await g.leader()
                 to = (leader + 1) % 3
-                done = await transfer(Admin([g.namesrv], client=g.client), f"n{to}")
+
+                async def caught_up(leader: int = leader, to: int = to) -> bool:
+                    """The transferee within a few entries of the leader (else FALL_BEHIND_TOO_MUCH, or
+                    more to push than the transferee waits for, may refuse it rightly)."""
+                    table = await admin.broker_runtime_info(g.nodes[leader].addr)
+                    peers = [p.split("/") for p in table.get("dledgerPeers", "").split(";")]
+                    return any(p[0] == f"n{to}" and len(p) == 3 and int(p[2]) <= 50 for p in peers)
+
+                await wait_until(caught_up, 30)
+                done = await transfer(admin, f"n{to}")
                 assert done.result == "SUCCESS", done
                 assert await g.leader() == to
                 await writes_resume(g, g.history.nemesis("transferred", f"n{leader}->n{to}"))
