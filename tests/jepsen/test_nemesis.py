@@ -304,6 +304,12 @@ def dledger_faults(g: RaftGroup, n: Nemesis, mnt: Path | None) -> dict[str, Call
     async def isolate_leader() -> None:
         await n.partition(g.links_of(await leader_or_any()))
 
+    async def no_quorum() -> None:
+        """Two faults at once: one member cut off while another is frozen, so no two members hear each
+        other and nothing may be acknowledged until one heals."""
+        cut, frozen = n.rng.sample(range(len(g.nodes)), 2)
+        await asyncio.gather(n.partition(g.links_of(cut)), n.pause(g.nodes[frozen], 1.0, 6.0))
+
     async def transfer_leadership() -> None:
         leader = await g.observe()
         to = n.rng.choice([i for i in range(len(g.nodes)) if i != leader])
@@ -333,6 +339,7 @@ def dledger_faults(g: RaftGroup, n: Nemesis, mnt: Path | None) -> dict[str, Call
         "pause-long": pause_long,
         "isolate-one": isolate_one,
         "isolate-leader": isolate_leader,
+        "no-quorum": no_quorum,
         "transfer": transfer_leadership,
         "client-pause": n.freeze_client,
     }
@@ -389,6 +396,10 @@ def master_slave_faults(g: MasterSlave, n: Nemesis) -> dict[str, Callable[[], Aw
     async def cut_ha() -> None:
         await n.partition(["ha"])
 
+    async def kill_both() -> None:
+        """Both crash together and restart on their stores, in the order their random holds give."""
+        await asyncio.gather(n.kill(g.master), n.kill(g.slave))
+
     async def slow_ha() -> None:
         g.nemesis.slow(g.proxy, "ha", n.rng.uniform(0.1, 1.0))
         try:
@@ -401,6 +412,7 @@ def master_slave_faults(g: MasterSlave, n: Nemesis) -> dict[str, Callable[[], Aw
         "pause-short": pause_short,
         "pause-long": pause_long,
         "cut-ha": cut_ha,
+        "kill-both": kill_both,
         "slow-ha": slow_ha,
         "client-pause": n.freeze_client,
     }
