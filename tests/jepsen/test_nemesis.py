@@ -54,7 +54,7 @@ from tests.support.waiting import wait_until
 #: The seed of the run (a fresh one, printed, when unset) and how long the nemesis acts, in seconds.
 SEED_ENV = "MQCTL_NEMESIS_SEED"
 SECONDS_ENV = "MQCTL_NEMESIS_SECONDS"
-DEFAULT_SECONDS = 25.0
+DEFAULT_SECONDS = 20.0
 #: A DLedger follower stands for election after this long without a heartbeat (raft.TIMINGS).
 ELECTION_TIMEOUT = 1.5
 
