@@ -69,7 +69,7 @@ def run_seconds() -> float:
 
 
 #: A long run outlasts the suite's per-test timeout: start, the nemesis, the checks' waits.
-pytestmark = [pytest.mark.slow, pytest.mark.interop, pytest.mark.timeout(max(300, 2 * run_seconds() + 300))]
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(max(300, 2 * run_seconds() + 300))]
 
 
 class Consumer:
@@ -251,6 +251,7 @@ async def assert_served(run: Run, consumer: Consumer, final: Node) -> None:
     assert not unreported_quarantines(run.members()), unreported_quarantines(run.members())
 
 
+@pytest.mark.interop  # (ali-ons)
 async def test_a_randomized_nemesis_against_a_dledger_group(tmp_path: Path, cli_env: dict[str, str]) -> None:
     seed, seconds = run_seed(), run_seconds()
     print(f"nemesis seed {seed} ({SEED_ENV}={seed}), {seconds:g} s")
@@ -348,6 +349,7 @@ def dledger_faults(g: RaftGroup, n: Nemesis, mnt: Path | None) -> dict[str, Call
     return faults
 
 
+@pytest.mark.interop  # (ali-ons)
 async def test_a_randomized_nemesis_against_a_master_and_its_slave(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
