@@ -313,6 +313,9 @@ class DefaultMessageStore:
         self._lock_fd: int | None = None
         self._opened = False
         self._running = False
+        #: (DLedger mode) why a put is refused before anything is appended, or None to take it: a leader
+        #: handing its leadership over takes no sends (``DLedgerServer#handleAppend``).
+        self.put_refusal: Callable[[], PutMessageStatus | None] | None = None
         self._threads: list[threading.Thread] = []
         self._index_flushers: list[threading.Thread] = []
         self._gc_cond = threading.Condition()
@@ -861,6 +864,8 @@ class DefaultMessageStore:
     ) -> PutResult:
         if not self._running or self.cleaner.disk_full or (self.config.broker_role == SLAVE and not leader):
             return PutResult(PutMessageStatus.SERVICE_NOT_AVAILABLE)  # a slave only replicates
+        if self.put_refusal is not None and not leader and (refused := self.put_refusal()) is not None:
+            return PutResult(refused)
         with self._put_lock:
             head = msgs[0]
             cq = None  # every message of a put goes to one queue: found once, not once per step

@@ -92,6 +92,7 @@ from daemon.remoting.tls import ServerTls
 from daemon.schedslice import SliceRefused, set_loop_slice
 from store import native
 from store.api import MessageStore
+from store.commitlog import PutMessageStatus
 from store.config import SLAVE
 from store.config_files import ConsumerOffsetManager
 from store.dledger_commitlog import DLedgerCommitLog
@@ -564,6 +565,11 @@ class Broker:
         )
         # a member whose store refuses writes (a full disk) would be elected and never take sends
         self.dledger.node.can_lead = lambda: not store.disk_full
+        # while it hands the leadership over it appends nothing (DLedger's appendAsLeader refuses with
+        # LEADER_TRANSFERRING, answered as OS_PAGECACHE_BUSY): else, under steady sends, the transferee
+        # stands with a shorter log than the other members, loses the vote, and the transfer fails
+        member = self.dledger.node.m
+        store.put_refusal = lambda: None if member.transferee is None else PutMessageStatus.OS_PAGECACHE_BUSY
         self._set_role(master=False)
         await self.dledger.start()
 

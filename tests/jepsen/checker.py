@@ -236,3 +236,25 @@ def check_resumed(history: History | Iterable[Op], after: float) -> CheckResult:
     if not later:
         result.anomalies.append(Anomaly("not-resumed", f"{after:.2f}", "no send acknowledged after it"))
     return result
+
+
+def check_served(served: Iterable[Read], final: Iterable[Read]) -> CheckResult:
+    """What consumers were served during the run against the final read: a message once served at a
+    queue and offset stays there (a committed entry never changes), so each served place must hold the
+    same message at the end. ``served-changed``: the place holds another message now; ``served-gone``:
+    the place is no longer there (what was served has been cut)."""
+    final_at = {(r.queue, r.offset): r.value for r in final}
+    result = CheckResult()
+    places = 0
+    for r in {(r.queue, r.offset, r.value) for r in served}:
+        places += 1
+        queue, offset, value = r
+        now = final_at.get((queue, offset))
+        if now is None:
+            result.anomalies.append(Anomaly("served-gone", value, f"served at q{queue}@{offset}, gone since"))
+        elif now != value:
+            result.anomalies.append(
+                Anomaly("served-changed", value, f"served at q{queue}@{offset}, now {now}")
+            )
+    result.counts = {"served-places": places}
+    return result

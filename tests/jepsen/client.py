@@ -105,6 +105,9 @@ class Producer:
         self.via = via or {}
         self._queue = itertools.count(hash(process) % queues)
         self.sent = 0
+        #: Cleared while the nemesis pauses this client: it sends nothing more until it is set again.
+        self.resumed = asyncio.Event()
+        self.resumed.set()
 
     async def route(self) -> str | None:
         return await master_of(self.client, self.namesrv, self.topic)
@@ -158,6 +161,7 @@ class Producer:
     async def run(self, stop: asyncio.Event, pause: float = 0.0) -> None:
         """Send distinct messages until ``stop`` is set."""
         for seq in itertools.count():
+            await self.resumed.wait()
             if stop.is_set():
                 return
             await self.send(f"{self.process}:{seq}:".encode() * 8)
@@ -180,6 +184,8 @@ class ScriptProducer:
         self.argv = argv
         self.sent = 0
         self.stderr = b""
+        #: The running client process (the nemesis may freeze it with SIGSTOP).
+        self.proc: asyncio.subprocess.Process | None = None
 
     @classmethod
     def ali_ons(
@@ -209,6 +215,7 @@ class ScriptProducer:
             stderr=asyncio.subprocess.PIPE,
             cwd=INTEROP,
         )
+        self.proc = proc
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         errors = asyncio.create_task(proc.stderr.read())
         stopper = asyncio.create_task(stop.wait())

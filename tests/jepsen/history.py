@@ -13,6 +13,7 @@ term) are recorded too, for the checker's one-leader-per-term rule.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from collections import Counter
@@ -96,7 +97,8 @@ class History:
     def outcomes(self) -> str:
         """Completions by type and error, with the nemesis steps: the gist of a run that went wrong."""
         counts = Counter(
-            f"{op.type} {(op.error or '').split(':')[0]}".strip()
+            # (numbers left out: ali-ons' "Send [4] times, still failed, cost [3002]ms" is one kind)
+            f"{op.type} {re.sub(r'[0-9]+', 'N', (op.error or '').split(':')[0])}".strip()
             for op in self.ops
             if op.type != "invoke" and op.process != NEMESIS and op.f == "send"
         )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.jepsen.checker import Read, check, check_leaders, check_resumed
+from tests.jepsen.checker import Read, check, check_leaders, check_resumed, check_served
 from tests.jepsen.history import History, OpType
 
 
@@ -158,3 +158,13 @@ def test_only_operations_invoked_after_a_fault_surely_met_it() -> None:
     after = h.complete(h.invoke("p0", "send", "b"), "info")
     assert not h.invoked_after(late, cut)
     assert h.invoked_after(after, cut)
+
+
+def test_a_served_message_must_stay_where_it_was_served() -> None:
+    final = [Read(0, 0, "a"), Read(0, 1, "b")]
+    assert check_served([Read(0, 0, "a"), Read(0, 0, "a"), Read(0, 1, "b")], final).valid
+    result = check_served([Read(0, 1, "x"), Read(0, 2, "c")], final)
+    assert sorted((a.kind, a.value) for a in result.anomalies) == [
+        ("served-changed", "x"),
+        ("served-gone", "c"),
+    ]
