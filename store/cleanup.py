@@ -111,7 +111,9 @@ def decide(ratio: float, config: StoreConfig, *, delete_hour: bool, manual: bool
     space = ratio > max_used or ratio < 0
     return CleanupDecision(
         delete=delete_hour or space or manual or clean_now,
-        forcibly=clean_now and config.clean_file_forcibly_enable,
+        # never on a DLedger member: its files are the group's log, and a member that dropped entries it
+        # acknowledged could still be elected (its log end is current) and then not serve them
+        forcibly=clean_now and config.clean_file_forcibly_enable and not config.enable_dleger_commit_log,
         disk_full=disk_full,
     )
 

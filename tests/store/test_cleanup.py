@@ -38,6 +38,15 @@ def test_disk_ratio_and_watermarks_15_14() -> None:
     assert decide(-1, cfg, delete_hour=False, manual=False).delete  # cannot measure: treat as full enough
 
 
+def test_a_dledger_member_never_deletes_unexpired_files_for_space() -> None:
+    """Its files are the group's log: a member that dropped entries it acknowledged keeps a current log
+    end, can be elected, and would then not serve them. A full disk refuses its appends instead."""
+    cfg = StoreConfig(enable_dleger_commit_log=True)
+    assert cfg.clean_file_forcibly_enable
+    d = decide(0.95, cfg, delete_hour=False, manual=False)
+    assert (d.delete, d.forcibly, d.disk_full) == (True, False, True)
+
+
 def test_expiry_and_delete_hour_15_14() -> None:
     mtime = _local_ms(2023, 11, 10, 3, 0)
     assert not is_expired(mtime, _local_ms(2023, 11, 13, 2, 59), 72)
