@@ -14,18 +14,23 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import importlib
 import io
 import json
 import logging
 import os
 import pkgutil
+import platform
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tests.support.paths import ROOT
@@ -90,6 +95,35 @@ def spawn(base_env: dict[str, str], *args: str, env: dict[str, str] | None = Non
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+#: The number of write(2) in /proc/PID/syscall, where it is known.
+WRITE_SYSCALL = {"x86_64": "1", "aarch64": "64"}
+
+
+def blocked_writing(proc: subprocess.Popen[str], timeout: float = 60) -> None:
+    """Wait until ``proc`` (from :func:`spawn`) is stuck writing its stdout: the pipe holds all it can
+    take (up to 64 KiB) and nothing has read it yet, as a slow ``| jq`` or a test that reads only at the
+    end. Where /proc does not show the system call a process sleeps in, a pipe that stays full is."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    capacity = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    number = WRITE_SYSCALL.get(platform.machine())
+    queued = 0
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"exited ({proc.returncode}) before its output filled the pipe"
+        time.sleep(0.05)
+        before, queued = queued, struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+        if not queued or queued != before:  # a write that did not fill a page of the pipe goes through
+            continue
+        try:
+            call = Path(f"/proc/{proc.pid}/syscall").read_text().split()[:2]
+        except OSError:
+            call = None
+        if call == [number, "0x1"] or ((call is None or number is None) and queued > capacity // 2):
+            return  # write(1, ...)
+    raise AssertionError("the command's output never filled its pipe")
 
 
 def _text(stream: io.TextIOWrapper) -> str:
