@@ -32,6 +32,8 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
+#: Whether threads have signal masks here (POSIX): elsewhere a write is as Python leaves it.
+BLOCKS = hasattr(signal, "pthread_sigmask") and hasattr(signal, "sigwait")
 FORCED = b"mqctl: error: interrupted twice while writing output: exiting now, output cut short\n"
 
 
@@ -48,7 +50,8 @@ class WholeOutput:
     def __enter__(self) -> None:
         if threading.current_thread() is not threading.main_thread():  # a signal reaches the main thread only
             return
-        if self._depth == 0 and callable(signal.getsignal(signal.SIGINT)):  # not ignored, not SIG_DFL
+        # engaged only under a Python handler: an ignored SIGINT (SIG_IGN) stays ignored, SIG_DFL kills
+        if self._depth == 0 and BLOCKS and callable(signal.getsignal(signal.SIGINT)):
             mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
             self._mask = None if signal.SIGINT in mask else mask  # blocked already: not ours to count
             if self._watcher is None:  # started with SIGINT blocked, as its sigwait needs

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from store.config import StoreConfig
 from store.engine import DefaultMessageStore
 from store.message import Message
 from tests.support.cli import blocked_writing, run_process, spawn
+from tests.support.paths import ROOT
 from tests.support.stores import small_config
 
 RECORDS = 1500
@@ -162,3 +165,29 @@ def test_a_reader_that_leaves_is_no_error(
         assert (code, err) == (0, "")
     else:
         assert code == 10 and err.startswith("mqctl: error: store ") and err.count("\n") == 1, err
+
+
+@pytest.mark.slow
+def test_an_ignored_ctrl_c_stays_ignored(cli_env: dict[str, str], corrupt: Path) -> None:
+    """``mqctl ... &`` from a script starts with SIGINT ignored: presses change nothing, even two while
+    the output waits for its reader (they are not counted as a forced exit)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "mqctl", "store", "verify", "--store", str(corrupt), "-o", "json"],
+        env=cli_env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),
+    )
+    try:
+        blocked_writing(proc)
+        for _ in range(2):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.3)
+        assert proc.poll() is None
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 10 and err.startswith("mqctl: error: store "), err
+    assert json.loads(out)["problems_found"] == RECORDS
