@@ -52,11 +52,26 @@ class WholeOutput:
             return
         # engaged only under a Python handler: an ignored SIGINT (SIG_IGN) stays ignored, SIG_DFL kills
         if self._depth == 0 and BLOCKS and callable(signal.getsignal(signal.SIGINT)):
-            mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-            self._mask = None if signal.SIGINT in mask else mask  # blocked already: not ours to count
-            if self._watcher is None:  # started with SIGINT blocked, as its sigwait needs
-                self._watcher = threading.Thread(target=self._watch, name="mqctl-sigint", daemon=True)
-                self._watcher.start()
+            # CPython runs pending handlers inside pthread_sigmask once the mask has changed, and one may
+            # raise (KeyboardInterrupt, a timeout's SIGALRM): the block must not outlive this call then, or
+            # every later press is held for ever and each program this process starts inherits it
+            before = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # a query: nothing changed if it raises
+            if signal.SIGINT in before:  # blocked already: not ours to count or to lift
+                self._depth += 1
+                return
+            try:
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+                self._mask = before
+                if self._watcher is None:  # started with SIGINT blocked, as its sigwait needs
+                    self._watcher = threading.Thread(target=self._watch, name="mqctl-sigint", daemon=True)
+                    self._watcher.start()
+            except BaseException:  # already leaving: what the watcher counted meanwhile goes with it
+                try:
+                    with self._lock:
+                        self._mask, self._presses = None, 0
+                finally:
+                    signal.pthread_sigmask(signal.SIG_SETMASK, before)
+                raise
         self._depth += 1
 
     def __exit__(
@@ -64,13 +79,17 @@ class WholeOutput:
     ) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        with self._lock:
-            self._depth -= 1
-            if self._depth or self._mask is None:
-                return
-            mask, self._mask = self._mask, None
-            presses, self._presses = self._presses, 0
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        self._depth -= 1
+        if self._depth or self._mask is None:
+            return
+        mask = self._mask  # only the main thread sets it: a handler raising below cannot skip the restore
+        presses = 0
+        try:
+            with self._lock:
+                self._mask = None
+                presses, self._presses = self._presses, 0
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if presses and kind is None:
             signal.raise_signal(signal.SIGINT)  # the write is done: the press goes where it was meant to
 
