@@ -22,6 +22,7 @@ import logging
 import os
 import pkgutil
 import platform
+import signal
 import struct
 import subprocess
 import sys
@@ -84,9 +85,17 @@ def run_process(
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+def sigint_blocked() -> bool:
+    """Whether this thread blocks SIGINT: a program it starts inherits that and never sees a Ctrl-C."""
+    return hasattr(signal, "pthread_sigmask") and signal.SIGINT in signal.pthread_sigmask(
+        signal.SIG_BLOCK, ()
+    )
+
+
 def spawn(base_env: dict[str, str], *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """The real ``python -m mqctl`` entry point, running: for tests that read its output as it comes and
     press Ctrl-C (``send_signal(2)``)."""
+    assert not sigint_blocked(), "SIGINT is blocked here: the command would ignore Ctrl-C (an earlier leak)"
     return subprocess.Popen(
         [sys.executable, "-m", "mqctl", *args],
         env={**base_env, **(env or {})},
@@ -235,10 +244,14 @@ def run_in_process(
         except SystemExit as exc:
             return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
 
+    blocked = sigint_blocked()
     with _lock, _process_state({**base_env, **(env or {})}, stdin, stdout, stderr):
         _reset_module_state()
         try:
             code = _in_main_thread(call)
         finally:
             _reset_module_state()  # nor does a later test's own client see this run's (TLS, credentials)
+    if sigint_blocked() and not blocked:  # this process's later Ctrl-Cs and every program it starts
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        raise AssertionError(f"mqctl {' '.join(args)} left SIGINT blocked in the test process")
     return CliResult(code, _text(stdout), _text(stderr))
