@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 import types
 from collections.abc import Iterator
 from typing import Any
@@ -120,3 +121,77 @@ def test_a_program_started_after_an_interrupted_write_gets_ctrl_c(
     finally:
         child.kill()
     assert child.returncode == -signal.SIGINT  # ended by the press (Python re-raises it), not still sleeping
+
+
+#: A command on the event loop (as ``msg tail``) writing rows with a slow write inside ``whole_output``
+#: and, optionally, a watcher slow to act on the press it took: ``SLOW`` and ``LATE`` seconds.
+LOOP_CHILD = """
+import asyncio, os, sys, time, signal
+from daemon.remoting.loop import run
+from mqctl import interrupts
+from mqctl.output import RowStream
+
+slow, late, rows = float(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+
+class Signals:
+    def __getattr__(self, name):
+        return getattr(signal, name)
+    def sigwait(self, wanted):
+        number = signal.sigwait(wanted)
+        os.write(2, b"taken\\n")
+        time.sleep(late)
+        return number
+
+class Slow:
+    def write(self, text):
+        os.write(2, b"writing\\n")
+        time.sleep(slow)
+        return sys.stdout.write(text)
+    def flush(self):
+        sys.stdout.flush()
+
+interrupts.signal = Signals()
+
+async def main():
+    stream = RowStream("json", out=Slow())
+    for i in range(rows):
+        stream({"row": i})
+    os.write(2, b"idle\\n")
+    await asyncio.sleep(30)
+
+try:
+    run(main())
+except KeyboardInterrupt:
+    os.write(2, b"interrupted\\n")
+    sys.exit(130)
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("slow", "late", "rows", "press_at"),
+    [
+        (0.3, 0.0, 1, "writing"),  # taken while writing: raised again after it
+        (0.3, 0.6, 1, "writing"),  # taken while writing, acted on after the write: sent on to the loop
+        (0.0, 0.0, 1, "idle"),  # idle in the loop after a write: the loop's own
+        (0.0, 0.0, 3, "idle"),
+    ],
+)
+def test_a_press_reaches_a_loop_whenever_it_comes(slow: float, late: float, rows: int, press_at: str) -> None:
+    child = subprocess.Popen(
+        [sys.executable, "-c", LOOP_CHILD, str(slow), str(late), str(rows)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stderr is not None
+        while (line := child.stderr.readline()) and press_at not in line:
+            pass
+        time.sleep(0.1)
+        child.send_signal(signal.SIGINT)
+        out, err = child.communicate(timeout=10)
+    finally:
+        child.kill()
+    assert child.returncode == 130, err
+    assert err.endswith("interrupted\n") and out.count("\n") == rows
