@@ -18,7 +18,8 @@ system calls (from /proc: counts the host's load does not decide, unlike the lat
 p99.9 of each side and their ratio.
 
     python benchmarks/bench_broker_tail.py [--topics 10000] [--duration 10] [--rate 1000] [--rounds 2]
-        [--group-offsets] [--tree DIR] [--timeline FILE] [--competitor-session] [--client-slice-micros N]
+        [--group-offsets] [--tree DIR] [--timeline FILE] [--sched-trace FILE] [--competitor-session]
+        [--client-slice-micros N]
 
 ``--group-offsets`` commits one group's offset on every topic first, so consumerOffset.json holds an entry
 per topic (as on a broker whose topics all have a consumer) and is written every 5 s while the round's
@@ -43,6 +44,10 @@ collection of the client walks it during the rounds.
 ``--timeline FILE`` writes every message's send time and latency and, every 100 ms, the CPU and the wait
 for a core of each thread of the daemons, the competitor and this process (see timeline.py), then names
 the threads that ran while the slowest messages were in flight.
+
+``--sched-trace FILE`` records every context switch on the machine over the rounds (``perf record -a``
+into FILE, see sched_trace.py) and names, for the slowest messages, who held each core during the flight,
+outside the benchmark too, and how long each loop waited for a core behind whom.
 """
 
 from __future__ import annotations
@@ -64,7 +69,8 @@ from bench_broker_latency import bench, namesrv_process, percentile
 from bench_broker_produce import ROOT, broker_process
 from bench_broker_topics import create
 from benchlib import summary
-from timeline import Timeline, children, loop_costs, per_message, slow_report
+from sched_trace import Recorder, read, report
+from timeline import Timeline, children, loop_costs, per_message, slow_report, thread_times
 
 from daemon.remoting.loop import run
 from daemon.schedslice import set_loop_slice
@@ -75,15 +81,15 @@ BUSY_LOOP = "while True: pass"
 
 
 @contextmanager
-def competitor(on: bool, own_session: bool = False) -> Iterator[None]:
+def competitor(on: bool, own_session: bool = False) -> Iterator[int | None]:
     """A process spinning on a CPU while the block runs (nothing when ``on`` is false); ``own_session``
-    starts it in a session of its own, as another user's or service's process would be."""
+    starts it in a session of its own, as another user's or service's process would be. Yields its pid."""
     if not on:
-        yield
+        yield None
         return
     proc = subprocess.Popen([sys.executable, "-c", BUSY_LOOP], start_new_session=own_session)
     try:
-        yield
+        yield proc.pid
     finally:
         proc.kill()
         proc.wait()
@@ -118,6 +124,17 @@ async def broker_loop(namesrv: str, broker: str) -> str:
     )
 
 
+def _roles() -> dict[int, str]:
+    """Thread id -> what it is, for the benchmark's processes (sched_trace names everything else by command)."""
+    procs = {pid: role for pid, role in children(os.getpid()).items() if role != "python"}
+    procs[os.getpid()] = "client"
+    out = {}
+    for pid, role in procs.items():
+        for tid in thread_times(pid):
+            out[tid] = f"{role} loop" if tid == pid else f"{role} thread"
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--topics", type=int, default=10_000)
@@ -135,6 +152,7 @@ def main() -> None:
         "--competitor-session", action="store_true", help="the busy process in a session of its own"
     )
     ap.add_argument("--timeline", type=Path, help="JSON lines: messages and per-thread CPU (timeline.py)")
+    ap.add_argument("--sched-trace", type=Path, help="perf recording of the rounds' context switches")
     args = ap.parse_args()
     if args.client_slice_micros:
         print(set_loop_slice(args.client_slice_micros), "(the benchmark's client)", flush=True)
@@ -157,9 +175,18 @@ def main() -> None:
             flush=True,
         )
         gc.freeze()  # the fill's survivors: out of every collection of the client during the rounds
+        recorder = Recorder(args.sched_trace) if args.sched_trace else None
+        if recorder is not None:
+            recorder.start()
+            if recorder.refused:
+                print(f"--sched-trace: {recorder.refused}; running without it", flush=True)
+        roles: dict[int, str] = {}
+        flights: list[tuple[str, float, float]] = []
         for r in range(args.rounds):
             for mode in ("quiet", "busy") if r % 2 == 0 else ("busy", "quiet"):
-                with competitor(mode == "busy", args.competitor_session):
+                with competitor(mode == "busy", args.competitor_session) as busy_pid:
+                    if busy_pid is not None:
+                        roles[busy_pid] = "competitor"
                     if timeline is not None:
                         for pid, role in children(os.getpid()).items():
                             timeline.watch(pid, role if role != "python" else "competitor")
@@ -173,6 +200,12 @@ def main() -> None:
                     loads.append(os.getloadavg()[0])
                 if timeline is not None:
                     timeline.messages(f"{r + 1}{mode}", out.sent_ns, out.latencies_ms)
+                if recorder is not None:
+                    roles.update(_roles())
+                    flights += [
+                        (f"{r + 1}{mode}", t / 1e9, ms)
+                        for t, ms in zip(out.sent_ns, out.latencies_ms, strict=True)
+                    ]
                 ms = sorted(out.latencies_ms)
                 p999[mode].append(percentile(ms, 99.9))
                 print(
@@ -182,6 +215,11 @@ def main() -> None:
                     f"  per message: broker loop {spent[0]}; client loop {spent[1]}",
                     flush=True,
                 )
+        if recorder is not None and not recorder.refused:
+            recorder.stop()
+            print("slowest messages: each core's holders over the flight, each loop's wait for a core (ms):")
+            loops = {"broker loop": broker_pid, "client loop": os.getpid()}
+            print("\n".join(report(read(args.sched_trace), flights, roles, loops)), flush=True)
     if timeline is not None:
         timeline.close()
         print("slowest messages and the threads that ran in their flight (CPU, wait for a core; ms):")

@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import dataclasses
 import enum
+import functools
 import io
 import json
 import os
@@ -59,8 +60,39 @@ def json_text(data: Any, *, indent: int | None = None) -> str:
     """``data`` as JSON with the characters :data:`_CONTROL` names written as ``\\uXXXX`` escapes: JSON
     escapes C0 itself but leaves DEL, C1 and the bidi controls raw. The same value to any JSON reader, and
     a terminal showing it cannot be driven or have its text reordered (its own newlines are not matched)."""
-    text = json.dumps(data, ensure_ascii=False, indent=indent)
+    return _escaped(json.dumps(data, ensure_ascii=False, indent=indent))
+
+
+def yaml_text(data: Any) -> str:
+    """``data`` as YAML with the characters :data:`_CONTROL` names written as ``\\uXXXX`` escapes, as
+    :func:`json_text`: PyYAML escapes C0, DEL and most of C1 itself, but with ``allow_unicode`` leaves the
+    bidi controls raw. A string holding one is written double-quoted (the one YAML style with escapes),
+    so every such character left in the text is inside one and its escape reads back as the same value."""
+    import yaml
+
+    return _escaped(yaml.dump(data, Dumper=_yaml_dumper(), sort_keys=False, allow_unicode=True))
+
+
+def _escaped(text: str) -> str:
+    """``text`` with each character :data:`_CONTROL` names as a ``\\uXXXX`` escape."""
     return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+@functools.cache
+def _yaml_dumper() -> type:
+    """PyYAML's safe dumper writing a string that holds a :data:`_CONTROL` character double-quoted (made
+    once: ``RowStream`` dumps a document per row)."""
+    import yaml
+
+    class Dumper(yaml.SafeDumper):
+        pass
+
+    def string(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+        style = '"' if _CONTROL.search(value) else None
+        return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+    Dumper.add_representer(str, string)
+    return Dumper
 
 
 def set_raw(raw: bool) -> None:
@@ -118,8 +150,10 @@ class Rows(list[Any]):
 
     @classmethod
     def of(cls, row_type: type, items: Any = ()) -> Rows:
-        """Rows of a dataclass ``row_type``: its fields are the columns."""
-        return cls(items, columns=[f.name for f in dataclasses.fields(row_type)])
+        """Rows of a dataclass or ``TypedDict`` ``row_type``: its fields (or keys, in order) are the columns."""
+        if dataclasses.is_dataclass(row_type):
+            return cls(items, columns=[f.name for f in dataclasses.fields(row_type)])
+        return cls(items, columns=list(row_type.__annotations__))
 
 
 def plain(value: Any) -> Any:
@@ -317,9 +351,7 @@ def _render(data: Any, result: Any, fmt: str, stream: TextIO, *, title: str | No
     if fmt == "json":
         stream.write(json_text(data, indent=2) + "\n")
     elif fmt == "yaml":
-        import yaml
-
-        yaml.safe_dump(data, stream, sort_keys=False, allow_unicode=True)
+        stream.write(yaml_text(data))
     elif fmt == "csv":
         columns, rows = _rows(data if isinstance(data, Sequence | Mapping) else [data])
         if not columns and isinstance(result, Rows):
@@ -356,9 +388,7 @@ class RowStream:
         if self.fmt == "json":
             self.out.write(json_text(data) + "\n")
         elif self.fmt == "yaml":
-            import yaml
-
-            self.out.write("---\n" + yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+            self.out.write("---\n" + yaml_text(data))
         elif self.fmt == "csv":
             if self._csv is None:
                 self._csv = csv.writer(self.out, lineterminator="\n")

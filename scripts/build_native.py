@@ -90,6 +90,7 @@ MODULES = (
 EXTENSIONS = {
     "daemon.acl._hmacsha1": "daemon/acl/_hmacsha1.c",
     "store._cparse": "store/_cparse.c",
+    "store._warm": "store/_warm.c",
 }
 
 #: Modules not compiled whose ``Final`` constants compiled modules import: mypyc writes those values into
@@ -111,6 +112,7 @@ _ZLIB_PROBE = "#include <zlib.h>\nint main(void) { return crc32(0L, Z_NULL, 0) !
 _NEEDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "daemon.acl._hmacsha1": (_OPENSSL_PROBE, ("crypto",)),
     "store._cparse": (_ZLIB_PROBE, ("z",)),
+    "store._warm": (_PYTHON_PROBE, ()),
 }
 
 

@@ -18,6 +18,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <stdint.h>
 #include <string.h>
 #include <zlib.h>
@@ -84,41 +85,50 @@ static PyObject *properties(const unsigned char *p, Py_ssize_t len) {
                 return NULL;
             }
         }
+        if (seg_end == end) break; /* (not p = end + 1: a pointer past one-past-the-end is undefined) */
         p = seg_end + 1;
     }
     return out;
 }
 
 /* v4_info(buf, pos, limit) -> (commit_log_offset, size, topic, queue_id, queue_offset, sys_flag,
- * store_timestamp, prepared_transaction_offset, properties) | None */
-static PyObject *v4_info(PyObject *module, PyObject *args) {
+ * store_timestamp, prepared_transaction_offset, properties) | None
+ *
+ * Every bound is checked as a length against what is left (never as a sum that could wrap round), and a
+ * pos or limit outside Py_ssize_t is clipped to it (declined below: the Python parse then refuses it). */
+static PyObject *v4_info(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "v4_info(buf, pos, limit) takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t pos = PyNumber_AsSsize_t(args[1], NULL), limit = PyNumber_AsSsize_t(args[2], NULL);
+    if ((pos == -1 || limit == -1) && PyErr_Occurred()) return NULL;
     Py_buffer view;
-    Py_ssize_t pos, limit;
-    if (!PyArg_ParseTuple(args, "y*nn", &view, &pos, &limit)) return NULL;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *result = NULL;
     const unsigned char *b = view.buf;
-    if (pos < 0 || limit > view.len || pos + V4_HEAD > limit) goto none;
+    if (pos < 0 || pos > limit || limit > view.len || limit - pos < V4_HEAD) goto none;
     int32_t total = i32(b + pos), magic = i32(b + pos + 4), sys_flag = i32(b + pos + 36);
     if (magic != MAGIC_V1 && magic != MAGIC_V2) goto none;
-    if (total <= 0 || pos + total > limit) goto none;
+    if (total <= 0 || total > limit - pos) goto none;
     if (sys_flag & HOST_V6_FLAGS) goto none;
     Py_ssize_t end = pos + total;
-    if (pos + 72 + 16 > end) goto none;
+    if (total < V4_HEAD) goto none;
     int32_t body_len = i32(b + pos + 84);
     Py_ssize_t body_pos = pos + V4_HEAD;
-    if (body_len < 0 || body_pos + body_len + 1 > end) goto none;
+    if (body_len < 0 || body_len > end - body_pos - 1) goto none;
     Py_ssize_t tp = body_pos + body_len, topic_pos, topic_len;
     if (magic == MAGIC_V1) {
         topic_len = (signed char)b[tp];
         topic_pos = tp + 1;
     } else {
-        if (tp + 2 > end) goto none;
+        if (end - tp < 2) goto none;
         topic_len = i16(b + tp);
         topic_pos = tp + 2;
     }
-    if (topic_len < 0 || topic_pos + topic_len + 2 > end) goto none;
+    if (topic_len < 0 || topic_len > end - topic_pos - 2) goto none;
     Py_ssize_t props_len = i16(b + topic_pos + topic_len), props_pos = topic_pos + topic_len + 2;
-    if (props_len < 0 || props_pos + props_len != end) goto none;
+    if (props_len < 0 || props_len != end - props_pos) goto none;
     PyObject *topic = PyUnicode_DecodeUTF8((const char *)b + topic_pos, topic_len, "replace");
     if (topic == NULL) goto done;
     PyObject *props = properties(b + props_pos, props_len);
@@ -161,7 +171,11 @@ done:
  * there, and refuses or stops as it always did, so that no entry is judged here differently.
  *
  * scan_run(buf, off, start, at, base, file_size, prev_index, prev_term)
- *     -> (off, at, prev_index, prev_term, index_records) */
+ *     -> (off, at, prev_index, prev_term, index_records)
+ *
+ * The Python loop's ints have no bound: a sum here that would leave 64 bits (the index after the largest,
+ * an entry ending past the largest position, the room left in a file from positions far apart) stops the
+ * scan before that entry, and arguments past 64 bits take nothing; the loop then judges the rest. */
 #define ENTRY_BODY_OFFSET 48
 #define ENTRY_HEADER_SIZE 44
 #define INDEX_UNIT 32
@@ -177,12 +191,27 @@ static void put64(unsigned char *p, int64_t v) {
     put32(p + 4, (int32_t)(uint64_t)v);
 }
 
-static PyObject *scan_run(PyObject *module, PyObject *args) {
-    Py_buffer view;
-    long long off, start, at, base, file_size, prev_index, prev_term;
-    if (!PyArg_ParseTuple(args, "y*LLLLLLL", &view, &off, &start, &at, &base, &file_size, &prev_index,
-                          &prev_term))
+#define SCAN_ARGS 8
+
+static PyObject *scan_run(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != SCAN_ARGS) {
+        PyErr_SetString(PyExc_TypeError, "scan_run takes 8 arguments");
         return NULL;
+    }
+    long long v[SCAN_ARGS - 1]; /* off, start, at, base, file_size, prev_index, prev_term */
+    int past_64_bits = 0;
+    for (int i = 0; i < SCAN_ARGS - 1; i++) {
+        int overflow;
+        v[i] = PyLong_AsLongLongAndOverflow(args[i + 1], &overflow);
+        if (v[i] == -1 && PyErr_Occurred()) return NULL;
+        past_64_bits |= overflow;
+    }
+    if (past_64_bits) /* nothing taken: the arguments as they came */
+        return Py_BuildValue("(OOOOy#)", args[1], args[3], args[6], args[7], "", (Py_ssize_t)0);
+    long long off = v[0], start = v[1], at = v[2], base = v[3], file_size = v[4], prev_index = v[5],
+              prev_term = v[6];
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     const unsigned char *b = view.buf;
     long long len = (long long)view.len;
     unsigned char *records = NULL;
@@ -195,9 +224,16 @@ static PyObject *scan_run(PyObject *module, PyObject *args) {
         int64_t index = i64(h + 8), term = i64(h + 16), pos = i64(h + 24);
         if (magic != 1 || size <= ENTRY_HEADER_SIZE || (long long)body_len + ENTRY_BODY_OFFSET != size) break;
         if (len - off < size) break;
-        if (index != prev_index + 1 || term < prev_term) break;
-        if (off > start && (long long)size + MIN_BLANK_LEN > file_size - (at - base)) break;
+        if (prev_index == LLONG_MAX || index != prev_index + 1 || term < prev_term) break;
+        if (off > start) {
+            long long wrote, room;
+            if (__builtin_sub_overflow(at, base, &wrote) || __builtin_sub_overflow(file_size, wrote, &room))
+                break;
+            if ((long long)size + MIN_BLANK_LEN > room) break;
+        }
         if (pos != at) break;
+        long long next_at;
+        if (__builtin_add_overflow(at, (long long)size, &next_at)) break;
         if (off > start && body_crc != 0) {
             uLong crc = crc32(0L, Z_NULL, 0);
             const unsigned char *body = h + ENTRY_BODY_OFFSET;
@@ -221,7 +257,7 @@ static PyObject *scan_run(PyObject *module, PyObject *args) {
         unsigned char *r = records + used;
         put32(r, magic), put64(r + 4, pos), put32(r + 12, size), put64(r + 16, index), put64(r + 24, term);
         used += INDEX_UNIT;
-        off += size, at += size, prev_index = index, prev_term = term;
+        off += size, at = next_at, prev_index = index, prev_term = term;
     }
     result = Py_BuildValue("(LLLLy#)", off, at, prev_index, prev_term, records ? (char *)records : "", used);
 done:
@@ -231,8 +267,10 @@ done:
 }
 
 static PyMethodDef methods[] = {
-    {"v4_info", v4_info, METH_VARARGS, "What dispatch needs from an all-IPv4 record, or None."},
-    {"scan_run", scan_run, METH_VARARGS, "How far a pushed run of entries passes every check, and their index records."},
+    {"v4_info", (PyCFunction)(void (*)(void))v4_info, METH_FASTCALL,
+     "What dispatch needs from an all-IPv4 record, or None."},
+    {"scan_run", (PyCFunction)(void (*)(void))scan_run, METH_FASTCALL,
+     "How far a pushed run of entries passes every check, and their index records."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -16,6 +16,16 @@ from store.names import SCHEDULE_TOPIC
 
 log = logging.getLogger(__name__)
 
+#: ``prefetch(*objects_or_addresses)`` (store/_warm.c): the caches warmed for a put's cold objects before
+#: it reads them; None without the compiled build. Stale addresses are harmless: a prefetch never faults.
+prefetch: Callable[..., None] | None
+try:
+    from store import _warm
+
+    prefetch = _warm.prefetch
+except ImportError:
+    prefetch = None
+
 CQ_STORE_UNIT_SIZE: Final = 20
 #: Blocks reserved at a time in a ConsumeQueue file (3,276 units): the file is 6 MB, and reserving it
 #: whole would take 60 GB of disk for 10,000 queues where the sparse files RocketMQ writes take 40 MB.
@@ -448,9 +458,13 @@ class QueueHandle:
     without a lookup in the store's table (a send with thousands of topics pays a cold hash lookup for
     it). The store fills it in under its put lock and, when the queue object it names was replaced or
     destroyed since (topic deletion, expired-queue cleaning, a rebuild by a heal), looks the queue up
-    again: a put through a handle lands where a put without one would."""
+    again: a put through a handle lands where a put without one would.
 
-    __slots__ = ("cq", "generation", "queue_id", "topic")
+    It also remembers where the objects of its last put were, for a caller to prefetch them before its
+    next put (:data:`prefetch`): addresses only, never written through, and no reference that would keep a
+    rolled or deleted file's mapping alive."""
+
+    __slots__ = ("cq", "file_at", "generation", "map_at", "queue_id", "topic", "unit_at")
 
     def __init__(self, topic: str, queue_id: int) -> None:
         self.topic = topic
@@ -458,3 +472,16 @@ class QueueHandle:
         #: The queue as of :attr:`generation` of the store's table (None: not looked up yet).
         self.cq: ConsumeQueue | None = None
         self.generation = 0
+        #: As of the last put through this handle: the addresses of the queue's current file object, of
+        #: its mapping object and of the line its next unit goes to (0: none yet).
+        self.file_at = 0
+        self.map_at = 0
+        self.unit_at = 0
+
+    def remember(self, cq: ConsumeQueue) -> None:
+        """After a put through this handle to ``cq`` (its objects are in cache now): where they are."""
+        mf = cq._last
+        if mf is not None:
+            self.file_at = id(mf)
+            self.map_at = id(mf.mm)
+            self.unit_at = mf.address + mf.wrote_position if mf.address else 0

@@ -516,6 +516,10 @@ class RaftLog(Protocol):
     :meth:`truncate_after` refuses to cut a committed entry.
     """
 
+    #: Whether a leader keeps its appended entries in memory for pushes that carry them decoded (a JSON
+    #: push); its owner clears it while every follower takes binary pushes (slices of the log's files).
+    keep_recent: bool
+
     @property
     def begin_index(self) -> int:
         """The first index still held (-1 when empty)."""
@@ -631,6 +635,7 @@ class MemoryRaftLog:
         self._entries: list[Entry] = []
         self._committed = -1
         self.quarantined: list[Entry] = []
+        self.keep_recent = True  # (all of it is in memory: nothing to keep or not)
 
     @property
     def begin_index(self) -> int:

@@ -137,6 +137,10 @@ class DLedgerLog:
         #: (leader) the entries appended lately, as written: each is read back at once to push it to the
         #: followers, and a push must not need the files (cleared wherever entries are cut)
         self._recent: dict[int, Entry] = {}
+        #: whether a leader's placed appends go in `_recent`: only a push that carries decoded entries (JSON,
+        #: to a follower that did not say it reads binary pushes) needs them; a binary push is a slice of the
+        #: data file, and what is not kept is read back from there (`RaftLog.keep_recent`)
+        self.keep_recent = True
         self.lost_committed = -1  # after recovery: the checkpoint's committed index when damage cut below it
         self.damaged_bodies: list[int] = []  # positions of entries recovery found damaged but kept
         #: told of an entry read back from disk that fails its bodyCrc (the CommitLog stops serving it)
@@ -391,7 +395,8 @@ class DLedgerLog:
             view[rel + BODY_OFFSET : end] = body
             entry = Entry(index, term, body, pos, body_crc=crc)
             self._written(mf, end, entry)
-            self._keep(entry)
+            if self.keep_recent:
+                self._keep(entry)
             return entry
 
     def append_follower(self, entry: Entry) -> Entry:
@@ -670,8 +675,8 @@ class DLedgerLog:
             if recent is not None:
                 self._committed_pos = recent.pos + recent.size
             else:
-                rec = self.index_record(index)
-                self._committed_pos = rec.pos + rec.size
+                pos, size = self._pos_size(index)
+                self._committed_pos = pos + size
             self._committed = index
 
     def flush(self) -> None:

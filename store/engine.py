@@ -938,6 +938,8 @@ class DefaultMessageStore:
             len(infos),
         )
         if cq is not None and self.commit_log.dispatch_on_put:
+            if handle is not None and handle.cq is cq:
+                handle.remember(cq)
             for listener in self._listeners:
                 listener(first.topic, first.queue_id, last.queue_offset + 1)
         if wait and self._sync_flush and not self._wait_flushed(end):

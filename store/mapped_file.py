@@ -25,6 +25,14 @@ from store.errors import StoreFormatError
 
 log = logging.getLogger(__name__)
 
+_address: Callable[[mmap.mmap], int] | None
+try:  # the compiled build's (_warm.c): where a mapping starts, for a put's prefetch (QueueHandle)
+    from store import _warm
+
+    _address = _warm.address
+except ImportError:
+    _address = None
+
 PREPARE_CHUNK = 2 * 1024 * 1024
 _ZEROS = bytes(PREPARE_CHUNK)
 
@@ -262,6 +270,7 @@ class MappedFile(FileMapping):
 
     __slots__ = (
         "_prepare_lock",
+        "address",
         "file_from_offset",
         "flushed_position",
         "prepare_chunk",
@@ -273,6 +282,7 @@ class MappedFile(FileMapping):
     prepared_position: int
     flushed_position: int
     file_from_offset: int
+    address: int
     prepare_chunk: int
     _prepare_lock: threading.Lock
 
@@ -304,6 +314,8 @@ class MappedFile(FileMapping):
         # A file this call created has its first chunk reserved; one re-opened is reserved as it is used.
         self.prepared_position = 0 if existed else min(prepare_chunk, file_size)
         self._prepare_lock = threading.Lock()
+        #: Where the mapping starts in memory, for prefetching only (0: unknown); never written through.
+        self.address = _address(self.mm) if _address is not None and not read_only else 0
 
     def prepare(self, end: int, *, populate: bool) -> None:
         """Reserve disk blocks up to ``end`` (``prepare_chunk`` steps) before the writer gets there.

@@ -1,6 +1,6 @@
 """Each DLedger member's CPU and syscalls per send over one produce round, optionally one member profiled.
 
-    python benchmarks/tools/dledger_members.py [--seconds 5] [--producers 16] [--rounds 1]
+    python benchmarks/tools/dledger_members.py [--seconds 5] [--producers 16] [--rounds 1] [--single]
                                                [--perf leader|follower] [--strace leader|follower] [--sched]
 
 A fresh 3-member group is started as ``bench_dledger`` starts it; after a 1 s warm-up (outside the window),
@@ -8,6 +8,9 @@ A fresh 3-member group is started as ``bench_dledger`` starts it; after a 1 s wa
 CPU (``/proc/PID/stat``) and its read and write syscalls (``syscr``/``syscw`` of ``/proc/PID/io``) are
 divided by the sends: a follower's reads per send are the pushes it took per send (one push a read), its
 writes its answers. The load average is printed with each round: the group shares the machine's cores.
+``--single`` runs the same round against one ASYNC_MASTER (as ``bench_dledger``'s single side starts it)
+instead, the broker taking the leader's place for ``--perf``/``--strace`` (``perf-single.data``): the
+leader's profile less the single broker's is what DLedger adds to a send.
 
 ``--perf`` records the member with kernel stacks (``perf record -g``, ``cpu-clock`` where the machine has no
 PMU) into ``perf-ROLE.data``, with ``--dwarf`` its user stacks too (``--call-graph dwarf``: the compiled
@@ -32,8 +35,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the goal benchmarks' harness
 from bench_ali_ons import cpu_seconds
-from bench_broker_produce import bench, free_port
+from bench_broker_produce import BenchResult, bench, free_port
 from bench_dledger import UP_ARGS, group_env
+from bench_ha import PIDS, broker
 
 from daemon.remoting.client import RemotingClient
 from tests.dledger.test_group import elected_master
@@ -55,10 +59,15 @@ def syscalls(pid: int) -> tuple[int, int]:
     return int(fields["syscr"]), int(fields["syscw"])
 
 
+def role(args: argparse.Namespace, which: str) -> str:
+    """The profiled process's name in the output files: the single broker's, or the member's."""
+    return "single" if args.single else which
+
+
 def tracer(args: argparse.Namespace, pids: list[int]) -> subprocess.Popen[bytes] | None:
     out = Path(args.out)
     if args.perf:
-        pid = pids[0 if args.perf == "leader" else 1]
+        pid = pids[0 if args.perf == "leader" or args.single else 1]
         cmd = [
             "perf",
             "record",
@@ -68,10 +77,10 @@ def tracer(args: argparse.Namespace, pids: list[int]) -> subprocess.Popen[bytes]
             "-p",
             str(pid),
             "-o",
-            str(out / f"perf-{args.perf}.data"),
+            str(out / f"perf-{role(args, args.perf)}.data"),
         ]
     elif args.strace:
-        pid = pids[0 if args.strace == "leader" else 1]
+        pid = pids[0 if args.strace == "leader" or args.single else 1]
         calls = "trace=write,writev,sendmsg,sendto,read,recvfrom,epoll_wait,epoll_pwait"
         cmd = [
             "strace",
@@ -83,7 +92,7 @@ def tracer(args: argparse.Namespace, pids: list[int]) -> subprocess.Popen[bytes]
             "-p",
             str(pid),
             "-o",
-            str(out / f"strace-{args.strace}.txt"),
+            str(out / f"strace-{role(args, args.strace)}.txt"),
         ]
     elif args.sched:
         cmd = [
@@ -125,37 +134,61 @@ def sched_summary(data: Path, leader: int, names: dict[int, str]) -> None:
     print(f"the leader woke: {dict(woke.most_common())}; preempted by: {dict(preempted_by.most_common())}")
 
 
-async def round_(args: argparse.Namespace) -> None:
+async def measured(
+    args: argparse.Namespace, addr: str, pids: list[int]
+) -> tuple[BenchResult, list[float], list[tuple[int, ...]]]:
+    """The round against `addr` after a warm-up: its result, each of `pids`' CPU seconds over it and the
+    load generator's (this process's) last, and each of `pids`' (read, write) syscalls."""
+    await bench(addr, 1.0, args.producers)  # warm-up
+    proc = tracer(args, pids)
+    cpu0, sys0 = [cpu_seconds(p) for p in pids], [syscalls(p) for p in pids]
+    own0 = time.process_time()
+    result = await bench(addr, args.seconds, args.producers)
+    own = time.process_time() - own0
+    cpu = [cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True)]
+    calls = [
+        tuple(b - a for a, b in zip(s0, syscalls(p), strict=True)) for p, s0 in zip(pids, sys0, strict=True)
+    ]
+    if proc is not None:
+        proc.send_signal(2)
+        proc.wait()
+    return result, [*cpu, own], calls
+
+
+async def group_round(
+    args: argparse.Namespace, tmp: str
+) -> tuple[list[int], BenchResult, list[float], list[tuple[int, ...]]]:
+    ns_port = free_port()
+    data = Path(tmp) / "group"
+    async with mqctl_up(data, group_env(Path(tmp) / "cfg"), ns_port, *UP_ARGS):
+        async with RemotingClient() as client:
+            leader = await elected_master(client, f"127.0.0.1:{ns_port}")
+        pids = members(data, leader)
+        return (pids, *await measured(args, leader, pids))
+
+
+def round_(args: argparse.Namespace) -> None:
+    load = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
-        ns_port = free_port()
-        data = Path(tmp) / "group"
-        async with mqctl_up(data, group_env(Path(tmp) / "cfg"), ns_port, *UP_ARGS):
-            async with RemotingClient() as client:
-                leader = await elected_master(client, f"127.0.0.1:{ns_port}")
-            pids = members(data, leader)
-            await bench(leader, 1.0, args.producers)  # warm-up
-            proc = tracer(args, pids)
-            load = os.getloadavg()[0]
-            cpu0, sys0 = [cpu_seconds(p) for p in pids], [syscalls(p) for p in pids]
-            result = await bench(leader, args.seconds, args.producers)
-            cpu = [cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True)]
-            calls = [
-                tuple(b - a for a, b in zip(s0, syscalls(p), strict=True))
-                for p, s0 in zip(pids, sys0, strict=True)
-            ]
-            if proc is not None:
-                proc.send_signal(2)
-                proc.wait()
+        if args.single:  # (started outside the round's loop: `broker` runs one of its own to wait for it)
+            with broker(f"{tmp}/single", free_port(), broker_role="ASYNC_MASTER") as addr:
+                pids = [PIDS[addr]]
+                result, cpu, calls = asyncio.run(measured(args, addr, pids))
+        else:
+            pids, result, cpu, calls = asyncio.run(group_round(args, tmp))
     sends = max(1, result.messages)
+    own = cpu.pop()
     per = " + ".join(f"{c / sends * 1e6:.1f}" for c in cpu)
     io = ", ".join(f"{r / sends:.2f}/{w / sends:.2f}" for r, w in calls)
+    who = "(single broker)" if args.single else "(leader, followers)"
     print(
         f"load {load:.1f}: {result.tps:,.0f} sends/s; CPU per send {per} = {sum(cpu) / sends * 1e6:.1f} µs "
-        f"(leader, followers); reads/writes per send {io}",
+        f"{who}; reads/writes per send {io}; load generator {own / sends * 1e6:.1f} µs",
         flush=True,
     )
     if args.sched:
-        names = {pids[0]: "leader", pids[1]: "follower", pids[2]: "follower", os.getpid(): "load generator"}
+        names = {pids[0]: "leader", os.getpid(): "load generator"}
+        names.update((pid, "follower") for pid in pids[1:])
         sched_summary(Path(args.out) / "sched.data", pids[0], names)
 
 
@@ -164,6 +197,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=5.0)
     parser.add_argument("--producers", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=1)
+    parser.add_argument("--single", action="store_true", help="one ASYNC_MASTER instead of a group")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--perf", choices=("leader", "follower"))
     which.add_argument("--strace", choices=("leader", "follower"))
@@ -172,7 +206,7 @@ def main() -> None:
     parser.add_argument("--out", default=".")
     args = parser.parse_args()
     for _ in range(args.rounds):
-        asyncio.run(round_(args))
+        round_(args)
 
 
 if __name__ == "__main__":

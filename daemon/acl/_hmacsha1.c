@@ -191,8 +191,9 @@ static PyObject *verify(PyObject *module, PyObject *const *args, Py_ssize_t narg
         if (absorb(&g, value) < 0) goto done;
     }
     if (finish(&g, &outer, args[4], b64) < 0) goto done;
-    int equal = PyUnicode_IS_COMPACT_ASCII(given) && PyUnicode_GET_LENGTH(given) == B64_LENGTH &&
-                CRYPTO_memcmp(b64, PyUnicode_1BYTE_DATA(given), B64_LENGTH) == 0;
+    /* (PyUnicode_DATA, not the compact layout's: a str subclass keeps its characters apart) */
+    int equal = PyUnicode_IS_ASCII(given) && PyUnicode_GET_LENGTH(given) == B64_LENGTH &&
+                CRYPTO_memcmp(b64, PyUnicode_DATA(given), B64_LENGTH) == 0;
     out = PyBool_FromLong(equal);
 done:
     wipe(&g, &outer);

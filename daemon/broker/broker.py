@@ -750,13 +750,28 @@ class Broker:
         """A slave's metadata sync now (also run at start and every 10 s); returns what changed."""
         if self.master_addr is None:
             return []
-        changed = await sync_metadata(self.client, self.master_addr, self.store.configs, self.slave_commits)
+        asked: dict[str, TopicConfig] = {}  # the configs derived when the master's topic table was asked for
+
+        def asking(code: int) -> None:
+            if code == RequestCode.GET_ALL_TOPIC_CONFIG:
+                asked.update(self._derived_topics)
+
+        changed = await sync_metadata(
+            self.client, self.master_addr, self.store.configs, self.slave_commits, asking=asking
+        )
         if changed:
             log.info("synced %s from master %s", ", ".join(changed), self.master_addr)
         if type(self.store.configs.topics).__name__ in changed:
-            # the master's table replaced the derived configs, but not one derived after it was read (the
-            # sync's other steps still under way): that topic was not in it and stays derived
+            # the master's table replaced the derived configs, but one derived after it was asked for may
+            # be missing from it: derived while the request was under way (the master read its table before
+            # the topic was made there), it is put back; derived after the table was taken (the sync's
+            # other steps still under way), it is still there. Either stays derived.
             derived = self._derived_topics
+            late = [c for t, c in derived.items() if asked.get(t) is not c and self.topics.get(t) is None]
+            for config in late:
+                self.topics.file.update(config, persist=False)
+            if late:
+                self.topics.file.persist()
             self._derived_topics = {t: c for t, c in derived.items() if self.topics.get(t) is c}
         return changed
 
@@ -1179,7 +1194,10 @@ class Broker:
         when the table (its data version: entries are replaced, never changed in place), the permission
         or the form changed, and then in slices (`encode_sliced`)."""
         if topics is not None:
-            return RegisterBrokerBody(self.registration_wrapper(topics), []).encode(compressed)
+            wrapper = self.registration_wrapper(topics)
+            if not compressed:
+                self._table_text.note(wrapper.topic_config_table)
+            return RegisterBrokerBody(wrapper, []).encode(compressed)
         # The version object too (a slave's sync replaces it with the master's), and the table's size (the
         # system topics made at start bump no version).
         version = self.topics.file.data_version

@@ -292,23 +292,52 @@ class SlaveGate:
     ephemeral port. ``lookup`` answers the registered hosts, or None when no NameServer answered (the
     last answer then stands). The answer is trusted for ``refresh`` seconds: a connection after that asks
     again, whoever it comes from, so a slave the NameServers stopped listing is not admitted on an old
-    answer, and a flood of connections is still one NameServer request per ``refresh``.
+    answer. A host the answer lacks is asked for once more before it is refused: the answer may predate
+    its registration (a second slave registering right after the first was admitted). Refused on that
+    answer, the host is not asked for again until the answer is refreshed, at most :attr:`MISSES_ASKED`
+    misses a period ask at all, and one look-up runs at a time, serving every connection that arrived
+    before it began: a flood of connections stays a few NameServer requests per ``refresh``.
     """
+
+    #: Look-ups that misses may ask for between two refreshes (a group has a slave or two).
+    MISSES_ASKED = 4
 
     def __init__(self, lookup: Callable[[], Awaitable[set[str] | None]], refresh: float = 1.0) -> None:
         self._lookup = lookup
         self._refresh = refresh
         self._hosts: set[str] = set()
         self._looked_at = -math.inf
+        #: Hosts refused on the current answer, and the look-ups misses asked for since the last refresh.
+        self._refused: set[str] = set()
+        self._misses_asked = 0
+        self._asking = asyncio.Lock()
 
     async def admits(self, host: str) -> bool:
         host = peer_host(host)
-        if _now() - self._looked_at >= self._refresh:
+        arrived = _now()
+        if arrived - self._looked_at >= self._refresh:
+            await self._ask(arrived, refresh=True)
+        elif host not in self._hosts and host not in self._refused and self._misses_asked < self.MISSES_ASKED:
+            await self._ask(arrived, refresh=False)
+        if host in self._hosts:
+            return True
+        self._refused.add(host)
+        return False
+
+    async def _ask(self, arrived: float, *, refresh: bool) -> None:
+        """Look the slaves up, unless a look-up that began after ``arrived`` answered while this waited."""
+        async with self._asking:
+            if self._looked_at >= arrived:
+                return
+            if refresh:
+                self._misses_asked = 0
+            else:
+                self._misses_asked += 1
             self._looked_at = _now()
             hosts = await self._lookup()
             if hosts is not None:
                 self._hosts = {peer_host(h) for h in hosts}
-        return host in self._hosts
+                self._refused = set()
 
 
 class HAMaster:
@@ -811,6 +840,8 @@ async def sync_metadata(
     master_addr: str,
     configs: ConfigFiles,
     slave_commits: dict[tuple[str, str, int], int] | None = None,
+    *,
+    asking: Callable[[int], None] | None = None,
 ) -> list[str]:
     """4.9.8 ``SlaveSynchronize.syncAll``: topic configs (21), consumer offsets (43), delay offsets (45)
     and subscription groups (201) from the master, each persisted when it changed. Returns what changed.
@@ -824,6 +855,9 @@ async def sync_metadata(
     client that still holds them in memory (its next pull with the commit flag or its 5 s persist,
     ``RemoteBrokerOffsetStore``), so a consumer that restarted meanwhile re-consumes. Here the slave hands
     each one that is ahead of the master's to the master first (UPDATE_CONSUMER_OFFSET) and keeps it.
+
+    ``asking(code)`` is called right before each request: what the slave holds then is what the answer
+    may already know of.
     """
     changed: list[str] = []
     steps: list[tuple[int, JsonConfigFile]] = [
@@ -833,6 +867,8 @@ async def sync_metadata(
         (RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG, configs.subscription_groups),
     ]
     for code, manager in steps:
+        if asking is not None:
+            asking(code)
         try:
             response = await client.invoke(master_addr, RemotingCommand.request(code), 3.0)
         except RemotingError as exc:

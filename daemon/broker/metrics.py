@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import functools
 import logging
 import socket
@@ -383,8 +384,31 @@ def _dledger_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> It
     yield refused
 
 
+_NOT_HTTP_BODY = b"not an HTTP request: this is a broker's metrics port (GET /metrics, /healthz)\n"
+#: What a peer that does not speak HTTP gets at once (see :meth:`_QuietHandler.handle`).
+NOT_HTTP = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain\r\nConnection: close\r\n"
+    + b"Content-Length: %d\r\n\r\n" % len(_NOT_HTTP_BODY)
+    + _NOT_HTTP_BODY
+)
+
+
 class _QuietHandler(WSGIRequestHandler):
     timeout = READ_TIMEOUT
+
+    def handle(self) -> None:
+        """A request whose first byte cannot start an HTTP method (a RocketMQ client pointed here: its
+        frame starts with its length's high byte, 0) is answered 400 at once: the HTTP parser waits for a
+        line end that a binary frame may never send, and the client would wait out its timeout."""
+        try:
+            first = self.connection.recv(1, socket.MSG_PEEK)
+        except OSError:  # reset, or nothing within READ_TIMEOUT
+            return
+        if first and not first.isalpha():
+            with contextlib.suppress(OSError):
+                self.connection.sendall(NOT_HTTP)
+            return
+        super().handle()
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("metrics: " + format, *args)

@@ -319,6 +319,9 @@ class Node:
         self._wire: dict[int, tuple[DLedgerEntry, bytes]] = {}
         #: the last index every follower held when `_wire` was last trimmed
         self._wire_everywhere = -1
+        #: (leader) the last binary run read from the log: (first index, the log's last index then, the run):
+        #: the followers pushed from the same index in one round share it (one read and copy, not one each)
+        self._raw_run: tuple[int, int, tuple[int, bytes] | None] = (-1, -1, None)
         #: an entry of this log found failing its bodyCrc when read back: it leads no more while it holds it
         self.damaged = -1
         #: whether this member may run for leader now (its owner: not while its store refuses writes)
@@ -342,6 +345,7 @@ class Node:
     def _role(self, term: int, role: Role) -> None:
         self._wire.clear()
         self._wire_everywhere = -1
+        self._raw_run = (-1, -1, None)
         self.role_changes.append((term, role))
         self._check_take_leadership(term, role)
 
@@ -353,6 +357,7 @@ class Node:
         self.last_send_beat = -1
         self.last_success_beat = self._now
         self.pushes = {p: PeerPush() for p in self.others()}
+        self._binary_changed()
         # (terms only grow along a log, and a member leads a term once: what it holds now is all earlier)
         self.term_first_index = self.log.last_index + 1
         log.info("[%s] leader of term %d", self.m.self_id, term)
@@ -877,7 +882,7 @@ class Node:
             p.write_index = p.water_mark + 1
         while p.write_index <= self.log.last_index and len(p.inflight) < MAX_PENDING_PUSHES:
             if p.binary:
-                raw = self.log.raw_entries(p.write_index, MAX_BATCH_ENTRIES, MAX_BATCH_BYTES)
+                raw = self._raw_entries(p.write_index)
                 if raw is not None:
                     out.append(self._raw_push(peer, p.write_index, raw[0], raw[1]))
                     p.inflight[p.write_index] = now
@@ -903,6 +908,18 @@ class Node:
             out.append(self._push_request(peer, None, PushType.COMMIT))
             p.last_push = now
         return out
+
+    def _raw_entries(self, first: int) -> tuple[int, bytes] | None:
+        """A binary push's run from ``first`` (``RaftLog.raw_entries``), read once for the followers pushed
+        from the same index while the log has not grown (a leader's log changes only by growing while it
+        leads; the run is dropped at each role change)."""
+        last = self.log.last_index
+        held = self._raw_run
+        if held[0] == first and held[1] == last:
+            return held[2]
+        raw = self.log.raw_entries(first, MAX_BATCH_ENTRIES, MAX_BATCH_BYTES)
+        self._raw_run = (first, last, raw)
+        return raw
 
     def _pushed_entry(self, index: int) -> tuple[DLedgerEntry, bytes] | None:
         """Entry `index` as a push carries it and its JSON, read and encoded once for all followers: each
@@ -931,12 +948,20 @@ class Node:
         p = self.pushes.get(peer)
         if p is not None and not p.binary and not p.binary_refused and self.is_leader:
             p.binary = True
+            self._binary_changed()
 
     def binary_lost(self, peer: str) -> None:
         """(leader) The connection `peer` said it on is gone: JSON until it says so again."""
         p = self.pushes.get(peer)
-        if p is not None:
+        if p is not None and p.binary:
             p.binary = False
+            self._binary_changed()
+
+    def _binary_changed(self) -> None:
+        """(leader) The log keeps what it appends in memory only while a follower takes JSON pushes, which
+        carry entries decoded (a binary push is a slice of the data file: keeping them costs every send)."""
+        pushes = self.pushes.values()
+        self.log.keep_recent = not pushes or not all(p.binary for p in pushes)
 
     def as_json(self, out: Out) -> Out:
         """A binary push made JSON (the connection it was made for is gone): its entries decoded."""
@@ -1041,6 +1066,7 @@ class Node:
                 if resp.code == Code.UNEXPECTED_ARGUMENT and raw:
                     # a body refused: from its data file unchecked; JSON reads check what leaves the memory
                     p.binary, p.binary_refused = False, True
+                    self._binary_changed()
                 self._to_compare(p, now, COMPARE_RETRY_MS)
             return
         if req.type is PushType.COMMIT:

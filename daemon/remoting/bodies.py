@@ -122,29 +122,46 @@ class TableText:
 
     def __init__(self) -> None:
         self._names: list[str] = []
+        self._listed: set[str] = set()  # the names in ``_names``
         #: Two maps, not one of pairs: this one holds only strings and bytes, which the cyclic GC leaves
         #: alone, where 10,000 pairs would be 10,000 objects more for its every full collection to walk.
         self._texts: dict[str, bytes] = {}
         self._made_of: dict[str, TopicConfig] = {}
 
+    def note(self, table: dict[str, TopicConfig]) -> None:
+        """Keep the text of these entries now (topics registered alone as they are created), so that the
+        next whole body encodes none of them: after a burst of 10,000 creations that body re-encoded them
+        all on the loop, in slices it did not sleep between (docs/performance.md)."""
+        texts, made_of = self._texts, self._made_of
+        for name, config in table.items():
+            if made_of.get(name) is not config:
+                texts[name] = fastjson.dumps({name: config})[1:-1]
+                made_of[name] = config
+
     def parts(self, table: dict[str, TopicConfig], per_part: int) -> Iterator[bytes]:
         """``table``'s entries in name order, comma-separated, ``per_part`` at a time (the first without
         the comma): joined, the inside of the JSON object ``sort_keys`` writes."""
-        texts, made_of, names = self._texts, self._made_of, self._names
+        texts, made_of, names, listed = self._texts, self._made_of, self._names, self._listed
         gone = [name for name in names if name not in table]
-        new = [name for name in table if name not in texts]  # (or not encoded: a run cut short)
+        new = [name for name in table if name not in listed]
         for name in gone:
             texts.pop(name, None)
             made_of.pop(name, None)
-        if len(gone) + len(new) > len(table) // 16:
+        resort = len(gone) + len(new) > len(table) // 16
+        if resort or len(texts) > len(table):  # texts of topics noted, then deleted before being listed
+            for name in [name for name in texts if name not in table]:
+                del texts[name]
+                made_of.pop(name, None)
+        if resort:
             names = self._names = sorted(table)
+            listed = self._listed = set(names)
         else:
             for name in gone:
                 del names[bisect.bisect_left(names, name)]
+                listed.discard(name)
             for name in new:
-                at = bisect.bisect_left(names, name)
-                if at == len(names) or names[at] != name:
-                    names.insert(at, name)
+                names.insert(bisect.bisect_left(names, name), name)
+                listed.add(name)
         for start in range(0, len(names), per_part):
             out = []
             for name in names[start : start + per_part]:

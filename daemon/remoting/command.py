@@ -66,7 +66,10 @@ class RemotingCommand:
         serialize_type: SerializeType = SerializeType.JSON,
     ) -> RemotingCommand:
         """Build a request; the opaque is assigned by the connection that sends it."""
-        return cls(
+        # (the class by name, not ``cls``: compiled, that is a direct call of the written-out __init__, where
+        # ``cls(...)`` went through the type's call with its keywords parsed; compiled classes have no
+        # subclasses, so it is the same class)
+        return RemotingCommand(
             code=code,
             version=version,
             flag=FLAG_ONEWAY if oneway else 0,

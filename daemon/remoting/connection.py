@@ -21,7 +21,7 @@ import itertools
 import logging
 import typing
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from daemon.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -33,6 +33,9 @@ from daemon.remoting.errors import (
 )
 from daemon.remoting.frame import MAX_FRAME_LENGTH, decode_frame, encode_command
 from daemon.remoting.limits import BufferBudget
+
+#: How early a loop's timer may fire by its own clock (uvloop: a millisecond).
+_TIMER_GRAIN: Final = 0.001
 
 log = logging.getLogger(__name__)
 
@@ -234,10 +237,14 @@ class Connection(asyncio.Protocol):
         self.batch = batch
         self._outbox: list[bytes] = []
         self._pending: dict[int, asyncio.Future[RemotingCommand]] = {}
-        #: requests sent by `request`: opaque -> (what to call with the answer or the failure, its timer)
+        #: requests sent by `request`: opaque -> (what to call with the answer or the failure, its deadline
+        #: on the loop's clock, its timeout, its code); expired by one timer for them all (`_sweep`)
         self._callbacks: dict[
-            int, tuple[Callable[[RemotingCommand | Exception], None], asyncio.TimerHandle]
+            int, tuple[Callable[[RemotingCommand | Exception], None], float, float, int]
         ] = {}
+        #: the timer that expires `_callbacks` due by its time (`_sweep_at`), while any may be waiting
+        self._sweep: asyncio.TimerHandle | None = None
+        self._sweep_at = 0.0
         self._tasks: set[asyncio.Future[Any]] = set()
         self._loop = asyncio.get_running_loop()
         self._closed = self._loop.create_future()
@@ -416,19 +423,43 @@ class Connection(asyncio.Protocol):
             raise self._broken or RemotingConnectError(self.peer, "connection closed")
         request.opaque = opaque = next_opaque()
         request.flag &= ~(FLAG_RESPONSE | FLAG_ONEWAY)
-        timer = self._loop.call_later(timeout, self._expire_callback, opaque, timeout, request.code)
-        self._callbacks[opaque] = (on_answer, timer)
+        deadline = self._loop.time() + timeout
+        self._callbacks[opaque] = (on_answer, deadline, timeout, request.code)
+        # one timer for every waiting request, not one each (a DLedger leader makes one per push and
+        # follower, and nearly all are answered long before it): set for the earliest deadline
+        if self._sweep is None or deadline < self._sweep_at:
+            self._expire_at(deadline)
         self.send(request)
 
-    def _expire_callback(self, opaque: int, timeout: float, code: int) -> None:
-        waiting = self._callbacks.pop(opaque, None)
-        if waiting is not None:
-            waiting[0](RemotingTimeoutError(self.peer, timeout, code))
+    def _expire_at(self, when: float) -> None:
+        if self._sweep is not None:
+            self._sweep.cancel()
+        self._sweep = self._loop.call_at(when, self._expire_callbacks)
+        self._sweep_at = when
+
+    def _expire_callbacks(self) -> None:
+        """The requests whose time is up answered with a RemotingTimeoutError; the timer set again for the
+        earliest of those still waiting."""
+        self._sweep = None
+        # (uvloop's timers have a millisecond's grain and fire up to that early by its clock: a deadline
+        # within it counts as due, or the timer would be set again for it at once, round after round)
+        now = self._loop.time() + _TIMER_GRAIN
+        due = [opaque for opaque, waiting in self._callbacks.items() if waiting[1] <= now]
+        for opaque in due:
+            on_answer, _, timeout, code = self._callbacks.pop(opaque)
+            try:
+                on_answer(RemotingTimeoutError(self.peer, timeout, code))
+            except Exception:  # one failing caller must not strand the others
+                log.exception("answering a request to %s failed", self.peer)
+        if self._callbacks and self._sweep is None:
+            self._expire_at(min(waiting[1] for waiting in self._callbacks.values()))
 
     def _fail_callbacks(self, error: Exception) -> None:
         waiting, self._callbacks = self._callbacks, {}
-        for on_answer, timer in waiting.values():
-            timer.cancel()
+        if self._sweep is not None:
+            self._sweep.cancel()
+            self._sweep = None
+        for on_answer, _, _, _ in waiting.values():
             try:
                 on_answer(error)
             except Exception:  # one failing caller must not strand the others
@@ -450,8 +481,7 @@ class Connection(asyncio.Protocol):
     def _on_response(self, cmd: RemotingCommand) -> None:
         if self._callbacks:
             waiting = self._callbacks.pop(cmd.opaque, None)
-            if waiting is not None:
-                waiting[1].cancel()
+            if waiting is not None:  # (its deadline stays with the timer: checked when that fires)
                 waiting[0](cmd)
                 return
         fut = self._pending.get(cmd.opaque)

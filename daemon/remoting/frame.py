@@ -29,6 +29,10 @@ _SCALARS: Final = frozenset((str, int, bool, type(None)))
 # read on every frame (store/native.py: enum members as Final names)
 _JSON: Final = SerializeType.JSON
 _ROCKETMQ: Final = SerializeType.ROCKETMQ
+#: The shortest headers: ``{}``; and the binary header's fixed fields (code, language, version, opaque,
+#: flag, remark length, extFields length).
+_MIN_JSON_HEADER: Final = 2
+_MIN_BINARY_HEADER: Final = 21
 
 
 def java_string(value: Any) -> str:
@@ -267,22 +271,26 @@ def decode_frame(
         return None
     length: int = _INT.unpack_from(buf, offset)[0]  # typed: compiled, the arithmetic below is native
     check_frame_length(length, max_frame_length)
-    if available < 4 + length:
+    if available < 8:  # (every frame has its header word: length >= 4)
         return None
+    # Checked before the frame is whole: a peer that is not RocketMQ (an HTTP/2 port's SETTINGS frame reads
+    # as a plausible length) is refused at once, not waited for until a timeout.
     mixed: int = _INT.unpack_from(buf, offset + 4)[0]
     serialize_type = (mixed >> 24) & 0xFF
     header_len = mixed & _HEADER_LEN_MASK
     if header_len > length - 4:
         raise RemotingProtocolError(f"header length {header_len} exceeds frame length {length}")
+    if serialize_type != _JSON and serialize_type != _ROCKETMQ:
+        raise RemotingProtocolError(f"unknown serialize type {serialize_type}")
+    if header_len < (_MIN_JSON_HEADER if serialize_type == _JSON else _MIN_BINARY_HEADER):
+        raise RemotingProtocolError(f"header length {header_len} below the smallest header of its type")
+    if available < 4 + length:
+        return None
     start = offset + 8
     # one copy each through a view: slicing a bytearray copies once more (a 4 MiB body: 3.5 ms, not 0.1)
     with memoryview(buf) as view:
         header = bytes(view[start : start + header_len])
         body = bytes(view[start + header_len : offset + 4 + length])
     if serialize_type == _JSON:
-        cmd = _decode_json_header(header, body)
-    elif serialize_type == _ROCKETMQ:
-        cmd = _decode_binary_header(header, body)
-    else:
-        raise RemotingProtocolError(f"unknown serialize type {serialize_type}")
-    return cmd, 4 + length
+        return _decode_json_header(header, body), 4 + length
+    return _decode_binary_header(header, body), 4 + length

@@ -154,21 +154,24 @@ def use(name: Annotated[str, typer.Argument(help="Context name.")], output: Outp
 def ls(output: OutputOpt = "table") -> None:
     """List saved contexts; the current one is marked."""
     from mqctl.config import ContextFile
-    from mqctl.output import render
+    from mqctl.output import Rows, render
 
     contexts = ContextFile.load()
     render(
-        [
-            {
-                "name": c.name,
-                "namesrv": c.namesrv,
-                "spark_remote": c.spark_remote,
-                "timeout": c.timeout,
-                "tls": c.tls is not None,
-                "current": c.name == contexts.current,
-            }
-            for c in contexts.contexts.values()
-        ],
+        Rows(
+            (
+                {
+                    "name": c.name,
+                    "namesrv": c.namesrv,
+                    "spark_remote": c.spark_remote,
+                    "timeout": c.timeout,
+                    "tls": c.tls is not None,
+                    "current": c.name == contexts.current,
+                }
+                for c in contexts.contexts.values()
+            ),
+            columns=["name", "namesrv", "spark_remote", "timeout", "tls", "current"],
+        ),
         output,
     )
 

@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import click
 import typer
@@ -44,18 +44,23 @@ ClusterOpt = Annotated[
 TopicOpt = Annotated[list[str] | None, typer.Option("--topic", "-t", help="Only this topic (repeatable).")]
 MasterOpt = Annotated[
     str | None,
-    typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: embedded local[*]).",
-                 envvar="MQCTL_SPARK_MASTER"),
+    typer.Option("--master", help="Spark master URL, e.g. spark://host:7077 (default: the current context's "
+                 "Spark Connect server if it names one, else an embedded local[*]).", envvar="MQCTL_SPARK_MASTER"),
 ]  # fmt: skip
-RemoteOpt = Annotated[
-    str | None,
-    typer.Option("--remote", help="Run on an existing Spark Connect server, sc://HOST:PORT (no local JVM); "
-                 "--store and --out are paths the server's workers see. Default: the current context's "
-                 "--spark-remote, unless --master is given.", envvar="MQCTL_SPARK_REMOTE"),
-]  # fmt: skip
+
+
+def _remote_option(paths: str) -> Any:
+    """``--remote``, its help naming the paths of this command the server sees (each command has its own)."""
+    return typer.Option("--remote", help=f"Run on an existing Spark Connect server, sc://HOST:PORT (no local "
+                        f"JVM); {paths}. Default: the current context's Spark Connect server ('context add "
+                        "--spark-remote'), unless --master is given.", envvar="MQCTL_SPARK_REMOTE")  # fmt: skip
+
+
 PartitionsOpt = Annotated[
-    int | None, typer.Option("--partitions", min=1, help="Number of read splits (default: one per 64 MiB).")
-]
+    int | None,
+    typer.Option("--partitions", min=1, help="Number of read splits of a --store (default: one per 64 MiB); "
+                 "a --cluster read makes one per queue range."),
+]  # fmt: skip
 
 
 def _process_seconds() -> float:
@@ -160,7 +165,9 @@ def export(
         ),
     ] = False,
     master: MasterOpt = None,
-    remote: RemoteOpt = None,
+    remote: Annotated[
+        str | None, _remote_option("--store and --out are paths the server's workers see")
+    ] = None,
     partitions: PartitionsOpt = None,
     overwrite: Annotated[bool, typer.Option("--overwrite", help="Replace --out if it exists.")] = False,
 ) -> None:
@@ -219,7 +226,10 @@ def report(
     since: SinceOpt = None,
     until: UntilOpt = None,
     master: MasterOpt = None,
-    remote: RemoteOpt = None,
+    remote: Annotated[
+        str | None,
+        _remote_option("--store is a path the server's workers see; --json and --charts are written here"),
+    ] = None,
     partitions: PartitionsOpt = None,
     json_out: Annotated[
         Path | None, typer.Option("--json", help="Also write the whole report as JSON here.")

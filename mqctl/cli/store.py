@@ -151,14 +151,17 @@ def clean(
 def show_clean_report(rep: CleanReport, output: str, *, to_stderr: bool = False) -> None:
     """The plan: a file table titled with the summary, the groups losing messages, the recovery step and the
     files an offline cleanup removes (or removed); hints on stderr (everything there with ``to_stderr``)."""
-    from mqctl.output import render, stderr_console
+    from mqctl.output import Rows, render, stderr_console
+    from mqctl.services.retention import FileRow
 
     err = stderr_console()
     out = sys.stderr if to_stderr else None
     if output in ("json", "yaml"):
         render(rep, output, out=out)
     else:
-        render(rep.files, output, out=out, title=rep.summary() if output == "table" else None)
+        render(
+            Rows.of(FileRow, rep.files), output, out=out, title=rep.summary() if output == "table" else None
+        )
         tables: list[tuple[list[Any], str]] = [
             (
                 [{"group": g, "unconsumed_messages_lost": n} for g, n in rep.losses.items()],

@@ -22,6 +22,7 @@ from daemon.acl.plain import address_matcher, parse_perm, perm_name
 from daemon.remoting.codes import RequestCode
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
+from mqctl.output import Rows
 from mqctl.services.cluster import brokers
 
 PERMS = ("DENY", "PUB", "SUB", "PUB|SUB")
@@ -170,7 +171,7 @@ def account_row(addr: str, account: PlainAccount, show_secret: bool) -> AccountR
 async def list_accounts(
     admin: Admin, *, cluster: str | None, broker: str | None, show_secret: bool = False
 ) -> list[AccountRow]:
-    rows: list[AccountRow] = []
+    rows = Rows.of(AccountRow)
     for addr in await targets(admin, cluster, broker):
         config = await config_of(admin, addr)
         rows.extend(account_row(addr, a, show_secret) for a in config.get("plainAccessConfigs") or [])

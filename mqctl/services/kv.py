@@ -6,6 +6,7 @@ from typing import TypedDict
 
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
+from mqctl.output import Rows
 
 
 class KvValue(TypedDict):
@@ -50,7 +51,9 @@ async def get(admin: Admin, namespace: str, key: str) -> KvValue:
 
 
 async def list_namespace(admin: Admin, namespace: str) -> list[KvItem]:
-    return [{"key": k, "value": v} for k, v in sorted((await admin.kv_list(namespace)).items())]
+    return Rows.of(
+        KvItem, ({"key": k, "value": v} for k, v in sorted((await admin.kv_list(namespace)).items()))
+    )
 
 
 async def put(admin: Admin, namespace: str, key: str, value: str) -> KvWrite:

@@ -28,7 +28,7 @@ from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
 from mqctl.errors import NotFoundError, UsageError
-from mqctl.output import json_text
+from mqctl.output import Rows, json_text
 from mqctl.services.topics import readers_of_topic, route_masters, route_readers
 from mqctl.timespec import iso, parse_time
 from mqctl.tracedata import trace_field
@@ -892,7 +892,7 @@ async def dlq_topics(admin: Admin) -> list[DlqTopic]:
     record says were re-sent."""
     from mqctl.services.topics import queue_offsets
 
-    rows: list[DlqTopic] = []
+    rows = Rows.of(DlqTopic)
     for topic in sorted(t for t in await admin.topic_list() if t.startswith(DLQ_GROUP_TOPIC_PREFIX)):
         group = topic[len(DLQ_GROUP_TOPIC_PREFIX) :]
         offsets = await queue_offsets(admin, topic, reads=True)

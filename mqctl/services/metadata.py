@@ -28,6 +28,7 @@ from daemon.remoting.bodies import TopicConfig
 from daemon.remoting.codes import RequestCode
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
+from mqctl.output import Rows
 from mqctl.services import groups, topics
 from mqctl.services.acl import AccountPerms, PlainAccount, account_row, config_of
 from mqctl.services.cluster import brokers
@@ -456,7 +457,7 @@ async def apply(
             f"mqadmin's cluster export adds up queue counts over its masters: divided by the {len(addrs)} "
             "master(s) here"
         )
-    rows: list[PlanRow] = []
+    rows = Rows.of(PlanRow)
     blocked = await _live_groups(admin, meta, masters, renames) if offsets and meta.offsets else {}
     if blocked and not dry_run:
         listed = "; ".join(f"{g}: {', '.join(c)}" for g, c in sorted(blocked.items()))

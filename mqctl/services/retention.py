@@ -22,6 +22,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from mqctl.admin import messaging
 from mqctl.admin.client import Admin
 from mqctl.errors import StoreError
+from mqctl.output import Rows
 from mqctl.services import store_inspect as si
 from mqctl.units import size_text
 from store import (
@@ -378,7 +379,7 @@ def commitlog_files(
         }
         for r in _offline_plan(config).rows
     }
-    return [{**scan, **retention.get(scan["file"], {})} for scan in scans]
+    return Rows.of(CommitLogRetention, ({**scan, **retention.get(scan["file"], {})} for scan in scans))
 
 
 # -------------------------------------------------------------------------------------- online

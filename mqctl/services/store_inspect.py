@@ -18,6 +18,7 @@ from typing import NotRequired, TypedDict
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
+from mqctl.output import Rows
 from mqctl.services.messages import MessageDetail, MessageSummary, Window, detail, locate, summary
 from mqctl.timespec import iso
 from store import CorruptRecordError, decode_record, inspect
@@ -107,7 +108,7 @@ def cq_ls(root: str | Path, topic: str | None = None) -> list[inspect.QueueStats
     lay = layout(root)
     if topic and not lay.queues(topic):
         raise NotFoundError(f"no ConsumeQueue for topic {topic!r} in {lay.root}")
-    return inspect.queues(lay, topic)
+    return Rows.of(inspect.QueueStats, inspect.queues(lay, topic))
 
 
 class QueueUnit(TypedDict):
@@ -140,7 +141,7 @@ def cq_show(
         raise NotFoundError(
             f"offset {page.start} is outside {topic}/{queue_id} (it holds {page.min_offset}..{page.max_offset - 1})"
         )
-    rows: list[QueueUnit] = []
+    rows = Rows.of(QueueUnit)
     for unit in page.units:
         row: QueueUnit = {
             "queue_offset": unit.queue_offset,
@@ -233,7 +234,7 @@ def _index_row(header: inspect.IndexHeader) -> IndexFileRow:
 
 def index_ls(root: str | Path) -> list[IndexFileRow]:
     """Each IndexFile's header: time and CommitLog range, used slots, entries, whether it is full."""
-    return [_index_row(h) for h in inspect.index_headers(layout(root))]
+    return Rows.of(IndexFileRow, (_index_row(h) for h in inspect.index_headers(layout(root))))
 
 
 def _pick_index(lay: Layout, name: str | None) -> Path:

@@ -10,6 +10,7 @@ from typing import TypedDict
 
 from daemon.broker.timer import PENDING_KEY_PREFIX
 from mqctl.admin.client import Admin
+from mqctl.output import Rows
 from mqctl.services.cluster import brokers
 from mqctl.services.fanout import each_broker
 from mqctl.units import when
@@ -55,4 +56,4 @@ async def timer_backlog(
     names = {row.addr: row.broker_name for row in await brokers(admin, cluster) if row.broker_id == 0}
     tables = await each_broker(admin, names, admin.broker_runtime_info)
     rows = [r for addr, table in tables.items() for r in backlog_rows(names[addr], addr, table)]
-    return [r for r in rows if topic is None or r["topic"] == topic]
+    return Rows.of(TimerBacklog, (r for r in rows if topic is None or r["topic"] == topic))

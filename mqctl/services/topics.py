@@ -88,7 +88,7 @@ class TopicSpec:
 
 async def topics(admin: Admin, cluster: str | None = None) -> list[dict[str, str]]:
     """Every topic the NameServer routes, or only those of ``cluster``."""
-    return [{"topic": name} for name in await admin.topic_list(cluster)]
+    return Rows(({"topic": name} for name in await admin.topic_list(cluster)), columns=["topic"])
 
 
 async def route(admin: Admin, topic: str) -> list[RouteRow]:
@@ -466,7 +466,7 @@ async def apply_on(
     admin: Admin, specs: list[TopicSpec], tables: dict[str, dict[str, TopicConfig]], *, dry_run: bool
 ) -> list[ApplyRow]:
     """:func:`apply_file` against masters whose topic tables (address -> table) were read already."""
-    rows: list[ApplyRow] = []
+    rows = Rows.of(ApplyRow)
     for spec in specs:
         result = await _upsert_on(admin, spec, tables, mode="apply", dry_run=dry_run)
         for change in result["brokers"]:

@@ -35,7 +35,7 @@ from store.quarantine import list_quarantines
 from store.record import decode_records
 from store.replica_tail import diverged_quarantines
 from tests.broker.test_damaged_record_kept import flip
-from tests.broker.test_ha import SMALL, commitlog_files, master_and_slave, pull_all, start_slave
+from tests.broker.test_ha import SMALL, Group, commitlog_files, master_and_slave, pull_all, start_slave
 from tests.support.acl import ADMIN_AK, ADMIN_SK, PLAIN_ACL, write_acl
 from tests.support.broker import BrokerClient, broker_config, replicated, start_broker
 from tests.support.cli import RunCli
@@ -237,12 +237,65 @@ async def master_with_a_listed_local_slave(
 LISTED_SLAVE = "127.0.0.1:1"
 
 
-async def ha_session(port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    """A raw HA connection that has asked for the master's data from offset 0."""
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+async def ha_session(port: int, host: str | None = None) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+    """A raw HA connection (from loopback address ``host``, when given) that has asked for the master's
+    data from offset 0."""
+    local = None if host is None else (host, 0)
+    reader, writer = await asyncio.open_connection("127.0.0.1", port, local_addr=local)
     writer.write(encode_report(0))
     await writer.drain()
     return reader, writer
+
+
+@pytest.mark.slow
+async def test_two_slaves_registering_back_to_back_are_each_admitted_at_their_first_connection(
+    tmp_path: Path,
+) -> None:
+    """The gate trusted its answer for a second: a slave that registered within that second after another
+    was admitted was refused once (a warning, and its replication a reconnect delay late)."""
+    async with master_with_a_listed_local_slave(tmp_path) as (ns, master):
+        ha = master.ha_master
+        assert ha is not None
+        sessions = []
+        try:
+            for broker_id, host in enumerate(("127.0.0.2", "127.0.0.3"), 2):
+                registered = await ns.register({}, broker_addr=f"{host}:1", broker_id=broker_id)
+                assert registered.code == ResponseCode.SUCCESS
+                reader, writer = await ha_session(master.config.ha_listen_port, host)
+                sessions.append(writer)
+                try:
+                    frame = await asyncio.wait_for(reader.read(12), 5)
+                except ConnectionError:  # the gate aborts the connection
+                    frame = b""
+                assert len(frame) > 0, f"{host} refused"  # admitted: a heartbeat frame, not a close
+            assert (ha.refused, len(ha.connections)) == (0, 2)
+        finally:
+            for writer in sessions:
+                writer.close()
+
+
+async def test_a_miss_asks_the_name_servers_again_once_not_at_every_connection() -> None:
+    """A host missing from the answer is asked for once more (it may have registered since); refused on
+    that answer, it is not asked for again until the answer is refreshed, and strangers arriving
+    together, or many in a period, share a few look-ups: the NameServers never see one per connection."""
+    listed = {"10.0.0.2"}
+    looked = 0
+
+    async def lookup() -> set[str] | None:
+        nonlocal looked
+        looked += 1
+        await asyncio.sleep(0.01)
+        return set(listed)
+
+    gate = SlaveGate(lookup, refresh=3600)
+    assert await gate.admits("10.0.0.2") and looked == 1
+    listed.add("10.0.0.3")  # the second slave registers right after the first was admitted
+    assert await gate.admits("10.0.0.3") and looked == 2
+    assert await gate.admits("10.0.0.2") and await gate.admits("10.0.0.3") and looked == 2
+    assert not await gate.admits("10.0.0.9") and looked == 3
+    assert not any([await gate.admits("10.0.0.9") for _ in range(20)]) and looked == 3
+    strangers = await asyncio.gather(*(gate.admits(f"10.0.1.{i}") for i in range(50)))
+    assert not any(strangers) and looked <= 3 + SlaveGate.MISSES_ASKED
 
 
 @pytest.mark.slow
@@ -477,6 +530,35 @@ async def test_a_slave_serves_a_replicated_topic_before_any_metadata_sync_names_
         assert g.slave.topics.get("Fresh") == g.master.topics.get("Fresh")  # the master's, after a sync
 
 
+@contextlib.asynccontextmanager
+async def synced_by_hand(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Group]:
+    """A master and slave whose metadata syncs run only when the test calls ``sync_from_master``, the
+    master holding a topic the slave's first sync has to take."""
+
+    async def master_down_at_every_sync(self: Broker) -> None:
+        pass
+
+    monkeypatch.setattr(Broker, "_metadata_sync_loop", master_down_at_every_sync)
+    async with master_and_slave(tmp_path) as g:
+        await g.on(g.master).create_topic("Before", 1)
+        yield g
+
+
+async def the_rest_of_late_is_derived_and_served(g: Group) -> None:
+    """The master's topic "Late" (4 queues) gets a message in queues 1-3 too: the slave's derived config
+    grows to them, and it serves all four."""
+    for q in range(1, 4):
+        assert (await g.on(g.master).send("Late", f"q{q}".encode(), queue_id=q)).code == 0
+
+    def derived() -> int:
+        late = g.slave.topics.get("Late")
+        return late.read_queue_nums if late is not None else 0
+
+    await wait_until(lambda: derived() == 4, timeout=10, why=lambda: f"derived {derived()} queue(s)")
+    for q in range(4):
+        assert await pull_all(g.on(g.slave), "Late", q) == [f"q{q}".encode()]
+
+
 async def test_a_topic_derived_while_a_metadata_sync_is_under_way_stays_derived(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -485,13 +567,8 @@ async def test_a_topic_derived_while_a_metadata_sync_is_under_way_stays_derived(
     one queue it held. The sync's end took that config for the master's, so the topic's other queues were
     never served (a SIGKILL of the master right after left a Jepsen run with one queue of four)."""
 
-    async def master_down_at_every_sync(self: Broker) -> None:
-        pass
-
-    monkeypatch.setattr(Broker, "_metadata_sync_loop", master_down_at_every_sync)
-    async with master_and_slave(tmp_path) as g:
+    async with synced_by_hand(tmp_path, monkeypatch) as g:
         master = g.on(g.master)
-        await master.create_topic("Before", 1)  # (the sync has a changed table to take)
         invoke, read, resume = g.slave.client.invoke, asyncio.Event(), asyncio.Event()
 
         async def held_after_the_topics(addr: str, request: RemotingCommand, *args: Any) -> RemotingCommand:
@@ -508,16 +585,40 @@ async def test_a_topic_derived_while_a_metadata_sync_is_under_way_stays_derived(
         await wait_until(lambda: g.slave.topics.get("Late") is not None, timeout=10)  # one queue seen
         resume.set()
         assert "TopicConfigFile" in await sync
-        for q in range(1, 4):
-            assert (await master.send("Late", f"q{q}".encode(), queue_id=q)).code == 0
+        await the_rest_of_late_is_derived_and_served(g)
 
-        def derived() -> int:
-            late = g.slave.topics.get("Late")
-            return late.read_queue_nums if late is not None else 0
 
-        await wait_until(lambda: derived() == 4, timeout=10, why=lambda: f"derived {derived()} queue(s)")
-        for q in range(4):
-            assert await pull_all(g.on(g.slave), "Late", q) == [f"q{q}".encode()]
+async def test_a_topic_derived_between_the_syncs_topic_request_and_its_answer_stays_derived(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The master read its topic table before a topic was made there, and the topic's first message
+    reached the slave, which derived a config for it, before that answer did: the sync replaced the table
+    with the master's, which lacks the topic, so the slave held the topic's messages with no config (not
+    served until a sync after the master's next change; never, were the master gone)."""
+
+    async with synced_by_hand(tmp_path, monkeypatch) as g:
+        master = g.on(g.master)
+        invoke = g.slave.client.invoke
+
+        async def derived_before_the_answer(
+            addr: str, request: RemotingCommand, *args: Any
+        ) -> RemotingCommand:
+            response = await invoke(addr, request, *args)
+            if request.code == RequestCode.GET_ALL_TOPIC_CONFIG:  # answered without "Late"; not yet arrived
+                await master.create_topic("Late", 4)
+                assert (await master.send("Late", b"q0", queue_id=0)).code == 0
+                await wait_until(lambda: g.slave.topics.get("Late") is not None, timeout=10)
+            return response
+
+        monkeypatch.setattr(g.slave.client, "invoke", derived_before_the_answer)
+        assert "TopicConfigFile" in await g.slave.sync_from_master()
+        monkeypatch.setattr(g.slave.client, "invoke", invoke)
+        late = g.slave.topics.get("Late")
+        assert late is not None and late.read_queue_nums == 1, "the derived config was dropped"
+        assert await pull_all(g.on(g.slave), "Late", 0) == [b"q0"]
+        await the_rest_of_late_is_derived_and_served(g)
+        await g.slave.sync_from_master()
+        assert g.slave.topics.get("Late") == g.master.topics.get("Late")  # the master's, at the next sync
 
 
 @pytest.mark.slow

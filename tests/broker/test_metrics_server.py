@@ -53,7 +53,9 @@ async def test_metrics_listen_where_the_broker_listens(
 async def test_metrics_report_what_clients_make_the_broker_hold(broker: BrokerHandle) -> None:
     port = broker.broker.metrics_port
     _, writer = await asyncio.open_connection("127.0.0.1", broker.broker.server.port)
-    writer.write(struct.pack(">i", 4096) + bytes(1000))  # a frame announced, a quarter of it sent
+    writer.write(
+        struct.pack(">ii", 4096, 64) + bytes(996)
+    )  # a frame (JSON header word) announced, a quarter sent
     await writer.drain()
     try:
         await wait_until(budget_holds(broker.broker.server, 1004), timeout=5)

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
-from mqctl.cli.app import NOUNS
+import click
+
+from mqctl.cli.app import NOUNS, command
 from mqctl.docs import generate
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,3 +28,32 @@ def test_one_man_page_per_noun_and_exit_status_section() -> None:
     assert pages == {"mqctl.1"} | {f"mqctl-{name}.1" for name, _ in NOUNS}
     root_page = (ROOT / "man" / "mqctl.1").read_text()
     assert ".SH EXIT STATUS" in root_page and "ConnectError" in root_page
+
+
+def _commands(cmd: click.Command, path: str) -> Iterator[tuple[str, click.Command]]:
+    """Every command and group of the tree (a group such as spark-export runs as a command too)."""
+    yield path, cmd
+    if isinstance(cmd, click.Group):
+        for name, sub in cmd.commands.items():
+            yield from _commands(sub, f"{path} {name}")
+
+
+def _flags(cmd: click.Command) -> set[str]:
+    return {o for p in cmd.params if isinstance(p, click.Option) for o in (*p.opts, *p.secondary_opts)}
+
+
+def test_an_options_help_names_only_flags_its_command_takes() -> None:
+    """A flag an option's help names is one that command (or the root) takes: 'spark-export report
+    --remote' once spoke of --out, which only the export takes. Another command's flag is quoted with
+    that command ('context add --spark-remote')."""
+    root = command()
+    named = {
+        f"{path} {param.name}: {flag}"
+        for path, cmd in _commands(root, "mqctl")
+        for param in cmd.params
+        for flag in re.findall(
+            r"(?<![\w-])--[a-z][\w-]*", re.sub(r"'[^']*'", "", getattr(param, "help", "") or "")
+        )
+        if flag not in _flags(cmd) | _flags(root)
+    }
+    assert named == set()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import socket
 import subprocess
 import sys
@@ -189,9 +190,10 @@ def test_a_listen_address_that_cannot_be_bound_is_bad_input(cli: RunCli, tmp_pat
     assert namesrv.code == UsageError.exit_code, namesrv.stderr
 
 
-@pytest.fixture
-def banner_server() -> Iterator[str]:
-    """A loopback server that greets every connection with an SSH-like banner, as a wrong port might."""
+@contextlib.contextmanager
+def foreign_server(greeting: bytes, reply: bytes) -> Iterator[str]:
+    """A loopback server that is not RocketMQ: it sends ``greeting`` on connect and ``reply`` to what it
+    reads, and holds the connection open, as a wrong port might."""
     import threading
 
     server = socket.socket()
@@ -205,7 +207,9 @@ def banner_server() -> Iterator[str]:
             except OSError:
                 return
             with conn:
-                conn.sendall(b"SSH-2.0-OpenSSH_9.6\r\n")
+                conn.sendall(greeting)
+                conn.recv(1024)
+                conn.sendall(reply)
                 conn.recv(1024)
 
     threading.Thread(target=serve, daemon=True).start()
@@ -213,6 +217,13 @@ def banner_server() -> Iterator[str]:
         yield f"127.0.0.1:{server.getsockname()[1]}"
     finally:
         server.close()
+
+
+@pytest.fixture
+def banner_server() -> Iterator[str]:
+    """A server that greets every connection with an SSH-like banner."""
+    with foreign_server(b"SSH-2.0-OpenSSH_9.6\r\n", b"") as addr:
+        yield addr
 
 
 def test_a_namesrv_address_that_is_not_a_namesrv_says_so(cli: RunCli, banner_server: str) -> None:
@@ -249,3 +260,46 @@ def test_spark_export_checks_its_arguments_before_starting_spark(
     assert "already exists" in existing.stderr and "--overwrite" in existing.stderr
     report = cli("spark-export", "report", "--store", str(tmp_path / "not-a-store"))
     assert report.code == UsageError.exit_code, report.stderr
+
+
+@pytest.fixture(scope="module")
+def metrics_port(tmp_path_factory: pytest.TempPathFactory) -> Iterator[int]:
+    """A broker's Prometheus port: HTTP, which answers nothing until it has read a request line."""
+    from tests.daemons import local_cluster
+
+    with local_cluster(tmp_path_factory.mktemp("metrics")) as cluster:
+        assert cluster.broker.metrics_port
+        yield cluster.broker.metrics_port
+
+
+def test_a_namesrv_address_that_is_an_http_port_fails_at_once(cli: RunCli, metrics_port: int) -> None:
+    """-n at the broker's /metrics port: the HTTP server waited for a line that a RocketMQ frame never
+    ends, and the command for its timeout; it now answers 400 at once, and the CLI exits 7 on it."""
+    import time
+
+    addr = f"127.0.0.1:{metrics_port}"
+    started = time.monotonic()
+    result = cli("topic", "list", "-n", addr, "--timeout", "20")
+    assert result.code == 7, result.stderr
+    assert time.monotonic() - started < 5
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("mqctl: error: ") and addr in line and "not a NameServer" in line, line
+    assert "HTTP/1.1 400" in line, line
+
+
+#: What a gRPC (HTTP/2) port answers a RocketMQ frame with: its SETTINGS frame, whose first word reads as
+#: a plausible frame length; the rest never comes.
+HTTP2_SETTINGS = bytes.fromhex("00001e040000000000000300000003e8000400400000000500400000000600004000")
+
+
+def test_a_namesrv_address_that_answers_a_frame_that_never_completes_fails_at_once(cli: RunCli) -> None:
+    """A frame whose header word no RocketMQ frame has is refused when it arrives, not at the timeout."""
+    import time
+
+    with foreign_server(b"", HTTP2_SETTINGS) as addr:
+        started = time.monotonic()
+        result = cli("topic", "list", "-n", addr, "--timeout", "4")
+        assert time.monotonic() - started < 3, result.stderr
+    assert result.code == 7, result.stderr
+    (line,) = result.stderr.strip().splitlines()
+    assert line.startswith("mqctl: error: ") and addr in line and "not a NameServer" in line, line

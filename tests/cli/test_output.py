@@ -28,9 +28,13 @@ ROWS = [
 ]
 
 
-def rendered(result: object, fmt: str) -> str:
+def rendered(result: object, fmt: str, *, streamed: bool = False) -> str:
+    """``result`` in ``fmt``, by ``render`` or (``streamed``) as one row of a ``RowStream``."""
     out = io.StringIO()
-    render(result, fmt, out=out)
+    if streamed:
+        RowStream(fmt, out)(result)
+    else:
+        render(result, fmt, out=out)
     return out.getvalue()
 
 
@@ -222,12 +226,27 @@ def test_json_writes_the_controls_a_terminal_acts_on_as_escapes_and_keeps_the_va
     """JSON itself escapes only C0: DEL, C1 (a lone U+009B is a CSI to some terminals) and the bidi
     overrides would reach the terminal raw. Escaped as \\uXXXX, the value a JSON reader gets is unchanged."""
     data = {"body": "pay\u202e0001\u202c \x9b2J\x7f \x1b[31m", "big": 2**64 + 1}
-    out = io.StringIO()
-    if streamed:
-        RowStream("json", out)(data)
-    else:
-        render(data, "json", out=out)
-    text = out.getvalue()
+    text = rendered(data, "json", streamed=streamed)
     assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]", text), repr(text)
     assert "\\u202e" in text and "\\u009b" in text and "\\u007f" in text
     assert json.loads(text) == data
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+def test_yaml_writes_the_controls_a_terminal_acts_on_as_escapes_and_keeps_the_value(streamed: bool) -> None:
+    """PyYAML escapes C0, DEL and most of C1 itself, but with ``allow_unicode`` leaves the bidi overrides
+    and isolates, the marks and NEL (U+0085) raw: each is written as an escape (\\uXXXX; NEL as \\N) in a
+    double-quoted scalar, in values and keys alike, and a YAML reader gets the same data back."""
+    data = {
+        "body": "pay\u202e0001\u202c \u2066x\u2069\u200e \x85next \x9b2J\x7f \x1b[31m\ttab",
+        "k\u202eey": ["\u202d", "plain", "multi\nline \u2067"],
+        "folded": " ".join(["word\u202e"] * 40),  # longer than a line: PyYAML folds it
+        "n": 7,
+    }
+    text = rendered(data, "yaml", streamed=streamed)
+    assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]", text), repr(
+        text
+    )
+    assert "\\u202e" in text and "\\u2066" in text and "\\N" in text  # NEL: YAML's own escape
+    loaded = list(yaml.safe_load_all(text))[-1] if streamed else yaml.safe_load(text)
+    assert loaded == data

@@ -119,6 +119,7 @@ async def test_members_push_each_other_binary_and_a_silent_peer_only_json(tmp_pa
         await wait_until(lambda: len(fake.entries) == last + 1, 20)
         node = leader.dledger.node
         assert node.pushes[ours].binary and not node.pushes["n2"].binary
+        assert leader.dledger.log.keep_recent  # (the stand-in's JSON pushes carry what the leader keeps)
         assert set(leader.dledger._binary) == {ours}
         # the stand-in: never a binary push, every entry as JSON, as the leader holds it
         assert BINARY_PUSH_CODE not in fake.codes and int(DLedgerRequestCode.PUSH) in fake.codes

@@ -575,6 +575,45 @@ def a_leader(entries: int) -> Node:
     return node
 
 
+def test_a_leader_keeps_its_entries_in_memory_only_while_a_follower_takes_json_pushes() -> None:
+    """JSON pushes carry entries decoded, from memory; binary ones are slices of the data file: once every
+    follower said it reads binary pushes the log stops keeping what it appends, and keeps it again as soon
+    as one is back to JSON (its connection lost, or a binary body refused)."""
+    node = a_leader(0)
+    assert node.log.keep_recent
+    node.speaks_binary("n1")
+    assert node.log.keep_recent  # (n2 still takes JSON)
+    node.speaks_binary("n2")
+    assert not node.log.keep_recent
+    node.binary_lost("n1")
+    assert node.log.keep_recent
+    node.speaks_binary("n1")
+    assert not node.log.keep_recent
+    node.to_candidate(2)
+    node.m.term = 2
+    node.to_leader(2)  # a new leadership: every follower is pushed JSON until it says otherwise
+    assert node.log.keep_recent
+
+
+def test_followers_pushed_from_the_same_index_share_one_read_of_the_run() -> None:
+    """A round's binary pushes to followers at the same index carry one run read from the log (not one read
+    and copy each); once the log grows, or for a follower elsewhere, the run is read again."""
+    node = a_leader(3)
+    for peer in ("n1", "n2"):
+        node.speaks_binary(peer)
+        node._to_append(node.pushes[peer], -1)  # (compared: both hold nothing)
+    first = [o for o in node.tick(0) if o.raw is not None]
+    assert [(o.peer, o.first, o.count) for o in first] == [("n1", 0, 3), ("n2", 0, 3)]
+    assert first[0].raw is first[1].raw
+    node.log.append_leader(b"e3", 1)
+    node.pushes["n2"].write_index = 1  # (n2 behind: pushed again from 1)
+    node.pushes["n2"].inflight.clear()
+    again = [o for o in node.tick(1) if o.raw is not None]
+    assert [(o.peer, o.first, o.count) for o in again] == [("n1", 3, 1), ("n2", 1, 3)]
+    assert again[0].raw == dl.encode_entry(node.log.get(3))
+    assert again[1].raw == b"".join(dl.encode_entry(node.log.get(i)) for i in (1, 2, 3))
+
+
 def test_waiting_appends_are_answered_whatever_order_they_were_tracked_in() -> None:
     """The commit and the expiry look at the front of the waiting appends while they were tracked in order
     (each send waits for the entry it just appended); one tracked out of order, or tracked again (its

@@ -7,18 +7,20 @@ the two (a master stopped: the consumer must find the slave). Prints one JSON ob
 and what the push consumer received. `CPP_TIMER_DELAY_MS` in the environment makes every message a timer
 message (property `TIMER_DELAY_MS`).
 
-The producer waits `FIRST_HEARTBEAT_S` after its start before its first send. The client's heartbeat timer
-fires 10 ms after the start (`MQClientFactory::startScheduledTask`) and connects to every broker its route
-table holds while it holds the lock of its connection table (`TcpRemotingClient::CreateTransport`); a send
-that wants that lock meanwhile gives up at once in this build (its `try_lock_for` does not wait), and after
-its retries, all within a millisecond, it throws "No route info of this topic". A first route that arrives
-just before that tick (the client's own start-up takes about as long) loses the first send; after the wait
-the tick has found the table empty and the next one is 30 s away. On failure the client's own log's errors
-go to stderr: they say which of its locks or connections failed.
+The producer sends nothing before the client's first heartbeat tick has run. That timer fires 10 ms after
+the client's scheduling thread starts (`MQClientFactory::startScheduledTask`), and connects to every broker
+its route table holds while it holds the lock of its connection table (`TcpRemotingClient::CreateTransport`);
+a send that wants that lock meanwhile gives up at once in this build (its `try_lock_for` does not wait), and
+after its retries, all within a millisecond, it throws "No route info of this topic". A first route that
+arrives just before that tick loses the first send. A fixed wait only bets on when the thread runs (a loaded
+host starts it late), so the producer waits for the tick's own line in the client's log ("sendheartbeat
+brokeradd is empty": it found no broker to connect to); the next tick is 30 s away. On failure the client's
+own log's errors go to stderr: they say which of its locks or connections failed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -30,8 +32,10 @@ from pathlib import Path
 
 from rocketmq.client import Message, Producer, PushConsumer
 
-#: Seconds between the producer's start and its first send: well past the client's first heartbeat tick.
-FIRST_HEARTBEAT_S = 0.5
+#: What the client logs at each heartbeat while its route table names no broker: once from ``start`` itself,
+#: then at the timer's first tick.
+EMPTY_HEARTBEAT = "sendheartbeat brokeradd is empty"
+PRODUCER_GROUP = "MQCTL_CPP_PRODUCER"
 
 
 def body(i: int) -> bytes:
@@ -49,12 +53,12 @@ def main(
 
 
 def produce(namesrv: str, topic: str, count: int) -> list[dict[str, object]]:
-    producer = Producer("MQCTL_CPP_PRODUCER")
+    producer = Producer(PRODUCER_GROUP)
     producer.set_namesrv_addr(namesrv)
     if os.environ.get("CPP_ACCESS_KEY"):  # ACL: sign every request (the client's set_session_credentials)
         producer.set_session_credentials(os.environ["CPP_ACCESS_KEY"], os.environ["CPP_SECRET_KEY"], "ALIYUN")
     producer.start()
-    time.sleep(FIRST_HEARTBEAT_S)
+    wait_for_first_heartbeat_tick(producer_started=f"DefaultMQProducer:{PRODUCER_GROUP} start")
     sent = []
     try:
         for i in range(count):
@@ -100,10 +104,37 @@ def consume(namesrv: str, topic: str, group: str, count: int, timeout: float) ->
     return received
 
 
+def client_log() -> Path:
+    """This process's client log: the client writes it under ~/logs/rocketmq-cpp/ as ``PID_rocketmq-cpp.log.N``,
+    N the first free number, so that a process with a recycled id writes ``.log.1`` beside the old process's
+    ``.log.0``: the one written last is ours."""
+    logs = Path.home() / "logs" / "rocketmq-cpp"
+    written = {}
+    for path in logs.glob(f"{os.getpid()}_rocketmq-cpp.log.*"):
+        with contextlib.suppress(FileNotFoundError):  # (the client's collector may remove an old one)
+            written[path] = path.stat().st_mtime_ns
+    return max(written, key=written.__getitem__) if written else logs / f"{os.getpid()}_rocketmq-cpp.log.0"
+
+
+def wait_for_first_heartbeat_tick(producer_started: str, timeout: float = 60.0) -> None:
+    """Return once the client's log shows its first heartbeat tick after the line ``producer_started``
+    (``start`` logs one empty heartbeat itself, the tick the second); the log is written as it goes."""
+    deadline = time.monotonic() + timeout
+    while True:
+        path = client_log()
+        text = path.read_text(errors="replace") if path.exists() else ""
+        since = text.rfind(producer_started)
+        if since >= 0 and text.count(EMPTY_HEARTBEAT, since) >= 2:
+            return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"no heartbeat tick of the client in {timeout:.0f} s after its start ({path})")
+        time.sleep(0.01)
+
+
 def client_log_errors(lines: int = 12) -> str:
-    """The last error and warning lines of this process's client log (the client writes it under
-    ~/logs/rocketmq-cpp/, named by the process id), short enough for a test's failure message."""
-    path = Path.home() / "logs" / "rocketmq-cpp" / f"{os.getpid()}_rocketmq-cpp.log.0"
+    """The last error and warning lines of this process's client log, short enough for a test's failure
+    message."""
+    path = client_log()
     if not path.exists():
         return f"(no client log at {path})"
     text = path.read_text(errors="replace").splitlines()

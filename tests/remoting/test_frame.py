@@ -193,6 +193,23 @@ def test_garbage_that_java_rejects_is_a_protocol_error(name: str) -> None:
         decode_frame(bytes.fromhex(GOLDEN_GARBAGE[name]))
 
 
+# The first bytes of peers that are not RocketMQ, answering a request with a frame that is not whole yet:
+# refused at once rather than waited for until the peer's or the request's timeout.
+FOREIGN_PREFIXES = {
+    "http/2 settings (a gRPC port)": "00001e0400000000000000030000",
+    "empty json header": "0000100000000000",
+    "binary header shorter than its fixed fields": "0000100001000005",
+    "unknown serialize type": "0000100005000010",
+    "header longer than frame": "0000001000000100",
+}
+
+
+@pytest.mark.parametrize("name", sorted(FOREIGN_PREFIXES))
+def test_a_foreign_prefix_is_a_protocol_error_before_the_frame_is_whole(name: str) -> None:
+    with pytest.raises(RemotingProtocolError):
+        decode_frame(bytes.fromhex(FOREIGN_PREFIXES[name]))
+
+
 def test_truncated_frame_waits_for_more() -> None:
     assert decode_frame(bytes.fromhex("000003e8000000707b22636f6465223a3130362c")) is None
 

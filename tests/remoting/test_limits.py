@@ -61,9 +61,10 @@ async def daemon(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterato
 
 
 async def half_frame(port: int, sent: int, announced: int = ANNOUNCED) -> Stream:
-    """A connection that announced `announced` bytes of frame and sent `sent` of them."""
+    """A connection that announced `announced` bytes of frame and sent `sent` of them, starting with a
+    header word a JSON header could have (a header word no frame can have is refused at once)."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    writer.write(struct.pack(">i", announced) + bytes(sent))
+    writer.write(struct.pack(">ii", announced, 64) + bytes(sent - 4))
     with contextlib.suppress(ConnectionError):  # the server may close it before all was sent
         await writer.drain()
     return reader, writer

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import struct
 from collections.abc import AsyncIterator
@@ -477,6 +478,39 @@ async def test_a_request_is_written_at_once_and_answered_in_the_read_that_brings
     assert len(answers) == 3 and isinstance(answers[2], RemotingConnectError)
     await asyncio.sleep(0.02)
     assert len(answers) == 3
+
+
+async def test_requests_waiting_together_expire_each_at_its_own_deadline() -> None:
+    """`Connection.request`'s one timer for all: a request with a shorter timeout made after a longer one
+    still times out at its own deadline, the longer one only at its own, an answered one never."""
+    conn = Connection(RequestDispatcher(), requester=True)
+    transport = RecordingTransport()
+    conn.connection_made(transport)  # type: ignore[arg-type]
+    answers: dict[str, RemotingCommand | Exception] = {}
+    conn.request(RemotingCommand.request(ECHO), 0.3, functools.partial(answers.__setitem__, "long"))
+    conn.request(RemotingCommand.request(ECHO), 0.3, functools.partial(answers.__setitem__, "answered"))
+    conn.request(RemotingCommand.request(ECHO), 0.02, functools.partial(answers.__setitem__, "short"))
+    conn.data_received(_response_to(transport.writes[1]))
+    await asyncio.sleep(0.1)
+    assert isinstance(answers.pop("short"), RemotingTimeoutError)
+    assert isinstance(answers.pop("answered"), RemotingCommand) and not answers  # the long one waits on
+    await asyncio.sleep(0.4)
+    assert isinstance(answers.pop("long"), RemotingTimeoutError) and not answers
+    conn.request(RemotingCommand.request(ECHO), 0.02, functools.partial(answers.__setitem__, "again"))
+    await asyncio.sleep(0.1)  # (set again after the last sweep found nothing waiting)
+    assert isinstance(answers.pop("again"), RemotingTimeoutError)
+
+
+async def test_a_request_due_within_the_timers_grain_expires_when_its_timer_fires() -> None:
+    """uvloop fires a timer up to a millisecond early by its own clock: the sweep counts a deadline within
+    that as due, or it would set the timer again for the same deadline and spin until the clock passed it."""
+    conn = Connection(RequestDispatcher(), requester=True)
+    conn.connection_made(RecordingTransport())  # type: ignore[arg-type]
+    answers: dict[str, RemotingCommand | Exception] = {}
+    conn.request(RemotingCommand.request(ECHO), 0.0005, functools.partial(answers.__setitem__, "soon"))
+    conn._expire_callbacks()  # as the timer would, fired half a millisecond early
+    assert isinstance(answers.pop("soon"), RemotingTimeoutError)
+    assert conn._sweep is None  # nothing left waiting: no timer set again
 
 
 async def test_a_server_without_reply_batching_answers_as_the_read_ends() -> None:

@@ -334,3 +334,19 @@ def test_a_leader_keeps_its_newest_entries_in_memory_across_a_follower_stint(tmp
     assert sorted(log_._recent) == list(range(first, first + RECENT_ENTRIES))
     assert log_.get(first).body == b"b0" and log_.get(follower.index).body == b"pushed"
     log_.close()
+
+
+def test_a_leader_that_keeps_nothing_serves_its_entries_and_commits_from_its_files(tmp_path: Path) -> None:
+    """``keep_recent`` off (every follower takes binary pushes): the placed appends are not kept in memory;
+    each is read back from the data file as it was written, and the committed end is the same."""
+    kept, bare = _open(tmp_path / "kept"), _open(tmp_path / "bare")
+    bare.keep_recent = False
+    for log_ in (kept, bare):
+        for i in range(5):
+            body = f"body-{i:03d}".encode() * 3
+            log_.append_leader_placed(body, 1, log_.leader_pos(dl.BODY_OFFSET + len(body)))
+        log_.set_committed(3)
+    assert sorted(kept._recent) == list(range(5)) and not bare._recent
+    assert [bare.get(i) for i in range(5)] == [kept.get(i) for i in range(5)]
+    assert (bare.committed_index, bare.committed_pos) == (kept.committed_index, kept.committed_pos)
+    assert bare.raw_entries(0, 5, 1 << 20) == kept.raw_entries(0, 5, 1 << 20)

@@ -112,13 +112,15 @@ async def test_numbers_match_the_admin_api(cluster: LocalCluster, traffic: Traff
             assert shown[topic][3] == f"{expected['max_offset_total']:,}"
             assert shown[topic][4] != "-"  # bytes come from the metrics endpoint
 
-        await pilot.press("3")
+        await pilot.press("3")  # starts the groups view's first fetch, in a worker the press does not await
+        await settle(pilot)
         groups = rows(app.query_one("#groups-table", Table))
         queues = await progress(admin, GROUP, topic=None, lag_over=None)
         assert groups[GROUP][1] == f"{sum(q.lag for q in queues):,}"
         assert groups[GROUP][2] == "1"
 
         await pilot.press("1")
+        await settle(pilot)
         brokers = rows(app.query_one("#brokers-table", Table))
         runtime = await admin.broker_runtime_info(cluster.broker_addr)
         assert (

@@ -35,7 +35,7 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor, error_response
 from store.api import MessageStore
 from store.commitlog import PutMessageStatus
-from store.consumequeue import QueueHandle
+from store.consumequeue import QueueHandle, prefetch
 from store.message import (
     MULTI_TAGS_FLAG,
     PROPERTY_CLUSTER,
@@ -226,6 +226,14 @@ class TopicSlot:
     items: PutItems
     write_queue_nums: int
     config: TopicConfig
+    warm_handle: QueueHandle | None
+    warm_queue: int
+    warm_nums: object
+    warm_sizes: object
+    warm_cq: object
+    warm_file: int
+    warm_map: int
+    warm_unit: int
 
     def __init__(self, topic: str, config: TopicConfig, generation: int, items: PutItems) -> None:
         #: The topic its messages carry (the config's interned name, see ``SendProcessor._destination``),
@@ -244,6 +252,16 @@ class TopicSlot:
         self.queue_limit = 0
         self.write_queue_nums = 0
         self.multi_tag = False
+        #: What a put through the slot goes through (see :meth:`warm`): the stats items its puts count in and,
+        #: as of the last put, its queue's handle, the queue, and the addresses of the queue's file object,
+        #: its mapping object and its next unit's line.
+        self.warm_handle = None
+        self.warm_queue = -1  # (the queue of warm_handle; -1: none)
+        self.warm_nums, self.warm_sizes = items[0], items[1]  # (the topic's; never replaced)
+        self.warm_cq = None
+        self.warm_file = 0
+        self.warm_map = 0
+        self.warm_unit = 0
         self.set_config(config, generation)
 
     def set_config(self, config: TopicConfig, generation: int) -> None:
@@ -256,6 +274,35 @@ class TopicSlot:
         self.queue_limit = max(config.write_queue_nums, config.read_queue_nums)
         self.write_queue_nums = config.write_queue_nums
         self.multi_tag = config.topic_filter_type == "MULTI_TAG"
+
+    def warm(self, queue_id: int) -> None:
+        """Prefetch what the send's put will read of queue ``queue_id`` when the last put through this
+        slot (``remember``) went to that queue (sends to a topic's queues in turn skip it): with thousands
+        of topics each of those objects is a cache miss, and the put meets them one after another, each
+        found through the one before; this starts them all at once, at the send's start, to overlap each
+        other and the send's own work. A hint: the put goes through the objects themselves, so one gone
+        stale costs a useless prefetch."""
+        if queue_id == self.warm_queue and prefetch is not None:
+            prefetch(
+                self.queues,
+                self.warm_handle,
+                self.items,
+                self.warm_nums,
+                self.warm_sizes,
+                self.warm_cq,
+                self.warm_file,
+                self.warm_map,
+                self.warm_unit,
+            )
+
+    def remember(self, handle: QueueHandle) -> None:
+        """After a put through ``handle``: where its objects are, for the next send's :meth:`warm`."""
+        self.warm_handle = handle
+        self.warm_queue = handle.queue_id
+        self.warm_cq = handle.cq
+        self.warm_file = handle.file_at
+        self.warm_map = handle.map_at
+        self.warm_unit = handle.unit_at
 
     def queue(self, store: MessageStore, queue_id: int) -> QueueHandle:
         """The store's handle of this topic's queue ``queue_id`` (a valid id: at least 0)."""
@@ -409,6 +456,7 @@ class SendProcessor:
         started = time.perf_counter_ns()  # putLatency99/999 measure the whole send
         h = parse_send(request.code, request.ext_fields)
         slot = self._slot(h)
+        slot.warm(h.queue_id)
         props = decode_properties(h.properties) if h.properties else {}
         wait = props.pop(PROPERTY_WAIT_STORE_MSG_OK, "true") != "false"
         props[PROPERTY_CLUSTER] = self.broker.config.broker_cluster_name
@@ -479,7 +527,9 @@ class SendProcessor:
             return self._offloaded(request, self.broker.store.put_messages, msgs, topic, queue_id, started)
         store = self.broker.store
         if topic is slot.topic:  # (not a DLQ's): the queue and the stats items as the slot holds them
-            result = store.put_messages(msgs, slot.queue(store, queue_id))
+            handle = slot.queue(store, queue_id)
+            result = store.put_messages(msgs, handle)
+            slot.remember(handle)
             return self._respond(request, result, topic, queue_id, wait, started, slot.items)
         result = store.put_messages(msgs)
         return self._respond(request, result, topic, queue_id, wait, started, None)
@@ -537,7 +587,9 @@ class SendProcessor:
             )
         store = self.broker.store
         if topic is slot.topic:  # (not a DLQ, half or timer topic's): the slot's queue and stats items
-            result = store.put_message(msg, slot.queue(store, queue_id))
+            handle = slot.queue(store, queue_id)
+            result = store.put_message(msg, handle)
+            slot.remember(handle)
             return self._respond(request, result, topic, reply_queue_id, wait, started, slot.items)
         result = store.put_message(msg)
         return self._respond(request, result, topic, reply_queue_id, wait, started, None)

@@ -1,0 +1,6 @@
+"""The store's cache warming (_warm.c): a put's cold objects prefetched before it reads them."""
+
+import mmap
+
+def prefetch(*what: object) -> None: ...
+def address(buffer: mmap.mmap, /) -> int: ...

@@ -1,0 +1,29 @@
+"""The suite's free ports come from outside the kernel's ephemeral range, where no client connection of
+another test can take one between its choice and the daemon's bind."""
+
+from __future__ import annotations
+
+import socket
+
+from tests.support.ports import _ephemeral_low, free_block, free_port
+
+
+def test_a_free_port_is_below_the_ephemeral_range_and_bindable() -> None:
+    low = _ephemeral_low()
+    for _ in range(20):
+        port = free_port()
+        assert 1024 <= port < low
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+
+
+def test_a_free_block_is_whole_and_below_the_ephemeral_range() -> None:
+    base = free_block(3)
+    assert base + 3 <= _ephemeral_low()
+    socks = [socket.socket() for _ in range(3)]
+    try:
+        for i, s in enumerate(socks):
+            s.bind(("127.0.0.1", base + i))
+    finally:
+        for s in socks:
+            s.close()

@@ -1,0 +1,90 @@
+"""``benchmarks/sched_trace.py``: a slow message's flight split between who held each core, and each loop's
+wait for one, from ``perf script`` lines (a canned recording: the arithmetic, not perf, is under test)."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from types import ModuleType
+
+import pytest
+
+from tests.support.paths import ROOT
+
+LOOP, CLIENT, COMPETITOR, KWORKER = 100, 200, 300, 9
+
+
+def _module() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("sched_trace", ROOT / "benchmarks" / "sched_trace.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)  # its dataclass looks its module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _switch(cpu: int, t: float, prev: tuple[str, int], state: str, nxt: tuple[str, int]) -> str:
+    return (
+        f"[{cpu:03d}] {t:.6f}:       sched:sched_switch: prev_comm={prev[0]} prev_pid={prev[1]} prev_prio=120 "
+        f"prev_state={state} ==> next_comm={nxt[0]} next_pid={nxt[1]} next_prio=120"
+    )
+
+
+def _waking(cpu: int, t: float, tid: int) -> str:
+    return (
+        f"[{cpu:03d}] {t:.6f}:       sched:sched_waking: comm=python pid={tid} prio=120 target_cpu={cpu:03d}"
+    )
+
+
+IDLE, LOOP_T, CLIENT_T = ("swapper/0", 0), ("python", LOOP), ("python", CLIENT)
+KWORKER_T, COMPETITOR_T = ("kworker/0:1H", KWORKER), ("python", COMPETITOR)
+
+# cpu1 runs the competitor throughout. On cpu0 the loop served an earlier message long before the flight;
+# in the flight the client writes, waking the loop onto its core, is preempted by a kernel thread for 4 ms,
+# then the loop runs, then the client.
+SCRIPT = "\n".join(
+    [
+        _switch(1, 9.0, ("swapper/1", 0), "R", COMPETITOR_T),
+        _waking(0, 9.9900, LOOP),
+        _switch(0, 9.9901, IDLE, "R", LOOP_T),
+        _switch(0, 9.9905, LOOP_T, "S", IDLE),
+        _switch(0, 10.0000, IDLE, "R", CLIENT_T),
+        _waking(0, 10.0010, LOOP),
+        _switch(0, 10.0015, CLIENT_T, "R", KWORKER_T),
+        _switch(0, 10.0055, KWORKER_T, "S", LOOP_T),
+        _switch(0, 10.0060, LOOP_T, "S", CLIENT_T),
+        _switch(0, 10.0070, CLIENT_T, "S", IDLE),
+        _switch(1, 10.0100, COMPETITOR_T, "R", IDLE),
+    ]
+)
+ROLES = {LOOP: "broker loop", CLIENT: "client loop", COMPETITOR: "competitor"}
+START, END = 10.0005, 10.0065
+
+
+def test_each_core_is_split_between_its_holders_over_the_flight() -> None:
+    st = _module()
+    cores = st.occupancy(st.parse(SCRIPT), START, END, ROLES)
+    assert cores[0] == pytest.approx({"client loop": 1.5, "other:kworkerH": 4.0, "broker loop": 0.5})
+    assert cores[1] == pytest.approx({"competitor": 6.0})
+
+
+def test_a_loops_wait_runs_from_its_wake_up_or_preemption_to_its_next_run() -> None:
+    st = _module()
+    trace = st.parse(SCRIPT)
+    # woken at 10.0010, ran at 10.0055; its earlier wake-up (9.9900) ended in a run before the flight
+    total, behind = st.waits(trace, LOOP, START, END, ROLES)
+    assert total == pytest.approx(4.5)
+    assert behind == pytest.approx({"client loop": 0.5, "other:kworkerH": 4.0})
+    # preempted at 10.0015, ran again at 10.0060
+    total, behind = st.waits(trace, CLIENT, START, END, ROLES)
+    assert total == pytest.approx(4.5)
+    assert behind == pytest.approx({"other:kworkerH": 4.0, "broker loop": 0.5})
+
+
+def test_the_report_names_one_stall_once() -> None:
+    st = _module()
+    messages = [("1busy", START, 6.0), ("1busy", START + 0.001, 5.0)]
+    lines = st.report(st.parse(SCRIPT), messages, ROLES, {"broker loop": LOOP})
+    assert len(lines) == 2
+    assert lines[0].startswith("  1busy t=10.001 6.00 ms: cpu0: other:kworkerH 4.0")
+    assert "broker loop waited 4.5 ms for a core, behind other:kworkerH 4.0, client loop 0.5" in lines[1]
