@@ -1,40 +1,54 @@
-"""Ctrl-C and output: what is being written to stdout is written whole.
+"""Ctrl-C and output: what is being written to stdout is written whole, and Ctrl-C still stops the command.
 
 A report goes to a pipe or a file whose reader may be slow (``| jq``, a pager not yet scrolled, a test
 that reads only at the end): once the pipe holds 64 KiB the write blocks. A Ctrl-C then cut the
-document mid-record twice over: Python's ``KeyboardInterrupt`` raised inside the write dropped the
-rest, and even a handler that returns (asyncio's runner's) left the write short: CPython's buffered
-writer returns a partial count when a signal interrupts a large write, and ``TextIOWrapper`` ignores
-it, so the rest is lost without an error. ``mqctl msg resend ... -o json > report.json`` interrupted
-left a file that was not JSON, just when it was needed to know what was re-sent.
+document mid-record: Python's ``KeyboardInterrupt`` raised inside the write dropped the rest.
+``mqctl msg resend ... -o json > report.json`` interrupted left a file that was not JSON, just when it was
+needed to know what was re-sent.
 
-So inside :data:`whole_output` the main thread blocks SIGINT: no write of it is interrupted. A watcher
-thread takes the presses meanwhile (``sigwait``). When the write is done (the reader read, the file
-took it) the mask is put back and a press is raised again, in the main thread, to the handler it was
-meant for: the default one raises ``KeyboardInterrupt`` between two records, asyncio's runner cancels
-the work at its next ``await``, ``bench`` stops its workers. Every writer of stdout (``render``,
-``RowStream``, the JSON lines of ``dlq export`` and ``store salvage``, ``check``'s lines) writes one
-record, row or document inside it, so a Ctrl-C leaves a closed JSON document, whole lines, whole CSV
+So inside :data:`whole_output` (the main thread only: Python runs signal handlers there) SIGINT's Python
+handler is one that only counts the press. The blocked write is resumed once it returns (CPython retries
+a write a handler interrupted, and a buffered writer writes the rest of a short one) and the record, row
+or document is finished; then the handler that was there is put back and called once for the press: the
+default one raises ``KeyboardInterrupt`` between two records, asyncio's runner cancels the work at its
+next ``await``, and a loop's ``add_signal_handler`` callback (``bench``) was already told through the
+loop's wake-up fd, which CPython writes whatever Python handler is installed. Every writer of stdout
+(``render``, ``RowStream``, the JSON lines of ``dlq export`` and ``store salvage``, ``check``'s lines) writes
+one record, row or document inside it, so a Ctrl-C leaves a closed JSON document, whole lines, whole CSV
 and table rows, then one line on stderr and exit 130.
 
-A second Ctrl-C while the write is still blocked (a reader that never reads) ends the process at once
-from the watcher, as a second Ctrl-C forces uvicorn's exit: one line on stderr (if it can take it
-without blocking), exit 130, the output cut where the reader stopped reading. Python's own exit is
-skipped (``os._exit``): it would block again flushing what is left.
+No signal mask is ever changed, so none can be left behind: a mask set from Python cannot be made safe
+against a handler raising between two statements (a timeout's SIGALRM), and a thread that kept SIGINT
+blocked lost every later press and passed the block to each program it started (``msg tail`` spawned by
+it ignored Ctrl-C). A handler left installed by such a raise heals itself: a press it takes outside a
+write goes straight to the handler it replaced, which is put back.
+
+A second Ctrl-C while the write is still blocked (a reader that never reads) ends the process at once,
+as a second Ctrl-C forces uvicorn's exit: one line on stderr (if it can take it without blocking), exit
+130, the output cut where the reader stopped reading. Python's own exit is skipped (``os._exit``): it
+would block again flushing what is left.
+
+PYTHONUNBUFFERED (``python -u``) leaves stdout without a buffer: its ``TextIOWrapper`` writes to the file
+itself and ignores the short count a signal makes a large pipe write return, so the rest of the text was
+lost without an error even under a handler that returns. :func:`buffered_stdout` puts a buffered writer
+under it (flushed at each newline, as unbuffered output is seen).
 """
 
 from __future__ import annotations
 
+import io
 import os
 import select
 import signal
+import sys
 import threading
 from collections.abc import Callable
-from types import TracebackType
+from types import FrameType, TracebackType
+from typing import Any
 
-#: Whether threads have signal masks here (POSIX): elsewhere a write is as Python leaves it.
-BLOCKS = hasattr(signal, "pthread_sigmask") and hasattr(signal, "sigwait")
 FORCED = b"mqctl: error: interrupted twice while writing output: exiting now, output cut short\n"
+
+Handler = Callable[[int, FrameType | None], Any]
 
 
 class WholeOutput:
@@ -42,36 +56,26 @@ class WholeOutput:
 
     def __init__(self) -> None:
         self._depth = 0
+        self._owner: FrameType | None = None  # the frame running the outermost ``with``
         self._presses = 0
-        self._mask: set[int | signal.Signals] | None = None  # the main thread's, before the outermost entry
-        self._lock = threading.Lock()
-        self._watcher: threading.Thread | None = None
+        self._previous: Handler | None = None  # the handler the outermost entry replaced
+        self._handler: Handler = self._press  # one bound method: ``getsignal`` is compared with it
 
     def __enter__(self) -> None:
-        if threading.current_thread() is not threading.main_thread():  # a signal reaches the main thread only
+        if threading.current_thread() is not threading.main_thread():  # handlers run in the main thread only
             return
-        # engaged only under a Python handler: an ignored SIGINT (SIG_IGN) stays ignored, SIG_DFL kills
-        if self._depth == 0 and BLOCKS and callable(signal.getsignal(signal.SIGINT)):
-            # CPython runs pending handlers inside pthread_sigmask once the mask has changed, and one may
-            # raise (KeyboardInterrupt, a timeout's SIGALRM): the block must not outlive this call then, or
-            # every later press is held for ever and each program this process starts inherits it
-            before = signal.pthread_sigmask(signal.SIG_BLOCK, ())  # a query: nothing changed if it raises
-            if signal.SIGINT in before:  # blocked already: not ours to count or to lift
-                self._depth += 1
-                return
-            try:
-                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-                self._mask = before
-                if self._watcher is None:  # started with SIGINT blocked, as its sigwait needs
-                    self._watcher = threading.Thread(target=self._watch, name="mqctl-sigint", daemon=True)
-                    self._watcher.start()
-            except BaseException:  # already leaving: what the watcher counted meanwhile goes with it
-                try:
-                    with self._lock:
-                        self._mask, self._presses = None, 0
-                finally:
-                    signal.pthread_sigmask(signal.SIG_SETMASK, before)
-                raise
+        caller = sys._getframe(1)
+        if self._depth and not self._inside(caller):  # an exit a raise skipped: that write is over
+            self._depth = 0
+        if self._depth == 0:
+            installed = signal.getsignal(signal.SIGINT)
+            # only over a Python handler: an ignored SIGINT (SIG_IGN) stays ignored, SIG_DFL kills
+            if callable(installed):
+                if installed is not self._handler:  # ours left behind by a raise: ``_previous`` still holds
+                    self._previous = installed
+                self._presses = 0
+                signal.signal(signal.SIGINT, self._handler)  # a pending press runs the old handler first
+            self._owner = caller
         self._depth += 1
 
     def __exit__(
@@ -79,36 +83,39 @@ class WholeOutput:
     ) -> None:
         if threading.current_thread() is not threading.main_thread():
             return
-        self._depth -= 1
-        if self._depth or self._mask is None:
+        self._depth = max(self._depth - 1, 0)
+        if self._depth:
             return
-        mask = self._mask  # only the main thread sets it: a handler raising below cannot skip the restore
-        presses = 0
-        try:
-            with self._lock:
-                self._mask = None
-                presses, self._presses = self._presses, 0
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        self._owner = None
+        previous = self._previous
+        if previous is None or signal.getsignal(signal.SIGINT) is not self._handler:
+            return
+        presses, self._presses = self._presses, 0
+        # a press pending here runs ``_press`` outside the write: passed on to ``previous`` as it comes
+        signal.signal(signal.SIGINT, previous)
         if presses and kind is None:
-            signal.raise_signal(signal.SIGINT)  # the write is done: the press goes where it was meant to
+            previous(signal.SIGINT, None)  # the write is done: the press goes where it was meant to
 
-    def _watch(self) -> None:
-        main = threading.main_thread().ident
-        assert main is not None
-        while True:
-            signal.sigwait({signal.SIGINT})
-            with self._lock:
-                writing = self._mask is not None
-                if writing:
-                    self._presses += 1
-                presses = self._presses
-            if not writing:  # taken as the main thread was leaving its write: it is the main thread's
-                signal.pthread_kill(main, signal.SIGINT)
-            elif presses >= 2:
-                if select.select([], [2], [], 0)[1]:  # a stalled stderr must not hold the exit
-                    os.write(2, FORCED)
-                os._exit(130)
+    def _inside(self, frame: FrameType | None) -> bool:
+        """Whether ``frame`` runs inside the outermost ``with``: the bookkeeping a raise (a handler's, at
+        any bytecode) may have left behind is never trusted alone."""
+        while frame is not None and frame is not self._owner:
+            frame = frame.f_back
+        return frame is not None
+
+    def _press(self, signum: int, frame: FrameType | None) -> None:
+        previous = self._previous
+        if not (self._depth and self._inside(frame)):  # left installed by a raise: no write is under way
+            self._depth, self._owner = 0, None
+            if previous is not None:
+                signal.signal(signal.SIGINT, previous)
+                previous(signum, frame)
+            return
+        self._presses += 1
+        if self._presses >= 2:
+            if select.select([], [2], [], 0)[1]:  # a stalled stderr must not hold the exit
+                os.write(2, FORCED)
+            os._exit(130)
 
 
 #: ``with whole_output:`` around each write (and flush) of a record, a row or a document to stdout.
@@ -123,3 +130,19 @@ def whole(write: Callable[[str], object]) -> Callable[[str], None]:
             write(text)
 
     return written
+
+
+def buffered_stdout() -> None:
+    """Give the process's stdout a buffered writer where PYTHONUNBUFFERED left it none (see the module)."""
+    stream = sys.stdout
+    raw = getattr(stream, "buffer", None)
+    if stream is None or stream is not sys.__stdout__ or not isinstance(raw, io.RawIOBase):
+        return
+    assert isinstance(stream, io.TextIOWrapper)
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(raw),
+        encoding=stream.encoding,
+        errors=stream.errors,
+        line_buffering=True,
+        write_through=True,
+    )

@@ -318,8 +318,9 @@ def _flush_output() -> None:
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; every error leaves as one line on stderr."""
     from mqctl.errors import UsageError, translate
-    from mqctl.interrupts import whole_output
+    from mqctl.interrupts import buffered_stdout, whole_output
 
+    buffered_stdout()  # a Ctrl-C in a write to an unbuffered stdout (python -u) lost the rest of it
     noun = _noun(sys.argv[1:] if argv is None else argv)
     if COMPLETE_VAR in os.environ:
         from typer.completion import completion_init
@@ -332,9 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     usage_code = 3 if noun == "check" else UsageError.exit_code
     try:
         result = cli.main(args=argv, prog_name="mqctl", complete_var=COMPLETE_VAR, standalone_mode=False)
-        with (
-            whole_output
-        ):  # a closed pipe or a Ctrl-C shows here, inside the boundary, not at interpreter exit
+        with whole_output:  # a closed pipe or a Ctrl-C shows here, inside the boundary, not at exit
             sys.stdout.flush()
     except BrokenPipeError:
         return _reader_gone()

@@ -55,6 +55,14 @@ def _damage(root: Path, offsets: list[tuple[int, int]], at: int, value: bytes) -
         path.write_bytes(bytes(raw))
 
 
+@pytest.fixture(params=["buffered", "unbuffered"])
+def cli_env(cli_env: dict[str, str], request: pytest.FixtureRequest) -> dict[str, str]:
+    """Each test with stdout buffered and under PYTHONUNBUFFERED (``python -u``), where a signal in a
+    large write to a pipe made CPython write a part of it and drop the rest without an error."""
+    env = {k: v for k, v in cli_env.items() if k != "PYTHONUNBUFFERED"}
+    return env | ({"PYTHONUNBUFFERED": "1"} if request.param == "unbuffered" else {})
+
+
 @pytest.fixture(scope="module")
 def corrupt(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A store whose every record is damaged: ``store verify`` lists a problem for each (over 64 KiB)."""
@@ -144,9 +152,8 @@ def test_a_second_ctrl_c_while_the_reader_never_reads_exits_at_once(
 def test_a_reader_that_leaves_is_no_error(
     cli_env: dict[str, str], corrupt: Path, quarantined: Path, lines: bool
 ) -> None:
-    """``mqctl store salvage --out - | head -c 100``: exit 0 without a word. A document written in one
-    write goes on as before: the write that the reader's leaving cut short is not reported, and the
-    command ends as it would have (``store verify``: 10, its problems)."""
+    """``mqctl store salvage --out - | head -c 100``, ``mqctl store verify -o json | head -c 100``: exit 0
+    without a word, as a command that streams or one that writes a document at the end."""
     if lines:
         args = ("store", "salvage", "--store", str(quarantined), "--out", "-")
     else:
@@ -161,10 +168,7 @@ def test_a_reader_that_leaves_is_no_error(
         code = proc.wait(timeout=30)
     finally:
         proc.kill()
-    if lines:
-        assert (code, err) == (0, "")
-    else:
-        assert code == 10 and err.startswith("mqctl: error: store ") and err.count("\n") == 1, err
+    assert (code, err) == (0, "")
 
 
 @pytest.mark.slow
