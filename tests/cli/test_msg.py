@@ -834,6 +834,7 @@ def test_ctrl_c_while_tail_waits_for_its_reader_prints_whole_lines(
     counts exactly those."""
     client = handle(daemons)
     body = "b" * 300_000  # a row in one large write: a signal cut one short, silently (CPython 3.11)
+    unbuffered = {"PYTHONUNBUFFERED": "1"}  # where it did: a TextIOWrapper straight over the file
 
     async def fill() -> None:
         create = CreateTopicRequestHeader(BIG, "TBW102", 1, 1, 6, "SINGLE_TAG")
@@ -846,7 +847,7 @@ def test_ctrl_c_while_tail_waits_for_its_reader_prints_whole_lines(
     daemons.loop.run(fill())
     proc = spawn(
         cli_env, "msg", "tail", "-t", BIG, "--from", "earliest", "-o", "json",
-        env={"NAMESRV_ADDR": daemons.namesrv_addr},
+        env={"NAMESRV_ADDR": daemons.namesrv_addr, **unbuffered},
     )  # fmt: skip
     try:
         blocked_writing(proc)
