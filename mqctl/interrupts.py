@@ -50,6 +50,10 @@ FORCED = b"mqctl: error: interrupted twice while writing output: exiting now, ou
 
 Handler = Callable[[int, FrameType | None], Any]
 
+#: ``signal``'s C functions: its Python wrappers try to turn every handler into an enum member (a
+#: ValueError raised and caught per call), most of the cost of a row written inside ``whole_output``.
+_signal: Any = getattr(signal, "_signal", signal)
+
 
 class WholeOutput:
     """A reentrant context in which a Ctrl-C waits for the output being written (see the module)."""
@@ -68,13 +72,13 @@ class WholeOutput:
         if self._depth and not self._inside(caller):  # an exit a raise skipped: that write is over
             self._depth = 0
         if self._depth == 0:
-            installed = signal.getsignal(signal.SIGINT)
+            installed = _signal.getsignal(signal.SIGINT)
             # only over a Python handler: an ignored SIGINT (SIG_IGN) stays ignored, SIG_DFL kills
             if callable(installed):
                 if installed is not self._handler:  # ours left behind by a raise: ``_previous`` still holds
                     self._previous = installed
                 self._presses = 0
-                signal.signal(signal.SIGINT, self._handler)  # a pending press runs the old handler first
+                _signal.signal(signal.SIGINT, self._handler)  # a pending press runs the old handler first
             self._owner = caller
         self._depth += 1
 
@@ -88,11 +92,11 @@ class WholeOutput:
             return
         self._owner = None
         previous = self._previous
-        if previous is None or signal.getsignal(signal.SIGINT) is not self._handler:
+        if previous is None or _signal.getsignal(signal.SIGINT) is not self._handler:
             return
         presses, self._presses = self._presses, 0
         # a press pending here runs ``_press`` outside the write: passed on to ``previous`` as it comes
-        signal.signal(signal.SIGINT, previous)
+        _signal.signal(signal.SIGINT, previous)
         if presses and kind is None:
             previous(signal.SIGINT, None)  # the write is done: the press goes where it was meant to
 
@@ -108,7 +112,7 @@ class WholeOutput:
         if not (self._depth and self._inside(frame)):  # left installed by a raise: no write is under way
             self._depth, self._owner = 0, None
             if previous is not None:
-                signal.signal(signal.SIGINT, previous)
+                _signal.signal(signal.SIGINT, previous)
                 previous(signum, frame)
             return
         self._presses += 1
