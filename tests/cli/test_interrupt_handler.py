@@ -25,6 +25,7 @@ from tests.support.paths import ROOT
 STORM_CHILD = """
 import os, signal, subprocess, sys, time
 from mqctl.interrupts import whole_output
+from tests.support.cli import sigint_blocked
 
 class Alarm(Exception):
     pass
@@ -37,9 +38,6 @@ def alarm(signum, frame):
 def one_write():
     with whole_output:
         pass
-
-def sigint_blocked():
-    return signal.SIGINT in signal.pthread_sigmask(signal.SIG_BLOCK, ())
 
 signal.signal(signal.SIGALRM, alarm)
 signal.setitimer(signal.ITIMER_REAL, 0.0003, 0.0003)
