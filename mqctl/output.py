@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from mqctl.interrupts import whole_output
+
 if TYPE_CHECKING:  # rich loads when something is rendered, not when the CLI is built
     from rich.console import Console
 
@@ -347,6 +349,12 @@ def render(result: Any, fmt: str = "table", *, out: TextIO | None = None, title:
     """Write ``result`` to stdout (or ``out``) in ``fmt``: one of :data:`FORMATS`."""
     stream = out or sys.stdout
     data = plain(result)
+    with whole_output:  # a Ctrl-C while a slow reader holds the write still gets the whole document
+        _render(data, result, fmt, stream, title=title, tty=out is None and stream.isatty())
+        stream.flush()
+
+
+def _render(data: Any, result: Any, fmt: str, stream: TextIO, *, title: str | None, tty: bool) -> None:
     if fmt == "json":
         stream.write(json_text(data, indent=2) + "\n")
     elif fmt == "yaml":
@@ -361,7 +369,7 @@ def render(result: Any, fmt: str = "table", *, out: TextIO | None = None, title:
         writer.writerows([_csv_cell(row.get(c), terminal=terminal) for c in columns] for row in rows)
     elif fmt == "table":
         known = result.columns if isinstance(result, Rows) else ()
-        _print_tables(_tables(data, title, known), stream, terminal=out is None and stream.isatty())
+        _print_tables(_tables(data, title, known), stream, terminal=tty)
     else:
         raise ValueError(f"unknown output format {fmt!r}; choose one of {', '.join(FORMATS)}")
 
@@ -380,6 +388,11 @@ class RowStream:
 
     def __call__(self, row: Any) -> None:
         data = plain(row)
+        with whole_output:  # a Ctrl-C while a slow reader holds the write still gets the whole row
+            self._write(data)
+            self.out.flush()
+
+    def _write(self, data: Any) -> None:
         if self.fmt == "json":
             self.out.write(json_text(data) + "\n")
         elif self.fmt == "yaml":
@@ -395,7 +408,6 @@ class RowStream:
             self.columns = self.columns or list(data)
             cells = (_shown(c, data).replace("\n", "\\n") or "-" for c in self.columns)
             self.out.write(" ".join(cells) + "\n")
-        self.out.flush()
 
     def rows(self, result: Any) -> None:
         """One refresh of ``--watch``: each row of a list (one line per row), or the record itself."""

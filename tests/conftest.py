@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import gc
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -39,6 +40,16 @@ def cli(cli_env: dict[str, str]) -> RunCli:
 def cli_process(cli_env: dict[str, str]) -> RunCli:
     """Run the real ``mqctl`` entry point in a subprocess."""
     return functools.partial(run_process, cli_env)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C reaches the commands tests start. A run started in the background by a script without job
+    control (``pytest ... &``) begins with SIGINT ignored, and every program it starts would inherit
+    that: ``msg tail`` would never stop on its press. Python's own handler is reset for the programs
+    started (a handler set in Python is not inherited across exec; an ignored signal is)."""
+    del config
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 #: Tests that take tens of seconds each (JVMs, real clients), started first so that under pytest-xdist

@@ -215,9 +215,23 @@ def _loop_slice(micros: int) -> None:
         sys.stderr.write(f"mqctl: warning: --sched-slice-micros not applied: {exc}\n")
 
 
+class Root(typer.core.TyperGroup):
+    """The root group: a Ctrl-C that ends a command is the one ``Interrupted`` line on stderr and exit 130
+    (Typer makes a ``KeyboardInterrupt`` a silent exit 130, which :func:`main` could not tell from a code)."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:
+            from mqctl.errors import Interrupted
+
+            raise Interrupted("interrupted") from None
+
+
 def build_app(only: str | None = None) -> typer.Typer:
     """The root app with every noun, or with ``only`` that one (a run needs no other noun's commands)."""
     app = typer.Typer(
+        cls=Root,
         name="mqctl",
         help="Run and operate RocketMQ-compatible NameServers and Brokers.",
         no_args_is_help=True,
@@ -285,6 +299,7 @@ def _plugin_unknown(exc: click.UsageError) -> None:
 def _fail(message: str, code: int) -> int:
     from mqctl.output import printable
 
+    _flush_output()
     sys.stderr.write(f"mqctl: error: {printable(message, newlines=False)}\n")
     return code
 
@@ -300,10 +315,26 @@ def _reader_gone() -> int:
     return 0
 
 
+def _flush_output() -> None:
+    """What a command wrote goes out whole before its error line: a Ctrl-C meanwhile waits for a slow
+    reader (see :mod:`mqctl.interrupts`) and is no second error; a reader that left is none either."""
+    from mqctl.interrupts import whole_output
+
+    try:
+        with whole_output:
+            sys.stdout.flush()
+    except BrokenPipeError:
+        _reader_gone()
+    except KeyboardInterrupt:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; every error leaves as one line on stderr."""
     from mqctl.errors import UsageError, translate
+    from mqctl.interrupts import buffered_stdout, whole_output
 
+    buffered_stdout()  # a Ctrl-C in a write to an unbuffered stdout (python -u) lost the rest of it
     noun = _noun(sys.argv[1:] if argv is None else argv)
     if COMPLETE_VAR in os.environ:
         from typer.completion import completion_init
@@ -316,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
     usage_code = 3 if noun == "check" else UsageError.exit_code
     try:
         result = cli.main(args=argv, prog_name="mqctl", complete_var=COMPLETE_VAR, standalone_mode=False)
-        sys.stdout.flush()  # a closed pipe shows here, inside the boundary, not at interpreter exit
+        with whole_output:  # a closed pipe or a Ctrl-C shows here, inside the boundary, not at exit
+            sys.stdout.flush()
     except BrokenPipeError:
         return _reader_gone()
     except click.exceptions.Abort:

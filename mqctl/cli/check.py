@@ -28,14 +28,16 @@ CritOpt = Annotated[int, typer.Option("--crit", min=0, help="CRITICAL above this
 
 
 def _emit(verdict: Verdict, output: str, stream: bool) -> None:
+    from mqctl.interrupts import whole_output
     from mqctl.output import json_text, render
 
-    if output == "table":
-        typer.echo(verdict.line())
-    elif stream and output == "json":
-        typer.echo(json_text(verdict.as_dict()))
-    else:
-        render(verdict.as_dict(), output)
+    with whole_output:  # a --watch stopped by Ctrl-C ends on a whole line
+        if output == "table":
+            typer.echo(verdict.line())
+        elif stream and output == "json":
+            typer.echo(json_text(verdict.as_dict()))
+        else:
+            render(verdict.as_dict(), output)
 
 
 def _run(name: str, work: Callable[[Admin], Awaitable[Verdict]], *, check_args: str | None = None) -> None:

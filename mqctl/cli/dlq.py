@@ -56,6 +56,7 @@ def export(
 
     from mqctl.admin.client import run_admin
     from mqctl.cli.common import cluster_target, request_timeout
+    from mqctl.interrupts import whole
     from mqctl.output import stderr_console
     from mqctl.services.messages import DlqFilter, Window, dlq_export
     from store import dlq_topic
@@ -66,7 +67,7 @@ def export(
     seconds = request_timeout(5.0, target)
     if str(out) == "-":
         count = run_admin(
-            target.namesrv, lambda a: dlq_export(a, group, only, sys.stdout.write), timeout=seconds
+            target.namesrv, lambda a: dlq_export(a, group, only, whole(sys.stdout.write)), timeout=seconds
         )
     else:
         directory = out.resolve().parent

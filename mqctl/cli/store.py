@@ -483,6 +483,7 @@ def salvage(
 
 def write_salvaged(manifests: list[Any], out: str) -> None:
     """The intact records as JSON lines to ``out`` ('-': stdout); counts and damaged offsets on stderr."""
+    from mqctl.interrupts import whole
     from mqctl.output import json_text, stderr_console
     from mqctl.services import quarantine as qs
 
@@ -492,11 +493,12 @@ def write_salvaged(manifests: list[Any], out: str) -> None:
     missing: list[str] = []
     with contextlib.ExitStack() as stack:
         f = sys.stdout if out == "-" else stack.enter_context(open(out, "w", encoding="utf-8"))
+        write = whole(f.write)
         for m, p, offset, rec in qs.records(manifests):
             if rec is None:
                 missing.append(f"{m.name}/{p.file}")
             elif isinstance(rec, qs.StoredMessage):
-                f.write(json_text(qs.as_json_line(m, p, offset, rec)) + "\n")
+                write(json_text(qs.as_json_line(m, p, offset, rec)) + "\n")
                 intact += 1
             else:
                 damaged.append(offset)

@@ -80,6 +80,7 @@ def trace(
             return trace_key(admin, wanted, trace_topic=trace_topic, topic=topic)
 
     from mqctl.admin.client import run_admin
+    from mqctl.interrupts import whole_output
     from mqctl.output import render, stdout_console
 
     target = cluster_target()
@@ -88,7 +89,8 @@ def trace(
     if tree:
         console = stdout_console()
         for timeline in timelines:
-            console.print(timeline_tree(timeline))
+            with whole_output:  # a Ctrl-C while a slow reader holds the write still gets the whole tree
+                console.print(timeline_tree(timeline))
     elif flags().output == "table":  # one message's summary and events after another
         for timeline in timelines:
             render(timeline, "table")

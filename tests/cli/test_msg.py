@@ -24,7 +24,7 @@ from store.message import StoredMessage
 from store.names import SCHEDULE_TOPIC, TOOLS_CONSUMER_GROUP
 from store.record import create_msg_id, decode_msg_id
 from tests.daemons import LocalCluster, handle, local_cluster
-from tests.support.cli import CliResult, RunCli, run_process, spawn
+from tests.support.cli import CliResult, RunCli, blocked_writing, run_process, spawn
 from tests.support.paths import ROOT
 
 T = TypeVar("T")
@@ -820,6 +820,46 @@ def test_ctrl_c_stops_tail_with_exit_130_and_one_line(cli_env: dict[str, str], d
     assert proc.returncode == 130, err
     (line,) = err.strip().splitlines()
     assert line.startswith("mqctl: error: interrupted after ") and line.endswith(" message(s)")
+
+
+BIG = "MsgBig"  # its own topic: rows larger than the stdout buffer, for Ctrl-C mid-write
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_tail_waits_for_its_reader_prints_whole_lines(
+    cli_env: dict[str, str], daemons: LocalCluster
+) -> None:
+    """Ctrl-C while ``msg tail -o json`` is stuck writing to a reader that has not read yet: every line
+    it printed is whole (the press lands in the write, under asyncio's handler), and the one stderr line
+    counts exactly those."""
+    client = handle(daemons)
+    body = "b" * 300_000  # a row in one large write: a signal cut one short, silently (CPython 3.11)
+    unbuffered = {"PYTHONUNBUFFERED": "1"}  # where it did: a TextIOWrapper straight over the file
+
+    async def fill() -> None:
+        create = CreateTopicRequestHeader(BIG, "TBW102", 1, 1, 6, "SINGLE_TAG")
+        assert (await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create.to_ext_fields())).code == 0
+        for i in range(4):
+            assert (await client.send(BIG, f"{i:02d}{body}".encode(), queue_id=0)).code == 0
+        await client.client.close()
+        await _wait_for_route(daemons.namesrv_addr, BIG)
+
+    daemons.loop.run(fill())
+    proc = spawn(
+        cli_env, "msg", "tail", "-t", BIG, "--from", "earliest", "-o", "json",
+        env={"NAMESRV_ADDR": daemons.namesrv_addr, **unbuffered},
+    )  # fmt: skip
+    try:
+        blocked_writing(proc)
+        proc.send_signal(2)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130, err
+    (line,) = err.strip().splitlines()[1:]  # after 'tailing MsgBig: ...'
+    bodies = [json.loads(row)["body"] for row in out.splitlines()]
+    assert out.endswith("\n") and line == f"mqctl: error: interrupted after {len(bodies)} message(s)"
+    assert bodies == [f"{i:02d}{body}" for i in range(len(bodies))]
 
 
 def test_store_commands_read_the_running_brokers_store(

@@ -14,18 +14,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fcntl
 import importlib
 import io
 import json
 import logging
 import os
 import pkgutil
+import platform
+import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from tests.support.paths import ROOT
@@ -79,9 +85,17 @@ def run_process(
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+def sigint_blocked() -> bool:
+    """Whether this thread blocks SIGINT: a program it starts inherits that and never sees a Ctrl-C."""
+    return hasattr(signal, "pthread_sigmask") and signal.SIGINT in signal.pthread_sigmask(
+        signal.SIG_BLOCK, ()
+    )
+
+
 def spawn(base_env: dict[str, str], *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
     """The real ``python -m mqctl`` entry point, running: for tests that read its output as it comes and
     press Ctrl-C (``send_signal(2)``)."""
+    assert not sigint_blocked(), "SIGINT is blocked here: the command would ignore Ctrl-C (an earlier leak)"
     return subprocess.Popen(
         [sys.executable, "-m", "mqctl", *args],
         env={**base_env, **(env or {})},
@@ -90,6 +104,35 @@ def spawn(base_env: dict[str, str], *args: str, env: dict[str, str] | None = Non
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+#: The number of write(2) in /proc/PID/syscall, where it is known.
+WRITE_SYSCALL = {"x86_64": "1", "aarch64": "64"}
+
+
+def blocked_writing(proc: subprocess.Popen[str], timeout: float = 60) -> None:
+    """Wait until ``proc`` (from :func:`spawn`) is stuck writing its stdout: the pipe holds all it can
+    take (up to 64 KiB) and nothing has read it yet, as a slow ``| jq`` or a test that reads only at the
+    end. Where /proc does not show the system call a process sleeps in, a pipe that stays full is."""
+    assert proc.stdout is not None
+    fd = proc.stdout.fileno()
+    capacity = fcntl.fcntl(fd, fcntl.F_GETPIPE_SZ)
+    number = WRITE_SYSCALL.get(platform.machine())
+    queued = 0
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, f"exited ({proc.returncode}) before its output filled the pipe"
+        time.sleep(0.05)
+        before, queued = queued, struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0" * 4))[0]
+        if not queued or queued != before:  # a write that did not fill a page of the pipe goes through
+            continue
+        try:
+            call = Path(f"/proc/{proc.pid}/syscall").read_text().split()[:2]
+        except OSError:
+            call = None
+        if call == [number, "0x1"] or ((call is None or number is None) and queued > capacity // 2):
+            return  # write(1, ...)
+    raise AssertionError("the command's output never filled its pipe")
 
 
 def _text(stream: io.TextIOWrapper) -> str:
@@ -201,10 +244,14 @@ def run_in_process(
         except SystemExit as exc:
             return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
 
+    blocked = sigint_blocked()
     with _lock, _process_state({**base_env, **(env or {})}, stdin, stdout, stderr):
         _reset_module_state()
         try:
             code = _in_main_thread(call)
         finally:
             _reset_module_state()  # nor does a later test's own client see this run's (TLS, credentials)
+    if sigint_blocked() and not blocked:  # this process's later Ctrl-Cs and every program it starts
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+        raise AssertionError(f"mqctl {' '.join(args)} left SIGINT blocked in the test process")
     return CliResult(code, _text(stdout), _text(stderr))
