@@ -1213,32 +1213,56 @@ class Node:
         """A binary push (APPEND of entries ``first``... as the leader's data file holds them): checked and
         appended as a batch push is (repeats skipped, the rest continuing the log, bodies against their
         ``bodyCrc``), in one pass over the bytes and one copy into the data file."""
-        self._now = now
-        code = self._push_refusal(req)
-        if code is None:
-            code = Code.SUCCESS
-            try:
-                shown = self.log.append_raw(raw)
-                if shown != (first, first + count - 1):
-                    # the fields claim entries the body does not show: nothing committed on their word
-                    raise DLedgerError(
-                        DLedgerCode.UNEXPECTED_ARGUMENT,
-                        f"the body holds entries {shown[0]}-{shown[1]}, its fields say {count} from {first}",
-                    )
-            except (DLedgerError, OSError) as exc:
-                log.error(
-                    "[%s] cannot append entries %d-%d: %s", self.m.self_id, first, first + count - 1, exc
-                )
-                if isinstance(exc, DLedgerError) and exc.code is DLedgerCode.UNEXPECTED_ARGUMENT:
-                    code = Code.UNEXPECTED_ARGUMENT  # a body failing its bodyCrc: pushed again after a pause
-                else:
-                    code = Code.INCONSISTENT_STATE
-            if code is Code.SUCCESS:
-                # (only what the leader just showed this log holds: past the run it may hold another's tail)
-                self._follow_commit(min(req.commit_index, first + count - 1))
-        resp = PushEntryResponse(code=int(code), term=req.term, group=req.group, index=first, count=count)
+        code = self.take_raw_push(
+            req.group, req.leader_id, req.remote_id, req.term, req.commit_index, first, count, raw, now
+        )
+        resp = PushEntryResponse(code=code, term=req.term, group=req.group, index=first, count=count)
         resp.begin_index, resp.end_index = self.log.begin_index, self.log.last_index
         return resp
+
+    def take_raw_push(
+        self,
+        group: str | None,
+        leader_id: str | None,
+        remote_id: str | None,
+        term: int,
+        commit_index: int,
+        first: int,
+        count: int,
+        raw: bytes,
+        now: int,
+    ) -> int:
+        """:meth:`on_raw_push` from the push's fields as they are, no bean either way: the answer's code
+        (its other fields are the push's ``term``, ``first`` and ``count`` and this log's extent)."""
+        self._now = now
+        m = self.m
+        # (EntryHandler#handlePush's checks, as _push_refusal makes them)
+        if remote_id != m.self_id:
+            return int(Code.UNKNOWN_MEMBER)
+        if group != m.group:
+            return int(Code.UNKNOWN_GROUP)
+        if m.role is not Role.FOLLOWER:
+            return int(Code.NOT_FOLLOWER)
+        if term != m.term:
+            return int(Code.INCONSISTENT_TERM)
+        if leader_id != m.leader_id:
+            return int(Code.INCONSISTENT_LEADER)
+        try:
+            shown = self.log.append_raw(raw)
+            if shown[0] != first or shown[1] != first + count - 1:
+                # the fields claim entries the body does not show: nothing committed on their word
+                raise DLedgerError(
+                    DLedgerCode.UNEXPECTED_ARGUMENT,
+                    f"the body holds entries {shown[0]}-{shown[1]}, its fields say {count} from {first}",
+                )
+        except (DLedgerError, OSError) as exc:
+            log.error("[%s] cannot append entries %d-%d: %s", m.self_id, first, first + count - 1, exc)
+            if isinstance(exc, DLedgerError) and exc.code is DLedgerCode.UNEXPECTED_ARGUMENT:
+                return int(Code.UNEXPECTED_ARGUMENT)  # a body failing its bodyCrc: pushed again after a pause
+            return int(Code.INCONSISTENT_STATE)
+        # (only what the leader just showed this log holds: past the run it may hold another's tail)
+        self._follow_commit(commit_index if commit_index < shown[1] else shown[1])
+        return int(Code.SUCCESS)
 
     def _append_batch(self, req: PushEntryRequest) -> Code:
         """A batch push: entries already held (a repeat) are skipped, the rest must continue the log (appended

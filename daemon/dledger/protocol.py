@@ -22,6 +22,7 @@ from typing import Any, Self, TypeVar
 import orjson
 import pybase64
 
+from daemon.remoting.codes import CURRENT_VERSION, FLAG_RESPONSE
 from store import fastjson
 from store.models import camel_case
 
@@ -699,6 +700,33 @@ def encode_push_answer(resp: PushEntryResponse) -> bytes:
     index = resp.index if resp.index is not None else -1
     return PUSH_ANSWER.pack(
         PUSH_ANSWER_TAG, resp.code, resp.term, index, resp.count, resp.begin_index, resp.end_index
+    )
+
+
+#: The JSON header of a binary push's answer as ``encode_command`` writes a response's (fastjson's key order,
+#: no extFields, no remark), the opaque left to fill in: the only part of it that changes.
+_ANSWER_HEADER = (
+    b'{"code":%d,"flag":%d,"language":"JAVA","opaque":%%d,"serializeTypeCurrentRPC":"JSON","version":%d}'
+    % (REMOTING_RESPONSE_CODE, FLAG_RESPONSE, CURRENT_VERSION)
+)
+#: By the header's length (the opaque's digits): the whole answer frame's layout, the frame's length and
+#: header length words, the header, then :data:`PUSH_ANSWER`.
+_ANSWER_FRAMES: dict[int, struct.Struct] = {}
+
+
+def push_answer_frame(
+    opaque: int, code: int, term: int, index: int, count: int, begin: int, end: int
+) -> bytes:
+    """The whole response frame of a binary push that asked for :data:`PUSH_ANSWER` (a JSON header, as such a
+    push's own always is: its code does not fit a binary header's short): one pack of its numbers, the
+    same bytes as ``encode_command`` of the response :func:`encode_push_answer`'s body makes."""
+    header = _ANSWER_HEADER % opaque
+    size = len(header)
+    layout = _ANSWER_FRAMES.get(size)
+    if layout is None:
+        layout = _ANSWER_FRAMES[size] = struct.Struct(f">iI{size}s{PUSH_ANSWER.format[1:]}")
+    return layout.pack(
+        4 + size + PUSH_ANSWER.size, size, header, PUSH_ANSWER_TAG, code, term, index, count, begin, end
     )
 
 
