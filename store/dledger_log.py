@@ -488,12 +488,17 @@ class DLedgerLog:
                 whole = self._append_raw_whole(view)
                 if whole is not None:
                     return whole
-            first = raw_header(view, 0)[2]  # (an empty body refused: it shows no entry)
-            off, last = self._skip_held(view)
-            while off < len(view):
-                off = self._append_raw_run(view, off)
-                last = self._last
-            return first, last
+            return self._append_raw_checked(view)
+
+    def _append_raw_checked(self, view: memoryview) -> tuple[int, int]:
+        """:meth:`append_raw` entry by entry where it needs judging: repeats skipped, runs rolled, the first
+        entry that does not pass refused (the lock held)."""
+        first = raw_header(view, 0)[2]  # (an empty body refused: it shows no entry)
+        off, last = self._skip_held(view)
+        while off < len(view):
+            off = self._append_raw_run(view, off)
+            last = self._last
+        return first, last
 
     def _append_raw_whole(self, view: memoryview) -> tuple[int, int] | None:
         """The common push in one C pass: every entry of ``view`` continues this log and passes every check

@@ -1047,27 +1047,9 @@ class Node:
                 return  # a timed-out push is pushed again from tick
             if not raw:
                 first, count = req.first_entry_index, req.count
-            if resp.code == Code.SUCCESS and resp.index is not None:
-                if resp.index != first or resp.term != req.term:
-                    # not this push's answer (DLedger's follower echoes its term and first index): its
-                    # entries are pushed again when it times out, no water mark moved by what it claims
-                    log.warning(
-                        "[%s] push answer of %s does not match its push: ignored", self.m.self_id, peer
-                    )
-                    return
-                p.inflight.pop(first, None)
-                last = first + max(min(resp.count, count), 1) - 1  # (no further than the push carried)
-                if last > p.water_mark:
-                    p.water_mark = last
-                    self._advance_commit()
-            elif resp.code == Code.INCONSISTENT_STATE:
-                self._to_compare(p, now)
-            elif resp.code != Code.REPEATED_PUSH:
-                if resp.code == Code.UNEXPECTED_ARGUMENT and raw:
-                    # a body refused: from its data file unchecked; JSON reads check what leaves the memory
-                    p.binary, p.binary_refused = False, True
-                    self._binary_changed()
-                self._to_compare(p, now, COMPARE_RETRY_MS)
+            self._append_answered(
+                peer, p, req.term, first, count, raw, resp.code, resp.term, resp.index, resp.count
+            )
             return
         if req.type is PushType.COMMIT:
             return
@@ -1086,6 +1068,56 @@ class Node:
             return
         p.compares += 1
         self._compared(peer, p, index, resp)
+
+    def raw_push_answered(self, out: Out, code: int, term: int, index: int, count: int, now: int) -> None:
+        """:meth:`on_response` of a binary push (``out.raw``) answered in the binary layout, from the
+        answer's numbers (``index`` below 0: none, as :func:`decode_push_answer` reads it), no bean made:
+        the leader's every answer of a follower."""
+        self._now = now
+        peer = out.peer
+        p = self.pushes.get(peer)
+        req = out.request
+        if not self.is_leader or p is None or req.term != self.m.term or out.epoch != p.epoch:
+            return
+        self.m.live[peer] = code != Code.NETWORK_ERROR
+        if p.state is PushState.APPEND:  # (a binary push is an APPEND)
+            at = index if index >= 0 else None  # (as decode_push_answer reads it)
+            self._append_answered(peer, p, req.term, out.first, out.count, True, code, term, at, count)
+
+    def _append_answered(
+        self,
+        peer: str,
+        p: PeerPush,
+        push_term: int,
+        first: int,
+        pushed: int,
+        raw: bool,
+        code: int,
+        term: int,
+        index: int | None,
+        count: int,
+    ) -> None:
+        """An APPEND push of ``pushed`` entries from ``first`` answered (``code``, ``term``, ``index``,
+        ``count``), the follower's push state in APPEND."""
+        if code == Code.SUCCESS and index is not None:
+            if index != first or term != push_term:
+                # not this push's answer (DLedger's follower echoes its term and first index): its
+                # entries are pushed again when it times out, no water mark moved by what it claims
+                log.warning("[%s] push answer of %s does not match its push: ignored", self.m.self_id, peer)
+                return
+            p.inflight.pop(first, None)
+            last = first + max(min(count, pushed), 1) - 1  # (no further than the push carried)
+            if last > p.water_mark:
+                p.water_mark = last
+                self._advance_commit()
+        elif code == Code.INCONSISTENT_STATE:
+            self._to_compare(p, self._now)
+        elif code != Code.REPEATED_PUSH:
+            if code == Code.UNEXPECTED_ARGUMENT and raw:
+                # a body refused: from its data file unchecked; JSON reads check what leaves the memory
+                p.binary, p.binary_refused = False, True
+                self._binary_changed()
+            self._to_compare(p, self._now, COMPARE_RETRY_MS)
 
     def _compared(self, peer: str, p: PeerPush, index: int, resp: PushEntryResponse) -> None:
         """``EntryDispatcher#doCompare``'s answer, but the next index to compare is chosen by bisection (the

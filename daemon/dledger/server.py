@@ -31,6 +31,8 @@ from daemon.dledger.protocol import (
     BINARY_PUSH_CODE,
     BINARY_PUSH_KEY,
     BINARY_PUSH_VERSION,
+    PUSH_ANSWER,
+    PUSH_ANSWER_TAG,
     REMOTING_RESPONSE_CODE,
     DLedgerRequestCode,
     DLedgerResponseCode,
@@ -291,6 +293,27 @@ class DLedgerServer:
         if self._stopped:
             return
         if isinstance(answer, RemotingCommand):
+            body = answer.body
+            if (
+                out.raw is not None
+                and answer.code == REMOTING_RESPONSE_CODE
+                and len(body) == PUSH_ANSWER.size
+                and body[0] == PUSH_ANSWER_TAG
+                and self._binary.get(out.peer) is conn
+            ):
+                # a binary push's binary answer (on the connection its peer said it on): its numbers go
+                # to the machine as they are, no bean
+                node = self.node
+                node.speaks_binary(out.peer)
+                _tag, code, term, index, count, _begin, _end = PUSH_ANSWER.unpack(body)
+                if trace.ENABLED:
+                    trace.mark_range(f"ack-read {out.peer}", out.first, out.count)
+                try:
+                    node.raw_push_answered(out, code, term, index, count, now_ms())
+                    self._effects()
+                except Exception:
+                    log.exception("DLedger: handling the answer of %s to %s failed", out.peer, out.code.name)
+                return
             if (
                 answer.ext_fields.get(BINARY_PUSH_KEY) == BINARY_PUSH_VERSION
                 and self._binary.get(out.peer) is not conn
