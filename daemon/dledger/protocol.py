@@ -751,19 +751,23 @@ def decode_push_answer(body: bytes, group: str | None) -> PushEntryResponse:
     )
 
 
-def read_binary_push(ext: dict[str, str]) -> tuple[PushEntryRequest, int, int]:
-    """A binary push's extFields as its PUSH bean (APPEND, no entries), its first index and its count;
-    ValueError when one is missing or not a number."""
+def read_binary_push(
+    ext: dict[str, str],
+) -> tuple[str | None, str | None, str | None, str | None, int, int, int, int]:
+    """A binary push's extFields as its PUSH fields (an APPEND, no entries): ``group``, ``leaderId``,
+    ``localId``, ``remoteId`` (None when empty), ``term``, ``commitIndex``, its first index and its count,
+    as they are (no bean: a follower reads one per push); ValueError when one is missing or not a number."""
+    get = ext.get
     try:
-        get = ext.get
-        req = PushEntryRequest(
-            group=get("group") or None,
-            leader_id=get("leaderId") or None,
-            local_id=get("localId") or None,
-            remote_id=get("remoteId") or None,
-            term=int(ext["term"]),
-            commit_index=int(ext["commitIndex"]),
+        return (
+            get("group") or None,
+            get("leaderId") or None,
+            get("localId") or None,
+            get("remoteId") or None,
+            int(ext["term"]),
+            int(ext["commitIndex"]),
+            int(ext["index"]),
+            int(ext["count"]),
         )
-        return req, int(ext["index"]), int(ext["count"])
     except (KeyError, TypeError) as exc:
         raise ValueError(f"binary push without {exc}") from None

@@ -50,6 +50,7 @@ from daemon.dledger.protocol import (
     decode_push_answer,
     is_push_answer,
     push_answer_frame,
+    read_binary_push,
 )
 from daemon.lifecycle import cancel_tasks, supervise
 from daemon.remoting.client import RemotingClient, parse_addr
@@ -582,15 +583,12 @@ class DLedgerServer:
         entries appended from the frame's body as they are. Its fields are read straight from the extFields
         and, when the push asks for it, the answer's frame written with only its numbers filled in: no
         request bean, answer bean or answer command per push (a follower's fixed cost of every push)."""
-        ext = request.ext_fields
-        get = ext.get
-        group, leader_id, local_id = get("group") or None, get("leaderId") or None, get("localId") or None
         try:
-            term, commit_index = int(ext["term"]), int(ext["commitIndex"])
-            first, count = int(ext["index"]), int(ext["count"])
-        except (KeyError, TypeError, ValueError) as exc:
-            log.warning("bad DLedger binary push from %s: binary push without %s", conn.address, exc)
+            fields = read_binary_push(request.ext_fields)
+        except ValueError as exc:
+            log.warning("bad DLedger binary push from %s: %s", conn.address, exc)
             return self._reply(request, RequestOrResponse(code=int(Code.UNEXPECTED_ARGUMENT)))
+        group, leader_id, local_id, remote_id, term, commit_index, first, count = fields
         seen = self._gate_view  # (the gate reads the senders a push names: one bean reused for it)
         seen.group, seen.leader_id, seen.local_id, seen.term = group, leader_id, local_id, term
         refusal = self.gate.refusal(seen, conn.address[0])
@@ -604,7 +602,7 @@ class DLedgerServer:
         code = node.take_raw_push(
             group,
             leader_id,
-            get("remoteId") or None,
+            remote_id,
             term,
             commit_index,
             first,
@@ -616,7 +614,7 @@ class DLedgerServer:
             trace.mark_range("appended", first, count)
         self._effects(after_replies=True)
         dlog = self.log
-        if get(BINARY_ANSWER_KEY) == BINARY_PUSH_VERSION:
+        if request.ext_fields.get(BINARY_ANSWER_KEY) == BINARY_PUSH_VERSION:
             # asked for: the answer's fields in a fixed layout, no JSON, no extFields (the push itself says
             # its leader knows this member reads binary pushes)
             conn.reply_frame(

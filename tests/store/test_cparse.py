@@ -233,14 +233,19 @@ def test_a_push_taken_whole_is_what_the_entry_by_entry_path_takes(tmp_path: Path
     ahead, damaged at random. Where the one call takes a push, the other takes the same and leaves the same
     files; where it declines, it wrote nothing."""
     rnd = random.Random(3838)
-    sizes = {"data_file_size": 2048, "index_file_size": 32 * 64}
-    leader = DLedgerLog(str(tmp_path / "dledger-n0"), **sizes)
+
+    def member(path: Path) -> DLedgerLog:
+        return DLedgerLog(str(path), data_file_size=2048, index_file_size=32 * 64)
+
+    leader = member(tmp_path / "dledger-n0")
     for i in range(120):
         leader.append_leader(bytes([i]) * rnd.randint(1, 200), 1 if i < 40 else 2 if i < 90 else 3)
     taken = declined = 0
     for round_ in range(40):  # (each round a fresh follower pair, pushed until it holds the leader's log)
-        fast = DLedgerLog(str(tmp_path / f"a{round_}" / "dledger-n1"), **sizes)
-        checked = DLedgerLog(str(tmp_path / f"b{round_}" / "dledger-n1"), **sizes)
+        fast, checked = (
+            member(tmp_path / f"a{round_}" / "dledger-n1"),
+            member(tmp_path / f"b{round_}" / "dledger-n1"),
+        )
         pushes = 0
         # (a damaged header may be taken: its term, say, higher than the rest's; then a fresh pair)
         while fast.last_index < leader.last_index and pushes < 60:
