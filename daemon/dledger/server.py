@@ -590,7 +590,8 @@ class DLedgerServer:
             return self._reply(request, RequestOrResponse(code=int(Code.UNEXPECTED_ARGUMENT)))
         group, leader_id, local_id, remote_id, term, commit_index, first, count = fields
         seen = self._gate_view  # (the gate reads the senders a push names: one bean reused for it)
-        seen.group, seen.leader_id, seen.local_id, seen.term = group, leader_id, local_id, term
+        seen.group, seen.leader_id, seen.local_id, seen.remote_id = group, leader_id, local_id, remote_id
+        seen.term, seen.commit_index = term, commit_index
         refusal = self.gate.refusal(seen, conn.address[0])
         if refusal is not None:
             return request.make_response(ResponseCode.NO_PERMISSION, refusal)
