@@ -484,12 +484,49 @@ class DLedgerLog:
         self._writable()
         view = memoryview(data)
         with self._lock:
-            first = raw_header(view, 0)[2]  # (an empty body refused: it shows no entry)
-            off, last = self._skip_held(view)
-            while off < len(view):
-                off = self._append_raw_run(view, off)
-                last = self._last
-            return first, last
+            if _c_scan_run is not None:
+                whole = self._append_raw_whole(view)
+                if whole is not None:
+                    return whole
+            return self._append_raw_checked(view)
+
+    def _append_raw_checked(self, view: memoryview) -> tuple[int, int]:
+        """:meth:`append_raw` entry by entry where it needs judging: repeats skipped, runs rolled, the first
+        entry that does not pass refused (the lock held)."""
+        first = raw_header(view, 0)[2]  # (an empty body refused: it shows no entry)
+        off, last = self._skip_held(view)
+        while off < len(view):
+            off = self._append_raw_run(view, off)
+            last = self._last
+        return first, last
+
+    def _append_raw_whole(self, view: memoryview) -> tuple[int, int] | None:
+        """The common push in one C pass: every entry of ``view`` continues this log and passes every check
+        of :meth:`_append_raw_run`, its first entry's included, in the current data file with no roll due;
+        then the run is copied in one slice and its index records in one buffer. None, with nothing
+        written, when any entry does not (a repeat, a roll, a refusal): the caller's checks judge it then."""
+        assert _c_scan_run is not None
+        mf = self.data.last_file_for_append()
+        base, rel = mf.file_from_offset, mf.wrote_position
+        # (start -1: the first entry is checked as every later one, its bodyCrc and its room included)
+        off, at, last, last_term, records = _c_scan_run(
+            view, 0, -1, base + rel, base, self.data.file_size, self._last, self._last_term
+        )
+        if off == 0 or off != len(view):
+            return None
+        first = self._last + 1
+        end = at - base
+        if end > mf.prepared_position:  # (reserved ahead in chunks: mostly done already)
+            mf.prepare(end, populate=False)
+        mf.mm[rel:end] = view
+        self._write_index_records(first, records)
+        mf.wrote_position = end
+        self._last, self._last_term = last, last_term
+        if self._begin == -1:
+            self._begin = first
+        if self.on_raw_appended is not None:
+            self.on_raw_appended(view, 0, off)
+        return first, last
 
     def _skip_held(self, view: memoryview) -> tuple[int, int]:
         """Where the entries this log does not hold yet begin in ``view``, and the index of the last held one
@@ -580,7 +617,7 @@ class DLedgerLog:
             raise refused
         return off
 
-    def _write_index_records(self, index: int, records: bytearray) -> None:
+    def _write_index_records(self, index: int, records: bytes | bytearray) -> None:
         """The index records of entries ``index``, ``index + 1``, ... in as few writes as their files allow;
         all or none (a full disk part way: those written are cut again, and the caller counts the entries'
         data only once this returns)."""
@@ -590,7 +627,7 @@ class DLedgerLog:
             self.index.truncate_dirty_files(index * INDEX_UNIT_SIZE)
             raise
 
-    def _write_index_run(self, index: int, records: bytearray) -> None:
+    def _write_index_run(self, index: int, records: bytes | bytearray) -> None:
         off, done = index * INDEX_UNIT_SIZE, 0
         while done < len(records):
             mf = self.index.last_file_for_append(off + done)

@@ -1047,27 +1047,9 @@ class Node:
                 return  # a timed-out push is pushed again from tick
             if not raw:
                 first, count = req.first_entry_index, req.count
-            if resp.code == Code.SUCCESS and resp.index is not None:
-                if resp.index != first or resp.term != req.term:
-                    # not this push's answer (DLedger's follower echoes its term and first index): its
-                    # entries are pushed again when it times out, no water mark moved by what it claims
-                    log.warning(
-                        "[%s] push answer of %s does not match its push: ignored", self.m.self_id, peer
-                    )
-                    return
-                p.inflight.pop(first, None)
-                last = first + max(min(resp.count, count), 1) - 1  # (no further than the push carried)
-                if last > p.water_mark:
-                    p.water_mark = last
-                    self._advance_commit()
-            elif resp.code == Code.INCONSISTENT_STATE:
-                self._to_compare(p, now)
-            elif resp.code != Code.REPEATED_PUSH:
-                if resp.code == Code.UNEXPECTED_ARGUMENT and raw:
-                    # a body refused: from its data file unchecked; JSON reads check what leaves the memory
-                    p.binary, p.binary_refused = False, True
-                    self._binary_changed()
-                self._to_compare(p, now, COMPARE_RETRY_MS)
+            self._append_answered(
+                peer, p, req.term, first, count, raw, resp.code, resp.term, resp.index, resp.count
+            )
             return
         if req.type is PushType.COMMIT:
             return
@@ -1086,6 +1068,56 @@ class Node:
             return
         p.compares += 1
         self._compared(peer, p, index, resp)
+
+    def raw_push_answered(self, out: Out, code: int, term: int, index: int, count: int, now: int) -> None:
+        """:meth:`on_response` of a binary push (``out.raw``) answered in the binary layout, from the
+        answer's numbers (``index`` below 0: none, as :func:`decode_push_answer` reads it), no bean made:
+        the leader's every answer of a follower."""
+        self._now = now
+        peer = out.peer
+        p = self.pushes.get(peer)
+        req = out.request
+        if not self.is_leader or p is None or req.term != self.m.term or out.epoch != p.epoch:
+            return
+        self.m.live[peer] = code != Code.NETWORK_ERROR
+        if p.state is PushState.APPEND:  # (a binary push is an APPEND)
+            at = index if index >= 0 else None  # (as decode_push_answer reads it)
+            self._append_answered(peer, p, req.term, out.first, out.count, True, code, term, at, count)
+
+    def _append_answered(
+        self,
+        peer: str,
+        p: PeerPush,
+        push_term: int,
+        first: int,
+        pushed: int,
+        raw: bool,
+        code: int,
+        term: int,
+        index: int | None,
+        count: int,
+    ) -> None:
+        """An APPEND push of ``pushed`` entries from ``first`` answered (``code``, ``term``, ``index``,
+        ``count``), the follower's push state in APPEND."""
+        if code == Code.SUCCESS and index is not None:
+            if index != first or term != push_term:
+                # not this push's answer (DLedger's follower echoes its term and first index): its
+                # entries are pushed again when it times out, no water mark moved by what it claims
+                log.warning("[%s] push answer of %s does not match its push: ignored", self.m.self_id, peer)
+                return
+            p.inflight.pop(first, None)
+            last = first + max(min(count, pushed), 1) - 1  # (no further than the push carried)
+            if last > p.water_mark:
+                p.water_mark = last
+                self._advance_commit()
+        elif code == Code.INCONSISTENT_STATE:
+            self._to_compare(p, self._now)
+        elif code != Code.REPEATED_PUSH:
+            if code == Code.UNEXPECTED_ARGUMENT and raw:
+                # a body refused: from its data file unchecked; JSON reads check what leaves the memory
+                p.binary, p.binary_refused = False, True
+                self._binary_changed()
+            self._to_compare(p, self._now, COMPARE_RETRY_MS)
 
     def _compared(self, peer: str, p: PeerPush, index: int, resp: PushEntryResponse) -> None:
         """``EntryDispatcher#doCompare``'s answer, but the next index to compare is chosen by bisection (the
@@ -1213,32 +1245,56 @@ class Node:
         """A binary push (APPEND of entries ``first``... as the leader's data file holds them): checked and
         appended as a batch push is (repeats skipped, the rest continuing the log, bodies against their
         ``bodyCrc``), in one pass over the bytes and one copy into the data file."""
-        self._now = now
-        code = self._push_refusal(req)
-        if code is None:
-            code = Code.SUCCESS
-            try:
-                shown = self.log.append_raw(raw)
-                if shown != (first, first + count - 1):
-                    # the fields claim entries the body does not show: nothing committed on their word
-                    raise DLedgerError(
-                        DLedgerCode.UNEXPECTED_ARGUMENT,
-                        f"the body holds entries {shown[0]}-{shown[1]}, its fields say {count} from {first}",
-                    )
-            except (DLedgerError, OSError) as exc:
-                log.error(
-                    "[%s] cannot append entries %d-%d: %s", self.m.self_id, first, first + count - 1, exc
-                )
-                if isinstance(exc, DLedgerError) and exc.code is DLedgerCode.UNEXPECTED_ARGUMENT:
-                    code = Code.UNEXPECTED_ARGUMENT  # a body failing its bodyCrc: pushed again after a pause
-                else:
-                    code = Code.INCONSISTENT_STATE
-            if code is Code.SUCCESS:
-                # (only what the leader just showed this log holds: past the run it may hold another's tail)
-                self._follow_commit(min(req.commit_index, first + count - 1))
-        resp = PushEntryResponse(code=int(code), term=req.term, group=req.group, index=first, count=count)
+        code = self.take_raw_push(
+            req.group, req.leader_id, req.remote_id, req.term, req.commit_index, first, count, raw, now
+        )
+        resp = PushEntryResponse(code=code, term=req.term, group=req.group, index=first, count=count)
         resp.begin_index, resp.end_index = self.log.begin_index, self.log.last_index
         return resp
+
+    def take_raw_push(
+        self,
+        group: str | None,
+        leader_id: str | None,
+        remote_id: str | None,
+        term: int,
+        commit_index: int,
+        first: int,
+        count: int,
+        raw: bytes,
+        now: int,
+    ) -> int:
+        """:meth:`on_raw_push` from the push's fields as they are, no bean either way: the answer's code
+        (its other fields are the push's ``term``, ``first`` and ``count`` and this log's extent)."""
+        self._now = now
+        m = self.m
+        # (EntryHandler#handlePush's checks, as _push_refusal makes them)
+        if remote_id != m.self_id:
+            return int(Code.UNKNOWN_MEMBER)
+        if group != m.group:
+            return int(Code.UNKNOWN_GROUP)
+        if m.role is not Role.FOLLOWER:
+            return int(Code.NOT_FOLLOWER)
+        if term != m.term:
+            return int(Code.INCONSISTENT_TERM)
+        if leader_id != m.leader_id:
+            return int(Code.INCONSISTENT_LEADER)
+        try:
+            shown = self.log.append_raw(raw)
+            if shown[0] != first or shown[1] != first + count - 1:
+                # the fields claim entries the body does not show: nothing committed on their word
+                raise DLedgerError(
+                    DLedgerCode.UNEXPECTED_ARGUMENT,
+                    f"the body holds entries {shown[0]}-{shown[1]}, its fields say {count} from {first}",
+                )
+        except (DLedgerError, OSError) as exc:
+            log.error("[%s] cannot append entries %d-%d: %s", m.self_id, first, first + count - 1, exc)
+            if isinstance(exc, DLedgerError) and exc.code is DLedgerCode.UNEXPECTED_ARGUMENT:
+                return int(Code.UNEXPECTED_ARGUMENT)  # a body failing its bodyCrc: pushed again after a pause
+            return int(Code.INCONSISTENT_STATE)
+        # (only what the leader just showed this log holds: past the run it may hold another's tail)
+        self._follow_commit(commit_index if commit_index < shown[1] else shown[1])
+        return int(Code.SUCCESS)
 
     def _append_batch(self, req: PushEntryRequest) -> Code:
         """A batch push: entries already held (a repeat) are skipped, the rest must continue the log (appended

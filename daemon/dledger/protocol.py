@@ -22,6 +22,7 @@ from typing import Any, Self, TypeVar
 import orjson
 import pybase64
 
+from daemon.remoting.codes import CURRENT_VERSION, FLAG_RESPONSE
 from store import fastjson
 from store.models import camel_case
 
@@ -702,6 +703,33 @@ def encode_push_answer(resp: PushEntryResponse) -> bytes:
     )
 
 
+#: The JSON header of a binary push's answer as ``encode_command`` writes a response's (fastjson's key order,
+#: no extFields, no remark), the opaque left to fill in: the only part of it that changes.
+_ANSWER_HEADER = (
+    b'{"code":%d,"flag":%d,"language":"JAVA","opaque":%%d,"serializeTypeCurrentRPC":"JSON","version":%d}'
+    % (REMOTING_RESPONSE_CODE, FLAG_RESPONSE, CURRENT_VERSION)
+)
+#: By the header's length (the opaque's digits): the whole answer frame's layout, the frame's length and
+#: header length words, the header, then :data:`PUSH_ANSWER`.
+_ANSWER_FRAMES: dict[int, struct.Struct] = {}
+
+
+def push_answer_frame(
+    opaque: int, code: int, term: int, index: int, count: int, begin: int, end: int
+) -> bytes:
+    """The whole response frame of a binary push that asked for :data:`PUSH_ANSWER` (a JSON header, as such a
+    push's own always is: its code does not fit a binary header's short): one pack of its numbers, the
+    same bytes as ``encode_command`` of the response :func:`encode_push_answer`'s body makes."""
+    header = _ANSWER_HEADER % opaque
+    size = len(header)
+    layout = _ANSWER_FRAMES.get(size)
+    if layout is None:
+        layout = _ANSWER_FRAMES[size] = struct.Struct(f">iI{size}s{PUSH_ANSWER.format[1:]}")
+    return layout.pack(
+        4 + size + PUSH_ANSWER.size, size, header, PUSH_ANSWER_TAG, code, term, index, count, begin, end
+    )
+
+
 def is_push_answer(body: bytes) -> bool:
     """Whether an answer's body is :data:`PUSH_ANSWER` (a JSON bean starts with ``{``)."""
     return len(body) > 0 and body[0] == PUSH_ANSWER_TAG
@@ -723,19 +751,23 @@ def decode_push_answer(body: bytes, group: str | None) -> PushEntryResponse:
     )
 
 
-def read_binary_push(ext: dict[str, str]) -> tuple[PushEntryRequest, int, int]:
-    """A binary push's extFields as its PUSH bean (APPEND, no entries), its first index and its count;
-    ValueError when one is missing or not a number."""
+def read_binary_push(
+    ext: dict[str, str],
+) -> tuple[str | None, str | None, str | None, str | None, int, int, int, int]:
+    """A binary push's extFields as its PUSH fields (an APPEND, no entries): ``group``, ``leaderId``,
+    ``localId``, ``remoteId`` (None when empty), ``term``, ``commitIndex``, its first index and its count,
+    as they are (no bean: a follower reads one per push); ValueError when one is missing or not a number."""
+    get = ext.get
     try:
-        get = ext.get
-        req = PushEntryRequest(
-            group=get("group") or None,
-            leader_id=get("leaderId") or None,
-            local_id=get("localId") or None,
-            remote_id=get("remoteId") or None,
-            term=int(ext["term"]),
-            commit_index=int(ext["commitIndex"]),
+        return (
+            get("group") or None,
+            get("leaderId") or None,
+            get("localId") or None,
+            get("remoteId") or None,
+            int(ext["term"]),
+            int(ext["commitIndex"]),
+            int(ext["index"]),
+            int(ext["count"]),
         )
-        return req, int(ext["index"]), int(ext["count"])
     except (KeyError, TypeError) as exc:
         raise ValueError(f"binary push without {exc}") from None

@@ -31,6 +31,8 @@ from daemon.dledger.protocol import (
     BINARY_PUSH_CODE,
     BINARY_PUSH_KEY,
     BINARY_PUSH_VERSION,
+    PUSH_ANSWER,
+    PUSH_ANSWER_TAG,
     REMOTING_RESPONSE_CODE,
     DLedgerRequestCode,
     DLedgerResponseCode,
@@ -44,8 +46,8 @@ from daemon.dledger.protocol import (
     VoteRequest,
     binary_push_fields,
     decode_push_answer,
-    encode_push_answer,
     is_push_answer,
+    push_answer_frame,
     read_binary_push,
 )
 from daemon.lifecycle import cancel_tasks, supervise
@@ -158,6 +160,8 @@ class DLedgerServer:
         #: (leader) per peer, the connection on which it last said it reads binary pushes: they go on that
         #: connection only (a peer restarted meanwhile, maybe as a 4.9.8 member, is asked again)
         self._binary: dict[str, Connection] = {}
+        #: (follower) what the peer gate is shown of each binary push (its senders), filled in per push
+        self._gate_view = PushEntryRequest()
         # from this member's own address, which its peers' gates look for (the listener binds it too)
         self.client = RemotingClient(connect_timeout=1.0, ssl=client_ssl, local_host=listen_host or host)
         self._peer_refusals = WarningGate(log)
@@ -288,6 +292,27 @@ class DLedgerServer:
         if self._stopped:
             return
         if isinstance(answer, RemotingCommand):
+            body = answer.body
+            if (
+                out.raw is not None
+                and answer.code == REMOTING_RESPONSE_CODE
+                and len(body) == PUSH_ANSWER.size
+                and body[0] == PUSH_ANSWER_TAG
+                and self._binary.get(out.peer) is conn
+            ):
+                # a binary push's binary answer (on the connection its peer said it on): its numbers go
+                # to the machine as they are, no bean
+                node = self.node
+                node.speaks_binary(out.peer)
+                _tag, code, term, index, count, _begin, _end = PUSH_ANSWER.unpack(body)
+                if trace.ENABLED:
+                    trace.mark_range(f"ack-read {out.peer}", out.first, out.count)
+                try:
+                    node.raw_push_answered(out, code, term, index, count, now_ms())
+                    self._effects()
+                except Exception:
+                    log.exception("DLedger: handling the answer of %s to %s failed", out.peer, out.code.name)
+                return
             if (
                 answer.ext_fields.get(BINARY_PUSH_KEY) == BINARY_PUSH_VERSION
                 and self._binary.get(out.peer) is not conn
@@ -551,34 +576,56 @@ class DLedgerServer:
         trace.mark_range("ack-write", first, count)
         return reply
 
-    def _serve_binary(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def _serve_binary(self, conn: Connection, request: RemotingCommand) -> RemotingCommand | None:
         """A binary push from the leader (mqctl members only): the same gate and checks as a PUSH, its
-        entries appended from the frame's body as they are, answered with a PushEntryResponse."""
+        entries appended from the frame's body as they are. Its fields are read straight from the extFields
+        and, when the push asks for it, the answer's frame written with only its numbers filled in: no
+        request bean, answer bean or answer command per push (a follower's fixed cost of every push)."""
         try:
-            bean, first, count = read_binary_push(request.ext_fields)
+            fields = read_binary_push(request.ext_fields)
         except ValueError as exc:
             log.warning("bad DLedger binary push from %s: %s", conn.address, exc)
             return self._reply(request, RequestOrResponse(code=int(Code.UNEXPECTED_ARGUMENT)))
-        refusal = self.gate.refusal(bean, conn.address[0])
+        group, leader_id, local_id, remote_id, term, commit_index, first, count = fields
+        seen = self._gate_view  # (the gate reads the senders a push names: one bean reused for it)
+        seen.group, seen.leader_id, seen.local_id, seen.remote_id = group, leader_id, local_id, remote_id
+        seen.term, seen.commit_index = term, commit_index
+        refusal = self.gate.refusal(seen, conn.address[0])
         if refusal is not None:
             return request.make_response(ResponseCode.NO_PERMISSION, refusal)
         if trace.ENABLED:
             trace.mark_range("push-read", first, count)
-        if bean.group != self.node.m.group:
-            resp: RequestOrResponse = RequestOrResponse(code=int(Code.UNKNOWN_GROUP), term=self.node.m.term)
-        else:
-            resp = self.node.on_raw_push(bean, first, count, request.body, now_ms())
+        node = self.node
+        if group != node.m.group:
+            return self._reply(request, RequestOrResponse(code=int(Code.UNKNOWN_GROUP), term=node.m.term))
+        code = node.take_raw_push(
+            group,
+            leader_id,
+            remote_id,
+            term,
+            commit_index,
+            first,
+            count,
+            request.body,
+            now_ms(),
+        )
         if trace.ENABLED:
             trace.mark_range("appended", first, count)
         self._effects(after_replies=True)
-        if (
-            isinstance(resp, PushEntryResponse)
-            and request.ext_fields.get(BINARY_ANSWER_KEY) == BINARY_PUSH_VERSION
-        ):
+        dlog = self.log
+        if request.ext_fields.get(BINARY_ANSWER_KEY) == BINARY_PUSH_VERSION:
             # asked for: the answer's fields in a fixed layout, no JSON, no extFields (the push itself says
             # its leader knows this member reads binary pushes)
-            reply = request.make_response(REMOTING_RESPONSE_CODE, None, None, encode_push_answer(resp))
+            conn.reply_frame(
+                request,
+                push_answer_frame(
+                    request.opaque, code, term, first, count, dlog.begin_index, dlog.last_index
+                ),
+            )
+            reply = None
         else:
+            resp = PushEntryResponse(code=code, term=term, group=group, index=first, count=count)
+            resp.begin_index, resp.end_index = dlog.begin_index, dlog.last_index
             reply = self._reply(request, resp)
         if trace.ENABLED:
             trace.mark_range("ack-write", first, count)

@@ -391,6 +391,12 @@ class Connection(asyncio.Protocol):
             frame = encode_command(error_response(request, exc))
         self._write(frame)
 
+    def reply_frame(self, request: RemotingCommand, frame: bytes) -> None:
+        """:meth:`reply` with the response already encoded (its opaque the request's): a processor whose
+        answer is a fixed layout writes its numbers in and returns None."""
+        if not request.flag & FLAG_ONEWAY:
+            self._write(frame)
+
     async def invoke(self, request: RemotingCommand, timeout: float) -> RemotingCommand:
         """Send a request over this connection and wait for the response with the same opaque."""
         if self.is_closed:

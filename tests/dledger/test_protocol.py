@@ -32,7 +32,11 @@ from daemon.dledger.protocol import (
     encode_push_answer,
     entry_json,
     is_push_answer,
+    push_answer_frame,
 )
+from daemon.remoting.codes import FLAG_RESPONSE
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.frame import decode_frame, encode_command
 from store import fastjson
 
 
@@ -255,6 +259,42 @@ def test_a_binary_push_answer_reads_back_as_its_json_does(resp: PushEntryRespons
     for cut in (binary[:-1], binary + b"\0", b""):
         with pytest.raises(ValueError):
             decode_push_answer(cut, "broker-a")
+
+
+@given(
+    st.integers(0, 2**31 - 1),
+    st.sampled_from([int(c) for c in DLedgerResponseCode]),
+    longs,
+    st.integers(-1, 2**63 - 1),
+    java_ints,
+    longs,
+    longs,
+)
+def test_a_binary_push_answer_frame_is_the_response_encode_command_writes(
+    opaque: int, code: int, term: int, index: int, count: int, begin: int, end: int
+) -> None:
+    """The follower's answer frame, its numbers packed into a fixed layout, is byte for byte the response
+    frame of the generic path (the request's opaque, the response flag, DLedger's 200, the binary body),
+    and reads back as that response."""
+    push = RemotingCommand.request(51904, {"term": "1"}, b"entries")
+    push.opaque = opaque
+    body = encode_push_answer(
+        PushEntryResponse(
+            code=code,
+            term=term,
+            index=index if index >= 0 else None,
+            count=count,
+            begin_index=begin,
+            end_index=end,
+        )
+    )
+    reply = push.make_response(REMOTING_RESPONSE_CODE, None, None, body)
+    reply.flag |= FLAG_RESPONSE
+    frame = push_answer_frame(opaque, code, term, index, count, begin, end)
+    assert frame == encode_command(reply)
+    read = decode_frame(frame)
+    assert read is not None and read[1] == len(frame)
+    assert (read[0].opaque, read[0].code, read[0].is_response, read[0].body) == (opaque, 200, True, body)
 
 
 @given(pushes, st.lists(entries, max_size=3))

@@ -219,6 +219,66 @@ def test_a_pushed_run_is_taken_as_far_as_the_python_loop_takes_it(tmp_path: Path
     leader.close()
 
 
+def _log_state(log_: DLedgerLog) -> tuple[object, ...]:
+    """What a follower's log holds: its extent and the bytes of its data and index files."""
+    data = b"".join(bytes(mf.view[: mf.wrote_position]) for mf in log_.data.files)
+    index = b"".join(bytes(mf.view[: mf.wrote_position]) for mf in log_.index.files)
+    return log_.begin_index, log_.last_index, log_.last_term, log_.end_pos, data, index
+
+
+@pytest.mark.slow  # thousands of pushes
+def test_a_push_taken_whole_is_what_the_entry_by_entry_path_takes(tmp_path: Path) -> None:
+    """The follower's one-call path (``_append_raw_whole``) against the entry-by-entry one, push after push:
+    runs of a leader's log over three terms and small data files (rolls), pushed in order, repeated, from
+    ahead, damaged at random. Where the one call takes a push, the other takes the same and leaves the same
+    files; where it declines, it wrote nothing."""
+    rnd = random.Random(3838)
+
+    def member(path: Path) -> DLedgerLog:
+        return DLedgerLog(str(path), data_file_size=2048, index_file_size=32 * 64)
+
+    leader = member(tmp_path / "dledger-n0")
+    for i in range(120):
+        leader.append_leader(bytes([i]) * rnd.randint(1, 200), 1 if i < 40 else 2 if i < 90 else 3)
+    taken = declined = 0
+    for round_ in range(40):  # (each round a fresh follower pair, pushed until it holds the leader's log)
+        fast, checked = (
+            member(tmp_path / f"a{round_}" / "dledger-n1"),
+            member(tmp_path / f"b{round_}" / "dledger-n1"),
+        )
+        pushes = 0
+        # (a damaged header may be taken: its term, say, higher than the rest's; then a fresh pair)
+        while fast.last_index < leader.last_index and pushes < 60:
+            pushes += 1
+            first = max(0, min(fast.last_index + rnd.choice([1, 1, 1, 1, 0, -1, 2]), leader.last_index))
+            run = leader.raw_entries(first, rnd.randint(1, 12), 1 << 20)
+            assert run is not None
+            buf = bytearray(run[1])
+            if rnd.random() < 0.3:
+                for _ in range(rnd.randint(1, 3)):
+                    buf[rnd.randrange(len(buf))] = rnd.randrange(256)
+            if rnd.random() < 0.1:
+                del buf[rnd.randrange(len(buf)) :]
+            view = memoryview(bytes(buf))
+            before = _log_state(fast)
+            with fast.lock:
+                got = outcome(fast._append_raw_whole, view)
+            if got[0] == "value" and got[1] is not None:
+                taken += 1
+                assert outcome(checked._append_raw_checked, view) == got
+            else:
+                declined += 1
+                assert got == ("value", None) and _log_state(fast) == before
+                with fast.lock:
+                    done = outcome(fast._append_raw_checked, view)
+                assert outcome(checked._append_raw_checked, view)[:2] == done[:2]
+            assert _log_state(fast) == _log_state(checked)
+        fast.close()
+        checked.close()
+    assert taken > 300 and declined > 300
+    leader.close()
+
+
 # ------------------------------------------------------------------ properties: any damage, any bounds
 # Hypothesis draws records and runs damaged at their edges (sizes against the buffer, lengths past the
 # end, negative and huge values, IPv6 flags, v1/v2 magic, cuts mid-header): the C parse must give what the

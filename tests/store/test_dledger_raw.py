@@ -206,3 +206,33 @@ def test_an_entry_whose_index_record_cannot_be_written_is_not_left_in_the_data_f
     again = _open(tmp_path / ("leader" if path == "leader" else "follower"))
     assert [again.get(i) for i in range(4)] == entries
     again.close()
+
+
+def test_a_push_whose_index_file_cannot_be_made_leaves_nothing_counted(tmp_path: Path) -> None:
+    """A push that needs no roll of the data file (the compiled build takes it in one call) but a new index
+    file, which cannot be made (a directory stands where it goes: no monkeypatching, so the compiled path
+    runs): refused with the OSError, nothing of it counted; once the file can be made, the same push lands
+    as the leader's files hold it, and the files reopen to the same log."""
+
+    def member(root: Path) -> DLedgerLog:
+        return DLedgerLog(str(root / "dledger-n0"), data_file_size=1 << 16, index_file_size=INDEX)
+
+    leader, follower = member(tmp_path / "leader"), member(tmp_path / "follower")
+    entries = _fill(leader, 5)
+    follower.append_raw(leader.raw_entries(0, 2, 1 << 20)[1])  # type: ignore[index]
+    blocked = tmp_path / "follower" / "dledger-n0" / dl.INDEX_DIR / f"{INDEX:020d}"
+    blocked.mkdir()  # (entries 3 and 4 go in the second index file)
+    run = leader.raw_entries(2, 3, 1 << 20)
+    assert run is not None and run[0] == 3
+    with pytest.raises(OSError):
+        follower.append_raw(run[1])
+    assert (follower.last_index, follower.end_pos) == (1, 2 * 72)
+    blocked.rmdir()
+    assert follower.append_raw(run[1]) == (2, 4)
+    assert [follower.get(i) for i in range(5)] == entries
+    leader.close()
+    follower.close()
+    assert _tree_bytes(tmp_path / "follower") == _tree_bytes(tmp_path / "leader")
+    again = member(tmp_path / "follower")
+    assert [again.get(i) for i in range(5)] == entries
+    again.close()
