@@ -45,9 +45,12 @@ from daemon.dledger.protocol import (
     VoteResult,
     entry_json,
 )
+from daemon.remoting.limits import WarningGate
 from store.dledger import DamagedEntryError, DLedgerCode, DLedgerError, Entry, RaftLog, decode_entry
 
 log = logging.getLogger(__name__)
+#: refused out-of-order pushes: one warning in a while, not a line each (a healed stall brings hundreds)
+_OUT_OF_ORDER = WarningGate(log)
 
 _R = TypeVar("_R", bound=RequestOrResponse)
 
@@ -1279,6 +1282,18 @@ class Node:
             return int(Code.INCONSISTENT_TERM)
         if leader_id != m.leader_id:
             return int(Code.INCONSISTENT_LEADER)
+        if first > self.log.last_index + 1:
+            # a gap, as a batch push's: a push queued on a connection that stalled, arriving after the new
+            # connection's (the leader compares and pushes again); the protocol at work, not a fault here
+            _OUT_OF_ORDER.warning(
+                "[%s] a push of entries %d-%d does not continue this log (last %d): refused, the leader "
+                "compares again",
+                m.self_id,
+                first,
+                first + count - 1,
+                self.log.last_index,
+            )
+            return int(Code.INCONSISTENT_STATE)
         try:
             shown = self.log.append_raw(raw)
             if shown[0] != first or shown[1] != first + count - 1:
