@@ -722,7 +722,7 @@ def test_pushes_arriving_out_of_order_are_refused_without_an_error_flood(
             assert resp.code == DLedgerResponseCode.INCONSISTENT_STATE
     assert follower.log.last_index == -1
     assert [r for r in caplog.records if r.levelno >= logging.ERROR] == []
-    assert len(caplog.records) <= 1
+    assert len([r for r in caplog.records if r.levelno == logging.WARNING]) <= 1
 
 
 def test_a_term_or_vote_that_cannot_be_saved_does_not_count() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from mqctl.cli.app import main
-from mqctl.errors import UsageError
+from mqctl.errors import NotFoundError, UsageError
 from tests.support.cli import RunCli
 
 
@@ -120,7 +120,6 @@ def test_missing_spark_extra_is_one_line(cli: RunCli, store_a: Path, tmp_path: P
         ["spark-export", "--store", "{store}"],
         ["spark-export", "--store", "{store}", "--out", "{tmp}/o", "--since", "yesterday-ish"],
         ["spark-export", "--store", "{store}", "--out", "{tmp}/o", "--since", "now", "--until", "-1h"],
-        ["spark-export", "--store", "{tmp}/missing", "--out", "{tmp}/o"],
         ["spark-export", "--store", "{store}", "--out", "{tmp}/o", "--format", "avro"],
     ],
 )
@@ -129,6 +128,14 @@ def test_usage_errors(cli: RunCli, store_a: Path, tmp_path: Path, args: list[str
     result = cli(*(a.format(store=store_a, tmp=tmp_path) for a in args))
     assert result.code == UsageError.exit_code
     assert result.stderr.startswith("mqctl: error:") and result.stderr.count("\n") == 1
+
+
+@pytest.mark.slow
+def test_a_missing_store_is_not_found(cli: RunCli, tmp_path: Path) -> None:
+    """As every command's missing --store, -f or -c: exit 3 (README's table), one line naming it."""
+    result = cli("spark-export", "--store", str(tmp_path / "missing"), "--out", str(tmp_path / "o"))
+    assert result.code == NotFoundError.exit_code
+    assert result.stderr.startswith("mqctl: error: --store") and result.stderr.count("\n") == 1
 
 
 @pytest.mark.spark

@@ -127,10 +127,12 @@ def kill_writer(script: str, root: Path, after: int = 400) -> list[tuple[int, ..
     ) as proc:
         assert proc.stdout is not None
         for line in proc.stdout:
+            if not line.endswith("\n"):  # cut by the writer's death (print's pieces are separate writes
+                break  # under PYTHONUNBUFFERED): not a line it printed
             acked.append(tuple(int(x) for x in line.split()))
             if len(acked) >= after:
                 break
         proc.send_signal(signal.SIGKILL)
-        rest = proc.stdout.read()
-        acked.extend(tuple(int(x) for x in line.split()) for line in rest.splitlines() if line.strip())
+        rest = proc.stdout.read().split("\n")[:-1]  # (the last piece: a line the kill cut, or nothing)
+        acked.extend(tuple(int(x) for x in line.split()) for line in rest if line.strip())
     return acked
