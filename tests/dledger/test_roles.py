@@ -358,7 +358,10 @@ async def test_a_group_tail_is_a_member_on_the_new_master_after_a_leadership_tra
             while not (clients := await asyncio.to_thread(listed)) and time.monotonic() < deadline:
                 await asyncio.sleep(0.5)
             assert clients, "the new master lists no client of the tail's group"
-            assert tail.poll() is None
+            assert (await BrokerClient(follower, client).send("Watched", b"after", queue_id=0)).code == 0
+            assert tail.stdout is not None
+            line = await asyncio.wait_for(asyncio.to_thread(tail.stdout.readline), 60)
+            assert line and json.loads(line)["body"] == "after", line  # and it reads on
         finally:
             tail.kill()
             tail.wait()
