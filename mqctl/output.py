@@ -234,10 +234,13 @@ def _shown(column: str, row: dict[str, Any]) -> str:
 
 def _cell(column: str, row: dict[str, Any]) -> str:
     """Sizes in KiB/MiB, times in local time (``--utc``: UTC) or "never" for 0, durations as ``3d 04h``
-    (see :mod:`mqctl.units`); JSON keeps the raw values."""
+    (see :mod:`mqctl.units`), a value whose ``_encoding`` twin is base64 (a binary body) as ``base64:…``
+    so it is not read as text; JSON keeps the raw values."""
     from mqctl import units
 
     value = row.get(column)
+    if row.get(f"{column}_encoding") == "base64" and isinstance(value, str):
+        return f"base64:{value}"
     twin = row.get(f"{column}_ms")
     if value is None and twin == 0:
         return "never"

@@ -144,9 +144,9 @@ def layout(root: str | Path) -> Layout:
     Raises ``FileNotFoundError`` when ``root`` has no ``commitlog/`` and :class:`StoreFormatError` when
     the index files do not have that shape."""
     path = Path(root)
+    if (why := not_a_store(path)) is not None:
+        raise FileNotFoundError(why)
     self_id = dledger_member(path)
-    if self_id is None and not (path / "commitlog").is_dir():
-        raise FileNotFoundError(f"not a store directory (no commitlog/ or dledger-*/data/ in it): {path}")
     defaults = StoreConfig()
     logs = path / "commitlog" if self_id is None else path / f"dledger-{self_id}" / DATA_DIR
     cl = _usual_file_size(logs, "*") or defaults.mapped_file_size_commit_log
@@ -166,6 +166,13 @@ def layout(root: str | Path) -> Layout:
         return Layout(path, cl, cq, slots, entries)
     dl_index = _usual_file_size(path / f"dledger-{self_id}" / INDEX_DIR, "*") or INDEX_FILE_SIZE
     return Layout(path, cl, cq, slots, entries, self_id, dl_index)
+
+
+def not_a_store(path: Path) -> str | None:
+    """Why ``path`` is no store directory (it holds no CommitLog of either kind), else None."""
+    if dledger_member(path) is None and not (path / "commitlog").is_dir():
+        return f"not a store directory (no commitlog/ or dledger-*/data/ in it): {path}"
+    return None
 
 
 def dledger_member(path: Path) -> str | None:

@@ -115,9 +115,38 @@ class GroupMember:
             self.offsets[mq] = after
 
     async def heartbeat(self) -> None:
+        """Beat to every broker of the topic's current route, slaves too, as
+        ``MQClientInstance#sendHeartbeatToAllBroker`` does for a consumer: the member a failover or a
+        leadership transfer makes master already knows us. A master that does not answer raises (the
+        caller tries again next time); a slave that does not is only logged."""
         body = HeartbeatData(self.client_id, [], [self._data]).dumps()
-        for addr in set(self.brokers.values()):
+        slaves = await self._follow_route()
+        masters = set(self.brokers.values())
+        for addr in sorted(masters):
             await self.admin.call(addr, RequestCode.HEART_BEAT, body=body)
+        for addr in sorted(slaves - masters):
+            try:
+                await self.admin.call(addr, RequestCode.HEART_BEAT, body=body)
+            except (RemotingError, OSError) as exc:
+                log.debug("group %s: heartbeat to slave %s failed: %s", self.group, addr, exc)
+
+    async def _follow_route(self) -> set[str]:
+        """Point :attr:`brokers` at each broker group's current master (commits and heartbeats follow a
+        failover) and return its other members' addresses; an unreadable route changes nothing."""
+        try:
+            route = await self.admin.topic_route(self.topic)
+        except (RemotingError, OSError) as exc:
+            log.debug("group %s: route of %s not read: %s", self.group, self.topic, exc)
+            return set()
+        slaves: set[str] = set()
+        for data in route.broker_datas:
+            if data.broker_name not in self.brokers:
+                continue
+            master = data.master_addr()
+            if master is not None:
+                self.brokers[data.broker_name] = master
+            slaves.update(addr for bid, addr in data.broker_addrs.items() if bid != 0)
+        return slaves
 
     async def commit(self, offsets: dict[MessageQueue, int]) -> None:
         for mq, offset in list(offsets.items()):

@@ -322,7 +322,8 @@ def tail(
 ) -> None:
     """Stream messages as they arrive (like kcat -C); -o json prints one JSON object per line.
 
-    Control characters in messages are shown escaped (\\x1b, \\t) unless --raw."""
+    A body that is not UTF-8 shows as base64:... (JSON: body_encoding says base64). Control characters
+    in messages are shown escaped (\\x1b, \\t) unless --raw."""
     from mqctl.admin.client import run_admin
     from mqctl.output import RowStream, set_raw, stderr_console
     from mqctl.services.messages import tail as tail_messages

@@ -418,7 +418,8 @@ def salvage(
     (MQCTL_SALVAGE_RESENT: original msgId -> the copy's), so a second run skips it, and 'msg query --id
     ORIGINAL' finds the copy. It asks first (off a terminal it needs --yes) and exits 8 when any record
     could not be sent. The quarantined files stay; the manifest records each re-send.
-    Never touches the live store: safe while a broker runs on it.
+    A store with nothing quarantined has nothing to salvage: it says so and exits 0 (an empty plan, an
+    empty --out file). Never touches the live store: safe while a broker runs on it.
     """
     from mqctl.output import render, stderr_console
     from mqctl.services import quarantine as qs
@@ -427,6 +428,13 @@ def salvage(
         raise UsageError("give --out or --resend, not both")
     err = stderr_console()
     manifests = qs.chosen(store, quarantine or [])
+    if not manifests:
+        err.print(f"nothing needed salvaging: recovery set nothing aside in {store}")
+        if out is None:
+            render([], flags().output)
+        elif out != "-":
+            Path(out).write_text("", encoding="utf-8")  # a script reading --out finds it, empty
+        return
     if out is not None:
         write_salvaged(manifests, out)
         return

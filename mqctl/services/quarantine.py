@@ -40,6 +40,7 @@ from store import (
     Manifest,
     Piece,
     StoredMessage,
+    inspect,
     list_quarantines,
     piece_records,
 )
@@ -83,13 +84,16 @@ def quarantine_rows(root: str | Path) -> list[QuarantineRow]:
 
 
 def chosen(root: str | Path, names: Iterable[str] = ()) -> list[Manifest]:
-    """The quarantines named (default: all); NotFoundError when there is none or a name is unknown."""
+    """The quarantines named (default: all, none for a store recovery never cut: nothing to salvage is
+    no error); NotFoundError for a directory that is no store or a name that is unknown."""
     found = list_quarantines(str(root))
-    if not found:
-        raise NotFoundError(f"no quarantined data in {root} (nothing was ever set aside)")
     wanted = list(names)
     if not wanted:
+        if not found and (why := inspect.not_a_store(Path(root))) is not None:
+            raise NotFoundError(why)
         return found
+    if not found:
+        raise NotFoundError(f"no quarantine {', '.join(wanted)} in {root}: nothing was ever set aside")
     by_name = {m.name: m for m in found}
     unknown = [n for n in wanted if n not in by_name]
     if unknown:

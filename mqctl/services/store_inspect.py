@@ -207,6 +207,7 @@ class ChainRow(TypedDict):
     hash_match: bool
     commit_log_offset: int
     store_time: str | None
+    store_time_ms: int
     prev: int
     record_has_key: bool
     error: NotRequired[str]
@@ -277,6 +278,7 @@ def index_chain(root: str | Path, topic: str, key: str, name: str | None = None)
             "hash_match": e.hash_match,
             "commit_log_offset": e.commit_log_offset,
             "store_time": _time(e.store_timestamp),
+            "store_time_ms": e.store_timestamp or 0,
             "prev": e.prev,
             "record_has_key": e.record_has_key,
         }

@@ -1013,3 +1013,28 @@ def test_json_outputs_use_one_documented_name_per_concept(
 def ok_lines(result: CliResult) -> list[str]:
     assert result.code == 0, result.stderr
     return result.stdout.splitlines()
+
+
+def test_tail_lines_mark_a_binary_body_as_base64(mq: Callable[..., CliResult], tmp_path: Path) -> None:
+    """A plain tail line printed a non-UTF-8 body as bare base64: a text body that reads as base64 and
+    a binary one looked the same. The binary one's cell now says ``base64:``, as body_encoding does in
+    JSON (kept as it was)."""
+    import base64
+
+    binary = bytes([0xFF, 0x00, 0xFE, 0x42]) * 4
+    (tmp_path / "tail.bin").write_bytes(binary)
+    encoded = base64.b64encode(binary).decode()
+    ok(mq("msg", "send", "-t", OTHER, "-q", "0", "--file", str(tmp_path / "tail.bin"), "-o", "json"))
+    ok(mq("msg", "send", "-t", OTHER, "-q", "0", encoded.lower(), "-o", "json"))  # text that reads as base64
+    lines = mq("msg", "tail", "-t", OTHER, "--from", "earliest", "--exit").stdout.splitlines()
+    bodies = [line.rsplit(" ", 1)[-1] for line in lines]
+    assert f"base64:{encoded}" in bodies and encoded.lower() in bodies, lines
+    rows = [
+        json.loads(line)
+        for line in mq(
+            "msg", "tail", "-t", OTHER, "--from", "earliest", "--exit", "-o", "json"
+        ).stdout.splitlines()
+    ]
+    assert {"body_encoding": "base64", "body": encoded}.items() <= next(
+        r for r in rows if r["body"] == encoded
+    ).items()

@@ -192,10 +192,24 @@ def test_a_damaged_total_size_is_quarantined_served_around_verified_and_salvaged
         assert "store salvage --resend" in found["note"]
 
 
-def test_salvage_without_quarantine_and_conflicting_flags(cli: RunCli, tmp_path: Path) -> None:
+def test_salvage_of_a_healthy_store_succeeds_with_nothing_to_do(cli: RunCli, tmp_path: Path) -> None:
+    """A store recovery never cut has nothing to salvage: that is success (exit 0, said on stderr), not
+    'not found' (exit 3), which a script read as a failure; a directory that is no store, or a quarantine
+    name that is not there, is still not found."""
     root = unpack_store_a(tmp_path)
     result = cli("store", "salvage", "--store", str(root))
-    assert result.code == 3 and "no quarantined data" in result.stderr
+    assert result.code == 0 and "nothing needed salvaging" in result.stderr, result.stderr
+    result = cli("store", "salvage", "--store", str(root), "-o", "json")
+    assert result.code == 0 and result.json() == []
+    result = cli("store", "salvage", "--store", str(root), "--out", str(tmp_path / "x.jsonl"))
+    assert result.code == 0 and (tmp_path / "x.jsonl").read_text() == ""
+    result = cli("store", "salvage", "--store", str(root), "--resend", "--yes")
+    assert result.code == 0 and "nothing needed salvaging" in result.stderr, result.stderr
+    result = cli("store", "salvage", "--store", str(root), "--quarantine", "nope")
+    assert result.code == 3 and "no quarantine nope" in result.stderr, result.stderr
+    (tmp_path / "empty").mkdir()
+    result = cli("store", "salvage", "--store", str(tmp_path / "empty"))
+    assert result.code == 3 and "not a store directory" in result.stderr, result.stderr
     result = cli("store", "salvage", "--store", str(root), "--out", "x", "--resend")
     assert result.code == 2
 

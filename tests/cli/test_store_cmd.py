@@ -98,6 +98,20 @@ def test_commitlog_and_index_ls_show_local_time_and_carry_ms_twins(cli: RunCli, 
     assert indexed.code == 0 and "+09:00" in indexed.stdout, indexed.stderr
 
 
+def test_index_show_prints_times_as_every_other_table(cli: RunCli, store_a: Path) -> None:
+    """A key's chain printed its store times in UTC with Z whatever the zone, while every other table
+    (its own header view included) prints local time with the offset: its rows had no _ms twin."""
+    env = {"TZ": "Asia/Tokyo"}
+    chain = ["store", "index", "show", "--store", str(store_a), "-t", "FixA_Events", "-k", "sess-07"]
+    rows = ok(cli(*chain, "-o", "json"))
+    assert all(r["store_time"].endswith("Z") and r["store_time_ms"] > 0 for r in rows)
+    table = cli(*chain, env=env)
+    assert table.code == 0, table.stderr
+    assert "+09:00" in table.stdout and "Z " not in table.stdout, table.stdout
+    header = cli("store", "index", "show", "--store", str(store_a), env=env)
+    assert header.code == 0 and "+09:00" in header.stdout, header.stderr
+
+
 @pytest.mark.slow
 def test_commitlog_ls_csv_and_yaml_carry_the_same_rows(cli: RunCli, store_a: Path) -> None:
     as_csv = cli("store", "commitlog", "ls", "--store", str(store_a), "-o", "csv")

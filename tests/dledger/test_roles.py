@@ -307,3 +307,61 @@ async def test_a_tail_reads_on_through_a_failover_of_the_leader(
         finally:
             tail.kill()
             tail.wait()
+
+
+async def test_a_group_tail_is_a_member_on_the_new_master_after_a_leadership_transfer(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """'msg tail -g' heartbeated only the master it started on: after a transfer it read on, but the new
+    master's 'group connections' did not list it (invisible to the operator and to rebalancing). It now
+    heartbeats every broker of the topic's current route, as MQClientInstance#sendHeartbeatToAllBroker does."""
+    async with raft_group(tmp_path, cli_env) as (data, ns, client):
+        env = {**quick(cli_env), "NAMESRV_ADDR": ns}
+
+        def mq(*args: str) -> subprocess.CompletedProcess[str]:
+            argv = [sys.executable, "-m", "mqctl", *args]
+            return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+        def listed() -> list[str]:
+            done = mq("group", "connections", "-g", "GTail", "-o", "json")
+            if done.returncode != 0:
+                return []
+            return [row["client_id"] for row in json.loads(done.stdout)["clients"]]
+
+        leader = await new_master(client, ns, "")
+        await BrokerClient(leader, client).create_topic("Watched", 1)
+        await topic_everywhere(client, data, "Watched")
+        argv = [sys.executable, "-m", "mqctl", "msg", "tail", "-t", "Watched", "-g", "GTail", "-o", "json"]
+        tail = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        try:
+            assert tail.stderr is not None
+            assert "tailing Watched" in await asyncio.to_thread(tail.stderr.readline)
+
+            async def joined() -> bool:
+                return bool(await asyncio.to_thread(listed))
+
+            await wait_until(joined, 30)
+            follower = next(a for a in member_addrs(data) if a != leader)
+            for _ in range(5):  # an election racing the handover (a loaded host) refuses it: asked again
+                done = await asyncio.to_thread(
+                    mq, "broker", "ha", "transfer", "--to", member_id(data, follower)
+                )
+                if done.returncode == 0:
+                    break
+                await asyncio.sleep(1)
+            assert done.returncode == 0, done.stderr
+            assert await new_master(client, ns, leader) == follower
+            # well inside the 30 s heartbeat interval: the new master knew the tail before it led
+            deadline = time.monotonic() + 10
+            while not (clients := await asyncio.to_thread(listed)) and time.monotonic() < deadline:
+                await asyncio.sleep(0.5)
+            assert clients, "the new master lists no client of the tail's group"
+            assert (await BrokerClient(follower, client).send("Watched", b"after", queue_id=0)).code == 0
+            assert tail.stdout is not None
+            line = await asyncio.wait_for(asyncio.to_thread(tail.stdout.readline), 60)
+            assert line and json.loads(line)["body"] == "after", line  # and it reads on
+        finally:
+            tail.kill()
+            tail.wait()
