@@ -117,18 +117,26 @@ class GroupMember:
     async def heartbeat(self) -> None:
         """Beat to every broker of the topic's current route, slaves too, as
         ``MQClientInstance#sendHeartbeatToAllBroker`` does for a consumer: the member a failover or a
-        leadership transfer makes master already knows us. A master that does not answer raises (the
-        caller tries again next time); a slave that does not is only logged."""
+        leadership transfer makes master already knows us. Every broker is tried whatever the others
+        answer (a hung master mid-failover must not keep the others, or the slave about to be elected,
+        from hearing of us); then the first master that did not answer raises (the caller tries again
+        next time); a slave that does not is only logged."""
         body = HeartbeatData(self.client_id, [], [self._data]).dumps()
         slaves = await self._follow_route()
         masters = set(self.brokers.values())
+        failed: RemotingError | OSError | None = None
         for addr in sorted(masters):
-            await self.admin.call(addr, RequestCode.HEART_BEAT, body=body)
+            try:
+                await self.admin.call(addr, RequestCode.HEART_BEAT, body=body)
+            except (RemotingError, OSError) as exc:
+                failed = failed or exc
         for addr in sorted(slaves - masters):
             try:
                 await self.admin.call(addr, RequestCode.HEART_BEAT, body=body)
             except (RemotingError, OSError) as exc:
                 log.debug("group %s: heartbeat to slave %s failed: %s", self.group, addr, exc)
+        if failed is not None:
+            raise failed
 
     async def _follow_route(self) -> set[str]:
         """Point :attr:`brokers` at each broker group's current master (commits and heartbeats follow a
