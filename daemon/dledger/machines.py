@@ -1229,16 +1229,22 @@ class Node:
 
     def _push_refusal(self, req: PushEntryRequest) -> Code | None:
         """Why a push is not this member's to take (``EntryHandler#handlePush``'s checks), or None."""
+        return self._refusal(req.group, req.leader_id, req.remote_id, req.term)
+
+    def _refusal(
+        self, group: str | None, leader_id: str | None, remote_id: str | None, term: int
+    ) -> Code | None:
+        """:meth:`_push_refusal` from a push's fields as they are (a binary push has no bean)."""
         m = self.m
-        if req.remote_id != m.self_id:
+        if remote_id != m.self_id:
             return Code.UNKNOWN_MEMBER
-        if req.group != m.group:
+        if group != m.group:
             return Code.UNKNOWN_GROUP
         if m.role is not Role.FOLLOWER:
             return Code.NOT_FOLLOWER
-        if req.term != m.term:
+        if term != m.term:
             return Code.INCONSISTENT_TERM
-        if req.leader_id != m.leader_id:
+        if leader_id != m.leader_id:
             return Code.INCONSISTENT_LEADER
         return None
 
@@ -1271,17 +1277,9 @@ class Node:
         (its other fields are the push's ``term``, ``first`` and ``count`` and this log's extent)."""
         self._now = now
         m = self.m
-        # (EntryHandler#handlePush's checks, as _push_refusal makes them)
-        if remote_id != m.self_id:
-            return int(Code.UNKNOWN_MEMBER)
-        if group != m.group:
-            return int(Code.UNKNOWN_GROUP)
-        if m.role is not Role.FOLLOWER:
-            return int(Code.NOT_FOLLOWER)
-        if term != m.term:
-            return int(Code.INCONSISTENT_TERM)
-        if leader_id != m.leader_id:
-            return int(Code.INCONSISTENT_LEADER)
+        refused = self._refusal(group, leader_id, remote_id, term)
+        if refused is not None:
+            return int(refused)
         if first > self.log.last_index + 1:
             # a gap, as a batch push's: a push queued on a connection that stalled, arriving after the new
             # connection's (the leader compares and pushes again); the protocol at work, not a fault here
