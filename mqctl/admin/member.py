@@ -125,16 +125,14 @@ class GroupMember:
         slaves = await self._follow_route()
         masters = set(self.brokers.values())
         failed: RemotingError | OSError | None = None
-        for addr in sorted(masters):
+        for addr in [*sorted(masters), *sorted(slaves - masters)]:
             try:
                 await self.admin.call(addr, RequestCode.HEART_BEAT, body=body)
             except (RemotingError, OSError) as exc:
-                failed = failed or exc
-        for addr in sorted(slaves - masters):
-            try:
-                await self.admin.call(addr, RequestCode.HEART_BEAT, body=body)
-            except (RemotingError, OSError) as exc:
-                log.debug("group %s: heartbeat to slave %s failed: %s", self.group, addr, exc)
+                if addr in masters:
+                    failed = failed or exc
+                else:
+                    log.debug("group %s: heartbeat to slave %s failed: %s", self.group, addr, exc)
         if failed is not None:
             raise failed
 
