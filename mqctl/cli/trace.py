@@ -12,6 +12,7 @@ from mqctl.cli.common import (
     cluster_options,
     cluster_target,
     flags,
+    read_all,
     request_timeout,
 )
 from mqctl.completion import complete_topic
@@ -84,7 +85,8 @@ def trace(
     from mqctl.output import render, stdout_console
 
     target = cluster_target()
-    result = run_admin(target.namesrv, work, timeout=request_timeout(5.0, target))
+    seconds = request_timeout(5.0, target)
+    result = read_all(lambda: run_admin(target.namesrv, work, timeout=seconds))
     timelines = result if isinstance(result, list) else [result]
     if tree:
         console = stdout_console()

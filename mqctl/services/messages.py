@@ -32,8 +32,9 @@ from daemon.remoting.errors import (
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
-from mqctl.errors import ConnectError, NotFoundError, UsageError
+from mqctl.errors import ConnectError, NotFoundError, NothingReadError, UsageError
 from mqctl.output import Rows, json_text
+from mqctl.services.fanout import each_broker
 from mqctl.services.topics import readers_of_topic, route_masters, route_or_not_found, route_readers
 from mqctl.timespec import iso, parse_time
 from mqctl.tracedata import trace_field
@@ -497,26 +498,27 @@ async def send_message(
 async def _query_masters(
     admin: Admin, topic: str, key: str, begin_ms: int, end_ms: int, max_num: int, *, unique_key: bool
 ) -> list[StoredMessage]:
-    """QUERY_MESSAGE on every broker group of ``topic`` at once (its master, or a slave while it is down)."""
+    """QUERY_MESSAGE on every broker group of ``topic`` at once (its master, or a slave while it is down):
+    what the groups that answer hold, each one that does not (down, ACL denied) named
+    (:func:`~mqctl.services.fanout.each_broker`)."""
     addrs = sorted(set((await readers_of_topic(admin, topic)).values()))
     if not addrs:
         raise NotFoundError(f"topic {topic!r} has no broker online")
-    found = await asyncio.gather(
-        *(
-            wire.query(
-                admin,
-                addr,
-                topic,
-                key,
-                begin_ms=begin_ms,
-                end_ms=end_ms,
-                max_num=max_num,
-                unique_key=unique_key,
-            )
-            for addr in addrs
-        )
+    found = await each_broker(
+        admin,
+        addrs,
+        lambda addr: wire.query(
+            admin,
+            addr,
+            topic,
+            key,
+            begin_ms=begin_ms,
+            end_ms=end_ms,
+            max_num=max_num,
+            unique_key=unique_key,
+        ),
     )
-    return [m for batch in found for m in batch if m.topic == topic]
+    return [m for batch in found.values() for m in batch if m.topic == topic]
 
 
 async def query_by_key(
@@ -611,7 +613,7 @@ async def _find_unique_key(admin: Admin, uniq_key: str, topic: str | None) -> li
         async with limit:
             try:
                 return await _query_masters(admin, name, uniq_key, 0, JAVA_LONG_MAX, 32, unique_key=True)
-            except (RemotingError, NotFoundError):
+            except (RemotingError, NotFoundError, NothingReadError):
                 if topic is not None:
                     raise
                 return []  # a topic without a route or broker: nothing of it to find

@@ -9,7 +9,6 @@ and offset) from the broker the ``Pub`` record's offset id names.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -20,7 +19,7 @@ from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.errors import NotFoundError
-from mqctl.services.fanout import broker_names
+from mqctl.services.fanout import broker_names, each_broker
 from mqctl.services.messages import JAVA_LONG_MAX, plausible_offset_id
 from mqctl.services.topics import readers_of_topic
 from mqctl.tracedata import TraceFormatError, TraceRecord, consume_result, decode_trace
@@ -44,7 +43,8 @@ class Carried:
 
 
 async def _trace_records(admin: Admin, trace_topic: str, key: str) -> list[Carried]:
-    """Every record of every trace message indexed under ``key``, on every broker of the trace topic."""
+    """Every record of every trace message indexed under ``key``, on every broker of the trace topic that
+    answers (each one that does not is named: a message's trace may be on another broker)."""
     try:
         addrs = sorted(set((await readers_of_topic(admin, trace_topic)).values()))
     except NotFoundError:
@@ -53,15 +53,14 @@ async def _trace_records(admin: Admin, trace_topic: str, key: str) -> list[Carri
             hint="clients write traces with enableMsgTrace; --trace-topic names another topic",
         ) from None
     now = int(time.time() * 1000)
-    batches = await asyncio.gather(
-        *(
-            wire.query(admin, addr, trace_topic, key, begin_ms=0, end_ms=now, max_num=QUERY_MAX)
-            for addr in addrs
-        )
+    batches = await each_broker(
+        admin,
+        addrs,
+        lambda addr: wire.query(admin, addr, trace_topic, key, begin_ms=0, end_ms=now, max_num=QUERY_MAX),
     )
     seen: set[tuple[str, int]] = set()
     out: list[Carried] = []
-    for m in (m for batch in batches for m in batch if m.topic == trace_topic):
+    for m in (m for batch in batches.values() for m in batch if m.topic == trace_topic):
         where = (f"{m.store_host[0]}:{m.store_host[1]}", m.commit_log_offset)
         if where in seen:
             continue

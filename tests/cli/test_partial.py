@@ -15,6 +15,8 @@ from daemon.broker.broker import Broker
 from daemon.broker.headers import CreateTopicRequestHeader, UpdateConsumerOffsetRequestHeader
 from daemon.remoting.codes import RequestCode
 from mqctl.errors import NothingReadError
+from mqctl.tracedata import TraceRecord, encode_trace, trace_keys
+from store import TRACE_TOPIC
 from tests.daemons import LocalCluster, handle, local_cluster
 from tests.support.acl import write_acl
 from tests.support.broker import start_broker
@@ -22,6 +24,8 @@ from tests.support.cli import CliResult, RunCli
 
 SHARED = "SharedT"
 GROUP = "PartialG"
+KEY = "k-shared"  # the key of a message of SharedT on broker-a, traced there too
+UNIQ = "7F0000014A2C18B4AAC2155C3E1A0009"  # its client id
 
 
 @pytest.fixture(scope="module")
@@ -52,6 +56,32 @@ def two_clusters(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Loc
             assert (await client.call(RequestCode.UPDATE_CONSUMER_OFFSET, commit.to_ext_fields())).code == 0
             body = json.dumps({"groupName": GROUP}).encode()
             assert (await client.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)).code == 0
+            keyed = await client.send(SHARED, b"keyed", queue_id=1, keys=KEY, props={"UNIQ_KEY": UNIQ})
+            assert keyed.code == 0
+            for broker in (cluster.broker, locked):  # as traceTopicEnable makes it on each broker
+                broker.topics.create_system_like(TRACE_TOPIC, 1, 6)
+            pub = TraceRecord(
+                "Pub",
+                UNIQ,
+                timestamp_ms=int(time.time() * 1000),
+                region_id="DefaultRegion",
+                group="PG",
+                topic=SHARED,
+                keys=KEY,
+                store_host=cluster.broker_addr,
+                body_size=5,
+                cost_ms=1,
+                msg_type="Normal_Msg",
+                msg_id=keyed.ext_fields["msgId"],
+                success=True,
+            )
+            traced = await client.send(
+                TRACE_TOPIC,
+                encode_trace([pub]),
+                keys=" ".join(trace_keys([pub])),
+                group="_INNER_TRACE_PRODUCER",
+            )
+            assert traced.code == 0
             locked.topics.create_system_like(SHARED, 2, 6)
             await locked.register_all()
             await cluster.broker.register_all()
@@ -107,6 +137,20 @@ def test_reads_answer_with_what_they_could_and_name_the_refusing_broker(
         _errors(doc, locked)
     text = json.dumps(doc)
     assert GROUP in text or "broker-a" in text  # what the open broker answered
+
+
+@pytest.mark.parametrize(
+    "args", [["msg", "query", "-t", SHARED, "-k", KEY, "--since", "-1h"], ["msg", "trace", "-k", KEY]]
+)
+def test_message_reads_by_key_find_it_on_the_broker_that_answers(
+    mq: Callable[..., CliResult], two_clusters: tuple[LocalCluster, Broker], args: list[str]
+) -> None:
+    """A key is looked up in the index of every broker group of the topic (the trace topic for msg
+    trace): one that refuses (or is down) is named, and what the others hold is still found."""
+    _, locked = two_clusters
+    result = mq(*args, "-o", "json")
+    _refused(result, locked)
+    assert KEY in result.stdout
 
 
 def test_shown_records_carry_an_empty_errors_list_when_every_broker_answered(
