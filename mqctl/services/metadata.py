@@ -387,6 +387,26 @@ def _group_spec(name: str, values: Mapping[str, Any]) -> groups.GroupSpec:
     return groups.GroupSpec(name, **values)
 
 
+def _queue_offsets(row: dict[str, Any]) -> dict[int, int]:
+    """An offsets entry's ``queues``: queue id (a YAML number or JSON's digit string) -> offset, both whole
+    numbers >= 0; anything else (a float, true, a negative number) would be committed as a wrong offset."""
+    where = f"offsets of {row['group']}@{row['topic']} on {row['broker']}"
+    queues = row["queues"]
+    if not isinstance(queues, dict):
+        raise ValueError(f"{where}: queues must map each queue id to its offset: {queues!r}")
+    out: dict[int, int] = {}
+    for q, o in queues.items():
+        queue = q if isinstance(q, int) and not isinstance(q, bool) else None
+        if isinstance(q, str) and q.isascii() and q.isdigit():
+            queue = int(q)
+        if queue is None or queue < 0:
+            raise ValueError(f"{where}: queue id {q!r} is not a whole number")
+        if not isinstance(o, int) or isinstance(o, bool) or o < 0:
+            raise ValueError(f"{where}: queue {queue} offset {o!r} is not a whole number")
+        out[queue] = o
+    return out
+
+
 def _from_export(raw: dict[str, Any], name_problem: NameCheck) -> Metadata:
     if raw.get("version") != VERSION:
         raise ValueError(f"version {raw.get('version')!r}: this mqctl reads version {VERSION}")
@@ -404,8 +424,7 @@ def _from_export(raw: dict[str, Any], name_problem: NameCheck) -> Metadata:
             problem = name_problem(kind, str(row[kind]))
             if problem is not None:
                 raise ValueError(problem)
-        queues = {int(q): int(o) for q, o in dict(row["queues"]).items()}
-        meta.offsets.append({**row, "queues": queues})
+        meta.offsets.append({**row, "queues": _queue_offsets(row)})
     for item in raw.get("acl") or []:
         if not isinstance(item, dict) or "name" not in item or set(item) - {"name", "brokers", *ACL_KEYS}:
             raise ValueError(f"an acl entry needs a name and only {', '.join(ACL_KEYS)}: {item!r}")

@@ -196,6 +196,21 @@ def test_files_it_cannot_apply(cli: RunCli, target: LocalCluster, tmp_path: Path
         ("kind: mqctl-metadata\nversion: 1\ntopics:\n- {name: T, read_queues: eight}\n", "whole number"),
         ("kind: mqctl-metadata\nversion: 1\ngroups:\n- {name: G, enabled: 1}\n", "true or false"),
         ("- a\n", "mapping"),
+        *(
+            (
+                f"kind: mqctl-metadata\nversion: 1\noffsets:\n- {{group: G, topic: T, broker: b, queues: {q}}}\n",
+                why,
+            )
+            for q, why in (
+                ("null", "queues must map"),
+                ("[1, 2]", "queues must map"),
+                ("{0: -5}", "queue 0 offset -5 is not a whole number"),
+                ("{0: 2.7}", "queue 0 offset 2.7 is not a whole number"),
+                ("{0: true}", "queue 0 offset True is not a whole number"),
+                ("{-1: 2}", "queue id -1 is not a whole number"),
+                ("{x: 1}", "queue id 'x' is not a whole number"),
+            )
+        ),
     ):
         path.write_text(text)
         refused = run(cli, ns, "apply", "-f", str(path))
