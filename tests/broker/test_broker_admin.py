@@ -44,6 +44,10 @@ async def test_create_list_and_delete_topic(broker: BrokerHandle) -> None:
     )
     system = await broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create_topic("TBW102"))
     assert system.code == ResponseCode.SYSTEM_ERROR and "conflict with system topic" in (system.remark or "")
+    odd = CreateTopicRequestHeader("Odd", "TBW102", 1, 1, 6, "FOO").to_ext_fields()
+    refused = await broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, odd)  # as 4.9.8's header check
+    assert refused.code == ResponseCode.SYSTEM_ERROR and "topicFilterType = [FOO]" in (refused.remark or "")
+    assert broker.broker.topics.get("Odd") is None
     assert (
         await broker.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Adm"})
     ).code == ResponseCode.SUCCESS

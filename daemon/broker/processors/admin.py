@@ -142,6 +142,8 @@ class AdminProcessor:
 
     async def create_topic(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = CreateTopicRequestHeader.from_ext_fields(request.ext_fields)
+        if h.topic_filter_type not in ("SINGLE_TAG", "MULTI_TAG"):  # 4.9.8's header check: TopicFilterType
+            raise system_error(f"topicFilterType = [{h.topic_filter_type}] value invalid")
         self._check_topic(h.topic)
         old = self.broker.topics.get(h.topic)
         config = TopicConfig(
