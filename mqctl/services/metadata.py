@@ -351,9 +351,12 @@ def _checked(
     return name, names, {k: v for k, v in item.items() if k in keys}
 
 
+#: What RocketMQ reads as a topic's filter type (TopicFilterType): a 4.9.8 broker refuses any other.
+FILTER_TYPES = ("SINGLE_TAG", "MULTI_TAG")
+
 _TYPE_NAMES = {
-    "perm": "r, w, rw or a number",
-    "filter_type": "text",
+    "perm": "r, w, rw or a number of PermName's bits (0 to 15)",
+    "filter_type": " or ".join(FILTER_TYPES),
     **dict.fromkeys(
         ("order", "broadcast", "consume_from_min", "enabled", "notify_ids_changed"), "true or false"
     ),
@@ -363,9 +366,11 @@ _TYPE_NAMES = {
 def _typed(value: Any, key: str) -> bool:
     """Whether a file's value has the type its key takes (YAML's true is no number here)."""
     if key == "perm":
-        return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
+        if isinstance(value, str):
+            return value in topics.PERMS
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 15
     if key == "filter_type":
-        return isinstance(value, str)
+        return value in FILTER_TYPES
     if _TYPE_NAMES.get(key) == "true or false":
         return isinstance(value, bool)
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0

@@ -192,7 +192,12 @@ def test_files_it_cannot_apply(cli: RunCli, target: LocalCluster, tmp_path: Path
         ("topics: []\n", "kind"),
         ("kind: mqctl-metadata\nversion: 1\ntopics:\n- {name: 'bad name'}\n", "characters"),
         ("kind: mqctl-metadata\nversion: 1\ntopics:\n- {name: T, queues: 3}\n", "unknown keys"),
-        ("kind: mqctl-metadata\nversion: 1\ntopics:\n- {name: T, perm: x}\n", "perm"),
+        ("kind: mqctl-metadata\nversion: 1\ntopics:\n- {name: T, perm: x}\n", "T': perm 'x' is not r, w, rw"),
+        ("kind: mqctl-metadata\nversion: 1\ntopics:\n- {name: T, perm: 99}\n", "perm 99 is not r, w, rw"),
+        (
+            "kind: mqctl-metadata\nversion: 1\ntopics:\n- {name: T, filter_type: FOO}\n",
+            "SINGLE_TAG or MULTI_TAG",
+        ),
         ("kind: mqctl-metadata\nversion: 1\ntopics:\n- {name: T, read_queues: eight}\n", "whole number"),
         ("kind: mqctl-metadata\nversion: 1\ngroups:\n- {name: G, enabled: 1}\n", "true or false"),
         ("- a\n", "mapping"),
