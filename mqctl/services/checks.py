@@ -145,7 +145,14 @@ async def dlq(admin: Admin, group: str, *, warn: int, crit: int) -> Verdict:
     topic = dlq_topic(group)
     held = 0
     resent = 0
-    if topic in await admin.topic_list():
+    listed = await admin.topic_list()
+    if topic not in listed and not await _known_group(admin, group):
+        return Verdict(
+            "dlq",
+            State.UNKNOWN,
+            f"group {group!r} is not known: no master holds its subscription group, offsets or dead letters",
+        )
+    if topic in listed:
         held = sum(
             off.max_offset - off.min_offset for *_, off in await queue_offsets(admin, topic, reads=True)
         )
@@ -160,6 +167,20 @@ async def dlq(admin: Admin, group: str, *, warn: int, crit: int) -> Verdict:
         Perf("resent", resent, "", min=0),
     ]
     return Verdict("dlq", threshold(pending, warn, crit), summary, perf)
+
+
+async def _known_group(admin: Admin, group: str) -> bool:
+    """Whether any master (that answers) holds ``group``'s subscription group, or it has offsets or an
+    online consumer: a name no broker knows (a typo) has no dead letters to count, not zero of them."""
+    from mqctl.services.groups import list_groups, progress
+
+    if any(row["group"] == group for row in await list_groups(admin, cluster=None, system=True)):
+        return True
+    try:
+        await progress(admin, group, topic=None, lag_over=None)
+    except NotFoundError:
+        return False
+    return True
 
 
 # -------------------------------------------------------------------------------------------- cluster

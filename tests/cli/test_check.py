@@ -114,6 +114,8 @@ def test_dlq_in_every_state(mq: RunCli) -> None:
     warning = plugin(mq("check", "dlq", "-g", DEAD, "--crit", "5"), "WARNING")
     assert "2 dead letter(s) not re-sent" in warning and "held=2" in warning
     plugin(mq("check", "dlq", "-g", DEAD, "--crit", "1"), "CRITICAL")
+    typo = plugin(mq("check", "dlq", "-g", GROUP + "_typo"), "UNKNOWN")  # not an OK forever
+    assert f"group '{GROUP}_typo' is not known" in typo
 
 
 def test_disk_against_the_watermarks(mq: RunCli, daemons: LocalCluster) -> None:
