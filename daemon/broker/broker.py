@@ -107,7 +107,7 @@ from store.message import (
 )
 from store.models import DataVersion, TopicConfig
 from store.names import DLEDGER_TERM_TOPIC, SCHEDULE_TOPIC, TIMER_TOPIC, TRANS_HALF_TOPIC
-from store.replica_tail import diverged_quarantines
+from store.quarantine import list_quarantines
 from store.results import PutResult
 
 if TYPE_CHECKING:
@@ -1117,7 +1117,7 @@ class Broker:
                 config.broker_role,
                 self.ha_master,
                 self.ha_slave,
-                diverged_quarantines(config.store_path_root_dir),
+                list_quarantines(config.store_path_root_dir),
             ),
             **(dledger_runtime_info(self.dledger) if self.dledger is not None else {}),
             # and the event loop's lag and the GC's pauses

@@ -60,7 +60,7 @@ from store.ha import (
     set_aside_in_place,
     transfer_start,
 )
-from store.quarantine import Manifest
+from store.quarantine import DIVERGED, Manifest
 
 log = logging.getLogger(__name__)
 
@@ -800,20 +800,27 @@ HA_RUNTIME_KEYS = frozenset(
         "haMasterLastReadTimestamp",
         "haDivergedRecords",
         "haDivergedQuarantine",
+        "storeQuarantines",
+        "storeQuarantinedRecords",
     }
 )
 
 
 def ha_runtime_info(
-    role: str, master: HAMaster | None, slave: HASlave | None, diverged: list[Manifest] | None = None
+    role: str, master: HAMaster | None, slave: HASlave | None, quarantines: list[Manifest] | None = None
 ) -> dict[str, str]:
     """mqctl's additions to GET_BROKER_RUNTIME_INFO: the role and the replication state.
 
     A master lists its slaves as ``addr/ackedOffset/lagSeconds`` joined by ``;``; a slave shows its master's HA
     address and whether it is connected. Offsets are CommitLog offsets; lag is the reader's sum. A store
-    that ever set a divergent tail aside (``diverged``) says how many records and the newest quarantine.
+    holding ``quarantines`` (data recovery or replication set aside, until the operator removes it) says
+    how many and the records in them; of a divergent tail set aside, how many records and the newest one.
     """
     info = {"brokerRole": role}
+    if quarantines:
+        info["storeQuarantines"] = str(len(quarantines))
+        info["storeQuarantinedRecords"] = str(sum(max(0, m.records) + max(0, m.damaged) for m in quarantines))
+    diverged = [m for m in quarantines or [] if m.recovery == DIVERGED]
     if diverged:
         info["haDivergedRecords"] = str(sum(m.records + m.damaged for m in diverged))
         info["haDivergedQuarantine"] = diverged[-1].path

@@ -198,7 +198,8 @@ def _name(row: BrokerRow) -> str:
 
 
 async def cluster(admin: Admin, *, cluster_name: str | None) -> Verdict:
-    """Every broker the NameServer lists answers its runtime info; each broker group has a master.
+    """Every broker the NameServer lists answers its runtime info; each broker group has a master; a
+    broker holding quarantined data (set aside by recovery or replication) is a WARNING until removed.
 
     A broker that refuses (ACL) is UNKNOWN, not down: it answered, we may not look."""
     rows = await brokers(admin, cluster_name, known=False)
@@ -210,9 +211,19 @@ async def cluster(admin: Admin, *, cluster_name: str | None) -> Verdict:
     answers = await asyncio.gather(*(_runtime(admin, r) for r in rows))
     states: list[State] = []
     problems: list[str] = []
+    set_aside = 0
     for row, answer in zip(rows, answers, strict=True):
         if not isinstance(answer, BaseException):
             states.append(State.OK)
+            quarantines = int(answer.get("storeQuarantines") or 0)
+            if quarantines:  # it serves, but recovery or replication set data aside for the operator
+                records = int(answer.get("storeQuarantinedRecords") or 0)
+                set_aside += records
+                states.append(State.WARNING)
+                problems.append(
+                    f"{_name(row)} holds {quarantines} quarantine(s) with {records} record(s) set aside "
+                    "('mqctl store verify' lists them, 'store salvage' re-sends them; then remove them)"
+                )
         elif _refused(answer):
             states.append(State.UNKNOWN)
             problems.append(f"{_name(row)} refused (ACL): {translate(answer)}")
@@ -232,6 +243,7 @@ async def cluster(admin: Admin, *, cluster_name: str | None) -> Verdict:
         Perf("brokers", len(rows), min=0),
         Perf("answering", answering, "", None, None, 0, len(rows)),
         Perf("masters_missing", len(headless), min=0),
+        Perf("quarantined_records", set_aside, min=0),
     ]
     return Verdict("cluster", worst(states), summary, perf, problems)
 

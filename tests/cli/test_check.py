@@ -154,6 +154,19 @@ def test_cluster_down_broker_is_critical(mq: RunCli, daemons: LocalCluster) -> N
         daemons.loop.run(client.close())
 
 
+def test_cluster_with_quarantined_data_is_a_warning(cli: RunCli, tmp_path: Path) -> None:
+    """A broker that set damaged data aside at start serves on; until the operator removes the quarantine,
+    check cluster says so (it said OK: the records were only in the broker's log)."""
+    from tests.cli.test_quarantine_cmd import STORE_A_SIZES, damage_a_total_size
+
+    root, recs, victim = damage_a_total_size(tmp_path)
+    later = sum(1 for off, _, _ in recs if off > victim)
+    with local_cluster(tmp_path, store_path_root_dir=str(root), **STORE_A_SIZES) as c:
+        warning = plugin(cli("check", "cluster", env={"NAMESRV_ADDR": c.namesrv_addr}), "WARNING")
+    assert f"broker-a/0@{c.broker_addr} holds 1 quarantine(s) with {later + 1} record(s) set aside" in warning
+    assert f"quarantined_records={later + 1};;;0" in warning
+
+
 @pytest.mark.slow
 def test_watch_repeats_and_exits_with_the_last_state(cli_env: dict[str, str], daemons: LocalCluster) -> None:
     import signal
