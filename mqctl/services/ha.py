@@ -69,6 +69,8 @@ async def _one(admin: Admin, row: BrokerRow) -> HAStatus:
         else:
             leader = table.get("dledgerLeaderId")
             out.peers = f"leader {leader}" if leader else None
+            # a follower's log end against the leader's: its lag in bytes, as a slave's (check ha's rules)
+            out.acked_offset = out.commitlog_max_offset
         out.connected = bool(table.get("dledgerLeaderId"))
     elif "haMasterAddress" in table:  # a slave
         out.connected = table.get("haMasterConnected") == "true"

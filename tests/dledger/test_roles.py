@@ -266,6 +266,20 @@ async def test_check_ha_warns_when_a_member_of_the_group_is_gone(
             return (await asyncio.to_thread(check)).stdout.startswith("HA OK - 2 slave(s)")
 
         await wait_until(both_followers_registered, 60)
+        await BrokerClient(leader, client).create_topic("Lagged", 1)
+        assert (await BrokerClient(leader, client).send("Lagged", b"x" * 4096, queue_id=0)).code == 0
+
+        async def followers_lag_measured() -> bool:
+            """A follower's lag is its log end against the leader's, in bytes, as a slave's (it was
+            never measured: a DLedger follower far behind passed 'check ha' as OK)."""
+            argv = [sys.executable, "-m", "mqctl", "broker", "ha", "status", "-o", "json"]
+            shown = await asyncio.to_thread(
+                subprocess.run, argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+            )
+            rows = json.loads(shown.stdout or "[]")
+            return [r["lag_bytes"] for r in rows if r["raft_role"] == "FOLLOWER"] == [0, 0]
+
+        await wait_until(followers_lag_measured, 30)
         os.kill(member_pid(data, follower), signal.SIGKILL)
 
         async def warned() -> bool:
