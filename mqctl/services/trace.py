@@ -270,8 +270,11 @@ async def _timeline(
     located = plausible_offset_id(offset_id) if stored is None and offset_id else None
     if located is not None and located[0] in names:  # trace data never sends us to an unknown address
         stored = await _view(admin, *located)
-    if stored is None and topic is not None:  # no Pub (a producer without trace): the topic's index
-        stored = await _by_unique_key(admin, topic, records[0].unique_key)
+    traced_topic = topic or _first(records, "topic")
+    if stored is None and traced_topic:
+        # no Pub (a producer without trace), or its broker is gone (a DLedger leader since failed over, a
+        # master moved): the index of the topic's brokers, those the NameServer routes it to
+        stored = await _by_unique_key(admin, traced_topic, records[0].unique_key)
         offset_id = stored.msg_id if stored is not None else offset_id
     store_host = f"{stored.store_host[0]}:{stored.store_host[1]}" if stored else _first(records, "store_host")
     events = [

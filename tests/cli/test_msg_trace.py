@@ -18,6 +18,7 @@ from store.record import create_msg_id
 from tests.daemons import LocalCluster, local_cluster
 from tests.support.cli import CliResult, RunCli
 from tests.support.paths import ROOT
+from tests.support.ports import free_port
 from tests.support.tracing import Sent, TracingClient, send_trace_body
 from tests.support.waiting import wait_until
 
@@ -34,6 +35,7 @@ class World:
     shipped: Sent  # traced: produced, consumed by CG_Audit; shares the key cust-9 with paid
     untraced: Sent
     solo: Sent  # produced without trace; consumed with trace by CG_Audit, and by CG_Slow whose handler hung
+    moved: Sent  # its Pub names a broker the NameServer no longer knows (a DLedger leader since failed over)
     trap: socket.socket  # a listener a forged trace record names as the store host
 
 
@@ -74,6 +76,24 @@ async def _fill(cluster: LocalCluster, trap_port: int) -> tuple[Sent, ...]:
         await client.consume(solo, group="CG_Audit")
         await client.consume(solo, group="CG_Slow", finished=False)
         await client.flush()
+        moved = await _plain_send(admin, cluster, b"moved", "ord-5")
+        gone = free_port()
+        pub = TraceRecord(
+            "Pub",
+            moved.unique_key,
+            timestamp_ms=1,
+            region_id="DefaultRegion",
+            group="PG_Orders",
+            topic=TOPIC,
+            keys="ord-5",
+            store_host=f"127.0.0.1:{gone}",
+            body_size=5,
+            cost_ms=1,
+            msg_type="Normal_Msg",
+            msg_id=create_msg_id(("127.0.0.1", gone), 0),
+            success=True,
+        )
+        await send_trace_body(admin, encode_trace([pub]), trace_keys([pub]))
         await send_trace_body(admin, b"Pub\x01not a time\x02", ["broken-trace"])
         for name in ("java-4.9.8-pub.bin", "java-4.9.8-sub.bin", "java-4.9.8-transaction.bin"):
             body = (FIXTURES / name).read_bytes()
@@ -94,7 +114,7 @@ async def _fill(cluster: LocalCluster, trap_port: int) -> tuple[Sent, ...]:
             success=True,
         )
         await send_trace_body(admin, encode_trace([forged]), trace_keys([forged]), JAVA_TRACES)
-    return paid, shipped, untraced, solo
+    return paid, shipped, untraced, solo, moved
 
 
 @pytest.fixture(scope="module")
@@ -102,8 +122,8 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     trap = socket.create_server(("127.0.0.1", 0))
     trap.setblocking(False)
     with local_cluster(tmp_path_factory.mktemp("trace"), trace_topic_enable=True) as cluster:
-        paid, shipped, untraced, solo = cluster.loop.run(_fill(cluster, trap.getsockname()[1]))
-        yield World(cluster, paid, shipped, untraced, solo, trap)
+        paid, shipped, untraced, solo, moved = cluster.loop.run(_fill(cluster, trap.getsockname()[1]))
+        yield World(cluster, paid, shipped, untraced, solo, moved, trap)
     trap.close()
 
 
@@ -254,6 +274,23 @@ def test_a_consumer_only_trace_finds_its_message_through_the_topic(
         "ord-4",
     )
     assert t["events"][0]["event"] == "store"
+
+
+def test_a_message_whose_pub_names_a_broker_gone_is_found_through_its_topic(
+    mq: Callable[..., CliResult], world: World
+) -> None:
+    """The Pub names the broker that stored the message (say a DLedger leader that has failed over since,
+    its address gone from the NameServer): the trace showed no store event and no queue; the message is
+    where the topic's brokers' index says, on the member now serving it."""
+    t = ok(mq("msg", "trace", world.moved.unique_key, "-o", "json"))
+    assert (t["topic"], t["msg_id"], t["queue_id"], t["queue_offset"], t["producer_group"]) == (
+        TOPIC,
+        world.moved.msg_id,
+        1,
+        world.moved.queue_offset,
+        "PG_Orders",
+    )
+    assert [e["event"] for e in t["events"]] == ["produce", "store"]
 
 
 def test_a_trace_body_that_does_not_decode_says_why(mq: Callable[..., CliResult], world: World) -> None:
