@@ -476,6 +476,9 @@ async def apply(
     group_tables = dict(
         zip(addrs, await asyncio.gather(*(admin.group_configs(a) for a in addrs)), strict=True)
     )
+    system_topics = dict(
+        zip(addrs, await asyncio.gather(*(_system_topics(admin, a) for a in addrs)), strict=True)
+    )
     if meta.summed and note is not None:
         note(
             f"mqadmin's cluster export adds up queue counts over its masters: divided by the {len(addrs)} "
@@ -493,7 +496,12 @@ async def apply(
         if meta.summed:
             spec = _divided(spec, len(addrs))
         chosen = {a: topic_tables[a] for a in _resolve(names, masters, renames)}
-        for done in await topics.apply_on(admin, [spec], chosen, dry_run=dry_run):
+        for addr in [a for a in chosen if spec.name in system_topics[a]]:
+            # the broker keeps its system topics itself and refuses their creation: the plan says so
+            # rather than --execute failing half-way through the file
+            del chosen[addr]
+            rows.append(_skipped_system_topic(spec.name, names_of[addr]))
+        for done in await topics.apply_on(admin, [spec], chosen, dry_run=dry_run) if chosen else []:
             rows.append(_row("topic", spec.name, names_of[done["broker"]], done))
     for gspec, names in meta.groups:
         if meta.summed and gspec.retry_queues:
@@ -505,6 +513,16 @@ async def apply(
         rows.extend(await _apply_offsets(admin, meta, masters, renames, blocked, dry_run=dry_run))
     rows.extend(await _compare_acl(admin, meta, masters, renames))
     return rows
+
+
+def _skipped_system_topic(name: str, broker: str) -> PlanRow:
+    return {
+        "kind": "topic",
+        "name": name,
+        "broker": broker,
+        "action": "skipped: a system topic of this broker",
+        "changes": {},
+    }
 
 
 def _row(kind: str, name: str, broker: str, change: topics.BrokerChange | topics.ApplyRow) -> PlanRow:

@@ -222,6 +222,27 @@ def test_files_it_cannot_apply(cli: RunCli, target: LocalCluster, tmp_path: Path
         assert refused.code == UsageError.exit_code and why in refused.stderr, (text, refused.stderr)
 
 
+def test_a_system_topic_in_the_file_is_skipped_in_the_plan_and_the_run(
+    cli: RunCli, target: LocalCluster, tmp_path: Path
+) -> None:
+    """A hand-made (or another tool's) file naming a topic the broker keeps itself: the plan said 'would
+    create' and --execute created the topics before it, then failed on it (exit 8) and left the rest."""
+    ns = target.namesrv_addr
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "kind: mqctl-metadata\nversion: 1\ntopics:\n"
+        + "".join(f"- {{name: {t}, read_queues: 2, write_queues: 2}}\n" for t in ("A1", "TBW102", "Z9"))
+    )
+    for args in ((), ("--execute", "--yes")):
+        plan = run(cli, ns, "apply", "-f", str(path), *args, "-o", "json")
+        assert plan.code == 0, plan.stderr
+        assert [(r["name"], r["action"]) for r in plan.json()] == [
+            ("A1", "created" if args else "would create"),
+            ("TBW102", "skipped: a system topic of this broker"),
+            ("Z9", "created" if args else "would create"),
+        ]
+
+
 def test_offsets_are_not_applied_under_a_live_consumer(
     cli: RunCli, target: LocalCluster, tmp_path: Path
 ) -> None:
