@@ -146,8 +146,9 @@ class MessageStore(ReplicaStore, Protocol):
         broker hops to its loop itself)."""
 
     # retention (docs/store-format.md §expired-files): a store without files answers with the same shapes and nothing to delete
-    def delete_expired_files_manually(self) -> None:
-        """The admin ``DELETE_EXPIRED_COMMITLOG`` request: expired files go at the next cleanup runs."""
+    def delete_expired_files_manually(self, up_to: int | None = None) -> None:
+        """The admin ``DELETE_EXPIRED_COMMITLOG`` request: expired files go at the next cleanup runs (those
+        ending at or below CommitLog offset ``up_to`` only, when given: the plan an operator executed)."""
 
     def cleanup_plan(self, *, manual: bool = True, config: StoreConfig | None = None) -> CleanPlan:
         """What a cleanup run would delete now and whose unconsumed messages go with it, changing nothing

@@ -14,7 +14,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 from store.commitlog import CommitLog
@@ -429,6 +429,8 @@ class Cleaner:
         self.disk_usage: DiskUsage = disk_usage or PartitionUsage()
         self.stop = stop or threading.Event()
         self.manual_runs = 0
+        #: The end of the last file a bounded manual trigger may delete (None: any expired file).
+        self.manual_up_to: int | None = None
         self.disk_full = False
         self._last_min_offset = commit_log.min_offset
         #: The retention the store started with: deletions after a change at run time that shortens it
@@ -448,10 +450,13 @@ class Cleaner:
         now = self._policy()
         return [f"{k} {v} -> {now[k]}" for k, v in self._started_policy.items() if now[k] < v]
 
-    def request_manual_delete(self) -> None:
+    def request_manual_delete(self, up_to: int | None = None) -> None:
         """``DELETE_EXPIRED_COMMITLOG``: act as if it were ``delete_when`` for the next 20 runs
-        (docs/store-format.md §manual-deletion)."""
+        (docs/store-format.md §manual-deletion). ``up_to`` (mqctl's ``broker clean --execute``): what only
+        the trigger deletes ends at or below this CommitLog offset, the end of the plan the operator saw,
+        not a file that expires in the 200 s the runs last."""
         self.manual_runs = MANUAL_DELETE_RUNS
+        self.manual_up_to = up_to
 
     def ratio(self) -> float:
         """Usage that drives the watermarks: the fuller of the CommitLog and ConsumeQueue partitions
@@ -510,7 +515,7 @@ class Cleaner:
         manual = self.manual_runs > 0
         if manual:
             self.manual_runs -= 1
-        plan = self.plan(now_ms, manual=manual)
+        plan = self._bounded(self.plan(now_ms, manual=manual), now_ms, manual)
         if plan.decision.disk_full:
             self._set_disk_full(True)
         elif plan.ratio <= self.config.disk_space_clean_forcibly_ratio / 100:  # the run clears it here too
@@ -519,7 +524,7 @@ class Cleaner:
         shortened = self.shortened() if plan.deletable else []
         # counted only when unexpired data, or data kept by the retention the store started with, is to go
         if (forced or shortened) and self.unconsumed is not None:
-            plan = self.plan(now_ms, manual=manual, unconsumed=self.unconsumed)
+            plan = self._bounded(self.plan(now_ms, manual=manual, unconsumed=self.unconsumed), now_ms, manual)
         deleted = self.delete(plan, batch=DELETE_FILES_BATCH_MAX)
         if forced:
             self._report_forced(plan, plan.deletable[:deleted])
@@ -527,6 +532,23 @@ class Cleaner:
             self._report_shortened(shortened, plan.deletable[:deleted])
         self.delete_logic_files()
         return deleted
+
+    def _bounded(self, plan: CleanPlan, now_ms: int, manual: bool) -> CleanPlan:
+        """A run that deletes only because of a bounded manual trigger keeps every file ending past its
+        bound; one the policy runs anyway (deleteWhen's hour, a watermark) is not bounded."""
+        up_to = self.manual_up_to
+        if not manual or up_to is None:
+            return plan
+        unprompted = decide(
+            plan.ratio, self.config, delete_hour=is_delete_hour(now_ms, self.config.delete_when), manual=False
+        )
+        if unprompted.delete:
+            return plan
+        rows = [
+            r if r.reason is None or r.file.from_offset + r.file.size <= up_to else replace(r, reason=None)
+            for r in plan.rows
+        ]
+        return replace(plan, rows=rows)
 
     def _report_shortened(self, shortened: list[str], deleted: Sequence[PlanRow]) -> None:
         """Log at ERROR what a retention lowered at run time deleted (the watermark's rows have their own

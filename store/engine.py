@@ -1030,10 +1030,10 @@ class DefaultMessageStore:
             delay = DISK_CHECK_INTERVAL_MS
             self.cleaner.check_disk_space()
 
-    def delete_expired_files_manually(self) -> None:
-        """The admin ``DELETE_EXPIRED_COMMITLOG`` request: expired files go at the next runs
-        (docs/store-format.md §manual-deletion)."""
-        self.cleaner.request_manual_delete()
+    def delete_expired_files_manually(self, up_to: int | None = None) -> None:
+        """The admin ``DELETE_EXPIRED_COMMITLOG`` request: expired files go at the next runs, those ending
+        at or below ``up_to`` only when given (docs/store-format.md §manual-deletion)."""
+        self.cleaner.request_manual_delete(up_to)
 
     @property
     def disk_full(self) -> bool:

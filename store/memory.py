@@ -259,7 +259,7 @@ class InMemoryMessageStore:
 
     # ------------------------------------------------------------------ retention
 
-    def delete_expired_files_manually(self) -> None:
+    def delete_expired_files_manually(self, up_to: int | None = None) -> None:
         """No files, nothing expires."""
 
     def cleanup_plan(self, *, manual: bool = True, config: StoreConfig | None = None) -> CleanPlan:

@@ -205,6 +205,15 @@ class ViewMessageRequestHeader(CommandHeader):
 
 
 @dataclass(slots=True)
+class DeleteExpiredCommitLogHeader(CommandHeader):
+    """DELETE_EXPIRED_COMMITLOG (329): no header in 4.9.8. mqctl's ``broker clean --execute`` adds
+    ``mqctlUpTo``, the end of the plan it showed: the trigger's runs delete no file ending past it."""
+
+    JAVA_NAME = "DeleteExpiredCommitLogHeader"
+    mqctl_up_to: int | None = None
+
+
+@dataclass(slots=True)
 class CreateTopicRequestHeader(CommandHeader):
     JAVA_NAME = "CreateTopicRequestHeader"
     topic: str

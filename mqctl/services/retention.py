@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import TypedDict
 
 from daemon.broker.clean import CLEAN_PLAN, PlanBody
+from daemon.broker.headers import DeleteExpiredCommitLogHeader
 from daemon.remoting.codes import RequestCode, ResponseCode
 from mqctl.admin import messaging
 from mqctl.admin.client import Admin
@@ -499,7 +500,11 @@ async def broker_clean(admin: Admin, addr: str, *, execute: bool, wait: float) -
         )
     if not execute:
         return rep
-    await admin.call(addr, RequestCode.DELETE_EXPIRED_COMMITLOG)
+    # the trigger's runs last about 200 s: what they delete only because of it is bounded to the plan
+    # shown (an mqctl broker reads the bound; a RocketMQ broker ignores the field)
+    doomed = [f for f in rep.files if f.action == "delete"]
+    up_to = doomed[-1].from_offset + doomed[-1].size if doomed else min_before
+    await admin.call(addr, RequestCode.DELETE_EXPIRED_COMMITLOG, DeleteExpiredCommitLogHeader(up_to))
     rep.executed = True
     target = rep.min_offset_after if rep.delete_files else None
     deadline = time.monotonic() + wait

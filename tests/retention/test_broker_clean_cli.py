@@ -55,6 +55,24 @@ def test_broker_clean_plans_then_executes_through_329(cli: RunCli, tmp_path: Pat
         assert rc.commitlog_files() == files[2:]  # the young file stops the deletion, as in RocketMQ
 
 
+def test_the_trigger_deletes_no_file_past_the_plan_it_executed(cli: RunCli, tmp_path: Path) -> None:
+    """329 makes the next 20 runs (about 200 s) delete every expired file: one that expired after the plan
+    was shown went too, though the operator never saw it. 'broker clean --execute' bounds them to the plan."""
+    with retention_cluster(tmp_path, FakeDiskUsage(0.40)) as rc:
+        rc.send("TC", 300)
+        files = rc.commitlog_files()
+        assert len(files) >= 4
+        rc.age_all_but_last(80)
+        young = rc.root / "commitlog" / files[2]
+        os.utime(young, (time.time(), time.time()))  # the plan deletes files 0 and 1
+        done = cli("broker", "clean", "-n", rc.cluster.namesrv_addr, "--execute", "--yes", "--wait", "15")
+        assert done.code == 0, done.stderr
+        assert rc.commitlog_files() == files[2:]
+        os.utime(young, (time.time() - 80 * 3600, time.time() - 80 * 3600))  # expires after the plan
+        rc.after_cleanup_runs(3)  # runs of the same trigger
+        assert rc.commitlog_files() == files[2:]
+
+
 def test_broker_without_a_plan_still_gets_the_trigger(cli: RunCli, tmp_path: Path) -> None:
     """A broker that does not answer the plan request (as RocketMQ answers an unknown code): the plan is
     estimated from standard requests, and --execute still sends 329."""

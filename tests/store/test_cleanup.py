@@ -133,6 +133,23 @@ def test_deletion_stops_at_the_first_unexpired_file_and_manual_runs(tmp_path: Pa
     store.shutdown()
 
 
+def test_a_bounded_manual_trigger_deletes_no_file_ending_past_its_bound(tmp_path: Path) -> None:
+    now = _local_ms(2024, 1, 10, 12, 0)
+    store = _store(tmp_path, FakeClock(now))
+    _fill(store, 1000)
+    files = sorted(os.listdir(tmp_path / "commitlog"))
+    assert len(files) >= 4
+    _age(tmp_path, now - 100 * 3_600_000)  # every file expired: an unbounded trigger takes all but the newest
+    store.delete_expired_files_manually(up_to=int(files[1]))  # the plan shown: file 0
+    assert store.cleaner.run_once(now) == 1
+    assert store.cleaner.run_once(now + 10_000) == 0  # the trigger's later runs keep the bound
+    assert sorted(os.listdir(tmp_path / "commitlog")) == files[1:]
+    assert (
+        store.cleaner.run_once(_local_ms(2024, 1, 11, 4, 0)) > 0
+    )  # deleteWhen's hour: the policy, unbounded
+    store.shutdown()
+
+
 def test_a_run_that_deletes_nothing_looks_at_no_consume_queue(tmp_path: Path) -> None:
     """The clean service runs every 10 s: with 10,000 queues, a run that walked them all would hold the
     broker for as long each time. Only a run that moved the CommitLog's minimum looks at them."""

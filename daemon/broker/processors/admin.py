@@ -31,6 +31,7 @@ from daemon.broker.headers import (
     ConsumerGroupHeader,
     ConsumerRunningInfoRequestHeader,
     CreateTopicRequestHeader,
+    DeleteExpiredCommitLogHeader,
     DeleteSubscriptionGroupRequestHeader,
     GetBrokerConfigResponseHeader,
     GetConsumeStatsRequestHeader,
@@ -543,8 +544,10 @@ class AdminProcessor:
         return request.make_response()
 
     def delete_expired_commit_log(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        """The next cleanup runs delete CommitLog files older than fileReservedTime whatever the hour."""
-        self.broker.store.delete_expired_files_manually()
+        """The next cleanup runs delete CommitLog files older than fileReservedTime whatever the hour (only
+        those ending at or below ``mqctlUpTo`` when the request bounds them)."""
+        h = DeleteExpiredCommitLogHeader.from_ext_fields(request.ext_fields)
+        self.broker.store.delete_expired_files_manually(h.mqctl_up_to)
         log.info("manual deletion of expired CommitLog files requested by %s", conn.peer)
         return request.make_response()
 
