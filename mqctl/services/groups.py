@@ -348,7 +348,8 @@ async def progress(
             clients.update(c.client_id for c in found.connection_set)
         offsets.update(stats.offset_table)
     if not offsets and not clients:
-        raise NotFoundError(f"group {group!r} has no offsets and no online consumer")
+        of = f" of topic {topic!r}" if topic is not None else ""
+        raise NotFoundError(f"group {group!r} has no offsets{of} and no online consumer")
     owners: dict[MessageQueue, str] = {}
     for name in {mq.topic for mq in offsets}:
         owners.update(allocate_averagely([mq for mq in offsets if mq.topic == name], sorted(clients)))

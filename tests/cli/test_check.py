@@ -87,6 +87,10 @@ def test_lag_in_every_state(mq: RunCli) -> None:
     plugin(mq("check", "lag", "-g", GROUP, "-w", "1", "--crit", "5"), "CRITICAL")
     missing = plugin(mq("check", "lag", "-g", "CG_Nobody"), "UNKNOWN")
     assert "CG_Nobody" in missing
+    other = plugin(
+        mq("check", "lag", "-g", GROUP, "-t", "NotItsTopic"), "UNKNOWN"
+    )  # it has offsets elsewhere
+    assert f"group '{GROUP}' has no offsets of topic 'NotItsTopic'" in other
 
 
 def test_lag_json_for_scripts(mq: RunCli) -> None:
