@@ -55,6 +55,28 @@ async def _plain_send(admin: Admin, cluster: LocalCluster, body: bytes, keys: st
     return Sent(result.msg_id, result.offset_msg_id, TOPIC, cluster.broker_addr, 1, result.queue_offset)
 
 
+def _pub_at(
+    port: int, unique_key: str, *, group: str, tags: str | None = None, keys: str | None = None
+) -> TraceRecord:
+    """A Pub record of a message of TOPIC that names 127.0.0.1:``port`` as the broker that stored it."""
+    return TraceRecord(
+        "Pub",
+        unique_key,
+        timestamp_ms=1,
+        region_id="DefaultRegion",
+        group=group,
+        topic=TOPIC,
+        tags=tags,
+        keys=keys,
+        store_host=f"127.0.0.1:{port}",
+        body_size=1,
+        cost_ms=1,
+        msg_type="Normal_Msg",
+        msg_id=create_msg_id(("127.0.0.1", port), 0),
+        success=True,
+    )
+
+
 async def _fill(cluster: LocalCluster, trap_port: int) -> tuple[Sent, ...]:
     async with Admin([cluster.namesrv_addr]) as admin:
         for name in (TOPIC, JAVA_TRACES):
@@ -77,41 +99,14 @@ async def _fill(cluster: LocalCluster, trap_port: int) -> tuple[Sent, ...]:
         await client.consume(solo, group="CG_Slow", finished=False)
         await client.flush()
         moved = await _plain_send(admin, cluster, b"moved", "ord-5")
-        gone = free_port()
-        pub = TraceRecord(
-            "Pub",
-            moved.unique_key,
-            timestamp_ms=1,
-            region_id="DefaultRegion",
-            group="PG_Orders",
-            topic=TOPIC,
-            keys="ord-5",
-            store_host=f"127.0.0.1:{gone}",
-            body_size=5,
-            cost_ms=1,
-            msg_type="Normal_Msg",
-            msg_id=create_msg_id(("127.0.0.1", gone), 0),
-            success=True,
-        )
+        pub = _pub_at(free_port(), moved.unique_key, group="PG_Orders", keys="ord-5")
         await send_trace_body(admin, encode_trace([pub]), trace_keys([pub]))
         await send_trace_body(admin, b"Pub\x01not a time\x02", ["broken-trace"])
         for name in ("java-4.9.8-pub.bin", "java-4.9.8-sub.bin", "java-4.9.8-transaction.bin"):
             body = (FIXTURES / name).read_bytes()
             await send_trace_body(admin, body, trace_keys(decode_trace(body)), JAVA_TRACES)
-        forged = TraceRecord(
-            "Pub",
-            "FORGED0000000000000000000000000A",
-            timestamp_ms=1,
-            region_id="DefaultRegion",
-            group="PG_\x1b[31mRed",
-            topic=TOPIC,
-            tags="\x1b]0;owned\x07",
-            store_host=f"127.0.0.1:{trap_port}",
-            body_size=1,
-            cost_ms=1,
-            msg_type="Normal_Msg",
-            msg_id=create_msg_id(("127.0.0.1", trap_port), 0),
-            success=True,
+        forged = _pub_at(
+            trap_port, "FORGED0000000000000000000000000A", group="PG_\x1b[31mRed", tags="\x1b]0;owned\x07"
         )
         await send_trace_body(admin, encode_trace([forged]), trace_keys([forged]), JAVA_TRACES)
     return paid, shipped, untraced, solo, moved
