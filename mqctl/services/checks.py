@@ -199,7 +199,8 @@ def _name(row: BrokerRow) -> str:
 
 async def cluster(admin: Admin, *, cluster_name: str | None) -> Verdict:
     """Every broker the NameServer lists answers its runtime info; each broker group has a master; a
-    broker holding quarantined data (set aside by recovery or replication) is a WARNING until removed.
+    broker holding quarantined data (set aside by recovery or replication) is a WARNING until removed, and
+    so are members of a group whose ACL (accounts, secrets, whitelist, aclEnable) differs.
 
     A broker that refuses (ACL) is UNKNOWN, not down: it answered, we may not look."""
     rows = await brokers(admin, cluster_name, known=False)
@@ -231,6 +232,17 @@ async def cluster(admin: Admin, *, cluster_name: str | None) -> Verdict:
             states.append(State.CRITICAL)
             problems.append(f"{_name(row)} down: {translate(answer)}")
     names = {r.broker_name for r in rows}
+    answering_rows = [r for r, a in zip(rows, answers, strict=True) if not isinstance(a, BaseException)]
+    views = await asyncio.gather(*(_acl_view(admin, r.addr) for r in answering_rows))
+    for name in sorted(names):
+        seen = [(r, v) for r, v in zip(answering_rows, views, strict=True) if r.broker_name == name and v]
+        differ = sorted({k for _, v in seen for k in v if any(v.get(k) != o.get(k) for _, o in seen)})
+        if differ:  # a client the master admits is refused by the member that takes its place, or the reverse
+            states.append(State.WARNING)
+            problems.append(
+                f"{name}: ACL differs between its members ({', '.join(r.addr for r, _ in seen)}): "
+                + ", ".join(differ)
+            )
     headless = sorted(names - {r.broker_name for r in rows if r.broker_id == 0})
     for name in headless:
         states.append(State.CRITICAL)
@@ -246,6 +258,28 @@ async def cluster(admin: Admin, *, cluster_name: str | None) -> Verdict:
         Perf("quarantined_records", set_aside, min=0),
     ]
     return Verdict("cluster", worst(states), summary, perf, problems)
+
+
+async def _acl_view(admin: Admin, addr: str) -> dict[str, str] | None:
+    """A broker's ACL as comparable entries: the global whitelist and each account (its secret as a
+    digest, never shown); ``aclEnable`` false from a broker saying so; None when it cannot be read."""
+    import hashlib
+    import json
+
+    from mqctl.services.acl import config_of
+
+    try:
+        body = await config_of(admin, addr)
+    except RemotingCommandError as exc:
+        return {"aclEnable": "false"} if "ACL is not enabled" in (exc.remark or "") else None
+    except (RemotingError, MqctlError):
+        return None
+    view = {"globalWhiteRemoteAddresses": json.dumps(sorted(body.get("globalWhiteAddrs") or []))}
+    for account in body.get("plainAccessConfigs") or []:
+        entry: dict[str, object] = dict(account)
+        entry["secretKey"] = hashlib.sha256(str(entry.get("secretKey") or "").encode()).hexdigest()
+        view[f"account {account.get('accessKey')}"] = json.dumps(entry, sort_keys=True)
+    return view
 
 
 # ----------------------------------------------------------------------------------------------- disk

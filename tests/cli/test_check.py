@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.acl.signature import Signer
 from daemon.broker.broker import Broker
 from daemon.broker.headers import UpdateConsumerOffsetRequestHeader
 from daemon.remoting.client import RemotingClient
@@ -18,9 +19,9 @@ from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.services.checks import Perf, State, Watermarks, threshold, worst
 from store.record import decode_msg_id
-from tests.broker.test_ha import master_and_slave
+from tests.broker.test_ha import master_and_slave, start_slave
 from tests.daemons import LocalCluster, handle, local_cluster
-from tests.support.acl import write_acl
+from tests.support.acl import ADMIN_AK, ADMIN_SK, PLAIN_ACL, USER_AK, USER_SK, write_acl
 from tests.support.broker import start_broker
 from tests.support.cli import CliResult, RunCli
 from tests.support.namesrv import Namesrv
@@ -240,6 +241,37 @@ async def test_ha_slaves_connected_and_missing(cli: RunCli, tmp_path: Path) -> N
         assert "broker-a has no master registered" in headless
         assert f"slave {g.slave.addr} not connected to its master" in headless
         await g.master.start()  # the fixture stops it again
+
+
+async def test_cluster_warns_when_the_members_acl_differ(cli: RunCli, tmp_path: Path) -> None:
+    """A master and its slave with ACL files that differ: the client the master admits is refused by the
+    slave it reads from when the master is down (or the reverse). 'check cluster' said OK."""
+    home, other = tmp_path / "home", tmp_path / "other"
+    write_acl(home)
+    other_file = write_acl(other, PLAIN_ACL.replace("TopicA=PUB|SUB", "TopicA=SUB"))
+    signer = Signer(ADMIN_AK, ADMIN_SK)
+    async with master_and_slave(tmp_path, signer=signer, acl_enable=True, rocketmq_home=str(home)) as g:
+        await g.slave.stop()
+        g.slave = await start_slave(tmp_path / "slave", g.ns_addr, acl_enable=True, rocketmq_home=str(other))
+        env = {"NAMESRV_ADDR": g.ns_addr, "MQCTL_ACCESS_KEY": ADMIN_AK, "MQCTL_SECRET_KEY": ADMIN_SK}
+
+        async def check() -> CliResult:
+            return await asyncio.to_thread(cli, "check", "cluster", env=env)
+
+        async def both_answer() -> bool:
+            return "2 of 2 broker(s) answering" in (await check()).stdout
+
+        await wait_until(both_answer)
+        warning = plugin(await check(), "WARNING")
+        assert f"broker-a: ACL differs between its members ({g.master.addr}, {g.slave.addr})" in warning
+        assert f"account {USER_AK}" in warning and f"account {ADMIN_AK}" not in warning
+        assert USER_SK not in warning and ADMIN_SK not in warning
+        other_file.write_text((home / "conf" / "plain_acl.yml").read_text())  # taken within a second
+
+        async def same() -> bool:
+            return (await check()).code == 0
+
+        await wait_until(same)
 
 
 def test_perfdata_thresholds_and_the_worst_state() -> None:
