@@ -195,3 +195,30 @@ def test_an_ignored_ctrl_c_stays_ignored(cli_env: dict[str, str], corrupt: Path)
         proc.kill()
     assert proc.returncode == 10 and err.startswith("mqctl: error: store "), err
     assert json.loads(out)["problems_found"] == RECORDS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("lines", [True, False], ids=["json-lines", "document"])
+def test_a_ctrl_c_then_a_reader_that_leaves_is_an_interrupt(
+    cli_env: dict[str, str], corrupt: Path, quarantined: Path, lines: bool
+) -> None:
+    """Ctrl-C at a pipeline (``mqctl ... | jq``) while mqctl waits on its reader: the reader dies of it and
+    the write that waited then fails with EPIPE. The press was counted, then dropped as the closed pipe
+    made a silent exit 0: a script saw success. It is an interrupt: one line, exit 130, at the first press."""
+    if lines:
+        args = ("store", "salvage", "--store", str(quarantined), "--out", "-")
+    else:
+        args = ("store", "verify", "--store", str(corrupt), "-o", "json")
+    proc = spawn(cli_env, *args)
+    try:
+        blocked_writing(proc)
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        assert proc.poll() is None, "the Ctrl-C did not wait for the output"
+        proc.stdout.close()  # the reader is gone: the waiting write fails with EPIPE
+        err = proc.stderr.read()
+        code = proc.wait(timeout=30)
+    finally:
+        proc.kill()
+    assert (code, err) == (130, "mqctl: error: interrupted\n")
