@@ -222,3 +222,32 @@ def test_a_ctrl_c_then_a_reader_that_leaves_is_an_interrupt(
     finally:
         proc.kill()
     assert (code, err) == (130, "mqctl: error: interrupted\n")
+
+
+#: A command whose closed pipe is unwinding (``BrokenPipeError`` being handled) when a Ctrl-C arrives.
+UNWINDING_CHILD = """
+import sys
+import click
+from mqctl.cli import app
+from mqctl.errors import Interrupted
+
+@click.command()
+def tail():
+    try:
+        raise BrokenPipeError(32, "Broken pipe")
+    except BrokenPipeError:
+        # the press, while the closed pipe unwinds the command, as the root group turns it into
+        raise Interrupted("interrupted") from None
+
+app.command = lambda only=None: tail
+sys.exit(app.main([]))
+"""
+
+
+def test_a_ctrl_c_while_a_closed_pipe_unwinds_the_command_is_an_interrupt() -> None:
+    """The press raised while the BrokenPipeError was being handled carried it as its context, and the
+    boundary took it for the closed pipe: exit 0, the Ctrl-C gone. It is the interrupt: one line, 130."""
+    done = subprocess.run(
+        [sys.executable, "-c", UNWINDING_CHILD], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (130, "mqctl: error: interrupted\n")
