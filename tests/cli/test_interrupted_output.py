@@ -148,12 +148,17 @@ def test_a_second_ctrl_c_while_the_reader_never_reads_exits_at_once(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("pressed", [False, True], ids=["left", "ctrl-c-then-left"])
 @pytest.mark.parametrize("lines", [True, False], ids=["json-lines", "document"])
-def test_a_reader_that_leaves_is_no_error(
-    cli_env: dict[str, str], corrupt: Path, quarantined: Path, lines: bool
+def test_a_reader_that_leaves_is_no_error_but_a_ctrl_c_before_it_is_an_interrupt(
+    cli_env: dict[str, str], corrupt: Path, quarantined: Path, lines: bool, pressed: bool
 ) -> None:
     """``mqctl store salvage --out - | head -c 100``, ``mqctl store verify -o json | head -c 100``: exit 0
-    without a word, as a command that streams or one that writes a document at the end."""
+    without a word, as a command that streams or one that writes a document at the end.
+
+    Ctrl-C at a pipeline (``mqctl ... | jq``) while mqctl waits on its reader kills the reader too, and the
+    write that waited then fails with EPIPE: the press was counted, then dropped as the closed pipe made a
+    silent exit 0 (a script saw success). It is an interrupt: one line, exit 130, at the first press."""
     if lines:
         args = ("store", "salvage", "--store", str(quarantined), "--out", "-")
     else:
@@ -162,13 +167,17 @@ def test_a_reader_that_leaves_is_no_error(
     try:
         blocked_writing(proc)
         assert proc.stdout is not None and proc.stderr is not None
+        if pressed:
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.3)
+            assert proc.poll() is None, "the Ctrl-C did not wait for the output"
         assert proc.stdout.read(100).startswith("{")
         proc.stdout.close()
         err = proc.stderr.read()
         code = proc.wait(timeout=30)
     finally:
         proc.kill()
-    assert (code, err) == (0, "")
+    assert (code, err) == ((130, "mqctl: error: interrupted\n") if pressed else (0, ""))
 
 
 @pytest.mark.slow
@@ -195,33 +204,6 @@ def test_an_ignored_ctrl_c_stays_ignored(cli_env: dict[str, str], corrupt: Path)
         proc.kill()
     assert proc.returncode == 10 and err.startswith("mqctl: error: store "), err
     assert json.loads(out)["problems_found"] == RECORDS
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize("lines", [True, False], ids=["json-lines", "document"])
-def test_a_ctrl_c_then_a_reader_that_leaves_is_an_interrupt(
-    cli_env: dict[str, str], corrupt: Path, quarantined: Path, lines: bool
-) -> None:
-    """Ctrl-C at a pipeline (``mqctl ... | jq``) while mqctl waits on its reader: the reader dies of it and
-    the write that waited then fails with EPIPE. The press was counted, then dropped as the closed pipe
-    made a silent exit 0: a script saw success. It is an interrupt: one line, exit 130, at the first press."""
-    if lines:
-        args = ("store", "salvage", "--store", str(quarantined), "--out", "-")
-    else:
-        args = ("store", "verify", "--store", str(corrupt), "-o", "json")
-    proc = spawn(cli_env, *args)
-    try:
-        blocked_writing(proc)
-        assert proc.stdout is not None and proc.stderr is not None
-        proc.send_signal(signal.SIGINT)
-        time.sleep(0.3)
-        assert proc.poll() is None, "the Ctrl-C did not wait for the output"
-        proc.stdout.close()  # the reader is gone: the waiting write fails with EPIPE
-        err = proc.stderr.read()
-        code = proc.wait(timeout=30)
-    finally:
-        proc.kill()
-    assert (code, err) == (130, "mqctl: error: interrupted\n")
 
 
 #: A command whose closed pipe is unwinding (``BrokenPipeError`` being handled) when a Ctrl-C arrives.

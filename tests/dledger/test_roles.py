@@ -12,7 +12,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import IO
 
@@ -219,6 +219,18 @@ def member_id(data: Path, addr: str) -> str:
     raise AssertionError(f"no member at {addr}")
 
 
+async def hand_over(mq: Callable[..., subprocess.CompletedProcess[str]], data: Path, to: str) -> None:
+    """``broker ha transfer --to`` the member serving at ``to``, through ``mq`` (an mqctl runner); asked
+    again while an election racing the handover (a loaded host) refuses it."""
+    for _ in range(5):
+        done = await asyncio.to_thread(mq, "broker", "ha", "transfer", "--to", member_id(data, to))
+        if done.returncode == 0:
+            return
+        assert "leadership transfer" in done.stderr and "refused:" in done.stderr, done.stderr
+        await asyncio.sleep(1)
+    assert done.returncode == 0, done.stderr
+
+
 async def test_transfer_right_after_a_topic_is_made_waits_until_the_new_master_holds_it(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
@@ -237,13 +249,7 @@ async def test_transfer_right_after_a_topic_is_made_waits_until_the_new_master_h
         follower = next(a for a in member_addrs(data) if a != leader)
         made = await asyncio.to_thread(mq, "topic", "create", "-t", "JustMade", "-r", "2", "-w", "2")
         assert made.returncode == 0, made.stderr
-        for _ in range(5):  # an election racing the handover (a loaded host) refuses it: asked again
-            done = await asyncio.to_thread(mq, "broker", "ha", "transfer", "--to", member_id(data, follower))
-            if done.returncode == 0:
-                break
-            assert "leadership transfer" in done.stderr and "refused:" in done.stderr, done.stderr
-            await asyncio.sleep(1)
-        assert done.returncode == 0, done.stderr
+        await hand_over(mq, data, follower)
         r = await client.invoke(follower, RemotingCommand.request(RequestCode.GET_ALL_TOPIC_CONFIG))
         assert "JustMade" in TopicConfigSerializeWrapper.loads(r.body).topic_config_table
 
@@ -345,14 +351,7 @@ async def test_a_group_tail_is_a_member_on_the_new_master_after_a_leadership_tra
 
             await wait_until(joined, 30)
             follower = next(a for a in member_addrs(data) if a != leader)
-            for _ in range(5):  # an election racing the handover (a loaded host) refuses it: asked again
-                done = await asyncio.to_thread(
-                    mq, "broker", "ha", "transfer", "--to", member_id(data, follower)
-                )
-                if done.returncode == 0:
-                    break
-                await asyncio.sleep(1)
-            assert done.returncode == 0, done.stderr
+            await hand_over(mq, data, follower)
             assert await new_master(client, ns, leader) == follower
             # well inside the 30 s heartbeat interval: the new master knew the tail before it led
             deadline = time.monotonic() + 10
@@ -404,14 +403,7 @@ async def test_a_tail_moves_to_the_new_master_after_a_leadership_transfer_withou
                 assert (await BrokerClient(leader, client).send("Moved", b"before", queue_id=queue)).code == 0
             read = [json.loads(await line(tail.stdout)) for _ in range(2)]
             follower = next(a for a in member_addrs(data) if a != leader)
-            for _ in range(5):  # an election racing the handover (a loaded host) refuses it: asked again
-                done = await asyncio.to_thread(
-                    mq, "broker", "ha", "transfer", "--to", member_id(data, follower)
-                )
-                if done.returncode == 0:
-                    break
-                await asyncio.sleep(1)
-            assert done.returncode == 0, done.stderr
+            await hand_over(mq, data, follower)
             assert await new_master(client, ns, leader) == follower
             on_new = BrokerClient(follower, client)
             for queue in (0, 1, 0):  # while the tail may still read the deposed leader
