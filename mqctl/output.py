@@ -30,6 +30,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from mqctl import units
 from mqctl.interrupts import whole_output
 
 if TYPE_CHECKING:  # rich loads when something is rendered, not when the CLI is built
@@ -236,8 +237,6 @@ def _cell(column: str, row: dict[str, Any]) -> str:
     """Sizes in KiB/MiB, times in local time (``--utc``: UTC) or "never" for 0, durations as ``3d 04h``
     (see :mod:`mqctl.units`), a value whose ``_encoding`` twin is base64 (a binary body) as ``base64:…``
     so it is not read as text; JSON keeps the raw values."""
-    from mqctl import units
-
     value = row.get(column)
     if row.get(f"{column}_encoding") == "base64" and isinstance(value, str):
         return f"base64:{value}"
@@ -545,6 +544,4 @@ class RowStream:
 
 def shown_time(ms: int) -> str:
     """A time as tables show it: local time, or UTC with ``--utc``."""
-    from mqctl import units
-
     return units.table_time(ms, utc=_state["utc"])
