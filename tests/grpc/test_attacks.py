@@ -575,7 +575,11 @@ def test_connections_over_the_cap_are_closed_on_accept_and_room_comes_back(tmp_p
                 assert sock.recv(9)[3:4] == b"\x04"  # the server's SETTINGS: each one is served
             extra = _opened(port)
             with extra:
-                assert extra.recv(100) == b""  # closed unanswered
+                try:  # closed unanswered: a FIN, or a reset where the preface was still unread
+                    answer = extra.recv(100)
+                except ConnectionResetError:
+                    answer = b""
+                assert answer == b""
             with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
                 with pytest.raises(grpc.RpcError) as refused:
                     MessagingServiceStub(channel).QueryRoute(request, timeout=3)
