@@ -353,6 +353,11 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
 
     def __post_init__(self) -> None:
         check_sched_slice(self.sched_slice_micros)
+        if self.grpc_max_connections < 1:
+            raise ConfigError(
+                f"grpcMaxConnections is at least 1, not {self.grpc_max_connections} "
+                "(grpcEnable=false turns the gRPC front off)"
+            )
         self.listen_host, self.broker_ip1, why = resolve_listen(self.listen_host, self.broker_ip1)
         self.listen_why = self.listen_why or why
 

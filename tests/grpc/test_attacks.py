@@ -606,7 +606,8 @@ def test_connections_over_the_cap_are_closed_on_accept_and_room_comes_back(tmp_p
 
 
 def test_the_grpc_connection_cap_is_a_broker_key(tmp_path: Path, cli: RunCli) -> None:
-    """`grpcMaxConnections` is read from broker.conf and shown by `broker start --print-config` (1000 unset)."""
+    """`grpcMaxConnections` is read from broker.conf and shown by `broker start --print-config` (1000 unset);
+    below 1 the broker does not start."""
     conf = tmp_path / "broker.conf"
     conf.write_text("grpcMaxConnections=7\n")
     shown = cli("broker", "start", "-c", str(conf), "--store", str(tmp_path / "s"), "--print-config")
@@ -614,3 +615,6 @@ def test_the_grpc_connection_cap_is_a_broker_key(tmp_path: Path, cli: RunCli) ->
     assert "grpcMaxConnections=7\n" in shown.stdout
     default = cli("broker", "start", "--store", str(tmp_path / "s"), "--print-config")
     assert "grpcMaxConnections=1000\n" in default.stdout
+    conf.write_text("grpcMaxConnections=0\n")  # grpc would refuse every connection
+    refused = cli("broker", "start", "-c", str(conf), "--store", str(tmp_path / "s"), "--print-config")
+    assert refused.code == 2 and "grpcMaxConnections is at least 1, not 0" in refused.stderr, refused.stderr
