@@ -219,6 +219,16 @@ def member_id(data: Path, addr: str) -> str:
     raise AssertionError(f"no member at {addr}")
 
 
+def runner(env: dict[str, str]) -> Callable[..., subprocess.CompletedProcess[str]]:
+    """``mqctl ARGS`` in a subprocess with ``env``, run to its end."""
+
+    def mq(*args: str) -> subprocess.CompletedProcess[str]:
+        argv = [sys.executable, "-m", "mqctl", *args]
+        return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+
+    return mq
+
+
 async def hand_over(mq: Callable[..., subprocess.CompletedProcess[str]], data: Path, to: str) -> None:
     """``broker ha transfer --to`` the member serving at ``to``, through ``mq`` (an mqctl runner); asked
     again while an election racing the handover (a loaded host) refuses it."""
@@ -240,10 +250,7 @@ async def test_transfer_right_after_a_topic_is_made_waits_until_the_new_master_h
     dropped it at their next copy. The transfer now waits until the member holds the leader's topics."""
     async with raft_group(tmp_path, cli_env) as (data, ns, client):
         env = {**quick(cli_env), "NAMESRV_ADDR": ns}
-
-        def mq(*args: str) -> subprocess.CompletedProcess[str]:
-            argv = [sys.executable, "-m", "mqctl", *args]
-            return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        mq = runner(env)
 
         leader = await new_master(client, ns, "")
         follower = next(a for a in member_addrs(data) if a != leader)
@@ -324,10 +331,7 @@ async def test_a_group_tail_is_a_member_on_the_new_master_after_a_leadership_tra
     heartbeats every broker of the topic's current route, as MQClientInstance#sendHeartbeatToAllBroker does."""
     async with raft_group(tmp_path, cli_env) as (data, ns, client):
         env = {**quick(cli_env), "NAMESRV_ADDR": ns}
-
-        def mq(*args: str) -> subprocess.CompletedProcess[str]:
-            argv = [sys.executable, "-m", "mqctl", *args]
-            return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        mq = runner(env)
 
         def listed() -> list[str]:
             done = mq("group", "connections", "-g", "GTail", "-o", "json")
@@ -376,10 +380,7 @@ async def test_a_tail_moves_to_the_new_master_after_a_leadership_transfer_withou
     stderr) and reads on from each queue's position: the old one can stop, nothing is missed or doubled."""
     async with raft_group(tmp_path, cli_env) as (data, ns, client):
         env = {**quick(cli_env), "NAMESRV_ADDR": ns}
-
-        def mq(*args: str) -> subprocess.CompletedProcess[str]:
-            argv = [sys.executable, "-m", "mqctl", *args]
-            return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+        mq = runner(env)
 
         leader = await new_master(client, ns, "")
         await BrokerClient(leader, client).create_topic("Moved", 2)
