@@ -81,6 +81,7 @@ LOCKED_KEYS = frozenset(
         "remotingMaxBufferedBytes",
         "remotingMaxConnectionBufferedBytes",
         "remotingMaxConnections",
+        "grpcMaxConnections",
     )
 )
 #: (`tls.*`: who may connect, and with which certificate, changes only in the file)

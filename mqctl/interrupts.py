@@ -23,6 +23,10 @@ blocked lost every later press and passed the block to each program it started (
 it ignored Ctrl-C). A handler left installed by such a raise heals itself: a press it takes outside a
 write goes straight to the handler it replaced, which is put back.
 
+A press whose write then fails (Ctrl-C at ``mqctl ... | jq`` kills the reader too, and the waiting write
+meets EPIPE) is not dropped with the write: :attr:`WholeOutput.pressed` tells the CLI's boundary, which
+exits as interrupted (130), not as a reader that left (0).
+
 A second Ctrl-C while the write is still blocked (a reader that never reads) ends the process at once,
 as a second Ctrl-C forces uvicorn's exit: one line on stderr (if it can take it without blocking), exit
 130, the output cut where the reader stopped reading. Python's own exit is skipped (``os._exit``): it
@@ -64,6 +68,9 @@ class WholeOutput:
         self._presses = 0
         self._previous: Handler | None = None  # the handler the outermost entry replaced
         self._handler: Handler = self._press  # one bound method: ``getsignal`` is compared with it
+        #: A press taken while a write waited that then failed (the reader gone: EPIPE): the command ends
+        #: with that error, and the CLI's boundary reports the interrupt, not the closed pipe.
+        self.pressed = False
 
     def __enter__(self) -> None:
         if threading.current_thread() is not threading.main_thread():  # handlers run in the main thread only
@@ -99,6 +106,8 @@ class WholeOutput:
         _signal.signal(signal.SIGINT, previous)
         if presses and kind is None:
             previous(signal.SIGINT, None)  # the write is done: the press goes where it was meant to
+        elif presses:
+            self.pressed = True  # the write failed (``| jq`` killed by the same Ctrl-C): kept, not dropped
 
     def _inside(self, frame: FrameType | None) -> bool:
         """Whether ``frame`` runs inside the outermost ``with``: the bookkeeping a raise (a handler's, at

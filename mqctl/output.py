@@ -26,10 +26,11 @@ import json
 import os
 import re
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TextIO
 
+from mqctl import units
 from mqctl.interrupts import whole_output
 
 if TYPE_CHECKING:  # rich loads when something is rendered, not when the CLI is built
@@ -236,8 +237,6 @@ def _cell(column: str, row: dict[str, Any]) -> str:
     """Sizes in KiB/MiB, times in local time (``--utc``: UTC) or "never" for 0, durations as ``3d 04h``
     (see :mod:`mqctl.units`), a value whose ``_encoding`` twin is base64 (a binary body) as ``base64:…``
     so it is not read as text; JSON keeps the raw values."""
-    from mqctl import units
-
     value = row.get(column)
     if row.get(f"{column}_encoding") == "base64" and isinstance(value, str):
         return f"base64:{value}"
@@ -257,24 +256,121 @@ def _cell(column: str, row: dict[str, Any]) -> str:
     return cell_text(value)
 
 
+#: Rows from which a table's rows are laid out here, not by rich: rich builds and measures objects for
+#: every cell (a ``topic list`` of a broker with a hundred thousand topics took minutes); this joins
+#: strings (``benchmarks/bench_big_table.py``). The lines are the ones rich draws for a table as wide as
+#: its content (a test compares the two); rich still draws the title and the header, its styles kept.
+FAST_TABLE_ROWS = 500
+#: Characters ``str.splitlines`` ends a line at and rich's text wrapping does not: a cell holding one is
+#: measured and drawn differently by rich, so its table is left to rich.
+_RICH_ONLY = re.compile("[\u2028\u2029]")
+
+
 def _table(columns: list[str], rows: list[dict[str, Any]], title: str | None) -> Any:
+    twins = {c for c in columns if c.endswith("_ms") and c.removesuffix("_ms") in columns}
+    shown = [c for c in columns if c not in twins]  # a time shows once, as ISO (or "never")
+    headers = [printable(_header(column.removesuffix("_ms"))) for column in shown]
+    cells = [[_shown(c, row) for c in shown] for row in rows]
+    if len(rows) >= FAST_TABLE_ROWS and not _state["raw"]:
+        fast = PlainTable.of(title, headers, cells)
+        if fast is not None:
+            return fast
+    return _rich_table(title, headers, cells)
+
+
+def _rich_table(title: str | None, headers: list[str], cells: list[list[str]], widths: Any = None) -> Any:
+    """The rich ``Table`` of ``cells`` (escaped already); ``widths``: each column's, fixed."""
     from rich.table import Table
     from rich.text import Text
 
-    twins = {c for c in columns if c.endswith("_ms") and c.removesuffix("_ms") in columns}
-    shown = [c for c in columns if c not in twins]  # a time shows once, as ISO (or "never")
     table = Table(
-        title=Text(printable(title)) if title else None,
+        title=_title(title) if title else None,
         show_edge=False,
         pad_edge=False,
         header_style="bold",
         title_justify="left",
     )
-    for column in shown:
-        table.add_column(Text(printable(_header(column.removesuffix("_ms")))), overflow="fold")
-    for row in rows:
-        table.add_row(*(Text(_shown(c, row)) for c in shown))
+    for i, header in enumerate(headers):
+        table.add_column(Text(header), overflow="fold", width=widths[i] if widths else None)
+    for row in cells:
+        table.add_row(*(Text(cell) for cell in row))
     return table
+
+
+def _title(title: str) -> Any:
+    from rich.text import Text
+
+    return Text(printable(title))
+
+
+def _cell_width(text: str) -> int | None:
+    """The cells ``text``'s widest line takes on a terminal (rich's measure), or None for a text whose
+    lines rich draws otherwise (:data:`_RICH_ONLY`)."""
+    if text.isascii():
+        return max(map(len, text.split("\n"))) if "\n" in text else len(text)
+    if _RICH_ONLY.search(text):
+        return None
+    from rich.cells import cell_len
+
+    return max((cell_len(line) for line in text.splitlines()), default=0)
+
+
+class PlainTable:
+    """A table of :data:`FAST_TABLE_ROWS` rows or more: rich draws its title and header (one row), each
+    row here is joined as rich would draw it (each line of a cell padded to its column's width, the
+    columns joined by `` │ ``, a cell's further lines under it): the same text, at a fraction of the cost."""
+
+    def __init__(
+        self, title: str | None, headers: list[str], cells: list[list[str]], widths: list[int]
+    ) -> None:
+        self.title = title
+        self.headers = headers
+        self.cells = cells
+        self.widths = widths
+
+    @classmethod
+    def of(cls, title: str | None, headers: list[str], cells: list[list[str]]) -> PlainTable | None:
+        """The table, or None when a cell is one rich must draw (:func:`_cell_width`)."""
+        widths = []
+        for i, header in enumerate(headers):
+            width = _cell_width(header)
+            for row in cells:
+                cell = _cell_width(row[i])
+                if cell is None or width is None:
+                    return None
+                if cell > width:
+                    width = cell
+            if width is None:
+                return None
+            widths.append(width)
+        return cls(title or None, headers, cells, widths)
+
+    @property
+    def width(self) -> int:
+        return sum(self.widths) + 3 * (len(self.widths) - 1)
+
+    def head(self) -> Any:
+        """The title and the header as rich draws them, over one row of empty cells (the last line)."""
+        return _rich_table(self.title, self.headers, [[""] * len(self.headers)], self.widths)
+
+    def rows(self) -> Iterator[str]:
+        """Each row's lines, ``\n``-ended, as rich draws them under :meth:`head`."""
+        widths = self.widths
+        from rich.cells import cell_len
+
+        def pad(text: str, width: int) -> str:
+            return text + " " * (width - (len(text) if text.isascii() else cell_len(text)))
+
+        for row in self.cells:
+            if not any("\n" in cell for cell in row):
+                yield " │ ".join([pad(cell, w) for cell, w in zip(row, widths, strict=True)]) + "\n"
+                continue
+            parts = [cell.split("\n") for cell in row]
+            for i in range(max(map(len, parts))):
+                line = [
+                    pad(lines[i] if i < len(lines) else "", w) for lines, w in zip(parts, widths, strict=True)
+                ]
+                yield " │ ".join(line) + "\n"
 
 
 def _tables(data: Any, title: str | None, known: Sequence[str] = ()) -> list[Any]:
@@ -318,13 +414,18 @@ def _cuts_a_word(table: Any, width: int) -> bool:
 def _print_tables(tables: list[Any], stream: TextIO, *, terminal: bool) -> None:
     """On a terminal: the terminal's width, unless that would cut a word (a number, an address) in two:
     then as wide as its content, and the terminal wraps the lines, as kubectl's; elsewhere: as wide as
-    its content."""
+    its content. A :class:`PlainTable` (many rows) is as wide as its content everywhere."""
     from rich.console import Console
     from rich.measure import Measurement
 
     if terminal:
         console = stdout_console()
         for table in tables:
+            if isinstance(table, PlainTable):
+                wide = stdout_console()
+                wide.width = max(table.width, console.width)
+                _print_plain(table, wide, stream)
+                continue
             needs = Measurement.get(console, console.options.update_width(1 << 20), table).maximum
             # 13 columns on 80 columns: CommitLog offset 7684562 read 768 / 456 / 2 on three lines
             if needs > console.width and _cuts_a_word(table, console.width):
@@ -338,14 +439,36 @@ def _print_tables(tables: list[Any], stream: TextIO, *, terminal: bool) -> None:
 
     probe = Console(file=io.StringIO(), width=1 << 20, no_color=True)
     for table in tables:
-        width = Measurement.get(probe, probe.options, table).maximum
+        if isinstance(table, PlainTable):
+            width = table.width
+        else:
+            width = Measurement.get(probe, probe.options, table).maximum
         console = Console(
             file=stream, width=max(width, 20), no_color=True, highlight=False, soft_wrap=False, markup=False
         )
-        if isinstance(table, Table) and table.title is not None:  # one line, not wrapped to the table's width
-            console.print(table.title, soft_wrap=True)
+        if isinstance(table, Table | PlainTable) and table.title is not None:  # one line, not wrapped
+            title = table.title
+            console.print(_title(title) if isinstance(title, str) else title, soft_wrap=True)
             table.title = None
-        console.print(table)
+        if isinstance(table, PlainTable):
+            _print_plain(table, console, stream)
+        else:
+            console.print(table)
+
+
+def _print_plain(table: PlainTable, console: Console, stream: TextIO) -> None:
+    """``table``'s head drawn by rich on ``console`` (its row of empty cells left out), then its rows."""
+    with console.capture() as drawn:
+        console.print(table.head())
+    head = drawn.get()
+    stream.write(head[: head.rstrip("\n").rfind("\n") + 1])
+    batch: list[str] = []
+    for line in table.rows():
+        batch.append(line)
+        if len(batch) == 1024:
+            stream.write("".join(batch))
+            batch.clear()
+    stream.write("".join(batch))
 
 
 def render(result: Any, fmt: str = "table", *, out: TextIO | None = None, title: str | None = None) -> None:
@@ -421,6 +544,4 @@ class RowStream:
 
 def shown_time(ms: int) -> str:
     """A time as tables show it: local time, or UTC with ``--utc``."""
-    from mqctl import units
-
     return units.table_time(ms, utc=_state["utc"])

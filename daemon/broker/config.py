@@ -312,6 +312,10 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
     grpc_enable: bool = True
     #: Its port (the 5.x Proxy's default); 0: a free one, reported in the start-up line.
     grpc_listen_port: int = 8081
+    #: Connections the gRPC front holds at once (grpc core's connection quota): one more is closed as it
+    #: is accepted, before any byte of it is read, so a peer opening connections without end (none of
+    #: them authenticated yet) cannot grow the broker's memory and descriptors without bound.
+    grpc_max_connections: int = 1000
     #: Empty: 127.0.0.1, or every interface when `brokerIP1` names another address (see resolve_listen).
     listen_host: str = ""
     #: µs of EEVDF slice for the event loop's thread (daemon.schedslice; Linux 6.12+): a wake-up preempts a
@@ -349,6 +353,11 @@ class BrokerConfig(StoreConfig, RemotingLimits, TlsConfig, RocketMQKeys):
 
     def __post_init__(self) -> None:
         check_sched_slice(self.sched_slice_micros)
+        if self.grpc_max_connections < 1:
+            raise ConfigError(
+                f"grpcMaxConnections is at least 1, not {self.grpc_max_connections} "
+                "(grpcEnable=false turns the gRPC front off)"
+            )
         self.listen_host, self.broker_ip1, why = resolve_listen(self.listen_host, self.broker_ip1)
         self.listen_why = self.listen_why or why
 

@@ -88,6 +88,7 @@ class GrpcFront:
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+                ("grpc.max_allowed_incoming_connections", config.grpc_max_connections),
             ]
         )
         address = bind_address(config.listen_host, config.grpc_listen_port)

@@ -305,14 +305,25 @@ def _fail(message: str, code: int) -> int:
 
 
 def _reader_gone() -> int:
-    """``mqctl topic list | head -1``: the reader has what it wanted; exit 0 without a word.
+    """``mqctl topic list | head -1``: the reader has what it wanted; exit 0 without a word. A Ctrl-C
+    taken while the failed write waited (``| jq`` killed by it) is the interrupt: one line, exit 130.
 
     stdout is pointed at /dev/null so that the interpreter's final flush does not fail again.
     """
+    from mqctl.interrupts import whole_output
+
+    _stdout_to_devnull()
+    if whole_output.pressed:
+        from mqctl.errors import Interrupted
+
+        return _fail("interrupted", Interrupted.exit_code)
+    return 0
+
+
+def _stdout_to_devnull() -> None:
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, sys.stdout.fileno())
     os.close(devnull)
-    return 0
 
 
 def _flush_output() -> None:
@@ -324,14 +335,14 @@ def _flush_output() -> None:
         with whole_output:
             sys.stdout.flush()
     except BrokenPipeError:
-        _reader_gone()
+        _stdout_to_devnull()  # the error line still follows
     except KeyboardInterrupt:
         pass
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI and return its exit code; every error leaves as one line on stderr."""
-    from mqctl.errors import UsageError, translate
+    from mqctl.errors import Interrupted, UsageError, translate
     from mqctl.interrupts import buffered_stdout, whole_output
 
     buffered_stdout()  # a Ctrl-C in a write to an unbuffered stdout (python -u) lost the rest of it
@@ -367,7 +378,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(exc.format_message(), exc.exit_code)
     except BaseException as exc:  # the one translation boundary
         if isinstance(exc, BrokenPipeError) or isinstance(exc.__context__, BrokenPipeError):
-            return _reader_gone()  # rich answers a closed pipe with SystemExit(1): not a failure here
+            if not isinstance(exc, KeyboardInterrupt | Interrupted):
+                return _reader_gone()  # rich answers a closed pipe with SystemExit(1): not a failure here
+            _stdout_to_devnull()  # a Ctrl-C while the closed pipe unwound the command: the interrupt
         if isinstance(exc, SystemExit):
             raise
         error = translate(exc)

@@ -728,6 +728,10 @@ async def show(
 
 # ---------------------------------------------------------------------------------------- tail
 
+#: How often ``tail`` asks the route again: a reader that moved with the route is followed within it (the
+#: Java client asks every 30 s, and reads on from a deposed master until that one fails).
+ROUTE_REFRESH_S = 2.0
+
 
 async def _start_offset(admin: Admin, ref: QueueRef, topic: str, group: str | None, start: str) -> int:
     if group is not None:
@@ -788,12 +792,18 @@ async def tail(
     suspend = 0 if exit_at_end else min(hold_ms, max(100, int(admin.timeout * 1000) - 1000))
 
     lost: set[str] = set()  # brokers whose reader stopped answering: said once per outage, not per queue
+    readers = {ref.broker_name: ref.addr for ref in refs}  # where each broker's queues are read now
+    pulling: dict[MessageQueue, str] = {}  # a queue's pull under way, and where it was sent
+    rerouted: set[MessageQueue] = set()  # pulls the route watch abandoned: sent again to the new reader
+    order = {_mq(topic, ref): i for i, ref in enumerate(refs)}
+    followers: list[asyncio.Task[None]] = []  # each queue's, in the order of ``refs``
 
     async def follow(ref: QueueRef) -> None:
         mq = _mq(topic, ref)
-        addr = ref.addr
+        name = ref.broker_name
         while True:
             offset = positions[mq]
+            addr = pulling[mq] = readers[name]
             try:
                 result = await wire.pull(
                     admin,
@@ -806,14 +816,25 @@ async def tail(
                     subscription=subscription,
                     suspend_ms=suspend,
                 )
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if mq not in rerouted or task is None:
+                    raise
+                rerouted.discard(mq)  # the route moved: what this pull brought is asked of the new reader
+                if task.uncancel():  # the tail itself is stopping too
+                    raise
+                continue
             except (RemotingConnectError, RemotingTimeoutError) as exc:
                 if exit_at_end:  # a read to the end: the queue's end is not known, so fail
                     raise
-                addr = await _reader_again(admin, topic, ref.broker_name, addr, exc, lost)
+                if readers[name] == addr:  # not already moved by the route watch or another queue
+                    readers[name] = await _reader_again(admin, topic, name, addr, exc, lost)
                 continue
-            if ref.broker_name in lost:
-                lost.discard(ref.broker_name)
-                log.warning("%s: reading again, from %s", ref.broker_name, addr)
+            finally:
+                pulling.pop(mq, None)
+            if name in lost:
+                lost.discard(name)
+                log.warning("%s: reading again, from %s", name, addr)
             for m in result.messages:
                 await out.put(m)
             if not result.found and result.next_begin_offset == offset and exit_at_end:
@@ -824,10 +845,37 @@ async def tail(
             else:
                 positions[mq] = result.next_begin_offset
 
+    async def watch_route() -> None:
+        """The route asked again every :data:`ROUTE_REFRESH_S`: a broker group whose reader moved (a
+        leadership transfer, a master back) is read from the new one at once, each queue from its
+        position, and a pull held by the old one is abandoned (what it would bring is asked again)."""
+        while True:
+            await asyncio.sleep(ROUTE_REFRESH_S)
+            try:
+                now = await readers_of_topic(admin, topic, quiet=True)
+            except (RemotingError, NotFoundError):
+                continue  # the NameServer is away: the pulls' own errors move them if need be
+            for name, addr in now.items():
+                old = readers.get(name)
+                if old is None or old == addr:
+                    continue
+                log.warning("%s: the route moved its reads from %s to %s; reading on there", name, old, addr)
+                readers[name] = addr
+                for mq, sent_to in list(pulling.items()):
+                    if mq.broker_name == name and sent_to != addr and mq not in rerouted:
+                        rerouted.add(mq)
+                        followers[order[mq]].cancel()
+
     async with contextlib.AsyncExitStack() as stack:
         if member is not None:
             await stack.enter_async_context(member)  # on exit: leaves the group, commits nothing
-        return await _stream(refs, follow, out, emit, max_messages, on_start)
+        watcher = asyncio.create_task(watch_route())
+        try:
+            return await _stream(refs, follow, out, emit, max_messages, on_start, followers)
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
 
 
 async def _reader_again(
@@ -855,9 +903,12 @@ async def _stream(
     emit: Callable[[MessageRow], None],
     max_messages: int | None,
     on_start: Callable[[int], None] | None,
+    followers: list[asyncio.Task[None]],
 ) -> int:
-    """Run ``follow`` on every queue and emit what it queues, until ``max_messages`` or every queue is drained."""
+    """Run ``follow`` on every queue (its task in ``followers``) and emit what it queues, until
+    ``max_messages`` or every queue is drained."""
     tasks = [asyncio.create_task(follow(ref)) for ref in refs]
+    followers.extend(tasks)
     if on_start is not None:
         on_start(len(refs))
     emitted = 0

@@ -132,9 +132,9 @@ def route_masters(data: TopicRouteData) -> dict[str, str]:
     }
 
 
-def route_readers(data: TopicRouteData) -> dict[str, str]:
+def route_readers(data: TopicRouteData, *, quiet: bool = False) -> dict[str, str]:
     """broker name -> where reads go: the master, else (its master down) the group's first slave, which
-    holds a byte-identical CommitLog; the fallback is said on stderr (a WARNING line)."""
+    holds a byte-identical CommitLog; the fallback is said on stderr (a WARNING line) unless ``quiet``."""
     queue_brokers = {q.broker_name for q in data.queue_datas}
     out: dict[str, str] = {}
     for b in data.broker_datas:
@@ -144,14 +144,17 @@ def route_readers(data: TopicRouteData) -> dict[str, str]:
         if addr is None:
             slave_id = min(b.broker_addrs)
             addr = b.broker_addrs[slave_id]
-            log.warning("%s: the master is down; reading from slave %d at %s", b.broker_name, slave_id, addr)
+            if not quiet:
+                log.warning(
+                    "%s: the master is down; reading from slave %d at %s", b.broker_name, slave_id, addr
+                )
         out[b.broker_name] = addr
     return out
 
 
-async def readers_of_topic(admin: Admin, topic: str) -> dict[str, str]:
+async def readers_of_topic(admin: Admin, topic: str, *, quiet: bool = False) -> dict[str, str]:
     """:func:`route_readers` of ``topic``'s route."""
-    return route_readers(await route_or_not_found(admin, topic))
+    return route_readers(await route_or_not_found(admin, topic), quiet=quiet)
 
 
 async def masters_of_topic(admin: Admin, topic: str) -> dict[str, str]:

@@ -148,12 +148,17 @@ def test_a_second_ctrl_c_while_the_reader_never_reads_exits_at_once(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("pressed", [False, True], ids=["left", "ctrl-c-then-left"])
 @pytest.mark.parametrize("lines", [True, False], ids=["json-lines", "document"])
-def test_a_reader_that_leaves_is_no_error(
-    cli_env: dict[str, str], corrupt: Path, quarantined: Path, lines: bool
+def test_a_reader_that_leaves_is_no_error_but_a_ctrl_c_before_it_is_an_interrupt(
+    cli_env: dict[str, str], corrupt: Path, quarantined: Path, lines: bool, pressed: bool
 ) -> None:
     """``mqctl store salvage --out - | head -c 100``, ``mqctl store verify -o json | head -c 100``: exit 0
-    without a word, as a command that streams or one that writes a document at the end."""
+    without a word, as a command that streams or one that writes a document at the end.
+
+    Ctrl-C at a pipeline (``mqctl ... | jq``) while mqctl waits on its reader kills the reader too, and the
+    write that waited then fails with EPIPE: the press was counted, then dropped as the closed pipe made a
+    silent exit 0 (a script saw success). It is an interrupt: one line, exit 130, at the first press."""
     if lines:
         args = ("store", "salvage", "--store", str(quarantined), "--out", "-")
     else:
@@ -162,13 +167,17 @@ def test_a_reader_that_leaves_is_no_error(
     try:
         blocked_writing(proc)
         assert proc.stdout is not None and proc.stderr is not None
+        if pressed:
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.3)
+            assert proc.poll() is None, "the Ctrl-C did not wait for the output"
         assert proc.stdout.read(100).startswith("{")
         proc.stdout.close()
         err = proc.stderr.read()
         code = proc.wait(timeout=30)
     finally:
         proc.kill()
-    assert (code, err) == (0, "")
+    assert (code, err) == ((130, "mqctl: error: interrupted\n") if pressed else (0, ""))
 
 
 @pytest.mark.slow
@@ -195,3 +204,32 @@ def test_an_ignored_ctrl_c_stays_ignored(cli_env: dict[str, str], corrupt: Path)
         proc.kill()
     assert proc.returncode == 10 and err.startswith("mqctl: error: store "), err
     assert json.loads(out)["problems_found"] == RECORDS
+
+
+#: A command whose closed pipe is unwinding (``BrokenPipeError`` being handled) when a Ctrl-C arrives.
+UNWINDING_CHILD = """
+import sys
+import click
+from mqctl.cli import app
+from mqctl.errors import Interrupted
+
+@click.command()
+def tail():
+    try:
+        raise BrokenPipeError(32, "Broken pipe")
+    except BrokenPipeError:
+        # the press, while the closed pipe unwinds the command, as the root group turns it into
+        raise Interrupted("interrupted") from None
+
+app.command = lambda only=None: tail
+sys.exit(app.main([]))
+"""
+
+
+def test_a_ctrl_c_while_a_closed_pipe_unwinds_the_command_is_an_interrupt() -> None:
+    """The press raised while the BrokenPipeError was being handled carried it as its context, and the
+    boundary took it for the closed pipe: exit 0, the Ctrl-C gone. It is the interrupt: one line, 130."""
+    done = subprocess.run(
+        [sys.executable, "-c", UNWINDING_CHILD], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stderr) == (130, "mqctl: error: interrupted\n")

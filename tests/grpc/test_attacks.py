@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import socket
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,6 +19,7 @@ from google.protobuf import duration_pb2
 from store.names import TIMER_TOPIC
 from tests.daemons import LocalCluster
 from tests.support.acl import USER_AK, USER_SK, write_acl
+from tests.support.cli import RunCli
 from tests.support.grpc5 import (
     MessagingServiceStub,
     create_group,
@@ -28,6 +30,7 @@ from tests.support.grpc5 import (
     spb,
     stored,
 )
+from tests.support.waiting import wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -544,3 +547,74 @@ def test_an_unsigned_send_learns_nothing_of_which_topics_exist(
     there = stub.SendMessage(send_request("TopicA"), timeout=10)
     nowhere = stub.SendMessage(send_request("NoSuchTopic"), timeout=10)
     assert there.status.code == nowhere.status.code == pb.UNAUTHORIZED, (there.status, nowhere.status)
+
+
+#: An HTTP/2 client's preface and an empty SETTINGS frame: what a peer sends before anything is checked.
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _opened(port: int) -> socket.socket:
+    """A raw connection to the gRPC port that sent the HTTP/2 preface and holds on."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sock.sendall(H2_PREFACE)
+    return sock
+
+
+def test_connections_over_the_cap_are_closed_on_accept_and_room_comes_back(tmp_path: Path) -> None:
+    """An unauthenticated peer opened connections to the gRPC front without bound, each holding the
+    broker's memory and a descriptor. `grpcMaxConnections` caps them: one more is closed as it is accepted
+    (a real client's call over it fails UNAVAILABLE), and once one closes a client is served again."""
+    with grpc_cluster(tmp_path, grpc_max_connections=3) as cluster:
+        create_topic(cluster, "Capped")
+        assert cluster.broker.grpc is not None
+        port = cluster.broker.grpc.port
+        request = spb.QueryRouteRequest(topic=pb.Resource(name="Capped"))
+        held = [_opened(port) for _ in range(3)]
+        try:
+            for sock in held:
+                assert sock.recv(9)[3:4] == b"\x04"  # the server's SETTINGS: each one is served
+            extra = _opened(port)
+            with extra:
+                try:  # closed unanswered: a FIN, or a reset where the preface was still unread
+                    answer = extra.recv(100)
+                except ConnectionResetError:
+                    answer = b""
+                assert answer == b""
+            with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                with pytest.raises(grpc.RpcError) as refused:
+                    MessagingServiceStub(channel).QueryRoute(request, timeout=3)
+                assert refused.value.code() in (
+                    grpc.StatusCode.UNAVAILABLE,
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                )
+        finally:
+            held.pop().close()
+        try:
+
+            def served() -> bool:
+                with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+                    try:
+                        reply = MessagingServiceStub(channel).QueryRoute(request, timeout=3)
+                    except grpc.RpcError:
+                        return False
+                return reply.status.code == pb.OK and len(reply.message_queues) == 4
+
+            wait_for(served, "a client served once a connection closed", timeout=30)
+        finally:
+            for sock in held:
+                sock.close()
+
+
+def test_the_grpc_connection_cap_is_a_broker_key(tmp_path: Path, cli: RunCli) -> None:
+    """`grpcMaxConnections` is read from broker.conf and shown by `broker start --print-config` (1000 unset);
+    below 1 the broker does not start."""
+    conf = tmp_path / "broker.conf"
+    conf.write_text("grpcMaxConnections=7\n")
+    shown = cli("broker", "start", "-c", str(conf), "--store", str(tmp_path / "s"), "--print-config")
+    assert shown.code == 0, shown.stderr
+    assert "grpcMaxConnections=7\n" in shown.stdout
+    default = cli("broker", "start", "--store", str(tmp_path / "s"), "--print-config")
+    assert "grpcMaxConnections=1000\n" in default.stdout
+    conf.write_text("grpcMaxConnections=0\n")  # grpc would refuse every connection
+    refused = cli("broker", "start", "-c", str(conf), "--store", str(tmp_path / "s"), "--print-config")
+    assert refused.code == 2 and "grpcMaxConnections is at least 1, not 0" in refused.stderr, refused.stderr
