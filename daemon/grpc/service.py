@@ -670,9 +670,12 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         topic, handle = request.topic.name, request.recall_handle
         try:
             self._check(client, meta, RequestCode.SEND_MESSAGE_V2, {"b": topic})
+            recalled = await self.broker.timers.recall(topic, handle)
         except Refused as refused:
             return spb.RecallMessageResponse(status=refused.status())
-        if not self.broker.timers.recall(topic, handle):
+        except RemotingCommandError as exc:
+            return spb.RecallMessageResponse(status=Refused.of(exc).status())
+        if not recalled:
             return spb.RecallMessageResponse(
                 status=status(pb.NOT_FOUND, f"no pending timer message {handle} in topic {topic}")
             )
