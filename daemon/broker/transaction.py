@@ -54,24 +54,33 @@ class TransactionService:
         self.broker = broker
         self.resolved: set[int] = set()  # half queue offsets that have an op record
         self.check_times: dict[int, int] = {}
+        #: The op queue's offset read up to (see _read_ops).
+        self._op_offset = 0
         self._task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def load(self) -> None:
         """Rebuild the resolved set from the op queue (small: one short record per transaction)."""
-        offset = 0
+        self._read_ops()
+
+    def _read_ops(self) -> None:
+        """Add the op records stored since the last read to the resolved set. A DLedger follower's
+        queue holds the ones its leader wrote: read again when it is elected (see start)."""
         store = self.broker.store
         while True:
-            result = store.get_messages(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, offset, BATCH)
+            result = store.get_messages(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, self._op_offset, BATCH)
             if not result.messages:
                 return
             for selected in result.messages:
                 with contextlib.suppress(ValueError):
                     self.resolved.add(int(selected.message.body))
-            offset = result.next_begin_offset
+            self._op_offset = result.next_begin_offset
 
     def start(self) -> None:
+        """Start checking, as the master: first every op record written since the load (by the leaders
+        before this one), or a committed half would be committed again and a rolled back one checked."""
+        self._read_ops()
         self._task = supervise(self._run, "transaction-check")
 
     async def stop(self) -> None:

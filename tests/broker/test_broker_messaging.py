@@ -265,6 +265,31 @@ async def test_transaction_half_message_is_invisible_until_committed(broker: Bro
     assert [m.body for m in msgs] == [b"commit-me"] and "TRAN_MSG" not in msgs[0].properties
 
 
+async def test_a_transaction_service_started_later_knows_the_transactions_ended_since_its_load(
+    broker: BrokerHandle,
+) -> None:
+    """A DLedger follower loads its op records at its start and is elected later: the transactions its
+    leaders ended meanwhile must count as ended when it starts checking, or a committed half is committed
+    again and a rolled back one is checked (and may be committed)."""
+    from daemon.broker.transaction import TransactionService
+
+    elected_later = TransactionService(broker.broker)
+    elected_later.load()
+    for body, decision in ((b"commit-me", 8), (b"roll-me-back", 12)):
+        r = await broker.send("TxL", body, props={"TRAN_MSG": "true", "PGROUP": "TxPG"})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        h = EndTransactionRequestHeader("TxPG", 0, decode_msg_id(r.ext_fields["msgId"])[1], decision, "id")
+        assert (
+            await broker.call(RequestCode.END_TRANSACTION, h.to_ext_fields())
+        ).code == ResponseCode.SUCCESS
+    assert elected_later.resolved == set()
+    elected_later.start()
+    try:
+        assert elected_later.resolved == {0, 1}
+    finally:
+        await elected_later.stop()
+
+
 async def test_broker_runs_on_the_in_memory_store(tmp_path: Path) -> None:
     def memory(config: BrokerConfig) -> InMemoryMessageStore:
         return InMemoryMessageStore(config.store_config(), store_host=(config.broker_ip1, config.listen_port))
