@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -13,9 +15,10 @@ import pytest
 
 from daemon.remoting.client import RemotingClient
 from tests.broker.test_ha import pull_all
-from tests.dledger.test_group import elected_master, member_pid
+from tests.dledger.test_group import elected_master, master_of, member_pid
 from tests.dledger.test_roles import grpc_port, member_addrs, new_master, raft_group, topic_everywhere
 from tests.support.broker import BrokerClient
+from tests.support.paths import ROOT
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
@@ -146,3 +149,169 @@ async def uniq_keys(client: RemotingClient, addr: str, topic: str) -> list[str]:
             out += [m.properties.get("UNIQ_KEY", "") for m in decode_records(r.body)]
             offset = int(r.ext_fields["nextBeginOffset"])
     return out
+
+
+async def test_5x_sends_resume_after_a_paused_leader_and_a_transfer_and_each_ok_is_held_once(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The official Producer (access point: the member that is neither paused nor transferred to) sends
+    throughout: the leader SIGSTOPped until another member leads and took sends, then SIGCONTed; then the
+    leadership transferred back to it. Every SEND_OK is held by the final leader exactly once; a failed
+    send is held at most once (the client may have retried a send that was stored)."""
+    from tests.dledger.test_roles import member_id
+    from tests.support.grpc5 import ClientConfiguration, Credentials, Producer, message
+
+    async with raft_group(tmp_path, cli_env) as (data, ns, client):
+        env = {**cli_env, "MQCTL_HEART_BEAT_TIME_INTERVAL_MS": "500", "NAMESRV_ADDR": ns}
+        first = await elected_master(client, ns)
+        await BrokerClient(first, client).create_topic("Gs", 2)
+        await topic_everywhere(client, data, "Gs")
+        access = next(a for a in member_addrs(data) if a != first)
+        config = ClientConfiguration(
+            f"127.0.0.1:{await grpc_port(client, access)}", Credentials("", ""), request_timeout=3
+        )
+        producer = Producer(config, ("Gs",))
+        await asyncio.to_thread(producer.startup)
+        oks: list[str] = []
+        failed: list[str] = []
+        counter = iter(range(10**6))
+
+        def send() -> bool:
+            body = f"m-{next(counter)}"
+            try:
+                producer.send(message("Gs", body.encode()))
+            except Exception:
+                failed.append(body)
+                return False
+            oks.append(body)
+            return True
+
+        async def sends_ok(count: int, limit: float) -> float:
+            """Send until `count` succeed; the seconds that took."""
+            began = time.monotonic()
+            done = 0
+            while done < count:
+                assert time.monotonic() - began < limit, f"{done} of {count} sends acknowledged in {limit} s"
+                done += await asyncio.to_thread(send)
+            return time.monotonic() - began
+
+        pid = member_pid(data, first)
+        try:
+            await sends_ok(5, 30)
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                paused = await sends_ok(5, 150)
+                second = await new_master(client, ns, first)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            await sends_ok(5, 30)
+
+            def transfer() -> int:
+                argv = [
+                    sys.executable,
+                    "-m",
+                    "mqctl",
+                    "broker",
+                    "ha",
+                    "transfer",
+                    "--to",
+                    member_id(data, first),
+                ]
+                return subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, timeout=60).returncode
+
+            for _ in range(10):  # the paused member catches up first; a racing election refuses it
+                if await asyncio.to_thread(transfer) == 0:
+                    break
+                await asyncio.sleep(1)
+            else:
+                raise AssertionError("the leadership never went back to the paused member")
+            moved = await sends_ok(5, 150)
+            print(f"5.x sends: resumed {paused:.1f} s after the SIGSTOP, {moved:.1f} s after the transfer")
+        finally:
+            await asyncio.to_thread(producer.shutdown)
+        assert await master_of(client, ns) == first != second
+        held = await bodies(client, first, "Gs")
+        assert sorted(b for b in held if b in oks) == sorted(oks), "a SEND_OK lost or held twice"
+        assert set(held) <= set(oks) | set(failed)
+
+
+async def bodies(client: RemotingClient, addr: str, topic: str) -> list[str]:
+    """Every body of `topic`'s queues 0 and 1 on `addr`."""
+    on = BrokerClient(addr, client)
+    return [b.decode() for q in (0, 1) for b in await pull_all(on, topic, q)]
+
+
+def receive(port: int, topic: str, group: str, invisible_s: int) -> list[tuple[bytes, str]]:
+    """One ReceiveMessage on a front: (body, receipt handle) of each message lent."""
+    import grpc
+
+    from tests.support.grpc5 import MessagingServiceStub, pb, spb
+
+    request = spb.ReceiveMessageRequest(
+        group=pb.Resource(name=group),
+        message_queue=pb.MessageQueue(topic=pb.Resource(name=topic), id=-1),
+        filter_expression=pb.FilterExpression(type=pb.TAG, expression="*"),
+        batch_size=32,
+        auto_renew=False,
+    )
+    request.invisible_duration.FromSeconds(invisible_s)
+    request.long_polling_timeout.FromSeconds(2)
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        replies = MessagingServiceStub(channel).ReceiveMessage(request, metadata=META, timeout=10)
+        return [
+            (r.message.body, r.message.system_properties.receipt_handle)
+            for r in replies
+            if r.HasField("message")
+        ]
+
+
+def settle(port: int, topic: str, group: str, handle: str) -> tuple[int, int]:
+    """AckMessage and ChangeInvisibleDuration of `handle` on a front: their status codes."""
+    import grpc
+
+    from tests.support.grpc5 import MessagingServiceStub, pb, spb
+
+    resource, where = pb.Resource(name=group), pb.Resource(name=topic)
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = MessagingServiceStub(channel)
+        entry = spb.AckMessageEntry(message_id="0" * 34, receipt_handle=handle)
+        acked = stub.AckMessage(
+            spb.AckMessageRequest(group=resource, topic=where, entries=[entry]), metadata=META, timeout=10
+        )
+        change = spb.ChangeInvisibleDurationRequest(group=resource, topic=where, receipt_handle=handle)
+        change.invisible_duration.FromSeconds(30)
+        changed = stub.ChangeInvisibleDuration(change, metadata=META, timeout=10)
+    return acked.status.code, changed.status.code
+
+
+async def test_a_receipt_handle_of_the_killed_leader_gets_a_clear_answer_from_the_next(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """Two messages received from the leader's front, one acked; the leader SIGKILLed. On the new
+    leader's front the old handles are INVALID_RECEIPT_HANDLE for ack and change of invisibility (never
+    taken for another lending), and the unacked message is received again."""
+    from tests.support.grpc5 import pb
+
+    async with raft_group(tmp_path, cli_env) as (data, ns, client):
+        old = await elected_master(client, ns)
+        on_old = BrokerClient(old, client)
+        await on_old.create_topic("Gr", 1)
+        await topic_everywhere(client, data, "Gr")
+        for body in (b"acked", b"held"):
+            assert (await on_old.send("Gr", body, queue_id=0)).code == 0
+        lent = dict(await asyncio.to_thread(receive, await grpc_port(client, old), "Gr", "GR", 60))
+        assert sorted(lent) == [b"acked", b"held"]
+        codes = await asyncio.to_thread(settle, await grpc_port(client, old), "Gr", "GR", lent[b"acked"])
+        assert codes == (pb.OK, pb.INVALID_RECEIPT_HANDLE)  # acked: no longer lent
+        await asyncio.sleep(11)  # the followers take the ack watermark (every 10 s)
+        os.kill(member_pid(data, old), signal.SIGKILL)
+        new_port = await grpc_port(client, await new_master(client, ns, old))
+        for body in (b"acked", b"held"):
+            codes = await asyncio.to_thread(settle, new_port, "Gr", "GR", lent[body])
+            assert codes == (pb.INVALID_RECEIPT_HANDLE, pb.INVALID_RECEIPT_HANDLE), body
+        again = []
+        deadline = time.monotonic() + 30
+        while b"held" not in again:
+            assert time.monotonic() < deadline, again
+            again += [b for b, _ in await asyncio.to_thread(receive, new_port, "Gr", "GR", 60)]
+        print("received again from the new leader:", again)
