@@ -670,6 +670,11 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         topic, handle = request.topic.name, request.recall_handle
         try:
             self._check(client, meta, RequestCode.SEND_MESSAGE_V2, {"b": topic})
+            if self.broker.config.broker_role == SLAVE:  # (a DLedger follower): timers are the master's
+                raise Refused(
+                    grpc_code(ResponseCode.SERVICE_NOT_AVAILABLE),
+                    f"broker {self.broker.addr} is a slave: recall on its master",
+                )
             recalled = await self.broker.timers.recall(topic, handle)
         except Refused as refused:
             return spb.RecallMessageResponse(status=refused.status())

@@ -42,34 +42,53 @@ def send_timers(port: int, topic: str, due_ms: int, ids: list[str]) -> dict[str,
             sent = stub.SendMessage(spb.SendMessageRequest(messages=[one]), metadata=META, timeout=10)
             assert sent.status.code == pb.OK, sent.status.message
             handles[message_id] = sent.entries[0].recall_handle
-        recall = spb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle=handles[ids[0]])
-        answer = stub.RecallMessage(recall, metadata=META, timeout=10)
-        assert answer.status.code == pb.OK, answer.status.message
+    assert recall(port, topic, handles[ids[0]]) == pb.OK
     return handles
+
+
+def recall(port: int, topic: str, handle: str) -> int:
+    """RecallMessage on a front: its status code."""
+    import grpc
+
+    from tests.support.grpc5 import MessagingServiceStub, pb, spb
+
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        request = spb.RecallMessageRequest(topic=pb.Resource(name=topic), recall_handle=handle)
+        return int(
+            MessagingServiceStub(channel).RecallMessage(request, metadata=META, timeout=10).status.code
+        )
 
 
 async def test_a_recalled_timer_stays_recalled_on_the_next_leader(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
-    """Two timers sent through the leader's gRPC front, the first recalled (OK); the leader SIGKILLed
-    before either is due: the new leader delivers the second only."""
+    """Three timers sent through the leader's gRPC front, the first recalled (OK); the leader SIGKILLed
+    before any is due. A recall of the third on a follower's front is refused as a send there is (not
+    answered NOT_FOUND: the timer is pending on the leader), on the new leader's it is OK; the new leader
+    delivers the second only."""
+    from tests.support.grpc5 import pb
+
     async with raft_group(tmp_path, cli_env) as (data, ns, client):
         old = await elected_master(client, ns)
         await BrokerClient(old, client).create_topic("Rc", 1)
         await topic_everywhere(client, data, "Rc")
-        port = await grpc_port(client, old)
-        due = int(time.time() * 1000) + 8_000
-        ids = ["0" * 32 + "01", "0" * 32 + "02"]
-        await asyncio.to_thread(send_timers, port, "Rc", due, ids)
+        due = int(time.time() * 1000) + 15_000
+        ids = ["0" * 32 + "01", "0" * 32 + "02", "0" * 32 + "03"]
+        handles = await asyncio.to_thread(send_timers, await grpc_port(client, old), "Rc", due, ids)
         await asyncio.sleep(0.5)  # what the leader holds reaches the followers
         os.kill(member_pid(data, old), signal.SIGKILL)
-        on_new = BrokerClient(await new_master(client, ns, old), client)
+        new = await new_master(client, ns, old)
+        follower = next(a for a in member_addrs(data) if a not in (old, new))
+        refused = await asyncio.to_thread(recall, await grpc_port(client, follower), "Rc", handles[ids[2]])
+        assert refused == pb.INTERNAL_SERVER_ERROR
+        assert await asyncio.to_thread(recall, await grpc_port(client, new), "Rc", handles[ids[2]]) == pb.OK
+        on_new = BrokerClient(new, client)
 
         async def delivered() -> bool:
             return len(await pull_all(on_new, "Rc", 0)) >= 1
 
         await wait_until(delivered, 40)
-        await asyncio.sleep(1.5)  # time for the recalled one, were it to come
+        await asyncio.sleep(1.5)  # time for a recalled one, were it to come
         assert await pull_all(on_new, "Rc", 0) == [ids[1].encode()]
         assert time.time() * 1000 >= due
 
