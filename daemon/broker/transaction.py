@@ -54,6 +54,8 @@ class TransactionService:
         self.broker = broker
         self.resolved: set[int] = set()  # half queue offsets that have an op record
         self.check_times: dict[int, int] = {}
+        #: Halves (queue offset) whose commit or rollback is being stored: a second END waits for it.
+        self._ending: dict[int, asyncio.Event] = {}
         #: The op queue's offset read up to (see _read_ops).
         self._op_offset = 0
         self._task: asyncio.Task[None] | None = None
@@ -103,8 +105,19 @@ class TransactionService:
         half = self.broker.indexed_message(h.commit_log_offset)  # not a record forged inside a body
         if half is None or half.topic != TRANS_HALF_TOPIC:
             raise system_error(f"Find prepared transaction message failed, offset {h.commit_log_offset}")
-        if half.queue_offset in self.resolved:
+        qoff = half.queue_offset
+        while (ending := self._ending.get(qoff)) is not None:  # another END of it waits for its put
+            await ending.wait()
+        if qoff in self.resolved:
             return  # already ended (a late answer to a check)
+        self._ending[qoff] = done = asyncio.Event()
+        try:
+            await self._end(h, half)
+        finally:
+            del self._ending[qoff]
+            done.set()
+
+    async def _end(self, h: EndTransactionRequestHeader, half: StoredMessage) -> None:
         if h.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
             committed = committed_copy(half)
             # a committed timer message waits for its time (5.x parks it on commit, not as a half)

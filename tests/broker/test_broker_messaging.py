@@ -381,3 +381,20 @@ async def _read_command(reader: asyncio.StreamReader) -> RemotingCommand:
     decoded = decode_frame(head + await reader.readexactly(int.from_bytes(head, "big")), 0)
     assert decoded is not None
     return decoded[0]
+
+
+async def test_two_concurrent_commits_of_one_half_store_it_once(tmp_path: Path) -> None:
+    """A producer's commit and its answer to a check (or a retried commit) arriving together: each waits
+    for its put (SYNC_FLUSH here, a DLedger quorum there), and both found the half not yet ended."""
+    b = await start_broker(tmp_path / "s", flush_disk_type="SYNC_FLUSH")
+    handle = BrokerHandle(b.addr, RemotingClient(), b)
+    try:
+        r = await handle.send("TxC", b"once", props={"TRAN_MSG": "true", "PGROUP": "TxPG"})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        h = EndTransactionRequestHeader("TxPG", 0, decode_msg_id(r.ext_fields["msgId"])[1], 8, "id")
+        await asyncio.gather(*(b.transactions.end(h) for _ in range(3)))
+        msgs = decode_records((await handle.pull("G", "TxC", 0, 0)).body)
+        assert [m.body for m in msgs] == [b"once"]
+    finally:
+        await handle.client.close()
+        await b.stop()
