@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -93,6 +94,20 @@ async def test_a_recalled_timer_stays_recalled_on_the_next_leader(
         assert time.time() * 1000 >= due
 
 
+async def leader_and_access(client: RemotingClient, data: Path, ns: str, topic: str) -> tuple[str, Any]:
+    """The leader, once `topic` (2 queues) is made and held by every member, and a 5.x client
+    configuration whose access point is another member's front (it answers QueryRoute after the
+    leader's failure)."""
+    from tests.support.grpc5 import ClientConfiguration, Credentials
+
+    leader = await elected_master(client, ns)
+    await BrokerClient(leader, client).create_topic(topic, 2)
+    await topic_everywhere(client, data, topic)
+    access = next(a for a in member_addrs(data) if a != leader)
+    port = await grpc_port(client, access)
+    return leader, ClientConfiguration(f"127.0.0.1:{port}", Credentials("", ""), request_timeout=3)
+
+
 async def test_a_half_message_sent_to_a_killed_leader_is_checked_back_by_the_next(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
@@ -102,7 +117,7 @@ async def test_a_half_message_sent_to_a_killed_leader_is_checked_back_by_the_nex
     committed and the checked-and-committed messages are each in the topic once, the rolled back one never."""
     from rocketmq import TransactionChecker, TransactionResolution
 
-    from tests.support.grpc5 import ClientConfiguration, Credentials, Producer, message
+    from tests.support.grpc5 import Producer, message
 
     class Checker(TransactionChecker):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -114,13 +129,7 @@ async def test_a_half_message_sent_to_a_killed_leader_is_checked_back_by_the_nex
 
     env = {**cli_env, "MQCTL_TRANSACTION_CHECK_INTERVAL": "1000", "MQCTL_TRANSACTION_TIME_OUT": "1000"}
     async with raft_group(tmp_path, env) as (data, ns, client):
-        old = await elected_master(client, ns)
-        await BrokerClient(old, client).create_topic("Tf", 2)
-        await topic_everywhere(client, data, "Tf")
-        follower = next(a for a in member_addrs(data) if a != old)
-        config = ClientConfiguration(
-            f"127.0.0.1:{await grpc_port(client, follower)}", Credentials("", ""), request_timeout=3
-        )
+        old, config = await leader_and_access(client, data, ns, "Tf")
         checker = Checker()
         producer = Producer(config, ("Tf",), checker=checker)
         await asyncio.to_thread(producer.startup)
@@ -178,17 +187,11 @@ async def test_5x_sends_resume_after_a_paused_leader_and_a_transfer_and_each_ok_
     leadership transferred back to it. Every SEND_OK is held by the final leader exactly once; a failed
     send is held at most once (the client may have retried a send that was stored)."""
     from tests.dledger.test_roles import member_id
-    from tests.support.grpc5 import ClientConfiguration, Credentials, Producer, message
+    from tests.support.grpc5 import Producer, message
 
     async with raft_group(tmp_path, cli_env) as (data, ns, client):
         env = {**cli_env, "MQCTL_HEART_BEAT_TIME_INTERVAL_MS": "500", "NAMESRV_ADDR": ns}
-        first = await elected_master(client, ns)
-        await BrokerClient(first, client).create_topic("Gs", 2)
-        await topic_everywhere(client, data, "Gs")
-        access = next(a for a in member_addrs(data) if a != first)
-        config = ClientConfiguration(
-            f"127.0.0.1:{await grpc_port(client, access)}", Credentials("", ""), request_timeout=3
-        )
+        first, config = await leader_and_access(client, data, ns, "Gs")
         producer = Producer(config, ("Gs",))
         await asyncio.to_thread(producer.startup)
         oks: list[str] = []
