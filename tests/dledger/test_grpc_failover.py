@@ -337,3 +337,48 @@ async def test_a_receipt_handle_of_the_killed_leader_gets_a_clear_answer_from_th
             assert time.monotonic() < deadline, again
             again += [b for b, _ in await asyncio.to_thread(receive, new_port, "Gr", "GR", 60)]
         print("received again from the new leader:", again)
+
+
+async def test_a_5x_push_consumer_consumes_every_message_across_a_leader_kill(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The official PushConsumer (access point: a follower's front) consumes while the leader is SIGKILLed:
+    every message sent before the kill and after it (to the new leader) is consumed at least once."""
+    from rocketmq import ConsumeResult, FilterExpression, MessageListener, PushConsumer
+
+    class Recorder(MessageListener):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.seen: list[bytes] = []
+
+        def consume(self, msg: Any) -> Any:
+            self.seen.append(msg.body)
+            return ConsumeResult.SUCCESS
+
+    async with raft_group(tmp_path, cli_env) as (data, ns, client):
+        old, config = await leader_and_access(client, data, ns, "Gc")
+        listener = Recorder()
+        consumer = PushConsumer(config, "GC", listener, {"Gc": FilterExpression("*")})
+        await asyncio.to_thread(consumer.startup)
+        sent: list[bytes] = []
+        try:
+            on_old = BrokerClient(old, client)
+            for i in range(20):
+                body = f"before-{i}".encode()
+                assert (await on_old.send("Gc", body, queue_id=i % 2)).code == 0
+                sent.append(body)
+            await asyncio.sleep(1)  # some are consumed (and acked) on the old leader, some in flight
+            os.kill(member_pid(data, old), signal.SIGKILL)
+            on_new = BrokerClient(await new_master(client, ns, old), client)
+            for i in range(20):
+                body = f"after-{i}".encode()
+                assert (await on_new.send("Gc", body, queue_id=i % 2)).code == 0
+                sent.append(body)
+
+            def all_consumed() -> bool:
+                return set(sent) <= set(listener.seen)
+
+            await wait_until(all_consumed, 120)
+        finally:
+            await asyncio.to_thread(consumer.shutdown)
+        again = len(listener.seen) - len(set(listener.seen))
+        print(f"5.x PushConsumer: {len(sent)} sent, {len(listener.seen)} consumed ({again} again)")
