@@ -66,18 +66,28 @@ class TransactionService:
         """Rebuild the resolved set from the op queue (small: one short record per transaction)."""
         self._read_ops()
 
-    def _read_ops(self) -> None:
-        """Add the op records stored since the last read to the resolved set. A DLedger follower's
-        queue holds the ones its leader wrote: read again when it is elected (see start)."""
+    def _read_ops(self, limit: int | None = None) -> int:
+        """Add the op records stored since the last read (at most `limit` batches) to the resolved set;
+        returns how many batches were read. A DLedger follower's queue holds the ones its leader wrote:
+        read again when it is elected (see catch_up and start)."""
         store = self.broker.store
-        while True:
+        batches = 0
+        while limit is None or batches < limit:
             result = store.get_messages(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, self._op_offset, BATCH)
             if not result.messages:
-                return
+                break
             for selected in result.messages:
                 with contextlib.suppress(ValueError):
                     self.resolved.add(int(selected.message.body))
             self._op_offset = result.next_begin_offset
+            batches += 1
+        return batches
+
+    async def catch_up(self) -> None:
+        """Read the op records stored since the last read a batch at a time, serving requests between
+        batches (an elected member that followed for long has many)."""
+        while self._read_ops(limit=1):
+            await asyncio.sleep(0)
 
     def start(self) -> None:
         """Start checking, as the master: first every op record written since the load (by the leaders
