@@ -683,6 +683,7 @@ class Broker:
         # progress files are local: another leader may have delivered timers since they were written
         timers = TimerMessageService(self)
         await asyncio.to_thread(timers.load, takeover=True)
+        await self.transactions.catch_up()  # the op records its leaders wrote (start reads what is left)
         if not group.node.is_leader or group.node.m.term != term:
             timers.progress.close()
             return

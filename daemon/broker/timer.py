@@ -19,6 +19,10 @@ before that start is checked before its delivery: a copy already in its real top
 ``TIMER_OUT_MS``, found through the IndexFile) means delivered, nothing is put again; likewise a roll copy
 in the timer queue for a timer due to be rolled.
 
+A recall is logged too, as 5.x logs it: a marker record in the timer queue (``TIMER_DEL_UNIQKEY`` = the
+unique key, ``REAL_TOPIC``), held by a DLedger quorum before the recall is answered, so every member that
+reads the queue (a leader elected later) cancels the timer as the one that answered did.
+
 Work on the event loop comes in slices of at most ``BATCH`` messages with a yield between them.
 """
 
@@ -54,6 +58,7 @@ from store.message import (
     PROPERTY_TIMER_ROLL_TIMES,
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT_STORE_MSG_OK,
+    Message,
     StoredMessage,
 )
 from store.names import TIMER_GROUP, TIMER_TOPIC
@@ -76,6 +81,8 @@ RETRY_AFTER = 1.0
 #: ``timerPending_<topic>`` = ``count,next due ms`` per real topic.
 TIMER_RUNTIME_KEYS = frozenset({"timerPendingMessages", "timerNextDueMs"})
 PENDING_KEY_PREFIX = "timerPending_"
+#: A recall's marker in the timer queue: the unique key of the timer it cancels (5.x's MessageConst name).
+PROPERTY_TIMER_DEL_UNIQKEY: Final = "TIMER_DEL_UNIQKEY"
 _TIMER_PROPS = (PROPERTY_TIMER_DELIVER_MS, PROPERTY_TIMER_DELAY_SEC, PROPERTY_TIMER_DELAY_MS)
 
 
@@ -233,12 +240,37 @@ class TimerMessageService:
         self.broker.topics.create_system_like(TIMER_TOPIC, 1, PermName.READ_WRITE)
         return TIMER_TOPIC, 0
 
-    def recall(self, topic: str, unique_key: str) -> bool:
+    async def recall(self, topic: str, unique_key: str) -> bool:
         """Cancel a pending timer message of `topic` by its unique key; False when none is pending
-        (unknown, already delivered or being delivered; or this broker does not deliver timers)."""
+        (unknown, already delivered or being delivered; or this broker does not deliver timers). The
+        recall's marker is stored first (held by a DLedger quorum), so a leader elected later cancels it
+        too; raises (SYSTEM_ERROR) when the marker could not be stored, and then nothing is cancelled here
+        unless the marker is read from the queue later (it was stored after all)."""
         if not self._tasks:
             return False
         self._read_new(limit=None)
+        offset = self._by_key.get((topic, unique_key))
+        if offset is None or offset not in self._pending:
+            return False
+        marker = Message(
+            TIMER_TOPIC,
+            b"",
+            0,
+            properties={PROPERTY_TIMER_DEL_UNIQKEY: unique_key, PROPERTY_REAL_TOPIC: topic},
+            born_timestamp=int(time.time() * 1000),
+        )
+        result = await self.broker.put(marker)
+        if not result.ok:
+            raise fail(
+                ResponseCode.SYSTEM_ERROR,
+                f"timer message {unique_key} of {topic} not recalled: its marker was not stored"
+                f" ({result.status.value})",
+            )
+        return self._cancel(topic, unique_key)
+
+    def _cancel(self, topic: str, unique_key: str) -> bool:
+        """Take the pending timer of (topic, unique key) out; False when none is pending (or its re-put
+        is running)."""
         offset = self._by_key.get((topic, unique_key))
         if offset is None:
             return False
@@ -352,6 +384,10 @@ class TimerMessageService:
         if self._done_before is not None and queue_offset in self._done_before:
             return
         props = info.properties
+        recalled = props.get(PROPERTY_TIMER_DEL_UNIQKEY)
+        if recalled is not None:  # a recall's marker (see recall): a no-op where it was answered
+            self._cancel(props.get(PROPERTY_REAL_TOPIC, ""), recalled)
+            return
         try:
             due = int(props[PROPERTY_TIMER_OUT_MS])
             topic = props[PROPERTY_REAL_TOPIC]

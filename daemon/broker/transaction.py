@@ -54,24 +54,45 @@ class TransactionService:
         self.broker = broker
         self.resolved: set[int] = set()  # half queue offsets that have an op record
         self.check_times: dict[int, int] = {}
+        #: Halves (queue offset) whose commit or rollback is being stored: a second END waits for it.
+        self._ending: dict[int, asyncio.Event] = {}
+        #: The op queue's offset read up to (see _read_ops).
+        self._op_offset = 0
         self._task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
     def load(self) -> None:
         """Rebuild the resolved set from the op queue (small: one short record per transaction)."""
-        offset = 0
+        self._read_ops()
+
+    def _read_ops(self, limit: int | None = None) -> int:
+        """Add the op records stored since the last read (at most `limit` batches) to the resolved set;
+        returns how many batches were read. A DLedger follower's queue holds the ones its leader wrote:
+        read again when it is elected (see catch_up and start)."""
         store = self.broker.store
-        while True:
-            result = store.get_messages(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, offset, BATCH)
+        batches = 0
+        while limit is None or batches < limit:
+            result = store.get_messages(TRANS_CHECK_GROUP, TRANS_OP_HALF_TOPIC, 0, self._op_offset, BATCH)
             if not result.messages:
-                return
+                break
             for selected in result.messages:
                 with contextlib.suppress(ValueError):
                     self.resolved.add(int(selected.message.body))
-            offset = result.next_begin_offset
+            self._op_offset = result.next_begin_offset
+            batches += 1
+        return batches
+
+    async def catch_up(self) -> None:
+        """Read the op records stored since the last read a batch at a time, serving requests between
+        batches (an elected member that followed for long has many)."""
+        while self._read_ops(limit=1):
+            await asyncio.sleep(0)
 
     def start(self) -> None:
+        """Start checking, as the master: first every op record written since the load (by the leaders
+        before this one), or a committed half would be committed again and a rolled back one checked."""
+        self._read_ops()
         self._task = supervise(self._run, "transaction-check")
 
     async def stop(self) -> None:
@@ -94,8 +115,19 @@ class TransactionService:
         half = self.broker.indexed_message(h.commit_log_offset)  # not a record forged inside a body
         if half is None or half.topic != TRANS_HALF_TOPIC:
             raise system_error(f"Find prepared transaction message failed, offset {h.commit_log_offset}")
-        if half.queue_offset in self.resolved:
+        qoff = half.queue_offset
+        while (ending := self._ending.get(qoff)) is not None:  # another END of it waits for its put
+            await ending.wait()
+        if qoff in self.resolved:
             return  # already ended (a late answer to a check)
+        self._ending[qoff] = done = asyncio.Event()
+        try:
+            await self._end(h, half)
+        finally:
+            del self._ending[qoff]
+            done.set()
+
+    async def _end(self, h: EndTransactionRequestHeader, half: StoredMessage) -> None:
         if h.commit_or_rollback == TRANSACTION_COMMIT_TYPE:
             committed = committed_copy(half)
             # a committed timer message waits for its time (5.x parks it on commit, not as a half)

@@ -107,6 +107,10 @@ CONSUMER_BACKOFF_S: Final = (
     3600,
     7200,
 )
+#: Another broker's gRPC port, once learnt, is taken as it is for this long, then asked again: a broker
+#: restarted with `grpcListenPort=0` (or reconfigured) serves on another port, and a DLedger member that
+#: leads again after such a restart must not be routed to its old one.
+PORT_TTL_S: Final = 30.0
 #: A client that neither heart-beats nor calls for this long is forgotten (the remoting channel expiry).
 CLIENT_EXPIRY_S: Final = 120.0
 #: The Authorization header's algorithm (the proxy's `AuthenticationHeader`).
@@ -211,8 +215,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         from daemon.broker.processors.send import SendProcessor
 
         self.sender = SendProcessor(broker)
-        #: Other brokers' gRPC ports, learnt from their config (remoting address -> port; 0: none).
-        self._ports: dict[str, int] = {}
+        #: Other brokers' gRPC ports, learnt from their config (remoting address -> (port, when learnt);
+        #: port 0: none), asked again after PORT_TTL_S.
+        self._ports: dict[str, tuple[int, float]] = {}
         #: A PushConsumer's auto-renewed receives (daemon.grpc.leases).
         self.leases = Leases(broker.pop.change_invisible, AUTO_RENEW_INVISIBLE_MS, RENEW_AHEAD_MS)
 
@@ -367,13 +372,14 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
     # ------------------------------------------------------------------ route
 
     async def _grpc_port(self, broker_name: str, addr: str) -> int:
-        """A broker's gRPC port: ours, or what its config says (asked once, GET_BROKER_CONFIG); 0: none.
-        NameServers keep no such field (4.9.8's registration body has none), so the brokers are asked."""
+        """A broker's gRPC port: ours, or what its config says (GET_BROKER_CONFIG, asked again after
+        PORT_TTL_S; the port learnt before while it does not answer); 0: none. NameServers keep no such
+        field (4.9.8's registration body has none), so the brokers are asked."""
         if addr == self.broker.addr:  # (a DLedger group's members share the broker name)
             return self.port
         known = self._ports.get(addr)
-        if known is not None:
-            return known
+        if known is not None and time.monotonic() - known[1] < PORT_TTL_S:
+            return known[0]
         port = 0
         try:
             # (our own keys, grpcListenPort among them, come only to a request asking for them all)
@@ -385,8 +391,8 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     port = int(props.get("grpcListenPort", "0") or 0)
         except (RemotingError, ValueError) as exc:
             log.info("no gRPC port learnt from broker %s (%s): %s", broker_name, addr, exc)
-            return 0
-        self._ports[addr] = port
+            return known[0] if known is not None else 0
+        self._ports[addr] = (port, time.monotonic())
         return port
 
     async def _route(self, topic: str) -> list[tuple[str, pb.Endpoints, int, int, int]]:
@@ -670,9 +676,17 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         topic, handle = request.topic.name, request.recall_handle
         try:
             self._check(client, meta, RequestCode.SEND_MESSAGE_V2, {"b": topic})
+            if self.broker.config.broker_role == SLAVE:  # (a DLedger follower): timers are the master's
+                raise Refused(
+                    grpc_code(ResponseCode.SERVICE_NOT_AVAILABLE),
+                    f"broker {self.broker.addr} is a slave: recall on its master",
+                )
+            recalled = await self.broker.timers.recall(topic, handle)
         except Refused as refused:
             return spb.RecallMessageResponse(status=refused.status())
-        if not self.broker.timers.recall(topic, handle):
+        except RemotingCommandError as exc:
+            return spb.RecallMessageResponse(status=Refused.of(exc).status())
+        if not recalled:
             return spb.RecallMessageResponse(
                 status=status(pb.NOT_FOUND, f"no pending timer message {handle} in topic {topic}")
             )

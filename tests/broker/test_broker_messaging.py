@@ -265,6 +265,31 @@ async def test_transaction_half_message_is_invisible_until_committed(broker: Bro
     assert [m.body for m in msgs] == [b"commit-me"] and "TRAN_MSG" not in msgs[0].properties
 
 
+async def test_a_transaction_service_started_later_knows_the_transactions_ended_since_its_load(
+    broker: BrokerHandle,
+) -> None:
+    """A DLedger follower loads its op records at its start and is elected later: the transactions its
+    leaders ended meanwhile must count as ended when it starts checking, or a committed half is committed
+    again and a rolled back one is checked (and may be committed)."""
+    from daemon.broker.transaction import TransactionService
+
+    elected_later = TransactionService(broker.broker)
+    elected_later.load()
+    for body, decision in ((b"commit-me", 8), (b"roll-me-back", 12)):
+        r = await broker.send("TxL", body, props={"TRAN_MSG": "true", "PGROUP": "TxPG"})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        h = EndTransactionRequestHeader("TxPG", 0, decode_msg_id(r.ext_fields["msgId"])[1], decision, "id")
+        assert (
+            await broker.call(RequestCode.END_TRANSACTION, h.to_ext_fields())
+        ).code == ResponseCode.SUCCESS
+    assert elected_later.resolved == set()
+    elected_later.start()
+    try:
+        assert elected_later.resolved == {0, 1}
+    finally:
+        await elected_later.stop()
+
+
 async def test_broker_runs_on_the_in_memory_store(tmp_path: Path) -> None:
     def memory(config: BrokerConfig) -> InMemoryMessageStore:
         return InMemoryMessageStore(config.store_config(), store_host=(config.broker_ip1, config.listen_port))
@@ -356,3 +381,20 @@ async def _read_command(reader: asyncio.StreamReader) -> RemotingCommand:
     decoded = decode_frame(head + await reader.readexactly(int.from_bytes(head, "big")), 0)
     assert decoded is not None
     return decoded[0]
+
+
+async def test_two_concurrent_commits_of_one_half_store_it_once(tmp_path: Path) -> None:
+    """A producer's commit and its answer to a check (or a retried commit) arriving together: each waits
+    for its put (SYNC_FLUSH here, a DLedger quorum there), and both found the half not yet ended."""
+    b = await start_broker(tmp_path / "s", flush_disk_type="SYNC_FLUSH")
+    handle = BrokerHandle(b.addr, RemotingClient(), b)
+    try:
+        r = await handle.send("TxC", b"once", props={"TRAN_MSG": "true", "PGROUP": "TxPG"})
+        assert r.code == ResponseCode.SUCCESS, r.remark
+        h = EndTransactionRequestHeader("TxPG", 0, decode_msg_id(r.ext_fields["msgId"])[1], 8, "id")
+        await asyncio.gather(*(b.transactions.end(h) for _ in range(3)))
+        msgs = decode_records((await handle.pull("G", "TxC", 0, 0)).body)
+        assert [m.body for m in msgs] == [b"once"]
+    finally:
+        await handle.client.close()
+        await b.stop()

@@ -212,14 +212,14 @@ async def test_recall_cancels_a_pending_timer(broker: BrokerHandle) -> None:
         r = await broker.send("Rec", key.encode(), props={"TIMER_DELAY_MS": "600", "UNIQ_KEY": key})
         assert r.code == ResponseCode.SUCCESS
     timers = broker.broker.timers
-    assert timers.recall("Rec", "U1")
-    assert not timers.recall("Rec", "U1")  # once
-    assert not timers.recall("Other", "U2")  # the topic is part of the name
+    assert await timers.recall("Rec", "U1")
+    assert not await timers.recall("Rec", "U1")  # once
+    assert not await timers.recall("Other", "U2")  # the topic is part of the name
     (msg,) = await pull_all(broker, "Rec", 1)
     assert msg.body == b"U2"
     await asyncio.sleep(0.3)
     assert (await broker.pull("TG", "Rec", 0, 1)).code == ResponseCode.PULL_NOT_FOUND
-    assert not timers.recall("Rec", "U2")  # delivered already
+    assert not await timers.recall("Rec", "U2")  # delivered already
 
 
 async def test_backlog_per_topic_in_runtime_info(broker: BrokerHandle) -> None:
@@ -247,7 +247,7 @@ async def test_backlog_per_topic_in_runtime_info(broker: BrokerHandle) -> None:
     assert float(line.split()[-1]) == (base + 1000) / 1000
     # the next due time follows recalls (and deliveries) without a scan of every timer
     timers = broker.broker.timers
-    assert timers.recall("A", "A0") and timers.recall("B", "B1000")
+    assert await timers.recall("A", "A0") and await timers.recall("B", "B1000")
     info = broker.broker.runtime_info()
     assert info["timerPending_A"] == f"1,{base + 5000}" and "timerPending_B" not in info
     assert info["timerPendingMessages"] == "1"
@@ -504,3 +504,24 @@ async def test_without_progress_a_rolled_timer_is_rolled_and_delivered_once(tmp_
         await asyncio.sleep(1.5)  # a second chain would deliver by now
         assert (await client.pull("TG", "Rl", 0, 1)).code == ResponseCode.PULL_NOT_FOUND
         assert b.timers.found >= 1 and b.timers.delivered == 1
+
+
+async def test_a_recall_holds_for_a_broker_without_the_recalling_ones_progress(tmp_path: Path) -> None:
+    """A recall is logged in the timer queue, not only in this broker's progress: a start without that
+    progress (a DLedger member elected after the one that answered the recall) cancels it too."""
+    async with running(tmp_path / "store") as client:
+        for key in ("Gone", "Kept"):
+            r = await client.send("Rk", key.encode(), props={"TIMER_DELAY_MS": "1200", "UNIQ_KEY": key})
+            assert r.code == ResponseCode.SUCCESS
+        assert await client.broker.timers.recall("Rk", "Gone")
+        assert client.broker.timers.pending == 1
+    shutil.rmtree(tmp_path / "store" / "timer")
+    async with running(tmp_path / "store") as client:
+        b = client.broker
+        await wait_until(lambda: b.timers.pending <= 1)
+        assert not await b.timers.recall("Rk", "Gone")  # cancelled already, by its marker
+        (msg,) = await pull_all(client, "Rk", 1)
+        assert msg.body == b"Kept"
+        await asyncio.sleep(0.3)
+        assert (await client.pull("TG", "Rk", 0, 1)).code == ResponseCode.PULL_NOT_FOUND
+        assert b.timers.delivered == 1 and b.timers.pending == 0

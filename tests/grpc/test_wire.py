@@ -130,6 +130,53 @@ def test_a_route_names_every_masters_grpc_endpoint(
         cluster.loop.run(other.stop())
 
 
+def test_a_route_follows_a_broker_restarted_on_another_grpc_port(
+    stub: tuple[LocalCluster, MessagingServiceStub], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another master restarted at its address with a new gRPC port (grpcListenPort=0, as `up --dledger`
+    members with free ports restart): once the learnt port is older than PORT_TTL_S, the route names the
+    new one. Learnt once and kept for ever, it routed clients to a closed port (a DLedger member leading
+    again after its restart: no 5.x send reached it)."""
+    from daemon.grpc import service
+
+    cluster, s = stub
+
+    def start(port: int) -> Broker:
+        other = cluster.loop.run(
+            start_broker(
+                tmp_path / "b",
+                broker_name="broker-b",
+                namesrv_addr=cluster.namesrv_addr,
+                grpc_enable=True,
+                listen_port=port,
+            )
+        )
+        cluster.loop.run(_create(other, "Moved"))
+        return other
+
+    def port_of_b() -> int:
+        route = s.QueryRoute(
+            spb.QueryRouteRequest(topic=pb.Resource(name="Moved")), metadata=META, timeout=10
+        )
+        assert route.status.code == pb.OK
+        return {q.broker.name: q.broker.endpoints.addresses[0].port for q in route.message_queues}["broker-b"]
+
+    cluster.loop.run(_create(cluster.broker, "Moved"))
+    first = start(0)
+    address = first.addr
+    try:
+        assert first.grpc is not None and port_of_b() == first.grpc.port
+    finally:
+        cluster.loop.run(first.stop())
+    again = start(int(address.rsplit(":", 1)[1]))
+    try:
+        assert again.addr == address and again.grpc is not None and again.grpc.port != first.grpc.port
+        monkeypatch.setattr(service, "PORT_TTL_S", 0.0, raising=False)
+        assert port_of_b() == again.grpc.port
+    finally:
+        cluster.loop.run(again.stop())
+
+
 async def _create(broker: Broker, topic: str) -> None:
     broker.topics.file.update(TopicConfig(topic, 4, 4))
     await broker.register_all()
