@@ -3,7 +3,6 @@ read from /proc for a live process (this one)."""
 
 from __future__ import annotations
 
-import importlib.util
 import mmap
 import os
 import sys
@@ -11,17 +10,13 @@ from types import ModuleType
 
 import pytest
 
-from tests.support.paths import ROOT
+from tests.support.paths import script_module
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("timeline", ROOT / "benchmarks" / "timeline.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("benchmarks/timeline.py")
 
 
 def _touch_new_pages(pages: int) -> None:
