@@ -64,30 +64,39 @@ def thread_times(pid: int) -> dict[int, tuple[int, int]]:
     return out
 
 
-def loop_costs(pid: int) -> tuple[int, int, int, int, int]:
+def loop_costs(pid: int) -> tuple[int, ...]:
     """What the main thread of ``pid`` (the event loop's, in our daemons and this benchmark) has spent: ns
     on a CPU, voluntary context switches (its wake-ups: it slept in epoll or on a lock), involuntary ones
     (preemptions: it was runnable and lost its core, and then waited on that core's queue, where a
-    sleeping thread's wake-up may be placed on an idle one), and the process's read and write system
-    calls (``/proc/PID/io``: every thread's). Counts, not times, so the host's load does not decide them
-    (which thread preempts whom does depend on what else runs); zeros once the process is gone."""
+    sleeping thread's wake-up may be placed on an idle one), the process's read and write system calls
+    (``/proc/PID/io``: every thread's), and the thread's page faults, minor and major (a major one waited
+    for a read from the disk: a page the kernel had dropped from its cache, or never read). Counts, not
+    times, so the host's load does not decide them (which thread preempts whom does depend on what else
+    runs); zeros once the process is gone."""
     try:
         cpu = int(Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()[0])
-        return (cpu, *_switches(pid, [pid]), *_io(pid))
+        return (cpu, *_switches(pid, [pid]), *_io(pid), *_faults(f"/proc/{pid}/task/{pid}/stat"))
     except (OSError, ValueError, KeyError):
-        return 0, 0, 0, 0, 0
+        return 0, 0, 0, 0, 0, 0, 0
 
 
-def process_costs(pid: int) -> tuple[int, int, int, int, int]:
+def process_costs(pid: int) -> tuple[int, ...]:
     """`loop_costs` of the whole process ``pid``, every thread: what a client with threads of its own (the
-    C++ client's, Node's) spends. The CPU from ``stat`` (threads that ended count too; clock ticks, 10 ms),
-    the switches summed over the threads alive at the time."""
+    C++ client's, Node's) spends. The CPU and the faults from ``stat`` (threads that ended count too; CPU
+    in clock ticks, 10 ms), the switches summed over the threads alive at the time."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         cpu = (int(fields[11]) + int(fields[12])) * 1_000_000_000 // _TICK  # utime + stime
-        return (cpu, *_switches(pid, [int(t) for t in os.listdir(f"/proc/{pid}/task")]), *_io(pid))
+        switches = _switches(pid, [int(t) for t in os.listdir(f"/proc/{pid}/task")])
+        return (cpu, *switches, *_io(pid), int(fields[7]), int(fields[9]))
     except (OSError, ValueError, KeyError):
-        return 0, 0, 0, 0, 0
+        return 0, 0, 0, 0, 0, 0, 0
+
+
+def _faults(stat: str) -> tuple[int, int]:
+    """Minor and major page faults from a ``stat`` file of /proc (a process's or one thread's)."""
+    fields = Path(stat).read_text().rsplit(")", 1)[1].split()
+    return int(fields[7]), int(fields[9])
 
 
 def _switches(pid: int, tids: list[int]) -> tuple[int, int]:
@@ -114,11 +123,12 @@ def _io(pid: int) -> tuple[int, int]:
 
 def per_message(before: tuple[int, ...], after: tuple[int, ...], messages: int) -> str:
     """`loop_costs` over a round, per message: µs of the loop's CPU, its wake-ups and preemptions, reads
-    and writes."""
-    cpu, wakes, preempted, reads, writes = (b - a for a, b in zip(before, after, strict=True))
+    and writes; then its page faults over the round, minor and major, in all."""
+    cpu, wakes, preempted, reads, writes, minor, major = (b - a for a, b in zip(before, after, strict=True))
     return (
         f"{cpu / 1000 / messages:.0f} µs CPU, {wakes / messages:.2f} wake-ups, "
-        f"{preempted / messages:.2f} preemptions, {reads / messages:.2f} reads, {writes / messages:.2f} writes"
+        f"{preempted / messages:.2f} preemptions, {reads / messages:.2f} reads, {writes / messages:.2f} writes; "
+        f"{minor:,} minor and {major:,} major faults"
     )
 
 

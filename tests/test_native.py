@@ -21,16 +21,13 @@ import pytest
 
 import mqctl
 from store import native
+from tests.support.paths import script_module
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _build_script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("build_native", ROOT / "scripts" / "build_native.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module("scripts/build_native.py")
 
 
 MODULES: tuple[str, ...] = _build_script().MODULES

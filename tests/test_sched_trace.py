@@ -3,24 +3,17 @@ wait for one, from ``perf script`` lines (a canned recording: the arithmetic, no
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from types import ModuleType
 
 import pytest
 
-from tests.support.paths import ROOT
+from tests.support.paths import script_module
 
 LOOP, CLIENT, COMPETITOR, KWORKER = 100, 200, 300, 9
 
 
 def _module() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("sched_trace", ROOT / "benchmarks" / "sched_trace.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault(spec.name, module)  # its dataclass looks its module up there
-    spec.loader.exec_module(module)
-    return module
+    return script_module("benchmarks/sched_trace.py")
 
 
 def _switch(cpu: int, t: float, prev: tuple[str, int], state: str, nxt: tuple[str, int]) -> str:

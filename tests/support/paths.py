@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import lzma
+import sys
 from functools import cache
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -21,3 +24,16 @@ def store_a_manifest() -> dict[str, Any]:
     with lzma.open(STORE_A_MANIFEST, "rt", encoding="utf-8") as f:
         result: dict[str, Any] = json.load(f)
     return result
+
+
+def script_module(relative: str) -> ModuleType:
+    """A script of the repository that is not in a package (``benchmarks/timeline.py``, ``scripts/...``)
+    loaded by its path, under its file's name, which it is also registered as in ``sys.modules`` unless a
+    module of that name is there (a dataclass looks its module up there)."""
+    path = ROOT / relative
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault(spec.name, module)
+    spec.loader.exec_module(module)
+    return module
