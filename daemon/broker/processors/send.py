@@ -30,11 +30,9 @@ from daemon.dledger import trace
 from daemon.dledger.protocol import DLedgerResponseCode
 from daemon.remoting import fields
 from daemon.remoting.bodies import PermName
-from daemon.remoting.codes import FLAG_ONEWAY, RequestCode, ResponseCode, Version
+from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor, error_response
-from daemon.remoting.errors import RemotingProtocolError
-from daemon.remoting.frame import encode_command
 from store.api import MessageStore
 from store.commitlog import PutMessageStatus
 from store.consumequeue import QueueHandle, prefetch
@@ -327,7 +325,7 @@ class SendProcessor:
         #: the connection whose send is being processed (None: a 5.x client's, through the gRPC front)
         self._conn: Connection | None = None
         #: DLedger sends answered in this pass, written in the next loop round (`_write_replies`)
-        self._replies: list[tuple[Connection, RemotingCommand, RemotingCommand | bytes]] = []
+        self._replies: list[tuple[Connection, RemotingCommand, RemotingCommand]] = []
         #: Each topic's send state by the name sends give (see :meth:`_slot`).
         self._slots: dict[str, TopicSlot] = {}
 
@@ -625,10 +623,6 @@ class SendProcessor:
         if group is not None and result.status in _REPLICATE:
             # the put appended its entries just now, on this loop: the last one is the log's last
             answer = QuorumAnswer(self, request, result, topic, queue_id, started, self._conn, items)
-            if answer.conn is not None and not request.flag & FLAG_ONEWAY:
-                # the SEND_OK frame made now, while the send is hot in the caches (its fields are the
-                # put's); written only if a quorum takes the entry, any other outcome answered as before
-                answer.frame = self._ok_frame(request, result, queue_id)
             if trace.ENABLED:
                 trace.mark("send-read", group.log.last_index, started)  # (perf_counter: CLOCK_MONOTONIC too)
                 trace.mark("appended", group.log.last_index)
@@ -650,13 +644,10 @@ class SendProcessor:
                 result.status = status
         return self.response(request, result, topic, queue_id, started)
 
-    def reply_soon(
-        self, conn: Connection, request: RemotingCommand, response: RemotingCommand | bytes
-    ) -> None:
-        """Write `response` (a command, or its frame already encoded) in the next loop round, with every
-        other answered in this pass: when an answer's future would have been done (replies written at once
-        bring the next sends in one by one, and each push then carries fewer entries), without a future
-        and two callbacks per send."""
+    def reply_soon(self, conn: Connection, request: RemotingCommand, response: RemotingCommand) -> None:
+        """Write `response` in the next loop round, with every other answered in this pass: when an
+        answer's future would have been done (replies written at once bring the next sends in one by one,
+        and each push then carries fewer entries), without a future and two callbacks per send."""
         if not self._replies:
             asyncio.get_running_loop().call_soon(self._write_replies)
         self._replies.append((conn, request, response))
@@ -665,10 +656,7 @@ class SendProcessor:
         replies, self._replies = self._replies, []
         for conn, request, response in replies:
             try:
-                if isinstance(response, bytes):
-                    conn.reply_frame(request, response)
-                else:
-                    conn.reply(request, response)
+                conn.reply(request, response)
             except Exception:  # one broken connection must not strand the others' replies
                 log.exception("writing a send's answer to %s failed", conn.peer)
 
@@ -687,33 +675,14 @@ class SendProcessor:
         if code not in _STORED:
             self.broker.stats.on_put_failed()
             return request.make_response(code, remark or result.status.value)
-        self.count_put(request, result, topic, started, items)
-        fields = stored_fields(result.msg_id, queue_id, result.queue_offset)
-        return request.make_response(code, remark, fields)
-
-    def count_put(
-        self, request: RemotingCommand, result: PutResult, topic: str, started: int, items: PutItems | None
-    ) -> None:
-        """A stored send's stats: in ``items`` (the topic's, kept by the caller) or in ``topic``'s."""
         size = result.wrote_bytes or len(request.body)
         elapsed = time.perf_counter_ns() - started
         if items is not None:
             self.broker.stats.on_put_items(items, result.msg_num, size, elapsed)
         else:
             self.broker.stats.on_put(topic, result.msg_num, size, elapsed)
-
-    @staticmethod
-    def _ok_frame(request: RemotingCommand, result: PutResult, queue_id: int) -> bytes | None:
-        """The frame :meth:`response` makes and `Connection.reply` writes for a PUT_OK ``result`` (None if
-        it cannot be encoded: the answer is then made as any other, when it comes)."""
-        code, remark = _PUT_CODES[PutMessageStatus.PUT_OK]
-        response = request.make_response(
-            code, remark, stored_fields(result.msg_id, queue_id, result.queue_offset)
-        )
-        try:
-            return encode_command(response)
-        except RemotingProtocolError:
-            return None
+        fields = stored_fields(result.msg_id, queue_id, result.queue_offset)
+        return request.make_response(code, remark, fields)
 
     # ------------------------------------------------------------------ consumer send-back (retry)
 
@@ -794,24 +763,12 @@ class QuorumAnswer:
         self.started = started
         #: the entry's index, kept to mark its reply's write when the timeline is traced
         self.index = -1
-        #: the SEND_OK reply's frame, made at the append (written only if the quorum's answer is SUCCESS)
-        self.frame: bytes | None = None
 
     def committed(self, code: DLedgerResponseCode) -> None:
         if self.done:
             return
         self.done = True
         self.result.status = quorum_status(code)
-        frame = self.frame
-        if frame is not None and code == DLedgerResponseCode.SUCCESS and self.conn is not None:
-            try:
-                self.processor.count_put(self.request, self.result, self.topic, self.started, self.items)
-            except Exception:  # the stats must not keep a stored send from its answer
-                log.exception("counting a send from %s failed", self.conn.peer)
-            self.processor.reply_soon(self.conn, self.request, frame)
-            if trace.ENABLED:
-                asyncio.get_running_loop().call_soon(trace.mark, "reply-write", self.index)
-            return
         try:
             response = self.processor.response(
                 self.request, self.result, self.topic, self.queue_id, self.started, self.items
