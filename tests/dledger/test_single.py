@@ -6,11 +6,13 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from daemon.broker.processors.send import stored_fields
 from daemon.dledger.machines import Role
 from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from store.record import decode_msg_id
 from tests.broker.test_metrics_server import fetch
 from tests.support.broker import BrokerClient, start_broker
 from tests.support.ports import free_port
@@ -52,6 +54,30 @@ async def test_a_group_of_one_elects_itself_and_takes_sends(tmp_path: Path) -> N
         assert (
             'by="peer_gate",cluster="DefaultCluster"} 0.0' in text
         )  # rocketmq_dledger_channel_refused_total
+    finally:
+        await client.close()
+        await broker.stop()
+
+
+async def test_a_committed_send_is_answered_and_counted_as_a_single_brokers_put(tmp_path: Path) -> None:
+    """The SEND_OK frame a leader makes at the append is the one a single broker's send answers with (its
+    stored fields, no remark), and the put is counted when the quorum's answer comes, once."""
+    broker = await start_broker(tmp_path / "store", **dledger_keys())
+    client = RemotingClient()
+    try:
+        await wait_until(lambda: broker.config.broker_id == 0 and broker.config.broker_role == "SYNC_MASTER")
+        on = BrokerClient(broker.addr, client)
+        await on.create_topic("Ok", 2)
+        before, offsets = broker.stats.put_size_total, []
+        for i in range(4):
+            r = await on.send("Ok", b"x" * (i + 1), queue_id=1)
+            assert r.code == ResponseCode.SUCCESS and r.remark is None
+            assert r.ext_fields == stored_fields(r.ext_fields["msgId"], 1, i)
+            offsets.append(decode_msg_id(r.ext_fields["msgId"])[1])
+        assert offsets == sorted(set(offsets))  # each answer names its own record
+        nums, sizes, _ = broker.stats.put_items("Ok")
+        assert (nums.value, nums.times, sizes.times) == (4, 4, 4)
+        assert broker.stats.put_size_total > before and broker.stats.put_failed == 0
     finally:
         await client.close()
         await broker.stop()
