@@ -699,6 +699,6 @@ class QueueHandle:
             if st is None:
                 self.map_at = id(mf.mm)
                 self.unit_at = mf.address + mf.wrote_position if mf.address else 0
-            else:  # a staging put reads the stage and its units, not the mapping
-                self.map_at = id(st)
-                self.unit_at = id(st[1])
+            else:  # a staging put reads its stage's units (held in the queue object), not the mapping
+                self.map_at = id(st[1])
+                self.unit_at = 0

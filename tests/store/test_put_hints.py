@@ -42,11 +42,11 @@ def _hints(handle: QueueHandle) -> tuple[int, int, int]:
 
 def _expect_hints(handle: QueueHandle, mf: MappedFile) -> None:
     """The handle's hints name ``mf`` and the line of its next unit (0 where the build has no addresses);
-    of a staging queue (a started store's), ``mf`` and the stage and its units, which the put reads instead."""
+    of a staging queue (a started store's), ``mf`` and the stage's units, which the put reads instead."""
     assert handle.cq is not None
     stage = handle.cq.stage
     if stage is not None:
-        assert _hints(handle) == (id(mf), id(stage), id(stage[1]))
+        assert _hints(handle) == (id(mf), id(stage[1]), 0)
     else:
         unit = mf.address + mf.wrote_position if mf.address else 0
         assert _hints(handle) == (id(mf), id(mf.mm), unit)
