@@ -11,10 +11,6 @@
  * prefetch(*what): for each argument, the first two lines of the object given, or of what is at the address
  * given as an int (0 is skipped).
  * address(buffer): where a writable buffer (a file's mapping) starts in memory, 0 where it has none.
- * copy_into(jobs): for each (mapping, at, data) of the list, data copied into the mapping at byte at, all
- * with the GIL released (the ConsumeQueue's staged units, store/consumequeue.py's settle_queues). The
- * mappings' buffers are held meanwhile, so none is unmapped under the copy (a close then leaves it to the
- * garbage collector, FileMapping.close).
  *
  * Built by scripts/build_native.py beside the mypyc modules; without it the handle does not warm.
  */
@@ -54,61 +50,9 @@ static PyObject *address(PyObject *self, PyObject *buffer) {
     return at;
 }
 
-static PyObject *copy_into(PyObject *self, PyObject *jobs) {
-    if (!PyList_Check(jobs)) {
-        PyErr_SetString(PyExc_TypeError, "copy_into takes a list of (mapping, at, data)");
-        return NULL;
-    }
-    Py_ssize_t n = PyList_GET_SIZE(jobs);
-    Py_buffer *views = PyMem_Calloc(n ? 2 * n : 1, sizeof(Py_buffer));
-    Py_ssize_t *ats = PyMem_Calloc(n ? n : 1, sizeof(Py_ssize_t));
-    Py_ssize_t held = 0;
-    PyObject *result = NULL;
-    if (views == NULL || ats == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (; held < n; held++) {
-        PyObject *job = PyList_GET_ITEM(jobs, held);
-        PyObject *mapping, *data;
-        Py_ssize_t at;
-        if (!PyArg_ParseTuple(job, "OnO", &mapping, &at, &data)) goto done;
-        if (PyObject_GetBuffer(mapping, &views[2 * held], PyBUF_WRITABLE) < 0) goto done;
-        if (PyObject_GetBuffer(data, &views[2 * held + 1], PyBUF_SIMPLE) < 0) {
-            PyBuffer_Release(&views[2 * held]);
-            goto done;
-        }
-        if (at < 0 || at > views[2 * held].len - views[2 * held + 1].len) {
-            PyBuffer_Release(&views[2 * held]);
-            PyBuffer_Release(&views[2 * held + 1]);
-            PyErr_SetString(PyExc_ValueError, "copy_into: data does not fit the mapping at that offset");
-            goto done;
-        }
-        ats[held] = at;
-    }
-    Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t i = 0; i < n; i++) {
-        memcpy((char *)views[2 * i].buf + ats[i], views[2 * i + 1].buf, (size_t)views[2 * i + 1].len);
-    }
-    Py_END_ALLOW_THREADS
-    result = Py_None;
-    Py_INCREF(result);
-done:
-    if (views != NULL) {
-        for (Py_ssize_t i = 0; i < held; i++) {
-            PyBuffer_Release(&views[2 * i]);
-            PyBuffer_Release(&views[2 * i + 1]);
-        }
-    }
-    PyMem_Free(views);
-    PyMem_Free(ats);
-    return result;
-}
-
 static PyMethodDef methods[] = {
     {"prefetch", (PyCFunction)(void (*)(void))prefetch, METH_FASTCALL, "Prefetch objects, and what is at addresses given as ints."},
     {"address", address, METH_O, "Where a writable buffer starts in memory (0: none)."},
-    {"copy_into", copy_into, METH_O, "Copy each (mapping, at, data) of a list into its mapping, the GIL released."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import struct
-import threading
 from collections.abc import Callable
 from typing import Final
 
@@ -21,28 +19,12 @@ log = logging.getLogger(__name__)
 #: ``prefetch(*objects_or_addresses)`` (store/_warm.c): the caches warmed for a put's cold objects before
 #: it reads them; None without the compiled build. Stale addresses are harmless: a prefetch never faults.
 prefetch: Callable[..., None] | None
-#: ``copy_into(jobs)`` (store/_warm.c): each ``(mapping, at, data)`` copied into its mapping with the GIL
-#: released; None without the compiled build (then the copy holds the GIL).
-copy_into: Callable[[list[tuple[mmap.mmap, int, bytes]]], None] | None
 try:
     from store import _warm
 
     prefetch = _warm.prefetch
-    copy_into = getattr(_warm, "copy_into", None)
 except ImportError:
     prefetch = None
-    copy_into = None
-
-#: Held while staged units are copied into their files (:func:`settle_queues`, :meth:`ConsumeQueue.settle`)
-#: and around every change of a staging queue's files that is not a put: a copy never lands in a file
-#: cut, rewritten or closed meanwhile. One for the process: the background copy takes hundreds of queues
-#: at once.
-_SETTLE_LOCK: Final = threading.Lock()
-#: How far before the settled end a read of a staging queue still gets the staged units with the settled
-#: ones (copied together): further back, the settled units hold more than a read takes.
-STAGED_READ_SPAN: Final = 64 * 1024
-#: Queues settled per hold of the lock (and per release of the GIL) by :func:`settle_queues`.
-SETTLE_CHUNK: Final = 512
 
 CQ_STORE_UNIT_SIZE: Final = 20
 #: Blocks reserved at a time in a ConsumeQueue file (3,276 units): the file is 6 MB, and reserving it
@@ -141,23 +123,19 @@ class ConsumeQueue:
         "file_size",
         "files",
         "fill_gap",
-        "listed",
         "max_physic_offset",
         "min_logic_offset",
         "next_offset",
         "queue_id",
-        "stage",
         "topic",
     )
     # Compiled, the fields sit in the object in the order declared here: first what every put reads and
     # writes, so that with thousands of queues a put finds them in one or two cold cache lines.
     next_offset: int
     _last: MappedFile | None
-    stage: tuple[int, bytearray] | None
     max_physic_offset: int
     dirty: bool
     due: bool
-    listed: bool
     file_size: int
     damage: tuple[int, str] | None
     fill_gap: Callable[[ConsumeQueue, int, int], None] | None
@@ -194,107 +172,16 @@ class ConsumeQueue:
         self.dirty = False
         #: In the store's list of queues past ``flushConsumeQueueLeastPages`` (see :meth:`flush_due`).
         self.due = False
-        #: Staging (:meth:`start_staging`): ``(base, units)``, the units of the queue's bytes from ``base`` (a
-        #: byte offset in the queue) to its end. The part past the last file's ``wrote_position`` (its
-        #: settled end) is not in the file yet; what is below it is in both. None: puts store into the file.
-        self.stage = None
-        #: In the store's list of queues with staged units (the store's flag, like ``dirty``).
-        self.listed = False
-
-    # ------------------------------------------------------------------ staging
-    #
-    # A staging queue's put appends its unit to ``stage`` instead of storing it into the file's mapping:
-    # with thousands of queues each store went into another file's page (a TLB miss, and a write fault
-    # when the kernel had written the page back since). The store's flush thread copies the staged units
-    # into the files (:func:`settle_queues`, the GIL released) every flush interval and before every
-    # flush; readers take units past a file's settled end from the stage. ``wrote_position`` of the files
-    # is the settled end: a flush, a sync and the checkpoint cover settled units only, and everything that
-    # reads or changes the files otherwise (recovery, truncation, repair, close) settles first, under
-    # :data:`_SETTLE_LOCK` (:meth:`_hold`).
-
-    def start_staging(self) -> None:
-        """Stage the units of puts from now on (the store's, when it starts its flush thread)."""
-        with _SETTLE_LOCK:
-            if self.stage is None:
-                self.stage = (self.files.max_offset, bytearray())
-
-    def _end(self) -> int:
-        """Byte offset of the queue's end, staged units included."""
-        st = self.stage
-        if st is not None:
-            return st[0] + len(st[1])
-        return self.files.max_offset
-
-    def settle(self) -> None:
-        """Copy the staged units into the file now (any thread; the GIL held for the copy)."""
-        if self.stage is None:
-            return
-        with _SETTLE_LOCK:
-            self._settle_locked()
-
-    def _settle_locked(self) -> None:
-        st = self.stage
-        mf = self._last
-        if st is None or mf is None:
-            return
-        base, buf = st
-        start = mf.file_from_offset + mf.wrote_position
-        end = base + len(buf)
-        if end > start:
-            mf.mm[start - mf.file_from_offset : end - mf.file_from_offset] = buf[start - base : end - base]
-            mf.wrote_position = end - mf.file_from_offset
-
-    def _pending(self) -> tuple[MappedFile, int, bytes] | None:
-        """The staged units not in the file yet: ``(file, position, units)`` (under :data:`_SETTLE_LOCK`)."""
-        st = self.stage
-        mf = self._last
-        if st is None or mf is None:
-            return None
-        base, buf = st
-        start = mf.file_from_offset + mf.wrote_position
-        end = base + len(buf)
-        if end <= start:
-            return None
-        return mf, start - mf.file_from_offset, bytes(buf[start - base : end - base])
-
-    def _hold(self) -> None:
-        """Before a change of the files that is not a put: take :data:`_SETTLE_LOCK` and settle (call
-        :meth:`_release` after the change)."""
-        _SETTLE_LOCK.acquire()
-        try:
-            self._settle_locked()
-        except BaseException:
-            _SETTLE_LOCK.release()
-            raise
-
-    def _release(self) -> None:
-        """After a change of the files: the stage starts again at the files' end; release the lock."""
-        try:
-            if self.stage is not None:
-                self.stage = (self.files.max_offset, bytearray())
-        finally:
-            _SETTLE_LOCK.release()
 
     def load(self) -> None:
-        self._hold()
-        try:
-            self.files.load()
-            self._last = None
-        finally:
-            self._release()
+        self.files.load()
+        self._last = None
 
     # ------------------------------------------------------------------ recovery
 
     def recover(self) -> None:
         """Find the end of valid units, starting 3 files from the end; drop files after it
         (docs/store-format.md §consumequeue-recovery)."""
-        self._hold()
-        try:
-            self._recover()
-        finally:
-            self._release()
-
-    def _recover(self) -> None:
         files = self.files.files
         if not files:
             return
@@ -331,7 +218,6 @@ class ConsumeQueue:
         """Queue offset of the first of the last units that all point at or past ``phy_offset`` (what
         :meth:`truncate_dirty` drops); :attr:`max_offset` when none does. Walks back from the end, so a
         garbage unit further down cannot move it (a binary search through one could)."""
-        self.settle()
         cut = self._dirty_cut(phy_offset)
         return self.max_offset if cut is None else cut // CQ_STORE_UNIT_SIZE
 
@@ -354,38 +240,26 @@ class ConsumeQueue:
     def truncate_dirty(self, phy_offset: int) -> None:
         """Drop every unit that points at or past ``phy_offset`` in the CommitLog
         (docs/store-format.md §consumequeue-recovery)."""
-        self._hold()
-        try:
-            cut = self._dirty_cut(phy_offset)
-            if cut is not None:
-                self.files.truncate_dirty_files(cut)
-                self._last = None
-            self.max_physic_offset = self._last_unit_end()
-        finally:
-            self._release()
+        cut = self._dirty_cut(phy_offset)
+        if cut is not None:
+            self.files.truncate_dirty_files(cut)
+            self._last = None
+        self.max_physic_offset = self._last_unit_end()
 
     def overwrite_unit(self, queue_offset: int, phys_offset: int, size: int, tags_code: int) -> MappedFile:
         """Correct a written unit in place (a repair from the CommitLog); returns its file, to sync."""
-        self._hold()
-        try:
-            byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
-            mf = self.files.find_file(byte_offset)
-            if mf is None or byte_offset - mf.file_from_offset >= mf.wrote_position:
-                raise ValueError(f"{self.topic}/{self.queue_id}: no unit at queue offset {queue_offset}")
-            UNIT.pack_into(mf.mm, byte_offset - mf.file_from_offset, phys_offset, size, tags_code)
-            return mf
-        finally:
-            self._release()
+        byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
+        mf = self.files.find_file(byte_offset)
+        if mf is None or byte_offset - mf.file_from_offset >= mf.wrote_position:
+            raise ValueError(f"{self.topic}/{self.queue_id}: no unit at queue offset {queue_offset}")
+        UNIT.pack_into(mf.mm, byte_offset - mf.file_from_offset, phys_offset, size, tags_code)
+        return mf
 
     def truncate_to(self, queue_offset: int) -> None:
         """Drop the units from ``queue_offset`` on (a rebuild refills them from the CommitLog)."""
-        self._hold()
-        try:
-            self.files.truncate_dirty_files(queue_offset * CQ_STORE_UNIT_SIZE)
-            self._last = None
-            self.max_physic_offset = self._last_unit_end()
-        finally:
-            self._release()
+        self.files.truncate_dirty_files(queue_offset * CQ_STORE_UNIT_SIZE)
+        self._last = None
+        self.max_physic_offset = self._last_unit_end()
 
     def _last_unit_end(self) -> int:
         for mf in reversed(self.files.files):
@@ -396,7 +270,6 @@ class ConsumeQueue:
 
     def correct_min_offset(self, phy_min_offset: int) -> None:
         """Set the min offset to the first unit (of the first file) whose data is still in the CommitLog."""
-        self.settle()
         first = self.files.first_file()
         if first is None:
             return
@@ -417,26 +290,16 @@ class ConsumeQueue:
         without its unit.
         """
         mf = self._last
-        if mf is None or self._end() - mf.file_from_offset >= self.file_size:
-            if self.stage is not None:  # staged units belong to the last file: settle them first
-                self._hold()
-                try:
-                    return self._new_file_for(queue_offset)
-                finally:
-                    self._release()
-            return self._new_file_for(queue_offset)
-        return mf
-
-    def _new_file_for(self, queue_offset: int) -> MappedFile:
-        first_file = not self.files.files
-        expected = queue_offset * CQ_STORE_UNIT_SIZE
-        mf = self._last = self.files.last_file_for_append(expected)
-        if first_file and queue_offset != 0 and mf.wrote_position == 0:
-            pos = expected - mf.file_from_offset
-            mf.prepare(pos, populate=False)
-            mf.mm[0:pos] = PREFILL_UNIT * (pos // CQ_STORE_UNIT_SIZE)
-            mf.wrote_position = pos
-            self.min_logic_offset = expected
+        if mf is None or mf.wrote_position >= self.file_size:
+            first_file = not self.files.files
+            expected = queue_offset * CQ_STORE_UNIT_SIZE
+            mf = self._last = self.files.last_file_for_append(expected)
+            if first_file and queue_offset != 0 and mf.wrote_position == 0:
+                pos = expected - mf.file_from_offset
+                mf.prepare(pos, populate=False)
+                mf.mm[0:pos] = PREFILL_UNIT * (pos // CQ_STORE_UNIT_SIZE)
+                mf.wrote_position = pos
+                self.min_logic_offset = expected
         return mf
 
     def reserve(self, queue_offset: int, count: int) -> None:
@@ -444,13 +307,10 @@ class ConsumeQueue:
         and its blocks are allocated (up to the end of that file; a batch crossing into the next file
         gets that file when it is dispatched). Raises ``OSError`` (``ENOSPC``...) when they cannot be."""
         mf = self._last
-        if (
-            mf is not None
-            and self._end() - mf.file_from_offset + count * CQ_STORE_UNIT_SIZE <= mf.prepared_position
-        ):
+        if mf is not None and mf.wrote_position + count * CQ_STORE_UNIT_SIZE <= mf.prepared_position:
             return  # the common case, on every put: reserved already
         mf = self.file_for(queue_offset)
-        end = min(self._end() - mf.file_from_offset + count * CQ_STORE_UNIT_SIZE, self.file_size)
+        end = min(mf.wrote_position + count * CQ_STORE_UNIT_SIZE, self.file_size)
         if end > mf.prepared_position:
             mf.prepare(end, populate=False)
 
@@ -464,13 +324,13 @@ class ConsumeQueue:
         expected = queue_offset * CQ_STORE_UNIT_SIZE
         mf = self.file_for(queue_offset)
         if queue_offset != 0:
-            current = self._end()
+            current = mf.file_from_offset + mf.wrote_position
             if expected < current:
                 return
             if expected > current and self.fill_gap is not None:
                 self.fill_gap(self, current // CQ_STORE_UNIT_SIZE, queue_offset)
                 mf = self.file_for(queue_offset)
-                current = self._end()
+                current = mf.file_from_offset + mf.wrote_position
             if expected != current:
                 log.error(
                     "%s/%d: unit for queue offset %d written at %d (gap)",
@@ -479,37 +339,17 @@ class ConsumeQueue:
                     queue_offset,
                     current // CQ_STORE_UNIT_SIZE,
                 )
-        st = self.stage
-        if st is None:
-            pos = mf.wrote_position
-            if pos + CQ_STORE_UNIT_SIZE > mf.prepared_position:  # never store into an unallocated page
-                mf.prepare(pos + CQ_STORE_UNIT_SIZE, populate=False)
-            UNIT.pack_into(mf.mm, pos, phys_offset, size, tags_code)
-            mf.wrote_position = pos + CQ_STORE_UNIT_SIZE
-        else:
-            base, buf = st
-            pos = base + len(buf) - mf.file_from_offset
-            if (
-                pos + CQ_STORE_UNIT_SIZE > mf.prepared_position
-            ):  # a later copy never meets an unallocated page
-                mf.prepare(pos + CQ_STORE_UNIT_SIZE, populate=False)
-            settled = mf.file_from_offset + mf.wrote_position
-            if (
-                settled > base
-            ):  # what the flush thread copied leaves the stage (a new one: readers may hold it)
-                buf = buf[settled - base :]
-                self.stage = (settled, buf)
-            buf += UNIT.pack(phys_offset, size, tags_code)
+        pos = mf.wrote_position
+        if pos + CQ_STORE_UNIT_SIZE > mf.prepared_position:  # never store into an unallocated page
+            mf.prepare(pos + CQ_STORE_UNIT_SIZE, populate=False)
+        UNIT.pack_into(mf.mm, pos, phys_offset, size, tags_code)
+        mf.wrote_position = pos + CQ_STORE_UNIT_SIZE
         self.max_physic_offset = phys_offset + size
 
     def put_units(self, units: list[tuple[int, int, int, int]]) -> None:
         """Write the units ``(phys_offset, size, tags_code, queue_offset)`` of consecutive records, in order:
         as :meth:`put_unit` each, but the common run (new units continuing the queue inside its current
-        file) is packed and copied into the file at once (staging, each is staged as :meth:`put_unit`)."""
-        if self.stage is not None:
-            for phys, size, tags, qoff in units:
-                self.put_unit(phys, size, tags, qoff)
-            return
+        file) is packed and copied into the file at once."""
         i = 0  # the first unit not written yet (an index: slicing would copy the rest per unit)
         while i < len(units):
             phys, size, tags, first = units[i]
@@ -557,7 +397,7 @@ class ConsumeQueue:
     @property
     def max_offset(self) -> int:
         """Next queue offset to be written."""
-        return self._end() // CQ_STORE_UNIT_SIZE
+        return self.files.max_offset // CQ_STORE_UNIT_SIZE
 
     @property
     def min_offset(self) -> int:
@@ -568,41 +408,21 @@ class ConsumeQueue:
             return None
         byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
         mf = self.files.find_file(byte_offset)
-        if mf is not None and byte_offset - mf.file_from_offset < mf.wrote_position:  # settled
-            return UNIT.unpack_from(mf.view, byte_offset - mf.file_from_offset)  # type: ignore[return-value]
-        st = self.stage  # read after the settled end: what it lacks below its base is settled by now
-        if st is not None:
-            at = byte_offset - st[0]
-            if at >= 0 and at + CQ_STORE_UNIT_SIZE <= len(st[1]):
-                return UNIT.unpack_from(st[1], at)  # type: ignore[return-value]
         if mf is None:
             return None
         return UNIT.unpack_from(mf.view, byte_offset - mf.file_from_offset)  # type: ignore[return-value]
 
     def units_from(self, queue_offset: int) -> memoryview | None:
-        """Units from ``queue_offset`` to the end of written data in its file (a view of whole units). Of a
-        staging queue, with its staged units: a copy of the settled ones and them when the read starts
-        within :data:`STAGED_READ_SPAN` of the settled end, else the settled ones alone (more units than a
-        read takes)."""
+        """Units from ``queue_offset`` to the end of written data in its file (a view of whole units)."""
         byte_offset = queue_offset * CQ_STORE_UNIT_SIZE
         mf = self.files.find_file(byte_offset)
         if mf is None:
             return None
         pos = byte_offset - mf.file_from_offset
         end = mf.wrote_position
-        st = self.stage  # read after the settled end: what it lacks below its base is settled by now
-        if st is None or end - pos > STAGED_READ_SPAN:
-            return mf.view[pos:end] if pos < end else None
-        base, buf = st
-        settled = mf.file_from_offset + end
-        at = max(settled, byte_offset) - base
-        n = min(len(buf) - at, mf.file_from_offset + self.file_size - base - at)
-        if at < 0 or n <= 0:  # nothing staged past the settled end (or settled past the stage's base since)
-            end = mf.wrote_position
-            return mf.view[pos:end] if pos < end else None
-        if pos < end:
-            return memoryview(bytes(mf.view[pos:end]) + bytes(buf[at : at + n]))
-        return memoryview(bytes(buf[at : at + n]))
+        if pos >= end:
+            return None
+        return mf.view[pos:end]
 
     def roll_next_file(self, queue_offset: int) -> int:
         """First queue offset of the file after the one holding ``queue_offset``."""
@@ -621,48 +441,16 @@ class ConsumeQueue:
         return written - flushed > least or (written >= self.file_size and flushed < written)
 
     def flush(self) -> None:
-        self.settle()
         self.files.flush()
 
     def close(self) -> None:
-        self._hold()
-        try:
-            self.files.close()
-        finally:
-            self._release()
+        self.files.close()
 
     def destroy(self) -> None:
-        self._hold()
-        try:
-            self.files.destroy()
-            self._last = None
-            self.max_physic_offset = -1
-            self.min_logic_offset = 0
-        finally:
-            self._release()
-
-
-def settle_queues(queues: list[ConsumeQueue]) -> None:
-    """Copy the staged units of ``queues`` into their files: :data:`SETTLE_CHUNK` queues at a time under
-    :data:`_SETTLE_LOCK`, each chunk's copies with the GIL released (with the compiled build), so that the
-    writes, and the faults of pages the kernel has written back since, are not the event loop's."""
-    for i in range(0, len(queues), SETTLE_CHUNK):
-        with _SETTLE_LOCK:
-            jobs: list[tuple[mmap.mmap, int, bytes]] = []
-            files: list[MappedFile] = []
-            for cq in queues[i : i + SETTLE_CHUNK]:
-                pending = cq._pending()
-                if pending is not None:
-                    mf, at, data = pending
-                    jobs.append((mf.mm, at, data))
-                    files.append(mf)
-            if copy_into is not None:
-                copy_into(jobs)
-            else:
-                for mm, at, data in jobs:
-                    mm[at : at + len(data)] = data
-            for mf, (_mm, at, data) in zip(files, jobs, strict=True):
-                mf.wrote_position = at + len(data)
+        self.files.destroy()
+        self._last = None
+        self.max_physic_offset = -1
+        self.min_logic_offset = 0
 
 
 class QueueHandle:
@@ -695,10 +483,5 @@ class QueueHandle:
         mf = cq._last
         if mf is not None:
             self.file_at = id(mf)
-            st = cq.stage
-            if st is None:
-                self.map_at = id(mf.mm)
-                self.unit_at = mf.address + mf.wrote_position if mf.address else 0
-            else:  # a staging put reads its stage's units (held in the queue object), not the mapping
-                self.map_at = id(st[1])
-                self.unit_at = 0
+            self.map_at = id(mf.mm)
+            self.unit_at = mf.address + mf.wrote_position if mf.address else 0

