@@ -332,6 +332,26 @@ class CommitLog:
             walk.last_store_timestamp or self.last_store_timestamp,
         )
 
+    def verify(
+        self,
+        offset: int,
+        end: int,
+        *,
+        check_crc: bool,
+        on_damaged: Callable[[CorruptRecordError, int], None] | None = None,
+    ) -> RecordWalk:
+        """Validate (no dispatch) the records from ``offset`` to ``end``, record boundaries: the walk
+        says where it stopped and why (:class:`RecordWalk`; ``on_damaged`` as there)."""
+        return RecordWalk(
+            self.files,
+            max(offset, self.files.min_offset),
+            end,
+            check_crc=check_crc,
+            on_damaged=on_damaged,
+            known=self.set_aside,
+            entry_header=self.entry_header,
+        ).validate()
+
     def tail_queue_end(self, topic: str, queue_id: int) -> int:
         """One past the last queue offset a record stored but not yet dispatchable gives the queue (-1: none;
         a plain CommitLog dispatches each record as it is put)."""

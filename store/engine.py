@@ -77,7 +77,7 @@ from store.message import (
     HostAddress,
     Message,
 )
-from store.quarantine import REPLICATED, kept_in_place, list_quarantines, set_aside, set_aside_records
+from store.quarantine import READ, REPLICATED, kept_in_place, list_quarantines, set_aside, set_aside_records
 from store.record import (
     RECORD_IDENTITY,
     RecordInfo,
@@ -291,6 +291,7 @@ class DefaultMessageStore:
         #: The least pages in bytes, as the flush loop last read the config.
         self._cq_least_bytes = config.flush_consume_queue_least_pages * 4096
         self._put_lock = threading.Lock()
+        self._set_aside_lock = threading.Lock()  # reads that find damage set it aside one at a time
         self._stop = threading.Event()
         self.cleaner = Cleaner(
             config,
@@ -541,9 +542,6 @@ class DefaultMessageStore:
         elif self.last_exit_ok or self.read_only:
             checked_from = files[max(0, len(files) - 3)].file_from_offset
             result = self.commit_log.scan(max(0, len(files) - 3), check_crc=check_crc, on_damaged=on_damaged)
-        elif point is not None:
-            checked_from = point.offset
-            result = self._recover_from_point(point, check_crc=check_crc, on_damaged=on_damaged)
         else:
             assert self.checkpoint is not None
             limit = self.checkpoint.recovery_limit(
@@ -551,10 +549,17 @@ class DefaultMessageStore:
             )
             start = self.commit_log.abnormal_start_index(limit)
             checked_from = files[start].file_from_offset
-            log.info("abnormal recovery from %s (checkpoint limit %d)", files[start].path, limit)
-            result = self.commit_log.scan(
-                start, check_crc=check_crc, on_record=self._dispatch_one, on_damaged=on_damaged
-            )
+            if point is not None and self._sound_below_point(
+                point, checked_from, check_crc=check_crc, on_damaged=on_damaged
+            ):
+                checked_from = min(checked_from, point.offset)
+                result = self._recover_from_point(point, check_crc=check_crc, on_damaged=on_damaged)
+            else:
+                damaged.clear()  # the scan from the start meets them again
+                log.info("abnormal recovery from %s (checkpoint limit %d)", files[start].path, limit)
+                result = self.commit_log.scan(
+                    start, check_crc=check_crc, on_record=self._dispatch_one, on_damaged=on_damaged
+                )
         self.recovery_corruption = result.corruption
         end = result.process_offset
         self._set_aside_in_place(damaged)
@@ -611,6 +616,35 @@ class DefaultMessageStore:
             return manifest.path if manifest is not None else ""
         return ""
 
+    def _sound_below_point(
+        self,
+        point: RecoveryPoint,
+        start: int,
+        *,
+        check_crc: bool,
+        on_damaged: Callable[[CorruptRecordError, int], None],
+    ) -> bool:
+        """Abnormal recovery checks, as 4.9.8's does, every record from ``start`` (the first record of the
+        file its checkpoint timestamps pick) with the body CRC, also those below our recovery point that it
+        need not dispatch again: a disk that lost or damaged bytes in a crash is found here, not by a pull.
+        A damaged record whose extent is known goes to ``on_damaged`` (set aside in place); False when the
+        records end before the point (a torn header, zeros): the log is then recovered from ``start``
+        with the cut and quarantine 4.9.8's rule makes."""
+        if start >= point.offset:
+            return True
+        walk = self.commit_log.verify(start, point.offset, check_crc=check_crc, on_damaged=on_damaged)
+        if walk.corruption is None and walk.offset >= point.offset:
+            return True
+        log.error(
+            "the CommitLog below the checkpoint's recovery point (offset %d) ends at %d (%s): recovering "
+            "from offset %d instead",
+            point.offset,
+            walk.offset,
+            walk.corruption or walk.stop,
+            start,
+        )
+        return False
+
     def _recover_from_point(
         self,
         point: RecoveryPoint,
@@ -620,11 +654,10 @@ class DefaultMessageStore:
     ) -> ScanResult:
         """Abnormal recovery from our recovery point: validate and dispatch again what follows it.
 
-        Everything below the point was on disk before the crash (CommitLog, units, index entries), so a
-        crash cannot have damaged it: it is trusted as normal recovery trusts all but the last 3 files
-        and RocketMQ trusts the files before the one its timestamps pick (a record damaged there by the
-        disk is reported when read). Units past the point may never have reached the disk: they are
-        dropped first."""
+        Everything below the point was on disk before the crash (CommitLog, units, index entries), so it
+        need not be dispatched again (:meth:`_sound_below_point` has checked it from where RocketMQ's
+        recovery would start). Units past the point may never have reached the disk: they are dropped
+        first."""
         for cq in self._cqs.values():
             cq.truncate_dirty(point.offset)
         log.info("abnormal recovery from the checkpoint's recovery point, CommitLog offset %d", point.offset)
@@ -1318,6 +1351,22 @@ class DefaultMessageStore:
         return self._set_aside_in_place(
             damaged, recovery=REPLICATED, who="replication (the master set it aside)"
         )
+
+    def set_aside_read(self, path: str, offset: int, size: int, why: str) -> None:
+        """A read found the record at ``offset`` damaged (its body CRC fails) where recovery did not check
+        it: recovery's in-place set-aside (:meth:`_set_aside_in_place`) then and there, so the damage is
+        in a quarantine (logged at ERROR, counted by runtime info and ``check cluster``, salvageable) and
+        every later read skips the record without checking it again."""
+        with self._set_aside_lock:
+            if offset in self.commit_log.set_aside:
+                return
+            try:
+                self._set_aside_in_place(
+                    [(CorruptRecordError(path, offset, why), size)], recovery=READ, who="a read"
+                )
+            except OSError as e:  # the read skips it all the same; the next read tries again
+                self.commit_log.set_aside.pop(offset, None)
+                log.error("could not set aside the damaged record at CommitLog offset %d: %s", offset, e)
 
     def set_aside_replica_tail(self, cut: int, why: str) -> tuple[int, str]:
         """See :func:`store.replica_tail.set_aside_replica_tail` (a slave's divergent tail)."""

@@ -294,6 +294,7 @@ class HealedStore(Protocol):
     @property
     def _crc_checked_from(self) -> int: ...
     def _new_cq(self, topic: str, queue_id: int) -> ConsumeQueue: ...
+    def set_aside_read(self, path: str, offset: int, size: int, why: str) -> None: ...
     def _queues_replaced(self) -> None: ...
 
 
@@ -409,6 +410,7 @@ class Healer:
                         if set_aside and phys in set_aside:
                             raise CorruptRecordError(mf.path, phys, "a damaged record recovery set aside")
                         if phys < crc_checked_from and (bad := body_crc_problem(mf.view, pos, size)):
+                            store.set_aside_read(mf.path, phys, size, bad)  # into a quarantine, once
                             raise CorruptRecordError(mf.path, phys, bad)
                         return mf.view[pos : pos + size], mf.path
                 if set_aside and phys in set_aside:

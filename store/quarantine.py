@@ -78,6 +78,9 @@ class Piece:
 DIVERGED = "replication"
 #: ... for a record the master set aside in place, which its slave takes and sets aside likewise.
 REPLICATED = "replicated"
+#: The manifest's ``recovery`` of a record set aside when a read found its body CRC failing (below what
+#: recovery checked: a disk that damaged it while the broker ran, or in a file recovery trusts).
+READ = "read"
 
 
 @dataclass
@@ -88,7 +91,7 @@ class Manifest:
     created_ms: int
     created: str
     why: str
-    recovery: str  # "normal" or "abnormal"
+    recovery: str  # "normal", "abnormal", REPLICATED or READ
     cut_offset: int  # the CommitLog now ends here
     records: int  # intact CommitLog records set aside
     damaged: int

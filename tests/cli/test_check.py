@@ -4,6 +4,7 @@ line with its perfdata, the plugin exit codes, JSON, and ``--watch``."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +19,7 @@ from daemon.remoting.codes import RequestCode
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.services.checks import Perf, State, Watermarks, threshold, worst
-from store.record import decode_msg_id
+from store.record import decode_msg_id, decode_records
 from tests.broker.test_ha import master_and_slave, start_slave
 from tests.daemons import LocalCluster, handle, local_cluster
 from tests.support.acl import ADMIN_AK, ADMIN_SK, PLAIN_ACL, USER_AK, USER_SK, write_acl
@@ -170,6 +171,42 @@ def test_cluster_with_quarantined_data_is_a_warning(cli: RunCli, tmp_path: Path)
         warning = plugin(cli("check", "cluster", env={"NAMESRV_ADDR": c.namesrv_addr}), "WARNING")
     assert f"broker-a/0@{c.broker_addr} holds 1 quarantine(s) with {later + 1} record(s) set aside" in warning
     assert f"quarantined_records={later + 1};;;0" in warning
+
+
+def test_a_record_damaged_across_an_unclean_stop_is_set_aside_and_a_warning(
+    cli: RunCli, tmp_path: Path
+) -> None:
+    """10 messages, a clean stop (the checkpoint's recovery point past them all), one body byte of the
+    seventh flipped and the abort file touched: the restart sets that record aside (never served, every
+    other one is) and check cluster says so; it said OK while only a pull's ERROR knew."""
+    from tests.cli.test_quarantine_cmd import records_of
+
+    root = tmp_path / "broker"
+    with local_cluster(tmp_path) as c:
+        h = handle(c)
+        c.loop.run(h.create_topic("Unclean", 1))
+        for i in range(10):
+            assert c.loop.run(h.send("Unclean", f"message-{i}".encode(), queue_id=0)).code == 0
+        c.loop.run(h.client.close())
+    recs = records_of(root / "commitlog")
+    victim, _m, body_at = next(r for r in recs if r[1].body == b"message-6")
+    with open(root / "commitlog" / f"{0:020d}", "r+b") as f:
+        f.seek(body_at + 3)
+        byte = f.read(1)
+        f.seek(body_at + 3)
+        f.write(bytes([byte[0] ^ 0x01]))
+    (root / "abort").touch()
+
+    with local_cluster(tmp_path) as c:
+        h = handle(c)
+        pulled = c.loop.run(h.pull("G", "Unclean", 0, 0))
+        bodies = [m.body for m in decode_records(pulled.body)]
+        assert bodies == [f"message-{i}".encode() for i in range(10) if i != 6]
+        c.loop.run(h.client.close())
+        warning = plugin(cli("check", "cluster", env={"NAMESRV_ADDR": c.namesrv_addr}), "WARNING")
+    assert "holds 1 quarantine(s) with 1 record(s) set aside" in warning
+    [qdir] = (root / "quarantine").iterdir()
+    assert json.loads((qdir / "manifest.json").read_text())["files"][0]["from_offset"] == victim
 
 
 @pytest.mark.slow
