@@ -343,11 +343,12 @@ def test_corrupt_record_in_an_old_file_is_reported_not_returned(
     assert ei.value.path == str(path) and ei.value.offset == victim and "CRC" in ei.value.reason
     with caplog.at_level(logging.ERROR, logger="store.api"):
         res = again.get_messages("g", "T", 0, 3, 2)
-    # the pull skips the damaged record (never served as good) and says where it is
+    # the pull skips the damaged record (never served as good), says where it is and sets it aside
     assert [(m.queue_offset, m.message.body) for m in res.messages] == [(4, _msg(4).body), (5, _msg(5).body)]
     assert res.next_begin_offset == 6
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
-    assert len(errors) == 1 and f"{path}@{victim}" in errors[0] and "CRC" in errors[0]
+    assert len(errors) == 2 and f"{path}@{victim}" in errors[1] and "CRC" in errors[1]
+    assert "a read set aside 1 damaged record(s) alone" in errors[0] and str(victim) in errors[0]
     only = again.get_messages("g", "T", 0, 3, 1)  # nothing but the damaged one before the next: moves on
     assert [m.queue_offset for m in only.messages] == [4]
     again.shutdown()
