@@ -264,6 +264,19 @@ def build(dest: Path, work: Path, c_extensions: dict[str, str], *, installed: bo
     from mypyc.build import mypycify
     from setuptools import Distribution, Extension
 
+    # the sources as they are before compiling: one edited during the build then no longer matches, so
+    # the build is not used (hashed afterwards, it would claim the edited source and run the old code)
+    manifest: dict[str, Any] = {
+        "cache_tag": sys.implementation.cache_tag,
+        "modules": {m: native.digest(native.source_path(m)) for m in MODULES},
+        "inlined": {m: native.digest(native.source_path(m)) for m in INLINED},
+        "sources": {src: native.digest(ROOT / src) for src in c_extensions.values()},
+    }
+    if not installed:
+        manifest["stamps"] = {
+            **{m: native.stamp(native.source_path(m)) for m in (*MODULES, *INLINED)},
+            **{src: native.stamp(ROOT / src) for src in c_extensions.values()},
+        }
     staging = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(staging, ignore_errors=True)
     cwd = os.getcwd()
@@ -296,18 +309,7 @@ def build(dest: Path, work: Path, c_extensions: dict[str, str], *, installed: bo
         sys.stdout.flush()
         log.seek(0)
         found = warnings_in(log.read())
-    manifest: dict[str, Any] = {
-        "cache_tag": sys.implementation.cache_tag,
-        "modules": {m: native.digest(native.source_path(m)) for m in MODULES},
-        "inlined": {m: native.digest(native.source_path(m)) for m in INLINED},
-        "sources": {src: native.digest(ROOT / src) for src in c_extensions.values()},
-        "warnings": found,
-    }
-    if not installed:
-        manifest["stamps"] = {
-            **{m: native.stamp(native.source_path(m)) for m in (*MODULES, *INLINED)},
-            **{src: native.stamp(ROOT / src) for src in c_extensions.values()},
-        }
+    manifest["warnings"] = found
     (staging / native.MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
     shutil.rmtree(dest, ignore_errors=True)
     staging.rename(dest)

@@ -408,3 +408,29 @@ def test_what_a_send_reads_leads_its_compiled_objects(path: str, cls: str, first
             n.target.id for n in base.body if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name)
         ]
         assert names[-1] == "mm"
+
+
+def test_the_manifest_hashes_the_sources_before_they_are_compiled(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A source edited while a build compiles must leave that build stale: hashed after compiling, the
+    manifest would claim the edited source and the old compiled code would run as if it matched."""
+    import mypyc.build
+
+    script = _build_script()
+    order: list[str] = []
+
+    def digest(path: Path) -> str:
+        order.append("hash")
+        return "0" * 64
+
+    def compiling(*args: object, **kwargs: object) -> list[object]:
+        order.append("compile")
+        raise ValueError("stop here: only the order is under test")
+
+    monkeypatch.setattr(script.native, "digest", digest)
+    monkeypatch.setattr(mypyc.build, "mypycify", compiling)
+    with pytest.raises(RuntimeError, match="stop here"):
+        script.build(tmp_path / "native", tmp_path / "work", {})
+    assert order[-1] == "compile" and order.count("compile") == 1
+    assert order[0] == "hash"
