@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,8 @@ from typing import Any
 import pytest
 
 from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
 from tests.broker.test_ha import pull_all
 from tests.dledger.test_group import elected_master, master_of, member_pid
 from tests.dledger.test_roles import grpc_port, member_addrs, new_master, raft_group, topic_everywhere
@@ -337,3 +340,114 @@ async def test_a_receipt_handle_of_the_killed_leader_gets_a_clear_answer_from_th
             assert time.monotonic() < deadline, again
             again += [b for b, _ in await asyncio.to_thread(receive, new_port, "Gr", "GR", 60)]
         print("received again from the new leader:", again)
+
+
+async def acked_up_to(client: RemotingClient, addr: str, group: str, topic: str) -> list[int]:
+    """`group`'s committed offset (the ack watermark) of `topic`'s queues 0 and 1 on the member `addr`."""
+    offsets = []
+    for queue in (0, 1):
+        request = RemotingCommand.request(
+            RequestCode.QUERY_CONSUMER_OFFSET, {"consumerGroup": group, "topic": topic, "queueId": str(queue)}
+        )
+        response = await client.invoke(addr, request)
+        offsets.append(int(response.ext_fields["offset"]) if response.code == ResponseCode.SUCCESS else -1)
+    return offsets
+
+
+def restart_member(data: Path, addr: str, grpc: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """The member of broker port `addr` started again from its broker.conf, its gRPC front on `grpc`
+    (where it served before, as a broker given a fixed `grpcListenPort`, 8081 by default, does)."""
+    port = addr.rpartition(":")[2]
+    conf = next(
+        c for c in data.glob("store-broker-a-n*/broker.conf") if f"listenPort={port}\n" in c.read_text()
+    )
+    argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
+    with (conf.parent / "broker.log").open("ab") as out:
+        env = {**env, "MQCTL_GRPC_LISTEN_PORT": str(grpc)}  # (the test env's 0 otherwise)
+        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=out)
+
+
+async def test_a_5x_push_consumer_consumes_every_message_across_a_leader_kill_and_restart(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """The official PushConsumer (access point: a follower's front) consumes 20 messages from the leader and
+    holds the last of each queue in its listener; the leader is SIGKILLed once the followers took the ack
+    watermark, then the held two are let go. Their acks go to the dead front, and the client retries them
+    (every second, until an answer; its shutdown waits for them) until the member is back on its gRPC port,
+    whose answer, INVALID_RECEIPT_HANDLE (it lends nothing now), ends them. Every message is consumed:
+    the 18 acked before the kill once, the held two again (from the new leader), the 20 sent after it."""
+    from rocketmq import ConsumeResult, FilterExpression, MessageListener, PushConsumer
+
+    from tests.support.grpc5 import pb
+
+    held = {b"before-18", b"before-19"}  # the last of queue 0 and of queue 1: above every acked one
+    release = threading.Event()
+
+    class Recorder(MessageListener):  # type: ignore[misc]
+        def __init__(self) -> None:
+            self.seen: list[bytes] = []
+            self.handles: dict[bytes, str] = {}
+
+        def consume(self, msg: Any) -> Any:
+            if msg.body in held and msg.body not in self.handles:
+                self.handles[msg.body] = msg.receipt_handle
+                self.seen.append(msg.body)
+                release.wait(120)
+                return ConsumeResult.SUCCESS
+            self.seen.append(msg.body)
+            return ConsumeResult.SUCCESS
+
+    async with raft_group(tmp_path, cli_env) as (data, ns, client):
+        old, config = await leader_and_access(client, data, ns, "Gc")
+        old_grpc = await grpc_port(client, old)
+        listener = Recorder()
+        consumer = PushConsumer(config, "GC", listener, {"Gc": FilterExpression("*")})
+        await asyncio.to_thread(consumer.startup)
+        back: subprocess.Popen[bytes] | None = None
+        try:
+            on_old = BrokerClient(old, client)
+            before = [f"before-{i}".encode() for i in range(20)]
+            for i, body in enumerate(before):
+                assert (await on_old.send("Gc", body, queue_id=i % 2)).code == 0
+
+            async def watermark_everywhere() -> bool:  # 18 acked: 9 of each queue, the held ones above
+                return all([await acked_up_to(client, a, "GC", "Gc") == [9, 9] for a in member_addrs(data)])
+
+            await wait_until(lambda: set(before) <= set(listener.seen), 60)
+            await wait_until(watermark_everywhere, 60)
+            os.kill(member_pid(data, old), signal.SIGKILL)
+            release.set()  # their acks go to the dead front
+            on_new = BrokerClient(await new_master(client, ns, old), client)
+            after = [f"after-{i}".encode() for i in range(20)]
+            for i, body in enumerate(after):
+                assert (await on_new.send("Gc", body, queue_id=i % 2)).code == 0
+
+            def all_consumed() -> bool:
+                return set(after) <= set(listener.seen) and all(listener.seen.count(b) >= 2 for b in held)
+
+            await wait_until(all_consumed, 120)
+            back = restart_member(data, old, old_grpc, cli_env)
+            for body in sorted(held):  # what the retried acks are answered
+                deadline = time.monotonic() + 60
+                while True:
+                    try:
+                        codes = await asyncio.to_thread(settle, old_grpc, "Gc", "GC", listener.handles[body])
+                        break
+                    except Exception:  # (not listening yet)
+                        assert time.monotonic() < deadline, "the restarted member's front did not answer"
+                        await asyncio.sleep(0.5)
+                assert codes == (pb.INVALID_RECEIPT_HANDLE, pb.INVALID_RECEIPT_HANDLE), body
+            # the retried acks are answered now (once the client's channel reconnects): the shutdown,
+            # which waits for them, returns (a daemon thread: were it stuck, the test fails, not hangs)
+            stopping = threading.Thread(target=consumer.shutdown, daemon=True)
+            stopping.start()
+            await asyncio.to_thread(stopping.join, 180)
+            assert not stopping.is_alive(), "the PushConsumer's shutdown still waits for its acks"
+        finally:
+            release.set()
+            if back is not None:
+                back.terminate()
+                await asyncio.to_thread(back.wait, 30)
+        for body in before:
+            assert listener.seen.count(body) == (1 if body not in held else 2), body
+        print(f"5.x PushConsumer: {len(listener.seen)} consumed of {len(before) + len(after)} sent")
