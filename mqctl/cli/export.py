@@ -26,10 +26,18 @@ def export(
 ) -> None:
     """Write the cluster's topics and subscription groups (sorted, no timestamp: two exports of the same
     cluster are the same file) for 'mqctl apply -f FILE'; save it with '-o yaml > cluster.yaml'."""
+    import sys
+
+    from mqctl.output import printable
     from mqctl.services.metadata import export as export_metadata
 
     online(
         lambda admin: export_metadata(
-            admin, cluster=cluster, offsets=offsets, acl=acl, special=special_topics
+            admin,
+            cluster=cluster,
+            offsets=offsets,
+            acl=acl,
+            special=special_topics,
+            warn=lambda text: sys.stderr.write(f"mqctl: warning: {printable(text, newlines=False)}\n"),
         )
     )

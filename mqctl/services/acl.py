@@ -20,6 +20,7 @@ from daemon.acl.admin import (
 )
 from daemon.acl.plain import address_matcher, parse_perm, perm_name
 from daemon.remoting.codes import RequestCode
+from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.output import Rows
@@ -151,6 +152,11 @@ async def config_of(admin: Admin, addr: str) -> AclConfigBody:
     response = await admin.call(addr, RequestCode.GET_BROKER_CLUSTER_ACL_CONFIG)
     body: AclConfigBody = json.loads(response.body or b"{}")
     return body
+
+
+def acl_off(exc: RemotingCommandError) -> bool:
+    """Whether a broker refused an ACL request because its ACL is off (``aclEnable=false``)."""
+    return "ACL is not enabled" in (exc.remark or "")
 
 
 def account_row(addr: str, account: PlainAccount, show_secret: bool) -> AccountRow:

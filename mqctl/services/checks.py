@@ -266,12 +266,12 @@ async def _acl_view(admin: Admin, addr: str) -> dict[str, str] | None:
     import hashlib
     import json
 
-    from mqctl.services.acl import config_of
+    from mqctl.services.acl import acl_off, config_of
 
     try:
         body = await config_of(admin, addr)
     except RemotingCommandError as exc:
-        return {"aclEnable": "false"} if "ACL is not enabled" in (exc.remark or "") else None
+        return {"aclEnable": "false"} if acl_off(exc) else None
     except (RemotingError, MqctlError):
         return None
     view = {"globalWhiteRemoteAddresses": json.dumps(sorted(body.get("globalWhiteAddrs") or []))}

@@ -26,11 +26,12 @@ from typing import Any, NotRequired, TypedDict, TypeVar
 
 from daemon.remoting.bodies import TopicConfig
 from daemon.remoting.codes import RequestCode
+from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.output import Rows
 from mqctl.services import groups, topics
-from mqctl.services.acl import AccountPerms, PlainAccount, account_row, config_of
+from mqctl.services.acl import AccountPerms, PlainAccount, account_row, acl_off, config_of
 from mqctl.services.cluster import brokers
 from store import (
     DLQ_GROUP_TOPIC_PREFIX,
@@ -233,14 +234,23 @@ async def masters_by_name(admin: Admin, cluster: str | None) -> tuple[str, dict[
 
 
 async def export(
-    admin: Admin, *, cluster: str | None, offsets: bool, acl: bool, special: bool
+    admin: Admin,
+    *,
+    cluster: str | None,
+    offsets: bool,
+    acl: bool,
+    special: bool,
+    warn: Callable[[str], None] | None = None,
 ) -> MetadataDoc:
-    """The metadata of a cluster's masters as one deterministic document."""
+    """The metadata of a cluster's masters as one deterministic document. ``acl``: a master whose ACL is
+    off has no accounts to export, which ``warn`` is told; with ACL off on every one the ``acl`` part is
+    left out."""
     name, masters = await masters_by_name(admin, cluster)
     found_topics: dict[str, dict[str, TopicEntry]] = {}
     found_groups: dict[str, dict[str, GroupEntry]] = {}
     offset_rows: list[OffsetEntry] = []
     accounts: dict[str, dict[str, AclEntry]] = {}
+    acl_off_on: list[str] = []
     for broker, addr in sorted(masters.items()):
         table, system, group_table = await asyncio.gather(
             admin.topic_configs(addr), _system_topics(admin, addr), admin.group_configs(addr)
@@ -261,8 +271,15 @@ async def export(
                 for (g, t), q in committed.items()
             )
         if acl:
-            for account in (await config_of(admin, addr)).get("plainAccessConfigs") or []:
-                accounts.setdefault(str(account.get("accessKey")), {})[broker] = _account_entry(account)
+            try:
+                config = await config_of(admin, addr)
+            except RemotingCommandError as exc:
+                if not acl_off(exc):
+                    raise
+                acl_off_on.append(broker)
+            else:
+                for account in config.get("plainAccessConfigs") or []:
+                    accounts.setdefault(str(account.get("accessKey")), {})[broker] = _account_entry(account)
     doc: MetadataDoc = {
         "kind": KIND,
         "version": VERSION,
@@ -272,8 +289,14 @@ async def export(
     }
     if offsets:
         doc["offsets"] = sorted(offset_rows, key=lambda r: (r["group"], r["topic"], r["broker"]))
-    if acl:
+    if acl and len(acl_off_on) < len(masters):
         doc["acl"] = [{"name": n, "brokers": b, **e} for n, b, e in _entries(accounts)]
+    if acl_off_on and warn is not None:
+        warn(
+            f"ACL is off on cluster {name} (aclEnable=false): the export has no acl part"
+            if len(acl_off_on) == len(masters)
+            else f"ACL is off on broker(s) {', '.join(acl_off_on)} (aclEnable=false): no accounts from them"
+        )
     return doc
 
 

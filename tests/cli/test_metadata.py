@@ -349,3 +349,15 @@ def test_acl_accounts_are_exported_without_secrets_and_compared(cli: RunCli, tmp
         actions = {r["name"]: r["action"] for r in plan.json() if r["kind"] == "acl"}
         assert actions[ADMIN_AK] == "unchanged"
         assert actions[USER_AK].startswith("differs") and actions["newcomer"].startswith("missing")
+
+
+def test_export_acl_on_a_cluster_with_acl_off_leaves_the_acl_part_out(
+    cli: RunCli, source: LocalCluster
+) -> None:
+    _ok(run(cli, source.namesrv_addr, "topic", "create", "-t", "Orders"))
+    exported = run(cli, source.namesrv_addr, "export", "--acl", "--offsets", "-o", "yaml")
+    assert exported.code == 0, exported.stderr
+    doc = yaml.safe_load(exported.stdout)
+    assert "acl" not in doc and [t["name"] for t in doc["topics"]] == ["Orders"] and "offsets" in doc
+    warnings = exported.stderr.strip().splitlines()
+    assert len(warnings) == 1 and warnings[0].startswith("mqctl: warning: ACL is off on cluster")
