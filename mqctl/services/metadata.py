@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, NotRequired, TypedDict, TypeVar
 
 from daemon.remoting.bodies import TopicConfig
-from daemon.remoting.codes import RequestCode
+from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError, UsageError
@@ -590,19 +590,31 @@ async def _apply_offsets(
     dry_run: bool,
 ) -> list[PlanRow]:
     """Commit the file's offsets (as ``offset reset`` does where no consumer is online), per group,
-    topic and broker; a group with live consumers is shown as blocked."""
+    topic and broker; a group with live consumers is shown as blocked. An offset past its queue's end is
+    said so (and committed: the queue may fill up to it); one for a queue id the target topic lacks is
+    said so and skipped. A topic not on the target yet (a plan that creates it) is not checked."""
     rows: list[PlanRow] = []
     current: dict[str, dict[tuple[str, str, int], int]] = {}
+    ends: dict[tuple[str, str], dict[int, int] | None] = {}
     for entry in meta.offsets:
         (addr,) = _resolve([entry["broker"]], masters, renames)
         if addr not in current:
             current[addr] = await admin.all_consumer_offsets(addr)
         group, topic = entry["group"], entry["topic"]
+        if (addr, topic) not in ends:
+            ends[addr, topic] = await _queue_ends(admin, addr, topic)
+        end = ends[addr, topic]
+        missing = [] if end is None else [q for q in sorted(entry["queues"]) if q not in end]
         diff = {
             str(q): [current[addr].get((group, topic, q)), offset]
             for q, offset in sorted(entry["queues"].items())
-            if current[addr].get((group, topic, q)) != offset
+            if current[addr].get((group, topic, q)) != offset and q not in missing
         }
+        notes = [
+            f"queue {q} beyond the queue's end (max {end[int(q)]})"
+            for q, (_, offset) in diff.items()
+            if end is not None and offset > end[int(q)]
+        ] + [f"queue {q}: no such queue, skipped" for q in missing]
         if not diff:
             action = "unchanged"
         elif group in blocked:
@@ -614,6 +626,7 @@ async def _apply_offsets(
                 await admin.commit_offset(addr, group, topic, int(q), offset)
                 current[addr][(group, topic, int(q))] = offset
             action = "committed"
+        action = "; ".join([action, *notes])
         broker = renames.get(entry["broker"], entry["broker"])
         rows.append(
             {
@@ -625,6 +638,17 @@ async def _apply_offsets(
             }
         )
     return rows
+
+
+async def _queue_ends(admin: Admin, addr: str, topic: str) -> dict[int, int] | None:
+    """The max offset of each of ``topic``'s queues on the broker at ``addr``; None: no such topic there."""
+    try:
+        stats = await admin.topic_stats(addr, topic)
+    except RemotingCommandError as exc:
+        if exc.code != ResponseCode.TOPIC_NOT_EXIST:
+            raise
+        return None
+    return {mq.queue_id: offset.max_offset for mq, offset in stats.offset_table.items()}
 
 
 async def _compare_acl(

@@ -108,7 +108,9 @@ def test_export_apply_export_is_a_fixed_point(
     applied = json.loads(
         _ok(run(cli, ns, "apply", "-f", str(path), "--offsets", "--execute", "--yes", "-o", "json"))
     )
-    assert {r["action"] for r in applied} == {"created", "committed"}
+    assert {r["action"].split(";")[0] for r in applied} == {"created", "committed"}
+    # the target holds none of the source's messages: its queues end before the offsets committed there
+    assert "beyond the queue's end (max 0)" in next(r for r in applied if r["kind"] == "offsets")["action"]
     assert _ok(run(cli, ns, "export", "--offsets", "-o", "yaml")) == exported
 
     again = json.loads(
@@ -361,3 +363,30 @@ def test_export_acl_on_a_cluster_with_acl_off_leaves_the_acl_part_out(
     assert "acl" not in doc and [t["name"] for t in doc["topics"]] == ["Orders"] and "offsets" in doc
     warnings = exported.stderr.strip().splitlines()
     assert len(warnings) == 1 and warnings[0].startswith("mqctl: warning: ACL is off on cluster")
+
+
+def test_offsets_past_a_queue_end_or_for_a_missing_queue_are_flagged(
+    cli: RunCli, target: LocalCluster, tmp_path: Path
+) -> None:
+    ns = target.namesrv_addr
+    _ok(run(cli, ns, "topic", "create", "-t", "Orders", "-r", "2", "-w", "2"))  # empty: both queues end at 0
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "kind: mqctl-metadata\nversion: 1\n"
+        "offsets:\n- {group: Billing, topic: Orders, broker: broker-a, queues: {0: 0, 1: 5, 7: 3}}\n"
+    )
+    plan = run(cli, ns, "apply", "-f", str(path), "--offsets", "-o", "json")
+    assert plan.code == 0, plan.stderr
+    (row,) = plan.json()
+    assert "queue 1 beyond the queue's end (max 0)" in row["action"]
+    assert "queue 7: no such queue" in row["action"] and row["action"].startswith("would commit")
+    done = run(cli, ns, "apply", "-f", str(path), "--offsets", "--execute", "--yes", "-o", "json")
+    assert done.code == 0, done.stderr
+    assert done.json()[0]["action"].startswith("committed")
+
+    async def committed() -> dict[tuple[str, str, int], int]:
+        async with Admin([ns]) as admin:
+            return await admin.all_consumer_offsets(target.broker_addr)
+
+    offsets = asyncio.run(committed())
+    assert {q: o for (g, t, q), o in offsets.items() if g == "Billing"} == {0: 0, 1: 5}
