@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import sys
 import time
 from pathlib import Path
@@ -40,6 +41,34 @@ app = typer.Typer(
     "'store clean --execute' deletes expired CommitLog files of a stopped broker's store.",
     no_args_is_help=True,
 )
+
+
+class _EachLineOnce(logging.Filter):
+    """Passes each distinct log line once. A store command opens the store more than once (each phase of
+    ``verify``, ``commitlog ls``'s scan and then its retention plan), and recovery logs what it finds at
+    every open: the operator is told once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[tuple[str, int, str]] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, record.levelno, record.getMessage())
+        if key in self.seen:
+            return False
+        self.seen.add(key)
+        return True
+
+
+@app.callback()
+def _store(ctx: typer.Context) -> None:
+    once = _EachLineOnce()
+    handlers = list(logging.getLogger().handlers)
+    for handler in handlers:
+        handler.addFilter(once)
+    ctx.call_on_close(lambda: [handler.removeFilter(once) for handler in handlers])
+
+
 commitlog_app = typer.Typer(help="CommitLog files.", no_args_is_help=True)
 cq_app = typer.Typer(help="ConsumeQueues.", no_args_is_help=True)
 index_app = typer.Typer(help="IndexFiles.", no_args_is_help=True)

@@ -129,3 +129,15 @@ def test_a_cut_tail_is_salvaged_record_by_record(
     assert cli("store", "salvage", "--store", str(root), "--out", str(out)).code == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["keys"] for r in rows] == [f"dk-{i}" for i in range(COUNT - 10, COUNT)]
+
+
+@pytest.mark.parametrize("command", [("commitlog", "ls"), ("verify",)])
+def test_a_member_missing_committed_entries_is_logged_once(
+    cli_process: RunCli, dstore: tuple[Path, list[Message]], command: tuple[str, ...]
+) -> None:
+    root, _msgs = dstore
+    data = root / "dledger-n0" / "data"
+    (data / sorted(os.listdir(data))[-1]).unlink()  # the member lost its newest file: the checkpoint is ahead
+    result = cli_process("store", *command, "--store", str(root), "-o", "json")
+    errors = [line for line in result.stderr.splitlines() if " ERROR " in line]
+    assert len(errors) == 1 and "the checkpoint says entries up to" in errors[0], result.stderr
