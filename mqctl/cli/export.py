@@ -31,6 +31,9 @@ def export(
     from mqctl.output import printable
     from mqctl.services.metadata import export as export_metadata
 
+    def warn(text: str) -> None:
+        sys.stderr.write(f"mqctl: warning: {printable(text, newlines=False)}\n")
+
     online(
         lambda admin: export_metadata(
             admin,
@@ -38,6 +41,6 @@ def export(
             offsets=offsets,
             acl=acl,
             special=special_topics,
-            warn=lambda text: sys.stderr.write(f"mqctl: warning: {printable(text, newlines=False)}\n"),
+            warn=warn,
         )
     )

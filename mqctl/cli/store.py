@@ -66,7 +66,12 @@ def _store(ctx: typer.Context) -> None:
     handlers = list(logging.getLogger().handlers)
     for handler in handlers:
         handler.addFilter(once)
-    ctx.call_on_close(lambda: [handler.removeFilter(once) for handler in handlers])
+
+    def done() -> None:
+        for handler in handlers:
+            handler.removeFilter(once)
+
+    ctx.call_on_close(done)
 
 
 commitlog_app = typer.Typer(help="CommitLog files.", no_args_is_help=True)

@@ -272,13 +272,13 @@ async def export(
             )
         if acl:
             try:
-                config = await config_of(admin, addr)
+                acl_config = await config_of(admin, addr)
             except RemotingCommandError as exc:
                 if not acl_off(exc):
                     raise
                 acl_off_on.append(broker)
             else:
-                for account in config.get("plainAccessConfigs") or []:
+                for account in acl_config.get("plainAccessConfigs") or []:
                     accounts.setdefault(str(account.get("accessKey")), {})[broker] = _account_entry(account)
     doc: MetadataDoc = {
         "kind": KIND,
