@@ -45,6 +45,9 @@ TRANS_CHECK_MAX_TIME_TOPIC: Final = "TRANS_CHECK_MAX_TIME_TOPIC"
 TRACE_TOPIC: Final = "RMQ_SYS_TRACE_TOPIC"
 #: ``<cluster>`` + this names the cluster's request-reply topic.
 REPLY_TOPIC_SUFFIX: Final = "_REPLY_TOPIC"
+#: ``<this><cluster>``: where a DLedger leader logs POP acks and changes of invisibility, queue 0 (5.x's
+#: revive topic, ``PopAckConstants.REVIVE_TOPIC``); no client sends to it (a forged ack would be taken).
+REVIVE_TOPIC_PREFIX: Final = "rmq_sys_REVIVE_LOG_"
 #: Topics of this prefix are system topics (Java's ``TopicValidator.SYSTEM_TOPIC_PREFIX``).
 SYSTEM_TOPIC_PREFIX: Final = "rmq_sys_"
 #: The prefix of the broker's transaction and trace topics.
@@ -73,6 +76,9 @@ TOOLS_CONSUMER_GROUP: Final = "TOOLS_CONSUMER"
 TRANS_CHECK_GROUP: Final = "CID_RMQ_SYS_TRANS"
 #: The group the broker reads the timer topic as (never commits: its progress has files of its own).
 TIMER_GROUP: Final = "CID_RMQ_SYS_TIMER"
+#: The group whose offset is where a DLedger leader's POP ack log (``REVIVE_TOPIC_PREFIX``) is still live
+#: (5.x's ``PopAckConstants.REVIVE_GROUP``).
+REVIVE_GROUP: Final = "CID_RMQ_SYS_REVIVE_GROUP"
 #: Groups of this prefix are created on use even when auto-creation is off.
 SYS_GROUP_PREFIX: Final = "CID_RMQ_SYS_"
 #: The subscription groups a broker creates at start (docs/wire-protocol.md §built-in-topics-and-groups).
@@ -86,7 +92,7 @@ BUILTIN_GROUPS: Final = (
     "CID_ONSAPI_OWNER",
 )
 #: Every group a broker uses for itself.
-SYSTEM_GROUPS: Final = frozenset({*BUILTIN_GROUPS, TRANS_CHECK_GROUP})
+SYSTEM_GROUPS: Final = frozenset({*BUILTIN_GROUPS, TRANS_CHECK_GROUP, REVIVE_GROUP})
 
 
 def retry_topic(group: str) -> str:

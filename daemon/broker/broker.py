@@ -684,6 +684,9 @@ class Broker:
         timers = TimerMessageService(self)
         await asyncio.to_thread(timers.load, takeover=True)
         await self.transactions.catch_up()  # the op records its leaders wrote (start reads what is left)
+        # POP records are local: lent again from the synced offset table, less what the revive log says
+        self.pop.take_over()
+        await self.pop.catch_up()
         if not group.node.is_leader or group.node.m.term != term:
             timers.progress.close()
             return
@@ -692,7 +695,6 @@ class Broker:
         self.schedule.start()
         self.transactions.start()
         self.timers.start()
-        self.pop.take_over()  # POP records are local too: lent again from the synced offset table
         self.pop.start()
         log.info("broker %s is the master (DLedger leader of term %d)", self.config.broker_name, term)
         # A NameServer refuses brokerId 0 while the old master's connection to it is open (a paused or cut
@@ -1044,6 +1046,11 @@ class Broker:
             result = await self.offload(self.store.put_message, msg)
         else:
             result = self.store.put_message(msg)
+        return await self.held(result)
+
+    async def held(self, result: PutResult) -> PutResult:
+        """A put's result once a DLedger quorum holds it (and everything appended before it); as it is
+        outside DLedger mode."""
         group = self.dledger
         if group is not None and result.ok:
             from daemon.broker.processors.send import quorum_status

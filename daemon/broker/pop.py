@@ -22,6 +22,16 @@ elected leader starts popping there (:meth:`PopService.take_over`): what the old
 acked is lent again, with the acked ones above it (duplicates, never a loss). An offset someone else
 writes into the table (an operator's reset) wins at the next pop or ack of that queue.
 
+In a DLedger group the POP state is the leader's alone, so what a client was told has to be held by the
+group too: an ack, a change of invisibility (a renewal included) and the end of a lending by a revive are
+logged as 5.x's revive records (``AckMsg`` tagged ``ack``, ``PopCheckPoint`` tagged ``ck``) in queue 0
+of ``rmq_sys_REVIVE_LOG_<cluster>``, and an ack or change is answered only once a quorum holds its record.
+A member elected leader reads them (:meth:`PopService.catch_up`, a batch at a time) before it lends: an
+acked message above the offset table's watermark is skipped, a changed one is lent as the change said
+(its handle stays valid). Records of a message below the watermark are superseded: the offset of group
+``CID_RMQ_SYS_REVIVE_GROUP`` on that queue is the first record still live (5.x's revive offset), taken by
+the followers with the rest of the table, and the CommitLog's retention removes the rest.
+
 FIFO pop (``order=true``) is 5.x's order lock per queue (``ConsumerOrderInfoManager``): while a popped
 message of a queue is neither acked nor expired the queue gives the group nothing more; once expired
 the same messages come back in order with their attempt counted up, and past ``retryMaxTimes`` they go
@@ -31,6 +41,7 @@ to the DLQ. ``pop`` is synchronous between its reads and its records, so nothing
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import functools
 import heapq
@@ -51,8 +62,8 @@ from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from store.config import SLAVE
 from store.errors import StoreError
-from store.message import PROPERTY_RETRY_TOPIC, StoredMessage
-from store.names import RETRY_GROUP_TOPIC_PREFIX, dlq_topic, retry_topic
+from store.message import PROPERTY_RETRY_TOPIC, PROPERTY_TAGS, Message, StoredMessage
+from store.names import RETRY_GROUP_TOPIC_PREFIX, REVIVE_GROUP, REVIVE_TOPIC_PREFIX, dlq_topic, retry_topic
 from store.results import GetMessageStatus, SelectedMessage
 
 if TYPE_CHECKING:
@@ -63,7 +74,6 @@ if TYPE_CHECKING:
     from daemon.broker.stats import BrokerStats
     from store.api import MessageStore
     from store.config_files import ConsumerOffsetManager
-    from store.message import Message
     from store.results import PutResult
 
 log = logging.getLogger(__name__)
@@ -96,6 +106,12 @@ MAX_POP_BATCH: Final = 32
 REVIVE_SLICE: Final = 256
 #: How often the revive loop looks when nothing is due sooner.
 REVIVE_IDLE: Final = 1.0
+#: The tags of 5.x's revive records (``PopAckConstants``): an ack, a checkpoint (a lending), a batch ack.
+ACK_TAG: Final = "ack"
+CK_TAG: Final = "ck"
+BATCH_ACK_TAG: Final = "bAck"
+#: Revive records read between two yields of the loop when a member takes over.
+CATCH_UP_BATCH: Final = 256
 
 _S = GetMessageStatus
 
@@ -217,6 +233,8 @@ class InFlight:
 
 _Key = tuple[str, str, int, int]
 _QueueKey = tuple[str, str, int]
+#: A revive record to store: the message, and the queue and queue offset it is about.
+_Logged = tuple["Message", _QueueKey, int]
 
 
 #: A name as a JSON string (groups and topics recur on every line; ``json.dumps`` escapes any name).
@@ -246,6 +264,81 @@ def offset_line(g: str, t: str, q: int, o: int) -> str:
 
 def encode_lines(lines: Iterable[str]) -> bytes:
     return "".join(line + "\n" for line in lines).encode()
+
+
+# ---------------------------------------------------------------------- revive records (pure)
+
+
+def ack_body(r: InFlight, broker_name: str) -> bytes:
+    """5.x's ``AckMsg`` of a lending: its queue offset (``ao``), the pop's start (``so``), its popTime."""
+    return json.dumps(
+        {
+            "ao": r.queue_offset,
+            "so": r.ck_offset,
+            "c": r.group,
+            "t": r.topic,
+            "q": r.queue_id,
+            "pt": r.pop_time,
+            "bn": broker_name,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def ck_body(r: InFlight, broker_name: str) -> bytes:
+    """5.x's ``PopCheckPoint`` of one lending (``so`` + ``d[0]`` its queue offset), with what a member
+    taking over needs to lend it on as it is: the CommitLog offset (``co``), the attempt (``a``), FIFO
+    (``f``) and the FIFO attempt id (``at``), fields a 5.x reader ignores."""
+    return json.dumps(
+        {
+            "so": r.ck_offset,
+            "pt": r.pop_time,
+            "it": r.invisible_ms,
+            "bm": 0,
+            "n": 1,
+            "q": r.queue_id,
+            "t": r.topic,
+            "c": r.group,
+            "ro": -1,
+            "d": [r.queue_offset - r.ck_offset],
+            "bn": broker_name,
+            "rp": r.attempt - 1,
+            "co": r.phys_offset,
+            "a": r.attempt,
+            "f": r.fifo,
+            "at": r.attempt_id,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def read_record(tag: str | None, body: bytes) -> tuple[str, _QueueKey, list[int], InFlight | None] | None:
+    """A revive record back: (tag, queue, queue offsets it names, the lending of a ``ck``); None for
+    anything else (unknown tag, bad JSON, missing fields)."""
+    try:
+        e = json.loads(body)
+        queue = (str(e["c"]), str(e["t"]), int(e["q"]))
+        if tag == ACK_TAG:
+            return tag, queue, [int(e["ao"])], None
+        if tag == BATCH_ACK_TAG:
+            return tag, queue, [int(o) for o in e["aol"]], None
+        if tag == CK_TAG:
+            offset = int(e["so"]) + int(e["d"][0])
+            r = InFlight(
+                *queue,
+                offset,
+                int(e["co"]),
+                int(e["pt"]),
+                int(e["it"]),
+                int(e["a"]),
+                bool(e["f"]),
+                int(e["so"]),
+                str(e.get("at") or ""),
+            )
+            return tag, queue, [offset], r
+    except (ValueError, KeyError, TypeError, IndexError):
+        pass
+    return None
 
 
 def replay(data: bytes) -> tuple[dict[_Key, InFlight], dict[_QueueKey, int]]:
@@ -366,6 +459,7 @@ class PopHost(Protocol):
     hold: PullRequestHoldService
 
     async def put(self, msg: Message) -> PutResult: ...
+    async def held(self, result: PutResult) -> PutResult: ...
 
 
 class PopService:
@@ -393,6 +487,17 @@ class PopService:
         self._task: asyncio.Task[None] | None = None
         #: FIFO pops parked per group: a released order lock wakes them (no message arrives to do it).
         self._unheld: dict[str, set[asyncio.Future[None]]] = {}
+        #: DLedger: acks and changes are logged as revive records, held by the quorum before answered.
+        self.replicated = broker.config.enable_dleger_commit_log
+        self.revive_topic = REVIVE_TOPIC_PREFIX + broker.config.broker_cluster_name
+        #: Queue offsets above a queue's watermark acked on an earlier leader (see catch_up): not lent.
+        self._acked: dict[_QueueKey, set[int]] = {}
+        #: (revive queue offset, queue, queue offset) of each revive record maybe still live, in order.
+        self._logged: collections.deque[tuple[int, _QueueKey, int]] = collections.deque()
+        #: The revive queue offset after the last record written or read.
+        self._log_end = 0
+        #: Whether this broker lends (DLedger: a member not leading answers every handle NO_MESSAGE).
+        self._serving = False
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -432,17 +537,86 @@ class PopService:
         self._next.clear()
         self._marks.clear()
         self._lent.clear()
+        self._acked.clear()
+        self._logged.clear()
         try:
             if self.journal.exists:
                 self.journal.rewrite((), {})
         except OSError as exc:
             log.error("POP journal not emptied (a DLedger member drops it at its next start): %s", exc)
 
+    async def catch_up(self) -> None:
+        """Rebuild what the group's earlier leaders logged (:meth:`take_over` first): read the revive
+        queue from the first live record on, a batch at a time with requests served between, before this
+        member lends anything."""
+        store = self.broker.store
+        topic = self.revive_topic
+        offset = max(
+            0, store.get_min_offset(topic, 0), self.broker.offsets.query_offset(REVIVE_GROUP, topic, 0)
+        )
+        read = 0
+        while True:
+            result = store.get_messages(REVIVE_GROUP, topic, 0, offset, CATCH_UP_BATCH)
+            for selected in result.messages:
+                try:
+                    msg = selected.message
+                except StoreError as exc:
+                    log.error("POP: a damaged revive record at %d skipped: %s", selected.queue_offset, exc)
+                    continue
+                self._replay(selected.queue_offset, msg.properties.get(PROPERTY_TAGS), msg.body)
+                read += 1
+            if not result.messages or result.next_begin_offset <= offset:
+                break
+            offset = result.next_begin_offset
+            await asyncio.sleep(0)
+        self._log_end = max(offset, store.get_max_offset(topic, 0))
+        if read:
+            log.info(
+                "POP: %d revive record(s) read: %d lending(s) and %d ack(s) above the watermarks kept",
+                read,
+                len(self.records),
+                sum(len(s) for s in self._acked.values()),
+            )
+        self._compact_log()
+
+    def _replay(self, at: int, tag: str | None, body: bytes) -> None:
+        """One revive record: an ack marks its offsets done, a checkpoint lends the message as it says.
+        A record below its queue's watermark is superseded; one of a message this member does not hold
+        (gone with retention, or never stored) is dropped, and so is a checkpoint of an acked message."""
+        read = read_record(tag, body)
+        if read is None:
+            log.warning("POP: an unreadable revive record at %d skipped", at)
+            return
+        tag, queue, offsets, lent = read
+        mark = self.broker.offsets.query_offset(*queue)
+        store = self.broker.store
+        low, high = store.get_min_offset(queue[1], queue[2]), store.get_max_offset(queue[1], queue[2])
+        live = [o for o in offsets if o >= max(mark, low) and o < high]
+        if not live:
+            return
+        self._logged.append((at, queue, min(live)))
+        if lent is None:
+            acked = self._acked.setdefault(queue, set())
+            for o in live:
+                acked.add(o)
+                r = self.records.get((*queue, o))
+                if r is not None:
+                    self._drop(r)
+            return
+        if lent.queue_offset in self._acked.get(queue, ()):
+            return
+        old = self.records.get(lent.key)
+        if old is not None:
+            self._drop(old)
+        self._add(lent)
+
     def start(self) -> None:
+        self._serving = True
         self._wake = asyncio.Event()
         self._task = supervise(self._revive_loop, "pop-revive")
 
     async def stop(self) -> None:
+        self._serving = False
         if self._task is not None:
             self._task.cancel()
             await asyncio.gather(self._task, return_exceptions=True)
@@ -498,11 +672,43 @@ class PopService:
                 return found
             await self._wait_for_messages(ask, left)
 
-    def ack(self, *, group: str, topic: str, receipt_handle: str) -> None:
-        self._finish(self._current(group, topic, receipt_handle))
+    async def ack(self, *, group: str, topic: str, receipt_handle: str) -> None:
+        """End the lending; in a DLedger group answered once the group's quorum holds its record."""
+        await self.hold(self.ack_now(group=group, topic=topic, receipt_handle=receipt_handle))
 
-    def change_invisible(self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
-        """Lend the message again for ``invisible_ms`` from now; returns its new handle."""
+    def ack_now(self, *, group: str, topic: str, receipt_handle: str) -> list[_Logged]:
+        """End the lending here; returns the revive record :meth:`hold` must store before the ack is
+        answered (none outside a DLedger group)."""
+        r = self._current(group, topic, receipt_handle)
+        self._finish(r)
+        return (
+            [self._record(ACK_TAG, r, ack_body(r, self.broker.config.broker_name))] if self.replicated else []
+        )
+
+    async def change_invisible(
+        self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int
+    ) -> str:
+        """Lend the message again for ``invisible_ms`` from now; returns its new handle, once a DLedger
+        group's quorum holds the change."""
+        handle, records = self.change_now(
+            group=group, topic=topic, receipt_handle=receipt_handle, invisible_ms=invisible_ms
+        )
+        await self.hold(records)
+        return handle
+
+    def renew(self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int) -> str:
+        """A change nobody waits for (a PushConsumer's lease renewal): its record stored, not awaited."""
+        handle, records = self.change_now(
+            group=group, topic=topic, receipt_handle=receipt_handle, invisible_ms=invisible_ms
+        )
+        for record in records:
+            self._put_record(record)
+        return handle
+
+    def change_now(
+        self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int
+    ) -> tuple[str, list[_Logged]]:
+        """The change here: the new handle and the revive record :meth:`hold` must store."""
         _check_invisible(invisible_ms)
         record = self._current(group, topic, receipt_handle)
         record.pop_time = max(_now_ms(), record.pop_time + 1)  # a new (popTime, invisibleTime) pair
@@ -510,7 +716,57 @@ class PopService:
         self.journal.append([record_line(record)])
         if not record.fifo:
             self._schedule(record)
-        return self.handle(record).encode()
+        name = self.broker.config.broker_name
+        return self.handle(record).encode(), [
+            self._record(CK_TAG, record, ck_body(record, name))
+        ] if self.replicated else []
+
+    async def hold(self, records: list[_Logged]) -> None:
+        """Store revive records, returning once the DLedger quorum holds them (and all before them);
+        raises :class:`PopError` (SYSTEM_ERROR) when one was not stored or not held."""
+        if not records:
+            return
+        last = None
+        for record in records:
+            last = self._put_record(record)
+        assert last is not None
+        _refused(await self.broker.held(last))
+        self._compact_log()
+
+    def _record(self, tag: str, r: InFlight, body: bytes) -> _Logged:
+        msg = Message(
+            self.revive_topic,
+            body,
+            0,
+            properties={PROPERTY_TAGS: tag},
+            born_timestamp=_now_ms(),
+            wait_store_msg_ok=False,
+        )
+        return msg, r.queue_key, r.queue_offset
+
+    def _put_record(self, record: _Logged) -> PutResult:
+        """Append a revive record (not waiting for the quorum) and track it as live."""
+        msg, queue, offset = record
+        result = _refused(self.broker.store.put_message(msg))
+        if result.queue_offset >= 0:
+            self._logged.append((result.queue_offset, queue, offset))
+            self._log_end = max(self._log_end, result.queue_offset + 1)
+        return result
+
+    def _compact_log(self) -> None:
+        """Move the revive group's offset to the first record that may still be needed: one whose
+        message is at or above its queue's watermark (or of a queue without one)."""
+        offsets = self.broker.offsets
+        logged = self._logged
+        while logged:
+            _, queue, offset = logged[0]
+            mark = self._marks.get(queue, offsets.query_offset(*queue))
+            if mark < 0 or offset >= mark:
+                break
+            logged.popleft()
+        live = logged[0][0] if logged else self._log_end
+        if live > max(0, offsets.query_offset(REVIVE_GROUP, self.revive_topic, 0)):
+            offsets.commit_offset(REVIVE_GROUP, self.revive_topic, 0, live)
 
     async def forward_to_dlq(self, *, group: str, topic: str, receipt_handle: str) -> None:
         """Send the message to ``%DLQ%group`` now and end its lending (5.x: send-back with level -1),
@@ -550,6 +806,8 @@ class PopService:
         """The record a handle lends, if the handle is still its current one (not changed, not expired
         into a redelivery, not acked)."""
         h = ReceiptHandle.decode(text)
+        if self.replicated and not self._serving:  # a member not leading (or still taking over)
+            raise PopError(NO_MESSAGE, "receipt handle is no longer valid (this member does not lend)")
         real = topic if h.topic_type == NORMAL_TOPIC else retry_topic(group)
         record = self.records.get((group, real, h.queue_id, h.queue_offset))
         if record is None or (record.pop_time, record.invisible_ms) != (h.pop_time, h.invisible_ms):
@@ -629,6 +887,7 @@ class PopService:
         out: list[PoppedMessage] = []
         journal: list[str] = []
         store = self.broker.store
+        replicated = self.replicated
         for source, q, filtered in self._sources(group, topic, queue_id, fifo):
             if len(out) >= max_messages:
                 break
@@ -651,7 +910,13 @@ class PopService:
             except StoreError as exc:
                 log.error("POP read of %s:%d at %d failed: %s", source, q, offset, exc)
                 continue
+            acked = self._acked.get(queue)
             for found in result.messages:
+                if replicated and (
+                    (group, source, q, found.queue_offset) in self.records
+                    or (acked is not None and found.queue_offset in acked)
+                ):
+                    continue  # lent on or acked before a DLedger failover (see catch_up)
                 try:
                     msg = found.message
                 except StoreError as exc:
@@ -674,6 +939,10 @@ class PopService:
                 journal.append(record_line(record))
                 out.append(self._popped(record, found))
             nxt = offset if result.status is _S.NO_MATCHED_LOGIC_QUEUE else result.next_begin_offset
+            if acked is not None:
+                acked.difference_update([o for o in acked if o < nxt])
+                if not acked:
+                    del self._acked[queue]
             if nxt != offset or queue not in self._next:
                 self._next[queue] = nxt
                 journal.append(offset_line(group, source, q, nxt))
@@ -934,6 +1203,13 @@ class PopService:
             self._check_put(copy.topic, await self.broker.put(copy))
         if self.records.get(r.key) is r and r.pop_time == pop_time:  # (else acked or lent anew meanwhile:
             self._finish(r)  # the copy is one more delivery, never one less)
+            if self.replicated:  # a member taking over must not lend (or revive) it again
+                try:
+                    await self.hold([self._record(ACK_TAG, r, ack_body(r, self.broker.config.broker_name))])
+                except PopError as exc:
+                    log.warning(
+                        "POP: the end of %s:%d at %d not logged: %s", r.topic, r.queue_id, r.queue_offset, exc
+                    )
 
     def _to_dlq_now(self, r: InFlight) -> None:
         """End a FIFO lending past its retries inside a pop (which does not wait) by a put to the DLQ.
@@ -997,6 +1273,16 @@ def parse_pop_in_flight(text: str | None) -> dict[str, int]:
         if sep and count.isdigit():
             out[group] = int(count)
     return out
+
+
+def _refused(result: PutResult) -> PutResult:
+    """A revive record's put result, raising SYSTEM_ERROR when it was not stored or not held."""
+    if not result.ok:
+        raise PopError(
+            ResponseCode.SYSTEM_ERROR,
+            f"not held by the DLedger group ({result.status.value}): ask the leader again",
+        )
+    return result
 
 
 def _check_invisible(invisible_ms: int) -> None:

@@ -219,7 +219,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         #: port 0: none), asked again after PORT_TTL_S.
         self._ports: dict[str, tuple[int, float]] = {}
         #: A PushConsumer's auto-renewed receives (daemon.grpc.leases).
-        self.leases = Leases(broker.pop.change_invisible, AUTO_RENEW_INVISIBLE_MS, RENEW_AHEAD_MS)
+        self.leases = Leases(broker.pop.renew, AUTO_RENEW_INVISIBLE_MS, RENEW_AHEAD_MS)
 
     # ------------------------------------------------------------------ clients and checks
 
@@ -769,9 +769,10 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Refused as refused:
             return spb.AckMessageResponse(status=refused.status())
         results = []
+        records = []
         for entry in request.entries:
             try:
-                pop.ack(
+                records += pop.ack_now(
                     group=group,
                     topic=topic,
                     receipt_handle=self.leases.current(entry.receipt_handle, group, topic),
@@ -785,6 +786,13 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     message_id=entry.message_id, receipt_handle=entry.receipt_handle, status=outcome
                 )
             )
+        try:
+            await pop.hold(records)  # the acks answered OK once a DLedger group's quorum holds them
+        except RemotingCommandError as exc:
+            failed = Refused.of(exc).status()
+            for r in results:
+                if r.status.code == pb.OK:
+                    r.status.CopyFrom(failed)
         return spb.AckMessageResponse(status=overall([r.status for r in results], "acks"), entries=results)
 
     async def ChangeInvisibleDuration(
@@ -799,7 +807,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             problem = invisible_problem(invisible_ms, 0)
             if problem is not None:
                 raise problem
-            handle = pop.change_invisible(
+            handle = await pop.change_invisible(
                 group=group,
                 topic=topic,
                 receipt_handle=self.leases.current(request.receipt_handle, group, topic),

@@ -100,7 +100,7 @@ async def test_acked_is_not_redelivered(broker: BrokerHandle) -> None:
     assert all(p.message.properties["POP_CK"] == p.handle for p in back)
     # the service (what the gRPC front calls) hands over the record as stored, and the sent-to topic
     for p in back:
-        broker.broker.pop.change_invisible(group="G3", topic=T, receipt_handle=p.handle, invisible_ms=0)
+        broker.broker.pop.renew(group="G3", topic=T, receipt_handle=p.handle, invisible_ms=0)
     again: list[PoppedMessage] = []
     while len(again) < 2:
         again += await broker.broker.pop.pop(
@@ -284,3 +284,22 @@ async def test_forward_to_dlq_ends_the_lending(broker: BrokerHandle) -> None:
         AckMessageRequestHeader("GD", T, 0, got[0].receipt_handle, 0).to_ext_fields(),
     )
     assert r.code == 208 and await c.pop(T, order=True) == []
+
+
+async def test_a_single_broker_logs_no_revive_record_and_refuses_sends_to_the_revive_topic(
+    broker: BrokerHandle,
+) -> None:
+    """Outside a DLedger group an ack and a change are the journal's alone (nothing more to write per
+    ack); the revive topic takes no client's send, as a forged ack record would be read as one by a
+    DLedger member taking over."""
+    await _fill(broker, 2, queues=1)
+    c = PopClient(broker, "GRev")
+    first, second = await c.pop(T, max_nums=2, invisible_ms=60_000)
+    assert (await c.ack(T, first)).code == 0
+    assert (await c.change_invisible(T, second, 30_000)).code == 0
+    revive = broker.broker.pop.revive_topic
+    assert revive == "rmq_sys_REVIVE_LOG_DefaultCluster"
+    assert broker.broker.store.get_max_offset(revive, 0) == 0
+    forged = await broker.send(revive, b'{"ao":1,"so":0,"c":"GRev","t":"PopTopic","q":0}', tags="ack")
+    assert forged.code == ResponseCode.NO_PERMISSION, forged.remark
+    assert broker.broker.store.get_max_offset(revive, 0) == 0

@@ -177,15 +177,15 @@ class PopProcessor:
             rest += max(0, broker.store.get_max_offset(h.topic, q) - max(done, 0))
         return rest
 
-    def ack(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    async def ack(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = AckMessageRequestHeader.from_ext_fields(request.ext_fields)
         try:
-            self.broker.pop.ack(group=h.consumer_group, topic=h.topic, receipt_handle=h.extra_info)
+            await self.broker.pop.ack(group=h.consumer_group, topic=h.topic, receipt_handle=h.extra_info)
         except PopError as exc:
             return request.make_response(exc.code, exc.remark)
         return request.make_response()
 
-    def batch_ack(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    async def batch_ack(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         """Each ``BatchAck`` names a checkpoint (queue, start offset, popTime, invisibleTime) and a bit set
         of offsets after its start: every one of them whose lending is still that one is acked."""
         try:
@@ -225,15 +225,21 @@ class PopProcessor:
                     start + bit,
                 )
                 named.append((group, topic, handle))
+        pop = self.broker.pop
+        records = []
         for group, topic, handle in named:
             with contextlib.suppress(PopError):  # 5.x acks what it can: changed or expired are skipped
-                self.broker.pop.ack(group=group, topic=topic, receipt_handle=handle.extra_info)
+                records += pop.ack_now(group=group, topic=topic, receipt_handle=handle.extra_info)
+        try:
+            await pop.hold(records)  # (a DLedger group's quorum holds them all before the answer)
+        except PopError as exc:
+            return request.make_response(exc.code, exc.remark)
         return request.make_response()
 
-    def change_invisible(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    async def change_invisible(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = ChangeInvisibleTimeRequestHeader.from_ext_fields(request.ext_fields)
         try:
-            handle = self.broker.pop.change_invisible(
+            handle = await self.broker.pop.change_invisible(
                 group=h.consumer_group,
                 topic=h.topic,
                 receipt_handle=h.extra_info,

@@ -58,6 +58,7 @@ from store.models import TOPIC_SYS_FLAG_UNIT, SubscriptionGroupConfig, TopicConf
 from store.names import (
     NOT_ALLOWED_SEND_TOPICS,
     RETRY_GROUP_TOPIC_PREFIX,
+    REVIVE_TOPIC_PREFIX,
     TRANS_HALF_TOPIC,
     dlq_topic,
     retry_topic,
@@ -390,7 +391,7 @@ class SendProcessor:
         problem = topic_problem(h.topic)
         if problem is not None:
             raise system_error(problem)
-        if h.topic in NOT_ALLOWED_SEND_TOPICS:
+        if h.topic in NOT_ALLOWED_SEND_TOPICS or h.topic.startswith(REVIVE_TOPIC_PREFIX):
             raise fail(ResponseCode.NO_PERMISSION, f"Sending message to topic[{h.topic}] is forbidden.")
         self._check_writable()
         topics = self.broker.topics
