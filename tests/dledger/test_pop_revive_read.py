@@ -1,0 +1,88 @@
+"""What a DLedger member taking over reads of the POP revive records (a group of one, in this process:
+its POP service stopped and taken over as an elected member's is): acks and changes held, and the
+records it must not take at their word (a message it does not hold, a duplicate, an unreadable body,
+a change whose lending ran out)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from daemon.broker.pop import ACK_TAG
+from daemon.remoting.client import RemotingClient
+from store.message import PROPERTY_TAGS, Message
+from store.names import REVIVE_GROUP
+from tests.dledger.test_single import dledger_keys
+from tests.support.broker import BrokerClient, start_broker
+from tests.support.pop import PopClient, Popped
+from tests.support.waiting import wait_until
+
+T = "RevRead"
+G = "GRevRead"
+
+
+def forged_ack(topic: str, group: str, offset: int) -> Message:
+    body = json.dumps({"ao": offset, "so": 0, "c": group, "t": T, "q": 0, "pt": 1, "bn": "broker-a"})
+    return Message(topic, body.encode(), properties={PROPERTY_TAGS: ACK_TAG}, wait_store_msg_ok=False)
+
+
+async def test_a_member_taking_over_lends_what_the_records_leave_and_nothing_they_do_not_prove(
+    tmp_path: Path,
+) -> None:
+    broker = await start_broker(tmp_path / "store", **dledger_keys())
+    client = RemotingClient()
+    try:
+        await wait_until(lambda: broker.config.broker_role == "SYNC_MASTER")
+        on = BrokerClient(broker.addr, client)
+        await on.create_topic(T, 1)
+        for i in range(6):
+            assert (await on.send(T, f"m{i}".encode(), queue_id=0)).code == 0
+        consumer = PopClient(on, G)
+        lent = {p.body: p for p in await consumer.pop(T, max_nums=6, invisible_ms=60_000)}
+        assert len(lent) == 6
+        for body in (b"m1", b"m3"):  # above the unacked m0 and m2: no watermark covers them
+            assert (await consumer.ack(T, lent[body])).code == 0
+        changed: Popped = lent[b"m4"]
+        assert (await consumer.change_invisible(T, changed, 8_000)).code == 0  # runs out after the take-over
+        pop = broker.pop
+        revive = pop.revive_topic
+        store = broker.store
+        await pop.stop()  # leadership lost: its POP state dropped
+        assert pop.in_flight() == {}
+        # an ack of m3 twice, one of offset 6 (not held yet: a later m6 must still be lent), garbage
+        for msg in (
+            forged_ack(revive, G, 3),
+            forged_ack(revive, G, 6),
+            Message(revive, b"{", properties={PROPERTY_TAGS: ACK_TAG}, wait_store_msg_ok=False),
+        ):
+            assert (await broker.put(msg)).ok
+        pop.take_over()
+        await pop.catch_up()
+        pop.start()
+        assert (await on.send(T, b"m6", queue_id=0)).code == 0
+
+        again = await consumer.pop(T, max_nums=32, invisible_ms=60_000)
+        assert sorted(p.body for p in again) == [b"m0", b"m2", b"m5", b"m6"]
+        # the change held: m4 stays lent until its 8 s ran out, then goes to the retry topic once
+        retry = f"%RETRY%{G}"
+
+        def revived() -> bool:
+            return store.get_max_offset(retry, 0) >= 1 if broker.topics.get(retry) else False
+
+        await wait_until(revived, 30)
+        for p in again:
+            assert (await consumer.ack(T, p)).code == 0
+        deadline = time.monotonic() + 10
+        back: list[Popped] = []
+        while not back and time.monotonic() < deadline:
+            back = await consumer.pop(T, max_nums=32, invisible_ms=60_000, poll_ms=500)
+        assert [p.body for p in back] == [b"m4"]
+        assert (await consumer.ack(T, back[0])).code == 0
+        assert store.get_max_offset(retry, 0) == 1
+        # every record concerns a message below its queue's watermark now: the revive offset is the end
+        end = store.get_max_offset(revive, 0)
+        assert broker.offsets.query_offset(REVIVE_GROUP, revive, 0) == end
+    finally:
+        await client.close()
+        await broker.stop()
