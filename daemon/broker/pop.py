@@ -234,7 +234,7 @@ class InFlight:
 _Key = tuple[str, str, int, int]
 _QueueKey = tuple[str, str, int]
 #: A revive record to store: the message, and the queue and queue offset it is about.
-_Logged = tuple["Message", _QueueKey, int]
+Logged = tuple["Message", _QueueKey, int]
 
 
 #: A name as a JSON string (groups and topics recur on every line; ``json.dumps`` escapes any name).
@@ -676,7 +676,7 @@ class PopService:
         """End the lending; in a DLedger group answered once the group's quorum holds its record."""
         await self.hold(self.ack_now(group=group, topic=topic, receipt_handle=receipt_handle))
 
-    def ack_now(self, *, group: str, topic: str, receipt_handle: str) -> list[_Logged]:
+    def ack_now(self, *, group: str, topic: str, receipt_handle: str) -> list[Logged]:
         """End the lending here; returns the revive record :meth:`hold` must store before the ack is
         answered (none outside a DLedger group)."""
         r = self._current(group, topic, receipt_handle)
@@ -707,7 +707,7 @@ class PopService:
 
     def change_now(
         self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int
-    ) -> tuple[str, list[_Logged]]:
+    ) -> tuple[str, list[Logged]]:
         """The change here: the new handle and the revive record :meth:`hold` must store."""
         _check_invisible(invisible_ms)
         record = self._current(group, topic, receipt_handle)
@@ -721,7 +721,7 @@ class PopService:
             self._record(CK_TAG, record, ck_body(record, name))
         ] if self.replicated else []
 
-    async def hold(self, records: list[_Logged]) -> None:
+    async def hold(self, records: list[Logged]) -> None:
         """Store revive records, returning once the DLedger quorum holds them (and all before them);
         raises :class:`PopError` (SYSTEM_ERROR) when one was not stored or not held."""
         if not records:
@@ -733,7 +733,7 @@ class PopService:
         _refused(await self.broker.held(last))
         self._compact_log()
 
-    def _record(self, tag: str, r: InFlight, body: bytes) -> _Logged:
+    def _record(self, tag: str, r: InFlight, body: bytes) -> Logged:
         msg = Message(
             self.revive_topic,
             body,
@@ -744,7 +744,7 @@ class PopService:
         )
         return msg, r.queue_key, r.queue_offset
 
-    def _put_record(self, record: _Logged) -> PutResult:
+    def _put_record(self, record: Logged) -> PutResult:
         """Append a revive record (not waiting for the quorum) and track it as live."""
         msg, queue, offset = record
         result = _refused(self.broker.store.put_message(msg))

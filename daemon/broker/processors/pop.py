@@ -28,6 +28,7 @@ from daemon.broker.pop import (
     NORMAL_TOPIC,
     ORDER_REVIVE_QUEUE,
     PROPERTY_POP_CK,
+    Logged,
     PopError,
     PoppedMessage,
     ReceiptHandle,
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
 #: 5.x ``ResponseCode.POLLING_TIMEOUT``: a pop that found nothing in its poll time (4.9.8 has no POP,
 #: and gives the number to an ACL code).
 POLLING_TIMEOUT = 210
+#: A processor's answer: at once, or once what it logged is held (DLedger).
+_Answer = RemotingCommand | Awaitable[RemotingCommand]
 #: The most offsets one BATCH_ACK_MESSAGE may name (a thousand pops' worth): each costs a lookup on the
 #: event loop, and a frame of bit sets names millions.
 MAX_BATCH_ACK_OFFSETS = 1024 * MAX_POP_BATCH
@@ -177,15 +180,31 @@ class PopProcessor:
             rest += max(0, broker.store.get_max_offset(h.topic, q) - max(done, 0))
         return rest
 
-    async def ack(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def ack(self, conn: Connection, request: RemotingCommand) -> _Answer:
         h = AckMessageRequestHeader.from_ext_fields(request.ext_fields)
         try:
-            await self.broker.pop.ack(group=h.consumer_group, topic=h.topic, receipt_handle=h.extra_info)
+            records = self.broker.pop.ack_now(
+                group=h.consumer_group, topic=h.topic, receipt_handle=h.extra_info
+            )
         except PopError as exc:
             return request.make_response(exc.code, exc.remark)
-        return request.make_response()
+        return self._held(request, records, request.make_response())
 
-    async def batch_ack(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def _held(self, request: RemotingCommand, records: list[Logged], answer: RemotingCommand) -> _Answer:
+        """``answer`` at once when there is no revive record to hold (no DLedger group: no task for it),
+        else once the group's quorum holds them."""
+        return answer if not records else self._hold(request, records, answer)
+
+    async def _hold(
+        self, request: RemotingCommand, records: list[Logged], answer: RemotingCommand
+    ) -> RemotingCommand:
+        try:
+            await self.broker.pop.hold(records)
+        except PopError as exc:
+            return request.make_response(exc.code, exc.remark)
+        return answer
+
+    def batch_ack(self, conn: Connection, request: RemotingCommand) -> _Answer:
         """Each ``BatchAck`` names a checkpoint (queue, start offset, popTime, invisibleTime) and a bit set
         of offsets after its start: every one of them whose lending is still that one is acked."""
         try:
@@ -226,20 +245,16 @@ class PopProcessor:
                 )
                 named.append((group, topic, handle))
         pop = self.broker.pop
-        records = []
+        records: list[Logged] = []
         for group, topic, handle in named:
             with contextlib.suppress(PopError):  # 5.x acks what it can: changed or expired are skipped
                 records += pop.ack_now(group=group, topic=topic, receipt_handle=handle.extra_info)
-        try:
-            await pop.hold(records)  # (a DLedger group's quorum holds them all before the answer)
-        except PopError as exc:
-            return request.make_response(exc.code, exc.remark)
-        return request.make_response()
+        return self._held(request, records, request.make_response())
 
-    async def change_invisible(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
+    def change_invisible(self, conn: Connection, request: RemotingCommand) -> _Answer:
         h = ChangeInvisibleTimeRequestHeader.from_ext_fields(request.ext_fields)
         try:
-            handle = await self.broker.pop.change_invisible(
+            handle, records = self.broker.pop.change_now(
                 group=h.consumer_group,
                 topic=h.topic,
                 receipt_handle=h.extra_info,
@@ -249,4 +264,6 @@ class PopProcessor:
             return request.make_response(exc.code, exc.remark)
         new = ReceiptHandle.decode(handle)
         header = ChangeInvisibleTimeResponseHeader(new.pop_time, new.invisible_ms, new.revive_qid)
-        return request.make_response(ResponseCode.SUCCESS, None, header.to_ext_fields())
+        return self._held(
+            request, records, request.make_response(ResponseCode.SUCCESS, None, header.to_ext_fields())
+        )
