@@ -11,6 +11,8 @@ from pathlib import Path
 
 from daemon.broker.pop import ACK_TAG
 from daemon.remoting.client import RemotingClient
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
 from store.message import PROPERTY_TAGS, Message
 from store.names import REVIVE_GROUP
 from tests.dledger.test_single import dledger_keys
@@ -83,6 +85,10 @@ async def test_a_member_taking_over_lends_what_the_records_leave_and_nothing_the
         # every record concerns a message below its queue's watermark now: the revive offset is the end
         end = store.get_max_offset(revive, 0)
         assert broker.offsets.query_offset(REVIVE_GROUP, revive, 0) == end
+        # the revive topic has no topic config (never routed), and CLEAN_UNUSED_TOPIC keeps it
+        cleaned = await client.invoke(broker.addr, RemotingCommand.request(RequestCode.CLEAN_UNUSED_TOPIC))
+        assert cleaned.code == ResponseCode.SUCCESS
+        assert broker.topics.get(revive) is None and store.get_max_offset(revive, 0) == end > 0
     finally:
         await client.close()
         await broker.stop()

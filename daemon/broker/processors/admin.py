@@ -62,7 +62,7 @@ from daemon.safe_config import refuse_unsafe
 from store import fastjson
 from store.config import StoreConfig
 from store.models import SubscriptionGroupConfig, TopicConfig
-from store.names import DLEDGER_TERM_TOPIC, SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC
+from store.names import DLEDGER_TERM_TOPIC, REVIVE_TOPIC_PREFIX, SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC
 from store.record import decode_msg_id
 
 if TYPE_CHECKING:
@@ -458,7 +458,13 @@ class AdminProcessor:
         """CLEAN_UNUSED_TOPIC (316): drop consume queues of topics that have no config any more."""
         store = self.broker.store
         keep = self.broker.topics.names() | {SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC, DLEDGER_TERM_TOPIC}
-        store.delete_topics({topic for topic, _ in store.topic_queue_table() if topic not in keep})
+        store.delete_topics(
+            {
+                topic
+                for topic, _ in store.topic_queue_table()
+                if topic not in keep and not topic.startswith(REVIVE_TOPIC_PREFIX)  # (POP's, DLedger)
+            }
+        )
         return request.make_response()
 
     def clone_group_offset(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
