@@ -89,6 +89,8 @@ async def test_a_member_taking_over_lends_what_the_records_leave_and_nothing_the
         cleaned = await client.invoke(broker.addr, RemotingCommand.request(RequestCode.CLEAN_UNUSED_TOPIC))
         assert cleaned.code == ResponseCode.SUCCESS
         assert broker.topics.get(revive) is None and store.get_max_offset(revive, 0) == end > 0
+        # nor does a start give it one (as to a topic whose config was lost): it would be routed
+        assert broker.topics.recreate_lost_topics(store.topic_queue_table()) == []
     finally:
         await client.close()
         await broker.stop()

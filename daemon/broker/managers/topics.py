@@ -24,6 +24,7 @@ from store.names import (
     NAME_CHARS,
     OFFSET_MOVED_EVENT,
     REPLY_TOPIC_SUFFIX,
+    REVIVE_TOPIC_PREFIX,
     SCHEDULE_TOPIC,
     SELF_TEST_TOPIC,
     SYSTEM_TOPIC_PREFIX,
@@ -131,7 +132,9 @@ class TopicConfigManager:
         lost, or fallen back to an older .bak): as many queues as its highest queue id + 1, default perms,
         logged at ERROR. No topic with data vanishes from routing. Returns the topics re-created."""
         with_data = {topic for (topic, _), next_offset in queue_table.items() if next_offset > 0}
-        with_data.discard(DLEDGER_TERM_TOPIC)  # (a store's own records, never routed)
+        with_data = {  # (a store's own records, never routed)
+            t for t in with_data if t != DLEDGER_TERM_TOPIC and not t.startswith(REVIVE_TOPIC_PREFIX)
+        }
         queues: dict[str, int] = {}
         for topic, queue_id in queue_table:
             if topic in with_data and topic not in self.table:
