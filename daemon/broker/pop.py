@@ -112,6 +112,10 @@ CK_TAG: Final = "ck"
 BATCH_ACK_TAG: Final = "bAck"
 #: Revive records read between two yields of the loop when a member takes over.
 CATCH_UP_BATCH: Final = 256
+#: A revive record still needed this far (in records) behind the end of the log is logged again at the
+#: end, at most ``RELOG_PER_CALL`` per record written.
+RELOG_LAG = 10_000
+RELOG_PER_CALL: Final = 2
 
 _S = GetMessageStatus
 
@@ -492,8 +496,9 @@ class PopService:
         self.revive_topic = REVIVE_TOPIC_PREFIX + broker.config.broker_cluster_name
         #: Queue offsets above a queue's watermark acked on an earlier leader (see catch_up): not lent.
         self._acked: dict[_QueueKey, set[int]] = {}
-        #: (revive queue offset, queue, queue offset) of each revive record maybe still live, in order.
-        self._logged: collections.deque[tuple[int, _QueueKey, int]] = collections.deque()
+        #: (revive queue offset, queue, queue offset, an ack?) of each revive record maybe still live, in
+        #: log order.
+        self._logged: collections.deque[tuple[int, _QueueKey, int, bool]] = collections.deque()
         #: The revive queue offset after the last record written or read.
         self._log_end = 0
         #: Whether this broker lends (DLedger: a member not leading answers every handle NO_MESSAGE).
@@ -594,10 +599,10 @@ class PopService:
         live = [o for o in offsets if o >= max(mark, low) and o < high]
         if not live:
             return
-        self._logged.append((at, queue, min(live)))
         if lent is None:
             acked = self._acked.setdefault(queue, set())
             for o in live:
+                self._logged.append((at, queue, o, True))
                 acked.add(o)
                 r = self.records.get((*queue, o))
                 if r is not None:
@@ -605,6 +610,7 @@ class PopService:
             return
         if lent.queue_offset in self._acked.get(queue, ()):
             return
+        self._logged.append((at, queue, lent.queue_offset, False))
         old = self.records.get(lent.key)
         if old is not None:
             self._drop(old)
@@ -749,24 +755,44 @@ class PopService:
         msg, queue, offset = record
         result = _refused(self.broker.store.put_message(msg))
         if result.queue_offset >= 0:
-            self._logged.append((result.queue_offset, queue, offset))
+            self._logged.append((result.queue_offset, queue, offset, msg.tags == ACK_TAG))
             self._log_end = max(self._log_end, result.queue_offset + 1)
         return result
 
     def _compact_log(self) -> None:
         """Move the revive group's offset to the first record that may still be needed: one whose
-        message is at or above its queue's watermark (or of a queue without one)."""
+        message is at or above its queue's watermark (or of a queue without one). A needed record more
+        than ``RELOG_LAG`` records behind the end (an ack above a message lent for hours, a long change)
+        is logged again at the end, a few per call, so a member taking over never reads far back."""
         offsets = self.broker.offsets
         logged = self._logged
+        relogged = 0
         while logged:
-            _, queue, offset = logged[0]
+            at, queue, offset, is_ack = logged[0]
             mark = self._marks.get(queue, offsets.query_offset(*queue))
             if mark < 0 or offset >= mark:
-                break
+                if not self._serving or relogged >= RELOG_PER_CALL or self._log_end - at <= RELOG_LAG:
+                    break
+                relogged += 1
+                self._relog(queue, offset, is_ack)
             logged.popleft()
         live = logged[0][0] if logged else self._log_end
         if live > max(0, offsets.query_offset(REVIVE_GROUP, self.revive_topic, 0)):
             offsets.commit_offset(REVIVE_GROUP, self.revive_topic, 0, live)
+
+    def _relog(self, queue: _QueueKey, offset: int, is_ack: bool) -> None:
+        """A still needed record again at the end of the log (a lending: as it stands now; one that
+        ended has its end logged already). Not awaited: it is held long before the revive offset passing
+        the old one reaches the followers with the offset table."""
+        name = self.broker.config.broker_name
+        try:
+            if is_ack:
+                ended = InFlight(*queue, offset, -1, 0, 0, 0, False, offset)
+                self._put_record(self._record(ACK_TAG, ended, ack_body(ended, name)))
+            elif (r := self.records.get((*queue, offset))) is not None:
+                self._put_record(self._record(CK_TAG, r, ck_body(r, name)))
+        except PopError as exc:
+            log.warning("POP: a revive record not logged again: %s", exc)
 
     async def forward_to_dlq(self, *, group: str, topic: str, receipt_handle: str) -> None:
         """Send the message to ``%DLQ%group`` now and end its lending (5.x: send-back with level -1),

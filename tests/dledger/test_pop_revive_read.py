@@ -9,6 +9,9 @@ import json
 import time
 from pathlib import Path
 
+import pytest
+
+from daemon.broker import pop as pop_module
 from daemon.broker.pop import ACK_TAG
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -91,6 +94,44 @@ async def test_a_member_taking_over_lends_what_the_records_leave_and_nothing_the
         assert broker.topics.get(revive) is None and store.get_max_offset(revive, 0) == end > 0
         # nor does a start give it one (as to a topic whose config was lost): it would be routed
         assert broker.topics.recreate_lost_topics(store.topic_queue_table()) == []
+    finally:
+        await client.close()
+        await broker.stop()
+
+
+async def test_a_needed_record_far_behind_is_logged_again_so_the_revive_offset_moves_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ack above a message still lent is needed as long as that lending lasts; with acks of another
+    queue behind it (superseded at once) it is logged again at the end, the revive offset passes it,
+    and a member taking over still knows the ack."""
+    monkeypatch.setattr(pop_module, "RELOG_LAG", 3)
+    broker = await start_broker(tmp_path / "store", **dledger_keys())
+    client = RemotingClient()
+    try:
+        await wait_until(lambda: broker.config.broker_role == "SYNC_MASTER")
+        on = BrokerClient(broker.addr, client)
+        await on.create_topic(T, 2)
+        for body, queue in [(b"x0", 0), (b"x1", 0)] + [(f"y{i}".encode(), 1) for i in range(10)]:
+            assert (await on.send(T, body, queue_id=queue)).code == 0
+        consumer = PopClient(on, G)
+        held = await consumer.pop(T, queue_id=0, max_nums=2, invisible_ms=60_000)
+        others = await consumer.pop(T, queue_id=1, max_nums=10, invisible_ms=60_000)
+        assert [p.body for p in held] == [b"x0", b"x1"] and len(others) == 10
+        assert (await consumer.ack(T, held[1])).code == 0  # needed while x0 is lent
+        for p in others:  # in order: each superseded once acked
+            assert (await consumer.ack(T, p)).code == 0
+        pop = broker.pop
+        revive = pop.revive_topic
+        end = broker.store.get_max_offset(revive, 0)
+        assert 11 < end <= 11 + 4  # the acks, and x1's again each time it was 3 records behind
+        assert broker.offsets.query_offset(REVIVE_GROUP, revive, 0) > 0  # past x1's first record
+        await pop.stop()
+        pop.take_over()
+        await pop.catch_up()
+        pop.start()
+        again = await consumer.pop(T, max_nums=32, invisible_ms=60_000)
+        assert [p.body for p in again] == [b"x0"]
     finally:
         await client.close()
         await broker.stop()
