@@ -100,6 +100,11 @@ class StoreError(MqctlError):
     exit_code = 10
 
 
+class DamagedMessageError(StoreError):
+    """The message asked for is damaged in a broker's store (its body CRC fails): that broker set it aside
+    in a quarantine and never serves it, or (a RocketMQ broker) answered it damaged."""
+
+
 class LocalPermissionError(MqctlError):
     """This user may not read or write a local file or directory (a store, a pid file, the config dir):
     nothing was asked of a server, so it is not an :class:`AuthError`."""
@@ -149,7 +154,11 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
     (ProtocolError.exit_code, "ProtocolError", "peer does not speak the RocketMQ remoting protocol"),
     (BrokerError.exit_code, "BrokerError", "the server answered a RocketMQ error response code"),
     (AuthError.exit_code, "AuthError", "permission denied by the server"),
-    (StoreError.exit_code, "StoreError", "store directory unreadable or corrupt, or it needs recovery first"),
+    (
+        StoreError.exit_code,
+        "StoreError",
+        "store directory unreadable or corrupt, a message damaged in a broker's store, or it needs recovery first",
+    ),
     (
         LocalPermissionError.exit_code,
         "LocalPermissionError",
