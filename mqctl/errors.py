@@ -95,14 +95,10 @@ class AuthError(MqctlError):
 
 class StoreError(MqctlError):
     """A store directory is unreadable, inconsistent or corrupt, or needs the recovery a broker start runs
-    (an offline change then refuses rather than cut data the operator has not seen)."""
+    (an offline change then refuses rather than cut data the operator has not seen); or the message asked
+    for is damaged in a broker's store (that broker set it aside and never serves it)."""
 
     exit_code = 10
-
-
-class DamagedMessageError(StoreError):
-    """The message asked for is damaged in a broker's store (its body CRC fails): that broker set it aside
-    in a quarantine and never serves it, or (a RocketMQ broker) answered it damaged."""
 
 
 class LocalPermissionError(MqctlError):

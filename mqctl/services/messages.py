@@ -32,7 +32,7 @@ from daemon.remoting.errors import (
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
-from mqctl.errors import ConnectError, DamagedMessageError, NotFoundError, NothingReadError, UsageError
+from mqctl.errors import ConnectError, NotFoundError, NothingReadError, StoreError, UsageError
 from mqctl.output import Rows, json_text
 from mqctl.services.fanout import each_broker
 from mqctl.services.topics import readers_of_topic, route_masters, route_or_not_found, route_readers
@@ -532,10 +532,10 @@ async def _query_masters(
     return [m for batch in found.values() for m in batch if m.topic == topic]
 
 
-def _damaged_only(what: str, damaged: list[tuple[str, int]]) -> DamagedMessageError:
+def _damaged_only(what: str, damaged: list[tuple[str, int]]) -> StoreError:
     """Nothing intact found for ``what``, but the index led to damaged records: the error that says so."""
     where = ", ".join(f"{addr} at CommitLog offset {offset}" for addr, offset in damaged)
-    return DamagedMessageError(
+    return StoreError(
         f"no intact message {what}: the index led only to damaged record(s), never served: {where}",
         hint="mqctl check cluster lists the quarantines; mqctl store salvage reads them",
     )
@@ -614,7 +614,7 @@ async def _view(admin: Admin, msg_id: str, addr: str, offset: int) -> StoredMess
     try:
         return await wire.view(admin, addr, offset)
     except DamagedRecordError as exc:
-        raise DamagedMessageError(
+        raise StoreError(
             f"message {msg_id} at {addr} is damaged in the broker's store: {exc.reason}",
             hint="mqctl check cluster lists the quarantines; mqctl store salvage reads them",
         ) from None

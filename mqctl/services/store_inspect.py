@@ -17,7 +17,7 @@ from typing import NotRequired, TypedDict
 
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
-from mqctl.errors import DamagedMessageError, NotFoundError
+from mqctl.errors import NotFoundError, StoreError
 from mqctl.output import Rows
 from mqctl.services.messages import MessageDetail, MessageSummary, Window, detail, locate, summary
 from mqctl.timespec import iso
@@ -312,7 +312,7 @@ def query_key(
         layout(root), topic, key, window.begin_ms, window.end_ms, max_num=max_num, damaged=damaged
     )
     if not found and damaged:
-        raise DamagedMessageError(
+        raise StoreError(
             f"no intact message with key {key!r} in topic {topic!r}: the index leads only to damaged "
             f"record(s), at CommitLog offset(s) {', '.join(map(str, damaged))}",
             hint=_DAMAGED_HINT,
@@ -328,9 +328,7 @@ def query_id(root: str | Path, msg_id: str) -> MessageDetail:
     try:
         m = inspect.message_at_offset(layout(root), offset)
     except DamagedRecordError as exc:
-        raise DamagedMessageError(
-            f"message {msg_id} is damaged in this store: {exc}", hint=_DAMAGED_HINT
-        ) from None
+        raise StoreError(f"message {msg_id} is damaged in this store: {exc}", hint=_DAMAGED_HINT) from None
     except CorruptRecordError as exc:
         raise NotFoundError(f"no message {msg_id}: {exc}") from exc
     if m is None:
