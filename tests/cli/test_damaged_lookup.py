@@ -18,6 +18,8 @@ import pytest
 from daemon.broker.headers import DAMAGED_FIELD, ViewMessageRequestHeader
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from mqctl.admin.client import Admin
+from mqctl.tracedata import TraceRecord, encode_trace, trace_keys
 from store.config import StoreConfig
 from store.engine import DefaultMessageStore
 from store.message import Message
@@ -26,6 +28,7 @@ from store.record import create_msg_id
 from tests.cli.test_check import plugin
 from tests.daemons import LocalCluster, handle, local_cluster
 from tests.support.cli import RunCli
+from tests.support.tracing import send_trace_body
 
 FILE = 64 * 1024
 VICTIM = 3  # the damaged message; it shares the key pair1 with message 2
@@ -192,3 +195,42 @@ def test_the_offline_store_lookups_say_the_record_is_damaged(cli: RunCli, damage
         "store", "msg", "query", "--store", root, "--id", create_msg_id(("127.0.0.1", 10911), victim + 40)
     )
     assert inside.code == 3, inside.stderr
+
+
+def test_a_trace_whose_stored_message_is_damaged_shows_the_traces_and_sets_it_aside(
+    cli: RunCli, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``msg trace`` reads the stored message for its store event: a damaged one gave no store event and
+    no word, nothing set aside; now it is set aside, the trace says what the records say (exit 0) and a
+    warning names the damage."""
+    damaged = damage_an_old_record(tmp_path)
+    victim = damaged.offsets[VICTIM]
+    with local_cluster(tmp_path, mapped_file_size_commit_log=FILE, trace_topic_enable=True) as c:
+        pub = TraceRecord(
+            "Pub",
+            uniq(VICTIM),
+            timestamp_ms=1,
+            region_id="DefaultRegion",
+            group="PG",
+            topic="T",
+            keys=f"k{VICTIM}",
+            store_host=c.broker_addr,
+            body_size=1,
+            cost_ms=1,
+            msg_type="Normal_Msg",
+            msg_id=msg_id(c, victim),
+            success=True,
+        )
+
+        async def send() -> None:
+            async with Admin([c.namesrv_addr]) as admin:
+                await send_trace_body(admin, encode_trace([pub]), trace_keys([pub]))
+
+        c.loop.run(send())
+        with caplog.at_level(logging.WARNING):
+            result = cli("msg", "trace", uniq(VICTIM), "-n", c.namesrv_addr, "-o", "json")
+    assert result.code == 0, result.stderr
+    assert [e["event"] for e in json.loads(result.stdout)["events"]] == ["produce"]
+    assert read_quarantines(damaged.root) == [("read", [victim])]
+    warnings = [r.getMessage() for r in caplog.records if r.name.startswith("mqctl.")]
+    assert any("damaged" in w and str(victim) in w for w in warnings), warnings
