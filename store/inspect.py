@@ -945,8 +945,8 @@ def verify(
         found - len(problems.listed),
         [f"{n} stale index entries (point {where})" for where, n in stale.items()]
         + [
-            f"damaged record at CommitLog offset {o} set aside by recovery (in quarantine {q}); kept in place, "
-            "never served"
+            f"damaged record at CommitLog offset {o} set aside in quarantine {q} (by recovery or a read); kept "
+            "in place, never served"
             for o in phase.set_aside_found
             if (q := quarantine_at(ranges, o)) is not None
         ],

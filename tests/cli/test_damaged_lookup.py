@@ -234,3 +234,12 @@ def test_a_trace_whose_stored_message_is_damaged_shows_the_traces_and_sets_it_as
     assert read_quarantines(damaged.root) == [("read", [victim])]
     warnings = [r.getMessage() for r in caplog.records if r.name.startswith("mqctl.")]
     assert any("damaged" in w and str(victim) in w for w in warnings), warnings
+    [quarantine] = list_quarantines(str(damaged.root))
+    verified = cli(
+        "store", "verify", "--store", str(damaged.root), "-o", "json"
+    )  # the stopped broker's store
+    assert verified.code == 0, verified.stderr
+    assert json.loads(verified.stdout)["notes"] == [
+        f"damaged record at CommitLog offset {victim} set aside in quarantine {quarantine.path} (by recovery "
+        "or a read); kept in place, never served"
+    ]
