@@ -25,6 +25,7 @@ from store.engine import DefaultMessageStore
 from store.message import Message
 from store.quarantine import list_quarantines
 from store.record import create_msg_id
+from store.results import QueryResult, SelectedMessage
 from tests.cli.test_check import plugin
 from tests.daemons import LocalCluster, handle, local_cluster
 from tests.support.cli import RunCli
@@ -243,3 +244,35 @@ def test_a_trace_whose_stored_message_is_damaged_shows_the_traces_and_sets_it_as
         f"damaged record at CommitLog offset {victim} set aside in quarantine {quarantine.path} (by recovery "
         "or a read); kept in place, never served"
     ]
+
+
+@pytest.mark.pure_python
+def test_a_broker_that_serves_the_damaged_record_as_stored_is_read_as_damage(
+    cli: RunCli, damaged: Damaged, cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A RocketMQ broker answers VIEW_MESSAGE_BY_ID and QUERY_MESSAGE with the record as stored, damaged or
+    not (here ours, made to look records up without checking them): the CLI's own CRC check finds it
+    (the query decoded its answer whole and failed on it), says so, and exits 10."""
+    victim = damaged.offsets[VICTIM]
+    store = cluster.broker.store
+
+    def as_stored(offset: int) -> SelectedMessage | None:
+        raw = store.commit_log.read_record(offset)
+        return None if raw is None else SelectedMessage(offset, len(raw), raw)
+
+    def query_as_stored(topic: str, key: str, max_num: int, begin_ms: int, end_ms: int) -> QueryResult:
+        hits = sorted(set(store.index.query(f"{topic}#{key}", max_num, begin_ms, end_ms)))
+        return QueryResult([found for offset in hits if (found := as_stored(offset)) is not None], 0, 0)
+
+    monkeypatch.setattr(store, "look_message_by_offset", as_stored)
+    monkeypatch.setattr(store, "query_message", query_as_stored)
+    ns = cluster.namesrv_addr
+    by_id = cli("msg", "query", "--id", msg_id(cluster, victim), "-n", ns)
+    assert by_id.code == 10, by_id.stderr
+    assert "the broker answered it damaged (body CRC" in one_error_line(by_id.stderr)
+    by_key = cli("msg", "query", "-t", "T", "-k", f"k{VICTIM}", "-n", ns)
+    assert by_key.code == 10, by_key.stderr
+    assert f"{cluster.broker_addr} at CommitLog offset {victim}" in one_error_line(by_key.stderr)
+    pair = cli("msg", "query", "-t", "T", "-k", f"pair{VICTIM // 2}", "-n", ns, "-o", "json")
+    assert pair.code == 0, pair.stderr
+    assert [row["body"] for row in json.loads(pair.stdout)] == ["message-2-" * 12]
