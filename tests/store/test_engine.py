@@ -327,17 +327,24 @@ def test_corrupt_record_stops_recovery_and_is_truncated(tmp_path: Path, damage: 
     again.shutdown()
 
 
-def test_corrupt_record_in_an_old_file_is_reported_not_returned(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def _rot_queue_offset_3(tmp_path: Path) -> tuple[int, Path]:
+    """1,200 records in 5 files of 64 KiB (normal recovery checks only the last 3), then a body byte of
+    queue offset 3's, in the first file, flipped: its offset and file."""
     store = _open(tmp_path)
-    offsets = _record_offsets(store, 1200)  # 5 files of 64 KiB; normal recovery checks only the last 3
+    offsets = _record_offsets(store, 1200)
     store.shutdown()
     victim = offsets[3]
     path = tmp_path / "commitlog" / "00000000000000000000"
     data = bytearray(path.read_bytes())
     data[victim + 100] ^= 0xFF
     path.write_bytes(bytes(data))
+    return victim, path
+
+
+def test_corrupt_record_in_an_old_file_is_reported_not_returned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    victim, path = _rot_queue_offset_3(tmp_path)
     again = _open(tmp_path)
     with caplog.at_level(logging.ERROR):
         res = again.get_messages("g", "T", 0, 3, 2)
@@ -361,14 +368,7 @@ def test_a_lookup_by_offset_sets_a_damaged_record_aside_once(
     """A lookup (a msgId, an index hit) that meets a record whose body CRC fails where recovery did not
     check puts it in a quarantine as a pull does (it raised and nothing was set aside); an offset that is
     no record's start is no damage."""
-    store = _open(tmp_path)
-    offsets = _record_offsets(store, 1200)
-    store.shutdown()
-    victim = offsets[3]
-    path = tmp_path / "commitlog" / "00000000000000000000"
-    data = bytearray(path.read_bytes())
-    data[victim + 100] ^= 0xFF
-    path.write_bytes(bytes(data))
+    victim, path = _rot_queue_offset_3(tmp_path)
     again = _open(tmp_path)
     try:
         with caplog.at_level(logging.ERROR):
