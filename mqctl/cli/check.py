@@ -120,9 +120,10 @@ def cluster(
         typer.Option(
             "--clock-warn",
             min=0.0,
-            help="WARNING when a broker's clock is off this host's, or its group's members' off each other's, "
-            "by more than this many seconds, beyond the request's round trip (default 2; 0: clocks are "
-            "not checked, as for RocketMQ brokers, which do not report theirs: UNKNOWN otherwise).",
+            help="WARNING when a broker's or NameServer's clock is off this host's, or a broker group's members' "
+            "off each other's, by more than this many seconds, beyond the request's round trip (default 2; "
+            "0: clocks are not checked, as for RocketMQ's daemons, which do not report theirs: UNKNOWN "
+            "otherwise).",
         ),
     ] = None,
 ) -> None:

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field
 from enum import IntEnum
 
 from daemon.broker.loopwatch import CLOCK_RUNTIME_KEY
-from daemon.remoting.codes import ResponseCode
+from daemon.namesrv.routes import CLOCK_FIELD as NAMESRV_CLOCK_FIELD
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin.client import Admin
 from mqctl.errors import MqctlError, NotFoundError, translate
@@ -263,8 +265,45 @@ def _clock_problems(
     return states, problems, largest
 
 
+async def _namesrv_clocks(admin: Admin, warn: float) -> tuple[list[State], list[str], float]:
+    """Each NameServer's clock against ours, as a broker's (GET_BROKER_CLUSTER_INFO's ``mqctlClockMs``;
+    a RocketMQ NameServer sends none: UNKNOWN). One that does not answer is left to the rest of the check."""
+
+    async def one(addr: str) -> tuple[str, Skew | None] | None:
+        request = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, {NAMESRV_CLOCK_FIELD: "now"})
+        sent = time.time()
+        try:
+            response = await admin.client.invoke_checked(addr, request, admin.timeout)
+        except RemotingError:
+            return None
+        clock = response.ext_fields.get(NAMESRV_CLOCK_FIELD, "")
+        return addr, Skew.measure(int(clock), sent, time.time()) if clock.isdigit() else None
+
+    states: list[State] = []
+    problems: list[str] = []
+    largest = 0.0
+    for answer in await asyncio.gather(*(one(addr) for addr in admin.namesrv)):
+        if answer is None:
+            continue
+        addr, skew = answer
+        if skew is None:
+            states.append(State.UNKNOWN)
+            problems.append(
+                f"NameServer {addr} does not report its clock (a RocketMQ NameServer): its skew is unknown"
+            )
+            continue
+        largest = max(largest, abs(skew.skew))
+        if abs(skew.skew) - skew.uncertainty > warn:
+            states.append(State.WARNING)
+            problems.append(
+                f"NameServer {addr} clock is {_signed(skew.skew)} this host's (±{skew.uncertainty:.3f} s; "
+                f"threshold {warn:g} s)"
+            )
+    return states, problems, largest
+
+
 def _signed(seconds: float) -> str:
-    return f"{seconds:.3f} s " + ("ahead of" if seconds > 0 else "behind")
+    return f"{abs(seconds):.3f} s " + ("ahead of" if seconds > 0 else "behind")
 
 
 def _name(row: BrokerRow) -> str:
@@ -274,9 +313,9 @@ def _name(row: BrokerRow) -> str:
 async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float = CLOCK_SKEW_WARN) -> Verdict:
     """Every broker the NameServer lists answers its runtime info; each broker group has a master; a
     broker holding quarantined data (set aside by recovery or replication) is a WARNING until removed, and
-    so are members of a group whose ACL (accounts, secrets, whitelist, aclEnable) differs, and a broker
-    whose clock is off ours, or its group's members' off each other's, by more than ``clock_warn`` seconds
-    (0: clocks are not checked; see :func:`_clock_problems`).
+    so are members of a group whose ACL (accounts, secrets, whitelist, aclEnable) differs, and a broker or
+    NameServer whose clock is off ours, or a group's members' off each other's, by more than ``clock_warn``
+    seconds (0: clocks are not checked; see :func:`_clock_problems` and :func:`_namesrv_clocks`).
 
     A broker that refuses (ACL) is UNKNOWN, not down: it answered, we may not look."""
     rows = await brokers(admin, cluster_name, known=False)
@@ -328,8 +367,10 @@ async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float =
     largest_skew = 0.0
     if clock_warn > 0:
         clock_states, clock_problems, largest_skew = _clock_problems(clocked, skews, clock_warn)
-        states += clock_states
-        problems += clock_problems
+        ns_states, ns_problems, ns_largest = await _namesrv_clocks(admin, clock_warn)
+        states += clock_states + ns_states
+        problems += clock_problems + ns_problems
+        largest_skew = max(largest_skew, ns_largest)
     headless = sorted(names - {r.broker_name for r in rows if r.broker_id == 0})
     for name in headless:
         states.append(State.CRITICAL)

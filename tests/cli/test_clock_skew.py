@@ -16,6 +16,10 @@ from daemon.broker.broker import Broker
 from daemon.broker.config import BrokerConfig
 from daemon.broker.loopwatch import CLOCK_RUNTIME_KEY
 from daemon.namesrv.controller import NamesrvController
+from daemon.namesrv.processor import NamesrvProcessor
+from daemon.namesrv.routes import wall_clock_ms
+from daemon.remoting.command import RemotingCommand
+from daemon.remoting.connection import Connection
 from mqctl.services.checks import Skew
 from store.api import MessageStore
 from store.clock import ShiftedClock
@@ -130,3 +134,30 @@ async def test_members_of_a_group_whose_clocks_differ_are_a_warning_even_when_bo
         await slave.stop()
         await master.stop()
         await namesrv.stop()
+
+
+def test_a_name_server_whose_clock_is_off_is_a_warning(cli: RunCli, tmp_path: Path) -> None:
+    """The NameServer answers its clock on GET_BROKER_CLUSTER_INFO (``mqctlClockMs``), from the clock its
+    route table keeps (here shifted a minute back; its liveness reads the same clock)."""
+    with local_cluster(tmp_path) as c:
+        c.namesrv.routes.clock = lambda: wall_clock_ms() - 60_000
+        line = plugin(cli("check", "cluster", "-n", c.namesrv_addr), "WARNING")
+        assert seconds(rf"NameServer {c.namesrv_addr} clock is ([\d.]+) s behind this host's", line) == near(
+            60
+        )
+        assert "broker-a/0" not in line, line  # the broker's clock is right
+
+
+def test_a_name_server_without_a_clock_is_unknown(
+    cli: RunCli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A RocketMQ NameServer sends no clock: UNKNOWN, never OK."""
+
+    def like_rocketmq(self: NamesrvProcessor, conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.make_response(body=self.routes.cluster_info().dumps(bare_int_keys=True))
+
+    monkeypatch.setattr(NamesrvProcessor, "get_cluster_info", like_rocketmq)
+    with local_cluster(tmp_path) as c:
+        line = plugin(cli("check", "cluster", "-n", c.namesrv_addr), "UNKNOWN")
+        assert f"NameServer {c.namesrv_addr} does not report its clock" in line, line
+        plugin(cli("check", "cluster", "-n", c.namesrv_addr, "--clock-warn", "0"), "OK")
