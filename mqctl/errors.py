@@ -95,7 +95,8 @@ class AuthError(MqctlError):
 
 class StoreError(MqctlError):
     """A store directory is unreadable, inconsistent or corrupt, or needs the recovery a broker start runs
-    (an offline change then refuses rather than cut data the operator has not seen)."""
+    (an offline change then refuses rather than cut data the operator has not seen); or the message asked
+    for is damaged in a broker's store (that broker set it aside and never serves it)."""
 
     exit_code = 10
 
@@ -149,7 +150,11 @@ EXIT_CODES: tuple[tuple[int, str, str], ...] = (
     (ProtocolError.exit_code, "ProtocolError", "peer does not speak the RocketMQ remoting protocol"),
     (BrokerError.exit_code, "BrokerError", "the server answered a RocketMQ error response code"),
     (AuthError.exit_code, "AuthError", "permission denied by the server"),
-    (StoreError.exit_code, "StoreError", "store directory unreadable or corrupt, or it needs recovery first"),
+    (
+        StoreError.exit_code,
+        "StoreError",
+        "store directory unreadable or corrupt, a message damaged in a broker's store, or it needs recovery first",
+    ),
     (
         LocalPermissionError.exit_code,
         "LocalPermissionError",

@@ -10,6 +10,7 @@ from collections.abc import Callable, Container, Iterable
 from typing import Protocol, runtime_checkable
 
 from store.cleanup import CleanPlan
+from store.clock import Clock
 from store.commitlog import PutMessageStatus
 from store.config import StoreConfig
 from store.config_files import ConfigFiles
@@ -43,6 +44,7 @@ class MessageStore(ReplicaStore, Protocol):
 
     config: StoreConfig
     configs: ConfigFiles
+    clock: Clock  # the wall clock the store stamps messages with
 
     def open(self) -> None:
         """Lock the directory, load every file, recover the CommitLog and the queues; serves nothing yet."""

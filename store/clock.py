@@ -28,6 +28,20 @@ class SystemClock:
         return time.time()
 
 
+class ShiftedClock:
+    """The real wall clock off by a fixed ``offset_ms``: a store whose host's clock is wrong, for tests of
+    what notices a skewed broker (``mqctl check cluster``)."""
+
+    def __init__(self, offset_ms: int) -> None:
+        self.offset_ms = offset_ms
+
+    def now_ms(self) -> int:
+        return time.time_ns() // 1_000_000 + self.offset_ms
+
+    def now(self) -> float:
+        return time.time() + self.offset_ms / 1000
+
+
 class FakeClock:
     """A settable clock for tests: time moves only when the test says so."""
 

@@ -285,6 +285,23 @@ class CommitLog:
             )
         return mf.view[pos : pos + size]
 
+    def damaged_extent_at(self, offset: int) -> int | None:
+        """For a lookup by offset that met a record failing validation at ``offset``: ``None`` when the
+        record there does not name its own offset (no record starts there: a wrong msgId), else its size
+        when its extent is known (it parses but for its body CRC, its field lengths adding up to its
+        TOTALSIZE, or its TOTALSIZE leads to what can only follow a record: :func:`damaged_extent`), else 0."""
+        mf = self.files.find_file(offset)
+        if mf is None:
+            return None
+        pos = offset - mf.file_from_offset
+        written = mf.wrote_position
+        if pos + _MIN_RECORD > written or _PHYSICAL_OFFSET.unpack_from(mf.view, pos + 28)[0] != offset:
+            return None
+        size = read_header(mf.view, pos)[0]
+        if size >= _MIN_RECORD and pos + size <= written and _sound_but_crc(mf.view, pos, pos + size):
+            return size
+        return damaged_extent(mf.view, pos, written, mf.file_size, mf.file_from_offset, None, search=True)
+
     def store_timestamp_at(self, offset: int) -> int:
         """STORETIMESTAMP of the record at ``offset`` (-1 when it cannot be read)."""
         raw = self.read_record(offset)

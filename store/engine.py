@@ -64,7 +64,13 @@ from store.config_files import ConfigFiles
 from store.consumequeue import UNIT, ConsumeQueue, QueueHandle, unit_tags_code
 from store.dledger_commitlog import DLedgerCommitLog
 from store.durability import is_no_space, sync_directory
-from store.errors import CorruptRecordError, DamagedUnitError, StoreClosedError, StoreLockedError
+from store.errors import (
+    CorruptRecordError,
+    DamagedRecordError,
+    DamagedUnitError,
+    StoreClosedError,
+    StoreLockedError,
+)
 from store.ha import DISPATCH_CHUNK, Buffer
 from store.heal import Healer
 from store.indexfile import IndexFile, IndexService, has_index_keys, index_keys
@@ -1531,14 +1537,39 @@ class DefaultMessageStore:
     def look_message_by_offset(self, phys_offset: int) -> SelectedMessage | None:
         """The record at a CommitLog offset (size from its TOTALSIZE); ``None`` outside the log.
 
-        Raises :class:`CorruptRecordError` when no valid record starts there.
+        Raises :class:`CorruptRecordError` when no valid record starts there, and its
+        :class:`DamagedRecordError` for a record that does but is damaged: one set aside, or one whose body
+        CRC fails, which is set aside here as a pull's read does (:meth:`set_aside_read`: a quarantine, an
+        ERROR) when its extent is known (:meth:`CommitLog.damaged_extent_at`; a damaged TOTALSIZE may not
+        be trusted to say what to copy).
         """
-        raw = self.commit_log.read_record(phys_offset)
+        cl = self.commit_log
+        mf = cl.files.find_file(phys_offset)
+        path = mf.path if mf is not None else ""
+        if cl.set_aside and phys_offset in cl.set_aside:
+            raise DamagedRecordError(path, phys_offset, "set aside earlier", quarantined=True)
+        raw = cl.read_record(phys_offset)
         if raw is None:
             return None
-        mf = self.commit_log.files.find_file(phys_offset)
-        sel = SelectedMessage(phys_offset, len(raw), raw, path=mf.path if mf else "")
-        _ = sel.message  # validate now: a corrupt record raises instead of being returned
+        sel = SelectedMessage(phys_offset, len(raw), raw, path=path)
+        try:
+            _ = sel.message  # validate now: a corrupt record raises instead of being returned
+        except CorruptRecordError as e:
+            size = cl.damaged_extent_at(phys_offset)
+            if size is None:  # no record starts here
+                raise
+            if size:
+                self.set_aside_read(path, phys_offset, size, e.reason)
+            else:
+                log.error(
+                    "a lookup found the record at CommitLog offset %d damaged (%s) but not its extent: "
+                    "not set aside (store verify reports it)",
+                    phys_offset,
+                    e,
+                )
+            raise DamagedRecordError(
+                path, phys_offset, e.reason, quarantined=phys_offset in cl.set_aside
+            ) from None
         return sel
 
     def look_message_by_msg_id(self, msg_id: str) -> SelectedMessage | None:
@@ -1555,9 +1586,13 @@ class DefaultMessageStore:
         max_num = min(max_num, self.config.max_msgs_num_batch)
         offsets = sorted(set(self.index.query(f"{topic}#{key}", max_num, begin_ms, end_ms)))
         out: list[SelectedMessage] = []
+        damaged: list[int] = []
         for off in offsets:
             try:
                 sel = self.look_message_by_offset(off)
+            except DamagedRecordError:  # set aside (an ERROR said so): the hash may be the key's
+                damaged.append(off)
+                continue
             except CorruptRecordError as e:
                 log.warning("index entry points at a bad record: %s", e)
                 continue
@@ -1567,4 +1602,4 @@ class DefaultMessageStore:
             if m.topic == topic and (key in m.keys or m.uniq_key == key):
                 out.append(sel)
         ts, phy = self.index.last_update
-        return QueryResult(out, ts, phy)
+        return QueryResult(out, ts, phy, damaged)

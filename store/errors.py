@@ -30,6 +30,16 @@ class CorruptRecordError(StoreError):
         return CorruptRecordError(path, offset, self.reason)
 
 
+class DamagedRecordError(CorruptRecordError):
+    """A lookup by offset (a msgId, an index hit) found a record there whose contents are damaged (its
+    body CRC fails), or one already set aside: never served. ``quarantined`` says whether the record is in
+    a quarantine (set aside now or earlier), else its extent is unknown and nothing could be set aside."""
+
+    def __init__(self, path: str | None, offset: int, reason: str, *, quarantined: bool) -> None:
+        super().__init__(path, offset, reason)
+        self.quarantined = quarantined
+
+
 class DamagedUnitError(StoreError):
     """A ConsumeQueue unit does not point at the record it stands for: the store heals its queue from the
     CommitLog (:meth:`store.api.MessageStore.heal`)."""

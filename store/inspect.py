@@ -24,7 +24,7 @@ from store.config import StoreConfig
 from store.consumequeue import ConsumeQueue, unit_tags_code
 from store.dledger import BODY_OFFSET, DATA_DIR, INDEX_DIR, INDEX_FILE_SIZE
 from store.dledger_commitlog import DLedgerCommitLog
-from store.errors import CorruptRecordError, StoreError, StoreFormatError
+from store.errors import CorruptRecordError, DamagedRecordError, StoreError, StoreFormatError
 from store.heal import index_header_problem
 from store.indexfile import (
     ENTRY,
@@ -224,10 +224,22 @@ def commit_log(lay: Layout, on_bad_file: Callable[[StoreError], None] | None = N
 def message_at(cl: CommitLog, phys: int) -> StoredMessage | None:
     """The decoded (CRC-checked) record at a CommitLog offset; ``None`` outside the log.
 
-    Raises :class:`CorruptRecordError` when no valid record starts there.
+    Raises :class:`CorruptRecordError` when no valid record starts there, and its
+    :class:`DamagedRecordError` when one does (it names its own offset) but is damaged or set aside.
     """
+    mf = cl.files.find_file(phys)
+    path = mf.path if mf is not None else None
+    if phys in cl.set_aside:
+        raise DamagedRecordError(path, phys, "a damaged record set aside in a quarantine", quarantined=True)
     raw = cl.read_record(phys)
-    return decode_record(raw) if raw is not None else None
+    if raw is None:
+        return None
+    try:
+        return decode_record(raw)
+    except CorruptRecordError as e:
+        if cl.damaged_extent_at(phys) is None:
+            raise e.located(path or "", phys) from None
+        raise DamagedRecordError(path, phys, e.reason, quarantined=False) from None
 
 
 def _min_phy(lay: Layout) -> int:
@@ -554,11 +566,19 @@ def key_chain(lay: Layout, path: Path, topic: str, key: str) -> list[ChainEntry]
 
 
 def messages_by_key(
-    lay: Layout, topic: str, key: str, begin_ms: int, end_ms: int, *, max_num: int = 64
+    lay: Layout,
+    topic: str,
+    key: str,
+    begin_ms: int,
+    end_ms: int,
+    *,
+    max_num: int = 64,
+    damaged: list[int] | None = None,
 ) -> list[StoredMessage]:
     """Messages of ``topic`` with ``key`` in KEYS, through the IndexFiles (newest first, as the broker
     looks), each verified against its record: the index holds hashes only. An index file with a bad
-    header is skipped (it would hide the older files' keys too)."""
+    header is skipped (it would hide the older files' keys too). A damaged record an entry leads to is a
+    warning, its offset appended to ``damaged``."""
     index = IndexService(str(lay.index_dir), lay.hash_slot_num, lay.index_num, read_only=True)
     found = []
     with commit_log(lay) as cl:
@@ -577,6 +597,11 @@ def messages_by_key(
         for phys in offsets:
             try:
                 m = message_at(cl, phys)
+            except DamagedRecordError as exc:
+                log.warning("the index of %r leads to a damaged record (never served): %s", key, exc)
+                if damaged is not None:
+                    damaged.append(phys)
+                continue
             except CorruptRecordError as exc:
                 log.warning("index entry points at a bad record: %s", exc)
                 continue
@@ -920,8 +945,8 @@ def verify(
         found - len(problems.listed),
         [f"{n} stale index entries (point {where})" for where, n in stale.items()]
         + [
-            f"damaged record at CommitLog offset {o} set aside by recovery (in quarantine {q}); kept in place, "
-            "never served"
+            f"damaged record at CommitLog offset {o} set aside in quarantine {q} (by recovery or a read); kept "
+            "in place, never served"
             for o in phase.set_aside_found
             if (q := quarantine_at(ranges, o)) is not None
         ],

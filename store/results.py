@@ -141,8 +141,10 @@ class GetResult:
 
 @dataclass(slots=True)
 class QueryResult:
-    """Messages found by key, oldest first, plus the newest index file's end time and offset."""
+    """Messages found by key, oldest first, plus the newest index file's end time and offset, and the
+    CommitLog offsets of the damaged records the key's index entries led to (never served)."""
 
     messages: list[SelectedMessage]
     index_last_update_timestamp: int
     index_last_update_phy_offset: int
+    damaged: list[int] = field(default_factory=list)

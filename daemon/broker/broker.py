@@ -44,7 +44,7 @@ from daemon.broker.ha import (
 )
 from daemon.broker.headers import NotifyConsumerIdsChangedRequestHeader
 from daemon.broker.long_poll import PullRequestHoldService
-from daemon.broker.loopwatch import LoopWatch
+from daemon.broker.loopwatch import CLOCK_RUNTIME_KEY, LoopWatch
 from daemon.broker.managers.consumers import ConsumerGroupInfo, ConsumerManager
 from daemon.broker.managers.groups import SubscriptionGroupManager
 from daemon.broker.managers.locks import RebalanceLockManager
@@ -1137,6 +1137,7 @@ class Broker:
             queue_max = store.get_max_offset(SCHEDULE_TOPIC, level - 1)
             info[f"scheduleMessageOffset_{level}"] = f"{offset},{queue_max}"
         info.update(self.timers.runtime_info())  # mqctl's: timer messages waiting, per real topic
+        info[CLOCK_RUNTIME_KEY] = str(store.clock.now_ms())  # last: the nearest to the answer's sending
         return info
 
     # ------------------------------------------------------------------ client notifications

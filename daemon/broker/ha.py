@@ -27,7 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.broker.headers import UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
+from daemon.broker.headers import DAMAGED_FIELD, UpdateConsumerOffsetRequestHeader, ViewMessageRequestHeader
 from daemon.lifecycle import cancel_tasks, supervise
 from daemon.remoting.client import Transport, connected_to_itself, peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode
@@ -494,7 +494,9 @@ class TailUncheckable(Exception):
 class MasterRecords:
     """The record the master stores at a CommitLog offset, by VIEW_MESSAGE_BY_ID (33): the body of its
     answer is the stored record, byte for byte (4.9.8's ``selectOneMessageByOffset``; ours the same),
-    and SYSTEM_ERROR says no record is there. ``addr`` is the master's broker (not HA) address."""
+    and SYSTEM_ERROR says no record is there, unless it names the record damaged (ours: ``mqctlDamaged``),
+    which leaves the slave's copy nothing to be checked against. ``addr`` is the master's broker (not HA)
+    address."""
 
     def __init__(self, client: Transport, addr: Callable[[], str | None]) -> None:
         self._client = client
@@ -513,6 +515,10 @@ class MasterRecords:
         if response.code == ResponseCode.SUCCESS:
             return response.body or b""
         if response.code == ResponseCode.SYSTEM_ERROR:
+            if DAMAGED_FIELD in response.ext_fields:  # a record is there, damaged: nothing to compare with
+                raise TailUncheckable(
+                    f"master {addr}: its record at offset {offset} is damaged ({response.remark})"
+                )
             return None
         hint = ""
         if response.code == ResponseCode.NO_PERMISSION:  # an ACL master: a slave signs nothing (nor 4.9.8's)

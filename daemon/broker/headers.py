@@ -198,6 +198,12 @@ class QueryMessageResponseHeader(CommandHeader):
     index_last_update_phyoffset: int
 
 
+#: mqctl's optional field on QUERY_MESSAGE's answer (either code) and VIEW_MESSAGE_BY_ID's SYSTEM_ERROR: the
+#: CommitLog offsets, comma-separated, of the damaged records the lookup met (body CRC failing, or set aside
+#: earlier), which the broker set aside in a quarantine and never serves. A RocketMQ client ignores it.
+DAMAGED_FIELD = "mqctlDamaged"
+
+
 @dataclass(slots=True)
 class ViewMessageRequestHeader(CommandHeader):
     JAVA_NAME = "ViewMessageRequestHeader"

@@ -53,6 +53,12 @@ LOOP_RUNTIME_KEYS = frozenset(
 )
 
 
+#: mqctl's GET_BROKER_RUNTIME_INFO key for the broker's wall clock when it answered, in ms since the epoch:
+#: the clock its store stamps messages with, which timers, retention and time-based offset resets read.
+#: ``mqctl check cluster`` measures the broker's clock skew from it; a RocketMQ broker lacks it.
+CLOCK_RUNTIME_KEY: Final = "brokerClockMs"
+
+
 class GcPauses:
     """Collections of the cyclic GC per generation: how many, seconds in all and the longest."""
 

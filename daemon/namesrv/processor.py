@@ -24,7 +24,7 @@ from daemon.config import (
 )
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.kvconfig import ORDER_TOPIC_CONFIG, KVConfigManager, KVLimitError
-from daemon.namesrv.routes import RouteInfoManager
+from daemon.namesrv.routes import CLOCK_FIELD, RouteInfoManager
 from daemon.remoting.bodies import DataVersion, KVTable, RegisterBrokerBody, TopicConfigSerializeWrapper
 from daemon.remoting.client import peer_host
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
@@ -352,7 +352,10 @@ class NamesrvProcessor:
 
     def get_cluster_info(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         # Java writes this one with default fastjson whatever the version: bare brokerId keys.
-        return req.make_response(body=self.routes.cluster_info().dumps(bare_int_keys=True))
+        body = self.routes.cluster_info().dumps(bare_int_keys=True)
+        if CLOCK_FIELD in req.ext_fields:  # mqctl asks for the clock; a Java client's answer stays 4.9.8's
+            return req.make_response(ext_fields={CLOCK_FIELD: str(self.routes.clock())}, body=body)
+        return req.make_response(body=body)
 
     def get_all_topics(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         return req.make_response(body=self.routes.all_topics().dumps())

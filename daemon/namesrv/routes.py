@@ -35,6 +35,13 @@ def wall_clock_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+#: mqctl's optional field of GET_BROKER_CLUSTER_INFO: a request that carries it (any value) is answered
+#: with it, the NameServer's wall clock (ms since the epoch) when it answered, which ``mqctl check cluster``
+#: measures its skew from (a NameServer with TLS judges client certificates by it). A RocketMQ NameServer
+#: ignores it and sends none; a Java client's answer is 4.9.8's byte for byte.
+CLOCK_FIELD = "mqctlClockMs"
+
+
 @dataclass(slots=True)
 class BrokerLiveInfo:
     """Liveness of one registered broker address."""

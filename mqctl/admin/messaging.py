@@ -10,6 +10,7 @@ pulled or queried message is the CommitLog record itself.
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import socket
 import struct
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from daemon.broker.headers import (
+    DAMAGED_FIELD,
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
     ConsumerSendMsgBackRequestHeader,
@@ -30,6 +32,7 @@ from daemon.broker.headers import (
 )
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import RemotingCommandError
 from mqctl.admin.client import Admin
 from store import (
     AUTO_CREATE_TOPIC,
@@ -41,6 +44,10 @@ from store import (
     decode_records,
     encode_properties,
 )
+from store.errors import CorruptRecordError, DamagedRecordError
+from store.record import read_header
+
+log = logging.getLogger(__name__)
 
 #: The producer group mqctl sends as (like mqadmin's tools groups, never a real application's).
 PRODUCER_GROUP = "MQCTL_PRODUCER"
@@ -228,11 +235,14 @@ async def query(
     end_ms: int,
     max_num: int = 64,
     unique_key: bool = False,
+    damaged: list[tuple[str, int]] | None = None,
 ) -> list[StoredMessage]:
     """QUERY_MESSAGE (12) through the broker's IndexFile; ``[]`` when the broker finds nothing.
 
     The index stores hashes only and the broker may return records of colliding keys, so callers
-    verify the stored key (see :func:`mqctl.services.messages.query_by_key`).
+    verify the stored key (see :func:`mqctl.services.messages.query_by_key`). Each damaged record the
+    lookup met (our broker names them in :data:`DAMAGED_FIELD`; a RocketMQ broker sends them as stored)
+    is a warning line and, with ``damaged``, appended there as (broker, CommitLog offset).
     """
     header = QueryMessageRequestHeader(topic, key, max_num, begin_ms, end_ms)
     fields = header.to_ext_fields()
@@ -242,7 +252,39 @@ async def query(
     response = await admin.client.invoke_checked(
         addr, request, admin.timeout, (ResponseCode.SUCCESS, ResponseCode.QUERY_NOT_FOUND)
     )
-    return decode_records(response.body) if response.code == ResponseCode.SUCCESS else []
+    for offset in filter(None, response.ext_fields.get(DAMAGED_FIELD, "").split(",")):
+        log.warning(
+            "%s: the index of %r led to a damaged record at CommitLog offset %s: set aside in a quarantine, "
+            "never served (it may be a message sought)",
+            addr,
+            key,
+            offset,
+        )
+        if damaged is not None:
+            damaged.append((addr, int(offset)))
+    if response.code != ResponseCode.SUCCESS:
+        return []
+    out = []
+    pos = 0
+    body = response.body
+    while pos < len(body):  # as decode_records, but a RocketMQ broker's damaged record is skipped, named
+        try:
+            m = decode_record(body, pos)
+        except CorruptRecordError as e:
+            size, _magic = read_header(body, pos) if pos + 8 <= len(body) else (0, 0)
+            phys = int.from_bytes(body[pos + 28 : pos + 36], "big") if pos + 36 <= len(body) else -1
+            log.warning(
+                "%s answered a damaged record (CommitLog offset %d): %s; skipped", addr, phys, e.reason
+            )
+            if damaged is not None:
+                damaged.append((addr, phys))
+            if size <= 0:
+                break  # no next record to find
+            pos += size
+            continue
+        out.append(m)
+        pos += m.store_size
+    return out
 
 
 async def view_raw(admin: Admin, addr: str, phys_offset: int) -> bytes | None:
@@ -258,6 +300,24 @@ async def view_raw(admin: Admin, addr: str, phys_offset: int) -> bytes | None:
 
 
 async def view(admin: Admin, addr: str, phys_offset: int) -> StoredMessage:
-    """VIEW_MESSAGE_BY_ID (33): the record at a CommitLog offset (the offset part of a msgId)."""
-    response = await admin.call(addr, RequestCode.VIEW_MESSAGE_BY_ID, ViewMessageRequestHeader(phys_offset))
-    return decode_record(response.body)
+    """VIEW_MESSAGE_BY_ID (33): the record at a CommitLog offset (the offset part of a msgId).
+
+    A damaged record raises :class:`DamagedRecordError` (``path`` the broker's address): our broker answers
+    SYSTEM_ERROR with :data:`DAMAGED_FIELD` (it set the record aside), a RocketMQ broker the record as
+    stored, whose body CRC then fails here."""
+    response = await admin.call(
+        addr,
+        RequestCode.VIEW_MESSAGE_BY_ID,
+        ViewMessageRequestHeader(phys_offset),
+        expect=(ResponseCode.SUCCESS, ResponseCode.SYSTEM_ERROR),
+    )
+    if response.code != ResponseCode.SUCCESS:
+        if DAMAGED_FIELD in response.ext_fields:
+            raise DamagedRecordError(addr, phys_offset, response.remark or "damaged", quarantined=True)
+        raise RemotingCommandError(response.code, response.remark)
+    try:
+        return decode_record(response.body)
+    except CorruptRecordError as e:  # a RocketMQ broker serves a record as it is stored
+        raise DamagedRecordError(
+            addr, phys_offset, f"the broker answered it damaged ({e.reason})", quarantined=False
+        ) from None

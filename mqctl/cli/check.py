@@ -113,12 +113,27 @@ def dlq(group: GroupOpt, warn: WarnOpt = 0, crit: CritOpt = 100) -> None:
 
 @app.command("cluster")
 @cluster_options(watch=True)
-def cluster(cluster: ClusterOpt = None) -> None:
+def cluster(
+    cluster: ClusterOpt = None,
+    clock_warn: Annotated[
+        float | None,
+        typer.Option(
+            "--clock-warn",
+            min=0.0,
+            help="WARNING when a broker's or NameServer's clock is off this host's, or a broker group's members' "
+            "off each other's, by more than this many seconds, beyond the request's round trip (default 2; "
+            "0: clocks are not checked, as for RocketMQ's daemons, which do not report theirs: UNKNOWN "
+            "otherwise).",
+        ),
+    ] = None,
+) -> None:
     """Every broker the NameServer lists answers, and every broker group has a master: CRITICAL when one is
-    down, UNKNOWN when one refuses to say (ACL)."""
-    from mqctl.services.checks import cluster as check_cluster
+    down, UNKNOWN when one refuses to say (ACL); WARNING for quarantined data, an ACL that differs within a
+    group, and a clock off by more than --clock-warn."""
+    from mqctl.services.checks import CLOCK_SKEW_WARN, cluster as check_cluster
 
-    _run("cluster", lambda admin: check_cluster(admin, cluster_name=cluster))
+    warn = CLOCK_SKEW_WARN if clock_warn is None else clock_warn
+    _run("cluster", lambda admin: check_cluster(admin, cluster_name=cluster, clock_warn=warn))
 
 
 @app.command("disk")

@@ -8,10 +8,14 @@ UNKNOWN with exit codes 0..3) and perfdata that graphing tools read from the par
 from __future__ import annotations
 
 import asyncio
+import time
 from dataclasses import dataclass, field
 from enum import IntEnum
 
-from daemon.remoting.codes import ResponseCode
+from daemon.broker.loopwatch import CLOCK_RUNTIME_KEY
+from daemon.namesrv.routes import CLOCK_FIELD as NAMESRV_CLOCK_FIELD
+from daemon.remoting.codes import RequestCode, ResponseCode
+from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import RemotingCommandError, RemotingError
 from mqctl.admin.client import Admin
 from mqctl.errors import MqctlError, NotFoundError, translate
@@ -186,21 +190,132 @@ async def _known_group(admin: Admin, group: str) -> bool:
 # -------------------------------------------------------------------------------------------- cluster
 
 
-async def _runtime(admin: Admin, row: BrokerRow) -> dict[str, str] | BaseException:
+@dataclass(frozen=True)
+class Skew:
+    """A peer's clock against ours, from one request's round trip: the peer read its clock between our
+    ``sent`` and ``answered`` (seconds since the epoch), so it is off by ``skew`` (its time minus the
+    round trip's midpoint) give or take ``uncertainty`` (half the round trip)."""
+
+    skew: float
+    uncertainty: float
+
+    @classmethod
+    def measure(cls, peer_ms: int, sent: float, answered: float) -> Skew:
+        return cls(peer_ms / 1000 - (sent + answered) / 2, (answered - sent) / 2)
+
+
+#: ``check cluster``'s default clock-skew threshold in seconds. NTP keeps hosts within milliseconds, so a
+#: clock off by more has lost its time source; a skew of seconds already moves what reads store times
+#: across brokers: a timer message fires that much early or late after a failover, ``offset reset
+#: --to-time`` and ``msg query --since`` pick other messages, a new master stamps messages before its old
+#: master's. Two seconds keeps a loaded host's round trip (the uncertainty) from raising it.
+CLOCK_SKEW_WARN = 2.0
+
+
+async def _runtime(admin: Admin, row: BrokerRow) -> tuple[dict[str, str] | BaseException, float, float]:
+    """The broker's runtime info (or why not), and our clock before the request and after its answer."""
+    sent = time.time()
     try:
-        return await admin.broker_runtime_info(row.addr)
+        answer: dict[str, str] | BaseException = await admin.broker_runtime_info(row.addr)
     except RemotingError as exc:
-        return exc
+        answer = exc
+    return answer, sent, time.time()
+
+
+def _clock_problems(
+    rows: list[BrokerRow], skews: list[Skew | None], warn: float
+) -> tuple[list[State], list[str], float]:
+    """Each answering broker's clock against ours (``None``: it does not report it, a RocketMQ broker:
+    UNKNOWN), and the members of each broker group against each other (a failover moves the store's clock
+    to the new master's; this part holds even when our own clock is off): WARNING beyond ``warn``
+    seconds, counting the measurement's uncertainty in the broker's favour (a round trip slowed by a
+    loaded host raises nothing: monitoring must not flap). Returns the states, the problems and the
+    largest skew seen."""
+    states: list[State] = []
+    problems: list[str] = []
+    for row, skew in zip(rows, skews, strict=True):
+        if skew is None:
+            states.append(State.UNKNOWN)
+            problems.append(
+                f"{_name(row)} does not report its clock (a RocketMQ broker): its skew is unknown"
+            )
+        elif abs(skew.skew) - skew.uncertainty > warn:
+            states.append(State.WARNING)
+            problems.append(
+                f"{_name(row)} clock is {_signed(skew.skew)} this host's (±{skew.uncertainty:.3f} s; "
+                f"threshold {warn:g} s)"
+            )
+    for name in sorted({r.broker_name for r in rows}):
+        members = [
+            (r, s) for r, s in zip(rows, skews, strict=True) if r.broker_name == name and s is not None
+        ]
+        if len(members) < 2:
+            continue
+        (lo_row, lo), (hi_row, hi) = (
+            min(members, key=lambda m: m[1].skew),
+            max(members, key=lambda m: m[1].skew),
+        )
+        if hi.skew - lo.skew - lo.uncertainty - hi.uncertainty > warn:
+            states.append(State.WARNING)
+            problems.append(
+                f"{name}: its members' clocks differ by {hi.skew - lo.skew:.3f} s "
+                f"({hi_row.addr} ahead of {lo_row.addr}; threshold {warn:g} s)"
+            )
+    largest = max((abs(s.skew) for s in skews if s is not None), default=0.0)
+    return states, problems, largest
+
+
+async def _namesrv_clocks(admin: Admin, warn: float) -> tuple[list[State], list[str], float]:
+    """Each NameServer's clock against ours, as a broker's (GET_BROKER_CLUSTER_INFO's ``mqctlClockMs``;
+    a RocketMQ NameServer sends none: UNKNOWN). One that does not answer is left to the rest of the check."""
+
+    async def one(addr: str) -> tuple[str, Skew | None] | None:
+        request = RemotingCommand.request(RequestCode.GET_BROKER_CLUSTER_INFO, {NAMESRV_CLOCK_FIELD: "now"})
+        sent = time.time()
+        try:
+            response = await admin.client.invoke_checked(addr, request, admin.timeout)
+        except RemotingError:
+            return None
+        clock = response.ext_fields.get(NAMESRV_CLOCK_FIELD, "")
+        return addr, Skew.measure(int(clock), sent, time.time()) if clock.isdigit() else None
+
+    states: list[State] = []
+    problems: list[str] = []
+    largest = 0.0
+    for answer in await asyncio.gather(*(one(addr) for addr in admin.namesrv)):
+        if answer is None:
+            continue
+        addr, skew = answer
+        if skew is None:
+            states.append(State.UNKNOWN)
+            problems.append(
+                f"NameServer {addr} does not report its clock (a RocketMQ NameServer): its skew is unknown"
+            )
+            continue
+        largest = max(largest, abs(skew.skew))
+        if abs(skew.skew) - skew.uncertainty > warn:
+            states.append(State.WARNING)
+            problems.append(
+                f"NameServer {addr} clock is {_signed(skew.skew)} this host's (±{skew.uncertainty:.3f} s; "
+                f"threshold {warn:g} s)"
+            )
+    return states, problems, largest
+
+
+def _signed(seconds: float) -> str:
+    return f"{abs(seconds):.3f} s " + ("ahead of" if seconds > 0 else "behind")
 
 
 def _name(row: BrokerRow) -> str:
     return f"{row.broker_name}/{row.broker_id}@{row.addr}"
 
 
-async def cluster(admin: Admin, *, cluster_name: str | None) -> Verdict:
+async def cluster(admin: Admin, *, cluster_name: str | None, clock_warn: float = CLOCK_SKEW_WARN) -> Verdict:
     """Every broker the NameServer lists answers its runtime info; each broker group has a master; a
     broker holding quarantined data (set aside by recovery or replication) is a WARNING until removed, and
-    so are members of a group whose ACL (accounts, secrets, whitelist, aclEnable) differs.
+    so are members of a group whose ACL (accounts, secrets, whitelist, aclEnable) differs, and a broker or
+    NameServer whose clock is off ours, or a group's members' off each other's, by more than ``clock_warn``
+    seconds (0: clocks are not checked; see :func:`_clock_problems` and :func:`_namesrv_clocks`).
 
     A broker that refuses (ACL) is UNKNOWN, not down: it answered, we may not look."""
     rows = await brokers(admin, cluster_name, known=False)
@@ -209,13 +324,19 @@ async def cluster(admin: Admin, *, cluster_name: str | None) -> Verdict:
         return Verdict(
             "cluster", State.CRITICAL, f"no broker registered with {where}", [Perf("brokers", 0, min=0)]
         )
-    answers = await asyncio.gather(*(_runtime(admin, r) for r in rows))
+    timed = await asyncio.gather(*(_runtime(admin, r) for r in rows))
+    answers = [answer for answer, _sent, _answered in timed]
     states: list[State] = []
     problems: list[str] = []
     set_aside = 0
-    for row, answer in zip(rows, answers, strict=True):
+    clocked: list[BrokerRow] = []
+    skews: list[Skew | None] = []
+    for row, (answer, sent, answered) in zip(rows, timed, strict=True):
         if not isinstance(answer, BaseException):
             states.append(State.OK)
+            clocked.append(row)
+            clock = answer.get(CLOCK_RUNTIME_KEY, "")
+            skews.append(Skew.measure(int(clock), sent, answered) if clock.isdigit() else None)
             quarantines = int(answer.get("storeQuarantines") or 0)
             if quarantines:  # it serves, but recovery or replication set data aside for the operator
                 records = int(answer.get("storeQuarantinedRecords") or 0)
@@ -243,6 +364,13 @@ async def cluster(admin: Admin, *, cluster_name: str | None) -> Verdict:
                 f"{name}: ACL differs between its members ({', '.join(r.addr for r, _ in seen)}): "
                 + ", ".join(differ)
             )
+    largest_skew = 0.0
+    if clock_warn > 0:
+        clock_states, clock_problems, largest_skew = _clock_problems(clocked, skews, clock_warn)
+        ns_states, ns_problems, ns_largest = await _namesrv_clocks(admin, clock_warn)
+        states += clock_states + ns_states
+        problems += clock_problems + ns_problems
+        largest_skew = max(largest_skew, ns_largest)
     headless = sorted(names - {r.broker_name for r in rows if r.broker_id == 0})
     for name in headless:
         states.append(State.CRITICAL)
@@ -257,6 +385,8 @@ async def cluster(admin: Admin, *, cluster_name: str | None) -> Verdict:
         Perf("masters_missing", len(headless), min=0),
         Perf("quarantined_records", set_aside, min=0),
     ]
+    if clock_warn > 0:
+        perf.append(Perf("clock_skew_max", round(largest_skew, 3), "s", clock_warn, None, 0))
     return Verdict("cluster", worst(states), summary, perf, problems)
 
 

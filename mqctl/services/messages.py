@@ -32,7 +32,7 @@ from daemon.remoting.errors import (
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
 from mqctl.admin.member import GroupMember
-from mqctl.errors import ConnectError, NotFoundError, NothingReadError, UsageError
+from mqctl.errors import ConnectError, NotFoundError, NothingReadError, StoreError, UsageError
 from mqctl.output import Rows, json_text
 from mqctl.services.fanout import each_broker
 from mqctl.services.topics import readers_of_topic, route_masters, route_or_not_found, route_readers
@@ -72,6 +72,7 @@ from store import (
     StoredMessage,
     decode_msg_id,
 )
+from store.errors import DamagedRecordError
 
 log = logging.getLogger(__name__)
 
@@ -496,11 +497,20 @@ async def send_message(
 
 
 async def _query_masters(
-    admin: Admin, topic: str, key: str, begin_ms: int, end_ms: int, max_num: int, *, unique_key: bool
+    admin: Admin,
+    topic: str,
+    key: str,
+    begin_ms: int,
+    end_ms: int,
+    max_num: int,
+    *,
+    unique_key: bool,
+    damaged: list[tuple[str, int]] | None = None,
 ) -> list[StoredMessage]:
     """QUERY_MESSAGE on every broker group of ``topic`` at once (its master, or a slave while it is down):
     what the groups that answer hold, each one that does not (down, ACL denied) named
-    (:func:`~mqctl.services.fanout.each_broker`)."""
+    (:func:`~mqctl.services.fanout.each_broker`); the damaged records met, each a warning line, go to
+    ``damaged`` (see :func:`mqctl.admin.messaging.query`)."""
     addrs = sorted(set((await readers_of_topic(admin, topic)).values()))
     if not addrs:
         raise NotFoundError(f"topic {topic!r} has no broker online")
@@ -516,9 +526,19 @@ async def _query_masters(
             end_ms=end_ms,
             max_num=max_num,
             unique_key=unique_key,
+            damaged=damaged,
         ),
     )
     return [m for batch in found.values() for m in batch if m.topic == topic]
+
+
+def _damaged_only(what: str, damaged: list[tuple[str, int]]) -> StoreError:
+    """Nothing intact found for ``what``, but the index led to damaged records: the error that says so."""
+    where = ", ".join(f"{addr} at CommitLog offset {offset}" for addr, offset in damaged)
+    return StoreError(
+        f"no intact message {what}: the index led only to damaged record(s), never served: {where}",
+        hint="mqctl check cluster lists the quarantines; mqctl store salvage reads them",
+    )
 
 
 async def query_by_key(
@@ -528,8 +548,13 @@ async def query_by_key(
 
     The IndexFile holds hashes only, so each hit is checked against the stored topic and keys.
     """
-    found = await _query_masters(admin, topic, key, window.begin_ms, window.end_ms, max_num, unique_key=False)
+    damaged: list[tuple[str, int]] = []
+    found = await _query_masters(
+        admin, topic, key, window.begin_ms, window.end_ms, max_num, unique_key=False, damaged=damaged
+    )
     hits = [m for m in found if key in m.keys]
+    if not hits and damaged:
+        raise _damaged_only(f"with key {key!r} in topic {topic!r}", damaged)
     if not hits:
         raise NotFoundError(f"no message with key {key!r} in topic {topic!r} stored {window.describe()}")
     return [with_body(m, summary(m), body) for m in sorted(hits, key=lambda m: (m.store_timestamp, m.msg_id))]
@@ -540,7 +565,10 @@ async def query_by_unique_key(
 ) -> list[MessageDetail]:
     """The message(s) of ``topic`` whose client id (UNIQ_KEY) is ``uniq_key``, over all time (as
     mqadmin's queryMsgByUniqueKey); a producer that re-sent after a timeout leaves two."""
-    hits = await _find_unique_key(admin, uniq_key, topic)
+    damaged: list[tuple[str, int]] = []
+    hits = await _find_unique_key(admin, uniq_key, topic, damaged)
+    if not hits and damaged:
+        raise _damaged_only(f"with unique key {uniq_key!r} in topic {topic!r}", damaged)
     if not hits:
         raise NotFoundError(f"no message with unique key {uniq_key!r} in topic {topic!r}")
     return [_detail(m, body) for m in hits]
@@ -585,6 +613,11 @@ async def _view(admin: Admin, msg_id: str, addr: str, offset: int) -> StoredMess
     """VIEW_MESSAGE_BY_ID at ``addr``, or at a slave of it while it is down."""
     try:
         return await wire.view(admin, addr, offset)
+    except DamagedRecordError as exc:
+        raise StoreError(
+            f"message {msg_id} at {addr} is damaged in the broker's store: {exc.reason}",
+            hint="mqctl check cluster lists the quarantines; mqctl store salvage reads them",
+        ) from None
     except RemotingCommandError as exc:
         if exc.code == ResponseCode.SYSTEM_ERROR:  # what a 4.x broker answers for a bad offset
             raise NotFoundError(f"no message {msg_id} at {addr}: {exc.remark}") from exc
@@ -600,9 +633,11 @@ async def _view(admin: Admin, msg_id: str, addr: str, offset: int) -> StoredMess
 _NOT_MESSAGE_TOPICS = (INTERNAL_TOPIC_PREFIX, SYSTEM_TOPIC_PREFIX, AUTO_CREATE_TOPIC, SCHEDULE_TOPIC)
 
 
-async def _find_unique_key(admin: Admin, uniq_key: str, topic: str | None) -> list[StoredMessage]:
+async def _find_unique_key(
+    admin: Admin, uniq_key: str, topic: str | None, damaged: list[tuple[str, int]] | None = None
+) -> list[StoredMessage]:
     """Every stored copy of the message whose client id is ``uniq_key``: in ``topic``, or in every topic
-    the NameServer lists (a client id names no topic)."""
+    the NameServer lists (a client id names no topic); damaged records met go to ``damaged``."""
     if topic is not None:
         names = [topic]
     else:
@@ -612,7 +647,9 @@ async def _find_unique_key(admin: Admin, uniq_key: str, topic: str | None) -> li
     async def one(name: str) -> list[StoredMessage]:
         async with limit:
             try:
-                return await _query_masters(admin, name, uniq_key, 0, JAVA_LONG_MAX, 32, unique_key=True)
+                return await _query_masters(
+                    admin, name, uniq_key, 0, JAVA_LONG_MAX, 32, unique_key=True, damaged=damaged
+                )
             except (RemotingError, NotFoundError, NothingReadError):
                 if topic is not None:
                     raise
@@ -671,10 +708,13 @@ async def _query_one_id(admin: Admin, msg_id: str, *, topic: str | None, body: b
         if len(msg_id) == CLIENT_ID_LENGTHS[1]:
             raise UsageError(f"not a message id: {msg_id!r}; a 5.x client's id is 34 hex digits")
         locate(msg_id)  # raises the UsageError that says what an id looks like
-    copies = await _find_unique_key(admin, msg_id.upper(), topic)
+    damaged: list[tuple[str, int]] = []
+    copies = await _find_unique_key(admin, msg_id.upper(), topic, damaged)
     if not copies:
         if failure is not None:
             raise failure
+        if damaged:
+            raise _damaged_only(f"with id {msg_id}", damaged)
         where = f"topic {topic!r}" if topic else "any topic"
         raise NotFoundError(f"no message with id {msg_id}: not an offset id, and no client id in {where}")
     for other in copies[1:]:

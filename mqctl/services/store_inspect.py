@@ -17,11 +17,12 @@ from typing import NotRequired, TypedDict
 
 from mqctl.admin import messaging as wire
 from mqctl.admin.client import Admin
-from mqctl.errors import NotFoundError
+from mqctl.errors import NotFoundError, StoreError
 from mqctl.output import Rows
 from mqctl.services.messages import MessageDetail, MessageSummary, Window, detail, locate, summary
 from mqctl.timespec import iso
 from store import CorruptRecordError, decode_record, inspect
+from store.errors import DamagedRecordError
 
 Progress = inspect.Progress
 Layout = inspect.Layout
@@ -295,12 +296,27 @@ def index_chain(root: str | Path, topic: str, key: str, name: str | None = None)
 # ------------------------------------------------------------------------------------ messages
 
 
+#: What an operator can do about a damaged record found offline.
+_DAMAGED_HINT = (
+    "never served: the broker sets it aside in a quarantine when it reads it; store verify lists the damage"
+)
+
+
 def query_key(
     root: str | Path, topic: str, key: str, window: Window, *, max_num: int = 64
 ) -> list[MessageSummary]:
     """Messages of ``topic`` with ``key`` in KEYS, through the on-disk IndexFiles, each verified against
     its record (the index holds hashes only)."""
-    found = inspect.messages_by_key(layout(root), topic, key, window.begin_ms, window.end_ms, max_num=max_num)
+    damaged: list[int] = []
+    found = inspect.messages_by_key(
+        layout(root), topic, key, window.begin_ms, window.end_ms, max_num=max_num, damaged=damaged
+    )
+    if not found and damaged:
+        raise StoreError(
+            f"no intact message with key {key!r} in topic {topic!r}: the index leads only to damaged "
+            f"record(s), at CommitLog offset(s) {', '.join(map(str, damaged))}",
+            hint=_DAMAGED_HINT,
+        )
     if not found:
         raise NotFoundError(f"no message with key {key!r} in topic {topic!r} stored {window.describe()}")
     return sorted((summary(m) for m in found), key=lambda r: (r["store_time"], r["msg_id"]))
@@ -311,6 +327,8 @@ def query_id(root: str | Path, msg_id: str) -> MessageDetail:
     _addr, offset = locate(msg_id)
     try:
         m = inspect.message_at_offset(layout(root), offset)
+    except DamagedRecordError as exc:
+        raise StoreError(f"message {msg_id} is damaged in this store: {exc}", hint=_DAMAGED_HINT) from None
     except CorruptRecordError as exc:
         raise NotFoundError(f"no message {msg_id}: {exc}") from exc
     if m is None:

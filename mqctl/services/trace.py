@@ -25,6 +25,7 @@ from mqctl.services.topics import readers_of_topic
 from mqctl.tracedata import TraceFormatError, TraceRecord, consume_result, decode_trace
 from mqctl.units import time_fields, when
 from store import StoredMessage
+from store.errors import DamagedRecordError
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,9 @@ async def _trace_records(admin: Admin, trace_topic: str, key: str) -> list[Carri
 async def _view(admin: Admin, addr: str, offset: int) -> StoredMessage | None:
     try:
         return await wire.view(admin, addr, offset)
+    except DamagedRecordError as exc:  # the traces still say what happened to it
+        log.warning("the stored message at %s is damaged: %s", addr, exc.reason)
+        return None
     except RemotingCommandError as exc:
         if exc.code == ResponseCode.SYSTEM_ERROR:
             return None

@@ -19,7 +19,7 @@ from daemon.broker.broker import Broker
 from daemon.broker.config import BrokerConfig, load_broker_config
 from daemon.broker.ha import HA_RUNTIME_KEYS
 from daemon.broker.headers import ConsumerSendMsgBackRequestHeader
-from daemon.broker.loopwatch import LOOP_RUNTIME_KEYS
+from daemon.broker.loopwatch import CLOCK_RUNTIME_KEY, LOOP_RUNTIME_KEYS
 from daemon.broker.pop import POP_RUNTIME_KEYS
 from daemon.broker.stats import GROUP_GET_NUMS, SAMPLE_PERIOD, TOPIC_PUT_NUMS, BrokerStats
 from daemon.broker.timer import TIMER_RUNTIME_KEYS
@@ -156,12 +156,10 @@ async def test_runtime_info_has_every_498_key_with_real_values(broker: BrokerHan
     r = await call(broker, RequestCode.GET_BROKER_RUNTIME_INFO)
     table = KVTable.loads(r.body).table
     store_dir = broker.broker.config.commit_log_dir
-    # no more, no fewer, but for mqctl's replication, loop, POP in flight and timer state
-    assert set(
-        table
-    ) - HA_RUNTIME_KEYS - LOOP_RUNTIME_KEYS - POP_RUNTIME_KEYS - TIMER_RUNTIME_KEYS == RUNTIME_KEYS_498 | {
-        f"commitLogDiskRatio_{store_dir}"
-    }
+    # no more, no fewer, but for mqctl's replication, loop, POP in flight, timer state and clock
+    ours = HA_RUNTIME_KEYS | LOOP_RUNTIME_KEYS | POP_RUNTIME_KEYS | TIMER_RUNTIME_KEYS | {CLOCK_RUNTIME_KEY}
+    assert set(table) - ours == RUNTIME_KEYS_498 | {f"commitLogDiskRatio_{store_dir}"}
+    assert abs(int(table[CLOCK_RUNTIME_KEY]) - time.time() * 1000) < 3_600_000  # the wall clock, in ms
     assert table["brokerRole"] == "ASYNC_MASTER"
     assert table["putMessageTimesTotal"] == "20" == table["msgPutTotalTodayNow"]
     # a fresh store holds exactly these 20 records: the stored size adds up to the commit log's end

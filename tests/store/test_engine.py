@@ -22,7 +22,7 @@ from store.commitlog import PutMessageStatus
 from store.config import SYNC_FLUSH
 from store.consumequeue import ConsumeQueue
 from store.engine import DefaultMessageStore, GetMessageStatus
-from store.errors import CorruptRecordError, StoreFormatError, StoreLockedError
+from store.errors import CorruptRecordError, DamagedRecordError, StoreFormatError, StoreLockedError
 from store.javahash import tags_code
 from store.mapped_file import MappedFileQueue
 from store.message import (
@@ -31,6 +31,7 @@ from store.message import (
     Message,
 )
 from store.names import SCHEDULE_TOPIC
+from store.quarantine import list_quarantines
 from tests.support.stores import kill_writer, small_config
 from tests.support.waiting import wait_for
 
@@ -326,22 +327,26 @@ def test_corrupt_record_stops_recovery_and_is_truncated(tmp_path: Path, damage: 
     again.shutdown()
 
 
-def test_corrupt_record_in_an_old_file_is_reported_not_returned(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def _rot_queue_offset_3(tmp_path: Path) -> tuple[int, Path]:
+    """1,200 records in 5 files of 64 KiB (normal recovery checks only the last 3), then a body byte of
+    queue offset 3's, in the first file, flipped: its offset and file."""
     store = _open(tmp_path)
-    offsets = _record_offsets(store, 1200)  # 5 files of 64 KiB; normal recovery checks only the last 3
+    offsets = _record_offsets(store, 1200)
     store.shutdown()
     victim = offsets[3]
     path = tmp_path / "commitlog" / "00000000000000000000"
     data = bytearray(path.read_bytes())
     data[victim + 100] ^= 0xFF
     path.write_bytes(bytes(data))
+    return victim, path
+
+
+def test_corrupt_record_in_an_old_file_is_reported_not_returned(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    victim, path = _rot_queue_offset_3(tmp_path)
     again = _open(tmp_path)
-    with pytest.raises(CorruptRecordError) as ei:
-        again.look_message_by_offset(victim)
-    assert ei.value.path == str(path) and ei.value.offset == victim and "CRC" in ei.value.reason
-    with caplog.at_level(logging.ERROR, logger="store.api"):
+    with caplog.at_level(logging.ERROR):
         res = again.get_messages("g", "T", 0, 3, 2)
     # the pull skips the damaged record (never served as good), says where it is and sets it aside
     assert [(m.queue_offset, m.message.body) for m in res.messages] == [(4, _msg(4).body), (5, _msg(5).body)]
@@ -349,9 +354,46 @@ def test_corrupt_record_in_an_old_file_is_reported_not_returned(
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 2 and f"{path}@{victim}" in errors[1] and "CRC" in errors[1]
     assert "a read set aside 1 damaged record(s) alone" in errors[0] and str(victim) in errors[0]
+    with pytest.raises(DamagedRecordError) as ei:  # a lookup by offset finds it set aside
+        again.look_message_by_offset(victim)
+    assert (ei.value.path, ei.value.offset, ei.value.quarantined) == (str(path), victim, True)
     only = again.get_messages("g", "T", 0, 3, 1)  # nothing but the damaged one before the next: moves on
     assert [m.queue_offset for m in only.messages] == [4]
     again.shutdown()
+
+
+def test_a_lookup_by_offset_sets_a_damaged_record_aside_once(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lookup (a msgId, an index hit) that meets a record whose body CRC fails where recovery did not
+    check puts it in a quarantine as a pull does (it raised and nothing was set aside); an offset that is
+    no record's start is no damage."""
+    victim, path = _rot_queue_offset_3(tmp_path)
+    again = _open(tmp_path)
+    try:
+        with caplog.at_level(logging.ERROR):
+            with pytest.raises(CorruptRecordError) as inside:
+                again.look_message_by_offset(victim + 40)
+            assert not isinstance(inside.value, DamagedRecordError)
+            assert not list_quarantines(str(tmp_path))
+            with pytest.raises(DamagedRecordError) as first:
+                again.look_message_by_offset(victim)
+            assert (first.value.path, first.value.offset, first.value.quarantined) == (
+                str(path),
+                victim,
+                True,
+            )
+            assert "CRC" in first.value.reason
+            with pytest.raises(DamagedRecordError, match="set aside earlier"):
+                again.look_message_by_offset(victim)
+        [m] = list_quarantines(str(tmp_path))
+        assert (m.recovery, [p.from_offset for p in m.files]) == ("read", [victim])
+        errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+        assert len(errors) == 1 and "a read set aside 1 damaged record(s) alone" in errors[0], errors
+        res = again.get_messages("g", "T", 0, 3, 2)
+        assert [m.queue_offset for m in res.messages] == [4, 5]
+    finally:
+        again.shutdown()
 
 
 @pytest.mark.slow  # a second interpreter tries the lock

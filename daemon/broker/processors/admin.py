@@ -61,6 +61,7 @@ from daemon.remoting.errors import RemotingError, RemotingTimeoutError
 from daemon.safe_config import refuse_unsafe
 from store import fastjson
 from store.config import StoreConfig
+from store.errors import CorruptRecordError
 from store.models import SubscriptionGroupConfig, TopicConfig
 from store.names import DLEDGER_TERM_TOPIC, REVIVE_TOPIC_PREFIX, SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC
 from store.record import decode_msg_id
@@ -409,7 +410,10 @@ class AdminProcessor:
             _, phys = decode_msg_id(h.msg_id or "")
         except ValueError as exc:
             raise system_error(str(exc)) from None
-        found = self.broker.store.look_message_by_offset(phys)
+        try:
+            found = self.broker.store.look_message_by_offset(phys)
+        except CorruptRecordError as e:  # a damaged record (set aside, an ERROR said so) is never handed out
+            raise system_error(f"can not find message by the offset, {phys}: {e.reason}") from None
         if found is None:
             raise system_error(f"can not find message by the offset, {phys}")
         ext = {**request.ext_fields, "brokerName": self.broker.config.broker_name}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from daemon.broker.headers import (
+    DAMAGED_FIELD,
     QueryMessageRequestHeader,
     QueryMessageResponseHeader,
     ViewMessageRequestHeader,
@@ -13,7 +14,7 @@ from daemon.broker.processors import system_error
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
-from store.errors import CorruptRecordError
+from store.errors import CorruptRecordError, DamagedRecordError
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
@@ -32,6 +33,8 @@ def processors(broker: BrokerContext) -> dict[int, Processor]:
         header = QueryMessageResponseHeader(
             result.index_last_update_timestamp, result.index_last_update_phy_offset
         ).to_ext_fields()
+        if result.damaged:
+            header[DAMAGED_FIELD] = ",".join(map(str, result.damaged))
         if not result.messages:
             return request.make_response(
                 ResponseCode.QUERY_NOT_FOUND, "can not find message, maybe time range not correct", header
@@ -42,7 +45,15 @@ def processors(broker: BrokerContext) -> dict[int, Processor]:
         h = ViewMessageRequestHeader.from_ext_fields(request.ext_fields)
         try:
             found = store.look_message_by_offset(h.offset)
-        except CorruptRecordError as e:  # no record starts there, or a damaged one: an answer, not a fault
+        except DamagedRecordError as e:  # 4.9.8's code for no message there, and what it is
+            where = "in a quarantine" if e.quarantined else "its extent unknown, not set aside"
+            return request.make_response(
+                ResponseCode.SYSTEM_ERROR,
+                f"can not find message by the offset, {h.offset}: the record there is damaged ({e.reason}), "
+                f"{where}, never served",
+                {DAMAGED_FIELD: str(h.offset)},
+            )
+        except CorruptRecordError as e:  # no record starts there: an answer, not a fault
             raise system_error(f"can not find message by the offset, {h.offset}: {e.reason}") from None
         if found is None:
             raise system_error(f"can not find message by the offset, {h.offset}")

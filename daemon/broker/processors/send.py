@@ -36,6 +36,7 @@ from daemon.remoting.connection import Connection, Processor, error_response
 from store.api import MessageStore
 from store.commitlog import PutMessageStatus
 from store.consumequeue import QueueHandle, prefetch
+from store.errors import CorruptRecordError
 from store.message import (
     MULTI_TAGS_FLAG,
     PROPERTY_CLUSTER,
@@ -707,7 +708,10 @@ class SendProcessor:
             raise fail(
                 ResponseCode.NO_PERMISSION, f"the topic[{retry.topic_name}] sending message is forbidden"
             )
-        found = broker.store.look_message_by_offset(h.offset)
+        try:
+            found = broker.store.look_message_by_offset(h.offset)
+        except CorruptRecordError as e:  # a damaged record (set aside, an ERROR said so) is sent back never
+            raise system_error(f"look message by offset failed, {h.offset}: {e.reason}") from None
         if found is None:
             raise system_error(f"look message by offset failed, {h.offset}")
         old = found.message
