@@ -61,9 +61,11 @@ from daemon.dledger.machines import Role, Timings
 from daemon.dledger.server import DLedgerServer, DLedgerSettings, dledger_runtime_info, parse_peers
 from daemon.lifecycle import cancel_tasks, every, supervise
 from daemon.protect import (
+    Peer,
     ProtectedModeGuard,
     Protection,
     binds_beyond_loopback,
+    creation_refusal,
     is_local,
     listening,
     protection,
@@ -288,6 +290,13 @@ class Broker:
         if isinstance(guard, PlainAccessValidator):
             return guard.admin_signed(conn.address[0], request)
         return is_local(conn.address[0], conn.local_ip())
+
+    def creation_refusal(self, peer: Peer, what: str) -> str | None:
+        """Why ``peer`` may not create topic or group ``what`` on use (a send, heartbeat, pull or pop
+        naming one that does not exist): protected mode and a peer off this machine; else None."""
+        if not isinstance(self.server.dispatcher.guard, ProtectedModeGuard):
+            return None
+        return creation_refusal(peer, what)
 
     def listening(self) -> str:
         """Where the broker listens, why there, and whether protected mode is on (the start-up line)."""
@@ -903,6 +912,7 @@ class Broker:
             configs = self.store.configs
             self.topics = TopicConfigManager(self.config, configs.topics)
             self.groups = SubscriptionGroupManager(configs.subscription_groups, self.config)
+            self.groups.refuse = self.creation_refusal
             self.offsets = configs.consumer_offsets
             self.topics.create_system_topics()
             self.groups.create_builtin_groups()

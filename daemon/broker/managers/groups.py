@@ -4,12 +4,18 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from daemon.broker.bodies import SubscriptionGroupWrapper
 from daemon.broker.config import BrokerConfig
+from daemon.remoting.limits import WarningGate
 from store.config_files import SubscriptionGroupFile
 from store.models import DataVersion, SubscriptionGroupConfig
 from store.names import BUILTIN_GROUPS, SYS_GROUP_PREFIX
+
+if TYPE_CHECKING:
+    from daemon.protect import Peer
 
 log = logging.getLogger(__name__)
 
@@ -18,6 +24,10 @@ class SubscriptionGroupManager:
     def __init__(self, file: SubscriptionGroupFile, config: BrokerConfig) -> None:
         self.file = file
         self.config = config  # read on use: UPDATE_BROKER_CONFIG may switch auto-creation
+        #: Protected mode's say on a peer creating a group on use (:func:`daemon.protect.creation_refusal`);
+        #: None: every peer may.
+        self.refuse: Callable[[Peer, str], str | None] | None = None
+        self._refusals = WarningGate(log)
 
     @property
     def table(self) -> dict[str, SubscriptionGroupConfig]:
@@ -46,12 +56,18 @@ class SubscriptionGroupManager:
         """The group's config if it exists (never auto-created: see :meth:`find`)."""
         return self.table.get(group)
 
-    def find(self, group: str) -> SubscriptionGroupConfig | None:
-        """The group's config, created with defaults when auto-creation allows it."""
+    def find(self, group: str, peer: Peer | None = None) -> SubscriptionGroupConfig | None:
+        """The group's config, created with defaults when auto-creation allows it (and protected mode,
+        for a request's ``peer``)."""
         config = self.table.get(group)
         if config is None and (
             self.config.auto_create_subscription_group or group.startswith(SYS_GROUP_PREFIX)
         ):
+            if peer is not None and self.refuse is not None:
+                why = self.refuse(peer, f"subscription group {group}")
+                if why is not None:
+                    self._refusals.warning("%s", why)
+                    return None
             with self.file.lock:
                 config = self.table.get(group)
                 if config is None:
