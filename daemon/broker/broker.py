@@ -261,6 +261,8 @@ class Broker:
         self.persist_topics = Coalesced(
             lambda: asyncio.to_thread(self.topics.file.persist_changes), "persist-topics"
         )
+        #: Groups created on use, written together (see SubscriptionGroupManager.persist_created).
+        self.persist_groups = Coalesced(lambda: asyncio.to_thread(self.groups.persist_now), "persist-groups")
         self._flush_pool: ThreadPoolExecutor | None = None
         self._metrics_stop: Callable[[], None] | None = None
         self._started = False
@@ -913,6 +915,7 @@ class Broker:
             self.topics = TopicConfigManager(self.config, configs.topics)
             self.groups = SubscriptionGroupManager(configs.subscription_groups, self.config)
             self.groups.refuse = self.creation_refusal
+            self.groups.persist_created = self.persist_groups.request
             self.offsets = configs.consumer_offsets
             self.topics.create_system_topics()
             self.groups.create_builtin_groups()
@@ -954,6 +957,7 @@ class Broker:
         await self.registration.aclose()
         await self.register_topics.aclose()
         await self.persist_topics.aclose()
+        await self.persist_groups.aclose()
         await self._unregister_all()
         await self.schedule.stop()
         await self.timers.stop()
@@ -972,6 +976,8 @@ class Broker:
         self._stop_metrics()
         if self._flush_pool is not None:
             self._flush_pool.shutdown(wait=True)
+        if self.groups.unsaved:  # groups created on use since the last write (nothing serves now)
+            self.groups.persist_now()
         try:
             self.topics.file.fold()  # the journaled topic creations into topics.json: what Java reads
         except OSError as e:  # (still in the journal: our next start replays and folds them)

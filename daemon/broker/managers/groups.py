@@ -27,6 +27,11 @@ class SubscriptionGroupManager:
         #: Protected mode's say on a peer creating a group on use (:func:`daemon.protect.creation_refusal`);
         #: None: every peer may.
         self.refuse: Callable[[Peer, str], str | None] | None = None
+        #: Writes the table after groups were created on use (None: at once, here). The broker's writes
+        #: once for a burst: a heartbeat naming N new groups rewrote the whole file N times.
+        self.persist_created: Callable[[], object] | None = None
+        #: Groups were created on use since the table was last written by :meth:`persist_now`.
+        self.unsaved = False
         self._refusals = WarningGate(log)
 
     @property
@@ -74,11 +79,22 @@ class SubscriptionGroupManager:
                     config = SubscriptionGroupConfig(group)
                     log.info("auto-created subscription group %s", group)
                     self.file.update(config, persist=False)
-            try:
-                self.file.persist()
-            except OSError as e:  # a full disk must not fail the pull or heartbeat that named the group
-                log.error("auto-created subscription group %s is not saved yet: %s", group, e)
+                    self.unsaved = True
+            if self.persist_created is not None:
+                self.persist_created()
+            else:
+                self.persist_now()
         return config
+
+    def persist_now(self) -> None:
+        """Write the table after auto-creations; a full disk must not fail the pull or heartbeat that
+        named a group (the group lives on in memory, and is written with the next change)."""
+        self.unsaved = False
+        try:
+            self.file.persist()
+        except OSError as e:
+            self.unsaved = True
+            log.error("auto-created subscription groups are not saved yet: %s", e)
 
     def put(self, config: SubscriptionGroupConfig) -> None:
         self.file.update(config)
