@@ -24,7 +24,6 @@ import logging
 import math
 import socket
 import ssl as _ssl
-import struct
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -430,8 +429,8 @@ class HAMaster:
     def _refused(self, sock: socket.socket, host: str, port: object, why: str) -> None:
         self.refused += 1
         self._refusals.warning("HA: closing the connection from %s:%s: %s", host, port, why)
-        with contextlib.suppress(OSError):  # a reset, not a FIN: nothing was said to it
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        with contextlib.suppress(OSError):  # what it sent so far: closed unread, it would be a reset
+            sock.recv(_READ_CHUNK)
         sock.close()
 
     async def _accept(self, sock: socket.socket) -> None:
