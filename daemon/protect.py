@@ -15,7 +15,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Protocol
 
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.errors import RemotingCommandError
@@ -100,6 +100,27 @@ def refusal(ip: str, code: int, local_ip: str = "") -> str | None:
     return (
         f"protected mode: request code {code} from {ip or '?'} changes data or configuration, and this "
         f"daemon has ACL off and listens beyond loopback; send it from 127.0.0.1, or {WAYS_OUT}"
+    )
+
+
+class Peer(Protocol):
+    """Whoever sent a request: a remoting connection, or a 5.x client's channel."""
+
+    address: tuple[str, int]
+
+    def local_ip(self) -> str: ...
+
+
+def creation_refusal(peer: Peer, what: str) -> str | None:
+    """Why ``peer`` may not auto-create ``what`` (a topic or a subscription group) at a daemon in protected
+    mode, or None: it is this machine. Creating one on use is creating it as the admin codes do, so a peer
+    beyond loopback sees `autoCreateTopicEnable` and `autoCreateSubscriptionGroup` off."""
+    ip = peer.address[0]
+    if is_local(ip, peer.local_ip()):
+        return None
+    return (
+        f"protected mode: {what} does not exist and {ip or '?'} may not create it on use (this daemon has "
+        f"ACL off and listens beyond loopback); create it from 127.0.0.1, or {WAYS_OUT}"
     )
 
 

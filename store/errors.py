@@ -68,7 +68,8 @@ class StoreClosedError(StoreError):
 
 
 class UnsupportedCompressionError(StoreError):
-    """A body uses a compression codec (LZ4, ZSTD) whose library is not installed."""
+    """A body uses a compression codec (LZ4, ZSTD) whose library is not installed, or inflates past
+    ``store.record.MAX_INFLATED_BODY`` (a decompression bomb)."""
 
 
 class ConfigFileError(StoreError):

@@ -212,8 +212,15 @@ def decode_uniq_key(key: str) -> UniqKey:
 # ---------------------------------------------------------------- bodies (docs/store-format.md §compression)
 
 
-def inflate_body(body: bytes, sys_flag: int) -> bytes:
-    """The application body: inflated when sysFlag bit 0 is set (type 0 and 3 are zlib)."""
+#: The most a compressed body may inflate to. A producer checks maxMessageSize (4 MiB by default) on the
+#: body before compressing it, so a real one is far below; a few MiB of zeros would inflate to gigabytes
+#: in whoever opens the message (a 5.x consumer's receive and a send-back in the broker, mqctl's tools).
+MAX_INFLATED_BODY: Final = 64 * 1024 * 1024
+
+
+def inflate_body(body: bytes, sys_flag: int, limit: int = MAX_INFLATED_BODY) -> bytes:
+    """The application body: inflated when sysFlag bit 0 is set (type 0 and 3 are zlib), never past
+    ``limit`` bytes (raises UnsupportedCompressionError)."""
     if not sys_flag & COMPRESSED_FLAG:
         return body
     kind = sys_flag & COMPRESSION_TYPE_MASK
@@ -222,14 +229,23 @@ def inflate_body(body: bytes, sys_flag: int) -> bytes:
             import lz4.frame  # type: ignore[import-not-found]
         except ImportError as e:
             raise UnsupportedCompressionError("LZ4 body needs the 'lz4' package") from e
-        return bytes(lz4.frame.decompress(body))
-    if kind == COMPRESSION_ZSTD:
+        raw = bytes(lz4.frame.LZ4FrameDecompressor().decompress(body, max_length=limit + 1))
+    elif kind == COMPRESSION_ZSTD:
         try:
             import zstandard  # type: ignore[import-not-found]
         except ImportError as e:
             raise UnsupportedCompressionError("ZSTD body needs the 'zstandard' package") from e
-        return bytes(zstandard.ZstdDecompressor().decompressobj().decompress(body))
-    return zlib.decompress(body)
+        raw = bytes(zstandard.ZstdDecompressor().stream_reader(body).read(limit + 1))
+    else:
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(body, limit + 1)
+        if len(raw) <= limit and not inflater.eof:  # as zlib.decompress says of a cut stream
+            raise zlib.error("Error -5 while decompressing data: incomplete or truncated stream")
+    if len(raw) > limit:
+        raise UnsupportedCompressionError(
+            f"a compressed body of {len(body)} bytes inflates past {limit} bytes (a decompression bomb?)"
+        )
+    return raw
 
 
 # ---------------------------------------------------------- records (docs/store-format.md §commitlog-records)

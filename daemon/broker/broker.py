@@ -61,9 +61,11 @@ from daemon.dledger.machines import Role, Timings
 from daemon.dledger.server import DLedgerServer, DLedgerSettings, dledger_runtime_info, parse_peers
 from daemon.lifecycle import cancel_tasks, every, supervise
 from daemon.protect import (
+    Peer,
     ProtectedModeGuard,
     Protection,
     binds_beyond_loopback,
+    creation_refusal,
     is_local,
     listening,
     protection,
@@ -259,6 +261,8 @@ class Broker:
         self.persist_topics = Coalesced(
             lambda: asyncio.to_thread(self.topics.file.persist_changes), "persist-topics"
         )
+        #: Groups created on use, written together (see SubscriptionGroupManager.persist_created).
+        self.persist_groups = Coalesced(lambda: asyncio.to_thread(self.groups.persist_now), "persist-groups")
         self._flush_pool: ThreadPoolExecutor | None = None
         self._metrics_stop: Callable[[], None] | None = None
         self._started = False
@@ -288,6 +292,13 @@ class Broker:
         if isinstance(guard, PlainAccessValidator):
             return guard.admin_signed(conn.address[0], request)
         return is_local(conn.address[0], conn.local_ip())
+
+    def creation_refusal(self, peer: Peer, what: str) -> str | None:
+        """Why ``peer`` may not create topic or group ``what`` on use (a send, heartbeat, pull or pop
+        naming one that does not exist): protected mode and a peer off this machine; else None."""
+        if not isinstance(self.server.dispatcher.guard, ProtectedModeGuard):
+            return None
+        return creation_refusal(peer, what)
 
     def listening(self) -> str:
         """Where the broker listens, why there, and whether protected mode is on (the start-up line)."""
@@ -905,6 +916,8 @@ class Broker:
             configs = self.store.configs
             self.topics = TopicConfigManager(self.config, configs.topics)
             self.groups = SubscriptionGroupManager(configs.subscription_groups, self.config)
+            self.groups.refuse = self.creation_refusal
+            self.groups.persist_created = self.persist_groups.request
             self.offsets = configs.consumer_offsets
             self.topics.create_system_topics()
             self.groups.create_builtin_groups()
@@ -946,6 +959,7 @@ class Broker:
         await self.registration.aclose()
         await self.register_topics.aclose()
         await self.persist_topics.aclose()
+        await self.persist_groups.aclose()
         await self._unregister_all()
         await self.schedule.stop()
         await self.timers.stop()
@@ -964,6 +978,8 @@ class Broker:
         self._stop_metrics()
         if self._flush_pool is not None:
             self._flush_pool.shutdown(wait=True)
+        if self.groups.unsaved:  # groups created on use since the last write (nothing serves now)
+            self.groups.persist_now()
         try:
             self.topics.file.fold()  # the journaled topic creations into topics.json: what Java reads
         except OSError as e:  # (still in the journal: our next start replays and folds them)

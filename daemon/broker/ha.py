@@ -17,10 +17,12 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import heapq
 import itertools
 import logging
 import math
+import socket
 import ssl as _ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -35,6 +37,7 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
 from daemon.remoting.errors import RemotingError
 from daemon.remoting.limits import WarningGate
+from daemon.remoting.server import TLS_HANDSHAKE_TIMEOUT, bind_listener
 from store import fastjson
 from store.commitlog import PutMessageStatus
 from store.config import SLAVE, SYNC_MASTER, StoreConfig
@@ -373,7 +376,8 @@ class HAMaster:
         #: while a slave is connected, so a master without slaves pays nothing per send.
         self._wakers = wakers
         self.push2slave_max_offset = 0
-        self._server: asyncio.Server | None = None
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[object]] = set()
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
@@ -383,52 +387,88 @@ class HAMaster:
 
     async def start(self) -> int:
         """Listen; returns the bound port (the one to register when the configured one is 0)."""
-        self._server = await asyncio.start_server(
-            self._accept, self.host, self.port, reuse_address=True, ssl=self.ssl
-        )
-        self.port = self._server.sockets[0].getsockname()[1]
+        # our own accept loop, not start_server(ssl=): the gate decides on the bare socket, before a
+        # TLS handshake is spent on a stranger (a flood of them would spend the loop on handshakes)
+        listener = bind_listener(self.host, self.port)
+        listener.listen(128)
+        self._listener = listener
+        self.port = listener.getsockname()[1]
+        self._acceptor = supervise(functools.partial(self._accept_loop, listener), "ha-accept")
         log.info("HA service listening on %s:%d", self.host, self.port)
         return self.port
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._acceptor
+            self._acceptor = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
         await cancel_tasks(list(self._tasks))
-        if self._server is not None:
-            await self._server.wait_closed()
-            self._server = None
         for _end, _seq, fut in self._waiters:
             if not fut.done():
                 fut.cancel()
         self._waiters = []
 
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        host = str(peer[0]) if peer else ""
+    async def _accept_loop(self, listener: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                sock, _ = await loop.sock_accept(listener)
+            except OSError as exc:  # EMFILE and friends: the listener stays
+                log.warning("accept on the HA port %d failed: %s", self.port, exc)
+                await asyncio.sleep(0.1)
+                continue
+            sock.setblocking(False)
+            task = asyncio.create_task(self._accept(sock), name="ha-connection")
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _refused(self, sock: socket.socket, host: str, port: object, why: str) -> None:
+        self.refused += 1
+        self._refusals.warning("HA: closing the connection from %s:%s: %s", host, port, why)
+        with contextlib.suppress(OSError):  # what it sent so far: closed unread, it would be a reset
+            sock.recv(_READ_CHUNK)
+        sock.close()
+
+    async def _accept(self, sock: socket.socket) -> None:
+        try:
+            peer, own = sock.getpeername(), sock.getsockname()
+        except OSError:  # reset before we looked
+            sock.close()
+            return
+        host = str(peer[0])
         why: str | None = "the NameServers list no slave of this broker group at that address"
         if await self.gate.admits(host):
-            own = writer.get_extra_info("sockname")
-            why = self.refuse(peer_host(host), peer_host(str(own[0]) if own else "")) if self.refuse else None
+            why = self.refuse(peer_host(host), peer_host(str(own[0]))) if self.refuse else None
         if why is not None:
-            self.refused += 1
-            self._refusals.warning(
-                "HA: closing the connection from %s:%s: %s", host, peer[1] if peer else "?", why
-            )
-            writer.transport.abort()
+            self._refused(sock, host, peer[1], why)
             return
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(loop=loop)
+        protocol = asyncio.StreamReaderProtocol(reader, loop=loop)
+        try:
+            transport, _ = await loop.connect_accepted_socket(
+                lambda: protocol,
+                sock,
+                ssl=self.ssl,
+                ssl_handshake_timeout=TLS_HANDSHAKE_TIMEOUT if self.ssl is not None else None,
+            )
+        except (OSError, TimeoutError) as exc:  # ssl.SSLError and ConnectionError included
+            self._refused(sock, host, peer[1], f"TLS handshake failed (haTls): {exc or type(exc).__name__}")
+            return
+        writer = asyncio.StreamWriter(transport, protocol, reader, loop)
         conn = SlaveConnection(self, reader, writer)
         log.info("HA slave connected from %s", conn.addr)
         self.connections.add(conn)
         if self.notify not in self._wakers:
             self._wakers.append(self.notify)
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
         try:
             await conn.run()
         finally:
             self.connections.discard(conn)
-            self._tasks.discard(task)
             if not self.connections:
                 self._wakers.remove(self.notify)
 

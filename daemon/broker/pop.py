@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     from daemon.broker.managers.groups import SubscriptionGroupManager
     from daemon.broker.managers.topics import TopicConfigManager
     from daemon.broker.stats import BrokerStats
+    from daemon.protect import Peer
     from store.api import MessageStore
     from store.config_files import ConsumerOffsetManager
     from store.results import PutResult
@@ -654,11 +655,12 @@ class PopService:
         expression: str,
         attempt_id: str | None = None,
         init_mode: int = INIT_MODE_MAX,
+        peer: Peer | None = None,
     ) -> list[PoppedMessage]:
         """Pop up to ``max_messages`` (queue_id -1: any readable queue), waiting up to ``poll_ms`` for
         one to arrive. A FIFO pop asked again with the same ``attempt_id`` while its lending lasts (the
         client did not get the answer) gets the same messages and handles again, as in 5.x."""
-        self._check(group, topic)
+        self._check(group, topic, peer)
         _check_invisible(invisible_ms)
         sub = build_subscription(topic, expression, expression_type)
         if not is_tag_type(sub.expression_type):
@@ -844,7 +846,7 @@ class PopService:
 
     # ------------------------------------------------------------------ popping
 
-    def _check(self, group: str, topic: str) -> None:
+    def _check(self, group: str, topic: str, peer: Peer | None) -> None:
         """``PopMessageProcessor``'s checks, in its order (a slave lends nothing: POP state is the
         master's)."""
         broker = self.broker
@@ -858,7 +860,7 @@ class PopService:
             raise PopError(ResponseCode.TOPIC_NOT_EXIST, f"topic[{topic}] not exist, apply first please!")
         if not topic_config.perm & PermName.READ:
             raise PopError(ResponseCode.NO_PERMISSION, f"the topic[{topic}] peeking message is forbidden")
-        config = broker.groups.find(group)
+        config = broker.groups.find(group, peer)
         if config is None:
             raise PopError(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group [{group}] does not exist"

@@ -352,7 +352,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             reply.publishing.max_body_size = self.broker.store.config.max_message_size
             reply.publishing.validate_message_type = True
         elif given.client_type in CONSUME_TYPES:
-            group = self.broker.groups.find(given.subscription.group.name)
+            group = self.broker.groups.find(given.subscription.group.name, client.channel)
             retries = group.retry_max_times if group is not None else 16
             reply.backoff_policy.Clear()
             reply.backoff_policy.max_attempts = retries + 1
@@ -733,6 +733,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 expression_type="SQL92" if expression.type == pb.SQL else "TAG",
                 expression=expression.expression or "*",
                 attempt_id=request.attempt_id or None,
+                peer=client.channel,
             )
         except Refused as refused:
             await context.write(spb.ReceiveMessageResponse(status=refused.status()))

@@ -108,6 +108,9 @@ class TopicConfigSerializeWrapper(Bean):
 
 
 _INT = struct.Struct(">i")
+#: The most a compressed registration body may inflate to: a broker of a million topics sends less; a
+#: few hundred KiB of zeros (anyone may register a broker in protected mode) would inflate to gigabytes.
+MAX_INFLATED_REGISTRATION = 64 * 1024 * 1024
 _EMPTY_TABLE = b'"topicConfigTable":{}'
 _TABLE_KEY = b'"topicConfigTable":'
 _VERSION_KEY = b'"dataVersion":'
@@ -252,10 +255,16 @@ class RegisterBrokerBody(Bean):
             return cls()
         if not compressed:
             return cls.loads(body)
+        inflater = zlib.decompressobj()
         try:
-            raw = zlib.decompress(body)
+            raw = inflater.decompress(body, MAX_INFLATED_REGISTRATION + 1)
         except zlib.error as exc:
             raise ValueError(f"bad compressed registration body: {exc}") from None
+        if len(raw) > MAX_INFLATED_REGISTRATION:
+            raise ValueError(
+                f"compressed registration body of {len(body)} bytes inflates past {MAX_INFLATED_REGISTRATION} "
+                "bytes (a decompression bomb?)"
+            )
         pos = 0
 
         def chunk() -> bytes:

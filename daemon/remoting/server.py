@@ -146,7 +146,7 @@ class RemotingServer:
             )
             sock = self._server.sockets[0]
         else:
-            sock = self._listener = _bind(self.host, self.port)
+            sock = self._listener = bind_listener(self.host, self.port)
         self.port = sock.getsockname()[1]
         if self.idle_timeout > 0:  # 0 (or less) is Netty's IdleStateHandler disabled: no idle close
             self._sweeper = supervise(self._sweep_idle, "remoting-idle-sweeper")
@@ -165,7 +165,7 @@ class RemotingServer:
             )
             self._also_servers.append(server)
         else:
-            self._also_sockets[_bind(host, port)] = None
+            self._also_sockets[bind_listener(host, port)] = None
 
     async def serve(self) -> None:
         """Start accepting on the sockets `start(serve=False)` and `bind_also` bound."""
@@ -384,7 +384,7 @@ class RemotingServer:
         await self.stop()
 
 
-def _bind(host: str, port: int) -> socket.socket:
+def bind_listener(host: str, port: int) -> socket.socket:
     """A bound (not yet listening) TCP socket, as `loop.create_server` makes one."""
     infos = socket.getaddrinfo(host or None, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     family, kind, proto, _, addr = infos[0]

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from daemon.broker.bodies import (
     ConsumerConnection,
+    ConsumerData,
     ConsumeStats,
+    HeartbeatData,
     ResetOffsetBody,
     SubscriptionGroupConfig,
     SubscriptionGroupWrapper,
@@ -27,6 +29,7 @@ from store.cleanup import FakeDiskUsage
 from store.engine import DefaultMessageStore
 from store.record import decode_records
 from tests.support.broker import BrokerHandle, broker_config, start_broker
+from tests.support.waiting import wait_until
 
 
 def create_topic(name: str, queues: int = 4, perm: int = 6) -> dict[str, str]:
@@ -81,6 +84,42 @@ async def test_subscription_group_admin(broker: BrokerHandle) -> None:
         broker.broker.groups.table.get("SG") is None
         and broker.broker.offsets.query_offset("SG", "SGT", 0) == -1
     )
+
+
+async def test_a_heartbeat_naming_many_new_groups_writes_the_group_table_once_for_them(
+    tmp_path: Path,
+) -> None:
+    """Each group a heartbeat created on use rewrote the whole subscriptionGroup.json: one heartbeat
+    naming N new groups cost N whole-file writes on the broker's loop, O(N^2), while it served nobody
+    else. They are written together now, and kept across a restart."""
+    root = tmp_path / "store"
+    b = await start_broker(root)
+    client = RemotingClient()
+    handle = BrokerHandle(b.addr, client, b)
+    names = [f"Many{i}" for i in range(200)]
+    try:
+        file = b.groups.file
+        writes: list[int] = []
+        persist = file.persist
+
+        def counted() -> None:
+            writes.append(1)
+            persist()
+
+        file.persist = counted  # type: ignore[method-assign]
+        data = HeartbeatData("many@1", [], [ConsumerData(n) for n in names])
+        assert (await handle.call(RequestCode.HEART_BEAT, body=data.dumps())).code == ResponseCode.SUCCESS
+        assert all(b.groups.get(n) is not None for n in names)
+        on_disk = root / "config" / "subscriptionGroup.json"
+        await wait_until(lambda: "Many199" in on_disk.read_text())
+        assert 1 <= len(writes) <= 2, len(writes)
+        late = await handle.heartbeat("late@1", "Late", ["T"])  # written at stop at the latest
+        assert late.code == ResponseCode.SUCCESS
+    finally:
+        await client.close()
+        await b.stop()
+    kept = SubscriptionGroupWrapper.loads(on_disk.read_bytes())
+    assert {*names, "Late"} <= set(kept.subscription_group_table)
 
 
 async def test_topic_and_consume_stats_show_lag(broker: BrokerHandle) -> None:

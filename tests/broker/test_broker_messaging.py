@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import zlib
 from pathlib import Path
 
 import pytest
@@ -23,8 +24,9 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from daemon.remoting.frame import decode_frame, encode_command
 from store.memory import InMemoryMessageStore
-from store.record import decode_msg_id, decode_records
-from tests.support.broker import BrokerHandle, batch_entry, broker_config, start_broker
+from store.message import COMPRESSED_FLAG
+from store.record import MAX_INFLATED_BODY, decode_msg_id, decode_records
+from tests.support.broker import BrokerHandle, batch_entry, broker_config, send_fields, start_broker
 
 
 async def test_send_v2_then_pull_returns_identical_message(broker: BrokerHandle) -> None:
@@ -216,6 +218,28 @@ async def test_send_back_goes_through_delay_level_to_retry_topic(broker: BrokerH
     assert msg.properties["REAL_TOPIC"] == "%RETRY%RG" and msg.properties["WAIT"] == "false"
     assert msg.properties["ORIGIN_MESSAGE_ID"] == sent.ext_fields["msgId"]
     assert broker.broker.store.configs.delay_offsets.table[1] == 1
+
+
+async def test_a_compressed_body_bomb_is_not_inflated_whole_by_a_send_back(broker: BrokerHandle) -> None:
+    """A producer (anyone, in protected mode) stores a body flagged compressed whose zeros inflate to
+    far more than any producer could have compressed (maxMessageSize bounds the body before it is
+    compressed); a send-back of it, which any consumer may ask, inflated it whole in the broker. It
+    now stops at MAX_INFLATED_BODY and the send-back is refused; a real compressed body still goes."""
+    bomb = zlib.compress(b"\0" * (2 * MAX_INFLATED_BODY), 9)
+    fields = send_fields("Bomb")
+    fields["f"] = str(COMPRESSED_FLAG)  # sysFlag
+    sent = await broker.call(RequestCode.SEND_MESSAGE_V2, fields, bomb)
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+    _, phys = decode_msg_id(sent.ext_fields["msgId"])
+    h = ConsumerSendMsgBackRequestHeader(phys, "BG", 0, None, None, False, 0)
+    refused = await broker.call(RequestCode.CONSUMER_SEND_MSG_BACK, h.to_ext_fields())
+    assert refused.code == ResponseCode.SYSTEM_ERROR and "inflates past" in (refused.remark or ""), refused
+    assert broker.broker.topics.get("%DLQ%BG") is None
+    real = await broker.call(RequestCode.SEND_MESSAGE_V2, fields, zlib.compress(b"real " * 1000))
+    _, phys = decode_msg_id(real.ext_fields["msgId"])
+    assert await _send_back(broker, phys, "BG", 0, max_times=0) == ResponseCode.SUCCESS
+    (dead,) = decode_records((await broker.pull("X", "%DLQ%BG", 0, 0)).body)
+    assert dead.body == b"real " * 1000
 
 
 async def test_send_back_past_max_times_goes_to_dlq(broker: BrokerHandle) -> None:

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from daemon.broker.bodies import ConsumerData, HeartbeatData
 from daemon.broker.config import BrokerConfig, load_broker_config
+from daemon.broker.headers import PopMessageRequestHeader, PullMessageRequestHeader
 from daemon.namesrv.config import NamesrvConfig
 from daemon.namesrv.controller import NamesrvController
 from daemon.protect import PROTECTED_CODES, binds_beyond_loopback, is_loopback, protection, refusal
@@ -145,6 +147,49 @@ async def test_an_admin_write_from_a_peer_off_loopback_is_refused(
             assert opened.broker.config.file_reserved_time == 72
         finally:
             await stop_cluster(opened)
+
+
+@pytest.mark.slow
+async def test_a_peer_off_loopback_creates_no_topic_or_group_on_use(tmp_path: Path) -> None:
+    """Auto-creation is creation: a peer in a network namespace that sends to a topic nobody made, to a
+    `%RETRY%` topic of a group nobody made, or names a new group in a heartbeat or a pull creates
+    nothing (one anonymous heartbeat naming thousands of groups wrote thousands of groups and retry
+    topics, each persisted); the same sends from this machine still auto-create, as 4.9.8 does."""
+    with peer_namespace() as peer:
+        handle = await start_cluster(tmp_path, listen_host="0.0.0.0")
+        try:
+            addr = f"{peer.host_ip}:{handle.broker.server.port}"
+            beat = HeartbeatData("peer@1", [], [ConsumerData(f"PeerGroup{i}") for i in range(3)])
+            pull = PullMessageRequestHeader("PullGroup", "TBW102", 0, 0, 32, 0x4, 0, 0, 0, "*", "TAG")
+            popped = PopMessageRequestHeader("PopGroup", "TBW102", -1, 1, 60_000, 0, 0, 1, "TAG", "*")
+            sent, retry, beat_answer, pulled, pop_answer = await peer.send(
+                addr,
+                [
+                    (R.SEND_MESSAGE_V2, send_fields("PeerTopic"), "hello"),
+                    (R.SEND_MESSAGE_V2, send_fields("%RETRY%PeerGroup0"), "hello"),
+                    (R.HEART_BEAT, {}, beat.dumps().decode()),
+                    (R.PULL_MESSAGE, pull.to_ext_fields(), ""),
+                    (R.POP_MESSAGE, popped.to_ext_fields(), ""),
+                ],
+            )
+            for answer in (sent, retry):
+                assert answer[0] == ResponseCode.TOPIC_NOT_EXIST, answer
+                assert "protected mode" in answer[1] and f"{peer.peer_ip} may not create" in answer[1]
+            assert beat_answer[0] == ResponseCode.SUCCESS  # the consumer is served, its group not made
+            assert pulled[0] == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, pulled
+            assert pop_answer[0] == ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, pop_answer
+            broker = handle.broker
+            made = [t for t in ("PeerTopic", "%RETRY%PeerGroup0") if broker.topics.get(t) is not None]
+            made += [g for g in ("PeerGroup0", "PullGroup", "PopGroup") if broker.groups.get(g) is not None]
+            assert made == []
+            local = await handle.call(R.SEND_MESSAGE_V2, send_fields("PeerTopic"), b"hello")
+            assert local.code == ResponseCode.SUCCESS and broker.topics.get("PeerTopic") is not None
+            local_beat = await handle.heartbeat("local@1", "PeerGroup0", ["PeerTopic"])
+            assert local_beat.code == ResponseCode.SUCCESS and broker.groups.get("PeerGroup0") is not None
+            (again,) = await peer.send(addr, [(R.SEND_MESSAGE_V2, send_fields("PeerTopic"), "hello")])
+            assert again[0] == ResponseCode.SUCCESS, again  # made from this machine, it serves the peer
+        finally:
+            await stop_cluster(handle)
 
 
 @pytest.mark.slow

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import tracemalloc
 import zlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import daemon.remoting.bodies as bodies
 import store.supervise as supervise_module
 from daemon.config import parse_properties
 from daemon.namesrv.config import NamesrvConfig
@@ -183,6 +185,28 @@ async def test_compressed_registration_and_crc_check(namesrv: Namesrv) -> None:
     assert garbage.code == ResponseCode.SYSTEM_ERROR and (garbage.remark or "").startswith(
         "bad registration body"
     )
+
+
+async def test_a_compressed_registration_bomb_is_refused_before_it_inflates(
+    namesrv: Namesrv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Anyone may register a broker (protected mode leaves it open): a compressed body of zeros inflated
+    whole, so one request of a few hundred KiB made the NameServer hold gigabytes. It stops at the cap
+    (lowered here, so that the bomb stays small)."""
+    cap = 1024 * 1024
+    monkeypatch.setattr(bodies, "MAX_INFLATED_REGISTRATION", cap, raising=False)
+    bomb = zlib.compress(b"\0" * (64 * cap), 9)
+    fields = {"brokerName": "b", "brokerAddr": "127.0.0.9:1", "clusterName": "C", "haServerAddr": "x",
+              "brokerId": "0", "compressed": "true"}  # fmt: skip
+    tracemalloc.start()
+    try:
+        refused = await namesrv.call(RequestCode.REGISTER_BROKER, fields, bomb)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert refused.code == ResponseCode.SYSTEM_ERROR and "inflates past" in (refused.remark or "")
+    assert peak < 8 * cap, peak  # about the cap, not the bomb's 64
+    assert (await namesrv.register({"Z": 2}, compressed=True)).code == 0
 
 
 async def test_unregister_removes_broker_and_its_topics(namesrv: Namesrv) -> None:

@@ -9,6 +9,8 @@ import asyncio
 import logging
 import socket
 import ssl
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -34,6 +36,7 @@ from tests.daemons import LocalCluster, local_cluster
 from tests.support.broker import BrokerClient, broker_config, replicated, start_broker
 from tests.support.cli import RunCli
 from tests.support.namesrv import namesrv_config
+from tests.support.netns import peer_namespace
 from tests.support.ports import free_port
 from tests.support.up import mqctl_up
 from tests.support.waiting import wait_until
@@ -302,6 +305,46 @@ async def test_ha_tls_refuses_a_slave_whose_certificate_another_ca_signed(
     finally:
         await slave.stop()
         await master.stop()
+
+
+#: A stranger's TLS handshake with argv[1]:argv[2], without a certificate: prints what it got.
+_STRANGER = """
+import socket, ssl, sys
+ctx = ssl.create_default_context()
+ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+try:
+    with socket.create_connection((sys.argv[1], int(sys.argv[2])), 10) as raw:
+        with ctx.wrap_socket(raw) as tls:
+            print("handshake" if tls.getpeercert(binary_form=True) else "no certificate")
+except (OSError, ssl.SSLError) as exc:
+    print("closed", type(exc).__name__)
+"""
+
+
+@pytest.mark.slow
+async def test_the_ha_gate_closes_a_stranger_before_its_tls_handshake(
+    tmp_path: Path, certs: dict[str, Path]
+) -> None:
+    """Under haTls a stranger in a network namespace (no slave the NameServers list) was served a whole
+    TLS handshake before the gate closed it: a flood of them spends the broker's loop on handshakes. The
+    gate now decides first, as the DLedger channel's does."""
+    with peer_namespace() as peer:
+        ha = {"ha_tls": True, "ha_listen_port": 0, **server_keys(certs, mode="permissive")}
+        master = await start_broker(tmp_path / "m", listen_host=peer.host_ip, broker_ip1=peer.host_ip, **ha)
+        try:
+            assert master.ha_master is not None
+            argv = ["ip", "netns", "exec", peer.name, sys.executable, "-c", _STRANGER]
+            done = await asyncio.to_thread(
+                subprocess.run,
+                [*argv, peer.host_ip, str(master.ha_master.port)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.stdout.startswith("closed"), (done.stdout, done.stderr)
+            assert master.ha_master.refused >= 1
+        finally:
+            await master.stop()
 
 
 # ------------------------------------------------------------------------------------------ mqctl

@@ -42,7 +42,7 @@ class ClientProcessor:
         broker = self.broker
         language = request.language.name
         for consumer in data.consumer_data_set:
-            group = broker.groups.find(consumer.group_name)
+            group = broker.groups.find(consumer.group_name, conn)
             if group is not None:
                 # creating %RETRY%<group> re-registers the broker, which gives the retry topic a route
                 broker.topics.create_system_like(

@@ -135,9 +135,11 @@ class PopProcessor:
             raise PopError(
                 INVALID_PARAMETER, f"the broker[{ip}] pop message's num is greater than {MAX_POP_BATCH}"
             )
-        return self._pop(request, h)
+        return self._pop(conn, request, h)
 
-    async def _pop(self, request: RemotingCommand, h: PopMessageRequestHeader) -> RemotingCommand:
+    async def _pop(
+        self, conn: Connection, request: RemotingCommand, h: PopMessageRequestHeader
+    ) -> RemotingCommand:
         try:
             popped = await self.broker.pop.pop(
                 group=h.consumer_group,
@@ -151,6 +153,7 @@ class PopProcessor:
                 expression=h.exp or "*",
                 attempt_id=h.attempt_id,
                 init_mode=h.init_mode,
+                peer=conn,
             )
         except PopError as exc:
             return request.make_response(exc.code, exc.remark)

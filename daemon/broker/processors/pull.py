@@ -96,7 +96,7 @@ class PullProcessor:
             )
         return sub
 
-    def _check(self, h: PullMessageRequestHeader) -> None:
+    def _check(self, h: PullMessageRequestHeader, conn: Connection) -> None:
         """Steps 1–3: permissions, group and topic."""
         broker = self.broker
         if not broker.config.broker_permission & PermName.READ:
@@ -104,7 +104,7 @@ class PullProcessor:
                 ResponseCode.NO_PERMISSION,
                 f"the broker[{broker.config.broker_ip1}] pulling message is forbidden",
             )
-        group = broker.groups.find(h.consumer_group)
+        group = broker.groups.find(h.consumer_group, conn)
         if group is None:
             raise fail(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -170,7 +170,7 @@ class PullProcessor:
         """Synchronous unless the pull is held or its queue is being healed: no task per pull that finds
         messages."""
         h = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
-        self._check(h)
+        self._check(h, conn)
         codes = tag_codes(self._subscription(h))
         if (h.topic, h.queue_id) in self._heals:
             return self._after_heal(conn, request, h, codes, None)

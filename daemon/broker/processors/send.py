@@ -33,6 +33,7 @@ from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor, error_response
+from daemon.remoting.limits import WarningGate
 from store.api import MessageStore
 from store.commitlog import PutMessageStatus
 from store.consumequeue import QueueHandle, prefetch
@@ -330,6 +331,8 @@ class SendProcessor:
         self._replies: list[tuple[Connection, RemotingCommand, RemotingCommand]] = []
         #: Each topic's send state by the name sends give (see :meth:`_slot`).
         self._slots: dict[str, TopicSlot] = {}
+        #: Protected mode's refusals of topics a peer off this machine would create on use, logged
+        self._refusals = WarningGate(log)
 
     # ------------------------------------------------------------------ checks shared by sends
 
@@ -398,6 +401,11 @@ class SendProcessor:
         topics = self.broker.topics
         config = topics.get(h.topic)
         if config is None:
+            conn = self._conn
+            refused = self.broker.creation_refusal(conn, f"topic {h.topic}") if conn is not None else None
+            if refused is not None:
+                self._refusals.warning("%s", refused)
+                raise fail(ResponseCode.TOPIC_NOT_EXIST, refused)
             sys_flag = TOPIC_SYS_FLAG_UNIT if h.unit_mode else 0
             config = topics.create_in_send(h.topic, h.default_topic, h.default_topic_queue_nums, sys_flag)
             if config is None and h.topic.startswith(RETRY_GROUP_TOPIC_PREFIX):
@@ -416,7 +424,7 @@ class SendProcessor:
         """For a client re-send to `%RETRY%<group>`: the DLQ target once retries are exhausted
         (docs/wire-protocol.md §send-processing step 5)."""
         group_name = h.topic[len(RETRY_GROUP_TOPIC_PREFIX) :]
-        group = self.broker.groups.find(group_name)
+        group = self.broker.groups.find(group_name, self._conn)
         if group is None:
             raise fail(
                 ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {group_name}"
@@ -691,7 +699,7 @@ class SendProcessor:
     async def send_back(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         h = ConsumerSendMsgBackRequestHeader.from_ext_fields(request.ext_fields)
         broker = self.broker
-        group = broker.groups.find(h.group)
+        group = broker.groups.find(h.group, conn)
         if group is None:
             raise fail(ResponseCode.SUBSCRIPTION_GROUP_NOT_EXIST, f"subscription group not exist, {h.group}")
         if not broker.config.broker_permission & PermName.WRITE:
