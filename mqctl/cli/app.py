@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 from collections.abc import Iterator, MutableMapping
@@ -212,6 +211,8 @@ def _root(
 ) -> None:
     """mqctl: run and operate RocketMQ-compatible NameServers and Brokers."""
     # context, output and timeout are read by each command (mqctl.cli.common), which may override them
+    import logging
+
     from mqctl import auth, tls as session_tls
     from mqctl.output import configure
 
@@ -236,6 +237,8 @@ def _loop_slice(micros: int) -> None:
     """``--sched-slice-micros``: the slice on the calling thread, the one every command runs its event
     loop on (threads it starts later keep the kernel's default). A kernel or sandbox that refuses it
     leaves the default and says so once: the command works the same, only its wake-ups wait longer."""
+    import logging
+
     from daemon.schedslice import MAX_SLICE_US, MIN_SLICE_US, SliceRefused, set_loop_slice
     from mqctl.errors import UsageError
 
@@ -452,9 +455,16 @@ def _flush_output() -> None:
         pass
 
 
+def _usage_code(noun: str | None) -> int:
+    """'check' is a monitoring plugin: a bad flag is UNKNOWN (3) by that convention, not mqctl's 2."""
+    from mqctl.errors import UsageError
+
+    return 3 if noun == "check" else UsageError.exit_code
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code; every error leaves as one line on stderr."""
-    from mqctl.errors import Interrupted, UsageError, translate
+    """Run the CLI and return its exit code; every error leaves as one line on stderr. Its imports are
+    the help's: what a command needs its noun imports, what a failure needs is imported when one comes."""
     from mqctl.interrupts import buffered_stdout, whole_output
 
     buffered_stdout()  # a Ctrl-C in a write to an unbuffered stdout (python -u) lost the rest of it
@@ -464,8 +474,6 @@ def main(argv: list[str] | None = None) -> int:
 
         completion_init()  # answer the committed completion scripts with Typer's classes
     cli = command()
-    # 'check' is a monitoring plugin: a bad flag is UNKNOWN (3) by that convention, not mqctl's 2
-    usage_code = 3 if noun == "check" else UsageError.exit_code
     try:
         result = cli.main(args=argv, prog_name="mqctl", complete_var=COMPLETE_VAR, standalone_mode=False)
         with whole_output:  # a closed pipe or a Ctrl-C shows here, inside the boundary, not at exit
@@ -478,15 +486,17 @@ def main(argv: list[str] | None = None) -> int:
         # 'mqctl' or 'mqctl topic' alone: the help, as it is (click ≥ 8.2 raises it as a usage error,
         # whose message is the whole help text; one escaped line of it helps nobody)
         sys.stderr.write(exc.format_message().rstrip("\n") + "\n")
-        return usage_code
+        return _usage_code(noun)
     except click.UsageError as exc:
         where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         if noun == "check":  # a monitoring plugin: its caller reads the one line on stdout
             _plugin_unknown(exc)
-        return _fail(f"{exc.format_message()}{where}", usage_code)
+        return _fail(f"{exc.format_message()}{where}", _usage_code(noun))
     except click.ClickException as exc:
         return _fail(exc.format_message(), exc.exit_code)
     except BaseException as exc:  # the one translation boundary
+        from mqctl.errors import Interrupted, translate
+
         if isinstance(exc, BrokenPipeError) or isinstance(exc.__context__, BrokenPipeError):
             if not isinstance(exc, KeyboardInterrupt | Interrupted):
                 return _reader_gone()  # rich answers a closed pipe with SystemExit(1): not a failure here
@@ -495,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         error = translate(exc)
         if _debug["on"] or os.environ.get("MQCTL_DEBUG"):
+            import logging
+
             logging.getLogger("mqctl").exception("command failed")
         return _fail(str(error), error.exit_code)
     return result if isinstance(result, int) else 0

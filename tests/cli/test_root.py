@@ -123,12 +123,13 @@ with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stder
         code = main(json.loads(sys.argv[1]))
     except SystemExit as exc:  # a completion answers and exits inside click
         code = exc.code
-modules = {module for _, module, _ in NOUNS}
-print(json.dumps([code, sorted(m for m in sys.modules if m in modules), out.getvalue()]))
+ours = sorted(m for m in sys.modules if m.split(".")[0] in ("mqctl", "daemon", "store"))
+print(json.dumps([code, [m for m in ours if m in {module for _, module, _ in NOUNS}], out.getvalue(), ours]))
 """
 
 
-def _nouns_imported(args: list[str], env: dict[str, str] | None = None) -> tuple[int, list[str], str]:
+def _run_fresh(args: list[str], env: dict[str, str] | None = None) -> tuple[int, list[str], str, list[str]]:
+    """Exit code, noun modules imported, stdout, every module of ours imported."""
     proc = subprocess.run(
         [sys.executable, "-c", NOUNS_IMPORTED, json.dumps(args)],
         capture_output=True,
@@ -136,8 +137,19 @@ def _nouns_imported(args: list[str], env: dict[str, str] | None = None) -> tuple
         check=True,
         env={**os.environ, **(env or {})},
     )
-    code, imported, out = json.loads(proc.stdout)
-    return code, imported, out
+    code, imported, out, ours = json.loads(proc.stdout)
+    return code, imported, out, ours
+
+
+def _nouns_imported(args: list[str], env: dict[str, str] | None = None) -> tuple[int, list[str], str]:
+    return _run_fresh(args, env)[:3]
+
+
+def test_the_root_help_loads_only_the_root_of_ours() -> None:
+    """No logging set-up, error tree, store or daemon package for a help that needs none of them."""
+    code, _, out, ours = _run_fresh(["--help"])
+    assert code == 0 and out.startswith("Usage: mqctl [OPTIONS] COMMAND")
+    assert ours == ["mqctl", "mqctl.cli", "mqctl.cli.app", "mqctl.interrupts"]
 
 
 @pytest.mark.parametrize(
