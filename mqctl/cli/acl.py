@@ -16,7 +16,7 @@ from mqctl.cli.common import (
     online,
 )
 
-app = typer.Typer(help="Manage ACL accounts and whitelists on brokers (plain_acl.yml).", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
 AccessKeyOpt = Annotated[str, typer.Option("--access-key", "-a", help="The account's access key.")]
 ShowSecretOpt = Annotated[

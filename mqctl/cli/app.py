@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
-from typing import Annotated
+from collections.abc import Iterator, MutableMapping
+from typing import TYPE_CHECKING, Annotated, Any
 
 import click
 import typer
 
 from mqctl import __version__
+
+if TYPE_CHECKING:
+    from click.shell_completion import CompletionItem
 
 #: ``mqctl -o json topic list``: what the root's -o takes (mqctl.output.FORMATS; importing it here
 #: would load the output layer for every ``--help``; a test keeps the two equal).
@@ -32,28 +35,56 @@ VALUED_OPTIONS = frozenset(
     }
 )
 
-# Every noun of the CLI, registered here and only here: (name, module holding ``app``).
-NOUNS: tuple[tuple[str, str], ...] = (
-    ("up", "mqctl.cli.up"),
-    ("namesrv", "mqctl.cli.namesrv"),
-    ("broker", "mqctl.cli.broker"),
-    ("cluster", "mqctl.cli.cluster"),
-    ("topic", "mqctl.cli.topic"),
-    ("group", "mqctl.cli.group"),
-    ("offset", "mqctl.cli.offset"),
-    ("msg", "mqctl.cli.msg"),
-    ("dlq", "mqctl.cli.dlq"),
-    ("timer", "mqctl.cli.timer"),
-    ("store", "mqctl.cli.store"),
-    ("bench", "mqctl.cli.bench"),
-    ("context", "mqctl.cli.context"),
-    ("acl", "mqctl.cli.acl"),
-    ("tls", "mqctl.cli.tls"),
-    ("spark-export", "mqctl.cli.spark_export"),
-    ("top", "mqctl.cli.top"),
-    ("check", "mqctl.cli.check"),
-    ("export", "mqctl.cli.export"),
-    ("apply", "mqctl.cli.apply"),
+# Every noun of the CLI, registered here and only here: (name, module holding ``app``, its one-line help).
+# The help lives here, not in the noun's module, so that the root lists the nouns without importing one.
+NOUNS: tuple[tuple[str, str, str], ...] = (
+    (
+        "up",
+        "mqctl.cli.up",
+        "Run a local NameServer and broker groups on embedded defaults (Ctrl-C stops them all).",
+    ),
+    ("namesrv", "mqctl.cli.namesrv", "Run, stop and inspect a NameServer (the route registry)."),
+    ("broker", "mqctl.cli.broker", "Run and manage a broker (RocketMQ broker.conf files work as they are)."),
+    ("cluster", "mqctl.cli.cluster", "Clusters and their brokers."),
+    ("topic", "mqctl.cli.topic", "Create, inspect and delete topics."),
+    ("group", "mqctl.cli.group", "Subscription groups: config, online clients, lag."),
+    ("offset", "mqctl.cli.offset", "Consumer offsets: show, and reset with a plan first."),
+    ("msg", "mqctl.cli.msg", "Send, find, show, tail, trace and re-send messages."),
+    ("dlq", "mqctl.cli.dlq", "Dead-letter queues: list them, export their messages."),
+    ("timer", "mqctl.cli.timer", "Timer messages waiting for their delivery time."),
+    (
+        "store",
+        "mqctl.cli.store",
+        "Inspect a store directory offline (read-only; safe while a broker runs on it). "
+        "'store clean --execute' deletes expired CommitLog files of a stopped broker's store.",
+    ),
+    ("bench", "mqctl.cli.bench", "Measure a cluster: send or drain messages and report TPS and latency."),
+    ("context", "mqctl.cli.context", "Save and switch between NameServer contexts."),
+    ("acl", "mqctl.cli.acl", "Manage ACL accounts and whitelists on brokers (plain_acl.yml)."),
+    ("tls", "mqctl.cli.tls", "Make the certificates of a TLS cluster."),
+    (
+        "spark-export",
+        "mqctl.cli.spark_export",
+        "Export a store's CommitLog or a running cluster's messages with Spark (Parquet, JSON, CSV), "
+        "or report on them.",
+    ),
+    ("top", "mqctl.cli.top", "Live view of clusters, topics, groups and the store (q quits, ? help)."),
+    (
+        "check",
+        "mqctl.cli.check",
+        "Health checks as monitoring plugins: one line with perfdata; exit 0 OK, 1 WARNING, 2 CRITICAL, "
+        "3 UNKNOWN.",
+    ),
+    (
+        "export",
+        "mqctl.cli.export",
+        "Export a cluster's metadata (topics, groups; offsets, ACL) for 'mqctl apply -f'.",
+    ),
+    (
+        "apply",
+        "mqctl.cli.apply",
+        "Make a cluster's topics and groups (and offsets) what an exported file says.",
+    ),
 )
 
 COMPLETE_VAR = "_MQCTL_COMPLETE"
@@ -180,6 +211,8 @@ def _root(
 ) -> None:
     """mqctl: run and operate RocketMQ-compatible NameServers and Brokers."""
     # context, output and timeout are read by each command (mqctl.cli.common), which may override them
+    import logging
+
     from mqctl import auth, tls as session_tls
     from mqctl.output import configure
 
@@ -204,6 +237,8 @@ def _loop_slice(micros: int) -> None:
     """``--sched-slice-micros``: the slice on the calling thread, the one every command runs its event
     loop on (threads it starts later keep the kernel's default). A kernel or sandbox that refuses it
     leaves the default and says so once: the command works the same, only its wake-ups wait longer."""
+    import logging
+
     from daemon.schedslice import MAX_SLICE_US, MIN_SLICE_US, SliceRefused, set_loop_slice
     from mqctl.errors import UsageError
 
@@ -215,9 +250,106 @@ def _loop_slice(micros: int) -> None:
         sys.stderr.write(f"mqctl: warning: --sched-slice-micros not applied: {exc}\n")
 
 
+def _typer(**settings: Any) -> typer.Typer:
+    """A Typer app with the CLI's settings (a noun's commands take them from the app they are built in)."""
+    return typer.Typer(
+        add_completion=False,
+        pretty_exceptions_enable=False,
+        suggest_commands=False,  # click already says "Did you mean ...": say it once
+        rich_markup_mode=None,  # click's plain help: rich's help imports rich and markdown_it
+        **settings,
+    )
+
+
+def _build_noun(name: str) -> click.Command:
+    """One noun's Click command: its module imported, its Typer app converted, the registry's help its own."""
+    module, help_text = next((module, text) for noun, module, text in NOUNS if noun == name)
+    app = importlib.import_module(module).app
+    holder = _typer()
+    if app.registered_commands or app.registered_groups or app.registered_callback is None:
+        holder.add_typer(app, name=name, help=help_text)
+        group = typer.main.get_command(holder)
+        assert isinstance(group, click.Group)
+        return group.commands[name]
+    # one command (up, top, export, apply): its usage must not offer a COMMAND it lacks
+    holder.command(name, help=help_text)(app.registered_callback.callback)
+    return typer.main.get_command(holder)
+
+
+class Nouns(MutableMapping[str, click.Command]):
+    """The root's commands: every registered noun by name, each built the first time it is looked up.
+    A run, ``mqctl NOUN --help`` or completing a noun's words imports that noun alone; walking the whole
+    tree (the docs generator) builds them all."""
+
+    def __init__(self) -> None:
+        self._names = [name for name, _, _ in NOUNS]
+        self._built: dict[str, click.Command] = {}
+
+    def built(self) -> list[str]:
+        """The nouns built so far."""
+        return list(self._built)
+
+    def __getitem__(self, name: str) -> click.Command:
+        if name not in self._built:
+            if name not in self._names:
+                raise KeyError(name)
+            self._built[name] = _build_noun(name)
+        return self._built[name]
+
+    def __contains__(self, name: object) -> bool:  # Mapping's would build the noun to answer
+        return name in self._names
+
+    def __setitem__(self, name: str, command: click.Command) -> None:
+        if name not in self._names:
+            self._names.append(name)
+        self._built[name] = command
+
+    def __delitem__(self, name: str) -> None:
+        if name not in self._names:
+            raise KeyError(name)
+        self._names.remove(name)
+        self._built.pop(name, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._names)
+
+    def __len__(self) -> int:
+        return len(self._names)
+
+
+def _summary(help_text: str, limit: int = 45) -> str:
+    """A noun's one-liner as click shortens a command's help to list it."""
+    return click.Command(None, help=help_text).get_short_help_str(limit)
+
+
 class Root(typer.core.TyperGroup):
-    """The root group: a Ctrl-C that ends a command is the one ``Interrupted`` line on stderr and exit 130
-    (Typer makes a ``KeyboardInterrupt`` a silent exit 130, which :func:`main` could not tell from a code)."""
+    """The root group. Its nouns are built when looked up (:class:`Nouns`); its help and the completion of
+    a noun list them from the registry, as asking each noun for its help would build them all.
+
+    A Ctrl-C that ends a command is the one ``Interrupted`` line on stderr and exit 130 (Typer makes a
+    ``KeyboardInterrupt`` a silent exit 130, which :func:`main` could not tell from a code)."""
+
+    def __init__(self, **attrs: Any) -> None:
+        super().__init__(**attrs)
+        self.commands = Nouns()
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(self.commands)  # Typer's reads every item, which builds every noun
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        limit = formatter.width - 6 - max(len(name) for name, _, _ in NOUNS)  # as click's
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, _summary(text, limit)) for name, _, text in NOUNS])
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        from click.shell_completion import CompletionItem
+
+        nouns = [
+            CompletionItem(name, help=_summary(text))
+            for name, _, text in NOUNS
+            if name.startswith(incomplete)
+        ]
+        return nouns + click.Command.shell_complete(self, ctx, incomplete)  # and the root's options
 
     def invoke(self, ctx: click.Context) -> object:
         try:
@@ -228,38 +360,21 @@ class Root(typer.core.TyperGroup):
             raise Interrupted("interrupted") from None
 
 
-def build_app(only: str | None = None) -> typer.Typer:
-    """The root app with every noun, or with ``only`` that one (a run needs no other noun's commands)."""
-    app = typer.Typer(
+def command() -> Root:
+    """The root command. No noun is built until it is looked up: ``mqctl --help`` imports none, a run or
+    ``mqctl NOUN --help`` the one it names, the docs generator (which walks the tree) all of them."""
+    app = _typer(
         cls=Root,
         name="mqctl",
         help="Run and operate RocketMQ-compatible NameServers and Brokers.",
         no_args_is_help=True,
         invoke_without_command=True,  # for --print-config, which needs the other root flags read first
         subcommand_metavar="COMMAND [ARGS]...",  # still required: the root alone only prints its config
-        add_completion=False,
-        pretty_exceptions_enable=False,
-        suggest_commands=False,  # click already says "Did you mean ...": say it once
-        rich_markup_mode=None,  # click's plain help: rich's help pulls in markdown_it (0.15 s of 'mqctl --help')
         context_settings={"help_option_names": ["-h", "--help"]},
     )
     app.callback()(_root)
-    for name, module in NOUNS:
-        if only in (None, name):
-            noun = importlib.import_module(module).app
-            if noun.registered_commands or noun.registered_groups or noun.registered_callback is None:
-                app.add_typer(noun, name=name)
-            else:  # one command (up, top, export, apply): its usage must not offer a COMMAND it lacks
-                app.command(name, help=noun.info.help)(noun.registered_callback.callback)
-    return app
-
-
-def command(only: str | None = None) -> click.Command:
-    """The Click command tree (used by the docs generator and the completion scripts), or (``only``) the
-    root with one noun: building every noun's commands was half the start-up of a command."""
-    root = typer.main.get_command(build_app(only))
-    assert isinstance(root, click.Group)
-    root.commands = {name: root.commands[name] for name, _ in NOUNS if name in root.commands}  # NOUNS' order
+    root = typer.main.get_command(app)
+    assert isinstance(root, Root)
     return root
 
 
@@ -272,7 +387,7 @@ def _noun(argv: list[str]) -> str | None:
         elif arg.startswith("-"):
             skip = arg in VALUED_OPTIONS
         else:
-            return arg if arg in dict(NOUNS) else None
+            return arg if any(arg == name for name, _, _ in NOUNS) else None
     return None
 
 
@@ -340,9 +455,16 @@ def _flush_output() -> None:
         pass
 
 
+def _usage_code(noun: str | None) -> int:
+    """'check' is a monitoring plugin: a bad flag is UNKNOWN (3) by that convention, not mqctl's 2."""
+    from mqctl.errors import UsageError
+
+    return 3 if noun == "check" else UsageError.exit_code
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code; every error leaves as one line on stderr."""
-    from mqctl.errors import Interrupted, UsageError, translate
+    """Run the CLI and return its exit code; every error leaves as one line on stderr. Its imports are
+    the help's: what a command needs its noun imports, what a failure needs is imported when one comes."""
     from mqctl.interrupts import buffered_stdout, whole_output
 
     buffered_stdout()  # a Ctrl-C in a write to an unbuffered stdout (python -u) lost the rest of it
@@ -351,11 +473,7 @@ def main(argv: list[str] | None = None) -> int:
         from typer.completion import completion_init
 
         completion_init()  # answer the committed completion scripts with Typer's classes
-        cli = command()
-    else:
-        cli = command(noun)
-    # 'check' is a monitoring plugin: a bad flag is UNKNOWN (3) by that convention, not mqctl's 2
-    usage_code = 3 if noun == "check" else UsageError.exit_code
+    cli = command()
     try:
         result = cli.main(args=argv, prog_name="mqctl", complete_var=COMPLETE_VAR, standalone_mode=False)
         with whole_output:  # a closed pipe or a Ctrl-C shows here, inside the boundary, not at exit
@@ -368,15 +486,17 @@ def main(argv: list[str] | None = None) -> int:
         # 'mqctl' or 'mqctl topic' alone: the help, as it is (click ≥ 8.2 raises it as a usage error,
         # whose message is the whole help text; one escaped line of it helps nobody)
         sys.stderr.write(exc.format_message().rstrip("\n") + "\n")
-        return usage_code
+        return _usage_code(noun)
     except click.UsageError as exc:
         where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
         if noun == "check":  # a monitoring plugin: its caller reads the one line on stdout
             _plugin_unknown(exc)
-        return _fail(f"{exc.format_message()}{where}", usage_code)
+        return _fail(f"{exc.format_message()}{where}", _usage_code(noun))
     except click.ClickException as exc:
         return _fail(exc.format_message(), exc.exit_code)
     except BaseException as exc:  # the one translation boundary
+        from mqctl.errors import Interrupted, translate
+
         if isinstance(exc, BrokenPipeError) or isinstance(exc.__context__, BrokenPipeError):
             if not isinstance(exc, KeyboardInterrupt | Interrupted):
                 return _reader_gone()  # rich answers a closed pipe with SystemExit(1): not a failure here
@@ -385,6 +505,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         error = translate(exc)
         if _debug["on"] or os.environ.get("MQCTL_DEBUG"):
+            import logging
+
             logging.getLogger("mqctl").exception("command failed")
         return _fail(str(error), error.exit_code)
     return result if isinstance(result, int) else 0

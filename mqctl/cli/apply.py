@@ -9,7 +9,7 @@ import typer
 
 from mqctl.cli.common import ClusterOpt, ExecuteOpt, ExistingPath, YesOpt, cluster_options, confirm, online
 
-app = typer.Typer(help="Make a cluster's topics and groups (and offsets) what an exported file says.")
+app = typer.Typer()  # its help: NOUNS in mqctl.cli.app
 
 
 def _renames(pairs: list[str] | None) -> dict[str, str]:

@@ -18,9 +18,7 @@ GRPC_HELP = (
     "with a SimpleConsumer (POP, acked), producing with one Producer shared by the senders."
 )
 
-app = typer.Typer(
-    help="Measure a cluster: send or drain messages and report TPS and latency.", no_args_is_help=True
-)
+app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
 
 @app.command("produce")

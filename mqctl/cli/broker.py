@@ -30,9 +30,7 @@ if TYPE_CHECKING:
     from daemon.broker.config import BrokerConfig
     from mqctl.services.processes import Running
 
-app = typer.Typer(
-    help="Run and manage a broker (RocketMQ broker.conf files work as they are).", no_args_is_help=True
-)
+app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
 #: Kept in the store root: one broker per store (the store lock enforces it anyway).
 PID_FILE = "broker.pid"

@@ -17,11 +17,7 @@ if TYPE_CHECKING:
     from mqctl.admin.client import Admin
     from mqctl.services.checks import Verdict
 
-app = typer.Typer(
-    help="Health checks as monitoring plugins: one line with perfdata; exit 0 OK, 1 WARNING, 2 CRITICAL, "
-    "3 UNKNOWN.",
-    no_args_is_help=True,
-)
+app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
 WarnOpt = Annotated[int, typer.Option("--warn", "-w", min=0, help="WARNING above this many.")]
 CritOpt = Annotated[int, typer.Option("--crit", min=0, help="CRITICAL above this many.")]

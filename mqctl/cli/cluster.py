@@ -6,7 +6,7 @@ import typer
 
 from mqctl.cli.common import ClusterOpt, cluster_options, online
 
-app = typer.Typer(help="Clusters and their brokers.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
 
 @app.command("list")

@@ -9,7 +9,7 @@ import typer
 
 from mqctl.cli.common import OutputOpt
 
-app = typer.Typer(help="Save and switch between NameServer contexts.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
 # A context's own NameServers (required by add, optional for set): not the shared online --namesrv.
 _NAMESRV = typer.Option("--namesrv", "-n", help="NameServer list HOST:PORT[;HOST:PORT].")

@@ -8,7 +8,7 @@ import typer
 
 from mqctl.cli.common import ClusterOpt, cluster_options, online
 
-app = typer.Typer(help="Export a cluster's metadata (topics, groups; offsets, ACL) for 'mqctl apply -f'.")
+app = typer.Typer()  # its help: NOUNS in mqctl.cli.app
 
 
 @app.callback(invoke_without_command=True)

@@ -17,7 +17,7 @@ from mqctl.cli.common import (
     online,
 )
 
-app = typer.Typer(help="Subscription groups: config, online clients, lag.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
 RetryQueuesOpt = Annotated[
     int | None, typer.Option("--retry-queues", min=1, help="Retry queue count (default 1).")

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from mqctl.admin.client import Admin
     from mqctl.services.messages import MessageRow
 
-app = typer.Typer(help="Send, find, show, tail, trace and re-send messages.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
 NoBodyOpt = Annotated[
     bool,

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
     from daemon.namesrv.config import NamesrvConfig
     from mqctl.services.processes import Running
 
-app = typer.Typer(help="Run, stop and inspect a NameServer (the route registry).", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
 ENV_PREFIX = "MQCTL_NAMESRV_"
 PID_FILE = "namesrv.pid"

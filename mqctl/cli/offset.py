@@ -18,7 +18,7 @@ from mqctl.cli.common import (
     online,
 )
 
-app = typer.Typer(help="Consumer offsets: show, and reset with a plan first.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
 
 @app.command("show")

@@ -28,10 +28,7 @@ if TYPE_CHECKING:
 
 _IMPORTED = time.monotonic()
 
-app = typer.Typer(
-    help="Export a store's CommitLog or a running cluster's messages with Spark (Parquet, JSON, CSV), or report on them.",
-    invoke_without_command=True,
-)
+app = typer.Typer(invoke_without_command=True)  # its help: NOUNS in mqctl.cli.app
 
 _STORE = typer.Option(
     "--store", help="Store root directory (holds commitlog/).", click_type=ExistingPath(file_okay=False)

@@ -36,11 +36,7 @@ from mqctl.errors import BrokerError, Interrupted, StoreError, UsageError
 if TYPE_CHECKING:
     from mqctl.services.retention import CleanReport
 
-app = typer.Typer(
-    help="Inspect a store directory offline (read-only; safe while a broker runs on it). "
-    "'store clean --execute' deletes expired CommitLog files of a stopped broker's store.",
-    no_args_is_help=True,
-)
+app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
 
 class _EachLineOnce(logging.Filter):

@@ -16,7 +16,7 @@ TopicFilterOpt = Annotated[
     ),
 ]
 
-app = typer.Typer(help="Timer messages waiting for their delivery time.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
 
 @app.command("ls")

@@ -9,7 +9,7 @@ import typer
 
 from mqctl.cli.common import OutputOpt
 
-app = typer.Typer(help="Make the certificates of a TLS cluster.", no_args_is_help=True)
+app = typer.Typer(no_args_is_help=True)  # its help: NOUNS in mqctl.cli.app
 
 
 @app.command("init")

@@ -10,7 +10,7 @@ import typer
 
 from mqctl.cli.common import cluster_options, cluster_target, request_timeout
 
-app = typer.Typer(help="Live view of clusters, topics, groups and the store (q quits, ? help).")
+app = typer.Typer()  # its help: NOUNS in mqctl.cli.app
 
 SCREENS = ("overview", "topics", "groups", "store")
 

@@ -19,9 +19,7 @@ if TYPE_CHECKING:
     from daemon.broker.broker import Broker
     from daemon.namesrv.controller import NamesrvController
 
-app = typer.Typer(
-    help="Run a local NameServer and broker groups on embedded defaults (Ctrl-C stops them all)."
-)
+app = typer.Typer()  # its help: NOUNS in mqctl.cli.app
 
 
 class LocalCluster:

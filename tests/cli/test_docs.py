@@ -25,7 +25,7 @@ def test_completions_and_man_pages_are_fresh() -> None:
 
 def test_one_man_page_per_noun_and_exit_status_section() -> None:
     pages = {p.name for p in (ROOT / "man").glob("*.1")}
-    assert pages == {"mqctl.1"} | {f"mqctl-{name}.1" for name, _ in NOUNS}
+    assert pages == {"mqctl.1"} | {f"mqctl-{name}.1" for name, _, _ in NOUNS}
     root_page = (ROOT / "man" / "mqctl.1").read_text()
     assert ".SH EXIT STATUS" in root_page and "ConnectError" in root_page
 

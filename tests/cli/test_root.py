@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import importlib
+import json
+import os
 import subprocess
 import sys
 
+import click
 import pytest
+from typer.models import DefaultPlaceholder
 
 from mqctl import __version__
-from mqctl.cli.app import NOUNS
+from mqctl.cli.app import NOUNS, command
 from mqctl.errors import NotFoundError, UsageError
 from tests.support.cli import RunCli, run_in_process
 from tests.support.paths import ROOT
@@ -31,7 +36,7 @@ def test_version(cli: RunCli) -> None:
 def test_help_lists_every_registered_noun(cli: RunCli) -> None:
     result = cli("--help")
     assert result.code == 0
-    for name, _ in NOUNS:
+    for name, _, _ in NOUNS:
         assert name in result.stdout
 
 
@@ -71,7 +76,7 @@ def test_not_found_exit_code(cli: RunCli) -> None:
 def test_cli_import_stays_light() -> None:
     """``mqctl --help`` must stay fast: building the CLI never imports textual or pyspark."""
     code = (
-        "import sys; from mqctl.cli.app import command; command(); "
+        "import sys; from mqctl.cli.app import command; dict(command().commands); "
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in ('textual', 'pyspark', 'pyarrow', 'numpy')); "
         "print(','.join(heavy))"
     )
@@ -94,13 +99,90 @@ def test_help_renders_without_rich_or_markdown() -> None:
 
 def test_a_command_builds_only_its_own_noun() -> None:
     """Converting every noun's Typer app was half the start-up of any command: a run builds one."""
-    from mqctl.cli.app import NOUNS, _noun, command
+    from mqctl.cli.app import _noun, command
 
     assert (
         _noun(["--no-color", "topic", "list"]) == "topic" and _noun(["topci"]) is None and _noun([]) is None
     )
-    assert list(command("topic").commands) == ["topic"]  # type: ignore[attr-defined]
-    assert len(command().commands) == len(NOUNS)  # type: ignore[attr-defined]
+    root = command()
+    assert list(root.commands) == [name for name, _, _ in NOUNS] and root.commands.built() == []
+    assert "topic" in root.commands and "topci" not in root.commands and root.commands.built() == []
+    assert (
+        root.get_command(click.Context(root), "topic") is not None
+        and root.get_command(click.Context(root), "topci") is None
+    )
+    assert root.commands.built() == ["topic"]
+
+
+#: Run the CLI in a fresh interpreter and print its exit code and the noun modules it imported.
+NOUNS_IMPORTED = """
+import contextlib, io, json, sys
+from mqctl.cli.app import NOUNS, main
+with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()):
+    try:
+        code = main(json.loads(sys.argv[1]))
+    except SystemExit as exc:  # a completion answers and exits inside click
+        code = exc.code
+ours = sorted(m for m in sys.modules if m.split(".")[0] in ("mqctl", "daemon", "store"))
+print(json.dumps([code, [m for m in ours if m in {module for _, module, _ in NOUNS}], out.getvalue(), ours]))
+"""
+
+
+def _run_fresh(args: list[str], env: dict[str, str] | None = None) -> tuple[int, list[str], str, list[str]]:
+    """Exit code, noun modules imported, stdout, every module of ours imported."""
+    proc = subprocess.run(
+        [sys.executable, "-c", NOUNS_IMPORTED, json.dumps(args)],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, **(env or {})},
+    )
+    code, imported, out, ours = json.loads(proc.stdout)
+    return code, imported, out, ours
+
+
+def _nouns_imported(args: list[str], env: dict[str, str] | None = None) -> tuple[int, list[str], str]:
+    return _run_fresh(args, env)[:3]
+
+
+def test_the_root_help_loads_only_the_root_of_ours() -> None:
+    """No logging set-up, error tree, store or daemon package for a help that needs none of them."""
+    code, _, out, ours = _run_fresh(["--help"])
+    assert code == 0 and out.startswith("Usage: mqctl [OPTIONS] COMMAND")
+    assert ours == ["mqctl", "mqctl.cli", "mqctl.cli.app", "mqctl.interrupts"]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "imported"),
+    [
+        (["--help"], 0, []),
+        (["-h"], 0, []),
+        ([], 2, []),
+        (["--version"], 0, []),
+        (["no-such-noun"], 2, []),
+        (["topic", "--help"], 0, ["mqctl.cli.topic"]),
+        (["--no-color", "-o", "json", "up", "--help"], 0, ["mqctl.cli.up"]),
+    ],
+)
+def test_the_root_help_imports_no_noun_and_a_nouns_help_only_its_own(
+    args: list[str], code: int, imported: list[str]
+) -> None:
+    assert _nouns_imported(args)[:2] == (code, imported)
+
+
+def test_completing_a_noun_imports_none_and_its_commands_that_noun_alone() -> None:
+    nouns = {"_MQCTL_COMPLETE": "complete_bash", "COMP_WORDS": "mqctl t", "COMP_CWORD": "1"}
+    assert _nouns_imported([], nouns) == (0, [], "topic\ntimer\ntls\ntop\n")
+    commands = {"_MQCTL_COMPLETE": "complete_bash", "COMP_WORDS": "mqctl topic cr", "COMP_CWORD": "2"}
+    assert _nouns_imported([], commands) == (0, ["mqctl.cli.topic"], "create\n")
+
+
+def test_each_noun_has_the_registrys_help_and_no_other() -> None:
+    """A noun's one-liner is written once, in NOUNS: its own help is that text, its module's app has none."""
+    root = command()
+    for name, module, text in NOUNS:
+        assert root.commands[name].help == text, name
+        assert isinstance(importlib.import_module(module).app.info.help, DefaultPlaceholder), module
 
 
 @pytest.mark.parametrize(("args", "code"), [((), 2), (("topic",), 2), (("store", "cq"), 2), (("check",), 3)])
@@ -129,4 +211,4 @@ def test_a_noun_that_is_one_command_offers_no_command(cli_env: dict[str, str], n
 
 def test_the_root_help_lists_the_nouns_in_their_order(cli_env: dict[str, str]) -> None:
     listed = run_in_process(cli_env, "--help").stdout.split("Commands:\n")[1].splitlines()
-    assert [line.split()[0] for line in listed] == [name for name, _ in NOUNS]
+    assert [line.split()[0] for line in listed] == [name for name, _, _ in NOUNS]
