@@ -66,3 +66,11 @@ def test_per_message_leaves_the_rounds_common_set_up_out() -> None:
 def test_per_message_needs_the_long_round_to_carry_more_messages() -> None:
     with pytest.raises(ValueError, match="more messages"):
         _module().per_message((300, 1), (300, 2))
+
+
+def test_per_message_leaves_the_loops_idle_instructions_of_the_longer_round_out() -> None:
+    # the long round lasts 20 s longer: 20 s of the loop's timers at 1,000 a second are not messages'
+    short = (100, 50_000 + 100 * 80 + 8 * 1_000)
+    long = (300, 50_000 + 300 * 80 + 28 * 1_000)
+    assert _module().per_message(short, long, idle=1_000, seconds=20) == 80
+    assert _module().per_message(short, long) == 180

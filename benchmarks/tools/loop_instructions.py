@@ -9,12 +9,15 @@ client (`bench_broker_latency.bench`: one producer at a fixed rate, one consumer
 creation and route, the consumer's first pulls), so the difference of the two rounds over the
 difference of their messages is what one more message costs, set-up left out:
 
-    python benchmarks/tools/loop_instructions.py [--tree DIR] [--rates 10,300] [--seconds 8,28] [--topics N]
+    python benchmarks/tools/loop_instructions.py [--tree DIR] [--rates 5] [--seconds 8,28] [--idle 10] [--topics N]
 
-At 10 msgs/s (callgrind slows the broker some 50 times, so that is one message a loop turn, as 1,000
-msgs/s is natively) a message costs a send, the held pull's answer and the next pull's parking; at a rate
-callgrind's broker cannot keep up with, the loop takes them in batches, and the consumer's pulls carry
-many messages each. Instructions per message of each, the ratio, and the loop's CPU per message natively
+At 5 msgs/s (callgrind slows the broker some 50 times, so that is one message a loop turn, as 1,000
+msgs/s is natively, unless the host is so busy that the broker falls behind: the line's pulls a message
+say which) a message costs a send, the held pull's answer and the next pull's parking. The loop's own
+timers are counted first over ``--idle`` seconds with no traffic and left out of the difference. At a rate
+callgrind's broker cannot keep up with (``--rates 5,150 --seconds 2,6`` on a quiet host) the loop takes
+them in batches, and the consumer's pulls carry many messages each; too high a rate or too long a round
+and the backlog outlasts the client's 30 s timeout. Instructions per message of each, the ratio, and the loop's CPU per message natively
 (`bench_broker_tail`'s figures) tell whether a quiet message's cost is more work or the same work on
 cold caches. Prints one line per rate: the loop thread's instructions per message and the other threads'.
 """
@@ -67,11 +70,15 @@ def thread_costs(directory: Path, pid: int, part: int) -> dict[int, int]:
     return out
 
 
-def per_message(short: tuple[int, int], long: tuple[int, int]) -> float:
-    """(messages, instructions) of a short and a long round -> instructions per message beyond set-up."""
+def per_message(
+    short: tuple[int, int], long: tuple[int, int], idle: float = 0.0, seconds: float = 0.0
+) -> float:
+    """(messages, instructions) of a short and a long round -> instructions per message beyond set-up;
+    ``idle`` instructions a second of the loop with no traffic (its timers: the lag sampler, the stats
+    sample, registrations) times the ``seconds`` the long round lasted longer are left out too."""
     if long[0] <= short[0]:
         raise ValueError("the long round must carry more messages than the short one")
-    return (long[1] - short[1]) / (long[0] - short[0])
+    return (long[1] - short[1] - idle * seconds) / (long[0] - short[0])
 
 
 def _control(*args: str) -> None:
@@ -81,7 +88,8 @@ def _control(*args: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tree", type=Path, default=ROOT, help="source tree of the broker (default: this one)")
-    ap.add_argument("--rates", default="10,300", help="msgs/s, comma-separated")
+    ap.add_argument("--rates", default="5", help="msgs/s, comma-separated")
+    ap.add_argument("--idle", type=float, default=10.0, help="seconds of the loop counted with no traffic")
     ap.add_argument("--seconds", default="8,28", help="the short and the long round's length after warm-up")
     ap.add_argument("--topics", type=int, default=0, help="topics created first (slow under callgrind)")
     args = ap.parse_args()
@@ -122,7 +130,15 @@ def main() -> None:
                 print(
                     f"{args.topics:,} topics filled in {run(fill(namesrv, addr, args.topics, False)):.0f} s"
                 )
-            part = 0
+            _control("-i", "on", str(proc.pid))
+            _control("-d", "idle-start", str(proc.pid))
+            time.sleep(args.idle)
+            _control("-d", "idle-end", str(proc.pid))
+            _control("-i", "off", str(proc.pid))
+            start, end = thread_costs(out, proc.pid, 1), thread_costs(out, proc.pid, 2)
+            idle = (end.get(1, 0) - start.get(1, 0)) / args.idle
+            print(f"idle: broker loop {idle:,.0f} instructions a second", flush=True)
+            part = 2
             for rate in rates:
                 rounds = []
                 for seconds in (short_s, long_s):
@@ -138,7 +154,7 @@ def main() -> None:
                     costs = {t: end[t] - start.get(t, 0) for t in end}
                     rounds.append((result.sent, result.pulls, costs))
                 (n1, p1, c1), (n2, p2, c2) = rounds
-                loop = per_message((n1, c1.get(1, 0)), (n2, c2.get(1, 0)))
+                loop = per_message((n1, c1.get(1, 0)), (n2, c2.get(1, 0)), idle, long_s - short_s)
                 others = per_message(
                     (n1, sum(v for k, v in c1.items() if k != 1)),
                     (n2, sum(v for k, v in c2.items() if k != 1)),
