@@ -9,13 +9,17 @@ client (`bench_broker_latency.bench`: one producer at a fixed rate, one consumer
 creation and route, the consumer's first pulls), so the difference of the two rounds over the
 difference of their messages is what one more message costs, set-up left out:
 
-    python benchmarks/tools/loop_instructions.py [--tree DIR] [--rates 5] [--seconds 8,28] [--idle 10] [--topics N]
+    python benchmarks/tools/loop_instructions.py [--tree DIR] [--rates 10] [--seconds 8,48] [--idle 20] [--topics N]
 
-At 5 msgs/s (callgrind slows the broker some 50 times, so that is one message a loop turn, as 1,000
+At 10 msgs/s (callgrind slows the broker some 50 times, so that is one message a loop turn, as 1,000
 msgs/s is natively, unless the host is so busy that the broker falls behind: the line's pulls a message
 say which) a message costs a send, the held pull's answer and the next pull's parking. The loop's own
-timers are counted first over ``--idle`` seconds with no traffic and left out of the difference. At a rate
-callgrind's broker cannot keep up with (``--rates 5,150 --seconds 2,6`` on a quiet host) the loop takes
+timers are counted first over ``--idle`` seconds with no traffic and left out of the difference. At
+these rates they are as many instructions as the messages (the delay levels' and timer wheel's polls,
+the lag sampler, the stats sample, the registrations), and not steady from one second to the next: the
+longer the long round, the less their unevenness weighs on a message. Compare trees in runs side by
+side, and only where their pulls a message agree. At a rate
+callgrind's broker cannot keep up with (``--rates 10,150 --seconds 2,6`` on a quiet host) the loop takes
 them in batches, and the consumer's pulls carry many messages each; too high a rate or too long a round
 and the backlog outlasts the client's 30 s timeout. Instructions per message of each, the ratio, and the loop's CPU per message natively
 (`bench_broker_tail`'s figures) tell whether a quiet message's cost is more work or the same work on
@@ -88,9 +92,9 @@ def _control(*args: str) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tree", type=Path, default=ROOT, help="source tree of the broker (default: this one)")
-    ap.add_argument("--rates", default="5", help="msgs/s, comma-separated")
-    ap.add_argument("--idle", type=float, default=10.0, help="seconds of the loop counted with no traffic")
-    ap.add_argument("--seconds", default="8,28", help="the short and the long round's length after warm-up")
+    ap.add_argument("--rates", default="10", help="msgs/s, comma-separated")
+    ap.add_argument("--idle", type=float, default=20.0, help="seconds of the loop counted with no traffic")
+    ap.add_argument("--seconds", default="8,48", help="the short and the long round's length after warm-up")
     ap.add_argument("--topics", type=int, default=0, help="topics created first (slow under callgrind)")
     args = ap.parse_args()
     rates = [float(r) for r in args.rates.split(",")]
