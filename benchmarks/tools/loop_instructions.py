@@ -40,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/
 
 from bench_broker_latency import bench, namesrv_process
-from bench_broker_produce import ROOT, free_port, wait_ready
+from bench_broker_produce import ROOT, free_port, start_broker, wait_ready
 
 from daemon.remoting.loop import run
 
@@ -104,28 +104,14 @@ def main() -> None:
         out = Path(work)
         port = free_port()
         addr = f"127.0.0.1:{port}"
-        argv = [
+        wrapper = [
             "valgrind",
             "--tool=callgrind",
             "--instr-atstart=no",
             "--separate-threads=yes",
             f"--callgrind-out-file={out}/cg.%p",
-            sys.executable,
-            "-m",
-            "mqctl",
-            "broker",
-            "start",
-            "--store",
-            f"{out}/store",
-            "--port",
-            str(port),
-            "--no-metrics",
-            "--namesrv",
-            namesrv,
         ]
-        env = {**os.environ, "MQCTL_BROKER_IP1": "127.0.0.1", "MQCTL_LISTEN_HOST": "127.0.0.1"}
-        env["PYTHONPATH"] = str(tree)
-        proc = subprocess.Popen(argv, cwd=tree, env=env, stderr=subprocess.DEVNULL)
+        proc = start_broker(f"{out}/store", port, "--namesrv", namesrv, cwd=tree, wrapper=wrapper)
         try:
             run(wait_ready(addr, time.perf_counter()))
             if args.topics:
