@@ -18,7 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -72,12 +72,13 @@ async def bench(addr: str, duration: float, producers: int) -> BenchResult:
 
 
 def start_broker(
-    store: str, port: int, *flags: str, cwd: Path = ROOT, **settings: str
+    store: str, port: int, *flags: str, cwd: Path = ROOT, wrapper: Sequence[str] = (), **settings: str
 ) -> subprocess.Popen[bytes]:
     """`mqctl broker start` on ``store`` in a subprocess, so the load generator does not share its event loop;
     ``settings`` become MQCTL_* variables (``brokerRole="SLAVE"`` -> ``MQCTL_BROKERROLE``); ``cwd`` is the
-    source tree whose broker runs (`python -m` imports from it first)."""
+    source tree whose broker runs (`python -m` imports from it first); ``wrapper`` runs it (valgrind ...)."""
     argv = [
+        *wrapper,
         sys.executable,
         "-m",
         "mqctl",
