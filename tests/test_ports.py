@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import socket
 
-from tests.support.ports import _ephemeral_low, free_block, free_port
+from mqctl.services.ports import ephemeral_low, free_block, free_port
 
 
 def test_a_free_port_is_below_the_ephemeral_range_and_bindable() -> None:
-    low = _ephemeral_low()
+    low = ephemeral_low()
     for _ in range(20):
         port = free_port()
         assert 1024 <= port < low
@@ -19,7 +19,7 @@ def test_a_free_port_is_below_the_ephemeral_range_and_bindable() -> None:
 
 def test_a_free_block_is_whole_and_below_the_ephemeral_range() -> None:
     base = free_block(3)
-    assert base + 3 <= _ephemeral_low()
+    assert base + 3 <= ephemeral_low()
     socks = [socket.socket() for _ in range(3)]
     try:
         for i, s in enumerate(socks):

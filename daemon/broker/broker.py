@@ -273,6 +273,8 @@ class Broker:
         #: The VIP port's listener (its connections are the main server's).
         #: The gRPC front for 5.x clients (daemon.grpc) once started; None: off, or not installed here.
         self.grpc: GrpcFront | None = None
+        #: why the gRPC front cannot run here (a module missing), as its load at start found
+        self._grpc_missing: str | None = None
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -341,7 +343,12 @@ class Broker:
             await self._bind_vip()
         self._start_metrics()
         try:
-            # in a thread: the loop stays free (signals, /healthz's state) while a big store recovers
+            # in threads: the loop stays free (signals, /healthz's state) while the gRPC front's modules load
+            # and a big store recovers. The modules load before the broker takes part in anything: imported
+            # on the loop later, their CPU (seconds of it on a busy host) stalled a DLedger member its group
+            # already counted on, its heartbeats or its answers missing meanwhile
+            if self._grpc_wanted():
+                self._grpc_missing = await asyncio.to_thread(self._load_grpc)
             await asyncio.to_thread(self._open_store)
         except BaseException:
             await self.server.stop(grace=0)
@@ -406,15 +413,12 @@ class Broker:
         Optional: without the `grpc` extra, or on a taken port, the broker serves remoting as before and
         says so once."""
         c = self.config
-        if not c.grpc_enable or (is_slave(c) and self.dledger is None):
+        if not self._grpc_wanted():
             return
-        from daemon.grpc import missing
-
-        why = missing()
-        if why is not None:
-            log.info("gRPC front for 5.x clients off: %s", why)
+        if self._grpc_missing is not None:
+            log.info("gRPC front for 5.x clients off: %s", self._grpc_missing)
             return
-        from daemon.grpc.server import GrpcFront
+        from daemon.grpc.server import GrpcFront  # (loaded at start, in a thread)
 
         front = GrpcFront(self)
         try:
@@ -423,6 +427,20 @@ class Broker:
             log.error("gRPC port %d not opened, 5.x clients cannot connect: %s", c.grpc_listen_port, exc)
             return
         self.grpc = front
+
+    def _grpc_wanted(self) -> bool:
+        c = self.config
+        return c.grpc_enable and (not is_slave(c) or c.enable_dleger_commit_log)
+
+    @staticmethod
+    def _load_grpc() -> str | None:
+        """Import the gRPC front's modules (at start, in a thread): why the front cannot run here, or None."""
+        from daemon.grpc import missing
+
+        why = missing()
+        if why is None:
+            import daemon.grpc.server  # noqa: F401
+        return why
 
     async def _bind_vip(self) -> None:
         """The VIP port (``listenPort - 2``): the same connections, processors, ACL guard and TLS mode as

@@ -477,9 +477,14 @@ class Node:
 
     def _maintain_candidate(self, now: int) -> list[Out]:
         if self.vote_round is not None:
-            if now >= self.vote_round.deadline:
-                self._parse_votes()
-            return []
+            if not self.need_increase_term:
+                if now >= self.vote_round.deadline:
+                    self._parse_votes()
+                return []
+            # a later term is known (a vote or heartbeat of it came): this round's term is over, and waiting
+            # out its deadline (DLedger's maintainer thread sits in it) only has the candidate of the later
+            # term revote at once, again and again, each answered REJECT_TERM_NOT_READY meanwhile
+            self.vote_round = None
         if now < self.next_vote_time and not self.need_increase_term:
             return []
         if self.last_parse is ParseResult.WAIT_TO_VOTE_NEXT or self.need_increase_term:

@@ -127,18 +127,20 @@ def dledger_confs(
     """broker.conf of each member of a DLedger group (4.9.8's keys) in ``<root>/store-<name>-n<i>``: member i
     listens on broker port + 4i and its DLedger port one above (a master/slave broker's HA port), its gRPC
     front on `grpc_port` + i (every member runs one: the role follows the election); port 0 picks a free
-    block laid out the same way (the peers must know each other's ports). `tls` (`up --tls`'s settings, by
+    block laid out the same way (the peers must know each other's ports) below the kernel's ephemeral range,
+    where no connection on the host takes one before its member binds it. `tls` (`up --tls`'s settings, by
     field name) go in as 4.9.8's keys, with `tls.enable` and `haTls`: clients, registration and the DLedger channel on TLS."""
     import dataclasses
 
     from daemon.broker.config import BrokerConfig
     from daemon.config import property_key
+    from mqctl.services.ports import free_block
 
     keys_of = {f.name: property_key(f) for f in dataclasses.fields(BrokerConfig)}
     tls_keys = {keys_of[k]: str(v).lower() if isinstance(v, bool) else v for k, v in (tls or {}).items()}
     if tls:
         tls_keys.update({keys_of["tls_enable"]: "true", keys_of["ha_tls"]: "true"})
-    first = broker_port or _free_block(4 * members + 2) + 2
+    first = broker_port or free_block(4 * members + 2) + 2
     ports = [(first + 4 * i, first + 4 * i + 1) for i in range(members)]
     peers = ";".join(f"n{i}-{host}:{raft}" for i, (_, raft) in enumerate(ports))
     confs, addrs = [], []
@@ -166,31 +168,6 @@ def dledger_confs(
         confs.append(conf)
         addrs.append(f"{host}:{port}")
     return confs, addrs
-
-
-def _free_block(n: int) -> int:
-    """The first of ``n`` consecutive loopback ports free right now. Port 0 lays the members out as a given
-    port does, so a member's VIP port (``listenPort - 2``) is never another's port: ports picked one by one
-    come out close together."""
-    import socket
-
-    while True:
-        held: list[socket.socket] = []
-        try:
-            with socket.socket() as probe:
-                probe.bind(("127.0.0.1", 0))
-                base = int(probe.getsockname()[1])
-            if base + n > 65536:
-                continue
-            for port in range(base, base + n):
-                held.append(socket.socket())
-                held[-1].bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in held:
-                s.close()
 
 
 @app.callback(invoke_without_command=True)

@@ -1,5 +1,6 @@
 """``mqctl up --dledger N --broker-port 0``: the ports each member is given do not collide with one another,
-counting the VIP port (``listenPort - 2``) every member opens besides its own."""
+counting the VIP port (``listenPort - 2``) every member opens besides its own, and come from below the
+kernel's ephemeral range, where no client connection on the host takes one before the member binds it."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 
 from daemon.config import parse_properties
 from mqctl.cli.up import dledger_confs
+from mqctl.services.ports import ephemeral_low
 
 
 def test_port_zero_lays_members_out_as_a_given_port_does_with_each_vip_port_free(tmp_path: Path) -> None:
@@ -17,6 +19,7 @@ def test_port_zero_lays_members_out_as_a_given_port_does_with_each_vip_port_free
     raft = [int(peer.rpartition(":")[2]) for peer in props[0]["dLegerPeers"].split(";")]
     base = listen[0]
     assert listen == [base + 4 * i for i in range(5)]
+    assert base - 2 >= 1024 and max(raft) < ephemeral_low()
     assert raft == [port + 1 for port in listen]
     assert not {port - 2 for port in listen} & set(listen + raft)
     for port in listen:

@@ -30,6 +30,8 @@ from daemon.dledger.protocol import (
     PushType,
     RequestOrResponse,
     VoteRequest,
+    VoteResponse,
+    VoteResult,
 )
 from store import dledger as dl
 from store.dledger import MemoryRaftLog
@@ -797,3 +799,24 @@ def test_a_push_answer_moves_the_water_mark_no_further_than_the_push_it_answers(
     held = 0 if (term, index) == (1, 0) else -1  # (what the answer may stand for: the push's one entry)
     assert leader.pushes["n1"].water_mark <= held
     assert leader.log.committed_index <= held
+
+
+def test_a_candidate_told_of_a_later_term_leaves_its_open_round_at_the_next_tick() -> None:
+    """Both followers of a leader gone stand again in its term first (DLedger's revote), where each voted
+    for it already; the first to move to the next term asks the other, whose round of the old term is still
+    open (it waits for the silent leader's answer until its deadline). Told of the later term, the other
+    leaves that round at its next tick and takes the term: the revote that follows is accepted, not refused
+    with REJECT_TERM_NOT_READY until the stale round's deadline."""
+    n1 = Node(MemberState("g", "n1", dict(PEERS), term=1, voted_for="n2"), MemoryRaftLog(), Timings())
+    asked = n1.tick(0)  # its revote in term 1 (n2, the leader gone, never answers)
+    assert n1.vote_round is not None and {o.peer for o in asked} == {"n0", "n2"}
+
+    def vote_of_n0() -> VoteResponse:
+        req = VoteRequest(group="g", local_id="n0", remote_id="n1", leader_id="n0", term=2)
+        req.ledger_end_index, req.ledger_end_term = n1.log.last_index, n1.log.last_term
+        return n1.on_vote(req)
+
+    assert vote_of_n0().vote_result is VoteResult.REJECT_TERM_NOT_READY
+    n1.tick(STEP)
+    assert vote_of_n0().vote_result is VoteResult.ACCEPT
+    assert (n1.m.term, n1.m.voted_for, n1.vote_round) == (2, "n0", None)

@@ -407,7 +407,8 @@ async def test_the_channel_serves_no_entry_to_a_get_of_the_dledger_client(tmp_pa
     client = RemotingClient(signer=Signer(ADMIN_AK, ADMIN_SK))
     try:
         assert broker.dledger is not None
-        await wait_until(lambda: broker.dledger is not None and broker.dledger.node.is_leader, 15)
+        # the master role, not the leadership alone: sends are refused (14) until its term record commits
+        await wait_until(lambda: broker.config.broker_role == "SYNC_MASTER", 15)
         sent = await BrokerClient(broker.addr, client).send("Secret", b"the-secret-body")
         assert sent.code == ResponseCode.SUCCESS, sent.remark
         got = []

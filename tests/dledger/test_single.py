@@ -4,8 +4,12 @@ runtime info and /metrics. A member of a group of three that cannot reach the ot
 from __future__ import annotations
 
 import asyncio
+import threading
 from pathlib import Path
 
+import pytest
+
+from daemon.broker.broker import Broker
 from daemon.broker.processors.send import stored_fields
 from daemon.dledger.machines import Role
 from daemon.remoting.bodies import KVTable
@@ -14,7 +18,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from store.record import decode_msg_id
 from tests.broker.test_metrics_server import fetch
-from tests.support.broker import BrokerClient, start_broker
+from tests.support.broker import BrokerClient, broker_config, start_broker
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
@@ -124,4 +128,29 @@ async def test_a_dispatch_that_failed_is_retried_without_another_commit(tmp_path
         assert not failures
     finally:
         await client.close()
+        await broker.stop()
+
+
+async def test_the_grpc_front_loads_in_a_thread_before_the_member_joins_its_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The gRPC front's modules (grpc, the v2 messages) load off the event loop, before the DLedger member
+    starts: imported on the loop once the member answered its group, their CPU (seconds of it on a busy
+    host) kept a just-elected leader from its heartbeats, or followers from noticing a leader gone."""
+    import daemon.grpc
+
+    found = daemon.grpc.missing
+    calls: list[tuple[bool, bool]] = []
+
+    def missing() -> str | None:
+        calls.append((threading.current_thread() is threading.main_thread(), broker.dledger is not None))
+        return found()
+
+    monkeypatch.setattr(daemon.grpc, "missing", missing)
+    broker = Broker(broker_config(tmp_path / "store", grpc_enable=True, **dledger_keys()))
+    await broker.start()
+    try:
+        assert calls == [(False, False)]  # (in a worker thread; no member yet)
+        assert broker.grpc is not None and broker.grpc.port > 0
+    finally:
         await broker.stop()

@@ -128,10 +128,16 @@ class BrokerClient:
         assert response.code == 0, response.remark
 
     async def send(
-        self, topic: str, body: bytes, *, code: int = RequestCode.SEND_MESSAGE_V2, **options: Any
+        self,
+        topic: str,
+        body: bytes,
+        *,
+        code: int = RequestCode.SEND_MESSAGE_V2,
+        timeout: float = 5.0,
+        **options: Any,
     ) -> RemotingCommand:
         """Send `body` to `topic`; `options` are `send_fields`' (queue_id, tags, keys, props, group...)."""
-        return await self.call(code, send_fields(topic, **options), body)
+        return await self.call(code, send_fields(topic, **options), body, timeout)
 
     async def pull(
         self,

@@ -1,55 +1,6 @@
-"""Free loopback ports for daemons started as subprocesses, which cannot be given port 0.
+"""Free loopback ports for daemons started as subprocesses, which cannot be given port 0: from below the
+kernel's ephemeral range (:mod:`mqctl.services.ports`, which ``mqctl up`` uses too)."""
 
-A port the kernel hands out for ``bind(0)`` comes from its ephemeral range, the one every outgoing
-connection's local port comes from too: between this process releasing it and the daemon binding it, a
-client connection of any other test could take it, and the daemon then fails with "already in use". So the
-ports come from just below that range, which only explicit binds use, each checked free by a bind.
-"""
+from mqctl.services.ports import free_block, free_port
 
-from __future__ import annotations
-
-import random
-import socket
-from pathlib import Path
-
-#: How far below the kernel's ephemeral range ports are drawn from.
-_SPAN = 12_000
-
-
-def _ephemeral_low() -> int:
-    try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768  # Linux's default
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def free_port(span: int = 1) -> int:
-    """A loopback port nothing listens on right now (and the ``span - 1`` after it, unchecked), outside
-    the kernel's ephemeral range where the machine allows it, else one the kernel picks."""
-    high = _ephemeral_low() - span
-    low = max(1024, high - _SPAN)
-    if high - low >= 1000:
-        for _ in range(200):
-            port = random.randrange(low, high)
-            if _bindable(port):
-                return port
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def free_block(n: int) -> int:
-    """A port whose next ``n - 1`` ports are free too (``mqctl up`` takes ports in sequence)."""
-    while True:
-        base = free_port(n)
-        if all(_bindable(port) for port in range(base + 1, base + n)):
-            return base
+__all__ = ["free_block", "free_port"]
