@@ -431,11 +431,9 @@ class DLedgerServer:
                 loop.call_soon(self._dispatch)
 
     def _dispatch(self) -> None:
-        if self._stopped:
-            self._dispatching = False
-            return
-        self.push_pending()  # (the followers first: the dispatch is on no send's quorum path)
         self._dispatching = False
+        if self._stopped:
+            return
         try:
             self.on_commit()
         except Exception:
@@ -485,15 +483,7 @@ class DLedgerServer:
             # push at once, not at the next tick, but after the other requests this loop iteration read:
             # the sends that arrived together go to each follower in one push
             self._push_soon = True
-            asyncio.get_running_loop().call_soon(self.push_pending)
-
-    def push_pending(self) -> None:
-        """The push :meth:`when_committed` asked for, if it is still to be made: run first by whatever else
-        this loop round would write (the replies of the sends an answer committed, the dispatch of what it
-        committed), so that the followers take the round's new entries while the leader writes the rest.
-        Every read of the round is done by then: the round's sends still go in one push a follower."""
-        if self._push_soon:
-            self._push_now()
+            asyncio.get_running_loop().call_soon(self._push_now)
 
     def _push_now(self) -> None:
         self._push_soon = False

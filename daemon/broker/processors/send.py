@@ -653,11 +653,6 @@ class SendProcessor:
         self._replies.append((conn, request, response))
 
     def _write_replies(self) -> None:
-        group = self.broker.dledger
-        if group is not None:
-            # the push of this round's new sends first: each reply write may wake the producer onto the
-            # other core, and the followers' answers are what the next replies wait for
-            group.push_pending()
         replies, self._replies = self._replies, []
         for conn, request, response in replies:
             try:
