@@ -113,18 +113,22 @@ def counter(args: argparse.Namespace, pids: list[int]) -> list[subprocess.Popen[
     ]
 
 
+def stat_counts(text: str) -> dict[str, int]:
+    """``perf stat -x ,``'s output: the count of each ``syscalls:sys_enter_NAME`` counted, by NAME."""
+    counts = {}
+    for line in text.splitlines():
+        parts = line.split(",")
+        if len(parts) > 2 and parts[2].startswith("syscalls:sys_enter_") and parts[0].isdigit():
+            counts[parts[2].removeprefix("syscalls:sys_enter_")] = int(parts[0])
+    return counts
+
+
 def counted(procs: list[subprocess.Popen[str]]) -> list[dict[str, int]]:
     """Each ``perf stat`` stopped: its counts by system call."""
     found = []
     for proc in procs:
         proc.send_signal(2)
-        _, err = proc.communicate()
-        counts = {}
-        for line in err.splitlines():
-            parts = line.split(",")
-            if len(parts) > 2 and parts[2].startswith("syscalls:sys_enter_") and parts[0].isdigit():
-                counts[parts[2].removeprefix("syscalls:sys_enter_")] = int(parts[0])
-        found.append(counts)
+        found.append(stat_counts(proc.communicate()[1]))
     return found
 
 
