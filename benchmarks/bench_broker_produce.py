@@ -54,17 +54,19 @@ async def wait_ready(addr: str, started: float) -> float:
             await asyncio.sleep(0.01)
 
 
-async def bench(addr: str, duration: float, producers: int) -> BenchResult:
-    """`mqctl bench produce`'s senders, each re-run until ``duration`` is over (after a 1 s warm-up)."""
+async def bench(addr: str, duration: float, producers: int, warm_up_seconds: float = 1.0) -> BenchResult:
+    """`mqctl bench produce`'s senders, each re-run until ``duration`` is over (after a warm-up of
+    ``warm_up_seconds``, none at 0: its sends are not in the result)."""
     # auto-created with 4 queues
     sends = [(addr, *split_frame(send_frame("BenchTopic", q, BODY), BODY)) for q in range(4)]
 
     async def until(run: Run, i: int) -> None:
         await sender(itertools.cycle(sends[i % 4 :] + sends[: i % 4]), run)
 
-    warm_up = Run()
-    warm_up.deadline = warm_up.started + 1.0
-    await asyncio.gather(*(until(warm_up, i) for i in range(producers)))
+    if warm_up_seconds > 0:
+        warm_up = Run()
+        warm_up.deadline = warm_up.started + warm_up_seconds
+        await asyncio.gather(*(until(warm_up, i) for i in range(producers)))
     run = Run()
     run.deadline = run.started + duration
     await asyncio.gather(*(until(run, i) for i in range(producers)))

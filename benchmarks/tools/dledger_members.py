@@ -2,12 +2,17 @@
 
     python benchmarks/tools/dledger_members.py [--seconds 5] [--producers 16] [--rounds 1] [--single]
                                                [--perf leader|follower] [--strace leader|follower] [--sched]
+                                               [--syscalls]
 
 A fresh 3-member group is started as ``bench_dledger`` starts it; after a 1 s warm-up (outside the window),
 ``bench_broker_produce``'s senders run against the leader for ``--seconds``, and each member's user + system
 CPU (``/proc/PID/stat``) and its read and write syscalls (``syscr``/``syscw`` of ``/proc/PID/io``) are
 divided by the sends: a follower's reads per send are the pushes it took per send (one push a read), its
-writes its answers. The load average is printed with each round: the group shares the machine's cores.
+writes its answers. So are each member's and the load generator's context switches (``/proc/PID/task/*/status``),
+voluntary and involuntary, of its event loop's thread and of all its threads: the loop's voluntary ones are
+its sleeps in the poll, each a wake-up by another process's write or a timer; involuntary ones, a core taken
+from it. ``--syscalls`` counts each member's loop thread's polls, socket reads and writes with ``perf stat``
+(tracepoints: cheap beside ``--strace``). The load average is printed with each round: the group shares the machine's cores.
 ``--single`` runs the same round against one ASYNC_MASTER (as ``bench_dledger``'s single side starts it)
 instead, the broker taking the leader's place for ``--perf``/``--strace`` (``perf-single.data``): the
 leader's profile less the single broker's is what DLedger adds to a send.
@@ -57,6 +62,74 @@ def syscalls(pid: int) -> tuple[int, int]:
     """(read, write) syscalls the process made so far."""
     fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
     return int(fields["syscr"]), int(fields["syscw"])
+
+
+def switches(pid: int) -> tuple[int, int, int, int]:
+    """Context switches so far: (voluntary, involuntary) of the process's main thread (the event loop's:
+    a voluntary one is a sleep in the loop's poll, so each is a wake-up later), then of all its threads."""
+    out = [0, 0, 0, 0]
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            status = (task / "status").read_text()
+        except OSError:  # (a thread that ended meanwhile)
+            continue
+        vol = int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", status, re.M)[1])  # type: ignore[index]
+        invol = int(re.search(r"^nonvoluntary_ctxt_switches:\s+(\d+)", status, re.M)[1])  # type: ignore[index]
+        if task.name == str(pid):
+            out[0], out[1] = vol, invol
+        out[2] += vol
+        out[3] += invol
+    return out[0], out[1], out[2], out[3]
+
+
+#: the system calls ``--syscalls`` counts on each member (perf's tracepoints): the loop's polls, the
+#: socket reads and writes whichever call makes them
+SYSCALLS = (
+    "epoll_wait",
+    "epoll_pwait",
+    "read",
+    "write",
+    "writev",
+    "recvfrom",
+    "sendto",
+    "recvmsg",
+    "sendmsg",
+)
+
+
+def counter(args: argparse.Namespace, pids: list[int]) -> list[subprocess.Popen[str]]:
+    """``--syscalls``: one ``perf stat`` a member counting :data:`SYSCALLS` on its main thread."""
+    if not args.syscalls:
+        return []
+    events = ",".join(f"syscalls:sys_enter_{name}" for name in SYSCALLS)
+    return [
+        subprocess.Popen(
+            ["perf", "stat", "-x", ",", "-e", events, "-t", str(pid)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for pid in pids
+    ]
+
+
+def stat_counts(text: str) -> dict[str, int]:
+    """``perf stat -x ,``'s output: the count of each ``syscalls:sys_enter_NAME`` counted, by NAME."""
+    counts = {}
+    for line in text.splitlines():
+        parts = line.split(",")
+        if len(parts) > 2 and parts[2].startswith("syscalls:sys_enter_") and parts[0].isdigit():
+            counts[parts[2].removeprefix("syscalls:sys_enter_")] = int(parts[0])
+    return counts
+
+
+def counted(procs: list[subprocess.Popen[str]]) -> list[dict[str, int]]:
+    """Each ``perf stat`` stopped: its counts by system call."""
+    found = []
+    for proc in procs:
+        proc.send_signal(2)
+        found.append(stat_counts(proc.communicate()[1]))
+    return found
 
 
 def role(args: argparse.Namespace, which: str) -> str:
@@ -141,14 +214,27 @@ async def measured(
     load generator's (this process's) last, and each of `pids`' (read, write) syscalls."""
     await bench(addr, 1.0, args.producers)  # warm-up
     proc = tracer(args, pids)
+    counters = counter(args, pids)
+    if counters:
+        time.sleep(1.0)  # (attached before the window opens)
+    everyone = [*pids, os.getpid()]
     cpu0, sys0 = [cpu_seconds(p) for p in pids], [syscalls(p) for p in pids]
+    sw0 = [switches(p) for p in everyone]
     own0 = time.process_time()
-    result = await bench(addr, args.seconds, args.producers)
+    # (no warm-up of its own: every send the members' counters see is one the result counts)
+    result = await bench(addr, args.seconds, args.producers, warm_up_seconds=0)
     own = time.process_time() - own0
     cpu = [cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True)]
     calls = [
         tuple(b - a for a, b in zip(s0, syscalls(p), strict=True)) for p, s0 in zip(pids, sys0, strict=True)
     ]
+    calls += [
+        tuple(b - a for a, b in zip(s0, switches(p), strict=True))
+        for p, s0 in zip(everyone, sw0, strict=True)
+    ]
+    for pid, counts in zip(pids, counted(counters), strict=False):  # (none without --syscalls)
+        print(f"  {pid}: {', '.join(f'{k} {v:,}' for k, v in counts.items() if v)}", flush=True)
+        calls.append(tuple(counts.get(name, 0) for name in SYSCALLS))
     if proc is not None:
         proc.send_signal(2)
         proc.wait()
@@ -179,13 +265,26 @@ def round_(args: argparse.Namespace) -> None:
     sends = max(1, result.messages)
     own = cpu.pop()
     per = " + ".join(f"{c / sends * 1e6:.1f}" for c in cpu)
-    io = ", ".join(f"{r / sends:.2f}/{w / sends:.2f}" for r, w in calls)
+    members_ = len(cpu)
+    io = ", ".join(f"{r / sends:.2f}/{w / sends:.2f}" for r, w in calls[:members_])
+    sw = ", ".join(
+        f"{v / sends:.3f}/{i / sends:.3f} ({tv / sends:.3f}/{ti / sends:.3f})"
+        for v, i, tv, ti in calls[members_ : 2 * members_ + 1]
+    )
     who = "(single broker)" if args.single else "(leader, followers)"
     print(
         f"load {load:.1f}: {result.tps:,.0f} sends/s; CPU per send {per} = {sum(cpu) / sends * 1e6:.1f} µs "
         f"{who}; reads/writes per send {io}; load generator {own / sends * 1e6:.1f} µs",
         flush=True,
     )
+    print(
+        f"  context switches per send, voluntary/involuntary, loop thread (all threads), members then the "
+        f"load generator: {sw}",
+        flush=True,
+    )
+    for pid, counts in zip(pids, calls[2 * members_ + 1 :], strict=False):
+        per = ", ".join(f"{name} {n / sends:.3f}" for name, n in zip(SYSCALLS, counts, strict=True) if n)
+        print(f"  {pid} loop thread's system calls per send: {per}", flush=True)
     if args.sched:
         names = {pids[0]: "leader", os.getpid(): "load generator"}
         names.update((pid, "follower") for pid in pids[1:])
@@ -202,6 +301,9 @@ def main() -> None:
     which.add_argument("--perf", choices=("leader", "follower"))
     which.add_argument("--strace", choices=("leader", "follower"))
     which.add_argument("--sched", action="store_true")
+    parser.add_argument(
+        "--syscalls", action="store_true", help="count each member's loop thread's polls, reads and writes"
+    )
     parser.add_argument("--dwarf", action="store_true", help="--perf with DWARF stacks (user frames unwound)")
     parser.add_argument("--out", default=".")
     args = parser.parse_args()
