@@ -45,6 +45,7 @@ from .engine import (
 from .errors import (
     ConfigFileError as ConfigFileError,
     CorruptRecordError as CorruptRecordError,
+    DamagedRecordError as DamagedRecordError,
     StoreClosedError as StoreClosedError,
     StoreError as StoreError,
     StoreFormatError as StoreFormatError,

@@ -39,13 +39,14 @@ from store import (
     PROPERTY_UNIQ_KEY,
     PROPERTY_WAIT_STORE_MSG_OK,
     TOOLS_CONSUMER_GROUP,
+    CorruptRecordError,
+    DamagedRecordError,
     StoredMessage,
     decode_record,
     decode_records,
     encode_properties,
+    read_header,
 )
-from store.errors import CorruptRecordError, DamagedRecordError
-from store.record import read_header
 
 log = logging.getLogger(__name__)
 

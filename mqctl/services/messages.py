@@ -69,10 +69,10 @@ from store import (
     SCHEDULE_TOPIC,
     SYSTEM_TOPIC_PREFIX,
     TOOLS_CONSUMER_GROUP,
+    DamagedRecordError,
     StoredMessage,
     decode_msg_id,
 )
-from store.errors import DamagedRecordError
 
 log = logging.getLogger(__name__)
 

@@ -21,8 +21,7 @@ from mqctl.errors import NotFoundError, StoreError
 from mqctl.output import Rows
 from mqctl.services.messages import MessageDetail, MessageSummary, Window, detail, locate, summary
 from mqctl.timespec import iso
-from store import CorruptRecordError, decode_record, inspect
-from store.errors import DamagedRecordError
+from store import CorruptRecordError, DamagedRecordError, decode_record, inspect
 
 Progress = inspect.Progress
 Layout = inspect.Layout

@@ -24,8 +24,7 @@ from mqctl.services.messages import JAVA_LONG_MAX, plausible_offset_id
 from mqctl.services.topics import readers_of_topic
 from mqctl.tracedata import TraceFormatError, TraceRecord, consume_result, decode_trace
 from mqctl.units import time_fields, when
-from store import StoredMessage
-from store.errors import DamagedRecordError
+from store import DamagedRecordError, StoredMessage
 
 log = logging.getLogger(__name__)
 
