@@ -305,6 +305,10 @@ async def test_a_deposed_leader_never_dispatches_the_tail_its_puts_parsed(
         monkeypatch.undo()
         old_log, new_log = old.dledger.log, new.dledger.log
         await wait_until(lambda: old_log.last_index == new_log.last_index == old_log.committed_index, 30)
+        # every member's commit index at the end too: a follower learns it from the leader's next push or
+        # heartbeat, and dispatches (and serves) up to it only
+        logs = [b.dledger.log for b in brokers if b is not None and b.dledger is not None]
+        await wait_until(lambda: all(lg.committed_index == new_log.last_index for lg in logs), 30)
         assert new.dledger.node.pushes[keys[brokers.index(old)]["dleger_self_id"]].binary  # (after the cut)
         expected = [f"acked-{i}".encode() for i in range(5)] + [f"new-{i}".encode() for i in range(60)]
         sent = [
