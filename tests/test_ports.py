@@ -27,3 +27,22 @@ def test_a_free_block_is_whole_and_below_the_ephemeral_range() -> None:
     finally:
         for s in socks:
             s.close()
+
+
+def test_a_port_handed_out_is_not_handed_out_again_by_another_picker_before_its_daemon_binds() -> None:
+    """Two pickers at once (two ``mqctl up``, two test workers) drew the same free block: each pick is
+    reserved on the host, so a second picker (another process: a fresh interpreter) skips it."""
+    import subprocess
+    import sys
+
+    base = free_block(6)
+    probe = "import sys; from mqctl.services.ports import reserve; print(reserve(int(sys.argv[1]), 1))"
+    for port in (base, base + 5):
+        out = subprocess.run(
+            [sys.executable, "-c", probe, str(port)], capture_output=True, text=True, check=True
+        )
+        assert out.stdout.strip() == "False", out.stderr
+    free = free_port()
+    assert free != base
+    out = subprocess.run([sys.executable, "-c", probe, str(free)], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
