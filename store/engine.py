@@ -1553,7 +1553,7 @@ class DefaultMessageStore:
             return None
         sel = SelectedMessage(phys_offset, len(raw), raw, path=path)
         try:
-            _ = sel.message  # validate now: a corrupt record raises instead of being returned
+            _ = sel.stored  # validate now (its body as stored): a corrupt record raises, not returned
         except CorruptRecordError as e:
             size = cl.damaged_extent_at(phys_offset)
             if size is None:  # no record starts here

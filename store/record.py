@@ -523,9 +523,10 @@ def read_record_info(
 
 
 def decode_record(
-    buf: Buffer, pos: int = 0, limit: int | None = None, *, check_crc: bool = True
+    buf: Buffer, pos: int = 0, limit: int | None = None, *, check_crc: bool = True, inflate: bool = True
 ) -> StoredMessage:
-    """Decode the whole record at ``pos`` into a :class:`StoredMessage` (body inflated if compressed)."""
+    """Decode the whole record at ``pos`` into a :class:`StoredMessage` (body inflated if compressed,
+    unless ``inflate`` is false: then ``body`` is the stored one, for whoever needs only the rest)."""
     lim = len(buf) if limit is None else limit
     fixed, ts_pos, rc_pos, body_pos, body_len, topic_pos, topic_len, props_pos = _layout(
         buf, pos, lim, check_crc
@@ -560,7 +561,7 @@ def decode_record(
         reconsume,
         prepared,
         stored_body,
-        inflate_body(stored_body, sys_flag) if sys_flag & COMPRESSED_FLAG else stored_body,
+        inflate_body(stored_body, sys_flag) if inflate and sys_flag & COMPRESSED_FLAG else stored_body,
         bytes(buf[topic_pos : topic_pos + topic_len]).decode("utf-8", "replace"),
         decode_properties(buf[props_pos : props_pos + props_len]) if props_len else {},
         msg_id_prefix(store_host) + format(phys & 0xFFFFFFFFFFFFFFFF, "016X"),

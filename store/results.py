@@ -11,7 +11,7 @@ from enum import Enum
 
 from store.commitlog import PutMessageStatus
 from store.errors import CorruptRecordError
-from store.message import StoredMessage
+from store.message import COMPRESSED_FLAG, StoredMessage
 from store.record import decode_record
 
 __all__ = ["GetMessageStatus", "GetResult", "PutResult", "QueryResult", "SelectedMessage"]
@@ -105,6 +105,20 @@ class SelectedMessage:
             except CorruptRecordError as e:
                 raise e.located(self.path, self.phys_offset) from None
         return self._decoded
+
+    @property
+    def stored(self) -> StoredMessage:
+        """The message with its body as stored (a compressed one not inflated): what a lending or a copy
+        needs, without inflating a body (up to 64 MiB, or refused: a bomb, a codec not installed)."""
+        if self._decoded is not None:
+            return self._decoded
+        try:
+            msg = decode_record(self.raw, 0, self.size, check_crc=True, inflate=False)
+        except CorruptRecordError as e:
+            raise e.located(self.path, self.phys_offset) from None
+        if not msg.sys_flag & COMPRESSED_FLAG:
+            self._decoded = msg  # the same as `message`
+        return msg
 
     def __repr__(self) -> str:
         return f"SelectedMessage(phys_offset={self.phys_offset}, size={self.size}, queue_offset={self.queue_offset})"

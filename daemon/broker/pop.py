@@ -946,7 +946,7 @@ class PopService:
                 ):
                     continue  # lent on or acked before a DLedger failover (see catch_up)
                 try:
-                    msg = found.message
+                    msg = found.stored
                 except StoreError as exc:
                     log.error("POP skipped a damaged record of %s:%d: %s", source, q, exc)
                     continue
@@ -1012,7 +1012,7 @@ class PopService:
         return out
 
     def _popped(self, r: InFlight, found: SelectedMessage) -> PoppedMessage:
-        msg = found.message
+        msg = found.stored
         retry = msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         topic = msg.properties.get(PROPERTY_RETRY_TOPIC, msg.topic) if retry else msg.topic
         return PoppedMessage(
@@ -1159,7 +1159,7 @@ class PopService:
         try:
             found = self.broker.store.look_message_by_offset(r.phys_offset)
             if found is not None:
-                found.message  # noqa: B018 - decodes and checks it
+                found.stored  # noqa: B018 - decodes and checks it (its body as stored)
             return found
         except StoreError as exc:
             log.error(
@@ -1224,7 +1224,7 @@ class PopService:
         pop_time = r.pop_time
         found = self._look(r)
         if found is not None:
-            msg = found.message
+            msg = found.stored
             if dlq is None:
                 dlq = msg.reconsume_times >= self._max_reconsume(r.group)
             copy = self._retry_copy(r.group, msg, dlq=dlq)
@@ -1245,7 +1245,7 @@ class PopService:
         it; in a DLedger group the put is not awaited for its quorum."""
         found = self._look(r)
         if found is not None:
-            copy = self._retry_copy(r.group, found.message, dlq=True)
+            copy = self._retry_copy(r.group, found.stored, dlq=True)
             # not waiting for a flush, so inline (as ``Broker.put`` runs it)
             self._check_put(copy.topic, self.broker.store.put_message(copy))
         self._finish(r)

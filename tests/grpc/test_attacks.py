@@ -6,8 +6,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import importlib.util
 import socket
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -16,9 +18,14 @@ import grpc
 import pytest
 from google.protobuf import duration_pb2
 
+from daemon.broker.headers import PopMessageRequestHeader
+from daemon.remoting.codes import RequestCode, ResponseCode
+from store.message import COMPRESSED_FLAG, COMPRESSION_LZ4
 from store.names import TIMER_TOPIC
-from tests.daemons import LocalCluster
+from store.record import MAX_INFLATED_BODY, decode_record
+from tests.daemons import LocalCluster, handle
 from tests.support.acl import USER_AK, USER_SK, write_acl
+from tests.support.broker import send_fields
 from tests.support.cli import RunCli
 from tests.support.grpc5 import (
     MessagingServiceStub,
@@ -618,3 +625,71 @@ def test_the_grpc_connection_cap_is_a_broker_key(tmp_path: Path, cli: RunCli) ->
     conf.write_text("grpcMaxConnections=0\n")  # grpc would refuse every connection
     refused = cli("broker", "start", "-c", str(conf), "--store", str(tmp_path / "s"), "--print-config")
     assert refused.code == 2 and "grpcMaxConnections is at least 1, not 0" in refused.stderr, refused.stderr
+
+
+def _store_raw(cluster: LocalCluster, topic: str, body: bytes, sys_flag: int) -> None:
+    """A message stored as a 4.x producer sends it: `body` as it is, `sys_flag` as given."""
+    client = handle(cluster)
+    fields = send_fields(topic)
+    fields["f"] = str(sys_flag)
+    sent = cluster.loop.run(client.call(RequestCode.SEND_MESSAGE_V2, fields, body))
+    assert sent.code == ResponseCode.SUCCESS, sent.remark
+
+
+UNDELIVERABLE = [
+    pytest.param(
+        zlib.compress(b"\0" * (MAX_INFLATED_BODY + 1), 9), COMPRESSED_FLAG, "inflates past", id="bomb"
+    ),
+    pytest.param(b"not zlib at all", COMPRESSED_FLAG, "", id="not-inflatable"),
+    pytest.param(
+        b"\x04\x22\x4d\x18 an lz4 frame",
+        COMPRESSED_FLAG | COMPRESSION_LZ4,
+        "lz4",
+        id="lz4-not-installed",
+        marks=pytest.mark.skipif(importlib.util.find_spec("lz4") is not None, reason="lz4 is installed here"),
+    ),
+]
+
+
+@pytest.mark.parametrize(("body", "sys_flag", "why"), UNDELIVERABLE)
+def test_a_body_no_client_can_be_given_goes_to_the_dlq_alone(
+    stub: tuple[LocalCluster, MessagingServiceStub], body: bytes, sys_flag: int, why: str
+) -> None:
+    """A stored body that inflates past the cap, or does not inflate, or is in a codec not installed here,
+    between two good ones: the receive delivers the two and sends that one to the group's DLQ as stored
+    (4.x's bytes, its flag kept). Before, the pop took it for a damaged record and skipped it: never
+    delivered, never in the DLQ, the queue's offset moved past it."""
+    cluster, s = stub
+    create_topic(cluster, "Mixed", 1)
+    create_group(cluster, "G")
+    for raw, flag in ((b"one", 0), (body, sys_flag), (b"two", 0)):
+        _store_raw(cluster, "Mixed", raw, flag)
+    got = _receive(s, "G", "Mixed")
+    assert [r.status.code for r in got if r.HasField("status")] == [pb.OK]
+    assert [r.message.body for r in got if r.HasField("message")] == [b"one", b"two"]
+    (dead,) = stored(cluster, "%DLQ%G", inflate=False)
+    assert dead.stored_body == body and dead.sys_flag & sys_flag == sys_flag
+    assert dead.properties["RETRY_TOPIC"] == "Mixed"
+    assert cluster.broker.pop.in_flight() == {"G": 2}  # the two delivered, lent; the bad one's lending ended
+    again = _receive(s, "G", "Mixed")  # nothing else: the two are out, the bad one is in the DLQ
+    assert [r.status.code for r in again if r.HasField("status")] == [pb.MESSAGE_NOT_FOUND]
+
+
+def test_a_lent_compressed_bomb_is_revived_not_dropped(tmp_path: Path) -> None:
+    """A remoting POP lends the bomb as stored (the consumer's to refuse); unacked, it comes back through
+    the retry topic with its bytes. Before, the revive could not read it ('unreadable') and ended its
+    lending without a copy: the message was gone."""
+    with grpc_cluster(tmp_path) as cluster:
+        create_topic(cluster, "Bombed", 1)
+        create_group(cluster, "G")
+        bomb = zlib.compress(b"\0" * (MAX_INFLATED_BODY + 1), 9)
+        _store_raw(cluster, "Bombed", bomb, COMPRESSED_FLAG)
+        client = handle(cluster)
+        header = PopMessageRequestHeader("G", "Bombed", -1, 32, 1000, 0, 0, 0)
+        popped = cluster.loop.run(client.call(RequestCode.POP_MESSAGE, header.to_ext_fields()))
+        assert popped.code == ResponseCode.SUCCESS, popped.remark
+        lent = decode_record(popped.body, inflate=False)
+        assert lent.stored_body == bomb
+        wait_for(lambda: stored(cluster, "%RETRY%G", inflate=False), "the bomb revived", timeout=30)
+        (revived,) = stored(cluster, "%RETRY%G", inflate=False)
+        assert revived.stored_body == bomb and revived.reconsume_times == 1

@@ -61,8 +61,8 @@ def create_topic(cluster: LocalCluster, topic: str, queues: int = 4) -> None:
     cluster.loop.run(create())
 
 
-def stored(cluster: LocalCluster, topic: str) -> list[StoredMessage]:
-    """Every message of `topic`, queue by queue, in queue order."""
+def stored(cluster: LocalCluster, topic: str, *, inflate: bool = True) -> list[StoredMessage]:
+    """Every message of `topic`, queue by queue, in queue order (`inflate=False`: bodies as stored)."""
 
     async def read() -> list[StoredMessage]:
         store = cluster.broker.store
@@ -74,7 +74,7 @@ def stored(cluster: LocalCluster, topic: str) -> list[StoredMessage]:
                 result = store.get_messages("test", topic, queue, offset, 32)
                 if not result.messages:
                     break
-                out.extend(m.message for m in result.messages)
+                out.extend(m.message if inflate else m.stored for m in result.messages)
                 offset = result.next_begin_offset
         return out
 
