@@ -124,6 +124,22 @@ def creation_refusal(peer: Peer, what: str) -> str | None:
     )
 
 
+def lock_refusal(peer: Peer, group: str, client_id: str, member: str | None) -> str | None:
+    """Why ``peer`` may not lock or unlock ``group``'s queues as ``client_id`` at a daemon in protected
+    mode, or None. ``member`` is the client id ``peer``'s connection registered as a consumer of the
+    group (a HEART_BEAT on it, as 4.9.8's rebalance sends before it locks), None when it did not. A
+    peer off this machine that locked every queue of an orderly group (or unlocked a member's, naming
+    its client id) would starve the group's consumers for the lock's 60 s, again and again."""
+    ip = peer.address[0]
+    if is_local(ip, peer.local_ip()) or (member is not None and member == client_id):
+        return None
+    return (
+        f"protected mode: {ip or '?'} may lock or unlock queues of group {group} only as the consumer it "
+        f"registered on this connection (a heartbeat naming the group, client id {client_id}): this daemon "
+        f"has ACL off and listens beyond loopback; {WAYS_OUT} to open it"
+    )
+
+
 @dataclass(frozen=True, slots=True)
 class Protection:
     """What a daemon's start decided: whether the guard runs and why (the start-up line says it)."""

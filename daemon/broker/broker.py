@@ -68,6 +68,7 @@ from daemon.protect import (
     creation_refusal,
     is_local,
     listening,
+    lock_refusal,
     protection,
 )
 from daemon.remoting.bodies import (
@@ -301,6 +302,15 @@ class Broker:
         if not isinstance(self.server.dispatcher.guard, ProtectedModeGuard):
             return None
         return creation_refusal(peer, what)
+
+    def lock_refusal(self, conn: Connection, group: str, client_id: str) -> str | None:
+        """Why ``conn`` may not lock or unlock ``group``'s queues as ``client_id``: protected mode, a peer
+        off this machine, and no consumer of the group with that id registered on the connection."""
+        if not isinstance(self.server.dispatcher.guard, ProtectedModeGuard):
+            return None
+        info = self.consumers.get(group)
+        channel = info.channels.get(conn) if info is not None else None
+        return lock_refusal(conn, group, client_id, channel.client_id if channel is not None else None)
 
     def listening(self) -> str:
         """Where the broker listens, why there, and whether protected mode is on (the start-up line)."""

@@ -8,7 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from daemon.broker.bodies import ConsumerData, HeartbeatData
+from daemon.broker.bodies import (
+    ConsumerData,
+    HeartbeatData,
+    LockBatchRequestBody,
+    LockBatchResponseBody,
+    MessageQueue,
+)
 from daemon.broker.config import BrokerConfig, load_broker_config
 from daemon.broker.headers import PopMessageRequestHeader, PullMessageRequestHeader
 from daemon.namesrv.config import NamesrvConfig
@@ -188,6 +194,44 @@ async def test_a_peer_off_loopback_creates_no_topic_or_group_on_use(tmp_path: Pa
             assert local_beat.code == ResponseCode.SUCCESS and broker.groups.get("PeerGroup0") is not None
             (again,) = await peer.send(addr, [(R.SEND_MESSAGE_V2, send_fields("PeerTopic"), "hello")])
             assert again[0] == ResponseCode.SUCCESS, again  # made from this machine, it serves the peer
+        finally:
+            await stop_cluster(handle)
+
+
+@pytest.mark.slow
+async def test_a_peer_off_loopback_locks_only_as_a_consumer_it_registered(tmp_path: Path) -> None:
+    """4.9.8 grants LOCK_BATCH_MQ to anyone: a peer off the machine that locked every queue of an orderly
+    group (or unlocked a member's, naming its client id) starved the group's consumers for the lock's
+    60 s. In protected mode a peer locks and unlocks only as the consumer it registered on the same
+    connection (4.9.8's rebalance heartbeats before it locks); this machine's clients as before."""
+    with peer_namespace() as peer:
+        handle = await start_cluster(tmp_path, listen_host="0.0.0.0")
+        try:
+            addr = f"{peer.host_ip}:{handle.broker.server.port}"
+            queues = [MessageQueue("Orders", "broker-a", q) for q in range(4)]
+
+            def lock_body(client_id: str, mqs: list[MessageQueue] = queues) -> str:
+                return LockBatchRequestBody("Orderly", client_id, mqs).dumps().decode()
+
+            beat = HeartbeatData("peer@1", [], [ConsumerData("Orderly")]).dumps().decode()
+            anonymous, as_victim, beat_answer, as_itself, victims_unlock = await peer.send(
+                addr,
+                [
+                    (R.LOCK_BATCH_MQ, {}, lock_body("peer@1")),
+                    (R.LOCK_BATCH_MQ, {}, lock_body("victim@1")),
+                    (R.HEART_BEAT, {}, beat),
+                    (R.LOCK_BATCH_MQ, {}, lock_body("peer@1", queues[:1])),
+                    (R.UNLOCK_BATCH_MQ, {}, lock_body("victim@1")),
+                ],
+            )
+            for refused in (anonymous, as_victim, victims_unlock):
+                assert refused[0] == ResponseCode.NO_PERMISSION, refused
+                assert "protected mode" in refused[1] and "group Orderly" in refused[1]
+            assert beat_answer[0] == ResponseCode.SUCCESS and as_itself[0] == ResponseCode.SUCCESS, as_itself
+            # the peer holds the queue it locked as itself, nothing more; this machine's consumer the rest
+            local = await handle.call(R.LOCK_BATCH_MQ, {}, lock_body("victim@1").encode())
+            assert local.code == ResponseCode.SUCCESS, local.remark
+            assert LockBatchResponseBody.loads(local.body).lock_ok_m_q_set == queues[1:]
         finally:
             await stop_cluster(handle)
 

@@ -2,34 +2,46 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from daemon.broker.bodies import LockBatchRequestBody, LockBatchResponseBody
 from daemon.broker.processors import system_error
-from daemon.remoting.codes import RequestCode
+from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
+from daemon.remoting.errors import RemotingCommandError
+from daemon.remoting.limits import WarningGate
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
+
+log = logging.getLogger(__name__)
 
 
 def processors(broker: BrokerContext) -> dict[int, Processor]:
     locks = broker.locks
 
-    def body(request: RemotingCommand) -> LockBatchRequestBody:
+    refusals = WarningGate(log)
+
+    def body(conn: Connection, request: RemotingCommand) -> LockBatchRequestBody:
         try:
-            return LockBatchRequestBody.loads(request.body)
+            b = LockBatchRequestBody.loads(request.body)
         except (ValueError, TypeError, KeyError) as exc:
             raise system_error(f"bad lock body: {exc}") from None
+        remark = broker.lock_refusal(conn, b.consumer_group, b.client_id)
+        if remark is not None:
+            refusals.warning("refused request code %d from %s: %s", request.code, conn.peer, remark)
+            raise RemotingCommandError(ResponseCode.NO_PERMISSION, remark)
+        return b
 
     def lock(conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        b = body(request)
+        b = body(conn, request)
         granted = locks.try_lock_batch(b.consumer_group, b.mq_set, b.client_id)
         return request.make_response(body=LockBatchResponseBody(granted).dumps())
 
     def unlock(conn: Connection, request: RemotingCommand) -> RemotingCommand:
-        b = body(request)
+        b = body(conn, request)
         locks.unlock_batch(b.consumer_group, b.mq_set, b.client_id)
         return request.make_response()
 
