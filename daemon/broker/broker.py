@@ -601,6 +601,7 @@ class Broker:
             on_peer_back=self._dledger_peer_back,
             tls=ServerTls(mutual, require_client=True, why="haTls") if mutual is not None else None,
             client_ssl=mutual.client_context(verify=True) if mutual is not None else None,
+            idle_timeout=c.server_channel_max_idle_time_seconds,
         )
         # a member whose store refuses writes (a full disk) would be elected and never take sends
         self.dledger.node.can_lead = lambda: not store.disk_full

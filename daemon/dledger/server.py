@@ -105,6 +105,18 @@ class DLedgerSettings:
     preferred_leader: str | None = None
 
 
+def channel_idle_timeout(idle_timeout: float, timings: Timings) -> float:
+    """How long a channel connection may stay silent before it is closed: the remoting server's
+    ``serverChannelMaxIdleTimeSeconds`` (0 or less: never), but never under twice the silence that
+    deposes a leader, so a member's heartbeats always come well within it. A connection a member opens
+    to vote and then leaves idle is closed, and opened again at the next vote; a process on a member's
+    host holds no descriptor for ever."""
+    if idle_timeout <= 0:
+        return 0.0
+    leak = timings.heart_beat_time_interval_ms * max(timings.max_heart_beat_leak, 1) / 1000
+    return max(float(idle_timeout), 2 * leak)
+
+
 class DLedgerServer:
     """One member of a DLedger group. `on_role(term, role)` is called on the loop as the role changes;
     `on_commit()` after the committed index moved (the CommitLog dispatches what it may now serve).
@@ -124,6 +136,7 @@ class DLedgerServer:
         listen_host: str | None = None,
         tls: ServerTls | None = None,
         client_ssl: _ssl.SSLContext | None = None,
+        idle_timeout: float = 120.0,
     ) -> None:
         self.settings = settings
         if settings.self_id not in settings.peers:
@@ -149,7 +162,7 @@ class DLedgerServer:
         self.server = RemotingServer(
             host=listen_host or host,
             port=port,
-            idle_timeout=0,
+            idle_timeout=channel_idle_timeout(idle_timeout, settings.timings),
             tls=tls,
             admit=self.gate.admits,
             batch_replies=False,  # the leader waits on each push's answer: written as the push is read

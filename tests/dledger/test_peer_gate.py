@@ -424,3 +424,41 @@ async def test_the_channel_serves_no_entry_to_a_get_of_the_dledger_client(tmp_pa
     finally:
         await client.close()
         await broker.stop()
+
+
+async def test_an_idle_connection_to_the_channel_is_closed_and_the_members_keep_theirs(
+    tmp_path: Path,
+) -> None:
+    """A process on a member's host (127.0.0.1 here) that opens connections to the channel and leaves them
+    silent, or stops in the middle of a frame, held them for ever (the channel had no idle timeout): a
+    descriptor each, up to the connection cap. They are closed after serverChannelMaxIdleTimeSeconds,
+    while the leader's own connections to its followers, busy with heartbeats, stay as they are."""
+    keys = [{**k, "server_channel_max_idle_time_seconds": 2} for k in members(tmp_path)]
+    brokers = await running(keys)
+    client = RemotingClient()
+    idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = []
+    try:
+        leader, on = await settled(brokers, client)
+        assert leader.dledger is not None
+        peers = leader.dledger.settings.peers
+        followers = [addr for member, addr in peers.items() if member != leader.dledger.settings.self_id]
+        held = {addr: leader.dledger.client.open_connection(addr) for addr in followers}
+        assert all(held.values())
+        for addr in peers.values():
+            host, port = addr.rsplit(":", 1)
+            for half_frame in (b"", encode_command(RemotingCommand.request(1, {"k": "v"}))[:6]):
+                reader, writer = await asyncio.open_connection(host, int(port))
+                writer.write(half_frame)
+                idle.append((reader, writer))
+        for reader, _writer in idle:  # closed by the member: end of stream (before: never)
+            assert await asyncio.wait_for(reader.read(), 20) == b""
+        assert leader_of(brokers) is leader
+        assert {addr: leader.dledger.client.open_connection(addr) for addr in followers} == held
+        assert (await on.send("G", b"after", queue_id=0)).code == ResponseCode.SUCCESS
+        assert await pull_all(on, "G", 0) == [b"m0", b"m1", b"m2", b"m3", b"m4", b"after"]
+    finally:
+        for _reader, writer in idle:
+            writer.close()
+        await client.close()
+        for b in brokers:
+            await b.stop()
