@@ -19,6 +19,7 @@ from daemon.remoting.connection import (
     ReplyBatch,
     RequestDispatcher,
     ip_port,
+    peer_address,
     peer_name,
 )
 from daemon.remoting.frame import MAX_FRAME_LENGTH
@@ -31,15 +32,20 @@ TLS_HANDSHAKE_TIMEOUT = 10.0
 log = logging.getLogger(__name__)
 
 
-class _Refused(asyncio.Protocol):
-    """What a connection past `remotingMaxConnections` gets: closed as soon as it is accepted."""
+class _AtCap(asyncio.Protocol):
+    """What a connection arriving at `remotingMaxConnections` gets: served by the protocol `on_made`
+    answers once it knows the peer (room made for it), else closed as soon as it is accepted."""
 
-    def __init__(self, on_made: Callable[[asyncio.BaseTransport], None]) -> None:
+    def __init__(self, on_made: Callable[[asyncio.BaseTransport], asyncio.Protocol | None]) -> None:
         self.on_made = on_made
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.on_made(transport)
-        transport.close()
+        protocol = self.on_made(transport)
+        if protocol is None:
+            transport.close()
+            return
+        transport.set_protocol(protocol)
+        protocol.connection_made(transport)
 
 
 class RemotingServer:
@@ -87,6 +93,8 @@ class RemotingServer:
         self.budget = BufferBudget(self.limits)
         #: Connections closed on accept because `remotingMaxConnections` were open.
         self.refused_connections = 0
+        #: Connections of the host holding the most closed at the cap to serve another host's.
+        self.evicted_connections = 0
         self._refusals = WarningGate(log)
         self.connections: set[Connection] = set()
         self._close_listeners: list[Callable[[Connection], None]] = []
@@ -196,7 +204,7 @@ class RemotingServer:
                 log.warning("accept on port %d failed: %s", self.port, exc)
                 await asyncio.sleep(0.1)
                 continue
-            if self.open_connections >= self.limits.connection_cap():
+            if self.open_connections >= self.limits.connection_cap() and not self._make_room(_sock_ip(sock)):
                 self._refuse_socket(sock)
                 continue
             if self.admit is not None and not self._admitted(sock):
@@ -289,7 +297,54 @@ class RemotingServer:
     def accept(self) -> asyncio.Protocol:
         """The protocol for one new client connection (the listener's factory; `memory` uses it too)."""
         if len(self.connections) >= self.limits.connection_cap():
-            return _Refused(self._refuse)
+            return _AtCap(self._at_cap)
+        return self._connection()
+
+    def _at_cap(self, transport: asyncio.BaseTransport) -> asyncio.Protocol | None:
+        if self._make_room(peer_address(transport)[0]):
+            return self._connection()
+        self._refuse(transport)
+        return None
+
+    def _make_room(self, ip: str) -> bool:
+        """At the connection cap, a new connection from ``ip``: close one of the host holding the most
+        connections when it holds more than ``ip`` would with this one, so that one host's flood of
+        silent or half-sent connections cannot shut every other host out (it keeps a fair share). The
+        one closed is one whose first byte never came, else the longest silent. False: refuse this one.
+        A walk of the open connections, only while the cap is reached."""
+        hosts: dict[str, list[Connection | socket.socket]] = {}
+        for sock in self._sniffing:
+            hosts.setdefault(_sock_ip(sock), []).append(sock)
+        for conn in self.connections:
+            if not conn.is_closed:
+                hosts.setdefault(conn.address[0], []).append(conn)
+        if not hosts:
+            return False
+        heavy = max(hosts, key=lambda host: len(hosts[host]))
+        held = hosts[heavy]
+        if len(held) <= len(hosts.get(ip, ())) + 1:
+            return False
+        silent = [s for s in held if isinstance(s, socket.socket)]
+        if silent:
+            sock = silent[0]
+            task = self._sniffing.pop(sock)
+            task.cancel()  # (and the socket closed once it ends: a task cancelled unstarted closes nothing)
+            task.add_done_callback(lambda _: sock.close())
+        else:
+            oldest = min((c for c in held if isinstance(c, Connection)), key=lambda c: c.last_active)
+            oldest.close()
+        self.evicted_connections += 1
+        self._refusals.warning(
+            "closing a connection of %s (%d open of remotingMaxConnections %d) to serve one from %s: "
+            "no host keeps more than a fair share while others wait",
+            heavy or "?",
+            len(held),
+            self.limits.connection_cap(),
+            ip or "?",
+        )
+        return True
+
+    def _connection(self) -> Connection:
         loop = asyncio.get_running_loop()
         if self.batch_replies and (self._batch is None or self._batch.loop is not loop):
             self._batch = ReplyBatch(loop)  # (also when a server restarted on another loop)
@@ -416,3 +471,11 @@ async def _peek(loop: asyncio.AbstractEventLoop, sock: socket.socket) -> bytes:
             await ready
         finally:
             loop.remove_reader(sock.fileno())
+
+
+def _sock_ip(sock: socket.socket) -> str:
+    """An accepted socket's peer IP ("" once it was reset)."""
+    try:
+        return ip_port(sock.getpeername())[0]
+    except OSError:
+        return ""
