@@ -78,6 +78,7 @@ LOCKED_KEYS = frozenset(
         "kvConfigMaxValueBytes",
         "kvConfigMaxNamespaceBytes",
         "kvConfigMaxTotalBytes",
+        "routeMaxQueueDatas",
         "remotingMaxBufferedBytes",
         "remotingMaxConnectionBufferedBytes",
         "remotingMaxConnections",

@@ -84,6 +84,7 @@ class NamesrvProcessor:
         self.routes = routes
         self.kv = kv
         self._kv_refusals = WarningGate(log)
+        self._route_cap_warnings = WarningGate(log)
         #: The DLedger term each broker address last registered with (see _takes_over_by_term).
         self._terms: dict[str, int] = {}
         #: The hosts of its group a DLedger member last registered with: who may take its place by term.
@@ -191,6 +192,16 @@ class NamesrvProcessor:
                 f"broker {h.broker_name} id {h.broker_id} at {h.broker_addr}: {holder} is registered over "
                 "another live connection; its place and address can be taken once that broker is gone",
             )
+        refusal = self._over_route_cap(h, topics)
+        if refusal is not None and h.broker_addr not in self.routes.broker_live_table:
+            self._route_cap_warnings.warning("refused REGISTER_BROKER from %s: %s", conn.peer, refusal)
+            return req.make_response(ResponseCode.SYSTEM_ERROR, refusal)
+        if refusal is not None:  # a listed broker stays listed: its new topics wait for room
+            self._route_cap_warnings.warning(
+                "REGISTER_BROKER from %s: new topics left out: %s", conn.peer, refusal
+            )
+            topics = self._held_topics_only(h.broker_name, topics)
+            decoded = False  # (its next registration is read whole again: the left-out topics retried)
         result = self.routes.register_broker(
             h.cluster_name,
             h.broker_addr,
@@ -218,6 +229,37 @@ class NamesrvProcessor:
             ).to_ext_fields(),
             body=KVTable(order).dumps() if order else b"",
         )
+
+    def _over_route_cap(self, h: RegisterBrokerRequestHeader, topics: RegisterBrokerBody) -> str | None:
+        """Why a master's registration may not add its topics to the routes: the entries it adds would
+        pass `routeMaxQueueDatas`. Registration is open to any peer (protected mode leaves it open), and
+        one peer registering thousands of invented brokers of thousands of topics each (a few KiB
+        compressed per broker) filled the NameServer's memory without bound."""
+        table = topics.topic_config_serialize_wrapper
+        if h.broker_id != 0 or not table.topic_config_table:
+            return None
+        cap = self.config.route_max_queue_datas
+        routes = self.routes
+        if routes.queue_datas + len(table.topic_config_table) <= cap:  # (the common case: no count)
+            return None
+        added = routes.added_queue_datas(h.broker_name, table)
+        if routes.queue_datas + added <= cap:
+            return None
+        return (
+            f"broker {h.broker_name} at {h.broker_addr} would add {added} topic route entries to the "
+            f"{routes.queue_datas} held, over routeMaxQueueDatas={cap}; raise it in namesrv.properties"
+        )
+
+    def _held_topics_only(self, broker_name: str, topics: RegisterBrokerBody) -> RegisterBrokerBody:
+        """``topics`` without those the routes do not hold for ``broker_name`` yet, at a data version no
+        broker sends (so the next registration is applied whole, when there may be room)."""
+        table = self.routes.topic_queue_table
+        held = {
+            name: config
+            for name, config in topics.topic_config_serialize_wrapper.topic_config_table.items()
+            if broker_name in table.get(name, {})
+        }
+        return RegisterBrokerBody(TopicConfigSerializeWrapper(held, DataVersion()), topics.filter_server_list)
 
     def _takes_over_by_term(self, h: RegisterBrokerRequestHeader, holder: str, peer: str) -> bool:
         """A DLedger leader elected while the old master still holds brokerId 0 over a live connection

@@ -83,6 +83,18 @@ class RouteInfoManager:
     _route_cache: dict[tuple[str, bool, str | None], bytes] = field(
         default_factory=dict, init=False, repr=False
     )
+    #: Entries of `topic_queue_table` (a topic on a broker), kept as they come and go: the cap
+    #: `routeMaxQueueDatas` is checked against it without a walk.
+    queue_datas: int = field(default=0, init=False)
+
+    def added_queue_datas(self, broker_name: str, topics: TopicConfigSerializeWrapper) -> int:
+        """How many entries a master's registration of ``topics`` as ``broker_name`` would add."""
+        table = self.topic_queue_table
+        return sum(
+            1
+            for topic in topics.topic_config_table
+            if (queues := table.get(topic)) is None or broker_name not in queues
+        )
 
     # ------------------------------------------------------------------ registration
 
@@ -134,7 +146,9 @@ class RouteInfoManager:
                     config.topic_sys_flag,
                 )
                 queues = self.topic_queue_table.setdefault(config.topic_name, {})
-                if queues.get(broker_name) != queue:
+                old = queues.get(broker_name)
+                if old != queue:
+                    self.queue_datas += old is None
                     queues[broker_name] = queue
                     changed = True
         if live is None:
@@ -253,8 +267,10 @@ class RouteInfoManager:
                 del self.cluster_addr_table[broker.cluster]
         for topic in list(self.topic_queue_table):
             queues = self.topic_queue_table[topic]
-            if queues.pop(broker_name, None) is not None and not queues:
-                del self.topic_queue_table[topic]
+            if queues.pop(broker_name, None) is not None:
+                self.queue_datas -= 1
+                if not queues:
+                    del self.topic_queue_table[topic]
 
     # ------------------------------------------------------------------ lookups
 
@@ -335,11 +351,11 @@ class RouteInfoManager:
             queues = self.topic_queue_table.get(topic)
             if queues is not None:
                 for name in self.cluster_addr_table.get(cluster_name, set()):
-                    queues.pop(name, None)
+                    self.queue_datas -= queues.pop(name, None) is not None
                 if not queues:
                     del self.topic_queue_table[topic]
         else:
-            self.topic_queue_table.pop(topic, None)
+            self.queue_datas -= len(self.topic_queue_table.pop(topic, {}))
         self._route_cache.clear()
 
     def wipe_write_perm(self, broker_name: str) -> int:
