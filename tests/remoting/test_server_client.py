@@ -287,6 +287,36 @@ async def test_idle_connections_are_closed() -> None:
         await srv.stop()
 
 
+async def test_a_frame_sent_a_byte_at_a_time_is_closed_at_the_idle_timeout() -> None:
+    """A frame must arrive whole within the idle timeout: a peer sending its header a byte at a time kept
+    the connection open for ever (each byte counted as activity). A whole frame counts; so does the
+    start of the next, so a client's requests in turn keep their connection."""
+
+    def echo(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        return req.make_response(body=req.body)
+
+    srv = RemotingServer({ECHO: echo}, host="127.0.0.1", idle_timeout=2)
+    await srv.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        frame = encode_command(RemotingCommand.request(ECHO, body=b"x"))
+        for _ in range(3):  # whole frames, 0.5 s apart: each one is activity
+            await asyncio.sleep(0.5)
+            writer.write(frame)
+            length = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 3))[0]
+            await reader.readexactly(length)
+        closed = asyncio.ensure_future(reader.read())
+        for byte in frame[:-1]:  # 0.2 s a byte for 20 s: never whole
+            if closed.done():
+                break
+            writer.write(bytes([byte]))
+            await asyncio.sleep(0.2)
+        assert closed.done() and closed.result() == b""  # EOF: the server hung up before it was whole
+        writer.close()
+    finally:
+        await srv.stop()
+
+
 @pytest.mark.parametrize("tls", [False, True], ids=["plain", "permissive"])
 async def test_an_idle_timeout_of_zero_closes_no_connection(tls: bool) -> None:
     """serverChannelMaxIdleTimeSeconds=0 is Netty's "no idle handler"; read as zero seconds, every
