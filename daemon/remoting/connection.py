@@ -267,10 +267,9 @@ class Connection(asyncio.Protocol):
         if self.is_closed:
             return  # closing after a bad frame: the rest of the stream is meaningless
         buf = self._buffer
-        # a frame must arrive whole within the idle timeout: the bytes of one already begun do not
-        # count as activity, or a peer sending its header a byte at a time held the connection for ever
-        if not buf:
-            self.last_active = self._loop.time()
+        # a frame must arrive whole within the idle timeout: the bytes of one already begun are no
+        # activity (below), or a peer sending its header a byte at a time held the connection for ever
+        begun = bool(buf)
         buf += data
         pos = 0
         # A client that pipelines (ali-ons: one connection, many sends in flight) delivers a dozen
@@ -309,6 +308,7 @@ class Connection(asyncio.Protocol):
             self._uncork(corked)
         if pos:
             del buf[:pos]
+        if pos or not begun:
             self.last_active = self._loop.time()
         if self.budget is not None and len(buf) != self._held:
             self._charge(self.budget, len(buf))
