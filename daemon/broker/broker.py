@@ -915,7 +915,7 @@ class Broker:
             found = self.store.look_message_by_offset(offset)
             if found is None:
                 return None
-            msg = found.message
+            msg = found.stored
             unit = self.store.get_messages("", msg.topic, msg.queue_id, msg.queue_offset, 1)
         except StoreError:  # a corrupt record
             return None

@@ -96,7 +96,7 @@ class ScheduleMessageService:
             for selected in result.messages:
                 if selected.tags_code > now:  # the tags code holds the due time
                     return moved
-                put = await self.broker.put(delivered_copy(selected.message))
+                put = await self.broker.put(delivered_copy(selected.stored))
                 if not put.ok:
                     log.warning(
                         "delay level %d: re-put of offset %d failed: %s",

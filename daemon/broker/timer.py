@@ -473,7 +473,7 @@ class TimerMessageService:
         now = int(time.time() * 1000)
         roll = entry.due_ms > now
         if roll:
-            topic, queue_id, props = TIMER_TOPIC, 0, dict(selected.message.properties)
+            topic, queue_id, props = TIMER_TOPIC, 0, dict(selected.stored.properties)
             rolls = int(props.get(PROPERTY_TIMER_ROLL_TIMES, "0"))
             if entry.queue_offset < self._verify_below and self._delivered_before(entry, rolled_from=rolls):
                 return "found"  # rolled already: the copy is a pending timer of its own
@@ -482,14 +482,14 @@ class TimerMessageService:
         else:
             if entry.queue_offset < self._verify_below and self._delivered_before(entry):
                 return "found"
-            topic, queue_id, props = delivered_timer(selected.message, now)
+            topic, queue_id, props = delivered_timer(selected.stored, now)
             if self.broker.topics.get(topic) is None:
                 # deleted while it waited: its queue must not hold it for a topic of that name made later
                 log.warning(
                     "timer message at %d is for topic %s, deleted since: dropped", entry.phys_offset, topic
                 )
                 return "dropped"
-        result = await self.broker.put(copy_to(selected.message, topic, queue_id, props))
+        result = await self.broker.put(copy_to(selected.stored, topic, queue_id, props))
         if not result.ok:
             log.warning("timer re-put of %d to %s failed: %s", entry.queue_offset, topic, result.status.value)
             return None
@@ -510,7 +510,7 @@ class TimerMessageService:
         begin = entry.stored_ms - 1000
         result = self.broker.store.query_message(topic, entry.unique_key, 32, begin, 2**62)
         for selected in result.messages:
-            m = selected.message
+            m = selected.stored
             if m.uniq_key != entry.unique_key or m.properties.get(PROPERTY_TIMER_OUT_MS) != due:
                 continue
             if rolled_from is None or int(m.properties.get(PROPERTY_TIMER_ROLL_TIMES, "0")) > rolled_from:

@@ -178,7 +178,7 @@ class TransactionService:
                     if qoff == progress:
                         progress += 1
                     continue
-                half = selected.message
+                half = selected.stored
                 if now - half.store_timestamp < config.transaction_time_out:
                     offset = -1
                     break

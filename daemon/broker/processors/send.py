@@ -722,7 +722,7 @@ class SendProcessor:
             raise system_error(f"look message by offset failed, {h.offset}: {e.reason}") from None
         if found is None:
             raise system_error(f"look message by offset failed, {h.offset}")
-        old = found.message
+        old = found.stored
         max_times = max_reconsume_times(group, request.version, h.max_reconsume_times)
         delay: int | None = h.delay_level
         if old.reconsume_times >= max_times or h.delay_level < 0:
