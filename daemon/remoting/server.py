@@ -204,10 +204,10 @@ class RemotingServer:
                 log.warning("accept on port %d failed: %s", self.port, exc)
                 await asyncio.sleep(0.1)
                 continue
+            if self.admit is not None and not self._admitted(sock):
+                continue  # (first: a stranger at the cap must not close anyone's connection)
             if self.open_connections >= self.limits.connection_cap() and not self._make_room(_sock_ip(sock)):
                 self._refuse_socket(sock)
-                continue
-            if self.admit is not None and not self._admitted(sock):
                 continue
             sock.setblocking(False)
             task = asyncio.create_task(self._sniff(sock), name="remoting-tls-sniff")
