@@ -460,30 +460,63 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class _Server(ThreadingWSGIServer):
-    """prometheus-client's threaded server with at most `MAX_CONNECTIONS` handler threads."""
+    """prometheus-client's threaded server with at most `MAX_CONNECTIONS` handler threads. With every
+    slot taken, a connection from a host holding fewer than the host holding the most gets one of
+    that host's (its oldest, shut down): one host's slow or silent connections, opened again as each
+    reaches its deadline, answered every other client 503, a liveness probe of `/healthz` too."""
 
     def server_activate(self) -> None:
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        #: the connections being served, oldest first, with their peers' hosts
+        self._serving: dict[Any, str] = {}
+        self._serving_lock = threading.Lock()
         super().server_activate()
 
     def process_request(self, request: Any, client_address: Any) -> None:
-        if not self._slots.acquire(blocking=False):
+        host = str(client_address[0]) if client_address else ""
+        if not self._slots.acquire(blocking=False) and not self._make_room(host):
             with contextlib.suppress(OSError):
                 request.setblocking(False)  # (a reply this small fits the socket's buffer)
                 request.send(BUSY)
             self.shutdown_request(request)
             return
+        with self._serving_lock:
+            self._serving[request] = host
         try:
             super().process_request(request, client_address)
         except BaseException:  # no thread started: its slot is free again
-            self._slots.release()
+            self._done(request)
             raise
+
+    def _make_room(self, host: str) -> bool:
+        """Shut down the oldest connection of the host holding the most when it holds more than
+        ``host`` would with this one, and take the slot it frees (False: none freed)."""
+        with self._serving_lock:
+            counts: dict[str, int] = {}
+            for held in self._serving.values():
+                counts[held] = counts.get(held, 0) + 1
+            if not counts:
+                return False
+            heavy = max(counts, key=lambda h: counts[h])
+            if counts[heavy] <= counts.get(host, 0) + 1:
+                return False
+            victim = next(sock for sock, held in self._serving.items() if held == heavy)
+        log.warning("metrics: closing a connection of %s (%d of %d) to serve %s", heavy, counts[heavy],
+                    MAX_CONNECTIONS, host)  # fmt: skip
+        with contextlib.suppress(OSError):
+            victim.shutdown(socket.SHUT_RDWR)  # its thread's read ends: the slot comes free
+        return self._slots.acquire(timeout=1.0)  # (the serving thread waits no longer for it)
+
+    def _done(self, request: Any) -> None:
+        with self._serving_lock:
+            self._serving.pop(request, None)
+        self._slots.release()
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         try:
             super().process_request_thread(request, client_address)
         finally:
-            self._slots.release()
+            self._done(request)
 
 
 class _Server6(_Server):

@@ -1,6 +1,6 @@
-"""One host's flood of connections against the remoting port's cap: a peer in a network namespace that
-opens `remotingMaxConnections` connections and leaves them silent (or re-opens them as the idle timeout
-closes them) shut every other host out; at the cap the flooding host now gives way."""
+"""One host's flood of connections against a listener's cap (the remoting port's `remotingMaxConnections`,
+the metrics port's 16): a peer in a network namespace that opened them all and left them silent (or
+opened them again as each was closed) shut every other host out; at the cap the flooding host gives way."""
 
 from __future__ import annotations
 
@@ -11,7 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from daemon.broker.metrics import MAX_CONNECTIONS
 from daemon.remoting.codes import RequestCode, ResponseCode
+from tests.broker.test_metrics_server import fetch
 from tests.support.broker import start_cluster, stop_cluster
 from tests.support.netns import PeerNamespace, peer_namespace
 
@@ -78,6 +80,28 @@ async def test_a_host_holding_every_connection_gives_one_up_to_another_host(
             assert served.code == ResponseCode.SUCCESS, served.remark
             assert server.evicted_connections == 1
             assert await _still_open(proc) == 19
+        finally:
+            if proc is not None and proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+            await stop_cluster(handle)
+
+
+async def test_a_host_holding_every_metrics_slot_gives_one_up_to_a_health_probe(tmp_path: Path) -> None:
+    """The metrics port serves 16 connections at once: a peer holding all 16 silent (each opened again at
+    its 10 s deadline) had every other client answered 503, a liveness probe of /healthz too, and an
+    orchestrator restarts a broker whose probe fails. The peer's oldest gives way instead."""
+    with peer_namespace() as peer:
+        handle = await start_cluster(tmp_path, listen_host="0.0.0.0")
+        proc = None
+        try:
+            port = handle.broker.metrics_port
+            assert port
+            proc = await _holding(peer, peer.host_ip, port, MAX_CONNECTIONS)
+            await asyncio.sleep(0.5)  # every one handed to its handler thread
+            health = await asyncio.to_thread(fetch, port, "/healthz")
+            assert health.strip() == "serving"
+            assert await _still_open(proc) == MAX_CONNECTIONS - 1
         finally:
             if proc is not None and proc.returncode is None:
                 proc.kill()
