@@ -674,11 +674,33 @@ class PopService:
         )
         deadline = time.monotonic() + max(0, poll_ms) / 1000
         while True:
-            found = self._pop_once(ask)
+            dead: list[InFlight] = []
+            found = self._pop_once(ask, dead)
+            if dead:  # FIFO messages past their retries: to the DLQ before the answer, their queue freed
+                await self._forward_dead(dead)
+                if not found and time.monotonic() < deadline:
+                    continue
             left = deadline - time.monotonic()
             if found or left <= 0:
                 return found
             await self._wait_for_messages(ask, left)
+
+    async def _forward_dead(self, dead: list[InFlight]) -> None:
+        """FIFO lendings past their retries, sent to the DLQ as :meth:`_reput` does (the copy held by a
+        DLedger quorum, then the lending's end logged as 5.x acks a message it forwarded to the DLQ). Until
+        then the lending holds its queue's order lock; one that fails stays lent and is tried again when
+        it expires."""
+        for r in dead:
+            try:
+                await self._reput(r, dlq=True)
+            except (StoreError, PopError) as exc:
+                log.error(
+                    "POP: %s:%d at %d not sent to the DLQ; tried again when its lending expires: %s",
+                    r.topic,
+                    r.queue_id,
+                    r.queue_offset,
+                    exc,
+                )
 
     async def ack(self, *, group: str, topic: str, receipt_handle: str) -> None:
         """End the lending; in a DLedger group answered once the group's quorum holds its record."""
@@ -902,7 +924,9 @@ class PopService:
             return low
         return store.get_max_offset(topic, queue_id)
 
-    def _pop_once(self, ask: _Ask) -> list[PoppedMessage]:
+    def _pop_once(self, ask: _Ask, dead: list[InFlight]) -> list[PoppedMessage]:
+        """One pass over the queues the pop reads; FIFO lendings past their retries are put in ``dead``
+        for :meth:`_forward_dead` (their queue stays held until then)."""
         group, topic, queue_id, max_messages, fifo = (
             ask.group,
             ask.topic,
@@ -928,7 +952,7 @@ class PopService:
                         if ask.attempt_id and all(r.attempt_id == ask.attempt_id for r in held.values()):
                             out += self._lent_again(held)
                         continue
-                    out += self._redeliver_held(held, now, ask, journal)
+                    out += self._redeliver_held(held, now, ask, journal, dead)
                     continue
             offset = self._start_offset(group, source, q, ask.init_mode)
             try:
@@ -984,10 +1008,10 @@ class PopService:
         return out
 
     def _redeliver_held(
-        self, held: dict[int, InFlight], now: int, ask: _Ask, journal: list[str]
+        self, held: dict[int, InFlight], now: int, ask: _Ask, journal: list[str], dead: list[InFlight]
     ) -> list[PoppedMessage]:
         """A FIFO queue whose lent messages expired: the same ones again, in order, one attempt more
-        (those past the group's retry limit go to the DLQ instead, with their slots freed)."""
+        (those past the group's retry limit into ``dead``, for the DLQ)."""
         out = []
         for r in sorted(held.values(), key=lambda r: r.queue_offset):
             r.attempt += 1
@@ -995,10 +1019,10 @@ class PopService:
             r.invisible_ms = ask.invisible_ms
             r.attempt_id = ask.attempt_id
             found = self._look(r)
-            if found is None or r.attempt > self._max_reconsume(r.group) + 1:
-                self._to_dlq_now(r)
-                continue
             journal.append(record_line(r))
+            if found is None or r.attempt > self._max_reconsume(r.group) + 1:
+                dead.append(r)
+                continue
             out.append(self._popped(r, found))
         return out
 
@@ -1238,17 +1262,6 @@ class PopService:
                     log.warning(
                         "POP: the end of %s:%d at %d not logged: %s", r.topic, r.queue_id, r.queue_offset, exc
                     )
-
-    def _to_dlq_now(self, r: InFlight) -> None:
-        """End a FIFO lending past its retries inside a pop (which does not wait) by a put to the DLQ.
-        The put comes before the journal line: a crash between them puts the message twice, never loses
-        it; in a DLedger group the put is not awaited for its quorum."""
-        found = self._look(r)
-        if found is not None:
-            copy = self._retry_copy(r.group, found.message, dlq=True)
-            # not waiting for a flush, so inline (as ``Broker.put`` runs it)
-            self._check_put(copy.topic, self.broker.store.put_message(copy))
-        self._finish(r)
 
     def _finish(self, r: InFlight) -> None:
         """A lending ended (acked, revived, sent to the DLQ): its record gone, the watermark moved, one

@@ -135,3 +135,66 @@ async def test_a_needed_record_far_behind_is_logged_again_so_the_revive_offset_m
     finally:
         await client.close()
         await broker.stop()
+
+
+async def test_a_fifo_message_sent_to_the_dlq_inside_a_pop_is_not_lent_again_by_a_member_taking_over(
+    tmp_path: Path,
+) -> None:
+    """A FIFO message past its retries goes to the DLQ inside a pop. A member taking over with the offset
+    table of before (followers take it every 10 s) must not lend it again: the end of its lending is
+    logged as an ack, as 5.x acks a message it forwarded to the DLQ. One of the two had its lending
+    changed, so a checkpoint record of it is in the log too."""
+    from store.models import SubscriptionGroupConfig
+
+    broker = await start_broker(tmp_path / "store", **dledger_keys())
+    client = RemotingClient()
+    try:
+        await wait_until(lambda: broker.config.broker_role == "SYNC_MASTER")
+        broker.groups.put(SubscriptionGroupConfig(G, retry_max_times=1))  # 2 deliveries, then the DLQ
+        on = BrokerClient(broker.addr, client)
+        await on.create_topic(T, 2)
+        for body, queue in [(b"a0", 0), (b"a1", 0), (b"b0", 1), (b"b1", 1)]:
+            assert (await on.send(T, body, queue_id=queue)).code == 0
+        consumer = PopClient(on, G)
+        [a0] = await consumer.pop(T, queue_id=0, max_nums=1, order=True, invisible_ms=60_000)
+        assert (await consumer.change_invisible(T, a0, 300)).code == 0  # its checkpoint logged
+        [b0] = await consumer.pop(T, queue_id=1, max_nums=1, order=True, invisible_ms=300)
+        assert (a0.body, b0.body) == (b"a0", b"b0")
+        pop = broker.pop
+        revive = pop.revive_topic
+        offsets = broker.offsets
+        # the table as a follower took it now: both queues at their first message
+        taken = [(G, T, 0), (G, T, 1), (REVIVE_GROUP, revive, 0)]
+        before = [offsets.query_offset(*key) for key in taken]
+        assert before[:2] == [0, 0]
+
+        for queue, nxt in ((0, b"a1"), (1, b"b1")):  # redelivered once, then to the DLQ: the next comes
+            seen: list[bytes] = []
+            deadline = time.monotonic() + 20
+            while nxt not in seen:
+                assert time.monotonic() < deadline, seen
+                got = await consumer.pop(
+                    T, queue_id=queue, max_nums=1, order=True, invisible_ms=300, poll_ms=500
+                )
+                seen += [p.body for p in got]
+            assert seen == [nxt[:1] + b"0", nxt], seen
+        dlq = f"%DLQ%{G}"
+        await wait_until(lambda: broker.store.get_max_offset(dlq, 0) == 2, 10)
+
+        await pop.stop()
+        for key, offset in zip(taken, before, strict=True):
+            offsets.commit_offset(*key, offset)
+        pop.take_over()
+        await pop.catch_up()
+        pop.start()
+        again = []
+        for queue in (0, 1):
+            again += [
+                p.body
+                for p in await consumer.pop(T, queue_id=queue, max_nums=32, order=True, invisible_ms=60_000)
+            ]
+        assert again == [b"a1", b"b1"]
+        assert broker.store.get_max_offset(dlq, 0) == 2
+    finally:
+        await client.close()
+        await broker.stop()
