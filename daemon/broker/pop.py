@@ -502,6 +502,11 @@ class PopService:
         self._logged: collections.deque[tuple[int, _QueueKey, int, bool]] = collections.deque()
         #: The revive queue offset after the last record written or read.
         self._log_end = 0
+        #: The revive queue offset below which every record is known held by the DLedger quorum.
+        self._held_end = 0
+        #: A still needed record logged again at the end: its revive queue offset -> the new one's. The
+        #: revive offset passes the old one only once the new one is held.
+        self._moved: dict[int, int] = {}
         #: Whether this broker lends (DLedger: a member not leading answers every handle NO_MESSAGE).
         self._serving = False
 
@@ -545,6 +550,8 @@ class PopService:
         self._lent.clear()
         self._acked.clear()
         self._logged.clear()
+        self._moved.clear()
+        self._held_end = 0
         try:
             if self.journal.exists:
                 self.journal.rewrite((), {})
@@ -575,7 +582,7 @@ class PopService:
                 break
             offset = result.next_begin_offset
             await asyncio.sleep(0)
-        self._log_end = max(offset, store.get_max_offset(topic, 0))
+        self._log_end = self._held_end = max(offset, store.get_max_offset(topic, 0))  # (committed only)
         if read:
             log.info(
                 "POP: %d revive record(s) read: %d lending(s) and %d ack(s) above the watermarks kept",
@@ -760,7 +767,10 @@ class PopService:
         for record in records:
             last = self._put_record(record)
         assert last is not None
+        self._compact_log(relog=True)  # what it logs again is held by the same wait
+        end = self._log_end
         _refused(await self.broker.held(last))
+        self._held_end = max(self._held_end, end)
         self._compact_log()
 
     def _record(self, tag: str, r: InFlight, body: bytes) -> Logged:
@@ -783,11 +793,13 @@ class PopService:
             self._log_end = max(self._log_end, result.queue_offset + 1)
         return result
 
-    def _compact_log(self) -> None:
+    def _compact_log(self, *, relog: bool = False) -> None:
         """Move the revive group's offset to the first record that may still be needed: one whose
-        message is at or above its queue's watermark (or of a queue without one). A needed record more
-        than ``RELOG_LAG`` records behind the end (an ack above a message lent for hours, a long change)
-        is logged again at the end, a few per call, so a member taking over never reads far back."""
+        message is at or above its queue's watermark (or of a queue without one). With ``relog``, a needed
+        record more than ``RELOG_LAG`` records behind the end (an ack above a message lent for hours, a long
+        change) is logged again at the end, a few per call, so a member taking over never reads far back;
+        the offset passes the old record only once the new one is held (``_held_end``): moved sooner, a
+        failover in between could hand the next leader an offset past a record its log lacks."""
         offsets = self.broker.offsets
         logged = self._logged
         relogged = 0
@@ -795,28 +807,41 @@ class PopService:
             at, queue, offset, is_ack = logged[0]
             mark = self._marks.get(queue, offsets.query_offset(*queue))
             if mark < 0 or offset >= mark:
-                if not self._serving or relogged >= RELOG_PER_CALL or self._log_end - at <= RELOG_LAG:
-                    break
-                relogged += 1
-                self._relog(queue, offset, is_ack)
+                moved = self._moved.get(at)
+                if moved is None:
+                    if not relog or not self._serving or relogged >= RELOG_PER_CALL:
+                        break
+                    if self._log_end - at <= RELOG_LAG:
+                        break
+                    relogged += 1
+                    moved = self._relog(queue, offset, is_ack)
+                    if moved < 0:
+                        break
+                    if moved > 0:
+                        self._moved[at] = moved
+                if moved > 0 and moved >= self._held_end:
+                    break  # its new copy not held yet
             logged.popleft()
+            self._moved.pop(at, None)
         live = logged[0][0] if logged else self._log_end
         if live > max(0, offsets.query_offset(REVIVE_GROUP, self.revive_topic, 0)):
             offsets.commit_offset(REVIVE_GROUP, self.revive_topic, 0, live)
 
-    def _relog(self, queue: _QueueKey, offset: int, is_ack: bool) -> None:
-        """A still needed record again at the end of the log (a lending: as it stands now; one that
-        ended has its end logged already). Not awaited: it is held long before the revive offset passing
-        the old one reaches the followers with the offset table."""
+    def _relog(self, queue: _QueueKey, offset: int, is_ack: bool) -> int:
+        """A still needed record again at the end of the log (a lending: as it stands now): the new
+        record's revive queue offset; 0 when none is needed (the lending ended: its end is logged), -1
+        when the put failed."""
         name = self.broker.config.broker_name
         try:
             if is_ack:
                 ended = InFlight(*queue, offset, -1, 0, 0, 0, False, offset)
-                self._put_record(self._record(ACK_TAG, ended, ack_body(ended, name)))
-            elif (r := self.records.get((*queue, offset))) is not None:
-                self._put_record(self._record(CK_TAG, r, ck_body(r, name)))
+                return self._put_record(self._record(ACK_TAG, ended, ack_body(ended, name))).queue_offset
+            if (r := self.records.get((*queue, offset))) is not None:
+                return self._put_record(self._record(CK_TAG, r, ck_body(r, name))).queue_offset
+            return 0
         except PopError as exc:
             log.warning("POP: a revive record not logged again: %s", exc)
+            return -1
 
     async def forward_to_dlq(self, *, group: str, topic: str, receipt_handle: str) -> None:
         """Send the message to ``%DLQ%group`` now and end its lending (5.x: send-back with level -1),

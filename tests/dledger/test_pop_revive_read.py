@@ -104,12 +104,25 @@ async def test_a_needed_record_far_behind_is_logged_again_so_the_revive_offset_m
 ) -> None:
     """An ack above a message still lent is needed as long as that lending lasts; with acks of another
     queue behind it (superseded at once) it is logged again at the end, the revive offset passes it,
-    and a member taking over still knows the ack."""
+    and a member taking over still knows the ack. The revive offset passes the old record only once the
+    group holds the new one: a failover in between must not leave the next leader's offset (taken with
+    the offset table) past a record its log lacks."""
     monkeypatch.setattr(pop_module, "RELOG_LAG", 3)
     broker = await start_broker(tmp_path / "store", **dledger_keys())
     client = RemotingClient()
     try:
         await wait_until(lambda: broker.config.broker_role == "SYNC_MASTER")
+        assert broker.dledger is not None
+        raft_log = broker.dledger.log
+        commit = broker.offsets.commit_offset
+        moves: list[tuple[int, int, int]] = []  # (revive offset, committed index, last index) at each move
+
+        def watched(group: str, topic: str, queue_id: int, offset: int) -> None:
+            if group == REVIVE_GROUP:
+                moves.append((offset, raft_log.committed_index, raft_log.last_index))
+            commit(group, topic, queue_id, offset)
+
+        monkeypatch.setattr(broker.offsets, "commit_offset", watched)
         on = BrokerClient(broker.addr, client)
         await on.create_topic(T, 2)
         for body, queue in [(b"x0", 0), (b"x1", 0)] + [(f"y{i}".encode(), 1) for i in range(10)]:
@@ -126,6 +139,9 @@ async def test_a_needed_record_far_behind_is_logged_again_so_the_revive_offset_m
         end = broker.store.get_max_offset(revive, 0)
         assert 11 < end <= 11 + 4  # the acks, and x1's again each time it was 3 records behind
         assert broker.offsets.query_offset(REVIVE_GROUP, revive, 0) > 0  # past x1's first record
+        # x1's first ack is the first record: whenever the offset stood past it, the log held all it had
+        # (nothing else is appended meanwhile), the ack logged again included
+        assert [m for m in moves if m[0] > 0 and m[1] < m[2]] == []
         await pop.stop()
         pop.take_over()
         await pop.catch_up()
