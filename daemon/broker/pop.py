@@ -238,8 +238,8 @@ class InFlight:
 
 _Key = tuple[str, str, int, int]
 _QueueKey = tuple[str, str, int]
-#: A revive record to store: the message, and the queue and queue offset it is about.
-Logged = tuple["Message", _QueueKey, int]
+#: A revive record to store: the message, and the queue and queue offsets it is about.
+Logged = tuple["Message", _QueueKey, tuple[int, ...]]
 
 
 #: A name as a JSON string (groups and topics recur on every line; ``json.dumps`` escapes any name).
@@ -285,6 +285,25 @@ def ack_body(r: InFlight, broker_name: str) -> bytes:
             "q": r.queue_id,
             "pt": r.pop_time,
             "bn": broker_name,
+        },
+        separators=(",", ":"),
+    ).encode()
+
+
+def batch_ack_body(ended: list[InFlight], broker_name: str) -> bytes:
+    """5.x's ``BatchAckMsg`` of lendings of one pop of one queue (same popTime and start): their queue
+    offsets (``aol``), ``ao`` -1."""
+    r = ended[0]
+    return json.dumps(
+        {
+            "ao": -1,
+            "so": r.ck_offset,
+            "c": r.group,
+            "t": r.topic,
+            "q": r.queue_id,
+            "pt": r.pop_time,
+            "bn": broker_name,
+            "aol": sorted(x.queue_offset for x in ended),
         },
         separators=(",", ":"),
     ).encode()
@@ -716,11 +735,33 @@ class PopService:
     def ack_now(self, *, group: str, topic: str, receipt_handle: str) -> list[Logged]:
         """End the lending here; returns the revive record :meth:`hold` must store before the ack is
         answered (none outside a DLedger group)."""
+        return self.ack_records([self.ack_one(group=group, topic=topic, receipt_handle=receipt_handle)])
+
+    def ack_one(self, *, group: str, topic: str, receipt_handle: str) -> InFlight:
+        """End the lending here; returns it, for :meth:`ack_records` (a request acking several)."""
         r = self._current(group, topic, receipt_handle)
         self._finish(r)
-        return (
-            [self._record(ACK_TAG, r, ack_body(r, self.broker.config.broker_name))] if self.replicated else []
-        )
+        return r
+
+    def ack_records(self, ended: list[InFlight]) -> list[Logged]:
+        """The revive records of lendings ended by acks, for :meth:`hold` (none outside a DLedger group):
+        5.x's ``AckMsg`` of one, its ``BatchAckMsg`` of several lent by one pop of one queue (the same
+        queue, popTime and start), as 5.x writes a ``BatchAck`` (one record put and held for them)."""
+        if not self.replicated or not ended:
+            return []
+        name = self.broker.config.broker_name
+        pops: dict[tuple[_QueueKey, int, int], list[InFlight]] = {}
+        for r in ended:
+            pops.setdefault((r.queue_key, r.pop_time, r.ck_offset), []).append(r)
+        out = []
+        for same in pops.values():
+            r = same[0]
+            if len(same) == 1:
+                out.append(self._record(ACK_TAG, r, ack_body(r, name)))
+            else:
+                offsets = tuple(sorted(x.queue_offset for x in same))
+                out.append(self._record(BATCH_ACK_TAG, r, batch_ack_body(same, name), offsets))
+        return out
 
     async def change_invisible(
         self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int
@@ -773,7 +814,7 @@ class PopService:
         self._held_end = max(self._held_end, end)
         self._compact_log()
 
-    def _record(self, tag: str, r: InFlight, body: bytes) -> Logged:
+    def _record(self, tag: str, r: InFlight, body: bytes, offsets: tuple[int, ...] = ()) -> Logged:
         msg = Message(
             self.revive_topic,
             body,
@@ -782,14 +823,16 @@ class PopService:
             born_timestamp=_now_ms(),
             wait_store_msg_ok=False,
         )
-        return msg, r.queue_key, r.queue_offset
+        return msg, r.queue_key, offsets or (r.queue_offset,)
 
     def _put_record(self, record: Logged) -> PutResult:
         """Append a revive record (not waiting for the quorum) and track it as live."""
-        msg, queue, offset = record
+        msg, queue, offsets = record
         result = _refused(self.broker.store.put_message(msg))
         if result.queue_offset >= 0:
-            self._logged.append((result.queue_offset, queue, offset, msg.tags == ACK_TAG))
+            is_ack = msg.tags != CK_TAG
+            for offset in offsets:
+                self._logged.append((result.queue_offset, queue, offset, is_ack))
             self._log_end = max(self._log_end, result.queue_offset + 1)
         return result
 

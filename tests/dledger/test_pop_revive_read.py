@@ -214,3 +214,60 @@ async def test_a_fifo_message_sent_to_the_dlq_inside_a_pop_is_not_lent_again_by_
     finally:
         await client.close()
         await broker.stop()
+
+
+async def test_a_batch_ack_is_one_back_record_per_queue_and_pop_and_a_member_taking_over_reads_it(
+    tmp_path: Path,
+) -> None:
+    """BATCH_ACK_MESSAGE's offsets of one pop of one queue are logged as one 5.x ``BatchAckMsg`` (tag
+    ``bAck``), held before the answer; a member taking over lends none of them again."""
+    import base64
+
+    broker = await start_broker(tmp_path / "store", **dledger_keys())
+    client = RemotingClient()
+    try:
+        await wait_until(lambda: broker.config.broker_role == "SYNC_MASTER")
+        on = BrokerClient(broker.addr, client)
+        await on.create_topic(T, 2)
+        for i in range(8):
+            assert (await on.send(T, f"m{i}".encode(), queue_id=i % 2)).code == 0
+        consumer = PopClient(on, G)
+        lent = await consumer.pop(T, max_nums=8, invisible_ms=60_000)
+        assert len(lent) == 8
+        pop = broker.pop
+        revive = pop.revive_topic
+        start = broker.store.get_max_offset(revive, 0)
+        acks = []
+        for queue in (0, 1):  # queue offsets 1, 2, 3 acked in each, 0 not
+            handle = next(p.handle for p in lent if p.message.queue_id == queue).split(" ")
+            acks.append(
+                {
+                    "c": G,
+                    "t": T,
+                    "r": "0",
+                    "so": int(handle[0]),
+                    "q": queue,
+                    "rq": 0,
+                    "pt": int(handle[1]),
+                    "it": int(handle[2]),
+                    "b": base64.b64encode(bytes([0b1110])).decode(),
+                }
+            )
+        body = json.dumps({"brokerName": "broker-a", "acks": acks}).encode()
+        assert (await on.call(RequestCode.BATCH_ACK_MESSAGE, body=body)).code == ResponseCode.SUCCESS
+        assert pop.in_flight() == {G: 2}
+        records = broker.store.get_messages(REVIVE_GROUP, revive, 0, start, 32).messages
+        logged = [(r.message.properties.get(PROPERTY_TAGS), json.loads(r.message.body)) for r in records]
+        assert [(tag, b["q"], b["aol"]) for tag, b in logged] == [
+            ("bAck", 0, [1, 2, 3]),
+            ("bAck", 1, [1, 2, 3]),
+        ]
+        await pop.stop()
+        pop.take_over()
+        await pop.catch_up()
+        pop.start()
+        again = await consumer.pop(T, max_nums=32, invisible_ms=60_000)
+        assert sorted(p.body for p in again) == [b"m0", b"m1"]
+    finally:
+        await client.close()
+        await broker.stop()

@@ -248,11 +248,11 @@ class PopProcessor:
                 )
                 named.append((group, topic, handle))
         pop = self.broker.pop
-        records: list[Logged] = []
+        ended = []
         for group, topic, handle in named:
             with contextlib.suppress(PopError):  # 5.x acks what it can: changed or expired are skipped
-                records += pop.ack_now(group=group, topic=topic, receipt_handle=handle.extra_info)
-        return self._held(request, records, request.make_response())
+                ended.append(pop.ack_one(group=group, topic=topic, receipt_handle=handle.extra_info))
+        return self._held(request, pop.ack_records(ended), request.make_response())
 
     def change_invisible(self, conn: Connection, request: RemotingCommand) -> _Answer:
         h = ChangeInvisibleTimeRequestHeader.from_ext_fields(request.ext_fields)
