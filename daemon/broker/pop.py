@@ -526,6 +526,9 @@ class PopService:
         #: A still needed record logged again at the end: its revive queue offset -> the new one's. The
         #: revive offset passes the old one only once the new one is held.
         self._moved: dict[int, int] = {}
+        #: Lendings acked this turn of the loop, logged at its end (see log_acks), and the future of that.
+        self._ending: list[InFlight] = []
+        self._acking: asyncio.Future[None] | None = None
         #: Whether this broker lends (DLedger: a member not leading answers every handle NO_MESSAGE).
         self._serving = False
 
@@ -730,18 +733,46 @@ class PopService:
 
     async def ack(self, *, group: str, topic: str, receipt_handle: str) -> None:
         """End the lending; in a DLedger group answered once the group's quorum holds its record."""
-        await self.hold(self.ack_now(group=group, topic=topic, receipt_handle=receipt_handle))
-
-    def ack_now(self, *, group: str, topic: str, receipt_handle: str) -> list[Logged]:
-        """End the lending here; returns the revive record :meth:`hold` must store before the ack is
-        answered (none outside a DLedger group)."""
-        return self.ack_records([self.ack_one(group=group, topic=topic, receipt_handle=receipt_handle)])
+        logged = self.log_acks([self.ack_one(group=group, topic=topic, receipt_handle=receipt_handle)])
+        if logged is not None:
+            await logged
 
     def ack_one(self, *, group: str, topic: str, receipt_handle: str) -> InFlight:
-        """End the lending here; returns it, for :meth:`ack_records` (a request acking several)."""
+        """End the lending here; returns it, for :meth:`log_acks`."""
         r = self._current(group, topic, receipt_handle)
         self._finish(r)
         return r
+
+    def log_acks(self, ended: list[InFlight]) -> asyncio.Future[None] | None:
+        """Log the ends of lendings acked here (:meth:`ack_one`): None outside a DLedger group, else a
+        future done once the group's quorum holds their records (raising :class:`PopError` when it does
+        not). The acks of one turn of the loop (the requests read together) are logged together at its
+        end, merged per queue and pop (:meth:`ack_records`); each caller awaits its own shield of it."""
+        if not self.replicated or not ended:
+            return None
+        if self._acking is None:
+            loop = asyncio.get_running_loop()
+            self._acking = loop.create_future()
+            loop.call_soon(self._flush_acks)
+        self._ending += ended
+        return asyncio.shield(self._acking)
+
+    def _flush_acks(self) -> None:
+        done, ended = self._acking, self._ending
+        self._acking, self._ending = None, []
+        assert done is not None
+        task = asyncio.ensure_future(self.hold(self.ack_records(ended)))
+
+        def settle(task: asyncio.Future[None]) -> None:
+            if task.cancelled():
+                done.set_exception(PopError(ResponseCode.SYSTEM_ERROR, "the acks were not logged: stopped"))
+            elif (exc := task.exception()) is not None:
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+            done.exception()  # retrieved: a caller gone (its connection closed) leaves no warning
+
+        task.add_done_callback(settle)
 
     def ack_records(self, ended: list[InFlight]) -> list[Logged]:
         """The revive records of lendings ended by acks, for :meth:`hold` (none outside a DLedger group):

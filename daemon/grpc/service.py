@@ -790,8 +790,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 )
             )
         try:
-            # the acks answered OK once a DLedger group's quorum holds them (one record per queue and pop)
-            await pop.hold(pop.ack_records(ended))
+            logged = pop.log_acks(ended)  # one record per queue and pop, this turn's acks together
+            if logged is not None:
+                await logged  # the acks answered OK once a DLedger group's quorum holds them
         except RemotingCommandError as exc:
             failed = Refused.of(exc).status()
             for r in results:

@@ -271,3 +271,34 @@ async def test_a_batch_ack_is_one_back_record_per_queue_and_pop_and_a_member_tak
     finally:
         await client.close()
         await broker.stop()
+
+
+async def test_acks_of_one_turn_are_logged_together(tmp_path: Path) -> None:
+    """Acks of separate requests handled in one turn of the loop (the requests read together) are logged
+    at its end, merged per queue and pop: one ``bAck``, each request answered once it is held."""
+    broker = await start_broker(tmp_path / "store", **dledger_keys())
+    client = RemotingClient()
+    try:
+        await wait_until(lambda: broker.config.broker_role == "SYNC_MASTER")
+        on = BrokerClient(broker.addr, client)
+        await on.create_topic(T, 1)
+        for i in range(4):
+            assert (await on.send(T, f"m{i}".encode(), queue_id=0)).code == 0
+        lent = await PopClient(on, G).pop(T, max_nums=4, invisible_ms=60_000)
+        assert len(lent) == 4
+        pop = broker.pop
+        revive = pop.revive_topic
+        start = broker.store.get_max_offset(revive, 0)
+        waits = [pop.log_acks([pop.ack_one(group=G, topic=T, receipt_handle=p.handle)]) for p in lent[1:]]
+        for logged in waits:
+            assert logged is not None
+            await logged
+        records = broker.store.get_messages(REVIVE_GROUP, revive, 0, start, 32).messages
+        logged_records = [
+            (r.message.properties.get(PROPERTY_TAGS), json.loads(r.message.body)) for r in records
+        ]
+        assert [(tag, b["aol"]) for tag, b in logged_records] == [("bAck", [1, 2, 3])]
+        assert pop.in_flight() == {G: 1}  # m0 still lent
+    finally:
+        await client.close()
+        await broker.stop()
