@@ -24,8 +24,9 @@ writes into the table (an operator's reset) wins at the next pop or ack of that 
 
 In a DLedger group the POP state is the leader's alone, so what a client was told has to be held by the
 group too: an ack, a change of invisibility (a renewal included) and the end of a lending by a revive are
-logged as 5.x's revive records (``AckMsg`` tagged ``ack``, ``PopCheckPoint`` tagged ``ck``) in queue 0
-of ``rmq_sys_REVIVE_LOG_<cluster>``, and an ack or change is answered only once a quorum holds its record.
+logged as 5.x's revive records (``AckMsg`` tagged ``ack``, ``BatchAckMsg`` tagged ``bAck`` for the acks of
+one turn of one pop's queue, ``PopCheckPoint`` tagged ``ck``) in queue 0 of
+``rmq_sys_REVIVE_LOG_<cluster>``, and an ack or change is answered only once a quorum holds its record.
 A member elected leader reads them (:meth:`PopService.catch_up`, a batch at a time) before it lends: an
 acked message above the offset table's watermark is skipped, a changed one is lent as the change said
 (its handle stays valid). Records of a message below the watermark are superseded: the offset of group
