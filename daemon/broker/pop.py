@@ -275,39 +275,22 @@ def encode_lines(lines: Iterable[str]) -> bytes:
 # ---------------------------------------------------------------------- revive records (pure)
 
 
-def ack_body(r: InFlight, broker_name: str) -> bytes:
-    """5.x's ``AckMsg`` of a lending: its queue offset (``ao``), the pop's start (``so``), its popTime."""
-    return json.dumps(
-        {
-            "ao": r.queue_offset,
-            "so": r.ck_offset,
-            "c": r.group,
-            "t": r.topic,
-            "q": r.queue_id,
-            "pt": r.pop_time,
-            "bn": broker_name,
-        },
-        separators=(",", ":"),
-    ).encode()
-
-
-def batch_ack_body(ended: list[InFlight], broker_name: str) -> bytes:
-    """5.x's ``BatchAckMsg`` of lendings of one pop of one queue (same popTime and start): their queue
-    offsets (``aol``), ``ao`` -1."""
-    r = ended[0]
-    return json.dumps(
-        {
-            "ao": -1,
-            "so": r.ck_offset,
-            "c": r.group,
-            "t": r.topic,
-            "q": r.queue_id,
-            "pt": r.pop_time,
-            "bn": broker_name,
-            "aol": sorted(x.queue_offset for x in ended),
-        },
-        separators=(",", ":"),
-    ).encode()
+def ack_body(r: InFlight, broker_name: str, offsets: list[int] | None = None) -> bytes:
+    """5.x's ``AckMsg`` of a lending: its queue offset (``ao``), the pop's start (``so``), its popTime; with
+    ``offsets``, its ``BatchAckMsg`` of lendings of one pop of one queue (the same popTime and start):
+    their queue offsets (``aol``), ``ao`` -1."""
+    fields: dict[str, object] = {
+        "ao": r.queue_offset if offsets is None else -1,
+        "so": r.ck_offset,
+        "c": r.group,
+        "t": r.topic,
+        "q": r.queue_id,
+        "pt": r.pop_time,
+        "bn": broker_name,
+    }
+    if offsets is not None:
+        fields["aol"] = offsets
+    return json.dumps(fields, separators=(",", ":")).encode()
 
 
 def ck_body(r: InFlight, broker_name: str) -> bytes:
@@ -791,8 +774,8 @@ class PopService:
             if len(same) == 1:
                 out.append(self._record(ACK_TAG, r, ack_body(r, name)))
             else:
-                offsets = tuple(sorted(x.queue_offset for x in same))
-                out.append(self._record(BATCH_ACK_TAG, r, batch_ack_body(same, name), offsets))
+                offsets = sorted(x.queue_offset for x in same)
+                out.append(self._record(BATCH_ACK_TAG, r, ack_body(r, name, offsets), tuple(offsets)))
         return out
 
     async def change_invisible(
