@@ -513,6 +513,7 @@ class PopService:
         #: Lendings acked this turn of the loop, logged at its end (see log_acks), and the future of that.
         self._ending: list[InFlight] = []
         self._acking: asyncio.Future[None] | None = None
+        self._logging: set[asyncio.Task[None]] = set()  # (the loop keeps only weak references to tasks)
         #: Whether this broker lends (DLedger: a member not leading answers every handle NO_MESSAGE).
         self._serving = False
 
@@ -746,8 +747,10 @@ class PopService:
         self._acking, self._ending = None, []
         assert done is not None
         task = asyncio.ensure_future(self.hold(self.ack_records(ended)))
+        self._logging.add(task)
 
-        def settle(task: asyncio.Future[None]) -> None:
+        def settle(task: asyncio.Task[None]) -> None:
+            self._logging.discard(task)
             if task.cancelled():
                 done.set_exception(PopError(ResponseCode.SYSTEM_ERROR, "the acks were not logged: stopped"))
             elif (exc := task.exception()) is not None:
