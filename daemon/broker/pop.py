@@ -24,8 +24,9 @@ writes into the table (an operator's reset) wins at the next pop or ack of that 
 
 In a DLedger group the POP state is the leader's alone, so what a client was told has to be held by the
 group too: an ack, a change of invisibility (a renewal included) and the end of a lending by a revive are
-logged as 5.x's revive records (``AckMsg`` tagged ``ack``, ``PopCheckPoint`` tagged ``ck``) in queue 0
-of ``rmq_sys_REVIVE_LOG_<cluster>``, and an ack or change is answered only once a quorum holds its record.
+logged as 5.x's revive records (``AckMsg`` tagged ``ack``, ``BatchAckMsg`` tagged ``bAck`` for the acks of
+one turn of one pop's queue, ``PopCheckPoint`` tagged ``ck``) in queue 0 of
+``rmq_sys_REVIVE_LOG_<cluster>``, and an ack or change is answered only once a quorum holds its record.
 A member elected leader reads them (:meth:`PopService.catch_up`, a batch at a time) before it lends: an
 acked message above the offset table's watermark is skipped, a changed one is lent as the change said
 (its handle stays valid). Records of a message below the watermark are superseded: the offset of group
@@ -238,8 +239,8 @@ class InFlight:
 
 _Key = tuple[str, str, int, int]
 _QueueKey = tuple[str, str, int]
-#: A revive record to store: the message, and the queue and queue offset it is about.
-Logged = tuple["Message", _QueueKey, int]
+#: A revive record to store: the message, and the queue and queue offsets it is about.
+Logged = tuple["Message", _QueueKey, tuple[int, ...]]
 
 
 #: A name as a JSON string (groups and topics recur on every line; ``json.dumps`` escapes any name).
@@ -274,20 +275,22 @@ def encode_lines(lines: Iterable[str]) -> bytes:
 # ---------------------------------------------------------------------- revive records (pure)
 
 
-def ack_body(r: InFlight, broker_name: str) -> bytes:
-    """5.x's ``AckMsg`` of a lending: its queue offset (``ao``), the pop's start (``so``), its popTime."""
-    return json.dumps(
-        {
-            "ao": r.queue_offset,
-            "so": r.ck_offset,
-            "c": r.group,
-            "t": r.topic,
-            "q": r.queue_id,
-            "pt": r.pop_time,
-            "bn": broker_name,
-        },
-        separators=(",", ":"),
-    ).encode()
+def ack_body(r: InFlight, broker_name: str, offsets: list[int] | None = None) -> bytes:
+    """5.x's ``AckMsg`` of a lending: its queue offset (``ao``), the pop's start (``so``), its popTime; with
+    ``offsets``, its ``BatchAckMsg`` of lendings of one pop of one queue (the same popTime and start):
+    their queue offsets (``aol``), ``ao`` -1."""
+    fields: dict[str, object] = {
+        "ao": r.queue_offset if offsets is None else -1,
+        "so": r.ck_offset,
+        "c": r.group,
+        "t": r.topic,
+        "q": r.queue_id,
+        "pt": r.pop_time,
+        "bn": broker_name,
+    }
+    if offsets is not None:
+        fields["aol"] = offsets
+    return json.dumps(fields, separators=(",", ":")).encode()
 
 
 def ck_body(r: InFlight, broker_name: str) -> bytes:
@@ -502,6 +505,15 @@ class PopService:
         self._logged: collections.deque[tuple[int, _QueueKey, int, bool]] = collections.deque()
         #: The revive queue offset after the last record written or read.
         self._log_end = 0
+        #: The revive queue offset below which every record is known held by the DLedger quorum.
+        self._held_end = 0
+        #: A still needed record logged again at the end: its revive queue offset -> the new one's. The
+        #: revive offset passes the old one only once the new one is held.
+        self._moved: dict[int, int] = {}
+        #: Lendings acked this turn of the loop, logged at its end (see log_acks), and the future of that.
+        self._ending: list[InFlight] = []
+        self._acking: asyncio.Future[None] | None = None
+        self._logging: set[asyncio.Task[None]] = set()  # (the loop keeps only weak references to tasks)
         #: Whether this broker lends (DLedger: a member not leading answers every handle NO_MESSAGE).
         self._serving = False
 
@@ -545,6 +557,8 @@ class PopService:
         self._lent.clear()
         self._acked.clear()
         self._logged.clear()
+        self._moved.clear()
+        self._held_end = 0
         try:
             if self.journal.exists:
                 self.journal.rewrite((), {})
@@ -575,7 +589,7 @@ class PopService:
                 break
             offset = result.next_begin_offset
             await asyncio.sleep(0)
-        self._log_end = max(offset, store.get_max_offset(topic, 0))
+        self._log_end = self._held_end = max(offset, store.get_max_offset(topic, 0))  # (committed only)
         if read:
             log.info(
                 "POP: %d revive record(s) read: %d lending(s) and %d ack(s) above the watermarks kept",
@@ -674,24 +688,98 @@ class PopService:
         )
         deadline = time.monotonic() + max(0, poll_ms) / 1000
         while True:
-            found = self._pop_once(ask)
+            dead: list[InFlight] = []
+            found = self._pop_once(ask, dead)
+            if dead:  # FIFO messages past their retries: to the DLQ before the answer, their queue freed
+                await self._forward_dead(dead)
+                if not found and time.monotonic() < deadline:
+                    continue
             left = deadline - time.monotonic()
             if found or left <= 0:
                 return found
             await self._wait_for_messages(ask, left)
 
+    async def _forward_dead(self, dead: list[InFlight]) -> None:
+        """FIFO lendings past their retries, sent to the DLQ as :meth:`_reput` does (the copy held by a
+        DLedger quorum, then the lending's end logged as 5.x acks a message it forwarded to the DLQ). Until
+        then the lending holds its queue's order lock; one that fails stays lent and is tried again when
+        it expires."""
+        for r in dead:
+            try:
+                await self._reput(r, dlq=True)
+            except (StoreError, PopError) as exc:
+                log.error(
+                    "POP: %s:%d at %d not sent to the DLQ; tried again when its lending expires: %s",
+                    r.topic,
+                    r.queue_id,
+                    r.queue_offset,
+                    exc,
+                )
+
     async def ack(self, *, group: str, topic: str, receipt_handle: str) -> None:
         """End the lending; in a DLedger group answered once the group's quorum holds its record."""
-        await self.hold(self.ack_now(group=group, topic=topic, receipt_handle=receipt_handle))
+        logged = self.log_acks([self.ack_one(group=group, topic=topic, receipt_handle=receipt_handle)])
+        if logged is not None:
+            await logged
 
-    def ack_now(self, *, group: str, topic: str, receipt_handle: str) -> list[Logged]:
-        """End the lending here; returns the revive record :meth:`hold` must store before the ack is
-        answered (none outside a DLedger group)."""
+    def ack_one(self, *, group: str, topic: str, receipt_handle: str) -> InFlight:
+        """End the lending here; returns it, for :meth:`log_acks`."""
         r = self._current(group, topic, receipt_handle)
         self._finish(r)
-        return (
-            [self._record(ACK_TAG, r, ack_body(r, self.broker.config.broker_name))] if self.replicated else []
-        )
+        return r
+
+    def log_acks(self, ended: list[InFlight]) -> asyncio.Future[None] | None:
+        """Log the ends of lendings acked here (:meth:`ack_one`): None outside a DLedger group, else a
+        future done once the group's quorum holds their records (raising :class:`PopError` when it does
+        not). The acks of one turn of the loop (the requests read together) are logged together at its
+        end, merged per queue and pop (:meth:`ack_records`); each caller awaits its own shield of it."""
+        if not self.replicated or not ended:
+            return None
+        if self._acking is None:
+            loop = asyncio.get_running_loop()
+            self._acking = loop.create_future()
+            loop.call_soon(self._flush_acks)
+        self._ending += ended
+        return asyncio.shield(self._acking)
+
+    def _flush_acks(self) -> None:
+        done, ended = self._acking, self._ending
+        self._acking, self._ending = None, []
+        assert done is not None
+        task = asyncio.ensure_future(self.hold(self.ack_records(ended)))
+        self._logging.add(task)
+
+        def settle(task: asyncio.Task[None]) -> None:
+            self._logging.discard(task)
+            if task.cancelled():
+                done.set_exception(PopError(ResponseCode.SYSTEM_ERROR, "the acks were not logged: stopped"))
+            elif (exc := task.exception()) is not None:
+                done.set_exception(exc)
+            else:
+                done.set_result(None)
+            done.exception()  # retrieved: a caller gone (its connection closed) leaves no warning
+
+        task.add_done_callback(settle)
+
+    def ack_records(self, ended: list[InFlight]) -> list[Logged]:
+        """The revive records of lendings ended by acks, for :meth:`hold` (none outside a DLedger group):
+        5.x's ``AckMsg`` of one, its ``BatchAckMsg`` of several lent by one pop of one queue (the same
+        queue, popTime and start), as 5.x writes a ``BatchAck`` (one record put and held for them)."""
+        if not self.replicated or not ended:
+            return []
+        name = self.broker.config.broker_name
+        pops: dict[tuple[_QueueKey, int, int], list[InFlight]] = {}
+        for r in ended:
+            pops.setdefault((r.queue_key, r.pop_time, r.ck_offset), []).append(r)
+        out = []
+        for same in pops.values():
+            r = same[0]
+            if len(same) == 1:
+                out.append(self._record(ACK_TAG, r, ack_body(r, name)))
+            else:
+                offsets = sorted(x.queue_offset for x in same)
+                out.append(self._record(BATCH_ACK_TAG, r, ack_body(r, name, offsets), tuple(offsets)))
+        return out
 
     async def change_invisible(
         self, *, group: str, topic: str, receipt_handle: str, invisible_ms: int
@@ -738,10 +826,13 @@ class PopService:
         for record in records:
             last = self._put_record(record)
         assert last is not None
+        self._compact_log(relog=True)  # what it logs again is held by the same wait
+        end = self._log_end
         _refused(await self.broker.held(last))
+        self._held_end = max(self._held_end, end)
         self._compact_log()
 
-    def _record(self, tag: str, r: InFlight, body: bytes) -> Logged:
+    def _record(self, tag: str, r: InFlight, body: bytes, offsets: tuple[int, ...] = ()) -> Logged:
         msg = Message(
             self.revive_topic,
             body,
@@ -750,22 +841,26 @@ class PopService:
             born_timestamp=_now_ms(),
             wait_store_msg_ok=False,
         )
-        return msg, r.queue_key, r.queue_offset
+        return msg, r.queue_key, offsets or (r.queue_offset,)
 
     def _put_record(self, record: Logged) -> PutResult:
         """Append a revive record (not waiting for the quorum) and track it as live."""
-        msg, queue, offset = record
+        msg, queue, offsets = record
         result = _refused(self.broker.store.put_message(msg))
         if result.queue_offset >= 0:
-            self._logged.append((result.queue_offset, queue, offset, msg.tags == ACK_TAG))
+            is_ack = msg.tags != CK_TAG
+            for offset in offsets:
+                self._logged.append((result.queue_offset, queue, offset, is_ack))
             self._log_end = max(self._log_end, result.queue_offset + 1)
         return result
 
-    def _compact_log(self) -> None:
+    def _compact_log(self, *, relog: bool = False) -> None:
         """Move the revive group's offset to the first record that may still be needed: one whose
-        message is at or above its queue's watermark (or of a queue without one). A needed record more
-        than ``RELOG_LAG`` records behind the end (an ack above a message lent for hours, a long change)
-        is logged again at the end, a few per call, so a member taking over never reads far back."""
+        message is at or above its queue's watermark (or of a queue without one). With ``relog``, a needed
+        record more than ``RELOG_LAG`` records behind the end (an ack above a message lent for hours, a long
+        change) is logged again at the end, a few per call, so a member taking over never reads far back;
+        the offset passes the old record only once the new one is held (``_held_end``): moved sooner, a
+        failover in between could hand the next leader an offset past a record its log lacks."""
         offsets = self.broker.offsets
         logged = self._logged
         relogged = 0
@@ -773,28 +868,41 @@ class PopService:
             at, queue, offset, is_ack = logged[0]
             mark = self._marks.get(queue, offsets.query_offset(*queue))
             if mark < 0 or offset >= mark:
-                if not self._serving or relogged >= RELOG_PER_CALL or self._log_end - at <= RELOG_LAG:
-                    break
-                relogged += 1
-                self._relog(queue, offset, is_ack)
+                moved = self._moved.get(at)
+                if moved is None:
+                    if not relog or not self._serving or relogged >= RELOG_PER_CALL:
+                        break
+                    if self._log_end - at <= RELOG_LAG:
+                        break
+                    relogged += 1
+                    moved = self._relog(queue, offset, is_ack)
+                    if moved < 0:
+                        break
+                    if moved > 0:
+                        self._moved[at] = moved
+                if moved > 0 and moved >= self._held_end:
+                    break  # its new copy not held yet
             logged.popleft()
+            self._moved.pop(at, None)
         live = logged[0][0] if logged else self._log_end
         if live > max(0, offsets.query_offset(REVIVE_GROUP, self.revive_topic, 0)):
             offsets.commit_offset(REVIVE_GROUP, self.revive_topic, 0, live)
 
-    def _relog(self, queue: _QueueKey, offset: int, is_ack: bool) -> None:
-        """A still needed record again at the end of the log (a lending: as it stands now; one that
-        ended has its end logged already). Not awaited: it is held long before the revive offset passing
-        the old one reaches the followers with the offset table."""
+    def _relog(self, queue: _QueueKey, offset: int, is_ack: bool) -> int:
+        """A still needed record again at the end of the log (a lending: as it stands now): the new
+        record's revive queue offset; 0 when none is needed (the lending ended: its end is logged), -1
+        when the put failed."""
         name = self.broker.config.broker_name
         try:
             if is_ack:
                 ended = InFlight(*queue, offset, -1, 0, 0, 0, False, offset)
-                self._put_record(self._record(ACK_TAG, ended, ack_body(ended, name)))
-            elif (r := self.records.get((*queue, offset))) is not None:
-                self._put_record(self._record(CK_TAG, r, ck_body(r, name)))
+                return self._put_record(self._record(ACK_TAG, ended, ack_body(ended, name))).queue_offset
+            if (r := self.records.get((*queue, offset))) is not None:
+                return self._put_record(self._record(CK_TAG, r, ck_body(r, name))).queue_offset
+            return 0
         except PopError as exc:
             log.warning("POP: a revive record not logged again: %s", exc)
+            return -1
 
     async def forward_to_dlq(self, *, group: str, topic: str, receipt_handle: str) -> None:
         """Send the message to ``%DLQ%group`` now and end its lending (5.x: send-back with level -1),
@@ -902,7 +1010,9 @@ class PopService:
             return low
         return store.get_max_offset(topic, queue_id)
 
-    def _pop_once(self, ask: _Ask) -> list[PoppedMessage]:
+    def _pop_once(self, ask: _Ask, dead: list[InFlight]) -> list[PoppedMessage]:
+        """One pass over the queues the pop reads; FIFO lendings past their retries are put in ``dead``
+        for :meth:`_forward_dead` (their queue stays held until then)."""
         group, topic, queue_id, max_messages, fifo = (
             ask.group,
             ask.topic,
@@ -928,7 +1038,7 @@ class PopService:
                         if ask.attempt_id and all(r.attempt_id == ask.attempt_id for r in held.values()):
                             out += self._lent_again(held)
                         continue
-                    out += self._redeliver_held(held, now, ask, journal)
+                    out += self._redeliver_held(held, now, ask, journal, dead)
                     continue
             offset = self._start_offset(group, source, q, ask.init_mode)
             try:
@@ -984,10 +1094,10 @@ class PopService:
         return out
 
     def _redeliver_held(
-        self, held: dict[int, InFlight], now: int, ask: _Ask, journal: list[str]
+        self, held: dict[int, InFlight], now: int, ask: _Ask, journal: list[str], dead: list[InFlight]
     ) -> list[PoppedMessage]:
         """A FIFO queue whose lent messages expired: the same ones again, in order, one attempt more
-        (those past the group's retry limit go to the DLQ instead, with their slots freed)."""
+        (those past the group's retry limit into ``dead``, for the DLQ)."""
         out = []
         for r in sorted(held.values(), key=lambda r: r.queue_offset):
             r.attempt += 1
@@ -995,10 +1105,10 @@ class PopService:
             r.invisible_ms = ask.invisible_ms
             r.attempt_id = ask.attempt_id
             found = self._look(r)
-            if found is None or r.attempt > self._max_reconsume(r.group) + 1:
-                self._to_dlq_now(r)
-                continue
             journal.append(record_line(r))
+            if found is None or r.attempt > self._max_reconsume(r.group) + 1:
+                dead.append(r)
+                continue
             out.append(self._popped(r, found))
         return out
 
@@ -1238,17 +1348,6 @@ class PopService:
                     log.warning(
                         "POP: the end of %s:%d at %d not logged: %s", r.topic, r.queue_id, r.queue_offset, exc
                     )
-
-    def _to_dlq_now(self, r: InFlight) -> None:
-        """End a FIFO lending past its retries inside a pop (which does not wait) by a put to the DLQ.
-        The put comes before the journal line: a crash between them puts the message twice, never loses
-        it; in a DLedger group the put is not awaited for its quorum."""
-        found = self._look(r)
-        if found is not None:
-            copy = self._retry_copy(r.group, found.stored, dlq=True)
-            # not waiting for a flush, so inline (as ``Broker.put`` runs it)
-            self._check_put(copy.topic, self.broker.store.put_message(copy))
-        self._finish(r)
 
     def _finish(self, r: InFlight) -> None:
         """A lending ended (acked, revived, sent to the DLQ): its record gone, the watermark moved, one

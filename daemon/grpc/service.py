@@ -791,13 +791,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Refused as refused:
             return spb.AckMessageResponse(status=refused.status())
         results = []
-        records = []
+        ended = []
         for entry in request.entries:
             try:
-                records += pop.ack_now(
-                    group=group,
-                    topic=topic,
-                    receipt_handle=self.leases.current(entry.receipt_handle, group, topic),
+                ended.append(
+                    pop.ack_one(
+                        group=group,
+                        topic=topic,
+                        receipt_handle=self.leases.current(entry.receipt_handle, group, topic),
+                    )
                 )
                 self.leases.end(entry.receipt_handle)
                 outcome = status()
@@ -809,7 +811,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                 )
             )
         try:
-            await pop.hold(records)  # the acks answered OK once a DLedger group's quorum holds them
+            logged = pop.log_acks(ended)  # one record per queue and pop, this turn's acks together
+            if logged is not None:
+                await logged  # the acks answered OK once a DLedger group's quorum holds them
         except RemotingCommandError as exc:
             failed = Refused.of(exc).status()
             for r in results:

@@ -28,7 +28,6 @@ from daemon.broker.pop import (
     NORMAL_TOPIC,
     ORDER_REVIVE_QUEUE,
     PROPERTY_POP_CK,
-    Logged,
     PopError,
     PoppedMessage,
     ReceiptHandle,
@@ -185,24 +184,25 @@ class PopProcessor:
 
     def ack(self, conn: Connection, request: RemotingCommand) -> _Answer:
         h = AckMessageRequestHeader.from_ext_fields(request.ext_fields)
+        pop = self.broker.pop
         try:
-            records = self.broker.pop.ack_now(
-                group=h.consumer_group, topic=h.topic, receipt_handle=h.extra_info
-            )
+            ended = pop.ack_one(group=h.consumer_group, topic=h.topic, receipt_handle=h.extra_info)
         except PopError as exc:
             return request.make_response(exc.code, exc.remark)
-        return self._held(request, records, request.make_response())
+        return self._held(request, pop.log_acks([ended]), request.make_response())
 
-    def _held(self, request: RemotingCommand, records: list[Logged], answer: RemotingCommand) -> _Answer:
+    def _held(
+        self, request: RemotingCommand, logged: Awaitable[None] | None, answer: RemotingCommand
+    ) -> _Answer:
         """``answer`` at once when there is no revive record to hold (no DLedger group: no task for it),
-        else once the group's quorum holds them."""
-        return answer if not records else self._hold(request, records, answer)
+        else once the group's quorum holds them (``logged``)."""
+        return answer if logged is None else self._hold(request, logged, answer)
 
     async def _hold(
-        self, request: RemotingCommand, records: list[Logged], answer: RemotingCommand
+        self, request: RemotingCommand, logged: Awaitable[None], answer: RemotingCommand
     ) -> RemotingCommand:
         try:
-            await self.broker.pop.hold(records)
+            await logged
         except PopError as exc:
             return request.make_response(exc.code, exc.remark)
         return answer
@@ -248,11 +248,11 @@ class PopProcessor:
                 )
                 named.append((group, topic, handle))
         pop = self.broker.pop
-        records: list[Logged] = []
+        ended = []
         for group, topic, handle in named:
             with contextlib.suppress(PopError):  # 5.x acks what it can: changed or expired are skipped
-                records += pop.ack_now(group=group, topic=topic, receipt_handle=handle.extra_info)
-        return self._held(request, records, request.make_response())
+                ended.append(pop.ack_one(group=group, topic=topic, receipt_handle=handle.extra_info))
+        return self._held(request, pop.log_acks(ended), request.make_response())
 
     def change_invisible(self, conn: Connection, request: RemotingCommand) -> _Answer:
         h = ChangeInvisibleTimeRequestHeader.from_ext_fields(request.ext_fields)
@@ -268,5 +268,7 @@ class PopProcessor:
         new = ReceiptHandle.decode(handle)
         header = ChangeInvisibleTimeResponseHeader(new.pop_time, new.invisible_ms, new.revive_qid)
         return self._held(
-            request, records, request.make_response(ResponseCode.SUCCESS, None, header.to_ext_fields())
+            request,
+            self.broker.pop.hold(records) if records else None,
+            request.make_response(ResponseCode.SUCCESS, None, header.to_ext_fields()),
         )
