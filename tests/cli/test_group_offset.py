@@ -89,6 +89,19 @@ def test_group_create_update_list_show_delete(mq: RunCli, loaded: LocalCluster) 
     assert mq("group", "connections", "-g", "CG_Admin").code == NotFoundError.exit_code
 
 
+def test_group_create_and_update_set_where_consumers_read(mq: RunCli, loaded: LocalCluster) -> None:
+    """mqadmin updateSubGroup's -i, -w and -a: which broker a group's consumers read from, which one when
+    they fall behind, and whether they hear of membership changes."""
+    created = mq("group", "create", "-g", "CG_Slave", "--broker-id", "1", "--no-notify-ids-changed")
+    assert created.code == 0, created.stderr
+    stored = loaded.broker.groups.table.get("CG_Slave")
+    assert stored is not None and (stored.broker_id, stored.notify_consumer_ids_changed_enable) == (1, False)
+    updated = mq("group", "update", "-g", "CG_Slave", "--slow-broker-id", "2", "-o", "json").json()
+    assert updated["brokers"][0]["changes"] == {"which_broker_when_consume_slowly": [1, 2]}
+    stored = loaded.broker.groups.table.get("CG_Slave")
+    assert (stored.broker_id, stored.which_broker_when_consume_slowly) == (1, 2)  # the rest as it was
+
+
 def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
     rows = mq("group", "progress", "-g", GROUP, "-t", TOPIC, "-o", "json").json()
     assert [(r["queue_id"], r["broker_offset"], r["consumer_offset"], r["lag"]) for r in rows] == [
