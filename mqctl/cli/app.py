@@ -261,8 +261,28 @@ def _typer(**settings: Any) -> typer.Typer:
     )
 
 
+def _keep_argument_help() -> None:
+    """Click 8.5's Parameter sets ``help`` in its ``__init__``, after typer (before 0.26) set its
+    TyperArgument's own and without passing it on: every positional argument's help (a message's BODY,
+    a context's NAME, ...) was blank in --help and the man pages. Set it again after the constructor."""
+    from typer.core import TyperArgument
+
+    init = TyperArgument.__init__
+    if getattr(init, "keeps_help", False):
+        return
+
+    def keeping_help(self: TyperArgument, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if self.help is None:
+            self.help = kwargs.get("help")
+
+    keeping_help.keeps_help = True  # type: ignore[attr-defined]
+    TyperArgument.__init__ = keeping_help  # type: ignore[method-assign]
+
+
 def _build_noun(name: str) -> click.Command:
     """One noun's Click command: its module imported, its Typer app converted, the registry's help its own."""
+    _keep_argument_help()
     module, help_text = next((module, text) for noun, module, text in NOUNS if noun == name)
     app = importlib.import_module(module).app
     holder = _typer()
