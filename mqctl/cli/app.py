@@ -100,9 +100,12 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-def _print_config(context: str | None, timeout: float | None, output: str | None) -> None:
-    """``--print-config``, after every root flag is read: ``--context``, ``--timeout``, ``--tls``/``--ca``
-    and ``-o`` change the answer (an eager option printed the current context's whatever they said)."""
+def _print_config(
+    namesrv: str | None, context: str | None, timeout: float | None, output: str | None
+) -> None:
+    """``--print-config``, after every root flag is read: ``-n``, ``--context``, ``--timeout``,
+    ``--tls``/``--ca`` and ``-o`` change the answer (an eager option printed the current context's whatever
+    they said)."""
     from mqctl.config import ContextFile, effective_settings
     from mqctl.errors import UsageError
     from mqctl.output import FORMATS, render
@@ -110,7 +113,7 @@ def _print_config(context: str | None, timeout: float | None, output: str | None
     fmt = output or os.environ.get("MQCTL_OUTPUT") or "table"
     if fmt not in FORMATS:
         raise UsageError(f"$MQCTL_OUTPUT {fmt!r}: choose one of {', '.join(FORMATS)}")
-    settings = effective_settings(context_flag=context, timeout_flag=timeout)
+    settings = effective_settings(namesrv_flag=namesrv, context_flag=context, timeout_flag=timeout)
     render({**settings, "contexts_file": str(ContextFile.path())}, fmt)
     raise typer.Exit()
 
@@ -131,7 +134,7 @@ def _root(
         typer.Option(
             "--print-config",
             help="Print where online commands connect and how long they wait (and why), then exit; "
-            "--context, --timeout, --tls/--ca and -o count.",
+            "-n, --context, --timeout, --tls/--ca and -o count.",
         ),
     ] = False,
     debug: Annotated[
@@ -192,6 +195,15 @@ def _root(
     ] = 0,
     # Global options also taken after the noun; a command reads them through mqctl.cli.common's
     # option callback, which prefers its own flag (so the root only declares and validates them).
+    namesrv: Annotated[
+        str | None,
+        typer.Option(
+            "--namesrv",
+            "-n",
+            help="NameServer list HOST:PORT[;HOST:PORT] of online commands (also after the noun; beats "
+            "context and env).",
+        ),
+    ] = None,
     context: Annotated[
         str | None, typer.Option("--context", help="Use this saved context (also after the noun).")
     ] = None,
@@ -228,7 +240,7 @@ def _root(
     if sched_slice_micros:
         _loop_slice(sched_slice_micros)
     if print_config:
-        _print_config(context, timeout, output)
+        _print_config(namesrv, context, timeout, output)
     if ctx.invoked_subcommand is None:  # the root runs without a command only for --print-config
         raise click.UsageError("Missing command.", ctx=ctx)
 
