@@ -176,11 +176,19 @@ def delete(
 def list_(
     cluster: ClusterOpt = None,
     system: Annotated[bool, typer.Option("--system", help="Include RocketMQ's built-in groups.")] = False,
+    progress: Annotated[
+        bool,
+        typer.Option(
+            "--progress",
+            help="Also each group's online clients, consume type and model, consume TPS and lag (mqadmin "
+            "consumerProgress without -g; the dashboard's consumer list). Two requests per group and broker.",
+        ),
+    ] = False,
 ) -> None:
-    """Every subscription group on the masters."""
+    """Every subscription group on the masters (--progress: how each one is doing)."""
     from mqctl.services.groups import list_groups
 
-    online(lambda admin: list_groups(admin, cluster=cluster, system=system))
+    online(lambda admin: list_groups(admin, cluster=cluster, system=system, progress=progress))
 
 
 @app.command("connections")

@@ -27,7 +27,7 @@ from mqctl.admin.messaging import view
 from mqctl.errors import ConnectError, NotFoundError
 from mqctl.services.cluster import BrokerRow, brokers, first_float
 from mqctl.services.fanout import failure_reason
-from mqctl.services.groups import connections, progress
+from mqctl.services.groups import connections, group_on_broker, progress
 from mqctl.services.retention import broker_plan
 from mqctl.top.model import (
     VIEWS,
@@ -334,15 +334,7 @@ class LiveSource:
         return [g for g in table if g not in SYSTEM_GROUPS]
 
     async def _group_on(self, addr: str, group: str) -> tuple[ConsumeStats | None, ConsumerConnection | None]:
-        try:
-            stats: ConsumeStats | None = await self.admin.consume_stats(addr, group)
-        except RemotingError:
-            stats = None
-        try:
-            conns = await self.admin.consumer_connections(addr, group)
-        except RemotingError:
-            conns = None
-        return stats, conns
+        return await group_on_broker(self.admin, addr, group)
 
     async def group_detail(self, group: str) -> GroupDetail:
         online = await connections(self.admin, group, known=True)  # listed: it exists

@@ -102,6 +102,18 @@ def test_group_create_and_update_set_where_consumers_read(mq: RunCli, loaded: Lo
     assert (stored.broker_id, stored.which_broker_when_consume_slowly) == (1, 2)  # the rest as it was
 
 
+def test_group_list_progress_sums_each_groups_lag(mq: RunCli) -> None:
+    """mqadmin consumerProgress without -g (every group's clients, TPS and lag): group list named the
+    groups and their brokers only, so finding the lagging one took a command per group."""
+    reset = ("offset", "reset", "-g", "CG_Listed", "-t", TOPIC, "--to-offset", "3", "--create-group")
+    assert mq(*reset, "--execute", "--yes").code == 0  # 10 messages in each of 2 queues, 3 consumed
+    rows = {row["group"]: row for row in mq("group", "list", "--progress", "-o", "json").json()}
+    listed = rows["CG_Listed"]
+    assert (listed["lag"], listed["clients"], listed["consume_type"]) == (14, 0, None)
+    table = mq("group", "list", "--progress")
+    assert table.code == 0 and "LAG" in table.stdout and "CLIENTS" in table.stdout, table.stderr
+
+
 def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
     rows = mq("group", "progress", "-g", GROUP, "-t", TOPIC, "-o", "json").json()
     assert [(r["queue_id"], r["broker_offset"], r["consumer_offset"], r["lag"]) for r in rows] == [
