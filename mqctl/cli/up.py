@@ -299,6 +299,7 @@ def up(
             )
         )
 
+    noted: list[Path] = []  # the address files this run wrote: a start refused (already running) removes none
     if dledger:
         if slaves or groups > 1:
             raise UsageError("--dledger runs one group of its own members: no --slaves or --brokers")
@@ -314,8 +315,6 @@ def up(
             tls_keys,
         )
         group = DLedgerGroup(namesrv, confs, addrs, host)
-
-        noted: list[Path] = []  # the address files this run wrote: only those are its to remove
 
         def group_started() -> None:
             (root / "namesrv" / ADDR_FILE).write_text(f"{host}:{namesrv.port}\n")
@@ -348,8 +347,6 @@ def up(
     brokers = [member(g, i) for g in range(groups) for i in range(slaves + 1)]
     broker = brokers[0]
     cluster = LocalCluster(namesrv, brokers, host)
-
-    noted: list[Path] = []  # the address files this run wrote: a start refused (already running) removes none
 
     def started() -> None:
         (root / "namesrv" / ADDR_FILE).write_text(f"{host}:{namesrv.port}\n")  # for 'namesrv status'
