@@ -86,11 +86,11 @@ def create(
     retry_queues: RetryQueuesOpt = None,
     max_retries: MaxRetriesOpt = None,
     broadcast: BroadcastOpt = None,
-    consume_from_min: FromMinOpt = None,
+    from_min: FromMinOpt = None,
     enabled: EnabledOpt = None,
     broker_id: BrokerIdOpt = None,
-    slow_broker_id: SlowBrokerIdOpt = None,
-    notify_ids_changed: NotifyOpt = None,
+    slow_id: SlowBrokerIdOpt = None,
+    notify: NotifyOpt = None,
     if_not_exists: Annotated[
         bool, typer.Option("--if-not-exists", help="Succeed without change when it exists.")
     ] = False,
@@ -98,17 +98,7 @@ def create(
     """Create a subscription group on every master of the cluster (or on one broker)."""
     from mqctl.services.groups import upsert
 
-    spec = _spec(
-        group,
-        retry_queues,
-        max_retries,
-        broadcast,
-        consume_from_min,
-        enabled,
-        broker_id,
-        slow_broker_id,
-        notify_ids_changed,
-    )
+    spec = _spec(group, retry_queues, max_retries, broadcast, from_min, enabled, broker_id, slow_id, notify)
     online(
         lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists)
     )
@@ -123,11 +113,11 @@ def update(
     retry_queues: RetryQueuesOpt = None,
     max_retries: MaxRetriesOpt = None,
     broadcast: BroadcastOpt = None,
-    consume_from_min: FromMinOpt = None,
+    from_min: FromMinOpt = None,
     enabled: EnabledOpt = None,
     broker_id: BrokerIdOpt = None,
-    slow_broker_id: SlowBrokerIdOpt = None,
-    notify_ids_changed: NotifyOpt = None,
+    slow_id: SlowBrokerIdOpt = None,
+    notify: NotifyOpt = None,
     if_exists: Annotated[
         bool, typer.Option("--if-exists", help="Succeed without change when it is missing.")
     ] = False,
@@ -135,17 +125,7 @@ def update(
     """Change an existing group's settings; fields not given stay as they are."""
     from mqctl.services.groups import upsert
 
-    spec = _spec(
-        group,
-        retry_queues,
-        max_retries,
-        broadcast,
-        consume_from_min,
-        enabled,
-        broker_id,
-        slow_broker_id,
-        notify_ids_changed,
-    )
+    spec = _spec(group, retry_queues, max_retries, broadcast, from_min, enabled, broker_id, slow_id, notify)
     online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists))
 
 
