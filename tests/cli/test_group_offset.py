@@ -114,6 +114,18 @@ def test_group_list_progress_sums_each_groups_lag(mq: RunCli) -> None:
     assert table.code == 0 and "LAG" in table.stdout and "CLIENTS" in table.stdout, table.stderr
 
 
+def test_offset_reset_from_group_copies_its_offsets(mq: RunCli) -> None:
+    """mqadmin cloneGroupOffset: a renamed group starts where the old one stopped."""
+    args = ("offset", "reset", "-g", "CG_Clone", "-t", TOPIC, "--create-group", "-o", "json")
+    done = mq(*args, "--from-group", GROUP, "--execute", "--yes")
+    assert done.code == 0, done.stderr
+    assert [(q["queue_id"], q["new"]) for q in done.json()["queues"]] == [(0, 4), (1, 10)]
+    shown = mq("offset", "show", "-g", "CG_Clone", "-t", TOPIC, "-o", "json").json()
+    assert [r["committed"] for r in shown] == [4, 10]
+    typo = mq(*args, "--from-group", f"{GROUP}_typo")
+    assert typo.code == NotFoundError.exit_code and "--from-group" in typo.stderr, typo.stderr
+
+
 def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
     rows = mq("group", "progress", "-g", GROUP, "-t", TOPIC, "-o", "json").json()
     assert [(r["queue_id"], r["broker_offset"], r["consumer_offset"], r["lag"]) for r in rows] == [
