@@ -342,10 +342,12 @@ def tail(
     Messages by store time (mqadmin printMsg, the dashboard's topic and time search): --since FROM
     [--until TO]. A body that is not UTF-8 shows as base64:... (JSON: body_encoding says base64).
     Control characters in messages are shown escaped (\\x1b, \\t) unless --raw."""
+    import time
+
     from mqctl.admin.client import run_admin
     from mqctl.output import RowStream, set_raw, stderr_console
     from mqctl.services.messages import Window, tail as tail_messages
-    from mqctl.timespec import iso
+    from mqctl.timespec import iso, parse_time
 
     since_ms = until_ms = None
     if since is not None or until is not None:
@@ -354,14 +356,17 @@ def tail(
         source = click.get_current_context().get_parameter_source("start")
         if since is not None and source is not click.core.ParameterSource.DEFAULT:
             raise UsageError("--since sets where each queue starts: not with --from")
-        window = Window.of(since, until)
-        since_ms = window.begin_ms if since is not None else None
-        if until is not None:
+        if until is None:  # from --since on, as long as it runs (a time to come included)
+            since_ms = parse_time(str(since), now_ms=int(time.time() * 1000))
+            said = f"from {iso(since_ms)}"
+        else:
+            window = Window.of(since, until)
+            since_ms = window.begin_ms if since is not None else None
             until_ms = window.end_ms
             exit_at_end = True
             if since is None and source is click.core.ParameterSource.DEFAULT:
                 start = "earliest"  # everything stored until TIME
-        said = window.describe() if until is not None else f"from {iso(window.begin_ms)}"
+            said = window.describe()
         stderr_console().print(f"window: {said} (store time, UTC)", style="dim", markup=False)
 
     set_raw(raw)

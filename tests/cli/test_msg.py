@@ -495,6 +495,7 @@ def test_tail_reads_a_store_time_window(mq: Callable[..., CliResult], daemons: L
     assert bodies("--since", str(times[3]), "--exit", "-o", "json") == sorted(
         b for t, b in stored if t >= times[3]
     )
+    assert bodies("--since", "+1h", "--exit", "-o", "json") == []  # a time to come: nothing yet, no error
     for refused in (("-g", "CG_Window"), ("--from", "earliest")):
         result = mq("msg", "tail", "-t", topic, "--since", str(since), *refused)
         assert result.code == 2 and "not with" in result.stderr, result.stderr
