@@ -22,6 +22,8 @@ FORMATS = ("table", "json", "yaml", "csv")
 #: The root's options that take a value: the word after one is not the noun.
 VALUED_OPTIONS = frozenset(
     {
+        "--namesrv",
+        "-n",
         "--context",
         "--output",
         "-o",
