@@ -243,11 +243,15 @@ def resolve_target(*, namesrv_flag: str | None, context_flag: str | None) -> Tar
 
 
 def effective_settings(
-    default_timeout: float = 5.0, *, context_flag: str | None = None, timeout_flag: float | None = None
+    default_timeout: float = 5.0,
+    *,
+    namesrv_flag: str | None = None,
+    context_flag: str | None = None,
+    timeout_flag: float | None = None,
 ) -> dict[str, object]:
     """Where an online command connects and how long it waits, and why (``mqctl context current``;
-    ``mqctl [--context C] [--timeout S] --print-config`` with the root's flags)."""
-    target = resolve_target(namesrv_flag=None, context_flag=context_flag)
+    ``mqctl [-n NS] [--context C] [--timeout S] --print-config`` with the root's flags)."""
+    target = resolve_target(namesrv_flag=namesrv_flag, context_flag=context_flag)
     timeout = resolve_timeout(default_timeout, flag=timeout_flag, target=target)
     from mqctl import tls
 

@@ -189,6 +189,24 @@ class Admin:
         for addr in self.namesrv:
             await self.call(addr, RequestCode.DELETE_KV_CONFIG, header)
 
+    async def write_perm_of_broker(self, broker_name: str, *, allow: bool) -> dict[str, int]:
+        """ADD_WRITE_PERM_OF_BROKER (``allow``) or WIPE_WRITE_PERM_OF_BROKER on every NameServer, which never
+        talk to each other (mqadmin addWritePerm/wipeWritePerm does the same): the topics changed on each."""
+        out: dict[str, int] = {}
+        for addr in self.namesrv:
+            if allow:
+                add = h.AddWritePermOfBrokerRequestHeader(broker_name=broker_name)
+                response = await self.call(addr, RequestCode.ADD_WRITE_PERM_OF_BROKER, add)
+                out[addr] = h.AddWritePermOfBrokerResponseHeader.from_ext_fields(
+                    response.ext_fields
+                ).add_topic_count
+            else:
+                wipe = h.WipeWritePermOfBrokerRequestHeader(broker_name=broker_name)
+                response = await self.call(addr, RequestCode.WIPE_WRITE_PERM_OF_BROKER, wipe)
+                reply = h.WipeWritePermOfBrokerResponseHeader.from_ext_fields(response.ext_fields)
+                out[addr] = reply.wipe_topic_count
+        return out
+
     async def delete_topic_in_namesrv(self, topic: str, cluster: str | None = None) -> None:
         header = h.DeleteTopicFromNamesrvRequestHeader(topic=topic, cluster_name=cluster)
         for addr in self.namesrv:

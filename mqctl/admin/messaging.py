@@ -223,6 +223,22 @@ async def pull(
     return result
 
 
+async def first_stored_at(
+    admin: Admin, addr: str, topic: str, queue_id: int, at_ms: int, lo: int, hi: int
+) -> int:
+    """The first offset in ``lo..hi`` of a queue whose message was stored at or after ``at_ms`` (``hi``
+    when none): SEARCH_OFFSET_BY_TIMESTAMP answers the nearest message, which may be the last one before
+    it."""
+    if lo >= hi:
+        return hi
+    found = min(max(await admin.search_offset(addr, topic, queue_id, at_ms), lo), hi)
+    if found < hi:
+        got = await pull(admin, addr, topic, queue_id, found, max_nums=1)
+        if got.messages and got.messages[0].store_timestamp < at_ms:
+            found += 1
+    return found
+
+
 # ------------------------------------------------------------------------------- query and view
 
 

@@ -22,6 +22,8 @@ FORMATS = ("table", "json", "yaml", "csv")
 #: The root's options that take a value: the word after one is not the noun.
 VALUED_OPTIONS = frozenset(
     {
+        "--namesrv",
+        "-n",
         "--context",
         "--output",
         "-o",
@@ -100,9 +102,12 @@ def _version(value: bool) -> None:
         raise typer.Exit()
 
 
-def _print_config(context: str | None, timeout: float | None, output: str | None) -> None:
-    """``--print-config``, after every root flag is read: ``--context``, ``--timeout``, ``--tls``/``--ca``
-    and ``-o`` change the answer (an eager option printed the current context's whatever they said)."""
+def _print_config(
+    namesrv: str | None, context: str | None, timeout: float | None, output: str | None
+) -> None:
+    """``--print-config``, after every root flag is read: ``-n``, ``--context``, ``--timeout``,
+    ``--tls``/``--ca`` and ``-o`` change the answer (an eager option printed the current context's whatever
+    they said)."""
     from mqctl.config import ContextFile, effective_settings
     from mqctl.errors import UsageError
     from mqctl.output import FORMATS, render
@@ -110,7 +115,7 @@ def _print_config(context: str | None, timeout: float | None, output: str | None
     fmt = output or os.environ.get("MQCTL_OUTPUT") or "table"
     if fmt not in FORMATS:
         raise UsageError(f"$MQCTL_OUTPUT {fmt!r}: choose one of {', '.join(FORMATS)}")
-    settings = effective_settings(context_flag=context, timeout_flag=timeout)
+    settings = effective_settings(namesrv_flag=namesrv, context_flag=context, timeout_flag=timeout)
     render({**settings, "contexts_file": str(ContextFile.path())}, fmt)
     raise typer.Exit()
 
@@ -131,7 +136,7 @@ def _root(
         typer.Option(
             "--print-config",
             help="Print where online commands connect and how long they wait (and why), then exit; "
-            "--context, --timeout, --tls/--ca and -o count.",
+            "-n, --context, --timeout, --tls/--ca and -o count.",
         ),
     ] = False,
     debug: Annotated[
@@ -192,6 +197,15 @@ def _root(
     ] = 0,
     # Global options also taken after the noun; a command reads them through mqctl.cli.common's
     # option callback, which prefers its own flag (so the root only declares and validates them).
+    namesrv: Annotated[
+        str | None,
+        typer.Option(
+            "--namesrv",
+            "-n",
+            help="NameServer list HOST:PORT[;HOST:PORT] of online commands (also after the noun; beats "
+            "context and env).",
+        ),
+    ] = None,
     context: Annotated[
         str | None, typer.Option("--context", help="Use this saved context (also after the noun).")
     ] = None,
@@ -228,7 +242,7 @@ def _root(
     if sched_slice_micros:
         _loop_slice(sched_slice_micros)
     if print_config:
-        _print_config(context, timeout, output)
+        _print_config(namesrv, context, timeout, output)
     if ctx.invoked_subcommand is None:  # the root runs without a command only for --print-config
         raise click.UsageError("Missing command.", ctx=ctx)
 
@@ -261,8 +275,28 @@ def _typer(**settings: Any) -> typer.Typer:
     )
 
 
+def _keep_argument_help() -> None:
+    """Click 8.5's Parameter sets ``help`` in its ``__init__``, after typer (before 0.26) set its
+    TyperArgument's own and without passing it on: every positional argument's help (a message's BODY,
+    a context's NAME, ...) was blank in --help and the man pages. Set it again after the constructor."""
+    from typer.core import TyperArgument
+
+    init = TyperArgument.__init__
+    if getattr(init, "keeps_help", False):
+        return
+
+    def keeping_help(self: TyperArgument, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        if self.help is None:
+            self.help = kwargs.get("help")
+
+    keeping_help.keeps_help = True  # type: ignore[attr-defined]
+    TyperArgument.__init__ = keeping_help  # type: ignore[method-assign]
+
+
 def _build_noun(name: str) -> click.Command:
     """One noun's Click command: its module imported, its Typer app converted, the registry's help its own."""
+    _keep_argument_help()
     module, help_text = next((module, text) for noun, module, text in NOUNS if noun == name)
     app = importlib.import_module(module).app
     holder = _typer()

@@ -301,6 +301,34 @@ def clean(
         show_clean_report(rep, flags().output)
 
 
+BrokerNameArg = Annotated[str, typer.Argument(help="Broker group name (brokerName), e.g. broker-a.")]
+
+
+@app.command("wipe-write-perm")
+@cluster_options()
+def wipe_write_perm(broker_name: BrokerNameArg) -> None:
+    """Stop producers writing to a broker group (mqadmin wipeWritePerm), e.g. before taking it down:
+    every NameServer takes the write permission off its topics in the routes, so producers send to the
+    other groups while consumers still drain it. add-write-perm gives it back.
+
+    The routes change, not the broker: its next registration that carries changed topics (a topic
+    created or updated there, a restart) brings its own permissions back. For a lasting read-only broker:
+    'mqctl broker config set brokerPermission=4'."""
+    from mqctl.services.cluster import set_write_perm
+
+    online(lambda admin: set_write_perm(admin, broker_name, allow=False))
+
+
+@app.command("add-write-perm")
+@cluster_options()
+def add_write_perm(broker_name: BrokerNameArg) -> None:
+    """Let producers write to a broker group again (mqadmin addWritePerm): every NameServer sets its
+    topics' permission in the routes to read and write."""
+    from mqctl.services.cluster import set_write_perm
+
+    online(lambda admin: set_write_perm(admin, broker_name, allow=True))
+
+
 config_app = typer.Typer(
     help="Read and change a running broker's settings (RocketMQ key names).", no_args_is_help=True
 )

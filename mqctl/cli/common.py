@@ -67,7 +67,12 @@ OutputOpt = Annotated[
 ]
 NamesrvOpt = Annotated[
     str | None,
-    typer.Option("--namesrv", "-n", help="NameServer list HOST:PORT[;HOST:PORT] (beats context and env)."),
+    typer.Option(
+        "--namesrv",
+        "-n",
+        help="NameServer list HOST:PORT[;HOST:PORT] (beats context and env).",
+        callback=_global,
+    ),
 ]
 ContextOpt = Annotated[
     str | None,

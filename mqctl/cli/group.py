@@ -33,6 +33,32 @@ FromMinOpt = Annotated[
     typer.Option("--consume-from-min/--no-consume-from-min", help="New groups start at the min offset."),
 ]
 EnabledOpt = Annotated[bool | None, typer.Option("--enable/--disable", help="Allow the group to consume.")]
+BrokerIdOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--broker-id",
+        min=0,
+        help="Broker id the master sends its consumers to read from (brokerId, mqadmin updateSubGroup -i; "
+        "0: the master), when the broker has slaveReadEnable.",
+    ),
+]
+SlowBrokerIdOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--slow-broker-id",
+        min=0,
+        help="Broker id the master sends its consumers to when they fall behind to messages no longer in "
+        "memory (whichBrokerWhenConsumeSlowly, -w; 1: the first slave, when the broker has slaveReadEnable).",
+    ),
+]
+NotifyOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--notify-ids-changed/--no-notify-ids-changed",
+        help="Tell its consumers when a member joins or leaves, to rebalance at once "
+        "(notifyConsumerIdsChangedEnable, -a; on).",
+    ),
+]
 
 
 def _spec(
@@ -42,10 +68,13 @@ def _spec(
     broadcast: bool | None,
     from_min: bool | None,
     enabled: bool | None,
+    broker_id: int | None,
+    slow_broker_id: int | None,
+    notify: bool | None,
 ) -> Any:
     from mqctl.services.groups import GroupSpec
 
-    return GroupSpec(group, retry, retries, broadcast, from_min, enabled)
+    return GroupSpec(group, retry, retries, broadcast, from_min, enabled, broker_id, slow_broker_id, notify)
 
 
 @app.command("create")
@@ -57,8 +86,11 @@ def create(
     retry_queues: RetryQueuesOpt = None,
     max_retries: MaxRetriesOpt = None,
     broadcast: BroadcastOpt = None,
-    consume_from_min: FromMinOpt = None,
+    from_min: FromMinOpt = None,
     enabled: EnabledOpt = None,
+    broker_id: BrokerIdOpt = None,
+    slow_id: SlowBrokerIdOpt = None,
+    notify: NotifyOpt = None,
     if_not_exists: Annotated[
         bool, typer.Option("--if-not-exists", help="Succeed without change when it exists.")
     ] = False,
@@ -66,7 +98,7 @@ def create(
     """Create a subscription group on every master of the cluster (or on one broker)."""
     from mqctl.services.groups import upsert
 
-    spec = _spec(group, retry_queues, max_retries, broadcast, consume_from_min, enabled)
+    spec = _spec(group, retry_queues, max_retries, broadcast, from_min, enabled, broker_id, slow_id, notify)
     online(
         lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="create", soft=if_not_exists)
     )
@@ -81,8 +113,11 @@ def update(
     retry_queues: RetryQueuesOpt = None,
     max_retries: MaxRetriesOpt = None,
     broadcast: BroadcastOpt = None,
-    consume_from_min: FromMinOpt = None,
+    from_min: FromMinOpt = None,
     enabled: EnabledOpt = None,
+    broker_id: BrokerIdOpt = None,
+    slow_id: SlowBrokerIdOpt = None,
+    notify: NotifyOpt = None,
     if_exists: Annotated[
         bool, typer.Option("--if-exists", help="Succeed without change when it is missing.")
     ] = False,
@@ -90,7 +125,7 @@ def update(
     """Change an existing group's settings; fields not given stay as they are."""
     from mqctl.services.groups import upsert
 
-    spec = _spec(group, retry_queues, max_retries, broadcast, consume_from_min, enabled)
+    spec = _spec(group, retry_queues, max_retries, broadcast, from_min, enabled, broker_id, slow_id, notify)
     online(lambda admin: upsert(admin, spec, cluster=cluster, broker=broker, mode="update", soft=if_exists))
 
 
@@ -121,11 +156,19 @@ def delete(
 def list_(
     cluster: ClusterOpt = None,
     system: Annotated[bool, typer.Option("--system", help="Include RocketMQ's built-in groups.")] = False,
+    progress: Annotated[
+        bool,
+        typer.Option(
+            "--progress",
+            help="Also each group's online clients, consume type and model, consume TPS and lag (mqadmin "
+            "consumerProgress without -g; the dashboard's consumer list). Two requests per group and broker.",
+        ),
+    ] = False,
 ) -> None:
-    """Every subscription group on the masters."""
+    """Every subscription group on the masters (--progress: how each one is doing)."""
     from mqctl.services.groups import list_groups
 
-    online(lambda admin: list_groups(admin, cluster=cluster, system=system))
+    online(lambda admin: list_groups(admin, cluster=cluster, system=system, progress=progress))
 
 
 @app.command("connections")

@@ -235,7 +235,8 @@ def query(
         name for name, value in (("--key", key), ("--id", msg_id), ("--unique-key", unique_key)) if value
     ]
     if len(chosen) != 1:
-        raise UsageError("give exactly one of --key, --id or --unique-key")
+        by_time = " (messages by store time: msg tail -t TOPIC --since TIME [--until TIME])"
+        raise UsageError("give exactly one of --key, --id or --unique-key" + ("" if chosen else by_time))
     if (since or until) and key is None:
         raise UsageError("--since/--until only apply to --key")
     if msg_id is not None:
@@ -318,15 +319,55 @@ def tail(
     exit_at_end: Annotated[
         bool, typer.Option("--exit", help="Stop at the end of every queue instead of waiting.")
     ] = False,
+    since: Annotated[
+        str | None,
+        typer.Option(
+            "--since",
+            help="Start each queue at its first message stored at or after TIME (ISO 8601, UTC default; "
+            "epoch ms; -2h), as the dashboard's search by topic and time (not with -g or --from).",
+        ),
+    ] = None,
+    until: Annotated[
+        str | None,
+        typer.Option(
+            "--until",
+            help="Stop each queue at its first message stored after TIME, or at its end (implies --exit; "
+            "without --since, queues start at --from earliest).",
+        ),
+    ] = None,
     raw: RawOpt = False,
 ) -> None:
     """Stream messages as they arrive (like kcat -C); -o json prints one JSON object per line.
 
-    A body that is not UTF-8 shows as base64:... (JSON: body_encoding says base64). Control characters
-    in messages are shown escaped (\\x1b, \\t) unless --raw."""
+    Messages by store time (mqadmin printMsg, the dashboard's topic and time search): --since FROM
+    [--until TO]. A body that is not UTF-8 shows as base64:... (JSON: body_encoding says base64).
+    Control characters in messages are shown escaped (\\x1b, \\t) unless --raw."""
+    import time
+
     from mqctl.admin.client import run_admin
     from mqctl.output import RowStream, set_raw, stderr_console
-    from mqctl.services.messages import tail as tail_messages
+    from mqctl.services.messages import Window, tail as tail_messages
+    from mqctl.timespec import iso, parse_time
+
+    since_ms = until_ms = None
+    if since is not None or until is not None:
+        if group is not None:
+            raise UsageError("--since/--until read by store time: not with -g (the group's offsets)")
+        source = click.get_current_context().get_parameter_source("start")
+        if since is not None and source is not click.core.ParameterSource.DEFAULT:
+            raise UsageError("--since sets where each queue starts: not with --from")
+        if until is None:  # from --since on, as long as it runs (a time to come included)
+            since_ms = parse_time(str(since), now_ms=int(time.time() * 1000))
+            said = f"from {iso(since_ms)}"
+        else:
+            window = Window.of(since, until)
+            since_ms = window.begin_ms if since is not None else None
+            until_ms = window.end_ms
+            exit_at_end = True
+            if since is None and source is click.core.ParameterSource.DEFAULT:
+                start = "earliest"  # everything stored until TIME
+            said = window.describe()
+        stderr_console().print(f"window: {said} (store time, UTC)", style="dim", markup=False)
 
     set_raw(raw)
     target = cluster_target()
@@ -359,6 +400,8 @@ def tail(
                 subscription=tag or "*",
                 max_messages=max_messages,
                 exit_at_end=exit_at_end,
+                since_ms=since_ms,
+                until_ms=until_ms,
                 on_start=started,
             ),
             timeout=request_timeout(10.0, target),

@@ -66,6 +66,14 @@ def reset(
             "--from-file", click_type=ExistingPath(dir_okay=False), help="A plan saved by --export."
         ),
     ] = None,
+    from_group: Annotated[
+        str | None,
+        typer.Option(
+            "--from-group",
+            help="Another group's committed offsets, queue by queue (mqadmin cloneGroupOffset): a renamed "
+            "group starts where the old one stopped.",
+        ),
+    ] = None,
     export: Annotated[
         Path | None, typer.Option("--export", dir_okay=False, help="Save the plan as JSON.")
     ] = None,
@@ -109,13 +117,14 @@ def reset(
             ("--to-offset", to_offset is not None),
             ("--shift-by", shift_by is not None),
             ("--from-file", from_file is not None),
+            ("--from-group", from_group is not None),
         )
         if given
     ]
     if len(chosen) != 1:
         raise UsageError(
             f"give exactly one of --to-earliest, --to-latest, --to-time, --by-duration, --to-offset, "
-            f"--shift-by, --from-file (got {', '.join(chosen) or 'none'})"
+            f"--shift-by, --from-file, --from-group (got {', '.join(chosen) or 'none'})"
         )
     now = int(time.time() * 1000)
     if to_earliest:
@@ -130,6 +139,8 @@ def reset(
         target = ResetTarget("offset", to_offset)
     elif shift_by is not None:
         target = ResetTarget("shift", shift_by)
+    elif from_group is not None:
+        target = ResetTarget("group", source=from_group)
     else:
         target = ResetTarget("file", plan_file=from_file)
 

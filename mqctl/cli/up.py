@@ -299,6 +299,7 @@ def up(
             )
         )
 
+    noted: list[Path] = []  # the address files this run wrote: a start refused (already running) removes none
     if dledger:
         if slaves or groups > 1:
             raise UsageError("--dledger runs one group of its own members: no --slaves or --brokers")
@@ -317,6 +318,7 @@ def up(
 
         def group_started() -> None:
             (root / "namesrv" / ADDR_FILE).write_text(f"{host}:{namesrv.port}\n")
+            noted.append(root / "namesrv" / ADDR_FILE)
             members = ", ".join(
                 f"n{i} {addr} (pid {p.pid})"
                 for i, (addr, p) in enumerate(zip(addrs, group.procs, strict=True))
@@ -336,7 +338,8 @@ def up(
             with busy_ports({namesrv_flag: namesrv_port}), PidFile(root / "namesrv" / NAMESRV_PID):
                 run(serve(group, on_started=group_started))
         finally:
-            (root / "namesrv" / ADDR_FILE).unlink(missing_ok=True)
+            for path in noted:
+                path.unlink(missing_ok=True)
         return
 
     # the flag, else MQCTL_GRPC_LISTEN_PORT, else 8081
@@ -347,8 +350,10 @@ def up(
 
     def started() -> None:
         (root / "namesrv" / ADDR_FILE).write_text(f"{host}:{namesrv.port}\n")  # for 'namesrv status'
+        noted.append(root / "namesrv" / ADDR_FILE)
         for each in brokers:
             note_address(each)  # for 'broker status --store DIR'
+            noted.append(Path(each.config.store_path_root_dir) / BROKER_ADDR)
         metrics = f", metrics http://{host}:{broker.metrics_port}/metrics" if broker.metrics_port else ""
         front = broker.grpc
         metrics += f", gRPC (5.x clients) {host}:{front.port}" if front is not None else ""
@@ -374,9 +379,8 @@ def up(
         with busy_ports(ports), PidFile(root / "store" / BROKER_PID), PidFile(root / "namesrv" / NAMESRV_PID):
             run(serve(cluster, on_started=started))
     finally:
-        (root / "namesrv" / ADDR_FILE).unlink(missing_ok=True)
-        for each in brokers:
-            (Path(each.config.store_path_root_dir) / BROKER_ADDR).unlink(missing_ok=True)
+        for path in noted:
+            path.unlink(missing_ok=True)
 
 
 def _tls_hint(root: Path, namesrv: str, *, client_cert: bool = False) -> None:

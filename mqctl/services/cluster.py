@@ -6,6 +6,7 @@ import asyncio
 import itertools
 import logging
 from dataclasses import dataclass
+from typing import TypedDict
 
 from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
@@ -127,3 +128,27 @@ async def broker_list(admin: Admin, cluster: str | None = None) -> list[BrokerLi
     """``cluster list``: :func:`brokers` with each one's role."""
     rows = await brokers(admin, cluster)
     return [BrokerListRow(**vars(r), role="MASTER" if r.broker_id == 0 else "SLAVE") for r in rows]
+
+
+class WritePermRow(TypedDict):
+    """What ``broker wipe-write-perm``/``add-write-perm`` changed on one NameServer."""
+
+    namesrv: str
+    broker_name: str
+    write: bool
+    topics: int
+
+
+async def set_write_perm(admin: Admin, broker_name: str, *, allow: bool) -> list[WritePermRow]:
+    """Take away (or give back, ``allow``) the write permission of every topic of broker group
+    ``broker_name`` in every NameServer's routes; a name no NameServer registers is not found (the
+    NameServers would answer 0 topics, as for a typo)."""
+    info = await admin.cluster_info()
+    if broker_name not in info.broker_addr_table:
+        listed = ", ".join(sorted(info.broker_addr_table)) or "none"
+        raise NotFoundError(f"broker {broker_name!r} not found (the NameServer lists: {listed})")
+    changed = await admin.write_perm_of_broker(broker_name, allow=allow)
+    return [
+        {"namesrv": addr, "broker_name": broker_name, "write": allow, "topics": count}
+        for addr, count in changed.items()
+    ]

@@ -11,12 +11,13 @@ from typing import Any, NotRequired, TypedDict
 from daemon.broker.bodies import ConsumerConnection, ConsumeStats, MessageQueue
 from daemon.broker.pop import parse_pop_in_flight
 from daemon.remoting.codes import version_name
+from daemon.remoting.errors import RemotingError
 from mqctl.admin.client import Admin
 from mqctl.errors import ConflictError, NotFoundError
 from mqctl.output import Rows
 from mqctl.services.cluster import masters, readers
 from mqctl.services.fanout import FailureRow, each_broker, failures
-from mqctl.services.topics import BrokerChange, apply_to_tables, target_masters
+from mqctl.services.topics import BrokerChange, apply_to_tables, gather_limited, target_masters
 from mqctl.units import when
 from store import SYSTEM_GROUPS, SubscriptionGroupConfig
 
@@ -248,8 +249,36 @@ async def delete(
     return {"group": group, "action": "deleted", "offsets_removed": remove_offsets, "brokers": holders}
 
 
-async def list_groups(admin: Admin, *, cluster: str | None, system: bool) -> Rows:
-    """Every subscription group on the masters (that answer), with the brokers that know it."""
+class GroupProgressRow(GroupRow):
+    """A row of ``group list --progress``: mqadmin consumerProgress without -g, the dashboard's consumer
+    list. ``lag`` is None where no broker answered the group's consume stats."""
+
+    clients: int
+    consume_type: str | None
+    message_model: str | None
+    consume_tps: float
+    lag: int | None
+
+
+async def group_on_broker(
+    admin: Admin, addr: str, group: str
+) -> tuple[ConsumeStats | None, ConsumerConnection | None]:
+    """A group's consume stats and online clients on one broker; None for either it does not answer (no
+    offsets there, no client online, refused)."""
+    try:
+        stats: ConsumeStats | None = await admin.consume_stats(addr, group)
+    except RemotingError:
+        stats = None
+    try:
+        conns = await admin.consumer_connections(addr, group)
+    except RemotingError:
+        conns = None
+    return stats, conns
+
+
+async def list_groups(admin: Admin, *, cluster: str | None, system: bool, progress: bool = False) -> Rows:
+    """Every subscription group on the masters (that answer), with the brokers that know it; ``progress``:
+    each one's online clients, consume TPS and lag summed over those brokers too."""
     seen: dict[str, list[str]] = {}
     for addr, table in (await _configs(admin, cluster, partial=True)).items():
         for name in table:
@@ -259,7 +288,34 @@ async def list_groups(admin: Admin, *, cluster: str | None, system: bool) -> Row
         for name, addrs in sorted(seen.items())
         if system or name not in SYSTEM_GROUPS  # a broker's own groups show only with --system
     ]
-    return Rows(rows, columns=list(GroupRow.__annotations__))
+    if not progress:
+        return Rows(rows, columns=list(GroupRow.__annotations__))
+    asks = [(row["group"], addr) for row in rows for addr in row["brokers"]]
+    answers = await gather_limited((group_on_broker(admin, addr, group) for group, addr in asks), 64)
+    found: dict[str, list[tuple[ConsumeStats | None, ConsumerConnection | None]]] = {}
+    for (group, _), answer in zip(asks, answers, strict=True):
+        found.setdefault(group, []).append(answer)
+    out: list[GroupProgressRow] = []
+    for row in rows:
+        stats = [s for s, _ in found[row["group"]] if s is not None]
+        conns = [c for _, c in found[row["group"]] if c is not None]
+        out.append(
+            {
+                **row,
+                "clients": len({c.client_id for conn in conns for c in conn.connection_set}),
+                "consume_type": next((c.consume_type for c in conns if c.consume_type), None),
+                "message_model": next((c.message_model for c in conns if c.message_model), None),
+                "consume_tps": round(sum(s.consume_tps for s in stats), 2),
+                "lag": sum(
+                    max(w.broker_offset - w.consumer_offset, 0)
+                    for s in stats
+                    for w in s.offset_table.values()
+                )
+                if stats
+                else None,
+            }
+        )
+    return Rows(out, columns=list(GroupProgressRow.__annotations__))
 
 
 def allocate_averagely(queues: list[MessageQueue], clients: list[str]) -> dict[MessageQueue, str]:

@@ -773,7 +773,13 @@ async def show(
 ROUTE_REFRESH_S = 2.0
 
 
-async def _start_offset(admin: Admin, ref: QueueRef, topic: str, group: str | None, start: str) -> int:
+async def _start_offset(
+    admin: Admin, ref: QueueRef, topic: str, group: str | None, start: str, since_ms: int | None
+) -> int:
+    if since_ms is not None:
+        lo = await admin.min_offset(ref.addr, topic, ref.queue_id)
+        hi = await admin.max_offset(ref.addr, topic, ref.queue_id)
+        return await wire.first_stored_at(admin, ref.addr, topic, ref.queue_id, since_ms, lo, hi)
     if group is not None:
         committed = await admin.consumer_offset(ref.addr, group, topic, ref.queue_id)
         if committed is not None and committed >= 0:
@@ -793,6 +799,8 @@ async def tail(
     subscription: str = "*",
     max_messages: int | None = None,
     exit_at_end: bool = False,
+    since_ms: int | None = None,
+    until_ms: int | None = None,
     hold_ms: int = 3000,
     on_start: Callable[[int], None] | None = None,
 ) -> int:
@@ -800,7 +808,9 @@ async def tail(
     the end of every queue; returns how many were emitted.
 
     Starts at each queue's end (``latest``), its oldest message (``earliest``) or, with ``group``,
-    at the group's committed offset. Reading never commits an offset. ``on_start`` is told the
+    at the group's committed offset, or (``since_ms``) at its first message stored at or after that
+    time. With ``until_ms`` a queue ends at its first message stored after that time, or at its end
+    (as ``exit_at_end``). Reading never commits an offset. ``on_start`` is told the
     number of queues once every start offset is known (nothing sent after that is missed).
 
     With ``group`` it reads as a live member of the group (see :class:`GroupMember`): ``group
@@ -827,7 +837,8 @@ async def tail(
     )
     positions = member.offsets if member is not None else {}
     for ref in refs:
-        positions[_mq(topic, ref)] = await _start_offset(admin, ref, topic, group, start)
+        positions[_mq(topic, ref)] = await _start_offset(admin, ref, topic, group, start, since_ms)
+    exit_at_end = exit_at_end or until_ms is not None
     out: asyncio.Queue[StoredMessage | QueueRef] = asyncio.Queue(maxsize=256)
     suspend = 0 if exit_at_end else min(hold_ms, max(100, int(admin.timeout * 1000) - 1000))
 
@@ -876,6 +887,9 @@ async def tail(
                 lost.discard(name)
                 log.warning("%s: reading again, from %s", name, addr)
             for m in result.messages:
+                if until_ms is not None and m.store_timestamp > until_ms:
+                    await out.put(ref)  # this queue is past the window
+                    return
                 await out.put(m)
             if not result.found and result.next_begin_offset == offset and exit_at_end:
                 await out.put(ref)  # this queue is drained

@@ -17,6 +17,7 @@ no live consumer.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 from collections.abc import Callable, Iterable, Mapping
@@ -641,9 +642,15 @@ async def _apply_offsets(
 
 
 async def _queue_ends(admin: Admin, addr: str, topic: str) -> dict[int, int] | None:
-    """The max offset of each of ``topic``'s queues on the broker at ``addr``; None: no such topic there."""
+    """The max offset of each of ``topic``'s queues on the broker at ``addr`` (every queue its route says
+    consumers read, see :func:`~mqctl.services.topics.topic_offsets`); None: no such topic there."""
+    read_queues = 0
+    with contextlib.suppress(RemotingCommandError):
+        route = await admin.topic_route(topic)
+        names = {b.broker_name for b in route.broker_datas if addr in b.broker_addrs.values()}
+        read_queues = max((q.read_queue_nums for q in route.queue_datas if q.broker_name in names), default=0)
     try:
-        stats = await admin.topic_stats(addr, topic)
+        stats = await topics.topic_offsets(admin, addr, topic, read_queues)
     except RemotingCommandError as exc:
         if exc.code != ResponseCode.TOPIC_NOT_EXIST:
             raise

@@ -33,9 +33,11 @@ from store import SubscriptionGroupConfig
 class ResetTarget:
     """Exactly one way of choosing the new offsets."""
 
-    kind: str  # earliest | latest | time | offset | shift | file
+    kind: str  # earliest | latest | time | offset | shift | file | group
     value: int = 0
     plan_file: Path | None = None
+    #: ``group``: the group whose committed offsets are copied (mqadmin cloneGroupOffset).
+    source: str | None = None
     #: A plan file made by a time target records it: the broker can then apply the file to live members.
     file_time: int | None = None
 
@@ -146,6 +148,12 @@ async def plan(admin: Admin, group: str, topic: str, target: ResetTarget) -> lis
         from_file, _ = _read_plan(target.plan_file, group, topic, await _clusters(admin, rows))
         if not any((r.broker_name, r.queue_id) in from_file for r in rows):
             raise UsageError(f"plan file {target.plan_file} matches no queue of topic {topic!r}")
+    copied: dict[tuple[str, int], int] = {}
+    if target.kind == "group" and target.source:
+        source = await _queues(admin, target.source, topic)
+        if not await _group_known(admin, target.source, source, sorted({r.broker_addr for r in source})):
+            raise _unknown(target.source, topic, hint="--from-group names the group whose offsets are copied")
+        copied = {(r.broker_name, r.queue_id): r.current for r in source if r.current is not None}
     for row in rows:
         if target.kind == "earliest":
             row.new = row.min_offset
@@ -159,6 +167,8 @@ async def plan(admin: Admin, group: str, topic: str, target: ResetTarget) -> lis
             row.new = _clamp((row.current or 0) + target.value, row)
         elif target.kind == "file":
             row.new = _clamp(from_file.get((row.broker_name, row.queue_id), row.current or 0), row)
+        elif target.kind == "group":  # a queue the source never committed on keeps where it is
+            row.new = _clamp(copied.get((row.broker_name, row.queue_id), row.current or 0), row)
     return rows
 
 

@@ -97,6 +97,12 @@ class CleanReport:
             f"{self.target}: disk {self.disk_ratio:.0%}, fileReservedTime {self.reserved_hours} h, {self.trigger}; "
             f"{self.delete_files} file(s) deletable, {size_text(self.reclaimable_bytes)}"
         )
+        kept = sum(1 for f in self.files if f.expired and f.action == "keep")
+        if kept and self.trigger != "no trigger":  # EXPIRED yes, ACTION keep, and WHY blank said nothing
+            text += (
+                f"; {kept} expired file(s) kept: the newest file (being written) is never deleted, nor "
+                "any after a file kept (deletion goes oldest first)"
+            )
         return text + (f"; deleted {len(self.deleted)}" if self.executed else "")
 
 

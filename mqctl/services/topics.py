@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, NotRequired, TypedDict, TypeVar
 
-from daemon.broker.bodies import TopicOffset
+from daemon.broker.bodies import MessageQueue, TopicOffset, TopicStatsTable
 from daemon.remoting.bodies import PermName, TopicConfig, TopicRouteData
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
@@ -331,7 +331,7 @@ async def _stranded(
         current = table.get(topic)
         if current is None or current.read_queue_nums <= read_queues:
             continue
-        stats = await admin.topic_stats(addr, topic)
+        stats = await topic_offsets(admin, addr, topic, current.read_queue_nums)
         for mq, off in sorted(stats.offset_table.items(), key=lambda item: item[0].queue_id):
             if read_queues <= mq.queue_id < current.read_queue_nums and off.max_offset > off.min_offset:
                 out.append((addr, mq.queue_id, off.max_offset - off.min_offset))
@@ -412,20 +412,48 @@ async def delete(admin: Admin, topic: str, *, cluster: str | None, if_exists: bo
     return {"topic": topic, "action": "deleted", "brokers": sorted(masters.values())}
 
 
+async def topic_offsets(admin: Admin, addr: str, topic: str, read_queues: int) -> TopicStatsTable:
+    """GET_TOPIC_STATS_INFO of ``topic`` on ``addr``, with every queue its consumers read: 4.9.8 answers for
+    the write queues alone, so a queue scaled out of writes (``topic update -w``) while consumers drain it
+    is asked for by GET_MIN_OFFSET, GET_MAX_OFFSET and its last message's store time."""
+    stats = await admin.topic_stats(addr, topic)
+    have = {mq.queue_id for mq in stats.offset_table}
+    if len(have) >= read_queues:
+        return stats
+    from mqctl.admin.messaging import pull
+
+    name = next((mq.broker_name for mq in stats.offset_table), "")
+    for queue_id in sorted(set(range(read_queues)) - have):
+        low = await admin.min_offset(addr, topic, queue_id)
+        high = await admin.max_offset(addr, topic, queue_id)
+        last = 0
+        if high > low:
+            got = await pull(admin, addr, topic, queue_id, high - 1, max_nums=1)
+            last = got.messages[0].store_timestamp if got.messages else 0
+        stats.offset_table[MessageQueue(topic, name, queue_id)] = TopicOffset(low, high, last)
+    return stats
+
+
 async def queue_offsets(
     admin: Admin, topic: str, *, reads: bool = False, partial: bool = False
 ) -> list[tuple[str, str, int, TopicOffset]]:
-    """(broker name, master address, queue id, stored offsets) per queue of ``topic``, in broker and queue order;
-    ``reads``: a slave's address stands in for a master that is down (:func:`route_readers`); ``partial``:
-    from the brokers that answer (:func:`~mqctl.services.fanout.each_broker`)."""
+    """(broker name, master address, queue id, stored offsets) per queue of ``topic`` (read queues too, see
+    :func:`topic_offsets`), in broker and queue order; ``reads``: a slave's address stands in for a master
+    that is down (:func:`route_readers`); ``partial``: from the brokers that answer
+    (:func:`~mqctl.services.fanout.each_broker`)."""
     rows: list[tuple[str, str, int, TopicOffset]] = []
-    brokers = await (readers_of_topic(admin, topic) if reads else masters_of_topic(admin, topic))
+    route = await route_or_not_found(admin, topic)
+    brokers = route_readers(route) if reads else route_masters(route)
+    counts = {q.broker_name: q.read_queue_nums for q in route.queue_datas}
+    per_addr = {addr: counts.get(name, 0) for name, addr in brokers.items()}
     if partial:
         from mqctl.services.fanout import each_broker
 
-        tables = await each_broker(admin, brokers.values(), lambda addr: admin.topic_stats(addr, topic))
+        tables = await each_broker(
+            admin, brokers.values(), lambda addr: topic_offsets(admin, addr, topic, per_addr[addr])
+        )
     else:
-        tables = {addr: await admin.topic_stats(addr, topic) for addr in brokers.values()}
+        tables = {addr: await topic_offsets(admin, addr, topic, per_addr[addr]) for addr in brokers.values()}
     for name, addr in sorted(brokers.items()):
         if addr in tables:
             offsets = sorted(tables[addr].offset_table.items())

@@ -264,22 +264,6 @@ async def _topics(admin: Any, spec: ReadSpec) -> list[str]:
     )
 
 
-async def _first_at(admin: Any, addr: str, topic: str, queue_id: int, at_ms: int, lo: int, hi: int) -> int:
-    """The first queue offset stored at or after ``at_ms``: SEARCH_OFFSET_BY_TIMESTAMP answers the
-    nearest message, which may be the last one before it."""
-    from mqctl.admin.messaging import pull
-    from store import TOOLS_CONSUMER_GROUP
-
-    if lo >= hi:
-        return hi
-    found = min(max(await admin.search_offset(addr, topic, queue_id, at_ms), lo), hi)
-    if found < hi:
-        got = await pull(admin, addr, topic, queue_id, found, group=TOOLS_CONSUMER_GROUP, max_nums=1)
-        if got.messages and got.messages[0].store_timestamp < at_ms:
-            found += 1
-    return found
-
-
 async def _resolve(
     admin: Any, bound: Bound, addr: str, topic: str, queue: str, queue_id: int, lo: int, hi: int
 ) -> int:
@@ -294,7 +278,9 @@ async def _resolve(
         return lo
     if kind == "latest":
         return hi
-    return await _first_at(admin, addr, topic, queue_id, bound.at_ms, lo, hi)
+    from mqctl.admin.messaging import first_stored_at
+
+    return await first_stored_at(admin, addr, topic, queue_id, bound.at_ms, lo, hi)
 
 
 async def _file_size(admin: Any, addr: str) -> int:

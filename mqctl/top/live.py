@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field, replace
 from typing import TypeVar
 
@@ -27,8 +27,9 @@ from mqctl.admin.messaging import view
 from mqctl.errors import ConnectError, NotFoundError
 from mqctl.services.cluster import BrokerRow, brokers, first_float
 from mqctl.services.fanout import failure_reason
-from mqctl.services.groups import connections, progress
+from mqctl.services.groups import connections, group_on_broker, progress
 from mqctl.services.retention import broker_plan
+from mqctl.services.topics import topic_offsets
 from mqctl.top.model import (
     VIEWS,
     BrokerView,
@@ -287,13 +288,16 @@ class LiveSource:
             log.info("topic configs of %s: %s", addr, exc)
             return {}
 
-    async def _written(self, addr: str, table: Iterable[str]) -> dict[str, int]:
-        """Summed queue max offsets per topic through GET_TOPIC_STATS_INFO (brokers without metrics)."""
+    async def _written(self, addr: str, table: dict[str, TopicConfig]) -> dict[str, int]:
+        """Summed queue max offsets per topic through GET_TOPIC_STATS_INFO (brokers without metrics), of
+        every read queue (:func:`~mqctl.services.topics.topic_offsets`)."""
         names = list(table)
 
         async def one(name: str) -> int:
             try:
-                stats = await self._limited(self.admin.topic_stats(addr, name))
+                stats = await self._limited(
+                    topic_offsets(self.admin, addr, name, table[name].read_queue_nums)
+                )
             except RemotingError:
                 return 0
             return sum(o.max_offset for o in stats.offset_table.values())
@@ -334,15 +338,7 @@ class LiveSource:
         return [g for g in table if g not in SYSTEM_GROUPS]
 
     async def _group_on(self, addr: str, group: str) -> tuple[ConsumeStats | None, ConsumerConnection | None]:
-        try:
-            stats: ConsumeStats | None = await self.admin.consume_stats(addr, group)
-        except RemotingError:
-            stats = None
-        try:
-            conns = await self.admin.consumer_connections(addr, group)
-        except RemotingError:
-            conns = None
-        return stats, conns
+        return await group_on_broker(self.admin, addr, group)
 
     async def group_detail(self, group: str) -> GroupDetail:
         online = await connections(self.admin, group, known=True)  # listed: it exists

@@ -57,3 +57,17 @@ def test_an_options_help_names_only_flags_its_command_takes() -> None:
         if flag not in _flags(cmd) | _flags(root)
     }
     assert named == set()
+
+
+def test_every_positional_argument_has_its_help() -> None:
+    """Click 8.5 dropped the help typer gave each argument: 'msg send --help' listed [BODY] with nothing."""
+    root = command()
+    blank = [
+        f"{path} {param.name}"
+        for path, cmd in _commands(root, "mqctl")
+        for param in cmd.params
+        if isinstance(param, click.Argument) and not getattr(param, "help", None)
+    ]
+    assert blank == []
+    ctx = click.Context(root.commands["msg"].commands["send"], info_name="send")
+    assert "Message body" in ctx.get_help()

@@ -152,19 +152,27 @@ def test_a_store_dir_this_user_may_not_read_exits_11(
 def test_a_daemon_already_running_on_the_data_dir_is_a_conflict(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``mqctl up`` on a data dir whose pid file names a live process: exit 4, not 1 ("a bug")."""
+    """``mqctl up`` on a data dir whose pid file names a live process: exit 4, not 1 ("a bug"); the running
+    one's address files stay (the refused start removed them, and 'broker status' then named the default
+    port and said the running broker was unreachable)."""
     import os
 
-    from mqctl.cli.broker import PID_FILE
+    from mqctl.cli.broker import ADDR_FILE, PID_FILE
+    from mqctl.cli.namesrv import ADDR_FILE as NAMESRV_ADDR
 
     monkeypatch.setenv("MQCTL_CONFIG_DIR", str(tmp_path / "config"))
     (tmp_path / "store").mkdir()
+    (tmp_path / "namesrv").mkdir()
     (tmp_path / "store" / PID_FILE).write_text(f"{os.getppid()}\n")  # alive, and not this process
+    noted = [(tmp_path / "store" / ADDR_FILE), (tmp_path / "namesrv" / NAMESRV_ADDR)]
+    for path in noted:
+        path.write_text("127.0.0.1:20911\n")
     code, err = _main(
         capsys, "up", "--data", str(tmp_path), "--namesrv-port", "0", "--broker-port", "0", "--no-metrics"
     )
     assert code == ConflictError.exit_code, err
     assert f"already running as pid {os.getppid()}" in err
+    assert [path.read_text() for path in noted] == ["127.0.0.1:20911\n"] * 2
 
 
 def test_an_error_a_background_daemon_reported_keeps_its_class() -> None:

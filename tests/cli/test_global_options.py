@@ -209,3 +209,14 @@ def test_print_config_answers_for_the_root_flags_given_with_it(run: Run) -> None
     assert run("--context", "nope", "--print-config")[0] == 3
     code, _, err = run("--debug")  # without a command or --print-config the root still wants a command
     assert code == 2 and "Missing command" in err
+
+
+def test_namesrv_before_the_noun_as_after_it(run: Run, silent: str) -> None:
+    """``mqctl -n NS cluster list`` (an alias such as ``mqctl -n prod:9876``) was 'No such option -n';
+    the command's own -n still beats it."""
+    code, _, err = run("-n", silent, "--timeout", "0.2", "cluster", "list")
+    assert code == RequestTimeoutError.exit_code and silent in err, err
+    code, _, err = run("-n", "127.0.0.1:1", "cluster", "list", "-n", silent, "--timeout", "0.2")
+    assert code == RequestTimeoutError.exit_code and silent in err, err
+    code, out, _ = run("-n", silent, "--print-config", "-o", "json")
+    assert code == 0 and (json.loads(out)["namesrv"], json.loads(out)["source"]) == (silent, "--namesrv")

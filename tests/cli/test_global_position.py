@@ -68,6 +68,7 @@ def test_the_root_knows_which_of_its_options_take_a_value() -> None:
     assert _noun(["-o", "json", "--context", "topic", "topic", "list"]) == "topic"
     assert _noun(["--timeout", "3", "-v", "group", "list"]) == "group"
     assert _noun(["--output=json", "msg", "tail"]) == "msg"
+    assert _noun(["-n", "ns1:9876;ns2:9876", "cluster", "list"]) == "cluster"
 
 
 def test_the_full_tree_declares_the_global_options_on_the_root(tmp_path: Path) -> None:

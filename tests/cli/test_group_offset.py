@@ -89,6 +89,43 @@ def test_group_create_update_list_show_delete(mq: RunCli, loaded: LocalCluster) 
     assert mq("group", "connections", "-g", "CG_Admin").code == NotFoundError.exit_code
 
 
+def test_group_create_and_update_set_where_consumers_read(mq: RunCli, loaded: LocalCluster) -> None:
+    """mqadmin updateSubGroup's -i, -w and -a: which broker a group's consumers read from, which one when
+    they fall behind, and whether they hear of membership changes."""
+    created = mq("group", "create", "-g", "CG_Slave", "--broker-id", "1", "--no-notify-ids-changed")
+    assert created.code == 0, created.stderr
+    stored = loaded.broker.groups.table.get("CG_Slave")
+    assert stored is not None and (stored.broker_id, stored.notify_consumer_ids_changed_enable) == (1, False)
+    updated = mq("group", "update", "-g", "CG_Slave", "--slow-broker-id", "2", "-o", "json").json()
+    assert updated["brokers"][0]["changes"] == {"which_broker_when_consume_slowly": [1, 2]}
+    stored = loaded.broker.groups.table.get("CG_Slave")
+    assert (stored.broker_id, stored.which_broker_when_consume_slowly) == (1, 2)  # the rest as it was
+
+
+def test_group_list_progress_sums_each_groups_lag(mq: RunCli) -> None:
+    """mqadmin consumerProgress without -g (every group's clients, TPS and lag): group list named the
+    groups and their brokers only, so finding the lagging one took a command per group."""
+    reset = ("offset", "reset", "-g", "CG_Listed", "-t", TOPIC, "--to-offset", "3", "--create-group")
+    assert mq(*reset, "--execute", "--yes").code == 0  # 10 messages in each of 2 queues, 3 consumed
+    rows = {row["group"]: row for row in mq("group", "list", "--progress", "-o", "json").json()}
+    listed = rows["CG_Listed"]
+    assert (listed["lag"], listed["clients"], listed["consume_type"]) == (14, 0, None)
+    table = mq("group", "list", "--progress")
+    assert table.code == 0 and "LAG" in table.stdout and "CLIENTS" in table.stdout, table.stderr
+
+
+def test_offset_reset_from_group_copies_its_offsets(mq: RunCli) -> None:
+    """mqadmin cloneGroupOffset: a renamed group starts where the old one stopped."""
+    args = ("offset", "reset", "-g", "CG_Clone", "-t", TOPIC, "--create-group", "-o", "json")
+    done = mq(*args, "--from-group", GROUP, "--execute", "--yes")
+    assert done.code == 0, done.stderr
+    assert [(q["queue_id"], q["new"]) for q in done.json()["queues"]] == [(0, 4), (1, 10)]
+    shown = mq("offset", "show", "-g", "CG_Clone", "-t", TOPIC, "-o", "json").json()
+    assert [r["committed"] for r in shown] == [4, 10]
+    typo = mq(*args, "--from-group", f"{GROUP}_typo")
+    assert typo.code == NotFoundError.exit_code and "--from-group" in typo.stderr, typo.stderr
+
+
 def test_progress_shows_lag_and_filters(mq: RunCli) -> None:
     rows = mq("group", "progress", "-g", GROUP, "-t", TOPIC, "-o", "json").json()
     assert [(r["queue_id"], r["broker_offset"], r["consumer_offset"], r["lag"]) for r in rows] == [

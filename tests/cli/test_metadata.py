@@ -390,3 +390,22 @@ def test_offsets_past_a_queue_end_or_for_a_missing_queue_are_flagged(
 
     offsets = asyncio.run(committed())
     assert {q: o for (g, t, q), o in offsets.items() if g == "Billing"} == {0: 0, 1: 5}
+
+
+@pytest.mark.slow  # two clusters
+def test_offsets_of_queues_only_read_are_applied(cli: RunCli, target: LocalCluster, tmp_path: Path) -> None:
+    """A topic scaling in (-w below -r): its read-only queues are real queues consumers read, but
+    GET_TOPIC_STATS_INFO answers for write queues alone, so their offsets were 'no such queue, skipped'."""
+    ns = target.namesrv_addr
+    _ok(run(cli, ns, "topic", "create", "-t", "Draining", "-r", "4", "-w", "4"))
+    _ok(run(cli, ns, "msg", "send", "-t", "Draining", "-q", "3", "held"))
+    _ok(run(cli, ns, "topic", "update", "-t", "Draining", "-w", "2"))
+    path = tmp_path / "cluster.yaml"
+    path.write_text(
+        "kind: mqctl-metadata\nversion: 1\n"
+        "offsets:\n- {group: Billing, topic: Draining, broker: broker-a, queues: {1: 0, 3: 1}}\n"
+    )
+    plan = run(cli, ns, "apply", "-f", str(path), "--offsets", "-o", "json")
+    assert plan.code == 0, plan.stderr
+    (row,) = plan.json()
+    assert row["action"] == "would commit", row

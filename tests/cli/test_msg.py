@@ -465,6 +465,44 @@ def test_tail_from_a_groups_committed_offsets(mq: Callable[..., CliResult], daem
     assert all(m["queue_offset"] == 1 for m in lines)
 
 
+def test_tail_reads_a_store_time_window(mq: Callable[..., CliResult], daemons: LocalCluster) -> None:
+    """--since/--until: the dashboard's search by topic and time, mqadmin printMsg."""
+    topic = "MsgWindow"
+    client = handle(daemons)
+
+    async def fill() -> None:
+        create = CreateTopicRequestHeader(topic, "TBW102", 2, 2, 6, "SINGLE_TAG")
+        assert (await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create.to_ext_fields())).code == 0
+        for i in range(6):
+            assert (await client.send(topic, f"w{i}".encode(), queue_id=i % 2)).code == 0
+            await asyncio.sleep(0.005)  # store times apart
+        await client.client.close()
+        await _wait_for_route(daemons.namesrv_addr, topic)
+
+    daemons.loop.run(fill())
+    every = mq("msg", "tail", "-t", topic, "--from", "earliest", "--exit", "-o", "json")
+    stored = [(m["store_time_ms"], m["body"]) for m in map(json.loads, ok_lines(every))]
+    times = sorted(t for t, _ in stored)
+
+    def bodies(*args: str) -> list[str]:
+        return sorted(json.loads(line)["body"] for line in ok_lines(mq("msg", "tail", "-t", topic, *args)))
+
+    since, until = times[1], times[4]
+    inside = sorted(b for t, b in stored if since <= t <= until)
+    assert 0 < len(inside) < 6
+    assert bodies("--since", str(since), "--until", str(until), "-o", "json") == inside  # --until ends it
+    assert bodies("--until", str(times[2]), "-o", "json") == sorted(b for t, b in stored if t <= times[2])
+    assert bodies("--since", str(times[3]), "--exit", "-o", "json") == sorted(
+        b for t, b in stored if t >= times[3]
+    )
+    assert bodies("--since", "+1h", "--exit", "-o", "json") == []  # a time to come: nothing yet, no error
+    for refused in (("-g", "CG_Window"), ("--from", "earliest")):
+        result = mq("msg", "tail", "-t", topic, "--since", str(since), *refused)
+        assert result.code == 2 and "not with" in result.stderr, result.stderr
+    by_time = mq("msg", "query", "-t", topic, "--since", "-1h")
+    assert by_time.code == 2 and "msg tail -t TOPIC --since" in by_time.stderr, by_time.stderr
+
+
 def _tail(cli_env: dict[str, str], daemons: LocalCluster, *args: str) -> subprocess.Popen[str]:
     """``msg tail -t MsgT ARGS -o json``, running."""
     return spawn(

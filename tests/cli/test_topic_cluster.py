@@ -101,7 +101,8 @@ def test_topic_lifecycle(mq: RunCli, daemons: LocalCluster) -> None:
     assert {"topic": "Orders"} in mq("topic", "list", "-o", "json").json()
 
     status = mq("topic", "status", "-t", "Orders", "-o", "json").json()
-    assert [row["queue_id"] for row in status] == [0, 1]  # as RocketMQ: the write queues
+    # every queue consumers read (4 read queues), not only the write queues GET_TOPIC_STATS_INFO answers for
+    assert [row["queue_id"] for row in status] == [0, 1, 2, 3]
     assert all(row["messages"] == 0 for row in status)
 
     refused = mq("topic", "delete", "-t", "Orders")

@@ -197,11 +197,22 @@ async def test_lost_nameserver_shows_in_status_bar_and_app_lives(cluster: LocalC
 
 @pytest.mark.slow
 async def test_without_metrics_endpoint_bytes_are_missing(tmp_path: Path) -> None:
-    """A broker without /metrics (as RocketMQ 4.9): figures from GET_TOPIC_STATS_INFO, no bytes column."""
+    """A broker without /metrics (as RocketMQ 4.9): figures from GET_TOPIC_STATS_INFO, no bytes column; a
+    queue consumers still read after a scale-in (-w 1) counts too, though that request leaves it out."""
+    from daemon.broker.headers import CreateTopicRequestHeader
+    from daemon.remoting.codes import RequestCode
+
     with local_cluster(tmp_path, metrics_enable=False) as cluster:
         client = handle(cluster)
+
+        async def topic(write_queues: int) -> None:
+            header = CreateTopicRequestHeader("orders", "TBW102", 4, write_queues, 6, "SINGLE_TAG")
+            assert (await client.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext_fields())).code == 0
+
+        cluster.loop.run(topic(4))
         for i in range(6):
             cluster.loop.run(client.send("orders", b"x", queue_id=i % 3))
+        cluster.loop.run(topic(1))
         app = TopApp(LiveSource([cluster.namesrv_addr]), interval=3600, screen="topics")
         async with app.run_test(size=SIZE) as pilot, Admin([cluster.namesrv_addr]) as admin:
             await settle(pilot)
