@@ -120,3 +120,9 @@ def test_report_gives_the_difference_per_send_by_function(capsys: pytest.Capture
 def test_report_refuses_a_side_with_nothing_collected() -> None:
     with pytest.raises(SystemExit, match="nothing collected on the one side"):
         _module().report({"one": (["Ir"], {})}, count=10, top=5)
+
+
+def test_function_costs_takes_a_name_first_given_at_a_call() -> None:
+    # callgrind names a function once, where its id first appears: here in a call, then fn=(2) alone
+    text = "events: Ir D1mr\nfn=(1) main\n1 10 1\ncfn=(2) helper\ncalls=1 5\n5 40 4\nfn=(2)\n5 40 4\n"
+    assert _module().function_costs(text) == (["Ir", "D1mr"], {"main": [10, 1], "helper": [40, 4]})

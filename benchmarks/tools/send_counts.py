@@ -18,7 +18,11 @@ the data TLBs (``--tlb 64,2048``: a fully associative first level of 64 pages an
 (instruction fetches share the second level; valgrind has no TLB of its own). Prefetch instructions are
 not simulated (a prefetch the send issues counts nothing, and its later load still counts a miss), and
 the simulator's caches are not the machine's (no hardware prefetcher, no other process): the misses are
-a model, to compare two sides or two trees counted alike. ``--tree`` runs another source tree's broker
+a model, to compare two sides or two trees counted alike. The loop is blocked between the rounds, so no
+stats tick falls between them: a tick makes each topic's items catch up at their next count, once a
+tick, which the warm-up round pays and the counted one does not. The one topic's slot lookup costs what
+its name's probe sequence in the slot table costs, which the hash seed decides: every run takes
+``PYTHONHASHSEED`` from the environment, 0 unless set. ``--tree`` runs another source tree's broker
 (with its own native build) under the same harness; ``--keep DIR`` keeps the dumps for
 ``callgrind_annotate``. Needs the compiled build: interpreted, there is no ``send_from`` symbol to collect.
 """
@@ -58,12 +62,12 @@ def function_costs(text: str) -> tuple[list[str], dict[str, list[int]]]:
             events = line.split()[1:]
         elif line.startswith("positions:"):
             positions = len(line.split()) - 1
-        elif line.startswith("fn="):
-            ref, _, name = line[3:].partition(" ")
+        elif line.startswith(("fn=", "cfn=")):  # a name is given once, where its id first appears
+            ref, _, name = line.partition("=")[2].partition(" ")
             if name:
                 names[ref] = name
-            name = names.get(ref, ref)
-            current = costs.setdefault(name, [0] * len(events))
+            if line.startswith("fn="):
+                current = costs.setdefault(names.get(ref, ref), [0] * len(events))
         elif line.startswith("calls="):
             after_calls = True
         elif current is not None and line[:1] and (line[0].isdigit() or line[0] in "+-*"):
@@ -120,7 +124,8 @@ def per_send(side: str, tree: Path, topics: int, count: int, sim: list[str], kee
             "--count",
             str(count),
         ]
-        env = {**os.environ, "PYTHONPATH": str(tree)}
+        # one hash seed for every run (unless given): the tables' probe sequences, the same in both trees
+        env = {**os.environ, "PYTHONPATH": str(tree), "PYTHONHASHSEED": os.environ.get("PYTHONHASHSEED", "0")}
         proc = subprocess.Popen(
             cmd, cwd=tree, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1
         )
@@ -196,8 +201,10 @@ async def child(side: str, topics: int, count: int) -> None:
     async with filled(topics, count) as (processor, one, many, body):
         heads = one if side == "one" else many
         print(f"ready {os.getpid()} filled with {topics:,} topics; {describe_build()}", flush=True)
-        loop = asyncio.get_running_loop()
-        while (await loop.run_in_executor(None, sys.stdin.readline)).strip() == "round":
+        # Read on the loop's own thread, blocking it: nothing periodic runs between the rounds. A stats
+        # tick there (every SAMPLE_PERIOD on the loop) would make every item catch up in the counted
+        # round, at its first count, where a native round meets a tick per item only now and then.
+        while sys.stdin.readline().strip() == "round":
             _send_round(processor, heads, body, count)
             print("done", flush=True)
 
