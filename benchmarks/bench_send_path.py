@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import os
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from benchlib import summary  # run as a script: benchmarks/ is on sys.path
@@ -69,7 +71,13 @@ def _send_round(processor: SendProcessor, heads: list[bytes], body: bytes, count
     return (time.thread_time_ns() - started) / count / 1000
 
 
-async def bench(topics: int, count: int, rounds: int, pause: bool, only: str | None) -> None:
+@contextlib.asynccontextmanager
+async def filled(
+    topics: int, count: int
+) -> AsyncIterator[tuple[SendProcessor, list[bytes], list[bytes], bytes]]:
+    """A started broker on a temporary store whose ``topics`` one-queue topics were each sent a message and
+    then ``count`` sends more round-robin (and ``count`` to one topic of its own): its send processor, the
+    frame heads of the one topic and of the many, and the body every send carries."""
     with tempfile.TemporaryDirectory(prefix="bench-send-path-") as root:
         broker = Broker(_config(root))
         await broker.start()
@@ -85,31 +93,35 @@ async def bench(topics: int, count: int, rounds: int, pause: bool, only: str | N
             _send_round(processor, one, body, count)
             _send_round(processor, many, body, count)
             gc.freeze()  # what the broker's LoopWatch does with the tables it grew
-            if pause:
-                print(f"pid {os.getpid()}: filled; press enter", flush=True)
-                await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-            load = os.getloadavg()[0]
-            sides: dict[str, list[float]] = {"one": [], "many": []}
-            for r in range(rounds):
-                order = [("one", one), ("many", many)] if r % 2 == 0 else [("many", many), ("one", one)]
-                for side, heads in order:
-                    if only is not None and side != only:
-                        continue
-                    sides[side].append(_send_round(processor, heads, body, count))
-                print(
-                    f"round {r + 1}: "
-                    + ", ".join(f"{side} {us[-1]:.2f} µs" for side, us in sides.items() if us)
-                )
-            one_median, many_median = (statistics.median(sides[s] or [0.0]) for s in ("one", "many"))
-            root_dir = Path(sys.modules["store"].__file__ or ".").parent.parent
-            print(f"load at the rounds' start {load:.1f}; {describe_build()}; from {root_dir}")
-            summary(
-                __file__,
-                f"gap {many_median - one_median:.2f} µs a send",
-                f"one topic {one_median:.2f} µs, {topics} topics {many_median:.2f} µs, loop-thread CPU",
-            )
+            yield processor, one, many, body
         finally:
             await broker.stop()
+
+
+async def bench(topics: int, count: int, rounds: int, pause: bool, only: str | None) -> None:
+    async with filled(topics, count) as (processor, one, many, body):
+        if pause:
+            print(f"pid {os.getpid()}: filled; press enter", flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+        load = os.getloadavg()[0]
+        sides: dict[str, list[float]] = {"one": [], "many": []}
+        for r in range(rounds):
+            order = [("one", one), ("many", many)] if r % 2 == 0 else [("many", many), ("one", one)]
+            for side, heads in order:
+                if only is not None and side != only:
+                    continue
+                sides[side].append(_send_round(processor, heads, body, count))
+            print(
+                f"round {r + 1}: " + ", ".join(f"{side} {us[-1]:.2f} µs" for side, us in sides.items() if us)
+            )
+        one_median, many_median = (statistics.median(sides[s] or [0.0]) for s in ("one", "many"))
+        root_dir = Path(sys.modules["store"].__file__ or ".").parent.parent
+        print(f"load at the rounds' start {load:.1f}; {describe_build()}; from {root_dir}")
+        summary(
+            __file__,
+            f"gap {many_median - one_median:.2f} µs a send",
+            f"one topic {one_median:.2f} µs, {topics} topics {many_median:.2f} µs, loop-thread CPU",
+        )
 
 
 def main() -> None:

@@ -38,32 +38,20 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/tools/
 
 from bench_broker_latency import bench, namesrv_process
 from bench_broker_produce import ROOT, free_port, start_broker, wait_ready
+from send_counts import function_costs
 
 from daemon.remoting.loop import run
 
 
 def self_cost(text: str) -> int:
-    """The first event's total of a callgrind output file: every function's own cost, summed (the line
-    after a ``calls=`` line is the call's inclusive cost, which its callee's own lines count already).
-    The file's ``summary:`` line is not used: after collection was toggled it can wrap below zero."""
-    total = 0
-    after_calls = False
-    for line in text.splitlines():
-        if after_calls:
-            after_calls = False
-            continue
-        if line.startswith("calls="):
-            after_calls = True
-            continue
-        head = line[:1]
-        if head.isdigit() or head in "+-*":
-            fields = line.split()
-            if len(fields) >= 2 and fields[1].isdigit():
-                total += int(fields[1])
-    return total
+    """The first event's total of a callgrind output file: every function's own cost, summed (see
+    ``send_counts.function_costs``)."""
+    events, costs = function_costs(text)
+    return sum(c[0] for c in costs.values()) if events else 0
 
 
 def thread_costs(directory: Path, pid: int, part: int) -> dict[int, int]:
