@@ -40,3 +40,12 @@ def test_calls_sums_every_call_of_the_function_by_name_or_id() -> None:
 
 def test_calls_of_a_function_never_called_is_zero() -> None:
     assert _module().calls(DUMP, "CPyDef_machines___Node___raw_push_answered") == 0
+
+
+def test_inclusive_sums_the_cost_of_each_call_of_the_function() -> None:
+    # the read's own 100 and the push's own 300 lines are not calls: only the calls' lines count
+    assert _module().inclusive(DUMP, "CPyDef_server___DLedgerServer____serve_binary") == 700 + 400
+
+
+def test_inclusive_leaves_out_another_function_named_alike() -> None:
+    assert _module().inclusive(DUMP, "CPyDef_server___DLedgerServer____serve_binary_json") == 80

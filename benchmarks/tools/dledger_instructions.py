@@ -75,6 +75,44 @@ def calls(text: str, name: str) -> int:
     return total
 
 
+#: the loop's callbacks that carry the traffic, none run inside another: every frame read (the sends, the
+#: followers' answers), the round's pushes, the committed records' dispatch, the replies' writes (a DLedger
+#: leader's, a single broker's)
+TRAFFIC = (
+    "CPyDef_connection___Connection___data_received",
+    "CPyDef_server___DLedgerServer____push_now",
+    "CPyDef_server___DLedgerServer____dispatch",
+    "CPyDef_send___SendProcessor____write_replies",
+    "CPyDef_connection___ReplyBatch____release",
+)
+
+
+def inclusive(text: str, name: str) -> int:
+    """The instructions spent in the function ``name`` and what it called, summed over its calls (the cost
+    line after each ``calls=`` line naming it). Unlike a round's total, this leaves out the loop's timers
+    and ticks, whose count a second depends on how fast the member runs, so on the host's load."""
+    names: dict[str, str] = {}
+    total = 0
+    callee = ""
+    after_call = False
+    for line in text.splitlines():
+        if after_call:
+            after_call = False
+            if callee == name:
+                fields = line.split()
+                total += int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
+            continue
+        if line.startswith(("fn=", "cfn=")):
+            ref, _, given = line.split("=", 1)[1].partition(" ")
+            if given:
+                names[ref] = given
+            if line.startswith("cfn="):
+                callee = names.get(ref, "")
+        elif line.startswith("calls="):
+            after_call = True
+    return total
+
+
 def _control(*args: str) -> None:
     subprocess.run(["callgrind_control", *args], capture_output=True, check=False)
 
@@ -194,11 +232,14 @@ def main() -> None:
             reads, writes = ((b - a) / sends for a, b in zip(io0, io1, strict=True))
             text = next(out.glob(f"cg.{pid}.4-01")).read_text()
             counts = ", ".join(f"{k} {calls(text, v) / sends:.3f}" for k, v in COUNTED.items())
+            traffic = {name: inclusive(text, name) / sends for name in TRAFFIC}
+            parts = ", ".join(f"{name.rsplit('___', 1)[1]} {n:,.0f}" for name, n in traffic.items() if n)
             print(
                 f"{args.member} ({tree.name}, {args.producers} producers): {result.messages:,} sends in "
                 f"{took:.1f} s; loop thread {loop:,.0f} instructions a send (idle {idle.get(1, 0):,.0f} a "
                 f"second left out), other threads {rest:,.0f}; a send: {counts}, reads/writes {reads:.3f}/"
-                f"{writes:.3f} (valgrind's own too); "
+                f"{writes:.3f} (valgrind's own too); the traffic's callbacks {sum(traffic.values()):,.0f} "
+                f"instructions a send ({parts}); "
                 f"load {os.getloadavg()[0]:.1f}; files cg.{pid}.3/4-*",
                 flush=True,
             )
