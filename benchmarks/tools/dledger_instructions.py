@@ -33,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/
@@ -40,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # benchmarks/tools/
 
 from bench_broker_latency import namesrv_process
 from bench_broker_produce import ROOT, bench, free_port, start_broker, wait_ready
-from loop_instructions import thread_costs
+from loop_instructions import callgrind_wrapper, thread_costs
 
 from daemon.remoting.bodies import KVTable
 from daemon.remoting.client import RemotingClient
@@ -57,22 +58,30 @@ COUNTED = {
 }
 
 
-def calls(text: str, name: str) -> int:
-    """How often the function ``name`` (or its recursion's ``name'N``) was called, by callgrind's ``calls=``
-    lines (each under the ``cfn=`` line naming its callee; a name is given once, then its ``(id)`` alone)."""
+def call_sites(text: str) -> Iterator[tuple[str, int, int]]:
+    """Each call site of a callgrind file: (callee's name, calls, their inclusive cost), from each
+    ``calls=`` line, the ``cfn=`` line above it naming the callee (a name is given once, then its ``(id)``
+    alone) and the cost line after it."""
     names: dict[str, str] = {}
-    total = 0
-    callee = ""
+    callee, count = "", -1
     for line in text.splitlines():
-        if line.startswith(("fn=", "cfn=")):
+        if count >= 0:
+            fields = line.split()
+            yield callee, count, int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
+            count = -1
+        elif line.startswith(("fn=", "cfn=")):
             ref, _, given = line.split("=", 1)[1].partition(" ")
             if given:
                 names[ref] = given
             if line.startswith("cfn="):
                 callee = names.get(ref, "")
-        elif line.startswith("calls=") and callee.partition("'")[0] == name:
-            total += int(line[6:].split()[0])
-    return total
+        elif line.startswith("calls="):
+            count = int(line[6:].split()[0])
+
+
+def calls(text: str, name: str) -> int:
+    """How often the function ``name`` (or its recursion's ``name'N``) was called."""
+    return sum(n for callee, n, _ in call_sites(text) if callee.partition("'")[0] == name)
 
 
 #: the loop's callbacks that carry the traffic, none run inside another: every frame read (the sends, the
@@ -88,29 +97,10 @@ TRAFFIC = (
 
 
 def inclusive(text: str, name: str) -> int:
-    """The instructions spent in the function ``name`` and what it called, summed over its calls (the cost
-    line after each ``calls=`` line naming it). Unlike a round's total, this leaves out the loop's timers
-    and ticks, whose count a second depends on how fast the member runs, so on the host's load."""
-    names: dict[str, str] = {}
-    total = 0
-    callee = ""
-    after_call = False
-    for line in text.splitlines():
-        if after_call:
-            after_call = False
-            if callee == name:
-                fields = line.split()
-                total += int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
-            continue
-        if line.startswith(("fn=", "cfn=")):
-            ref, _, given = line.split("=", 1)[1].partition(" ")
-            if given:
-                names[ref] = given
-            if line.startswith("cfn="):
-                callee = names.get(ref, "")
-        elif line.startswith("calls="):
-            after_call = True
-    return total
+    """The instructions spent in the function ``name`` and what it called, summed over its calls. Unlike a
+    round's total, this leaves out the loop's timers and ticks, whose count a second depends on how fast
+    the member runs, so on the host's load."""
+    return sum(cost for callee, _, cost in call_sites(text) if callee == name)
 
 
 def _control(*args: str) -> None:
@@ -186,13 +176,7 @@ def main() -> None:
     with namesrv_process(tree) as ns, tempfile.TemporaryDirectory() as work:
         out = args.out.resolve() if args.out else Path(work)
         out.mkdir(parents=True, exist_ok=True)
-        wrapper = [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            "--separate-threads=yes",
-            f"--callgrind-out-file={out}/cg.%p",
-        ]
+        wrapper = callgrind_wrapper(out)
         if args.member == "single":
             port = free_port()
             addr = f"127.0.0.1:{port}"
