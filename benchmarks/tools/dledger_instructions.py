@@ -11,16 +11,21 @@ which runs under ``valgrind --tool=callgrind`` with collection off: ``leader`` i
 ``preferredLeaderId``, so the leadership comes to it once it has caught up), ``follower`` is n1 under
 the native leader n0. ``single`` runs one ASYNC_MASTER under callgrind instead. This process's senders
 (`bench_broker_produce.bench`) warm up, then the member's idle loop is counted over ``--idle`` seconds
-(its ticks and heartbeats), then a produce round of ``--seconds``; what the round counts beyond the idle
-rate, over the round's sends, is a send's instructions on that member. Its reads and writes (``/proc``)
-per send come with it: a follower's reads are the pushes it took.
+(its ticks and heartbeats), then a produce round of ``--seconds``. Printed a send: the round's
+instructions beyond the idle rate (rough: the idle loop's count a second follows the member's speed, so
+the host's load), and the traffic's callbacks' alone (every frame read with the send's processor
+in it, the leader's pushes, the committed records' dispatch, the replies' writes), with the pushes, push
+rounds and answers the member took (counted calls).
 
 A member under callgrind runs some 50 times slower, so the group's shape differs from a native one: a
-measured leader holds up every send and pushes carry all the producers' sends (16 at ``--producers
-16``); a measured follower falls behind the quorum the other two make and takes full pushes. Two runs
-with different ``--producers`` separate a push's cost from an entry's. Compare trees in runs side by
-side at the same settings. The callgrind files (``--out``, thread 1 is the event loop) give each
-compiled function's inclusive count: ``callgrind_annotate --inclusive=yes FILE``.
+measured leader holds up every send (its pushes still carry about as many sends as natively); a
+measured follower falls behind the quorum the other two make, and the leader's pushes time out and
+repeat what it holds: count a follower in-process instead (``bench_dledger_follower.py --server`` under
+callgrind, ``--toggle-collect`` on its frame reads and its dispatch, two ``--batch`` sizes: a push's
+cost and an entry's). How many sends a read or a push brings still moves with the host: compare trees
+in runs side by side at the same settings, function by function where those differ. The callgrind
+files (``--out``, thread 1 is the event loop) give each compiled function's inclusive count:
+``callgrind_annotate --inclusive=yes FILE``.
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ _R = TypeVar("_R", bound=RequestOrResponse)
 
 Code = DLedgerResponseCode
 #: what a waiting append is answered, read once: compiled, each ``Code.X`` is an attribute lookup on the
-#: enum's class (~0.3 µs), paid per send where the quorum's bookkeeping names one
+#: enum's class, paid per send where the quorum's bookkeeping names one
 _SUCCESS: Final = Code.SUCCESS
 _ACK_TIMEOUT: Final = Code.WAIT_QUORUM_ACK_TIMEOUT
 
