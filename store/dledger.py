@@ -398,6 +398,12 @@ def encode_index(entry: Entry | IndexRecord) -> bytes:
     return _INDEX.pack(entry.magic, entry.pos, entry.size, entry.index, entry.term)
 
 
+def pack_index(buf: Buf, at: int, entry: Entry) -> None:
+    """:func:`encode_index` of ``entry`` packed into ``buf`` at ``at`` (a mapped index file: no bytes made,
+    no slice assigned)."""
+    _INDEX.pack_into(buf, at, entry.magic, entry.pos, entry.size, entry.index, entry.term)
+
+
 def decode_index(buf: Buf, offset: int = 0) -> IndexRecord:
     """Inverse of :func:`encode_index`."""
     if len(buf) - offset < INDEX_UNIT_SIZE:

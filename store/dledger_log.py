@@ -51,6 +51,7 @@ from store.dledger import (
     needs_roll,
     pack_entries,
     pack_header,
+    pack_index,
     pack_index_record,
     raw_header,
     read_small_file,
@@ -331,7 +332,7 @@ class DLedgerLog:
         rel = off - mf.file_from_offset
         if rel + INDEX_UNIT_SIZE > mf.prepared_position:
             mf.prepare(rel + INDEX_UNIT_SIZE, populate=False)
-        mf.mm[rel : rel + INDEX_UNIT_SIZE] = encode_index(entry)
+        pack_index(mf.view, rel, entry)
         mf.wrote_position = rel + INDEX_UNIT_SIZE
 
     def append_leader(self, body: bytes, term: int) -> Entry:

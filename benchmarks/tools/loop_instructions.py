@@ -73,6 +73,18 @@ def per_message(
     return (long[1] - short[1] - idle * seconds) / (long[0] - short[0])
 
 
+def callgrind_wrapper(out: Path) -> list[str]:
+    """A broker's command prefix: callgrind with collection off until ``callgrind_control -i on``, one file
+    per thread and dump in ``out`` (``cg.PID.PART-THREAD``)."""
+    return [
+        "valgrind",
+        "--tool=callgrind",
+        "--instr-atstart=no",
+        "--separate-threads=yes",
+        f"--callgrind-out-file={out}/cg.%p",
+    ]
+
+
 def _control(*args: str) -> None:
     subprocess.run(["callgrind_control", *args], capture_output=True, check=False)
 
@@ -92,13 +104,7 @@ def main() -> None:
         out = Path(work)
         port = free_port()
         addr = f"127.0.0.1:{port}"
-        wrapper = [
-            "valgrind",
-            "--tool=callgrind",
-            "--instr-atstart=no",
-            "--separate-threads=yes",
-            f"--callgrind-out-file={out}/cg.%p",
-        ]
+        wrapper = callgrind_wrapper(out)
         proc = start_broker(f"{out}/store", port, "--namesrv", namesrv, cwd=tree, wrapper=wrapper)
         try:
             run(wait_ready(addr, time.perf_counter()))

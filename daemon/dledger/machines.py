@@ -26,7 +26,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Final, TypeVar
 
 from daemon.dledger.protocol import (
     DLedgerEntry,
@@ -55,6 +55,10 @@ _OUT_OF_ORDER = WarningGate(log)
 _R = TypeVar("_R", bound=RequestOrResponse)
 
 Code = DLedgerResponseCode
+#: what a waiting append is answered, read once: compiled, each ``Code.X`` is an attribute lookup on the
+#: enum's class, paid per send where the quorum's bookkeeping names one
+_SUCCESS: Final = Code.SUCCESS
+_ACK_TIMEOUT: Final = Code.WAIT_QUORUM_ACK_TIMEOUT
 
 #: Pushes a leader keeps in flight to one follower (``EntryDispatcher.maxPendingSize``).
 MAX_PENDING_PUSHES = 1000
@@ -829,7 +833,7 @@ class Node:
                 break
         for index in done:
             del waiting[index]
-            self.completed[index] = Code.SUCCESS if index <= committed else Code.WAIT_QUORUM_ACK_TIMEOUT
+            self.completed[index] = _SUCCESS if index <= committed else _ACK_TIMEOUT
         if not waiting:
             self._waiting_ordered, self._last_tracked = True, -1
 

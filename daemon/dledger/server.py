@@ -417,10 +417,11 @@ class DLedgerServer:
             self._live, self._live_seen = set(), {}
         if node.completed:
             done, node.completed = node.completed, {}
+            waiters, tracing = self._waiters, trace.ENABLED  # (each read once a pass, not once a send)
             for index, code in done.items():
-                if trace.ENABLED:
+                if tracing:
                     trace.mark("commit", index)
-                self._answer_waiters(self._waiters, index, code)
+                self._answer_waiters(waiters, index, code)
         committed = self.log.committed_index
         if committed != self._committed:
             if (

@@ -41,6 +41,9 @@ def test_index_vector() -> None:
     e = dl.Entry(index=3, term=2, body=b"ab", pos=0x1234)
     want = bytes.fromhex("0000000100000000000012340000003200000000000000030000000000000002")
     assert dl.encode_index(e) == want
+    into = bytearray(b"\xee" * 40)
+    dl.pack_index(into, 4, e)  # (in place, as the log writes a leader's record into its mapped index file)
+    assert into == b"\xee" * 4 + want + b"\xee" * 4
     assert dl.decode_index(want) == dl.IndexRecord(1, 0x1234, 50, 3, 2)
     assert dl.index_matches(dl.decode_index(want), e)
 
