@@ -53,8 +53,12 @@ def members(data: Path, leader: str) -> list[int]:
     """The members' pids, the leader's first (each store dir holds its broker's pid and the address it serves)."""
     found = []
     for store in sorted(data.glob("store-broker-a-n*")):
+        addr = store / "broker.addr"
+        deadline = time.monotonic() + 60
+        while not addr.exists() and time.monotonic() < deadline:  # a member still starting on a busy host
+            time.sleep(0.1)
         pid = int((store / "broker.pid").read_text().split()[0])
-        found.append((store.joinpath("broker.addr").read_text().strip() != leader, pid))
+        found.append((addr.read_text().strip() != leader, pid))
     return [pid for _, pid in sorted(found)]
 
 
