@@ -93,20 +93,14 @@ def _counted(proc: subprocess.Popen[bytes], out: Path, body: Any) -> tuple[Any, 
 def main() -> None:
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/
     from bench_broker_latency import bench, namesrv_process
-    from bench_broker_produce import ROOT, free_port, start_broker, wait_ready
+    from bench_broker_produce import free_port, start_broker, wait_ready
+    from loop_instructions import parse_rounds
 
     from daemon.remoting.loop import run
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tree", type=Path, default=ROOT, help="source tree of the broker (default: this one)")
-    ap.add_argument("--rates", default="50,3000", help="msgs/s, comma-separated")
-    ap.add_argument("--seconds", default="4,16", help="the short and the long round's length after warm-up")
-    ap.add_argument("--idle", type=float, default=10.0, help="seconds of the loop counted with no traffic")
     ap.add_argument("--top", type=int, default=25, help="functions listed for the first rate")
-    args = ap.parse_args()
-    rates = [float(r) for r in args.rates.split(",")]
-    short_s, long_s = (float(s) for s in args.seconds.split(","))
-    tree = args.tree.resolve()
+    args, rates, short_s, long_s, tree = parse_rounds(ap, "50,3000", 10.0, "4,16")
     with namesrv_process(tree) as namesrv, tempfile.TemporaryDirectory() as work:
         out = Path(work) / "counts.json"
         port = free_port()
