@@ -162,3 +162,26 @@ async def test_a_held_callback_runs_once_past_its_offset_on_the_loop() -> None:
     assert [name for name, _ in runs] == ["a", "timed"] and hold.parked == 1
     await hold.stop()  # what is still held is answered
     assert [name for name, _ in runs] == ["a", "timed", "b"] and hold.parked == 0
+
+
+async def test_a_held_pull_woken_while_its_queue_heals_is_answered_after_the_heal(
+    broker: BrokerHandle,
+) -> None:
+    from daemon.remoting.codes import RequestCode
+
+    broker.broker.topics.create_system_like("HeldHeal", 1, 6)
+    processor = broker.broker.server.dispatcher.processors[RequestCode.PULL_MESSAGE].__self__  # type: ignore[attr-defined]
+    pending = asyncio.create_task(
+        broker.pull("G", "HeldHeal", 0, 0, sys_flag=SUSPEND | SUBSCRIPTION, suspend_ms=20_000, timeout=30)
+    )
+    await _held(broker, 1)
+    heal: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    processor._heals[("HeldHeal", 0)] = heal  # the queue is being healed when the message arrives
+    await broker.send("HeldHeal", b"after the heal")
+    await asyncio.sleep(0.1)
+    assert not pending.done()  # the woken pull waits for the heal
+    del processor._heals[("HeldHeal", 0)]
+    heal.set_result(None)
+    answer = await pending
+    assert answer.code == ResponseCode.SUCCESS
+    assert [m.body for m in decode_records(answer.body)] == [b"after the heal"]

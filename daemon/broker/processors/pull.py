@@ -19,7 +19,7 @@ import functools
 import logging
 import operator
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from daemon.broker.filter import SUB_ALL, build_subscription, is_tag_type, tag_codes
@@ -221,7 +221,7 @@ class PullProcessor:
         ):
             # at the queue's end: what the read would find (nothing, PULL_NOT_FOUND) is known, so held now
             self._commit(h)
-            self._hold(conn, request, h, codes)
+            self._hold(h, functools.partial(self._woken, conn, request, h, codes))
             return None
         try:
             code, result = self._read(h, codes)
@@ -236,9 +236,22 @@ class PullProcessor:
         h: PullMessageRequestHeader,
         codes: frozenset[int] | None,
         damage: DamagedUnitError | None,
+        held: bool = False,
     ) -> RemotingCommand | None:
-        code, result = await self._healed_read(h, codes, damage)
-        return self._answer(conn, request, h, codes, code, result)
+        """Answer after the queue's heal; a woken ``held`` pull answers itself with what the read found
+        (never held again), as the dispatcher would answer, and returns None."""
+        try:
+            code, result = await self._healed_read(h, codes, damage)
+            if not held:
+                return self._answer(conn, request, h, codes, code, result)
+            response = self._held_response(request, h, code, result)
+        except Exception as exc:
+            if not held:
+                raise
+            _failed(conn, request, exc)
+            return None
+        conn.reply(request, response)
+        return None
 
     def _answer(
         self,
@@ -253,7 +266,7 @@ class PullProcessor:
         the held pull answers itself)."""
         self._commit(h)
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & PULL_FLAG_SUSPEND:
-            self._hold(conn, request, h, codes)
+            self._hold(h, functools.partial(self._woken, conn, request, h, codes))
             return None
         return self._response(request, h, code, result)
 
@@ -261,24 +274,14 @@ class PullProcessor:
         if h.sys_flag & PULL_FLAG_COMMIT_OFFSET and self.broker.config.broker_role != SLAVE:
             self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
 
-    def _hold(
-        self,
-        conn: Connection,
-        request: RemotingCommand,
-        h: PullMessageRequestHeader,
-        codes: frozenset[int] | None,
-    ) -> None:
+    def _hold(self, h: PullMessageRequestHeader, woken: Callable[[], None]) -> None:
+        """Hold the pull ``h`` until its queue grows or its time is up, then call ``woken`` (:meth:`_woken`
+        with the pull's connection, request and codes)."""
         config = self.broker.config
         hold_ms = h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
         # held now, in the step of the read (or the offsets) that found nothing: a message stored after it
         # must wake it
-        self.broker.hold.hold(
-            h.topic,
-            h.queue_id,
-            h.queue_offset,
-            hold_ms / 1000,
-            functools.partial(self._woken, conn, request, h, codes),
-        )
+        self.broker.hold.hold(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000, woken)
 
     def _woken(
         self,
@@ -302,25 +305,9 @@ class PullProcessor:
                 else:
                     conn.reply(request, self._held_response(request, h, code, result))
                     return
-            conn.track(asyncio.ensure_future(self._held_after_heal(conn, request, h, codes, damage)))
+            conn.track(asyncio.ensure_future(self._after_heal(conn, request, h, codes, damage, held=True)))
         except Exception as exc:
             _failed(conn, request, exc)
-
-    async def _held_after_heal(
-        self,
-        conn: Connection,
-        request: RemotingCommand,
-        h: PullMessageRequestHeader,
-        codes: frozenset[int] | None,
-        damage: DamagedUnitError | None,
-    ) -> None:
-        try:
-            code, result = await self._healed_read(h, codes, damage)
-            response = self._held_response(request, h, code, result)
-        except Exception as exc:
-            _failed(conn, request, exc)
-        else:
-            conn.reply(request, response)
 
     def _held_response(
         self, request: RemotingCommand, h: PullMessageRequestHeader, code: int, result: GetResult
