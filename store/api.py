@@ -95,6 +95,11 @@ class MessageStore(ReplicaStore, Protocol):
     def get_max_offset(self, topic: str, queue_id: int) -> int:
         """The queue's next offset (one past its last message); 0 for a queue the store does not have."""
 
+    def nothing_at(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether :meth:`get_messages` from ``offset`` would find nothing yet, with a status a pull answers
+        PULL_NOT_FOUND for: ``offset`` is the queue's end (or 0 of an empty or absent queue). From the
+        queue's offsets alone: a long-polling pull is held on it without a read."""
+
     def consume_queue_units(
         self, topic: str, queue_id: int, index: int, count: int
     ) -> tuple[int, int, list[tuple[int, int, int]] | None] | None:

@@ -1430,6 +1430,19 @@ class DefaultMessageStore:
         cq = self._cqs.get((topic, queue_id))
         return cq.max_offset if cq is not None else 0
 
+    def nothing_at(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether :meth:`get_messages` from ``offset`` would find nothing there yet, and say so with a
+        status a pull answers PULL_NOT_FOUND for: the queue's end (``OFFSET_OVERFLOW_ONE``), or offset 0 of
+        an empty or absent queue. Decided from the queue's offsets alone, as :func:`check_offset` decides
+        it first, so a long-polling pull at its queue's end is parked without a read."""
+        cq = self._cqs.get((topic, queue_id))
+        if cq is None:
+            return offset == 0
+        max_offset = cq.max_offset
+        if max_offset == 0:
+            return offset == 0
+        return offset == max_offset and offset >= cq.min_offset
+
     def consume_queue_units(
         self, topic: str, queue_id: int, index: int, count: int
     ) -> tuple[int, int, list[tuple[int, int, int]] | None] | None:

@@ -357,6 +357,9 @@ class InMemoryMessageStore:
     def get_max_offset(self, topic: str, queue_id: int) -> int:
         return len(self._queues.get((topic, queue_id), ()))
 
+    def nothing_at(self, topic: str, queue_id: int, offset: int) -> bool:
+        return offset == len(self._queues.get((topic, queue_id), ()))
+
     def consume_queue_units(
         self, topic: str, queue_id: int, index: int, count: int
     ) -> tuple[int, int, list[tuple[int, int, int]] | None] | None:

@@ -85,21 +85,28 @@ def callgrind_wrapper(out: Path) -> list[str]:
     ]
 
 
+def parse_rounds(
+    ap: argparse.ArgumentParser, rates: str, idle: float, seconds: str
+) -> tuple[argparse.Namespace, list[float], float, float, Path]:
+    """The options every counting tool here takes (the tree, the rates, the idle count, the two rounds'
+    lengths), added to ``ap`` with these defaults and parsed: (arguments, rates, short, long, tree)."""
+    ap.add_argument("--tree", type=Path, default=ROOT, help="source tree of the broker (default: this one)")
+    ap.add_argument("--rates", default=rates, help="msgs/s, comma-separated")
+    ap.add_argument("--idle", type=float, default=idle, help="seconds of the loop counted with no traffic")
+    ap.add_argument("--seconds", default=seconds, help="the short and the long round's length after warm-up")
+    args = ap.parse_args()
+    short_s, long_s = (float(s) for s in args.seconds.split(","))
+    return args, [float(r) for r in args.rates.split(",")], short_s, long_s, args.tree.resolve()
+
+
 def _control(*args: str) -> None:
     subprocess.run(["callgrind_control", *args], capture_output=True, check=False)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--tree", type=Path, default=ROOT, help="source tree of the broker (default: this one)")
-    ap.add_argument("--rates", default="10", help="msgs/s, comma-separated")
-    ap.add_argument("--idle", type=float, default=20.0, help="seconds of the loop counted with no traffic")
-    ap.add_argument("--seconds", default="8,48", help="the short and the long round's length after warm-up")
     ap.add_argument("--topics", type=int, default=0, help="topics created first (slow under callgrind)")
-    args = ap.parse_args()
-    rates = [float(r) for r in args.rates.split(",")]
-    short_s, long_s = (float(s) for s in args.seconds.split(","))
-    tree = args.tree.resolve()
+    args, rates, short_s, long_s, tree = parse_rounds(ap, "10", 20.0, "8,48")
     with namesrv_process(tree) as namesrv, tempfile.TemporaryDirectory() as work:
         out = Path(work)
         port = free_port()

@@ -1,8 +1,9 @@
 """Long polling: park pulls that found nothing until a message for their queue arrives
 (docs/wire-protocol.md §pulls-and-long-polling).
 
-A parked pull is a future plus a timer; the pull processor awaits it and re-runs the read, with the
-original opaque. The processor parks in the same step as the read that found nothing, before anything
+A parked pull is a callback plus a timer (:meth:`PullRequestHoldService.hold`): the pull processor's
+callback re-runs the read and answers with the original opaque, without a task per held pull. Other
+waiters (POP's) await a future (:meth:`PullRequestHoldService.park`). The processor parks in the same step as the read that found nothing, before anything
 else runs on the loop, so a message stored right after that read (say, a send in the same TCP read)
 still wakes it. Waiters wake when `notify()` reports that their queue grew, or at their deadline (a
 re-read that finds only other tags answers PULL_RETRY_IMMEDIATELY, as Java does); a periodic check
@@ -32,6 +33,18 @@ class _Waiter:
     future: asyncio.Future[None]
 
 
+class _Held:
+    """A held pull: its callback runs once, on the loop, when its queue grows past ``offset`` or at its
+    deadline."""
+
+    __slots__ = ("callback", "offset", "timer")
+
+    def __init__(self, offset: int, callback: Callable[[], None]) -> None:
+        self.offset = offset
+        self.callback = callback
+        self.timer: asyncio.TimerHandle | None = None
+
+
 def _wake(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -44,6 +57,7 @@ class PullRequestHoldService:
         self._max_offset = max_offset
         self.check_interval = check_interval
         self._waiters: dict[tuple[str, int], set[_Waiter]] = {}
+        self._held: dict[tuple[str, int], list[_Held]] = {}
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -53,7 +67,33 @@ class PullRequestHoldService:
 
     @property
     def parked(self) -> int:
-        return sum(len(w) for w in self._waiters.values())
+        return sum(len(w) for w in self._waiters.values()) + sum(len(h) for h in self._held.values())
+
+    def hold(
+        self, topic: str, queue_id: int, offset: int, timeout: float, callback: Callable[[], None]
+    ) -> None:
+        """Hold a pull that found nothing at `offset`: `callback` runs once on the loop, soon after the queue
+        grows past it (from :meth:`notify`, through ``call_soon``), or after `timeout` s. Synchronous, as
+        :meth:`park` is; what a future and a task per held pull cost is the callback's alone."""
+        loop = self._loop
+        if loop is None:  # (held before start(): a processor driven without the broker's start)
+            loop = self._loop = asyncio.get_running_loop()
+        held = _Held(offset, callback)
+        key = (topic, queue_id)
+        waiting = self._held.get(key)
+        if waiting is None:
+            self._held[key] = [held]
+        else:
+            waiting.append(held)
+        held.timer = loop.call_later(timeout, self._expire, key, held)
+
+    def _expire(self, key: tuple[str, int], held: _Held) -> None:
+        waiting = self._held.get(key)
+        if waiting is not None and held in waiting:
+            waiting.remove(held)
+            if not waiting:
+                del self._held[key]
+            held.callback()
 
     def park(self, topic: str, queue_id: int, offset: int, timeout: float) -> asyncio.Future[None]:
         """Hold a pull that found nothing at `offset`: the future completes when the queue grows past
@@ -86,6 +126,11 @@ class PullRequestHoldService:
 
     def notify(self, topic: str, queue_id: int, max_offset: int) -> None:
         """A message was dispatched: `max_offset` is the queue's new max offset (call on the loop)."""
+        if self._held:
+            key = (topic, queue_id)
+            held = self._held.get(key)
+            if held is not None:
+                self._release(key, held, max_offset)
         waiters = self._waiters.get((topic, queue_id)) if self._waiters else None
         if waiters:
             for waiter in waiters:
@@ -94,6 +139,24 @@ class PullRequestHoldService:
         for wake in self.wakers:
             wake()
 
+    def _release(self, key: tuple[str, int], held: list[_Held], max_offset: int) -> None:
+        """Schedule the callbacks of the pulls held below ``max_offset`` on ``key``; keep the others."""
+        loop = self._loop
+        assert loop is not None  # (held pulls exist only after start())
+        kept: list[_Held] = []
+        for one in held:
+            if max_offset > one.offset:
+                timer = one.timer
+                if timer is not None:
+                    timer.cancel()
+                loop.call_soon(one.callback)
+            else:
+                kept.append(one)
+        if kept:
+            self._held[key] = kept
+        else:
+            del self._held[key]
+
     def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._loop_thread = threading.get_ident()
@@ -101,6 +164,12 @@ class PullRequestHoldService:
 
     async def stop(self) -> None:
         await cancel_tasks([self._task])
+        held, self._held = self._held, {}
+        for waiting in held.values():
+            for one in waiting:
+                if one.timer is not None:
+                    one.timer.cancel()
+                one.callback()
         for waiters in self._waiters.values():
             for waiter in waiters:
                 _wake(waiter.future)
@@ -108,7 +177,7 @@ class PullRequestHoldService:
     async def _check_loop(self) -> None:
         while True:
             await asyncio.sleep(self.check_interval)
-            for topic, queue_id in list(self._waiters):
+            for topic, queue_id in {*self._waiters, *self._held}:
                 try:
                     self.notify(topic, queue_id, self._max_offset(topic, queue_id))
                 except Exception:

@@ -1,8 +1,11 @@
 """PULL_MESSAGE (11) with long polling (docs/wire-protocol.md §pulls-and-long-polling).
 
-A pull that finds nothing is parked with `PullRequestHoldService.park`, awaited and then read again, so
-the response keeps the request's opaque and the connection never blocks other requests. The response
-body is the raw stored records concatenated, straight from the store's mapping.
+A pull that finds nothing is held with `PullRequestHoldService.hold`: a callback, no task, that reads
+again when its queue grows or its time is up and answers with the request's opaque, so the connection
+never blocks other requests. A long-polling pull at its queue's end (the common one: the next pull after
+a held pull's answer) is held from the queue's offsets alone (`MessageStore.nothing_at`), without a read
+or a result; its permissions, group, topic, queue and subscription are checked first all the same. The
+response body is the raw stored records concatenated, straight from the store's mapping.
 
 A read that meets a damaged ConsumeQueue unit is answered after the store heals the queue from the
 CommitLog, which can take seconds on a large store: the heal runs in a worker thread, so the event loop
@@ -12,24 +15,27 @@ keeps serving other connections, and later pulls of that queue wait for the same
 from __future__ import annotations
 
 import asyncio
+import functools
+import logging
+import operator
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
+from daemon.broker.filter import SUB_ALL, build_subscription, is_tag_type, tag_codes
 from daemon.broker.headers import (
     PULL_FLAG_COMMIT_OFFSET,
     PULL_FLAG_SUBSCRIPTION,
     PULL_FLAG_SUSPEND,
     PullMessageRequestHeader,
-    PullMessageResponseHeader,
 )
 from daemon.broker.processors import FAQ, fail, system_error
 from daemon.broker.processors.offset import _HOT_RATIO, _memory_bytes
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.connection import Connection, Processor
+from daemon.remoting.connection import Connection, Processor, error_response
+from daemon.remoting.errors import RemotingCommandError
 from store.config import SLAVE
 from store.errors import DamagedUnitError
 from store.results import GetMessageStatus, GetResult
@@ -37,6 +43,8 @@ from store.results import GetMessageStatus, GetResult
 if TYPE_CHECKING:
     from daemon.broker.bodies import SubscriptionData
     from daemon.broker.context import BrokerContext
+
+log = logging.getLogger(__name__)
 
 MAX_HEALS_PER_PULL = 8  # each heal repairs one damaged stretch; past this many the read heals inline
 
@@ -50,6 +58,19 @@ _CODES: dict[GetMessageStatus, int] = {
     _S.OFFSET_OVERFLOW_BADLY: ResponseCode.PULL_OFFSET_MOVED,
     _S.OFFSET_TOO_SMALL: ResponseCode.PULL_OFFSET_MOVED,
 }
+#: Each status's remark (an Enum's ``value`` is a property that runs interpreted; the status hashes by
+#: identity).
+_REMARKS: dict[GetMessageStatus, str] = {status: status.value for status in GetMessageStatus}
+_RAW = operator.attrgetter("raw")  # (a generator's frame per pull runs interpreted)
+#: Tag subscriptions carried in pulls, parsed: a push consumer sends the same expression with every pull.
+_KEPT_EXPRESSIONS = 256
+
+
+def _failed(conn: Connection, request: RemotingCommand, exc: Exception) -> None:
+    """A held pull's answer failed: answered as the dispatcher answers a processor's exception."""
+    if not isinstance(exc, RemotingCommandError):
+        log.exception("pull from %s failed", conn.peer)
+    conn.reply(request, error_response(request, exc))
 
 
 def processors(broker: BrokerContext) -> dict[int, Processor]:
@@ -62,6 +83,28 @@ class PullProcessor:
         #: A consumer further than this behind the CommitLog's end reads from disk: "consumes slowly".
         self.hot_bytes = int(_memory_bytes() * _HOT_RATIO)
         self._heals: dict[tuple[str, int], asyncio.Future[None]] = {}  # queue -> its heal, running
+        #: (expression, type) of a pull's own subscription -> its tag codes, for tag expressions only (whether
+        #: another type is allowed is the broker's setting of the moment, checked on every pull)
+        self._expressions: dict[tuple[str | None, str | None], frozenset[int] | None] = {}
+
+    def _codes(self, h: PullMessageRequestHeader) -> frozenset[int] | None:
+        """The tag codes to filter with, from the subscription :meth:`_subscription` checks; a tag
+        expression the pulls carry is parsed once."""
+        if h.sys_flag & PULL_FLAG_SUBSCRIPTION:
+            key = (h.subscription, h.expression_type)
+            try:
+                return self._expressions[key]
+            except KeyError:
+                pass
+            sub = self._subscription(h)
+            codes = tag_codes(sub)
+            if is_tag_type(sub.expression_type):
+                if len(self._expressions) >= _KEPT_EXPRESSIONS:
+                    self._expressions.clear()
+                self._expressions[key] = codes
+            return codes
+        sub = self._subscription(h)
+        return None if sub.sub_string == SUB_ALL else tag_codes(sub)
 
     def _subscription(self, h: PullMessageRequestHeader) -> SubscriptionData:
         """The subscription to filter with: from the header, or from the group's heartbeat (step 4)."""
@@ -166,14 +209,20 @@ class PullProcessor:
 
     def pull(
         self, conn: Connection, request: RemotingCommand
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """Synchronous unless the pull is held or its queue is being healed: no task per pull that finds
-        messages."""
+    ) -> RemotingCommand | Awaitable[RemotingCommand | None] | None:
+        """Synchronous unless its queue is being healed: no task per pull (None: held, answered later)."""
         h = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
         self._check(h, conn)
-        codes = tag_codes(self._subscription(h))
-        if (h.topic, h.queue_id) in self._heals:
+        codes = self._codes(h)
+        if self._heals and (h.topic, h.queue_id) in self._heals:
             return self._after_heal(conn, request, h, codes, None)
+        if h.sys_flag & PULL_FLAG_SUSPEND and self.broker.store.nothing_at(
+            h.topic, h.queue_id, h.queue_offset
+        ):
+            # at the queue's end: what the read would find (nothing, PULL_NOT_FOUND) is known, so held now
+            self._commit(h)
+            self._hold(h, functools.partial(self._woken, conn, request, h, codes))
+            return None
         try:
             code, result = self._read(h, codes)
         except DamagedUnitError as damage:
@@ -187,10 +236,22 @@ class PullProcessor:
         h: PullMessageRequestHeader,
         codes: frozenset[int] | None,
         damage: DamagedUnitError | None,
-    ) -> RemotingCommand:
-        code, result = await self._healed_read(h, codes, damage)
-        answer = self._answer(conn, request, h, codes, code, result)
-        return answer if isinstance(answer, RemotingCommand) else await answer
+        held: bool = False,
+    ) -> RemotingCommand | None:
+        """Answer after the queue's heal; a woken ``held`` pull answers itself with what the read found
+        (never held again), as the dispatcher would answer, and returns None."""
+        try:
+            code, result = await self._healed_read(h, codes, damage)
+            if not held:
+                return self._answer(conn, request, h, codes, code, result)
+            response = self._held_response(request, h, code, result)
+        except Exception as exc:
+            if not held:
+                raise
+            _failed(conn, request, exc)
+            return None
+        conn.reply(request, response)
+        return None
 
     def _answer(
         self,
@@ -200,32 +261,57 @@ class PullProcessor:
         codes: frozenset[int] | None,
         code: int,
         result: GetResult,
-    ) -> RemotingCommand | Awaitable[RemotingCommand]:
-        """Commit the offset the pull carries, then answer, or park the pull when it found nothing."""
-        if h.sys_flag & PULL_FLAG_COMMIT_OFFSET and self.broker.config.broker_role != SLAVE:
-            self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+    ) -> RemotingCommand | None:
+        """Commit the offset the pull carries, then answer, or hold the pull when it found nothing (None:
+        the held pull answers itself)."""
+        self._commit(h)
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & PULL_FLAG_SUSPEND:
-            config = self.broker.config
-            hold_ms = (
-                h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
-            )
-            # parked now, not when the coroutine first runs: a message stored in between must wake it
-            parked = self.broker.hold.park(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000)
-            return self._held(conn, request, h, codes, parked)
+            self._hold(h, functools.partial(self._woken, conn, request, h, codes))
+            return None
         return self._response(request, h, code, result)
 
-    async def _held(
+    def _commit(self, h: PullMessageRequestHeader) -> None:
+        if h.sys_flag & PULL_FLAG_COMMIT_OFFSET and self.broker.config.broker_role != SLAVE:
+            self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
+
+    def _hold(self, h: PullMessageRequestHeader, woken: Callable[[], None]) -> None:
+        """Hold the pull ``h`` until its queue grows or its time is up, then call ``woken`` (:meth:`_woken`
+        with the pull's connection, request and codes)."""
+        config = self.broker.config
+        hold_ms = h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
+        # held now, in the step of the read (or the offsets) that found nothing: a message stored after it
+        # must wake it
+        self.broker.hold.hold(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000, woken)
+
+    def _woken(
         self,
         conn: Connection,
         request: RemotingCommand,
         h: PullMessageRequestHeader,
         codes: frozenset[int] | None,
-        parked: Awaitable[None],
-    ) -> RemotingCommand:
-        await parked
+    ) -> None:
+        """A held pull's queue grew or its time is up: read again and answer, on the loop, without a task
+        unless the queue is being healed."""
         if conn.is_closed:
-            return request.make_response(ResponseCode.PULL_NOT_FOUND)  # dropped by the connection
-        code, result = await self._healed_read(h, codes, None)
+            return  # dropped by the connection: nobody to answer
+        try:
+            if self._heals and (h.topic, h.queue_id) in self._heals:
+                damage = None
+            else:
+                try:
+                    code, result = self._read(h, codes)
+                except DamagedUnitError as e:
+                    damage = e
+                else:
+                    conn.reply(request, self._held_response(request, h, code, result))
+                    return
+            conn.track(asyncio.ensure_future(self._after_heal(conn, request, h, codes, damage, held=True)))
+        except Exception as exc:
+            _failed(conn, request, exc)
+
+    def _held_response(
+        self, request: RemotingCommand, h: PullMessageRequestHeader, code: int, result: GetResult
+    ) -> RemotingCommand:
         if code == ResponseCode.PULL_NOT_FOUND:
             result.next_begin_offset = h.queue_offset
         return self._response(request, h, code, result)
@@ -245,13 +331,17 @@ class PullProcessor:
                 self.broker.store.max_phy_offset - result.messages[-1].phys_offset > self.hot_bytes
             )
             suggest = group.which_broker_when_consume_slowly if cold else group.broker_id
-        header = PullMessageResponseHeader(
-            suggest, result.next_begin_offset, result.min_offset, result.max_offset
-        )
+        # PullMessageResponseHeader's extFields, written out (its dataclass and renderer run interpreted)
+        ext = {
+            "suggestWhichBrokerId": str(suggest),
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(result.min_offset),
+            "maxOffset": str(result.max_offset),
+        }
         body = b""
         if code == ResponseCode.SUCCESS:
             started = time.perf_counter_ns()
-            body = b"".join(m.raw for m in result.messages)
+            body = b"".join(map(_RAW, result.messages))
             self.broker.stats.on_get(
                 h.consumer_group,
                 h.topic,
@@ -262,4 +352,4 @@ class PullProcessor:
             )
         else:
             self.broker.stats.on_get_miss()
-        return request.make_response(code, result.status.value, header.to_ext_fields(), body)
+        return request.make_response(code, _REMARKS[result.status], ext, body)
