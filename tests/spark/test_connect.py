@@ -61,8 +61,8 @@ def _home_without_python_lib(home: Path, work: Path) -> Path:
     """pyspark's directory as the server's SPARK_HOME, but for its ``python/`` (``python/lib/pyspark.zip``).
 
     Spark puts ``$SPARK_HOME/python/lib/pyspark.zip`` first on every Python worker's path, and Python
-    keeps no compiled bytecode for a zip: each worker compiles the pyspark modules it imports, about
-    three times the CPU of importing the same installed package. A streaming source's worker
+    keeps no compiled bytecode for a zip: each worker compiles the pyspark modules it imports, several
+    times the CPU of importing the same installed package. A streaming source's worker
     (``PythonStreamingSourceRunner``) is started on its own and has a fixed 10 s, which no setting
     changes, to connect back; beside the suite's other workers on a small host, the zip's imports
     alone outlasted it. Without the zip the workers import the installed pyspark (the same version).
