@@ -88,6 +88,12 @@ class GrpcFront:
                 ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
                 ("grpc.so_reuseport", 0),
                 ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION),
+                # grpc's server otherwise counts a stream against that limit until it has freed it,
+                # after it ended on the wire: a client that waits for an end before it opens one more
+                # stream, as HTTP/2 asks, is refused it (REFUSED_STREAM), and the official 5.x Python
+                # client, which turns gRPC's retries off, fails the call. Off, the limit counts the
+                # streams open on the wire, as HTTP/2 does.
+                ("grpc.http.overload_protection", 0),
                 ("grpc.max_allowed_incoming_connections", config.grpc_max_connections),
             ]
         )

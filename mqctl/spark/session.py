@@ -40,7 +40,8 @@ SPARK_CONF: dict[str, str] = {
     "spark.sql.python.filterPushdown.enabled": "true",
     "spark.python.worker.reuse": "true",
     # A Python worker that imports pyspark, pyarrow and mqctl on a busy host can take longer than Spark's
-    # 15 s to connect back, and the task then fails instead of waiting.
+    # 15 s over its authentication and first reads, and the task then fails instead of waiting. (A
+    # streaming source's own worker has a fixed 10 s to connect back, which no setting changes.)
     "spark.python.authenticate.socketTimeout": "120s",
 }
 _EXTRA_MODULES = ("pyspark", "pyarrow", "numpy")

@@ -413,6 +413,35 @@ def test_one_connection_holds_a_bounded_number_of_long_polls(
                 c.cancel()
 
 
+def test_calls_over_the_stream_cap_wait_in_the_client_and_are_all_served(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client with more calls in flight than the per-connection cap (the official 5.x Python client's
+    async sends have no bound, and it turns gRPC's retries off) has the further ones wait in its HTTP/2
+    stack and every one answered: the front counts a stream as HTTP/2 does, not until grpc has freed
+    it, which refused (REFUSED_STREAM) calls the client opened after it saw another one end."""
+    import daemon.grpc.server
+
+    monkeypatch.setattr(daemon.grpc.server, "MAX_STREAMS_PER_CONNECTION", 10, raising=False)
+    beat = spb.HeartbeatRequest(client_type=pb.PRODUCER)
+
+    async def bursts() -> list[Any]:
+        options = [("grpc.enable_retries", 0)]
+        async with grpc.aio.insecure_channel(endpoint(cluster), options=options) as channel:
+            s = MessagingServiceStub(channel)
+            answers: list[Any] = []
+            for _ in range(5):
+                calls = (s.Heartbeat(beat, metadata=META, timeout=30) for _ in range(100))
+                answers += await asyncio.gather(*calls, return_exceptions=True)
+            return answers
+
+    with grpc_cluster(tmp_path) as cluster:
+        answers = asyncio.run(bursts())
+    failed = [a for a in answers if isinstance(a, Exception)]
+    assert not failed, f"{len(failed)} of {len(answers)} failed, the first: {failed[0]}"
+    assert all(a.status.code == pb.OK for a in answers)
+
+
 def test_joining_a_consumer_group_or_a_producer_topic_needs_the_accounts_permission(
     acl: tuple[LocalCluster, MessagingServiceStub],
 ) -> None:
