@@ -20,6 +20,7 @@ p99.9 of each side and their ratio.
     python benchmarks/bench_broker_tail.py [--topics 10000] [--duration 10] [--rate 1000] [--rounds 2]
         [--client mqctl|cpp|cpp-py|ons|mqctl,cpp,ons] [--group-offsets] [--tree DIR] [--timeline FILE]
         [--sched-trace FILE] [--competitor-session] [--client-slice-micros N]
+        [--namesrv ADDR --broker ADDR --broker-pid PID]
 
 ``--client`` picks the producer and push consumer (default ``mqctl``: this process, as above):
 
@@ -49,6 +50,12 @@ per topic (as on a broker whose topics all have a consumer) and is written every
 consumer commits.
 
 ``--tree DIR`` runs the daemons of another source tree (see bench_broker_latency.py).
+
+``--namesrv ADDR --broker ADDR --broker-pid PID`` starts no daemon: the rounds run against a NameServer and
+a broker already running (a real RocketMQ 4.9.8 broker, say; the topics are created on it), and the
+broker's costs per message are its whole process's (``PID``: every thread, as a real client's are), not its
+event loop's; the loop lag and GC pause it reports are "-" where it does not report them. Not with
+``--tree``, ``--timeline`` or ``--sched-trace``, which follow our daemons' threads.
 
 ``--competitor-session`` starts the busy process with a session of its own. Where the kernel groups
 tasks by session (autogroup, ``/proc/sys/kernel/sched_autogroup_enabled``), by default the busy loop,
@@ -85,8 +92,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 # run as a script: benchmarks/ is on sys.path
@@ -173,10 +180,12 @@ def client_round(
     duration: float,
     rate: float,
     topic: str,
+    broker_costs: tuple[str, Callable[[int], tuple[int, ...]]] = ("broker loop", loop_costs),
 ) -> tuple[Run, list[str]]:
     """A round of bench_broker_latency's with a real client's process (``command``) on a new 4-queue topic:
-    its latencies and send times, and the broker loop's and the client process's costs per message over
-    the client's schedule (from its "start" to its result)."""
+    its latencies and send times, and the broker loop's (``broker_costs``: what is counted of the broker,
+    and its label) and the client process's costs per message over the client's schedule (from its "start"
+    to its result)."""
     run(_topic(namesrv, broker, topic))
     out = Run(sent=int((WARM_UP_S + duration) * rate))
     warm_up = int(WARM_UP_S * rate)
@@ -193,9 +202,9 @@ def client_round(
     with subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT) as proc:
         assert proc.stdin is not None and proc.stdout is not None
         opened = proc.stdout.readline() == "start\n"
-        costs = loop_costs(broker_pid), process_costs(proc.pid)
+        costs = broker_costs[1](broker_pid), process_costs(proc.pid)
         line = proc.stdout.readline() if opened else ""
-        after = loop_costs(broker_pid), process_costs(proc.pid)
+        after = broker_costs[1](broker_pid), process_costs(proc.pid)
         proc.stdin.close()  # the client shuts down: its threads' counts are read
         proc.wait(60)
     if not line:
@@ -205,19 +214,25 @@ def client_round(
     if result["failures"] or out.received < out.sent:
         print(f"  {client}: {result['failures']} sends failed, {out.received:,} of {out.sent:,} received")
     spent = [per_message(c, a, out.sent) for c, a in zip(costs, after, strict=True)]
-    return out, [f"broker loop {spent[0]}", f"{client} process {spent[1]}"]
+    return out, [f"{broker_costs[0]} {spent[0]}", f"{client} process {spent[1]}"]
 
 
 def mqctl_round(
-    namesrv: str, broker: str, broker_pid: int, duration: float, rate: float, topic: str
+    namesrv: str,
+    broker: str,
+    broker_pid: int,
+    duration: float,
+    rate: float,
+    topic: str,
+    broker_costs: tuple[str, Callable[[int], tuple[int, ...]]] = ("broker loop", loop_costs),
 ) -> tuple[Run, list[str]]:
     """bench_broker_latency's round with mqctl's own client on this process's event loop."""
     me = os.getpid()
-    costs = loop_costs(broker_pid), loop_costs(me), process_costs(me)
+    costs = broker_costs[1](broker_pid), loop_costs(me), process_costs(me)
     out = run(bench(namesrv, broker, duration, rate, topic))
-    after = loop_costs(broker_pid), loop_costs(me), process_costs(me)
+    after = broker_costs[1](broker_pid), loop_costs(me), process_costs(me)
     spent = [per_message(c, a, out.sent) for c, a in zip(costs, after, strict=True)]
-    return out, [f"broker loop {spent[0]}", f"client loop {spent[1]}", f"client process {spent[2]}"]
+    return out, [f"{broker_costs[0]} {spent[0]}", f"client loop {spent[1]}", f"client process {spent[2]}"]
 
 
 def client_list(text: str) -> list[str]:
@@ -248,7 +263,7 @@ def _roles() -> dict[int, str]:
     return out
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--topics", type=int, default=10_000)
     ap.add_argument("--duration", type=float, default=10.0, help="seconds per round after its warm-up")
@@ -272,7 +287,20 @@ def main() -> None:
     )
     ap.add_argument("--timeline", type=Path, help="JSON lines: messages and per-thread CPU (timeline.py)")
     ap.add_argument("--sched-trace", type=Path, help="perf recording of the rounds' context switches")
-    args = ap.parse_args()
+    ap.add_argument("--namesrv", help="a running NameServer to use (with --broker and --broker-pid)")
+    ap.add_argument("--broker", help="a running broker registered with --namesrv (no daemon is started)")
+    ap.add_argument("--broker-pid", type=int, help="--broker's process, whose costs per message are counted")
+    args = ap.parse_args(argv)
+    external = (args.namesrv, args.broker, args.broker_pid)
+    if any(x is not None for x in external):
+        if any(x is None for x in external):
+            ap.error("--namesrv, --broker and --broker-pid go together")
+        if args.tree != ROOT or args.timeline or args.sched_trace:
+            ap.error(
+                "--tree, --timeline and --sched-trace follow daemons this benchmark starts, not --broker"
+            )
+        if not Path(f"/proc/{args.broker_pid}").exists():
+            ap.error(f"--broker-pid {args.broker_pid}: no such process")
     if args.client_slice_micros:
         print(set_loop_slice(args.client_slice_micros), "(the benchmark's client)", flush=True)
     tree = args.tree.resolve()
@@ -281,13 +309,16 @@ def main() -> None:
     p999: dict[str, dict[str, list[float]]] = {client: {"quiet": [], "busy": []} for client in args.client}
     loads: list[float] = []
     timeline = Timeline(args.timeline) if args.timeline else None
-    with (
-        tempfile.TemporaryDirectory() as work,
-        namesrv_process(tree) as namesrv,
-        broker_process("--namesrv", namesrv, cwd=tree) as (broker, _),
-    ):
+    broker_costs: tuple[str, Callable[[int], tuple[int, ...]]] = ("broker loop", loop_costs)
+    with tempfile.TemporaryDirectory() as work, ExitStack() as daemons:
+        if args.broker is not None:
+            namesrv, broker, broker_pid = args.namesrv, args.broker, args.broker_pid
+            broker_costs = ("broker process", process_costs)
+        else:
+            namesrv = daemons.enter_context(namesrv_process(tree))
+            broker, _ = daemons.enter_context(broker_process("--namesrv", namesrv, cwd=tree))
+            broker_pid = next(pid for pid, role in children(os.getpid()).items() if role == "broker")
         commands = client_commands(args.client, Path(work))
-        broker_pid = next(pid for pid, role in children(os.getpid()).items() if role == "broker")
         if timeline is not None:
             timeline.watch(os.getpid(), "bench")
             for pid, role in children(os.getpid()).items():
@@ -322,7 +353,7 @@ def main() -> None:
                         topic = f"TailBench{r}{client}{mode}"
                         if client == "mqctl":
                             out, spent = mqctl_round(
-                                namesrv, broker, broker_pid, args.duration, args.rate, topic
+                                namesrv, broker, broker_pid, args.duration, args.rate, topic, broker_costs
                             )
                         else:
                             out, spent = client_round(
@@ -334,6 +365,7 @@ def main() -> None:
                                 args.duration,
                                 args.rate,
                                 topic,
+                                broker_costs,
                             )
                         loads.append(os.getloadavg()[0])
                     if timeline is not None:
