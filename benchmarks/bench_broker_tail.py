@@ -4,7 +4,8 @@ Goal: p99.9 <= 5 ms quiet; with a competing CPU-bound process <= 2x the quiet fi
 
 Starts a NameServer and `mqctl broker start` in subprocesses (benchmarks/bench_broker_latency.py's), creates
 TOPICS topics of one queue and sends each its first message (so the broker's tables hold them all: topic
-configs, ConsumeQueues, stats items, registration bodies), then runs ROUNDS pairs of rounds: one quiet, one
+configs, ConsumeQueues, stats items, registration bodies), waits until the broker has dispatched them all
+to their ConsumeQueues (a broker that does so after the put may still be at it), then runs ROUNDS pairs of rounds: one quiet, one
 with a competitor, a process this benchmark starts that spins in a busy loop for the round's length (one
 process: on a 2-core machine it takes a core the broker could have run on). Which goes first alternates
 (quiet, busy, busy, quiet, ...), so the machine's drift is not charged to one side. Each round is
@@ -52,7 +53,8 @@ consumer commits.
 ``--tree DIR`` runs the daemons of another source tree (see bench_broker_latency.py).
 
 ``--namesrv ADDR --broker ADDR --broker-pid PID`` starts no daemon: the rounds run against a NameServer and
-a broker already running (a real RocketMQ 4.9.8 broker, say; the topics are created on it), and the
+a broker already running (a real RocketMQ 4.9.8 broker, say; the topics are created on it, each run's
+rounds on topics of their own), and the
 broker's costs per message are its whole process's (``PID``: every thread, as a real client's are), not its
 event loop's; the loop lag and GC pause it reports are "-" where it does not report them. Not with
 ``--tree``, ``--timeline`` or ``--sched-trace``, which follow our daemons' threads.
@@ -164,6 +166,19 @@ async def fill(namesrv: str, broker: str, topics: int, group_offsets: bool) -> f
                     )
                 )
     return created + first.seconds + time.perf_counter() - started
+
+
+async def dispatched(namesrv: str, broker: str, timeout: float = 900.0, poll: float = 1.0) -> float:
+    """Wait until the broker has dispatched every stored message to its ConsumeQueues (its runtime info's
+    ``dispatchBehindBytes`` is 0: a 4.9.8 broker dispatches after the put, creating each new topic's
+    ConsumeQueue file as it goes; ours, in the put); returns the seconds it took."""
+    started = time.perf_counter()
+    async with Admin([namesrv]) as admin:
+        while int((await admin.broker_runtime_info(broker)).get("dispatchBehindBytes", "0")) > 0:
+            if time.perf_counter() - started > timeout:
+                raise SystemExit(f"{broker} still dispatching the fill after {timeout:.0f} s")
+            await asyncio.sleep(poll)
+    return time.perf_counter() - started
 
 
 async def _topic(namesrv: str, broker: str, topic: str) -> None:
@@ -310,10 +325,14 @@ def main(argv: list[str] | None = None) -> None:
     loads: list[float] = []
     timeline = Timeline(args.timeline) if args.timeline else None
     broker_costs: tuple[str, Callable[[int], tuple[int, ...]]] = ("broker loop", loop_costs)
+    run_tag = ""  # a broker of its own is new: the rounds' topics are empty
     with tempfile.TemporaryDirectory() as work, ExitStack() as daemons:
         if args.broker is not None:
             namesrv, broker, broker_pid = args.namesrv, args.broker, args.broker_pid
             broker_costs = ("broker process", process_costs)
+            # a running broker keeps an earlier run's rounds' topics, whose consumer would read their
+            # messages first: this run's are its own
+            run_tag = f"{int(time.time())}x"
         else:
             namesrv = daemons.enter_context(namesrv_process(tree))
             broker, _ = daemons.enter_context(broker_process("--namesrv", namesrv, cwd=tree))
@@ -331,6 +350,9 @@ def main(argv: list[str] | None = None) -> None:
             f"{' (and a group offset committed on each)' if args.group_offsets else ''} in {took:.1f} s",
             flush=True,
         )
+        behind = run(dispatched(namesrv, broker))
+        if behind >= 1.0:
+            print(f"the broker dispatched them to their ConsumeQueues {behind:.0f} s later", flush=True)
         gc.freeze()  # the fill's survivors: out of every collection of the client during the rounds
         recorder = Recorder(args.sched_trace) if args.sched_trace else None
         if recorder is not None:
@@ -350,7 +372,7 @@ def main(argv: list[str] | None = None) -> None:
                             for pid, role in children(os.getpid()).items():
                                 timeline.watch(pid, role if role != "python" else "competitor")
                             timeline.mark(f"round {r + 1} {mode}")
-                        topic = f"TailBench{r}{client}{mode}"
+                        topic = f"TailBench{run_tag}{r}{client}{mode}"
                         if client == "mqctl":
                             out, spent = mqctl_round(
                                 namesrv, broker, broker_pid, args.duration, args.rate, topic, broker_costs
