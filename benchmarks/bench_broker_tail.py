@@ -115,6 +115,11 @@ from mqctl.admin.client import Admin
 from mqctl.services.bench import produce, topic_names
 
 BUSY_LOOP = "while True: pass"
+#: What a round counts of the broker, and its label: our broker's event-loop thread, or (a broker this
+#: benchmark did not start, a JVM's threads say) its whole process.
+Costs = tuple[str, Callable[[int], tuple[int, ...]]]
+LOOP: Costs = ("broker loop", loop_costs)
+PROCESS: Costs = ("broker process", process_costs)
 #: The real clients, each a producer-and-push-consumer process (benchmarks/tools/cpp_tail.py says what it
 #: does and prints).
 CLIENTS = ("cpp", "cpp-py", "ons")
@@ -195,7 +200,7 @@ def client_round(
     duration: float,
     rate: float,
     topic: str,
-    broker_costs: tuple[str, Callable[[int], tuple[int, ...]]] = ("broker loop", loop_costs),
+    broker_costs: Costs = LOOP,
 ) -> tuple[Run, list[str]]:
     """A round of bench_broker_latency's with a real client's process (``command``) on a new 4-queue topic:
     its latencies and send times, and the broker loop's (``broker_costs``: what is counted of the broker,
@@ -233,19 +238,13 @@ def client_round(
 
 
 def mqctl_round(
-    namesrv: str,
-    broker: str,
-    broker_pid: int,
-    duration: float,
-    rate: float,
-    topic: str,
-    broker_costs: tuple[str, Callable[[int], tuple[int, ...]]] = ("broker loop", loop_costs),
+    namesrv: str, broker: str, pid: int, duration: float, rate: float, topic: str, broker_costs: Costs = LOOP
 ) -> tuple[Run, list[str]]:
     """bench_broker_latency's round with mqctl's own client on this process's event loop."""
     me = os.getpid()
-    costs = broker_costs[1](broker_pid), loop_costs(me), process_costs(me)
+    costs = broker_costs[1](pid), loop_costs(me), process_costs(me)
     out = run(bench(namesrv, broker, duration, rate, topic))
-    after = broker_costs[1](broker_pid), loop_costs(me), process_costs(me)
+    after = broker_costs[1](pid), loop_costs(me), process_costs(me)
     spent = [per_message(c, a, out.sent) for c, a in zip(costs, after, strict=True)]
     return out, [f"{broker_costs[0]} {spent[0]}", f"client loop {spent[1]}", f"client process {spent[2]}"]
 
@@ -324,12 +323,12 @@ def main(argv: list[str] | None = None) -> None:
     p999: dict[str, dict[str, list[float]]] = {client: {"quiet": [], "busy": []} for client in args.client}
     loads: list[float] = []
     timeline = Timeline(args.timeline) if args.timeline else None
-    broker_costs: tuple[str, Callable[[int], tuple[int, ...]]] = ("broker loop", loop_costs)
+    broker_costs = LOOP
     run_tag = ""  # a broker of its own is new: the rounds' topics are empty
     with tempfile.TemporaryDirectory() as work, ExitStack() as daemons:
         if args.broker is not None:
             namesrv, broker, broker_pid = args.namesrv, args.broker, args.broker_pid
-            broker_costs = ("broker process", process_costs)
+            broker_costs = PROCESS
             # a running broker keeps an earlier run's rounds' topics, whose consumer would read their
             # messages first: this run's are its own
             run_tag = f"{int(time.time())}x"
