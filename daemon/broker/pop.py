@@ -29,9 +29,13 @@ one turn of one pop's queue, ``PopCheckPoint`` tagged ``ck``) in queue 0 of
 ``rmq_sys_REVIVE_LOG_<cluster>``, and an ack or change is answered only once a quorum holds its record.
 A member elected leader reads them (:meth:`PopService.catch_up`, a batch at a time) before it lends: an
 acked message above the offset table's watermark is skipped, a changed one is lent as the change said
-(its handle stays valid). Records of a message below the watermark are superseded: the offset of group
-``CID_RMQ_SYS_REVIVE_GROUP`` on that queue is the first record still live (5.x's revive offset), taken by
-the followers with the rest of the table, and the CommitLog's retention removes the rest.
+(its handle stays valid). A FIFO lending is logged too (one checkpoint per queue and pop, held before
+the pop answers): the member keeps the queue's order lock as it was. A lending ended by a copy into the
+retry topic or the DLQ is logged before the copy, naming it: a member taking over looks for the copy and
+puts it when the log lacks it (:meth:`PopService._make_copies`). Records of a message below the watermark
+are superseded: the offset of group ``CID_RMQ_SYS_REVIVE_GROUP`` on that queue is the first record still
+live (5.x's revive offset), taken by the followers with the rest of the table, and the CommitLog's
+retention removes the rest.
 
 FIFO pop (``order=true``) is 5.x's order lock per queue (``ConsumerOrderInfoManager``): while a popped
 message of a queue is neither acked nor expired the queue gives the group nothing more; once expired
