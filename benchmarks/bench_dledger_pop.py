@@ -3,12 +3,14 @@
 A fresh `mqctl up --dledger 3` takes MESSAGES 100-byte sends on 4 queues; then CONSUMERS remoting POP
 consumers pop up to 32 at a time and ack what they got, until every message is acked: with one
 BATCH_ACK_MESSAGE per pop (a 5.x Proxy's batch ack, one BatchAck per queue) or an ACK_MESSAGE per
-message, all of a pop's sent at once (``--single``). Every ack is answered once the group's quorum holds
+message, all of a pop's sent at once (``--single``); FIFO pops with ``--fifo`` (each lending a revive record
+held before the pop answers, each queue's next pop waiting for the acks). Every ack is answered once the group's quorum holds
 its revive record. The figure is the user + system time of the three member processes over the pop and
 ack phase only, divided by the messages acked.
 
 Compare trees A/B by running this same file against each (``PYTHONPATH=TREE``, each with its own native
-build), interleaved: ``python benchmarks/bench_dledger_pop.py [MESSAGES] [CONSUMERS] [ROUNDS] [--single]``.
+build), interleaved: ``python benchmarks/bench_dledger_pop.py [MESSAGES] [CONSUMERS] [ROUNDS] [--single]
+[--fifo]``.
 """
 
 from __future__ import annotations
@@ -68,10 +70,10 @@ def batch_ack_body(popped: list[Popped]) -> bytes:
     return json.dumps({"brokerName": f[5], "acks": acks}).encode()
 
 
-async def consume(on: BrokerClient, total: int, acked: list[int], single: bool) -> None:
+async def consume(on: BrokerClient, total: int, acked: list[int], single: bool, fifo: bool) -> None:
     c = PopClient(on, GROUP)
     while acked[0] < total:
-        got = await c.pop(TOPIC, max_nums=32, invisible_ms=120_000, poll_ms=200)
+        got = await c.pop(TOPIC, max_nums=32, invisible_ms=120_000, poll_ms=200, order=fifo)
         if not got:
             continue
         if single:
@@ -83,7 +85,9 @@ async def consume(on: BrokerClient, total: int, acked: list[int], single: bool) 
         acked[0] += len(got)
 
 
-async def one_round(tmp: str, name: str, messages: int, consumers: int, single: bool) -> tuple[float, float]:
+async def one_round(
+    tmp: str, name: str, messages: int, consumers: int, single: bool, fifo: bool
+) -> tuple[float, float]:
     """(CPU seconds of the three members per message popped and acked, messages per second)."""
     ns_port = free_port()
     data = Path(tmp) / name
@@ -101,7 +105,7 @@ async def one_round(tmp: str, name: str, messages: int, consumers: int, single: 
         pids = member_pids(data)
         cpu0, t0 = [cpu_seconds(p) for p in pids], time.perf_counter()
         acked = [0]
-        await asyncio.gather(*(consume(leader, messages, acked, single) for _ in range(consumers)))
+        await asyncio.gather(*(consume(leader, messages, acked, single, fifo) for _ in range(consumers)))
         wall = time.perf_counter() - t0
         cpu = sum(cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True))
     return cpu / acked[0], acked[0] / wall
@@ -110,19 +114,21 @@ async def one_round(tmp: str, name: str, messages: int, consumers: int, single: 
 def main() -> None:
     args = [a for a in sys.argv[1:] if not a.startswith("--")]
     single = "--single" in sys.argv
+    fifo = "--fifo" in sys.argv
     messages = int(args[0]) if args else 4000
     consumers = int(args[1]) if len(args) > 1 else 4
     rounds = int(args[2]) if len(args) > 2 else 3
     cpu: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         for i in range(rounds):
-            per, rate = asyncio.run(one_round(tmp, f"pop{i}", messages, consumers, single))
+            per, rate = asyncio.run(one_round(tmp, f"pop{i}", messages, consumers, single, fifo))
             cpu.append(per)
             print(
                 f"round {i}: {per * 1e6:.0f} µs CPU per message popped and acked, {rate:,.0f} msg/s",
                 flush=True,
             )
     mode = "an ACK_MESSAGE per message" if single else "a BATCH_ACK_MESSAGE per pop"
+    mode += ", FIFO" if fifo else ""
     summary(
         __file__,
         f"{statistics.median(cpu) * 1e6:.0f} µs CPU per message popped and acked (3 members)",

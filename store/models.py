@@ -205,3 +205,12 @@ class SubscriptionGroupConfig(Bean):
     which_broker_when_consume_slowly: int = 1
     notify_consumer_ids_changed_enable: bool = True
     extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire's object, with the 5.x properties the group was given (``consumeMessageOrderly``,
+        ``groupRetryPolicy``...), as a 5.x broker sends them: a slave, or a DLedger member that takes the
+        table and is elected later, keeps a FIFO group FIFO (4.9.8's readers ignore them)."""
+        out = Bean.to_json(self)
+        for key, value in self.extra.items():
+            out.setdefault(key, value)
+        return out

@@ -29,9 +29,13 @@ one turn of one pop's queue, ``PopCheckPoint`` tagged ``ck``) in queue 0 of
 ``rmq_sys_REVIVE_LOG_<cluster>``, and an ack or change is answered only once a quorum holds its record.
 A member elected leader reads them (:meth:`PopService.catch_up`, a batch at a time) before it lends: an
 acked message above the offset table's watermark is skipped, a changed one is lent as the change said
-(its handle stays valid). Records of a message below the watermark are superseded: the offset of group
-``CID_RMQ_SYS_REVIVE_GROUP`` on that queue is the first record still live (5.x's revive offset), taken by
-the followers with the rest of the table, and the CommitLog's retention removes the rest.
+(its handle stays valid). A FIFO lending is logged too (one checkpoint per queue and pop, held before
+the pop answers): the member keeps the queue's order lock as it was. A lending ended by a copy into the
+retry topic or the DLQ is logged before the copy, naming it: a member taking over looks for the copy and
+puts it when the log lacks it (:meth:`PopService._make_copies`). Records of a message below the watermark
+are superseded: the offset of group ``CID_RMQ_SYS_REVIVE_GROUP`` on that queue is the first record still
+live (5.x's revive offset), taken by the followers with the rest of the table, and the CommitLog's
+retention removes the rest.
 
 FIFO pop (``order=true``) is 5.x's order lock per queue (``ConsumerOrderInfoManager``): while a popped
 message of a queue is neither acked nor expired the queue gives the group nothing more; once expired
@@ -63,7 +67,13 @@ from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingCommandError
 from store.config import SLAVE
 from store.errors import StoreError
-from store.message import PROPERTY_RETRY_TOPIC, PROPERTY_TAGS, Message, StoredMessage
+from store.message import (
+    PROPERTY_ORIGIN_MESSAGE_ID,
+    PROPERTY_RETRY_TOPIC,
+    PROPERTY_TAGS,
+    Message,
+    StoredMessage,
+)
 from store.names import RETRY_GROUP_TOPIC_PREFIX, REVIVE_GROUP, REVIVE_TOPIC_PREFIX, dlq_topic, retry_topic
 from store.results import GetMessageStatus, SelectedMessage
 
@@ -114,6 +124,9 @@ CK_TAG: Final = "ck"
 BATCH_ACK_TAG: Final = "bAck"
 #: Revive records read between two yields of the loop when a member takes over.
 CATCH_UP_BATCH: Final = 256
+#: Messages of each queue of a retry topic or DLQ read, from a second before an earlier leader logged the
+#: end of a lending by a copy into it, to find that copy (it is put right after the record).
+COPY_SEARCH: Final = 4096
 #: A revive record still needed this far (in records) behind the end of the log is logged again at the
 #: end, at most ``RELOG_PER_CALL`` per record written.
 RELOG_LAG = 10_000
@@ -275,10 +288,12 @@ def encode_lines(lines: Iterable[str]) -> bytes:
 # ---------------------------------------------------------------------- revive records (pure)
 
 
-def ack_body(r: InFlight, broker_name: str, offsets: list[int] | None = None) -> bytes:
+def ack_body(r: InFlight, broker_name: str, offsets: list[int] | None = None, *, copy_to: str = "") -> bytes:
     """5.x's ``AckMsg`` of a lending: its queue offset (``ao``), the pop's start (``so``), its popTime; with
     ``offsets``, its ``BatchAckMsg`` of lendings of one pop of one queue (the same popTime and start):
-    their queue offsets (``aol``), ``ao`` -1."""
+    their queue offsets (``aol``), ``ao`` -1. With ``copy_to``, the end of a lending by a copy of its
+    message into that topic (a retry topic or the DLQ), logged before the copy is put: the topic (``to``)
+    and the message's CommitLog offset (``co``), fields a 5.x reader ignores."""
     fields: dict[str, object] = {
         "ao": r.queue_offset if offsets is None else -1,
         "so": r.ck_offset,
@@ -290,29 +305,35 @@ def ack_body(r: InFlight, broker_name: str, offsets: list[int] | None = None) ->
     }
     if offsets is not None:
         fields["aol"] = offsets
+    if copy_to:
+        fields["to"] = copy_to
+        fields["co"] = r.phys_offset
     return json.dumps(fields, separators=(",", ":")).encode()
 
 
-def ck_body(r: InFlight, broker_name: str) -> bytes:
+def ck_body(r: InFlight, broker_name: str, batch: list[InFlight] | None = None) -> bytes:
     """5.x's ``PopCheckPoint`` of one lending (``so`` + ``d[0]`` its queue offset), with what a member
     taking over needs to lend it on as it is: the CommitLog offset (``co``), the attempt (``a``), FIFO
-    (``f``) and the FIFO attempt id (``at``), fields a 5.x reader ignores."""
+    (``f``) and the FIFO attempt id (``at``), fields a 5.x reader ignores. With ``batch`` (``r`` first), the
+    lendings of one pop of one queue (the same start, popTime, invisibility and attempt id): ``n`` of them,
+    ``so`` + each ``d`` their queue offsets, ``co`` and ``a`` lists in the same order."""
+    same = batch or [r]
     return json.dumps(
         {
             "so": r.ck_offset,
             "pt": r.pop_time,
             "it": r.invisible_ms,
             "bm": 0,
-            "n": 1,
+            "n": len(same),
             "q": r.queue_id,
             "t": r.topic,
             "c": r.group,
             "ro": -1,
-            "d": [r.queue_offset - r.ck_offset],
+            "d": [x.queue_offset - r.ck_offset for x in same],
             "bn": broker_name,
             "rp": r.attempt - 1,
-            "co": r.phys_offset,
-            "a": r.attempt,
+            "co": r.phys_offset if batch is None else [x.phys_offset for x in same],
+            "a": r.attempt if batch is None else [x.attempt for x in same],
             "f": r.fifo,
             "at": r.attempt_id,
         },
@@ -320,30 +341,51 @@ def ck_body(r: InFlight, broker_name: str) -> bytes:
     ).encode()
 
 
-def read_record(tag: str | None, body: bytes) -> tuple[str, _QueueKey, list[int], InFlight | None] | None:
-    """A revive record back: (tag, queue, queue offsets it names, the lending of a ``ck``); None for
-    anything else (unknown tag, bad JSON, missing fields)."""
+@dataclass(frozen=True, slots=True)
+class Copied:
+    """A lending ended by a copy of its message into ``topic`` (a retry topic or the DLQ), as its revive
+    record says: the message's CommitLog offset (``phys_offset``)."""
+
+    topic: str
+    phys_offset: int
+
+
+def read_record(
+    tag: str | None, body: bytes
+) -> tuple[str, _QueueKey, list[int], list[InFlight], Copied | None] | None:
+    """A revive record back: (tag, queue, queue offsets it names, the lendings of a ``ck``, the copy an
+    ``ack`` ends its lending with); None for anything else (unknown tag, bad JSON, missing fields)."""
     try:
         e = json.loads(body)
         queue = (str(e["c"]), str(e["t"]), int(e["q"]))
         if tag == ACK_TAG:
-            return tag, queue, [int(e["ao"])], None
+            copied = Copied(str(e["to"]), int(e["co"])) if "to" in e else None
+            return tag, queue, [int(e["ao"])], [], copied
         if tag == BATCH_ACK_TAG:
-            return tag, queue, [int(o) for o in e["aol"]], None
+            return tag, queue, [int(o) for o in e["aol"]], [], None
         if tag == CK_TAG:
-            offset = int(e["so"]) + int(e["d"][0])
-            r = InFlight(
-                *queue,
-                offset,
-                int(e["co"]),
-                int(e["pt"]),
-                int(e["it"]),
-                int(e["a"]),
-                bool(e["f"]),
-                int(e["so"]),
-                str(e.get("at") or ""),
-            )
-            return tag, queue, [offset], r
+            start = int(e["so"])
+            offsets = [start + int(d) for d in e["d"]]
+            phys, attempts = e["co"], e["a"]
+            if not isinstance(phys, list):
+                phys, attempts = [phys], [attempts]
+            if not offsets or len(phys) != len(offsets) or len(attempts) != len(offsets):
+                return None
+            lent = [
+                InFlight(
+                    *queue,
+                    offset,
+                    int(co),
+                    int(e["pt"]),
+                    int(e["it"]),
+                    int(a),
+                    bool(e["f"]),
+                    start,
+                    str(e.get("at") or ""),
+                )
+                for offset, co, a in zip(offsets, phys, attempts, strict=True)
+            ]
+            return tag, queue, offsets, lent, None
     except (ValueError, KeyError, TypeError, IndexError):
         pass
     return None
@@ -516,6 +558,9 @@ class PopService:
         self._logging: set[asyncio.Task[None]] = set()  # (the loop keeps only weak references to tasks)
         #: Whether this broker lends (DLedger: a member not leading answers every handle NO_MESSAGE).
         self._serving = False
+        #: Copies an earlier leader logged the end of a lending for (see _make_copies): (the record's
+        #: CommitLog offset, its store time, the group, the copy).
+        self._copies: list[tuple[int, int, str, Copied]] = []
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -558,6 +603,7 @@ class PopService:
         self._acked.clear()
         self._logged.clear()
         self._moved.clear()
+        self._copies.clear()
         self._held_end = 0
         try:
             if self.journal.exists:
@@ -583,7 +629,7 @@ class PopService:
                 except StoreError as exc:
                     log.error("POP: a damaged revive record at %d skipped: %s", selected.queue_offset, exc)
                     continue
-                self._replay(selected.queue_offset, msg.properties.get(PROPERTY_TAGS), msg.body)
+                self._replay(selected.queue_offset, msg.properties.get(PROPERTY_TAGS), msg.body, selected)
                 read += 1
             if not result.messages or result.next_begin_offset <= offset:
                 break
@@ -599,37 +645,43 @@ class PopService:
             )
         self._compact_log()
 
-    def _replay(self, at: int, tag: str | None, body: bytes) -> None:
-        """One revive record: an ack marks its offsets done, a checkpoint lends the message as it says.
+    def _replay(self, at: int, tag: str | None, body: bytes, where: SelectedMessage | None = None) -> None:
+        """One revive record: an ack marks its offsets done, a checkpoint lends the messages as it says.
         A record below its queue's watermark is superseded; one of a message this member does not hold
-        (gone with retention, or never stored) is dropped, and so is a checkpoint of an acked message."""
+        (gone with retention, or never stored) is dropped, and so is a checkpoint of an acked message. An
+        ack logged before a copy of its message (``where`` the record) is kept to check that the copy
+        was stored (:meth:`_make_copies`)."""
         read = read_record(tag, body)
         if read is None:
             log.warning("POP: an unreadable revive record at %d skipped", at)
             return
-        tag, queue, offsets, lent = read
+        tag, queue, offsets, lent, copied = read
         mark = self.broker.offsets.query_offset(*queue)
         store = self.broker.store
         low, high = store.get_min_offset(queue[1], queue[2]), store.get_max_offset(queue[1], queue[2])
-        live = [o for o in offsets if o >= max(mark, low) and o < high]
+        live = {o for o in offsets if o >= max(mark, low) and o < high}
         if not live:
             return
-        if lent is None:
+        if not lent:
             acked = self._acked.setdefault(queue, set())
-            for o in live:
+            for o in sorted(live):
                 self._logged.append((at, queue, o, True))
                 acked.add(o)
                 r = self.records.get((*queue, o))
                 if r is not None:
                     self._drop(r)
+            if copied is not None and where is not None:
+                self._copies.append((where.phys_offset, where.message.store_timestamp, queue[0], copied))
             return
-        if lent.queue_offset in self._acked.get(queue, ()):
-            return
-        self._logged.append((at, queue, lent.queue_offset, False))
-        old = self.records.get(lent.key)
-        if old is not None:
-            self._drop(old)
-        self._add(lent)
+        acked = self._acked.get(queue, set())
+        for r in lent:
+            if r.queue_offset not in live or r.queue_offset in acked:
+                continue
+            self._logged.append((at, queue, r.queue_offset, False))
+            old = self.records.get(r.key)
+            if old is not None:
+                self._drop(old)
+            self._add(r)
 
     def start(self) -> None:
         self._serving = True
@@ -689,15 +741,41 @@ class PopService:
         deadline = time.monotonic() + max(0, poll_ms) / 1000
         while True:
             dead: list[InFlight] = []
-            found = self._pop_once(ask, dead)
+            lent: list[InFlight] = []
+            found = self._pop_once(ask, dead, lent)
             if dead:  # FIFO messages past their retries: to the DLQ before the answer, their queue freed
                 await self._forward_dead(dead)
-                if not found and time.monotonic() < deadline:
-                    continue
+            if lent:  # a FIFO lending held by the DLedger quorum before it is answered
+                await self.hold(self.lending_records(lent))
+            if dead and not found and time.monotonic() < deadline:
+                continue
             left = deadline - time.monotonic()
             if found or left <= 0:
                 return found
             await self._wait_for_messages(ask, left)
+
+    def lending_records(self, lent: list[InFlight]) -> list[Logged]:
+        """The checkpoint records of FIFO lendings (none outside a DLedger group): one per queue and pop
+        (the same start, popTime, invisibility and attempt id), as 5.x's ``PopCheckPoint`` of several
+        messages. 5.x keeps a FIFO queue's lending in its ``ConsumerOrderInfoManager`` alone, a file no
+        other member takes, so a member taking over lends it again at once; logged, the member elected
+        keeps the queue's order lock until the lending runs out, and lends it again then, in order, with
+        its attempts counted."""
+        if not self.replicated:
+            return []
+        name = self.broker.config.broker_name
+        pops: dict[tuple[_QueueKey, int, int, int, str], list[InFlight]] = {}
+        for r in lent:
+            pops.setdefault((r.queue_key, r.pop_time, r.ck_offset, r.invisible_ms, r.attempt_id), []).append(
+                r
+            )
+        out = []
+        for same in pops.values():
+            same.sort(key=lambda x: x.queue_offset)
+            r = same[0]
+            offsets = tuple(x.queue_offset for x in same)
+            out.append(self._record(CK_TAG, r, ck_body(r, name, same), offsets))
+        return out
 
     async def _forward_dead(self, dead: list[InFlight]) -> None:
         """FIFO lendings past their retries, sent to the DLQ as :meth:`_reput` does (the copy held by a
@@ -1010,9 +1088,10 @@ class PopService:
             return low
         return store.get_max_offset(topic, queue_id)
 
-    def _pop_once(self, ask: _Ask, dead: list[InFlight]) -> list[PoppedMessage]:
+    def _pop_once(self, ask: _Ask, dead: list[InFlight], lent: list[InFlight]) -> list[PoppedMessage]:
         """One pass over the queues the pop reads; FIFO lendings past their retries are put in ``dead``
-        for :meth:`_forward_dead` (their queue stays held until then)."""
+        for :meth:`_forward_dead` (their queue stays held until then), and in a DLedger group the FIFO
+        lendings answered in ``lent``, for :meth:`lending_records`."""
         group, topic, queue_id, max_messages, fifo = (
             ask.group,
             ask.topic,
@@ -1036,9 +1115,9 @@ class PopService:
                 if held:
                     if min(r.visible_at for r in held.values()) > now:  # the order lock: still out
                         if ask.attempt_id and all(r.attempt_id == ask.attempt_id for r in held.values()):
-                            out += self._lent_again(held)
+                            out += self._lent_again(held, lent)
                         continue
-                    out += self._redeliver_held(held, now, ask, journal, dead)
+                    out += self._redeliver_held(held, now, ask, journal, dead, lent)
                     continue
             offset = self._start_offset(group, source, q, ask.init_mode)
             try:
@@ -1076,6 +1155,8 @@ class PopService:
                 self._add(record)
                 journal.append(record_line(record))
                 out.append(self._popped(record, found))
+                if fifo and replicated:
+                    lent.append(record)
             nxt = offset if result.status is _S.NO_MATCHED_LOGIC_QUEUE else result.next_begin_offset
             if acked is not None:
                 acked.difference_update([o for o in acked if o < nxt])
@@ -1094,7 +1175,13 @@ class PopService:
         return out
 
     def _redeliver_held(
-        self, held: dict[int, InFlight], now: int, ask: _Ask, journal: list[str], dead: list[InFlight]
+        self,
+        held: dict[int, InFlight],
+        now: int,
+        ask: _Ask,
+        journal: list[str],
+        dead: list[InFlight],
+        lent: list[InFlight],
     ) -> list[PoppedMessage]:
         """A FIFO queue whose lent messages expired: the same ones again, in order, one attempt more
         (those past the group's retry limit into ``dead``, for the DLQ)."""
@@ -1110,15 +1197,20 @@ class PopService:
                 dead.append(r)
                 continue
             out.append(self._popped(r, found))
+            if self.replicated:
+                lent.append(r)
         return out
 
-    def _lent_again(self, held: dict[int, InFlight]) -> list[PoppedMessage]:
-        """A retried FIFO pop (same attempt id): its lending as it was, same handles."""
+    def _lent_again(self, held: dict[int, InFlight], lent: list[InFlight]) -> list[PoppedMessage]:
+        """A retried FIFO pop (same attempt id): its lending as it was, same handles (in a DLedger group
+        its records logged again: the first answer may have failed for want of the quorum)."""
         out = []
         for r in sorted(held.values(), key=lambda r: r.queue_offset):
             found = self._look(r)
             if found is not None:
                 out.append(self._popped(r, found))
+                if self.replicated:
+                    lent.append(r)
         return out
 
     def _popped(self, r: InFlight, found: SelectedMessage) -> PoppedMessage:
@@ -1266,15 +1358,16 @@ class PopService:
 
     def _look(self, r: InFlight) -> SelectedMessage | None:
         """The lent message's record, decoded once (None: gone with retention, or damaged)."""
+        return self._look_at(r.phys_offset, f"{r.topic}:{r.queue_id} at {r.queue_offset}")
+
+    def _look_at(self, phys_offset: int, what: str = "") -> SelectedMessage | None:
         try:
-            found = self.broker.store.look_message_by_offset(r.phys_offset)
+            found = self.broker.store.look_message_by_offset(phys_offset)
             if found is not None:
                 found.stored  # noqa: B018 - decodes and checks it (its body as stored)
             return found
         except StoreError as exc:
-            log.error(
-                "POP: the message of %s:%d at %d is unreadable: %s", r.topic, r.queue_id, r.queue_offset, exc
-            )
+            log.error("POP: the message of %s is unreadable: %s", what or f"CommitLog {phys_offset}", exc)
             return None
 
     def _max_reconsume(self, group: str) -> int:
@@ -1291,6 +1384,8 @@ class PopService:
         assert self._wake is not None
         while True:
             self._wake.clear()
+            if self._copies:
+                await self._make_copies()
             now = _now_ms()
             while self._due and self._due[0][0] <= now:
                 due: list[InFlight] = []  # a slice: a mass expiry must not hold the loop
@@ -1330,30 +1425,91 @@ class PopService:
         """Re-put a lending's message into the DLQ (``dlq``), or for an expired one (None) into the retry
         topic unless the group's retries are used up, then end the lending. The put is awaited until a
         DLedger quorum holds it (``Broker.put``): ended sooner, the watermark could pass a message whose
-        only new copy is in a deposed leader's truncated tail."""
+        only new copy is in a deposed leader's truncated tail. In a DLedger group the end is logged
+        first, naming the copy's topic and the message: a member taking over after the record and
+        before the copy puts the copy itself, and one taking over after both finds the copy and lends
+        nothing again (logged after the copy, a failover between the two lent it once more)."""
         pop_time = r.pop_time
         found = self._look(r)
+        copy = None
         if found is not None:
             msg = found.stored
             if dlq is None:
                 dlq = msg.reconsume_times >= self._max_reconsume(r.group)
             copy = self._retry_copy(r.group, msg, dlq=dlq)
+        if self.replicated:  # a member taking over must not lend (or revive) it again
+            name = self.broker.config.broker_name
+            end = ack_body(r, name, copy_to=copy.topic if copy is not None else "")
+            await self.hold([self._record(ACK_TAG, r, end)])
+        if copy is not None:
             self._check_put(copy.topic, await self.broker.put(copy))
         if self.records.get(r.key) is r and r.pop_time == pop_time:  # (else acked or lent anew meanwhile:
             self._finish(r)  # the copy is one more delivery, never one less)
-            if self.replicated:  # a member taking over must not lend (or revive) it again
-                try:
-                    await self.hold([self._record(ACK_TAG, r, ack_body(r, self.broker.config.broker_name))])
-                except PopError as exc:
-                    log.warning(
-                        "POP: the end of %s:%d at %d not logged: %s", r.topic, r.queue_id, r.queue_offset, exc
-                    )
+
+    async def _make_copies(self) -> None:
+        """The copies earlier leaders logged the end of a lending for, put where they are missing. One
+        that fails stays for the next turn of the revive loop."""
+        left = []
+        for at, stored_ms, group, copied in self._copies:
+            found = self._look_at(copied.phys_offset)
+            if found is None:
+                continue  # gone with retention: nothing left to copy
+            msg = found.stored
+            if await self._copied(msg, copied.topic, at, stored_ms):
+                continue
+            copy = self._retry_copy(group, msg, dlq=copied.topic == dlq_topic(group))
+            try:
+                self._check_put(copy.topic, await self.broker.put(copy))
+            except (StoreError, PopError) as exc:
+                log.error(
+                    "POP: a copy an earlier leader logged not put into %s; retried: %s", copy.topic, exc
+                )
+                left.append((at, stored_ms, group, copied))
+                continue
+            log.info("POP: a copy into %s an earlier leader logged and did not store, put now", copy.topic)
+        self._copies = left
+
+    async def _copied(self, msg: StoredMessage, topic: str, at: int, stored_ms: int) -> bool:
+        """Whether ``topic`` holds a copy of ``msg`` stored after CommitLog offset ``at`` (its record's,
+        stored at ``stored_ms``): the same first message id (``ORIGIN_MESSAGE_ID``) and one delivery more,
+        among the first ``COPY_SEARCH`` messages of each queue stored from a second before the record on."""
+        store = self.broker.store
+        config = self.broker.topics.get(topic)
+        origin = msg.properties.get(PROPERTY_ORIGIN_MESSAGE_ID, msg.msg_id)
+        for queue_id in range(config.write_queue_nums if config is not None else 1):
+            offset = store.search_offset_by_timestamp(topic, queue_id, stored_ms - 1000)
+            end = min(store.get_max_offset(topic, queue_id), offset + COPY_SEARCH)
+            while offset < end:
+                result = store.get_messages(
+                    REVIVE_GROUP, topic, queue_id, offset, min(CATCH_UP_BATCH, end - offset)
+                )
+                for selected in result.messages:
+                    if selected.phys_offset <= at:
+                        continue
+                    try:
+                        m = selected.message
+                    except StoreError:
+                        continue
+                    if (
+                        m.properties.get(PROPERTY_ORIGIN_MESSAGE_ID) == origin
+                        and m.reconsume_times == msg.reconsume_times + 1
+                    ):
+                        return True
+                if result.next_begin_offset <= offset:
+                    break
+                offset = result.next_begin_offset
+                await asyncio.sleep(0)
+        return False
 
     def _finish(self, r: InFlight) -> None:
         """A lending ended (acked, revived, sent to the DLQ): its record gone, the watermark moved, one
         journal write."""
         lines = [gone_line(r.key)]
         self._drop(r)
+        if r.queue_key not in self._next and self.replicated:
+            # a lending taken over from the revive log, ended before this member popped its queue: the
+            # next pop starts at the offset table's watermark, below it
+            self._acked.setdefault(r.queue_key, set()).add(r.queue_offset)
         self._mark(r.queue_key, lines)
         self.journal.append(lines)
 

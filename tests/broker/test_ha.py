@@ -300,6 +300,22 @@ async def test_metadata_sync_brings_topics_groups_and_offsets(group: Group) -> N
     assert await group.slave.sync_from_master() == []  # nothing new: nothing rewritten
 
 
+async def test_metadata_sync_keeps_a_groups_5x_properties(group: Group) -> None:
+    """A group made FIFO for 5.x clients (``consumeMessageOrderly``, a property 4.9.8 has not) stays FIFO
+    on the slave, which a DLedger member elected later serves the group from."""
+    import json
+
+    from store.models import SubscriptionGroupConfig
+
+    made = {**json.loads(SubscriptionGroupConfig("OG").dumps()), "consumeMessageOrderly": True}
+    body = json.dumps(made).encode()
+    master = group.on(group.master)
+    assert (await master.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)).code == 0
+    await group.slave.sync_from_master()
+    config = group.slave.groups.get("OG")
+    assert config is not None and config.extra == {"consumeMessageOrderly": True}
+
+
 async def test_slave_restarted_empty_re_replicates_from_the_last_file(group: Group, tmp_path: Path) -> None:
     g = group
     master = g.on(g.master)

@@ -212,10 +212,12 @@ async def test_a_fifo_message_sent_to_the_dlq_inside_a_pop_is_not_lent_again_by_
         await pop.catch_up()
         pop.start()
         again = []
-        for queue in (0, 1):
+        for queue in (0, 1):  # (a1 and b1 come back once their own 300 ms lendings, logged, ran out)
             again += [
                 p.body
-                for p in await consumer.pop(T, queue_id=queue, max_nums=32, order=True, invisible_ms=60_000)
+                for p in await consumer.pop(
+                    T, queue_id=queue, max_nums=32, order=True, invisible_ms=60_000, poll_ms=2000
+                )
             ]
         assert again == [b"a1", b"b1"]
         assert broker.store.get_max_offset(dlq, 0) == 2

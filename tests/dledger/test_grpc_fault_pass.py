@@ -1,0 +1,304 @@
+"""The official 5.x Python client as an application uses it, against ``mqctl up --dledger 3`` while the
+leader is SIGKILLed, the killed member restarted, then the next leader paused (SIGSTOP) past the
+election timeout and resumed. A Producer sends normal messages, FIFO ones in message groups (each after
+the previous one of its group was answered), timers and transactions (committed, rolled back, or left
+open for its checker); two SimpleConsumers of a group and two of a FIFO group receive, change invisible
+durations, and ack (or leave a message to run out). Every call is recorded with its times, and the
+history is checked afterwards (tests/jepsen/pop_checker.py): no acknowledged send lost, no rolled-back
+message delivered, FIFO order kept within each message group, no message lent to two consumers at once
+(a FIFO one never; a normal one only across a fault, as 5.x's next master lends it again), every timer
+delivered once and not before its time."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.remoting.codes import RequestCode
+from store.models import SubscriptionGroupConfig
+from tests.broker.test_ha import pull_all
+from tests.dledger.test_group import elected_master, master_of, member_pid
+from tests.dledger.test_grpc_failover import restart_member
+from tests.dledger.test_roles import grpc_port, member_addrs, new_master, raft_group, topic_everywhere
+from tests.jepsen.pop_checker import Delivery, early, lent_twice_at_once, lost, out_of_order
+from tests.support.broker import BrokerClient
+from tests.support.waiting import wait_until
+
+pytestmark = pytest.mark.slow
+
+NORMAL, FIFO, TIMED, TX = "Fn", "Ff", "Fd", "Ft"
+GROUP, FIFO_GROUP = "GFn", "GFf"
+MESSAGE_GROUPS = 4
+INVISIBLE_S = 10
+
+
+class App:
+    """The application: what it sent and what its consumers did, with times."""
+
+    def __init__(self) -> None:
+        self.stop_sending = threading.Event()
+        self.stop_consuming = threading.Event()
+        self.lock = threading.Lock()
+        self.sent: list[str] = []  # SEND_OK (normal, FIFO, timers)
+        self.sequence: dict[str, tuple[str, int]] = {}  # FIFO body -> (message group, number)
+        self.due: dict[str, float] = {}  # timer body -> delivery time (s, whole)
+        self.committed: list[str] = []  # transactional messages to be delivered (committed or checked so)
+        self.rolled_back: list[str] = []
+        self.deliveries: list[Delivery] = []
+        self.calls = itertools.count()
+        self.errors: dict[str, int] = {}
+        self.last_errors: dict[str, str] = {}  # the last error of each kind, for the evidence
+
+    def error(self, what: str, exc: Exception | None = None) -> None:
+        with self.lock:
+            self.errors[what] = self.errors.get(what, 0) + 1
+            if exc is not None:
+                self.last_errors[what] = f"{time.time():.1f} {type(exc).__name__}: {str(exc)[:300]}"
+
+
+def produce(app: App, producer: Any) -> None:
+    from tests.support.grpc5 import message
+
+    numbers = [0] * MESSAGE_GROUPS
+    for i in itertools.count():
+        if app.stop_sending.is_set():
+            return
+        try:
+            k = i % MESSAGE_GROUPS  # FIFO: the group's next number once the previous one was answered
+            body = f"g{k}-{numbers[k]}"
+            producer.send(message(FIFO, body.encode(), message_group=f"g{k}"))
+            app.sequence[body] = (f"g{k}", numbers[k])
+            app.sent.append(body)
+            numbers[k] += 1
+            body = f"n-{i}"
+            producer.send(message(NORMAL, body.encode()))
+            app.sent.append(body)
+            if i % 10 == 0:
+                due = int(time.time()) + 5 + i % 20  # (the client sends whole seconds)
+                body = f"d-{i}"
+                producer.send(message(TIMED, body.encode(), delivery_timestamp=due))
+                app.due[body] = due
+                app.sent.append(body)
+            if i % 10 == 5:
+                transact(app, producer, i)
+        except Exception as exc:
+            app.error("send", exc)
+            time.sleep(0.2)
+
+
+def transact(app: App, producer: Any, i: int) -> None:
+    """A committed, a rolled back and an open transaction (its checker commits it)."""
+    from tests.support.grpc5 import message
+
+    for end in ("commit", "rollback", "open"):
+        body = f"t-{i}-{end}"
+        tx = producer.begin_transaction()
+        producer.send(message(TX, body.encode()), transaction=tx)
+        if end == "rollback":
+            app.rolled_back.append(body)
+        else:
+            app.committed.append(body)  # sent: committed now, or by the checker's answer
+        if end == "commit":
+            tx.commit()
+        elif end == "rollback":
+            tx.rollback()
+
+
+def consume(app: App, consumer: Any, name: str, fifo: bool) -> None:
+    """Receive, then in order: change a few messages' invisible duration, leave a few to run out, ack the
+    rest; a FIFO consumer stops at a failed ack or a message it leaves (the rest comes back after it)."""
+    seen = 0
+    while not app.stop_consuming.is_set():
+        call = next(app.calls)
+        start = time.time()
+        try:
+            got = consumer.receive(16, INVISIBLE_S)
+        except Exception as exc:
+            app.error(f"receive {name}", exc)
+            time.sleep(0.5)
+            continue
+        end = time.time()
+        batch = []
+        for m in got or []:
+            d = Delivery(name, m.message_id, m.body.decode(), start, end, INVISIBLE_S, call)
+            batch.append((d, m))
+        with app.lock:
+            app.deliveries += [d for d, _ in batch]
+        for d, m in batch:
+            seen += 1
+            if d.body in app.due or d.body.startswith("t-"):
+                pass  # timers and transactions: acked at once
+            elif seen % 13 == 0 and not app.stop_sending.is_set():  # left to run out: lent again later
+                if fifo:
+                    break
+                continue
+            elif seen % 7 == 0:
+                at = time.time()
+                try:
+                    consumer.change_invisible_duration(m, INVISIBLE_S + 5)
+                    d.changes.append((at, True, INVISIBLE_S + 5))
+                except Exception:
+                    d.changes.append((at, False, INVISIBLE_S + 5))
+                    app.error("change")
+            at = time.time()
+            try:
+                consumer.ack(m)
+                d.acks.append((at, True))
+            except Exception:
+                d.acks.append((at, False))
+                app.error("ack")
+                if fifo:
+                    break
+
+
+async def groups_everywhere(client: Any, data: Path, on: BrokerClient) -> None:
+    """GROUP, and FIFO_GROUP with 5.x's consumeMessageOrderly, made on the leader and held by every member
+    (followers take the leader's groups every 10 s): the member elected next serves them alike."""
+    for group, extra in ((GROUP, {}), (FIFO_GROUP, {"consumeMessageOrderly": True})):
+        body = json.dumps({**json.loads(SubscriptionGroupConfig(group).dumps()), **extra}).encode()
+        r = await on.call(RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP, body=body)
+        assert r.code == 0, r.remark
+
+    async def held() -> bool:
+        for addr in member_addrs(data):
+            r = await BrokerClient(addr, client).call(RequestCode.GET_ALL_SUBSCRIPTIONGROUP_CONFIG)
+            if r.code != 0 or b'"consumeMessageOrderly":true' not in r.body.replace(b" ", b""):
+                return False
+        return True
+
+    await wait_until(held, 60)
+
+
+@pytest.mark.xfail(
+    reason="after the paused leader resumes, the last leader lends no more of the normal topic to consumers "
+    "of three topics (their watermark stands; timers and transactions still come): not found yet",
+    strict=False,
+)
+async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pause(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    from rocketmq import FilterExpression, SimpleConsumer, TransactionChecker, TransactionResolution
+
+    from tests.support.grpc5 import ClientConfiguration, Credentials, Producer
+
+    class Checker(TransactionChecker):  # type: ignore[misc]
+        def check(self, msg: Any) -> Any:
+            rolled_back = msg.body.decode().endswith("-rollback")
+            return TransactionResolution.ROLLBACK if rolled_back else TransactionResolution.COMMIT
+
+    env = {**cli_env, "MQCTL_TRANSACTION_CHECK_INTERVAL": "2000", "MQCTL_TRANSACTION_TIME_OUT": "2000"}
+    app = App()
+    faults: list[float] = []
+    async with raft_group(tmp_path, env) as (data, ns, client):
+        first = await elected_master(client, ns)
+        on = BrokerClient(first, client)
+        for topic in (NORMAL, FIFO, TIMED, TX):
+            await on.create_topic(topic, 2)
+        for topic in (NORMAL, FIFO, TIMED, TX):
+            await topic_everywhere(client, data, topic)
+        await groups_everywhere(client, data, on)
+        access = next(a for a in member_addrs(data) if a != first)
+        port = await grpc_port(client, access)
+        config = ClientConfiguration(f"127.0.0.1:{port}", Credentials("", ""), request_timeout=3)
+        producer = Producer(config, (NORMAL, FIFO, TIMED, TX), checker=Checker())
+        subscriptions = {
+            GROUP: {t: FilterExpression("*") for t in (NORMAL, TIMED, TX)},
+            FIFO_GROUP: {FIFO: FilterExpression("*")},
+        }
+        consumers = [
+            (f"{group}-{i}", SimpleConsumer(config, group, subscriptions[group], await_duration=2), group)
+            for group in (GROUP, FIFO_GROUP)
+            for i in range(2)
+        ]
+        await asyncio.to_thread(producer.startup)
+        for _, consumer, _ in consumers:
+            await asyncio.to_thread(consumer.startup)
+        threads = [threading.Thread(target=produce, args=(app, producer), daemon=True)]
+        threads += [
+            threading.Thread(target=consume, args=(app, c, name, group == FIFO_GROUP), daemon=True)
+            for name, c, group in consumers
+        ]
+        for t in threads:
+            t.start()
+        back: subprocess.Popen[bytes] | None = None
+        try:
+            await asyncio.sleep(10)
+            # the leader killed; the next one lends on
+            faults.append(time.time())
+            first_grpc = await grpc_port(client, first)
+            os.kill(member_pid(data, first), signal.SIGKILL)
+            second = await new_master(client, ns, first)
+            await asyncio.sleep(35)  # the clients' route refresh (30 s) finds it
+            # the killed member back; then the leader paused past the election timeout
+            back = restart_member(data, first, first_grpc, env)
+            await asyncio.sleep(15)
+            pid = member_pid(data, second)
+            faults.append(time.time())
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                third = await new_master(client, ns, second)
+                await asyncio.sleep(5)
+            finally:
+                os.kill(pid, signal.SIGCONT)
+            faults.append(time.time())
+            await asyncio.sleep(35)
+            app.stop_sending.set()
+            print(f"faults at {faults}, sending stopped at {time.time():.1f}")
+            expected = set(app.sent) | set(app.committed)
+
+            def settled() -> bool:
+                with app.lock:
+                    return not lost(expected, app.deliveries)
+
+            def unsettled() -> str:
+                with app.lock:
+                    missing = lost(expected, app.deliveries)
+                    seen = {d.body: d for d in app.deliveries}
+                lines = [f"{len(missing)} sent and not acked at {time.time():.1f}; errors {app.errors}"]
+                lines += [f"last {what}: {text}" for what, text in app.last_errors.items()]
+                for body in missing[:30]:
+                    d = seen.get(body)
+                    lines.append(f"{body}: " + (f"last lent {d}" if d else "never received"))
+                return "\n".join(lines)
+
+            await wait_until(settled, 150, unsettled)
+            await asyncio.sleep(INVISIBLE_S + 5)  # what should not come back, were it to come
+        finally:
+            app.stop_sending.set()
+            app.stop_consuming.set()
+            for t in threads:
+                await asyncio.to_thread(t.join, 30)
+            for _, consumer, _ in consumers:
+                await asyncio.to_thread(consumer.shutdown)
+            await asyncio.to_thread(producer.shutdown)
+            if back is not None:
+                back.terminate()
+                await asyncio.to_thread(back.wait, 30)
+        leader = await master_of(client, ns)
+        assert leader is not None
+        timed = [b.decode() for q in (0, 1) for b in await pull_all(BrokerClient(leader, client), TIMED, q)]
+
+    deliveries = app.deliveries
+    fifo = [d for d in deliveries if d.body in app.sequence]
+    others = [d for d in deliveries if d.body not in app.sequence]
+    print(
+        f"{len(app.sent)} sent, {len(app.committed)} transactions to deliver, {len(deliveries)} deliveries;"
+        f" leaders {first} {second} {third}; errors {app.errors}"
+    )
+    assert lost(set(app.sent) | set(app.committed), deliveries) == []
+    assert [d.body for d in deliveries if d.body in app.rolled_back] == []
+    assert out_of_order(fifo, app.sequence) == []
+    assert lent_twice_at_once(fifo) == []  # a FIFO lending is held by the next leader
+    assert lent_twice_at_once(others, faults) == []
+    assert early(deliveries, app.due) == []
+    assert sorted(b for b in timed if b in app.due) == sorted(app.due)  # each timer delivered once

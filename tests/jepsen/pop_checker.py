@@ -1,0 +1,114 @@
+"""The checks of a recorded 5.x client history (SimpleConsumer receives, acks and changes of invisibility,
+Producer sends): what a message queue owes an application across faults, as 5.x states it.
+
+Times are the client's, read before a call (``start``) and after it returned (``end``): a lending made
+by a receive began no sooner than the receive's start, so it lasts at least until that start plus its
+invisible duration (or a change's start plus the new duration, a change answered OK), unless an ack of
+it was tried before."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Delivery:
+    """One message a receive returned: who received it, the receive's start and end, how long it was lent
+    for; the ack and change calls the consumer then made of it (start, answered OK, new duration)."""
+
+    consumer: str
+    key: str  # the message (its id)
+    body: str
+    start: float
+    end: float
+    invisible_s: float
+    #: The receive call that returned it (deliveries of one call are one batch).
+    call: int
+    acks: list[tuple[float, bool]] = field(default_factory=list)
+    changes: list[tuple[float, bool, float]] = field(default_factory=list)
+
+    @property
+    def lent_until(self) -> float:
+        """The earliest time the lending can have ended: its duration (a change answered OK starting it
+        again) from the start of the call that set it, or the first ack tried."""
+        until = self.start + self.invisible_s
+        for start, ok, seconds in self.changes:
+            if ok:
+                until = max(until, start + seconds)
+        tried = [start for start, _ in self.acks]
+        return min([until, *tried])
+
+    @property
+    def acked(self) -> bool:
+        return any(ok for _, ok in self.acks)
+
+
+def lost(sent: Iterable[str], deliveries: Iterable[Delivery]) -> list[str]:
+    """Bodies sent (answered OK) that no consumer acked (answered OK)."""
+    acked = {d.body for d in deliveries if d.acked}
+    return sorted(set(sent) - acked)
+
+
+def lent_twice_at_once(deliveries: Iterable[Delivery], faults: Iterable[float] = ()) -> list[str]:
+    """A message returned by another receive while an earlier lending of it still ran: the receive ended
+    before that lending's earliest end. With ``faults`` (the times a leader was killed or paused), a
+    second lending after a fault that struck during the first is allowed (a non-FIFO lending is not
+    logged: the next leader lends it again at once, as 5.x's slave acting master does)."""
+    by_key: dict[str, list[Delivery]] = {}
+    for d in deliveries:
+        by_key.setdefault(d.key, []).append(d)
+    found = []
+    for key, ds in by_key.items():
+        ds.sort(key=lambda d: d.start)
+        for i, first in enumerate(ds):
+            for later in ds[i + 1 :]:
+                if later.call == first.call or later.end >= first.lent_until:
+                    continue
+                if any(first.start <= t <= later.end for t in faults):
+                    continue
+                found.append(
+                    f"{key} ({first.body}): lent to {first.consumer} at {first.start:.1f} until at least "
+                    f"{first.lent_until:.1f}, and to {later.consumer} by {later.end:.1f}"
+                )
+    return found
+
+
+def out_of_order(deliveries: Iterable[Delivery], sequence: dict[str, tuple[str, int]]) -> list[str]:
+    """FIFO: a message of a message group returned while an earlier message of its group (``sequence``:
+    body -> (group, number), sent OK one after another) was neither in the same receive before it nor
+    tried to be acked before that receive ended."""
+    ds = sorted(deliveries, key=lambda d: d.start)
+    ack_tried: dict[str, float] = {}
+    for d in ds:
+        for start, _ in d.acks:
+            ack_tried[d.body] = min(ack_tried.get(d.body, start), start)
+    by_group: dict[str, dict[int, str]] = {}
+    for body, (group, number) in sequence.items():
+        by_group.setdefault(group, {})[number] = body
+    calls: dict[int, list[Delivery]] = {}
+    for d in ds:
+        calls.setdefault(d.call, []).append(d)
+    found = []
+    for d in ds:
+        if d.body not in sequence:
+            continue
+        group, number = sequence[d.body]
+        same_call = {x.body for x in calls[d.call][: calls[d.call].index(d)]}
+        for earlier in range(number):
+            body = by_group[group].get(earlier)
+            if body is None or body in same_call:
+                continue
+            if ack_tried.get(body, float("inf")) > d.end:
+                found.append(f"{d.body} returned to {d.consumer} by {d.end:.1f} before {body} was acked")
+                break
+    return found
+
+
+def early(deliveries: Iterable[Delivery], due: dict[str, float], slack: float = 0.0) -> list[str]:
+    """Timer messages (``due``: body -> its delivery time) returned before their time."""
+    return sorted(
+        f"{d.body}: returned by {d.end:.3f}, due at {due[d.body]:.3f}"
+        for d in deliveries
+        if d.body in due and d.end < due[d.body] - slack
+    )
