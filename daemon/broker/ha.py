@@ -186,18 +186,25 @@ class SlaveConnection:
     async def _read_loop(self) -> None:
         buf = bytearray()
         housekeeping = self.master.config.ha_housekeeping_interval / 1000
+        # a report must arrive whole within haHousekeepingInterval, as a remoting frame within the idle
+        # timeout: the bytes of one begun are no activity, or a process on a slave's host sending a
+        # report a byte at a time held the connection (and with it a transfer) for ever
+        deadline = _now() + housekeeping
         while True:
             try:
-                data = await asyncio.wait_for(self.reader.read(_READ_CHUNK), housekeeping)
+                data = await asyncio.wait_for(self.reader.read(_READ_CHUNK), max(deadline - _now(), 0.0))
             except TimeoutError:
-                log.warning("HA slave %s sent nothing for %.0f s: closing", self.addr, housekeeping)
+                log.warning("HA slave %s sent no whole report for %.0f s: closing", self.addr, housekeeping)
                 return
             if not data:
                 log.info("HA slave %s disconnected", self.addr)
                 return
+            begun = bool(buf)
             buf += data
             offset, used = latest_report(buf)
             del buf[:used]
+            if used or not begun:
+                deadline = _now() + housekeeping
             if offset is None:
                 continue
             end = self.master.store.max_phy_offset

@@ -9,8 +9,10 @@ from typing import TYPE_CHECKING
 import grpc
 from rocketmq.grpc_protocol import service_pb2_grpc
 
+from daemon.grpc.guard import ConnectionGuard
 from daemon.grpc.service import CLIENT_EXPIRY_S, MessagingService
 from daemon.lifecycle import cancel_tasks, every, supervise
+from daemon.protect import binds_beyond_loopback
 from daemon.remoting.tls import TlsSettings, cert_pem, default_sans, key_pem, make_certificate, new_key
 
 if TYPE_CHECKING:
@@ -32,6 +34,10 @@ REQUEST_HEADROOM = 1024 * 1024
 #: limit): each long-polled receive holds tasks and buffers on the broker, so one client opening
 #: streams without end would grow its memory without bound. A client's further streams wait.
 MAX_STREAMS_PER_CONNECTION = 1_000
+#: Seconds a connection has to send HTTP/2's preface and SETTINGS (and finish TLS) after its accept, as a
+#: remoting listener's TLS handshake has (grpc's default is 120 s: a host's silent connections held the
+#: front's places that long each).
+HANDSHAKE_TIMEOUT_S = 10
 
 
 def server_credentials(settings: TlsSettings) -> grpc.ServerCredentials:
@@ -78,6 +84,8 @@ class GrpcFront:
         self.service: MessagingService | None = None
         self._server: grpc.aio.Server | None = None
         self._tasks: list[asyncio.Task[None]] = []
+        #: Per-host fairness of the front's connections (a front beyond loopback on Linux), else None.
+        self.guard: ConnectionGuard | None = None
 
     async def start(self) -> int:
         config = self.broker.config
@@ -95,6 +103,8 @@ class GrpcFront:
                 # streams open on the wire, as HTTP/2 does.
                 ("grpc.http.overload_protection", 0),
                 ("grpc.max_allowed_incoming_connections", config.grpc_max_connections),
+                ("grpc.server_handshake_timeout_ms", HANDSHAKE_TIMEOUT_S * 1000),
+                *_idle_option(config.server_channel_max_idle_time_seconds),
             ]
         )
         address = bind_address(config.listen_host, config.grpc_listen_port)
@@ -116,6 +126,11 @@ class GrpcFront:
             supervise(lambda: every(CLIENT_EXPIRY_S / 4, service.expire), "grpc-clients"),
             supervise(lambda: every(RENEW_PERIOD_S, service.leases.renew_due), "grpc-renew"),
         ]
+        if binds_beyond_loopback(config.listen_host):
+            guard = ConnectionGuard(port, config.grpc_max_connections)
+            if await asyncio.to_thread(guard.start):
+                self.guard = guard
+                self._tasks.append(supervise(lambda: _guarding(guard), "grpc-guard"))
         return port
 
     async def stop(self) -> None:
@@ -124,3 +139,19 @@ class GrpcFront:
         if self._server is not None:
             await self._server.stop(grace=1.0)
             self._server = None
+        if self.guard is not None:
+            self.guard.stop()
+            self.guard = None
+
+
+def _idle_option(idle_seconds: int) -> list[tuple[str, int]]:
+    """A connection without a call for ``serverChannelMaxIdleTimeSeconds`` is sent GOAWAY and closed, as
+    the remoting port closes an idle one (0 or less: never). A 5.x client holds its Telemetry stream
+    open, so its connection is never idle; one that is reconnects at its next call."""
+    return [("grpc.max_connection_idle_ms", idle_seconds * 1000)] if idle_seconds > 0 else []
+
+
+async def _guarding(guard: ConnectionGuard) -> None:
+    while True:
+        await asyncio.sleep(guard.period)
+        await asyncio.to_thread(guard.scan)

@@ -26,7 +26,7 @@ from rocketmq.grpc_protocol import definition_pb2 as pb, service_pb2 as spb, ser
 from daemon.acl.plain import PlainAccessValidator
 from daemon.broker.bodies import ConsumerData, SubscriptionData
 from daemon.broker.headers import EndTransactionRequestHeader, SendMessageRequestHeaderV2
-from daemon.broker.managers.consumers import ClientChannel
+from daemon.broker.managers.consumers import ClientChannel, client_overflow
 from daemon.broker.managers.topics import topic_problem
 from daemon.broker.pop import MAX_INVISIBLE_MS
 from daemon.config import ALL_KEYS_FIELD, parse_properties
@@ -305,6 +305,15 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         settings = client.settings
         if settings is None:
             return
+        overflow = client_overflow(
+            cast(Connection, client.channel),
+            {t.name for t in settings.publishing.topics} if settings.client_type == pb.PRODUCER else (),
+            {settings.subscription.group.name: len(settings.subscription.subscriptions)}
+            if CONSUME_TYPES.get(settings.client_type) is not None and settings.subscription.group.name
+            else {},
+        )
+        if overflow is not None:
+            raise Refused(pb.BAD_REQUEST, f"settings refused: {overflow}")
         if settings.client_type == pb.PRODUCER:
             for topic in settings.publishing.topics:
                 self._check(client, meta, RequestCode.SEND_MESSAGE_V2, {"b": topic.name})

@@ -36,6 +36,10 @@ from daemon.remoting.limits import BufferBudget
 
 #: How early a loop's timer may fire by its own clock (uvloop: a millisecond).
 _TIMER_GRAIN: Final = 0.001
+#: Bytes of replies one read may make before the rest of its requests wait: a peer that pipelined a
+#: thousand VIEW_MESSAGE_BY_ID of a 4 MiB message in one write (130 KiB) had all their replies made and
+#: held at once (4 GiB). Past it the requests left wait in the buffer until the replies are written out.
+MAX_REPLY_BYTES_PER_READ: Final = 4 * 1024 * 1024
 
 log = logging.getLogger(__name__)
 
@@ -233,6 +237,10 @@ class Connection(asyncio.Protocol):
         self._held = 0
         #: While a read is being dispatched, replies made synchronously wait here for one write.
         self._corked: list[bytes] | None = None
+        #: Bytes in `_corked` (see MAX_REPLY_BYTES_PER_READ).
+        self._corked_bytes = 0
+        #: The transport's write buffer is over its high-water mark: requests wait unread.
+        self._writing_paused = False
         #: A server's batch, which writes `_outbox` after the loop's round of reads (see ReplyBatch).
         self.batch = batch
         self._outbox: list[bytes] = []
@@ -276,8 +284,13 @@ class Connection(asyncio.Protocol):
         # requests in one read; their synchronous replies go out in one write instead of a dozen.
         corked: list[bytes] = []
         self._corked = corked
+        self._corked_bytes = 0
+        held_back = False
         try:
             while True:
+                if self._writing_paused or self._corked_bytes >= MAX_REPLY_BYTES_PER_READ:
+                    held_back = True  # the rest waits until the replies are out (`_read_on`)
+                    break
                 decoded = decode_frame(buf, pos, self.max_frame_length)
                 if decoded is None:
                     break
@@ -312,6 +325,13 @@ class Connection(asyncio.Protocol):
             self.last_active = self._loop.time()
         if self.budget is not None and len(buf) != self._held:
             self._charge(self.budget, len(buf))
+        if held_back and buf and not self._writing_paused:
+            self._loop.call_soon(self._read_on)  # (after a batch's replies went out)
+
+    def _read_on(self) -> None:
+        """Dispatch the requests a read held back, once their turn came (see MAX_REPLY_BYTES_PER_READ)."""
+        if self._buffer and not self._writing_paused and not self.is_closed:
+            self.data_received(b"")
 
     def _charge(self, budget: BufferBudget, wanted: int) -> None:
         """Account for the incomplete frame this connection now holds; over a cap, drop it and close."""
@@ -355,13 +375,18 @@ class Connection(asyncio.Protocol):
             self.on_close(self)
 
     def pause_writing(self) -> None:
-        # The peer is not reading its responses: stop reading its requests until it catches up.
+        # The peer is not reading its responses: stop reading its requests until it catches up (and
+        # dispatching those already read: `data_received`)
+        self._writing_paused = True
         if self._transport is not None:
             self._transport.pause_reading()
 
     def resume_writing(self) -> None:
+        self._writing_paused = False
         if self._transport is not None:
             self._transport.resume_reading()
+            if self._buffer:
+                self._loop.call_soon(self._read_on)
 
     # ------------------------------------------------------------------ sending
 
@@ -376,6 +401,7 @@ class Connection(asyncio.Protocol):
     def _write(self, frame: bytes) -> None:
         if self._corked is not None:
             self._corked.append(frame)
+            self._corked_bytes += len(frame)
         elif self._outbox:  # after what the batch holds, in order
             self._outbox.append(frame)
         elif self._transport is not None and not self._transport.is_closing():

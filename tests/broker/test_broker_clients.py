@@ -15,7 +15,9 @@ from daemon.broker.bodies import (
     LockBatchResponseBody,
     MessageQueue,
     ProducerData,
+    SubscriptionData,
 )
+from daemon.broker.managers.consumers import MAX_CLIENT_GROUPS
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -228,3 +230,35 @@ async def test_all_producer_info(broker: BrokerHandle) -> None:
     await broker.call(RequestCode.HEART_BEAT, body=HeartbeatData("p9", [ProducerData("PG9")], []).dumps())
     r = await broker.call(RequestCode.GET_ALL_PRODUCER_INFO)
     assert fastjson.loads(r.body)["data"]["PG9"][0]["clientId"] == "p9"
+
+
+async def test_a_connection_registers_a_bounded_number_of_groups(broker: BrokerHandle) -> None:
+    """HEART_BEAT is open to any peer: one of 2.4 MB naming 100000 invented producer groups made the broker
+    hold some 40 MB and spend seconds of its loop, per connection and again with new names every
+    heartbeat (one of 16 MiB: a third of a GB). A connection is a producer and a consumer of
+    MAX_CLIENT_GROUPS groups each at most, a group subscribes as many topics at most; past that the
+    heartbeat is refused whole (SYSTEM_ERROR) and registers nothing."""
+    cap = MAX_CLIENT_GROUPS
+    many = HeartbeatData("p1", [ProducerData(f"PG{i}") for i in range(cap + 1)], [])
+    r = await broker.call(RequestCode.HEART_BEAT, body=many.dumps())
+    assert r.code == ResponseCode.SYSTEM_ERROR and f"{cap} at most" in (r.remark or ""), r.remark
+    assert not any(g.startswith("PG") for g in broker.broker.producers.groups)
+    first = HeartbeatData("p1", [ProducerData(f"PA{i}") for i in range(cap // 2 + 1)], [])
+    assert (await broker.call(RequestCode.HEART_BEAT, body=first.dumps())).code == ResponseCode.SUCCESS
+    again = await broker.call(RequestCode.HEART_BEAT, body=first.dumps())  # the same groups: a refresh
+    assert again.code == ResponseCode.SUCCESS
+    other = HeartbeatData(
+        "p1", [ProducerData(f"PB{i}") for i in range(cap // 2)], []
+    )  # new names: cumulative
+    refused = await broker.call(RequestCode.HEART_BEAT, body=other.dumps())
+    assert refused.code == ResponseCode.SYSTEM_ERROR and "producer of 1001 groups" in (refused.remark or "")
+    assert not any(g.startswith("PB") for g in broker.broker.producers.groups)
+    subs = [SubscriptionData(f"T{i}") for i in range(cap + 1)]
+    consumer = HeartbeatData("c1", [], [ConsumerData("CG", subscription_data_set=subs)])
+    refused = await broker.call(RequestCode.HEART_BEAT, body=consumer.dumps())
+    assert refused.code == ResponseCode.SYSTEM_ERROR and "subscribes 1001 topics" in (refused.remark or "")
+    assert broker.broker.consumers.get("CG") is None
+    for i in range(cap // 2 + 1):  # unregistered, the groups make room again
+        fields = {"clientID": "p1", "producerGroup": f"PA{i}"}
+        assert (await broker.call(RequestCode.UNREGISTER_CLIENT, fields)).code == ResponseCode.SUCCESS
+    assert (await broker.call(RequestCode.HEART_BEAT, body=other.dumps())).code == ResponseCode.SUCCESS

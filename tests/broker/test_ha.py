@@ -406,6 +406,50 @@ async def test_sync_master_without_slave_and_with_a_silent_slave(tmp_path: Path)
         await namesrv.controller.stop()
 
 
+async def test_a_report_sent_a_byte_at_a_time_is_closed_at_the_housekeeping_interval(tmp_path: Path) -> None:
+    """An offset report must arrive whole within haHousekeepingInterval: a process on a slave's host (the
+    HA gate admits the host) that sent its reports a byte at a time held the connection for ever, each
+    byte counted as a sign of life. Whole reports keep a connection; the bytes of one begun do not."""
+    namesrv = Namesrv(NamesrvController(namesrv_config(tmp_path)), RemotingClient())
+    await namesrv.controller.start()
+    broker = await start_broker(
+        tmp_path / "m", namesrv_addr=namesrv.addr, **{**SMALL, "ha_housekeeping_interval": 2000}
+    )
+    try:
+        r = await namesrv.register({}, broker_addr="127.0.0.1:1", broker_id=1)  # a slave on this host
+        assert r.code == ResponseCode.SUCCESS
+        reader, writer = await asyncio.open_connection("127.0.0.1", broker.config.ha_listen_port)
+        report = encode_report(broker.store.max_phy_offset)
+        ended = asyncio.Event()
+
+        async def read_heartbeats() -> None:
+            while await reader.read(1 << 20):
+                pass
+            ended.set()
+
+        heartbeats = asyncio.ensure_future(read_heartbeats())
+        for _ in range(4):  # whole reports 0.8 s apart: each one is a sign of life
+            writer.write(report)
+            await writer.drain()
+            await asyncio.sleep(0.8)
+        assert not ended.is_set()
+        sent = 0
+        for byte in report * 5:  # 0.5 s a byte: a report takes 4 s, twice the interval
+            if ended.is_set():
+                break
+            writer.write(bytes([byte]))
+            sent += 1
+            await asyncio.sleep(0.5)
+        await asyncio.wait_for(ended.wait(), 10)
+        await heartbeats
+        assert sent < len(report) + 2  # closed before the first report sent so was whole (before: never)
+        writer.close()
+    finally:
+        await broker.stop()
+        await namesrv.client.close()
+        await namesrv.controller.stop()
+
+
 @pytest.mark.slow
 async def test_torn_frame_never_writes_a_partial_record(tmp_path: Path) -> None:
     """A fake master sends one whole frame ending inside a record, then half a frame, then resets: the

@@ -450,8 +450,17 @@ async def test_an_idle_connection_to_the_channel_is_closed_and_the_members_keep_
                 reader, writer = await asyncio.open_connection(host, int(port))
                 writer.write(half_frame)
                 idle.append((reader, writer))
+        frame = encode_command(RemotingCommand.request(1, {"k": "v"}))
+        trickles = []
+        for addr in peers.values():  # a frame a byte every 0.5 s: never whole within the idle timeout
+            host, port = addr.rsplit(":", 1)
+            reader, writer = await asyncio.open_connection(host, int(port))
+            idle.append((reader, writer))
+            trickles.append(asyncio.ensure_future(_trickle(writer, frame, 0.5)))
         for reader, _writer in idle:  # closed by the member: end of stream (before: never)
             assert await asyncio.wait_for(reader.read(), 20) == b""
+        for trickle in trickles:
+            assert await trickle < len(frame)  # the trickle's frame never became whole
         assert leader_of(brokers) is leader
         assert {addr: leader.dledger.client.open_connection(addr) for addr in followers} == held
         assert (await on.send("G", b"after", queue_id=0)).code == ResponseCode.SUCCESS
@@ -462,3 +471,17 @@ async def test_an_idle_connection_to_the_channel_is_closed_and_the_members_keep_
         await client.close()
         for b in brokers:
             await b.stop()
+
+
+async def _trickle(writer: asyncio.StreamWriter, frame: bytes, every: float) -> int:
+    """Write ``frame`` a byte every ``every`` seconds until the peer closes; the bytes written."""
+    for sent, byte in enumerate(frame):
+        if writer.is_closing() or writer.transport.get_extra_info("socket") is None:
+            return sent
+        try:
+            writer.write(bytes([byte]))
+            await writer.drain()
+        except ConnectionError:
+            return sent
+        await asyncio.sleep(every)
+    return len(frame)

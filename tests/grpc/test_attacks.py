@@ -722,3 +722,28 @@ def test_a_lent_compressed_bomb_is_revived_not_dropped(tmp_path: Path) -> None:
         wait_for(lambda: stored(cluster, "%RETRY%G", inflate=False), "the bomb revived", timeout=30)
         (revived,) = stored(cluster, "%RETRY%G", inflate=False)
         assert revived.stored_body == bomb and revived.reconsume_times == 1
+
+
+def test_settings_naming_more_groups_or_topics_than_a_client_holds_are_refused(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """A Telemetry Settings is a 5.x client's heartbeat: one naming 1001 topics a producer publishes to (or
+    a consumer group subscribing 1001) registered each one, as a HEART_BEAT naming as many groups did;
+    it is refused with BAD_REQUEST and registers nothing. A client within the cap is served."""
+    cluster, s = stub
+    topics = [pb.Resource(name=f"Invented{i}") for i in range(1001)]
+    producer = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=topics))
+    subs = [pb.SubscriptionEntry(topic=t) for t in topics]
+    consumer = pb.Settings(
+        client_type=pb.SIMPLE_CONSUMER,
+        subscription=pb.Subscription(group=pb.Resource(name="G"), subscriptions=subs),
+    )
+    for settings in (producer, consumer):
+        replies = s.Telemetry(iter([spb.TelemetryCommand(settings=settings)]), metadata=META, timeout=10)
+        refused = next(replies).status
+        assert refused.code == pb.BAD_REQUEST and "1000 at most" in refused.message, refused
+    assert not any(g.startswith("Invented") for g in cluster.broker.producers.groups)
+    assert cluster.broker.consumers.get("G") is None
+    within = pb.Settings(client_type=pb.PRODUCER, publishing=pb.Publishing(topics=topics[:3]))
+    replies = s.Telemetry(iter([spb.TelemetryCommand(settings=within)]), metadata=META, timeout=10)
+    assert next(replies).status.code == pb.OK

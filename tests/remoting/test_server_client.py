@@ -559,3 +559,43 @@ async def test_a_server_without_reply_batching_answers_as_the_read_ends() -> Non
         srv.connections.discard(conn)
     finally:
         await srv.stop(grace=0)
+
+
+async def test_pipelined_requests_wait_while_their_replies_are_not_read() -> None:
+    """A peer that pipelined hundreds of requests whose replies are large (VIEW_MESSAGE_BY_ID of a 4 MiB
+    message) in one write, and read nothing, had every reply made and held at once: 6.5 KiB of requests
+    held 650 MB. Past MAX_REPLY_BYTES_PER_READ of replies a read's remaining requests wait, and while the
+    peer reads nothing none more is served; once it reads, every one is answered, in order."""
+    made: list[int] = []
+    big = b"r" * (1 << 20)
+
+    def reply_big(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        made.append(req.opaque)
+        return req.make_response(body=big)
+
+    srv = RemotingServer({ECHO: reply_big}, host="127.0.0.1")
+    await srv.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port, limit=1 << 16)
+        transport = writer.transport
+        transport.pause_reading()  # read nothing: the replies pile up in the server's socket buffer
+        requests = [RemotingCommand.request(ECHO) for _ in range(120)]
+        for opaque, request in enumerate(requests, 1):
+            request.opaque = opaque
+        writer.write(b"".join(encode_command(r) for r in requests))
+        await writer.drain()
+        await asyncio.sleep(1.0)
+        held = len(made)
+        assert 0 < held < 60, held  # socket buffers and a read's cap (before: all 120 MiB made at once)
+        await asyncio.sleep(0.5)
+        assert len(made) == held  # none more while the peer reads nothing
+        transport.resume_reading()
+        answered = []
+        for _ in range(120):
+            length = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 30))[0]
+            frame = await reader.readexactly(length)
+            answered.append(decode_frame(struct.pack(">i", length) + frame, 0)[0].opaque)  # type: ignore[index]
+        assert answered == list(range(1, 121)) and len(made) == 120
+        writer.close()
+    finally:
+        await srv.stop()

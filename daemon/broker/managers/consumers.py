@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from daemon.broker.bodies import ConnectionInfo, ConsumerConnection, ConsumerData, SubscriptionData
@@ -18,6 +18,45 @@ from daemon.remoting.connection import Connection
 log = logging.getLogger(__name__)
 
 CHANNEL_EXPIRED_MS = 120_000
+
+
+#: Producer groups and consumer groups one client connection may hold, each, and the topics one group's
+#: subscription may name in a heartbeat (or a 5.x client's Settings). A client instance names every
+#: group of its process, a few; HEART_BEAT is open to any peer, and one of 16 MiB naming invented groups
+#: made the broker hold some 400 bytes and spend some 50 us of its loop on each (4.9.8 has no cap).
+MAX_CLIENT_GROUPS = 1000
+#: `Connection.attributes` keys: the producer and consumer groups the connection is registered in.
+PRODUCER_GROUPS = "mqctl.producerGroups"
+CONSUMER_GROUPS = "mqctl.consumerGroups"
+
+
+def groups_of(conn: Connection, key: str) -> set[str]:
+    """The groups of ``conn`` a manager holds under ``key`` (PRODUCER_GROUPS or CONSUMER_GROUPS)."""
+    held = conn.attributes.get(key)
+    if not isinstance(held, set):
+        held = conn.attributes[key] = set()
+    return held
+
+
+def client_overflow(conn: Connection, producers: Collection[str], consumers: Mapping[str, int]) -> str | None:
+    """Why registering ``producers`` (group names) and ``consumers`` (group name: topics subscribed)
+    for ``conn`` would hold more than MAX_CLIENT_GROUPS; None when it would not."""
+    for kind, names, key in (
+        ("producer", producers, PRODUCER_GROUPS),
+        ("consumer", consumers, CONSUMER_GROUPS),
+    ):
+        held = groups_of(conn, key)
+        if len(names) > MAX_CLIENT_GROUPS or len(held) + len(names) > MAX_CLIENT_GROUPS:
+            total = len(held | set(names))
+            if total > MAX_CLIENT_GROUPS:
+                return (
+                    f"this connection would be a {kind} of {total} groups; a client connection is one of "
+                    f"{MAX_CLIENT_GROUPS} at most"
+                )
+    for group, topics in consumers.items():
+        if topics > MAX_CLIENT_GROUPS:
+            return f"consumer group {group[:64]} subscribes {topics} topics; a group subscribes {MAX_CLIENT_GROUPS} at most"
+    return None
 
 
 def now_ms() -> int:
@@ -99,6 +138,7 @@ class ConsumerManager:
         joined = old is None or old.client_id != channel.client_id
         if joined:
             info.channels[channel.conn] = channel
+            groups_of(channel.conn, CONSUMER_GROUPS).add(info.group)
             log.info("consumer %s joined group %s from %s", channel.client_id, info.group, channel.conn.peer)
         else:
             assert old is not None
@@ -109,10 +149,12 @@ class ConsumerManager:
 
     def unregister(self, conn: Connection, group: str) -> None:
         info = self.groups.get(group)
+        groups_of(conn, CONSUMER_GROUPS).discard(group)
         if info is not None and info.channels.pop(conn, None) is not None:
             self._left(info)
 
     def connection_closed(self, conn: Connection) -> None:
+        groups_of(conn, CONSUMER_GROUPS).clear()
         for info in list(self.groups.values()):
             if info.channels.pop(conn, None) is not None:
                 self._left(info)
@@ -124,6 +166,7 @@ class ConsumerManager:
             for conn in expired:
                 log.warning("consumer %s of group %s expired", info.channels[conn].client_id, info.group)
                 del info.channels[conn]
+                groups_of(conn, CONSUMER_GROUPS).discard(info.group)
                 conn.close()
             if expired:
                 self._left(info)

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
-from daemon.broker.managers.consumers import CHANNEL_EXPIRED_MS, ClientChannel, now_ms
+from daemon.broker.managers.consumers import (
+    CHANNEL_EXPIRED_MS,
+    PRODUCER_GROUPS,
+    ClientChannel,
+    groups_of,
+    now_ms,
+)
 from daemon.remoting.connection import Connection
 
 
@@ -15,10 +21,12 @@ class ProducerManager:
         old = channels.get(channel.conn)
         if old is None:
             channels[channel.conn] = channel
+            groups_of(channel.conn, PRODUCER_GROUPS).add(group)
         else:
             old.last_update = channel.last_update
 
     def unregister(self, conn: Connection, group: str) -> None:
+        groups_of(conn, PRODUCER_GROUPS).discard(group)
         channels = self.groups.get(group)
         if channels is not None:
             channels.pop(conn, None)

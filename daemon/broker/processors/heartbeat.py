@@ -2,22 +2,26 @@
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from daemon.broker.bodies import GetConsumerListByGroupResponseBody, HeartbeatData
 from daemon.broker.filter import is_tag_type
 from daemon.broker.headers import ConsumerGroupHeader, UnregisterClientRequestHeader
-from daemon.broker.managers.consumers import ClientChannel
+from daemon.broker.managers.consumers import ClientChannel, client_overflow
 from daemon.broker.processors import system_error
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor
+from daemon.remoting.limits import WarningGate
 from store import fastjson
 from store.names import retry_topic
 
 if TYPE_CHECKING:
     from daemon.broker.context import BrokerContext
+
+log = logging.getLogger(__name__)
 
 
 def processors(broker: BrokerContext) -> dict[int, Processor]:
@@ -33,6 +37,7 @@ def processors(broker: BrokerContext) -> dict[int, Processor]:
 class ClientProcessor:
     def __init__(self, broker: BrokerContext) -> None:
         self.broker = broker
+        self._refusals = WarningGate(log)
 
     def heartbeat(self, conn: Connection, request: RemotingCommand) -> RemotingCommand:
         try:
@@ -40,6 +45,14 @@ class ClientProcessor:
         except (ValueError, TypeError, KeyError) as exc:
             raise system_error(f"bad heartbeat body: {exc}") from None
         broker = self.broker
+        overflow = client_overflow(
+            conn,
+            {p.group_name for p in data.producer_data_set},
+            {c.group_name: len(c.subscription_data_set) for c in data.consumer_data_set},
+        )
+        if overflow is not None:
+            self._refusals.warning("refused a heartbeat from %s: %s", conn.peer, overflow)
+            raise system_error(f"heartbeat refused: {overflow}")
         language = request.language.name
         for consumer in data.consumer_data_set:
             group = broker.groups.find(consumer.group_name, conn)
