@@ -10,6 +10,7 @@ from mqctl.cli.common import (
     BrokerAddrOpt,
     ClusterOpt,
     GroupOpt,
+    NewGroupOpt,
     YesOpt,
     check_group,
     cluster_options,
@@ -80,7 +81,7 @@ def _spec(
 @app.command("create")
 @cluster_options()
 def create(
-    group: GroupOpt,
+    group: NewGroupOpt,
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
     retry_queues: RetryQueuesOpt = None,
@@ -107,7 +108,7 @@ def create(
 @app.command("update")
 @cluster_options()
 def update(
-    group: GroupOpt,
+    group: NewGroupOpt,
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
     retry_queues: RetryQueuesOpt = None,
