@@ -270,12 +270,18 @@ def test_a_stream_through_spark_connect_writes_every_message_once(
         local.loop.run(send_known({"broker-a": local.broker}, ("SparkConnectStream",), range(20), sent))
         args = [connect_server, local.namesrv_addr, str(out), str(tmp_path / "checkpoint")]
         for _ in range(3):
-            done = subprocess.run(
-                [sys.executable, "-c", _STREAM_THROUGH_CONNECT, *args],
-                capture_output=True,
-                text=True,
-                timeout=300,
-            )
+            try:
+                done = subprocess.run(
+                    [sys.executable, "-c", _STREAM_THROUGH_CONNECT, *args],
+                    capture_output=True,
+                    text=True,
+                    timeout=300,
+                )
+            except subprocess.TimeoutExpired as late:  # say where the query was, not only that it was late
+                stderr = (
+                    late.stderr.decode(errors="replace") if isinstance(late.stderr, bytes) else late.stderr
+                )
+                pytest.fail(f"the streaming query outlived 300 s:\n{(stderr or '')[-3000:]}")
             if WORKER_LATE not in done.stderr:
                 break
         assert done.returncode == 0, done.stderr[-3000:]
