@@ -27,11 +27,19 @@ MaxRetriesOpt = Annotated[
     int | None, typer.Option("--max-retries", min=0, help="Redeliveries before the DLQ (default 16).")
 ]
 BroadcastOpt = Annotated[
-    bool | None, typer.Option("--broadcast/--no-broadcast", help="Allow broadcast consumption.")
+    bool | None,
+    typer.Option(
+        "--broadcast/--no-broadcast",
+        help="Allow broadcast consumption (default on, RocketMQ's and the dashboard's; mqadmin updateSubGroup "
+        "without -d turns it off).",
+    ),
 ]
 FromMinOpt = Annotated[
     bool | None,
-    typer.Option("--consume-from-min/--no-consume-from-min", help="New groups start at the min offset."),
+    typer.Option(
+        "--consume-from-min/--no-consume-from-min",
+        help="New groups start at the min offset (default on; mqadmin updateSubGroup without -m: off).",
+    ),
 ]
 EnabledOpt = Annotated[bool | None, typer.Option("--enable/--disable", help="Allow the group to consume.")]
 BrokerIdOpt = Annotated[
