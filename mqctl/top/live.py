@@ -339,7 +339,9 @@ class LiveSource:
             keys = list(unread)
             times = await asyncio.gather(*(self._earliest_time(k, now) for k in keys))
             for key, at in zip(keys, times, strict=True):
-                for group in unread[key] if at is not None else ():
+                if at is None:  # an empty queue, or the broker did not answer
+                    continue
+                for group in unread[key]:
                     oldest[group] = max(now - at, oldest[group] or 0.0)
         return tuple(GroupRow(g, lag[g], len(clients[g]), tps[g], oldest[g]) for g in names)
 
