@@ -115,6 +115,8 @@ from .names import (
     TRACE_TOPIC as TRACE_TOPIC,
     dlq_topic as dlq_topic,
     legal_name as legal_name,
+    new_group_problem as new_group_problem,
+    reserved_group_prefix as reserved_group_prefix,
 )
 from .native import describe_build as describe_build
 from .quarantine import (

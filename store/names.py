@@ -101,3 +101,29 @@ def retry_topic(group: str) -> str:
 
 def dlq_topic(group: str) -> str:
     return DLQ_GROUP_TOPIC_PREFIX + group
+
+
+def reserved_group_prefix(group: str) -> str | None:
+    """The retry or dead-letter topic prefix ``group`` starts with, or None. A new group must not: those
+    prefixes name a group's own topics, so such a group's retry topic would be ``%RETRY%%RETRY%...`` and
+    every tool that tells a group's topics from plain ones by the prefix would take the group for a topic
+    of another. 4.9.8 takes any name; its own tools never make one."""
+    for prefix in (RETRY_GROUP_TOPIC_PREFIX, DLQ_GROUP_TOPIC_PREFIX):
+        if group.startswith(prefix):
+            return prefix
+    return None
+
+
+def new_group_problem(group: str) -> str | None:
+    """Why ``group`` cannot name a new or updated subscription group on the wire (5.x's ``validateGroup``
+    remarks, then :func:`reserved_group_prefix`), or None."""
+    if not group or group.isspace():
+        return "The specified group is blank."
+    if not legal_name(group):
+        return f"The specified group: {group}, contains illegal characters, allowing only {NAME_CHARS}"
+    if len(group) > MAX_GROUP_LENGTH:
+        return f"The specified group: {group}, is longer than group max length: {MAX_GROUP_LENGTH}"
+    prefix = reserved_group_prefix(group)
+    if prefix is not None:
+        return f"The specified group: {group}, starts with {prefix}, the prefix of groups' own topics"
+    return None

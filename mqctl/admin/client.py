@@ -360,6 +360,13 @@ class Admin:
         )
         return bh.OffsetResponseHeader.from_ext_fields(response.ext_fields).offset
 
+    async def earliest_time(self, addr: str, topic: str, queue_id: int) -> int:
+        """GET_EARLIEST_MSG_STORETIME (32): the store time (ms) of the queue's oldest stored message."""
+        response = await self.call(
+            addr, RequestCode.GET_EARLIEST_MSG_STORETIME, bh.QueueHeader(topic=topic, queue_id=queue_id)
+        )
+        return bh.TimestampResponseHeader.from_ext_fields(response.ext_fields).timestamp
+
     async def search_offset(self, addr: str, topic: str, queue_id: int, timestamp_ms: int) -> int:
         header = bh.SearchOffsetRequestHeader(topic=topic, queue_id=queue_id, timestamp=timestamp_ms)
         response = await self.call(addr, RequestCode.SEARCH_OFFSET_BY_TIMESTAMP, header)

@@ -55,11 +55,13 @@ def apply(
     """Plan creating or updating the file's topics and groups on each master, per broker; --execute applies
     it (twice changes nothing). Brokers are matched by name; mqadmin's files go to every master. ACL
     accounts are compared, not written: the file has no secrets."""
-    from mqctl.cli.common import name_problem
+    from mqctl.cli.common import name_problem, new_group_problem
     from mqctl.output import stderr_console
     from mqctl.services.metadata import apply as apply_metadata, load
 
-    meta = load(file, name_problem)
+    meta = load(
+        file, lambda kind, name: new_group_problem(name) if kind == "group" else name_problem(kind, name)
+    )
     renames = _renames(map_broker)
     if meta.offsets and not offsets:
         stderr_console().print("note: the file's consumer offsets are left alone; --offsets applies them")

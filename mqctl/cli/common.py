@@ -17,7 +17,13 @@ import typer
 
 from mqctl.completion import complete_group, complete_topic
 from mqctl.output import FORMATS
-from store import MAX_GROUP_LENGTH, MAX_TOPIC_LENGTH, legal_name
+from store import (
+    MAX_GROUP_LENGTH,
+    MAX_TOPIC_LENGTH,
+    RETRY_GROUP_TOPIC_PREFIX,
+    legal_name,
+    reserved_group_prefix,
+)
 
 if TYPE_CHECKING:
     from mqctl.admin.client import Admin
@@ -111,6 +117,28 @@ def _checked(kind: str) -> Callable[[str | None], str | None]:
 check_topic = _checked("topic")
 check_group = _checked("group")
 
+
+def new_group_problem(name: str) -> str | None:
+    """Why ``name`` cannot name a group to create or update: :func:`name_problem`, and not a prefix of
+    groups' own topics (a group of that name can still be shown and deleted)."""
+    problem = name_problem("group", name)
+    prefix = None if problem is not None else reserved_group_prefix(name)
+    if prefix is not None:
+        kind = "retry" if prefix == RETRY_GROUP_TOPIC_PREFIX else "dead-letter"
+        problem = (
+            f"group {name!r} starts with {prefix}, the prefix of every group's {kind} topic "
+            f"(group G has {prefix}G): choose a name without it"
+        )
+    return problem
+
+
+def check_new_group(value: str) -> str:
+    problem = new_group_problem(value)
+    if problem is not None:
+        raise typer.BadParameter(problem)
+    return value
+
+
 TopicOpt = Annotated[
     str,
     typer.Option("--topic", "-t", help="Topic name.", autocompletion=complete_topic, callback=check_topic),
@@ -119,6 +147,12 @@ GroupOpt = Annotated[
     str,
     typer.Option(
         "--group", "-g", help="Consumer group name.", autocompletion=complete_group, callback=check_group
+    ),
+]
+NewGroupOpt = Annotated[
+    str,
+    typer.Option(
+        "--group", "-g", help="Consumer group name.", autocompletion=complete_group, callback=check_new_group
     ),
 ]
 ClusterOpt = Annotated[str | None, typer.Option("--cluster", "-c", help="Cluster name.")]

@@ -10,6 +10,7 @@ from mqctl.cli.common import (
     BrokerAddrOpt,
     ClusterOpt,
     GroupOpt,
+    NewGroupOpt,
     YesOpt,
     check_group,
     cluster_options,
@@ -26,11 +27,19 @@ MaxRetriesOpt = Annotated[
     int | None, typer.Option("--max-retries", min=0, help="Redeliveries before the DLQ (default 16).")
 ]
 BroadcastOpt = Annotated[
-    bool | None, typer.Option("--broadcast/--no-broadcast", help="Allow broadcast consumption.")
+    bool | None,
+    typer.Option(
+        "--broadcast/--no-broadcast",
+        help="Allow broadcast consumption (default on, RocketMQ's and the dashboard's; mqadmin updateSubGroup "
+        "without -d turns it off).",
+    ),
 ]
 FromMinOpt = Annotated[
     bool | None,
-    typer.Option("--consume-from-min/--no-consume-from-min", help="New groups start at the min offset."),
+    typer.Option(
+        "--consume-from-min/--no-consume-from-min",
+        help="New groups start at the min offset (default on; mqadmin updateSubGroup without -m: off).",
+    ),
 ]
 EnabledOpt = Annotated[bool | None, typer.Option("--enable/--disable", help="Allow the group to consume.")]
 BrokerIdOpt = Annotated[
@@ -80,7 +89,7 @@ def _spec(
 @app.command("create")
 @cluster_options()
 def create(
-    group: GroupOpt,
+    group: NewGroupOpt,
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
     retry_queues: RetryQueuesOpt = None,
@@ -107,7 +116,7 @@ def create(
 @app.command("update")
 @cluster_options()
 def update(
-    group: GroupOpt,
+    group: NewGroupOpt,
     cluster: ClusterOpt = None,
     broker: BrokerAddrOpt = None,
     retry_queues: RetryQueuesOpt = None,

@@ -107,12 +107,15 @@ def delete(
     if_exists: Annotated[bool, typer.Option("--if-exists", help="Succeed when it is already gone.")] = False,
     yes: YesOpt = False,
 ) -> None:
-    """Delete a topic from its brokers and from every NameServer (asks first)."""
+    """Delete a topic from its brokers and from every NameServer (asks first, once it is found: a topic
+    no NameServer routes exits 3 without asking)."""
     from mqctl.services.topics import delete as delete_topic
 
-    confirm(f"Delete topic {topic!r} from its brokers and NameServers?", yes=yes)
+    def ask(question: str) -> None:
+        confirm(question, yes=yes)
+
     online(
-        lambda admin: delete_topic(admin, topic, cluster=cluster, if_exists=if_exists),
+        lambda admin: delete_topic(admin, topic, cluster=cluster, if_exists=if_exists, confirm=ask),
     )
 
 

@@ -398,14 +398,26 @@ async def create_missing(admin: Admin, specs: list[TopicSpec], *, parallel: int 
     return len(todo)
 
 
-async def delete(admin: Admin, topic: str, *, cluster: str | None, if_exists: bool = False) -> TopicDeleted:
-    """Delete a topic from every broker holding it, then from every NameServer (mqadmin's order)."""
+async def delete(
+    admin: Admin,
+    topic: str,
+    *,
+    cluster: str | None,
+    if_exists: bool = False,
+    confirm: Callable[[str], None] | None = None,
+) -> TopicDeleted:
+    """Delete a topic from every broker holding it, then from every NameServer (mqadmin's order).
+
+    ``confirm`` is asked (and raises to refuse) once the topic is found: a missing one is reported
+    first, not after a question about deleting it."""
     try:
         masters = await masters_of_topic(admin, topic)
     except NotFoundError:
         if if_exists:
             return {"topic": topic, "action": "missing", "brokers": []}
         raise
+    if confirm is not None:
+        confirm(f"Delete topic {topic!r} from {', '.join(sorted(masters))} and every NameServer?")
     for addr in masters.values():
         await admin.delete_topic_in_broker(addr, topic)
     await admin.delete_topic_in_namesrv(topic, cluster)

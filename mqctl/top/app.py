@@ -55,7 +55,8 @@ Data: the standard admin request codes, plus the broker's /metrics endpoint
 when it has one (put bytes per topic need it; RocketMQ 4.9 has none).
 A view whose data is older than two refresh intervals is marked STALE.
 Oldest unconsumed (≤) is an upper bound: the age of the last consumed
-message on the group's furthest-behind queue.
+message on the group's furthest-behind queue (on a queue it never
+consumed: the queue's oldest message).
 
 Press Esc or ? to close."""
 

@@ -56,6 +56,8 @@ MISSING_WITHOUT_METRICS = frozenset({"Topics: Bytes"})
 MAX_FILES = 256
 #: Concurrent per-topic or per-group requests to one cluster.
 CONCURRENCY = 16
+#: Seconds a queue's oldest stored message time is kept: it changes only when retention deletes a file.
+EARLIEST_TTL = 60.0
 
 
 @dataclass
@@ -138,6 +140,7 @@ class LiveSource:
         self._settings: dict[str, BrokerSettings] = {}
         self._counters: dict[tuple[str, str, str], tuple[float, int]] = {}
         self._first_writes: dict[tuple[str, int], float] = {}
+        self._earliest: dict[tuple[str, str, int], tuple[float, float | None]] = {}
         self._last_views: frozenset[str] = frozenset()
 
     async def close(self) -> None:
@@ -315,19 +318,50 @@ class LiveSource:
         tps = dict.fromkeys(names, 0.0)
         oldest: dict[str, float | None] = dict.fromkeys(names)
         clients: dict[str, set[str]] = {g: set() for g in names}
-        for (_, group), (stats, conns) in zip(asks, answers, strict=True):
+        unread: dict[tuple[str, str, int], list[str]] = {}  # queues with no consumed message left
+        for (addr, group), (stats, conns) in zip(asks, answers, strict=True):
             if conns is not None:
                 clients[group].update(c.client_id for c in conns.connection_set)
             if stats is None:
                 continue
             tps[group] += stats.consume_tps
-            for wrapper in stats.offset_table.values():
+            for mq, wrapper in stats.offset_table.items():
                 behind = max(wrapper.broker_offset - wrapper.consumer_offset, 0)
                 lag[group] += behind
                 if behind and wrapper.last_timestamp > 0:
                     seen = now - wrapper.last_timestamp / 1000
                     oldest[group] = max(seen, oldest[group] or 0.0)
+                elif behind:
+                    unread.setdefault((addr, mq.topic, mq.queue_id), []).append(group)
+        if unread:
+            # Never consumed (or its last consumed message is gone): the oldest unconsumed message is the
+            # queue's oldest stored one, as the dashboard's reset-by-time view would start from.
+            keys = list(unread)
+            times = await asyncio.gather(*(self._earliest_time(k, now) for k in keys))
+            for key, at in zip(keys, times, strict=True):
+                if at is None:  # an empty queue, or the broker did not answer
+                    continue
+                for group in unread[key]:
+                    oldest[group] = max(now - at, oldest[group] or 0.0)
         return tuple(GroupRow(g, lag[g], len(clients[g]), tps[g], oldest[g]) for g in names)
+
+    async def _earliest_time(self, key: tuple[str, str, int], now: float) -> float | None:
+        """The store time (s) of a queue's oldest message, asked once a minute at most (GET_EARLIEST_MSG_
+        STORETIME): a group that never consumed is asked about on every refresh."""
+        cached = self._earliest.get(key)
+        if cached is not None and now - cached[0] < EARLIEST_TTL:
+            return cached[1]
+        addr, topic, queue_id = key
+        try:
+            ms = await self._limited(self.admin.earliest_time(addr, topic, queue_id))
+        except RemotingError as exc:
+            log.info("oldest message of %s %s queue %d: %s", addr, topic, queue_id, exc)
+            return None
+        if len(self._earliest) >= 1 << 16:
+            self._earliest.clear()
+        at = ms / 1000 if ms > 0 else None
+        self._earliest[key] = (now, at)
+        return at
 
     async def _group_names(self, addr: str) -> list[str]:
         try:

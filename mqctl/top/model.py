@@ -105,7 +105,8 @@ class TopicRow:
 @dataclass(frozen=True)
 class GroupRow:
     """One consumer group over all masters; ``oldest_age`` (seconds) is an upper bound: the age of the
-    last consumed message on the queue furthest behind (ConsumeStats' lastTimestamp)."""
+    last consumed message on the queue furthest behind (ConsumeStats' lastTimestamp), or on a queue with
+    no consumed message left (never consumed) the age of its oldest stored message."""
 
     name: str
     lag: int

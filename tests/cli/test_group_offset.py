@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 
 from daemon.broker.bodies import MessageQueue
-from daemon.remoting.codes import RequestCode
+from daemon.remoting.codes import RequestCode, ResponseCode
 from mqctl.errors import ConflictError, NotFoundError, UsageError
 from mqctl.services.groups import allocate_averagely
+from store import SubscriptionGroupConfig
 from tests.daemons import LocalCluster, handle, local_cluster
 from tests.support.cli import CliResult, RunCli
 
@@ -100,6 +101,37 @@ def test_group_create_and_update_set_where_consumers_read(mq: RunCli, loaded: Lo
     assert updated["brokers"][0]["changes"] == {"which_broker_when_consume_slowly": [1, 2]}
     stored = loaded.broker.groups.table.get("CG_Slave")
     assert (stored.broker_id, stored.which_broker_when_consume_slowly) == (1, 2)  # the rest as it was
+
+
+@pytest.mark.parametrize("name", ["%RETRY%CG_Orders", "%DLQ%CG_Orders"])
+def test_a_group_named_as_a_groups_own_topic_is_refused(mq: RunCli, loaded: LocalCluster, name: str) -> None:
+    """%RETRY%G and %DLQ%G are group G's retry and dead-letter topics: a group of that name would have
+    %RETRY%%RETRY%G, and tools telling a group's topics by the prefix would take it for one. The CLI
+    refuses it as a bad argument (exit 2) before asking a broker, and the broker refuses it on the wire."""
+    for command in ("create", "update"):
+        result = mq("group", command, "-g", name)
+        assert result.code == UsageError.exit_code, result.stderr
+        assert "prefix of every group's" in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert loaded.broker.groups.table.get(name) is None
+
+    wire = handle(loaded)
+
+    async def create() -> tuple[int, str | None]:
+        try:
+            response = await wire.call(
+                RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+                {},
+                body=SubscriptionGroupConfig(name).dumps(),
+            )
+            return response.code, response.remark
+        finally:
+            await wire.client.close()
+
+    code, remark = loaded.loop.run(create())
+    assert code == ResponseCode.SYSTEM_ERROR and remark is not None and "starts with %" in remark
+    assert loaded.broker.groups.table.get(name) is None
+    # a group of that name left by an older broker is still shown and deleted: only creation is refused
+    assert mq("group", "delete", "-g", name, "--if-exists", "--yes").code == 0
 
 
 def test_group_list_progress_sums_each_groups_lag(mq: RunCli) -> None:

@@ -202,6 +202,10 @@ def test_files_it_cannot_apply(cli: RunCli, target: LocalCluster, tmp_path: Path
         ),
         ("kind: mqctl-metadata\nversion: 1\ntopics:\n- {name: T, read_queues: eight}\n", "whole number"),
         ("kind: mqctl-metadata\nversion: 1\ngroups:\n- {name: G, enabled: 1}\n", "true or false"),
+        (
+            "kind: mqctl-metadata\nversion: 1\ngroups:\n- {name: '%RETRY%G'}\n",
+            "prefix of every group's retry",
+        ),
         ("- a\n", "mapping"),
         *(
             (

@@ -118,6 +118,15 @@ def test_topic_lifecycle(mq: RunCli, daemons: LocalCluster) -> None:
     )
 
 
+def test_deleting_a_missing_topic_says_so_before_asking(mq: RunCli) -> None:
+    """mqadmin deleteTopic's question comes after the route lookup: a topic no NameServer routes is one
+    line and exit 3, not a question (off a terminal: 'pass --yes') about deleting it."""
+    missing = mq("topic", "delete", "-t", "NoSuchTopic")
+    assert missing.code == NotFoundError.exit_code, missing.stderr
+    assert "NoSuchTopic" in missing.stderr and "--yes" not in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1
+
+
 def test_update_missing_topic(mq: RunCli) -> None:
     assert mq("topic", "update", "-t", "Nope", "-w", "2").code == NotFoundError.exit_code
     assert (

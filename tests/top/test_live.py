@@ -17,7 +17,9 @@ from mqctl.admin.client import Admin
 from mqctl.services.groups import progress
 from mqctl.services.topics import stats
 from mqctl.top.app import GroupScreen, Table, TopApp
+from mqctl.top.format import group_cells
 from mqctl.top.live import LiveSource
+from store import FakeClock, SubscriptionGroupConfig
 from tests.daemons import LocalCluster, handle, local_cluster
 from tests.support.broker import BrokerHandle
 from tests.support.waiting import wait_until
@@ -276,3 +278,32 @@ async def test_unreachable_broker_shows_down_and_the_rest_works(
             assert "orders" in rows(app.query_one("#topics-table", Table))
     finally:
         cluster.loop.run(registrar.close())
+
+
+async def test_a_group_that_never_consumed_shows_its_oldest_unconsumed_message(cluster: LocalCluster) -> None:
+    """A group at offset 0 with messages waiting had no last consumed message, and top showed '-': its
+    oldest unconsumed message is the queue's oldest, whose age it now shows (asked once a minute)."""
+    client = handle(cluster)
+    for i in range(3):
+        assert cluster.loop.run(client.send("orders", f"m{i}".encode(), queue_id=0)).code == 0
+    cluster.loop.run(client.client.close())
+    stored_ms = cluster.broker.store.get_earliest_message_time("orders", 0)
+    clock = FakeClock(stored_ms + 3_600_000)
+    source = LiveSource([cluster.namesrv_addr], clock=clock)
+    try:
+        async with Admin([cluster.namesrv_addr]) as admin:
+            for group in ("never", "reading"):
+                await admin.create_group(cluster.broker_addr, SubscriptionGroupConfig(group))
+            await admin.commit_offset(cluster.broker_addr, "never", "orders", 0, 0)  # subscribed, unread
+            await admin.commit_offset(cluster.broker_addr, "reading", "orders", 0, 1)
+        groups = {g.name: g for g in (await source.snapshot(frozenset({"groups"}))).groups or ()}
+        assert groups["never"].lag == 3 and groups["never"].oldest_age == 3600.0
+        assert groups["reading"].lag == 2 and groups["reading"].oldest_age == 3600.0  # its last read one
+        assert group_cells(groups["never"])[4] == "≤1h00m"
+
+        asked = len(source._earliest)
+        clock.set(stored_ms + 3_610_000)  # a refresh within the minute asks nothing more
+        again = {g.name: g for g in (await source.snapshot(frozenset({"groups"}))).groups or ()}
+        assert again["never"].oldest_age == 3610.0 and len(source._earliest) == asked == 1
+    finally:
+        await source.close()

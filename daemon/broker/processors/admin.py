@@ -63,7 +63,13 @@ from store import fastjson
 from store.config import StoreConfig
 from store.errors import CorruptRecordError
 from store.models import SubscriptionGroupConfig, TopicConfig
-from store.names import DLEDGER_TERM_TOPIC, REVIVE_TOPIC_PREFIX, SCHEDULE_TOPIC, TRANS_OP_HALF_TOPIC
+from store.names import (
+    DLEDGER_TERM_TOPIC,
+    REVIVE_TOPIC_PREFIX,
+    SCHEDULE_TOPIC,
+    TRANS_OP_HALF_TOPIC,
+    new_group_problem,
+)
 from store.record import decode_msg_id
 
 if TYPE_CHECKING:
@@ -235,6 +241,9 @@ class AdminProcessor:
             config = SubscriptionGroupConfig.loads(request.body)
         except (ValueError, TypeError, KeyError) as exc:
             raise system_error(f"bad subscription group body: {exc}") from None
+        problem = new_group_problem(config.group_name)
+        if problem is not None:
+            raise system_error(problem)
         self.broker.groups.put(config)
         return request.make_response()
 
