@@ -534,7 +534,7 @@ class SendProcessor:
         ]
         if not msgs:
             raise fail(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
-        if self.broker.must_offload(wait):
+        if wait and self.broker.offloads_puts:
             return self._offloaded(request, self.broker.store.put_messages, msgs, topic, queue_id, started)
         store = self.broker.store
         if topic is slot.topic:  # (not a DLQ's): the queue and the stats items as the slot holds them
@@ -592,7 +592,7 @@ class SendProcessor:
             0,  # prepared_transaction_offset
             wait,
         )
-        if self.broker.must_offload(wait):
+        if wait and self.broker.offloads_puts:
             return self._offloaded(
                 request, self.broker.store.put_message, msg, topic, reply_queue_id, started
             )
