@@ -62,6 +62,7 @@ MODULES = (
     "daemon.remoting.fields",
     "daemon.remoting.frame",
     "daemon.broker.long_poll",
+    "daemon.broker.managers.groups",
     "daemon.broker.managers.topics",
     "daemon.broker.processors.send",
     "daemon.broker.stats",
@@ -79,6 +80,7 @@ MODULES = (
     "store.javahash",
     "store.mapped_file",
     "store.message",
+    "store.reads",
     "store.record",
     "store.results",
 )

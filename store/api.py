@@ -1,12 +1,12 @@
-"""The ``MessageStore`` protocol the broker sees, and the read-path logic that both implementations
-share (offset checks, the ConsumeQueue unit walk, search by time). What puts and reads return lives in
-:mod:`store.results`.
+"""The ``MessageStore`` protocol the broker sees, and the logic that both implementations share (search by
+time here; the offset checks and the ConsumeQueue unit walk in :mod:`store.reads`, compiled, re-exported).
+What puts and reads return lives in :mod:`store.results`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Container, Iterable
+from collections.abc import Callable, Container
 from typing import Protocol, runtime_checkable
 
 from store.cleanup import CleanPlan
@@ -15,10 +15,11 @@ from store.commitlog import PutMessageStatus
 from store.config import StoreConfig
 from store.config_files import ConfigFiles
 from store.consumequeue import QueueHandle
-from store.errors import CorruptRecordError, DamagedUnitError
+from store.errors import DamagedUnitError
 from store.ha import ReplicaStore
 from store.message import TRANSACTION_TYPE_MASK, Message
-from store.results import GetMessageStatus, GetResult, PutResult, QueryResult, SelectedMessage
+from store.reads import RecordReader, check_offset, select_units
+from store.results import GetResult, PutResult, QueryResult, SelectedMessage
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +27,7 @@ __all__ = [
     "ArrivalListener",
     "MessageStore",
     "PutMessageStatus",
+    "RecordReader",
     "batch_is_legal",
     "check_offset",
     "search_by_timestamp",
@@ -190,81 +192,6 @@ def batch_is_legal(batch: list[Message]) -> bool:
         or m.sys_flag & TRANSACTION_TYPE_MASK
         for m in batch
     )
-
-
-def check_offset(offset: int, min_offset: int, max_offset: int) -> tuple[GetMessageStatus, int] | None:
-    """Status and next offset when ``offset`` cannot be read from a queue holding [min, max); else None.
-
-    The next offsets are the master's corrections in ``DefaultMessageStore.getMessage`` (4.9.8).
-    """
-    if max_offset == 0:
-        return GetMessageStatus.NO_MESSAGE_IN_QUEUE, 0
-    if offset < min_offset:
-        return GetMessageStatus.OFFSET_TOO_SMALL, min_offset
-    if offset == max_offset:
-        return GetMessageStatus.OFFSET_OVERFLOW_ONE, offset
-    if offset > max_offset:
-        return GetMessageStatus.OFFSET_OVERFLOW_BADLY, min_offset if min_offset == 0 else max_offset
-    return None
-
-
-RecordReader = Callable[[int, int, int], "tuple[memoryview, str] | None"]
-"""``read(phys_offset, size, queue_offset)`` → (raw record view, file path), or None when the log no longer
-has it (the queue offset lets a reader check that the unit points at its own record); raises
-:class:`CorruptRecordError` (naming file and offset) for a record that fails validation."""
-
-
-def select_units(
-    res: GetResult,
-    units: Iterable[tuple[int, int, int]],
-    offset: int,
-    max_count: int,
-    tag_filter: Container[int] | None,
-    read: RecordReader,
-    roll_next_file: Callable[[int], int],
-    *,
-    max_bytes: int,
-    max_messages: int,
-) -> None:
-    """Walk ConsumeQueue units from ``offset`` as ``getMessage`` does: filter by tags code, stop when
-    the batch is full (count or bytes), skip to the next CommitLog file past removed data.
-    Fills ``res.messages``, ``res.status`` and ``res.next_begin_offset``.
-    """
-    max_msgs = min(max_count, max_messages)
-    limit = max(16000, max_count * 20) // 20  # Java counts this bound in ConsumeQueue bytes
-    messages = res.messages
-    total = 0
-    next_file_start = -1
-    i = 0
-    for phys, size, tags in units:
-        if i >= limit:
-            break
-        if next_file_start >= 0 and phys < next_file_start:
-            i += 1
-            continue
-        if messages and (len(messages) >= max_msgs or total + size > max_bytes):
-            break
-        if tag_filter is not None and tags not in tag_filter:
-            i += 1
-            continue
-        try:
-            found = read(phys, size, offset + i)
-        except CorruptRecordError as e:
-            log.error("pull skips a damaged record: %s", e)
-            i += 1
-            continue
-        if found is None:
-            if not messages:
-                res.status = GetMessageStatus.MESSAGE_WAS_REMOVING
-            next_file_start = roll_next_file(phys)
-            i += 1
-            continue
-        messages.append(SelectedMessage(phys, size, found[0], offset + i, tags, found[1]))
-        total += size
-        res.status = GetMessageStatus.FOUND
-        next_file_start = -1
-        i += 1
-    res.next_begin_offset = offset + i
 
 
 def search_by_timestamp(low: int, high: int, store_time_at: Callable[[int], int], timestamp: int) -> int:

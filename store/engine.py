@@ -35,9 +35,7 @@ from store.api import (
     ArrivalListener,
     MessageStore,
     batch_is_legal,
-    check_offset,
     search_by_timestamp,
-    select_units,
 )
 from store.checkpoint import RecoveryPoint, StoreCheckpoint
 from store.cleanup import (
@@ -84,6 +82,7 @@ from store.message import (
     Message,
 )
 from store.quarantine import READ, REPLICATED, kept_in_place, list_quarantines, set_aside, set_aside_records
+from store.reads import UnitReader, check_offset, select_units
 from store.record import (
     RECORD_IDENTITY,
     RecordInfo,
@@ -1497,7 +1496,14 @@ class DefaultMessageStore:
                 offset,
                 max_count,
                 tag_filter,
-                self.healer.reader(cq, strict=not self.read_only and healing),
+                # (built here, not by Healer.reader: an interpreted call per read)
+                UnitReader(
+                    self.commit_log,
+                    cq,
+                    not self.read_only and healing and (topic, queue_id) not in self.healer.unhealable,
+                    self._crc_checked_from,
+                    self.set_aside_read,
+                ),
                 self.commit_log.roll_next_file,
                 max_bytes=self.config.max_transfer_bytes_on_message_in_memory,
                 max_messages=self.config.max_transfer_count_on_message_in_memory,

@@ -31,7 +31,6 @@ from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
-from store.api import RecordReader
 from store.clock import Clock
 from store.commitlog import CommitLog
 from store.consumequeue import PREFILL_UNIT, UNIT, ConsumeQueue, unit_tags_code
@@ -45,13 +44,12 @@ from store.indexfile import (
     IndexService,
 )
 from store.message import (
-    MESSAGE_MAGIC_CODE,
-    MESSAGE_MAGIC_CODE_V2,
     TRANSACTION_COMMIT_TYPE,
     TRANSACTION_NOT_TYPE,
     TRANSACTION_TYPE_MASK,
 )
-from store.record import RECORD_IDENTITY, body_crc_problem, record_identity
+from store.reads import LMQ_PREFIX, UnitReader, record_problem
+from store.record import record_identity
 
 log = logging.getLogger(__name__)
 
@@ -61,44 +59,11 @@ ANCHOR_LOOKBACK = 64  # how far from a damaged unit to look for an intact one to
 FUTURE_SLACK_MS = 24 * 3600 * 1000  # an index timestamp this far past the clock is garbage, not clock skew
 _PREFILL_SIZE = UNIT.unpack(PREFILL_UNIT)[1]
 _QUEUED = (TRANSACTION_NOT_TYPE, TRANSACTION_COMMIT_TYPE)
-_MAGICS = (MESSAGE_MAGIC_CODE, MESSAGE_MAGIC_CODE_V2)
 
-#: Light message queues (multi-dispatch, docs/store-format.md §properties-and-message-ids): their units
-#: point at other topics' records.
-LMQ_PREFIX = "%LMQ%"
 QueueKey = tuple[str, int]
 
 
 # ------------------------------------------------------------------------------------ pure checks
-
-
-def record_problem(
-    cl: CommitLog, phys: int, size: int, topic: bytes, queue_id: int, queue_offset: int | None = None
-) -> str | None:
-    """Why the unit ``(phys, size)`` of queue ``topic``/``queue_id`` (at ``queue_offset`` if given) does
-    not point at its record; ``None`` when it does. A unit below the CommitLog's first file is not judged
-    (its record expired)."""
-    if phys < cl.min_offset or cl.set_aside.get(phys) == size:  # expired, or set aside (reads skip it)
-        return None
-    if size <= 0 or phys < 0:
-        return "is not a valid unit"
-    mf = cl.files.find_file(phys)
-    if mf is None or phys - mf.file_from_offset >= mf.wrote_position:
-        return f"points past the CommitLog end {cl.max_offset}"
-    pos = phys - mf.file_from_offset
-    try:
-        r_size, r_qid, r_qoff, r_phys, _ts, r_topic = record_identity(mf.view, pos, mf.wrote_position)
-    except CorruptRecordError as e:
-        return f"points at no record ({e.reason})"
-    if r_phys != phys:
-        return f"points inside a record (the record there says it starts at {r_phys})"
-    if r_size != size:
-        return f"has size {size} but the record's TOTALSIZE is {r_size}"
-    if r_topic != topic or r_qid != queue_id:
-        return f"points at a record of {r_topic.decode('utf-8', 'replace')}/{r_qid}"
-    if queue_offset is not None and r_qoff != queue_offset:
-        return f"at queue offset {queue_offset} points at the record of queue offset {r_qoff}"
-    return None
 
 
 def _units_to_check(cq: ConsumeQueue, samples: int) -> Iterator[int]:
@@ -305,7 +270,8 @@ class Healer:
     def __init__(self, store: HealedStore) -> None:
         self.store = store
         self.rebuilds = 0  # ConsumeQueue repairs and rebuilds done since open
-        self._unhealable: set[QueueKey] = set()
+        #: queues a rebuild could not complete: reads skip their damaged units instead of healing again
+        self.unhealable: set[QueueKey] = set()
 
     def check_on_start(self) -> int | None:
         """Check every ConsumeQueue and IndexFile; heal the damaged queues and index headers now, and drop
@@ -369,61 +335,13 @@ class Healer:
             return start
         return None
 
-    def reader(self, cq: ConsumeQueue, *, strict: bool) -> RecordReader:
-        """The record reader for a pull from ``cq``: each unit is checked against the header of the record
-        it points at (size, offset, queue id and offset, magic; one unpack, so pulls stay fast; the topic
-        is checked at start-up). A damaged unit raises :class:`DamagedUnitError` (``strict``), else it is skipped like a
-        removed record and logged at ERROR (after a rebuild that could not reach it)."""
+    def reader(self, cq: ConsumeQueue, *, strict: bool) -> UnitReader:
+        """The record reader for a pull from ``cq`` (:class:`store.reads.UnitReader`): a damaged unit raises
+        :class:`DamagedUnitError` (``strict``, unless a rebuild of the queue could not reach it), else it
+        is skipped and logged at ERROR."""
         store = self.store
-        cl = store.commit_log
-        topic, qid = cq.topic.encode(), cq.queue_id
-        if (cq.topic, qid) in self._unhealable:
-            strict = False
-        lmq = cq.topic.startswith(LMQ_PREFIX)
-
-        find_file = cl.files.find_file
-        identity = RECORD_IDENTITY.unpack_from
-        room = RECORD_IDENTITY.size
-        magic, magic_v2 = _MAGICS
-        crc_checked_from = store._crc_checked_from  # set by recovery, before any read
-        set_aside = cl.set_aside  # damaged records recovery kept in place: never served
-
-        def read(phys: int, size: int, queue_offset: int) -> tuple[memoryview, str] | None:
-            mf = find_file(phys)
-            if mf is not None:  # the hot path: one unpack of the record's header fields, one compare
-                pos = phys - mf.file_from_offset
-                if pos + size <= mf.wrote_position and pos + room <= mf.file_size:
-                    if lmq:
-                        own = True
-                    else:
-                        fields = identity(mf.view, pos)
-                        own = fields == (size, magic, qid, queue_offset, phys) or fields == (
-                            size,
-                            magic_v2,
-                            qid,
-                            queue_offset,
-                            phys,
-                        )
-                    if own:
-                        # never served: the pull skips it (a set-aside record's damage may lie outside
-                        # its body, where the body CRC cannot see it)
-                        if set_aside and phys in set_aside:
-                            raise CorruptRecordError(mf.path, phys, "a damaged record recovery set aside")
-                        if phys < crc_checked_from and (bad := body_crc_problem(mf.view, pos, size)):
-                            store.set_aside_read(mf.path, phys, size, bad)  # into a quarantine, once
-                            raise CorruptRecordError(mf.path, phys, bad)
-                        return mf.view[pos : pos + size], mf.path
-                if set_aside and phys in set_aside:
-                    raise CorruptRecordError(mf.path, phys, "a damaged record recovery set aside")
-            why = record_problem(cl, phys, size, topic, qid, queue_offset)
-            if why is None:  # expired (below the CommitLog's first file) or left with its file since
-                return None
-            if strict:
-                raise DamagedUnitError(cq.topic, qid, queue_offset, phys, size, why)
-            log.error("%s/%d: skipping unit (offset %d, size %d) that %s", cq.topic, qid, phys, size, why)
-            return None
-
-        return read
+        strict = strict and (cq.topic, cq.queue_id) not in self.unhealable
+        return UnitReader(store.commit_log, cq, strict, store._crc_checked_from, store.set_aside_read)
 
     def heal_read(self, err: DamagedUnitError) -> None:
         """A pull met a damaged unit: heal its queue (see :meth:`_heal`). The broker runs this in a worker
@@ -538,7 +456,7 @@ class Healer:
             next_offset = old.next_offset if old is not None and not complete else 0
             if old is not None and not complete:
                 units.extend(u for u in _units_from(old, walk.offset) if u[0] > after[key])
-                self._unhealable.add(key)
+                self.unhealable.add(key)
             if old is not None and key in anchors:
                 cq = old
                 cq.truncate_to(after[key] + 1)

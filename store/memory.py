@@ -17,13 +17,7 @@ import logging
 import threading
 from collections.abc import Container
 
-from store.api import (
-    ArrivalListener,
-    batch_is_legal,
-    check_offset,
-    search_by_timestamp,
-    select_units,
-)
+from store.api import ArrivalListener, batch_is_legal, search_by_timestamp
 from store.cleanup import (
     CleanPlan,
     LogFile,
@@ -49,6 +43,7 @@ from store.message import (
     HostAddress,
     Message,
 )
+from store.reads import check_offset, select_units
 from store.record import (
     BLANK_MAGIC_CODE,
     create_msg_id,

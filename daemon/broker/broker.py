@@ -265,6 +265,7 @@ class Broker:
         #: Groups created on use, written together (see SubscriptionGroupManager.persist_created).
         self.persist_groups = Coalesced(lambda: asyncio.to_thread(self.groups.persist_now), "persist-groups")
         self._flush_pool: ThreadPoolExecutor | None = None
+        self.offloads_puts = False  # (BrokerContext's): SYNC_FLUSH puts that wait run in the flush pool
         self._metrics_stop: Callable[[], None] | None = None
         self._started = False
         #: "starting" until the store is recovered and the port accepts, then "serving" (/healthz).
@@ -973,6 +974,7 @@ class Broker:
             raise
         if self.config.flush_disk_type == "SYNC_FLUSH":
             self._flush_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="broker-sync-put")
+            self.offloads_puts = True
 
     async def stop(self) -> None:
         """Unregister, stop serving, flush offsets and the store (the store writes its checkpoint)."""
@@ -1075,10 +1077,6 @@ class Broker:
 
     # ------------------------------------------------------------------ store access
 
-    def must_offload(self, wait: bool) -> bool:
-        """Whether a put would block on an fsync (SYNC_FLUSH and the producer waits for it)."""
-        return self._flush_pool is not None and wait
-
     async def offload(self, put: Callable[[_T], PutResult], arg: _T) -> PutResult:
         """Run a blocking put in the flush pool, where concurrent puts share one fsync."""
         return await asyncio.get_running_loop().run_in_executor(self._flush_pool, put, arg)
@@ -1087,7 +1085,7 @@ class Broker:
         """Store one message (internal re-puts: retries, delay delivery, transaction commits, timers). In
         DLedger mode the result is PUT_OK only once a quorum holds it: a service that logs the re-put as
         done must not lose the copy to the truncation of a deposed leader's tail."""
-        if self.must_offload(msg.wait_store_msg_ok):
+        if msg.wait_store_msg_ok and self.offloads_puts:
             result = await self.offload(self.store.put_message, msg)
         else:
             result = self.store.put_message(msg)

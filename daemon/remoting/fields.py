@@ -9,7 +9,9 @@ trimming (``Long.parseLong`` of the trimmed text), booleans true only for ``true
 
 from __future__ import annotations
 
-from typing import Final
+from typing import Final, TypeVar
+
+_H = TypeVar("_H")
 
 #: Field kinds of a plan.
 STR: Final = 0
@@ -49,6 +51,23 @@ def parse(plan: Plan, ext: dict[str, str]) -> list[object] | None:
             except ValueError:
                 return None
     return args
+
+
+def build(cls: type[_H], attrs: tuple[str, ...], args: list[object]) -> _H:
+    """An instance of the slotted header dataclass ``cls`` with its fields ``attrs`` (every field, in
+    order) set to ``args``, as ``cls(*args)`` would set them but without calling its ``__init__``: a
+    dataclass's generated ``__init__`` runs interpreted, a frame on the path of every send and pull."""
+    obj: _H = object.__new__(cls)
+    for i in range(len(attrs)):
+        setattr(obj, attrs[i], args[i])
+    return obj
+
+
+def parse_header(cls: type[_H], plan: Plan, attrs: tuple[str, ...], ext: dict[str, str]) -> _H | None:
+    """:func:`parse` then :func:`build`: the header of a request's extFields, or None when a field is
+    missing or malformed (``cls._field_error(ext)`` names it)."""
+    args = parse(plan, ext)
+    return None if args is None else build(cls, attrs, args)
 
 
 def render_value(value: object) -> str:

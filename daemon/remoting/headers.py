@@ -85,6 +85,12 @@ class CommandHeader:
         return tuple(plan)
 
     @classmethod
+    @cache
+    def _attrs(cls) -> tuple[str, ...]:
+        """The attribute of each field, in the plan's order (`fields.build`)."""
+        return tuple(spec.attr for spec in cls._specs())
+
+    @classmethod
     def from_ext_fields(cls, ext: Mapping[str, str]) -> Self:
         """Parse a request's extFields; raises HeaderFieldError naming the offending field.
 

@@ -31,6 +31,7 @@ from daemon.broker.headers import (
 )
 from daemon.broker.processors import FAQ, fail, system_error
 from daemon.broker.processors.offset import _HOT_RATIO, _memory_bytes
+from daemon.remoting import fields
 from daemon.remoting.bodies import PermName
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -62,6 +63,10 @@ _CODES: dict[GetMessageStatus, int] = {
 #: identity).
 _REMARKS: dict[GetMessageStatus, str] = {status: status.value for status in GetMessageStatus}
 _RAW = operator.attrgetter("raw")  # (a generator's frame per pull runs interpreted)
+#: The header's fields, for `fields.parse_header` (compiled, and without the dataclass's interpreted
+#: ``__init__``: the classmethod `from_ext_fields` would be two interpreted frames a pull).
+_PLAN = PullMessageRequestHeader._plan()
+_ATTRS = PullMessageRequestHeader._attrs()
 #: Tag subscriptions carried in pulls, parsed: a push consumer sends the same expression with every pull.
 _KEPT_EXPRESSIONS = 256
 
@@ -211,7 +216,9 @@ class PullProcessor:
         self, conn: Connection, request: RemotingCommand
     ) -> RemotingCommand | Awaitable[RemotingCommand | None] | None:
         """Synchronous unless its queue is being healed: no task per pull (None: held, answered later)."""
-        h = PullMessageRequestHeader.from_ext_fields(request.ext_fields)
+        h = fields.parse_header(PullMessageRequestHeader, _PLAN, _ATTRS, request.ext_fields)
+        if h is None:
+            raise PullMessageRequestHeader._field_error(request.ext_fields)
         self._check(h, conn)
         codes = self._codes(h)
         if self._heals and (h.topic, h.queue_id) in self._heals:

@@ -181,20 +181,21 @@ def max_reconsume_times(group: SubscriptionGroupConfig, version: int, requested:
 #: SEND_MESSAGE's fields and SEND_MESSAGE_V2's one-letter ones, each in its class's order (every send reads them).
 _V1_PLAN: Final = SendMessageRequestHeader._plan()
 _V2_PLAN: Final = SendMessageRequestHeaderV2._plan()
+_V1_ATTRS: Final = SendMessageRequestHeader._attrs()
 
 
 def parse_send(code: int, ext: dict[str, str]) -> SendMessageRequestHeader:
     """The V1 header of a send's extFields, built once: SEND_MESSAGE (the C++ client's) names the fields,
     V2 and batches give them one letter each, in V1's order except that `m` (batch) comes before `l`
-    (maxReconsumeTimes) in V1. (Here, compiled, not the header's classmethod: an interpreted frame
-    on this path is paid by every send.)"""
+    (maxReconsumeTimes) in V1. (Here, compiled, not the header's classmethod, and built without its
+    dataclass ``__init__``: an interpreted frame on this path is paid by every send.)"""
     v1 = code == _SEND_MESSAGE
     args = fields.parse(_V1_PLAN if v1 else _V2_PLAN, ext)
     if args is None:
         raise (SendMessageRequestHeader if v1 else SendMessageRequestHeaderV2)._field_error(ext)
     if not v1:
         args[11], args[12] = args[12], args[11]
-    return SendMessageRequestHeader(*args)  # type: ignore[arg-type]
+    return fields.build(SendMessageRequestHeader, _V1_ATTRS, args)
 
 
 def stored_fields(msg_id: str, queue_id: int, queue_offset: int) -> dict[str, str]:
@@ -533,7 +534,7 @@ class SendProcessor:
         ]
         if not msgs:
             raise fail(ResponseCode.MESSAGE_ILLEGAL, "empty batch")
-        if self.broker.must_offload(wait):
+        if wait and self.broker.offloads_puts:
             return self._offloaded(request, self.broker.store.put_messages, msgs, topic, queue_id, started)
         store = self.broker.store
         if topic is slot.topic:  # (not a DLQ's): the queue and the stats items as the slot holds them
@@ -591,7 +592,7 @@ class SendProcessor:
             0,  # prepared_transaction_offset
             wait,
         )
-        if self.broker.must_offload(wait):
+        if wait and self.broker.offloads_puts:
             return self._offloaded(
                 request, self.broker.store.put_message, msg, topic, reply_queue_id, started
             )
