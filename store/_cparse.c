@@ -392,46 +392,48 @@ static int room(PyObject *const *args, Py_buffer *view, Py_ssize_t size, Py_ssiz
     return 1;
 }
 
-/* pack_header(buf, at, magic, size, index, term, pos, body_crc, body_len): a DLedger entry's header
- * (">iiqqqiiii", channel and chainCrc 0). */
-static PyObject *pack_header(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    static const int bits[7] = {32, 32, 64, 64, 64, 32, 32};
-    long long v[7];
-    if (nargs != 9) {
-        PyErr_SetString(PyExc_TypeError, "pack_header takes 9 arguments");
+/* packed(name, args, nargs, layout, n): buf and at, then one argument per field of `layout` (its widths in
+ * bits, 32 or 64; -32: a 32-bit field written 0, no argument) packed big-endian one after another at at. */
+static PyObject *packed(const char *name, PyObject *const *args, Py_ssize_t nargs, const int *layout, int n) {
+    long long v[16];
+    Py_ssize_t size = 0, given = 2;
+    for (int i = 0; i < n; i++) size += (layout[i] < 0 ? -layout[i] : layout[i]) / 8, given += layout[i] > 0;
+    if (nargs != given) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", name, given);
         return NULL;
     }
-    for (int i = 0; i < 7; i++)
-        if (!field(args[i + 2], bits[i], &v[i])) return NULL;
+    for (int i = 0, a = 2; i < n; i++) {
+        v[i] = 0;
+        if (layout[i] > 0 && !field(args[a++], layout[i], &v[i])) return NULL;
+    }
     Py_buffer view;
     Py_ssize_t at;
-    if (!room(args, &view, ENTRY_BODY_OFFSET, &at)) return NULL;
+    if (!room(args, &view, size, &at)) return NULL;
     unsigned char *p = (unsigned char *)view.buf + at;
-    put32(p, (int32_t)v[0]), put32(p + 4, (int32_t)v[1]), put64(p + 8, v[2]), put64(p + 16, v[3]);
-    put64(p + 24, v[4]), put32(p + 32, 0), put32(p + 36, 0), put32(p + 40, (int32_t)v[5]);
-    put32(p + 44, (int32_t)v[6]);
+    for (int i = 0; i < n; i++) {
+        if (layout[i] == 64) {
+            put64(p, v[i]);
+            p += 8;
+        } else {
+            put32(p, (int32_t)v[i]);
+            p += 4;
+        }
+    }
     PyBuffer_Release(&view);
     Py_RETURN_NONE;
 }
 
+/* pack_header(buf, at, magic, size, index, term, pos, body_crc, body_len): a DLedger entry's header
+ * (">iiqqqiiii", channel and chainCrc 0). */
+static PyObject *pack_header(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    static const int layout[9] = {32, 32, 64, 64, 64, -32, -32, 32, 32};
+    return packed("pack_header", args, nargs, layout, 9);
+}
+
 /* pack_index(buf, at, magic, pos, size, index, term): a DLedger index record (">iqiqq"). */
 static PyObject *pack_index(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    static const int bits[5] = {32, 64, 32, 64, 64};
-    long long v[5];
-    if (nargs != 7) {
-        PyErr_SetString(PyExc_TypeError, "pack_index takes 7 arguments");
-        return NULL;
-    }
-    for (int i = 0; i < 5; i++)
-        if (!field(args[i + 2], bits[i], &v[i])) return NULL;
-    Py_buffer view;
-    Py_ssize_t at;
-    if (!room(args, &view, INDEX_UNIT, &at)) return NULL;
-    unsigned char *p = (unsigned char *)view.buf + at;
-    put32(p, (int32_t)v[0]), put64(p + 4, v[1]), put32(p + 12, (int32_t)v[2]), put64(p + 16, v[3]);
-    put64(p + 24, v[4]);
-    PyBuffer_Release(&view);
-    Py_RETURN_NONE;
+    static const int layout[5] = {32, 64, 32, 64, 64};
+    return packed("pack_index", args, nargs, layout, 5);
 }
 
 #define INDEX_ENTRY 20
