@@ -91,56 +91,71 @@ static PyObject *properties(const unsigned char *p, Py_ssize_t len) {
     return out;
 }
 
-/* v4_info(buf, pos, limit) -> (commit_log_offset, size, topic, queue_id, queue_offset, sys_flag,
- * store_timestamp, prepared_transaction_offset, properties) | None
- *
- * Every bound is checked as a length against what is left (never as a sum that could wrap round), and a
- * pos or limit outside Py_ssize_t is clipped to it (declined below: the Python parse then refuses it). */
-static PyObject *v4_info(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "v4_info(buf, pos, limit) takes 3 arguments");
-        return NULL;
+/* Topics seen last (a broker's traffic names a few), made once: each record's topic is then compared
+ * here instead of decoded and allocated again. Any bytes: the string kept is what they decoded to. */
+#define TOPICS 8
+#define TOPIC_MAX_LEN 64
+static struct {
+    Py_ssize_t len;
+    char bytes[TOPIC_MAX_LEN];
+    PyObject *str;
+} topics[TOPICS];
+static int topics_next;
+
+static PyObject *topic_str(const unsigned char *p, Py_ssize_t len) {
+    for (int i = 0; i < TOPICS; i++)
+        if (topics[i].str != NULL && topics[i].len == len && memcmp(topics[i].bytes, p, (size_t)len) == 0)
+            return Py_NewRef(topics[i].str);
+    PyObject *str = PyUnicode_DecodeUTF8((const char *)p, len, "replace");
+    if (str != NULL && len <= TOPIC_MAX_LEN) {
+        int i = topics_next;
+        topics_next = (topics_next + 1) % TOPICS;
+        Py_XSETREF(topics[i].str, Py_NewRef(str));
+        topics[i].len = len;
+        memcpy(topics[i].bytes, p, (size_t)len);
     }
-    Py_ssize_t pos = PyNumber_AsSsize_t(args[1], NULL), limit = PyNumber_AsSsize_t(args[2], NULL);
-    if ((pos == -1 || limit == -1) && PyErr_Occurred()) return NULL;
-    Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
-    PyObject *result = NULL;
-    const unsigned char *b = view.buf;
-    if (pos < 0 || pos > limit || limit > view.len || limit - pos < V4_HEAD) goto none;
+    return str;
+}
+
+/* The fields of the all-IPv4 record at b[pos:limit], as v4_info returns them: a new tuple, Py_None (a new
+ * reference) when the record is not taken here, NULL with an exception set on failure.
+ *
+ * Every bound is checked as a length against what is left (never as a sum that could wrap round). */
+static PyObject *v4_parse(const unsigned char *b, Py_ssize_t len, Py_ssize_t pos, Py_ssize_t limit) {
+    if (pos < 0 || pos > limit || limit > len || limit - pos < V4_HEAD) return Py_NewRef(Py_None);
     int32_t total = i32(b + pos), magic = i32(b + pos + 4), sys_flag = i32(b + pos + 36);
-    if (magic != MAGIC_V1 && magic != MAGIC_V2) goto none;
-    if (total <= 0 || total > limit - pos) goto none;
-    if (sys_flag & HOST_V6_FLAGS) goto none;
+    if (magic != MAGIC_V1 && magic != MAGIC_V2) return Py_NewRef(Py_None);
+    if (total <= 0 || total > limit - pos) return Py_NewRef(Py_None);
+    if (sys_flag & HOST_V6_FLAGS) return Py_NewRef(Py_None);
     Py_ssize_t end = pos + total;
-    if (total < V4_HEAD) goto none;
+    if (total < V4_HEAD) return Py_NewRef(Py_None);
     int32_t body_len = i32(b + pos + 84);
     Py_ssize_t body_pos = pos + V4_HEAD;
-    if (body_len < 0 || body_len > end - body_pos - 1) goto none;
+    if (body_len < 0 || body_len > end - body_pos - 1) return Py_NewRef(Py_None);
     Py_ssize_t tp = body_pos + body_len, topic_pos, topic_len;
     if (magic == MAGIC_V1) {
         topic_len = (signed char)b[tp];
         topic_pos = tp + 1;
     } else {
-        if (end - tp < 2) goto none;
+        if (end - tp < 2) return Py_NewRef(Py_None);
         topic_len = i16(b + tp);
         topic_pos = tp + 2;
     }
-    if (topic_len < 0 || topic_len > end - topic_pos - 2) goto none;
+    if (topic_len < 0 || topic_len > end - topic_pos - 2) return Py_NewRef(Py_None);
     Py_ssize_t props_len = i16(b + topic_pos + topic_len), props_pos = topic_pos + topic_len + 2;
-    if (props_len < 0 || props_len != end - props_pos) goto none;
-    PyObject *topic = PyUnicode_DecodeUTF8((const char *)b + topic_pos, topic_len, "replace");
-    if (topic == NULL) goto done;
+    if (props_len < 0 || props_len != end - props_pos) return Py_NewRef(Py_None);
+    PyObject *topic = topic_str(b + topic_pos, topic_len);
+    if (topic == NULL) return NULL;
     PyObject *props = properties(b + props_pos, props_len);
     if (props == NULL) {
         Py_DECREF(topic);
-        goto done;
+        return NULL;
     }
-    result = PyTuple_New(9);
+    PyObject *result = PyTuple_New(9);
     if (result == NULL) {
         Py_DECREF(topic);
         Py_DECREF(props);
-        goto done;
+        return NULL;
     }
     PyTuple_SET_ITEM(result, 2, topic);
     PyTuple_SET_ITEM(result, 8, props);
@@ -150,17 +165,96 @@ static PyObject *v4_info(PyObject *module, PyObject *const *args, Py_ssize_t nar
         if (i == 2) continue;
         PyObject *n = PyLong_FromLongLong((long long)ints[i]);
         if (n == NULL) {
-            Py_CLEAR(result);
-            goto done;
+            Py_DECREF(result);
+            return NULL;
         }
         PyTuple_SET_ITEM(result, i, n);
     }
-    goto done;
-none:
-    result = Py_NewRef(Py_None);
-done:
+    return result;
+}
+
+/* v4_info(buf, pos, limit) -> (commit_log_offset, size, topic, queue_id, queue_offset, sys_flag,
+ * store_timestamp, prepared_transaction_offset, properties) | None
+ *
+ * A pos or limit outside Py_ssize_t is clipped to it (declined: the Python parse then refuses it). */
+static PyObject *v4_info(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "v4_info(buf, pos, limit) takes 3 arguments");
+        return NULL;
+    }
+    Py_ssize_t pos = PyNumber_AsSsize_t(args[1], NULL), limit = PyNumber_AsSsize_t(args[2], NULL);
+    if ((pos == -1 || limit == -1) && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    PyObject *result = v4_parse(view.buf, view.len, pos, limit);
     PyBuffer_Release(&view);
     return result;
+}
+
+#define ENTRY_BODY_OFFSET 48
+#define ENTRY_POS_OFFSET 24
+
+/* parse_entries(buf, off, end, room, parsed, make) -> off
+ *
+ * For store/dledger_commitlog.py's _parse_pushed: the DLedger entries of buf[off:end] (a binary push's
+ * run, as a data file holds them), each one's record parsed as v4_info parses it and, when it fills its
+ * entry and names its own offset (the entry's pos + the body offset), make(*fields) stored in the dict
+ * `parsed` under that offset; at most `room` of them. It stops at the first entry it does not take (a
+ * header not whole, a record v4_info declines or that does not fill its entry or name its offset) and
+ * returns where: the caller's Python takes that entry as before (it parses an IPv6 record, and stops at a
+ * damaged one), so that no entry is judged here differently. */
+static PyObject *parse_entries(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "parse_entries(buf, off, end, room, parsed, make) takes 6 arguments");
+        return NULL;
+    }
+    Py_ssize_t off = PyNumber_AsSsize_t(args[1], NULL), end = PyNumber_AsSsize_t(args[2], NULL),
+               room = PyNumber_AsSsize_t(args[3], NULL);
+    if ((off == -1 || end == -1 || room == -1) && PyErr_Occurred()) return NULL;
+    PyObject *parsed = args[4], *make = args[5];
+    if (!PyDict_CheckExact(parsed)) {
+        PyErr_SetString(PyExc_TypeError, "parse_entries: parsed must be a dict");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const unsigned char *b = view.buf;
+    if (end > view.len) end = view.len;
+    int failed = 0;
+    while (off >= 0 && off < end && room > 0) {
+        if (end - off < ENTRY_BODY_OFFSET) break;
+        int32_t size = i32(b + off + 4);
+        int64_t pos = i64(b + off + ENTRY_POS_OFFSET);
+        if (size < ENTRY_BODY_OFFSET || size > end - off) break;
+        if (pos < 0 || pos > INT64_MAX - ENTRY_BODY_OFFSET) break;
+        PyObject *fields = v4_parse(b, view.len, off + ENTRY_BODY_OFFSET, off + size);
+        if (fields == NULL) {
+            failed = 1;
+            break;
+        }
+        if (fields == Py_None) {
+            Py_DECREF(fields);
+            break;
+        }
+        /* (the record's total and offset, as v4_parse read them) */
+        if (i32(b + off + ENTRY_BODY_OFFSET) != size - ENTRY_BODY_OFFSET ||
+            i64(b + off + ENTRY_BODY_OFFSET + 28) != pos + ENTRY_BODY_OFFSET) {
+            Py_DECREF(fields);
+            break;
+        }
+        PyObject *info = PyObject_Vectorcall(make, &PyTuple_GET_ITEM(fields, 0), 9, NULL);
+        int stored = info == NULL ? -1 : PyDict_SetItem(parsed, PyTuple_GET_ITEM(fields, 0), info);
+        Py_XDECREF(info);
+        Py_DECREF(fields);
+        if (stored < 0) {
+            failed = 1;
+            break;
+        }
+        off += size;
+        room--;
+    }
+    PyBuffer_Release(&view);
+    return failed ? NULL : PyLong_FromSsize_t(off);
 }
 
 /* A binary push's run of DLedger entries, for store/dledger_log.py's _append_raw_run: how far from `off`
@@ -176,7 +270,6 @@ done:
  * The Python loop's ints have no bound: a sum here that would leave 64 bits (the index after the largest,
  * an entry ending past the largest position, the room left in a file from positions far apart) stops the
  * scan before that entry, and arguments past 64 bits take nothing; the loop then judges the rest. */
-#define ENTRY_BODY_OFFSET 48
 #define ENTRY_HEADER_SIZE 44
 #define INDEX_UNIT 32
 #define MIN_BLANK_LEN 8
@@ -266,9 +359,133 @@ done:
     return result;
 }
 
+/* The fixed-layout writes of the put paths (store/dledger.py's pack_header and pack_index, store/indexfile.py's
+ * put_keys), each the same bytes as the struct it stands for, packed where it lands (a mapped file): no
+ * struct call, whose big-endian 64-bit fields take its slow path. Each field is range-checked as struct
+ * checks it (OverflowError here, struct.error there), and the buffer's room first: nothing is written
+ * unless all of it fits. */
+
+/* args[i] as a signed integer of `bits` bits into *out; 0 with an exception set when it is not one. */
+static int field(PyObject *arg, int bits, long long *out) {
+    int overflow;
+    long long v = PyLong_AsLongLongAndOverflow(arg, &overflow);
+    if (v == -1 && PyErr_Occurred()) return 0;
+    if (overflow || (bits == 32 && (v < INT32_MIN || v > INT32_MAX))) {
+        PyErr_Format(PyExc_OverflowError, "%R does not fit a signed %d-bit field", arg, bits);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+/* The writable buffer args[0] with `size` bytes of room at args[1] (its start into *at). */
+static int room(PyObject *const *args, Py_buffer *view, Py_ssize_t size, Py_ssize_t *at) {
+    Py_ssize_t a = PyNumber_AsSsize_t(args[1], PyExc_OverflowError);
+    if (a == -1 && PyErr_Occurred()) return 0;
+    if (PyObject_GetBuffer(args[0], view, PyBUF_WRITABLE) < 0) return 0;
+    if (a < 0 || a > view->len || view->len - a < size) {
+        PyErr_Format(PyExc_ValueError, "no room for %zd bytes at %zd of a buffer of %zd", size, a, view->len);
+        PyBuffer_Release(view);
+        return 0;
+    }
+    *at = a;
+    return 1;
+}
+
+/* packed(name, args, nargs, layout, n): buf and at, then one argument per field of `layout` (its widths in
+ * bits, 32 or 64; -32: a 32-bit field written 0, no argument) packed big-endian one after another at at. */
+static PyObject *packed(const char *name, PyObject *const *args, Py_ssize_t nargs, const int *layout, int n) {
+    long long v[16];
+    Py_ssize_t size = 0, given = 2;
+    for (int i = 0; i < n; i++) size += (layout[i] < 0 ? -layout[i] : layout[i]) / 8, given += layout[i] > 0;
+    if (nargs != given) {
+        PyErr_Format(PyExc_TypeError, "%s takes %zd arguments", name, given);
+        return NULL;
+    }
+    for (int i = 0, a = 2; i < n; i++) {
+        v[i] = 0;
+        if (layout[i] > 0 && !field(args[a++], layout[i], &v[i])) return NULL;
+    }
+    Py_buffer view;
+    Py_ssize_t at;
+    if (!room(args, &view, size, &at)) return NULL;
+    unsigned char *p = (unsigned char *)view.buf + at;
+    for (int i = 0; i < n; i++) {
+        if (layout[i] == 64) {
+            put64(p, v[i]);
+            p += 8;
+        } else {
+            put32(p, (int32_t)v[i]);
+            p += 4;
+        }
+    }
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+/* pack_header(buf, at, magic, size, index, term, pos, body_crc, body_len): a DLedger entry's header
+ * (">iiqqqiiii", channel and chainCrc 0). */
+static PyObject *pack_header(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    static const int layout[9] = {32, 32, 64, 64, 64, -32, -32, 32, 32};
+    return packed("pack_header", args, nargs, layout, 9);
+}
+
+/* pack_index(buf, at, magic, pos, size, index, term): a DLedger index record (">iqiqq"). */
+static PyObject *pack_index(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    static const int layout[5] = {32, 64, 32, 64, 64};
+    return packed("pack_index", args, nargs, layout, 5);
+}
+
+#define INDEX_ENTRY 20
+
+/* index_entry(mm, entry_at, slot_at, key_hash, phy_offset, time_diff, n) -> prev | None
+ *
+ * An IndexFile entry (">iqii": keyHash, phyOffset, timeDiff, prevIndex) written at entry_at and its hash
+ * slot (">i" at slot_at) pointed at it, as put_keys writes them: prevIndex is what the slot held (0 if it
+ * was negative), returned. When the slot holds n or more (only after a restore: it points past the
+ * checkpoint), nothing is written and None is returned: the caller walks the chain below n. */
+static PyObject *index_entry(PyObject *module, PyObject *const *args, Py_ssize_t nargs) {
+    static const int bits[4] = {32, 64, 32, 32};
+    long long v[4];
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "index_entry takes 7 arguments");
+        return NULL;
+    }
+    for (int i = 0; i < 4; i++)
+        if (!field(args[i + 3], bits[i], &v[i])) return NULL;
+    Py_ssize_t slot_at = PyNumber_AsSsize_t(args[2], PyExc_OverflowError);
+    if (slot_at == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    Py_ssize_t entry_at;
+    if (!room(args, &view, INDEX_ENTRY, &entry_at)) return NULL;
+    if (slot_at < 0 || slot_at > view.len || view.len - slot_at < 4) {
+        PyErr_Format(PyExc_ValueError, "no room for a slot at %zd of a buffer of %zd", slot_at, view.len);
+        PyBuffer_Release(&view);
+        return NULL;
+    }
+    unsigned char *b = view.buf;
+    long long prev = i32(b + slot_at), n = v[3];
+    if (prev >= n) {
+        PyBuffer_Release(&view);
+        Py_RETURN_NONE;
+    }
+    if (prev < 0) prev = 0;
+    unsigned char *p = b + entry_at;
+    put32(p, (int32_t)v[0]), put64(p + 4, v[1]), put32(p + 12, (int32_t)v[2]), put32(p + 16, (int32_t)prev);
+    put32(b + slot_at, (int32_t)n);
+    PyBuffer_Release(&view);
+    return PyLong_FromLongLong(prev);
+}
+
 static PyMethodDef methods[] = {
     {"v4_info", (PyCFunction)(void (*)(void))v4_info, METH_FASTCALL,
      "What dispatch needs from an all-IPv4 record, or None."},
+    {"parse_entries", (PyCFunction)(void (*)(void))parse_entries, METH_FASTCALL,
+     "The records of a pushed run of entries, parsed into a dict as far as they are taken."},
+    {"pack_header", (PyCFunction)(void (*)(void))pack_header, METH_FASTCALL, "A DLedger entry's header."},
+    {"pack_index", (PyCFunction)(void (*)(void))pack_index, METH_FASTCALL, "A DLedger index record."},
+    {"index_entry", (PyCFunction)(void (*)(void))index_entry, METH_FASTCALL,
+     "An IndexFile entry and its hash slot, unless the slot points at or past it."},
     {"scan_run", (PyCFunction)(void (*)(void))scan_run, METH_FASTCALL,
      "How far a pushed run of entries passes every check, and their index records."},
     {NULL, NULL, 0, NULL},

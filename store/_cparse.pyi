@@ -1,5 +1,9 @@
 """The store's C parses (_cparse.c): a record for dispatch, a pushed run of DLedger entries."""
 
+from collections.abc import Callable
+from mmap import mmap
+from typing import Any
+
 def v4_info(
     buf: bytes | bytearray | memoryview, pos: int, limit: int, /
 ) -> tuple[int, int, str, int, int, int, int, int, dict[str, str]] | None: ...
@@ -14,3 +18,30 @@ def scan_run(
     prev_term: int,
     /,
 ) -> tuple[int, int, int, int, bytes]: ...
+def parse_entries(
+    buf: bytes | bytearray | memoryview,
+    off: int,
+    end: int,
+    room: int,
+    parsed: dict[int, Any],
+    make: Callable[..., Any],
+    /,
+) -> int: ...
+def pack_header(
+    buf: bytes | bytearray | memoryview,
+    at: int,
+    magic: int,
+    size: int,
+    index: int,
+    term: int,
+    pos: int,
+    body_crc: int,
+    body_len: int,
+    /,
+) -> None: ...
+def pack_index(
+    buf: bytes | bytearray | memoryview, at: int, magic: int, pos: int, size: int, index: int, term: int, /
+) -> None: ...
+def index_entry(
+    mm: mmap, entry_at: int, slot_at: int, key_hash: int, phy_offset: int, time_diff: int, n: int, /
+) -> int | None: ...

@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from mmap import mmap
@@ -68,6 +69,15 @@ Buf = bytes | bytearray | memoryview
 _HEADER = struct.Struct(">iiqqqiiii")  # magic size index term pos channel chainCrc bodyCrc bodyLength
 _INDEX = struct.Struct(">iqiqq")  # magic pos size index term
 _BLANK = struct.Struct(">ii")
+
+_c_pack_header: Callable[[Buf, int, int, int, int, int, int, int, int], None] | None
+_c_pack_index: Callable[[Buf, int, int, int, int, int, int], None] | None
+try:  # the compiled build's packers (_cparse.c: the same bytes, without struct's slow 64-bit path)
+    from store import _cparse
+
+    _c_pack_header, _c_pack_index = _cparse.pack_header, _cparse.pack_index
+except ImportError:
+    _c_pack_header = _c_pack_index = None
 assert _HEADER.size == BODY_OFFSET and _INDEX.size == INDEX_UNIT_SIZE
 
 
@@ -246,7 +256,10 @@ def pack_header(
 ) -> None:
     """:func:`encode_entry`'s header packed into ``buf`` at ``at`` (a mapped data file: the entry written in
     place), channel and ``chainCrc`` 0."""
-    _HEADER.pack_into(buf, at, magic, size, index, term, pos, 0, 0, body_crc, body_len)
+    if _c_pack_header is not None:
+        _c_pack_header(buf, at, magic, size, index, term, pos, body_crc, body_len)
+    else:
+        _HEADER.pack_into(buf, at, magic, size, index, term, pos, 0, 0, body_crc, body_len)
 
 
 def decode_header(buf: Buf, offset: int = 0) -> tuple[int, int, int, int, int, int]:
@@ -401,7 +414,10 @@ def encode_index(entry: Entry | IndexRecord) -> bytes:
 def pack_index(buf: Buf, at: int, entry: Entry) -> None:
     """:func:`encode_index` of ``entry`` packed into ``buf`` at ``at`` (a mapped index file: no bytes made,
     no slice assigned)."""
-    _INDEX.pack_into(buf, at, entry.magic, entry.pos, entry.size, entry.index, entry.term)
+    if _c_pack_index is not None:
+        _c_pack_index(buf, at, entry.magic, entry.pos, entry.size, entry.index, entry.term)
+    else:
+        _INDEX.pack_into(buf, at, entry.magic, entry.pos, entry.size, entry.index, entry.term)
 
 
 def decode_index(buf: Buf, offset: int = 0) -> IndexRecord:

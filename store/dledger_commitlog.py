@@ -43,6 +43,14 @@ log = logging.getLogger(__name__)
 
 #: MessageDecoder#PHY_POS_POSITION: TOTALSIZE MAGIC BODYCRC QUEUEID FLAG (4 each), QUEUEOFFSET (8).
 PHY_POS_POSITION = 28
+_c_parse_entries: Callable[[memoryview, int, int, int, dict[int, RecordInfo], type[RecordInfo]], int] | None
+try:  # the compiled build's parse of a pushed run's records (_cparse.c); the loop of _parse_pushed without it
+    from store import _cparse
+
+    _c_parse_entries = _cparse.parse_entries
+except ImportError:
+    _c_parse_entries = None
+
 #: How many records a leader appended and has not dispatched yet it keeps parsed (past that, dispatch parses).
 PARSED_MAX = 65536
 #: Bytes of binary pushes a follower keeps for dispatch to parse (past it, the walk reads them back).
@@ -163,6 +171,10 @@ class DLedgerCommitLog(CommitLog):
         for run, start, end in runs:
             off = start
             while off < end and len(parsed) < PARSED_MAX:
+                if _c_parse_entries is not None:  # (as far as C takes them; the entry it stops at below)
+                    off = _c_parse_entries(run, off, end, PARSED_MAX - len(parsed), parsed, RecordInfo)
+                    if off >= end or len(parsed) >= PARSED_MAX:
+                        break
                 _magic, size, _index, _term, pos, _ch, _chain, _crc, _body_len = unpack_header(run, off)
                 try:
                     info = read_record_info(run, off + BODY_OFFSET, off + size)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import array
 import logging
+import mmap
 import os
 import struct
 import sys
@@ -28,6 +29,14 @@ HEADER: Final = struct.Struct(">qqqqii")  # begin ts, end ts, begin phy, end phy
 ENTRY: Final = struct.Struct(">iqii")  # keyHash, phyOffset, timeDiff (s), prevIndex
 SLOT: Final = struct.Struct(">i")
 _MAX_DIFF: Final = 0x7FFFFFFF
+_c_index_entry: Callable[[mmap.mmap, int, int, int, int, int, int], int | None] | None
+try:  # the compiled build's write of an entry and its slot (_cparse.c); struct's packs without it
+    from store import _cparse
+
+    _c_index_entry = _cparse.index_entry
+except ImportError:
+    _c_index_entry = None
+
 #: Entries whose blocks are reserved at a time, and kept reserved ahead of the writer by the put path
 #: (:meth:`IndexService.reserve`), so a full disk refuses the put before its record is appended.
 ENTRIES_CHUNK = 1024
@@ -223,19 +232,23 @@ class IndexFile:
                 self.reserve_entries(n + 1)
             h = index_key_hash(key)
             sp = INDEX_HEADER_SIZE + (h % slots) * HASH_SLOT_SIZE
-            prev: int = unpack_slot(mm, sp)[0]
-            if prev >= n:  # only after restore(): the slot points past the checkpoint
-                prev = max(self._chain_below(h % slots, prev, n), 0)
-            elif prev < 0:
-                prev = 0
             begin = self.begin_timestamp
             if begin <= 0:
                 diff = 0
             else:
                 diff = int((store_timestamp - begin) / 1000)  # Java long division truncates toward zero
                 diff = 0 if diff < 0 else _MAX_DIFF if diff > _MAX_DIFF else diff
-            ENTRY.pack_into(mm, base + n * INDEX_ENTRY_SIZE, h, phy_offset, diff, prev)
-            SLOT.pack_into(mm, sp, n)
+            at = base + n * INDEX_ENTRY_SIZE
+            # (C: the entry and its slot in one call, unless the slot points past the entry: then as below)
+            prev = None if _c_index_entry is None else _c_index_entry(mm, at, sp, h, phy_offset, diff, n)
+            if prev is None:
+                prev = unpack_slot(mm, sp)[0]
+                if prev >= n:  # only after restore(): the slot points past the checkpoint
+                    prev = max(self._chain_below(h % slots, prev, n), 0)
+                elif prev < 0:
+                    prev = 0
+                ENTRY.pack_into(mm, at, h, phy_offset, diff, prev)
+                SLOT.pack_into(mm, sp, n)
             if n <= 1:
                 self.begin_phy_offset = phy_offset
                 self.begin_timestamp = store_timestamp
