@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
@@ -162,21 +163,23 @@ def per_send(
                 if proc.stdout.readline().strip() != "ticked":
                     raise SystemExit(f"send_counts: the {side} child's tick failed")
             round_()
-            step("-d")
+            step("-d")  # (returns once the dump is written)
+            dumps = sorted(out.glob(f"cg.{pid}.1*"))
+            if not dumps:
+                raise SystemExit(f"send_counts: callgrind wrote no dump for the {side} side")
+            text = dumps[0].read_text()
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                (keep / f"{side}.{tree.name}.callgrind").write_text(text)
             proc.stdin.write("quit\n")
             proc.stdin.flush()
-            proc.wait(600)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # its broker's close, slow under valgrind
+                proc.wait(60)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        dumps = sorted(out.glob(f"cg.{pid}.1*"))
-        if not dumps:
-            raise SystemExit(f"send_counts: callgrind wrote no dump for the {side} side")
-        if keep is not None:
-            keep.mkdir(parents=True, exist_ok=True)
-            (keep / f"{side}.{tree.name}.callgrind").write_text(dumps[0].read_text())
-        return dumps[0].read_text()
+        return text
 
 
 def report(sides: dict[str, tuple[list[str], dict[str, list[int]]]], count: int, top: int) -> None:
