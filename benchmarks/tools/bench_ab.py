@@ -3,7 +3,8 @@
     python benchmarks/tools/bench_ab.py REF [REF ...] [--loads ons,cpp,mqctl] [--rounds 3] [--seconds 10]
                                   [--threads 16] [--profile DIR]
 
-Each REF (a commit, branch or tag; WORKTREE for the working tree as it is, uncommitted changes included)
+Each REF (a commit, branch or tag; WORKTREE for the working tree as it is, uncommitted changes included;
+a directory for the source tree in it, say a ref extracted with `git archive` whose build is made already)
 is checked out into a temporary git worktree (its hot modules compiled as `make` does, where the ref has
 scripts/build_native.py), and gets a NameServer and a broker of its own, started from
 that tree as subprocesses on a temporary store (so a ref's NameServer code is measured with its broker).
@@ -91,10 +92,14 @@ def build_native(tree: Path) -> None:
 @contextmanager
 def checkout(ref: str, into: Path) -> Iterator[Path]:
     """The tree of ``ref`` as `make` leaves it: a detached worktree under ``into``, or the working tree
-    itself for WORKTREE, its hot modules compiled where the ref has that build."""
+    itself for WORKTREE (or the directory given), its hot modules compiled where the ref has that build."""
     if ref == "WORKTREE":
         build_native(ROOT)
         yield ROOT
+        return
+    if Path(ref).is_dir():  # a source tree as it is (say one extracted with `git archive`), with its build
+        build_native(Path(ref))
+        yield Path(ref).resolve()
         return
     sha = subprocess.run(
         ["git", "rev-parse", "--verify", f"{ref}^{{commit}}"],
@@ -228,7 +233,11 @@ def loadavg() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("refs", nargs="+", help="git refs to compare (WORKTREE: the working tree as it is)")
+    parser.add_argument(
+        "refs",
+        nargs="+",
+        help="git refs to compare (WORKTREE: the working tree as it is; a directory: that tree)",
+    )
     parser.add_argument("--loads", default="ons,cpp,mqctl", help=f"comma-separated: {', '.join(LOADS)}")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=10.0)

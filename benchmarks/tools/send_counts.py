@@ -9,7 +9,7 @@ Only what runs inside the compiled ``SendProcessor.send_from`` is collected (``-
 send itself, not the harness decoding its frame. Prints each side's events per send and, for the events
 that differ most, the functions the difference is in (self cost, many less one, per send):
 
-    python benchmarks/tools/send_counts.py [--tree DIR] [--sim none|cache|tlb] [--topics 10000] [--count 20000]
+    python benchmarks/tools/send_counts.py [--tree DIR] [--sim none|cache|tlb] [--topics 10000] [--count 20000] [--tick]
 
 ``--sim cache``: D1 and LL as this CPU's L1 data and last-level caches (from ``/sys``; ``--ll-level 2``
 takes the L2 as LL instead). ``--sim tlb``: the same simulator with 4 KiB lines, a page-granular model of
@@ -19,8 +19,11 @@ the data TLBs (``--tlb 64,2048``: a fully associative first level of 64 pages an
 not simulated (a prefetch the send issues counts nothing, and its later load still counts a miss), and
 the simulator's caches are not the machine's (no hardware prefetcher, no other process): the misses are
 a model, to compare two sides or two trees counted alike. The loop is blocked between the rounds, so no
-stats tick falls between them: a tick makes each topic's items catch up at their next count, once a
-tick, which the warm-up round pays and the counted one does not. The one topic's slot lookup costs what
+stats tick falls between them unless ``--tick`` puts one at the counted round's start (the stats clock
+moved a period on): every send of that round is then its items' first count after a tick, and the
+tick itself (``BrokerStats.sample``, and ``roll`` where the tree has it: the items counted before the
+tick taken into their windows) is collected with the sends, so that a tree which moves that work off
+the send is charged for it. Natively a tick falls once per item every few sends. The one topic's slot lookup costs what
 its name's probe sequence in the slot table costs, which the hash seed decides: every run takes
 ``PYTHONHASHSEED`` from the environment, 0 unless set. ``--tree`` runs another source tree's broker
 (with its own native build) under the same harness; ``--keep DIR`` keeps the dumps for
@@ -31,15 +34,19 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 SYMBOL = "CPyDef_send___SendProcessor___send_from"
+#: What a stats tick runs (``--tick``), collected with the sends; a tree without ``roll`` runs none.
+TICK_SYMBOLS = ("CPyDef_stats___BrokerStats___sample", "CPyDef_stats___BrokerStats___roll")
 CACHE_DIR = Path("/sys/devices/system/cpu/cpu0/cache")
 
 
@@ -103,7 +110,9 @@ def sim_options(sim: str, ll_level: int, tlb: str) -> list[str]:
     return ["--cache-sim=yes", f"--D1={first * page},{first},{page}", f"--LL={second * page},16,{page}"]
 
 
-def per_send(side: str, tree: Path, topics: int, count: int, sim: list[str], keep: Path | None) -> str:
+def per_send(
+    side: str, tree: Path, topics: int, count: int, sim: list[str], keep: Path | None, tick: bool = False
+) -> str:
     """Run one side under callgrind; the dump of its counted round's text."""
     with tempfile.TemporaryDirectory(prefix="send-counts-") as work:
         out = Path(work)
@@ -113,6 +122,7 @@ def per_send(side: str, tree: Path, topics: int, count: int, sim: list[str], kee
             "--instr-atstart=no",
             "--collect-atstart=no",
             f"--toggle-collect={SYMBOL}",
+            *(f"--toggle-collect={symbol}" for symbol in (TICK_SYMBOLS if tick else ())),
             f"--callgrind-out-file={out}/cg.%p",
             *sim,
             sys.executable,
@@ -148,22 +158,28 @@ def per_send(side: str, tree: Path, topics: int, count: int, sim: list[str], kee
             step("-i", "on")
             round_()  # the simulated caches filled, the code's translations made
             step("-z")
+            if tick:
+                proc.stdin.write("tick\n")
+                if proc.stdout.readline().strip() != "ticked":
+                    raise SystemExit(f"send_counts: the {side} child's tick failed")
             round_()
-            step("-d")
+            step("-d")  # (returns once the dump is written)
+            dumps = sorted(out.glob(f"cg.{pid}.1*"))
+            if not dumps:
+                raise SystemExit(f"send_counts: callgrind wrote no dump for the {side} side")
+            text = dumps[0].read_text()
+            if keep is not None:
+                keep.mkdir(parents=True, exist_ok=True)
+                (keep / f"{side}.{tree.name}.callgrind").write_text(text)
             proc.stdin.write("quit\n")
             proc.stdin.flush()
-            proc.wait(600)
+            with contextlib.suppress(subprocess.TimeoutExpired):  # its broker's close, slow under valgrind
+                proc.wait(60)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
-        dumps = sorted(out.glob(f"cg.{pid}.1*"))
-        if not dumps:
-            raise SystemExit(f"send_counts: callgrind wrote no dump for the {side} side")
-        if keep is not None:
-            keep.mkdir(parents=True, exist_ok=True)
-            (keep / f"{side}.{tree.name}.callgrind").write_text(dumps[0].read_text())
-        return dumps[0].read_text()
+        return text
 
 
 def report(sides: dict[str, tuple[list[str], dict[str, list[int]]]], count: int, top: int) -> None:
@@ -204,7 +220,18 @@ async def child(side: str, topics: int, count: int) -> None:
         # Read on the loop's own thread, blocking it: nothing periodic runs between the rounds. A stats
         # tick there (every SAMPLE_PERIOD on the loop) would make every item catch up in the counted
         # round, at its first count, where a native round meets a tick per item only now and then.
-        while sys.stdin.readline().strip() == "round":
+        stats = processor.broker.stats
+        shift = 0.0
+        while (line := sys.stdin.readline().strip()) in ("round", "tick"):
+            if line == "tick":  # a tick a period after the last, then its roll where the tree has one
+                shift += 10.0
+                stats._now = lambda shift=shift: time.monotonic() + shift
+                stats.sample()
+                roll = getattr(stats, "roll", None)
+                while roll is not None and roll(1_000_000):
+                    pass
+                print("ticked", flush=True)
+                continue
             _send_round(processor, heads, body, count)
             print("done", flush=True)
 
@@ -220,6 +247,7 @@ def main() -> None:
     ap.add_argument("--sides", default="one,many")
     ap.add_argument("--top", type=int, default=12, help="functions shown per event")
     ap.add_argument("--keep", type=Path, help="keep each side's dump in this directory")
+    ap.add_argument("--tick", action="store_true", help="a stats tick at the counted round's start, counted")
     ap.add_argument("--child", choices=("one", "many"), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -228,11 +256,12 @@ def main() -> None:
     sim = sim_options(args.sim, args.ll_level, args.tlb)
     tree = args.tree.resolve()
     print(
-        f"send_counts: {tree}, {args.topics:,} topics, {args.count:,} sends counted, {' '.join(sim) or 'no cache sim'}"
+        f"send_counts: {tree}, {args.topics:,} topics, {args.count:,} sends counted"
+        f"{', a stats tick first' if args.tick else ''}, {' '.join(sim) or 'no cache sim'}"
     )
     sides = {}
     for side in args.sides.split(","):
-        sides[side] = function_costs(per_send(side, tree, args.topics, args.count, sim, args.keep))
+        sides[side] = function_costs(per_send(side, tree, args.topics, args.count, sim, args.keep, args.tick))
     report(sides, args.count, args.top)
     print(f"load {os.getloadavg()[0]:.1f}", flush=True)
 

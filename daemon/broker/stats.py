@@ -9,13 +9,13 @@ answers the difference between now and the oldest snapshot of each window as `su
 rate is visible at once, not 10 s later.
 
 The hot paths only add integers under one lock. `sample()`, which the broker calls every
-`SAMPLE_PERIOD` seconds, only records the tick's time: an item nobody counted into since its last
-snapshot has the same value at every tick since, so its windows are caught up from that record when it
-is next counted into or read (one compare of tick numbers on the hot path): moving every item's windows
-at every tick touched each item's cold deques, and held the loop for tens of milliseconds with 10,000
-topics. Items idle
-for `FOLD_AGE` ticks are caught up a few per tick, so the record stays about an hour long. Put
-latencies go into a fixed array of buckets (no allocation per message), from which
+`SAMPLE_PERIOD` seconds, records the tick's time; the items counted into since the tick before are then
+rolled to it (`roll()`, a slice at a time on the loop): a count into an item is all a send does, and the
+first count after a tick only notes the item's value and lists it (its own fields, no other object), where
+catching its windows up there touched each item's cold windows on the send. An item nobody counted into
+has the same value at every tick since, so its windows are caught up from the record of ticks when it is
+next counted into or read, and items idle for `FOLD_AGE` ticks a few per tick, so the record stays bounded.
+Put latencies go into a fixed array of buckets (no allocation per message), from which
 `putLatency99/999` and `putMessageDistributeTime` are read.
 """
 
@@ -25,7 +25,7 @@ import bisect
 import datetime
 import threading
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from typing import Final
 
 TOPIC_PUT_NUMS = "TOPIC_PUT_NUMS"
@@ -92,28 +92,71 @@ _Snapshot = tuple[float, int, int]
 class StatsItem:
     """One key's running value and call count with its minute/hour/day snapshots."""
 
-    __slots__ = ("day", "hour", "minute", "synced", "times", "value")
+    __slots__ = (
+        "day",
+        "day_at",
+        "hour",
+        "hour_at",
+        "listed",
+        "minute",
+        "minute_at",
+        "pend_times",
+        "pend_value",
+        "synced",
+        "times",
+        "value",
+    )
+
+    # Compiled, the fields sit in the object in the order declared here: what a count and a roll touch
+    # first, in the object's first lines (cold ones with thousands of topics).
+    value: int
+    times: int
+    synced: int
+    listed: int
+    pend_value: int
+    pend_times: int
+    minute_at: float
+    hour_at: float
+    day_at: float
+    minute: deque[_Snapshot]
+    hour: deque[_Snapshot]
+    day: deque[_Snapshot]
 
     def __init__(self, now: float, synced: int = 0) -> None:
         self.value = 0
         self.times = 0
         #: How many of `BrokerStats`' ticks the windows have taken (caught up lazily, see the module).
         self.synced = synced
+        #: The tick after which it was first counted into last (-1: never), and its value and calls
+        #: then: what it held at each tick from `synced` to that one, which its windows may not have
+        #: taken yet (see `BrokerStats._mark`).
+        self.listed = -1
+        self.pend_value = 0
+        self.pend_times = 0
+        #: Each window's newest snapshot's time, read here instead of in the window.
+        self.minute_at = self.hour_at = self.day_at = now
         zero: _Snapshot = (now, 0, 0)
         (_, _, minute), (_, _, hour), (_, _, day) = _WINDOWS
-        self.minute: deque[_Snapshot] = deque([zero], maxlen=minute)
-        self.hour: deque[_Snapshot] = deque([zero], maxlen=hour)
-        self.day: deque[_Snapshot] = deque([zero], maxlen=day)
+        self.minute = deque([zero], maxlen=minute)
+        self.hour = deque([zero], maxlen=hour)
+        self.day = deque([zero], maxlen=day)
 
     def sample(self, now: float) -> None:
-        """One tick taken at the running value: the three windows written out, not looped over."""
-        snap: _Snapshot = (now, self.value, self.times)
-        if now - self.minute[-1][0] >= SAMPLE_PERIOD - _EARLY:
-            self.minute.append(snap)
-        if now - self.hour[-1][0] >= _HOUR_PERIOD - _EARLY:
-            self.hour.append(snap)
-        if now - self.day[-1][0] >= _DAY_PERIOD - _EARLY:
-            self.day.append(snap)
+        """One tick taken at the running value."""
+        self.take(now, self.value, self.times)
+
+    def take(self, now: float, value: int, times: int) -> None:
+        """One tick at ``now``, when the item held ``value`` over ``times`` calls: the three windows
+        written out, not looped over."""
+        if now - self.minute_at >= SAMPLE_PERIOD - _EARLY:
+            self.minute.append((now, value, times))
+            self.minute_at = now
+        if now - self.hour_at >= _HOUR_PERIOD - _EARLY:
+            self.hour.append((now, value, times))
+            self.hour_at = now
+        if now - self.day_at >= _DAY_PERIOD - _EARLY:
+            self.day.append((now, value, times))
+            self.day_at = now
 
     def data(self, now: float) -> dict[str, dict[str, float | int]]:
         """BrokerStatsData: `{"statsDay": {"avgpt", "sum", "tps"}, "statsHour": ..., "statsMinute": ...}`."""
@@ -323,12 +366,23 @@ class BrokerStats:
         self.get_today_morning = self.get_yesterday_morning = 0
         self._day = datetime.date.today()
         #: Ticks taken (`sample()`), the times of those an item may still have to catch up with (from
-        #: tick number `_tick_base` on), and every item, the one caught up longest ago first.
+        #: tick number `_tick_base` on: tick number n is ``_ticks[n - _tick_base - 1]``).
         self.tick = 0
         self._ticks: list[float] = []
         self._tick_base = 0
         self._chains = _Chains(self._ticks)
-        self._order: OrderedDict[StatsItem, None] = OrderedDict()
+        #: Items counted into since the last tick (`_mark`), and those of earlier ticks still to roll
+        #: (`roll()`) from `_roll_at` on.
+        self._moved: list[StatsItem] = []
+        self._rolling: list[StatsItem] = []
+        self._roll_at = 0
+        #: Every item in creation order, which the fold sweeps from `_sweep_at`; `_sweep_floor` is the
+        #: least tick number the current sweep's visits left (each item's `synced` is at least that
+        #: once the sweep ends), and `_floor` the last ended sweep's: no item needs a tick up to it.
+        self._all: list[StatsItem] = []
+        self._sweep_at = 0
+        self._sweep_floor = 0
+        self._floor = 0
         self.fold_age = FOLD_AGE
         self.fold_slice = FOLD_SLICE
 
@@ -337,25 +391,47 @@ class BrokerStats:
         item = table.get(key)
         if item is None:
             item = table[key] = StatsItem(now, self.tick)
-            self._order[item] = None
+            self._all.append(item)
         return item
 
     def _sync(self, item: StatsItem) -> None:
-        """Catch `item`'s windows up with the ticks taken since it was last counted into or read: its
-        value was the same at each of them, so each window takes the snapshots it would have taken."""
+        """Catch `item`'s windows up with the ticks taken since they last took one: at those up to its
+        `listed` tick it held its `pend_value` (see `_mark`), at the later ones its running value (it was
+        not counted into since: a count after a tick lists it anew)."""
         ticks = self._ticks
-        start = item.synced - self._tick_base
+        base = self._tick_base
+        if item.listed > item.synced:  # (a few ticks at most, see _mark)
+            value, times = item.pend_value, item.pend_times
+            for number in range(item.synced + 1, item.listed + 1):
+                item.take(ticks[number - base - 1], value, times)
+            item.synced = item.listed
+        start = item.synced - base
         if start == len(ticks) - 1:  # one tick behind: the usual case
-            item.sample(ticks[start])
-        else:
+            item.take(ticks[start], item.value, item.times)
+        elif start < len(ticks):
             value, times = item.value, item.times
             for window, snaps in enumerate((item.minute, item.hour, item.day)):
                 due = _first_due(ticks, start, snaps[-1][0], _GAPS[window])
                 if due < len(ticks):
                     for at in self._chains.times(window, due):
                         snaps.append((at, value, times))
+            item.minute_at = item.minute[-1][0]
+            item.hour_at = item.hour[-1][0]
+            item.day_at = item.day[-1][0]
         item.synced = self.tick
-        self._order.move_to_end(item)
+
+    def _mark(self, item: StatsItem) -> None:
+        """Before the first count into `item` after a tick: its value and calls noted (what it held at
+        each tick since its windows' last one) and the item listed for the next tick's `roll()`, which
+        takes them: the send touches the item's own fields alone. An item whose windows are behind more
+        than a couple of ticks, or still owe the ticks of an earlier note (a roll has not reached it),
+        catches up here first."""
+        if item.listed > item.synced or self.tick - item.synced > 2:
+            self._sync(item)
+        item.pend_value = item.value
+        item.pend_times = item.times
+        item.listed = self.tick
+        self._moved.append(item)
 
     def _topic_put_items(self, topic: str, now: float) -> PutItems:
         items = self._put_items.get(topic)
@@ -390,12 +466,12 @@ class BrokerStats:
         self.put_size_total += size
         nums, sizes, broker = items
         tick = self.tick
-        if nums.synced != tick:  # once per item and tick: the windows catch up before the count moves
-            self._sync(nums)
-        if sizes.synced != tick:
-            self._sync(sizes)
-        if broker.synced != tick:
-            self._sync(broker)
+        if nums.listed != tick:  # once per item and tick: noted before the count moves
+            self._mark(nums)
+        if sizes.listed != tick:
+            self._mark(sizes)
+        if broker.listed != tick:
+            self._mark(broker)
         nums.value += count
         nums.times += 1
         sizes.value += size
@@ -428,8 +504,8 @@ class BrokerStats:
                 )
             nums, sizes, latency, broker = items
             for item in items:
-                if item.synced != self.tick:
-                    self._sync(item)
+                if item.listed != self.tick:
+                    self._mark(item)
             nums.value += count
             nums.times += 1
             sizes.value += size
@@ -447,20 +523,22 @@ class BrokerStats:
         """A consumer sent a message of `topic` back for retry (SNDBCK_PUT_NUMS, key `topic@group`)."""
         with self._lock:
             item = self._item(SNDBCK_PUT_NUMS, stats_key(topic, group), self._now())
-            if item.synced != self.tick:
-                self._sync(item)
+            if item.listed != self.tick:
+                self._mark(item)
             item.value += 1
             item.times += 1
 
     def sample(self) -> None:
-        """A tick (every `SAMPLE_PERIOD` s): its time recorded for the items to catch up with when next
-        counted into or read, the latency minute and the day's totals moved, and the items idle longest
-        caught up, a slice a tick, so that the record of ticks stays `fold_age` long."""
+        """A tick (every `SAMPLE_PERIOD` s): its time recorded, the items counted into since the last
+        one listed for `roll()`, the latency minute and the day's totals moved, and the items idle
+        longest caught up, a slice a tick, so that the record of ticks stays bounded."""
         with self._lock:
+            self._roll(len(self._rolling))  # a roll the last period did not end (the loop held that long)
             now = self._now()
             self._ticks.append(now)
             self.tick += 1
             self._chains.clear()
+            self._rolling, self._moved = self._moved, self._rolling
             if now - self._last_rotate >= 60.0:
                 self.put_latency.rotate()
                 self._last_rotate = now
@@ -471,18 +549,51 @@ class BrokerStats:
                 self.get_yesterday_morning, self.get_today_morning = self.get_today_morning, self.get.total
             self._fold()
 
+    def roll(self, limit: int) -> bool:
+        """Take the last tick into the windows of up to `limit` of the items counted into before it (its
+        snapshot at the value each holds: not counted into since, or it would have been noted anew);
+        whether some are left. The broker calls it after each tick, a slice at a time."""
+        with self._lock:
+            return self._roll(limit)
+
+    def _roll(self, limit: int) -> bool:
+        rolling = self._rolling
+        at = self._roll_at
+        end = min(at + limit, len(rolling))
+        tick = self.tick
+        while at < end:
+            item = rolling[at]
+            at += 1
+            if item.synced != tick:
+                self._sync(item)
+        if at < len(rolling):
+            self._roll_at = at
+            return True
+        rolling.clear()
+        self._roll_at = 0
+        return False
+
     def _fold(self) -> None:
-        """Catch up the items behind by `fold_age` ticks or more (enough a tick to keep up with every
-        item going idle at once), then drop the ticks no item needs any more."""
-        order = self._order
+        """Catch up the items behind by `fold_age` ticks or more, sweeping every item a slice a tick
+        (enough to sweep them all twice in `fold_age` ticks), then drop the ticks no item needs any more."""
+        items = self._all
+        count = len(items)
+        age = max(self.fold_age, 1)
         stale = self.tick - self.fold_age
-        for _ in range(max(self.fold_slice, len(order) // max(self.fold_age, 1) + 1)):
-            item = next(iter(order), None)
-            if item is None or item.synced > stale:
-                break
-            self._sync(item)
-        oldest = next(iter(order), None)
-        needed = (oldest.synced if oldest is not None else self.tick) - self._tick_base
+        at = self._sweep_at
+        for _ in range(min(count, max(self.fold_slice, 2 * count // age + 1))):
+            if at >= count:  # a sweep ended: every item's windows are past its floor
+                self._floor = self._sweep_floor
+                self._sweep_floor = self.tick
+                at = 0
+            item = items[at]
+            at += 1
+            if item.synced <= stale:
+                self._sync(item)
+            if item.synced < self._sweep_floor:
+                self._sweep_floor = item.synced
+        self._sweep_at = at
+        needed = self._floor - self._tick_base
         if needed > 0:
             del self._ticks[:needed]
             self._tick_base += needed

@@ -99,6 +99,11 @@ class StatsWindowsMachine(RuleBasedStateMachine):
         for item in self.eager.values():
             item.sample(self.clock)
 
+    @rule(limit=st.integers(1, 4))
+    def roll(self, limit: int) -> None:
+        """The broker's roll after a tick, a slice at a time: ticks, counts and reads fall between slices."""
+        self.stats.roll(limit)
+
     @rule(topic=TOPICS, count=st.integers(1, 5), size=st.integers(0, 5000), kept=st.booleans())
     def put(self, topic: str, count: int, size: int, kept: bool) -> None:
         if kept:  # the send path's way: the topic's items kept, counted through on_put_items
@@ -151,23 +156,32 @@ StatsWindowsMachine.TestCase.settings = settings(max_examples=200, stateful_step
 test_stats_windows = pytest.mark.slow(StatsWindowsMachine.TestCase)
 
 
-def test_a_tick_moves_no_idle_item_and_a_read_catches_it_up() -> None:
-    """The tick's cost is what changed: 10,001 items of which none was counted into are not visited,
-    yet each answers as if its windows had moved at every tick."""
+def test_a_tick_rolls_only_the_items_counted_into_since_the_last_and_a_read_catches_up_the_rest() -> None:
+    """The tick's cost is what changed: of 10,001 items, a tick lists for its roll only the 3 a put
+    counted into since the tick before; the idle ones are not visited, yet each answers as if its windows
+    had moved at every tick, and the busy one's windows kept up without a read."""
     clock = [500.0]
     stats = BrokerStats("C")
     stats._now = lambda: clock[0]
     for i in range(5000):
         stats.on_put(f"T{i}", 1, 10)
-    for _ in range(9):  # a minute and a half of ticks
+    clock[0] += SAMPLE_PERIOD
+    stats.sample()
+    while stats.roll(700):
+        pass
+    for _ in range(8):  # a minute and a half of ticks in all, T1 alone counted into between them
+        stats.on_put("T1", 1, 10)
         clock[0] += SAMPLE_PERIOD
         stats.sample()
+        assert stats.roll(2) and not stats.roll(1)  # T1's two items and the cluster's
+    busy = stats.items[TOPIC_PUT_NUMS]["T1"]
+    assert busy.minute[-1] == (clock[0], 9, 9)  # rolled: no read, no count since the tick
     idle = stats.items[TOPIC_PUT_NUMS]["T7"]
-    assert len(idle.minute) == 1  # untouched by the ticks
+    assert len(idle.minute) == 2  # its creation and the first tick's roll: untouched by the later ticks
     data = stats.view(TOPIC_PUT_NUMS, "T7")
     assert data is not None and data["statsMinute"]["sum"] == 0 and data["statsHour"]["sum"] == 1
     assert [at for at, _, _ in idle.minute] == [clock[0] - SAMPLE_PERIOD * n for n in range(6, -1, -1)]
-    assert len(stats.items[TOPIC_PUT_NUMS]["T8"].minute) == 1  # a read caught up only what it read
+    assert len(stats.items[TOPIC_PUT_NUMS]["T8"].minute) == 2  # a read caught up only what it read
 
 
 def test_idle_items_are_folded_a_slice_a_tick_and_old_ticks_dropped() -> None:
@@ -188,3 +202,35 @@ def test_idle_items_are_folded_a_slice_a_tick_and_old_ticks_dropped() -> None:
         "statsHour": {"avgpt": 1.0, "sum": 1, "tps": 1 / 400},
         "statsMinute": {"avgpt": 0.0, "sum": 0, "tps": 0.0},
     }
+
+
+def test_a_count_after_a_tick_whose_roll_has_not_come_keeps_what_the_item_held_at_each_tick() -> None:
+    """An item idle for a tick, counted into, then counted into again after the next tick before that
+    tick's roll reached it: its note of the value it held still owes a tick to its windows, which take
+    it before the new note (a new note first would give that tick the later value)."""
+    clock = [100.0]
+    stats = BrokerStats("C")
+    stats._now = lambda: clock[0]
+    eager = EagerItem(clock[0])
+
+    def put(count: int) -> None:
+        stats.on_put("T", count, 0)
+        eager.value += count
+        eager.times += 1
+
+    def tick() -> None:
+        clock[0] += SAMPLE_PERIOD
+        stats.sample()
+        eager.sample(clock[0])
+
+    put(1)
+    tick()
+    tick()  # T idle through this period; the tick's own start rolls the last period's items
+    put(2)  # noted: its windows owe the tick just taken
+    tick()
+    put(4)  # before this tick's roll: the note is still owed
+    tick()
+    put(8)
+    assert stats.view(TOPIC_PUT_NUMS, "T") == eager.data(clock[0])
+    item = stats.items[TOPIC_PUT_NUMS]["T"]
+    assert [list(w) for w in (item.minute, item.hour, item.day)] == [list(w) for w in eager.windows]
