@@ -57,6 +57,10 @@ def clean_env(config_root: os.PathLike[str] | str) -> dict[str, str]:
         for k, v in os.environ.items()
         if not k.startswith("MQCTL_") and k not in ("NAMESRV_ADDR", "NO_COLOR")
     }
+    # which build runs is the suite's choice, not a user setting: a pure run (MQCTL_NATIVE=0) starts
+    # pure daemons and CLIs too, so what it tests is what its own process imports
+    if "MQCTL_NATIVE" in os.environ:
+        env["MQCTL_NATIVE"] = os.environ["MQCTL_NATIVE"]
     env["MQCTL_CONFIG_DIR"] = os.path.join(config_root, "config")
     env["MQCTL_DATA_DIR"] = os.path.join(config_root, "data")
     env["COLUMNS"] = "200"
