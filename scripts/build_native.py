@@ -97,7 +97,7 @@ EXTENSIONS = {
 
 #: Modules not compiled whose ``Final`` constants compiled modules import: mypyc writes those values into
 #: the compiled code, so the manifest hashes these sources too (tests/test_native.py finds them all).
-INLINED = ("store.config", "store.names")
+INLINED = ("daemon.protect", "store.config", "store.names")
 
 #: The shared library every compiled module lives in (``store/compiled__mypyc``); the modules are shims.
 GROUP = "store.compiled"

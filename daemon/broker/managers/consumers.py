@@ -23,7 +23,7 @@ CHANNEL_EXPIRED_MS = 120_000
 #: Producer groups and consumer groups one client connection may hold, each, and the topics one group's
 #: subscription may name in a heartbeat (or a 5.x client's Settings). A client instance names every
 #: group of its process, a few; HEART_BEAT is open to any peer, and one of 16 MiB naming invented groups
-#: made the broker hold some 400 bytes and spend some 50 us of its loop on each (4.9.8 has no cap).
+#: made the broker hold memory and spend loop time on each of them (4.9.8 has no cap).
 MAX_CLIENT_GROUPS = 1000
 #: `Connection.attributes` keys: the producer and consumer groups the connection is registered in.
 PRODUCER_GROUPS = "mqctl.producerGroups"
