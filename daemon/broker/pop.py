@@ -532,7 +532,6 @@ class PopService:
         self._marks: dict[_QueueKey, int] = {}
         #: The queue offsets lent out per queue (a heap; entries of ended lendings skipped when on top).
         self._lent: dict[_QueueKey, list[int]] = {}
-        self._rotation = 0
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         #: FIFO pops parked per group: a released order lock wakes them (no message arrives to do it).
@@ -1055,7 +1054,7 @@ class PopService:
             raise PopError(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
 
     def _sources(self, group: str, topic: str, queue_id: int, fifo: bool) -> list[tuple[str, int, bool]]:
-        """(topic, queue, filtered) to read in turn: the topic's queues (from a rotating start), and for
+        """(topic, queue, filtered) to read in turn: the topic's queues (from a random start), and for
         a non-FIFO pop the group's retry queues, first on a fifth of pops as 5.x."""
         config = self.broker.topics.get(topic)
         count = config.read_queue_nums if config is not None else 0
@@ -1063,9 +1062,10 @@ class PopService:
             if queue_id >= count:
                 raise PopError(INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
             mains = [queue_id]
-        else:
-            self._rotation += 1
-            mains = [(self._rotation + i) % count for i in range(count)] if count else []
+        else:  # a random start, as 5.x: a counter shared by every pop can start a topic's pops at the same
+            # queue each time (a consumer popping several topics in turn), leaving the others to wait
+            start = random.randrange(count) if count else 0
+            mains = [(start + i) % count for i in range(count)]
         out = [(topic, q, True) for q in mains]
         if fifo:
             return out
