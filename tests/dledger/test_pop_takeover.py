@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.broker import pop as pop_module
 from daemon.broker.broker import Broker
 from daemon.broker.pop import PopError, PopService
 from daemon.remoting.client import RemotingClient
@@ -243,3 +244,31 @@ async def test_a_revive_whose_retry_copy_is_the_last_thing_held_is_delivered_onc
             got += await consumer.pop(T, max_nums=32, invisible_ms=60_000, poll_ms=500)
         assert [(p.body, p.attempt, p.handle.split(" ")[4]) for p in got] == [(b"r0", 2, "1")]  # the copy
         assert broker.store.get_max_offset(RETRY, 0) == 1
+
+
+@pytest.mark.parametrize("limit", [None, 8])
+async def test_a_pop_reads_on_past_the_messages_acked_on_an_earlier_leader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int | None
+) -> None:
+    """Forty messages lent and acked on the old leader after the table a follower took: the member taking
+    over skips them by their ack records. With nothing more arriving (the producers stopped), a pop reads
+    on past them to what waits above and lends it at once, rather than parking for arrivals that do not
+    come: each receive would otherwise pass a batch of acked messages and give nothing. (With a smaller
+    limit of offsets passed at a time, the pop yields between its reads and still does not park.)"""
+    if limit is not None:
+        monkeypatch.setattr(pop_module, "READ_ON_LIMIT", limit)
+    async with RemotingClient() as client, leader_of_one(tmp_path, client) as (broker, on):
+        await on.create_topic(T, 1)
+        for i in range(44):
+            assert (await on.send(T, f"m{i}".encode(), queue_id=0)).code == 0
+        consumer = PopClient(on, G)
+        table = table_of_before(broker)
+        lent = await consumer.pop(T, queue_id=0, max_nums=32, invisible_ms=60_000)
+        lent += await consumer.pop(T, queue_id=0, max_nums=8, invisible_ms=60_000)
+        assert len(lent) == 40
+        for p in lent:
+            assert (await consumer.ack(T, p)).code == ResponseCode.SUCCESS
+        await taken_over_with(broker.pop, broker, table)
+
+        got = await consumer.pop(T, queue_id=0, max_nums=4, invisible_ms=60_000, poll_ms=1000)
+        assert [p.body for p in got] == [b"m40", b"m41", b"m42", b"m43"]
