@@ -179,11 +179,6 @@ async def groups_everywhere(client: Any, data: Path, on: BrokerClient) -> None:
     await wait_until(held, 60)
 
 
-@pytest.mark.xfail(
-    reason="after the paused leader resumes, the last leader lends no more of the normal topic to consumers "
-    "of three topics (their watermark stands; timers and transactions still come): not found yet",
-    strict=False,
-)
 async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pause(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
