@@ -40,6 +40,7 @@ NORMAL, FIFO, TIMED, TX = "Fn", "Ff", "Fd", "Ft"
 GROUP, FIFO_GROUP = "GFn", "GFf"
 MESSAGE_GROUPS = 4
 INVISIBLE_S = 10
+CALL_TIMEOUT_S = 3  # the clients' request timeout: an ack failed by a fault in it may have been held
 
 
 class App:
@@ -204,7 +205,7 @@ async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pa
         await groups_everywhere(client, data, on)
         access = next(a for a in member_addrs(data) if a != first)
         port = await grpc_port(client, access)
-        config = ClientConfiguration(f"127.0.0.1:{port}", Credentials("", ""), request_timeout=3)
+        config = ClientConfiguration(f"127.0.0.1:{port}", Credentials("", ""), request_timeout=CALL_TIMEOUT_S)
         producer = Producer(config, (NORMAL, FIFO, TIMED, TX), checker=Checker())
         subscriptions = {
             GROUP: {t: FilterExpression("*") for t in (NORMAL, TIMED, TX)},
@@ -253,11 +254,11 @@ async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pa
 
             def settled() -> bool:
                 with app.lock:
-                    return not lost(expected, app.deliveries)
+                    return not lost(expected, app.deliveries, faults, CALL_TIMEOUT_S)
 
             def unsettled() -> str:
                 with app.lock:
-                    missing = lost(expected, app.deliveries)
+                    missing = lost(expected, app.deliveries, faults, CALL_TIMEOUT_S)
                     seen = {d.body: d for d in app.deliveries}
                 lines = [f"{len(missing)} sent and not acked at {time.time():.1f}; errors {app.errors}"]
                 lines += [f"last {what}: {text}" for what, text in app.last_errors.items()]
@@ -290,7 +291,7 @@ async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pa
         f"{len(app.sent)} sent, {len(app.committed)} transactions to deliver, {len(deliveries)} deliveries;"
         f" leaders {first} {second} {third}; errors {app.errors}"
     )
-    assert lost(set(app.sent) | set(app.committed), deliveries) == []
+    assert lost(set(app.sent) | set(app.committed), deliveries, faults, CALL_TIMEOUT_S) == []
     assert [d.body for d in deliveries if d.body in app.rolled_back] == []
     assert out_of_order(fifo, app.sequence) == []
     assert lent_twice_at_once(fifo) == []  # a FIFO lending is held by the next leader
