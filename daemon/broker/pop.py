@@ -124,6 +124,9 @@ CK_TAG: Final = "ck"
 BATCH_ACK_TAG: Final = "bAck"
 #: Revive records read between two yields of the loop when a member takes over.
 CATCH_UP_BATCH: Final = 256
+#: Queue offsets a pop passes in one queue (messages acked or lent on an earlier DLedger leader, skipped)
+#: before it yields the loop and reads on.
+READ_ON_LIMIT: Final = 1024
 #: Messages of each queue of a retry topic or DLQ read, from a second before an earlier leader logged the
 #: end of a lending by a copy into it, to find that copy (it is put right after the record).
 COPY_SEARCH: Final = 4096
@@ -532,11 +535,12 @@ class PopService:
         self._marks: dict[_QueueKey, int] = {}
         #: The queue offsets lent out per queue (a heap; entries of ended lendings skipped when on top).
         self._lent: dict[_QueueKey, list[int]] = {}
-        self._rotation = 0
         self._wake: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
         #: FIFO pops parked per group: a released order lock wakes them (no message arrives to do it).
         self._unheld: dict[str, set[asyncio.Future[None]]] = {}
+        #: Set by a pass of a pop that stopped at READ_ON_LIMIT: the pop reads on instead of parking.
+        self._read_on = False
         #: DLedger: acks and changes are logged as revive records, held by the quorum before answered.
         self.replicated = broker.config.enable_dleger_commit_log
         self.revive_topic = REVIVE_TOPIC_PREFIX + broker.config.broker_cluster_name
@@ -743,6 +747,7 @@ class PopService:
             dead: list[InFlight] = []
             lent: list[InFlight] = []
             found = self._pop_once(ask, dead, lent)
+            read_on, self._read_on = self._read_on, False
             if dead:  # FIFO messages past their retries: to the DLQ before the answer, their queue freed
                 await self._forward_dead(dead)
             if lent:  # a FIFO lending held by the DLedger quorum before it is answered
@@ -752,6 +757,9 @@ class PopService:
             left = deadline - time.monotonic()
             if found or left <= 0:
                 return found
+            if read_on:  # skipped messages passed, more above them: not parked for arrivals
+                await asyncio.sleep(0)
+                continue
             await self._wait_for_messages(ask, left)
 
     def lending_records(self, lent: list[InFlight]) -> list[Logged]:
@@ -1055,7 +1063,7 @@ class PopService:
             raise PopError(ResponseCode.NO_PERMISSION, f"subscription group no permission, {group}")
 
     def _sources(self, group: str, topic: str, queue_id: int, fifo: bool) -> list[tuple[str, int, bool]]:
-        """(topic, queue, filtered) to read in turn: the topic's queues (from a rotating start), and for
+        """(topic, queue, filtered) to read in turn: the topic's queues (from a random start), and for
         a non-FIFO pop the group's retry queues, first on a fifth of pops as 5.x."""
         config = self.broker.topics.get(topic)
         count = config.read_queue_nums if config is not None else 0
@@ -1063,9 +1071,10 @@ class PopService:
             if queue_id >= count:
                 raise PopError(INVALID_PARAMETER, f"queueId[{queue_id}] is illegal, topic:[{topic}]")
             mains = [queue_id]
-        else:
-            self._rotation += 1
-            mains = [(self._rotation + i) % count for i in range(count)] if count else []
+        else:  # a random start, as 5.x: a counter shared by every pop can start a topic's pops at the same
+            # queue each time (a consumer popping several topics in turn), leaving the others to wait
+            start = random.randrange(count) if count else 0
+            mains = [(start + i) % count for i in range(count)]
         out = [(topic, q, True) for q in mains]
         if fifo:
             return out
@@ -1120,44 +1129,58 @@ class PopService:
                     out += self._redeliver_held(held, now, ask, journal, dead, lent)
                     continue
             offset = self._start_offset(group, source, q, ask.init_mode)
-            try:
-                result = store.get_messages(
-                    group, source, q, offset, max_messages - len(out), codes if filtered else None
-                )
-            except StoreError as exc:
-                log.error("POP read of %s:%d at %d failed: %s", source, q, offset, exc)
-                continue
             acked = self._acked.get(queue)
-            for found in result.messages:
-                if replicated and (
-                    (group, source, q, found.queue_offset) in self.records
-                    or (acked is not None and found.queue_offset in acked)
-                ):
-                    continue  # lent on or acked before a DLedger failover (see catch_up)
+            nxt, passed, read = offset, 0, False
+            while True:  # read on past messages skipped: what waits above them is lent now
                 try:
-                    msg = found.stored
+                    result = store.get_messages(
+                        group, source, q, nxt, max_messages - len(out), codes if filtered else None
+                    )
                 except StoreError as exc:
-                    log.error("POP skipped a damaged record of %s:%d: %s", source, q, exc)
-                    continue
-                record = InFlight(
-                    group,
-                    source,
-                    q,
-                    found.queue_offset,
-                    found.phys_offset,
-                    now,
-                    invisible_ms,
-                    msg.reconsume_times + 1,
-                    fifo,
-                    offset,
-                    ask.attempt_id if fifo else "",
-                )
-                self._add(record)
-                journal.append(record_line(record))
-                out.append(self._popped(record, found))
-                if fifo and replicated:
-                    lent.append(record)
-            nxt = offset if result.status is _S.NO_MATCHED_LOGIC_QUEUE else result.next_begin_offset
+                    log.error("POP read of %s:%d at %d failed: %s", source, q, nxt, exc)
+                    break
+                read, skipped = True, False
+                for found in result.messages:
+                    if replicated and (
+                        (group, source, q, found.queue_offset) in self.records
+                        or (acked is not None and found.queue_offset in acked)
+                    ):
+                        skipped = True
+                        continue  # lent on or acked before a DLedger failover (see catch_up)
+                    try:
+                        msg = found.stored
+                    except StoreError as exc:
+                        log.error("POP skipped a damaged record of %s:%d: %s", source, q, exc)
+                        continue
+                    record = InFlight(
+                        group,
+                        source,
+                        q,
+                        found.queue_offset,
+                        found.phys_offset,
+                        now,
+                        invisible_ms,
+                        msg.reconsume_times + 1,
+                        fifo,
+                        offset,
+                        ask.attempt_id if fifo else "",
+                    )
+                    self._add(record)
+                    journal.append(record_line(record))
+                    out.append(self._popped(record, found))
+                    if fifo and replicated:
+                        lent.append(record)
+                at = nxt
+                if result.status is not _S.NO_MATCHED_LOGIC_QUEUE:
+                    nxt = result.next_begin_offset
+                passed += nxt - at
+                if not skipped or len(out) >= max_messages or nxt <= at:
+                    break
+                if passed >= READ_ON_LIMIT:  # (the loop is not held longer: the pop reads on at once)
+                    self._read_on = True
+                    break
+            if not read:
+                continue
             if acked is not None:
                 acked.difference_update([o for o in acked if o < nxt])
                 if not acked:

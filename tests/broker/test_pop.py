@@ -303,3 +303,19 @@ async def test_a_single_broker_logs_no_revive_record_and_refuses_sends_to_the_re
     forged = await broker.send(revive, b'{"ao":1,"so":0,"c":"GRev","t":"PopTopic","q":0}', tags="ack")
     assert forged.code == ResponseCode.NO_PERMISSION, forged.remark
     assert broker.broker.store.get_max_offset(revive, 0) == 0
+
+
+async def test_a_pop_of_any_queue_does_not_start_at_the_same_queue_each_time(broker: BrokerHandle) -> None:
+    """A consumer of two topics pops them in turn (a 5.x SimpleConsumer does): a pop of any queue (-1)
+    starts at a random one, as 5.x's ``PopMessageProcessor`` does, so neither queue of a topic with a
+    backlog in both waits until the other is drained, whatever the other pops between them."""
+    await _fill(broker, 170, queues=2)
+    await broker.create_topic("PopOther", 1)
+    c = PopClient(broker, "GTurns")
+    queues = set()
+    for _ in range(20):
+        got = await c.pop(T, queue_id=-1, max_nums=4)
+        assert len(got) == 4
+        queues |= {p.message.queue_id for p in got}
+        assert await c.pop("PopOther", queue_id=-1, max_nums=4) == []
+    assert queues == {0, 1}

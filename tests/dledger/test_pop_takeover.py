@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from daemon.broker import pop as pop_module
 from daemon.broker.broker import Broker
 from daemon.broker.pop import PopError, PopService
 from daemon.remoting.client import RemotingClient
@@ -24,6 +25,7 @@ from store.message import Message
 from store.names import REVIVE_GROUP
 from store.results import PutResult
 from tests.dledger.test_pop_revive_read import leader_of_one
+from tests.support.broker import BrokerClient
 from tests.support.pop import PopClient, Popped
 from tests.support.waiting import wait_until
 
@@ -51,6 +53,14 @@ async def taken_over_with(
     pop.start()
 
 
+async def sent(on: BrokerClient, count: int) -> PopClient:
+    """Topic T of one queue holding `count` messages m0, m1, ...: a consumer of group G on it."""
+    await on.create_topic(T, 1)
+    for i in range(count):
+        assert (await on.send(T, f"m{i}".encode(), queue_id=0)).code == 0
+    return PopClient(on, G)
+
+
 async def pop_until(consumer: PopClient, count: int, seconds: float, **options: object) -> list[Popped]:
     """FIFO pops of queue 0 until `count` messages came (or `seconds` passed)."""
     got: list[Popped] = []
@@ -64,10 +74,7 @@ async def test_a_fifo_lending_keeps_its_queue_locked_on_a_member_taking_over(tmp
     """Three messages lent for 60 s by a FIFO pop: the member taking over lends none of them (nor the
     next) while the lending lasts, takes their handles, and lends what follows once they are acked."""
     async with RemotingClient() as client, leader_of_one(tmp_path, client) as (broker, on):
-        await on.create_topic(T, 1)
-        for i in range(3):
-            assert (await on.send(T, f"m{i}".encode(), queue_id=0)).code == 0
-        consumer = PopClient(on, G)
+        consumer = await sent(on, 3)
         table = table_of_before(broker)
         lent = await consumer.pop(T, queue_id=0, max_nums=3, order=True, invisible_ms=60_000)
         assert [p.body for p in lent] == [b"m0", b"m1", b"m2"]
@@ -89,10 +96,7 @@ async def test_a_fifo_redelivery_is_logged_so_a_member_taking_over_keeps_its_ord
     one again at once by its old checkpoint, nor alone before the ones below it: the queue stays locked,
     and when the redelivery runs out the three come back in order, a third attempt."""
     async with RemotingClient() as client, leader_of_one(tmp_path, client) as (broker, on):
-        await on.create_topic(T, 1)
-        for i in range(3):
-            assert (await on.send(T, f"m{i}".encode(), queue_id=0)).code == 0
-        consumer = PopClient(on, G)
+        consumer = await sent(on, 3)
         table = table_of_before(broker)
         lent = await consumer.pop(T, queue_id=0, max_nums=3, order=True, invisible_ms=60_000)
         assert (await consumer.change_invisible(T, lent[1], 200)).code == ResponseCode.SUCCESS
@@ -111,10 +115,7 @@ async def test_an_ack_before_the_first_pop_of_a_member_taking_over_holds(tmp_pat
     """A lending the member took over from a checkpoint and acked before it popped that queue: the next
     pop starts at the offset table's watermark, below it, and must not lend it again."""
     async with RemotingClient() as client, leader_of_one(tmp_path, client) as (broker, on):
-        await on.create_topic(T, 1)
-        for i in range(2):
-            assert (await on.send(T, f"m{i}".encode(), queue_id=0)).code == 0
-        consumer = PopClient(on, G)
+        consumer = await sent(on, 2)
         table = table_of_before(broker)
         lent = await consumer.pop(T, queue_id=0, max_nums=2, invisible_ms=60_000)
         assert (await consumer.change_invisible(T, lent[0], 60_000)).code == ResponseCode.SUCCESS
@@ -243,3 +244,28 @@ async def test_a_revive_whose_retry_copy_is_the_last_thing_held_is_delivered_onc
             got += await consumer.pop(T, max_nums=32, invisible_ms=60_000, poll_ms=500)
         assert [(p.body, p.attempt, p.handle.split(" ")[4]) for p in got] == [(b"r0", 2, "1")]  # the copy
         assert broker.store.get_max_offset(RETRY, 0) == 1
+
+
+@pytest.mark.parametrize("limit", [None, 8])
+async def test_a_pop_reads_on_past_the_messages_acked_on_an_earlier_leader(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, limit: int | None
+) -> None:
+    """Forty messages lent and acked on the old leader after the table a follower took: the member taking
+    over skips them by their ack records. With nothing more arriving (the producers stopped), a pop reads
+    on past them to what waits above and lends it at once, rather than parking for arrivals that do not
+    come: each receive would otherwise pass a batch of acked messages and give nothing. (With a smaller
+    limit of offsets passed at a time, the pop yields between its reads and still does not park.)"""
+    if limit is not None:
+        monkeypatch.setattr(pop_module, "READ_ON_LIMIT", limit)
+    async with RemotingClient() as client, leader_of_one(tmp_path, client) as (broker, on):
+        consumer = await sent(on, 44)
+        table = table_of_before(broker)
+        lent = await consumer.pop(T, queue_id=0, max_nums=32, invisible_ms=60_000)
+        lent += await consumer.pop(T, queue_id=0, max_nums=8, invisible_ms=60_000)
+        assert len(lent) == 40
+        for p in lent:
+            assert (await consumer.ack(T, p)).code == ResponseCode.SUCCESS
+        await taken_over_with(broker.pop, broker, table)
+
+        got = await consumer.pop(T, queue_id=0, max_nums=4, invisible_ms=60_000, poll_ms=1000)
+        assert [p.body for p in got] == [b"m40", b"m41", b"m42", b"m43"]

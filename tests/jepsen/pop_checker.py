@@ -44,10 +44,18 @@ class Delivery:
         return any(ok for _, ok in self.acks)
 
 
-def lost(sent: Iterable[str], deliveries: Iterable[Delivery]) -> list[str]:
-    """Bodies sent (answered OK) that no consumer acked (answered OK)."""
-    acked = {d.body for d in deliveries if d.acked}
-    return sorted(set(sent) - acked)
+def lost(
+    sent: Iterable[str], deliveries: Iterable[Delivery], faults: Iterable[float] = (), timeout: float = 0.0
+) -> list[str]:
+    """Bodies sent (answered OK) that no consumer acked (answered OK). With ``faults``, an ack that failed
+    while a fault struck during it (within ``timeout`` s of its start, the call's own timeout) counts as
+    acked: its answer was lost with the leader, and the group may hold it (the message then comes no more)."""
+    faults = list(faults)
+
+    def acked(d: Delivery) -> bool:
+        return d.acked or any(not ok and any(at <= f <= at + timeout for f in faults) for at, ok in d.acks)
+
+    return sorted(set(sent) - {d.body for d in deliveries if acked(d)})
 
 
 def lent_twice_at_once(deliveries: Iterable[Delivery], faults: Iterable[float] = ()) -> list[str]:

@@ -15,6 +15,9 @@ def delivery(consumer: str, body: str, start: float, call: int, *, acked_at: flo
 def test_a_message_sent_and_never_acked_is_lost() -> None:
     history = [delivery("c1", "a", 0, 1, acked_at=1), delivery("c1", "b", 0, 1)]
     assert lost(["a", "b"], history) == ["b"]
+    history[1].acks.append((5, False))  # an ack that failed: lost, unless a fault struck during it
+    assert lost(["a", "b"], history, faults=[9], timeout=3) == ["b"]
+    assert lost(["a", "b"], history, faults=[7], timeout=3) == []
 
 
 def test_a_lending_while_another_runs_is_twice_at_once_unless_a_fault_struck_between() -> None:
