@@ -124,8 +124,8 @@ CK_TAG: Final = "ck"
 BATCH_ACK_TAG: Final = "bAck"
 #: Revive records read between two yields of the loop when a member takes over.
 CATCH_UP_BATCH: Final = 256
-#: Queue offsets a pop passes in one queue (messages acked or lent on an earlier DLedger leader, skipped)
-#: before it yields the loop and reads on.
+#: Queue offsets one pass of a pop reads over all its queues while it finds nothing to lend (messages of
+#: other tags, or acked or lent on an earlier DLedger leader) before it yields the loop and reads on.
 READ_ON_LIMIT: Final = 1024
 #: Messages of each queue of a retry topic or DLQ read, from a second before an earlier leader logged the
 #: end of a lending by a copy into it, to find that copy (it is put right after the record).
@@ -1114,8 +1114,12 @@ class PopService:
         journal: list[str] = []
         store = self.broker.store
         replicated = self.replicated
+        passed = 0  # queue offsets read in this pass, over all its queues (READ_ON_LIMIT)
         for source, q, filtered in self._sources(group, topic, queue_id, fifo):
             if len(out) >= max_messages:
+                break
+            if passed >= READ_ON_LIMIT:  # (the loop is not held longer: the pop reads on at once)
+                self._read_on = True
                 break
             queue = (group, source, q)
             self._follow_table(queue, journal)
@@ -1130,8 +1134,11 @@ class PopService:
                     continue
             offset = self._start_offset(group, source, q, ask.init_mode)
             acked = self._acked.get(queue)
-            nxt, passed, read = offset, 0, False
-            while True:  # read on past messages skipped: what waits above them is lent now
+            nxt, read = offset, False
+            # read on past messages skipped (acked or lent before a DLedger failover) and past reads that
+            # matched none of the tags (a read looks at a bounded window): what waits above them is lent
+            # now, as 5.x's pop moves the offset past such a read and runs again while there is more
+            while True:
                 try:
                     result = store.get_messages(
                         group, source, q, nxt, max_messages - len(out), codes if filtered else None
@@ -1174,9 +1181,10 @@ class PopService:
                 if result.status is not _S.NO_MATCHED_LOGIC_QUEUE:
                     nxt = result.next_begin_offset
                 passed += nxt - at
-                if not skipped or len(out) >= max_messages or nxt <= at:
+                more = skipped or (not result.messages and nxt < result.max_offset)
+                if not more or len(out) >= max_messages or nxt <= at:
                     break
-                if passed >= READ_ON_LIMIT:  # (the loop is not held longer: the pop reads on at once)
+                if passed >= READ_ON_LIMIT:
                     self._read_on = True
                     break
             if not read:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from daemon.broker.headers import AckMessageRequestHeader
-from daemon.broker.pop import PoppedMessage, ReceiptHandle
+from daemon.broker.pop import READ_ON_LIMIT, PoppedMessage, ReceiptHandle
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store.record import decode_records
@@ -319,3 +319,40 @@ async def test_a_pop_of_any_queue_does_not_start_at_the_same_queue_each_time(bro
         queues |= {p.message.queue_id for p in got}
         assert await c.pop("PopOther", queue_id=-1, max_nums=4) == []
     assert queues == {0, 1}
+
+
+async def test_a_tag_filtered_pop_reads_on_past_other_tags_within_its_poll(broker: BrokerHandle) -> None:
+    """A consumer subscribed to one tag behind a backlog of others gets its messages in its first poll, as
+    in 5.x (a read that matched nothing moves the group's offset past what it read, and a pop with more
+    to read does not park): a read matches within a bounded window, so the pop used to wait out its whole
+    long poll, one window per poll. It reads on in bounded passes, yielding the loop between them."""
+    from tests.support.broker import batch_entry
+
+    await broker.create_topic(T, 1)
+    others = 3000
+    for i in range(0, others, 250):
+        body = b"".join(
+            batch_entry(f"o{j}".encode(), {"TAGS": "other", "WAIT": "true"}) for j in range(i, i + 250)
+        )
+        r = await broker.send(T, body, code=RequestCode.SEND_BATCH_MESSAGE, queue_id=0, batch=True)
+        assert r.code == 0, r.remark
+    for i in range(2):
+        assert (await broker.send(T, f"mine{i}".encode(), queue_id=0, tags="mine")).code == 0
+    pop = broker.broker.pop
+    passes = 0
+    one_pass = pop._pop_once
+
+    def counted(*args: object) -> list[PoppedMessage]:
+        nonlocal passes
+        passes += 1
+        return one_pass(*args)  # type: ignore[arg-type]
+
+    pop._pop_once = counted  # type: ignore[method-assign]
+    c = PopClient(broker, "GTag")
+    got = await c.pop(T, exp="mine", poll_ms=20_000)
+    assert [p.body for p in got] == [b"mine0", b"mine1"]
+    assert others > 2 * READ_ON_LIMIT and passes > 1  # bounded passes, not one read through it all
+    assert pop.pop_offset("GTag", T, 0) == others + 2
+    # nothing left that matches: the next pop finds nothing, and no other tag is lent
+    assert await c.pop(T, exp="mine", poll_ms=300) == []
+    assert pop.in_flight() == {"GTag": 2}
