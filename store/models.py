@@ -154,6 +154,14 @@ class DataVersion(Bean):
         self.timestamp = now_ms
 
 
+def _with_extra(bean: Bean, extra: dict[str, Any]) -> dict[str, Any]:
+    """``bean``'s JSON object with the properties it was read with that it has no field for."""
+    out = Bean.to_json(bean)
+    for key, value in extra.items():
+        out.setdefault(key, value)
+    return out
+
+
 @dataclass(slots=True)
 class TopicConfig(Bean):
     """One entry of ``topicConfigTable`` (docs/wire-protocol.md §topic-and-group-configs; class defaults as
@@ -175,6 +183,24 @@ class TopicConfig(Bean):
     def __post_init__(self) -> None:
         if isinstance(self.topic_name, str):  # a hand-edited topics.json may hold null
             self.topic_name = sys.intern(self.topic_name)
+
+    def to_json(self) -> dict[str, Any]:
+        """The wire's object, with the 5.x properties the topic was given (``attributes``: its
+        ``message.type``...), as a 5.x broker sends them: a slave, or a DLedger member that takes the
+        table and is elected later, keeps a FIFO topic FIFO (4.9.8's readers ignore them)."""
+        return _with_extra(self, self.extra)
+
+    @property
+    def attributes(self) -> dict[str, str]:
+        """5.x's ``attributes`` (``message.type``, ``reserve.time``...): kept in ``extra`` as a 5.x table
+        or UPDATE_AND_CREATE_TOPIC's ``attributes`` field gave them; 4.9.8 has none."""
+        found = self.extra.get("attributes")
+        return {str(k): str(v) for k, v in found.items()} if isinstance(found, dict) else {}
+
+    @property
+    def message_type(self) -> str:
+        """5.x's ``getTopicMessageType``: the ``message.type`` attribute, NORMAL without one."""
+        return self.attributes.get("message.type", "NORMAL")
 
     def to_text(self) -> str:
         """The space-separated form used inside compressed registrations
@@ -210,7 +236,4 @@ class SubscriptionGroupConfig(Bean):
         """The wire's object, with the 5.x properties the group was given (``consumeMessageOrderly``,
         ``groupRetryPolicy``...), as a 5.x broker sends them: a slave, or a DLedger member that takes the
         table and is elected later, keeps a FIFO group FIFO (4.9.8's readers ignore them)."""
-        out = Bean.to_json(self)
-        for key, value in self.extra.items():
-            out.setdefault(key, value)
-        return out
+        return _with_extra(self, self.extra)

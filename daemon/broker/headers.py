@@ -230,6 +230,8 @@ class CreateTopicRequestHeader(CommandHeader):
     topic_filter_type: str
     topic_sys_flag: int = 0
     order: bool = False
+    #: 5.x's: attribute changes, ``+message.type=FIFO,-reserve.time`` (daemon/broker/attributes.py)
+    attributes: str | None = None
 
 
 @dataclass(slots=True)

@@ -64,6 +64,51 @@ async def test_create_list_and_delete_topic(broker: BrokerHandle) -> None:
     assert again.code == ResponseCode.SUCCESS and again.ext_fields["queueOffset"] == "0"
 
 
+async def test_topic_attributes_as_5x_mqadmin_sets_them(broker: BrokerHandle) -> None:
+    """UPDATE_AND_CREATE_TOPIC's ``attributes`` (5.x ``updateTopic -a``): added at creation, changed or
+    removed later as 5.x's ``AttributeUtil`` does, refused with 5.x's remark when malformed, unknown or
+    not served here; GET_ALL_TOPIC_CONFIG carries them, which 4.9.8's readers ignore."""
+
+    def create(name: str, attributes: str | None) -> dict[str, str]:
+        return CreateTopicRequestHeader(
+            name, "TBW102", 2, 2, 6, "SINGLE_TAG", attributes=attributes
+        ).to_ext_fields()
+
+    async def answer(name: str, attributes: str | None) -> RemotingCommand:
+        return await broker.call(RequestCode.UPDATE_AND_CREATE_TOPIC, create(name, attributes))
+
+    topics = broker.broker.topics
+    assert (await answer("Timed", "+message.type=DELAY")).code == ResponseCode.SUCCESS
+    assert topics.get("Timed").attributes == {"message.type": "DELAY"}  # type: ignore[union-attr]
+    # a re-creation without the field (a 4.9.8 tool changing the queues) keeps them
+    assert (await answer("Timed", None)).code == ResponseCode.SUCCESS
+    assert topics.get("Timed").message_type == "DELAY"  # type: ignore[union-attr]
+    assert (await answer("Timed", "+message.type=TRANSACTION")).code == ResponseCode.SUCCESS
+    assert topics.get("Timed").message_type == "TRANSACTION"  # type: ignore[union-attr]
+    assert (await answer("Timed", "-message.type")).code == ResponseCode.SUCCESS
+    assert topics.get("Timed").attributes == {}  # type: ignore[union-attr]
+    assert topics.get("Timed").message_type == "NORMAL"  # type: ignore[union-attr]
+    refusals = {
+        "+message.type=SOMETIMES": "value is not in set",
+        "+message.type=MIXED": "MIXED message type is not supported.",
+        "-message.type": "only add attribute is supported while creating topic",
+        "+color=red": "unsupported key: color",
+        "message.type=FIFO": "add/alter attribute format is wrong",
+        "+queue.type=BatchCQ": "not supported by this broker",
+    }
+    for text, remark in refusals.items():
+        refused = await answer("Refused", text)
+        assert refused.code != ResponseCode.SUCCESS and remark in (refused.remark or ""), (
+            text,
+            refused.remark,
+        )
+    assert topics.get("Refused") is None
+    assert (await answer("Fifo", "+message.type=FIFO,+reserve.time=86400")).code == ResponseCode.SUCCESS
+    table = TopicConfigSerializeWrapper.loads((await broker.call(RequestCode.GET_ALL_TOPIC_CONFIG)).body)
+    assert table.topic_config_table["Fifo"].attributes == {"message.type": "FIFO", "reserve.time": "86400"}
+    assert table.topic_config_table["Timed"].extra == {}  # (none left: none written)
+
+
 async def test_subscription_group_admin(broker: BrokerHandle) -> None:
     body = SubscriptionGroupConfig("SG", retry_max_times=3, consume_enable=False).dumps()
     assert (

@@ -316,6 +316,28 @@ async def test_metadata_sync_keeps_a_groups_5x_properties(group: Group) -> None:
     assert config is not None and config.extra == {"consumeMessageOrderly": True}
 
 
+async def test_metadata_sync_keeps_a_topics_5x_attributes(group: Group) -> None:
+    """A topic made FIFO by a 5.x ``mqadmin updateTopic -a +message.type=FIFO`` is FIFO on the slave too:
+    GET_ALL_TOPIC_CONFIG carries its ``attributes`` as a 5.x broker's does, and a slave or a DLedger
+    member elected later serves it from the table it took."""
+    import json
+
+    from daemon.broker.headers import CreateTopicRequestHeader
+
+    header = CreateTopicRequestHeader(
+        "FifoT", "TBW102", 2, 2, 6, "SINGLE_TAG", attributes="+message.type=FIFO"
+    )
+    master = group.on(group.master)
+    created = await master.call(RequestCode.UPDATE_AND_CREATE_TOPIC, header.to_ext_fields())
+    assert created.code == 0, created.remark
+    body = json.loads((await master.call(RequestCode.GET_ALL_TOPIC_CONFIG)).body)
+    assert body["topicConfigTable"]["FifoT"]["attributes"] == {"message.type": "FIFO"}
+    await group.slave.sync_from_master()
+    config = group.slave.topics.get("FifoT")
+    assert config is not None and config.attributes == {"message.type": "FIFO"}
+    assert config.message_type == "FIFO"
+
+
 async def test_slave_restarted_empty_re_replicates_from_the_last_file(group: Group, tmp_path: Path) -> None:
     g = group
     master = g.on(g.master)

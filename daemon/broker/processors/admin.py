@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from daemon.broker.attributes import AttributeRefused, alter_attributes
 from daemon.broker.bodies import (
     ConsumeQueueData,
     ConsumeStats,
@@ -154,6 +155,15 @@ class AdminProcessor:
             raise system_error(f"topicFilterType = [{h.topic_filter_type}] value invalid")
         self._check_topic(h.topic)
         old = self.broker.topics.get(h.topic)
+        extra = dict(old.extra) if old is not None else {}  # (a 5.x table's properties kept)
+        try:
+            attributes = alter_attributes(old.attributes if old is not None else None, h.attributes)
+        except AttributeRefused as refused:
+            raise fail(refused.code, refused.remark) from None
+        if attributes:
+            extra["attributes"] = attributes
+        else:
+            extra.pop("attributes", None)
         config = TopicConfig(
             h.topic,
             h.read_queue_nums,
@@ -162,6 +172,7 @@ class AdminProcessor:
             h.topic_filter_type,
             h.topic_sys_flag,
             old.order if old is not None else False,
+            extra,
         )
         self.broker.topics.put(config, persist=False)
         # answered once topics.json holds it and the NameServers route it; concurrent creations share both
