@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from rocketmq.grpc_protocol import definition_pb2 as pb
 
+from daemon.broker.attributes import MESSAGE_TYPE, MESSAGE_TYPES
 from daemon.remoting.codes import ResponseCode
 from store.javahash import java_hash
 from store.message import (
@@ -42,6 +43,7 @@ from store.message import (
     PROPERTY_WAIT_STORE_MSG_OK,
     StoredMessage,
 )
+from store.models import TopicConfig
 from store.names import RETRY_GROUP_TOPIC_PREFIX
 
 #: 5.x message properties the 4.9.8 MessageConst does not name (RocketMQ 5 MessageConst).
@@ -51,6 +53,12 @@ PROPERTY_TRACE_CONTEXT: Final = "TRACE_CONTEXT"
 PROPERTY_BORN_HOST: Final = "__BORNHOST"
 PROPERTY_DLQ_ORIGIN_TOPIC: Final = "DLQ_ORIGIN_TOPIC"
 PROPERTY_DLQ_ORIGIN_MESSAGE_ID: Final = "DLQ_ORIGIN_MESSAGE_ID"
+_DELAY_PROPERTIES: Final = (
+    PROPERTY_DELAY_TIME_LEVEL,
+    PROPERTY_TIMER_DELIVER_MS,
+    PROPERTY_TIMER_DELAY_SEC,
+    PROPERTY_TIMER_DELAY_MS,
+)
 
 #: Properties the broker sets itself: a user property of the same name is refused (the proxy's
 #: `MessageConst.STRING_HASH_SET` check), so no client can forge a transaction or a delay by them.
@@ -92,6 +100,40 @@ V5_MESSAGE_ID_LENGTH: Final = 34
 
 #: Every message type a route lists when the topic has no `+message.type` attribute (the proxy's MIXED).
 ALL_TYPES: Final = (pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION)
+
+
+def accepted_types(config: TopicConfig | None) -> tuple[int, ...]:
+    """The message types a route lists for a topic (the proxy's ``RouteActivity.parseTopicMessageType``):
+    the one its 5.x ``message.type`` attribute names, every type for MIXED, and every type for a topic
+    without the attribute, where a 5.x broker takes NORMAL (a 4.x topic takes any message here)."""
+    kind = config.attributes.get(MESSAGE_TYPE) if config is not None else None
+    if kind is None or kind == MESSAGE_TYPES[-1]:  # (MIXED)
+        return ALL_TYPES
+    if kind in MESSAGE_TYPES[1:-1]:  # NORMAL, FIFO, DELAY, TRANSACTION: the protocol's names too
+        return (pb.MessageType.Value(kind),)
+    return (pb.MESSAGE_TYPE_UNSPECIFIED,)
+
+
+def type_conflict(config: TopicConfig, props: dict[str, str]) -> str | None:
+    """Why a message with these properties may not go to a topic whose ``message.type`` names another
+    type (the proxy's ``DefaultTopicMessageTypeValidator``, the message's type as 5.x's
+    ``TopicMessageType.parseFromMessageProperty`` reads it); None when it may."""
+    expected = config.attributes.get(MESSAGE_TYPE)
+    if expected is None or expected == MESSAGE_TYPES[-1]:
+        return None
+    if props.get(PROPERTY_TRANSACTION_PREPARED) == "true":
+        actual = pb.TRANSACTION
+    elif any(k in props for k in _DELAY_PROPERTIES):
+        actual = pb.DELAY
+    elif PROPERTY_SHARDING_KEY in props:
+        actual = pb.FIFO
+    else:
+        actual = pb.NORMAL
+    name = pb.MessageType.Name(actual)
+    if name == expected:
+        return None
+    return f"TopicMessageType validate failed, the expected type is {expected}, but actual type is {name}"
+
 
 _CODES: Final[dict[int, int]] = {
     ResponseCode.SUCCESS: pb.OK,

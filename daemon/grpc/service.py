@@ -32,9 +32,9 @@ from daemon.broker.pop import MAX_INVISIBLE_MS
 from daemon.config import ALL_KEYS_FIELD, parse_properties
 from daemon.grpc.clients import CONSUME_TYPES, ClientRegistry, GrpcClient, parse_peer
 from daemon.grpc.convert import (
-    ALL_TYPES,
     PROPERTY_SHARDING_KEY,
     BodyRefused,
+    accepted_types,
     endpoints,
     fifo_queue,
     grpc_code,
@@ -44,6 +44,7 @@ from daemon.grpc.convert import (
     permission,
     status,
     to_proto,
+    type_conflict,
 )
 from daemon.grpc.leases import Leases
 from daemon.remoting.bodies import PermName, TopicRouteData
@@ -451,6 +452,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         self._client(context)
         topic = request.topic.name
         queues = []
+        types = accepted_types(self.broker.topics.get(topic))  # (every member holds the table)
         for name, where, reads, writes, perm in await self._route(topic):
             broker = pb.Broker(name=name, id=0, endpoints=where)
             for qid in range(max(reads, writes)):
@@ -463,7 +465,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                         id=qid,
                         permission=permission(queue_perm),  # type: ignore[arg-type]
                         broker=broker,
-                        accept_message_types=ALL_TYPES,
+                        accept_message_types=types,
                     )
                 )
         if not queues:
@@ -485,6 +487,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
         except Refused as refused:
             return spb.QueryAssignmentResponse(status=refused.status())
         assignments = []
+        types = accepted_types(self.broker.topics.get(request.topic.name))
         for name, where, reads, _writes, perm in await self._route(request.topic.name):
             if reads and perm & PermName.READ:
                 queue = pb.MessageQueue(
@@ -492,7 +495,7 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
                     id=-1,
                     permission=pb.READ_WRITE,
                     broker=pb.Broker(name=name, id=0, endpoints=where),
-                    accept_message_types=ALL_TYPES,
+                    accept_message_types=types,
                 )
                 assignments.append(pb.Assignment(message_queue=queue))
         if not assignments:
@@ -618,6 +621,9 @@ class MessagingService(service_pb2_grpc.MessagingServiceServicer):
             self._check(client, meta, RequestCode.SEND_MESSAGE_V2, fields)
             if config is None:
                 return spb.SendResultEntry(status=status(pb.TOPIC_NOT_FOUND, f"topic {topic} not found"))
+            conflict = type_conflict(config, props)
+            if conflict is not None:
+                return spb.SendResultEntry(status=status(pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, conflict))
             remoting = RemotingCommand.request(RequestCode.SEND_MESSAGE_V2, fields, body)
             answer = self.sender.send_from(client.address if client.address[0] else LOCAL, remoting)
             response = answer if isinstance(answer, RemotingCommand) else await answer

@@ -180,3 +180,42 @@ def test_a_route_follows_a_broker_restarted_on_another_grpc_port(
 async def _create(broker: Broker, topic: str) -> None:
     broker.topics.file.update(TopicConfig(topic, 4, 4))
     await broker.register_all()
+
+
+def test_a_topics_message_type_is_routed_and_checked_as_5x(
+    stub: tuple[LocalCluster, MessagingServiceStub],
+) -> None:
+    """A topic given a 5.x ``message.type`` (``mqadmin updateTopic -a +message.type=FIFO``) lists that type
+    alone in its route, and a send of another type is MESSAGE_PROPERTY_CONFLICT_WITH_TYPE, as the Java
+    Proxy's validator answers; a topic without the attribute takes every type (a 4.x topic)."""
+    cluster, s = stub
+
+    async def create() -> None:
+        fifo = TopicConfig("FifoOnly", 2, 2, extra={"attributes": {"message.type": "FIFO"}})
+        cluster.broker.topics.file.update(fifo)
+        cluster.broker.topics.file.update(TopicConfig("AnyType", 2, 2))
+        await cluster.broker.register_all()
+
+    cluster.loop.run(create())
+
+    def types(topic: str) -> set[int]:
+        route = s.QueryRoute(spb.QueryRouteRequest(topic=pb.Resource(name=topic)), metadata=META, timeout=10)
+        assert route.status.code == pb.OK, route.status
+        return {t for q in route.message_queues for t in q.accept_message_types}
+
+    assert types("FifoOnly") == {pb.FIFO}
+    assert types("AnyType") == {pb.NORMAL, pb.FIFO, pb.DELAY, pb.TRANSACTION}
+
+    def send(topic: str, **system: object) -> pb.Status:
+        sys = pb.SystemProperties(message_id="01" + "0" * 32, **system)  # type: ignore[arg-type]
+        msg = pb.Message(topic=pb.Resource(name=topic), body=b"x", system_properties=sys)
+        return s.SendMessage(spb.SendMessageRequest(messages=[msg]), metadata=META, timeout=10).status
+
+    refused = send("FifoOnly", message_type=pb.NORMAL)
+    assert refused.code == pb.MESSAGE_PROPERTY_CONFLICT_WITH_TYPE
+    assert (
+        refused.message
+        == "TopicMessageType validate failed, the expected type is FIFO, but actual type is NORMAL"
+    )
+    assert send("FifoOnly", message_type=pb.FIFO, message_group="g1").code == pb.OK
+    assert send("AnyType", message_type=pb.NORMAL).code == pb.OK
