@@ -56,7 +56,7 @@ import os
 import random
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final, Protocol
 
 from daemon.broker.filter import build_subscription, is_tag_type, tag_codes
@@ -219,6 +219,8 @@ class PoppedMessage:
     queue_offset: int
     #: The topic the message was sent to: the popped topic's, or a retry's ``RETRY_TOPIC``.
     topic: str = ""
+    #: ``receipt_handle`` decoded (a POP response's offset infos are built from its fields).
+    handle: ReceiptHandle | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(slots=True)
@@ -808,8 +810,9 @@ class PopService:
         if logged is not None:
             await logged
 
-    def ack_one(self, *, group: str, topic: str, receipt_handle: str) -> InFlight:
-        """End the lending here; returns it, for :meth:`log_acks`."""
+    def ack_one(self, *, group: str, topic: str, receipt_handle: str | ReceiptHandle) -> InFlight:
+        """End the lending here; returns it, for :meth:`log_acks` (the handle as text, or decoded: a batch
+        ack's, built from its fields)."""
         r = self._current(group, topic, receipt_handle)
         self._finish(r)
         return r
@@ -1024,10 +1027,10 @@ class PopService:
             r.phys_offset,
         )
 
-    def _current(self, group: str, topic: str, text: str) -> InFlight:
+    def _current(self, group: str, topic: str, text: str | ReceiptHandle) -> InFlight:
         """The record a handle lends, if the handle is still its current one (not changed, not expired
         into a redelivery, not acked)."""
-        h = ReceiptHandle.decode(text)
+        h = text if isinstance(text, ReceiptHandle) else ReceiptHandle.decode(text)
         if self.replicated and not self._serving:  # a member not leading (or still taking over)
             raise PopError(NO_MESSAGE, "receipt handle is no longer valid (this member does not lend)")
         real = topic if h.topic_type == NORMAL_TOPIC else retry_topic(group)
@@ -1248,8 +1251,9 @@ class PopService:
         msg = found.stored
         retry = msg.topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
         topic = msg.properties.get(PROPERTY_RETRY_TOPIC, msg.topic) if retry else msg.topic
+        handle = self.handle(r)
         return PoppedMessage(
-            bytes(found.raw), self.handle(r).encode(), r.attempt, r.queue_id, r.queue_offset, topic
+            bytes(found.raw), handle.encode(), r.attempt, r.queue_id, r.queue_offset, topic, handle
         )
 
     async def _wait_for_messages(self, ask: _Ask, left: float) -> None:

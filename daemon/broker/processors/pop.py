@@ -160,7 +160,7 @@ class PopProcessor:
         if not popped:
             header = PopMessageResponseHeader(0, h.invisible_time, revive_qid, self._rest(h))
             return request.make_response(POLLING_TIMEOUT, "no new message", header.to_ext_fields())
-        handles = [(m, ReceiptHandle.decode(m.receipt_handle)) for m in popped]
+        handles = [(m, m.handle or ReceiptHandle.decode(m.receipt_handle)) for m in popped]
         first = handles[0][1]
         start_info, msg_info, count_info = offset_infos(handles, h.order)
         header = PopMessageResponseHeader(
@@ -251,7 +251,7 @@ class PopProcessor:
         ended = []
         for group, topic, handle in named:
             with contextlib.suppress(PopError):  # 5.x acks what it can: changed or expired are skipped
-                ended.append(pop.ack_one(group=group, topic=topic, receipt_handle=handle.extra_info))
+                ended.append(pop.ack_one(group=group, topic=topic, receipt_handle=handle))
         return self._held(request, pop.log_acks(ended), request.make_response())
 
     def change_invisible(self, conn: Connection, request: RemotingCommand) -> _Answer:
