@@ -853,3 +853,72 @@ async def test_timers_are_the_masters_to_deliver_and_a_promoted_slave_takes_the_
     finally:
         await promoted.stop()
     g.slave = promoted  # stopped: the group's teardown stops it again harmlessly
+
+
+def cancel_on_read_or_refusal(monkeypatch: pytest.MonkeyPatch, landing: list[asyncio.Task[None]]) -> None:
+    """The HA client's connections (``asyncio.open_connection``: it alone uses it here) hand ``landing``'s
+    task a cancellation in the very callback that delivers a read's data or a refused connect, once: a
+    stop whose one cancel arrives as that outcome does (on a busy loop, one iteration apart)."""
+    original = asyncio.open_connection
+
+    def cancel() -> None:
+        if landing:
+            asyncio.get_running_loop().call_soon(landing.pop().cancel)
+
+    async def open_connection(*args: Any, **kwargs: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            reader, writer = await original(*args, **kwargs)
+        except OSError:
+            cancel()
+            raise
+        read = reader.read
+
+        async def read_then_cancel(n: int = -1) -> bytes:
+            data = await read(n)
+            if data:
+                cancel()
+            return data
+
+        reader.read = read_then_cancel  # type: ignore[method-assign]
+        return reader, writer
+
+    monkeypatch.setattr(asyncio, "open_connection", open_connection)
+
+
+async def ends_when_cancelled(task: asyncio.Task[None], landing: list[asyncio.Task[None]]) -> bool:
+    landing.append(task)
+    await wait_until(lambda: not landing)  # the cancel was handed over
+    done, _ = await asyncio.wait([task], timeout=10)
+    return task in done
+
+
+async def test_a_slave_stopped_as_a_frame_of_its_master_arrives_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A stop's cancellation that lands as a read of the master's frames completes ends the replication
+    task (Python 3.11's ``wait_for`` returned the data and dropped the cancel: the session read on, the
+    master's heartbeats kept it alive and the broker's stop waited for ever)."""
+    landing: list[asyncio.Task[None]] = []
+    cancel_on_read_or_refusal(monkeypatch, landing)
+    async with master_and_slave(tmp_path) as g:
+        ha_slave = g.slave.ha_slave
+        assert ha_slave is not None
+        await wait_until(lambda: ha_slave.connected)
+        assert await ends_when_cancelled(ha_slave._tasks[0], landing), "replication outlived its cancel"
+
+
+async def test_a_slave_stopped_as_a_connect_to_its_gone_master_is_refused_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same with the master gone: the slave tries to connect every second, and a stop's cancel that
+    lands as one is refused ends the task (``wait_for`` raised the refusal instead, and the loop tried
+    again a second later, for ever: a slave outliving its master never stopped)."""
+    landing: list[asyncio.Task[None]] = []
+    cancel_on_read_or_refusal(monkeypatch, landing)
+    async with master_and_slave(tmp_path) as g:
+        ha_slave = g.slave.ha_slave
+        assert ha_slave is not None
+        await wait_until(lambda: ha_slave.connected)
+        await g.master.stop()
+        await wait_until(lambda: not ha_slave.connected)
+        assert await ends_when_cancelled(ha_slave._tasks[0], landing), "replication outlived its cancel"
