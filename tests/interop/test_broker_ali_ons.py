@@ -81,5 +81,5 @@ async def test_ali_ons_roundtrip_with_retries_and_committed_offsets(
         offsets = store.configs.consumer_offsets
         assert sum(offsets.offsets_of(GROUP, TOPIC).values()) == COUNT
     argv = [sys.executable, "-m", "mqctl", "store", "verify", "--store", root, "-o", "json"]
-    verify = await run_bounded(argv, deadline=60, what="mqctl store verify", cwd=ROOT)
+    verify = await run_bounded(argv, deadline=30, what="mqctl store verify", cwd=ROOT)
     assert verify.returncode == 0, (verify.stdout[-2000:], verify.stderr[-2000:])
