@@ -905,40 +905,25 @@ def cancel_on_read_or_refusal(monkeypatch: pytest.MonkeyPatch, landing: list[asy
     monkeypatch.setattr(asyncio, "open_connection", open_connection)
 
 
-async def ends_when_cancelled(task: asyncio.Task[None], landing: list[asyncio.Task[None]]) -> bool:
-    landing.append(task)
-    await wait_until(lambda: not landing)  # the cancel was handed over
-    done, _ = await asyncio.wait([task], timeout=10)
-    return task in done
-
-
-async def test_a_slave_stopped_as_a_frame_of_its_master_arrives_stops(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("master_gone", [False, True], ids=["as-a-frame-arrives", "as-a-connect-is-refused"])
+async def test_a_slave_whose_stop_lands_as_a_read_or_a_connect_completes_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, master_gone: bool
 ) -> None:
-    """A stop's cancellation that lands as a read of the master's frames completes ends the replication
-    task (Python 3.11's ``wait_for`` returned the data and dropped the cancel: the session read on, the
-    master's heartbeats kept it alive and the broker's stop waited for ever)."""
+    """A stop's one cancellation that lands as a read of the master's frames completes, or (the master
+    gone: the slave tries to connect every second) as a connect is refused, ends the replication task.
+    Python 3.11's ``wait_for`` returned the data, or raised the refusal, and dropped the cancel: the
+    session read on (the master's heartbeats kept it alive), or the loop tried again a second later,
+    for ever, and the broker's stop waited for it."""
     landing: list[asyncio.Task[None]] = []
     cancel_on_read_or_refusal(monkeypatch, landing)
     async with master_and_slave(tmp_path) as g:
         ha_slave = g.slave.ha_slave
         assert ha_slave is not None
         await wait_until(lambda: ha_slave.connected)
-        assert await ends_when_cancelled(ha_slave._tasks[0], landing), "replication outlived its cancel"
-
-
-async def test_a_slave_stopped_as_a_connect_to_its_gone_master_is_refused_stops(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The same with the master gone: the slave tries to connect every second, and a stop's cancel that
-    lands as one is refused ends the task (``wait_for`` raised the refusal instead, and the loop tried
-    again a second later, for ever: a slave outliving its master never stopped)."""
-    landing: list[asyncio.Task[None]] = []
-    cancel_on_read_or_refusal(monkeypatch, landing)
-    async with master_and_slave(tmp_path) as g:
-        ha_slave = g.slave.ha_slave
-        assert ha_slave is not None
-        await wait_until(lambda: ha_slave.connected)
-        await g.master.stop()
-        await wait_until(lambda: not ha_slave.connected)
-        assert await ends_when_cancelled(ha_slave._tasks[0], landing), "replication outlived its cancel"
+        if master_gone:
+            await g.master.stop()
+            await wait_until(lambda: not ha_slave.connected)
+        landing.append(ha_slave._tasks[0])
+        await wait_until(lambda: not landing)  # the cancel was handed over
+        done, _ = await asyncio.wait([ha_slave._tasks[0]], timeout=10)
+        assert done, "the replication task outlived its cancellation"
