@@ -797,7 +797,8 @@ class Broker:
             return await slave.check_tail()
 
         try:
-            checked = await asyncio.wait_for(first_check(), FIRST_CHECK_TIMEOUT)
+            async with asyncio.timeout(FIRST_CHECK_TIMEOUT):
+                checked = await first_check()
         except TimeoutError:
             checked = False
         if not checked:

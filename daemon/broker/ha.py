@@ -192,7 +192,8 @@ class SlaveConnection:
         deadline = _now() + housekeeping
         while True:
             try:
-                data = await asyncio.wait_for(self.reader.read(_READ_CHUNK), max(deadline - _now(), 0.0))
+                async with asyncio.timeout(max(deadline - _now(), 0.0)):
+                    data = await self.reader.read(_READ_CHUNK)
             except TimeoutError:
                 log.warning("HA slave %s sent no whole report for %.0f s: closing", self.addr, housekeeping)
                 return
@@ -517,7 +518,8 @@ class HAMaster:
         heapq.heappush(self._waiters, (end, next(self._seq), fut))
         self.notify()
         try:
-            await asyncio.wait_for(fut, self.config.slave_timeout / 1000)
+            async with asyncio.timeout(self.config.slave_timeout / 1000):
+                await fut
         except TimeoutError:
             return PutMessageStatus.FLUSH_SLAVE_TIMEOUT
         return PutMessageStatus.PUT_OK
@@ -710,9 +712,8 @@ class HASlave:
                 continue
             try:
                 host, port = split_addr(addr)
-                reader, writer = await asyncio.wait_for(
-                    asyncio.open_connection(host, port, ssl=self.ssl), 3.0
-                )
+                async with asyncio.timeout(3.0):
+                    reader, writer = await asyncio.open_connection(host, port, ssl=self.ssl)
                 if connected_to_itself(writer.transport):
                     writer.close()
                     raise ConnectionRefusedError(f"connect to {addr} met itself: nobody listens")
@@ -807,7 +808,8 @@ class HASlave:
         while True:
             timeout = max(0.01, min(last_report + heartbeat, last_read + housekeeping) - _now())
             try:
-                data = await asyncio.wait_for(reader.read(_READ_CHUNK), timeout)
+                async with asyncio.timeout(timeout):
+                    data = await reader.read(_READ_CHUNK)
             except TimeoutError:
                 data = None
             if data == b"":

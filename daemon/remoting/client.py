@@ -164,17 +164,15 @@ class RemotingClient:
             raise RemotingConnectError(addr, str(exc)) from None
         loop = asyncio.get_running_loop()
         try:
-            transport, protocol = await asyncio.wait_for(
-                loop.create_connection(
+            async with asyncio.timeout(self.connect_timeout):
+                transport, protocol = await loop.create_connection(
                     self._new_connection if self.ssl is None else self._new_tls_connection,
                     host,
                     port,
                     ssl=self.ssl,
                     server_hostname=host if self.ssl is not None else None,
                     local_addr=(self.local_host, 0) if self.local_host else None,
-                ),
-                self.connect_timeout,
-            )
+                )
         except TimeoutError:
             raise RemotingConnectError(addr, f"connect timed out after {self.connect_timeout:g}s") from None
         except _ssl.SSLError as exc:

@@ -246,9 +246,8 @@ class RemotingServer:
                 del self._sniffing[sock]
                 await loop.connect_accepted_socket(self.accept, sock)
                 return
-            first = await asyncio.wait_for(
-                _peek(loop, sock), self.idle_timeout if self.idle_timeout > 0 else None
-            )
+            async with asyncio.timeout(self.idle_timeout if self.idle_timeout > 0 else None):
+                first = await _peek(loop, sock)
             if not first:
                 sock.close()  # closed before it said anything
                 return
@@ -400,13 +399,15 @@ class RemotingServer:
             await self._stop_listener()
         conns = list(self.connections)
         if conns:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*(c.drain_tasks() for c in conns)), grace)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await asyncio.gather(*(c.drain_tasks() for c in conns))
         for conn in conns:
             conn.close()
         if conns:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*(c.wait_closed() for c in conns)), grace)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await asyncio.gather(*(c.wait_closed() for c in conns))
         if self._server is not None:
             await self._server.wait_closed()
             self._server = None

@@ -28,7 +28,7 @@ from daemon.broker.broker import Broker
 from daemon.broker.config import BrokerConfig
 from daemon.broker.ha import SLAVE_ADMIN_REMARK
 from daemon.namesrv.controller import NamesrvController
-from daemon.remoting.bodies import ClusterInfo
+from daemon.remoting.bodies import ClusterInfo, KVTable
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -568,6 +568,11 @@ async def test_a_slave_whose_connection_was_reset_as_it_opened_connects_again(
         await server.wait_closed()
 
 
+#: A broker process answering after its start: on a heavily loaded host its interpreter and imports alone
+#: outlasted wait_until's default. (Waited for only while the process lives: its death fails at once.)
+MASTER_STARTS_WITHIN = 90.0
+
+
 @pytest.mark.slow
 async def test_sigkill_sync_master_mid_send_loses_no_acknowledged_message(
     tmp_path: Path, cli_env: dict[str, str]
@@ -583,7 +588,16 @@ async def test_sigkill_sync_master_mid_send_loses_no_acknowledged_message(
         f"storePathRootDir={tmp_path / 'master'}\nmappedFileSizeCommitLog={FILE}\nmetricsEnable=false\n"
     )
     argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
+    log = tmp_path / "master.log"
+
+    def start_master() -> subprocess.Popen[bytes]:
+        with log.open("ab") as out:
+            return subprocess.Popen(argv, cwd=ROOT, env=cli_env, stdout=out, stderr=out)
+
+    def log_tail() -> str:
+        return log.read_text(errors="replace")[-3000:]
+
+    proc = start_master()
     client = RemotingClient()
     addr = f"127.0.0.1:{port}"
     master = BrokerClient(addr, client)
@@ -591,19 +605,25 @@ async def test_sigkill_sync_master_mid_send_loses_no_acknowledged_message(
     acked: Acked = []
 
     async def master_up() -> bool:
+        assert proc.poll() is None, f"the master exited ({proc.returncode}):\n{log_tail()}"
         try:
             r = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 1.0)
         except Exception:
             return False
         return r.code == ResponseCode.SUCCESS
 
+    async def master_counts_its_slave() -> bool:
+        """The master admitted the slave (after asking the NameServer about it): its SYNC sends wait for
+        it from now on, where before they answered SLAVE_NOT_AVAILABLE. (The slave's own ``connected``
+        comes first, as its connect returns: on a loaded host, sends then met the master still asking.)"""
+        r = await client.invoke(addr, RemotingCommand.request(RequestCode.GET_BROKER_RUNTIME_INFO), 1.0)
+        return int(KVTable.loads(r.body).table.get("haSlaveCount", "0")) >= 1
+
     try:
-        await wait_until(master_up)
+        await wait_until(master_up, MASTER_STARTS_WITHIN, log_tail)
         slave = await start_slave(tmp_path / "slave", ns_addr)
         assert slave.ha_slave is not None
-        await wait_until(
-            lambda: slave is not None and slave.ha_slave is not None and slave.ha_slave.connected
-        )
+        await wait_until(master_counts_its_slave)
         assert (await master.send("Kill", b"first", queue_id=0)).code == ResponseCode.SUCCESS
         await slave.sync_from_master()
         assert slave.topics.get("Kill") is not None
@@ -635,8 +655,8 @@ async def test_sigkill_sync_master_mid_send_loses_no_acknowledged_message(
             assert decode_records(pulled.body)[0].body == body
 
         # the master returns: the slave reconnects and catches up, no byte duplicated or skipped
-        proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
-        await wait_until(master_up)
+        proc = start_master()
+        await wait_until(master_up, MASTER_STARTS_WITHIN, log_tail)
 
         async def replicated_send() -> bool:  # SLAVE_NOT_AVAILABLE (stored) until the slave is back
             return (await master.send("Kill", b"back", queue_id=1)).code == ResponseCode.SUCCESS
@@ -875,3 +895,57 @@ async def test_timers_are_the_masters_to_deliver_and_a_promoted_slave_takes_the_
     finally:
         await promoted.stop()
     g.slave = promoted  # stopped: the group's teardown stops it again harmlessly
+
+
+def cancel_on_read_or_refusal(monkeypatch: pytest.MonkeyPatch, landing: list[asyncio.Task[None]]) -> None:
+    """The HA client's connections (``asyncio.open_connection``: it alone uses it here) hand ``landing``'s
+    task a cancellation in the very callback that delivers a read's data or a refused connect, once: a
+    stop whose one cancel arrives as that outcome does (on a busy loop, one iteration apart)."""
+    original = asyncio.open_connection
+
+    def cancel() -> None:
+        if landing:
+            asyncio.get_running_loop().call_soon(landing.pop().cancel)
+
+    async def open_connection(*args: Any, **kwargs: Any) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        try:
+            reader, writer = await original(*args, **kwargs)
+        except OSError:
+            cancel()
+            raise
+        read = reader.read
+
+        async def read_then_cancel(n: int = -1) -> bytes:
+            data = await read(n)
+            if data:
+                cancel()
+            return data
+
+        reader.read = read_then_cancel  # type: ignore[method-assign]
+        return reader, writer
+
+    monkeypatch.setattr(asyncio, "open_connection", open_connection)
+
+
+@pytest.mark.parametrize("master_gone", [False, True], ids=["as-a-frame-arrives", "as-a-connect-is-refused"])
+async def test_a_slave_whose_stop_lands_as_a_read_or_a_connect_completes_stops(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, master_gone: bool
+) -> None:
+    """A stop's one cancellation that lands as a read of the master's frames completes, or (the master
+    gone: the slave tries to connect every second) as a connect is refused, ends the replication task.
+    Python 3.11's ``wait_for`` returned the data, or raised the refusal, and dropped the cancel: the
+    session read on (the master's heartbeats kept it alive), or the loop tried again a second later,
+    for ever, and the broker's stop waited for it."""
+    landing: list[asyncio.Task[None]] = []
+    cancel_on_read_or_refusal(monkeypatch, landing)
+    async with master_and_slave(tmp_path) as g:
+        ha_slave = g.slave.ha_slave
+        assert ha_slave is not None
+        await wait_until(lambda: ha_slave.connected)
+        if master_gone:
+            await g.master.stop()
+            await wait_until(lambda: not ha_slave.connected)
+        landing.append(ha_slave._tasks[0])
+        await wait_until(lambda: not landing)  # the cancel was handed over
+        done, _ = await asyncio.wait([ha_slave._tasks[0]], timeout=10)
+        assert done, "the replication task outlived its cancellation"

@@ -30,6 +30,7 @@ import time
 import traceback
 from pathlib import Path
 
+from interop_deadline import arm, step
 from rocketmq.client import Message, Producer, PushConsumer
 
 #: What the client logs at each heartbeat while its route table names no broker: once from ``start`` itself,
@@ -57,11 +58,14 @@ def produce(namesrv: str, topic: str, count: int) -> list[dict[str, object]]:
     producer.set_namesrv_addr(namesrv)
     if os.environ.get("CPP_ACCESS_KEY"):  # ACL: sign every request (the client's set_session_credentials)
         producer.set_session_credentials(os.environ["CPP_ACCESS_KEY"], os.environ["CPP_SECRET_KEY"], "ALIYUN")
+    step("producer.start")
     producer.start()
+    step("waiting for the producer's first heartbeat tick")
     wait_for_first_heartbeat_tick(producer_started=f"DefaultMQProducer:{PRODUCER_GROUP} start")
     sent = []
     try:
         for i in range(count):
+            step(f"producer.send_sync of message {i}")
             msg = Message(topic)
             msg.set_keys(f"key-{i}")
             msg.set_tags(f"Tag{i % 2}")
@@ -71,6 +75,7 @@ def produce(namesrv: str, topic: str, count: int) -> list[dict[str, object]]:
             r = producer.send_sync(msg)
             sent.append({"status": int(r.status), "msgId": r.msg_id, "offset": r.offset})
     finally:
+        step("producer.shutdown")
         producer.shutdown()
     return sent
 
@@ -95,11 +100,15 @@ def consume(namesrv: str, topic: str, group: str, count: int, timeout: float) ->
     if os.environ.get("CPP_ACCESS_KEY"):
         consumer.set_session_credentials(os.environ["CPP_ACCESS_KEY"], os.environ["CPP_SECRET_KEY"], "ALIYUN")
     consumer.subscribe(topic, on_message)
+    step("consumer.start")
     consumer.start()
     try:
+        step(f"waiting up to {timeout:g} s for {count} messages")
         all_in.wait(timeout)
+        step("letting the consumer commit its offsets")
         time.sleep(6)  # let the consumer commit its offsets (every 5 s) before shutting down
     finally:
+        step(f"consumer.shutdown ({len(received)} of {count} received)")
         consumer.shutdown()
     return received
 
@@ -143,6 +152,7 @@ def client_log_errors(lines: int = 12) -> str:
 
 
 if __name__ == "__main__":
+    arm(client_log_errors)
     try:
         code = main(
             sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), float(sys.argv[5]), *sys.argv[6:7]

@@ -10,6 +10,7 @@ import ctypes
 import json
 import sys
 
+from interop_deadline import arm, step
 from rocketmq.client import PullConsumer
 from rocketmq.ffi import _CMessageQueue, dll
 
@@ -17,7 +18,9 @@ from rocketmq.ffi import _CMessageQueue, dll
 def main(namesrv: str, topic: str) -> int:
     consumer = PullConsumer("MQCTL_INTEROP_CPP")
     consumer.set_namesrv_addr(namesrv)
+    step("consumer.start")
     consumer.start()
+    step("the subscription's queues")
     queues = ctypes.POINTER(_CMessageQueue)()
     size = ctypes.c_int()
     status = dll.FetchSubscriptionMessageQueues(
@@ -35,9 +38,11 @@ def main(namesrv: str, topic: str) -> int:
         dll.ReleaseSubscriptionMessageQueue(queues)
     print(json.dumps({"status": int(status), "queues": result}))
     sys.stdout.flush()
+    step("consumer.shutdown")
     consumer.shutdown()
     return 0
 
 
 if __name__ == "__main__":
+    arm()
     sys.exit(main(sys.argv[1], sys.argv[2]))

@@ -8,6 +8,8 @@
 // (ali-ons deflates bodies >= 4 KiB). With FAIL_ONCE=1 the handler throws on the first delivery of
 // each message, so every message must come back through %RETRY%<group>. The consumer keeps running
 // LINGER_MS after the last expected message so its offsets get committed (every 5 s) before close().
+// Bounded by the harness' deadline (watchdog.js): past it, the script says what it was waiting for.
+const watchdog = require('./watchdog');
 const crypto = require('crypto');
 const { Producer, Consumer, Message } = require('ali-ons');
 const urllib = require('urllib');
@@ -16,6 +18,7 @@ const urllib = require('urllib');
 const credentials = process.env.ONS_ACCESS_KEY
   ? { accessKeyId: process.env.ONS_ACCESS_KEY, accessKeySecret: process.env.ONS_SECRET_KEY }
   : {};
+const logger = watchdog.logger;
 
 function body(i, count) {
   const len = 10 + Math.floor((i * (6144 - 10)) / Math.max(1, count - 1));
@@ -25,22 +28,26 @@ function body(i, count) {
 }
 
 async function produce(nameSrv, topic, count) {
-  const producer = new Producer({ nameSrv, producerGroup: 'MQCTL_ONS_PRODUCER', httpclient: urllib, ...credentials });
+  const producer = new Producer({ nameSrv, producerGroup: 'MQCTL_ONS_PRODUCER', httpclient: urllib, logger, ...credentials });
   producer.on('error', err => process.stderr.write(`producer error: ${err.message}\n`));
-  await producer.ready();
   const sent = [];
+  watchdog.watch('producer', () => ({ sent: sent.length, brokers: producer._mqClient._brokerAddrTable }));
+  watchdog.step('producer.ready');
+  await producer.ready();
   for (let i = 0; i < count; i++) {
+    watchdog.step(`producer.send of message ${i}`);
     const msg = new Message(topic, `Tag${i % 3}`, body(i, count));
     msg.keys = [`key-${i}`, `alt-${i}`];
     const r = await producer.send(msg);
     sent.push({ key: `key-${i}`, msgId: r.msgId, queueId: r.messageQueue.queueId, queueOffset: r.queueOffset, status: r.sendStatus });
   }
+  watchdog.step('producer.close');
   await producer.close();
   return { sent };
 }
 
 async function consume(nameSrv, topic, group, count, failOnce, lingerMs, timeoutMs) {
-  const consumer = new Consumer({ nameSrv, consumerGroup: group, httpclient: urllib, ...credentials });
+  const consumer = new Consumer({ nameSrv, consumerGroup: group, httpclient: urllib, logger, ...credentials });
   consumer.on('error', err => process.stderr.write(`consumer error: ${err.message}\n`));
   const received = [];
   const failed = new Set();
@@ -60,11 +67,24 @@ async function consume(nameSrv, topic, group, count, failOnce, lingerMs, timeout
     });
     if (received.length >= count) done();
   });
+  watchdog.watch('consumer', () => ({
+    received: received.length,
+    failures,
+    brokers: consumer._mqClient._brokerAddrTable,
+    queues: Array.from(consumer._processQueueTable.values(), q => ({
+      queue: q.messageQueue.key, nextOffset: q.nextOffset, held: q.processQueue.msgCount,
+    })),
+    offsets: consumer._offsetStore.offsetTable,
+  }));
+  watchdog.step('consumer.ready');
   await consumer.ready();
   if (count > 0) {
+    watchdog.step(`waiting up to ${timeoutMs} ms for ${count} messages`);
     await Promise.race([allIn, new Promise(resolve => setTimeout(resolve, timeoutMs))]);
   }
+  watchdog.step(`lingering ${lingerMs} ms`);
   await new Promise(resolve => setTimeout(resolve, lingerMs));
+  watchdog.step('consumer.close');
   await consumer.close();
   return { received, failures };
 }
@@ -78,7 +98,4 @@ async function main(argv) {
   throw new Error(`unknown mode ${mode}`);
 }
 
-main(process.argv.slice(2)).then(
-  result => { process.stdout.write(JSON.stringify(result) + '\n'); process.exit(0); },
-  err => { process.stderr.write(`${err.stack}\n`); process.exit(1); }
-);
+watchdog.run(main(process.argv.slice(2)));

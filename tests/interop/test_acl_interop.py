@@ -4,9 +4,7 @@ publish to get nothing in, each refused by the broker's ACL check."""
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import shutil
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,6 +17,7 @@ from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
 from store.names import retry_topic
 from tests.support.acl import USER_AK, USER_SK, write_acl
+from tests.support.bounded import run_bounded
 from tests.support.broker import ClusterHandle, start_cluster, stop_cluster
 from tests.support.cpp import cpp_roundtrip
 
@@ -57,22 +56,13 @@ async def cluster(tmp_path: Path) -> AsyncIterator[ClusterHandle]:
 
 
 async def run(
-    args: list[str], env: dict[str, str], timeout: float = 180
+    args: list[str], env: dict[str, str], deadline: float = 60
 ) -> tuple[int, dict[str, object], str]:
-    proc = await asyncio.create_subprocess_exec(
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=HERE,
-        env={**os.environ, **env},
+    done = await run_bounded(
+        args, deadline=deadline, what=f"{Path(args[1]).name} {args[2]}", cwd=HERE, env=env
     )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    lines = out.decode().strip().splitlines()
-    return (
-        proc.returncode or 0,
-        (json.loads(lines[-1]) if lines and proc.returncode == 0 else {}),
-        err.decode(),
-    )
+    lines = done.stdout.strip().splitlines()
+    return (done.returncode, (json.loads(lines[-1]) if lines and done.returncode == 0 else {}), done.stderr)
 
 
 def refused_sends(cluster: ClusterHandle) -> list[str]:
@@ -135,7 +125,7 @@ async def test_ali_ons_signs_produces_and_consumes(cluster: ClusterHandle) -> No
     assert {s["status"] for s in result["sent"]} == {"SEND_OK"}  # type: ignore[union-attr]
     assert stored(cluster) == COUNT
     code, result, err = await run(
-        [node, script, "consume", ns, TOPIC, GROUP, str(COUNT), "0", "6000", "60000"], right
+        [node, script, "consume", ns, TOPIC, GROUP, str(COUNT), "0", "6000", "60000"], right, deadline=100
     )
     assert code == 0, err[-3000:]
     assert len({r["key"] for r in result["received"]}) == COUNT  # type: ignore[union-attr]
@@ -145,7 +135,7 @@ async def test_cpp_client_signs_produces_and_consumes(cluster: ClusterHandle) ->
     ns = cluster.namesrv_addr
     remarks = refused_sends(cluster)
     for pair, topic, words in REFUSED:
-        code, _, err = await cpp_roundtrip(ns, topic, GROUP, 1, 5, env=credentials("CPP", pair))
+        code, _, err = await cpp_roundtrip(ns, topic, GROUP, 1, 5, "produce", credentials("CPP", pair))
         assert code != 0 and stored(cluster) == 0, f"{words}: {err[-2000:]}"
         assert remarks and all(words in r for r in remarks), (words, remarks)
         remarks.clear()

@@ -4,7 +4,6 @@ our real NameServer + broker: tags, keys, deflated bodies, retries through %RETR
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import sys
 from collections.abc import AsyncIterator
@@ -17,6 +16,7 @@ from daemon.remoting.codes import RequestCode
 from store.engine import DefaultMessageStore
 from store.names import retry_topic
 from tests.support.ali_ons import expected_body, node
+from tests.support.bounded import run_bounded
 from tests.support.broker import ClusterHandle, start_cluster, stop_cluster
 from tests.support.paths import ROOT
 
@@ -49,7 +49,7 @@ async def test_ali_ons_roundtrip_with_retries_and_committed_offsets(
     assert isinstance(sent, list) and len(sent) == COUNT
     assert {s["status"] for s in sent} == {"SEND_OK"}
 
-    consumed = await node("consume", ns, TOPIC, GROUP, str(COUNT), "1", "7000", "120000")
+    consumed = await node("consume", ns, TOPIC, GROUP, str(COUNT), "1", "7000", "120000", deadline=160)
     received = consumed["received"]
     assert isinstance(received, list)
     assert consumed["failures"] == COUNT
@@ -62,7 +62,7 @@ async def test_ali_ons_roundtrip_with_retries_and_committed_offsets(
         assert r["tags"] == f"Tag{i % 3}" and r["keys"] == f"key-{i} alt-{i}"
         assert r["reconsumeTimes"] == 1
 
-    again = await node("consume", ns, TOPIC, GROUP, "0", "0", "8000", "0")
+    again = await node("consume", ns, TOPIC, GROUP, "0", "0", "8000", "0", deadline=40)
     assert again["received"] == []
 
     stats = await cluster.call(RequestCode.GET_CONSUME_STATS, {"consumerGroup": GROUP, "topic": TOPIC})
@@ -80,19 +80,6 @@ async def test_ali_ons_roundtrip_with_retries_and_committed_offsets(
         assert first.keys == ["key-0", "alt-0"] and first.body == expected_body(0, COUNT)
         offsets = store.configs.consumer_offsets
         assert sum(offsets.offsets_of(GROUP, TOPIC).values()) == COUNT
-    verify = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "mqctl",
-        "store",
-        "verify",
-        "--store",
-        root,
-        "-o",
-        "json",
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=ROOT,
-    )
-    out, err = await verify.communicate()
-    assert verify.returncode == 0, (out.decode()[-2000:], err.decode()[-2000:])
+    argv = [sys.executable, "-m", "mqctl", "store", "verify", "--store", root, "-o", "json"]
+    verify = await run_bounded(argv, deadline=30, what="mqctl store verify", cwd=ROOT)
+    assert verify.returncode == 0, (verify.stdout[-2000:], verify.stderr[-2000:])

@@ -37,6 +37,7 @@ def test_the_node_5x_client_produces_and_consumes(tmp_path: Path) -> None:
                 str(COUNT),
                 script=INTEROP / "grpc5_node_roundtrip.js",
                 package="rocketmq-client-nodejs",
+                deadline=120,  # its consumer receives for up to 60 s
             )
         )
     sent, received = result["sent"], result["received"]
@@ -73,7 +74,17 @@ def test_a_5x_producer_sends_and_ali_ons_consumes(tmp_path: Path) -> None:
             for i in range(COUNT):
                 p.send(message("Mixed", expected_body(i, COUNT), tag=f"Tag{i % 3}", keys=f"key-{i}"))
         consumed = asyncio.run(
-            node("consume", cluster.namesrv_addr, "Mixed", "CID_ONS_MIXED", str(COUNT), "0", "1000", "60000")
+            node(
+                "consume",
+                cluster.namesrv_addr,
+                "Mixed",
+                "CID_ONS_MIXED",
+                str(COUNT),
+                "0",
+                "1000",
+                "60000",
+                deadline=90,
+            )
         )
     received = consumed["received"]
     assert isinstance(received, list) and len(received) == COUNT

@@ -35,7 +35,9 @@ async def test_ali_ons_consumes_from_the_slave_with_the_master_down(tmp_path: Pa
         await replicated(master, slave)
         await master.stop()  # unregistered: the route lists only the slave now
 
-        consumed = await node("consume", handle.namesrv_addr, TOPIC, GROUP, str(COUNT), "0", "1000", "90000")
+        consumed = await node(
+            "consume", handle.namesrv_addr, TOPIC, GROUP, str(COUNT), "0", "1000", "90000", deadline=120
+        )
         received = consumed["received"]
         assert isinstance(received, list)
         by_key = {r["key"]: r for r in received}

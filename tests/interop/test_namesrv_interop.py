@@ -7,7 +7,6 @@ registration over its own connection, which stays open while the clients ask.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
 from collections.abc import AsyncIterator
@@ -22,6 +21,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
+from tests.support.bounded import run_bounded
 from tests.support.namesrv import Namesrv, namesrv_config
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
@@ -65,13 +65,10 @@ async def registered(tmp_path: Path) -> AsyncIterator[Registered]:
         await controller.stop()
 
 
-async def run(*argv: str | Path, timeout: float = 90) -> dict[str, object]:
-    proc = await asyncio.create_subprocess_exec(
-        *map(str, argv), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=HERE
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode == 0, f"{argv[0]} failed ({proc.returncode}): {err.decode()[-2000:]}"
-    return json.loads(out.decode().strip().splitlines()[-1])
+async def run(*argv: str | Path, deadline: float = 60) -> dict[str, object]:
+    done = await run_bounded(argv, deadline=deadline, what=Path(argv[1]).name, cwd=HERE)
+    assert done.returncode == 0, f"{argv[0]} failed ({done.returncode}): {done.stderr[-2000:]}"
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
 EXPECTED = [{"brokerName": "broker-a", "queueId": i} for i in range(4)]

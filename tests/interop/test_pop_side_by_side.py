@@ -61,7 +61,7 @@ async def test_ali_ons_push_consumer_and_pop_group_side_by_side(cluster: Cluster
     stop = asyncio.Event()
     popper = asyncio.ensure_future(_pop_all(PopClient(cluster, GROUP_POP), stop))
     try:
-        consumed = await node("consume", ns, TOPIC, GROUP_4X, str(COUNT), "0", "7000", "120000")
+        consumed = await node("consume", ns, TOPIC, GROUP_4X, str(COUNT), "0", "7000", "120000", deadline=160)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + 30
         while cluster.broker.pop.in_flight() or loop.time() < deadline - 25:

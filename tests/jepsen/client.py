@@ -172,6 +172,11 @@ class Producer:
         await self.client.close()
 
 
+#: How long a client script has to exit once told to stop (it finishes the send in hand: the client's own
+#: retries are bounded by its send timeout), before it is killed.
+STOP_GRACE = 30.0
+
+
 class ScriptProducer:
     """A real client as a process of the history: a script (``tests/interop/ons_history.js``,
     ``cpp_history.py``) that sends until its stdin closes and prints one JSON line per event; the events
@@ -219,6 +224,17 @@ class ScriptProducer:
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         errors = asyncio.create_task(proc.stderr.read())
         stopper = asyncio.create_task(stop.wait())
+        killed: list[str] = []
+
+        async def kill_when_late() -> None:
+            """Once stopped, the client has STOP_GRACE s to finish the send in hand and exit."""
+            await stop.wait()
+            await asyncio.sleep(STOP_GRACE)
+            if proc.returncode is None:
+                killed.append(f"killed: still running {STOP_GRACE:g} s after it was told to stop")
+                proc.kill()
+
+        killer = asyncio.create_task(kill_when_late())
         tries = 1
         inv: Op | None = None
         try:
@@ -245,8 +261,18 @@ class ScriptProducer:
             stopper.cancel()
             if proc.returncode is None and not proc.stdin.is_closing():
                 proc.stdin.close()
+            try:
+                async with asyncio.timeout(STOP_GRACE):
+                    await proc.wait()
+            except TimeoutError:  # (an error of its own ended the reading: the stop never came)
+                killed.append(f"killed: still running {STOP_GRACE:g} s after its output was done with")
+            finally:
+                killer.cancel()
+                if proc.returncode is None:
+                    proc.kill()
+                    await proc.wait()
             self.stderr = await errors
-            assert await asyncio.wait_for(proc.wait(), 30) == 0, self.stderr.decode()[-3000:]
+            assert proc.returncode == 0 and not killed, " ".join(killed) + self.stderr.decode()[-3000:]
 
     async def close(self) -> None:
         pass

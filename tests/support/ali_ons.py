@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import shutil
 from pathlib import Path
 
 import pytest
 
+from tests.support.bounded import run_bounded
 from tests.support.paths import ROOT
 
 INTEROP = ROOT / "tests" / "interop"
@@ -24,30 +23,22 @@ def expected_body(i: int, count: int) -> bytes:
 
 async def node(
     *args: str,
-    timeout: float = 240,
+    deadline: float = 60,
     preload: str | None = None,
     env: dict[str, str] | None = None,
     script: Path = SCRIPT,
     package: str = "ali-ons",
 ) -> dict[str, object]:
     """Run the script (ali-ons' by default; `script` of the npm `package`) with ``args`` (after the module
-    ``preload`` with ``env`` added, when given); it must exit 0. Returns the JSON summary on its last
-    stdout line."""
+    ``preload`` with ``env`` added, when given); it must exit 0 within ``deadline`` seconds (past it, the
+    script prints what it is waiting for and stops; see `run_bounded`). Returns the JSON summary on its
+    last stdout line."""
     exe = shutil.which("node")
     if exe is None or shutil.which("npm") is None:
         pytest.skip(f"node/npm not installed: the {package} interop test needs them")
     if not (INTEROP / "node_modules" / package).is_dir():
         pytest.fail(f"{package} not installed: run scripts/install-interop-clients.sh (make test does)")
-    proc = await asyncio.create_subprocess_exec(
-        exe,
-        *(("-r", preload) if preload else ()),
-        str(script),
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=INTEROP,
-        env={**os.environ, **env} if env else None,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    assert proc.returncode == 0, f"{package} script failed ({proc.returncode}): {err.decode()[-3000:]}"
-    return json.loads(out.decode().strip().splitlines()[-1])  # type: ignore[no-any-return]
+    argv = [exe, *(("-r", preload) if preload else ()), str(script), *args]
+    done = await run_bounded(argv, deadline=deadline, what=f"{script.name} {args[0]}", cwd=INTEROP, env=env)
+    assert done.returncode == 0, f"{package} script failed ({done.returncode}): {done.stderr_tail()}"
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]

@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 
 import pytest
 
+from tests.support.bounded import run_bounded
 from tests.support.paths import ROOT
 
 INTEROP_PYTHON = ROOT / ".venv-interop" / "bin" / "python"
 INTEROP = ROOT / "tests" / "interop"
+#: A run's allowance besides the consumer's wait: the client's starts and shutdowns, the producer's first
+#: heartbeat tick (10 ms after its start, later on a loaded host) and its sends.
+STARTS = 45.0
+#: After the consumer's wait: the 6 s it leaves the client to commit its offsets, and its shutdown.
+CONSUMER_AFTER = 15.0
 
 
 def require_cpp_client() -> None:
@@ -30,23 +34,23 @@ async def cpp_roundtrip(
     phases: str = "produce,consume",
     env: dict[str, str] | None = None,
 ) -> tuple[int, dict[str, object], str]:
-    """Run the round trip (see its docstring): (exit code, its JSON result or {} on failure, stderr)."""
+    """Run the round trip (see its docstring): (exit code, its JSON result or {} on failure, stderr). Its
+    consumer waits up to ``timeout`` s for the messages; the whole run is bounded (`run_bounded`): past
+    its deadline the script prints the step it is in, its threads' stacks and the client's log errors."""
     require_cpp_client()
-    proc = await asyncio.create_subprocess_exec(
-        str(INTEROP_PYTHON),
-        str(INTEROP / "cpp_broker_roundtrip.py"),
+    deadline = STARTS + (timeout + CONSUMER_AFTER if "consume" in phases else 0)
+    argv = [
+        INTEROP_PYTHON,
+        INTEROP / "cpp_broker_roundtrip.py",
         namesrv,
         topic,
         group,
         str(count),
         str(timeout),
-        phases,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=INTEROP,
-        env={**os.environ, **(env or {})},
+    ]
+    done = await run_bounded(
+        [*argv, phases], deadline=deadline, what=f"the C++ client's {phases}", cwd=INTEROP, env=env
     )
-    out, err = await asyncio.wait_for(proc.communicate(), timeout + 120)
-    lines = out.decode().strip().splitlines()
-    result = json.loads(lines[-1]) if lines and proc.returncode == 0 else {}
-    return proc.returncode or 0, result, err.decode()
+    lines = done.stdout.strip().splitlines()
+    result = json.loads(lines[-1]) if lines and done.returncode == 0 else {}
+    return done.returncode, result, done.stderr

@@ -9,7 +9,6 @@ skips the test and says why.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
@@ -20,6 +19,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+
+from tests.support.bounded import run_bounded
 
 #: Sends each request of argv[2] (JSON [[code, extFields, body], ...]) to argv[1] and prints the answers.
 _CLIENT = """
@@ -48,23 +49,10 @@ class PeerNamespace:
     async def send(self, addr: str, requests: list[tuple[int, dict[str, str], str]]) -> list[tuple[int, str]]:
         """Send requests from inside the namespace (a subprocess there, so the caller's loop keeps
         serving); the answers' (code, remark)."""
-        proc = await asyncio.create_subprocess_exec(
-            "ip",
-            "netns",
-            "exec",
-            self.name,
-            sys.executable,
-            "-c",
-            _CLIENT,
-            addr,
-            json.dumps(requests),
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            env=dict(os.environ),
-        )
-        out, err = await asyncio.wait_for(proc.communicate(), 60)
-        assert proc.returncode == 0, err.decode()
-        return [(int(code), str(remark)) for code, remark in json.loads(out)]
+        argv = ["ip", "netns", "exec", self.name, sys.executable, "-c", _CLIENT, addr, json.dumps(requests)]
+        done = await run_bounded(argv, deadline=60, what=f"requests from namespace {self.name}")
+        assert done.returncode == 0, done.stderr
+        return [(int(code), str(remark)) for code, remark in json.loads(done.stdout)]
 
 
 def _ip(*args: str) -> subprocess.CompletedProcess[str]:

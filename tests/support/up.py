@@ -16,6 +16,12 @@ from typing import Any
 
 from tests.support.paths import ROOT
 
+#: Bounds, each well inside pytest's timeout: `mqctl up` printing its "ready:" line (its members start
+#: one after another, slowly on a loaded host), exiting after Ctrl-C, and one command against it.
+READY_WITHIN = 120.0
+STOP_WITHIN = 30.0
+COMMAND_WITHIN = 60.0
+
 
 @dataclass
 class Up:
@@ -34,6 +40,7 @@ class Up:
             env=self.env,
             capture_output=True,
             text=True,
+            timeout=COMMAND_WITHIN,  # (killed past it: a command's own timeouts are shorter)
         )
         assert done.returncode == 0, done.stderr
         return json.loads(done.stdout)
@@ -45,15 +52,26 @@ async def mqctl_up(data: Path, cli_env: dict[str, str], ns_port: int, *args: str
 
     The caller asserts on ``Up.code`` after the block, so a failure inside it is not masked."""
     argv = [sys.executable, "-m", "mqctl", "up", "--data", str(data), "--namesrv-port", str(ns_port), *args]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.PIPE, text=True)
+    # its own process group: a kill past STOP_WITHIN reaches the members it started too
+    proc = subprocess.Popen(
+        argv, cwd=ROOT, env=cli_env, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
     drain: asyncio.Task[str] | None = None
     failed = False
     try:
         assert proc.stderr is not None
         line = ""
-        while "ready:" not in line:
-            line = await asyncio.to_thread(proc.stderr.readline)
-            assert line, "mqctl up exited before it was ready"
+        seen: list[str] = []
+        try:
+            async with asyncio.timeout(READY_WITHIN):
+                while "ready:" not in line:
+                    line = await asyncio.to_thread(proc.stderr.readline)
+                    assert line, "mqctl up exited before it was ready:\n" + "".join(seen[-40:])
+                    seen.append(line)
+        except TimeoutError:
+            raise AssertionError(
+                f"mqctl up not ready in {READY_WITHIN:g} s; its log so far:\n" + "".join(seen[-40:])
+            ) from None
         drain = asyncio.create_task(asyncio.to_thread(proc.stderr.read))  # its log must not fill the pipe
         up = Up(proc, line, {**cli_env, "NAMESRV_ADDR": f"127.0.0.1:{ns_port}"})
         yield up
@@ -62,7 +80,13 @@ async def mqctl_up(data: Path, cli_env: dict[str, str], ns_port: int, *args: str
         raise
     finally:
         os.kill(proc.pid, signal.SIGINT)
-        code = await asyncio.to_thread(proc.wait, 30)
+        try:
+            code = await asyncio.to_thread(proc.wait, STOP_WITHIN)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)  # never left running; the test fails on the code
+            code = await asyncio.to_thread(proc.wait)
+            print(f"mqctl up still running {STOP_WITHIN:g} s after Ctrl-C: killed")
+            failed = True
         log = await drain if drain is not None else ""
         if failed:  # the logs go with the tmp dir: shown with the failure (pytest prints captured output)
             print_logs(log, data)
