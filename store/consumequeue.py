@@ -462,15 +462,26 @@ class QueueHandle:
 
     It also remembers where the objects of its last put were, for a caller to prefetch them before its
     next put (:data:`prefetch`): addresses only, never written through, and no reference that would keep a
-    rolled or deleted file's mapping alive."""
+    rolled or deleted file's mapping alive. A caller may keep its own per-queue state in a subclass (the
+    broker's send slot), so that a put reaches the queue's state and the caller's in one object."""
 
     __slots__ = ("cq", "file_at", "generation", "map_at", "queue_id", "topic", "unit_at")
+
+    # Compiled, the fields sit in the object in the order declared here (a subclass's after them): what
+    # the put reads first, then the hints it writes.
+    topic: str
+    queue_id: int
+    cq: ConsumeQueue | None
+    generation: int
+    file_at: int
+    map_at: int
+    unit_at: int
 
     def __init__(self, topic: str, queue_id: int) -> None:
         self.topic = topic
         self.queue_id = queue_id
         #: The queue as of :attr:`generation` of the store's table (None: not looked up yet).
-        self.cq: ConsumeQueue | None = None
+        self.cq = None
         self.generation = 0
         #: As of the last put through this handle: the addresses of the queue's current file object, of
         #: its mapping object and of the line its next unit goes to (0: none yet).

@@ -382,7 +382,8 @@ def test_an_installed_build_runs_until_an_installed_source_is_edited(tmp_path: P
 @pytest.mark.parametrize(
     ("path", "cls", "first"),
     [
-        ("daemon/broker/processors/send.py", "TopicSlot", ["generation", "writable", "retry", "multi_tag"]),
+        ("daemon/broker/processors/send.py", "QueueSlot", ["checked", "writable", "retry", "multi_tag"]),
+        ("store/consumequeue.py", "QueueHandle", ["topic", "queue_id", "cq", "generation"]),
         ("store/consumequeue.py", "ConsumeQueue", ["next_offset", "_last", "max_physic_offset", "dirty"]),
         ("store/mapped_file.py", "MappedFile", ["wrote_position", "prepared_position", "flushed_position"]),
     ],

@@ -355,6 +355,8 @@ class BrokerStats:
         self.get_miss = _Rate()
         #: The items each put/pull updates, by topic and by (group, topic, queue): built once.
         self._put_items: dict[str, PutItems] = {}
+        #: The broker's put item (BROKER_PUT_NUMS), every topic's third, made with the first topic's.
+        self._broker_put: StatsItem | None = None
         self._get_items: dict[tuple[str, str, int], tuple[StatsItem, StatsItem, StatsItem, StatsItem]] = {}
         self.put_size_total = 0
         self.put_failed = 0
@@ -441,11 +443,12 @@ class BrokerStats:
                 self._item(TOPIC_PUT_SIZE, topic, now),
                 self._item(BROKER_PUT_NUMS, self.cluster_name, now),
             )
+            self._broker_put = items[2]
         return items
 
     def put_items(self, topic: str) -> PutItems:
         """The items a put of `topic` counts in, for a caller that keeps them per topic (the send path's
-        topic state) and passes them to :meth:`on_put_items`. Items are never removed nor replaced, so
+        queue slots) and passes them to :meth:`on_put_counts`. Items are never removed nor replaced, so
         kept ones stay the ones VIEW_BROKER_STATS_DATA and /metrics read."""
         with self._lock:
             return self._topic_put_items(topic, self._now())
@@ -454,17 +457,33 @@ class BrokerStats:
         """`count` messages of `topic` stored in one put of `size` bytes, taking `elapsed_ns`."""
         with self._lock:
             now = self._now()
-            self._count_put(self._topic_put_items(topic, now), count, size, elapsed_ns, now)
+            nums, sizes, broker = self._topic_put_items(topic, now)
+            self._count_put(nums, sizes, broker, count, size, elapsed_ns, now)
 
-    def on_put_items(self, items: PutItems, count: int, size: int, elapsed_ns: int) -> None:
-        """:meth:`on_put` with the topic's items (:meth:`put_items`) instead of its name."""
+    def on_put_counts(
+        self, nums: StatsItem, sizes: StatsItem, count: int, size: int, elapsed_ns: int
+    ) -> None:
+        """:meth:`on_put` with the topic's first two items (:meth:`put_items`) instead of its name, kept by
+        the caller where it keeps the rest of what a send touches (the send's queue slot): no tuple of
+        them to read, one cold object less per send with thousands of topics. The third is the broker's,
+        the same for every topic."""
+        broker = self._broker_put
+        assert broker is not None  # (made with the first topic's items, which the caller's came from)
         with self._lock:
-            self._count_put(items, count, size, elapsed_ns, self._now())
+            self._count_put(nums, sizes, broker, count, size, elapsed_ns, self._now())
 
-    def _count_put(self, items: PutItems, count: int, size: int, elapsed_ns: int | None, now: float) -> None:
+    def _count_put(
+        self,
+        nums: StatsItem,
+        sizes: StatsItem,
+        broker: StatsItem,
+        count: int,
+        size: int,
+        elapsed_ns: int | None,
+        now: float,
+    ) -> None:
         self.put.add(count, now)
         self.put_size_total += size
-        nums, sizes, broker = items
         tick = self.tick
         if nums.listed != tick:  # once per item and tick: noted before the count moves
             self._mark(nums)

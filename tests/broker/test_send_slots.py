@@ -1,5 +1,6 @@
-"""A send finds its topic's state (config, queue handles, stats items) with one lookup, kept from the
-previous send: whatever changed the topic or its queues since must be in force for the next send."""
+"""A send finds its queue's state (the topic's config, the store's queue handle, the stats items) in one
+object reached with one lookup, kept from the previous send: whatever changed the topic or its queues
+since must be in force for the next send."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.frame import decode_frame
 from mqctl.services.bench import send_frame
+from store.consumequeue import QueueHandle
 from store.models import TopicConfig
 from tests.support.broker import BrokerHandle
 
@@ -104,12 +106,12 @@ async def test_a_kept_slot_sends_without_reading_the_topic_config(broker: Broker
 
     assert (await send()).code == ResponseCode.SUCCESS
     slot = processor._slots["Slot"]
-    # the queue handles too: a tuple (items inline), not a list (its items one more allocation away)
+    # the other queues' slots: a tuple (items inline), not a list (its items one more allocation away)
     assert isinstance(slot.queues, tuple) and slot.queues[2] is not None and slot.queues[:2] == (None, None)
     watched = _WatchedConfig("Slot", 4, 4)
     reads: list[str] = []
     object.__setattr__(watched, "reads", reads)
-    slot.set_config(watched, slot.generation)
+    slot.set_config(watched, slot.checked)
     reads.clear()
     assert (await send()).code == ResponseCode.SUCCESS
     assert reads == []
@@ -130,9 +132,10 @@ async def test_the_slot_table_is_keyed_by_the_name_the_send_goes_on_to_use(broke
 
 
 async def test_a_slot_warms_what_its_last_put_went_through(broker: BrokerHandle) -> None:
-    """The slot keeps its last put's handle, queue and the handle's addresses (the file object, its mapping
-    object, the next unit's line) to prefetch at the next send's start; a topic deleted meanwhile leaves
-    them stale, which is harmless (prefetched, never written through), and the send after it renews them."""
+    """The slot is its queue's handle: the store writes its last put's queue and addresses there (the file
+    object, its mapping object, the next unit's line), prefetched at the next send's start; a topic
+    deleted meanwhile leaves them stale, which is harmless (prefetched, never written through), and the
+    send after it renews them."""
     await broker.create_topic("Slot", 1)
     processor = SendProcessor(broker.broker)
     frame = decode_frame(send_frame("Slot", 0, b"x"), 0)
@@ -145,17 +148,43 @@ async def test_a_slot_warms_what_its_last_put_went_through(broker: BrokerHandle)
 
     def warmed() -> tuple[object, ...]:
         slot = processor._slots["Slot"]
-        return slot.warm_handle, slot.warm_cq, slot.warm_file, slot.warm_map, slot.warm_unit
+        return slot.cq, slot.file_at, slot.map_at, slot.unit_at
 
+    store = broker.broker.store
     assert send() == 0
-    (handle,) = processor._slots["Slot"].queues
-    assert handle is not None and handle.file_at != 0
-    assert warmed() == (handle, handle.cq, handle.file_at, handle.map_at, handle.unit_at)
     first = warmed()
-    assert send() == 1 and warmed()[4] in (0, first[4] + 20)  # the next unit's line
+    assert first[0] is store.get_consume_queue("Slot", 0) and first[1] != 0
+    assert send() == 1 and warmed()[3] in (0, first[3] + 20)  # the next unit's line
     deleted = await broker.call(RequestCode.DELETE_TOPIC_IN_BROKER, {"topic": "Slot"})
     assert deleted.code == ResponseCode.SUCCESS
     await broker.create_topic("Slot", 1)
     assert send() == 0  # warmed from the deleted queue's objects first: harmless
-    assert warmed() == (handle, handle.cq, handle.file_at, handle.map_at, handle.unit_at)
-    assert warmed()[1] is broker.broker.store.get_consume_queue("Slot", 0)
+    assert warmed()[0] is store.get_consume_queue("Slot", 0) is not first[0]
+
+
+async def test_a_send_reaches_its_queue_s_state_in_one_object(broker: BrokerHandle) -> None:
+    """The object the slot table gives a send (the topic's queue 0) is the store's handle of that queue and
+    holds the topic's stats items; a send to another queue of the topic goes on to that queue's own
+    object, kept with the first. Counts and offsets land in their homes (the stats items every reader
+    reads, the store's queues)."""
+    await broker.create_topic("Slot", 2)
+    processor = SendProcessor(broker.broker)
+    store = broker.broker.store
+
+    def send(queue_id: int) -> int:
+        frame = decode_frame(send_frame("Slot", queue_id, b"x"), 0)
+        assert frame is not None
+        answer = processor.send_from(("127.0.0.1", 1), frame[0])
+        assert isinstance(answer, RemotingCommand) and answer.code == ResponseCode.SUCCESS, answer
+        return int(answer.ext_fields["queueOffset"])
+
+    assert [send(0), send(1), send(1), send(0)] == [0, 0, 1, 1]
+    head = processor._slots["Slot"]
+    assert isinstance(head, QueueHandle) and head.queue_id == 0
+    assert head.cq is store.get_consume_queue("Slot", 0)
+    other = head.queues[1]
+    assert other is not None and other.queue_id == 1 and other.cq is store.get_consume_queue("Slot", 1)
+    nums, sizes, _ = broker.broker.stats.put_items("Slot")
+    assert (head.nums, head.sizes, other.nums, other.sizes) == (nums, sizes, nums, sizes)
+    assert nums.value == 4 and sizes.times == 4
+    assert store.get_max_offset("Slot", 0) == 2 and store.get_max_offset("Slot", 1) == 2

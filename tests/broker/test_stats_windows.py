@@ -106,9 +106,9 @@ class StatsWindowsMachine(RuleBasedStateMachine):
 
     @rule(topic=TOPICS, count=st.integers(1, 5), size=st.integers(0, 5000), kept=st.booleans())
     def put(self, topic: str, count: int, size: int, kept: bool) -> None:
-        if kept:  # the send path's way: the topic's items kept, counted through on_put_items
+        if kept:  # the send path's way: the topic's items kept, counted through on_put_counts
             items = self.kept.get(topic) or self.kept.setdefault(topic, self.stats.put_items(topic))
-            self.stats.on_put_items(items, count, size, 1000)
+            self.stats.on_put_counts(items[0], items[1], count, size, 1000)
         else:
             self.stats.on_put(topic, count, size)
         self._touch(TOPIC_PUT_NUMS, topic, count, 1)

@@ -25,7 +25,7 @@ from daemon.broker.managers.topics import (
 )
 from daemon.broker.processors import FAQ, fail, system_error
 from daemon.broker.retry import retry_copy
-from daemon.broker.stats import PutItems
+from daemon.broker.stats import StatsItem
 from daemon.dledger import trace
 from daemon.dledger.protocol import DLedgerResponseCode
 from daemon.remoting import fields
@@ -34,7 +34,6 @@ from daemon.remoting.codes import RequestCode, ResponseCode, Version
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection, Processor, error_response
 from daemon.remoting.limits import WarningGate
-from store.api import MessageStore
 from store.commitlog import PutMessageStatus
 from store.consumequeue import QueueHandle, prefetch
 from store.errors import CorruptRecordError
@@ -211,115 +210,109 @@ def stored_fields(msg_id: str, queue_id: int, queue_offset: int) -> dict[str, st
     }
 
 
-class TopicSlot:
-    """What a send to one topic needs, reached with one lookup by the header's topic instead of one per
-    table (topic names, topic configs, the store's queues, stats items): the topic's config as of
-    :attr:`generation` of the topic table, the name its messages carry, the stats items its puts count
-    in, and the store's handle of each queue sent to. The daemon keeps the topic's side; the store keeps
-    each handle current (see ``QueueHandle``)."""
+class QueueSlot(QueueHandle):
+    """What a send to one queue needs, in one object reached with the one lookup a send does (the slot
+    table, by the header's topic): the store's handle of the queue (this object is one: the store keeps
+    its queue current and writes its put hints here), the topic's stats items its puts count in, and the
+    topic's config as of :attr:`checked` of the topic table, with the fields of it a send reads copied.
+    Before, a send to one of thousands of topics went through a topic's slot, its tuple of handles, the
+    handle and the stats items' tuple, each a cold object; now one, the queue itself (then the store's
+    queue, its file and page, and the two stats items, as before).
 
-    # Compiled, the fields sit in the object in the order declared here: those every send reads first, so
-    # that they share the object's first cache lines (cold ones with thousands of topics).
-    generation: int
+    The table holds a topic's slot of queue 0 (its *head*); a send to another queue of the topic checks
+    the topic on the head and goes on to that queue's slot (:meth:`queue`: the head's :attr:`queues`).
+    The topic's facts are read from the head alone: the other slots' copies are never read (their
+    :attr:`checked` stays -1). Each fact keeps its home: the config the topic table (a slot is a view
+    checked against its generation at every send), the queue's offset and files the store's queue, the
+    counts the stats items (never replaced: kept ones are the ones every reader reads)."""
+
+    __slots__ = (
+        "checked",
+        "config",
+        "multi_tag",
+        "nums",
+        "queue_limit",
+        "queues",
+        "retry",
+        "sizes",
+        "writable",
+        "write_queue_nums",
+    )
+
+    # Compiled, these fields sit after the handle's (topic, queue_id, cq, generation, the hints), in the
+    # order declared here: those every send reads first, so that the object is two or three lines.
+    checked: int
     writable: bool
     retry: bool
     multi_tag: bool
     queue_limit: int
-    topic: str
-    queues: tuple[QueueHandle | None, ...]
-    items: PutItems
+    nums: StatsItem
+    sizes: StatsItem
+    queues: tuple[QueueSlot | None, ...]
     write_queue_nums: int
     config: TopicConfig
-    warm_handle: QueueHandle | None
-    warm_queue: int
-    warm_nums: object
-    warm_sizes: object
-    warm_cq: object
-    warm_file: int
-    warm_map: int
-    warm_unit: int
 
-    def __init__(self, topic: str, config: TopicConfig, generation: int, items: PutItems) -> None:
-        #: The topic its messages carry (the config's interned name, see ``SendProcessor._destination``),
-        #: and the slot's key in the processor's table: a send's lookup compares its own string with the
-        #: object the send goes on to use.
-        self.topic = topic
+    def __init__(
+        self, topic: str, queue_id: int, config: TopicConfig, checked: int, nums: StatsItem, sizes: StatsItem
+    ) -> None:
+        #: ``topic`` is the name its messages carry (the config's interned name, see
+        #: ``SendProcessor._destination``) and the head's key in the processor's table: a send's lookup
+        #: compares its own string with the object the send goes on to use.
+        super().__init__(topic, queue_id)
         #: A retry topic's sends may go to its group's DLQ (see ``SendProcessor._destination``).
         self.retry = topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
-        self.items = items
-        #: By queue id; None where no send went yet. A tuple, whose items sit in the object itself: a list's
-        #: are one more allocation, one more cold cache line per send with thousands of topics.
+        #: The topic's stats items (TOPIC_PUT_NUMS, TOPIC_PUT_SIZE), never replaced.
+        self.nums = nums
+        self.sizes = sizes
+        #: (the head's) By queue id, the topic's slots; None where no send went yet. A tuple, whose items
+        #: sit in the object itself.
         self.queues = ()
         self.config = config
-        self.generation = generation
+        self.checked = -1
         self.writable = False
         self.queue_limit = 0
         self.write_queue_nums = 0
         self.multi_tag = False
-        #: What a put through the slot goes through (see :meth:`warm`): the stats items its puts count in and,
-        #: as of the last put, its queue's handle, the queue, and the addresses of the queue's file object,
-        #: its mapping object and its next unit's line.
-        self.warm_handle = None
-        self.warm_queue = -1  # (the queue of warm_handle; -1: none)
-        self.warm_nums, self.warm_sizes = items[0], items[1]  # (the topic's; never replaced)
-        self.warm_cq = None
-        self.warm_file = 0
-        self.warm_map = 0
-        self.warm_unit = 0
-        self.set_config(config, generation)
+        if checked >= 0:
+            self.set_config(config, checked)
 
-    def set_config(self, config: TopicConfig, generation: int) -> None:
-        """The topic's config as of ``generation``, and the fields of it a send reads copied here: the
-        config is an interpreted object (an attribute read goes through its type), one more cold object
-        per send with thousands of topics. The table replaces a config to change it, never edits one."""
+    def set_config(self, config: TopicConfig, checked: int) -> None:
+        """The topic's config as of generation ``checked`` of the topic table, and the fields of it a send
+        reads copied here: the config is an interpreted object (an attribute read goes through its type),
+        one more cold object per send with thousands of topics. The table replaces a config to change it,
+        never edits one."""
         self.config = config
-        self.generation = generation
+        self.checked = checked
         self.writable = bool(config.perm & PermName.WRITE)
         self.queue_limit = max(config.write_queue_nums, config.read_queue_nums)
         self.write_queue_nums = config.write_queue_nums
         self.multi_tag = config.topic_filter_type == "MULTI_TAG"
 
     def warm(self, queue_id: int) -> None:
-        """Prefetch what the send's put will read of queue ``queue_id`` when the last put through this
-        slot (``remember``) went to that queue (sends to a topic's queues in turn skip it): with thousands
-        of topics each of those objects is a cache miss, and the put meets them one after another, each
-        found through the one before; this starts them all at once, at the send's start, to overlap each
-        other and the send's own work. A hint: the put goes through the objects themselves, so one gone
-        stale costs a useless prefetch."""
-        if queue_id == self.warm_queue and prefetch is not None:
-            prefetch(
-                self.queues,
-                self.warm_handle,
-                self.items,
-                self.warm_nums,
-                self.warm_sizes,
-                self.warm_cq,
-                self.warm_file,
-                self.warm_map,
-                self.warm_unit,
-            )
+        """Prefetch what the put of a send to queue ``queue_id`` will read, when that is this slot's queue
+        and a put went through it before (a topic of one queue, as thousands of topics usually are; sends
+        to a topic's queues in turn find these objects in cache, and a call for them would cost more than
+        it saves): with thousands of queues each of those objects is a cache miss, and the put meets them
+        one after another, each found through the one before; this starts them all at once, at the send's
+        start, to overlap each other and the send's own work. A hint: the put goes through the objects
+        themselves, so one gone stale (a file rolled, a topic deleted) costs a useless prefetch."""
+        if queue_id == self.queue_id and self.file_at and prefetch is not None:
+            prefetch(self.cq, self.nums, self.sizes, self.file_at, self.map_at, self.unit_at)
 
-    def remember(self, handle: QueueHandle) -> None:
-        """After a put through ``handle``: where its objects are, for the next send's :meth:`warm`."""
-        self.warm_handle = handle
-        self.warm_queue = handle.queue_id
-        self.warm_cq = handle.cq
-        self.warm_file = handle.file_at
-        self.warm_map = handle.map_at
-        self.warm_unit = handle.unit_at
-
-    def queue(self, store: MessageStore, queue_id: int) -> QueueHandle:
-        """The store's handle of this topic's queue ``queue_id`` (a valid id: at least 0)."""
+    def queue(self, queue_id: int) -> QueueSlot:
+        """(The head's) the slot of this topic's queue ``queue_id`` (a valid id: at least 0)."""
+        if queue_id == self.queue_id:
+            return self
         queues = self.queues
         if queue_id < len(queues):
-            handle = queues[queue_id]
-            if handle is not None:
-                return handle
+            found = queues[queue_id]
+            if found is not None:
+                return found
         else:
             queues += (None,) * (queue_id + 1 - len(queues))
-        handle = store.queue_handle(self.topic, queue_id)
-        self.queues = (*queues[:queue_id], handle, *queues[queue_id + 1 :])
-        return handle
+        slot = QueueSlot(self.topic, queue_id, self.config, -1, self.nums, self.sizes)
+        self.queues = (*queues[:queue_id], slot, *queues[queue_id + 1 :])
+        return slot
 
 
 class SendProcessor:
@@ -330,28 +323,28 @@ class SendProcessor:
         self._conn: Connection | None = None
         #: DLedger sends answered in this pass, written in the next loop round (`_write_replies`)
         self._replies: list[tuple[Connection, RemotingCommand, RemotingCommand]] = []
-        #: Each topic's send state by the name sends give (see :meth:`_slot`).
-        self._slots: dict[str, TopicSlot] = {}
+        #: Each topic's send state (its queue 0's slot) by the name sends give (see :meth:`_slot`).
+        self._slots: dict[str, QueueSlot] = {}
         #: Protected mode's refusals of topics a peer off this machine would create on use, logged
         self._refusals = WarningGate(log)
 
     # ------------------------------------------------------------------ checks shared by sends
 
-    def _slot(self, h: SendMessageRequestHeader) -> TopicSlot:
+    def _slot(self, h: SendMessageRequestHeader) -> QueueSlot:
         """The topic's send state, checked as :meth:`_topic_config` checks: a kept one while the topic
         table has not changed since it was made (one int compared; any change, of this topic or not,
         sends every topic through the whole check once more), where the checks that depend on the name
         alone passed before and only the permissions and the queue id are checked again."""
         topics = self.broker.topics
         slot = self._slots.get(h.topic)
-        if slot is not None and slot.generation == topics.generation:
+        if slot is not None and slot.checked == topics.generation:
             self._check_writable()
             if not slot.writable or h.queue_id >= slot.queue_limit:
                 self._check_queue(h, slot.config)  # raises what the whole check would
             return slot
         return self._new_slot(h, slot)
 
-    def _new_slot(self, h: SendMessageRequestHeader, old: TopicSlot | None) -> TopicSlot:
+    def _new_slot(self, h: SendMessageRequestHeader, old: QueueSlot | None) -> QueueSlot:
         """The whole check, and the state it leaves for the next sends (``old``'s handles and stats items
         kept when its topic is the same)."""
         topics = self.broker.topics
@@ -369,7 +362,8 @@ class SendProcessor:
             if len(slots) >= len(topics.table):  # slots of deleted topics no send asked for again
                 for name in [name for name in slots if topics.get(name) is None]:
                     del slots[name]
-            slot = TopicSlot(topic, config, generation, self.broker.stats.put_items(topic))
+            nums, sizes, _ = self.broker.stats.put_items(topic)
+            slot = QueueSlot(topic, 0, config, generation, nums, sizes)
         # keyed by the slot's own name (equal to h.topic): a send's lookup compares its fresh string with
         # this key, and the key being the name the send goes on to use makes that one cold object, not two
         slots[slot.topic] = slot
@@ -482,7 +476,7 @@ class SendProcessor:
         return self._send_one(request, h, slot, topic, queue_id, props, sys_flag, wait, born_host, started)
 
     def _destination(
-        self, h: SendMessageRequestHeader, version: int, slot: TopicSlot, props: dict[str, str]
+        self, h: SendMessageRequestHeader, version: int, slot: QueueSlot, props: dict[str, str]
     ) -> tuple[str, int]:
         """The topic and queue the message goes to (and is answered with): the requested or a random
         queue, or the DLQ of a retry topic whose retries are exhausted."""
@@ -501,7 +495,7 @@ class SendProcessor:
         self,
         request: RemotingCommand,
         h: SendMessageRequestHeader,
-        slot: TopicSlot,
+        slot: QueueSlot,
         topic: str,
         queue_id: int,
         props: dict[str, str],
@@ -537,11 +531,10 @@ class SendProcessor:
         if wait and self.broker.offloads_puts:
             return self._offloaded(request, self.broker.store.put_messages, msgs, topic, queue_id, started)
         store = self.broker.store
-        if topic is slot.topic:  # (not a DLQ's): the queue and the stats items as the slot holds them
-            handle = slot.queue(store, queue_id)
-            result = store.put_messages(msgs, handle)
-            slot.remember(handle)
-            return self._respond(request, result, topic, queue_id, wait, started, slot.items)
+        if topic is slot.topic:  # (not a DLQ's): the queue's slot, its handle and the topic's stats items
+            queue = slot.queue(queue_id)
+            result = store.put_messages(msgs, queue)
+            return self._respond(request, result, topic, queue_id, wait, started, queue)
         result = store.put_messages(msgs)
         return self._respond(request, result, topic, queue_id, wait, started, None)
 
@@ -549,7 +542,7 @@ class SendProcessor:
         self,
         request: RemotingCommand,
         h: SendMessageRequestHeader,
-        slot: TopicSlot,
+        slot: QueueSlot,
         topic: str,
         queue_id: int,
         props: dict[str, str],
@@ -597,11 +590,10 @@ class SendProcessor:
                 request, self.broker.store.put_message, msg, topic, reply_queue_id, started
             )
         store = self.broker.store
-        if topic is slot.topic:  # (not a DLQ, half or timer topic's): the slot's queue and stats items
-            handle = slot.queue(store, queue_id)
-            result = store.put_message(msg, handle)
-            slot.remember(handle)
-            return self._respond(request, result, topic, reply_queue_id, wait, started, slot.items)
+        if topic is slot.topic:  # (not a DLQ, half or timer topic's): the queue's slot
+            queue = slot.queue(queue_id)
+            result = store.put_message(msg, queue)
+            return self._respond(request, result, topic, reply_queue_id, wait, started, queue)
         result = store.put_message(msg)
         return self._respond(request, result, topic, reply_queue_id, wait, started, None)
 
@@ -625,7 +617,7 @@ class SendProcessor:
         queue_id: int,
         wait: bool,
         started: int,
-        items: PutItems | None,
+        slot: QueueSlot | None,
     ) -> RemotingCommand | Awaitable[RemotingCommand] | None:
         """The response now, or once a slave has the record (SYNC_MASTER and the producer waits), or (DLedger
         mode) once a quorum of the group has it, whether or not the producer waits (as 4.9.8): then written
@@ -633,7 +625,7 @@ class SendProcessor:
         group = self.broker.dledger
         if group is not None and result.status in _REPLICATE:
             # the put appended its entries just now, on this loop: the last one is the log's last
-            answer = QuorumAnswer(self, request, result, topic, queue_id, started, self._conn, items)
+            answer = QuorumAnswer(self, request, result, topic, queue_id, started, self._conn, slot)
             if trace.ENABLED:
                 trace.mark("send-read", group.log.last_index, started)  # (perf_counter: CLOCK_MONOTONIC too)
                 trace.mark("appended", group.log.last_index)
@@ -643,7 +635,7 @@ class SendProcessor:
         ha = self.broker.ha_master
         if wait and ha is not None and ha.sync and result.status in _REPLICATE:
             return self._replicated(request, result, topic, queue_id, wait, started)
-        return self.response(request, result, topic, queue_id, started, items)
+        return self.response(request, result, topic, queue_id, started, slot)
 
     async def _replicated(
         self, request: RemotingCommand, result: PutResult, topic: str, queue_id: int, wait: bool, started: int
@@ -678,18 +670,18 @@ class SendProcessor:
         topic: str,
         queue_id: int,
         started: int,
-        items: PutItems | None = None,
+        slot: QueueSlot | None = None,
     ) -> RemotingCommand:
-        """The reply to a send whose put ended; its stats counted in ``items`` (the topic's, kept by the
-        caller) or, without them, in ``topic``'s."""
+        """The reply to a send whose put ended; its stats counted in the items ``slot`` holds (the topic's,
+        kept by the send's queue slot) or, without one, in ``topic``'s."""
         code, remark = _PUT_CODES.get(result.status, _PUT_UNKNOWN)
         if code not in _STORED:
             self.broker.stats.on_put_failed()
             return request.make_response(code, remark or result.status.value)
         size = result.wrote_bytes or len(request.body)
         elapsed = time.perf_counter_ns() - started
-        if items is not None:
-            self.broker.stats.on_put_items(items, result.msg_num, size, elapsed)
+        if slot is not None:
+            self.broker.stats.on_put_counts(slot.nums, slot.sizes, result.msg_num, size, elapsed)
         else:
             self.broker.stats.on_put(topic, result.msg_num, size, elapsed)
         fields = stored_fields(result.msg_id, queue_id, result.queue_offset)
@@ -760,11 +752,11 @@ class QuorumAnswer:
         queue_id: int,
         started: int,
         conn: Connection | None = None,
-        items: PutItems | None = None,
+        slot: QueueSlot | None = None,
     ) -> None:
         self.conn = conn
-        #: the topic's stats items, as the send found them (None: counted by the topic's name)
-        self.items = items
+        #: the send's queue slot, holding the topic's stats items (None: counted by the topic's name)
+        self.slot = slot
         self.future: asyncio.Future[RemotingCommand] | None = (
             None if conn is not None else asyncio.get_running_loop().create_future()
         )
@@ -785,7 +777,7 @@ class QuorumAnswer:
         self.result.status = quorum_status(code)
         try:
             response = self.processor.response(
-                self.request, self.result, self.topic, self.queue_id, self.started, self.items
+                self.request, self.result, self.topic, self.queue_id, self.started, self.slot
             )
         except Exception as exc:
             if self.future is not None:
