@@ -32,7 +32,7 @@ from daemon.remoting.errors import (
     RemotingTimeoutError,
 )
 from daemon.remoting.frame import MAX_FRAME_LENGTH, decode_frame, encode_command
-from daemon.remoting.limits import BufferBudget
+from daemon.remoting.limits import BufferBudget, WarningGate
 
 #: How early a loop's timer may fire by its own clock (uvloop: a millisecond).
 _TIMER_GRAIN: Final = 0.001
@@ -109,6 +109,20 @@ class RequestDispatcher:
         #: Runs before every processor with (connection, request); raising RemotingCommandError answers
         #: that code instead (the ACL validator: Java's RPC hook `doBeforeRequest`).
         self.guard: Callable[[Connection, RemotingCommand], None] | None = None
+        #: Request codes whose JSON body is parsed on the loop (by the guard or the processor), with the
+        #: longest body each may carry: a longer one is refused before either reads it (`limit_bodies`).
+        self.body_limits: dict[int, int] = {}
+        #: The smallest of `body_limits`: a body no longer than it (every send's) costs one comparison.
+        self._body_floor = MAX_FRAME_LENGTH
+        self._body_refusals = WarningGate(log)
+
+    def limit_bodies(self, limits: Mapping[int, int]) -> None:
+        """Refuse (SYSTEM_ERROR, as 4.9.8 answers a body it cannot read) a request of one of these codes
+        whose body is longer than its limit, before the guard or the processor parses it: a 16 MiB
+        HEART_BEAT of invented subscriptions held an unauthenticated peer's loop for seconds, parsed
+        whole before the heartbeat's own caps refused it."""
+        self.body_limits.update(limits)
+        self._body_floor = min(self.body_limits.values(), default=MAX_FRAME_LENGTH)
 
     def register(self, code: int, processor: Processor) -> None:
         self.processors[code] = processor
@@ -123,6 +137,8 @@ class RequestDispatcher:
                     ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
                 ),
             )
+            return
+        if len(request.body) > self._body_floor and self._body_too_long(conn, request):
             return
         try:
             if self.guard is not None:
@@ -141,6 +157,18 @@ class RequestDispatcher:
             conn.reply(request, result)
         else:
             conn.track(asyncio.ensure_future(self._finish(conn, request, result)))
+
+    def _body_too_long(self, conn: Connection, request: RemotingCommand) -> bool:
+        limit = self.body_limits.get(request.code)
+        if limit is None or len(request.body) <= limit:
+            return False
+        remark = (
+            f"request code {request.code}: its body of {len(request.body)} bytes is longer than the "
+            f"{limit} bytes this request may carry"
+        )
+        self._body_refusals.warning("refused a request from %s: %s", conn.peer, remark)
+        conn.reply(request, request.make_response(ResponseCode.SYSTEM_ERROR, remark))
+        return True
 
     def _answered(
         self, conn: Connection, request: RemotingCommand, done: asyncio.Future[RemotingCommand | None]
@@ -211,6 +239,7 @@ class Connection(asyncio.Protocol):
         dispatcher: RequestDispatcher,
         *,
         max_frame_length: int = MAX_FRAME_LENGTH,
+        max_header_length: int = MAX_FRAME_LENGTH,
         on_close: Callable[[Connection], None] | None = None,
         budget: BufferBudget | None = None,
         batch: ReplyBatch | None = None,
@@ -222,6 +251,8 @@ class Connection(asyncio.Protocol):
         self.requester = requester
         self._broken: RemotingProtocolError | None = None
         self.max_frame_length = max_frame_length
+        #: A server's cap on its peers' headers (MAX_REQUEST_HEADER); a client reads its servers' whole.
+        self.max_header_length = max_header_length
         self.on_close = on_close
         #: A server's cap on incomplete frames (clients trust their servers and have none).
         self.budget = budget
@@ -291,7 +322,7 @@ class Connection(asyncio.Protocol):
                 if self._writing_paused or self._corked_bytes >= MAX_REPLY_BYTES_PER_READ:
                     held_back = True  # the rest waits until the replies are out (`_read_on`)
                     break
-                decoded = decode_frame(buf, pos, self.max_frame_length)
+                decoded = decode_frame(buf, pos, self.max_frame_length, self.max_header_length)
                 if decoded is None:
                     break
                 cmd, consumed = decoded

@@ -22,7 +22,7 @@ from daemon.remoting.connection import (
     peer_address,
     peer_name,
 )
-from daemon.remoting.frame import MAX_FRAME_LENGTH
+from daemon.remoting.frame import MAX_FRAME_LENGTH, MAX_REQUEST_HEADER
 from daemon.remoting.limits import BufferBudget, RemotingLimits, WarningGate
 from daemon.remoting.tls import HANDSHAKE_MAGIC, ServerTls, TlsReadBuffer
 
@@ -351,6 +351,7 @@ class RemotingServer:
         conn = Connection(
             self.dispatcher,
             max_frame_length=self.max_frame_length,
+            max_header_length=MAX_REQUEST_HEADER,
             on_close=self._closed,
             budget=self.budget,
             batch=self._batch,

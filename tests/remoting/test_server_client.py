@@ -20,7 +20,7 @@ from daemon.remoting.errors import (
     RemotingConnectError,
     RemotingTimeoutError,
 )
-from daemon.remoting.frame import decode_frame, encode_command
+from daemon.remoting.frame import MAX_REQUEST_HEADER, decode_frame, encode_command
 from daemon.remoting.server import RemotingServer
 from daemon.remoting.tls import ServerTls, TlsSettings
 from tests.support.transport import UVLOOP_NO_PEER, RecordingTransport, reset_as_they_open
@@ -597,5 +597,58 @@ async def test_pipelined_requests_wait_while_their_replies_are_not_read() -> Non
             answered.append(decode_frame(struct.pack(">i", length) + frame, 0)[0].opaque)  # type: ignore[index]
         assert answered == list(range(1, 121)) and len(made) == 120
         writer.close()
+    finally:
+        await srv.stop()
+
+
+async def test_a_header_past_the_limit_is_refused_at_its_length() -> None:
+    """A JSON header is parsed whole (and one orjson reads inexactly, a field of nested lists, twice and
+    written back as a string): a 16 MiB header held the loop for seconds before any guard saw the
+    request. A server refuses a header longer than MAX_REQUEST_HEADER as its length arrives, before the
+    rest of the frame is waited for, and closes the connection; a header at the limit is read."""
+    srv = RemotingServer({ECHO: lambda conn, req: req.make_response(remark=str(len(req.ext_fields["f"])))})
+    await srv.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        too_long = MAX_REQUEST_HEADER + 1
+        writer.write(struct.pack(">ii", 4 + too_long, too_long))  # the prefix alone: nothing else follows
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed without waiting for the header
+        writer.close()
+        request = RemotingCommand.request(ECHO, {"f": ""})
+        room = MAX_REQUEST_HEADER - (len(encode_command(request)) - 8) - 10  # (the opaque's digits to come)
+        request.ext_fields["f"] = "x" * room
+        async with RemotingClient() as client:
+            answer = await client.invoke(f"127.0.0.1:{srv.port}", request, 10)
+        assert answer.remark == str(room)
+    finally:
+        await srv.stop()
+
+
+async def test_a_body_past_its_codes_limit_is_refused_before_the_guard_and_the_processor() -> None:
+    """`limit_bodies`: a request of a limited code whose body is longer than its limit is answered
+    SYSTEM_ERROR naming the limit, and neither the guard (the ACL parses a heartbeat's body) nor the
+    processor sees it; at the limit, and other codes, as before."""
+    seen: list[tuple[str, int]] = []
+
+    def record(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        seen.append(("processor", len(req.body)))
+        return req.make_response()
+
+    srv = RemotingServer({ECHO: record, RECORD: record})
+    srv.dispatcher.limit_bodies({ECHO: 1000})
+    srv.dispatcher.guard = lambda conn, req: seen.append(("guard", len(req.body)))  # type: ignore[func-returns-value]
+    await srv.start()
+    try:
+        async with RemotingClient() as client:
+            addr = f"127.0.0.1:{srv.port}"
+            over = await client.invoke(addr, RemotingCommand.request(ECHO, body=b"x" * 1001), 10)
+            assert over.code == ResponseCode.SYSTEM_ERROR
+            assert "body of 1001 bytes is longer than the 1000 bytes" in (over.remark or "")
+            assert seen == []
+            at = await client.invoke(addr, RemotingCommand.request(ECHO, body=b"x" * 1000), 10)
+            other = await client.invoke(addr, RemotingCommand.request(RECORD, body=b"x" * 5000), 10)
+            assert at.code == other.code == ResponseCode.SUCCESS
+            assert seen == [("guard", 1000), ("processor", 1000), ("guard", 5000), ("processor", 5000)]
     finally:
         await srv.stop()
