@@ -114,6 +114,9 @@ COMPACT_BYTES: Final = 32 << 20
 MAX_INVISIBLE_MS: Final = 12 * 3600 * 1000
 #: The most messages one pop lends (5.x refuses a POP_MESSAGE asking for more).
 MAX_POP_BATCH: Final = 32
+#: The longest a pop waits for messages, whatever its pollTime asks: the time is the peer's word, and a pop
+#: asking days was held (its coroutine, its connection's place) that long.
+MAX_POLL_MS: Final = 60_000
 #: Revived messages between two yields of the loop.
 REVIVE_SLICE: Final = 256
 #: How often the revive loop looks when nothing is due sooner.
@@ -742,7 +745,7 @@ class PopService:
         ask = _Ask(
             group, topic, queue_id, count, invisible_ms, fifo, tag_codes(sub), init_mode, attempt_id or ""
         )
-        deadline = time.monotonic() + max(0, poll_ms) / 1000
+        deadline = time.monotonic() + max(0, min(poll_ms, MAX_POLL_MS)) / 1000
         while True:
             dead: list[InFlight] = []
             lent: list[InFlight] = []

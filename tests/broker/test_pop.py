@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from daemon.broker import pop as pop_module
 from daemon.broker.headers import AckMessageRequestHeader
 from daemon.broker.pop import PoppedMessage, ReceiptHandle
+from daemon.broker.processors.pop import POLLING_TIMEOUT
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store.record import decode_records
@@ -319,3 +321,16 @@ async def test_a_pop_of_any_queue_does_not_start_at_the_same_queue_each_time(bro
         queues |= {p.message.queue_id for p in got}
         assert await c.pop("PopOther", queue_id=-1, max_nums=4) == []
     assert queues == {0, 1}
+
+
+async def test_a_pops_wait_is_bounded_whatever_its_poll_time(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pollTime is the peer's word: a pop asking days was held (its coroutine, a place among its
+    connection's requests awaiting answers) that long. It waits MAX_POLL_MS at most, then answers as a
+    pop that found nothing (POLLING_TIMEOUT)."""
+    monkeypatch.setattr(pop_module, "MAX_POLL_MS", 300)
+    await broker.create_topic("PopBounded", 1)
+    c = PopClient(broker, "GBounded")
+    answer = await asyncio.wait_for(c.pop_raw("PopBounded", poll_ms=2**31 - 1), 20)
+    assert answer.code == POLLING_TIMEOUT and answer.remark == "no new message", answer.remark
