@@ -334,3 +334,25 @@ async def test_a_pops_wait_is_bounded_whatever_its_poll_time(
     c = PopClient(broker, "GBounded")
     answer = await asyncio.wait_for(c.pop_raw("PopBounded", poll_ms=2**31 - 1), 20)
     assert answer.code == POLLING_TIMEOUT and answer.remark == "no new message", answer.remark
+
+
+async def test_forged_receipt_handles_end_no_lending(broker: BrokerHandle) -> None:
+    """A handle is the only key an ack carries: another group's handle, one naming another broker or
+    another offset, acks nothing of the lender's (NO_MESSAGE, 208), and a huge one is refused
+    (MESSAGE_ILLEGAL) with the handle shown cut, not written back whole."""
+    await _fill(broker, 1, queues=1)
+    owner = PopClient(broker, "GOwner")
+    (lent,) = await owner.pop(T)
+    thief = PopClient(broker, "GThief")
+    assert (await thief.ack(T, lent)).code == 208  # the owner's handle, another group
+    parts = lent.handle.split(" ")
+    for forged in (
+        [*parts[:5], "broker-z", *parts[6:]],  # another broker's name
+        [*parts[:6], str(int(parts[6]) + 1), *parts[7:]],  # another offset
+    ):
+        assert (await owner.ack(T, type(lent)(lent.message, " ".join(forged), 0))).code == 208
+    huge = " ".join([*parts[:7], "9" * 100_000])
+    refused = await owner.ack(T, type(lent)(lent.message, huge, 0))
+    assert refused.code == ResponseCode.MESSAGE_ILLEGAL and len(refused.remark or "") < 1000
+    assert broker.broker.pop.in_flight() == {"GOwner": 1}
+    assert (await owner.ack(T, lent)).code == 0
