@@ -90,6 +90,7 @@ from daemon.remoting.headers import (
     RegisterBrokerResponseHeader,
     UnregisterBrokerRequestHeader,
 )
+from daemon.remoting.limits import MAX_JSON_BODY
 from daemon.remoting.server import RemotingServer
 from daemon.remoting.tls import ServerTls
 from daemon.schedslice import SliceRefused, set_loop_slice
@@ -117,6 +118,16 @@ if TYPE_CHECKING:
     from daemon.grpc.server import GrpcFront
 
 log = logging.getLogger(__name__)
+
+#: The client codes whose JSON body the broker parses on its loop, the ACL guard first (a heartbeat's groups
+#: and topics, a lock's queue set, a batch of acks): held to MAX_JSON_BODY before either reads it.
+JSON_BODY_CODES = (
+    RequestCode.HEART_BEAT,
+    RequestCode.CHECK_CLIENT_CONFIG,
+    RequestCode.LOCK_BATCH_MQ,
+    RequestCode.UNLOCK_BATCH_MQ,
+    RequestCode.BATCH_ACK_MESSAGE,
+)
 
 _T = TypeVar("_T")
 
@@ -196,6 +207,7 @@ class Broker:
             limits=config,
             tls=self.tls,
         )
+        self.server.dispatcher.limit_bodies(dict.fromkeys(JSON_BODY_CODES, MAX_JSON_BODY))
         self.client: Transport = client or RemotingClient(
             ssl=self.tls_settings.client_context() if config.tls_enable else None
         )

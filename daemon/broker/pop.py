@@ -114,6 +114,12 @@ COMPACT_BYTES: Final = 32 << 20
 MAX_INVISIBLE_MS: Final = 12 * 3600 * 1000
 #: The most messages one pop lends (5.x refuses a POP_MESSAGE asking for more).
 MAX_POP_BATCH: Final = 32
+#: The longest a pop waits for messages, whatever its pollTime asks: the time is the peer's word, and a pop
+#: asking days was held (its coroutine, its connection's place) that long.
+MAX_POLL_MS: Final = 60_000
+#: The characters of a bad receipt handle a refusal shows (a real one is some hundred): a forged one of
+#: 200 KiB was written back whole, and its int() error quoted it once more.
+SHOWN_HANDLE_CHARS: Final = 256
 #: Revived messages between two yields of the loop.
 REVIVE_SLICE: Final = 256
 #: How often the revive loop looks when nothing is due sooner.
@@ -199,7 +205,8 @@ class ReceiptHandle:
                 int(parts[8]) if len(parts) == 9 else -1,
             )
         except ValueError as exc:
-            raise PopError(ResponseCode.MESSAGE_ILLEGAL, f"bad receipt handle {text!r}: {exc}") from None
+            shown = text if len(text or "") <= SHOWN_HANDLE_CHARS else f"{text[:SHOWN_HANDLE_CHARS]}..."
+            raise PopError(ResponseCode.MESSAGE_ILLEGAL, f"bad receipt handle {shown!r}: {exc}") from None
 
     @property
     def is_order(self) -> bool:
@@ -744,7 +751,7 @@ class PopService:
         ask = _Ask(
             group, topic, queue_id, count, invisible_ms, fifo, tag_codes(sub), init_mode, attempt_id or ""
         )
-        deadline = time.monotonic() + max(0, poll_ms) / 1000
+        deadline = time.monotonic() + max(0, min(poll_ms, MAX_POLL_MS)) / 1000
         while True:
             dead: list[InFlight] = []
             lent: list[InFlight] = []
@@ -1031,6 +1038,12 @@ class PopService:
         """The record a handle lends, if the handle is still its current one (not changed, not expired
         into a redelivery, not acked)."""
         h = text if isinstance(text, ReceiptHandle) else ReceiptHandle.decode(text)
+        name = self.broker.config.broker_name
+        if h.broker_name != name:  # (a handle this broker lent names it: 5.x's proxy routes by it)
+            shown = h.broker_name[:SHOWN_HANDLE_CHARS]
+            raise PopError(
+                NO_MESSAGE, f"receipt handle is not valid here: it names broker {shown}, not {name}"
+            )
         if self.replicated and not self._serving:  # a member not leading (or still taking over)
             raise PopError(NO_MESSAGE, "receipt handle is no longer valid (this member does not lend)")
         real = topic if h.topic_type == NORMAL_TOPIC else retry_topic(group)

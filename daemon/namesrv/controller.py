@@ -19,7 +19,9 @@ from daemon.protect import (
     listening,
     protection,
 )
+from daemon.remoting.codes import RequestCode
 from daemon.remoting.connection import Connection
+from daemon.remoting.limits import MAX_JSON_BODY
 from daemon.remoting.server import RemotingServer
 from daemon.remoting.tls import ServerTls
 
@@ -45,6 +47,8 @@ class NamesrvController:
             limits=config,
             tls=ServerTls(config.tls_settings()),
         )
+        # (a broker's DataVersion is some sixty bytes; REGISTER_BROKER's body, parsed in a thread, is not here)
+        self.server.dispatcher.limit_bodies({RequestCode.QUERY_DATA_VERSION: MAX_JSON_BODY})
         self.server.on_connection_closed(self._connection_closed)
         #: The broker scan, and the ACL files' watch when ACL is on.
         self._tasks: list[asyncio.Task[None]] = []

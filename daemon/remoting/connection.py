@@ -32,7 +32,7 @@ from daemon.remoting.errors import (
     RemotingTimeoutError,
 )
 from daemon.remoting.frame import MAX_FRAME_LENGTH, decode_frame, encode_command
-from daemon.remoting.limits import BufferBudget
+from daemon.remoting.limits import BufferBudget, WarningGate
 
 #: How early a loop's timer may fire by its own clock (uvloop: a millisecond).
 _TIMER_GRAIN: Final = 0.001
@@ -40,8 +40,18 @@ _TIMER_GRAIN: Final = 0.001
 #: thousand VIEW_MESSAGE_BY_ID of a 4 MiB message in one write (130 KiB) had all their replies made and
 #: held at once (4 GiB). Past it the requests left wait in the buffer until the replies are written out.
 MAX_REPLY_BYTES_PER_READ: Final = 4 * 1024 * 1024
+#: Requests of one connection whose answers come later (a long-polling pull held, an async send's or a
+#: task's answer): past it the rest of its requests wait in its buffer until one is answered. A peer
+#: that pipelined long-polling pulls and read nothing had every one held, without bound; a consumer
+#: holds one pull per queue it owns on the broker.
+MAX_AWAITING_REPLIES: Final = 16384
+#: Bytes of replies a connection's peer may leave unread (those answered later, once its requests stopped
+#: being read): past it the connection is dropped, its replies with it. Replies made while the requests are
+#: read stop at the transport's high-water mark; answers that come later were appended without bound.
+MAX_UNREAD_REPLY_BYTES: Final = 64 * 1024 * 1024
 
 log = logging.getLogger(__name__)
+_unread_warnings = WarningGate(log)
 
 #: Opaques are unique per process, like Java's static AtomicInteger in RemotingCommand.
 _opaques = itertools.count(1)
@@ -109,6 +119,20 @@ class RequestDispatcher:
         #: Runs before every processor with (connection, request); raising RemotingCommandError answers
         #: that code instead (the ACL validator: Java's RPC hook `doBeforeRequest`).
         self.guard: Callable[[Connection, RemotingCommand], None] | None = None
+        #: Request codes whose JSON body is parsed on the loop (by the guard or the processor), with the
+        #: longest body each may carry: a longer one is refused before either reads it (`limit_bodies`).
+        self.body_limits: dict[int, int] = {}
+        #: The smallest of `body_limits`: a body no longer than it (every send's) costs one comparison.
+        self._body_floor = MAX_FRAME_LENGTH
+        self._body_refusals = WarningGate(log)
+
+    def limit_bodies(self, limits: Mapping[int, int]) -> None:
+        """Refuse (SYSTEM_ERROR, as 4.9.8 answers a body it cannot read) a request of one of these codes
+        whose body is longer than its limit, before the guard or the processor parses it: a 16 MiB
+        HEART_BEAT of invented subscriptions held an unauthenticated peer's loop for seconds, parsed
+        whole before the heartbeat's own caps refused it."""
+        self.body_limits.update(limits)
+        self._body_floor = min(self.body_limits.values(), default=MAX_FRAME_LENGTH)
 
     def register(self, code: int, processor: Processor) -> None:
         self.processors[code] = processor
@@ -123,6 +147,8 @@ class RequestDispatcher:
                     ResponseCode.REQUEST_CODE_NOT_SUPPORTED, f" request type {request.code} not supported"
                 ),
             )
+            return
+        if len(request.body) > self._body_floor and self._body_too_long(conn, request):
             return
         try:
             if self.guard is not None:
@@ -141,6 +167,18 @@ class RequestDispatcher:
             conn.reply(request, result)
         else:
             conn.track(asyncio.ensure_future(self._finish(conn, request, result)))
+
+    def _body_too_long(self, conn: Connection, request: RemotingCommand) -> bool:
+        limit = self.body_limits.get(request.code)
+        if limit is None or len(request.body) <= limit:
+            return False
+        remark = (
+            f"request code {request.code}: its body of {len(request.body)} bytes is longer than the "
+            f"{limit} bytes this request may carry"
+        )
+        self._body_refusals.warning("refused a request from %s: %s", conn.peer, remark)
+        conn.reply(request, request.make_response(ResponseCode.SYSTEM_ERROR, remark))
+        return True
 
     def _answered(
         self, conn: Connection, request: RemotingCommand, done: asyncio.Future[RemotingCommand | None]
@@ -211,6 +249,7 @@ class Connection(asyncio.Protocol):
         dispatcher: RequestDispatcher,
         *,
         max_frame_length: int = MAX_FRAME_LENGTH,
+        max_header_length: int = MAX_FRAME_LENGTH,
         on_close: Callable[[Connection], None] | None = None,
         budget: BufferBudget | None = None,
         batch: ReplyBatch | None = None,
@@ -222,6 +261,8 @@ class Connection(asyncio.Protocol):
         self.requester = requester
         self._broken: RemotingProtocolError | None = None
         self.max_frame_length = max_frame_length
+        #: A server's cap on its peers' headers (MAX_REQUEST_HEADER); a client reads its servers' whole.
+        self.max_header_length = max_header_length
         self.on_close = on_close
         #: A server's cap on incomplete frames (clients trust their servers and have none).
         self.budget = budget
@@ -254,6 +295,8 @@ class Connection(asyncio.Protocol):
         self._sweep: asyncio.TimerHandle | None = None
         self._sweep_at = 0.0
         self._tasks: set[asyncio.Future[Any]] = set()
+        #: Requests answered later: tasks and futures (`track`) and held requests (`holding`).
+        self.awaiting = 0
         self._loop = asyncio.get_running_loop()
         self._closed = self._loop.create_future()
 
@@ -288,10 +331,14 @@ class Connection(asyncio.Protocol):
         held_back = False
         try:
             while True:
-                if self._writing_paused or self._corked_bytes >= MAX_REPLY_BYTES_PER_READ:
+                if (
+                    self._writing_paused
+                    or self._corked_bytes >= MAX_REPLY_BYTES_PER_READ
+                    or self.awaiting >= MAX_AWAITING_REPLIES
+                ):
                     held_back = True  # the rest waits until the replies are out (`_read_on`)
                     break
-                decoded = decode_frame(buf, pos, self.max_frame_length)
+                decoded = decode_frame(buf, pos, self.max_frame_length, self.max_header_length)
                 if decoded is None:
                     break
                 cmd, consumed = decoded
@@ -325,7 +372,7 @@ class Connection(asyncio.Protocol):
             self.last_active = self._loop.time()
         if self.budget is not None and len(buf) != self._held:
             self._charge(self.budget, len(buf))
-        if held_back and buf and not self._writing_paused:
+        if held_back and buf and not self._writing_paused and self.awaiting < MAX_AWAITING_REPLIES:
             self._loop.call_soon(self._read_on)  # (after a batch's replies went out)
 
     def _read_on(self) -> None:
@@ -358,6 +405,21 @@ class Connection(asyncio.Protocol):
         outbox, self._outbox = self._outbox, []
         if outbox and self._transport is not None and not self._transport.is_closing():
             self._transport.write(outbox[0] if len(outbox) == 1 else b"".join(outbox))
+            if self._writing_paused:
+                self._check_unread(self._transport)
+
+    def _check_unread(self, transport: asyncio.Transport) -> None:
+        """Drop the connection when its peer left more than MAX_UNREAD_REPLY_BYTES of replies unread (an
+        abort: a close would keep them until written, and this peer reads nothing)."""
+        unread = transport.get_write_buffer_size()
+        if unread > MAX_UNREAD_REPLY_BYTES:
+            _unread_warnings.warning(
+                "closing connection from %s: it left %d bytes of replies unread (at most %d)",
+                self.peer,
+                unread,
+                MAX_UNREAD_REPLY_BYTES,
+            )
+            transport.abort()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
@@ -406,6 +468,8 @@ class Connection(asyncio.Protocol):
             self._outbox.append(frame)
         elif self._transport is not None and not self._transport.is_closing():
             self._transport.write(frame)
+            if self._writing_paused:  # (a reply that came later, to a peer not reading: counted)
+                self._check_unread(self._transport)
 
     def reply(self, request: RemotingCommand, response: RemotingCommand | None) -> None:
         """Send `response` to `request` unless the request was one-way or there is nothing to send."""
@@ -529,9 +593,27 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ lifecycle
 
     def track(self, task: asyncio.Future[Any]) -> None:
-        """Keep a reference to an in-flight processor task (or answer's future) until it finishes."""
+        """Keep a reference to an in-flight processor task (or answer's future) until it finishes; it
+        counts among the requests awaiting their answers (MAX_AWAITING_REPLIES)."""
         self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        self.awaiting += 1
+        task.add_done_callback(self._tracked_done)
+
+    def _tracked_done(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.discard(task)
+        self.answered_later()
+
+    def holding(self) -> None:
+        """A request of this connection is held to be answered later without a task (a long-polling
+        pull): it counts as `track`'s do until `answered_later`."""
+        self.awaiting += 1
+
+    def answered_later(self) -> None:
+        """A request `holding` counted (or a tracked one) is answered: under MAX_AWAITING_REPLIES again,
+        the requests its buffer held back are read on."""
+        self.awaiting -= 1
+        if self.awaiting == MAX_AWAITING_REPLIES - 1 and self._buffer:
+            self._loop.call_soon(self._read_on)
 
     def close(self) -> None:
         """Close after writing what a batch holds (a transport sends what it buffered before it closes)."""

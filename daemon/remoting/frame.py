@@ -18,6 +18,11 @@ from daemon.remoting.errors import RemotingProtocolError
 
 #: Java's `com.rocketmq.remoting.frameMaxLength`: a whole frame, its length field included.
 MAX_FRAME_LENGTH: Final = 16 * 1024 * 1024
+#: The longest header a server reads from its peers (`decode_frame`'s `max_header_length`): a send's
+#: header with the longest properties a record holds (32767 characters, even each escaped as six bytes)
+#: fits. 4.9.8 reads a header as long as the frame: a 16 MiB JSON header of nested lists in one field
+#: was read twice (orjson, then ``json``) and written back as a string, all on the loop.
+MAX_REQUEST_HEADER: Final = 256 * 1024
 
 _INT: Final = struct.Struct(">i")
 _PREFIX: Final = struct.Struct(">iI")
@@ -258,9 +263,13 @@ def check_frame_length(length: int, max_frame_length: int = MAX_FRAME_LENGTH) ->
 
 
 def decode_frame(
-    buf: bytes | bytearray | memoryview, offset: int = 0, max_frame_length: int = MAX_FRAME_LENGTH
+    buf: bytes | bytearray | memoryview,
+    offset: int = 0,
+    max_frame_length: int = MAX_FRAME_LENGTH,
+    max_header_length: int = _HEADER_LEN_MASK,
 ) -> tuple[RemotingCommand, int] | None:
-    """Decode the frame starting at `offset`.
+    """Decode the frame starting at `offset`; a header longer than `max_header_length` is refused as soon
+    as the frame's first 8 bytes are in, before the rest is waited for.
 
     Returns `(command, consumed_bytes)`, or None while the frame is still incomplete. Raises
     RemotingProtocolError for bytes that can never become a valid frame; the caller must then drop
@@ -280,6 +289,8 @@ def decode_frame(
     header_len = mixed & _HEADER_LEN_MASK
     if header_len > length - 4:
         raise RemotingProtocolError(f"header length {header_len} exceeds frame length {length}")
+    if header_len > max_header_length:
+        raise RemotingProtocolError(f"header length {header_len} exceeds the {max_header_length} byte limit")
     if serialize_type != _JSON and serialize_type != _ROCKETMQ:
         raise RemotingProtocolError(f"unknown serialize type {serialize_type}")
     if header_len < (_MIN_JSON_HEADER if serialize_type == _JSON else _MIN_BINARY_HEADER):

@@ -24,6 +24,10 @@ log = logging.getLogger(__name__)
 
 #: Closing a connection over a cap logs at most this often; the next warning counts the ones skipped.
 WARNING_INTERVAL = 1.0
+#: The longest JSON body a client's request may carry where a daemon parses it on its loop (a heartbeat,
+#: a lock's queue set, a batch of acks: `RequestDispatcher.limit_bodies`). A heartbeat of a consumer
+#: subscribing several thousand topics fits.
+MAX_JSON_BODY = 1024 * 1024
 
 
 @dataclass

@@ -13,6 +13,7 @@ import socket
 from collections.abc import Callable, Mapping
 
 from daemon.lifecycle import supervise
+from daemon.protect import is_loopback
 from daemon.remoting.connection import (
     Connection,
     Processor,
@@ -22,12 +23,18 @@ from daemon.remoting.connection import (
     peer_address,
     peer_name,
 )
-from daemon.remoting.frame import MAX_FRAME_LENGTH
+from daemon.remoting.frame import MAX_FRAME_LENGTH, MAX_REQUEST_HEADER
 from daemon.remoting.limits import BufferBudget, RemotingLimits, WarningGate
 from daemon.remoting.tls import HANDSHAKE_MAGIC, ServerTls, TlsReadBuffer
 
 #: Seconds a TLS handshake may take before the connection is closed (Netty's default handshake timeout).
 TLS_HANDSHAKE_TIMEOUT = 10.0
+#: TLS handshakes one host beyond loopback may start a second, after a burst of TLS_HANDSHAKE_BURST: each
+#: costs the loop about a millisecond of CPU, and one host starting them without end kept it busy. Past
+#: the rate a handshake waits for its turn (its connection open, its first byte unread): a client's
+#: reconnects are late, never refused.
+TLS_HANDSHAKE_RATE = 50.0
+TLS_HANDSHAKE_BURST = 100
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +55,28 @@ class _AtCap(asyncio.Protocol):
         protocol.connection_made(transport)
 
 
+class HandshakePacer:
+    """Each host's TLS handshakes beyond loopback at `rate` a second after a burst of `burst` (GCRA: a
+    host's theoretical arrival time, advanced by one interval per handshake; a host idle since is forgotten)."""
+
+    def __init__(self, rate: float = TLS_HANDSHAKE_RATE, burst: int = TLS_HANDSHAKE_BURST) -> None:
+        self.interval = 1.0 / rate
+        self.slack = (burst - 1) * self.interval
+        self.rate = rate
+        self.burst = burst
+        self._due: dict[str, float] = {}
+
+    def delay(self, host: str, now: float) -> float:
+        """Seconds the next handshake of `host` waits before it starts (0: at once); its turn is taken."""
+        if is_loopback(host):
+            return 0.0
+        due = max(self._due.get(host, now), now)
+        if len(self._due) > 4096:  # (hosts whose turns all passed hold nothing)
+            self._due = {h: t for h, t in self._due.items() if t > now}
+        self._due[host] = due + self.interval
+        return max(0.0, due - now - self.slack)
+
+
 class RemotingServer:
     """Listens on host:port (port 0 picks a free one) and serves the registered processors.
 
@@ -65,6 +94,11 @@ class RemotingServer:
 
     `admit(ip)` (the DLedger channel's peer gate) decides on each accepted socket, before a byte of it is
     read or a TLS handshake spent on it: refused, it is closed at once (`admit` logs why).
+
+    A host beyond loopback starts TLS handshakes at TLS_HANDSHAKE_RATE a second after a burst
+    (`HandshakePacer`); past it each waits its turn. At the connection cap a socket whose first byte
+    never came, or whose handshake is under way, belongs to its host like a connection, and is the
+    first of that host's to be closed to serve another host's (it cost at most a handshake).
     """
 
     def __init__(
@@ -109,6 +143,13 @@ class RemotingServer:
         self.refused_peers = 0
         #: Accepted sockets whose first byte has not arrived yet (TLS sniffing), with their tasks.
         self._sniffing: dict[socket.socket, asyncio.Task[None]] = {}
+        #: Sockets in their TLS handshake (or waiting their host's turn for it), with their tasks; their
+        #: connections are in `connections` already, without a transport until the handshake is done.
+        self._handshaking: dict[socket.socket, asyncio.Task[None]] = {}
+        self.pacer = HandshakePacer()
+        #: TLS handshakes that waited for their host's turn (`HandshakePacer`).
+        self.tls_paced = 0
+        self._paced_warnings = WarningGate(log)
         self._listener: socket.socket | None = None
         self._acceptor: asyncio.Task[None] | None = None
         #: Ports bound by `bind_also` (the broker's VIP port): plain listeners, or sockets a TLS accept
@@ -128,7 +169,8 @@ class RemotingServer:
 
     @property
     def open_connections(self) -> int:
-        """Client connections open: those serving, and (TLS listeners) those whose first byte is awaited."""
+        """Client connections open: those serving or in their TLS handshake, and (TLS listeners) those
+        whose first byte is awaited."""
         return len(self.connections) + len(self._sniffing)
 
     def bound_addresses(self) -> set[tuple[str, int]]:
@@ -257,10 +299,23 @@ class RemotingServer:
             elif self.tls.mode == "enforcing":
                 self._tls_refusal(sock, f"plaintext request to a TLS-only listener ({self.tls.why_tls_only})")
                 return
-            del self._sniffing[sock]
             if ssl_context is None:
+                del self._sniffing[sock]
                 await loop.connect_accepted_socket(self.accept, sock)
                 return
+            self._handshaking[sock] = self._sniffing.pop(sock)
+            host = _sock_ip(sock)
+            wait = self.pacer.delay(host, loop.time())
+            if wait > 0:
+                self.tls_paced += 1
+                self._paced_warnings.warning(
+                    "TLS handshakes from %s start at %g a second after a burst of %d: the next waits %.2f s",
+                    host,
+                    self.pacer.rate,
+                    self.pacer.burst,
+                    wait,
+                )
+                await asyncio.sleep(wait)
             made: list[asyncio.Protocol] = []
 
             def protocol() -> asyncio.BaseProtocol:
@@ -284,6 +339,7 @@ class RemotingServer:
             raise
         finally:
             self._sniffing.pop(sock, None)
+            self._handshaking.pop(sock, None)
 
     def _tls_refusal(self, sock: socket.socket, why: str) -> None:
         if why:
@@ -312,7 +368,7 @@ class RemotingServer:
         one closed is one whose first byte never came, else the longest silent. False: refuse this one.
         A walk of the open connections, only while the cap is reached."""
         hosts: dict[str, list[Connection | socket.socket]] = {}
-        for sock in self._sniffing:
+        for sock in (*self._sniffing, *self._handshaking):  # (silent first, then in their handshake)
             hosts.setdefault(_sock_ip(sock), []).append(sock)
         for conn in self.connections:
             if not conn.is_closed:
@@ -326,7 +382,7 @@ class RemotingServer:
         silent = [s for s in held if isinstance(s, socket.socket)]
         if silent:
             sock = silent[0]
-            task = self._sniffing.pop(sock)
+            task = self._sniffing.pop(sock, None) or self._handshaking.pop(sock)
             task.cancel()  # (and the socket closed once it ends: a task cancelled unstarted closes nothing)
             task.add_done_callback(lambda _: sock.close())
         else:
@@ -350,6 +406,7 @@ class RemotingServer:
         conn = Connection(
             self.dispatcher,
             max_frame_length=self.max_frame_length,
+            max_header_length=MAX_REQUEST_HEADER,
             on_close=self._closed,
             budget=self.budget,
             batch=self._batch,
@@ -422,7 +479,7 @@ class RemotingServer:
             task.cancel()
         await asyncio.gather(*acceptors, return_exceptions=True)
         self._acceptor = None
-        sniffing = list(self._sniffing.values())
+        sniffing = [*self._sniffing.values(), *self._handshaking.values()]
         for task in sniffing:
             task.cancel()
         await asyncio.gather(*sniffing, return_exceptions=True)

@@ -263,17 +263,16 @@ async def test_a_giant_access_key_is_not_echoed_or_logged_whole(
 ) -> None:
     """An anonymous peer naming a 1 MiB AccessKey (no such account) had it written back in the answer's
     remark and twice into the WARNING line (the field and the remark), a line a second: 2 MiB a second of
-    log for a request a second, a full disk within the day. The key is shown cut to its start."""
+    log for a request a second, a full disk within the day. The key is shown cut to its start. (A header
+    past MAX_REQUEST_HEADER never reaches the ACL: its connection is closed at its length.)"""
     client = await as_account(acl_cluster, None)
-    giant = "K" * (1 << 20)
+    giant = "K" * 200_000
     try:
         with caplog.at_level(logging.WARNING):
             fields = {"AccessKey": giant, "Signature": signature, "topic": "TopicA"}
             r = await client.call(RequestCode.QUERY_CONSUMER_OFFSET, fields)
         assert r.code == ResponseCode.NO_PERMISSION, r.remark
-        assert "no account for accessKey=KKKK" in (r.remark or "") and "1048576 characters" in (
-            r.remark or ""
-        )
+        assert "no account for accessKey=KKKK" in (r.remark or "") and "200000 characters" in (r.remark or "")
         assert len(r.remark or "") < 300
         lines = [rec.getMessage() for rec in caplog.records if "ACL refused" in rec.getMessage()]
         assert lines and all(len(line) < 1000 for line in lines)

@@ -7,6 +7,8 @@ import threading
 import time
 from pathlib import Path
 
+import pytest
+
 from daemon.broker.bodies import (
     ConsumerData,
     GetConsumerListByGroupResponseBody,
@@ -22,6 +24,7 @@ from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.connection import Connection
+from daemon.remoting.limits import MAX_JSON_BODY
 from store import fastjson
 from store.config_files import ConsumerOffsetManager
 from store.record import decode_records
@@ -262,3 +265,26 @@ async def test_a_connection_registers_a_bounded_number_of_groups(broker: BrokerH
         fields = {"clientID": "p1", "producerGroup": f"PA{i}"}
         assert (await broker.call(RequestCode.UNREGISTER_CLIENT, fields)).code == ResponseCode.SUCCESS
     assert (await broker.call(RequestCode.HEART_BEAT, body=other.dumps())).code == ResponseCode.SUCCESS
+
+
+@pytest.mark.parametrize(
+    "code", [RequestCode.HEART_BEAT, RequestCode.LOCK_BATCH_MQ, RequestCode.BATCH_ACK_MESSAGE]
+)
+async def test_a_json_body_past_its_limit_is_refused_before_it_is_parsed(
+    broker: BrokerHandle, code: int
+) -> None:
+    """A HEART_BEAT is open to any peer, and its body was parsed whole before the heartbeat's caps looked
+    at it: 16 MiB of invented subscriptions held the loop for seconds, per frame. A body over
+    MAX_JSON_BODY is refused (SYSTEM_ERROR, a remark naming the limit) before anything reads it; a body
+    at the limit is read as before."""
+    beat = HeartbeatData("big@1", [ProducerData("BigGroup")], []).dumps()
+    padded = beat[:-1] + b',"pad":"' + b"x" * MAX_JSON_BODY + b'"}'
+    r = await broker.call(code, body=padded, timeout=30)
+    assert r.code == ResponseCode.SYSTEM_ERROR, r.remark
+    assert f"body of {len(padded)} bytes" in (r.remark or "") and f"{MAX_JSON_BODY} bytes" in (r.remark or "")
+    assert "BigGroup" not in broker.broker.producers.groups
+    at_limit = beat[:-1] + b',"pad":"' + b"x" * (MAX_JSON_BODY - len(beat) - 9) + b'"}'
+    assert len(at_limit) == MAX_JSON_BODY
+    answer = await broker.call(RequestCode.HEART_BEAT, body=at_limit, timeout=30)
+    assert answer.code == ResponseCode.SUCCESS, answer.remark
+    assert "BigGroup" in broker.broker.producers.groups

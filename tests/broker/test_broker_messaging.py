@@ -18,6 +18,7 @@ from daemon.broker.headers import (
     QueryMessageRequestHeader,
     SendMessageRequestHeaderV2,
 )
+from daemon.broker.processors.query import QUERY_BODY_BYTES
 from daemon.remoting.client import RemotingClient, parse_addr
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
@@ -448,3 +449,26 @@ async def test_two_concurrent_commits_of_one_half_store_it_once(tmp_path: Path) 
     finally:
         await handle.client.close()
         await b.stop()
+
+
+async def test_a_query_answers_the_hits_that_fit_in_a_frame(broker: BrokerHandle) -> None:
+    """Anyone may send messages of 4 MiB under one key; a query of that key then made one answer of every
+    hit (up to 64: 256 MiB on the loop), refused whole as over a frame ('frame of ... exceeds'), so the
+    key's query answered nothing. It answers the first hits by offset that fit in a frame."""
+    broker.broker.topics.create_system_like("BigKeys", 1, 6)
+    body = b"b" * (4 * 1024 * 1024 - 1024)
+    for _ in range(5):
+        sent = await broker.send("BigKeys", body, keys="heavy", timeout=30)
+        assert sent.code == ResponseCode.SUCCESS, sent.remark
+    fields = {"topic": "BigKeys", "key": "heavy", "maxNum": "64", "beginTimestamp": "0"}
+    fields["endTimestamp"] = str(2**62)
+    answer = None
+    for _ in range(100):  # (the index is built behind the sends)
+        answer = await broker.call(RequestCode.QUERY_MESSAGE, fields, timeout=30)
+        if answer.code == ResponseCode.SUCCESS and len(decode_records(answer.body)) == 3:
+            break
+        await asyncio.sleep(0.1)
+    assert answer is not None and answer.code == ResponseCode.SUCCESS, answer and answer.remark
+    found = decode_records(answer.body)
+    assert len(found) == 3 and all(m.body == body for m in found)  # a fourth would pass 16 MiB
+    assert len(answer.body) <= QUERY_BODY_BYTES

@@ -7,8 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from daemon.broker import pop as pop_module
 from daemon.broker.headers import AckMessageRequestHeader
 from daemon.broker.pop import READ_ON_LIMIT, PoppedMessage, ReceiptHandle
+from daemon.broker.processors.pop import POLLING_TIMEOUT
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from store.record import decode_records
@@ -356,3 +358,38 @@ async def test_a_tag_filtered_pop_reads_on_past_other_tags_within_its_poll(broke
     # nothing left that matches: the next pop finds nothing, and no other tag is lent
     assert await c.pop(T, exp="mine", poll_ms=300) == []
     assert pop.in_flight() == {"GTag": 2}
+
+
+async def test_a_pops_wait_is_bounded_whatever_its_poll_time(
+    broker: BrokerHandle, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pollTime is the peer's word: a pop asking days was held (its coroutine, a place among its
+    connection's requests awaiting answers) that long. It waits MAX_POLL_MS at most, then answers as a
+    pop that found nothing (POLLING_TIMEOUT)."""
+    monkeypatch.setattr(pop_module, "MAX_POLL_MS", 300)
+    await broker.create_topic("PopBounded", 1)
+    c = PopClient(broker, "GBounded")
+    answer = await asyncio.wait_for(c.pop_raw("PopBounded", poll_ms=2**31 - 1), 20)
+    assert answer.code == POLLING_TIMEOUT and answer.remark == "no new message", answer.remark
+
+
+async def test_forged_receipt_handles_end_no_lending(broker: BrokerHandle) -> None:
+    """A handle is the only key an ack carries: another group's handle, one naming another broker or
+    another offset, acks nothing of the lender's (NO_MESSAGE, 208), and a huge one is refused
+    (MESSAGE_ILLEGAL) with the handle shown cut, not written back whole."""
+    await _fill(broker, 1, queues=1)
+    owner = PopClient(broker, "GOwner")
+    (lent,) = await owner.pop(T)
+    thief = PopClient(broker, "GThief")
+    assert (await thief.ack(T, lent)).code == 208  # the owner's handle, another group
+    parts = lent.handle.split(" ")
+    for forged in (
+        [*parts[:5], "broker-z", *parts[6:]],  # another broker's name
+        [*parts[:6], str(int(parts[6]) + 1), *parts[7:]],  # another offset
+    ):
+        assert (await owner.ack(T, type(lent)(lent.message, " ".join(forged), 0))).code == 208
+    huge = " ".join([*parts[:7], "9" * 100_000])
+    refused = await owner.ack(T, type(lent)(lent.message, huge, 0))
+    assert refused.code == ResponseCode.MESSAGE_ILLEGAL and len(refused.remark or "") < 1000
+    assert broker.broker.pop.in_flight() == {"GOwner": 1}
+    assert (await owner.ack(T, lent)).code == 0

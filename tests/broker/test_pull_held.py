@@ -9,7 +9,7 @@ import threading
 import pytest
 
 from daemon.broker.long_poll import PullRequestHoldService
-from daemon.broker.processors.pull import _CODES
+from daemon.broker.processors.pull import _CODES, MAX_PULL_HOLD_MS
 from daemon.remoting.codes import ResponseCode
 from daemon.remoting.errors import RemotingError
 from store.memory import InMemoryMessageStore
@@ -185,3 +185,23 @@ async def test_a_held_pull_woken_while_its_queue_heals_is_answered_after_the_hea
     answer = await pending
     assert answer.code == ResponseCode.SUCCESS
     assert [m.body for m in decode_records(answer.body)] == [b"after the heal"]
+
+
+async def test_a_held_pull_counts_on_its_connection_and_is_held_a_bounded_time(broker: BrokerHandle) -> None:
+    """The hold's time is the peer's word: a pull asking 24 days was held that long, after its connection
+    closed too, so a peer could pile held pulls up without bound. It is held MAX_PULL_HOLD_MS at most,
+    and counts among its connection's requests awaiting an answer until it is answered."""
+    broker.broker.topics.create_system_like("HeldLong", 1, 6)
+    assert (await broker.send("HeldLong", b"first")).code == ResponseCode.SUCCESS
+    (conn,) = broker.broker.server.connections
+    loop = asyncio.get_running_loop()
+    pending = asyncio.create_task(
+        broker.pull("G", "HeldLong", 0, 1, sys_flag=SUSPEND | SUBSCRIPTION, suspend_ms=2**31 - 1, timeout=30)
+    )
+    await _held(broker, 1)
+    ((held,),) = broker.broker.hold._held.values()
+    assert held.timer is not None and held.timer.when() <= loop.time() + MAX_PULL_HOLD_MS / 1000
+    assert conn.awaiting == 1
+    await broker.send("HeldLong", b"second")
+    assert (await pending).code == ResponseCode.SUCCESS
+    assert conn.awaiting == 0

@@ -14,16 +14,24 @@ import pytest
 from daemon.remoting.client import RemotingClient, parse_addr
 from daemon.remoting.codes import ResponseCode, SerializeType
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.connection import Connection, ReplyBatch, RequestDispatcher, peer_address
+from daemon.remoting.connection import (
+    MAX_AWAITING_REPLIES,
+    MAX_UNREAD_REPLY_BYTES,
+    Connection,
+    ReplyBatch,
+    RequestDispatcher,
+    peer_address,
+)
 from daemon.remoting.errors import (
     RemotingCommandError,
     RemotingConnectError,
     RemotingTimeoutError,
 )
-from daemon.remoting.frame import decode_frame, encode_command
+from daemon.remoting.frame import MAX_REQUEST_HEADER, decode_frame, encode_command
 from daemon.remoting.server import RemotingServer
 from daemon.remoting.tls import ServerTls, TlsSettings
 from tests.support.transport import UVLOOP_NO_PEER, RecordingTransport, reset_as_they_open
+from tests.support.waiting import wait_until
 
 ECHO, SLOW, FAIL, CRASH, RECORD, CALLBACK, NEVER = 1, 2, 3, 4, 5, 6, 7
 
@@ -599,3 +607,138 @@ async def test_pipelined_requests_wait_while_their_replies_are_not_read() -> Non
         writer.close()
     finally:
         await srv.stop()
+
+
+async def test_a_header_past_the_limit_is_refused_at_its_length() -> None:
+    """A JSON header is parsed whole (and one orjson reads inexactly, a field of nested lists, twice and
+    written back as a string): a 16 MiB header held the loop for seconds before any guard saw the
+    request. A server refuses a header longer than MAX_REQUEST_HEADER as its length arrives, before the
+    rest of the frame is waited for, and closes the connection; a header at the limit is read."""
+    srv = RemotingServer({ECHO: lambda conn, req: req.make_response(remark=str(len(req.ext_fields["f"])))})
+    await srv.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        too_long = MAX_REQUEST_HEADER + 1
+        writer.write(struct.pack(">ii", 4 + too_long, too_long))  # the prefix alone: nothing else follows
+        await writer.drain()
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed without waiting for the header
+        writer.close()
+        request = RemotingCommand.request(ECHO, {"f": ""})
+        room = MAX_REQUEST_HEADER - (len(encode_command(request)) - 8) - 10  # (the opaque's digits to come)
+        request.ext_fields["f"] = "x" * room
+        async with RemotingClient() as client:
+            answer = await client.invoke(f"127.0.0.1:{srv.port}", request, 10)
+        assert answer.remark == str(room)
+    finally:
+        await srv.stop()
+
+
+async def test_a_body_past_its_codes_limit_is_refused_before_the_guard_and_the_processor() -> None:
+    """`limit_bodies`: a request of a limited code whose body is longer than its limit is answered
+    SYSTEM_ERROR naming the limit, and neither the guard (the ACL parses a heartbeat's body) nor the
+    processor sees it; at the limit, and other codes, as before."""
+    seen: list[tuple[str, int]] = []
+
+    def record(conn: Connection, req: RemotingCommand) -> RemotingCommand:
+        seen.append(("processor", len(req.body)))
+        return req.make_response()
+
+    srv = RemotingServer({ECHO: record, RECORD: record})
+    srv.dispatcher.limit_bodies({ECHO: 1000})
+    srv.dispatcher.guard = lambda conn, req: seen.append(("guard", len(req.body)))  # type: ignore[func-returns-value]
+    await srv.start()
+    try:
+        async with RemotingClient() as client:
+            addr = f"127.0.0.1:{srv.port}"
+            over = await client.invoke(addr, RemotingCommand.request(ECHO, body=b"x" * 1001), 10)
+            assert over.code == ResponseCode.SYSTEM_ERROR
+            assert "body of 1001 bytes is longer than the 1000 bytes" in (over.remark or "")
+            assert seen == []
+            at = await client.invoke(addr, RemotingCommand.request(ECHO, body=b"x" * 1000), 10)
+            other = await client.invoke(addr, RemotingCommand.request(RECORD, body=b"x" * 5000), 10)
+            assert at.code == other.code == ResponseCode.SUCCESS
+            assert seen == [("guard", 1000), ("processor", 1000), ("guard", 5000), ("processor", 5000)]
+    finally:
+        await srv.stop()
+
+
+async def test_requests_answered_later_are_bounded_per_connection() -> None:
+    """The reply budget counts the replies a read makes; requests answered later (a long-polling pull, an
+    async send) made none then, so a peer that pipelined them had every one dispatched and held, without
+    bound. Past MAX_AWAITING_REPLIES the rest wait in the connection's buffer; as answers go out, they
+    are read on, in order, every one answered."""
+    held: list[tuple[asyncio.Future[RemotingCommand | None], RemotingCommand]] = []
+
+    def hold(conn: Connection, req: RemotingCommand) -> asyncio.Future[RemotingCommand | None]:
+        fut: asyncio.Future[RemotingCommand | None] = asyncio.get_running_loop().create_future()
+        held.append((fut, req))
+        return fut
+
+    srv = RemotingServer({ECHO: hold}, host="127.0.0.1")
+    await srv.start()
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", srv.port)
+        count = MAX_AWAITING_REPLIES + 50
+        requests = [RemotingCommand.request(ECHO) for _ in range(count)]
+        for opaque, request in enumerate(requests, 1):
+            request.opaque = opaque
+        writer.write(b"".join(encode_command(r) for r in requests))
+        await writer.drain()
+        await wait_until(lambda: len(held) >= MAX_AWAITING_REPLIES, timeout=60)
+        await asyncio.sleep(0.3)
+        assert len(held) == MAX_AWAITING_REPLIES  # (before: all of them)
+        (conn,) = srv.connections
+        assert conn.awaiting == MAX_AWAITING_REPLIES
+        for fut, req in held[:10]:
+            fut.set_result(req.make_response())
+        await wait_until(lambda: len(held) == MAX_AWAITING_REPLIES + 10, timeout=30)
+        done = 10
+        while done < len(held) or len(held) < count:
+            for fut, req in held[done:]:
+                fut.set_result(req.make_response())
+            done = len(held)
+            await asyncio.sleep(0.05)
+        answered = []
+        for _ in range(count):
+            length = struct.unpack(">i", await asyncio.wait_for(reader.readexactly(4), 30))[0]
+            frame = await reader.readexactly(length)
+            answered.append(decode_frame(struct.pack(">i", length) + frame, 0)[0].opaque)  # type: ignore[index]
+        assert answered == list(range(1, count + 1))
+        await wait_until(lambda: conn.awaiting == 0, timeout=10)
+        writer.close()
+    finally:
+        await srv.stop(grace=0)
+
+
+async def test_a_peer_that_reads_none_of_the_replies_answered_later_is_dropped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Replies made while requests are read stop at the transport's high-water mark, but answers that
+    come later (held pulls woken by a burst of messages) were appended to a peer that reads nothing
+    without bound. Past MAX_UNREAD_REPLY_BYTES the connection is dropped, its replies with it."""
+    held: list[tuple[asyncio.Future[RemotingCommand | None], RemotingCommand]] = []
+    big = b"r" * (1 << 20)
+
+    def hold(conn: Connection, req: RemotingCommand) -> asyncio.Future[RemotingCommand | None]:
+        fut: asyncio.Future[RemotingCommand | None] = asyncio.get_running_loop().create_future()
+        held.append((fut, req))
+        return fut
+
+    srv = RemotingServer({ECHO: hold}, host="127.0.0.1")
+    await srv.start()
+    try:
+        _reader, writer = await asyncio.open_connection("127.0.0.1", srv.port, limit=1 << 16)
+        writer.transport.pause_reading()  # reads nothing
+        count = MAX_UNREAD_REPLY_BYTES // len(big) + 40
+        writer.write(b"".join(encode_command(RemotingCommand.request(ECHO)) for _ in range(count)))
+        await writer.drain()
+        await wait_until(lambda: len(held) == count, timeout=30)
+        (conn,) = srv.connections
+        for fut, req in held:
+            if not conn.is_closed:
+                fut.set_result(req.make_response(body=big))
+        await wait_until(lambda: not srv.connections, timeout=30)
+        assert "replies unread" in caplog.text
+        writer.close()
+    finally:
+        await srv.stop(grace=0)

@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+#: The longest a pull is held for new messages, whatever its suspendTimeoutMillis asks (the Java client
+#: asks 15 s and waits 30 s for the answer).
+MAX_PULL_HOLD_MS = 60_000
 MAX_HEALS_PER_PULL = 8  # each heal repairs one damaged stretch; past this many the read heals inline
 
 _S = GetMessageStatus
@@ -228,7 +231,7 @@ class PullProcessor:
         ):
             # at the queue's end: what the read would find (nothing, PULL_NOT_FOUND) is known, so held now
             self._commit(h)
-            self._hold(h, functools.partial(self._woken, conn, request, h, codes))
+            self._hold(conn, h, functools.partial(self._woken, conn, request, h, codes))
             return None
         try:
             code, result = self._read(h, codes)
@@ -273,7 +276,7 @@ class PullProcessor:
         the held pull answers itself)."""
         self._commit(h)
         if code == ResponseCode.PULL_NOT_FOUND and h.sys_flag & PULL_FLAG_SUSPEND:
-            self._hold(h, functools.partial(self._woken, conn, request, h, codes))
+            self._hold(conn, h, functools.partial(self._woken, conn, request, h, codes))
             return None
         return self._response(request, h, code, result)
 
@@ -281,11 +284,15 @@ class PullProcessor:
         if h.sys_flag & PULL_FLAG_COMMIT_OFFSET and self.broker.config.broker_role != SLAVE:
             self.broker.offsets.commit_offset(h.consumer_group, h.topic, h.queue_id, h.commit_offset)
 
-    def _hold(self, h: PullMessageRequestHeader, woken: Callable[[], None]) -> None:
+    def _hold(self, conn: Connection, h: PullMessageRequestHeader, woken: Callable[[], None]) -> None:
         """Hold the pull ``h`` until its queue grows or its time is up, then call ``woken`` (:meth:`_woken`
-        with the pull's connection, request and codes)."""
+        with the pull's connection, request and codes). It counts among the connection's requests awaiting
+        an answer, and is held MAX_PULL_HOLD_MS at most: the time is the peer's word, and a pull held for
+        its 24 days stayed held after its connection closed."""
         config = self.broker.config
         hold_ms = h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
+        hold_ms = min(hold_ms, MAX_PULL_HOLD_MS)
+        conn.holding()
         # held now, in the step of the read (or the offsets) that found nothing: a message stored after it
         # must wake it
         self.broker.hold.hold(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000, woken)
@@ -299,6 +306,7 @@ class PullProcessor:
     ) -> None:
         """A held pull's queue grew or its time is up: read again and answer, on the loop, without a task
         unless the queue is being healed."""
+        conn.answered_later()
         if conn.is_closed:
             return  # dropped by the connection: nobody to answer
         try:
