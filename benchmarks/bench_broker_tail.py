@@ -274,11 +274,11 @@ async def broker_loop(namesrv: str, broker: str) -> str:
 
 @contextmanager
 def client_collector(on: bool) -> Iterator[None]:
-    """This process's cyclic GC through one round of mqctl's client: what the fill and the rounds before left
-    is collected and frozen first, then the collector is paused for the round (``on``: it keeps collecting);
-    what the round left is collected before the next one. Its collections ran on the loop that sends and receives the round's
-    messages: a full one walks every object the round keeps alive (at a busy moment, a backlog of sends),
-    and the benchmark would charge the broker with them."""
+    """This process's cyclic GC through one round of mqctl's client: what the fill and the rounds before
+    left is collected and frozen first, then the collector is paused for the round (``on``: it keeps
+    collecting); what the round left is collected before the next one. Its collections ran on the loop
+    that sends and receives the round's messages: a full one walks every object the round keeps alive (at
+    a busy moment, a backlog of sends), and the benchmark would charge the broker with them."""
     gc.collect()
     gc.freeze()
     if not on:

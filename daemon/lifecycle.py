@@ -49,9 +49,10 @@ def serving_collector() -> None:
     which lives as long as the process, frozen out of every collection from now on, and the per-request
     garbage collected in larger, rarer sweeps (`SERVING_GC_THRESHOLD`). :func:`serve` does it once the
     service's ``start()`` returned; a service whose ``start()`` goes on after it accepts requests (the
-    broker then starts its gRPC front and registers with its NameServers: seconds on a busy host) calls it
-    as it opens its port too, or its first requests meet CPython's default thresholds, whose first full
-    collection walks the whole start-up heap while they wait (docs/performance.md). Calling it again
+    broker then starts its gRPC front and registers with its NameServers, up to the registration's timeout
+    when one does not answer) calls it as it opens its port too, or its first requests meet CPython's
+    default thresholds and the unfrozen start-up heap, whose full collection takes tens of milliseconds
+    (docs/performance.md). Calling it again
     freezes what was built since. Outside :func:`serve` it does nothing."""
     if _DAEMON.get():
         gc.freeze()

@@ -106,9 +106,9 @@ def test_a_stop_without_its_start_is_ignored() -> None:
 async def test_a_daemon_broker_s_first_request_meets_its_start_up_heap_frozen_and_the_serving_thresholds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # start() goes on after the port opens (the gRPC front, the first registration: seconds on a busy
-    # host), and a benchmark's topic creations came in meanwhile under CPython's default thresholds: their
-    # first full collection walked the whole start-up heap
+    # start() goes on after the port opens (the gRPC front, the first registration, up to its timeout when
+    # a NameServer does not answer): requests served meanwhile must not meet CPython's default thresholds
+    # and the unfrozen start-up heap, whose full collection takes tens of milliseconds
     broker = Broker(broker_config(tmp_path))
     opened = broker.server.serve
     seen: list[tuple[tuple[int, ...], int]] = []
