@@ -13,14 +13,20 @@ bench_broker_latency's: one producer at RATE msgs/s on an absolute schedule, one
 round's own 4-queue topic as a push consumer does, send-to-receipt latency after a 2 s warm-up.
 
 Prints each round (p50/p99/p99.9/max, the broker's own loop lag p99 and max and longest GC pause over the
-last minute or two, from GET_BROKER_RUNTIME_INFO), then per message of the round the CPU, wake-ups and
-preemptions of the broker's and this client's event-loop threads and their processes' read and write
-system calls (from /proc: counts the host's load does not decide, unlike the latencies), the median
-p99.9 of each side and their ratio.
+last minute or two, from GET_BROKER_RUNTIME_INFO, and this client's loop lag p99 and max over the round:
+how late its 5 ms sleeps woke, in ms, a stall of the measuring side), then per message of the round the
+CPU, wake-ups and preemptions of the broker's and this client's event-loop threads and their processes'
+read and write system calls (from /proc: counts the host's load does not decide, unlike the latencies),
+the median p99.9 of each side and their ratio.
+
+This process's cyclic GC does not collect during mqctl's rounds (what it holds is collected and frozen
+before each, as the broker freezes its tables): its collections ran on the loop that sends and receives,
+up to tens of milliseconds for a full one at a busy moment, and counted as the broker's latency.
+``--client-gc`` keeps it collecting (earlier figures were taken so).
 
     python benchmarks/bench_broker_tail.py [--topics 10000] [--duration 10] [--rate 1000] [--rounds 2]
         [--client mqctl|cpp|cpp-py|ons|mqctl,cpp,ons] [--group-offsets] [--tree DIR] [--timeline FILE]
-        [--sched-trace FILE] [--competitor-session] [--client-slice-micros N]
+        [--sched-trace FILE] [--competitor-session] [--client-slice-micros N] [--client-gc]
         [--namesrv ADDR --broker ADDR --broker-pid PID]
 
 ``--client`` picks the producer and push consumer (default ``mqctl``: this process, as above):
@@ -266,6 +272,32 @@ async def broker_loop(namesrv: str, broker: str) -> str:
     )
 
 
+@contextmanager
+def client_collector(on: bool) -> Iterator[None]:
+    """This process's cyclic GC through one round of mqctl's client: what the fill and the rounds before
+    left is collected and frozen first, then the collector is paused for the round (``on``: it keeps
+    collecting); what the round left is collected before the next one. Its collections ran on the loop
+    that sends and receives the round's messages: a full one walks every object the round keeps alive (at
+    a busy moment, a backlog of sends), and the benchmark would charge the broker with them."""
+    gc.collect()
+    gc.freeze()
+    if not on:
+        gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def client_lag(out: Run) -> str:
+    """This process's own loop lag over the round (its 5 ms sleeps' lateness, after the warm-up), beside the
+    broker's: a slow message that waited in the measuring client shows here, not in the broker's figures."""
+    if not out.loop_lags_ms:
+        return ""
+    lags = sorted(out.loop_lags_ms)
+    return f"; client loop lag p99 {percentile(lags, 99):.2f} max {lags[-1]:.2f}"
+
+
 def _roles() -> dict[int, str]:
     """Thread id -> what it is, for the benchmark's processes (sched_trace names everything else by command)."""
     procs = {pid: role for pid, role in children(os.getpid()).items() if role != "python"}
@@ -298,6 +330,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--client-slice-micros", type=int, default=0, help="EEVDF slice of this process (µs)")
     ap.add_argument(
         "--competitor-session", action="store_true", help="the busy process in a session of its own"
+    )
+    ap.add_argument(
+        "--client-gc",
+        action="store_true",
+        help="keep this process's cyclic GC collecting during its rounds (its pauses count as latency)",
     )
     ap.add_argument("--timeline", type=Path, help="JSON lines: messages and per-thread CPU (timeline.py)")
     ap.add_argument("--sched-trace", type=Path, help="perf recording of the rounds' context switches")
@@ -352,7 +389,6 @@ def main(argv: list[str] | None = None) -> None:
         behind = run(dispatched(namesrv, broker))
         if behind >= 1.0:
             print(f"the broker dispatched them to their ConsumeQueues {behind:.0f} s later", flush=True)
-        gc.freeze()  # the fill's survivors: out of every collection of the client during the rounds
         recorder = Recorder(args.sched_trace) if args.sched_trace else None
         if recorder is not None:
             recorder.start()
@@ -373,9 +409,10 @@ def main(argv: list[str] | None = None) -> None:
                             timeline.mark(f"round {r + 1} {mode}")
                         topic = f"TailBench{run_tag}{r}{client}{mode}"
                         if client == "mqctl":
-                            out, spent = mqctl_round(
-                                namesrv, broker, broker_pid, args.duration, args.rate, topic, broker_costs
-                            )
+                            with client_collector(args.client_gc):
+                                out, spent = mqctl_round(
+                                    namesrv, broker, broker_pid, args.duration, args.rate, topic, broker_costs
+                                )
                         else:
                             out, spent = client_round(
                                 client,
@@ -402,7 +439,7 @@ def main(argv: list[str] | None = None) -> None:
                     print(
                         f"round {name}: p50 {percentile(ms, 50):.2f} ms, p99 {percentile(ms, 99):.2f} ms, "
                         f"p99.9 {percentile(ms, 99.9):.2f} ms, max {ms[-1]:.1f} ms ({len(ms):,} msgs); "
-                        f"{run(broker_loop(namesrv, broker))}; load {loads[-1]:.1f}\n"
+                        f"{run(broker_loop(namesrv, broker))}{client_lag(out)}; load {loads[-1]:.1f}\n"
                         f"  per message: {'; '.join(spent)}",
                         flush=True,
                     )

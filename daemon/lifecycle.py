@@ -17,6 +17,7 @@ import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -35,6 +36,27 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: registration body) allocates tens of thousands of objects; the total time collecting stayed the same
 #: (docs/performance.md).
 SERVING_GC_THRESHOLD = (3_000, 20, 20)
+
+
+#: True while :func:`serve` runs a daemon's service (in its task): the process is the daemon's, whose
+#: collector :func:`serving_collector` tunes. A service started in another process's code (a test's) leaves
+#: that process's collector alone.
+_DAEMON: ContextVar[bool] = ContextVar("mqctl_daemon", default=False)
+
+
+def serving_collector() -> None:
+    """Tune a daemon's collector for serving: what start-up built (modules, configs, recovered queues),
+    which lives as long as the process, frozen out of every collection from now on, and the per-request
+    garbage collected in larger, rarer sweeps (`SERVING_GC_THRESHOLD`). :func:`serve` does it once the
+    service's ``start()`` returned; a service whose ``start()`` goes on after it accepts requests (the
+    broker then starts its gRPC front and registers with its NameServers, up to the registration's timeout
+    when one does not answer) calls it as it opens its port too, or its first requests meet CPython's
+    default thresholds and the unfrozen start-up heap, whose full collection takes tens of milliseconds
+    (docs/performance.md). Calling it again
+    freezes what was built since. Outside :func:`serve` it does nothing."""
+    if _DAEMON.get():
+        gc.freeze()
+        gc.set_threshold(*SERVING_GC_THRESHOLD)
 
 
 class LifecycleError(Exception):
@@ -154,12 +176,10 @@ async def serve(service: Service, on_started: Callable[[], None] | None = None) 
     for sig in STOP_SIGNALS:
         loop.add_signal_handler(sig, on_signal, sig)
     _fatal_handlers.append(on_failure)
+    daemon = _DAEMON.set(True)
     try:
         await service.start()
-        # what start-up built (modules, configs, recovered queues) lives as long as the process: out of
-        # every collection from now on, and the per-request garbage collected in larger, rarer sweeps
-        gc.freeze()
-        gc.set_threshold(*SERVING_GC_THRESHOLD)
+        serving_collector()
         try:
             if on_started is not None:
                 on_started()
@@ -167,6 +187,7 @@ async def serve(service: Service, on_started: Callable[[], None] | None = None) 
         finally:
             await service.stop()
     finally:
+        _DAEMON.reset(daemon)
         _fatal_handlers.remove(on_failure)
         for sig in STOP_SIGNALS:
             loop.remove_signal_handler(sig)

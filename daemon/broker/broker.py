@@ -59,7 +59,7 @@ from daemon.coalesce import Coalesced
 from daemon.config import ConfigError
 from daemon.dledger.machines import Role, Timings
 from daemon.dledger.server import DLedgerServer, DLedgerSettings, dledger_runtime_info, parse_peers
-from daemon.lifecycle import cancel_tasks, every, supervise
+from daemon.lifecycle import cancel_tasks, every, serving_collector, supervise
 from daemon.protect import (
     Peer,
     ProtectedModeGuard,
@@ -412,6 +412,7 @@ class Broker:
                 supervise(lambda: every(RELOAD_CHECK_INTERVAL, acl_files.maybe_reload), "acl-watch")
             )
         await self._check_replica_before_serving()
+        serving_collector()  # before the first request, not when start() returns (see there)
         await self.server.serve()
         await self._start_grpc()
         self.state = "serving"

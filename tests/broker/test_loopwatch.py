@@ -5,16 +5,21 @@ from __future__ import annotations
 import asyncio
 import gc
 import itertools
+import os
 import re
+import signal
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from daemon.broker.broker import Broker
 from daemon.broker.loopwatch import FREEZE_ENTRIES, LOOP_RUNTIME_KEYS, GcPauses, LoopWatch
-from tests.support.broker import BrokerHandle
+from daemon.lifecycle import SERVING_GC_THRESHOLD, serve
+from tests.support.broker import BrokerHandle, broker_config
 from tests.support.turns import LoopTurns
 
 LABELS = 'broker="broker-a",cluster="DefaultCluster"'
@@ -96,6 +101,44 @@ def test_a_stop_without_its_start_is_ignored() -> None:
     pauses = GcPauses()
     pauses.callback("stop", {"generation": 2, "collected": 0, "uncollectable": 0})
     assert pauses.count == [0, 0, 0] and pauses.max_s == [0.0, 0.0, 0.0]
+
+
+async def test_a_daemon_broker_s_first_request_meets_its_start_up_heap_frozen_and_the_serving_thresholds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # start() goes on after the port opens (the gRPC front, the first registration, up to its timeout when
+    # a NameServer does not answer): requests served meanwhile must not meet CPython's default thresholds
+    # and the unfrozen start-up heap, whose full collection takes tens of milliseconds
+    broker = Broker(broker_config(tmp_path))
+    opened = broker.server.serve
+    seen: list[tuple[tuple[int, ...], int]] = []
+
+    async def serve_port() -> None:
+        seen.append((gc.get_threshold(), gc.get_freeze_count()))
+        await opened()
+
+    monkeypatch.setattr(broker.server, "serve", serve_port)
+    threshold = gc.get_threshold()
+    gc.set_threshold(700, 10, 10)
+    frozen = gc.get_freeze_count()
+    try:
+        await asyncio.wait_for(serve(broker, on_started=lambda: os.kill(os.getpid(), signal.SIGTERM)), 30)
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*threshold)
+    ((at_open, frozen_at_open),) = seen
+    assert at_open == SERVING_GC_THRESHOLD
+    assert frozen_at_open > frozen  # the broker's start-up objects: out of every collection already
+
+
+async def test_a_broker_started_outside_a_daemon_leaves_the_process_s_collector_alone(tmp_path: Path) -> None:
+    threshold, frozen = gc.get_threshold(), gc.get_freeze_count()
+    broker = Broker(broker_config(tmp_path))
+    await broker.start()
+    try:
+        assert gc.get_threshold() == threshold and gc.get_freeze_count() == frozen
+    finally:
+        await broker.stop()
 
 
 async def test_a_slow_full_collection_freezes_what_survived_it() -> None:
