@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "scripts")]
 from build_native import _NEEDS, EXTENSIONS, compiler  # noqa: E402
 
-TESTS = ["tests/store/test_cparse.py", "tests/acl/test_c_hmac.py"]
+TESTS = ["tests/store/test_cparse.py", "tests/store/test_cparse_crc.py", "tests/acl/test_c_hmac.py"]
 SANITIZE = [
     "-O1",
     "-g",
