@@ -37,8 +37,9 @@ static int32_t i32(const unsigned char *p) {
  * zlib (Debian 12's) computes it a byte or a word at a time through tables: for a send's body that is the
  * largest single step of a DLedger follower's entry, and the leader and a single broker pay it for every
  * record's BODYCRC and every entry's bodyCrc. Where the CPU has carry-less multiplication (PCLMULQDQ,
- * checked once at import), the body is folded 64 bytes a step by the method of Gopal, Ozturk et al., "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ
- * Instruction" (Intel, 2009): four 128-bit lanes, each multiplied by x^(512+64) and x^512 mod P and xored
+ * checked once at import), the body is folded 64 bytes a step by the method
+ * of Gopal, Ozturk et al., "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ Instruction"
+ * (Intel, 2009): four 128-bit lanes, each multiplied by x^(512+64) and x^512 mod P and xored
  * with the next 64 bytes; the lanes folded into one, 16 bytes at a time for the rest; 128 bits reduced
  * to 64, then to 32 by Barrett's reduction. The constants are the paper's, in the bit-reflected domain.
  * What is shorter than 64 bytes, and the tail of fewer than 16, goes through zlib; so does everything on
