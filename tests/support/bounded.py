@@ -62,7 +62,7 @@ async def run_bounded(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
         cwd=cwd,
-        env={**os.environ, **(env or {}), DEADLINE_ENV: str(int(deadline * 1000))},
+        env={**os.environ, **(env or {}), **deadline_env(deadline)},
         start_new_session=True,  # its own group: a kill reaches any child it started too
     )
     out, err = bytearray(), bytearray()
@@ -71,7 +71,7 @@ async def run_bounded(
         try:
             await asyncio.wait_for(proc.wait(), deadline + GRACE)
         except TimeoutError:
-            _kill(proc)
+            kill_group(proc)
             await proc.wait()
             await asyncio.wait_for(readers, GRACE)
             pytest.fail(
@@ -81,17 +81,39 @@ async def run_bounded(
         try:
             await asyncio.wait_for(readers, GRACE)  # the outputs' ends, once it exited
         except TimeoutError:
-            _kill(proc)  # something it started still holds its output open
+            kill_group(proc)  # something it started still holds its output open
             pytest.fail(f"{what} exited ({proc.returncode}) but its output stayed open: its group killed")
     finally:
         if proc.returncode is None:
-            _kill(proc)
+            kill_group(proc)
             await proc.wait()
         readers.cancel()
     return Finished(proc.returncode, out.decode(errors="replace"), err.decode(errors="replace"))
 
 
-def _kill(proc: asyncio.subprocess.Process) -> None:
-    """SIGKILL the program's process group (its session, started for it)."""
+def deadline_env(deadline: float) -> dict[str, str]:
+    """The environment that tells an interop script its deadline of ``deadline`` seconds."""
+    return {DEADLINE_ENV: str(int(deadline * 1000))}
+
+
+def kill_group(proc: asyncio.subprocess.Process) -> None:
+    """SIGKILL the program's process group (its session, started for it: ``start_new_session=True``)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
+
+
+async def end_reporting(proc: asyncio.subprocess.Process, grace: float = GRACE) -> bool:
+    """End a program that outstayed its welcome: SIGTERM its group (after SIGCONT, should it be frozen),
+    on which an interop script reports what it is waiting for and exits as at its deadline; SIGKILL the
+    group if it still runs ``grace`` seconds later. Returns whether it had to be killed."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGCONT)
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        async with asyncio.timeout(grace):
+            await proc.wait()
+        return False
+    except TimeoutError:
+        kill_group(proc)
+        await proc.wait()
+        return True
