@@ -5,7 +5,10 @@ daemons the test then stops) and the test fails with the end of its stderr, whic
 The interop scripts also know their deadline (``DEADLINE_ENV``, in milliseconds): they stop themselves a
 little before the kill and print what they are waiting for (tests/interop/watchdog.js for the Node
 scripts). That also bounds them when the test itself is torn down without reaching the kill (pytest's
-timeout interrupts the event loop)."""
+timeout interrupts the event loop).
+
+A daemon a test starts and stops itself (a broker it SIGKILLs and restarts) is a :class:`Daemon`: the
+same bounds on its start and its stop, and its log shown when one fails."""
 
 from __future__ import annotations
 
@@ -13,11 +16,15 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Sequence
+import subprocess
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
+
+from tests.support.paths import ROOT
 
 DEADLINE_ENV = "MQCTL_INTEROP_DEADLINE_MS"
 # A script stopped by its own deadline exits with this (watchdog.js' EXIT_DEADLINE).
@@ -117,3 +124,78 @@ async def end_reporting(proc: asyncio.subprocess.Process, grace: float = GRACE) 
         kill_group(proc)
         await proc.wait()
         return True
+
+
+class Daemon:
+    """A daemon a test runs as a process (``mqctl broker start -c ...``): its output goes to ``log`` (shown
+    when a wait on it fails), it runs in a process group of its own, and every wait on it is bounded: a
+    start that never serves, or a stop that does not end it, fails the test with the log's end, the
+    process group killed. ``start`` again restarts it (the log goes on)."""
+
+    def __init__(
+        self, argv: Sequence[str | Path], env: dict[str, str], log: Path, *, cwd: Path = ROOT
+    ) -> None:
+        self.argv = [str(a) for a in argv]
+        self.env = env
+        self.log = log
+        self.cwd = cwd
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None, "not started"
+        return self.proc.pid
+
+    def start(self) -> None:
+        assert self.proc is None or self.proc.poll() is not None, "still running"
+        self.log.parent.mkdir(parents=True, exist_ok=True)
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                self.argv, cwd=self.cwd, env=self.env, stdout=out, stderr=out, start_new_session=True
+            )
+
+    def log_tail(self, chars: int = STDERR_SHOWN) -> str:
+        return self.log.read_text(errors="replace")[-chars:] if self.log.exists() else ""
+
+    def _failed(self, what: str) -> NoReturn:
+        pytest.fail(f"{' '.join(self.argv[-3:])}: {what}. Its log ends:\n{self.log_tail()}")
+
+    async def serving(self, up: Callable[[], Awaitable[bool]], timeout: float = 60.0) -> None:
+        """Wait until ``up()`` holds; a daemon that exits meanwhile fails the test at once."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            assert self.proc is not None, "not started"
+            if self.proc.poll() is not None:
+                self._failed(f"exited ({self.proc.returncode}) before it served")
+            if await up():
+                return
+            if loop.time() > deadline:
+                self._killpg(signal.SIGKILL)
+                self.proc.wait(GRACE)
+                self._failed(f"not serving {timeout:g} s after its start: killed")
+            await asyncio.sleep(0.05)
+
+    def kill(self) -> None:
+        """SIGKILL (a crash: no shutdown hook, no flush), and reap it."""
+        assert self.proc is not None, "not started"
+        self._killpg(signal.SIGKILL)
+        self.proc.wait(GRACE)
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """SIGTERM (after SIGCONT, should it be frozen) and wait for its exit; one still running after
+        ``timeout`` s is killed with its group and fails the test."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self._killpg(signal.SIGCONT)
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._killpg(signal.SIGKILL)
+            self.proc.wait(GRACE)
+            self._failed(f"still running {timeout:g} s after SIGTERM: killed")
+
+    def _killpg(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.pid, sig)
