@@ -1,18 +1,21 @@
-"""The bounds of a daemon a test runs as a process (``tests.support.bounded.Daemon``): one that dies before
-it serves fails the wait at once with its log, one that never serves or ignores SIGTERM is killed with
-its process group, and the test fails with its log; none outlives its test."""
+"""The bounds of a process a test runs (``tests.support.bounded``): a daemon that dies before it serves
+fails the wait at once with its log, one that never serves or ignores SIGTERM is killed with its process
+group, and the test fails with its log; a line a command never writes, or a Ctrl-C it ignores, fails the
+test with its stderr, the command killed. None outlives its test."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from tests.support import bounded
-from tests.support.bounded import Daemon
+from tests.support.bounded import Daemon, finish, read_line
 
 
 async def never() -> bool:
@@ -79,3 +82,35 @@ async def test_a_daemon_deaf_to_sigterm_is_killed_with_its_group(
                 break
             await asyncio.sleep(0.05)
         assert gone(pid), pid
+
+
+def test_a_line_that_never_comes_fails_with_the_stderr_and_the_process_killed() -> None:
+    program = (
+        "import sys, time; print('stuck before its first line', file=sys.stderr, flush=True); time.sleep(120)"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    with pytest.raises(pytest.fail.Exception) as failed:
+        read_line(proc, timeout=1)
+    assert "no line in 1 s: killed" in str(failed.value)
+    assert "stuck before its first line" in str(failed.value)
+    assert proc.poll() is not None
+
+
+def test_a_command_deaf_to_ctrl_c_is_killed_and_fails() -> None:
+    program = (
+        "import signal, sys, time\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "print('up', flush=True); print('ignoring Ctrl-C', file=sys.stderr, flush=True)\n"
+        "time.sleep(120)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", program], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert read_line(proc) == "up\n"
+    proc.send_signal(signal.SIGINT)
+    with pytest.raises(pytest.fail.Exception) as failed:
+        finish(proc, 1)
+    assert "still running 1 s on: killed" in str(failed.value) and "ignoring Ctrl-C" in str(failed.value)
+    assert proc.poll() is not None

@@ -17,10 +17,11 @@ import contextlib
 import os
 import signal
 import subprocess
+import threading
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NoReturn
+from typing import IO, NoReturn
 
 import pytest
 
@@ -199,3 +200,51 @@ class Daemon:
     def _killpg(self, sig: signal.Signals) -> None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.pid, sig)
+
+
+def read_line(proc: subprocess.Popen[str], stream: IO[str] | None = None, *, timeout: float = 60.0) -> str:
+    """The next line ``proc`` writes on ``stream`` (its stdout unless told), waited for ``timeout`` s at
+    most: past that the process is killed (its group, where it leads one) and the test fails with the end
+    of its stderr. A line that never comes otherwise holds the test until pytest's timeout, and the
+    process after it."""
+    stream = stream if stream is not None else proc.stdout
+    assert stream is not None, "the process' output is not a pipe"
+    got: list[str] = []
+    reader = threading.Thread(target=lambda: got.append(stream.readline()), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    if not got:
+        with contextlib.suppress(ProcessLookupError):
+            if os.getpgid(proc.pid) == proc.pid:
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.kill()
+        proc.wait(GRACE)
+        reader.join(GRACE)  # the kill closed the pipe: its readline returns
+        said = ""
+        err = proc.stderr
+        if err is not None and stream is not err:
+            tail: list[str] = []
+            rest = threading.Thread(target=lambda: tail.append(err.read()), daemon=True)
+            rest.start()
+            rest.join(GRACE)
+            said = "".join(tail)[-STDERR_SHOWN:]
+        pytest.fail(
+            f"{' '.join(map(str, proc.args))}: no line in {timeout:g} s: killed. Its stderr ends:\n{said}"
+        )
+    return got[0]
+
+
+def finish(proc: subprocess.Popen[str], timeout: float = 30.0) -> tuple[str, str]:
+    """``proc.communicate()`` bounded: its outputs once it exits; one still running after ``timeout`` s
+    (it ignored the Ctrl-C it was sent, say) is killed and the test fails with the end of its stderr,
+    rather than leave it running as ``communicate``'s own TimeoutExpired does."""
+    try:
+        return proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            proc.kill()
+        _out, err = proc.communicate(timeout=GRACE)
+        pytest.fail(
+            f"{' '.join(map(str, proc.args))}: still running {timeout:g} s on: killed. Its stderr ends:\n"
+            + (err or "")[-STDERR_SHOWN:]
+        )
