@@ -22,6 +22,13 @@ async def never() -> bool:
     return False
 
 
+def started(tmp_path: Path, program: str) -> Daemon:
+    """``program`` as a daemon, started, its log in ``tmp_path``."""
+    daemon = Daemon([sys.executable, "-c", program], dict(os.environ), tmp_path / "d.log")
+    daemon.start()
+    return daemon
+
+
 def gone(pid: int) -> bool:
     """``pid`` is reaped, or a zombie its parent has yet to reap."""
     try:
@@ -33,8 +40,7 @@ def gone(pid: int) -> bool:
 
 async def test_a_daemon_that_exits_before_it_serves_fails_the_wait_at_once(tmp_path: Path) -> None:
     program = "import sys; print('broker.conf: no such key: lisenPort', file=sys.stderr); sys.exit(2)"
-    daemon = Daemon([sys.executable, "-c", program], dict(os.environ), tmp_path / "d.log")
-    daemon.start()
+    daemon = started(tmp_path, program)
     with pytest.raises(pytest.fail.Exception) as failed:
         await daemon.serving(never, timeout=120)
     assert "exited (2) before it served" in str(failed.value)  # its exit ended the wait, not the bound
@@ -43,8 +49,7 @@ async def test_a_daemon_that_exits_before_it_serves_fails_the_wait_at_once(tmp_p
 
 async def test_a_daemon_that_never_serves_is_killed_at_its_bound(tmp_path: Path) -> None:
     program = "import time; print('recovering', flush=True); time.sleep(120)"
-    daemon = Daemon([sys.executable, "-c", program], dict(os.environ), tmp_path / "d.log")
-    daemon.start()
+    daemon = started(tmp_path, program)
     with pytest.raises(pytest.fail.Exception) as failed:
         await daemon.serving(never, timeout=1)
     assert "not serving 1 s after its start: killed" in str(failed.value) and "recovering" in str(
@@ -66,8 +71,7 @@ async def test_a_daemon_deaf_to_sigterm_is_killed_with_its_group(
         "print('deaf', flush=True)\n"
         "time.sleep(120)\n"
     )
-    daemon = Daemon([sys.executable, "-c", program], dict(os.environ), tmp_path / "d.log")
-    daemon.start()
+    daemon = started(tmp_path, program)
 
     async def written() -> bool:
         return pids.exists() and len(pids.read_text().split()) == 2
