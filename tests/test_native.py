@@ -21,6 +21,7 @@ import pytest
 
 import mqctl
 from store import native
+from tests.support.bounded import read_line
 from tests.support.paths import script_module
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -269,7 +270,7 @@ def test_a_build_waits_for_the_one_in_progress(
     holder = subprocess.Popen(
         [sys.executable, "-c", hold, str(tmp_path / "native.lock")], stdout=subprocess.PIPE, text=True
     )
-    assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+    assert read_line(holder) == "held\n"
     held = time.monotonic()
     with script._turn():
         assert time.monotonic() - held > 0.5  # the lock came only when the holder let it go

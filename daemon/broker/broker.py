@@ -542,7 +542,11 @@ class Broker:
             )
         if is_slave(c):
             # the master's records are asked of its broker address, which only a NameServer tells
-            records = MasterRecords(self.client, lambda: self.master_addr) if c.namesrv_addrs else None
+            records = (
+                MasterRecords(self.client, lambda: self.master_addr, self._find_master)
+                if c.namesrv_addrs
+                else None
+            )
             if records is None:
                 log.warning(
                     "no NameServer: this slave cannot ask its master's records, its tail is not checked"
@@ -692,6 +696,17 @@ class Broker:
                     log.warning("metadata sync from the new master %s failed: %s", master, exc)
                 return
             await asyncio.sleep(c.heart_beat_time_interval_ms / 1000)
+
+    async def _find_master(self) -> str | None:
+        """A slave's master's broker address from the NameServers, when its last registration's answer
+        named none (it came while the master was down): without it the slave could not check its tail
+        and so not replicate again until the next registration, a period (30 s) after the master's
+        return, and a SYNC_MASTER answers SLAVE_NOT_AVAILABLE to every send meanwhile."""
+        listed = await self._listed_masters()
+        if len(listed) == 1 and self.master_addr is None:
+            self.master_addr = listed.pop()
+            log.info("HA: the NameServers list %s as this slave's master", self.master_addr)
+        return self.master_addr
 
     async def _listed_masters(self) -> set[str]:
         """The addresses the NameServers that answered list as this group's master (brokerId 0)."""

@@ -545,14 +545,23 @@ class MasterRecords:
     answer is the stored record, byte for byte (4.9.8's ``selectOneMessageByOffset``; ours the same),
     and SYSTEM_ERROR says no record is there, unless it names the record damaged (ours: ``mqctlDamaged``),
     which leaves the slave's copy nothing to be checked against. ``addr`` is the master's broker (not HA)
-    address."""
+    address; when it is not known, ``find`` asks for it (the NameServers, rather than wait for the next
+    registration's answer: one that came while no master was listed leaves it unknown for a period)."""
 
-    def __init__(self, client: Transport, addr: Callable[[], str | None]) -> None:
+    def __init__(
+        self,
+        client: Transport,
+        addr: Callable[[], str | None],
+        find: Callable[[], Awaitable[str | None]] | None = None,
+    ) -> None:
         self._client = client
         self._addr = addr
+        self._find = find
 
     async def at(self, offset: int) -> bytes | None:
         addr = self._addr()
+        if addr is None and self._find is not None:
+            addr = await self._find()
         if addr is None:
             raise TailUnknown("the master's broker address is not known yet")
         fields = ViewMessageRequestHeader(offset).to_ext_fields()

@@ -11,6 +11,7 @@ import pytest
 
 from daemon.config import parse_properties
 from mqctl.services.processes import process_name
+from tests.support.bounded import read_line
 from tests.support.cli import RunCli
 from tests.support.ports import free_port
 
@@ -101,7 +102,7 @@ def foreign() -> Iterator[Callable[[str, int], subprocess.Popen[str]]]:
             [sys.executable, "-c", FOREIGN, store, str(port)], stdout=subprocess.PIPE, text=True
         )
         procs.append(proc)
-        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        assert read_line(proc).strip() == "ready"
         return proc
 
     yield start

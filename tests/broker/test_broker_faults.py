@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import socket
-import subprocess
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -23,10 +20,10 @@ from daemon.remoting.frame import encode_command
 from store.config_files import ConsumerOffsetManager
 from store.errors import StoreLockedError
 from store.record import decode_records
+from tests.support.bounded import Daemon
 from tests.support.broker import BrokerClient, BrokerHandle, broker_config, start_broker
 from tests.support.load import Acked, send_until_dead
 from tests.support.namesrv import namesrv_config
-from tests.support.paths import ROOT
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
@@ -71,10 +68,11 @@ async def test_sigkill_under_sync_flush_loses_no_acknowledged_send(
         offsets.load()
         return offsets.query_offset("KG", "Kill", 0) == 7
 
-    proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
+    broker = Daemon(argv, cli_env, tmp_path / "broker.log")
+    broker.start()
     acked: Acked = []
     try:
-        await wait_until(broker_up)
+        await broker.serving(broker_up)
         await wait_until(registered)
         update = {"consumerGroup": "KG", "topic": "Kill", "queueId": "0", "commitOffset": "0"}
 
@@ -89,13 +87,12 @@ async def test_sigkill_under_sync_flush_loses_no_acknowledged_send(
         assert (await call(RequestCode.UPDATE_CONSUMER_OFFSET, committed)).code == ResponseCode.SUCCESS
         await wait_until(offset_persisted)  # flushConsumerOffsetInterval wrote it before the kill
         await wait_until(lambda: _at_least(acked, 400))
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        broker.kill()
         await asyncio.gather(*senders)
         await wait_until(lambda: _not(registered))  # the NameServer dropped the dead broker's connection
 
-        proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
-        await wait_until(broker_up)
+        broker.start()
+        await broker.serving(broker_up)
         await wait_until(registered)  # registered again
         for queue_id, offset, body in acked:
             pulled = await handle.pull("KG", "Kill", queue_id, offset, max_nums=1)
@@ -106,8 +103,7 @@ async def test_sigkill_under_sync_flush_loses_no_acknowledged_send(
         )
         assert q.ext_fields["offset"] == "7"
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+        broker.stop()
         await client.close()
         await namesrv.stop()
 

@@ -786,6 +786,33 @@ async def test_offset_committed_to_the_slave_while_the_master_is_down_reaches_th
     assert g.slave.slave_commits == {}
 
 
+async def test_a_slave_that_registered_while_its_master_was_down_replicates_as_soon_as_it_is_back(
+    tmp_path: Path,
+) -> None:
+    """The slave's registration answered while no master was listed leaves it without its master's broker
+    address, which the check of its tail before each connection asks: it asks the NameServers for it
+    instead of waiting for its next registration (a period away), so a restarted SYNC_MASTER counts its
+    slave again, and acknowledges sends, as soon as it is back."""
+    ha_port = free_port()
+    async with master_and_slave(tmp_path, broker_role=SYNC_MASTER, ha_listen_port=ha_port) as g:
+        ha = g.master.ha_master
+        assert ha is not None
+        await wait_until(lambda: bool(ha.connections))
+        assert (await g.on(g.master).send("Back", b"before")).code == ResponseCode.SUCCESS
+        port = int(g.master.addr.rsplit(":", 1)[1])
+        await g.master.stop()
+        await g.slave.register_all()  # as its periodic registration may, while the master is down
+        assert g.slave.master_addr is None
+        keys = {**SMALL, "broker_role": SYNC_MASTER, "ha_listen_port": ha_port}
+        g.master = await start_broker(tmp_path / "master", namesrv_addr=g.ns_addr, listen_port=port, **keys)
+        back = g.master.ha_master
+        assert back is not None
+        # bounded well under the slave's registration period: its next registration is not what helps
+        await wait_until(lambda: bool(back.connections), 15, lambda: f"slave: {g.slave.runtime_info()}")
+        assert g.slave.master_addr == g.master.addr
+        assert (await g.on(g.master).send("Back", b"after")).code == ResponseCode.SUCCESS
+
+
 @pytest.mark.slow
 async def test_queries_fall_back_to_the_slave_when_the_master_is_down(
     group: Group, cli_env: dict[str, str]

@@ -5,9 +5,6 @@ before its invisibility ran out), and a FIFO group's order lock kept through it.
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -18,11 +15,10 @@ import pytest
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.errors import RemotingError
+from tests.support.bounded import Daemon
 from tests.support.broker import BrokerClient
-from tests.support.paths import ROOT
 from tests.support.pop import PopClient
 from tests.support.ports import free_port
-from tests.support.waiting import wait_until
 
 TOPIC = "PopKill"
 INVISIBLE_MS = 2_000
@@ -76,10 +72,11 @@ async def test_sigkill_keeps_pop_state(tmp_path: Path, cli_env: dict[str, str]) 
             return False
         return r.code == ResponseCode.SUCCESS
 
-    proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
+    broker = Daemon(argv, cli_env, tmp_path / "broker.log")
+    broker.start()
     history = History()
     try:
-        await wait_until(up)
+        await broker.serving(up)
         await b.create_topic(TOPIC, 4)
         bodies = [f"k{i}".encode() for i in range(60)]
         for i, body in enumerate(bodies):
@@ -92,19 +89,20 @@ async def test_sigkill_keeps_pop_state(tmp_path: Path, cli_env: dict[str, str]) 
         assert (await fifo.ack(TOPIC, held[0])).code == 0
         consumer = asyncio.ensure_future(_consume(c, history, rounds=None))
         await asyncio.sleep(0.05)
-        os.kill(proc.pid, signal.SIGKILL)  # mid-traffic, offsets not persisted since the start
-        proc.wait(10)
+        broker.kill()  # mid-traffic, offsets not persisted since the start
         await consumer
         killed_at = time.time()
         assert len(history.acked) >= 12
 
-        proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
-        await wait_until(up)
+        broker.start()
+        await broker.serving(up)
         # the FIFO lock outlived the kill: nothing of queue 0 until k4's invisibility ends, then k4 again
         k4_due = int(held[1].handle.split(" ")[1]) + INVISIBLE_MS
         back = await fifo.pop(TOPIC, queue_id=0, max_nums=2, order=True)
         early = [(p.body, p.attempt, p.handle) for p in back]
+        bound = time.monotonic() + 60
         while not back:
+            assert time.monotonic() < bound, f"k4 not lent again; broker:\n{broker.log_tail()}"
             back = await fifo.pop(TOPIC, queue_id=0, max_nums=2, order=True, poll_ms=500)
         answered = time.time() * 1000
         seen = (early, [(p.body, p.attempt, p.handle) for p in back], k4_due, answered)
@@ -126,8 +124,7 @@ async def test_sigkill_keeps_pop_state(tmp_path: Path, cli_env: dict[str, str]) 
             if seen >= set(bodies) - set(history.acked) - history.unsure and not got:
                 break
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+        broker.stop()
         await client.close()
 
     again = [d[0] for d in after.delivered]

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import shutil
-import signal
-import subprocess
 import sys
 import time
 import urllib.request
@@ -28,8 +25,8 @@ from store.message import Message, StoredMessage
 from store.names import TIMER_TOPIC
 from store.record import decode_msg_id, decode_records
 from store.results import PutResult
+from tests.support.bounded import Daemon
 from tests.support.broker import BrokerClient, BrokerHandle, start_broker
-from tests.support.paths import ROOT
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
@@ -274,15 +271,14 @@ class BrokerProcess:
             *(f"{k}={v}" for k, v in extra.items()),
         ]
         conf.write_text("\n".join(lines) + "\n")
-        self.argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
-        self.env = env
+        argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
+        self.daemon = Daemon(argv, env, root / "broker.log")
         self.client = BrokerClient(f"127.0.0.1:{port}", RemotingClient())
-        self.proc: subprocess.Popen[bytes] | None = None
 
     async def start(self) -> int:
         """Start it and wait until it serves; returns when (epoch ms)."""
-        self.proc = subprocess.Popen(self.argv, cwd=ROOT, env=self.env, stderr=subprocess.DEVNULL)
-        await wait_until(self.up)
+        self.daemon.start()
+        await self.daemon.serving(self.up)
         return now_ms()
 
     async def up(self) -> bool:
@@ -296,16 +292,12 @@ class BrokerProcess:
         return KVTable.loads(r.body).table if r.code == ResponseCode.SUCCESS else None
 
     async def kill(self) -> None:
-        assert self.proc is not None
-        os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.wait(10)
+        self.daemon.kill()
         await self.client.client.close()  # its connections died with it
         self.client = BrokerClient(self.client.addr, RemotingClient())
 
     async def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            self.proc.wait(30)
+        self.daemon.stop()
         await self.client.client.close()
 
 

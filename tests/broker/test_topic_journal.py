@@ -4,9 +4,6 @@ a SIGKILL too, and folded into topics.json by a clean stop, which is all a Java 
 from __future__ import annotations
 
 import errno
-import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -24,10 +21,9 @@ from store import fastjson
 from store.clock import SystemClock
 from store.config_files import TopicConfigFile
 from store.models import PermName
+from tests.support.bounded import Daemon
 from tests.support.broker import BrokerHandle
-from tests.support.paths import ROOT
 from tests.support.ports import free_port
-from tests.support.waiting import wait_until
 
 
 @pytest.mark.slow  # a broker process, killed and started again
@@ -57,30 +53,29 @@ async def test_created_topics_survive_sigkill_and_a_clean_stop_folds_them_into_t
         return set(fastjson.loads(topics_json.read_text())["topicConfigTable"])
 
     names = [f"Journaled{i}" for i in range(30)]
-    proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
+    broker = Daemon(argv, cli_env, tmp_path / "broker.log")
+    broker.start()
     try:
-        await wait_until(broker_up)
+        await broker.serving(broker_up)
         for name in names:
             header = CreateTopicRequestHeader(name, "TBW102", 2, 2, 6, "SINGLE_TAG").to_ext_fields()
             request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header)
             assert (await client.invoke(addr, request, 5.0)).code == ResponseCode.SUCCESS
         assert not set(names) & on_disk()  # answered from the journal: topics.json was not rewritten
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(10)
+        broker.kill()
         crashed = TopicConfigFile(str(topics_json), SystemClock(), read_only=True)
         crashed.load()
         assert set(names) <= set(crashed.table) and journal.stat().st_size > 0
 
-        proc = subprocess.Popen(argv, cwd=ROOT, env=cli_env, stderr=subprocess.DEVNULL)
-        await wait_until(broker_up)
+        broker.start()
+        await broker.serving(broker_up)
         assert set(names) <= on_disk() and journal.stat().st_size == 0  # replayed and folded at start
         header = CreateTopicRequestHeader("AfterRestart", "TBW102", 2, 2, 6, "SINGLE_TAG").to_ext_fields()
         request = RemotingCommand.request(RequestCode.UPDATE_AND_CREATE_TOPIC, header)
         assert (await client.invoke(addr, request, 5.0)).code == ResponseCode.SUCCESS
         assert "AfterRestart" not in on_disk()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+        broker.stop()
         await client.close()
     assert {*names, "AfterRestart"} <= on_disk() and journal.stat().st_size == 0  # the clean stop folded it
 

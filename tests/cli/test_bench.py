@@ -27,6 +27,7 @@ from mqctl.services.bench import (
     topic_names,
 )
 from tests.daemons import LocalCluster, local_cluster
+from tests.support.bounded import finish
 from tests.support.cli import RunCli
 from tests.support.paths import ROOT
 
@@ -169,7 +170,7 @@ def test_ctrl_c_keeps_the_statistics(cli_env: dict[str, str], daemons: LocalClus
         while stored() == before and time.monotonic() < deadline:  # Ctrl-C once it is sending
             time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
+        out, err = finish(proc, 30)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -23,6 +23,7 @@ from store.record import decode_msg_id, decode_records
 from tests.broker.test_ha import master_and_slave, start_slave
 from tests.daemons import LocalCluster, handle, local_cluster
 from tests.support.acl import ADMIN_AK, ADMIN_SK, PLAIN_ACL, USER_AK, USER_SK, write_acl
+from tests.support.bounded import read_line
 from tests.support.broker import start_broker
 from tests.support.cli import CliResult, RunCli
 from tests.support.namesrv import Namesrv
@@ -227,7 +228,7 @@ def test_watch_repeats_and_exits_with_the_last_state(cli_env: dict[str, str], da
     )
     try:
         assert proc.stdout is not None
-        first, second = proc.stdout.readline(), proc.stdout.readline()
+        first, second = read_line(proc), read_line(proc)
         assert first.startswith("LAG WARNING - ") and second.startswith("LAG WARNING - ")
         time.sleep(0.1)
         proc.send_signal(signal.SIGINT)

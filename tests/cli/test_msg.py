@@ -24,6 +24,7 @@ from store.message import StoredMessage
 from store.names import SCHEDULE_TOPIC, TOOLS_CONSUMER_GROUP
 from store.record import create_msg_id, decode_msg_id
 from tests.daemons import LocalCluster, handle, local_cluster
+from tests.support.bounded import finish, read_line
 from tests.support.cli import CliResult, RunCli, blocked_writing, run_process, spawn
 from tests.support.paths import ROOT
 
@@ -517,11 +518,11 @@ def test_tail_streams_new_messages(
     proc = _tail(cli_env, daemons, "--max-messages", "2")
     try:
         assert proc.stderr is not None
-        started = proc.stderr.readline()
+        started = read_line(proc, proc.stderr)
         assert "tailing MsgT: 4 queue(s)" in started
         for body in ("live 1", "live 2"):
             ok(mq("msg", "send", "-t", TOPIC, body, "-o", "json"))
-        out, _ = proc.communicate(timeout=30)
+        out, _ = finish(proc, 30)
     finally:
         if proc.poll() is None:
             proc.kill()
@@ -835,11 +836,11 @@ def test_watch_repeats_a_query_until_interrupted(cli_env: dict[str, str], daemon
         seen = 0
         deadline = time.monotonic() + 30
         while seen < 2 and time.monotonic() < deadline:
-            if "every 0.2s" in proc.stderr.readline():
+            if "every 0.2s" in read_line(proc, proc.stderr, timeout=30):
                 seen += 1
     finally:
         proc.send_signal(2)
-        out, _ = proc.communicate(timeout=10)
+        out, _ = finish(proc, 10)
     assert seen == 2
     lines = out.splitlines()  # JSON lines: one object per message per refresh, never a multi-line array
     assert lines
@@ -850,11 +851,11 @@ def test_watch_repeats_a_query_until_interrupted(cli_env: dict[str, str], daemon
 def test_ctrl_c_stops_tail_with_exit_130_and_one_line(cli_env: dict[str, str], daemons: LocalCluster) -> None:
     proc = _tail(cli_env, daemons, "--from", "earliest")
     try:
-        assert proc.stderr is not None and "tailing" in proc.stderr.readline()
-        assert proc.stdout is not None and json.loads(proc.stdout.readline())["topic"] == TOPIC
+        assert "tailing" in read_line(proc, proc.stderr)
+        assert json.loads(read_line(proc))["topic"] == TOPIC
     finally:
         proc.send_signal(2)
-        _, err = proc.communicate(timeout=10)
+        _, err = finish(proc, 10)
     assert proc.returncode == 130, err
     (line,) = err.strip().splitlines()
     assert line.startswith("mqctl: error: interrupted after ") and line.endswith(" message(s)")

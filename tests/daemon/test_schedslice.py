@@ -6,7 +6,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import logging
-import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -18,6 +17,7 @@ from daemon.broker.config import BrokerConfig
 from daemon.config import ConfigError
 from daemon.schedslice import SliceRefused, get_slice_ns, set_loop_slice, set_slice
 from tests.listeners import listening
+from tests.support.bounded import Daemon
 from tests.support.broker import start_broker
 from tests.support.cli import clean_env
 from tests.support.ports import free_port
@@ -106,24 +106,25 @@ def test_the_loop_thread_of_a_broker_alone_gets_the_slice(tmp_path: Path) -> Non
         f"metricsPort = {free_port()}\ngrpcListenPort = 0\nmappedFileSizeCommitLog = 4194304\n"
     )
     argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
-    err = tmp_path / "broker.stderr"
-    with err.open("wb") as sink:
-        proc = subprocess.Popen(argv, env=clean_env(tmp_path), stderr=sink)
+    broker = Daemon(argv, clean_env(tmp_path), tmp_path / "broker.log")
+    broker.start()
+    pid = broker.pid
 
     def up() -> bool:
         # a broker that exited (a port another test took meanwhile) fails here, with what it said
-        assert proc.poll() is None, f"the broker exited {proc.returncode}: {err.read_text()[-2000:]}"
-        return ("127.0.0.1", port) in listening(proc.pid)
+        assert broker.proc is not None and broker.proc.poll() is None, (
+            f"the broker exited: {broker.log_tail()}"
+        )
+        return ("127.0.0.1", port) in listening(pid)
 
     try:
         wait_for(up, "the broker listening", timeout=30)
-        tids = [int(t.name) for t in Path(f"/proc/{proc.pid}/task").iterdir()]
+        tids = [int(t.name) for t in Path(f"/proc/{pid}/task").iterdir()]
         assert len(tids) > 3
-        assert get_slice_ns(proc.pid) == 250_000
-        assert {get_slice_ns(tid) for tid in tids if tid != proc.pid} == {get_slice_ns()}
+        assert get_slice_ns(pid) == 250_000
+        assert {get_slice_ns(tid) for tid in tids if tid != pid} == {get_slice_ns()}
     finally:
-        proc.terminate()
-        proc.wait(30)
+        broker.stop()
 
 
 @pytest.mark.skipif(not kernel_has_slices(), reason="no per-task EEVDF slice here (Linux 6.12+)")

@@ -21,6 +21,7 @@ from daemon.remoting.command import RemotingCommand
 from tests.broker.test_ha import pull_all
 from tests.dledger.test_group import elected_master, master_of, member_pid
 from tests.dledger.test_roles import grpc_port, member_addrs, new_master, raft_group, topic_everywhere
+from tests.support.bounded import Daemon
 from tests.support.broker import BrokerClient
 from tests.support.paths import ROOT
 from tests.support.waiting import wait_until
@@ -354,7 +355,7 @@ async def acked_up_to(client: RemotingClient, addr: str, group: str, topic: str)
     return offsets
 
 
-def restart_member(data: Path, addr: str, grpc: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
+def restart_member(data: Path, addr: str, grpc: int, env: dict[str, str]) -> Daemon:
     """The member of broker port `addr` started again from its broker.conf, its gRPC front on `grpc`
     (where it served before, as a broker given a fixed `grpcListenPort`, 8081 by default, does)."""
     port = addr.rpartition(":")[2]
@@ -362,9 +363,10 @@ def restart_member(data: Path, addr: str, grpc: int, env: dict[str, str]) -> sub
         c for c in data.glob("store-broker-a-n*/broker.conf") if f"listenPort={port}\n" in c.read_text()
     )
     argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
-    with (conf.parent / "broker.log").open("ab") as out:
-        env = {**env, "MQCTL_GRPC_LISTEN_PORT": str(grpc)}  # (the test env's 0 otherwise)
-        return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=out)
+    env = {**env, "MQCTL_GRPC_LISTEN_PORT": str(grpc)}  # (the test env's 0 otherwise)
+    member = Daemon(argv, env, conf.parent / "broker.log")
+    member.start()
+    return member
 
 
 async def test_a_5x_push_consumer_consumes_every_message_across_a_leader_kill_and_restart(
@@ -403,7 +405,7 @@ async def test_a_5x_push_consumer_consumes_every_message_across_a_leader_kill_an
         listener = Recorder()
         consumer = PushConsumer(config, "GC", listener, {"Gc": FilterExpression("*")})
         await asyncio.to_thread(consumer.startup)
-        back: subprocess.Popen[bytes] | None = None
+        back: Daemon | None = None
         try:
             on_old = BrokerClient(old, client)
             before = [f"before-{i}".encode() for i in range(20)]
@@ -446,8 +448,7 @@ async def test_a_5x_push_consumer_consumes_every_message_across_a_leader_kill_an
         finally:
             release.set()
             if back is not None:
-                back.terminate()
-                await asyncio.to_thread(back.wait, 30)
+                await asyncio.to_thread(back.stop)
         for body in before:
             assert listener.seen.count(body) == (1 if body not in held else 2), body
         print(f"5.x PushConsumer: {len(listener.seen)} consumed of {len(before) + len(after)} sent")

@@ -16,7 +16,6 @@ import itertools
 import json
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -32,6 +31,7 @@ from tests.dledger.test_group import elected_master, master_of, member_pid
 from tests.dledger.test_grpc_failover import restart_member
 from tests.dledger.test_roles import grpc_port, member_addrs, new_master, raft_group, topic_everywhere
 from tests.jepsen.pop_checker import Delivery, early, lent_twice_at_once, lost, out_of_order
+from tests.support.bounded import Daemon
 from tests.support.broker import BrokerClient
 from tests.support.waiting import wait_until
 
@@ -250,7 +250,7 @@ async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pa
         ]
         for t in threads:
             t.start()
-        back: subprocess.Popen[bytes] | None = None
+        back: Daemon | None = None
         try:
             await asyncio.sleep(10)
             # the leader killed; the next one lends on
@@ -298,8 +298,7 @@ async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pa
                 await asyncio.to_thread(consumer.shutdown)
             await asyncio.to_thread(producer.shutdown)
             if back is not None:
-                back.terminate()
-                await asyncio.to_thread(back.wait, 30)
+                await asyncio.to_thread(back.stop)
         leader = await master_of(client, ns)
         assert leader is not None
         timed = [b.decode() for q in (0, 1) for b in await pull_all(BrokerClient(leader, client), TIMED, q)]

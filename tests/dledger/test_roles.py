@@ -25,6 +25,7 @@ from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from tests.broker.test_ha import pull_all
 from tests.dledger.test_group import elected_master, master_of, member_pid
+from tests.support.bounded import finish, read_line
 from tests.support.broker import BrokerClient
 from tests.support.paths import ROOT
 from tests.support.pop import PopClient
@@ -322,15 +323,15 @@ async def test_a_tail_reads_on_through_a_failover_of_the_leader(
         )
         try:
             assert tail.stderr is not None and tail.stdout is not None
-            assert "tailing Followed" in await asyncio.to_thread(tail.stderr.readline)
+            assert "tailing Followed" in await asyncio.to_thread(read_line, tail, tail.stderr)
             assert (await BrokerClient(leader, client).send("Followed", b"before", queue_id=0)).code == 0
-            first = json.loads(await asyncio.to_thread(tail.stdout.readline))
+            first = json.loads(await asyncio.to_thread(read_line, tail, tail.stdout))
             assert first["body"] == "before"
             os.kill(member_pid(data, leader), signal.SIGKILL)
             master = await new_master(client, ns, leader)
             assert (await BrokerClient(master, client).send("Followed", b"after", queue_id=0)).code == 0
-            line = await asyncio.wait_for(asyncio.to_thread(tail.stdout.readline), 60)
-            assert line, f"the tail exited {tail.wait()}: {tail.stderr.read()}"
+            line = await asyncio.to_thread(read_line, tail, tail.stdout, timeout=60)
+            assert line, f"the tail exited: {(await asyncio.to_thread(finish, tail, 10))[1]}"
             assert json.loads(line)["body"] == "after" and tail.poll() is None
         finally:
             tail.kill()
@@ -362,7 +363,7 @@ async def test_a_group_tail_is_a_member_on_the_new_master_after_a_leadership_tra
         )
         try:
             assert tail.stderr is not None
-            assert "tailing Watched" in await asyncio.to_thread(tail.stderr.readline)
+            assert "tailing Watched" in await asyncio.to_thread(read_line, tail, tail.stderr)
 
             async def joined() -> bool:
                 return bool(await asyncio.to_thread(listed))
@@ -378,7 +379,7 @@ async def test_a_group_tail_is_a_member_on_the_new_master_after_a_leadership_tra
             assert clients, "the new master lists no client of the tail's group"
             assert (await BrokerClient(follower, client).send("Watched", b"after", queue_id=0)).code == 0
             assert tail.stdout is not None
-            line = await asyncio.wait_for(asyncio.to_thread(tail.stdout.readline), 60)
+            line = await asyncio.to_thread(read_line, tail, tail.stdout, timeout=60)
             assert line and json.loads(line)["body"] == "after", line  # and it reads on
         finally:
             tail.kill()
@@ -409,8 +410,8 @@ async def test_a_tail_moves_to_the_new_master_after_a_leadership_transfer_withou
             assert tail.stderr is not None and tail.stdout is not None
 
             async def line(stream: IO[str]) -> str:
-                text = await asyncio.wait_for(asyncio.to_thread(stream.readline), 60)
-                assert text, f"the tail exited {tail.wait()}: {tail.stderr.read() if tail.stderr else ''}"
+                text = await asyncio.to_thread(read_line, tail, stream, timeout=60)
+                assert text, f"the tail exited: {(await asyncio.to_thread(finish, tail, 10))[1]}"
                 return text
 
             assert "tailing Moved" in await line(tail.stderr)

@@ -17,6 +17,7 @@ import pytest
 
 from daemon.grpc.guard import ConnectionGuard, drop_filter, front_sockets, parse_sockets
 from daemon.grpc.server import HANDSHAKE_TIMEOUT_S
+from tests.support.bounded import read_line
 from tests.support.grpc5 import MessagingServiceStub, create_topic, grpc_cluster, pb, spb
 from tests.support.netns import peer_namespace
 from tests.support.waiting import wait_for
@@ -90,7 +91,7 @@ def test_a_host_holding_every_grpc_connection_gives_way_to_another_host(tmp_path
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
         )  # fmt: skip
         try:
-            assert flood.stdout is not None and flood.stdout.readline() == "flooding\n"
+            assert read_line(flood) == "flooding\n"
             wait_for(
                 lambda: _held_by(front.port, peer.peer_ip) >= 20, "the peer holding every connection", 30
             )

@@ -5,9 +5,6 @@ nothing comes back before its invisibility ran out)."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -16,10 +13,9 @@ import pytest
 
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
+from tests.support.bounded import Daemon
 from tests.support.broker import BrokerClient
-from tests.support.paths import ROOT
 from tests.support.ports import free_port
-from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -31,11 +27,9 @@ TOPIC = "FiveKill"
 INVISIBLE_S = 3
 
 
-def _start(
-    argv: list[str], env: dict[str, str], port: int, *, create: bool = False
-) -> subprocess.Popen[bytes]:
+def _start(broker: Daemon, port: int, *, create: bool = False) -> None:
     """Start the broker process; once it answers, create the topic (4 queues) when `create`."""
-    proc = subprocess.Popen(argv, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
+    broker.start()
 
     async def ready() -> None:
         client = RemotingClient()
@@ -49,14 +43,13 @@ def _start(
             return r.code == ResponseCode.SUCCESS
 
         try:
-            await wait_until(up)
+            await broker.serving(up)
             if create:
                 await remoting.create_topic(TOPIC, 4)
         finally:
             await client.close()
 
     asyncio.run(ready())
-    return proc
 
 
 def test_sigkill_with_received_unacked_messages(tmp_path: Path, cli_env: dict[str, str]) -> None:
@@ -72,7 +65,8 @@ def test_sigkill_with_received_unacked_messages(tmp_path: Path, cli_env: dict[st
     argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
     cli_env = {**cli_env, "MQCTL_GRPC_LISTEN_PORT": str(grpc_port)}  # (the test env's 0 otherwise)
     config = ClientConfiguration(f"127.0.0.1:{grpc_port}", Credentials(), request_timeout=5)
-    proc = _start(argv, cli_env, port, create=True)
+    broker = Daemon(argv, cli_env, tmp_path / "broker.log")
+    _start(broker, port, create=True)
     delivered: list[tuple[bytes, float, str]] = []  # body, when, receipt handle
     acked: set[bytes] = set()
     after: list[tuple[bytes, float]] = []
@@ -85,17 +79,18 @@ def test_sigkill_with_received_unacked_messages(tmp_path: Path, cli_env: dict[st
         producer.shutdown()
         consumer = SimpleConsumer(config, "FiveKillGroup", {TOPIC: FilterExpression("*")}, await_duration=1)
         consumer.startup()
+        bound = time.monotonic() + 60
         while len(delivered) < 24:
+            assert time.monotonic() < bound, f"{len(delivered)} of 24 received; broker:\n{broker.log_tail()}"
             for i, m in enumerate(consumer.receive(4, INVISIBLE_S)):
                 delivered.append((m.body, time.time(), m.receipt_handle))
                 if i % 2 == 0:
                     consumer.ack(m)
                     acked.add(m.body)
-        os.kill(proc.pid, signal.SIGKILL)  # offsets and POP state not flushed since the start
-        proc.wait(10)
+        broker.kill()  # offsets and POP state not flushed since the start
         consumer.shutdown()
 
-        proc = _start(argv, cli_env, port)
+        _start(broker, port)
         consumer = SimpleConsumer(config, "FiveKillGroup", {TOPIC: FilterExpression("*")}, await_duration=1)
         consumer.startup()
         expected = set(bodies) - acked
@@ -109,8 +104,7 @@ def test_sigkill_with_received_unacked_messages(tmp_path: Path, cli_env: dict[st
             after.append((m.body, time.time()))
         consumer.shutdown()
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(30)
+        broker.stop()
 
     again = [b for b, _ in after]
     assert not set(again) & acked, sorted(set(again) & acked)  # nothing acked comes back

@@ -4,7 +4,8 @@ closes, message SEQ to queue SEQ modulo the topic's queues (``send_orderly``, wi
 retries), and prints one JSON line per event, as ``ons_history.js`` does: ``ready`` (with the tries one
 send may make), ``invoke``, then ``ok`` or ``info``. An ``ok`` says the offset but not the queue: the
 selector picks only the first attempt's queue, a retry goes to the next one (``sendAutoRetrySelectImpl``),
-and the client's result does not say which attempt was acknowledged."""
+and the client's result does not say which attempt was acknowledged. Last, once stopped: ``done``.
+Bounded by the harness' deadline (``interop_deadline``), as the other C++ client scripts are."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import sys
 import threading
 import time
 
+from interop_deadline import arm, step
 from rocketmq.client import Message, Producer, SendStatus
 
 RETRIES = 2
@@ -32,6 +34,8 @@ def main(namesrv: str, topic: str, process: str) -> int:
         stopping.set()
 
     threading.Thread(target=watch_stdin, daemon=True).start()
+    arm()
+    step("producer.start")
     producer = Producer("JEPSEN_CPP_PG", timeout=3000)
     producer.set_namesrv_addr(namesrv)
     producer.start()
@@ -44,6 +48,7 @@ def main(namesrv: str, topic: str, process: str) -> int:
             msg = Message(topic)
             msg.set_tags("jepsen")
             msg.set_body(body)
+            step(f"producer.send of message {seq}")
             emit({"type": "invoke", "value": value})
             try:
                 r = producer.send_orderly(msg, seq, retry_times=RETRIES)
@@ -56,7 +61,9 @@ def main(namesrv: str, topic: str, process: str) -> int:
                 emit({"type": "ok", **where} if ok else {"type": "info", "error": r.status.name, **where})
             seq += 1
     finally:
+        step("producer.shutdown")
         producer.shutdown()
+    emit({"type": "done", "sent": seq})
     return 0
 
 

@@ -4,12 +4,16 @@
 //   {"type":"invoke","value":SHA1}                       before each send
 //   {"type":"ok","value","queue","offset","msgId","broker"}  SEND_OK ("broker": the store host in msgId)
 //   {"type":"info","value","error",...}                  any other status, or an error after its retries
+//   {"type":"done","sent":N}                             last, once it stopped and closed its producer
 //   node ons_history.js NAMESRV TOPIC PROCESS [ROUTE_POLL_MS]
 // ROUTE_POLL_MS is the producer's pollNameServerInteval (30000 by default): how soon it sees a new master.
 // Message SEQ of PROCESS has the body "PROCESS:SEQ:" eight times (what the Python producer sends).
+// Bounded by the harness' deadline (watchdog.js): past it, or ended by the harness, the script says what
+// it was waiting for.
 const crypto = require('crypto');
 const { Producer, Message } = require('ali-ons');
 const urllib = require('urllib');
+const watchdog = require('./watchdog');
 
 const [nameSrv, topic, processName, routePoll] = process.argv.slice(2);
 // ali-ons' background tasks (heartbeats, route polls) throw connection errors from timers when a broker
@@ -32,15 +36,19 @@ function emit(event) {
 }
 
 async function main() {
-  const options = { nameSrv, producerGroup: 'JEPSEN_ONS_PG', httpclient: urllib };
+  const options = { nameSrv, producerGroup: 'JEPSEN_ONS_PG', httpclient: urllib, logger: watchdog.logger };
   if (routePoll) options.pollNameServerInteval = Number(routePoll);
   const producer = new Producer(options);
   producer.on('error', err => process.stderr.write(`producer error: ${err.message}\n`));
+  let seq = 0;
+  watchdog.watch('producer', () => ({ seq, stopping, brokers: producer._mqClient._brokerAddrTable }));
+  watchdog.step('producer.ready');
   await producer.ready();
   emit({ type: 'ready', tries: 1 + producer.options.retryTimesWhenSendFailed });
-  for (let seq = 0; !stopping; seq++) {
+  for (; !stopping; seq++) {
     const body = Buffer.from(`${processName}:${seq}:`.repeat(8));
     const value = crypto.createHash('sha1').update(body).digest('hex');
+    watchdog.step(`producer.send of message ${seq}`);
     emit({ type: 'invoke', value });
     try {
       const r = await producer.send(new Message(topic, 'jepsen', body));
@@ -51,11 +59,13 @@ async function main() {
       await new Promise(resolve => setTimeout(resolve, 200));
     }
   }
+  watchdog.step('producer.close');
   try {
     await producer.close();
   } catch (err) {  // it unregisters from every broker it knew, the killed one too
     process.stderr.write(`close: ${err.message}\n`);
   }
+  return { type: 'done', sent: seq };
 }
 
-main().then(() => process.exit(0), err => { process.stderr.write(`${err.stack}\n`); process.exit(1); });
+watchdog.run(main());

@@ -4,22 +4,27 @@ deadline and says what it waited for; a program that ignores its deadline is kil
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 
+from tests.jepsen import client
+from tests.jepsen.history import History
 from tests.support import bounded
 from tests.support.ali_ons import node
 from tests.support.bounded import run_bounded
+from tests.support.waiting import wait_until
 
 pytestmark = [pytest.mark.interop, pytest.mark.slow]
 
 
-async def test_a_script_waiting_on_a_silent_namesrv_says_what_it_waits_for() -> None:
-    """The NameServer accepts and reads, never answers: ali-ons' first route request is pending when the
-    script's deadline passes, and the failure names it, with its address."""
+@contextlib.asynccontextmanager
+async def silent_namesrv() -> AsyncIterator[str]:
+    """The address of a NameServer that accepts and reads, and never answers."""
     connections: list[asyncio.StreamWriter] = []
 
     async def silent(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -28,15 +33,21 @@ async def test_a_script_waiting_on_a_silent_namesrv_says_what_it_waits_for() -> 
             pass
 
     server = await asyncio.start_server(silent, "127.0.0.1", 0)
-    addr = f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
     try:
-        with pytest.raises(AssertionError) as failed:
-            await node("consume", addr, "SilentTopic", "CID_SILENT", "1", "0", "0", "60000", deadline=8)
+        yield f"127.0.0.1:{server.sockets[0].getsockname()[1]}"
     finally:
         for writer in connections:
             writer.close()
         server.close()
         await server.wait_closed()
+
+
+async def test_a_script_waiting_on_a_silent_namesrv_says_what_it_waits_for() -> None:
+    """The NameServer accepts and reads, never answers: ali-ons' first route request is pending when the
+    script's deadline passes, and the failure names it, with its address."""
+    async with silent_namesrv() as addr:
+        with pytest.raises(AssertionError) as failed:
+            await node("consume", addr, "SilentTopic", "CID_SILENT", "1", "0", "0", "60000", deadline=8)
     report = str(failed.value)
     assert "ali-ons script failed (3)" in report  # the watchdog's own exit, before any kill
     assert "interop watchdog: deadline of 8000 ms passed" in report
@@ -75,3 +86,35 @@ async def _gone(pid: int) -> None:
             raise ProcessLookupError(pid) from None
         await asyncio.sleep(0.05)
     os.kill(pid, 0)  # still there: no error, and the test fails
+
+
+@pytest.mark.parametrize("how", ["told-to-stop", "at-its-deadline"])
+async def test_a_jepsen_client_script_that_outstays_its_run_says_what_it_waits_for(
+    monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    """ali-ons as a Jepsen producer whose NameServer never answers: told to stop, it cannot finish the
+    send in hand, and is ended (SIGTERM, then SIGKILL with its group); never stopped, it stops itself at
+    its deadline. Either way the run fails with the script's report: the send it was in and the route
+    request it waited for (each send fails on its timeout, and the next one waits the same)."""
+    monkeypatch.setattr(client, "STOP_GRACE", 2.0)
+    monkeypatch.setattr(client, "SCRIPT_DEADLINE", 60.0 if how == "told-to-stop" else 8.0)
+    history = History()
+    stop = asyncio.Event()
+    async with silent_namesrv() as addr:
+        producer = client.ScriptProducer.ali_ons(history, "ons0", addr, "SilentTopic", route_refresh=1.0)
+        run = asyncio.create_task(producer.run(stop))
+        await wait_until(lambda: any(op.type == "invoke" for op in history.ops), 60)
+        if how == "told-to-stop":
+            stop.set()
+        with pytest.raises(AssertionError) as failed:
+            await run
+    report = str(failed.value)
+    if how == "told-to-stop":
+        assert "ended: still running 2 s after it was told to stop" in report
+        assert "interop watchdog: ended by the harness (SIGTERM)" in report
+    else:
+        assert "ons0 exited 3" in report  # the watchdog's own exit
+        assert "interop watchdog: deadline of 8000 ms passed" in report
+    assert 'step "producer.send of message ' in report
+    assert f"code 105 to {addr}" in report  # GET_ROUTEINFO_BY_TOPIC, unanswered
+    assert producer.proc is not None and producer.proc.returncode is not None

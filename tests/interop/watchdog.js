@@ -9,8 +9,9 @@
 //
 // Every remoting request ali-ons sends (its code, the broker or NameServer address) and its answer is
 // recorded, as are connections closed and requests the servers send to the client. When the deadline
-// (MQCTL_INTEROP_DEADLINE_MS, from the test harness) passes, or the event loop drains with the script's
-// work unfinished (a promise nothing will ever settle), the report goes to stderr: the current step and
+// (MQCTL_INTEROP_DEADLINE_MS, from the test harness) passes, the event loop drains with the script's
+// work unfinished (a promise nothing will ever settle), or the harness ends it (SIGTERM), the report goes
+// to stderr: the current step and
 // how long it has lasted, the requests still unanswered, the watched state, the last requests, answers and
 // log lines. The script then exits with EXIT_DEADLINE, so the test fails at once and says why.
 const util = require('util');
@@ -152,6 +153,8 @@ function run(main) {
   }
   // Nothing left to wait for but the script is not done: no timer or socket will ever settle it.
   process.on('beforeExit', () => expire('the event loop drained with the script unfinished'));
+  // The harness ends a script that outstayed it (tests/support/bounded.py's end_reporting): say why first.
+  process.on('SIGTERM', () => expire('ended by the harness (SIGTERM)'));
   main.then(
     result => {
       finished = true;

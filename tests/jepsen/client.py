@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import itertools
 import json
+import os
 import shutil
 
 import pytest
@@ -28,6 +29,7 @@ from store.record import decode_records
 from tests.jepsen.checker import CheckResult, Read, check
 from tests.jepsen.history import History, Op
 from tests.support.ali_ons import INTEROP
+from tests.support.bounded import STDERR_SHOWN, deadline_env, end_reporting, kill_group
 from tests.support.broker import BrokerClient, send_fields
 from tests.support.cpp import INTEROP_PYTHON, require_cpp_client
 
@@ -173,15 +175,21 @@ class Producer:
 
 
 #: How long a client script has to exit once told to stop (it finishes the send in hand: the client's own
-#: retries are bounded by its send timeout), before it is killed.
+#: retries are bounded by its send timeout), before it is ended.
 STOP_GRACE = 30.0
+#: A client script's own deadline (``tests/support/bounded.py``'s): past it, it reports what it was waiting
+#: for and exits, before pytest's timeout would end the test with nothing said. A run drives its clients
+#: for less.
+SCRIPT_DEADLINE = 240.0
 
 
 class ScriptProducer:
     """A real client as a process of the history: a script (``tests/interop/ons_history.js``,
     ``cpp_history.py``) that sends until its stdin closes and prints one JSON line per event; the events
     become history entries as they arrive. Each operation may have been sent as often as the client's
-    own retries allow (the ``tries`` its ``ready`` line announces)."""
+    own retries allow (the ``tries`` its ``ready`` line announces). The script knows its deadline
+    (:data:`SCRIPT_DEADLINE`); one that outstays the run is ended in its process group, and told to say
+    first what it was waiting for (``end_reporting``)."""
 
     def __init__(self, history: History, process: str, argv: list[str]) -> None:
         self.history = history
@@ -219,22 +227,24 @@ class ScriptProducer:
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
             cwd=INTEROP,
+            env={**os.environ, **deadline_env(SCRIPT_DEADLINE)},
+            start_new_session=True,  # its own group: ending it reaches whatever it started
         )
         self.proc = proc
         assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
         errors = asyncio.create_task(proc.stderr.read())
         stopper = asyncio.create_task(stop.wait())
-        killed: list[str] = []
+        ended: list[str] = []
 
-        async def kill_when_late() -> None:
+        async def end_when_late() -> None:
             """Once stopped, the client has STOP_GRACE s to finish the send in hand and exit."""
             await stop.wait()
             await asyncio.sleep(STOP_GRACE)
             if proc.returncode is None:
-                killed.append(f"killed: still running {STOP_GRACE:g} s after it was told to stop")
-                proc.kill()
+                ended.append(f"ended: still running {STOP_GRACE:g} s after it was told to stop")
+                await end_reporting(proc)
 
-        killer = asyncio.create_task(kill_when_late())
+        ender = asyncio.create_task(end_when_late())
         tries = 1
         inv: Op | None = None
         try:
@@ -242,6 +252,8 @@ class ScriptProducer:
                 event = json.loads(line)
                 if event["type"] == "ready":
                     tries = int(event["tries"])
+                elif event["type"] == "done":
+                    pass
                 elif event["type"] == "invoke":
                     inv = self.history.invoke(self.process, "send", event["value"], tries=tries)
                 else:
@@ -265,14 +277,19 @@ class ScriptProducer:
                 async with asyncio.timeout(STOP_GRACE):
                     await proc.wait()
             except TimeoutError:  # (an error of its own ended the reading: the stop never came)
-                killed.append(f"killed: still running {STOP_GRACE:g} s after its output was done with")
+                ended.append(f"ended: still running {STOP_GRACE:g} s after its output was done with")
             finally:
-                killer.cancel()
+                ender.cancel()
                 if proc.returncode is None:
-                    proc.kill()
-                    await proc.wait()
+                    await end_reporting(proc)
+                kill_group(proc)  # anything it started and left behind
             self.stderr = await errors
-            assert proc.returncode == 0 and not killed, " ".join(killed) + self.stderr.decode()[-3000:]
+            assert proc.returncode == 0 and not ended, (
+                f"{self.process} exited {proc.returncode}. "
+                + " ".join(ended)
+                + "\n"
+                + self.stderr.decode(errors="replace")[-STDERR_SHOWN:]
+            )
 
     async def close(self) -> None:
         pass

@@ -20,6 +20,7 @@ from store.cleanup import FakeDiskUsage
 from store.consumequeue import CQ_PREPARE_CHUNK
 from store.indexfile import INDEX_ENTRY_SIZE, IndexFile
 from store.record import RecordInfo
+from tests.support.bounded import read_line
 from tests.support.paths import ROOT
 from tests.support.stores import small_config
 
@@ -160,8 +161,7 @@ def test_a_crash_seconds_after_start_recovers_from_the_checkpoint(
     with subprocess.Popen(
         [sys.executable, "-c", CRASHER, str(tmp_path)], stdout=subprocess.PIPE, cwd=ROOT, text=True
     ) as proc:
-        assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"  # long before the first 60-s checkpoint
+        assert read_line(proc).strip() == "ready"  # long before the first 60-s checkpoint
         proc.send_signal(signal.SIGKILL)
     assert (tmp_path / "abort").exists()
     late = 20
