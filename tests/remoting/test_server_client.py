@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import struct
@@ -319,7 +320,10 @@ async def test_a_frame_sent_a_byte_at_a_time_is_closed_at_the_idle_timeout() -> 
                 break
             writer.write(bytes([byte]))
             await asyncio.sleep(0.2)
-        assert closed.done() and closed.result() == b""  # EOF: the server hung up before it was whole
+        assert closed.done()  # the server hung up before it was whole: EOF, or a reset when it closed
+        # (a reset when a byte of ours had just arrived, unread: the kernel answers that close with RST)
+        with contextlib.suppress(ConnectionResetError):
+            assert closed.result() == b""
         writer.close()
     finally:
         await srv.stop()
