@@ -374,7 +374,7 @@ def restart_member(data: Path, addr: str, grpc: int, env: dict[str, str]) -> Dae
     return member
 
 
-async def broker_config(client: RemotingClient, addr: str) -> dict[str, str] | None:
+async def config_keys(client: RemotingClient, addr: str) -> dict[str, str] | None:
     """Every key of the broker at `addr`'s config, or None while it does not answer."""
     request = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG, {ALL_KEYS_FIELD: "true"})
     try:
@@ -399,11 +399,11 @@ async def test_a_restarted_member_beats_as_often_as_its_group(
             seen: dict[str, dict[str, str] | None] = {}
 
             async def answering() -> bool:
-                seen[follower] = await broker_config(client, follower)
+                seen[follower] = await config_keys(client, follower)
                 return seen[follower] is not None
 
             await wait_until(answering, 60)
-            restarted, other = seen[follower], await broker_config(client, leader)
+            restarted, other = seen[follower], await config_keys(client, leader)
             assert restarted is not None and other is not None
             assert other["heartBeatTimeIntervalMs"] == "500"
             assert restarted["heartBeatTimeIntervalMs"] == other["heartBeatTimeIntervalMs"]
