@@ -15,12 +15,14 @@ from typing import Any
 
 import pytest
 
+from daemon.config import ALL_KEYS_FIELD, parse_properties
 from daemon.remoting.client import RemotingClient
 from daemon.remoting.codes import RequestCode, ResponseCode
 from daemon.remoting.command import RemotingCommand
+from daemon.remoting.errors import RemotingConnectError, RemotingTimeoutError
 from tests.broker.test_ha import pull_all
 from tests.dledger.test_group import elected_master, master_of, member_pid
-from tests.dledger.test_roles import grpc_port, member_addrs, new_master, raft_group, topic_everywhere
+from tests.dledger.test_roles import grpc_port, member_addrs, new_master, quick, raft_group, topic_everywhere
 from tests.support.bounded import Daemon
 from tests.support.broker import BrokerClient
 from tests.support.paths import ROOT
@@ -356,17 +358,57 @@ async def acked_up_to(client: RemotingClient, addr: str, group: str, topic: str)
 
 
 def restart_member(data: Path, addr: str, grpc: int, env: dict[str, str]) -> Daemon:
-    """The member of broker port `addr` started again from its broker.conf, its gRPC front on `grpc`
-    (where it served before, as a broker given a fixed `grpcListenPort`, 8081 by default, does)."""
+    """The member of broker port `addr` of a `raft_group` started again from its broker.conf, its gRPC
+    front on `grpc` (where it served before, as a broker given a fixed `grpcListenPort`, 8081 by default,
+    does), with the group's heartbeats: on DLedger's 2 s default, once it led, its followers (who give up
+    on a leader after three of their 500 ms beats) ran for election every other second until one won, a
+    leader change no test had made."""
     port = addr.rpartition(":")[2]
     conf = next(
         c for c in data.glob("store-broker-a-n*/broker.conf") if f"listenPort={port}\n" in c.read_text()
     )
     argv = [sys.executable, "-m", "mqctl", "broker", "start", "-c", str(conf)]
-    env = {**env, "MQCTL_GRPC_LISTEN_PORT": str(grpc)}  # (the test env's 0 otherwise)
+    env = {**quick(env), "MQCTL_GRPC_LISTEN_PORT": str(grpc)}  # (the test env's 0 otherwise)
     member = Daemon(argv, env, conf.parent / "broker.log")
     member.start()
     return member
+
+
+async def config_keys(client: RemotingClient, addr: str) -> dict[str, str] | None:
+    """Every key of the broker at `addr`'s config, or None while it does not answer."""
+    request = RemotingCommand.request(RequestCode.GET_BROKER_CONFIG, {ALL_KEYS_FIELD: "true"})
+    try:
+        response = await client.invoke(addr, request)
+    except (RemotingConnectError, RemotingTimeoutError):
+        return None
+    return parse_properties(response.body.decode()) if response.code == ResponseCode.SUCCESS else None
+
+
+async def test_a_restarted_member_beats_as_often_as_its_group(
+    tmp_path: Path, cli_env: dict[str, str]
+) -> None:
+    """A follower SIGKILLed and started again by `restart_member` (with the tests' plain environment) runs
+    the 500 ms DLedger heartbeats the rest of its `raft_group` runs, not DLedger's 2 s default."""
+    async with raft_group(tmp_path, cli_env) as (data, ns, client):
+        leader = await elected_master(client, ns)
+        follower = next(a for a in member_addrs(data) if a != leader)
+        port = await grpc_port(client, follower)
+        os.kill(member_pid(data, follower), signal.SIGKILL)
+        back = restart_member(data, follower, port, cli_env)
+        try:
+            seen: dict[str, dict[str, str] | None] = {}
+
+            async def answering() -> bool:
+                seen[follower] = await config_keys(client, follower)
+                return seen[follower] is not None
+
+            await wait_until(answering, 60)
+            restarted, other = seen[follower], await config_keys(client, leader)
+            assert restarted is not None and other is not None
+            assert other["heartBeatTimeIntervalMs"] == "500"
+            assert restarted["heartBeatTimeIntervalMs"] == other["heartBeatTimeIntervalMs"]
+        finally:
+            await asyncio.to_thread(back.stop)
 
 
 async def test_a_5x_push_consumer_consumes_every_message_across_a_leader_kill_and_restart(

@@ -25,7 +25,10 @@ from typing import Any
 import pytest
 
 from daemon.remoting.codes import RequestCode
+from store.inspect import layout, raw_records
 from store.models import SubscriptionGroupConfig
+from store.names import DLEDGER_TERM_TOPIC
+from store.record import decode_record
 from tests.broker.test_ha import pull_all
 from tests.dledger.test_group import elected_master, master_of, member_pid
 from tests.dledger.test_grpc_failover import restart_member
@@ -204,6 +207,18 @@ async def groups_everywhere(client: Any, data: Path, on: BrokerClient) -> None:
     await wait_until(held, 60)
 
 
+def takeovers(data: Path) -> list[tuple[float, str]]:
+    """Each leader's start, from its term record in the members' stores (read once they stopped): when it
+    was stored, and what it says."""
+    terms: dict[str, float] = {}
+    for root in sorted(data.glob("store-broker-a-n*")):
+        for _offset, raw in raw_records(layout(root)):
+            m = decode_record(raw, check_crc=False, inflate=False)
+            if m.topic == DLEDGER_TERM_TOPIC:
+                terms[m.body.decode()] = m.store_timestamp / 1000
+    return sorted((at, term) for term, at in terms.items())
+
+
 async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pause(
     tmp_path: Path, cli_env: dict[str, str]
 ) -> None:
@@ -302,6 +317,9 @@ async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pa
         leader = await master_of(client, ns)
         assert leader is not None
         timed = [b.decode() for q in (0, 1) for b in await pull_all(BrokerClient(leader, client), TIMED, q)]
+    # every leader's start: a change the faults did not make (a member's loop held past its followers'
+    # patience on a busy host) lends a normal message again as a fault's does
+    terms = takeovers(data)
 
     deliveries = app.deliveries
     fifo = [d for d in deliveries if d.body in app.sequence]
@@ -310,10 +328,11 @@ async def test_5x_producer_and_simple_consumers_across_a_kill_a_restart_and_a_pa
         f"{len(app.sent)} sent, {len(app.committed)} transactions to deliver, {len(deliveries)} deliveries;"
         f" leaders {first} {second} {third}; errors {app.errors}"
     )
+    print("terms:", ", ".join(f"{term} at {at:.1f}" for at, term in terms))
     assert lost(set(app.sent) | set(app.committed), deliveries, faults, CALL_TIMEOUT_S) == []
     assert [d.body for d in deliveries if d.body in app.rolled_back] == []
     assert out_of_order(fifo, app.sequence) == []
     assert lent_twice_at_once(fifo) == []  # a FIFO lending is held by the next leader
-    assert lent_twice_at_once(others, faults) == []
+    assert lent_twice_at_once(others, faults + [at for at, _ in terms]) == []
     assert early(deliveries, app.due) == []
     assert sorted(b for b in timed if b in app.due) == sorted(app.due)  # each timer delivered once
