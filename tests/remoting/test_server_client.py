@@ -7,7 +7,7 @@ import contextlib
 import functools
 import os
 import struct
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -666,18 +666,27 @@ async def test_a_body_past_its_codes_limit_is_refused_before_the_guard_and_the_p
         await srv.stop()
 
 
-async def test_requests_answered_later_are_bounded_per_connection() -> None:
-    """The reply budget counts the replies a read makes; requests answered later (a long-polling pull, an
-    async send) made none then, so a peer that pipelined them had every one dispatched and held, without
-    bound. Past MAX_AWAITING_REPLIES the rest wait in the connection's buffer; as answers go out, they
-    are read on, in order, every one answered."""
-    held: list[tuple[asyncio.Future[RemotingCommand | None], RemotingCommand]] = []
+Held = list[tuple[asyncio.Future[RemotingCommand | None], RemotingCommand]]
+
+
+def _holder() -> tuple[Held, Callable[[Connection, RemotingCommand], asyncio.Future[RemotingCommand | None]]]:
+    """A processor answering later: each request's future and the request, kept for the test to answer."""
+    held: Held = []
 
     def hold(conn: Connection, req: RemotingCommand) -> asyncio.Future[RemotingCommand | None]:
         fut: asyncio.Future[RemotingCommand | None] = asyncio.get_running_loop().create_future()
         held.append((fut, req))
         return fut
 
+    return held, hold
+
+
+async def test_requests_answered_later_are_bounded_per_connection() -> None:
+    """The reply budget counts the replies a read makes; requests answered later (a long-polling pull, an
+    async send) made none then, so a peer that pipelined them had every one dispatched and held, without
+    bound. Past MAX_AWAITING_REPLIES the rest wait in the connection's buffer; as answers go out, they
+    are read on, in order, every one answered."""
+    held, hold = _holder()
     srv = RemotingServer({ECHO: hold}, host="127.0.0.1")
     await srv.start()
     try:
@@ -720,14 +729,8 @@ async def test_a_peer_that_reads_none_of_the_replies_answered_later_is_dropped(
     """Replies made while requests are read stop at the transport's high-water mark, but answers that
     come later (held pulls woken by a burst of messages) were appended to a peer that reads nothing
     without bound. Past MAX_UNREAD_REPLY_BYTES the connection is dropped, its replies with it."""
-    held: list[tuple[asyncio.Future[RemotingCommand | None], RemotingCommand]] = []
+    held, hold = _holder()
     big = b"r" * (1 << 20)
-
-    def hold(conn: Connection, req: RemotingCommand) -> asyncio.Future[RemotingCommand | None]:
-        fut: asyncio.Future[RemotingCommand | None] = asyncio.get_running_loop().create_future()
-        held.append((fut, req))
-        return fut
-
     srv = RemotingServer({ECHO: hold}, host="127.0.0.1")
     await srv.start()
     try:
