@@ -52,8 +52,8 @@ def serving_collector() -> None:
     broker then starts its gRPC front and registers with its NameServers, up to the registration's timeout
     when one does not answer) calls it as it opens its port too, or its first requests meet CPython's
     default thresholds and the unfrozen start-up heap, whose full collection takes tens of milliseconds
-    (docs/performance.md). Calling it again
-    freezes what was built since. Outside :func:`serve` it does nothing."""
+    (docs/performance.md). Calling it again freezes what was built since. Outside :func:`serve` it does
+    nothing."""
     if _DAEMON.get():
         gc.freeze()
         gc.set_threshold(*SERVING_GC_THRESHOLD)
