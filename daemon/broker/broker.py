@@ -1107,6 +1107,7 @@ class Broker:
         self.producers.scan_expired()
 
     def _connection_closed(self, conn: Connection) -> None:
+        self.hold.drop(conn)  # its held pulls: nobody to answer
         self.consumers.connection_closed(conn)
         self.producers.connection_closed(conn)
 

@@ -35,13 +35,17 @@ class _Waiter:
 
 class _Held:
     """A held pull: its callback runs once, on the loop, when its queue grows past ``offset`` or at its
-    deadline."""
+    deadline, unless its ``owner`` (the pull's connection) is dropped first (:meth:`PullRequestHoldService.drop`)."""
 
-    __slots__ = ("callback", "offset", "timer")
+    __slots__ = ("callback", "key", "offset", "owner", "timer")
 
-    def __init__(self, offset: int, callback: Callable[[], None]) -> None:
+    def __init__(
+        self, key: tuple[str, int], offset: int, callback: Callable[[], None], owner: object
+    ) -> None:
+        self.key = key
         self.offset = offset
         self.callback = callback
+        self.owner = owner
         self.timer: asyncio.TimerHandle | None = None
 
 
@@ -58,6 +62,9 @@ class PullRequestHoldService:
         self.check_interval = check_interval
         self._waiters: dict[tuple[str, int], set[_Waiter]] = {}
         self._held: dict[tuple[str, int], list[_Held]] = {}
+        #: The held pulls of each owner that may go away before they are answered (a connection): dropped
+        #: with it (:meth:`drop`), not kept until their hold ends.
+        self._owned: dict[object, set[_Held]] = {}
         self._task: asyncio.Task[None] | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
@@ -70,22 +77,44 @@ class PullRequestHoldService:
         return sum(len(w) for w in self._waiters.values()) + sum(len(h) for h in self._held.values())
 
     def hold(
-        self, topic: str, queue_id: int, offset: int, timeout: float, callback: Callable[[], None]
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        timeout: float,
+        callback: Callable[[], None],
+        owner: object = None,
     ) -> None:
         """Hold a pull that found nothing at `offset`: `callback` runs once on the loop, soon after the queue
-        grows past it (from :meth:`notify`, through ``call_soon``), or after `timeout` s. Synchronous, as
-        :meth:`park` is; what a future and a task per held pull cost is the callback's alone."""
+        grows past it (from :meth:`notify`, through ``call_soon``), or after `timeout` s; never, once
+        :meth:`drop` dropped its `owner`. Synchronous, as :meth:`park` is; what a future and a task per
+        held pull cost is the callback's alone."""
         loop = self._loop
         if loop is None:  # (held before start(): a processor driven without the broker's start)
             loop = self._loop = asyncio.get_running_loop()
-        held = _Held(offset, callback)
         key = (topic, queue_id)
+        held = _Held(key, offset, callback, owner)
         waiting = self._held.get(key)
         if waiting is None:
             self._held[key] = [held]
         else:
             waiting.append(held)
+        if owner is not None:
+            owned = self._owned.get(owner)
+            if owned is None:
+                self._owned[owner] = {held}
+            else:
+                owned.add(held)
         held.timer = loop.call_later(timeout, self._expire, key, held)
+
+    def _disown(self, held: _Held) -> None:
+        owner = held.owner
+        if owner is not None:
+            owned = self._owned.get(owner)
+            if owned is not None:
+                owned.discard(held)
+                if not owned:
+                    del self._owned[owner]
 
     def _expire(self, key: tuple[str, int], held: _Held) -> None:
         waiting = self._held.get(key)
@@ -93,7 +122,32 @@ class PullRequestHoldService:
             waiting.remove(held)
             if not waiting:
                 del self._held[key]
+            self._disown(held)
             held.callback()
+
+    def drop(self, owner: object) -> int:
+        """Forget the pulls `owner` holds (its connection closed: nobody to answer), their timers and
+        callbacks with them, at once; how many. Kept to the end of their hold, a peer that opened
+        connections, held thousands of pulls on each and closed them made the broker keep every one (a
+        callback, its request and a timer) for up to a minute after."""
+        owned = self._owned.pop(owner, None)
+        if not owned:
+            return 0
+        keys: set[tuple[str, int]] = set()
+        for one in owned:
+            if one.timer is not None:
+                one.timer.cancel()
+                one.timer = None
+            keys.add(one.key)
+        for key in keys:
+            waiting = self._held.get(key)
+            if waiting is not None:
+                kept = [one for one in waiting if one not in owned]
+                if kept:
+                    self._held[key] = kept
+                else:
+                    del self._held[key]
+        return len(owned)
 
     def park(self, topic: str, queue_id: int, offset: int, timeout: float) -> asyncio.Future[None]:
         """Hold a pull that found nothing at `offset`: the future completes when the queue grows past
@@ -149,6 +203,8 @@ class PullRequestHoldService:
                 timer = one.timer
                 if timer is not None:
                     timer.cancel()
+                if one.owner is not None:
+                    self._disown(one)
                 loop.call_soon(one.callback)
             else:
                 kept.append(one)
@@ -165,6 +221,7 @@ class PullRequestHoldService:
     async def stop(self) -> None:
         await cancel_tasks([self._task])
         held, self._held = self._held, {}
+        self._owned.clear()
         for waiting in held.values():
             for one in waiting:
                 if one.timer is not None:

@@ -735,10 +735,13 @@ class PopService:
         attempt_id: str | None = None,
         init_mode: int = INIT_MODE_MAX,
         peer: Peer | None = None,
+        gone: asyncio.Future[None] | None = None,
     ) -> list[PoppedMessage]:
         """Pop up to ``max_messages`` (queue_id -1: any readable queue), waiting up to ``poll_ms`` for
         one to arrive. A FIFO pop asked again with the same ``attempt_id`` while its lending lasts (the
-        client did not get the answer) gets the same messages and handles again, as in 5.x."""
+        client did not get the answer) gets the same messages and handles again, as in 5.x. Once ``gone``
+        (the asking connection's end) is done, a waiting pop ends with nothing lent: kept waiting, a closed
+        connection's pops held their coroutines and their parked waiters for their whole poll time."""
         self._check(group, topic, peer)
         _check_invisible(invisible_ms)
         sub = build_subscription(topic, expression, expression_type)
@@ -766,10 +769,12 @@ class PopService:
             left = deadline - time.monotonic()
             if found or left <= 0:
                 return found
+            if gone is not None and gone.done():
+                return []  # its connection is gone: nobody to answer, nothing lent
             if read_on:  # skipped messages passed, more above them: not parked for arrivals
                 await asyncio.sleep(0)
                 continue
-            await self._wait_for_messages(ask, left)
+            await self._wait_for_messages(ask, left, gone)
 
     def lending_records(self, lent: list[InFlight]) -> list[Logged]:
         """The checkpoint records of FIFO lendings (none outside a DLedger group): one per queue and pop
@@ -1269,8 +1274,9 @@ class PopService:
             bytes(found.raw), handle.encode(), r.attempt, r.queue_id, r.queue_offset, topic, handle
         )
 
-    async def _wait_for_messages(self, ask: _Ask, left: float) -> None:
-        """Park on every queue the pop reads until one grows, a FIFO lock can expire, or ``left`` s."""
+    async def _wait_for_messages(self, ask: _Ask, left: float, gone: asyncio.Future[None] | None) -> None:
+        """Park on every queue the pop reads until one grows, a FIFO lock can expire, ``gone`` is done (never
+        cancelled here: it is the connection's), or ``left`` s."""
         group, fifo = ask.group, ask.fifo
         hold = self.broker.hold
         store = self.broker.store
@@ -1285,11 +1291,12 @@ class PopService:
             released = asyncio.get_running_loop().create_future()
             self._unheld.setdefault(group, set()).add(released)
             waits.append(released)
-        if not waits:
+        if not waits and gone is None:
             await asyncio.sleep(left)
             return
         try:
-            await asyncio.wait(waits, timeout=left + 0.001, return_when=asyncio.FIRST_COMPLETED)
+            watched = waits if gone is None else [*waits, gone]
+            await asyncio.wait(watched, timeout=left + 0.001, return_when=asyncio.FIRST_COMPLETED)
         finally:
             for w in waits:
                 w.cancel()

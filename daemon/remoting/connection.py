@@ -624,6 +624,12 @@ class Connection(asyncio.Protocol):
     async def wait_closed(self) -> None:
         await asyncio.shield(self._closed)
 
+    @property
+    def lost(self) -> asyncio.Future[None]:
+        """Done once the connection is gone: what a request waiting for something else (a pop for messages)
+        waits on beside it, so it ends with its connection. Wait on it, never cancel it."""
+        return self._closed
+
     async def drain_tasks(self) -> None:
         """Wait for in-flight processor tasks (used for graceful shutdown)."""
         if self._tasks:

@@ -153,6 +153,7 @@ class PopProcessor:
                 attempt_id=h.attempt_id,
                 init_mode=h.init_mode,
                 peer=conn,
+                gone=conn.lost,
             )
         except PopError as exc:
             return request.make_response(exc.code, exc.remark)

@@ -287,15 +287,16 @@ class PullProcessor:
     def _hold(self, conn: Connection, h: PullMessageRequestHeader, woken: Callable[[], None]) -> None:
         """Hold the pull ``h`` until its queue grows or its time is up, then call ``woken`` (:meth:`_woken`
         with the pull's connection, request and codes). It counts among the connection's requests awaiting
-        an answer, and is held MAX_PULL_HOLD_MS at most: the time is the peer's word, and a pull held for
-        its 24 days stayed held after its connection closed."""
+        an answer, and is held MAX_PULL_HOLD_MS at most (the time is the peer's word: a pull held for its
+        24 days stayed held after its connection closed), or until its connection closes: the broker drops
+        a closed connection's held pulls (`PullRequestHoldService.drop`)."""
         config = self.broker.config
         hold_ms = h.suspend_timeout_millis if config.long_polling_enable else config.short_polling_time_mills
         hold_ms = min(hold_ms, MAX_PULL_HOLD_MS)
         conn.holding()
         # held now, in the step of the read (or the offsets) that found nothing: a message stored after it
         # must wake it
-        self.broker.hold.hold(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000, woken)
+        self.broker.hold.hold(h.topic, h.queue_id, h.queue_offset, hold_ms / 1000, woken, conn)
 
     def _woken(
         self,
