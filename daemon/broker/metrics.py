@@ -228,7 +228,7 @@ def _timer_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iter
 
 
 def _remoting_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:
-    """The listener's buffered bytes, connections and refusals."""
+    """The listener's buffered bytes, connections, and every refusal of its guard (docs/security.md)."""
     server = b.server
     buffered = GaugeMetricFamily(
         "rocketmq_remoting_buffered_bytes",
@@ -245,9 +245,44 @@ def _remoting_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> I
         "Client connections closed for passing a remotingMax* limit",
         labels=[*labels, "limit"],
     )
+    dispatcher = server.dispatcher
     closed.add_metric([*base, "buffered_bytes"], server.budget.refused)
     closed.add_metric([*base, "connections"], server.refused_connections)
+    closed.add_metric([*base, "connections_evicted"], server.evicted_connections)
+    closed.add_metric([*base, "header_bytes"], dispatcher.headers_refused)
+    closed.add_metric([*base, "unread_replies"], dispatcher.unread_dropped)
     yield closed
+    yield _single(
+        CounterMetricFamily,
+        "rocketmq_remoting_bad_frames",
+        "Client connections closed on bytes that cannot be a remoting frame (a header over its cap aside)",
+        labels,
+        base,
+        dispatcher.bad_frames,
+    )
+    refused = CounterMetricFamily(
+        "rocketmq_remoting_requests_refused",
+        "Requests answered SYSTEM_ERROR unread for passing a limit of what one request may carry",
+        labels=[*labels, "limit"],
+    )
+    refused.add_metric([*base, "json_body"], dispatcher.bodies_refused)
+    yield refused
+    yield _single(
+        CounterMetricFamily,
+        "rocketmq_remoting_tls_paced",
+        "TLS handshakes that waited their host's turn (a host beyond loopback: 50 a second after a burst)",
+        labels,
+        base,
+        server.tls_paced,
+    )
+    yield _single(
+        CounterMetricFamily,
+        "rocketmq_remoting_tls_refused",
+        "Connections closed for plaintext to a TLS-only listener or a failed TLS handshake",
+        labels,
+        base,
+        server.tls_refused,
+    )
 
 
 def _loop_metrics(b: BrokerContext, labels: list[str], base: list[str]) -> Iterator[Any]:

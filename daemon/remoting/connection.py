@@ -26,6 +26,7 @@ from typing import Any, Final, Protocol
 from daemon.remoting.codes import FLAG_ONEWAY, FLAG_RESPONSE, ResponseCode
 from daemon.remoting.command import RemotingCommand
 from daemon.remoting.errors import (
+    HeaderTooLongError,
     RemotingCommandError,
     RemotingConnectError,
     RemotingProtocolError,
@@ -125,6 +126,13 @@ class RequestDispatcher:
         #: The smallest of `body_limits`: a body no longer than it (every send's) costs one comparison.
         self._body_floor = MAX_FRAME_LENGTH
         self._body_refusals = WarningGate(log)
+        #: What this server's connections refused, for metrics: requests whose body passed `body_limits`;
+        #: connections closed on a header over its cap, on any other bad frame, and for leaving more than
+        #: MAX_UNREAD_REPLY_BYTES of replies unread (a client's own dispatcher counts nothing).
+        self.bodies_refused = 0
+        self.headers_refused = 0
+        self.bad_frames = 0
+        self.unread_dropped = 0
 
     def limit_bodies(self, limits: Mapping[int, int]) -> None:
         """Refuse (SYSTEM_ERROR, as 4.9.8 answers a body it cannot read) a request of one of these codes
@@ -176,6 +184,7 @@ class RequestDispatcher:
             f"request code {request.code}: its body of {len(request.body)} bytes is longer than the "
             f"{limit} bytes this request may carry"
         )
+        self.bodies_refused += 1
         self._body_refusals.warning("refused a request from %s: %s", conn.peer, remark)
         conn.reply(request, request.make_response(ResponseCode.SYSTEM_ERROR, remark))
         return True
@@ -358,6 +367,10 @@ class Connection(asyncio.Protocol):
                         fut.set_exception(self._broken)
                 self._fail_callbacks(self._broken)
             else:
+                if isinstance(exc, HeaderTooLongError):
+                    self.dispatcher.headers_refused += 1
+                else:
+                    self.dispatcher.bad_frames += 1
                 log.warning("closing connection from %s: bad frame: %s", self.peer, exc)
             buf.clear()
             pos = 0
@@ -413,6 +426,7 @@ class Connection(asyncio.Protocol):
         abort: a close would keep them until written, and this peer reads nothing)."""
         unread = transport.get_write_buffer_size()
         if unread > MAX_UNREAD_REPLY_BYTES:
+            self.dispatcher.unread_dropped += 1
             _unread_warnings.warning(
                 "closing connection from %s: it left %d bytes of replies unread (at most %d)",
                 self.peer,

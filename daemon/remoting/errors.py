@@ -40,6 +40,10 @@ class RemotingProtocolError(RemotingError):
     """Bytes that cannot be a frame: the connection they came from must be closed."""
 
 
+class HeaderTooLongError(RemotingProtocolError):
+    """A frame whose header is longer than its reader takes (a server's peers: MAX_REQUEST_HEADER)."""
+
+
 class RemotingCommandError(RemotingError):
     """A request failed with a RocketMQ response code.
 

@@ -14,7 +14,7 @@ import orjson
 
 from daemon.remoting.codes import LANGUAGE_NAMES, LANGUAGES, LanguageCode, SerializeType
 from daemon.remoting.command import RemotingCommand
-from daemon.remoting.errors import RemotingProtocolError
+from daemon.remoting.errors import HeaderTooLongError, RemotingProtocolError
 
 #: Java's `com.rocketmq.remoting.frameMaxLength`: a whole frame, its length field included.
 MAX_FRAME_LENGTH: Final = 16 * 1024 * 1024
@@ -290,7 +290,7 @@ def decode_frame(
     if header_len > length - 4:
         raise RemotingProtocolError(f"header length {header_len} exceeds frame length {length}")
     if header_len > max_header_length:
-        raise RemotingProtocolError(f"header length {header_len} exceeds the {max_header_length} byte limit")
+        raise HeaderTooLongError(f"header length {header_len} exceeds the {max_header_length} byte limit")
     if serialize_type != _JSON and serialize_type != _ROCKETMQ:
         raise RemotingProtocolError(f"unknown serialize type {serialize_type}")
     if header_len < (_MIN_JSON_HEADER if serialize_type == _JSON else _MIN_BINARY_HEADER):

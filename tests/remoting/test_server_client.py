@@ -746,6 +746,7 @@ async def test_a_peer_that_reads_none_of_the_replies_answered_later_is_dropped(
                 fut.set_result(req.make_response(body=big))
         await wait_until(lambda: not srv.connections, timeout=30)
         assert "replies unread" in caplog.text
+        assert srv.dispatcher.unread_dropped == 1  # counted for /metrics
         writer.close()
     finally:
         await srv.stop(grace=0)
