@@ -8,6 +8,7 @@ KV changes await their write to kvConfig.json, done off the loop.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import logging
 import os
 import zlib
@@ -63,13 +64,29 @@ _FAQ = "\nSee http://rocketmq.apache.org/docs/faq/ for further details."
 
 @dataclass(frozen=True, slots=True)
 class _AcceptedBody:
-    """A registration body a broker address last registered: its bytes, the header fields that say how to
-    read them, and what the routes took from them besides the topic table."""
+    """A registration body a broker address last registered: its length and digest (`body_digest`), the
+    header fields that say how to read it, and what the routes took from it besides the topic table. Not
+    its bytes: registration is open to any peer, and a slave's body (its topic table is not taken, so
+    `routeMaxQueueDatas` does not count it) of 16 MiB under each of a flood of invented addresses was
+    held whole, per address, for as long as that address kept registering."""
 
     form: tuple[str, str, int, bool, int, int]
-    body: bytes
+    size: int
+    digest: bytes
     data_version: DataVersion
     filter_server_list: tuple[str, ...]
+
+
+async def body_digest(body: bytes) -> bytes:
+    """A registration body's BLAKE2b digest: equal digests are the same bytes (a CRC-32 is not: a peer
+    could make another body match). A large body is hashed in a thread (hashlib lets go of the GIL)."""
+    if len(body) > LARGE_BODY:
+        return await asyncio.to_thread(_blake2b, body)
+    return _blake2b(body)
+
+
+def _blake2b(body: bytes) -> bytes:
+    return hashlib.blake2b(body, digest_size=32).digest()
 
 
 def _body_form(h: RegisterBrokerRequestHeader, req: RemotingCommand) -> tuple[str, str, int, bool, int, int]:
@@ -155,7 +172,8 @@ class NamesrvProcessor:
 
     async def register_broker(self, conn: Connection, req: RemotingCommand) -> RemotingCommand:
         h = RegisterBrokerRequestHeader.from_ext_fields(req.ext_fields)
-        topics = self._unchanged_body(h, req)
+        digest = await body_digest(req.body)
+        topics = self._unchanged_body(h, req, digest)
         decoded = False
         if topics is None:
             if h.body_crc32 and zlib.crc32(req.body) & 0x7FFFFFFF != h.body_crc32:
@@ -221,7 +239,7 @@ class NamesrvProcessor:
         else:
             self._member_hosts[h.broker_addr] = frozenset(x for x in h.d_ledger_hosts.split(",") if x)
         if decoded:
-            self._remember_body(h, req, topics)
+            self._remember_body(h, req, topics, digest)
         order = self.kv.namespace(ORDER_TOPIC_CONFIG)
         return req.make_response(
             ext_fields=RegisterBrokerResponseHeader(
@@ -298,7 +316,7 @@ class NamesrvProcessor:
         return None
 
     def _unchanged_body(
-        self, h: RegisterBrokerRequestHeader, req: RemotingCommand
+        self, h: RegisterBrokerRequestHeader, req: RemotingCommand, digest: bytes
     ) -> RegisterBrokerBody | None:
         """What the body decodes to, without decoding it, when it is the very bytes this address last
         registered (same header form and CRC) and the routes still hold that broker at that data version:
@@ -308,7 +326,11 @@ class NamesrvProcessor:
         this NameServer parsed again each time, for nothing. A restarted NameServer, an
         expired broker or any other byte gets the full parse."""
         last = self._bodies.get(h.broker_addr)
-        if last is None or last.form != _body_form(h, req) or last.body != req.body:
+        if (
+            last is None
+            or last.form != _body_form(h, req)
+            or (last.size, last.digest) != (len(req.body), digest)
+        ):
             return None
         if not self.routes.holds(h.broker_name, h.broker_id, h.broker_addr, last.data_version):
             return None
@@ -331,14 +353,14 @@ class NamesrvProcessor:
         return head if self.routes.holds(h.broker_name, h.broker_id, h.broker_addr, version) else None
 
     def _remember_body(
-        self, h: RegisterBrokerRequestHeader, req: RemotingCommand, topics: RegisterBrokerBody
+        self, h: RegisterBrokerRequestHeader, req: RemotingCommand, topics: RegisterBrokerBody, digest: bytes
     ) -> None:
-        """Keep the accepted body's bytes (one per broker address: dropped with the broker)."""
+        """Remember the accepted body by its digest (one per broker address: dropped with the broker)."""
         wrapper = topics.topic_config_serialize_wrapper
         for addr in [a for a in self._bodies if a not in self.routes.broker_live_table]:
             del self._bodies[addr]
         self._bodies[h.broker_addr] = _AcceptedBody(
-            _body_form(h, req), req.body, wrapper.data_version, tuple(topics.filter_server_list)
+            _body_form(h, req), len(req.body), digest, wrapper.data_version, tuple(topics.filter_server_list)
         )
 
     @staticmethod
